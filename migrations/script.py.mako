@@ -1,0 +1,21 @@
+"""${message}
+
+Revision ID: ${up_revision}
+Revises: ${down_revision | comma,n}
+Create Date: ${create_date}
+"""
+
+from pyqueue_sql.migrate import run_sql_file
+
+revision = ${repr(up_revision)}
+down_revision = ${repr(down_revision)}
+branch_labels = ${repr(branch_labels)}
+depends_on = ${repr(depends_on)}
+
+
+def upgrade() -> None:
+    run_sql_file("${up_revision}.up.sql")
+
+
+def downgrade() -> None:
+    run_sql_file("${up_revision}.down.sql")

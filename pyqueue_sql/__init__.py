@@ -1,0 +1,18 @@
+"""pyqueue-sql: a durable message and job queue inside your PostgreSQL or MySQL/MariaDB database."""
+
+from .client import Database, Message, NewMessage, Queue, QueueStats, Reservation, connect
+from .errors import (
+    InvalidArgumentError,
+    InvalidPayloadError,
+    QueueError,
+    SchemaNotInstalledError,
+    UnknownQueueError,
+    UnsupportedDsnError,
+)
+
+__all__ = [
+    "Database", "Message", "NewMessage", "Queue", "QueueStats", "Reservation", "connect",
+    "InvalidArgumentError", "InvalidPayloadError", "QueueError", "SchemaNotInstalledError",
+    "UnknownQueueError", "UnsupportedDsnError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,262 @@
+"""The Python client: a thin layer over the SQL routines.
+
+    db = pyqueue_sql.connect("postgresql://localhost/app")   # or mysql://...
+    emails = db.queue("emails")
+    emails.create(visibility_timeout=60, max_attempts=5)
+    emails.push("user-42", "welcome", {"to": "a@example.com"})
+    for msg in emails.reserve(n=10):
+        ...
+        emails.commit(msg)
+
+Every method is one routine call. A Database made by ``connect`` owns its
+connection and runs each call in its own transaction unless you open one with
+``db.transaction()``. ``Database.wrap(conn)`` uses a connection of yours as it
+is, inside whatever transaction you have open (enqueue atomically with your
+business write), and never commits or rolls back for you.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import socket
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from . import dialects, errors
+from .dialects import Duration, encode_json
+
+_UNCHANGED: Any = object()
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message taken with pop (already gone from the queue)."""
+
+    queue: str
+    key: str
+    kind: str
+    payload: Any
+    priority: int
+    attempts: int
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A reserved message: invisible to other consumers until its timeout passes.
+
+    ``token`` is what commit/rollback/extend/move must show; after the
+    reservation expires and another consumer takes the message it no longer works.
+    """
+
+    queue: str
+    key: str
+    kind: str
+    payload: Any
+    token: Any
+    priority: int
+    attempts: int
+    created_at: dt.datetime
+    scheduled_at_initially: dt.datetime
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    ready: int
+    delayed: int
+    reserved: int
+    dead: int
+    oldest_ready_age_s: float | None
+    paused: bool
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """One message for push_many."""
+
+    key: str
+    kind: str
+    payload: Any
+    run_at: dt.datetime | dt.timedelta | None = None
+    priority: int | None = None
+
+
+class Database:
+    """A connection to a database that has the pyqueue-sql schema installed."""
+
+    def __init__(self, connection: Any, dialect: dialects.Dialect, *, owned: bool) -> None:
+        self.connection = connection
+        self.dialect = dialect
+        self._owned = owned
+        self._in_transaction = False
+
+    @classmethod
+    def wrap(cls, connection: Any) -> "Database":
+        """Uses your psycopg 3 or PyMySQL connection inside your own transactions."""
+        return cls(connection, dialects.for_connection(connection), owned=False)
+
+    def queue(self, name: str) -> "Queue":
+        return Queue(self, name)
+
+    def call(self, statement: str, **params: Any) -> list[tuple]:
+        return self.dialect.run(self.connection, statement, params)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["Database"]:
+        """Runs the calls in the block as one transaction (commit at the end, rollback on error)."""
+        if not self._owned:
+            raise errors.QueueError("a wrapped connection's transactions are yours: use your driver's")
+        if self._in_transaction:
+            raise errors.QueueError("transactions do not nest")
+        self.dialect.begin(self.connection)
+        self._in_transaction = True
+        try:
+            yield self
+        except BaseException:
+            self._in_transaction = False
+            self.dialect.rollback(self.connection)
+            raise
+        else:
+            self._in_transaction = False
+            self.dialect.commit(self.connection)
+
+    def stats(self) -> list[QueueStats]:
+        """One row per queue."""
+        return [_stats(self.dialect, row) for row in self.call("stats", queue=None)]
+
+    def close(self) -> None:
+        if self._owned:
+            self.connection.close()
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(dsn: str) -> Database:
+    """Opens a connection; the DSN's scheme picks the dialect (postgresql:// or mysql://)."""
+    dialect = dialects.for_dsn(dsn)
+    return Database(dialect.connect(dsn), dialect, owned=True)
+
+
+def _stats(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueStats:
+    queue, ready, delayed, reserved, dead, age, paused = row
+    return QueueStats(
+        queue=queue, ready=int(ready), delayed=int(delayed), reserved=int(reserved), dead=int(dead),
+        oldest_ready_age_s=None if age is None else float(age), paused=bool(paused),
+    )
+
+
+class Queue:
+    """One named queue. Each method calls the routine of the same name."""
+
+    def __init__(self, db: Database, name: str) -> None:
+        self.db = db
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, dialect={self.db.dialect.name!r})"
+
+    # -- administration ------------------------------------------------------
+    def create(self, visibility_timeout: Duration = None, max_attempts: int | None = None,
+               dead_letter_queue: str | None = None, history_retention: Duration = None) -> "Queue":
+        """Creates the queue, or replaces its settings (None = default: 30 s, 10, none, none)."""
+        d = self.db.dialect
+        self.db.call("create", queue=self.name,
+                     visibility_timeout=d.duration(visibility_timeout, "visibility_timeout"),
+                     max_attempts=max_attempts, dead_letter_queue=dead_letter_queue,
+                     history_retention=d.duration(history_retention, "history_retention"))
+        return self
+
+    def drop(self) -> None:
+        self.db.call("drop", queue=self.name)
+
+    def pause(self) -> None:
+        self.db.call("pause", queue=self.name)
+
+    def resume(self) -> None:
+        self.db.call("resume", queue=self.name)
+
+    def stats(self) -> QueueStats:
+        return _stats(self.db.dialect, self.db.call("stats", queue=self.name)[0])
+
+    # -- producing -------------------------------------------------------------
+    def push(self, key: str, kind: str, payload: Any, run_at: dt.datetime | dt.timedelta | None = None,
+             priority: int | None = None) -> bool:
+        """True if inserted, False if a live message with this key and kind exists (dedup)."""
+        d = self.db.dialect
+        rows = self.db.call("push", queue=self.name, key=key, kind=kind, payload=encode_json(payload),
+                            run_at=d.time(run_at, "run_at"), priority=priority)
+        return bool(rows[0][0])
+
+    def push_many(self, messages: Iterable[NewMessage | tuple | Mapping[str, Any]]) -> int:
+        """Pushes many in one call; returns how many were new. Tuples are (key, kind, payload[, run_at[, priority]])."""
+        d = self.db.dialect
+        items = []
+        for m in messages:
+            if isinstance(m, Mapping):
+                m = NewMessage(**m)
+            elif not isinstance(m, NewMessage):
+                m = NewMessage(*m)
+            items.append((m.key, m.kind, m.payload, d.time(m.run_at, "run_at"), m.priority))
+        if not items:
+            return 0
+        return int(self.db.call("push_batch", queue=self.name, **d.batch(items))[0][0])
+
+    # -- consuming -------------------------------------------------------------
+    def pop(self, n: int = 1) -> list[Message]:
+        """Takes up to n ready messages out of the queue (at-most-once)."""
+        d = self.db.dialect
+        return [
+            Message(self.name, key, kind, d.read_payload(payload), priority, attempts, d.read_time(created))
+            for key, kind, payload, priority, attempts, created in self.db.call("pop", queue=self.name, n=n)
+        ]
+
+    def reserve(self, n: int = 1, worker: str | None = None, timeout: Duration = None,
+                kinds: Sequence[str] | None = None) -> list[Reservation]:
+        """Reserves up to n ready messages, highest priority first, FIFO within a priority."""
+        d = self.db.dialect
+        rows = self.db.call("reserve", queue=self.name, worker=worker or default_worker_name(),
+                            timeout=d.duration(timeout, "timeout"), n=n, kinds=d.kinds(kinds))
+        return [
+            Reservation(self.name, key, kind, d.read_payload(payload), token, priority, attempts,
+                        d.read_time(created), d.read_time(initially))
+            for key, kind, payload, token, priority, attempts, created, initially in rows
+        ]
+
+    def commit(self, r: Reservation) -> bool:
+        """Deletes the message; False if the reservation no longer holds."""
+        return bool(self.db.call("commit", queue=self.name, key=r.key, kind=r.kind, token=r.token)[0][0])
+
+    def rollback(self, r: Reservation, delay: Duration = None) -> bool:
+        """Gives the message back (eligible after delay), or dead-letters it after max_attempts."""
+        d = self.db.dialect
+        return bool(self.db.call("rollback", queue=self.name, key=r.key, kind=r.kind, token=r.token,
+                                 delay=d.duration(delay, "delay"))[0][0])
+
+    def extend(self, r: Reservation, timeout: Duration = None) -> Reservation | None:
+        """Extends the reservation; returns it with its new token, or None if it no longer holds."""
+        d = self.db.dialect
+        token = self.db.call("extend", queue=self.name, key=r.key, kind=r.kind, token=r.token,
+                             timeout=d.duration(timeout, "timeout"))[0][0]
+        return None if token is None else replace(r, token=token)
+
+    def move(self, r: Reservation, to_queue: "str | Queue", payload: Any = _UNCHANGED) -> bool:
+        """Commits here and pushes to to_queue in one step; payload replaces the old one if given."""
+        target = to_queue.name if isinstance(to_queue, Queue) else to_queue
+        return bool(self.db.call("move", queue=self.name, key=r.key, kind=r.kind, token=r.token,
+                                 to_queue=target,
+                                 payload=None if payload is _UNCHANGED else encode_json(payload))[0][0])
+
+    def remove(self, key: str, kind: str) -> bool:
+        """Deletes a message whatever its state; False if there was none."""
+        return bool(self.db.call("remove", queue=self.name, key=key, kind=kind)[0][0])

@@ -1,0 +1,38 @@
+"""Exceptions raised by pyqueue-sql.
+
+The database routines refuse bad input with a message of the form
+``pyqueue:<code>: <detail>``; the dialects map that code to one of these.
+"""
+
+from __future__ import annotations
+
+
+class QueueError(Exception):
+    """Base class of every error pyqueue-sql raises on its own account."""
+
+
+class UnknownQueueError(QueueError, LookupError):
+    """The named queue does not exist (create it with Queue.create / queue_create)."""
+
+
+class InvalidArgumentError(QueueError, ValueError):
+    """A routine refused an argument: NULL/empty name, too long, n < 1, negative duration..."""
+
+
+class InvalidPayloadError(InvalidArgumentError):
+    """The payload is not JSON (or not serialisable to JSON)."""
+
+
+class SchemaNotInstalledError(QueueError):
+    """The pyqueue-sql tables and routines are not in this database: run `pyqueue-sql migrate`."""
+
+
+class UnsupportedDsnError(QueueError, ValueError):
+    """The DSN names a database pyqueue-sql does not support."""
+
+
+ERROR_CODES: dict[str, type[QueueError]] = {
+    "unknown_queue": UnknownQueueError,
+    "invalid_argument": InvalidArgumentError,
+    "invalid_payload": InvalidPayloadError,
+}

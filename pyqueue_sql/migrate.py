@@ -1,0 +1,112 @@
+"""Installing and upgrading the schema with alembic.
+
+Each revision in migrations/versions runs a frozen SQL file of the current
+dialect (migrations/sql/<dialect>/<revision>.up.sql / .down.sql); sql/<dialect>/
+holds the current state, and a test proves both build the same catalog.
+
+From an application's own alembic setup, call ``upgrade(op.get_bind())`` in one
+of your revisions (or in your env.py after your own migrations): our revisions
+are recorded in ``pyqueue_alembic_version`` and never mix with yours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from alembic import command, op
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, pool
+from sqlalchemy.engine import Connection
+
+from . import dialects
+from ._resources import migrations_dir
+from .queries import queries, split_script
+
+VERSION_TABLE = "pyqueue_alembic_version"
+
+
+def _dialect_of(connection: Connection) -> dialects.Dialect:
+    return dialects.for_name("postgresql" if connection.dialect.name == "postgresql" else "mysql")
+
+
+@contextlib.contextmanager
+def migration_lock(connection: Connection) -> Iterator[None]:
+    """Serialises concurrent migrators with a database lock: a transaction-level
+    advisory lock on PostgreSQL (gone at commit), GET_LOCK on MySQL (released
+    after the block, which commits first when the connection is ours)."""
+    names = queries(_dialect_of(connection).name)
+    connection.exec_driver_sql(names["migration_lock"])
+    try:
+        yield
+    finally:
+        if "migration_unlock" in names:
+            connection.exec_driver_sql(names["migration_unlock"])
+
+
+def run_sql_file(filename: str) -> None:
+    """Runs migrations/sql/<dialect>/<filename> on the connection of the running migration."""
+    connection = op.get_bind()
+    dialect = _dialect_of(connection)
+    text = (migrations_dir() / "sql" / dialect.name / filename).read_text(encoding="utf-8")
+    # The DB-API cursor, called without parameters, leaves '%' in the SQL alone.
+    cursor = connection.connection.cursor()
+    try:
+        if dialect.name == "postgresql":
+            cursor.execute(text)  # without parameters psycopg runs the whole script at once
+        else:
+            for statement in split_script(text):
+                cursor.execute(statement)
+    finally:
+        cursor.close()
+
+
+def alembic_config(connection: Connection | None = None, owned: bool = False) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    if connection is not None:
+        config.attributes["connection"] = connection
+        config.attributes["owned"] = owned
+    return config
+
+
+@contextlib.contextmanager
+def _connection(target: Any) -> Iterator[Connection]:
+    """A SQLAlchemy connection from a DSN (ours: committed here) or the caller's own."""
+    if isinstance(target, Connection):
+        yield target
+        return
+    dialect = dialects.for_dsn(target)
+    engine = create_engine(f"{dialect.sqlalchemy_dialect}://", poolclass=pool.NullPool,
+                           creator=lambda: dialect.connect(target))
+    try:
+        with engine.connect() as connection:
+            yield connection
+            connection.commit()
+    finally:
+        engine.dispose()
+
+
+def upgrade(target: Any, revision: str = "heads") -> None:
+    """Brings the schema to ``revision``; target is a DSN or a SQLAlchemy Connection."""
+    with _connection(target) as connection:
+        command.upgrade(alembic_config(connection, owned=connection is not target), revision)
+
+
+def downgrade(target: Any, revision: str = "base") -> None:
+    """Takes the schema back to ``revision`` ('base' removes everything pyqueue-sql installed)."""
+    with _connection(target) as connection:
+        command.downgrade(alembic_config(connection, owned=connection is not target), revision)
+
+
+def current(target: Any) -> tuple[str, ...]:
+    """The revisions recorded in the database (empty when not installed)."""
+    with _connection(target) as connection:
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        return tuple(context.get_current_heads())
+
+
+def head() -> str:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()

@@ -1,0 +1,68 @@
+"""The one module that holds SQL for Python: named statements loaded from
+``sql/<dialect>/queries.sql``.
+
+A file is a sequence of blocks, each introduced by a line ``-- name: NAME``;
+the block's text up to the next such line is the statement. Parameters use
+the ``%(name)s`` style that both psycopg and PyMySQL accept.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from ._resources import sql_file
+
+_NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+
+def parse_named(text: str) -> dict[str, str]:
+    statements: dict[str, str] = {}
+    matches = list(_NAME_LINE.finditer(text))
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        body = "\n".join(
+            line for line in text[match.end():end].strip().splitlines()
+            if not line.lstrip().startswith("--")
+        ).strip().rstrip(";").strip()
+        if match.group(1) in statements:
+            raise ValueError(f"statement {match.group(1)!r} is defined twice")
+        statements[match.group(1)] = body
+    return statements
+
+
+@functools.cache
+def queries(dialect: str) -> dict[str, str]:
+    """All named statements of a dialect ('postgresql' or 'mysql')."""
+    return parse_named(sql_file(dialect, "queries.sql").read_text(encoding="utf-8"))
+
+
+def script(dialect: str, filename: str) -> str:
+    """A whole SQL file of a dialect (schema.sql, uninstall.sql)."""
+    return sql_file(dialect, filename).read_text(encoding="utf-8")
+
+
+def split_script(text: str) -> list[str]:
+    """Splits a SQL script into statements the way the mysql client does for
+    our files: a statement ends where a line ends with the current delimiter,
+    and ``DELIMITER x`` lines change the delimiter. Comment-only chunks are dropped.
+    """
+    statements: list[str] = []
+    delimiter = ";"
+    current: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not current and stripped.upper().startswith("DELIMITER "):
+            delimiter = stripped.split(None, 1)[1]
+            continue
+        current.append(line)
+        if stripped.endswith(delimiter):
+            current[-1] = line.rstrip()[: -len(delimiter)]
+            statement = "\n".join(current).strip()
+            if any(not l.strip().startswith("--") and l.strip() for l in current):
+                statements.append(statement)
+            current = []
+    tail = "\n".join(current).strip()
+    if any(l.strip() and not l.strip().startswith("--") for l in current):
+        statements.append(tail)
+    return statements
