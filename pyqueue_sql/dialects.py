@@ -73,7 +73,8 @@ class Dialect:
     sqlalchemy_dialect: str
 
     # -- connections -----------------------------------------------------
-    def connect(self, dsn: str) -> Any:
+    def connect(self, dsn: str, autocommit: bool = True) -> Any:
+        """A DB-API connection; autocommit unless asked otherwise (SQLAlchemy wants it off)."""
         raise NotImplementedError
 
     def owns(self, connection: Any) -> bool:
@@ -122,10 +123,10 @@ class PostgreSQL(Dialect):
     supports_listen = True
     sqlalchemy_dialect = "postgresql+psycopg"
 
-    def connect(self, dsn: str) -> Any:
+    def connect(self, dsn: str, autocommit: bool = True) -> Any:
         import psycopg
 
-        return psycopg.connect(_strip_driver(dsn), autocommit=True)
+        return psycopg.connect(_strip_driver(dsn), autocommit=autocommit)
 
     def owns(self, connection: Any) -> bool:
         return type(connection).__module__.startswith("psycopg")
@@ -181,10 +182,10 @@ class MySQL(Dialect):
     supports_listen = False
     sqlalchemy_dialect = "mysql+pymysql"
 
-    def connect(self, dsn: str) -> Any:
+    def connect(self, dsn: str, autocommit: bool = True) -> Any:
         import pymysql
 
-        return pymysql.connect(**mysql_connect_args(dsn))
+        return pymysql.connect(**{**mysql_connect_args(dsn), "autocommit": autocommit})
 
     def owns(self, connection: Any) -> bool:
         return type(connection).__module__.startswith("pymysql")

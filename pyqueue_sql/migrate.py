@@ -80,7 +80,7 @@ def _connection(target: Any) -> Iterator[Connection]:
         return
     dialect = dialects.for_dsn(target)
     engine = create_engine(f"{dialect.sqlalchemy_dialect}://", poolclass=pool.NullPool,
-                           creator=lambda: dialect.connect(target))
+                           creator=lambda: dialect.connect(target, autocommit=False))
     try:
         with engine.connect() as connection:
             yield connection

@@ -1,0 +1,37 @@
+-- Catalog of what pyqueue-sql installs, to compare two databases.
+
+-- name: columns
+SELECT table_name, column_name, ordinal_position, data_type, character_maximum_length,
+       is_nullable, column_default, is_identity
+  FROM information_schema.columns
+ WHERE table_schema = current_schema() AND table_name LIKE 'pyqueue%%'
+   AND table_name <> 'pyqueue_alembic_version'
+ ORDER BY table_name, ordinal_position
+
+-- name: indexes
+SELECT tablename, indexname, indexdef
+  FROM pg_indexes
+ WHERE schemaname = current_schema() AND tablename LIKE 'pyqueue%%'
+   AND tablename <> 'pyqueue_alembic_version'
+ ORDER BY tablename, indexname
+
+-- name: constraints
+SELECT c.conrelid::regclass::text, c.conname, pg_get_constraintdef(c.oid)
+  FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
+ WHERE n.nspname = current_schema() AND c.conrelid::regclass::text LIKE 'pyqueue%%'
+   AND c.conrelid::regclass::text <> 'pyqueue_alembic_version'
+ ORDER BY 1, 2
+
+-- name: tables
+SELECT relname, coalesce(array_to_string(reloptions, ','), '')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND relkind = 'r' AND relname LIKE 'pyqueue%%'
+   AND relname <> 'pyqueue_alembic_version'
+ ORDER BY relname
+
+-- name: routines
+SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_function_result(p.oid),
+       p.provolatile, p.prosecdef, md5(p.prosrc)
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = current_schema() AND (p.proname LIKE 'queue%%' OR p.proname LIKE 'pyqueue%%')
+ ORDER BY 1, 2

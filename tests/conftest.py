@@ -1,0 +1,132 @@
+"""Fixtures: one conformance suite, run against every dialect.
+
+Every test that takes ``db``/``dsn`` runs once per dialect. A dialect whose
+server cannot be found is skipped, except under CI=true, where that is an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+
+import pytest
+
+import pyqueue_sql
+from pyqueue_sql import migrate
+
+from .servers import find_server, server_for
+
+DIALECTS = ("postgresql", "mysql")
+UNDER_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory):
+    """dialect -> server helper (or a reason string when there is none)."""
+    found = {}
+    with contextlib.ExitStack() as stack:
+        for dialect in DIALECTS:
+            admin_dsn, how = stack.enter_context(
+                find_server(dialect, str(tmp_path_factory.mktemp(f"server-{dialect}"))))
+            found[dialect] = server_for(dialect, admin_dsn) if admin_dsn else how
+        yield found
+
+
+def _server(servers, dialect):
+    server = servers[dialect]
+    if isinstance(server, str):
+        if UNDER_CI:
+            pytest.fail(f"CI=true and no {dialect} server: {server}", pytrace=False)
+        pytest.skip(server)
+    return server
+
+
+@pytest.fixture(scope="session", params=DIALECTS)
+def dialect(request):
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def server(servers, dialect):
+    return _server(servers, dialect)
+
+
+@pytest.fixture
+def fresh_database(server):
+    """Makes empty databases on the current dialect's server; drops them afterwards."""
+    made = []
+
+    def make(tag: str = "db") -> str:
+        name = f"pyqueue_t_{tag}_{uuid.uuid4().hex[:10]}"
+        made.append(name)
+        return server.create(name)
+
+    yield make
+    for name in made:
+        server.drop(name)
+
+
+@pytest.fixture(scope="session")
+def dsn(server):
+    """A database with the schema installed by the migrations, shared by the session."""
+    name = f"pyqueue_test_{os.getpid()}"
+    url = server.create(name)
+    migrate.upgrade(url)
+    yield url
+    server.drop(name)
+
+
+@pytest.fixture
+def connect(dsn):
+    """Opens extra connections (closed after the test), for concurrency tests."""
+    opened = []
+
+    def make() -> pyqueue_sql.Database:
+        db = pyqueue_sql.connect(dsn)
+        opened.append(db)
+        return db
+
+    yield make
+    for db in opened:
+        with contextlib.suppress(Exception):
+            db.close()
+
+
+@pytest.fixture
+def db(connect):
+    return connect()
+
+
+@pytest.fixture
+def make_queue(db):
+    """Creates queues with unique names, so tests never see each other's messages."""
+
+    def make(**settings) -> pyqueue_sql.Queue:
+        return db.queue(f"t.{uuid.uuid4().hex[:12]}").create(**settings)
+
+    return make
+
+
+@pytest.fixture
+def queue(make_queue):
+    return make_queue()
+
+
+@pytest.fixture
+def raw(db):
+    """Runs plain SQL on the test connection, as a psql or mysql client would."""
+
+    def run(sql: str, params=None):
+        cur = db.connection.cursor()
+        try:
+            cur.execute(sql, params)
+            rows = cur.fetchall() if cur.description else []
+            if db.dialect.name == "mysql":
+                while cur.nextset():
+                    pass
+            return rows
+        finally:
+            cur.close()
+
+    return run

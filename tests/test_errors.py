@@ -1,0 +1,169 @@
+"""Bad input: every routine refuses it with a clear error and writes nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from pyqueue_sql import InvalidArgumentError, InvalidPayloadError, UnknownQueueError
+
+
+def _total(queue):
+    s = queue.stats()
+    return s.ready + s.delayed + s.reserved
+
+
+@pytest.fixture
+def held(queue):
+    """A queue with one ready message and one reservation."""
+    queue.push("ready", "k", 1)
+    queue.push("held", "k", 1)
+    queue.reserve(n=1)  # 'ready' is older: it is the one reserved
+    return queue
+
+
+UNKNOWN = [
+    ("push", lambda q: q.push("k", "kind", 1)),
+    ("push_many", lambda q: q.push_many([("k", "kind", 1)])),
+    ("pop", lambda q: q.pop()),
+    ("reserve", lambda q: q.reserve()),
+    ("remove", lambda q: q.remove("k", "kind")),
+    ("pause", lambda q: q.pause()),
+    ("resume", lambda q: q.resume()),
+    ("stats", lambda q: q.stats()),
+    ("drop", lambda q: q.drop()),
+]
+
+
+@pytest.mark.parametrize("name,call", UNKNOWN, ids=[n for n, _ in UNKNOWN])
+def test_unknown_queue(db, name, call):
+    with pytest.raises(UnknownQueueError, match="does not exist"):
+        call(db.queue("no-such-queue"))
+
+
+@pytest.mark.parametrize("key,kind", [
+    (None, "k"), ("", "k"), ("m", None), ("m", ""), ("x" * 256, "k"), ("m", "y" * 129),
+])
+def test_push_refuses_bad_key_or_kind(queue, key, kind):
+    with pytest.raises(InvalidArgumentError):
+        queue.push(key, kind, {"a": 1})
+    assert _total(queue) == 0
+
+
+def test_longest_allowed_key_and_kind_are_accepted(queue):
+    assert queue.push("x" * 255, "y" * 128, 1)
+    assert queue.reserve()[0].key == "x" * 255
+
+
+def test_create_refuses_bad_settings(db):
+    q = db.queue("t.bad-settings")
+    for settings in ({"visibility_timeout": -1}, {"visibility_timeout": 0}, {"max_attempts": 0},
+                     {"max_attempts": -5}, {"history_retention": -1}):
+        with pytest.raises(InvalidArgumentError):
+            q.create(**settings)
+    with pytest.raises(InvalidArgumentError):
+        db.queue("").create()
+    with pytest.raises(InvalidArgumentError):
+        db.queue("q" * 129).create()
+    with pytest.raises(UnknownQueueError):
+        q.stats()  # nothing was created
+
+
+def test_n_below_one_is_refused(held):
+    for n in (0, -1, None):
+        with pytest.raises(InvalidArgumentError):
+            held.reserve(n=n)
+        with pytest.raises(InvalidArgumentError):
+            held.pop(n=n)
+    assert _total(held) == 2 and held.stats().reserved == 1
+
+
+def test_negative_durations_are_refused(held):
+    [r] = held.reserve()  # 'held'
+    with pytest.raises(InvalidArgumentError):
+        held.reserve(timeout=-1)
+    with pytest.raises(InvalidArgumentError):
+        held.rollback(r, delay=-1)
+    with pytest.raises(InvalidArgumentError):
+        held.extend(r, timeout=-1)
+    with pytest.raises(InvalidArgumentError):
+        held.push("later", "k", 1, run_at=dt.datetime(2030, 1, 1))  # naive: ambiguous
+    # The reservation is untouched by the refused calls.
+    assert held.commit(r) is True
+
+
+def test_kinds_must_be_a_non_empty_list(held):
+    with pytest.raises(InvalidArgumentError):
+        held.reserve(kinds=[])
+
+
+def test_payload_that_is_not_json_serialisable(queue):
+    with pytest.raises(InvalidPayloadError):
+        queue.push("m", "k", {"when": object()})
+    with pytest.raises(InvalidPayloadError):
+        queue.push("m", "k", float("nan"))
+    assert _total(queue) == 0
+
+
+def test_token_routines_refuse_missing_key_or_token(held):
+    from dataclasses import replace
+
+    [r] = held.reserve()
+    for bad in (replace(r, key=""), replace(r, kind=None), replace(r, token=None)):
+        with pytest.raises(InvalidArgumentError):
+            held.commit(bad)
+        with pytest.raises(InvalidArgumentError):
+            held.rollback(bad)
+        with pytest.raises(InvalidArgumentError):
+            held.extend(bad)
+    assert held.commit(r) is True
+
+
+# -- the same refusals from plain SQL, as psql and mysql users meet them -------------
+
+CALLS = {
+    "postgresql": {
+        "push": "SELECT queue_push(%s, %s, %s, %s)",
+        "push_null_payload": "SELECT queue_push(%s, %s, %s, NULL)",
+        "reserve": "SELECT * FROM queue_reserve(%s, 'w', NULL, %s)",
+        "reserve_neg": "SELECT * FROM queue_reserve(%s, 'w', interval '-1 second', 1)",
+        "batch_mismatch": "SELECT queue_push_batch(%s, ARRAY['a','b'], ARRAY['k'], ARRAY['1','2']::jsonb[])",
+    },
+    "mysql": {
+        "push": "CALL queue_push(%s, %s, %s, %s, NULL, NULL)",
+        "push_null_payload": "CALL queue_push(%s, %s, %s, NULL, NULL, NULL)",
+        "reserve": "CALL queue_reserve(%s, 'w', NULL, %s, NULL)",
+        "reserve_neg": "CALL queue_reserve(%s, 'w', -1, 1, NULL)",
+        "batch_mismatch": "CALL queue_push_batch(%s, '[{\"p_key\":\"a\",\"p_kind\":\"k\"}]', NULL, NULL, NULL, NULL)",
+    },
+}
+
+
+
+
+def test_plain_sql_refusals_use_one_message_format(dialect, raw, queue):
+    calls = CALLS[dialect]
+    cases = [
+        (calls["push"], ("no-such-queue", "m", "k", "{}"), "pyqueue:unknown_queue:"),
+        (calls["push"], (queue.name, "", "k", "{}"), "pyqueue:invalid_argument:"),
+        (calls["push"], (queue.name, None, "k", "{}"), "pyqueue:invalid_argument:"),
+        (calls["push_null_payload"], (queue.name, "m", "k"), "pyqueue:invalid_payload:"),
+        (calls["reserve"], (queue.name, 0), "pyqueue:invalid_argument:"),
+        (calls["reserve_neg"], (queue.name,), "pyqueue:invalid_argument:"),
+        (calls["batch_mismatch"], (queue.name,), "pyqueue:invalid_argument:"),
+    ]
+    if dialect == "mysql":  # PostgreSQL refuses non-JSON already when casting to jsonb
+        cases.append((calls["push"], (queue.name, "m", "k", "{not json"), "pyqueue:invalid_payload:"))
+    for sql, params, expected in cases:
+        with pytest.raises(Exception) as info:
+            raw(sql, params)
+        assert expected in str(info.value), (sql, params, str(info.value))
+    assert _total(queue) == 0
+
+
+def test_plain_sql_non_json_payload_is_refused(dialect, raw, queue):
+    with pytest.raises(Exception) as info:
+        raw(CALLS[dialect]["push"], (queue.name, "m", "k", "{not json"))
+    assert "json" in str(info.value).lower()
+    assert _total(queue) == 0
