@@ -42,6 +42,10 @@ def script(dialect: str, filename: str) -> str:
     return sql_file(dialect, filename).read_text(encoding="utf-8")
 
 
+def _has_code(lines: list[str]) -> bool:
+    return any(l.strip() and not l.strip().startswith("--") for l in lines)
+
+
 def split_script(text: str) -> list[str]:
     """Splits a SQL script into statements the way the mysql client does for
     our files: a statement ends where a line ends with the current delimiter,
@@ -52,17 +56,16 @@ def split_script(text: str) -> list[str]:
     current: list[str] = []
     for line in text.splitlines():
         stripped = line.strip()
-        if not current and stripped.upper().startswith("DELIMITER "):
+        if stripped.upper().startswith("DELIMITER ") and not _has_code(current):
             delimiter = stripped.split(None, 1)[1]
+            current = []
             continue
         current.append(line)
-        if stripped.endswith(delimiter):
+        if stripped.endswith(delimiter) and not stripped.startswith("--"):
             current[-1] = line.rstrip()[: -len(delimiter)]
-            statement = "\n".join(current).strip()
-            if any(not l.strip().startswith("--") and l.strip() for l in current):
-                statements.append(statement)
+            if _has_code(current):
+                statements.append("\n".join(current).strip())
             current = []
-    tail = "\n".join(current).strip()
-    if any(l.strip() and not l.strip().startswith("--") for l in current):
-        statements.append(tail)
+    if _has_code(current):
+        statements.append("\n".join(current).strip())
     return statements

@@ -1,0 +1,353 @@
+"""The ``pyqueue-sql`` command: install the schema, print its SQL, poke at queues, run the demo.
+
+    pyqueue-sql migrate --dsn postgresql://localhost/app
+    pyqueue-sql sql --dialect mysql > pyqueue.sql
+    pyqueue-sql create emails --max-attempts 5
+    pyqueue-sql push emails user-42 welcome '{"to": "a@example.com"}'
+    pyqueue-sql reserve emails -n 10 --commit
+    pyqueue-sql stats
+    pyqueue-sql demo
+
+Every command that talks to a database takes ``--dsn`` (default: $PYQUEUE_DSN).
+User errors (bad input, unknown queue, unreachable server) print one line on
+stderr and exit non-zero: 2 for a bad command line, 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from typing import Any, Callable, Iterable, Sequence
+
+from . import __version__, errors
+
+DSN_ENV = "PYQUEUE_DSN"
+PROG = "pyqueue-sql"
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A command line that cannot run (exit code 2)."""
+
+
+# -- helpers shared with the demo ------------------------------------------------
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def format_stats_table(stats: Iterable[Any]) -> str:
+    """The stats of several queues (pyqueue_sql.QueueStats) as an aligned text table."""
+    header = ("queue", "ready", "delayed", "reserved", "dead", "oldest ready age", "paused")
+    rows = [
+        (s.queue, str(s.ready), str(s.delayed), str(s.reserved), str(s.dead),
+         format_age(s.oldest_ready_age_s), "yes" if s.paused else "no")
+        for s in stats
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    left_aligned = {0, 6}
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.ljust(widths[i]) if i in left_aligned else cell.rjust(widths[i])
+            for i, cell in enumerate(cells)
+        ).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN with its password replaced by ***, for printing."""
+    scheme, sep, rest = dsn.partition("://")
+    if not sep:
+        return dsn
+    netloc, slash, tail = rest.partition("/")
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        user, _, password = userinfo.partition(":")
+        if password:
+            netloc = f"{user}:***@{hostport}"
+    return f"{scheme}{sep}{netloc}{slash}{tail}"
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def describe_error(exc: BaseException) -> str | None:
+    """A one-line message for errors a user can cause (bad input, unreachable or
+    misconfigured server, unknown revision); None for a bug worth a traceback."""
+    from .embedded import EmbeddedPostgresError
+
+    if isinstance(exc, (errors.QueueError, EmbeddedPostgresError)):
+        return one_line(str(exc))
+    modules = {cls.__module__.split(".", 1)[0] for cls in type(exc).__mro__}
+    if "sqlalchemy" in modules and getattr(exc, "orig", None) is not None:
+        return describe_error(exc.orig)  # a driver error wrapped by SQLAlchemy (migrate)
+    if "pymysql" in modules:
+        if len(exc.args) >= 2:
+            return one_line(f"MySQL error {exc.args[0]}: {exc.args[1]}")
+        return one_line(f"MySQL error: {exc}")
+    if "psycopg" in modules:
+        diag = getattr(exc, "diag", None)  # the server's own message, without DETAIL/CONTEXT
+        primary = getattr(diag, "message_primary", None)
+        return one_line(f"PostgreSQL error: {primary or exc}")
+    if modules & {"sqlalchemy", "alembic"}:
+        return one_line(str(exc))
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return one_line(f"missing file {exc.filename} (is this installation complete?)")
+    if isinstance(exc, ConnectionError):
+        return one_line(f"cannot connect: {exc}")
+    return None
+
+
+# -- commands --------------------------------------------------------------------
+
+def _dsn(args: argparse.Namespace) -> str:
+    dsn = args.dsn or os.environ.get(DSN_ENV)
+    if not dsn:
+        raise UsageError(f"no database given: pass --dsn DSN or set {DSN_ENV} "
+                         "(postgresql://user@host/db or mysql://user@host/db)")
+    _check_scheme(dsn)
+    return dsn
+
+
+def _check_scheme(dsn: str) -> None:
+    """Refuses a DSN of an unsupported database before any driver sees it."""
+    from .dialects import for_dsn
+
+    try:
+        for_dsn(dsn)
+    except errors.UnsupportedDsnError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _connect(args: argparse.Namespace):
+    from .client import connect
+
+    return connect(_dsn(args))
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from . import migrate
+
+    dsn = _dsn(args)
+    if args.downgrade:
+        migrate.downgrade(dsn, args.revision or "base")
+    else:
+        migrate.upgrade(dsn, args.revision or "heads")
+    revisions = migrate.current(dsn)
+    head = migrate.head()
+    if not revisions:
+        print("revision: none (pyqueue-sql is not installed)")
+    for revision in revisions:
+        print(f"revision: {revision}" + (" (head)" if revision == head else f" (head is {head})"))
+    return EXIT_OK
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from .queries import script
+
+    filename = "uninstall.sql" if args.uninstall else "schema.sql"
+    try:
+        text = script(args.dialect, filename)
+    except FileNotFoundError:
+        raise errors.QueueError(f"this installation has no {args.dialect}/{filename}") from None
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        db.queue(args.queue).create(visibility_timeout=args.visibility_timeout,
+                                    max_attempts=args.max_attempts,
+                                    dead_letter_queue=args.dead_letter_queue)
+    print(f"created {args.queue}")
+    return EXIT_OK
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    try:
+        payload = json.loads(args.payload, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise UsageError(f"PAYLOAD_JSON is not valid JSON ({exc}): {args.payload[:60]!r}") from None
+    run_at = None if args.run_in is None else dt.timedelta(seconds=args.run_in)
+    with _connect(args) as db:
+        inserted = db.queue(args.queue).push(args.key, args.kind, payload, run_at=run_at,
+                                             priority=args.priority)
+    print("inserted" if inserted else "duplicate")
+    return EXIT_OK
+
+
+def cmd_reserve(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        queue = db.queue(args.queue)
+        if args.commit:
+            # One transaction: a crash between reserve and commit leaves nothing reserved.
+            with db.transaction():
+                reservations = queue.reserve(n=args.n, timeout=args.timeout)
+                lost = [r for r in reservations if not queue.commit(r)]
+            if lost:
+                raise errors.QueueError(f"{len(lost)} reservation(s) no longer held at commit")
+        else:
+            reservations = queue.reserve(n=args.n, timeout=args.timeout)
+    for r in reservations:
+        print(json.dumps({"key": r.key, "kind": r.kind, "payload": r.payload,
+                          "token": str(r.token), "attempts": r.attempts}))
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        stats = [db.queue(args.queue).stats()] if args.queue else db.stats()
+    if not stats:
+        print("no queues (create one with `pyqueue-sql create QUEUE`)")
+    else:
+        print(format_stats_table(stats))
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    dsn = args.dsn or os.environ.get(DSN_ENV) or None
+    if dsn:
+        _check_scheme(dsn)
+    return run_demo(dsn, messages=args.messages, timeout=args.timeout, data_dir=args.data_dir)
+
+
+# -- argument parsing -------------------------------------------------------------
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"not a finite number of seconds: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="A durable message queue inside your PostgreSQL or MySQL/MariaDB database.",
+        epilog=f"Commands that use a database take --dsn DSN (default: ${DSN_ENV}).",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, handler: Callable[[argparse.Namespace], int], help: str,
+                dsn: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        if dsn:
+            p.add_argument("--dsn", help=f"postgresql://... or mysql://... (default: ${DSN_ENV})")
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("migrate", cmd_migrate, "install or upgrade (or downgrade) the pyqueue-sql schema")
+    p.add_argument("--revision", help="target revision (default: heads; with --downgrade: base, "
+                                      "which removes pyqueue-sql and every message)")
+    p.add_argument("--downgrade", action="store_true", help="go back to --revision instead of up")
+
+    p = command("sql", cmd_sql, "print the schema SQL, for use with your own migration tool", dsn=False)
+    p.add_argument("--dialect", required=True, choices=("postgresql", "mysql"))
+    p.add_argument("--uninstall", action="store_true", help="print the SQL that removes the schema")
+
+    p = command("create", cmd_create, "create a queue or change its settings")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--visibility-timeout", type=_seconds, metavar="S",
+                   help="seconds a reservation hides a message (default 30)")
+    p.add_argument("--max-attempts", type=_positive_int, metavar="N",
+                   help="deliveries before dead-lettering (default 10)")
+    p.add_argument("--dead-letter-queue", metavar="Q", help="queue that receives exhausted messages")
+
+    p = command("push", cmd_push, "push one message; prints inserted or duplicate")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("key", metavar="KEY", help="dedup key")
+    p.add_argument("kind", metavar="KIND", help="payload type")
+    p.add_argument("payload", metavar="PAYLOAD_JSON", help="the payload as JSON text")
+    p.add_argument("--run-in", type=_seconds, metavar="SECONDS", help="deliver no earlier than this from now")
+    p.add_argument("--priority", type=int, metavar="N", help="higher is served first (default 0)")
+
+    p = command("reserve", cmd_reserve, "reserve messages; prints one JSON line per message")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("-n", type=_positive_int, default=1, metavar="N", help="at most this many (default 1)")
+    p.add_argument("--timeout", type=_seconds, metavar="S",
+                   help="reservation length in seconds (default: the queue's visibility timeout)")
+    p.add_argument("--commit", action="store_true", help="commit (delete) them right away")
+
+    p = command("stats", cmd_stats, "show queue depths")
+    p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
+
+    p = command("demo", cmd_demo, "run producers and consumers against a demo queue "
+                                  "(an embedded PostgreSQL unless --dsn / $PYQUEUE_DSN is set)")
+    p.add_argument("--messages", type=_positive_int, default=4000, metavar="N",
+                   help="messages to push (default 4000)")
+    p.add_argument("--timeout", type=_seconds, default=120.0, metavar="S",
+                   help="give up after this many seconds (default 120)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="embedded PostgreSQL data directory (default .pyqueue-demo/pgdata)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `pyqueue-sql sql ... | head`: the reader left; nothing left to say.
+        # Point stdout at /dev/null so the flush at exit does not fail again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK
+    except Exception as exc:
+        message = describe_error(exc)
+        if message is None:
+            raise
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
