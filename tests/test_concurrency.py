@@ -97,3 +97,36 @@ def test_rollback_and_commit_race_on_the_same_token(connect, queue):
         assert c != r  # exactly one of them held the token
     s = queue.stats()
     assert s.ready == sum(rollbacks)
+
+
+def test_pushes_racing_a_drop_get_unknown_queue_not_a_raw_error(connect, make_queue):
+    """Producers that lose the race with queue_drop get UnknownQueueError, nothing else."""
+    pushers = [connect() for _ in range(3)]
+    for round_ in range(6):
+        q = make_queue()
+        stop = threading.Event()
+        failures = []
+
+        def produce(i, name=q.name):
+            target, n = pushers[i].queue(name), 0
+            while not stop.is_set():
+                try:
+                    target.push_many([(f"{i}-{n}-{j}", "k", j) for j in range(20)])
+                    target.push(f"{i}-{n}-single", "k", 1)
+                except pyqueue_sql.UnknownQueueError:
+                    return
+                except Exception as exc:  # pragma: no cover - what this test is about
+                    failures.append(exc)
+                    return
+                n += 1
+
+        threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.05)
+        q.drop()
+        time.sleep(0.05)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert failures == [], failures

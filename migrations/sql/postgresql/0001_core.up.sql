@@ -72,10 +72,13 @@ CREATE INDEX pyqueue_message_ready_idx
 -- Internal helpers (not part of the contract)
 -- ===========================================================================
 
--- Raises unless the queue exists; returns its settings row.
-CREATE FUNCTION pyqueue__queue(in_queue text)
+-- Raises unless the queue exists; returns its settings row. With in_lock it
+-- takes FOR KEY SHARE on the queue row (what the foreign key check takes
+-- anyway), so a concurrent queue_drop either waits for this transaction or has
+-- already won, and the caller then gets unknown_queue, never a raw FK error.
+CREATE FUNCTION pyqueue__queue(in_queue text, in_lock boolean DEFAULT false)
 RETURNS pyqueue_queue
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 AS $$
 DECLARE
     v_row pyqueue_queue;
@@ -84,7 +87,11 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: queue must not be NULL or empty'
             USING ERRCODE = '22023';
     END IF;
-    SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name = in_queue;
+    IF in_lock THEN
+        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name = in_queue FOR KEY SHARE;
+    ELSE
+        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name = in_queue;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue
             USING ERRCODE = 'P0002';
@@ -145,6 +152,7 @@ BEGIN
     END IF;
     UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue.queue_name;
     IF in_queue.dead_letter_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue.dead_letter_queue, true);
         -- A newer dead letter of the same key replaces the older one: the
         -- newest payload is the one worth inspecting or redriving.
         INSERT INTO pyqueue_message AS m
@@ -221,7 +229,7 @@ BEGIN
             RAISE EXCEPTION 'pyqueue:invalid_argument: a queue cannot be its own dead_letter_queue'
                 USING ERRCODE = '22023';
         END IF;
-        PERFORM pyqueue__queue(in_dead_letter_queue);
+        PERFORM pyqueue__queue(in_dead_letter_queue, true);
     END IF;
     INSERT INTO pyqueue_queue AS q
            (queue_name, visibility_timeout, max_attempts, dead_letter_queue, history_retention)
@@ -259,7 +267,8 @@ $$;
 
 -- queue_push: inserts one message; false when a live message with the same
 -- (queue, p_key, p_kind) exists (dedup, the existing one is untouched).
--- Takes a row lock on the new row and a key-share lock on the queue row.
+-- Takes a key-share lock on the queue row (blocks only queue_drop) and the
+-- unique-index entry of the new row.
 CREATE FUNCTION queue_push(
     in_queue    text,
     in_key      text,
@@ -274,7 +283,7 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_at  timestamptz;
 BEGIN
-    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__queue(in_queue, true);
     PERFORM pyqueue__check_name('p_key', in_key, 255);
     PERFORM pyqueue__check_name('p_kind', in_kind, 128);
     IF in_payload IS NULL THEN
@@ -311,7 +320,7 @@ DECLARE
     v_count integer;
     v_bad   integer;
 BEGIN
-    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__queue(in_queue, true);
     IF in_keys IS NULL OR in_kinds IS NULL OR in_payloads IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and payloads must not be NULL'
             USING ERRCODE = '22023';
@@ -572,7 +581,7 @@ BEGIN
     IF in_token IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: token must not be NULL' USING ERRCODE = '22023';
     END IF;
-    PERFORM pyqueue__queue(in_to_queue);
+    PERFORM pyqueue__queue(in_to_queue, true);
     DELETE FROM pyqueue_message
      WHERE queue_name = in_queue AND p_key = in_key AND p_kind = in_kind AND reserve_token = in_token
     RETURNING * INTO v_msg;
