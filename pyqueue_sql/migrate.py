@@ -47,10 +47,30 @@ def migration_lock(connection: Connection) -> Iterator[None]:
 
 
 def run_sql_file(filename: str) -> None:
-    """Runs migrations/sql/<dialect>/<filename> on the connection of the running migration."""
+    """Runs migrations/sql/<dialect>/<filename> on the connection of the running migration.
+
+    PostgreSQL runs it inside the migration's transaction. MySQL commits every
+    DDL statement at once, so when an ``.up.sql`` fails half-way its
+    ``.down.sql`` (which drops only what exists) puts the database back before
+    the error is raised, and the next migrate starts clean.
+    """
     connection = op.get_bind()
     dialect = _dialect_of(connection)
-    text = (migrations_dir() / "sql" / dialect.name / filename).read_text(encoding="utf-8")
+    folder = migrations_dir() / "sql" / dialect.name
+    path = folder / filename
+    if not path.is_file():
+        raise FileNotFoundError(f"migration file {path} is missing: is this installation complete?")
+    try:
+        _execute_script(connection, dialect, path.read_text(encoding="utf-8"))
+    except Exception:
+        undo = folder / filename.replace(".up.sql", ".down.sql")
+        if dialect.name == "mysql" and filename.endswith(".up.sql") and undo.is_file():
+            with contextlib.suppress(Exception):
+                _execute_script(connection, dialect, undo.read_text(encoding="utf-8"))
+        raise
+
+
+def _execute_script(connection: Connection, dialect: dialects.Dialect, text: str) -> None:
     # The DB-API cursor, called without parameters, leaves '%' in the SQL alone.
     cursor = connection.connection.cursor()
     try:

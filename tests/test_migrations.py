@@ -151,3 +151,20 @@ def test_frozen_migration_matches_current_sql_until_a_second_revision_exists():
     for name in ("postgresql", "mysql"):
         frozen = migrate.migrations_dir() / "sql" / name / "0001_core.up.sql"
         assert frozen.read_text() == script(name, "schema.sql"), name
+
+
+def test_a_migration_that_fails_half_way_leaves_nothing_behind(fresh_database, tmp_path, monkeypatch, dialect):
+    import shutil
+
+    broken = tmp_path / "migrations"
+    shutil.copytree(migrate.migrations_dir(), broken)
+    up = broken / "sql" / dialect / "0001_core.up.sql"
+    up.write_text(up.read_text() + "\nCREATE TABLE pyqueue_queue (this is not sql);\n")
+    monkeypatch.setattr(migrate, "migrations_dir", lambda: broken)
+    dsn = fresh_database()
+    with pytest.raises(Exception):
+        migrate.upgrade(dsn)
+    assert all(rows == [] for rows in catalog(dsn).values())
+    monkeypatch.undo()
+    migrate.upgrade(dsn)
+    smoke(dsn)
