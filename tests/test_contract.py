@@ -34,8 +34,24 @@ def test_push_dedups_live_messages_and_frees_the_key_after_commit(queue):
 def test_keys_compare_exactly(queue):
     assert queue.push("Key", "kind", 1)
     assert queue.push("key", "kind", 2)
-    assert queue.push("key ", "kind", 3)
-    assert queue.stats().ready == 3
+    assert queue.push(" key", "kind", 3)
+    assert queue.push("kéy", "kind", 4)
+    assert queue.push("key", "Kind", 5)
+    assert queue.stats().ready == 5
+
+
+def test_names_ending_with_a_space_are_refused_in_every_dialect(db, queue):
+    """MySQL compares with PAD SPACE ('a' = 'a '): both dialects refuse the
+    trailing space rather than merge two keys silently."""
+    with pytest.raises(InvalidArgumentError, match="space"):
+        queue.push("key ", "kind", 1)
+    with pytest.raises(InvalidArgumentError, match="space"):
+        queue.push("key", "kind ", 1)
+    with pytest.raises(InvalidArgumentError, match="element 2"):
+        queue.push_many([("ok", "kind", 1), ("key ", "kind", 1)])
+    with pytest.raises(InvalidArgumentError, match="space"):
+        db.queue("trailing ").create()
+    assert queue.stats().ready == 0
 
 
 def test_push_batch_counts_new_messages_and_skips_duplicates(queue):

@@ -70,6 +70,25 @@ def test_create_refuses_bad_settings(db):
         q.stats()  # nothing was created
 
 
+def test_queue_name_too_long_is_an_argument_error_everywhere(db):
+    q = db.queue("q" * 129)
+    for call in (lambda: q.push("k", "kind", 1), lambda: q.reserve(), lambda: q.stats(), lambda: q.pop()):
+        with pytest.raises(InvalidArgumentError, match="longer than"):
+            call()
+
+
+def test_durations_over_100_years_are_refused(held):
+    [r] = held.reserve()
+    century = dt.timedelta(days=36600)
+    with pytest.raises(InvalidArgumentError, match="100 years"):
+        held.reserve(timeout=century)
+    with pytest.raises(InvalidArgumentError, match="100 years"):
+        held.rollback(r, delay=century)
+    with pytest.raises(InvalidArgumentError, match="100 years"):
+        held.create(visibility_timeout=century)
+    assert held.commit(r) is True
+
+
 def test_n_below_one_is_refused(held):
     for n in (0, -1, None):
         with pytest.raises(InvalidArgumentError):

@@ -72,35 +72,9 @@ CREATE INDEX pyqueue_message_ready_idx
 -- Internal helpers (not part of the contract)
 -- ===========================================================================
 
--- Raises unless the queue exists; returns its settings row. With in_lock it
--- takes FOR KEY SHARE on the queue row (what the foreign key check takes
--- anyway), so a concurrent queue_drop either waits for this transaction or has
--- already won, and the caller then gets unknown_queue, never a raw FK error.
-CREATE FUNCTION pyqueue__queue(in_queue text, in_lock boolean DEFAULT false)
-RETURNS pyqueue_queue
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_row pyqueue_queue;
-BEGIN
-    IF in_queue IS NULL OR in_queue = '' THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: queue must not be NULL or empty'
-            USING ERRCODE = '22023';
-    END IF;
-    IF in_lock THEN
-        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name = in_queue FOR KEY SHARE;
-    ELSE
-        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name = in_queue;
-    END IF;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue
-            USING ERRCODE = 'P0002';
-    END IF;
-    RETURN v_row;
-END;
-$$;
-
--- Raises unless a text argument is non-NULL, non-empty and at most in_max characters.
+-- Raises unless a name is non-NULL, non-empty, at most in_max characters and
+-- does not end with a space. (MySQL compares names with PAD SPACE, 'a' = 'a ';
+-- both dialects refuse the trailing space so that the contract is the same.)
 CREATE FUNCTION pyqueue__check_name(in_what text, in_value text, in_max integer)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -114,10 +88,40 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: % is longer than % characters', in_what, in_max
             USING ERRCODE = '22023';
     END IF;
+    IF right(in_value, 1) = ' ' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not end with a space', in_what
+            USING ERRCODE = '22023';
+    END IF;
 END;
 $$;
 
--- Raises when a duration is negative (or, with in_positive, not above zero).
+-- Raises unless the queue exists; returns its settings row. With in_lock it
+-- takes FOR KEY SHARE on the queue row (what the foreign key check takes
+-- anyway), so a concurrent queue_drop either waits for this transaction or has
+-- already won, and the caller then gets unknown_queue, never a raw FK error.
+CREATE FUNCTION pyqueue__queue(in_queue text, in_lock boolean DEFAULT false)
+RETURNS pyqueue_queue
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_row pyqueue_queue;
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    IF in_lock THEN
+        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name = in_queue FOR KEY SHARE;
+    ELSE
+        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name = in_queue;
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue
+            USING ERRCODE = 'P0002';
+    END IF;
+    RETURN v_row;
+END;
+$$;
+
+-- Raises when a duration is negative (or, with in_positive, not above zero),
+-- or longer than 100 years (the same bound as MySQL's).
 CREATE FUNCTION pyqueue__check_duration(in_what text, in_value interval, in_positive boolean)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -129,6 +133,10 @@ BEGIN
     END IF;
     IF in_positive AND in_value = interval '0' THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: % must be greater than zero', in_what
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_value > interval '100 years' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not exceed 100 years', in_what
             USING ERRCODE = '22023';
     END IF;
 END;
@@ -326,7 +334,9 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     v_n := coalesce(cardinality(in_keys), 0);
-    IF array_ndims(in_keys) > 1 OR cardinality(in_kinds) <> v_n OR cardinality(in_payloads) <> v_n
+    IF array_ndims(in_keys) > 1 OR array_ndims(in_kinds) > 1 OR array_ndims(in_payloads) > 1
+       OR array_ndims(in_run_ats) > 1 OR array_ndims(in_priorities) > 1
+       OR cardinality(in_kinds) <> v_n OR cardinality(in_payloads) <> v_n
        OR (in_run_ats IS NOT NULL AND cardinality(in_run_ats) <> v_n)
        OR (in_priorities IS NOT NULL AND cardinality(in_priorities) <> v_n) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds, payloads, run_ats and priorities must have the same length'
@@ -337,11 +347,11 @@ BEGIN
     END IF;
     SELECT min(i) INTO v_bad
       FROM generate_subscripts(in_keys, 1) AS i
-     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR length(in_keys[i]) > 255
-        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR length(in_kinds[i]) > 128
+     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR length(in_keys[i]) > 255 OR right(in_keys[i], 1) = ' '
+        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR length(in_kinds[i]) > 128 OR right(in_kinds[i], 1) = ' '
         OR in_payloads[i] IS NULL;
     IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty or too long p_key/p_kind or a NULL payload', v_bad
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL payload', v_bad
             USING ERRCODE = '22023';
     END IF;
     INSERT INTO pyqueue_message
@@ -380,8 +390,9 @@ BEGIN
     END IF;
     RETURN QUERY
         WITH picked AS (
-            SELECT c.c_key, c.c_kind, row_number() OVER () AS ord
-              FROM pyqueue__lock_ready(in_queue, v_now, in_n, NULL) AS c
+            SELECT c.c_key, c.c_kind, c.ord
+              FROM pyqueue__lock_ready(in_queue, v_now, in_n, NULL)
+                   WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord)
         ), gone AS (
             DELETE FROM pyqueue_message m
              USING picked
