@@ -95,6 +95,20 @@ BEGIN
 END;
 $$;
 
+-- Raises unless key, kind and token name a reservation (commit, rollback, extend, move).
+CREATE FUNCTION pyqueue__check_reservation(in_key text, in_kind text, in_token uuid)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_token IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: token must not be NULL' USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
 -- Raises unless the queue exists; returns its settings row. With in_lock it
 -- takes FOR KEY SHARE on the queue row (what the foreign key check takes
 -- anyway), so a concurrent queue_drop either waits for this transaction or has
@@ -494,11 +508,7 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     PERFORM pyqueue__queue(in_queue);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF in_token IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: token must not be NULL' USING ERRCODE = '22023';
-    END IF;
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     DELETE FROM pyqueue_message
      WHERE queue_name = in_queue AND p_key = in_key AND p_kind = in_kind AND reserve_token = in_token;
     RETURN FOUND;
@@ -518,11 +528,7 @@ DECLARE
     v_now      timestamptz := clock_timestamp();
     v_attempts integer;
 BEGIN
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF in_token IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: token must not be NULL' USING ERRCODE = '22023';
-    END IF;
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_duration('delay', in_delay, false);
     SELECT m.attempts INTO v_attempts
       FROM pyqueue_message m
@@ -557,11 +563,7 @@ DECLARE
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
     v_token uuid;
 BEGIN
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF in_token IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: token must not be NULL' USING ERRCODE = '22023';
-    END IF;
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_duration('timeout', in_timeout, true);
     UPDATE pyqueue_message
        SET scheduled_at = clock_timestamp() + coalesce(in_timeout, v_queue.visibility_timeout),
@@ -587,11 +589,7 @@ DECLARE
     v_msg pyqueue_message;
 BEGIN
     PERFORM pyqueue__queue(in_queue);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF in_token IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: token must not be NULL' USING ERRCODE = '22023';
-    END IF;
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__queue(in_to_queue, true);
     DELETE FROM pyqueue_message
      WHERE queue_name = in_queue AND p_key = in_key AND p_kind = in_kind AND reserve_token = in_token

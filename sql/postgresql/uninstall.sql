@@ -16,6 +16,7 @@ DROP FUNCTION IF EXISTS queue_create(text, interval, integer, text, interval);
 DROP FUNCTION IF EXISTS pyqueue__lock_ready(text, timestamptz, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__dead_letter(pyqueue_queue, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__check_duration(text, interval, boolean);
+DROP FUNCTION IF EXISTS pyqueue__check_reservation(text, text, uuid);
 DROP FUNCTION IF EXISTS pyqueue__check_name(text, text, integer);
 DROP FUNCTION IF EXISTS pyqueue__queue(text, boolean);
 DROP TABLE IF EXISTS pyqueue_message;
