@@ -163,6 +163,8 @@ class PostgreSQL(Dialect):
                 raise mapped from exc
             if isinstance(exc, pgerrors.InvalidTextRepresentation) and "json" in str(exc):
                 raise errors.InvalidPayloadError(str(exc.diag.message_primary)) from exc
+            if isinstance(exc, pgerrors.DataError):  # a value that does not fit its parameter's type
+                raise errors.InvalidArgumentError(str(exc.diag.message_primary)) from exc
             raise
 
     def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
@@ -209,6 +211,8 @@ class MySQL(Dialect):
             mapped = _map_routine_error(message)
             if mapped is not None:
                 raise mapped from exc
+            if code in (1264, 1292, 1366):  # out of range / bad datetime / bad value for the parameter
+                raise errors.InvalidArgumentError(message) from exc
             if code in (1305, 1146):  # procedure / table does not exist
                 raise errors.SchemaNotInstalledError(
                     f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`): {message}"
@@ -234,7 +238,7 @@ class MySQL(Dialect):
         return json.loads(value) if isinstance(value, str) else value
 
     def kinds(self, kinds: Sequence[str] | None) -> Any:
-        return None if kinds is None else json.dumps(list(kinds))
+        return None if kinds is None else json.dumps(list(kinds), ensure_ascii=False)
 
     def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
         messages = []

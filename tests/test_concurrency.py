@@ -130,3 +130,30 @@ def test_pushes_racing_a_drop_get_unknown_queue_not_a_raw_error(connect, make_qu
         for t in threads:
             t.join(30)
         assert failures == [], failures
+
+
+def test_overlapping_batches_from_many_connections_do_not_deadlock(connect, queue):
+    """Six connections push the same fresh keys in different orders, round
+    after round: every key is inserted once and no call fails."""
+    import random
+
+    dbs = [connect() for _ in range(6)]
+    rounds, per_round = 12, 100
+    each_round = threading.Barrier(6, timeout=30)  # a failed pusher breaks it instead of hanging
+
+    def push(i):
+        rng = random.Random(i)
+        inserted = 0
+        for r in range(rounds):
+            batch = [f"r{r}-k{j:03d}" for j in range(per_round)]
+            rng.shuffle(batch)
+            each_round.wait()
+            try:
+                inserted += dbs[i].queue(queue.name).push_many([(k, "kind", i) for k in batch])
+            except Exception:
+                each_round.abort()
+                raise
+        return inserted
+
+    assert sum(run_together(6, push)) == rounds * per_round
+    assert queue.stats().ready == rounds * per_round

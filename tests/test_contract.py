@@ -418,3 +418,46 @@ def test_wrapped_connection_enqueues_inside_the_callers_transaction(dsn, db, que
         raw.close()
     finally:
         other.close()
+
+
+def test_a_newer_dead_letter_does_not_vanish_under_a_held_older_one(make_queue):
+    dead = make_queue()
+    q = make_queue(max_attempts=1, dead_letter_queue=dead.name)
+    q.push("z", "k", {"v": "first"})
+    q.rollback(q.reserve()[0])
+    [held] = dead.reserve()  # a dead-letter consumer is working on "first"
+    q.push("z", "k", {"v": "second"})
+    q.rollback(q.reserve()[0])
+    assert dead.commit(held) is False  # its token no longer holds: the row is "second" now
+    [newer] = dead.reserve()
+    assert (newer.payload, newer.attempts) == ({"v": "second"}, 1)
+
+
+def test_kinds_filter_matches_any_spelling(queue):
+    queue.push("1", "вид", 1)
+    queue.push("2", "a/b", 2)
+    queue.push("3", 'q"uote', 3)
+    assert keys(queue.reserve(n=5, kinds=["вид"])) == ["1"]
+    assert keys(queue.reserve(n=5, kinds=["a/b", 'q"uote'])) == ["2", "3"]
+
+
+HUGE_PUSH = {  # a 9 MB JSON array of one string of 4.5 million escaped quotes, built by the server
+    "postgresql": "SELECT queue_push(%s, 'huge', 'k', ('[\"' || repeat('\\\"', 4500000) || '\"]')::jsonb)",
+    "mysql": "CALL queue_push(%s, 'huge', 'k', CONCAT('[\"', REPEAT('\\\\\"', 4500000), '\"]'), NULL, NULL)",
+}
+
+
+def test_pop_never_loses_a_message_it_cannot_return(dialect, raw, queue):
+    """A payload too large to hand back (MySQL packs popped rows into JSON,
+    which escapes every quote again) must either come back or stay queued."""
+    raw(HUGE_PUSH[dialect], (queue.name,))
+    try:
+        popped = queue.pop()
+    except pyqueue_sql.QueueError:
+        raise
+    except Exception:
+        popped = []
+    if popped:
+        assert len(popped[0].payload[0]) == 4_500_000
+    else:
+        assert queue.stats().ready == 1

@@ -89,8 +89,14 @@ def test_durations_over_100_years_are_refused(held):
     assert held.commit(r) is True
 
 
+def test_n_null_means_one(held):
+    assert len(held.reserve(n=None)) == 1
+    held.push("more", "k", 1)
+    assert len(held.pop(n=None)) == 1
+
+
 def test_n_below_one_is_refused(held):
-    for n in (0, -1, None):
+    for n in (0, -1):
         with pytest.raises(InvalidArgumentError):
             held.reserve(n=n)
         with pytest.raises(InvalidArgumentError):

@@ -272,8 +272,9 @@ END //
 -- Steps, each a single statement:
 --   1. read the message by id and token;
 --   2. upsert it into the dead-letter queue (a newer dead letter of the same
---      key and kind replaces the older one's payload, priority, created_at:
---      the newest is the one worth inspecting or redriving);
+--      key and kind replaces the older one: payload, priority, created_at,
+--      and it is ready again with attempts 0 and no reservation, so that a
+--      consumer holding the older one can no longer commit the newer away);
 --   3. delete it by id and token;
 --   4. if that deleted it, dead_count + 1.
 -- Interrupted after 1 or 2, the message stays claimed under a token nobody
@@ -313,7 +314,9 @@ BEGIN
             VALUES (in_dead_letter_queue, v_key, v_kind, v_payload, v_priority,
                     in_now, in_now, v_created, 0)
             ON DUPLICATE KEY UPDATE
-                   payload = v_payload, priority = v_priority, created_at = v_created;
+                   payload = v_payload, priority = v_priority, created_at = v_created,
+                   scheduled_at = in_now, scheduled_at_initially = in_now, attempts = 0,
+                   reserved_by = NULL, reserve_token = NULL;
         END IF;
         DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
         IF ROW_COUNT() = 1 THEN
@@ -600,6 +603,7 @@ BEGIN
     DECLARE v_created  DATETIME(6);
     DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_rows     LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
+    DECLARE v_next     LONGTEXT CHARACTER SET utf8mb4;
     DECLARE c_ready CURSOR FOR
         SELECT m.id, m.scheduled_at
           FROM pyqueue_message m
@@ -615,14 +619,14 @@ BEGIN
 
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
-    IF in_n IS NULL OR in_n < 1 THEN
+    IF in_n < 1 THEN
         CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
     END IF;
-    CALL pyqueue__check_int('n', in_n, 1, 2147483647);
+    CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
 
     IF NOT v_paused THEN
         SET v_now = UTC_TIMESTAMP(6);
-        SET v_left = in_n;
+        SET v_left = COALESCE(in_n, 1);
         SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
         priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
             SET v_after_at = NULL, v_after_id = NULL;
@@ -655,15 +659,18 @@ BEGIN
                         LEAVE candidates;
                     END IF;
                     IF v_found = 1 THEN
+                        -- Pack first: if the row cannot be packed (too large),
+                        -- the call fails before anything is deleted.
+                        SET v_next = JSON_ARRAY_APPEND(v_rows, '$',
+                            JSON_OBJECT('k', v_key, 'kd', v_kind, 'pl', v_payload,
+                                        'pr', v_prio, 'at', v_attempts,
+                                        'ca', DATE_FORMAT(v_created, '%Y-%m-%d %H:%i:%s.%f')));
                         DELETE FROM pyqueue_message
                          WHERE id = v_id AND scheduled_at <= v_now AND attempts = v_attempts
                            AND reserve_token <=> v_token AND priority = v_prio
                            AND created_at = v_created;
                         IF ROW_COUNT() = 1 THEN
-                            SET v_rows = JSON_ARRAY_APPEND(v_rows, '$',
-                                JSON_OBJECT('k', v_key, 'kd', v_kind, 'pl', v_payload,
-                                            'pr', v_prio, 'at', v_attempts,
-                                            'ca', DATE_FORMAT(v_created, '%Y-%m-%d %H:%i:%s.%f')));
+                            SET v_rows = v_next;
                             SET v_left = v_left - 1;
                             IF v_left = 0 THEN
                                 LEAVE candidates;
@@ -765,6 +772,7 @@ BEGIN
     DECLARE v_seen_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_token      CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed    LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
+    DECLARE v_kinds      LONGTEXT CHARACTER SET utf8mb4;
     DECLARE c_ready CURSOR FOR
         SELECT m.id, m.scheduled_at
           FROM pyqueue_message m
@@ -774,17 +782,17 @@ BEGIN
            AND (v_after_id IS NULL
                 OR m.scheduled_at > v_after_at
                 OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
-           AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
+           AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
          ORDER BY m.scheduled_at, m.id
          LIMIT v_page;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
 
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
-    IF in_n IS NULL OR in_n < 1 THEN
+    IF in_n < 1 THEN
         CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
     END IF;
-    CALL pyqueue__check_int('n', in_n, 1, 2147483647);
+    CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
     CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
     IF CHAR_LENGTH(in_worker) > 255 THEN
         CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters');
@@ -802,12 +810,17 @@ BEGIN
         IF v_bad > 0 THEN
             CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
         END IF;
+        -- Re-serialise the decoded strings: MariaDB's JSON_CONTAINS compares
+        -- string text as written, so '["a\/b"]' or '["\u0432"]' would match
+        -- nothing; JSON_QUOTE(p_kind) and this array now spell strings alike.
+        SELECT JSON_ARRAYAGG(k.kind) INTO v_kinds
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) PATH '$')) AS k;
     END IF;
 
     IF NOT v_paused THEN
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
-        SET v_left = in_n;
+        SET v_left = COALESCE(in_n, 1);
         SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
         priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
             SET v_after_at = NULL, v_after_id = NULL;
@@ -1058,21 +1071,13 @@ END //
 -- and created_at start afresh). If in_to_queue already holds a live message
 -- with the same key and kind, that one stays (dedup, as queue_push). Result:
 -- one row, moved = 1, or 0 when the token no longer holds (nothing changes).
--- Steps:
---   1. read the message by key and token (plain read; 0 if absent);
---   2. claim it: UPDATE by id and token swaps the caller's token for a new
---      one (held for the visibility timeout); 0 if the token stopped holding,
---      and nothing is written anywhere;
---   3. insert the copy into in_to_queue (ON DUPLICATE KEY: keep the live
---      one; unlike INSERT IGNORE a vanished target queue is an error, and
---      the routine stops before step 4);
---   4. delete the original by id and the claim token.
--- Interrupted after step 2 or 3, the original comes back after the
--- visibility timeout (its claim token is nobody's): a duplicate that dedup
--- absorbs at worst, never a loss. Once claimed, no other consumer can take
--- the original before step 4 unless the claim itself expires. A move within the same queue is one UPDATE (re-inserting would
--- hit the original's own key). Locks: the message row, the target row, a
--- shared lock on the target queue row, each for one statement.
+-- Atomic without a transaction: every queue's messages live in one table, so
+-- the move is ONE UPDATE of the row's queue_name (and payload, schedule,
+-- reservation) by id and token. Only when in_to_queue already holds the key
+-- (the UPDATE fails with a duplicate key, error 1062) is the original
+-- deleted instead, again one statement by id and token.
+-- Locks: the message row and a shared lock on the target queue row (the
+-- foreign key), for one statement.
 CREATE PROCEDURE queue_move(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1091,18 +1096,21 @@ BEGIN
     DECLARE v_max      INT;
     DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused   BOOLEAN;
+    DECLARE v_to_vis    DECIMAL(20,6);
+    DECLARE v_to_max    INT;
+    DECLARE v_to_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_to_paused BOOLEAN;
     DECLARE v_now      DATETIME(6);
     DECLARE v_found    INT DEFAULT 1;
     DECLARE v_id       BIGINT;
-    DECLARE v_payload  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_priority INT;
-    DECLARE v_claim    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_duplicate INT DEFAULT 0;
     DECLARE v_done     INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('p_key', in_key, 255);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_token(in_token);
-    CALL pyqueue__queue(in_to_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('to_queue', in_to_queue, 128);
+    CALL pyqueue__queue(in_to_queue, v_to_vis, v_to_max, v_to_dlq, v_to_paused);
     IF in_payload IS NOT NULL THEN
         CALL pyqueue__check_payload(in_payload);
     END IF;
@@ -1111,37 +1119,25 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-        SELECT m.id, m.payload, m.priority INTO v_id, v_payload, v_priority
+        SELECT m.id INTO v_id
           FROM pyqueue_message m
          WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
            AND m.reserve_token = v_held;
     END;
-    IF v_found = 1 AND v_to_queue = v_queue THEN
-        UPDATE pyqueue_message
-           SET payload = COALESCE(in_payload, payload),
-               scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
-               attempts = 0, reserved_by = NULL, reserve_token = NULL
-         WHERE id = v_id AND reserve_token = v_held;
-        SET v_done = ROW_COUNT();
-    ELSEIF v_found = 1 THEN
-        -- Claim the source first (a fresh token, held for a visibility
-        -- timeout): only a claimed message is written to the target, and an
-        -- interruption after the claim brings it back here later, where dedup
-        -- or a second move absorbs it.
-        SET v_claim = UUID();
-        UPDATE pyqueue_message
-           SET reserve_token = v_claim,
-               scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND
-         WHERE id = v_id AND reserve_token = v_held;
-        IF ROW_COUNT() = 1 THEN
-            INSERT INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, attempts)
-            VALUES (v_to_queue, v_key, v_kind, COALESCE(in_payload, v_payload), v_priority,
-                    v_now, v_now, v_now, 0)
-            ON DUPLICATE KEY UPDATE id = id;
-            DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_claim;
-            SET v_done = 1;
+    IF v_found = 1 THEN
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
+            UPDATE pyqueue_message
+               SET queue_name = v_to_queue,
+                   payload = COALESCE(in_payload, payload),
+                   scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
+                   attempts = 0, reserved_by = NULL, reserve_token = NULL
+             WHERE id = v_id AND reserve_token = v_held;
+            SET v_done = ROW_COUNT();  -- replaced below when the handler fired
+        END;
+        IF v_duplicate = 1 THEN
+            DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
+            SET v_done = ROW_COUNT();
         END IF;
     END IF;
     SELECT v_done AS moved;

@@ -135,7 +135,8 @@ END;
 $$;
 
 -- Raises when a duration is negative (or, with in_positive, not above zero),
--- or longer than 100 years (the same bound as MySQL's).
+-- or longer than 100 years of 365.25 days (the same bound as MySQL's; an
+-- interval '100 years' would compare as 36000 days).
 CREATE FUNCTION pyqueue__check_duration(in_what text, in_value interval, in_positive boolean)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -149,7 +150,7 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: % must be greater than zero', in_what
             USING ERRCODE = '22023';
     END IF;
-    IF in_value > interval '100 years' THEN
+    IF in_value > interval '36525 days' THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: % must not exceed 100 years', in_what
             USING ERRCODE = '22023';
     END IF;
@@ -175,8 +176,10 @@ BEGIN
     UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue.queue_name;
     IF in_queue.dead_letter_queue IS NOT NULL THEN
         PERFORM pyqueue__queue(in_queue.dead_letter_queue, true);
-        -- A newer dead letter of the same key replaces the older one: the
-        -- newest payload is the one worth inspecting or redriving.
+        -- A newer dead letter of the same key replaces the older one (the
+        -- newest payload is the one worth inspecting or redriving) and is
+        -- ready again without a reservation, so a consumer holding the older
+        -- one cannot commit the newer one away unseen.
         INSERT INTO pyqueue_message AS m
                (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                 scheduled_at_initially, created_at, attempts)
@@ -184,7 +187,9 @@ BEGIN
                 v_msg.priority, in_now, in_now, v_msg.created_at, 0)
         ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
            SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
-               created_at = EXCLUDED.created_at;
+               created_at = EXCLUDED.created_at, scheduled_at = in_now,
+               scheduled_at_initially = in_now, attempts = 0,
+               reserved_by = NULL, reserve_token = NULL;
     END IF;
 END;
 $$;
@@ -251,6 +256,7 @@ BEGIN
             RAISE EXCEPTION 'pyqueue:invalid_argument: a queue cannot be its own dead_letter_queue'
                 USING ERRCODE = '22023';
         END IF;
+        PERFORM pyqueue__check_name('dead_letter_queue', in_dead_letter_queue, 128);
         PERFORM pyqueue__queue(in_dead_letter_queue, true);
     END IF;
     INSERT INTO pyqueue_queue AS q
@@ -312,6 +318,9 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
             USING ERRCODE = '22023';
     END IF;
+    IF NOT isfinite(coalesce(in_run_at, v_now)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
     v_at := coalesce(in_run_at, v_now);
     INSERT INTO pyqueue_message
            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
@@ -363,21 +372,31 @@ BEGIN
       FROM generate_subscripts(in_keys, 1) AS i
      WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR length(in_keys[i]) > 255 OR right(in_keys[i], 1) = ' '
         OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR length(in_kinds[i]) > 128 OR right(in_kinds[i], 1) = ' '
-        OR in_payloads[i] IS NULL;
+        OR in_payloads[i] IS NULL
+        OR NOT isfinite(coalesce(in_run_ats[i], v_now));
     IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL payload', v_bad
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, a NULL payload or an infinite run_at', v_bad
             USING ERRCODE = '22023';
     END IF;
+    -- Ids are drawn in array order (FIFO within the batch), but rows are
+    -- inserted in key order: two batches with overlapping keys then take
+    -- their unique-index entries in the same order and cannot deadlock.
+    WITH batch AS MATERIALIZED (
+        SELECT b.k, b.kd, b.pl, b.ra, b.pr,
+               nextval(pg_get_serial_sequence('pyqueue_message', 'id')) AS new_id
+          FROM unnest(in_keys, in_kinds, in_payloads,
+                      coalesce(in_run_ats, array_fill(NULL::timestamptz, ARRAY[v_n])),
+                      coalesce(in_priorities, array_fill(NULL::integer, ARRAY[v_n])))
+               WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
+    )
     INSERT INTO pyqueue_message
            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at)
+            scheduled_at_initially, created_at, id)
+    OVERRIDING SYSTEM VALUE
     SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
-           coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now
-      FROM unnest(in_keys, in_kinds, in_payloads,
-                  coalesce(in_run_ats, array_fill(NULL::timestamptz, ARRAY[v_n])),
-                  coalesce(in_priorities, array_fill(NULL::integer, ARRAY[v_n])))
-           WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
-     ORDER BY b.ord
+           coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
+      FROM batch b
+     ORDER BY b.k, b.kd
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
@@ -396,7 +415,7 @@ DECLARE
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
     v_now   timestamptz := clock_timestamp();
 BEGIN
-    IF in_n IS NULL OR in_n < 1 THEN
+    IF in_n < 1 THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
     END IF;
     IF v_queue.paused THEN
@@ -405,7 +424,7 @@ BEGIN
     RETURN QUERY
         WITH picked AS (
             SELECT c.c_key, c.c_kind, c.ord
-              FROM pyqueue__lock_ready(in_queue, v_now, in_n, NULL)
+              FROM pyqueue__lock_ready(in_queue, v_now, coalesce(in_n, 1), NULL)
                    WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord)
         ), gone AS (
             DELETE FROM pyqueue_message m
@@ -439,7 +458,7 @@ DECLARE
     v_queue   pyqueue_queue := pyqueue__queue(in_queue);
     v_now     timestamptz := clock_timestamp();
     v_until   timestamptz;
-    v_left    integer := in_n;
+    v_left    integer := coalesce(in_n, 1);
     v_got      integer;
     v_ndead    integer;
     v_keys     varchar[];
@@ -447,7 +466,7 @@ DECLARE
     v_attempts integer[];
     v_i        integer;
 BEGIN
-    IF in_n IS NULL OR in_n < 1 THEN
+    IF in_n < 1 THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
     END IF;
     PERFORM pyqueue__check_duration('timeout', in_timeout, true);
@@ -590,6 +609,7 @@ DECLARE
 BEGIN
     PERFORM pyqueue__queue(in_queue);
     PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
     PERFORM pyqueue__queue(in_to_queue, true);
     DELETE FROM pyqueue_message
      WHERE queue_name = in_queue AND p_key = in_key AND p_kind = in_kind AND reserve_token = in_token
