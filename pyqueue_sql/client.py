@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from . import dialects, errors
-from .dialects import Duration, encode_json
+from .dialects import Duration, encode_json, whole_number
 
 _UNCHANGED: Any = object()
 
@@ -173,7 +173,8 @@ class Queue:
         d = self.db.dialect
         self.db.call("create", queue=self.name,
                      visibility_timeout=d.duration(visibility_timeout, "visibility_timeout"),
-                     max_attempts=max_attempts, dead_letter_queue=dead_letter_queue,
+                     max_attempts=whole_number(max_attempts, "max_attempts"),
+                     dead_letter_queue=dead_letter_queue,
                      history_retention=d.duration(history_retention, "history_retention"))
         return self
 
@@ -195,7 +196,7 @@ class Queue:
         """True if inserted, False if a live message with this key and kind exists (dedup)."""
         d = self.db.dialect
         rows = self.db.call("push", queue=self.name, key=key, kind=kind, payload=encode_json(payload),
-                            run_at=d.time(run_at, "run_at"), priority=priority)
+                            run_at=d.time(run_at, "run_at"), priority=whole_number(priority, "priority"))
         return bool(rows[0][0])
 
     def push_many(self, messages: Iterable[NewMessage | tuple | Mapping[str, Any]]) -> int:
@@ -207,7 +208,8 @@ class Queue:
                 m = NewMessage(**m)
             elif not isinstance(m, NewMessage):
                 m = NewMessage(*m)
-            items.append((m.key, m.kind, m.payload, d.time(m.run_at, "run_at"), m.priority))
+            items.append((m.key, m.kind, m.payload, d.time(m.run_at, "run_at"),
+                          whole_number(m.priority, "priority")))
         if not items:
             return 0
         return int(self.db.call("push_batch", queue=self.name, **d.batch(items))[0][0])
@@ -218,7 +220,8 @@ class Queue:
         d = self.db.dialect
         return [
             Message(self.name, key, kind, d.read_payload(payload), priority, attempts, d.read_time(created))
-            for key, kind, payload, priority, attempts, created in self.db.call("pop", queue=self.name, n=n)
+            for key, kind, payload, priority, attempts, created
+            in self.db.call("pop", queue=self.name, n=whole_number(n, "n"))
         ]
 
     def reserve(self, n: int = 1, worker: str | None = None, timeout: Duration = None,
@@ -226,7 +229,8 @@ class Queue:
         """Reserves up to n ready messages, highest priority first, FIFO within a priority."""
         d = self.db.dialect
         rows = self.db.call("reserve", queue=self.name, worker=worker or default_worker_name(),
-                            timeout=d.duration(timeout, "timeout"), n=n, kinds=d.kinds(kinds))
+                            timeout=d.duration(timeout, "timeout"), n=whole_number(n, "n"),
+                            kinds=d.kinds(kinds))
         return [
             Reservation(self.name, key, kind, d.read_payload(payload), token, priority, attempts,
                         d.read_time(created), d.read_time(initially))

@@ -58,6 +58,14 @@ def _as_utc(value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime 
     raise errors.InvalidArgumentError(f"{what} must be a datetime or a timedelta, not {type(value).__name__}")
 
 
+def whole_number(value: Any, what: str) -> int | None:
+    """An int argument as it is (None = the routine's default); refuses 2.5,
+    "3" and True instead of letting a cast round or convert them."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise errors.InvalidArgumentError(f"{what} must be a whole number, not {value!r}")
+
+
 def encode_json(payload: Any) -> str:
     try:
         return json.dumps(payload, allow_nan=False, separators=(",", ":"))

@@ -118,6 +118,14 @@ def test_negative_durations_are_refused(held):
     assert held.commit(r) is True
 
 
+def test_fractional_numbers_are_refused_not_rounded(held):
+    for call in (lambda: held.reserve(n=2.5), lambda: held.pop(n=1.5),
+                 lambda: held.push("p", "k", 1, priority=2.5), lambda: held.create(max_attempts=2.5)):
+        with pytest.raises(InvalidArgumentError):
+            call()
+    assert _total(held) == 2 and held.stats().reserved == 1
+
+
 def test_kinds_must_be_a_non_empty_list(held):
     with pytest.raises(InvalidArgumentError):
         held.reserve(kinds=[])
