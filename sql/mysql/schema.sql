@@ -227,6 +227,19 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__check_reservation: refuses a key, kind or token that cannot name
+-- a reservation (commit, rollback, extend, move). Takes no locks.
+CREATE PROCEDURE pyqueue__check_reservation(
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_token(in_token);
+END //
+
 -- pyqueue__check_payload: refuses a NULL payload (the JSON value null is
 -- the text 'null') and text that is not JSON. Takes no locks.
 CREATE PROCEDURE pyqueue__check_payload(
@@ -931,9 +944,7 @@ BEGIN
     DECLARE v_id     BIGINT;
     DECLARE v_done   INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_token(in_token);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
     SELECT COALESCE(MAX(m.id), 0) INTO v_id
       FROM pyqueue_message m
@@ -986,9 +997,7 @@ BEGIN
     DECLARE v_dead     INT;
     DECLARE v_done     INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_token(in_token);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('delay', in_delay, FALSE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
     SET v_now = UTC_TIMESTAMP(6);
@@ -1043,9 +1052,7 @@ BEGIN
     DECLARE v_id     BIGINT;
     DECLARE v_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_token(in_token);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
     SELECT COALESCE(MAX(m.id), 0) INTO v_id
@@ -1106,9 +1113,7 @@ BEGIN
     DECLARE v_duplicate INT DEFAULT 0;
     DECLARE v_done     INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_token(in_token);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_name('to_queue', in_to_queue, 128);
     CALL pyqueue__queue(in_to_queue, v_to_vis, v_to_max, v_to_dlq, v_to_paused);
     IF in_payload IS NOT NULL THEN

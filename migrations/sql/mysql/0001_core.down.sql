@@ -19,6 +19,7 @@ DROP PROCEDURE IF EXISTS queue_create;
 DROP PROCEDURE IF EXISTS pyqueue__dead_letter;
 DROP PROCEDURE IF EXISTS pyqueue__queue;
 DROP PROCEDURE IF EXISTS pyqueue__check_payload;
+DROP PROCEDURE IF EXISTS pyqueue__check_reservation;
 DROP PROCEDURE IF EXISTS pyqueue__check_token;
 DROP PROCEDURE IF EXISTS pyqueue__check_int;
 DROP PROCEDURE IF EXISTS pyqueue__check_duration;
