@@ -168,3 +168,11 @@ def test_a_migration_that_fails_half_way_leaves_nothing_behind(fresh_database, t
     monkeypatch.undo()
     migrate.upgrade(dsn)
     smoke(dsn)
+
+
+def test_calls_on_a_database_without_the_schema_say_so(fresh_database):
+    with pyqueue_sql.connect(fresh_database()) as db:
+        with pytest.raises(pyqueue_sql.SchemaNotInstalledError, match="pyqueue-sql migrate"):
+            db.queue("q").push("k", "kind", 1)
+        with pytest.raises(pyqueue_sql.SchemaNotInstalledError):
+            db.stats()
