@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: freeze demo test venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,3 +24,10 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# Copies the current routines into the newest migration revision (run after
+# editing sql/<dialect>/routines.sql; a test fails until you do).
+freeze:
+	@latest=$$(ls migrations/versions/0*.py | sort | tail -1 | xargs basename | sed 's/\.py$$//'); \
+	for d in postgresql mysql; do cp sql/$$d/routines.sql migrations/sql/$$d/$$latest.routines.sql; done; \
+	echo "froze sql/*/routines.sql into $$latest"

@@ -164,13 +164,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from .queries import script
+    from .queries import install_script, script
 
-    filename = "uninstall.sql" if args.uninstall else "schema.sql"
     try:
-        text = script(args.dialect, filename)
-    except FileNotFoundError:
-        raise errors.QueueError(f"this installation has no {args.dialect}/{filename}") from None
+        text = script(args.dialect, "uninstall.sql") if args.uninstall else install_script(args.dialect)
+    except FileNotFoundError as exc:
+        raise errors.QueueError(f"this installation is incomplete: {exc}") from None
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return EXIT_OK
 

@@ -46,13 +46,14 @@ def migration_lock(connection: Connection) -> Iterator[None]:
             connection.exec_driver_sql(names["migration_unlock"])
 
 
-def run_sql_file(filename: str) -> None:
+def run_sql_file(filename: str, undo: tuple[str, ...] | None = None) -> None:
     """Runs migrations/sql/<dialect>/<filename> on the connection of the running migration.
 
     PostgreSQL runs it inside the migration's transaction. MySQL commits every
     DDL statement at once, so when an ``.up.sql`` fails half-way its
     ``.down.sql`` (which drops only what exists) puts the database back before
-    the error is raised, and the next migrate starts clean.
+    the error is raised, and the next migrate starts clean. ``undo`` names
+    other files to run instead (in order) for a file that is not an ``.up.sql``.
     """
     connection = op.get_bind()
     dialect = _dialect_of(connection)
@@ -63,15 +64,20 @@ def run_sql_file(filename: str) -> None:
     try:
         _execute_script(connection, dialect, path.read_text(encoding="utf-8"))
     except Exception:
-        undo = folder / filename.replace(".up.sql", ".down.sql")
-        if dialect.name == "mysql" and filename.endswith(".up.sql") and undo.is_file():
-            with contextlib.suppress(Exception):
-                _execute_script(connection, dialect, undo.read_text(encoding="utf-8"))
+        if undo is None:
+            undo = (filename.replace(".up.sql", ".down.sql"),) if filename.endswith(".up.sql") else ()
+        if dialect.name == "mysql":
+            for name in undo:
+                if (folder / name).is_file():
+                    with contextlib.suppress(Exception):
+                        _execute_script(connection, dialect, (folder / name).read_text(encoding="utf-8"))
         raise
 
 
 def _execute_script(connection: Connection, dialect: dialects.Dialect, text: str) -> None:
     # The DB-API cursor, called without parameters, leaves '%' in the SQL alone.
+    if not split_script(text):
+        return  # comments only: psycopg would refuse an empty query
     cursor = connection.connection.cursor()
     try:
         if dialect.name == "postgresql":

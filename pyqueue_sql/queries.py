@@ -38,8 +38,17 @@ def queries(dialect: str) -> dict[str, str]:
 
 
 def script(dialect: str, filename: str) -> str:
-    """A whole SQL file of a dialect (schema.sql, uninstall.sql)."""
+    """A whole SQL file of a dialect (schema.sql, routines.sql, uninstall.sql)."""
     return sql_file(dialect, filename).read_text(encoding="utf-8")
+
+
+INSTALL_FILES = ("schema.sql", "routines.sql")
+
+
+def install_script(dialect: str) -> str:
+    """The whole current schema of a dialect: the tables (schema.sql), then the
+    routines (routines.sql), as one script any SQL client can run."""
+    return "\n".join(script(dialect, name).rstrip("\n") + "\n" for name in INSTALL_FILES)
 
 
 def _has_code(lines: list[str]) -> bool:

@@ -10,7 +10,7 @@ import pytest
 
 import pyqueue_sql
 from pyqueue_sql import dialects, migrate
-from pyqueue_sql.queries import parse_named, script, split_script
+from pyqueue_sql.queries import install_script, parse_named, script, split_script
 
 HERE = Path(__file__).parent
 
@@ -36,9 +36,9 @@ def catalog(dsn: str) -> dict[str, list[tuple]]:
 
 
 def install_from_sql(dsn: str) -> None:
-    """What a user of another migration tool does: run sql/<dialect>/schema.sql."""
+    """What a user of another migration tool does: run sql/<dialect>/schema.sql, then routines.sql."""
     dialect = dialects.for_dsn(dsn)
-    text = script(dialect.name, "schema.sql")
+    text = install_script(dialect.name)
     conn = dialect.connect(dsn)
     try:
         cur = conn.cursor()
@@ -142,15 +142,46 @@ def test_upgrade_from_an_applications_alembic_connection(fresh_database):
     smoke(dsn)
 
 
-def test_frozen_migration_matches_current_sql_until_a_second_revision_exists():
-    """While 0001 is the only revision, its frozen SQL must be sql/ exactly;
-    once 0002 exists this test is superseded by the catalog comparison."""
-    versions = sorted(p.name for p in (migrate.migrations_dir() / "versions").glob("0*.py"))
-    if versions != ["0001_core.py"]:
-        pytest.skip("more than one revision: the catalog test covers it")
+def _revisions() -> list[str]:
+    return sorted(p.stem for p in (migrate.migrations_dir() / "versions").glob("0*.py"))
+
+
+def test_latest_revision_freezes_the_current_routines():
+    """The newest revision re-installs sql/<dialect>/routines.sql as it is now
+    (`make freeze` copies it); older revisions stay as they were released."""
+    latest = _revisions()[-1]
+    assert latest == migrate.head()
     for name in ("postgresql", "mysql"):
-        frozen = migrate.migrations_dir() / "sql" / name / "0001_core.up.sql"
-        assert frozen.read_text() == script(name, "schema.sql"), name
+        frozen = migrate.migrations_dir() / "sql" / name / f"{latest}.routines.sql"
+        assert frozen.read_text() == script(name, "routines.sql"), f"{name}: run `make freeze`"
+
+
+def test_core_revision_is_still_what_was_released():
+    """0001 installs the tables and routines of the core contract; its routines
+    are what 0002 restores on the way down."""
+    for name in ("postgresql", "mysql"):
+        up = (migrate.migrations_dir() / "sql" / name / "0001_core.up.sql").read_text()
+        restore = (migrate.migrations_dir() / "sql" / name / "0002_extensions.down_routines.sql").read_text()
+        assert "CREATE TABLE pyqueue_message" in up
+        for routine in ("queue_push", "queue_reserve", "queue_commit", "queue_stats"):
+            assert routine in restore, (name, routine)
+
+
+def test_downgrade_one_revision_restores_the_previous_catalog(fresh_database):
+    revisions = _revisions()
+    previous = revisions[-2]
+    only_previous, round_trip = fresh_database("prev"), fresh_database("back")
+    migrate.upgrade(only_previous, previous)
+    migrate.upgrade(round_trip)
+    smoke(round_trip)
+    migrate.downgrade(round_trip, previous)
+    assert migrate.current(round_trip) == (previous,)
+    a, b = catalog(only_previous), catalog(round_trip)
+    for part in a:
+        assert a[part] == b[part], part
+    smoke(round_trip)
+    migrate.upgrade(round_trip)
+    smoke(round_trip)
 
 
 def test_a_migration_that_fails_half_way_leaves_nothing_behind(fresh_database, tmp_path, monkeypatch, dialect):

@@ -1,0 +1,23 @@
+-- pyqueue-sql revision 0002 (mysql), down: drops what 0002 added (only what exists),
+-- in reverse order; 0002_extensions.down_routines.sql then restores 0001's routines.
+
+-- ---- issue 4 ----
+
+-- ---- end of issue 4 ----
+
+
+-- ---- issue 5 ----
+
+-- ---- end of issue 5 ----
+
+
+-- ---- issue 6 ----
+
+-- ---- end of issue 6 ----
+
+
+-- ---- issue 3 ----
+
+-- ---- end of issue 3 ----
+
+

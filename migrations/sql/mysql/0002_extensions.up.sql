@@ -1,0 +1,27 @@
+-- pyqueue-sql revision 0002 (mysql): the DDL delta from 0001. Frozen once released.
+-- The routines follow from 0002_extensions.routines.sql.
+
+SET @pyqueue_saved_sql_mode = @@SESSION.sql_mode;
+SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
+
+-- ---- issue 3: wakeups (NOTIFY throttle) ----
+
+-- ---- end of issue 3 ----
+
+
+-- ---- issue 6: fast paths ----
+
+-- ---- end of issue 6 ----
+
+
+-- ---- issue 5: queue_ingest ----
+
+-- ---- end of issue 5 ----
+
+
+-- ---- issue 4: history, dead letters, limits, workers, schedules ----
+
+-- ---- end of issue 4 ----
+
+
+SET SESSION sql_mode = @pyqueue_saved_sql_mode;
