@@ -51,3 +51,25 @@ SELECT GET_LOCK('pyqueue-sql migrations', 600)
 -- name: migration_unlock
 -- Issued after the version table's change is committed.
 SELECT RELEASE_LOCK('pyqueue-sql migrations')
+
+
+-- ---- issue 3: wakeups ----
+
+-- ---- end of issue 3 ----
+
+
+-- ---- issue 6: fast paths ----
+
+-- ---- end of issue 6 ----
+
+
+-- ---- issue 5: queue_ingest ----
+
+-- ---- end of issue 5 ----
+
+
+-- ---- issue 4: history, dead letters, limits, workers, schedules ----
+
+-- ---- end of issue 4 ----
+
+

@@ -2,6 +2,29 @@
 -- Routines first (contract, then helpers), then the message table (it
 -- references the queue table), then the queue table. Messages are lost.
 
+-- Added after the core (newest first; views and triggers before what they use).
+
+-- ---- issue 4: history, dead letters, limits, workers, schedules ----
+
+-- ---- end of issue 4 ----
+
+
+-- ---- issue 5: queue_ingest ----
+
+-- ---- end of issue 5 ----
+
+
+-- ---- issue 6: fast paths ----
+
+-- ---- end of issue 6 ----
+
+
+-- ---- issue 3: wakeups ----
+
+-- ---- end of issue 3 ----
+
+
+-- ---- the core ----
 DROP PROCEDURE IF EXISTS queue_stats;
 DROP PROCEDURE IF EXISTS queue_resume;
 DROP PROCEDURE IF EXISTS queue_pause;

@@ -52,3 +52,25 @@ SELECT queue, ready, delayed, reserved, dead, oldest_ready_age_s, paused
 -- name: migration_lock
 -- Released by the commit of the migrating transaction (DDL is transactional here).
 SELECT pg_advisory_xact_lock(hashtext('pyqueue-sql migrations'))
+
+
+-- ---- issue 3: wakeups ----
+
+-- ---- end of issue 3 ----
+
+
+-- ---- issue 6: fast paths ----
+
+-- ---- end of issue 6 ----
+
+
+-- ---- issue 5: queue_ingest ----
+
+-- ---- end of issue 5 ----
+
+
+-- ---- issue 4: history, dead letters, limits, workers, schedules ----
+
+-- ---- end of issue 4 ----
+
+

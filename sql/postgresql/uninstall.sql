@@ -1,4 +1,27 @@
 -- pyqueue-sql: removes everything schema.sql installs (PostgreSQL).
+-- Added after the core (newest first; views and triggers before what they use).
+
+-- ---- issue 4: history, dead letters, limits, workers, schedules ----
+
+-- ---- end of issue 4 ----
+
+
+-- ---- issue 5: queue_ingest ----
+
+-- ---- end of issue 5 ----
+
+
+-- ---- issue 6: fast paths ----
+
+-- ---- end of issue 6 ----
+
+
+-- ---- issue 3: wakeups ----
+
+-- ---- end of issue 3 ----
+
+
+-- ---- the core ----
 DROP FUNCTION IF EXISTS queue_stats(text);
 DROP FUNCTION IF EXISTS queue_resume(text);
 DROP FUNCTION IF EXISTS queue_pause(text);

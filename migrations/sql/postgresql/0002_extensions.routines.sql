@@ -637,3 +637,29 @@ BEGIN
          ORDER BY q.queue_name;
 END;
 $$;
+
+
+-- ===========================================================================
+-- Added after the core contract
+-- ===========================================================================
+
+-- ---- issue 3: wakeups ----
+
+-- ---- end of issue 3 ----
+
+
+-- ---- issue 6: fast paths ----
+
+-- ---- end of issue 6 ----
+
+
+-- ---- issue 5: queue_ingest ----
+
+-- ---- end of issue 5 ----
+
+
+-- ---- issue 4: history, dead letters, limits, workers, schedules ----
+
+-- ---- end of issue 4 ----
+
+
