@@ -35,3 +35,9 @@ SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_function_res
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = current_schema() AND (p.proname LIKE 'queue%%' OR p.proname LIKE 'pyqueue%%')
  ORDER BY 1, 2
+
+-- name: views
+SELECT viewname, md5(definition)
+  FROM pg_views
+ WHERE schemaname = current_schema() AND viewname LIKE 'pyqueue%%'
+ ORDER BY viewname

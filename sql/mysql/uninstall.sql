@@ -6,6 +6,16 @@
 
 -- ---- issue 4: history, dead letters, limits, workers, schedules ----
 
+-- issue 4a: history, dead letters, replace-on-push
+DROP PROCEDURE IF EXISTS queue_push_replace;
+DROP PROCEDURE IF EXISTS queue_redrive;
+DROP PROCEDURE IF EXISTS queue_replay;
+DROP PROCEDURE IF EXISTS queue_purge_history;
+DROP PROCEDURE IF EXISTS pyqueue__unarchive;
+DROP PROCEDURE IF EXISTS pyqueue__archive;
+DROP VIEW IF EXISTS pyqueue_dead_letters;
+DROP TABLE IF EXISTS pyqueue_history;
+
 -- ---- end of issue 4 ----
 
 

@@ -190,6 +190,8 @@ BEGIN
     DECLARE v_payload  LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_priority INT;
     DECLARE v_created  DATETIME(6);
+    DECLARE v_hist     BIGINT;
+    DECLARE v_deleted  INT;
     SET out_done = 0;
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
@@ -210,8 +212,11 @@ BEGIN
                    scheduled_at = in_now, scheduled_at_initially = in_now, attempts = 0,
                    reserved_by = NULL, reserve_token = NULL;
         END IF;
+        CALL pyqueue__archive(in_queue, in_id, in_token, 'dead_lettered', in_dead_letter_queue, in_now, v_hist);
         DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
-        IF ROW_COUNT() = 1 THEN
+        SET v_deleted = ROW_COUNT();
+        CALL pyqueue__unarchive(v_hist, v_deleted);
+        IF v_deleted = 1 THEN
             UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue;
             SET out_done = 1;
         END IF;
@@ -501,6 +506,8 @@ BEGIN
     DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_rows     LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
     DECLARE v_next     LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_hist     BIGINT;
+    DECLARE v_deleted  INT;
     DECLARE c_ready CURSOR FOR
         SELECT m.id, m.scheduled_at
           FROM pyqueue_message m
@@ -562,11 +569,14 @@ BEGIN
                             JSON_OBJECT('k', v_key, 'kd', v_kind, 'pl', v_payload,
                                         'pr', v_prio, 'at', v_attempts,
                                         'ca', DATE_FORMAT(v_created, '%Y-%m-%d %H:%i:%s.%f')));
+                        CALL pyqueue__archive(v_queue, v_id, v_token, 'popped', NULL, v_now, v_hist);
                         DELETE FROM pyqueue_message
                          WHERE id = v_id AND scheduled_at <= v_now AND attempts = v_attempts
                            AND reserve_token <=> v_token AND priority = v_prio
                            AND created_at = v_created;
-                        IF ROW_COUNT() = 1 THEN
+                        SET v_deleted = ROW_COUNT();
+                        CALL pyqueue__unarchive(v_hist, v_deleted);
+                        IF v_deleted = 1 THEN
                             SET v_rows = v_next;
                             SET v_left = v_left - 1;
                             IF v_left = 0 THEN
@@ -829,6 +839,7 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_id     BIGINT;
     DECLARE v_done   INT DEFAULT 0;
+    DECLARE v_hist   BIGINT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
@@ -837,8 +848,10 @@ BEGIN
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
     IF v_id > 0 THEN
+        CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
         DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
         SET v_done = ROW_COUNT();
+        CALL pyqueue__unarchive(v_hist, v_done);
     END IF;
     SELECT v_done AS committed;
 END //
@@ -1001,6 +1014,7 @@ BEGIN
     DECLARE v_id       BIGINT;
     DECLARE v_duplicate INT DEFAULT 0;
     DECLARE v_done     INT DEFAULT 0;
+    DECLARE v_hist     BIGINT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_name('to_queue', in_to_queue, 128);
@@ -1019,6 +1033,7 @@ BEGIN
            AND m.reserve_token = v_held;
     END;
     IF v_found = 1 THEN
+        CALL pyqueue__archive(v_queue, v_id, v_held, 'moved', v_to_queue, v_now, v_hist);
         BEGIN
             DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
             UPDATE pyqueue_message
@@ -1033,6 +1048,7 @@ BEGIN
             DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
             SET v_done = ROW_COUNT();
         END IF;
+        CALL pyqueue__unarchive(v_hist, v_done);
     END IF;
     SELECT v_done AS moved;
 END //
@@ -1162,6 +1178,342 @@ END //
 
 
 -- ---- issue 4: history, dead letters, limits, workers, schedules ----
+
+-- issue 4a: history, dead letters, replace-on-push
+
+-- pyqueue__archive: when in_queue keeps history (history_retention set),
+-- copies message in_id, as long as it is still held by in_token (NULL
+-- matches no reservation), into pyqueue_history with in_outcome and
+-- in_to_queue; out_history_id = the new history row, or NULL when nothing
+-- was copied. Called just BEFORE the statement that removes the message;
+-- the caller then calls pyqueue__unarchive, which deletes the copy again
+-- when that statement removed nothing. Interrupted between the two in
+-- autocommit mode, the history may hold a row for a message that is still
+-- live (it is delivered again and archived again), never lose the message.
+-- Locks: a shared lock on the message row, for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__archive //
+CREATE PROCEDURE pyqueue__archive(
+    IN  in_queue       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id          BIGINT,
+    IN  in_token       CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_outcome     VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_to_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_now         DATETIME(6),
+    OUT out_history_id BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_retention DECIMAL(20,6);
+    SET out_history_id = NULL;
+    SELECT MAX(q.history_retention) INTO v_retention FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+    IF v_retention IS NOT NULL THEN
+        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                     created_at, processed_at, outcome, to_queue, reserved_by)
+        SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
+               m.created_at, in_now, in_outcome, in_to_queue, m.reserved_by
+          FROM pyqueue_message m
+         WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token;
+        IF ROW_COUNT() = 1 THEN
+            SET out_history_id = LAST_INSERT_ID();
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__unarchive: deletes the history row in_history_id that
+-- pyqueue__archive wrote when the removal it preceded did nothing
+-- (in_done = 0). Locks: that history row, for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__unarchive //
+CREATE PROCEDURE pyqueue__unarchive(
+    IN in_history_id BIGINT,
+    IN in_done       INT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_history_id IS NOT NULL AND in_done = 0 THEN
+        DELETE FROM pyqueue_history WHERE id = in_history_id;
+    END IF;
+END //
+
+-- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
+-- are past their queue's history_retention (processed_at < now -
+-- retention), oldest first, of one queue or (in_queue NULL) of every queue
+-- that has a retention. Result: one row, purged = how many; call it again
+-- until it returns less than in_n. History of a dropped queue, or of one
+-- whose retention was set back to NULL, is left alone.
+-- Locks: the deleted history rows, one DELETE ... LIMIT per queue.
+DROP PROCEDURE IF EXISTS queue_purge_history //
+CREATE PROCEDURE queue_purge_history(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n     DECIMAL(65,30))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_q      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_ret    DECIMAL(20,6);
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_left   INT;
+    DECLARE v_done   INT DEFAULT 0;
+    DECLARE c_queues CURSOR FOR
+        SELECT q.queue_name, q.history_retention
+          FROM pyqueue_queue q
+         WHERE q.history_retention IS NOT NULL AND (v_queue IS NULL OR q.queue_name = v_queue)
+         ORDER BY q.queue_name;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        SET v_queue = in_queue;
+    END IF;
+    IF in_n < 1 THEN
+        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+    END IF;
+    CALL pyqueue__check_int('n', COALESCE(in_n, 10000), 1, 2147483647);
+    SET v_left = COALESCE(in_n, 10000), v_now = UTC_TIMESTAMP(6);
+    OPEN c_queues;
+    queues: LOOP
+        FETCH c_queues INTO v_q, v_ret;
+        IF v_done = 1 OR v_left <= 0 THEN
+            LEAVE queues;
+        END IF;
+        DELETE FROM pyqueue_history
+         WHERE queue_name = v_q
+           AND processed_at < v_now - INTERVAL CAST(v_ret * 1000000 AS SIGNED) MICROSECOND
+         ORDER BY processed_at
+         LIMIT v_left;
+        SET v_left = v_left - ROW_COUNT();
+    END LOOP;
+    CLOSE c_queues;
+    SELECT CAST(COALESCE(in_n, 10000) - v_left AS SIGNED) AS purged;
+END //
+
+-- queue_replay: pushes again the messages of in_queue's history whose
+-- processed_at (UTC) lies in [in_from, in_to) (NULL = unbounded on that
+-- side), through the normal dedup: a (p_key, p_kind) that is live in the
+-- queue is skipped. When a key and kind left several times in the range,
+-- its latest version is replayed. Replayed messages are ready now, with
+-- their archived payload and priority, attempts 0. Result: one row,
+-- replayed = how many were inserted. Reads the history without locks;
+-- locks like queue_push_batch.
+DROP PROCEDURE IF EXISTS queue_replay //
+CREATE PROCEDURE queue_replay(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_from  DATETIME(6),
+    IN in_to    DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_inserted INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF (in_from IS NOT NULL AND (in_from + INTERVAL 0 SECOND IS NULL OR in_from < '1000-01-01'))
+       OR (in_to IS NOT NULL AND (in_to + INTERVAL 0 SECOND IS NULL OR in_to < '1000-01-01')) THEN
+        CALL pyqueue__raise('invalid_argument', 'from and to must be valid times');
+    END IF;
+    IF in_from > in_to THEN
+        CALL pyqueue__raise('invalid_argument', 'from must not be later than to');
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    INSERT IGNORE INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, attempts)
+    SELECT v_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now, 0
+      FROM (SELECT x.p_key, x.p_kind, x.payload, x.priority,
+                   ROW_NUMBER() OVER (PARTITION BY x.p_key, x.p_kind
+                                      ORDER BY x.processed_at DESC, x.id DESC) AS rn
+              FROM pyqueue_history x
+             WHERE x.queue_name = v_queue
+               AND (in_from IS NULL OR x.processed_at >= in_from)
+               AND (in_to IS NULL OR x.processed_at < in_to)) AS h
+     WHERE h.rn = 1
+     ORDER BY h.p_key, h.p_kind;
+    SET v_inserted = ROW_COUNT();
+    IF v_inserted = 0 AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_inserted AS replayed;
+END //
+
+-- queue_redrive: moves up to in_n (NULL = 1) ready messages of
+-- in_dead_queue (usually a dead-letter queue) to in_to_queue, highest
+-- priority first, FIFO within one: same key, kind, payload and priority,
+-- attempts 0, ready now. A message held by a live reservation is not
+-- taken. A message whose key and kind are already live in in_to_queue stays
+-- where it is (dedup; skipped, not counted). Result: one row, redriven =
+-- how many moved. With a history_retention on in_dead_queue each move is
+-- archived as 'moved'.
+-- How: a plain read of candidate ids, then per candidate ONE UPDATE of its
+-- queue_name by id, re-checking it is still ready and unchanged (atomic in
+-- autocommit mode, as queue_move); a duplicate key (error 1062) leaves it.
+-- Locks: each candidate row and a shared lock on in_to_queue's row, for one
+-- statement.
+DROP PROCEDURE IF EXISTS queue_redrive //
+CREATE PROCEDURE queue_redrive(
+    IN in_dead_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_to_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n          DECIMAL(65,30))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_dead      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_to        VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis       DECIMAL(20,6);
+    DECLARE v_max       INT;
+    DECLARE v_dlq       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused    BOOLEAN;
+    DECLARE v_now       DATETIME(6);
+    DECLARE v_left      INT;
+    DECLARE v_page      INT;
+    DECLARE v_id        BIGINT;
+    DECLARE v_token     CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hist      BIGINT;
+    DECLARE v_moved     INT;
+    DECLARE v_count     INT DEFAULT 0;
+    DECLARE v_duplicate INT;
+    DECLARE v_done      INT DEFAULT 0;
+    DECLARE c_ready CURSOR FOR
+        SELECT m.id, m.reserve_token
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_dead AND m.scheduled_at <= v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
+                            WHERE t.queue_name = v_to AND t.p_key = m.p_key AND t.p_kind = m.p_kind)
+         ORDER BY m.priority DESC, m.scheduled_at, m.id
+         LIMIT v_page;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__check_name('dead_queue', in_dead_queue, 128);
+    CALL pyqueue__check_name('to_queue', in_to_queue, 128);
+    CALL pyqueue__queue(in_dead_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__queue(in_to_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_n < 1 THEN
+        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+    END IF;
+    CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
+    IF in_dead_queue = in_to_queue THEN
+        CALL pyqueue__raise('invalid_argument', 'dead_queue and to_queue must differ');
+    END IF;
+    SET v_dead = in_dead_queue, v_to = in_to_queue, v_now = UTC_TIMESTAMP(6);
+    SET v_left = COALESCE(in_n, 1);
+    SET v_page = LEAST(v_left, 100000) + 16;
+    OPEN c_ready;
+    candidates: LOOP
+        FETCH c_ready INTO v_id, v_token;
+        IF v_done = 1 OR v_left <= 0 THEN
+            LEAVE candidates;
+        END IF;
+        CALL pyqueue__archive(v_dead, v_id, v_token, 'moved', v_to, v_now, v_hist);
+        SET v_duplicate = 0;
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
+            UPDATE pyqueue_message
+               SET queue_name = v_to,
+                   scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
+                   attempts = 0, reserved_by = NULL, reserve_token = NULL
+             WHERE id = v_id AND queue_name = v_dead AND scheduled_at <= v_now
+               AND reserve_token <=> v_token;
+            SET v_moved = ROW_COUNT();  -- replaced below when the handler fired
+        END;
+        IF v_duplicate = 1 THEN
+            SET v_moved = 0;
+        END IF;
+        CALL pyqueue__unarchive(v_hist, v_moved);
+        SET v_count = v_count + v_moved, v_left = v_left - v_moved;
+    END LOOP;
+    CLOSE c_ready;
+    SELECT v_count AS redriven;
+END //
+
+-- queue_push_replace: queue_push that replaces instead of skipping
+-- (debounce, graphile-worker's job_key "replace" mode). Result: one row,
+-- outcome =
+--   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
+--   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
+--               got the new payload, run_at and priority, attempts 0 and no
+--               reservation (an expired holder's commit then returns 0);
+--   'reserved'  one is held by a live reservation: left alone, nothing pushed.
+-- created_at and id (FIFO position among equal run_at) are kept on replace.
+-- How, each step one statement that reads current data (never a snapshot):
+--   1. INSERT IGNORE: inserted -> 'inserted';
+--   2. UPDATE by the key, only if not held by a live reservation: a row
+--      changed or matched -> 'replaced';
+--   3. else a locking read by the key: held -> 'reserved'; absent (it was
+--      committed in between) -> back to 1; else it already had exactly
+--      these values -> 'replaced'.
+-- Affected-row counts are only compared with 0, so a client that connects
+-- with CLIENT_FOUND_ROWS (JDBC's default) gets the same answers.
+-- Locks: the message row and a shared lock on the queue row, each for one
+-- statement.
+DROP PROCEDURE IF EXISTS queue_push_replace //
+CREATE PROCEDURE queue_push_replace(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_at       DATETIME(6);
+    DECLARE v_priority INT;
+    DECLARE v_live     INT;
+    DECLARE v_held     INT;
+    DECLARE v_outcome  VARCHAR(16) CHARACTER SET utf8mb4;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+    END IF;
+    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_at = COALESCE(in_run_at, v_now), v_priority = COALESCE(in_priority, 0);
+    attempt: LOOP
+        INSERT IGNORE INTO pyqueue_message
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, attempts)
+        VALUES (v_queue, v_key, v_kind, in_payload, v_priority, v_at, v_at, v_now, 0);
+        IF ROW_COUNT() > 0 THEN
+            SET v_outcome = 'inserted';
+            LEAVE attempt;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+            CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+        END IF;
+        UPDATE pyqueue_message FORCE INDEX (pyqueue_message_key_uk)
+           SET payload = in_payload, priority = v_priority,
+               scheduled_at = v_at, scheduled_at_initially = v_at,
+               attempts = 0, reserved_by = NULL, reserve_token = NULL
+         WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind
+           AND (reserve_token IS NULL OR scheduled_at <= v_now);
+        IF ROW_COUNT() > 0 THEN
+            SET v_outcome = 'replaced';
+            LEAVE attempt;
+        END IF;
+        SELECT COUNT(*), COALESCE(SUM(m.reserve_token IS NOT NULL AND m.scheduled_at > v_now), 0)
+          INTO v_live, v_held
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+          LOCK IN SHARE MODE;
+        IF v_live > 0 THEN
+            SET v_outcome = IF(v_held > 0, 'reserved', 'replaced');
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    SELECT v_outcome AS outcome;
+END //
 
 -- ---- end of issue 4 ----
 

@@ -3,6 +3,16 @@
 
 -- ---- issue 4 ----
 
+-- issue 4a: history, dead letters, replace-on-push
+DROP FUNCTION IF EXISTS queue_push_replace(text, text, text, jsonb, timestamptz, integer);
+DROP FUNCTION IF EXISTS queue_redrive(text, text, integer);
+DROP FUNCTION IF EXISTS queue_replay(text, timestamptz, timestamptz);
+DROP FUNCTION IF EXISTS queue_purge_history(text, integer);
+DROP FUNCTION IF EXISTS pyqueue__check_batch_size(integer);
+DROP FUNCTION IF EXISTS pyqueue__archive(pyqueue_queue, pyqueue_message, text, text, timestamptz);
+DROP VIEW IF EXISTS pyqueue_dead_letters;
+DROP TABLE IF EXISTS pyqueue_history;
+
 -- ---- end of issue 4 ----
 
 

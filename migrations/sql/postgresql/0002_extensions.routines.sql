@@ -117,6 +117,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue.queue_name;
+    PERFORM pyqueue__archive(in_queue, v_msg, 'dead_lettered', in_queue.dead_letter_queue, in_now);
     IF in_queue.dead_letter_queue IS NOT NULL THEN
         PERFORM pyqueue__queue(in_queue.dead_letter_queue, true);
         -- A newer dead letter of the same key replaces the older one (the
@@ -374,6 +375,12 @@ BEGIN
              USING picked
              WHERE m.queue_name = in_queue AND m.p_key = picked.c_key AND m.p_kind = picked.c_kind
             RETURNING picked.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at
+        ), archived AS (
+            INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                         created_at, processed_at, outcome)
+            SELECT in_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
+                   v_now, 'popped'
+              FROM gone g WHERE v_queue.history_retention IS NOT NULL
         )
         SELECT g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at
           FROM gone g ORDER BY g.ord;
@@ -468,12 +475,19 @@ CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_msg   pyqueue_message;
 BEGIN
-    PERFORM pyqueue__queue(in_queue);
     PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     DELETE FROM pyqueue_message
-     WHERE queue_name = in_queue AND p_key = in_key AND p_kind = in_kind AND reserve_token = in_token;
-    RETURN FOUND;
+     WHERE queue_name = in_queue AND p_key = in_key AND p_kind = in_kind AND reserve_token = in_token
+    RETURNING * INTO v_msg;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pyqueue__archive(v_queue, v_msg, 'committed', NULL, clock_timestamp());
+    RETURN true;
 END;
 $$;
 
@@ -547,10 +561,10 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
-    v_msg pyqueue_message;
+    v_now   timestamptz := clock_timestamp();
+    v_msg   pyqueue_message;
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
 BEGIN
-    PERFORM pyqueue__queue(in_queue);
     PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
     PERFORM pyqueue__queue(in_to_queue, true);
@@ -560,6 +574,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    PERFORM pyqueue__archive(v_queue, v_msg, 'moved', in_to_queue, v_now);
     INSERT INTO pyqueue_message
            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
             scheduled_at_initially, created_at)
@@ -659,6 +674,237 @@ $$;
 
 
 -- ---- issue 4: history, dead letters, limits, workers, schedules ----
+
+-- issue 4a: history, dead letters, replace-on-push
+
+-- pyqueue__archive: when the queue keeps history (history_retention set),
+-- records a message that has just left the live table, with its outcome
+-- ('committed', 'popped', 'dead_lettered', 'moved') and, for moves and dead
+-- letters, where it went. Called by the routine that removed the message,
+-- in the same transaction. Takes no locks beyond the inserted row.
+CREATE OR REPLACE FUNCTION pyqueue__archive(in_queue pyqueue_queue, in_msg pyqueue_message,
+                                            in_outcome text, in_to_queue text, in_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_queue.history_retention IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                 created_at, processed_at, outcome, to_queue, reserved_by)
+    VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_msg.payload, in_msg.priority,
+            in_msg.attempts, in_msg.created_at, in_now, in_outcome, in_to_queue, in_msg.reserved_by);
+END;
+$$;
+
+-- pyqueue__check_batch_size: raises unless n is NULL (the caller's default)
+-- or at least 1.
+CREATE OR REPLACE FUNCTION pyqueue__check_batch_size(in_n integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
+-- are past their queue's history_retention (processed_at < now - retention),
+-- oldest first, of one queue or (in_queue NULL) of every queue that has a
+-- retention. Returns how many it deleted; call it again until it returns
+-- less than in_n. Bounded: one call locks at most in_n history rows (SKIP
+-- LOCKED, so two purgers share the work instead of waiting). History of a
+-- dropped queue, or of one whose retention was set back to NULL, is left
+-- alone (DELETE it with plain SQL).
+CREATE OR REPLACE FUNCTION queue_purge_history(in_queue text DEFAULT NULL, in_n integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_left  integer := coalesce(in_n, 10000);
+    v_got   integer;
+    v_q     record;
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    PERFORM pyqueue__check_batch_size(in_n);
+    FOR v_q IN
+        SELECT q.queue_name, q.history_retention
+          FROM pyqueue_queue q
+         WHERE q.history_retention IS NOT NULL AND (in_queue IS NULL OR q.queue_name = in_queue)
+         ORDER BY q.queue_name
+    LOOP
+        EXIT WHEN v_left <= 0;
+        WITH doomed AS (
+            SELECT h.id
+              FROM pyqueue_history h
+             WHERE h.queue_name = v_q.queue_name
+               AND h.processed_at < v_now - v_q.history_retention
+             ORDER BY h.processed_at
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM pyqueue_history h USING doomed WHERE h.id = doomed.id;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+    END LOOP;
+    RETURN coalesce(in_n, 10000) - v_left;
+END;
+$$;
+
+-- queue_replay: pushes again the messages of in_queue's history whose
+-- processed_at lies in [in_from, in_to) (NULL = unbounded on that side),
+-- through the normal dedup: a (p_key, p_kind) that is live in the queue is
+-- skipped. When a key and kind left several times in the range, its latest
+-- version is replayed. Replayed messages are ready now, with their archived
+-- payload and priority, attempts 0. Returns how many were inserted.
+-- Reads the history range without locks; locks like queue_push_batch.
+CREATE OR REPLACE FUNCTION queue_replay(in_queue text, in_from timestamptz DEFAULT NULL,
+                                        in_to timestamptz DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_count integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    IF in_from > in_to THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: from must not be later than to' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at)
+    SELECT in_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now
+      FROM (SELECT DISTINCT ON (h.p_key, h.p_kind) h.p_key, h.p_kind, h.payload, h.priority
+              FROM pyqueue_history h
+             WHERE h.queue_name = in_queue
+               AND (in_from IS NULL OR h.processed_at >= in_from)
+               AND (in_to IS NULL OR h.processed_at < in_to)
+             ORDER BY h.p_key, h.p_kind, h.processed_at DESC, h.id DESC) h
+     ORDER BY h.p_key, h.p_kind
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+-- queue_redrive: moves up to in_n (NULL = 1) ready messages of in_dead_queue
+-- (usually a dead-letter queue) to in_to_queue, highest priority first, FIFO
+-- within one: same key, kind, payload and priority, attempts 0, ready now.
+-- A message held by a live reservation is not taken. A message whose key
+-- and kind are already live in in_to_queue stays where it is (dedup; it is
+-- skipped and does not count towards in_n). Returns how many moved. With a
+-- history_retention on in_dead_queue each move is archived as 'moved'.
+-- Locks the chosen rows with SKIP LOCKED and a key-share lock on both queue rows.
+CREATE OR REPLACE FUNCTION queue_redrive(in_dead_queue text, in_to_queue text, in_n integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_dead  pyqueue_queue;
+    v_now   timestamptz := clock_timestamp();
+    v_count integer;
+BEGIN
+    PERFORM pyqueue__check_name('dead_queue', in_dead_queue, 128);
+    PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
+    v_dead := pyqueue__queue(in_dead_queue, true);
+    PERFORM pyqueue__queue(in_to_queue, true);
+    PERFORM pyqueue__check_batch_size(in_n);
+    IF in_dead_queue = in_to_queue THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: dead_queue and to_queue must differ' USING ERRCODE = '22023';
+    END IF;
+    WITH picked AS (
+        SELECT m.*
+          FROM pyqueue_message m
+         WHERE m.queue_name = in_dead_queue AND m.scheduled_at <= v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
+                            WHERE t.queue_name = in_to_queue AND t.p_key = m.p_key AND t.p_kind = m.p_kind)
+         ORDER BY m.priority DESC, m.scheduled_at, m.id
+         LIMIT coalesce(in_n, 1)
+           FOR UPDATE SKIP LOCKED
+    ), pushed AS (
+        INSERT INTO pyqueue_message AS t
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at)
+        SELECT in_to_queue, p.p_key, p.p_kind, p.payload, p.priority, v_now, v_now, v_now
+          FROM picked p
+         ORDER BY p.p_key, p.p_kind
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING t.p_key, t.p_kind
+    ), gone AS (
+        DELETE FROM pyqueue_message m
+         USING pushed
+         WHERE m.queue_name = in_dead_queue AND m.p_key = pushed.p_key AND m.p_kind = pushed.p_kind
+        RETURNING m.*
+    ), archived AS (
+        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                     created_at, processed_at, outcome, to_queue, reserved_by)
+        SELECT in_dead_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
+               v_now, 'moved', in_to_queue, g.reserved_by
+          FROM gone g WHERE v_dead.history_retention IS NOT NULL
+    )
+    SELECT count(*) INTO v_count FROM gone;
+    RETURN v_count;
+END;
+$$;
+
+-- queue_push_replace: queue_push that replaces instead of skipping (debounce,
+-- graphile-worker's job_key "replace" mode). Returns
+--   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
+--   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
+--               got the new payload, run_at and priority, attempts 0 and no
+--               reservation (an expired holder's commit then returns false);
+--   'reserved'  one is held by a live reservation: left alone, nothing pushed.
+-- created_at and the FIFO position among equal run_at are kept on replace.
+-- Locks: a key-share lock on the queue row and the message row.
+CREATE OR REPLACE FUNCTION queue_push_replace(
+    in_queue    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz DEFAULT NULL,
+    in_priority integer     DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now      timestamptz := clock_timestamp();
+    v_at       timestamptz;
+    v_inserted boolean;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT isfinite(coalesce(in_run_at, v_now)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    v_at := coalesce(in_run_at, v_now);
+    INSERT INTO pyqueue_message AS m
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
+       SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
+           scheduled_at = EXCLUDED.scheduled_at, scheduled_at_initially = EXCLUDED.scheduled_at,
+           attempts = 0, reserved_by = NULL, reserve_token = NULL
+     WHERE m.reserve_token IS NULL OR m.scheduled_at <= v_now
+    RETURNING (m.xmax = 0) INTO v_inserted;
+    IF v_inserted IS NULL THEN
+        RETURN 'reserved';
+    END IF;
+    RETURN CASE WHEN v_inserted THEN 'inserted' ELSE 'replaced' END;
+END;
+$$;
 
 -- ---- end of issue 4 ----
 

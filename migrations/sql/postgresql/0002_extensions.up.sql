@@ -18,6 +18,62 @@
 
 -- ---- issue 4: history, dead letters, limits, workers, schedules ----
 
+-- issue 4a: history and dead letters
+
+-- Messages that left a queue created with a history_retention: committed,
+-- popped, dead-lettered or moved. Written by the routine that removes the
+-- message, in the same transaction; the live table stays small. Purged by
+-- queue_purge_history (plain batched DELETE on the (queue_name, processed_at)
+-- index; see CONTRACT.md for why not time partitions). No foreign key: the
+-- history of a dropped queue stays readable.
+CREATE TABLE pyqueue_history (
+    id           bigint       GENERATED ALWAYS AS IDENTITY,
+    queue_name   varchar(128) NOT NULL,
+    p_key        varchar(255) NOT NULL,
+    p_kind       varchar(128) NOT NULL,
+    payload      jsonb        NOT NULL,
+    priority     integer      NOT NULL,
+    attempts     integer      NOT NULL,
+    created_at   timestamptz  NOT NULL,
+    processed_at timestamptz  NOT NULL,
+    outcome      varchar(16)  NOT NULL,
+    to_queue     varchar(128) NULL,
+    reserved_by  varchar(255) NULL,
+    CONSTRAINT pyqueue_history_pkey PRIMARY KEY (id),
+    CONSTRAINT pyqueue_history_outcome_known
+        CHECK (outcome IN ('committed', 'popped', 'dead_lettered', 'moved'))
+);
+
+COMMENT ON TABLE pyqueue_history IS
+    'pyqueue-sql: messages that left a queue with history_retention (outcome committed, popped, dead_lettered, moved).';
+
+-- Purge and replay read one queue's time range.
+CREATE INDEX pyqueue_history_queue_time_idx ON pyqueue_history (queue_name, processed_at);
+
+-- Messages sitting in dead-letter queues (queues that some queue names as
+-- its dead_letter_queue). from_queue: the queue they came from when only one
+-- queue uses this dead-letter queue, else NULL (see pyqueue_history, outcome
+-- dead_lettered, to_queue, for the exact origin of each message).
+CREATE VIEW pyqueue_dead_letters AS
+SELECT m.queue_name                    AS dead_letter_queue,
+       (SELECT CASE WHEN count(*) = 1 THEN min(s.queue_name) END
+          FROM pyqueue_queue s
+         WHERE s.dead_letter_queue = m.queue_name)::varchar(128) AS from_queue,
+       m.p_key,
+       m.p_kind,
+       m.payload,
+       m.priority,
+       m.attempts,
+       m.created_at,
+       m.scheduled_at_initially        AS dead_lettered_at,
+       (m.reserve_token IS NOT NULL AND m.scheduled_at > clock_timestamp()) AS reserved
+  FROM pyqueue_message m
+ WHERE m.queue_name IN (SELECT q.dead_letter_queue FROM pyqueue_queue q
+                         WHERE q.dead_letter_queue IS NOT NULL);
+
+COMMENT ON VIEW pyqueue_dead_letters IS
+    'pyqueue-sql: messages in dead-letter queues, with the queue they came from when it is unambiguous.';
+
 -- ---- end of issue 4 ----
 
 
