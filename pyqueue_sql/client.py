@@ -264,3 +264,59 @@ class Queue:
     def remove(self, key: str, kind: str) -> bool:
         """Deletes a message whatever its state; False if there was none."""
         return bool(self.db.call("remove", queue=self.name, key=key, kind=kind)[0][0])
+
+    # issue 4a: history, dead letters, replace-on-push ---------------------------
+    def push_replace(self, key: str, kind: str, payload: Any,
+                     run_at: dt.datetime | dt.timedelta | None = None, priority: int | None = None) -> str:
+        """Like push, but a waiting message with this key and kind gets the new payload, run_at and
+        priority (debounce). Returns 'inserted', 'replaced', or 'reserved' (held by a consumer: left alone)."""
+        d = self.db.dialect
+        rows = self.db.call("push_replace", queue=self.name, key=key, kind=kind, payload=encode_json(payload),
+                            run_at=d.time(run_at, "run_at"), priority=whole_number(priority, "priority"))
+        return str(rows[0][0])
+
+    def purge_history(self, n: int | None = None) -> int:
+        """Deletes up to n (None = 10000) history rows past this queue's history_retention; returns how many."""
+        return int(self.db.call("purge_history", queue=self.name, n=whole_number(n, "n"))[0][0])
+
+    def replay(self, start: dt.datetime | None = None, end: dt.datetime | None = None) -> int:
+        """Pushes again the archived messages processed in [start, end) (None = unbounded); dedup applies.
+        Returns how many were inserted."""
+        d = self.db.dialect
+        if isinstance(start, dt.timedelta) or isinstance(end, dt.timedelta):
+            raise errors.InvalidArgumentError("start and end must be datetimes")
+        return int(self.db.call("replay", queue=self.name, start=d.time(start, "start"),
+                                end=d.time(end, "end"))[0][0])
+
+    def redrive(self, to_queue: "str | Queue", n: int | None = None) -> int:
+        """Moves up to n (None = 1) ready messages of this (dead-letter) queue to to_queue, attempts reset.
+        A message whose key and kind are live in to_queue stays here. Returns how many moved."""
+        target = to_queue.name if isinstance(to_queue, Queue) else to_queue
+        return int(self.db.call("redrive", queue=self.name, to_queue=target, n=whole_number(n, "n"))[0][0])
+
+    def dead_letters(self) -> list["DeadLetter"]:
+        """The messages sitting in this queue, when it is some queue's dead-letter queue (the view
+        pyqueue_dead_letters)."""
+        d = self.db.dialect
+        return [
+            DeadLetter(dlq, origin, key, kind, d.read_payload(payload), priority, attempts,
+                       d.read_time(created), d.read_time(arrived), bool(reserved))
+            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved
+            in self.db.call("dead_letters", queue=self.name)
+        ]
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A row of the view pyqueue_dead_letters (issue 4a)."""
+
+    dead_letter_queue: str
+    from_queue: str | None
+    key: str
+    kind: str
+    payload: Any
+    priority: int
+    attempts: int
+    created_at: dt.datetime
+    dead_lettered_at: dt.datetime
+    reserved: bool

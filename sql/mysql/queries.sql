@@ -70,6 +70,27 @@ SELECT RELEASE_LOCK('pyqueue-sql migrations')
 
 -- ---- issue 4: history, dead letters, limits, workers, schedules ----
 
+-- issue 4a: history, dead letters, replace-on-push
+
+-- name: push_replace
+CALL queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
+
+-- name: purge_history
+CALL queue_purge_history(%(queue)s, %(n)s)
+
+-- name: replay
+CALL queue_replay(%(queue)s, %(start)s, %(end)s)
+
+-- name: redrive
+CALL queue_redrive(%(queue)s, %(to_queue)s, %(n)s)
+
+-- name: dead_letters
+SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts, created_at,
+       dead_lettered_at, reserved
+  FROM pyqueue_dead_letters
+ WHERE dead_letter_queue = %(queue)s
+ ORDER BY dead_lettered_at, p_key, p_kind
+
 -- ---- end of issue 4 ----
 
 

@@ -71,6 +71,28 @@ SELECT pg_advisory_xact_lock(hashtext('pyqueue-sql migrations'))
 
 -- ---- issue 4: history, dead letters, limits, workers, schedules ----
 
+-- issue 4a: history, dead letters, replace-on-push
+
+-- name: push_replace
+SELECT queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb,
+                          %(run_at)s::timestamptz, %(priority)s::integer)
+
+-- name: purge_history
+SELECT queue_purge_history(%(queue)s, %(n)s::integer)
+
+-- name: replay
+SELECT queue_replay(%(queue)s, %(start)s::timestamptz, %(end)s::timestamptz)
+
+-- name: redrive
+SELECT queue_redrive(%(queue)s, %(to_queue)s, %(n)s::integer)
+
+-- name: dead_letters
+SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts, created_at,
+       dead_lettered_at, reserved
+  FROM pyqueue_dead_letters
+ WHERE dead_letter_queue = %(queue)s
+ ORDER BY dead_lettered_at, p_key, p_kind
+
 -- ---- end of issue 4 ----
 
 

@@ -374,12 +374,13 @@ BEGIN
             DELETE FROM pyqueue_message m
              USING picked
              WHERE m.queue_name = in_queue AND m.p_key = picked.c_key AND m.p_kind = picked.c_kind
-            RETURNING picked.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at
+            RETURNING picked.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at,
+                      m.reserved_by
         ), archived AS (
             INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                         created_at, processed_at, outcome)
+                                         created_at, processed_at, outcome, reserved_by)
             SELECT in_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
-                   v_now, 'popped'
+                   v_now, 'popped', g.reserved_by
               FROM gone g WHERE v_queue.history_retention IS NOT NULL
         )
         SELECT g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at
