@@ -19,8 +19,9 @@ import pyqueue_sql
 from pyqueue_sql import migrate
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pipeline" / "pipeline.py"
-MESSAGES = 150
-DEADLINE_S = 45
+MESSAGES = 300
+DEADLINE_S = 50
+MAX_KILLS = 25
 
 
 def _example():
@@ -32,7 +33,7 @@ def _example():
 
 def _start(dsn: str, stage: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, str(EXAMPLE), "stage", stage, "--dsn", dsn, "--work-seconds", "0.01"],
+        [sys.executable, str(EXAMPLE), "stage", stage, "--dsn", dsn, "--work-seconds", "0.02"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -71,6 +72,8 @@ def test_sigkilled_stages_lose_and_duplicate_nothing(fresh_database, dialect):
                 if loaded >= MESSAGES:
                     break
                 time.sleep(rng.uniform(0.2, 0.5))
+                if kills >= MAX_KILLS:      # enough: let the pipeline drain
+                    continue
                 stage = rng.choice(tuple(pipeline.STAGES))
                 source = pipeline.STAGES[stage][0]
                 held = db.queue(source).stats().reserved
@@ -90,7 +93,8 @@ def test_sigkilled_stages_lose_and_duplicate_nothing(fresh_database, dialect):
                 proc.wait()
 
         assert errors == []
-        assert kills >= 10, kills
+        assert kills >= 10, kills   # ~6 s of work per stage at 0.2-0.5 s between kills
+        print(f"{dialect}: {kills} SIGKILLs, {in_flight_kills} with reservations held")
         assert in_flight_kills >= 3, (kills, in_flight_kills)
         rows = _sql(db, "SELECT p_key, count(*), min(name), min(amount_cents), max(attempts) "
                         "FROM pipeline_sink GROUP BY p_key")
