@@ -348,3 +348,26 @@ def test_concurrent_push_replace_keeps_one_message_with_one_of_the_payloads(queu
     assert results.count("inserted") == 1
     assert results.count("replaced") == 59
     assert queue.stats().delayed == 1
+
+
+def test_history_replay_and_view_as_plain_sql(raw, dialect, make_queue):
+    """What a psql / mysql session does: create with retention, commit, read the
+    history, replay the last minute."""
+    dlq = make_queue()
+    q = make_queue()
+    if dialect == "postgresql":
+        raw("SELECT queue_create(%s, NULL, 1, %s, interval '1 day')", (q.name, dlq.name))
+        raw("SELECT queue_push(%s, 'k1', 'job', '{\"n\": 1}')", (q.name,))
+        [(key, kind, token)] = raw("SELECT p_key, p_kind, token FROM queue_reserve(%s, 'psql', NULL, 1)", (q.name,))
+        assert raw("SELECT queue_commit(%s, %s, %s, %s)", (q.name, key, kind, token))[0][0] is True
+        replayed = raw("SELECT queue_replay(%s, now() - interval '1 minute', NULL)", (q.name,))[0][0]
+    else:
+        raw("CALL queue_create(%s, NULL, 1, %s, 86400)", (q.name, dlq.name))
+        raw("CALL queue_push(%s, 'k1', 'job', '{\"n\": 1}', NULL, NULL)", (q.name,))
+        [(key, kind, _, token, *_)] = raw("CALL queue_reserve(%s, 'mysql', NULL, 1, NULL)", (q.name,))
+        assert raw("CALL queue_commit(%s, %s, %s, %s)", (q.name, key, kind, token))[0][0] == 1
+        replayed = raw("CALL queue_replay(%s, UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE, NULL)", (q.name,))[0][0]
+    assert replayed == 1
+    assert [tuple(r) for r in raw("SELECT p_key, outcome FROM pyqueue_history WHERE queue_name = %s",
+                                  (q.name,))] == [("k1", "committed")]
+    assert live_count(raw, q.name) == 1
