@@ -138,9 +138,8 @@ CREATE TABLE pyqueue_message (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: live messages keyed by (queue_name, p_key, p_kind)';
 
--- ===========================================================================
+-- ---- issue 4: history, dead letters, limits, workers, schedules ----
 -- issue 4a: history and dead letters
--- ===========================================================================
 
 -- Messages that left a queue created with a history_retention: committed,
 -- popped, dead-lettered or moved, with processed_at (UTC) and outcome.
@@ -187,5 +186,6 @@ SELECT m.queue_name             AS dead_letter_queue,
   FROM pyqueue_message m
  WHERE m.queue_name IN (SELECT q.dead_letter_queue FROM pyqueue_queue q
                          WHERE q.dead_letter_queue IS NOT NULL);
+-- ---- end of issue 4 ----
 
 SET SESSION sql_mode = @pyqueue_saved_sql_mode;

@@ -68,9 +68,8 @@ COMMENT ON TABLE pyqueue_message IS
 CREATE INDEX pyqueue_message_ready_idx
     ON pyqueue_message (queue_name, priority, scheduled_at, id);
 
--- ===========================================================================
+-- ---- issue 4: history, dead letters, limits, workers, schedules ----
 -- issue 4a: history and dead letters
--- ===========================================================================
 
 -- Messages that left a queue created with a history_retention: committed,
 -- popped, dead-lettered or moved. Written by the routine that removes the
@@ -125,3 +124,4 @@ SELECT m.queue_name                    AS dead_letter_queue,
 
 COMMENT ON VIEW pyqueue_dead_letters IS
     'pyqueue-sql: messages in dead-letter queues, with the queue they came from when it is unambiguous.';
+-- ---- end of issue 4 ----
