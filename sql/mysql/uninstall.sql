@@ -10,6 +10,9 @@
 
 
 -- ---- issue 5: queue_ingest ----
+DROP PROCEDURE IF EXISTS queue_ingest_flush;
+DROP TABLE IF EXISTS pyqueue_ingest_reject;
+DROP TABLE IF EXISTS queue_ingest;
 
 -- ---- end of issue 5 ----
 

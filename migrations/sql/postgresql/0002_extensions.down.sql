@@ -7,6 +7,9 @@
 
 
 -- ---- issue 5 ----
+DROP TABLE IF EXISTS queue_ingest;
+DROP FUNCTION IF EXISTS pyqueue__ingest();
+DROP FUNCTION IF EXISTS queue_ingest_flush(text);
 
 -- ---- end of issue 5 ----
 
