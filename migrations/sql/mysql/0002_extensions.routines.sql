@@ -1169,6 +1169,9 @@ END //
 -- reason 'pyqueue:<code>: ...' instead. Either way the row leaves
 -- queue_ingest: nothing is dropped silently and a bad row never blocks the
 -- next flush. Result: one row (enqueued, duplicates, rejected).
+-- Steps: the bad rows are copied to pyqueue_ingest_reject and deleted, then
+-- the rest is enqueued with one INSERT IGNORE ... SELECT (every row passed the
+-- checks, so IGNORE only skips duplicates) and deleted.
 -- Concurrency: appends never wait for a flush. The flush takes the rows up to
 -- the highest ingest_id it sees; a locking read first waits for appends
 -- still in flight in that range (AUTO_INCREMENT hands out ids in order, so
@@ -1177,8 +1180,9 @@ END //
 -- isolation level. Flushes are serialised by the named lock
 -- 'pyqueue-sql ingest flush' (waits up to 300 s), so two flushes never
 -- enqueue the same row twice. In autocommit mode each step is its own
--- transaction: an interruption after the enqueue step and before the delete
--- leaves the rows to be flushed again, where dedup absorbs them unless a
+-- transaction: an interruption between copying and deleting rejects leaves
+-- them to be rejected again (a second copy in pyqueue_ingest_reject); one
+-- after the enqueue step and before the delete leaves the rows to be flushed again, where dedup absorbs them unless a
 -- consumer already committed them (a redelivery, never a loss); inside your
 -- transaction all of it commits or rolls back together.
 -- Locks: the named lock, the flushed queue_ingest rows, shared locks on the
@@ -1200,6 +1204,7 @@ BEGIN
     DECLARE v_rejected BIGINT DEFAULT 0;
     DECLARE v_deleted  BIGINT DEFAULT 0;
     DECLARE v_locked   INT;
+    DECLARE v_mark     BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         DO RELEASE_LOCK('pyqueue-sql ingest flush');
@@ -1219,6 +1224,7 @@ BEGIN
      WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
        FOR UPDATE;
     SET v_now = UTC_TIMESTAMP(6);
+    SELECT COALESCE(MAX(r.id), 0) INTO v_mark FROM pyqueue_ingest_reject r;
     IF v_pending > 0 THEN
         INSERT INTO pyqueue_ingest_reject
                (ingest_id, queue_name, p_key, p_kind, payload, run_at, priority, reason, rejected_at)
@@ -1275,43 +1281,24 @@ BEGIN
          ORDER BY i.ingest_id
            LOCK IN SHARE MODE;
         SET v_rejected = ROW_COUNT();
+        IF v_rejected > 0 THEN
+            DELETE FROM queue_ingest
+             WHERE ingest_id IN (SELECT r.ingest_id FROM pyqueue_ingest_reject r WHERE r.id > v_mark);
+        END IF;
+        -- What is left up to v_max passed every check: no second verdict per row.
         INSERT IGNORE INTO pyqueue_message
                (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                 scheduled_at_initially, created_at, attempts)
         SELECT i.queue_name, i.p_key, i.p_kind, i.payload, COALESCE(i.priority, 0),
                COALESCE(i.run_at, v_now), COALESCE(i.run_at, v_now), v_now, 0
           FROM queue_ingest i
-          LEFT JOIN pyqueue_queue q ON q.queue_name = i.queue_name
          WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
-           AND (CASE WHEN i.queue_name IS NULL OR CHAR_LENGTH(i.queue_name) = 0
-                     THEN 'pyqueue:invalid_argument: queue_name must not be NULL or empty'
-                WHEN CHAR_LENGTH(i.queue_name) > 128
-                     THEN 'pyqueue:invalid_argument: queue_name is longer than 128 characters'
-                WHEN i.queue_name LIKE '% ' THEN 'pyqueue:invalid_argument: queue_name must not end with a space'
-                WHEN i.p_key IS NULL OR CHAR_LENGTH(i.p_key) = 0
-                     THEN 'pyqueue:invalid_argument: p_key must not be NULL or empty'
-                WHEN CHAR_LENGTH(i.p_key) > 255 THEN 'pyqueue:invalid_argument: p_key is longer than 255 characters'
-                WHEN i.p_key LIKE '% ' THEN 'pyqueue:invalid_argument: p_key must not end with a space'
-                WHEN i.p_kind IS NULL OR CHAR_LENGTH(i.p_kind) = 0
-                     THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
-                WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
-                WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
-                WHEN q.queue_name IS NULL
-                     THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
-                WHEN i.payload IS NULL
-                     THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-                WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
-                WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
-                     THEN 'pyqueue:invalid_argument: run_at is not a valid time'
-                WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
-                     THEN 'pyqueue:invalid_argument: priority must be a whole number from -2147483648 to 2147483647'
-           END) IS NULL
          ORDER BY i.ingest_id
            LOCK IN SHARE MODE;
         SET v_enqueued = ROW_COUNT();
         DELETE FROM queue_ingest
          WHERE ingest_id <= v_max AND (v_queue IS NULL OR queue_name = v_queue);
-        SET v_deleted = ROW_COUNT();
+        SET v_deleted = ROW_COUNT() + v_rejected;
     END IF;
     DO RELEASE_LOCK('pyqueue-sql ingest flush');
     SELECT v_enqueued AS enqueued, GREATEST(v_deleted - v_enqueued - v_rejected, 0) AS duplicates,
