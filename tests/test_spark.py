@@ -260,3 +260,36 @@ def test_urls_map_between_dsn_and_jdbc():
     assert pqs.write_options(pg)["reWriteBatchedInserts"] == "true"
     with pytest.raises(pyqueue_sql.UnsupportedDsnError):
         pqs.target("jdbc:oracle:thin:@x")
+
+
+def test_concurrent_appends_of_overlapping_keys_enqueue_each_key_once(jdbc_url, make_queue, connect):
+    """Two writers append overlapping key ranges at the same time (as two Spark
+    jobs re-running the same data would), then one flush: the union, once."""
+    q = make_queue()
+    barrier = threading.Barrier(2)
+    failures: list[BaseException] = []
+
+    def writer(start: int) -> None:
+        try:
+            db = connect()
+            barrier.wait(timeout=30)
+            for t in range(start, start + 600, 50):
+                db.dialect.begin(db.connection)
+                cur = db.connection.cursor()
+                cur.executemany(
+                    "INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES (%s, %s, %s, %s)",
+                    [(q.name, f"key-{i:04d}", "k", json.dumps({"by": start})) for i in range(t, t + 50)])
+                cur.close()
+                db.dialect.commit(db.connection)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(start,)) for start in (0, 300)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not failures, failures
+    connect().call("ingest_flush", queue=q.name)
+    keys = [m.key for m in connect().queue(q.name).pop(n=10_000)]
+    assert sorted(keys) == [f"key-{i:04d}" for i in range(900)]
