@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+SPARK_STAMP := $(VENV)/.installed-spark
 
 .PHONY: freeze demo test venv clean
 
@@ -14,12 +15,27 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The Spark extra (pyspark) for the Spark tests and the demo's Spark stage;
+# scripts/spark-deps.sh adds Java and the JDBC jars with apt-get where it can.
+$(SPARK_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	touch $(SPARK_STAMP)
+
 venv: $(STAMP)
 
+# The Spark stage runs when Java is there (or can be installed); it says so when skipped.
 demo: $(STAMP)
 	$(VENV)/bin/pyqueue-sql demo
+	@if command -v java >/dev/null 2>&1; then \
+	  bash scripts/spark-deps.sh || true; \
+	  if $(MAKE) --no-print-directory $(SPARK_STAMP); then $(PY) examples/spark_pipeline.py --demo; \
+	  else echo "demo: Spark stage SKIPPED: could not install the spark extra (pip install -e '.[spark]')"; fi; \
+	else \
+	  echo "demo: Spark stage SKIPPED: no Java runtime (apt-get install default-jre-headless, then make demo)"; \
+	fi
 
-test: $(STAMP)
+test: $(STAMP) $(SPARK_STAMP)
+	@bash scripts/spark-deps.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

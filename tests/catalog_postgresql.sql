@@ -41,3 +41,24 @@ SELECT viewname, md5(definition)
   FROM pg_views
  WHERE schemaname = current_schema() AND viewname LIKE 'pyqueue%%'
  ORDER BY viewname
+
+-- name: ingest_columns
+-- issue 5: queue_ingest does not start with pyqueue
+SELECT table_name, column_name, ordinal_position, data_type, is_nullable, column_default, is_identity
+  FROM information_schema.columns
+ WHERE table_schema = current_schema() AND table_name = 'queue_ingest'
+ ORDER BY ordinal_position
+
+-- name: ingest_relations
+SELECT c.relname, c.relkind, c.relpersistence, coalesce(pg_get_indexdef(c.oid), '')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND c.relname LIKE 'queue\_ingest%%'
+ ORDER BY c.relname
+
+-- name: ingest_triggers
+SELECT t.tgname, t.tgrelid::regclass::text, t.tgtype, t.tgenabled, p.proname,
+       coalesce(t.tgnewtable, ''), coalesce(t.tgoldtable, '')
+  FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+  JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND NOT t.tgisinternal AND c.relname = 'queue_ingest'
+ ORDER BY 1

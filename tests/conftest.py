@@ -130,3 +130,35 @@ def raw(db):
             cur.close()
 
     return run
+
+
+# ---- issue 5: Spark ----
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole run (local[2], UI off, few shuffle
+    partitions, the JDBC jars from /usr/share/java). Missing Java, pyspark or a
+    jar skips the Spark tests, except under CI=true, where that fails them."""
+    from pyqueue_sql import spark as pqs
+
+    missing = pqs.missing_requirements()
+    if missing:
+        reason = "Spark tests need: " + "; ".join(missing) + " (`make test` installs them)"
+        if UNDER_CI:
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(reason)
+    session = pqs.session("pyqueue-sql-tests", conf={"spark.sql.shuffle.partitions": "2",
+                                                     "spark.default.parallelism": "2"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def jdbc_url(dsn):
+    """The test database as Spark sees it (JDBC needs TCP: not the embedded server's socket)."""
+    if "host=/" in dsn or "@/" in dsn:
+        if UNDER_CI:
+            pytest.fail("CI=true and the test database is on a Unix socket, which JDBC cannot reach",
+                        pytrace=False)
+        pytest.skip("the test database is on a Unix socket, which JDBC cannot reach")
+    return dsn

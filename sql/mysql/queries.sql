@@ -65,6 +65,18 @@ SELECT RELEASE_LOCK('pyqueue-sql migrations')
 
 -- ---- issue 5: queue_ingest ----
 
+-- name: ingest_flush
+CALL queue_ingest_flush(%(queue)s)
+
+-- name: ingest_reject_mark
+-- The newest reject so far; ingest_rejects then lists what came after it.
+SELECT COALESCE(MAX(id), 0) FROM pyqueue_ingest_reject
+
+-- name: ingest_rejects
+SELECT reason, COUNT(*) FROM pyqueue_ingest_reject
+ WHERE id > %(mark)s AND (%(queue)s IS NULL OR queue_name = %(queue)s)
+ GROUP BY reason ORDER BY COUNT(*) DESC, reason LIMIT 5
+
 -- ---- end of issue 5 ----
 
 

@@ -20,6 +20,9 @@ DROP TABLE IF EXISTS pyqueue_history;
 
 
 -- ---- issue 5: queue_ingest ----
+DROP PROCEDURE IF EXISTS queue_ingest_flush;
+DROP TABLE IF EXISTS pyqueue_ingest_reject;
+DROP TABLE IF EXISTS queue_ingest;
 
 -- ---- end of issue 5 ----
 

@@ -66,6 +66,9 @@ SELECT pg_advisory_xact_lock(hashtext('pyqueue-sql migrations'))
 
 -- ---- issue 5: queue_ingest ----
 
+-- name: ingest_flush
+SELECT enqueued, duplicates, rejected FROM queue_ingest_flush(%(queue)s)
+
 -- ---- end of issue 5 ----
 
 

@@ -17,6 +17,9 @@ DROP TABLE IF EXISTS pyqueue_history;
 
 
 -- ---- issue 5: queue_ingest ----
+DROP TABLE IF EXISTS queue_ingest;
+DROP FUNCTION IF EXISTS pyqueue__ingest();
+DROP FUNCTION IF EXISTS queue_ingest_flush(text);
 
 -- ---- end of issue 5 ----
 

@@ -671,6 +671,129 @@ $$;
 
 -- ---- issue 5: queue_ingest ----
 
+-- pyqueue__ingest: the statement-level AFTER INSERT trigger of queue_ingest.
+-- For the rows of one INSERT statement (the transition table pyqueue_new):
+--   1. key-share locks the queue rows they name (as queue_push: a racing
+--      queue_drop waits, or has won and the row is refused as unknown);
+--   2. refuses the whole statement when any row is bad, naming the first
+--      bad row (lowest ingest_id) and why: the same checks and codes as
+--      queue_push (NULL/empty/too long/space-ended names, unknown queue,
+--      NULL or non-JSON payload, infinite run_at, priority not a whole
+--      number in the integer range). JSON is checked by a cast inside a
+--      block that writes nothing (no subtransaction XID is used per
+--      statement, so long ingest transactions do not overflow the subxid cache);
+--   3. inserts the rows into pyqueue_message in one INSERT ... ON CONFLICT DO
+--      NOTHING in ingest order (duplicates of live messages, also within the
+--      statement, are skipped: the first wins);
+--   4. deletes its own rows from queue_ingest (ingest_id range; rows of
+--      concurrent uncommitted INSERTs in that range are invisible here and
+--      stay for their own trigger).
+-- run_at NULL = now, priority NULL = 0. Concurrency: as queue_push_batch;
+-- two transactions inserting the same new key wait for each other (the
+-- unique index), so overlapping appends in opposite orders can deadlock: one
+-- fails with 40P01 and, retried (Spark retries the task), dedup absorbs what
+-- the other already enqueued.
+CREATE OR REPLACE FUNCTION pyqueue__ingest()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now    timestamptz := clock_timestamp();
+    v_key    text;
+    v_code   text;
+    v_reason text;
+    v_min    bigint;
+    v_max    bigint;
+    v_row    record;
+BEGIN
+    PERFORM 1 FROM pyqueue_queue q
+     WHERE q.queue_name IN (SELECT DISTINCT r.queue_name FROM pyqueue_new r)
+     ORDER BY q.queue_name
+       FOR KEY SHARE OF q;
+    SELECT b.p_key, b.reason INTO v_key, v_reason
+      FROM (SELECT r.ingest_id, r.p_key,
+                   CASE WHEN r.queue_name IS NULL OR r.queue_name = '' THEN 'queue_name must not be NULL or empty'
+                        WHEN length(r.queue_name) > 128 THEN 'queue_name is longer than 128 characters'
+                        WHEN right(r.queue_name, 1) = ' ' THEN 'queue_name must not end with a space'
+                        WHEN r.p_key IS NULL OR r.p_key = '' THEN 'p_key must not be NULL or empty'
+                        WHEN length(r.p_key) > 255 THEN 'p_key is longer than 255 characters'
+                        WHEN right(r.p_key, 1) = ' ' THEN 'p_key must not end with a space'
+                        WHEN r.p_kind IS NULL OR r.p_kind = '' THEN 'p_kind must not be NULL or empty'
+                        WHEN length(r.p_kind) > 128 THEN 'p_kind is longer than 128 characters'
+                        WHEN right(r.p_kind, 1) = ' ' THEN 'p_kind must not end with a space'
+                        WHEN q.queue_name IS NULL THEN format('queue "%s" does not exist', r.queue_name)
+                        WHEN r.payload IS NULL THEN 'payload must not be NULL (use the JSON value null)'
+                        WHEN NOT isfinite(coalesce(r.run_at, v_now)) THEN 'run_at must be a finite time'
+                        WHEN r.priority <> trunc(r.priority) OR r.priority < -2147483648 OR r.priority > 2147483647
+                             THEN 'priority must be a whole number from -2147483648 to 2147483647'
+                   END AS reason
+              FROM pyqueue_new r
+              LEFT JOIN pyqueue_queue q ON q.queue_name = r.queue_name) b
+     WHERE b.reason IS NOT NULL
+     ORDER BY b.ingest_id
+     LIMIT 1;
+    IF v_reason IS NOT NULL THEN
+        v_code := CASE WHEN v_reason LIKE 'queue "%' THEN 'unknown_queue'
+                       WHEN v_reason LIKE 'payload%' THEN 'invalid_payload'
+                       ELSE 'invalid_argument' END;
+        RAISE EXCEPTION 'pyqueue:%: queue_ingest row with p_key %: %', v_code,
+                        coalesce(quote_literal(v_key), 'NULL'), v_reason
+            USING ERRCODE = CASE v_code WHEN 'unknown_queue' THEN 'P0002' ELSE '22023' END;
+    END IF;
+    BEGIN
+        PERFORM count(r.payload::jsonb) FROM pyqueue_new r;
+    EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
+        FOR v_row IN SELECT r.ingest_id, r.p_key, r.payload FROM pyqueue_new r ORDER BY r.ingest_id LOOP
+            BEGIN
+                PERFORM v_row.payload::jsonb;
+            EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
+                RAISE EXCEPTION 'pyqueue:invalid_payload: queue_ingest row with p_key %: payload is not valid JSON (%)',
+                                coalesce(quote_literal(v_row.p_key), 'NULL'), SQLERRM
+                    USING ERRCODE = '22023';
+            END;
+        END LOOP;
+        RAISE;
+    END;
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at)
+    SELECT r.queue_name, r.p_key, r.p_kind, r.payload::jsonb, coalesce(r.priority, 0)::integer,
+           coalesce(r.run_at, v_now), coalesce(r.run_at, v_now), v_now
+      FROM pyqueue_new r
+     ORDER BY r.ingest_id
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    -- TODO(issue 3): wake the consumers of each queue that just got ready rows
+    -- (the throttled NOTIFY helper, once per queue per statement, only for
+    -- rows whose coalesce(run_at, v_now) <= v_now), e.g.
+    --   SELECT DISTINCT r.queue_name FROM pyqueue_new r WHERE coalesce(r.run_at, v_now) <= v_now
+    SELECT min(r.ingest_id), max(r.ingest_id) INTO v_min, v_max FROM pyqueue_new r;
+    DELETE FROM queue_ingest WHERE ingest_id BETWEEN v_min AND v_max;
+    RETURN NULL;
+END;
+$$;
+
+CREATE OR REPLACE TRIGGER queue_ingest_enqueue
+    AFTER INSERT ON queue_ingest
+    REFERENCING NEW TABLE AS pyqueue_new
+    FOR EACH STATEMENT EXECUTE FUNCTION pyqueue__ingest();
+
+-- queue_ingest_flush: the portable end of a bulk ingest. On PostgreSQL every
+-- INSERT into queue_ingest is already enqueued when it returns, so there is
+-- nothing to do: one row (enqueued 0, duplicates 0, rejected 0). Exists so
+-- that a job can call the same routine on both dialects. in_queue NULL = all
+-- queues; a named queue must exist.
+CREATE OR REPLACE FUNCTION queue_ingest_flush(in_queue text DEFAULT NULL)
+RETURNS TABLE (enqueued bigint, duplicates bigint, rejected bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;
+END;
+$$;
+
 -- ---- end of issue 5 ----
 
 

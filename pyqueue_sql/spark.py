@@ -1,0 +1,439 @@
+"""Spark: bulk enqueue over plain JDBC, and history/stats reads for analytics.
+
+    from pyqueue_sql import spark as pqs
+
+    spark = pqs.session("nightly-reindex")          # local[2] + the JDBC jars
+    pqs.enqueue(df, "postgresql://app@db/app", "reindex",
+                key="doc_id", kind=F.lit("reindex"), payload=["doc_id", "version"])
+    hist = pqs.read_history(spark, url, "reindex", since, until)
+
+``enqueue`` is a plain ``df.write.jdbc(url, "queue_ingest", mode="append")``
+with the options that matter. The database makes it safe: on PostgreSQL a
+statement trigger turns every inserted row into a live message with dedup;
+on MySQL/MariaDB the rows wait in ``queue_ingest`` until ``CALL
+queue_ingest_flush(queue)``, which ``enqueue`` issues after the write. A
+re-run job or a retried Spark task never enqueues a live message twice.
+
+URLs: a pyqueue DSN (``postgresql://user:pw@host:5432/db``,
+``mysql://user:pw@host:3306/db``) or a JDBC URL (``jdbc:postgresql://...``,
+``jdbc:mysql://...`` / ``jdbc:mariadb://...``, user and password as URL
+parameters or in ``properties``). MySQL/MariaDB go through the MariaDB
+Connector/J driver with a ``jdbc:mysql://`` URL, so that Spark quotes names
+with backticks. The flush and ``read_stats`` use pyqueue-sql's own Python
+client (PyMySQL / psycopg), which the ``spark`` extra installs.
+
+Times: PostgreSQL stores ``timestamptz``; MySQL stores UTC ``DATETIME(6)``,
+which JDBC reads and writes in the JVM's time zone: ``session()`` sets the
+Spark session time zone to UTC; run the JVM in UTC too
+(``-Duser.timezone=UTC``) when the machine is not.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+
+from . import dialects, errors
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+INGEST_TABLE = "queue_ingest"
+HISTORY_TABLE = "pyqueue_history"
+HISTORY_COLUMNS = ("id", "queue_name", "p_key", "p_kind", "payload", "priority", "attempts",
+                   "created_at", "processed_at", "outcome")
+
+DRIVERS = {"postgresql": "org.postgresql.Driver", "mysql": "org.mariadb.jdbc.Driver"}
+# Debian's libpostgresql-jdbc-java and libmariadb-java (scripts/spark-deps.sh installs them).
+DEFAULT_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
+JARS_ENV = "PYQUEUE_JDBC_JARS"
+
+DEFAULT_BATCH_SIZE = 5000
+
+_MESSAGE = re.compile(r"pyqueue:(\w+):\s*([^\n]*)")
+
+
+class IngestRejectedError(errors.InvalidArgumentError):
+    """queue_ingest_flush (MySQL/MariaDB) refused rows: they are in pyqueue_ingest_reject
+    with their reasons; the valid rows of the same flush are enqueued."""
+
+    def __init__(self, message: str, result: "IngestResult") -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What an enqueue did. ``rows`` is the size of the DataFrame written.
+    On MySQL/MariaDB the flush counts what it moved (``enqueued`` + ``duplicates``
+    + ``rejected``; it may include rows other writers appended for the same
+    queue). On PostgreSQL the trigger does not report: ``enqueued`` and
+    ``duplicates`` are None, ``rejected`` is 0 (a bad row fails the write)."""
+
+    rows: int | None
+    enqueued: int | None
+    duplicates: int | None
+    rejected: int
+
+
+# -- URLs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """One database as both a JDBC URL (for Spark) and a pyqueue DSN (for the Python client)."""
+
+    dialect: str          # 'postgresql' or 'mysql'
+    jdbc_url: str         # without user/password (those are in properties)
+    dsn: str
+    properties: dict[str, str]
+
+
+def target(url: str, properties: Mapping[str, str] | None = None) -> Target:
+    """Parses a pyqueue DSN or a JDBC URL into the JDBC URL, DSN and driver properties."""
+    props = dict(properties or {})
+    raw = url[len("jdbc:"):] if url.startswith("jdbc:") else url
+    parts = urlsplit(raw)
+    scheme = parts.scheme.split("+", 1)[0].lower()
+    name = {"postgresql": "postgresql", "postgres": "postgresql", "mysql": "mysql",
+            "mariadb": "mysql"}.get(scheme)
+    if name is None:
+        raise errors.UnsupportedDsnError(
+            f"cannot tell the database from {scheme!r}: use postgresql://, mysql://, jdbc:postgresql:// "
+            "or jdbc:mysql:// (jdbc:mariadb://)")
+    query = dict(parse_qsl(parts.query))
+    user = props.pop("user", None) or query.pop("user", None) or (unquote(parts.username) if parts.username else None)
+    password = (props.pop("password", None) or query.pop("password", None)
+                or (unquote(parts.password) if parts.password else None))
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (5432 if name == "postgresql" else 3306)
+    database = parts.path.lstrip("/")
+    hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if not url.startswith("jdbc:"):
+        query = {}  # a DSN's own options are for the Python driver, not for JDBC
+    # Spark picks its SQL dialect (identifier quoting) from the URL scheme: MariaDB's
+    # driver takes jdbc:mysql:// (2.x always, 3.x with permitMysqlScheme).
+    jdbc_scheme = "postgresql" if name == "postgresql" else "mysql"
+    jdbc = f"jdbc:{jdbc_scheme}://{hostport}/{database}"
+    if query:
+        jdbc += "?" + urlencode(query)
+    cred = ""
+    if user:
+        cred = quote(user, safe="") + (":" + quote(password, safe="") if password else "") + "@"
+    dsn = f"{name}://{cred}{hostport}/{database}"
+    if user:
+        props["user"] = user
+    if password:
+        props["password"] = password
+    props.setdefault("driver", DRIVERS[name])
+    return Target(name, jdbc, dsn, props)
+
+
+def write_options(tgt: Target, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, str]:
+    """The JDBC writer options that matter for queue_ingest."""
+    opts = dict(tgt.properties)
+    opts.setdefault("batchsize", str(batch_size))
+    # Spark's default READ_UNCOMMITTED means nothing for an INSERT; ask for what the routines expect.
+    opts.setdefault("isolationLevel", "READ_COMMITTED")
+    if tgt.dialect == "postgresql":
+        opts.setdefault("reWriteBatchedInserts", "true")   # one multi-row INSERT per 128 rows
+        opts.setdefault("stringtype", "unspecified")        # strings may land in jsonb/timestamptz columns
+    else:
+        opts.setdefault("rewriteBatchedStatements", "true")  # multi-row INSERTs (see bench/spark.md)
+        opts.setdefault("permitMysqlScheme", "true")         # Connector/J 3.x; 2.x ignores it
+    return opts
+
+
+def read_options(tgt: Target) -> dict[str, str]:
+    opts = dict(tgt.properties)
+    opts.setdefault("fetchsize", "10000")
+    if tgt.dialect == "mysql":
+        opts.setdefault("permitMysqlScheme", "true")
+    return opts
+
+
+# -- the session ---------------------------------------------------------------
+
+
+def jdbc_jars() -> list[str]:
+    """The JDBC driver jars: $PYQUEUE_JDBC_JARS (comma-separated) or Debian's, where present."""
+    env = os.environ.get(JARS_ENV)
+    if env:
+        return [j for j in env.split(",") if j]
+    found = []
+    for jar in DEFAULT_JARS:
+        if os.path.exists(jar):
+            found.append(jar)
+        else:
+            found += sorted(glob.glob(jar.replace(".jar", "-[0-9]*.jar")))[-1:]
+    return found
+
+
+def missing_requirements() -> list[str]:
+    """Why Spark cannot run here (empty when it can): Java, pyspark, the two jars."""
+    import shutil
+
+    problems = []
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        problems.append("no Java runtime (apt-get install default-jre-headless)")
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        problems.append("pyspark is not installed (pip install 'pyqueue-sql[spark]')")
+    jars = " ".join(jdbc_jars())
+    if "postgresql" not in jars:
+        problems.append("no PostgreSQL JDBC jar (apt-get install libpostgresql-jdbc-java)")
+    if "mariadb" not in jars:
+        problems.append("no MariaDB JDBC jar (apt-get install libmariadb-java)")
+    return problems
+
+
+def session(app_name: str = "pyqueue-sql", master: str = "local[2]",
+            conf: Mapping[str, str] | None = None) -> "SparkSession":
+    """A SparkSession with the JDBC jars on its class path, the UI off, few shuffle
+    partitions (local work) and UTC as session time zone."""
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.jars", ",".join(jdbc_jars()))
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+               .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+# -- enqueue -------------------------------------------------------------------
+
+ColumnLike = "str | Column"
+
+
+def _col(df: "DataFrame", value: Any, what: str) -> "Column":
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    if isinstance(value, Column):
+        return value
+    if isinstance(value, str):
+        if value not in df.columns:
+            raise errors.InvalidArgumentError(
+                f"{what}={value!r} is not a column of the DataFrame (columns: {', '.join(df.columns)}); "
+                f"for a constant pass pyspark.sql.functions.lit({value!r})")
+        return F.col(value)
+    raise errors.InvalidArgumentError(f"{what} must be a column name or a Column, not {type(value).__name__}")
+
+
+def _payload(df: "DataFrame", payload: Any, used: set[str]) -> "Column":
+    """The payload as JSON text: a string column is taken as JSON text as it is;
+    a struct, map or array column (or a list of columns, made into a struct)
+    becomes JSON with to_json; None = a struct of every column not used otherwise."""
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StringType, StructType
+
+    if payload is None:
+        rest = [c for c in df.columns if c not in used]
+        if not rest:
+            raise errors.InvalidArgumentError("payload=None takes the other columns, but there are none")
+        return F.to_json(F.struct(*[F.col(c) for c in rest]))
+    if isinstance(payload, (list, tuple)):
+        return F.to_json(F.struct(*[_col(df, c, "payload") for c in payload]))
+    column = _col(df, payload, "payload")
+    dtype = df.select(column.alias("p")).schema["p"].dataType
+    if isinstance(dtype, (StructType, MapType, ArrayType)):
+        return F.to_json(column)
+    if isinstance(dtype, StringType):
+        return column
+    return F.to_json(F.array(column)).substr(F.lit(2), F.length(F.to_json(F.array(column))) - 2)
+
+
+def ingest_frame(df: "DataFrame", queue: Any, *, key: Any = "p_key", kind: Any = "p_kind",
+                 payload: Any = "payload", run_at: Any = None, priority: Any = None,
+                 dialect: str = "postgresql") -> "DataFrame":
+    """The DataFrame of queue_ingest rows (queue_name, p_key, p_kind, payload, run_at, priority)."""
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    if isinstance(queue, str) and not isinstance(queue, Column):
+        queue_col = F.lit(queue)
+    elif queue is None:
+        queue_col = _col(df, "queue_name", "queue")
+    else:
+        queue_col = _col(df, queue, "queue")
+    used = {c for c in (key, kind, run_at, priority, queue) if isinstance(c, str)}
+    cols = [
+        queue_col.cast("string").alias("queue_name"),
+        _col(df, key, "key").cast("string").alias("p_key"),
+        _col(df, kind, "kind").cast("string").alias("p_kind"),
+        _payload(df, payload, used).alias("payload"),
+    ]
+    if run_at is not None:
+        at = _col(df, run_at, "run_at").cast(TimestampType())
+        if dialect == "mysql":
+            # DATETIME(6) holds UTC wall-clock time: send it as text, so that no JVM time zone applies.
+            at = F.date_format(at, "yyyy-MM-dd HH:mm:ss.SSSSSS")
+        cols.append(at.alias("run_at"))
+    if priority is not None:
+        cols.append(_col(df, priority, "priority").alias("priority"))
+    return df.select(*cols)
+
+
+def _routine_error(exc: BaseException) -> errors.QueueError | None:
+    """The first pyqueue:<code> message inside a Spark/JDBC failure, as a pyqueue_sql error."""
+    text = str(exc)
+    match = _MESSAGE.search(text)
+    if not match:
+        return None
+    detail = re.split(r"\s{2,}|(?<=\S)\s+Call getNextException|\s+Where:|\)\s*$", match.group(2))[0].strip()
+    cls = errors.ERROR_CODES.get(match.group(1), errors.QueueError)
+    return cls(detail)
+
+
+def flush(url: str, queue: str | None = None, properties: Mapping[str, str] | None = None) -> IngestResult:
+    """CALL queue_ingest_flush(queue) (None = every queue): enqueues what plain JDBC
+    appends left in queue_ingest on MySQL/MariaDB; a no-op on PostgreSQL.
+    Raises IngestRejectedError when it rejected rows (they are in pyqueue_ingest_reject)."""
+    from .client import connect
+
+    tgt = target(url, properties)
+    with connect(tgt.dsn) as db:
+        mark = db.call("ingest_reject_mark")[0][0] if tgt.dialect == "mysql" else None
+        [(enqueued, duplicates, rejected)] = db.call("ingest_flush", queue=queue)
+        result = IngestResult(None, int(enqueued), int(duplicates), int(rejected))
+        if result.rejected:
+            reasons = db.call("ingest_rejects", mark=mark, queue=queue)
+            listed = "; ".join(f"{n} x {reason}" for reason, n in reasons)
+            raise IngestRejectedError(
+                f"queue_ingest_flush rejected {result.rejected} row(s) (enqueued {result.enqueued}, "
+                f"{result.duplicates} duplicates); they are in pyqueue_ingest_reject: {listed}", result)
+    return result
+
+
+def enqueue(df: "DataFrame", url: str, queue: Any, *, key: Any = "p_key", kind: Any = "p_kind",
+            payload: Any = "payload", run_at: Any = None, priority: Any = None,
+            properties: Mapping[str, str] | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+            num_partitions: int | None = None, count_rows: bool = False) -> IngestResult:
+    """Enqueues every row of ``df`` as a message of ``queue``, with dedup on (queue, key, kind).
+
+    ``queue``: the queue's name (or a Column / None to take it per row from a
+    ``queue_name`` column). ``key``, ``kind``, ``run_at`` (timestamp; None = now)
+    and ``priority`` (None = 0): a column name or a Column (``F.lit("resize")``
+    for a constant). ``payload``: a string column holding JSON text, a struct /
+    map / array column (written with to_json), a list of column names (made
+    into one JSON object), or None for a JSON object of all remaining columns.
+
+    Writes with ``df.write.jdbc(url, "queue_ingest", mode="append")`` in up to
+    ``num_partitions`` parallel connections (None: the DataFrame's partitions),
+    ``batch_size`` rows per JDBC batch, READ COMMITTED, one transaction per
+    partition. Then, on MySQL/MariaDB, ``CALL queue_ingest_flush(queue)``.
+    Safe to re-run: a second enqueue of the same keys while the first messages
+    are live enqueues nothing. A bad row (NULL/empty key or kind, unknown queue,
+    payload that is not JSON...) raises: on PostgreSQL the write fails with the
+    routine's error (that partition's transaction enqueues nothing; other
+    partitions may have committed, and a re-run after the fix dedups them); on
+    MySQL/MariaDB the good rows are enqueued and IngestRejectedError names how
+    many went to pyqueue_ingest_reject and why.
+    """
+    tgt = target(url, properties)
+    rows = ingest_frame(df, queue, key=key, kind=kind, payload=payload, run_at=run_at,
+                        priority=priority, dialect=tgt.dialect)
+    if num_partitions is not None:
+        rows = rows.coalesce(num_partitions) if num_partitions < rows.rdd.getNumPartitions() else rows
+    count = rows.count() if count_rows else None
+    opts = write_options(tgt, batch_size)
+    try:
+        rows.write.jdbc(tgt.jdbc_url, INGEST_TABLE, mode="append", properties=opts)
+    except Exception as exc:
+        mapped = _routine_error(exc)
+        if mapped is not None:
+            raise mapped from exc
+        raise
+    if tgt.dialect == "postgresql":
+        return IngestResult(count, None, None, 0)
+    queue_name = queue if isinstance(queue, str) else None
+    result = flush(url, queue_name, properties)
+    return IngestResult(count, result.enqueued, result.duplicates, result.rejected)
+
+
+# -- reads ---------------------------------------------------------------------
+
+
+def _utc(value: dt.datetime | None, default: dt.datetime) -> dt.datetime:
+    value = default if value is None else value
+    if value.tzinfo is None:
+        raise errors.InvalidArgumentError("since/until must be timezone-aware datetimes")
+    return value.astimezone(dt.timezone.utc)
+
+
+def read_history(spark: "SparkSession", url: str, queue: str | Sequence[str] | None,
+                 since: dt.datetime | None = None, until: dt.datetime | None = None, *,
+                 num_partitions: int = 4, properties: Mapping[str, str] | None = None) -> "DataFrame":
+    """The messages that left ``queue`` (a name, several, or None = all) with
+    since <= processed_at < until (None: from the start / up to now), from
+    pyqueue_history, as a DataFrame with the columns id, queue_name, p_key,
+    p_kind, payload (JSON text), priority, attempts, created_at, processed_at
+    (timestamps in UTC), outcome.
+
+    A parallel JDBC read: ``num_partitions`` connections, each reading one
+    slice of [since, until) on processed_at; the queue and time filters are
+    pushed down to the database as WHERE clauses by Spark."""
+    from pyspark.sql import functions as F
+
+    tgt = target(url, properties)
+    now = dt.datetime.now(dt.timezone.utc)
+    start = _utc(since, dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc))
+    end = _utc(until, now)
+    if end <= start:
+        raise errors.InvalidArgumentError("until must be later than since")
+    opts = read_options(tgt)
+    # Spark parses the partition bounds in the session's time zone.
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo(spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    fmt = "%Y-%m-%d %H:%M:%S.%f"
+    reader = (spark.read.format("jdbc").options(**opts)
+              .option("url", tgt.jdbc_url).option("dbtable", HISTORY_TABLE)
+              .option("partitionColumn", "processed_at")
+              .option("lowerBound", start.astimezone(zone).strftime(fmt))
+              .option("upperBound", end.astimezone(zone).strftime(fmt))
+              .option("numPartitions", str(max(1, num_partitions))))
+    df = reader.load().select(*HISTORY_COLUMNS)
+    df = df.where((F.col("processed_at") >= F.lit(start)) & (F.col("processed_at") < F.lit(end)))
+    if queue is not None:
+        names = [queue] if isinstance(queue, str) else list(queue)
+        df = df.where(F.col("queue_name").isin(names))
+    return df
+
+
+STATS_SCHEMA = ("queue string, ready long, delayed long, reserved long, dead long, "
+                "oldest_ready_age_s double, paused boolean")
+
+
+def read_stats(spark: "SparkSession", url: str, queue: str | None = None, *,
+               properties: Mapping[str, str] | None = None) -> "DataFrame":
+    """queue_stats(queue) (None = every queue) as a DataFrame: queue, ready, delayed,
+    reserved, dead, oldest_ready_age_s, paused. One small routine call through
+    pyqueue-sql's client (a MySQL procedure's result cannot be read by Spark's
+    JDBC source), so it is one row per queue, not a partitioned read."""
+    from .client import connect
+
+    tgt = target(url, properties)
+    with connect(tgt.dsn) as db:
+        if queue is None:
+            stats = db.stats()
+        else:
+            stats = [db.queue(queue).stats()]
+    rows = [(s.queue, s.ready, s.delayed, s.reserved, s.dead, s.oldest_ready_age_s, s.paused) for s in stats]
+    return spark.createDataFrame(rows, STATS_SCHEMA)
