@@ -138,4 +138,20 @@ CREATE TABLE pyqueue_message (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: live messages keyed by (queue_name, p_key, p_kind)';
 
+-- ---- issue 3: wakeups ----
+
+-- Per-queue wakeup window in seconds (set by queue_set_notify_window). MySQL
+-- sends no wakeups, so it is only kept for parity with PostgreSQL.
+CREATE TABLE pyqueue_notify (
+    queue_name       VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    notify_window    DECIMAL(20,6) NOT NULL DEFAULT 0.05,
+    last_notified_at DATETIME(6)   NULL,
+    PRIMARY KEY (queue_name),
+    CONSTRAINT pyqueue_notify_queue_fk FOREIGN KEY (queue_name)
+        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: per-queue wakeup window';
+
+-- ---- end of issue 3 ----
+
 SET SESSION sql_mode = @pyqueue_saved_sql_mode;
