@@ -313,7 +313,15 @@ class Worker:
     def _dispatch(self, conn: _Connection) -> None:
         poll = self.poll_min
         recheck_at: float | None = None
+        long_poll = not self.use_listen and len(self.routes) == 1
+        nothing_ready = False  # the last long poll timed out: no reserve needed
         while not self._stopping.is_set():
+            if nothing_ready:
+                try:
+                    nothing_ready = not self._wait(conn, self.mysql_wait)
+                except _Stopped:
+                    return
+                continue
             with self._slots:
                 while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
                     self._slots.wait(timeout=1.0)
@@ -359,6 +367,9 @@ class Worker:
                 return
             if woke and self.use_listen:
                 recheck_at = time.monotonic() + self.linger
+            # queue_wait watches the next scheduled_at itself, so a timed-out
+            # long poll goes straight into the next one (one query per wait).
+            nothing_ready = long_poll and not woke and not self._wake_queues
 
     def _next_due(self, conn: _Connection) -> float | None:
         due: float | None = None
@@ -387,15 +398,14 @@ class Worker:
                         self.stats.wakeups += 1
                         self._wake_queues.add(self._channels.get(note.channel, note.payload))
                     if woke:
-                        # Drain what else arrived, without waiting.
-                        for note in db.connection.notifies(timeout=0):
-                            self._wake_queues.add(self._channels.get(note.channel, note.payload))
-                        return True
+                        return True  # later notifications stay buffered for the next wait
                     left = deadline - time.monotonic()
                 return False
             return conn.run(listen, give_up=self._stopping)
         if len(self.routes) == 1:
             route = next(iter(self.routes.values()))
+            if self._stopping.is_set():
+                return False
             woke = conn.run(lambda db: db.queue(route.queue).wait(timeout=round(timeout, 6) or 0.000001,
                                                                    poll=self.mysql_check, kinds=route.kinds()),
                             give_up=self._stopping)

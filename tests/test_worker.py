@@ -63,9 +63,9 @@ def idle_event(worker: Worker) -> threading.Event:
 
 
 def quiet_worker(dsn, **kw) -> Worker:
-    """A worker whose poll fallback is far longer than any margin the tests allow."""
+    """A worker whose poll fallback is far longer than any margin the tests allow
+    (MySQL: the long poll inside the server wakes it; each wait lasts 1 s)."""
     kw.setdefault("poll_fallback", 60.0)
-    kw.setdefault("mysql_wait", 60.0)
     return Worker(dsn, **kw)
 
 
@@ -140,7 +140,7 @@ def test_delayed_message_starts_on_time_without_a_wakeup(dsn, queue):
 
 def test_delayed_push_while_idle_is_seen_at_the_next_poll_and_starts_on_time(dsn, queue):
     started = {}
-    worker = quiet_worker(dsn, poll_fallback=1.0, mysql_wait=1.0)
+    worker = quiet_worker(dsn, poll_fallback=1.0)
     worker.add_handler(queue.name, lambda job: started.setdefault(job.key, dt.datetime.now(dt.timezone.utc)))
     idle = idle_event(worker)
     with running(worker):
