@@ -45,9 +45,11 @@ returns false). A reserve whose reply was lost leaves its messages reserved by
 nobody; they come back when the lease expires. Nothing is lost; a message may
 be delivered again (at-least-once), never committed twice.
 
-Hooks for a worker registry: on_start(worker), on_heartbeat(worker) (every
-heartbeat tick, on the heartbeat thread's Database: worker.heartbeat_db),
-on_stop(worker); each takes a callable.
+Hooks for a worker registry (lists of callables taking the worker):
+on_start (before the first reserve), on_heartbeat (every heartbeat tick, on
+the heartbeat thread; worker.heartbeat_run(fn) runs fn(db) on its connection
+with reconnects), on_stop (after the last handler finished or was abandoned),
+and on_idle (after an empty reserve, before waiting).
 """
 
 from __future__ import annotations
@@ -214,7 +216,7 @@ class Worker:
         self.on_heartbeat: list[Callable[["Worker"], Any]] = []
         self.on_stop: list[Callable[["Worker"], Any]] = []
         self.on_idle: list[Callable[["Worker"], Any]] = []   # after an empty reserve, before waiting
-        self.heartbeat_db: Database | None = None
+        self._heartbeat_conn: _Connection | None = None
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
         self._stopped = threading.Event()
@@ -517,10 +519,7 @@ class Worker:
                     jobs = list(self._inflight.values())
                 for job in jobs:
                     self._extend(conn, job)
-                try:
-                    self.heartbeat_db = conn.run(lambda db: db, give_up=self._hard_stop)
-                except _Stopped:
-                    return
+                self._heartbeat_conn = conn
                 for hook in self.on_heartbeat:
                     try:
                         hook(self)
@@ -544,6 +543,13 @@ class Worker:
             else:
                 job.reservation = new
                 log.debug("extended", extra={"event": "extend", "queue": job.queue, "key": job.key})
+
+    def heartbeat_run(self, fn: Callable[[Database], Any]) -> Any:
+        """For on_heartbeat hooks: runs fn(db) on the heartbeat thread's connection,
+        reconnecting and retrying on connection loss."""
+        if self._heartbeat_conn is None:
+            raise errors.QueueError("heartbeat_run is for on_heartbeat hooks")
+        return self._heartbeat_conn.run(fn, give_up=self._hard_stop)
 
     # -- shutdown --------------------------------------------------------------------
     def _shutdown(self) -> None:

@@ -237,6 +237,11 @@ def test_heartbeat_keeps_a_long_handler_s_reservation(dsn, queue, connect):
         time.sleep(3.5)  # three and a half leases
         done.set()
 
+    events = []
+    worker.on_start.append(lambda w: events.append("start"))
+    worker.on_stop.append(lambda w: events.append("stop"))
+    worker.on_heartbeat.append(
+        lambda w: events.append(("beat", w.heartbeat_run(lambda db: db.queue(queue.name).stats().reserved))))
     queue.push("long", "k", {})
     with running(worker):
         wait_for(started.is_set, 15, "the handler to start")
@@ -248,6 +253,7 @@ def test_heartbeat_keeps_a_long_handler_s_reservation(dsn, queue, connect):
         wait_for(lambda: queue.stats().reserved == 0, 10, "the commit")
     assert worker.stats.succeeded == 1 and worker.stats.lost == 0
     assert queue.stats().ready == 0
+    assert events[0] == "start" and events[-1] == "stop" and ("beat", 1) in events
 
 
 def test_stop_finishes_running_work_and_hands_back_the_rest(dsn, queue):

@@ -770,7 +770,7 @@ BEGIN
         END LOOP;
     END IF;
     next_scheduled_at := v_next;
-    wait_s := greatest(extract(epoch FROM v_next - v_now)::double precision, 0);
+    wait_s := CASE WHEN v_next IS NOT NULL THEN greatest(extract(epoch FROM v_next - v_now)::double precision, 0) END;
     RETURN NEXT;
 END;
 $$;
