@@ -421,10 +421,8 @@ class Worker:
         rows = conn.run(lambda db: db.queue(route.queue).reserve(n=n, worker=self.name, timeout=self.lease,
                                                                kinds=route.kinds()),
                         give_up=self._stopping)
-        now = time.monotonic()
         for r in rows:
             job = Job(r)
-            job.reserved_at = now  # type: ignore[attr-defined]
             with self._slots:
                 self._inflight[(r.queue, r.key, r.kind)] = job
             self._pending.put(job)
@@ -491,6 +489,9 @@ class Worker:
         except _Stopped:
             log.warning("gave up finishing a message at shutdown; it comes back after its lease",
                         extra={"event": "abandon", "queue": job.queue, "key": job.key})
+        except Exception:  # e.g. the queue was dropped meanwhile: keep the thread alive
+            log.exception("could not commit or roll back; the message comes back after its lease",
+                          extra={"event": "error", "queue": job.queue, "key": job.key})
         finally:
             self._release(job)
 
@@ -504,6 +505,9 @@ class Worker:
                                                              "key": job.key, "kind": job.kind})
         except _Stopped:
             pass
+        except Exception:
+            log.exception("could not hand back; the message comes back after its lease",
+                          extra={"event": "error", "queue": job.queue, "key": job.key})
         finally:
             self._release(job)
 
@@ -536,6 +540,10 @@ class Worker:
                 new = conn.run(lambda db: db.queue(job.queue).extend(job.reservation, timeout=self.lease),
                                give_up=self._hard_stop)
             except _Stopped:
+                return
+            except Exception:
+                log.exception("heartbeat: could not extend", extra={"event": "error", "queue": job.queue,
+                                                                     "key": job.key})
                 return
             if new is None:
                 log.warning("heartbeat: reservation no longer held", extra={
