@@ -470,7 +470,7 @@ class Worker:
                     ok = conn.run(lambda db: db.queue(job.queue).commit(job.reservation), give_up=self._hard_stop)
                     if ok:
                         self.stats.succeeded += 1
-                        log.info("done", extra={"event": "commit", "queue": job.queue, "key": job.key,
+                        log.debug("done", extra={"event": "commit", "queue": job.queue, "key": job.key,
                                                 "kind": job.kind, "attempts": job.attempts, "ms": elapsed_ms})
                 else:
                     delay = route.retry.delay(job.attempts, self._rng)

@@ -176,3 +176,43 @@ def test_plain_sql_calls(raw, queue, db):
         assert list(raw("CALL queue_next_scheduled_at(%s, NULL)", (queue.name,))) == [(None, None)]
         assert list(raw("CALL queue_wait(%s, NULL, 0.1, NULL)", (queue.name,))) == [(0,)]
     assert channel.startswith("pyqueue_")
+
+
+def test_a_push_never_waits_for_another_transaction_s_throttle_claim(listener, queue, connect):
+    """A long transaction that pushed holds the queue's throttle row; other
+    pushers skip it (and notify) instead of waiting for that transaction."""
+    listen, received = listener
+    channel = listen(queue)
+    queue.set_notify_window(0.01)
+    holder = connect()
+    with holder.transaction():
+        holder.queue(queue.name).push("held", "k", {})   # claims the throttle row until commit
+        time.sleep(0.05)                                   # the window elapses
+        done = []
+        pusher = threading.Thread(target=lambda: done.append(connect().queue(queue.name).push("free", "k", {})))
+        pusher.start()
+        pusher.join(timeout=10)
+        assert done == [True], "the second push waited for the open transaction"
+        assert received() == [(channel, queue.name)]      # the free push's own wakeup
+    assert received() == [(channel, queue.name)]          # the holder's, at its commit
+
+
+def test_concurrent_pushers_are_throttled(listener, queue, connect):
+    listen, received = listener
+    listen(queue)
+    queue.set_notify_window(3600)
+    queue.push("first", "k", {})
+    assert len(received()) == 1
+
+    def produce(i):
+        q = connect().queue(queue.name)
+        for j in range(50):
+            q.push(f"p{i}-{j}", "k", {})
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert received() == []          # 200 pushes inside the window: no more wakeups
+    assert queue.stats().ready == 201
