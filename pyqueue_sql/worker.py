@@ -391,6 +391,8 @@ class Worker:
         deadline = time.monotonic() + timeout
         if self.use_listen:
             def listen(db: Database) -> bool:
+                if self._wake_queues:
+                    return True  # (re)connected: wakeups may have been missed meanwhile
                 woke = False
                 left = deadline - time.monotonic()
                 # Short slices so that stop() is noticed within 0.25 s.
@@ -408,6 +410,8 @@ class Worker:
             route = next(iter(self.routes.values()))
             if self._stopping.is_set():
                 return False
+            if self._wake_queues:
+                return True
             woke = conn.run(lambda db: db.queue(route.queue).wait(timeout=round(timeout, 6) or 0.000001,
                                                                    poll=self.mysql_check, kinds=route.kinds()),
                             give_up=self._stopping)
