@@ -520,9 +520,9 @@ class Worker:
         conn = _Connection(self, "heartbeat")
         interval = self.lease / 3
         try:
-            while not self._stopped.wait(min(interval, 1.0) if self._stopping.is_set() else interval):
-                if self._hard_stop.is_set():
-                    return
+            # Runs through a graceful stop (running handlers still need their
+            # reservations extended) and ends with the hard stop.
+            while not self._hard_stop.wait(interval):
                 with self._slots:
                     jobs = list(self._inflight.values())
                 for job in jobs:
