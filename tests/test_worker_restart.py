@@ -69,3 +69,45 @@ def test_worker_survives_a_database_restart(own_postgres):
     # at-least-once: a message whose commit was cut off by the restart may run
     # twice, but every commit that reported success removed exactly one message.
     assert worker.stats.succeeded <= 60
+
+
+def test_worker_process_survives_a_database_restart(own_postgres, tmp_path):
+    """The same from outside: a `pyqueue-sql worker` process, the server restarted under it."""
+    from .test_worker import _lines, _spawn_worker
+
+    dsn = own_postgres.dsn()
+    migrate.upgrade(dsn)
+    db = pyqueue_sql.connect(dsn)
+    q = db.queue("restart").create()
+    db.close()
+    record = tmp_path / "record"
+    proc = _spawn_worker(dsn, "restart", record, "--concurrency", "2", "--poll-fallback", "1")
+    try:
+        def push(keys):
+            conn = pyqueue_sql.connect(dsn)
+            try:
+                conn.queue("restart").push_many([(k, "k", {"sleep": 0.05}) for k in keys])
+            finally:
+                conn.close()
+
+        push([f"a{i}" for i in range(10)])
+        wait_for(lambda: sum(l.startswith("done") for l in _lines(record)) >= 3, 30, "work to flow")
+        own_postgres.stop("fast")
+        time.sleep(1.0)
+        own_postgres.start()
+        own_postgres.wait_ready()
+        push([f"b{i}" for i in range(10)])
+        expected = {f"a{i}" for i in range(10)} | {f"b{i}" for i in range(10)}
+        wait_for(lambda: {l.split()[1] for l in _lines(record) if l.startswith("done")} >= expected, 60,
+                 "every message after the restart")
+        proc.send_signal(__import__("signal").SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert '"event": "reconnect"' in err
+    db = pyqueue_sql.connect(dsn)
+    s = db.queue("restart").stats()
+    db.close()
+    assert (s.ready, s.reserved, s.delayed) == (0, 0, 0)
