@@ -419,7 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", type=_seconds, default=30.0, metavar="S",
                    help="reservation length; a heartbeat extends it every S/3 while a handler runs (default 30)")
     p.add_argument("--poll-fallback", type=_seconds, metavar="S",
-                   help="longest idle wait without a wakeup (default: 5 on PostgreSQL, 1 on MySQL)")
+                   help="PostgreSQL: longest wait for a NOTIFY before looking anyway (default 5); "
+                        "MySQL waits in 1 s long polls inside the server")
     p.add_argument("--shutdown-timeout", type=_seconds, default=30.0, metavar="S",
                    help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30)")
     p.add_argument("--retry-base", type=_seconds, default=1.0, metavar="S",
