@@ -1,6 +1,7 @@
 """pyqueue-sql: a durable message and job queue inside your PostgreSQL or MySQL/MariaDB database."""
 
 from .client import Database, Message, NewMessage, Queue, QueueStats, Reservation, connect
+from .worker import Job, RetryPolicy, Worker
 from .errors import (
     InvalidArgumentError,
     InvalidPayloadError,
@@ -11,7 +12,7 @@ from .errors import (
 )
 
 __all__ = [
-    "Database", "Message", "NewMessage", "Queue", "QueueStats", "Reservation", "connect",
+    "Database", "Job", "Message", "RetryPolicy", "Worker", "NewMessage", "Queue", "QueueStats", "Reservation", "connect",
     "InvalidArgumentError", "InvalidPayloadError", "QueueError", "SchemaNotInstalledError",
     "UnknownQueueError", "UnsupportedDsnError",
 ]

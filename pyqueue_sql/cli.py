@@ -7,6 +7,7 @@
     pyqueue-sql reserve emails -n 10 --commit
     pyqueue-sql stats
     pyqueue-sql demo
+    pyqueue-sql worker myapp.tasks:handle --queue emails --concurrency 8
 
 Every command that talks to a database takes ``--dsn`` (default: $PYQUEUE_DSN).
 User errors (bad input, unknown queue, unreachable server) print one line on
@@ -237,6 +238,92 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(dsn, messages=args.messages, timeout=args.timeout, data_dir=args.data_dir)
 
 
+def _load_handler(spec: str) -> Callable[[Any], Any]:
+    import importlib
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"handler must be module:function, not {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: modules of the current directory
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module_name!r}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise UsageError(f"{module_name!r} has no attribute {attr!r}") from None
+    if not callable(target):
+        raise UsageError(f"{spec} is not callable")
+    return target
+
+
+class _JsonLogFormatter:
+    """One JSON object per log line: time, level, message and the record's extra fields."""
+
+    _STANDARD = set(vars(__import__("logging").LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+    def format(self, record: Any) -> str:
+        entry = {"ts": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
+                 "level": record.levelname.lower(), "msg": record.getMessage()}
+        entry.update({k: v for k, v in vars(record).items() if k not in self._STANDARD})
+        if record.exc_info:
+            import traceback
+
+            entry["exc"] = "".join(traceback.format_exception(*record.exc_info))
+        return json.dumps(entry, default=str)
+
+
+class _TextLogFormatter:
+    _STANDARD = _JsonLogFormatter._STANDARD
+
+    def format(self, record: Any) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in vars(record).items() if k not in self._STANDARD)
+        text = f"{dt.datetime.now().strftime('%H:%M:%S.%f')[:-3]} {record.levelname.lower():7} {record.getMessage()}"
+        return f"{text} {extra}".rstrip()
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import logging
+    import threading
+
+    from .worker import RetryPolicy, Worker
+
+    dsn = _dsn(args)
+    fn = _load_handler(args.handler_spec)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonLogFormatter() if args.log_format == "json" else _TextLogFormatter())  # type: ignore[arg-type]
+    logger = logging.getLogger("pyqueue_sql")
+    logger.addHandler(handler)
+    logger.setLevel(getattr(logging, args.log_level.upper()))
+    try:
+        retry = RetryPolicy(base=args.retry_base, factor=args.retry_factor, max_delay=args.retry_max,
+                            jitter=args.retry_jitter)
+        worker = Worker(dsn, concurrency=args.concurrency, name=args.name, lease=args.lease,
+                        poll_fallback=args.poll_fallback, shutdown_timeout=args.shutdown_timeout)
+    except errors.InvalidArgumentError as exc:
+        raise UsageError(str(exc)) from None
+    for queue in args.queue:
+        for kind in (args.kind or [None]):
+            worker.add_handler(queue, fn, kind, retry=retry)
+    status = args.status if args.status is not None else sys.stderr.isatty()
+    if status:
+        def show() -> None:
+            while not worker._stopped.wait(1.0):
+                sys.stderr.write("\r\x1b[K" + worker.status_line())
+                sys.stderr.flush()
+        threading.Thread(target=show, daemon=True, name="pyqueue-status").start()
+    try:
+        worker.run()
+    finally:
+        logger.removeHandler(handler)
+        if status:
+            sys.stderr.write("\r\x1b[K" + worker.status_line() + "\n")
+    return EXIT_OK
+
+
 # -- argument parsing -------------------------------------------------------------
 
 def _positive_int(text: str) -> int:
@@ -319,6 +406,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give up after this many seconds (default 120)")
     p.add_argument("--data-dir", metavar="DIR",
                    help="embedded PostgreSQL data directory (default .pyqueue-demo/pgdata)")
+
+    p = command("worker", cmd_worker, "run a handler for the messages of one or more queues until SIGTERM/SIGINT")
+    p.add_argument("handler_spec", metavar="MODULE:FUNCTION",
+                   help="the handler, called with one pyqueue_sql.worker.Job per message")
+    p.add_argument("--queue", "-q", action="append", required=True, metavar="Q", help="queue to serve (repeatable)")
+    p.add_argument("--kind", action="append", metavar="KIND",
+                   help="only messages of this kind (repeatable; default: every kind)")
+    p.add_argument("--concurrency", "-c", type=_positive_int, default=4, metavar="N",
+                   help="messages handled at once, one thread each (default 4)")
+    p.add_argument("--name", help="worker name recorded on reserved messages (default host:pid)")
+    p.add_argument("--lease", type=_seconds, default=30.0, metavar="S",
+                   help="reservation length; a heartbeat extends it every S/3 while a handler runs (default 30)")
+    p.add_argument("--poll-fallback", type=_seconds, metavar="S",
+                   help="PostgreSQL: longest wait for a NOTIFY before looking anyway (default 5); "
+                        "MySQL waits in 1 s long polls inside the server")
+    p.add_argument("--shutdown-timeout", type=_seconds, default=30.0, metavar="S",
+                   help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30)")
+    p.add_argument("--retry-base", type=_seconds, default=1.0, metavar="S",
+                   help="first retry delay after a handler exception (default 1)")
+    p.add_argument("--retry-factor", type=float, default=2.0, metavar="F", help="backoff factor (default 2)")
+    p.add_argument("--retry-max", type=_seconds, default=300.0, metavar="S", help="longest retry delay (default 300)")
+    p.add_argument("--retry-jitter", type=float, default=0.2, metavar="J",
+                   help="random +-fraction applied to each delay (default 0.2)")
+    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--status", action=argparse.BooleanOptionalAction, default=None,
+                   help="a live status line on stderr (default: when stderr is a terminal)")
     return parser
 
 

@@ -265,6 +265,27 @@ class Queue:
         """Deletes a message whatever its state; False if there was none."""
         return bool(self.db.call("remove", queue=self.name, key=key, kind=kind)[0][0])
 
+    # -- wakeups (issue 3) -------------------------------------------------------
+    def channel(self) -> str:
+        """The PostgreSQL NOTIFY channel that wakeups of this queue go to (queue_channel)."""
+        return str(self.db.call("channel", queue=self.name)[0][0])
+
+    def set_notify_window(self, window: Duration = None) -> None:
+        """At most one wakeup (NOTIFY) per window (None = 50 ms, 0 = one per push statement)."""
+        self.db.call("set_notify_window", queue=self.name, window=self.db.dialect.duration(window, "window"))
+
+    def next_scheduled_at(self, kinds: Sequence[str] | None = None) -> tuple[dt.datetime | None, float | None]:
+        """(when the next message becomes eligible, seconds from now; 0 = one is ready), or (None, None)."""
+        d = self.db.dialect
+        at, wait_s = self.db.call("next_scheduled_at", queue=self.name, kinds=d.kinds(kinds))[0]
+        return d.read_time(at), None if wait_s is None else float(wait_s)
+
+    def wait(self, timeout: Duration = None, poll: Duration = None, kinds: Sequence[str] | None = None) -> bool:
+        """Blocks in the server until a message is ready (True) or timeout passes (False; None = 1 s)."""
+        d = self.db.dialect
+        return bool(self.db.call("wait", queue=self.name, kinds=d.kinds(kinds),
+                                 timeout=d.duration(timeout, "timeout"), poll=d.duration(poll, "poll"))[0][0])
+
     # issue 4a: history, dead letters, replace-on-push ---------------------------
     def push_replace(self, key: str, kind: str, payload: Any,
                      run_at: dt.datetime | dt.timedelta | None = None, priority: int | None = None) -> str:

@@ -125,6 +125,14 @@ class Dialect:
     def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
         raise NotImplementedError
 
+    # -- connection loss (issue 3) ---------------------------------------
+    def connection_errors(self) -> tuple[type[BaseException], ...]:
+        """Driver errors after which a worker reconnects and retries (lost or broken connection)."""
+        raise NotImplementedError
+
+    def listen(self, connection: Any, channels: Sequence[str]) -> None:
+        raise errors.QueueError(f"{self.name} has no LISTEN")
+
 
 class PostgreSQL(Dialect):
     name = "postgresql"
@@ -174,6 +182,19 @@ class PostgreSQL(Dialect):
             if isinstance(exc, pgerrors.DataError):  # a value that does not fit its parameter's type
                 raise errors.InvalidArgumentError(str(exc.diag.message_primary)) from exc
             raise
+
+    def connection_errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg
+
+        return (psycopg.OperationalError, psycopg.InterfaceError)
+
+    def listen(self, connection: Any, channels: Sequence[str]) -> None:
+        """LISTENs on each channel (names from queue_channel); autocommit connections only."""
+        from psycopg import sql
+
+        with connection.cursor() as cur:
+            for channel in channels:
+                cur.execute(sql.SQL(self.statement("listen")).format(channel=sql.Identifier(channel)))
 
     def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
         run_ats = [ra for _, _, _, ra, _ in items]
@@ -228,6 +249,11 @@ class MySQL(Dialect):
             raise
         finally:
             cur.close()
+
+    def connection_errors(self) -> tuple[type[BaseException], ...]:
+        import pymysql
+
+        return (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
     def duration(self, value: Duration, what: str) -> Any:
         delta = _as_timedelta(value, what)

@@ -55,6 +55,18 @@ SELECT RELEASE_LOCK('pyqueue-sql migrations')
 
 -- ---- issue 3: wakeups ----
 
+-- name: channel
+CALL queue_channel(%(queue)s)
+
+-- name: set_notify_window
+CALL queue_set_notify_window(%(queue)s, %(window)s)
+
+-- name: next_scheduled_at
+CALL queue_next_scheduled_at(%(queue)s, %(kinds)s)
+
+-- name: wait
+CALL queue_wait(%(queue)s, %(kinds)s, %(timeout)s, %(poll)s)
+
 -- ---- end of issue 3 ----
 
 

@@ -187,6 +187,7 @@ SELECT m.queue_name             AS dead_letter_queue,
  WHERE m.queue_name IN (SELECT q.dead_letter_queue FROM pyqueue_queue q
                          WHERE q.dead_letter_queue IS NOT NULL);
 -- ---- end of issue 4 ----
+
 -- ---- issue 5: queue_ingest ----
 
 -- The bulk-ingest surface for plain JDBC writers (Spark's df.write.jdbc):
@@ -228,5 +229,21 @@ CREATE TABLE pyqueue_ingest_reject (
   COMMENT='pyqueue-sql: queue_ingest rows that queue_ingest_flush refused, with the reason';
 
 -- ---- end of issue 5 ----
+
+-- ---- issue 3: wakeups ----
+
+-- Per-queue wakeup window in seconds (set by queue_set_notify_window). MySQL
+-- sends no wakeups, so it is only kept for parity with PostgreSQL.
+CREATE TABLE pyqueue_notify (
+    queue_name       VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    notify_window    DECIMAL(20,6) NOT NULL DEFAULT 0.05,
+    last_notified_at DATETIME(6)   NULL,
+    PRIMARY KEY (queue_name),
+    CONSTRAINT pyqueue_notify_queue_fk FOREIGN KEY (queue_name)
+        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: per-queue wakeup window';
+
+-- ---- end of issue 3 ----
 
 SET SESSION sql_mode = @pyqueue_saved_sql_mode;

@@ -33,6 +33,13 @@ DROP TABLE IF EXISTS queue_ingest;
 
 
 -- ---- issue 3: wakeups ----
+DROP PROCEDURE IF EXISTS queue_wait;
+DROP PROCEDURE IF EXISTS queue_next_scheduled_at;
+DROP PROCEDURE IF EXISTS queue_set_notify_window;
+DROP PROCEDURE IF EXISTS queue_channel;
+DROP PROCEDURE IF EXISTS pyqueue__next_at;
+DROP PROCEDURE IF EXISTS pyqueue__kinds;
+DROP TABLE IF EXISTS pyqueue_notify;
 
 -- ---- end of issue 3 ----
 

@@ -56,6 +56,22 @@ SELECT pg_advisory_xact_lock(hashtext('pyqueue-sql migrations'))
 
 -- ---- issue 3: wakeups ----
 
+-- name: channel
+SELECT queue_channel(%(queue)s)
+
+-- name: set_notify_window
+SELECT queue_set_notify_window(%(queue)s, %(window)s::interval)
+
+-- name: next_scheduled_at
+SELECT next_scheduled_at, wait_s FROM queue_next_scheduled_at(%(queue)s, %(kinds)s::text[])
+
+-- name: wait
+SELECT queue_wait(%(queue)s, %(kinds)s::text[], %(timeout)s::interval, %(poll)s::interval)
+
+-- name: listen
+-- {channel} is filled in as a quoted identifier (LISTEN takes no parameters).
+LISTEN {channel}
+
 -- ---- end of issue 3 ----
 
 

@@ -125,6 +125,7 @@ SELECT m.queue_name                    AS dead_letter_queue,
 COMMENT ON VIEW pyqueue_dead_letters IS
     'pyqueue-sql: messages in dead-letter queues, with the queue they came from when it is unambiguous.';
 -- ---- end of issue 4 ----
+
 -- ---- issue 5: queue_ingest ----
 
 -- The bulk-ingest surface for plain JDBC writers (Spark's df.write.jdbc): an
@@ -155,3 +156,21 @@ COMMENT ON TABLE queue_ingest IS
 CREATE INDEX queue_ingest_id_idx ON queue_ingest (ingest_id);
 
 -- ---- end of issue 5 ----
+
+-- ---- issue 3: wakeups ----
+
+-- Wakeup throttle, one row per queue that has sent a wakeup or has its own
+-- window: at most one NOTIFY per notify_window (0 = one per push statement).
+-- Kept apart from pyqueue_queue so that the push path's periodic update
+-- touches a tiny row nobody else reads.
+CREATE TABLE pyqueue_notify (
+    queue_name       varchar(128) PRIMARY KEY REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    notify_window    interval     NOT NULL DEFAULT interval '50 milliseconds',
+    last_notified_at timestamptz  NOT NULL DEFAULT '-infinity',
+    CONSTRAINT pyqueue_notify_window_range CHECK (notify_window >= interval '0' AND notify_window <= interval '1 hour')
+);
+
+COMMENT ON TABLE pyqueue_notify IS
+    'pyqueue-sql: per-queue NOTIFY throttle (window and time of the last wakeup).';
+
+-- ---- end of issue 3 ----

@@ -1164,6 +1164,204 @@ END //
 
 -- ---- issue 3: wakeups ----
 
+-- pyqueue__kinds: validates a kinds filter (NULL, or a non-empty JSON array
+-- of strings) and returns it re-serialised for JSON_CONTAINS(out, JSON_QUOTE(p_kind)),
+-- as queue_reserve does. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__kinds //
+CREATE PROCEDURE pyqueue__kinds(
+    IN  in_kinds  LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_kinds LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_bad INT;
+    SET out_kinds = NULL;
+    IF in_kinds IS NOT NULL THEN
+        IF NOT JSON_VALID(in_kinds) THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a JSON array of strings');
+        END IF;
+        IF JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_LENGTH(in_kinds) = 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
+        END IF;
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE (JSON_TYPE(k.elem) = 'STRING') IS NOT TRUE;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
+        END IF;
+        SELECT JSON_ARRAYAGG(k.kind) INTO out_kinds
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) PATH '$')) AS k;
+    END IF;
+END //
+
+-- pyqueue__next_at: the earliest scheduled_at of the queue's messages (of
+-- one of in_kinds, NULL = any), NULL when none. Reads the first index entry
+-- of each priority (stops early once one is due by in_now). Plain reads.
+DROP PROCEDURE IF EXISTS pyqueue__next_at //
+CREATE PROCEDURE pyqueue__next_at(
+    IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kinds LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_now   DATETIME(6),
+    OUT out_next DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_priority INT;
+    DECLARE v_at       DATETIME(6);
+    SET out_next = NULL;
+    SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
+    priorities: WHILE v_priority IS NOT NULL DO
+        SELECT MIN(m.scheduled_at) INTO v_at
+          FROM pyqueue_message m
+         WHERE m.queue_name = in_queue AND m.priority = v_priority
+           AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)));
+        IF v_at IS NOT NULL AND (out_next IS NULL OR v_at < out_next) THEN
+            SET out_next = v_at;
+        END IF;
+        IF out_next <= in_now THEN
+            LEAVE priorities;
+        END IF;
+        SELECT MAX(m.priority) INTO v_priority
+          FROM pyqueue_message m
+         WHERE m.queue_name = in_queue AND m.priority < v_priority;
+    END WHILE;
+END //
+
+-- queue_channel: the PostgreSQL NOTIFY channel name of the queue,
+-- 'pyqueue_' + MD5 of its name (the same name on both dialects; MySQL has
+-- no NOTIFY, so nothing is ever sent on it here). One row: channel.
+-- Raises unknown_queue. Plain read.
+DROP PROCEDURE IF EXISTS queue_channel //
+CREATE PROCEDURE queue_channel(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    SELECT CONCAT('pyqueue_', MD5(v_queue)) AS channel;
+END //
+
+-- queue_set_notify_window: stores the queue's wakeup throttle window in
+-- seconds (NULL = 0.05, 0 = no throttle, at most 3600). MySQL sends no
+-- wakeups (workers poll), so the setting only takes effect on PostgreSQL;
+-- it is kept here so that both dialects accept the same calls.
+-- Locks the queue's pyqueue_notify row for one statement.
+DROP PROCEDURE IF EXISTS queue_set_notify_window //
+CREATE PROCEDURE queue_set_notify_window(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_window DECIMAL(20,6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    CALL pyqueue__check_duration('window', in_window, FALSE);
+    IF in_window > 3600 THEN
+        CALL pyqueue__raise('invalid_argument', 'window must not exceed 1 hour');
+    END IF;
+    INSERT INTO pyqueue_notify (queue_name, notify_window)
+    VALUES (v_queue, COALESCE(in_window, 0.05))
+    ON DUPLICATE KEY UPDATE notify_window = VALUES(notify_window);
+END //
+
+-- queue_next_scheduled_at: when the next message of the queue (of one of
+-- in_kinds, a JSON array; NULL = any) becomes eligible. One row:
+-- next_scheduled_at (UTC), wait_s (seconds from now, 0 when one is ready
+-- already); both NULL when there is none or the queue is paused. Counts
+-- delayed messages and reservations (their expiry). Plain reads.
+DROP PROCEDURE IF EXISTS queue_next_scheduled_at //
+CREATE PROCEDURE queue_next_scheduled_at(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kinds LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_kinds  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_next   DATETIME(6);
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    CALL pyqueue__kinds(in_kinds, v_kinds);
+    SET v_now = UTC_TIMESTAMP(6);
+    IF NOT v_paused THEN
+        CALL pyqueue__next_at(v_queue, v_kinds, v_now, v_next);
+    END IF;
+    SELECT v_next AS next_scheduled_at,
+           GREATEST(TIMESTAMPDIFF(MICROSECOND, v_now, v_next), 0) / 1e6 AS wait_s;
+END //
+
+-- queue_wait: blocks until the queue has a message (of one of in_kinds,
+-- NULL = any) that is eligible now, or until in_timeout seconds pass (NULL
+-- = 1, at most 3600). One row: ready = 1 when one is ready, 0 at the
+-- timeout. Checks every in_poll seconds (NULL = 0.05, at least 0.001) and,
+-- when a delayed message or a reservation falls due before then, right at
+-- its time: a long poll inside the server, so an idle worker makes one
+-- client round trip per wait instead of one per poll. Each check is a few
+-- index lookups. Call it in autocommit mode (or READ COMMITTED): inside a
+-- REPEATABLE READ transaction its snapshot never sees new messages.
+-- Takes no locks; keeps the connection busy while it waits.
+DROP PROCEDURE IF EXISTS queue_wait //
+CREATE PROCEDURE queue_wait(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kinds   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_timeout DECIMAL(20,6),
+    IN in_poll    DECIMAL(20,6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_kinds    LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_next     DATETIME(6);
+    DECLARE v_deadline DATETIME(6);
+    DECLARE v_poll     DECIMAL(20,6);
+    DECLARE v_left     DECIMAL(20,6);
+    DECLARE v_ready    INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    CALL pyqueue__kinds(in_kinds, v_kinds);
+    CALL pyqueue__check_duration('timeout', in_timeout, FALSE);
+    CALL pyqueue__check_duration('poll', in_poll, TRUE);
+    IF in_timeout > 3600 THEN
+        CALL pyqueue__raise('invalid_argument', 'timeout must not exceed 1 hour');
+    END IF;
+    SET v_poll = GREATEST(COALESCE(in_poll, 0.05), 0.001);
+    SET v_deadline = UTC_TIMESTAMP(6)
+                     + INTERVAL CAST(COALESCE(in_timeout, 1) * 1000000 AS SIGNED) MICROSECOND;
+    waiting: LOOP
+        SET v_now = UTC_TIMESTAMP(6), v_next = NULL;
+        SELECT q.paused INTO v_paused FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+        IF NOT v_paused THEN
+            CALL pyqueue__next_at(v_queue, v_kinds, v_now, v_next);
+        END IF;
+        IF v_next <= v_now THEN
+            SET v_ready = 1;
+            LEAVE waiting;
+        END IF;
+        SET v_left = TIMESTAMPDIFF(MICROSECOND, v_now, v_deadline) / 1e6;
+        IF v_left <= 0 THEN
+            LEAVE waiting;
+        END IF;
+        DO SLEEP(LEAST(v_poll, v_left,
+                       COALESCE(TIMESTAMPDIFF(MICROSECOND, v_now, v_next) / 1e6, v_poll)));
+    END LOOP;
+    SELECT v_ready AS ready;
+END //
+
 -- ---- end of issue 3 ----
 
 

@@ -30,6 +30,13 @@ DROP FUNCTION IF EXISTS queue_ingest_flush(text);
 
 
 -- ---- issue 3 ----
+DROP FUNCTION IF EXISTS queue_wait(text, text[], interval, interval);
+DROP FUNCTION IF EXISTS queue_next_scheduled_at(text, text[]);
+DROP FUNCTION IF EXISTS queue_set_notify_window(text, interval);
+DROP FUNCTION IF EXISTS queue_channel(text);
+DROP FUNCTION IF EXISTS pyqueue__notify(text);
+DROP FUNCTION IF EXISTS pyqueue__channel(text);
+DROP TABLE IF EXISTS pyqueue_notify;
 
 -- ---- end of issue 3 ----
 

@@ -271,6 +271,7 @@ BEGIN
             scheduled_at_initially, created_at)
     VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    IF FOUND AND v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- issue 3
     RETURN FOUND;
 END;
 $$;
@@ -343,6 +344,9 @@ BEGIN
      ORDER BY b.k, b.kd
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
     GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 AND (in_run_ats IS NULL OR EXISTS (SELECT 1 FROM unnest(in_run_ats) r WHERE r IS NULL OR r <= v_now)) THEN
+        PERFORM pyqueue__notify(in_queue);  -- issue 3: one wakeup per statement, for ready-now rows
+    END IF;
     RETURN v_count;
 END;
 $$;
@@ -582,6 +586,7 @@ BEGIN
     VALUES (in_to_queue, v_msg.p_key, v_msg.p_kind, coalesce(in_payload, v_msg.payload),
             v_msg.priority, v_now, v_now, v_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;  -- issue 3
     RETURN true;
 END;
 $$;
@@ -660,6 +665,173 @@ $$;
 -- ===========================================================================
 
 -- ---- issue 3: wakeups ----
+
+-- pyqueue__channel: the NOTIFY channel of a queue, 'pyqueue_' + md5 of its
+-- name (40 characters: a queue name reaches 128 characters, a channel name
+-- is an identifier of at most 63 bytes). No lookup, no locks.
+CREATE OR REPLACE FUNCTION pyqueue__channel(in_queue text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT
+AS $$ SELECT 'pyqueue_' || md5(in_queue) $$;
+
+-- pyqueue__notify: sends the wakeup of a queue (NOTIFY on its channel, the
+-- queue name as payload), throttled to at most one per notify_window per
+-- queue (pyqueue_notify; default 50 ms, 0 = every statement). NOTIFY is
+-- delivered when the caller's transaction commits, and not at all when it
+-- rolls back; PostgreSQL also folds identical notifications of one
+-- transaction into one. Called once per push statement, never per row.
+-- Locks: reads the queue's pyqueue_notify row without a lock; only when the
+-- window has elapsed does it claim the row (FOR NO KEY UPDATE SKIP LOCKED,
+-- never waiting: if another open transaction holds it, it notifies anyway).
+-- The first wakeup of a queue inserts its row (ON CONFLICT DO NOTHING).
+CREATE OR REPLACE FUNCTION pyqueue__notify(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now    timestamptz := clock_timestamp();
+    v_window interval;
+    v_last   timestamptz;
+BEGIN
+    SELECT n.notify_window, n.last_notified_at INTO v_window, v_last
+      FROM pyqueue_notify n
+     WHERE n.queue_name = in_queue;
+    IF NOT FOUND THEN
+        INSERT INTO pyqueue_notify (queue_name, last_notified_at) VALUES (in_queue, v_now)
+        ON CONFLICT (queue_name) DO NOTHING;
+    ELSIF v_window > interval '0' THEN
+        IF v_last > v_now - v_window THEN
+            RETURN;  -- a wakeup of this queue went out less than a window ago
+        END IF;
+        PERFORM 1 FROM pyqueue_notify n WHERE n.queue_name = in_queue FOR NO KEY UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            UPDATE pyqueue_notify SET last_notified_at = v_now WHERE queue_name = in_queue;
+        END IF;
+    END IF;
+    PERFORM pg_notify(pyqueue__channel(in_queue), in_queue);
+END;
+$$;
+
+-- queue_channel: the NOTIFY channel a plain-SQL client LISTENs on for
+-- wakeups of in_queue (a push of a message that is ready now):
+--   SELECT queue_channel('jobs');  -- then LISTEN "<that name>";
+-- The name is fixed by the queue name alone. Raises unknown_queue. No locks.
+CREATE OR REPLACE FUNCTION queue_channel(in_queue text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    RETURN pyqueue__channel(in_queue);
+END;
+$$;
+
+-- queue_set_notify_window: sets the queue's wakeup throttle window: at most
+-- one NOTIFY per window (NULL = the default 50 ms; 0 = one per push
+-- statement). Locks the queue's pyqueue_notify row.
+CREATE OR REPLACE FUNCTION queue_set_notify_window(in_queue text, in_window interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_duration('window', in_window, false);
+    IF in_window > interval '1 hour' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: window must not exceed 1 hour' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_notify AS n (queue_name, notify_window)
+    VALUES (in_queue, coalesce(in_window, interval '50 milliseconds'))
+    ON CONFLICT (queue_name) DO UPDATE SET notify_window = EXCLUDED.notify_window;
+END;
+$$;
+
+-- queue_next_scheduled_at: when the next message of the queue (of one of
+-- in_kinds, NULL = any) becomes eligible: one row (next_scheduled_at,
+-- wait_s), wait_s = seconds from now, 0 when a message is ready already;
+-- both NULL when the queue holds no such message or is paused. Counts
+-- delayed messages and reservations (their expiry), so a worker that sleeps
+-- wait_s wakes when a delayed message or an expired reservation is due.
+-- Visits the first index entry of each priority. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_next_scheduled_at(in_queue text, in_kinds text[] DEFAULT NULL)
+RETURNS TABLE (next_scheduled_at timestamptz, wait_s double precision)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_queue    pyqueue_queue := pyqueue__queue(in_queue);
+    v_now      timestamptz := clock_timestamp();
+    v_priority integer;
+    v_at       timestamptz;
+    v_next     timestamptz;
+BEGIN
+    IF in_kinds IS NOT NULL AND (cardinality(in_kinds) = 0 OR array_position(in_kinds, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT v_queue.paused THEN
+        SELECT max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
+        WHILE v_priority IS NOT NULL LOOP
+            SELECT m.scheduled_at INTO v_at
+              FROM pyqueue_message m
+             WHERE m.queue_name = in_queue AND m.priority = v_priority
+               AND (in_kinds IS NULL OR m.p_kind = ANY (in_kinds))
+             ORDER BY m.scheduled_at
+             LIMIT 1;
+            IF v_at IS NOT NULL AND (v_next IS NULL OR v_at < v_next) THEN
+                v_next := v_at;
+            END IF;
+            EXIT WHEN v_next <= v_now;
+            SELECT max(m.priority) INTO v_priority
+              FROM pyqueue_message m
+             WHERE m.queue_name = in_queue AND m.priority < v_priority;
+        END LOOP;
+    END IF;
+    next_scheduled_at := v_next;
+    wait_s := CASE WHEN v_next IS NOT NULL THEN greatest(extract(epoch FROM v_next - v_now)::double precision, 0) END;
+    RETURN NEXT;
+END;
+$$;
+
+-- queue_wait: blocks until the queue has a message (of one of in_kinds, NULL
+-- = any) that is eligible now, or until in_timeout passes (NULL = 1 s, at
+-- most 1 hour); true when one is ready, false at the timeout. Checks every
+-- in_poll (NULL = 50 ms, at least 1 ms) and, when a delayed message or a
+-- reservation falls due before then, right at its time: a long poll held
+-- inside the server, one client round trip per wait, for clients without
+-- LISTEN. Each check is one queue_next_scheduled_at. Must run in autocommit
+-- or READ COMMITTED (a REPEATABLE READ snapshot never sees new messages).
+-- Takes no locks; keeps a connection busy while it waits.
+CREATE OR REPLACE FUNCTION queue_wait(in_queue text, in_kinds text[] DEFAULT NULL,
+                                      in_timeout interval DEFAULT NULL, in_poll interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_deadline timestamptz;
+    v_poll     double precision;
+    v_wait     double precision;
+    v_left     double precision;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_duration('timeout', in_timeout, false);
+    PERFORM pyqueue__check_duration('poll', in_poll, true);
+    IF in_timeout > interval '1 hour' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: timeout must not exceed 1 hour' USING ERRCODE = '22023';
+    END IF;
+    v_deadline := clock_timestamp() + coalesce(in_timeout, interval '1 second');
+    v_poll := greatest(extract(epoch FROM coalesce(in_poll, interval '50 milliseconds'))::double precision, 0.001);
+    LOOP
+        SELECT n.wait_s INTO v_wait FROM queue_next_scheduled_at(in_queue, in_kinds) n;
+        IF v_wait = 0 THEN
+            RETURN true;
+        END IF;
+        v_left := extract(epoch FROM v_deadline - clock_timestamp())::double precision;
+        IF v_left <= 0 THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_sleep(least(v_poll, v_left, coalesce(v_wait, v_poll)));
+    END LOOP;
+END;
+$$;
 
 -- ---- end of issue 3 ----
 

@@ -1,0 +1,197 @@
+"""Push -> handler-start latency with idle workers, and the cost of the NOTIFY throttle.
+
+    python bench/latency.py                       # both dialects on the standard local servers
+    python bench/latency.py --dialect postgresql --samples 300
+    PYQUEUE_BENCH_POSTGRESQL_DSN=... PYQUEUE_BENCH_MYSQL_DSN=... python bench/latency.py
+
+Each dialect gets a throwaway database (created and dropped here), the schema
+via the migrations, and one pyqueue_sql.Worker with its default settings
+(concurrency 4) on a thread of this process. The producer, on its own
+connection, pushes one message at a time at random gaps of 100-300 ms, so
+every push meets an idle worker; latency = the handler's perf_counter at start
+minus the producer's just before the push call. Then, for idle cost, the
+worker runs 10 s with nothing to do and its own count of database round trips
+gives queries/s. On PostgreSQL, the push-throughput part times single-message
+autocommit pushes in four modes, interleaved in rounds so that machine noise
+hits them alike, and reports them as ratios to the first:
+  delayed   run_at in the future: no wakeup code runs at all (baseline)
+  throttled ready-now, default 50 ms window, nobody LISTENing
+  listened  ready-now, default 50 ms window, one connection LISTENing
+  every     ready-now, window 0 (one NOTIFY per push), one connection LISTENing
+Prints one JSON object, then a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pyqueue_sql  # noqa: E402
+from pyqueue_sql import migrate  # noqa: E402
+
+DEFAULT_ADMIN = {
+    "postgresql": "postgresql://postgres@127.0.0.1:5432/postgres",
+    "mysql": "mysql://root@127.0.0.1:3306/",
+}
+
+
+def make_database(dialect: str) -> tuple[str, callable]:
+    """(dsn of a fresh database, drop function)."""
+    name = f"pyqueue_bench_lat_{uuid.uuid4().hex[:8]}"
+    admin = os.environ.get(f"PYQUEUE_BENCH_{dialect.upper()}_DSN", DEFAULT_ADMIN[dialect])
+    if dialect == "postgresql":
+        import psycopg
+
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{name}"')
+        base = admin.rsplit("/", 1)[0]
+
+        def drop():
+            with psycopg.connect(admin, autocommit=True) as c:
+                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    else:
+        import pymysql
+
+        from pyqueue_sql.dialects import mysql_connect_args
+
+        base = admin.rstrip("/")
+        conn = pymysql.connect(**mysql_connect_args(base + "/"))
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        conn.close()
+
+        def drop():
+            conn = pymysql.connect(**mysql_connect_args(base + "/"))
+            with conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            conn.close()
+    return f"{base}/{name}", drop
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * p
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def measure_latency(dsn: str, samples: int, idle_seconds: float) -> dict:
+    db = pyqueue_sql.connect(dsn)
+    q = db.queue("bench.latency").create()
+    started: dict[str, float] = {}
+    worker = pyqueue_sql.Worker(dsn, concurrency=4)
+    worker.add_handler(q.name, lambda job: started.setdefault(job.key, time.perf_counter()))
+    t = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    t.start()
+    time.sleep(1.0)
+    pushed: dict[str, float] = {}
+    rng = random.Random(7)
+    for i in range(samples):
+        time.sleep(rng.uniform(0.1, 0.3))
+        key = f"m{i}"
+        pushed[key] = time.perf_counter()
+        q.push(key, "k", {"i": i})
+    deadline = time.monotonic() + 30
+    while len(started) < samples and time.monotonic() < deadline:
+        time.sleep(0.05)
+    latencies = [(started[k] - pushed[k]) * 1000 for k in pushed if k in started]
+    # Idle cost: the worker's own database round trips while nothing happens.
+    time.sleep(1.0)
+    calls0, t0 = worker.stats.db_calls, time.monotonic()
+    time.sleep(idle_seconds)
+    idle_qps = (worker.stats.db_calls - calls0) / (time.monotonic() - t0)
+    worker.stop()
+    t.join(timeout=30)
+    db.close()
+    return {
+        "samples": len(latencies), "missing": samples - len(latencies),
+        "p50_ms": round(percentile(latencies, 0.50), 2), "p95_ms": round(percentile(latencies, 0.95), 2),
+        "p99_ms": round(percentile(latencies, 0.99), 2), "max_ms": round(max(latencies), 2),
+        "mean_ms": round(statistics.fmean(latencies), 2),
+        "idle_client_queries_per_s": round(idle_qps, 2),
+        "wakeups": worker.stats.wakeups,
+    }
+
+
+def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
+    import datetime as dt
+
+    db = pyqueue_sql.connect(dsn)
+    queues = {mode: db.queue(f"bench.push.{mode}").create() for mode in ("delayed", "throttled", "listened", "every")}
+    queues["every"].set_notify_window(0)
+    listener = pyqueue_sql.connect(dsn)
+    db.dialect.listen(listener.connection, [queues["listened"].channel(), queues["every"].channel()])
+    stop = threading.Event()
+
+    def drain():  # a real listener consumes its notifications
+        while not stop.is_set():
+            for _ in listener.connection.notifies(timeout=0.2):
+                pass
+
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+    totals = {mode: 0.0 for mode in queues}
+    later = dt.timedelta(days=1)
+    n = 0
+    for r in range(rounds):
+        for mode, q in queues.items():
+            start = time.perf_counter()
+            for i in range(pushes):
+                q.push(f"r{r}-{i}", "k", {"i": i}, run_at=later if mode == "delayed" else None)
+            totals[mode] += time.perf_counter() - start
+        n += pushes
+    stop.set()
+    drainer.join(timeout=5)
+    listener.close()
+    base = totals["delayed"]
+    result = {mode: {"pushes_per_s": round(n / total, 1), "time_vs_delayed": round(total / base, 3)}
+              for mode, total in totals.items()}
+    for q in queues.values():
+        q.drop()
+    db.close()
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dialect", choices=("postgresql", "mysql"), action="append")
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--pushes", type=int, default=500, help="pushes per mode and round (throttle cost)")
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args(argv)
+    report: dict = {"latency": {}, "push_cost_postgresql": None}
+    for dialect in args.dialect or ["postgresql", "mysql"]:
+        dsn, drop = make_database(dialect)
+        try:
+            migrate.upgrade(dsn)
+            report["latency"][dialect] = measure_latency(dsn, args.samples, args.idle_seconds)
+            if dialect == "postgresql":
+                report["push_cost_postgresql"] = measure_push_cost(dsn, args.pushes, args.rounds)
+        finally:
+            drop()
+    print(json.dumps(report, indent=2))
+    print()
+    print(f"{'dialect':<11} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} {'idle q/s':>9}")
+    for dialect, r in report["latency"].items():
+        print(f"{dialect:<11} {r['samples']:>5} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['p99_ms']:>8} "
+              f"{r['max_ms']:>8} {r['idle_client_queries_per_s']:>9}")
+    if report["push_cost_postgresql"]:
+        print()
+        print(f"{'push mode (PostgreSQL)':<24} {'pushes/s':>9} {'time vs delayed':>16}")
+        for mode, r in report["push_cost_postgresql"].items():
+            print(f"{mode:<24} {r['pushes_per_s']:>9} {r['time_vs_delayed']:>16}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,601 @@
+"""A production worker: handlers per queue and kind, run on a pool of threads.
+
+    worker = pyqueue_sql.Worker("postgresql://localhost/app", concurrency=8)
+
+    @worker.handler("emails", "welcome", retry=RetryPolicy(base=2, max_delay=600))
+    def send_welcome(job):
+        mail(job.payload["to"])
+
+    worker.run()          # until SIGTERM / SIGINT (or worker.stop())
+
+How it waits (the dispatcher thread, one connection):
+  * it reserves as many messages as it has free handler threads, back to back
+    while work flows;
+  * when a reserve comes back empty it asks each queue for its next
+    scheduled_at (queue_next_scheduled_at) and waits until the earliest of
+    that, the poll fallback, or a wakeup:
+    - PostgreSQL: LISTEN on each queue's channel (queue_channel), registered
+      before the first reserve, so a push between an empty reserve and the
+      wait is buffered in the connection and never lost. A push that the
+      NOTIFY throttle swallowed is caught by a re-check one `linger` after each
+      wakeup, and anything else by the poll fallback;
+    - MySQL/MariaDB (no NOTIFY): with one queue, a long poll inside the server
+      (queue_wait: one client round trip per `mysql_wait` seconds, checks every
+      `mysql_check` seconds); with several queues, client-side polling that
+      backs off from `poll_min` to `poll_max`.
+
+Each message: the handler runs on a pool thread; success -> queue_commit;
+exception -> queue_rollback with the queue's RetryPolicy delay (exponential,
+jittered); the SQL dead-letters it once it has had the queue's max_attempts
+deliveries. A heartbeat thread extends the reservation of every running
+message (every lease/3, by lease) so a long handler keeps it. Commit and
+heartbeat of one message are serialised, so a commit never races a token
+change.
+
+Stop (SIGTERM/SIGINT or stop()): no more reserves; messages reserved but not
+started are handed back at once (queue_rollback with no delay; the delivery
+still counts as an attempt); running handlers get `shutdown_timeout` seconds
+to finish and commit. Handlers still running after that lose their heartbeat;
+their messages come back after the lease expires.
+
+Connection loss: every database call retries on a fresh connection with
+exponential backoff (jittered, up to 5 s). A commit or rollback whose reply was
+lost is simply sent again: the token makes it apply at most once (the second
+returns false). A reserve whose reply was lost leaves its messages reserved by
+nobody; they come back when the lease expires. Nothing is lost; a message may
+be delivered again (at-least-once), never committed twice.
+
+Hooks for a worker registry (lists of callables taking the worker):
+on_start (before the first reserve), on_heartbeat (every heartbeat tick, on
+the heartbeat thread; worker.heartbeat_run(fn) runs fn(db) on its connection
+with reconnects), on_stop (after the last handler finished or was abandoned),
+and on_idle (after an empty reserve, before waiting).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue as queue_mod
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import dialects, errors
+from .client import Database, Reservation, connect, default_worker_name
+
+log = logging.getLogger("pyqueue_sql.worker")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Delay before a failed message is eligible again:
+    min(max_delay, base * factor ** (attempts - 1)), then multiplied by a random
+    factor in [1 - jitter, 1 + jitter] so that failures do not retry in lockstep."""
+
+    base: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 300.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.factor < 1 or self.max_delay < 0 or not 0 <= self.jitter <= 1:
+            raise errors.InvalidArgumentError(
+                "RetryPolicy needs base >= 0, factor >= 1, max_delay >= 0 and 0 <= jitter <= 1")
+
+    def delay(self, attempts: int, rng: random.Random | None = None) -> float:
+        rng = rng or random
+        exponent = max(attempts - 1, 0)
+        raw = self.max_delay if exponent > 64 else min(self.max_delay, self.base * self.factor ** exponent)
+        return max(0.0, raw * (1 + self.jitter * (2 * rng.random() - 1)))
+
+
+@dataclass
+class Job:
+    """A reserved message handed to a handler."""
+
+    reservation: Reservation
+    started_at: float | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    done: bool = False
+
+    queue = property(lambda self: self.reservation.queue)
+    key = property(lambda self: self.reservation.key)
+    kind = property(lambda self: self.reservation.kind)
+    payload = property(lambda self: self.reservation.payload)
+    attempts = property(lambda self: self.reservation.attempts)
+    priority = property(lambda self: self.reservation.priority)
+    created_at = property(lambda self: self.reservation.created_at)
+    scheduled_at_initially = property(lambda self: self.reservation.scheduled_at_initially)
+
+
+Handler = Callable[[Job], Any]
+
+
+@dataclass
+class _Route:
+    queue: str
+    handlers: dict[str | None, Handler]
+    retry: RetryPolicy
+
+    def kinds(self) -> list[str] | None:
+        return None if None in self.handlers else sorted(k for k in self.handlers if k is not None)
+
+    def handler_for(self, kind: str) -> Handler | None:
+        return self.handlers.get(kind, self.handlers.get(None))
+
+
+@dataclass
+class WorkerStats:
+    reserved: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    lost: int = 0           # commit/rollback returned false: the reservation had expired
+    handed_back: int = 0
+    reconnects: int = 0
+    wakeups: int = 0
+    db_calls: int = 0
+
+
+class _Stopped(Exception):
+    """Raised inside a retrying database call when the worker is abandoning it."""
+
+
+class _Connection:
+    """One thread's database connection: reconnects and retries on connection loss."""
+
+    def __init__(self, worker: "Worker", role: str, on_connect: Callable[[Database], None] | None = None):
+        self.worker = worker
+        self.role = role
+        self.db: Database | None = None
+        self.on_connect = on_connect
+
+    def close(self) -> None:
+        if self.db is not None:
+            try:
+                self.db.close()
+            except Exception:
+                pass
+            self.db = None
+
+    def run(self, fn: Callable[[Database], Any], *, give_up: threading.Event | None = None) -> Any:
+        delay = 0.05
+        errs = self.worker.dialect.connection_errors()
+        while True:
+            try:
+                if self.db is None:
+                    self.db = connect(self.worker.dsn)
+                    if self.on_connect is not None:
+                        self.on_connect(self.db)
+                self.worker.stats.db_calls += 1
+                return fn(self.db)
+            except errs as exc:
+                self.close()
+                self.worker.stats.reconnects += 1
+                log.warning("database connection lost; retrying",
+                            extra={"event": "reconnect", "role": self.role, "error": str(exc).strip()[:200],
+                                   "retry_in_s": round(delay, 3)})
+                if give_up is not None and give_up.wait(delay):
+                    raise _Stopped() from exc
+                if give_up is None:
+                    time.sleep(delay)
+                delay = min(delay * 2, 5.0) * random.uniform(0.8, 1.2)
+
+
+class Worker:
+    """Runs handlers for messages of one or more queues. See the module docstring."""
+
+    def __init__(self, dsn: str, *, concurrency: int = 4, name: str | None = None, lease: float = 30.0,
+                 poll_fallback: float | None = None, poll_min: float = 0.05, poll_max: float = 1.0,
+                 linger: float = 0.1, mysql_wait: float = 1.0, mysql_check: float = 0.025,
+                 shutdown_timeout: float = 30.0, listen: bool = True) -> None:
+        if concurrency < 1:
+            raise errors.InvalidArgumentError("concurrency must be at least 1")
+        if lease <= 0 or poll_min <= 0 or poll_max < poll_min or mysql_wait <= 0 or mysql_check <= 0:
+            raise errors.InvalidArgumentError("lease, poll_min, mysql_wait and mysql_check must be > 0, poll_max >= poll_min")
+        self.dsn = dsn
+        self.dialect = dialects.for_dsn(dsn)
+        self.concurrency = concurrency
+        self.name = name or default_worker_name()
+        self.lease = float(lease)
+        self.poll_fallback = float(poll_fallback if poll_fallback is not None
+                                   else (5.0 if self.dialect.supports_listen else poll_max))
+        self.poll_min = poll_min
+        self.poll_max = poll_max
+        self.linger = linger
+        self.mysql_wait = mysql_wait
+        self.mysql_check = mysql_check
+        self.shutdown_timeout = shutdown_timeout
+        self.use_listen = listen and self.dialect.supports_listen
+        self.routes: dict[str, _Route] = {}
+        self.stats = WorkerStats()
+        self.on_start: list[Callable[["Worker"], Any]] = []
+        self.on_heartbeat: list[Callable[["Worker"], Any]] = []
+        self.on_stop: list[Callable[["Worker"], Any]] = []
+        self.on_idle: list[Callable[["Worker"], Any]] = []   # after an empty reserve, before waiting
+        self._heartbeat_conn: _Connection | None = None
+        self._stopping = threading.Event()
+        self._hard_stop = threading.Event()
+        self._stopped = threading.Event()
+        self._slots = threading.Condition()
+        self._inflight: dict[tuple[str, str, str], Job] = {}
+        self._pending: queue_mod.Queue[Job | None] = queue_mod.Queue()
+        self._threads: list[threading.Thread] = []
+        self._wake_queues: set[str] = set()
+        self._rng = random.Random()
+
+    # -- configuration -----------------------------------------------------------
+    def handler(self, queue: str, kind: str | None = None, *, retry: RetryPolicy | None = None):
+        """Decorator: registers fn for messages of `kind` (None = any kind without its own handler)."""
+        def register(fn: Handler) -> Handler:
+            self.add_handler(queue, fn, kind, retry=retry)
+            return fn
+        return register
+
+    def add_handler(self, queue: str, fn: Handler, kind: str | None = None, *,
+                    retry: RetryPolicy | None = None) -> None:
+        route = self.routes.setdefault(queue, _Route(queue, {}, RetryPolicy()))
+        if kind in route.handlers:
+            raise errors.InvalidArgumentError(f"queue {queue!r} already has a handler for kind {kind!r}")
+        route.handlers[kind] = fn
+        if retry is not None:
+            route.retry = retry
+
+    def set_retry(self, queue: str, retry: RetryPolicy) -> None:
+        self.routes[queue].retry = retry
+
+    # -- life cycle ----------------------------------------------------------------
+    def stop(self) -> None:
+        """Asks the worker to stop (safe from a signal handler or another thread)."""
+        self._stopping.set()
+        with self._slots:
+            self._slots.notify_all()
+
+    def install_signal_handlers(self) -> None:
+        def handle(signum, _frame):
+            log.info("signal received; stopping", extra={"event": "signal", "signal": signum})
+            self.stop()
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def run(self, *, install_signals: bool | None = None) -> None:
+        """Runs until stop(); handles SIGTERM/SIGINT when run in the main thread."""
+        if not self.routes:
+            raise errors.InvalidArgumentError("the worker has no handlers")
+        if install_signals is None:
+            install_signals = threading.current_thread() is threading.main_thread()
+        if install_signals:
+            self.install_signal_handlers()
+        self._stopping.clear()
+        self._hard_stop.clear()
+        self._stopped.clear()
+        log.info("worker starting", extra={"event": "start", "worker": self.name, "queues": sorted(self.routes),
+                                           "concurrency": self.concurrency, "dialect": self.dialect.name,
+                                           "listen": self.use_listen})
+        for i in range(self.concurrency):
+            t = threading.Thread(target=self._handler_loop, name=f"pyqueue-handler-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        hb = threading.Thread(target=self._heartbeat_loop, name="pyqueue-heartbeat", daemon=True)
+        hb.start()
+        for hook in self.on_start:
+            hook(self)
+        dispatcher = _Connection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
+        try:
+            self._dispatch(dispatcher)
+        finally:
+            dispatcher.close()
+            self._shutdown()
+            hb.join(timeout=5)
+            for hook in self.on_stop:
+                try:
+                    hook(self)
+                except Exception:
+                    log.exception("on_stop hook failed")
+            self._stopped.set()
+            log.info("worker stopped", extra={"event": "stop", "worker": self.name,
+                                              **dataclasses.asdict(self.stats)})
+
+    # -- dispatcher ------------------------------------------------------------
+    def _on_dispatcher_connect(self, db: Database) -> None:
+        if self.use_listen:
+            channels = [db.queue(q).channel() for q in self.routes]
+            self.dialect.listen(db.connection, channels)
+            self._channels = dict(zip(channels, self.routes))
+        # After a (re)connect, anything pushed meanwhile must be looked at.
+        self._wake_queues.update(self.routes)
+
+    def _free(self) -> int:
+        with self._slots:
+            return self.concurrency - len(self._inflight)
+
+    def _dispatch(self, conn: _Connection) -> None:
+        poll = self.poll_min
+        recheck_at: float | None = None
+        long_poll = not self.use_listen and len(self.routes) == 1
+        nothing_ready = False  # the last long poll timed out: no reserve needed
+        while not self._stopping.is_set():
+            if nothing_ready:
+                try:
+                    nothing_ready = not self._wait(conn, self.mysql_wait)
+                except _Stopped:
+                    return
+                continue
+            with self._slots:
+                while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
+                    self._slots.wait(timeout=1.0)
+            if self._stopping.is_set():
+                break
+            order = sorted(self._wake_queues) + [q for q in self.routes if q not in self._wake_queues]
+            self._wake_queues.clear()
+            got = 0
+            for name in order:
+                free = self._free()
+                if free <= 0 or self._stopping.is_set():
+                    break
+                try:
+                    got += self._reserve(conn, self.routes[name], free)
+                except _Stopped:
+                    return
+            if got:
+                poll = self.poll_min
+                continue
+            for hook in self.on_idle:
+                hook(self)
+            # Nothing ready: wait for the earliest of a wakeup, the next
+            # scheduled_at, the poll fallback (and one re-check after a wakeup).
+            try:
+                due = self._next_due(conn)
+            except _Stopped:
+                return
+            if self.use_listen:
+                timeout = self.poll_fallback
+            elif len(self.routes) == 1:
+                timeout = self.mysql_wait
+            else:
+                timeout = poll
+                poll = min(poll * 2, self.poll_max)
+            if due is not None:
+                timeout = min(timeout, due)
+            if recheck_at is not None:
+                timeout = min(timeout, max(recheck_at - time.monotonic(), 0.0))
+                recheck_at = None
+            try:
+                woke = self._wait(conn, max(timeout, 0.0))
+            except _Stopped:
+                return
+            if woke and self.use_listen:
+                recheck_at = time.monotonic() + self.linger
+            # queue_wait watches the next scheduled_at itself, so a timed-out
+            # long poll goes straight into the next one (one query per wait).
+            nothing_ready = long_poll and not woke and not self._wake_queues
+
+    def _next_due(self, conn: _Connection) -> float | None:
+        due: float | None = None
+        for route in self.routes.values():
+            _, wait_s = conn.run(lambda db: db.queue(route.queue).next_scheduled_at(route.kinds()),
+                                 give_up=self._stopping)
+            # 0 right after an empty reserve: a kind we do not handle, or a
+            # row another reserver holds the lock of; let the poll decide.
+            if wait_s is not None and wait_s > 0:
+                due = wait_s if due is None else min(due, wait_s)
+        return due
+
+    def _wait(self, conn: _Connection, timeout: float) -> bool:
+        """Waits up to timeout; True if woken by a wakeup (PostgreSQL) or a ready message (MySQL)."""
+        if timeout <= 0:
+            return False
+        deadline = time.monotonic() + timeout
+        if self.use_listen:
+            def listen(db: Database) -> bool:
+                if self._wake_queues:
+                    return True  # (re)connected: wakeups may have been missed meanwhile
+                woke = False
+                left = deadline - time.monotonic()
+                # Short slices so that stop() is noticed within 0.25 s.
+                while left > 0 and not self._stopping.is_set():
+                    for note in db.connection.notifies(timeout=min(left, 0.25), stop_after=1):
+                        woke = True
+                        self.stats.wakeups += 1
+                        self._wake_queues.add(self._channels.get(note.channel, note.payload))
+                    if woke:
+                        return True  # later notifications stay buffered for the next wait
+                    left = deadline - time.monotonic()
+                return False
+            return conn.run(listen, give_up=self._stopping)
+        if len(self.routes) == 1:
+            route = next(iter(self.routes.values()))
+            if self._stopping.is_set():
+                return False
+            if self._wake_queues:
+                return True
+            woke = conn.run(lambda db: db.queue(route.queue).wait(timeout=round(timeout, 6) or 0.000001,
+                                                                   poll=self.mysql_check, kinds=route.kinds()),
+                            give_up=self._stopping)
+            if woke:
+                self.stats.wakeups += 1
+            return bool(woke)
+        self._stopping.wait(timeout)
+        return False
+
+    def _reserve(self, conn: _Connection, route: _Route, n: int) -> int:
+        rows = conn.run(lambda db: db.queue(route.queue).reserve(n=n, worker=self.name, timeout=self.lease,
+                                                               kinds=route.kinds()),
+                        give_up=self._stopping)
+        for r in rows:
+            job = Job(r)
+            with self._slots:
+                self._inflight[(r.queue, r.key, r.kind)] = job
+            self._pending.put(job)
+        self.stats.reserved += len(rows)
+        if rows:
+            log.debug("reserved", extra={"event": "reserve", "queue": route.queue, "n": len(rows)})
+        return len(rows)
+
+    # -- handlers ----------------------------------------------------------------
+    def _release(self, job: Job) -> None:
+        with self._slots:
+            self._inflight.pop((job.queue, job.key, job.kind), None)
+            self._slots.notify_all()
+
+    def _handler_loop(self) -> None:
+        conn = _Connection(self, "handler")
+        try:
+            while True:
+                job = self._pending.get()
+                if job is None:
+                    return
+                if self._stopping.is_set():
+                    self._hand_back(conn, job)
+                    continue
+                self._run_job(conn, job)
+        finally:
+            conn.close()
+
+    def _run_job(self, conn: _Connection, job: Job) -> None:
+        route = self.routes[job.queue]
+        fn = route.handler_for(job.kind)
+        job.started_at = time.monotonic()
+        started = time.time()
+        error: BaseException | None = None
+        try:
+            if fn is None:
+                raise errors.QueueError(f"no handler for kind {job.kind!r}")
+            fn(job)
+        except Exception as exc:  # the handler's failure is the message's, not the worker's
+            error = exc
+        elapsed_ms = round((time.time() - started) * 1000, 3)
+        try:
+            with job.lock:
+                if error is None:
+                    ok = conn.run(lambda db: db.queue(job.queue).commit(job.reservation), give_up=self._hard_stop)
+                    if ok:
+                        self.stats.succeeded += 1
+                        log.debug("done", extra={"event": "commit", "queue": job.queue, "key": job.key,
+                                                "kind": job.kind, "attempts": job.attempts, "ms": elapsed_ms})
+                else:
+                    delay = route.retry.delay(job.attempts, self._rng)
+                    ok = conn.run(lambda db: db.queue(job.queue).rollback(job.reservation, delay=delay),
+                                  give_up=self._hard_stop)
+                    self.stats.failed += 1
+                    log.warning("handler failed; rolled back", extra={
+                        "event": "rollback", "queue": job.queue, "key": job.key, "kind": job.kind,
+                        "attempts": job.attempts, "retry_in_s": round(delay, 3), "ms": elapsed_ms,
+                        "error": f"{type(error).__name__}: {error}"[:500]})
+                job.done = True
+                if not ok:
+                    self.stats.lost += 1
+                    log.warning("reservation no longer held (expired); the message is or was redelivered",
+                                extra={"event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind})
+        except _Stopped:
+            log.warning("gave up finishing a message at shutdown; it comes back after its lease",
+                        extra={"event": "abandon", "queue": job.queue, "key": job.key})
+        except Exception:  # e.g. the queue was dropped meanwhile: keep the thread alive
+            log.exception("could not commit or roll back; the message comes back after its lease",
+                          extra={"event": "error", "queue": job.queue, "key": job.key})
+        finally:
+            self._release(job)
+
+    def _hand_back(self, conn: _Connection, job: Job) -> None:
+        try:
+            with job.lock:
+                conn.run(lambda db: db.queue(job.queue).rollback(job.reservation, delay=0), give_up=self._hard_stop)
+                job.done = True
+            self.stats.handed_back += 1
+            log.info("handed back unstarted message", extra={"event": "hand_back", "queue": job.queue,
+                                                             "key": job.key, "kind": job.kind})
+        except _Stopped:
+            pass
+        except Exception:
+            log.exception("could not hand back; the message comes back after its lease",
+                          extra={"event": "error", "queue": job.queue, "key": job.key})
+        finally:
+            self._release(job)
+
+    # -- heartbeat -----------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        conn = _Connection(self, "heartbeat")
+        interval = self.lease / 3
+        try:
+            # Runs through a graceful stop (running handlers still need their
+            # reservations extended) and ends with the hard stop.
+            while not self._hard_stop.wait(interval):
+                with self._slots:
+                    jobs = list(self._inflight.values())
+                for job in jobs:
+                    self._extend(conn, job)
+                self._heartbeat_conn = conn
+                for hook in self.on_heartbeat:
+                    try:
+                        hook(self)
+                    except Exception:
+                        log.exception("on_heartbeat hook failed")
+        finally:
+            conn.close()
+
+    def _extend(self, conn: _Connection, job: Job) -> None:
+        with job.lock:
+            if job.done or self._hard_stop.is_set():
+                return
+            try:
+                new = conn.run(lambda db: db.queue(job.queue).extend(job.reservation, timeout=self.lease),
+                               give_up=self._hard_stop)
+            except _Stopped:
+                return
+            except Exception:
+                log.exception("heartbeat: could not extend", extra={"event": "error", "queue": job.queue,
+                                                                     "key": job.key})
+                return
+            if new is None:
+                log.warning("heartbeat: reservation no longer held", extra={
+                    "event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind})
+            else:
+                job.reservation = new
+                log.debug("extended", extra={"event": "extend", "queue": job.queue, "key": job.key})
+
+    def heartbeat_run(self, fn: Callable[[Database], Any]) -> Any:
+        """For on_heartbeat hooks: runs fn(db) on the heartbeat thread's connection,
+        reconnecting and retrying on connection loss."""
+        if self._heartbeat_conn is None:
+            raise errors.QueueError("heartbeat_run is for on_heartbeat hooks")
+        return self._heartbeat_conn.run(fn, give_up=self._hard_stop)
+
+    # -- shutdown --------------------------------------------------------------------
+    def _shutdown(self) -> None:
+        # Unstarted messages go back at once: the handler threads pick them off
+        # the pending queue and hand them back because _stopping is set.
+        deadline = time.monotonic() + self.shutdown_timeout
+        conn = _Connection(self, "shutdown")
+        try:
+            while True:
+                try:
+                    job = self._pending.get_nowait()
+                except queue_mod.Empty:
+                    break
+                if job is not None:
+                    self._hand_back(conn, job)
+        finally:
+            conn.close()
+        for _ in self._threads:
+            self._pending.put(None)
+        for t in self._threads:
+            t.join(timeout=max(deadline - time.monotonic(), 0.0))
+        if any(t.is_alive() for t in self._threads):
+            with self._slots:
+                left = [f"{j.queue}/{j.key}/{j.kind}" for j in self._inflight.values()]
+            log.error("handlers still running at the shutdown deadline; their messages come back after the lease",
+                      extra={"event": "deadline", "running": left})
+        self._hard_stop.set()
+        self._threads.clear()
+
+    # -- status ------------------------------------------------------------------------
+    def status_line(self) -> str:
+        s = self.stats
+        with self._slots:
+            running = len(self._inflight)
+        state = "stopping" if self._stopping.is_set() else "running"
+        return (f"{self.name} {state}: running {running}/{self.concurrency}, done {s.succeeded}, "
+                f"failed {s.failed}, lost {s.lost}, wakeups {s.wakeups}, reconnects {s.reconnects}")
