@@ -146,7 +146,10 @@ CREATE TABLE pyqueue_message (
 -- first takes a free slot (msg_id, msg_attempts = the reservation it holds).
 -- A slot is free when empty or when its holder no longer is that live
 -- reservation (committed, rolled back, moved, dead-lettered, expired, or
--- reserved again, which bumps attempts).
+-- reserved again, which bumps attempts). MySQL takes the slot and the
+-- message in two statements (autocommit): a slot whose message still shows
+-- the attempts before the claim (msg_attempts - 1) is a claim in progress
+-- and stays busy until msg_until, the end the reservation will have.
 CREATE TABLE pyqueue_limit (
     queue_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     p_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
@@ -164,6 +167,7 @@ CREATE TABLE pyqueue_limit_slot (
     slot_no      INT          NOT NULL,
     msg_id       BIGINT       NULL,
     msg_attempts INT          NULL,
+    msg_until    DATETIME(6)  NULL,
     PRIMARY KEY (queue_name, p_kind, slot_no),
     CONSTRAINT pyqueue_limit_slot_limit_fk FOREIGN KEY (queue_name, p_kind)
         REFERENCES pyqueue_limit (queue_name, p_kind) ON DELETE CASCADE
