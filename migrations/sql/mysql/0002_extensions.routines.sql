@@ -758,7 +758,7 @@ BEGIN
                             END IF;
                         ELSE
                             IF v_limits THEN  -- issue 4b: a slot first, for a kind with a limit
-                                CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_now, v_full, v_ok);
+                                CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
                             END IF;
                             UPDATE pyqueue_message
                                SET scheduled_at = v_until,
@@ -1186,8 +1186,10 @@ END //
 -- ---------------------------------------------------------------------------
 
 -- pyqueue__limit_take: one statement that gives a free slot of (in_queue,
--- in_kind) to the reservation (in_id, in_attempts); out_ok = 1 when it got
--- one. The UPDATE reads the slot rows and, through its subqueries, the
+-- in_kind) to the reservation (in_id, in_attempts, ending at in_until);
+-- out_ok = 1 when it got one. A slot is busy while its holder is that live
+-- reservation, or while the claim is in progress (the message still shows
+-- msg_attempts - 1) and msg_until has not passed. The UPDATE reads the slot rows and, through its subqueries, the
 -- holders' message rows with locking reads (InnoDB, REPEATABLE READ or
 -- SERIALIZABLE): it waits for a slot another session is changing and sees
 -- the latest committed holder, never an older snapshot.
@@ -1197,19 +1199,22 @@ CREATE PROCEDURE pyqueue__limit_take(
     IN  in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN  in_id       BIGINT,
     IN  in_attempts INT,
+    IN  in_until    DATETIME(6),
     IN  in_now      DATETIME(6),
     OUT out_ok      INT)
 SQL SECURITY INVOKER
 BEGIN
     UPDATE pyqueue_limit_slot s
-       SET s.msg_id = in_id, s.msg_attempts = in_attempts
+       SET s.msg_id = in_id, s.msg_attempts = in_attempts, s.msg_until = in_until
      WHERE s.queue_name = in_queue AND s.p_kind = in_kind
        AND s.slot_no <= (SELECT l.capacity FROM pyqueue_limit l
                           WHERE l.queue_name = in_queue AND l.p_kind = in_kind)
        AND (s.msg_id IS NULL
             OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                            WHERE m.id = s.msg_id AND m.attempts = s.msg_attempts
-                              AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now))
+                            WHERE m.id = s.msg_id
+                              AND ((m.attempts = s.msg_attempts
+                                    AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                   OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
      ORDER BY s.slot_no
      LIMIT 1;
     SET out_ok = ROW_COUNT();
@@ -1220,15 +1225,17 @@ END //
 -- limits. out_ok = 1 when the kind has no limit or a slot was taken for the
 -- delivery (attempts + 1); 0 when the kind is full. io_full: JSON array of
 -- the kinds found full in this call (skipped without another look).
--- The slot is taken BEFORE the message is claimed: interrupted in between,
--- or when the claim then loses a race, the slot holds a reservation that
--- either is someone else's (counted twice until it ends) or never happens
--- (free again at once): too few hand-outs, never too many.
+-- The slot is taken BEFORE the message is claimed, and counts as busy
+-- while the claim is in progress. Interrupted in between, or when the claim
+-- then loses a race, the slot holds a reservation that either is someone
+-- else's (counted twice until it ends) or never happens (busy until the
+-- timeout it would have had): too few hand-outs, never too many.
 DROP PROCEDURE IF EXISTS pyqueue__limit_claim //
 CREATE PROCEDURE pyqueue__limit_claim(
     IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN    in_id       BIGINT,
     IN    in_attempts INT,
+    IN    in_until    DATETIME(6),
     IN    in_now      DATETIME(6),
     INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
     OUT   out_ok      INT)
@@ -1240,7 +1247,7 @@ BEGIN
     IF JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(v_kind)) THEN
         SET out_ok = 0;
     ELSEIF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = v_kind) THEN
-        CALL pyqueue__limit_take(in_queue, v_kind, in_id, in_attempts + 1, in_now, out_ok);
+        CALL pyqueue__limit_take(in_queue, v_kind, in_id, in_attempts + 1, in_until, in_now, out_ok);
         IF out_ok = 0 THEN
             SET io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', v_kind);
         END IF;
@@ -1269,10 +1276,11 @@ BEGIN
     DECLARE v_i        INT DEFAULT 1;
     DECLARE v_id       BIGINT;
     DECLARE v_attempts INT;
+    DECLARE v_until    DATETIME(6);
     DECLARE v_ok       INT;
     DECLARE v_done     INT DEFAULT 0;
     DECLARE c_live CURSOR FOR
-        SELECT m.id, m.attempts
+        SELECT m.id, m.attempts, m.scheduled_at
           FROM pyqueue_message m
          WHERE m.queue_name = v_queue AND m.p_kind = v_kind
            AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
@@ -1300,11 +1308,11 @@ BEGIN
         END WHILE;
         OPEN c_live;
         live: LOOP
-            FETCH c_live INTO v_id, v_attempts;
+            FETCH c_live INTO v_id, v_attempts, v_until;
             IF v_done = 1 THEN
                 LEAVE live;
             END IF;
-            CALL pyqueue__limit_take(v_queue, v_kind, v_id, v_attempts, v_now, v_ok);
+            CALL pyqueue__limit_take(v_queue, v_kind, v_id, v_attempts, v_until, v_now, v_ok);
             IF v_ok = 0 THEN
                 LEAVE live;
             END IF;
