@@ -147,7 +147,7 @@ class Database:
         """Registers a worker (default name host:pid); reserve with its ``reserve_as``."""
         host = socket.gethostname() if host is None else host
         pid = os.getpid() if pid is None else pid
-        name = name or f"{host}:{pid}"
+        name = f"{host}:{pid}" if name is None else name
         worker_id = int(self.call("worker_register", name=name, host=host, pid=whole_number(pid, "pid"),
                                   queues=self.dialect.kinds(queues))[0][0])
         return WorkerRegistration(worker_id, name, f"{name}#{worker_id}")
