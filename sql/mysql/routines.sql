@@ -845,7 +845,9 @@ BEGIN
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
     IF v_id > 0 THEN
-        CALL pyqueue__schedule_next(v_queue, v_key, v_kind);  -- issue 4b: recurring messages
+        IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- issue 4b: a recurring message's occurrence
+            CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+        END IF;
         DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
         SET v_done = ROW_COUNT();
     END IF;
@@ -1211,7 +1213,7 @@ BEGIN
                           WHERE l.queue_name = in_queue AND l.p_kind = in_kind)
        AND (s.msg_id IS NULL
             OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                            WHERE m.id = s.msg_id
+                            WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
                               AND ((m.attempts = s.msg_attempts
                                     AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
                                    OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
@@ -1342,6 +1344,7 @@ BEGIN
     SELECT l.queue_name AS `queue`, l.p_kind, l.capacity,
            (SELECT COUNT(*) FROM pyqueue_limit_slot s
               JOIN pyqueue_message m ON m.id = s.msg_id AND m.attempts = s.msg_attempts
+                                    AND m.queue_name = s.queue_name
              WHERE s.queue_name = l.queue_name AND s.p_kind = l.p_kind
                AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now) AS in_use
       FROM pyqueue_limit l

@@ -477,11 +477,13 @@ BEGIN
     PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     DELETE FROM pyqueue_message
      WHERE queue_name = in_queue AND p_key = in_key AND p_kind = in_kind AND reserve_token = in_token;
-    IF FOUND THEN
-        PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);  -- issue 4b: recurring messages
-        RETURN true;
+    IF NOT FOUND THEN
+        RETURN false;
     END IF;
-    RETURN false;
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- issue 4b: a recurring message's occurrence
+        PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
+    END IF;
+    RETURN true;
 END;
 $$;
 
