@@ -1715,10 +1715,9 @@ END //
 -- occurrence (the next one after now). A pending occurrence of the replaced
 -- schedule is removed unless it is reserved (it then runs, and its commit
 -- pushes nothing since it is no longer the pending one). Result: one row,
--- next_at. Steps: upsert the schedule row (next_at = first), push the first
--- occurrence, remove the old pending one: interrupted, at worst the old
--- occurrence stays as well (one extra run) or the first is missing (call
--- again).
+-- next_at. Steps: upsert the schedule row (next_at = first), remove the old
+-- pending occurrence, push the first one: interrupted (the call then fails),
+-- the schedule may have no pending occurrence until it is called again.
 DROP PROCEDURE IF EXISTS pyqueue__schedule //
 CREATE PROCEDURE pyqueue__schedule(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1752,17 +1751,17 @@ BEGIN
     INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
     VALUES (v_queue, v_key, v_kind, in_payload, in_every_s, in_cron, v_next, v_now)
     ON DUPLICATE KEY UPDATE payload = in_payload, every_s = in_every_s, cron = in_cron, next_at = v_next;
-    INSERT IGNORE INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts)
-    VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
-            in_payload, 0, v_next, v_next, v_now, 0);
-    IF v_old IS NOT NULL AND v_old <> v_next THEN
+    IF v_old IS NOT NULL THEN
         SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
         SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
          WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
         DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
     END IF;
+    INSERT IGNORE INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, attempts)
+    VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
+            in_payload, 0, v_next, v_next, v_now, 0);
     SELECT v_next AS next_at;
 END //
 
