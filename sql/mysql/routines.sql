@@ -684,6 +684,7 @@ BEGIN
                 OR m.scheduled_at > v_after_at
                 OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
            AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
+           AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- issue 4b: full kinds
          ORDER BY m.scheduled_at, m.id
          LIMIT v_page;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;

@@ -687,7 +687,7 @@ $$;
 -- counts as busy) and the holder is checked by a statement that starts after
 -- the lock is held: under READ COMMITTED it sees the latest committed state;
 -- under REPEATABLE READ a slot changed since the snapshot raises 40001.
-CREATE OR REPLACE FUNCTION pyqueue__limit_claim(in_queue text, in_kind text, in_id bigint,
+CREATE OR REPLACE FUNCTION pyqueue__limit_claim(in_queue text, in_kind text, in_id bigint, in_key text,
                                                 in_attempts integer, in_now timestamptz, in_taken bigint[])
 RETURNS boolean
 LANGUAGE plpgsql
@@ -696,7 +696,7 @@ DECLARE
     v_slot record;
 BEGIN
     FOR v_slot IN
-        SELECT s.slot_no, s.msg_id, s.msg_attempts
+        SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
           FROM pyqueue_limit_slot s
           JOIN pyqueue_limit l ON l.queue_name = s.queue_name AND l.p_kind = s.p_kind
          WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND s.slot_no <= l.capacity
@@ -706,10 +706,12 @@ BEGIN
         IF v_slot.msg_id IS NULL
            OR (v_slot.msg_id <> ALL (in_taken)
                AND NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                WHERE m.id = v_slot.msg_id AND m.attempts = v_slot.msg_attempts
+                                WHERE m.queue_name = in_queue AND m.p_key = v_slot.msg_key
+                                  AND m.p_kind = in_kind AND m.id = v_slot.msg_id
+                                  AND m.attempts = v_slot.msg_attempts
                                   AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)) THEN
             UPDATE pyqueue_limit_slot
-               SET msg_id = in_id, msg_attempts = in_attempts + 1
+               SET msg_id = in_id, msg_key = in_key, msg_attempts = in_attempts + 1
              WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no = v_slot.slot_no;
             RETURN true;
         END IF;
@@ -759,7 +761,7 @@ BEGIN
                 IF r.p_kind = ANY (v_full) THEN
                     v_skipped := true;
                 ELSIF r.p_kind = ANY (v_limited)
-                      AND NOT pyqueue__limit_claim(in_queue, r.p_kind, r.id, r.attempts, in_now, v_taken) THEN
+                      AND NOT pyqueue__limit_claim(in_queue, r.p_kind, r.id, r.p_key, r.attempts, in_now, v_taken) THEN
                     v_full := v_full || r.p_kind::text;
                     v_skipped := true;
                 ELSE
@@ -842,7 +844,7 @@ BEGIN
     -- Live reservations that hold no slot yet (made before the limit) take
     -- the empty slots, oldest first.
     WITH untracked AS (
-        SELECT m.id, m.attempts, row_number() OVER (ORDER BY m.id) AS rn
+        SELECT m.id, m.p_key, m.attempts, row_number() OVER (ORDER BY m.id) AS rn
           FROM pyqueue_message m
          WHERE m.queue_name = in_queue AND m.p_kind = in_kind
            AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
@@ -855,11 +857,13 @@ BEGIN
          WHERE s.queue_name = in_queue AND s.p_kind = in_kind
            AND (s.msg_id IS NULL
                 OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                WHERE m.id = s.msg_id AND m.attempts = s.msg_attempts
+                                WHERE m.queue_name = in_queue AND m.p_key = s.msg_key
+                                  AND m.p_kind = in_kind AND m.id = s.msg_id
+                                  AND m.attempts = s.msg_attempts
                                   AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now))
     )
     UPDATE pyqueue_limit_slot s
-       SET msg_id = u.id, msg_attempts = u.attempts
+       SET msg_id = u.id, msg_key = u.p_key, msg_attempts = u.attempts
       FROM untracked u JOIN empty e ON e.rn = u.rn
      WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND s.slot_no = e.slot_no;
 END;
@@ -880,7 +884,8 @@ BEGIN
     RETURN QUERY
         SELECT l.queue_name::text, l.p_kind::text, l.capacity,
                (SELECT count(*) FROM pyqueue_limit_slot s JOIN pyqueue_message m
-                    ON m.id = s.msg_id AND m.attempts = s.msg_attempts
+                    ON m.queue_name = s.queue_name AND m.p_key = s.msg_key AND m.p_kind = s.p_kind
+                   AND m.id = s.msg_id AND m.attempts = s.msg_attempts
                  WHERE s.queue_name = l.queue_name AND s.p_kind = l.p_kind
                    AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
           FROM pyqueue_limit l

@@ -73,7 +73,8 @@ CREATE INDEX pyqueue_message_ready_idx
 
 -- Concurrency limits: at most capacity messages of (queue, kind) reserved at
 -- once. One slot row per unit of capacity; a reservation of a limited kind
--- first takes a free slot (msg_id, msg_attempts = the reservation it holds).
+-- first takes a free slot (msg_id, msg_attempts = the reservation it holds;
+-- msg_key finds the message by its primary key).
 -- A slot is free when empty or when its holder no longer is that live
 -- reservation (committed, rolled back, moved, dead-lettered, expired, or
 -- reserved again, which bumps attempts).
@@ -90,6 +91,7 @@ CREATE TABLE pyqueue_limit_slot (
     p_kind       varchar(128) NOT NULL,
     slot_no      integer      NOT NULL,
     msg_id       bigint       NULL,
+    msg_key      varchar(255) NULL,
     msg_attempts integer      NULL,
     CONSTRAINT pyqueue_limit_slot_pkey PRIMARY KEY (queue_name, p_kind, slot_no),
     CONSTRAINT pyqueue_limit_slot_limit_fk FOREIGN KEY (queue_name, p_kind)

@@ -23,7 +23,7 @@ DROP FUNCTION IF EXISTS queue_limits(text);
 DROP FUNCTION IF EXISTS queue_set_limit(text, text, integer);
 DROP FUNCTION IF EXISTS pyqueue__limit_renew(text, text, text, uuid);
 DROP FUNCTION IF EXISTS pyqueue__lock_ready_limited(text, timestamptz, integer, text[]);
-DROP FUNCTION IF EXISTS pyqueue__limit_claim(text, text, bigint, integer, timestamptz, bigint[]);
+DROP FUNCTION IF EXISTS pyqueue__limit_claim(text, text, bigint, text, integer, timestamptz, bigint[]);
 DROP TABLE IF EXISTS pyqueue_schedule;
 DROP TABLE IF EXISTS pyqueue_worker;
 DROP TABLE IF EXISTS pyqueue_limit_slot;
