@@ -229,6 +229,33 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def format_workers_table(workers: Iterable[Any]) -> str:
+    """Registered workers (pyqueue_sql.WorkerInfo) as an aligned text table."""
+    header = ("id", "name", "host", "pid", "queues", "started", "last heartbeat")
+    rows = [
+        (str(w.worker_id), w.name, w.host or "-", "-" if w.pid is None else str(w.pid),
+         ",".join(w.queues) if w.queues else "-", w.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+         format_age(w.heartbeat_age_s) + " ago")
+        for w in workers
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip()
+                     for r in [header, tuple("-" * w for w in widths), *rows])
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        if args.release_older_than is not None:
+            released = db.release_dead_workers(args.release_older_than)
+            print(f"released {released} message(s) of workers silent for over {args.release_older_than:g}s")
+        workers = db.workers()
+    if not workers:
+        print("no workers registered")
+    else:
+        print(format_workers_table(workers))
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -397,6 +424,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("stats", cmd_stats, "show queue depths")
     p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
+
+    p = command("workers", cmd_workers, "list the registered workers and their last heartbeat")
+    p.add_argument("--release-older-than", type=_seconds, metavar="S",
+                   help="first remove workers silent for over S seconds and make their messages ready")
 
     p = command("demo", cmd_demo, "run producers and consumers against a demo queue "
                                   "(an embedded PostgreSQL unless --dsn / $PYQUEUE_DSN is set)")

@@ -141,6 +141,47 @@ class Database:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # issue 4b: worker registry, and the limits / schedules of every queue ---------
+    def register_worker(self, name: str | None = None, queues: Sequence[str] | None = None,
+                        host: str | None = None, pid: int | None = None) -> "WorkerRegistration":
+        """Registers a worker (default name host:pid); reserve with its ``reserve_as``."""
+        host = socket.gethostname() if host is None else host
+        pid = os.getpid() if pid is None else pid
+        name = f"{host}:{pid}" if name is None else name
+        worker_id = int(self.call("worker_register", name=name, host=host, pid=whole_number(pid, "pid"),
+                                  queues=self.dialect.kinds(queues))[0][0])
+        return WorkerRegistration(worker_id, name, f"{name}#{worker_id}")
+
+    def heartbeat_worker(self, worker_id: int) -> bool:
+        """False when the worker is no longer registered (released as dead: register again)."""
+        return bool(self.call("worker_heartbeat", worker_id=whole_number(worker_id, "worker_id"))[0][0])
+
+    def deregister_worker(self, worker_id: int) -> bool:
+        return bool(self.call("worker_deregister", worker_id=whole_number(worker_id, "worker_id"))[0][0])
+
+    def release_dead_workers(self, older_than: Duration) -> int:
+        """Removes workers silent for longer than older_than; their reservations become ready. Returns how many."""
+        return int(self.call("release_dead_workers",
+                             older_than=self.dialect.duration(older_than, "older_than"))[0][0])
+
+    def workers(self) -> list["WorkerInfo"]:
+        d = self.dialect
+        out = []
+        for wid, name, host, pid, queues, started, beat, age, reserve_as in self.call("workers"):
+            if isinstance(queues, (str, bytes, bytearray)):
+                queues = d.read_payload(queues)
+            out.append(WorkerInfo(int(wid), name, host, pid, None if queues is None else list(queues),
+                                  d.read_time(started), d.read_time(beat), float(age), reserve_as))
+        return out
+
+    def limits(self) -> list["LimitInfo"]:
+        """Every queue's concurrency limits."""
+        return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in self.call("limits", queue=None)]
+
+    def schedules(self) -> list["ScheduleInfo"]:
+        """Every queue's recurring messages."""
+        return [_schedule(self.dialect, row) for row in self.call("schedules", queue=None)]
+
 
 def connect(dsn: str) -> Database:
     """Opens a connection; the DSN's scheme picks the dialect (postgresql:// or mysql://)."""
@@ -326,6 +367,34 @@ class Queue:
             in self.db.call("dead_letters", queue=self.name)
         ]
 
+    # issue 4b: concurrency limits and recurring messages ---------------------------
+    def set_limit(self, kind: str, capacity: int | None) -> None:
+        """At most capacity messages of kind reserved at once (None removes the limit)."""
+        self.db.call("set_limit", queue=self.name, kind=kind, capacity=whole_number(capacity, "capacity"))
+
+    def limits(self) -> list["LimitInfo"]:
+        return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in self.db.call("limits", queue=self.name)]
+
+    def schedule_every(self, key: str, kind: str, payload: Any, every: Duration) -> dt.datetime:
+        """A message key@time every ``every`` (whole seconds, aligned to the Unix epoch); returns the first time."""
+        d = self.db.dialect
+        at = self.db.call("schedule_every", queue=self.name, key=key, kind=kind, payload=encode_json(payload),
+                          every=d.duration(every, "every"))[0][0]
+        return d.read_time(at)
+
+    def schedule_cron(self, key: str, kind: str, payload: Any, cron: str) -> dt.datetime:
+        """A message key@time at every minute matching the 5-field cron expression (UTC); returns the first time."""
+        d = self.db.dialect
+        at = self.db.call("schedule_cron", queue=self.name, key=key, kind=kind, payload=encode_json(payload),
+                          cron=cron)[0][0]
+        return d.read_time(at)
+
+    def unschedule(self, key: str, kind: str) -> bool:
+        return bool(self.db.call("unschedule", queue=self.name, key=key, kind=kind)[0][0])
+
+    def schedules(self) -> list["ScheduleInfo"]:
+        return [_schedule(self.db.dialect, row) for row in self.db.call("schedules", queue=self.name)]
+
 
 @dataclass(frozen=True)
 class DeadLetter:
@@ -341,3 +410,49 @@ class DeadLetter:
     created_at: dt.datetime
     dead_lettered_at: dt.datetime
     reserved: bool
+# issue 4b: rows of the worker registry, limits and schedules ----------------------
+@dataclass(frozen=True)
+class WorkerRegistration:
+    """A registered worker: reserve with ``reserve_as`` so that release_dead_workers finds its messages."""
+
+    worker_id: int
+    name: str
+    reserve_as: str
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: int
+    name: str
+    host: str | None
+    pid: int | None
+    queues: list[str] | None
+    started_at: dt.datetime
+    heartbeat_at: dt.datetime
+    heartbeat_age_s: float
+    reserve_as: str
+
+
+@dataclass(frozen=True)
+class LimitInfo:
+    queue: str
+    kind: str
+    capacity: int
+    in_use: int
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    queue: str
+    key: str
+    kind: str
+    payload: Any
+    every_s: int | None
+    cron: str | None
+    next_at: dt.datetime
+
+
+def _schedule(dialect: dialects.Dialect, row: Sequence[Any]) -> ScheduleInfo:
+    queue, key, kind, payload, every_s, cron, next_at = row
+    return ScheduleInfo(queue, key, kind, dialect.read_payload(payload),
+                        None if every_s is None else int(every_s), cron, dialect.read_time(next_at))

@@ -114,6 +114,40 @@ SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts
   FROM pyqueue_dead_letters
  WHERE dead_letter_queue = %(queue)s
  ORDER BY dead_lettered_at, p_key, p_kind
+-- issue 4b
+
+-- name: set_limit
+CALL queue_set_limit(%(queue)s, %(kind)s, %(capacity)s)
+
+-- name: limits
+CALL queue_limits(%(queue)s)
+
+-- name: worker_register
+CALL queue_worker_register(%(name)s, %(host)s, %(pid)s, %(queues)s)
+
+-- name: worker_heartbeat
+CALL queue_worker_heartbeat(%(worker_id)s)
+
+-- name: worker_deregister
+CALL queue_worker_deregister(%(worker_id)s)
+
+-- name: release_dead_workers
+CALL queue_release_dead_workers(%(older_than)s)
+
+-- name: workers
+CALL queue_workers()
+
+-- name: schedule_every
+CALL queue_schedule_every(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(every)s)
+
+-- name: schedule_cron
+CALL queue_schedule_cron(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(cron)s)
+
+-- name: unschedule
+CALL queue_unschedule(%(queue)s, %(key)s, %(kind)s)
+
+-- name: schedules
+CALL queue_schedules(%(queue)s)
 
 -- ---- end of issue 4 ----
 

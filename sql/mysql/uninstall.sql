@@ -16,6 +16,29 @@ DROP PROCEDURE IF EXISTS pyqueue__archive;
 DROP VIEW IF EXISTS pyqueue_dead_letters;
 DROP TABLE IF EXISTS pyqueue_history;
 
+-- issue 4b
+DROP PROCEDURE IF EXISTS queue_schedules;
+DROP PROCEDURE IF EXISTS queue_unschedule;
+DROP PROCEDURE IF EXISTS queue_schedule_cron;
+DROP PROCEDURE IF EXISTS queue_schedule_every;
+DROP PROCEDURE IF EXISTS pyqueue__schedule;
+DROP PROCEDURE IF EXISTS pyqueue__schedule_next;
+DROP PROCEDURE IF EXISTS pyqueue__schedule_after;
+DROP PROCEDURE IF EXISTS pyqueue__cron_next;
+DROP PROCEDURE IF EXISTS pyqueue__cron_field;
+DROP PROCEDURE IF EXISTS queue_workers;
+DROP PROCEDURE IF EXISTS queue_release_dead_workers;
+DROP PROCEDURE IF EXISTS queue_worker_deregister;
+DROP PROCEDURE IF EXISTS queue_worker_heartbeat;
+DROP PROCEDURE IF EXISTS queue_worker_register;
+DROP PROCEDURE IF EXISTS queue_limits;
+DROP PROCEDURE IF EXISTS queue_set_limit;
+DROP PROCEDURE IF EXISTS pyqueue__limit_claim;
+DROP PROCEDURE IF EXISTS pyqueue__limit_take;
+DROP TABLE IF EXISTS pyqueue_schedule;
+DROP TABLE IF EXISTS pyqueue_worker;
+DROP TABLE IF EXISTS pyqueue_limit_slot;
+DROP TABLE IF EXISTS pyqueue_limit;
 -- ---- end of issue 4 ----
 
 

@@ -111,6 +111,41 @@ SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts
   FROM pyqueue_dead_letters
  WHERE dead_letter_queue = %(queue)s
  ORDER BY dead_lettered_at, p_key, p_kind
+-- issue 4b
+
+-- name: set_limit
+SELECT queue_set_limit(%(queue)s, %(kind)s, %(capacity)s::integer)
+
+-- name: limits
+SELECT queue, p_kind, capacity, in_use FROM queue_limits(%(queue)s)
+
+-- name: worker_register
+SELECT queue_worker_register(%(name)s, %(host)s, %(pid)s::integer, %(queues)s::text[])
+
+-- name: worker_heartbeat
+SELECT queue_worker_heartbeat(%(worker_id)s::bigint)
+
+-- name: worker_deregister
+SELECT queue_worker_deregister(%(worker_id)s::bigint)
+
+-- name: release_dead_workers
+SELECT queue_release_dead_workers(%(older_than)s::interval)
+
+-- name: workers
+SELECT worker_id, worker_name, host, pid, queues, started_at, heartbeat_at, heartbeat_age_s, reserve_as
+  FROM queue_workers()
+
+-- name: schedule_every
+SELECT queue_schedule_every(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(every)s::interval)
+
+-- name: schedule_cron
+SELECT queue_schedule_cron(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(cron)s)
+
+-- name: unschedule
+SELECT queue_unschedule(%(queue)s, %(key)s, %(kind)s)
+
+-- name: schedules
+SELECT queue, p_key, p_kind, payload, every_s, cron, next_at FROM queue_schedules(%(queue)s)
 
 -- ---- end of issue 4 ----
 

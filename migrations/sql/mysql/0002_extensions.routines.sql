@@ -681,6 +681,9 @@ BEGIN
     DECLARE v_token      CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed    LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
     DECLARE v_kinds      LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_limits     INT;                             -- issue 4b: limits
+    DECLARE v_ok         INT DEFAULT 1;                   -- issue 4b
+    DECLARE v_full       LONGTEXT CHARACTER SET utf8mb4;  -- issue 4b
     DECLARE c_ready CURSOR FOR
         SELECT m.id, m.scheduled_at
           FROM pyqueue_message m
@@ -691,6 +694,7 @@ BEGIN
                 OR m.scheduled_at > v_after_at
                 OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
            AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
+           AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- issue 4b: full kinds
          ORDER BY m.scheduled_at, m.id
          LIMIT v_page;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
@@ -729,6 +733,7 @@ BEGIN
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
         SET v_left = COALESCE(in_n, 1);
+        SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limits;  -- issue 4b
         SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
         priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
             SET v_after_at = NULL, v_after_id = NULL;
@@ -763,13 +768,17 @@ BEGIN
                                 CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, v_dead);
                             END IF;
                         ELSE
+                            IF v_limits THEN  -- issue 4b: a slot first, for a kind with a limit
+                                CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
+                            END IF;
                             UPDATE pyqueue_message
                                SET scheduled_at = v_until,
                                    attempts = attempts + 1,
                                    reserved_by = in_worker,
                                    reserve_token = v_token
                              WHERE id = v_id AND scheduled_at <= v_now
-                               AND attempts = v_attempts AND reserve_token <=> v_seen_token;
+                               AND attempts = v_attempts AND reserve_token <=> v_seen_token
+                               AND v_ok = 1;  -- issue 4b
                             IF ROW_COUNT() = 1 THEN
                                 SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$', JSON_ARRAY(v_id, v_token));
                                 SET v_left = v_left - 1;
@@ -849,6 +858,9 @@ BEGIN
        AND m.reserve_token = v_held;
     IF v_id > 0 THEN
         CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
+        IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- issue 4b: a recurring message's occurrence
+            CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+        END IF;
         DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
         SET v_done = ROW_COUNT();
         CALL pyqueue__unarchive(v_hist, v_done);
@@ -966,7 +978,14 @@ BEGIN
            SET scheduled_at = UTC_TIMESTAMP(6)
                               + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND,
                reserve_token = v_token
-         WHERE id = v_id AND reserve_token = v_held;
+         WHERE id = v_id AND reserve_token = v_held
+           -- issue 4b: a kind with a limit extends only while its slot is still this reservation's
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit l
+                            WHERE l.queue_name = v_queue AND l.p_kind = v_kind
+                              AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                                               WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                                                 AND s.msg_id = v_id
+                                                 AND s.msg_attempts = pyqueue_message.attempts));
         IF ROW_COUNT() <> 1 THEN
             SET v_token = NULL;
         END IF;
@@ -1868,6 +1887,691 @@ BEGIN
         END IF;
     END LOOP;
     SELECT v_outcome AS outcome;
+END //
+
+-- issue 4b
+
+-- ---------------------------------------------------------------------------
+-- Concurrency limits
+-- ---------------------------------------------------------------------------
+
+-- pyqueue__limit_take: one statement that gives a free slot of (in_queue,
+-- in_kind) to the reservation (in_id, in_attempts, ending at in_until);
+-- out_ok = 1 when it got one. A slot is busy while its holder is that live
+-- reservation, or while the claim is in progress (the message still shows
+-- msg_attempts - 1) and msg_until has not passed. The UPDATE reads the slot rows and, through its subqueries, the
+-- holders' message rows with locking reads (InnoDB, REPEATABLE READ or
+-- SERIALIZABLE): it waits for a slot another session is changing and sees
+-- the latest committed holder, never an older snapshot.
+DROP PROCEDURE IF EXISTS pyqueue__limit_take //
+CREATE PROCEDURE pyqueue__limit_take(
+    IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id       BIGINT,
+    IN  in_attempts INT,
+    IN  in_until    DATETIME(6),
+    IN  in_now      DATETIME(6),
+    OUT out_ok      INT)
+SQL SECURITY INVOKER
+BEGIN
+    UPDATE pyqueue_limit_slot s
+       SET s.msg_id = in_id, s.msg_attempts = in_attempts, s.msg_until = in_until
+     WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+       AND s.slot_no <= (SELECT l.capacity FROM pyqueue_limit l
+                          WHERE l.queue_name = in_queue AND l.p_kind = in_kind)
+       AND (s.msg_id IS NULL
+            OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                            WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                              AND ((m.attempts = s.msg_attempts
+                                    AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                   OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+     ORDER BY s.slot_no
+     LIMIT 1;
+    SET out_ok = ROW_COUNT();
+END //
+
+-- pyqueue__limit_claim: called by queue_reserve for a candidate it is about
+-- to deliver (message in_id, seen with in_attempts) when the queue has
+-- limits. out_ok = 1 when the kind has no limit or a slot was taken for the
+-- delivery (attempts + 1); 0 when the kind is full. io_full: JSON array of
+-- the kinds found full in this call (skipped without another look).
+-- The slot is taken BEFORE the message is claimed, and counts as busy
+-- while the claim is in progress. Interrupted in between, or when the claim
+-- then loses a race, the slot holds a reservation that either is someone
+-- else's (counted twice until it ends) or never happens (busy until the
+-- timeout it would have had): too few hand-outs, never too many.
+DROP PROCEDURE IF EXISTS pyqueue__limit_claim //
+CREATE PROCEDURE pyqueue__limit_claim(
+    IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_id       BIGINT,
+    IN    in_attempts INT,
+    IN    in_until    DATETIME(6),
+    IN    in_now      DATETIME(6),
+    INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
+    OUT   out_ok      INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT MAX(m.p_kind) INTO v_kind FROM pyqueue_message m WHERE m.id = in_id;
+    SET out_ok = 1;
+    IF JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(v_kind)) THEN
+        SET out_ok = 0;
+    ELSEIF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = v_kind) THEN
+        CALL pyqueue__limit_take(in_queue, v_kind, in_id, in_attempts + 1, in_until, in_now, out_ok);
+        IF out_ok = 0 THEN
+            SET io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', v_kind);
+        END IF;
+    END IF;
+END //
+
+-- queue_set_limit: at most in_capacity messages of in_kind reserved at once
+-- in in_queue (0 holds the kind back); NULL removes the limit. Live
+-- reservations of the kind without a slot (made before the first call) take
+-- free slots, as far as the capacity goes. No result set.
+-- Locks: the limit row and its slot rows, each for one statement.
+DROP PROCEDURE IF EXISTS queue_set_limit //
+CREATE PROCEDURE queue_set_limit(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_capacity DECIMAL(65,30))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_i        INT DEFAULT 1;
+    DECLARE v_id       BIGINT;
+    DECLARE v_attempts INT;
+    DECLARE v_until    DATETIME(6);
+    DECLARE v_ok       INT;
+    DECLARE v_done     INT DEFAULT 0;
+    DECLARE c_live CURSOR FOR
+        SELECT m.id, m.attempts, m.scheduled_at
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_kind = v_kind
+           AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                            WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                              AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
+         ORDER BY m.id;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_int('capacity', in_capacity, 0, 10000);
+    SET v_queue = in_queue, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    IF in_capacity IS NULL THEN
+        DELETE FROM pyqueue_limit WHERE queue_name = v_queue AND p_kind = v_kind;
+    ELSE
+        INSERT INTO pyqueue_limit (queue_name, p_kind, capacity)
+        VALUES (v_queue, v_kind, in_capacity)
+        ON DUPLICATE KEY UPDATE capacity = in_capacity;
+        DELETE FROM pyqueue_limit_slot
+         WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no > in_capacity;
+        WHILE v_i <= in_capacity DO
+            INSERT IGNORE INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
+            VALUES (v_queue, v_kind, v_i);
+            SET v_i = v_i + 1;
+        END WHILE;
+        OPEN c_live;
+        live: LOOP
+            FETCH c_live INTO v_id, v_attempts, v_until;
+            IF v_done = 1 THEN
+                LEAVE live;
+            END IF;
+            CALL pyqueue__limit_take(v_queue, v_kind, v_id, v_attempts, v_until, v_now, v_ok);
+            IF v_ok = 0 THEN
+                LEAVE live;
+            END IF;
+        END LOOP;
+        CLOSE c_live;
+    END IF;
+END //
+
+-- queue_limits: the limits of a queue (all queues when NULL), by queue and
+-- kind: queue, p_kind, capacity, in_use (live reservations holding a slot).
+-- Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_limits //
+CREATE PROCEDURE queue_limits(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
+    SELECT l.queue_name AS `queue`, l.p_kind, l.capacity,
+           (SELECT COUNT(*) FROM pyqueue_limit_slot s
+              JOIN pyqueue_message m ON m.id = s.msg_id AND m.attempts = s.msg_attempts
+                                    AND m.queue_name = s.queue_name
+             WHERE s.queue_name = l.queue_name AND s.p_kind = l.p_kind
+               AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now) AS in_use
+      FROM pyqueue_limit l
+     WHERE v_queue IS NULL OR l.queue_name = v_queue
+     ORDER BY l.queue_name, l.p_kind;
+END //
+
+-- ---------------------------------------------------------------------------
+-- Worker registry
+-- ---------------------------------------------------------------------------
+
+-- queue_worker_register: records a worker. Result: one row, worker_id. The
+-- worker then reserves with worker = CONCAT(in_name, '#', worker_id)
+-- (queue_workers shows it as reserve_as). in_queues: NULL or a JSON array of
+-- queue names (informational). Locks: the new row.
+DROP PROCEDURE IF EXISTS queue_worker_register //
+CREATE PROCEDURE queue_worker_register(
+    IN in_name   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_host   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_pid    DECIMAL(65,30),
+    IN in_queues LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_name('name', in_name, 200);
+    IF CHAR_LENGTH(in_host) > 255 THEN
+        CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters');
+    END IF;
+    CALL pyqueue__check_int('pid', in_pid, 0, 2147483647);
+    IF in_queues IS NOT NULL AND (NOT JSON_VALID(in_queues) OR JSON_TYPE(in_queues) <> 'ARRAY') THEN
+        CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    INSERT INTO pyqueue_worker (worker_name, host, pid, queues, started_at, heartbeat_at)
+    VALUES (in_name, in_host, in_pid, in_queues, v_now, v_now);
+    SELECT LAST_INSERT_ID() AS worker_id;
+END //
+
+-- queue_worker_heartbeat: heartbeat_at = now. Result: one row, alive = 1,
+-- or 0 when the worker is not registered (deregistered, or released as dead:
+-- it should register again). Locks: the worker row, for one statement.
+DROP PROCEDURE IF EXISTS queue_worker_heartbeat //
+CREATE PROCEDURE queue_worker_heartbeat(
+    IN in_worker_id DECIMAL(65,30))
+SQL SECURITY INVOKER
+BEGIN
+    IF in_worker_id IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
+    END IF;
+    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
+    UPDATE pyqueue_worker SET heartbeat_at = UTC_TIMESTAMP(6) WHERE worker_id = in_worker_id;
+    -- ROW_COUNT() counts changed rows: a second heartbeat in the same
+    -- microsecond changes nothing, so look the row up.
+    SELECT COUNT(*) AS alive FROM pyqueue_worker WHERE worker_id = in_worker_id;
+END //
+
+-- queue_worker_deregister: removes the worker (its reservations stay as they
+-- are). Result: one row, deregistered = 1, or 0 when it was not registered.
+DROP PROCEDURE IF EXISTS queue_worker_deregister //
+CREATE PROCEDURE queue_worker_deregister(
+    IN in_worker_id DECIMAL(65,30))
+SQL SECURITY INVOKER
+BEGIN
+    IF in_worker_id IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
+    END IF;
+    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
+    DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id;
+    SELECT ROW_COUNT() AS deregistered;
+END //
+
+-- queue_release_dead_workers: workers whose heartbeat is older than
+-- in_older_than_s seconds are removed, and their live reservations
+-- (reserved_by = their reserve_as) become ready now: token cleared, the
+-- delivery counted (attempts stay, as after an expiry; a message that had
+-- its last allowed delivery is dead-lettered by the next reserve). Result:
+-- one row, released = the number of messages released.
+-- Steps: per stale worker, release its messages one by one (plain read of
+-- the candidates, then an UPDATE by id that re-checks the token), then
+-- delete the worker row if its heartbeat is still stale. Interrupted, a
+-- message is released or not (then it comes back after its timeout) and
+-- the worker is found again by the next call. Reads every reserved message
+-- (no index on reserved_by): a maintenance call, not one per reserve.
+DROP PROCEDURE IF EXISTS queue_release_dead_workers //
+CREATE PROCEDURE queue_release_dead_workers(
+    IN in_older_than_s DECIMAL(20,6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_before   DATETIME(6);
+    DECLARE v_tags     LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_ids      LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_id       BIGINT;
+    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_count    INT DEFAULT 0;
+    DECLARE v_done     INT DEFAULT 0;
+    DECLARE c_held CURSOR FOR
+        SELECT m.id, m.reserve_token
+          FROM pyqueue_message m
+         WHERE m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+           AND JSON_CONTAINS(v_tags, JSON_QUOTE(m.reserved_by));
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    IF in_older_than_s IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'older_than must not be NULL');
+    END IF;
+    CALL pyqueue__check_duration('older_than', in_older_than_s, TRUE);
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_before = v_now - INTERVAL CAST(in_older_than_s * 1000000 AS SIGNED) MICROSECOND;
+    SELECT JSON_ARRAYAGG(CONCAT(w.worker_name, '#', w.worker_id)), JSON_ARRAYAGG(w.worker_id)
+      INTO v_tags, v_ids
+      FROM pyqueue_worker w
+     WHERE w.heartbeat_at < v_before;
+    IF v_tags IS NOT NULL THEN
+        OPEN c_held;
+        held: LOOP
+            FETCH c_held INTO v_id, v_token;
+            IF v_done = 1 THEN
+                LEAVE held;
+            END IF;
+            UPDATE pyqueue_message
+               SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+             WHERE id = v_id AND reserve_token = v_token AND scheduled_at > v_now;
+            SET v_count = v_count + ROW_COUNT();
+        END LOOP;
+        CLOSE c_held;
+        DELETE FROM pyqueue_worker
+         WHERE heartbeat_at < v_before
+           AND worker_id IN (SELECT j.id FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j);
+    END IF;
+    SELECT v_count AS released;
+END //
+
+-- queue_workers: the registered workers, oldest first: worker_id,
+-- worker_name, host, pid, queues (JSON), started_at, heartbeat_at,
+-- heartbeat_age_s, reserve_as. Plain read.
+DROP PROCEDURE IF EXISTS queue_workers //
+CREATE PROCEDURE queue_workers()
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_now DATETIME(6);
+    SET v_now = UTC_TIMESTAMP(6);
+    SELECT w.worker_id, w.worker_name, w.host, w.pid, w.queues, w.started_at, w.heartbeat_at,
+           TIMESTAMPDIFF(MICROSECOND, w.heartbeat_at, v_now) / 1e6 AS heartbeat_age_s,
+           CONCAT(w.worker_name, '#', w.worker_id) AS reserve_as
+      FROM pyqueue_worker w
+     ORDER BY w.worker_id;
+END //
+
+-- ---------------------------------------------------------------------------
+-- Recurring messages
+-- ---------------------------------------------------------------------------
+
+-- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
+-- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
+-- comma lists of those. Raises invalid_argument naming the field.
+DROP PROCEDURE IF EXISTS pyqueue__cron_field //
+CREATE PROCEDURE pyqueue__cron_field(
+    IN  in_field LONGTEXT    CHARACTER SET utf8mb4,
+    IN  in_name  VARCHAR(16) CHARACTER SET utf8mb4,
+    IN  in_min   INT,
+    IN  in_max   INT,
+    OUT out_mask BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_rest  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_part  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_range LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_lo    INT;
+    DECLARE v_hi    INT;
+    DECLARE v_step  INT;
+    SET out_mask = 0, v_rest = in_field;
+    parts: LOOP
+        SET v_part = SUBSTRING_INDEX(v_rest, ',', 1);
+        IF NOT (v_part REGEXP '^([*]|[0-9]{1,2}(-[0-9]{1,2})?)(/[0-9]{1,2})?$') THEN
+            CALL pyqueue__raise('invalid_argument',
+                CONCAT('cron ', in_name, ' field "', LEFT(in_field, 30), '" is not *, n, a-b, */s, a/s or a-b/s'));
+        END IF;
+        SET v_range = SUBSTRING_INDEX(v_part, '/', 1);
+        SET v_step = IF(LOCATE('/', v_part) > 0, CAST(SUBSTRING_INDEX(v_part, '/', -1) AS UNSIGNED), 1);
+        IF v_range = '*' THEN
+            SET v_lo = in_min, v_hi = in_max;
+        ELSE
+            SET v_lo = CAST(SUBSTRING_INDEX(v_range, '-', 1) AS UNSIGNED);
+            SET v_hi = IF(LOCATE('-', v_range) > 0, CAST(SUBSTRING_INDEX(v_range, '-', -1) AS UNSIGNED),
+                          IF(LOCATE('/', v_part) > 0, in_max, v_lo));
+        END IF;
+        IF v_lo < in_min OR v_hi > in_max OR v_lo > v_hi OR v_step < 1 THEN
+            CALL pyqueue__raise('invalid_argument',
+                CONCAT('cron ', in_name, ' field "', LEFT(in_field, 30), '" is out of range ', in_min, '-', in_max));
+        END IF;
+        WHILE v_lo <= v_hi DO
+            SET out_mask = out_mask | (1 << v_lo);
+            SET v_lo = v_lo + v_step;
+        END WHILE;
+        IF LOCATE(',', v_rest) = 0 THEN
+            LEAVE parts;
+        END IF;
+        SET v_rest = SUBSTRING(v_rest, LOCATE(',', v_rest) + 1);
+    END LOOP;
+END //
+
+-- pyqueue__cron_next: the first minute strictly after in_after (UTC) that
+-- matches the 5-field cron expression (minute hour day-of-month month
+-- day-of-week; day-of-week 0-7, 0 and 7 = Sunday; when both day fields are
+-- restricted a day matching either matches, as in Vixie cron). Computed with
+-- set operations: the first matching day among the next 8 years of days
+-- (numbers made by a cross join of digits, no recursion), then the first
+-- matching minute of that day; never minute by minute. Raises
+-- invalid_argument for a malformed expression or one that never matches.
+DROP PROCEDURE IF EXISTS pyqueue__cron_next //
+CREATE PROCEDURE pyqueue__cron_next(
+    IN  in_cron  LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_after DATETIME(6),
+    OUT out_next DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_cron  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_min   BIGINT;
+    DECLARE v_hour  BIGINT;
+    DECLARE v_dom   BIGINT;
+    DECLARE v_mon   BIGINT;
+    DECLARE v_dow   BIGINT;
+    DECLARE v_or    INT;
+    DECLARE v_t     DATETIME;
+    DECLARE v_today DATE;
+    DECLARE v_mod   INT;
+    DECLARE v_day   DATE;
+    DECLARE v_first INT;
+    IF in_cron IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'cron must not be NULL');
+    END IF;
+    SET v_cron = REGEXP_REPLACE(TRIM(in_cron), ' +', ' ');
+    IF CHAR_LENGTH(v_cron) - CHAR_LENGTH(REPLACE(v_cron, ' ', '')) <> 4 THEN
+        CALL pyqueue__raise('invalid_argument',
+            'cron must have 5 fields (minute hour day-of-month month day-of-week)');
+    END IF;
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', 1), 'minute', 0, 59, v_min);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 2), ' ', -1), 'hour', 0, 23, v_hour);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 'day-of-month', 1, 31, v_dom);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 4), ' ', -1), 'month', 1, 12, v_mon);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', -1), 'day-of-week', 0, 7, v_dow);
+    IF v_dow & 128 <> 0 THEN
+        SET v_dow = (v_dow | 1) & 127;
+    END IF;
+    SET v_or = LEFT(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 1) <> '*'
+               AND LEFT(SUBSTRING_INDEX(v_cron, ' ', -1), 1) <> '*';
+    SET v_t = CAST(DATE_FORMAT(in_after, '%Y-%m-%d %H:%i:00') AS DATETIME) + INTERVAL 1 MINUTE;
+    SET v_today = DATE(v_t), v_mod = HOUR(v_t) * 60 + MINUTE(v_t);
+    SELECT MIN(days.d) INTO v_day
+      FROM (SELECT v_today + INTERVAL (a.n + 10 * b.n + 100 * c.n + 1000 * e.n) DAY AS d
+              FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) a,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) b,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) c,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2) e
+             WHERE a.n + 10 * b.n + 100 * c.n + 1000 * e.n <= 366 * 8) AS days
+     WHERE (v_mon >> MONTH(days.d)) & 1 = 1
+       AND IF(v_or,
+              (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 OR (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1,
+              (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 AND (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1)
+       AND (days.d > v_today
+            OR EXISTS (SELECT 1
+                         FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
+                               UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+                               UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
+                               UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
+                               UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
+                               UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
+                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                               UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
+                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                               UNION ALL SELECT 5) m10
+                        WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
+                          AND h.n * 60 + m1.n + 10 * m10.n >= v_mod));
+    IF v_day IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('cron "', LEFT(in_cron, 40), '" matches no day in the next 8 years'));
+    END IF;
+    SELECT MIN(h.n * 60 + m1.n + 10 * m10.n) INTO v_first
+      FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
+            UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+            UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
+            UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
+            UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
+            UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
+           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+            UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
+           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+            UNION ALL SELECT 5) m10
+     WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
+       AND (v_day > v_today OR h.n * 60 + m1.n + 10 * m10.n >= v_mod);
+    SET out_next = CAST(v_day AS DATETIME(6)) + INTERVAL v_first MINUTE;
+END //
+
+-- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
+-- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
+-- pyqueue__cron_next.
+DROP PROCEDURE IF EXISTS pyqueue__schedule_after //
+CREATE PROCEDURE pyqueue__schedule_after(
+    IN  in_every_s BIGINT,
+    IN  in_cron    LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_after   DATETIME(6),
+    OUT out_next   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    IF in_every_s IS NOT NULL THEN
+        SET out_next = CAST('1970-01-01 00:00:00' AS DATETIME(6))
+            + INTERVAL ((FLOOR(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', in_after) / (in_every_s * 1000000)) + 1)
+                        * in_every_s) SECOND;
+    ELSE
+        CALL pyqueue__cron_next(in_cron, in_after, out_next);
+    END IF;
+END //
+
+-- pyqueue__schedule_next: called by queue_commit for a message it is about
+-- to delete (the token held at the lookup). When the message is the pending
+-- occurrence of a schedule (key = p_key @ next_at), one conditional UPDATE
+-- advances next_at past now (only one of two racing calls can match the old
+-- next_at) and the winner pushes that occurrence (dedup by its key absorbs a
+-- repeat). It runs BEFORE the commit's DELETE: if the DELETE then fails (the
+-- token was lost) or never runs (interruption), the old occurrence comes
+-- back, and its later commit pushes nothing (no longer pending): no stall,
+-- no second next occurrence.
+DROP PROCEDURE IF EXISTS pyqueue__schedule_next //
+CREATE PROCEDURE pyqueue__schedule_next(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_base    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_at      DATETIME(6);
+    DECLARE v_next    DATETIME(6);
+    DECLARE v_every   BIGINT;
+    DECLARE v_cron    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_payload LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_found   INT DEFAULT 1;
+    DECLARE v_now     DATETIME(6);
+    IF CHAR_LENGTH(in_key) >= 22
+       AND RIGHT(in_key, 21) REGEXP '^@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$' THEN
+        SET v_base = LEFT(in_key, CHAR_LENGTH(in_key) - 21);
+        SET v_at = STR_TO_DATE(SUBSTRING(RIGHT(in_key, 21), 2, 19), '%Y-%m-%dT%H:%i:%s');
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+            SELECT s.every_s, s.cron, s.payload INTO v_every, v_cron, v_payload
+              FROM pyqueue_schedule s
+             WHERE s.queue_name = in_queue AND s.p_key = v_base AND s.p_kind = in_kind
+               AND s.next_at = v_at;
+        END;
+        IF v_found = 1 THEN
+            SET v_now = UTC_TIMESTAMP(6);
+            CALL pyqueue__schedule_after(v_every, v_cron, GREATEST(v_at, v_now), v_next);
+            UPDATE pyqueue_schedule SET next_at = v_next
+             WHERE queue_name = in_queue AND p_key = v_base AND p_kind = in_kind AND next_at = v_at;
+            IF ROW_COUNT() = 1 THEN
+                INSERT IGNORE INTO pyqueue_message
+                       (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                        scheduled_at_initially, created_at, attempts)
+                VALUES (in_queue, CONCAT(v_base, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), in_kind,
+                        v_payload, 0, v_next, v_next, v_now, 0);
+            END IF;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__schedule: creates or replaces a schedule and pushes its first
+-- occurrence (the next one after now). A pending occurrence of the replaced
+-- schedule is removed unless it is reserved (it then runs, and its commit
+-- pushes nothing since it is no longer the pending one). Result: one row,
+-- next_at. Steps: upsert the schedule row (next_at = first), remove the old
+-- pending occurrence, push the first one: interrupted (the call then fails),
+-- the schedule may have no pending occurrence until it is called again.
+DROP PROCEDURE IF EXISTS pyqueue__schedule //
+CREATE PROCEDURE pyqueue__schedule(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_every_s BIGINT,
+    IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_next   DATETIME(6);
+    DECLARE v_old    DATETIME(6);
+    DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_oldid  BIGINT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 234);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    CALL pyqueue__schedule_after(in_every_s, in_cron, v_now, v_next);
+    SELECT MAX(s.next_at) INTO v_old FROM pyqueue_schedule s
+     WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
+    INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
+    VALUES (v_queue, v_key, v_kind, in_payload, in_every_s, in_cron, v_next, v_now)
+    ON DUPLICATE KEY UPDATE payload = in_payload, every_s = in_every_s, cron = in_cron, next_at = v_next;
+    IF v_old IS NOT NULL THEN
+        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
+        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
+        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
+    END IF;
+    INSERT IGNORE INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, attempts)
+    VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
+            in_payload, 0, v_next, v_next, v_now, 0);
+    SELECT v_next AS next_at;
+END //
+
+-- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
+-- in_every_s seconds (a whole number, 1 s to 100 years), at the multiples of
+-- in_every_s since 1970-01-01 UTC. Result: one row, next_at = the time of
+-- the first occurrence.
+DROP PROCEDURE IF EXISTS queue_schedule_every //
+CREATE PROCEDURE queue_schedule_every(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_every_s DECIMAL(20,6))
+SQL SECURITY INVOKER
+BEGIN
+    IF in_every_s IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'every must not be NULL');
+    END IF;
+    CALL pyqueue__check_duration('every', in_every_s, TRUE);
+    IF in_every_s < 1 OR in_every_s <> TRUNCATE(in_every_s, 0) THEN
+        CALL pyqueue__raise('invalid_argument', 'every must be a whole number of seconds, at least 1');
+    END IF;
+    CALL pyqueue__schedule(in_queue, in_key, in_kind, in_payload, CAST(in_every_s AS SIGNED), NULL);
+END //
+
+-- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every
+-- minute matching the 5-field cron expression in_cron (UTC). Result: one
+-- row, next_at = the time of the first occurrence.
+DROP PROCEDURE IF EXISTS queue_schedule_cron //
+CREATE PROCEDURE queue_schedule_cron(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_cron IS NULL OR CHAR_LENGTH(in_cron) > 255 THEN
+        CALL pyqueue__raise('invalid_argument', 'cron must not be NULL or longer than 255 characters');
+    END IF;
+    CALL pyqueue__schedule(in_queue, in_key, in_kind, in_payload, NULL, in_cron);
+END //
+
+-- queue_unschedule: removes the schedule and its pending occurrence unless
+-- that is reserved (it then runs once more, and its commit pushes nothing).
+-- Result: one row, unscheduled = 1, or 0 when there was no such schedule.
+DROP PROCEDURE IF EXISTS queue_unschedule //
+CREATE PROCEDURE queue_unschedule(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_old    DATETIME(6);
+    DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_oldid  BIGINT;
+    DECLARE v_done   INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 234);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SELECT MAX(s.next_at) INTO v_old FROM pyqueue_schedule s
+     WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
+    IF v_old IS NOT NULL THEN
+        DELETE FROM pyqueue_schedule WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind;
+        SET v_done = ROW_COUNT();
+        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
+        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
+        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
+    END IF;
+    SELECT v_done AS unscheduled;
+END //
+
+-- queue_schedules: the schedules of a queue (all when NULL), by queue, key,
+-- kind: queue, p_key, p_kind, payload, every_s, cron, next_at. Plain read.
+DROP PROCEDURE IF EXISTS queue_schedules //
+CREATE PROCEDURE queue_schedules(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_queue = in_queue;
+    SELECT s.queue_name AS `queue`, s.p_key, s.p_kind, s.payload, s.every_s, s.cron, s.next_at
+      FROM pyqueue_schedule s
+     WHERE v_queue IS NULL OR s.queue_name = v_queue
+     ORDER BY s.queue_name, s.p_key, s.p_kind;
 END //
 
 -- ---- end of issue 4 ----

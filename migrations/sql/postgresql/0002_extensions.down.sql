@@ -13,6 +13,31 @@ DROP FUNCTION IF EXISTS pyqueue__archive(pyqueue_queue, pyqueue_message, text, t
 DROP VIEW IF EXISTS pyqueue_dead_letters;
 DROP TABLE IF EXISTS pyqueue_history;
 
+-- issue 4b
+DROP FUNCTION IF EXISTS queue_schedules(text);
+DROP FUNCTION IF EXISTS queue_unschedule(text, text, text);
+DROP FUNCTION IF EXISTS queue_schedule_cron(text, text, text, jsonb, text);
+DROP FUNCTION IF EXISTS queue_schedule_every(text, text, text, jsonb, interval);
+DROP FUNCTION IF EXISTS pyqueue__schedule(text, text, text, jsonb, bigint, text);
+DROP FUNCTION IF EXISTS pyqueue__schedule_next(text, text, text);
+DROP FUNCTION IF EXISTS pyqueue__schedule_after(bigint, text, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__schedule_key(text, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__cron_next(text, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__cron_field(text, text, integer, integer);
+DROP FUNCTION IF EXISTS queue_workers();
+DROP FUNCTION IF EXISTS queue_release_dead_workers(interval);
+DROP FUNCTION IF EXISTS queue_worker_deregister(bigint);
+DROP FUNCTION IF EXISTS queue_worker_heartbeat(bigint);
+DROP FUNCTION IF EXISTS queue_worker_register(text, text, integer, text[]);
+DROP FUNCTION IF EXISTS queue_limits(text);
+DROP FUNCTION IF EXISTS queue_set_limit(text, text, integer);
+DROP FUNCTION IF EXISTS pyqueue__limit_renew(text, text, text, uuid);
+DROP FUNCTION IF EXISTS pyqueue__lock_ready_limited(text, timestamptz, integer, text[]);
+DROP FUNCTION IF EXISTS pyqueue__limit_claim(text, text, bigint, text, integer, timestamptz, bigint[]);
+DROP TABLE IF EXISTS pyqueue_schedule;
+DROP TABLE IF EXISTS pyqueue_worker;
+DROP TABLE IF EXISTS pyqueue_limit_slot;
+DROP TABLE IF EXISTS pyqueue_limit;
 -- ---- end of issue 4 ----
 
 

@@ -151,6 +151,10 @@ DECLARE
     v_left     integer := in_n;
     v_got      integer;
 BEGIN
+    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue) THEN  -- issue 4b: limits
+        RETURN QUERY SELECT * FROM pyqueue__lock_ready_limited(in_queue, in_now, in_n, in_kinds);
+        RETURN;
+    END IF;
     SELECT max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
     WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
         RETURN QUERY
@@ -492,6 +496,9 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM pyqueue__archive(v_queue, v_msg, 'committed', NULL, clock_timestamp());
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- issue 4b: a recurring message's occurrence
+        PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
+    END IF;
     RETURN true;
 END;
 $$;
@@ -546,6 +553,9 @@ DECLARE
 BEGIN
     PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- issue 4b: limits
+        RETURN NULL;
+    END IF;
     UPDATE pyqueue_message
        SET scheduled_at = clock_timestamp() + coalesce(in_timeout, v_queue.visibility_timeout),
            reserve_token = gen_random_uuid()
@@ -1199,6 +1209,639 @@ BEGIN
         RETURN 'reserved';
     END IF;
     RETURN CASE WHEN v_inserted THEN 'inserted' ELSE 'replaced' END;
+END;
+$$;
+
+-- issue 4b
+
+-- ---------------------------------------------------------------------------
+-- Concurrency limits
+-- ---------------------------------------------------------------------------
+
+-- pyqueue__limit_claim: takes a free slot of (in_queue, in_kind) for the
+-- message in_id about to be reserved for the (in_attempts + 1)-th time; false
+-- when every slot is busy. in_taken: messages admitted earlier in the same
+-- lock pass (their reservation is not written yet, so their slots look free).
+-- Slots are locked FOR UPDATE SKIP LOCKED (a slot another reserver is taking
+-- counts as busy) and the holder is checked by a statement that starts after
+-- the lock is held: under READ COMMITTED it sees the latest committed state;
+-- under REPEATABLE READ a slot changed since the snapshot raises 40001.
+CREATE OR REPLACE FUNCTION pyqueue__limit_claim(in_queue text, in_kind text, in_id bigint, in_key text,
+                                                in_attempts integer, in_now timestamptz, in_taken bigint[])
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_slot record;
+BEGIN
+    FOR v_slot IN
+        SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
+          FROM pyqueue_limit_slot s
+          JOIN pyqueue_limit l ON l.queue_name = s.queue_name AND l.p_kind = s.p_kind
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND s.slot_no <= l.capacity
+         ORDER BY s.slot_no
+           FOR UPDATE OF s SKIP LOCKED
+    LOOP
+        IF v_slot.msg_id IS NULL
+           OR (v_slot.msg_id <> ALL (in_taken)
+               AND NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.queue_name = in_queue AND m.p_key = v_slot.msg_key
+                                  AND m.p_kind = in_kind AND m.id = v_slot.msg_id
+                                  AND m.attempts = v_slot.msg_attempts
+                                  AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)) THEN
+            UPDATE pyqueue_limit_slot
+               SET msg_id = in_id, msg_key = in_key, msg_attempts = in_attempts + 1
+             WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no = v_slot.slot_no;
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END;
+$$;
+
+-- pyqueue__lock_ready_limited: pyqueue__lock_ready for a queue that has
+-- limits. Same order and locking; a candidate of a limited kind is admitted
+-- only with a slot, and a kind found full is skipped for the rest of the pass.
+CREATE OR REPLACE FUNCTION pyqueue__lock_ready_limited(in_queue text, in_now timestamptz, in_n integer,
+                                                       in_kinds text[])
+RETURNS TABLE (c_key varchar, c_kind varchar, c_attempts integer)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_limited  text[];
+    v_full     text[] := '{}';
+    v_seen     bigint[] := '{}';
+    v_taken    bigint[] := '{}';
+    v_priority integer;
+    v_left     integer := in_n;
+    v_skipped  boolean;
+    r          record;
+BEGIN
+    SELECT coalesce(array_agg(l.p_kind), '{}') INTO v_limited
+      FROM pyqueue_limit l WHERE l.queue_name = in_queue;
+    SELECT max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
+    WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
+        LOOP
+            v_skipped := false;
+            FOR r IN
+                SELECT m.id, m.p_key, m.p_kind, m.attempts
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = in_queue
+                   AND m.priority = v_priority
+                   AND m.scheduled_at <= in_now
+                   AND (in_kinds IS NULL OR m.p_kind = ANY (in_kinds))
+                   AND m.p_kind <> ALL (v_full)
+                   AND m.id <> ALL (v_seen)
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT v_left
+                   FOR UPDATE SKIP LOCKED
+            LOOP
+                v_seen := v_seen || r.id;
+                IF r.p_kind = ANY (v_full) THEN
+                    v_skipped := true;
+                ELSIF r.p_kind = ANY (v_limited)
+                      AND NOT pyqueue__limit_claim(in_queue, r.p_kind, r.id, r.p_key, r.attempts, in_now, v_taken) THEN
+                    v_full := v_full || r.p_kind::text;
+                    v_skipped := true;
+                ELSE
+                    v_taken := v_taken || r.id;
+                    c_key := r.p_key;
+                    c_kind := r.p_kind;
+                    c_attempts := r.attempts;
+                    RETURN NEXT;
+                    v_left := v_left - 1;
+                END IF;
+            END LOOP;
+            EXIT WHEN NOT v_skipped OR v_left <= 0;
+        END LOOP;
+        SELECT max(m.priority) INTO v_priority
+          FROM pyqueue_message m
+         WHERE m.queue_name = in_queue AND m.priority < v_priority;
+    END LOOP;
+END;
+$$;
+
+-- pyqueue__limit_renew: called by queue_extend before it extends; true when
+-- the kind has no limit or the reservation still holds its slot (the slot
+-- row is then locked and touched, so a reserver cannot take it over until
+-- this transaction ends, and a REPEATABLE READ reserver that saw the old
+-- version gets 40001). False when the slot went to another reservation after
+-- this one expired: the extend then fails.
+CREATE OR REPLACE FUNCTION pyqueue__limit_renew(in_queue text, in_key text, in_kind text, in_token uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_id       bigint;
+    v_attempts integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = in_kind) THEN
+        RETURN true;
+    END IF;
+    SELECT m.id, m.attempts INTO v_id, v_attempts
+      FROM pyqueue_message m
+     WHERE m.queue_name = in_queue AND m.p_key = in_key AND m.p_kind = in_kind AND m.reserve_token = in_token;
+    IF NOT FOUND THEN
+        RETURN true;  -- the extend itself finds nothing and answers NULL
+    END IF;
+    UPDATE pyqueue_limit_slot
+       SET msg_attempts = msg_attempts
+     WHERE queue_name = in_queue AND p_kind = in_kind AND msg_id = v_id AND msg_attempts = v_attempts;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_set_limit: at most in_capacity messages of in_kind reserved at once
+-- in in_queue (0 holds the kind back); NULL removes the limit. Live
+-- reservations of the kind made before the first call are counted (as far as
+-- the capacity goes). Locks the limit row and its slots.
+CREATE OR REPLACE FUNCTION queue_set_limit(in_queue text, in_kind text, in_capacity integer)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_capacity IS NULL THEN
+        DELETE FROM pyqueue_limit WHERE queue_name = in_queue AND p_kind = in_kind;
+        RETURN;
+    END IF;
+    IF in_capacity < 0 OR in_capacity > 10000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: capacity must be from 0 to 10000 (NULL removes the limit)'
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_limit AS l (queue_name, p_kind, capacity)
+    VALUES (in_queue, in_kind, in_capacity)
+    ON CONFLICT (queue_name, p_kind) DO UPDATE SET capacity = EXCLUDED.capacity;
+    DELETE FROM pyqueue_limit_slot
+     WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no > in_capacity;
+    INSERT INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
+    SELECT in_queue, in_kind, g FROM generate_series(1, in_capacity) g
+    ON CONFLICT DO NOTHING;
+    -- Live reservations that hold no slot yet (made before the limit) take
+    -- the empty slots, oldest first.
+    WITH untracked AS (
+        SELECT m.id, m.p_key, m.attempts, row_number() OVER (ORDER BY m.id) AS rn
+          FROM pyqueue_message m
+         WHERE m.queue_name = in_queue AND m.p_kind = in_kind
+           AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                            WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+                              AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
+    ), empty AS (
+        SELECT s.slot_no, row_number() OVER (ORDER BY s.slot_no) AS rn
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+           AND (s.msg_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.queue_name = in_queue AND m.p_key = s.msg_key
+                                  AND m.p_kind = in_kind AND m.id = s.msg_id
+                                  AND m.attempts = s.msg_attempts
+                                  AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now))
+    )
+    UPDATE pyqueue_limit_slot s
+       SET msg_id = u.id, msg_key = u.p_key, msg_attempts = u.attempts
+      FROM untracked u JOIN empty e ON e.rn = u.rn
+     WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND s.slot_no = e.slot_no;
+END;
+$$;
+
+-- queue_limits: the limits of a queue (all queues when NULL) with in_use,
+-- the live reservations holding a slot now. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_limits(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, p_kind text, capacity integer, in_use bigint)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT l.queue_name::text, l.p_kind::text, l.capacity,
+               (SELECT count(*) FROM pyqueue_limit_slot s JOIN pyqueue_message m
+                    ON m.queue_name = s.queue_name AND m.p_key = s.msg_key AND m.p_kind = s.p_kind
+                   AND m.id = s.msg_id AND m.attempts = s.msg_attempts
+                 WHERE s.queue_name = l.queue_name AND s.p_kind = l.p_kind
+                   AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
+          FROM pyqueue_limit l
+         WHERE in_queue IS NULL OR l.queue_name = in_queue
+         ORDER BY l.queue_name, l.p_kind;
+END;
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Worker registry
+-- ---------------------------------------------------------------------------
+
+-- queue_worker_register: records a worker; returns its id. The worker then
+-- reserves with worker = in_name || '#' || id (queue_workers shows it as
+-- reserve_as) so that queue_release_dead_workers can find its messages.
+CREATE OR REPLACE FUNCTION queue_worker_register(in_name text, in_host text DEFAULT NULL,
+                                                 in_pid integer DEFAULT NULL, in_queues text[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_id  bigint;
+BEGIN
+    PERFORM pyqueue__check_name('name', in_name, 200);
+    IF in_host IS NOT NULL AND length(in_host) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: host is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    IF in_pid < 0 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: pid must not be negative' USING ERRCODE = '22023';
+    END IF;
+    IF in_queues IS NOT NULL AND (array_ndims(in_queues) > 1 OR array_position(in_queues, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: queues must be NULL or an array of names without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_worker (worker_name, host, pid, queues, started_at, heartbeat_at)
+    VALUES (in_name, in_host, in_pid, in_queues, v_now, v_now)
+    RETURNING worker_id INTO v_id;
+    RETURN v_id;
+END;
+$$;
+
+-- queue_worker_heartbeat: heartbeat_at = now; false when the worker is not
+-- registered (deregistered, or released as dead: it should register again).
+CREATE OR REPLACE FUNCTION queue_worker_heartbeat(in_worker_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_worker_id IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    UPDATE pyqueue_worker SET heartbeat_at = clock_timestamp() WHERE worker_id = in_worker_id;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_worker_deregister: removes the worker (its reservations stay as they
+-- are); false when it was not registered.
+CREATE OR REPLACE FUNCTION queue_worker_deregister(in_worker_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_worker_id IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_release_dead_workers: workers whose heartbeat is older than
+-- in_older_than are removed, and their live reservations (reserved_by =
+-- their reserve_as) become ready now: token cleared, the delivery counted
+-- (attempts stay, as after an expiry; a message that had its last allowed
+-- delivery is dead-lettered by the next reserve). Returns the number of
+-- messages released. Reads every reserved message (no index on reserved_by):
+-- a maintenance call, run it every few heartbeats, not per reserve.
+CREATE OR REPLACE FUNCTION queue_release_dead_workers(in_older_than interval)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_tags  text[];
+    v_count integer;
+BEGIN
+    IF in_older_than IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: older_than must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('older_than', in_older_than, true);
+    WITH gone AS (
+        DELETE FROM pyqueue_worker w WHERE w.heartbeat_at < v_now - in_older_than
+        RETURNING w.worker_name || '#' || w.worker_id AS tag
+    )
+    SELECT array_agg(tag) INTO v_tags FROM gone;
+    IF v_tags IS NULL THEN
+        RETURN 0;
+    END IF;
+    UPDATE pyqueue_message
+       SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+     WHERE reserved_by = ANY (v_tags) AND reserve_token IS NOT NULL AND scheduled_at > v_now;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+-- queue_workers: the registered workers, oldest first, with reserve_as (the
+-- worker name their reservations carry) and the seconds since their last
+-- heartbeat.
+CREATE OR REPLACE FUNCTION queue_workers()
+RETURNS TABLE (worker_id bigint, worker_name text, host text, pid integer, queues text[],
+               started_at timestamptz, heartbeat_at timestamptz, heartbeat_age_s double precision,
+               reserve_as text)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+        SELECT w.worker_id, w.worker_name::text, w.host::text, w.pid, w.queues, w.started_at,
+               w.heartbeat_at, extract(epoch FROM clock_timestamp() - w.heartbeat_at)::double precision,
+               w.worker_name || '#' || w.worker_id
+          FROM pyqueue_worker w
+         ORDER BY w.worker_id;
+END;
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Recurring messages
+-- ---------------------------------------------------------------------------
+
+-- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
+-- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
+-- comma lists of those. Raises invalid_argument with the field's name.
+CREATE OR REPLACE FUNCTION pyqueue__cron_field(in_field text, in_name text, in_min integer, in_max integer)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_part text;
+    v_m    text[];
+    v_lo   integer;
+    v_hi   integer;
+    v_step integer;
+    v_mask bigint := 0;
+    v_i    integer;
+BEGIN
+    FOREACH v_part IN ARRAY string_to_array(in_field, ',') LOOP
+        v_m := regexp_match(v_part, '^(\*|([0-9]{1,2})(-([0-9]{1,2}))?)(/([0-9]{1,2}))?$');
+        IF v_m IS NULL THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: cron % field "%" is not *, n, a-b, */s, a/s or a-b/s (lists with commas)',
+                in_name, in_field USING ERRCODE = '22023';
+        END IF;
+        IF v_m[1] = '*' THEN
+            v_lo := in_min; v_hi := in_max;
+        ELSE
+            v_lo := v_m[2]::integer;
+            v_hi := coalesce(v_m[4]::integer, CASE WHEN v_m[6] IS NULL THEN v_lo ELSE in_max END);
+        END IF;
+        v_step := coalesce(v_m[6]::integer, 1);
+        IF v_lo < in_min OR v_hi > in_max OR v_lo > v_hi OR v_step < 1 THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: cron % field "%" is out of range %-% (or a-b with a > b, or step 0)',
+                in_name, in_field, in_min, in_max USING ERRCODE = '22023';
+        END IF;
+        v_i := v_lo;
+        WHILE v_i <= v_hi LOOP
+            v_mask := v_mask | (1::bigint << v_i);
+            v_i := v_i + v_step;
+        END LOOP;
+    END LOOP;
+    RETURN v_mask;
+END;
+$$;
+
+-- pyqueue__cron_next: the first minute strictly after in_after (UTC) that
+-- matches the 5-field cron expression (minute hour day-of-month month
+-- day-of-week; day-of-week 0-7, 0 and 7 = Sunday; when both day fields are
+-- restricted a day matching either matches, as in Vixie cron). Computed with
+-- set operations: the first matching day among the next 8 years of days,
+-- then the first matching minute of that day; never minute by minute.
+-- Raises invalid_argument for a malformed expression or one that never matches.
+CREATE OR REPLACE FUNCTION pyqueue__cron_next(in_cron text, in_after timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_f       text[];
+    v_min     bigint;
+    v_hour    bigint;
+    v_dom     bigint;
+    v_mon     bigint;
+    v_dow     bigint;
+    v_or      boolean;
+    v_t       timestamp;
+    v_day     date;
+    v_mod     integer;
+    v_first   integer;
+BEGIN
+    IF in_cron IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    v_f := regexp_split_to_array(btrim(in_cron, ' '), ' +');
+    IF cardinality(v_f) <> 5 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron must have 5 fields (minute hour day-of-month month day-of-week), got "%"',
+            in_cron USING ERRCODE = '22023';
+    END IF;
+    v_min  := pyqueue__cron_field(v_f[1], 'minute', 0, 59);
+    v_hour := pyqueue__cron_field(v_f[2], 'hour', 0, 23);
+    v_dom  := pyqueue__cron_field(v_f[3], 'day-of-month', 1, 31);
+    v_mon  := pyqueue__cron_field(v_f[4], 'month', 1, 12);
+    v_dow  := pyqueue__cron_field(v_f[5], 'day-of-week', 0, 7);
+    IF v_dow & 128 <> 0 THEN
+        v_dow := (v_dow | 1) & 127;
+    END IF;
+    v_or := left(v_f[3], 1) <> '*' AND left(v_f[5], 1) <> '*';
+    v_t := date_trunc('minute', in_after AT TIME ZONE 'UTC') + interval '1 minute';
+    -- today: the first matching minute at or after v_t's minute of the day
+    v_mod := extract(hour FROM v_t)::integer * 60 + extract(minute FROM v_t)::integer;
+    SELECT min(d) INTO v_day
+      FROM (SELECT v_t::date + i AS d FROM generate_series(0, 366 * 8) AS i) AS days
+     WHERE (v_mon >> extract(month FROM d)::integer) & 1 = 1
+       AND CASE WHEN v_or THEN (v_dom >> extract(day FROM d)::integer) & 1 = 1
+                             OR (v_dow >> extract(dow FROM d)::integer) & 1 = 1
+                ELSE (v_dom >> extract(day FROM d)::integer) & 1 = 1
+                 AND (v_dow >> extract(dow FROM d)::integer) & 1 = 1 END
+       AND (d > v_t::date
+            OR EXISTS (SELECT 1 FROM generate_series(0, 23) h, generate_series(0, 59) mi
+                        WHERE (v_hour >> h) & 1 = 1 AND (v_min >> mi) & 1 = 1 AND h * 60 + mi >= v_mod));
+    IF v_day IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron "%" matches no day in the next 8 years', in_cron
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT min(h * 60 + mi) INTO v_first
+      FROM generate_series(0, 23) h, generate_series(0, 59) mi
+     WHERE (v_hour >> h) & 1 = 1 AND (v_min >> mi) & 1 = 1
+       AND (v_day > v_t::date OR h * 60 + mi >= v_mod);
+    RETURN (v_day + make_interval(mins => v_first)) AT TIME ZONE 'UTC';
+END;
+$$;
+
+-- pyqueue__schedule_key: the message key of the occurrence at in_at.
+CREATE OR REPLACE FUNCTION pyqueue__schedule_key(in_key text, in_at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT in_key || '@' || to_char(in_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') $$;
+
+-- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
+-- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
+-- pyqueue__cron_next.
+CREATE OR REPLACE FUNCTION pyqueue__schedule_after(in_every_s bigint, in_cron text, in_after timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF in_every_s IS NOT NULL THEN
+        RETURN to_timestamp((floor(extract(epoch FROM in_after) / in_every_s) + 1) * in_every_s);
+    END IF;
+    RETURN pyqueue__cron_next(in_cron, in_after);
+END;
+$$;
+
+-- pyqueue__schedule_next: called by queue_commit after it deleted a message.
+-- When the message was the pending occurrence of a schedule (key = p_key @
+-- next_at), advances next_at past now and pushes that occurrence, in the
+-- caller's transaction. The schedule row is locked and next_at re-checked,
+-- so of two commits racing for the same occurrence only one advances it
+-- (and the occurrence key makes a duplicate push a no-op anyway).
+CREATE OR REPLACE FUNCTION pyqueue__schedule_next(in_queue text, in_key text, in_kind text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_sched pyqueue_schedule;
+    v_at    timestamptz;
+    v_next  timestamptz;
+BEGIN
+    IF length(in_key) < 22 OR right(in_key, 21) NOT SIMILAR TO '@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z' THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_sched FROM pyqueue_schedule s
+     WHERE s.queue_name = in_queue AND s.p_key = left(in_key, -21) AND s.p_kind = in_kind
+       FOR UPDATE;
+    IF NOT FOUND OR pyqueue__schedule_key(v_sched.p_key, v_sched.next_at) <> in_key THEN
+        RETURN;
+    END IF;
+    v_next := pyqueue__schedule_after(v_sched.every_s, v_sched.cron, greatest(v_sched.next_at, clock_timestamp()));
+    UPDATE pyqueue_schedule SET next_at = v_next
+     WHERE queue_name = in_queue AND p_key = v_sched.p_key AND p_kind = in_kind;
+    PERFORM queue_push(in_queue, pyqueue__schedule_key(v_sched.p_key, v_next), in_kind, v_sched.payload, v_next);
+END;
+$$;
+
+-- pyqueue__schedule: creates or replaces a schedule and pushes its first
+-- occurrence (the next one after now). A pending occurrence of the replaced
+-- schedule is removed unless it is reserved (then it runs, and its commit
+-- pushes nothing since it is no longer the pending one).
+CREATE OR REPLACE FUNCTION pyqueue__schedule(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                             in_every_s bigint, in_cron text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now  timestamptz := clock_timestamp();
+    v_next timestamptz;
+    v_old  timestamptz;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_key', in_key, 234);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    v_next := pyqueue__schedule_after(in_every_s, in_cron, v_now);
+    SELECT s.next_at INTO v_old FROM pyqueue_schedule s
+     WHERE s.queue_name = in_queue AND s.p_key = in_key AND s.p_kind = in_kind FOR UPDATE;
+    IF FOUND THEN
+        DELETE FROM pyqueue_message
+         WHERE queue_name = in_queue AND p_key = pyqueue__schedule_key(in_key, v_old) AND p_kind = in_kind
+           AND reserve_token IS NULL;
+    END IF;
+    INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, in_every_s, in_cron, v_next, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
+       SET payload = EXCLUDED.payload, every_s = EXCLUDED.every_s, cron = EXCLUDED.cron,
+           next_at = EXCLUDED.next_at;
+    PERFORM queue_push(in_queue, pyqueue__schedule_key(in_key, v_next), in_kind, in_payload, v_next);
+    RETURN v_next;
+END;
+$$;
+
+-- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
+-- in_every (whole seconds, 1 s to 100 years), at the multiples of in_every
+-- since 1970-01-01 UTC. Returns the time of the first occurrence.
+CREATE OR REPLACE FUNCTION queue_schedule_every(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                                in_every interval)
+RETURNS timestamptz
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_s numeric;
+BEGIN
+    IF in_every IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: every must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('every', in_every, true);
+    IF extract(month FROM in_every) <> 0 OR extract(year FROM in_every) <> 0 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: every must be given in days, hours, minutes or seconds (months vary)'
+            USING ERRCODE = '22023';
+    END IF;
+    v_s := extract(epoch FROM in_every);
+    IF v_s < 1 OR v_s <> trunc(v_s) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: every must be a whole number of seconds, at least 1'
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN pyqueue__schedule(in_queue, in_key, in_kind, in_payload, v_s::bigint, NULL);
+END;
+$$;
+
+-- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every
+-- minute matching the 5-field cron expression in_cron (UTC). Returns the time
+-- of the first occurrence.
+CREATE OR REPLACE FUNCTION queue_schedule_cron(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                               in_cron text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_cron IS NULL OR length(in_cron) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron must not be NULL or longer than 255 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN pyqueue__schedule(in_queue, in_key, in_kind, in_payload, NULL, in_cron);
+END;
+$$;
+
+-- queue_unschedule: removes the schedule and its pending occurrence unless
+-- that is reserved (it then runs once more, and its commit pushes nothing).
+-- False when there was no such schedule.
+CREATE OR REPLACE FUNCTION queue_unschedule(in_queue text, in_key text, in_kind text)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_old timestamptz;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_name('p_key', in_key, 234);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    DELETE FROM pyqueue_schedule
+     WHERE queue_name = in_queue AND p_key = in_key AND p_kind = in_kind
+    RETURNING next_at INTO v_old;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    DELETE FROM pyqueue_message
+     WHERE queue_name = in_queue AND p_key = pyqueue__schedule_key(in_key, v_old) AND p_kind = in_kind
+       AND reserve_token IS NULL;
+    RETURN true;
+END;
+$$;
+
+-- queue_schedules: the schedules of a queue (all when NULL), by queue, key, kind.
+CREATE OR REPLACE FUNCTION queue_schedules(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, p_key text, p_kind text, payload jsonb, every_s bigint, cron text,
+               next_at timestamptz)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT s.queue_name::text, s.p_key::text, s.p_kind::text, s.payload, s.every_s, s.cron::text, s.next_at
+          FROM pyqueue_schedule s
+         WHERE in_queue IS NULL OR s.queue_name = in_queue
+         ORDER BY s.queue_name, s.p_key, s.p_kind;
 END;
 $$;
 
