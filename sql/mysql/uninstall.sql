@@ -16,6 +16,9 @@
 
 -- ---- issue 6: fast paths ----
 
+DROP PROCEDURE IF EXISTS queue_commit_reserve;
+DROP PROCEDURE IF EXISTS queue_commit_batch;
+
 -- ---- end of issue 6 ----
 
 

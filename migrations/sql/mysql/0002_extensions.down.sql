@@ -13,6 +13,9 @@
 
 -- ---- issue 6 ----
 
+DROP PROCEDURE IF EXISTS queue_commit_reserve;
+DROP PROCEDURE IF EXISTS queue_commit_batch;
+
 -- ---- end of issue 6 ----
 
 

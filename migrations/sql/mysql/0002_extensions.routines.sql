@@ -1153,6 +1153,132 @@ END //
 
 -- ---- issue 6: fast paths ----
 
+-- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
+-- in_token; all three NULL = nothing to commit) and reserves the next up to
+-- in_n messages exactly as queue_reserve, in one call (one round trip per
+-- message for a consumer working one at a time, instead of two).
+-- Result: two result sets: first queue_reserve's rows, then one row,
+-- committed = 1, 0 when the token no longer held, NULL when nothing was given.
+-- Order: the commit's arguments are checked, then queue_reserve runs (and
+-- checks its own), then the commit: a refused call changes nothing, in
+-- autocommit mode too. The message being committed is still reserved by
+-- the caller while the reserve runs, so it is never handed out again.
+-- Locks: those of queue_reserve and queue_commit, each for one statement.
+DROP PROCEDURE IF EXISTS queue_commit_reserve //
+CREATE PROCEDURE queue_commit_reserve(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_worker  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_timeout DECIMAL(20,6),
+    IN in_n       DECIMAL(65,30),
+    IN in_kinds   LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held   CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_id     BIGINT;
+    DECLARE v_done   INT DEFAULT NULL;
+    DECLARE v_commit BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
+    IF v_commit THEN
+        CALL pyqueue__check_name('queue', in_queue, 128);
+        CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    END IF;
+    CALL queue_reserve(in_queue, in_worker, in_timeout, in_n, in_kinds);
+    IF v_commit THEN
+        SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = 0;
+        SELECT COALESCE(MAX(m.id), 0) INTO v_id
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+           AND m.reserve_token = v_held;
+        IF v_id > 0 THEN
+            DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
+            SET v_done = ROW_COUNT();
+        END IF;
+    END IF;
+    SELECT v_done AS committed;
+END //
+
+-- queue_commit_batch: commits many reservations in one statement; in_keys,
+-- in_kinds and in_tokens are JSON arrays of strings of the same length
+-- (element i of each names one reservation). Result: one row, committed =
+-- how many were deleted; a reservation whose token no longer holds is
+-- skipped. Refuses, changing nothing, arrays that are NULL, not arrays of
+-- strings, of different lengths, or hold an empty/too long/space-ended key
+-- or kind or a malformed token. As queue_commit: a plain read locates the
+-- rows by key and token, then one DELETE by id re-checks each token under
+-- its row lock. Locks: the deleted rows, for one statement.
+DROP PROCEDURE IF EXISTS queue_commit_batch //
+CREATE PROCEDURE queue_commit_batch(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_keys   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_tokens LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_n      INT;
+    DECLARE v_bad    BIGINT;
+    DECLARE v_ids    LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_done   INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must not be NULL');
+    END IF;
+    IF NOT (JSON_VALID(in_keys) AND JSON_VALID(in_kinds) AND JSON_VALID(in_tokens)) THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must be JSON arrays of strings');
+    END IF;
+    IF JSON_TYPE(in_keys) <> 'ARRAY' OR JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_TYPE(in_tokens) <> 'ARRAY' THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must be JSON arrays of strings');
+    END IF;
+    SET v_n = JSON_LENGTH(in_keys);
+    IF JSON_LENGTH(in_kinds) <> v_n OR JSON_LENGTH(in_tokens) <> v_n THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must have the same length');
+    END IF;
+    IF v_n > 0 THEN
+        SELECT MIN(k.ord) INTO v_bad
+          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS k
+          JOIN JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS d ON d.ord = k.ord
+          JOIN JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS t ON t.ord = k.ord
+         WHERE (    JSON_TYPE(k.elem) = 'STRING'
+                AND CHAR_LENGTH(JSON_UNQUOTE(k.elem)) BETWEEN 1 AND 255
+                AND NOT (JSON_UNQUOTE(k.elem) LIKE '% ')
+                AND JSON_TYPE(d.elem) = 'STRING'
+                AND CHAR_LENGTH(JSON_UNQUOTE(d.elem)) BETWEEN 1 AND 128
+                AND NOT (JSON_UNQUOTE(d.elem) LIKE '% ')
+                AND JSON_TYPE(t.elem) = 'STRING'
+                AND JSON_UNQUOTE(t.elem)
+                    REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$'
+               ) IS NOT TRUE;
+        IF v_bad IS NOT NULL THEN
+            CALL pyqueue__raise('invalid_argument',
+                                CONCAT('element ', v_bad, ' of the batch: bad p_key/p_kind or malformed token'));
+        END IF;
+        SELECT JSON_ARRAYAGG(JSON_ARRAY(m.id, m.reserve_token)) INTO v_ids
+          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, k VARCHAR(255) PATH '$')) AS k
+          JOIN JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, kd VARCHAR(128) PATH '$')) AS d ON d.ord = k.ord
+          JOIN JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, t CHAR(36) PATH '$')) AS t ON t.ord = k.ord
+          JOIN pyqueue_message m
+            ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
+           AND m.p_kind = d.kd COLLATE utf8mb4_bin AND m.reserve_token = LOWER(t.t) COLLATE utf8mb4_bin;
+        IF v_ids IS NOT NULL THEN
+            DELETE m FROM pyqueue_message m
+              JOIN JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]', c_token CHAR(36) PATH '$[1]')) AS c
+                ON m.id = c.c_id AND m.reserve_token = c.c_token COLLATE utf8mb4_bin;
+            SET v_done = ROW_COUNT();
+        END IF;
+    END IF;
+    SELECT v_done AS committed;
+END //
+
 -- ---- end of issue 6 ----
 
 

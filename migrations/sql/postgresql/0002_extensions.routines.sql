@@ -650,6 +650,95 @@ $$;
 
 -- ---- issue 6: fast paths ----
 
+-- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
+-- in_token; all three NULL = nothing to commit) and reserves the next up to
+-- in_n messages exactly as queue_reserve, in one call: a consumer working one
+-- message at a time needs one round trip and one transaction per message
+-- instead of two. Rows as queue_reserve's, each led by committed (the commit's
+-- result: true, false when the token no longer held, NULL when nothing was
+-- given); when nothing is reserved, one row with committed and NULL elsewhere.
+-- Locks: those of queue_commit and queue_reserve.
+CREATE OR REPLACE FUNCTION queue_commit_reserve(
+    in_queue   text,
+    in_key     text,
+    in_kind    text,
+    in_token   uuid,
+    in_worker  text     DEFAULT NULL,
+    in_timeout interval DEFAULT NULL,
+    in_n       integer  DEFAULT 1,
+    in_kinds   text[]   DEFAULT NULL)
+RETURNS TABLE (committed boolean, p_key varchar, p_kind varchar, payload jsonb, token uuid,
+               priority integer, attempts integer, created_at timestamptz,
+               scheduled_at_initially timestamptz)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_committed boolean;
+BEGIN
+    IF in_key IS NULL AND in_kind IS NULL AND in_token IS NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    ELSE
+        v_committed := queue_commit(in_queue, in_key, in_kind, in_token);
+    END IF;
+    -- queue_reserve validates its own arguments; a refusal there aborts the
+    -- whole call, the commit included.
+    RETURN QUERY
+        SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
+               r.created_at, r.scheduled_at_initially
+          FROM queue_reserve(in_queue, in_worker, in_timeout, in_n, in_kinds) AS r;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT v_committed, NULL::varchar, NULL::varchar, NULL::jsonb, NULL::uuid,
+                            NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz;
+    END IF;
+END;
+$$;
+
+-- queue_commit_batch: commits many reservations in one statement (element i
+-- of the three arrays names one reservation). Returns how many were deleted;
+-- a reservation whose token no longer holds is skipped (not counted).
+-- Refuses, changing nothing, arrays that are NULL, not one-dimensional, of
+-- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
+-- a NULL token. Locks: the deleted rows.
+CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens uuid[])
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_n     integer;
+    v_bad   integer;
+    v_count integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must not be NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := cardinality(in_keys);
+    IF array_ndims(in_keys) > 1 OR array_ndims(in_kinds) > 1 OR array_ndims(in_tokens) > 1
+       OR cardinality(in_kinds) <> v_n OR cardinality(in_tokens) <> v_n THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must have the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT min(i) INTO v_bad
+      FROM generate_subscripts(in_keys, 1) AS i
+     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR length(in_keys[i]) > 255 OR right(in_keys[i], 1) = ' '
+        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR length(in_kinds[i]) > 128 OR right(in_kinds[i], 1) = ' '
+        OR in_tokens[i] IS NULL;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
+            USING ERRCODE = '22023';
+    END IF;
+    DELETE FROM pyqueue_message m
+     USING unnest(in_keys, in_kinds, in_tokens) AS c (k, kd, t)
+     WHERE m.queue_name = in_queue AND m.p_key = c.k AND m.p_kind = c.kd AND m.reserve_token = c.t;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
 -- ---- end of issue 6 ----
 
 
