@@ -155,3 +155,38 @@ def test_commit_reserve_concurrent_consumers_never_share(make_queue, connect):
     assert not errors
     assert sorted(seen) == [f"m{i:03}" for i in range(120)]
     assert queue.stats().ready == 0 and queue.stats().reserved == 0
+
+
+def test_commit_reserve_follows_priorities_like_reserve(queue):
+    queue.push("low", "job", 1, priority=0)
+    queue.push("high1", "job", 2, priority=5)
+    queue.push("mid", "job", 3, priority=1)
+    queue.push("high2", "job", 4, priority=5)
+    committed, got = queue.commit_reserve(None, n=3)
+    assert [r.key for r in got] == ["high1", "high2", "mid"]
+    committed, got2 = queue.commit_reserve(got[0], n=3)
+    assert committed is True and [r.key for r in got2] == ["low"]
+
+
+def test_commit_reserve_dead_letters_an_exhausted_message(make_queue):
+    dlq = make_queue()
+    queue = make_queue(max_attempts=1, dead_letter_queue=dlq.name)
+    queue.push("tired", "job", 1)
+    queue.push("fresh", "job", 2)
+    [tired] = queue.reserve(timeout=0.2)
+    import time
+    time.sleep(0.4)  # its only allowed delivery expired
+    committed, got = queue.commit_reserve(None, n=2)
+    assert [r.key for r in got] == ["fresh"]
+    assert queue.stats().dead == 1 and dlq.stats().ready == 1
+    assert queue.commit_reserve(tired)[0] is False
+
+
+def test_commit_reserve_on_a_paused_queue_commits_but_hands_out_nothing(queue):
+    queue.push("a", "job", 1)
+    queue.push("b", "job", 2)
+    [a] = queue.reserve()
+    queue.pause()
+    assert queue.commit_reserve(a) == (True, [])
+    queue.resume()
+    assert [r.key for r in queue.commit_reserve(None)[1]] == ["b"]
