@@ -96,12 +96,17 @@ class PyQueue:
 
     def take_ack(self) -> int:
         committed, got = self.q.commit_reserve(self.held, worker=self.worker)
+            done = 1 if self.held is not None else 0
+            self.held = got[0] if got else None
+            return done
+        committed, got = self.q.commit_reserve(self.held, worker=self.worker)
         done = 1 if self.held is not None else 0
         self.held = got[0] if got else None
         return done
 
     def take_ack_batch(self) -> int:
-        got = self.q.reserve(n=BATCH, worker=self.worker)
+        # commit_reserve with nothing to commit is queue_reserve's fast path
+        _, got = self.q.commit_reserve(None, n=BATCH, worker=self.worker)
         if got:
             self.q.commit_many(got)
         return len(got)

@@ -259,7 +259,7 @@ class Queue:
                       n=whole_number(n, "n"), kinds=d.kinds(kinds))
         if d.name == "mysql":
             sets = self.db.dialect.run_sets(self.db.connection, "commit_reserve", params)
-            rows, committed = sets[0], sets[-1][0][0]
+            rows, committed = [row for part in sets[:-1] for row in part], sets[-1][0][0]
         else:
             rows = self.db.call("commit_reserve", **params)
             committed = rows[0][0] if rows else None

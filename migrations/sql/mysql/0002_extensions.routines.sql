@@ -1155,15 +1155,21 @@ END //
 
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
 -- in_token; all three NULL = nothing to commit) and reserves the next up to
--- in_n messages exactly as queue_reserve, in one call (one round trip per
--- message for a consumer working one at a time, instead of two).
--- Result: two result sets: first queue_reserve's rows, then one row,
--- committed = 1, 0 when the token no longer held, NULL when nothing was given.
--- Order: the commit's arguments are checked, then queue_reserve runs (and
--- checks its own), then the commit: a refused call changes nothing, in
--- autocommit mode too. The message being committed is still reserved by
--- the caller while the reserve runs, so it is never handed out again.
--- Locks: those of queue_reserve and queue_commit, each for one statement.
+-- in_n messages with queue_reserve's semantics, in one call (one round trip
+-- per message for a consumer working one at a time, instead of two).
+-- Result: the reserved rows (columns as queue_reserve's; one result set,
+-- or two when the fast path below hands the rest over to queue_reserve),
+-- then a last result set of one row, committed = 1, 0 when the token no
+-- longer held, NULL when nothing was given.
+-- Every argument is checked first, then the reserve runs, then the commit:
+-- a refused call changes nothing, in autocommit mode too; the message being
+-- committed is still reserved by the caller while the reserve runs.
+-- Fast path (no kinds filter, all ready rows of one priority): per
+-- candidate of the ready range, a plain read, a SKIP LOCKED read by id and
+-- an UPDATE by id that re-checks what the read saw, as queue_reserve does,
+-- without its cursor. A candidate due for dead-lettering, lower priorities
+-- or a kinds filter leave the work to queue_reserve.
+-- Locks: each candidate row for one statement; the committed row.
 DROP PROCEDURE IF EXISTS queue_commit_reserve //
 CREATE PROCEDURE queue_commit_reserve(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1176,20 +1182,122 @@ CREATE PROCEDURE queue_commit_reserve(
     IN in_kinds   LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_held   CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_id     BIGINT;
-    DECLARE v_done   INT DEFAULT NULL;
-    DECLARE v_commit BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_token    CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_seen     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_until    DATETIME(6);
+    DECLARE v_at       DATETIME(6);
+    DECLARE v_after_at DATETIME(6);
+    DECLARE v_after_id BIGINT;
+    DECLARE v_id       BIGINT;
+    DECLARE v_top      INT;
+    DECLARE v_last_id  BIGINT;
+    DECLARE v_last_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_low      INT;
+    DECLARE v_attempts INT;
+    DECLARE v_n        INT;
+    DECLARE v_left     INT;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_rest     BOOLEAN DEFAULT FALSE;
+    DECLARE v_done     INT DEFAULT NULL;
+    DECLARE v_claimed  LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
+    DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
+
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
     IF v_commit THEN
-        CALL pyqueue__check_name('queue', in_queue, 128);
         CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     END IF;
-    CALL queue_reserve(in_queue, in_worker, in_timeout, in_n, in_kinds);
+    IF in_kinds IS NOT NULL THEN
+        -- queue_reserve checks and applies the filter.
+        CALL queue_reserve(in_queue, in_worker, in_timeout, in_n, in_kinds);
+    ELSE
+        -- The same checks as queue_reserve.
+        IF in_n < 1 THEN
+            CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+        END IF;
+        CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
+        CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
+        IF CHAR_LENGTH(in_worker) > 255 THEN
+            CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters');
+        END IF;
+        SET v_n = COALESCE(in_n, 1), v_left = v_n;
+        IF NOT v_paused THEN
+            SET v_now = UTC_TIMESTAMP(6);
+            SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
+            SELECT MAX(m.priority), MIN(m.priority) INTO v_top, v_low
+              FROM pyqueue_message m WHERE m.queue_name = v_queue;
+            fast: WHILE v_top IS NOT NULL AND v_left > 0 AND v_tries < v_n + 16 DO
+                SET v_id = NULL, v_tries = v_tries + 1;
+                -- Inside the caller's transaction the lock lasts until its
+                -- commit, and concurrent consumers skip the row.
+                SELECT m.id, m.scheduled_at, m.attempts, m.reserve_token INTO v_id, v_at, v_attempts, v_seen
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue AND m.priority = v_top AND m.scheduled_at <= v_now
+                   AND (v_after_id IS NULL
+                        OR m.scheduled_at > v_after_at
+                        OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT 1
+                   FOR UPDATE SKIP LOCKED;
+                IF v_id IS NULL THEN
+                    LEAVE fast;
+                END IF;
+                SET v_after_at = v_at, v_after_id = v_id;
+                IF v_attempts >= v_max THEN
+                    SET v_rest = TRUE;  -- due for dead-lettering: queue_reserve's job
+                ELSEIF v_attempts IS NOT NULL THEN
+                    SET v_token = UUID();
+                    UPDATE pyqueue_message
+                       SET scheduled_at = v_until,
+                           attempts = attempts + 1,
+                           reserved_by = in_worker,
+                           reserve_token = v_token
+                     WHERE id = v_id AND scheduled_at <= v_now
+                       AND attempts = v_attempts AND reserve_token <=> v_seen;
+                    IF ROW_COUNT() = 1 THEN
+                        SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$', JSON_ARRAY(v_id, v_token));
+                        SET v_last_id = v_id, v_last_token = v_token;
+                        SET v_left = v_left - 1;
+                    END IF;
+                END IF;
+            END WHILE;
+            IF v_left > 0 AND v_top IS NOT NULL AND (v_rest OR v_low < v_top OR v_tries >= v_n + 16) THEN
+                SET v_rest = TRUE;
+            ELSE
+                SET v_rest = FALSE;
+            END IF;
+        END IF;
+        IF v_n = 1 THEN  -- one message at a time: a primary-key read
+            SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+                   m.attempts, m.created_at, m.scheduled_at_initially
+              FROM pyqueue_message m
+             WHERE m.id = v_last_id AND m.reserve_token = v_last_token;
+        ELSE
+            SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+                   m.attempts, m.created_at, m.scheduled_at_initially
+              FROM JSON_TABLE(v_claimed, '$[*]' COLUMNS (
+                       ord      FOR ORDINALITY,
+                       c_id     BIGINT   PATH '$[0]',
+                       c_token  CHAR(36) PATH '$[1]')) AS c
+              JOIN pyqueue_message m ON m.id = c.c_id
+             WHERE m.reserve_token = c.c_token COLLATE utf8mb4_bin
+             ORDER BY c.ord;
+        END IF;
+        IF v_rest THEN
+            CALL queue_reserve(in_queue, in_worker, in_timeout, v_left, NULL);
+        END IF;
+    END IF;
     IF v_commit THEN
-        SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = 0;
+        SET v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = 0;
         SELECT COALESCE(MAX(m.id), 0) INTO v_id
           FROM pyqueue_message m
          WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
