@@ -96,10 +96,6 @@ class PyQueue:
 
     def take_ack(self) -> int:
         committed, got = self.q.commit_reserve(self.held, worker=self.worker)
-            done = 1 if self.held is not None else 0
-            self.held = got[0] if got else None
-            return done
-        committed, got = self.q.commit_reserve(self.held, worker=self.worker)
         done = 1 if self.held is not None else 0
         self.held = got[0] if got else None
         return done
