@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: freeze demo test venv clean
+.PHONY: bench scale freeze demo test venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,22 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Side-by-side benchmark against PGQueuer, procrastinate, the naive design and
+# the INSERT ceiling (bench/README.md). Full run ~10-15 min; quick:
+#   make bench BENCH_ARGS=--quick
+# Scale measurements (1M messages, churn, xmin horizon): make scale
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) bench/bench.py $(BENCH_ARGS)
+
+scale: $(STAMP)
+	$(PY) bench/scale.py $(SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
