@@ -51,10 +51,11 @@ MY_STATEMENTS = {
                    f"WHERE m.queue_name = '{QUEUE}' AND m.priority = 0 AND m.scheduled_at <= UTC_TIMESTAMP(6) "
                    "ORDER BY m.scheduled_at, m.id LIMIT 17"),
     # queue_commit_reserve's fast path
-    "commit_reserve": ("SELECT m.id, m.scheduled_at, m.attempts, m.reserve_token FROM pyqueue_message m "
+    "commit_reserve": ("SELECT m.id, m.scheduled_at FROM pyqueue_message m "
                        f"WHERE m.queue_name = '{QUEUE}' AND m.priority = 0 "
                        "AND m.scheduled_at <= UTC_TIMESTAMP(6) "
-                       "ORDER BY m.scheduled_at, m.id LIMIT 1 FOR UPDATE SKIP LOCKED"),
+                       "AND (NULL IS NULL OR m.scheduled_at > NULL OR (m.scheduled_at = NULL AND m.id > NULL)) "
+                       "ORDER BY m.scheduled_at, m.id LIMIT 1"),
     "top_priority": f"SELECT MAX(m.priority), MIN(m.priority) FROM pyqueue_message m WHERE m.queue_name = '{QUEUE}'",
 }
 

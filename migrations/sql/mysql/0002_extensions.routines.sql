@@ -1237,21 +1237,26 @@ BEGIN
               FROM pyqueue_message m WHERE m.queue_name = v_queue;
             fast: WHILE v_top IS NOT NULL AND v_left > 0 AND v_tries < v_n + 16 DO
                 SET v_id = NULL, v_tries = v_tries + 1;
-                -- Inside the caller's transaction the lock lasts until its
-                -- commit, and concurrent consumers skip the row.
-                SELECT m.id, m.scheduled_at, m.attempts, m.reserve_token INTO v_id, v_at, v_attempts, v_seen
+                SELECT m.id, m.scheduled_at INTO v_id, v_at
                   FROM pyqueue_message m
                  WHERE m.queue_name = v_queue AND m.priority = v_top AND m.scheduled_at <= v_now
                    AND (v_after_id IS NULL
                         OR m.scheduled_at > v_after_at
                         OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
                  ORDER BY m.scheduled_at, m.id
-                 LIMIT 1
-                   FOR UPDATE SKIP LOCKED;
+                 LIMIT 1;
                 IF v_id IS NULL THEN
                     LEAVE fast;
                 END IF;
-                SET v_after_at = v_at, v_after_id = v_id;
+                SET v_after_at = v_at, v_after_id = v_id, v_attempts = NULL;
+                -- As queue_reserve: a plain read of the range, then the row
+                -- lock by id (a locking read of the secondary index would
+                -- take its locks in the opposite order of an UPDATE / DELETE
+                -- by id, and the two deadlock).
+                SELECT m.attempts, m.reserve_token INTO v_attempts, v_seen
+                  FROM pyqueue_message m
+                 WHERE m.id = v_id AND m.scheduled_at <= v_now
+                   FOR UPDATE SKIP LOCKED;
                 IF v_attempts >= v_max THEN
                     SET v_rest = TRUE;  -- due for dead-lettering: queue_reserve's job
                 ELSEIF v_attempts IS NOT NULL THEN
