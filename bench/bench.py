@@ -544,6 +544,7 @@ def plot(results: list[dict], meta: dict, path: str) -> bool:
                              and r.get("rate"))
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=s,
+                            color=f"C{list(SYSTEMS).index(s)}",
                             linestyle="--" if s in ("INSERT ceiling", "naive") else "-")
             ax.set_title(f"{dialect}: {LABEL[w]}", fontsize=9)
             ax.set_xscale("log", base=2)
