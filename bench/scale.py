@@ -7,12 +7,12 @@
 Each scenario runs in its own fresh database (created here, dropped at the
 end). Throughput = messages consumed one at a time with queue_commit_reserve
 (commit the previous, reserve the next: one call per message) by one client
-over a fixed number of messages, so every figure is comparable to the
-baseline of the same run:
+over a fixed number of messages (--sample, 3000). Each comparison measures
+its own baseline in the same database, before and after the change, and
+reports the ratio of the means, so a loaded machine shifts both sides alike:
 
-  baseline    10k ready messages in a fresh queue
-  delayed     the same 10k ready plus 1M delayed (run_at tomorrow)
-  backlog     1M ready messages (throughput of the first messages drained)
+  delayed     10k ready, with vs without 1M delayed messages (run_at tomorrow)
+  backlog     a 1M ready backlog vs a 10k one (the first messages drained)
   churn       after 1M messages went through the queue (batch push 1000,
               batch reserve 1000, batch commit), 10k ready again; table and
               index sizes before and after
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     ap.add_argument("--big", type=int, default=None, help="the 'million' (default 1,000,000; quick 100,000)")
     ap.add_argument("--sample", type=int, default=3000, help="messages consumed per throughput figure")
     ap.add_argument("--hold", type=float, default=None, help="seconds the xmin horizon is held (default 120)")
-    ap.add_argument("--only", default="baseline,delayed,backlog,churn,xmin")
+    ap.add_argument("--only", default="delayed,backlog,churn,xmin")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args(argv)
     big = args.big or (100_000 if args.quick else 1_000_000)
@@ -155,26 +155,44 @@ def main(argv=None) -> int:
     def log(name):
         print(f"[{time.time() - t0:6.0f}s] {name}: {json.dumps(res[name])}", flush=True)
 
-    if "baseline" in only or "delayed" in only or "backlog" in only:
-        def baseline(dsn):
-            fill(d, dsn, 10_000, "r", delayed=False)
-            return {"ready": 10_000, **consume(dsn, args.sample)}
-        res["baseline"] = scenario(d, "base", baseline)
-        log("baseline")
+    # Each comparison measures its baseline in the same database, before and
+    # after, so that a loaded machine shifts both sides alike.
     if "delayed" in only:
         def delayed(dsn):
-            fill(d, dsn, big, "d", delayed=True)
             fill(d, dsn, 10_000, "r", delayed=False)
-            return {"ready": 10_000, "delayed": big, **consume(dsn, args.sample), "sizes": sizes(d, dsn)}
+            a1 = consume(dsn, args.sample)
+            fill(d, dsn, big, "d", delayed=True)
+            _push_ready(dsn, args.sample, prefix="t1-")
+            b1 = consume(dsn, args.sample)
+            sz = sizes(d, dsn)
+            _push_ready(dsn, args.sample, prefix="t2-")
+            b2 = consume(dsn, args.sample)
+            _dbs.execute(d, dsn, "DELETE FROM pyqueue_message WHERE p_key LIKE 'd%'",
+                         "VACUUM ANALYZE pyqueue_message" if d == "postgresql" else "ANALYZE TABLE pyqueue_message")
+            _push_ready(dsn, args.sample, prefix="t3-")
+            a2 = consume(dsn, args.sample)
+            base = (a1["rate"] + a2["rate"]) / 2
+            with_delayed = (b1["rate"] + b2["rate"]) / 2
+            return {"ready": 10_000, "delayed": big, "without": [a1, a2], "with": [b1, b2], "sizes": sz,
+                    "ratio": round(with_delayed / base, 3)}
         res["delayed"] = scenario(d, "delayed", delayed)
-        res["delayed"]["vs_baseline"] = round(res["delayed"]["rate"] / res["baseline"]["rate"], 3)
         log("delayed")
     if "backlog" in only:
         def backlog(dsn):
-            fill(d, dsn, big, "r", delayed=False)
-            return {"ready": big, **consume(dsn, args.sample), "sizes": sizes(d, dsn)}
+            fill(d, dsn, 10_000, "r", delayed=False)
+            a1 = consume(dsn, args.sample)
+            fill(d, dsn, big - 10_000 + args.sample, "b", delayed=False)
+            b1 = consume(dsn, args.sample)
+            sz = sizes(d, dsn)
+            b2 = consume(dsn, args.sample)
+            _dbs.execute(d, dsn, "DELETE FROM pyqueue_message WHERE p_key LIKE 'b%'",
+                         "VACUUM ANALYZE pyqueue_message" if d == "postgresql" else "ANALYZE TABLE pyqueue_message")
+            _push_ready(dsn, args.sample, prefix="t3-")
+            a2 = consume(dsn, args.sample)
+            base = (a1["rate"] + a2["rate"]) / 2
+            return {"small_backlog": 10_000, "big_backlog": big, "small": [a1, a2], "big": [b1, b2], "sizes": sz,
+                    "ratio": round((b1["rate"] + b2["rate"]) / 2 / base, 3)}
         res["backlog"] = scenario(d, "backlog", backlog)
-        res["backlog"]["vs_baseline"] = round(res["backlog"]["rate"] / res["baseline"]["rate"], 3)
         log("backlog")
     if "churn" in only:
         def churn(dsn):
