@@ -596,24 +596,33 @@ def main(argv: list[str] | None = None) -> int:
             "load_before": os.getloadavg(), "servers": {}}
     results: list[dict] = []
     t0 = time.time()
+    # Every system gets its own fresh database up front; then, for each
+    # workload and client count, the systems run back to back, so that a
+    # change in the machine's load hits them alike (the ratios compare
+    # measurements taken seconds apart, not minutes).
     for dialect in dias:
-        for sname in wanted:
-            cls = SYSTEMS[sname]
-            if dialect not in cls.dialects:
-                continue
-            try:
-                dsn = _dbs.create(dialect, sname.split(" ")[0].lower())
-            except Exception as exc:  # the dialect's server is not there
-                print(f"[skip] {dialect}/{sname}: {exc}", flush=True)
-                break
-            try:
-                cls(dialect).setup(dsn)
+        dsns: dict[str, str] = {}
+        try:
+            for sname in wanted:
+                cls = SYSTEMS[sname]
+                if dialect not in cls.dialects:
+                    continue
+                try:
+                    dsns[sname] = _dbs.create(dialect, sname.split(" ")[0].lower())
+                except Exception as exc:  # the dialect's server is not there
+                    print(f"[skip] {dialect}: {exc}", flush=True)
+                    break
+                cls(dialect).setup(dsns[sname])
                 if dialect not in meta["servers"]:
-                    meta["servers"][dialect] = server_settings(dialect, dsn)
-                for w in workloads_of(cls):
-                    if w not in work:
-                        continue
-                    for c in clients:
+                    meta["servers"][dialect] = server_settings(dialect, dsns[sname])
+            for w in WORKLOADS:
+                if w not in work:
+                    continue
+                for c in clients:
+                    for sname, dsn in dsns.items():
+                        cls = SYSTEMS[sname]
+                        if w not in workloads_of(cls):
+                            continue
                         r = {"dialect": dialect, "system": sname, "workload": w, "clients": c}
                         try:
                             r.update(measure(cls, dialect, dsn, w, c, n, cap))
@@ -622,7 +631,8 @@ def main(argv: list[str] | None = None) -> int:
                         results.append(r)
                         print(f"[{time.time() - t0:6.0f}s] {dialect:10} {sname:26} {w:18} {c:2} clients: "
                               f"{r.get('rate') or r.get('error')} msg/s", flush=True)
-            finally:
+        finally:
+            for dsn in dsns.values():
                 _dbs.drop(dialect, dsn)
     meta["seconds"] = round(time.time() - t0, 1)
     meta["load_after"] = os.getloadavg()
