@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: freeze demo test venv clean
+.PHONY: bench scale freeze demo test venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,22 @@ demo: $(STAMP)
 test: $(STAMP) $(SPARK_STAMP)
 	@bash scripts/spark-deps.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Side-by-side benchmark against PGQueuer, procrastinate, the naive design and
+# the INSERT ceiling (bench/README.md). Full run ~10-15 min; quick:
+#   make bench BENCH_ARGS=--quick
+# Scale measurements (1M messages, churn, xmin horizon): make scale
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) bench/bench.py $(BENCH_ARGS)
+
+scale: $(STAMP)
+	$(PY) bench/scale.py $(SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -282,6 +282,48 @@ class Queue:
         """Deletes the message; False if the reservation no longer holds."""
         return bool(self.db.call("commit", queue=self.name, key=r.key, kind=r.kind, token=r.token)[0][0])
 
+    def commit_reserve(self, previous: Reservation | None, n: int = 1, worker: str | None = None,
+                       timeout: Duration = None,
+                       kinds: Sequence[str] | None = None) -> tuple[bool | None, list[Reservation]]:
+        """Commits ``previous`` (None: nothing to commit) and reserves up to n more, in one call.
+
+        Returns (committed, reservations): committed is the commit's result
+        (None when previous was None). One round trip per message for a
+        consumer that works one message at a time.
+        """
+        d = self.db.dialect
+        params = dict(queue=self.name,
+                      key=None if previous is None else previous.key,
+                      kind=None if previous is None else previous.kind,
+                      token=None if previous is None else previous.token,
+                      worker=worker or default_worker_name(), timeout=d.duration(timeout, "timeout"),
+                      n=whole_number(n, "n"), kinds=d.kinds(kinds))
+        if d.name == "mysql":
+            sets = self.db.dialect.run_sets(self.db.connection, "commit_reserve", params)
+            rows, committed = [row for part in sets[:-1] for row in part], sets[-1][0][0]
+        else:
+            rows = self.db.call("commit_reserve", **params)
+            committed = rows[0][0] if rows else None
+            rows = [row[1:] for row in rows if row[1] is not None]
+        reservations = [
+            Reservation(self.name, key, kind, d.read_payload(payload), token, priority, attempts,
+                        d.read_time(created), d.read_time(initially))
+            for key, kind, payload, token, priority, attempts, created, initially in rows
+        ]
+        return (None if committed is None else bool(committed)), reservations
+
+    def commit_many(self, reservations: Iterable[Reservation]) -> int:
+        """Commits many reservations in one call; returns how many still held (and are now gone)."""
+        items = list(reservations)
+        if not items:
+            return 0
+        d = self.db.dialect
+        keys, kinds, tokens = [r.key for r in items], [r.kind for r in items], [r.token for r in items]
+        if d.name == "mysql":
+            keys, kinds = encode_json(keys), encode_json(kinds)
+            tokens = encode_json([str(t) for t in tokens])
+        return int(self.db.call("commit_batch", queue=self.name, keys=keys, kinds=kinds, tokens=tokens)[0][0])
+
     def rollback(self, r: Reservation, delay: Duration = None) -> bool:
         """Gives the message back (eligible after delay), or dead-letters it after max_attempts."""
         d = self.db.dialect

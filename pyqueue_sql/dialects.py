@@ -103,6 +103,10 @@ class Dialect:
         """Runs a named statement and returns all rows of its (single) result set."""
         raise NotImplementedError
 
+    def run_sets(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
+        """Every result set of a named statement (PostgreSQL routines send one)."""
+        return [self.run(connection, name, params)]
+
     def statement(self, name: str) -> str:
         return queries(self.name)[name]
 
@@ -225,15 +229,20 @@ class MySQL(Dialect):
         connection.begin()
 
     def run(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+        return self.run_sets(connection, name, params)[0]
+
+    def run_sets(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
+        """Runs a named CALL and returns the rows of each result set it sends (at least one list)."""
         import pymysql
 
         cur = connection.cursor()
         try:
             cur.execute(self.statement(name), params)
-            rows = list(cur.fetchall()) if cur.description else []
-            while cur.nextset():  # a CALL ends with a status result; drain it
-                pass
-            return rows
+            sets = [list(cur.fetchall()) if cur.description else []]
+            while cur.nextset():  # a CALL ends with a status result without rows
+                if cur.description:
+                    sets.append(list(cur.fetchall()))
+            return sets
         except pymysql.MySQLError as exc:
             code = exc.args[0] if exc.args else None
             message = exc.args[1] if len(exc.args) > 1 else str(exc)

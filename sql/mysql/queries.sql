@@ -72,6 +72,14 @@ CALL queue_wait(%(queue)s, %(kinds)s, %(timeout)s, %(poll)s)
 
 -- ---- issue 6: fast paths ----
 
+-- name: commit_reserve
+-- Two result sets: the reserved rows, then one row (committed).
+CALL queue_commit_reserve(%(queue)s, %(key)s, %(kind)s, %(token)s, %(worker)s, %(timeout)s, %(n)s,
+                          %(kinds)s)
+
+-- name: commit_batch
+CALL queue_commit_batch(%(queue)s, %(keys)s, %(kinds)s, %(tokens)s)
+
 -- ---- end of issue 6 ----
 
 

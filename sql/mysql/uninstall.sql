@@ -52,6 +52,9 @@ DROP TABLE IF EXISTS queue_ingest;
 
 -- ---- issue 6: fast paths ----
 
+DROP PROCEDURE IF EXISTS queue_commit_reserve;
+DROP PROCEDURE IF EXISTS queue_commit_batch;
+
 -- ---- end of issue 6 ----
 
 

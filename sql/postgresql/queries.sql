@@ -77,6 +77,14 @@ LISTEN {channel}
 
 -- ---- issue 6: fast paths ----
 
+-- name: commit_reserve
+SELECT committed, p_key, p_kind, payload, token, priority, attempts, created_at, scheduled_at_initially
+  FROM queue_commit_reserve(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid, %(worker)s,
+                            %(timeout)s::interval, %(n)s::integer, %(kinds)s::text[])
+
+-- name: commit_batch
+SELECT queue_commit_batch(%(queue)s, %(keys)s::text[], %(kinds)s::text[], %(tokens)s::uuid[])
+
 -- ---- end of issue 6 ----
 
 

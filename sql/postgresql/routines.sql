@@ -848,6 +848,178 @@ $$;
 
 -- ---- issue 6: fast paths ----
 
+-- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
+-- in_token; all three NULL = nothing to commit) and reserves the next up to
+-- in_n messages with queue_reserve's semantics (order, timeout, kinds,
+-- pause, dead letters), in one call: a consumer working one message at a
+-- time needs one round trip and one transaction per message instead of two.
+-- Rows as queue_reserve's, each led by committed (the commit's result: true,
+-- false when the token no longer held, NULL when nothing was given); when
+-- nothing is reserved, one row with committed and NULL elsewhere.
+-- Fast path: one locking read of the top priority's ready range
+-- (SKIP LOCKED) and one UPDATE of the locked rows by ctid (stable while we
+-- hold their locks), whatever the table statistics say. queue_reserve takes
+-- over for what is left when lower priorities exist or a locked row is due
+-- for dead-lettering. Locks: the committed row, the reserved rows.
+CREATE OR REPLACE FUNCTION queue_commit_reserve(
+    in_queue   text,
+    in_key     text,
+    in_kind    text,
+    in_token   uuid,
+    in_worker  text     DEFAULT NULL,
+    in_timeout interval DEFAULT NULL,
+    in_n       integer  DEFAULT 1,
+    in_kinds   text[]   DEFAULT NULL)
+RETURNS TABLE (committed boolean, p_key varchar, p_kind varchar, payload jsonb, token uuid,
+               priority integer, attempts integer, created_at timestamptz,
+               scheduled_at_initially timestamptz)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue     pyqueue_queue := pyqueue__queue(in_queue);
+    v_n         integer := coalesce(in_n, 1);
+    v_committed boolean;
+    v_now       timestamptz;
+    v_until     timestamptz;
+    v_top       integer;
+    v_tids      tid[];
+    v_attempts  integer[];
+    v_got       integer := 0;
+    v_more      integer;
+BEGIN
+    -- The same checks as queue_reserve, before anything changes.
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_worker IS NOT NULL AND length(in_worker) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND (cardinality(in_kinds) = 0 OR array_position(in_kinds, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL) THEN
+        -- Exactly queue_commit: history, the next occurrence of a schedule.
+        v_committed := queue_commit(in_queue, in_key, in_kind, in_token);
+    END IF;
+    -- A queue with concurrency limits reserves through queue_reserve, whose
+    -- lock step takes the limit slots (the fast path below knows no slots).
+    IF NOT v_queue.paused AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue) THEN
+        RETURN QUERY
+            SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
+                   r.created_at, r.scheduled_at_initially
+              FROM queue_reserve(in_queue, in_worker, in_timeout, v_n, in_kinds) AS r;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+    ELSIF NOT v_queue.paused THEN
+        v_now := clock_timestamp();
+        v_until := v_now + coalesce(in_timeout, v_queue.visibility_timeout);
+        SELECT m.priority INTO v_top
+          FROM pyqueue_message m WHERE m.queue_name = in_queue
+         ORDER BY m.priority DESC LIMIT 1;
+        IF v_top IS NOT NULL THEN
+            SELECT array_agg(r.tid), array_agg(r.attempts) INTO v_tids, v_attempts
+              FROM (SELECT m.ctid AS tid, m.attempts
+                      FROM pyqueue_message m
+                     WHERE m.queue_name = in_queue AND m.priority = v_top AND m.scheduled_at <= v_now
+                       AND (in_kinds IS NULL OR m.p_kind = ANY (in_kinds))
+                     ORDER BY m.scheduled_at, m.id
+                     LIMIT v_n
+                       FOR UPDATE SKIP LOCKED) AS r;
+            IF v_tids IS NOT NULL THEN
+                RETURN QUERY
+                    WITH taken AS (
+                        UPDATE pyqueue_message m
+                           SET scheduled_at  = v_until,
+                               attempts      = m.attempts + 1,
+                               reserved_by   = in_worker,
+                               reserve_token = gen_random_uuid()
+                          FROM unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
+                         WHERE m.ctid = c.tid AND m.attempts < v_queue.max_attempts
+                        RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
+                                  m.attempts, m.created_at, m.scheduled_at_initially
+                    )
+                    SELECT v_committed, t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority,
+                           t.attempts, t.created_at, t.scheduled_at_initially
+                      FROM taken t ORDER BY t.ord;
+                GET DIAGNOSTICS v_got = ROW_COUNT;
+            END IF;
+            -- queue_reserve takes over for the rest when a locked row is due
+            -- for dead-lettering (it is ours, still locked) or when lower
+            -- priorities may hold ready rows.
+            IF v_got < v_n
+               AND (v_got < coalesce(cardinality(v_tids), 0)
+                    OR EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.queue_name = in_queue AND m.priority < v_top)) THEN
+                RETURN QUERY
+                    SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
+                           r.created_at, r.scheduled_at_initially
+                      FROM queue_reserve(in_queue, in_worker, in_timeout, v_n - v_got, in_kinds) AS r;
+                GET DIAGNOSTICS v_more = ROW_COUNT;
+                v_got := v_got + v_more;
+            END IF;
+        END IF;
+    END IF;
+    IF v_got = 0 THEN
+        RETURN QUERY SELECT v_committed, NULL::varchar, NULL::varchar, NULL::jsonb, NULL::uuid,
+                            NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz;
+    END IF;
+END;
+$$;
+
+-- queue_commit_batch: commits many reservations in one statement (element i
+-- of the three arrays names one reservation). Returns how many were deleted;
+-- a reservation whose token no longer holds is skipped (not counted).
+-- Refuses, changing nothing, arrays that are NULL, not one-dimensional, of
+-- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
+-- a NULL token. Locks: the deleted rows, in array order.
+CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens uuid[])
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_n     integer;
+    v_bad   integer;
+    v_count integer;
+    v_i     integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must not be NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := cardinality(in_keys);
+    IF array_ndims(in_keys) > 1 OR array_ndims(in_kinds) > 1 OR array_ndims(in_tokens) > 1
+       OR cardinality(in_kinds) <> v_n OR cardinality(in_tokens) <> v_n THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must have the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT min(i) INTO v_bad
+      FROM generate_subscripts(in_keys, 1) AS i
+     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR length(in_keys[i]) > 255 OR right(in_keys[i], 1) = ' '
+        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR length(in_kinds[i]) > 128 OR right(in_kinds[i], 1) = ' '
+        OR in_tokens[i] IS NULL;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
+            USING ERRCODE = '22023';
+    END IF;
+    -- One queue_commit per element (a primary-key DELETE, whose plan cannot
+    -- turn into a scan of the queue whatever the table statistics say, plus
+    -- the history row and a schedule's next occurrence where they apply).
+    v_count := 0;
+    FOR v_i IN 1 .. v_n LOOP
+        IF queue_commit(in_queue, in_keys[v_i], in_kinds[v_i], in_tokens[v_i]) THEN
+            v_count := v_count + 1;
+        END IF;
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
 -- ---- end of issue 6 ----
 
 

@@ -235,3 +235,14 @@ CREATE TABLE pyqueue_schedule (
     CONSTRAINT pyqueue_schedule_one_rule CHECK ((every_s IS NULL) <> (cron IS NULL))
 );
 -- ---- end of issue 4 ----
+
+-- Issue 6: every reserve moves a message's entry in the ready index (a
+-- non-HOT update) and every commit deletes it, so each message leaves two
+-- dead index entries, and the dead ones with past scheduled_at sit at the
+-- head of the ready range that every reserve walks. Only VACUUM removes them:
+-- vacuum this table once 1,000 rows are dead, whatever its size, unthrottled.
+ALTER TABLE pyqueue_message SET (
+    autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0,
+    autovacuum_analyze_scale_factor = 0.05);

@@ -51,6 +51,9 @@ DROP FUNCTION IF EXISTS queue_ingest_flush(text);
 
 -- ---- issue 6: fast paths ----
 
+DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
+DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
+
 -- ---- end of issue 6 ----
 
 

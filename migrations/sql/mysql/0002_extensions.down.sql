@@ -49,6 +49,9 @@ DROP TABLE IF EXISTS queue_ingest;
 
 -- ---- issue 6 ----
 
+DROP PROCEDURE IF EXISTS queue_commit_reserve;
+DROP PROCEDURE IF EXISTS queue_commit_batch;
+
 -- ---- end of issue 6 ----
 
 

@@ -1386,6 +1386,283 @@ END //
 
 -- ---- issue 6: fast paths ----
 
+-- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
+-- in_token; all three NULL = nothing to commit) and reserves the next up to
+-- in_n messages with queue_reserve's semantics, in one call (one round trip
+-- per message for a consumer working one at a time, instead of two).
+-- Result: the reserved rows (columns as queue_reserve's; one result set,
+-- or two when the fast path below hands the rest over to queue_reserve),
+-- then a last result set of one row, committed = 1, 0 when the token no
+-- longer held, NULL when nothing was given.
+-- Every argument is checked first, then the reserve runs, then the commit:
+-- a refused call changes nothing, in autocommit mode too; the message being
+-- committed is still reserved by the caller while the reserve runs.
+-- Fast path (no kinds filter, all ready rows of one priority): per
+-- candidate of the ready range, a plain read, a SKIP LOCKED read by id and
+-- an UPDATE by id that re-checks what the read saw, as queue_reserve does,
+-- without its cursor. A candidate due for dead-lettering, lower priorities
+-- or a kinds filter leave the work to queue_reserve.
+-- Locks: each candidate row for one statement; the committed row.
+DROP PROCEDURE IF EXISTS queue_commit_reserve //
+CREATE PROCEDURE queue_commit_reserve(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_worker  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_timeout DECIMAL(20,6),
+    IN in_n       DECIMAL(65,30),
+    IN in_kinds   LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_token    CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_seen     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_until    DATETIME(6);
+    DECLARE v_at       DATETIME(6);
+    DECLARE v_after_at DATETIME(6);
+    DECLARE v_after_id BIGINT;
+    DECLARE v_id       BIGINT;
+    DECLARE v_top      INT;
+    DECLARE v_last_id  BIGINT;
+    DECLARE v_last_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_low      INT;
+    DECLARE v_attempts INT;
+    DECLARE v_n        INT;
+    DECLARE v_left     INT;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_rest     BOOLEAN DEFAULT FALSE;
+    DECLARE v_done     INT DEFAULT NULL;
+    DECLARE v_claimed  LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
+    DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
+    DECLARE v_hist     BIGINT;
+
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF v_commit THEN
+        CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    END IF;
+    IF in_kinds IS NOT NULL OR EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) THEN
+        -- queue_reserve checks and applies the filter, and takes the slots
+        -- of a queue with concurrency limits (the fast path knows no slots).
+        CALL queue_reserve(in_queue, in_worker, in_timeout, in_n, in_kinds);
+    ELSE
+        -- The same checks as queue_reserve.
+        IF in_n < 1 THEN
+            CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+        END IF;
+        CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
+        CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
+        IF CHAR_LENGTH(in_worker) > 255 THEN
+            CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters');
+        END IF;
+        SET v_n = COALESCE(in_n, 1), v_left = v_n;
+        IF NOT v_paused THEN
+            SET v_now = UTC_TIMESTAMP(6);
+            SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
+            SELECT MAX(m.priority), MIN(m.priority) INTO v_top, v_low
+              FROM pyqueue_message m WHERE m.queue_name = v_queue;
+            fast: WHILE v_top IS NOT NULL AND v_left > 0 AND v_tries < v_n + 16 DO
+                SET v_id = NULL, v_tries = v_tries + 1;
+                SELECT m.id, m.scheduled_at INTO v_id, v_at
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue AND m.priority = v_top AND m.scheduled_at <= v_now
+                   AND (v_after_id IS NULL
+                        OR m.scheduled_at > v_after_at
+                        OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT 1;
+                IF v_id IS NULL THEN
+                    LEAVE fast;
+                END IF;
+                SET v_after_at = v_at, v_after_id = v_id, v_attempts = NULL;
+                -- As queue_reserve: a plain read of the range, then the row
+                -- lock by id (a locking read of the secondary index would
+                -- take its locks in the opposite order of an UPDATE / DELETE
+                -- by id, and the two deadlock).
+                SELECT m.attempts, m.reserve_token INTO v_attempts, v_seen
+                  FROM pyqueue_message m
+                 WHERE m.id = v_id AND m.scheduled_at <= v_now
+                   FOR UPDATE SKIP LOCKED;
+                IF v_attempts >= v_max THEN
+                    SET v_rest = TRUE;  -- due for dead-lettering: queue_reserve's job
+                ELSEIF v_attempts IS NOT NULL THEN
+                    SET v_token = UUID();
+                    UPDATE pyqueue_message
+                       SET scheduled_at = v_until,
+                           attempts = attempts + 1,
+                           reserved_by = in_worker,
+                           reserve_token = v_token
+                     WHERE id = v_id AND scheduled_at <= v_now
+                       AND attempts = v_attempts AND reserve_token <=> v_seen;
+                    IF ROW_COUNT() = 1 THEN
+                        SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$', JSON_ARRAY(v_id, v_token));
+                        SET v_last_id = v_id, v_last_token = v_token;
+                        SET v_left = v_left - 1;
+                    END IF;
+                END IF;
+            END WHILE;
+            IF v_left > 0 AND v_top IS NOT NULL AND (v_rest OR v_low < v_top OR v_tries >= v_n + 16) THEN
+                SET v_rest = TRUE;
+            ELSE
+                SET v_rest = FALSE;
+            END IF;
+        END IF;
+        IF v_n = 1 THEN  -- one message at a time: a primary-key read
+            SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+                   m.attempts, m.created_at, m.scheduled_at_initially
+              FROM pyqueue_message m
+             WHERE m.id = v_last_id AND m.reserve_token = v_last_token;
+        ELSE
+            SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+                   m.attempts, m.created_at, m.scheduled_at_initially
+              FROM JSON_TABLE(v_claimed, '$[*]' COLUMNS (
+                       ord      FOR ORDINALITY,
+                       c_id     BIGINT   PATH '$[0]',
+                       c_token  CHAR(36) PATH '$[1]')) AS c
+              JOIN pyqueue_message m ON m.id = c.c_id
+             WHERE m.reserve_token = c.c_token COLLATE utf8mb4_bin
+             ORDER BY c.ord;
+        END IF;
+        IF v_rest THEN
+            CALL queue_reserve(in_queue, in_worker, in_timeout, v_left, NULL);
+        END IF;
+    END IF;
+    IF v_commit THEN
+        SET v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = 0;
+        SELECT COALESCE(MAX(m.id), 0) INTO v_id
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+           AND m.reserve_token = v_held;
+        IF v_id > 0 THEN  -- as queue_commit: history row, a schedule's next occurrence
+            CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
+            IF v_key LIKE '%@____-__-__T__:__:__Z' THEN
+                CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+            END IF;
+            DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
+            SET v_done = ROW_COUNT();
+            CALL pyqueue__unarchive(v_hist, v_done);
+        END IF;
+    END IF;
+    SELECT v_done AS committed;
+END //
+
+-- queue_commit_batch: commits many reservations in one statement; in_keys,
+-- in_kinds and in_tokens are JSON arrays of strings of the same length
+-- (element i of each names one reservation). Result: one row, committed =
+-- how many were deleted; a reservation whose token no longer holds is
+-- skipped. Refuses, changing nothing, arrays that are NULL, not arrays of
+-- strings, of different lengths, or hold an empty/too long/space-ended key
+-- or kind or a malformed token. As queue_commit: a plain read locates the
+-- rows by key and token, then one DELETE by id re-checks each token under
+-- its row lock. Locks: the deleted rows, for one statement.
+DROP PROCEDURE IF EXISTS queue_commit_batch //
+CREATE PROCEDURE queue_commit_batch(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_keys   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_tokens LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_n      INT;
+    DECLARE v_bad    BIGINT;
+    DECLARE v_ids    LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_done   INT DEFAULT 0;
+    DECLARE v_slow   BOOLEAN;
+    DECLARE v_i      INT DEFAULT 0;
+    DECLARE v_id     BIGINT;
+    DECLARE v_held   CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hist   BIGINT;
+    DECLARE v_one    INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must not be NULL');
+    END IF;
+    IF NOT (JSON_VALID(in_keys) AND JSON_VALID(in_kinds) AND JSON_VALID(in_tokens)) THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must be JSON arrays of strings');
+    END IF;
+    IF JSON_TYPE(in_keys) <> 'ARRAY' OR JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_TYPE(in_tokens) <> 'ARRAY' THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must be JSON arrays of strings');
+    END IF;
+    SET v_n = JSON_LENGTH(in_keys);
+    IF JSON_LENGTH(in_kinds) <> v_n OR JSON_LENGTH(in_tokens) <> v_n THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must have the same length');
+    END IF;
+    IF v_n > 0 THEN
+        SELECT MIN(k.ord) INTO v_bad
+          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS k
+          JOIN JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS d ON d.ord = k.ord
+          JOIN JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS t ON t.ord = k.ord
+         WHERE (    JSON_TYPE(k.elem) = 'STRING'
+                AND CHAR_LENGTH(JSON_UNQUOTE(k.elem)) BETWEEN 1 AND 255
+                AND NOT (JSON_UNQUOTE(k.elem) LIKE '% ')
+                AND JSON_TYPE(d.elem) = 'STRING'
+                AND CHAR_LENGTH(JSON_UNQUOTE(d.elem)) BETWEEN 1 AND 128
+                AND NOT (JSON_UNQUOTE(d.elem) LIKE '% ')
+                AND JSON_TYPE(t.elem) = 'STRING'
+                AND JSON_UNQUOTE(t.elem)
+                    REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$'
+               ) IS NOT TRUE;
+        IF v_bad IS NOT NULL THEN
+            CALL pyqueue__raise('invalid_argument',
+                                CONCAT('element ', v_bad, ' of the batch: bad p_key/p_kind or malformed token'));
+        END IF;
+        SELECT JSON_ARRAYAGG(JSON_ARRAY(m.id, m.reserve_token, m.p_key, m.p_kind)) INTO v_ids
+          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, k VARCHAR(255) PATH '$')) AS k
+          JOIN JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, kd VARCHAR(128) PATH '$')) AS d ON d.ord = k.ord
+          JOIN JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, t CHAR(36) PATH '$')) AS t ON t.ord = k.ord
+          JOIN pyqueue_message m
+            ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
+           AND m.p_kind = d.kd COLLATE utf8mb4_bin AND m.reserve_token = LOWER(t.t) COLLATE utf8mb4_bin;
+        -- A queue that keeps history, or occurrences of a schedule, commit
+        -- one by one as queue_commit does; the rest in one DELETE.
+        SELECT q.history_retention IS NOT NULL INTO v_slow FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+        IF v_ids IS NOT NULL AND NOT v_slow THEN
+            SELECT COUNT(*) > 0 INTO v_slow
+              FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_key VARCHAR(255) PATH '$[2]')) AS c
+             WHERE c.c_key LIKE '%@____-__-__T__:__:__Z';
+        END IF;
+        IF v_ids IS NOT NULL AND v_slow THEN
+            WHILE v_i < JSON_LENGTH(v_ids) DO
+                SET v_id   = JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][0]')),
+                    v_held = JSON_UNQUOTE(JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][1]'))),
+                    v_key  = JSON_UNQUOTE(JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][2]'))),
+                    v_kind = JSON_UNQUOTE(JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][3]')));
+                CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
+                IF v_key LIKE '%@____-__-__T__:__:__Z' THEN
+                    CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+                END IF;
+                DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
+                SET v_one = ROW_COUNT();
+                CALL pyqueue__unarchive(v_hist, v_one);
+                SET v_done = v_done + v_one, v_i = v_i + 1;
+            END WHILE;
+        ELSEIF v_ids IS NOT NULL THEN
+            DELETE m FROM pyqueue_message m
+              JOIN JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]', c_token CHAR(36) PATH '$[1]')) AS c
+                ON m.id = c.c_id AND m.reserve_token = c.c_token COLLATE utf8mb4_bin;
+            SET v_done = ROW_COUNT();
+        END IF;
+    END IF;
+    SELECT v_done AS committed;
+END //
+
 -- ---- end of issue 6 ----
 
 

@@ -50,6 +50,11 @@ DROP FUNCTION IF EXISTS queue_ingest_flush(text);
 
 
 -- ---- issue 6 ----
+ALTER TABLE pyqueue_message RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,
+                                  autovacuum_vacuum_cost_delay, autovacuum_analyze_scale_factor);
+
+DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
+DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
 
 -- ---- end of issue 6 ----
 

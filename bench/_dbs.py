@@ -1,0 +1,80 @@
+"""Fresh throwaway databases for the benchmarks (created and dropped by us only)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pyqueue_sql
+from pyqueue_sql import dialects
+
+ADMIN = {
+    "postgresql": os.environ.get("BENCH_POSTGRESQL_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    "mysql": os.environ.get("BENCH_MYSQL_DSN", "mysql://root@127.0.0.1:3306/"),
+}
+
+
+def _replace_db(admin: str, name: str) -> str:
+    scheme, _, rest = admin.partition("://")
+    hostpart, _, _ = rest.partition("/")
+    return f"{scheme}://{hostpart}/{name}"
+
+
+def create(dialect: str, tag: str) -> str:
+    """Creates an empty database named pyqueue_bench_<tag>_<random>; returns its DSN."""
+    name = f"pyqueue_bench_{tag}_{uuid.uuid4().hex[:8]}"
+    admin = ADMIN[dialect]
+    d = dialects.for_name(dialect)
+    conn = d.connect(admin)
+    try:
+        cur = conn.cursor()
+        if dialect == "postgresql":
+            cur.execute(f'CREATE DATABASE "{name}"')
+        else:
+            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    finally:
+        conn.close()
+    return _replace_db(admin, name)
+
+
+def drop(dialect: str, dsn: str) -> None:
+    name = dsn.rsplit("/", 1)[1]
+    assert name.startswith("pyqueue_bench_"), name
+    d = dialects.for_name(dialect)
+    conn = d.connect(ADMIN[dialect])
+    try:
+        cur = conn.cursor()
+        if dialect == "postgresql":
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        else:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    finally:
+        conn.close()
+
+
+def raw_connect(dialect: str, dsn: str, autocommit: bool = True):
+    return dialects.for_name(dialect).connect(dsn, autocommit=autocommit)
+
+
+def execute(dialect: str, dsn: str, *statements: str) -> list:
+    """Runs statements in autocommit; returns the last one's rows."""
+    conn = raw_connect(dialect, dsn)
+    try:
+        rows: list = []
+        for sql in statements:
+            cur = conn.cursor()
+            cur.execute(sql)
+            rows = list(cur.fetchall()) if cur.description else []
+            cur.close()
+        return rows
+    finally:
+        conn.close()
+
+
+def install_pyqueue(dsn: str) -> None:
+    from pyqueue_sql import migrate
+
+    migrate.upgrade(dsn)
+
+
+__all__ = ["create", "drop", "execute", "install_pyqueue", "raw_connect", "pyqueue_sql"]
