@@ -216,3 +216,114 @@ def test_concurrent_pushers_are_throttled(listener, queue, connect):
         t.join(timeout=60)
     assert received() == []          # 200 pushes inside the window: no more wakeups
     assert queue.stats().ready == 201
+
+
+# -- every path that makes a message ready now wakes the queue's consumers ---------
+
+def _quiet(queue):
+    queue.set_notify_window(0)  # every statement notifies: a missing wakeup is the routine's
+
+
+def test_ingest_wakes_each_queue_that_got_ready_rows_once(listener, make_queue, raw):
+    listen, received = listener
+    a, b, c = make_queue(), make_queue(), make_queue()
+    ca, cb, cc = listen(a), listen(b), listen(c)
+    for q in (a, b, c):
+        _quiet(q)
+    c.push("dup", "k", {})
+    assert received() == [(cc, c.name)]
+    raw("INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload, run_at) VALUES "
+        "(%s, 'a1', 'k', '{}', NULL), (%s, 'a2', 'k', '{}', NULL), "
+        "(%s, 'b1', 'k', '{}', now() + interval '1 hour'), (%s, 'dup', 'k', '{}', NULL)",
+        (a.name, a.name, b.name, c.name))
+    # a: two ready rows, one wakeup; b: delayed only; c: a duplicate, nothing inserted
+    assert received() == [(ca, a.name)]
+    assert a.stats().ready == 2 and b.stats().delayed == 1
+
+
+def test_push_replace_wakes_when_the_message_is_ready_now(listener, queue):
+    listen, received = listener
+    channel = listen(queue)
+    _quiet(queue)
+    assert queue.push_replace("r", "k", {"v": 1}, run_at=dt.timedelta(hours=1)) == "inserted"
+    assert received() == []
+    assert queue.push_replace("r", "k", {"v": 2}) == "replaced"
+    assert received() == [(channel, queue.name)]
+    queue.reserve(timeout=600)
+    assert queue.push_replace("r", "k", {"v": 3}) == "reserved"
+    assert received() == []
+    assert queue.push_replace("n", "k", {}) == "inserted"
+    assert received() == [(channel, queue.name)]
+
+
+def test_replay_and_redrive_wake_the_target_queue(listener, make_queue):
+    listen, received = listener
+    dead = make_queue()
+    q = make_queue(max_attempts=1, dead_letter_queue=dead.name, history_retention=3600)
+    target = make_queue()
+    cq, cd, ct = listen(q), listen(dead), listen(target)
+    for x in (q, dead, target):
+        _quiet(x)
+    q.push("done", "k", {})
+    q.push("fails", "k", {})
+    received()
+    for r in q.reserve(n=2, timeout=600):
+        assert q.commit(r) if r.key == "done" else q.rollback(r, delay=3600)  # last attempt: dead-lettered
+    received()
+    assert q.replay() >= 1
+    assert received() == [(cq, q.name)]
+    assert dead.redrive(target) == 1
+    assert received() == [(ct, target.name)]
+    assert dead.redrive(target) == 0
+    assert received() == []
+
+
+def test_release_dead_workers_wakes_the_released_messages_queues(listener, db, make_queue):
+    listen, received = listener
+    a, b = make_queue(), make_queue()
+    ca, cb = listen(a), listen(b)
+    _quiet(a)
+    _quiet(b)
+    dead = db.register_worker("dead")
+    a.push("m", "k", {})
+    received()
+    a.reserve(worker=dead.reserve_as, timeout=600)
+    time.sleep(0.15)
+    assert db.release_dead_workers(0.1) >= 1
+    assert received() == [(ca, a.name)]
+
+
+def test_rollback_without_delay_wakes_and_with_delay_does_not(listener, queue):
+    listen, received = listener
+    channel = listen(queue)
+    _quiet(queue)
+    queue.push("m", "k", {})
+    received()
+    [r] = queue.reserve(timeout=600)
+    assert queue.rollback(r, delay=60)
+    assert received() == []
+    queue.remove("m", "k")
+    queue.push("m2", "k", {})
+    received()
+    [r] = queue.reserve(timeout=600)
+    assert queue.rollback(r)          # delay 0: ready again now (a hand-back at shutdown)
+    assert received() == [(channel, queue.name)]
+
+
+def test_a_worker_waiting_on_listen_picks_up_a_released_message_at_once(dsn, db, queue):
+    """The worker's poll fallback is 60 s: only the release's wakeup can start it in time."""
+    from pyqueue_sql import Worker
+    from .test_worker import running, wait_for, idle_event
+
+    dead = db.register_worker("dead")
+    queue.push("orphan", "k", {})
+    queue.reserve(worker=dead.reserve_as, timeout=600)
+    done = []
+    worker = Worker(dsn, poll_fallback=60.0)
+    worker.add_handler(queue.name, lambda job: done.append(job.key))
+    idle = idle_event(worker)
+    with running(worker):
+        assert idle.wait(30)
+        time.sleep(0.3)
+        assert db.release_dead_workers(0.2) >= 1
+        wait_for(lambda: done, 10, "the released message (fallback 60 s)")
