@@ -18,8 +18,8 @@ from pyqueue_sql import InvalidArgumentError, UnknownQueueError
 def listener(db, dsn):
     """A plain psycopg connection LISTENing as a psql user would; yields a function
     returning the notifications received within a short time."""
-    if db.dialect.name != "postgresql":
-        pytest.skip("LISTEN/NOTIFY: PostgreSQL only")
+    # Tests using it are marked only_dialect("postgresql"); this guards a forgotten mark.
+    assert db.dialect.name == "postgresql", 'LISTEN/NOTIFY: mark the test @pytest.mark.only_dialect("postgresql")'
     import psycopg
 
     conn = psycopg.connect(dsn.replace("postgresql+psycopg", "postgresql"), autocommit=True)
@@ -47,6 +47,7 @@ def test_channel_is_an_identifier_for_any_queue_name(db, make_queue, raw):
     q.drop()
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_ready_push_notifies_and_delayed_push_does_not(listener, queue):
     listen, received = listener
     channel = listen(queue)
@@ -59,6 +60,7 @@ def test_ready_push_notifies_and_delayed_push_does_not(listener, queue):
     assert received() == []
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_batch_sends_one_notification_per_statement(listener, queue):
     listen, received = listener
     channel = listen(queue)
@@ -72,6 +74,7 @@ def test_batch_sends_one_notification_per_statement(listener, queue):
     assert received() == [(channel, queue.name)]
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_window_throttles_wakeups_per_queue(listener, queue, make_queue):
     listen, received = listener
     channel = listen(queue)
@@ -88,6 +91,7 @@ def test_window_throttles_wakeups_per_queue(listener, queue, make_queue):
     assert received() == [(channel, queue.name)]
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_pushes_in_one_transaction_notify_once_at_commit(listener, queue, connect):
     listen, received = listener
     channel = listen(queue)
@@ -178,6 +182,7 @@ def test_plain_sql_calls(raw, queue, db):
     assert channel.startswith("pyqueue_")
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_a_push_never_waits_for_another_transaction_s_throttle_claim(listener, queue, connect):
     """A long transaction that pushed holds the queue's throttle row; other
     pushers skip it (and notify) instead of waiting for that transaction."""
@@ -197,6 +202,7 @@ def test_a_push_never_waits_for_another_transaction_s_throttle_claim(listener, q
     assert received() == [(channel, queue.name)]          # the holder's, at its commit
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_concurrent_pushers_are_throttled(listener, queue, connect):
     listen, received = listener
     listen(queue)
@@ -224,6 +230,7 @@ def _quiet(queue):
     queue.set_notify_window(0)  # every statement notifies: a missing wakeup is the routine's
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_ingest_wakes_each_queue_that_got_ready_rows_once(listener, make_queue, raw):
     listen, received = listener
     a, b, c = make_queue(), make_queue(), make_queue()
@@ -241,6 +248,7 @@ def test_ingest_wakes_each_queue_that_got_ready_rows_once(listener, make_queue, 
     assert a.stats().ready == 2 and b.stats().delayed == 1
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_push_replace_wakes_when_the_message_is_ready_now(listener, queue):
     listen, received = listener
     channel = listen(queue)
@@ -256,6 +264,7 @@ def test_push_replace_wakes_when_the_message_is_ready_now(listener, queue):
     assert received() == [(channel, queue.name)]
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_replay_and_redrive_wake_the_target_queue(listener, make_queue):
     listen, received = listener
     dead = make_queue()
@@ -278,6 +287,7 @@ def test_replay_and_redrive_wake_the_target_queue(listener, make_queue):
     assert received() == []
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_release_dead_workers_wakes_the_released_messages_queues(listener, db, make_queue):
     listen, received = listener
     a, b = make_queue(), make_queue()
@@ -293,6 +303,7 @@ def test_release_dead_workers_wakes_the_released_messages_queues(listener, db, m
     assert received() == [(ca, a.name)]
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_rollback_without_delay_wakes_and_with_delay_does_not(listener, queue):
     listen, received = listener
     channel = listen(queue)

@@ -104,11 +104,10 @@ def test_push_between_an_empty_reserve_and_the_wait_is_not_lost(dsn, queue):
         wait_for(lambda: "racy" in started, 15, "the message pushed in the race window (fallback 60 s)")
 
 
+@pytest.mark.only_dialect("postgresql")  # the NOTIFY throttle; MySQL has no wakeup to lose
 def test_throttled_wakeup_is_caught_by_the_poll_fallback(dsn, queue, db):
     """A lost wakeup costs latency, never the message: with a 1-hour window only
     the first push of the queue notifies; the second is found by the fallback."""
-    if db.dialect.name != "postgresql":
-        pytest.skip("NOTIFY throttle: PostgreSQL only")
     queue.set_notify_window(3600)
     started = {}
     worker = Worker(dsn, poll_fallback=1.0, linger=0.01)
@@ -447,3 +446,38 @@ def test_worker_releases_dead_workers_when_asked(dsn, db, queue):
         wait_for(lambda: done, 30, "the orphan, released by the worker's heartbeat")
     assert done == [("orphan", 2)]
     assert not queue.commit(r)
+
+
+def test_idle_worker_wakes_for_every_path_that_makes_a_message_ready(dsn, db, make_queue):
+    """Both dialects, fallback 60 s: PostgreSQL through each path's NOTIFY, MySQL
+    through the long poll inside the server (queue_wait)."""
+    q = make_queue(history_retention=3600)
+    source = make_queue()
+    handled = []
+    worker = quiet_worker(dsn)
+    worker.add_handler(q.name, lambda job: handled.append(job.key))
+    idle = idle_event(worker)
+
+    def step(what, action, key):
+        time.sleep(0.3)  # well into the wait
+        action()
+        wait_for(lambda: handled.count(key) >= 1, 10, f"the worker to wake for {what} (fallback 60 s)")
+        handled.clear()
+
+    def held(key, holder):
+        """A message already reserved when the worker can first see it."""
+        with db.transaction():
+            q.push(key, "k", {})
+            return q.reserve(worker=holder, timeout=600)[0]
+
+    with running(worker):
+        assert idle.wait(30)
+        step("push_replace", lambda: q.push_replace("a", "k", {}), "a")
+        step("replay", q.replay, "a")
+        step("redrive", lambda: (source.push("d", "k", {}), source.redrive(q)), "d")
+        r = held("b", "test")
+        step("rollback with no delay", lambda: q.rollback(r), "b")
+        dead = db.register_worker("dead")
+        held("c", dead.reserve_as)
+        time.sleep(0.15)
+        step("release_dead_workers", lambda: db.release_dead_workers(0.1), "c")
