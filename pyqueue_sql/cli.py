@@ -329,7 +329,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         retry = RetryPolicy(base=args.retry_base, factor=args.retry_factor, max_delay=args.retry_max,
                             jitter=args.retry_jitter)
         worker = Worker(dsn, concurrency=args.concurrency, name=args.name, lease=args.lease,
-                        poll_fallback=args.poll_fallback, shutdown_timeout=args.shutdown_timeout)
+                        poll_fallback=args.poll_fallback, shutdown_timeout=args.shutdown_timeout,
+                        register=args.register, release_dead_after=args.release_dead_after)
     except errors.InvalidArgumentError as exc:
         raise UsageError(str(exc)) from None
     for queue in args.queue:
@@ -454,6 +455,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "MySQL waits in 1 s long polls inside the server")
     p.add_argument("--shutdown-timeout", type=_seconds, default=30.0, metavar="S",
                    help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30)")
+    p.add_argument("--register", action=argparse.BooleanOptionalAction, default=True,
+                   help="register in the worker registry (`pyqueue-sql workers`), heartbeat it and "
+                        "deregister on stop (default on)")
+    p.add_argument("--release-dead-after", type=_seconds, metavar="S",
+                   help="each heartbeat, release the messages of workers silent for over S seconds "
+                        "(default off; S must be at least every worker's lease)")
     p.add_argument("--retry-base", type=_seconds, default=1.0, metavar="S",
                    help="first retry delay after a handler exception (default 1)")
     p.add_argument("--retry-factor", type=float, default=2.0, metavar="F", help="backoff factor (default 2)")

@@ -45,6 +45,21 @@ returns false). A reserve whose reply was lost leaves its messages reserved by
 nobody; they come back when the lease expires. Nothing is lost; a message may
 be delivered again (at-least-once), never committed twice.
 
+Worker registry (queue_worker_register, see sql/CONTRACT.md): at start the
+worker registers itself (name, host, pid, queues) and reserves as the
+registration's reserve_as (``name#id``, what `pyqueue-sql workers` shows); each
+heartbeat tick also heartbeats the registration, and stop deregisters it. If
+the heartbeat finds the registration gone (another process ran
+release_dead_workers because this worker was silent too long: a stalled
+process, a long network cut), the worker logs it (event "released"), counts the
+messages it is still running as lost (their tokens were cleared and they are
+ready again, so their commits return false and they are redelivered) and
+registers again. ``release_dead_after=S`` (off by default) makes the heartbeat
+thread also call release_dead_workers(S) every tick; keep S well above every
+worker's heartbeat interval (lease/3; the minimum accepted is 3 intervals of
+this worker): a worker wrongly declared dead has its running messages
+delivered twice. ``register=False`` turns the registry off (reserves as name).
+
 Hooks for a worker registry (lists of callables taking the worker):
 on_start (before the first reserve), on_heartbeat (every heartbeat tick, on
 the heartbeat thread; worker.heartbeat_run(fn) runs fn(db) on its connection
@@ -56,16 +71,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import queue as queue_mod
 import random
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import dialects, errors
-from .client import Database, Reservation, connect, default_worker_name
+from .client import Database, Reservation, WorkerRegistration, connect, default_worker_name
 
 log = logging.getLogger("pyqueue_sql.worker")
 
@@ -191,11 +208,15 @@ class Worker:
     def __init__(self, dsn: str, *, concurrency: int = 4, name: str | None = None, lease: float = 30.0,
                  poll_fallback: float | None = None, poll_min: float = 0.05, poll_max: float = 1.0,
                  linger: float = 0.1, mysql_wait: float = 1.0, mysql_check: float = 0.025,
-                 shutdown_timeout: float = 30.0, listen: bool = True) -> None:
+                 shutdown_timeout: float = 30.0, listen: bool = True, register: bool = True,
+                 release_dead_after: float | None = None) -> None:
         if concurrency < 1:
             raise errors.InvalidArgumentError("concurrency must be at least 1")
         if lease <= 0 or poll_min <= 0 or poll_max < poll_min or mysql_wait <= 0 or mysql_check <= 0:
             raise errors.InvalidArgumentError("lease, poll_min, mysql_wait and mysql_check must be > 0, poll_max >= poll_min")
+        if release_dead_after is not None and release_dead_after < lease:
+            raise errors.InvalidArgumentError(
+                "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3)")
         self.dsn = dsn
         self.dialect = dialects.for_dsn(dsn)
         self.concurrency = concurrency
@@ -210,6 +231,9 @@ class Worker:
         self.mysql_check = mysql_check
         self.shutdown_timeout = shutdown_timeout
         self.use_listen = listen and self.dialect.supports_listen
+        self.register = register
+        self.release_dead_after = release_dead_after
+        self.registration: WorkerRegistration | None = None   # while running, when register=True
         self.routes: dict[str, _Route] = {}
         self.stats = WorkerStats()
         self.on_start: list[Callable[["Worker"], Any]] = []
@@ -281,15 +305,21 @@ class Worker:
             self._threads.append(t)
         hb = threading.Thread(target=self._heartbeat_loop, name="pyqueue-heartbeat", daemon=True)
         hb.start()
-        for hook in self.on_start:
-            hook(self)
         dispatcher = _Connection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
         try:
+            if self.register:
+                try:
+                    dispatcher.run(self._register, give_up=self._stopping)
+                except _Stopped:
+                    pass
+            for hook in self.on_start:
+                hook(self)
             self._dispatch(dispatcher)
         finally:
             dispatcher.close()
             self._shutdown()
             hb.join(timeout=5)
+            self._deregister()
             for hook in self.on_stop:
                 try:
                     hook(self)
@@ -298,6 +328,52 @@ class Worker:
             self._stopped.set()
             log.info("worker stopped", extra={"event": "stop", "worker": self.name,
                                               **dataclasses.asdict(self.stats)})
+
+    # -- registry ----------------------------------------------------------------
+    @property
+    def reserve_as(self) -> str:
+        """The worker name recorded on reserved messages (the registration's, when registered)."""
+        reg = self.registration
+        return reg.reserve_as if reg is not None else self.name
+
+    def _register(self, db: Database) -> None:
+        self.registration = db.register_worker(self.name, queues=sorted(self.routes),
+                                               host=socket.gethostname()[:255], pid=os.getpid())
+        log.info("worker registered", extra={"event": "register", "worker_id": self.registration.worker_id,
+                                             "reserve_as": self.registration.reserve_as})
+
+    def _registry_tick(self, conn: "_Connection") -> None:
+        reg = self.registration
+        if reg is not None and not conn.run(lambda db: db.heartbeat_worker(reg.worker_id),
+                                            give_up=self._hard_stop):
+            with self._slots:
+                held = [j for j in self._inflight.values() if not j.done]
+            log.warning("this worker was released as dead (its registration heartbeat was missed for too long); "
+                        "the messages it is still running were made ready again: their commits will return "
+                        "false and they will be redelivered; registering again", extra={
+                            "event": "released", "worker_id": reg.worker_id, "running": len(held),
+                            "keys": [f"{j.queue}/{j.key}/{j.kind}" for j in held][:20]})
+            conn.run(self._register, give_up=self._hard_stop)
+        if self.release_dead_after is not None:
+            n = conn.run(lambda db: db.release_dead_workers(self.release_dead_after), give_up=self._hard_stop)
+            if n:
+                log.warning("released the messages of dead workers", extra={
+                    "event": "release_dead", "released": n, "older_than_s": self.release_dead_after})
+
+    def _deregister(self) -> None:
+        reg, self.registration = self.registration, None
+        if reg is None:
+            return
+        conn = _Connection(self, "deregister")
+        try:
+            # One attempt (the hard stop is set): if it fails, release_dead_workers cleans up.
+            conn.run(lambda db: db.deregister_worker(reg.worker_id), give_up=self._hard_stop)
+            log.info("worker deregistered", extra={"event": "deregister", "worker_id": reg.worker_id})
+        except Exception as exc:
+            log.warning("could not deregister; release_dead_workers removes the registration later",
+                        extra={"event": "error", "worker_id": reg.worker_id, "error": str(exc)[:200]})
+        finally:
+            conn.close()
 
     # -- dispatcher ------------------------------------------------------------
     def _on_dispatcher_connect(self, db: Database) -> None:
@@ -422,7 +498,7 @@ class Worker:
         return False
 
     def _reserve(self, conn: _Connection, route: _Route, n: int) -> int:
-        rows = conn.run(lambda db: db.queue(route.queue).reserve(n=n, worker=self.name, timeout=self.lease,
+        rows = conn.run(lambda db: db.queue(route.queue).reserve(n=n, worker=self.reserve_as, timeout=self.lease,
                                                                kinds=route.kinds()),
                         give_up=self._stopping)
         for r in rows:
@@ -527,6 +603,12 @@ class Worker:
                     jobs = list(self._inflight.values())
                 for job in jobs:
                     self._extend(conn, job)
+                try:
+                    self._registry_tick(conn)
+                except _Stopped:
+                    break
+                except Exception:
+                    log.exception("heartbeat: worker registry call failed", extra={"event": "error"})
                 self._heartbeat_conn = conn
                 for hook in self.on_heartbeat:
                     try:

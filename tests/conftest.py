@@ -21,6 +21,25 @@ DIALECTS = ("postgresql", "mysql")
 UNDER_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "only_dialect(*names): generate this test for these dialects only; the other "
+                   "dialects' variants are deselected at collection (never reported as skipped)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Drops the variants that @pytest.mark.only_dialect excludes (reported as deselected)."""
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("only_dialect")
+        callspec = getattr(item, "callspec", None)
+        dialect = callspec.params.get("dialect") if callspec is not None else None
+        (drop if marker is not None and dialect is not None and dialect not in marker.args else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(scope="session")
 def servers(tmp_path_factory):
     """dialect -> server helper (or a reason string when there is none)."""

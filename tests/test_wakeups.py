@@ -18,8 +18,8 @@ from pyqueue_sql import InvalidArgumentError, UnknownQueueError
 def listener(db, dsn):
     """A plain psycopg connection LISTENing as a psql user would; yields a function
     returning the notifications received within a short time."""
-    if db.dialect.name != "postgresql":
-        pytest.skip("LISTEN/NOTIFY: PostgreSQL only")
+    # Tests using it are marked only_dialect("postgresql"); this guards a forgotten mark.
+    assert db.dialect.name == "postgresql", 'LISTEN/NOTIFY: mark the test @pytest.mark.only_dialect("postgresql")'
     import psycopg
 
     conn = psycopg.connect(dsn.replace("postgresql+psycopg", "postgresql"), autocommit=True)
@@ -47,6 +47,7 @@ def test_channel_is_an_identifier_for_any_queue_name(db, make_queue, raw):
     q.drop()
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_ready_push_notifies_and_delayed_push_does_not(listener, queue):
     listen, received = listener
     channel = listen(queue)
@@ -59,6 +60,7 @@ def test_ready_push_notifies_and_delayed_push_does_not(listener, queue):
     assert received() == []
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_batch_sends_one_notification_per_statement(listener, queue):
     listen, received = listener
     channel = listen(queue)
@@ -72,6 +74,7 @@ def test_batch_sends_one_notification_per_statement(listener, queue):
     assert received() == [(channel, queue.name)]
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_window_throttles_wakeups_per_queue(listener, queue, make_queue):
     listen, received = listener
     channel = listen(queue)
@@ -88,6 +91,7 @@ def test_window_throttles_wakeups_per_queue(listener, queue, make_queue):
     assert received() == [(channel, queue.name)]
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_pushes_in_one_transaction_notify_once_at_commit(listener, queue, connect):
     listen, received = listener
     channel = listen(queue)
@@ -178,6 +182,7 @@ def test_plain_sql_calls(raw, queue, db):
     assert channel.startswith("pyqueue_")
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_a_push_never_waits_for_another_transaction_s_throttle_claim(listener, queue, connect):
     """A long transaction that pushed holds the queue's throttle row; other
     pushers skip it (and notify) instead of waiting for that transaction."""
@@ -197,6 +202,7 @@ def test_a_push_never_waits_for_another_transaction_s_throttle_claim(listener, q
     assert received() == [(channel, queue.name)]          # the holder's, at its commit
 
 
+@pytest.mark.only_dialect("postgresql")
 def test_concurrent_pushers_are_throttled(listener, queue, connect):
     listen, received = listener
     listen(queue)
@@ -216,3 +222,119 @@ def test_concurrent_pushers_are_throttled(listener, queue, connect):
         t.join(timeout=60)
     assert received() == []          # 200 pushes inside the window: no more wakeups
     assert queue.stats().ready == 201
+
+
+# -- every path that makes a message ready now wakes the queue's consumers ---------
+
+def _quiet(queue):
+    queue.set_notify_window(0)  # every statement notifies: a missing wakeup is the routine's
+
+
+@pytest.mark.only_dialect("postgresql")
+def test_ingest_wakes_each_queue_that_got_ready_rows_once(listener, make_queue, raw):
+    listen, received = listener
+    a, b, c = make_queue(), make_queue(), make_queue()
+    ca, cb, cc = listen(a), listen(b), listen(c)
+    for q in (a, b, c):
+        _quiet(q)
+    c.push("dup", "k", {})
+    assert received() == [(cc, c.name)]
+    raw("INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload, run_at) VALUES "
+        "(%s, 'a1', 'k', '{}', NULL), (%s, 'a2', 'k', '{}', NULL), "
+        "(%s, 'b1', 'k', '{}', now() + interval '1 hour'), (%s, 'dup', 'k', '{}', NULL)",
+        (a.name, a.name, b.name, c.name))
+    # a: two ready rows, one wakeup; b: delayed only; c: a duplicate, nothing inserted
+    assert received() == [(ca, a.name)]
+    assert a.stats().ready == 2 and b.stats().delayed == 1
+
+
+@pytest.mark.only_dialect("postgresql")
+def test_push_replace_wakes_when_the_message_is_ready_now(listener, queue):
+    listen, received = listener
+    channel = listen(queue)
+    _quiet(queue)
+    assert queue.push_replace("r", "k", {"v": 1}, run_at=dt.timedelta(hours=1)) == "inserted"
+    assert received() == []
+    assert queue.push_replace("r", "k", {"v": 2}) == "replaced"
+    assert received() == [(channel, queue.name)]
+    queue.reserve(timeout=600)
+    assert queue.push_replace("r", "k", {"v": 3}) == "reserved"
+    assert received() == []
+    assert queue.push_replace("n", "k", {}) == "inserted"
+    assert received() == [(channel, queue.name)]
+
+
+@pytest.mark.only_dialect("postgresql")
+def test_replay_and_redrive_wake_the_target_queue(listener, make_queue):
+    listen, received = listener
+    dead = make_queue()
+    q = make_queue(max_attempts=1, dead_letter_queue=dead.name, history_retention=3600)
+    target = make_queue()
+    cq, cd, ct = listen(q), listen(dead), listen(target)
+    for x in (q, dead, target):
+        _quiet(x)
+    q.push("done", "k", {})
+    q.push("fails", "k", {})
+    received()
+    for r in q.reserve(n=2, timeout=600):
+        assert q.commit(r) if r.key == "done" else q.rollback(r, delay=3600)  # last attempt: dead-lettered
+    received()
+    assert q.replay() >= 1
+    assert received() == [(cq, q.name)]
+    assert dead.redrive(target) == 1
+    assert received() == [(ct, target.name)]
+    assert dead.redrive(target) == 0
+    assert received() == []
+
+
+@pytest.mark.only_dialect("postgresql")
+def test_release_dead_workers_wakes_the_released_messages_queues(listener, db, make_queue):
+    listen, received = listener
+    a, b = make_queue(), make_queue()
+    ca, cb = listen(a), listen(b)
+    _quiet(a)
+    _quiet(b)
+    dead = db.register_worker("dead")
+    a.push("m", "k", {})
+    received()
+    a.reserve(worker=dead.reserve_as, timeout=600)
+    time.sleep(0.15)
+    assert db.release_dead_workers(0.1) >= 1
+    assert received() == [(ca, a.name)]
+
+
+@pytest.mark.only_dialect("postgresql")
+def test_rollback_without_delay_wakes_and_with_delay_does_not(listener, queue):
+    listen, received = listener
+    channel = listen(queue)
+    _quiet(queue)
+    queue.push("m", "k", {})
+    received()
+    [r] = queue.reserve(timeout=600)
+    assert queue.rollback(r, delay=60)
+    assert received() == []
+    queue.remove("m", "k")
+    queue.push("m2", "k", {})
+    received()
+    [r] = queue.reserve(timeout=600)
+    assert queue.rollback(r)          # delay 0: ready again now (a hand-back at shutdown)
+    assert received() == [(channel, queue.name)]
+
+
+def test_a_worker_waiting_on_listen_picks_up_a_released_message_at_once(dsn, db, queue):
+    """The worker's poll fallback is 60 s: only the release's wakeup can start it in time."""
+    from pyqueue_sql import Worker
+    from .test_worker import running, wait_for, idle_event
+
+    dead = db.register_worker("dead")
+    queue.push("orphan", "k", {})
+    queue.reserve(worker=dead.reserve_as, timeout=600)
+    done = []
+    worker = Worker(dsn, poll_fallback=60.0)
+    worker.add_handler(queue.name, lambda job: done.append(job.key))
+    idle = idle_event(worker)
+    with running(worker):
+        assert idle.wait(30)
+        time.sleep(0.3)
+        assert db.release_dead_workers(0.2) >= 1
+        wait_for(lambda: done, 10, "the released message (fallback 60 s)")

@@ -104,11 +104,10 @@ def test_push_between_an_empty_reserve_and_the_wait_is_not_lost(dsn, queue):
         wait_for(lambda: "racy" in started, 15, "the message pushed in the race window (fallback 60 s)")
 
 
+@pytest.mark.only_dialect("postgresql")  # the NOTIFY throttle; MySQL has no wakeup to lose
 def test_throttled_wakeup_is_caught_by_the_poll_fallback(dsn, queue, db):
     """A lost wakeup costs latency, never the message: with a 1-hour window only
     the first push of the queue notifies; the second is found by the fallback."""
-    if db.dialect.name != "postgresql":
-        pytest.skip("NOTIFY throttle: PostgreSQL only")
     queue.set_notify_window(3600)
     started = {}
     worker = Worker(dsn, poll_fallback=1.0, linger=0.01)
@@ -337,3 +336,148 @@ def test_worker_cli_usage_errors(capsys, dsn):
     assert "module:function" in capsys.readouterr().err
     assert cli.main(["worker", "no_such_module_xyz:f", "--queue", "q", "--dsn", dsn]) == 2
     assert "cannot import" in capsys.readouterr().err
+
+
+# -- worker registry --------------------------------------------------------------------
+
+def _registered(db, name):
+    return [w for w in db.workers() if w.name == name]
+
+
+def test_worker_registers_reserves_as_its_registration_and_deregisters(dsn, db, queue, raw):
+    name = f"reg-{uuid.uuid4().hex[:8]}"
+    held = threading.Event()
+    release = threading.Event()
+
+    def handle(job):
+        held.set()
+        release.wait(30)
+
+    worker = quiet_worker(dsn, name=name)
+    worker.add_handler(queue.name, handle)
+    with running(worker):
+        wait_for(lambda: _registered(db, name), 30, "the registration")
+        [info] = _registered(db, name)
+        assert (info.pid, info.queues) == (os.getpid(), [queue.name])
+        assert worker.reserve_as == info.reserve_as == f"{name}#{info.worker_id}"
+        queue.push("m", "k", {})
+        assert held.wait(30)
+        rows = raw("SELECT reserved_by FROM pyqueue_message WHERE queue_name = %s", (queue.name,))
+        assert [r[0] for r in rows] == [info.reserve_as]
+        release.set()
+        wait_for(lambda: worker.stats.succeeded == 1, 30, "the commit")
+    assert _registered(db, name) == [] and worker.registration is None
+
+
+def test_cli_worker_is_listed_by_workers_until_sigterm(capsys, dsn, db, queue, tmp_path):
+    from pyqueue_sql import cli
+
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    proc = _spawn_worker(dsn, queue.name, tmp_path / "record", "--name", name)
+    try:
+        wait_for(lambda: _registered(db, name), 30, "the worker process to register")
+        assert cli.main(["workers", "--dsn", dsn]) == 0
+        out = capsys.readouterr().out
+        [line] = [l for l in out.splitlines() if name in l]
+        assert str(proc.pid) in line and queue.name in line
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert '"event": "deregister"' in err
+    assert cli.main(["workers", "--dsn", dsn]) == 0
+    assert name not in capsys.readouterr().out
+
+
+def test_stopped_worker_process_is_released_then_registers_again(dsn, db, queue, tmp_path):
+    """SIGSTOP a worker mid-handler: release_dead_workers makes its message ready
+    long before its lease ends; once resumed, the worker sees its registration
+    gone, logs it, registers again, and its late commit is refused."""
+    record = tmp_path / "record"
+    name = f"stop-{uuid.uuid4().hex[:8]}"
+    queue.push("victim", "k", {"sleep": 7})
+    # lease 12: heartbeats every 4 s; the reservation outlives any silence below 8 s
+    proc = _spawn_worker(dsn, queue.name, record, "--name", name, "--lease", "12", "--shutdown-timeout", "30")
+    try:
+        wait_for(lambda: any(l.startswith("start") for l in _lines(record)), 30, "the handler to start")
+        [first] = _registered(db, name)
+        proc.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        time.sleep(4.5)
+        assert queue.reserve() == [], "the reservation should still hold"
+        assert db.release_dead_workers(4.2) >= 1
+        assert time.monotonic() - stopped < 8, "too slow to prove the release (not the lease) freed it"
+        [again] = queue.reserve(timeout=60)
+        assert (again.key, again.attempts) == ("victim", 2)
+        assert _registered(db, name) == []
+        proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: any(w.worker_id != first.worker_id for w in _registered(db, name)), 30,
+                 "the worker to register again")
+        wait_for(lambda: any(l.startswith("done") for l in _lines(record)), 30, "the handler to finish")
+        assert queue.commit(again)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert '"event": "released"' in err and '"event": "lost"' in err
+    assert _registered(db, name) == []
+    assert queue.stats().ready == 0 and queue.stats().reserved == 0
+
+
+def test_release_dead_after_must_cover_the_lease(dsn):
+    with pytest.raises(pyqueue_sql.InvalidArgumentError):
+        Worker(dsn, lease=30, release_dead_after=10)
+
+
+def test_worker_releases_dead_workers_when_asked(dsn, db, queue):
+    """A live worker with release_dead_after releases a registration that stopped heart-beating."""
+    dead = db.register_worker(f"dead-{uuid.uuid4().hex[:6]}")
+    queue.push("orphan", "k", {})
+    [r] = queue.reserve(worker=dead.reserve_as, timeout=600)
+    done = []
+    worker = Worker(dsn, lease=1.5, release_dead_after=1.5, poll_fallback=1.0)
+    worker.add_handler(queue.name, lambda job: done.append((job.key, job.attempts)))
+    with running(worker):
+        wait_for(lambda: done, 30, "the orphan, released by the worker's heartbeat")
+    assert done == [("orphan", 2)]
+    assert not queue.commit(r)
+
+
+def test_idle_worker_wakes_for_every_path_that_makes_a_message_ready(dsn, db, make_queue):
+    """Both dialects, fallback 60 s: PostgreSQL through each path's NOTIFY, MySQL
+    through the long poll inside the server (queue_wait)."""
+    q = make_queue(history_retention=3600)
+    source = make_queue()
+    handled = []
+    worker = quiet_worker(dsn)
+    worker.add_handler(q.name, lambda job: handled.append(job.key))
+    idle = idle_event(worker)
+
+    def step(what, action, key):
+        time.sleep(0.3)  # well into the wait
+        action()
+        wait_for(lambda: handled.count(key) >= 1, 10, f"the worker to wake for {what} (fallback 60 s)")
+        handled.clear()
+
+    def held(key, holder):
+        """A message already reserved when the worker can first see it."""
+        with db.transaction():
+            q.push(key, "k", {})
+            return q.reserve(worker=holder, timeout=600)[0]
+
+    with running(worker):
+        assert idle.wait(30)
+        step("push_replace", lambda: q.push_replace("a", "k", {}), "a")
+        step("replay", q.replay, "a")
+        step("redrive", lambda: (source.push("d", "k", {}), source.redrive(q)), "d")
+        r = held("b", "test")
+        step("rollback with no delay", lambda: q.rollback(r), "b")
+        dead = db.register_worker("dead")
+        held("c", dead.reserve_as)
+        time.sleep(0.15)
+        step("release_dead_workers", lambda: db.release_dead_workers(0.1), "c")

@@ -12,6 +12,7 @@ import pyqueue_sql
 from pyqueue_sql import Worker, migrate
 
 from .own_postgres import OwnPostgres
+from .conftest import UNDER_CI
 from .test_worker import running, wait_for
 
 
@@ -22,6 +23,8 @@ def own_postgres():
         server.start()
         server.wait_ready()
     except Exception as exc:  # no binaries, or no postgres user to run them as
+        if UNDER_CI:
+            pytest.fail(f"CI=true and cannot start a test-owned PostgreSQL: {exc}", pytrace=False)
         pytest.skip(f"cannot start a test-owned PostgreSQL: {exc}")
     yield server
     server.destroy()

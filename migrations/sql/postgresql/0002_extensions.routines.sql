@@ -534,6 +534,9 @@ BEGIN
                reserve_token = NULL,
                reserved_by = NULL
          WHERE queue_name = in_queue AND p_key = in_key AND p_kind = in_kind;
+        IF coalesce(in_delay, interval '0') <= interval '0' THEN
+            PERFORM pyqueue__notify(in_queue);  -- wakeup: ready again now (e.g. handed back at shutdown)
+        END IF;
     END IF;
     RETURN true;
 END;
@@ -1059,6 +1062,8 @@ DECLARE
     v_min    bigint;
     v_max    bigint;
     v_row    record;
+    v_ready  text[];
+    v_queue  text;
 BEGIN
     PERFORM 1 FROM pyqueue_queue q
      WHERE q.queue_name IN (SELECT DISTINCT r.queue_name FROM pyqueue_new r)
@@ -1108,18 +1113,24 @@ BEGIN
         END LOOP;
         RAISE;
     END;
-    INSERT INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at)
-    SELECT r.queue_name, r.p_key, r.p_kind, r.payload::jsonb, coalesce(r.priority, 0)::integer,
-           coalesce(r.run_at, v_now), coalesce(r.run_at, v_now), v_now
-      FROM pyqueue_new r
-     ORDER BY r.ingest_id
-    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    -- TODO(issue 3): wake the consumers of each queue that just got ready rows
-    -- (the throttled NOTIFY helper, once per queue per statement, only for
-    -- rows whose coalesce(run_at, v_now) <= v_now), e.g.
-    --   SELECT DISTINCT r.queue_name FROM pyqueue_new r WHERE coalesce(r.run_at, v_now) <= v_now
+    WITH ins AS (
+        INSERT INTO pyqueue_message
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at)
+        SELECT r.queue_name, r.p_key, r.p_kind, r.payload::jsonb, coalesce(r.priority, 0)::integer,
+               coalesce(r.run_at, v_now), coalesce(r.run_at, v_now), v_now
+          FROM pyqueue_new r
+         ORDER BY r.ingest_id
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING queue_name, scheduled_at
+    )
+    SELECT array_agg(DISTINCT i.queue_name ORDER BY i.queue_name) INTO v_ready
+      FROM ins i WHERE i.scheduled_at <= v_now;
+    -- Wakeups: once per queue per statement, for the queues that got rows
+    -- ready now (inserted, not skipped as duplicates).
+    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP
+        PERFORM pyqueue__notify(v_queue);
+    END LOOP;
     SELECT min(r.ingest_id), max(r.ingest_id) INTO v_min, v_max FROM pyqueue_new r;
     DELETE FROM queue_ingest WHERE ingest_id BETWEEN v_min AND v_max;
     RETURN NULL;
@@ -1268,6 +1279,7 @@ BEGIN
      ORDER BY h.p_key, h.p_kind
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
     GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
     RETURN v_count;
 END;
 $$;
@@ -1328,6 +1340,7 @@ BEGIN
           FROM gone g WHERE v_dead.history_retention IS NOT NULL
     )
     SELECT count(*) INTO v_count FROM gone;
+    IF v_count > 0 THEN PERFORM pyqueue__notify(in_to_queue); END IF;  -- wakeup: ready now
     RETURN v_count;
 END;
 $$;
@@ -1380,6 +1393,7 @@ BEGIN
     IF v_inserted IS NULL THEN
         RETURN 'reserved';
     END IF;
+    IF v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
     RETURN CASE WHEN v_inserted THEN 'inserted' ELSE 'replaced' END;
 END;
 $$;
@@ -1684,6 +1698,8 @@ DECLARE
     v_now   timestamptz := clock_timestamp();
     v_tags  text[];
     v_count integer;
+    v_ready text[];
+    v_queue text;
 BEGIN
     IF in_older_than IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: older_than must not be NULL' USING ERRCODE = '22023';
@@ -1697,10 +1713,17 @@ BEGIN
     IF v_tags IS NULL THEN
         RETURN 0;
     END IF;
-    UPDATE pyqueue_message
-       SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
-     WHERE reserved_by = ANY (v_tags) AND reserve_token IS NOT NULL AND scheduled_at > v_now;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    WITH released AS (
+        UPDATE pyqueue_message
+           SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+         WHERE reserved_by = ANY (v_tags) AND reserve_token IS NOT NULL AND scheduled_at > v_now
+        RETURNING queue_name
+    )
+    SELECT count(*), array_agg(DISTINCT r.queue_name ORDER BY r.queue_name) INTO v_count, v_ready
+      FROM released r;
+    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP  -- wakeups: ready now
+        PERFORM pyqueue__notify(v_queue);
+    END LOOP;
     RETURN v_count;
 END;
 $$;
