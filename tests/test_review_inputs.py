@@ -120,3 +120,36 @@ def test_wait_accepts_a_poll_of_one_millisecond(queue, raw, dialect):
     else:
         ready = raw("CALL queue_wait(%s, NULL, 0, 0.001)", (queue.name,))
     assert bool(ready[0][0]) is True
+
+
+# -- kinds filters: a kind over 128 characters is refused on both dialects --
+# (MySQL cut it to 128 and reserved the messages of that shorter kind)
+
+@pytest.mark.parametrize("routine", ["reserve", "next_scheduled_at", "wait"])
+def test_kinds_filter_refuses_a_kind_over_128_characters(queue, raw, dialect, routine):
+    short = "x" * 128
+    queue.push("k", short, 1)
+    long_kind = short + "y"
+    if dialect == "postgresql":
+        sql = {"reserve": "SELECT * FROM queue_reserve(%s, 'w', NULL, 1, ARRAY[%s])",
+               "next_scheduled_at": "SELECT * FROM queue_next_scheduled_at(%s, ARRAY[%s])",
+               "wait": "SELECT queue_wait(%s, ARRAY[%s], interval '0')"}[routine]
+        msg = refused(raw, sql, (queue.name, long_kind))
+    else:
+        sql = {"reserve": "CALL queue_reserve(%s, 'w', NULL, 1, %s)",
+               "next_scheduled_at": "CALL queue_next_scheduled_at(%s, %s)",
+               "wait": "CALL queue_wait(%s, %s, 0, NULL)"}[routine]
+        msg = refused(raw, sql, (queue.name, f'["{long_kind}"]'))
+    assert "pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters" in msg
+    stats = queue.stats()
+    assert (stats.ready, stats.reserved) == (1, 0)  # the 128-character kind was not handed out
+
+
+def test_kinds_filter_of_exactly_128_characters_still_matches(queue, raw, dialect):
+    kind = "é" * 128
+    queue.push("k", kind, 1)
+    if dialect == "postgresql":
+        rows = raw("SELECT p_kind FROM queue_reserve(%s, 'w', NULL, 1, ARRAY[%s])", (queue.name, kind))
+    else:
+        rows = [(r[1],) for r in raw("CALL queue_reserve(%s, 'w', NULL, 1, %s)", (queue.name, f'["{kind}"]'))]
+    assert [r[0] for r in rows] == [kind]

@@ -438,6 +438,10 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
             USING ERRCODE = '22023';
     END IF;
+    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(in_kinds) k(kind) WHERE length(k.kind) > 128) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
+            USING ERRCODE = '22023';
+    END IF;
     IF v_queue.paused THEN
         RETURN;
     END IF;
@@ -777,6 +781,10 @@ DECLARE
 BEGIN
     IF in_kinds IS NOT NULL AND (cardinality(in_kinds) = 0 OR array_position(in_kinds, NULL) IS NOT NULL) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(in_kinds) k(kind) WHERE length(k.kind) > 128) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
             USING ERRCODE = '22023';
     END IF;
     IF NOT v_queue.paused THEN

@@ -722,6 +722,14 @@ BEGIN
         IF v_bad > 0 THEN
             CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
         END IF;
+        -- a longer string would be cut to 128 by the VARCHAR(128) below and
+        -- then match the kind spelled by its first 128 characters
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
+        END IF;
         -- Re-serialise the decoded strings: MariaDB's JSON_CONTAINS compares
         -- string text as written, so '["a\/b"]' or '["\u0432"]' would match
         -- nothing; JSON_QUOTE(p_kind) and this array now spell strings alike.
@@ -1206,6 +1214,14 @@ BEGIN
          WHERE (JSON_TYPE(k.elem) = 'STRING') IS NOT TRUE;
         IF v_bad > 0 THEN
             CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
+        END IF;
+        -- a longer string would be cut to 128 by the VARCHAR(128) below and
+        -- then match the kind spelled by its first 128 characters
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
         END IF;
         SELECT JSON_ARRAYAGG(k.kind) INTO out_kinds
           FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) PATH '$')) AS k;
