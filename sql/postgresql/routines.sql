@@ -93,7 +93,9 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: % must be greater than zero', in_what
             USING ERRCODE = '22023';
     END IF;
-    IF in_value > interval '36525 days' THEN
+    -- by seconds (a year = 365.25 days), not by interval comparison, which
+    -- counts a year as 360 days and would let '101 years' through
+    IF extract(epoch FROM in_value) > 3155760000 THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: % must not exceed 100 years', in_what
             USING ERRCODE = '22023';
     END IF;
@@ -434,6 +436,10 @@ BEGIN
     END IF;
     IF in_kinds IS NOT NULL AND (cardinality(in_kinds) = 0 OR array_position(in_kinds, NULL) IS NOT NULL) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(in_kinds) k(kind) WHERE length(k.kind) > 128) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
             USING ERRCODE = '22023';
     END IF;
     IF v_queue.paused THEN
@@ -780,6 +786,10 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
             USING ERRCODE = '22023';
     END IF;
+    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(in_kinds) k(kind) WHERE length(k.kind) > 128) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
+            USING ERRCODE = '22023';
+    END IF;
     IF NOT v_queue.paused THEN
         SELECT max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
         WHILE v_priority IS NOT NULL LOOP
@@ -827,11 +837,14 @@ BEGIN
     PERFORM pyqueue__queue(in_queue);
     PERFORM pyqueue__check_duration('timeout', in_timeout, false);
     PERFORM pyqueue__check_duration('poll', in_poll, true);
+    IF in_poll < interval '1 millisecond' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: poll must be at least 1 millisecond' USING ERRCODE = '22023';
+    END IF;
     IF in_timeout > interval '1 hour' THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: timeout must not exceed 1 hour' USING ERRCODE = '22023';
     END IF;
     v_deadline := clock_timestamp() + coalesce(in_timeout, interval '1 second');
-    v_poll := greatest(extract(epoch FROM coalesce(in_poll, interval '50 milliseconds'))::double precision, 0.001);
+    v_poll := extract(epoch FROM coalesce(in_poll, interval '50 milliseconds'))::double precision;
     LOOP
         SELECT n.wait_s INTO v_wait FROM queue_next_scheduled_at(in_queue, in_kinds) n;
         IF v_wait = 0 THEN
@@ -1642,7 +1655,9 @@ BEGIN
     IF in_pid < 0 THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: pid must not be negative' USING ERRCODE = '22023';
     END IF;
-    IF in_queues IS NOT NULL AND (array_ndims(in_queues) > 1 OR array_position(in_queues, NULL) IS NOT NULL) THEN
+    IF in_queues IS NOT NULL AND (array_ndims(in_queues) > 1 OR array_position(in_queues, NULL) IS NOT NULL
+                                  OR EXISTS (SELECT 1 FROM unnest(in_queues) q(name)
+                                              WHERE q.name = '' OR q.name LIKE '% ' OR length(q.name) > 128)) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: queues must be NULL or an array of names without NULLs'
             USING ERRCODE = '22023';
     END IF;
@@ -1663,6 +1678,10 @@ BEGIN
     IF in_worker_id IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must not be NULL' USING ERRCODE = '22023';
     END IF;
+    IF in_worker_id < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must be a whole number from 1 to 9223372036854775807'
+            USING ERRCODE = '22023';
+    END IF;
     UPDATE pyqueue_worker SET heartbeat_at = clock_timestamp() WHERE worker_id = in_worker_id;
     RETURN FOUND;
 END;
@@ -1677,6 +1696,10 @@ AS $$
 BEGIN
     IF in_worker_id IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    IF in_worker_id < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must be a whole number from 1 to 9223372036854775807'
+            USING ERRCODE = '22023';
     END IF;
     DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id;
     RETURN FOUND;

@@ -722,6 +722,14 @@ BEGIN
         IF v_bad > 0 THEN
             CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
         END IF;
+        -- a longer string would be cut to 128 by the VARCHAR(128) below and
+        -- then match the kind spelled by its first 128 characters
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
+        END IF;
         -- Re-serialise the decoded strings: MariaDB's JSON_CONTAINS compares
         -- string text as written, so '["a\/b"]' or '["\u0432"]' would match
         -- nothing; JSON_QUOTE(p_kind) and this array now spell strings alike.
@@ -1207,6 +1215,14 @@ BEGIN
         IF v_bad > 0 THEN
             CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
         END IF;
+        -- a longer string would be cut to 128 by the VARCHAR(128) below and
+        -- then match the kind spelled by its first 128 characters
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
+        END IF;
         SELECT JSON_ARRAYAGG(k.kind) INTO out_kinds
           FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) PATH '$')) AS k;
     END IF;
@@ -1355,10 +1371,13 @@ BEGIN
     CALL pyqueue__kinds(in_kinds, v_kinds);
     CALL pyqueue__check_duration('timeout', in_timeout, FALSE);
     CALL pyqueue__check_duration('poll', in_poll, TRUE);
+    IF in_poll < 0.001 THEN
+        CALL pyqueue__raise('invalid_argument', 'poll must be at least 1 millisecond');
+    END IF;
     IF in_timeout > 3600 THEN
         CALL pyqueue__raise('invalid_argument', 'timeout must not exceed 1 hour');
     END IF;
-    SET v_poll = GREATEST(COALESCE(in_poll, 0.05), 0.001);
+    SET v_poll = COALESCE(in_poll, 0.05);
     SET v_deadline = UTC_TIMESTAMP(6)
                      + INTERVAL CAST(COALESCE(in_timeout, 1) * 1000000 AS SIGNED) MICROSECOND;
     waiting: LOOP
@@ -2360,6 +2379,14 @@ BEGIN
     END IF;
     CALL pyqueue__check_int('pid', in_pid, 0, 2147483647);
     IF in_queues IS NOT NULL AND (NOT JSON_VALID(in_queues) OR JSON_TYPE(in_queues) <> 'ARRAY') THEN
+        CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
+    END IF;
+    -- every element a queue name: a string, not empty, no trailing space, at most 128
+    IF in_queues IS NOT NULL AND EXISTS (
+           SELECT 1 FROM JSON_TABLE(in_queues, '$[*]' COLUMNS (elem JSON PATH '$')) AS q
+            WHERE (JSON_TYPE(q.elem) = 'STRING') IS NOT TRUE
+               OR JSON_UNQUOTE(q.elem) = '' OR JSON_UNQUOTE(q.elem) LIKE '% '
+               OR CHAR_LENGTH(JSON_UNQUOTE(q.elem)) > 128) THEN
         CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
     END IF;
     SET v_now = UTC_TIMESTAMP(6);
