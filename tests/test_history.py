@@ -164,6 +164,21 @@ def test_replay_re_enqueues_a_time_range_through_dedup(raw, db, dialect, make_qu
     assert payloads == {"old": {"v": "old"}, "mid": {"v": "mid-2"}, "new": {"v": "new"}, "busy": {"v": "b"}}
 
 
+def test_replay_skips_what_lives_on_in_another_queue(raw, make_queue):
+    """Dead-lettered and moved messages still live elsewhere: replaying them would duplicate them."""
+    dead, nxt = make_queue(), make_queue()
+    q = make_queue(max_attempts=1, dead_letter_queue=dead.name, history_retention=dt.timedelta(days=7))
+    for key in ("c", "m", "d"):
+        assert q.push(key, "job", {"k": key})
+    held = {r.key: r for r in q.reserve(n=3)}
+    assert q.commit(held["c"])
+    assert q.move(held["m"], nxt)
+    assert q.rollback(held["d"])          # last attempt: dead-lettered
+    assert q.replay() == 1
+    assert [m.key for m in q.pop(5)] == ["c"]
+    assert live_count(raw, dead.name) == 1 and live_count(raw, nxt.name) == 1
+
+
 def test_replay_and_purge_refuse_bad_arguments(make_queue, db):
     q = make_queue(history_retention=60)
     now = dt.datetime.now(UTC)

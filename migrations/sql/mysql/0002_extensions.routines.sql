@@ -1997,7 +1997,7 @@ BEGIN
                    ROW_NUMBER() OVER (PARTITION BY x.p_key, x.p_kind
                                       ORDER BY x.processed_at DESC, x.id DESC) AS rn
               FROM pyqueue_history x
-             WHERE x.queue_name = v_queue
+             WHERE x.queue_name = v_queue AND x.outcome IN ('committed', 'popped')
                AND (in_from IS NULL OR x.processed_at >= in_from)
                AND (in_to IS NULL OR x.processed_at < in_to)) AS h
      WHERE h.rn = 1

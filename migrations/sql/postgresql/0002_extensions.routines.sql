@@ -1285,7 +1285,7 @@ BEGIN
     SELECT in_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now
       FROM (SELECT DISTINCT ON (h.p_key, h.p_kind) h.p_key, h.p_kind, h.payload, h.priority
               FROM pyqueue_history h
-             WHERE h.queue_name = in_queue
+             WHERE h.queue_name = in_queue AND h.outcome IN ('committed', 'popped')
                AND (in_from IS NULL OR h.processed_at >= in_from)
                AND (in_to IS NULL OR h.processed_at < in_to)
              ORDER BY h.p_key, h.p_kind, h.processed_at DESC, h.id DESC) h
