@@ -917,8 +917,17 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL) THEN
-        -- Exactly queue_commit: history, the next occurrence of a schedule.
-        v_committed := queue_commit(in_queue, in_key, in_kind, in_token);
+        PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+        IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
+            -- Nothing to archive, not a schedule's occurrence: the DELETE is all of queue_commit.
+            DELETE FROM pyqueue_message m
+             WHERE m.queue_name = in_queue AND m.p_key = in_key AND m.p_kind = in_kind
+               AND m.reserve_token = in_token;
+            v_committed := FOUND;
+        ELSE
+            -- Exactly queue_commit: the history row, the next occurrence of a schedule.
+            v_committed := queue_commit(in_queue, in_key, in_kind, in_token);
+        END IF;
     END IF;
     -- A queue with concurrency limits reserves through queue_reserve, whose
     -- lock step takes the limit slots (the fast path below knows no slots).
@@ -999,8 +1008,10 @@ DECLARE
     v_bad   integer;
     v_count integer;
     v_i     integer;
+    v_queue pyqueue_queue;
+    v_slow  boolean;
 BEGIN
-    PERFORM pyqueue__queue(in_queue);
+    v_queue := pyqueue__queue(in_queue);
     IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must not be NULL'
             USING ERRCODE = '22023';
@@ -1023,13 +1034,26 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
             USING ERRCODE = '22023';
     END IF;
-    -- One queue_commit per element (a primary-key DELETE, whose plan cannot
-    -- turn into a scan of the queue whatever the table statistics say, plus
-    -- the history row and a schedule's next occurrence where they apply).
+    -- One primary-key DELETE per element: its plan cannot turn into a scan
+    -- of the queue, whatever the table statistics say (a join with the
+    -- unnested arrays did, on a queue analyzed while it was small). A queue
+    -- that keeps history, or a batch holding occurrences of a schedule,
+    -- commits each element through queue_commit (history row, next occurrence).
+    v_slow := v_queue.history_retention IS NOT NULL
+              OR EXISTS (SELECT 1 FROM unnest(in_keys) AS k (p_key) WHERE k.p_key LIKE '%@____-__-__T__:__:__Z');
     v_count := 0;
     FOR v_i IN 1 .. v_n LOOP
-        IF queue_commit(in_queue, in_keys[v_i], in_kinds[v_i], in_tokens[v_i]) THEN
-            v_count := v_count + 1;
+        IF v_slow THEN
+            IF queue_commit(in_queue, in_keys[v_i], in_kinds[v_i], in_tokens[v_i]) THEN
+                v_count := v_count + 1;
+            END IF;
+        ELSE
+            DELETE FROM pyqueue_message m
+             WHERE m.queue_name = in_queue AND m.p_key = in_keys[v_i] AND m.p_kind = in_kinds[v_i]
+               AND m.reserve_token = in_tokens[v_i];
+            IF FOUND THEN
+                v_count := v_count + 1;
+            END IF;
         END IF;
     END LOOP;
     RETURN v_count;
