@@ -5,6 +5,7 @@ from .worker import Job, RetryPolicy, Worker
 from .errors import (
     InvalidArgumentError,
     InvalidPayloadError,
+    PermissionDeniedError,
     QueueError,
     SchemaNotInstalledError,
     UnknownQueueError,
@@ -13,7 +14,7 @@ from .errors import (
 
 __all__ = [
     "Database", "Job", "Message", "RetryPolicy", "Worker", "NewMessage", "Queue", "QueueStats", "Reservation", "connect",
-    "InvalidArgumentError", "InvalidPayloadError", "QueueError", "SchemaNotInstalledError",
+    "InvalidArgumentError", "InvalidPayloadError", "PermissionDeniedError", "QueueError", "SchemaNotInstalledError",
     "UnknownQueueError", "UnsupportedDsnError",
 ]
 __version__ = "0.1.0"

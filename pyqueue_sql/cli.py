@@ -8,6 +8,7 @@
     pyqueue-sql stats
     pyqueue-sql demo
     pyqueue-sql worker myapp.tasks:handle --queue emails --concurrency 8
+    pyqueue-sql grant --role shop_web --producer --apply
 
 Every command that talks to a database takes ``--dsn`` (default: $PYQUEUE_DSN).
 User errors (bad input, unknown queue, unreachable server) print one line on
@@ -172,6 +173,44 @@ def cmd_sql(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         raise errors.QueueError(f"this installation is incomplete: {exc}") from None
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
+def cmd_grant(args: argparse.Namespace) -> int:
+    """Prints (default) or runs (--apply) the GRANT/REVOKE statements of a least-privilege role."""
+    from . import dialects, privileges
+
+    caps = [c for c in privileges.CAPABILITIES if getattr(args, c)]
+    if not caps:
+        raise UsageError("name at least one capability: " + " ".join(f"--{c}" for c in privileges.CAPABILITIES))
+    dsn = args.dsn or os.environ.get(DSN_ENV)
+    if args.apply and not dsn:
+        raise UsageError(f"--apply needs a database: pass --dsn DSN or set {DSN_ENV}")
+    if dsn:
+        _check_scheme(dsn)
+        dialect = dialects.for_dsn(dsn).name
+        if args.dialect and args.dialect != dialect:
+            raise UsageError(f"--dialect {args.dialect} does not match the DSN ({dialect})")
+    elif args.dialect:
+        dialect = args.dialect
+    else:
+        raise UsageError(f"pass --dialect (to print) or --dsn DSN / ${DSN_ENV}")
+    account = privileges.parse_account(dialect, args.role)
+    if not dsn:
+        stmts = privileges.statements(dialect, account, caps, schema=args.schema, revoke=args.revoke)
+        print("\n".join(privileges.render(dialect, stmts)))
+        return EXIT_OK
+    connection = dialects.for_name(dialect).connect(dsn)
+    try:
+        schema = args.schema or privileges.current_schema(dialect, connection)
+        stmts = privileges.statements(dialect, account, caps, schema=schema, revoke=args.revoke)
+        text = privileges.render(dialect, stmts, connection)
+        if args.apply:
+            privileges.apply(dialect, connection, stmts)
+            print(f"-- applied ({len(stmts)} statements):", file=sys.stderr)
+        print("\n".join(text))
+    finally:
+        connection.close()
     return EXIT_OK
 
 
@@ -399,6 +438,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("sql", cmd_sql, "print the schema SQL, for use with your own migration tool", dsn=False)
     p.add_argument("--dialect", required=True, choices=("postgresql", "mysql"))
     p.add_argument("--uninstall", action="store_true", help="print the SQL that removes the schema")
+
+    p = command("grant", cmd_grant, "print (or --apply) the GRANTs that let an existing role or account call "
+                "the routines of some capabilities, and nothing else (README: Least privilege)")
+    p.add_argument("--role", required=True, metavar="NAME",
+                   help="PostgreSQL role, or MySQL account user@host (host %% when omitted); never created here")
+    for cap, what in (("producer", "push, push_batch, push_replace"),
+                      ("consumer", "reserve, pop, commit, rollback, extend, move, the fast paths, wakeups, "
+                                   "worker registry"),
+                      ("monitor", "stats, limits, workers, schedules, dead letters"),
+                      ("admin", "create, drop, pause, resume, remove, limits, schedules, history, redrive, "
+                                "replay; plus monitor"),
+                      ("ingest", "INSERT into queue_ingest, queue_ingest_flush")):
+        p.add_argument(f"--{cap}", action="store_true", help=what)
+    p.add_argument("--revoke", action="store_true", help="REVOKE these capabilities instead")
+    p.add_argument("--apply", action="store_true", help="run the statements (default: print them)")
+    p.add_argument("--dialect", choices=("postgresql", "mysql"), help="the SQL to print, without a database")
+    p.add_argument("--schema", help="PostgreSQL schema / MySQL database of the routines "
+                                    "(default: the connection's current one; unqualified without --dsn)")
 
     p = command("create", cmd_create, "create a queue or change its settings")
     p.add_argument("queue", metavar="QUEUE")

@@ -106,7 +106,29 @@ class Database:
         return Queue(self, name)
 
     def call(self, statement: str, **params: Any) -> list[tuple]:
+        if (statement in self.dialect.own_transaction_statements and self._owned
+                and not self._in_transaction):
+            return self._call_in_own_transaction(statement, params)
         return self.dialect.run(self.connection, statement, params)
+
+    def _call_in_own_transaction(self, statement: str, params: dict[str, Any]) -> list[tuple]:
+        """Runs one call as a transaction of its own (MySQL commit, rollback and
+        move: their history row and the removal then stand or fall together).
+        A deadlock (two sessions on the same reservation) is run again: the
+        answer is then the one autocommit mode would have given."""
+        for attempt in range(3):
+            self.dialect.begin(self.connection)
+            try:
+                rows = self.dialect.run(self.connection, statement, params)
+                self.dialect.commit(self.connection)
+                return rows
+            except BaseException as exc:
+                with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                    self.dialect.rollback(self.connection)
+                if attempt < 2 and self.dialect.is_deadlock(exc):
+                    continue
+                raise
+        raise AssertionError("unreachable")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator["Database"]:

@@ -79,6 +79,9 @@ class Dialect:
     name: str
     supports_listen: bool = False
     sqlalchemy_dialect: str
+    # Named statements that must run in a transaction of their own when the
+    # caller has none (see Database.call).
+    own_transaction_statements: frozenset[str] = frozenset()
 
     # -- connections -----------------------------------------------------
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
@@ -137,6 +140,10 @@ class Dialect:
     def listen(self, connection: Any, channels: Sequence[str]) -> None:
         raise errors.QueueError(f"{self.name} has no LISTEN")
 
+    def is_deadlock(self, exc: BaseException) -> bool:
+        """Whether the server rolled the transaction back to break a deadlock (safe to run again)."""
+        return False
+
 
 class PostgreSQL(Dialect):
     name = "postgresql"
@@ -177,12 +184,18 @@ class PostgreSQL(Dialect):
                     f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`): {exc.diag.message_primary}"
                 ) from exc
             raise
+        except pgerrors.InsufficientPrivilege as exc:  # issue 7: a role without the capability
+            raise errors.PermissionDeniedError(str(exc.diag.message_primary)) from exc
         except psycopg.Error as exc:
             mapped = _map_routine_error(exc.diag.message_primary)
             if mapped is not None:
                 raise mapped from exc
             if isinstance(exc, pgerrors.InvalidTextRepresentation) and "json" in str(exc):
                 raise errors.InvalidPayloadError(str(exc.diag.message_primary)) from exc
+            if isinstance(exc, pgerrors.UntranslatableCharacter) and "JSON" in (exc.diag.context or ""):
+                # jsonb cannot hold the escape \u0000 (a NUL in a JSON string)
+                raise errors.InvalidPayloadError(
+                    f"{exc.diag.message_primary}: {exc.diag.message_detail or ''}".rstrip(": ")) from exc
             if isinstance(exc, pgerrors.DataError):  # a value that does not fit its parameter's type
                 raise errors.InvalidArgumentError(str(exc.diag.message_primary)) from exc
             raise
@@ -212,10 +225,24 @@ class PostgreSQL(Dialect):
         }
 
 
+# Access denied for: the database (1044), a privilege (1227), a table (1142), a column (1143),
+# a routine (1370).
+_MYSQL_ACCESS_DENIED = (1044, 1142, 1143, 1227, 1370)
+
+
 class MySQL(Dialect):
     name = "mysql"
     supports_listen = False
     sqlalchemy_dialect = "mysql+pymysql"
+    # In autocommit mode each statement of a procedure commits on its own, and
+    # these write the history row, then remove the message: a session killed
+    # or a server stopped between the two would leave a `committed` (or
+    # `dead_lettered`, `moved`) row for a message that is still live, and the
+    # retry of the same call would archive it a second time. The same holds for
+    # the other calls that archive or remove (pop, the commit fast paths,
+    # redrive); a batch call in one transaction also commits once, not per row.
+    own_transaction_statements = frozenset({"commit", "rollback", "move", "pop", "commit_reserve",
+                                            "commit_batch", "redrive"})
 
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
         import pymysql
@@ -249,8 +276,10 @@ class MySQL(Dialect):
             mapped = _map_routine_error(message)
             if mapped is not None:
                 raise mapped from exc
-            if code in (1264, 1292, 1366):  # out of range / bad datetime / bad value for the parameter
+            if code in (1264, 1265, 1292, 1366):  # out of range / truncated / bad datetime / bad value for the parameter
                 raise errors.InvalidArgumentError(message) from exc
+            if code in _MYSQL_ACCESS_DENIED:  # issue 7: an account without the capability
+                raise errors.PermissionDeniedError(message) from exc
             if code in (1305, 1146):  # procedure / table does not exist
                 raise errors.SchemaNotInstalledError(
                     f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`): {message}"
@@ -263,6 +292,11 @@ class MySQL(Dialect):
         import pymysql
 
         return (pymysql.err.OperationalError, pymysql.err.InterfaceError)
+
+    def is_deadlock(self, exc: BaseException) -> bool:
+        import pymysql
+
+        return isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] == 1213
 
     def duration(self, value: Duration, what: str) -> Any:
         delta = _as_timedelta(value, what)

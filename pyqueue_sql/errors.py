@@ -27,6 +27,12 @@ class SchemaNotInstalledError(QueueError):
     """The pyqueue-sql tables and routines are not in this database: run `pyqueue-sql migrate`."""
 
 
+class PermissionDeniedError(QueueError, PermissionError):
+    """The database account may not call this routine (or touch this table): grant it the
+    capability it needs (`pyqueue-sql grant`, README "Least privilege"). Not a connection
+    error: a worker does not reconnect and retry on it."""
+
+
 class UnsupportedDsnError(QueueError, ValueError):
     """The DSN names a database pyqueue-sql does not support."""
 

@@ -12,6 +12,7 @@ are recorded in ``pyqueue_alembic_version`` and never mix with yours.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Iterator
 
 from alembic import command, op
@@ -61,8 +62,11 @@ def run_sql_file(filename: str, undo: tuple[str, ...] | None = None) -> None:
     path = folder / filename
     if not path.is_file():
         raise FileNotFoundError(f"migration file {path} is missing: is this installation complete?")
+    saved = _mysql_routine_grants(connection) if dialect.name == "mysql" else None
     try:
         _execute_script(connection, dialect, path.read_text(encoding="utf-8"))
+        if saved:
+            _mysql_restore_routine_grants(connection, saved)
     except Exception:
         if undo is None:
             undo = (filename.replace(".up.sql", ".down.sql"),) if filename.endswith(".up.sql") else ()
@@ -72,6 +76,63 @@ def run_sql_file(filename: str, undo: tuple[str, ...] | None = None) -> None:
                     with contextlib.suppress(Exception):
                         _execute_script(connection, dialect, (folder / name).read_text(encoding="utf-8"))
         raise
+
+
+def _mysql_routine_grants(connection: Connection) -> list[tuple] | None:
+    """The grants on this database's routines (mysql.procs_priv), or None when
+    the migrating account may not read them (a warning then says to re-grant)."""
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(queries("mysql")["routine_grants"])
+        return [tuple(_text(v) for v in row) for row in cursor.fetchall()]
+    except Exception as exc:  # no SELECT on mysql.procs_priv
+        warnings.warn(f"pyqueue-sql: cannot read the grants on the routines ({exc}); an upgrade that "
+                      "re-creates them drops them: run `pyqueue-sql grant ... --apply` again afterwards",
+                      stacklevel=3)
+        return None
+    finally:
+        cursor.close()
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, (set, frozenset)):  # Proc_priv, a SET column
+        return ",".join(sorted(value))
+    return value.decode() if isinstance(value, (bytes, bytearray)) else value
+
+
+_ROUTINE_PRIVILEGES = {"execute": "EXECUTE", "alter routine": "ALTER ROUTINE"}
+
+
+def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) -> None:
+    """Gives back the routine grants that re-creating the procedures dropped
+    (only those that are gone, only on routines that exist again). Names come
+    from the server's catalog and are validated and backtick-quoted."""
+    from .privileges import Account, _mysql_account, _mysql_quote
+
+    now = set(_mysql_routine_grants(connection) or ())
+    template = queries("mysql")["regrant_routine"]
+    cursor = connection.connection.cursor()
+    try:
+        for row in saved:
+            if row in now:
+                continue
+            user, host, routine, routine_type, privileges = row
+            granted = {p.strip().lower() for p in str(privileges).split(",")}
+            chosen = [_ROUTINE_PRIVILEGES[p] for p in _ROUTINE_PRIVILEGES if p in granted]
+            if not chosen or str(routine_type).upper() not in ("PROCEDURE", "FUNCTION"):
+                continue
+            try:
+                statement = template.format(
+                    privilege=", ".join(chosen), routine_type=str(routine_type).upper(),
+                    routine=_mysql_quote(routine), role=_mysql_account(Account(user, host)),
+                    grant_option=" WITH GRANT OPTION" if "grant" in granted else "")
+                cursor.execute(statement)
+            except Exception as exc:  # a routine this revision no longer has (1305), an odd name
+                if getattr(exc, "args", (None,))[0] != 1305:
+                    warnings.warn(f"pyqueue-sql: could not give {user}@{host} back {', '.join(chosen)} "
+                                  f"on {routine}: {exc}", stacklevel=3)
+    finally:
+        cursor.close()
 
 
 def _execute_script(connection: Connection, dialect: dialects.Dialect, text: str) -> None:

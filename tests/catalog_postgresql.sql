@@ -31,7 +31,8 @@ SELECT relname, coalesce(array_to_string(reloptions, ','), '')
 
 -- name: routines
 SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_function_result(p.oid),
-       p.provolatile, p.prosecdef, md5(p.prosrc)
+       p.provolatile, p.prosecdef, md5(p.prosrc),
+       coalesce(array_to_string(p.proconfig, ';'), ''), coalesce(p.proacl::text, '')
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = current_schema() AND (p.proname LIKE 'queue%%' OR p.proname LIKE 'pyqueue%%')
  ORDER BY 1, 2
@@ -62,3 +63,12 @@ SELECT t.tgname, t.tgrelid::regclass::text, t.tgtype, t.tgenabled, p.proname,
   JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = current_schema() AND NOT t.tgisinternal AND c.relname = 'queue_ingest'
  ORDER BY 1
+
+-- name: relation_acls
+-- issue 7: who may read or change our tables and views (NULL ACL = the owner only)
+SELECT c.relname, c.relkind, coalesce(c.relacl::text, '')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'S', 'm', 'p')
+   AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
+   AND c.relname NOT LIKE 'pyqueue\_alembic\_version%%'
+ ORDER BY c.relname

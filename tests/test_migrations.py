@@ -167,6 +167,17 @@ def test_core_revision_is_still_what_was_released():
             assert routine in restore, (name, routine)
 
 
+def test_released_routines_are_what_the_next_revision_restores():
+    """Each revision's down migration re-installs exactly the routines its
+    predecessor froze when it was released."""
+    revisions = _revisions()
+    for previous, nxt in zip(revisions[1:], revisions[2:]):
+        for name in ("postgresql", "mysql"):
+            folder = migrate.migrations_dir() / "sql" / name
+            assert (folder / f"{nxt}.down_routines.sql").read_text() == \
+                (folder / f"{previous}.routines.sql").read_text(), (name, previous, nxt)
+
+
 def test_downgrade_one_revision_restores_the_previous_catalog(fresh_database):
     revisions = _revisions()
     previous = revisions[-2]

@@ -117,11 +117,7 @@ CALL queue_replay(%(queue)s, %(start)s, %(end)s)
 CALL queue_redrive(%(queue)s, %(to_queue)s, %(n)s)
 
 -- name: dead_letters
-SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts, created_at,
-       dead_lettered_at, reserved
-  FROM pyqueue_dead_letters
- WHERE dead_letter_queue = %(queue)s
- ORDER BY dead_lettered_at, p_key, p_kind
+CALL queue_dead_letters(%(queue)s)
 -- issue 4b
 
 -- name: set_limit
@@ -160,3 +156,36 @@ CALL queue_schedules(%(queue)s)
 -- ---- end of issue 4 ----
 
 
+
+-- ---- issue 7: least privilege (pyqueue_sql.privileges, `pyqueue-sql grant`) ----
+-- {placeholders} are filled in as backtick-quoted identifiers of validated
+-- names (an account as `user`@`host`); {privilege} comes from a fixed list in
+-- pyqueue_sql/privileges.py.
+
+-- name: current_schema
+SELECT DATABASE()
+
+-- name: grant_execute
+GRANT EXECUTE ON PROCEDURE {routine} TO {role}
+
+-- name: revoke_execute
+REVOKE EXECUTE ON PROCEDURE {routine} FROM {role}
+
+-- name: grant_table
+GRANT {privilege} ON TABLE {table} TO {role}
+
+-- name: revoke_table
+REVOKE {privilege} ON TABLE {table} FROM {role}
+
+-- Upgrades re-create every procedure (DROP + CREATE), and DROP PROCEDURE takes
+-- its grants along: the migration reads the grants on this database's routines
+-- first and gives the same accounts the same privileges again afterwards.
+-- name: routine_grants
+SELECT User, Host, Routine_name, Routine_type, Proc_priv
+  FROM mysql.procs_priv
+ WHERE Db = DATABASE() AND User <> ''
+
+-- name: regrant_routine
+GRANT {privilege} ON {routine_type} {routine} TO {role}{grant_option}
+
+-- ---- end of issue 7 ----

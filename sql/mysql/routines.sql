@@ -4,6 +4,17 @@
 -- procedure is dropped if it exists and created again, so a migration
 -- re-installs this whole file. Procedures keep the sql_mode they were created
 -- under, so this file sets strict mode first and restores the caller's after.
+--
+-- Least privilege (issue 7; README "Least privilege"): every contract
+-- procedure (queue_*) is SQL SECURITY DEFINER: it runs with the rights of its
+-- DEFINER, the account that ran this file (the migrating user), so that an
+-- application account needs EXECUTE on the procedures of its capability and
+-- nothing on the tables (pyqueue-sql grant). The internal helpers (pyqueue__*)
+-- stay SQL SECURITY INVOKER: called from a contract procedure they already run
+-- as the definer, and called by anyone else they have only that caller's
+-- rights. DROP PROCEDURE also drops the EXECUTE grants on it, so re-running this
+-- file (an upgrade to a new revision does) removes the applications' grants:
+-- run `pyqueue-sql grant ... --apply` again after each upgrade.
 
 SET @pyqueue_saved_sql_mode = @@SESSION.sql_mode;
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
@@ -45,6 +56,25 @@ BEGIN
     END IF;
     IF in_value LIKE '% ' THEN
         CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not end with a space'));
+    END IF;
+    CALL pyqueue__check_utf8('invalid_argument', in_what, in_value);
+END //
+
+-- pyqueue__check_utf8: refuses text holding a UTF-16 surrogate (U+D800 to
+-- U+DFFF, bytes ED A0-BF ..), which MariaDB's utf8mb4 accepts but is not
+-- UTF-8: stored, it would break every strict UTF-8 reader of the row. (Other
+-- invalid bytes are already refused by the server when it converts the
+-- argument, error 1366.) in_code is the pyqueue code to raise. NULL passes.
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_utf8 //
+CREATE PROCEDURE pyqueue__check_utf8(
+    IN in_code  VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_value LONGTEXT    CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    IF CAST(in_value AS BINARY) REGEXP '\\xED[\\xA0-\\xBF]' THEN
+        CALL pyqueue__raise(in_code, CONCAT(in_what, ' is not valid UTF-8 (it holds a UTF-16 surrogate)'));
     END IF;
 END //
 
@@ -88,7 +118,9 @@ BEGIN
 END //
 
 -- pyqueue__check_token: refuses a NULL token or one that is not shaped like
--- the tokens queue_reserve hands out. Takes no locks.
+-- the tokens queue_reserve hands out. Takes no locks. (Every REGEXP here ends
+-- with \\z, not $: in MariaDB's PCRE, $ also matches before a final newline,
+-- which let 'a\n' through as 'a'.)
 DROP PROCEDURE IF EXISTS pyqueue__check_token //
 CREATE PROCEDURE pyqueue__check_token(
     IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
@@ -97,7 +129,7 @@ BEGIN
     IF in_token IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'token must not be NULL');
     END IF;
-    IF NOT (in_token REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$') THEN
+    IF NOT (in_token REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z') THEN
         CALL pyqueue__raise('invalid_argument', 'token is malformed');
     END IF;
 END //
@@ -127,8 +159,10 @@ BEGIN
         CALL pyqueue__raise('invalid_payload', 'payload must not be NULL (use the JSON value null)');
     END IF;
     IF NOT JSON_VALID(in_payload) THEN
-        CALL pyqueue__raise('invalid_payload', 'payload is not valid JSON');
+        CALL pyqueue__raise('invalid_payload',
+                            'payload is not valid JSON (MariaDB also refuses JSON nested 32 levels deep)');
     END IF;
+    CALL pyqueue__check_utf8('invalid_payload', 'payload', in_payload);
 END //
 
 -- pyqueue__queue: validates the queue name, raises unless the queue exists
@@ -240,7 +274,7 @@ CREATE PROCEDURE queue_create(
     IN in_max_attempts       DECIMAL(65,30),
     IN in_dead_letter_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_history_retention  DECIMAL(20,6))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_vis    DECIMAL(20,6);
     DECLARE v_max    INT;
@@ -280,7 +314,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_drop //
 CREATE PROCEDURE queue_drop(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -317,7 +351,7 @@ CREATE PROCEDURE queue_push(
     IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
     IN in_run_at   DATETIME(6),
     IN in_priority DECIMAL(65,30))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis      DECIMAL(20,6);
@@ -373,7 +407,7 @@ CREATE PROCEDURE queue_push_batch(
     IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
     IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
     IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis      DECIMAL(20,6);
@@ -399,6 +433,7 @@ BEGIN
     IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
         CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
     END IF;
+    CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
     -- First invalid element (1-based), judged by the same expressions the
     -- insert below uses; "IS NOT TRUE" so that a NULL verdict counts as bad.
     SELECT MIN(b.ord) INTO v_bad
@@ -414,7 +449,7 @@ BEGIN
             AND (   COALESCE(JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')), 'NULL') = 'NULL'
                  OR (    JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
                      AND JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at'))
-                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?$'
+                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
                      AND CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6))
                          + INTERVAL 0 SECOND >= '1000-01-01'
                      AND DATE_FORMAT(CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)),
@@ -422,7 +457,7 @@ BEGIN
                          = LEFT(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')), 19)))
             AND (   COALESCE(JSON_TYPE(JSON_EXTRACT(b.elem, '$.priority')), 'NULL') = 'NULL'
                  OR (    JSON_TYPE(JSON_EXTRACT(b.elem, '$.priority')) IN ('INTEGER', 'UNSIGNED INTEGER')
-                     AND CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) REGEXP '^-?[0-9]{1,10}$'
+                     AND CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
                      AND CAST(CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) AS DECIMAL(65,0))
                          BETWEEN -2147483648 AND 2147483647))
            ) IS NOT TRUE;
@@ -479,7 +514,7 @@ DROP PROCEDURE IF EXISTS queue_pop //
 CREATE PROCEDURE queue_pop(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_n     DECIMAL(65,30))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis      DECIMAL(20,6);
@@ -551,7 +586,7 @@ BEGIN
                                m.created_at, m.reserve_token
                           INTO v_key, v_kind, v_payload, v_prio, v_attempts, v_created, v_token
                           FROM pyqueue_message m
-                         WHERE m.id = v_id AND m.scheduled_at <= v_now
+                         WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
                            FOR UPDATE SKIP LOCKED;
                     END;
                     -- The result travels in a JSON variable, which the server
@@ -571,7 +606,7 @@ BEGIN
                                         'ca', DATE_FORMAT(v_created, '%Y-%m-%d %H:%i:%s.%f')));
                         CALL pyqueue__archive(v_queue, v_id, v_token, 'popped', NULL, v_now, v_hist);
                         DELETE FROM pyqueue_message
-                         WHERE id = v_id AND scheduled_at <= v_now AND attempts = v_attempts
+                         WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now AND attempts = v_attempts
                            AND reserve_token <=> v_token AND priority = v_prio
                            AND created_at = v_created;
                         SET v_deleted = ROW_COUNT();
@@ -655,7 +690,7 @@ CREATE PROCEDURE queue_reserve(
     IN in_timeout DECIMAL(20,6),
     IN in_n       DECIMAL(65,30),
     IN in_kinds   LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis        DECIMAL(20,6);
@@ -709,6 +744,7 @@ BEGIN
     IF CHAR_LENGTH(in_worker) > 255 THEN
         CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters');
     END IF;
+    CALL pyqueue__check_utf8('invalid_argument', 'worker', in_worker);
     IF in_kinds IS NOT NULL THEN
         IF NOT JSON_VALID(in_kinds) THEN
             CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a JSON array of strings');
@@ -758,9 +794,11 @@ BEGIN
                     BEGIN
                         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
                         SET v_found = 1;
+                        -- queue_name again: queue_move changes a row's queue in
+                        -- place, so a row listed above may be in another queue now.
                         SELECT m.attempts, m.reserve_token INTO v_attempts, v_seen_token
                           FROM pyqueue_message m
-                         WHERE m.id = v_id AND m.scheduled_at <= v_now
+                         WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
                            FOR UPDATE SKIP LOCKED;
                     END;
                     IF v_found = 1 THEN
@@ -770,7 +808,7 @@ BEGIN
                             -- for the dead-letter step (attempts unchanged).
                             UPDATE pyqueue_message
                                SET scheduled_at = v_until, reserve_token = v_token
-                             WHERE id = v_id AND scheduled_at <= v_now
+                             WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
                                AND attempts = v_attempts AND reserve_token <=> v_seen_token;
                             IF ROW_COUNT() = 1 THEN
                                 CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, v_dead);
@@ -784,7 +822,7 @@ BEGIN
                                    attempts = attempts + 1,
                                    reserved_by = in_worker,
                                    reserve_token = v_token
-                             WHERE id = v_id AND scheduled_at <= v_now
+                             WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
                                AND attempts = v_attempts AND reserve_token <=> v_seen_token
                                AND v_ok = 1;  -- issue 4b
                             IF ROW_COUNT() = 1 THEN
@@ -844,7 +882,7 @@ CREATE PROCEDURE queue_commit(
     IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -899,7 +937,7 @@ CREATE PROCEDURE queue_rollback(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_delay DECIMAL(20,6))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -960,7 +998,7 @@ CREATE PROCEDURE queue_extend(
     IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_token   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_timeout DECIMAL(20,6))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -1021,7 +1059,7 @@ CREATE PROCEDURE queue_move(
     IN in_token    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_to_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_payload  LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -1087,7 +1125,7 @@ CREATE PROCEDURE queue_remove(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -1106,7 +1144,8 @@ BEGIN
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
     IF v_id > 0 THEN
-        DELETE FROM pyqueue_message WHERE id = v_id;
+        -- queue_name again: a concurrent queue_move may have moved the row out
+        DELETE FROM pyqueue_message WHERE id = v_id AND queue_name = v_queue;
         SET v_done = ROW_COUNT();
     END IF;
     SELECT v_done AS removed;
@@ -1118,7 +1157,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_pause //
 CREATE PROCEDURE queue_pause(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -1135,7 +1174,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_resume //
 CREATE PROCEDURE queue_resume(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -1156,7 +1195,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_stats //
 CREATE PROCEDURE queue_stats(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -1267,7 +1306,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_channel //
 CREATE PROCEDURE queue_channel(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -1288,7 +1327,7 @@ DROP PROCEDURE IF EXISTS queue_set_notify_window //
 CREATE PROCEDURE queue_set_notify_window(
     IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_window DECIMAL(20,6))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -1315,7 +1354,7 @@ DROP PROCEDURE IF EXISTS queue_next_scheduled_at //
 CREATE PROCEDURE queue_next_scheduled_at(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_kinds LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -1352,7 +1391,7 @@ CREATE PROCEDURE queue_wait(
     IN in_kinds   LONGTEXT CHARACTER SET utf8mb4,
     IN in_timeout DECIMAL(20,6),
     IN in_poll    DECIMAL(20,6))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis      DECIMAL(20,6);
@@ -1432,7 +1471,7 @@ CREATE PROCEDURE queue_commit_reserve(
     IN in_timeout DECIMAL(20,6),
     IN in_n       DECIMAL(65,30),
     IN in_kinds   LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -1483,6 +1522,7 @@ BEGIN
         IF CHAR_LENGTH(in_worker) > 255 THEN
             CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters');
         END IF;
+        CALL pyqueue__check_utf8('invalid_argument', 'worker', in_worker);
         SET v_n = COALESCE(in_n, 1), v_left = v_n;
         IF NOT v_paused THEN
             SET v_now = UTC_TIMESTAMP(6);
@@ -1509,7 +1549,7 @@ BEGIN
                 -- by id, and the two deadlock).
                 SELECT m.attempts, m.reserve_token INTO v_attempts, v_seen
                   FROM pyqueue_message m
-                 WHERE m.id = v_id AND m.scheduled_at <= v_now
+                 WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
                    FOR UPDATE SKIP LOCKED;
                 IF v_attempts >= v_max THEN
                     SET v_rest = TRUE;  -- due for dead-lettering: queue_reserve's job
@@ -1520,7 +1560,7 @@ BEGIN
                            attempts = attempts + 1,
                            reserved_by = in_worker,
                            reserve_token = v_token
-                     WHERE id = v_id AND scheduled_at <= v_now
+                     WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
                        AND attempts = v_attempts AND reserve_token <=> v_seen;
                     IF ROW_COUNT() = 1 THEN
                         SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$', JSON_ARRAY(v_id, v_token));
@@ -1589,7 +1629,7 @@ CREATE PROCEDURE queue_commit_batch(
     IN in_keys   LONGTEXT CHARACTER SET utf8mb4,
     IN in_kinds  LONGTEXT CHARACTER SET utf8mb4,
     IN in_tokens LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -1636,7 +1676,7 @@ BEGIN
                 AND NOT (JSON_UNQUOTE(d.elem) LIKE '% ')
                 AND JSON_TYPE(t.elem) = 'STRING'
                 AND JSON_UNQUOTE(t.elem)
-                    REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$'
+                    REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z'
                ) IS NOT TRUE;
         IF v_bad IS NOT NULL THEN
             CALL pyqueue__raise('invalid_argument',
@@ -1719,7 +1759,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_ingest_flush //
 CREATE PROCEDURE queue_ingest_flush(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
     DECLARE v_vis      DECIMAL(20,6);
@@ -1758,7 +1798,12 @@ BEGIN
     IF v_pending > 0 THEN
         INSERT INTO pyqueue_ingest_reject
                (ingest_id, queue_name, p_key, p_kind, payload, run_at, priority, reason, rejected_at)
-        SELECT i.ingest_id, i.queue_name, i.p_key, i.p_kind, i.payload, i.run_at, i.priority,
+        -- a zero date ('0000-00-00', '2020-00-10': a caller without NO_ZERO_DATE can insert
+        -- one) cannot be copied under strict mode: the reject row keeps NULL and the reason
+        -- the value; reading it by text never raises (comparing it as a date does).
+        SELECT i.ingest_id, i.queue_name, i.p_key, i.p_kind, i.payload,
+               IF(CAST(i.run_at AS CHAR) LIKE '0000-%' OR CAST(i.run_at AS CHAR) LIKE '%-00%', NULL, i.run_at),
+               i.priority,
                CASE WHEN i.queue_name IS NULL OR CHAR_LENGTH(i.queue_name) = 0
                      THEN 'pyqueue:invalid_argument: queue_name must not be NULL or empty'
                 WHEN CHAR_LENGTH(i.queue_name) > 128
@@ -1772,11 +1817,17 @@ BEGIN
                      THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
                 WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
                 WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
+                WHEN CAST(CONCAT(i.queue_name, i.p_key, i.p_kind) AS BINARY) REGEXP '\\xED[\\xA0-\\xBF]'
+                     THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
                 WHEN q.queue_name IS NULL
                      THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
                 WHEN i.payload IS NULL
                      THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
                 WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
+                WHEN CAST(i.payload AS BINARY) REGEXP '\\xED[\\xA0-\\xBF]'
+                     THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
+                WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
+                     THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
                 WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
                      THEN 'pyqueue:invalid_argument: run_at is not a valid time'
                 WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
@@ -1798,11 +1849,17 @@ BEGIN
                      THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
                 WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
                 WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
+                WHEN CAST(CONCAT(i.queue_name, i.p_key, i.p_kind) AS BINARY) REGEXP '\\xED[\\xA0-\\xBF]'
+                     THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
                 WHEN q.queue_name IS NULL
                      THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
                 WHEN i.payload IS NULL
                      THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
                 WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
+                WHEN CAST(i.payload AS BINARY) REGEXP '\\xED[\\xA0-\\xBF]'
+                     THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
+                WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
+                     THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
                 WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
                      THEN 'pyqueue:invalid_argument: run_at is not a valid time'
                 WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
@@ -1913,7 +1970,7 @@ DROP PROCEDURE IF EXISTS queue_purge_history //
 CREATE PROCEDURE queue_purge_history(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_n     DECIMAL(65,30))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -1970,7 +2027,7 @@ CREATE PROCEDURE queue_replay(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_from  DATETIME(6),
     IN in_to    DATETIME(6))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis      DECIMAL(20,6);
@@ -2027,7 +2084,7 @@ CREATE PROCEDURE queue_redrive(
     IN in_dead_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_to_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_n          DECIMAL(65,30))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_dead      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_to        VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -2124,7 +2181,7 @@ CREATE PROCEDURE queue_push_replace(
     IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
     IN in_run_at   DATETIME(6),
     IN in_priority DECIMAL(65,30))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -2270,7 +2327,7 @@ CREATE PROCEDURE queue_set_limit(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_capacity DECIMAL(65,30))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -2333,7 +2390,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_limits //
 CREATE PROCEDURE queue_limits(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -2370,13 +2427,15 @@ CREATE PROCEDURE queue_worker_register(
     IN in_host   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_pid    DECIMAL(65,30),
     IN in_queues LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_now DATETIME(6);
     CALL pyqueue__check_name('name', in_name, 200);
     IF CHAR_LENGTH(in_host) > 255 THEN
         CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters');
     END IF;
+    CALL pyqueue__check_utf8('invalid_argument', 'host', in_host);
+    CALL pyqueue__check_utf8('invalid_argument', 'queues', in_queues);
     CALL pyqueue__check_int('pid', in_pid, 0, 2147483647);
     IF in_queues IS NOT NULL AND (NOT JSON_VALID(in_queues) OR JSON_TYPE(in_queues) <> 'ARRAY') THEN
         CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
@@ -2401,7 +2460,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_worker_heartbeat //
 CREATE PROCEDURE queue_worker_heartbeat(
     IN in_worker_id DECIMAL(65,30))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     IF in_worker_id IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
@@ -2418,7 +2477,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_worker_deregister //
 CREATE PROCEDURE queue_worker_deregister(
     IN in_worker_id DECIMAL(65,30))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     IF in_worker_id IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
@@ -2443,7 +2502,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_release_dead_workers //
 CREATE PROCEDURE queue_release_dead_workers(
     IN in_older_than_s DECIMAL(20,6))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_now      DATETIME(6);
     DECLARE v_before   DATETIME(6);
@@ -2494,7 +2553,7 @@ END //
 -- heartbeat_age_s, reserve_as. Plain read.
 DROP PROCEDURE IF EXISTS queue_workers //
 CREATE PROCEDURE queue_workers()
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_now DATETIME(6);
     SET v_now = UTC_TIMESTAMP(6);
@@ -2530,7 +2589,7 @@ BEGIN
     SET out_mask = 0, v_rest = in_field;
     parts: LOOP
         SET v_part = SUBSTRING_INDEX(v_rest, ',', 1);
-        IF NOT (v_part REGEXP '^([*]|[0-9]{1,2}(-[0-9]{1,2})?)(/[0-9]{1,2})?$') THEN
+        IF NOT (v_part REGEXP '^([*]|[0-9]{1,2}(-[0-9]{1,2})?)(/[0-9]{1,2})?\\z') THEN
             CALL pyqueue__raise('invalid_argument',
                 CONCAT('cron ', in_name, ' field "', LEFT(in_field, 30), '" is not *, n, a-b, */s, a/s or a-b/s'));
         END IF;
@@ -2697,7 +2756,7 @@ BEGIN
     DECLARE v_found   INT DEFAULT 1;
     DECLARE v_now     DATETIME(6);
     IF CHAR_LENGTH(in_key) >= 22
-       AND RIGHT(in_key, 21) REGEXP '^@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$' THEN
+       AND RIGHT(in_key, 21) REGEXP '^@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\\z' THEN
         SET v_base = LEFT(in_key, CHAR_LENGTH(in_key) - 21);
         SET v_at = STR_TO_DATE(SUBSTRING(RIGHT(in_key, 21), 2, 19), '%Y-%m-%dT%H:%i:%s');
         BEGIN
@@ -2788,7 +2847,7 @@ CREATE PROCEDURE queue_schedule_every(
     IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_payload LONGTEXT CHARACTER SET utf8mb4,
     IN in_every_s DECIMAL(20,6))
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     IF in_every_s IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'every must not be NULL');
@@ -2810,7 +2869,7 @@ CREATE PROCEDURE queue_schedule_cron(
     IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_payload LONGTEXT CHARACTER SET utf8mb4,
     IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     IF in_cron IS NULL OR CHAR_LENGTH(in_cron) > 255 THEN
         CALL pyqueue__raise('invalid_argument', 'cron must not be NULL or longer than 255 characters');
@@ -2826,7 +2885,7 @@ CREATE PROCEDURE queue_unschedule(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -2861,7 +2920,7 @@ END //
 DROP PROCEDURE IF EXISTS queue_schedules //
 CREATE PROCEDURE queue_schedules(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
+SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis    DECIMAL(20,6);
@@ -2880,6 +2939,35 @@ END //
 
 -- ---- end of issue 4 ----
 
+
+-- ---- issue 7: least privilege ----
+
+-- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
+-- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
+-- dead letter first, so that an account without SELECT on the view (and its
+-- tables: the view is SQL SECURITY INVOKER) can list them. An unknown queue
+-- is refused; a queue that is nobody's dead-letter queue has none. Plain
+-- reads, no locks.
+DROP PROCEDURE IF EXISTS queue_dead_letters //
+CREATE PROCEDURE queue_dead_letters(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
+           d.attempts, d.created_at, d.dead_lettered_at, d.reserved
+      FROM pyqueue_dead_letters d
+     WHERE d.dead_letter_queue = v_queue
+     ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
+END //
+
+-- ---- end of issue 7 ----
 
 DELIMITER ;
 

@@ -4,6 +4,9 @@
 
 -- Added after the core (newest first; views and triggers before what they use).
 
+-- ---- issue 7: least privilege ----
+DROP PROCEDURE IF EXISTS queue_dead_letters;
+
 -- ---- issue 4: history, dead letters, limits, workers, schedules ----
 
 -- issue 4a: history, dead letters, replace-on-push
@@ -92,6 +95,7 @@ DROP PROCEDURE IF EXISTS pyqueue__check_reservation;
 DROP PROCEDURE IF EXISTS pyqueue__check_token;
 DROP PROCEDURE IF EXISTS pyqueue__check_int;
 DROP PROCEDURE IF EXISTS pyqueue__check_duration;
+DROP PROCEDURE IF EXISTS pyqueue__check_utf8;
 DROP PROCEDURE IF EXISTS pyqueue__check_name;
 DROP PROCEDURE IF EXISTS pyqueue__raise;
 DROP TABLE IF EXISTS pyqueue_message;

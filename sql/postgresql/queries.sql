@@ -116,9 +116,7 @@ SELECT queue_redrive(%(queue)s, %(to_queue)s, %(n)s::integer)
 -- name: dead_letters
 SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts, created_at,
        dead_lettered_at, reserved
-  FROM pyqueue_dead_letters
- WHERE dead_letter_queue = %(queue)s
- ORDER BY dead_lettered_at, p_key, p_kind
+  FROM queue_dead_letters(%(queue)s)
 -- issue 4b
 
 -- name: set_limit
@@ -158,3 +156,27 @@ SELECT queue, p_key, p_kind, payload, every_s, cron, next_at FROM queue_schedule
 -- ---- end of issue 4 ----
 
 
+
+-- ---- issue 7: least privilege (pyqueue_sql.privileges, `pyqueue-sql grant`) ----
+-- {placeholders} are filled in as quoted identifiers (psycopg.sql.Identifier);
+-- {action} and {privilege} come from fixed lists in pyqueue_sql/privileges.py.
+
+-- name: current_schema
+SELECT current_schema()
+
+-- name: grant_schema_usage
+GRANT USAGE ON SCHEMA {schema} TO {role}
+
+-- name: grant_execute
+GRANT EXECUTE ON FUNCTION {routine} TO {role}
+
+-- name: revoke_execute
+REVOKE EXECUTE ON FUNCTION {routine} FROM {role}
+
+-- name: grant_table
+GRANT {privilege} ON TABLE {table} TO {role}
+
+-- name: revoke_table
+REVOKE {privilege} ON TABLE {table} FROM {role}
+
+-- ---- end of issue 7 ----

@@ -10,6 +10,28 @@
 -- where <code> is one of unknown_queue, invalid_argument, invalid_payload;
 -- SQLSTATE is 22023 (invalid_parameter_value) for argument errors and
 -- P0002 (no_data_found) for an unknown queue.
+--
+-- Least privilege (issue 7; README "Least privilege"): every contract routine
+-- (queue_*) and the queue_ingest trigger function are SECURITY DEFINER (they
+-- run with the rights of their owner, the migrating role) and carry a pinned
+-- search_path: the schema they are installed in, then pg_temp last, so that
+-- no caller's schema or temporary table can stand in for ours. The routine
+-- text is static, so the script pins the session's search_path to
+-- "<current schema>, pg_temp" here, every routine takes it with
+-- SET search_path FROM CURRENT, and the end of the script puts the caller's
+-- back (session-level set_config: it survives psql's autocommit between
+-- statements, and inside the migration's transaction it is undone by a rollback).
+-- The end of the script also revokes EXECUTE from PUBLIC on every routine:
+-- nobody but the owner may call anything until granted (pyqueue-sql grant).
+DO $$
+BEGIN
+    IF current_schema() IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: no schema to install into (the search_path names no existing schema)';
+    END IF;
+    PERFORM set_config('pyqueue.search_path_before', current_setting('search_path'), false);
+    PERFORM set_config('search_path', quote_ident(current_schema()) || ', pg_temp', false);
+END
+$$;
 
 -- ===========================================================================
 -- Internal helpers (not part of the contract)
@@ -192,6 +214,7 @@ CREATE OR REPLACE FUNCTION queue_create(
     in_history_retention  interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     PERFORM pyqueue__check_name('queue', in_queue, 128);
@@ -229,6 +252,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_drop(in_queue text)
 RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_user text;
@@ -256,6 +280,7 @@ CREATE OR REPLACE FUNCTION queue_push(
     in_priority integer     DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -295,6 +320,7 @@ CREATE OR REPLACE FUNCTION queue_push_batch(
     in_priorities integer[]     DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now   timestamptz := clock_timestamp();
@@ -363,6 +389,7 @@ CREATE OR REPLACE FUNCTION queue_pop(in_queue text, in_n integer DEFAULT 1)
 RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
                attempts integer, created_at timestamptz)
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -413,6 +440,7 @@ CREATE OR REPLACE FUNCTION queue_reserve(
 RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, token uuid, priority integer,
                attempts integer, created_at timestamptz, scheduled_at_initially timestamptz)
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -489,6 +517,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
@@ -516,6 +545,7 @@ CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind te
                                in_delay interval DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_queue    pyqueue_queue := pyqueue__queue(in_queue);
@@ -555,6 +585,7 @@ CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text
                              in_timeout interval DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
@@ -583,6 +614,7 @@ CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, 
                            in_to_queue text, in_payload jsonb DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now   timestamptz := clock_timestamp();
@@ -614,6 +646,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_remove(in_queue text, in_key text, in_kind text)
 RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     PERFORM pyqueue__queue(in_queue);
@@ -629,6 +662,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_pause(in_queue text)
 RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     PERFORM pyqueue__queue(in_queue);
@@ -639,6 +673,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_resume(in_queue text)
 RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     PERFORM pyqueue__queue(in_queue);
@@ -655,6 +690,7 @@ CREATE OR REPLACE FUNCTION queue_stats(in_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, ready bigint, delayed bigint, reserved bigint, dead bigint,
                oldest_ready_age_s double precision, paused boolean)
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -738,6 +774,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_channel(in_queue text)
 RETURNS text
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     PERFORM pyqueue__queue(in_queue);
@@ -751,6 +788,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_set_notify_window(in_queue text, in_window interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     PERFORM pyqueue__queue(in_queue, true);
@@ -774,6 +812,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_next_scheduled_at(in_queue text, in_kinds text[] DEFAULT NULL)
 RETURNS TABLE (next_scheduled_at timestamptz, wait_s double precision)
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_queue    pyqueue_queue := pyqueue__queue(in_queue);
@@ -827,6 +866,7 @@ CREATE OR REPLACE FUNCTION queue_wait(in_queue text, in_kinds text[] DEFAULT NUL
                                       in_timeout interval DEFAULT NULL, in_poll interval DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_deadline timestamptz;
@@ -890,6 +930,7 @@ RETURNS TABLE (committed boolean, p_key varchar, p_kind varchar, payload jsonb, 
                priority integer, attempts integer, created_at timestamptz,
                scheduled_at_initially timestamptz)
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1002,6 +1043,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens uuid[])
 RETURNS integer
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_n     integer;
@@ -1090,6 +1132,7 @@ $$;
 CREATE OR REPLACE FUNCTION pyqueue__ingest()
 RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now    timestamptz := clock_timestamp();
@@ -1187,6 +1230,7 @@ CREATE OR REPLACE TRIGGER queue_ingest_enqueue
 CREATE OR REPLACE FUNCTION queue_ingest_flush(in_queue text DEFAULT NULL)
 RETURNS TABLE (enqueued bigint, duplicates bigint, rejected bigint)
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF in_queue IS NOT NULL THEN
@@ -1248,6 +1292,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_purge_history(in_queue text DEFAULT NULL, in_n integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now   timestamptz := clock_timestamp();
@@ -1294,6 +1339,7 @@ CREATE OR REPLACE FUNCTION queue_replay(in_queue text, in_from timestamptz DEFAU
                                         in_to timestamptz DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now   timestamptz := clock_timestamp();
@@ -1332,6 +1378,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_redrive(in_dead_queue text, in_to_queue text, in_n integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_dead  pyqueue_queue;
@@ -1400,6 +1447,7 @@ CREATE OR REPLACE FUNCTION queue_push_replace(
     in_priority integer     DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now      timestamptz := clock_timestamp();
@@ -1581,6 +1629,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_set_limit(in_queue text, in_kind text, in_capacity integer)
 RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -1636,6 +1685,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_limits(in_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, p_kind text, capacity integer, in_use bigint)
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -1667,6 +1717,7 @@ CREATE OR REPLACE FUNCTION queue_worker_register(in_name text, in_host text DEFA
                                                  in_pid integer DEFAULT NULL, in_queues text[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -1697,6 +1748,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_worker_heartbeat(in_worker_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF in_worker_id IS NULL THEN
@@ -1716,6 +1768,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_worker_deregister(in_worker_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF in_worker_id IS NULL THEN
@@ -1740,6 +1793,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_release_dead_workers(in_older_than interval)
 RETURNS integer
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now   timestamptz := clock_timestamp();
@@ -1783,6 +1837,7 @@ RETURNS TABLE (worker_id bigint, worker_name text, host text, pid integer, queue
                started_at timestamptz, heartbeat_at timestamptz, heartbeat_age_s double precision,
                reserve_as text)
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     RETURN QUERY
@@ -2005,6 +2060,7 @@ CREATE OR REPLACE FUNCTION queue_schedule_every(in_queue text, in_key text, in_k
                                                 in_every interval)
 RETURNS timestamptz
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_s numeric;
@@ -2033,6 +2089,7 @@ CREATE OR REPLACE FUNCTION queue_schedule_cron(in_queue text, in_key text, in_ki
                                                in_cron text)
 RETURNS timestamptz
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF in_cron IS NULL OR length(in_cron) > 255 THEN
@@ -2049,6 +2106,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_unschedule(in_queue text, in_key text, in_kind text)
 RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_old timestamptz;
@@ -2074,6 +2132,7 @@ CREATE OR REPLACE FUNCTION queue_schedules(in_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, p_key text, p_kind text, payload jsonb, every_s bigint, cron text,
                next_at timestamptz)
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF in_queue IS NOT NULL THEN
@@ -2090,3 +2149,59 @@ $$;
 -- ---- end of issue 4 ----
 
 
+-- ---- issue 7: least privilege ----
+
+-- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
+-- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
+-- dead letter first, so that a role without SELECT on the view can list them.
+-- An unknown queue is refused; a queue that is nobody's dead-letter queue
+-- has none. Takes no locks (one snapshot).
+CREATE OR REPLACE FUNCTION queue_dead_letters(in_queue text)
+RETURNS TABLE (dead_letter_queue varchar, from_queue varchar, p_key varchar, p_kind varchar,
+               payload jsonb, priority integer, attempts integer, created_at timestamptz,
+               dead_lettered_at timestamptz, reserved boolean)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    RETURN QUERY
+        SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
+               d.attempts, d.created_at, d.dead_lettered_at, d.reserved
+          FROM pyqueue_dead_letters d
+         WHERE d.dead_letter_queue = in_queue
+         ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
+END;
+$$;
+
+-- No routine is callable by PUBLIC (PostgreSQL's default for a new function):
+-- SECURITY DEFINER routines open to everyone would let any role push and
+-- reserve. Applications get EXECUTE on the routines of their capability
+-- (pyqueue-sql grant; README "Least privilege"). Internal helpers (pyqueue__*)
+-- are granted to nobody: only the routines, running as their owner, call them.
+-- The list is static (no SQL built from names); a routine added to this file
+-- must be added here (tests/test_privileges.py fails otherwise).
+REVOKE EXECUTE ON FUNCTION
+    queue_create, queue_drop, queue_push, queue_push_batch, queue_pop, queue_reserve,
+    queue_commit, queue_rollback, queue_extend, queue_move, queue_remove, queue_pause,
+    queue_resume, queue_stats, queue_channel, queue_set_notify_window, queue_next_scheduled_at,
+    queue_wait, queue_commit_reserve, queue_commit_batch, queue_ingest_flush,
+    queue_purge_history, queue_replay, queue_redrive, queue_push_replace, queue_set_limit,
+    queue_limits, queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
+    queue_release_dead_workers, queue_workers, queue_schedule_every, queue_schedule_cron,
+    queue_unschedule, queue_schedules, queue_dead_letters,
+    pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
+    pyqueue__dead_letter, pyqueue__lock_ready, pyqueue__channel, pyqueue__notify, pyqueue__ingest,
+    pyqueue__archive, pyqueue__check_batch_size, pyqueue__limit_claim, pyqueue__lock_ready_limited,
+    pyqueue__limit_renew, pyqueue__cron_field, pyqueue__cron_next, pyqueue__schedule_key,
+    pyqueue__schedule_after, pyqueue__schedule_next, pyqueue__schedule
+  FROM PUBLIC;
+
+-- The caller's search_path again (pinned at the top of this script).
+DO $$
+BEGIN
+    PERFORM set_config('search_path', current_setting('pyqueue.search_path_before'), false);
+END
+$$;
+
+-- ---- end of issue 7 ----

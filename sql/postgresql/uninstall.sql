@@ -1,6 +1,9 @@
 -- pyqueue-sql: removes everything schema.sql installs (PostgreSQL).
 -- Added after the core (newest first; views and triggers before what they use).
 
+-- ---- issue 7: least privilege ----
+DROP FUNCTION IF EXISTS queue_dead_letters(text);
+
 -- ---- issue 4: history, dead letters, limits, workers, schedules ----
 
 -- issue 4a: history, dead letters, replace-on-push

@@ -1,0 +1,186 @@
+"""Least privilege: which routines each kind of application account may call.
+
+The contract routines are SECURITY DEFINER (PostgreSQL, with a pinned
+search_path) / SQL SECURITY DEFINER (MySQL/MariaDB): they run with the rights
+of the account that installed them, and nobody else may call them until
+granted (routines.sql revokes EXECUTE from PUBLIC on PostgreSQL; MySQL grants
+nothing by default). An application account then needs EXECUTE on the
+routines of its capabilities and no privilege on any table:
+
+    producer  pushes (push, push_batch, push_replace); cannot reserve, pop or commit
+    consumer  takes and finishes work: reserve, pop, commit, rollback, extend, move,
+              commit_reserve, commit_batch, the wakeup routines, the worker registry;
+              cannot push (give a pipeline stage that pushes new work producer too;
+              queue_move hands on the message it holds without push rights)
+    monitor   reads: stats, limits, workers, schedules, dead letters
+    admin     manages queues: create, drop, pause, resume, remove, limits, schedules,
+              history, redrive, replay, notify window, releasing dead workers; plus monitor
+    ingest    bulk enqueue through the queue_ingest table (INSERT) and queue_ingest_flush;
+              on MySQL/MariaDB also SELECT on pyqueue_ingest_reject, the rows the flush
+              refused, which pyqueue_sql.spark reads back to report them
+
+Grants are per capability, not per queue (a routine takes the queue as an
+argument). The migrations create no account and grant nothing: this module
+only prints or runs the GRANT (or REVOKE) statements you ask for, with every
+name quoted as an identifier (psycopg.sql.Identifier on PostgreSQL,
+backtick-quoting on MySQL after validation); no SQL is built from names as text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from . import errors
+from .queries import queries
+
+PRODUCER = ("queue_push", "queue_push_batch", "queue_push_replace")
+CONSUMER = (
+    "queue_reserve", "queue_pop", "queue_commit", "queue_rollback", "queue_extend", "queue_move",
+    "queue_commit_reserve", "queue_commit_batch",
+    "queue_channel", "queue_wait", "queue_next_scheduled_at",
+    "queue_worker_register", "queue_worker_heartbeat", "queue_worker_deregister",
+    "queue_release_dead_workers",
+)
+MONITOR = ("queue_stats", "queue_limits", "queue_workers", "queue_schedules", "queue_dead_letters")
+ADMIN = (
+    "queue_create", "queue_drop", "queue_pause", "queue_resume", "queue_remove",
+    "queue_set_notify_window", "queue_set_limit",
+    "queue_schedule_every", "queue_schedule_cron", "queue_unschedule",
+    "queue_purge_history", "queue_replay", "queue_redrive", "queue_release_dead_workers",
+) + MONITOR
+INGEST = ("queue_ingest_flush",)
+
+CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "producer": PRODUCER,
+    "consumer": CONSUMER,
+    "monitor": MONITOR,
+    "admin": ADMIN,
+    "ingest": INGEST,
+}
+
+# Table privileges, the only ones any capability gets: (privilege, table) per dialect.
+TABLES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
+    "postgresql": {"ingest": (("INSERT", "queue_ingest"),)},
+    "mysql": {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "pyqueue_ingest_reject"))},
+}
+
+# Every contract routine (the same names in both dialects); the internal
+# pyqueue__* helpers are granted to nobody.
+ROUTINES: tuple[str, ...] = tuple(sorted({r for rs in CAPABILITIES.values() for r in rs}))
+
+_PRIVILEGES = {"INSERT": "INSERT", "SELECT": "SELECT"}  # the only table privileges ever granted
+_MYSQL_NAME = re.compile(r"[^\x00-\x1f\x7f`']+")
+
+
+@dataclass(frozen=True)
+class Account:
+    """A PostgreSQL role (host None) or a MySQL/MariaDB account 'user'@'host'."""
+
+    name: str
+    host: str | None = None
+
+
+def parse_account(dialect: str, text: str) -> Account:
+    """PostgreSQL: the role name as is. MySQL: user@host (host '%' when none is given)."""
+    if not text or "\x00" in text:
+        raise errors.InvalidArgumentError("the role name must not be empty or contain NUL")
+    if dialect == "postgresql":
+        if len(text.encode()) > 63:
+            raise errors.InvalidArgumentError(f"PostgreSQL role names have at most 63 bytes: {text!r}")
+        return Account(text)
+    user, at, host = text.rpartition("@")
+    if not at:
+        user, host = text, "%"
+    for what, value, limit in (("user", user, 80), ("host", host, 255)):
+        if not value or not _MYSQL_NAME.fullmatch(value) or len(value) > limit:
+            raise errors.InvalidArgumentError(
+                f"MySQL account {what} {value!r} must be 1-{limit} characters without quotes, "
+                "backticks or control characters")
+    return Account(user, host)
+
+
+def capabilities_of(names: Iterable[str]) -> list[str]:
+    chosen = list(dict.fromkeys(names))
+    unknown = [n for n in chosen if n not in CAPABILITIES]
+    if unknown or not chosen:
+        raise errors.InvalidArgumentError(
+            f"capabilities must be some of {', '.join(CAPABILITIES)}; got {chosen or 'none'}")
+    return chosen
+
+
+def _mysql_quote(name: str) -> str:
+    """A MySQL identifier in backticks (names are validated: no backtick can appear)."""
+    if not name or not _MYSQL_NAME.fullmatch(name):
+        raise errors.InvalidArgumentError(f"not a usable MySQL name: {name!r}")
+    return f"`{name}`"
+
+
+def _mysql_account(account: Account) -> str:
+    return f"{_mysql_quote(account.name)}@{_mysql_quote(account.host or '%')}"
+
+
+def statements(dialect: str, account: Account, capabilities: Sequence[str], schema: str | None = None,
+               revoke: bool = False) -> list[Any]:
+    """The GRANT (or REVOKE) statements for the capabilities: psycopg.sql.Composed on
+    PostgreSQL, str on MySQL (the named statements of sql/<dialect>/queries.sql).
+    schema: the PostgreSQL schema / MySQL database the routines live in (None:
+    unqualified names, resolved where the statements run)."""
+    caps = capabilities_of(capabilities)
+    routines = sorted({r for c in caps for r in CAPABILITIES[c]})
+    tables = sorted({t for c in caps for t in TABLES[dialect].get(c, ())}, key=lambda t: (t[1], t[0]))
+    named = queries(dialect)
+    execute, table = ("revoke_execute", "revoke_table") if revoke else ("grant_execute", "grant_table")
+    if dialect == "postgresql":
+        from psycopg import sql
+
+        def qualified(name: str) -> Any:
+            return sql.Identifier(schema, name) if schema else sql.Identifier(name)
+
+        role = sql.Identifier(account.name)
+        out = []
+        if schema and not revoke:
+            out.append(sql.SQL(named["grant_schema_usage"]).format(schema=sql.Identifier(schema), role=role))
+        out += [sql.SQL(named[execute]).format(routine=qualified(r), role=role) for r in routines]
+        out += [sql.SQL(named[table]).format(privilege=sql.SQL(_PRIVILEGES[priv]), table=qualified(t), role=role)
+                for priv, t in tables]
+        return out
+    who = _mysql_account(account)
+
+    def target(name: str) -> str:
+        return f"{_mysql_quote(schema)}.{_mysql_quote(name)}" if schema else _mysql_quote(name)
+
+    out = [named[execute].format(routine=target(r), role=who) for r in routines]
+    out += [named[table].format(privilege=_PRIVILEGES[priv], table=target(t), role=who) for priv, t in tables]
+    return out
+
+
+def render(dialect: str, stmts: Sequence[Any], connection: Any = None) -> list[str]:
+    """The statements as SQL text (for printing), each ending with ';'."""
+    if dialect == "postgresql":
+        return [s.as_string(connection) + ";" for s in stmts]
+    return [s + ";" for s in stmts]
+
+
+def current_schema(dialect: str, connection: Any) -> str:
+    """The schema (PostgreSQL) or database (MySQL) a connection installs into."""
+    cur = connection.cursor()
+    try:
+        cur.execute(queries(dialect)["current_schema"])
+        row = cur.fetchone()
+    finally:
+        cur.close()
+    if not row or row[0] is None:
+        raise errors.QueueError("the connection has no current schema/database to grant on")
+    return row[0]
+
+
+def apply(dialect: str, connection: Any, stmts: Sequence[Any]) -> None:
+    """Runs the statements on a connection (autocommit, or commit afterwards yourself)."""
+    cur = connection.cursor()
+    try:
+        for s in stmts:
+            cur.execute(s)
+    finally:
+        cur.close()
