@@ -1,0 +1,125 @@
+"""A MariaDB (or MySQL) server owned by one test, for tests that stop and restart the server.
+
+The shared server on 3306 is never touched: this one gets its own data
+directory (mariadb-install-db), a free port on 127.0.0.1 and its own socket and
+pid files, and reads no option file (--no-defaults). As root, the server runs
+as the `mysql` system user (--user=mysql), which owns the data directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+
+def _binary(*names: str) -> str | None:
+    for name in names:
+        for path in (shutil.which(name), f"/usr/sbin/{name}", f"/usr/bin/{name}"):
+            if path and os.path.exists(path):
+                return path
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OwnMariaDB:
+    def __init__(self) -> None:
+        self.server = _binary("mariadbd", "mysqld")
+        self.install_db = _binary("mariadb-install-db", "mysql_install_db")
+        if self.server is None or self.install_db is None:
+            raise RuntimeError("no MariaDB binaries (mariadbd, mariadb-install-db) found")
+        self.port = _free_port()
+        self.tmp = tempfile.mkdtemp(prefix="pyqueue-own-mariadb-")
+        os.chmod(self.tmp, 0o755)
+        self.datadir = os.path.join(self.tmp, "data")
+        self.socket = os.path.join(self.tmp, "mysqld.sock")
+        self.pidfile = os.path.join(self.tmp, "mysqld.pid")
+        self.log = os.path.join(self.tmp, "error.log")
+        self.as_root = os.geteuid() == 0
+        if self.as_root:
+            shutil.chown(self.tmp, "mysql", "mysql")
+        self.proc: subprocess.Popen | None = None
+        user = ["--user=mysql"] if self.as_root else []
+        # --auth-root-authentication-method=normal: root@localhost with an empty
+        # password over TCP (the default, unix_socket, would need the OS user root).
+        subprocess.run([self.install_db, "--no-defaults", f"--datadir={self.datadir}", *user,
+                        "--auth-root-authentication-method=normal", "--skip-test-db",
+                        "--skip-name-resolve"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=180)
+
+    def _args(self) -> list[str]:
+        return [self.server, "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}",
+                "--bind-address=127.0.0.1", f"--socket={self.socket}", f"--pid-file={self.pidfile}",
+                f"--log-error={self.log}", "--skip-name-resolve", "--skip-log-bin",
+                "--innodb-buffer-pool-size=16M", "--innodb-log-file-size=16M",
+                "--innodb-flush-log-at-trx-commit=2", "--performance-schema=OFF",
+                *(["--user=mysql"] if self.as_root else [])]
+
+    def start(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("the server is already running")
+        self.proc = subprocess.Popen(self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+
+    def stop(self, timeout: float = 60) -> None:
+        """A clean shutdown (SIGTERM): every connection is killed; waits for the process to exit."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def dsn(self, dbname: str = "") -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/{dbname}"
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        import pymysql
+
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"mariadbd exited with {self.proc.returncode}: {self.log_tail()}")
+            try:
+                pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="",
+                                connect_timeout=2).close()
+                return
+            except pymysql.err.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def create_database(self, name: str) -> str:
+        import pymysql
+
+        conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        finally:
+            conn.close()
+        return self.dsn(name)
+
+    def log_tail(self, n: int = 20) -> str:
+        try:
+            with open(self.log, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def destroy(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        shutil.rmtree(self.tmp, ignore_errors=True)
