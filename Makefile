@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: bench scale freeze demo test venv clean
+.PHONY: bench scale soak freeze demo test venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ bench: $(BENCH_STAMP)
 
 scale: $(STAMP)
 	$(PY) bench/scale.py $(SCALE_ARGS)
+
+# Soak: 10 min of mixed load per dialect while workers are killed and restarted
+# at random; exits non-zero when the accounting does not balance (bench/README.md).
+#   make soak SOAK_ARGS="--minutes 1 --dialect postgresql"
+soak: $(STAMP)
+	$(PY) bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,68 @@
+"""The handler the soak's workers run: `pyqueue-sql worker bench.soak_handler:handle`.
+
+What it does depends on the message's kind (bench/soak.py pushes them):
+
+  ok, batch, delayed   succeed at once (a few milliseconds of "work")
+  slow                 sleep payload["sleep"] seconds, then succeed (so that
+                       kills hit messages in flight)
+  flaky                fail while job.attempts <= payload["fail"] (1 or 2), then succeed
+  poison               always fail (dead-lettered after the queue's max_attempts)
+
+Every run is written to $SOAK_RUNLOG_DIR/runs-<pid>.log, one line at the start
+and one at the end, with os.write on an O_APPEND descriptor (no buffer in this
+process), so a SIGKILL loses no line that was written before it:
+
+  S <key> <kind> <attempts>
+  E <key> <kind> <attempts> ok|<ExceptionName>
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+_fd: int | None = None
+_fd_lock = threading.Lock()
+
+
+class FlakyError(Exception):
+    """A transient failure: the message succeeds on a later attempt."""
+
+
+class PoisonError(Exception):
+    """A permanent failure: the message is dead-lettered."""
+
+
+def _log(line: str) -> None:
+    global _fd
+    directory = os.environ.get("SOAK_RUNLOG_DIR")
+    if not directory:
+        return
+    if _fd is None:
+        with _fd_lock:
+            if _fd is None:
+                _fd = os.open(os.path.join(directory, f"runs-{os.getpid()}.log"),
+                              os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(_fd, (line + "\n").encode())
+
+
+def handle(job) -> None:
+    _log(f"S {job.key} {job.kind} {job.attempts}")
+    outcome = "ok"
+    try:
+        payload = job.payload or {}
+        if job.kind == "slow":
+            time.sleep(float(payload.get("sleep", 0.5)))
+        elif job.kind == "flaky":
+            if job.attempts <= int(payload.get("fail", 1)):
+                raise FlakyError(f"{job.key}: transient failure on attempt {job.attempts}")
+        elif job.kind == "poison":
+            raise PoisonError(f"{job.key}: always fails (attempt {job.attempts})")
+        time.sleep(random.uniform(0.0, 0.004))
+    except Exception as exc:
+        outcome = type(exc).__name__
+        raise
+    finally:
+        _log(f"E {job.key} {job.kind} {job.attempts} {outcome}")
