@@ -577,6 +577,36 @@ def test_grants_and_routine_reinstalls(fresh_database, dialect):
         made.close()
 
 
+@pytest.mark.only_dialect("postgresql")
+def test_upgrade_from_0002_revokes_public_execute_until_granted(fresh_database):
+    """0002's routines were callable by PUBLIC (PostgreSQL's default): a role with
+    table grants pushed through them. 0003 revokes that (README "Upgrading from
+    0002"): the same role is refused with a PermissionDeniedError that names the
+    remedy, and pushes again once granted `producer`, without any table grant."""
+    dsn = fresh_database("upgrade")
+    migrate.upgrade(dsn, "0002_extensions")
+    made = Accounts(dsn)
+    try:
+        name = made.create("old")
+        _run(made.admin, f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{name}"')
+        with pyqueue_sql.connect(dsn) as db:
+            db.queue("upgrade").create()
+        with pyqueue_sql.connect(made.dsn_for(name)) as app:
+            assert app.queue("upgrade").push("at-0002", "kind", 1)
+        migrate.upgrade(dsn)
+        _run(made.admin, f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{name}"')
+        with pyqueue_sql.connect(made.dsn_for(name)) as app:
+            with pytest.raises(PermissionDeniedError, match="queue_push.*pyqueue-sql grant"):
+                app.queue("upgrade").push("denied", "kind", 1)
+        made.grant(name, "producer")
+        with pyqueue_sql.connect(made.dsn_for(name)) as app:
+            assert app.queue("upgrade").push("at-0003", "kind", 1)
+        with pyqueue_sql.connect(dsn) as db:
+            assert db.queue("upgrade").stats().ready == 2
+    finally:
+        made.close()
+
+
 def test_grant_command_prints_quoted_statements_and_refuses_bad_names(capsys):
     assert cli.main(["grant", "--role", 'we"ird', "--producer", "--dialect", "postgresql",
                      "--schema", "app"]) == 0
