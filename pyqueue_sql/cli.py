@@ -172,8 +172,20 @@ def cmd_sql(args: argparse.Namespace) -> int:
         text = script(args.dialect, "uninstall.sql") if args.uninstall else install_script(args.dialect)
     except FileNotFoundError as exc:
         raise errors.QueueError(f"this installation is incomplete: {exc}") from None
+    if args.dialect == "postgresql" and not args.uninstall:
+        sys.stdout.write(POSTGRESQL_INSTALL_NOTE)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return EXIT_OK
+
+
+POSTGRESQL_INSTALL_NOTE = """\
+-- pyqueue-sql install script (PostgreSQL). Run it in ONE transaction:
+--   psql --single-transaction -v ON_ERROR_STOP=1 -f this.sql
+-- (Flyway, Liquibase and sqitch run each migration in a transaction already.)
+-- Its routines are SECURITY DEFINER and EXECUTE is revoked from PUBLIC at the
+-- end of the script: a run in autocommit mode that stops half-way would leave
+-- them callable by every role until the script is run to its end.
+"""
 
 
 def cmd_grant(args: argparse.Namespace) -> int:
@@ -442,7 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("grant", cmd_grant, "print (or --apply) the GRANTs that let an existing role or account call "
                 "the routines of some capabilities, and nothing else (README: Least privilege)")
     p.add_argument("--role", required=True, metavar="NAME",
-                   help="PostgreSQL role, or MySQL account user@host (host %% when omitted); never created here")
+                   help="PostgreSQL role, or MySQL account user@host (host %% when omitted; name@ for a "
+                        "MariaDB role); never created here: a GRANT to a missing one fails")
     for cap, what in (("producer", "push, push_batch, push_replace"),
                       ("consumer", "reserve, pop, commit, rollback, extend, move, the fast paths, wakeups, "
                                    "worker registry"),

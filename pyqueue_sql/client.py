@@ -22,7 +22,7 @@ import datetime as dt
 import os
 import socket
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import dialects, errors
 from .dialects import Duration, encode_json, whole_number
@@ -106,12 +106,22 @@ class Database:
         return Queue(self, name)
 
     def call(self, statement: str, **params: Any) -> list[tuple]:
+        """Runs a named statement; its (first) result set."""
+        return self._call(self.dialect.run, statement, params)
+
+    def call_sets(self, statement: str, **params: Any) -> list[list[tuple]]:
+        """Runs a named statement; every result set it returns (MySQL procedures)."""
+        return self._call(self.dialect.run_sets, statement, params)
+
+    def _call(self, runner: Callable[[Any, str, dict[str, Any]], Any], statement: str,
+              params: dict[str, Any]) -> Any:
         if (statement in self.dialect.own_transaction_statements and self._owned
                 and not self._in_transaction):
-            return self._call_in_own_transaction(statement, params)
-        return self.dialect.run(self.connection, statement, params)
+            return self._call_in_own_transaction(runner, statement, params)
+        return runner(self.connection, statement, params)
 
-    def _call_in_own_transaction(self, statement: str, params: dict[str, Any]) -> list[tuple]:
+    def _call_in_own_transaction(self, runner: Callable[[Any, str, dict[str, Any]], Any], statement: str,
+                                 params: dict[str, Any]) -> Any:
         """Runs one call as a transaction of its own (MySQL commit, rollback and
         move: their history row and the removal then stand or fall together).
         A deadlock (two sessions on the same reservation) is run again: the
@@ -119,7 +129,7 @@ class Database:
         for attempt in range(3):
             self.dialect.begin(self.connection)
             try:
-                rows = self.dialect.run(self.connection, statement, params)
+                rows = runner(self.connection, statement, params)
                 self.dialect.commit(self.connection)
                 return rows
             except BaseException as exc:
@@ -321,7 +331,7 @@ class Queue:
                       worker=worker or default_worker_name(), timeout=d.duration(timeout, "timeout"),
                       n=whole_number(n, "n"), kinds=d.kinds(kinds))
         if d.name == "mysql":
-            sets = self.db.dialect.run_sets(self.db.connection, "commit_reserve", params)
+            sets = self.db.call_sets("commit_reserve", **params)
             rows, committed = [row for part in sets[:-1] for row in part], sets[-1][0][0]
         else:
             rows = self.db.call("commit_reserve", **params)

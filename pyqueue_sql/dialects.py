@@ -181,7 +181,9 @@ class PostgreSQL(Dialect):
         except (pgerrors.UndefinedFunction, pgerrors.UndefinedTable) as exc:
             if "queue_" in str(exc) or "pyqueue" in str(exc):
                 raise errors.SchemaNotInstalledError(
-                    f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`): {exc.diag.message_primary}"
+                    f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`), or it is "
+                    f"installed in a schema this role has no USAGE on or that is not on its search_path "
+                    f"(`pyqueue-sql grant` grants USAGE): {exc.diag.message_primary}"
                 ) from exc
             raise
         except pgerrors.InsufficientPrivilege as exc:  # issue 7: a role without the capability

@@ -75,6 +75,9 @@ def run_sql_file(filename: str, undo: tuple[str, ...] | None = None) -> None:
                 if (folder / name).is_file():
                     with contextlib.suppress(Exception):
                         _execute_script(connection, dialect, (folder / name).read_text(encoding="utf-8"))
+            if saved:  # the undo re-created the previous routines: their grants come back too
+                with contextlib.suppress(Exception):
+                    _mysql_restore_routine_grants(connection, saved)
         raise
 
 
@@ -106,31 +109,35 @@ _ROUTINE_PRIVILEGES = {"execute": "EXECUTE", "alter routine": "ALTER ROUTINE"}
 def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) -> None:
     """Gives back the routine grants that re-creating the procedures dropped
     (only those that are gone, only on routines that exist again). Names come
-    from the server's catalog and are validated and backtick-quoted."""
-    from .privileges import Account, _mysql_account, _mysql_quote
+    from the server's catalog and are validated and backtick-quoted; a grant
+    whose account is gone meanwhile fails (no account is ever created here) and
+    is reported as a warning."""
+    from .privileges import Account, _mysql_account, _mysql_quote, no_account_creation
 
     now = set(_mysql_routine_grants(connection) or ())
     template = queries("mysql")["regrant_routine"]
     cursor = connection.connection.cursor()
     try:
-        for row in saved:
-            if row in now:
-                continue
-            user, host, routine, routine_type, privileges = row
-            granted = {p.strip().lower() for p in str(privileges).split(",")}
-            chosen = [_ROUTINE_PRIVILEGES[p] for p in _ROUTINE_PRIVILEGES if p in granted]
-            if not chosen or str(routine_type).upper() not in ("PROCEDURE", "FUNCTION"):
-                continue
-            try:
-                statement = template.format(
-                    privilege=", ".join(chosen), routine_type=str(routine_type).upper(),
-                    routine=_mysql_quote(routine), role=_mysql_account(Account(user, host)),
-                    grant_option=" WITH GRANT OPTION" if "grant" in granted else "")
-                cursor.execute(statement)
-            except Exception as exc:  # a routine this revision no longer has (1305), an odd name
-                if getattr(exc, "args", (None,))[0] != 1305:
-                    warnings.warn(f"pyqueue-sql: could not give {user}@{host} back {', '.join(chosen)} "
-                                  f"on {routine}: {exc}", stacklevel=3)
+        with no_account_creation("mysql", connection.connection):
+            for row in saved:
+                if row in now:
+                    continue
+                user, host, routine, routine_type, privileges = row
+                granted = {p.strip().lower() for p in str(privileges).split(",")}
+                chosen = [_ROUTINE_PRIVILEGES[p] for p in _ROUTINE_PRIVILEGES if p in granted]
+                if not chosen or str(routine_type).upper() not in ("PROCEDURE", "FUNCTION"):
+                    continue
+                try:
+                    # Host '' is a MariaDB role: granted as `role`, without a host part
+                    statement = template.format(
+                        privilege=", ".join(chosen), routine_type=str(routine_type).upper(),
+                        routine=_mysql_quote(routine), role=_mysql_account(Account(user, host)),
+                        grant_option=" WITH GRANT OPTION" if "grant" in granted else "")
+                    cursor.execute(statement)
+                except Exception as exc:  # a routine this revision no longer has (1305), an odd name
+                    if getattr(exc, "args", (None,))[0] != 1305:
+                        warnings.warn(f"pyqueue-sql: could not give {user}@{host} back {', '.join(chosen)} "
+                                      f"on {routine}: {exc}", stacklevel=3)
     finally:
         cursor.close()
 

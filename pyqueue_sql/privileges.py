@@ -28,6 +28,7 @@ backtick-quoting on MySQL after validation); no SQL is built from names as text.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -76,14 +77,16 @@ _MYSQL_NAME = re.compile(r"[^\x00-\x1f\x7f`']+")
 
 @dataclass(frozen=True)
 class Account:
-    """A PostgreSQL role (host None) or a MySQL/MariaDB account 'user'@'host'."""
+    """A PostgreSQL role (host None), a MySQL/MariaDB account 'user'@'host', or a
+    MariaDB role (host '')."""
 
     name: str
     host: str | None = None
 
 
 def parse_account(dialect: str, text: str) -> Account:
-    """PostgreSQL: the role name as is. MySQL: user@host (host '%' when none is given)."""
+    """PostgreSQL: the role name as is. MySQL: user@host (host '%' when none is
+    given); a trailing @ with no host (name@) names a MariaDB role."""
     if not text or "\x00" in text:
         raise errors.InvalidArgumentError("the role name must not be empty or contain NUL")
     if dialect == "postgresql":
@@ -94,6 +97,8 @@ def parse_account(dialect: str, text: str) -> Account:
     if not at:
         user, host = text, "%"
     for what, value, limit in (("user", user, 80), ("host", host, 255)):
+        if what == "host" and value == "":
+            continue  # a role
         if not value or not _MYSQL_NAME.fullmatch(value) or len(value) > limit:
             raise errors.InvalidArgumentError(
                 f"MySQL account {what} {value!r} must be 1-{limit} characters without quotes, "
@@ -118,6 +123,8 @@ def _mysql_quote(name: str) -> str:
 
 
 def _mysql_account(account: Account) -> str:
+    if account.host == "":  # a MariaDB role
+        return _mysql_quote(account.name)
     return f"{_mysql_quote(account.name)}@{_mysql_quote(account.host or '%')}"
 
 
@@ -176,11 +183,39 @@ def current_schema(dialect: str, connection: Any) -> str:
     return row[0]
 
 
-def apply(dialect: str, connection: Any, stmts: Sequence[Any]) -> None:
-    """Runs the statements on a connection (autocommit, or commit afterwards yourself)."""
+@contextlib.contextmanager
+def no_account_creation(dialect: str, connection: Any) -> Any:
+    """While in the block, a GRANT to an account that does not exist fails
+    instead of creating it. MariaDB creates a password-less account on such a
+    GRANT unless sql_mode has NO_AUTO_CREATE_USER (in its default, but a
+    session may lack it): the block adds it for the session and puts the
+    session's sql_mode back afterwards. MySQL 8 and PostgreSQL never create
+    an account on GRANT."""
+    if dialect != "mysql":
+        yield
+        return
+    named = queries("mysql")
     cur = connection.cursor()
     try:
-        for s in stmts:
-            cur.execute(s)
+        cur.execute(named["session_sql_mode"])
+        (saved,) = cur.fetchone()
+        cur.execute(named["forbid_account_creation"])
+        try:
+            yield
+        finally:
+            cur.execute(named["set_session_sql_mode"], (saved,))
+    finally:
+        cur.close()
+
+
+def apply(dialect: str, connection: Any, stmts: Sequence[Any]) -> None:
+    """Runs the statements on a connection (autocommit, or commit afterwards
+    yourself). A GRANT to an account that does not exist fails: it is never
+    created here."""
+    cur = connection.cursor()
+    try:
+        with no_account_creation(dialect, connection):
+            for s in stmts:
+                cur.execute(s)
     finally:
         cur.close()

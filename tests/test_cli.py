@@ -21,6 +21,7 @@ def test_sql_prints_the_install_and_uninstall_scripts(capsys, name):
     code, out, _ = run(capsys, "sql", "--dialect", name)
     assert code == 0
     assert "queue_reserve" in out and "pyqueue_message" in out
+    assert ("--single-transaction" in out) == (name == "postgresql")
     code, out, _ = run(capsys, "sql", "--dialect", name, "--uninstall")
     assert code == 0 and "DROP" in out
 

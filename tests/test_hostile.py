@@ -1019,6 +1019,31 @@ def test_mysql_ingest_flush_rejects_invalid_utf8_rows(ctx):
     assert [r[0] for r in ctx.rows("CALL queue_pop(%s, 5)", (ctx.other,))] == ["fine"]
 
 
+@pytest.mark.only_dialect("mysql")
+def test_mysql_surrogate_check_has_no_false_positives(ctx):
+    """Valid text with the byte ED (Hangul: ED 80-9F ..; U+00ED is C3 AD), or with CD A0
+    (U+0360: a case-insensitive latin1 match takes CD for ED and was seen to refuse it),
+    is stored and read back exactly by a push, a batch and the ingest flush."""
+    texts = ["한국어 텍스트", "\u0360x\u0340", "Í\u00a0Í\u00bf", "\ud7ff\ue000", "e\u0301\u00ed\u00a0"]
+    for i, text in enumerate(texts):
+        key = f"{ctx.prefix}-{i}-{text}"
+        assert ctx.rows("CALL queue_push(%s, %s, %s, %s, NULL, NULL)",
+                        (ctx.other, key, text, json.dumps({"t": text}, ensure_ascii=False)))[0][0] == 1
+    batch = [{"p_key": f"{ctx.prefix}-b-{t}", "p_kind": "k", "payload": t} for t in texts]
+    assert ctx.rows("CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)",
+                    (ctx.other, json.dumps(batch, ensure_ascii=False)))[0][0] == len(texts)
+    ctx.rows("INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES (%s, %s, %s, %s)",
+             (ctx.other, f"{ctx.prefix}-i-{texts[0]}", texts[1], json.dumps(texts[2], ensure_ascii=False)))
+    [(enqueued, duplicates, rejected)] = ctx.rows("CALL queue_ingest_flush(%s)", (ctx.other,))
+    assert (enqueued, duplicates, rejected) == (1, 0, 0)
+    popped = ctx.rows("CALL queue_pop(%s, 100)", (ctx.other,))
+    got = {(r[0], r[1]): json.loads(r[2]) for r in popped}
+    expected = {(f"{ctx.prefix}-{i}-{t}", t): {"t": t} for i, t in enumerate(texts)}
+    expected |= {(f"{ctx.prefix}-b-{t}", "k"): t for t in texts}
+    expected[(f"{ctx.prefix}-i-{texts[0]}", texts[1])] = texts[2]
+    assert got == expected
+
+
 @pytest.mark.only_dialect("postgresql")
 def test_postgresql_invalid_utf8_never_reaches_a_routine(ctx):
     """psycopg cannot send a str that is not UTF-8, nor a NUL in text (a client-side error); bytes

@@ -607,6 +607,54 @@ def test_upgrade_from_0002_revokes_public_execute_until_granted(fresh_database):
         made.close()
 
 
+@pytest.mark.only_dialect("mysql")
+def test_grant_never_creates_an_account(accounts, dsn):
+    """MariaDB creates a password-less account on a GRANT to a missing one unless
+    sql_mode has NO_AUTO_CREATE_USER: `pyqueue-sql grant` adds that mode for its
+    own session, so a mistyped account is an error and nothing is created, even
+    when the server's (and so the session's) sql_mode lacks it."""
+    typo = f"pq_typo_{uuid.uuid4().hex[:10]}"
+    admin = accounts.admin
+    _run(admin, "SET GLOBAL sql_mode = 'STRICT_TRANS_TABLES'")  # new sessions: no NO_AUTO_CREATE_USER
+    try:
+        assert cli.main(["grant", "--role", typo, "--consumer", "--apply", "--dsn", dsn]) == 1
+    finally:
+        _run(admin, "SET GLOBAL sql_mode = DEFAULT")
+    assert _run(admin, "SELECT User FROM mysql.user WHERE User = %s", (typo,)) == []
+    assert _run(admin, "SELECT User FROM mysql.procs_priv WHERE User = %s", (typo,)) == []
+
+
+@pytest.mark.only_dialect("mysql")
+def test_mariadb_role_grants_survive_reinstalls_without_creating_accounts(fresh_database):
+    """A MariaDB role (Host '' in mysql.procs_priv) granted a capability keeps it
+    across a downgrade and an upgrade, each re-creating every procedure, and no
+    login account of the role's name appears."""
+    dsn = fresh_database("role")
+    migrate.upgrade(dsn)
+    role = f"pq_role_{uuid.uuid4().hex[:10]}"
+    admin = dialects.for_dsn(dsn).connect(dsn)
+    try:
+        _run(admin, f"CREATE ROLE `{role}`")
+        assert cli.main(["grant", "--role", f"{role}@", "--producer", "--apply", "--dsn", dsn]) == 0
+
+        def grants() -> set:
+            rows = _run(admin, "SELECT Host, Routine_name FROM mysql.procs_priv WHERE Db = DATABASE() AND User = %s",
+                        (role,))
+            return {tuple(v.decode() if isinstance(v, bytes) else v for v in r) for r in rows}
+
+        before = grants()
+        assert before == {("", r) for r in privileges.PRODUCER}
+        migrate.downgrade(dsn, "0002_extensions")
+        assert grants() == before
+        migrate.upgrade(dsn)
+        assert grants() == before
+        assert _run(admin, "SELECT Host FROM mysql.user WHERE User = %s", (role,)) == [("",)]
+    finally:
+        with contextlib.suppress(Exception):
+            _run(admin, f"DROP ROLE `{role}`")
+        admin.close()
+
+
 def test_grant_command_prints_quoted_statements_and_refuses_bad_names(capsys):
     assert cli.main(["grant", "--role", 'we"ird', "--producer", "--dialect", "postgresql",
                      "--schema", "app"]) == 0

@@ -188,4 +188,17 @@ SELECT User, Host, Routine_name, Routine_type, Proc_priv
 -- name: regrant_routine
 GRANT {privilege} ON {routine_type} {routine} TO {role}{grant_option}
 
+-- A GRANT must never create an account: MariaDB does so (password-less)
+-- unless sql_mode has NO_AUTO_CREATE_USER; MySQL 8 never does and has no such
+-- mode, so nothing is added there. (Run without parameters: '%' stays as is.)
+-- name: session_sql_mode
+SELECT @@SESSION.sql_mode
+
+-- name: forbid_account_creation
+SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''),
+                                 IF(VERSION() LIKE '%MariaDB%', 'NO_AUTO_CREATE_USER', NULL))
+
+-- name: set_session_sql_mode
+SET SESSION sql_mode = %s
+
 -- ---- end of issue 7 ----

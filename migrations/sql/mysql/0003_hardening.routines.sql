@@ -64,8 +64,15 @@ END //
 -- U+DFFF, bytes ED A0-BF ..), which MariaDB's utf8mb4 accepts but is not
 -- UTF-8: stored, it would break every strict UTF-8 reader of the row. (Other
 -- invalid bytes are already refused by the server when it converts the
--- argument, error 1366.) in_code is the pyqueue code to raise. NULL passes.
--- Takes no locks.
+-- argument, error 1366; MySQL 8 refuses surrogates there too.) in_code is the
+-- pyqueue code to raise. NULL passes. Takes no locks.
+-- How: in valid UTF-8 the byte ED is always the lead byte of a character, so
+-- the byte pair ED A0-BF anywhere is a surrogate. The bytes are read as
+-- latin1 with a binary collation (one character per byte, no case folding):
+-- MySQL 8.0.22+ refuses REGEXP on a binary string (error 3995), and a latin1
+-- string is legal in both servers. The cheap LOCATE of the byte ED (absent
+-- from almost all text) and the MariaDB test run first, so MySQL 8 never runs
+-- the regular expression (its time limit would trip on a large payload).
 DROP PROCEDURE IF EXISTS pyqueue__check_utf8 //
 CREATE PROCEDURE pyqueue__check_utf8(
     IN in_code  VARCHAR(32) CHARACTER SET utf8mb4,
@@ -73,7 +80,8 @@ CREATE PROCEDURE pyqueue__check_utf8(
     IN in_value LONGTEXT    CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    IF CAST(in_value AS BINARY) REGEXP '\\xED[\\xA0-\\xBF]' THEN
+    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0 AND VERSION() LIKE '%MariaDB%'
+       AND CONVERT(CAST(in_value AS BINARY) USING latin1) COLLATE latin1_bin REGEXP '\\xED[\\xA0-\\xBF]' THEN
         CALL pyqueue__raise(in_code, CONCAT(in_what, ' is not valid UTF-8 (it holds a UTF-16 surrogate)'));
     END IF;
 END //
@@ -1817,14 +1825,18 @@ BEGIN
                      THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
                 WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
                 WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
-                WHEN CAST(CONCAT(i.queue_name, i.p_key, i.p_kind) AS BINARY) REGEXP '\\xED[\\xA0-\\xBF]'
+                WHEN LOCATE(X'ED', CAST(CONCAT(i.queue_name, i.p_key, i.p_kind) AS BINARY)) > 0 AND VERSION() LIKE '%MariaDB%'
+                     AND CONVERT(CAST(CONCAT(i.queue_name, i.p_key, i.p_kind) AS BINARY) USING latin1) COLLATE latin1_bin
+                         REGEXP '\\xED[\\xA0-\\xBF]'
                      THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
                 WHEN q.queue_name IS NULL
                      THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
                 WHEN i.payload IS NULL
                      THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
                 WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
-                WHEN CAST(i.payload AS BINARY) REGEXP '\\xED[\\xA0-\\xBF]'
+                WHEN LOCATE(X'ED', CAST(i.payload AS BINARY)) > 0 AND VERSION() LIKE '%MariaDB%'
+                     AND CONVERT(CAST(i.payload AS BINARY) USING latin1) COLLATE latin1_bin
+                         REGEXP '\\xED[\\xA0-\\xBF]'
                      THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
                 WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
                      THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
@@ -1849,14 +1861,18 @@ BEGIN
                      THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
                 WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
                 WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
-                WHEN CAST(CONCAT(i.queue_name, i.p_key, i.p_kind) AS BINARY) REGEXP '\\xED[\\xA0-\\xBF]'
+                WHEN LOCATE(X'ED', CAST(CONCAT(i.queue_name, i.p_key, i.p_kind) AS BINARY)) > 0 AND VERSION() LIKE '%MariaDB%'
+                     AND CONVERT(CAST(CONCAT(i.queue_name, i.p_key, i.p_kind) AS BINARY) USING latin1) COLLATE latin1_bin
+                         REGEXP '\\xED[\\xA0-\\xBF]'
                      THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
                 WHEN q.queue_name IS NULL
                      THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
                 WHEN i.payload IS NULL
                      THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
                 WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
-                WHEN CAST(i.payload AS BINARY) REGEXP '\\xED[\\xA0-\\xBF]'
+                WHEN LOCATE(X'ED', CAST(i.payload AS BINARY)) > 0 AND VERSION() LIKE '%MariaDB%'
+                     AND CONVERT(CAST(i.payload AS BINARY) USING latin1) COLLATE latin1_bin
+                         REGEXP '\\xED[\\xA0-\\xBF]'
                      THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
                 WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
                      THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
