@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
+
+from .own_postgres import _free_port
 
 
 def _binary(*names: str) -> str | None:
@@ -23,12 +24,6 @@ def _binary(*names: str) -> str | None:
             if path and os.path.exists(path):
                 return path
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class OwnMariaDB:
