@@ -181,7 +181,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
 POSTGRESQL_INSTALL_NOTE = """\
 -- pyqueue-sql install script (PostgreSQL). Run it in ONE transaction:
 --   psql --single-transaction -v ON_ERROR_STOP=1 -f this.sql
--- (Flyway, Liquibase and sqitch run each migration in a transaction already.)
+-- (Flyway and Liquibase run each migration in a transaction; in a sqitch
+-- deploy script keep the template's BEGIN; and COMMIT; around it.)
 -- Its routines are SECURITY DEFINER and EXECUTE is revoked from PUBLIC at the
 -- end of the script: a run in autocommit mode that stops half-way would leave
 -- them callable by every role until the script is run to its end.

@@ -320,8 +320,10 @@ class Queue:
         """Commits ``previous`` (None: nothing to commit) and reserves up to n more, in one call.
 
         Returns (committed, reservations): committed is the commit's result
-        (None when previous was None). One round trip per message for a
-        consumer that works one message at a time.
+        (None when previous was None). One call per message for a consumer
+        that works one message at a time: one round trip on PostgreSQL; on
+        MySQL the call runs in a transaction of its own (BEGIN, CALL, COMMIT),
+        so that its history row and its delete stand or fall together.
         """
         d = self.db.dialect
         params = dict(queue=self.name,

@@ -615,11 +615,12 @@ def test_grant_never_creates_an_account(accounts, dsn):
     when the server's (and so the session's) sql_mode lacks it."""
     typo = f"pq_typo_{uuid.uuid4().hex[:10]}"
     admin = accounts.admin
+    [(before,)] = _run(admin, "SELECT @@GLOBAL.sql_mode")
     _run(admin, "SET GLOBAL sql_mode = 'STRICT_TRANS_TABLES'")  # new sessions: no NO_AUTO_CREATE_USER
     try:
         assert cli.main(["grant", "--role", typo, "--consumer", "--apply", "--dsn", dsn]) == 1
     finally:
-        _run(admin, "SET GLOBAL sql_mode = DEFAULT")
+        _run(admin, "SET GLOBAL sql_mode = %s", (before,))
     assert _run(admin, "SELECT User FROM mysql.user WHERE User = %s", (typo,)) == []
     assert _run(admin, "SELECT User FROM mysql.procs_priv WHERE User = %s", (typo,)) == []
 
