@@ -170,6 +170,28 @@ def check_walk(ready: list[Msg], n: int, delivered: set, dead: set, exhaustible:
     assert len(delivered) == n - left
 
 
+def run_at_once(*bodies) -> None:
+    """Runs the callables in threads released together by a barrier (a real race between
+    connections); re-raises the first error any of them raised."""
+    barrier = threading.Barrier(len(bodies))
+    errors: list = []
+
+    def run(body):
+        try:
+            barrier.wait(timeout=30)
+            body()
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(b,)) for b in bodies]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+
+
 class QueueMachine(RuleBasedStateMachine):
     """The model. ``conns`` and ``dialect`` are set on a subclass per test.
 
@@ -325,28 +347,16 @@ class QueueMachine(RuleBasedStateMachine):
     def reserve_concurrently(self, ns, lease, c_pops):
         """A, B and C reserve (or C pops) at the same moment: disjoint sets, union = what was ready."""
         ready = self.ready()
-        barrier = threading.Barrier(3)
         results: list = [None] * 3
-        errors: list = []
 
         def work(i):
-            try:
-                barrier.wait(timeout=30)
-                q = self.q(CONSUMERS[i])
-                if i == 2 and c_pops:
-                    results[i] = q.pop(ns[i])
-                else:
-                    results[i] = q.reserve(ns[i], worker=CONSUMERS[i], timeout=ticks(lease))
-            except BaseException as e:  # noqa: BLE001 - re-raised below
-                errors.append(e)
+            q = self.q(CONSUMERS[i])
+            if i == 2 and c_pops:
+                results[i] = q.pop(ns[i])
+            else:
+                results[i] = q.reserve(ns[i], worker=CONSUMERS[i], timeout=ticks(lease))
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        if errors:
-            raise errors[0]
+        run_at_once(*(lambda i=i: work(i) for i in range(3)))
         if self.paused:
             assert results == [[], [], []]
             return
@@ -485,33 +495,17 @@ class QueueMachine(RuleBasedStateMachine):
             self.shift(3)                                 # let it expire (nobody took it yet)
         ready = self.ready()
         ok = {m.kk for m in ready if m.attempts < MAX_ATTEMPTS}
-        barrier = threading.Barrier(2)
         out: dict = {}
-        errors: list = []
 
         def holder():
-            try:
-                barrier.wait(timeout=30)
-                q = self.q("A")
-                out["won"] = {"commit": lambda: q.commit(r), "extend": lambda: q.extend(r, timeout=ticks(lease)),
-                              "move": lambda: q.move(r, self.next_name)}[action]()
-            except BaseException as e:  # noqa: BLE001 - re-raised below
-                errors.append(e)
+            q = self.q("A")
+            out["won"] = {"commit": lambda: q.commit(r), "extend": lambda: q.extend(r, timeout=ticks(lease)),
+                          "move": lambda: q.move(r, self.next_name)}[action]()
 
         def reserver():
-            try:
-                barrier.wait(timeout=30)
-                out["got"] = self.q("B").reserve(len(ok) + 1, worker="B", timeout=ticks(lease))
-            except BaseException as e:  # noqa: BLE001 - re-raised below
-                errors.append(e)
+            out["got"] = self.q("B").reserve(len(ok) + 1, worker="B", timeout=ticks(lease))
 
-        threads = [threading.Thread(target=holder), threading.Thread(target=reserver)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        if errors:
-            raise errors[0]
+        run_at_once(holder, reserver)
         won, got = out["won"], out["got"]
         taken = {(g.key, g.kind) for g in got}
         m = self.msgs[kk]
