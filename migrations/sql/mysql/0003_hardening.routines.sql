@@ -1819,18 +1819,18 @@ BEGIN
         -- Rows holding a UTF-16 surrogate (see pyqueue__check_utf8), found
         -- here by a plain read: the utf16 round trip warns (1977) on a
         -- surrogate, which strict mode would turn into an error inside the
-        -- INSERT below. Only rows holding the byte ED are converted.
-        SELECT JSON_ARRAYAGG(i.ingest_id) INTO v_bad_text
+        -- INSERT below. One scan; only rows holding the byte ED are converted
+        -- (the arrays hold their ids, or null for the ones that are fine).
+        SELECT JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) USING utf16)
+                                             USING utf8mb4) AS BINARY)
+                                <> CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY), i.ingest_id, NULL)),
+               JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(i.payload USING utf16) USING utf8mb4) AS BINARY)
+                                <> CAST(i.payload AS BINARY), i.ingest_id, NULL))
+          INTO v_bad_text, v_bad_payload
           FROM queue_ingest i
          WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
-           AND LOCATE(X'ED', CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY)) > 0
-           AND CAST(CONVERT(CONVERT(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) USING utf16) USING utf8mb4)
-                    AS BINARY) <> CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY);
-        SELECT JSON_ARRAYAGG(i.ingest_id) INTO v_bad_payload
-          FROM queue_ingest i
-         WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
-           AND LOCATE(X'ED', CAST(i.payload AS BINARY)) > 0
-           AND CAST(CONVERT(CONVERT(i.payload USING utf16) USING utf8mb4) AS BINARY) <> CAST(i.payload AS BINARY);
+           AND (LOCATE(X'ED', CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY)) > 0
+                OR LOCATE(X'ED', CAST(i.payload AS BINARY)) > 0);
         INSERT INTO pyqueue_ingest_reject
                (ingest_id, queue_name, p_key, p_kind, payload, run_at, priority, reason, rejected_at)
         -- a zero date ('0000-00-00', '2020-00-10': a caller without NO_ZERO_DATE can insert
