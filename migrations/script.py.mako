@@ -12,6 +12,13 @@ down_revision = ${repr(down_revision)}
 branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
 
+# The catalog this revision leaves, per server flavor (see 0001_core.py);
+# tests/test_migrate_interrupted.py prints the values to put here.
+FINGERPRINTS = {
+    "postgresql": "",
+    "mariadb": "",
+}
+
 
 def upgrade() -> None:
     run_sql_file("${up_revision}.up.sql")

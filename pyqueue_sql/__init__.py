@@ -1,20 +1,36 @@
 """pyqueue-sql: a durable message and job queue inside your PostgreSQL or MySQL/MariaDB database."""
 
-from .client import Database, Message, NewMessage, Queue, QueueStats, Reservation, connect
+from .client import (
+    Database,
+    DeadLetter,
+    HistoryRow,
+    Message,
+    MessageInfo,
+    NewMessage,
+    Queue,
+    QueueSettings,
+    QueueStats,
+    Reservation,
+    WorkerRegistration,
+    connect,
+)
 from .worker import Job, RetryPolicy, Worker
 from .errors import (
+    InsecureSchemaError,
     InvalidArgumentError,
     InvalidPayloadError,
     PermissionDeniedError,
     QueueError,
     SchemaNotInstalledError,
+    SerializationError,
     UnknownQueueError,
     UnsupportedDsnError,
 )
 
 __all__ = [
-    "Database", "Job", "Message", "RetryPolicy", "Worker", "NewMessage", "Queue", "QueueStats", "Reservation", "connect",
-    "InvalidArgumentError", "InvalidPayloadError", "PermissionDeniedError", "QueueError", "SchemaNotInstalledError",
-    "UnknownQueueError", "UnsupportedDsnError",
+    "Database", "DeadLetter", "HistoryRow", "Job", "Message", "MessageInfo", "RetryPolicy", "Worker", "NewMessage",
+    "Queue", "QueueSettings", "QueueStats", "Reservation", "WorkerRegistration", "connect",
+    "InsecureSchemaError", "InvalidArgumentError", "InvalidPayloadError", "PermissionDeniedError", "QueueError",
+    "SchemaNotInstalledError", "SerializationError", "UnknownQueueError", "UnsupportedDsnError",
 ]
 __version__ = "0.1.0"

@@ -1,18 +1,24 @@
-"""The ``pyqueue-sql`` command: install the schema, print its SQL, poke at queues, run the demo.
+"""The ``pyqueue-sql`` command: install the schema, print its SQL, work with queues, run the demo.
 
     pyqueue-sql migrate --dsn postgresql://localhost/app
     pyqueue-sql sql --dialect mysql > pyqueue.sql
     pyqueue-sql create emails --max-attempts 5
     pyqueue-sql push emails user-42 welcome '{"to": "a@example.com"}'
-    pyqueue-sql reserve emails -n 10 --commit
+    pyqueue-sql reserve emails -n 10
+    pyqueue-sql commit emails user-42 welcome TOKEN
+    pyqueue-sql rollback emails user-42 welcome TOKEN --delay 60 --error "smtp timeout"
+    pyqueue-sql show emails user-42 welcome
     pyqueue-sql stats
     pyqueue-sql demo
     pyqueue-sql worker myapp.tasks:handle --queue emails --concurrency 8
     pyqueue-sql grant --role shop_web --producer --apply
 
 Every command that talks to a database takes ``--dsn`` (default: $PYQUEUE_DSN).
-User errors (bad input, unknown queue, unreachable server) print one line on
-stderr and exit non-zero: 2 for a bad command line, 1 for anything else.
+Exit codes: 0 success; 1 an error (one line on stderr: bad input, unknown
+queue, unreachable server, a refused request) or an outcome that did not
+happen (a token that no longer holds, a message that is not there); 2 a bad
+command line; 130 interrupted (Ctrl-C). ``reserve`` on an empty queue prints
+nothing on stdout, says so on stderr and exits 0.
 """
 
 from __future__ import annotations
@@ -24,7 +30,14 @@ import os
 import sys
 from typing import Any, Callable, Iterable, Sequence
 
-from . import __version__, errors
+from . import __version__, errors, privileges
+
+# Helpers the demo uses too live in _format, so that demo never imports cli (cli imports demo only in cmd_demo)
+# (re-exported here: pyqueue_sql.cli.format_stats_table, redact_dsn, describe_error, ...).
+from ._format import (  # noqa: F401
+    describe_error, format_age, format_duration, format_stats_table, format_table, format_time, one_line,
+    redact_dsn, shorten,
+)
 
 DSN_ENV = "PYQUEUE_DSN"
 PROG = "pyqueue-sql"
@@ -37,88 +50,6 @@ EXIT_INTERRUPTED = 130
 
 class UsageError(Exception):
     """A command line that cannot run (exit code 2)."""
-
-
-# -- helpers shared with the demo ------------------------------------------------
-
-def format_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
-def format_stats_table(stats: Iterable[Any]) -> str:
-    """The stats of several queues (pyqueue_sql.QueueStats) as an aligned text table."""
-    header = ("queue", "ready", "delayed", "reserved", "dead", "oldest ready age", "paused")
-    rows = [
-        (s.queue, str(s.ready), str(s.delayed), str(s.reserved), str(s.dead),
-         format_age(s.oldest_ready_age_s), "yes" if s.paused else "no")
-        for s in stats
-    ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    left_aligned = {0, 6}
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            cell.ljust(widths[i]) if i in left_aligned else cell.rjust(widths[i])
-            for i, cell in enumerate(cells)
-        ).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN with its password replaced by ***, for printing."""
-    scheme, sep, rest = dsn.partition("://")
-    if not sep:
-        return dsn
-    netloc, slash, tail = rest.partition("/")
-    userinfo, at, hostport = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        user, _, password = userinfo.partition(":")
-        if password:
-            netloc = f"{user}:***@{hostport}"
-    return f"{scheme}{sep}{netloc}{slash}{tail}"
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def describe_error(exc: BaseException) -> str | None:
-    """A one-line message for errors a user can cause (bad input, unreachable or
-    misconfigured server, unknown revision); None for a bug worth a traceback."""
-    from .embedded import EmbeddedPostgresError
-
-    if isinstance(exc, (errors.QueueError, EmbeddedPostgresError)):
-        return one_line(str(exc))
-    modules = {cls.__module__.split(".", 1)[0] for cls in type(exc).__mro__}
-    if "sqlalchemy" in modules and getattr(exc, "orig", None) is not None:
-        return describe_error(exc.orig)  # a driver error wrapped by SQLAlchemy (migrate)
-    if "pymysql" in modules:
-        if len(exc.args) >= 2:
-            return one_line(f"MySQL error {exc.args[0]}: {exc.args[1]}")
-        return one_line(f"MySQL error: {exc}")
-    if "psycopg" in modules:
-        diag = getattr(exc, "diag", None)  # the server's own message, without DETAIL/CONTEXT
-        primary = getattr(diag, "message_primary", None)
-        return one_line(f"PostgreSQL error: {primary or exc}")
-    if modules & {"sqlalchemy", "alembic"}:
-        return one_line(str(exc))
-    if isinstance(exc, FileNotFoundError) and exc.filename:
-        return one_line(f"missing file {exc.filename} (is this installation complete?)")
-    if isinstance(exc, ConnectionError):
-        return one_line(f"cannot connect: {exc}")
-    return None
 
 
 # -- commands --------------------------------------------------------------------
@@ -148,20 +79,113 @@ def _connect(args: argparse.Namespace):
     return connect(_dsn(args))
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
-    from . import migrate
+def _live_messages(migrate: Any, dsn: str) -> int:
+    """Messages in pyqueue_message (0 when pyqueue-sql is not installed)."""
+    return int(migrate.live_messages(dsn))
 
+
+def _confirm(question: str) -> bool | None:
+    """Asks a yes/no question on the terminal; None when there is no terminal to ask on."""
+    stdin = sys.stdin
+    if stdin is None or not stdin.isatty():
+        return None
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _revisions(revisions: Sequence[str]) -> str:
+    return ", ".join(revisions) if revisions else "base"
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
     dsn = _dsn(args)
-    if args.downgrade:
-        migrate.downgrade(dsn, args.revision or "base")
+    if args.adopt and args.downgrade:
+        raise UsageError("--adopt is for upgrades: it records a schema installed from the SQL script")
+    try:
+        from . import migrate
+        if args.downgrade:
+            return _migrate_down(migrate, dsn, args)
+        return _migrate_up(migrate, dsn, args)
+    except KeyboardInterrupt:
+        print(f"{PROG}: migrate was interrupted; run it again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if isinstance(exc, migrate.MigrationInterrupted):
+            print(f"{PROG}: migrate was interrupted; run it again to resume", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if isinstance(exc, migrate.UnrecordedSchemaError):
+            text = one_line(str(exc))
+            if "--adopt" not in text:
+                text += (" (if it was installed from `pyqueue-sql sql` or by an older release, "
+                         "run `pyqueue-sql migrate --adopt` to record it)")
+            print(f"{PROG}: error: {text}", file=sys.stderr)
+            return EXIT_FAILURE
+        raise
+
+
+def _migrate_up(migrate: Any, dsn: str, args: argparse.Namespace) -> int:
+    result = migrate.upgrade(dsn, args.revision or "heads", adopt=args.adopt)
+    before, after, adopted = tuple(result.before), tuple(result.after), result.adopted
+    if adopted:
+        print(f"recorded the existing schema as {adopted}")
+        before = (adopted,)
+    if before == after:
+        print(f"already at {_revisions(after)}")
+    elif not before:
+        first = _first_revision(migrate)
+        print(f"{first} -> {_revisions(after)}" if first and (first,) != after else f"installed {_revisions(after)}")
     else:
-        migrate.upgrade(dsn, args.revision or "heads")
-    revisions = migrate.current(dsn)
+        print(f"{_revisions(before)} -> {_revisions(after)}")
+    _print_heads(migrate, after)
+    return EXIT_OK
+
+
+def _first_revision(migrate: Any) -> str | None:
+    try:
+        from alembic.script import ScriptDirectory
+
+        bases = ScriptDirectory.from_config(migrate.alembic_config()).get_bases()
+        return bases[0] if len(bases) == 1 else None
+    except Exception:
+        return None
+
+
+def _print_heads(migrate: Any, revisions: Sequence[str]) -> None:
     head = migrate.head()
     if not revisions:
         print("revision: none (pyqueue-sql is not installed)")
     for revision in revisions:
         print(f"revision: {revision}" + (" (head)" if revision == head else f" (head is {head})"))
+
+
+def _migrate_down(migrate: Any, dsn: str, args: argparse.Namespace) -> int:
+    revision = args.revision or "base"
+    before = tuple(migrate.current(dsn))
+    if not before:
+        print("nothing to downgrade: pyqueue-sql is not installed")
+        return EXIT_OK
+    live = _live_messages(migrate, dsn) if revision == "base" else 0
+    if live and not args.yes:
+        answer = _confirm(f"this removes pyqueue-sql and drops its {live} live message(s); continue?")
+        if answer is None:
+            raise errors.QueueError(f"refusing to drop {live} live message(s) without confirmation: "
+                                    "pass --yes (no terminal to ask on)")
+        if not answer:
+            print("downgrade cancelled; nothing changed", file=sys.stderr)
+            return EXIT_FAILURE
+    result = migrate.downgrade(dsn, revision)
+    before, after = tuple(result.before), tuple(result.after)
+    if before == after:
+        print(f"already at {_revisions(after)}")
+    else:
+        print(f"{_revisions(before)} -> {_revisions(after)}")
+    if not after:
+        print("removed pyqueue-sql: its tables, views and routines"
+              + (f", and {live} message(s)" if live else " (it held no messages)"))
+    else:
+        _print_heads(migrate, after)
     return EXIT_OK
 
 
@@ -227,12 +251,32 @@ def cmd_grant(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+SETTINGS = ("visibility_timeout", "max_attempts", "dead_letter_queue", "history_retention")
+
+
+def _settings_summary(settings: Any) -> str:
+    return (f"visibility timeout {format_duration(settings.visibility_timeout)}, "
+            f"max attempts {settings.max_attempts}, "
+            f"dead-letter queue {settings.dead_letter_queue or '-'}, "
+            f"history retention {format_duration(settings.history_retention)}")
+
+
 def cmd_create(args: argparse.Namespace) -> int:
+    """Creates a queue (unset settings: defaults) or changes the settings given (others stay)."""
     with _connect(args) as db:
-        db.queue(args.queue).create(visibility_timeout=args.visibility_timeout,
-                                    max_attempts=args.max_attempts,
-                                    dead_letter_queue=args.dead_letter_queue)
-    print(f"created {args.queue}")
+        queue = db.queue(args.queue)
+        try:
+            queue.settings()
+            existed = True
+        except errors.UnknownQueueError:
+            existed = False
+        with db.transaction():
+            queue.create(visibility_timeout=args.visibility_timeout, max_attempts=args.max_attempts,
+                         dead_letter_queue=args.dead_letter_queue, history_retention=args.history_retention)
+            for setting in args.reset or ():
+                queue.reset_setting(setting)
+        settings = queue.settings()
+    print(f"{'updated' if existed else 'created'} {args.queue}: {_settings_summary(settings)}")
     return EXIT_OK
 
 
@@ -265,9 +309,188 @@ def cmd_reserve(args: argparse.Namespace) -> int:
                 raise errors.QueueError(f"{len(lost)} reservation(s) no longer held at commit")
         else:
             reservations = queue.reserve(n=args.n, timeout=args.timeout)
+    if not reservations:
+        print(f"{args.queue}: no message ready (empty, all delayed or reserved, or paused)", file=sys.stderr)
+        return EXIT_OK
     for r in reservations:
         print(json.dumps({"key": r.key, "kind": r.kind, "payload": r.payload,
                           "token": str(r.token), "attempts": r.attempts}))
+    return EXIT_OK
+
+
+def _reservation(args: argparse.Namespace) -> Any:
+    """The reservation a command line names (queue, key, kind, token): what commit/rollback need."""
+    from .client import Reservation
+
+    return Reservation(args.queue, args.key, args.kind, None, args.token, 0, 0, None, None)
+
+
+def _not_held(args: argparse.Namespace) -> int:
+    print(f"{PROG}: the reservation of {args.key}/{args.kind} in {args.queue} no longer holds "
+          "(expired and taken again, or already committed or rolled back)", file=sys.stderr)
+    return EXIT_FAILURE
+
+
+def cmd_commit(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        held = db.queue(args.queue).commit(_reservation(args))
+    if not held:
+        return _not_held(args)
+    print("committed")
+    return EXIT_OK
+
+
+FAIL_OUTCOMES = {
+    "retry": "rolled back: it will be delivered again{after}",
+    "dead_lettered": "dead-lettered: max attempts reached, moved to the dead-letter queue",
+    "dropped": "dropped: max attempts reached and the queue has no dead-letter queue",
+}
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    after = "" if not args.delay else f" in {format_duration(args.delay)}"
+    with _connect(args) as db:
+        queue = db.queue(args.queue)
+        if args.error is not None:
+            outcome = queue.fail(_reservation(args), error=args.error, delay=args.delay)
+            if outcome is None:
+                return _not_held(args)
+            print(FAIL_OUTCOMES.get(outcome, outcome).format(after=after))
+            return EXIT_OK
+        held = queue.rollback(_reservation(args), delay=args.delay)
+    if not held:
+        return _not_held(args)
+    print(f"rolled back: it will be delivered again{after} (or, if that was its last allowed attempt, "
+          "it is dead-lettered; `rollback --error TEXT` says which)")
+    return EXIT_OK
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        removed = db.queue(args.queue).remove(args.key, args.kind)
+    if not removed:
+        print(f"{PROG}: no message {args.key}/{args.kind} in {args.queue}", file=sys.stderr)
+        return EXIT_FAILURE
+    print("removed")
+    return EXIT_OK
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        db.queue(args.queue).pause()
+    print(f"paused {args.queue} (reserve hands out nothing until `{PROG} resume {args.queue}`)")
+    return EXIT_OK
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        db.queue(args.queue).resume()
+    print(f"resumed {args.queue}")
+    return EXIT_OK
+
+
+def cmd_drop(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        queue = db.queue(args.queue)
+        s = queue.stats()
+        held = s.ready + s.delayed + s.reserved
+        if held and not args.yes:
+            answer = _confirm(f"{args.queue} holds {held} message(s) ({s.ready} ready, {s.delayed} delayed, "
+                              f"{s.reserved} reserved); drop the queue and them?")
+            if answer is None:
+                raise errors.QueueError(f"refusing to drop {args.queue}: it holds {held} message(s); "
+                                        "pass --yes (no terminal to ask on)")
+            if not answer:
+                print("not dropped", file=sys.stderr)
+                return EXIT_FAILURE
+        queue.drop()
+    print(f"dropped {args.queue}" + (f" and its {held} message(s)" if held else ""))
+    return EXIT_OK
+
+
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        letters = db.queue(args.queue).dead_letters()
+    if args.json:
+        for d in letters:
+            print(json.dumps({"from_queue": d.from_queue, "key": d.key, "kind": d.kind, "payload": d.payload,
+                              "attempts": d.attempts, "priority": d.priority,
+                              "created_at": d.created_at.isoformat(),
+                              "dead_lettered_at": d.dead_lettered_at.isoformat(),
+                              "reserved": d.reserved, "last_error": getattr(d, "last_error", None)}))
+        return EXIT_OK
+    if not letters:
+        print(f"no dead letters in {args.queue}")
+        return EXIT_OK
+    rows = [(d.from_queue or "-", d.key, d.kind, "-" if d.attempts is None else str(d.attempts), format_time(d.dead_lettered_at),
+             "yes" if d.reserved else "no", shorten(getattr(d, "last_error", None), 60)) for d in letters]
+    print(format_table(("from queue", "key", "kind", "attempts", "dead-lettered at", "reserved", "last error"),
+                       rows, right_aligned=(3,)))
+    return EXIT_OK
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        moved = db.queue(args.dead_queue).redrive(args.to_queue, n=args.n)
+    print(f"redrove {moved} message(s) from {args.dead_queue} to {args.to_queue}")
+    return EXIT_OK
+
+
+def _field(obj: Any, *names: str) -> Any:
+    for name in names:
+        if hasattr(obj, name):
+            return getattr(obj, name)
+    return None
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        queue = db.queue(args.queue)
+        message = queue.message(args.key, args.kind)
+        history = queue.message_history(args.key, args.kind)
+    if message is None and not history:
+        print(f"{PROG}: no message {args.key}/{args.kind} in {args.queue}, and no history of one",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    print(f"queue:        {args.queue}")
+    print(f"key / kind:   {args.key} / {args.kind}")
+    if message is None:
+        print("state:        gone (no longer in the queue; see its history below)")
+    else:
+        print(f"state:        {message.state}")
+        print(f"attempts:     {message.attempts}")
+        print(f"priority:     {message.priority}")
+        print(f"created at:   {format_time(message.created_at)}")
+        print(f"scheduled at: {format_time(message.scheduled_at)}")
+        print(f"reserved by:  {message.reserved_by or '-'}")
+        dead_from = _field(message, "dead_from", "from_queue")
+        if dead_from:
+            print(f"dead from:    {dead_from}")
+        print(f"last error:   {message.last_error if message.last_error is not None else '-'}")
+        print(f"payload:      {json.dumps(message.payload)}")
+    if history:
+        print()
+        print("history (newest first):")
+        rows = [(format_time(h.processed_at), h.outcome, h.to_queue or "-", str(h.attempts),
+                 h.reserved_by or "-", shorten(h.last_error, 60)) for h in history]
+        print(format_table(("processed at", "outcome", "to queue", "attempts", "reserved by", "last error"),
+                           rows, right_aligned=(3,)))
+    else:
+        print("history:      none")
+    return EXIT_OK
+
+
+def cmd_settings(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        settings = [db.queue(args.queue).settings()] if args.queue else db.settings()
+    if not settings:
+        print(f"no queues (create one with `{PROG} create QUEUE`)")
+        return EXIT_OK
+    rows = [(s.queue, format_duration(s.visibility_timeout), str(s.max_attempts), s.dead_letter_queue or "-",
+             format_duration(s.history_retention), "yes" if s.paused else "no",
+             format_duration(s.notify_window)) for s in settings]
+    print(format_table(("queue", "visibility timeout", "max attempts", "dead-letter queue", "history retention",
+                        "paused", "notify window"), rows, right_aligned=(1, 2, 4, 6)))
     return EXIT_OK
 
 
@@ -281,18 +504,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def format_workers_table(workers: Iterable[Any]) -> str:
-    """Registered workers (pyqueue_sql.WorkerInfo) as an aligned text table."""
-    header = ("id", "name", "host", "pid", "queues", "started", "last heartbeat")
+DEFAULT_STALE_AFTER_S = 60.0
+
+
+def format_workers_table(workers: Iterable[Any], stale_after: float = DEFAULT_STALE_AFTER_S) -> str:
+    """Registered workers (pyqueue_sql.WorkerInfo) as an aligned text table; ``state`` is
+    "stale" when the last heartbeat is older than stale_after seconds."""
+    header = ("id", "name", "host", "pid", "queues", "started", "last heartbeat", "state")
     rows = [
         (str(w.worker_id), w.name, w.host or "-", "-" if w.pid is None else str(w.pid),
          ",".join(w.queues) if w.queues else "-", w.started_at.strftime("%Y-%m-%d %H:%M:%S"),
-         format_age(w.heartbeat_age_s) + " ago")
+         format_age(w.heartbeat_age_s) + " ago", "stale" if w.heartbeat_age_s > stale_after else "ok")
         for w in workers
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip()
-                     for r in [header, tuple("-" * w for w in widths), *rows])
+    return format_table(header, rows)
 
 
 def cmd_workers(args: argparse.Namespace) -> int:
@@ -303,8 +528,12 @@ def cmd_workers(args: argparse.Namespace) -> int:
         workers = db.workers()
     if not workers:
         print("no workers registered")
-    else:
-        print(format_workers_table(workers))
+        return EXIT_OK
+    print(format_workers_table(workers, args.stale_after))
+    stale = sum(w.heartbeat_age_s > args.stale_after for w in workers)
+    if stale:
+        print(f"{stale} stale worker(s): no heartbeat for over {args.stale_after:g}s (stopped, hung or "
+              f"cut off; `{PROG} workers --release-older-than S` makes their messages ready)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -342,7 +571,8 @@ def _load_handler(spec: str) -> Callable[[Any], Any]:
 class _JsonLogFormatter:
     """One JSON object per log line: time, level, message and the record's extra fields."""
 
-    _STANDARD = set(vars(__import__("logging").LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+    _STANDARD = set(vars(__import__("logging").LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime",
+                                                                                          "taskName"}
 
     def format(self, record: Any) -> str:
         entry = {"ts": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
@@ -356,12 +586,95 @@ class _JsonLogFormatter:
 
 
 class _TextLogFormatter:
+    """time level message key=value...; extras whose value the message already shows are left out."""
+
     _STANDARD = _JsonLogFormatter._STANDARD
 
     def format(self, record: Any) -> str:
-        extra = " ".join(f"{k}={v}" for k, v in vars(record).items() if k not in self._STANDARD)
-        text = f"{dt.datetime.now().strftime('%H:%M:%S.%f')[:-3]} {record.levelname.lower():7} {record.getMessage()}"
-        return f"{text} {extra}".rstrip()
+        message = record.getMessage()
+        extra = " ".join(f"{k}={v}" for k, v in vars(record).items()
+                         if k not in self._STANDARD and not (isinstance(v, str) and v and v in message))
+        text = f"{dt.datetime.now().strftime('%H:%M:%S.%f')[:-3]} {record.levelname.lower():7} {message}"
+        text = f"{text} {extra}".rstrip()
+        if record.exc_info:
+            import traceback
+
+            text += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        return text
+
+
+class StatusLine:
+    """A live status line at the bottom of a terminal stream, with log records printed above it.
+
+    Every write to the stream goes through ``lock``: a log record first clears the
+    status line (``\\r`` + erase to end of line), is written with its newline, and
+    the status is drawn again after it, so the two never share a line. The text is
+    computed outside the lock (``update``), so a record logged while the worker
+    holds one of its own locks never waits for the worker.
+    """
+
+    CLEAR = "\r\x1b[K"
+
+    def __init__(self, stream: Any) -> None:
+        import threading
+
+        self.stream = stream
+        self.lock = threading.RLock()
+        self.text = ""
+        self.shown = False
+        self.active = True
+
+    def update(self, text: str) -> None:
+        with self.lock:
+            self.text = text
+            self._draw()
+
+    def _width(self) -> int:
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):
+            return 0  # not a terminal: no limit
+
+    def _draw(self) -> None:
+        if self.active and self.text:
+            width = self._width()
+            # a line longer than the terminal would wrap, and \r then clears only its last row
+            text = self.text if not width or len(self.text) < width else self.text[: width - 1]
+            self.stream.write(self.CLEAR + text)
+            self.stream.flush()
+            self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write(self.CLEAR)
+            self.shown = False
+
+    def redraw(self) -> None:
+        self._draw()
+
+    def finish(self, text: str) -> None:
+        """The last status, ended with a newline; nothing is drawn after it."""
+        with self.lock:
+            self.clear()
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            self.active = False
+
+
+def _log_handler(stream: Any, status: StatusLine | None) -> Any:
+    import logging
+
+    class Handler(logging.StreamHandler):  # type: ignore[type-arg]
+        def emit(self, record: logging.LogRecord) -> None:
+            if status is None:
+                super().emit(record)
+                return
+            with status.lock:
+                status.clear()
+                super().emit(record)
+                status.redraw()
+
+    return Handler(stream)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -372,35 +685,45 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     dsn = _dsn(args)
     fn = _load_handler(args.handler_spec)
-    handler = logging.StreamHandler(sys.stderr)
+    show_status = args.status if args.status is not None else sys.stderr.isatty()
+    status = StatusLine(sys.stderr) if show_status else None
+    handler = _log_handler(sys.stderr, status)
     handler.setFormatter(_JsonLogFormatter() if args.log_format == "json" else _TextLogFormatter())  # type: ignore[arg-type]
     logger = logging.getLogger("pyqueue_sql")
     logger.addHandler(handler)
     logger.setLevel(getattr(logging, args.log_level.upper()))
     try:
-        retry = RetryPolicy(base=args.retry_base, factor=args.retry_factor, max_delay=args.retry_max,
-                            jitter=args.retry_jitter)
-        worker = Worker(dsn, concurrency=args.concurrency, name=args.name, lease=args.lease,
-                        poll_fallback=args.poll_fallback, shutdown_timeout=args.shutdown_timeout,
-                        register=args.register, release_dead_after=args.release_dead_after)
-    except errors.InvalidArgumentError as exc:
-        raise UsageError(str(exc)) from None
-    for queue in args.queue:
-        for kind in (args.kind or [None]):
-            worker.add_handler(queue, fn, kind, retry=retry)
-    status = args.status if args.status is not None else sys.stderr.isatty()
-    if status:
-        def show() -> None:
-            while not worker._stopped.wait(1.0):
-                sys.stderr.write("\r\x1b[K" + worker.status_line())
-                sys.stderr.flush()
-        threading.Thread(target=show, daemon=True, name="pyqueue-status").start()
-    try:
-        worker.run()
+        try:
+            retry = RetryPolicy(base=args.retry_base, factor=args.retry_factor, max_delay=args.retry_max,
+                                jitter=args.retry_jitter)
+            worker = Worker(dsn, concurrency=args.concurrency, name=args.name, lease=args.lease,
+                            poll_fallback=args.poll_fallback, shutdown_timeout=args.shutdown_timeout,
+                            register=args.register, release_dead_after=args.release_dead_after)
+            for queue in args.queue:
+                for kind in (args.kind or [None]):
+                    worker.add_handler(queue, fn, kind, retry=retry)
+        except errors.InvalidArgumentError as exc:
+            raise UsageError(str(exc)) from None
+        finished = threading.Event()
+        if status is not None:
+            def show() -> None:
+                while not finished.wait(1.0):
+                    status.update(worker.status_line())
+            threading.Thread(target=show, daemon=True, name="pyqueue-status").start()
+        try:
+            clean = worker.run()
+        finally:
+            finished.set()
+            if status is not None:
+                status.finish(worker.status_line())
     finally:
         logger.removeHandler(handler)
-        if status:
-            sys.stderr.write("\r\x1b[K" + worker.status_line() + "\n")
+    if clean is False:
+        unfinished = list(getattr(worker, "unfinished", ()) or ())
+        listed = (": " + ", ".join(unfinished[:10]) + (", ..." if len(unfinished) > 10 else "")) if unfinished else ""
+        print(f"{PROG}: error: {len(unfinished) or 'some'} handler(s) still running when the worker stopped"
+              f"{listed}; their messages come back when their lease ends", file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK
 
 
@@ -430,7 +753,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="A durable message queue inside your PostgreSQL or MySQL/MariaDB database.",
-        epilog=f"Commands that use a database take --dsn DSN (default: ${DSN_ENV}).",
+        epilog=f"Commands that use a database take --dsn DSN (default: ${DSN_ENV}). Exit codes: 0 done; "
+               "1 an error (one line on stderr) or an outcome that did not happen (a token that no longer "
+               "holds, a message that is not there; `worker`: handlers still running when it stopped); "
+               "2 a bad command line; 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -443,11 +769,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    p = command("migrate", cmd_migrate, "install or upgrade (or downgrade) the pyqueue-sql schema")
+    p = command("migrate", cmd_migrate, "install or upgrade (or downgrade) the pyqueue-sql schema; prints "
+                "what it applied (\"0001_core -> 0004_errors_and_safety\" or \"already at ...\")")
     p.add_argument("--revision", help="target revision (default: heads; with --downgrade: base, "
                                       "which removes pyqueue-sql and every message)")
-    p.add_argument("--downgrade", action="store_true", help="go back to --revision instead of up")
-
+    p.add_argument("--downgrade", action="store_true", help="go back to --revision instead of up; asks "
+                   "before dropping live messages (refuses without a terminal unless --yes)")
+    p.add_argument("--adopt", action="store_true",
+                   help="record a schema installed from `pyqueue-sql sql` (or by an older release) after "
+                        "checking that it matches a known revision, then upgrade it")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask before dropping live messages")
     p = command("sql", cmd_sql, "print the schema SQL, for use with your own migration tool", dsn=False)
     p.add_argument("--dialect", required=True, choices=("postgresql", "mysql"))
     p.add_argument("--uninstall", action="store_true", help="print the SQL that removes the schema")
@@ -457,13 +788,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--role", required=True, metavar="NAME",
                    help="PostgreSQL role, or MySQL account user@host (host %% when omitted; name@ for a "
                         "MariaDB role); never created here: a GRANT to a missing one fails")
-    for cap, what in (("producer", "push, push_batch, push_replace"),
-                      ("consumer", "reserve, pop, commit, rollback, extend, move, the fast paths, wakeups, "
-                                   "worker registry"),
-                      ("monitor", "stats, limits, workers, schedules, dead letters"),
-                      ("admin", "create, drop, pause, resume, remove, limits, schedules, history, redrive, "
-                                "replay; plus monitor"),
-                      ("ingest", "INSERT into queue_ingest, queue_ingest_flush")):
+    for cap, what in privileges.DESCRIPTIONS.items():
         p.add_argument(f"--{cap}", action="store_true", help=what)
     p.add_argument("--revoke", action="store_true", help="REVOKE these capabilities instead")
     p.add_argument("--apply", action="store_true", help="run the statements (default: print them)")
@@ -471,14 +796,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schema", help="PostgreSQL schema / MySQL database of the routines "
                                     "(default: the connection's current one; unqualified without --dsn)")
 
-    p = command("create", cmd_create, "create a queue or change its settings")
+    p = command("create", cmd_create, "create a queue, or change the settings given (the others stay "
+                "as they are; --reset puts one back to its default)")
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--visibility-timeout", type=_seconds, metavar="S",
-                   help="seconds a reservation hides a message (default 30)")
+                   help="seconds a reservation hides a message (new queue: 30)")
     p.add_argument("--max-attempts", type=_positive_int, metavar="N",
-                   help="deliveries before dead-lettering (default 10)")
-    p.add_argument("--dead-letter-queue", metavar="Q", help="queue that receives exhausted messages")
-
+                   help="deliveries before dead-lettering (new queue: 10)")
+    p.add_argument("--dead-letter-queue", metavar="Q", help="queue that receives exhausted messages "
+                                                           "(new queue: none, they are dropped)")
+    p.add_argument("--history-retention", type=_seconds, metavar="S",
+                   help="seconds processed messages stay in the history (new queue: none, no history is kept)")
+    p.add_argument("--reset", action="append", choices=SETTINGS, metavar="SETTING",
+                   help="put SETTING back to its default (repeatable): " + ", ".join(SETTINGS))
     p = command("push", cmd_push, "push one message; prints inserted or duplicate")
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("key", metavar="KEY", help="dedup key")
@@ -487,12 +817,59 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-in", type=_seconds, metavar="SECONDS", help="deliver no earlier than this from now")
     p.add_argument("--priority", type=int, metavar="N", help="higher is served first (default 0)")
 
-    p = command("reserve", cmd_reserve, "reserve messages; prints one JSON line per message")
+    p = command("reserve", cmd_reserve, "reserve messages; prints one JSON line per message (nothing, and a note on stderr, when none is ready; exit 0)")
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("-n", type=_positive_int, default=1, metavar="N", help="at most this many (default 1)")
     p.add_argument("--timeout", type=_seconds, metavar="S",
                    help="reservation length in seconds (default: the queue's visibility timeout)")
     p.add_argument("--commit", action="store_true", help="commit (delete) them right away")
+
+    def message_args(p: argparse.ArgumentParser, token: bool = False) -> None:
+        p.add_argument("queue", metavar="QUEUE")
+        p.add_argument("key", metavar="KEY")
+        p.add_argument("kind", metavar="KIND")
+        if token:
+            p.add_argument("token", metavar="TOKEN", help="the token `reserve` printed")
+
+    p = command("commit", cmd_commit, "commit (delete) a reserved message; exit 1 when the reservation "
+                "no longer holds")
+    message_args(p, token=True)
+
+    p = command("rollback", cmd_rollback, "give a reserved message back (dead-lettered after max attempts); "
+                "with --error record why and print the outcome")
+    message_args(p, token=True)
+    p.add_argument("--delay", type=_seconds, metavar="S", help="deliver again no earlier than this (default 0)")
+    p.add_argument("--error", metavar="TEXT", help="the error to record as the message's last error; prints "
+                   "retry, dead-lettered or dropped")
+
+    p = command("remove", cmd_remove, "delete a message whatever its state; exit 1 when there is none")
+    message_args(p)
+
+    p = command("show", cmd_show, "a message's state, attempts, last error and payload, and its history rows")
+    message_args(p)
+
+    p = command("pause", cmd_pause, "stop handing out messages of a queue (pushes still go in)")
+    p.add_argument("queue", metavar="QUEUE")
+    p = command("resume", cmd_resume, "hand out the messages of a paused queue again")
+    p.add_argument("queue", metavar="QUEUE")
+
+    p = command("drop", cmd_drop, "drop a queue and its messages; asks first when it holds messages")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask (needed without a terminal when "
+                   "the queue holds messages)")
+
+    p = command("dead-letters", cmd_dead_letters, "list the messages in a dead-letter queue: where they came "
+                "from, their attempts and last error")
+    p.add_argument("queue", metavar="QUEUE", help="the dead-letter queue")
+    p.add_argument("--json", action="store_true", help="one JSON object per message, payload included")
+
+    p = command("redrive", cmd_redrive, "move messages of a dead-letter queue back to a queue, attempts reset")
+    p.add_argument("dead_queue", metavar="DEAD_QUEUE")
+    p.add_argument("to_queue", metavar="TO_QUEUE")
+    p.add_argument("-n", type=_positive_int, default=1, metavar="N", help="at most this many (default 1)")
+
+    p = command("settings", cmd_settings, "show the settings of one queue or every queue")
+    p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
 
     p = command("stats", cmd_stats, "show queue depths")
     p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
@@ -500,6 +877,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("workers", cmd_workers, "list the registered workers and their last heartbeat")
     p.add_argument("--release-older-than", type=_seconds, metavar="S",
                    help="first remove workers silent for over S seconds and make their messages ready")
+
+    p.add_argument("--stale-after", type=_seconds, default=DEFAULT_STALE_AFTER_S, metavar="S",
+                   help="mark a worker stale when its last heartbeat is older than this (default "
+                        f"{DEFAULT_STALE_AFTER_S:g}; workers heartbeat every lease/3, 10 s with the default lease)")
 
     p = command("demo", cmd_demo, "run producers and consumers against a demo queue "
                                   "(an embedded PostgreSQL unless --dsn / $PYQUEUE_DSN is set)")
@@ -510,7 +891,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", metavar="DIR",
                    help="embedded PostgreSQL data directory (default .pyqueue-demo/pgdata)")
 
-    p = command("worker", cmd_worker, "run a handler for the messages of one or more queues until SIGTERM/SIGINT")
+    p = command("worker", cmd_worker, "run a handler (a function or an async def) for the messages of one or more queues "
+                "until SIGTERM/SIGINT (a second one stops at once); exit 1 when handlers were still running "
+                "at the shutdown deadline")
     p.add_argument("handler_spec", metavar="MODULE:FUNCTION",
                    help="the handler, called with one pyqueue_sql.worker.Job per message")
     p.add_argument("--queue", "-q", action="append", required=True, metavar="Q", help="queue to serve (repeatable)")
@@ -525,7 +908,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PostgreSQL: longest wait for a NOTIFY before looking anyway (default 5); "
                         "MySQL waits in 1 s long polls inside the server")
     p.add_argument("--shutdown-timeout", type=_seconds, default=30.0, metavar="S",
-                   help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30)")
+                   help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30); "
+                        "a second signal stops at once")
     p.add_argument("--register", action=argparse.BooleanOptionalAction, default=True,
                    help="register in the worker registry (`pyqueue-sql workers`), heartbeat it and "
                         "deregister on stop (default on)")
@@ -541,7 +925,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument("--status", action=argparse.BooleanOptionalAction, default=None,
-                   help="a live status line on stderr (default: when stderr is a terminal)")
+                   help="a live status line at the bottom of stderr, log lines printed above it "
+                        "(default: when stderr is a terminal)")
     return parser
 
 

@@ -13,6 +13,15 @@ connection and runs each call in its own transaction unless you open one with
 ``db.transaction()``. ``Database.wrap(conn)`` uses a connection of yours as it
 is, inside whatever transaction you have open (enqueue atomically with your
 business write), and never commits or rolls back for you.
+
+Serialization failures and deadlocks (errors.SerializationError): a call that
+runs in a transaction of its own is run again a few times (the server rolled
+it back whole, so that is safe) before the error is raised. Inside
+``db.transaction()`` or on a wrapped connection the error is raised at once:
+the whole transaction was rolled back, and the caller runs it again.
+
+Keys may be str or int (an int is sent as its decimal text: 17 is the key
+"17"); tokens are str on both dialects.
 """
 
 from __future__ import annotations
@@ -20,14 +29,26 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import random
 import socket
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import dialects, errors
-from .dialects import Duration, encode_json, whole_number
+from .dialects import Duration, encode_json, key_value, read_token, text_value, token_value, whole_number
 
 _UNCHANGED: Any = object()
+
+# A call the client runs in a transaction of its own is tried this many times in all when the
+# server rolls it back with a serialization failure or a deadlock, with a random pause of up to
+# min(SERIALIZATION_BACKOFF_S * 2**n, SERIALIZATION_BACKOFF_MAX_S) seconds before try n+2.
+SERIALIZATION_ATTEMPTS = 8
+SERIALIZATION_BACKOFF_S = 0.005
+SERIALIZATION_BACKOFF_MAX_S = 0.2
+
+# What queue_fail stores of an error (the routine keeps the first 2000 characters too).
+LAST_ERROR_MAX_CHARS = 2000
 
 
 def default_worker_name() -> str:
@@ -59,7 +80,7 @@ class Reservation:
     key: str
     kind: str
     payload: Any
-    token: Any
+    token: str
     priority: int
     attempts: int
     created_at: dt.datetime
@@ -79,9 +100,9 @@ class QueueStats:
 
 @dataclass(frozen=True)
 class NewMessage:
-    """One message for push_many."""
+    """One message for push_many (key: a str, or an int as its decimal text)."""
 
-    key: str
+    key: str | int
     kind: str
     payload: Any
     run_at: dt.datetime | dt.timedelta | None = None
@@ -96,6 +117,8 @@ class Database:
         self.dialect = dialect
         self._owned = owned
         self._in_transaction = False
+        # How many times a call was run again after a serialization failure or deadlock (monitoring).
+        self.serialization_retries = 0
 
     @classmethod
     def wrap(cls, connection: Any) -> "Database":
@@ -115,34 +138,47 @@ class Database:
 
     def _call(self, runner: Callable[[Any, str, dict[str, Any]], Any], statement: str,
               params: dict[str, Any]) -> Any:
-        if (statement in self.dialect.own_transaction_statements and self._owned
-                and not self._in_transaction):
-            return self._call_in_own_transaction(runner, statement, params)
-        return runner(self.connection, statement, params)
+        if not self._owned or self._in_transaction:
+            # The caller's transaction: a serialization failure lost all of it, so only the
+            # caller can run it again (errors.SerializationError is raised at once).
+            return runner(self.connection, statement, params)
+        own = statement in self.dialect.own_transaction_statements
+        for attempt in range(SERIALIZATION_ATTEMPTS):
+            try:
+                if own:
+                    return self._call_in_own_transaction(runner, statement, params)
+                return runner(self.connection, statement, params)
+            except errors.SerializationError:
+                # The server rolled the call back whole (autocommit: the statement is the
+                # transaction; own transaction: rolled back below): running it again is safe,
+                # and its answer is the one an undisturbed call would have given.
+                if attempt == SERIALIZATION_ATTEMPTS - 1:
+                    raise
+                self.serialization_retries += 1
+                time.sleep(random.uniform(0, min(SERIALIZATION_BACKOFF_S * 2 ** attempt, SERIALIZATION_BACKOFF_MAX_S)))
+        raise AssertionError("unreachable")
 
     def _call_in_own_transaction(self, runner: Callable[[Any, str, dict[str, Any]], Any], statement: str,
                                  params: dict[str, Any]) -> Any:
-        """Runs one call as a transaction of its own (MySQL commit, rollback and
-        move: their history row and the removal then stand or fall together).
-        A deadlock (two sessions on the same reservation) is run again: the
-        answer is then the one autocommit mode would have given."""
-        for attempt in range(3):
-            self.dialect.begin(self.connection)
-            try:
-                rows = runner(self.connection, statement, params)
-                self.dialect.commit(self.connection)
-                return rows
-            except BaseException as exc:
-                with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
-                    self.dialect.rollback(self.connection)
-                if attempt < 2 and self.dialect.is_deadlock(exc):
-                    continue
-                raise
-        raise AssertionError("unreachable")
+        """Runs one call as a transaction of its own (MySQL commit, rollback, fail and
+        move: their history row and the removal then stand or fall together)."""
+        self.dialect.begin(self.connection)
+        try:
+            rows = runner(self.connection, statement, params)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                self.dialect.rollback(self.connection)
+            raise
+        self.dialect.end_transaction(self.connection, commit=True)
+        return rows
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator["Database"]:
-        """Runs the calls in the block as one transaction (commit at the end, rollback on error)."""
+        """Runs the calls in the block as one transaction (commit at the end, rollback on error).
+
+        A serialization failure or deadlock inside the block (or at its commit) raises
+        errors.SerializationError at once: the server rolled the whole transaction back, and
+        only you can run it again (the whole block, your own writes included)."""
         if not self._owned:
             raise errors.QueueError("a wrapped connection's transactions are yours: use your driver's")
         if self._in_transaction:
@@ -157,11 +193,15 @@ class Database:
             raise
         else:
             self._in_transaction = False
-            self.dialect.commit(self.connection)
+            self.dialect.end_transaction(self.connection, commit=True)
 
     def stats(self) -> list[QueueStats]:
         """One row per queue."""
         return [_stats(self.dialect, row) for row in self.call("stats", queue=None)]
+
+    def settings(self) -> list["QueueSettings"]:
+        """Every queue's settings, ordered by queue name."""
+        return [_settings(self.dialect, row) for row in self.call("settings", queue=None)]
 
     def close(self) -> None:
         if self._owned:
@@ -173,23 +213,30 @@ class Database:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # issue 4b: worker registry, and the limits / schedules of every queue ---------
+    # -- worker registry, and the limits / schedules of every queue ----------------
     def register_worker(self, name: str | None = None, queues: Sequence[str] | None = None,
                         host: str | None = None, pid: int | None = None) -> "WorkerRegistration":
         """Registers a worker (default name host:pid); reserve with its ``reserve_as``."""
         host = socket.gethostname() if host is None else host
         pid = os.getpid() if pid is None else pid
         name = f"{host}:{pid}" if name is None else name
-        worker_id = int(self.call("worker_register", name=name, host=host, pid=whole_number(pid, "pid"),
-                                  queues=self.dialect.kinds(queues))[0][0])
-        return WorkerRegistration(worker_id, name, f"{name}#{worker_id}")
+        if isinstance(queues, str):
+            raise errors.InvalidArgumentError("queues must be a list of queue names, not a single str")
+        [(worker_id, secret)] = [tuple(row) for row in self.call(
+            "worker_register", name=text_value(name, "name"), host=text_value(host, "host"),
+            pid=whole_number(pid, "pid"), queues=self.dialect.kinds(queues))]
+        return WorkerRegistration(int(worker_id), name, f"{name}#{int(worker_id)}", str(secret))
 
-    def heartbeat_worker(self, worker_id: int) -> bool:
-        """False when the worker is no longer registered (released as dead: register again)."""
-        return bool(self.call("worker_heartbeat", worker_id=whole_number(worker_id, "worker_id"))[0][0])
+    def heartbeat_worker(self, registration: "WorkerRegistration") -> bool:
+        """False when the worker is no longer registered (released as dead: register again), or when
+        the registration's secret is not that worker's."""
+        reg = _registration(registration)
+        return bool(self.call("worker_heartbeat", worker_id=reg.worker_id, secret=reg.secret)[0][0])
 
-    def deregister_worker(self, worker_id: int) -> bool:
-        return bool(self.call("worker_deregister", worker_id=whole_number(worker_id, "worker_id"))[0][0])
+    def deregister_worker(self, registration: "WorkerRegistration") -> bool:
+        """Removes the registration; False when it is gone already or the secret is not that worker's."""
+        reg = _registration(registration)
+        return bool(self.call("worker_deregister", worker_id=reg.worker_id, secret=reg.secret)[0][0])
 
     def release_dead_workers(self, older_than: Duration) -> int:
         """Removes workers silent for longer than older_than; their reservations become ready. Returns how many."""
@@ -221,6 +268,45 @@ def connect(dsn: str) -> Database:
     return Database(dialect.connect(dsn), dialect, owned=True)
 
 
+def _registration(registration: Any) -> "WorkerRegistration":
+    if not isinstance(registration, WorkerRegistration):
+        raise errors.InvalidArgumentError(
+            "pass the WorkerRegistration that register_worker returned (its secret shows the "
+            f"registration is yours), not {type(registration).__name__}")
+    whole_number(registration.worker_id, "worker_id")
+    text_value(registration.secret, "secret")
+    return registration
+
+
+def _settings(dialect: dialects.Dialect, row: Sequence[Any]) -> "QueueSettings":
+    queue, visibility, max_attempts, dlq, retention, paused, window = row
+    return QueueSettings(queue, dialect.read_duration(visibility), int(max_attempts), dlq,
+                         dialect.read_duration(retention), bool(paused), dialect.read_duration(window))
+
+
+def error_text(error: Any) -> str | None:
+    """What Queue.fail stores for an error: a str as it is, an exception as "Type: message"
+    (just "Type" when it has no message); at most LAST_ERROR_MAX_CHARS characters."""
+    if error is None:
+        return None
+    if isinstance(error, BaseException):
+        message = str(error)
+        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    elif isinstance(error, str):
+        text = error
+    else:
+        raise errors.InvalidArgumentError(f"error must be a str or an exception, not {type(error).__name__}")
+    return text[:LAST_ERROR_MAX_CHARS]
+
+
+def _reservations(queue: str, dialect: dialects.Dialect, rows: Iterable[Sequence[Any]]) -> list[Reservation]:
+    return [
+        Reservation(queue, key, kind, dialect.read_payload(payload), read_token(token), priority, attempts,
+                    dialect.read_time(created), dialect.read_time(initially))
+        for key, kind, payload, token, priority, attempts, created, initially in rows
+    ]
+
+
 def _stats(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueStats:
     queue, ready, delayed, reserved, dead, age, paused = row
     return QueueStats(
@@ -234,22 +320,37 @@ class Queue:
 
     def __init__(self, db: Database, name: str) -> None:
         self.db = db
-        self.name = name
+        self.name = text_value(name, "queue")
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, dialect={self.db.dialect.name!r})"
 
     # -- administration ------------------------------------------------------
     def create(self, visibility_timeout: Duration = None, max_attempts: int | None = None,
-               dead_letter_queue: str | None = None, history_retention: Duration = None) -> "Queue":
-        """Creates the queue, or replaces its settings (None = default: 30 s, 10, none, none)."""
+               dead_letter_queue: "str | Queue | None" = None, history_retention: Duration = None) -> "Queue":
+        """Creates the queue, or changes the settings passed on an existing one.
+
+        A new queue gets the default for each setting left at None (30 s, 10 deliveries, no
+        dead-letter queue, no history). On an existing queue None leaves that setting as it is;
+        use reset_setting to put one back to its default."""
         d = self.db.dialect
+        if isinstance(dead_letter_queue, Queue):
+            dead_letter_queue = dead_letter_queue.name
         self.db.call("create", queue=self.name,
                      visibility_timeout=d.duration(visibility_timeout, "visibility_timeout"),
                      max_attempts=whole_number(max_attempts, "max_attempts"),
-                     dead_letter_queue=dead_letter_queue,
+                     dead_letter_queue=text_value(dead_letter_queue, "dead_letter_queue"),
                      history_retention=d.duration(history_retention, "history_retention"))
         return self
+
+    def reset_setting(self, name: str) -> None:
+        """Puts one setting back to its default: 'visibility_timeout' (30 s), 'max_attempts' (10),
+        'dead_letter_queue' (none) or 'history_retention' (none: no history kept)."""
+        self.db.call("reset_setting", queue=self.name, setting=text_value(name, "setting"))
+
+    def settings(self) -> "QueueSettings":
+        """The queue's settings (durations as timedelta)."""
+        return _settings(self.db.dialect, self.db.call("settings", queue=self.name)[0])
 
     def drop(self) -> None:
         self.db.call("drop", queue=self.name)
@@ -264,12 +365,13 @@ class Queue:
         return _stats(self.db.dialect, self.db.call("stats", queue=self.name)[0])
 
     # -- producing -------------------------------------------------------------
-    def push(self, key: str, kind: str, payload: Any, run_at: dt.datetime | dt.timedelta | None = None,
+    def push(self, key: str | int, kind: str, payload: Any, run_at: dt.datetime | dt.timedelta | None = None,
              priority: int | None = None) -> bool:
         """True if inserted, False if a live message with this key and kind exists (dedup)."""
         d = self.db.dialect
-        rows = self.db.call("push", queue=self.name, key=key, kind=kind, payload=encode_json(payload),
-                            run_at=d.time(run_at, "run_at"), priority=whole_number(priority, "priority"))
+        rows = self.db.call("push", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"),
+                            payload=encode_json(payload), run_at=d.time(run_at, "run_at"),
+                            priority=whole_number(priority, "priority"))
         return bool(rows[0][0])
 
     def push_many(self, messages: Iterable[NewMessage | tuple | Mapping[str, Any]]) -> int:
@@ -281,7 +383,7 @@ class Queue:
                 m = NewMessage(**m)
             elif not isinstance(m, NewMessage):
                 m = NewMessage(*m)
-            items.append((m.key, m.kind, m.payload, d.time(m.run_at, "run_at"),
+            items.append((key_value(m.key), text_value(m.kind, "kind"), m.payload, d.time(m.run_at, "run_at"),
                           whole_number(m.priority, "priority")))
         if not items:
             return 0
@@ -301,18 +403,19 @@ class Queue:
                 kinds: Sequence[str] | None = None) -> list[Reservation]:
         """Reserves up to n ready messages, highest priority first, FIFO within a priority."""
         d = self.db.dialect
-        rows = self.db.call("reserve", queue=self.name, worker=worker or default_worker_name(),
+        rows = self.db.call("reserve", queue=self.name, worker=text_value(worker or default_worker_name(), "worker"),
                             timeout=d.duration(timeout, "timeout"), n=whole_number(n, "n"),
                             kinds=d.kinds(kinds))
-        return [
-            Reservation(self.name, key, kind, d.read_payload(payload), token, priority, attempts,
-                        d.read_time(created), d.read_time(initially))
-            for key, kind, payload, token, priority, attempts, created, initially in rows
-        ]
+        return _reservations(self.name, d, rows)
+
+    def _held(self, r: Reservation) -> dict[str, Any]:
+        """The (key, kind, token) arguments that name a reservation."""
+        return dict(queue=self.name, key=key_value(r.key), kind=text_value(r.kind, "kind"),
+                    token=token_value(r.token))
 
     def commit(self, r: Reservation) -> bool:
         """Deletes the message; False if the reservation no longer holds."""
-        return bool(self.db.call("commit", queue=self.name, key=r.key, kind=r.kind, token=r.token)[0][0])
+        return bool(self.db.call("commit", **self._held(r))[0][0])
 
     def commit_reserve(self, previous: Reservation | None, n: int = 1, worker: str | None = None,
                        timeout: Duration = None,
@@ -326,12 +429,10 @@ class Queue:
         so that its history row and its delete stand or fall together.
         """
         d = self.db.dialect
-        params = dict(queue=self.name,
-                      key=None if previous is None else previous.key,
-                      kind=None if previous is None else previous.kind,
-                      token=None if previous is None else previous.token,
-                      worker=worker or default_worker_name(), timeout=d.duration(timeout, "timeout"),
-                      n=whole_number(n, "n"), kinds=d.kinds(kinds))
+        held = (dict(queue=self.name, key=None, kind=None, token=None) if previous is None
+                else self._held(previous))
+        params = dict(held, worker=text_value(worker or default_worker_name(), "worker"),
+                      timeout=d.duration(timeout, "timeout"), n=whole_number(n, "n"), kinds=d.kinds(kinds))
         if d.name == "mysql":
             sets = self.db.call_sets("commit_reserve", **params)
             rows, committed = [row for part in sets[:-1] for row in part], sets[-1][0][0]
@@ -339,12 +440,7 @@ class Queue:
             rows = self.db.call("commit_reserve", **params)
             committed = rows[0][0] if rows else None
             rows = [row[1:] for row in rows if row[1] is not None]
-        reservations = [
-            Reservation(self.name, key, kind, d.read_payload(payload), token, priority, attempts,
-                        d.read_time(created), d.read_time(initially))
-            for key, kind, payload, token, priority, attempts, created, initially in rows
-        ]
-        return (None if committed is None else bool(committed)), reservations
+        return (None if committed is None else bool(committed)), _reservations(self.name, d, rows)
 
     def commit_many(self, reservations: Iterable[Reservation]) -> int:
         """Commits many reservations in one call; returns how many still held (and are now gone)."""
@@ -352,37 +448,70 @@ class Queue:
         if not items:
             return 0
         d = self.db.dialect
-        keys, kinds, tokens = [r.key for r in items], [r.kind for r in items], [r.token for r in items]
+        keys = [key_value(r.key) for r in items]
+        kinds = [text_value(r.kind, "kind") for r in items]
+        tokens = [token_value(r.token) for r in items]
         if d.name == "mysql":
-            keys, kinds = encode_json(keys), encode_json(kinds)
-            tokens = encode_json([str(t) for t in tokens])
+            keys, kinds, tokens = encode_json(keys), encode_json(kinds), encode_json(tokens)
         return int(self.db.call("commit_batch", queue=self.name, keys=keys, kinds=kinds, tokens=tokens)[0][0])
 
     def rollback(self, r: Reservation, delay: Duration = None) -> bool:
         """Gives the message back (eligible after delay), or dead-letters it after max_attempts."""
         d = self.db.dialect
-        return bool(self.db.call("rollback", queue=self.name, key=r.key, kind=r.kind, token=r.token,
-                                 delay=d.duration(delay, "delay"))[0][0])
+        return bool(self.db.call("rollback", **self._held(r), delay=d.duration(delay, "delay"))[0][0])
+
+    def fail(self, r: Reservation, error: Any = None, delay: Duration = None) -> str | None:
+        """Gives the message back like rollback and records ``error`` (a str, or an exception,
+        stored as "Type: message"; at most 2000 characters) as its last error.
+
+        Returns 'retry' (eligible again after delay), 'dead_lettered' (this was its last allowed
+        delivery: moved to the dead-letter queue, last error kept), 'dropped' (last delivery and
+        no dead-letter queue), or None when the reservation no longer holds."""
+        d = self.db.dialect
+        outcome = self.db.call("fail", **self._held(r), delay=d.duration(delay, "delay"),
+                               error=error_text(error))[0][0]
+        return None if outcome is None else str(outcome)
 
     def extend(self, r: Reservation, timeout: Duration = None) -> Reservation | None:
         """Extends the reservation; returns it with its new token, or None if it no longer holds."""
         d = self.db.dialect
-        token = self.db.call("extend", queue=self.name, key=r.key, kind=r.kind, token=r.token,
-                             timeout=d.duration(timeout, "timeout"))[0][0]
-        return None if token is None else replace(r, token=token)
+        token = self.db.call("extend", **self._held(r), timeout=d.duration(timeout, "timeout"))[0][0]
+        return None if token is None else replace(r, token=read_token(token))
 
     def move(self, r: Reservation, to_queue: "str | Queue", payload: Any = _UNCHANGED) -> bool:
-        """Commits here and pushes to to_queue in one step; payload replaces the old one if given."""
+        """Commits here and pushes to to_queue in one step; payload replaces the old one if given.
+        Moving into the queue it came from keeps the attempt count (another queue starts at 0)."""
         target = to_queue.name if isinstance(to_queue, Queue) else to_queue
-        return bool(self.db.call("move", queue=self.name, key=r.key, kind=r.kind, token=r.token,
-                                 to_queue=target,
+        return bool(self.db.call("move", **self._held(r), to_queue=text_value(target, "to_queue"),
                                  payload=None if payload is _UNCHANGED else encode_json(payload))[0][0])
 
-    def remove(self, key: str, kind: str) -> bool:
+    def remove(self, key: str | int, kind: str) -> bool:
         """Deletes a message whatever its state; False if there was none."""
-        return bool(self.db.call("remove", queue=self.name, key=key, kind=kind)[0][0])
+        return bool(self.db.call("remove", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))[0][0])
 
-    # -- wakeups (issue 3) -------------------------------------------------------
+    # -- looking at one message ------------------------------------------------
+    def message(self, key: str | int, kind: str) -> "MessageInfo | None":
+        """The live message with this key and kind (state 'ready', 'delayed' or 'reserved',
+        attempts, last error...), or None when there is none."""
+        d = self.db.dialect
+        rows = self.db.call("message", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))
+        if not rows:
+            return None
+        (p_key, p_kind, state, payload, priority, attempts, scheduled, created, reserved_by, last_error,
+         dead_from) = rows[0]
+        return MessageInfo(self.name, p_key, p_kind, str(state), d.read_payload(payload), int(priority),
+                           int(attempts), d.read_time(scheduled), d.read_time(created), reserved_by,
+                           last_error, dead_from)
+
+    def message_history(self, key: str | int, kind: str) -> list["HistoryRow"]:
+        """The history rows of the message with this key and kind in this queue, newest first (at
+        most 100; only kept when the queue has a history_retention)."""
+        d = self.db.dialect
+        rows = self.db.call("message_history", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))
+        return [HistoryRow(d.read_time(at), str(outcome), to_queue, int(attempts), reserved_by, last_error)
+                for at, outcome, to_queue, attempts, reserved_by, last_error in rows]
+
+    # -- wakeups ------------------------------------------------------------------
     def channel(self) -> str:
         """The PostgreSQL NOTIFY channel that wakeups of this queue go to (queue_channel)."""
         return str(self.db.call("channel", queue=self.name)[0][0])
@@ -403,14 +532,15 @@ class Queue:
         return bool(self.db.call("wait", queue=self.name, kinds=d.kinds(kinds),
                                  timeout=d.duration(timeout, "timeout"), poll=d.duration(poll, "poll"))[0][0])
 
-    # issue 4a: history, dead letters, replace-on-push ---------------------------
-    def push_replace(self, key: str, kind: str, payload: Any,
+    # -- history, dead letters, replace-on-push --------------------------------------
+    def push_replace(self, key: str | int, kind: str, payload: Any,
                      run_at: dt.datetime | dt.timedelta | None = None, priority: int | None = None) -> str:
         """Like push, but a waiting message with this key and kind gets the new payload, run_at and
         priority (debounce). Returns 'inserted', 'replaced', or 'reserved' (held by a consumer: left alone)."""
         d = self.db.dialect
-        rows = self.db.call("push_replace", queue=self.name, key=key, kind=kind, payload=encode_json(payload),
-                            run_at=d.time(run_at, "run_at"), priority=whole_number(priority, "priority"))
+        rows = self.db.call("push_replace", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"),
+                            payload=encode_json(payload), run_at=d.time(run_at, "run_at"),
+                            priority=whole_number(priority, "priority"))
         return str(rows[0][0])
 
     def purge_history(self, n: int | None = None) -> int:
@@ -430,43 +560,47 @@ class Queue:
         """Moves up to n (None = 1) ready messages of this (dead-letter) queue to to_queue, attempts reset.
         A message whose key and kind are live in to_queue stays here. Returns how many moved."""
         target = to_queue.name if isinstance(to_queue, Queue) else to_queue
-        return int(self.db.call("redrive", queue=self.name, to_queue=target, n=whole_number(n, "n"))[0][0])
+        return int(self.db.call("redrive", queue=self.name, to_queue=text_value(target, "to_queue"),
+                                n=whole_number(n, "n"))[0][0])
 
     def dead_letters(self) -> list["DeadLetter"]:
         """The messages sitting in this queue, when it is some queue's dead-letter queue (the view
         pyqueue_dead_letters)."""
         d = self.db.dialect
         return [
-            DeadLetter(dlq, origin, key, kind, d.read_payload(payload), priority, attempts,
-                       d.read_time(created), d.read_time(arrived), bool(reserved))
-            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved
+            DeadLetter(dlq, origin, key, kind, d.read_payload(payload), priority,
+                       None if attempts is None else int(attempts), d.read_time(created), d.read_time(arrived),
+                       bool(reserved), last_error)
+            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error
             in self.db.call("dead_letters", queue=self.name)
         ]
 
-    # issue 4b: concurrency limits and recurring messages ---------------------------
+    # -- concurrency limits and recurring messages ----------------------------------
     def set_limit(self, kind: str, capacity: int | None) -> None:
         """At most capacity messages of kind reserved at once (None removes the limit)."""
-        self.db.call("set_limit", queue=self.name, kind=kind, capacity=whole_number(capacity, "capacity"))
+        self.db.call("set_limit", queue=self.name, kind=text_value(kind, "kind"),
+                     capacity=whole_number(capacity, "capacity"))
 
     def limits(self) -> list["LimitInfo"]:
         return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in self.db.call("limits", queue=self.name)]
 
-    def schedule_every(self, key: str, kind: str, payload: Any, every: Duration) -> dt.datetime:
+    def schedule_every(self, key: str | int, kind: str, payload: Any, every: Duration) -> dt.datetime:
         """A message key@time every ``every`` (whole seconds, aligned to the Unix epoch); returns the first time."""
         d = self.db.dialect
-        at = self.db.call("schedule_every", queue=self.name, key=key, kind=kind, payload=encode_json(payload),
-                          every=d.duration(every, "every"))[0][0]
+        at = self.db.call("schedule_every", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"),
+                          payload=encode_json(payload), every=d.duration(every, "every"))[0][0]
         return d.read_time(at)
 
-    def schedule_cron(self, key: str, kind: str, payload: Any, cron: str) -> dt.datetime:
+    def schedule_cron(self, key: str | int, kind: str, payload: Any, cron: str) -> dt.datetime:
         """A message key@time at every minute matching the 5-field cron expression (UTC); returns the first time."""
         d = self.db.dialect
-        at = self.db.call("schedule_cron", queue=self.name, key=key, kind=kind, payload=encode_json(payload),
-                          cron=cron)[0][0]
+        at = self.db.call("schedule_cron", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"),
+                          payload=encode_json(payload), cron=text_value(cron, "cron"))[0][0]
         return d.read_time(at)
 
-    def unschedule(self, key: str, kind: str) -> bool:
-        return bool(self.db.call("unschedule", queue=self.name, key=key, kind=kind)[0][0])
+    def unschedule(self, key: str | int, kind: str) -> bool:
+        return bool(self.db.call("unschedule", queue=self.name, key=key_value(key),
+                                 kind=text_value(kind, "kind"))[0][0])
 
     def schedules(self) -> list["ScheduleInfo"]:
         return [_schedule(self.db.dialect, row) for row in self.db.call("schedules", queue=self.name)]
@@ -474,7 +608,11 @@ class Queue:
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A row of the view pyqueue_dead_letters (issue 4a)."""
+    """A row of the view pyqueue_dead_letters: a message sitting in a dead-letter queue.
+
+    ``from_queue`` is the queue it was dead-lettered from and ``attempts`` the deliveries it had
+    there (None for a message pushed into the dead-letter queue directly); ``last_error`` is the
+    error recorded by its last failure (Queue.fail), if any."""
 
     dead_letter_queue: str
     from_queue: str | None
@@ -482,18 +620,68 @@ class DeadLetter:
     kind: str
     payload: Any
     priority: int
-    attempts: int
+    attempts: int | None
     created_at: dt.datetime
     dead_lettered_at: dt.datetime
     reserved: bool
-# issue 4b: rows of the worker registry, limits and schedules ----------------------
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """A queue's settings (queue_settings)."""
+
+    queue: str
+    visibility_timeout: dt.timedelta
+    max_attempts: int
+    dead_letter_queue: str | None
+    history_retention: dt.timedelta | None
+    paused: bool
+    notify_window: dt.timedelta | None
+
+
+@dataclass(frozen=True)
+class MessageInfo:
+    """A live message as queue_message shows it."""
+
+    queue: str
+    key: str
+    kind: str
+    state: str  # 'ready', 'delayed' or 'reserved'
+    payload: Any
+    priority: int
+    attempts: int
+    scheduled_at: dt.datetime
+    created_at: dt.datetime
+    reserved_by: str | None
+    last_error: str | None
+    dead_from: str | None  # in a dead-letter queue: the queue it was dead-lettered from
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One history row of a message (queue_message_history)."""
+
+    processed_at: dt.datetime
+    outcome: str  # 'committed', 'moved', 'dead_lettered', 'popped', ...
+    to_queue: str | None
+    attempts: int
+    reserved_by: str | None
+    last_error: str | None
+
+
+# rows of the worker registry, limits and schedules ------------------------------------
 @dataclass(frozen=True)
 class WorkerRegistration:
-    """A registered worker: reserve with ``reserve_as`` so that release_dead_workers finds its messages."""
+    """A registered worker: reserve with ``reserve_as`` so that release_dead_workers finds its messages.
+
+    ``secret`` proves the registration is yours: heartbeat_worker and deregister_worker take the
+    registration and do nothing (False) for a secret that is not the worker's."""
 
     worker_id: int
     name: str
     reserve_as: str
+    secret: str = field(repr=False)
 
 
 @dataclass(frozen=True)

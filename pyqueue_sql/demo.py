@@ -4,23 +4,31 @@ Without a DSN it starts an embedded PostgreSQL (data in .pyqueue-demo/pgdata).
 Two producers push a few thousand orders (batches with push_many plus single
 pushes; some delayed by 1-3 s, some with a higher priority) while three
 consumers reserve, process and commit them. Some orders fail on their first
-delivery or two and are rolled back with exponential backoff; one poison order
-fails every time and ends in the dead-letter queue after max_attempts. Every
-thread has its own connection, as real producers and consumers would.
+delivery or two and are failed with their error text and exponential backoff;
+one poison order fails every time and ends in the dead-letter queue after
+max_attempts, its last error kept. Every thread has its own connection, as real
+producers and consumers would.
+
+``embedded_tcp_dsn`` gives the same embedded server a localhost TCP port (a
+small forwarder to its Unix socket), for clients that cannot use a socket:
+Spark's JDBC in examples/spark_pipeline.py, the Spark stage of `make demo`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import random
+import socket
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Iterator, TextIO
 
+from ._format import describe_error, format_stats_table, redact_dsn
 from .client import NewMessage, Queue, Reservation, connect
 
 QUEUE = "demo.orders"
@@ -91,6 +99,13 @@ def plan_messages(producer: int, count: int, rng: random.Random) -> list[NewMess
     return messages
 
 
+def failure_text(reservation: Reservation) -> str:
+    """The error a failed delivery records as the message's last error."""
+    if reservation.payload.get("poison"):
+        return "ValueError: order 'poison' has no line items"
+    return f"TimeoutError: payment service did not answer (attempt {reservation.attempts})"
+
+
 def process(reservation: Reservation) -> bool:
     """The consumer's work: True when the order was handled."""
     payload = reservation.payload
@@ -138,8 +153,6 @@ class Demo:
             try:
                 target()
             except BaseException as exc:  # reported by the main thread, which then stops everyone
-                from .cli import describe_error
-
                 with self.failures_lock:
                     self.failures.append(f"{name}: {describe_error(exc) or repr(exc)}")
                 self.stop.set()
@@ -189,13 +202,14 @@ class Demo:
                 self.counters.add(committed=1)
             else:
                 self.counters.add(lost=1)
-        elif queue.rollback(r, delay=backoff_delay(r.attempts)):
-            if r.attempts >= MAX_ATTEMPTS:
-                self.counters.add(dead=1)
-            else:
-                self.counters.add(retried=1)
         else:
-            self.counters.add(lost=1)
+            outcome = queue.fail(r, error=failure_text(r), delay=backoff_delay(r.attempts))
+            if outcome is None:
+                self.counters.add(lost=1)
+            elif outcome == "retry":
+                self.counters.add(retried=1)
+            else:  # dead_lettered (or dropped, were there no dead-letter queue)
+                self.counters.add(dead=1)
 
     # -- progress ----------------------------------------------------------------
     def status_line(self, elapsed: float) -> str:
@@ -259,8 +273,6 @@ class Demo:
 
     # -- the verdict -------------------------------------------------------------
     def report(self, done: bool, elapsed: float, total: int) -> int:
-        from .cli import format_stats_table
-
         c = self.counters.snapshot()
         if self.failures:
             for failure in self.failures:
@@ -287,13 +299,12 @@ class Demo:
             self.say(f"  expired    {c['lost']:>6}  (reservations that timed out before commit; redelivered)")
 
         with connect(self.dsn) as db:
-            dead_letters = db.queue(DEAD_LETTER_QUEUE).reserve(n=10, worker="demo-inspector", timeout=30)
-            for r in dead_letters:  # only a look: hand them straight back
-                db.queue(DEAD_LETTER_QUEUE).rollback(r)
-            keys = [r.key for r in dead_letters]
+            dead_letters = db.queue(DEAD_LETTER_QUEUE).dead_letters()  # a look, nothing taken
+            keys = [d.key for d in dead_letters]
             if keys == [POISON_KEY]:
-                self.say(f"  dead       {c['dead']:>6}  ({POISON_KEY!r} is in {DEAD_LETTER_QUEUE} "
-                         f"after {MAX_ATTEMPTS} attempts, payload {dead_letters[0].payload})")
+                d = dead_letters[0]
+                self.say(f"  dead       {c['dead']:>6}  ({POISON_KEY!r} is in {DEAD_LETTER_QUEUE}, from "
+                         f"{d.from_queue} after {d.attempts} attempts; last error: {d.last_error})")
             else:
                 problems.append(f"expected only {POISON_KEY!r} in {DEAD_LETTER_QUEUE}, found {keys}")
             stats = [s for s in db.stats() if s.queue in (QUEUE, DEAD_LETTER_QUEUE)]
@@ -319,8 +330,6 @@ def default_data_dir() -> Path | None:
 def run_demo(dsn: str | None, *, messages: int = 4000, timeout: float = 120.0,
              data_dir: str | os.PathLike[str] | None = None, out: TextIO | None = None) -> int:
     """Runs the demo against dsn, or an embedded PostgreSQL when dsn is None; returns the exit code."""
-    from .cli import redact_dsn
-
     out = out or sys.stdout
     if dsn is not None:
         print(f"database: {redact_dsn(dsn)}", file=out, flush=True)
@@ -338,3 +347,103 @@ def run_demo(dsn: str | None, *, messages: int = 4000, timeout: float = 120.0,
         code = Demo(embedded_dsn, messages, timeout, out).run()
         print("stopping the embedded server", file=out, flush=True)
     return code
+
+
+# -- the embedded server over TCP (for Spark's JDBC) -------------------------------------
+
+def _socket_path(dsn: str) -> str:
+    """The Unix socket file of the PostgreSQL server at dsn, as the server reports it."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        directories, port = conn.execute(
+            "SELECT current_setting('unix_socket_directories'), current_setting('port')").fetchone()
+    directory = directories.split(",")[0].strip()
+    return os.path.join(directory, f".s.PGSQL.{port}")
+
+
+@contextlib.contextmanager
+def tcp_forwarder(unix_path: str, host: str = "127.0.0.1") -> Iterator[int]:
+    """Listens on a free TCP port of host and forwards each connection to the Unix
+    socket unix_path; yields the port. Everything is closed on exit."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, 0))
+    listener.listen(64)
+    listener.settimeout(0.2)
+    stop = threading.Event()
+    open_sockets: set[socket.socket] = set()
+    lock = threading.Lock()
+
+    def close(*socks: socket.socket) -> None:
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+            with lock:
+                open_sockets.discard(sock)
+
+    def pump(source: socket.socket, target: socket.socket) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            close(source, target)
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            client.settimeout(None)
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(unix_path)
+            except OSError:
+                close(client, upstream)
+                continue
+            with lock:
+                open_sockets.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True, name="pyqueue-tcp-forward").start()
+
+    acceptor = threading.Thread(target=accept, daemon=True, name="pyqueue-tcp-accept")
+    acceptor.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        acceptor.join(timeout=2)
+        listener.close()
+        with lock:
+            left = list(open_sockets)
+        close(*left)
+
+
+@contextlib.contextmanager
+def embedded_dsns(data_dir: str | os.PathLike[str] | None = None) -> Iterator[tuple[str, str]]:
+    """Starts (or reuses) the embedded PostgreSQL of the demo (default .pyqueue-demo/pgdata);
+    yields (socket DSN, TCP DSN): the second reaches the same server over a free localhost
+    TCP port (for JDBC), the first is quicker for Python clients. Stops both on exit."""
+    from .embedded import embedded_postgres_dsn
+
+    where = Path(data_dir) if data_dir is not None else default_data_dir()
+    with embedded_postgres_dsn(where) as socket_dsn:
+        with tcp_forwarder(_socket_path(socket_dsn)) as port:
+            yield socket_dsn, f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+
+@contextlib.contextmanager
+def embedded_tcp_dsn(data_dir: str | os.PathLike[str] | None = None) -> Iterator[str]:
+    """Like embedded_dsns: only the DSN over localhost TCP."""
+    with embedded_dsns(data_dir) as (_, tcp_dsn):
+        yield tcp_dsn

@@ -9,9 +9,11 @@ Capabilities are attributes (``supports_listen``), not scattered ``if``s.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import re
+import uuid
 from decimal import Decimal
 from typing import Any, Sequence
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -56,6 +58,41 @@ def _as_utc(value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime 
             raise errors.InvalidArgumentError(f"{what} must be timezone-aware (a naive datetime is ambiguous)")
         return value.astimezone(UTC)
     raise errors.InvalidArgumentError(f"{what} must be a datetime or a timedelta, not {type(value).__name__}")
+
+
+def text_value(value: Any, what: str) -> str | None:
+    """A name argument (queue, kind, worker...) as it is; None is passed on for the routine to refuse.
+    Anything but a str is refused here, the same on both dialects (PostgreSQL would not find the
+    routine for such a type, MySQL would convert it silently)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise errors.InvalidArgumentError(f"{what} must be a str, not {type(value).__name__} ({value!r:.40})")
+
+
+def key_value(value: Any, what: str = "key") -> str | None:
+    """A message key: a str, or an int as its decimal text (17 -> '17'); a bool is refused (True is
+    not the key 1). None is passed on for the routine to refuse."""
+    if isinstance(value, bool):
+        raise errors.InvalidArgumentError(f"{what} must be a str or an int, not a bool")
+    if isinstance(value, int):
+        return str(value)
+    if value is None or isinstance(value, str):
+        return value
+    raise errors.InvalidArgumentError(f"{what} must be a str or an int, not {type(value).__name__} ({value!r:.40})")
+
+
+def token_value(value: Any, what: str = "token") -> str | None:
+    """A reservation token as text (a uuid.UUID is accepted as its text); None is passed on."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise errors.InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
+
+
+def read_token(value: Any) -> str | None:
+    """A token as the routines return it (PostgreSQL uuid, MySQL CHAR(36)), as a str."""
+    return None if value is None else str(value)
 
 
 def whole_number(value: Any, what: str) -> int | None:
@@ -126,13 +163,25 @@ class Dialect:
     def read_payload(self, value: Any) -> Any:
         return value
 
+    def read_duration(self, value: Any) -> dt.timedelta | None:
+        """A duration a routine returns (PostgreSQL interval, MySQL decimal seconds)."""
+        if value is None or isinstance(value, dt.timedelta):
+            return value
+        if isinstance(value, Decimal):  # exact to the microsecond, as MySQL's DECIMAL(20,6) holds it
+            return dt.timedelta(microseconds=int(value.scaleb(6).to_integral_value()))
+        return dt.timedelta(seconds=float(value))
+
     def kinds(self, kinds: Sequence[str] | None) -> Any:
-        return None if kinds is None else list(kinds)
+        if kinds is None:
+            return None
+        if isinstance(kinds, (str, bytes)):
+            raise errors.InvalidArgumentError("kinds must be a list of kinds, not a single str")
+        return [text_value(k, "each kind") for k in kinds]
 
     def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
         raise NotImplementedError
 
-    # -- connection loss (issue 3) ---------------------------------------
+    # -- connection loss -------------------------------------------------
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         """Driver errors after which a worker reconnects and retries (lost or broken connection)."""
         raise NotImplementedError
@@ -141,8 +190,25 @@ class Dialect:
         raise errors.QueueError(f"{self.name} has no LISTEN")
 
     def is_deadlock(self, exc: BaseException) -> bool:
-        """Whether the server rolled the transaction back to break a deadlock (safe to run again)."""
-        return False
+        """Whether the server rolled the transaction back to keep it serializable or to break a
+        deadlock (errors.SerializationError; run the whole transaction again)."""
+        return isinstance(exc, errors.SerializationError) or self.serialization_error(exc) is not None
+
+    def serialization_error(self, exc: BaseException) -> errors.SerializationError | None:
+        """The SerializationError a driver error stands for, or None."""
+        return None
+
+    def end_transaction(self, connection: Any, commit: bool) -> None:
+        """Commits (or rolls back); a serialization failure at COMMIT is raised as SerializationError."""
+        try:
+            self.commit(connection) if commit else self.rollback(connection)
+        except Exception as exc:
+            mapped = self.serialization_error(exc)
+            if mapped is not None:
+                with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                    self.rollback(connection)
+                raise mapped from exc
+            raise
 
 
 class PostgreSQL(Dialect):
@@ -178,7 +244,14 @@ class PostgreSQL(Dialect):
             with connection.cursor() as cur:
                 cur.execute(self.statement(name), params)
                 return cur.fetchall() if cur.description else []
-        except (pgerrors.UndefinedFunction, pgerrors.UndefinedTable) as exc:
+        except (pgerrors.SerializationFailure, pgerrors.DeadlockDetected) as exc:
+            raise self.serialization_error(exc) from exc
+        except pgerrors.UndefinedFunction as exc:
+            mapped = self._undefined_function(connection, name, exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+        except pgerrors.UndefinedTable as exc:
             if "queue_" in str(exc) or "pyqueue" in str(exc):
                 raise errors.SchemaNotInstalledError(
                     f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`), or it is "
@@ -186,7 +259,7 @@ class PostgreSQL(Dialect):
                     f"(`pyqueue-sql grant` grants USAGE): {exc.diag.message_primary}"
                 ) from exc
             raise
-        except pgerrors.InsufficientPrivilege as exc:  # issue 7: a role without the capability
+        except pgerrors.InsufficientPrivilege as exc:  # a role without the capability
             raise errors.PermissionDeniedError(str(exc.diag.message_primary)) from exc
         except psycopg.Error as exc:
             mapped = _map_routine_error(exc.diag.message_primary)
@@ -201,6 +274,43 @@ class PostgreSQL(Dialect):
             if isinstance(exc, pgerrors.DataError):  # a value that does not fit its parameter's type
                 raise errors.InvalidArgumentError(str(exc.diag.message_primary)) from exc
             raise
+
+    def serialization_error(self, exc: BaseException) -> errors.SerializationError | None:
+        if getattr(exc, "sqlstate", None) in ("40001", "40P01"):
+            diag = getattr(exc, "diag", None)
+            what = "deadlock" if exc.sqlstate == "40P01" else "serialization failure"
+            return errors.SerializationError(
+                f"{what} ({exc.sqlstate}): the server rolled the transaction back, nothing of it was kept; "
+                f"run the whole transaction again: {diag.message_primary if diag is not None else exc}")
+        return None
+
+    def _undefined_function(self, connection: Any, name: str, exc: Any) -> errors.QueueError | None:
+        """42883 for one of our routines: SchemaNotInstalledError only when no routine of that name is
+        visible at all; a routine that exists but takes other argument types is an InvalidArgumentError
+        that names the types the server saw."""
+        message = exc.diag.message_primary or str(exc)
+        match = _PG_NO_FUNCTION.match(message)
+        if match is None:
+            return self._not_installed(message) if ("queue_" in message or "pyqueue" in message) else None
+        routine, types = match.group(1).rsplit(".", 1)[-1].strip('"'), match.group(2)
+        if not routine.startswith(("queue_", "pyqueue")):
+            return None
+        exists = _pg_routine_exists(connection, routine)
+        if exists is None:  # the transaction is aborted: judge by the types the server saw
+            exists = _pg_wrong_types(self.statement(name), types)
+        if not exists:
+            return self._not_installed(message)
+        return errors.InvalidArgumentError(
+            f"no {routine} takes arguments of the types ({types}): pass str for names, keys and kinds "
+            f"(a key may be an int), numbers for numbers; or the installed schema is of another release "
+            f"than this client (run `pyqueue-sql migrate`)")
+
+    @staticmethod
+    def _not_installed(message: str) -> errors.SchemaNotInstalledError:
+        return errors.SchemaNotInstalledError(
+            f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`), or it is "
+            f"installed in a schema this role has no USAGE on or that is not on its search_path "
+            f"(`pyqueue-sql grant` grants USAGE): {message}")
 
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         import psycopg
@@ -243,8 +353,12 @@ class MySQL(Dialect):
     # retry of the same call would archive it a second time. The same holds for
     # the other calls that archive or remove (pop, the commit fast paths,
     # redrive); a batch call in one transaction also commits once, not per row.
-    own_transaction_statements = frozenset({"commit", "rollback", "move", "pop", "commit_reserve",
-                                            "commit_batch", "redrive"})
+    # reserve and extend claim rows (and limit slots) one statement at a time: in
+    # autocommit mode a deadlock after the first claim would leave the claimed
+    # messages held, unreturned, until their timeout; in a transaction of their
+    # own the server rolls the whole call back, and the client runs it again.
+    own_transaction_statements = frozenset({"commit", "rollback", "fail", "move", "pop", "commit_reserve",
+                                            "commit_batch", "redrive", "reserve", "extend"})
 
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
         import pymysql
@@ -275,13 +389,20 @@ class MySQL(Dialect):
         except pymysql.MySQLError as exc:
             code = exc.args[0] if exc.args else None
             message = exc.args[1] if len(exc.args) > 1 else str(exc)
+            serialization = self.serialization_error(exc)
+            if serialization is not None:
+                raise serialization from exc
             mapped = _map_routine_error(message)
             if mapped is not None:
                 raise mapped from exc
             if code in (1264, 1265, 1292, 1366):  # out of range / truncated / bad datetime / bad value for the parameter
                 raise errors.InvalidArgumentError(message) from exc
-            if code in _MYSQL_ACCESS_DENIED:  # issue 7: an account without the capability
+            if code in _MYSQL_ACCESS_DENIED:  # an account without the capability
                 raise errors.PermissionDeniedError(message) from exc
+            if code == 1318:  # the procedure exists with another number of arguments
+                raise errors.InvalidArgumentError(
+                    f"{message}: the installed schema is of another release than this client "
+                    f"(run `pyqueue-sql migrate`)") from exc
             if code in (1305, 1146):  # procedure / table does not exist
                 raise errors.SchemaNotInstalledError(
                     f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`): {message}"
@@ -295,10 +416,15 @@ class MySQL(Dialect):
 
         return (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
-    def is_deadlock(self, exc: BaseException) -> bool:
+    def serialization_error(self, exc: BaseException) -> errors.SerializationError | None:
         import pymysql
 
-        return isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] == 1213
+        if isinstance(exc, pymysql.MySQLError) and exc.args and exc.args[0] in (1213, 1205):
+            what = "deadlock" if exc.args[0] == 1213 else "lock wait timeout"
+            return errors.SerializationError(
+                f"{what} ({exc.args[0]}): the server rolled the statement's transaction back; "
+                f"run the whole transaction again: {exc.args[1] if len(exc.args) > 1 else exc}")
+        return None
 
     def duration(self, value: Duration, what: str) -> Any:
         delta = _as_timedelta(value, what)
@@ -317,7 +443,8 @@ class MySQL(Dialect):
         return json.loads(value) if isinstance(value, str) else value
 
     def kinds(self, kinds: Sequence[str] | None) -> Any:
-        return None if kinds is None else json.dumps(list(kinds), ensure_ascii=False)
+        checked = super().kinds(kinds)
+        return None if checked is None else json.dumps(checked, ensure_ascii=False)
 
     def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
         messages = []
@@ -331,6 +458,40 @@ class MySQL(Dialect):
                 "priority": priority,
             })
         return {"messages": encode_json(messages)}
+
+
+_PG_NO_FUNCTION = re.compile(r"function ([\w.\"]+)\((.*)\) does not exist", re.DOTALL)
+_PG_ARGUMENT = re.compile(r"%\((\w+)\)s(::[\w\[\] ]+)?")
+# Whether a routine of that name is visible on the search_path (one round trip, autocommit only).
+_PG_ROUTINE_EXISTS = ("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc"
+                      " WHERE proname = %s AND pg_catalog.pg_function_is_visible(oid))")
+
+
+def _pg_routine_exists(connection: Any, routine: str) -> bool | None:
+    """True/False from the catalog; None when the connection is inside a transaction (an aborted one
+    cannot be asked anything, and a caller's open one is not ours to touch)."""
+    from psycopg.pq import TransactionStatus
+
+    if connection.info.transaction_status != TransactionStatus.IDLE:
+        return None
+    try:
+        with connection.cursor() as cur:
+            cur.execute(_PG_ROUTINE_EXISTS, (routine,))
+            return bool(cur.fetchone()[0])
+    except Exception:  # noqa: BLE001 - the original error is the one to report
+        return None
+
+
+def _pg_wrong_types(statement: str, types: str) -> bool:
+    """Without the catalog: whether the server saw a type other than text for an argument that the
+    named statement passes uncast (names, keys, kinds: sent as text, shown as `unknown` or `text`).
+    True means the routine is there but was given a wrong type."""
+    args = statement[statement.index("(") + 1:statement.rindex(")")] if "(" in statement else ""
+    seen = [t.strip() for t in types.split(",")] if types.strip() else []
+    placeholders = _PG_ARGUMENT.findall(args)
+    if len(seen) != len(placeholders):
+        return False
+    return any(cast == "" and t not in ("unknown", "text") for (_, cast), t in zip(placeholders, seen))
 
 
 def _strip_driver(dsn: str) -> str:

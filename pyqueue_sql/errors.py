@@ -43,8 +43,26 @@ class UnsupportedDsnError(QueueError, ValueError):
     """The DSN names a database pyqueue-sql does not support."""
 
 
+class SerializationError(QueueError):
+    """The server rolled the transaction back to keep it serializable, or to break a deadlock
+    (PostgreSQL 40001 serialization_failure / 40P01 deadlock_detected; MySQL 1213 deadlock,
+    1205 lock wait timeout). Nothing of that transaction was kept.
+
+    A call that the client runs in a transaction of its own (a ``connect()``-ed Database outside
+    ``db.transaction()``) is run again by the client a few times, with a short random pause,
+    before this is raised. Inside ``db.transaction()`` or on a ``Database.wrap``-ped connection
+    it is raised at once: the whole transaction is gone, and the caller must run the whole
+    transaction again (its business writes included), not just the failed call."""
+
+
+class InsecureSchemaError(QueueError):
+    """PostgreSQL: a role other than the installing one can CREATE in the install schema, so it
+    could plant look-alike functions that the routines would run; the install was refused."""
+
+
 ERROR_CODES: dict[str, type[QueueError]] = {
     "unknown_queue": UnknownQueueError,
     "invalid_argument": InvalidArgumentError,
     "invalid_payload": InvalidPayloadError,
+    "insecure_schema": InsecureSchemaError,
 }

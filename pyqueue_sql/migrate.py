@@ -1,100 +1,171 @@
-"""Installing and upgrading the schema with alembic.
+"""Installing and upgrading the schema: the alembic revisions in migrations/versions.
 
-Each revision in migrations/versions runs a frozen SQL file of the current
-dialect (migrations/sql/<dialect>/<revision>.up.sql / .down.sql); sql/<dialect>/
-holds the current state, and a test proves both build the same catalog.
+Each revision runs frozen SQL files of the current dialect
+(migrations/sql/<dialect>/<revision>.up.sql, .routines.sql, .down.sql ...);
+sql/<dialect>/ holds the current state, and a test proves both build the same
+catalog. Our revisions are recorded in their own version table,
+``pyqueue_alembic_version``, and never mix with an application's.
 
-From an application's own alembic setup, call ``upgrade(op.get_bind())`` in one
-of your revisions (or in your env.py after your own migrations): our revisions
-are recorded in ``pyqueue_alembic_version`` and never mix with yours.
+The revisions are driven here with alembic's ScriptDirectory and
+MigrationContext directly, never through ``alembic.command`` / env.py, so a
+run never touches alembic's global ``op`` and ``context`` proxies: calling
+``upgrade(op.get_bind())`` from an application's own alembic revision (or at
+the end of its env.py) leaves the application's alembic run intact.
+
+Transactions and interruptions:
+
+* PostgreSQL: a run is one transaction (the caller's, when the connection
+  handed in is inside one): it applies completely or not at all.
+* MySQL/MariaDB commit every DDL statement at once. A run therefore records
+  its progress in ``pyqueue_alembic_progress`` (the revision step in progress,
+  the file of that step and how many of its statements are applied, committed
+  after each statement) and, before it drops anything, a snapshot of the
+  routine grants in ``pyqueue_alembic_grants``. When a run stops half-way
+  (an error, Ctrl-C, a kill, a lost connection) nothing is undone and both
+  tables stay; the next run resumes at the statement that was not recorded
+  (re-running it, and taking exactly the "already exists" / "does not exist"
+  errors of that one statement as "it was applied"), and gives the grants of
+  the snapshot back at the end. Both tables are dropped when a run finishes.
+  Nothing here ever drops a table on failure.
+
+A schema that exists but is not recorded (installed from ``pyqueue-sql sql``)
+is refused (UnrecordedSchemaError) unless ``adopt=True``: the catalog must
+then match the fingerprint of one revision exactly (FINGERPRINTS in each
+revision file, regenerated from real databases by a test), which is recorded
+before the rest is applied.
+
+Test hook (tests/test_migrate_interrupted.py): the environment variable
+PYQUEUE_SQL_MIGRATE_TEST_KILL="<n>[:unrecorded][:<SIGNAL>]" makes the process
+send itself SIGNAL (default SIGKILL) after the n-th unit of work of the run
+(MySQL: a statement, once recorded - or, with ``unrecorded``, once applied but
+before it is recorded; PostgreSQL: a file). Unset, it costs one dict lookup.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import signal
 import warnings
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
-from alembic import command, op
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
-from . import dialects
+from . import dialects, errors
 from ._resources import migrations_dir
-from .queries import queries, split_script
+from .queries import migration_queries, split_script
 
 VERSION_TABLE = "pyqueue_alembic_version"
+TEST_KILL_VARIABLE = "PYQUEUE_SQL_MIGRATE_TEST_KILL"
+log = logging.getLogger("pyqueue_sql.migrate")
+INTERRUPTED = "migrate was interrupted; run it again to resume"
 
+
+# ---- errors -----------------------------------------------------------------
+
+class MigrationError(errors.QueueError):
+    """A migrate run refused or could not finish (nothing is undone on MySQL: run it again)."""
+
+
+class UnrecordedSchemaError(MigrationError):
+    """pyqueue-sql objects exist but pyqueue_alembic_version records no revision
+    (installed from `pyqueue-sql sql` or by hand). Nothing was changed."""
+
+    def __init__(self, message: str, found: list[str]) -> None:
+        super().__init__(message)
+        self.found = found
+
+
+class SchemaMismatchError(MigrationError):
+    """adopt=True, but the catalog matches no known revision exactly. Nothing was changed."""
+
+
+class MigrationInterrupted(MigrationError):
+    """The run was interrupted (Ctrl-C, a lost connection); running it again resumes it."""
+
+
+class MigrationLockTimeout(MigrationError):
+    """Another migrator held the migration lock for too long."""
+
+
+class MigrationResult(NamedTuple):
+    """Revisions recorded before and after a run; ``adopted`` is the revision an
+    adopt recognised (then ``before`` is that revision), else None."""
+
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    adopted: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+# ---- the revision being applied (read by run_sql_file) ----------------------
+
+@dataclasses.dataclass
+class _Step:
+    connection: Connection
+    dialect: dialects.Dialect
+    run: "_Run | None"  # None: run by alembic itself through env.py (no resume)
+    files: int = 0
+
+
+_STEP: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("pyqueue_sql_migration_step", default=None)
+
+
+def run_sql_file(filename: str) -> None:
+    """Runs migrations/sql/<dialect>/<filename> on the connection of the running
+    migration (called by the revision files). PostgreSQL: the whole file inside
+    the run's transaction. MySQL: statement by statement, each one recorded, so
+    an interrupted run resumes after the last recorded statement."""
+    step = _STEP.get()
+    if step is None:
+        raise RuntimeError("run_sql_file() runs inside pyqueue_sql.migrate.upgrade()/downgrade()")
+    path = migrations_dir() / "sql" / step.dialect.name / filename
+    if not path.is_file():
+        raise FileNotFoundError(f"migration file {path} is missing: is this installation complete?")
+    text = path.read_text(encoding="utf-8")
+    file_no = step.files
+    step.files += 1
+    if step.run is not None and step.run.progress is not None:
+        step.run.progress.run_file(file_no, split_script(text), step.run.count)
+        return
+    _execute_script(step.connection, step.dialect, text)
+    if step.run is not None:
+        step.run.count(False)
+        step.run.count(True)
+
+
+def _execute_script(connection: Connection, dialect: dialects.Dialect, text: str) -> None:
+    # The DB-API cursor, called without parameters, leaves '%' in the SQL alone.
+    statements = split_script(text)
+    if not statements:
+        return  # comments only: psycopg would refuse an empty query
+    cursor = connection.connection.cursor()
+    try:
+        if dialect.name == "postgresql":
+            cursor.execute(text)  # without parameters psycopg runs the whole script at once
+        else:
+            for statement in statements:
+                cursor.execute(statement)
+    finally:
+        cursor.close()
+
+
+# ---- small helpers ----------------------------------------------------------
 
 def _dialect_of(connection: Connection) -> dialects.Dialect:
     return dialects.for_name("postgresql" if connection.dialect.name == "postgresql" else "mysql")
-
-
-@contextlib.contextmanager
-def migration_lock(connection: Connection) -> Iterator[None]:
-    """Serialises concurrent migrators with a database lock: a transaction-level
-    advisory lock on PostgreSQL (gone at commit), GET_LOCK on MySQL (released
-    after the block, which commits first when the connection is ours)."""
-    names = queries(_dialect_of(connection).name)
-    connection.exec_driver_sql(names["migration_lock"])
-    try:
-        yield
-    finally:
-        if "migration_unlock" in names:
-            connection.exec_driver_sql(names["migration_unlock"])
-
-
-def run_sql_file(filename: str, undo: tuple[str, ...] | None = None) -> None:
-    """Runs migrations/sql/<dialect>/<filename> on the connection of the running migration.
-
-    PostgreSQL runs it inside the migration's transaction. MySQL commits every
-    DDL statement at once, so when an ``.up.sql`` fails half-way its
-    ``.down.sql`` (which drops only what exists) puts the database back before
-    the error is raised, and the next migrate starts clean. ``undo`` names
-    other files to run instead (in order) for a file that is not an ``.up.sql``.
-    """
-    connection = op.get_bind()
-    dialect = _dialect_of(connection)
-    folder = migrations_dir() / "sql" / dialect.name
-    path = folder / filename
-    if not path.is_file():
-        raise FileNotFoundError(f"migration file {path} is missing: is this installation complete?")
-    saved = _mysql_routine_grants(connection) if dialect.name == "mysql" else None
-    try:
-        _execute_script(connection, dialect, path.read_text(encoding="utf-8"))
-        if saved:
-            _mysql_restore_routine_grants(connection, saved)
-    except Exception:
-        if undo is None:
-            undo = (filename.replace(".up.sql", ".down.sql"),) if filename.endswith(".up.sql") else ()
-        if dialect.name == "mysql":
-            for name in undo:
-                if (folder / name).is_file():
-                    with contextlib.suppress(Exception):
-                        _execute_script(connection, dialect, (folder / name).read_text(encoding="utf-8"))
-            if saved:  # the undo re-created the previous routines: their grants come back too
-                with contextlib.suppress(Exception):
-                    _mysql_restore_routine_grants(connection, saved)
-        raise
-
-
-def _mysql_routine_grants(connection: Connection) -> list[tuple] | None:
-    """The grants on this database's routines (mysql.procs_priv), or None when
-    the migrating account may not read them (a warning then says to re-grant)."""
-    cursor = connection.connection.cursor()
-    try:
-        cursor.execute(queries("mysql")["routine_grants"])
-        return [tuple(_text(v) for v in row) for row in cursor.fetchall()]
-    except Exception as exc:  # no SELECT on mysql.procs_priv
-        warnings.warn(f"pyqueue-sql: cannot read the grants on the routines ({exc}); an upgrade that "
-                      "re-creates them drops them: run `pyqueue-sql grant ... --apply` again afterwards",
-                      stacklevel=3)
-        return None
-    finally:
-        cursor.close()
 
 
 def _text(value: Any) -> Any:
@@ -103,27 +174,235 @@ def _text(value: Any) -> Any:
     return value.decode() if isinstance(value, (bytes, bytearray)) else value
 
 
+def _rows(connection: Connection, dialect: dialects.Dialect, name: str,
+          params: dict[str, Any] | None = None) -> list[tuple]:
+    """Runs a named statement of sql/<dialect>/migration.sql on the DB-API connection."""
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(migration_queries(dialect.name)[name], params or {})
+        return [tuple(_text(v) for v in row) for row in cursor.fetchall()] if cursor.description else []
+    finally:
+        cursor.close()
+
+
+def _mysql_code(exc: BaseException) -> int | None:
+    orig = getattr(exc, "orig", exc)
+    args = getattr(orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _interruption(exc: BaseException, dialect: dialects.Dialect) -> bool:
+    """Ctrl-C, or the connection was lost / broken under the run."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    orig = getattr(exc, "orig", exc)
+    if dialect.name == "mysql":
+        return isinstance(orig, dialect.connection_errors()) and _mysql_code(orig) in (0, 2006, 2013, 2014, 2055)
+    return isinstance(orig, dialect.connection_errors())
+
+
+@contextlib.contextmanager
+def _migration_lock(connection: Connection, dialect: dialects.Dialect) -> Iterator[None]:
+    """PostgreSQL: a transaction-level advisory lock (gone at commit/rollback).
+    MySQL: GET_LOCK named after the database, released after the run."""
+    [(got,)] = _rows(connection, dialect, "migration_lock")
+    if dialect.name == "mysql" and got != 1:
+        raise MigrationLockTimeout("another pyqueue-sql migrate has held this database's migration lock "
+                                   "for 600 s; try again when it is done")
+    try:
+        yield
+    except BaseException as exc:
+        # After an interruption the connection is dropped, and the lock with its session.
+        if dialect.name == "mysql" and not _interruption(exc, dialect):
+            with contextlib.suppress(Exception):
+                _rows(connection, dialect, "migration_unlock")
+        raise
+    if dialect.name == "mysql":
+        _rows(connection, dialect, "migration_unlock")
+
+
+# ---- MySQL: durable progress -------------------------------------------------
+
+# The errors a statement gives when it had been applied already (run again
+# after an interruption between applying it and recording it): exactly these,
+# and only for that one statement, count as "applied".
+_ALREADY_APPLIED = frozenset({
+    1050,  # table / view already exists
+    1304,  # procedure / function already exists
+    1359,  # trigger already exists
+    1060,  # duplicate column name
+    1061,  # duplicate key name
+    1068,  # multiple primary key defined
+    1826,  # duplicate foreign key / constraint name
+    3822,  # duplicate check constraint name (MySQL 8)
+    1091,  # can't drop column / key: it does not exist (a DROP applied before)
+    1051,  # unknown table (DROP TABLE without IF EXISTS applied before)
+    1305,  # procedure / function does not exist (DROP without IF EXISTS applied before)
+    1360,  # trigger does not exist
+})
+
+
+def _is_session_setting(statement: str) -> bool:
+    """A statement that only sets session state (sql_mode, user variables):
+    replayed when resuming, so the statements after it run as they would have."""
+    code = " ".join(line for line in statement.splitlines() if not line.strip().startswith("--")).split()
+    return len(code) >= 2 and code[0].upper() == "SET" and (code[1].startswith("@") or code[1].upper() == "SESSION")
+
+
+class _MySQLProgress:
+    """pyqueue_alembic_progress: one row (step, file_no, statement_no) committed
+    after every statement of a step; pyqueue_alembic_grants: the routine grants
+    as they were before the run dropped anything."""
+
+    def __init__(self, connection: Connection, dialect: dialects.Dialect, row: tuple) -> None:
+        self.connection, self.dialect = connection, dialect
+        step, file_no, statement_no, grants_saved = row
+        self.step: str | None = step
+        self.file_no, self.statement_no = int(file_no), int(statement_no)
+        self.grants_saved = bool(grants_saved)
+        self.resume: tuple[int, int] | None = None
+
+    # -- life cycle ------------------------------------------------------
+    @classmethod
+    def load(cls, connection: Connection, dialect: dialects.Dialect) -> "_MySQLProgress | None":
+        """The progress an unfinished run left, or None."""
+        [(progress, grants)] = _rows(connection, dialect, "bookkeeping_tables")
+        if not int(progress):
+            if int(grants):  # a run that ended just before dropping it
+                _rows(connection, dialect, "drop_grants_table")
+            return None
+        rows = _rows(connection, dialect, "read_progress")
+        if not rows:  # stopped while starting, before anything was changed
+            return cls._snapshot(connection, dialect)
+        return cls(connection, dialect, rows[0])
+
+    @classmethod
+    def start(cls, connection: Connection, dialect: dialects.Dialect) -> "_MySQLProgress":
+        """Creates the progress table, then takes the grant snapshot (once, before
+        anything is dropped) and commits both with the first progress row."""
+        _rows(connection, dialect, "create_progress_table")
+        return cls._snapshot(connection, dialect)
+
+    @classmethod
+    def _snapshot(cls, connection: Connection, dialect: dialects.Dialect) -> "_MySQLProgress":
+        _rows(connection, dialect, "drop_grants_table")
+        _rows(connection, dialect, "create_grants_table")
+        saved = True
+        try:
+            _rows(connection, dialect, "save_routine_grants")
+        except Exception as exc:  # no SELECT on mysql.procs_priv
+            if _interruption(exc, dialect):
+                raise
+            saved = False
+            warnings.warn(f"pyqueue-sql: cannot read the grants on the routines ({exc}); an upgrade that "
+                          "re-creates them drops them: run `pyqueue-sql grant ... --apply` again afterwards",
+                          stacklevel=4)
+        _rows(connection, dialect, "start_progress", {"grants_saved": saved})
+        connection.connection.commit()
+        return cls(connection, dialect, (None, 0, 0, saved))
+
+    def _record(self) -> None:
+        _rows(self.connection, self.dialect, "record_progress",
+              {"step": self.step, "file_no": self.file_no, "statement_no": self.statement_no})
+        self.connection.connection.commit()
+
+    def begin_step(self, name: str) -> None:
+        if self.step == name:  # resuming this very step
+            self.resume = (self.file_no, self.statement_no)
+            return
+        if self.step is not None:
+            raise MigrationError(
+                f"an earlier migrate stopped during {self.step!r} and this one would start with {name!r}: "
+                "run the interrupted migrate again (same direction and target) to finish it first")
+        self.resume = None
+        self.step, self.file_no, self.statement_no = name, 0, 0
+        self._record()
+
+    def end_step(self) -> None:
+        """After the version table is updated: clears the step in the same commit."""
+        self.step, self.file_no, self.statement_no, self.resume = None, 0, 0, None
+        self._record()
+
+    def check_first_step(self, name: str | None) -> None:
+        if self.step is not None and self.step != name:
+            raise MigrationError(
+                f"an earlier migrate stopped during {self.step!r}; "
+                + (f"this one would start with {name!r}: " if name else "this one has nothing to do there: ")
+                + "run the interrupted migrate again (same direction and target) to finish it first")
+
+    # -- statements ------------------------------------------------------
+    def run_file(self, file_no: int, statements: list[str], count: Callable[[bool], None]) -> None:
+        start, tolerant_at = 0, None
+        if self.resume is not None:
+            done_file, done_statement = self.resume
+            if file_no < done_file:
+                return  # applied completely before the interruption
+            if file_no == done_file:
+                start = tolerant_at = done_statement
+        self.file_no, self.statement_no = file_no, start
+        self._record()
+        cursor = self.connection.connection.cursor()
+        try:
+            for i, statement in enumerate(statements):
+                if i < start:
+                    if _is_session_setting(statement):
+                        cursor.execute(statement)
+                    continue
+                try:
+                    cursor.execute(statement)
+                except Exception as exc:
+                    if not (i == tolerant_at and _mysql_code(exc) in _ALREADY_APPLIED):
+                        raise
+                count(False)
+                self.statement_no = i + 1
+                self._record()
+                count(True)
+        finally:
+            cursor.close()
+        if self.resume is not None and file_no >= self.resume[0]:
+            self.resume = None
+
+    # -- grants ----------------------------------------------------------
+    def finish(self) -> None:
+        """Gives back the routine grants of the snapshot that are gone, then drops both tables."""
+        if self.grants_saved:
+            saved = _rows(self.connection, self.dialect, "saved_routine_grants")
+            _mysql_restore_routine_grants(self.connection, saved)
+        _rows(self.connection, self.dialect, "drop_progress_table")
+        _rows(self.connection, self.dialect, "drop_grants_table")
+
+
+def _privileges(value: Any) -> frozenset[str]:
+    return frozenset(p.strip().lower() for p in str(value or "").split(",") if p.strip())
+
+
 _ROUTINE_PRIVILEGES = {"execute": "EXECUTE", "alter routine": "ALTER ROUTINE"}
 
 
 def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) -> None:
     """Gives back the routine grants that re-creating the procedures dropped
-    (only those that are gone, only on routines that exist again). Names come
-    from the server's catalog and are validated and backtick-quoted; a grant
-    whose account is gone meanwhile fails (no account is ever created here) and
-    is reported as a warning."""
+    (only those that are gone, only on routines that exist). Names come from
+    the server's catalog and are validated and backtick-quoted; a grant whose
+    account is gone meanwhile fails (no account is ever created here) and is
+    reported as a warning."""
     from .privileges import Account, _mysql_account, _mysql_quote, no_account_creation
 
-    now = set(_mysql_routine_grants(connection) or ())
-    template = queries("mysql")["regrant_routine"]
+    dialect = _dialect_of(connection)
+    try:
+        now = {(u, h, r.lower(), str(t).upper(), _privileges(p))
+               for u, h, r, t, p in _rows(connection, dialect, "routine_grants")}
+    except Exception as exc:  # cannot read them now: give every saved one back (a no-op when held)
+        if _interruption(exc, dialect):
+            raise
+        now = set()
+    template = migration_queries("mysql")["regrant_routine"]
     cursor = connection.connection.cursor()
     try:
         with no_account_creation("mysql", connection.connection):
-            for row in saved:
-                if row in now:
+            for user, host, routine, routine_type, privileges in saved:
+                granted = _privileges(privileges)
+                if (user, host, str(routine).lower(), str(routine_type).upper(), granted) in now:
                     continue
-                user, host, routine, routine_type, privileges = row
-                granted = {p.strip().lower() for p in str(privileges).split(",")}
                 chosen = [_ROUTINE_PRIVILEGES[p] for p in _ROUTINE_PRIVILEGES if p in granted]
                 if not chosen or str(routine_type).upper() not in ("PROCEDURE", "FUNCTION"):
                     continue
@@ -135,72 +414,297 @@ def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) ->
                         grant_option=" WITH GRANT OPTION" if "grant" in granted else "")
                     cursor.execute(statement)
                 except Exception as exc:  # a routine this revision no longer has (1305), an odd name
-                    if getattr(exc, "args", (None,))[0] != 1305:
+                    if _interruption(exc, dialect):
+                        raise
+                    if _mysql_code(exc) != 1305:
                         warnings.warn(f"pyqueue-sql: could not give {user}@{host} back {', '.join(chosen)} "
                                       f"on {routine}: {exc}", stacklevel=3)
     finally:
         cursor.close()
 
 
-def _execute_script(connection: Connection, dialect: dialects.Dialect, text: str) -> None:
-    # The DB-API cursor, called without parameters, leaves '%' in the SQL alone.
-    if not split_script(text):
-        return  # comments only: psycopg would refuse an empty query
-    cursor = connection.connection.cursor()
-    try:
-        if dialect.name == "postgresql":
-            cursor.execute(text)  # without parameters psycopg runs the whole script at once
-        else:
-            for statement in split_script(text):
-                cursor.execute(statement)
-    finally:
-        cursor.close()
+# ---- catalog fingerprints (adopt) ---------------------------------------------
+
+def flavor(connection: Connection) -> str:
+    """'postgresql', 'mariadb' or 'mysql': the key of a revision's FINGERPRINTS."""
+    dialect = _dialect_of(connection)
+    if dialect.name == "postgresql":
+        return "postgresql"
+    [(version,)] = _rows(connection, dialect, "server_version")
+    return "mariadb" if "mariadb" in str(version).lower() else "mysql"
 
 
-def alembic_config(connection: Connection | None = None, owned: bool = False) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(migrations_dir()))
-    if connection is not None:
-        config.attributes["connection"] = connection
-        config.attributes["owned"] = owned
-    return config
+def fingerprint(target: Any) -> str:
+    """The catalog fingerprint of what pyqueue-sql installed in a database:
+    tables, columns, indexes, constraints, views and routine signatures (not
+    routine bodies, owners or grants), hashed."""
+    with _session(target) as (connection, _dialect):
+        return _fingerprint(connection)
 
+
+def _fingerprint(connection: Connection) -> str:
+    dialect = _dialect_of(connection)
+    named = migration_queries(dialect.name)
+    parts = {name: [[None if v is None else str(v) for v in row] for row in _rows(connection, dialect, name)]
+             for name in named if name.startswith("fingerprint_")}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _adopt(connection: Connection, script: ScriptDirectory, found: list[str]) -> str:
+    kind = flavor(connection)
+    mine = _fingerprint(connection)
+    known = {}
+    for rev in script.walk_revisions():
+        value = getattr(rev.module, "FINGERPRINTS", {}).get(kind)
+        if value:
+            known[value] = rev.revision
+    if not known:
+        raise SchemaMismatchError(f"no catalog fingerprints ship for {kind}: the existing schema cannot be "
+                                  "checked, so it is not adopted (nothing was changed)")
+    if mine not in known:
+        raise SchemaMismatchError(
+            f"the pyqueue-sql objects in this database ({_summary(found)}) match no released revision "
+            f"exactly (fingerprint {mine}), so they are not adopted and nothing was changed; compare them "
+            "with `pyqueue-sql sql`, or move the data out and install afresh")
+    return known[mine]
+
+
+def _summary(found: list[str]) -> str:
+    first = ("table pyqueue_queue", "table pyqueue_message")
+    tables = [n for n in first if n in found] + [n for n in found if n.startswith("table ") and n not in first]
+    routines = [n for n in found if n.startswith("routine ")]
+    shown = ", ".join(n.split(" ", 1)[1] for n in tables[:4]) + (", ..." if len(tables) > 4 else "")
+    return f"{len(tables)} tables ({shown}) and {len(routines)} routines"
+
+
+# ---- connections ----------------------------------------------------------------
 
 @contextlib.contextmanager
-def _connection(target: Any) -> Iterator[Connection]:
-    """A SQLAlchemy connection from a DSN (ours: committed here) or the caller's own."""
+def _session(target: Any) -> Iterator[tuple[Connection, dialects.Dialect]]:
+    """The connection to migrate and its dialect. A DSN: a connection of ours in
+    one transaction, committed at the end (dropped, not rolled back, after an
+    interruption). A caller's Connection inside a transaction: run inside it
+    (never committed here); one not in a transaction: our own transaction on it."""
     if isinstance(target, Connection):
-        yield target
+        dialect = _dialect_of(target)
+        if target.in_transaction():
+            yield target, dialect
+            return
+        transaction = target.begin()
+        try:
+            yield target, dialect
+        except BaseException as exc:
+            if _interruption(exc, dialect):
+                with contextlib.suppress(Exception):
+                    target.invalidate()
+            else:
+                with contextlib.suppress(Exception):
+                    transaction.rollback()
+            raise
+        transaction.commit()
         return
     dialect = dialects.for_dsn(target)
     engine = create_engine(f"{dialect.sqlalchemy_dialect}://", poolclass=pool.NullPool,
                            creator=lambda: dialect.connect(target, autocommit=False))
     try:
-        with engine.connect() as connection:
-            yield connection
-            connection.commit()
+        connection = engine.connect()
+        try:
+            transaction = connection.begin()
+            try:
+                yield connection, dialect
+            except BaseException as exc:
+                if _interruption(exc, dialect):
+                    with contextlib.suppress(Exception):
+                        connection.invalidate()  # no rollback on a connection cut mid-reply
+                else:
+                    with contextlib.suppress(Exception):
+                        transaction.rollback()
+                raise
+            transaction.commit()
+        finally:
+            with contextlib.suppress(Exception):
+                connection.close()
     finally:
         engine.dispose()
 
 
-def upgrade(target: Any, revision: str = "heads") -> None:
-    """Brings the schema to ``revision``; target is a DSN or a SQLAlchemy Connection."""
-    with _connection(target) as connection:
-        command.upgrade(alembic_config(connection, owned=connection is not target), revision)
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    return config
 
 
-def downgrade(target: Any, revision: str = "base") -> None:
-    """Takes the schema back to ``revision`` ('base' removes everything pyqueue-sql installed)."""
-    with _connection(target) as connection:
-        command.downgrade(alembic_config(connection, owned=connection is not target), revision)
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+# ---- a run ----------------------------------------------------------------------
+
+def _test_kill_plan() -> tuple[int, bool, int] | None:
+    value = os.environ.get(TEST_KILL_VARIABLE)
+    if not value:
+        return None
+    parts = value.split(":")
+    unrecorded = "unrecorded" in parts[1:]
+    names = [p for p in parts[1:] if p != "unrecorded"]
+    return int(parts[0]), unrecorded, int(getattr(signal, names[0] if names else "SIGKILL"))
+
+
+@dataclasses.dataclass
+class _Plan:
+    name: str
+    run: Callable[[], None]
+    version_after: str
+
+
+class _Run:
+    def __init__(self, connection: Connection, dialect: dialects.Dialect) -> None:
+        self.connection, self.dialect = connection, dialect
+        self.progress: _MySQLProgress | None = None
+        self.units = 0
+        self.kill = _test_kill_plan()
+
+    def count(self, recorded: bool) -> None:
+        """Test hook: see TEST_KILL_VARIABLE."""
+        if self.kill is None:
+            return
+        if not recorded:
+            self.units += 1
+        n, unrecorded, signum = self.kill
+        if self.units == n and recorded != unrecorded:
+            os.kill(os.getpid(), signum)
+
+    def steps(self, script: ScriptDirectory, direction: str, revision: str,
+              heads: tuple[str, ...]) -> list[_Plan]:
+        if direction == "downgrade" and not heads:
+            return []
+        if direction == "upgrade":
+            revs = list(reversed(list(script.iterate_revisions(revision, heads, implicit_base=True))))
+            return [_Plan(f"upgrade to {r.revision}", r.module.upgrade, r.revision) for r in revs]
+        revs = list(script.iterate_revisions(heads, revision, select_for_downgrade=True))
+        return [_Plan(f"downgrade from {r.revision}", r.module.downgrade, r.down_revision or "base")
+                for r in revs]
+
+    def migrate(self, direction: str, revision: str, adopt: bool) -> MigrationResult:
+        connection, dialect = self.connection, self.dialect
+        script = _script()
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        with _migration_lock(connection, dialect):
+            before = tuple(context.get_current_heads())
+            if dialect.name == "mysql":
+                self.progress = _MySQLProgress.load(connection, dialect)
+            adopted = None
+            if not before and self.progress is None and direction == "upgrade":
+                found = [f"{kind} {name}" for kind, name in _rows(connection, dialect, "installed_objects")]
+                if found:
+                    if not adopt:
+                        held = ""
+                        if "table pyqueue_message" in found:
+                            [(count,)] = _rows(connection, dialect, "live_messages")
+                            held = f", {count} messages in pyqueue_message"
+                        raise UnrecordedSchemaError(
+                            f"this database already holds pyqueue-sql objects ({_summary(found)}{held}) but "
+                            f"{VERSION_TABLE} records no revision: installed from `pyqueue-sql sql` or by "
+                            "hand. Nothing was changed. Run `pyqueue-sql migrate --adopt` to check that it "
+                            "matches a released revision exactly, record it and upgrade "
+                            "(Python: migrate.upgrade(target, adopt=True))", found)
+                    adopted = _adopt(connection, script, found)
+                    context.stamp(script, adopted)
+                    if dialect.name == "mysql":
+                        connection.connection.commit()
+                    before = (adopted,)
+            steps = self.steps(script, direction, revision, tuple(context.get_current_heads()))
+            if dialect.name == "mysql":
+                if self.progress is not None:
+                    self.progress.check_first_step(steps[0].name if steps else None)
+                elif steps:
+                    self.progress = _MySQLProgress.start(connection, dialect)
+            for step in steps:
+                log.info("pyqueue-sql: %s", step.name)
+                if self.progress is not None:
+                    self.progress.begin_step(step.name)
+                token = _STEP.set(_Step(connection, dialect, self))
+                try:
+                    step.run()
+                finally:
+                    _STEP.reset(token)
+                context.stamp(script, step.version_after)
+                if self.progress is not None:
+                    self.progress.end_step()
+            if self.progress is not None:
+                self.progress.finish()
+            after = tuple(context.get_current_heads())
+            if direction == "downgrade" and not after and steps:
+                [(rows,)] = _rows(connection, dialect, "version_table_rows")
+                if not rows:
+                    _rows(connection, dialect, "drop_version_table")
+            return MigrationResult(before, after, adopted)
+
+
+def _migrate(target: Any, direction: str, revision: str, adopt: bool = False) -> MigrationResult:
+    dialect = None
+    try:
+        with _session(target) as (connection, dialect):
+            return _Run(connection, dialect).migrate(direction, revision, adopt)
+    except KeyboardInterrupt as exc:  # also while connecting: nothing or part done, a re-run resumes
+        raise MigrationInterrupted(INTERRUPTED) from exc
+    except Exception as exc:
+        if dialect is not None and not isinstance(exc, MigrationError) and _interruption(exc, dialect):
+            raise MigrationInterrupted(INTERRUPTED) from exc
+        raise
+
+
+# ---- the API ----------------------------------------------------------------------
+
+def upgrade(target: Any, revision: str = "heads", *, adopt: bool = False) -> MigrationResult:
+    """Brings the schema to ``revision``; target is a DSN or a SQLAlchemy Connection.
+
+    Refuses (UnrecordedSchemaError) a schema that exists but is not recorded,
+    unless ``adopt``: then the catalog must match a known revision exactly
+    (else SchemaMismatchError), which is recorded before the rest is applied.
+    An interrupted run (MigrationInterrupted, or any error on MySQL) is resumed
+    by running upgrade again."""
+    return _migrate(target, "upgrade", revision, adopt)
+
+
+def downgrade(target: Any, revision: str = "base") -> MigrationResult:
+    """Takes the schema back to ``revision`` ('base' removes everything
+    pyqueue-sql installed, its version table included). Messages in dropped
+    tables are lost: see live_messages()."""
+    return _migrate(target, "downgrade", revision)
 
 
 def current(target: Any) -> tuple[str, ...]:
     """The revisions recorded in the database (empty when not installed)."""
-    with _connection(target) as connection:
+    with _session(target) as (connection, _dialect):
         context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
         return tuple(context.get_current_heads())
 
 
 def head() -> str:
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+    return _script().get_current_head()
+
+
+def live_messages(target: Any) -> int:
+    """How many messages pyqueue_message holds (0 when it is not installed): what
+    a downgrade to base would delete."""
+    with _session(target) as (connection, dialect):
+        names = {name for kind, name in _rows(connection, dialect, "installed_objects") if kind == "table"}
+        if "pyqueue_message" not in names:
+            return 0
+        [(count,)] = _rows(connection, dialect, "live_messages")
+        return int(count)
+
+
+@contextlib.contextmanager
+def alembic_env_run(connection: Connection) -> Iterator[None]:
+    """For migrations/env.py, when alembic itself runs our revisions (`alembic -c`
+    on this folder): run_sql_file works, under the migration lock, without
+    MySQL's resume bookkeeping (pyqueue-sql migrate has it)."""
+    dialect = _dialect_of(connection)
+    with _migration_lock(connection, dialect):
+        token = _STEP.set(_Step(connection, dialect, None))
+        try:
+            yield
+        finally:
+            _STEP.reset(token)

@@ -8,16 +8,28 @@ nothing by default). An application account then needs EXECUTE on the
 routines of its capabilities and no privilege on any table:
 
     producer  pushes (push, push_batch, push_replace); cannot reserve, pop or commit
-    consumer  takes and finishes work: reserve, pop, commit, rollback, extend, move,
-              commit_reserve, commit_batch, the wakeup routines, the worker registry;
-              cannot push (give a pipeline stage that pushes new work producer too;
-              queue_move hands on the message it holds without push rights)
-    monitor   reads: stats, limits, workers, schedules, dead letters
-    admin     manages queues: create, drop, pause, resume, remove, limits, schedules,
-              history, redrive, replay, notify window, releasing dead workers; plus monitor
-    ingest    bulk enqueue through the queue_ingest table (INSERT) and queue_ingest_flush;
-              on MySQL/MariaDB also SELECT on pyqueue_ingest_reject, the rows the flush
-              refused, which pyqueue_sql.spark reads back to report them
+    consumer  takes and finishes work: reserve, pop, commit, rollback, fail, extend,
+              commit_reserve, commit_batch, the wakeup routines, the worker registry
+              (a worker touches only its own registration: heartbeat and deregister
+              need the secret register returned), releasing dead workers' messages;
+              cannot push, and cannot move (a message leaves its queue only by being
+              finished or dead-lettered)
+    pipeline  queue_move: hands a held message (reserved by the same account, so given
+              with consumer) on to any queue, its payload possibly rewritten: a stage
+              of a pipeline. It puts content into other queues without push rights,
+              so it is a capability of its own. A move back into the message's own
+              queue keeps its attempt count (max_attempts still applies); a move to
+              another queue starts it at 0 there.
+    monitor   reads: stats, limits, workers, schedules, dead letters, settings, one
+              message and its history
+    admin     manages queues: create, drop, pause, resume, remove, reset a setting,
+              limits, schedules, history, redrive, replay, notify window, releasing
+              dead workers; plus monitor
+    ingest    bulk enqueue through the queue_ingest table (INSERT; and SELECT, which
+              Spark's JDBC writer needs to read the table's columns before it
+              appends) and queue_ingest_flush; on MySQL/MariaDB also SELECT on
+              pyqueue_ingest_reject, the rows the flush refused, which
+              pyqueue_sql.spark reads back to report them
 
 Grants are per capability, not per queue (a routine takes the queue as an
 argument). The migrations create no account and grant nothing: this module
@@ -38,15 +50,17 @@ from .queries import queries
 
 PRODUCER = ("queue_push", "queue_push_batch", "queue_push_replace")
 CONSUMER = (
-    "queue_reserve", "queue_pop", "queue_commit", "queue_rollback", "queue_extend", "queue_move",
+    "queue_reserve", "queue_pop", "queue_commit", "queue_rollback", "queue_fail", "queue_extend",
     "queue_commit_reserve", "queue_commit_batch",
     "queue_channel", "queue_wait", "queue_next_scheduled_at",
     "queue_worker_register", "queue_worker_heartbeat", "queue_worker_deregister",
     "queue_release_dead_workers",
 )
-MONITOR = ("queue_stats", "queue_limits", "queue_workers", "queue_schedules", "queue_dead_letters")
+PIPELINE = ("queue_move",)
+MONITOR = ("queue_stats", "queue_limits", "queue_workers", "queue_schedules", "queue_dead_letters",
+           "queue_settings", "queue_message", "queue_message_history")
 ADMIN = (
-    "queue_create", "queue_drop", "queue_pause", "queue_resume", "queue_remove",
+    "queue_create", "queue_drop", "queue_pause", "queue_resume", "queue_remove", "queue_reset_setting",
     "queue_set_notify_window", "queue_set_limit",
     "queue_schedule_every", "queue_schedule_cron", "queue_unschedule",
     "queue_purge_history", "queue_replay", "queue_redrive", "queue_release_dead_workers",
@@ -56,15 +70,35 @@ INGEST = ("queue_ingest_flush",)
 CAPABILITIES: dict[str, tuple[str, ...]] = {
     "producer": PRODUCER,
     "consumer": CONSUMER,
+    "pipeline": PIPELINE,
     "monitor": MONITOR,
     "admin": ADMIN,
     "ingest": INGEST,
 }
 
+# One line per capability, for `pyqueue-sql grant --help` (same order as CAPABILITIES).
+DESCRIPTIONS: dict[str, str] = {
+    "producer": "push, push_batch, push_replace",
+    "consumer": "reserve, pop, commit, rollback, fail, extend, the fast paths, wakeups, its own worker "
+                "registration, releasing dead workers (no push, no move)",
+    "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
+                "(give it with --consumer)",
+    "monitor": "stats, limits, workers, schedules, dead letters, settings, message, message history",
+    "admin": "create, drop, pause, resume, remove, reset a setting, limits, schedules, history, redrive, "
+             "replay; plus monitor",
+    "ingest": "INSERT (and SELECT, for Spark) on queue_ingest, queue_ingest_flush",
+}
+
 # Table privileges, the only ones any capability gets: (privilege, table) per dialect.
+# SELECT on queue_ingest: Spark's JDBC writer reads the table's columns
+# (SELECT * FROM queue_ingest WHERE 1=0) before an append and fails without it.
+# On PostgreSQL the table is empty whenever no INSERT is running (the trigger
+# deletes its rows in the inserting statement), so it shows nothing; on
+# MySQL/MariaDB it shows the rows appended and not flushed yet (README).
 TABLES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
-    "postgresql": {"ingest": (("INSERT", "queue_ingest"),)},
-    "mysql": {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "pyqueue_ingest_reject"))},
+    "postgresql": {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "queue_ingest"))},
+    "mysql": {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "queue_ingest"),
+                         ("SELECT", "pyqueue_ingest_reject"))},
 }
 
 # Every contract routine (the same names in both dialects); the internal
@@ -104,6 +138,13 @@ def parse_account(dialect: str, text: str) -> Account:
                 f"MySQL account {what} {value!r} must be 1-{limit} characters without quotes, "
                 "backticks or control characters")
     return Account(user, host)
+
+
+def capabilities_with(routine: str) -> list[str]:
+    """The capabilities that grant a routine (e.g. for an error message naming the
+    `pyqueue-sql grant --<capability>` that would allow a refused call); [] for
+    a routine no capability grants (the internal helpers)."""
+    return [name for name, routines in CAPABILITIES.items() if routine in routines]
 
 
 def capabilities_of(names: Iterable[str]) -> list[str]:

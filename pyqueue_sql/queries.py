@@ -1,5 +1,5 @@
 """The one module that holds SQL for Python: named statements loaded from
-``sql/<dialect>/queries.sql``.
+``sql/<dialect>/queries.sql`` (and ``migration.sql``, the migrator's own).
 
 A file is a sequence of blocks, each introduced by a line ``-- name: NAME``;
 the block's text up to the next such line is the statement. Parameters use
@@ -35,6 +35,13 @@ def parse_named(text: str) -> dict[str, str]:
 def queries(dialect: str) -> dict[str, str]:
     """All named statements of a dialect ('postgresql' or 'mysql')."""
     return parse_named(sql_file(dialect, "queries.sql").read_text(encoding="utf-8"))
+
+
+@functools.cache
+def migration_queries(dialect: str) -> dict[str, str]:
+    """The named statements pyqueue_sql.migrate runs around the revisions
+    (``sql/<dialect>/migration.sql``: its lock, progress and catalog checks)."""
+    return parse_named(sql_file(dialect, "migration.sql").read_text(encoding="utf-8"))
 
 
 def script(dialect: str, filename: str) -> str:

@@ -13,6 +13,9 @@ statement trigger turns every inserted row into a live message with dedup;
 on MySQL/MariaDB the rows wait in ``queue_ingest`` until ``CALL
 queue_ingest_flush(queue)``, which ``enqueue`` issues after the write. A
 re-run job or a retried Spark task never enqueues a live message twice.
+``enqueue`` returns what it did (IngestResult: rows, enqueued, duplicates,
+rejected), and a bad row raises the pyqueue_sql error of its routine's code
+(InvalidArgumentError, UnknownQueueError...), not a Java stack trace.
 
 URLs: a pyqueue DSN (``postgresql://user:pw@host:5432/db``,
 ``mysql://user:pw@host:3306/db``) or a JDBC URL (``jdbc:postgresql://...``,
@@ -30,11 +33,14 @@ Spark session time zone to UTC; run the JVM in UTC too
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import glob
+import logging
 import os
-import re
-from dataclasses import dataclass
+import threading
+import uuid
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
@@ -55,7 +61,9 @@ JARS_ENV = "PYQUEUE_JDBC_JARS"
 
 DEFAULT_BATCH_SIZE = 5000
 
-_MESSAGE = re.compile(r"pyqueue:(\w+):\s*([^\n]*)")
+log = logging.getLogger(__name__)
+# Log a failed task's Java stack trace at ERROR (see _quiet_task_failures).
+_NOISY_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager")
 
 
 class IngestRejectedError(errors.InvalidArgumentError):
@@ -69,11 +77,25 @@ class IngestRejectedError(errors.InvalidArgumentError):
 
 @dataclass(frozen=True)
 class IngestResult:
-    """What an enqueue did. ``rows`` is the size of the DataFrame written.
-    On MySQL/MariaDB the flush counts what it moved (``enqueued`` + ``duplicates``
-    + ``rejected``; it may include rows other writers appended for the same
-    queue). On PostgreSQL the trigger does not report: ``enqueued`` and
-    ``duplicates`` are None, ``rejected`` is 0 (a bad row fails the write)."""
+    """What an enqueue did.
+
+    ``rows``: the rows the write sent (counted by Spark while writing, no second
+    pass). ``enqueued``: how many became live messages; ``duplicates``: how many
+    were skipped because a live message with the same (queue, key, kind) existed
+    (or came earlier in the same write); ``rejected``: refused rows (MySQL/MariaDB
+    only: they are in pyqueue_ingest_reject; on PostgreSQL a bad row fails the
+    write instead, so it is 0).
+
+    PostgreSQL: each partition's INSERT runs with the connection setting
+    ``pyqueue.ingest_tag`` set to a tag of this enqueue; the ingest trigger adds
+    its counts under that tag and ``queue_ingest_flush`` (run after the write, with
+    the same tag) returns and clears them. Exact with any number of concurrent
+    writers (each enqueue has its own tag; a failed task's counts roll back with
+    it); a task that Spark ran twice and that committed twice (speculative
+    execution) counts its rows twice, the second time as duplicates. With a
+    schema that predates the tally, ``enqueued`` and ``duplicates`` are None.
+    MySQL/MariaDB: the flush's counts of what it moved for the queue; they include
+    rows other writers appended to the same queue and not flushed yet."""
 
     rows: int | None
     enqueued: int | None
@@ -290,25 +312,113 @@ def ingest_frame(df: "DataFrame", queue: Any, *, key: Any = "p_key", kind: Any =
     return df.select(*cols)
 
 
+def _java_messages(exc: BaseException) -> list[str]:
+    """The messages of a Spark/JDBC failure, innermost causes included: the Java
+    exception chain behind a py4j error (causes, and the next exceptions of a
+    java.sql.SQLException such as a BatchUpdateException), the server's own
+    message first where the driver keeps it (PostgreSQL's ServerErrorMessage).
+    Without a Java exception: the Python exception's text."""
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)  # Py4JJavaError / pyspark's
+    if java is None:
+        return [str(exc)]
+    out: list[str] = []
+    seen: set[int] = set()
+    todo = [java]
+    while todo and len(seen) < 50:
+        throwable = todo.pop(0)
+        try:
+            ident = throwable.hashCode()
+            if ident in seen:
+                continue
+            seen.add(ident)
+            server = getattr(throwable, "getServerErrorMessage", None)
+            if server is not None and throwable.getClass().getName() == "org.postgresql.util.PSQLException":
+                primary = server()
+                if primary is not None and primary.getMessage():
+                    out.append(str(primary.getMessage()))
+            message = throwable.getMessage()
+            if message:
+                out.append(str(message))
+            cause = throwable.getCause()
+            if cause is not None:
+                todo.append(cause)
+            if throwable.getClass().getName().startswith(("java.sql.", "org.postgresql.", "org.mariadb.")) \
+                    and hasattr(throwable, "getNextException"):
+                following = throwable.getNextException()
+                if following is not None:
+                    todo.append(following)
+        except Exception:  # noqa: BLE001 - a JVM that went away: keep what was read
+            break
+    return out or [str(exc)]
+
+
 def _routine_error(exc: BaseException) -> errors.QueueError | None:
-    """The first pyqueue:<code> message inside a Spark/JDBC failure, as a pyqueue_sql error."""
-    text = str(exc)
-    match = _MESSAGE.search(text)
-    if not match:
-        return None
-    detail = re.split(r"\s{2,}|(?<=\S)\s+Call getNextException|\s+Where:|\)\s*$", match.group(2))[0].strip()
-    cls = errors.ERROR_CODES.get(match.group(1), errors.QueueError)
-    return cls(detail)
+    """The first pyqueue:<code> message inside a Spark/JDBC failure, as the pyqueue_sql
+    error the Python client raises for it (the same mapping as dialects.py's). The
+    message is the routine's line: a driver's additions around it (PostgreSQL's
+    "ERROR: " before, its "Where:" context and "Call getNextException" after) are cut."""
+    for message in _java_messages(exc):
+        start = message.find("pyqueue:")
+        if start < 0:
+            continue
+        line = message[start:].split("\n", 1)[0]
+        line = line.split("  Where:", 1)[0].split("  Call getNextException", 1)[0].strip()
+        mapped = dialects._map_routine_error(line)
+        if mapped is not None:
+            return mapped
+    return None
 
 
-def flush(url: str, queue: str | None = None, properties: Mapping[str, str] | None = None) -> IngestResult:
-    """CALL queue_ingest_flush(queue) (None = every queue): enqueues what plain JDBC
-    appends left in queue_ingest on MySQL/MariaDB; a no-op on PostgreSQL.
-    Raises IngestRejectedError when it rejected rows (they are in pyqueue_ingest_reject)."""
+_quiet_lock = threading.Lock()
+_quiet_writers = 0
+_quiet_saved: list[tuple[str, Any]] = []
+
+
+@contextlib.contextmanager
+def _quiet_task_failures(spark: Any) -> Any:
+    """While a write runs: Spark's executor and task-set loggers (which print a failed
+    task's whole Java stack trace at ERROR, in local mode on this process's stderr)
+    log nothing below FATAL; their levels are put back when the last concurrent
+    write ends. The failure itself still reaches the caller, as the mapped pyqueue
+    error (the Java exception logged at DEBUG on the pyqueue_sql.spark logger and
+    kept as ``java_exception``)."""
+    global _quiet_writers
+    with _quiet_lock:
+        if _quiet_writers == 0:
+            try:
+                log4j = spark._jvm.org.apache.logging.log4j
+                for name in _NOISY_LOGGERS:
+                    _quiet_saved.append((name, log4j.LogManager.getLogger(name).getLevel()))
+                    log4j.core.config.Configurator.setLevel(name, log4j.Level.FATAL)
+            except Exception:  # noqa: BLE001 - no log4j 2 (or no JVM access): leave logging as it is
+                log.debug("could not quiet Spark's task-failure logging", exc_info=True)
+        _quiet_writers += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_writers -= 1
+            if _quiet_writers == 0:
+                while _quiet_saved:
+                    name, level = _quiet_saved.pop()
+                    with contextlib.suppress(Exception):
+                        spark._jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+
+
+def _tagged(tgt: Target, tag: str) -> tuple[dict[str, str], str]:
+    """PostgreSQL: the JDBC properties and the DSN of connections whose session has
+    pyqueue.ingest_tag = tag (libpq/pgJDBC's startup ``options``, after the caller's
+    own ``options`` property, which the flush's connection gets too)."""
+    setting = f"-c pyqueue.ingest_tag={tag}"
+    props = dict(tgt.properties)
+    props["options"] = f"{props['options']} {setting}" if props.get("options") else setting
+    return props, f"{tgt.dsn}?{urlencode({'options': props['options']}, quote_via=quote)}"
+
+
+def _flush(tgt: Target, dsn: str, queue: str | None) -> IngestResult:
     from .client import connect
 
-    tgt = target(url, properties)
-    with connect(tgt.dsn) as db:
+    with connect(dsn) as db:
         mark = db.call("ingest_reject_mark")[0][0] if tgt.dialect == "mysql" else None
         [(enqueued, duplicates, rejected)] = db.call("ingest_flush", queue=queue)
         result = IngestResult(None, int(enqueued), int(duplicates), int(rejected))
@@ -319,6 +429,15 @@ def flush(url: str, queue: str | None = None, properties: Mapping[str, str] | No
                 f"queue_ingest_flush rejected {result.rejected} row(s) (enqueued {result.enqueued}, "
                 f"{result.duplicates} duplicates); they are in pyqueue_ingest_reject: {listed}", result)
     return result
+
+
+def flush(url: str, queue: str | None = None, properties: Mapping[str, str] | None = None) -> IngestResult:
+    """CALL queue_ingest_flush(queue) (None = every queue): enqueues what plain JDBC
+    appends left in queue_ingest on MySQL/MariaDB; on PostgreSQL (where the INSERT
+    already enqueued) it reports nothing for a connection without an ingest tag.
+    Raises IngestRejectedError when it rejected rows (they are in pyqueue_ingest_reject)."""
+    tgt = target(url, properties)
+    return _flush(tgt, tgt.dsn, queue)
 
 
 def enqueue(df: "DataFrame", url: str, queue: Any, *, key: Any = "p_key", kind: Any = "p_kind",
@@ -337,34 +456,56 @@ def enqueue(df: "DataFrame", url: str, queue: Any, *, key: Any = "p_key", kind: 
     Writes with ``df.write.jdbc(url, "queue_ingest", mode="append")`` in up to
     ``num_partitions`` parallel connections (None: the DataFrame's partitions),
     ``batch_size`` rows per JDBC batch, READ COMMITTED, one transaction per
-    partition. Then, on MySQL/MariaDB, ``CALL queue_ingest_flush(queue)``.
+    partition. Then ``CALL queue_ingest_flush(queue)``: on MySQL/MariaDB it
+    enqueues the appended rows, on PostgreSQL it reports what the write's
+    INSERTs enqueued. Returns an IngestResult (rows, enqueued, duplicates,
+    rejected; see there for how exact each is). ``count_rows`` is accepted for
+    compatibility: rows are always counted, during the write.
+
     Safe to re-run: a second enqueue of the same keys while the first messages
     are live enqueues nothing. A bad row (NULL/empty key or kind, unknown queue,
     payload that is not JSON...) raises: on PostgreSQL the write fails with the
-    routine's error (that partition's transaction enqueues nothing; other
-    partitions may have committed, and a re-run after the fix dedups them); on
-    MySQL/MariaDB the good rows are enqueued and IngestRejectedError names how
-    many went to pyqueue_ingest_reject and why.
+    routine's error, raised as the pyqueue_sql exception of its code
+    (InvalidArgumentError, UnknownQueueError, InvalidPayloadError...) with the
+    routine's one-line message; the Java exception is logged at DEBUG on this
+    module's logger and kept as the exception's ``java_exception`` attribute
+    (that partition's transaction enqueues nothing; other partitions may have
+    committed, and a re-run after the fix dedups them). On MySQL/MariaDB the good
+    rows are enqueued and IngestRejectedError names how many went to
+    pyqueue_ingest_reject and why.
     """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
     tgt = target(url, properties)
     rows = ingest_frame(df, queue, key=key, kind=kind, payload=payload, run_at=run_at,
                         priority=priority, dialect=tgt.dialect)
     if num_partitions is not None:
         rows = rows.coalesce(num_partitions) if num_partitions < rows.rdd.getNumPartitions() else rows
-    count = rows.count() if count_rows else None
-    opts = write_options(tgt, batch_size)
+    seen = Observation(f"pyqueue-ingest-{uuid.uuid4().hex}")
+    rows = rows.observe(seen, F.count(F.lit(1)).alias("rows"))
+    if tgt.dialect == "postgresql":
+        tagged, flush_dsn = _tagged(tgt, uuid.uuid4().hex)
+        opts = write_options(replace(tgt, properties=tagged), batch_size)
+    else:
+        flush_dsn = tgt.dsn
+        opts = write_options(tgt, batch_size)
     try:
-        rows.write.jdbc(tgt.jdbc_url, INGEST_TABLE, mode="append", properties=opts)
+        with _quiet_task_failures(df.sparkSession):
+            rows.write.jdbc(tgt.jdbc_url, INGEST_TABLE, mode="append", properties=opts)
     except Exception as exc:
         mapped = _routine_error(exc)
-        if mapped is not None:
-            raise mapped from exc
-        raise
-    if tgt.dialect == "postgresql":
-        return IngestResult(count, None, None, 0)
-    queue_name = queue if isinstance(queue, str) else None
-    result = flush(url, queue_name, properties)
-    return IngestResult(count, result.enqueued, result.duplicates, result.rejected)
+        if mapped is None:
+            raise
+        log.debug("the Spark JDBC write into %s failed", INGEST_TABLE, exc_info=exc)
+        mapped.java_exception = exc  # type: ignore[attr-defined]
+        raise mapped from None
+    written = int(seen.get.get("rows", 0))
+    result = _flush(tgt, flush_dsn, queue if isinstance(queue, str) else None)
+    if tgt.dialect == "postgresql" and written and result.enqueued == 0 and result.duplicates == 0:
+        # the installed schema's trigger keeps no tally: the counts are unknown, not zero
+        return IngestResult(written, None, None, 0)
+    return IngestResult(written, result.enqueued, result.duplicates, result.rejected)
 
 
 # -- reads ---------------------------------------------------------------------

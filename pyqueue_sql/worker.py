@@ -25,18 +25,43 @@ How it waits (the dispatcher thread, one connection):
       backs off from `poll_min` to `poll_max`.
 
 Each message: the handler runs on a pool thread; success -> queue_commit;
-exception -> queue_rollback with the queue's RetryPolicy delay (exponential,
-jittered); the SQL dead-letters it once it has had the queue's max_attempts
-deliveries. A heartbeat thread extends the reservation of every running
+exception -> queue_fail with the queue's RetryPolicy delay (exponential,
+jittered) and the error text "ExceptionType: message" (stored as the message's
+last_error; the traceback goes to the log); the SQL dead-letters it (or drops
+it, when the queue has no dead-letter queue) once it has had the queue's
+max_attempts deliveries, and the log says which of the three happened. A
+handler that is an ``async def`` (or returns any awaitable) is awaited to
+completion on an event loop of its handler thread (one loop per thread, kept
+for the thread's life) before the commit; a failure there is a failure like
+any other. A heartbeat thread extends the reservation of every running
 message (every lease/3, by lease) so a long handler keeps it. Commit and
 heartbeat of one message are serialised, so a commit never races a token
 change.
 
+What a handler raises:
+  * any Exception, and any other BaseException (SystemExit, GeneratorExit,
+    asyncio.CancelledError...) except KeyboardInterrupt: a failure of that
+    message (queue_fail with backoff, logged with its traceback); the worker
+    and its thread go on;
+  * KeyboardInterrupt: a stop request. The message is handed back at once
+    (queue_fail with no delay and the error recorded; the delivery counts) and
+    the worker stops gracefully, as for SIGTERM.
+A non-connection error in the reserve/dispatch loop (the queue was dropped,
+a permission was revoked, an on_idle hook raised...) never ends run(): it is
+logged with its traceback (event "dispatch_error"), shown by status(), and the
+loop starts again on a fresh connection after a back-off (0.5 s doubling to
+30 s; reset once a round succeeds).
+
 Stop (SIGTERM/SIGINT or stop()): no more reserves; messages reserved but not
 started are handed back at once (queue_rollback with no delay; the delivery
 still counts as an attempt); running handlers get `shutdown_timeout` seconds
-to finish and commit. Handlers still running after that lose their heartbeat;
-their messages come back after the lease expires.
+to finish and commit. Meanwhile the worker logs (event "stopping") how many
+handlers it waits for, their keys and the seconds left, every 10 s. A second
+SIGTERM/SIGINT (or stop(force=True)) stops at once. Handlers still running
+at the deadline or at a forced stop are abandoned: they lose their heartbeat
+and their messages come back after the lease expires; run() then returns
+False and lists them in ``worker.unfinished`` (`pyqueue-sql worker` exits
+non-zero).
 
 Connection loss: every database call retries on a fresh connection with
 exponential backoff (jittered, up to 5 s). A commit or rollback whose reply was
@@ -48,7 +73,10 @@ be delivered again (at-least-once), never committed twice.
 Worker registry (queue_worker_register, see sql/CONTRACT.md): at start the
 worker registers itself (name, host, pid, queues) and reserves as the
 registration's reserve_as (``name#id``, what `pyqueue-sql workers` shows); each
-heartbeat tick also heartbeats the registration, and stop deregisters it. If
+heartbeat tick also heartbeats the registration (with the secret it got at
+register time: a worker can touch only its own registration), and stop
+deregisters it. ``worker.registered`` (an Event) is set once the registration
+is known in Python, i.e. after it is visible in the database. If
 the heartbeat finds the registration gone (another process ran
 release_dead_workers because this worker was silent too long: a stalled
 process, a long network cut), the worker logs it (event "released"), counts the
@@ -65,11 +93,18 @@ on_start (before the first reserve), on_heartbeat (every heartbeat tick, on
 the heartbeat thread; worker.heartbeat_run(fn) runs fn(db) on its connection
 with reconnects), on_stop (after the last handler finished or was abandoned),
 and on_idle (after an empty reserve, before waiting).
+
+Watching it: ``worker.status()`` is a snapshot (WorkerStatus: state, running
+keys, stats, the stop deadline, the last dispatch error); ``status_line()`` is
+that as one line; ``worker.stopping`` / ``worker.stopped`` tell where the stop
+is.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import inspect
 import logging
 import os
 import queue as queue_mod
@@ -155,6 +190,77 @@ class WorkerStats:
     reconnects: int = 0
     wakeups: int = 0
     db_calls: int = 0
+    dispatch_errors: int = 0  # non-connection errors in the reserve/dispatch loop (logged, retried)
+    interrupted: int = 0      # handlers that raised KeyboardInterrupt (handed back; the worker stopped)
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A snapshot of a worker (Worker.status())."""
+
+    name: str
+    state: str                        # 'starting', 'running', 'stopping' or 'stopped'
+    reserve_as: str
+    worker_id: int | None             # None when not registered
+    concurrency: int
+    running: tuple[str, ...]          # "queue/key/kind" of the messages being handled now
+    stats: WorkerStats                # a copy
+    stop_deadline_in_s: float | None  # while stopping: seconds until running handlers are abandoned
+    stop_reason: str | None
+    unfinished: tuple[str, ...]       # after a stop: handlers abandoned at the deadline / forced stop
+    last_error: str | None            # the reserve loop's last error, until a round succeeds again
+
+
+def describe_error(error: BaseException) -> str:
+    """The text stored as a message's last_error: "ExceptionType: message"."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _where(job: "Job") -> str:
+    return f"{job.queue}/{job.key}/{job.kind}"
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class _EventLoop:
+    """A handler thread's event loop for coroutine handlers: made at the first
+    one, kept for the thread's life (so loop-bound clients can be reused),
+    closed when the thread ends."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, awaitable: Any) -> Any:
+        if self.loop is None or self.loop.is_closed():
+            self.loop = asyncio.new_event_loop()
+        coro = awaitable if inspect.iscoroutine(awaitable) else _awaited(awaitable)
+        try:
+            return self.loop.run_until_complete(coro)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # SystemExit, KeyboardInterrupt... stop the loop abruptly:
+                # the next coroutine gets a fresh one.
+                self.close()
+            raise
+
+    def close(self) -> None:
+        loop, self.loop = self.loop, None
+        if loop is None or loop.is_closed():
+            return
+        try:
+            tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        except BaseException:
+            log.debug("closing a handler thread's event loop", exc_info=True)
+        finally:
+            loop.close()
 
 
 class _Stopped(Exception):
@@ -195,12 +301,23 @@ class _Connection:
                 log.warning("database connection lost; retrying",
                             extra={"event": "reconnect", "role": self.role, "error": str(exc).strip()[:200],
                                    "retry_in_s": round(delay, 3)})
-                if give_up is not None and give_up.wait(delay):
-                    raise _Stopped() from exc
-                if give_up is None:
-                    time.sleep(delay)
-                delay = min(delay * 2, 5.0) * random.uniform(0.8, 1.2)
+                delay = self._back_off(delay, give_up, exc)
+            except errors.SerializationError as exc:
+                # The client already retried the call; it lost every time and was rolled
+                # back whole each time, so running it again is safe: back off, keep the connection.
+                log.warning("transaction conflict; retrying",
+                            extra={"event": "conflict", "role": self.role, "error": str(exc).strip()[:200],
+                                   "retry_in_s": round(delay, 3)})
+                delay = self._back_off(delay, give_up, exc)
 
+    @staticmethod
+    def _back_off(delay: float, give_up: threading.Event | None, cause: BaseException) -> float:
+        """Sleeps delay (or until give_up is set: _Stopped) and returns the next, longer delay."""
+        if give_up is not None and give_up.wait(delay):
+            raise _Stopped() from cause
+        if give_up is None:
+            time.sleep(delay)
+        return min(delay * 2, 5.0) * random.uniform(0.8, 1.2)
 
 class Worker:
     """Runs handlers for messages of one or more queues. See the module docstring."""
@@ -240,10 +357,17 @@ class Worker:
         self.on_heartbeat: list[Callable[["Worker"], Any]] = []
         self.on_stop: list[Callable[["Worker"], Any]] = []
         self.on_idle: list[Callable[["Worker"], Any]] = []   # after an empty reserve, before waiting
+        self.registered = threading.Event()   # set once self.registration is final (after it is visible)
+        self.stopped = threading.Event()      # set when run() has finished
+        self.unfinished: list[str] = []       # after run(): "queue/key/kind" of abandoned handlers
         self._heartbeat_conn: _Connection | None = None
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
-        self._stopped = threading.Event()
+        self._state = "stopped"
+        self._stop_reason: str | None = None
+        self._stop_deadline: float | None = None
+        self._last_error: str | None = None
+        self._round_ok = False
         self._slots = threading.Condition()
         self._inflight: dict[tuple[str, str, str], Job] = {}
         self._pending: queue_mod.Queue[Job | None] = queue_mod.Queue()
@@ -272,21 +396,55 @@ class Worker:
         self.routes[queue].retry = retry
 
     # -- life cycle ----------------------------------------------------------------
-    def stop(self) -> None:
-        """Asks the worker to stop (safe from a signal handler or another thread)."""
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (stays True after run() returned, until the next run())."""
+        return self._stopping.is_set()
+
+    def stop(self, force: bool = False, *, reason: str | None = None) -> None:
+        """Asks the worker to stop (safe from a signal handler or another thread).
+
+        Graceful: no more reserves, unstarted messages handed back, running
+        handlers get shutdown_timeout seconds. force=True (or a second call with
+        it): stop now; running handlers are abandoned and their messages come
+        back when their lease ends."""
+        if self._stop_reason is None:
+            self._stop_reason = reason or ("stop(force=True)" if force else "stop()")
+        elif force and not self._hard_stop.is_set():
+            self._stop_reason += ", then forced"
         self._stopping.set()
+        if force:
+            self._hard_stop.set()
         with self._slots:
             self._slots.notify_all()
 
     def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT: the first stops gracefully, a second one stops at once."""
         def handle(signum, _frame):
-            log.info("signal received; stopping", extra={"event": "signal", "signal": signum})
-            self.stop()
+            name = signal.Signals(signum).name
+            if self._stopping.is_set():
+                with self._slots:
+                    running = [_where(j) for j in self._inflight.values() if not j.done]
+                log.warning("%s received again: stopping now; %d running handler(s) abandoned, their messages "
+                            "come back when their lease ends: %s", name, len(running), ", ".join(running[:20]),
+                            extra={"event": "signal", "signal": signum, "force": True, "running": len(running),
+                                   "keys": running[:20]})
+                self.stop(force=True, reason=f"{name} (twice)")
+            else:
+                log.info("%s received: stopping (send it again to stop at once)", name,
+                         extra={"event": "signal", "signal": signum, "force": False})
+                self.stop(reason=name)
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
 
-    def run(self, *, install_signals: bool | None = None) -> None:
-        """Runs until stop(); handles SIGTERM/SIGINT when run in the main thread."""
+    def run(self, *, install_signals: bool | None = None) -> bool:
+        """Runs until stop(); handles SIGTERM/SIGINT when run in the main thread.
+
+        Returns True when it stopped cleanly (every handler it started finished
+        and its message was committed, failed or handed back), False when
+        handlers were still running at the shutdown deadline or a forced stop
+        abandoned them (listed in ``self.unfinished``; their messages come back
+        when their lease ends)."""
         if not self.routes:
             raise errors.InvalidArgumentError("the worker has no handlers")
         if install_signals is None:
@@ -295,7 +453,13 @@ class Worker:
             self.install_signal_handlers()
         self._stopping.clear()
         self._hard_stop.clear()
-        self._stopped.clear()
+        self.stopped.clear()
+        self.registered.clear()
+        self.unfinished = []
+        self._stop_reason = None
+        self._stop_deadline = None
+        self._last_error = None
+        self._state = "starting"
         log.info("worker starting", extra={"event": "start", "worker": self.name, "queues": sorted(self.routes),
                                            "concurrency": self.concurrency, "dialect": self.dialect.name,
                                            "listen": self.use_listen})
@@ -314,8 +478,15 @@ class Worker:
                     pass
             for hook in self.on_start:
                 hook(self)
+            self._state = "running"
             self._dispatch(dispatcher)
+        except BaseException as exc:
+            if self._stop_reason is None:
+                self._stop_reason = describe_error(exc)
+            raise
         finally:
+            self._stopping.set()
+            self._state = "stopping"
             dispatcher.close()
             self._shutdown()
             hb.join(timeout=5)
@@ -325,9 +496,12 @@ class Worker:
                     hook(self)
                 except Exception:
                     log.exception("on_stop hook failed")
-            self._stopped.set()
-            log.info("worker stopped", extra={"event": "stop", "worker": self.name,
+            self._state = "stopped"
+            self.stopped.set()
+            log.info("worker stopped", extra={"event": "stop", "worker": self.name, "reason": self._stop_reason,
+                                              "unfinished": len(self.unfinished),
                                               **dataclasses.asdict(self.stats)})
+        return not self.unfinished
 
     # -- registry ----------------------------------------------------------------
     @property
@@ -337,22 +511,26 @@ class Worker:
         return reg.reserve_as if reg is not None else self.name
 
     def _register(self, db: Database) -> None:
+        # The row is committed (visible to others) before register_worker
+        # returns; `registered` is set only once self.registration holds it,
+        # so whoever waits for `registered` sees reserve_as and the row agree.
         self.registration = db.register_worker(self.name, queues=sorted(self.routes),
                                                host=socket.gethostname()[:255], pid=os.getpid())
-        log.info("worker registered", extra={"event": "register", "worker_id": self.registration.worker_id,
-                                             "reserve_as": self.registration.reserve_as})
+        self.registered.set()
+        log.info("worker registered as %s", self.registration.reserve_as,
+                 extra={"event": "register", "worker_id": self.registration.worker_id,
+                        "reserve_as": self.registration.reserve_as})
 
     def _registry_tick(self, conn: "_Connection") -> None:
         reg = self.registration
-        if reg is not None and not conn.run(lambda db: db.heartbeat_worker(reg.worker_id),
-                                            give_up=self._hard_stop):
+        if reg is not None and not conn.run(lambda db: db.heartbeat_worker(reg), give_up=self._hard_stop):
             with self._slots:
                 held = [j for j in self._inflight.values() if not j.done]
             log.warning("this worker was released as dead (its registration heartbeat was missed for too long); "
                         "the messages it is still running were made ready again: their commits will return "
                         "false and they will be redelivered; registering again", extra={
                             "event": "released", "worker_id": reg.worker_id, "running": len(held),
-                            "keys": [f"{j.queue}/{j.key}/{j.kind}" for j in held][:20]})
+                            "keys": [_where(j) for j in held][:20]})
             conn.run(self._register, give_up=self._hard_stop)
         if self.release_dead_after is not None:
             n = conn.run(lambda db: db.release_dead_workers(self.release_dead_after), give_up=self._hard_stop)
@@ -367,7 +545,7 @@ class Worker:
         conn = _Connection(self, "deregister")
         try:
             # One attempt (the hard stop is set): if it fails, release_dead_workers cleans up.
-            conn.run(lambda db: db.deregister_worker(reg.worker_id), give_up=self._hard_stop)
+            conn.run(lambda db: db.deregister_worker(reg), give_up=self._hard_stop)
             log.info("worker deregistered", extra={"event": "deregister", "worker_id": reg.worker_id})
         except Exception as exc:
             log.warning("could not deregister; release_dead_workers removes the registration later",
@@ -389,6 +567,34 @@ class Worker:
             return self.concurrency - len(self._inflight)
 
     def _dispatch(self, conn: _Connection) -> None:
+        """The reserve loop; a non-connection error in it is logged and the loop
+        starts again on a fresh connection after a back-off, until stop()."""
+        backoff = 0.5
+        while not self._stopping.is_set():
+            self._round_ok = False
+            try:
+                self._dispatch_loop(conn)
+                return
+            except _Stopped:
+                return
+            except Exception as exc:
+                if self._round_ok:
+                    backoff = 0.5
+                self.stats.dispatch_errors += 1
+                self._last_error = describe_error(exc)[:500]
+                log.error("error in the reserve loop (%s); starting it again in %.1f s", self._last_error, backoff,
+                          exc_info=exc, extra={"event": "dispatch_error", "error": self._last_error,
+                                               "retry_in_s": backoff})
+                conn.close()  # start again from a clean connection (LISTEN registered again)
+                if self._stopping.wait(backoff):
+                    return
+                backoff = min(backoff * 2, 30.0)
+
+    def _round_done(self) -> None:
+        self._round_ok = True
+        self._last_error = None
+
+    def _dispatch_loop(self, conn: _Connection) -> None:
         poll = self.poll_min
         recheck_at: float | None = None
         long_poll = not self.use_listen and len(self.routes) == 1
@@ -416,6 +622,7 @@ class Worker:
                     got += self._reserve(conn, self.routes[name], free)
                 except _Stopped:
                     return
+            self._round_done()
             if got:
                 poll = self.poll_min
                 continue
@@ -519,6 +726,7 @@ class Worker:
 
     def _handler_loop(self) -> None:
         conn = _Connection(self, "handler")
+        loop = _EventLoop()
         try:
             while True:
                 job = self._pending.get()
@@ -527,11 +735,22 @@ class Worker:
                 if self._stopping.is_set():
                     self._hand_back(conn, job)
                     continue
-                self._run_job(conn, job)
+                try:
+                    self._run_job(conn, job, loop)
+                except Exception:  # never lose the thread (its job was released in _run_job)
+                    log.exception("handler thread: unexpected error", extra={"event": "error", "queue": job.queue,
+                                                                              "key": job.key})
         finally:
+            loop.close()
             conn.close()
 
-    def _run_job(self, conn: _Connection, job: Job) -> None:
+    def _call_handler(self, fn: Handler, job: Job, loop: _EventLoop) -> None:
+        result = fn(job)
+        if inspect.isawaitable(result):
+            # A coroutine handler: awaited to completion before the commit.
+            loop.run(result)
+
+    def _run_job(self, conn: _Connection, job: Job, loop: _EventLoop) -> None:
         route = self.routes[job.queue]
         fn = route.handler_for(job.kind)
         job.started_at = time.monotonic()
@@ -540,9 +759,13 @@ class Worker:
         try:
             if fn is None:
                 raise errors.QueueError(f"no handler for kind {job.kind!r}")
-            fn(job)
-        except Exception as exc:  # the handler's failure is the message's, not the worker's
+            self._call_handler(fn, job, loop)
+        except BaseException as exc:  # the handler's failure is the message's, not the worker's
             error = exc
+        interrupted = isinstance(error, KeyboardInterrupt)
+        if interrupted:
+            self.stats.interrupted += 1
+            self.stop(reason="KeyboardInterrupt in a handler")
         elapsed_ms = round((time.time() - started) * 1000, 3)
         try:
             with job.lock:
@@ -550,30 +773,66 @@ class Worker:
                     ok = conn.run(lambda db: db.queue(job.queue).commit(job.reservation), give_up=self._hard_stop)
                     if ok:
                         self.stats.succeeded += 1
-                        log.debug("done", extra={"event": "commit", "queue": job.queue, "key": job.key,
-                                                "kind": job.kind, "attempts": job.attempts, "ms": elapsed_ms})
+                        log.debug("done: %s attempt %d in %.0f ms", _where(job), job.attempts, elapsed_ms,
+                                  extra={"event": "commit", "queue": job.queue, "key": job.key, "kind": job.kind,
+                                         "attempts": job.attempts, "ms": elapsed_ms})
+                    else:
+                        self._log_lost(job)
                 else:
-                    delay = route.retry.delay(job.attempts, self._rng)
-                    ok = conn.run(lambda db: db.queue(job.queue).rollback(job.reservation, delay=delay),
-                                  give_up=self._hard_stop)
-                    self.stats.failed += 1
-                    log.warning("handler failed; rolled back", extra={
-                        "event": "rollback", "queue": job.queue, "key": job.key, "kind": job.kind,
-                        "attempts": job.attempts, "retry_in_s": round(delay, 3), "ms": elapsed_ms,
-                        "error": f"{type(error).__name__}: {error}"[:500]})
+                    delay = 0.0 if interrupted else route.retry.delay(job.attempts, self._rng)
+                    text = describe_error(error)
+                    outcome = conn.run(lambda db: db.queue(job.queue).fail(job.reservation, error=text, delay=delay),
+                                       give_up=self._hard_stop)
+                    if not interrupted:
+                        self.stats.failed += 1
+                    if outcome is None:
+                        self.stats.lost += 1
+                    self._log_failure(job, error, text, outcome, delay, elapsed_ms, interrupted)
                 job.done = True
-                if not ok:
-                    self.stats.lost += 1
-                    log.warning("reservation no longer held (expired); the message is or was redelivered",
-                                extra={"event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind})
         except _Stopped:
-            log.warning("gave up finishing a message at shutdown; it comes back after its lease",
-                        extra={"event": "abandon", "queue": job.queue, "key": job.key})
-        except Exception:  # e.g. the queue was dropped meanwhile: keep the thread alive
-            log.exception("could not commit or roll back; the message comes back after its lease",
-                          extra={"event": "error", "queue": job.queue, "key": job.key})
+            log.warning("gave up finishing %s at shutdown; it comes back after its lease", _where(job),
+                        extra={"event": "abandon", "queue": job.queue, "key": job.key, "kind": job.kind})
+        except Exception as exc:  # e.g. the queue was dropped meanwhile: keep the thread alive
+            log.error("could not commit or fail %s (%s); the message comes back after its lease", _where(job),
+                      describe_error(exc)[:500], exc_info=exc,
+                      extra={"event": "error", "queue": job.queue, "key": job.key, "kind": job.kind})
         finally:
             self._release(job)
+
+    def _log_lost(self, job: Job) -> None:
+        self.stats.lost += 1
+        log.warning("reservation of %s no longer held (expired or released); the message is or was redelivered",
+                    _where(job), extra={"event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind})
+
+    def _log_failure(self, job: Job, error: BaseException, text: str, outcome: str | None, delay: float,
+                     elapsed_ms: float, interrupted: bool) -> None:
+        extra = {"event": "fail", "outcome": outcome, "queue": job.queue, "key": job.key, "kind": job.kind,
+                 "attempts": job.attempts, "ms": elapsed_ms, "error": text[:500]}
+        where = f"{_where(job)} attempt {job.attempts}"
+        if outcome is None:
+            extra["event"] = "lost"
+            log.warning("handler failed: %s: %s; its reservation no longer held (expired or released), the "
+                        "message is or was redelivered", where, text[:500], exc_info=error, extra=extra)
+        elif interrupted:
+            extra["event"] = "interrupted"
+            then = {"retry": "handed back", "dead_lettered": "moved to the dead-letter queue (that was its last "
+                    "allowed delivery)", "dropped": "dropped (its last allowed delivery; the queue has no "
+                    "dead-letter queue)"}.get(outcome, outcome)
+            log.warning("handler interrupted (KeyboardInterrupt): %s: %s; stopping the worker", where, then,
+                        exc_info=error, extra=extra)
+        elif outcome == "retry":
+            extra["retry_in_s"] = round(delay, 3)
+            log.warning("handler failed: %s: %s; retry in %.1f s", where, text[:500], delay, exc_info=error,
+                        extra=extra)
+        elif outcome == "dead_lettered":
+            log.error("handler failed on the last allowed delivery: %s: %s; moved to the dead-letter queue",
+                      where, text[:500], exc_info=error, extra=extra)
+        elif outcome == "dropped":
+            log.error("handler failed on the last allowed delivery: %s: %s; dropped (the queue has no "
+                      "dead-letter queue)", where, text[:500], exc_info=error, extra=extra)
+        else:
+            log.warning("handler failed: %s: %s; outcome %s", where, text[:500], outcome, exc_info=error,
+                        extra=extra)
 
     def _hand_back(self, conn: _Connection, job: Job) -> None:
         try:
@@ -646,13 +905,18 @@ class Worker:
         return self._heartbeat_conn.run(fn, give_up=self._hard_stop)
 
     # -- shutdown --------------------------------------------------------------------
+    def _running(self) -> list[str]:
+        with self._slots:
+            return [_where(j) for j in self._inflight.values() if j.started_at is not None and not j.done]
+
     def _shutdown(self) -> None:
         # Unstarted messages go back at once: the handler threads pick them off
         # the pending queue and hand them back because _stopping is set.
         deadline = time.monotonic() + self.shutdown_timeout
+        self._stop_deadline = deadline
         conn = _Connection(self, "shutdown")
         try:
-            while True:
+            while not self._hard_stop.is_set():
                 try:
                     job = self._pending.get_nowait()
                 except queue_mod.Empty:
@@ -663,21 +927,60 @@ class Worker:
             conn.close()
         for _ in self._threads:
             self._pending.put(None)
-        for t in self._threads:
-            t.join(timeout=max(deadline - time.monotonic(), 0.0))
-        if any(t.is_alive() for t in self._threads):
-            with self._slots:
-                left = [f"{j.queue}/{j.key}/{j.kind}" for j in self._inflight.values()]
-            log.error("handlers still running at the shutdown deadline; their messages come back after the lease",
-                      extra={"event": "deadline", "running": left})
+        report_at = time.monotonic()
+        while any(t.is_alive() for t in self._threads) and not self._hard_stop.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if now >= report_at:
+                running = self._running()
+                if running:
+                    log.info("stopping: waiting up to %.0f s for %d running handler(s): %s; a second SIGINT/SIGTERM "
+                             "stops at once", deadline - now, len(running), ", ".join(running[:20]),
+                             extra={"event": "stopping", "running": len(running), "keys": running[:20],
+                                    "deadline_in_s": round(deadline - now, 1)})
+                report_at = now + 10.0
+            try:
+                self._hard_stop.wait(min(0.05, deadline - now))
+            except KeyboardInterrupt:  # run() without signal handlers in the main thread: Ctrl-C again
+                self.stop(force=True, reason="KeyboardInterrupt")
+        with self._slots:
+            left = [_where(j) for j in self._inflight.values()]
+        self.unfinished = left
+        if left:
+            why = "the stop was forced" if self._hard_stop.is_set() else "the shutdown deadline passed"
+            log.error("%s with %d handler(s) still running; their messages come back after the lease: %s", why,
+                      len(left), ", ".join(left[:20]),
+                      extra={"event": "deadline", "forced": self._hard_stop.is_set(), "running": left[:100]})
         self._hard_stop.set()
         self._threads.clear()
 
     # -- status ------------------------------------------------------------------------
+    def status(self) -> WorkerStatus:
+        """A snapshot: state, running messages, counters, the stop deadline, the last dispatch error."""
+        reg = self.registration
+        deadline = self._stop_deadline
+        state = self._state
+        if state == "running" and self._stopping.is_set():
+            state = "stopping"
+        return WorkerStatus(
+            name=self.name, state=state, reserve_as=self.reserve_as,
+            worker_id=None if reg is None else reg.worker_id, concurrency=self.concurrency,
+            running=tuple(self._running()), stats=dataclasses.replace(self.stats),
+            stop_deadline_in_s=None if deadline is None or state != "stopping"
+            else max(deadline - time.monotonic(), 0.0),
+            stop_reason=self._stop_reason, unfinished=tuple(self.unfinished), last_error=self._last_error)
+
     def status_line(self) -> str:
-        s = self.stats
-        with self._slots:
-            running = len(self._inflight)
-        state = "stopping" if self._stopping.is_set() else "running"
-        return (f"{self.name} {state}: running {running}/{self.concurrency}, done {s.succeeded}, "
-                f"failed {s.failed}, lost {s.lost}, wakeups {s.wakeups}, reconnects {s.reconnects}")
+        st = self.status()
+        s = st.stats
+        running = f"running {len(st.running)}/{st.concurrency}"
+        if st.state == "stopping":
+            running = f"waiting for {len(st.running)} running"
+            if st.stop_deadline_in_s is not None:
+                running += f" (deadline in {st.stop_deadline_in_s:.0f} s)"
+        line = (f"{st.name} {st.state}: {running}, done {s.succeeded}, failed {s.failed}, lost {s.lost}, "
+                f"wakeups {s.wakeups}, reconnects {s.reconnects}")
+        if st.last_error:
+            line += f", error: {st.last_error[:120]}"
+        return line

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from pyqueue_sql import InvalidArgumentError, InvalidPayloadError, UnknownQueueError
+from pyqueue_sql import InvalidArgumentError, InvalidPayloadError, SchemaNotInstalledError, UnknownQueueError
 
 
 def _total(queue):
@@ -200,3 +200,63 @@ def test_plain_sql_non_json_payload_is_refused(dialect, raw, queue):
         raw(CALLS[dialect]["push"], (queue.name, "m", "k", "{not json"))
     assert "json" in str(info.value).lower()
     assert _total(queue) == 0
+
+
+# -- argument types: refused as arguments, never reported as a missing schema ---------------
+
+@pytest.mark.parametrize("call", [
+    lambda q: q.push(True, "k", 1),
+    lambda q: q.push(1.5, "k", 1),
+    lambda q: q.push(b"k", "k", 1),
+    lambda q: q.push("k", 5, 1),
+    lambda q: q.push_many([(False, "k", 1)]),
+    lambda q: q.remove(True, "k"),
+    lambda q: q.message(2.0, "k"),
+    lambda q: q.reserve(kinds=["k", 3]),
+    lambda q: q.reserve(kinds="k"),
+    lambda q: q.reserve(worker=7),
+    lambda q: q.set_limit(4, 1),
+], ids=["bool-key", "float-key", "bytes-key", "int-kind", "batch-bool-key", "remove-bool-key",
+        "message-float-key", "int-in-kinds", "kinds-str", "int-worker", "int-limit-kind"])
+def test_wrong_python_types_are_argument_errors(queue, call):
+    with pytest.raises(InvalidArgumentError) as info:
+        call(queue)
+    assert not isinstance(info.value, SchemaNotInstalledError)
+    assert _total(queue) == 0
+
+
+def test_a_queue_name_that_is_not_a_str_is_an_argument_error(db):
+    with pytest.raises(InvalidArgumentError):
+        db.queue(17)
+
+
+def test_a_wrong_argument_type_the_server_refuses_is_not_a_missing_schema(db, queue, dialect):
+    """The Python checks bypassed (a named statement run with an int where text goes): PostgreSQL
+    finds no routine for those types (42883); that is an argument error naming the types, in
+    autocommit and inside a transaction alike. MySQL converts the int to its text."""
+    params = dict(queue=queue.name, key=17, kind="k", payload="1", run_at=None, priority=None)
+    if dialect == "mysql":
+        assert db.call("push", **params) == [(1,)]
+        assert queue.message("17", "k") is not None
+        return
+    with pytest.raises(InvalidArgumentError, match="smallint") as info:
+        db.call("push", **params)
+    assert not isinstance(info.value, SchemaNotInstalledError)
+    with pytest.raises(InvalidArgumentError, match="smallint"):
+        with db.transaction():
+            db.call("push", **params)
+    assert _total(queue) == 0
+
+
+def test_a_missing_schema_is_still_reported_as_such(fresh_database):
+    import pyqueue_sql
+
+    empty = pyqueue_sql.connect(fresh_database("noschema"))
+    try:
+        with pytest.raises(SchemaNotInstalledError):
+            empty.queue("q").push("k", "k", 1)
+        with pytest.raises(SchemaNotInstalledError):
+            with empty.transaction():
+                empty.queue("q").push("k", "k", 1)
+    finally:
+        empty.close()

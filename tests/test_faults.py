@@ -379,7 +379,10 @@ def test_connection_killed_by_the_server_mid_reserve_gives_the_message_back_at_o
     q = make_queue(visibility_timeout=600, history_retention=3600)
     q.push_many([("victim", "k", {}), ("bystander", "k", {})])
     victim, admin, other = connect(), connect(), connect()
-    vq, oq = victim.queue(q.name), other.queue(q.name)
+    # The transaction is the application's own (its driver's BEGIN), so the
+    # calls go through a wrapped connection: the client then never runs a
+    # call in a transaction of its own (as it may on a connection it owns).
+    vq, oq = pyqueue_sql.Database.wrap(victim.connection).queue(q.name), other.queue(q.name)
     victim.dialect.begin(victim.connection)
     got = vq.reserve(n=1, worker="victim")
     assert [r.key for r in got] == ["victim"]

@@ -1,4 +1,4 @@
-"""Issue 4a: history (archive, purge, replay), dead letters (view, redrive) and
+"""History (archive, purge, replay), dead letters (view, redrive) and
 replace-on-push, on every dialect, through the client and as plain SQL."""
 
 from __future__ import annotations
@@ -213,11 +213,21 @@ def test_dead_letter_view_lists_them_with_their_origin(make_queue, raw):
     rows = raw("SELECT p_key, from_queue FROM pyqueue_dead_letters WHERE dead_letter_queue = %s "
                "ORDER BY p_key", (dlq.name,))
     assert [tuple(r) for r in rows] == [("a", src.name), ("b", src.name)]
-    # a second source makes the origin ambiguous: NULL rather than a guess
-    make_queue(dead_letter_queue=dlq.name)
-    assert {d.from_queue for d in dlq.dead_letters()} == {None}
+    # a second source sharing the dead-letter queue: each dead letter still names its own origin,
+    # with the deliveries it had there
+    other = make_queue(max_attempts=2, dead_letter_queue=dlq.name)
+    other.push("c", "job", {"key": "c"})
+    for _ in range(2):
+        [r] = other.reserve()
+        assert other.rollback(r)
+    assert [(d.key, d.from_queue, d.attempts) for d in dlq.dead_letters()] == [
+        ("a", src.name, 1), ("b", src.name, 1), ("c", other.name, 2)]
     dlq.reserve()
-    assert [d.reserved for d in dlq.dead_letters()] == [True, False]
+    assert [d.reserved for d in dlq.dead_letters()] == [True, False, False]
+    # a message pushed into the dead-letter queue directly came from nowhere
+    dlq.push("direct", "job", 1)
+    [direct] = [d for d in dlq.dead_letters() if d.key == "direct"]
+    assert (direct.from_queue, direct.attempts, direct.last_error) == (None, None, None)
 
 
 def test_redrive_moves_them_back_with_attempts_reset(make_queue):

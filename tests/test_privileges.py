@@ -1,4 +1,4 @@
-"""Least privilege (issue 7): application accounts call routines, never tables.
+"""Least privilege: application accounts call routines, never tables.
 
 Every test makes real PostgreSQL roles / MySQL accounts (unique names, dropped
 at the end), grants them capabilities with `pyqueue-sql grant --apply`, connects
@@ -185,36 +185,159 @@ def test_producer_pushes_but_cannot_reserve_pop_commit_or_manage(accounts, admin
     assert consumer.queue(admin_queue.name).commit(held)
 
 
-def test_consumer_reserves_and_commits_but_cannot_push_or_manage(accounts, admin_queue):
+def test_consumer_reserves_and_commits_but_cannot_push_move_or_manage(accounts, admin_queue, db):
     """Design: consumers take and finish work; pushing new work is the producer
-    capability (a pipeline stage that pushes gets both). queue_move hands the
-    held message on, so a consumer may move what it holds."""
-    admin_queue.push_many([(f"k{i}", "kind", i) for i in range(6)])
-    consumer = accounts.client(accounts.with_capabilities("cons", "consumer"))
-    q = consumer.queue(admin_queue.name)
-    first, second = q.reserve(n=2)
-    assert q.commit(first)
-    assert q.rollback(second)
-    [third] = q.reserve()
-    third = q.extend(third, timeout=60)
-    assert third is not None
-    committed, more = q.commit_reserve(third, n=1)
-    assert committed and len(more) == 1
-    assert q.commit_many(more) == 1
-    assert len(q.pop(1)) == 1
-    assert q.channel()
-    q.next_scheduled_at()
-    assert q.wait(timeout=0.01, poll=0.01) in (True, False)
-    reg = consumer.register_worker(queues=[q.name])
-    assert consumer.heartbeat_worker(reg.worker_id)
-    assert consumer.deregister_worker(reg.worker_id)
-    for attempt in (lambda: q.push("new", "kind", 1), lambda: q.push_many([("n2", "kind", 1)]),
-                    lambda: q.push_replace("k5", "kind", 1), lambda: q.create(), lambda: q.drop(),
-                    lambda: q.pause(), lambda: q.remove("k5", "kind"), lambda: q.stats(),
-                    lambda: q.set_limit("kind", 1), lambda: q.schedule_every("s", "kind", 1, 60)):
+    capability and handing a message on to another queue (queue_move) is the
+    pipeline capability: a consumer alone can neither put content into a queue
+    nor take a message out of max_attempts' reach."""
+    admin_queue.push_many([(f"k{i}", "kind", i) for i in range(7)])
+    other = _other_queue(db).create()
+    try:
+        consumer = accounts.client(accounts.with_capabilities("cons", "consumer"))
+        q = consumer.queue(admin_queue.name)
+        first, second = q.reserve(n=2)
+        assert q.commit(first)
+        assert q.rollback(second)
+        [third] = q.reserve()
+        third = q.extend(third, timeout=60)
+        assert third is not None
+        committed, more = q.commit_reserve(third, n=1)
+        assert committed and len(more) == 1
+        assert q.commit_many(more) == 1
+        assert len(q.pop(1)) == 1
+        [failing] = q.reserve()
+        assert q.fail(failing, error="boom") == "retry"
+        assert q.channel()
+        q.next_scheduled_at()
+        assert q.wait(timeout=0.01, poll=0.01) in (True, False)
+        reg = consumer.register_worker(queues=[q.name])
+        assert consumer.heartbeat_worker(reg)
+        assert consumer.deregister_worker(reg)
+        [held] = q.reserve()
+        for attempt in (lambda: q.push("new", "kind", 1), lambda: q.push_many([("n2", "kind", 1)]),
+                        lambda: q.push_replace("k5", "kind", 1), lambda: q.create(), lambda: q.drop(),
+                        lambda: q.pause(), lambda: q.remove("k5", "kind"), lambda: q.stats(),
+                        lambda: q.set_limit("kind", 1), lambda: q.schedule_every("s", "kind", 1, 60),
+                        lambda: q.move(held, other.name), lambda: q.move(held, q.name, payload={"x": 1}),
+                        lambda: q.settings(), lambda: q.reset_setting("max_attempts"),
+                        lambda: q.message(held.key, held.kind), lambda: q.message_history(held.key, held.kind)):
+            with pytest.raises(PermissionDeniedError):
+                attempt()
+        # the refused moves changed nothing: still held by this consumer, nothing in the other queue
+        assert other.stats().ready == 0
+        assert admin_queue.stats().reserved == 1
+        assert q.commit(held)
+    finally:
+        other.drop()
+
+
+# -- pipeline: queue_move ---------------------------------------------------------
+
+def test_pipeline_moves_what_it_holds_and_consumer_alone_cannot(accounts, admin_queue, db):
+    """queue_move puts a (rewritten) payload into any queue: only an account granted
+    pipeline may call it. A pipeline stage gets consumer (to hold the message) and
+    pipeline; pipeline alone reserves, pushes and reads nothing."""
+    target = _other_queue(db).create()
+    try:
+        admin_queue.push_many([("a", "kind", {"amount": 1}), ("b", "kind", {"amount": 2})])
+        consumer = accounts.client(accounts.with_capabilities("cons", "consumer")).queue(admin_queue.name)
+        stage = accounts.client(accounts.with_capabilities("pipe", "consumer", "pipeline")).queue(admin_queue.name)
+        only = accounts.client(accounts.with_capabilities("only", "pipeline")).queue(admin_queue.name)
+
+        [r] = consumer.reserve()
         with pytest.raises(PermissionDeniedError):
-            attempt()
-    assert admin_queue.stats().ready + admin_queue.stats().delayed >= 1  # k5 etc. untouched
+            consumer.move(r, target.name, payload={"amount": 1_000_000})
+        assert target.stats().ready == 0
+        assert consumer.rollback(r)
+
+        [r] = stage.reserve()
+        assert stage.move(r, target.name, payload={"amount": r.payload["amount"] * 10})
+        [moved] = target.pop(1)
+        assert (moved.key, moved.payload) == (r.key, {"amount": r.payload["amount"] * 10})
+
+        for attempt in (lambda: only.reserve(), lambda: only.pop(), lambda: only.push("x", "kind", 1),
+                        lambda: only.stats(), lambda: only.create()):
+            with pytest.raises(PermissionDeniedError):
+                attempt()
+    finally:
+        target.drop()
+
+
+def test_a_move_into_its_own_queue_keeps_the_attempt_count(accounts, db):
+    """Moving a message back into the queue it came from does not reset its
+    attempts, so max_attempts and dead-lettering still apply; a move into another
+    queue starts it at 0 there."""
+    dead = db.queue(f"priv.{uuid.uuid4().hex[:12]}.dead").create()
+    src = db.queue(f"priv.{uuid.uuid4().hex[:12]}").create(max_attempts=2, dead_letter_queue=dead.name)
+    elsewhere = _other_queue(db).create(max_attempts=2)
+    try:
+        src.push("loop", "kind", {"n": 0})
+        stage = accounts.client(accounts.with_capabilities("pipe", "consumer", "pipeline"))
+        q = stage.queue(src.name)
+        [r] = q.reserve()
+        assert r.attempts == 1
+        assert q.move(r, src.name, payload={"n": 1})
+        [r] = q.reserve()
+        assert (r.attempts, r.payload) == (2, {"n": 1})      # counted on, not reset
+        assert q.move(r, src.name, payload={"n": 2})
+        # a third delivery would exceed max_attempts: dead-lettered instead of handed out
+        assert q.reserve(n=5) == []
+        [letter] = dead.dead_letters()
+        assert (letter.key, letter.from_queue, letter.attempts, letter.payload) == ("loop", src.name, 2, {"n": 2})
+
+        # a move into another queue starts the count there at 0
+        src.push("away", "kind", {})
+        [r] = q.reserve()
+        assert q.rollback(r)
+        [r] = q.reserve()
+        assert r.attempts == 2
+        assert q.move(r, elsewhere.name)
+        [there] = stage.queue(elsewhere.name).reserve()
+        assert (there.key, there.attempts) == ("away", 1)
+    finally:
+        for queue in (src, elsewhere, dead):
+            queue.drop()
+
+
+# -- the worker registry: each worker its own -----------------------------------------
+
+def _call(db, name: str, **params):
+    return db.call(name, **params)[0][0]
+
+
+def test_a_worker_touches_only_its_own_registration(accounts, db):
+    """Two consumer accounts: one cannot heartbeat or deregister the other's
+    worker (its id is visible to monitors) without the secret that register
+    returned to the other: false, as for an unknown id, and nothing changes."""
+    mine = accounts.client(accounts.with_capabilities("wa", "consumer"))
+    theirs = accounts.client(accounts.with_capabilities("wb", "consumer"))
+    reg = mine.register_worker(name="owner", queues=["q"])
+    intruder = theirs.register_worker(name="intruder", queues=["q"])
+    assert reg.secret and intruder.secret and reg.secret != intruder.secret
+
+    def row():
+        [w] = [w for w in db.workers() if w.worker_id == reg.worker_id]
+        return (w.name, w.heartbeat_at)
+
+    before = row()
+    assert str(reg.secret) not in repr(db.workers())  # queue_workers does not show secrets
+    time.sleep(0.05)
+    for secret in (str(uuid.uuid4()), str(intruder.secret)):
+        assert not _call(theirs, "worker_heartbeat", worker_id=reg.worker_id, secret=secret)
+        assert not _call(theirs, "worker_deregister", worker_id=reg.worker_id, secret=secret)
+    with pytest.raises(pyqueue_sql.InvalidArgumentError):
+        _call(theirs, "worker_heartbeat", worker_id=reg.worker_id, secret=None)
+    with pytest.raises(pyqueue_sql.InvalidArgumentError):
+        _call(theirs, "worker_deregister", worker_id=reg.worker_id, secret=None)
+    assert row() == before  # still registered, heartbeat untouched
+    # the same account without the secret fares no better: the secret is the proof, not the account
+    assert not _call(mine, "worker_heartbeat", worker_id=reg.worker_id, secret=str(uuid.uuid4()))
+    # its owner, with the secret
+    assert mine.heartbeat_worker(reg)
+    assert row()[1] > before[1]
+    assert mine.deregister_worker(reg)
+    assert theirs.deregister_worker(intruder)
+    assert not [w for w in db.workers() if w.worker_id in (reg.worker_id, intruder.worker_id)]
 
 
 def test_monitor_reads_and_admin_manages_but_neither_pushes_nor_reserves(accounts, admin_queue, db):
@@ -228,8 +351,18 @@ def test_monitor_reads_and_admin_manages_but_neither_pushes_nor_reserves(account
         assert [d.key for d in monitor.queue(dead.name).dead_letters()] == ["gone"]
         assert {s.queue for s in monitor.stats()} >= {src.name, dead.name}
         monitor.limits(), monitor.workers(), monitor.schedules()
+        assert monitor.queue(src.name).settings().dead_letter_queue == dead.name
+        assert {s.queue for s in monitor.settings()} >= {src.name, dead.name}
+        assert monitor.queue(dead.name).message("gone", "kind").state == "ready"
+        assert monitor.queue(src.name).message("gone", "kind") is None
+        monitor.queue(src.name).message_history("gone", "kind")
         admin = accounts.client(accounts.with_capabilities("adm", "admin"))
         fresh = _other_queue(admin).create(max_attempts=3)
+        assert fresh.settings().max_attempts == 3
+        fresh.reset_setting("max_attempts")
+        assert fresh.settings().max_attempts == 10
+        with pytest.raises(PermissionDeniedError):
+            monitor.queue(fresh.name).reset_setting("max_attempts")
         fresh.pause()
         fresh.resume()
         assert admin.queue(dead.name).redrive(src.name) == 1
@@ -253,7 +386,7 @@ def test_no_application_account_touches_tables_or_internal_helpers(accounts, dia
               else f"CALL `{database}`.pyqueue__queue('x', @a, @b, @c, @d)")
     helper2 = ("SELECT pyqueue__check_name('queue', 'x', 128)" if dialect == "postgresql"
                else f"CALL `{database}`.pyqueue__raise('unknown_queue', 'x')")
-    for capability in ("producer", "consumer", "monitor", "admin", "ingest"):
+    for capability in privileges.CAPABILITIES:
         conn = accounts.raw(accounts.with_capabilities(capability[:4], capability))
         for table, column in TABLES.items():
             assert_denied(dialect, conn, f"SELECT * FROM {table}")
@@ -266,7 +399,9 @@ def test_no_application_account_touches_tables_or_internal_helpers(accounts, dia
         assert_denied(dialect, conn, helper2)
         if capability != "ingest":
             assert_denied(dialect, conn, "INSERT INTO queue_ingest (queue_name) VALUES ('x')")
-        assert_denied(dialect, conn, "SELECT * FROM queue_ingest")
+            assert_denied(dialect, conn, "SELECT * FROM queue_ingest")
+        assert_denied(dialect, conn, "DELETE FROM queue_ingest")
+        assert_denied(dialect, conn, "UPDATE queue_ingest SET payload = 'x'")
 
 
 def _all_routine_calls(dialect: str, admin_conn, database: str) -> list[str]:
@@ -327,6 +462,55 @@ def test_every_installed_routine_has_a_capability_or_is_internal(accounts, diale
     contract = {n for n in names if n.startswith("queue_")}
     assert contract == set(privileges.ROUTINES)
     assert all(n.startswith("pyqueue__") for n in names - contract)
+
+
+def _routine_of(call: str) -> str:
+    return call.split("(")[0].split()[-1].split(".")[-1].strip("`")
+
+
+def _limit_statement_time(dialect: str, conn) -> None:
+    _run(conn, "SET statement_timeout = '20s'" if dialect == "postgresql" else "SET max_statement_time = 20")
+
+
+def test_each_capability_calls_exactly_its_routines(fresh_database, dialect):
+    """The capability table, checked whole: for every capability, an account granted
+    only it calls every installed routine (all arguments NULL, in a database of its
+    own): the server lets through exactly the routines the capability lists (they may
+    then refuse the NULLs: any error but a permission error) and refuses every other
+    one, the internal helpers included, with its permission error."""
+    dsn = fresh_database("caps")
+    migrate.upgrade(dsn)
+    made = Accounts(dsn)
+    try:
+        calls = _all_routine_calls(dialect, made.admin, _database_of(dsn))
+        assert {_routine_of(c) for c in calls if _routine_of(c).startswith("queue_")} == set(privileges.ROUTINES)
+        for capability, allowed in privileges.CAPABILITIES.items():
+            conn = made.raw(made.with_capabilities(capability[:4], capability))
+            _limit_statement_time(dialect, conn)
+            for call in calls:
+                if _routine_of(call) not in allowed:
+                    assert_denied(dialect, conn, call)
+                    continue
+                try:
+                    _run(conn, call)
+                except Exception as exc:  # noqa: BLE001 - only a denial is wrong here
+                    assert not _is_denial(dialect, exc), f"{capability}: {call} refused: {exc!r}"
+    finally:
+        made.close()
+
+
+def test_capability_descriptions_cover_every_capability():
+    assert list(privileges.DESCRIPTIONS) == list(privileges.CAPABILITIES)
+    assert privileges.PIPELINE == ("queue_move",)
+    assert "queue_move" not in privileges.CONSUMER
+    assert set(privileges.MONITOR) <= set(privileges.ADMIN)
+    everything = [r for rs in privileges.CAPABILITIES.values() for r in rs]
+    # a routine in two capabilities is one of these (revoking either capability revokes it)
+    shared = {r for r in everything if everything.count(r) > 1}
+    assert shared == set(privileges.MONITOR) | {"queue_release_dead_workers"}
+    assert privileges.capabilities_with("queue_move") == ["pipeline"]
+    assert privileges.capabilities_with("queue_stats") == ["monitor", "admin"]
+    assert privileges.capabilities_with("pyqueue__queue") == []
 
 
 # -- what the definer rights must not open -----------------------------------------
@@ -391,6 +575,10 @@ def test_ingest_account_inserts_into_queue_ingest_and_the_messages_arrive(accoun
     _run(conn, "INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES "
                "(%s, 'a', 'kind', '{\"n\": 1}'), (%s, 'b', 'kind', '{\"n\": 2}'), (%s, 'a', 'kind', '{}')",
          (admin_queue.name,) * 3)
+    # SELECT (which Spark's JDBC writer needs): on PostgreSQL the table is already empty again;
+    # on MySQL/MariaDB the rows wait there for the flush
+    [(waiting,)] = _run(conn, "SELECT count(*) FROM queue_ingest WHERE queue_name = %s", (admin_queue.name,))
+    assert waiting == (0 if dialect == "postgresql" else 3)
     flush = ("SELECT enqueued, duplicates, rejected FROM queue_ingest_flush(%s)" if dialect == "postgresql"
              else "CALL queue_ingest_flush(%s)")
     [row] = _run(conn, flush, (admin_queue.name,))
@@ -577,6 +765,84 @@ def test_grants_and_routine_reinstalls(fresh_database, dialect):
         made.close()
 
 
+# consumer as the 0003 release granted it: queue_move was part of it, queue_fail did not exist
+CONSUMER_0003 = tuple(r for r in privileges.CONSUMER if r != "queue_fail") + ("queue_move",)
+
+
+def test_a_consumer_granted_at_0003_keeps_its_routines_across_the_upgrade(fresh_database, dialect, monkeypatch):
+    """0004 changes the worker routines' signatures (PostgreSQL: dropped and
+    re-created; MySQL: every procedure is re-created). An account granted consumer
+    at 0003, with a worker registered, still registers, heartbeats and deregisters
+    its workers after the upgrade and calls every routine it was granted (queue_move
+    included: existing grants are kept); `pyqueue-sql grant --consumer` run again
+    adds what is new (queue_fail)."""
+    dsn = fresh_database("up4")
+    migrate.upgrade(dsn, "0003_hardening")
+    made = Accounts(dsn)
+    try:
+        monkeypatch.setitem(privileges.CAPABILITIES, "consumer", CONSUMER_0003)
+        name = made.with_capabilities("old", "consumer")
+        monkeypatch.undo()
+        with pyqueue_sql.connect(dsn) as admin:
+            for queue in ("up", "up.next"):
+                admin.queue(queue).create()
+            admin.queue("up").push_many([(f"k{i}", "kind", i) for i in range(3)])
+        conn = made.raw(name)
+        if dialect == "postgresql":
+            [(old_worker,)] = _run(conn, "SELECT queue_worker_register('old', 'h', 1, ARRAY['up'])")
+            assert _run(conn, "SELECT queue_worker_heartbeat(%s)", (old_worker,)) == [(True,)]
+        else:
+            [(old_worker,)] = _run(conn, "CALL queue_worker_register('old', 'h', 1, '[\"up\"]')")
+            assert [tuple(int(v) for v in r) for r in _run(conn, "CALL queue_worker_heartbeat(%s)",
+                                                           (old_worker,))] == [(1,)]
+        conn.close()
+
+        def granted() -> set:
+            if dialect == "postgresql":
+                rows = _run(made.admin, """
+                    SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                     WHERE n.nspname = current_schema()
+                       AND has_function_privilege(%s, p.oid, 'EXECUTE')""", (name,))
+            else:
+                rows = _run(made.admin, "SELECT Routine_name FROM mysql.procs_priv "
+                                        "WHERE Db = DATABASE() AND User = %s", (name,))
+            return {r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows}
+
+        assert granted() == set(CONSUMER_0003)
+        migrate.upgrade(dsn)
+        assert granted() >= set(CONSUMER_0003)
+
+        app = made.client(name)
+        reg = app.register_worker(name="new", queues=["up"])
+        assert app.heartbeat_worker(reg)
+        q = app.queue("up")
+        [r] = q.reserve()
+        assert q.move(r, "up.next")
+        conn = made.raw(name)
+        _limit_statement_time(dialect, conn)
+        for call in _all_routine_calls(dialect, made.admin, _database_of(dsn)):
+            if _routine_of(call) in CONSUMER_0003:
+                try:
+                    _run(conn, call)
+                except Exception as exc:  # noqa: BLE001 - only a denial is wrong here
+                    assert not _is_denial(dialect, exc), f"{call} refused after the upgrade: {exc!r}"
+        assert app.deregister_worker(reg)
+
+        made.grant(name, "consumer")
+        [r] = q.reserve()
+        assert q.fail(r, error="after the upgrade") == "retry"
+        assert granted() == set(CONSUMER_0003) | set(privileges.CONSUMER)
+        # README: where a consumer should not move, take the pipeline capability away
+        assert cli.main(["grant", "--role", made.role_arg(name), "--pipeline", "--revoke", "--apply",
+                         "--dsn", dsn]) == 0
+        assert granted() == set(privileges.CONSUMER)
+        [r] = q.reserve()
+        with pytest.raises(PermissionDeniedError):
+            q.move(r, "up.next")
+    finally:
+        made.close()
+
+
 @pytest.mark.only_dialect("postgresql")
 def test_upgrade_from_0002_revokes_public_execute_until_granted(fresh_database):
     """0002's routines were callable by PUBLIC (PostgreSQL's default): a role with
@@ -663,9 +929,15 @@ def test_grant_command_prints_quoted_statements_and_refuses_bad_names(capsys):
     assert out[0] == 'GRANT USAGE ON SCHEMA "app" TO "we""ird";'
     assert 'GRANT EXECUTE ON FUNCTION "app"."queue_push" TO "we""ird";' in out
     assert not any("queue_reserve" in line for line in out)
+    assert cli.main(["grant", "--role", "stage", "--pipeline", "--dialect", "postgresql"]) == 0
+    assert capsys.readouterr().out.splitlines() == ['GRANT EXECUTE ON FUNCTION "queue_move" TO "stage";']
+    assert cli.main(["grant", "--role", "worker", "--consumer", "--dialect", "postgresql"]) == 0
+    out = capsys.readouterr().out
+    assert '"queue_fail"' in out and '"queue_move"' not in out
     assert cli.main(["grant", "--role", "svc@10.0.0.%", "--ingest", "--dialect", "mysql"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "GRANT INSERT ON TABLE `queue_ingest` TO `svc`@`10.0.0.%`;" in out
+    assert "GRANT SELECT ON TABLE `queue_ingest` TO `svc`@`10.0.0.%`;" in out
     assert "GRANT EXECUTE ON PROCEDURE `queue_ingest_flush` TO `svc`@`10.0.0.%`;" in out
     assert cli.main(["grant", "--role", "x`; DROP DATABASE y; --", "--producer", "--dialect", "mysql"]) == 1
     assert "must be 1-80 characters" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Review of the issue 3/4/5 routines with hostile input from plain SQL.
+"""The wakeup, history, limit, worker and schedule routines with hostile input from plain SQL.
 
 Each test calls the routines as a psql or mysql session would (the `raw`
 fixture), on both dialects, and checks that both refuse the same bad input
@@ -6,6 +6,8 @@ with the same `pyqueue:<code>` and write nothing.
 """
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 
@@ -55,7 +57,8 @@ def test_mysql_worker_register_refuses_non_string_queue_names(raw, dialect, bad)
 def test_worker_register_accepts_the_longest_queue_name(raw, dialect):
     longest = "x" * 128
     if dialect == "postgresql":
-        wid = raw("SELECT queue_worker_register('review-long', NULL, NULL, ARRAY['q', %s])", (longest,))[0][0]
+        wid = raw("SELECT worker_id FROM queue_worker_register('review-long', NULL, NULL, ARRAY['q', %s])",
+                  (longest,))[0][0]
     else:
         wid = raw("CALL queue_worker_register('review-long', NULL, NULL, %s)", (f'["q", "{longest}"]',))[0][0]
     assert wid >= 1
@@ -67,14 +70,42 @@ def test_worker_register_accepts_the_longest_queue_name(raw, dialect):
 @pytest.mark.parametrize("bad_id", [0, -1])
 def test_worker_id_below_one_is_refused_on_both_dialects(raw, dialect, routine, bad_id):
     verb = "SELECT" if dialect == "postgresql" else "CALL"
-    msg = refused(raw, f"{verb} {routine}(%s)", (bad_id,))
+    msg = refused(raw, f"{verb} {routine}(%s, %s)", (bad_id, str(uuid.uuid4())))
     assert "pyqueue:invalid_argument: worker_id must be a whole number from 1" in msg
 
 
 @pytest.mark.parametrize("routine", ["queue_worker_heartbeat", "queue_worker_deregister"])
 def test_unregistered_worker_id_answers_false_on_both_dialects(raw, dialect, routine):
     verb = "SELECT" if dialect == "postgresql" else "CALL"
-    assert not raw(f"{verb} {routine}(%s)", (2**62,))[0][0]
+    assert not raw(f"{verb} {routine}(%s, %s)", (2**62, str(uuid.uuid4())))[0][0]
+
+
+@pytest.mark.parametrize("routine", ["queue_worker_heartbeat", "queue_worker_deregister"])
+@pytest.mark.parametrize("secret", [None, "", "not-a-secret", "x" * 37])
+def test_a_missing_or_malformed_worker_secret_is_refused_or_false(raw, dialect, routine, secret):
+    """NULL is refused (invalid_argument); a secret that is not the worker's answers false or is
+    refused as malformed (PostgreSQL's uuid parameter refuses text that is not a uuid before the
+    call); the registration is never touched."""
+    verb = "SELECT" if dialect == "postgresql" else "CALL"
+    name = f"rs-{uuid.uuid4().hex[:6]}"
+    if dialect == "postgresql":
+        [(wid,)] = raw("SELECT worker_id FROM queue_worker_register(%s, NULL, NULL, NULL)", (name,))
+    else:
+        [(wid, _)] = raw("CALL queue_worker_register(%s, NULL, NULL, NULL)", (name,))
+    try:
+        if secret is None:
+            assert "pyqueue:invalid_argument" in refused(raw, f"{verb} {routine}(%s, %s)", (wid, secret))
+        else:
+            try:
+                answer = raw(f"{verb} {routine}(%s, %s)", (wid, secret))[0][0]
+            except Exception as exc:  # noqa: BLE001 - a refusal, or PostgreSQL: not a uuid
+                assert "pyqueue:invalid_argument" in str(exc) or (
+                    dialect == "postgresql" and "uuid" in str(exc)), str(exc)
+            else:
+                assert not answer
+        assert raw("SELECT count(*) FROM pyqueue_worker WHERE worker_id = %s", (wid,))[0][0] == 1
+    finally:
+        raw("DELETE FROM pyqueue_worker WHERE worker_id = %s", (wid,))
 
 
 # -- durations: "at most 100 years" means the same on both dialects ---------

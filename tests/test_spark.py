@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import traceback
 import uuid
 
 import pytest
@@ -54,9 +55,8 @@ def test_two_appends_of_overlapping_data_enqueue_each_key_once(spark, jdbc_url, 
     assert payloads["doc-00000"] == {"n": 0, "tag": "first"}
     assert payloads["doc-00700"] == {"n": 700, "tag": "first"}      # the live one wins
     assert payloads["doc-01499"] == {"n": 1499, "tag": "second"}
-    if db.dialect.name == "mysql":
-        assert (first.enqueued, first.duplicates, first.rejected) == (1000, 0, 0)
-        assert (second.enqueued, second.duplicates, second.rejected) == (500, 500, 0)
+    assert (first.rows, first.enqueued, first.duplicates, first.rejected) == (1000, 1000, 0, 0)
+    assert (second.rows, second.enqueued, second.duplicates, second.rejected) == (1000, 500, 500, 0)
 
 
 def test_a_rerun_is_idempotent_and_a_committed_key_is_free_again(spark, jdbc_url, make_queue, db):
@@ -64,15 +64,50 @@ def test_a_rerun_is_idempotent_and_a_committed_key_is_free_again(spark, jdbc_url
 
     q = make_queue()
     frame = keyed_frame(spark, 0, 800)
-    for _ in range(2):
-        pqs.enqueue(frame, jdbc_url, q.name, key="doc_id", kind=F.lit("k"), payload=["n"])
+    for expected in ((800, 800, 0), (800, 0, 800)):
+        result = pqs.enqueue(frame, jdbc_url, q.name, key="doc_id", kind=F.lit("k"), payload=["n"])
+        assert (result.rows, result.enqueued, result.duplicates) == expected
         assert q.stats().ready == 800
     [r] = q.reserve(n=1)
     assert q.commit(r)
     rerun = pqs.enqueue(frame, jdbc_url, q.name, key="doc_id", kind=F.lit("k"), payload=["n"])
     assert q.stats().ready == 800   # the committed one is enqueued again, nothing else
-    if db.dialect.name == "mysql":
-        assert (rerun.enqueued, rerun.duplicates) == (1, 799)
+    assert (rerun.rows, rerun.enqueued, rerun.duplicates) == (800, 1, 799)
+
+
+def test_an_empty_frame_enqueues_nothing_and_says_so(spark, jdbc_url, make_queue):
+    q = make_queue()
+    empty = spark.createDataFrame([], "doc_id string, n long")
+    result = pqs.enqueue(empty, jdbc_url, q.name, key="doc_id", kind="doc_id", payload=["n"])
+    assert (result.rows, result.enqueued, result.duplicates, result.rejected) == (0, 0, 0, 0)
+    assert q.stats().ready == 0
+
+
+def test_an_account_with_only_the_ingest_capability_enqueues_and_gets_the_counts(spark, dsn, make_queue):
+    """`pyqueue-sql grant --ingest` is all enqueue needs: the write, the flush and
+    (MySQL/MariaDB) reading back the rejected rows; the counts come through it too."""
+    from pyspark.sql import functions as F
+
+    from .test_privileges import Accounts
+
+    q = make_queue()
+    made = Accounts(dsn)
+    try:
+        url = made.dsn_for(made.with_capabilities("ing", "ingest"))
+        first = pqs.enqueue(keyed_frame(spark, 0, 300), url, q.name, key="doc_id", kind=F.lit("k"), payload=["n"])
+        again = pqs.enqueue(keyed_frame(spark, 200, 400), url, q.name, key="doc_id", kind=F.lit("k"),
+                            payload=["n"])
+        assert (first.rows, first.enqueued, first.duplicates) == (300, 300, 0)
+        assert (again.rows, again.enqueued, again.duplicates) == (200, 100, 100)
+        assert q.stats().ready == 400
+        bad = spark.createDataFrame([(q.name, "", "k", "{}")], "queue_name string, p_key string, p_kind string, "
+                                                               "payload string")
+        expected = pyqueue_sql.InvalidArgumentError if pqs.target(url).dialect == "postgresql" \
+            else pqs.IngestRejectedError
+        with pytest.raises(expected, match="p_key must not be NULL or empty"):
+            pqs.enqueue(bad, url, None)
+    finally:
+        made.close()
 
 
 def test_a_plain_spark_jdbc_append_is_enough(spark, jdbc_url, make_queue, db, raw):
@@ -107,10 +142,8 @@ BAD_ROWS = [
 
 
 @pytest.mark.parametrize("case, bad, error, message", BAD_ROWS, ids=[c[0] for c in BAD_ROWS])
-def test_a_bad_row_is_refused_with_a_clear_error_and_nothing_is_lost(spark, jdbc_url, make_queue, db, raw,
+def test_a_bad_row_is_refused_with_a_clear_error_and_nothing_is_lost(spark, jdbc_url, make_queue, db, raw, capfd,
                                                                      case, bad, error, message):
-    from pyspark.sql import functions as F
-
     q = make_queue()
     rows = [(q.name, f"good-{i}", "k", json.dumps({"i": i})) for i in range(20)]
     rows.insert(7, (bad.get("queue", q.name), bad.get("key", "bad-key"), bad.get("kind", "k"),
@@ -118,9 +151,22 @@ def test_a_bad_row_is_refused_with_a_clear_error_and_nothing_is_lost(spark, jdbc
     frame = spark.createDataFrame(rows, "queue_name string, p_key string, p_kind string, payload string")
     frame = frame.coalesce(1)
     expected = error if db.dialect.name == "postgresql" else pqs.IngestRejectedError
+    log4j = spark._jvm.org.apache.logging.log4j.LogManager
+    levels = [str(log4j.getLogger(name).getLevel()) for name in pqs._NOISY_LOGGERS]
     with pytest.raises(expected, match=message) as info:
         pqs.enqueue(frame, jdbc_url, None, key="p_key", kind="p_kind", payload="payload")
+    assert [str(log4j.getLogger(name).getLevel()) for name in pqs._NOISY_LOGGERS] == levels  # put back
     if db.dialect.name == "postgresql":
+        # the routine's error and nothing else: one line, no Java in it or printed before it
+        text = str(info.value)
+        assert text.startswith("queue_ingest row with p_key ") and message in text
+        assert "\n" not in text and "java" not in text.lower() and "pyqueue:" not in text
+        assert type(info.value) is error
+        assert "BatchUpdateException" in str(info.value.java_exception)  # kept for whoever needs it
+        shown = "".join(traceback.format_exception(info.value))
+        assert len(shown.splitlines()) < 12 and "\tat org." not in shown
+        out, err = capfd.readouterr()
+        assert "\tat org.postgresql" not in out + err and "Exception in task" not in out + err
         # the partition's transaction rolled back: nothing enqueued, nothing left behind
         assert q.stats().ready == 0
         assert raw("SELECT count(*) FROM queue_ingest")[0][0] == 0
@@ -153,6 +199,42 @@ def test_a_retried_task_after_a_partial_append_enqueues_each_row_once(spark, jdb
     pqs.enqueue(frame, jdbc_url, q.name, key="doc_id", kind=F.lit("k"), payload=["n"])
     payloads = live_keys(db, q)
     assert len(payloads) == 1000 and payloads["doc-00500"] == {"n": 500}
+
+
+def test_concurrent_enqueues_report_what_each_enqueued(spark, jdbc_url, make_queue):
+    """Two enqueues of overlapping keys run at once from two threads (two Spark
+    jobs): each reports its own rows; together they enqueued each key once and
+    counted every other row as a duplicate. On PostgreSQL each result is exact
+    for its own write (the trigger tallies under the enqueue's own tag); on
+    MySQL/MariaDB a flush may move the other writer's rows too, so only the sums
+    are exact there."""
+    from pyspark.sql import functions as F
+
+    q = make_queue()
+    results: dict[int, pqs.IngestResult] = {}
+    failures: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def run(start: int) -> None:
+        try:
+            frame = keyed_frame(spark, start, start + 1000, f"from-{start}")
+            barrier.wait(timeout=60)
+            results[start] = pqs.enqueue(frame, jdbc_url, q.name, key="doc_id", kind=F.lit("k"), payload=["n"],
+                                         batch_size=100)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(start,)) for start in (0, 500)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not failures, failures
+    assert [r.rows for r in results.values()] == [1000, 1000]
+    assert sum(r.enqueued for r in results.values()) == 1500 == q.stats().ready
+    assert sum(r.duplicates for r in results.values()) == 500
+    if pqs.target(jdbc_url).dialect == "postgresql":
+        assert all(r.enqueued + r.duplicates == r.rows for r in results.values())
 
 
 def test_payload_shapes_run_at_and_priority(spark, jdbc_url, make_queue, db):
@@ -248,6 +330,19 @@ def test_read_stats(spark, jdbc_url, make_queue):
         pqs.read_stats(spark, jdbc_url, f"missing-{uuid.uuid4().hex[:6]}")
 
 
+def test_a_routine_error_is_found_in_driver_text_and_mapped_like_the_client_does():
+    text = ("Job aborted: java.sql.BatchUpdateException: Batch entry 0 INSERT INTO queue_ingest (...) was aborted: "
+            "ERROR: pyqueue:unknown_queue: queue_ingest row with p_key 'a': queue \"nope\" does not exist\n"
+            "  Where: PL/pgSQL function pyqueue__ingest() line 43 at RAISE  Call getNextException to see other "
+            "errors in the batch.\n\tat org.postgresql.jdbc.BatchResultHandler.handleError(...)")
+    mapped = pqs._routine_error(RuntimeError(text))
+    assert type(mapped) is pyqueue_sql.UnknownQueueError
+    assert str(mapped) == "queue_ingest row with p_key 'a': queue \"nope\" does not exist"
+    mysql = "(conn=12) pyqueue:invalid_payload: payload is not valid JSON"
+    assert type(pqs._routine_error(RuntimeError(mysql))) is pyqueue_sql.InvalidPayloadError
+    assert pqs._routine_error(RuntimeError("Connection refused")) is None
+
+
 def test_urls_map_between_dsn_and_jdbc():
     pg = pqs.target("postgresql://app:s%40cret@db.example:6543/appdb")
     assert pg.jdbc_url == "jdbc:postgresql://db.example:6543/appdb"
@@ -260,6 +355,11 @@ def test_urls_map_between_dsn_and_jdbc():
     assert pqs.write_options(pg)["reWriteBatchedInserts"] == "true"
     with pytest.raises(pyqueue_sql.UnsupportedDsnError):
         pqs.target("jdbc:oracle:thin:@x")
+    # the ingest tag rides on the startup options, after the caller's own
+    props, dsn = pqs._tagged(pqs.target(pg.dsn, {"options": "-c search_path=app"}), "t1")
+    assert props["options"] == "-c search_path=app -c pyqueue.ingest_tag=t1"
+    assert dsn == ("postgresql://app:s%40cret@db.example:6543/appdb"
+                   "?options=-c%20search_path%3Dapp%20-c%20pyqueue.ingest_tag%3Dt1")
 
 
 def test_concurrent_appends_of_overlapping_keys_enqueue_each_key_once(jdbc_url, make_queue, connect):

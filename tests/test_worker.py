@@ -356,7 +356,9 @@ def test_worker_registers_reserves_as_its_registration_and_deregisters(dsn, db, 
     worker = quiet_worker(dsn, name=name)
     worker.add_handler(queue.name, handle)
     with running(worker):
-        wait_for(lambda: _registered(db, name), 30, "the registration")
+        # The worker's own state, not the row: the row is visible (committed)
+        # a moment before the worker holds its registration in Python.
+        assert worker.registered.wait(30), "the worker did not register"
         [info] = _registered(db, name)
         assert (info.pid, info.queues) == (os.getpid(), [queue.name])
         assert worker.reserve_as == info.reserve_as == f"{name}#{info.worker_id}"

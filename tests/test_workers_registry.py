@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import uuid
 
 import pytest
 
@@ -21,12 +23,33 @@ def test_register_heartbeat_list_deregister(db):
         ("billing", "host-1", 4242, ["emails", "invoices"], w.reserve_as)
     assert info.heartbeat_at >= info.started_at
     time.sleep(0.05)
-    assert db.heartbeat_worker(w.worker_id)
+    assert db.heartbeat_worker(w)
     assert _age(db, w.worker_id).heartbeat_at > info.heartbeat_at
-    assert db.deregister_worker(w.worker_id)
-    assert not db.deregister_worker(w.worker_id)
-    assert not db.heartbeat_worker(w.worker_id)
+    assert db.deregister_worker(w)
+    assert not db.deregister_worker(w)
+    assert not db.heartbeat_worker(w)
     assert all(x.worker_id != w.worker_id for x in db.workers())
+
+
+def test_only_the_registration_s_secret_touches_it(db, connect):
+    """Heartbeat and deregister need the secret register handed out: another
+    secret (or another worker's) is treated like an unknown id."""
+    mine = db.register_worker("mine")
+    other = connect().register_worker("other")
+    assert mine.secret and other.secret and mine.secret != other.secret
+    assert "secret" not in repr(mine) and mine.secret not in repr(mine)
+    forged = dataclasses.replace(mine, secret=str(uuid.uuid4()))
+    stolen = dataclasses.replace(mine, secret=other.secret)
+    before = _age(db, mine.worker_id).heartbeat_at
+    time.sleep(0.05)
+    for bad in (forged, stolen):
+        assert not db.heartbeat_worker(bad)
+        assert not db.deregister_worker(bad)
+    assert _age(db, mine.worker_id).heartbeat_at == before
+    assert db.heartbeat_worker(mine) and db.deregister_worker(mine)
+    assert db.deregister_worker(other)
+    with pytest.raises(errors.InvalidArgumentError):
+        db.heartbeat_worker(mine.worker_id)  # a bare id proves nothing
 
 
 def test_release_dead_workers_makes_their_messages_ready_now(db, queue, make_queue):
@@ -41,7 +64,7 @@ def test_release_dead_workers_makes_their_messages_ready_now(db, queue, make_que
     stranger = queue.reserve(n=1, worker="not-registered", timeout=600)
     assert queue.stats().ready == 0
     time.sleep(0.3)
-    assert db.heartbeat_worker(alive.worker_id)
+    assert db.heartbeat_worker(alive)
     assert db.release_dead_workers(0.2) == 4
     ids = {w.worker_id for w in db.workers()}
     assert dead.worker_id not in ids and alive.worker_id in ids
@@ -53,7 +76,7 @@ def test_release_dead_workers_makes_their_messages_ready_now(db, queue, make_que
     assert all(r.attempts == 2 for r in again)
     assert queue.commit(theirs[0]) and queue.commit(stranger[0])
     assert db.release_dead_workers(0.2) == 0
-    db.deregister_worker(alive.worker_id)
+    db.deregister_worker(alive)
 
 
 def test_released_message_on_its_last_attempt_is_dead_lettered(db, make_queue):
@@ -97,21 +120,32 @@ def test_bad_arguments(db, raw, dialect):
 
 
 def test_registry_from_plain_sql(raw, dialect):
+    wrong = str(uuid.uuid4())
     if dialect == "postgresql":
-        (wid,) = raw("SELECT queue_worker_register('psql-worker', 'h', 7, ARRAY['q1'])")[0]
-        assert raw("SELECT queue_worker_heartbeat(%s)", (wid,)) == [(True,)]
-        rows = raw("SELECT worker_name, host, pid, queues, reserve_as FROM queue_workers() WHERE worker_id = %s",
-                   (wid,))
-        assert rows == [("psql-worker", "h", 7, ["q1"], f"psql-worker#{wid}")]
+        [(wid, secret)] = raw("SELECT * FROM queue_worker_register('psql-worker', 'h', 7, ARRAY['q1'])")
+        secret = str(secret)
+        assert raw("SELECT queue_worker_heartbeat(%s, %s::uuid)", (wid, wrong)) == [(False,)]
+        assert raw("SELECT queue_worker_heartbeat(%s, %s::uuid)", (wid, secret)) == [(True,)]
+        rows = raw("SELECT * FROM queue_workers() WHERE worker_id = %s", (wid,))
+        assert [(r[1], r[2], r[3], r[4], r[8]) for r in rows] == [("psql-worker", "h", 7, ["q1"], f"psql-worker#{wid}")]
+        assert secret not in repr(rows), "queue_workers() shows the secret"
         assert raw("SELECT queue_release_dead_workers(interval '1 hour')") == [(0,)]
-        assert raw("SELECT queue_worker_deregister(%s)", (wid,)) == [(True,)]
+        assert raw("SELECT queue_worker_deregister(%s, %s::uuid)", (wid, wrong)) == [(False,)]
+        assert raw("SELECT queue_worker_deregister(%s, %s::uuid)", (wid, secret)) == [(True,)]
+        with pytest.raises(Exception, match="pyqueue:invalid_argument"):
+            raw("SELECT queue_worker_heartbeat(%s, NULL)", (wid,))
     else:
-        (wid,) = raw("CALL queue_worker_register('mysql-worker', 'h', 7, '[\"q1\"]')")[0]
-        assert [tuple(r) for r in raw("CALL queue_worker_heartbeat(%s)", (wid,))] == [(1,)]
+        [(wid, secret)] = [tuple(r) for r in raw("CALL queue_worker_register('mysql-worker', 'h', 7, '[\"q1\"]')")]
+        assert [tuple(r) for r in raw("CALL queue_worker_heartbeat(%s, %s)", (wid, wrong))] == [(0,)]
+        assert [tuple(r) for r in raw("CALL queue_worker_heartbeat(%s, %s)", (wid, secret))] == [(1,)]
         rows = [r for r in raw("CALL queue_workers()") if r[0] == wid]
         assert [(r[1], r[2], r[3], r[8]) for r in rows] == [("mysql-worker", "h", 7, f"mysql-worker#{wid}")]
+        assert secret not in repr(rows), "queue_workers() shows the secret"
         assert [tuple(r) for r in raw("CALL queue_release_dead_workers(3600)")] == [(0,)]
-        assert [tuple(r) for r in raw("CALL queue_worker_deregister(%s)", (wid,))] == [(1,)]
+        assert [tuple(r) for r in raw("CALL queue_worker_deregister(%s, %s)", (wid, wrong))] == [(0,)]
+        assert [tuple(r) for r in raw("CALL queue_worker_deregister(%s, %s)", (wid, secret))] == [(1,)]
+        with pytest.raises(Exception, match="pyqueue:invalid_argument"):
+            raw("CALL queue_worker_heartbeat(%s, NULL)", (wid,))
 
 
 def test_cli_workers_lists_and_releases(capsys, db, dsn):

@@ -12,6 +12,14 @@ down_revision = None
 branch_labels = ("pyqueue_sql",)
 depends_on = None
 
+# The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
+# server flavor: how `migrate --adopt` recognises a schema installed from the
+# SQL script. tests/test_migrate_interrupted.py regenerates and compares them.
+FINGERPRINTS = {
+    "postgresql": "6910c4e0c6d93c0ae71a40997b42388d",
+    "mariadb": "160e97f4d749f33097e6497c23293466",
+}
+
 
 def upgrade() -> None:
     run_sql_file("0001_core.up.sql")

@@ -6,6 +6,12 @@
 CALL queue_create(%(queue)s, %(visibility_timeout)s, %(max_attempts)s, %(dead_letter_queue)s,
                   %(history_retention)s)
 
+-- name: reset_setting
+CALL queue_reset_setting(%(queue)s, %(setting)s)
+
+-- name: settings
+CALL queue_settings(%(queue)s)
+
 -- name: drop
 CALL queue_drop(%(queue)s)
 
@@ -27,6 +33,10 @@ CALL queue_commit(%(queue)s, %(key)s, %(kind)s, %(token)s)
 -- name: rollback
 CALL queue_rollback(%(queue)s, %(key)s, %(kind)s, %(token)s, %(delay)s)
 
+-- name: fail
+-- One row, one column: 'retry', 'dead_lettered', 'dropped', or NULL.
+CALL queue_fail(%(queue)s, %(key)s, %(kind)s, %(token)s, %(delay)s, %(error)s)
+
 -- name: extend
 CALL queue_extend(%(queue)s, %(key)s, %(kind)s, %(token)s, %(timeout)s)
 
@@ -45,12 +55,11 @@ CALL queue_resume(%(queue)s)
 -- name: stats
 CALL queue_stats(%(queue)s)
 
--- name: migration_lock
-SELECT GET_LOCK('pyqueue-sql migrations', 600)
+-- name: message
+CALL queue_message(%(queue)s, %(key)s, %(kind)s)
 
--- name: migration_unlock
--- Issued after the version table's change is committed.
-SELECT RELEASE_LOCK('pyqueue-sql migrations')
+-- name: message_history
+CALL queue_message_history(%(queue)s, %(key)s, %(kind)s)
 
 
 -- ---- issue 3: wakeups ----
@@ -130,10 +139,10 @@ CALL queue_limits(%(queue)s)
 CALL queue_worker_register(%(name)s, %(host)s, %(pid)s, %(queues)s)
 
 -- name: worker_heartbeat
-CALL queue_worker_heartbeat(%(worker_id)s)
+CALL queue_worker_heartbeat(%(worker_id)s, %(secret)s)
 
 -- name: worker_deregister
-CALL queue_worker_deregister(%(worker_id)s)
+CALL queue_worker_deregister(%(worker_id)s, %(secret)s)
 
 -- name: release_dead_workers
 CALL queue_release_dead_workers(%(older_than)s)
@@ -176,17 +185,6 @@ GRANT {privilege} ON TABLE {table} TO {role}
 
 -- name: revoke_table
 REVOKE {privilege} ON TABLE {table} FROM {role}
-
--- Upgrades re-create every procedure (DROP + CREATE), and DROP PROCEDURE takes
--- its grants along: the migration reads the grants on this database's routines
--- first and gives the same accounts the same privileges again afterwards.
--- name: routine_grants
-SELECT User, Host, Routine_name, Routine_type, Proc_priv
-  FROM mysql.procs_priv
- WHERE Db = DATABASE() AND User <> ''
-
--- name: regrant_routine
-GRANT {privilege} ON {routine_type} {routine} TO {role}{grant_option}
 
 -- A GRANT must never create an account: MariaDB does so (password-less)
 -- unless sql_mode has NO_AUTO_CREATE_USER; MySQL 8 never does and has no such

@@ -16,8 +16,23 @@
 -- file (an upgrade to a new revision does) removes the applications' grants:
 -- run `pyqueue-sql grant ... --apply` again after each upgrade.
 
+--
+-- Character sets: the routines work whatever the database's default
+-- character set is (latin1 is MariaDB's compiled-in default). Every table
+-- column, parameter, local variable and JSON_TABLE column that holds text
+-- declares utf8mb4 (names utf8mb4_bin); an undeclared one would take the
+-- database default and then fail with 1253 where it meets COLLATE utf8mb4_bin,
+-- or turn characters outside latin1 into '?'. A routine also keeps the
+-- connection character set it was created under (its string literals and
+-- CAST(... AS CHAR)): this file switches the session to utf8mb4 first and
+-- restores the caller's after.
+
 SET @pyqueue_saved_sql_mode = @@SESSION.sql_mode;
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
+SET @pyqueue_saved_character_set_client = @@SESSION.character_set_client;
+SET @pyqueue_saved_character_set_results = @@SESSION.character_set_results;
+SET @pyqueue_saved_collation_connection = @@SESSION.collation_connection;
+SET NAMES utf8mb4;
 
 DELIMITER //
 
@@ -177,6 +192,44 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__own_transaction: out_own = 1 when the session is in autocommit
+-- mode with no transaction open, so that a routine may run its statements
+-- in a transaction of its own (START TRANSACTION ... COMMIT) without ending
+-- one of the caller's; 0 inside the caller's transaction (or with
+-- autocommit off); NULL when the server cannot tell: MySQL 8.0 has no
+-- @@in_transaction, so the statement reading it sits in a MariaDB-only
+-- executable comment (MySQL skips it as a comment). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__own_transaction //
+CREATE PROCEDURE pyqueue__own_transaction(
+    OUT out_own INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_in INT DEFAULT NULL;
+    /*M!100300 SET v_in = @@SESSION.in_transaction; */
+    SET out_own = IF(@@SESSION.autocommit = 0, 0, 1 - v_in);
+END //
+
+-- pyqueue__random_token: a random token shaped like a UUID (CHAR(36), 32
+-- lower-case hex digits from RANDOM_BYTES, MySQL 8.0 and MariaDB 10.10+; on
+-- an older server, where RANDOM_BYTES does not exist, an MD5 of UUID(),
+-- RAND() and the clock, which is harder to guess than UUID() alone but not
+-- cryptographically random). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__random_token //
+CREATE PROCEDURE pyqueue__random_token(
+    OUT out_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_hex CHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR SQLEXCEPTION SET v_hex = NULL;
+        SET v_hex = LOWER(HEX(RANDOM_BYTES(16)));
+    END;
+    IF v_hex IS NULL THEN
+        SET v_hex = MD5(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID()));
+    END IF;
+    SET out_token = INSERT(INSERT(INSERT(INSERT(v_hex, 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
+END //
+
 -- pyqueue__queue: validates the queue name, raises unless the queue exists
 -- and returns its settings. Plain (non-locking) read.
 DROP PROCEDURE IF EXISTS pyqueue__queue //
@@ -212,6 +265,8 @@ END //
 --      key and kind replaces the older one: payload, priority, created_at,
 --      and it is ready again with attempts 0 and no reservation, so that a
 --      consumer holding the older one can no longer commit the newer away);
+--      the copy keeps last_error and records dead_from = in_queue and
+--      dead_attempts = the deliveries it had there;
 --   3. delete it by id and token;
 --   4. if that deleted it, dead_count + 1.
 -- Interrupted after 1 or 2, the message stays claimed under a token nobody
@@ -236,13 +291,15 @@ BEGIN
     DECLARE v_payload  LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_priority INT;
     DECLARE v_created  DATETIME(6);
+    DECLARE v_attempts INT;
+    DECLARE v_error    VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_hist     BIGINT;
     DECLARE v_deleted  INT;
     SET out_done = 0;
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-        SELECT m.p_key, m.p_kind, m.payload, m.priority, m.created_at
-          INTO v_key, v_kind, v_payload, v_priority, v_created
+        SELECT m.p_key, m.p_kind, m.payload, m.priority, m.created_at, m.attempts, m.last_error
+          INTO v_key, v_kind, v_payload, v_priority, v_created, v_attempts, v_error
           FROM pyqueue_message m
          WHERE m.id = in_id AND m.reserve_token = in_token;
     END;
@@ -250,13 +307,14 @@ BEGIN
         IF in_dead_letter_queue IS NOT NULL THEN
             INSERT INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, attempts)
+                    scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts)
             VALUES (in_dead_letter_queue, v_key, v_kind, v_payload, v_priority,
-                    in_now, in_now, v_created, 0)
+                    in_now, in_now, v_created, 0, v_error, in_queue, v_attempts)
             ON DUPLICATE KEY UPDATE
                    payload = v_payload, priority = v_priority, created_at = v_created,
                    scheduled_at = in_now, scheduled_at_initially = in_now, attempts = 0,
-                   reserved_by = NULL, reserve_token = NULL;
+                   reserved_by = NULL, reserve_token = NULL,
+                   last_error = v_error, dead_from = in_queue, dead_attempts = v_attempts;
         END IF;
         CALL pyqueue__archive(in_queue, in_id, in_token, 'dead_lettered', in_dead_letter_queue, in_now, v_hist);
         DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
@@ -273,10 +331,12 @@ END //
 -- Contract routines
 -- ===========================================================================
 
--- queue_create: creates the queue or replaces all its settings (NULL = the
--- default: 30 s, 10 attempts, no dead-letter queue, no history). The
--- dead-letter queue must exist and differ from the queue. paused, dead_count
--- and created_at of an existing queue are kept. No result set.
+-- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts,
+-- no dead-letter queue, no history) or changes the settings of an existing
+-- one: a non-NULL argument changes its setting, NULL leaves it as it is
+-- (queue_reset_setting puts one back to its default). The dead-letter queue
+-- must exist and differ from the queue. paused, dead_count and created_at of
+-- an existing queue are kept. No result set.
 -- Locks: the queue row (and a shared lock on the dead-letter queue's row
 -- through the foreign key check), for one statement.
 DROP PROCEDURE IF EXISTS queue_create //
@@ -314,17 +374,49 @@ BEGIN
     VALUES (in_queue, v_vis, v_max, in_dead_letter_queue, in_history_retention,
             FALSE, 0, UTC_TIMESTAMP(6))
     ON DUPLICATE KEY UPDATE
-           visibility_timeout = v_vis,
-           max_attempts       = v_max,
-           dead_letter_queue  = in_dead_letter_queue,
-           history_retention  = in_history_retention;
+           visibility_timeout = COALESCE(in_visibility_timeout, visibility_timeout),
+           max_attempts       = COALESCE(in_max_attempts, max_attempts),
+           dead_letter_queue  = COALESCE(in_dead_letter_queue, dead_letter_queue),
+           history_retention  = COALESCE(in_history_retention, history_retention);
 END //
 
--- queue_drop: deletes the queue and all its messages (ON DELETE CASCADE).
--- Refuses while another queue names it as dead_letter_queue. No result set.
--- Locks: the queue row and all its message rows, in one statement.
-DROP PROCEDURE IF EXISTS queue_drop //
-CREATE PROCEDURE queue_drop(
+-- queue_reset_setting: puts one setting of an existing queue back to its
+-- default: 'visibility_timeout' (30 s), 'max_attempts' (10),
+-- 'dead_letter_queue' (none) or 'history_retention' (none: no history).
+-- No result set. Locks: the queue row, for one statement.
+DROP PROCEDURE IF EXISTS queue_reset_setting //
+CREATE PROCEDURE queue_reset_setting(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_setting LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_setting VARCHAR(32)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis     DECIMAL(20,6);
+    DECLARE v_max     INT;
+    DECLARE v_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused  BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    -- Compared as bytes: utf8mb4_bin pads with spaces, and 'max_attempts ' is no setting name.
+    IF in_setting IS NULL OR CAST(in_setting AS BINARY) NOT IN ('visibility_timeout', 'max_attempts',
+                                                              'dead_letter_queue', 'history_retention') THEN
+        CALL pyqueue__raise('invalid_argument',
+            'setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention');
+    END IF;
+    SET v_queue = in_queue, v_setting = in_setting;
+    UPDATE pyqueue_queue
+       SET visibility_timeout = IF(v_setting = 'visibility_timeout', 30, visibility_timeout),
+           max_attempts       = IF(v_setting = 'max_attempts', 10, max_attempts),
+           dead_letter_queue  = IF(v_setting = 'dead_letter_queue', NULL, dead_letter_queue),
+           history_retention  = IF(v_setting = 'history_retention', NULL, history_retention)
+     WHERE queue_name = v_queue;
+END //
+
+-- queue_settings: the settings of a queue (every queue when NULL), ordered
+-- by name: queue, visibility_timeout (s), max_attempts, dead_letter_queue,
+-- history_retention (s), paused, notify_window (s). Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_settings //
+CREATE PROCEDURE queue_settings(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
@@ -333,8 +425,48 @@ BEGIN
     DECLARE v_max    INT;
     DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_users  INT;
-    DECLARE v_user   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_queue = in_queue;
+    SELECT q.queue_name AS `queue`, q.visibility_timeout, q.max_attempts, q.dead_letter_queue,
+           q.history_retention, q.paused, COALESCE(n.notify_window, 0.05) AS notify_window
+      FROM pyqueue_queue q
+      LEFT JOIN pyqueue_notify n ON n.queue_name = q.queue_name
+     WHERE v_queue IS NULL OR q.queue_name = v_queue
+     ORDER BY q.queue_name;
+END //
+
+-- queue_drop: deletes the queue and all its messages (and its limits,
+-- schedules and wakeup row, ON DELETE CASCADE), in one statement: the queue
+-- row, then the cascade. Refuses while another queue names it as
+-- dead_letter_queue. No result set.
+-- Deadlocks: pushes, moves and flushes lock the queue row (the foreign key
+-- check) before they write a message row, the order of this statement; a
+-- transaction of yours that changed a message of this queue and then locks
+-- its row (a rollback that dead-letters updates dead_count) takes them the
+-- other way round, and InnoDB then rolls one of the two back (1213). Called
+-- in autocommit mode (where the server can tell, see
+-- pyqueue__own_transaction) a drop chosen as that victim was rolled back
+-- whole and is run again, up to 10 times, instead of failing; inside your
+-- transaction the deadlock rolled that back and is yours to retry.
+-- Locks: the queue row, then its message rows and the rows of its other
+-- tables, for one statement (or until your transaction ends).
+DROP PROCEDURE IF EXISTS queue_drop //
+CREATE PROCEDURE queue_drop(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_users    INT;
+    DECLARE v_user     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_own      INT;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_deadlock INT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     SELECT COUNT(*), MIN(q.queue_name) INTO v_users, v_user
@@ -344,7 +476,21 @@ BEGIN
         CALL pyqueue__raise('invalid_argument',
                             CONCAT('queue is the dead_letter_queue of ', v_user));
     END IF;
-    DELETE FROM pyqueue_queue WHERE queue_name = v_queue;
+    CALL pyqueue__own_transaction(v_own);
+    attempt: LOOP
+        SET v_deadlock = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213 SET v_deadlock = 1;
+            DELETE FROM pyqueue_queue WHERE queue_name = v_queue;
+        END;
+        IF v_deadlock = 0 THEN
+            LEAVE attempt;
+        END IF;
+        IF v_own IS NULL OR v_own = 0 OR v_tries >= 10 THEN
+            SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
+                MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction';
+        END IF;
+    END LOOP;
 END //
 
 -- queue_push: inserts one message. Result: one row, column inserted = 1, or
@@ -353,8 +499,10 @@ END //
 -- INSERT IGNORE would also downgrade bad values to warnings, so every
 -- argument is validated before it; the one error it can still swallow, the
 -- foreign key when the queue is dropped concurrently, is re-checked after.
--- Locks: the new row (or a shared lock on the duplicate) and a shared lock
--- on the queue row (foreign key), for one statement.
+-- Locks: a shared lock on the queue row (foreign key), then the new row (or
+-- a shared lock on the duplicate), for one statement. In autocommit mode a
+-- deadlock (a queue_drop or a bulk insert racing it) runs the statement
+-- again instead of failing.
 DROP PROCEDURE IF EXISTS queue_push //
 CREATE PROCEDURE queue_push(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -373,6 +521,9 @@ BEGIN
     DECLARE v_now      DATETIME(6);
     DECLARE v_at       DATETIME(6);
     DECLARE v_inserted INT;
+    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_retry    INT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     CALL pyqueue__check_name('p_key', in_key, 255);
@@ -384,12 +535,32 @@ BEGIN
     CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
     SET v_now = UTC_TIMESTAMP(6);
     SET v_at = COALESCE(in_run_at, v_now);
-    INSERT IGNORE INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts)
-    VALUES (in_queue, in_key, in_kind, in_payload, COALESCE(in_priority, 0), v_at,
-            v_at, v_now, 0);
-    SET v_inserted = ROW_COUNT();
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC lock)
+            -- in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts)
+            VALUES (in_queue, in_key, in_kind, in_payload, COALESCE(in_priority, 0), v_at,
+                    v_at, v_now, 0);
+            SET v_inserted = ROW_COUNT();
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
     IF v_inserted = 0 AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
         CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
     END IF;
@@ -410,7 +581,9 @@ END //
 -- Locks: the new rows (shared locks on duplicates) and a shared lock on the
 -- queue row, for one statement. On MariaDB's default
 -- innodb_autoinc_lock_mode = 1 an INSERT ... SELECT also holds the table's
--- AUTO-INC lock for the statement, so other pushes wait for the batch.
+-- AUTO-INC lock for the statement, so other pushes wait for the batch. In
+-- autocommit mode a deadlock (a queue_drop or another bulk insert racing
+-- it) runs the statement again instead of failing.
 DROP PROCEDURE IF EXISTS queue_push_batch //
 CREATE PROCEDURE queue_push_batch(
     IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -429,6 +602,9 @@ BEGIN
     DECLARE v_now      DATETIME(6);
     DECLARE v_bad      BIGINT;
     DECLARE v_inserted INT DEFAULT 0;
+    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_retry    INT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     IF in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
@@ -480,24 +656,44 @@ BEGIN
                             CONCAT('element ', v_bad, ' of the batch: bad p_key/p_kind, missing payload or bad run_at/priority'));
     END IF;
     SET v_now = UTC_TIMESTAMP(6);
-    INSERT IGNORE INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts)
-    SELECT in_queue,
-           JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_key')),
-           JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_kind')),
-           JSON_EXTRACT(b.elem, '$.payload'),
-           CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.priority')) IN ('INTEGER', 'UNSIGNED INTEGER')
-                THEN CAST(CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) AS SIGNED) ELSE 0 END,
-           CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
-                THEN CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)) ELSE v_now END,
-           CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
-                THEN CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)) ELSE v_now END,
-           v_now,
-           0
-      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS b
-     ORDER BY b.ord;
-    SET v_inserted = ROW_COUNT();
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC lock)
+            -- in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts)
+            SELECT in_queue,
+                   JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_key')),
+                   JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_kind')),
+                   JSON_EXTRACT(b.elem, '$.payload'),
+                   CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.priority')) IN ('INTEGER', 'UNSIGNED INTEGER')
+                        THEN CAST(CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) AS SIGNED) ELSE 0 END,
+                   CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)) ELSE v_now END,
+                   CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)) ELSE v_now END,
+                   v_now,
+                   0
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS b
+             ORDER BY b.ord;
+            SET v_inserted = ROW_COUNT();
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
     IF v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
        AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
         CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
@@ -648,9 +844,9 @@ BEGIN
     SELECT r.p_key, r.p_kind, r.payload, r.priority, r.attempts, r.created_at
       FROM JSON_TABLE(v_rows, '$[*]' COLUMNS (
                ord        FOR ORDINALITY,
-               p_key      VARCHAR(255) PATH '$.k',
-               p_kind     VARCHAR(128) PATH '$.kd',
-               payload    LONGTEXT     PATH '$.pl',
+               p_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.k',
+               p_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.kd',
+               payload    LONGTEXT     CHARACTER SET utf8mb4 PATH '$.pl',
                priority   INT          PATH '$.pr',
                attempts   INT          PATH '$.at',
                created_at DATETIME(6)  PATH '$.ca')) AS r
@@ -692,7 +888,10 @@ END //
 -- other sessions' claims of those rows until the scanning transaction ends.
 -- Interrupted between claims, the rows claimed so far stay reserved under
 -- tokens nobody got and come back when their timeout passes (a redelivery,
--- never a loss). Locks: each candidate row, for one statement, or, inside
+-- never a loss). A call that fails with an error after claiming (the
+-- final read of the result, a limit step) first gives its claims back as
+-- they were (schedule, attempts, token, worker; their slots freed), so a
+-- failing reserve consumes no attempts. Locks: each candidate row, for one statement, or, inside
 -- the caller's transaction, the claimed rows until it ends. Called in a
 -- REPEATABLE READ transaction that already read pyqueue_message, the range
 -- read sees that transaction's snapshot: messages pushed since then wait
@@ -727,6 +926,8 @@ BEGIN
     DECLARE v_bad        INT;
     DECLARE v_attempts   INT;
     DECLARE v_seen_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_seen_at    DATETIME(6);
+    DECLARE v_seen_by    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_token      CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed    LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
     DECLARE v_kinds      LONGTEXT CHARACTER SET utf8mb4;
@@ -747,6 +948,31 @@ BEGIN
          ORDER BY m.scheduled_at, m.id
          LIMIT v_page;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    -- An error after claims: give them back as they were, then fail.
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        DECLARE v_i INT DEFAULT 0;
+        DECLARE v_c LONGTEXT CHARACTER SET utf8mb4;
+        WHILE v_i < JSON_LENGTH(v_claimed) DO
+            SET v_c = JSON_EXTRACT(v_claimed, CONCAT('$[', v_i, ']'));
+            UPDATE pyqueue_message
+               SET scheduled_at = CAST(JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[2]')) AS DATETIME(6)),
+                   attempts = attempts - 1,
+                   reserve_token = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[3]')) = 'NULL', NULL,
+                                      JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[3]'))),
+                   reserved_by = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[4]')) = 'NULL', NULL,
+                                    JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[4]')))
+             WHERE id = JSON_EXTRACT(v_c, '$[0]') AND reserve_token = JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[1]'));
+            IF v_limits THEN
+                UPDATE pyqueue_limit_slot
+                   SET msg_id = NULL, msg_attempts = NULL, msg_until = NULL
+                 WHERE queue_name = v_queue AND msg_id = JSON_EXTRACT(v_c, '$[0]')
+                   AND msg_attempts = JSON_EXTRACT(v_c, '$[5]');
+            END IF;
+            SET v_i = v_i + 1;
+        END WHILE;
+        RESIGNAL;
+    END;
 
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
@@ -786,7 +1012,7 @@ BEGIN
         -- string text as written, so '["a\/b"]' or '["\u0432"]' would match
         -- nothing; JSON_QUOTE(p_kind) and this array now spell strings alike.
         SELECT JSON_ARRAYAGG(k.kind) INTO v_kinds
-          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) PATH '$')) AS k;
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k;
     END IF;
 
     IF NOT v_paused THEN
@@ -812,7 +1038,8 @@ BEGIN
                         SET v_found = 1;
                         -- queue_name again: queue_move changes a row's queue in
                         -- place, so a row listed above may be in another queue now.
-                        SELECT m.attempts, m.reserve_token INTO v_attempts, v_seen_token
+                        SELECT m.attempts, m.reserve_token, m.scheduled_at, m.reserved_by
+                          INTO v_attempts, v_seen_token, v_seen_at, v_seen_by
                           FROM pyqueue_message m
                          WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
                            FOR UPDATE SKIP LOCKED;
@@ -823,7 +1050,9 @@ BEGIN
                             -- Its last allowed reservation expired: claim it
                             -- for the dead-letter step (attempts unchanged).
                             UPDATE pyqueue_message
-                               SET scheduled_at = v_until, reserve_token = v_token
+                               SET scheduled_at = v_until, reserve_token = v_token,
+                                   last_error = COALESCE(last_error,
+                                                         'reservation expired on its last allowed delivery')
                              WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
                                AND attempts = v_attempts AND reserve_token <=> v_seen_token;
                             IF ROW_COUNT() = 1 THEN
@@ -842,7 +1071,11 @@ BEGIN
                                AND attempts = v_attempts AND reserve_token <=> v_seen_token
                                AND v_ok = 1;  -- issue 4b
                             IF ROW_COUNT() = 1 THEN
-                                SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$', JSON_ARRAY(v_id, v_token));
+                                -- id, token, then what the claim changed (to give it back)
+                                SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$',
+                                    JSON_ARRAY(v_id, v_token,
+                                               DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
+                                               v_seen_token, v_seen_by, v_attempts + 1));
                                 SET v_left = v_left - 1;
                                 IF v_left = 0 THEN
                                     LEAVE candidates;
@@ -867,7 +1100,7 @@ BEGIN
       FROM JSON_TABLE(v_claimed, '$[*]' COLUMNS (
                ord      FOR ORDINALITY,
                c_id     BIGINT   PATH '$[0]',
-               c_token  CHAR(36) PATH '$[1]')) AS c
+               c_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
       JOIN pyqueue_message m ON m.id = c.c_id
      WHERE m.reserve_token = c.c_token COLLATE utf8mb4_bin
      ORDER BY c.ord;
@@ -930,12 +1163,14 @@ BEGIN
     SELECT v_done AS committed;
 END //
 
--- queue_rollback: gives the message back, eligible again after in_delay
--- (NULL = 0). Result: one row, rolled_back = 1, or 0 when the token no
--- longer holds. A message that has had max_attempts deliveries goes to the
--- dead-letter queue instead (dropped when the queue has none; dead_count
--- + 1). Steps:
---   1. locate the message by key and token (plain read); 0 if absent;
+-- pyqueue__give_back: queue_rollback and queue_fail. Gives the message back,
+-- eligible again after in_delay (NULL = 0); with in_set_error, in_error (cut
+-- to 2000 characters; NULL = no text) becomes its last_error, otherwise
+-- last_error stays as it is. out_outcome: 'retry', or, when the message has
+-- had max_attempts deliveries, 'dead_lettered' (moved to the dead-letter
+-- queue) or 'dropped' (the queue has none; dead_count + 1 either way); NULL
+-- when the token no longer holds. Steps:
+--   1. locate the message by key and token (plain read); NULL if absent;
 --   2a. attempts < max_attempts: UPDATE by id and token clears the
 --       reservation (scheduled_at = now + delay). Done;
 --   2b. otherwise UPDATE by id and token swaps the caller's token for a new
@@ -944,21 +1179,26 @@ END //
 --       dead-letter queue, delete by the new token, dead_count + 1.
 -- Interrupted after the claim of 2b, the message comes back after the
 -- visibility timeout and the next reserve dead-letters it (no loss, no
--- double count). Locks: the message row (and the dead-letter message row
--- and the queue row when dead-lettering), each for one statement.
-DROP PROCEDURE IF EXISTS queue_rollback //
-CREATE PROCEDURE queue_rollback(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_delay DECIMAL(20,6))
-SQL SECURITY DEFINER
+-- double count). Locks: the message row (when dead-lettering: the queue
+-- row first, then the message row, the dead-letter message row), each for
+-- one statement (or until the caller's transaction ends).
+DROP PROCEDURE IF EXISTS pyqueue__give_back //
+CREATE PROCEDURE pyqueue__give_back(
+    IN  in_queue     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_key       LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_token     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_delay     DECIMAL(20,6),
+    IN  in_set_error BOOLEAN,
+    IN  in_error     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_outcome  VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_error    VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis      DECIMAL(20,6);
     DECLARE v_max      INT;
     DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -969,11 +1209,15 @@ BEGIN
     DECLARE v_id       BIGINT;
     DECLARE v_attempts INT;
     DECLARE v_dead     INT;
-    DECLARE v_done     INT DEFAULT 0;
+    SET out_outcome = NULL;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('delay', in_delay, FALSE);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
+    IF LOCATE(X'ED', CAST(in_error AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'error', in_error);
+    END IF;
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
+        v_error = LEFT(in_error, 2000);
     SET v_now = UTC_TIMESTAMP(6);
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
@@ -986,27 +1230,85 @@ BEGIN
         UPDATE pyqueue_message
            SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
                reserve_token = NULL,
-               reserved_by = NULL
+               reserved_by = NULL,
+               last_error = IF(in_set_error, v_error, last_error)
          WHERE id = v_id AND reserve_token = v_held;
-        SET v_done = ROW_COUNT();
+        IF ROW_COUNT() = 1 THEN
+            SET out_outcome = 'retry';
+        END IF;
     ELSEIF v_found = 1 THEN
+        -- Inside a transaction: the queue row (dead_count, below) before the
+        -- message row, the order of queue_drop (and of the foreign key checks
+        -- of pushes), so that the two cannot deadlock.
+        SELECT q.dead_count INTO v_dead FROM pyqueue_queue q WHERE q.queue_name = v_queue FOR UPDATE;
         SET v_token = UUID();
         UPDATE pyqueue_message
            SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
-               reserve_token = v_token
+               reserve_token = v_token,
+               last_error = IF(in_set_error, v_error, last_error)
          WHERE id = v_id AND reserve_token = v_held;
-        SET v_done = ROW_COUNT();
-        IF v_done = 1 THEN
+        IF ROW_COUNT() = 1 THEN
             CALL pyqueue__dead_letter(v_queue, v_dlq, v_id, v_token, v_now, v_dead);
+            SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
         END IF;
     END IF;
-    SELECT v_done AS rolled_back;
+END //
+
+-- queue_rollback: gives the message back, eligible again after in_delay
+-- (NULL = 0), keeping its attempt count and its last_error. A message that
+-- has had max_attempts deliveries goes to the dead-letter queue instead
+-- (dropped when the queue has none; dead_count + 1). Result: one row,
+-- rolled_back = 1, or 0 when the token no longer holds. Steps and locks:
+-- pyqueue__give_back.
+DROP PROCEDURE IF EXISTS queue_rollback //
+CREATE PROCEDURE queue_rollback(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_delay DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, FALSE, NULL, v_outcome);
+    SELECT (v_outcome IS NOT NULL) + 0 AS rolled_back;
+END //
+
+-- queue_fail: queue_rollback that also records why: in_error (NULL = no
+-- text; longer than 2000 characters = its first 2000) becomes the message's
+-- last_error, which a dead-letter copy and the history keep. Result: one
+-- row, outcome = 'retry' (eligible again after in_delay), 'dead_lettered',
+-- 'dropped' (max_attempts reached, no dead-letter queue), or NULL when the
+-- token no longer holds. Steps and locks: pyqueue__give_back.
+DROP PROCEDURE IF EXISTS queue_fail //
+CREATE PROCEDURE queue_fail(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_delay DECIMAL(20,6),
+    IN in_error LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, TRUE, in_error, v_outcome);
+    SELECT v_outcome AS outcome;
 END //
 
 -- queue_extend: pushes the reservation's end to now + in_timeout (NULL =
 -- the queue's visibility_timeout) and replaces the token (the old one stops
 -- working). Result: one row, token = the new token, or NULL when in_token no
--- longer holds. Locks: the message row, for one statement.
+-- longer holds. A kind with a concurrency limit extends only while its slot
+-- still belongs to this reservation (also after it expired, if no reserver
+-- took the slot meanwhile), in three statements that each lock one kind of
+-- row, in the order queue_reserve takes them (slot rows, then the message):
+--   1. the slot, if still this reservation's, is marked as a claim in
+--      progress ending at the new end (busy until then, whatever the
+--      message shows); nobody can take it over from now on;
+--   2. the message gets the new end and token (by id, token and attempts);
+--   3. the slot holds this reservation again.
+-- Interrupted after 1 or 2, the slot stays busy until the new end at most.
+-- Locks: the kind's slot rows, then the message row, each for one statement.
 DROP PROCEDURE IF EXISTS queue_extend //
 CREATE PROCEDURE queue_extend(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1025,39 +1327,53 @@ BEGIN
     DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused BOOLEAN;
     DECLARE v_id     BIGINT;
+    DECLARE v_att    INT;
+    DECLARE v_until  DATETIME(6);
+    DECLARE v_slots  INT DEFAULT 0;
     DECLARE v_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
-    SELECT COALESCE(MAX(m.id), 0) INTO v_id
+    SELECT COALESCE(MAX(m.id), 0), MAX(m.attempts) INTO v_id, v_att
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
     IF v_id > 0 THEN
         SET v_token = UUID();
-        UPDATE pyqueue_message
-           SET scheduled_at = UTC_TIMESTAMP(6)
-                              + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND,
-               reserve_token = v_token
-         WHERE id = v_id AND reserve_token = v_held
-           -- issue 4b: a kind with a limit extends only while its slot is still this reservation's
-           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit l
-                            WHERE l.queue_name = v_queue AND l.p_kind = v_kind
-                              AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
-                                               WHERE s.queue_name = v_queue AND s.p_kind = v_kind
-                                                 AND s.msg_id = v_id
-                                                 AND s.msg_attempts = pyqueue_message.attempts));
-        IF ROW_COUNT() <> 1 THEN
-            SET v_token = NULL;
+        SET v_until = UTC_TIMESTAMP(6)
+                      + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
+        IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
+            UPDATE pyqueue_limit_slot
+               SET msg_attempts = v_att + 1, msg_until = v_until
+             WHERE queue_name = v_queue AND p_kind = v_kind AND msg_id = v_id AND msg_attempts = v_att;
+            SET v_slots = ROW_COUNT();
+            IF v_slots = 0
+               AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
+                SET v_token = NULL;  -- its slot went to another reservation
+            END IF;
+        END IF;
+        IF v_token IS NOT NULL THEN
+            UPDATE pyqueue_message
+               SET scheduled_at = v_until, reserve_token = v_token
+             WHERE id = v_id AND reserve_token = v_held AND attempts = v_att;
+            IF ROW_COUNT() <> 1 THEN
+                SET v_token = NULL;
+            END IF;
+        END IF;
+        IF v_slots > 0 THEN
+            UPDATE pyqueue_limit_slot
+               SET msg_attempts = v_att
+             WHERE queue_name = v_queue AND p_kind = v_kind AND msg_id = v_id AND msg_attempts = v_att + 1;
         END IF;
     END IF;
     SELECT v_token AS token;
 END //
 
 -- queue_move: commits the reservation here and pushes the message to
--- in_to_queue (payload NULL = unchanged; priority kept; attempts, schedule
--- and created_at start afresh). If in_to_queue already holds a live message
+-- in_to_queue (payload NULL = unchanged; priority kept; schedule and
+-- created_at start afresh; attempts too, except when in_to_queue is the
+-- queue it came from: then they are kept, so max_attempts still applies). If in_to_queue already holds a live message
 -- with the same key and kind, that one stays (dedup, as queue_push). Result:
 -- one row, moved = 1, or 0 when the token no longer holds (nothing changes).
 -- Atomic without a transaction: every queue's messages live in one table, so
@@ -1118,10 +1434,13 @@ BEGIN
         BEGIN
             DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
             UPDATE pyqueue_message
-               SET queue_name = v_to_queue,
+               SET attempts = IF(v_to_queue = v_queue, attempts, 0),
+                   dead_from = IF(v_to_queue = v_queue, dead_from, NULL),
+                   dead_attempts = IF(v_to_queue = v_queue, dead_attempts, NULL),
+                   queue_name = v_to_queue,
                    payload = COALESCE(in_payload, payload),
                    scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
-                   attempts = 0, reserved_by = NULL, reserve_token = NULL
+                   reserved_by = NULL, reserve_token = NULL
              WHERE id = v_id AND reserve_token = v_held;
             SET v_done = ROW_COUNT();  -- replaced below when the handler fired
         END;
@@ -1169,7 +1488,8 @@ END //
 
 -- queue_pause: pop and reserve hand out nothing (an empty result set) until
 -- queue_resume. Pushes, commits, rollbacks, extends and moves still work.
--- No result set. Locks: the queue row, for one statement.
+-- No result set. Locks: the queue row, for one statement (in autocommit
+-- mode, run again when chosen as a deadlock victim).
 DROP PROCEDURE IF EXISTS queue_pause //
 CREATE PROCEDURE queue_pause(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
@@ -1180,13 +1500,36 @@ BEGIN
     DECLARE v_max    INT;
     DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused BOOLEAN;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
-    UPDATE pyqueue_queue SET paused = TRUE WHERE queue_name = v_queue;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            UPDATE pyqueue_queue SET paused = TRUE WHERE queue_name = v_queue;
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
 END //
 
 -- queue_resume: undoes queue_pause. No result set. Locks: the queue row,
--- for one statement.
+-- for one statement (in autocommit mode, run again when chosen as a
+-- deadlock victim).
 DROP PROCEDURE IF EXISTS queue_resume //
 CREATE PROCEDURE queue_resume(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
@@ -1197,9 +1540,31 @@ BEGIN
     DECLARE v_max    INT;
     DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused BOOLEAN;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
-    UPDATE pyqueue_queue SET paused = FALSE WHERE queue_name = v_queue;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            UPDATE pyqueue_queue SET paused = FALSE WHERE queue_name = v_queue;
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
 END //
 
 -- queue_stats: one row per queue (all queues, ordered by name, when
@@ -1279,7 +1644,7 @@ BEGIN
             CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
         END IF;
         SELECT JSON_ARRAYAGG(k.kind) INTO out_kinds
-          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) PATH '$')) AS k;
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k;
     END IF;
 END //
 
@@ -1604,7 +1969,7 @@ BEGIN
               FROM JSON_TABLE(v_claimed, '$[*]' COLUMNS (
                        ord      FOR ORDINALITY,
                        c_id     BIGINT   PATH '$[0]',
-                       c_token  CHAR(36) PATH '$[1]')) AS c
+                       c_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
               JOIN pyqueue_message m ON m.id = c.c_id
              WHERE m.reserve_token = c.c_token COLLATE utf8mb4_bin
              ORDER BY c.ord;
@@ -1701,9 +2066,9 @@ BEGIN
                                 CONCAT('element ', v_bad, ' of the batch: bad p_key/p_kind or malformed token'));
         END IF;
         SELECT JSON_ARRAYAGG(JSON_ARRAY(m.id, m.reserve_token, m.p_key, m.p_kind)) INTO v_ids
-          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, k VARCHAR(255) PATH '$')) AS k
-          JOIN JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, kd VARCHAR(128) PATH '$')) AS d ON d.ord = k.ord
-          JOIN JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, t CHAR(36) PATH '$')) AS t ON t.ord = k.ord
+          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+          JOIN JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS d ON d.ord = k.ord
+          JOIN JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, t CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS t ON t.ord = k.ord
           JOIN pyqueue_message m
             ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
            AND m.p_kind = d.kd COLLATE utf8mb4_bin AND m.reserve_token = LOWER(t.t) COLLATE utf8mb4_bin;
@@ -1712,7 +2077,7 @@ BEGIN
         SELECT q.history_retention IS NOT NULL INTO v_slow FROM pyqueue_queue q WHERE q.queue_name = v_queue;
         IF v_ids IS NOT NULL AND NOT v_slow THEN
             SELECT COUNT(*) > 0 INTO v_slow
-              FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_key VARCHAR(255) PATH '$[2]')) AS c
+              FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]')) AS c
              WHERE c.c_key LIKE '%@____-__-__T__:__:__Z';
         END IF;
         IF v_ids IS NOT NULL AND v_slow THEN
@@ -1732,7 +2097,7 @@ BEGIN
             END WHILE;
         ELSEIF v_ids IS NOT NULL THEN
             DELETE m FROM pyqueue_message m
-              JOIN JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]', c_token CHAR(36) PATH '$[1]')) AS c
+              JOIN JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]', c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
                 ON m.id = c.c_id AND m.reserve_token = c.c_token COLLATE utf8mb4_bin;
             SET v_done = ROW_COUNT();
         END IF;
@@ -1764,16 +2129,26 @@ END //
 -- still in flight in that range (AUTO_INCREMENT hands out ids in order, so
 -- no row can join that range later) and every later read is a locking read
 -- too, so the rows it enqueues are exactly the rows it deletes, whatever the
--- isolation level. Flushes are serialised by the named lock
--- 'pyqueue-sql ingest flush' (waits up to 300 s), so two flushes never
--- enqueue the same row twice. In autocommit mode each step is its own
--- transaction: an interruption between copying and deleting rejects leaves
--- them to be rejected again (a second copy in pyqueue_ingest_reject); one
--- after the enqueue step and before the delete leaves the rows to be flushed again, where dedup absorbs them unless a
--- consumer already committed them (a redelivery, never a loss); inside your
--- transaction all of it commits or rolls back together.
--- Locks: the named lock, the flushed queue_ingest rows, shared locks on the
--- queue rows, the new message rows.
+-- isolation level. Flushes of this database are serialised by row locks in
+-- pyqueue_ingest_lock, so two flushes never enqueue the same row twice: a
+-- flush of one queue locks that queue's row (and the row '' shared), a flush
+-- of every queue the row '' (so flushes of different queues run side by
+-- side); only accounts that may write our tables can take these locks, and
+-- other databases on the server are not affected. A row lock lasts until the
+-- transaction ends, so called in autocommit mode the flush runs in a
+-- transaction of its own (START TRANSACTION ... COMMIT; all of it commits or
+-- nothing does, an error rolls it back); inside your transaction it is part
+-- of yours and the locks last until you commit. On a server that cannot tell
+-- whether a transaction is open (MySQL 8.0, no @@in_transaction) the flush
+-- runs as before, each step its own statement in autocommit mode, and is
+-- serialised by the named lock 'pyqueue-sql ingest flush <database>' (waits
+-- up to 300 s) as well as by the row locks; there an interruption between
+-- copying and deleting rejects leaves them to be rejected again, and one
+-- after the enqueue step and before the delete leaves the rows to be flushed
+-- again, where dedup absorbs them unless a consumer already committed them
+-- (a redelivery, never a loss).
+-- Locks: the pyqueue_ingest_lock rows, the flushed queue_ingest rows, shared
+-- locks on the queue rows, the new message rows.
 DROP PROCEDURE IF EXISTS queue_ingest_flush //
 CREATE PROCEDURE queue_ingest_flush(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
@@ -1791,147 +2166,209 @@ BEGIN
     DECLARE v_rejected BIGINT DEFAULT 0;
     DECLARE v_deleted  BIGINT DEFAULT 0;
     DECLARE v_locked   INT;
+    DECLARE v_own      INT;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_deadlock INT DEFAULT 0;
+    DECLARE v_lockname VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_scope    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_mark     BIGINT;
     DECLARE v_dups     BIGINT DEFAULT 0;
-    DECLARE v_bad_text    LONGTEXT DEFAULT NULL;
-    DECLARE v_bad_payload LONGTEXT DEFAULT NULL;
+    DECLARE v_bad_text    LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+    DECLARE v_bad_payload LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
-        DO RELEASE_LOCK('pyqueue-sql ingest flush');
+        IF v_own = 1 THEN
+            ROLLBACK;
+        END IF;
+        IF v_lockname IS NOT NULL THEN
+            DO RELEASE_LOCK(v_lockname);
+        END IF;
         RESIGNAL;
     END;
     IF in_queue IS NOT NULL THEN
         CALL pyqueue__queue(in_queue, v_vis, v_max_att, v_dlq, v_paused);
         SET v_queue = in_queue;
     END IF;
-    SET v_locked = GET_LOCK('pyqueue-sql ingest flush', 300);
-    IF v_locked IS NULL OR v_locked <> 1 THEN
-        CALL pyqueue__raise('invalid_argument', 'another queue_ingest_flush held the flush lock for 300 s');
-    END IF;
-    SELECT MAX(i.ingest_id) INTO v_max FROM queue_ingest i;
-    SELECT COUNT(*) INTO v_pending
-      FROM queue_ingest i
-     WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
-       FOR UPDATE;
-    SET v_now = UTC_TIMESTAMP(6);
-    SELECT COALESCE(MAX(r.id), 0) INTO v_mark FROM pyqueue_ingest_reject r;
-    IF v_pending > 0 THEN
-        -- Rows holding a UTF-16 surrogate (see pyqueue__check_utf8), found
-        -- here by a plain read: the utf16 round trip warns (1977) on a
-        -- surrogate, which strict mode would turn into an error inside the
-        -- INSERT below. One scan; only rows holding the byte ED are converted
-        -- (the arrays hold their ids, or null for the ones that are fine).
-        SELECT JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) USING utf16)
-                                             USING utf8mb4) AS BINARY)
-                                <> CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY), i.ingest_id, NULL)),
-               JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(i.payload USING utf16) USING utf8mb4) AS BINARY)
-                                <> CAST(i.payload AS BINARY), i.ingest_id, NULL))
-          INTO v_bad_text, v_bad_payload
-          FROM queue_ingest i
-         WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
-           AND (LOCATE(X'ED', CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY)) > 0
-                OR LOCATE(X'ED', CAST(i.payload AS BINARY)) > 0);
-        INSERT INTO pyqueue_ingest_reject
-               (ingest_id, queue_name, p_key, p_kind, payload, run_at, priority, reason, rejected_at)
-        -- a zero date ('0000-00-00', '2020-00-10': a caller without NO_ZERO_DATE can insert
-        -- one) cannot be copied under strict mode: the reject row keeps NULL and the reason
-        -- the value; reading it by text never raises (comparing it as a date does).
-        SELECT i.ingest_id, i.queue_name, i.p_key, i.p_kind, i.payload,
-               IF(CAST(i.run_at AS CHAR) LIKE '0000-%' OR CAST(i.run_at AS CHAR) LIKE '%-00%', NULL, i.run_at),
-               i.priority,
-               CASE WHEN i.queue_name IS NULL OR CHAR_LENGTH(i.queue_name) = 0
-                     THEN 'pyqueue:invalid_argument: queue_name must not be NULL or empty'
-                WHEN CHAR_LENGTH(i.queue_name) > 128
-                     THEN 'pyqueue:invalid_argument: queue_name is longer than 128 characters'
-                WHEN i.queue_name LIKE '% ' THEN 'pyqueue:invalid_argument: queue_name must not end with a space'
-                WHEN i.p_key IS NULL OR CHAR_LENGTH(i.p_key) = 0
-                     THEN 'pyqueue:invalid_argument: p_key must not be NULL or empty'
-                WHEN CHAR_LENGTH(i.p_key) > 255 THEN 'pyqueue:invalid_argument: p_key is longer than 255 characters'
-                WHEN i.p_key LIKE '% ' THEN 'pyqueue:invalid_argument: p_key must not end with a space'
-                WHEN i.p_kind IS NULL OR CHAR_LENGTH(i.p_kind) = 0
-                     THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
-                WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
-                WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
-                WHEN JSON_CONTAINS(COALESCE(v_bad_text, '[]'), CAST(i.ingest_id AS CHAR))
-                     THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
-                WHEN q.queue_name IS NULL
-                     THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
-                WHEN i.payload IS NULL
-                     THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-                WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
-                WHEN JSON_CONTAINS(COALESCE(v_bad_payload, '[]'), CAST(i.ingest_id AS CHAR))
-                     THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
-                WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
-                     THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
-                WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
-                     THEN 'pyqueue:invalid_argument: run_at is not a valid time'
-                WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
-                     THEN 'pyqueue:invalid_argument: priority must be a whole number from -2147483648 to 2147483647'
-           END, v_now
-          FROM queue_ingest i
-          LEFT JOIN pyqueue_queue q ON q.queue_name = i.queue_name
-         WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
-           AND (CASE WHEN i.queue_name IS NULL OR CHAR_LENGTH(i.queue_name) = 0
-                     THEN 'pyqueue:invalid_argument: queue_name must not be NULL or empty'
-                WHEN CHAR_LENGTH(i.queue_name) > 128
-                     THEN 'pyqueue:invalid_argument: queue_name is longer than 128 characters'
-                WHEN i.queue_name LIKE '% ' THEN 'pyqueue:invalid_argument: queue_name must not end with a space'
-                WHEN i.p_key IS NULL OR CHAR_LENGTH(i.p_key) = 0
-                     THEN 'pyqueue:invalid_argument: p_key must not be NULL or empty'
-                WHEN CHAR_LENGTH(i.p_key) > 255 THEN 'pyqueue:invalid_argument: p_key is longer than 255 characters'
-                WHEN i.p_key LIKE '% ' THEN 'pyqueue:invalid_argument: p_key must not end with a space'
-                WHEN i.p_kind IS NULL OR CHAR_LENGTH(i.p_kind) = 0
-                     THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
-                WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
-                WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
-                WHEN JSON_CONTAINS(COALESCE(v_bad_text, '[]'), CAST(i.ingest_id AS CHAR))
-                     THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
-                WHEN q.queue_name IS NULL
-                     THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
-                WHEN i.payload IS NULL
-                     THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-                WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
-                WHEN JSON_CONTAINS(COALESCE(v_bad_payload, '[]'), CAST(i.ingest_id AS CHAR))
-                     THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
-                WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
-                     THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
-                WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
-                     THEN 'pyqueue:invalid_argument: run_at is not a valid time'
-                WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
-                     THEN 'pyqueue:invalid_argument: priority must be a whole number from -2147483648 to 2147483647'
-           END) IS NOT NULL
-         ORDER BY i.ingest_id
-           LOCK IN SHARE MODE;
-        SET v_rejected = ROW_COUNT();
-        IF v_rejected > 0 THEN
-            DELETE FROM queue_ingest
-             WHERE ingest_id IN (SELECT r.ingest_id FROM pyqueue_ingest_reject r WHERE r.id > v_mark);
+    CALL pyqueue__own_transaction(v_own);
+    IF v_own IS NULL THEN
+        SET v_lockname = LEFT(CONCAT('pyqueue-sql ingest flush ', DATABASE()), 64);
+        SET v_locked = GET_LOCK(v_lockname, 300);
+        IF v_locked IS NULL OR v_locked <> 1 THEN
+            SET v_lockname = NULL;
+            CALL pyqueue__raise('invalid_argument', 'another queue_ingest_flush held the flush lock for 300 s');
         END IF;
-        -- Rows whose message is live are duplicates: drop them with one join on
-        -- the dedup key first (an INSERT IGNORE that meets a duplicate inserts
-        -- and undoes a clustered record and raises a warning: 5x slower, measured).
-        DELETE i FROM queue_ingest i
-          JOIN pyqueue_message m
-            ON m.queue_name = i.queue_name AND m.p_key = i.p_key AND m.p_kind = i.p_kind
-         WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue);
-        SET v_dups = ROW_COUNT();
-        -- What is left up to v_max passed every check: no second verdict per row;
-        -- IGNORE skips only repeats within the flush and rows that went live meanwhile.
-        INSERT IGNORE INTO pyqueue_message
-               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                scheduled_at_initially, created_at, attempts)
-        SELECT i.queue_name, i.p_key, i.p_kind, i.payload, COALESCE(i.priority, 0),
-               COALESCE(i.run_at, v_now), COALESCE(i.run_at, v_now), v_now, 0
+    END IF;
+    -- (looked up first: INSERT IGNORE of a row that exists takes a shared
+    -- lock on it, which two flushes would then both try to raise)
+    IF NOT EXISTS (SELECT 1 FROM pyqueue_ingest_lock l WHERE l.scope = '') THEN
+        INSERT IGNORE INTO pyqueue_ingest_lock (scope) VALUES ('');
+    END IF;
+    IF v_queue IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pyqueue_ingest_lock l WHERE l.scope = v_queue) THEN
+        INSERT IGNORE INTO pyqueue_ingest_lock (scope) VALUES (v_queue);
+    END IF;
+    attempt: LOOP
+        SET v_deadlock = 0, v_tries = v_tries + 1,
+            v_pending = 0, v_enqueued = 0, v_rejected = 0, v_deleted = 0, v_dups = 0,
+            v_bad_text = NULL, v_bad_payload = NULL;
+        BEGIN
+        -- a deadlock victim (1213; 1467 when it was waiting for the AUTO-INC
+        -- lock) in a transaction of its own: rolled back whole, run it again
+        DECLARE EXIT HANDLER FOR 1213, 1467
+        BEGIN
+            IF v_own = 1 THEN
+                ROLLBACK;
+                SET v_deadlock = 1;
+            ELSE
+                RESIGNAL;
+            END IF;
+        END;
+        IF v_own = 1 THEN
+            START TRANSACTION;
+        END IF;
+        IF v_queue IS NULL THEN
+            SELECT l.scope INTO v_scope FROM pyqueue_ingest_lock l WHERE l.scope = '' FOR UPDATE;
+        ELSE
+            SELECT l.scope INTO v_scope FROM pyqueue_ingest_lock l WHERE l.scope = '' LOCK IN SHARE MODE;
+            SELECT l.scope INTO v_scope FROM pyqueue_ingest_lock l WHERE l.scope = v_queue FOR UPDATE;
+        END IF;
+        SELECT MAX(i.ingest_id) INTO v_max FROM queue_ingest i;
+        SELECT COUNT(*) INTO v_pending
           FROM queue_ingest i
          WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
-         ORDER BY i.ingest_id
-           LOCK IN SHARE MODE;
-        SET v_enqueued = ROW_COUNT();
-        DELETE FROM queue_ingest
-         WHERE ingest_id <= v_max AND (v_queue IS NULL OR queue_name = v_queue);
-        SET v_deleted = ROW_COUNT() + v_rejected + v_dups;
+           FOR UPDATE;
+        SET v_now = UTC_TIMESTAMP(6);
+        SELECT COALESCE(MAX(r.id), 0) INTO v_mark FROM pyqueue_ingest_reject r;
+        IF v_pending > 0 THEN
+            -- Rows holding a UTF-16 surrogate (see pyqueue__check_utf8), found
+            -- here by a plain read: the utf16 round trip warns (1977) on a
+            -- surrogate, which strict mode would turn into an error inside the
+            -- INSERT below. One scan; only rows holding the byte ED are converted
+            -- (the arrays hold their ids, or null for the ones that are fine).
+            SELECT JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) USING utf16)
+                                                 USING utf8mb4) AS BINARY)
+                                    <> CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY), i.ingest_id, NULL)),
+                   JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(i.payload USING utf16) USING utf8mb4) AS BINARY)
+                                    <> CAST(i.payload AS BINARY), i.ingest_id, NULL))
+              INTO v_bad_text, v_bad_payload
+              FROM queue_ingest i
+             WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
+               AND (LOCATE(X'ED', CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY)) > 0
+                    OR LOCATE(X'ED', CAST(i.payload AS BINARY)) > 0);
+            INSERT INTO pyqueue_ingest_reject
+                   (ingest_id, queue_name, p_key, p_kind, payload, run_at, priority, reason, rejected_at)
+            -- a zero date ('0000-00-00', '2020-00-10': a caller without NO_ZERO_DATE can insert
+            -- one) cannot be copied under strict mode: the reject row keeps NULL and the reason
+            -- the value; reading it by text never raises (comparing it as a date does).
+            SELECT i.ingest_id, i.queue_name, i.p_key, i.p_kind, i.payload,
+                   IF(CAST(i.run_at AS CHAR) LIKE '0000-%' OR CAST(i.run_at AS CHAR) LIKE '%-00%', NULL, i.run_at),
+                   i.priority,
+                   CASE WHEN i.queue_name IS NULL OR CHAR_LENGTH(i.queue_name) = 0
+                         THEN 'pyqueue:invalid_argument: queue_name must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.queue_name) > 128
+                         THEN 'pyqueue:invalid_argument: queue_name is longer than 128 characters'
+                    WHEN i.queue_name LIKE '% ' THEN 'pyqueue:invalid_argument: queue_name must not end with a space'
+                    WHEN i.p_key IS NULL OR CHAR_LENGTH(i.p_key) = 0
+                         THEN 'pyqueue:invalid_argument: p_key must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.p_key) > 255 THEN 'pyqueue:invalid_argument: p_key is longer than 255 characters'
+                    WHEN i.p_key LIKE '% ' THEN 'pyqueue:invalid_argument: p_key must not end with a space'
+                    WHEN i.p_kind IS NULL OR CHAR_LENGTH(i.p_kind) = 0
+                         THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
+                    WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
+                    WHEN JSON_CONTAINS(COALESCE(v_bad_text, '[]'), CAST(i.ingest_id AS CHAR))
+                         THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
+                    WHEN q.queue_name IS NULL
+                         THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
+                    WHEN i.payload IS NULL
+                         THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+                    WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
+                    WHEN JSON_CONTAINS(COALESCE(v_bad_payload, '[]'), CAST(i.ingest_id AS CHAR))
+                         THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
+                    WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
+                         THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
+                    WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
+                         THEN 'pyqueue:invalid_argument: run_at is not a valid time'
+                    WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
+                         THEN 'pyqueue:invalid_argument: priority must be a whole number from -2147483648 to 2147483647'
+               END, v_now
+              FROM queue_ingest i
+              LEFT JOIN pyqueue_queue q ON q.queue_name = i.queue_name
+             WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
+               AND (CASE WHEN i.queue_name IS NULL OR CHAR_LENGTH(i.queue_name) = 0
+                         THEN 'pyqueue:invalid_argument: queue_name must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.queue_name) > 128
+                         THEN 'pyqueue:invalid_argument: queue_name is longer than 128 characters'
+                    WHEN i.queue_name LIKE '% ' THEN 'pyqueue:invalid_argument: queue_name must not end with a space'
+                    WHEN i.p_key IS NULL OR CHAR_LENGTH(i.p_key) = 0
+                         THEN 'pyqueue:invalid_argument: p_key must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.p_key) > 255 THEN 'pyqueue:invalid_argument: p_key is longer than 255 characters'
+                    WHEN i.p_key LIKE '% ' THEN 'pyqueue:invalid_argument: p_key must not end with a space'
+                    WHEN i.p_kind IS NULL OR CHAR_LENGTH(i.p_kind) = 0
+                         THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
+                    WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
+                    WHEN JSON_CONTAINS(COALESCE(v_bad_text, '[]'), CAST(i.ingest_id AS CHAR))
+                         THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
+                    WHEN q.queue_name IS NULL
+                         THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
+                    WHEN i.payload IS NULL
+                         THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+                    WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
+                    WHEN JSON_CONTAINS(COALESCE(v_bad_payload, '[]'), CAST(i.ingest_id AS CHAR))
+                         THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
+                    WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
+                         THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
+                    WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
+                         THEN 'pyqueue:invalid_argument: run_at is not a valid time'
+                    WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
+                         THEN 'pyqueue:invalid_argument: priority must be a whole number from -2147483648 to 2147483647'
+               END) IS NOT NULL
+             ORDER BY i.ingest_id
+               LOCK IN SHARE MODE;
+            SET v_rejected = ROW_COUNT();
+            IF v_rejected > 0 THEN
+                DELETE FROM queue_ingest
+                 WHERE ingest_id IN (SELECT r.ingest_id FROM pyqueue_ingest_reject r WHERE r.id > v_mark);
+            END IF;
+            -- Rows whose message is live are duplicates: drop them with one join on
+            -- the dedup key first (an INSERT IGNORE that meets a duplicate inserts
+            -- and undoes a clustered record and raises a warning: 5x slower, measured).
+            DELETE i FROM queue_ingest i
+              JOIN pyqueue_message m
+                ON m.queue_name = i.queue_name AND m.p_key = i.p_key AND m.p_kind = i.p_kind
+             WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue);
+            SET v_dups = ROW_COUNT();
+            -- What is left up to v_max passed every check: no second verdict per row;
+            -- IGNORE skips only repeats within the flush and rows that went live meanwhile.
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts)
+            SELECT i.queue_name, i.p_key, i.p_kind, i.payload, COALESCE(i.priority, 0),
+                   COALESCE(i.run_at, v_now), COALESCE(i.run_at, v_now), v_now, 0
+              FROM queue_ingest i
+             WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
+             ORDER BY i.ingest_id
+               LOCK IN SHARE MODE;
+            SET v_enqueued = ROW_COUNT();
+            DELETE FROM queue_ingest
+             WHERE ingest_id <= v_max AND (v_queue IS NULL OR queue_name = v_queue);
+            SET v_deleted = ROW_COUNT() + v_rejected + v_dups;
+        END IF;
+        IF v_own = 1 THEN
+            COMMIT;
+        END IF;
+        END;
+        IF v_deadlock = 0 THEN
+            LEAVE attempt;
+        END IF;
+        IF v_tries >= 10 THEN
+            SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
+                MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction';
+        END IF;
+    END LOOP;
+    IF v_lockname IS NOT NULL THEN
+        DO RELEASE_LOCK(v_lockname);
     END IF;
-    DO RELEASE_LOCK('pyqueue-sql ingest flush');
     SELECT v_enqueued AS enqueued, GREATEST(v_deleted - v_enqueued - v_rejected, 0) AS duplicates,
            v_rejected AS rejected;
 END //
@@ -1944,9 +2381,9 @@ END //
 -- issue 4a: history, dead letters, replace-on-push
 
 -- pyqueue__archive: when in_queue keeps history (history_retention set),
--- copies message in_id, as long as it is still held by in_token (NULL
--- matches no reservation), into pyqueue_history with in_outcome and
--- in_to_queue; out_history_id = the new history row, or NULL when nothing
+-- copies message in_id (with its last_error), as long as it is still held by
+-- in_token (NULL matches no reservation), into pyqueue_history with
+-- in_outcome and in_to_queue; out_history_id = the new history row, or NULL when nothing
 -- was copied. Called just BEFORE the statement that removes the message;
 -- the caller then calls pyqueue__unarchive, which deletes the copy again
 -- when that statement removed nothing. Interrupted between the two in
@@ -1969,9 +2406,10 @@ BEGIN
     SELECT MAX(q.history_retention) INTO v_retention FROM pyqueue_queue q WHERE q.queue_name = in_queue;
     IF v_retention IS NOT NULL THEN
         INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                     created_at, processed_at, outcome, to_queue, reserved_by)
+                                     created_at, processed_at, outcome, to_queue, reserved_by,
+                                     last_error)
         SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-               m.created_at, in_now, in_outcome, in_to_queue, m.reserved_by
+               m.created_at, in_now, in_outcome, in_to_queue, m.reserved_by, m.last_error
           FROM pyqueue_message m
          WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token;
         IF ROW_COUNT() = 1 THEN
@@ -2103,8 +2541,8 @@ END //
 
 -- queue_redrive: moves up to in_n (NULL = 1) ready messages of
 -- in_dead_queue (usually a dead-letter queue) to in_to_queue, highest
--- priority first, FIFO within one: same key, kind, payload and priority,
--- attempts 0, ready now. A message held by a live reservation is not
+-- priority first, FIFO within one: same key, kind, payload, priority and
+-- last_error, attempts 0, ready now, no dead-letter origin any more. A message held by a live reservation is not
 -- taken. A message whose key and kind are already live in in_to_queue stays
 -- where it is (dedup; skipped, not counted). Result: one row, redriven =
 -- how many moved. With a history_retention on in_dead_queue each move is
@@ -2173,7 +2611,8 @@ BEGIN
             UPDATE pyqueue_message
                SET queue_name = v_to,
                    scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
-                   attempts = 0, reserved_by = NULL, reserve_token = NULL
+                   attempts = 0, reserved_by = NULL, reserve_token = NULL,
+                   dead_from = NULL, dead_attempts = NULL
              WHERE id = v_id AND queue_name = v_dead AND scheduled_at <= v_now
                AND reserve_token <=> v_token;
             SET v_moved = ROW_COUNT();  -- replaced below when the handler fired
@@ -2283,14 +2722,26 @@ END //
 -- Concurrency limits
 -- ---------------------------------------------------------------------------
 
--- pyqueue__limit_take: one statement that gives a free slot of (in_queue,
--- in_kind) to the reservation (in_id, in_attempts, ending at in_until);
--- out_ok = 1 when it got one. A slot is busy while its holder is that live
--- reservation, or while the claim is in progress (the message still shows
--- msg_attempts - 1) and msg_until has not passed. The UPDATE reads the slot rows and, through its subqueries, the
--- holders' message rows with locking reads (InnoDB, REPEATABLE READ or
--- SERIALIZABLE): it waits for a slot another session is changing and sees
--- the latest committed holder, never an older snapshot.
+-- pyqueue__limit_take: gives a free slot of (in_queue, in_kind) to the
+-- reservation (in_id, in_attempts, ending at in_until); out_ok = 1 when it
+-- got one. A slot is busy while its holder is that live reservation, or
+-- while the claim is in progress (the message still shows msg_attempts - 1)
+-- and msg_until has not passed. Only slots 1..capacity are ever taken. After
+-- the capacity was lowered, slots beyond it whose holders are still live
+-- stay (queue_set_limit deletes only free ones): before taking a slot, each
+-- such holder is moved into a free slot within the capacity, one statement
+-- copying it there, one deleting the old slot (interrupted in between, the
+-- holder occupies two slots until it ends: fewer hand-outs, never more), so
+-- that nothing is handed out while as many as the capacity are live.
+-- The taking UPDATE reads the slot rows and, through its subqueries, the
+-- holders' message rows and the limit row with locking reads (InnoDB,
+-- REPEATABLE READ or SERIALIZABLE): it waits for a slot another session is
+-- changing and sees the latest committed holder, never an older snapshot; it
+-- takes nothing when the capacity changed since it was read.
+-- Locks, per statement: slot rows (scanned in slot_no order), then shared
+-- locks on their holders' message rows and the limit row. In autocommit
+-- mode a statement chosen as a deadlock victim (a queue_drop cascades over
+-- those message rows in another order) is run again instead of failing.
 DROP PROCEDURE IF EXISTS pyqueue__limit_take //
 CREATE PROCEDURE pyqueue__limit_take(
     IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2302,20 +2753,99 @@ CREATE PROCEDURE pyqueue__limit_take(
     OUT out_ok      INT)
 SQL SECURITY INVOKER
 BEGIN
-    UPDATE pyqueue_limit_slot s
-       SET s.msg_id = in_id, s.msg_attempts = in_attempts, s.msg_until = in_until
-     WHERE s.queue_name = in_queue AND s.p_kind = in_kind
-       AND s.slot_no <= (SELECT l.capacity FROM pyqueue_limit l
-                          WHERE l.queue_name = in_queue AND l.p_kind = in_kind)
-       AND (s.msg_id IS NULL
-            OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                            WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
-                              AND ((m.attempts = s.msg_attempts
-                                    AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
-                                   OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
-     ORDER BY s.slot_no
-     LIMIT 1;
-    SET out_ok = ROW_COUNT();
+    DECLARE v_cap       INT;
+    DECLARE v_slot      INT;
+    DECLARE v_holder    BIGINT;
+    DECLARE v_h_att     INT;
+    DECLARE v_h_until   DATETIME(6);
+    DECLARE v_moves     INT DEFAULT 0;
+    DECLARE v_found     INT;
+    DECLARE v_own       INT DEFAULT 0;
+    DECLARE v_tries     INT DEFAULT 0;
+    DECLARE v_retry     INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+    SET out_ok = 0;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    slots: LOOP
+      SET v_retry = 0, v_tries = v_tries + 1;
+      BEGIN
+        -- a deadlock victim in autocommit mode was one statement (a queue_drop
+        -- cascading over the holders' rows in another order): run it again
+        DECLARE EXIT HANDLER FOR 1213
+        BEGIN
+            IF v_own = 1 AND v_tries < 10 THEN
+                SET v_retry = 1;
+            ELSE
+                RESIGNAL;
+            END IF;
+        END;
+        SELECT MAX(l.capacity) INTO v_cap
+          FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = in_kind;
+        IF v_cap IS NULL THEN
+            LEAVE slots;  -- the limit was removed meanwhile: take nothing this time
+        END IF;
+        -- a live holder beyond the capacity (plain read: such slots are never
+        -- taken, only moved and deleted)
+        SET v_found = 1;
+        SELECT s.slot_no, s.msg_id, s.msg_attempts, s.msg_until
+          INTO v_slot, v_holder, v_h_att, v_h_until
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND s.slot_no > v_cap
+           AND s.msg_id IS NOT NULL
+           AND EXISTS (SELECT 1 FROM pyqueue_message m
+                        WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                          AND ((m.attempts = s.msg_attempts
+                                AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                               OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now)))
+         ORDER BY s.slot_no
+         LIMIT 1;
+        IF v_found = 0 OR v_moves >= 10000 THEN
+            UPDATE pyqueue_limit_slot s
+               SET s.msg_id = in_id, s.msg_attempts = in_attempts, s.msg_until = in_until
+             WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+               AND s.slot_no <= v_cap
+               AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                            WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
+               AND (s.msg_id IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                    WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                      AND ((m.attempts = s.msg_attempts
+                                            AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                           OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+             ORDER BY s.slot_no
+             LIMIT 1;
+            SET out_ok = ROW_COUNT();
+            LEAVE slots;
+        END IF;
+        -- move that holder into a free slot within the capacity; none free:
+        -- the kind is full
+        UPDATE pyqueue_limit_slot s
+           SET s.msg_id = v_holder, s.msg_attempts = v_h_att, s.msg_until = v_h_until
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+           AND s.slot_no <= v_cap
+           AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                        WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
+           AND (s.msg_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                  AND ((m.attempts = s.msg_attempts
+                                        AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                       OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+         ORDER BY s.slot_no
+         LIMIT 1;
+        IF ROW_COUNT() = 0 THEN
+            LEAVE slots;
+        END IF;
+        DELETE FROM pyqueue_limit_slot
+         WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no = v_slot
+           AND msg_id = v_holder AND msg_attempts = v_h_att;
+        SET v_moves = v_moves + 1;
+      END;
+      IF v_retry = 0 AND v_tries > 10000 THEN
+          LEAVE slots;
+      END IF;
+    END LOOP;
 END //
 
 -- pyqueue__limit_claim: called by queue_reserve for a candidate it is about
@@ -2355,7 +2885,10 @@ END //
 -- queue_set_limit: at most in_capacity messages of in_kind reserved at once
 -- in in_queue (0 holds the kind back); NULL removes the limit. Live
 -- reservations of the kind without a slot (made before the first call) take
--- free slots, as far as the capacity goes. No result set.
+-- free slots, as far as the capacity goes. Lowering the capacity revokes
+-- nothing: the holders of slots beyond it keep them until they end, and
+-- nothing more is handed out until fewer than the new capacity are live.
+-- No result set.
 -- Locks: the limit row and its slot rows, each for one statement.
 DROP PROCEDURE IF EXISTS queue_set_limit //
 CREATE PROCEDURE queue_set_limit(
@@ -2397,8 +2930,19 @@ BEGIN
         INSERT INTO pyqueue_limit (queue_name, p_kind, capacity)
         VALUES (v_queue, v_kind, in_capacity)
         ON DUPLICATE KEY UPDATE capacity = in_capacity;
+        -- beyond a lowered capacity only free slots go; live holders keep
+        -- theirs until they end (pyqueue__limit_take moves them into slots
+        -- within the capacity as those free up)
         DELETE FROM pyqueue_limit_slot
-         WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no > in_capacity;
+         WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no > in_capacity
+           AND (msg_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.id = pyqueue_limit_slot.msg_id
+                                  AND m.queue_name = pyqueue_limit_slot.queue_name
+                                  AND ((m.attempts = pyqueue_limit_slot.msg_attempts
+                                        AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
+                                       OR (m.attempts = pyqueue_limit_slot.msg_attempts - 1
+                                           AND pyqueue_limit_slot.msg_until > v_now))));
         WHILE v_i <= in_capacity DO
             INSERT IGNORE INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
             VALUES (v_queue, v_kind, v_i);
@@ -2420,7 +2964,8 @@ BEGIN
 END //
 
 -- queue_limits: the limits of a queue (all queues when NULL), by queue and
--- kind: queue, p_kind, capacity, in_use (live reservations holding a slot).
+-- kind: queue, p_kind, capacity, in_use (live reservations holding a slot,
+-- also one beyond a lowered capacity; each counted once).
 -- Plain reads, no locks.
 DROP PROCEDURE IF EXISTS queue_limits //
 CREATE PROCEDURE queue_limits(
@@ -2438,7 +2983,7 @@ BEGIN
     END IF;
     SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
     SELECT l.queue_name AS `queue`, l.p_kind, l.capacity,
-           (SELECT COUNT(*) FROM pyqueue_limit_slot s
+           (SELECT COUNT(DISTINCT m.id) FROM pyqueue_limit_slot s
               JOIN pyqueue_message m ON m.id = s.msg_id AND m.attempts = s.msg_attempts
                                     AND m.queue_name = s.queue_name
              WHERE s.queue_name = l.queue_name AND s.p_kind = l.p_kind
@@ -2452,7 +2997,9 @@ END //
 -- Worker registry
 -- ---------------------------------------------------------------------------
 
--- queue_worker_register: records a worker. Result: one row, worker_id. The
+-- queue_worker_register: records a worker. Result: one row, (worker_id,
+-- secret): secret is a fresh random token (CHAR(36)) that heartbeat and
+-- deregister need, so a worker can touch only its own registration. The
 -- worker then reserves with worker = CONCAT(in_name, '#', worker_id)
 -- (queue_workers shows it as reserve_as). in_queues: NULL or a JSON array of
 -- queue names (informational). Locks: the new row.
@@ -2464,7 +3011,8 @@ CREATE PROCEDURE queue_worker_register(
     IN in_queues LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_now DATETIME(6);
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     CALL pyqueue__check_name('name', in_name, 200);
     IF CHAR_LENGTH(in_host) > 255 THEN
         CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters');
@@ -2488,41 +3036,61 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
     END IF;
     SET v_now = UTC_TIMESTAMP(6);
-    INSERT INTO pyqueue_worker (worker_name, host, pid, queues, started_at, heartbeat_at)
-    VALUES (in_name, in_host, in_pid, in_queues, v_now, v_now);
-    SELECT LAST_INSERT_ID() AS worker_id;
+    CALL pyqueue__random_token(v_secret);
+    INSERT INTO pyqueue_worker (worker_name, host, pid, queues, started_at, heartbeat_at, secret)
+    VALUES (in_name, in_host, in_pid, in_queues, v_now, v_now, v_secret);
+    SELECT LAST_INSERT_ID() AS worker_id, v_secret AS secret;
 END //
 
--- queue_worker_heartbeat: heartbeat_at = now. Result: one row, alive = 1,
--- or 0 when the worker is not registered (deregistered, or released as dead:
--- it should register again). Locks: the worker row, for one statement.
+-- queue_worker_heartbeat: heartbeat_at = now, when in_secret is the
+-- registration's secret. Result: one row, alive = 1, or 0 when the worker is
+-- not registered (deregistered, or released as dead: it should register
+-- again) or the secret does not match. Locks: the worker row, for one
+-- statement.
 DROP PROCEDURE IF EXISTS queue_worker_heartbeat //
 CREATE PROCEDURE queue_worker_heartbeat(
-    IN in_worker_id DECIMAL(65,30))
+    IN in_worker_id DECIMAL(65,30),
+    IN in_secret    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     IF in_worker_id IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
     END IF;
     CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
-    UPDATE pyqueue_worker SET heartbeat_at = UTC_TIMESTAMP(6) WHERE worker_id = in_worker_id;
+    IF in_secret IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'secret must not be NULL');
+    END IF;
+    -- only a 36-character value can match (a longer one would be cut to 36
+    -- by the CHAR(36) below)
+    SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
+    UPDATE pyqueue_worker SET heartbeat_at = UTC_TIMESTAMP(6)
+     WHERE worker_id = in_worker_id AND secret = v_secret;
     -- ROW_COUNT() counts changed rows: a second heartbeat in the same
     -- microsecond changes nothing, so look the row up.
-    SELECT COUNT(*) AS alive FROM pyqueue_worker WHERE worker_id = in_worker_id;
+    SELECT COUNT(*) AS alive FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
 END //
 
 -- queue_worker_deregister: removes the worker (its reservations stay as they
--- are). Result: one row, deregistered = 1, or 0 when it was not registered.
+-- are), when in_secret is the registration's secret. Result: one row,
+-- deregistered = 1, or 0 when it was not registered or the secret does not
+-- match. Locks: the worker row, for one statement.
 DROP PROCEDURE IF EXISTS queue_worker_deregister //
 CREATE PROCEDURE queue_worker_deregister(
-    IN in_worker_id DECIMAL(65,30))
+    IN in_worker_id DECIMAL(65,30),
+    IN in_secret    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     IF in_worker_id IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
     END IF;
     CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
-    DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id;
+    IF in_secret IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'secret must not be NULL');
+    END IF;
+    SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
+    DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
     SELECT ROW_COUNT() AS deregistered;
 END //
 
@@ -2982,8 +3550,8 @@ END //
 -- ---- issue 7: least privilege ----
 
 -- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
--- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
--- dead letter first, so that an account without SELECT on the view (and its
+-- of the view pyqueue_dead_letters for dead_letter_queue = in_queue: origin
+-- queue, deliveries there, ..., last_error last), oldest dead letter first, so that an account without SELECT on the view (and its
 -- tables: the view is SQL SECURITY INVOKER) can list them. An unknown queue
 -- is refused; a queue that is nobody's dead-letter queue has none. Plain
 -- reads, no locks.
@@ -3000,7 +3568,7 @@ BEGIN
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
-           d.attempts, d.created_at, d.dead_lettered_at, d.reserved
+           d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error
       FROM pyqueue_dead_letters d
      WHERE d.dead_letter_queue = v_queue
      ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
@@ -3008,6 +3576,74 @@ END //
 
 -- ---- end of issue 7 ----
 
+-- ===========================================================================
+-- Message inspection
+-- ===========================================================================
+
+-- queue_message: the live message (in_key, in_kind) of in_queue: 0 or 1 row
+-- (p_key, p_kind, state, payload, priority, attempts, scheduled_at,
+-- created_at, reserved_by, last_error, dead_from); state is 'ready'
+-- (scheduled_at <= now, also an expired reservation), 'delayed' or
+-- 'reserved'. reserved_by: the worker of its last reservation. Raises
+-- unknown_queue. Plain read (unique key), no locks.
+DROP PROCEDURE IF EXISTS queue_message //
+CREATE PROCEDURE queue_message(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    SELECT m.p_key, m.p_kind,
+           CASE WHEN m.scheduled_at <= v_now THEN 'ready'
+                WHEN m.reserve_token IS NULL THEN 'delayed'
+                ELSE 'reserved' END AS state,
+           m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at,
+           m.reserved_by,
+           m.last_error, m.dead_from
+      FROM pyqueue_message m
+     WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
+END //
+
+-- queue_message_history: the history rows of (in_queue, in_key, in_kind),
+-- newest first, at most 100: processed_at, outcome, to_queue, attempts,
+-- reserved_by, last_error. No unknown_queue check (the history of a dropped
+-- queue stays readable). Plain read on the (queue_name, processed_at) index.
+DROP PROCEDURE IF EXISTS queue_message_history //
+CREATE PROCEDURE queue_message_history(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_name('queue', in_queue, 128);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SELECT h.processed_at, h.outcome, h.to_queue, h.attempts, h.reserved_by, h.last_error
+      FROM pyqueue_history h
+     WHERE h.queue_name = v_queue AND h.p_key = v_key AND h.p_kind = v_kind
+     ORDER BY h.processed_at DESC, h.id DESC
+     LIMIT 100;
+END //
+
 DELIMITER ;
 
+SET SESSION character_set_client = @pyqueue_saved_character_set_client;
+SET SESSION character_set_results = @pyqueue_saved_character_set_results;
+SET SESSION collation_connection = @pyqueue_saved_collation_connection;
 SET SESSION sql_mode = @pyqueue_saved_sql_mode;

@@ -125,6 +125,12 @@ CREATE TABLE pyqueue_message (
     reserved_by            VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     reserve_token          CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     id                     BIGINT       NOT NULL AUTO_INCREMENT,
+    -- the last error a consumer reported (queue_fail), cut to 2000 characters
+    last_error             VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    -- set on a dead-letter copy: the queue it came from and the deliveries it
+    -- had there (cleared by queue_redrive)
+    dead_from              VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    dead_attempts          INT          NULL,
     PRIMARY KEY (id),
     UNIQUE KEY pyqueue_message_key_uk (queue_name, p_key, p_kind),
     -- The reserve walks one priority at a time (highest first) and reads the
@@ -160,6 +166,7 @@ CREATE TABLE pyqueue_history (
     outcome      VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     to_queue     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     reserved_by  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    last_error   VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     PRIMARY KEY (id),
     KEY pyqueue_history_queue_time_idx (queue_name, processed_at),
     CONSTRAINT pyqueue_history_outcome_known
@@ -168,21 +175,21 @@ CREATE TABLE pyqueue_history (
   COMMENT='pyqueue-sql: messages that left a queue with history_retention';
 
 -- Messages sitting in dead-letter queues (queues that some queue names as
--- its dead_letter_queue). from_queue: the queue they came from when only one
--- queue uses this dead-letter queue, else NULL. Times are UTC.
+-- its dead_letter_queue). from_queue: the queue a message was dead-lettered
+-- from, attempts: the deliveries it had there (both NULL for a message that
+-- was pushed there directly). Times are UTC.
 CREATE SQL SECURITY INVOKER VIEW pyqueue_dead_letters AS
 SELECT m.queue_name             AS dead_letter_queue,
-       (SELECT CASE WHEN COUNT(*) = 1 THEN MIN(s.queue_name) END
-          FROM pyqueue_queue s
-         WHERE s.dead_letter_queue = m.queue_name) AS from_queue,
+       m.dead_from              AS from_queue,
        m.p_key                  AS p_key,
        m.p_kind                 AS p_kind,
        m.payload                AS payload,
        m.priority               AS priority,
-       m.attempts               AS attempts,
+       m.dead_attempts          AS attempts,
        m.created_at             AS created_at,
        m.scheduled_at_initially AS dead_lettered_at,
-       (m.reserve_token IS NOT NULL AND m.scheduled_at > UTC_TIMESTAMP(6)) AS reserved
+       (m.reserve_token IS NOT NULL AND m.scheduled_at > UTC_TIMESTAMP(6)) AS reserved,
+       m.last_error             AS last_error
   FROM pyqueue_message m
  WHERE m.queue_name IN (SELECT q.dead_letter_queue FROM pyqueue_queue q
                          WHERE q.dead_letter_queue IS NOT NULL);
@@ -227,6 +234,18 @@ CREATE TABLE pyqueue_ingest_reject (
     PRIMARY KEY (id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: queue_ingest rows that queue_ingest_flush refused, with the reason';
+
+-- The lock rows of queue_ingest_flush: a flush of one queue holds the row
+-- of its queue name exclusively and the row '' shared, a flush of every
+-- queue holds the row '' exclusively, each until the flush's transaction
+-- ends. Row locks, so only accounts that may write our tables (the
+-- routines' definer) can take them, and they serialise flushes of this
+-- database only. Rows are added on first use.
+CREATE TABLE pyqueue_ingest_lock (
+    scope VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    PRIMARY KEY (scope)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: lock rows of queue_ingest_flush (one per queue, and one for all)';
 
 -- ---- end of issue 5 ----
 
@@ -293,6 +312,9 @@ CREATE TABLE pyqueue_worker (
     queues       JSON         NULL,
     started_at   DATETIME(6)  NOT NULL,
     heartbeat_at DATETIME(6)  NOT NULL,
+    -- a random token handed out by queue_worker_register only: heartbeat and
+    -- deregister need it, so a worker can touch only its own registration
+    secret       CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     PRIMARY KEY (worker_id),
     KEY pyqueue_worker_heartbeat_idx (heartbeat_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin

@@ -4,6 +4,18 @@
 
 -- Added after the core (newest first; views and triggers before what they use).
 
+-- errors, settings, message inspection, locks
+DROP PROCEDURE IF EXISTS queue_message_history;
+DROP PROCEDURE IF EXISTS queue_message;
+DROP PROCEDURE IF EXISTS queue_fail;
+DROP PROCEDURE IF EXISTS queue_settings;
+DROP PROCEDURE IF EXISTS queue_reset_setting;
+DROP PROCEDURE IF EXISTS pyqueue__give_back;
+DROP PROCEDURE IF EXISTS pyqueue__random_token;
+DROP PROCEDURE IF EXISTS pyqueue__own_transaction;
+DROP PROCEDURE IF EXISTS pyqueue__limit_compact;
+DROP TABLE IF EXISTS pyqueue_ingest_lock;
+
 -- ---- issue 7: least privilege ----
 DROP PROCEDURE IF EXISTS queue_dead_letters;
 

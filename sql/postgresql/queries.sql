@@ -5,6 +5,14 @@
 SELECT queue_create(%(queue)s, %(visibility_timeout)s::interval, %(max_attempts)s::integer,
                     %(dead_letter_queue)s, %(history_retention)s::interval)
 
+-- name: reset_setting
+SELECT queue_reset_setting(%(queue)s, %(setting)s)
+
+-- name: settings
+SELECT queue, visibility_timeout, max_attempts, dead_letter_queue, history_retention, paused,
+       notify_window
+  FROM queue_settings(%(queue)s)
+
 -- name: drop
 SELECT queue_drop(%(queue)s)
 
@@ -30,6 +38,9 @@ SELECT queue_commit(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid)
 -- name: rollback
 SELECT queue_rollback(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid, %(delay)s::interval)
 
+-- name: fail
+SELECT queue_fail(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid, %(delay)s::interval, %(error)s)
+
 -- name: extend
 SELECT queue_extend(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid, %(timeout)s::interval)
 
@@ -49,9 +60,14 @@ SELECT queue_resume(%(queue)s)
 SELECT queue, ready, delayed, reserved, dead, oldest_ready_age_s, paused
   FROM queue_stats(%(queue)s)
 
--- name: migration_lock
--- Released by the commit of the migrating transaction (DDL is transactional here).
-SELECT pg_advisory_xact_lock(hashtext('pyqueue-sql migrations'))
+-- name: message
+SELECT p_key, p_kind, state, payload, priority, attempts, scheduled_at, created_at, reserved_by,
+       last_error, dead_from
+  FROM queue_message(%(queue)s, %(key)s, %(kind)s)
+
+-- name: message_history
+SELECT processed_at, outcome, to_queue, attempts, reserved_by, last_error
+  FROM queue_message_history(%(queue)s, %(key)s, %(kind)s)
 
 
 -- ---- issue 3: wakeups ----
@@ -115,7 +131,7 @@ SELECT queue_redrive(%(queue)s, %(to_queue)s, %(n)s::integer)
 
 -- name: dead_letters
 SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts, created_at,
-       dead_lettered_at, reserved
+       dead_lettered_at, reserved, last_error
   FROM queue_dead_letters(%(queue)s)
 -- issue 4b
 
@@ -126,13 +142,14 @@ SELECT queue_set_limit(%(queue)s, %(kind)s, %(capacity)s::integer)
 SELECT queue, p_kind, capacity, in_use FROM queue_limits(%(queue)s)
 
 -- name: worker_register
-SELECT queue_worker_register(%(name)s, %(host)s, %(pid)s::integer, %(queues)s::text[])
+SELECT worker_id, secret
+  FROM queue_worker_register(%(name)s, %(host)s, %(pid)s::integer, %(queues)s::text[])
 
 -- name: worker_heartbeat
-SELECT queue_worker_heartbeat(%(worker_id)s::bigint)
+SELECT queue_worker_heartbeat(%(worker_id)s::bigint, %(secret)s::uuid)
 
 -- name: worker_deregister
-SELECT queue_worker_deregister(%(worker_id)s::bigint)
+SELECT queue_worker_deregister(%(worker_id)s::bigint, %(secret)s::uuid)
 
 -- name: release_dead_workers
 SELECT queue_release_dead_workers(%(older_than)s::interval)

@@ -7,9 +7,61 @@
 --
 -- Errors: every refusal is RAISE EXCEPTION with the message
 --   'pyqueue:<code>: <detail>'
--- where <code> is one of unknown_queue, invalid_argument, invalid_payload;
+-- where <code> is one of unknown_queue, invalid_argument, invalid_payload,
+-- insecure_schema (the install is refused, see below);
 -- SQLSTATE is 22023 (invalid_parameter_value) for argument errors and
 -- P0002 (no_data_found) for an unknown queue.
+
+-- Refuses to install (pyqueue:insecure_schema) when a role other than the
+-- installing one can CREATE in the install schema: see routines.sql, which
+-- checks the same again. Creates nothing.
+DO $$
+DECLARE
+    v_schema text := pg_catalog.current_schema();
+    v_roles  text;
+BEGIN
+    IF v_schema IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: no schema to install into (the search_path names no existing schema)';
+    END IF;
+    IF pg_catalog.has_schema_privilege('public', v_schema, 'CREATE') THEN
+        v_roles := 'PUBLIC';
+    ELSE
+        SELECT pg_catalog.string_agg(pg_catalog.quote_ident(r.rolname::text), ', ' ORDER BY r.rolname::text)
+          INTO v_roles
+          FROM pg_catalog.pg_roles r
+         WHERE NOT r.rolsuper
+           AND r.rolname::text OPERATOR(pg_catalog.<>) CURRENT_USER::text
+           AND r.rolname::text OPERATOR(pg_catalog.<>) 'pg_database_owner'::text  -- its member is checked instead
+           AND pg_catalog.has_schema_privilege(r.oid, v_schema, 'CREATE')
+           AND NOT pg_catalog.pg_has_role(r.oid, CURRENT_USER, 'MEMBER');
+    END IF;
+    PERFORM pg_catalog.set_config('pyqueue.search_path_before', pg_catalog.current_setting('search_path'), false);
+    IF v_roles IS NULL THEN
+        PERFORM pg_catalog.set_config('pyqueue.install_refused', '', false);
+    ELSE
+        -- Refused. The next statement raises; until the end of the script the
+        -- search_path names no schema, so that nothing can be created even by a
+        -- client that goes on after an error (psql without ON_ERROR_STOP).
+        PERFORM pg_catalog.set_config('pyqueue.install_refused', pg_catalog.format(
+            'pyqueue:insecure_schema: roles other than the installing role %I can CREATE in schema %I: %s. '
+            'Such a role could create a look-alike function or operator there and have it run with the '
+            'rights of %I by the routines. Fix: REVOKE CREATE ON SCHEMA %I FROM %s; (when a role owns the '
+            'schema or the database: ALTER SCHEMA %I OWNER TO %I, or install into a schema only %I can '
+            'write), then install again',
+            CURRENT_USER, v_schema, v_roles, CURRENT_USER, v_schema, v_roles, v_schema, CURRENT_USER,
+            CURRENT_USER), false);
+        PERFORM pg_catalog.set_config('search_path', '', false);
+    END IF;
+END
+$$;
+
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('pyqueue.install_refused', true) OPERATOR(pg_catalog.<>) '' THEN
+        RAISE EXCEPTION '%', pg_catalog.current_setting('pyqueue.install_refused') USING ERRCODE = '42501';
+    END IF;
+END
+$$;
 
 -- ===========================================================================
 -- Tables
@@ -50,6 +102,9 @@ CREATE TABLE pyqueue_message (
     reserved_by            varchar(255) NULL,
     reserve_token          uuid         NULL,
     id                     bigint       GENERATED ALWAYS AS IDENTITY,
+    last_error             varchar(2000) NULL,
+    dead_from              varchar(128) NULL,
+    dead_attempts          integer      NULL,
     CONSTRAINT pyqueue_message_pkey PRIMARY KEY (queue_name, p_key, p_kind),
     CONSTRAINT pyqueue_message_key_not_empty CHECK (p_key <> ''),
     CONSTRAINT pyqueue_message_kind_not_empty CHECK (p_kind <> '')
@@ -57,6 +112,11 @@ CREATE TABLE pyqueue_message (
 
 COMMENT ON TABLE pyqueue_message IS
     'pyqueue-sql: live messages keyed by (queue_name, p_key, p_kind); scheduled_at is the reservation lock.';
+
+-- last_error: the error text of the message's last failed delivery
+-- (queue_fail; at most 2000 characters, longer text is cut). dead_from and
+-- dead_attempts: set on a dead-letter copy only, the queue it came from and
+-- the deliveries it had there (cleared when the message moves on).
 
 -- ===========================================================================
 -- Indices
@@ -90,6 +150,7 @@ CREATE TABLE pyqueue_history (
     outcome      varchar(16)  NOT NULL,
     to_queue     varchar(128) NULL,
     reserved_by  varchar(255) NULL,
+    last_error   varchar(2000) NULL,
     CONSTRAINT pyqueue_history_pkey PRIMARY KEY (id),
     CONSTRAINT pyqueue_history_outcome_known
         CHECK (outcome IN ('committed', 'popped', 'dead_lettered', 'moved'))
@@ -102,28 +163,26 @@ COMMENT ON TABLE pyqueue_history IS
 CREATE INDEX pyqueue_history_queue_time_idx ON pyqueue_history (queue_name, processed_at);
 
 -- Messages sitting in dead-letter queues (queues that some queue names as
--- its dead_letter_queue). from_queue: the queue they came from when only one
--- queue uses this dead-letter queue, else NULL (see pyqueue_history, outcome
--- dead_lettered, to_queue, for the exact origin of each message).
+-- its dead_letter_queue). from_queue and attempts: the queue each one came
+-- from and the deliveries it had there (recorded on the dead-letter copy).
 CREATE VIEW pyqueue_dead_letters AS
 SELECT m.queue_name                    AS dead_letter_queue,
-       (SELECT CASE WHEN count(*) = 1 THEN min(s.queue_name) END
-          FROM pyqueue_queue s
-         WHERE s.dead_letter_queue = m.queue_name)::varchar(128) AS from_queue,
+       m.dead_from                     AS from_queue,
        m.p_key,
        m.p_kind,
        m.payload,
        m.priority,
-       m.attempts,
+       m.dead_attempts                 AS attempts,
        m.created_at,
        m.scheduled_at_initially        AS dead_lettered_at,
-       (m.reserve_token IS NOT NULL AND m.scheduled_at > clock_timestamp()) AS reserved
+       (m.reserve_token IS NOT NULL AND m.scheduled_at > clock_timestamp()) AS reserved,
+       m.last_error
   FROM pyqueue_message m
  WHERE m.queue_name IN (SELECT q.dead_letter_queue FROM pyqueue_queue q
                          WHERE q.dead_letter_queue IS NOT NULL);
 
 COMMENT ON VIEW pyqueue_dead_letters IS
-    'pyqueue-sql: messages in dead-letter queues, with the queue they came from when it is unambiguous.';
+    'pyqueue-sql: messages in dead-letter queues, with the queue each came from, its deliveries there and its last error.';
 -- ---- end of issue 4a ----
 
 -- ---- issue 5: queue_ingest ----
@@ -155,6 +214,22 @@ COMMENT ON TABLE queue_ingest IS
 
 CREATE INDEX queue_ingest_id_idx ON queue_ingest (ingest_id);
 
+-- pyqueue_ingest_tally: what the queue_ingest trigger did, per ingest tag (the
+-- setting pyqueue.ingest_tag of the inserting session, e.g. set by pgJDBC's
+-- options=-c pyqueue.ingest_tag=...; an INSERT without one leaves nothing here).
+-- One row per INSERT statement, never updated, so parallel writers with one tag
+-- never wait for each other; the rows of a transaction that rolls back vanish
+-- with it. queue_ingest_flush, called by a session with the same tag, returns
+-- the sums and deletes them (and rows older than a day, of any tag).
+CREATE TABLE pyqueue_ingest_tally (
+    tag        text        NOT NULL,
+    enqueued   bigint      NOT NULL,
+    duplicates bigint      NOT NULL,
+    tallied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE INDEX pyqueue_ingest_tally_tag_idx ON pyqueue_ingest_tally (tag);
+
 -- ---- end of issue 5 ----
 
 -- ---- issue 3: wakeups ----
@@ -184,6 +259,9 @@ COMMENT ON TABLE pyqueue_notify IS
 -- A slot is free when empty or when its holder no longer is that live
 -- reservation (committed, rolled back, moved, dead-lettered, expired, or
 -- reserved again, which bumps attempts).
+-- Slots numbered above the capacity exist only after the limit was lowered
+-- while more were held: they keep those live reservations counted until
+-- they end (a freed slot within the capacity takes them over first).
 CREATE TABLE pyqueue_limit (
     queue_name varchar(128) NOT NULL REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
     p_kind     varchar(128) NOT NULL,
@@ -206,7 +284,8 @@ CREATE TABLE pyqueue_limit_slot (
 
 -- Worker registry. A registered worker reserves as worker_name || '#' ||
 -- worker_id (its reserve_as), which is how queue_release_dead_workers finds
--- its reservations.
+-- its reservations. secret: handed to the worker at registration; heartbeat
+-- and deregister require it (never shown by queue_workers).
 CREATE TABLE pyqueue_worker (
     worker_id    bigint       GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     worker_name  varchar(200) NOT NULL,
@@ -214,7 +293,8 @@ CREATE TABLE pyqueue_worker (
     pid          integer      NULL,
     queues       text[]       NULL,
     started_at   timestamptz  NOT NULL,
-    heartbeat_at timestamptz  NOT NULL
+    heartbeat_at timestamptz  NOT NULL,
+    secret       uuid         NOT NULL DEFAULT gen_random_uuid()
 );
 
 CREATE INDEX pyqueue_worker_heartbeat_idx ON pyqueue_worker (heartbeat_at);
@@ -246,3 +326,12 @@ ALTER TABLE pyqueue_message SET (
     autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_cost_delay = 0,
     autovacuum_analyze_scale_factor = 0.05);
+
+-- The caller's search_path again, when the check at the top refused.
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('pyqueue.install_refused', true) OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM pg_catalog.set_config('search_path', pg_catalog.current_setting('pyqueue.search_path_before'), false);
+    END IF;
+END
+$$;

@@ -1,6 +1,17 @@
 -- pyqueue-sql: removes everything schema.sql installs (PostgreSQL).
 -- Added after the core (newest first; views and triggers before what they use).
 
+-- Settings, last errors, message inspection, worker secrets
+DROP FUNCTION IF EXISTS queue_message_history(text, text, text);
+DROP FUNCTION IF EXISTS queue_message(text, text, text);
+DROP FUNCTION IF EXISTS queue_fail(text, text, text, uuid, interval, text);
+DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, uuid, interval, boolean, text);
+DROP FUNCTION IF EXISTS queue_settings(text);
+DROP FUNCTION IF EXISTS queue_reset_setting(text, text);
+DROP FUNCTION IF EXISTS pyqueue__check_worker(bigint, uuid);
+DROP TABLE IF EXISTS pyqueue_ingest_tally;
+DROP FUNCTION IF EXISTS pyqueue__slot_held(text, text, text, bigint, integer, timestamptz);
+
 -- ---- issue 7: least privilege ----
 DROP FUNCTION IF EXISTS queue_dead_letters(text);
 
@@ -29,6 +40,8 @@ DROP FUNCTION IF EXISTS pyqueue__cron_next(text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__cron_field(text, text, integer, integer);
 DROP FUNCTION IF EXISTS queue_workers();
 DROP FUNCTION IF EXISTS queue_release_dead_workers(interval);
+DROP FUNCTION IF EXISTS queue_worker_deregister(bigint, uuid);
+DROP FUNCTION IF EXISTS queue_worker_heartbeat(bigint, uuid);
 DROP FUNCTION IF EXISTS queue_worker_deregister(bigint);
 DROP FUNCTION IF EXISTS queue_worker_heartbeat(bigint);
 DROP FUNCTION IF EXISTS queue_worker_register(text, text, integer, text[]);

@@ -1,0 +1,38 @@
+"""Queue settings that survive a re-create, the last error of a message,
+concurrency-limit and charset fixes, and closing privilege gaps.
+
+Revision ID: 0004_errors_and_safety
+Revises: 0003_hardening
+Create Date: 2026-11-22
+
+Up: the DDL delta (0004_errors_and_safety.up.sql), then the whole routine set
+as it stands at this revision (0004_errors_and_safety.routines.sql, a frozen
+copy of sql/<dialect>/routines.sql; `make freeze` refreshes it until release).
+Down: undoes what 0004 added (0004_errors_and_safety.down.sql), then re-installs
+the routines 0003 released (0003_hardening.routines.sql itself, not a copy).
+"""
+
+from pyqueue_sql.migrate import run_sql_file
+
+revision = "0004_errors_and_safety"
+down_revision = "0003_hardening"
+branch_labels = None
+depends_on = None
+
+# The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
+# server flavor: how `migrate --adopt` recognises a schema installed from the
+# SQL script. tests/test_migrate_interrupted.py regenerates and compares them.
+FINGERPRINTS = {
+    "postgresql": "8469bd3f7b765f666b3fbb6b940afe73",
+    "mariadb": "e74c1de6ae61623f279252310d6628b5",
+}
+
+
+def upgrade() -> None:
+    run_sql_file("0004_errors_and_safety.up.sql")
+    run_sql_file("0004_errors_and_safety.routines.sql")
+
+
+def downgrade() -> None:
+    run_sql_file("0004_errors_and_safety.down.sql")
+    run_sql_file("0003_hardening.routines.sql")
