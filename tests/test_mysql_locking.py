@@ -236,8 +236,8 @@ def test_reserve_extend_commit_on_a_limited_kind_never_deadlock(dsn, sql):
 
 
 def test_autocommit_calls_racing_queue_drop_never_fail_with_a_deadlock(dsn, sql):
-    """Pushes, batches, reserves, flushes, pause/resume and limit changes in
-    autocommit mode, while other sessions give messages back (dead-lettering
+    """Pushes, batches, reserves, commits, extends, rollbacks, removes, flushes,
+    pause/resume and limit changes in autocommit mode, while other sessions give messages back (dead-lettering
     them) inside their own transactions and one session drops and re-creates
     the queue: no autocommit call fails with 1213 (or 1467, a deadlock on the
     AUTO-INC lock). The transactions may be deadlock victims: theirs to retry."""
@@ -267,9 +267,17 @@ def test_autocommit_calls_racing_queue_drop_never_fail_with_a_deadlock(dsn, sql)
         call(conn, "CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", queue, f"m{next(counter)}")
 
     @tolerate
-    def reserve(conn):
-        for row in call(conn, "CALL queue_reserve(%s, 'w', NULL, 3, NULL)", queue):
-            call(conn, "CALL queue_commit(%s, %s, %s, %s)", queue, row[0], row[1], row[3])
+    def reserve(conn):  # every call that writes a message row, in autocommit mode
+        for i, row in enumerate(call(conn, "CALL queue_reserve(%s, 'w', NULL, 3, NULL)", queue)):
+            key, kind, token = row[0], row[1], row[3]
+            if i == 1:
+                extended = call(conn, "CALL queue_extend(%s, %s, %s, %s, NULL)", queue, key, kind, token)
+                token = extended[0][0] or token
+            if i == 2:
+                call(conn, "CALL queue_rollback(%s, %s, %s, %s, NULL)", queue, key, kind, token)
+                call(conn, "CALL queue_remove(%s, %s, %s)", queue, key, kind)
+            else:
+                call(conn, "CALL queue_commit(%s, %s, %s, %s)", queue, key, kind, token)
 
     @tolerate
     def admin(conn):

@@ -891,7 +891,9 @@ END //
 -- never a loss). A call that fails with an error after claiming (the
 -- final read of the result, a limit step) first gives its claims back as
 -- they were (schedule, attempts, token, worker; their slots freed), so a
--- failing reserve consumes no attempts. Locks: each candidate row, for one statement, or, inside
+-- failing reserve consumes no attempts. In autocommit mode a claim chosen
+-- as a deadlock victim (a queue_drop racing it) is skipped like a claim that
+-- lost a race. Locks: each candidate row, for one statement, or, inside
 -- the caller's transaction, the claimed rows until it ends. Called in a
 -- REPEATABLE READ transaction that already read pyqueue_message, the range
 -- read sees that transaction's snapshot: messages pushed since then wait
@@ -934,6 +936,8 @@ BEGIN
     DECLARE v_limits     INT;                             -- issue 4b: limits
     DECLARE v_ok         INT DEFAULT 1;                   -- issue 4b
     DECLARE v_full       LONGTEXT CHARACTER SET utf8mb4;  -- issue 4b
+    DECLARE v_own        INT DEFAULT 0;
+    DECLARE v_claims     INT;
     DECLARE c_ready CURSOR FOR
         SELECT m.id, m.scheduled_at
           FROM pyqueue_message m
@@ -1016,6 +1020,8 @@ BEGIN
     END IF;
 
     IF NOT v_paused THEN
+        -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+        /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
         SET v_left = COALESCE(in_n, 1);
@@ -1056,21 +1062,46 @@ BEGIN
                              WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
                                AND attempts = v_attempts AND reserve_token <=> v_seen_token;
                             IF ROW_COUNT() = 1 THEN
-                                CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, v_dead);
+                                BEGIN
+                                    -- in autocommit mode a step chosen as a deadlock
+                                    -- victim leaves the message claimed: it comes back
+                                    -- when the claim expires and is dead-lettered then
+                                    DECLARE EXIT HANDLER FOR 1213, 1467
+                                    BEGIN
+                                        IF v_own <> 1 THEN
+                                            RESIGNAL;
+                                        END IF;
+                                    END;
+                                    CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, v_dead);
+                                END;
                             END IF;
                         ELSE
                             IF v_limits THEN  -- issue 4b: a slot first, for a kind with a limit
                                 CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
                             END IF;
-                            UPDATE pyqueue_message
-                               SET scheduled_at = v_until,
-                                   attempts = attempts + 1,
-                                   reserved_by = in_worker,
-                                   reserve_token = v_token
-                             WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
-                               AND attempts = v_attempts AND reserve_token <=> v_seen_token
-                               AND v_ok = 1;  -- issue 4b
-                            IF ROW_COUNT() = 1 THEN
+                            SET v_claims = 0;
+                            BEGIN
+                                -- in autocommit mode a claim chosen as a deadlock
+                                -- victim (a queue_drop cascading over the queue's
+                                -- rows) was this one statement: a claim not made,
+                                -- like one that lost a race
+                                DECLARE EXIT HANDLER FOR 1213
+                                BEGIN
+                                    IF v_own <> 1 THEN
+                                        RESIGNAL;
+                                    END IF;
+                                END;
+                                UPDATE pyqueue_message
+                                   SET scheduled_at = v_until,
+                                       attempts = attempts + 1,
+                                       reserved_by = in_worker,
+                                       reserve_token = v_token
+                                 WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
+                                   AND attempts = v_attempts AND reserve_token <=> v_seen_token
+                                   AND v_ok = 1;
+                                SET v_claims = ROW_COUNT();
+                            END;
+                            IF v_claims = 1 THEN
                                 -- id, token, then what the claim changed (to give it back)
                                 SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$',
                                     JSON_ARRAY(v_id, v_token,
@@ -1124,7 +1155,8 @@ END //
 -- reservation. Result: one row, committed = 1, or 0 when the token no longer
 -- holds (expired and re-reserved, committed already, or removed).
 -- Locks: the message row, for one statement (or until the caller's
--- transaction ends).
+-- transaction ends). In autocommit mode a DELETE chosen as a deadlock victim
+-- (a queue_drop racing it) is run again instead of failing.
 DROP PROCEDURE IF EXISTS queue_commit //
 CREATE PROCEDURE queue_commit(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1144,9 +1176,14 @@ BEGIN
     DECLARE v_id     BIGINT;
     DECLARE v_done   INT DEFAULT 0;
     DECLARE v_hist   BIGINT;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
     SELECT COALESCE(MAX(m.id), 0) INTO v_id
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
@@ -1156,8 +1193,26 @@ BEGIN
         IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- issue 4b: a recurring message's occurrence
             CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
         END IF;
-        DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
-        SET v_done = ROW_COUNT();
+        attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                -- a deadlock victim in autocommit mode (a queue_drop cascading
+                -- over the queue's rows in index order) was this one statement
+                DECLARE EXIT HANDLER FOR 1213
+                BEGIN
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
+                SET v_done = ROW_COUNT();
+            END;
+            IF v_retry = 0 THEN
+                LEAVE attempt;
+            END IF;
+        END LOOP;
         CALL pyqueue__unarchive(v_hist, v_done);
     END IF;
     SELECT v_done AS committed;
@@ -1177,8 +1232,10 @@ END //
 --       one (claim for dead-lettering, visible again only after the queue's
 --       visibility_timeout), then pyqueue__dead_letter: upsert into the
 --       dead-letter queue, delete by the new token, dead_count + 1.
--- Interrupted after the claim of 2b, the message comes back after the
--- visibility timeout and the next reserve dead-letters it (no loss, no
+-- In autocommit mode on a server that can tell (MariaDB), 2b runs in a
+-- transaction of its own, run again when chosen as a deadlock victim.
+-- Otherwise, interrupted after the claim of 2b, the message comes back after
+-- the visibility timeout and the next reserve dead-letters it (no loss, no
 -- double count). Locks: the message row (when dead-lettering: the queue
 -- row first, then the message row, the dead-letter message row), each for
 -- one statement (or until the caller's transaction ends).
@@ -1209,6 +1266,9 @@ BEGIN
     DECLARE v_id       BIGINT;
     DECLARE v_attempts INT;
     DECLARE v_dead     INT;
+    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_retry    INT;
     SET out_outcome = NULL;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
@@ -1218,6 +1278,8 @@ BEGIN
     END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
         v_error = LEFT(in_error, 2000);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
     SET v_now = UTC_TIMESTAMP(6);
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
@@ -1227,30 +1289,84 @@ BEGIN
            AND m.reserve_token = v_held;
     END;
     IF v_found = 1 AND v_attempts < v_max THEN
-        UPDATE pyqueue_message
-           SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
-               reserve_token = NULL,
-               reserved_by = NULL,
-               last_error = IF(in_set_error, v_error, last_error)
-         WHERE id = v_id AND reserve_token = v_held;
-        IF ROW_COUNT() = 1 THEN
-            SET out_outcome = 'retry';
-        END IF;
+        attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                -- a deadlock victim in autocommit mode (a queue_drop racing it)
+                -- was this one statement: run it again
+                DECLARE EXIT HANDLER FOR 1213
+                BEGIN
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                UPDATE pyqueue_message
+                   SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
+                       reserve_token = NULL,
+                       reserved_by = NULL,
+                       last_error = IF(in_set_error, v_error, last_error)
+                 WHERE id = v_id AND reserve_token = v_held;
+                IF ROW_COUNT() = 1 THEN
+                    SET out_outcome = 'retry';
+                END IF;
+            END;
+            IF v_retry = 0 THEN
+                LEAVE attempt;
+            END IF;
+        END LOOP;
     ELSEIF v_found = 1 THEN
-        -- Inside a transaction: the queue row (dead_count, below) before the
-        -- message row, the order of queue_drop (and of the foreign key checks
-        -- of pushes), so that the two cannot deadlock.
-        SELECT q.dead_count INTO v_dead FROM pyqueue_queue q WHERE q.queue_name = v_queue FOR UPDATE;
-        SET v_token = UUID();
-        UPDATE pyqueue_message
-           SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
-               reserve_token = v_token,
-               last_error = IF(in_set_error, v_error, last_error)
-         WHERE id = v_id AND reserve_token = v_held;
-        IF ROW_COUNT() = 1 THEN
-            CALL pyqueue__dead_letter(v_queue, v_dlq, v_id, v_token, v_now, v_dead);
-            SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
-        END IF;
+        -- In autocommit mode the steps run in a transaction of their own, so
+        -- that they happen together or not at all, and a deadlock victim (a
+        -- queue_drop racing it; 1467 while waiting for the AUTO-INC lock) is
+        -- rolled back whole and run again instead of failing.
+        dead_attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
+            BEGIN
+                DECLARE EXIT HANDLER FOR 1213, 1467
+                BEGIN
+                    IF v_own = 1 THEN
+                        ROLLBACK;
+                    END IF;
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION
+                BEGIN
+                    IF v_own = 1 THEN
+                        ROLLBACK;
+                    END IF;
+                    RESIGNAL;
+                END;
+                IF v_own = 1 THEN
+                    START TRANSACTION;
+                END IF;
+                -- the queue row (dead_count, below) before the message row, the
+                -- order of queue_drop (and of the foreign key checks of pushes),
+                -- so that the two cannot deadlock inside a transaction
+                SELECT q.dead_count INTO v_dead FROM pyqueue_queue q WHERE q.queue_name = v_queue FOR UPDATE;
+                SET v_token = UUID();
+                UPDATE pyqueue_message
+                   SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
+                       reserve_token = v_token,
+                       last_error = IF(in_set_error, v_error, last_error)
+                 WHERE id = v_id AND reserve_token = v_held;
+                IF ROW_COUNT() = 1 THEN
+                    CALL pyqueue__dead_letter(v_queue, v_dlq, v_id, v_token, v_now, v_dead);
+                    SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
+                END IF;
+                IF v_own = 1 THEN
+                    COMMIT;
+                END IF;
+            END;
+            IF v_retry = 0 THEN
+                LEAVE dead_attempt;
+            END IF;
+        END LOOP;
     END IF;
 END //
 
@@ -1331,9 +1447,15 @@ BEGIN
     DECLARE v_until  DATETIME(6);
     DECLARE v_slots  INT DEFAULT 0;
     DECLARE v_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_rows   INT;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
     SELECT COALESCE(MAX(m.id), 0), MAX(m.attempts) INTO v_id, v_att
       FROM pyqueue_message m
@@ -1354,10 +1476,29 @@ BEGIN
             END IF;
         END IF;
         IF v_token IS NOT NULL THEN
-            UPDATE pyqueue_message
-               SET scheduled_at = v_until, reserve_token = v_token
-             WHERE id = v_id AND reserve_token = v_held AND attempts = v_att;
-            IF ROW_COUNT() <> 1 THEN
+            attempt: LOOP
+                SET v_retry = 0, v_tries = v_tries + 1;
+                BEGIN
+                    -- a deadlock victim in autocommit mode (a queue_drop racing it)
+                    -- was this one statement: run it again
+                    DECLARE EXIT HANDLER FOR 1213
+                    BEGIN
+                        IF v_own = 1 AND v_tries < 10 THEN
+                            SET v_retry = 1;
+                        ELSE
+                            RESIGNAL;
+                        END IF;
+                    END;
+                    UPDATE pyqueue_message
+                       SET scheduled_at = v_until, reserve_token = v_token
+                     WHERE id = v_id AND reserve_token = v_held AND attempts = v_att;
+                    SET v_rows = ROW_COUNT();
+                END;
+                IF v_retry = 0 THEN
+                    LEAVE attempt;
+                END IF;
+            END LOOP;
+            IF v_rows <> 1 THEN
                 SET v_token = NULL;
             END IF;
         END IF;
@@ -1471,17 +1612,40 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_id     BIGINT;
     DECLARE v_done   INT DEFAULT 0;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('p_key', in_key, 255);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
     SELECT COALESCE(MAX(m.id), 0) INTO v_id
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
     IF v_id > 0 THEN
-        -- queue_name again: a concurrent queue_move may have moved the row out
-        DELETE FROM pyqueue_message WHERE id = v_id AND queue_name = v_queue;
-        SET v_done = ROW_COUNT();
+        attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                -- a deadlock victim in autocommit mode (a queue_drop racing it)
+                -- was this one statement: run it again
+                DECLARE EXIT HANDLER FOR 1213
+                BEGIN
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                -- queue_name again: a concurrent queue_move may have moved the row out
+                DELETE FROM pyqueue_message WHERE id = v_id AND queue_name = v_queue;
+                SET v_done = ROW_COUNT();
+            END;
+            IF v_retry = 0 THEN
+                LEAVE attempt;
+            END IF;
+        END LOOP;
     END IF;
     SELECT v_done AS removed;
 END //
