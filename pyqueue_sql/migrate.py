@@ -379,14 +379,29 @@ def _privileges(value: Any) -> frozenset[str]:
 _ROUTINE_PRIVILEGES = {"execute": "EXECUTE", "alter routine": "ALTER ROUTINE"}
 
 
+# Routines added to a capability after it was first granted: an account that may
+# execute the routine on the left gets the ones on the right too, so that a
+# capability granted before an upgrade stays whole (PostgreSQL's migrations do
+# the same in SQL). Where a routine does not exist (a downgrade), nothing is granted.
+_ROUTINES_ADDED_WITH = {
+    "queue_rollback": ("queue_fail",),
+    "queue_stats": ("queue_settings", "queue_message", "queue_message_history"),
+    "queue_create": ("queue_reset_setting",),
+}
+
+
 def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) -> None:
     """Gives back the routine grants that re-creating the procedures dropped
-    (only those that are gone, only on routines that exist). Names come from
-    the server's catalog and are validated and backtick-quoted; a grant whose
+    (only those that are gone, only on routines that exist), plus the routines
+    added to the capability of a granted one (_ROUTINES_ADDED_WITH). Names come
+    from the server's catalog and are validated and backtick-quoted; a grant whose
     account is gone meanwhile fails (no account is ever created here) and is
     reported as a warning."""
     from .privileges import Account, _mysql_account, _mysql_quote, no_account_creation
 
+    saved = list(saved) + [(user, host, added, routine_type, privileges)
+                           for user, host, routine, routine_type, privileges in saved
+                           for added in _ROUTINES_ADDED_WITH.get(str(routine).lower(), ())]
     dialect = _dialect_of(connection)
     try:
         now = {(u, h, r.lower(), str(t).upper(), _privileges(p))

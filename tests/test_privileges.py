@@ -774,8 +774,8 @@ def test_a_consumer_granted_at_0003_keeps_its_routines_across_the_upgrade(fresh_
     re-created; MySQL: every procedure is re-created). An account granted consumer
     at 0003, with a worker registered, still registers, heartbeats and deregisters
     its workers after the upgrade and calls every routine it was granted (queue_move
-    included: existing grants are kept); `pyqueue-sql grant --consumer` run again
-    adds what is new (queue_fail)."""
+    included: existing grants are kept) and what 0004 added to the capability
+    (queue_fail) without being granted again."""
     dsn = fresh_database("up4")
     migrate.upgrade(dsn, "0003_hardening")
     made = Accounts(dsn)
@@ -810,7 +810,8 @@ def test_a_consumer_granted_at_0003_keeps_its_routines_across_the_upgrade(fresh_
 
         assert granted() == set(CONSUMER_0003)
         migrate.upgrade(dsn)
-        assert granted() >= set(CONSUMER_0003)
+        # what 0004 added to the capability comes with the upgrade
+        assert granted() >= set(CONSUMER_0003) | {"queue_fail"}
 
         app = made.client(name)
         reg = app.register_worker(name="new", queues=["up"])
@@ -826,11 +827,11 @@ def test_a_consumer_granted_at_0003_keeps_its_routines_across_the_upgrade(fresh_
                     _run(conn, call)
                 except Exception as exc:  # noqa: BLE001 - only a denial is wrong here
                     assert not _is_denial(dialect, exc), f"{call} refused after the upgrade: {exc!r}"
+        [r] = q.reserve()
+        assert q.fail(r, error="after the upgrade") == "retry"
         assert app.deregister_worker(reg)
 
         made.grant(name, "consumer")
-        [r] = q.reserve()
-        assert q.fail(r, error="after the upgrade") == "retry"
         assert granted() == set(CONSUMER_0003) | set(privileges.CONSUMER)
         # README: where a consumer should not move, take the pipeline capability away
         assert cli.main(["grant", "--role", made.role_arg(name), "--pipeline", "--revoke", "--apply",
