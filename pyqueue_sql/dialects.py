@@ -419,10 +419,12 @@ class MySQL(Dialect):
     def serialization_error(self, exc: BaseException) -> errors.SerializationError | None:
         import pymysql
 
-        if isinstance(exc, pymysql.MySQLError) and exc.args and exc.args[0] in (1213, 1205):
-            what = "deadlock" if exc.args[0] == 1213 else "lock wait timeout"
+        # Only a deadlock rolls the whole transaction back. A lock wait timeout (1205) rolls
+        # back just the statement (innodb_rollback_on_timeout is off by default) and leaves
+        # the transaction open, so it is not this error: running it all again could write twice.
+        if isinstance(exc, pymysql.MySQLError) and exc.args and exc.args[0] == 1213:
             return errors.SerializationError(
-                f"{what} ({exc.args[0]}): the server rolled the statement's transaction back; "
+                f"deadlock ({exc.args[0]}): the server rolled the statement's transaction back; "
                 f"run the whole transaction again: {exc.args[1] if len(exc.args) > 1 else exc}")
         return None
 

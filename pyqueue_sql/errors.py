@@ -45,8 +45,10 @@ class UnsupportedDsnError(QueueError, ValueError):
 
 class SerializationError(QueueError):
     """The server rolled the transaction back to keep it serializable, or to break a deadlock
-    (PostgreSQL 40001 serialization_failure / 40P01 deadlock_detected; MySQL 1213 deadlock,
-    1205 lock wait timeout). Nothing of that transaction was kept.
+    (PostgreSQL 40001 serialization_failure / 40P01 deadlock_detected; MySQL 1213 deadlock).
+    Nothing of that transaction was kept. (A MySQL lock wait timeout, 1205, is not one: it
+    undoes only the statement and leaves the transaction open, so it is raised as the
+    driver's error.)
 
     A call that the client runs in a transaction of its own (a ``connect()``-ed Database outside
     ``db.transaction()``) is run again by the client a few times, with a short random pause,
