@@ -474,8 +474,11 @@ def _adopt(connection: Connection, script: ScriptDirectory, found: list[str]) ->
         if value:
             known[value] = rev.revision
     if not known:
-        raise SchemaMismatchError(f"no catalog fingerprints ship for {kind}: the existing schema cannot be "
-                                  "checked, so it is not adopted (nothing was changed)")
+        raise SchemaMismatchError(
+            f"no catalog fingerprints ship for {kind} yet: the existing schema cannot be checked, so it "
+            "is not adopted (nothing was changed). Either keep installing and upgrading it with the "
+            "script (`pyqueue-sql sql`), or move its messages out, remove it (`pyqueue-sql sql "
+            "--uninstall`) and install with `pyqueue-sql migrate`")
     if mine not in known:
         raise SchemaMismatchError(
             f"the pyqueue-sql objects in this database ({_summary(found)}) match no released revision "
