@@ -5,7 +5,7 @@ The application has revisions of its own before and after the one that calls
 base` and `alembic upgrade head` again must all succeed, and so must the env.py
 variant (``migrate.upgrade(connection)`` after the application's own
 migrations). Each runs with the newest alembic installed in the test
-environment and with the lowest version pyproject allows (alembic 1.13, in a
+environment and with the lowest version pyproject allows (alembic 1.13.0, in a
 venv built once under .venv/alembic-min/ and kept for later runs).
 """
 
@@ -26,7 +26,7 @@ from .conftest import UNDER_CI
 
 ROOT = Path(__file__).resolve().parent.parent
 MIN_VENV = ROOT / ".venv" / "alembic-min"
-MIN_SPEC = "alembic==1.13.*"
+MIN_SPEC = "alembic==1.13.0"
 # The project's other runtime dependencies (pyproject), installed next to the lowest alembic.
 MIN_DEPS = ("SQLAlchemy>=2.0", "psycopg[binary]>=3.1", "PyMySQL[rsa]>=1.1")
 
@@ -211,4 +211,4 @@ def test_lowest_alembic_is_what_pyproject_allows():
     """The 'lowest' variant really runs the floor pyproject declares."""
     text = (ROOT / "pyproject.toml").read_text()
     assert '"alembic>=1.13"' in text, "update MIN_SPEC in tests/test_alembic_app.py with the new floor"
-    assert _alembic_version(_min_alembic_python()).startswith("1.13.")
+    assert _alembic_version(_min_alembic_python()) == "1.13.0"
