@@ -5,7 +5,7 @@
 -- re-installs this whole file. Procedures keep the sql_mode they were created
 -- under, so this file sets strict mode first and restores the caller's after.
 --
--- Least privilege (issue 7; README "Least privilege"): every contract
+-- Least privilege (README "Least privilege"): every contract
 -- procedure (queue_*) is SQL SECURITY DEFINER: it runs with the rights of its
 -- DEFINER, the account that ran this file (the migrating user), so that an
 -- application account needs EXECUTE on the procedures of its capability and
@@ -933,9 +933,9 @@ BEGIN
     DECLARE v_token      CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed    LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
     DECLARE v_kinds      LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_limits     INT;                             -- issue 4b: limits
-    DECLARE v_ok         INT DEFAULT 1;                   -- issue 4b
-    DECLARE v_full       LONGTEXT CHARACTER SET utf8mb4;  -- issue 4b
+    DECLARE v_limits     INT;  -- limits
+    DECLARE v_ok         INT DEFAULT 1;
+    DECLARE v_full       LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_own        INT DEFAULT 0;
     DECLARE v_claims     INT;
     DECLARE c_ready CURSOR FOR
@@ -948,7 +948,7 @@ BEGIN
                 OR m.scheduled_at > v_after_at
                 OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
            AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
-           AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- issue 4b: full kinds
+           AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- full kinds
          ORDER BY m.scheduled_at, m.id
          LIMIT v_page;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
@@ -1025,7 +1025,7 @@ BEGIN
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
         SET v_left = COALESCE(in_n, 1);
-        SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limits;  -- issue 4b
+        SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limits;
         SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
         priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
             SET v_after_at = NULL, v_after_id = NULL;
@@ -1076,7 +1076,7 @@ BEGIN
                                 END;
                             END IF;
                         ELSE
-                            IF v_limits THEN  -- issue 4b: a slot first, for a kind with a limit
+                            IF v_limits THEN  -- a slot first, for a kind with a limit
                                 CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
                             END IF;
                             SET v_claims = 0;
@@ -1190,7 +1190,7 @@ BEGIN
        AND m.reserve_token = v_held;
     IF v_id > 0 THEN
         CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
-        IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- issue 4b: a recurring message's occurrence
+        IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
             CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
         END IF;
         attempt: LOOP
@@ -1773,7 +1773,7 @@ END //
 -- Added after the core contract
 -- ===========================================================================
 
--- ---- issue 3: wakeups ----
+-- ---- wakeups ----
 
 -- pyqueue__kinds: validates a kinds filter (NULL, or a non-empty JSON array
 -- of strings) and returns it re-serialised for JSON_CONTAINS(out, JSON_QUOTE(p_kind)),
@@ -1984,10 +1984,10 @@ BEGIN
     SELECT v_ready AS ready;
 END //
 
--- ---- end of issue 3 ----
+-- ---- end of wakeups ----
 
 
--- ---- issue 6: fast paths ----
+-- ---- fast paths ----
 
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
 -- in_token; all three NULL = nothing to commit) and reserves the next up to
@@ -2269,10 +2269,10 @@ BEGIN
     SELECT v_done AS committed;
 END //
 
--- ---- end of issue 6 ----
+-- ---- end of fast paths ----
 
 
--- ---- issue 5: queue_ingest ----
+-- ---- queue_ingest ----
 
 -- queue_ingest_flush: enqueues what plain INSERTs put into queue_ingest (the
 -- bulk-ingest surface for Spark's df.write.jdbc and other JDBC writers):
@@ -2537,12 +2537,12 @@ BEGIN
            v_rejected AS rejected;
 END //
 
--- ---- end of issue 5 ----
+-- ---- end of queue_ingest ----
 
 
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
+-- ---- history, dead letters, limits, workers, schedules ----
 
--- issue 4a: history, dead letters, replace-on-push
+-- history, dead letters, replace-on-push
 
 -- pyqueue__archive: when in_queue keeps history (history_retention set),
 -- copies message in_id (with its last_error), as long as it is still held by
@@ -2880,7 +2880,7 @@ BEGIN
     SELECT v_outcome AS outcome;
 END //
 
--- issue 4b
+-- limits, workers, schedules
 
 -- ---------------------------------------------------------------------------
 -- Concurrency limits
@@ -3708,10 +3708,10 @@ BEGIN
      ORDER BY s.queue_name, s.p_key, s.p_kind;
 END //
 
--- ---- end of issue 4 ----
+-- ---- end of history, dead letters, limits, workers, schedules ----
 
 
--- ---- issue 7: least privilege ----
+-- ---- least privilege ----
 
 -- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
 -- of the view pyqueue_dead_letters for dead_letter_queue = in_queue: origin
@@ -3738,7 +3738,7 @@ BEGIN
      ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
 END //
 
--- ---- end of issue 7 ----
+-- ---- end of least privilege ----
 
 -- ===========================================================================
 -- Message inspection

@@ -424,7 +424,7 @@ BEGIN
             scheduled_at_initially, created_at)
     VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    IF FOUND AND v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- issue 3
+    IF FOUND AND v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;
     RETURN FOUND;
 END;
 $$;
@@ -500,7 +500,7 @@ BEGIN
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     IF v_count > 0 AND (in_run_ats IS NULL OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_run_ats) r WHERE r IS NULL OR r <= v_now)) THEN
-        PERFORM pyqueue__notify(in_queue);  -- issue 3: one wakeup per statement, for ready-now rows
+        PERFORM pyqueue__notify(in_queue);  -- one wakeup per statement, for ready-now rows
     END IF;
     RETURN v_count;
 END;
@@ -655,7 +655,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM pyqueue__archive(v_queue, v_msg, 'committed', NULL, pg_catalog.clock_timestamp());
-    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- issue 4b: a recurring message's occurrence
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
         PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
     END IF;
     RETURN true;
@@ -758,7 +758,7 @@ DECLARE
 BEGIN
     PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- issue 4b: limits
+    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- limits
         RETURN NULL;
     END IF;
     UPDATE pyqueue_message
@@ -893,7 +893,7 @@ $$;
 -- Added after the core contract
 -- ===========================================================================
 
--- ---- issue 3: wakeups ----
+-- ---- wakeups ----
 
 -- pyqueue__channel: the NOTIFY channel of a queue, 'pyqueue_' + md5 of its
 -- name (40 characters: a queue name reaches 128 characters, a channel name
@@ -1073,10 +1073,10 @@ BEGIN
 END;
 $$;
 
--- ---- end of issue 3 ----
+-- ---- end of wakeups ----
 
 
--- ---- issue 6: fast paths ----
+-- ---- fast paths ----
 
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
 -- in_token; all three NULL = nothing to commit) and reserves the next up to
@@ -1278,10 +1278,10 @@ BEGIN
 END;
 $$;
 
--- ---- end of issue 6 ----
+-- ---- end of fast paths ----
 
 
--- ---- issue 5: queue_ingest ----
+-- ---- queue_ingest ----
 
 -- pyqueue__ingest: the statement-level AFTER INSERT trigger of queue_ingest.
 -- For the rows of one INSERT statement (the transition table pyqueue_new):
@@ -1447,12 +1447,12 @@ BEGIN
 END;
 $$;
 
--- ---- end of issue 5 ----
+-- ---- end of queue_ingest ----
 
 
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
+-- ---- history, dead letters, limits, workers, schedules ----
 
--- issue 4a: history, dead letters, replace-on-push
+-- history, dead letters, replace-on-push
 
 -- pyqueue__archive: when the queue keeps history (history_retention set),
 -- records a message that has just left the live table, with its outcome
@@ -1692,7 +1692,7 @@ BEGIN
 END;
 $$;
 
--- issue 4b
+-- limits, workers, schedules
 
 -- ---------------------------------------------------------------------------
 -- Concurrency limits
@@ -2464,10 +2464,10 @@ BEGIN
 END;
 $$;
 
--- ---- end of issue 4 ----
+-- ---- end of history, dead letters, limits, workers, schedules ----
 
 
--- ---- issue 7: least privilege ----
+-- ---- least privilege ----
 
 -- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
 -- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
@@ -2582,4 +2582,4 @@ BEGIN
 END
 $$;
 
--- ---- end of issue 7 ----
+-- ---- end of least privilege ----
