@@ -13,7 +13,7 @@ DEMO_STAMP  := $(VENV)/.installed-demo
 STAMP       := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: bench scale soak freeze demo demo-spark test venv wheel clean
+.PHONY: bench scale soak freeze demo demo-spark test lint format venv wheel clean
 
 # The virtualenv itself (an order-only prerequisite below: its age never forces a reinstall).
 $(PY):
@@ -62,9 +62,18 @@ demo: $(DEMO_STAMP)
 demo-spark: $(DEMO_STAMP) $(SPARK_STAMP)
 	$(PY) examples/spark_pipeline.py --demo
 
-test: $(STAMP) $(SPARK_STAMP)
+test: lint $(SPARK_STAMP)
 	@bash scripts/spark-deps.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# ruff (configured in pyproject.toml): lint and formatting; `make format` applies both.
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
 
 # A wheel in dist/ (carries the SQL and the migrations), for installing without
 # a checkout: pip install 'dist/pyqueue_sql-0.1.0-py3-none-any.whl[postgresql]'

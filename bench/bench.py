@@ -22,7 +22,7 @@ import platform
 import sys
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -39,6 +39,7 @@ PEERS = ("pgqueuer", "procrastinate")
 # returns an object with .open(), .push(i), .push_batch(ids), .take_ack() ->
 # int (messages done; 0 when nothing was there), .take_ack_batch() -> int.
 # ===========================================================================
+
 
 class PyQueue:
     """pyqueue-sql through its Python client. One at a time: commit_reserve
@@ -63,9 +64,13 @@ class PyQueue:
             except pyqueue_sql.UnknownQueueError:
                 pass
             db.queue(self.queue).create(visibility_timeout=300)
-        _dbs.execute(self.dialect, dsn,
-                     "VACUUM ANALYZE pyqueue_message" if self.dialect == "postgresql"
-                     else "ANALYZE TABLE pyqueue_message")
+        _dbs.execute(
+            self.dialect,
+            dsn,
+            "VACUUM ANALYZE pyqueue_message"
+            if self.dialect == "postgresql"
+            else "ANALYZE TABLE pyqueue_message",
+        )
 
     def prefill(self, dsn: str, n: int) -> None:
         import pyqueue_sql
@@ -133,21 +138,29 @@ class Naive:
 
     def setup(self, dsn: str) -> None:
         if self.pg:
-            _dbs.execute(self.dialect, dsn, """
+            _dbs.execute(
+                self.dialect,
+                dsn,
+                """
                 CREATE TABLE naive_job (
                     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
                     payload jsonb NOT NULL,
                     run_at timestamptz NOT NULL DEFAULT now(),
                     token uuid NULL)""",
-                "CREATE INDEX naive_job_ready ON naive_job (run_at, id)")
+                "CREATE INDEX naive_job_ready ON naive_job (run_at, id)",
+            )
         else:
-            _dbs.execute(self.dialect, dsn, """
+            _dbs.execute(
+                self.dialect,
+                dsn,
+                """
                 CREATE TABLE naive_job (
                     id BIGINT AUTO_INCREMENT PRIMARY KEY,
                     payload JSON NOT NULL,
                     run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
                     token CHAR(36) NULL,
-                    KEY naive_job_ready (run_at, id)) ENGINE=InnoDB""")
+                    KEY naive_job_ready (run_at, id)) ENGINE=InnoDB""",
+            )
 
     def reset(self, dsn: str) -> None:
         _dbs.execute(self.dialect, dsn, "TRUNCATE naive_job")
@@ -184,14 +197,18 @@ class Naive:
     def _reserve(self, n: int) -> list[tuple[int, str]]:
         cur = self.conn.cursor()
         try:
-            cur.execute(f"SELECT id, payload FROM naive_job WHERE run_at <= {self.now} "
-                        f"ORDER BY run_at, id LIMIT {n} FOR UPDATE")
+            cur.execute(
+                f"SELECT id, payload FROM naive_job WHERE run_at <= {self.now} "
+                f"ORDER BY run_at, id LIMIT {n} FOR UPDATE"
+            )
             ids = [row[0] for row in cur.fetchall()]
             token = str(uuid.uuid4())
             if ids:
                 marks = ", ".join(["%s"] * len(ids))
-                cur.execute(f"UPDATE naive_job SET run_at = {self.later}, token = %s WHERE id IN ({marks})",
-                            [token, *ids])
+                cur.execute(
+                    f"UPDATE naive_job SET run_at = {self.later}, token = %s WHERE id IN ({marks})",
+                    [token, *ids],
+                )
             self.conn.commit()
             return [(i, token) for i in ids]
         except Exception as exc:  # a deadlock under contention: counts as nothing taken
@@ -203,8 +220,10 @@ class Naive:
     def _ack(self, taken: list[tuple[int, str]]) -> None:
         cur = self.auto.cursor()
         marks = ", ".join(["%s"] * len(taken))
-        cur.execute(f"DELETE FROM naive_job WHERE token = %s AND id IN ({marks})",
-                    [taken[0][1], *[i for i, _ in taken]])
+        cur.execute(
+            f"DELETE FROM naive_job WHERE token = %s AND id IN ({marks})",
+            [taken[0][1], *[i for i, _ in taken]],
+        )
 
     def take_ack(self) -> int:
         taken = self._reserve(1)
@@ -231,11 +250,19 @@ class InsertCeiling:
 
     def setup(self, dsn: str) -> None:
         if self.dialect == "postgresql":
-            _dbs.execute(self.dialect, dsn, "CREATE TABLE plain (id bigint GENERATED ALWAYS AS IDENTITY "
-                                            "PRIMARY KEY, payload jsonb NOT NULL)")
+            _dbs.execute(
+                self.dialect,
+                dsn,
+                "CREATE TABLE plain (id bigint GENERATED ALWAYS AS IDENTITY "
+                "PRIMARY KEY, payload jsonb NOT NULL)",
+            )
         else:
-            _dbs.execute(self.dialect, dsn, "CREATE TABLE plain (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
-                                            "payload JSON NOT NULL) ENGINE=InnoDB")
+            _dbs.execute(
+                self.dialect,
+                dsn,
+                "CREATE TABLE plain (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
+                "payload JSON NOT NULL) ENGINE=InnoDB",
+            )
 
     def reset(self, dsn: str) -> None:
         _dbs.execute(self.dialect, dsn, "TRUNCATE plain")
@@ -279,6 +306,7 @@ class PGQueuer(_Async):
             conn, q = await self._queries(dsn)
             await q.install()
             await conn.close()
+
         asyncio.run(go())
 
     def reset(self, dsn: str) -> None:
@@ -291,6 +319,7 @@ class PGQueuer(_Async):
                 m = min(n, start + 1000) - start
                 await q.enqueue(["bench"] * m, [b'{"n":1}'] * m, [0] * m)
             await conn.close()
+
         asyncio.run(go())
 
     def open(self, dsn: str) -> None:
@@ -339,7 +368,9 @@ class Procrastinate(_Async):
     def _app(self, dsn: str):
         import procrastinate
 
-        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=1, max_size=1))
+        app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=1, max_size=1)
+        )
 
         @app.task(name="bench", queue="bench")
         def bench(n: int = 0) -> None:  # never run: the bench takes jobs itself
@@ -352,11 +383,13 @@ class Procrastinate(_Async):
             app, _ = self._app(dsn)
             async with app.open_async():
                 await app.schema_manager.apply_schema_async()
+
         asyncio.run(go())
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(self.dialect, dsn, "TRUNCATE procrastinate_jobs CASCADE",
-                     "VACUUM ANALYZE procrastinate_jobs")
+        _dbs.execute(
+            self.dialect, dsn, "TRUNCATE procrastinate_jobs CASCADE", "VACUUM ANALYZE procrastinate_jobs"
+        )
 
     def prefill(self, dsn: str, n: int) -> None:
         async def go():
@@ -364,6 +397,7 @@ class Procrastinate(_Async):
             async with app.open_async():
                 for start in range(0, n, 1000):
                     await task.batch_defer_async(*[{"n": i} for i in range(start, min(n, start + 1000))])
+
         asyncio.run(go())
 
     def open(self, dsn: str) -> None:
@@ -409,6 +443,7 @@ def workloads_of(cls: type) -> tuple[str, ...]:
 # Running one measurement
 # ===========================================================================
 
+
 def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier, done, results):
     try:
         system = system_cls(dialect)
@@ -427,8 +462,8 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
         elif workload == "push_batch":
             mine = list(share)
             for s in range(0, len(mine), BATCH):
-                system.push_batch([f"c{index}-{i}" for i in mine[s:s + BATCH]])
-                count += len(mine[s:s + BATCH])
+                system.push_batch([f"c{index}-{i}" for i in mine[s : s + BATCH]])
+                count += len(mine[s : s + BATCH])
                 if time.perf_counter() > deadline:
                     break
         else:
@@ -460,9 +495,13 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap) -> dict[str, An
     barrier = ctx.Barrier(clients)
     done = ctx.Value("q", 0)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_client, args=(system_cls, dialect, dsn, workload, i, clients, n, cap,
-                                                 barrier, done, results))
-             for i in range(clients)]
+    procs = [
+        ctx.Process(
+            target=_client,
+            args=(system_cls, dialect, dsn, workload, i, clients, n, cap, barrier, done, results),
+        )
+        for i in range(clients)
+    ]
     for p in procs:
         p.start()
     rows = [results.get(timeout=cap + 300) for _ in procs]
@@ -473,15 +512,23 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap) -> dict[str, An
         return {"error": errors[0]}
     count = sum(r[1] for r in rows)
     seconds = max(r[3] for r in rows) - min(r[2] for r in rows)
-    return {"messages": count, "seconds": round(seconds, 4), "rate": round(count / seconds, 1) if seconds else None}
+    return {
+        "messages": count,
+        "seconds": round(seconds, 4),
+        "rate": round(count / seconds, 1) if seconds else None,
+    }
 
 
 # ===========================================================================
 # Reporting
 # ===========================================================================
 
-LABEL = {"push": "push (1/call)", "reserve_ack": "reserve+ack (1/call)",
-         "push_batch": f"push batch ({BATCH})", "reserve_ack_batch": f"reserve+ack batch ({BATCH})"}
+LABEL = {
+    "push": "push (1/call)",
+    "reserve_ack": "reserve+ack (1/call)",
+    "push_batch": f"push batch ({BATCH})",
+    "reserve_ack_batch": f"reserve+ack batch ({BATCH})",
+}
 
 
 def _fmt(rate) -> str:
@@ -489,8 +536,11 @@ def _fmt(rate) -> str:
 
 
 def markdown(results: list[dict], meta: dict) -> str:
-    out = [f"Run {meta['started']} on {meta['machine']}; {meta['messages']:,} messages per measurement, "
-           f"time cap {meta['cap']} s; msg/s (higher is better).", ""]
+    out = [
+        f"Run {meta['started']} on {meta['machine']}; {meta['messages']:,} messages per measurement, "
+        f"time cap {meta['cap']} s; msg/s (higher is better).",
+        "",
+    ]
     by = {(r["dialect"], r["system"], r["workload"], r["clients"]): r.get("rate") for r in results}
     for dialect in meta["dialects"]:
         systems = [s for s in SYSTEMS if any(r["dialect"] == dialect and r["system"] == s for r in results)]
@@ -519,8 +569,12 @@ def markdown(results: list[dict], meta: dict) -> str:
         out.append("")
     errors = [r for r in results if r.get("error")]
     if errors:
-        out.append("Errors: " + "; ".join(f"{r['dialect']}/{r['system']}/{r['workload']}/{r['clients']}: "
-                                         f"{r['error']}" for r in errors))
+        out.append(
+            "Errors: "
+            + "; ".join(
+                f"{r['dialect']}/{r['system']}/{r['workload']}/{r['clients']}: {r['error']}" for r in errors
+            )
+        )
     return "\n".join(out) + "\n"
 
 
@@ -533,19 +587,27 @@ def plot(results: list[dict], meta: dict, path: str) -> bool:
     except ImportError:
         return False
     dias = meta["dialects"]
-    fig, axes = plt.subplots(len(dias), len(WORKLOADS), figsize=(4.2 * len(WORKLOADS), 3.6 * len(dias)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(dias), len(WORKLOADS), figsize=(4.2 * len(WORKLOADS), 3.6 * len(dias)), squeeze=False
+    )
     for di, dialect in enumerate(dias):
         for wi, w in enumerate(WORKLOADS):
             ax = axes[di][wi]
             for s in SYSTEMS:
-                pts = sorted((r["clients"], r["rate"]) for r in results
-                             if r["dialect"] == dialect and r["system"] == s and r["workload"] == w
-                             and r.get("rate"))
+                pts = sorted(
+                    (r["clients"], r["rate"])
+                    for r in results
+                    if r["dialect"] == dialect and r["system"] == s and r["workload"] == w and r.get("rate")
+                )
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=s,
-                            color=f"C{list(SYSTEMS).index(s)}",
-                            linestyle="--" if s in ("INSERT ceiling", "naive") else "-")
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [p[1] for p in pts],
+                        marker="o",
+                        label=s,
+                        color=f"C{list(SYSTEMS).index(s)}",
+                        linestyle="--" if s in ("INSERT ceiling", "naive") else "-",
+                    )
             ax.set_title(f"{dialect}: {LABEL[w]}", fontsize=9)
             ax.set_xscale("log", base=2)
             ax.set_xticks(meta["clients"], [str(c) for c in meta["clients"]])
@@ -561,14 +623,26 @@ def plot(results: list[dict], meta: dict, path: str) -> bool:
 
 def server_settings(dialect: str, dsn: str) -> dict[str, str]:
     if dialect == "postgresql":
-        names = ("server_version", "synchronous_commit", "fsync", "wal_sync_method", "shared_buffers",
-                 "max_wal_size", "autovacuum")
-        rows = _dbs.execute(dialect, dsn, "SELECT name, setting FROM pg_settings WHERE name IN ('"
-                            + "','".join(names) + "')")
+        names = (
+            "server_version",
+            "synchronous_commit",
+            "fsync",
+            "wal_sync_method",
+            "shared_buffers",
+            "max_wal_size",
+            "autovacuum",
+        )
+        rows = _dbs.execute(
+            dialect, dsn, "SELECT name, setting FROM pg_settings WHERE name IN ('" + "','".join(names) + "')"
+        )
     else:
-        rows = _dbs.execute(dialect, dsn, "SHOW VARIABLES WHERE Variable_name IN ('version', "
-                            "'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', "
-                            "'innodb_buffer_pool_size', 'transaction_isolation', 'tx_isolation')")
+        rows = _dbs.execute(
+            dialect,
+            dsn,
+            "SHOW VARIABLES WHERE Variable_name IN ('version', "
+            "'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', "
+            "'innodb_buffer_pool_size', 'transaction_isolation', 'tx_isolation')",
+        )
     return {str(k): str(v) for k, v in rows}
 
 
@@ -591,9 +665,16 @@ def main(argv: list[str] | None = None) -> int:
     work = [w for w in args.workloads.split(",") if w]
     os.makedirs(args.out, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    meta = {"started": started, "messages": n, "cap": cap, "clients": clients, "dialects": dias,
-            "machine": f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()})",
-            "load_before": os.getloadavg(), "servers": {}}
+    meta = {
+        "started": started,
+        "messages": n,
+        "cap": cap,
+        "clients": clients,
+        "dialects": dias,
+        "machine": f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()})",
+        "load_before": os.getloadavg(),
+        "servers": {},
+    }
     results: list[dict] = []
     t0 = time.time()
     # Every system gets its own fresh database up front; then, for each
@@ -629,8 +710,11 @@ def main(argv: list[str] | None = None) -> int:
                         except Exception as exc:
                             r["error"] = f"{type(exc).__name__}: {exc}"
                         results.append(r)
-                        print(f"[{time.time() - t0:6.0f}s] {dialect:10} {sname:26} {w:18} {c:2} clients: "
-                              f"{r.get('rate') or r.get('error')} msg/s", flush=True)
+                        print(
+                            f"[{time.time() - t0:6.0f}s] {dialect:10} {sname:26} {w:18} {c:2} clients: "
+                            f"{r.get('rate') or r.get('error')} msg/s",
+                            flush=True,
+                        )
         finally:
             for dsn in dsns.values():
                 _dbs.drop(dialect, dsn)

@@ -73,9 +73,11 @@ def main() -> None:
             c.execute(f"CREATE TABLE parted ({COLUMNS}) PARTITION BY RANGE (processed_at)")
             c.execute("CREATE INDEX ON parted (queue_name, processed_at)")
             for d in range(DAYS + 1):
-                c.execute(f"CREATE TABLE parted_d{d} PARTITION OF parted FOR VALUES FROM "
-                          f"(timestamptz '2026-01-01' + interval '{d} days') TO "
-                          f"(timestamptz '2026-01-01' + interval '{d + 1} days')")
+                c.execute(
+                    f"CREATE TABLE parted_d{d} PARTITION OF parted FOR VALUES FROM "
+                    f"(timestamptz '2026-01-01' + interval '{d} days') TO "
+                    f"(timestamptz '2026-01-01' + interval '{d + 1} days')"
+                )
             n = ROWS_PER_DAY * DAYS
             for table in ("plain", "parted"):
                 c.execute(FILL.format(table=table, queues=QUEUES, n=n, per_day=ROWS_PER_DAY))
@@ -101,9 +103,11 @@ def main() -> None:
 
             # the hot path: single-row archive inserts
             rows = 20_000
-            ins = ("INSERT INTO {t} (queue_name, p_key, p_kind, payload, priority, attempts, created_at, "
-                   "processed_at, outcome) VALUES ('q0', 'k' || %s, 'job', '{{\"n\": 1}}', 0, 1, "
-                   "timestamptz '2026-01-08 12:00', timestamptz '2026-01-08 12:00' + %s * interval '1 ms', 'committed')")
+            ins = (
+                "INSERT INTO {t} (queue_name, p_key, p_kind, payload, priority, attempts, created_at, "
+                "processed_at, outcome) VALUES ('q0', 'k' || %s, 'job', '{{\"n\": 1}}', 0, 1, "
+                "timestamptz '2026-01-08 12:00', timestamptz '2026-01-08 12:00' + %s * interval '1 ms', 'committed')"
+            )
             t_ins = {}
             for table in ("plain", "parted"):
                 start = time.perf_counter()
@@ -113,20 +117,28 @@ def main() -> None:
                 t_ins[table] = time.perf_counter() - start
 
             # replay's read: one queue, one hour
-            read = ("SELECT count(*) FROM {t} WHERE queue_name = 'q1' AND processed_at >= timestamptz '2026-01-05' "
-                    "AND processed_at < timestamptz '2026-01-05 01:00'")
+            read = (
+                "SELECT count(*) FROM {t} WHERE queue_name = 'q1' AND processed_at >= timestamptz '2026-01-05' "
+                "AND processed_at < timestamptz '2026-01-05 01:00'"
+            )
             t_read = {t: timed(c, read.format(t=t), repeat=50) for t in ("plain", "parted")}
 
-        print(f"history rows: {ROWS_PER_DAY * DAYS} over {DAYS} days, {QUEUES} queues; purging one day = {deleted} rows")
+        print(
+            f"history rows: {ROWS_PER_DAY * DAYS} over {DAYS} days, {QUEUES} queues; purging one day = {deleted} rows"
+        )
         print(f"  batched DELETE        {t_delete * 1000:9.1f} ms")
         print(f"  + VACUUM              {t_vacuum * 1000:9.1f} ms")
         print(f"  DROP partition        {t_drop * 1000:9.1f} ms")
         print(f"  purge ratio (DELETE+VACUUM) / DROP: {(t_delete + t_vacuum) / t_drop:8.0f}x")
         print(f"  per purged row: DELETE {1e6 * t_delete / deleted:.2f} us")
-        print(f"archive insert, {rows} single rows: plain {t_ins['plain'] * 1000:.0f} ms, "
-              f"partitioned {t_ins['parted'] * 1000:.0f} ms (ratio {t_ins['parted'] / t_ins['plain']:.2f})")
-        print(f"replay read x50: plain {t_read['plain'] * 1000:.1f} ms, partitioned "
-              f"{t_read['parted'] * 1000:.1f} ms (ratio {t_read['parted'] / t_read['plain']:.2f})")
+        print(
+            f"archive insert, {rows} single rows: plain {t_ins['plain'] * 1000:.0f} ms, "
+            f"partitioned {t_ins['parted'] * 1000:.0f} ms (ratio {t_ins['parted'] / t_ins['plain']:.2f})"
+        )
+        print(
+            f"replay read x50: plain {t_read['plain'] * 1000:.1f} ms, partitioned "
+            f"{t_read['parted'] * 1000:.1f} ms (ratio {t_read['parted'] / t_read['plain']:.2f})"
+        )
     finally:
         with psycopg.connect(ADMIN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}"')

@@ -74,6 +74,7 @@ def make_database(dialect: str) -> tuple[str, callable]:
             with conn.cursor() as cur:
                 cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
             conn.close()
+
     return f"{base}/{name}", drop
 
 
@@ -113,9 +114,12 @@ def measure_latency(dsn: str, samples: int, idle_seconds: float) -> dict:
     t.join(timeout=30)
     db.close()
     return {
-        "samples": len(latencies), "missing": samples - len(latencies),
-        "p50_ms": round(percentile(latencies, 0.50), 2), "p95_ms": round(percentile(latencies, 0.95), 2),
-        "p99_ms": round(percentile(latencies, 0.99), 2), "max_ms": round(max(latencies), 2),
+        "samples": len(latencies),
+        "missing": samples - len(latencies),
+        "p50_ms": round(percentile(latencies, 0.50), 2),
+        "p95_ms": round(percentile(latencies, 0.95), 2),
+        "p99_ms": round(percentile(latencies, 0.99), 2),
+        "max_ms": round(max(latencies), 2),
         "mean_ms": round(statistics.fmean(latencies), 2),
         "idle_client_queries_per_s": round(idle_qps, 2),
         "wakeups": worker.stats.wakeups,
@@ -126,7 +130,10 @@ def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
     import datetime as dt
 
     db = pyqueue_sql.connect(dsn)
-    queues = {mode: db.queue(f"bench.push.{mode}").create() for mode in ("delayed", "throttled", "listened", "every")}
+    queues = {
+        mode: db.queue(f"bench.push.{mode}").create()
+        for mode in ("delayed", "throttled", "listened", "every")
+    }
     queues["every"].set_notify_window(0)
     listener = pyqueue_sql.connect(dsn)
     db.dialect.listen(listener.connection, [queues["listened"].channel(), queues["every"].channel()])
@@ -153,8 +160,10 @@ def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
     drainer.join(timeout=5)
     listener.close()
     base = totals["delayed"]
-    result = {mode: {"pushes_per_s": round(n / total, 1), "time_vs_delayed": round(total / base, 3)}
-              for mode, total in totals.items()}
+    result = {
+        mode: {"pushes_per_s": round(n / total, 1), "time_vs_delayed": round(total / base, 3)}
+        for mode, total in totals.items()
+    }
     for q in queues.values():
         q.drop()
     db.close()
@@ -183,8 +192,10 @@ def main(argv=None) -> int:
     print()
     print(f"{'dialect':<11} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} {'idle q/s':>9}")
     for dialect, r in report["latency"].items():
-        print(f"{dialect:<11} {r['samples']:>5} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['p99_ms']:>8} "
-              f"{r['max_ms']:>8} {r['idle_client_queries_per_s']:>9}")
+        print(
+            f"{dialect:<11} {r['samples']:>5} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['p99_ms']:>8} "
+            f"{r['max_ms']:>8} {r['idle_client_queries_per_s']:>9}"
+        )
     if report["push_cost_postgresql"]:
         print()
         print(f"{'push mode (PostgreSQL)':<24} {'pushes/s':>9} {'time vs delayed':>16}")

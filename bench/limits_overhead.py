@@ -43,7 +43,9 @@ def main() -> None:
     for name, limit in setups.items():
         q = db.queue(f"bench.{name}.{tag}").create(visibility_timeout=3600)
         for start in range(0, args.backlog, 1000):
-            q.push_many([(f"m{i:07d}", "job", {"i": i}) for i in range(start, min(args.backlog, start + 1000))])
+            q.push_many(
+                [(f"m{i:07d}", "job", {"i": i}) for i in range(start, min(args.backlog, start + 1000))]
+            )
         if limit:
             q.set_limit(*limit)
         queues[name] = q

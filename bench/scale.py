@@ -31,24 +31,24 @@ import datetime as dt
 import json
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import _dbs  # noqa: E402
-
 import pyqueue_sql  # noqa: E402
+from bench import _dbs  # noqa: E402
 
 QUEUE = "scale"
 
-_DIGITS = ("(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 "
-           "UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)")
+_DIGITS = (
+    "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 "
+    "UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
+)
 
 
 def _seq_mysql(n: int) -> str:
     digits = len(str(n - 1))
-    cols = " + ".join(f"t{k}.d * {10 ** k}" for k in range(digits))
+    cols = " + ".join(f"t{k}.d * {10**k}" for k in range(digits))
     tables = ", ".join(f"{_DIGITS} t{k}" for k in range(digits))
     return f"SELECT {cols} AS i FROM {tables} HAVING i < {n}"
 
@@ -57,44 +57,73 @@ def fill(dialect: str, dsn: str, n: int, prefix: str, delayed: bool) -> None:
     """n messages in one statement: ready (scheduled in the past, FIFO by i) or delayed to tomorrow."""
     if dialect == "postgresql":
         at = "now() + interval '1 day'" if delayed else "now() - interval '1 hour' + i * interval '1 us'"
-        _dbs.execute(dialect, dsn,
-                     "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
-                     "scheduled_at_initially, created_at) "
-                     f"SELECT '{QUEUE}', '{prefix}' || i, 'job', '{{\"n\": 1}}', 0, {at}, {at}, now() "
-                     f"FROM generate_series(1, {n}) AS i",
-                     "VACUUM ANALYZE pyqueue_message")
+        _dbs.execute(
+            dialect,
+            dsn,
+            "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
+            "scheduled_at_initially, created_at) "
+            f"SELECT '{QUEUE}', '{prefix}' || i, 'job', '{{\"n\": 1}}', 0, {at}, {at}, now() "
+            f"FROM generate_series(1, {n}) AS i",
+            "VACUUM ANALYZE pyqueue_message",
+        )
     else:
-        at = ("UTC_TIMESTAMP(6) + INTERVAL 1 DAY" if delayed
-              else "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i MICROSECOND")
-        _dbs.execute(dialect, dsn,
-                     "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
-                     "scheduled_at_initially, created_at) "
-                     f"SELECT '{QUEUE}', CONCAT('{prefix}', s.i), 'job', '{{\"n\": 1}}', 0, {at}, {at}, "
-                     f"UTC_TIMESTAMP(6) FROM ({_seq_mysql(n)}) AS s",
-                     "ANALYZE TABLE pyqueue_message")
+        at = (
+            "UTC_TIMESTAMP(6) + INTERVAL 1 DAY"
+            if delayed
+            else "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i MICROSECOND"
+        )
+        _dbs.execute(
+            dialect,
+            dsn,
+            "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
+            "scheduled_at_initially, created_at) "
+            f"SELECT '{QUEUE}', CONCAT('{prefix}', s.i), 'job', '{{\"n\": 1}}', 0, {at}, {at}, "
+            f"UTC_TIMESTAMP(6) FROM ({_seq_mysql(n)}) AS s",
+            "ANALYZE TABLE pyqueue_message",
+        )
 
 
 def sizes(dialect: str, dsn: str) -> dict[str, int]:
     if dialect == "postgresql":
-        rows = _dbs.execute(dialect, dsn,
-                            "SELECT pg_relation_size('pyqueue_message'), "
-                            "pg_indexes_size('pyqueue_message'), "
-                            "pg_relation_size('pyqueue_message_ready_idx'), "
-                            "pg_relation_size('pyqueue_message_pkey'), "
-                            "(SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'pyqueue_message'), "
-                            "(SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'pyqueue_message')")
+        rows = _dbs.execute(
+            dialect,
+            dsn,
+            "SELECT pg_relation_size('pyqueue_message'), "
+            "pg_indexes_size('pyqueue_message'), "
+            "pg_relation_size('pyqueue_message_ready_idx'), "
+            "pg_relation_size('pyqueue_message_pkey'), "
+            "(SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'pyqueue_message'), "
+            "(SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'pyqueue_message')",
+        )
         t, i, r, p, live, dead = rows[0]
-        return {"table_bytes": t, "indexes_bytes": i, "ready_idx_bytes": r, "pkey_bytes": p,
-                "live_tuples": live, "dead_tuples": dead}
+        return {
+            "table_bytes": t,
+            "indexes_bytes": i,
+            "ready_idx_bytes": r,
+            "pkey_bytes": p,
+            "live_tuples": live,
+            "dead_tuples": dead,
+        }
     _dbs.execute(dialect, dsn, "ANALYZE TABLE pyqueue_message")
-    rows = _dbs.execute(dialect, dsn,
-                        "SELECT data_length, index_length, data_free, table_rows FROM information_schema.tables "
-                        "WHERE table_schema = DATABASE() AND table_name = 'pyqueue_message'")
+    rows = _dbs.execute(
+        dialect,
+        dsn,
+        "SELECT data_length, index_length, data_free, table_rows FROM information_schema.tables "
+        "WHERE table_schema = DATABASE() AND table_name = 'pyqueue_message'",
+    )
     t, i, free, live = rows[0]
-    hist = _dbs.execute(dialect, dsn, "SELECT count FROM information_schema.innodb_metrics "
-                                      "WHERE name = 'trx_rseg_history_len'")
-    return {"table_bytes": int(t), "indexes_bytes": int(i), "data_free_bytes": int(free),
-            "rows_estimate": int(live), "history_list_length": int(hist[0][0]) if hist else None}
+    hist = _dbs.execute(
+        dialect,
+        dsn,
+        "SELECT count FROM information_schema.innodb_metrics WHERE name = 'trx_rseg_history_len'",
+    )
+    return {
+        "table_bytes": int(t),
+        "indexes_bytes": int(i),
+        "data_free_bytes": int(free),
+        "rows_estimate": int(live),
+        "history_list_length": int(hist[0][0]) if hist else None,
+    }
 
 
 def consume(dsn: str, n: int, seconds: float | None = None) -> dict[str, float]:
@@ -114,7 +143,11 @@ def consume(dsn: str, n: int, seconds: float | None = None) -> dict[str, float]:
         if held is not None:
             q.commit(held)
         elapsed = time.perf_counter() - start
-    return {"messages": done, "seconds": round(elapsed, 3), "rate": round(done / elapsed, 1) if elapsed else 0}
+    return {
+        "messages": done,
+        "seconds": round(elapsed, 3),
+        "rate": round(done / elapsed, 1) if elapsed else 0,
+    }
 
 
 def fresh(dialect: str, tag: str) -> str:
@@ -147,8 +180,14 @@ def main(argv=None) -> int:
     hold = args.hold or (20.0 if args.quick else 120.0)
     d = args.dialect
     only = set(args.only.split(","))
-    out: dict = {"dialect": d, "big": big, "sample": args.sample, "hold_seconds": hold,
-                 "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "results": {}}
+    out: dict = {
+        "dialect": d,
+        "big": big,
+        "sample": args.sample,
+        "hold_seconds": hold,
+        "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "results": {},
+    }
     res = out["results"]
     t0 = time.time()
 
@@ -158,6 +197,7 @@ def main(argv=None) -> int:
     # Each comparison measures its baseline in the same database, before and
     # after, so that a loaded machine shifts both sides alike.
     if "delayed" in only:
+
         def delayed(dsn):
             fill(d, dsn, 10_000, "r", delayed=False)
             a1 = consume(dsn, args.sample)
@@ -167,17 +207,29 @@ def main(argv=None) -> int:
             sz = sizes(d, dsn)
             _push_ready(dsn, args.sample, prefix="t2-")
             b2 = consume(dsn, args.sample)
-            _dbs.execute(d, dsn, "DELETE FROM pyqueue_message WHERE p_key LIKE 'd%'",
-                         "VACUUM ANALYZE pyqueue_message" if d == "postgresql" else "ANALYZE TABLE pyqueue_message")
+            _dbs.execute(
+                d,
+                dsn,
+                "DELETE FROM pyqueue_message WHERE p_key LIKE 'd%'",
+                "VACUUM ANALYZE pyqueue_message" if d == "postgresql" else "ANALYZE TABLE pyqueue_message",
+            )
             _push_ready(dsn, args.sample, prefix="t3-")
             a2 = consume(dsn, args.sample)
             base = (a1["rate"] + a2["rate"]) / 2
             with_delayed = (b1["rate"] + b2["rate"]) / 2
-            return {"ready": 10_000, "delayed": big, "without": [a1, a2], "with": [b1, b2], "sizes": sz,
-                    "ratio": round(with_delayed / base, 3)}
+            return {
+                "ready": 10_000,
+                "delayed": big,
+                "without": [a1, a2],
+                "with": [b1, b2],
+                "sizes": sz,
+                "ratio": round(with_delayed / base, 3),
+            }
+
         res["delayed"] = scenario(d, "delayed", delayed)
         log("delayed")
     if "backlog" in only:
+
         def backlog(dsn):
             fill(d, dsn, 10_000, "r", delayed=False)
             a1 = consume(dsn, args.sample)
@@ -185,16 +237,28 @@ def main(argv=None) -> int:
             b1 = consume(dsn, args.sample)
             sz = sizes(d, dsn)
             b2 = consume(dsn, args.sample)
-            _dbs.execute(d, dsn, "DELETE FROM pyqueue_message WHERE p_key LIKE 'b%'",
-                         "VACUUM ANALYZE pyqueue_message" if d == "postgresql" else "ANALYZE TABLE pyqueue_message")
+            _dbs.execute(
+                d,
+                dsn,
+                "DELETE FROM pyqueue_message WHERE p_key LIKE 'b%'",
+                "VACUUM ANALYZE pyqueue_message" if d == "postgresql" else "ANALYZE TABLE pyqueue_message",
+            )
             _push_ready(dsn, args.sample, prefix="t3-")
             a2 = consume(dsn, args.sample)
             base = (a1["rate"] + a2["rate"]) / 2
-            return {"small_backlog": 10_000, "big_backlog": big, "small": [a1, a2], "big": [b1, b2], "sizes": sz,
-                    "ratio": round((b1["rate"] + b2["rate"]) / 2 / base, 3)}
+            return {
+                "small_backlog": 10_000,
+                "big_backlog": big,
+                "small": [a1, a2],
+                "big": [b1, b2],
+                "sizes": sz,
+                "ratio": round((b1["rate"] + b2["rate"]) / 2 / base, 3),
+            }
+
         res["backlog"] = scenario(d, "backlog", backlog)
         log("backlog")
     if "churn" in only:
+
         def churn(dsn):
             fill(d, dsn, 10_000, "r0", delayed=False)
             before = consume(dsn, args.sample)
@@ -216,12 +280,21 @@ def main(argv=None) -> int:
             s1 = sizes(d, dsn)
             _push_ready(dsn, 10_000, prefix="r1-")
             after = consume(dsn, args.sample)
-            return {"before": before, "after": after, "churned": big, "churn_seconds": round(churn_s, 1),
-                    "sizes_before": s0, "sizes_after_churn": s1, "sizes_end": sizes(d, dsn),
-                    "vs_fresh": round(after["rate"] / before["rate"], 3)}
+            return {
+                "before": before,
+                "after": after,
+                "churned": big,
+                "churn_seconds": round(churn_s, 1),
+                "sizes_before": s0,
+                "sizes_after_churn": s1,
+                "sizes_end": sizes(d, dsn),
+                "vs_fresh": round(after["rate"] / before["rate"], 3),
+            }
+
         res["churn"] = scenario(d, "churn", churn)
         log("churn")
     if "xmin" in only:
+
         def xmin(dsn):
             _push_ready(dsn, 10_000)
             s0 = sizes(d, dsn)
@@ -253,8 +326,12 @@ def main(argv=None) -> int:
                             if held is not None:
                                 n += 1
                             held = got[0] if got else None
-                    windows.append({"at_s": round(time.perf_counter() - t, 1),
-                                    "rate": round(n / (time.perf_counter() - w0), 1)})
+                    windows.append(
+                        {
+                            "at_s": round(time.perf_counter() - t, 1),
+                            "rate": round(n / (time.perf_counter() - w0), 1),
+                        }
+                    )
                     print(f"    xmin held {windows[-1]}", flush=True)
                 if held is not None:
                     q.commit(held)
@@ -264,9 +341,16 @@ def main(argv=None) -> int:
             if d == "postgresql":
                 _dbs.execute(d, dsn, "VACUUM pyqueue_message")
             after = consume(dsn, args.sample)
-            return {"before": before, "windows_while_held": windows, "after_release": after,
-                    "sizes_before": s0, "sizes_while_held": s_held, "sizes_after_release": sizes(d, dsn),
-                    "last_window_vs_before": round(windows[-1]["rate"] / before["rate"], 3)}
+            return {
+                "before": before,
+                "windows_while_held": windows,
+                "after_release": after,
+                "sizes_before": s0,
+                "sizes_while_held": s_held,
+                "sizes_after_release": sizes(d, dsn),
+                "last_window_vs_before": round(windows[-1]["rate"] / before["rate"], 3),
+            }
+
         res["xmin"] = scenario(d, "xmin", xmin)
         log("xmin")
     out["seconds"] = round(time.time() - t0, 1)

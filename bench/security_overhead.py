@@ -39,8 +39,10 @@ from bench import _dbs  # noqa: E402
 from pyqueue_sql import migrate  # noqa: E402
 from pyqueue_sql.queries import script, split_script  # noqa: E402
 
-
-ATTRIBUTES = {"postgresql": "\nSECURITY DEFINER SET search_path FROM CURRENT\n", "mysql": "\nSQL SECURITY DEFINER\n"}
+ATTRIBUTES = {
+    "postgresql": "\nSECURITY DEFINER SET search_path FROM CURRENT\n",
+    "mysql": "\nSQL SECURITY DEFINER\n",
+}
 # variant -> what replaces the attribute line of every contract routine
 VARIANTS = {
     "postgresql": {"invoker": "\n", "definer-unpinned": "\nSECURITY DEFINER\n"},
@@ -60,7 +62,7 @@ def install_variant(dialect: str, dsn: str, variant: str) -> None:
     try:
         cur = conn.cursor()
         text = variant_routines(dialect, variant)
-        for statement in ([text] if dialect == "postgresql" else split_script(text)):
+        for statement in [text] if dialect == "postgresql" else split_script(text):
             cur.execute(statement)
         cur.close()
     finally:
@@ -74,23 +76,29 @@ def check_attributes(dialect: str, dsn: str) -> str:
         if dialect == "postgresql":
             cur.execute("SELECT prosecdef, proconfig IS NOT NULL FROM pg_proc WHERE proname = 'queue_push'")
         else:
-            cur.execute("SELECT SECURITY_TYPE, '' FROM information_schema.ROUTINES "
-                        "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = 'queue_push'")
+            cur.execute(
+                "SELECT SECURITY_TYPE, '' FROM information_schema.ROUTINES "
+                "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = 'queue_push'"
+            )
         return str(cur.fetchone())
     finally:
         conn.close()
 
 
 def run(dialect: str, rounds: int, ops: int, sync_commit: bool, all_variants: bool) -> None:
-    names = ["definer", "invoker"] + ([v for v in VARIANTS[dialect] if v != "invoker"] if all_variants else [])
+    names = ["definer", "invoker"] + (
+        [v for v in VARIANTS[dialect] if v != "invoker"] if all_variants else []
+    )
     dsns = {k: _dbs.create(dialect, "sec") for k in names}
     try:
         for k, dsn in dsns.items():
             migrate.upgrade(dsn)
             if k != "definer":
                 install_variant(dialect, dsn, k)
-        print(f"{dialect}: queue_push attributes: " +
-              ", ".join(f"{k} {check_attributes(dialect, dsn)}" for k, dsn in dsns.items()))
+        print(
+            f"{dialect}: queue_push attributes: "
+            + ", ".join(f"{k} {check_attributes(dialect, dsn)}" for k, dsn in dsns.items())
+        )
         dbs = {k: pyqueue_sql.connect(v) for k, v in dsns.items()}
         if dialect == "postgresql" and not sync_commit:
             for db in dbs.values():  # CPU cost without the WAL flush wait of every autocommit call
@@ -118,8 +126,11 @@ def run(dialect: str, rounds: int, ops: int, sync_commit: bool, all_variants: bo
         for op in ops_names:
             base = statistics.median(times[("invoker", op)])
             cells = "   ".join(f"{k} {statistics.median(times[(k, op)]) * 1e6:8.1f} us/op" for k in names)
-            ratios = "  ".join(f"{k}/invoker {statistics.median(times[(k, op)]) / base:5.3f}"
-                               for k in names if k != "invoker")
+            ratios = "  ".join(
+                f"{k}/invoker {statistics.median(times[(k, op)]) / base:5.3f}"
+                for k in names
+                if k != "invoker"
+            )
             print(f"  {op:15s} {cells}   {ratios}")
         for db in dbs.values():
             db.close()
@@ -133,11 +144,17 @@ def main() -> None:
     ap.add_argument("--dialect", choices=("postgresql", "mysql"), action="append")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--ops", type=int, default=200)
-    ap.add_argument("--unpinned", action="store_true",
-                    help="PostgreSQL: also SECURITY DEFINER without SET search_path (where the cost is)")
-    ap.add_argument("--sync-commit", action="store_true",
-                    help="PostgreSQL: keep synchronous_commit on (default off for the bench sessions, "
-                         "so the WAL flush of each call does not drown the difference)")
+    ap.add_argument(
+        "--unpinned",
+        action="store_true",
+        help="PostgreSQL: also SECURITY DEFINER without SET search_path (where the cost is)",
+    )
+    ap.add_argument(
+        "--sync-commit",
+        action="store_true",
+        help="PostgreSQL: keep synchronous_commit on (default off for the bench sessions, "
+        "so the WAL flush of each call does not drown the difference)",
+    )
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()}, cpus: {os.cpu_count()}")
     for dialect in args.dialect or ("postgresql", "mysql"):

@@ -63,9 +63,8 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench import _dbs  # noqa: E402
-
 import pyqueue_sql  # noqa: E402
+from bench import _dbs  # noqa: E402
 
 KINDS = ("ok", "batch", "delayed", "slow", "flaky", "poison")
 MAX_ATTEMPTS = 5
@@ -96,6 +95,7 @@ def rss_kb(pid: int) -> int | None:
 
 # -- producers ------------------------------------------------------------------------
 
+
 def rate_factor(t: float, seed: int) -> float:
     """0.4x..1.6x of the base rate (a 90 s swing), 3x during a 5 s burst every 45 s."""
     import math
@@ -106,8 +106,17 @@ def rate_factor(t: float, seed: int) -> float:
     return factor
 
 
-def producer_main(index: int, dsn: str, queue: str, rate: float, seconds: float, keys_path: str,
-                  acked: Any, errs: Any, seed: int) -> None:
+def producer_main(
+    index: int,
+    dsn: str,
+    queue: str,
+    rate: float,
+    seconds: float,
+    keys_path: str,
+    acked: Any,
+    errs: Any,
+    seed: int,
+) -> None:
     """Pushes for `seconds`; writes every acknowledged key (and kind) to keys_path,
     and every key whose push raised to keys_path + '.uncertain'."""
     rng = random.Random(seed)
@@ -124,7 +133,7 @@ def producer_main(index: int, dsn: str, queue: str, rate: float, seconds: float,
             if t >= seconds:
                 break
             r = rng.random()
-            items: list[tuple] = []   # (key, kind, payload, run_at, priority)
+            items: list[tuple] = []  # (key, kind, payload, run_at, priority)
 
             def key() -> str:
                 nonlocal seq
@@ -183,7 +192,7 @@ def producer_main(index: int, dsn: str, queue: str, rate: float, seconds: float,
             if lag > 0:
                 time.sleep(lag)
             elif lag < -2.0:
-                next_at = time.monotonic()   # do not catch up more than 2 s of backlog
+                next_at = time.monotonic()  # do not catch up more than 2 s of backlog
     finally:
         out.close()
         uncertain.close()
@@ -192,6 +201,7 @@ def producer_main(index: int, dsn: str, queue: str, rate: float, seconds: float,
 
 
 # -- workers ------------------------------------------------------------------------
+
 
 def worker_command() -> list[str]:
     script = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
@@ -222,7 +232,7 @@ class Fleet:
     def __init__(self, dsn: str, queue: str, n: int, workdir: str, t0: float):
         self.dsn, self.queue, self.n, self.workdir, self.t0 = dsn, queue, n, workdir, t0
         self.slots: dict[int, WorkerProc] = {}
-        self.stopping: list[WorkerProc] = []     # got SIGTERM, not reaped yet
+        self.stopping: list[WorkerProc] = []  # got SIGTERM, not reaped yet
         self.done: list[WorkerProc] = []
         self.gen = 0
         self.kills = collections.Counter()
@@ -235,14 +245,36 @@ class Fleet:
         log_path = os.path.join(self.workdir, f"{name}.log")
         env = dict(os.environ, SOAK_RUNLOG_DIR=self.workdir, PYTHONUNBUFFERED="1")
         cmd = worker_command() + [
-            "worker", "bench.soak_handler:handle", "--dsn", self.dsn, "--queue", self.queue,
-            "--concurrency", str(CONCURRENCY), "--name", name, "--lease", str(LEASE),
-            "--retry-base", "0.2", "--retry-max", "2", "--shutdown-timeout", str(SHUTDOWN_TIMEOUT),
-            "--release-dead-after", str(RELEASE_DEAD_AFTER), "--log-format", "json",
-            "--log-level", "info", "--no-status"]
+            "worker",
+            "bench.soak_handler:handle",
+            "--dsn",
+            self.dsn,
+            "--queue",
+            self.queue,
+            "--concurrency",
+            str(CONCURRENCY),
+            "--name",
+            name,
+            "--lease",
+            str(LEASE),
+            "--retry-base",
+            "0.2",
+            "--retry-max",
+            "2",
+            "--shutdown-timeout",
+            str(SHUTDOWN_TIMEOUT),
+            "--release-dead-after",
+            str(RELEASE_DEAD_AFTER),
+            "--log-format",
+            "json",
+            "--log-level",
+            "info",
+            "--no-status",
+        ]
         log = open(log_path, "w")
-        popen = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL)
+        popen = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         log.close()
         w = WorkerProc(slot, self.gen, popen, log_path, now() - self.t0)
         self.slots[slot] = w
@@ -264,8 +296,15 @@ class Fleet:
             for slot, w in list(self.slots.items()):
                 if w.popen.poll() is not None:
                     self._finish(w)
-                    self.unexpected_exits.append({"slot": slot, "gen": w.gen, "pid": w.pid,
-                                                  "returncode": w.returncode, "log": w.log_path})
+                    self.unexpected_exits.append(
+                        {
+                            "slot": slot,
+                            "gen": w.gen,
+                            "pid": w.pid,
+                            "returncode": w.returncode,
+                            "log": w.log_path,
+                        }
+                    )
                     del self.slots[slot]
                     self.start(slot)
 
@@ -294,8 +333,13 @@ class Fleet:
             else:
                 self.stopping.append(w)
             new = self.start(slot)
-            return {"t": round(now() - self.t0, 1), "slot": slot, "signal": sig.name, "pid": w.pid,
-                    "replacement_pid": new.pid}
+            return {
+                "t": round(now() - self.t0, 1),
+                "slot": slot,
+                "signal": sig.name,
+                "pid": w.pid,
+                "replacement_pid": new.pid,
+            }
 
     def stop_all(self, timeout: float) -> None:
         with self.lock:
@@ -325,6 +369,7 @@ class Fleet:
 
 # -- database side -------------------------------------------------------------------------
 
+
 class Probe:
     """Plain SQL on the soak database (autocommit) for the samples and the final accounting."""
 
@@ -342,30 +387,43 @@ class Probe:
         return out
 
     def outcomes(self) -> dict[str, int]:
-        return {o: int(c) for o, c in self.rows(
-            "SELECT outcome, count(*) FROM pyqueue_history WHERE queue_name = %s GROUP BY outcome",
-            (self.queue,))}
+        return {
+            o: int(c)
+            for o, c in self.rows(
+                "SELECT outcome, count(*) FROM pyqueue_history WHERE queue_name = %s GROUP BY outcome",
+                (self.queue,),
+            )
+        }
 
     def stats(self) -> dict[str, Any]:
         s = self.db.queue(self.queue).stats()
         d = self.db.queue(self.dlq).stats()
-        return {"ready": s.ready, "delayed": s.delayed, "reserved": s.reserved, "dead": s.dead,
-                "dlq_ready": d.ready + d.delayed + d.reserved}
+        return {
+            "ready": s.ready,
+            "delayed": s.delayed,
+            "reserved": s.reserved,
+            "dead": s.dead,
+            "dlq_ready": d.ready + d.delayed + d.reserved,
+        }
 
     def tables(self) -> dict[str, dict[str, int]]:
         names = ("pyqueue_message", "pyqueue_history", "pyqueue_worker", "pyqueue_notify", "pyqueue_queue")
         out: dict[str, dict[str, int]] = {}
         if self.dialect == "postgresql":
             for name, size, live, dead in self.rows(
-                    "SELECT c.relname, pg_total_relation_size(c.oid), coalesce(s.n_live_tup, 0), "
-                    "coalesce(s.n_dead_tup, 0) FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
-                    "WHERE c.relkind = 'r' AND c.relname = ANY(%s)", (list(names),)):
+                "SELECT c.relname, pg_total_relation_size(c.oid), coalesce(s.n_live_tup, 0), "
+                "coalesce(s.n_dead_tup, 0) FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+                "WHERE c.relkind = 'r' AND c.relname = ANY(%s)",
+                (list(names),),
+            ):
                 out[name] = {"bytes": int(size), "live_tup": int(live), "dead_tup": int(dead)}
         else:
             for name, data, index, free in self.rows(
-                    "SELECT table_name, data_length, index_length, data_free FROM information_schema.TABLES "
-                    "WHERE table_schema = %s AND table_name IN ('pyqueue_message', 'pyqueue_history', "
-                    "'pyqueue_worker', 'pyqueue_notify', 'pyqueue_queue')", (self.dbname,)):
+                "SELECT table_name, data_length, index_length, data_free FROM information_schema.TABLES "
+                "WHERE table_schema = %s AND table_name IN ('pyqueue_message', 'pyqueue_history', "
+                "'pyqueue_worker', 'pyqueue_notify', 'pyqueue_queue')",
+                (self.dbname,),
+            ):
                 out[name] = {"bytes": int(data) + int(index), "data_free": int(free or 0)}
         for name in ("pyqueue_message", "pyqueue_history", "pyqueue_worker"):
             if name in out:
@@ -375,27 +433,44 @@ class Probe:
     def inject(self, what: str) -> str | None:
         """Breaks the invariants on purpose (--inject), to show that the accounting notices."""
         if what == "loss":
-            rows = self.rows("SELECT p_key, p_kind FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NULL "
-                             "AND p_kind <> 'poison' ORDER BY scheduled_at DESC LIMIT 1", (self.queue,))
+            rows = self.rows(
+                "SELECT p_key, p_kind FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NULL "
+                "AND p_kind <> 'poison' ORDER BY scheduled_at DESC LIMIT 1",
+                (self.queue,),
+            )
             if not rows:
                 return None
-            self.rows("DELETE FROM pyqueue_message WHERE queue_name = %s AND p_key = %s AND p_kind = %s",
-                      (self.queue, rows[0][0], rows[0][1]))
+            self.rows(
+                "DELETE FROM pyqueue_message WHERE queue_name = %s AND p_key = %s AND p_kind = %s",
+                (self.queue, rows[0][0], rows[0][1]),
+            )
             return f"deleted live message {rows[0][0]}"
-        rows = self.rows("SELECT max(id) FROM pyqueue_history WHERE queue_name = %s AND outcome = 'committed'",
-                         (self.queue,))
+        rows = self.rows(
+            "SELECT max(id) FROM pyqueue_history WHERE queue_name = %s AND outcome = 'committed'",
+            (self.queue,),
+        )
         if not rows or rows[0][0] is None:
             return None
-        cols = ("queue_name, p_key, p_kind, payload, priority, created_at, attempts, processed_at, outcome, "
-                "to_queue, reserved_by")
-        self.rows(f"INSERT INTO pyqueue_history ({cols}) SELECT {cols} FROM pyqueue_history WHERE id = %s",
-                  (rows[0][0],))
+        cols = (
+            "queue_name, p_key, p_kind, payload, priority, created_at, attempts, processed_at, outcome, "
+            "to_queue, reserved_by"
+        )
+        self.rows(
+            f"INSERT INTO pyqueue_history ({cols}) SELECT {cols} FROM pyqueue_history WHERE id = %s",
+            (rows[0][0],),
+        )
         key = self.rows("SELECT p_key FROM pyqueue_history WHERE id = %s", (rows[0][0],))[0][0]
         return f"second committed history row for {key}"
 
     def vacuum(self) -> float:
         started = now()
-        for name in ("pyqueue_message", "pyqueue_queue", "pyqueue_worker", "pyqueue_notify", "pyqueue_history"):
+        for name in (
+            "pyqueue_message",
+            "pyqueue_queue",
+            "pyqueue_worker",
+            "pyqueue_notify",
+            "pyqueue_history",
+        ):
             self.rows(f"VACUUM (ANALYZE) {name}")
         return now() - started
 
@@ -404,6 +479,7 @@ class Probe:
 
 
 # -- the run -------------------------------------------------------------------------------
+
 
 def read_keys(paths: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     acked: dict[str, str] = {}
@@ -434,7 +510,7 @@ def read_runlogs(workdir: str) -> dict[str, Any]:
             for line in f:
                 parts = line.split()
                 if len(parts) < 4:
-                    continue   # a line cut by SIGKILL mid-write (os.write of a short line: not seen)
+                    continue  # a line cut by SIGKILL mid-write (os.write of a short line: not seen)
                 if parts[0] == "S":
                     starts[parts[1]] += 1
                     runs_by_kind[parts[2]] += 1
@@ -443,7 +519,13 @@ def read_runlogs(workdir: str) -> dict[str, Any]:
                     results[(parts[2], parts[4])] += 1
                     if parts[4] == "ok":
                         ok_keys.add(parts[1])
-    return {"starts": starts, "ends": ends, "results": results, "ok_keys": ok_keys, "runs_by_kind": runs_by_kind}
+    return {
+        "starts": starts,
+        "ends": ends,
+        "results": results,
+        "ok_keys": ok_keys,
+        "runs_by_kind": runs_by_kind,
+    }
 
 
 def read_worker_logs(procs: list[WorkerProc]) -> dict[str, Any]:
@@ -474,12 +556,22 @@ def read_worker_logs(procs: list[WorkerProc]) -> dict[str, Any]:
                 events[event] += 1
                 if event == "rollback":
                     handler_errors[str(entry.get("error", "")).split(":", 1)[0]] += 1
-                if entry.get("level") in ("error", "critical") or event in ("reconnect", "error", "deadline",
-                                                                              "abandon", "released"):
+                if entry.get("level") in ("error", "critical") or event in (
+                    "reconnect",
+                    "error",
+                    "deadline",
+                    "abandon",
+                    "released",
+                ):
                     if len(samples[event]) < 3:
                         samples[event].append(line[:600])
-    return {"levels": dict(levels), "events": dict(events), "handler_errors": dict(handler_errors),
-            "unparsed_lines": unparsed, "samples": dict(samples)}
+    return {
+        "levels": dict(levels),
+        "events": dict(events),
+        "handler_errors": dict(handler_errors),
+        "unparsed_lines": unparsed,
+        "samples": dict(samples),
+    }
 
 
 def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -488,14 +580,26 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix=f"pyqueue-soak-{dialect}-")
     dsn = _dbs.create(dialect, "soak")
     print(f"[{dialect}] database {dsn.rsplit('/', 1)[1]}, queue {queue}, work files {workdir}", flush=True)
-    result: dict[str, Any] = {"dialect": dialect, "database": dsn.rsplit("/", 1)[1], "queue": queue,
-                              "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                              "settings": {"minutes": args.minutes, "workers": args.workers, "producers": args.producers,
-                                           "rate": args.rate, "concurrency": CONCURRENCY, "lease_s": LEASE,
-                                           "max_attempts": MAX_ATTEMPTS, "release_dead_after_s": RELEASE_DEAD_AFTER,
-                                           "kill_every_s": [args.kill_min, args.kill_max],
-                                           "sample_every_s": args.sample_every, "seed": args.seed,
-                                           "pg_vacuum_every_s": args.pg_vacuum_every if dialect == "postgresql" else None}}
+    result: dict[str, Any] = {
+        "dialect": dialect,
+        "database": dsn.rsplit("/", 1)[1],
+        "queue": queue,
+        "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "settings": {
+            "minutes": args.minutes,
+            "workers": args.workers,
+            "producers": args.producers,
+            "rate": args.rate,
+            "concurrency": CONCURRENCY,
+            "lease_s": LEASE,
+            "max_attempts": MAX_ATTEMPTS,
+            "release_dead_after_s": RELEASE_DEAD_AFTER,
+            "kill_every_s": [args.kill_min, args.kill_max],
+            "sample_every_s": args.sample_every,
+            "seed": args.seed,
+            "pg_vacuum_every_s": args.pg_vacuum_every if dialect == "postgresql" else None,
+        },
+    }
     ok = False
     fleet = None
     probe = None
@@ -504,8 +608,12 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         _dbs.install_pyqueue(dsn)
         with pyqueue_sql.connect(dsn) as db:
             db.queue(dlq).create()
-            db.queue(queue).create(visibility_timeout=LEASE, max_attempts=MAX_ATTEMPTS, dead_letter_queue=dlq,
-                                   history_retention=dt.timedelta(days=7))
+            db.queue(queue).create(
+                visibility_timeout=LEASE,
+                max_attempts=MAX_ATTEMPTS,
+                dead_letter_queue=dlq,
+                history_retention=dt.timedelta(days=7),
+            )
         probe = Probe(dialect, dsn, queue, dlq)
         result["server_version"] = str(probe.rows("SELECT version()")[0][0])
         t0 = now()
@@ -519,9 +627,21 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         perrs = [ctx.Value("q", 0) for _ in range(args.producers)]
         key_files = [os.path.join(workdir, f"keys-p{i}.txt") for i in range(args.producers)]
         for i in range(args.producers):
-            p = ctx.Process(target=producer_main, name=f"soak-producer-{i}",
-                            args=(i, dsn, queue, args.rate / args.producers, load_s, key_files[i], acked[i],
-                                  perrs[i], args.seed * 100 + i))
+            p = ctx.Process(
+                target=producer_main,
+                name=f"soak-producer-{i}",
+                args=(
+                    i,
+                    dsn,
+                    queue,
+                    args.rate / args.producers,
+                    load_s,
+                    key_files[i],
+                    acked[i],
+                    perrs[i],
+                    args.seed * 100 + i,
+                ),
+            )
             p.start()
             producers.append(p)
         load_start = now()
@@ -550,18 +670,37 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             for w in fleet.live():
                 kb = rss_kb(w.pid)
                 if kb is not None:
-                    workers.append({"slot": w.slot, "gen": w.gen, "pid": w.pid, "rss_kb": kb,
-                                    "age_s": round(t - w.started, 1)})
-            s = {"t": round(t, 1), "phase": phase, "acked": sum(a.value for a in acked),
-                 "producer_errors": sum(e.value for e in perrs), "outcomes": outc,
-                 "processed_per_s": thr, "queue": probe.stats(), "tables": probe.tables(),
-                 "workers": workers, "kills": dict(fleet.kills), "unexpected_exits": len(fleet.unexpected_exits),
-                 "loadavg": loadavg()}
+                    workers.append(
+                        {
+                            "slot": w.slot,
+                            "gen": w.gen,
+                            "pid": w.pid,
+                            "rss_kb": kb,
+                            "age_s": round(t - w.started, 1),
+                        }
+                    )
+            s = {
+                "t": round(t, 1),
+                "phase": phase,
+                "acked": sum(a.value for a in acked),
+                "producer_errors": sum(e.value for e in perrs),
+                "outcomes": outc,
+                "processed_per_s": thr,
+                "queue": probe.stats(),
+                "tables": probe.tables(),
+                "workers": workers,
+                "kills": dict(fleet.kills),
+                "unexpected_exits": len(fleet.unexpected_exits),
+                "loadavg": loadavg(),
+            }
             samples.append(s)
             q = s["queue"]
-            print(f"[{dialect}] t={s['t']:6.1f}s {phase:5} in={s['acked']} committed={outc.get('committed', 0)} "
-                  f"dead={outc.get('dead_lettered', 0)} ready={q['ready']} delayed={q['delayed']} "
-                  f"reserved={q['reserved']} {thr}/s kills={dict(fleet.kills)} load={s['loadavg'][0]}", flush=True)
+            print(
+                f"[{dialect}] t={s['t']:6.1f}s {phase:5} in={s['acked']} committed={outc.get('committed', 0)} "
+                f"dead={outc.get('dead_lettered', 0)} ready={q['ready']} delayed={q['delayed']} "
+                f"reserved={q['reserved']} {thr}/s kills={dict(fleet.kills)} load={s['loadavg'][0]}",
+                flush=True,
+            )
             return s
 
         while True:
@@ -582,7 +721,11 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
                 if k:
                     kills.append(k)
                 next_kill = tnow + rng.uniform(args.kill_min, args.kill_max)
-            if dialect == "postgresql" and args.pg_vacuum_every > 0 and tnow - last_vacuum >= args.pg_vacuum_every:
+            if (
+                dialect == "postgresql"
+                and args.pg_vacuum_every > 0
+                and tnow - last_vacuum >= args.pg_vacuum_every
+            ):
                 vacuums.append(round(probe.vacuum(), 3))
                 last_vacuum = now()
             if tnow - last_sample >= args.sample_every:
@@ -603,9 +746,11 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         fleet.stop_all(SHUTDOWN_TIMEOUT + 5)
         phase = "final"
         final_sample = sample()
-        result["duration_s"] = {"load": round(load_s, 1),
-                                "drain": None if drained_at is None else round(drained_at - drain_started, 1),
-                                "total": round(now() - t0, 1)}
+        result["duration_s"] = {
+            "load": round(load_s, 1),
+            "drain": None if drained_at is None else round(drained_at - drain_started, 1),
+            "total": round(now() - t0, 1),
+        }
         result["samples"] = samples
         result["kills"] = kills
         result["pg_vacuum_s"] = vacuums
@@ -618,7 +763,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         checks["producers exited 0"] = all(p.exitcode == 0 for p in producers)
         checks["no worker died on its own"] = not fleet.unexpected_exits
         checks["every SIGTERMed worker exited 0"] = all(
-            w.returncode == 0 for w in fleet.done if w.signal_sent and w.signal_sent.startswith("SIGTERM"))
+            w.returncode == 0 for w in fleet.done if w.signal_sent and w.signal_sent.startswith("SIGTERM")
+        )
         checks["queue drained"] = drained_at is not None
         ok = all(checks.values())
         result["ok"] = ok
@@ -656,9 +802,10 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str, fina
     other_rows = collections.Counter()
     attempts_at_dead: dict[str, int] = {}
     committed_attempts = collections.Counter()
-    for key, kind, outcome, attempts, to_queue in probe.rows(
-            "SELECT p_key, p_kind, outcome, attempts, to_queue FROM pyqueue_history WHERE queue_name = %s",
-            (probe.queue,)):
+    for key, _kind, outcome, attempts, _to_queue in probe.rows(
+        "SELECT p_key, p_kind, outcome, attempts, to_queue FROM pyqueue_history WHERE queue_name = %s",
+        (probe.queue,),
+    ):
         if outcome == "committed":
             committed_rows[key] += 1
             committed_attempts[int(attempts)] += 1
@@ -667,9 +814,15 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str, fina
             attempts_at_dead[key] = int(attempts)
         else:
             other_rows[(key, outcome)] += 1
-    dlq_keys = {k for (k,) in probe.rows("SELECT p_key FROM pyqueue_dead_letters WHERE dead_letter_queue = %s",
-                                         (probe.dlq,))}
-    live = {k for (k,) in probe.rows("SELECT p_key FROM pyqueue_message WHERE queue_name = %s", (probe.queue,))}
+    dlq_keys = {
+        k
+        for (k,) in probe.rows(
+            "SELECT p_key FROM pyqueue_dead_letters WHERE dead_letter_queue = %s", (probe.dlq,)
+        )
+    }
+    live = {
+        k for (k,) in probe.rows("SELECT p_key FROM pyqueue_message WHERE queue_name = %s", (probe.queue,))
+    }
     committed = set(committed_rows)
     dead = set(dead_rows)
     acked_keys = set(acked)
@@ -680,8 +833,13 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str, fina
     per_kind = {}
     for kind in KINDS:
         keys = {k for k, v in acked.items() if v == kind}
-        per_kind[kind] = {"in": len(keys), "committed": len(keys & committed), "dead_lettered": len(keys & dead),
-                          "left": len(keys & live), "handler_runs": runs["runs_by_kind"].get(kind, 0)}
+        per_kind[kind] = {
+            "in": len(keys),
+            "committed": len(keys & committed),
+            "dead_lettered": len(keys & dead),
+            "left": len(keys & live),
+            "handler_runs": runs["runs_by_kind"].get(kind, 0),
+        }
     dead_nonpoison = sorted(k for k in dead if acked.get(k) not in ("poison", None))
     total_runs = sum(runs["starts"].values())
     committed_without_ok_run = sorted(k for k in committed if k not in runs["ok_keys"])
@@ -704,7 +862,9 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str, fina
         "unknown_keys": sorted((committed | dead | live) - known)[:20],
         "dead_lettered_not_poison": dead_nonpoison[:20],
         "dead_lettered_not_poison_count": len(dead_nonpoison),
-        "dead_lettered_not_poison_attempts": sorted(collections.Counter(attempts_at_dead[k] for k in dead_nonpoison).items()),
+        "dead_lettered_not_poison_attempts": sorted(
+            collections.Counter(attempts_at_dead[k] for k in dead_nonpoison).items()
+        ),
         "committed_attempts_histogram": sorted(committed_attempts.items()),
         "per_kind": per_kind,
         "handler_runs": total_runs,
@@ -718,11 +878,16 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str, fina
     }
     # Runs that neither failed nor led to the key's commit: cut by a kill, or
     # finished but the worker died before its commit (the message came back).
-    a["redeliveries_after_kills"] = total_runs - a["handler_runs_failed"] - len(committed & set(runs["starts"]))
-    a["balance"] = f"{a['in_acknowledged']} in = {a['committed_keys']} committed + {a['dead_lettered_keys']} dead-lettered + {a['left_in_queue']} left"
+    a["redeliveries_after_kills"] = (
+        total_runs - a["handler_runs_failed"] - len(committed & set(runs["starts"]))
+    )
+    a["balance"] = (
+        f"{a['in_acknowledged']} in = {a['committed_keys']} committed + {a['dead_lettered_keys']} dead-lettered + {a['left_in_queue']} left"
+    )
     poison_keys = {k for k, v in acked.items() if v == "poison"}
     a["checks"] = {
-        "in = committed + dead-lettered + left": len(acked_keys) == len(committed & acked_keys) + len(dead & acked_keys) + len(live & acked_keys)
+        "in = committed + dead-lettered + left": len(acked_keys)
+        == len(committed & acked_keys) + len(dead & acked_keys) + len(live & acked_keys)
         and not (acked_keys - committed - dead - live),
         "nothing lost (every acknowledged key accounted for)": not (acked_keys - committed - dead - live),
         "no key committed twice": not a["committed_twice"],
@@ -746,8 +911,12 @@ def summarize_workers(fleet: Fleet, samples: list[dict]) -> dict[str, Any]:
             series[f"w{w['slot']}-g{w['gen']}"].append((s["t"], w["rss_kb"]))
     longest = max(series.items(), key=lambda kv: len(kv[1]), default=(None, []))
     name, pts = longest
-    out: dict[str, Any] = {"processes_started": fleet.gen, "returncodes": dict(collections.Counter(
-        f"{w.signal_sent or '-'} -> {w.returncode}" for w in fleet.done))}
+    out: dict[str, Any] = {
+        "processes_started": fleet.gen,
+        "returncodes": dict(
+            collections.Counter(f"{w.signal_sent or '-'} -> {w.returncode}" for w in fleet.done)
+        ),
+    }
     if pts:
         # Skip the first minute (imports, connection pools and thread stacks warming up).
         steady = [p for p in pts if p[0] - pts[0][0] >= 60] or pts
@@ -758,10 +927,16 @@ def summarize_workers(fleet: Fleet, samples: list[dict]) -> dict[str, Any]:
             mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
             den = sum((t - mt) ** 2 for t in ts)
             slope = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den if den else 0.0
-        out["long_lived"] = {"worker": name, "samples": len(pts), "rss_kb_first": pts[0][1],
-                             "rss_kb_after_1min": steady[0][1], "rss_kb_last": pts[-1][1],
-                             "rss_kb_max": max(p[1] for p in pts), "rss_kb_min_after_1min": min(ys),
-                             "slope_kb_per_min_after_1min": round(slope * 60, 1)}
+        out["long_lived"] = {
+            "worker": name,
+            "samples": len(pts),
+            "rss_kb_first": pts[0][1],
+            "rss_kb_after_1min": steady[0][1],
+            "rss_kb_last": pts[-1][1],
+            "rss_kb_max": max(p[1] for p in pts),
+            "rss_kb_min_after_1min": min(ys),
+            "slope_kb_per_min_after_1min": round(slope * 60, 1),
+        }
     all_rss = [w["rss_kb"] for s in samples for w in s["workers"]]
     if all_rss:
         out["rss_kb_all_workers"] = {"min": min(all_rss), "max": max(all_rss)}
@@ -770,52 +945,81 @@ def summarize_workers(fleet: Fleet, samples: list[dict]) -> dict[str, Any]:
 
 # -- report --------------------------------------------------------------------------------
 
+
 def markdown(r: dict[str, Any], command: str) -> str:
     a = r.get("accounting", {})
-    lines = [f"# Soak, {r['dialect']} ({'PASS' if r.get('ok') else 'FAIL'})", "",
-             f"Command: `{command}`  ",
-             f"Started {r.get('started_utc')}, server {r.get('server_version', '?')[:60]}  ",
-             f"Load {r['duration_s']['load']:.0f} s, drain {r['duration_s']['drain']} s, total {r['duration_s']['total']} s; "
-             f"{r['settings']['workers']} workers x {CONCURRENCY} threads, {r['settings']['producers']} producers at "
-             f"~{r['settings']['rate']:g} msg/s (0.4x-1.6x swings, 3x bursts)  ",
-             f"Load average seen: max 1-min {max(s['loadavg'][0] for s in r['samples']):.2f} (2 cores, shared machine)",
-             "", "## Accounting", "", f"**{a.get('balance')}**", "",
-             "| check | |", "|---|---|"]
+    lines = [
+        f"# Soak, {r['dialect']} ({'PASS' if r.get('ok') else 'FAIL'})",
+        "",
+        f"Command: `{command}`  ",
+        f"Started {r.get('started_utc')}, server {r.get('server_version', '?')[:60]}  ",
+        f"Load {r['duration_s']['load']:.0f} s, drain {r['duration_s']['drain']} s, total {r['duration_s']['total']} s; "
+        f"{r['settings']['workers']} workers x {CONCURRENCY} threads, {r['settings']['producers']} producers at "
+        f"~{r['settings']['rate']:g} msg/s (0.4x-1.6x swings, 3x bursts)  ",
+        f"Load average seen: max 1-min {max(s['loadavg'][0] for s in r['samples']):.2f} (2 cores, shared machine)",
+        "",
+        "## Accounting",
+        "",
+        f"**{a.get('balance')}**",
+        "",
+        "| check | |",
+        "|---|---|",
+    ]
     for name, passed in a.get("checks", {}).items():
         lines.append(f"| {name} | {'ok' if passed else '**FAILED**'} |")
-    lines += ["", "| kind | in | committed | dead-lettered | left | handler runs |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "| kind | in | committed | dead-lettered | left | handler runs |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for kind, v in a.get("per_kind", {}).items():
-        lines.append(f"| {kind} | {v['in']} | {v['committed']} | {v['dead_lettered']} | {v['left']} | {v['handler_runs']} |")
-    lines += ["",
-              f"Handler runs {a.get('handler_runs')} for {a.get('committed_keys')} commits + "
-              f"{a.get('dead_lettered_keys')} dead letters: {a.get('handler_runs_failed')} runs failed (flaky and "
-              f"poison: retried with backoff), {a.get('redeliveries_after_kills')} runs redone after kills "
-              f"({a.get('handler_runs_cut_by_kill')} cut mid-run by a kill, "
-              f"{(a.get('redeliveries_after_kills') or 0) - (a.get('handler_runs_cut_by_kill') or 0)} finished but "
-              f"their worker died before the commit); {a.get('keys_run_more_than_once')} keys ran more than once. Commits by attempt "
-              f"number (attempt, commits): {a.get('committed_attempts_histogram')}.  ",
-              f"Dead-lettered although not poison (attempts used up by kills + flaky failures): "
-              f"{a.get('dead_lettered_not_poison_count')} {a.get('dead_lettered_not_poison_attempts')}.  ",
-              f"Pushes that raised (outcome unknown): {a.get('uncertain_pushes')}; kills: {a.get('kills')}; "
-              f"workers started: {r['workers'].get('processes_started')}; exits: {r['workers'].get('returncodes')}", ""]
+        lines.append(
+            f"| {kind} | {v['in']} | {v['committed']} | {v['dead_lettered']} | {v['left']} | {v['handler_runs']} |"
+        )
+    lines += [
+        "",
+        f"Handler runs {a.get('handler_runs')} for {a.get('committed_keys')} commits + "
+        f"{a.get('dead_lettered_keys')} dead letters: {a.get('handler_runs_failed')} runs failed (flaky and "
+        f"poison: retried with backoff), {a.get('redeliveries_after_kills')} runs redone after kills "
+        f"({a.get('handler_runs_cut_by_kill')} cut mid-run by a kill, "
+        f"{(a.get('redeliveries_after_kills') or 0) - (a.get('handler_runs_cut_by_kill') or 0)} finished but "
+        f"their worker died before the commit); {a.get('keys_run_more_than_once')} keys ran more than once. Commits by attempt "
+        f"number (attempt, commits): {a.get('committed_attempts_histogram')}.  ",
+        f"Dead-lettered although not poison (attempts used up by kills + flaky failures): "
+        f"{a.get('dead_lettered_not_poison_count')} {a.get('dead_lettered_not_poison_attempts')}.  ",
+        f"Pushes that raised (outcome unknown): {a.get('uncertain_pushes')}; kills: {a.get('kills')}; "
+        f"workers started: {r['workers'].get('processes_started')}; exits: {r['workers'].get('returncodes')}",
+        "",
+    ]
     wl = r.get("worker_logs", {})
-    lines += ["## Errors", "",
-              f"Worker log lines by level: {wl.get('levels')}  ",
-              f"by event: {wl.get('events')}  ",
-              f"handler exceptions (rollbacks) by type: {wl.get('handler_errors')}  ",
-              f"producer errors: {r['samples'][-1]['producer_errors']}; workers that died on their own: "
-              f"{len(r.get('unexpected_exits', []))}", ""]
+    lines += [
+        "## Errors",
+        "",
+        f"Worker log lines by level: {wl.get('levels')}  ",
+        f"by event: {wl.get('events')}  ",
+        f"handler exceptions (rollbacks) by type: {wl.get('handler_errors')}  ",
+        f"producer errors: {r['samples'][-1]['producer_errors']}; workers that died on their own: "
+        f"{len(r.get('unexpected_exits', []))}",
+        "",
+    ]
     ll = r["workers"].get("long_lived")
     if ll:
-        lines += ["## Memory", "",
-                  f"Long-lived worker {ll['worker']} (never killed): RSS {ll['rss_kb_first']} kB at start, "
-                  f"{ll['rss_kb_after_1min']} kB after 1 min, {ll['rss_kb_last']} kB at the end, max {ll['rss_kb_max']} kB; "
-                  f"trend after the first minute {ll['slope_kb_per_min_after_1min']} kB/min.  ",
-                  f"All worker processes: RSS {r['workers']['rss_kb_all_workers']} kB.", ""]
-    lines += ["## Time series (every sample)", "",
-              "| t s | phase | in | committed | dead | ready | delayed | reserved | msg/s | long-lived RSS kB | all workers RSS kB | "
-              "message table | history table | worker rows | kills | load |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|"]
+        lines += [
+            "## Memory",
+            "",
+            f"Long-lived worker {ll['worker']} (never killed): RSS {ll['rss_kb_first']} kB at start, "
+            f"{ll['rss_kb_after_1min']} kB after 1 min, {ll['rss_kb_last']} kB at the end, max {ll['rss_kb_max']} kB; "
+            f"trend after the first minute {ll['slope_kb_per_min_after_1min']} kB/min.  ",
+            f"All worker processes: RSS {r['workers']['rss_kb_all_workers']} kB.",
+            "",
+        ]
+    lines += [
+        "## Time series (every sample)",
+        "",
+        "| t s | phase | in | committed | dead | ready | delayed | reserved | msg/s | long-lived RSS kB | all workers RSS kB | "
+        "message table | history table | worker rows | kills | load |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|",
+    ]
     lived = ll["worker"] if ll else None
     for s in r["samples"]:
         q, o, tb = s["queue"], s["outcomes"], s["tables"]
@@ -823,14 +1027,17 @@ def markdown(r: dict[str, Any], command: str) -> str:
         msg = tb.get("pyqueue_message", {})
         hist = tb.get("pyqueue_history", {})
         msg_s = f"{msg.get('bytes', 0) // 1024} kB, {msg.get('rows')} rows" + (
-            f", {msg['dead_tup']} dead" if "dead_tup" in msg else "")
+            f", {msg['dead_tup']} dead" if "dead_tup" in msg else ""
+        )
         all_rss = [w["rss_kb"] for w in s["workers"]]
         rng_s = f"{min(all_rss)}-{max(all_rss)}" if all_rss else ""
         hist_s = f"{hist.get('bytes', 0) // 1024} kB, {hist.get('rows')} rows"
-        lines.append(f"| {s['t']:.0f} | {s['phase']} | {s['acked']} | {o.get('committed', 0)} | {o.get('dead_lettered', 0)} | "
-                     f"{q['ready']} | {q['delayed']} | {q['reserved']} | {s['processed_per_s'] if s['processed_per_s'] is not None else ''} | "
-                     f"{rss} | {rng_s} | {msg_s} | {hist_s} | {tb.get('pyqueue_worker', {}).get('rows')} | "
-                     f"{sum(s['kills'].values())} | {s['loadavg'][0]} |")
+        lines.append(
+            f"| {s['t']:.0f} | {s['phase']} | {s['acked']} | {o.get('committed', 0)} | {o.get('dead_lettered', 0)} | "
+            f"{q['ready']} | {q['delayed']} | {q['reserved']} | {s['processed_per_s'] if s['processed_per_s'] is not None else ''} | "
+            f"{rss} | {rng_s} | {msg_s} | {hist_s} | {tb.get('pyqueue_worker', {}).get('rows')} | "
+            f"{sum(s['kills'].values())} | {s['loadavg'][0]} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -838,44 +1045,77 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dialect", choices=("postgresql", "mysql", "both"), default="both")
     p.add_argument("--minutes", type=float, default=10.0, help="load phase length (default 10)")
-    p.add_argument("--workers", type=int, default=4, help="worker processes (default 4; slot 0 is never killed)")
+    p.add_argument(
+        "--workers", type=int, default=4, help="worker processes (default 4; slot 0 is never killed)"
+    )
     p.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
-    p.add_argument("--rate", type=float, default=60.0, help="average messages pushed per second, all producers (default 60)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=60.0,
+        help="average messages pushed per second, all producers (default 60)",
+    )
     p.add_argument("--kill-min", type=float, default=2.0, help="shortest pause between two kills (s)")
     p.add_argument("--kill-max", type=float, default=6.0, help="longest pause between two kills (s)")
     p.add_argument("--sample-every", type=float, default=10.0)
     p.add_argument("--drain-timeout", type=float, default=180.0)
-    p.add_argument("--pg-vacuum-every", type=float, default=60.0,
-                   help="PostgreSQL: VACUUM the pyqueue tables every S seconds, standing in for autovacuum "
-                        "(off on this server); 0 = never")
+    p.add_argument(
+        "--pg-vacuum-every",
+        type=float,
+        default=60.0,
+        help="PostgreSQL: VACUUM the pyqueue tables every S seconds, standing in for autovacuum "
+        "(off on this server); 0 = never",
+    )
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"),
-                   help="where soak_<dialect>.json and .md go (default bench/results, git-ignored)")
-    p.add_argument("--keep", action="store_true", help="keep the database and the work files (worker logs, keys)")
-    p.add_argument("--inject", choices=("loss", "double-commit"),
-                   help="self-check of the accounting: halfway through the load, delete one live message "
-                        "behind the routines' back (loss) or add a second committed history row for a "
-                        "committed key (double-commit); the run must then FAIL (exit 1)")
-    p.add_argument("--render", metavar="JSON", nargs="+",
-                   help="only rewrite the Markdown summary of earlier soak_<dialect>.json files (no run)")
+    p.add_argument(
+        "--out",
+        default=os.path.join(ROOT, "bench", "results"),
+        help="where soak_<dialect>.json and .md go (default bench/results, git-ignored)",
+    )
+    p.add_argument(
+        "--keep", action="store_true", help="keep the database and the work files (worker logs, keys)"
+    )
+    p.add_argument(
+        "--inject",
+        choices=("loss", "double-commit"),
+        help="self-check of the accounting: halfway through the load, delete one live message "
+        "behind the routines' back (loss) or add a second committed history row for a "
+        "committed key (double-commit); the run must then FAIL (exit 1)",
+    )
+    p.add_argument(
+        "--render",
+        metavar="JSON",
+        nargs="+",
+        help="only rewrite the Markdown summary of earlier soak_<dialect>.json files (no run)",
+    )
     args = p.parse_args(argv)
     if args.render:
         for path in args.render:
             with open(path) as f:
                 r = json.load(f)
-            with open(path[:-len(".json")] + ".md" if path.endswith(".json") else path + ".md", "w") as f:
+            with open(path[: -len(".json")] + ".md" if path.endswith(".json") else path + ".md", "w") as f:
                 f.write(markdown(r, r["command"]))
         return 0
     if args.workers < 2:
         p.error("--workers must be at least 2 (slot 0 is never killed)")
-    if args.minutes <= 0 or args.rate <= 0 or args.producers < 1 or args.kill_min <= 0 or args.kill_max < args.kill_min:
+    if (
+        args.minutes <= 0
+        or args.rate <= 0
+        or args.producers < 1
+        or args.kill_min <= 0
+        or args.kill_max < args.kill_min
+    ):
         p.error("--minutes and --rate must be > 0, --producers >= 1, 0 < --kill-min <= --kill-max")
     command = "python bench/soak.py " + " ".join(sys.argv[1:] if argv is None else argv)
     os.makedirs(args.out, exist_ok=True)
     dialects = ["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]
     all_ok = True
-    meta = {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "pyqueue_sql": getattr(pyqueue_sql, "__version__", "?")}
+    meta = {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "pyqueue_sql": getattr(pyqueue_sql, "__version__", "?"),
+    }
     for d in dialects:
         r = run_dialect(d, args)
         r["command"] = command
@@ -886,8 +1126,11 @@ def main(argv: list[str] | None = None) -> int:
         with open(os.path.join(args.out, f"soak_{d}.md"), "w") as f:
             f.write(md)
         a = r["accounting"]
-        print(f"[{d}] {'PASS' if r['ok'] else 'FAIL'}: {a['balance']}; committed twice {len(a['committed_twice'])}; "
-              f"handler runs {a['handler_runs']}; kills {a['kills']}", flush=True)
+        print(
+            f"[{d}] {'PASS' if r['ok'] else 'FAIL'}: {a['balance']}; committed twice {len(a['committed_twice'])}; "
+            f"handler runs {a['handler_runs']}; kills {a['kills']}",
+            flush=True,
+        )
         for name, passed in a["checks"].items():
             if not passed:
                 print(f"[{d}]   FAILED check: {name}", flush=True)

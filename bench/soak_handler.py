@@ -43,8 +43,11 @@ def _log(line: str) -> None:
     if _fd is None:
         with _fd_lock:
             if _fd is None:
-                _fd = os.open(os.path.join(directory, f"runs-{os.getpid()}.log"),
-                              os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                _fd = os.open(
+                    os.path.join(directory, f"runs-{os.getpid()}.log"),
+                    os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                    0o644,
+                )
     os.write(_fd, (line + "\n").encode())
 
 

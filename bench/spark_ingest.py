@@ -35,7 +35,9 @@ from pyqueue_sql import spark as pqs  # noqa: E402
 from pyqueue_sql.queries import parse_named  # noqa: E402
 
 SERVERS = {
-    "postgresql": os.environ.get("PYQUEUE_BENCH_POSTGRESQL_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    "postgresql": os.environ.get(
+        "PYQUEUE_BENCH_POSTGRESQL_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+    ),
     "mysql": os.environ.get("PYQUEUE_BENCH_MYSQL_DSN", "mysql://root@127.0.0.1:3306/"),
 }
 QUEUE = "bench.ingest"
@@ -78,19 +80,25 @@ def run_sql(url: str, statement: str) -> None:
 def frame(spark, rows: int, partitions: int):
     from pyspark.sql import functions as F
 
-    df = (spark.range(0, rows, numPartitions=partitions)
-          .select(F.format_string("msg-%08d", F.col("id")).alias("key"),
-                  F.lit("notify").alias("kind"),
-                  F.to_json(F.struct(F.col("id").alias("user_id"),
-                                     F.format_string("user%d@example.com", F.col("id")).alias("to"),
-                                     (F.col("id") % 100).alias("segment"))).alias("payload")))
+    df = spark.range(0, rows, numPartitions=partitions).select(
+        F.format_string("msg-%08d", F.col("id")).alias("key"),
+        F.lit("notify").alias("kind"),
+        F.to_json(
+            F.struct(
+                F.col("id").alias("user_id"),
+                F.format_string("user%d@example.com", F.col("id")).alias("to"),
+                (F.col("id") % 100).alias("segment"),
+            )
+        ).alias("payload"),
+    )
     df = df.cache()
     df.count()
     return df
 
 
-def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, repeat: int,
-                  variants: bool) -> list[dict]:
+def bench_dialect(
+    spark, dialect: str, rows: int, partitions: int, batch: int, repeat: int, variants: bool
+) -> list[dict]:
     name = f"pyqueue_bench_spark_{uuid.uuid4().hex[:8]}"
     admin(dialect, "CREATE DATABASE {db}", name)
     url = database_url(dialect, name)
@@ -107,7 +115,9 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
         tgt = pqs.target(url)
         option_sets = [("default", {})]
         if dialect == "mysql" and variants:
-            option_sets.append(("useBulkStmts", {"rewriteBatchedStatements": "false", "useBulkStmts": "true"}))
+            option_sets.append(
+                ("useBulkStmts", {"rewriteBatchedStatements": "false", "useBulkStmts": "true"})
+            )
         for label, extra in option_sets:
             opts = {**pqs.write_options(tgt, batch), **extra}
             for r in range(repeat):
@@ -115,8 +125,9 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
                     db.call("stats", queue=None)
                     run_sql(url, statements["truncate_plain"])
                     clear(url, statements)
-                ingest_df = pqs.ingest_frame(df, QUEUE, key="key", kind="kind", payload="payload",
-                                             dialect=dialect)
+                ingest_df = pqs.ingest_frame(
+                    df, QUEUE, key="key", kind="kind", payload="payload", dialect=dialect
+                )
                 t = time.perf_counter()
                 ingest_df.write.jdbc(tgt.jdbc_url, "bench_plain", mode="append", properties=opts)
                 plain = time.perf_counter() - t
@@ -127,48 +138,88 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
                 from pyspark.sql import functions as F
 
                 direct_df = ingest_df.select(
-                    "queue_name", "p_key", "p_kind", "payload", F.lit(0).alias("priority"),
+                    "queue_name",
+                    "p_key",
+                    "p_kind",
+                    "payload",
+                    F.lit(0).alias("priority"),
                     F.current_timestamp().alias("scheduled_at"),
                     F.current_timestamp().alias("scheduled_at_initially"),
-                    F.current_timestamp().alias("created_at"))
+                    F.current_timestamp().alias("created_at"),
+                )
                 if dialect == "mysql":
                     direct_df = direct_df.select(
-                        *[F.date_format(c, "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(c)
-                          if c.endswith("_at") else F.col(c) for c in direct_df.columns])
+                        *[
+                            F.date_format(c, "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(c)
+                            if c.endswith("_at")
+                            else F.col(c)
+                            for c in direct_df.columns
+                        ]
+                    )
                 t = time.perf_counter()
                 direct_df.write.jdbc(tgt.jdbc_url, "pyqueue_message", mode="append", properties=opts)
                 direct = time.perf_counter() - t
                 clear(url, statements)
 
                 t = time.perf_counter()
-                pqs.enqueue(df, url, QUEUE, key="key", kind="kind", payload="payload",
-                            properties=extra, batch_size=batch)
+                pqs.enqueue(
+                    df,
+                    url,
+                    QUEUE,
+                    key="key",
+                    kind="kind",
+                    payload="payload",
+                    properties=extra,
+                    batch_size=batch,
+                )
                 ingest = time.perf_counter() - t
                 with pyqueue_sql.connect(url) as db:
                     live = db.queue(QUEUE).stats().ready
                 t = time.perf_counter()
-                pqs.enqueue(df, url, QUEUE, key="key", kind="kind", payload="payload",
-                            properties=extra, batch_size=batch)
+                pqs.enqueue(
+                    df,
+                    url,
+                    QUEUE,
+                    key="key",
+                    kind="kind",
+                    payload="payload",
+                    properties=extra,
+                    batch_size=batch,
+                )
                 rerun = time.perf_counter() - t
                 with pyqueue_sql.connect(url) as db:
                     live_after = db.queue(QUEUE).stats().ready
                 row = {
-                    "dialect": dialect, "options": label, "round": r + 1, "rows": rows,
-                    "partitions": partitions, "batch": batch,
-                    "plain_rows_s": rows / plain, "direct_rows_s": rows / direct,
-                    "ingest_rows_s": rows / ingest, "rerun_rows_s": rows / rerun,
-                    "direct_vs_plain": plain / direct, "ingest_vs_direct": direct / ingest,
-                    "ingest_vs_plain": plain / ingest, "rerun_vs_plain": plain / rerun,
-                    "live_after_ingest": live, "live_after_rerun": live_after,
+                    "dialect": dialect,
+                    "options": label,
+                    "round": r + 1,
+                    "rows": rows,
+                    "partitions": partitions,
+                    "batch": batch,
+                    "plain_rows_s": rows / plain,
+                    "direct_rows_s": rows / direct,
+                    "ingest_rows_s": rows / ingest,
+                    "rerun_rows_s": rows / rerun,
+                    "direct_vs_plain": plain / direct,
+                    "ingest_vs_direct": direct / ingest,
+                    "ingest_vs_plain": plain / ingest,
+                    "rerun_vs_plain": plain / rerun,
+                    "live_after_ingest": live,
+                    "live_after_rerun": live_after,
                 }
                 results.append(row)
-                print(f"{dialect:10s} {label:12s} round {r + 1}: plain {row['plain_rows_s']:9,.0f} rows/s  "
-                      f"direct {row['direct_rows_s']:9,.0f} rows/s ({row['direct_vs_plain']:.0%})  "
-                      f"ingest {row['ingest_rows_s']:9,.0f} rows/s ({row['ingest_vs_plain']:.0%})  "
-                      f"rerun {row['rerun_rows_s']:9,.0f} rows/s ({row['rerun_vs_plain']:.0%})  "
-                      f"live {live}/{live_after}", flush=True)
+                print(
+                    f"{dialect:10s} {label:12s} round {r + 1}: plain {row['plain_rows_s']:9,.0f} rows/s  "
+                    f"direct {row['direct_rows_s']:9,.0f} rows/s ({row['direct_vs_plain']:.0%})  "
+                    f"ingest {row['ingest_rows_s']:9,.0f} rows/s ({row['ingest_vs_plain']:.0%})  "
+                    f"rerun {row['rerun_rows_s']:9,.0f} rows/s ({row['rerun_vs_plain']:.0%})  "
+                    f"live {live}/{live_after}",
+                    flush=True,
+                )
                 if live != rows or live_after != rows:
-                    raise SystemExit(f"{dialect}: expected {rows} live messages, got {live} then {live_after}")
+                    raise SystemExit(
+                        f"{dialect}: expected {rows} live messages, got {live} then {live_after}"
+                    )
         df.unpersist()
     finally:
         admin(dialect, "DROP DATABASE IF EXISTS {db}", name)
@@ -181,7 +232,9 @@ def clear(url: str, statements: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dialect", choices=["postgresql", "mysql", "both"], default="both")
     parser.add_argument("--partitions", type=int, default=2)
@@ -195,9 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     spark = pqs.session("pyqueue-bench-spark")
     results = []
-    for dialect in (["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]):
-        results += bench_dialect(spark, dialect, args.rows, args.partitions, args.batch, args.repeat,
-                                 args.variants)
+    for dialect in ["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]:
+        results += bench_dialect(
+            spark, dialect, args.rows, args.partitions, args.batch, args.repeat, args.variants
+        )
     spark.stop()
     out = HERE / "results"
     out.mkdir(exist_ok=True)

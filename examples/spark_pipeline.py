@@ -33,9 +33,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -63,8 +63,10 @@ def database(dsn: str | None) -> Iterator[tuple[str, str]]:
 
     started = time.monotonic()
     with embedded_dsns() as (socket_dsn, tcp_dsn):
-        say(f"database: embedded PostgreSQL (.pyqueue-demo/pgdata), up in {time.monotonic() - started:.1f} s; "
-            f"Spark reaches it over TCP at {tcp_dsn}")
+        say(
+            f"database: embedded PostgreSQL (.pyqueue-demo/pgdata), up in {time.monotonic() - started:.1f} s; "
+            f"Spark reaches it over TCP at {tcp_dsn}"
+        )
         yield tcp_dsn, socket_dsn
 
 
@@ -76,15 +78,22 @@ def write_dataset(spark, path: str, rows: int) -> None:
     from pyspark.sql import functions as F
 
     now = F.lit(dt.datetime(2026, 11, 22, tzinfo=dt.timezone.utc))
-    (spark.range(0, rows, numPartitions=4)
-     .select(F.col("id").alias("user_id"),
-             F.format_string("user%d@example.com", F.col("id")).alias("email"),
-             F.element_at(F.array(*[F.lit(c) for c in ("DE", "FR", "US", "BR", "JP")]),
-                          (F.col("id") % 5 + 1).cast("int")).alias("country"),
-             F.when(F.col("id") % 10 == 0, F.lit("premium")).otherwise(F.lit("free")).alias("plan"),
-             (now - F.make_interval(days=(F.col("id") * 7919 % 90).cast("int"))).alias("last_login"),
-             (now - F.make_interval(hours=(F.col("id") * 104729 % 200).cast("int"))).alias("profile_changed"))
-     .write.mode("overwrite").parquet(path))
+    (
+        spark.range(0, rows, numPartitions=4)
+        .select(
+            F.col("id").alias("user_id"),
+            F.format_string("user%d@example.com", F.col("id")).alias("email"),
+            F.element_at(
+                F.array(*[F.lit(c) for c in ("DE", "FR", "US", "BR", "JP")]),
+                (F.col("id") % 5 + 1).cast("int"),
+            ).alias("country"),
+            F.when(F.col("id") % 10 == 0, F.lit("premium")).otherwise(F.lit("free")).alias("plan"),
+            (now - F.make_interval(days=(F.col("id") * 7919 % 90).cast("int"))).alias("last_login"),
+            (now - F.make_interval(hours=(F.col("id") * 104729 % 200).cast("int"))).alias("profile_changed"),
+        )
+        .write.mode("overwrite")
+        .parquet(path)
+    )
 
 
 def compute_messages(spark, path: str):
@@ -94,14 +103,21 @@ def compute_messages(spark, path: str):
 
     now = F.lit(dt.datetime(2026, 11, 22, tzinfo=dt.timezone.utc))
     users = spark.read.parquet(path)
-    winback = (users.where(F.col("last_login") < now - F.expr("INTERVAL 30 DAYS"))
-               .select(F.format_string("user-%d", "user_id").alias("key"), F.lit("email.winback").alias("kind"),
-                       F.to_json(F.struct("email", "country", "plan")).alias("payload"),
-                       F.when(F.col("plan") == "premium", 5).otherwise(0).alias("priority")))
-    reindex = (users.where((F.col("last_login") >= now - F.expr("INTERVAL 30 DAYS"))
-                           & (F.col("profile_changed") >= now - F.expr("INTERVAL 48 HOURS")))
-               .select(F.format_string("user-%d", "user_id").alias("key"), F.lit("search.reindex").alias("kind"),
-                       F.to_json(F.struct("user_id", "country")).alias("payload"), F.lit(1).alias("priority")))
+    winback = users.where(F.col("last_login") < now - F.expr("INTERVAL 30 DAYS")).select(
+        F.format_string("user-%d", "user_id").alias("key"),
+        F.lit("email.winback").alias("kind"),
+        F.to_json(F.struct("email", "country", "plan")).alias("payload"),
+        F.when(F.col("plan") == "premium", 5).otherwise(0).alias("priority"),
+    )
+    reindex = users.where(
+        (F.col("last_login") >= now - F.expr("INTERVAL 30 DAYS"))
+        & (F.col("profile_changed") >= now - F.expr("INTERVAL 48 HOURS"))
+    ).select(
+        F.format_string("user-%d", "user_id").alias("key"),
+        F.lit("search.reindex").alias("kind"),
+        F.to_json(F.struct("user_id", "country")).alias("payload"),
+        F.lit(1).alias("priority"),
+    )
     return winback.unionByName(reindex)
 
 
@@ -159,21 +175,32 @@ def report(spark, dsn: str, since: dt.datetime, records: list[tuple[str, float, 
     try:
         history = pqs.read_history(spark, dsn, QUEUE, since, None, num_partitions=4)
         history = history.where(F.col("outcome") == "committed").select(
-            "p_kind", (F.col("processed_at").cast("double") - F.col("created_at").cast("double")).alias("latency_s"))
+            "p_kind",
+            (F.col("processed_at").cast("double") - F.col("created_at").cast("double")).alias("latency_s"),
+        )
         history.first()
         source = "pyqueue_history (read_history: 4 parallel JDBC partitions on processed_at)"
     except Exception as exc:
         if "pyqueue_history" not in str(exc):
             raise
-        say("job 2:    this database has no pyqueue_history table yet (the history feature is not installed);")
+        say(
+            "job 2:    this database has no pyqueue_history table yet (the history feature is not installed);"
+        )
         say("          reporting from the workers' own records instead")
-        history = spark.createDataFrame([(k, d - c) for k, c, d in records], "p_kind string, latency_s double")
+        history = spark.createDataFrame(
+            [(k, d - c) for k, c, d in records], "p_kind string, latency_s double"
+        )
         source = "the workers' records"
-    rows = (history.groupBy("p_kind")
-            .agg(F.count(F.lit(1)).alias("n"),
-                 F.percentile_approx("latency_s", [0.5, 0.9, 0.99], 1000).alias("p"),
-                 F.max("latency_s").alias("max"))
-            .orderBy("p_kind").collect())
+    rows = (
+        history.groupBy("p_kind")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.percentile_approx("latency_s", [0.5, 0.9, 0.99], 1000).alias("p"),
+            F.max("latency_s").alias("max"),
+        )
+        .orderBy("p_kind")
+        .collect()
+    )
     say(f"job 2:    per-kind counts and latency (enqueue -> commit) from {source}")
     say(f"          {'kind':16s} {'messages':>9s} {'p50':>8s} {'p90':>8s} {'p99':>8s} {'max':>8s}")
     for r in rows:
@@ -197,8 +224,10 @@ def run(dsn: str, rows: int, workers: int, timeout: float, client_dsn: str | Non
     since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)
     started = time.monotonic()
     spark = pqs.session("pyqueue-spark-pipeline")
-    say(f"spark:    local session up in {time.monotonic() - started:.1f} s "
-        f"(JDBC jars: {', '.join(os.path.basename(j) for j in pqs.jdbc_jars())})")
+    say(
+        f"spark:    local session up in {time.monotonic() - started:.1f} s "
+        f"(JDBC jars: {', '.join(os.path.basename(j) for j in pqs.jdbc_jars())})"
+    )
     try:
         with tempfile.TemporaryDirectory(prefix="pyqueue-spark-") as tmp:
             path = os.path.join(tmp, "users.parquet")
@@ -208,30 +237,55 @@ def run(dsn: str, rows: int, workers: int, timeout: float, client_dsn: str | Non
             messages = compute_messages(spark, path).cache()
             total = messages.count()
             kinds = {r.kind: r["count"] for r in messages.groupBy("kind").count().collect()}
-            say(f"job 1:    {total:,} messages computed: "
-                + ", ".join(f"{n:,} {k}" for k, n in sorted(kinds.items())))
+            say(
+                f"job 1:    {total:,} messages computed: "
+                + ", ".join(f"{n:,} {k}" for k, n in sorted(kinds.items()))
+            )
             t = time.monotonic()
-            result = pqs.enqueue(messages, dsn, QUEUE, key="key", kind="kind", payload="payload",
-                                 priority="priority", num_partitions=2)
+            result = pqs.enqueue(
+                messages,
+                dsn,
+                QUEUE,
+                key="key",
+                kind="kind",
+                payload="payload",
+                priority="priority",
+                num_partitions=2,
+            )
             took = time.monotonic() - t
             with pyqueue_sql.connect(client_dsn) as db:
                 live = db.queue(QUEUE).stats().ready
-            say(f"          enqueued through queue_ingest in {took:.1f} s ({total / took:,.0f} rows/s): "
-                f"{live:,} live messages" + (f" (flush: {result.enqueued:,} new)" if result.enqueued is not None else ""))
+            say(
+                f"          enqueued through queue_ingest in {took:.1f} s ({total / took:,.0f} rows/s): "
+                f"{live:,} live messages"
+                + (f" (flush: {result.enqueued:,} new)" if result.enqueued is not None else "")
+            )
             t = time.monotonic()
-            again = pqs.enqueue(messages, dsn, QUEUE, key="key", kind="kind", payload="payload",
-                                priority="priority", num_partitions=2)
+            again = pqs.enqueue(
+                messages,
+                dsn,
+                QUEUE,
+                key="key",
+                kind="kind",
+                payload="payload",
+                priority="priority",
+                num_partitions=2,
+            )
             with pyqueue_sql.connect(client_dsn) as db:
                 live_again = db.queue(QUEUE).stats().ready
-            say(f"          re-run of the same job in {time.monotonic() - t:.1f} s: {live_again:,} live messages "
+            say(
+                f"          re-run of the same job in {time.monotonic() - t:.1f} s: {live_again:,} live messages "
                 + ("(dedup: nothing enqueued twice)" if live_again == live else "(UNEXPECTED: duplicates)")
-                + (f", flush: {again.duplicates:,} duplicates" if again.duplicates is not None else ""))
+                + (f", flush: {again.duplicates:,} duplicates" if again.duplicates is not None else "")
+            )
             messages.unpersist()
         t = time.monotonic()
         records = drain(client_dsn, live, workers, timeout)
         took = time.monotonic() - t
-        say(f"workers:  {workers} reserve/commit loops committed {len(records):,} messages in {took:.1f} s "
-            f"({len(records) / max(took, 1e-9):,.0f}/s)")
+        say(
+            f"workers:  {workers} reserve/commit loops committed {len(records):,} messages in {took:.1f} s "
+            f"({len(records) / max(took, 1e-9):,.0f}/s)"
+        )
         report(spark, dsn, since, records)
     finally:
         spark.stop()
@@ -243,14 +297,24 @@ def run(dsn: str, rows: int, workers: int, timeout: float, client_dsn: str | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1_000_000, help="users in the dataset (default 1,000,000)")
-    parser.add_argument("--dsn", help="postgresql://... or mysql://... (default $PYQUEUE_DSN, else the "
-                                      "embedded PostgreSQL over a localhost TCP port)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rows", type=int, default=1_000_000, help="users in the dataset (default 1,000,000)"
+    )
+    parser.add_argument(
+        "--dsn",
+        help="postgresql://... or mysql://... (default $PYQUEUE_DSN, else the "
+        "embedded PostgreSQL over a localhost TCP port)",
+    )
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the workers may take")
-    parser.add_argument("--demo", action="store_true",
-                        help=f"the `make demo` stage: {DEMO_ROWS:,} users, and a plain message when it cannot run")
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help=f"the `make demo` stage: {DEMO_ROWS:,} users, and a plain message when it cannot run",
+    )
     args = parser.parse_args(argv)
     rows = DEMO_ROWS if args.demo and args.rows == 1_000_000 else args.rows
     say()
@@ -259,8 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         java = [m for m in missing if "Java" in m]
         if java:
-            say("Spark stage SKIPPED: Java is not installed. The Spark stage needs a Java 17+ runtime "
-                "(apt-get install default-jre-headless, or set JAVA_HOME); install it and run this again.")
+            say(
+                "Spark stage SKIPPED: Java is not installed. The Spark stage needs a Java 17+ runtime "
+                "(apt-get install default-jre-headless, or set JAVA_HOME); install it and run this again."
+            )
         others = [m for m in missing if "Java" not in m]
         if others:
             say("Spark stage SKIPPED: " + "; ".join(others))

@@ -21,9 +21,12 @@ config = context.config
 
 def main() -> None:
     if context.is_offline_mode():
-        raise SystemExit("pyqueue-sql migrations run online only; `pyqueue-sql sql --dialect X` prints the SQL")
-    engine = engine_from_config(config.get_section(config.config_ini_section, {}),
-                                prefix="sqlalchemy.", poolclass=pool.NullPool)
+        raise SystemExit(
+            "pyqueue-sql migrations run online only; `pyqueue-sql sql --dialect X` prints the SQL"
+        )
+    engine = engine_from_config(
+        config.get_section(config.config_ini_section, {}), prefix="sqlalchemy.", poolclass=pool.NullPool
+    )
     with engine.connect() as connection:
         context.configure(connection=connection, version_table=VERSION_TABLE)
         with context.begin_transaction():

@@ -13,7 +13,7 @@ branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
 
 # The catalog this revision leaves, per server flavor (see 0001_core.py);
-# tests/test_migrate_interrupted.py prints the values to put here.
+# tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
     "postgresql": "",
     "mariadb": "",

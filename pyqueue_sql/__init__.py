@@ -14,7 +14,6 @@ from .client import (
     WorkerRegistration,
     connect,
 )
-from .worker import Job, RetryPolicy, Worker
 from .errors import (
     InsecureSchemaError,
     InvalidArgumentError,
@@ -26,11 +25,32 @@ from .errors import (
     UnknownQueueError,
     UnsupportedDsnError,
 )
+from .worker import Job, RetryPolicy, Worker
 
 __all__ = [
-    "Database", "DeadLetter", "HistoryRow", "Job", "Message", "MessageInfo", "RetryPolicy", "Worker", "NewMessage",
-    "Queue", "QueueSettings", "QueueStats", "Reservation", "WorkerRegistration", "connect",
-    "InsecureSchemaError", "InvalidArgumentError", "InvalidPayloadError", "PermissionDeniedError", "QueueError",
-    "SchemaNotInstalledError", "SerializationError", "UnknownQueueError", "UnsupportedDsnError",
+    "Database",
+    "DeadLetter",
+    "HistoryRow",
+    "Job",
+    "Message",
+    "MessageInfo",
+    "RetryPolicy",
+    "Worker",
+    "NewMessage",
+    "Queue",
+    "QueueSettings",
+    "QueueStats",
+    "Reservation",
+    "WorkerRegistration",
+    "connect",
+    "InsecureSchemaError",
+    "InvalidArgumentError",
+    "InvalidPayloadError",
+    "PermissionDeniedError",
+    "QueueError",
+    "SchemaNotInstalledError",
+    "SerializationError",
+    "UnknownQueueError",
+    "UnsupportedDsnError",
 ]
 __version__ = "0.1.0"

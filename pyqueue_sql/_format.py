@@ -6,7 +6,8 @@ Neither ``cli`` nor ``demo`` imports the other; both import this module.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from . import errors
 
@@ -46,8 +47,9 @@ def format_time(value: dt.datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def format_table(header: Sequence[str], rows: Iterable[Sequence[str]],
-                 right_aligned: Iterable[int] = ()) -> str:
+def format_table(
+    header: Sequence[str], rows: Iterable[Sequence[str]], right_aligned: Iterable[int] = ()
+) -> str:
     """An aligned text table: the header, a rule, then the rows."""
     rows = [tuple(str(c) for c in r) for r in rows]
     widths = [max(len(row[i]) for row in [tuple(header), *rows]) for i in range(len(header))]
@@ -55,8 +57,7 @@ def format_table(header: Sequence[str], rows: Iterable[Sequence[str]],
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
-            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-            for i, cell in enumerate(cells)
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) for i, cell in enumerate(cells)
         ).rstrip()
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
@@ -66,8 +67,15 @@ def format_stats_table(stats: Iterable[Any]) -> str:
     """The stats of several queues (pyqueue_sql.QueueStats) as an aligned text table."""
     header = ("queue", "ready", "delayed", "reserved", "dead", "oldest ready age", "paused")
     rows = [
-        (s.queue, str(s.ready), str(s.delayed), str(s.reserved), str(s.dead),
-         format_age(s.oldest_ready_age_s), "yes" if s.paused else "no")
+        (
+            s.queue,
+            str(s.ready),
+            str(s.delayed),
+            str(s.reserved),
+            str(s.dead),
+            format_age(s.oldest_ready_age_s),
+            "yes" if s.paused else "no",
+        )
         for s in stats
     ]
     return format_table(header, rows, right_aligned=(1, 2, 3, 4, 5))

@@ -28,15 +28,23 @@ import datetime as dt
 import json
 import os
 import sys
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from . import __version__, errors, privileges
 
 # Helpers the demo uses too live in _format, so that demo never imports cli (cli imports demo only in cmd_demo)
 # (re-exported here: pyqueue_sql.cli.format_stats_table, redact_dsn, describe_error, ...).
 from ._format import (  # noqa: F401
-    describe_error, format_age, format_duration, format_stats_table, format_table, format_time, one_line,
-    redact_dsn, shorten,
+    describe_error,
+    format_age,
+    format_duration,
+    format_stats_table,
+    format_table,
+    format_time,
+    one_line,
+    redact_dsn,
+    shorten,
 )
 
 DSN_ENV = "PYQUEUE_DSN"
@@ -54,11 +62,14 @@ class UsageError(Exception):
 
 # -- commands --------------------------------------------------------------------
 
+
 def _dsn(args: argparse.Namespace) -> str:
     dsn = args.dsn or os.environ.get(DSN_ENV)
     if not dsn:
-        raise UsageError(f"no database given: pass --dsn DSN or set {DSN_ENV} "
-                         "(postgresql://user@host/db or mysql://user@host/db)")
+        raise UsageError(
+            f"no database given: pass --dsn DSN or set {DSN_ENV} "
+            "(postgresql://user@host/db or mysql://user@host/db)"
+        )
     _check_scheme(dsn)
     return dsn
 
@@ -105,6 +116,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         raise UsageError("--adopt is for upgrades: it records a schema installed from the SQL script")
     try:
         from . import migrate
+
         if args.downgrade:
             return _migrate_down(migrate, dsn, args)
         return _migrate_up(migrate, dsn, args)
@@ -118,8 +130,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         if isinstance(exc, migrate.UnrecordedSchemaError):
             text = one_line(str(exc))
             if "--adopt" not in text:
-                text += (" (if it was installed from `pyqueue-sql sql` or by an older release, "
-                         "run `pyqueue-sql migrate --adopt` to record it)")
+                text += (
+                    " (if it was installed from `pyqueue-sql sql` or by an older release, "
+                    "run `pyqueue-sql migrate --adopt` to record it)"
+                )
             print(f"{PROG}: error: {text}", file=sys.stderr)
             return EXIT_FAILURE
         raise
@@ -135,7 +149,11 @@ def _migrate_up(migrate: Any, dsn: str, args: argparse.Namespace) -> int:
         print(f"already at {_revisions(after)}")
     elif not before:
         first = _first_revision(migrate)
-        print(f"{first} -> {_revisions(after)}" if first and (first,) != after else f"installed {_revisions(after)}")
+        print(
+            f"{first} -> {_revisions(after)}"
+            if first and (first,) != after
+            else f"installed {_revisions(after)}"
+        )
     else:
         print(f"{_revisions(before)} -> {_revisions(after)}")
     _print_heads(migrate, after)
@@ -170,8 +188,10 @@ def _migrate_down(migrate: Any, dsn: str, args: argparse.Namespace) -> int:
     if live and not args.yes:
         answer = _confirm(f"this removes pyqueue-sql and drops its {live} live message(s); continue?")
         if answer is None:
-            raise errors.QueueError(f"refusing to drop {live} live message(s) without confirmation: "
-                                    "pass --yes (no terminal to ask on)")
+            raise errors.QueueError(
+                f"refusing to drop {live} live message(s) without confirmation: "
+                "pass --yes (no terminal to ask on)"
+            )
         if not answer:
             print("downgrade cancelled; nothing changed", file=sys.stderr)
             return EXIT_FAILURE
@@ -182,8 +202,10 @@ def _migrate_down(migrate: Any, dsn: str, args: argparse.Namespace) -> int:
     else:
         print(f"{_revisions(before)} -> {_revisions(after)}")
     if not after:
-        print("removed pyqueue-sql: its tables, views and routines"
-              + (f", and {live} message(s)" if live else " (it held no messages)"))
+        print(
+            "removed pyqueue-sql: its tables, views and routines"
+            + (f", and {live} message(s)" if live else " (it held no messages)")
+        )
     else:
         _print_heads(migrate, after)
     return EXIT_OK
@@ -219,7 +241,9 @@ def cmd_grant(args: argparse.Namespace) -> int:
 
     caps = [c for c in privileges.CAPABILITIES if getattr(args, c)]
     if not caps:
-        raise UsageError("name at least one capability: " + " ".join(f"--{c}" for c in privileges.CAPABILITIES))
+        raise UsageError(
+            "name at least one capability: " + " ".join(f"--{c}" for c in privileges.CAPABILITIES)
+        )
     dsn = args.dsn or os.environ.get(DSN_ENV)
     if args.apply and not dsn:
         raise UsageError(f"--apply needs a database: pass --dsn DSN or set {DSN_ENV}")
@@ -255,10 +279,12 @@ SETTINGS = ("visibility_timeout", "max_attempts", "dead_letter_queue", "history_
 
 
 def _settings_summary(settings: Any) -> str:
-    return (f"visibility timeout {format_duration(settings.visibility_timeout)}, "
-            f"max attempts {settings.max_attempts}, "
-            f"dead-letter queue {settings.dead_letter_queue or '-'}, "
-            f"history retention {format_duration(settings.history_retention)}")
+    return (
+        f"visibility timeout {format_duration(settings.visibility_timeout)}, "
+        f"max attempts {settings.max_attempts}, "
+        f"dead-letter queue {settings.dead_letter_queue or '-'}, "
+        f"history retention {format_duration(settings.history_retention)}"
+    )
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -271,8 +297,12 @@ def cmd_create(args: argparse.Namespace) -> int:
         except errors.UnknownQueueError:
             existed = False
         with db.transaction():
-            queue.create(visibility_timeout=args.visibility_timeout, max_attempts=args.max_attempts,
-                         dead_letter_queue=args.dead_letter_queue, history_retention=args.history_retention)
+            queue.create(
+                visibility_timeout=args.visibility_timeout,
+                max_attempts=args.max_attempts,
+                dead_letter_queue=args.dead_letter_queue,
+                history_retention=args.history_retention,
+            )
             for setting in args.reset or ():
                 queue.reset_setting(setting)
         settings = queue.settings()
@@ -291,8 +321,9 @@ def cmd_push(args: argparse.Namespace) -> int:
         raise UsageError(f"PAYLOAD_JSON is not valid JSON ({exc}): {args.payload[:60]!r}") from None
     run_at = None if args.run_in is None else dt.timedelta(seconds=args.run_in)
     with _connect(args) as db:
-        inserted = db.queue(args.queue).push(args.key, args.kind, payload, run_at=run_at,
-                                             priority=args.priority)
+        inserted = db.queue(args.queue).push(
+            args.key, args.kind, payload, run_at=run_at, priority=args.priority
+        )
     print("inserted" if inserted else "duplicate")
     return EXIT_OK
 
@@ -313,8 +344,17 @@ def cmd_reserve(args: argparse.Namespace) -> int:
         print(f"{args.queue}: no message ready (empty, all delayed or reserved, or paused)", file=sys.stderr)
         return EXIT_OK
     for r in reservations:
-        print(json.dumps({"key": r.key, "kind": r.kind, "payload": r.payload,
-                          "token": str(r.token), "attempts": r.attempts}))
+        print(
+            json.dumps(
+                {
+                    "key": r.key,
+                    "kind": r.kind,
+                    "payload": r.payload,
+                    "token": str(r.token),
+                    "attempts": r.attempts,
+                }
+            )
+        )
     return EXIT_OK
 
 
@@ -326,8 +366,11 @@ def _reservation(args: argparse.Namespace) -> Any:
 
 
 def _not_held(args: argparse.Namespace) -> int:
-    print(f"{PROG}: the reservation of {args.key}/{args.kind} in {args.queue} no longer holds "
-          "(expired and taken again, or already committed or rolled back)", file=sys.stderr)
+    print(
+        f"{PROG}: the reservation of {args.key}/{args.kind} in {args.queue} no longer holds "
+        "(expired and taken again, or already committed or rolled back)",
+        file=sys.stderr,
+    )
     return EXIT_FAILURE
 
 
@@ -360,8 +403,10 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         held = queue.rollback(_reservation(args), delay=args.delay)
     if not held:
         return _not_held(args)
-    print(f"rolled back: it will be delivered again{after} (or, if that was its last allowed attempt, "
-          "it is dead-lettered; `rollback --error TEXT` says which)")
+    print(
+        f"rolled back: it will be delivered again{after} (or, if that was its last allowed attempt, "
+        "it is dead-lettered; `rollback --error TEXT` says which)"
+    )
     return EXIT_OK
 
 
@@ -395,11 +440,15 @@ def cmd_drop(args: argparse.Namespace) -> int:
         s = queue.stats()
         held = s.ready + s.delayed + s.reserved
         if held and not args.yes:
-            answer = _confirm(f"{args.queue} holds {held} message(s) ({s.ready} ready, {s.delayed} delayed, "
-                              f"{s.reserved} reserved); drop the queue and them?")
+            answer = _confirm(
+                f"{args.queue} holds {held} message(s) ({s.ready} ready, {s.delayed} delayed, "
+                f"{s.reserved} reserved); drop the queue and them?"
+            )
             if answer is None:
-                raise errors.QueueError(f"refusing to drop {args.queue}: it holds {held} message(s); "
-                                        "pass --yes (no terminal to ask on)")
+                raise errors.QueueError(
+                    f"refusing to drop {args.queue}: it holds {held} message(s); "
+                    "pass --yes (no terminal to ask on)"
+                )
             if not answer:
                 print("not dropped", file=sys.stderr)
                 return EXIT_FAILURE
@@ -413,19 +462,45 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
         letters = db.queue(args.queue).dead_letters()
     if args.json:
         for d in letters:
-            print(json.dumps({"from_queue": d.from_queue, "key": d.key, "kind": d.kind, "payload": d.payload,
-                              "attempts": d.attempts, "priority": d.priority,
-                              "created_at": d.created_at.isoformat(),
-                              "dead_lettered_at": d.dead_lettered_at.isoformat(),
-                              "reserved": d.reserved, "last_error": getattr(d, "last_error", None)}))
+            print(
+                json.dumps(
+                    {
+                        "from_queue": d.from_queue,
+                        "key": d.key,
+                        "kind": d.kind,
+                        "payload": d.payload,
+                        "attempts": d.attempts,
+                        "priority": d.priority,
+                        "created_at": d.created_at.isoformat(),
+                        "dead_lettered_at": d.dead_lettered_at.isoformat(),
+                        "reserved": d.reserved,
+                        "last_error": getattr(d, "last_error", None),
+                    }
+                )
+            )
         return EXIT_OK
     if not letters:
         print(f"no dead letters in {args.queue}")
         return EXIT_OK
-    rows = [(d.from_queue or "-", d.key, d.kind, "-" if d.attempts is None else str(d.attempts), format_time(d.dead_lettered_at),
-             "yes" if d.reserved else "no", shorten(getattr(d, "last_error", None), 60)) for d in letters]
-    print(format_table(("from queue", "key", "kind", "attempts", "dead-lettered at", "reserved", "last error"),
-                       rows, right_aligned=(3,)))
+    rows = [
+        (
+            d.from_queue or "-",
+            d.key,
+            d.kind,
+            "-" if d.attempts is None else str(d.attempts),
+            format_time(d.dead_lettered_at),
+            "yes" if d.reserved else "no",
+            shorten(getattr(d, "last_error", None), 60),
+        )
+        for d in letters
+    ]
+    print(
+        format_table(
+            ("from queue", "key", "kind", "attempts", "dead-lettered at", "reserved", "last error"),
+            rows,
+            right_aligned=(3,),
+        )
+    )
     return EXIT_OK
 
 
@@ -449,8 +524,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         message = queue.message(args.key, args.kind)
         history = queue.message_history(args.key, args.kind)
     if message is None and not history:
-        print(f"{PROG}: no message {args.key}/{args.kind} in {args.queue}, and no history of one",
-              file=sys.stderr)
+        print(
+            f"{PROG}: no message {args.key}/{args.kind} in {args.queue}, and no history of one",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
     print(f"queue:        {args.queue}")
     print(f"key / kind:   {args.key} / {args.kind}")
@@ -471,10 +548,24 @@ def cmd_show(args: argparse.Namespace) -> int:
     if history:
         print()
         print("history (newest first):")
-        rows = [(format_time(h.processed_at), h.outcome, h.to_queue or "-", str(h.attempts),
-                 h.reserved_by or "-", shorten(h.last_error, 60)) for h in history]
-        print(format_table(("processed at", "outcome", "to queue", "attempts", "reserved by", "last error"),
-                           rows, right_aligned=(3,)))
+        rows = [
+            (
+                format_time(h.processed_at),
+                h.outcome,
+                h.to_queue or "-",
+                str(h.attempts),
+                h.reserved_by or "-",
+                shorten(h.last_error, 60),
+            )
+            for h in history
+        ]
+        print(
+            format_table(
+                ("processed at", "outcome", "to queue", "attempts", "reserved by", "last error"),
+                rows,
+                right_aligned=(3,),
+            )
+        )
     else:
         print("history:      none")
     return EXIT_OK
@@ -486,11 +577,33 @@ def cmd_settings(args: argparse.Namespace) -> int:
     if not settings:
         print(f"no queues (create one with `{PROG} create QUEUE`)")
         return EXIT_OK
-    rows = [(s.queue, format_duration(s.visibility_timeout), str(s.max_attempts), s.dead_letter_queue or "-",
-             format_duration(s.history_retention), "yes" if s.paused else "no",
-             format_duration(s.notify_window)) for s in settings]
-    print(format_table(("queue", "visibility timeout", "max attempts", "dead-letter queue", "history retention",
-                        "paused", "notify window"), rows, right_aligned=(1, 2, 4, 6)))
+    rows = [
+        (
+            s.queue,
+            format_duration(s.visibility_timeout),
+            str(s.max_attempts),
+            s.dead_letter_queue or "-",
+            format_duration(s.history_retention),
+            "yes" if s.paused else "no",
+            format_duration(s.notify_window),
+        )
+        for s in settings
+    ]
+    print(
+        format_table(
+            (
+                "queue",
+                "visibility timeout",
+                "max attempts",
+                "dead-letter queue",
+                "history retention",
+                "paused",
+                "notify window",
+            ),
+            rows,
+            right_aligned=(1, 2, 4, 6),
+        )
+    )
     return EXIT_OK
 
 
@@ -512,9 +625,16 @@ def format_workers_table(workers: Iterable[Any], stale_after: float = DEFAULT_ST
     "stale" when the last heartbeat is older than stale_after seconds."""
     header = ("id", "name", "host", "pid", "queues", "started", "last heartbeat", "state")
     rows = [
-        (str(w.worker_id), w.name, w.host or "-", "-" if w.pid is None else str(w.pid),
-         ",".join(w.queues) if w.queues else "-", w.started_at.strftime("%Y-%m-%d %H:%M:%S"),
-         format_age(w.heartbeat_age_s) + " ago", "stale" if w.heartbeat_age_s > stale_after else "ok")
+        (
+            str(w.worker_id),
+            w.name,
+            w.host or "-",
+            "-" if w.pid is None else str(w.pid),
+            ",".join(w.queues) if w.queues else "-",
+            w.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            format_age(w.heartbeat_age_s) + " ago",
+            "stale" if w.heartbeat_age_s > stale_after else "ok",
+        )
         for w in workers
     ]
     return format_table(header, rows)
@@ -532,8 +652,11 @@ def cmd_workers(args: argparse.Namespace) -> int:
     print(format_workers_table(workers, args.stale_after))
     stale = sum(w.heartbeat_age_s > args.stale_after for w in workers)
     if stale:
-        print(f"{stale} stale worker(s): no heartbeat for over {args.stale_after:g}s (stopped, hung or "
-              f"cut off; `{PROG} workers --release-older-than S` makes their messages ready)", file=sys.stderr)
+        print(
+            f"{stale} stale worker(s): no heartbeat for over {args.stale_after:g}s (stopped, hung or "
+            f"cut off; `{PROG} workers --release-older-than S` makes their messages ready)",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -571,12 +694,20 @@ def _load_handler(spec: str) -> Callable[[Any], Any]:
 class _JsonLogFormatter:
     """One JSON object per log line: time, level, message and the record's extra fields."""
 
-    _STANDARD = set(vars(__import__("logging").LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime",
-                                                                                          "taskName"}
+    _STANDARD = set(vars(__import__("logging").LogRecord("", 0, "", 0, "", (), None))) | {
+        "message",
+        "asctime",
+        "taskName",
+    }
 
     def format(self, record: Any) -> str:
-        entry = {"ts": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
-                 "level": record.levelname.lower(), "msg": record.getMessage()}
+        entry = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "msg": record.getMessage(),
+        }
         entry.update({k: v for k, v in vars(record).items() if k not in self._STANDARD})
         if record.exc_info:
             import traceback
@@ -592,8 +723,11 @@ class _TextLogFormatter:
 
     def format(self, record: Any) -> str:
         message = record.getMessage()
-        extra = " ".join(f"{k}={v}" for k, v in vars(record).items()
-                         if k not in self._STANDARD and not (isinstance(v, str) and v and v in message))
+        extra = " ".join(
+            f"{k}={v}"
+            for k, v in vars(record).items()
+            if k not in self._STANDARD and not (isinstance(v, str) and v and v in message)
+        )
         text = f"{dt.datetime.now().strftime('%H:%M:%S.%f')[:-3]} {record.levelname.lower():7} {message}"
         text = f"{text} {extra}".rstrip()
         if record.exc_info:
@@ -694,21 +828,34 @@ def cmd_worker(args: argparse.Namespace) -> int:
     logger.setLevel(getattr(logging, args.log_level.upper()))
     try:
         try:
-            retry = RetryPolicy(base=args.retry_base, factor=args.retry_factor, max_delay=args.retry_max,
-                                jitter=args.retry_jitter)
-            worker = Worker(dsn, concurrency=args.concurrency, name=args.name, lease=args.lease,
-                            poll_fallback=args.poll_fallback, shutdown_timeout=args.shutdown_timeout,
-                            register=args.register, release_dead_after=args.release_dead_after)
+            retry = RetryPolicy(
+                base=args.retry_base,
+                factor=args.retry_factor,
+                max_delay=args.retry_max,
+                jitter=args.retry_jitter,
+            )
+            worker = Worker(
+                dsn,
+                concurrency=args.concurrency,
+                name=args.name,
+                lease=args.lease,
+                poll_fallback=args.poll_fallback,
+                shutdown_timeout=args.shutdown_timeout,
+                register=args.register,
+                release_dead_after=args.release_dead_after,
+            )
             for queue in args.queue:
-                for kind in (args.kind or [None]):
+                for kind in args.kind or [None]:
                     worker.add_handler(queue, fn, kind, retry=retry)
         except errors.InvalidArgumentError as exc:
             raise UsageError(str(exc)) from None
         finished = threading.Event()
         if status is not None:
+
             def show() -> None:
                 while not finished.wait(1.0):
                     status.update(worker.status_line())
+
             threading.Thread(target=show, daemon=True, name="pyqueue-status").start()
         try:
             clean = worker.run()
@@ -720,14 +867,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
         logger.removeHandler(handler)
     if clean is False:
         unfinished = list(getattr(worker, "unfinished", ()) or ())
-        listed = (": " + ", ".join(unfinished[:10]) + (", ..." if len(unfinished) > 10 else "")) if unfinished else ""
-        print(f"{PROG}: error: {len(unfinished) or 'some'} handler(s) still running when the worker stopped"
-              f"{listed}; their messages come back when their lease ends", file=sys.stderr)
+        listed = (
+            (": " + ", ".join(unfinished[:10]) + (", ..." if len(unfinished) > 10 else ""))
+            if unfinished
+            else ""
+        )
+        print(
+            f"{PROG}: error: {len(unfinished) or 'some'} handler(s) still running when the worker stopped"
+            f"{listed}; their messages come back when their lease ends",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
     return EXIT_OK
 
 
 # -- argument parsing -------------------------------------------------------------
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -754,61 +909,111 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="A durable message queue inside your PostgreSQL or MySQL/MariaDB database.",
         epilog=f"Commands that use a database take --dsn DSN (default: ${DSN_ENV}). Exit codes: 0 done; "
-               "1 an error (one line on stderr) or an outcome that did not happen (a token that no longer "
-               "holds, a message that is not there; `worker`: handlers still running when it stopped); "
-               "2 a bad command line; 130 interrupted.",
+        "1 an error (one line on stderr) or an outcome that did not happen (a token that no longer "
+        "holds, a message that is not there; `worker`: handlers still running when it stopped); "
+        "2 a bad command line; 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def command(name: str, handler: Callable[[argparse.Namespace], int], help: str,
-                dsn: bool = True) -> argparse.ArgumentParser:
+    def command(
+        name: str, handler: Callable[[argparse.Namespace], int], help: str, dsn: bool = True
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         if dsn:
             p.add_argument("--dsn", help=f"postgresql://... or mysql://... (default: ${DSN_ENV})")
         p.set_defaults(handler=handler)
         return p
 
-    p = command("migrate", cmd_migrate, "install or upgrade (or downgrade) the pyqueue-sql schema; prints "
-                "what it applied (\"0001_core -> 0004_errors_and_safety\" or \"already at ...\")")
-    p.add_argument("--revision", help="target revision (default: heads; with --downgrade: base, "
-                                      "which removes pyqueue-sql and every message)")
-    p.add_argument("--downgrade", action="store_true", help="go back to --revision instead of up; asks "
-                   "before dropping live messages (refuses without a terminal unless --yes)")
-    p.add_argument("--adopt", action="store_true",
-                   help="record a schema installed from `pyqueue-sql sql` (or by an older release) after "
-                        "checking that it matches a known revision, then upgrade it")
+    p = command(
+        "migrate",
+        cmd_migrate,
+        "install or upgrade (or downgrade) the pyqueue-sql schema; prints "
+        'what it applied ("0001_core -> 0004_errors_and_safety" or "already at ...")',
+    )
+    p.add_argument(
+        "--revision",
+        help="target revision (default: heads; with --downgrade: base, "
+        "which removes pyqueue-sql and every message)",
+    )
+    p.add_argument(
+        "--downgrade",
+        action="store_true",
+        help="go back to --revision instead of up; asks "
+        "before dropping live messages (refuses without a terminal unless --yes)",
+    )
+    p.add_argument(
+        "--adopt",
+        action="store_true",
+        help="record a schema installed from `pyqueue-sql sql` (or by an older release) after "
+        "checking that it matches a known revision, then upgrade it",
+    )
     p.add_argument("--yes", "-y", action="store_true", help="do not ask before dropping live messages")
     p = command("sql", cmd_sql, "print the schema SQL, for use with your own migration tool", dsn=False)
     p.add_argument("--dialect", required=True, choices=("postgresql", "mysql"))
     p.add_argument("--uninstall", action="store_true", help="print the SQL that removes the schema")
 
-    p = command("grant", cmd_grant, "print (or --apply) the GRANTs that let an existing role or account call "
-                "the routines of some capabilities, and nothing else (README: Least privilege)")
-    p.add_argument("--role", required=True, metavar="NAME",
-                   help="PostgreSQL role, or MySQL account user@host (host %% when omitted; name@ for a "
-                        "MariaDB role); never created here: a GRANT to a missing one fails")
+    p = command(
+        "grant",
+        cmd_grant,
+        "print (or --apply) the GRANTs that let an existing role or account call "
+        "the routines of some capabilities, and nothing else (README: Least privilege)",
+    )
+    p.add_argument(
+        "--role",
+        required=True,
+        metavar="NAME",
+        help="PostgreSQL role, or MySQL account user@host (host %% when omitted; name@ for a "
+        "MariaDB role); never created here: a GRANT to a missing one fails",
+    )
     for cap, what in privileges.DESCRIPTIONS.items():
         p.add_argument(f"--{cap}", action="store_true", help=what)
     p.add_argument("--revoke", action="store_true", help="REVOKE these capabilities instead")
     p.add_argument("--apply", action="store_true", help="run the statements (default: print them)")
     p.add_argument("--dialect", choices=("postgresql", "mysql"), help="the SQL to print, without a database")
-    p.add_argument("--schema", help="PostgreSQL schema / MySQL database of the routines "
-                                    "(default: the connection's current one; unqualified without --dsn)")
+    p.add_argument(
+        "--schema",
+        help="PostgreSQL schema / MySQL database of the routines "
+        "(default: the connection's current one; unqualified without --dsn)",
+    )
 
-    p = command("create", cmd_create, "create a queue, or change the settings given (the others stay "
-                "as they are; --reset puts one back to its default)")
+    p = command(
+        "create",
+        cmd_create,
+        "create a queue, or change the settings given (the others stay "
+        "as they are; --reset puts one back to its default)",
+    )
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--visibility-timeout", type=_seconds, metavar="S",
-                   help="seconds a reservation hides a message (new queue: 30)")
-    p.add_argument("--max-attempts", type=_positive_int, metavar="N",
-                   help="deliveries before dead-lettering (new queue: 10)")
-    p.add_argument("--dead-letter-queue", metavar="Q", help="queue that receives exhausted messages "
-                                                           "(new queue: none, they are dropped)")
-    p.add_argument("--history-retention", type=_seconds, metavar="S",
-                   help="seconds processed messages stay in the history (new queue: none, no history is kept)")
-    p.add_argument("--reset", action="append", choices=SETTINGS, metavar="SETTING",
-                   help="put SETTING back to its default (repeatable): " + ", ".join(SETTINGS))
+    p.add_argument(
+        "--visibility-timeout",
+        type=_seconds,
+        metavar="S",
+        help="seconds a reservation hides a message (new queue: 30)",
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=_positive_int,
+        metavar="N",
+        help="deliveries before dead-lettering (new queue: 10)",
+    )
+    p.add_argument(
+        "--dead-letter-queue",
+        metavar="Q",
+        help="queue that receives exhausted messages (new queue: none, they are dropped)",
+    )
+    p.add_argument(
+        "--history-retention",
+        type=_seconds,
+        metavar="S",
+        help="seconds processed messages stay in the history (new queue: none, no history is kept)",
+    )
+    p.add_argument(
+        "--reset",
+        action="append",
+        choices=SETTINGS,
+        metavar="SETTING",
+        help="put SETTING back to its default (repeatable): " + ", ".join(SETTINGS),
+    )
     p = command("push", cmd_push, "push one message; prints inserted or duplicate")
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("key", metavar="KEY", help="dedup key")
@@ -817,11 +1022,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-in", type=_seconds, metavar="SECONDS", help="deliver no earlier than this from now")
     p.add_argument("--priority", type=int, metavar="N", help="higher is served first (default 0)")
 
-    p = command("reserve", cmd_reserve, "reserve messages; prints one JSON line per message (nothing, and a note on stderr, when none is ready; exit 0)")
+    p = command(
+        "reserve",
+        cmd_reserve,
+        "reserve messages; prints one JSON line per message (nothing, and a note on stderr, when none is ready; exit 0)",
+    )
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("-n", type=_positive_int, default=1, metavar="N", help="at most this many (default 1)")
-    p.add_argument("--timeout", type=_seconds, metavar="S",
-                   help="reservation length in seconds (default: the queue's visibility timeout)")
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="S",
+        help="reservation length in seconds (default: the queue's visibility timeout)",
+    )
     p.add_argument("--commit", action="store_true", help="commit (delete) them right away")
 
     def message_args(p: argparse.ArgumentParser, token: bool = False) -> None:
@@ -831,16 +1044,28 @@ def build_parser() -> argparse.ArgumentParser:
         if token:
             p.add_argument("token", metavar="TOKEN", help="the token `reserve` printed")
 
-    p = command("commit", cmd_commit, "commit (delete) a reserved message; exit 1 when the reservation "
-                "no longer holds")
+    p = command(
+        "commit",
+        cmd_commit,
+        "commit (delete) a reserved message; exit 1 when the reservation no longer holds",
+    )
     message_args(p, token=True)
 
-    p = command("rollback", cmd_rollback, "give a reserved message back (dead-lettered after max attempts); "
-                "with --error record why and print the outcome")
+    p = command(
+        "rollback",
+        cmd_rollback,
+        "give a reserved message back (dead-lettered after max attempts); "
+        "with --error record why and print the outcome",
+    )
     message_args(p, token=True)
-    p.add_argument("--delay", type=_seconds, metavar="S", help="deliver again no earlier than this (default 0)")
-    p.add_argument("--error", metavar="TEXT", help="the error to record as the message's last error; prints "
-                   "retry, dead-lettered or dropped")
+    p.add_argument(
+        "--delay", type=_seconds, metavar="S", help="deliver again no earlier than this (default 0)"
+    )
+    p.add_argument(
+        "--error",
+        metavar="TEXT",
+        help="the error to record as the message's last error; prints retry, dead-lettered or dropped",
+    )
 
     p = command("remove", cmd_remove, "delete a message whatever its state; exit 1 when there is none")
     message_args(p)
@@ -855,15 +1080,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("drop", cmd_drop, "drop a queue and its messages; asks first when it holds messages")
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask (needed without a terminal when "
-                   "the queue holds messages)")
+    p.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="do not ask (needed without a terminal when the queue holds messages)",
+    )
 
-    p = command("dead-letters", cmd_dead_letters, "list the messages in a dead-letter queue: where they came "
-                "from, their attempts and last error")
+    p = command(
+        "dead-letters",
+        cmd_dead_letters,
+        "list the messages in a dead-letter queue: where they came from, their attempts and last error",
+    )
     p.add_argument("queue", metavar="QUEUE", help="the dead-letter queue")
     p.add_argument("--json", action="store_true", help="one JSON object per message, payload included")
 
-    p = command("redrive", cmd_redrive, "move messages of a dead-letter queue back to a queue, attempts reset")
+    p = command(
+        "redrive", cmd_redrive, "move messages of a dead-letter queue back to a queue, attempts reset"
+    )
     p.add_argument("dead_queue", metavar="DEAD_QUEUE")
     p.add_argument("to_queue", metavar="TO_QUEUE")
     p.add_argument("-n", type=_positive_int, default=1, metavar="N", help="at most this many (default 1)")
@@ -875,58 +1109,135 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
 
     p = command("workers", cmd_workers, "list the registered workers and their last heartbeat")
-    p.add_argument("--release-older-than", type=_seconds, metavar="S",
-                   help="first remove workers silent for over S seconds and make their messages ready")
+    p.add_argument(
+        "--release-older-than",
+        type=_seconds,
+        metavar="S",
+        help="first remove workers silent for over S seconds and make their messages ready",
+    )
 
-    p.add_argument("--stale-after", type=_seconds, default=DEFAULT_STALE_AFTER_S, metavar="S",
-                   help="mark a worker stale when its last heartbeat is older than this (default "
-                        f"{DEFAULT_STALE_AFTER_S:g}; workers heartbeat every lease/3, 10 s with the default lease)")
+    p.add_argument(
+        "--stale-after",
+        type=_seconds,
+        default=DEFAULT_STALE_AFTER_S,
+        metavar="S",
+        help="mark a worker stale when its last heartbeat is older than this (default "
+        f"{DEFAULT_STALE_AFTER_S:g}; workers heartbeat every lease/3, 10 s with the default lease)",
+    )
 
-    p = command("demo", cmd_demo, "run producers and consumers against a demo queue "
-                                  "(an embedded PostgreSQL unless --dsn / $PYQUEUE_DSN is set)")
-    p.add_argument("--messages", type=_positive_int, default=4000, metavar="N",
-                   help="messages to push (default 4000)")
-    p.add_argument("--timeout", type=_seconds, default=120.0, metavar="S",
-                   help="give up after this many seconds (default 120)")
-    p.add_argument("--data-dir", metavar="DIR",
-                   help="embedded PostgreSQL data directory (default .pyqueue-demo/pgdata)")
+    p = command(
+        "demo",
+        cmd_demo,
+        "run producers and consumers against a demo queue "
+        "(an embedded PostgreSQL unless --dsn / $PYQUEUE_DSN is set)",
+    )
+    p.add_argument(
+        "--messages", type=_positive_int, default=4000, metavar="N", help="messages to push (default 4000)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=120.0,
+        metavar="S",
+        help="give up after this many seconds (default 120)",
+    )
+    p.add_argument(
+        "--data-dir", metavar="DIR", help="embedded PostgreSQL data directory (default .pyqueue-demo/pgdata)"
+    )
 
-    p = command("worker", cmd_worker, "run a handler (a function or an async def) for the messages of one or more queues "
-                "until SIGTERM/SIGINT (a second one stops at once); exit 1 when handlers were still running "
-                "at the shutdown deadline")
-    p.add_argument("handler_spec", metavar="MODULE:FUNCTION",
-                   help="the handler, called with one pyqueue_sql.worker.Job per message")
-    p.add_argument("--queue", "-q", action="append", required=True, metavar="Q", help="queue to serve (repeatable)")
-    p.add_argument("--kind", action="append", metavar="KIND",
-                   help="only messages of this kind (repeatable; default: every kind)")
-    p.add_argument("--concurrency", "-c", type=_positive_int, default=4, metavar="N",
-                   help="messages handled at once, one thread each (default 4)")
+    p = command(
+        "worker",
+        cmd_worker,
+        "run a handler (a function or an async def) for the messages of one or more queues "
+        "until SIGTERM/SIGINT (a second one stops at once); exit 1 when handlers were still running "
+        "at the shutdown deadline",
+    )
+    p.add_argument(
+        "handler_spec",
+        metavar="MODULE:FUNCTION",
+        help="the handler, called with one pyqueue_sql.worker.Job per message",
+    )
+    p.add_argument(
+        "--queue", "-q", action="append", required=True, metavar="Q", help="queue to serve (repeatable)"
+    )
+    p.add_argument(
+        "--kind",
+        action="append",
+        metavar="KIND",
+        help="only messages of this kind (repeatable; default: every kind)",
+    )
+    p.add_argument(
+        "--concurrency",
+        "-c",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="messages handled at once, one thread each (default 4)",
+    )
     p.add_argument("--name", help="worker name recorded on reserved messages (default host:pid)")
-    p.add_argument("--lease", type=_seconds, default=30.0, metavar="S",
-                   help="reservation length; a heartbeat extends it every S/3 while a handler runs (default 30)")
-    p.add_argument("--poll-fallback", type=_seconds, metavar="S",
-                   help="PostgreSQL: longest wait for a NOTIFY before looking anyway (default 5); "
-                        "MySQL waits in 1 s long polls inside the server")
-    p.add_argument("--shutdown-timeout", type=_seconds, default=30.0, metavar="S",
-                   help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30); "
-                        "a second signal stops at once")
-    p.add_argument("--register", action=argparse.BooleanOptionalAction, default=True,
-                   help="register in the worker registry (`pyqueue-sql workers`), heartbeat it and "
-                        "deregister on stop (default on)")
-    p.add_argument("--release-dead-after", type=_seconds, metavar="S",
-                   help="each heartbeat, release the messages of workers silent for over S seconds "
-                        "(default off; S must be at least every worker's lease)")
-    p.add_argument("--retry-base", type=_seconds, default=1.0, metavar="S",
-                   help="first retry delay after a handler exception (default 1)")
+    p.add_argument(
+        "--lease",
+        type=_seconds,
+        default=30.0,
+        metavar="S",
+        help="reservation length; a heartbeat extends it every S/3 while a handler runs (default 30)",
+    )
+    p.add_argument(
+        "--poll-fallback",
+        type=_seconds,
+        metavar="S",
+        help="PostgreSQL: longest wait for a NOTIFY before looking anyway (default 5); "
+        "MySQL waits in 1 s long polls inside the server",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30); "
+        "a second signal stops at once",
+    )
+    p.add_argument(
+        "--register",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="register in the worker registry (`pyqueue-sql workers`), heartbeat it and "
+        "deregister on stop (default on)",
+    )
+    p.add_argument(
+        "--release-dead-after",
+        type=_seconds,
+        metavar="S",
+        help="each heartbeat, release the messages of workers silent for over S seconds "
+        "(default off; S must be at least every worker's lease)",
+    )
+    p.add_argument(
+        "--retry-base",
+        type=_seconds,
+        default=1.0,
+        metavar="S",
+        help="first retry delay after a handler exception (default 1)",
+    )
     p.add_argument("--retry-factor", type=float, default=2.0, metavar="F", help="backoff factor (default 2)")
-    p.add_argument("--retry-max", type=_seconds, default=300.0, metavar="S", help="longest retry delay (default 300)")
-    p.add_argument("--retry-jitter", type=float, default=0.2, metavar="J",
-                   help="random +-fraction applied to each delay (default 0.2)")
+    p.add_argument(
+        "--retry-max", type=_seconds, default=300.0, metavar="S", help="longest retry delay (default 300)"
+    )
+    p.add_argument(
+        "--retry-jitter",
+        type=float,
+        default=0.2,
+        metavar="J",
+        help="random +-fraction applied to each delay (default 0.2)",
+    )
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
-    p.add_argument("--status", action=argparse.BooleanOptionalAction, default=None,
-                   help="a live status line at the bottom of stderr, log lines printed above it "
-                        "(default: when stderr is a terminal)")
+    p.add_argument(
+        "--status",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a live status line at the bottom of stderr, log lines printed above it "
+        "(default: when stderr is a terminal)",
+    )
     return parser
 
 

@@ -32,8 +32,9 @@ import os
 import random
 import socket
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from . import dialects, errors
 from .dialects import Duration, encode_json, key_value, read_token, text_value, token_value, whole_number
@@ -121,11 +122,11 @@ class Database:
         self.serialization_retries = 0
 
     @classmethod
-    def wrap(cls, connection: Any) -> "Database":
+    def wrap(cls, connection: Any) -> Database:
         """Uses your psycopg 3 or PyMySQL connection inside your own transactions."""
         return cls(connection, dialects.for_connection(connection), owned=False)
 
-    def queue(self, name: str) -> "Queue":
+    def queue(self, name: str) -> Queue:
         return Queue(self, name)
 
     def call(self, statement: str, **params: Any) -> list[tuple]:
@@ -136,8 +137,9 @@ class Database:
         """Runs a named statement; every result set it returns (MySQL procedures)."""
         return self._call(self.dialect.run_sets, statement, params)
 
-    def _call(self, runner: Callable[[Any, str, dict[str, Any]], Any], statement: str,
-              params: dict[str, Any]) -> Any:
+    def _call(
+        self, runner: Callable[[Any, str, dict[str, Any]], Any], statement: str, params: dict[str, Any]
+    ) -> Any:
         if not self._owned or self._in_transaction:
             # The caller's transaction: a serialization failure lost all of it, so only the
             # caller can run it again (errors.SerializationError is raised at once).
@@ -155,11 +157,14 @@ class Database:
                 if attempt == SERIALIZATION_ATTEMPTS - 1:
                     raise
                 self.serialization_retries += 1
-                time.sleep(random.uniform(0, min(SERIALIZATION_BACKOFF_S * 2 ** attempt, SERIALIZATION_BACKOFF_MAX_S)))
+                time.sleep(
+                    random.uniform(0, min(SERIALIZATION_BACKOFF_S * 2**attempt, SERIALIZATION_BACKOFF_MAX_S))
+                )
         raise AssertionError("unreachable")
 
-    def _call_in_own_transaction(self, runner: Callable[[Any, str, dict[str, Any]], Any], statement: str,
-                                 params: dict[str, Any]) -> Any:
+    def _call_in_own_transaction(
+        self, runner: Callable[[Any, str, dict[str, Any]], Any], statement: str, params: dict[str, Any]
+    ) -> Any:
         """Runs one call as a transaction of its own (MySQL commit, rollback, fail and
         move: their history row and the removal then stand or fall together)."""
         self.dialect.begin(self.connection)
@@ -173,7 +178,7 @@ class Database:
         return rows
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator["Database"]:
+    def transaction(self) -> Iterator[Database]:
         """Runs the calls in the block as one transaction (commit at the end, rollback on error).
 
         A serialization failure or deadlock inside the block (or at its commit) raises
@@ -199,7 +204,7 @@ class Database:
         """One row per queue."""
         return [_stats(self.dialect, row) for row in self.call("stats", queue=None)]
 
-    def settings(self) -> list["QueueSettings"]:
+    def settings(self) -> list[QueueSettings]:
         """Every queue's settings, ordered by queue name."""
         return [_settings(self.dialect, row) for row in self.call("settings", queue=None)]
 
@@ -207,57 +212,83 @@ class Database:
         if self._owned:
             self.connection.close()
 
-    def __enter__(self) -> "Database":
+    def __enter__(self) -> Database:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- worker registry, and the limits / schedules of every queue ----------------
-    def register_worker(self, name: str | None = None, queues: Sequence[str] | None = None,
-                        host: str | None = None, pid: int | None = None) -> "WorkerRegistration":
+    def register_worker(
+        self,
+        name: str | None = None,
+        queues: Sequence[str] | None = None,
+        host: str | None = None,
+        pid: int | None = None,
+    ) -> WorkerRegistration:
         """Registers a worker (default name host:pid); reserve with its ``reserve_as``."""
         host = socket.gethostname() if host is None else host
         pid = os.getpid() if pid is None else pid
         name = f"{host}:{pid}" if name is None else name
         if isinstance(queues, str):
             raise errors.InvalidArgumentError("queues must be a list of queue names, not a single str")
-        [(worker_id, secret)] = [tuple(row) for row in self.call(
-            "worker_register", name=text_value(name, "name"), host=text_value(host, "host"),
-            pid=whole_number(pid, "pid"), queues=self.dialect.kinds(queues))]
+        [(worker_id, secret)] = [
+            tuple(row)
+            for row in self.call(
+                "worker_register",
+                name=text_value(name, "name"),
+                host=text_value(host, "host"),
+                pid=whole_number(pid, "pid"),
+                queues=self.dialect.kinds(queues),
+            )
+        ]
         return WorkerRegistration(int(worker_id), name, f"{name}#{int(worker_id)}", str(secret))
 
-    def heartbeat_worker(self, registration: "WorkerRegistration") -> bool:
+    def heartbeat_worker(self, registration: WorkerRegistration) -> bool:
         """False when the worker is no longer registered (released as dead: register again), or when
         the registration's secret is not that worker's."""
         reg = _registration(registration)
         return bool(self.call("worker_heartbeat", worker_id=reg.worker_id, secret=reg.secret)[0][0])
 
-    def deregister_worker(self, registration: "WorkerRegistration") -> bool:
+    def deregister_worker(self, registration: WorkerRegistration) -> bool:
         """Removes the registration; False when it is gone already or the secret is not that worker's."""
         reg = _registration(registration)
         return bool(self.call("worker_deregister", worker_id=reg.worker_id, secret=reg.secret)[0][0])
 
     def release_dead_workers(self, older_than: Duration) -> int:
         """Removes workers silent for longer than older_than; their reservations become ready. Returns how many."""
-        return int(self.call("release_dead_workers",
-                             older_than=self.dialect.duration(older_than, "older_than"))[0][0])
+        return int(
+            self.call("release_dead_workers", older_than=self.dialect.duration(older_than, "older_than"))[0][
+                0
+            ]
+        )
 
-    def workers(self) -> list["WorkerInfo"]:
+    def workers(self) -> list[WorkerInfo]:
         d = self.dialect
         out = []
         for wid, name, host, pid, queues, started, beat, age, reserve_as in self.call("workers"):
             if isinstance(queues, (str, bytes, bytearray)):
                 queues = d.read_payload(queues)
-            out.append(WorkerInfo(int(wid), name, host, pid, None if queues is None else list(queues),
-                                  d.read_time(started), d.read_time(beat), float(age), reserve_as))
+            out.append(
+                WorkerInfo(
+                    int(wid),
+                    name,
+                    host,
+                    pid,
+                    None if queues is None else list(queues),
+                    d.read_time(started),
+                    d.read_time(beat),
+                    float(age),
+                    reserve_as,
+                )
+            )
         return out
 
-    def limits(self) -> list["LimitInfo"]:
+    def limits(self) -> list[LimitInfo]:
         """Every queue's concurrency limits."""
         return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in self.call("limits", queue=None)]
 
-    def schedules(self) -> list["ScheduleInfo"]:
+    def schedules(self) -> list[ScheduleInfo]:
         """Every queue's recurring messages."""
         return [_schedule(self.dialect, row) for row in self.call("schedules", queue=None)]
 
@@ -268,20 +299,28 @@ def connect(dsn: str) -> Database:
     return Database(dialect.connect(dsn), dialect, owned=True)
 
 
-def _registration(registration: Any) -> "WorkerRegistration":
+def _registration(registration: Any) -> WorkerRegistration:
     if not isinstance(registration, WorkerRegistration):
         raise errors.InvalidArgumentError(
             "pass the WorkerRegistration that register_worker returned (its secret shows the "
-            f"registration is yours), not {type(registration).__name__}")
+            f"registration is yours), not {type(registration).__name__}"
+        )
     whole_number(registration.worker_id, "worker_id")
     text_value(registration.secret, "secret")
     return registration
 
 
-def _settings(dialect: dialects.Dialect, row: Sequence[Any]) -> "QueueSettings":
+def _settings(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueSettings:
     queue, visibility, max_attempts, dlq, retention, paused, window = row
-    return QueueSettings(queue, dialect.read_duration(visibility), int(max_attempts), dlq,
-                         dialect.read_duration(retention), bool(paused), dialect.read_duration(window))
+    return QueueSettings(
+        queue,
+        dialect.read_duration(visibility),
+        int(max_attempts),
+        dlq,
+        dialect.read_duration(retention),
+        bool(paused),
+        dialect.read_duration(window),
+    )
 
 
 def error_text(error: Any) -> str | None:
@@ -301,8 +340,17 @@ def error_text(error: Any) -> str | None:
 
 def _reservations(queue: str, dialect: dialects.Dialect, rows: Iterable[Sequence[Any]]) -> list[Reservation]:
     return [
-        Reservation(queue, key, kind, dialect.read_payload(payload), read_token(token), priority, attempts,
-                    dialect.read_time(created), dialect.read_time(initially))
+        Reservation(
+            queue,
+            key,
+            kind,
+            dialect.read_payload(payload),
+            read_token(token),
+            priority,
+            attempts,
+            dialect.read_time(created),
+            dialect.read_time(initially),
+        )
         for key, kind, payload, token, priority, attempts, created, initially in rows
     ]
 
@@ -310,8 +358,13 @@ def _reservations(queue: str, dialect: dialects.Dialect, rows: Iterable[Sequence
 def _stats(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueStats:
     queue, ready, delayed, reserved, dead, age, paused = row
     return QueueStats(
-        queue=queue, ready=int(ready), delayed=int(delayed), reserved=int(reserved), dead=int(dead),
-        oldest_ready_age_s=None if age is None else float(age), paused=bool(paused),
+        queue=queue,
+        ready=int(ready),
+        delayed=int(delayed),
+        reserved=int(reserved),
+        dead=int(dead),
+        oldest_ready_age_s=None if age is None else float(age),
+        paused=bool(paused),
     )
 
 
@@ -326,8 +379,13 @@ class Queue:
         return f"Queue({self.name!r}, dialect={self.db.dialect.name!r})"
 
     # -- administration ------------------------------------------------------
-    def create(self, visibility_timeout: Duration = None, max_attempts: int | None = None,
-               dead_letter_queue: "str | Queue | None" = None, history_retention: Duration = None) -> "Queue":
+    def create(
+        self,
+        visibility_timeout: Duration = None,
+        max_attempts: int | None = None,
+        dead_letter_queue: str | Queue | None = None,
+        history_retention: Duration = None,
+    ) -> Queue:
         """Creates the queue, or changes the settings passed on an existing one.
 
         A new queue gets the default for each setting left at None (30 s, 10 deliveries, no
@@ -336,11 +394,14 @@ class Queue:
         d = self.db.dialect
         if isinstance(dead_letter_queue, Queue):
             dead_letter_queue = dead_letter_queue.name
-        self.db.call("create", queue=self.name,
-                     visibility_timeout=d.duration(visibility_timeout, "visibility_timeout"),
-                     max_attempts=whole_number(max_attempts, "max_attempts"),
-                     dead_letter_queue=text_value(dead_letter_queue, "dead_letter_queue"),
-                     history_retention=d.duration(history_retention, "history_retention"))
+        self.db.call(
+            "create",
+            queue=self.name,
+            visibility_timeout=d.duration(visibility_timeout, "visibility_timeout"),
+            max_attempts=whole_number(max_attempts, "max_attempts"),
+            dead_letter_queue=text_value(dead_letter_queue, "dead_letter_queue"),
+            history_retention=d.duration(history_retention, "history_retention"),
+        )
         return self
 
     def reset_setting(self, name: str) -> None:
@@ -348,7 +409,7 @@ class Queue:
         'dead_letter_queue' (none) or 'history_retention' (none: no history kept)."""
         self.db.call("reset_setting", queue=self.name, setting=text_value(name, "setting"))
 
-    def settings(self) -> "QueueSettings":
+    def settings(self) -> QueueSettings:
         """The queue's settings (durations as timedelta)."""
         return _settings(self.db.dialect, self.db.call("settings", queue=self.name)[0])
 
@@ -365,13 +426,25 @@ class Queue:
         return _stats(self.db.dialect, self.db.call("stats", queue=self.name)[0])
 
     # -- producing -------------------------------------------------------------
-    def push(self, key: str | int, kind: str, payload: Any, run_at: dt.datetime | dt.timedelta | None = None,
-             priority: int | None = None) -> bool:
+    def push(
+        self,
+        key: str | int,
+        kind: str,
+        payload: Any,
+        run_at: dt.datetime | dt.timedelta | None = None,
+        priority: int | None = None,
+    ) -> bool:
         """True if inserted, False if a live message with this key and kind exists (dedup)."""
         d = self.db.dialect
-        rows = self.db.call("push", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"),
-                            payload=encode_json(payload), run_at=d.time(run_at, "run_at"),
-                            priority=whole_number(priority, "priority"))
+        rows = self.db.call(
+            "push",
+            queue=self.name,
+            key=key_value(key),
+            kind=text_value(kind, "kind"),
+            payload=encode_json(payload),
+            run_at=d.time(run_at, "run_at"),
+            priority=whole_number(priority, "priority"),
+        )
         return bool(rows[0][0])
 
     def push_many(self, messages: Iterable[NewMessage | tuple | Mapping[str, Any]]) -> int:
@@ -383,8 +456,15 @@ class Queue:
                 m = NewMessage(**m)
             elif not isinstance(m, NewMessage):
                 m = NewMessage(*m)
-            items.append((key_value(m.key), text_value(m.kind, "kind"), m.payload, d.time(m.run_at, "run_at"),
-                          whole_number(m.priority, "priority")))
+            items.append(
+                (
+                    key_value(m.key),
+                    text_value(m.kind, "kind"),
+                    m.payload,
+                    d.time(m.run_at, "run_at"),
+                    whole_number(m.priority, "priority"),
+                )
+            )
         if not items:
             return 0
         return int(self.db.call("push_batch", queue=self.name, **d.batch(items))[0][0])
@@ -395,31 +475,48 @@ class Queue:
         d = self.db.dialect
         return [
             Message(self.name, key, kind, d.read_payload(payload), priority, attempts, d.read_time(created))
-            for key, kind, payload, priority, attempts, created
-            in self.db.call("pop", queue=self.name, n=whole_number(n, "n"))
+            for key, kind, payload, priority, attempts, created in self.db.call(
+                "pop", queue=self.name, n=whole_number(n, "n")
+            )
         ]
 
-    def reserve(self, n: int = 1, worker: str | None = None, timeout: Duration = None,
-                kinds: Sequence[str] | None = None) -> list[Reservation]:
+    def reserve(
+        self,
+        n: int = 1,
+        worker: str | None = None,
+        timeout: Duration = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[Reservation]:
         """Reserves up to n ready messages, highest priority first, FIFO within a priority."""
         d = self.db.dialect
-        rows = self.db.call("reserve", queue=self.name, worker=text_value(worker or default_worker_name(), "worker"),
-                            timeout=d.duration(timeout, "timeout"), n=whole_number(n, "n"),
-                            kinds=d.kinds(kinds))
+        rows = self.db.call(
+            "reserve",
+            queue=self.name,
+            worker=text_value(worker or default_worker_name(), "worker"),
+            timeout=d.duration(timeout, "timeout"),
+            n=whole_number(n, "n"),
+            kinds=d.kinds(kinds),
+        )
         return _reservations(self.name, d, rows)
 
     def _held(self, r: Reservation) -> dict[str, Any]:
         """The (key, kind, token) arguments that name a reservation."""
-        return dict(queue=self.name, key=key_value(r.key), kind=text_value(r.kind, "kind"),
-                    token=token_value(r.token))
+        return dict(
+            queue=self.name, key=key_value(r.key), kind=text_value(r.kind, "kind"), token=token_value(r.token)
+        )
 
     def commit(self, r: Reservation) -> bool:
         """Deletes the message; False if the reservation no longer holds."""
         return bool(self.db.call("commit", **self._held(r))[0][0])
 
-    def commit_reserve(self, previous: Reservation | None, n: int = 1, worker: str | None = None,
-                       timeout: Duration = None,
-                       kinds: Sequence[str] | None = None) -> tuple[bool | None, list[Reservation]]:
+    def commit_reserve(
+        self,
+        previous: Reservation | None,
+        n: int = 1,
+        worker: str | None = None,
+        timeout: Duration = None,
+        kinds: Sequence[str] | None = None,
+    ) -> tuple[bool | None, list[Reservation]]:
         """Commits ``previous`` (None: nothing to commit) and reserves up to n more, in one call.
 
         Returns (committed, reservations): committed is the commit's result
@@ -429,10 +526,18 @@ class Queue:
         so that its history row and its delete stand or fall together.
         """
         d = self.db.dialect
-        held = (dict(queue=self.name, key=None, kind=None, token=None) if previous is None
-                else self._held(previous))
-        params = dict(held, worker=text_value(worker or default_worker_name(), "worker"),
-                      timeout=d.duration(timeout, "timeout"), n=whole_number(n, "n"), kinds=d.kinds(kinds))
+        held = (
+            dict(queue=self.name, key=None, kind=None, token=None)
+            if previous is None
+            else self._held(previous)
+        )
+        params = dict(
+            held,
+            worker=text_value(worker or default_worker_name(), "worker"),
+            timeout=d.duration(timeout, "timeout"),
+            n=whole_number(n, "n"),
+            kinds=d.kinds(kinds),
+        )
         if d.name == "mysql":
             sets = self.db.call_sets("commit_reserve", **params)
             rows, committed = [row for part in sets[:-1] for row in part], sets[-1][0][0]
@@ -468,8 +573,9 @@ class Queue:
         delivery: moved to the dead-letter queue, last error kept), 'dropped' (last delivery and
         no dead-letter queue), or None when the reservation no longer holds."""
         d = self.db.dialect
-        outcome = self.db.call("fail", **self._held(r), delay=d.duration(delay, "delay"),
-                               error=error_text(error))[0][0]
+        outcome = self.db.call(
+            "fail", **self._held(r), delay=d.duration(delay, "delay"), error=error_text(error)
+        )[0][0]
         return None if outcome is None else str(outcome)
 
     def extend(self, r: Reservation, timeout: Duration = None) -> Reservation | None:
@@ -478,38 +584,72 @@ class Queue:
         token = self.db.call("extend", **self._held(r), timeout=d.duration(timeout, "timeout"))[0][0]
         return None if token is None else replace(r, token=read_token(token))
 
-    def move(self, r: Reservation, to_queue: "str | Queue", payload: Any = _UNCHANGED) -> bool:
+    def move(self, r: Reservation, to_queue: str | Queue, payload: Any = _UNCHANGED) -> bool:
         """Commits here and pushes to to_queue in one step; payload replaces the old one if given.
         Moving into the queue it came from keeps the attempt count (another queue starts at 0)."""
         target = to_queue.name if isinstance(to_queue, Queue) else to_queue
-        return bool(self.db.call("move", **self._held(r), to_queue=text_value(target, "to_queue"),
-                                 payload=None if payload is _UNCHANGED else encode_json(payload))[0][0])
+        return bool(
+            self.db.call(
+                "move",
+                **self._held(r),
+                to_queue=text_value(target, "to_queue"),
+                payload=None if payload is _UNCHANGED else encode_json(payload),
+            )[0][0]
+        )
 
     def remove(self, key: str | int, kind: str) -> bool:
         """Deletes a message whatever its state; False if there was none."""
-        return bool(self.db.call("remove", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))[0][0])
+        return bool(
+            self.db.call("remove", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))[0][0]
+        )
 
     # -- looking at one message ------------------------------------------------
-    def message(self, key: str | int, kind: str) -> "MessageInfo | None":
+    def message(self, key: str | int, kind: str) -> MessageInfo | None:
         """The live message with this key and kind (state 'ready', 'delayed' or 'reserved',
         attempts, last error...), or None when there is none."""
         d = self.db.dialect
         rows = self.db.call("message", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))
         if not rows:
             return None
-        (p_key, p_kind, state, payload, priority, attempts, scheduled, created, reserved_by, last_error,
-         dead_from) = rows[0]
-        return MessageInfo(self.name, p_key, p_kind, str(state), d.read_payload(payload), int(priority),
-                           int(attempts), d.read_time(scheduled), d.read_time(created), reserved_by,
-                           last_error, dead_from)
+        (
+            p_key,
+            p_kind,
+            state,
+            payload,
+            priority,
+            attempts,
+            scheduled,
+            created,
+            reserved_by,
+            last_error,
+            dead_from,
+        ) = rows[0]
+        return MessageInfo(
+            self.name,
+            p_key,
+            p_kind,
+            str(state),
+            d.read_payload(payload),
+            int(priority),
+            int(attempts),
+            d.read_time(scheduled),
+            d.read_time(created),
+            reserved_by,
+            last_error,
+            dead_from,
+        )
 
-    def message_history(self, key: str | int, kind: str) -> list["HistoryRow"]:
+    def message_history(self, key: str | int, kind: str) -> list[HistoryRow]:
         """The history rows of the message with this key and kind in this queue, newest first (at
         most 100; only kept when the queue has a history_retention)."""
         d = self.db.dialect
-        rows = self.db.call("message_history", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))
-        return [HistoryRow(d.read_time(at), str(outcome), to_queue, int(attempts), reserved_by, last_error)
-                for at, outcome, to_queue, attempts, reserved_by, last_error in rows]
+        rows = self.db.call(
+            "message_history", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+        )
+        return [
+            HistoryRow(d.read_time(at), str(outcome), to_queue, int(attempts), reserved_by, last_error)
+            for at, outcome, to_queue, attempts, reserved_by, last_error in rows
+        ]
 
     # -- wakeups ------------------------------------------------------------------
     def channel(self) -> str:
@@ -520,27 +660,50 @@ class Queue:
         """At most one wakeup (NOTIFY) per window (None = 50 ms, 0 = one per push statement)."""
         self.db.call("set_notify_window", queue=self.name, window=self.db.dialect.duration(window, "window"))
 
-    def next_scheduled_at(self, kinds: Sequence[str] | None = None) -> tuple[dt.datetime | None, float | None]:
+    def next_scheduled_at(
+        self, kinds: Sequence[str] | None = None
+    ) -> tuple[dt.datetime | None, float | None]:
         """(when the next message becomes eligible, seconds from now; 0 = one is ready), or (None, None)."""
         d = self.db.dialect
         at, wait_s = self.db.call("next_scheduled_at", queue=self.name, kinds=d.kinds(kinds))[0]
         return d.read_time(at), None if wait_s is None else float(wait_s)
 
-    def wait(self, timeout: Duration = None, poll: Duration = None, kinds: Sequence[str] | None = None) -> bool:
+    def wait(
+        self, timeout: Duration = None, poll: Duration = None, kinds: Sequence[str] | None = None
+    ) -> bool:
         """Blocks in the server until a message is ready (True) or timeout passes (False; None = 1 s)."""
         d = self.db.dialect
-        return bool(self.db.call("wait", queue=self.name, kinds=d.kinds(kinds),
-                                 timeout=d.duration(timeout, "timeout"), poll=d.duration(poll, "poll"))[0][0])
+        return bool(
+            self.db.call(
+                "wait",
+                queue=self.name,
+                kinds=d.kinds(kinds),
+                timeout=d.duration(timeout, "timeout"),
+                poll=d.duration(poll, "poll"),
+            )[0][0]
+        )
 
     # -- history, dead letters, replace-on-push --------------------------------------
-    def push_replace(self, key: str | int, kind: str, payload: Any,
-                     run_at: dt.datetime | dt.timedelta | None = None, priority: int | None = None) -> str:
+    def push_replace(
+        self,
+        key: str | int,
+        kind: str,
+        payload: Any,
+        run_at: dt.datetime | dt.timedelta | None = None,
+        priority: int | None = None,
+    ) -> str:
         """Like push, but a waiting message with this key and kind gets the new payload, run_at and
         priority (debounce). Returns 'inserted', 'replaced', or 'reserved' (held by a consumer: left alone)."""
         d = self.db.dialect
-        rows = self.db.call("push_replace", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"),
-                            payload=encode_json(payload), run_at=d.time(run_at, "run_at"),
-                            priority=whole_number(priority, "priority"))
+        rows = self.db.call(
+            "push_replace",
+            queue=self.name,
+            key=key_value(key),
+            kind=text_value(kind, "kind"),
+            payload=encode_json(payload),
+            run_at=d.time(run_at, "run_at"),
+            priority=whole_number(priority, "priority"),
+        )
         return str(rows[0][0])
 
     def purge_history(self, n: int | None = None) -> int:
@@ -553,56 +716,92 @@ class Queue:
         d = self.db.dialect
         if isinstance(start, dt.timedelta) or isinstance(end, dt.timedelta):
             raise errors.InvalidArgumentError("start and end must be datetimes")
-        return int(self.db.call("replay", queue=self.name, start=d.time(start, "start"),
-                                end=d.time(end, "end"))[0][0])
+        return int(
+            self.db.call("replay", queue=self.name, start=d.time(start, "start"), end=d.time(end, "end"))[0][
+                0
+            ]
+        )
 
-    def redrive(self, to_queue: "str | Queue", n: int | None = None) -> int:
+    def redrive(self, to_queue: str | Queue, n: int | None = None) -> int:
         """Moves up to n (None = 1) ready messages of this (dead-letter) queue to to_queue, attempts reset.
         A message whose key and kind are live in to_queue stays here. Returns how many moved."""
         target = to_queue.name if isinstance(to_queue, Queue) else to_queue
-        return int(self.db.call("redrive", queue=self.name, to_queue=text_value(target, "to_queue"),
-                                n=whole_number(n, "n"))[0][0])
+        return int(
+            self.db.call(
+                "redrive", queue=self.name, to_queue=text_value(target, "to_queue"), n=whole_number(n, "n")
+            )[0][0]
+        )
 
-    def dead_letters(self) -> list["DeadLetter"]:
+    def dead_letters(self) -> list[DeadLetter]:
         """The messages sitting in this queue, when it is some queue's dead-letter queue (the view
         pyqueue_dead_letters)."""
         d = self.db.dialect
         return [
-            DeadLetter(dlq, origin, key, kind, d.read_payload(payload), priority,
-                       None if attempts is None else int(attempts), d.read_time(created), d.read_time(arrived),
-                       bool(reserved), last_error)
-            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error
-            in self.db.call("dead_letters", queue=self.name)
+            DeadLetter(
+                dlq,
+                origin,
+                key,
+                kind,
+                d.read_payload(payload),
+                priority,
+                None if attempts is None else int(attempts),
+                d.read_time(created),
+                d.read_time(arrived),
+                bool(reserved),
+                last_error,
+            )
+            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error in self.db.call(
+                "dead_letters", queue=self.name
+            )
         ]
 
     # -- concurrency limits and recurring messages ----------------------------------
     def set_limit(self, kind: str, capacity: int | None) -> None:
         """At most capacity messages of kind reserved at once (None removes the limit)."""
-        self.db.call("set_limit", queue=self.name, kind=text_value(kind, "kind"),
-                     capacity=whole_number(capacity, "capacity"))
+        self.db.call(
+            "set_limit",
+            queue=self.name,
+            kind=text_value(kind, "kind"),
+            capacity=whole_number(capacity, "capacity"),
+        )
 
-    def limits(self) -> list["LimitInfo"]:
+    def limits(self) -> list[LimitInfo]:
         return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in self.db.call("limits", queue=self.name)]
 
     def schedule_every(self, key: str | int, kind: str, payload: Any, every: Duration) -> dt.datetime:
         """A message key@time every ``every`` (whole seconds, aligned to the Unix epoch); returns the first time."""
         d = self.db.dialect
-        at = self.db.call("schedule_every", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"),
-                          payload=encode_json(payload), every=d.duration(every, "every"))[0][0]
+        at = self.db.call(
+            "schedule_every",
+            queue=self.name,
+            key=key_value(key),
+            kind=text_value(kind, "kind"),
+            payload=encode_json(payload),
+            every=d.duration(every, "every"),
+        )[0][0]
         return d.read_time(at)
 
     def schedule_cron(self, key: str | int, kind: str, payload: Any, cron: str) -> dt.datetime:
         """A message key@time at every minute matching the 5-field cron expression (UTC); returns the first time."""
         d = self.db.dialect
-        at = self.db.call("schedule_cron", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"),
-                          payload=encode_json(payload), cron=text_value(cron, "cron"))[0][0]
+        at = self.db.call(
+            "schedule_cron",
+            queue=self.name,
+            key=key_value(key),
+            kind=text_value(kind, "kind"),
+            payload=encode_json(payload),
+            cron=text_value(cron, "cron"),
+        )[0][0]
         return d.read_time(at)
 
     def unschedule(self, key: str | int, kind: str) -> bool:
-        return bool(self.db.call("unschedule", queue=self.name, key=key_value(key),
-                                 kind=text_value(kind, "kind"))[0][0])
+        return bool(
+            self.db.call("unschedule", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))[0][
+                0
+            ]
+        )
 
-    def schedules(self) -> list["ScheduleInfo"]:
+    def schedules(self) -> list[ScheduleInfo]:
         return [_schedule(self.db.dialect, row) for row in self.db.call("schedules", queue=self.name)]
 
 
@@ -718,5 +917,12 @@ class ScheduleInfo:
 
 def _schedule(dialect: dialects.Dialect, row: Sequence[Any]) -> ScheduleInfo:
     queue, key, kind, payload, every_s, cron, next_at = row
-    return ScheduleInfo(queue, key, kind, dialect.read_payload(payload),
-                        None if every_s is None else int(every_s), cron, dialect.read_time(next_at))
+    return ScheduleInfo(
+        queue,
+        key,
+        kind,
+        dialect.read_payload(payload),
+        None if every_s is None else int(every_s),
+        cron,
+        dialect.read_time(next_at),
+    )

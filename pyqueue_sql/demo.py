@@ -24,9 +24,10 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, TextIO
+from typing import TextIO
 
 from ._format import describe_error, format_stats_table, redact_dsn
 from .client import NewMessage, Queue, Reservation, connect
@@ -77,8 +78,18 @@ class Counters:
 
     def snapshot(self) -> dict[str, float]:
         with self.lock:
-            return {name: getattr(self, name) for name in
-                    ("pushed", "committed", "retried", "dead", "lost", "producers_done", "push_seconds")}
+            return {
+                name: getattr(self, name)
+                for name in (
+                    "pushed",
+                    "committed",
+                    "retried",
+                    "dead",
+                    "lost",
+                    "producers_done",
+                    "push_seconds",
+                )
+            }
 
 
 def plan_messages(producer: int, count: int, rng: random.Random) -> list[NewMessage]:
@@ -88,14 +99,19 @@ def plan_messages(producer: int, count: int, rng: random.Random) -> list[NewMess
         roll = rng.random()
         fail_first = 2 if roll < FAIL_TWICE_SHARE else 1 if roll < FAIL_TWICE_SHARE + FAIL_ONCE_SHARE else 0
         delayed = rng.random() < DELAYED_SHARE
-        messages.append(NewMessage(
-            key=f"order-{producer}-{i:06d}",
-            kind=KIND,
-            payload={"order_id": f"{producer}-{i}", "amount_cents": rng.randint(100, 99_999),
-                     "fail_first": fail_first},
-            run_at=dt.timedelta(seconds=rng.uniform(1.0, 3.0)) if delayed else None,
-            priority=HIGH_PRIORITY if rng.random() < PRIORITY_SHARE else None,
-        ))
+        messages.append(
+            NewMessage(
+                key=f"order-{producer}-{i:06d}",
+                kind=KIND,
+                payload={
+                    "order_id": f"{producer}-{i}",
+                    "amount_cents": rng.randint(100, 99_999),
+                    "fail_first": fail_first,
+                },
+                run_at=dt.timedelta(seconds=rng.uniform(1.0, 3.0)) if delayed else None,
+                priority=HIGH_PRIORITY if rng.random() < PRIORITY_SHARE else None,
+            )
+        )
     return messages
 
 
@@ -142,10 +158,15 @@ class Demo:
                 except UnknownQueueError:
                     pass
             db.queue(DEAD_LETTER_QUEUE).create()
-            db.queue(QUEUE).create(visibility_timeout=VISIBILITY_TIMEOUT_S, max_attempts=MAX_ATTEMPTS,
-                                   dead_letter_queue=DEAD_LETTER_QUEUE)
-        self.say(f"queues:   {QUEUE} (visibility {VISIBILITY_TIMEOUT_S} s, max_attempts {MAX_ATTEMPTS}, "
-                 f"dead letters to {DEAD_LETTER_QUEUE}), fresh")
+            db.queue(QUEUE).create(
+                visibility_timeout=VISIBILITY_TIMEOUT_S,
+                max_attempts=MAX_ATTEMPTS,
+                dead_letter_queue=DEAD_LETTER_QUEUE,
+            )
+        self.say(
+            f"queues:   {QUEUE} (visibility {VISIBILITY_TIMEOUT_S} s, max_attempts {MAX_ATTEMPTS}, "
+            f"dead letters to {DEAD_LETTER_QUEUE}), fresh"
+        )
 
     # -- threads -----------------------------------------------------------------
     def _thread(self, name: str, target: Callable[[], None]) -> threading.Thread:
@@ -162,7 +183,7 @@ class Demo:
     def producer(self, index: int, count: int) -> None:
         rng = random.Random(1000 + index)
         plan = plan_messages(index, count, rng)
-        singles = plan[len(plan) - min(SINGLE_PUSHES_PER_PRODUCER, len(plan)):]
+        singles = plan[len(plan) - min(SINGLE_PUSHES_PER_PRODUCER, len(plan)) :]
         batched = plan[: len(plan) - len(singles)]
         started = time.monotonic()
         with connect(self.dsn) as db:
@@ -173,7 +194,7 @@ class Demo:
             for start in range(0, len(batched), BATCH_SIZE):
                 if self.stop.is_set():
                     return
-                self.counters.add(pushed=queue.push_many(batched[start:start + BATCH_SIZE]))
+                self.counters.add(pushed=queue.push_many(batched[start : start + BATCH_SIZE]))
             for m in singles:
                 if self.stop.is_set():
                     return
@@ -214,8 +235,10 @@ class Demo:
     # -- progress ----------------------------------------------------------------
     def status_line(self, elapsed: float) -> str:
         c = self.counters.snapshot()
-        return (f"{elapsed:5.1f}s  pushed {c['pushed']:>6}  committed {c['committed']:>6}  "
-                f"retried {c['retried']:>4}  dead {c['dead']}")
+        return (
+            f"{elapsed:5.1f}s  pushed {c['pushed']:>6}  committed {c['committed']:>6}  "
+            f"retried {c['retried']:>4}  dead {c['dead']}"
+        )
 
     def finished(self) -> bool:
         c = self.counters.snapshot()
@@ -224,17 +247,25 @@ class Demo:
     # -- the run -----------------------------------------------------------------
     def run(self) -> int:
         self.setup()
-        per_producer = [self.messages // PRODUCERS + (i < self.messages % PRODUCERS) for i in range(PRODUCERS)]
+        per_producer = [
+            self.messages // PRODUCERS + (i < self.messages % PRODUCERS) for i in range(PRODUCERS)
+        ]
         total = self.messages + 1  # and the poison order
-        self.say(f"running:  {PRODUCERS} producers push {total} orders (push_many batches of {BATCH_SIZE} "
-                 f"+ {SINGLE_PUSHES_PER_PRODUCER} single pushes each; ~{DELAYED_SHARE:.0%} delayed 1-3 s, "
-                 f"~{PRIORITY_SHARE:.0%} priority {HIGH_PRIORITY})")
-        self.say(f"          {CONSUMERS} consumers reserve {RESERVE_BATCH} at a time; "
-                 f"~{FAIL_ONCE_SHARE + FAIL_TWICE_SHARE:.0%} fail at first (backoff "
-                 f"{BACKOFF_BASE_S} s * 2^(attempts-1)), 1 poison order always fails")
+        self.say(
+            f"running:  {PRODUCERS} producers push {total} orders (push_many batches of {BATCH_SIZE} "
+            f"+ {SINGLE_PUSHES_PER_PRODUCER} single pushes each; ~{DELAYED_SHARE:.0%} delayed 1-3 s, "
+            f"~{PRIORITY_SHARE:.0%} priority {HIGH_PRIORITY})"
+        )
+        self.say(
+            f"          {CONSUMERS} consumers reserve {RESERVE_BATCH} at a time; "
+            f"~{FAIL_ONCE_SHARE + FAIL_TWICE_SHARE:.0%} fail at first (backoff "
+            f"{BACKOFF_BASE_S} s * 2^(attempts-1)), 1 poison order always fails"
+        )
 
-        threads = [self._thread(f"producer-{i}", lambda i=i: self.producer(i, per_producer[i]))
-                   for i in range(PRODUCERS)]
+        threads = [
+            self._thread(f"producer-{i}", lambda i=i: self.producer(i, per_producer[i]))
+            for i in range(PRODUCERS)
+        ]
         threads += [self._thread(f"consumer-{i}", lambda i=i: self.consumer(i)) for i in range(CONSUMERS)]
         tty = self.out.isatty()
         interval = 0.25 if tty else 1.0
@@ -279,8 +310,10 @@ class Demo:
                 self.say(f"FAILED: {failure}")
             return 1
         if not done:
-            self.say(f"FAILED: not finished after {self.timeout:g} s: {c['committed']} committed + "
-                     f"{c['dead']} dead of {total} pushed")
+            self.say(
+                f"FAILED: not finished after {self.timeout:g} s: {c['committed']} committed + "
+                f"{c['dead']} dead of {total} pushed"
+            )
             return 1
         problems = []
         if c["pushed"] != total:
@@ -290,10 +323,14 @@ class Demo:
 
         self.say()
         self.say(f"done in {elapsed:.1f} s")
-        self.say(f"  pushed     {c['pushed']:>6}  ({c['pushed'] / max(c['push_seconds'], 1e-9):,.0f}/s "
-                 f"over {c['push_seconds']:.2f} s of pushing)")
-        self.say(f"  committed  {c['committed']:>6}  ({c['committed'] / elapsed:,.0f}/s over the whole run, "
-                 f"which waits for the delayed orders)")
+        self.say(
+            f"  pushed     {c['pushed']:>6}  ({c['pushed'] / max(c['push_seconds'], 1e-9):,.0f}/s "
+            f"over {c['push_seconds']:.2f} s of pushing)"
+        )
+        self.say(
+            f"  committed  {c['committed']:>6}  ({c['committed'] / elapsed:,.0f}/s over the whole run, "
+            f"which waits for the delayed orders)"
+        )
         self.say(f"  retries    {c['retried']:>6}  (rolled back with backoff, then committed)")
         if c["lost"]:
             self.say(f"  expired    {c['lost']:>6}  (reservations that timed out before commit; redelivered)")
@@ -303,8 +340,10 @@ class Demo:
             keys = [d.key for d in dead_letters]
             if keys == [POISON_KEY]:
                 d = dead_letters[0]
-                self.say(f"  dead       {c['dead']:>6}  ({POISON_KEY!r} is in {DEAD_LETTER_QUEUE}, from "
-                         f"{d.from_queue} after {d.attempts} attempts; last error: {d.last_error})")
+                self.say(
+                    f"  dead       {c['dead']:>6}  ({POISON_KEY!r} is in {DEAD_LETTER_QUEUE}, from "
+                    f"{d.from_queue} after {d.attempts} attempts; last error: {d.last_error})"
+                )
             else:
                 problems.append(f"expected only {POISON_KEY!r} in {DEAD_LETTER_QUEUE}, found {keys}")
             stats = [s for s in db.stats() if s.queue in (QUEUE, DEAD_LETTER_QUEUE)]
@@ -327,8 +366,14 @@ def default_data_dir() -> Path | None:
     return cwd / ".pyqueue-demo" / "pgdata" if os.access(cwd, os.W_OK) else None
 
 
-def run_demo(dsn: str | None, *, messages: int = 4000, timeout: float = 120.0,
-             data_dir: str | os.PathLike[str] | None = None, out: TextIO | None = None) -> int:
+def run_demo(
+    dsn: str | None,
+    *,
+    messages: int = 4000,
+    timeout: float = 120.0,
+    data_dir: str | os.PathLike[str] | None = None,
+    out: TextIO | None = None,
+) -> int:
     """Runs the demo against dsn, or an embedded PostgreSQL when dsn is None; returns the exit code."""
     out = out or sys.stdout
     if dsn is not None:
@@ -339,11 +384,16 @@ def run_demo(dsn: str | None, *, messages: int = 4000, timeout: float = 120.0,
 
     where = Path(data_dir) if data_dir is not None else default_data_dir()
     shown = "a temporary directory" if where is None else os.path.relpath(where)
-    print(f"database: embedded PostgreSQL in {shown} (set PYQUEUE_DSN to use your own server)",
-          file=out, flush=True)
+    print(
+        f"database: embedded PostgreSQL in {shown} (set PYQUEUE_DSN to use your own server)",
+        file=out,
+        flush=True,
+    )
     started = time.monotonic()
     with embedded_postgres_dsn(where) as embedded_dsn:
-        print(f"          started in {time.monotonic() - started:.1f} s: {embedded_dsn}", file=out, flush=True)
+        print(
+            f"          started in {time.monotonic() - started:.1f} s: {embedded_dsn}", file=out, flush=True
+        )
         code = Demo(embedded_dsn, messages, timeout, out).run()
         print("stopping the embedded server", file=out, flush=True)
     return code
@@ -351,13 +401,15 @@ def run_demo(dsn: str | None, *, messages: int = 4000, timeout: float = 120.0,
 
 # -- the embedded server over TCP (for Spark's JDBC) -------------------------------------
 
+
 def _socket_path(dsn: str) -> str:
     """The Unix socket file of the PostgreSQL server at dsn, as the server reports it."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         directories, port = conn.execute(
-            "SELECT current_setting('unix_socket_directories'), current_setting('port')").fetchone()
+            "SELECT current_setting('unix_socket_directories'), current_setting('port')"
+        ).fetchone()
     directory = directories.split(",")[0].strip()
     return os.path.join(directory, f".s.PGSQL.{port}")
 
@@ -400,7 +452,7 @@ def tcp_forwarder(unix_path: str, host: str = "127.0.0.1") -> Iterator[int]:
         while not stop.is_set():
             try:
                 client, _ = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -14,8 +14,9 @@ import datetime as dt
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from . import errors
@@ -44,7 +45,9 @@ def _as_timedelta(value: Duration, what: str) -> dt.timedelta | None:
         return value
     if isinstance(value, (int, float, Decimal)):
         return dt.timedelta(seconds=float(value))
-    raise errors.InvalidArgumentError(f"{what} must be a timedelta or a number of seconds, not {type(value).__name__}")
+    raise errors.InvalidArgumentError(
+        f"{what} must be a timedelta or a number of seconds, not {type(value).__name__}"
+    )
 
 
 def _as_utc(value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime | None:
@@ -55,7 +58,9 @@ def _as_utc(value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime 
         return dt.datetime.now(UTC) + value
     if isinstance(value, dt.datetime):
         if value.tzinfo is None or value.utcoffset() is None:
-            raise errors.InvalidArgumentError(f"{what} must be timezone-aware (a naive datetime is ambiguous)")
+            raise errors.InvalidArgumentError(
+                f"{what} must be timezone-aware (a naive datetime is ambiguous)"
+            )
         return value.astimezone(UTC)
     raise errors.InvalidArgumentError(f"{what} must be a datetime or a timedelta, not {type(value).__name__}")
 
@@ -78,7 +83,9 @@ def key_value(value: Any, what: str = "key") -> str | None:
         return str(value)
     if value is None or isinstance(value, str):
         return value
-    raise errors.InvalidArgumentError(f"{what} must be a str or an int, not {type(value).__name__} ({value!r:.40})")
+    raise errors.InvalidArgumentError(
+        f"{what} must be a str or an int, not {type(value).__name__} ({value!r:.40})"
+    )
 
 
 def token_value(value: Any, what: str = "token") -> str | None:
@@ -270,7 +277,8 @@ class PostgreSQL(Dialect):
             if isinstance(exc, pgerrors.UntranslatableCharacter) and "JSON" in (exc.diag.context or ""):
                 # jsonb cannot hold the escape \u0000 (a NUL in a JSON string)
                 raise errors.InvalidPayloadError(
-                    f"{exc.diag.message_primary}: {exc.diag.message_detail or ''}".rstrip(": ")) from exc
+                    f"{exc.diag.message_primary}: {exc.diag.message_detail or ''}".rstrip(": ")
+                ) from exc
             if isinstance(exc, pgerrors.DataError):  # a value that does not fit its parameter's type
                 raise errors.InvalidArgumentError(str(exc.diag.message_primary)) from exc
             raise
@@ -281,7 +289,8 @@ class PostgreSQL(Dialect):
             what = "deadlock" if exc.sqlstate == "40P01" else "serialization failure"
             return errors.SerializationError(
                 f"{what} ({exc.sqlstate}): the server rolled the transaction back, nothing of it was kept; "
-                f"run the whole transaction again: {diag.message_primary if diag is not None else exc}")
+                f"run the whole transaction again: {diag.message_primary if diag is not None else exc}"
+            )
         return None
 
     def _undefined_function(self, connection: Any, name: str, exc: Any) -> errors.QueueError | None:
@@ -303,14 +312,16 @@ class PostgreSQL(Dialect):
         return errors.InvalidArgumentError(
             f"no {routine} takes arguments of the types ({types}): pass str for names, keys and kinds "
             f"(a key may be an int), numbers for numbers; or the installed schema is of another release "
-            f"than this client (run `pyqueue-sql migrate`)")
+            f"than this client (run `pyqueue-sql migrate`)"
+        )
 
     @staticmethod
     def _not_installed(message: str) -> errors.SchemaNotInstalledError:
         return errors.SchemaNotInstalledError(
             f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`), or it is "
             f"installed in a schema this role has no USAGE on or that is not on its search_path "
-            f"(`pyqueue-sql grant` grants USAGE): {message}")
+            f"(`pyqueue-sql grant` grants USAGE): {message}"
+        )
 
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         import psycopg
@@ -357,8 +368,20 @@ class MySQL(Dialect):
     # autocommit mode a deadlock after the first claim would leave the claimed
     # messages held, unreturned, until their timeout; in a transaction of their
     # own the server rolls the whole call back, and the client runs it again.
-    own_transaction_statements = frozenset({"commit", "rollback", "fail", "move", "pop", "commit_reserve",
-                                            "commit_batch", "redrive", "reserve", "extend"})
+    own_transaction_statements = frozenset(
+        {
+            "commit",
+            "rollback",
+            "fail",
+            "move",
+            "pop",
+            "commit_reserve",
+            "commit_batch",
+            "redrive",
+            "reserve",
+            "extend",
+        }
+    )
 
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
         import pymysql
@@ -395,14 +418,20 @@ class MySQL(Dialect):
             mapped = _map_routine_error(message)
             if mapped is not None:
                 raise mapped from exc
-            if code in (1264, 1265, 1292, 1366):  # out of range / truncated / bad datetime / bad value for the parameter
+            if code in (
+                1264,
+                1265,
+                1292,
+                1366,
+            ):  # out of range / truncated / bad datetime / bad value for the parameter
                 raise errors.InvalidArgumentError(message) from exc
             if code in _MYSQL_ACCESS_DENIED:  # an account without the capability
                 raise errors.PermissionDeniedError(message) from exc
             if code == 1318:  # the procedure exists with another number of arguments
                 raise errors.InvalidArgumentError(
                     f"{message}: the installed schema is of another release than this client "
-                    f"(run `pyqueue-sql migrate`)") from exc
+                    f"(run `pyqueue-sql migrate`)"
+                ) from exc
             if code in (1305, 1146):  # procedure / table does not exist
                 raise errors.SchemaNotInstalledError(
                     f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`): {message}"
@@ -425,7 +454,8 @@ class MySQL(Dialect):
         if isinstance(exc, pymysql.MySQLError) and exc.args and exc.args[0] == 1213:
             return errors.SerializationError(
                 f"deadlock ({exc.args[0]}): the server rolled the statement's transaction back; "
-                f"run the whole transaction again: {exc.args[1] if len(exc.args) > 1 else exc}")
+                f"run the whole transaction again: {exc.args[1] if len(exc.args) > 1 else exc}"
+            )
         return None
 
     def duration(self, value: Duration, what: str) -> Any:
@@ -452,21 +482,25 @@ class MySQL(Dialect):
         messages = []
         for key, kind, payload, run_at, priority in items:
             json.loads(encode_json(payload))  # refuse what is not JSON before sending
-            messages.append({
-                "p_key": key,
-                "p_kind": kind,
-                "payload": payload,
-                "run_at": None if run_at is None else run_at.strftime("%Y-%m-%d %H:%M:%S.%f"),
-                "priority": priority,
-            })
+            messages.append(
+                {
+                    "p_key": key,
+                    "p_kind": kind,
+                    "payload": payload,
+                    "run_at": None if run_at is None else run_at.strftime("%Y-%m-%d %H:%M:%S.%f"),
+                    "priority": priority,
+                }
+            )
         return {"messages": encode_json(messages)}
 
 
 _PG_NO_FUNCTION = re.compile(r"function ([\w.\"]+)\((.*)\) does not exist", re.DOTALL)
 _PG_ARGUMENT = re.compile(r"%\((\w+)\)s(::[\w\[\] ]+)?")
 # Whether a routine of that name is visible on the search_path (one round trip, autocommit only).
-_PG_ROUTINE_EXISTS = ("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc"
-                      " WHERE proname = %s AND pg_catalog.pg_function_is_visible(oid))")
+_PG_ROUTINE_EXISTS = (
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc"
+    " WHERE proname = %s AND pg_catalog.pg_function_is_visible(oid))"
+)
 
 
 def _pg_routine_exists(connection: Any, routine: str) -> bool | None:
@@ -488,7 +522,7 @@ def _pg_wrong_types(statement: str, types: str) -> bool:
     """Without the catalog: whether the server saw a type other than text for an argument that the
     named statement passes uncast (names, keys, kinds: sent as text, shown as `unknown` or `text`).
     True means the routine is there but was given a wrong type."""
-    args = statement[statement.index("(") + 1:statement.rindex(")")] if "(" in statement else ""
+    args = statement[statement.index("(") + 1 : statement.rindex(")")] if "(" in statement else ""
     seen = [t.strip() for t in types.split(",")] if types.strip() else []
     placeholders = _PG_ARGUMENT.findall(args)
     if len(seen) != len(placeholders):

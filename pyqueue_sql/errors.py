@@ -32,8 +32,10 @@ class PermissionDeniedError(QueueError, PermissionError):
     capability it needs (`pyqueue-sql grant`, README "Least privilege"). Not a connection
     error: a worker does not reconnect and retry on it."""
 
-    HINT = ("grant the account the capability it needs: `pyqueue-sql grant --role NAME --producer|--consumer|"
-            "--monitor|--admin|--ingest --apply` (README: Least privilege)")
+    HINT = (
+        "grant the account the capability it needs: `pyqueue-sql grant --role NAME --producer|--consumer|"
+        "--monitor|--admin|--ingest --apply` (README: Least privilege)"
+    )
 
     def __init__(self, message: str) -> None:
         super().__init__(f"{message}; {self.HINT}")

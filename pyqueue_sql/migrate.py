@@ -34,7 +34,7 @@ then match the fingerprint of one revision exactly (FINGERPRINTS in each
 revision file, regenerated from real databases by a test), which is recorded
 before the rest is applied.
 
-Test hook (tests/test_migrate_interrupted.py): the environment variable
+Test hook (tests/schema/test_migrate_interrupted.py): the environment variable
 PYQUEUE_SQL_MIGRATE_TEST_KILL="<n>[:unrecorded][:<SIGNAL>]" makes the process
 send itself SIGNAL (default SIGKILL) after the n-th unit of work of the run
 (MySQL: a statement, once recorded - or, with ``unrecorded``, once applied but
@@ -52,7 +52,8 @@ import logging
 import os
 import signal
 import warnings
-from typing import Any, Callable, Iterator, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -71,6 +72,7 @@ INTERRUPTED = "migrate was interrupted; run it again to resume"
 
 
 # ---- errors -----------------------------------------------------------------
+
 
 class MigrationError(errors.QueueError):
     """A migrate run refused or could not finish (nothing is undone on MySQL: run it again)."""
@@ -112,15 +114,18 @@ class MigrationResult(NamedTuple):
 
 # ---- the revision being applied (read by run_sql_file) ----------------------
 
+
 @dataclasses.dataclass
 class _Step:
     connection: Connection
     dialect: dialects.Dialect
-    run: "_Run | None"  # None: run by alembic itself through env.py (no resume)
+    run: _Run | None  # None: run by alembic itself through env.py (no resume)
     files: int = 0
 
 
-_STEP: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("pyqueue_sql_migration_step", default=None)
+_STEP: contextvars.ContextVar[_Step | None] = contextvars.ContextVar(
+    "pyqueue_sql_migration_step", default=None
+)
 
 
 def run_sql_file(filename: str) -> None:
@@ -164,6 +169,7 @@ def _execute_script(connection: Connection, dialect: dialects.Dialect, text: str
 
 # ---- small helpers ----------------------------------------------------------
 
+
 def _dialect_of(connection: Connection) -> dialects.Dialect:
     return dialects.for_name("postgresql" if connection.dialect.name == "postgresql" else "mysql")
 
@@ -174,8 +180,9 @@ def _text(value: Any) -> Any:
     return value.decode() if isinstance(value, (bytes, bytearray)) else value
 
 
-def _rows(connection: Connection, dialect: dialects.Dialect, name: str,
-          params: dict[str, Any] | None = None) -> list[tuple]:
+def _rows(
+    connection: Connection, dialect: dialects.Dialect, name: str, params: dict[str, Any] | None = None
+) -> list[tuple]:
     """Runs a named statement of sql/<dialect>/migration.sql on the DB-API connection."""
     cursor = connection.connection.cursor()
     try:
@@ -197,7 +204,13 @@ def _interruption(exc: BaseException, dialect: dialects.Dialect) -> bool:
         return True
     orig = getattr(exc, "orig", exc)
     if dialect.name == "mysql":
-        return isinstance(orig, dialect.connection_errors()) and _mysql_code(orig) in (0, 2006, 2013, 2014, 2055)
+        return isinstance(orig, dialect.connection_errors()) and _mysql_code(orig) in (
+            0,
+            2006,
+            2013,
+            2014,
+            2055,
+        )
     return isinstance(orig, dialect.connection_errors())
 
 
@@ -207,8 +220,10 @@ def _migration_lock(connection: Connection, dialect: dialects.Dialect) -> Iterat
     MySQL: GET_LOCK named after the database, released after the run."""
     [(got,)] = _rows(connection, dialect, "migration_lock")
     if dialect.name == "mysql" and got != 1:
-        raise MigrationLockTimeout("another pyqueue-sql migrate has held this database's migration lock "
-                                   "for 600 s; try again when it is done")
+        raise MigrationLockTimeout(
+            "another pyqueue-sql migrate has held this database's migration lock "
+            "for 600 s; try again when it is done"
+        )
     try:
         yield
     except BaseException as exc:
@@ -226,27 +241,33 @@ def _migration_lock(connection: Connection, dialect: dialects.Dialect) -> Iterat
 # The errors a statement gives when it had been applied already (run again
 # after an interruption between applying it and recording it): exactly these,
 # and only for that one statement, count as "applied".
-_ALREADY_APPLIED = frozenset({
-    1050,  # table / view already exists
-    1304,  # procedure / function already exists
-    1359,  # trigger already exists
-    1060,  # duplicate column name
-    1061,  # duplicate key name
-    1068,  # multiple primary key defined
-    1826,  # duplicate foreign key / constraint name
-    3822,  # duplicate check constraint name (MySQL 8)
-    1091,  # can't drop column / key: it does not exist (a DROP applied before)
-    1051,  # unknown table (DROP TABLE without IF EXISTS applied before)
-    1305,  # procedure / function does not exist (DROP without IF EXISTS applied before)
-    1360,  # trigger does not exist
-})
+_ALREADY_APPLIED = frozenset(
+    {
+        1050,  # table / view already exists
+        1304,  # procedure / function already exists
+        1359,  # trigger already exists
+        1060,  # duplicate column name
+        1061,  # duplicate key name
+        1068,  # multiple primary key defined
+        1826,  # duplicate foreign key / constraint name
+        3822,  # duplicate check constraint name (MySQL 8)
+        1091,  # can't drop column / key: it does not exist (a DROP applied before)
+        1051,  # unknown table (DROP TABLE without IF EXISTS applied before)
+        1305,  # procedure / function does not exist (DROP without IF EXISTS applied before)
+        1360,  # trigger does not exist
+    }
+)
 
 
 def _is_session_setting(statement: str) -> bool:
     """A statement that only sets session state (sql_mode, user variables):
     replayed when resuming, so the statements after it run as they would have."""
     code = " ".join(line for line in statement.splitlines() if not line.strip().startswith("--")).split()
-    return len(code) >= 2 and code[0].upper() == "SET" and (code[1].startswith("@") or code[1].upper() == "SESSION")
+    return (
+        len(code) >= 2
+        and code[0].upper() == "SET"
+        and (code[1].startswith("@") or code[1].upper() == "SESSION")
+    )
 
 
 class _MySQLProgress:
@@ -264,7 +285,7 @@ class _MySQLProgress:
 
     # -- life cycle ------------------------------------------------------
     @classmethod
-    def load(cls, connection: Connection, dialect: dialects.Dialect) -> "_MySQLProgress | None":
+    def load(cls, connection: Connection, dialect: dialects.Dialect) -> _MySQLProgress | None:
         """The progress an unfinished run left, or None."""
         [(progress, grants)] = _rows(connection, dialect, "bookkeeping_tables")
         if not int(progress):
@@ -277,14 +298,14 @@ class _MySQLProgress:
         return cls(connection, dialect, rows[0])
 
     @classmethod
-    def start(cls, connection: Connection, dialect: dialects.Dialect) -> "_MySQLProgress":
+    def start(cls, connection: Connection, dialect: dialects.Dialect) -> _MySQLProgress:
         """Creates the progress table, then takes the grant snapshot (once, before
         anything is dropped) and commits both with the first progress row."""
         _rows(connection, dialect, "create_progress_table")
         return cls._snapshot(connection, dialect)
 
     @classmethod
-    def _snapshot(cls, connection: Connection, dialect: dialects.Dialect) -> "_MySQLProgress":
+    def _snapshot(cls, connection: Connection, dialect: dialects.Dialect) -> _MySQLProgress:
         _rows(connection, dialect, "drop_grants_table")
         _rows(connection, dialect, "create_grants_table")
         saved = True
@@ -294,16 +315,22 @@ class _MySQLProgress:
             if _interruption(exc, dialect):
                 raise
             saved = False
-            warnings.warn(f"pyqueue-sql: cannot read the grants on the routines ({exc}); an upgrade that "
-                          "re-creates them drops them: run `pyqueue-sql grant ... --apply` again afterwards",
-                          stacklevel=4)
+            warnings.warn(
+                f"pyqueue-sql: cannot read the grants on the routines ({exc}); an upgrade that "
+                "re-creates them drops them: run `pyqueue-sql grant ... --apply` again afterwards",
+                stacklevel=4,
+            )
         _rows(connection, dialect, "start_progress", {"grants_saved": saved})
         connection.connection.commit()
         return cls(connection, dialect, (None, 0, 0, saved))
 
     def _record(self) -> None:
-        _rows(self.connection, self.dialect, "record_progress",
-              {"step": self.step, "file_no": self.file_no, "statement_no": self.statement_no})
+        _rows(
+            self.connection,
+            self.dialect,
+            "record_progress",
+            {"step": self.step, "file_no": self.file_no, "statement_no": self.statement_no},
+        )
         self.connection.connection.commit()
 
     def begin_step(self, name: str) -> None:
@@ -313,7 +340,8 @@ class _MySQLProgress:
         if self.step is not None:
             raise MigrationError(
                 f"an earlier migrate stopped during {self.step!r} and this one would start with {name!r}: "
-                "run the interrupted migrate again (same direction and target) to finish it first")
+                "run the interrupted migrate again (same direction and target) to finish it first"
+            )
         self.resume = None
         self.step, self.file_no, self.statement_no = name, 0, 0
         self._record()
@@ -328,7 +356,8 @@ class _MySQLProgress:
             raise MigrationError(
                 f"an earlier migrate stopped during {self.step!r}; "
                 + (f"this one would start with {name!r}: " if name else "this one has nothing to do there: ")
-                + "run the interrupted migrate again (same direction and target) to finish it first")
+                + "run the interrupted migrate again (same direction and target) to finish it first"
+            )
 
     # -- statements ------------------------------------------------------
     def run_file(self, file_no: int, statements: list[str], count: Callable[[bool], None]) -> None:
@@ -399,13 +428,17 @@ def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) ->
     reported as a warning."""
     from .privileges import Account, _mysql_account, _mysql_quote, no_account_creation
 
-    saved = list(saved) + [(user, host, added, routine_type, privileges)
-                           for user, host, routine, routine_type, privileges in saved
-                           for added in _ROUTINES_ADDED_WITH.get(str(routine).lower(), ())]
+    saved = list(saved) + [
+        (user, host, added, routine_type, privileges)
+        for user, host, routine, routine_type, privileges in saved
+        for added in _ROUTINES_ADDED_WITH.get(str(routine).lower(), ())
+    ]
     dialect = _dialect_of(connection)
     try:
-        now = {(u, h, r.lower(), str(t).upper(), _privileges(p))
-               for u, h, r, t, p in _rows(connection, dialect, "routine_grants")}
+        now = {
+            (u, h, r.lower(), str(t).upper(), _privileges(p))
+            for u, h, r, t, p in _rows(connection, dialect, "routine_grants")
+        }
     except Exception as exc:  # cannot read them now: give every saved one back (a no-op when held)
         if _interruption(exc, dialect):
             raise
@@ -424,21 +457,28 @@ def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) ->
                 try:
                     # Host '' is a MariaDB role: granted as `role`, without a host part
                     statement = template.format(
-                        privilege=", ".join(chosen), routine_type=str(routine_type).upper(),
-                        routine=_mysql_quote(routine), role=_mysql_account(Account(user, host)),
-                        grant_option=" WITH GRANT OPTION" if "grant" in granted else "")
+                        privilege=", ".join(chosen),
+                        routine_type=str(routine_type).upper(),
+                        routine=_mysql_quote(routine),
+                        role=_mysql_account(Account(user, host)),
+                        grant_option=" WITH GRANT OPTION" if "grant" in granted else "",
+                    )
                     cursor.execute(statement)
                 except Exception as exc:  # a routine this revision no longer has (1305), an odd name
                     if _interruption(exc, dialect):
                         raise
                     if _mysql_code(exc) != 1305:
-                        warnings.warn(f"pyqueue-sql: could not give {user}@{host} back {', '.join(chosen)} "
-                                      f"on {routine}: {exc}", stacklevel=3)
+                        warnings.warn(
+                            f"pyqueue-sql: could not give {user}@{host} back {', '.join(chosen)} "
+                            f"on {routine}: {exc}",
+                            stacklevel=3,
+                        )
     finally:
         cursor.close()
 
 
 # ---- catalog fingerprints (adopt) ---------------------------------------------
+
 
 def flavor(connection: Connection) -> str:
     """'postgresql', 'mariadb' or 'mysql': the key of a revision's FINGERPRINTS."""
@@ -460,8 +500,11 @@ def fingerprint(target: Any) -> str:
 def _fingerprint(connection: Connection) -> str:
     dialect = _dialect_of(connection)
     named = migration_queries(dialect.name)
-    parts = {name: [[None if v is None else str(v) for v in row] for row in _rows(connection, dialect, name)]
-             for name in named if name.startswith("fingerprint_")}
+    parts = {
+        name: [[None if v is None else str(v) for v in row] for row in _rows(connection, dialect, name)]
+        for name in named
+        if name.startswith("fingerprint_")
+    }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -478,24 +521,29 @@ def _adopt(connection: Connection, script: ScriptDirectory, found: list[str]) ->
             f"no catalog fingerprints ship for {kind} yet: the existing schema cannot be checked, so it "
             "is not adopted (nothing was changed). Either keep installing and upgrading it with the "
             "script (`pyqueue-sql sql`), or move its messages out, remove it (`pyqueue-sql sql "
-            "--uninstall`) and install with `pyqueue-sql migrate`")
+            "--uninstall`) and install with `pyqueue-sql migrate`"
+        )
     if mine not in known:
         raise SchemaMismatchError(
             f"the pyqueue-sql objects in this database ({_summary(found)}) match no released revision "
             f"exactly (fingerprint {mine}), so they are not adopted and nothing was changed; compare them "
-            "with `pyqueue-sql sql`, or move the data out and install afresh")
+            "with `pyqueue-sql sql`, or move the data out and install afresh"
+        )
     return known[mine]
 
 
 def _summary(found: list[str]) -> str:
     first = ("table pyqueue_queue", "table pyqueue_message")
-    tables = [n for n in first if n in found] + [n for n in found if n.startswith("table ") and n not in first]
+    tables = [n for n in first if n in found] + [
+        n for n in found if n.startswith("table ") and n not in first
+    ]
     routines = [n for n in found if n.startswith("routine ")]
     shown = ", ".join(n.split(" ", 1)[1] for n in tables[:4]) + (", ..." if len(tables) > 4 else "")
     return f"{len(tables)} tables ({shown}) and {len(routines)} routines"
 
 
 # ---- connections ----------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def _session(target: Any) -> Iterator[tuple[Connection, dialects.Dialect]]:
@@ -522,8 +570,11 @@ def _session(target: Any) -> Iterator[tuple[Connection, dialects.Dialect]]:
         transaction.commit()
         return
     dialect = dialects.for_dsn(target)
-    engine = create_engine(f"{dialect.sqlalchemy_dialect}://", poolclass=pool.NullPool,
-                           creator=lambda: dialect.connect(target, autocommit=False))
+    engine = create_engine(
+        f"{dialect.sqlalchemy_dialect}://",
+        poolclass=pool.NullPool,
+        creator=lambda: dialect.connect(target, autocommit=False),
+    )
     try:
         connection = engine.connect()
         try:
@@ -557,6 +608,7 @@ def _script() -> ScriptDirectory:
 
 
 # ---- a run ----------------------------------------------------------------------
+
 
 def _test_kill_plan() -> tuple[int, bool, int] | None:
     value = os.environ.get(TEST_KILL_VARIABLE)
@@ -592,16 +644,18 @@ class _Run:
         if self.units == n and recorded != unrecorded:
             os.kill(os.getpid(), signum)
 
-    def steps(self, script: ScriptDirectory, direction: str, revision: str,
-              heads: tuple[str, ...]) -> list[_Plan]:
+    def steps(
+        self, script: ScriptDirectory, direction: str, revision: str, heads: tuple[str, ...]
+    ) -> list[_Plan]:
         if direction == "downgrade" and not heads:
             return []
         if direction == "upgrade":
             revs = list(reversed(list(script.iterate_revisions(revision, heads, implicit_base=True))))
             return [_Plan(f"upgrade to {r.revision}", r.module.upgrade, r.revision) for r in revs]
         revs = list(script.iterate_revisions(heads, revision, select_for_downgrade=True))
-        return [_Plan(f"downgrade from {r.revision}", r.module.downgrade, r.down_revision or "base")
-                for r in revs]
+        return [
+            _Plan(f"downgrade from {r.revision}", r.module.downgrade, r.down_revision or "base") for r in revs
+        ]
 
     def migrate(self, direction: str, revision: str, adopt: bool) -> MigrationResult:
         connection, dialect = self.connection, self.dialect
@@ -625,7 +679,9 @@ class _Run:
                             f"{VERSION_TABLE} records no revision: installed from `pyqueue-sql sql` or by "
                             "hand. Nothing was changed. Run `pyqueue-sql migrate --adopt` to check that it "
                             "matches a released revision exactly, record it and upgrade "
-                            "(Python: migrate.upgrade(target, adopt=True))", found)
+                            "(Python: migrate.upgrade(target, adopt=True))",
+                            found,
+                        )
                     adopted = _adopt(connection, script, found)
                     context.stamp(script, adopted)
                     if dialect.name == "mysql":
@@ -673,6 +729,7 @@ def _migrate(target: Any, direction: str, revision: str, adopt: bool = False) ->
 
 
 # ---- the API ----------------------------------------------------------------------
+
 
 def upgrade(target: Any, revision: str = "heads", *, adopt: bool = False) -> MigrationResult:
     """Brings the schema to ``revision``; target is a DSN or a SQLAlchemy Connection.

@@ -42,28 +42,58 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from . import errors
 from .queries import queries
 
 PRODUCER = ("queue_push", "queue_push_batch", "queue_push_replace")
 CONSUMER = (
-    "queue_reserve", "queue_pop", "queue_commit", "queue_rollback", "queue_fail", "queue_extend",
-    "queue_commit_reserve", "queue_commit_batch",
-    "queue_channel", "queue_wait", "queue_next_scheduled_at",
-    "queue_worker_register", "queue_worker_heartbeat", "queue_worker_deregister",
+    "queue_reserve",
+    "queue_pop",
+    "queue_commit",
+    "queue_rollback",
+    "queue_fail",
+    "queue_extend",
+    "queue_commit_reserve",
+    "queue_commit_batch",
+    "queue_channel",
+    "queue_wait",
+    "queue_next_scheduled_at",
+    "queue_worker_register",
+    "queue_worker_heartbeat",
+    "queue_worker_deregister",
     "queue_release_dead_workers",
 )
 PIPELINE = ("queue_move",)
-MONITOR = ("queue_stats", "queue_limits", "queue_workers", "queue_schedules", "queue_dead_letters",
-           "queue_settings", "queue_message", "queue_message_history")
+MONITOR = (
+    "queue_stats",
+    "queue_limits",
+    "queue_workers",
+    "queue_schedules",
+    "queue_dead_letters",
+    "queue_settings",
+    "queue_message",
+    "queue_message_history",
+)
 ADMIN = (
-    "queue_create", "queue_drop", "queue_pause", "queue_resume", "queue_remove", "queue_reset_setting",
-    "queue_set_notify_window", "queue_set_limit",
-    "queue_schedule_every", "queue_schedule_cron", "queue_unschedule",
-    "queue_purge_history", "queue_replay", "queue_redrive", "queue_release_dead_workers",
+    "queue_create",
+    "queue_drop",
+    "queue_pause",
+    "queue_resume",
+    "queue_remove",
+    "queue_reset_setting",
+    "queue_set_notify_window",
+    "queue_set_limit",
+    "queue_schedule_every",
+    "queue_schedule_cron",
+    "queue_unschedule",
+    "queue_purge_history",
+    "queue_replay",
+    "queue_redrive",
+    "queue_release_dead_workers",
 ) + MONITOR
 INGEST = ("queue_ingest_flush",)
 
@@ -80,12 +110,12 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
 DESCRIPTIONS: dict[str, str] = {
     "producer": "push, push_batch, push_replace",
     "consumer": "reserve, pop, commit, rollback, fail, extend, the fast paths, wakeups, its own worker "
-                "registration, releasing dead workers (no push, no move)",
+    "registration, releasing dead workers (no push, no move)",
     "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
-                "(give it with --consumer)",
+    "(give it with --consumer)",
     "monitor": "stats, limits, workers, schedules, dead letters, settings, message, message history",
     "admin": "create, drop, pause, resume, remove, reset a setting, limits, schedules, history, redrive, "
-             "replay; plus monitor",
+    "replay; plus monitor",
     "ingest": "INSERT (and SELECT, for Spark) on queue_ingest, queue_ingest_flush",
 }
 
@@ -97,8 +127,13 @@ DESCRIPTIONS: dict[str, str] = {
 # MySQL/MariaDB it shows the rows appended and not flushed yet (README).
 TABLES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
     "postgresql": {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "queue_ingest"))},
-    "mysql": {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "queue_ingest"),
-                         ("SELECT", "pyqueue_ingest_reject"))},
+    "mysql": {
+        "ingest": (
+            ("INSERT", "queue_ingest"),
+            ("SELECT", "queue_ingest"),
+            ("SELECT", "pyqueue_ingest_reject"),
+        )
+    },
 }
 
 # Every contract routine (the same names in both dialects); the internal
@@ -136,7 +171,8 @@ def parse_account(dialect: str, text: str) -> Account:
         if not value or not _MYSQL_NAME.fullmatch(value) or len(value) > limit:
             raise errors.InvalidArgumentError(
                 f"MySQL account {what} {value!r} must be 1-{limit} characters without quotes, "
-                "backticks or control characters")
+                "backticks or control characters"
+            )
     return Account(user, host)
 
 
@@ -152,7 +188,8 @@ def capabilities_of(names: Iterable[str]) -> list[str]:
     unknown = [n for n in chosen if n not in CAPABILITIES]
     if unknown or not chosen:
         raise errors.InvalidArgumentError(
-            f"capabilities must be some of {', '.join(CAPABILITIES)}; got {chosen or 'none'}")
+            f"capabilities must be some of {', '.join(CAPABILITIES)}; got {chosen or 'none'}"
+        )
     return chosen
 
 
@@ -169,8 +206,13 @@ def _mysql_account(account: Account) -> str:
     return f"{_mysql_quote(account.name)}@{_mysql_quote(account.host or '%')}"
 
 
-def statements(dialect: str, account: Account, capabilities: Sequence[str], schema: str | None = None,
-               revoke: bool = False) -> list[Any]:
+def statements(
+    dialect: str,
+    account: Account,
+    capabilities: Sequence[str],
+    schema: str | None = None,
+    revoke: bool = False,
+) -> list[Any]:
     """The GRANT (or REVOKE) statements for the capabilities: psycopg.sql.Composed on
     PostgreSQL, str on MySQL (the named statements of sql/<dialect>/queries.sql).
     schema: the PostgreSQL schema / MySQL database the routines live in (None:
@@ -191,8 +233,10 @@ def statements(dialect: str, account: Account, capabilities: Sequence[str], sche
         if schema and not revoke:
             out.append(sql.SQL(named["grant_schema_usage"]).format(schema=sql.Identifier(schema), role=role))
         out += [sql.SQL(named[execute]).format(routine=qualified(r), role=role) for r in routines]
-        out += [sql.SQL(named[table]).format(privilege=sql.SQL(_PRIVILEGES[priv]), table=qualified(t), role=role)
-                for priv, t in tables]
+        out += [
+            sql.SQL(named[table]).format(privilege=sql.SQL(_PRIVILEGES[priv]), table=qualified(t), role=role)
+            for priv, t in tables
+        ]
         return out
     who = _mysql_account(account)
 

@@ -21,10 +21,16 @@ def parse_named(text: str) -> dict[str, str]:
     matches = list(_NAME_LINE.finditer(text))
     for i, match in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        body = "\n".join(
-            line for line in text[match.end():end].strip().splitlines()
-            if not line.lstrip().startswith("--")
-        ).strip().rstrip(";").strip()
+        body = (
+            "\n".join(
+                line
+                for line in text[match.end() : end].strip().splitlines()
+                if not line.lstrip().startswith("--")
+            )
+            .strip()
+            .rstrip(";")
+            .strip()
+        )
         if match.group(1) in statements:
             raise ValueError(f"statement {match.group(1)!r} is defined twice")
         statements[match.group(1)] = body

@@ -40,8 +40,9 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from . import dialects, errors
@@ -51,8 +52,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 INGEST_TABLE = "queue_ingest"
 HISTORY_TABLE = "pyqueue_history"
-HISTORY_COLUMNS = ("id", "queue_name", "p_key", "p_kind", "payload", "priority", "attempts",
-                   "created_at", "processed_at", "outcome")
+HISTORY_COLUMNS = (
+    "id",
+    "queue_name",
+    "p_key",
+    "p_kind",
+    "payload",
+    "priority",
+    "attempts",
+    "created_at",
+    "processed_at",
+    "outcome",
+)
 
 DRIVERS = {"postgresql": "org.postgresql.Driver", "mysql": "org.mariadb.jdbc.Driver"}
 # Debian's libpostgresql-jdbc-java and libmariadb-java (scripts/spark-deps.sh installs them).
@@ -70,7 +81,7 @@ class IngestRejectedError(errors.InvalidArgumentError):
     """queue_ingest_flush (MySQL/MariaDB) refused rows: they are in pyqueue_ingest_reject
     with their reasons; the valid rows of the same flush are enqueued."""
 
-    def __init__(self, message: str, result: "IngestResult") -> None:
+    def __init__(self, message: str, result: IngestResult) -> None:
         super().__init__(message)
         self.result = result
 
@@ -110,8 +121,8 @@ class IngestResult:
 class Target:
     """One database as both a JDBC URL (for Spark) and a pyqueue DSN (for the Python client)."""
 
-    dialect: str          # 'postgresql' or 'mysql'
-    jdbc_url: str         # without user/password (those are in properties)
+    dialect: str  # 'postgresql' or 'mysql'
+    jdbc_url: str  # without user/password (those are in properties)
     dsn: str
     properties: dict[str, str]
 
@@ -119,19 +130,28 @@ class Target:
 def target(url: str, properties: Mapping[str, str] | None = None) -> Target:
     """Parses a pyqueue DSN or a JDBC URL into the JDBC URL, DSN and driver properties."""
     props = dict(properties or {})
-    raw = url[len("jdbc:"):] if url.startswith("jdbc:") else url
+    raw = url[len("jdbc:") :] if url.startswith("jdbc:") else url
     parts = urlsplit(raw)
     scheme = parts.scheme.split("+", 1)[0].lower()
-    name = {"postgresql": "postgresql", "postgres": "postgresql", "mysql": "mysql",
-            "mariadb": "mysql"}.get(scheme)
+    name = {"postgresql": "postgresql", "postgres": "postgresql", "mysql": "mysql", "mariadb": "mysql"}.get(
+        scheme
+    )
     if name is None:
         raise errors.UnsupportedDsnError(
             f"cannot tell the database from {scheme!r}: use postgresql://, mysql://, jdbc:postgresql:// "
-            "or jdbc:mysql:// (jdbc:mariadb://)")
+            "or jdbc:mysql:// (jdbc:mariadb://)"
+        )
     query = dict(parse_qsl(parts.query))
-    user = props.pop("user", None) or query.pop("user", None) or (unquote(parts.username) if parts.username else None)
-    password = (props.pop("password", None) or query.pop("password", None)
-                or (unquote(parts.password) if parts.password else None))
+    user = (
+        props.pop("user", None)
+        or query.pop("user", None)
+        or (unquote(parts.username) if parts.username else None)
+    )
+    password = (
+        props.pop("password", None)
+        or query.pop("password", None)
+        or (unquote(parts.password) if parts.password else None)
+    )
     host = parts.hostname or "127.0.0.1"
     port = parts.port or (5432 if name == "postgresql" else 3306)
     database = parts.path.lstrip("/")
@@ -163,11 +183,11 @@ def write_options(tgt: Target, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str
     # Spark's default READ_UNCOMMITTED means nothing for an INSERT; ask for what the routines expect.
     opts.setdefault("isolationLevel", "READ_COMMITTED")
     if tgt.dialect == "postgresql":
-        opts.setdefault("reWriteBatchedInserts", "true")   # one multi-row INSERT per 128 rows
-        opts.setdefault("stringtype", "unspecified")        # strings may land in jsonb/timestamptz columns
+        opts.setdefault("reWriteBatchedInserts", "true")  # one multi-row INSERT per 128 rows
+        opts.setdefault("stringtype", "unspecified")  # strings may land in jsonb/timestamptz columns
     else:
         opts.setdefault("rewriteBatchedStatements", "true")  # multi-row INSERTs (see bench/spark.md)
-        opts.setdefault("permitMysqlScheme", "true")         # Connector/J 3.x; 2.x ignores it
+        opts.setdefault("permitMysqlScheme", "true")  # Connector/J 3.x; 2.x ignores it
     return opts
 
 
@@ -215,20 +235,24 @@ def missing_requirements() -> list[str]:
     return problems
 
 
-def session(app_name: str = "pyqueue-sql", master: str = "local[2]",
-            conf: Mapping[str, str] | None = None) -> "SparkSession":
+def session(
+    app_name: str = "pyqueue-sql", master: str = "local[2]", conf: Mapping[str, str] | None = None
+) -> SparkSession:
     """A SparkSession with the JDBC jars on its class path, the UI off, few shuffle
     partitions (local work) and UTC as session time zone."""
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.jars", ",".join(jdbc_jars()))
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
-               .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC"))
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.jars", ",".join(jdbc_jars()))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+    )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -241,7 +265,7 @@ def session(app_name: str = "pyqueue-sql", master: str = "local[2]",
 ColumnLike = "str | Column"
 
 
-def _col(df: "DataFrame", value: Any, what: str) -> "Column":
+def _col(df: DataFrame, value: Any, what: str) -> Column:
     from pyspark.sql import Column
     from pyspark.sql import functions as F
 
@@ -251,16 +275,16 @@ def _col(df: "DataFrame", value: Any, what: str) -> "Column":
         if value not in df.columns:
             raise errors.InvalidArgumentError(
                 f"{what}={value!r} is not a column of the DataFrame (columns: {', '.join(df.columns)}); "
-                f"for a constant pass pyspark.sql.functions.lit({value!r})")
+                f"for a constant pass pyspark.sql.functions.lit({value!r})"
+            )
         return F.col(value)
     raise errors.InvalidArgumentError(f"{what} must be a column name or a Column, not {type(value).__name__}")
 
 
-def _payload(df: "DataFrame", payload: Any, used: set[str]) -> "Column":
+def _payload(df: DataFrame, payload: Any, used: set[str]) -> Column:
     """The payload as JSON text: a string column is taken as JSON text as it is;
     a struct, map or array column (or a list of columns, made into a struct)
     becomes JSON with to_json; None = a struct of every column not used otherwise."""
-    from pyspark.sql import Column
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType, StringType, StructType
 
@@ -280,9 +304,17 @@ def _payload(df: "DataFrame", payload: Any, used: set[str]) -> "Column":
     return F.to_json(F.array(column)).substr(F.lit(2), F.length(F.to_json(F.array(column))) - 2)
 
 
-def ingest_frame(df: "DataFrame", queue: Any, *, key: Any = "p_key", kind: Any = "p_kind",
-                 payload: Any = "payload", run_at: Any = None, priority: Any = None,
-                 dialect: str = "postgresql") -> "DataFrame":
+def ingest_frame(
+    df: DataFrame,
+    queue: Any,
+    *,
+    key: Any = "p_key",
+    kind: Any = "p_kind",
+    payload: Any = "payload",
+    run_at: Any = None,
+    priority: Any = None,
+    dialect: str = "postgresql",
+) -> DataFrame:
     """The DataFrame of queue_ingest rows (queue_name, p_key, p_kind, payload, run_at, priority)."""
     from pyspark.sql import Column
     from pyspark.sql import functions as F
@@ -342,8 +374,9 @@ def _java_messages(exc: BaseException) -> list[str]:
             cause = throwable.getCause()
             if cause is not None:
                 todo.append(cause)
-            if throwable.getClass().getName().startswith(("java.sql.", "org.postgresql.", "org.mariadb.")) \
-                    and hasattr(throwable, "getNextException"):
+            if throwable.getClass().getName().startswith(
+                ("java.sql.", "org.postgresql.", "org.mariadb.")
+            ) and hasattr(throwable, "getNextException"):
                 following = throwable.getNextException()
                 if following is not None:
                     todo.append(following)
@@ -427,7 +460,9 @@ def _flush(tgt: Target, dsn: str, queue: str | None) -> IngestResult:
             listed = "; ".join(f"{n} x {reason}" for reason, n in reasons)
             raise IngestRejectedError(
                 f"queue_ingest_flush rejected {result.rejected} row(s) (enqueued {result.enqueued}, "
-                f"{result.duplicates} duplicates); they are in pyqueue_ingest_reject: {listed}", result)
+                f"{result.duplicates} duplicates); they are in pyqueue_ingest_reject: {listed}",
+                result,
+            )
     return result
 
 
@@ -440,10 +475,21 @@ def flush(url: str, queue: str | None = None, properties: Mapping[str, str] | No
     return _flush(tgt, tgt.dsn, queue)
 
 
-def enqueue(df: "DataFrame", url: str, queue: Any, *, key: Any = "p_key", kind: Any = "p_kind",
-            payload: Any = "payload", run_at: Any = None, priority: Any = None,
-            properties: Mapping[str, str] | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-            num_partitions: int | None = None, count_rows: bool = False) -> IngestResult:
+def enqueue(
+    df: DataFrame,
+    url: str,
+    queue: Any,
+    *,
+    key: Any = "p_key",
+    kind: Any = "p_kind",
+    payload: Any = "payload",
+    run_at: Any = None,
+    priority: Any = None,
+    properties: Mapping[str, str] | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    num_partitions: int | None = None,
+    count_rows: bool = False,
+) -> IngestResult:
     """Enqueues every row of ``df`` as a message of ``queue``, with dedup on (queue, key, kind).
 
     ``queue``: the queue's name (or a Column / None to take it per row from a
@@ -478,8 +524,9 @@ def enqueue(df: "DataFrame", url: str, queue: Any, *, key: Any = "p_key", kind: 
     from pyspark.sql import functions as F
 
     tgt = target(url, properties)
-    rows = ingest_frame(df, queue, key=key, kind=kind, payload=payload, run_at=run_at,
-                        priority=priority, dialect=tgt.dialect)
+    rows = ingest_frame(
+        df, queue, key=key, kind=kind, payload=payload, run_at=run_at, priority=priority, dialect=tgt.dialect
+    )
     if num_partitions is not None:
         rows = rows.coalesce(num_partitions) if num_partitions < rows.rdd.getNumPartitions() else rows
     seen = Observation(f"pyqueue-ingest-{uuid.uuid4().hex}")
@@ -518,9 +565,16 @@ def _utc(value: dt.datetime | None, default: dt.datetime) -> dt.datetime:
     return value.astimezone(dt.timezone.utc)
 
 
-def read_history(spark: "SparkSession", url: str, queue: str | Sequence[str] | None,
-                 since: dt.datetime | None = None, until: dt.datetime | None = None, *,
-                 num_partitions: int = 4, properties: Mapping[str, str] | None = None) -> "DataFrame":
+def read_history(
+    spark: SparkSession,
+    url: str,
+    queue: str | Sequence[str] | None,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    *,
+    num_partitions: int = 4,
+    properties: Mapping[str, str] | None = None,
+) -> DataFrame:
     """The messages that left ``queue`` (a name, several, or None = all) with
     since <= processed_at < until (None: from the start / up to now), from
     pyqueue_history, as a DataFrame with the columns id, queue_name, p_key,
@@ -544,12 +598,16 @@ def read_history(spark: "SparkSession", url: str, queue: str | Sequence[str] | N
 
     zone = ZoneInfo(spark.conf.get("spark.sql.session.timeZone") or "UTC")
     fmt = "%Y-%m-%d %H:%M:%S.%f"
-    reader = (spark.read.format("jdbc").options(**opts)
-              .option("url", tgt.jdbc_url).option("dbtable", HISTORY_TABLE)
-              .option("partitionColumn", "processed_at")
-              .option("lowerBound", start.astimezone(zone).strftime(fmt))
-              .option("upperBound", end.astimezone(zone).strftime(fmt))
-              .option("numPartitions", str(max(1, num_partitions))))
+    reader = (
+        spark.read.format("jdbc")
+        .options(**opts)
+        .option("url", tgt.jdbc_url)
+        .option("dbtable", HISTORY_TABLE)
+        .option("partitionColumn", "processed_at")
+        .option("lowerBound", start.astimezone(zone).strftime(fmt))
+        .option("upperBound", end.astimezone(zone).strftime(fmt))
+        .option("numPartitions", str(max(1, num_partitions)))
+    )
     df = reader.load().select(*HISTORY_COLUMNS)
     df = df.where((F.col("processed_at") >= F.lit(start)) & (F.col("processed_at") < F.lit(end)))
     if queue is not None:
@@ -558,12 +616,15 @@ def read_history(spark: "SparkSession", url: str, queue: str | Sequence[str] | N
     return df
 
 
-STATS_SCHEMA = ("queue string, ready long, delayed long, reserved long, dead long, "
-                "oldest_ready_age_s double, paused boolean")
+STATS_SCHEMA = (
+    "queue string, ready long, delayed long, reserved long, dead long, "
+    "oldest_ready_age_s double, paused boolean"
+)
 
 
-def read_stats(spark: "SparkSession", url: str, queue: str | None = None, *,
-               properties: Mapping[str, str] | None = None) -> "DataFrame":
+def read_stats(
+    spark: SparkSession, url: str, queue: str | None = None, *, properties: Mapping[str, str] | None = None
+) -> DataFrame:
     """queue_stats(queue) (None = every queue) as a DataFrame: queue, ready, delayed,
     reserved, dead, oldest_ready_age_s, paused. One small routine call through
     pyqueue-sql's client (a MySQL procedure's result cannot be read by Spark's

@@ -113,8 +113,9 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import dialects, errors
 from .client import Database, Reservation, WorkerRegistration, connect, default_worker_name
@@ -136,12 +137,13 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.base < 0 or self.factor < 1 or self.max_delay < 0 or not 0 <= self.jitter <= 1:
             raise errors.InvalidArgumentError(
-                "RetryPolicy needs base >= 0, factor >= 1, max_delay >= 0 and 0 <= jitter <= 1")
+                "RetryPolicy needs base >= 0, factor >= 1, max_delay >= 0 and 0 <= jitter <= 1"
+            )
 
     def delay(self, attempts: int, rng: random.Random | None = None) -> float:
         rng = rng or random
         exponent = max(attempts - 1, 0)
-        raw = self.max_delay if exponent > 64 else min(self.max_delay, self.base * self.factor ** exponent)
+        raw = self.max_delay if exponent > 64 else min(self.max_delay, self.base * self.factor**exponent)
         return max(0.0, raw * (1 + self.jitter * (2 * rng.random() - 1)))
 
 
@@ -185,13 +187,13 @@ class WorkerStats:
     reserved: int = 0
     succeeded: int = 0
     failed: int = 0
-    lost: int = 0           # commit/rollback returned false: the reservation had expired
+    lost: int = 0  # commit/rollback returned false: the reservation had expired
     handed_back: int = 0
     reconnects: int = 0
     wakeups: int = 0
     db_calls: int = 0
     dispatch_errors: int = 0  # non-connection errors in the reserve/dispatch loop (logged, retried)
-    interrupted: int = 0      # handlers that raised KeyboardInterrupt (handed back; the worker stopped)
+    interrupted: int = 0  # handlers that raised KeyboardInterrupt (handed back; the worker stopped)
 
 
 @dataclass(frozen=True)
@@ -199,16 +201,16 @@ class WorkerStatus:
     """A snapshot of a worker (Worker.status())."""
 
     name: str
-    state: str                        # 'starting', 'running', 'stopping' or 'stopped'
+    state: str  # 'starting', 'running', 'stopping' or 'stopped'
     reserve_as: str
-    worker_id: int | None             # None when not registered
+    worker_id: int | None  # None when not registered
     concurrency: int
-    running: tuple[str, ...]          # "queue/key/kind" of the messages being handled now
-    stats: WorkerStats                # a copy
+    running: tuple[str, ...]  # "queue/key/kind" of the messages being handled now
+    stats: WorkerStats  # a copy
     stop_deadline_in_s: float | None  # while stopping: seconds until running handlers are abandoned
     stop_reason: str | None
-    unfinished: tuple[str, ...]       # after a stop: handlers abandoned at the deadline / forced stop
-    last_error: str | None            # the reserve loop's last error, until a round succeeds again
+    unfinished: tuple[str, ...]  # after a stop: handlers abandoned at the deadline / forced stop
+    last_error: str | None  # the reserve loop's last error, until a round succeeds again
 
 
 def describe_error(error: BaseException) -> str:
@@ -217,7 +219,7 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _where(job: "Job") -> str:
+def _where(job: Job) -> str:
     return f"{job.queue}/{job.key}/{job.kind}"
 
 
@@ -270,7 +272,7 @@ class _Stopped(Exception):
 class _Connection:
     """One thread's database connection: reconnects and retries on connection loss."""
 
-    def __init__(self, worker: "Worker", role: str, on_connect: Callable[[Database], None] | None = None):
+    def __init__(self, worker: Worker, role: str, on_connect: Callable[[Database], None] | None = None):
         self.worker = worker
         self.role = role
         self.db: Database | None = None
@@ -298,16 +300,28 @@ class _Connection:
             except errs as exc:
                 self.close()
                 self.worker.stats.reconnects += 1
-                log.warning("database connection lost; retrying",
-                            extra={"event": "reconnect", "role": self.role, "error": str(exc).strip()[:200],
-                                   "retry_in_s": round(delay, 3)})
+                log.warning(
+                    "database connection lost; retrying",
+                    extra={
+                        "event": "reconnect",
+                        "role": self.role,
+                        "error": str(exc).strip()[:200],
+                        "retry_in_s": round(delay, 3),
+                    },
+                )
                 delay = self._back_off(delay, give_up, exc)
             except errors.SerializationError as exc:
                 # The client already retried the call; it lost every time and was rolled
                 # back whole each time, so running it again is safe: back off, keep the connection.
-                log.warning("transaction conflict; retrying",
-                            extra={"event": "conflict", "role": self.role, "error": str(exc).strip()[:200],
-                                   "retry_in_s": round(delay, 3)})
+                log.warning(
+                    "transaction conflict; retrying",
+                    extra={
+                        "event": "conflict",
+                        "role": self.role,
+                        "error": str(exc).strip()[:200],
+                        "retry_in_s": round(delay, 3),
+                    },
+                )
                 delay = self._back_off(delay, give_up, exc)
 
     @staticmethod
@@ -319,28 +333,48 @@ class _Connection:
             time.sleep(delay)
         return min(delay * 2, 5.0) * random.uniform(0.8, 1.2)
 
+
 class Worker:
     """Runs handlers for messages of one or more queues. See the module docstring."""
 
-    def __init__(self, dsn: str, *, concurrency: int = 4, name: str | None = None, lease: float = 30.0,
-                 poll_fallback: float | None = None, poll_min: float = 0.05, poll_max: float = 1.0,
-                 linger: float = 0.1, mysql_wait: float = 1.0, mysql_check: float = 0.025,
-                 shutdown_timeout: float = 30.0, listen: bool = True, register: bool = True,
-                 release_dead_after: float | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        concurrency: int = 4,
+        name: str | None = None,
+        lease: float = 30.0,
+        poll_fallback: float | None = None,
+        poll_min: float = 0.05,
+        poll_max: float = 1.0,
+        linger: float = 0.1,
+        mysql_wait: float = 1.0,
+        mysql_check: float = 0.025,
+        shutdown_timeout: float = 30.0,
+        listen: bool = True,
+        register: bool = True,
+        release_dead_after: float | None = None,
+    ) -> None:
         if concurrency < 1:
             raise errors.InvalidArgumentError("concurrency must be at least 1")
         if lease <= 0 or poll_min <= 0 or poll_max < poll_min or mysql_wait <= 0 or mysql_check <= 0:
-            raise errors.InvalidArgumentError("lease, poll_min, mysql_wait and mysql_check must be > 0, poll_max >= poll_min")
+            raise errors.InvalidArgumentError(
+                "lease, poll_min, mysql_wait and mysql_check must be > 0, poll_max >= poll_min"
+            )
         if release_dead_after is not None and release_dead_after < lease:
             raise errors.InvalidArgumentError(
-                "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3)")
+                "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3)"
+            )
         self.dsn = dsn
         self.dialect = dialects.for_dsn(dsn)
         self.concurrency = concurrency
         self.name = name or default_worker_name()
         self.lease = float(lease)
-        self.poll_fallback = float(poll_fallback if poll_fallback is not None
-                                   else (5.0 if self.dialect.supports_listen else poll_max))
+        self.poll_fallback = float(
+            poll_fallback
+            if poll_fallback is not None
+            else (5.0 if self.dialect.supports_listen else poll_max)
+        )
         self.poll_min = poll_min
         self.poll_max = poll_max
         self.linger = linger
@@ -350,16 +384,16 @@ class Worker:
         self.use_listen = listen and self.dialect.supports_listen
         self.register = register
         self.release_dead_after = release_dead_after
-        self.registration: WorkerRegistration | None = None   # while running, when register=True
+        self.registration: WorkerRegistration | None = None  # while running, when register=True
         self.routes: dict[str, _Route] = {}
         self.stats = WorkerStats()
-        self.on_start: list[Callable[["Worker"], Any]] = []
-        self.on_heartbeat: list[Callable[["Worker"], Any]] = []
-        self.on_stop: list[Callable[["Worker"], Any]] = []
-        self.on_idle: list[Callable[["Worker"], Any]] = []   # after an empty reserve, before waiting
-        self.registered = threading.Event()   # set once self.registration is final (after it is visible)
-        self.stopped = threading.Event()      # set when run() has finished
-        self.unfinished: list[str] = []       # after run(): "queue/key/kind" of abandoned handlers
+        self.on_start: list[Callable[[Worker], Any]] = []
+        self.on_heartbeat: list[Callable[[Worker], Any]] = []
+        self.on_stop: list[Callable[[Worker], Any]] = []
+        self.on_idle: list[Callable[[Worker], Any]] = []  # after an empty reserve, before waiting
+        self.registered = threading.Event()  # set once self.registration is final (after it is visible)
+        self.stopped = threading.Event()  # set when run() has finished
+        self.unfinished: list[str] = []  # after run(): "queue/key/kind" of abandoned handlers
         self._heartbeat_conn: _Connection | None = None
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
@@ -378,13 +412,16 @@ class Worker:
     # -- configuration -----------------------------------------------------------
     def handler(self, queue: str, kind: str | None = None, *, retry: RetryPolicy | None = None):
         """Decorator: registers fn for messages of `kind` (None = any kind without its own handler)."""
+
         def register(fn: Handler) -> Handler:
             self.add_handler(queue, fn, kind, retry=retry)
             return fn
+
         return register
 
-    def add_handler(self, queue: str, fn: Handler, kind: str | None = None, *,
-                    retry: RetryPolicy | None = None) -> None:
+    def add_handler(
+        self, queue: str, fn: Handler, kind: str | None = None, *, retry: RetryPolicy | None = None
+    ) -> None:
         route = self.routes.setdefault(queue, _Route(queue, {}, RetryPolicy()))
         if kind in route.handlers:
             raise errors.InvalidArgumentError(f"queue {queue!r} already has a handler for kind {kind!r}")
@@ -420,20 +457,35 @@ class Worker:
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT: the first stops gracefully, a second one stops at once."""
+
         def handle(signum, _frame):
             name = signal.Signals(signum).name
             if self._stopping.is_set():
                 with self._slots:
                     running = [_where(j) for j in self._inflight.values() if not j.done]
-                log.warning("%s received again: stopping now; %d running handler(s) abandoned, their messages "
-                            "come back when their lease ends: %s", name, len(running), ", ".join(running[:20]),
-                            extra={"event": "signal", "signal": signum, "force": True, "running": len(running),
-                                   "keys": running[:20]})
+                log.warning(
+                    "%s received again: stopping now; %d running handler(s) abandoned, their messages "
+                    "come back when their lease ends: %s",
+                    name,
+                    len(running),
+                    ", ".join(running[:20]),
+                    extra={
+                        "event": "signal",
+                        "signal": signum,
+                        "force": True,
+                        "running": len(running),
+                        "keys": running[:20],
+                    },
+                )
                 self.stop(force=True, reason=f"{name} (twice)")
             else:
-                log.info("%s received: stopping (send it again to stop at once)", name,
-                         extra={"event": "signal", "signal": signum, "force": False})
+                log.info(
+                    "%s received: stopping (send it again to stop at once)",
+                    name,
+                    extra={"event": "signal", "signal": signum, "force": False},
+                )
                 self.stop(reason=name)
+
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
 
@@ -460,9 +512,17 @@ class Worker:
         self._stop_deadline = None
         self._last_error = None
         self._state = "starting"
-        log.info("worker starting", extra={"event": "start", "worker": self.name, "queues": sorted(self.routes),
-                                           "concurrency": self.concurrency, "dialect": self.dialect.name,
-                                           "listen": self.use_listen})
+        log.info(
+            "worker starting",
+            extra={
+                "event": "start",
+                "worker": self.name,
+                "queues": sorted(self.routes),
+                "concurrency": self.concurrency,
+                "dialect": self.dialect.name,
+                "listen": self.use_listen,
+            },
+        )
         for i in range(self.concurrency):
             t = threading.Thread(target=self._handler_loop, name=f"pyqueue-handler-{i}", daemon=True)
             t.start()
@@ -498,9 +558,16 @@ class Worker:
                     log.exception("on_stop hook failed")
             self._state = "stopped"
             self.stopped.set()
-            log.info("worker stopped", extra={"event": "stop", "worker": self.name, "reason": self._stop_reason,
-                                              "unfinished": len(self.unfinished),
-                                              **dataclasses.asdict(self.stats)})
+            log.info(
+                "worker stopped",
+                extra={
+                    "event": "stop",
+                    "worker": self.name,
+                    "reason": self._stop_reason,
+                    "unfinished": len(self.unfinished),
+                    **dataclasses.asdict(self.stats),
+                },
+            )
         return not self.unfinished
 
     # -- registry ----------------------------------------------------------------
@@ -514,29 +581,44 @@ class Worker:
         # The row is committed (visible to others) before register_worker
         # returns; `registered` is set only once self.registration holds it,
         # so whoever waits for `registered` sees reserve_as and the row agree.
-        self.registration = db.register_worker(self.name, queues=sorted(self.routes),
-                                               host=socket.gethostname()[:255], pid=os.getpid())
+        self.registration = db.register_worker(
+            self.name, queues=sorted(self.routes), host=socket.gethostname()[:255], pid=os.getpid()
+        )
         self.registered.set()
-        log.info("worker registered as %s", self.registration.reserve_as,
-                 extra={"event": "register", "worker_id": self.registration.worker_id,
-                        "reserve_as": self.registration.reserve_as})
+        log.info(
+            "worker registered as %s",
+            self.registration.reserve_as,
+            extra={
+                "event": "register",
+                "worker_id": self.registration.worker_id,
+                "reserve_as": self.registration.reserve_as,
+            },
+        )
 
-    def _registry_tick(self, conn: "_Connection") -> None:
+    def _registry_tick(self, conn: _Connection) -> None:
         reg = self.registration
         if reg is not None and not conn.run(lambda db: db.heartbeat_worker(reg), give_up=self._hard_stop):
             with self._slots:
                 held = [j for j in self._inflight.values() if not j.done]
-            log.warning("this worker was released as dead (its registration heartbeat was missed for too long); "
-                        "the messages it is still running were made ready again: their commits will return "
-                        "false and they will be redelivered; registering again", extra={
-                            "event": "released", "worker_id": reg.worker_id, "running": len(held),
-                            "keys": [_where(j) for j in held][:20]})
+            log.warning(
+                "this worker was released as dead (its registration heartbeat was missed for too long); "
+                "the messages it is still running were made ready again: their commits will return "
+                "false and they will be redelivered; registering again",
+                extra={
+                    "event": "released",
+                    "worker_id": reg.worker_id,
+                    "running": len(held),
+                    "keys": [_where(j) for j in held][:20],
+                },
+            )
             conn.run(self._register, give_up=self._hard_stop)
         if self.release_dead_after is not None:
             n = conn.run(lambda db: db.release_dead_workers(self.release_dead_after), give_up=self._hard_stop)
             if n:
-                log.warning("released the messages of dead workers", extra={
-                    "event": "release_dead", "released": n, "older_than_s": self.release_dead_after})
+                log.warning(
+                    "released the messages of dead workers",
+                    extra={"event": "release_dead", "released": n, "older_than_s": self.release_dead_after},
+                )
 
     def _deregister(self) -> None:
         reg, self.registration = self.registration, None
@@ -548,8 +630,10 @@ class Worker:
             conn.run(lambda db: db.deregister_worker(reg), give_up=self._hard_stop)
             log.info("worker deregistered", extra={"event": "deregister", "worker_id": reg.worker_id})
         except Exception as exc:
-            log.warning("could not deregister; release_dead_workers removes the registration later",
-                        extra={"event": "error", "worker_id": reg.worker_id, "error": str(exc)[:200]})
+            log.warning(
+                "could not deregister; release_dead_workers removes the registration later",
+                extra={"event": "error", "worker_id": reg.worker_id, "error": str(exc)[:200]},
+            )
         finally:
             conn.close()
 
@@ -582,9 +666,13 @@ class Worker:
                     backoff = 0.5
                 self.stats.dispatch_errors += 1
                 self._last_error = describe_error(exc)[:500]
-                log.error("error in the reserve loop (%s); starting it again in %.1f s", self._last_error, backoff,
-                          exc_info=exc, extra={"event": "dispatch_error", "error": self._last_error,
-                                               "retry_in_s": backoff})
+                log.error(
+                    "error in the reserve loop (%s); starting it again in %.1f s",
+                    self._last_error,
+                    backoff,
+                    exc_info=exc,
+                    extra={"event": "dispatch_error", "error": self._last_error, "retry_in_s": backoff},
+                )
                 conn.close()  # start again from a clean connection (LISTEN registered again)
                 if self._stopping.wait(backoff):
                     return
@@ -659,8 +747,9 @@ class Worker:
     def _next_due(self, conn: _Connection) -> float | None:
         due: float | None = None
         for route in self.routes.values():
-            _, wait_s = conn.run(lambda db: db.queue(route.queue).next_scheduled_at(route.kinds()),
-                                 give_up=self._stopping)
+            _, wait_s = conn.run(
+                lambda db: db.queue(route.queue).next_scheduled_at(route.kinds()), give_up=self._stopping
+            )
             # 0 right after an empty reserve: a kind we do not handle, or a
             # row another reserver holds the lock of; let the poll decide.
             if wait_s is not None and wait_s > 0:
@@ -673,6 +762,7 @@ class Worker:
             return False
         deadline = time.monotonic() + timeout
         if self.use_listen:
+
             def listen(db: Database) -> bool:
                 if self._wake_queues:
                     return True  # (re)connected: wakeups may have been missed meanwhile
@@ -688,6 +778,7 @@ class Worker:
                         return True  # later notifications stay buffered for the next wait
                     left = deadline - time.monotonic()
                 return False
+
             return conn.run(listen, give_up=self._stopping)
         if len(self.routes) == 1:
             route = next(iter(self.routes.values()))
@@ -695,9 +786,12 @@ class Worker:
                 return False
             if self._wake_queues:
                 return True
-            woke = conn.run(lambda db: db.queue(route.queue).wait(timeout=round(timeout, 6) or 0.000001,
-                                                                   poll=self.mysql_check, kinds=route.kinds()),
-                            give_up=self._stopping)
+            woke = conn.run(
+                lambda db: db.queue(route.queue).wait(
+                    timeout=round(timeout, 6) or 0.000001, poll=self.mysql_check, kinds=route.kinds()
+                ),
+                give_up=self._stopping,
+            )
             if woke:
                 self.stats.wakeups += 1
             return bool(woke)
@@ -705,9 +799,12 @@ class Worker:
         return False
 
     def _reserve(self, conn: _Connection, route: _Route, n: int) -> int:
-        rows = conn.run(lambda db: db.queue(route.queue).reserve(n=n, worker=self.reserve_as, timeout=self.lease,
-                                                               kinds=route.kinds()),
-                        give_up=self._stopping)
+        rows = conn.run(
+            lambda db: db.queue(route.queue).reserve(
+                n=n, worker=self.reserve_as, timeout=self.lease, kinds=route.kinds()
+            ),
+            give_up=self._stopping,
+        )
         for r in rows:
             job = Job(r)
             with self._slots:
@@ -738,8 +835,10 @@ class Worker:
                 try:
                     self._run_job(conn, job, loop)
                 except Exception:  # never lose the thread (its job was released in _run_job)
-                    log.exception("handler thread: unexpected error", extra={"event": "error", "queue": job.queue,
-                                                                              "key": job.key})
+                    log.exception(
+                        "handler thread: unexpected error",
+                        extra={"event": "error", "queue": job.queue, "key": job.key},
+                    )
         finally:
             loop.close()
             conn.close()
@@ -770,19 +869,34 @@ class Worker:
         try:
             with job.lock:
                 if error is None:
-                    ok = conn.run(lambda db: db.queue(job.queue).commit(job.reservation), give_up=self._hard_stop)
+                    ok = conn.run(
+                        lambda db: db.queue(job.queue).commit(job.reservation), give_up=self._hard_stop
+                    )
                     if ok:
                         self.stats.succeeded += 1
-                        log.debug("done: %s attempt %d in %.0f ms", _where(job), job.attempts, elapsed_ms,
-                                  extra={"event": "commit", "queue": job.queue, "key": job.key, "kind": job.kind,
-                                         "attempts": job.attempts, "ms": elapsed_ms})
+                        log.debug(
+                            "done: %s attempt %d in %.0f ms",
+                            _where(job),
+                            job.attempts,
+                            elapsed_ms,
+                            extra={
+                                "event": "commit",
+                                "queue": job.queue,
+                                "key": job.key,
+                                "kind": job.kind,
+                                "attempts": job.attempts,
+                                "ms": elapsed_ms,
+                            },
+                        )
                     else:
                         self._log_lost(job)
                 else:
                     delay = 0.0 if interrupted else route.retry.delay(job.attempts, self._rng)
                     text = describe_error(error)
-                    outcome = conn.run(lambda db: db.queue(job.queue).fail(job.reservation, error=text, delay=delay),
-                                       give_up=self._hard_stop)
+                    outcome = conn.run(
+                        lambda db: db.queue(job.queue).fail(job.reservation, error=text, delay=delay),
+                        give_up=self._hard_stop,
+                    )
                     if not interrupted:
                         self.stats.failed += 1
                     if outcome is None:
@@ -790,63 +904,126 @@ class Worker:
                     self._log_failure(job, error, text, outcome, delay, elapsed_ms, interrupted)
                 job.done = True
         except _Stopped:
-            log.warning("gave up finishing %s at shutdown; it comes back after its lease", _where(job),
-                        extra={"event": "abandon", "queue": job.queue, "key": job.key, "kind": job.kind})
+            log.warning(
+                "gave up finishing %s at shutdown; it comes back after its lease",
+                _where(job),
+                extra={"event": "abandon", "queue": job.queue, "key": job.key, "kind": job.kind},
+            )
         except Exception as exc:  # e.g. the queue was dropped meanwhile: keep the thread alive
-            log.error("could not commit or fail %s (%s); the message comes back after its lease", _where(job),
-                      describe_error(exc)[:500], exc_info=exc,
-                      extra={"event": "error", "queue": job.queue, "key": job.key, "kind": job.kind})
+            log.error(
+                "could not commit or fail %s (%s); the message comes back after its lease",
+                _where(job),
+                describe_error(exc)[:500],
+                exc_info=exc,
+                extra={"event": "error", "queue": job.queue, "key": job.key, "kind": job.kind},
+            )
         finally:
             self._release(job)
 
     def _log_lost(self, job: Job) -> None:
         self.stats.lost += 1
-        log.warning("reservation of %s no longer held (expired or released); the message is or was redelivered",
-                    _where(job), extra={"event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind})
+        log.warning(
+            "reservation of %s no longer held (expired or released); the message is or was redelivered",
+            _where(job),
+            extra={"event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
 
-    def _log_failure(self, job: Job, error: BaseException, text: str, outcome: str | None, delay: float,
-                     elapsed_ms: float, interrupted: bool) -> None:
-        extra = {"event": "fail", "outcome": outcome, "queue": job.queue, "key": job.key, "kind": job.kind,
-                 "attempts": job.attempts, "ms": elapsed_ms, "error": text[:500]}
+    def _log_failure(
+        self,
+        job: Job,
+        error: BaseException,
+        text: str,
+        outcome: str | None,
+        delay: float,
+        elapsed_ms: float,
+        interrupted: bool,
+    ) -> None:
+        extra = {
+            "event": "fail",
+            "outcome": outcome,
+            "queue": job.queue,
+            "key": job.key,
+            "kind": job.kind,
+            "attempts": job.attempts,
+            "ms": elapsed_ms,
+            "error": text[:500],
+        }
         where = f"{_where(job)} attempt {job.attempts}"
         if outcome is None:
             extra["event"] = "lost"
-            log.warning("handler failed: %s: %s; its reservation no longer held (expired or released), the "
-                        "message is or was redelivered", where, text[:500], exc_info=error, extra=extra)
+            log.warning(
+                "handler failed: %s: %s; its reservation no longer held (expired or released), the "
+                "message is or was redelivered",
+                where,
+                text[:500],
+                exc_info=error,
+                extra=extra,
+            )
         elif interrupted:
             extra["event"] = "interrupted"
-            then = {"retry": "handed back", "dead_lettered": "moved to the dead-letter queue (that was its last "
-                    "allowed delivery)", "dropped": "dropped (its last allowed delivery; the queue has no "
-                    "dead-letter queue)"}.get(outcome, outcome)
-            log.warning("handler interrupted (KeyboardInterrupt): %s: %s; stopping the worker", where, then,
-                        exc_info=error, extra=extra)
+            then = {
+                "retry": "handed back",
+                "dead_lettered": "moved to the dead-letter queue (that was its last allowed delivery)",
+                "dropped": "dropped (its last allowed delivery; the queue has no dead-letter queue)",
+            }.get(outcome, outcome)
+            log.warning(
+                "handler interrupted (KeyboardInterrupt): %s: %s; stopping the worker",
+                where,
+                then,
+                exc_info=error,
+                extra=extra,
+            )
         elif outcome == "retry":
             extra["retry_in_s"] = round(delay, 3)
-            log.warning("handler failed: %s: %s; retry in %.1f s", where, text[:500], delay, exc_info=error,
-                        extra=extra)
+            log.warning(
+                "handler failed: %s: %s; retry in %.1f s",
+                where,
+                text[:500],
+                delay,
+                exc_info=error,
+                extra=extra,
+            )
         elif outcome == "dead_lettered":
-            log.error("handler failed on the last allowed delivery: %s: %s; moved to the dead-letter queue",
-                      where, text[:500], exc_info=error, extra=extra)
+            log.error(
+                "handler failed on the last allowed delivery: %s: %s; moved to the dead-letter queue",
+                where,
+                text[:500],
+                exc_info=error,
+                extra=extra,
+            )
         elif outcome == "dropped":
-            log.error("handler failed on the last allowed delivery: %s: %s; dropped (the queue has no "
-                      "dead-letter queue)", where, text[:500], exc_info=error, extra=extra)
+            log.error(
+                "handler failed on the last allowed delivery: %s: %s; dropped (the queue has no "
+                "dead-letter queue)",
+                where,
+                text[:500],
+                exc_info=error,
+                extra=extra,
+            )
         else:
-            log.warning("handler failed: %s: %s; outcome %s", where, text[:500], outcome, exc_info=error,
-                        extra=extra)
+            log.warning(
+                "handler failed: %s: %s; outcome %s", where, text[:500], outcome, exc_info=error, extra=extra
+            )
 
     def _hand_back(self, conn: _Connection, job: Job) -> None:
         try:
             with job.lock:
-                conn.run(lambda db: db.queue(job.queue).rollback(job.reservation, delay=0), give_up=self._hard_stop)
+                conn.run(
+                    lambda db: db.queue(job.queue).rollback(job.reservation, delay=0), give_up=self._hard_stop
+                )
                 job.done = True
             self.stats.handed_back += 1
-            log.info("handed back unstarted message", extra={"event": "hand_back", "queue": job.queue,
-                                                             "key": job.key, "kind": job.kind})
+            log.info(
+                "handed back unstarted message",
+                extra={"event": "hand_back", "queue": job.queue, "key": job.key, "kind": job.kind},
+            )
         except _Stopped:
             pass
         except Exception:
-            log.exception("could not hand back; the message comes back after its lease",
-                          extra={"event": "error", "queue": job.queue, "key": job.key})
+            log.exception(
+                "could not hand back; the message comes back after its lease",
+                extra={"event": "error", "queue": job.queue, "key": job.key},
+            )
         finally:
             self._release(job)
 
@@ -882,17 +1059,23 @@ class Worker:
             if job.done or self._hard_stop.is_set():
                 return
             try:
-                new = conn.run(lambda db: db.queue(job.queue).extend(job.reservation, timeout=self.lease),
-                               give_up=self._hard_stop)
+                new = conn.run(
+                    lambda db: db.queue(job.queue).extend(job.reservation, timeout=self.lease),
+                    give_up=self._hard_stop,
+                )
             except _Stopped:
                 return
             except Exception:
-                log.exception("heartbeat: could not extend", extra={"event": "error", "queue": job.queue,
-                                                                     "key": job.key})
+                log.exception(
+                    "heartbeat: could not extend",
+                    extra={"event": "error", "queue": job.queue, "key": job.key},
+                )
                 return
             if new is None:
-                log.warning("heartbeat: reservation no longer held", extra={
-                    "event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind})
+                log.warning(
+                    "heartbeat: reservation no longer held",
+                    extra={"event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind},
+                )
             else:
                 job.reservation = new
                 log.debug("extended", extra={"event": "extend", "queue": job.queue, "key": job.key})
@@ -935,10 +1118,19 @@ class Worker:
             if now >= report_at:
                 running = self._running()
                 if running:
-                    log.info("stopping: waiting up to %.0f s for %d running handler(s): %s; a second SIGINT/SIGTERM "
-                             "stops at once", deadline - now, len(running), ", ".join(running[:20]),
-                             extra={"event": "stopping", "running": len(running), "keys": running[:20],
-                                    "deadline_in_s": round(deadline - now, 1)})
+                    log.info(
+                        "stopping: waiting up to %.0f s for %d running handler(s): %s; a second SIGINT/SIGTERM "
+                        "stops at once",
+                        deadline - now,
+                        len(running),
+                        ", ".join(running[:20]),
+                        extra={
+                            "event": "stopping",
+                            "running": len(running),
+                            "keys": running[:20],
+                            "deadline_in_s": round(deadline - now, 1),
+                        },
+                    )
                 report_at = now + 10.0
             try:
                 self._hard_stop.wait(min(0.05, deadline - now))
@@ -949,9 +1141,13 @@ class Worker:
         self.unfinished = left
         if left:
             why = "the stop was forced" if self._hard_stop.is_set() else "the shutdown deadline passed"
-            log.error("%s with %d handler(s) still running; their messages come back after the lease: %s", why,
-                      len(left), ", ".join(left[:20]),
-                      extra={"event": "deadline", "forced": self._hard_stop.is_set(), "running": left[:100]})
+            log.error(
+                "%s with %d handler(s) still running; their messages come back after the lease: %s",
+                why,
+                len(left),
+                ", ".join(left[:20]),
+                extra={"event": "deadline", "forced": self._hard_stop.is_set(), "running": left[:100]},
+            )
         self._hard_stop.set()
         self._threads.clear()
 
@@ -964,12 +1160,20 @@ class Worker:
         if state == "running" and self._stopping.is_set():
             state = "stopping"
         return WorkerStatus(
-            name=self.name, state=state, reserve_as=self.reserve_as,
-            worker_id=None if reg is None else reg.worker_id, concurrency=self.concurrency,
-            running=tuple(self._running()), stats=dataclasses.replace(self.stats),
-            stop_deadline_in_s=None if deadline is None or state != "stopping"
+            name=self.name,
+            state=state,
+            reserve_as=self.reserve_as,
+            worker_id=None if reg is None else reg.worker_id,
+            concurrency=self.concurrency,
+            running=tuple(self._running()),
+            stats=dataclasses.replace(self.stats),
+            stop_deadline_in_s=None
+            if deadline is None or state != "stopping"
             else max(deadline - time.monotonic(), 0.0),
-            stop_reason=self._stop_reason, unfinished=tuple(self.unfinished), last_error=self._last_error)
+            stop_reason=self._stop_reason,
+            unfinished=tuple(self.unfinished),
+            last_error=self._last_error,
+        )
 
     def status_line(self) -> str:
         st = self.status()
@@ -979,8 +1183,10 @@ class Worker:
             running = f"waiting for {len(st.running)} running"
             if st.stop_deadline_in_s is not None:
                 running += f" (deadline in {st.stop_deadline_in_s:.0f} s)"
-        line = (f"{st.name} {st.state}: {running}, done {s.succeeded}, failed {s.failed}, lost {s.lost}, "
-                f"wakeups {s.wakeups}, reconnects {s.reconnects}")
+        line = (
+            f"{st.name} {st.state}: {running}, done {s.succeeded}, failed {s.failed}, lost {s.lost}, "
+            f"wakeups {s.wakeups}, reconnects {s.reconnects}"
+        )
         if st.last_error:
             line += f", error: {st.last_error[:120]}"
         return line

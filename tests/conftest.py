@@ -23,8 +23,10 @@ UNDER_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "only_dialect(*names): generate this test for these dialects only; the other "
-                   "dialects' variants are deselected at collection (never reported as skipped)")
+        "markers",
+        "only_dialect(*names): generate this test for these dialects only; the other "
+        "dialects' variants are deselected at collection (never reported as skipped)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -34,7 +36,9 @@ def pytest_collection_modifyitems(config, items):
         marker = item.get_closest_marker("only_dialect")
         callspec = getattr(item, "callspec", None)
         dialect = callspec.params.get("dialect") if callspec is not None else None
-        (drop if marker is not None and dialect is not None and dialect not in marker.args else keep).append(item)
+        (drop if marker is not None and dialect is not None and dialect not in marker.args else keep).append(
+            item
+        )
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -47,7 +51,8 @@ def servers(tmp_path_factory):
     with contextlib.ExitStack() as stack:
         for dialect in DIALECTS:
             admin_dsn, how = stack.enter_context(
-                find_server(dialect, str(tmp_path_factory.mktemp(f"server-{dialect}"))))
+                find_server(dialect, str(tmp_path_factory.mktemp(f"server-{dialect}")))
+            )
             found[dialect] = server_for(dialect, admin_dsn) if admin_dsn else how
         yield found
 
@@ -153,6 +158,7 @@ def raw(db):
 
 # ---- issue 5: Spark ----
 
+
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole run (local[2], UI off, few shuffle
@@ -166,8 +172,9 @@ def spark():
         if UNDER_CI:
             pytest.fail(f"CI=true and {reason}", pytrace=False)
         pytest.skip(reason)
-    session = pqs.session("pyqueue-sql-tests", conf={"spark.sql.shuffle.partitions": "2",
-                                                     "spark.default.parallelism": "2"})
+    session = pqs.session(
+        "pyqueue-sql-tests", conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+    )
     yield session
     session.stop()
 
@@ -177,7 +184,8 @@ def jdbc_url(dsn):
     """The test database as Spark sees it (JDBC needs TCP: not the embedded server's socket)."""
     if "host=/" in dsn or "@/" in dsn:
         if UNDER_CI:
-            pytest.fail("CI=true and the test database is on a Unix socket, which JDBC cannot reach",
-                        pytrace=False)
+            pytest.fail(
+                "CI=true and the test database is on a Unix socket, which JDBC cannot reach", pytrace=False
+            )
         pytest.skip("the test database is on a Unix socket, which JDBC cannot reach")
     return dsn

@@ -46,24 +46,47 @@ class OwnMariaDB:
         user = ["--user=mysql"] if self.as_root else []
         # --auth-root-authentication-method=normal: root@localhost with an empty
         # password over TCP (the default, unix_socket, would need the OS user root).
-        subprocess.run([self.install_db, "--no-defaults", f"--datadir={self.datadir}", *user,
-                        "--auth-root-authentication-method=normal", "--skip-test-db",
-                        "--skip-name-resolve"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=180)
+        subprocess.run(
+            [
+                self.install_db,
+                "--no-defaults",
+                f"--datadir={self.datadir}",
+                *user,
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=180,
+        )
 
     def _args(self) -> list[str]:
-        return [self.server, "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}",
-                "--bind-address=127.0.0.1", f"--socket={self.socket}", f"--pid-file={self.pidfile}",
-                f"--log-error={self.log}", "--skip-name-resolve", "--skip-log-bin",
-                "--innodb-buffer-pool-size=16M", "--innodb-log-file-size=16M",
-                "--innodb-flush-log-at-trx-commit=2", "--performance-schema=OFF",
-                *(["--user=mysql"] if self.as_root else [])]
+        return [
+            self.server,
+            "--no-defaults",
+            f"--datadir={self.datadir}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            f"--socket={self.socket}",
+            f"--pid-file={self.pidfile}",
+            f"--log-error={self.log}",
+            "--skip-name-resolve",
+            "--skip-log-bin",
+            "--innodb-buffer-pool-size=16M",
+            "--innodb-log-file-size=16M",
+            "--innodb-flush-log-at-trx-commit=2",
+            "--performance-schema=OFF",
+            *(["--user=mysql"] if self.as_root else []),
+        ]
 
     def start(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("the server is already running")
-        self.proc = subprocess.Popen(self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
 
     def stop(self, timeout: float = 60) -> None:
         """A clean shutdown (SIGTERM): every connection is killed; waits for the process to exit."""
@@ -87,8 +110,9 @@ class OwnMariaDB:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"mariadbd exited with {self.proc.returncode}: {self.log_tail()}")
             try:
-                pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="",
-                                connect_timeout=2).close()
+                pymysql.connect(
+                    host="127.0.0.1", port=self.port, user="root", password="", connect_timeout=2
+                ).close()
                 return
             except pymysql.err.OperationalError:
                 if time.monotonic() > deadline:

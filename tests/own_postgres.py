@@ -43,12 +43,19 @@ class OwnPostgres:
             shutil.chown(self.tmp, "postgres", "postgres")
         self._run("initdb", "-D", self.datadir, "-U", "postgres", "--auth=trust", "-E", "UTF8")
         with open(os.path.join(self.datadir, "postgresql.conf"), "a") as conf:
-            conf.write(f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{self.tmp}'\n"
-                       "fsync = off\nshared_buffers = 16MB\n")
+            conf.write(
+                f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{self.tmp}'\n"
+                "fsync = off\nshared_buffers = 16MB\n"
+            )
 
     def _run(self, tool: str, *args: str) -> None:
-        subprocess.run([*self.as_user, os.path.join(self.bindir, tool), *args], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        subprocess.run(
+            [*self.as_user, os.path.join(self.bindir, tool), *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
 
     def start(self) -> None:
         self._run("pg_ctl", "-D", self.datadir, "-l", os.path.join(self.tmp, "log"), "-w", "start")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from typing import Iterator
+from collections.abc import Iterator
 from urllib.parse import quote
 
 ENV = {"postgresql": "PYQUEUE_TEST_POSTGRESQL_DSN", "mysql": "PYQUEUE_TEST_MYSQL_DSN"}
@@ -46,8 +46,10 @@ def _testcontainer(dialect: str) -> Iterator[str]:
         from testcontainers.postgres import PostgresContainer
 
         with PostgresContainer("postgres:16", driver=None) as pg:
-            yield (f"postgresql://{pg.username}:{quote(pg.password)}@{pg.get_container_host_ip()}:"
-                   f"{pg.get_exposed_port(5432)}/postgres")
+            yield (
+                f"postgresql://{pg.username}:{quote(pg.password)}@{pg.get_container_host_ip()}:"
+                f"{pg.get_exposed_port(5432)}/postgres"
+            )
     else:
         from testcontainers.mysql import MySqlContainer
 
@@ -93,8 +95,11 @@ class PostgresServer:
         from pytest_postgresql.janitor import DatabaseJanitor
 
         return DatabaseJanitor(
-            user=self.params.get("user", "postgres"), host=self.params.get("host", "127.0.0.1"),
-            port=self.params.get("port", 5432), password=self.params.get("password"), dbname=name,
+            user=self.params.get("user", "postgres"),
+            host=self.params.get("host", "127.0.0.1"),
+            port=self.params.get("port", 5432),
+            password=self.params.get("password"),
+            dbname=name,
             maintenance_dbname=self.params.get("dbname", "postgres"),
         )
 

@@ -10,7 +10,7 @@
     python examples/pipeline/pipeline.py report --dsn DSN
 
 Why nothing is lost or doubled, even when a stage process is killed at any
-instant (tests/test_pipeline.py kills them with SIGKILL, over and over):
+instant (tests/contract/test_pipeline.py kills them with SIGKILL, over and over):
 
 * extract and transform hand a message on with ``queue_move``: one step that
   commits the reservation in this stage's queue and pushes the rewritten
@@ -40,11 +40,11 @@ from typing import Any
 
 import pyqueue_sql
 
-VISIBILITY_TIMEOUT = 1.0   # seconds a killed stage's messages stay invisible
+VISIBILITY_TIMEOUT = 1.0  # seconds a killed stage's messages stay invisible
 BATCH = 5
 
 QUEUES = ("etl.raw", "etl.parsed", "etl.clean")
-STAGES = {                  # stage -> (reads from, moves to; None = the sink)
+STAGES = {  # stage -> (reads from, moves to; None = the sink)
     "extract": ("etl.raw", "etl.parsed"),
     "transform": ("etl.parsed", "etl.clean"),
     "load": ("etl.clean", None),
@@ -78,6 +78,7 @@ def _execute(db: pyqueue_sql.Database, sql: str, params: Any = None) -> list[tup
 
 # -- the three payload rewrites -------------------------------------------------
 
+
 def extract(payload: dict) -> dict:
     """{"line": "id,name,amount"} -> {"id", "name", "amount"} (strings)."""
     ident, name, amount = payload["line"].split(",")
@@ -86,30 +87,40 @@ def extract(payload: dict) -> dict:
 
 def transform(payload: dict) -> dict:
     """Normalises: upper-case name, amount in integer cents."""
-    return {"id": payload["id"], "name": payload["name"].upper(),
-            "amount_cents": round(float(payload["amount"]) * 100)}
+    return {
+        "id": payload["id"],
+        "name": payload["name"].upper(),
+        "amount_cents": round(float(payload["amount"]) * 100),
+    }
 
 
 # -- commands -----------------------------------------------------------------------
+
 
 def setup(dsn: str, history_retention: float | None = 86400) -> None:
     """Creates the three queues (keeping a day of history, to inspect traffic) and the sink table."""
     with pyqueue_sql.connect(dsn) as db:
         for name in QUEUES:
-            db.queue(name).create(visibility_timeout=VISIBILITY_TIMEOUT, max_attempts=1000,
-                                  history_retention=history_retention)
+            db.queue(name).create(
+                visibility_timeout=VISIBILITY_TIMEOUT, max_attempts=1000, history_retention=history_retention
+            )
         _execute(db, SINK_DDL[db.dialect.name])
 
 
 def feed(dsn: str, n: int) -> int:
     with pyqueue_sql.connect(dsn) as db:
         raw = db.queue("etl.raw")
-        return raw.push_many([(f"rec-{i:06d}", "record", {"line": f"rec-{i:06d}, item {i}, {i % 97}.{i % 100:02d}"})
-                              for i in range(n)])
+        return raw.push_many(
+            [
+                (f"rec-{i:06d}", "record", {"line": f"rec-{i:06d}, item {i}, {i % 97}.{i % 100:02d}"})
+                for i in range(n)
+            ]
+        )
 
 
 def load(db: pyqueue_sql.Database, queue: pyqueue_sql.Queue, r: pyqueue_sql.Reservation) -> bool:
     """The sink: the row and the queue commit in one transaction."""
+
     class LostReservation(Exception):
         pass
 
@@ -139,7 +150,7 @@ def run_stage(dsn: str, stage: str, work_seconds: float = 0.0, idle_exit: float 
             idle_since = time.monotonic()
             for r in batch:
                 if work_seconds:
-                    time.sleep(work_seconds)     # the "work": a kill lands here, mid-flight
+                    time.sleep(work_seconds)  # the "work": a kill lands here, mid-flight
                 if target is None:
                     load(db, queue, r)
                 else:
@@ -157,7 +168,9 @@ def report(dsn: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=("setup", "feed", "stage", "report"))
     parser.add_argument("stage", nargs="?", choices=tuple(STAGES))
     parser.add_argument("--dsn", default=os.environ.get("PYQUEUE_DSN"))

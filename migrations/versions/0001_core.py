@@ -14,7 +14,7 @@ depends_on = None
 
 # The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
 # server flavor: how `migrate --adopt` recognises a schema installed from the
-# SQL script. tests/test_migrate_interrupted.py regenerates and compares them.
+# SQL script. tests/schema/test_migrate_interrupted.py regenerates and compares them.
 FINGERPRINTS = {
     "postgresql": "6910c4e0c6d93c0ae71a40997b42388d",
     "mariadb": "160e97f4d749f33097e6497c23293466",

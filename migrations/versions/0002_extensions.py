@@ -21,7 +21,7 @@ depends_on = None
 
 # The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
 # server flavor: how `migrate --adopt` recognises a schema installed from the
-# SQL script. tests/test_migrate_interrupted.py regenerates and compares them.
+# SQL script. tests/schema/test_migrate_interrupted.py regenerates and compares them.
 FINGERPRINTS = {
     "postgresql": "fe5d1f2cdc926ee5eecb5246f9970b7f",
     "mariadb": "22450a55a3cf03f134c61bfe1af470b1",

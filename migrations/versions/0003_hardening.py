@@ -21,7 +21,7 @@ depends_on = None
 
 # The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
 # server flavor: how `migrate --adopt` recognises a schema installed from the
-# SQL script. tests/test_migrate_interrupted.py regenerates and compares them.
+# SQL script. tests/schema/test_migrate_interrupted.py regenerates and compares them.
 FINGERPRINTS = {
     "postgresql": "a8a55e1a1e5e7efcc8086f4c4de0c92b",
     "mariadb": "4e2d4c585fcc51f0e9183777f9fc3de3",

@@ -21,7 +21,7 @@ depends_on = None
 
 # The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
 # server flavor: how `migrate --adopt` recognises a schema installed from the
-# SQL script. tests/test_migrate_interrupted.py regenerates and compares them.
+# SQL script. tests/schema/test_migrate_interrupted.py regenerates and compares them.
 FINGERPRINTS = {
     "postgresql": "8469bd3f7b765f666b3fbb6b940afe73",
     "mariadb": "e74c1de6ae61623f279252310d6628b5",

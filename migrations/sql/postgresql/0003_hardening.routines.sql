@@ -2180,7 +2180,7 @@ $$;
 -- (pyqueue-sql grant; README "Least privilege"). Internal helpers (pyqueue__*)
 -- are granted to nobody: only the routines, running as their owner, call them.
 -- The list is static (no SQL built from names); a routine added to this file
--- must be added here (tests/test_privileges.py fails otherwise).
+-- must be added here (tests/security/test_privileges.py fails otherwise).
 REVOKE EXECUTE ON FUNCTION
     queue_create, queue_drop, queue_push, queue_push_batch, queue_pop, queue_reserve,
     queue_commit, queue_rollback, queue_extend, queue_move, queue_remove, queue_pause,

@@ -1,0 +1,243 @@
+"""The pyqueue-sql command, run in-process against the test databases."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from pyqueue_sql import cli, migrate
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("name", ["postgresql", "mysql"])
+def test_sql_prints_the_install_and_uninstall_scripts(capsys, name):
+    code, out, _ = run(capsys, "sql", "--dialect", name)
+    assert code == 0
+    assert "queue_reserve" in out and "pyqueue_message" in out
+    assert ("--single-transaction" in out) == (name == "postgresql")
+    code, out, _ = run(capsys, "sql", "--dialect", name, "--uninstall")
+    assert code == 0 and "DROP" in out
+
+
+def test_create_push_reserve_commit_stats(capsys, dsn):
+    queue = f"cli.{uuid.uuid4().hex[:8]}"
+    assert run(capsys, "create", queue, "--max-attempts", "4", "--dsn", dsn)[0] == 0
+    code, out, _ = run(capsys, "push", queue, "k1", "greet", '{"to": "x"}', "--dsn", dsn)
+    assert code == 0 and "inserted" in out
+    code, out, _ = run(capsys, "push", queue, "k1", "greet", '{"to": "x"}', "--dsn", dsn)
+    assert code == 0 and "duplicate" in out
+    run(capsys, "push", queue, "k2", "greet", "[1, 2]", "--priority", "3", "--dsn", dsn)
+    code, out, _ = run(capsys, "reserve", queue, "-n", "5", "--commit", "--dsn", dsn)
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [(m["key"], m["payload"]) for m in lines] == [("k2", [1, 2]), ("k1", {"to": "x"})]
+    code, out, _ = run(capsys, "stats", queue, "--dsn", dsn)
+    assert code == 0 and queue in out and "ready" in out
+    row = next(line for line in out.splitlines() if line.startswith(queue)).split()
+    assert row[1:5] == ["0", "0", "0", "0"]  # committed: nothing left
+
+
+def test_user_errors_are_one_line_and_non_zero(capsys, dsn):
+    code, _, err = run(capsys, "push", "no-such-queue", "k", "kind", "{}", "--dsn", dsn)
+    assert code == 1 and "does not exist" in err and "Traceback" not in err
+    code, _, err = run(capsys, "push", "q", "k", "kind", "{not json", "--dsn", dsn)
+    assert code == 2 and "JSON" in err
+
+
+def test_no_dsn_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.delenv("PYQUEUE_DSN", raising=False)
+    code, _, err = run(capsys, "stats")
+    assert code == 2 and "PYQUEUE_DSN" in err
+
+
+def test_no_import_cycle_between_cli_and_demo():
+    """The helpers both use live in _format: demo never imports cli, and cli imports
+    demo only inside the `demo` command."""
+    import ast
+    import pathlib
+
+    package = pathlib.Path(cli.__file__).parent
+
+    def imports(tree):
+        found = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        return found | {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+
+    demo_tree = ast.parse((package / "demo.py").read_text())
+    assert not imports(demo_tree) & {"cli", "pyqueue_sql.cli"}
+    cli_tree = ast.parse((package / "cli.py").read_text())
+    users = [f.name for f in cli_tree.body if isinstance(f, ast.FunctionDef) and imports(f) & {"demo"}]
+    assert users == ["cmd_demo"]
+    assert not imports(
+        ast.Module(body=[n for n in cli_tree.body if not isinstance(n, ast.FunctionDef)], type_ignores=[])
+    ) & {"demo"}
+
+
+def test_migrate_says_what_it_applied(capsys, fresh_database):
+    target = fresh_database()
+    code, out, err = run(capsys, "migrate", "--dsn", target)
+    assert code == 0, err
+    assert out.splitlines()[0] == f"0001_core -> {migrate.head()}"
+    assert f"revision: {migrate.head()} (head)" in out
+    code, out, err = run(capsys, "migrate", "--dsn", target)
+    assert code == 0, err
+    assert out.splitlines()[0] == f"already at {migrate.head()}"
+
+
+def test_migrate_from_an_older_revision_names_both(capsys, fresh_database):
+    target = fresh_database()
+    migrate.upgrade(target, "0003_hardening")
+    code, out, err = run(capsys, "migrate", "--dsn", target)
+    assert code == 0, err
+    assert out.splitlines()[0] == f"0003_hardening -> {migrate.head()}"
+
+
+def test_migrate_refuses_a_script_installed_schema_until_adopted(capsys, fresh_database):
+    import pyqueue_sql
+    from pyqueue_sql import dialects
+    from pyqueue_sql.queries import install_script, split_script
+
+    target = fresh_database()
+    dialect = dialects.for_dsn(target)
+    connection = dialect.connect(target)
+    try:
+        cursor = connection.cursor()
+        text = install_script(dialect.name)
+        if dialect.name == "postgresql":
+            cursor.execute(text)
+        else:
+            for statement in split_script(text):
+                cursor.execute(statement)
+        cursor.close()
+    finally:
+        connection.close()
+    with pyqueue_sql.connect(target) as db:
+        db.queue("kept").create()
+        db.queue("kept").push("k", "kind", {"n": 1})
+    code, out, err = run(capsys, "migrate", "--dsn", target)
+    assert code == 1 and "--adopt" in err and "Traceback" not in err
+    code, out, err = run(capsys, "migrate", "--adopt", "--dsn", target)
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("recorded the existing schema as ")
+    assert f"revision: {migrate.head()} (head)" in out
+    with pyqueue_sql.connect(target) as db:
+        assert db.queue("kept").stats().ready == 1
+
+
+def test_downgrade_refuses_without_yes_when_messages_would_be_dropped(capsys, monkeypatch, fresh_database):
+    import io
+
+    import pyqueue_sql
+
+    target = fresh_database()
+    migrate.upgrade(target)
+    with pyqueue_sql.connect(target) as db:
+        db.queue("q").create()
+        db.queue("q").push("k", "kind", {})
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # no terminal
+    code, out, err = run(capsys, "migrate", "--downgrade", "--dsn", target)
+    assert code == 1 and "refusing" in err and "1 live message" in err and "--yes" in err
+    assert migrate.current(target) == (migrate.head(),)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal("no\n"))
+    code, out, err = run(capsys, "migrate", "--downgrade", "--dsn", target)
+    assert code == 1 and "continue? [y/N]" in err and "cancelled" in err
+    assert migrate.current(target) == (migrate.head(),)
+
+    code, out, err = run(capsys, "migrate", "--downgrade", "--yes", "--dsn", target)
+    assert code == 0, err
+    assert out.splitlines()[0] == f"{migrate.head()} -> base"
+    assert "removed pyqueue-sql" in out and "1 message(s)" in out
+    assert migrate.current(target) == ()
+    from pyqueue_sql import dialects
+
+    dialect = dialects.for_dsn(target)
+    connection = dialect.connect(target)
+    try:
+        cursor = connection.cursor()
+        schema = "current_schema()" if dialect.name == "postgresql" else "database()"
+        cursor.execute(
+            "SELECT table_name FROM information_schema.tables "
+            f"WHERE table_schema = {schema} AND table_name LIKE 'pyqueue%%'"
+        )
+        assert cursor.fetchall() in ([], ())  # no table left behind
+        cursor.close()
+    finally:
+        connection.close()
+    code, out, _ = run(capsys, "migrate", "--downgrade", "--dsn", target)
+    assert code == 0 and "not installed" in out
+
+
+def test_downgrade_of_an_empty_install_asks_nothing(capsys, monkeypatch, fresh_database):
+    import io
+
+    target = fresh_database()
+    migrate.upgrade(target)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    code, out, err = run(capsys, "migrate", "--downgrade", "--dsn", target)
+    assert code == 0, err
+    assert "held no messages" in out
+
+
+def test_migrate_interrupted_says_to_run_it_again(capsys, monkeypatch, fresh_database):
+    target = fresh_database()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(migrate, "upgrade", interrupted)
+    code, _, err = run(capsys, "migrate", "--dsn", target)
+    assert code == 130 and "migrate was interrupted; run it again to resume" in err
+
+    def lost(*args, **kwargs):
+        raise migrate.MigrationInterrupted("migrate was interrupted; run it again to resume")
+
+    monkeypatch.setattr(migrate, "upgrade", lost)
+    code, _, err = run(capsys, "migrate", "--dsn", target)
+    assert code == 130 and err.count("run it again") == 1
+
+
+def test_ctrl_c_during_a_real_migrate_is_resumable(fresh_database):
+    """SIGINT at several moments of a fresh install: each run either finished (0) or
+    says to run it again (130, no traceback); running it again then reaches the head."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    outcomes = []
+    for delay in (0.5, 0.65, 0.8, 1.0):
+        target = fresh_database()
+        command = [sys.executable, "-m", "pyqueue_sql.cli", "migrate", "--dsn", target]
+        proc = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        outcomes.append(proc.returncode)
+        if proc.returncode == -signal.SIGINT:
+            # the signal came while Python was still starting or importing: nothing ran yet
+            assert "pyqueue_sql/migrate.py" not in err and "cmd_migrate" not in err, err
+        else:
+            assert proc.returncode in (0, 130), err
+            assert "Traceback" not in err, err
+        if proc.returncode == 130:  # (or plain "interrupted" when it came before migrate started)
+            assert (
+                "migrate was interrupted; run it again to resume" in err
+                or err == "pyqueue-sql: interrupted\n"
+            )
+        again = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+        assert migrate.current(target) == (migrate.head(),)
+    print("exit codes by delay:", outcomes)

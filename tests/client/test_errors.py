@@ -1,0 +1,293 @@
+"""Bad input: every routine refuses it with a clear error and writes nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from pyqueue_sql import InvalidArgumentError, InvalidPayloadError, SchemaNotInstalledError, UnknownQueueError
+
+
+def _total(queue):
+    s = queue.stats()
+    return s.ready + s.delayed + s.reserved
+
+
+@pytest.fixture
+def held(queue):
+    """A queue with one ready message and one reservation."""
+    queue.push("ready", "k", 1)
+    queue.push("held", "k", 1)
+    queue.reserve(n=1)  # 'ready' is older: it is the one reserved
+    return queue
+
+
+UNKNOWN = [
+    ("push", lambda q: q.push("k", "kind", 1)),
+    ("push_many", lambda q: q.push_many([("k", "kind", 1)])),
+    ("pop", lambda q: q.pop()),
+    ("reserve", lambda q: q.reserve()),
+    ("remove", lambda q: q.remove("k", "kind")),
+    ("pause", lambda q: q.pause()),
+    ("resume", lambda q: q.resume()),
+    ("stats", lambda q: q.stats()),
+    ("drop", lambda q: q.drop()),
+]
+
+
+@pytest.mark.parametrize("name,call", UNKNOWN, ids=[n for n, _ in UNKNOWN])
+def test_unknown_queue(db, name, call):
+    with pytest.raises(UnknownQueueError, match="does not exist"):
+        call(db.queue("no-such-queue"))
+
+
+@pytest.mark.parametrize(
+    "key,kind",
+    [
+        (None, "k"),
+        ("", "k"),
+        ("m", None),
+        ("m", ""),
+        ("x" * 256, "k"),
+        ("m", "y" * 129),
+    ],
+)
+def test_push_refuses_bad_key_or_kind(queue, key, kind):
+    with pytest.raises(InvalidArgumentError):
+        queue.push(key, kind, {"a": 1})
+    assert _total(queue) == 0
+
+
+def test_longest_allowed_key_and_kind_are_accepted(queue):
+    assert queue.push("x" * 255, "y" * 128, 1)
+    assert queue.reserve()[0].key == "x" * 255
+
+
+def test_create_refuses_bad_settings(db):
+    q = db.queue("t.bad-settings")
+    for settings in (
+        {"visibility_timeout": -1},
+        {"visibility_timeout": 0},
+        {"max_attempts": 0},
+        {"max_attempts": -5},
+        {"history_retention": -1},
+    ):
+        with pytest.raises(InvalidArgumentError):
+            q.create(**settings)
+    with pytest.raises(InvalidArgumentError):
+        db.queue("").create()
+    with pytest.raises(InvalidArgumentError):
+        db.queue("q" * 129).create()
+    with pytest.raises(UnknownQueueError):
+        q.stats()  # nothing was created
+
+
+def test_queue_name_too_long_is_an_argument_error_everywhere(db):
+    q = db.queue("q" * 129)
+    for call in (lambda: q.push("k", "kind", 1), lambda: q.reserve(), lambda: q.stats(), lambda: q.pop()):
+        with pytest.raises(InvalidArgumentError, match="longer than"):
+            call()
+
+
+def test_durations_over_100_years_are_refused(held):
+    [r] = held.reserve()
+    century = dt.timedelta(days=36600)
+    with pytest.raises(InvalidArgumentError, match="100 years"):
+        held.reserve(timeout=century)
+    with pytest.raises(InvalidArgumentError, match="100 years"):
+        held.rollback(r, delay=century)
+    with pytest.raises(InvalidArgumentError, match="100 years"):
+        held.create(visibility_timeout=century)
+    assert held.commit(r) is True
+
+
+def test_n_null_means_one(held):
+    assert len(held.reserve(n=None)) == 1
+    held.push("more", "k", 1)
+    assert len(held.pop(n=None)) == 1
+
+
+def test_n_below_one_is_refused(held):
+    for n in (0, -1):
+        with pytest.raises(InvalidArgumentError):
+            held.reserve(n=n)
+        with pytest.raises(InvalidArgumentError):
+            held.pop(n=n)
+    assert _total(held) == 2 and held.stats().reserved == 1
+
+
+def test_negative_durations_are_refused(held):
+    [r] = held.reserve()  # 'held'
+    with pytest.raises(InvalidArgumentError):
+        held.reserve(timeout=-1)
+    with pytest.raises(InvalidArgumentError):
+        held.rollback(r, delay=-1)
+    with pytest.raises(InvalidArgumentError):
+        held.extend(r, timeout=-1)
+    with pytest.raises(InvalidArgumentError):
+        held.push("later", "k", 1, run_at=dt.datetime(2030, 1, 1))  # naive: ambiguous
+    # The reservation is untouched by the refused calls.
+    assert held.commit(r) is True
+
+
+def test_fractional_numbers_are_refused_not_rounded(held):
+    for call in (
+        lambda: held.reserve(n=2.5),
+        lambda: held.pop(n=1.5),
+        lambda: held.push("p", "k", 1, priority=2.5),
+        lambda: held.create(max_attempts=2.5),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            call()
+    assert _total(held) == 2 and held.stats().reserved == 1
+
+
+def test_kinds_must_be_a_non_empty_list(held):
+    with pytest.raises(InvalidArgumentError):
+        held.reserve(kinds=[])
+
+
+def test_payload_that_is_not_json_serialisable(queue):
+    with pytest.raises(InvalidPayloadError):
+        queue.push("m", "k", {"when": object()})
+    with pytest.raises(InvalidPayloadError):
+        queue.push("m", "k", float("nan"))
+    assert _total(queue) == 0
+
+
+def test_token_routines_refuse_missing_key_or_token(held):
+    from dataclasses import replace
+
+    [r] = held.reserve()
+    for bad in (replace(r, key=""), replace(r, kind=None), replace(r, token=None)):
+        with pytest.raises(InvalidArgumentError):
+            held.commit(bad)
+        with pytest.raises(InvalidArgumentError):
+            held.rollback(bad)
+        with pytest.raises(InvalidArgumentError):
+            held.extend(bad)
+    assert held.commit(r) is True
+
+
+# -- the same refusals from plain SQL, as psql and mysql users meet them -------------
+
+CALLS = {
+    "postgresql": {
+        "push": "SELECT queue_push(%s, %s, %s, %s)",
+        "push_null_payload": "SELECT queue_push(%s, %s, %s, NULL)",
+        "reserve": "SELECT * FROM queue_reserve(%s, 'w', NULL, %s)",
+        "reserve_neg": "SELECT * FROM queue_reserve(%s, 'w', interval '-1 second', 1)",
+        "batch_mismatch": "SELECT queue_push_batch(%s, ARRAY['a','b'], ARRAY['k'], ARRAY['1','2']::jsonb[])",
+    },
+    "mysql": {
+        "push": "CALL queue_push(%s, %s, %s, %s, NULL, NULL)",
+        "push_null_payload": "CALL queue_push(%s, %s, %s, NULL, NULL, NULL)",
+        "reserve": "CALL queue_reserve(%s, 'w', NULL, %s, NULL)",
+        "reserve_neg": "CALL queue_reserve(%s, 'w', -1, 1, NULL)",
+        "batch_mismatch": 'CALL queue_push_batch(%s, \'[{"p_key":"a","p_kind":"k"}]\', NULL, NULL, NULL, NULL)',
+    },
+}
+
+
+def test_plain_sql_refusals_use_one_message_format(dialect, raw, queue):
+    calls = CALLS[dialect]
+    cases = [
+        (calls["push"], ("no-such-queue", "m", "k", "{}"), "pyqueue:unknown_queue:"),
+        (calls["push"], (queue.name, "", "k", "{}"), "pyqueue:invalid_argument:"),
+        (calls["push"], (queue.name, None, "k", "{}"), "pyqueue:invalid_argument:"),
+        (calls["push_null_payload"], (queue.name, "m", "k"), "pyqueue:invalid_payload:"),
+        (calls["reserve"], (queue.name, 0), "pyqueue:invalid_argument:"),
+        (calls["reserve_neg"], (queue.name,), "pyqueue:invalid_argument:"),
+        (calls["batch_mismatch"], (queue.name,), "pyqueue:invalid_argument:"),
+    ]
+    if dialect == "mysql":  # PostgreSQL refuses non-JSON already when casting to jsonb
+        cases.append((calls["push"], (queue.name, "m", "k", "{not json"), "pyqueue:invalid_payload:"))
+    for sql, params, expected in cases:
+        with pytest.raises(Exception) as info:
+            raw(sql, params)
+        assert expected in str(info.value), (sql, params, str(info.value))
+    assert _total(queue) == 0
+
+
+def test_plain_sql_non_json_payload_is_refused(dialect, raw, queue):
+    with pytest.raises(Exception) as info:
+        raw(CALLS[dialect]["push"], (queue.name, "m", "k", "{not json"))
+    assert "json" in str(info.value).lower()
+    assert _total(queue) == 0
+
+
+# -- argument types: refused as arguments, never reported as a missing schema ---------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda q: q.push(True, "k", 1),
+        lambda q: q.push(1.5, "k", 1),
+        lambda q: q.push(b"k", "k", 1),
+        lambda q: q.push("k", 5, 1),
+        lambda q: q.push_many([(False, "k", 1)]),
+        lambda q: q.remove(True, "k"),
+        lambda q: q.message(2.0, "k"),
+        lambda q: q.reserve(kinds=["k", 3]),
+        lambda q: q.reserve(kinds="k"),
+        lambda q: q.reserve(worker=7),
+        lambda q: q.set_limit(4, 1),
+    ],
+    ids=[
+        "bool-key",
+        "float-key",
+        "bytes-key",
+        "int-kind",
+        "batch-bool-key",
+        "remove-bool-key",
+        "message-float-key",
+        "int-in-kinds",
+        "kinds-str",
+        "int-worker",
+        "int-limit-kind",
+    ],
+)
+def test_wrong_python_types_are_argument_errors(queue, call):
+    with pytest.raises(InvalidArgumentError) as info:
+        call(queue)
+    assert not isinstance(info.value, SchemaNotInstalledError)
+    assert _total(queue) == 0
+
+
+def test_a_queue_name_that_is_not_a_str_is_an_argument_error(db):
+    with pytest.raises(InvalidArgumentError):
+        db.queue(17)
+
+
+def test_a_wrong_argument_type_the_server_refuses_is_not_a_missing_schema(db, queue, dialect):
+    """The Python checks bypassed (a named statement run with an int where text goes): PostgreSQL
+    finds no routine for those types (42883); that is an argument error naming the types, in
+    autocommit and inside a transaction alike. MySQL converts the int to its text."""
+    params = dict(queue=queue.name, key=17, kind="k", payload="1", run_at=None, priority=None)
+    if dialect == "mysql":
+        assert db.call("push", **params) == [(1,)]
+        assert queue.message("17", "k") is not None
+        return
+    with pytest.raises(InvalidArgumentError, match="smallint") as info:
+        db.call("push", **params)
+    assert not isinstance(info.value, SchemaNotInstalledError)
+    with pytest.raises(InvalidArgumentError, match="smallint"):
+        with db.transaction():
+            db.call("push", **params)
+    assert _total(queue) == 0
+
+
+def test_a_missing_schema_is_still_reported_as_such(fresh_database):
+    import pyqueue_sql
+
+    empty = pyqueue_sql.connect(fresh_database("noschema"))
+    try:
+        with pytest.raises(SchemaNotInstalledError):
+            empty.queue("q").push("k", "k", 1)
+        with pytest.raises(SchemaNotInstalledError):
+            with empty.transaction():
+                empty.queue("q").push("k", "k", 1)
+    finally:
+        empty.close()

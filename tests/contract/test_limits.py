@@ -1,0 +1,370 @@
+"""Concurrency limits (queue_set_limit): at most `capacity` messages of a kind
+reserved at once, also under many concurrent reservers, at each isolation level."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+
+import pytest
+
+import pyqueue_sql
+from pyqueue_sql import errors
+
+
+def live(raw, dialect, queue, kind):
+    """Live reservations of a kind, as a plain SQL client counts them (one statement, one snapshot)."""
+    if dialect == "postgresql":
+        sql = (
+            "SELECT count(*) FROM pyqueue_message WHERE queue_name = %s AND p_kind = %s "
+            "AND reserve_token IS NOT NULL AND scheduled_at > now()"
+        )
+    else:
+        sql = (
+            "SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s AND p_kind = %s "
+            "AND reserve_token IS NOT NULL AND scheduled_at > UTC_TIMESTAMP(6)"
+        )
+    return int(raw(sql, (queue, kind))[0][0])
+
+
+def kinds(rs):
+    return sorted(r.kind for r in rs)
+
+
+def test_reserve_hands_out_at_most_capacity_and_slots_come_back(queue, make_queue, raw, dialect):
+    other = make_queue()
+    queue.push_many([(f"l{i}", "lim", i) for i in range(8)] + [(f"f{i}", "free", i) for i in range(3)])
+    queue.set_limit("lim", 2)
+    first = queue.reserve(n=20, timeout=60)
+    assert kinds(first) == ["free"] * 3 + ["lim"] * 2
+    assert queue.reserve(n=20) == []
+    assert queue.limits() == [pyqueue_sql.client.LimitInfo(queue.name, "lim", 2, 2)]
+    held = [r for r in first if r.kind == "lim"]
+
+    # commit gives the slot back
+    assert queue.commit(held[0])
+    again = queue.reserve(n=5, timeout=60)
+    assert kinds(again) == ["lim"] and queue.reserve(n=5) == []
+    # rollback gives it back
+    assert queue.rollback(again[0])
+    again = queue.reserve(n=5, timeout=60)
+    assert kinds(again) == ["lim"] and queue.reserve(n=5) == []
+    # move gives it back
+    assert queue.move(again[0], other)
+    again = queue.reserve(n=5, timeout=0.3)
+    assert kinds(again) == ["lim"] and queue.reserve(n=5) == []
+    # expiry gives it back
+    time.sleep(0.4)
+    assert live(raw, dialect, queue.name, "lim") == 1
+    again = queue.reserve(n=5, timeout=60)
+    assert kinds(again) == ["lim"]  # the expired one's slot, taken by the oldest ready message
+    assert live(raw, dialect, queue.name, "lim") == 2
+    assert queue.limits()[0].in_use == 2
+
+
+def test_kinds_without_a_limit_and_other_queues_are_not_held_back(queue, make_queue):
+    other = make_queue()
+    queue.set_limit("lim", 1)
+    queue.push_many([(f"l{i}", "lim", i) for i in range(3)] + [(f"f{i}", "free", i) for i in range(5)])
+    other.push_many([(f"l{i}", "lim", i) for i in range(3)])
+    assert kinds(queue.reserve(n=3, kinds=["free"])) == ["free"] * 3
+    assert kinds(queue.reserve(n=10)) == ["free"] * 2 + ["lim"]
+    assert kinds(other.reserve(n=10)) == ["lim"] * 3
+
+
+def test_capacity_zero_holds_the_kind_and_none_removes_the_limit(queue):
+    queue.push_many([(f"l{i}", "lim", i) for i in range(3)])
+    queue.set_limit("lim", 0)
+    assert queue.reserve(n=3) == []
+    queue.set_limit("lim", 1)
+    assert len(queue.reserve(n=3)) == 1
+    queue.set_limit("lim", None)
+    assert queue.limits() == []
+    assert len(queue.reserve(n=3)) == 2
+
+
+def test_reservations_made_before_the_limit_count(queue):
+    queue.push_many([(f"l{i}", "lim", i) for i in range(5)])
+    early = queue.reserve(n=2, timeout=60)
+    queue.set_limit("lim", 3)
+    assert queue.limits()[0].in_use == 2
+    assert len(queue.reserve(n=5)) == 1
+    assert queue.commit(early[0])
+    assert len(queue.reserve(n=5)) == 1
+
+
+def test_raising_the_capacity_adds_slots_lowering_it_hands_out_less(queue):
+    queue.push_many([(f"l{i}", "lim", i) for i in range(10)])
+    queue.set_limit("lim", 1)
+    assert len(queue.reserve(n=10, timeout=60)) == 1
+    queue.set_limit("lim", 4)
+    assert len(queue.reserve(n=10, timeout=60)) == 3
+    queue.set_limit("lim", 2)
+    assert queue.reserve(n=10) == []  # 4 live, capacity 2: nothing until only 1 is left
+
+
+def test_extend_keeps_the_slot_but_not_after_it_was_taken_over(queue):
+    queue.push_many([("a", "lim", 1), ("b", "lim", 2)])
+    queue.set_limit("lim", 1)
+    (a,) = queue.reserve(n=2, timeout=0.3)
+    a2 = queue.extend(a, timeout=0.3)  # still live: keeps its slot
+    assert a2 is not None
+    time.sleep(0.4)  # expired, nobody took the slot yet: extending still works
+    a3 = queue.extend(a2, timeout=0.3)
+    assert a3 is not None and queue.reserve(n=2) == []
+    time.sleep(0.4)
+    (b,) = queue.reserve(n=2, timeout=60)  # 'a' expired: its slot goes to 'b' (the older schedule)
+    assert b.key == "b"
+    assert queue.extend(a3) is None  # its slot went to the new reservation
+
+
+def test_extend_of_an_expired_reservation_whose_slot_went_elsewhere_fails(queue):
+    queue.push("a", "lim", 1)
+    queue.set_limit("lim", 1)
+    (a,) = queue.reserve(timeout=0.3)
+    time.sleep(0.4)
+    queue.push("b", "lim", 2, priority=5)  # served first
+    (b,) = queue.reserve(timeout=60)
+    assert b.key == "b"
+    assert queue.extend(a) is None
+    assert queue.commit(a)  # an expired reservation may still commit; it held no slot any more
+    assert queue.reserve() == []
+
+
+def test_set_limit_refuses_bad_arguments(queue, raw, dialect):
+    with pytest.raises(errors.InvalidArgumentError):
+        queue.set_limit("lim", -1)
+    with pytest.raises(errors.InvalidArgumentError):
+        queue.set_limit("lim", 10001)
+    with pytest.raises(errors.InvalidArgumentError):
+        queue.set_limit("", 1)
+    with pytest.raises(errors.InvalidArgumentError):
+        queue.set_limit("lim ", 1)
+    with pytest.raises(errors.UnknownQueueError):
+        queue.db.queue("no-such-queue").set_limit("lim", 1)
+    call = (
+        "SELECT queue_set_limit(%s, %s, %s)"
+        if dialect == "postgresql"
+        else "CALL queue_set_limit(%s, %s, %s)"
+    )
+    if dialect == "mysql":  # PostgreSQL refuses 2.5 for an integer parameter before the routine runs
+        with pytest.raises(Exception, match="pyqueue:invalid_argument"):
+            raw(call, (queue.name, "lim", 2.5))
+    assert queue.limits() == []
+
+
+def test_limits_from_plain_sql(queue, raw, dialect):
+    q = queue.name
+    if dialect == "postgresql":
+        raw("SELECT queue_push(%s, 'a', 'lim', '{}'), queue_push(%s, 'b', 'lim', '{}')", (q, q))
+        raw("SELECT queue_set_limit(%s, 'lim', 1)", (q,))
+        got = raw("SELECT p_key FROM queue_reserve(%s, 'psql', NULL, 5)", (q,))
+        rows = raw("SELECT queue, p_kind, capacity, in_use FROM queue_limits(%s)", (q,))
+    else:
+        raw("CALL queue_push(%s, 'a', 'lim', '{}', NULL, NULL)", (q,))
+        raw("CALL queue_push(%s, 'b', 'lim', '{}', NULL, NULL)", (q,))
+        raw("CALL queue_set_limit(%s, 'lim', 1)", (q,))
+        got = raw("CALL queue_reserve(%s, 'mysql', NULL, 5, NULL)", (q,))
+        rows = raw("CALL queue_limits(%s)", (q,))
+    assert len(got) == 1
+    assert [tuple(r) for r in rows] == [(q, "lim", 1, 1)]
+
+
+def _set_isolation(db, dialect, level):
+    cur = db.connection.cursor()
+    if dialect == "postgresql":
+        cur.execute(f"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {level}")
+    else:
+        cur.execute(f"SET SESSION TRANSACTION ISOLATION LEVEL {level}")
+    cur.close()
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Serialization failures (REPEATABLE READ on PostgreSQL) and deadlocks: the caller retries."""
+    code = getattr(exc, "sqlstate", None)
+    if code in ("40001", "40P01"):
+        return True
+    args = getattr(exc, "args", ())
+    return bool(args) and args[0] in (1213, 1205)
+
+
+@pytest.mark.parametrize("level", ["READ COMMITTED", "REPEATABLE READ"])
+def test_race_never_more_than_capacity_live(connect, make_queue, raw, dialect, level):
+    """Six reservers hammer reserve / commit / rollback / extend / move / let expire
+    while a checker counts the live reservations of the limited kind."""
+    capacity, threads, seconds = 3, 6, 4.0
+    queue = make_queue(max_attempts=1000)
+    sink = make_queue()
+    queue.push_many(
+        [(f"lim-{i}", "lim", i) for i in range(40)] + [(f"free-{i}", "free", i) for i in range(20)]
+    )
+    queue.set_limit("lim", capacity)
+    stop = time.monotonic() + seconds
+    counts = {"max": 0, "samples": 0, "handled": 0, "retried": 0}
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def reserver(i):
+        db = connect()
+        _set_isolation(db, dialect, level)
+        q = db.queue(queue.name)
+        rng = random.Random(i)
+        while time.monotonic() < stop:
+            try:
+                got = q.reserve(n=rng.randint(1, 4), worker=f"r{i}", timeout=rng.choice([0.15, 0.3, 2.0]))
+                time.sleep(0.02)  # hold them a moment, so that the limit is under pressure
+                for r in got:
+                    action = rng.random()
+                    if action < 0.3:
+                        q.commit(r)
+                        q.push(f"{r.kind}-{uuid.uuid4().hex[:8]}", r.kind, 0)
+                    elif action < 0.55:
+                        q.rollback(r)
+                    elif action < 0.7:
+                        time.sleep(0.05)
+                        r2 = q.extend(r, timeout=rng.choice([0.1, 1.0]))
+                        if r2 is not None and rng.random() < 0.5:
+                            q.commit(r2)
+                    elif action < 0.8:
+                        if q.move(r, sink.name):
+                            q.push(f"{r.kind}-{uuid.uuid4().hex[:8]}", r.kind, 0)
+                    # else: leave it to expire
+                with lock:
+                    counts["handled"] += len(got)
+                time.sleep(rng.random() * 0.01)
+            except Exception as exc:  # noqa: BLE001
+                if _retryable(exc) or _retryable(exc.__cause__ or exc):
+                    with lock:
+                        counts["retried"] += 1
+                    continue
+                failures.append(exc)
+                return
+
+    def checker():
+        while time.monotonic() < stop:
+            n = live(raw, dialect, queue.name, "lim")
+            counts["max"] = max(counts["max"], n)
+            counts["samples"] += 1
+            assert n <= capacity, f"{n} live reservations of a kind limited to {capacity}"
+
+    workers = [threading.Thread(target=reserver, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    try:
+        checker()
+    finally:
+        for t in workers:
+            t.join()
+    print(dialect, level, counts)
+    assert not failures, failures[0]
+    assert counts["max"] == capacity, counts  # the limit was really under pressure
+    assert counts["handled"] > 50, counts
+    assert counts["samples"] > 20, counts
+    assert live(raw, dialect, queue.name, "lim") <= capacity
+
+
+# -- lowering a limit, expired last deliveries, reserve against extend --------------------
+
+
+def test_lowering_a_limit_never_lets_more_than_the_new_capacity_be_held(queue, raw, dialect):
+    queue.push_many([(f"b{i}", "bulk", i) for i in range(4)])
+    queue.set_limit("bulk", 2)
+    b0, b1 = queue.reserve(n=5, timeout=60)
+    assert (b0.key, b1.key) == ("b0", "b1")
+    queue.set_limit("bulk", 1)
+    assert queue.commit(b0)
+    assert queue.reserve(n=5, timeout=60) == []  # b1 still holds the only slot
+    assert live(raw, dialect, queue.name, "bulk") == 1
+    assert queue.limits()[0].in_use == 1
+    assert queue.commit(b1)
+    [b2] = queue.reserve(n=5, timeout=60)
+    assert b2.key == "b2" and queue.reserve(n=5) == []
+    assert queue.limits()[0].in_use == 1
+    queue.set_limit("bulk", 3)
+    assert [r.key for r in queue.reserve(n=5, timeout=60)] == ["b3"]
+
+
+def test_lowering_a_limit_below_what_is_held_then_raising_it(queue, raw, dialect):
+    queue.push_many([(f"b{i}", "bulk", i) for i in range(6)])
+    queue.set_limit("bulk", 3)
+    held = queue.reserve(n=5, timeout=60)
+    assert len(held) == 3
+    queue.set_limit("bulk", 1)
+    for r in held[:2]:
+        assert queue.commit(r)
+        assert queue.reserve(n=5) == []
+    assert queue.limits()[0].in_use == 1
+    queue.set_limit("bulk", 2)
+    assert len(queue.reserve(n=5, timeout=60)) == 1
+    assert live(raw, dialect, queue.name, "bulk") == 2
+
+
+def test_an_expired_last_delivery_of_a_limited_kind_is_dead_lettered_while_others_are_ready(make_queue, raw):
+    dead = make_queue()
+    q = make_queue(visibility_timeout=30, max_attempts=1, dead_letter_queue=dead.name, history_retention=3600)
+    q.set_limit("lim", 1)
+    for i in range(3):
+        q.push(f"y{i}", "lim", i)
+    [y0] = q.reserve(timeout=0.3)
+    assert y0.key == "y0"
+    time.sleep(0.45)
+    [y1] = q.reserve(timeout=60)  # the oldest ready one: y0 became eligible only when it expired
+    assert y1.key == "y1"
+    assert q.reserve() == []  # the slot is taken; the expired last delivery needs none to be dead-lettered
+    assert [d.key for d in dead.dead_letters()] == ["y0"]  # not left waiting until it is the last one
+    s = q.stats()
+    assert (s.ready, s.reserved, s.dead) == (1, 1, 1)
+    assert [h.outcome for h in q.message_history("y0", "lim")] == ["dead_lettered"]
+    assert q.limits()[0].in_use == 1
+
+
+@pytest.mark.parametrize("mode", ["autocommit", "client"])
+def test_reserve_and_extend_on_a_limited_kind_never_deadlock(connect, make_queue, raw, dialect, mode):
+    """Eight connections reserve -> extend -> commit a limited kind for a few seconds. In autocommit
+    mode (each statement of a routine its own transaction, as from plain SQL) no call deadlocks at
+    all: the locks are taken in one order. As the client runs them (MySQL: reserve and extend in a
+    transaction of their own, so several claims are held together) no error reaches the caller: a
+    rare deadlock between two multi-row claims is rolled back whole and run again by the client."""
+    queue = make_queue(max_attempts=10_000)
+    queue.push_many([(f"s{i}", "lim", i) for i in range(200)])
+    queue.set_limit("lim", 3)
+    stop = time.monotonic() + 4.0
+    failures: list[BaseException] = []
+    done = {"n": 0}
+    lock = threading.Lock()
+    dbs = []
+
+    def run(i):
+        db = connect()
+        if mode == "autocommit":
+            db.dialect.own_transaction_statements = db.dialect.own_transaction_statements - {
+                "reserve",
+                "extend",
+            }
+        dbs.append(db)
+        q = db.queue(queue.name)
+        try:
+            while time.monotonic() < stop:
+                for r in q.reserve(n=2, worker=f"x{i}", timeout=5):
+                    r2 = q.extend(r, timeout=5)
+                    if r2 is not None and q.commit(r2):
+                        q.push(f"s-{uuid.uuid4().hex[:10]}", "lim", 0)
+                        with lock:
+                            done["n"] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    retried = sum(db.serialization_retries for db in dbs)
+    print(dialect, done, "retried", retried)
+    assert not failures, repr(failures[0])
+    if mode == "autocommit" or dialect == "postgresql":
+        assert retried == 0, f"{retried} calls deadlocked and were run again"
+    assert done["n"] > 20
+    assert live(raw, dialect, queue.name, "lim") == 0

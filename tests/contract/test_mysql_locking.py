@@ -1,0 +1,349 @@
+"""MySQL/MariaDB locking: the ingest flush lock belongs to this database and to
+accounts with rights on it, concurrency limits hold when lowered and take their
+locks in one order, and autocommit calls racing each other (limits, drops) never
+fail with a deadlock (1213). Several real connections, bounded loops."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pymysql
+import pytest
+
+from pyqueue_sql import migrate
+from pyqueue_sql.dialects import mysql_connect_args
+
+pytestmark = pytest.mark.only_dialect("mysql")
+
+DEADLOCK = 1213
+
+
+def connect(dsn: str, **overrides) -> pymysql.connections.Connection:
+    args = mysql_connect_args(dsn)
+    args.update(overrides)
+    return pymysql.connect(**args)
+
+
+def call(conn, statement: str, *args):
+    with conn.cursor() as cur:
+        cur.execute(statement, args or None)
+        rows = list(cur.fetchall()) if cur.description else []
+        while cur.nextset():
+            pass
+    return rows
+
+
+@pytest.fixture
+def sql(dsn):
+    conn = connect(dsn)
+    yield lambda statement, *args: call(conn, statement, *args)
+    conn.close()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}.{uuid.uuid4().hex[:10]}"
+
+
+def hammer(dsn: str, threads: int, seconds: float, step) -> dict[int, int]:
+    """Runs step(conn) in a loop on `threads` connections for `seconds`;
+    returns {MySQL error number: count} of the errors raised."""
+    errors: dict[int, int] = {}
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def run():
+        conn = connect(dsn)
+        try:
+            while time.monotonic() < stop:
+                try:
+                    step(conn)
+                except pymysql.MySQLError as exc:
+                    with lock:
+                        errors[exc.args[0]] = errors.get(exc.args[0], 0) + 1
+        finally:
+            conn.close()
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return errors
+
+
+# ---- the ingest flush lock ----------------------------------------------------
+
+
+@pytest.fixture
+def account_without_rights(dsn, sql):
+    name = "pqnr_" + uuid.uuid4().hex[:8]
+    password = uuid.uuid4().hex
+    hosts = ("%", "localhost")
+    for host in hosts:
+        sql(f"CREATE USER '{name}'@'{host}' IDENTIFIED BY '{password}'")
+    args = mysql_connect_args(dsn)
+    args.update(user=name, password=password, database=None)
+    conn = pymysql.connect(**args)
+    yield conn
+    conn.close()
+    for host in hosts:
+        sql(f"DROP USER IF EXISTS '{name}'@'{host}'")
+
+
+def test_an_account_without_rights_cannot_block_the_ingest_flush(dsn, sql, account_without_rights):
+    database = sql("SELECT DATABASE()")[0][0]
+    for lock_name in ("pyqueue-sql ingest flush", f"pyqueue-sql ingest flush {database}"):
+        assert call(account_without_rights, "SELECT GET_LOCK(%s, 0)", lock_name) == [(1,)]
+    queue = unique("flush")
+    sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", queue)
+    sql("INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES (%s, 'a', 'k', '{}')", queue)
+    sql("SET SESSION innodb_lock_wait_timeout = 5")
+    started = time.monotonic()
+    assert sql("CALL queue_ingest_flush(%s)", queue) == [(1, 0, 0)]
+    assert sql("CALL queue_ingest_flush(NULL)")[0][2] == 0
+    assert time.monotonic() - started < 5
+
+
+def test_flushes_of_two_databases_do_not_serialise(dsn, fresh_database):
+    other = fresh_database("flush")
+    migrate.upgrade(other)
+    here, there = connect(dsn), connect(other)
+    try:
+        call(here, "START TRANSACTION")
+        call(here, "CALL queue_ingest_flush(NULL)")  # holds this database's flush lock until COMMIT
+        call(there, "SET SESSION innodb_lock_wait_timeout = 2")
+        call(there, "CALL queue_create('q', NULL, NULL, NULL, NULL)")
+        call(
+            there,
+            "INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES ('q', 'a', 'k', '{}')",
+        )
+        started = time.monotonic()
+        assert call(there, "CALL queue_ingest_flush(NULL)") == [(1, 0, 0)]
+        assert time.monotonic() - started < 2
+        # ... while a second flush of this database waits for the first
+        third = connect(dsn)
+        try:
+            call(third, "SET SESSION innodb_lock_wait_timeout = 1")
+            with pytest.raises(pymysql.MySQLError) as waited:
+                call(third, "CALL queue_ingest_flush(NULL)")
+            assert waited.value.args[0] == 1205
+        finally:
+            third.close()
+        call(here, "COMMIT")
+    finally:
+        here.close()
+        there.close()
+
+
+def test_concurrent_flushes_of_one_queue_enqueue_each_row_once(dsn, sql):
+    queue = unique("ingest")
+    sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", queue)
+    popped: list[str] = []
+    lock = threading.Lock()
+    counter = iter(range(10**9))
+
+    def load(conn):
+        rows = [(queue, f"m{next(counter)}", "k", "{}") for _ in range(20)]
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES (%s, %s, %s, %s)", rows
+            )
+
+    def flush(conn):
+        call(conn, "CALL queue_ingest_flush(%s)", queue)
+
+    def consume(conn):
+        got = [row[0] for row in call(conn, "CALL queue_pop(%s, 50)", queue)]
+        with lock:
+            popped.extend(got)
+
+    steps = [load, load, flush, flush, flush, consume, consume]
+    errors: dict[int, int] = {}
+    threads = []
+    for step in steps:
+        t = threading.Thread(target=lambda s=step: errors.update(hammer(dsn, 1, 3, s)))
+        threads.append(t)
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == {}
+    sql("CALL queue_ingest_flush(%s)", queue)
+    while rest := sql("CALL queue_pop(%s, 1000)", queue):
+        popped.extend(row[0] for row in rest)
+    loaded = next(counter)
+    assert loaded > 100
+    assert sorted(popped, key=lambda k: int(k[1:])) == [f"m{i}" for i in range(loaded)]
+
+
+# ---- concurrency limits -------------------------------------------------------
+
+
+def test_lowering_a_limit_never_lets_more_than_the_new_capacity_out(sql):
+    queue = unique("lower")
+    sql("CALL queue_create(%s, NULL, 100, NULL, NULL)", queue)
+    sql("CALL queue_set_limit(%s, 'bulk', 2)", queue)
+    for i in range(4):
+        sql("CALL queue_push(%s, %s, 'bulk', '{}', NULL, NULL)", queue, f"b{i}")
+    b0 = sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue)[0]
+    b1 = sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue)[0]
+    sql("CALL queue_set_limit(%s, 'bulk', 1)", queue)
+    assert sql("CALL queue_limits(%s)", queue) == [(queue, "bulk", 1, 2)]
+    assert sql("CALL queue_commit(%s, %s, 'bulk', %s)", queue, b0[0], b0[3]) == [(1,)]
+    assert sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue) == []  # b1 still holds the only slot
+    assert sql("CALL queue_limits(%s)", queue) == [(queue, "bulk", 1, 1)]
+    extended = sql("CALL queue_extend(%s, %s, 'bulk', %s, 60)", queue, b1[0], b1[3])[0][0]
+    assert extended is not None  # a holder beyond the lowered capacity keeps its slot
+    assert sql("CALL queue_commit(%s, %s, 'bulk', %s)", queue, b1[0], extended) == [(1,)]
+    b2 = sql("CALL queue_reserve(%s, 'w', NULL, 5, NULL)", queue)
+    assert [row[0] for row in b2] == ["b2"]
+    assert sql("CALL queue_limits(%s)", queue) == [(queue, "bulk", 1, 1)]
+    sql("CALL queue_set_limit(%s, 'bulk', 3)", queue)
+    assert [row[0] for row in sql("CALL queue_reserve(%s, 'w', NULL, 5, NULL)", queue)] == ["b3"]
+    assert sql("CALL queue_limits(%s)", queue) == [(queue, "bulk", 3, 2)]
+
+
+def test_reserve_extend_commit_on_a_limited_kind_never_deadlock(dsn, sql):
+    queue = unique("limit")
+    sql("CALL queue_create(%s, 30, 1000000, NULL, NULL)", queue)
+    sql("CALL queue_set_limit(%s, 'k', 3)", queue)
+    batch = [{"p_key": f"m{i}", "p_kind": "k", "payload": {}} for i in range(200)]
+    sql("CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", queue, json.dumps(batch))
+    cycles = [0]
+    most_live = [0]
+    lock = threading.Lock()
+
+    def cycle(conn):
+        rows = call(conn, "CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue)
+        if not rows:
+            return
+        key, kind, token = rows[0][0], rows[0][1], rows[0][3]
+        token = call(conn, "CALL queue_extend(%s, %s, %s, %s, NULL)", queue, key, kind, token)[0][0]
+        assert token is not None
+        assert call(conn, "CALL queue_commit(%s, %s, %s, %s)", queue, key, kind, token) == [(1,)]
+        call(conn, "CALL queue_push(%s, %s, %s, '{}', NULL, NULL)", queue, key, kind)
+        with lock:
+            cycles[0] += 1
+
+    def check(conn):
+        live = call(
+            conn,
+            "SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s"
+            " AND reserve_token IS NOT NULL AND scheduled_at > UTC_TIMESTAMP(6)",
+            queue,
+        )[0][0]
+        most_live[0] = max(most_live[0], live)
+
+    checker = threading.Thread(target=lambda: hammer(dsn, 1, 4, check))
+    checker.start()
+    errors = hammer(dsn, 8, 4, cycle)
+    checker.join()
+    assert errors == {}
+    assert cycles[0] > 0
+    assert most_live[0] <= 3
+
+
+def test_autocommit_calls_racing_queue_drop_never_fail_with_a_deadlock(dsn, sql):
+    """Pushes, batches, reserves, commits, extends, rollbacks, removes, flushes,
+    pause/resume and limit changes in autocommit mode, while other sessions give messages back (dead-lettering
+    them) inside their own transactions and one session drops and re-creates
+    the queue: no autocommit call fails with 1213 (or 1467, a deadlock on the
+    AUTO-INC lock). The transactions may be deadlock victims: theirs to retry."""
+    queue, dead = unique("drop"), unique("drop.dead")
+    sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", dead)
+    counter = iter(range(10**9))
+
+    def make(conn):
+        call(conn, "CALL queue_create(%s, NULL, 1, %s, 60)", queue, dead)
+        call(conn, "CALL queue_set_limit(%s, 'lim', 2)", queue)
+
+    make(connect(dsn))
+
+    def tolerate(step):
+        def run(conn):
+            try:
+                step(conn)
+            except pymysql.MySQLError as exc:  # the queue was dropped meanwhile: expected
+                if "pyqueue:unknown_queue" not in str(exc) and exc.args[0] != 1452:
+                    raise
+
+        return run
+
+    @tolerate
+    def push(conn):
+        batch = [
+            {"p_key": f"b{next(counter)}", "p_kind": ("k", "lim")[i % 2], "payload": {}} for i in range(20)
+        ]
+        call(conn, "CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", queue, json.dumps(batch))
+        call(conn, "CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", queue, f"m{next(counter)}")
+
+    @tolerate
+    def reserve(conn):  # every call that writes a message row, in autocommit mode
+        for i, row in enumerate(call(conn, "CALL queue_reserve(%s, 'w', NULL, 3, NULL)", queue)):
+            key, kind, token = row[0], row[1], row[3]
+            if i == 1:
+                extended = call(conn, "CALL queue_extend(%s, %s, %s, %s, NULL)", queue, key, kind, token)
+                token = extended[0][0] or token
+            if i == 2:
+                call(conn, "CALL queue_rollback(%s, %s, %s, %s, NULL)", queue, key, kind, token)
+                call(conn, "CALL queue_remove(%s, %s, %s)", queue, key, kind)
+            else:
+                call(conn, "CALL queue_commit(%s, %s, %s, %s)", queue, key, kind, token)
+
+    @tolerate
+    def admin(conn):
+        call(conn, "CALL queue_pause(%s)", queue)
+        call(conn, "CALL queue_resume(%s)", queue)
+        call(
+            conn,
+            "INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES (%s, %s, 'k', '{}')",
+            queue,
+            f"i{next(counter)}",
+        )
+        call(conn, "CALL queue_ingest_flush(%s)", queue)
+
+    def give_back(conn):  # in a transaction of its own, as the Python client runs it
+        try:
+            rows = call(conn, "CALL queue_reserve(%s, 'w', NULL, 3, NULL)", queue)
+        except pymysql.MySQLError as exc:
+            if "pyqueue:unknown_queue" in str(exc):
+                return
+            raise
+        for row in rows:
+            try:
+                call(conn, "START TRANSACTION")
+                call(conn, "CALL queue_fail(%s, %s, %s, %s, NULL, 'boom')", queue, row[0], row[1], row[3])
+                call(conn, "COMMIT")
+            except pymysql.MySQLError as exc:
+                call(conn, "ROLLBACK")
+                if exc.args[0] != DEADLOCK and "pyqueue:unknown_queue" not in str(exc):
+                    raise
+
+    def drop(conn):
+        try:
+            call(conn, "CALL queue_drop(%s)", queue)
+        except pymysql.MySQLError as exc:
+            if "pyqueue:unknown_queue" not in str(exc):
+                raise
+        make(conn)
+
+    results: dict[str, dict[int, int]] = {}
+    plan = [
+        ("drop", drop, 1),
+        ("push", push, 3),
+        ("reserve", reserve, 2),
+        ("admin", admin, 1),
+        ("give_back", give_back, 2),
+    ]
+    threads = [
+        threading.Thread(target=lambda n=n, f=f, k=k: results.__setitem__(n, hammer(dsn, k, 5, f)))
+        for n, f, k in plan
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    failed = {name: errors for name, errors in results.items() if errors}
+    assert failed == {}, failed

@@ -1,0 +1,179 @@
+"""Plan guards (issue 6): the reserve's queries must read the ready index.
+
+On a 100k-message queue, EXPLAIN the statements that find ready messages
+(queue_reserve / pyqueue__lock_ready, the fast path of queue_commit_reserve,
+the top-priority probe) and fail on a sequential scan or a sort of the queue.
+PostgreSQL explains the statements as PL/pgSQL runs them (prepared with
+parameters, custom and generic plans); MySQL/MariaDB cannot EXPLAIN inside a
+procedure, so the same statements are explained with the values inlined.
+The second test shows the guard can fail: without the index it must object.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyqueue_sql import dialects, migrate
+
+ROWS = 100_000
+QUEUE = "plan.q"
+
+# 0..99999 from five cross-joined digit tables (no generate_series on MySQL).
+_DIGITS = (
+    "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 "
+    "UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
+)
+_SEQ = (
+    f"SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS i "
+    f"FROM {_DIGITS} a, {_DIGITS} b, {_DIGITS} c, {_DIGITS} e, {_DIGITS} f"
+)
+
+PG_STATEMENTS = {
+    # pyqueue__lock_ready (queue_reserve, queue_pop)
+    "lock_ready": (
+        "SELECT m.p_key, m.p_kind, m.attempts FROM pyqueue_message m "
+        "WHERE m.queue_name = $1 AND m.priority = $2 AND m.scheduled_at <= $3 "
+        "AND ($4::text[] IS NULL OR m.p_kind = ANY ($4::text[])) "
+        "ORDER BY m.scheduled_at, m.id LIMIT $5 FOR UPDATE SKIP LOCKED",
+        "(text, integer, timestamptz, text[], integer)",
+        f"('{QUEUE}', 0, clock_timestamp(), NULL, 10)",
+    ),
+    # queue_commit_reserve's fast path
+    "commit_reserve": (
+        "SELECT m.ctid, m.attempts FROM pyqueue_message m "
+        "WHERE m.queue_name = $1 AND m.priority = $2 AND m.scheduled_at <= $3 "
+        "AND ($4::text[] IS NULL OR m.p_kind = ANY ($4::text[])) "
+        "ORDER BY m.scheduled_at, m.id LIMIT $5 FOR UPDATE SKIP LOCKED",
+        "(text, integer, timestamptz, text[], integer)",
+        f"('{QUEUE}', 0, clock_timestamp(), NULL, 1)",
+    ),
+    "top_priority": (
+        "SELECT m.priority FROM pyqueue_message m WHERE m.queue_name = $1 ORDER BY m.priority DESC LIMIT 1",
+        "(text)",
+        f"('{QUEUE}')",
+    ),
+}
+
+MY_STATEMENTS = {
+    # queue_reserve's cursor c_ready and queue_pop's candidates
+    "ready_page": (
+        "SELECT m.id, m.scheduled_at FROM pyqueue_message m "
+        f"WHERE m.queue_name = '{QUEUE}' AND m.priority = 0 AND m.scheduled_at <= UTC_TIMESTAMP(6) "
+        "ORDER BY m.scheduled_at, m.id LIMIT 17"
+    ),
+    # queue_commit_reserve's fast path
+    "commit_reserve": (
+        "SELECT m.id, m.scheduled_at FROM pyqueue_message m "
+        f"WHERE m.queue_name = '{QUEUE}' AND m.priority = 0 "
+        "AND m.scheduled_at <= UTC_TIMESTAMP(6) "
+        "AND (NULL IS NULL OR m.scheduled_at > NULL OR (m.scheduled_at = NULL AND m.id > NULL)) "
+        "ORDER BY m.scheduled_at, m.id LIMIT 1"
+    ),
+    "top_priority": f"SELECT MAX(m.priority), MIN(m.priority) FROM pyqueue_message m WHERE m.queue_name = '{QUEUE}'",
+}
+
+
+def _run(conn, sql):
+    cur = conn.cursor()
+    cur.execute(sql)
+    rows = list(cur.fetchall()) if cur.description else []
+    cols = [d[0] for d in cur.description] if cur.description else []
+    cur.close()
+    return rows, cols
+
+
+def _fill(dialect: str, url: str):
+    """A database with the schema and one queue of 100k ready messages; returns a raw connection."""
+    migrate.upgrade(url)
+    conn = dialects.for_name(dialect).connect(url)
+    if dialect == "postgresql":
+        _run(conn, f"SELECT queue_create('{QUEUE}')")
+        _run(
+            conn,
+            "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
+            "scheduled_at_initially, created_at) "
+            f"SELECT '{QUEUE}', 'k' || i, 'job', '{{}}', 0, now() - interval '1 hour' + i * interval '1 ms', "
+            "now(), now() FROM generate_series(1, 100000) AS i",
+        )
+        _run(conn, "ANALYZE pyqueue_message")
+    else:
+        _run(conn, f"CALL queue_create('{QUEUE}', NULL, NULL, NULL, NULL)")
+        _run(
+            conn,
+            "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
+            "scheduled_at_initially, created_at) "
+            f"SELECT '{QUEUE}', CONCAT('k', s.i), 'job', '{{}}', 0, "
+            "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i * 1000 MICROSECOND, "
+            f"UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM ({_SEQ}) AS s",
+        )
+        _run(conn, "ANALYZE TABLE pyqueue_message")
+    assert _run(conn, "SELECT COUNT(*) FROM pyqueue_message")[0][0][0] == ROWS
+    return conn
+
+
+def plan_problems(dialect: str, conn) -> list[str]:
+    """What is wrong with the reserve's plans: [] when every statement reads the ready index."""
+    problems = []
+    if dialect == "postgresql":
+        for name, (sql, types, args) in PG_STATEMENTS.items():
+            _run(conn, f"PREPARE plan_guard_{name} {types} AS {sql}")
+            try:
+                for mode in ("force_custom_plan", "force_generic_plan"):
+                    _run(conn, f"SET plan_cache_mode = {mode}")
+                    rows, _ = _run(conn, f"EXPLAIN EXECUTE plan_guard_{name} {args}")
+                    plan = "\n".join(r[0] for r in rows)
+                    if "Seq Scan" in plan or "Bitmap" in plan:
+                        problems.append(f"{name} ({mode}) scans the table:\n{plan}")
+                    elif "Sort" in plan:
+                        problems.append(f"{name} ({mode}) sorts:\n{plan}")
+                    elif "pyqueue_message_ready_idx" not in plan:
+                        problems.append(f"{name} ({mode}) does not use pyqueue_message_ready_idx:\n{plan}")
+            finally:
+                _run(conn, "RESET plan_cache_mode")
+                _run(conn, f"DEALLOCATE plan_guard_{name}")
+    else:
+        for name, sql in MY_STATEMENTS.items():
+            rows, cols = _run(conn, f"EXPLAIN FORMAT=JSON {sql}")
+            plan = rows[0][0]
+            tree = json.loads(plan)
+            text = json.dumps(tree)
+            if '"access_type": "ALL"' in text:
+                problems.append(f"{name} scans the table: {plan}")
+            elif "filesort" in text:
+                problems.append(f"{name} sorts (filesort): {plan}")
+            elif "pyqueue_message_ready_idx" not in text and "Select tables optimized away" not in text:
+                problems.append(f"{name} does not use pyqueue_message_ready_idx: {plan}")
+    return problems
+
+
+@pytest.fixture
+def filled(dialect, fresh_database):
+    conn = _fill(dialect, fresh_database("plans"))
+    yield conn
+    conn.close()
+
+
+def test_reserve_reads_the_ready_index_on_100k_messages(dialect, filled):
+    assert plan_problems(dialect, filled) == []
+
+
+def test_the_guard_fails_without_the_ready_index(dialect, filled):
+    if dialect == "postgresql":
+        _run(filled, "DROP INDEX pyqueue_message_ready_idx")
+        _run(filled, "ANALYZE pyqueue_message")
+    else:
+        # InnoDB needs an index for the queue_name foreign key: keep one without the ready columns.
+        _run(
+            filled,
+            "ALTER TABLE pyqueue_message ADD INDEX plan_guard_fk (queue_name), "
+            "DROP INDEX pyqueue_message_ready_idx",
+        )
+        _run(filled, "ANALYZE TABLE pyqueue_message")
+    problems = plan_problems(dialect, filled)
+    names = {p.split(" ", 1)[0] for p in problems}
+    expected = (
+        {"lock_ready", "commit_reserve"} if dialect == "postgresql" else {"ready_page", "commit_reserve"}
+    )
+    assert expected <= names, problems

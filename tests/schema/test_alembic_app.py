@@ -1,0 +1,260 @@
+"""The README's alembic recipe, run by alembic itself on an application made with `alembic init`.
+
+The application has revisions of its own before and after the one that calls
+``migrate.upgrade(op.get_bind())``; `alembic upgrade head`, `alembic downgrade
+base` and `alembic upgrade head` again must all succeed, and so must the env.py
+variant (``migrate.upgrade(connection)`` after the application's own
+migrations). Each runs with the newest alembic installed in the test
+environment and with the lowest version pyproject allows (alembic 1.13.0, in a
+venv built once under .venv/alembic-min/ and kept for later runs).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pyqueue_sql import dialects, migrate
+
+from ..conftest import UNDER_CI
+
+ROOT = Path(__file__).resolve().parents[2]
+MIN_VENV = ROOT / ".venv" / "alembic-min"
+MIN_SPEC = "alembic==1.13.0"
+# The project's other runtime dependencies (pyproject), installed next to the lowest alembic.
+MIN_DEPS = ("SQLAlchemy>=2.0", "psycopg[binary]>=3.1", "PyMySQL[rsa]>=1.1")
+
+
+def _min_alembic_python() -> Path:
+    """The python of a venv with alembic 1.13 and this project (editable, --no-deps): built once."""
+    python = MIN_VENV / "bin" / "python"
+    stamp = MIN_VENV / ".complete"
+    wanted = " ".join((MIN_SPEC, *MIN_DEPS, str(ROOT)))
+    if stamp.is_file() and stamp.read_text() == wanted and python.is_file():
+        return python
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(MIN_VENV)],
+        [str(python), "-m", "pip", "install", "--quiet", MIN_SPEC, *MIN_DEPS],
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(ROOT)],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            reason = f"could not build {MIN_VENV} ({' '.join(step[:4])}...): {done.stderr[-2000:]}"
+            if UNDER_CI:
+                pytest.fail(reason, pytrace=False)
+            pytest.skip(reason)
+    stamp.write_text(wanted)
+    return python
+
+
+@pytest.fixture(params=["newest", "lowest"])
+def alembic_python(request) -> Path:
+    if request.param == "newest":
+        return Path(sys.executable)
+    return _min_alembic_python()
+
+
+def _alembic_version(python: Path) -> str:
+    return subprocess.run(
+        [str(python), "-c", "import alembic; print(alembic.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def _sqlalchemy_url(dsn: str) -> str:
+    dialect = dialects.for_dsn(dsn)
+    scheme, rest = dsn.split("://", 1)
+    return f"{dialect.sqlalchemy_dialect}://{rest}"
+
+
+def _alembic(python: Path, app: Path, *args: str) -> str:
+    done = subprocess.run(
+        [str(python), "-m", "alembic", *args],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert done.returncode == 0, (
+        f"alembic {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    )
+    return done.stdout + done.stderr
+
+
+def _init_app(python: Path, tmp_path: Path, dsn: str) -> Path:
+    """`alembic init` in tmp_path, pointed at the test database."""
+    app = tmp_path / "app"
+    app.mkdir()
+    _alembic(python, app, "init", "migrations")
+    ini = app / "alembic.ini"
+    text = re.sub(
+        r"^sqlalchemy\.url\s*=.*$",
+        lambda _: f"sqlalchemy.url = {_sqlalchemy_url(dsn)}",
+        ini.read_text(),
+        flags=re.MULTILINE,
+    )
+    ini.write_text(text)
+    return app
+
+
+def _revision(app: Path, revision: str, down: str | None, upgrade: str, downgrade: str) -> None:
+    (app / "migrations" / "versions" / f"{revision}.py").write_text(
+        textwrap.dedent(f"""\
+        from alembic import op
+        import sqlalchemy as sa
+        from pyqueue_sql import migrate
+
+        revision = {revision!r}
+        down_revision = {down!r}
+        branch_labels = None
+        depends_on = None
+
+
+        def upgrade():
+            {upgrade}
+
+
+        def downgrade():
+            {downgrade}
+        """)
+    )
+
+
+def _app_tables(dsn: str) -> set[str]:
+    dialect = dialects.for_dsn(dsn)
+    conn = dialect.connect(dsn)
+    try:
+        cur = conn.cursor()
+        if dialect.name == "postgresql":
+            cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        else:
+            cur.execute("SHOW TABLES")
+        names = {row[0] for row in cur.fetchall()}
+        cur.close()
+        return {n for n in names if n.startswith("app_") or n == "alembic_version"}
+    finally:
+        conn.close()
+
+
+def _app_version(dsn: str) -> list[str]:
+    dialect = dialects.for_dsn(dsn)
+    conn = dialect.connect(dsn)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT version_num FROM alembic_version")
+        return [row[0] for row in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def _smoke(dsn: str) -> None:
+    import pyqueue_sql
+
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue("alembic-app").create()
+        assert q.push("k", "kind", {"ok": True})
+        [r] = q.reserve()
+        assert q.commit(r)
+        q.drop()
+
+
+def test_readme_recipe_inside_alembic_upgrade_downgrade_upgrade(alembic_python, fresh_database, tmp_path):
+    dsn = fresh_database("app")
+    app = _init_app(alembic_python, tmp_path, dsn)
+    _revision(
+        app,
+        "app1_accounts",
+        None,
+        'op.create_table("app_account", sa.Column("id", sa.Integer, primary_key=True))',
+        'op.drop_table("app_account")',
+    )
+    _revision(
+        app,
+        "app2_queue",
+        "app1_accounts",
+        "migrate.upgrade(op.get_bind())",
+        "migrate.downgrade(op.get_bind())",
+    )
+    _revision(
+        app,
+        "app3_invoices",
+        "app2_queue",
+        'op.create_table("app_invoice", sa.Column("id", sa.Integer, primary_key=True))',
+        'op.drop_table("app_invoice")',
+    )
+
+    for round_no in range(2):
+        _alembic(alembic_python, app, "upgrade", "head")
+        assert _app_tables(dsn) == {"alembic_version", "app_account", "app_invoice"}
+        assert _app_version(dsn) == ["app3_invoices"]
+        assert migrate.current(dsn) == (migrate.head(),)
+        _smoke(dsn)
+        if round_no == 0:
+            _alembic(alembic_python, app, "downgrade", "base")
+            assert _app_tables(dsn) == {"alembic_version"}
+            assert _app_version(dsn) == []
+            assert migrate.current(dsn) == ()
+
+
+def test_env_py_variant(alembic_python, fresh_database, tmp_path):
+    dsn = fresh_database("env")
+    app = _init_app(alembic_python, tmp_path, dsn)
+    env = app / "migrations" / "env.py"
+    text = env.read_text()
+    # The online runner is the last `with context.begin_transaction():` block of the generated env.py.
+    match = list(
+        re.finditer(
+            r"^( *)with context\.begin_transaction\(\):\n\1    context\.run_migrations\(\)\n",
+            text,
+            flags=re.MULTILINE,
+        )
+    )[-1]
+    indent = match.group(1)
+    text = (
+        text[: match.end()] + f"{indent}from pyqueue_sql import migrate\n"
+        f"{indent}migrate.upgrade(connection)\n" + text[match.end() :]
+    )
+    env.write_text(text)
+    _revision(
+        app,
+        "app1_accounts",
+        None,
+        'op.create_table("app_account", sa.Column("id", sa.Integer, primary_key=True))',
+        'op.drop_table("app_account")',
+    )
+    _revision(
+        app,
+        "app2_invoices",
+        "app1_accounts",
+        'op.create_table("app_invoice", sa.Column("id", sa.Integer, primary_key=True))',
+        'op.drop_table("app_invoice")',
+    )
+
+    _alembic(alembic_python, app, "upgrade", "head")
+    assert _app_tables(dsn) == {"alembic_version", "app_account", "app_invoice"}
+    assert migrate.current(dsn) == (migrate.head(),)
+    _smoke(dsn)
+    _alembic(alembic_python, app, "downgrade", "base")
+    assert _app_tables(dsn) == {"alembic_version"}
+    assert migrate.current(dsn) == (migrate.head(),)  # env.py upgrades ours on every run
+    _alembic(alembic_python, app, "upgrade", "head")
+    assert _app_version(dsn) == ["app2_invoices"]
+    assert migrate.current(dsn) == (migrate.head(),)
+    _smoke(dsn)
+
+
+def test_lowest_alembic_is_what_pyproject_allows():
+    """The 'lowest' variant really runs the floor pyproject declares."""
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"alembic>=1.13"' in text, "update MIN_SPEC in tests/schema/test_alembic_app.py with the new floor"
+    assert _alembic_version(_min_alembic_python()) == "1.13.0"

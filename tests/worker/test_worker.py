@@ -1,0 +1,513 @@
+"""The worker runtime (pyqueue_sql.Worker) and its wakeups, against real servers.
+
+Timing checks use generous margins (seconds) against a poll fallback that is
+set far longer, so that they prove which path woke the worker without timing
+anything tightly on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+import pyqueue_sql
+from pyqueue_sql import RetryPolicy, Worker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@contextlib.contextmanager
+def running(worker: Worker):
+    """Runs the worker on a thread; stops it and waits for it at the end."""
+    failure = []
+
+    def target():
+        try:
+            worker.run(install_signals=False)
+        except BaseException as exc:  # surfaced by the test
+            failure.append(exc)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        t.join(timeout=60)
+        assert not t.is_alive(), "the worker did not stop"
+        assert not failure, failure
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def idle_event(worker: Worker) -> threading.Event:
+    """Set each time the worker finds nothing to do and is about to wait."""
+    event = threading.Event()
+    worker.on_idle.append(lambda _w: event.set())
+    return event
+
+
+def quiet_worker(dsn, **kw) -> Worker:
+    """A worker whose poll fallback is far longer than any margin the tests allow
+    (MySQL: the long poll inside the server wakes it; each wait lasts 1 s)."""
+    kw.setdefault("poll_fallback", 60.0)
+    return Worker(dsn, **kw)
+
+
+# -- wakeups ----------------------------------------------------------------------
+
+
+def test_push_to_an_idle_worker_is_handled_without_the_poll_fallback(dsn, queue):
+    started = {}
+    worker = quiet_worker(dsn, concurrency=2)
+    worker.add_handler(queue.name, lambda job: started.setdefault(job.key, time.monotonic()))
+    idle = idle_event(worker)
+    with running(worker):
+        assert idle.wait(30)
+        time.sleep(0.3)  # well into the wait
+        pushed = time.monotonic()
+        queue.push("now", "k", {})
+        wait_for(lambda: "now" in started, 10, "the handler (the fallback is 60 s)")
+        wait_for(lambda: queue.stats().ready + queue.stats().reserved == 0, 10, "the commit")
+    assert started["now"] - pushed < 10
+    assert worker.stats.wakeups >= 1 and worker.stats.succeeded == 1
+
+
+def test_push_between_an_empty_reserve_and_the_wait_is_not_lost(dsn, queue):
+    """The race a LISTEN registered after the reserve would lose."""
+    started = {}
+    worker = quiet_worker(dsn)
+    worker.add_handler(queue.name, lambda job: started.setdefault(job.key, time.monotonic()))
+    pushed = []
+
+    def push_once(_w):
+        if not pushed:
+            pushed.append(time.monotonic())
+            queue.push("racy", "k", {})
+
+    worker.on_idle.append(push_once)
+    with running(worker):
+        wait_for(lambda: "racy" in started, 15, "the message pushed in the race window (fallback 60 s)")
+
+
+@pytest.mark.only_dialect("postgresql")  # the NOTIFY throttle; MySQL has no wakeup to lose
+def test_throttled_wakeup_is_caught_by_the_poll_fallback(dsn, queue, db):
+    """A lost wakeup costs latency, never the message: with a 1-hour window only
+    the first push of the queue notifies; the second is found by the fallback."""
+    queue.set_notify_window(3600)
+    started = {}
+    worker = Worker(dsn, poll_fallback=1.0, linger=0.01)
+    worker.add_handler(queue.name, lambda job: started.setdefault(job.key, time.monotonic()))
+    idle = idle_event(worker)
+    with running(worker):
+        assert idle.wait(30)
+        queue.push("first", "k", {})
+        wait_for(lambda: "first" in started, 10, "the first message")
+        wakeups = worker.stats.wakeups
+        queue.push("second", "k", {})
+        wait_for(lambda: "second" in started, 15, "the second message, by the fallback")
+        assert worker.stats.wakeups == wakeups, "the second push should have been throttled"
+
+
+def test_delayed_message_starts_on_time_without_a_wakeup(dsn, queue):
+    """A worker that knows of a delayed message sleeps until exactly its time
+    (the poll fallback is 60 s, and delayed pushes send no wakeup)."""
+    started = {}
+    run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=3)
+    queue.push("later", "k", {}, run_at=run_at)
+    worker = quiet_worker(dsn)
+    worker.add_handler(queue.name, lambda job: started.setdefault(job.key, dt.datetime.now(dt.timezone.utc)))
+    with running(worker):
+        wait_for(lambda: "later" in started, 20, "the delayed message (fallback 60 s)")
+    lateness = (started["later"] - run_at).total_seconds()
+    assert -0.05 <= lateness <= 1.5, lateness
+
+
+def test_delayed_push_while_idle_is_seen_at_the_next_poll_and_starts_on_time(dsn, queue):
+    started = {}
+    worker = quiet_worker(dsn, poll_fallback=1.0)
+    worker.add_handler(queue.name, lambda job: started.setdefault(job.key, dt.datetime.now(dt.timezone.utc)))
+    idle = idle_event(worker)
+    with running(worker):
+        assert idle.wait(30)
+        run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=4)
+        queue.push("later", "k", {}, run_at=run_at)
+        wait_for(lambda: "later" in started, 20, "the delayed message")
+    lateness = (started["later"] - run_at).total_seconds()
+    assert -0.05 <= lateness <= 1.5, lateness
+
+
+def test_expired_reservation_is_picked_up_when_it_expires(dsn, queue, connect):
+    other = connect().queue(queue.name)
+    queue.push("abandoned", "k", {})
+    [r] = other.reserve(timeout=2)
+    expires = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=2)
+    started = {}
+    worker = quiet_worker(dsn)
+    worker.add_handler(
+        queue.name, lambda job: started.setdefault(job.key, (dt.datetime.now(dt.timezone.utc), job.attempts))
+    )
+    with running(worker):
+        wait_for(lambda: "abandoned" in started, 15, "the redelivery")
+    at, attempts = started["abandoned"]
+    assert attempts == 2
+    assert -0.05 <= (at - expires).total_seconds() <= 2.0
+
+
+# -- handling ------------------------------------------------------------------------
+
+
+def test_handlers_by_kind_and_batch_reserve(dsn, queue):
+    seen = []
+    lock = threading.Lock()
+    worker = Worker(dsn, concurrency=4, poll_fallback=0.5)
+
+    @worker.handler(queue.name, "a")
+    def on_a(job):
+        with lock:
+            seen.append(("a", job.key))
+
+    @worker.handler(queue.name, "b")
+    def on_b(job):
+        with lock:
+            seen.append(("b", job.key))
+
+    queue.push_many([(f"k{i}", "ab"[i % 2], {"i": i}) for i in range(40)])
+    queue.push("ignored", "c", {})  # no handler for kind c: never reserved
+    with running(worker):
+        wait_for(lambda: len(seen) == 40, 30, "40 messages")
+    assert sorted(seen) == sorted(("ab"[i % 2], f"k{i}") for i in range(40))
+    s = queue.stats()
+    assert (s.ready, s.reserved) == (1, 0)
+
+
+def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
+    dlq = make_queue()
+    queue = make_queue(max_attempts=3, dead_letter_queue=dlq.name)
+    starts = []
+    worker = Worker(dsn, poll_fallback=0.2)
+    policy = RetryPolicy(base=1.0, factor=2.0, max_delay=60, jitter=0.0)
+
+    @worker.handler(queue.name, retry=policy)
+    def fail(job):
+        starts.append((time.monotonic(), job.attempts))
+        raise RuntimeError("boom")
+
+    queue.push("poison", "k", {})
+    with running(worker):
+        wait_for(lambda: dlq.stats().ready == 1, 30, "the dead letter")
+    assert [a for _, a in starts] == [1, 2, 3]
+    gaps = [b[0] - a[0] for a, b in zip(starts, starts[1:])]
+    assert 0.95 <= gaps[0] <= 3.0 and 1.95 <= gaps[1] <= 4.0, gaps
+    assert worker.stats.failed == 3 and queue.stats().dead == 1
+
+
+def test_retry_policy_delays():
+    p = RetryPolicy(base=0.5, factor=3, max_delay=10, jitter=0)
+    assert [p.delay(a) for a in (1, 2, 3, 4, 1000)] == [0.5, 1.5, 4.5, 10, 10]
+    j = RetryPolicy(base=2, factor=2, max_delay=100, jitter=0.5)
+    delays = [j.delay(3) for _ in range(200)]
+    assert all(4 <= d <= 12 for d in delays) and len(set(delays)) > 1
+    with pytest.raises(pyqueue_sql.InvalidArgumentError):
+        RetryPolicy(jitter=2)
+
+
+def test_heartbeat_keeps_a_long_handler_s_reservation(dsn, queue, connect):
+    other = connect().queue(queue.name)
+    done = threading.Event()
+    worker = Worker(dsn, lease=2.0, poll_fallback=0.5)
+
+    started = threading.Event()
+
+    @worker.handler(queue.name)
+    def slow(job):
+        started.set()
+        time.sleep(5.0)  # two and a half leases
+        done.set()
+
+    events = []
+    worker.on_start.append(lambda w: events.append("start"))
+    worker.on_stop.append(lambda w: events.append("stop"))
+    worker.on_heartbeat.append(
+        lambda w: events.append(("beat", w.heartbeat_run(lambda db: db.queue(queue.name).stats().reserved)))
+    )
+    queue.push("long", "k", {})
+    with running(worker):
+        wait_for(started.is_set, 15, "the handler to start")
+        deadline = time.monotonic() + 4.5
+        while not done.is_set() and time.monotonic() < deadline:
+            assert other.reserve() == [], "the reservation expired while the handler ran"
+            time.sleep(0.2)
+        wait_for(done.is_set, 10, "the handler")
+        wait_for(lambda: queue.stats().reserved == 0, 10, "the commit")
+    assert worker.stats.succeeded == 1 and worker.stats.lost == 0
+    assert queue.stats().ready == 0
+    assert events[0] == "start" and events[-1] == "stop" and ("beat", 1) in events
+
+
+def test_stop_finishes_running_work_and_hands_back_the_rest(dsn, queue):
+    started, finished = [], []
+    worker = Worker(dsn, concurrency=2, poll_fallback=0.5, shutdown_timeout=20)
+
+    @worker.handler(queue.name)
+    def slow(job):
+        started.append(job.key)
+        time.sleep(1.0)
+        finished.append(job.key)
+
+    queue.push_many([(f"k{i}", "k", {}) for i in range(10)])
+    with running(worker):
+        wait_for(lambda: len(started) >= 2, 15, "two handlers")
+        worker.stop()
+    assert sorted(started) == sorted(finished)
+    s = queue.stats()
+    assert s.reserved == 0 and s.ready == 10 - len(finished)
+
+
+# -- real processes --------------------------------------------------------------------
+
+
+def _spawn_worker(dsn, queue, record, *extra):
+    env = {**os.environ, "PYQUEUE_TEST_RECORD": str(record), "PYTHONPATH": ROOT}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pyqueue_sql.cli",
+            "worker",
+            "tests.worker.worker_handlers:sleepy",
+            "--queue",
+            queue,
+            "--dsn",
+            dsn,
+            "--log-format",
+            "json",
+            "--no-status",
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _lines(record):
+    return record.read_text().splitlines() if record.exists() else []
+
+
+def test_sigterm_with_work_in_flight_loses_nothing(dsn, queue, tmp_path):
+    record = tmp_path / "record"
+    queue.push_many([(f"k{i}", "k", {"sleep": 1.5}) for i in range(8)])
+    proc = _spawn_worker(dsn, queue.name, record, "--concurrency", "3", "--shutdown-timeout", "30")
+    try:
+        wait_for(lambda: sum(l.startswith("start") for l in _lines(record)) >= 2, 30, "handlers to start")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    lines = _lines(record)
+    started = {l.split()[1] for l in lines if l.startswith("start")}
+    done = {l.split()[1] for l in lines if l.startswith("done")}
+    assert started == done, "a running handler was cut short"
+    s = queue.stats()
+    assert s.reserved == 0, "a reserved message was not handed back"
+    assert s.ready + len(done) == 8
+    assert '"event": "stop"' in err
+
+
+def test_sigkill_mid_handler_redelivers_after_the_lease(dsn, queue, tmp_path):
+    record = tmp_path / "record"
+    queue.push("victim", "k", {"sleep": 60})
+    proc = _spawn_worker(dsn, queue.name, record, "--lease", "4")
+    try:
+        wait_for(lambda: any(l.startswith("start") for l in _lines(record)), 30, "the handler to start")
+        killed = time.monotonic()
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert queue.reserve() == [], "the reservation should still hold right after the kill"
+    got = []
+    wait_for(lambda: got.extend(queue.reserve()) or got, 20, "the redelivery")
+    assert got[0].key == "victim" and got[0].attempts == 2
+    assert time.monotonic() - killed < 20
+
+
+def test_worker_cli_usage_errors(capsys, dsn):
+    from pyqueue_sql import cli
+
+    assert cli.main(["worker", "nomodule", "--queue", "q", "--dsn", dsn]) == 2
+    assert "module:function" in capsys.readouterr().err
+    assert cli.main(["worker", "no_such_module_xyz:f", "--queue", "q", "--dsn", dsn]) == 2
+    assert "cannot import" in capsys.readouterr().err
+
+
+# -- worker registry --------------------------------------------------------------------
+
+
+def _registered(db, name):
+    return [w for w in db.workers() if w.name == name]
+
+
+def test_worker_registers_reserves_as_its_registration_and_deregisters(dsn, db, queue, raw):
+    name = f"reg-{uuid.uuid4().hex[:8]}"
+    held = threading.Event()
+    release = threading.Event()
+
+    def handle(job):
+        held.set()
+        release.wait(30)
+
+    worker = quiet_worker(dsn, name=name)
+    worker.add_handler(queue.name, handle)
+    with running(worker):
+        # The worker's own state, not the row: the row is visible (committed)
+        # a moment before the worker holds its registration in Python.
+        assert worker.registered.wait(30), "the worker did not register"
+        [info] = _registered(db, name)
+        assert (info.pid, info.queues) == (os.getpid(), [queue.name])
+        assert worker.reserve_as == info.reserve_as == f"{name}#{info.worker_id}"
+        queue.push("m", "k", {})
+        assert held.wait(30)
+        rows = raw("SELECT reserved_by FROM pyqueue_message WHERE queue_name = %s", (queue.name,))
+        assert [r[0] for r in rows] == [info.reserve_as]
+        release.set()
+        wait_for(lambda: worker.stats.succeeded == 1, 30, "the commit")
+    assert _registered(db, name) == [] and worker.registration is None
+
+
+def test_cli_worker_is_listed_by_workers_until_sigterm(capsys, dsn, db, queue, tmp_path):
+    from pyqueue_sql import cli
+
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    proc = _spawn_worker(dsn, queue.name, tmp_path / "record", "--name", name)
+    try:
+        wait_for(lambda: _registered(db, name), 30, "the worker process to register")
+        assert cli.main(["workers", "--dsn", dsn]) == 0
+        out = capsys.readouterr().out
+        [line] = [l for l in out.splitlines() if name in l]
+        assert str(proc.pid) in line and queue.name in line
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert '"event": "deregister"' in err
+    assert cli.main(["workers", "--dsn", dsn]) == 0
+    assert name not in capsys.readouterr().out
+
+
+def test_stopped_worker_process_is_released_then_registers_again(dsn, db, queue, tmp_path):
+    """SIGSTOP a worker mid-handler: release_dead_workers makes its message ready
+    long before its lease ends; once resumed, the worker sees its registration
+    gone, logs it, registers again, and its late commit is refused."""
+    record = tmp_path / "record"
+    name = f"stop-{uuid.uuid4().hex[:8]}"
+    queue.push("victim", "k", {"sleep": 7})
+    # lease 12: heartbeats every 4 s; the reservation outlives any silence below 8 s
+    proc = _spawn_worker(dsn, queue.name, record, "--name", name, "--lease", "12", "--shutdown-timeout", "30")
+    try:
+        wait_for(lambda: any(l.startswith("start") for l in _lines(record)), 30, "the handler to start")
+        [first] = _registered(db, name)
+        proc.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        time.sleep(4.5)
+        assert queue.reserve() == [], "the reservation should still hold"
+        assert db.release_dead_workers(4.2) >= 1
+        assert time.monotonic() - stopped < 8, "too slow to prove the release (not the lease) freed it"
+        [again] = queue.reserve(timeout=60)
+        assert (again.key, again.attempts) == ("victim", 2)
+        assert _registered(db, name) == []
+        proc.send_signal(signal.SIGCONT)
+        wait_for(
+            lambda: any(w.worker_id != first.worker_id for w in _registered(db, name)),
+            30,
+            "the worker to register again",
+        )
+        wait_for(lambda: any(l.startswith("done") for l in _lines(record)), 30, "the handler to finish")
+        assert queue.commit(again)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert '"event": "released"' in err and '"event": "lost"' in err
+    assert _registered(db, name) == []
+    assert queue.stats().ready == 0 and queue.stats().reserved == 0
+
+
+def test_release_dead_after_must_cover_the_lease(dsn):
+    with pytest.raises(pyqueue_sql.InvalidArgumentError):
+        Worker(dsn, lease=30, release_dead_after=10)
+
+
+def test_worker_releases_dead_workers_when_asked(dsn, db, queue):
+    """A live worker with release_dead_after releases a registration that stopped heart-beating."""
+    dead = db.register_worker(f"dead-{uuid.uuid4().hex[:6]}")
+    queue.push("orphan", "k", {})
+    [r] = queue.reserve(worker=dead.reserve_as, timeout=600)
+    done = []
+    worker = Worker(dsn, lease=1.5, release_dead_after=1.5, poll_fallback=1.0)
+    worker.add_handler(queue.name, lambda job: done.append((job.key, job.attempts)))
+    with running(worker):
+        wait_for(lambda: done, 30, "the orphan, released by the worker's heartbeat")
+    assert done == [("orphan", 2)]
+    assert not queue.commit(r)
+
+
+def test_idle_worker_wakes_for_every_path_that_makes_a_message_ready(dsn, db, make_queue):
+    """Both dialects, fallback 60 s: PostgreSQL through each path's NOTIFY, MySQL
+    through the long poll inside the server (queue_wait)."""
+    q = make_queue(history_retention=3600)
+    source = make_queue()
+    handled = []
+    worker = quiet_worker(dsn)
+    worker.add_handler(q.name, lambda job: handled.append(job.key))
+    idle = idle_event(worker)
+
+    def step(what, action, key):
+        time.sleep(0.3)  # well into the wait
+        action()
+        wait_for(lambda: handled.count(key) >= 1, 10, f"the worker to wake for {what} (fallback 60 s)")
+        handled.clear()
+
+    def held(key, holder):
+        """A message already reserved when the worker can first see it."""
+        with db.transaction():
+            q.push(key, "k", {})
+            return q.reserve(worker=holder, timeout=600)[0]
+
+    with running(worker):
+        assert idle.wait(30)
+        step("push_replace", lambda: q.push_replace("a", "k", {}), "a")
+        step("replay", q.replay, "a")
+        step("redrive", lambda: (source.push("d", "k", {}), source.redrive(q)), "d")
+        r = held("b", "test")
+        step("rollback with no delay", lambda: q.rollback(r), "b")
+        dead = db.register_worker("dead")
+        held("c", dead.reserve_as)
+        time.sleep(0.15)
+        step("release_dead_workers", lambda: db.release_dead_workers(0.1), "c")
