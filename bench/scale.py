@@ -1,4 +1,4 @@
-"""Scale measurements (issue 6): does the reserve stay fast at a million messages?
+"""Scale measurements: does the reserve stay fast at a million messages?
 
     python bench/scale.py                       # PostgreSQL, full sizes (~10 min)
     python bench/scale.py --quick               # 100k instead of 1M, 20 s xmin hold
