@@ -2,6 +2,13 @@
 --
 -- Runs after schema.sql (the tables) and can be run again at any time: every
 -- routine is CREATE OR REPLACE, so a migration re-installs this whole file.
+--
+-- Layout: one section per topic, in the same order in schema.sql,
+-- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
+-- helpers, queues, produce, consume, wakeups, fast paths, history and dead
+-- letters, limits, workers, schedules, ingest, privileges. A section starts
+-- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
+-- nothing for).
 -- Naming inside routines: parameters in_*, locals v_*, columns as they are
 -- (p_key/p_kind are columns, never parameters).
 --
@@ -83,9 +90,14 @@ BEGIN
 END
 $$;
 
--- ===========================================================================
--- Internal helpers (not part of the contract)
--- ===========================================================================
+
+-- ==== helpers ====
+-- Internal helpers (pyqueue__*), not part of the contract: granted to nobody,
+-- called only by the routines of the topics below, as their owner (only the
+-- queue_ingest trigger function is SECURITY DEFINER itself). Grouped by the
+-- topic that uses them, in the order of the topics.
+
+-- ---- checks and lookups used by every topic ----
 
 -- Raises unless a name is non-NULL, non-empty, at most in_max characters and
 -- does not end with a space. (MySQL compares names with PAD SPACE, 'a' = 'a ';
@@ -174,6 +186,59 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__check_batch_size: raises unless n is NULL (the caller's default)
+-- or at least 1.
+CREATE OR REPLACE FUNCTION pyqueue__check_batch_size(in_n integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- ---- for consume ----
+
+-- Locks up to in_n ready messages of a queue, highest priority first, FIFO
+-- within a priority, skipping rows other transactions hold (SKIP LOCKED).
+-- Visits one index range per distinct priority: rows scheduled in the future
+-- (delayed or reserved) are never read. Caller holds the locks until commit.
+CREATE OR REPLACE FUNCTION pyqueue__lock_ready(in_queue text, in_now timestamptz, in_n integer, in_kinds text[])
+RETURNS TABLE (c_key varchar, c_kind varchar, c_attempts integer)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_priority integer;
+    v_left     integer := in_n;
+    v_got      integer;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN  -- limits
+        RETURN QUERY SELECT * FROM pyqueue__lock_ready_limited(in_queue, in_now, in_n, in_kinds);
+        RETURN;
+    END IF;
+    SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
+    WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
+        RETURN QUERY
+            SELECT m.p_key, m.p_kind, m.attempts
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue
+               AND m.priority = v_priority
+               AND m.scheduled_at <= in_now
+               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+             ORDER BY m.scheduled_at, m.id
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+        SELECT pg_catalog.max(m.priority) INTO v_priority
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
+    END LOOP;
+END;
+$$;
+
 -- Removes one locked message and hands it to the queue's dead-letter queue
 -- (or drops it when there is none); counts it in dead_count. The dead-letter
 -- copy records where it came from (dead_from), the deliveries it had there
@@ -218,447 +283,6 @@ BEGIN
                reserved_by = NULL, reserve_token = NULL, last_error = EXCLUDED.last_error,
                dead_from = EXCLUDED.dead_from, dead_attempts = EXCLUDED.dead_attempts;
     END IF;
-END;
-$$;
-
--- Locks up to in_n ready messages of a queue, highest priority first, FIFO
--- within a priority, skipping rows other transactions hold (SKIP LOCKED).
--- Visits one index range per distinct priority: rows scheduled in the future
--- (delayed or reserved) are never read. Caller holds the locks until commit.
-CREATE OR REPLACE FUNCTION pyqueue__lock_ready(in_queue text, in_now timestamptz, in_n integer, in_kinds text[])
-RETURNS TABLE (c_key varchar, c_kind varchar, c_attempts integer)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_priority integer;
-    v_left     integer := in_n;
-    v_got      integer;
-BEGIN
-    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN  -- limits
-        RETURN QUERY SELECT * FROM pyqueue__lock_ready_limited(in_queue, in_now, in_n, in_kinds);
-        RETURN;
-    END IF;
-    SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
-    WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
-        RETURN QUERY
-            SELECT m.p_key, m.p_kind, m.attempts
-              FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue
-               AND m.priority = v_priority
-               AND m.scheduled_at <= in_now
-               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
-             ORDER BY m.scheduled_at, m.id
-             LIMIT v_left
-               FOR UPDATE SKIP LOCKED;
-        GET DIAGNOSTICS v_got = ROW_COUNT;
-        v_left := v_left - v_got;
-        SELECT pg_catalog.max(m.priority) INTO v_priority
-          FROM pyqueue_message m
-         WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
-    END LOOP;
-END;
-$$;
-
--- ===========================================================================
--- Contract routines
--- ===========================================================================
-
--- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts,
--- no dead-letter queue, no history) or changes the settings given (not NULL)
--- of an existing one; a NULL leaves that setting as it is (queue_reset_setting
--- sets one back to its default). Locks the queue row.
-CREATE OR REPLACE FUNCTION queue_create(
-    in_queue              text,
-    in_visibility_timeout interval DEFAULT NULL,
-    in_max_attempts       integer  DEFAULT NULL,
-    in_dead_letter_queue  text     DEFAULT NULL,
-    in_history_retention  interval DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__check_name('queue', in_queue, 128);
-    PERFORM pyqueue__check_duration('visibility_timeout', in_visibility_timeout, true);
-    PERFORM pyqueue__check_duration('history_retention', in_history_retention, false);
-    IF in_max_attempts IS NOT NULL AND in_max_attempts < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: max_attempts must be at least 1'
-            USING ERRCODE = '22023';
-    END IF;
-    IF in_dead_letter_queue IS NOT NULL THEN
-        IF in_dead_letter_queue = in_queue THEN
-            RAISE EXCEPTION 'pyqueue:invalid_argument: a queue cannot be its own dead_letter_queue'
-                USING ERRCODE = '22023';
-        END IF;
-        PERFORM pyqueue__check_name('dead_letter_queue', in_dead_letter_queue, 128);
-        PERFORM pyqueue__queue(in_dead_letter_queue, true);
-    END IF;
-    INSERT INTO pyqueue_queue AS q
-           (queue_name, visibility_timeout, max_attempts, dead_letter_queue, history_retention)
-    VALUES (in_queue,
-            coalesce(in_visibility_timeout, interval '30 seconds'),
-            coalesce(in_max_attempts, 10),
-            in_dead_letter_queue,
-            in_history_retention)
-    ON CONFLICT (queue_name) DO UPDATE
-       SET visibility_timeout = coalesce(in_visibility_timeout, q.visibility_timeout),
-           max_attempts       = coalesce(in_max_attempts, q.max_attempts),
-           dead_letter_queue  = coalesce(in_dead_letter_queue, q.dead_letter_queue),
-           history_retention  = coalesce(in_history_retention, q.history_retention);
-END;
-$$;
-
--- queue_reset_setting: sets one setting of a queue back to its default:
--- 'visibility_timeout' (30 s), 'max_attempts' (10), 'dead_letter_queue'
--- (none) or 'history_retention' (none, keep no history). Locks the queue row.
-CREATE OR REPLACE FUNCTION queue_reset_setting(in_queue text, in_setting text)
-RETURNS void
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__check_name('queue', in_queue, 128);
-    IF in_setting IS NULL OR in_setting NOT IN ('visibility_timeout', 'max_attempts', 'dead_letter_queue',
-                                                'history_retention') THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention'
-            USING ERRCODE = '22023';
-    END IF;
-    UPDATE pyqueue_queue q
-       SET visibility_timeout = CASE WHEN in_setting = 'visibility_timeout' THEN interval '30 seconds'
-                                     ELSE q.visibility_timeout END,
-           max_attempts       = CASE WHEN in_setting = 'max_attempts' THEN 10 ELSE q.max_attempts END,
-           dead_letter_queue  = CASE WHEN in_setting = 'dead_letter_queue' THEN NULL
-                                     ELSE q.dead_letter_queue END,
-           history_retention  = CASE WHEN in_setting = 'history_retention' THEN NULL
-                                     ELSE q.history_retention END
-     WHERE q.queue_name::text = in_queue;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
-    END IF;
-END;
-$$;
-
--- queue_settings: the settings of a queue (every queue when NULL), by name:
--- visibility_timeout, max_attempts, dead_letter_queue, history_retention,
--- paused and notify_window (the wakeup throttle; 50 ms unless set). Reads
--- without locks.
-CREATE OR REPLACE FUNCTION queue_settings(in_queue text DEFAULT NULL)
-RETURNS TABLE (queue text, visibility_timeout interval, max_attempts integer, dead_letter_queue text,
-               history_retention interval, paused boolean, notify_window interval)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    IF in_queue IS NOT NULL THEN
-        PERFORM pyqueue__queue(in_queue);
-    END IF;
-    RETURN QUERY
-        SELECT q.queue_name::text, q.visibility_timeout, q.max_attempts, q.dead_letter_queue::text,
-               q.history_retention, q.paused, coalesce(n.notify_window, interval '50 milliseconds')
-          FROM pyqueue_queue q
-          LEFT JOIN pyqueue_notify n ON n.queue_name::text = q.queue_name::text
-         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
-         ORDER BY q.queue_name::text;
-END;
-$$;
-
--- queue_drop: deletes the queue and all its messages. Refuses while another
--- queue names it as dead-letter queue. Locks the queue's messages first (key
--- order), then the queue row: the order in which a commit, rollback or
--- reserve that dead-letters takes them (message, then queue row), so that a
--- drop racing them waits instead of deadlocking.
-CREATE OR REPLACE FUNCTION queue_drop(in_queue text)
-RETURNS void
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_user text;
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    SELECT q.queue_name::text INTO v_user FROM pyqueue_queue q WHERE q.dead_letter_queue::text = in_queue LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: queue "%" is the dead_letter_queue of "%"', in_queue, v_user
-            USING ERRCODE = '22023';
-    END IF;
-    PERFORM 1 FROM pyqueue_message m
-     WHERE m.queue_name::text = in_queue
-     ORDER BY m.p_key, m.p_kind
-       FOR UPDATE;
-    DELETE FROM pyqueue_queue WHERE queue_name::text = in_queue;  -- messages go by ON DELETE CASCADE
-END;
-$$;
-
--- queue_push: inserts one message; false when a live message with the same
--- (queue, p_key, p_kind) exists (dedup, the existing one is untouched).
--- Takes a key-share lock on the queue row (blocks only queue_drop) and the
--- unique-index entry of the new row.
-CREATE OR REPLACE FUNCTION queue_push(
-    in_queue    text,
-    in_key      text,
-    in_kind     text,
-    in_payload  jsonb,
-    in_run_at   timestamptz DEFAULT NULL,
-    in_priority integer     DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now timestamptz := pg_catalog.clock_timestamp();
-    v_at  timestamptz;
-BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF in_payload IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-            USING ERRCODE = '22023';
-    END IF;
-    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
-    END IF;
-    v_at := coalesce(in_run_at, v_now);
-    INSERT INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at)
-    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
-    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    IF FOUND AND v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;
-    RETURN FOUND;
-END;
-$$;
-
--- queue_push_batch: inserts many messages in one statement; returns how many
--- were new (duplicates, also within the batch, are skipped). Arrays must have
--- the same length; in_run_ats / in_priorities may be NULL (all defaults) or
--- hold NULL elements. Any invalid element refuses the whole batch.
-CREATE OR REPLACE FUNCTION queue_push_batch(
-    in_queue      text,
-    in_keys       text[],
-    in_kinds      text[],
-    in_payloads   jsonb[],
-    in_run_ats    timestamptz[] DEFAULT NULL,
-    in_priorities integer[]     DEFAULT NULL)
-RETURNS integer
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_n     integer;
-    v_count integer;
-    v_bad   integer;
-BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
-    IF in_keys IS NULL OR in_kinds IS NULL OR in_payloads IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and payloads must not be NULL'
-            USING ERRCODE = '22023';
-    END IF;
-    v_n := coalesce(pg_catalog.cardinality(in_keys), 0);
-    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_payloads) > 1
-       OR pg_catalog.array_ndims(in_run_ats) > 1 OR pg_catalog.array_ndims(in_priorities) > 1
-       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_payloads) <> v_n
-       OR (in_run_ats IS NOT NULL AND pg_catalog.cardinality(in_run_ats) <> v_n)
-       OR (in_priorities IS NOT NULL AND pg_catalog.cardinality(in_priorities) <> v_n) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds, payloads, run_ats and priorities must have the same length'
-            USING ERRCODE = '22023';
-    END IF;
-    IF v_n = 0 THEN
-        RETURN 0;
-    END IF;
-    SELECT pg_catalog.min(i) INTO v_bad
-      FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
-     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR pg_catalog.length(in_keys[i]) > 255 OR pg_catalog.right(in_keys[i], 1) = ' '
-        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR pg_catalog.length(in_kinds[i]) > 128 OR pg_catalog.right(in_kinds[i], 1) = ' '
-        OR in_payloads[i] IS NULL
-        OR NOT pg_catalog.isfinite(coalesce(in_run_ats[i], v_now));
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, a NULL payload or an infinite run_at', v_bad
-            USING ERRCODE = '22023';
-    END IF;
-    -- Ids are drawn in array order (FIFO within the batch), but rows are
-    -- inserted in key order: two batches with overlapping keys then take
-    -- their unique-index entries in the same order and cannot deadlock.
-    WITH batch AS MATERIALIZED (
-        SELECT b.k, b.kd, b.pl, b.ra, b.pr,
-               pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')) AS new_id
-          FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
-                          pg_catalog.unnest(in_payloads),
-                          pg_catalog.unnest(coalesce(in_run_ats, pg_catalog.array_fill(NULL::timestamptz, ARRAY[v_n]))),
-                          pg_catalog.unnest(coalesce(in_priorities, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))))
-               WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
-    )
-    INSERT INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, id)
-    OVERRIDING SYSTEM VALUE
-    SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
-           coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
-      FROM batch b
-     ORDER BY b.k, b.kd
-    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    IF v_count > 0 AND (in_run_ats IS NULL OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_run_ats) r WHERE r IS NULL OR r <= v_now)) THEN
-        PERFORM pyqueue__notify(in_queue);  -- one wakeup per statement, for ready-now rows
-    END IF;
-    RETURN v_count;
-END;
-$$;
-
--- queue_pop: removes and returns up to in_n ready messages (at-most-once).
--- Locks the chosen rows with SKIP LOCKED; nothing when the queue is paused.
-CREATE OR REPLACE FUNCTION queue_pop(in_queue text, in_n integer DEFAULT 1)
-RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
-               attempts integer, created_at timestamptz)
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_queue pyqueue_queue := pyqueue__queue(in_queue);
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-BEGIN
-    IF in_n < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
-    END IF;
-    IF v_queue.paused THEN
-        RETURN;
-    END IF;
-    RETURN QUERY
-        WITH picked AS (
-            SELECT c.c_key, c.c_kind, c.ord
-              FROM pyqueue__lock_ready(in_queue, v_now, coalesce(in_n, 1), NULL)
-                   WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord)
-        ), gone AS (
-            DELETE FROM pyqueue_message m
-             USING picked
-             WHERE m.queue_name::text = in_queue AND m.p_key::text = picked.c_key::text AND m.p_kind::text = picked.c_kind::text
-            RETURNING picked.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at,
-                      m.reserved_by, m.last_error
-        ), archived AS (
-            INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                         created_at, processed_at, outcome, reserved_by, last_error)
-            SELECT in_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
-                   v_now, 'popped', g.reserved_by, g.last_error
-              FROM gone g WHERE v_queue.history_retention IS NOT NULL
-        )
-        SELECT g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at
-          FROM gone g ORDER BY g.ord;
-END;
-$$;
-
--- queue_reserve: hands out up to in_n ready messages, each invisible to others
--- until in_timeout (NULL = the queue's visibility_timeout) passes, with a fresh
--- token per message. Rows come highest priority first, FIFO within one.
--- A message whose expired reservation was its last allowed delivery is
--- dead-lettered instead of delivered again. Locks with SKIP LOCKED: concurrent
--- reservers never wait on each other and never share a message.
-CREATE OR REPLACE FUNCTION queue_reserve(
-    in_queue   text,
-    in_worker  text     DEFAULT NULL,
-    in_timeout interval DEFAULT NULL,
-    in_n       integer  DEFAULT 1,
-    in_kinds   text[]   DEFAULT NULL)
-RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, token uuid, priority integer,
-               attempts integer, created_at timestamptz, scheduled_at_initially timestamptz)
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_queue   pyqueue_queue := pyqueue__queue(in_queue);
-    v_now     timestamptz := pg_catalog.clock_timestamp();
-    v_until   timestamptz;
-    v_left    integer := coalesce(in_n, 1);
-    v_got      integer;
-    v_ndead    integer;
-    v_keys     text[];
-    v_kinds    text[];
-    v_attempts integer[];
-    v_i        integer;
-BEGIN
-    IF in_n < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
-    END IF;
-    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF in_worker IS NOT NULL AND pg_catalog.length(in_worker) > 255 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
-    END IF;
-    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
-            USING ERRCODE = '22023';
-    END IF;
-    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
-            USING ERRCODE = '22023';
-    END IF;
-    IF v_queue.paused THEN
-        RETURN;
-    END IF;
-    v_until := v_now + coalesce(in_timeout, v_queue.visibility_timeout);
-    LOOP
-        SELECT pg_catalog.array_agg(c.c_key::text ORDER BY c.ord), pg_catalog.array_agg(c.c_kind::text ORDER BY c.ord),
-               pg_catalog.array_agg(c.c_attempts ORDER BY c.ord)
-          INTO v_keys, v_kinds, v_attempts
-          FROM pyqueue__lock_ready(in_queue, v_now, v_left, in_kinds)
-               WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord);
-        v_got := coalesce(pg_catalog.cardinality(v_keys), 0);
-        EXIT WHEN v_got = 0;
-        v_ndead := 0;
-        FOR v_i IN 1 .. v_got LOOP
-            IF v_attempts[v_i] >= v_queue.max_attempts THEN
-                PERFORM pyqueue__dead_letter(v_queue, v_keys[v_i], v_kinds[v_i], v_now);
-                v_ndead := v_ndead + 1;
-            END IF;
-        END LOOP;
-        RETURN QUERY
-            WITH taken AS (
-                UPDATE pyqueue_message m
-                   SET scheduled_at  = v_until,
-                       attempts      = m.attempts + 1,
-                       reserved_by   = in_worker,
-                       reserve_token = pg_catalog.gen_random_uuid()
-                  FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_kinds), pg_catalog.unnest(v_attempts))
-                       WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord)
-                 WHERE m.queue_name::text = in_queue AND m.p_key::text = c.c_key::text AND m.p_kind::text = c.c_kind::text
-                   AND c.c_attempts < v_queue.max_attempts
-                RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
-                          m.attempts, m.created_at, m.scheduled_at_initially
-            )
-            SELECT t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority, t.attempts,
-                   t.created_at, t.scheduled_at_initially
-              FROM taken t ORDER BY t.ord;
-        v_left := v_left - (v_got - v_ndead);
-        -- Only dead letters can leave slots unfilled while ready rows remain.
-        EXIT WHEN v_ndead = 0 OR v_left <= 0;
-    END LOOP;
-END;
-$$;
-
--- queue_commit: deletes the message if in_token still holds its reservation;
--- false otherwise (expired and re-reserved, committed already, or removed).
-CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token uuid)
-RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_queue pyqueue_queue := pyqueue__queue(in_queue);
-    v_msg   pyqueue_message;
-BEGIN
-    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
-    DELETE FROM pyqueue_message
-     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = in_token
-    RETURNING * INTO v_msg;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pyqueue__archive(v_queue, v_msg, 'committed', NULL, pg_catalog.clock_timestamp());
-    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
-        PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
-    END IF;
-    RETURN true;
 END;
 $$;
 
@@ -710,190 +334,7 @@ BEGIN
 END;
 $$;
 
--- queue_rollback: gives the message back, eligible again after in_delay
--- (NULL = 0), its last_error left as it is. After max_attempts deliveries it
--- goes to the dead-letter queue instead (dropped when the queue has none).
--- False when the token no longer holds. Locks the message row (and the
--- queue row when dead-lettering).
-CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind text, in_token uuid,
-                               in_delay interval DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, false, NULL) IS NOT NULL;
-END;
-$$;
-
--- queue_fail: queue_rollback that also records in_error (NULL = no text;
--- cut to its first 2000 characters) as the message's last_error, kept on its
--- dead-letter copy and in its history. Returns 'retry' (eligible again after
--- in_delay), 'dead_lettered' (moved to the dead-letter queue), 'dropped'
--- (max_attempts reached, no dead-letter queue) or NULL when the token no
--- longer holds. Locks as queue_rollback.
-CREATE OR REPLACE FUNCTION queue_fail(in_queue text, in_key text, in_kind text, in_token uuid,
-                                      in_delay interval DEFAULT NULL, in_error text DEFAULT NULL)
-RETURNS text
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, true, in_error);
-END;
-$$;
-
--- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the
--- queue's visibility_timeout) and returns a new token (the old one stops
--- working); NULL when in_token no longer holds.
-CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token uuid,
-                             in_timeout interval DEFAULT NULL)
-RETURNS uuid
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_queue pyqueue_queue := pyqueue__queue(in_queue);
-    v_token uuid;
-BEGIN
-    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
-    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- limits
-        RETURN NULL;
-    END IF;
-    UPDATE pyqueue_message
-       SET scheduled_at = pg_catalog.clock_timestamp() + coalesce(in_timeout, v_queue.visibility_timeout),
-           reserve_token = pg_catalog.gen_random_uuid()
-     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = in_token
-    RETURNING reserve_token INTO v_token;
-    RETURN v_token;
-END;
-$$;
-
--- queue_move: in one step commits the reservation here and pushes the message
--- to in_to_queue (payload NULL = unchanged, priority and last_error kept;
--- attempts and the dead-letter origin reset, except for a move into the same
--- queue, which keeps them, so that max_attempts still applies). If in_to_queue already
--- holds a live message with the same key and kind, that one stays (dedup, as
--- queue_push). False, and nothing changes, when the token no longer holds.
--- Locks: a key-share lock on the target queue row, then the message row.
-CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token uuid,
-                           in_to_queue text, in_payload jsonb DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_msg   pyqueue_message;
-    v_queue pyqueue_queue := pyqueue__queue(in_queue);
-    v_same  boolean;
-BEGIN
-    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
-    PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
-    PERFORM pyqueue__queue(in_to_queue, true);
-    v_same := in_to_queue = in_queue;
-    DELETE FROM pyqueue_message
-     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
-       AND reserve_token = in_token
-    RETURNING * INTO v_msg;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pyqueue__archive(v_queue, v_msg, 'moved', in_to_queue, v_now);
-    INSERT INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts)
-    VALUES (in_to_queue, v_msg.p_key, v_msg.p_kind, coalesce(in_payload, v_msg.payload),
-            v_msg.priority, v_now, v_now, v_now,
-            CASE WHEN v_same THEN v_msg.attempts ELSE 0 END,
-            v_msg.last_error,
-            CASE WHEN v_same THEN v_msg.dead_from END,
-            CASE WHEN v_same THEN v_msg.dead_attempts END)
-    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;
-    RETURN true;
-END;
-$$;
-
--- queue_remove: deletes a message whatever its state; false when absent.
-CREATE OR REPLACE FUNCTION queue_remove(in_queue text, in_key text, in_kind text)
-RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    DELETE FROM pyqueue_message WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
-    RETURN FOUND;
-END;
-$$;
-
--- queue_pause: pop and reserve hand out nothing until queue_resume.
--- Pushes, commits and rollbacks still work.
-CREATE OR REPLACE FUNCTION queue_pause(in_queue text)
-RETURNS void
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    UPDATE pyqueue_queue SET paused = true WHERE queue_name::text = in_queue;
-END;
-$$;
-
-CREATE OR REPLACE FUNCTION queue_resume(in_queue text)
-RETURNS void
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    UPDATE pyqueue_queue SET paused = false WHERE queue_name::text = in_queue;
-END;
-$$;
-
--- queue_stats: one row per queue (all queues when in_queue is NULL).
--- ready: eligible now; delayed: scheduled later and not reserved; reserved:
--- held by a reservation that has not expired; dead: messages that exhausted
--- max_attempts in this queue so far; oldest_ready_age_s: how long the oldest
--- ready message has been eligible (NULL when none). Reads without locks.
-CREATE OR REPLACE FUNCTION queue_stats(in_queue text DEFAULT NULL)
-RETURNS TABLE (queue text, ready bigint, delayed bigint, reserved bigint, dead bigint,
-               oldest_ready_age_s double precision, paused boolean)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now timestamptz := pg_catalog.clock_timestamp();
-BEGIN
-    IF in_queue IS NOT NULL THEN
-        PERFORM pyqueue__queue(in_queue);
-    END IF;
-    RETURN QUERY
-        SELECT q.queue_name::text,
-               pg_catalog.count(*) FILTER (WHERE m.scheduled_at <= v_now),
-               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NULL),
-               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NOT NULL),
-               q.dead_count,
-               extract(epoch FROM v_now - pg_catalog.min(m.scheduled_at) FILTER (WHERE m.scheduled_at <= v_now))::double precision,
-               q.paused
-          FROM pyqueue_queue q
-          LEFT JOIN pyqueue_message m ON m.queue_name::text = q.queue_name::text
-         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
-         GROUP BY q.queue_name, q.dead_count, q.paused
-         ORDER BY q.queue_name;
-END;
-$$;
-
-
--- ===========================================================================
--- Added after the core contract
--- ===========================================================================
-
--- ---- wakeups ----
+-- ---- for wakeups ----
 
 -- pyqueue__channel: the NOTIFY channel of a queue, 'pyqueue_' + md5 of its
 -- name (40 characters: a queue name reaches 128 characters, a channel name
@@ -941,518 +382,7 @@ BEGIN
 END;
 $$;
 
--- queue_channel: the NOTIFY channel a plain-SQL client LISTENs on for
--- wakeups of in_queue (a push of a message that is ready now):
---   SELECT queue_channel('jobs');  -- then LISTEN "<that name>";
--- The name is fixed by the queue name alone. Raises unknown_queue. No locks.
-CREATE OR REPLACE FUNCTION queue_channel(in_queue text)
-RETURNS text
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    RETURN pyqueue__channel(in_queue);
-END;
-$$;
-
--- queue_set_notify_window: sets the queue's wakeup throttle window: at most
--- one NOTIFY per window (NULL = the default 50 ms; 0 = one per push
--- statement). Locks the queue's pyqueue_notify row.
-CREATE OR REPLACE FUNCTION queue_set_notify_window(in_queue text, in_window interval DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
-    PERFORM pyqueue__check_duration('window', in_window, false);
-    IF in_window > interval '1 hour' THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: window must not exceed 1 hour' USING ERRCODE = '22023';
-    END IF;
-    INSERT INTO pyqueue_notify AS n (queue_name, notify_window)
-    VALUES (in_queue, coalesce(in_window, interval '50 milliseconds'))
-    ON CONFLICT (queue_name) DO UPDATE SET notify_window = EXCLUDED.notify_window;
-END;
-$$;
-
--- queue_next_scheduled_at: when the next message of the queue (of one of
--- in_kinds, NULL = any) becomes eligible: one row (next_scheduled_at,
--- wait_s), wait_s = seconds from now, 0 when a message is ready already;
--- both NULL when the queue holds no such message or is paused. Counts
--- delayed messages and reservations (their expiry), so a worker that sleeps
--- wait_s wakes when a delayed message or an expired reservation is due.
--- Visits the first index entry of each priority. Reads without locks.
-CREATE OR REPLACE FUNCTION queue_next_scheduled_at(in_queue text, in_kinds text[] DEFAULT NULL)
-RETURNS TABLE (next_scheduled_at timestamptz, wait_s double precision)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_queue    pyqueue_queue := pyqueue__queue(in_queue);
-    v_now      timestamptz := pg_catalog.clock_timestamp();
-    v_priority integer;
-    v_at       timestamptz;
-    v_next     timestamptz;
-BEGIN
-    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
-            USING ERRCODE = '22023';
-    END IF;
-    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
-            USING ERRCODE = '22023';
-    END IF;
-    IF NOT v_queue.paused THEN
-        SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
-        WHILE v_priority IS NOT NULL LOOP
-            SELECT m.scheduled_at INTO v_at
-              FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue AND m.priority = v_priority
-               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
-             ORDER BY m.scheduled_at
-             LIMIT 1;
-            IF v_at IS NOT NULL AND (v_next IS NULL OR v_at < v_next) THEN
-                v_next := v_at;
-            END IF;
-            EXIT WHEN v_next <= v_now;
-            SELECT pg_catalog.max(m.priority) INTO v_priority
-              FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
-        END LOOP;
-    END IF;
-    next_scheduled_at := v_next;
-    wait_s := CASE WHEN v_next IS NOT NULL THEN greatest(extract(epoch FROM v_next - v_now)::double precision, 0) END;
-    RETURN NEXT;
-END;
-$$;
-
--- queue_wait: blocks until the queue has a message (of one of in_kinds, NULL
--- = any) that is eligible now, or until in_timeout passes (NULL = 1 s, at
--- most 1 hour); true when one is ready, false at the timeout. Checks every
--- in_poll (NULL = 50 ms, at least 1 ms) and, when a delayed message or a
--- reservation falls due before then, right at its time: a long poll held
--- inside the server, one client round trip per wait, for clients without
--- LISTEN. Each check is one queue_next_scheduled_at. Must run in autocommit
--- or READ COMMITTED (a REPEATABLE READ snapshot never sees new messages).
--- Takes no locks; keeps a connection busy while it waits.
-CREATE OR REPLACE FUNCTION queue_wait(in_queue text, in_kinds text[] DEFAULT NULL,
-                                      in_timeout interval DEFAULT NULL, in_poll interval DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_deadline timestamptz;
-    v_poll     double precision;
-    v_wait     double precision;
-    v_left     double precision;
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    PERFORM pyqueue__check_duration('timeout', in_timeout, false);
-    PERFORM pyqueue__check_duration('poll', in_poll, true);
-    IF in_poll < interval '1 millisecond' THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: poll must be at least 1 millisecond' USING ERRCODE = '22023';
-    END IF;
-    IF in_timeout > interval '1 hour' THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: timeout must not exceed 1 hour' USING ERRCODE = '22023';
-    END IF;
-    v_deadline := pg_catalog.clock_timestamp() + coalesce(in_timeout, interval '1 second');
-    v_poll := extract(epoch FROM coalesce(in_poll, interval '50 milliseconds'))::double precision;
-    LOOP
-        SELECT n.wait_s INTO v_wait FROM queue_next_scheduled_at(in_queue, in_kinds) n;
-        IF v_wait = 0::double precision THEN
-            RETURN true;
-        END IF;
-        v_left := extract(epoch FROM v_deadline - pg_catalog.clock_timestamp())::double precision;
-        IF v_left <= 0::double precision THEN
-            RETURN false;
-        END IF;
-        PERFORM pg_catalog.pg_sleep(least(v_poll, v_left, coalesce(v_wait, v_poll)));
-    END LOOP;
-END;
-$$;
-
--- ---- end of wakeups ----
-
-
--- ---- fast paths ----
-
--- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
--- in_token; all three NULL = nothing to commit) and reserves the next up to
--- in_n messages with queue_reserve's semantics (order, timeout, kinds,
--- pause, dead letters), in one call: a consumer working one message at a
--- time needs one round trip and one transaction per message instead of two.
--- Rows as queue_reserve's, each led by committed (the commit's result: true,
--- false when the token no longer held, NULL when nothing was given); when
--- nothing is reserved, one row with committed and NULL elsewhere.
--- Fast path: one locking read of the top priority's ready range
--- (SKIP LOCKED) and one UPDATE of the locked rows by ctid (stable while we
--- hold their locks), whatever the table statistics say. queue_reserve takes
--- over for what is left when lower priorities exist or a locked row is due
--- for dead-lettering. Locks: the committed row, the reserved rows.
-CREATE OR REPLACE FUNCTION queue_commit_reserve(
-    in_queue   text,
-    in_key     text,
-    in_kind    text,
-    in_token   uuid,
-    in_worker  text     DEFAULT NULL,
-    in_timeout interval DEFAULT NULL,
-    in_n       integer  DEFAULT 1,
-    in_kinds   text[]   DEFAULT NULL)
-RETURNS TABLE (committed boolean, p_key varchar, p_kind varchar, payload jsonb, token uuid,
-               priority integer, attempts integer, created_at timestamptz,
-               scheduled_at_initially timestamptz)
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_queue     pyqueue_queue := pyqueue__queue(in_queue);
-    v_n         integer := coalesce(in_n, 1);
-    v_committed boolean;
-    v_now       timestamptz;
-    v_until     timestamptz;
-    v_top       integer;
-    v_tids      tid[];
-    v_attempts  integer[];
-    v_got       integer := 0;
-    v_more      integer;
-BEGIN
-    -- The same checks as queue_reserve, before anything changes.
-    IF in_n < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
-    END IF;
-    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF in_worker IS NOT NULL AND pg_catalog.length(in_worker) > 255 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
-    END IF;
-    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
-            USING ERRCODE = '22023';
-    END IF;
-    IF NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL) THEN
-        PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
-        IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
-            -- Nothing to archive, not a schedule's occurrence: the DELETE is all of queue_commit.
-            DELETE FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
-               AND m.reserve_token = in_token;
-            v_committed := FOUND;
-        ELSE
-            -- Exactly queue_commit: the history row, the next occurrence of a schedule.
-            v_committed := queue_commit(in_queue, in_key, in_kind, in_token);
-        END IF;
-    END IF;
-    -- A queue with concurrency limits reserves through queue_reserve, whose
-    -- lock step takes the limit slots (the fast path below knows no slots).
-    IF NOT v_queue.paused AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN
-        RETURN QUERY
-            SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
-                   r.created_at, r.scheduled_at_initially
-              FROM queue_reserve(in_queue, in_worker, in_timeout, v_n, in_kinds) AS r;
-        GET DIAGNOSTICS v_got = ROW_COUNT;
-    ELSIF NOT v_queue.paused THEN
-        v_now := pg_catalog.clock_timestamp();
-        v_until := v_now + coalesce(in_timeout, v_queue.visibility_timeout);
-        SELECT m.priority INTO v_top
-          FROM pyqueue_message m WHERE m.queue_name::text = in_queue
-         ORDER BY m.priority DESC LIMIT 1;
-        IF v_top IS NOT NULL THEN
-            SELECT pg_catalog.array_agg(r.tid), pg_catalog.array_agg(r.attempts) INTO v_tids, v_attempts
-              FROM (SELECT m.ctid AS tid, m.attempts
-                      FROM pyqueue_message m
-                     WHERE m.queue_name::text = in_queue AND m.priority = v_top AND m.scheduled_at <= v_now
-                       AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
-                     ORDER BY m.scheduled_at, m.id
-                     LIMIT v_n
-                       FOR UPDATE SKIP LOCKED) AS r;
-            IF v_tids IS NOT NULL THEN
-                RETURN QUERY
-                    WITH taken AS (
-                        UPDATE pyqueue_message m
-                           SET scheduled_at  = v_until,
-                               attempts      = m.attempts + 1,
-                               reserved_by   = in_worker,
-                               reserve_token = pg_catalog.gen_random_uuid()
-                          FROM pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
-                         WHERE m.ctid = c.tid AND m.attempts < v_queue.max_attempts
-                        RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
-                                  m.attempts, m.created_at, m.scheduled_at_initially
-                    )
-                    SELECT v_committed, t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority,
-                           t.attempts, t.created_at, t.scheduled_at_initially
-                      FROM taken t ORDER BY t.ord;
-                GET DIAGNOSTICS v_got = ROW_COUNT;
-            END IF;
-            -- queue_reserve takes over for the rest when a locked row is due
-            -- for dead-lettering (it is ours, still locked) or when lower
-            -- priorities may hold ready rows.
-            IF v_got < v_n
-               AND (v_got < coalesce(pg_catalog.cardinality(v_tids), 0)
-                    OR EXISTS (SELECT 1 FROM pyqueue_message m
-                                WHERE m.queue_name::text = in_queue AND m.priority < v_top)) THEN
-                RETURN QUERY
-                    SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
-                           r.created_at, r.scheduled_at_initially
-                      FROM queue_reserve(in_queue, in_worker, in_timeout, v_n - v_got, in_kinds) AS r;
-                GET DIAGNOSTICS v_more = ROW_COUNT;
-                v_got := v_got + v_more;
-            END IF;
-        END IF;
-    END IF;
-    IF v_got = 0 THEN
-        RETURN QUERY SELECT v_committed, NULL::varchar, NULL::varchar, NULL::jsonb, NULL::uuid,
-                            NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz;
-    END IF;
-END;
-$$;
-
--- queue_commit_batch: commits many reservations in one statement (element i
--- of the three arrays names one reservation). Returns how many were deleted;
--- a reservation whose token no longer holds is skipped (not counted).
--- Refuses, changing nothing, arrays that are NULL, not one-dimensional, of
--- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
--- a NULL token. Locks: the deleted rows, in key order (the order queue_drop
--- locks them in, so the two cannot deadlock).
-CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens uuid[])
-RETURNS integer
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_n     integer;
-    v_bad   integer;
-    v_count integer;
-    v_i     integer;
-    v_queue pyqueue_queue;
-    v_slow  boolean;
-BEGIN
-    v_queue := pyqueue__queue(in_queue);
-    IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must not be NULL'
-            USING ERRCODE = '22023';
-    END IF;
-    v_n := pg_catalog.cardinality(in_keys);
-    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_tokens) > 1
-       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_tokens) <> v_n THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must have the same length'
-            USING ERRCODE = '22023';
-    END IF;
-    IF v_n = 0 THEN
-        RETURN 0;
-    END IF;
-    SELECT pg_catalog.min(i) INTO v_bad
-      FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
-     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR pg_catalog.length(in_keys[i]) > 255 OR pg_catalog.right(in_keys[i], 1) = ' '
-        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR pg_catalog.length(in_kinds[i]) > 128 OR pg_catalog.right(in_kinds[i], 1) = ' '
-        OR in_tokens[i] IS NULL;
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
-            USING ERRCODE = '22023';
-    END IF;
-    -- One primary-key DELETE per element: its plan cannot turn into a scan
-    -- of the queue, whatever the table statistics say (a join with the
-    -- unnested arrays did, on a queue analyzed while it was small). A queue
-    -- that keeps history, or a batch holding occurrences of a schedule,
-    -- commits each element through queue_commit (history row, next occurrence).
-    v_slow := v_queue.history_retention IS NOT NULL
-              OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key::text LIKE '%@____-__-__T__:__:__Z');
-    v_count := 0;
-    FOR v_i IN SELECT i FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
-                ORDER BY in_keys[i], in_kinds[i], i LOOP
-        IF v_slow THEN
-            IF queue_commit(in_queue, in_keys[v_i], in_kinds[v_i], in_tokens[v_i]) THEN
-                v_count := v_count + 1;
-            END IF;
-        ELSE
-            DELETE FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue AND m.p_key::text = in_keys[v_i] AND m.p_kind::text = in_kinds[v_i]
-               AND m.reserve_token = in_tokens[v_i];
-            IF FOUND THEN
-                v_count := v_count + 1;
-            END IF;
-        END IF;
-    END LOOP;
-    RETURN v_count;
-END;
-$$;
-
--- ---- end of fast paths ----
-
-
--- ---- queue_ingest ----
-
--- pyqueue__ingest: the statement-level AFTER INSERT trigger of queue_ingest.
--- For the rows of one INSERT statement (the transition table pyqueue_new):
---   1. key-share locks the queue rows they name (as queue_push: a racing
---      queue_drop waits, or has won and the row is refused as unknown);
---   2. refuses the whole statement when any row is bad, naming the first
---      bad row (lowest ingest_id) and why: the same checks and codes as
---      queue_push (NULL/empty/too long/space-ended names, unknown queue,
---      NULL or non-JSON payload, infinite run_at, priority not a whole
---      number in the integer range). JSON is checked by a cast inside a
---      block that writes nothing (no subtransaction XID is used per
---      statement, so long ingest transactions do not overflow the subxid cache);
---   3. inserts the rows into pyqueue_message in one INSERT ... ON CONFLICT DO
---      NOTHING in ingest order (duplicates of live messages, also within the
---      statement, are skipped: the first wins);
---   4. deletes its own rows from queue_ingest (ingest_id range; rows of
---      concurrent uncommitted INSERTs in that range are invisible here and
---      stay for their own trigger).
--- run_at NULL = now, priority NULL = 0. Concurrency: as queue_push_batch;
--- two transactions inserting the same new key wait for each other (the
--- unique index), so overlapping appends in opposite orders can deadlock: one
--- fails with 40P01 and, retried (Spark retries the task), dedup absorbs what
--- the other already enqueued.
-CREATE OR REPLACE FUNCTION pyqueue__ingest()
-RETURNS trigger
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now    timestamptz := pg_catalog.clock_timestamp();
-    v_key    text;
-    v_code   text;
-    v_reason text;
-    v_min    bigint;
-    v_max    bigint;
-    v_row    record;
-    v_ready  text[];
-    v_tag    text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
-    v_added  bigint;
-    v_queue  text;
-BEGIN
-    PERFORM 1 FROM pyqueue_queue q
-     WHERE q.queue_name::text IN (SELECT DISTINCT r.queue_name FROM pyqueue_new r)
-     ORDER BY q.queue_name
-       FOR KEY SHARE OF q;
-    SELECT b.p_key, b.reason INTO v_key, v_reason
-      FROM (SELECT r.ingest_id, r.p_key,
-                   CASE WHEN r.queue_name IS NULL OR r.queue_name::text = '' THEN 'queue_name must not be NULL or empty'
-                        WHEN pg_catalog.length(r.queue_name) > 128 THEN 'queue_name is longer than 128 characters'
-                        WHEN pg_catalog.right(r.queue_name, 1) = ' ' THEN 'queue_name must not end with a space'
-                        WHEN r.p_key IS NULL OR r.p_key::text = '' THEN 'p_key must not be NULL or empty'
-                        WHEN pg_catalog.length(r.p_key) > 255 THEN 'p_key is longer than 255 characters'
-                        WHEN pg_catalog.right(r.p_key, 1) = ' ' THEN 'p_key must not end with a space'
-                        WHEN r.p_kind IS NULL OR r.p_kind::text = '' THEN 'p_kind must not be NULL or empty'
-                        WHEN pg_catalog.length(r.p_kind) > 128 THEN 'p_kind is longer than 128 characters'
-                        WHEN pg_catalog.right(r.p_kind, 1) = ' ' THEN 'p_kind must not end with a space'
-                        WHEN q.queue_name IS NULL THEN pg_catalog.format('queue "%s" does not exist', r.queue_name)
-                        WHEN r.payload IS NULL THEN 'payload must not be NULL (use the JSON value null)'
-                        WHEN NOT pg_catalog.isfinite(coalesce(r.run_at, v_now)) THEN 'run_at must be a finite time'
-                        WHEN r.priority <> pg_catalog.trunc(r.priority) OR r.priority < -2147483648::numeric OR r.priority > 2147483647::numeric
-                             THEN 'priority must be a whole number from -2147483648 to 2147483647'
-                   END AS reason
-              FROM pyqueue_new r
-              LEFT JOIN pyqueue_queue q ON q.queue_name::text = r.queue_name::text) b
-     WHERE b.reason IS NOT NULL
-     ORDER BY b.ingest_id
-     LIMIT 1;
-    IF v_reason IS NOT NULL THEN
-        v_code := CASE WHEN v_reason LIKE 'queue "%' THEN 'unknown_queue'
-                       WHEN v_reason LIKE 'payload%' THEN 'invalid_payload'
-                       ELSE 'invalid_argument' END;
-        RAISE EXCEPTION 'pyqueue:%: queue_ingest row with p_key %: %', v_code,
-                        coalesce(pg_catalog.quote_literal(v_key), 'NULL'), v_reason
-            USING ERRCODE = CASE v_code WHEN 'unknown_queue' THEN 'P0002' ELSE '22023' END;
-    END IF;
-    BEGIN
-        PERFORM pg_catalog.count(r.payload::jsonb) FROM pyqueue_new r;
-    EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
-        FOR v_row IN SELECT r.ingest_id, r.p_key, r.payload FROM pyqueue_new r ORDER BY r.ingest_id LOOP
-            BEGIN
-                PERFORM v_row.payload::jsonb;
-            EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
-                RAISE EXCEPTION 'pyqueue:invalid_payload: queue_ingest row with p_key %: payload is not valid JSON (%)',
-                                coalesce(pg_catalog.quote_literal(v_row.p_key), 'NULL'), SQLERRM
-                    USING ERRCODE = '22023';
-            END;
-        END LOOP;
-        RAISE;
-    END;
-    WITH ins AS (
-        INSERT INTO pyqueue_message
-               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                scheduled_at_initially, created_at)
-        SELECT r.queue_name, r.p_key, r.p_kind, r.payload::jsonb, coalesce(r.priority, 0)::integer,
-               coalesce(r.run_at, v_now), coalesce(r.run_at, v_now), v_now
-          FROM pyqueue_new r
-         ORDER BY r.ingest_id
-        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
-        RETURNING queue_name, scheduled_at
-    )
-    SELECT pg_catalog.array_agg(DISTINCT i.queue_name::text ORDER BY i.queue_name::text)
-               FILTER (WHERE i.scheduled_at <= v_now),
-           pg_catalog.count(*)
-      INTO v_ready, v_added
-      FROM ins i;
-    -- Wakeups: once per queue per statement, for the queues that got rows
-    -- ready now (inserted, not skipped as duplicates).
-    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP
-        PERFORM pyqueue__notify(v_queue);
-    END LOOP;
-    -- The tally of a tagged session (see pyqueue_ingest_tally): rows inserted and
-    -- rows skipped as duplicates by this statement.
-    IF pg_catalog.length(v_tag) BETWEEN 1 AND 128 THEN
-        INSERT INTO pyqueue_ingest_tally (tag, enqueued, duplicates)
-        SELECT v_tag, v_added, pg_catalog.count(*) - v_added FROM pyqueue_new;
-    END IF;
-    SELECT pg_catalog.min(r.ingest_id), pg_catalog.max(r.ingest_id) INTO v_min, v_max FROM pyqueue_new r;
-    DELETE FROM queue_ingest WHERE ingest_id BETWEEN v_min AND v_max;
-    RETURN NULL;
-END;
-$$;
-
-CREATE OR REPLACE TRIGGER queue_ingest_enqueue
-    AFTER INSERT ON queue_ingest
-    REFERENCING NEW TABLE AS pyqueue_new
-    FOR EACH STATEMENT EXECUTE FUNCTION pyqueue__ingest();
-
--- queue_ingest_flush: the portable end of a bulk ingest. On PostgreSQL every
--- INSERT into queue_ingest is already enqueued when it returns; the flush
--- reports what the INSERTs of this session's ingest tag did (the setting
--- pyqueue.ingest_tag, 1 to 128 characters; see pyqueue_ingest_tally) since
--- the last flush with that tag, and forgets it: one row (enqueued,
--- duplicates, rejected 0). Without a tag: (0, 0, 0). Also deletes tallies
--- older than a day, of any tag. in_queue NULL = all queues; a named queue
--- must exist (the counts are the tag's, whatever queues its rows named).
--- Locks: the tally rows it deletes.
-CREATE OR REPLACE FUNCTION queue_ingest_flush(in_queue text DEFAULT NULL)
-RETURNS TABLE (enqueued bigint, duplicates bigint, rejected bigint)
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_tag text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
-BEGIN
-    IF in_queue IS NOT NULL THEN
-        PERFORM pyqueue__queue(in_queue);
-    END IF;
-    IF v_tag IS NULL OR pg_catalog.length(v_tag) NOT BETWEEN 1 AND 128 THEN
-        RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;
-        RETURN;
-    END IF;
-    DELETE FROM pyqueue_ingest_tally t
-     WHERE t.tallied_at < pg_catalog.clock_timestamp() - interval '1 day';
-    RETURN QUERY
-        WITH gone AS (
-            DELETE FROM pyqueue_ingest_tally t WHERE t.tag = v_tag
-            RETURNING t.enqueued AS n_enqueued, t.duplicates AS n_duplicates
-        )
-        SELECT coalesce(pg_catalog.sum(g.n_enqueued), 0)::bigint,
-               coalesce(pg_catalog.sum(g.n_duplicates), 0)::bigint, 0::bigint
-          FROM gone g;
-END;
-$$;
-
--- ---- end of queue_ingest ----
-
-
--- ---- history, dead letters, limits, workers, schedules ----
-
--- history, dead letters, replace-on-push
+-- ---- for history and dead letters ----
 
 -- pyqueue__archive: when the queue keeps history (history_retention set),
 -- records a message that has just left the live table, with its outcome
@@ -1476,227 +406,7 @@ BEGIN
 END;
 $$;
 
--- pyqueue__check_batch_size: raises unless n is NULL (the caller's default)
--- or at least 1.
-CREATE OR REPLACE FUNCTION pyqueue__check_batch_size(in_n integer)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    IF in_n < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
-    END IF;
-END;
-$$;
-
--- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
--- are past their queue's history_retention (processed_at < now - retention),
--- oldest first, of one queue or (in_queue NULL) of every queue that has a
--- retention. Returns how many it deleted; call it again until it returns
--- less than in_n. Bounded: one call locks at most in_n history rows (SKIP
--- LOCKED, so two purgers share the work instead of waiting). History of a
--- dropped queue, or of one whose retention was set back to NULL, is left
--- alone (DELETE it with plain SQL).
-CREATE OR REPLACE FUNCTION queue_purge_history(in_queue text DEFAULT NULL, in_n integer DEFAULT NULL)
-RETURNS integer
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_left  integer := coalesce(in_n, 10000);
-    v_got   integer;
-    v_q     record;
-BEGIN
-    IF in_queue IS NOT NULL THEN
-        PERFORM pyqueue__queue(in_queue);
-    END IF;
-    PERFORM pyqueue__check_batch_size(in_n);
-    FOR v_q IN
-        SELECT q.queue_name, q.history_retention
-          FROM pyqueue_queue q
-         WHERE q.history_retention IS NOT NULL AND (in_queue IS NULL OR q.queue_name::text = in_queue)
-         ORDER BY q.queue_name
-    LOOP
-        EXIT WHEN v_left <= 0;
-        WITH doomed AS (
-            SELECT h.id
-              FROM pyqueue_history h
-             WHERE h.queue_name::text = v_q.queue_name::text
-               AND h.processed_at < v_now - v_q.history_retention
-             ORDER BY h.processed_at
-             LIMIT v_left
-               FOR UPDATE SKIP LOCKED
-        )
-        DELETE FROM pyqueue_history h USING doomed WHERE h.id = doomed.id;
-        GET DIAGNOSTICS v_got = ROW_COUNT;
-        v_left := v_left - v_got;
-    END LOOP;
-    RETURN coalesce(in_n, 10000) - v_left;
-END;
-$$;
-
--- queue_replay: pushes again the messages of in_queue's history whose
--- processed_at lies in [in_from, in_to) (NULL = unbounded on that side),
--- through the normal dedup: a (p_key, p_kind) that is live in the queue is
--- skipped. When a key and kind left several times in the range, its latest
--- version is replayed. Replayed messages are ready now, with their archived
--- payload and priority, attempts 0. Returns how many were inserted.
--- Reads the history range without locks; locks like queue_push_batch.
-CREATE OR REPLACE FUNCTION queue_replay(in_queue text, in_from timestamptz DEFAULT NULL,
-                                        in_to timestamptz DEFAULT NULL)
-RETURNS integer
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_count integer;
-BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
-    IF in_from > in_to THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: from must not be later than to' USING ERRCODE = '22023';
-    END IF;
-    INSERT INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at)
-    SELECT in_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now
-      FROM (SELECT DISTINCT ON (h.p_key, h.p_kind) h.p_key, h.p_kind, h.payload, h.priority
-              FROM pyqueue_history h
-             WHERE h.queue_name::text = in_queue AND h.outcome::text IN ('committed', 'popped')
-               AND (in_from IS NULL OR h.processed_at >= in_from)
-               AND (in_to IS NULL OR h.processed_at < in_to)
-             ORDER BY h.p_key, h.p_kind, h.processed_at DESC, h.id DESC) h
-     ORDER BY h.p_key, h.p_kind
-    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    IF v_count > 0 THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
-    RETURN v_count;
-END;
-$$;
-
--- queue_redrive: moves up to in_n (NULL = 1) ready messages of in_dead_queue
--- (usually a dead-letter queue) to in_to_queue, highest priority first, FIFO
--- within one: same key, kind, payload, priority and last_error, attempts 0,
--- ready now, no dead-letter origin (dead_from, dead_attempts).
--- A message held by a live reservation is not taken. A message whose key
--- and kind are already live in in_to_queue stays where it is (dedup; it is
--- skipped and does not count towards in_n). Returns how many moved. With a
--- history_retention on in_dead_queue each move is archived as 'moved'.
--- Locks the chosen rows with SKIP LOCKED and a key-share lock on both queue rows.
-CREATE OR REPLACE FUNCTION queue_redrive(in_dead_queue text, in_to_queue text, in_n integer DEFAULT NULL)
-RETURNS integer
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_dead  pyqueue_queue;
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_count integer;
-BEGIN
-    PERFORM pyqueue__check_name('dead_queue', in_dead_queue, 128);
-    PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
-    v_dead := pyqueue__queue(in_dead_queue, true);
-    PERFORM pyqueue__queue(in_to_queue, true);
-    PERFORM pyqueue__check_batch_size(in_n);
-    IF in_dead_queue = in_to_queue THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: dead_queue and to_queue must differ' USING ERRCODE = '22023';
-    END IF;
-    WITH picked AS (
-        SELECT m.*
-          FROM pyqueue_message m
-         WHERE m.queue_name::text = in_dead_queue AND m.scheduled_at <= v_now
-           AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
-                            WHERE t.queue_name::text = in_to_queue AND t.p_key::text = m.p_key::text AND t.p_kind::text = m.p_kind::text)
-         ORDER BY m.priority DESC, m.scheduled_at, m.id
-         LIMIT coalesce(in_n, 1)
-           FOR UPDATE SKIP LOCKED
-    ), pushed AS (
-        INSERT INTO pyqueue_message AS t
-               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                scheduled_at_initially, created_at, last_error)
-        SELECT in_to_queue, p.p_key, p.p_kind, p.payload, p.priority, v_now, v_now, v_now, p.last_error
-          FROM picked p
-         ORDER BY p.p_key, p.p_kind
-        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
-        RETURNING t.p_key, t.p_kind
-    ), gone AS (
-        DELETE FROM pyqueue_message m
-         USING pushed
-         WHERE m.queue_name::text = in_dead_queue AND m.p_key::text = pushed.p_key::text AND m.p_kind::text = pushed.p_kind::text
-        RETURNING m.*
-    ), archived AS (
-        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                     created_at, processed_at, outcome, to_queue, reserved_by, last_error)
-        SELECT in_dead_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
-               v_now, 'moved', in_to_queue, g.reserved_by, g.last_error
-          FROM gone g WHERE v_dead.history_retention IS NOT NULL
-    )
-    SELECT pg_catalog.count(*) INTO v_count FROM gone;
-    IF v_count > 0 THEN PERFORM pyqueue__notify(in_to_queue); END IF;  -- wakeup: ready now
-    RETURN v_count;
-END;
-$$;
-
--- queue_push_replace: queue_push that replaces instead of skipping (debounce,
--- graphile-worker's job_key "replace" mode). Returns
---   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
---   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
---               got the new payload, run_at and priority, attempts 0 and no
---               reservation (an expired holder's commit then returns false);
---   'reserved'  one is held by a live reservation: left alone, nothing pushed.
--- created_at and the FIFO position among equal run_at are kept on replace.
--- Locks: a key-share lock on the queue row and the message row.
-CREATE OR REPLACE FUNCTION queue_push_replace(
-    in_queue    text,
-    in_key      text,
-    in_kind     text,
-    in_payload  jsonb,
-    in_run_at   timestamptz DEFAULT NULL,
-    in_priority integer     DEFAULT NULL)
-RETURNS text
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now      timestamptz := pg_catalog.clock_timestamp();
-    v_at       timestamptz;
-    v_inserted boolean;
-BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF in_payload IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-            USING ERRCODE = '22023';
-    END IF;
-    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
-    END IF;
-    v_at := coalesce(in_run_at, v_now);
-    INSERT INTO pyqueue_message AS m
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at)
-    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
-    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
-       SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
-           scheduled_at = EXCLUDED.scheduled_at, scheduled_at_initially = EXCLUDED.scheduled_at,
-           attempts = 0, reserved_by = NULL, reserve_token = NULL
-     WHERE m.reserve_token IS NULL OR m.scheduled_at <= v_now
-    RETURNING (m.xmax = 0) INTO v_inserted;
-    IF v_inserted IS NULL THEN
-        RETURN 'reserved';
-    END IF;
-    IF v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
-    RETURN CASE WHEN v_inserted THEN 'inserted' ELSE 'replaced' END;
-END;
-$$;
-
--- limits, workers, schedules
-
--- ---------------------------------------------------------------------------
--- Concurrency limits
--- ---------------------------------------------------------------------------
+-- ---- for limits ----
 
 -- pyqueue__slot_held: true when a slot's holder (message in_id with key
 -- in_key, delivery in_attempts) is still that live reservation at in_now.
@@ -1891,163 +601,7 @@ BEGIN
 END;
 $$;
 
--- queue_set_limit: at most in_capacity messages of in_kind reserved at once
--- in in_queue (0 holds the kind back); NULL removes the limit. Live
--- reservations of the kind made before the first call are counted (as far as
--- the capacity goes). Lowering the capacity revokes no live reservation:
--- those beyond the new capacity keep their slot rows (numbered above it, so
--- queue_limits counts them) and nothing more of the kind is handed out
--- until fewer than the new capacity are held. Locks the limit row and all
--- its slots (in slot order).
-CREATE OR REPLACE FUNCTION queue_set_limit(in_queue text, in_kind text, in_capacity integer)
-RETURNS void
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_extra record;
-    v_free  integer;
-BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF in_capacity IS NULL THEN
-        DELETE FROM pyqueue_limit WHERE queue_name::text = in_queue AND p_kind::text = in_kind;
-        RETURN;
-    END IF;
-    IF in_capacity < 0 OR in_capacity > 10000 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: capacity must be from 0 to 10000 (NULL removes the limit)'
-            USING ERRCODE = '22023';
-    END IF;
-    INSERT INTO pyqueue_limit AS l (queue_name, p_kind, capacity)
-    VALUES (in_queue, in_kind, in_capacity)
-    ON CONFLICT (queue_name, p_kind) DO UPDATE SET capacity = EXCLUDED.capacity;
-    PERFORM 1 FROM pyqueue_limit_slot s
-     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
-     ORDER BY s.slot_no
-       FOR UPDATE;
-    INSERT INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
-    SELECT in_queue, in_kind, g FROM pg_catalog.generate_series(1, in_capacity) g
-    ON CONFLICT DO NOTHING;
-    -- Slots above the capacity: a dead holder's slot goes, a live holder
-    -- moves into a free slot within the capacity when there is one, else
-    -- keeps its slot until its reservation ends.
-    FOR v_extra IN
-        SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
-          FROM pyqueue_limit_slot s
-         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > in_capacity
-         ORDER BY s.slot_no
-    LOOP
-        IF pyqueue__slot_held(in_queue, in_kind, v_extra.msg_key::text, v_extra.msg_id, v_extra.msg_attempts,
-                              v_now) THEN
-            SELECT s.slot_no INTO v_free
-              FROM pyqueue_limit_slot s
-             WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= in_capacity
-               AND NOT pyqueue__slot_held(in_queue, in_kind, s.msg_key::text, s.msg_id, s.msg_attempts, v_now)
-             ORDER BY s.slot_no
-             LIMIT 1;
-            CONTINUE WHEN NOT FOUND;
-            UPDATE pyqueue_limit_slot
-               SET msg_id = v_extra.msg_id, msg_key = v_extra.msg_key, msg_attempts = v_extra.msg_attempts
-             WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_free;
-        END IF;
-        DELETE FROM pyqueue_limit_slot
-         WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_extra.slot_no;
-    END LOOP;
-    -- Live reservations that hold no slot yet (made before the limit) take
-    -- the empty slots, oldest first.
-    WITH untracked AS (
-        SELECT m.id, m.p_key, m.attempts, pg_catalog.row_number() OVER (ORDER BY m.id) AS rn
-          FROM pyqueue_message m
-         WHERE m.queue_name::text = in_queue AND m.p_kind::text = in_kind
-           AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
-           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
-                            WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
-                              AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
-    ), empty AS (
-        SELECT s.slot_no, pg_catalog.row_number() OVER (ORDER BY s.slot_no) AS rn
-          FROM pyqueue_limit_slot s
-         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= in_capacity
-           AND NOT pyqueue__slot_held(in_queue, in_kind, s.msg_key::text, s.msg_id, s.msg_attempts, v_now)
-    )
-    UPDATE pyqueue_limit_slot s
-       SET msg_id = u.id, msg_key = u.p_key, msg_attempts = u.attempts
-      FROM untracked u JOIN empty e ON e.rn = u.rn
-     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no = e.slot_no;
-END;
-$$;
-
--- queue_limits: the limits of a queue (all queues when NULL) with in_use,
--- the live reservations holding a slot now. Reads without locks.
-CREATE OR REPLACE FUNCTION queue_limits(in_queue text DEFAULT NULL)
-RETURNS TABLE (queue text, p_kind text, capacity integer, in_use bigint)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now timestamptz := pg_catalog.clock_timestamp();
-BEGIN
-    IF in_queue IS NOT NULL THEN
-        PERFORM pyqueue__queue(in_queue);
-    END IF;
-    RETURN QUERY
-        SELECT l.queue_name::text, l.p_kind::text, l.capacity,
-               (SELECT pg_catalog.count(*) FROM pyqueue_limit_slot s JOIN pyqueue_message m
-                    ON m.queue_name::text = s.queue_name::text AND m.p_key::text = s.msg_key::text AND m.p_kind::text = s.p_kind::text
-                   AND m.id = s.msg_id AND m.attempts = s.msg_attempts
-                 WHERE s.queue_name::text = l.queue_name::text AND s.p_kind::text = l.p_kind::text
-                   AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
-          FROM pyqueue_limit l
-         WHERE in_queue IS NULL OR l.queue_name::text = in_queue
-         ORDER BY l.queue_name, l.p_kind;
-END;
-$$;
-
--- ---------------------------------------------------------------------------
--- Worker registry
--- ---------------------------------------------------------------------------
-
--- queue_worker_register: records a worker; returns one row (worker_id,
--- secret): secret is a fresh random token that heartbeat and deregister
--- require, so that a worker can touch only its own registration. The worker
--- then reserves with worker = in_name || '#' || worker_id (queue_workers
--- shows it as reserve_as) so that queue_release_dead_workers can find its
--- messages. Inserts one row.
-CREATE OR REPLACE FUNCTION queue_worker_register(in_name text, in_host text DEFAULT NULL,
-                                                 in_pid integer DEFAULT NULL, in_queues text[] DEFAULT NULL)
-RETURNS TABLE (worker_id bigint, secret uuid)
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_now    timestamptz := pg_catalog.clock_timestamp();
-    v_id     bigint;
-    v_secret uuid := pg_catalog.gen_random_uuid();
-BEGIN
-    PERFORM pyqueue__check_name('name', in_name, 200);
-    IF in_host IS NOT NULL AND pg_catalog.length(in_host) > 255 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: host is longer than 255 characters' USING ERRCODE = '22023';
-    END IF;
-    IF in_pid < 0 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: pid must not be negative' USING ERRCODE = '22023';
-    END IF;
-    IF in_queues IS NOT NULL AND (pg_catalog.array_ndims(in_queues) > 1
-                                  OR pg_catalog.array_position(in_queues, NULL::text) IS NOT NULL
-                                  OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_queues) q(name)
-                                              WHERE q.name = '' OR q.name LIKE '% '
-                                                 OR pg_catalog.length(q.name) > 128)) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: queues must be NULL or an array of names without NULLs'
-            USING ERRCODE = '22023';
-    END IF;
-    INSERT INTO pyqueue_worker AS w (worker_name, host, pid, queues, started_at, heartbeat_at, secret)
-    VALUES (in_name, in_host, in_pid, in_queues, v_now, v_now, v_secret)
-    RETURNING w.worker_id INTO v_id;
-    worker_id := v_id;
-    secret := v_secret;
-    RETURN NEXT;
-END;
-$$;
+-- ---- for workers ----
 
 -- pyqueue__check_worker: raises unless a worker id and secret are given and
 -- the id is a possible one (heartbeat, deregister).
@@ -2069,105 +623,7 @@ BEGIN
 END;
 $$;
 
--- queue_worker_heartbeat: heartbeat_at = now; false when the worker is not
--- registered (deregistered, or released as dead: it should register again)
--- or in_secret is not its secret. Locks the worker row.
-CREATE OR REPLACE FUNCTION queue_worker_heartbeat(in_worker_id bigint, in_secret uuid)
-RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__check_worker(in_worker_id, in_secret);
-    UPDATE pyqueue_worker SET heartbeat_at = pg_catalog.clock_timestamp()
-     WHERE worker_id = in_worker_id AND secret = in_secret;
-    RETURN FOUND;
-END;
-$$;
-
--- queue_worker_deregister: removes the worker (its reservations stay as they
--- are); false when it was not registered or in_secret is not its secret.
-CREATE OR REPLACE FUNCTION queue_worker_deregister(in_worker_id bigint, in_secret uuid)
-RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__check_worker(in_worker_id, in_secret);
-    DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = in_secret;
-    RETURN FOUND;
-END;
-$$;
-
--- queue_release_dead_workers: workers whose heartbeat is older than
--- in_older_than are removed, and their live reservations (reserved_by =
--- their reserve_as) become ready now: token cleared, the delivery counted
--- (attempts stay, as after an expiry; a message that had its last allowed
--- delivery is dead-lettered by the next reserve). Returns the number of
--- messages released. Reads every reserved message (no index on reserved_by):
--- a maintenance call, run it every few heartbeats, not per reserve.
-CREATE OR REPLACE FUNCTION queue_release_dead_workers(in_older_than interval)
-RETURNS integer
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_tags  text[];
-    v_count integer;
-    v_ready text[];
-    v_queue text;
-BEGIN
-    IF in_older_than IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: older_than must not be NULL' USING ERRCODE = '22023';
-    END IF;
-    PERFORM pyqueue__check_duration('older_than', in_older_than, true);
-    WITH gone AS (
-        DELETE FROM pyqueue_worker w WHERE w.heartbeat_at < v_now - in_older_than
-        RETURNING w.worker_name::text || '#'::text || w.worker_id::text AS tag
-    )
-    SELECT pg_catalog.array_agg(tag) INTO v_tags FROM gone;
-    IF v_tags IS NULL THEN
-        RETURN 0;
-    END IF;
-    WITH released AS (
-        UPDATE pyqueue_message
-           SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
-         WHERE reserved_by::text = ANY (v_tags) AND reserve_token IS NOT NULL AND scheduled_at > v_now
-        RETURNING queue_name
-    )
-    SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT r.queue_name ORDER BY r.queue_name) INTO v_count, v_ready
-      FROM released r;
-    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP  -- wakeups: ready now
-        PERFORM pyqueue__notify(v_queue);
-    END LOOP;
-    RETURN v_count;
-END;
-$$;
-
--- queue_workers: the registered workers, oldest first, with reserve_as (the
--- worker name their reservations carry) and the seconds since their last
--- heartbeat.
-CREATE OR REPLACE FUNCTION queue_workers()
-RETURNS TABLE (worker_id bigint, worker_name text, host text, pid integer, queues text[],
-               started_at timestamptz, heartbeat_at timestamptz, heartbeat_age_s double precision,
-               reserve_as text)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN QUERY
-        SELECT w.worker_id, w.worker_name::text, w.host::text, w.pid, w.queues, w.started_at,
-               w.heartbeat_at, extract(epoch FROM pg_catalog.clock_timestamp() - w.heartbeat_at)::double precision,
-               w.worker_name::text || '#'::text || w.worker_id::text
-          FROM pyqueue_worker w
-         ORDER BY w.worker_id;
-END;
-$$;
-
--- ---------------------------------------------------------------------------
--- Recurring messages
--- ---------------------------------------------------------------------------
+-- ---- for schedules ----
 
 -- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
 -- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
@@ -2371,6 +827,1621 @@ BEGIN
 END;
 $$;
 
+-- ---- for ingest ----
+
+-- pyqueue__ingest: the statement-level AFTER INSERT trigger of queue_ingest.
+-- For the rows of one INSERT statement (the transition table pyqueue_new):
+--   1. key-share locks the queue rows they name (as queue_push: a racing
+--      queue_drop waits, or has won and the row is refused as unknown);
+--   2. refuses the whole statement when any row is bad, naming the first
+--      bad row (lowest ingest_id) and why: the same checks and codes as
+--      queue_push (NULL/empty/too long/space-ended names, unknown queue,
+--      NULL or non-JSON payload, infinite run_at, priority not a whole
+--      number in the integer range). JSON is checked by a cast inside a
+--      block that writes nothing (no subtransaction XID is used per
+--      statement, so long ingest transactions do not overflow the subxid cache);
+--   3. inserts the rows into pyqueue_message in one INSERT ... ON CONFLICT DO
+--      NOTHING in ingest order (duplicates of live messages, also within the
+--      statement, are skipped: the first wins);
+--   4. deletes its own rows from queue_ingest (ingest_id range; rows of
+--      concurrent uncommitted INSERTs in that range are invisible here and
+--      stay for their own trigger).
+-- run_at NULL = now, priority NULL = 0. Concurrency: as queue_push_batch;
+-- two transactions inserting the same new key wait for each other (the
+-- unique index), so overlapping appends in opposite orders can deadlock: one
+-- fails with 40P01 and, retried (Spark retries the task), dedup absorbs what
+-- the other already enqueued.
+CREATE OR REPLACE FUNCTION pyqueue__ingest()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_key    text;
+    v_code   text;
+    v_reason text;
+    v_min    bigint;
+    v_max    bigint;
+    v_row    record;
+    v_ready  text[];
+    v_tag    text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
+    v_added  bigint;
+    v_queue  text;
+BEGIN
+    PERFORM 1 FROM pyqueue_queue q
+     WHERE q.queue_name::text IN (SELECT DISTINCT r.queue_name FROM pyqueue_new r)
+     ORDER BY q.queue_name
+       FOR KEY SHARE OF q;
+    SELECT b.p_key, b.reason INTO v_key, v_reason
+      FROM (SELECT r.ingest_id, r.p_key,
+                   CASE WHEN r.queue_name IS NULL OR r.queue_name::text = '' THEN 'queue_name must not be NULL or empty'
+                        WHEN pg_catalog.length(r.queue_name) > 128 THEN 'queue_name is longer than 128 characters'
+                        WHEN pg_catalog.right(r.queue_name, 1) = ' ' THEN 'queue_name must not end with a space'
+                        WHEN r.p_key IS NULL OR r.p_key::text = '' THEN 'p_key must not be NULL or empty'
+                        WHEN pg_catalog.length(r.p_key) > 255 THEN 'p_key is longer than 255 characters'
+                        WHEN pg_catalog.right(r.p_key, 1) = ' ' THEN 'p_key must not end with a space'
+                        WHEN r.p_kind IS NULL OR r.p_kind::text = '' THEN 'p_kind must not be NULL or empty'
+                        WHEN pg_catalog.length(r.p_kind) > 128 THEN 'p_kind is longer than 128 characters'
+                        WHEN pg_catalog.right(r.p_kind, 1) = ' ' THEN 'p_kind must not end with a space'
+                        WHEN q.queue_name IS NULL THEN pg_catalog.format('queue "%s" does not exist', r.queue_name)
+                        WHEN r.payload IS NULL THEN 'payload must not be NULL (use the JSON value null)'
+                        WHEN NOT pg_catalog.isfinite(coalesce(r.run_at, v_now)) THEN 'run_at must be a finite time'
+                        WHEN r.priority <> pg_catalog.trunc(r.priority) OR r.priority < -2147483648::numeric OR r.priority > 2147483647::numeric
+                             THEN 'priority must be a whole number from -2147483648 to 2147483647'
+                   END AS reason
+              FROM pyqueue_new r
+              LEFT JOIN pyqueue_queue q ON q.queue_name::text = r.queue_name::text) b
+     WHERE b.reason IS NOT NULL
+     ORDER BY b.ingest_id
+     LIMIT 1;
+    IF v_reason IS NOT NULL THEN
+        v_code := CASE WHEN v_reason LIKE 'queue "%' THEN 'unknown_queue'
+                       WHEN v_reason LIKE 'payload%' THEN 'invalid_payload'
+                       ELSE 'invalid_argument' END;
+        RAISE EXCEPTION 'pyqueue:%: queue_ingest row with p_key %: %', v_code,
+                        coalesce(pg_catalog.quote_literal(v_key), 'NULL'), v_reason
+            USING ERRCODE = CASE v_code WHEN 'unknown_queue' THEN 'P0002' ELSE '22023' END;
+    END IF;
+    BEGIN
+        PERFORM pg_catalog.count(r.payload::jsonb) FROM pyqueue_new r;
+    EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
+        FOR v_row IN SELECT r.ingest_id, r.p_key, r.payload FROM pyqueue_new r ORDER BY r.ingest_id LOOP
+            BEGIN
+                PERFORM v_row.payload::jsonb;
+            EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
+                RAISE EXCEPTION 'pyqueue:invalid_payload: queue_ingest row with p_key %: payload is not valid JSON (%)',
+                                coalesce(pg_catalog.quote_literal(v_row.p_key), 'NULL'), SQLERRM
+                    USING ERRCODE = '22023';
+            END;
+        END LOOP;
+        RAISE;
+    END;
+    WITH ins AS (
+        INSERT INTO pyqueue_message
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at)
+        SELECT r.queue_name, r.p_key, r.p_kind, r.payload::jsonb, coalesce(r.priority, 0)::integer,
+               coalesce(r.run_at, v_now), coalesce(r.run_at, v_now), v_now
+          FROM pyqueue_new r
+         ORDER BY r.ingest_id
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING queue_name, scheduled_at
+    )
+    SELECT pg_catalog.array_agg(DISTINCT i.queue_name::text ORDER BY i.queue_name::text)
+               FILTER (WHERE i.scheduled_at <= v_now),
+           pg_catalog.count(*)
+      INTO v_ready, v_added
+      FROM ins i;
+    -- Wakeups: once per queue per statement, for the queues that got rows
+    -- ready now (inserted, not skipped as duplicates).
+    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP
+        PERFORM pyqueue__notify(v_queue);
+    END LOOP;
+    -- The tally of a tagged session (see pyqueue_ingest_tally): rows inserted and
+    -- rows skipped as duplicates by this statement.
+    IF pg_catalog.length(v_tag) BETWEEN 1 AND 128 THEN
+        INSERT INTO pyqueue_ingest_tally (tag, enqueued, duplicates)
+        SELECT v_tag, v_added, pg_catalog.count(*) - v_added FROM pyqueue_new;
+    END IF;
+    SELECT pg_catalog.min(r.ingest_id), pg_catalog.max(r.ingest_id) INTO v_min, v_max FROM pyqueue_new r;
+    DELETE FROM queue_ingest WHERE ingest_id BETWEEN v_min AND v_max;
+    RETURN NULL;
+END;
+$$;
+
+
+-- ==== queues ====
+-- Create a queue or change its settings, read them back, drop it, pause and
+-- resume it, count its messages.
+
+-- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts,
+-- no dead-letter queue, no history) or changes the settings given (not NULL)
+-- of an existing one; a NULL leaves that setting as it is (queue_reset_setting
+-- sets one back to its default). Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_create(
+    in_queue              text,
+    in_visibility_timeout interval DEFAULT NULL,
+    in_max_attempts       integer  DEFAULT NULL,
+    in_dead_letter_queue  text     DEFAULT NULL,
+    in_history_retention  interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    PERFORM pyqueue__check_duration('visibility_timeout', in_visibility_timeout, true);
+    PERFORM pyqueue__check_duration('history_retention', in_history_retention, false);
+    IF in_max_attempts IS NOT NULL AND in_max_attempts < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: max_attempts must be at least 1'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_dead_letter_queue IS NOT NULL THEN
+        IF in_dead_letter_queue = in_queue THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: a queue cannot be its own dead_letter_queue'
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM pyqueue__check_name('dead_letter_queue', in_dead_letter_queue, 128);
+        PERFORM pyqueue__queue(in_dead_letter_queue, true);
+    END IF;
+    INSERT INTO pyqueue_queue AS q
+           (queue_name, visibility_timeout, max_attempts, dead_letter_queue, history_retention)
+    VALUES (in_queue,
+            coalesce(in_visibility_timeout, interval '30 seconds'),
+            coalesce(in_max_attempts, 10),
+            in_dead_letter_queue,
+            in_history_retention)
+    ON CONFLICT (queue_name) DO UPDATE
+       SET visibility_timeout = coalesce(in_visibility_timeout, q.visibility_timeout),
+           max_attempts       = coalesce(in_max_attempts, q.max_attempts),
+           dead_letter_queue  = coalesce(in_dead_letter_queue, q.dead_letter_queue),
+           history_retention  = coalesce(in_history_retention, q.history_retention);
+END;
+$$;
+
+-- queue_reset_setting: sets one setting of a queue back to its default:
+-- 'visibility_timeout' (30 s), 'max_attempts' (10), 'dead_letter_queue'
+-- (none) or 'history_retention' (none, keep no history). Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_reset_setting(in_queue text, in_setting text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    IF in_setting IS NULL OR in_setting NOT IN ('visibility_timeout', 'max_attempts', 'dead_letter_queue',
+                                                'history_retention') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pyqueue_queue q
+       SET visibility_timeout = CASE WHEN in_setting = 'visibility_timeout' THEN interval '30 seconds'
+                                     ELSE q.visibility_timeout END,
+           max_attempts       = CASE WHEN in_setting = 'max_attempts' THEN 10 ELSE q.max_attempts END,
+           dead_letter_queue  = CASE WHEN in_setting = 'dead_letter_queue' THEN NULL
+                                     ELSE q.dead_letter_queue END,
+           history_retention  = CASE WHEN in_setting = 'history_retention' THEN NULL
+                                     ELSE q.history_retention END
+     WHERE q.queue_name::text = in_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
+    END IF;
+END;
+$$;
+
+-- queue_settings: the settings of a queue (every queue when NULL), by name:
+-- visibility_timeout, max_attempts, dead_letter_queue, history_retention,
+-- paused and notify_window (the wakeup throttle; 50 ms unless set). Reads
+-- without locks.
+CREATE OR REPLACE FUNCTION queue_settings(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, visibility_timeout interval, max_attempts integer, dead_letter_queue text,
+               history_retention interval, paused boolean, notify_window interval)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT q.queue_name::text, q.visibility_timeout, q.max_attempts, q.dead_letter_queue::text,
+               q.history_retention, q.paused, coalesce(n.notify_window, interval '50 milliseconds')
+          FROM pyqueue_queue q
+          LEFT JOIN pyqueue_notify n ON n.queue_name::text = q.queue_name::text
+         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
+         ORDER BY q.queue_name::text;
+END;
+$$;
+
+-- queue_drop: deletes the queue and all its messages. Refuses while another
+-- queue names it as dead-letter queue. Locks the queue's messages first (key
+-- order), then the queue row: the order in which a commit, rollback or
+-- reserve that dead-letters takes them (message, then queue row), so that a
+-- drop racing them waits instead of deadlocking.
+CREATE OR REPLACE FUNCTION queue_drop(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_user text;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    SELECT q.queue_name::text INTO v_user FROM pyqueue_queue q WHERE q.dead_letter_queue::text = in_queue LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: queue "%" is the dead_letter_queue of "%"', in_queue, v_user
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM 1 FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue
+     ORDER BY m.p_key, m.p_kind
+       FOR UPDATE;
+    DELETE FROM pyqueue_queue WHERE queue_name::text = in_queue;  -- messages go by ON DELETE CASCADE
+END;
+$$;
+
+-- queue_pause: pop and reserve hand out nothing until queue_resume.
+-- Pushes, commits and rollbacks still work.
+CREATE OR REPLACE FUNCTION queue_pause(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    UPDATE pyqueue_queue SET paused = true WHERE queue_name::text = in_queue;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queue_resume(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    UPDATE pyqueue_queue SET paused = false WHERE queue_name::text = in_queue;
+END;
+$$;
+
+-- queue_stats: one row per queue (all queues when in_queue is NULL).
+-- ready: eligible now; delayed: scheduled later and not reserved; reserved:
+-- held by a reservation that has not expired; dead: messages that exhausted
+-- max_attempts in this queue so far; oldest_ready_age_s: how long the oldest
+-- ready message has been eligible (NULL when none). Reads without locks.
+CREATE OR REPLACE FUNCTION queue_stats(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, ready bigint, delayed bigint, reserved bigint, dead bigint,
+               oldest_ready_age_s double precision, paused boolean)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT q.queue_name::text,
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at <= v_now),
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NULL),
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NOT NULL),
+               q.dead_count,
+               extract(epoch FROM v_now - pg_catalog.min(m.scheduled_at) FILTER (WHERE m.scheduled_at <= v_now))::double precision,
+               q.paused
+          FROM pyqueue_queue q
+          LEFT JOIN pyqueue_message m ON m.queue_name::text = q.queue_name::text
+         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
+         GROUP BY q.queue_name, q.dead_count, q.paused
+         ORDER BY q.queue_name;
+END;
+$$;
+
+
+-- ==== produce ====
+-- Put messages in: one, many in one statement, or one that replaces a waiting
+-- message with the same key (debounce). Each wakes the queue's listeners when
+-- it makes a message ready now.
+
+-- queue_push: inserts one message; false when a live message with the same
+-- (queue, p_key, p_kind) exists (dedup, the existing one is untouched).
+-- Takes a key-share lock on the queue row (blocks only queue_drop) and the
+-- unique-index entry of the new row.
+CREATE OR REPLACE FUNCTION queue_push(
+    in_queue    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz DEFAULT NULL,
+    in_priority integer     DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_at  timestamptz;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    v_at := coalesce(in_run_at, v_now);
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    IF FOUND AND v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_push_batch: inserts many messages in one statement; returns how many
+-- were new (duplicates, also within the batch, are skipped). Arrays must have
+-- the same length; in_run_ats / in_priorities may be NULL (all defaults) or
+-- hold NULL elements. Any invalid element refuses the whole batch.
+CREATE OR REPLACE FUNCTION queue_push_batch(
+    in_queue      text,
+    in_keys       text[],
+    in_kinds      text[],
+    in_payloads   jsonb[],
+    in_run_ats    timestamptz[] DEFAULT NULL,
+    in_priorities integer[]     DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_n     integer;
+    v_count integer;
+    v_bad   integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    IF in_keys IS NULL OR in_kinds IS NULL OR in_payloads IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and payloads must not be NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := coalesce(pg_catalog.cardinality(in_keys), 0);
+    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_payloads) > 1
+       OR pg_catalog.array_ndims(in_run_ats) > 1 OR pg_catalog.array_ndims(in_priorities) > 1
+       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_payloads) <> v_n
+       OR (in_run_ats IS NOT NULL AND pg_catalog.cardinality(in_run_ats) <> v_n)
+       OR (in_priorities IS NOT NULL AND pg_catalog.cardinality(in_priorities) <> v_n) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds, payloads, run_ats and priorities must have the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT pg_catalog.min(i) INTO v_bad
+      FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
+     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR pg_catalog.length(in_keys[i]) > 255 OR pg_catalog.right(in_keys[i], 1) = ' '
+        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR pg_catalog.length(in_kinds[i]) > 128 OR pg_catalog.right(in_kinds[i], 1) = ' '
+        OR in_payloads[i] IS NULL
+        OR NOT pg_catalog.isfinite(coalesce(in_run_ats[i], v_now));
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, a NULL payload or an infinite run_at', v_bad
+            USING ERRCODE = '22023';
+    END IF;
+    -- Ids are drawn in array order (FIFO within the batch), but rows are
+    -- inserted in key order: two batches with overlapping keys then take
+    -- their unique-index entries in the same order and cannot deadlock.
+    WITH batch AS MATERIALIZED (
+        SELECT b.k, b.kd, b.pl, b.ra, b.pr,
+               pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')) AS new_id
+          FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                          pg_catalog.unnest(in_payloads),
+                          pg_catalog.unnest(coalesce(in_run_ats, pg_catalog.array_fill(NULL::timestamptz, ARRAY[v_n]))),
+                          pg_catalog.unnest(coalesce(in_priorities, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))))
+               WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
+    )
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, id)
+    OVERRIDING SYSTEM VALUE
+    SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
+           coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
+      FROM batch b
+     ORDER BY b.k, b.kd
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 AND (in_run_ats IS NULL OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_run_ats) r WHERE r IS NULL OR r <= v_now)) THEN
+        PERFORM pyqueue__notify(in_queue);  -- one wakeup per statement, for ready-now rows
+    END IF;
+    RETURN v_count;
+END;
+$$;
+
+-- queue_push_replace: queue_push that replaces instead of skipping (debounce,
+-- graphile-worker's job_key "replace" mode). Returns
+--   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
+--   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
+--               got the new payload, run_at and priority, attempts 0 and no
+--               reservation (an expired holder's commit then returns false);
+--   'reserved'  one is held by a live reservation: left alone, nothing pushed.
+-- created_at and the FIFO position among equal run_at are kept on replace.
+-- Locks: a key-share lock on the queue row and the message row.
+CREATE OR REPLACE FUNCTION queue_push_replace(
+    in_queue    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz DEFAULT NULL,
+    in_priority integer     DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now      timestamptz := pg_catalog.clock_timestamp();
+    v_at       timestamptz;
+    v_inserted boolean;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    v_at := coalesce(in_run_at, v_now);
+    INSERT INTO pyqueue_message AS m
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
+       SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
+           scheduled_at = EXCLUDED.scheduled_at, scheduled_at_initially = EXCLUDED.scheduled_at,
+           attempts = 0, reserved_by = NULL, reserve_token = NULL
+     WHERE m.reserve_token IS NULL OR m.scheduled_at <= v_now
+    RETURNING (m.xmax = 0) INTO v_inserted;
+    IF v_inserted IS NULL THEN
+        RETURN 'reserved';
+    END IF;
+    IF v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
+    RETURN CASE WHEN v_inserted THEN 'inserted' ELSE 'replaced' END;
+END;
+$$;
+
+
+-- ==== consume ====
+-- Take messages out: reserve (or pop, at-most-once), then commit, roll back,
+-- fail, extend or move the reservation; remove deletes a message whatever its
+-- state. Every step after the reserve must show the reservation's token.
+
+-- queue_pop: removes and returns up to in_n ready messages (at-most-once).
+-- Locks the chosen rows with SKIP LOCKED; nothing when the queue is paused.
+CREATE OR REPLACE FUNCTION queue_pop(in_queue text, in_n integer DEFAULT 1)
+RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
+               attempts integer, created_at timestamptz)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    IF v_queue.paused THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        WITH picked AS (
+            SELECT c.c_key, c.c_kind, c.ord
+              FROM pyqueue__lock_ready(in_queue, v_now, coalesce(in_n, 1), NULL)
+                   WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord)
+        ), gone AS (
+            DELETE FROM pyqueue_message m
+             USING picked
+             WHERE m.queue_name::text = in_queue AND m.p_key::text = picked.c_key::text AND m.p_kind::text = picked.c_kind::text
+            RETURNING picked.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at,
+                      m.reserved_by, m.last_error
+        ), archived AS (
+            INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                         created_at, processed_at, outcome, reserved_by, last_error)
+            SELECT in_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
+                   v_now, 'popped', g.reserved_by, g.last_error
+              FROM gone g WHERE v_queue.history_retention IS NOT NULL
+        )
+        SELECT g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at
+          FROM gone g ORDER BY g.ord;
+END;
+$$;
+
+-- queue_reserve: hands out up to in_n ready messages, each invisible to others
+-- until in_timeout (NULL = the queue's visibility_timeout) passes, with a fresh
+-- token per message. Rows come highest priority first, FIFO within one.
+-- A message whose expired reservation was its last allowed delivery is
+-- dead-lettered instead of delivered again. Locks with SKIP LOCKED: concurrent
+-- reservers never wait on each other and never share a message.
+CREATE OR REPLACE FUNCTION queue_reserve(
+    in_queue   text,
+    in_worker  text     DEFAULT NULL,
+    in_timeout interval DEFAULT NULL,
+    in_n       integer  DEFAULT 1,
+    in_kinds   text[]   DEFAULT NULL)
+RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, token uuid, priority integer,
+               attempts integer, created_at timestamptz, scheduled_at_initially timestamptz)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue   pyqueue_queue := pyqueue__queue(in_queue);
+    v_now     timestamptz := pg_catalog.clock_timestamp();
+    v_until   timestamptz;
+    v_left    integer := coalesce(in_n, 1);
+    v_got      integer;
+    v_ndead    integer;
+    v_keys     text[];
+    v_kinds    text[];
+    v_attempts integer[];
+    v_i        integer;
+BEGIN
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_worker IS NOT NULL AND pg_catalog.length(in_worker) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_queue.paused THEN
+        RETURN;
+    END IF;
+    v_until := v_now + coalesce(in_timeout, v_queue.visibility_timeout);
+    LOOP
+        SELECT pg_catalog.array_agg(c.c_key::text ORDER BY c.ord), pg_catalog.array_agg(c.c_kind::text ORDER BY c.ord),
+               pg_catalog.array_agg(c.c_attempts ORDER BY c.ord)
+          INTO v_keys, v_kinds, v_attempts
+          FROM pyqueue__lock_ready(in_queue, v_now, v_left, in_kinds)
+               WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord);
+        v_got := coalesce(pg_catalog.cardinality(v_keys), 0);
+        EXIT WHEN v_got = 0;
+        v_ndead := 0;
+        FOR v_i IN 1 .. v_got LOOP
+            IF v_attempts[v_i] >= v_queue.max_attempts THEN
+                PERFORM pyqueue__dead_letter(v_queue, v_keys[v_i], v_kinds[v_i], v_now);
+                v_ndead := v_ndead + 1;
+            END IF;
+        END LOOP;
+        RETURN QUERY
+            WITH taken AS (
+                UPDATE pyqueue_message m
+                   SET scheduled_at  = v_until,
+                       attempts      = m.attempts + 1,
+                       reserved_by   = in_worker,
+                       reserve_token = pg_catalog.gen_random_uuid()
+                  FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_kinds), pg_catalog.unnest(v_attempts))
+                       WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord)
+                 WHERE m.queue_name::text = in_queue AND m.p_key::text = c.c_key::text AND m.p_kind::text = c.c_kind::text
+                   AND c.c_attempts < v_queue.max_attempts
+                RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
+                          m.attempts, m.created_at, m.scheduled_at_initially
+            )
+            SELECT t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority, t.attempts,
+                   t.created_at, t.scheduled_at_initially
+              FROM taken t ORDER BY t.ord;
+        v_left := v_left - (v_got - v_ndead);
+        -- Only dead letters can leave slots unfilled while ready rows remain.
+        EXIT WHEN v_ndead = 0 OR v_left <= 0;
+    END LOOP;
+END;
+$$;
+
+-- queue_commit: deletes the message if in_token still holds its reservation;
+-- false otherwise (expired and re-reserved, committed already, or removed).
+CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_msg   pyqueue_message;
+BEGIN
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    DELETE FROM pyqueue_message
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = in_token
+    RETURNING * INTO v_msg;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pyqueue__archive(v_queue, v_msg, 'committed', NULL, pg_catalog.clock_timestamp());
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
+        PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
+    END IF;
+    RETURN true;
+END;
+$$;
+
+-- queue_rollback: gives the message back, eligible again after in_delay
+-- (NULL = 0), its last_error left as it is. After max_attempts deliveries it
+-- goes to the dead-letter queue instead (dropped when the queue has none).
+-- False when the token no longer holds. Locks the message row (and the
+-- queue row when dead-lettering).
+CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind text, in_token uuid,
+                               in_delay interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, false, NULL) IS NOT NULL;
+END;
+$$;
+
+-- queue_fail: queue_rollback that also records in_error (NULL = no text;
+-- cut to its first 2000 characters) as the message's last_error, kept on its
+-- dead-letter copy and in its history. Returns 'retry' (eligible again after
+-- in_delay), 'dead_lettered' (moved to the dead-letter queue), 'dropped'
+-- (max_attempts reached, no dead-letter queue) or NULL when the token no
+-- longer holds. Locks as queue_rollback.
+CREATE OR REPLACE FUNCTION queue_fail(in_queue text, in_key text, in_kind text, in_token uuid,
+                                      in_delay interval DEFAULT NULL, in_error text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, true, in_error);
+END;
+$$;
+
+-- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the
+-- queue's visibility_timeout) and returns a new token (the old one stops
+-- working); NULL when in_token no longer holds.
+CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token uuid,
+                             in_timeout interval DEFAULT NULL)
+RETURNS uuid
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_token uuid;
+BEGIN
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- limits
+        RETURN NULL;
+    END IF;
+    UPDATE pyqueue_message
+       SET scheduled_at = pg_catalog.clock_timestamp() + coalesce(in_timeout, v_queue.visibility_timeout),
+           reserve_token = pg_catalog.gen_random_uuid()
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = in_token
+    RETURNING reserve_token INTO v_token;
+    RETURN v_token;
+END;
+$$;
+
+-- queue_move: in one step commits the reservation here and pushes the message
+-- to in_to_queue (payload NULL = unchanged, priority and last_error kept;
+-- attempts and the dead-letter origin reset, except for a move into the same
+-- queue, which keeps them, so that max_attempts still applies). If in_to_queue already
+-- holds a live message with the same key and kind, that one stays (dedup, as
+-- queue_push). False, and nothing changes, when the token no longer holds.
+-- Locks: a key-share lock on the target queue row, then the message row.
+CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token uuid,
+                           in_to_queue text, in_payload jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_msg   pyqueue_message;
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_same  boolean;
+BEGIN
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
+    PERFORM pyqueue__queue(in_to_queue, true);
+    v_same := in_to_queue = in_queue;
+    DELETE FROM pyqueue_message
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
+       AND reserve_token = in_token
+    RETURNING * INTO v_msg;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pyqueue__archive(v_queue, v_msg, 'moved', in_to_queue, v_now);
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts)
+    VALUES (in_to_queue, v_msg.p_key, v_msg.p_kind, coalesce(in_payload, v_msg.payload),
+            v_msg.priority, v_now, v_now, v_now,
+            CASE WHEN v_same THEN v_msg.attempts ELSE 0 END,
+            v_msg.last_error,
+            CASE WHEN v_same THEN v_msg.dead_from END,
+            CASE WHEN v_same THEN v_msg.dead_attempts END)
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;
+    RETURN true;
+END;
+$$;
+
+-- queue_remove: deletes a message whatever its state; false when absent.
+CREATE OR REPLACE FUNCTION queue_remove(in_queue text, in_key text, in_kind text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    DELETE FROM pyqueue_message WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
+    RETURN FOUND;
+END;
+$$;
+
+
+-- ==== wakeups ====
+-- Waiting for work without polling hard: the NOTIFY channel of a queue and
+-- its throttle, when the next message falls due, and a long poll held inside
+-- the server for clients that cannot LISTEN.
+
+-- queue_channel: the NOTIFY channel a plain-SQL client LISTENs on for
+-- wakeups of in_queue (a push of a message that is ready now):
+--   SELECT queue_channel('jobs');  -- then LISTEN "<that name>";
+-- The name is fixed by the queue name alone. Raises unknown_queue. No locks.
+CREATE OR REPLACE FUNCTION queue_channel(in_queue text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    RETURN pyqueue__channel(in_queue);
+END;
+$$;
+
+-- queue_set_notify_window: sets the queue's wakeup throttle window: at most
+-- one NOTIFY per window (NULL = the default 50 ms; 0 = one per push
+-- statement). Locks the queue's pyqueue_notify row.
+CREATE OR REPLACE FUNCTION queue_set_notify_window(in_queue text, in_window interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_duration('window', in_window, false);
+    IF in_window > interval '1 hour' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: window must not exceed 1 hour' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_notify AS n (queue_name, notify_window)
+    VALUES (in_queue, coalesce(in_window, interval '50 milliseconds'))
+    ON CONFLICT (queue_name) DO UPDATE SET notify_window = EXCLUDED.notify_window;
+END;
+$$;
+
+-- queue_next_scheduled_at: when the next message of the queue (of one of
+-- in_kinds, NULL = any) becomes eligible: one row (next_scheduled_at,
+-- wait_s), wait_s = seconds from now, 0 when a message is ready already;
+-- both NULL when the queue holds no such message or is paused. Counts
+-- delayed messages and reservations (their expiry), so a worker that sleeps
+-- wait_s wakes when a delayed message or an expired reservation is due.
+-- Visits the first index entry of each priority. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_next_scheduled_at(in_queue text, in_kinds text[] DEFAULT NULL)
+RETURNS TABLE (next_scheduled_at timestamptz, wait_s double precision)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue    pyqueue_queue := pyqueue__queue(in_queue);
+    v_now      timestamptz := pg_catalog.clock_timestamp();
+    v_priority integer;
+    v_at       timestamptz;
+    v_next     timestamptz;
+BEGIN
+    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT v_queue.paused THEN
+        SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
+        WHILE v_priority IS NOT NULL LOOP
+            SELECT m.scheduled_at INTO v_at
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.priority = v_priority
+               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+             ORDER BY m.scheduled_at
+             LIMIT 1;
+            IF v_at IS NOT NULL AND (v_next IS NULL OR v_at < v_next) THEN
+                v_next := v_at;
+            END IF;
+            EXIT WHEN v_next <= v_now;
+            SELECT pg_catalog.max(m.priority) INTO v_priority
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
+        END LOOP;
+    END IF;
+    next_scheduled_at := v_next;
+    wait_s := CASE WHEN v_next IS NOT NULL THEN greatest(extract(epoch FROM v_next - v_now)::double precision, 0) END;
+    RETURN NEXT;
+END;
+$$;
+
+-- queue_wait: blocks until the queue has a message (of one of in_kinds, NULL
+-- = any) that is eligible now, or until in_timeout passes (NULL = 1 s, at
+-- most 1 hour); true when one is ready, false at the timeout. Checks every
+-- in_poll (NULL = 50 ms, at least 1 ms) and, when a delayed message or a
+-- reservation falls due before then, right at its time: a long poll held
+-- inside the server, one client round trip per wait, for clients without
+-- LISTEN. Each check is one queue_next_scheduled_at. Must run in autocommit
+-- or READ COMMITTED (a REPEATABLE READ snapshot never sees new messages).
+-- Takes no locks; keeps a connection busy while it waits.
+CREATE OR REPLACE FUNCTION queue_wait(in_queue text, in_kinds text[] DEFAULT NULL,
+                                      in_timeout interval DEFAULT NULL, in_poll interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_deadline timestamptz;
+    v_poll     double precision;
+    v_wait     double precision;
+    v_left     double precision;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_duration('timeout', in_timeout, false);
+    PERFORM pyqueue__check_duration('poll', in_poll, true);
+    IF in_poll < interval '1 millisecond' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: poll must be at least 1 millisecond' USING ERRCODE = '22023';
+    END IF;
+    IF in_timeout > interval '1 hour' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: timeout must not exceed 1 hour' USING ERRCODE = '22023';
+    END IF;
+    v_deadline := pg_catalog.clock_timestamp() + coalesce(in_timeout, interval '1 second');
+    v_poll := extract(epoch FROM coalesce(in_poll, interval '50 milliseconds'))::double precision;
+    LOOP
+        SELECT n.wait_s INTO v_wait FROM queue_next_scheduled_at(in_queue, in_kinds) n;
+        IF v_wait = 0::double precision THEN
+            RETURN true;
+        END IF;
+        v_left := extract(epoch FROM v_deadline - pg_catalog.clock_timestamp())::double precision;
+        IF v_left <= 0::double precision THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_catalog.pg_sleep(least(v_poll, v_left, coalesce(v_wait, v_poll)));
+    END LOOP;
+END;
+$$;
+
+
+-- ==== fast paths ====
+-- Two steps of the consume cycle in one call: commit the previous reservation
+-- and reserve the next, or commit many reservations at once. The semantics of
+-- the routines they stand for, in fewer round trips.
+
+-- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
+-- in_token; all three NULL = nothing to commit) and reserves the next up to
+-- in_n messages with queue_reserve's semantics (order, timeout, kinds,
+-- pause, dead letters), in one call: a consumer working one message at a
+-- time needs one round trip and one transaction per message instead of two.
+-- Rows as queue_reserve's, each led by committed (the commit's result: true,
+-- false when the token no longer held, NULL when nothing was given); when
+-- nothing is reserved, one row with committed and NULL elsewhere.
+-- Fast path: one locking read of the top priority's ready range
+-- (SKIP LOCKED) and one UPDATE of the locked rows by ctid (stable while we
+-- hold their locks), whatever the table statistics say. queue_reserve takes
+-- over for what is left when lower priorities exist or a locked row is due
+-- for dead-lettering. Locks: the committed row, the reserved rows.
+CREATE OR REPLACE FUNCTION queue_commit_reserve(
+    in_queue   text,
+    in_key     text,
+    in_kind    text,
+    in_token   uuid,
+    in_worker  text     DEFAULT NULL,
+    in_timeout interval DEFAULT NULL,
+    in_n       integer  DEFAULT 1,
+    in_kinds   text[]   DEFAULT NULL)
+RETURNS TABLE (committed boolean, p_key varchar, p_kind varchar, payload jsonb, token uuid,
+               priority integer, attempts integer, created_at timestamptz,
+               scheduled_at_initially timestamptz)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue     pyqueue_queue := pyqueue__queue(in_queue);
+    v_n         integer := coalesce(in_n, 1);
+    v_committed boolean;
+    v_now       timestamptz;
+    v_until     timestamptz;
+    v_top       integer;
+    v_tids      tid[];
+    v_attempts  integer[];
+    v_got       integer := 0;
+    v_more      integer;
+BEGIN
+    -- The same checks as queue_reserve, before anything changes.
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_worker IS NOT NULL AND pg_catalog.length(in_worker) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL) THEN
+        PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+        IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
+            -- Nothing to archive, not a schedule's occurrence: the DELETE is all of queue_commit.
+            DELETE FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+               AND m.reserve_token = in_token;
+            v_committed := FOUND;
+        ELSE
+            -- Exactly queue_commit: the history row, the next occurrence of a schedule.
+            v_committed := queue_commit(in_queue, in_key, in_kind, in_token);
+        END IF;
+    END IF;
+    -- A queue with concurrency limits reserves through queue_reserve, whose
+    -- lock step takes the limit slots (the fast path below knows no slots).
+    IF NOT v_queue.paused AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN
+        RETURN QUERY
+            SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
+                   r.created_at, r.scheduled_at_initially
+              FROM queue_reserve(in_queue, in_worker, in_timeout, v_n, in_kinds) AS r;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+    ELSIF NOT v_queue.paused THEN
+        v_now := pg_catalog.clock_timestamp();
+        v_until := v_now + coalesce(in_timeout, v_queue.visibility_timeout);
+        SELECT m.priority INTO v_top
+          FROM pyqueue_message m WHERE m.queue_name::text = in_queue
+         ORDER BY m.priority DESC LIMIT 1;
+        IF v_top IS NOT NULL THEN
+            SELECT pg_catalog.array_agg(r.tid), pg_catalog.array_agg(r.attempts) INTO v_tids, v_attempts
+              FROM (SELECT m.ctid AS tid, m.attempts
+                      FROM pyqueue_message m
+                     WHERE m.queue_name::text = in_queue AND m.priority = v_top AND m.scheduled_at <= v_now
+                       AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                     ORDER BY m.scheduled_at, m.id
+                     LIMIT v_n
+                       FOR UPDATE SKIP LOCKED) AS r;
+            IF v_tids IS NOT NULL THEN
+                RETURN QUERY
+                    WITH taken AS (
+                        UPDATE pyqueue_message m
+                           SET scheduled_at  = v_until,
+                               attempts      = m.attempts + 1,
+                               reserved_by   = in_worker,
+                               reserve_token = pg_catalog.gen_random_uuid()
+                          FROM pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
+                         WHERE m.ctid = c.tid AND m.attempts < v_queue.max_attempts
+                        RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
+                                  m.attempts, m.created_at, m.scheduled_at_initially
+                    )
+                    SELECT v_committed, t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority,
+                           t.attempts, t.created_at, t.scheduled_at_initially
+                      FROM taken t ORDER BY t.ord;
+                GET DIAGNOSTICS v_got = ROW_COUNT;
+            END IF;
+            -- queue_reserve takes over for the rest when a locked row is due
+            -- for dead-lettering (it is ours, still locked) or when lower
+            -- priorities may hold ready rows.
+            IF v_got < v_n
+               AND (v_got < coalesce(pg_catalog.cardinality(v_tids), 0)
+                    OR EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.queue_name::text = in_queue AND m.priority < v_top)) THEN
+                RETURN QUERY
+                    SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
+                           r.created_at, r.scheduled_at_initially
+                      FROM queue_reserve(in_queue, in_worker, in_timeout, v_n - v_got, in_kinds) AS r;
+                GET DIAGNOSTICS v_more = ROW_COUNT;
+                v_got := v_got + v_more;
+            END IF;
+        END IF;
+    END IF;
+    IF v_got = 0 THEN
+        RETURN QUERY SELECT v_committed, NULL::varchar, NULL::varchar, NULL::jsonb, NULL::uuid,
+                            NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz;
+    END IF;
+END;
+$$;
+
+-- queue_commit_batch: commits many reservations in one statement (element i
+-- of the three arrays names one reservation). Returns how many were deleted;
+-- a reservation whose token no longer holds is skipped (not counted).
+-- Refuses, changing nothing, arrays that are NULL, not one-dimensional, of
+-- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
+-- a NULL token. Locks: the deleted rows, in key order (the order queue_drop
+-- locks them in, so the two cannot deadlock).
+CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens uuid[])
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_n     integer;
+    v_bad   integer;
+    v_count integer;
+    v_i     integer;
+    v_queue pyqueue_queue;
+    v_slow  boolean;
+BEGIN
+    v_queue := pyqueue__queue(in_queue);
+    IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must not be NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := pg_catalog.cardinality(in_keys);
+    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_tokens) > 1
+       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_tokens) <> v_n THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must have the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT pg_catalog.min(i) INTO v_bad
+      FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
+     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR pg_catalog.length(in_keys[i]) > 255 OR pg_catalog.right(in_keys[i], 1) = ' '
+        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR pg_catalog.length(in_kinds[i]) > 128 OR pg_catalog.right(in_kinds[i], 1) = ' '
+        OR in_tokens[i] IS NULL;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
+            USING ERRCODE = '22023';
+    END IF;
+    -- One primary-key DELETE per element: its plan cannot turn into a scan
+    -- of the queue, whatever the table statistics say (a join with the
+    -- unnested arrays did, on a queue analyzed while it was small). A queue
+    -- that keeps history, or a batch holding occurrences of a schedule,
+    -- commits each element through queue_commit (history row, next occurrence).
+    v_slow := v_queue.history_retention IS NOT NULL
+              OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key::text LIKE '%@____-__-__T__:__:__Z');
+    v_count := 0;
+    FOR v_i IN SELECT i FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
+                ORDER BY in_keys[i], in_kinds[i], i LOOP
+        IF v_slow THEN
+            IF queue_commit(in_queue, in_keys[v_i], in_kinds[v_i], in_tokens[v_i]) THEN
+                v_count := v_count + 1;
+            END IF;
+        ELSE
+            DELETE FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.p_key::text = in_keys[v_i] AND m.p_kind::text = in_kinds[v_i]
+               AND m.reserve_token = in_tokens[v_i];
+            IF FOUND THEN
+                v_count := v_count + 1;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
+
+-- ==== history and dead letters ====
+-- What became of messages that left a queue (pyqueue_history: purge, replay),
+-- the messages in dead-letter queues (list, redrive), and one message's state
+-- and history, for roles that may not read the tables.
+
+-- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
+-- are past their queue's history_retention (processed_at < now - retention),
+-- oldest first, of one queue or (in_queue NULL) of every queue that has a
+-- retention. Returns how many it deleted; call it again until it returns
+-- less than in_n. Bounded: one call locks at most in_n history rows (SKIP
+-- LOCKED, so two purgers share the work instead of waiting). History of a
+-- dropped queue, or of one whose retention was set back to NULL, is left
+-- alone (DELETE it with plain SQL).
+CREATE OR REPLACE FUNCTION queue_purge_history(in_queue text DEFAULT NULL, in_n integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_left  integer := coalesce(in_n, 10000);
+    v_got   integer;
+    v_q     record;
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    PERFORM pyqueue__check_batch_size(in_n);
+    FOR v_q IN
+        SELECT q.queue_name, q.history_retention
+          FROM pyqueue_queue q
+         WHERE q.history_retention IS NOT NULL AND (in_queue IS NULL OR q.queue_name::text = in_queue)
+         ORDER BY q.queue_name
+    LOOP
+        EXIT WHEN v_left <= 0;
+        WITH doomed AS (
+            SELECT h.id
+              FROM pyqueue_history h
+             WHERE h.queue_name::text = v_q.queue_name::text
+               AND h.processed_at < v_now - v_q.history_retention
+             ORDER BY h.processed_at
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM pyqueue_history h USING doomed WHERE h.id = doomed.id;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+    END LOOP;
+    RETURN coalesce(in_n, 10000) - v_left;
+END;
+$$;
+
+-- queue_replay: pushes again the messages of in_queue's history whose
+-- processed_at lies in [in_from, in_to) (NULL = unbounded on that side),
+-- through the normal dedup: a (p_key, p_kind) that is live in the queue is
+-- skipped. When a key and kind left several times in the range, its latest
+-- version is replayed. Replayed messages are ready now, with their archived
+-- payload and priority, attempts 0. Returns how many were inserted.
+-- Reads the history range without locks; locks like queue_push_batch.
+CREATE OR REPLACE FUNCTION queue_replay(in_queue text, in_from timestamptz DEFAULT NULL,
+                                        in_to timestamptz DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_count integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    IF in_from > in_to THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: from must not be later than to' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at)
+    SELECT in_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now
+      FROM (SELECT DISTINCT ON (h.p_key, h.p_kind) h.p_key, h.p_kind, h.payload, h.priority
+              FROM pyqueue_history h
+             WHERE h.queue_name::text = in_queue AND h.outcome::text IN ('committed', 'popped')
+               AND (in_from IS NULL OR h.processed_at >= in_from)
+               AND (in_to IS NULL OR h.processed_at < in_to)
+             ORDER BY h.p_key, h.p_kind, h.processed_at DESC, h.id DESC) h
+     ORDER BY h.p_key, h.p_kind
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
+    RETURN v_count;
+END;
+$$;
+
+-- queue_redrive: moves up to in_n (NULL = 1) ready messages of in_dead_queue
+-- (usually a dead-letter queue) to in_to_queue, highest priority first, FIFO
+-- within one: same key, kind, payload, priority and last_error, attempts 0,
+-- ready now, no dead-letter origin (dead_from, dead_attempts).
+-- A message held by a live reservation is not taken. A message whose key
+-- and kind are already live in in_to_queue stays where it is (dedup; it is
+-- skipped and does not count towards in_n). Returns how many moved. With a
+-- history_retention on in_dead_queue each move is archived as 'moved'.
+-- Locks the chosen rows with SKIP LOCKED and a key-share lock on both queue rows.
+CREATE OR REPLACE FUNCTION queue_redrive(in_dead_queue text, in_to_queue text, in_n integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_dead  pyqueue_queue;
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_count integer;
+BEGIN
+    PERFORM pyqueue__check_name('dead_queue', in_dead_queue, 128);
+    PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
+    v_dead := pyqueue__queue(in_dead_queue, true);
+    PERFORM pyqueue__queue(in_to_queue, true);
+    PERFORM pyqueue__check_batch_size(in_n);
+    IF in_dead_queue = in_to_queue THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: dead_queue and to_queue must differ' USING ERRCODE = '22023';
+    END IF;
+    WITH picked AS (
+        SELECT m.*
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_dead_queue AND m.scheduled_at <= v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
+                            WHERE t.queue_name::text = in_to_queue AND t.p_key::text = m.p_key::text AND t.p_kind::text = m.p_kind::text)
+         ORDER BY m.priority DESC, m.scheduled_at, m.id
+         LIMIT coalesce(in_n, 1)
+           FOR UPDATE SKIP LOCKED
+    ), pushed AS (
+        INSERT INTO pyqueue_message AS t
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, last_error)
+        SELECT in_to_queue, p.p_key, p.p_kind, p.payload, p.priority, v_now, v_now, v_now, p.last_error
+          FROM picked p
+         ORDER BY p.p_key, p.p_kind
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING t.p_key, t.p_kind
+    ), gone AS (
+        DELETE FROM pyqueue_message m
+         USING pushed
+         WHERE m.queue_name::text = in_dead_queue AND m.p_key::text = pushed.p_key::text AND m.p_kind::text = pushed.p_kind::text
+        RETURNING m.*
+    ), archived AS (
+        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                     created_at, processed_at, outcome, to_queue, reserved_by, last_error)
+        SELECT in_dead_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
+               v_now, 'moved', in_to_queue, g.reserved_by, g.last_error
+          FROM gone g WHERE v_dead.history_retention IS NOT NULL
+    )
+    SELECT pg_catalog.count(*) INTO v_count FROM gone;
+    IF v_count > 0 THEN PERFORM pyqueue__notify(in_to_queue); END IF;  -- wakeup: ready now
+    RETURN v_count;
+END;
+$$;
+
+-- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
+-- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
+-- dead letter first, so that a role without SELECT on the view can list them:
+-- from_queue and attempts are the queue each came from and its deliveries
+-- there, last_error its last error text. An unknown queue is refused; a
+-- queue that is nobody's dead-letter queue has none. Takes no locks (one snapshot).
+CREATE OR REPLACE FUNCTION queue_dead_letters(in_queue text)
+RETURNS TABLE (dead_letter_queue varchar, from_queue varchar, p_key varchar, p_kind varchar,
+               payload jsonb, priority integer, attempts integer, created_at timestamptz,
+               dead_lettered_at timestamptz, reserved boolean, last_error varchar)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    RETURN QUERY
+        SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
+               d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error
+          FROM pyqueue_dead_letters d
+         WHERE d.dead_letter_queue::text = in_queue
+         ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
+END;
+$$;
+
+-- queue_message: the live message (in_key, in_kind) of in_queue, 0 or 1 row:
+-- its state ('ready', 'delayed' or 'reserved', as in queue_stats), payload,
+-- priority, attempts (deliveries so far), scheduled_at (when it is or was
+-- due; for a reserved one, when the reservation ends), created_at,
+-- reserved_by (the worker of its last reservation), last_error and, for a
+-- dead letter, dead_from. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_message(in_queue text, in_key text, in_kind text)
+RETURNS TABLE (p_key text, p_kind text, state text, payload jsonb, priority integer, attempts integer,
+               scheduled_at timestamptz, created_at timestamptz, reserved_by text, last_error text,
+               dead_from text)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    RETURN QUERY
+        SELECT m.p_key::text, m.p_kind::text,
+               CASE WHEN m.scheduled_at <= v_now THEN 'ready'
+                    WHEN m.reserve_token IS NOT NULL THEN 'reserved'
+                    ELSE 'delayed' END::text,
+               m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by::text,
+               m.last_error::text, m.dead_from::text
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
+END;
+$$;
+
+-- queue_message_history: the history rows of (in_queue, in_key, in_kind),
+-- newest first, at most 100: (processed_at, outcome, to_queue, attempts,
+-- reserved_by, last_error). A queue that no longer exists is no error (its
+-- history stays); a queue without history_retention has none. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_message_history(in_queue text, in_key text, in_kind text)
+RETURNS TABLE (processed_at timestamptz, outcome text, to_queue text, attempts integer,
+               reserved_by text, last_error text)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    RETURN QUERY
+        SELECT h.processed_at, h.outcome::text, h.to_queue::text, h.attempts, h.reserved_by::text,
+               h.last_error::text
+          FROM pyqueue_history h
+         WHERE h.queue_name::text = in_queue AND h.p_key::text = in_key AND h.p_kind::text = in_kind
+         ORDER BY h.processed_at DESC, h.id DESC
+         LIMIT 100;
+END;
+$$;
+
+
+-- ==== limits ====
+-- Concurrency limits: at most capacity messages of a kind reserved at once in
+-- a queue. The reserve and extend paths take and keep the slots through the
+-- limit helpers above.
+
+-- queue_set_limit: at most in_capacity messages of in_kind reserved at once
+-- in in_queue (0 holds the kind back); NULL removes the limit. Live
+-- reservations of the kind made before the first call are counted (as far as
+-- the capacity goes). Lowering the capacity revokes no live reservation:
+-- those beyond the new capacity keep their slot rows (numbered above it, so
+-- queue_limits counts them) and nothing more of the kind is handed out
+-- until fewer than the new capacity are held. Locks the limit row and all
+-- its slots (in slot order).
+CREATE OR REPLACE FUNCTION queue_set_limit(in_queue text, in_kind text, in_capacity integer)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_extra record;
+    v_free  integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_capacity IS NULL THEN
+        DELETE FROM pyqueue_limit WHERE queue_name::text = in_queue AND p_kind::text = in_kind;
+        RETURN;
+    END IF;
+    IF in_capacity < 0 OR in_capacity > 10000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: capacity must be from 0 to 10000 (NULL removes the limit)'
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_limit AS l (queue_name, p_kind, capacity)
+    VALUES (in_queue, in_kind, in_capacity)
+    ON CONFLICT (queue_name, p_kind) DO UPDATE SET capacity = EXCLUDED.capacity;
+    PERFORM 1 FROM pyqueue_limit_slot s
+     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+     ORDER BY s.slot_no
+       FOR UPDATE;
+    INSERT INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
+    SELECT in_queue, in_kind, g FROM pg_catalog.generate_series(1, in_capacity) g
+    ON CONFLICT DO NOTHING;
+    -- Slots above the capacity: a dead holder's slot goes, a live holder
+    -- moves into a free slot within the capacity when there is one, else
+    -- keeps its slot until its reservation ends.
+    FOR v_extra IN
+        SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > in_capacity
+         ORDER BY s.slot_no
+    LOOP
+        IF pyqueue__slot_held(in_queue, in_kind, v_extra.msg_key::text, v_extra.msg_id, v_extra.msg_attempts,
+                              v_now) THEN
+            SELECT s.slot_no INTO v_free
+              FROM pyqueue_limit_slot s
+             WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= in_capacity
+               AND NOT pyqueue__slot_held(in_queue, in_kind, s.msg_key::text, s.msg_id, s.msg_attempts, v_now)
+             ORDER BY s.slot_no
+             LIMIT 1;
+            CONTINUE WHEN NOT FOUND;
+            UPDATE pyqueue_limit_slot
+               SET msg_id = v_extra.msg_id, msg_key = v_extra.msg_key, msg_attempts = v_extra.msg_attempts
+             WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_free;
+        END IF;
+        DELETE FROM pyqueue_limit_slot
+         WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_extra.slot_no;
+    END LOOP;
+    -- Live reservations that hold no slot yet (made before the limit) take
+    -- the empty slots, oldest first.
+    WITH untracked AS (
+        SELECT m.id, m.p_key, m.attempts, pg_catalog.row_number() OVER (ORDER BY m.id) AS rn
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.p_kind::text = in_kind
+           AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                            WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+                              AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
+    ), empty AS (
+        SELECT s.slot_no, pg_catalog.row_number() OVER (ORDER BY s.slot_no) AS rn
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= in_capacity
+           AND NOT pyqueue__slot_held(in_queue, in_kind, s.msg_key::text, s.msg_id, s.msg_attempts, v_now)
+    )
+    UPDATE pyqueue_limit_slot s
+       SET msg_id = u.id, msg_key = u.p_key, msg_attempts = u.attempts
+      FROM untracked u JOIN empty e ON e.rn = u.rn
+     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no = e.slot_no;
+END;
+$$;
+
+-- queue_limits: the limits of a queue (all queues when NULL) with in_use,
+-- the live reservations holding a slot now. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_limits(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, p_kind text, capacity integer, in_use bigint)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT l.queue_name::text, l.p_kind::text, l.capacity,
+               (SELECT pg_catalog.count(*) FROM pyqueue_limit_slot s JOIN pyqueue_message m
+                    ON m.queue_name::text = s.queue_name::text AND m.p_key::text = s.msg_key::text AND m.p_kind::text = s.p_kind::text
+                   AND m.id = s.msg_id AND m.attempts = s.msg_attempts
+                 WHERE s.queue_name::text = l.queue_name::text AND s.p_kind::text = l.p_kind::text
+                   AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
+          FROM pyqueue_limit l
+         WHERE in_queue IS NULL OR l.queue_name::text = in_queue
+         ORDER BY l.queue_name, l.p_kind;
+END;
+$$;
+
+
+-- ==== workers ====
+-- The worker registry: register, heartbeat, deregister, list, and hand back
+-- the reservations of workers that stopped heartbeating.
+
+-- queue_worker_register: records a worker; returns one row (worker_id,
+-- secret): secret is a fresh random token that heartbeat and deregister
+-- require, so that a worker can touch only its own registration. The worker
+-- then reserves with worker = in_name || '#' || worker_id (queue_workers
+-- shows it as reserve_as) so that queue_release_dead_workers can find its
+-- messages. Inserts one row.
+CREATE OR REPLACE FUNCTION queue_worker_register(in_name text, in_host text DEFAULT NULL,
+                                                 in_pid integer DEFAULT NULL, in_queues text[] DEFAULT NULL)
+RETURNS TABLE (worker_id bigint, secret uuid)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_id     bigint;
+    v_secret uuid := pg_catalog.gen_random_uuid();
+BEGIN
+    PERFORM pyqueue__check_name('name', in_name, 200);
+    IF in_host IS NOT NULL AND pg_catalog.length(in_host) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: host is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    IF in_pid < 0 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: pid must not be negative' USING ERRCODE = '22023';
+    END IF;
+    IF in_queues IS NOT NULL AND (pg_catalog.array_ndims(in_queues) > 1
+                                  OR pg_catalog.array_position(in_queues, NULL::text) IS NOT NULL
+                                  OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_queues) q(name)
+                                              WHERE q.name = '' OR q.name LIKE '% '
+                                                 OR pg_catalog.length(q.name) > 128)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: queues must be NULL or an array of names without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_worker AS w (worker_name, host, pid, queues, started_at, heartbeat_at, secret)
+    VALUES (in_name, in_host, in_pid, in_queues, v_now, v_now, v_secret)
+    RETURNING w.worker_id INTO v_id;
+    worker_id := v_id;
+    secret := v_secret;
+    RETURN NEXT;
+END;
+$$;
+
+-- queue_worker_heartbeat: heartbeat_at = now; false when the worker is not
+-- registered (deregistered, or released as dead: it should register again)
+-- or in_secret is not its secret. Locks the worker row.
+CREATE OR REPLACE FUNCTION queue_worker_heartbeat(in_worker_id bigint, in_secret uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_worker(in_worker_id, in_secret);
+    UPDATE pyqueue_worker SET heartbeat_at = pg_catalog.clock_timestamp()
+     WHERE worker_id = in_worker_id AND secret = in_secret;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_worker_deregister: removes the worker (its reservations stay as they
+-- are); false when it was not registered or in_secret is not its secret.
+CREATE OR REPLACE FUNCTION queue_worker_deregister(in_worker_id bigint, in_secret uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_worker(in_worker_id, in_secret);
+    DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = in_secret;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_release_dead_workers: workers whose heartbeat is older than
+-- in_older_than are removed, and their live reservations (reserved_by =
+-- their reserve_as) become ready now: token cleared, the delivery counted
+-- (attempts stay, as after an expiry; a message that had its last allowed
+-- delivery is dead-lettered by the next reserve). Returns the number of
+-- messages released. Reads every reserved message (no index on reserved_by):
+-- a maintenance call, run it every few heartbeats, not per reserve.
+CREATE OR REPLACE FUNCTION queue_release_dead_workers(in_older_than interval)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_tags  text[];
+    v_count integer;
+    v_ready text[];
+    v_queue text;
+BEGIN
+    IF in_older_than IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: older_than must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('older_than', in_older_than, true);
+    WITH gone AS (
+        DELETE FROM pyqueue_worker w WHERE w.heartbeat_at < v_now - in_older_than
+        RETURNING w.worker_name::text || '#'::text || w.worker_id::text AS tag
+    )
+    SELECT pg_catalog.array_agg(tag) INTO v_tags FROM gone;
+    IF v_tags IS NULL THEN
+        RETURN 0;
+    END IF;
+    WITH released AS (
+        UPDATE pyqueue_message
+           SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+         WHERE reserved_by::text = ANY (v_tags) AND reserve_token IS NOT NULL AND scheduled_at > v_now
+        RETURNING queue_name
+    )
+    SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT r.queue_name ORDER BY r.queue_name) INTO v_count, v_ready
+      FROM released r;
+    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP  -- wakeups: ready now
+        PERFORM pyqueue__notify(v_queue);
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
+-- queue_workers: the registered workers, oldest first, with reserve_as (the
+-- worker name their reservations carry) and the seconds since their last
+-- heartbeat.
+CREATE OR REPLACE FUNCTION queue_workers()
+RETURNS TABLE (worker_id bigint, worker_name text, host text, pid integer, queues text[],
+               started_at timestamptz, heartbeat_at timestamptz, heartbeat_age_s double precision,
+               reserve_as text)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY
+        SELECT w.worker_id, w.worker_name::text, w.host::text, w.pid, w.queues, w.started_at,
+               w.heartbeat_at, extract(epoch FROM pg_catalog.clock_timestamp() - w.heartbeat_at)::double precision,
+               w.worker_name::text || '#'::text || w.worker_id::text
+          FROM pyqueue_worker w
+         ORDER BY w.worker_id;
+END;
+$$;
+
+
+-- ==== schedules ====
+-- Recurring messages, every n seconds or on a cron expression (UTC): each
+-- occurrence is an ordinary message, and committing it pushes the next.
+
 -- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
 -- in_every (whole seconds, 1 s to 100 years), at the multiples of in_every
 -- since 1970-01-01 UTC. Returns the time of the first occurrence.
@@ -2464,89 +2535,61 @@ BEGIN
 END;
 $$;
 
--- ---- end of history, dead letters, limits, workers, schedules ----
 
+-- ==== ingest ====
+-- Bulk enqueue with plain INSERTs into the table queue_ingest (Spark's
+-- df.write.jdbc): a statement-level trigger (pyqueue__ingest, above) enqueues
+-- each INSERT's rows; queue_ingest_flush reports what a tagged session's
+-- INSERTs did.
 
--- ---- least privilege ----
+CREATE OR REPLACE TRIGGER queue_ingest_enqueue
+    AFTER INSERT ON queue_ingest
+    REFERENCING NEW TABLE AS pyqueue_new
+    FOR EACH STATEMENT EXECUTE FUNCTION pyqueue__ingest();
 
--- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
--- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
--- dead letter first, so that a role without SELECT on the view can list them:
--- from_queue and attempts are the queue each came from and its deliveries
--- there, last_error its last error text. An unknown queue is refused; a
--- queue that is nobody's dead-letter queue has none. Takes no locks (one snapshot).
-CREATE OR REPLACE FUNCTION queue_dead_letters(in_queue text)
-RETURNS TABLE (dead_letter_queue varchar, from_queue varchar, p_key varchar, p_kind varchar,
-               payload jsonb, priority integer, attempts integer, created_at timestamptz,
-               dead_lettered_at timestamptz, reserved boolean, last_error varchar)
-LANGUAGE plpgsql STABLE
+-- queue_ingest_flush: the portable end of a bulk ingest. On PostgreSQL every
+-- INSERT into queue_ingest is already enqueued when it returns; the flush
+-- reports what the INSERTs of this session's ingest tag did (the setting
+-- pyqueue.ingest_tag, 1 to 128 characters; see pyqueue_ingest_tally) since
+-- the last flush with that tag, and forgets it: one row (enqueued,
+-- duplicates, rejected 0). Without a tag: (0, 0, 0). Also deletes tallies
+-- older than a day, of any tag. in_queue NULL = all queues; a named queue
+-- must exist (the counts are the tag's, whatever queues its rows named).
+-- Locks: the tally rows it deletes.
+CREATE OR REPLACE FUNCTION queue_ingest_flush(in_queue text DEFAULT NULL)
+RETURNS TABLE (enqueued bigint, duplicates bigint, rejected bigint)
+LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    RETURN QUERY
-        SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
-               d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error
-          FROM pyqueue_dead_letters d
-         WHERE d.dead_letter_queue::text = in_queue
-         ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
-END;
-$$;
-
--- queue_message: the live message (in_key, in_kind) of in_queue, 0 or 1 row:
--- its state ('ready', 'delayed' or 'reserved', as in queue_stats), payload,
--- priority, attempts (deliveries so far), scheduled_at (when it is or was
--- due; for a reserved one, when the reservation ends), created_at,
--- reserved_by (the worker of its last reservation), last_error and, for a
--- dead letter, dead_from. Reads without locks.
-CREATE OR REPLACE FUNCTION queue_message(in_queue text, in_key text, in_kind text)
-RETURNS TABLE (p_key text, p_kind text, state text, payload jsonb, priority integer, attempts integer,
-               scheduled_at timestamptz, created_at timestamptz, reserved_by text, last_error text,
-               dead_from text)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
+#variable_conflict use_column
 DECLARE
-    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_tag text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
 BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    IF v_tag IS NULL OR pg_catalog.length(v_tag) NOT BETWEEN 1 AND 128 THEN
+        RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;
+        RETURN;
+    END IF;
+    DELETE FROM pyqueue_ingest_tally t
+     WHERE t.tallied_at < pg_catalog.clock_timestamp() - interval '1 day';
     RETURN QUERY
-        SELECT m.p_key::text, m.p_kind::text,
-               CASE WHEN m.scheduled_at <= v_now THEN 'ready'
-                    WHEN m.reserve_token IS NOT NULL THEN 'reserved'
-                    ELSE 'delayed' END::text,
-               m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by::text,
-               m.last_error::text, m.dead_from::text
-          FROM pyqueue_message m
-         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
+        WITH gone AS (
+            DELETE FROM pyqueue_ingest_tally t WHERE t.tag = v_tag
+            RETURNING t.enqueued AS n_enqueued, t.duplicates AS n_duplicates
+        )
+        SELECT coalesce(pg_catalog.sum(g.n_enqueued), 0)::bigint,
+               coalesce(pg_catalog.sum(g.n_duplicates), 0)::bigint, 0::bigint
+          FROM gone g;
 END;
 $$;
 
--- queue_message_history: the history rows of (in_queue, in_key, in_kind),
--- newest first, at most 100: (processed_at, outcome, to_queue, attempts,
--- reserved_by, last_error). A queue that no longer exists is no error (its
--- history stays); a queue without history_retention has none. Reads without locks.
-CREATE OR REPLACE FUNCTION queue_message_history(in_queue text, in_key text, in_kind text)
-RETURNS TABLE (processed_at timestamptz, outcome text, to_queue text, attempts integer,
-               reserved_by text, last_error text)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__check_name('queue', in_queue, 128);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    RETURN QUERY
-        SELECT h.processed_at, h.outcome::text, h.to_queue::text, h.attempts, h.reserved_by::text,
-               h.last_error::text
-          FROM pyqueue_history h
-         WHERE h.queue_name::text = in_queue AND h.p_key::text = in_key AND h.p_kind::text = in_kind
-         ORDER BY h.processed_at DESC, h.id DESC
-         LIMIT 100;
-END;
-$$;
+
+-- ==== privileges ====
+-- Least privilege: EXECUTE on every routine, contract and internal, is
+-- revoked from PUBLIC, so that nobody but the owner may call anything until
+-- granted.
 
 -- No routine is callable by PUBLIC (PostgreSQL's default for a new function):
 -- SECURITY DEFINER routines open to everyone would let any role push and
@@ -2554,24 +2597,31 @@ $$;
 -- (pyqueue-sql grant; README "Least privilege"). Internal helpers (pyqueue__*)
 -- are granted to nobody: only the routines, running as their owner, call them.
 -- The list is static (no SQL built from names); a routine added to this file
--- must be added here (tests/security/test_privileges.py fails otherwise).
+-- must be added here (tests/security/test_privileges.py fails otherwise), in
+-- the order of the sections: the helpers, then the routines topic by topic.
 REVOKE EXECUTE ON FUNCTION
-    queue_create, queue_drop, queue_push, queue_push_batch, queue_pop, queue_reserve,
-    queue_commit, queue_rollback, queue_extend, queue_move, queue_remove, queue_pause,
-    queue_resume, queue_stats, queue_channel, queue_set_notify_window, queue_next_scheduled_at,
-    queue_wait, queue_commit_reserve, queue_commit_batch, queue_ingest_flush,
-    queue_purge_history, queue_replay, queue_redrive, queue_push_replace, queue_set_limit,
-    queue_limits, queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
-    queue_release_dead_workers, queue_workers, queue_schedule_every, queue_schedule_cron,
-    queue_unschedule, queue_schedules, queue_dead_letters, queue_reset_setting, queue_settings,
-    queue_fail, queue_message, queue_message_history,
     pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
-    pyqueue__dead_letter, pyqueue__lock_ready, pyqueue__channel, pyqueue__notify, pyqueue__ingest,
-    pyqueue__archive, pyqueue__check_batch_size, pyqueue__limit_claim, pyqueue__lock_ready_limited,
-    pyqueue__limit_renew, pyqueue__cron_field, pyqueue__cron_next, pyqueue__schedule_key,
-    pyqueue__schedule_after, pyqueue__schedule_next, pyqueue__schedule, pyqueue__give_back,
-    pyqueue__check_worker, pyqueue__slot_held
+    pyqueue__check_batch_size, pyqueue__lock_ready, pyqueue__dead_letter, pyqueue__give_back,
+    pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,
+    pyqueue__lock_ready_limited, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
+    pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__schedule_next,
+    pyqueue__schedule, pyqueue__ingest,
+    queue_create, queue_reset_setting, queue_settings, queue_drop, queue_pause, queue_resume,
+    queue_stats,
+    queue_push, queue_push_batch, queue_push_replace,
+    queue_pop, queue_reserve, queue_commit, queue_rollback, queue_fail, queue_extend, queue_move,
+    queue_remove,
+    queue_channel, queue_set_notify_window, queue_next_scheduled_at, queue_wait,
+    queue_commit_reserve, queue_commit_batch,
+    queue_purge_history, queue_replay, queue_redrive, queue_dead_letters, queue_message,
+    queue_message_history,
+    queue_set_limit, queue_limits,
+    queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
+    queue_release_dead_workers, queue_workers,
+    queue_schedule_every, queue_schedule_cron, queue_unschedule, queue_schedules,
+    queue_ingest_flush
   FROM PUBLIC;
+
 
 -- The caller's search_path again (pinned at the top of this script).
 DO $$
@@ -2581,5 +2631,3 @@ BEGIN
     END IF;
 END
 $$;
-
--- ---- end of least privilege ----
