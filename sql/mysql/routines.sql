@@ -756,6 +756,7 @@ END //
 -- then loses a race, the slot holds a reservation that either is someone
 -- else's (counted twice until it ends) or never happens (busy until the
 -- timeout it would have had): too few hand-outs, never too many.
+-- Locks: as pyqueue__limit_take.
 DROP PROCEDURE IF EXISTS pyqueue__limit_claim //
 CREATE PROCEDURE pyqueue__limit_claim(
     IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -785,6 +786,7 @@ END //
 -- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
 -- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
 -- comma lists of those. Raises invalid_argument naming the field.
+-- Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__cron_field //
 CREATE PROCEDURE pyqueue__cron_field(
     IN  in_field LONGTEXT    CHARACTER SET utf8mb4,
@@ -839,6 +841,7 @@ END //
 -- (numbers made by a cross join of digits, no recursion), then the first
 -- matching minute of that day; never minute by minute. Raises
 -- invalid_argument for a malformed expression or one that never matches.
+-- Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__cron_next //
 CREATE PROCEDURE pyqueue__cron_next(
     IN  in_cron  LONGTEXT CHARACTER SET utf8mb4,
@@ -928,6 +931,7 @@ END //
 -- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
 -- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
 -- pyqueue__cron_next.
+-- Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__schedule_after //
 CREATE PROCEDURE pyqueue__schedule_after(
     IN  in_every_s BIGINT,
@@ -954,6 +958,8 @@ END //
 -- token was lost) or never runs (interruption), the old occurrence comes
 -- back, and its later commit pushes nothing (no longer pending): no stall,
 -- no second next occurrence.
+-- Locks: the schedule row (the conditional UPDATE), then the new occurrence,
+-- each for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__schedule_next //
 CREATE PROCEDURE pyqueue__schedule_next(
     IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1003,6 +1009,8 @@ END //
 -- next_at. Steps: upsert the schedule row (next_at = first), remove the old
 -- pending occurrence, push the first one: interrupted (the call then fails),
 -- the schedule may have no pending occurrence until it is called again.
+-- Locks: the schedule row, the old pending occurrence, the new occurrence and
+-- a shared lock on the queue row, each for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__schedule //
 CREATE PROCEDURE pyqueue__schedule(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3466,6 +3474,7 @@ END //
 -- in_every_s seconds (a whole number, 1 s to 100 years), at the multiples of
 -- in_every_s since 1970-01-01 UTC. Result: one row, next_at = the time of
 -- the first occurrence.
+-- Locks as pyqueue__schedule.
 DROP PROCEDURE IF EXISTS queue_schedule_every //
 CREATE PROCEDURE queue_schedule_every(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3488,6 +3497,7 @@ END //
 -- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every
 -- minute matching the 5-field cron expression in_cron (UTC). Result: one
 -- row, next_at = the time of the first occurrence.
+-- Locks as pyqueue__schedule.
 DROP PROCEDURE IF EXISTS queue_schedule_cron //
 CREATE PROCEDURE queue_schedule_cron(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3506,6 +3516,8 @@ END //
 -- queue_unschedule: removes the schedule and its pending occurrence unless
 -- that is reserved (it then runs once more, and its commit pushes nothing).
 -- Result: one row, unscheduled = 1, or 0 when there was no such schedule.
+-- Locks: the schedule row and the pending occurrence's row, each for one
+-- statement.
 DROP PROCEDURE IF EXISTS queue_unschedule //
 CREATE PROCEDURE queue_unschedule(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,

@@ -102,6 +102,7 @@ $$;
 -- Raises unless a name is non-NULL, non-empty, at most in_max characters and
 -- does not end with a space. (MySQL compares names with PAD SPACE, 'a' = 'a ';
 -- both dialects refuse the trailing space so that the contract is the same.)
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_name(in_what text, in_value text, in_max integer)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -123,6 +124,7 @@ END;
 $$;
 
 -- Raises unless key, kind and token name a reservation (commit, rollback, extend, move).
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_reservation(in_key text, in_kind text, in_token uuid)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -164,6 +166,7 @@ $$;
 -- Raises when a duration is negative (or, with in_positive, not above zero),
 -- or longer than 100 years of 365.25 days (the same bound as MySQL's; an
 -- interval '100 years' would compare as 36000 days).
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_duration(in_what text, in_value interval, in_positive boolean)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -188,6 +191,7 @@ $$;
 
 -- pyqueue__check_batch_size: raises unless n is NULL (the caller's default)
 -- or at least 1.
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_batch_size(in_n integer)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -410,6 +414,7 @@ $$;
 
 -- pyqueue__slot_held: true when a slot's holder (message in_id with key
 -- in_key, delivery in_attempts) is still that live reservation at in_now.
+-- Reads without locks (the caller holds the slot's lock).
 CREATE OR REPLACE FUNCTION pyqueue__slot_held(in_queue text, in_kind text, in_key text, in_id bigint,
                                               in_attempts integer, in_now timestamptz)
 RETURNS boolean
@@ -605,6 +610,7 @@ $$;
 
 -- pyqueue__check_worker: raises unless a worker id and secret are given and
 -- the id is a possible one (heartbeat, deregister).
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_worker(in_worker_id bigint, in_secret uuid)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -628,6 +634,7 @@ $$;
 -- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
 -- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
 -- comma lists of those. Raises invalid_argument with the field's name.
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__cron_field(in_field text, in_name text, in_min integer, in_max integer)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE
@@ -675,6 +682,7 @@ $$;
 -- set operations: the first matching day among the next 8 years of days,
 -- then the first matching minute of that day; never minute by minute.
 -- Raises invalid_argument for a malformed expression or one that never matches.
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__cron_next(in_cron text, in_after timestamptz)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -735,6 +743,7 @@ END;
 $$;
 
 -- pyqueue__schedule_key: the message key of the occurrence at in_at.
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__schedule_key(in_key text, in_at timestamptz)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -743,6 +752,7 @@ AS $$ SELECT in_key || '@' || pg_catalog.to_char(in_at AT TIME ZONE 'UTC', 'YYYY
 -- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
 -- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
 -- pyqueue__cron_next.
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__schedule_after(in_every_s bigint, in_cron text, in_after timestamptz)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -792,6 +802,8 @@ $$;
 -- occurrence (the next one after now). A pending occurrence of the replaced
 -- schedule is removed unless it is reserved (then it runs, and its commit
 -- pushes nothing since it is no longer the pending one).
+-- Locks: a key-share lock on the queue row, the schedule row, the replaced
+-- pending occurrence, then the new occurrence as queue_push.
 CREATE OR REPLACE FUNCTION pyqueue__schedule(in_queue text, in_key text, in_kind text, in_payload jsonb,
                                              in_every_s bigint, in_cron text)
 RETURNS timestamptz
@@ -1083,6 +1095,7 @@ $$;
 
 -- queue_pause: pop and reserve hand out nothing until queue_resume.
 -- Pushes, commits and rollbacks still work.
+-- Locks the queue row.
 CREATE OR REPLACE FUNCTION queue_pause(in_queue text)
 RETURNS void
 LANGUAGE plpgsql
@@ -1094,6 +1107,7 @@ BEGIN
 END;
 $$;
 
+-- queue_resume: undoes queue_pause. Locks the queue row.
 CREATE OR REPLACE FUNCTION queue_resume(in_queue text)
 RETURNS void
 LANGUAGE plpgsql
@@ -1188,6 +1202,7 @@ $$;
 -- were new (duplicates, also within the batch, are skipped). Arrays must have
 -- the same length; in_run_ats / in_priorities may be NULL (all defaults) or
 -- hold NULL elements. Any invalid element refuses the whole batch.
+-- Locks: as queue_push, for every new row (in key order, see below).
 CREATE OR REPLACE FUNCTION queue_push_batch(
     in_queue      text,
     in_keys       text[],
@@ -1453,6 +1468,8 @@ $$;
 
 -- queue_commit: deletes the message if in_token still holds its reservation;
 -- false otherwise (expired and re-reserved, committed already, or removed).
+-- Locks the message row (and, for a schedule's pending occurrence, the
+-- schedule row).
 CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -1513,6 +1530,7 @@ $$;
 -- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the
 -- queue's visibility_timeout) and returns a new token (the old one stops
 -- working); NULL when in_token no longer holds.
+-- Locks the message row (for a kind with a limit, its slot row first).
 CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token uuid,
                              in_timeout interval DEFAULT NULL)
 RETURNS uuid
@@ -1584,6 +1602,7 @@ END;
 $$;
 
 -- queue_remove: deletes a message whatever its state; false when absent.
+-- Locks the message row.
 CREATE OR REPLACE FUNCTION queue_remove(in_queue text, in_key text, in_kind text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2305,6 +2324,7 @@ $$;
 -- then reserves with worker = in_name || '#' || worker_id (queue_workers
 -- shows it as reserve_as) so that queue_release_dead_workers can find its
 -- messages. Inserts one row.
+-- Locks: the new row.
 CREATE OR REPLACE FUNCTION queue_worker_register(in_name text, in_host text DEFAULT NULL,
                                                  in_pid integer DEFAULT NULL, in_queues text[] DEFAULT NULL)
 RETURNS TABLE (worker_id bigint, secret uuid)
@@ -2359,6 +2379,7 @@ $$;
 
 -- queue_worker_deregister: removes the worker (its reservations stay as they
 -- are); false when it was not registered or in_secret is not its secret.
+-- Locks the worker row.
 CREATE OR REPLACE FUNCTION queue_worker_deregister(in_worker_id bigint, in_secret uuid)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2378,6 +2399,7 @@ $$;
 -- delivery is dead-lettered by the next reserve). Returns the number of
 -- messages released. Reads every reserved message (no index on reserved_by):
 -- a maintenance call, run it every few heartbeats, not per reserve.
+-- Locks the stale worker rows and the released message rows.
 CREATE OR REPLACE FUNCTION queue_release_dead_workers(in_older_than interval)
 RETURNS integer
 LANGUAGE plpgsql
@@ -2420,6 +2442,7 @@ $$;
 -- queue_workers: the registered workers, oldest first, with reserve_as (the
 -- worker name their reservations carry) and the seconds since their last
 -- heartbeat.
+-- Reads without locks.
 CREATE OR REPLACE FUNCTION queue_workers()
 RETURNS TABLE (worker_id bigint, worker_name text, host text, pid integer, queues text[],
                started_at timestamptz, heartbeat_at timestamptz, heartbeat_age_s double precision,
@@ -2445,6 +2468,7 @@ $$;
 -- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
 -- in_every (whole seconds, 1 s to 100 years), at the multiples of in_every
 -- since 1970-01-01 UTC. Returns the time of the first occurrence.
+-- Locks as pyqueue__schedule.
 CREATE OR REPLACE FUNCTION queue_schedule_every(in_queue text, in_key text, in_kind text, in_payload jsonb,
                                                 in_every interval)
 RETURNS timestamptz
@@ -2474,6 +2498,7 @@ $$;
 -- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every
 -- minute matching the 5-field cron expression in_cron (UTC). Returns the time
 -- of the first occurrence.
+-- Locks as pyqueue__schedule.
 CREATE OR REPLACE FUNCTION queue_schedule_cron(in_queue text, in_key text, in_kind text, in_payload jsonb,
                                                in_cron text)
 RETURNS timestamptz
@@ -2492,6 +2517,7 @@ $$;
 -- queue_unschedule: removes the schedule and its pending occurrence unless
 -- that is reserved (it then runs once more, and its commit pushes nothing).
 -- False when there was no such schedule.
+-- Locks the schedule row and the pending occurrence's row.
 CREATE OR REPLACE FUNCTION queue_unschedule(in_queue text, in_key text, in_kind text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2517,6 +2543,7 @@ END;
 $$;
 
 -- queue_schedules: the schedules of a queue (all when NULL), by queue, key, kind.
+-- Reads without locks.
 CREATE OR REPLACE FUNCTION queue_schedules(in_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, p_key text, p_kind text, payload jsonb, every_s bigint, cron text,
                next_at timestamptz)
@@ -2542,6 +2569,9 @@ $$;
 -- each INSERT's rows; queue_ingest_flush reports what a tagged session's
 -- INSERTs did.
 
+-- queue_ingest_enqueue: runs pyqueue__ingest (helpers) once per INSERT
+-- statement on queue_ingest, with the statement's rows as the transition
+-- table pyqueue_new. Locks: as pyqueue__ingest.
 CREATE OR REPLACE TRIGGER queue_ingest_enqueue
     AFTER INSERT ON queue_ingest
     REFERENCING NEW TABLE AS pyqueue_new
