@@ -1,6 +1,11 @@
 -- Named statements the Python client runs (pyqueue_sql/queries.py loads them).
 -- Each calls one contract procedure; parameters use %(name)s. Durations are
 -- seconds, times are UTC DATETIME(6) values.
+-- Sections by topic, in the order of routines.sql (see its header).
+
+
+-- ==== queues ====
+-- The queues: create, change, read back, drop, pause, resume, count.
 
 -- name: create
 CALL queue_create(%(queue)s, %(visibility_timeout)s, %(max_attempts)s, %(dead_letter_queue)s,
@@ -15,11 +20,31 @@ CALL queue_settings(%(queue)s)
 -- name: drop
 CALL queue_drop(%(queue)s)
 
+-- name: pause
+CALL queue_pause(%(queue)s)
+
+-- name: resume
+CALL queue_resume(%(queue)s)
+
+-- name: stats
+CALL queue_stats(%(queue)s)
+
+
+-- ==== produce ====
+-- Putting messages in.
+
 -- name: push
 CALL queue_push(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
 
 -- name: push_batch
 CALL queue_push_batch(%(queue)s, %(messages)s, NULL, NULL, NULL, NULL)
+
+-- name: push_replace
+CALL queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
+
+
+-- ==== consume ====
+-- Taking messages out and finishing them.
 
 -- name: pop
 CALL queue_pop(%(queue)s, %(n)s)
@@ -46,23 +71,9 @@ CALL queue_move(%(queue)s, %(key)s, %(kind)s, %(token)s, %(to_queue)s, %(payload
 -- name: remove
 CALL queue_remove(%(queue)s, %(key)s, %(kind)s)
 
--- name: pause
-CALL queue_pause(%(queue)s)
 
--- name: resume
-CALL queue_resume(%(queue)s)
-
--- name: stats
-CALL queue_stats(%(queue)s)
-
--- name: message
-CALL queue_message(%(queue)s, %(key)s, %(kind)s)
-
--- name: message_history
-CALL queue_message_history(%(queue)s, %(key)s, %(kind)s)
-
-
--- ---- issue 3: wakeups ----
+-- ==== wakeups ====
+-- Waiting for work without polling hard.
 
 -- name: channel
 CALL queue_channel(%(queue)s)
@@ -76,10 +87,9 @@ CALL queue_next_scheduled_at(%(queue)s, %(kinds)s)
 -- name: wait
 CALL queue_wait(%(queue)s, %(kinds)s, %(timeout)s, %(poll)s)
 
--- ---- end of issue 3 ----
 
-
--- ---- issue 6: fast paths ----
+-- ==== fast paths ====
+-- Two steps of the consume cycle in one call.
 
 -- name: commit_reserve
 -- Two result sets: the reserved rows, then one row (committed).
@@ -89,32 +99,9 @@ CALL queue_commit_reserve(%(queue)s, %(key)s, %(kind)s, %(token)s, %(worker)s, %
 -- name: commit_batch
 CALL queue_commit_batch(%(queue)s, %(keys)s, %(kinds)s, %(tokens)s)
 
--- ---- end of issue 6 ----
 
-
--- ---- issue 5: queue_ingest ----
-
--- name: ingest_flush
-CALL queue_ingest_flush(%(queue)s)
-
--- name: ingest_reject_mark
--- The newest reject so far; ingest_rejects then lists what came after it.
-SELECT COALESCE(MAX(id), 0) FROM pyqueue_ingest_reject
-
--- name: ingest_rejects
-SELECT reason, COUNT(*) FROM pyqueue_ingest_reject
- WHERE id > %(mark)s AND (%(queue)s IS NULL OR queue_name = %(queue)s)
- GROUP BY reason ORDER BY COUNT(*) DESC, reason LIMIT 5
-
--- ---- end of issue 5 ----
-
-
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
-
--- issue 4a: history, dead letters, replace-on-push
-
--- name: push_replace
-CALL queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
+-- ==== history and dead letters ====
+-- History, dead letters, and one message's state and history.
 
 -- name: purge_history
 CALL queue_purge_history(%(queue)s, %(n)s)
@@ -127,13 +114,26 @@ CALL queue_redrive(%(queue)s, %(to_queue)s, %(n)s)
 
 -- name: dead_letters
 CALL queue_dead_letters(%(queue)s)
--- issue 4b
+
+-- name: message
+CALL queue_message(%(queue)s, %(key)s, %(kind)s)
+
+-- name: message_history
+CALL queue_message_history(%(queue)s, %(key)s, %(kind)s)
+
+
+-- ==== limits ====
+-- Concurrency limits.
 
 -- name: set_limit
 CALL queue_set_limit(%(queue)s, %(kind)s, %(capacity)s)
 
 -- name: limits
 CALL queue_limits(%(queue)s)
+
+
+-- ==== workers ====
+-- The worker registry.
 
 -- name: worker_register
 CALL queue_worker_register(%(name)s, %(host)s, %(pid)s, %(queues)s)
@@ -150,6 +150,10 @@ CALL queue_release_dead_workers(%(older_than)s)
 -- name: workers
 CALL queue_workers()
 
+
+-- ==== schedules ====
+-- Recurring messages.
+
 -- name: schedule_every
 CALL queue_schedule_every(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(every)s)
 
@@ -162,11 +166,25 @@ CALL queue_unschedule(%(queue)s, %(key)s, %(kind)s)
 -- name: schedules
 CALL queue_schedules(%(queue)s)
 
--- ---- end of issue 4 ----
+
+-- ==== ingest ====
+-- Bulk enqueue through queue_ingest.
+
+-- name: ingest_flush
+CALL queue_ingest_flush(%(queue)s)
+
+-- name: ingest_reject_mark
+-- The newest reject so far; ingest_rejects then lists what came after it.
+SELECT COALESCE(MAX(id), 0) FROM pyqueue_ingest_reject
+
+-- name: ingest_rejects
+SELECT reason, COUNT(*) FROM pyqueue_ingest_reject
+ WHERE id > %(mark)s AND (%(queue)s IS NULL OR queue_name = %(queue)s)
+ GROUP BY reason ORDER BY COUNT(*) DESC, reason LIMIT 5
 
 
-
--- ---- issue 7: least privilege (pyqueue_sql.privileges, `pyqueue-sql grant`) ----
+-- ==== privileges ====
+-- Least privilege: what pyqueue_sql.privileges (`pyqueue-sql grant`) runs.
 -- {placeholders} are filled in as backtick-quoted identifiers of validated
 -- names (an account as `user`@`host`); {privilege} comes from a fixed list in
 -- pyqueue_sql/privileges.py.
@@ -198,5 +216,3 @@ SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''),
 
 -- name: set_session_sql_mode
 SET SESSION sql_mode = %s
-
--- ---- end of issue 7 ----

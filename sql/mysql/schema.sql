@@ -10,6 +10,13 @@
 -- sit between 'DELIMITER //' and 'DELIMITER ;' and end with 'END //'. The
 -- mysql / mariadb CLI can source it, the Python loader splits it the same way.
 --
+-- Layout: one section per topic, in the same order in schema.sql,
+-- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
+-- helpers, queues, produce, consume, wakeups, fast paths, history and dead
+-- letters, limits, workers, schedules, ingest, privileges. A section starts
+-- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
+-- nothing for).
+--
 -- Naming inside routines: parameters in_*, locals v_*, cursors c_*; columns
 -- as they are (p_key / p_kind are columns, never parameters or locals).
 --
@@ -68,9 +75,10 @@
 SET @pyqueue_saved_sql_mode = @@SESSION.sql_mode;
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
 
--- ===========================================================================
--- Tables
--- ===========================================================================
+
+-- ==== queues ====
+-- The queues and their live messages: the two tables every topic reads and
+-- writes, with the index the reserve walks.
 
 -- One row per queue with its settings; dead_count counts messages that
 -- exhausted max_attempts here. Durations are seconds (microsecond precision).
@@ -144,8 +152,26 @@ CREATE TABLE pyqueue_message (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: live messages keyed by (queue_name, p_key, p_kind)';
 
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
--- issue 4a: history and dead letters
+
+-- ==== wakeups ====
+-- The per-queue wakeup window (kept for parity: MySQL sends no wakeups).
+
+-- Per-queue wakeup window in seconds (set by queue_set_notify_window). MySQL
+-- sends no wakeups, so it is only kept for parity with PostgreSQL.
+CREATE TABLE pyqueue_notify (
+    queue_name       VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    notify_window    DECIMAL(20,6) NOT NULL DEFAULT 0.05,
+    last_notified_at DATETIME(6)   NULL,
+    PRIMARY KEY (queue_name),
+    CONSTRAINT pyqueue_notify_queue_fk FOREIGN KEY (queue_name)
+        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: per-queue wakeup window';
+
+
+-- ==== history and dead letters ====
+-- Messages that left a queue with a history_retention, and the view of the
+-- messages sitting in dead-letter queues.
 
 -- Messages that left a queue created with a history_retention: committed,
 -- popped, dead-lettered or moved, with processed_at (UTC) and outcome.
@@ -193,9 +219,95 @@ SELECT m.queue_name             AS dead_letter_queue,
   FROM pyqueue_message m
  WHERE m.queue_name IN (SELECT q.dead_letter_queue FROM pyqueue_queue q
                          WHERE q.dead_letter_queue IS NOT NULL);
--- ---- end of issue 4a ----
 
--- ---- issue 5: queue_ingest ----
+
+-- ==== limits ====
+-- Concurrency limits per (queue, kind) and their slots.
+
+-- Concurrency limits: at most capacity messages of (queue, kind) reserved at
+-- once. One slot row per unit of capacity; a reservation of a limited kind
+-- first takes a free slot (msg_id, msg_attempts = the reservation it holds).
+-- A slot is free when empty or when its holder no longer is that live
+-- reservation (committed, rolled back, moved, dead-lettered, expired, or
+-- reserved again, which bumps attempts). MySQL takes the slot and the
+-- message in two statements (autocommit): a slot whose message still shows
+-- the attempts before the claim (msg_attempts - 1) is a claim in progress
+-- and stays busy until msg_until, the end the reservation will have.
+CREATE TABLE pyqueue_limit (
+    queue_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    p_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    capacity   INT          NOT NULL,
+    PRIMARY KEY (queue_name, p_kind),
+    CONSTRAINT pyqueue_limit_queue_fk FOREIGN KEY (queue_name)
+        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    CONSTRAINT pyqueue_limit_capacity_range CHECK (capacity BETWEEN 0 AND 10000)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: concurrency limits per (queue, kind)';
+
+CREATE TABLE pyqueue_limit_slot (
+    queue_name   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    p_kind       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    slot_no      INT          NOT NULL,
+    msg_id       BIGINT       NULL,
+    msg_attempts INT          NULL,
+    msg_until    DATETIME(6)  NULL,
+    PRIMARY KEY (queue_name, p_kind, slot_no),
+    CONSTRAINT pyqueue_limit_slot_limit_fk FOREIGN KEY (queue_name, p_kind)
+        REFERENCES pyqueue_limit (queue_name, p_kind) ON DELETE CASCADE
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: one row per unit of a limit, holding a reservation or free';
+
+
+-- ==== workers ====
+-- The worker registry.
+
+-- Worker registry. A registered worker reserves as CONCAT(worker_name, '#',
+-- worker_id) (its reserve_as), which is how queue_release_dead_workers finds
+-- its reservations.
+CREATE TABLE pyqueue_worker (
+    worker_id    BIGINT       NOT NULL AUTO_INCREMENT,
+    worker_name  VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    host         VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    pid          INT          NULL,
+    queues       JSON         NULL,
+    started_at   DATETIME(6)  NOT NULL,
+    heartbeat_at DATETIME(6)  NOT NULL,
+    -- a random token handed out by queue_worker_register only: heartbeat and
+    -- deregister need it, so a worker can touch only its own registration
+    secret       CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    PRIMARY KEY (worker_id),
+    KEY pyqueue_worker_heartbeat_idx (heartbeat_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: registered workers and their heartbeats';
+
+
+-- ==== schedules ====
+-- Recurring messages.
+
+-- Recurring messages: one row per (queue, p_key, p_kind). Each occurrence is
+-- a message keyed CONCAT(p_key, '@YYYY-MM-DDTHH:MI:SSZ') (its time, UTC);
+-- next_at is the time of the pending occurrence. Exactly one of every_s /
+-- cron is set.
+CREATE TABLE pyqueue_schedule (
+    queue_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    p_key      VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    p_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    payload    JSON         NOT NULL,
+    every_s    BIGINT       NULL,
+    cron       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    next_at    DATETIME(6)  NOT NULL,
+    created_at DATETIME(6)  NOT NULL,
+    PRIMARY KEY (queue_name, p_key, p_kind),
+    CONSTRAINT pyqueue_schedule_queue_fk FOREIGN KEY (queue_name)
+        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    CONSTRAINT pyqueue_schedule_one_rule CHECK ((every_s IS NULL) <> (cron IS NULL))
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: recurring messages';
+
+
+-- ==== ingest ====
+-- The bulk-ingest table that queue_ingest_flush (routines.sql) empties, the
+-- rows it refused, and the lock rows that serialise flushes.
 
 -- The bulk-ingest surface for plain JDBC writers (Spark's df.write.jdbc):
 -- INSERT rows (queue_name, p_key, p_kind, payload, run_at, priority), then
@@ -247,98 +359,5 @@ CREATE TABLE pyqueue_ingest_lock (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: lock rows of queue_ingest_flush (one per queue, and one for all)';
 
--- ---- end of issue 5 ----
-
--- ---- issue 3: wakeups ----
-
--- Per-queue wakeup window in seconds (set by queue_set_notify_window). MySQL
--- sends no wakeups, so it is only kept for parity with PostgreSQL.
-CREATE TABLE pyqueue_notify (
-    queue_name       VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    notify_window    DECIMAL(20,6) NOT NULL DEFAULT 0.05,
-    last_notified_at DATETIME(6)   NULL,
-    PRIMARY KEY (queue_name),
-    CONSTRAINT pyqueue_notify_queue_fk FOREIGN KEY (queue_name)
-        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
-  COMMENT='pyqueue-sql: per-queue wakeup window';
-
--- ---- end of issue 3 ----
-
-
--- ---- issue 4b: limits, worker registry, schedules ----
-
--- Concurrency limits: at most capacity messages of (queue, kind) reserved at
--- once. One slot row per unit of capacity; a reservation of a limited kind
--- first takes a free slot (msg_id, msg_attempts = the reservation it holds).
--- A slot is free when empty or when its holder no longer is that live
--- reservation (committed, rolled back, moved, dead-lettered, expired, or
--- reserved again, which bumps attempts). MySQL takes the slot and the
--- message in two statements (autocommit): a slot whose message still shows
--- the attempts before the claim (msg_attempts - 1) is a claim in progress
--- and stays busy until msg_until, the end the reservation will have.
-CREATE TABLE pyqueue_limit (
-    queue_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    p_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    capacity   INT          NOT NULL,
-    PRIMARY KEY (queue_name, p_kind),
-    CONSTRAINT pyqueue_limit_queue_fk FOREIGN KEY (queue_name)
-        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
-    CONSTRAINT pyqueue_limit_capacity_range CHECK (capacity BETWEEN 0 AND 10000)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
-  COMMENT='pyqueue-sql: concurrency limits per (queue, kind)';
-
-CREATE TABLE pyqueue_limit_slot (
-    queue_name   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    p_kind       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    slot_no      INT          NOT NULL,
-    msg_id       BIGINT       NULL,
-    msg_attempts INT          NULL,
-    msg_until    DATETIME(6)  NULL,
-    PRIMARY KEY (queue_name, p_kind, slot_no),
-    CONSTRAINT pyqueue_limit_slot_limit_fk FOREIGN KEY (queue_name, p_kind)
-        REFERENCES pyqueue_limit (queue_name, p_kind) ON DELETE CASCADE
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
-  COMMENT='pyqueue-sql: one row per unit of a limit, holding a reservation or free';
-
--- Worker registry. A registered worker reserves as CONCAT(worker_name, '#',
--- worker_id) (its reserve_as), which is how queue_release_dead_workers finds
--- its reservations.
-CREATE TABLE pyqueue_worker (
-    worker_id    BIGINT       NOT NULL AUTO_INCREMENT,
-    worker_name  VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    host         VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
-    pid          INT          NULL,
-    queues       JSON         NULL,
-    started_at   DATETIME(6)  NOT NULL,
-    heartbeat_at DATETIME(6)  NOT NULL,
-    -- a random token handed out by queue_worker_register only: heartbeat and
-    -- deregister need it, so a worker can touch only its own registration
-    secret       CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    PRIMARY KEY (worker_id),
-    KEY pyqueue_worker_heartbeat_idx (heartbeat_at)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
-  COMMENT='pyqueue-sql: registered workers and their heartbeats';
-
--- Recurring messages: one row per (queue, p_key, p_kind). Each occurrence is
--- a message keyed CONCAT(p_key, '@YYYY-MM-DDTHH:MI:SSZ') (its time, UTC);
--- next_at is the time of the pending occurrence. Exactly one of every_s /
--- cron is set.
-CREATE TABLE pyqueue_schedule (
-    queue_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    p_key      VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    p_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    payload    JSON         NOT NULL,
-    every_s    BIGINT       NULL,
-    cron       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
-    next_at    DATETIME(6)  NOT NULL,
-    created_at DATETIME(6)  NOT NULL,
-    PRIMARY KEY (queue_name, p_key, p_kind),
-    CONSTRAINT pyqueue_schedule_queue_fk FOREIGN KEY (queue_name)
-        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
-    CONSTRAINT pyqueue_schedule_one_rule CHECK ((every_s IS NULL) <> (cron IS NULL))
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
-  COMMENT='pyqueue-sql: recurring messages';
--- ---- end of issue 4 ----
 
 SET SESSION sql_mode = @pyqueue_saved_sql_mode;

@@ -1,5 +1,10 @@
 -- Named statements the Python client runs (pyqueue_sql/queries.py loads them).
 -- Each calls one contract routine; parameters use %(name)s.
+-- Sections by topic, in the order of routines.sql (see its header).
+
+
+-- ==== queues ====
+-- The queues: create, change, read back, drop, pause, resume, count.
 
 -- name: create
 SELECT queue_create(%(queue)s, %(visibility_timeout)s::interval, %(max_attempts)s::integer,
@@ -16,6 +21,20 @@ SELECT queue, visibility_timeout, max_attempts, dead_letter_queue, history_reten
 -- name: drop
 SELECT queue_drop(%(queue)s)
 
+-- name: pause
+SELECT queue_pause(%(queue)s)
+
+-- name: resume
+SELECT queue_resume(%(queue)s)
+
+-- name: stats
+SELECT queue, ready, delayed, reserved, dead, oldest_ready_age_s, paused
+  FROM queue_stats(%(queue)s)
+
+
+-- ==== produce ====
+-- Putting messages in.
+
 -- name: push
 SELECT queue_push(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb,
                   %(run_at)s::timestamptz, %(priority)s::integer)
@@ -23,6 +42,14 @@ SELECT queue_push(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb,
 -- name: push_batch
 SELECT queue_push_batch(%(queue)s, %(keys)s::text[], %(kinds)s::text[], %(payloads)s::jsonb[],
                         %(run_ats)s::timestamptz[], %(priorities)s::integer[])
+
+-- name: push_replace
+SELECT queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb,
+                          %(run_at)s::timestamptz, %(priority)s::integer)
+
+
+-- ==== consume ====
+-- Taking messages out and finishing them.
 
 -- name: pop
 SELECT p_key, p_kind, payload, priority, attempts, created_at
@@ -50,27 +77,9 @@ SELECT queue_move(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid, %(to_queue)s, %
 -- name: remove
 SELECT queue_remove(%(queue)s, %(key)s, %(kind)s)
 
--- name: pause
-SELECT queue_pause(%(queue)s)
 
--- name: resume
-SELECT queue_resume(%(queue)s)
-
--- name: stats
-SELECT queue, ready, delayed, reserved, dead, oldest_ready_age_s, paused
-  FROM queue_stats(%(queue)s)
-
--- name: message
-SELECT p_key, p_kind, state, payload, priority, attempts, scheduled_at, created_at, reserved_by,
-       last_error, dead_from
-  FROM queue_message(%(queue)s, %(key)s, %(kind)s)
-
--- name: message_history
-SELECT processed_at, outcome, to_queue, attempts, reserved_by, last_error
-  FROM queue_message_history(%(queue)s, %(key)s, %(kind)s)
-
-
--- ---- issue 3: wakeups ----
+-- ==== wakeups ====
+-- Waiting for work without polling hard.
 
 -- name: channel
 SELECT queue_channel(%(queue)s)
@@ -88,10 +97,9 @@ SELECT queue_wait(%(queue)s, %(kinds)s::text[], %(timeout)s::interval, %(poll)s:
 -- {channel} is filled in as a quoted identifier (LISTEN takes no parameters).
 LISTEN {channel}
 
--- ---- end of issue 3 ----
 
-
--- ---- issue 6: fast paths ----
+-- ==== fast paths ====
+-- Two steps of the consume cycle in one call.
 
 -- name: commit_reserve
 SELECT committed, p_key, p_kind, payload, token, priority, attempts, created_at, scheduled_at_initially
@@ -101,24 +109,9 @@ SELECT committed, p_key, p_kind, payload, token, priority, attempts, created_at,
 -- name: commit_batch
 SELECT queue_commit_batch(%(queue)s, %(keys)s::text[], %(kinds)s::text[], %(tokens)s::uuid[])
 
--- ---- end of issue 6 ----
 
-
--- ---- issue 5: queue_ingest ----
-
--- name: ingest_flush
-SELECT enqueued, duplicates, rejected FROM queue_ingest_flush(%(queue)s)
-
--- ---- end of issue 5 ----
-
-
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
-
--- issue 4a: history, dead letters, replace-on-push
-
--- name: push_replace
-SELECT queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb,
-                          %(run_at)s::timestamptz, %(priority)s::integer)
+-- ==== history and dead letters ====
+-- History, dead letters, and one message's state and history.
 
 -- name: purge_history
 SELECT queue_purge_history(%(queue)s, %(n)s::integer)
@@ -133,13 +126,29 @@ SELECT queue_redrive(%(queue)s, %(to_queue)s, %(n)s::integer)
 SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts, created_at,
        dead_lettered_at, reserved, last_error
   FROM queue_dead_letters(%(queue)s)
--- issue 4b
+
+-- name: message
+SELECT p_key, p_kind, state, payload, priority, attempts, scheduled_at, created_at, reserved_by,
+       last_error, dead_from
+  FROM queue_message(%(queue)s, %(key)s, %(kind)s)
+
+-- name: message_history
+SELECT processed_at, outcome, to_queue, attempts, reserved_by, last_error
+  FROM queue_message_history(%(queue)s, %(key)s, %(kind)s)
+
+
+-- ==== limits ====
+-- Concurrency limits.
 
 -- name: set_limit
 SELECT queue_set_limit(%(queue)s, %(kind)s, %(capacity)s::integer)
 
 -- name: limits
 SELECT queue, p_kind, capacity, in_use FROM queue_limits(%(queue)s)
+
+
+-- ==== workers ====
+-- The worker registry.
 
 -- name: worker_register
 SELECT worker_id, secret
@@ -158,6 +167,10 @@ SELECT queue_release_dead_workers(%(older_than)s::interval)
 SELECT worker_id, worker_name, host, pid, queues, started_at, heartbeat_at, heartbeat_age_s, reserve_as
   FROM queue_workers()
 
+
+-- ==== schedules ====
+-- Recurring messages.
+
 -- name: schedule_every
 SELECT queue_schedule_every(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(every)s::interval)
 
@@ -170,11 +183,16 @@ SELECT queue_unschedule(%(queue)s, %(key)s, %(kind)s)
 -- name: schedules
 SELECT queue, p_key, p_kind, payload, every_s, cron, next_at FROM queue_schedules(%(queue)s)
 
--- ---- end of issue 4 ----
+
+-- ==== ingest ====
+-- Bulk enqueue through queue_ingest.
+
+-- name: ingest_flush
+SELECT enqueued, duplicates, rejected FROM queue_ingest_flush(%(queue)s)
 
 
-
--- ---- issue 7: least privilege (pyqueue_sql.privileges, `pyqueue-sql grant`) ----
+-- ==== privileges ====
+-- Least privilege: what pyqueue_sql.privileges (`pyqueue-sql grant`) runs.
 -- {placeholders} are filled in as quoted identifiers (psycopg.sql.Identifier);
 -- {action} and {privilege} come from fixed lists in pyqueue_sql/privileges.py.
 
@@ -195,5 +213,3 @@ GRANT {privilege} ON TABLE {table} TO {role}
 
 -- name: revoke_table
 REVOKE {privilege} ON TABLE {table} FROM {role}
-
--- ---- end of issue 7 ----

@@ -2,6 +2,13 @@
 --
 -- Runs after schema.sql (the tables) and can be run again at any time: every
 -- routine is CREATE OR REPLACE, so a migration re-installs this whole file.
+--
+-- Layout: one section per topic, in the same order in schema.sql,
+-- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
+-- helpers, queues, produce, consume, wakeups, fast paths, history and dead
+-- letters, limits, workers, schedules, ingest, privileges. A section starts
+-- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
+-- nothing for).
 -- Naming inside routines: parameters in_*, locals v_*, columns as they are
 -- (p_key/p_kind are columns, never parameters).
 --
@@ -83,13 +90,19 @@ BEGIN
 END
 $$;
 
--- ===========================================================================
--- Internal helpers (not part of the contract)
--- ===========================================================================
+
+-- ==== helpers ====
+-- Internal helpers (pyqueue__*), not part of the contract: granted to nobody,
+-- called only by the routines of the topics below, as their owner (only the
+-- queue_ingest trigger function is SECURITY DEFINER itself). Grouped by the
+-- topic that uses them, in the order of the topics.
+
+-- ---- checks and lookups used by every topic ----
 
 -- Raises unless a name is non-NULL, non-empty, at most in_max characters and
 -- does not end with a space. (MySQL compares names with PAD SPACE, 'a' = 'a ';
 -- both dialects refuse the trailing space so that the contract is the same.)
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_name(in_what text, in_value text, in_max integer)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -111,6 +124,7 @@ END;
 $$;
 
 -- Raises unless key, kind and token name a reservation (commit, rollback, extend, move).
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_reservation(in_key text, in_kind text, in_token uuid)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -152,6 +166,7 @@ $$;
 -- Raises when a duration is negative (or, with in_positive, not above zero),
 -- or longer than 100 years of 365.25 days (the same bound as MySQL's; an
 -- interval '100 years' would compare as 36000 days).
+-- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_duration(in_what text, in_value interval, in_positive boolean)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -171,6 +186,60 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: % must not exceed 100 years', in_what
             USING ERRCODE = '22023';
     END IF;
+END;
+$$;
+
+-- pyqueue__check_batch_size: raises unless n is NULL (the caller's default)
+-- or at least 1.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_batch_size(in_n integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- ---- for consume ----
+
+-- Locks up to in_n ready messages of a queue, highest priority first, FIFO
+-- within a priority, skipping rows other transactions hold (SKIP LOCKED).
+-- Visits one index range per distinct priority: rows scheduled in the future
+-- (delayed or reserved) are never read. Caller holds the locks until commit.
+CREATE OR REPLACE FUNCTION pyqueue__lock_ready(in_queue text, in_now timestamptz, in_n integer, in_kinds text[])
+RETURNS TABLE (c_key varchar, c_kind varchar, c_attempts integer)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_priority integer;
+    v_left     integer := in_n;
+    v_got      integer;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN  -- limits
+        RETURN QUERY SELECT * FROM pyqueue__lock_ready_limited(in_queue, in_now, in_n, in_kinds);
+        RETURN;
+    END IF;
+    SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
+    WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
+        RETURN QUERY
+            SELECT m.p_key, m.p_kind, m.attempts
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue
+               AND m.priority = v_priority
+               AND m.scheduled_at <= in_now
+               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+             ORDER BY m.scheduled_at, m.id
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+        SELECT pg_catalog.max(m.priority) INTO v_priority
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
+    END LOOP;
 END;
 $$;
 
@@ -221,37 +290,285 @@ BEGIN
 END;
 $$;
 
--- Locks up to in_n ready messages of a queue, highest priority first, FIFO
--- within a priority, skipping rows other transactions hold (SKIP LOCKED).
--- Visits one index range per distinct priority: rows scheduled in the future
--- (delayed or reserved) are never read. Caller holds the locks until commit.
-CREATE OR REPLACE FUNCTION pyqueue__lock_ready(in_queue text, in_now timestamptz, in_n integer, in_kinds text[])
+-- pyqueue__give_back: queue_rollback and queue_fail. When in_token still
+-- holds the reservation: with in_set_error, last_error becomes in_error (cut
+-- to 2000 characters); then the message is eligible again after in_delay
+-- (NULL = 0) and 'retry' is returned, or, when it has had max_attempts
+-- deliveries, it goes to the dead-letter queue ('dead_lettered') or is
+-- dropped when the queue has none ('dropped'). NULL when the token no longer
+-- holds. Locks the message row (and the queue row when dead-lettering).
+CREATE OR REPLACE FUNCTION pyqueue__give_back(in_queue text, in_key text, in_kind text, in_token uuid,
+                                              in_delay interval, in_set_error boolean, in_error text)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queue    pyqueue_queue := pyqueue__queue(in_queue);
+    v_now      timestamptz := pg_catalog.clock_timestamp();
+    v_attempts integer;
+BEGIN
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_duration('delay', in_delay, false);
+    SELECT m.attempts INTO v_attempts
+      FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+       AND m.reserve_token = in_token
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF in_set_error THEN
+        UPDATE pyqueue_message
+           SET last_error = pg_catalog.left(in_error, 2000)
+         WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
+    END IF;
+    IF v_attempts >= v_queue.max_attempts THEN
+        PERFORM pyqueue__dead_letter(v_queue, in_key, in_kind, v_now);
+        RETURN CASE WHEN v_queue.dead_letter_queue IS NULL THEN 'dropped' ELSE 'dead_lettered' END;
+    END IF;
+    UPDATE pyqueue_message
+       SET scheduled_at = v_now + coalesce(in_delay, interval '0'),
+           reserve_token = NULL,
+           reserved_by = NULL
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
+    IF coalesce(in_delay, interval '0') <= interval '0' THEN
+        PERFORM pyqueue__notify(in_queue);  -- wakeup: ready again now (e.g. handed back at shutdown)
+    END IF;
+    RETURN 'retry';
+END;
+$$;
+
+-- ---- for wakeups ----
+
+-- pyqueue__channel: the NOTIFY channel of a queue, 'pyqueue_' + md5 of its
+-- name (40 characters: a queue name reaches 128 characters, a channel name
+-- is an identifier of at most 63 bytes). No lookup, no locks.
+CREATE OR REPLACE FUNCTION pyqueue__channel(in_queue text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT
+AS $$ SELECT 'pyqueue_' || pg_catalog.md5(in_queue) $$;
+
+-- pyqueue__notify: sends the wakeup of a queue (NOTIFY on its channel, the
+-- queue name as payload), throttled to at most one per notify_window per
+-- queue (pyqueue_notify; default 50 ms, 0 = every statement). NOTIFY is
+-- delivered when the caller's transaction commits, and not at all when it
+-- rolls back; PostgreSQL also folds identical notifications of one
+-- transaction into one. Called once per push statement, never per row.
+-- Locks: reads the queue's pyqueue_notify row without a lock; only when the
+-- window has elapsed does it claim the row (FOR NO KEY UPDATE SKIP LOCKED,
+-- never waiting: if another open transaction holds it, it notifies anyway).
+-- The first wakeup of a queue inserts its row (ON CONFLICT DO NOTHING).
+CREATE OR REPLACE FUNCTION pyqueue__notify(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_window interval;
+    v_last   timestamptz;
+BEGIN
+    SELECT n.notify_window, n.last_notified_at INTO v_window, v_last
+      FROM pyqueue_notify n
+     WHERE n.queue_name::text = in_queue;
+    IF NOT FOUND THEN
+        INSERT INTO pyqueue_notify (queue_name, last_notified_at) VALUES (in_queue, v_now)
+        ON CONFLICT (queue_name) DO NOTHING;
+    ELSIF v_window > interval '0' THEN
+        IF v_last > v_now - v_window THEN
+            RETURN;  -- a wakeup of this queue went out less than a window ago
+        END IF;
+        PERFORM 1 FROM pyqueue_notify n WHERE n.queue_name::text = in_queue FOR NO KEY UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            UPDATE pyqueue_notify SET last_notified_at = v_now WHERE queue_name::text = in_queue;
+        END IF;
+    END IF;
+    PERFORM pg_catalog.pg_notify(pyqueue__channel(in_queue), in_queue);
+END;
+$$;
+
+-- ---- for history and dead letters ----
+
+-- pyqueue__archive: when the queue keeps history (history_retention set),
+-- records a message that has just left the live table, with its outcome
+-- ('committed', 'popped', 'dead_lettered', 'moved'), its last_error and, for
+-- moves and dead letters, where it went. Called by the routine that removed the message,
+-- in the same transaction. Takes no locks beyond the inserted row.
+CREATE OR REPLACE FUNCTION pyqueue__archive(in_queue pyqueue_queue, in_msg pyqueue_message,
+                                            in_outcome text, in_to_queue text, in_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_queue.history_retention IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error)
+    VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_msg.payload, in_msg.priority,
+            in_msg.attempts, in_msg.created_at, in_now, in_outcome, in_to_queue, in_msg.reserved_by,
+            in_msg.last_error);
+END;
+$$;
+
+-- ---- for limits ----
+
+-- pyqueue__slot_held: true when a slot's holder (message in_id with key
+-- in_key, delivery in_attempts) is still that live reservation at in_now.
+-- Reads without locks (the caller holds the slot's lock).
+CREATE OR REPLACE FUNCTION pyqueue__slot_held(in_queue text, in_kind text, in_key text, in_id bigint,
+                                              in_attempts integer, in_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN in_id IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pyqueue_message m
+                    WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key
+                      AND m.p_kind::text = in_kind AND m.id = in_id AND m.attempts = in_attempts
+                      AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now);
+END;
+$$;
+
+-- pyqueue__limit_claim: takes a free slot of (in_queue, in_kind) for the
+-- message in_id about to be reserved for the (in_attempts + 1)-th time; false
+-- when every slot is busy. in_taken: messages admitted earlier in the same
+-- lock pass (their reservation is not written yet, so their slots look free).
+-- Slots are locked FOR UPDATE SKIP LOCKED (a slot another reserver is taking
+-- counts as busy) and the holder is checked by a statement that starts after
+-- the lock is held: under READ COMMITTED it sees the latest committed state;
+-- under REPEATABLE READ a slot changed since the snapshot raises 40001.
+-- Slots numbered above the capacity hold reservations made before the limit
+-- was lowered: a free slot goes to such a live holder first (the dead ones
+-- are deleted), and while one of them is locked by another transaction the
+-- free slot counts as busy, so never more than the capacity are held.
+-- Never waits for a lock.
+CREATE OR REPLACE FUNCTION pyqueue__limit_claim(in_queue text, in_kind text, in_id bigint, in_key text,
+                                                in_attempts integer, in_now timestamptz, in_taken bigint[])
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_capacity integer;
+    v_slot     record;
+    v_extra    record;
+    v_free     boolean;
+BEGIN
+    SELECT l.capacity INTO v_capacity
+      FROM pyqueue_limit l
+     WHERE l.queue_name::text = in_queue AND l.p_kind::text = in_kind;
+    FOR v_slot IN
+        SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= v_capacity
+         ORDER BY s.slot_no
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        v_free := v_slot.msg_id IS NULL
+                  OR (v_slot.msg_id <> ALL (in_taken)
+                      AND NOT pyqueue__slot_held(in_queue, in_kind, v_slot.msg_key::text, v_slot.msg_id,
+                                                 v_slot.msg_attempts, in_now));
+        IF v_free THEN
+            FOR v_extra IN
+                SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
+                  FROM pyqueue_limit_slot s
+                 WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > v_capacity
+                 ORDER BY s.slot_no
+                   FOR UPDATE SKIP LOCKED
+            LOOP
+                DELETE FROM pyqueue_limit_slot
+                 WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_extra.slot_no;
+                IF pyqueue__slot_held(in_queue, in_kind, v_extra.msg_key::text, v_extra.msg_id,
+                                      v_extra.msg_attempts, in_now) THEN
+                    UPDATE pyqueue_limit_slot
+                       SET msg_id = v_extra.msg_id, msg_key = v_extra.msg_key,
+                           msg_attempts = v_extra.msg_attempts
+                     WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_slot.slot_no;
+                    v_free := false;
+                    EXIT;
+                END IF;
+            END LOOP;
+            IF v_free AND EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                                   WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+                                     AND s.slot_no > v_capacity) THEN
+                v_free := false;  -- another transaction holds one of them: count it as a holder
+            END IF;
+        END IF;
+        IF v_free THEN
+            UPDATE pyqueue_limit_slot
+               SET msg_id = in_id, msg_key = in_key, msg_attempts = in_attempts + 1
+             WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_slot.slot_no;
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END;
+$$;
+
+-- pyqueue__lock_ready_limited: pyqueue__lock_ready for a queue that has
+-- limits. Same order and locking; a candidate of a limited kind is admitted
+-- only with a slot, and a kind found full is skipped for the rest of the
+-- pass, except for candidates that have had max_attempts deliveries: they
+-- are admitted without a slot (the reserve dead-letters them, it delivers
+-- nothing), so that a full kind cannot hold an exhausted message back.
+CREATE OR REPLACE FUNCTION pyqueue__lock_ready_limited(in_queue text, in_now timestamptz, in_n integer,
+                                                       in_kinds text[])
 RETURNS TABLE (c_key varchar, c_kind varchar, c_attempts integer)
 LANGUAGE plpgsql
 AS $$
 DECLARE
+    v_limited  text[];
+    v_full     text[] := '{}';
+    v_seen     bigint[] := '{}';
+    v_taken    bigint[] := '{}';
+    v_max      integer;
     v_priority integer;
     v_left     integer := in_n;
-    v_got      integer;
+    v_skipped  boolean;
+    r          record;
 BEGIN
-    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN  -- limits
-        RETURN QUERY SELECT * FROM pyqueue__lock_ready_limited(in_queue, in_now, in_n, in_kinds);
-        RETURN;
-    END IF;
+    SELECT coalesce(pg_catalog.array_agg(l.p_kind::text), '{}') INTO v_limited
+      FROM pyqueue_limit l WHERE l.queue_name::text = in_queue;
+    SELECT q.max_attempts INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
     SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
     WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
-        RETURN QUERY
-            SELECT m.p_key, m.p_kind, m.attempts
-              FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue
-               AND m.priority = v_priority
-               AND m.scheduled_at <= in_now
-               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
-             ORDER BY m.scheduled_at, m.id
-             LIMIT v_left
-               FOR UPDATE SKIP LOCKED;
-        GET DIAGNOSTICS v_got = ROW_COUNT;
-        v_left := v_left - v_got;
+        LOOP
+            v_skipped := false;
+            FOR r IN
+                SELECT m.id, m.p_key, m.p_kind, m.attempts
+                  FROM pyqueue_message m
+                 WHERE m.queue_name::text = in_queue
+                   AND m.priority = v_priority
+                   AND m.scheduled_at <= in_now
+                   AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                   AND (m.p_kind::text <> ALL (v_full) OR m.attempts >= v_max)
+                   AND m.id <> ALL (v_seen)
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT v_left
+                   FOR UPDATE SKIP LOCKED
+            LOOP
+                v_seen := pg_catalog.array_append(v_seen, r.id);
+                IF r.attempts >= v_max THEN
+                    NULL;  -- to be dead-lettered: needs no slot
+                ELSIF r.p_kind::text = ANY (v_full) THEN
+                    v_skipped := true;
+                    CONTINUE;
+                ELSIF r.p_kind::text = ANY (v_limited)
+                      AND NOT pyqueue__limit_claim(in_queue, r.p_kind::text, r.id, r.p_key::text, r.attempts,
+                                                   in_now, v_taken) THEN
+                    v_full := pg_catalog.array_append(v_full, r.p_kind::text);
+                    v_skipped := true;
+                    CONTINUE;
+                ELSE
+                    v_taken := pg_catalog.array_append(v_taken, r.id);
+                END IF;
+                c_key := r.p_key;
+                c_kind := r.p_kind;
+                c_attempts := r.attempts;
+                RETURN NEXT;
+                v_left := v_left - 1;
+            END LOOP;
+            EXIT WHEN NOT v_skipped OR v_left <= 0;
+        END LOOP;
         SELECT pg_catalog.max(m.priority) INTO v_priority
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
@@ -259,9 +576,396 @@ BEGIN
 END;
 $$;
 
--- ===========================================================================
--- Contract routines
--- ===========================================================================
+-- pyqueue__limit_renew: called by queue_extend before it extends; true when
+-- the kind has no limit or the reservation still holds its slot (the slot
+-- row is then locked and touched, so a reserver cannot take it over until
+-- this transaction ends, and a REPEATABLE READ reserver that saw the old
+-- version gets 40001). False when the slot went to another reservation after
+-- this one expired: the extend then fails.
+CREATE OR REPLACE FUNCTION pyqueue__limit_renew(in_queue text, in_key text, in_kind text, in_token uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_id       bigint;
+    v_attempts integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue AND l.p_kind::text = in_kind) THEN
+        RETURN true;
+    END IF;
+    SELECT m.id, m.attempts INTO v_id, v_attempts
+      FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind AND m.reserve_token = in_token;
+    IF NOT FOUND THEN
+        RETURN true;  -- the extend itself finds nothing and answers NULL
+    END IF;
+    UPDATE pyqueue_limit_slot
+       SET msg_attempts = msg_attempts
+     WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND msg_id = v_id AND msg_attempts = v_attempts;
+    RETURN FOUND;
+END;
+$$;
+
+-- ---- for workers ----
+
+-- pyqueue__check_worker: raises unless a worker id and secret are given and
+-- the id is a possible one (heartbeat, deregister).
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_worker(in_worker_id bigint, in_secret uuid)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_worker_id IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    IF in_worker_id < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must be a whole number from 1 to 9223372036854775807'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_secret IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: secret must not be NULL' USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- ---- for schedules ----
+
+-- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
+-- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
+-- comma lists of those. Raises invalid_argument with the field's name.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__cron_field(in_field text, in_name text, in_min integer, in_max integer)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_part text;
+    v_m    text[];
+    v_lo   integer;
+    v_hi   integer;
+    v_step integer;
+    v_mask bigint := 0;
+    v_i    integer;
+BEGIN
+    FOREACH v_part IN ARRAY pg_catalog.string_to_array(in_field, ',') LOOP
+        v_m := pg_catalog.regexp_match(v_part, '^(\*|([0-9]{1,2})(-([0-9]{1,2}))?)(/([0-9]{1,2}))?$');
+        IF v_m IS NULL THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: cron % field "%" is not *, n, a-b, */s, a/s or a-b/s (lists with commas)',
+                in_name, in_field USING ERRCODE = '22023';
+        END IF;
+        IF v_m[1] = '*' THEN
+            v_lo := in_min; v_hi := in_max;
+        ELSE
+            v_lo := v_m[2]::integer;
+            v_hi := coalesce(v_m[4]::integer, CASE WHEN v_m[6] IS NULL THEN v_lo ELSE in_max END);
+        END IF;
+        v_step := coalesce(v_m[6]::integer, 1);
+        IF v_lo < in_min OR v_hi > in_max OR v_lo > v_hi OR v_step < 1 THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: cron % field "%" is out of range %-% (or a-b with a > b, or step 0)',
+                in_name, in_field, in_min, in_max USING ERRCODE = '22023';
+        END IF;
+        v_i := v_lo;
+        WHILE v_i <= v_hi LOOP
+            v_mask := v_mask | (1::bigint << v_i);
+            v_i := v_i + v_step;
+        END LOOP;
+    END LOOP;
+    RETURN v_mask;
+END;
+$$;
+
+-- pyqueue__cron_next: the first minute strictly after in_after (UTC) that
+-- matches the 5-field cron expression (minute hour day-of-month month
+-- day-of-week; day-of-week 0-7, 0 and 7 = Sunday; when both day fields are
+-- restricted a day matching either matches, as in Vixie cron). Computed with
+-- set operations: the first matching day among the next 8 years of days,
+-- then the first matching minute of that day; never minute by minute.
+-- Raises invalid_argument for a malformed expression or one that never matches.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__cron_next(in_cron text, in_after timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_f       text[];
+    v_min     bigint;
+    v_hour    bigint;
+    v_dom     bigint;
+    v_mon     bigint;
+    v_dow     bigint;
+    v_or      boolean;
+    v_t       timestamp;
+    v_day     date;
+    v_mod     integer;
+    v_first   integer;
+BEGIN
+    IF in_cron IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    v_f := pg_catalog.regexp_split_to_array(pg_catalog.btrim(in_cron, ' '), ' +');
+    IF pg_catalog.cardinality(v_f) <> 5 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron must have 5 fields (minute hour day-of-month month day-of-week), got "%"',
+            in_cron USING ERRCODE = '22023';
+    END IF;
+    v_min  := pyqueue__cron_field(v_f[1], 'minute', 0, 59);
+    v_hour := pyqueue__cron_field(v_f[2], 'hour', 0, 23);
+    v_dom  := pyqueue__cron_field(v_f[3], 'day-of-month', 1, 31);
+    v_mon  := pyqueue__cron_field(v_f[4], 'month', 1, 12);
+    v_dow  := pyqueue__cron_field(v_f[5], 'day-of-week', 0, 7);
+    IF v_dow & 128::bigint <> 0 THEN
+        v_dow := (v_dow | 1::bigint) & 127::bigint;
+    END IF;
+    v_or := pg_catalog.left(v_f[3], 1) <> '*' AND pg_catalog.left(v_f[5], 1) <> '*';
+    v_t := pg_catalog.date_trunc('minute', in_after AT TIME ZONE 'UTC') + interval '1 minute';
+    -- today: the first matching minute at or after v_t's minute of the day
+    v_mod := extract(hour FROM v_t)::integer * 60 + extract(minute FROM v_t)::integer;
+    SELECT pg_catalog.min(d) INTO v_day
+      FROM (SELECT v_t::date + i AS d FROM pg_catalog.generate_series(0, 366 * 8) AS i) AS days
+     WHERE (v_mon >> extract(month FROM d)::integer) & 1::bigint = 1
+       AND CASE WHEN v_or THEN (v_dom >> extract(day FROM d)::integer) & 1::bigint = 1
+                             OR (v_dow >> extract(dow FROM d)::integer) & 1::bigint = 1
+                ELSE (v_dom >> extract(day FROM d)::integer) & 1::bigint = 1
+                 AND (v_dow >> extract(dow FROM d)::integer) & 1::bigint = 1 END
+       AND (d > v_t::date
+            OR EXISTS (SELECT 1 FROM pg_catalog.generate_series(0, 23) h, pg_catalog.generate_series(0, 59) mi
+                        WHERE (v_hour >> h) & 1::bigint = 1 AND (v_min >> mi) & 1::bigint = 1 AND h * 60 + mi >= v_mod));
+    IF v_day IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron "%" matches no day in the next 8 years', in_cron
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT pg_catalog.min(h * 60 + mi) INTO v_first
+      FROM pg_catalog.generate_series(0, 23) h, pg_catalog.generate_series(0, 59) mi
+     WHERE (v_hour >> h) & 1::bigint = 1 AND (v_min >> mi) & 1::bigint = 1
+       AND (v_day > v_t::date OR h * 60 + mi >= v_mod);
+    RETURN (v_day + pg_catalog.make_interval(mins => v_first)) AT TIME ZONE 'UTC';
+END;
+$$;
+
+-- pyqueue__schedule_key: the message key of the occurrence at in_at.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__schedule_key(in_key text, in_at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT in_key || '@' || pg_catalog.to_char(in_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') $$;
+
+-- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
+-- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
+-- pyqueue__cron_next.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__schedule_after(in_every_s bigint, in_cron text, in_after timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF in_every_s IS NOT NULL THEN
+        RETURN pg_catalog.to_timestamp((pg_catalog.floor(extract(epoch FROM in_after) / in_every_s::numeric) + 1::numeric)
+                                       * in_every_s::numeric);
+    END IF;
+    RETURN pyqueue__cron_next(in_cron, in_after);
+END;
+$$;
+
+-- pyqueue__schedule_next: called by queue_commit after it deleted a message.
+-- When the message was the pending occurrence of a schedule (key = p_key @
+-- next_at), advances next_at past now and pushes that occurrence, in the
+-- caller's transaction. The schedule row is locked and next_at re-checked,
+-- so of two commits racing for the same occurrence only one advances it
+-- (and the occurrence key makes a duplicate push a no-op anyway).
+CREATE OR REPLACE FUNCTION pyqueue__schedule_next(in_queue text, in_key text, in_kind text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_sched pyqueue_schedule;
+    v_at    timestamptz;
+    v_next  timestamptz;
+BEGIN
+    IF pg_catalog.length(in_key) < 22 OR pg_catalog.right(in_key, 21) NOT SIMILAR TO '@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z' THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_sched FROM pyqueue_schedule s
+     WHERE s.queue_name::text = in_queue AND s.p_key::text = pg_catalog.left(in_key, -21) AND s.p_kind::text = in_kind
+       FOR UPDATE;
+    IF NOT FOUND OR pyqueue__schedule_key(v_sched.p_key::text, v_sched.next_at) <> in_key THEN
+        RETURN;
+    END IF;
+    v_next := pyqueue__schedule_after(v_sched.every_s, v_sched.cron::text, greatest(v_sched.next_at, pg_catalog.clock_timestamp()));
+    UPDATE pyqueue_schedule SET next_at = v_next
+     WHERE queue_name::text = in_queue AND p_key::text = v_sched.p_key::text AND p_kind::text = in_kind;
+    PERFORM queue_push(in_queue, pyqueue__schedule_key(v_sched.p_key::text, v_next), in_kind, v_sched.payload, v_next,
+                       NULL::integer);
+END;
+$$;
+
+-- pyqueue__schedule: creates or replaces a schedule and pushes its first
+-- occurrence (the next one after now). A pending occurrence of the replaced
+-- schedule is removed unless it is reserved (then it runs, and its commit
+-- pushes nothing since it is no longer the pending one).
+-- Locks: a key-share lock on the queue row, the schedule row, the replaced
+-- pending occurrence, then the new occurrence as queue_push.
+CREATE OR REPLACE FUNCTION pyqueue__schedule(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                             in_every_s bigint, in_cron text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now  timestamptz := pg_catalog.clock_timestamp();
+    v_next timestamptz;
+    v_old  timestamptz;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_key', in_key, 234);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    v_next := pyqueue__schedule_after(in_every_s, in_cron, v_now);
+    SELECT s.next_at INTO v_old FROM pyqueue_schedule s
+     WHERE s.queue_name::text = in_queue AND s.p_key::text = in_key AND s.p_kind::text = in_kind FOR UPDATE;
+    IF FOUND THEN
+        DELETE FROM pyqueue_message
+         WHERE queue_name::text = in_queue AND p_key::text = pyqueue__schedule_key(in_key, v_old) AND p_kind::text = in_kind
+           AND reserve_token IS NULL;
+    END IF;
+    INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, in_every_s, in_cron, v_next, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
+       SET payload = EXCLUDED.payload, every_s = EXCLUDED.every_s, cron = EXCLUDED.cron,
+           next_at = EXCLUDED.next_at;
+    PERFORM queue_push(in_queue, pyqueue__schedule_key(in_key, v_next), in_kind, in_payload, v_next, NULL::integer);
+    RETURN v_next;
+END;
+$$;
+
+-- ---- for ingest ----
+
+-- pyqueue__ingest: the statement-level AFTER INSERT trigger of queue_ingest.
+-- For the rows of one INSERT statement (the transition table pyqueue_new):
+--   1. key-share locks the queue rows they name (as queue_push: a racing
+--      queue_drop waits, or has won and the row is refused as unknown);
+--   2. refuses the whole statement when any row is bad, naming the first
+--      bad row (lowest ingest_id) and why: the same checks and codes as
+--      queue_push (NULL/empty/too long/space-ended names, unknown queue,
+--      NULL or non-JSON payload, infinite run_at, priority not a whole
+--      number in the integer range). JSON is checked by a cast inside a
+--      block that writes nothing (no subtransaction XID is used per
+--      statement, so long ingest transactions do not overflow the subxid cache);
+--   3. inserts the rows into pyqueue_message in one INSERT ... ON CONFLICT DO
+--      NOTHING in ingest order (duplicates of live messages, also within the
+--      statement, are skipped: the first wins);
+--   4. deletes its own rows from queue_ingest (ingest_id range; rows of
+--      concurrent uncommitted INSERTs in that range are invisible here and
+--      stay for their own trigger).
+-- run_at NULL = now, priority NULL = 0. Concurrency: as queue_push_batch;
+-- two transactions inserting the same new key wait for each other (the
+-- unique index), so overlapping appends in opposite orders can deadlock: one
+-- fails with 40P01 and, retried (Spark retries the task), dedup absorbs what
+-- the other already enqueued.
+CREATE OR REPLACE FUNCTION pyqueue__ingest()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_key    text;
+    v_code   text;
+    v_reason text;
+    v_min    bigint;
+    v_max    bigint;
+    v_row    record;
+    v_ready  text[];
+    v_tag    text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
+    v_added  bigint;
+    v_queue  text;
+BEGIN
+    PERFORM 1 FROM pyqueue_queue q
+     WHERE q.queue_name::text IN (SELECT DISTINCT r.queue_name FROM pyqueue_new r)
+     ORDER BY q.queue_name
+       FOR KEY SHARE OF q;
+    SELECT b.p_key, b.reason INTO v_key, v_reason
+      FROM (SELECT r.ingest_id, r.p_key,
+                   CASE WHEN r.queue_name IS NULL OR r.queue_name::text = '' THEN 'queue_name must not be NULL or empty'
+                        WHEN pg_catalog.length(r.queue_name) > 128 THEN 'queue_name is longer than 128 characters'
+                        WHEN pg_catalog.right(r.queue_name, 1) = ' ' THEN 'queue_name must not end with a space'
+                        WHEN r.p_key IS NULL OR r.p_key::text = '' THEN 'p_key must not be NULL or empty'
+                        WHEN pg_catalog.length(r.p_key) > 255 THEN 'p_key is longer than 255 characters'
+                        WHEN pg_catalog.right(r.p_key, 1) = ' ' THEN 'p_key must not end with a space'
+                        WHEN r.p_kind IS NULL OR r.p_kind::text = '' THEN 'p_kind must not be NULL or empty'
+                        WHEN pg_catalog.length(r.p_kind) > 128 THEN 'p_kind is longer than 128 characters'
+                        WHEN pg_catalog.right(r.p_kind, 1) = ' ' THEN 'p_kind must not end with a space'
+                        WHEN q.queue_name IS NULL THEN pg_catalog.format('queue "%s" does not exist', r.queue_name)
+                        WHEN r.payload IS NULL THEN 'payload must not be NULL (use the JSON value null)'
+                        WHEN NOT pg_catalog.isfinite(coalesce(r.run_at, v_now)) THEN 'run_at must be a finite time'
+                        WHEN r.priority <> pg_catalog.trunc(r.priority) OR r.priority < -2147483648::numeric OR r.priority > 2147483647::numeric
+                             THEN 'priority must be a whole number from -2147483648 to 2147483647'
+                   END AS reason
+              FROM pyqueue_new r
+              LEFT JOIN pyqueue_queue q ON q.queue_name::text = r.queue_name::text) b
+     WHERE b.reason IS NOT NULL
+     ORDER BY b.ingest_id
+     LIMIT 1;
+    IF v_reason IS NOT NULL THEN
+        v_code := CASE WHEN v_reason LIKE 'queue "%' THEN 'unknown_queue'
+                       WHEN v_reason LIKE 'payload%' THEN 'invalid_payload'
+                       ELSE 'invalid_argument' END;
+        RAISE EXCEPTION 'pyqueue:%: queue_ingest row with p_key %: %', v_code,
+                        coalesce(pg_catalog.quote_literal(v_key), 'NULL'), v_reason
+            USING ERRCODE = CASE v_code WHEN 'unknown_queue' THEN 'P0002' ELSE '22023' END;
+    END IF;
+    BEGIN
+        PERFORM pg_catalog.count(r.payload::jsonb) FROM pyqueue_new r;
+    EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
+        FOR v_row IN SELECT r.ingest_id, r.p_key, r.payload FROM pyqueue_new r ORDER BY r.ingest_id LOOP
+            BEGIN
+                PERFORM v_row.payload::jsonb;
+            EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
+                RAISE EXCEPTION 'pyqueue:invalid_payload: queue_ingest row with p_key %: payload is not valid JSON (%)',
+                                coalesce(pg_catalog.quote_literal(v_row.p_key), 'NULL'), SQLERRM
+                    USING ERRCODE = '22023';
+            END;
+        END LOOP;
+        RAISE;
+    END;
+    WITH ins AS (
+        INSERT INTO pyqueue_message
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at)
+        SELECT r.queue_name, r.p_key, r.p_kind, r.payload::jsonb, coalesce(r.priority, 0)::integer,
+               coalesce(r.run_at, v_now), coalesce(r.run_at, v_now), v_now
+          FROM pyqueue_new r
+         ORDER BY r.ingest_id
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING queue_name, scheduled_at
+    )
+    SELECT pg_catalog.array_agg(DISTINCT i.queue_name::text ORDER BY i.queue_name::text)
+               FILTER (WHERE i.scheduled_at <= v_now),
+           pg_catalog.count(*)
+      INTO v_ready, v_added
+      FROM ins i;
+    -- Wakeups: once per queue per statement, for the queues that got rows
+    -- ready now (inserted, not skipped as duplicates).
+    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP
+        PERFORM pyqueue__notify(v_queue);
+    END LOOP;
+    -- The tally of a tagged session (see pyqueue_ingest_tally): rows inserted and
+    -- rows skipped as duplicates by this statement.
+    IF pg_catalog.length(v_tag) BETWEEN 1 AND 128 THEN
+        INSERT INTO pyqueue_ingest_tally (tag, enqueued, duplicates)
+        SELECT v_tag, v_added, pg_catalog.count(*) - v_added FROM pyqueue_new;
+    END IF;
+    SELECT pg_catalog.min(r.ingest_id), pg_catalog.max(r.ingest_id) INTO v_min, v_max FROM pyqueue_new r;
+    DELETE FROM queue_ingest WHERE ingest_id BETWEEN v_min AND v_max;
+    RETURN NULL;
+END;
+$$;
+
+
+-- ==== queues ====
+-- Create a queue or change its settings, read them back, drop it, pause and
+-- resume it, count its messages.
 
 -- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts,
 -- no dead-letter queue, no history) or changes the settings given (not NULL)
@@ -389,6 +1093,71 @@ BEGIN
 END;
 $$;
 
+-- queue_pause: pop and reserve hand out nothing until queue_resume.
+-- Pushes, commits and rollbacks still work.
+-- Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_pause(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    UPDATE pyqueue_queue SET paused = true WHERE queue_name::text = in_queue;
+END;
+$$;
+
+-- queue_resume: undoes queue_pause. Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_resume(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    UPDATE pyqueue_queue SET paused = false WHERE queue_name::text = in_queue;
+END;
+$$;
+
+-- queue_stats: one row per queue (all queues when in_queue is NULL).
+-- ready: eligible now; delayed: scheduled later and not reserved; reserved:
+-- held by a reservation that has not expired; dead: messages that exhausted
+-- max_attempts in this queue so far; oldest_ready_age_s: how long the oldest
+-- ready message has been eligible (NULL when none). Reads without locks.
+CREATE OR REPLACE FUNCTION queue_stats(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, ready bigint, delayed bigint, reserved bigint, dead bigint,
+               oldest_ready_age_s double precision, paused boolean)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT q.queue_name::text,
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at <= v_now),
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NULL),
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NOT NULL),
+               q.dead_count,
+               extract(epoch FROM v_now - pg_catalog.min(m.scheduled_at) FILTER (WHERE m.scheduled_at <= v_now))::double precision,
+               q.paused
+          FROM pyqueue_queue q
+          LEFT JOIN pyqueue_message m ON m.queue_name::text = q.queue_name::text
+         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
+         GROUP BY q.queue_name, q.dead_count, q.paused
+         ORDER BY q.queue_name;
+END;
+$$;
+
+
+-- ==== produce ====
+-- Put messages in: one, many in one statement, or one that replaces a waiting
+-- message with the same key (debounce). Each wakes the queue's listeners when
+-- it makes a message ready now.
+
 -- queue_push: inserts one message; false when a live message with the same
 -- (queue, p_key, p_kind) exists (dedup, the existing one is untouched).
 -- Takes a key-share lock on the queue row (blocks only queue_drop) and the
@@ -433,6 +1202,7 @@ $$;
 -- were new (duplicates, also within the batch, are skipped). Arrays must have
 -- the same length; in_run_ats / in_priorities may be NULL (all defaults) or
 -- hold NULL elements. Any invalid element refuses the whole batch.
+-- Locks: as queue_push, for every new row (in key order, see below).
 CREATE OR REPLACE FUNCTION queue_push_batch(
     in_queue      text,
     in_keys       text[],
@@ -505,6 +1275,66 @@ BEGIN
     RETURN v_count;
 END;
 $$;
+
+-- queue_push_replace: queue_push that replaces instead of skipping (debounce,
+-- graphile-worker's job_key "replace" mode). Returns
+--   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
+--   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
+--               got the new payload, run_at and priority, attempts 0 and no
+--               reservation (an expired holder's commit then returns false);
+--   'reserved'  one is held by a live reservation: left alone, nothing pushed.
+-- created_at and the FIFO position among equal run_at are kept on replace.
+-- Locks: a key-share lock on the queue row and the message row.
+CREATE OR REPLACE FUNCTION queue_push_replace(
+    in_queue    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz DEFAULT NULL,
+    in_priority integer     DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now      timestamptz := pg_catalog.clock_timestamp();
+    v_at       timestamptz;
+    v_inserted boolean;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    v_at := coalesce(in_run_at, v_now);
+    INSERT INTO pyqueue_message AS m
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
+       SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
+           scheduled_at = EXCLUDED.scheduled_at, scheduled_at_initially = EXCLUDED.scheduled_at,
+           attempts = 0, reserved_by = NULL, reserve_token = NULL
+     WHERE m.reserve_token IS NULL OR m.scheduled_at <= v_now
+    RETURNING (m.xmax = 0) INTO v_inserted;
+    IF v_inserted IS NULL THEN
+        RETURN 'reserved';
+    END IF;
+    IF v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
+    RETURN CASE WHEN v_inserted THEN 'inserted' ELSE 'replaced' END;
+END;
+$$;
+
+
+-- ==== consume ====
+-- Take messages out: reserve (or pop, at-most-once), then commit, roll back,
+-- fail, extend or move the reservation; remove deletes a message whatever its
+-- state. Every step after the reserve must show the reservation's token.
 
 -- queue_pop: removes and returns up to in_n ready messages (at-most-once).
 -- Locks the chosen rows with SKIP LOCKED; nothing when the queue is paused.
@@ -638,6 +1468,8 @@ $$;
 
 -- queue_commit: deletes the message if in_token still holds its reservation;
 -- false otherwise (expired and re-reserved, committed already, or removed).
+-- Locks the message row (and, for a schedule's pending occurrence, the
+-- schedule row).
 CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -659,54 +1491,6 @@ BEGIN
         PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
     END IF;
     RETURN true;
-END;
-$$;
-
--- pyqueue__give_back: queue_rollback and queue_fail. When in_token still
--- holds the reservation: with in_set_error, last_error becomes in_error (cut
--- to 2000 characters); then the message is eligible again after in_delay
--- (NULL = 0) and 'retry' is returned, or, when it has had max_attempts
--- deliveries, it goes to the dead-letter queue ('dead_lettered') or is
--- dropped when the queue has none ('dropped'). NULL when the token no longer
--- holds. Locks the message row (and the queue row when dead-lettering).
-CREATE OR REPLACE FUNCTION pyqueue__give_back(in_queue text, in_key text, in_kind text, in_token uuid,
-                                              in_delay interval, in_set_error boolean, in_error text)
-RETURNS text
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_queue    pyqueue_queue := pyqueue__queue(in_queue);
-    v_now      timestamptz := pg_catalog.clock_timestamp();
-    v_attempts integer;
-BEGIN
-    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
-    PERFORM pyqueue__check_duration('delay', in_delay, false);
-    SELECT m.attempts INTO v_attempts
-      FROM pyqueue_message m
-     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
-       AND m.reserve_token = in_token
-       FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    IF in_set_error THEN
-        UPDATE pyqueue_message
-           SET last_error = pg_catalog.left(in_error, 2000)
-         WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
-    END IF;
-    IF v_attempts >= v_queue.max_attempts THEN
-        PERFORM pyqueue__dead_letter(v_queue, in_key, in_kind, v_now);
-        RETURN CASE WHEN v_queue.dead_letter_queue IS NULL THEN 'dropped' ELSE 'dead_lettered' END;
-    END IF;
-    UPDATE pyqueue_message
-       SET scheduled_at = v_now + coalesce(in_delay, interval '0'),
-           reserve_token = NULL,
-           reserved_by = NULL
-     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
-    IF coalesce(in_delay, interval '0') <= interval '0' THEN
-        PERFORM pyqueue__notify(in_queue);  -- wakeup: ready again now (e.g. handed back at shutdown)
-    END IF;
-    RETURN 'retry';
 END;
 $$;
 
@@ -746,6 +1530,7 @@ $$;
 -- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the
 -- queue's visibility_timeout) and returns a new token (the old one stops
 -- working); NULL when in_token no longer holds.
+-- Locks the message row (for a kind with a limit, its slot row first).
 CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token uuid,
                              in_timeout interval DEFAULT NULL)
 RETURNS uuid
@@ -817,6 +1602,7 @@ END;
 $$;
 
 -- queue_remove: deletes a message whatever its state; false when absent.
+-- Locks the message row.
 CREATE OR REPLACE FUNCTION queue_remove(in_queue text, in_key text, in_kind text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -831,115 +1617,11 @@ BEGIN
 END;
 $$;
 
--- queue_pause: pop and reserve hand out nothing until queue_resume.
--- Pushes, commits and rollbacks still work.
-CREATE OR REPLACE FUNCTION queue_pause(in_queue text)
-RETURNS void
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    UPDATE pyqueue_queue SET paused = true WHERE queue_name::text = in_queue;
-END;
-$$;
 
-CREATE OR REPLACE FUNCTION queue_resume(in_queue text)
-RETURNS void
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    UPDATE pyqueue_queue SET paused = false WHERE queue_name::text = in_queue;
-END;
-$$;
-
--- queue_stats: one row per queue (all queues when in_queue is NULL).
--- ready: eligible now; delayed: scheduled later and not reserved; reserved:
--- held by a reservation that has not expired; dead: messages that exhausted
--- max_attempts in this queue so far; oldest_ready_age_s: how long the oldest
--- ready message has been eligible (NULL when none). Reads without locks.
-CREATE OR REPLACE FUNCTION queue_stats(in_queue text DEFAULT NULL)
-RETURNS TABLE (queue text, ready bigint, delayed bigint, reserved bigint, dead bigint,
-               oldest_ready_age_s double precision, paused boolean)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now timestamptz := pg_catalog.clock_timestamp();
-BEGIN
-    IF in_queue IS NOT NULL THEN
-        PERFORM pyqueue__queue(in_queue);
-    END IF;
-    RETURN QUERY
-        SELECT q.queue_name::text,
-               pg_catalog.count(*) FILTER (WHERE m.scheduled_at <= v_now),
-               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NULL),
-               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NOT NULL),
-               q.dead_count,
-               extract(epoch FROM v_now - pg_catalog.min(m.scheduled_at) FILTER (WHERE m.scheduled_at <= v_now))::double precision,
-               q.paused
-          FROM pyqueue_queue q
-          LEFT JOIN pyqueue_message m ON m.queue_name::text = q.queue_name::text
-         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
-         GROUP BY q.queue_name, q.dead_count, q.paused
-         ORDER BY q.queue_name;
-END;
-$$;
-
-
--- ===========================================================================
--- Added after the core contract
--- ===========================================================================
-
--- ---- wakeups ----
-
--- pyqueue__channel: the NOTIFY channel of a queue, 'pyqueue_' + md5 of its
--- name (40 characters: a queue name reaches 128 characters, a channel name
--- is an identifier of at most 63 bytes). No lookup, no locks.
-CREATE OR REPLACE FUNCTION pyqueue__channel(in_queue text)
-RETURNS text
-LANGUAGE sql IMMUTABLE STRICT
-AS $$ SELECT 'pyqueue_' || pg_catalog.md5(in_queue) $$;
-
--- pyqueue__notify: sends the wakeup of a queue (NOTIFY on its channel, the
--- queue name as payload), throttled to at most one per notify_window per
--- queue (pyqueue_notify; default 50 ms, 0 = every statement). NOTIFY is
--- delivered when the caller's transaction commits, and not at all when it
--- rolls back; PostgreSQL also folds identical notifications of one
--- transaction into one. Called once per push statement, never per row.
--- Locks: reads the queue's pyqueue_notify row without a lock; only when the
--- window has elapsed does it claim the row (FOR NO KEY UPDATE SKIP LOCKED,
--- never waiting: if another open transaction holds it, it notifies anyway).
--- The first wakeup of a queue inserts its row (ON CONFLICT DO NOTHING).
-CREATE OR REPLACE FUNCTION pyqueue__notify(in_queue text)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_now    timestamptz := pg_catalog.clock_timestamp();
-    v_window interval;
-    v_last   timestamptz;
-BEGIN
-    SELECT n.notify_window, n.last_notified_at INTO v_window, v_last
-      FROM pyqueue_notify n
-     WHERE n.queue_name::text = in_queue;
-    IF NOT FOUND THEN
-        INSERT INTO pyqueue_notify (queue_name, last_notified_at) VALUES (in_queue, v_now)
-        ON CONFLICT (queue_name) DO NOTHING;
-    ELSIF v_window > interval '0' THEN
-        IF v_last > v_now - v_window THEN
-            RETURN;  -- a wakeup of this queue went out less than a window ago
-        END IF;
-        PERFORM 1 FROM pyqueue_notify n WHERE n.queue_name::text = in_queue FOR NO KEY UPDATE SKIP LOCKED;
-        IF FOUND THEN
-            UPDATE pyqueue_notify SET last_notified_at = v_now WHERE queue_name::text = in_queue;
-        END IF;
-    END IF;
-    PERFORM pg_catalog.pg_notify(pyqueue__channel(in_queue), in_queue);
-END;
-$$;
+-- ==== wakeups ====
+-- Waiting for work without polling hard: the NOTIFY channel of a queue and
+-- its throttle, when the next message falls due, and a long poll held inside
+-- the server for clients that cannot LISTEN.
 
 -- queue_channel: the NOTIFY channel a plain-SQL client LISTENs on for
 -- wakeups of in_queue (a push of a message that is ready now):
@@ -1073,10 +1755,11 @@ BEGIN
 END;
 $$;
 
--- ---- end of wakeups ----
 
-
--- ---- fast paths ----
+-- ==== fast paths ====
+-- Two steps of the consume cycle in one call: commit the previous reservation
+-- and reserve the next, or commit many reservations at once. The semantics of
+-- the routines they stand for, in fewer round trips.
 
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
 -- in_token; all three NULL = nothing to commit) and reserves the next up to
@@ -1278,216 +1961,11 @@ BEGIN
 END;
 $$;
 
--- ---- end of fast paths ----
 
-
--- ---- queue_ingest ----
-
--- pyqueue__ingest: the statement-level AFTER INSERT trigger of queue_ingest.
--- For the rows of one INSERT statement (the transition table pyqueue_new):
---   1. key-share locks the queue rows they name (as queue_push: a racing
---      queue_drop waits, or has won and the row is refused as unknown);
---   2. refuses the whole statement when any row is bad, naming the first
---      bad row (lowest ingest_id) and why: the same checks and codes as
---      queue_push (NULL/empty/too long/space-ended names, unknown queue,
---      NULL or non-JSON payload, infinite run_at, priority not a whole
---      number in the integer range). JSON is checked by a cast inside a
---      block that writes nothing (no subtransaction XID is used per
---      statement, so long ingest transactions do not overflow the subxid cache);
---   3. inserts the rows into pyqueue_message in one INSERT ... ON CONFLICT DO
---      NOTHING in ingest order (duplicates of live messages, also within the
---      statement, are skipped: the first wins);
---   4. deletes its own rows from queue_ingest (ingest_id range; rows of
---      concurrent uncommitted INSERTs in that range are invisible here and
---      stay for their own trigger).
--- run_at NULL = now, priority NULL = 0. Concurrency: as queue_push_batch;
--- two transactions inserting the same new key wait for each other (the
--- unique index), so overlapping appends in opposite orders can deadlock: one
--- fails with 40P01 and, retried (Spark retries the task), dedup absorbs what
--- the other already enqueued.
-CREATE OR REPLACE FUNCTION pyqueue__ingest()
-RETURNS trigger
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now    timestamptz := pg_catalog.clock_timestamp();
-    v_key    text;
-    v_code   text;
-    v_reason text;
-    v_min    bigint;
-    v_max    bigint;
-    v_row    record;
-    v_ready  text[];
-    v_tag    text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
-    v_added  bigint;
-    v_queue  text;
-BEGIN
-    PERFORM 1 FROM pyqueue_queue q
-     WHERE q.queue_name::text IN (SELECT DISTINCT r.queue_name FROM pyqueue_new r)
-     ORDER BY q.queue_name
-       FOR KEY SHARE OF q;
-    SELECT b.p_key, b.reason INTO v_key, v_reason
-      FROM (SELECT r.ingest_id, r.p_key,
-                   CASE WHEN r.queue_name IS NULL OR r.queue_name::text = '' THEN 'queue_name must not be NULL or empty'
-                        WHEN pg_catalog.length(r.queue_name) > 128 THEN 'queue_name is longer than 128 characters'
-                        WHEN pg_catalog.right(r.queue_name, 1) = ' ' THEN 'queue_name must not end with a space'
-                        WHEN r.p_key IS NULL OR r.p_key::text = '' THEN 'p_key must not be NULL or empty'
-                        WHEN pg_catalog.length(r.p_key) > 255 THEN 'p_key is longer than 255 characters'
-                        WHEN pg_catalog.right(r.p_key, 1) = ' ' THEN 'p_key must not end with a space'
-                        WHEN r.p_kind IS NULL OR r.p_kind::text = '' THEN 'p_kind must not be NULL or empty'
-                        WHEN pg_catalog.length(r.p_kind) > 128 THEN 'p_kind is longer than 128 characters'
-                        WHEN pg_catalog.right(r.p_kind, 1) = ' ' THEN 'p_kind must not end with a space'
-                        WHEN q.queue_name IS NULL THEN pg_catalog.format('queue "%s" does not exist', r.queue_name)
-                        WHEN r.payload IS NULL THEN 'payload must not be NULL (use the JSON value null)'
-                        WHEN NOT pg_catalog.isfinite(coalesce(r.run_at, v_now)) THEN 'run_at must be a finite time'
-                        WHEN r.priority <> pg_catalog.trunc(r.priority) OR r.priority < -2147483648::numeric OR r.priority > 2147483647::numeric
-                             THEN 'priority must be a whole number from -2147483648 to 2147483647'
-                   END AS reason
-              FROM pyqueue_new r
-              LEFT JOIN pyqueue_queue q ON q.queue_name::text = r.queue_name::text) b
-     WHERE b.reason IS NOT NULL
-     ORDER BY b.ingest_id
-     LIMIT 1;
-    IF v_reason IS NOT NULL THEN
-        v_code := CASE WHEN v_reason LIKE 'queue "%' THEN 'unknown_queue'
-                       WHEN v_reason LIKE 'payload%' THEN 'invalid_payload'
-                       ELSE 'invalid_argument' END;
-        RAISE EXCEPTION 'pyqueue:%: queue_ingest row with p_key %: %', v_code,
-                        coalesce(pg_catalog.quote_literal(v_key), 'NULL'), v_reason
-            USING ERRCODE = CASE v_code WHEN 'unknown_queue' THEN 'P0002' ELSE '22023' END;
-    END IF;
-    BEGIN
-        PERFORM pg_catalog.count(r.payload::jsonb) FROM pyqueue_new r;
-    EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
-        FOR v_row IN SELECT r.ingest_id, r.p_key, r.payload FROM pyqueue_new r ORDER BY r.ingest_id LOOP
-            BEGIN
-                PERFORM v_row.payload::jsonb;
-            EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
-                RAISE EXCEPTION 'pyqueue:invalid_payload: queue_ingest row with p_key %: payload is not valid JSON (%)',
-                                coalesce(pg_catalog.quote_literal(v_row.p_key), 'NULL'), SQLERRM
-                    USING ERRCODE = '22023';
-            END;
-        END LOOP;
-        RAISE;
-    END;
-    WITH ins AS (
-        INSERT INTO pyqueue_message
-               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                scheduled_at_initially, created_at)
-        SELECT r.queue_name, r.p_key, r.p_kind, r.payload::jsonb, coalesce(r.priority, 0)::integer,
-               coalesce(r.run_at, v_now), coalesce(r.run_at, v_now), v_now
-          FROM pyqueue_new r
-         ORDER BY r.ingest_id
-        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
-        RETURNING queue_name, scheduled_at
-    )
-    SELECT pg_catalog.array_agg(DISTINCT i.queue_name::text ORDER BY i.queue_name::text)
-               FILTER (WHERE i.scheduled_at <= v_now),
-           pg_catalog.count(*)
-      INTO v_ready, v_added
-      FROM ins i;
-    -- Wakeups: once per queue per statement, for the queues that got rows
-    -- ready now (inserted, not skipped as duplicates).
-    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP
-        PERFORM pyqueue__notify(v_queue);
-    END LOOP;
-    -- The tally of a tagged session (see pyqueue_ingest_tally): rows inserted and
-    -- rows skipped as duplicates by this statement.
-    IF pg_catalog.length(v_tag) BETWEEN 1 AND 128 THEN
-        INSERT INTO pyqueue_ingest_tally (tag, enqueued, duplicates)
-        SELECT v_tag, v_added, pg_catalog.count(*) - v_added FROM pyqueue_new;
-    END IF;
-    SELECT pg_catalog.min(r.ingest_id), pg_catalog.max(r.ingest_id) INTO v_min, v_max FROM pyqueue_new r;
-    DELETE FROM queue_ingest WHERE ingest_id BETWEEN v_min AND v_max;
-    RETURN NULL;
-END;
-$$;
-
-CREATE OR REPLACE TRIGGER queue_ingest_enqueue
-    AFTER INSERT ON queue_ingest
-    REFERENCING NEW TABLE AS pyqueue_new
-    FOR EACH STATEMENT EXECUTE FUNCTION pyqueue__ingest();
-
--- queue_ingest_flush: the portable end of a bulk ingest. On PostgreSQL every
--- INSERT into queue_ingest is already enqueued when it returns; the flush
--- reports what the INSERTs of this session's ingest tag did (the setting
--- pyqueue.ingest_tag, 1 to 128 characters; see pyqueue_ingest_tally) since
--- the last flush with that tag, and forgets it: one row (enqueued,
--- duplicates, rejected 0). Without a tag: (0, 0, 0). Also deletes tallies
--- older than a day, of any tag. in_queue NULL = all queues; a named queue
--- must exist (the counts are the tag's, whatever queues its rows named).
--- Locks: the tally rows it deletes.
-CREATE OR REPLACE FUNCTION queue_ingest_flush(in_queue text DEFAULT NULL)
-RETURNS TABLE (enqueued bigint, duplicates bigint, rejected bigint)
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_tag text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
-BEGIN
-    IF in_queue IS NOT NULL THEN
-        PERFORM pyqueue__queue(in_queue);
-    END IF;
-    IF v_tag IS NULL OR pg_catalog.length(v_tag) NOT BETWEEN 1 AND 128 THEN
-        RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;
-        RETURN;
-    END IF;
-    DELETE FROM pyqueue_ingest_tally t
-     WHERE t.tallied_at < pg_catalog.clock_timestamp() - interval '1 day';
-    RETURN QUERY
-        WITH gone AS (
-            DELETE FROM pyqueue_ingest_tally t WHERE t.tag = v_tag
-            RETURNING t.enqueued AS n_enqueued, t.duplicates AS n_duplicates
-        )
-        SELECT coalesce(pg_catalog.sum(g.n_enqueued), 0)::bigint,
-               coalesce(pg_catalog.sum(g.n_duplicates), 0)::bigint, 0::bigint
-          FROM gone g;
-END;
-$$;
-
--- ---- end of queue_ingest ----
-
-
--- ---- history, dead letters, limits, workers, schedules ----
-
--- history, dead letters, replace-on-push
-
--- pyqueue__archive: when the queue keeps history (history_retention set),
--- records a message that has just left the live table, with its outcome
--- ('committed', 'popped', 'dead_lettered', 'moved'), its last_error and, for
--- moves and dead letters, where it went. Called by the routine that removed the message,
--- in the same transaction. Takes no locks beyond the inserted row.
-CREATE OR REPLACE FUNCTION pyqueue__archive(in_queue pyqueue_queue, in_msg pyqueue_message,
-                                            in_outcome text, in_to_queue text, in_now timestamptz)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    IF in_queue.history_retention IS NULL THEN
-        RETURN;
-    END IF;
-    INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error)
-    VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_msg.payload, in_msg.priority,
-            in_msg.attempts, in_msg.created_at, in_now, in_outcome, in_to_queue, in_msg.reserved_by,
-            in_msg.last_error);
-END;
-$$;
-
--- pyqueue__check_batch_size: raises unless n is NULL (the caller's default)
--- or at least 1.
-CREATE OR REPLACE FUNCTION pyqueue__check_batch_size(in_n integer)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    IF in_n < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
-    END IF;
-END;
-$$;
+-- ==== history and dead letters ====
+-- What became of messages that left a queue (pyqueue_history: purge, replay),
+-- the messages in dead-letter queues (list, redrive), and one message's state
+-- and history, for roles that may not read the tables.
 
 -- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
 -- are past their queue's history_retention (processed_at < now - retention),
@@ -1638,258 +2116,90 @@ BEGIN
 END;
 $$;
 
--- queue_push_replace: queue_push that replaces instead of skipping (debounce,
--- graphile-worker's job_key "replace" mode). Returns
---   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
---   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
---               got the new payload, run_at and priority, attempts 0 and no
---               reservation (an expired holder's commit then returns false);
---   'reserved'  one is held by a live reservation: left alone, nothing pushed.
--- created_at and the FIFO position among equal run_at are kept on replace.
--- Locks: a key-share lock on the queue row and the message row.
-CREATE OR REPLACE FUNCTION queue_push_replace(
-    in_queue    text,
-    in_key      text,
-    in_kind     text,
-    in_payload  jsonb,
-    in_run_at   timestamptz DEFAULT NULL,
-    in_priority integer     DEFAULT NULL)
-RETURNS text
-LANGUAGE plpgsql
+-- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
+-- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
+-- dead letter first, so that a role without SELECT on the view can list them:
+-- from_queue and attempts are the queue each came from and its deliveries
+-- there, last_error its last error text. An unknown queue is refused; a
+-- queue that is nobody's dead-letter queue has none. Takes no locks (one snapshot).
+CREATE OR REPLACE FUNCTION queue_dead_letters(in_queue text)
+RETURNS TABLE (dead_letter_queue varchar, from_queue varchar, p_key varchar, p_kind varchar,
+               payload jsonb, priority integer, attempts integer, created_at timestamptz,
+               dead_lettered_at timestamptz, reserved boolean, last_error varchar)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    RETURN QUERY
+        SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
+               d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error
+          FROM pyqueue_dead_letters d
+         WHERE d.dead_letter_queue::text = in_queue
+         ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
+END;
+$$;
+
+-- queue_message: the live message (in_key, in_kind) of in_queue, 0 or 1 row:
+-- its state ('ready', 'delayed' or 'reserved', as in queue_stats), payload,
+-- priority, attempts (deliveries so far), scheduled_at (when it is or was
+-- due; for a reserved one, when the reservation ends), created_at,
+-- reserved_by (the worker of its last reservation), last_error and, for a
+-- dead letter, dead_from. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_message(in_queue text, in_key text, in_kind text)
+RETURNS TABLE (p_key text, p_kind text, state text, payload jsonb, priority integer, attempts integer,
+               scheduled_at timestamptz, created_at timestamptz, reserved_by text, last_error text,
+               dead_from text)
+LANGUAGE plpgsql STABLE
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_now      timestamptz := pg_catalog.clock_timestamp();
-    v_at       timestamptz;
-    v_inserted boolean;
+    v_now timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__queue(in_queue);
     PERFORM pyqueue__check_name('p_key', in_key, 255);
     PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF in_payload IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-            USING ERRCODE = '22023';
-    END IF;
-    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
-    END IF;
-    v_at := coalesce(in_run_at, v_now);
-    INSERT INTO pyqueue_message AS m
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at)
-    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
-    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
-       SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
-           scheduled_at = EXCLUDED.scheduled_at, scheduled_at_initially = EXCLUDED.scheduled_at,
-           attempts = 0, reserved_by = NULL, reserve_token = NULL
-     WHERE m.reserve_token IS NULL OR m.scheduled_at <= v_now
-    RETURNING (m.xmax = 0) INTO v_inserted;
-    IF v_inserted IS NULL THEN
-        RETURN 'reserved';
-    END IF;
-    IF v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
-    RETURN CASE WHEN v_inserted THEN 'inserted' ELSE 'replaced' END;
-END;
-$$;
-
--- limits, workers, schedules
-
--- ---------------------------------------------------------------------------
--- Concurrency limits
--- ---------------------------------------------------------------------------
-
--- pyqueue__slot_held: true when a slot's holder (message in_id with key
--- in_key, delivery in_attempts) is still that live reservation at in_now.
-CREATE OR REPLACE FUNCTION pyqueue__slot_held(in_queue text, in_kind text, in_key text, in_id bigint,
-                                              in_attempts integer, in_now timestamptz)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    RETURN in_id IS NOT NULL
-       AND EXISTS (SELECT 1 FROM pyqueue_message m
-                    WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key
-                      AND m.p_kind::text = in_kind AND m.id = in_id AND m.attempts = in_attempts
-                      AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now);
-END;
-$$;
-
--- pyqueue__limit_claim: takes a free slot of (in_queue, in_kind) for the
--- message in_id about to be reserved for the (in_attempts + 1)-th time; false
--- when every slot is busy. in_taken: messages admitted earlier in the same
--- lock pass (their reservation is not written yet, so their slots look free).
--- Slots are locked FOR UPDATE SKIP LOCKED (a slot another reserver is taking
--- counts as busy) and the holder is checked by a statement that starts after
--- the lock is held: under READ COMMITTED it sees the latest committed state;
--- under REPEATABLE READ a slot changed since the snapshot raises 40001.
--- Slots numbered above the capacity hold reservations made before the limit
--- was lowered: a free slot goes to such a live holder first (the dead ones
--- are deleted), and while one of them is locked by another transaction the
--- free slot counts as busy, so never more than the capacity are held.
--- Never waits for a lock.
-CREATE OR REPLACE FUNCTION pyqueue__limit_claim(in_queue text, in_kind text, in_id bigint, in_key text,
-                                                in_attempts integer, in_now timestamptz, in_taken bigint[])
-RETURNS boolean
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_capacity integer;
-    v_slot     record;
-    v_extra    record;
-    v_free     boolean;
-BEGIN
-    SELECT l.capacity INTO v_capacity
-      FROM pyqueue_limit l
-     WHERE l.queue_name::text = in_queue AND l.p_kind::text = in_kind;
-    FOR v_slot IN
-        SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
-          FROM pyqueue_limit_slot s
-         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= v_capacity
-         ORDER BY s.slot_no
-           FOR UPDATE SKIP LOCKED
-    LOOP
-        v_free := v_slot.msg_id IS NULL
-                  OR (v_slot.msg_id <> ALL (in_taken)
-                      AND NOT pyqueue__slot_held(in_queue, in_kind, v_slot.msg_key::text, v_slot.msg_id,
-                                                 v_slot.msg_attempts, in_now));
-        IF v_free THEN
-            FOR v_extra IN
-                SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
-                  FROM pyqueue_limit_slot s
-                 WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > v_capacity
-                 ORDER BY s.slot_no
-                   FOR UPDATE SKIP LOCKED
-            LOOP
-                DELETE FROM pyqueue_limit_slot
-                 WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_extra.slot_no;
-                IF pyqueue__slot_held(in_queue, in_kind, v_extra.msg_key::text, v_extra.msg_id,
-                                      v_extra.msg_attempts, in_now) THEN
-                    UPDATE pyqueue_limit_slot
-                       SET msg_id = v_extra.msg_id, msg_key = v_extra.msg_key,
-                           msg_attempts = v_extra.msg_attempts
-                     WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_slot.slot_no;
-                    v_free := false;
-                    EXIT;
-                END IF;
-            END LOOP;
-            IF v_free AND EXISTS (SELECT 1 FROM pyqueue_limit_slot s
-                                   WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
-                                     AND s.slot_no > v_capacity) THEN
-                v_free := false;  -- another transaction holds one of them: count it as a holder
-            END IF;
-        END IF;
-        IF v_free THEN
-            UPDATE pyqueue_limit_slot
-               SET msg_id = in_id, msg_key = in_key, msg_attempts = in_attempts + 1
-             WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_slot.slot_no;
-            RETURN true;
-        END IF;
-    END LOOP;
-    RETURN false;
-END;
-$$;
-
--- pyqueue__lock_ready_limited: pyqueue__lock_ready for a queue that has
--- limits. Same order and locking; a candidate of a limited kind is admitted
--- only with a slot, and a kind found full is skipped for the rest of the
--- pass, except for candidates that have had max_attempts deliveries: they
--- are admitted without a slot (the reserve dead-letters them, it delivers
--- nothing), so that a full kind cannot hold an exhausted message back.
-CREATE OR REPLACE FUNCTION pyqueue__lock_ready_limited(in_queue text, in_now timestamptz, in_n integer,
-                                                       in_kinds text[])
-RETURNS TABLE (c_key varchar, c_kind varchar, c_attempts integer)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_limited  text[];
-    v_full     text[] := '{}';
-    v_seen     bigint[] := '{}';
-    v_taken    bigint[] := '{}';
-    v_max      integer;
-    v_priority integer;
-    v_left     integer := in_n;
-    v_skipped  boolean;
-    r          record;
-BEGIN
-    SELECT coalesce(pg_catalog.array_agg(l.p_kind::text), '{}') INTO v_limited
-      FROM pyqueue_limit l WHERE l.queue_name::text = in_queue;
-    SELECT q.max_attempts INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
-    SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
-    WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
-        LOOP
-            v_skipped := false;
-            FOR r IN
-                SELECT m.id, m.p_key, m.p_kind, m.attempts
-                  FROM pyqueue_message m
-                 WHERE m.queue_name::text = in_queue
-                   AND m.priority = v_priority
-                   AND m.scheduled_at <= in_now
-                   AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
-                   AND (m.p_kind::text <> ALL (v_full) OR m.attempts >= v_max)
-                   AND m.id <> ALL (v_seen)
-                 ORDER BY m.scheduled_at, m.id
-                 LIMIT v_left
-                   FOR UPDATE SKIP LOCKED
-            LOOP
-                v_seen := pg_catalog.array_append(v_seen, r.id);
-                IF r.attempts >= v_max THEN
-                    NULL;  -- to be dead-lettered: needs no slot
-                ELSIF r.p_kind::text = ANY (v_full) THEN
-                    v_skipped := true;
-                    CONTINUE;
-                ELSIF r.p_kind::text = ANY (v_limited)
-                      AND NOT pyqueue__limit_claim(in_queue, r.p_kind::text, r.id, r.p_key::text, r.attempts,
-                                                   in_now, v_taken) THEN
-                    v_full := pg_catalog.array_append(v_full, r.p_kind::text);
-                    v_skipped := true;
-                    CONTINUE;
-                ELSE
-                    v_taken := pg_catalog.array_append(v_taken, r.id);
-                END IF;
-                c_key := r.p_key;
-                c_kind := r.p_kind;
-                c_attempts := r.attempts;
-                RETURN NEXT;
-                v_left := v_left - 1;
-            END LOOP;
-            EXIT WHEN NOT v_skipped OR v_left <= 0;
-        END LOOP;
-        SELECT pg_catalog.max(m.priority) INTO v_priority
+    RETURN QUERY
+        SELECT m.p_key::text, m.p_kind::text,
+               CASE WHEN m.scheduled_at <= v_now THEN 'ready'
+                    WHEN m.reserve_token IS NOT NULL THEN 'reserved'
+                    ELSE 'delayed' END::text,
+               m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by::text,
+               m.last_error::text, m.dead_from::text
           FROM pyqueue_message m
-         WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
-    END LOOP;
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
 END;
 $$;
 
--- pyqueue__limit_renew: called by queue_extend before it extends; true when
--- the kind has no limit or the reservation still holds its slot (the slot
--- row is then locked and touched, so a reserver cannot take it over until
--- this transaction ends, and a REPEATABLE READ reserver that saw the old
--- version gets 40001). False when the slot went to another reservation after
--- this one expired: the extend then fails.
-CREATE OR REPLACE FUNCTION pyqueue__limit_renew(in_queue text, in_key text, in_kind text, in_token uuid)
-RETURNS boolean
-LANGUAGE plpgsql
+-- queue_message_history: the history rows of (in_queue, in_key, in_kind),
+-- newest first, at most 100: (processed_at, outcome, to_queue, attempts,
+-- reserved_by, last_error). A queue that no longer exists is no error (its
+-- history stays); a queue without history_retention has none. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_message_history(in_queue text, in_key text, in_kind text)
+RETURNS TABLE (processed_at timestamptz, outcome text, to_queue text, attempts integer,
+               reserved_by text, last_error text)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_id       bigint;
-    v_attempts integer;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue AND l.p_kind::text = in_kind) THEN
-        RETURN true;
-    END IF;
-    SELECT m.id, m.attempts INTO v_id, v_attempts
-      FROM pyqueue_message m
-     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind AND m.reserve_token = in_token;
-    IF NOT FOUND THEN
-        RETURN true;  -- the extend itself finds nothing and answers NULL
-    END IF;
-    UPDATE pyqueue_limit_slot
-       SET msg_attempts = msg_attempts
-     WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND msg_id = v_id AND msg_attempts = v_attempts;
-    RETURN FOUND;
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    RETURN QUERY
+        SELECT h.processed_at, h.outcome::text, h.to_queue::text, h.attempts, h.reserved_by::text,
+               h.last_error::text
+          FROM pyqueue_history h
+         WHERE h.queue_name::text = in_queue AND h.p_key::text = in_key AND h.p_kind::text = in_kind
+         ORDER BY h.processed_at DESC, h.id DESC
+         LIMIT 100;
 END;
 $$;
+
+
+-- ==== limits ====
+-- Concurrency limits: at most capacity messages of a kind reserved at once in
+-- a queue. The reserve and extend paths take and keep the slots through the
+-- limit helpers above.
 
 -- queue_set_limit: at most in_capacity messages of in_kind reserved at once
 -- in in_queue (0 holds the kind back); NULL removes the limit. Live
@@ -2003,9 +2313,10 @@ BEGIN
 END;
 $$;
 
--- ---------------------------------------------------------------------------
--- Worker registry
--- ---------------------------------------------------------------------------
+
+-- ==== workers ====
+-- The worker registry: register, heartbeat, deregister, list, and hand back
+-- the reservations of workers that stopped heartbeating.
 
 -- queue_worker_register: records a worker; returns one row (worker_id,
 -- secret): secret is a fresh random token that heartbeat and deregister
@@ -2013,6 +2324,7 @@ $$;
 -- then reserves with worker = in_name || '#' || worker_id (queue_workers
 -- shows it as reserve_as) so that queue_release_dead_workers can find its
 -- messages. Inserts one row.
+-- Locks: the new row.
 CREATE OR REPLACE FUNCTION queue_worker_register(in_name text, in_host text DEFAULT NULL,
                                                  in_pid integer DEFAULT NULL, in_queues text[] DEFAULT NULL)
 RETURNS TABLE (worker_id bigint, secret uuid)
@@ -2049,26 +2361,6 @@ BEGIN
 END;
 $$;
 
--- pyqueue__check_worker: raises unless a worker id and secret are given and
--- the id is a possible one (heartbeat, deregister).
-CREATE OR REPLACE FUNCTION pyqueue__check_worker(in_worker_id bigint, in_secret uuid)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    IF in_worker_id IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must not be NULL' USING ERRCODE = '22023';
-    END IF;
-    IF in_worker_id < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must be a whole number from 1 to 9223372036854775807'
-            USING ERRCODE = '22023';
-    END IF;
-    IF in_secret IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: secret must not be NULL' USING ERRCODE = '22023';
-    END IF;
-END;
-$$;
-
 -- queue_worker_heartbeat: heartbeat_at = now; false when the worker is not
 -- registered (deregistered, or released as dead: it should register again)
 -- or in_secret is not its secret. Locks the worker row.
@@ -2087,6 +2379,7 @@ $$;
 
 -- queue_worker_deregister: removes the worker (its reservations stay as they
 -- are); false when it was not registered or in_secret is not its secret.
+-- Locks the worker row.
 CREATE OR REPLACE FUNCTION queue_worker_deregister(in_worker_id bigint, in_secret uuid)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2106,6 +2399,7 @@ $$;
 -- delivery is dead-lettered by the next reserve). Returns the number of
 -- messages released. Reads every reserved message (no index on reserved_by):
 -- a maintenance call, run it every few heartbeats, not per reserve.
+-- Locks the stale worker rows and the released message rows.
 CREATE OR REPLACE FUNCTION queue_release_dead_workers(in_older_than interval)
 RETURNS integer
 LANGUAGE plpgsql
@@ -2148,6 +2442,7 @@ $$;
 -- queue_workers: the registered workers, oldest first, with reserve_as (the
 -- worker name their reservations carry) and the seconds since their last
 -- heartbeat.
+-- Reads without locks.
 CREATE OR REPLACE FUNCTION queue_workers()
 RETURNS TABLE (worker_id bigint, worker_name text, host text, pid integer, queues text[],
                started_at timestamptz, heartbeat_at timestamptz, heartbeat_age_s double precision,
@@ -2165,215 +2460,15 @@ BEGIN
 END;
 $$;
 
--- ---------------------------------------------------------------------------
--- Recurring messages
--- ---------------------------------------------------------------------------
 
--- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
--- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
--- comma lists of those. Raises invalid_argument with the field's name.
-CREATE OR REPLACE FUNCTION pyqueue__cron_field(in_field text, in_name text, in_min integer, in_max integer)
-RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-DECLARE
-    v_part text;
-    v_m    text[];
-    v_lo   integer;
-    v_hi   integer;
-    v_step integer;
-    v_mask bigint := 0;
-    v_i    integer;
-BEGIN
-    FOREACH v_part IN ARRAY pg_catalog.string_to_array(in_field, ',') LOOP
-        v_m := pg_catalog.regexp_match(v_part, '^(\*|([0-9]{1,2})(-([0-9]{1,2}))?)(/([0-9]{1,2}))?$');
-        IF v_m IS NULL THEN
-            RAISE EXCEPTION 'pyqueue:invalid_argument: cron % field "%" is not *, n, a-b, */s, a/s or a-b/s (lists with commas)',
-                in_name, in_field USING ERRCODE = '22023';
-        END IF;
-        IF v_m[1] = '*' THEN
-            v_lo := in_min; v_hi := in_max;
-        ELSE
-            v_lo := v_m[2]::integer;
-            v_hi := coalesce(v_m[4]::integer, CASE WHEN v_m[6] IS NULL THEN v_lo ELSE in_max END);
-        END IF;
-        v_step := coalesce(v_m[6]::integer, 1);
-        IF v_lo < in_min OR v_hi > in_max OR v_lo > v_hi OR v_step < 1 THEN
-            RAISE EXCEPTION 'pyqueue:invalid_argument: cron % field "%" is out of range %-% (or a-b with a > b, or step 0)',
-                in_name, in_field, in_min, in_max USING ERRCODE = '22023';
-        END IF;
-        v_i := v_lo;
-        WHILE v_i <= v_hi LOOP
-            v_mask := v_mask | (1::bigint << v_i);
-            v_i := v_i + v_step;
-        END LOOP;
-    END LOOP;
-    RETURN v_mask;
-END;
-$$;
-
--- pyqueue__cron_next: the first minute strictly after in_after (UTC) that
--- matches the 5-field cron expression (minute hour day-of-month month
--- day-of-week; day-of-week 0-7, 0 and 7 = Sunday; when both day fields are
--- restricted a day matching either matches, as in Vixie cron). Computed with
--- set operations: the first matching day among the next 8 years of days,
--- then the first matching minute of that day; never minute by minute.
--- Raises invalid_argument for a malformed expression or one that never matches.
-CREATE OR REPLACE FUNCTION pyqueue__cron_next(in_cron text, in_after timestamptz)
-RETURNS timestamptz
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-    v_f       text[];
-    v_min     bigint;
-    v_hour    bigint;
-    v_dom     bigint;
-    v_mon     bigint;
-    v_dow     bigint;
-    v_or      boolean;
-    v_t       timestamp;
-    v_day     date;
-    v_mod     integer;
-    v_first   integer;
-BEGIN
-    IF in_cron IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: cron must not be NULL' USING ERRCODE = '22023';
-    END IF;
-    v_f := pg_catalog.regexp_split_to_array(pg_catalog.btrim(in_cron, ' '), ' +');
-    IF pg_catalog.cardinality(v_f) <> 5 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: cron must have 5 fields (minute hour day-of-month month day-of-week), got "%"',
-            in_cron USING ERRCODE = '22023';
-    END IF;
-    v_min  := pyqueue__cron_field(v_f[1], 'minute', 0, 59);
-    v_hour := pyqueue__cron_field(v_f[2], 'hour', 0, 23);
-    v_dom  := pyqueue__cron_field(v_f[3], 'day-of-month', 1, 31);
-    v_mon  := pyqueue__cron_field(v_f[4], 'month', 1, 12);
-    v_dow  := pyqueue__cron_field(v_f[5], 'day-of-week', 0, 7);
-    IF v_dow & 128::bigint <> 0 THEN
-        v_dow := (v_dow | 1::bigint) & 127::bigint;
-    END IF;
-    v_or := pg_catalog.left(v_f[3], 1) <> '*' AND pg_catalog.left(v_f[5], 1) <> '*';
-    v_t := pg_catalog.date_trunc('minute', in_after AT TIME ZONE 'UTC') + interval '1 minute';
-    -- today: the first matching minute at or after v_t's minute of the day
-    v_mod := extract(hour FROM v_t)::integer * 60 + extract(minute FROM v_t)::integer;
-    SELECT pg_catalog.min(d) INTO v_day
-      FROM (SELECT v_t::date + i AS d FROM pg_catalog.generate_series(0, 366 * 8) AS i) AS days
-     WHERE (v_mon >> extract(month FROM d)::integer) & 1::bigint = 1
-       AND CASE WHEN v_or THEN (v_dom >> extract(day FROM d)::integer) & 1::bigint = 1
-                             OR (v_dow >> extract(dow FROM d)::integer) & 1::bigint = 1
-                ELSE (v_dom >> extract(day FROM d)::integer) & 1::bigint = 1
-                 AND (v_dow >> extract(dow FROM d)::integer) & 1::bigint = 1 END
-       AND (d > v_t::date
-            OR EXISTS (SELECT 1 FROM pg_catalog.generate_series(0, 23) h, pg_catalog.generate_series(0, 59) mi
-                        WHERE (v_hour >> h) & 1::bigint = 1 AND (v_min >> mi) & 1::bigint = 1 AND h * 60 + mi >= v_mod));
-    IF v_day IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: cron "%" matches no day in the next 8 years', in_cron
-            USING ERRCODE = '22023';
-    END IF;
-    SELECT pg_catalog.min(h * 60 + mi) INTO v_first
-      FROM pg_catalog.generate_series(0, 23) h, pg_catalog.generate_series(0, 59) mi
-     WHERE (v_hour >> h) & 1::bigint = 1 AND (v_min >> mi) & 1::bigint = 1
-       AND (v_day > v_t::date OR h * 60 + mi >= v_mod);
-    RETURN (v_day + pg_catalog.make_interval(mins => v_first)) AT TIME ZONE 'UTC';
-END;
-$$;
-
--- pyqueue__schedule_key: the message key of the occurrence at in_at.
-CREATE OR REPLACE FUNCTION pyqueue__schedule_key(in_key text, in_at timestamptz)
-RETURNS text
-LANGUAGE sql IMMUTABLE
-AS $$ SELECT in_key || '@' || pg_catalog.to_char(in_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') $$;
-
--- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
--- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
--- pyqueue__cron_next.
-CREATE OR REPLACE FUNCTION pyqueue__schedule_after(in_every_s bigint, in_cron text, in_after timestamptz)
-RETURNS timestamptz
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    IF in_every_s IS NOT NULL THEN
-        RETURN pg_catalog.to_timestamp((pg_catalog.floor(extract(epoch FROM in_after) / in_every_s::numeric) + 1::numeric)
-                                       * in_every_s::numeric);
-    END IF;
-    RETURN pyqueue__cron_next(in_cron, in_after);
-END;
-$$;
-
--- pyqueue__schedule_next: called by queue_commit after it deleted a message.
--- When the message was the pending occurrence of a schedule (key = p_key @
--- next_at), advances next_at past now and pushes that occurrence, in the
--- caller's transaction. The schedule row is locked and next_at re-checked,
--- so of two commits racing for the same occurrence only one advances it
--- (and the occurrence key makes a duplicate push a no-op anyway).
-CREATE OR REPLACE FUNCTION pyqueue__schedule_next(in_queue text, in_key text, in_kind text)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_sched pyqueue_schedule;
-    v_at    timestamptz;
-    v_next  timestamptz;
-BEGIN
-    IF pg_catalog.length(in_key) < 22 OR pg_catalog.right(in_key, 21) NOT SIMILAR TO '@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z' THEN
-        RETURN;
-    END IF;
-    SELECT * INTO v_sched FROM pyqueue_schedule s
-     WHERE s.queue_name::text = in_queue AND s.p_key::text = pg_catalog.left(in_key, -21) AND s.p_kind::text = in_kind
-       FOR UPDATE;
-    IF NOT FOUND OR pyqueue__schedule_key(v_sched.p_key::text, v_sched.next_at) <> in_key THEN
-        RETURN;
-    END IF;
-    v_next := pyqueue__schedule_after(v_sched.every_s, v_sched.cron::text, greatest(v_sched.next_at, pg_catalog.clock_timestamp()));
-    UPDATE pyqueue_schedule SET next_at = v_next
-     WHERE queue_name::text = in_queue AND p_key::text = v_sched.p_key::text AND p_kind::text = in_kind;
-    PERFORM queue_push(in_queue, pyqueue__schedule_key(v_sched.p_key::text, v_next), in_kind, v_sched.payload, v_next,
-                       NULL::integer);
-END;
-$$;
-
--- pyqueue__schedule: creates or replaces a schedule and pushes its first
--- occurrence (the next one after now). A pending occurrence of the replaced
--- schedule is removed unless it is reserved (then it runs, and its commit
--- pushes nothing since it is no longer the pending one).
-CREATE OR REPLACE FUNCTION pyqueue__schedule(in_queue text, in_key text, in_kind text, in_payload jsonb,
-                                             in_every_s bigint, in_cron text)
-RETURNS timestamptz
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_now  timestamptz := pg_catalog.clock_timestamp();
-    v_next timestamptz;
-    v_old  timestamptz;
-BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
-    PERFORM pyqueue__check_name('p_key', in_key, 234);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF in_payload IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-            USING ERRCODE = '22023';
-    END IF;
-    v_next := pyqueue__schedule_after(in_every_s, in_cron, v_now);
-    SELECT s.next_at INTO v_old FROM pyqueue_schedule s
-     WHERE s.queue_name::text = in_queue AND s.p_key::text = in_key AND s.p_kind::text = in_kind FOR UPDATE;
-    IF FOUND THEN
-        DELETE FROM pyqueue_message
-         WHERE queue_name::text = in_queue AND p_key::text = pyqueue__schedule_key(in_key, v_old) AND p_kind::text = in_kind
-           AND reserve_token IS NULL;
-    END IF;
-    INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
-    VALUES (in_queue, in_key, in_kind, in_payload, in_every_s, in_cron, v_next, v_now)
-    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
-       SET payload = EXCLUDED.payload, every_s = EXCLUDED.every_s, cron = EXCLUDED.cron,
-           next_at = EXCLUDED.next_at;
-    PERFORM queue_push(in_queue, pyqueue__schedule_key(in_key, v_next), in_kind, in_payload, v_next, NULL::integer);
-    RETURN v_next;
-END;
-$$;
+-- ==== schedules ====
+-- Recurring messages, every n seconds or on a cron expression (UTC): each
+-- occurrence is an ordinary message, and committing it pushes the next.
 
 -- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
 -- in_every (whole seconds, 1 s to 100 years), at the multiples of in_every
 -- since 1970-01-01 UTC. Returns the time of the first occurrence.
+-- Locks as pyqueue__schedule.
 CREATE OR REPLACE FUNCTION queue_schedule_every(in_queue text, in_key text, in_kind text, in_payload jsonb,
                                                 in_every interval)
 RETURNS timestamptz
@@ -2403,6 +2498,7 @@ $$;
 -- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every
 -- minute matching the 5-field cron expression in_cron (UTC). Returns the time
 -- of the first occurrence.
+-- Locks as pyqueue__schedule.
 CREATE OR REPLACE FUNCTION queue_schedule_cron(in_queue text, in_key text, in_kind text, in_payload jsonb,
                                                in_cron text)
 RETURNS timestamptz
@@ -2421,6 +2517,7 @@ $$;
 -- queue_unschedule: removes the schedule and its pending occurrence unless
 -- that is reserved (it then runs once more, and its commit pushes nothing).
 -- False when there was no such schedule.
+-- Locks the schedule row and the pending occurrence's row.
 CREATE OR REPLACE FUNCTION queue_unschedule(in_queue text, in_key text, in_kind text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2446,6 +2543,7 @@ END;
 $$;
 
 -- queue_schedules: the schedules of a queue (all when NULL), by queue, key, kind.
+-- Reads without locks.
 CREATE OR REPLACE FUNCTION queue_schedules(in_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, p_key text, p_kind text, payload jsonb, every_s bigint, cron text,
                next_at timestamptz)
@@ -2464,89 +2562,64 @@ BEGIN
 END;
 $$;
 
--- ---- end of history, dead letters, limits, workers, schedules ----
 
+-- ==== ingest ====
+-- Bulk enqueue with plain INSERTs into the table queue_ingest (Spark's
+-- df.write.jdbc): a statement-level trigger (pyqueue__ingest, above) enqueues
+-- each INSERT's rows; queue_ingest_flush reports what a tagged session's
+-- INSERTs did.
 
--- ---- least privilege ----
+-- queue_ingest_enqueue: runs pyqueue__ingest (helpers) once per INSERT
+-- statement on queue_ingest, with the statement's rows as the transition
+-- table pyqueue_new. Locks: as pyqueue__ingest.
+CREATE OR REPLACE TRIGGER queue_ingest_enqueue
+    AFTER INSERT ON queue_ingest
+    REFERENCING NEW TABLE AS pyqueue_new
+    FOR EACH STATEMENT EXECUTE FUNCTION pyqueue__ingest();
 
--- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
--- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
--- dead letter first, so that a role without SELECT on the view can list them:
--- from_queue and attempts are the queue each came from and its deliveries
--- there, last_error its last error text. An unknown queue is refused; a
--- queue that is nobody's dead-letter queue has none. Takes no locks (one snapshot).
-CREATE OR REPLACE FUNCTION queue_dead_letters(in_queue text)
-RETURNS TABLE (dead_letter_queue varchar, from_queue varchar, p_key varchar, p_kind varchar,
-               payload jsonb, priority integer, attempts integer, created_at timestamptz,
-               dead_lettered_at timestamptz, reserved boolean, last_error varchar)
-LANGUAGE plpgsql STABLE
+-- queue_ingest_flush: the portable end of a bulk ingest. On PostgreSQL every
+-- INSERT into queue_ingest is already enqueued when it returns; the flush
+-- reports what the INSERTs of this session's ingest tag did (the setting
+-- pyqueue.ingest_tag, 1 to 128 characters; see pyqueue_ingest_tally) since
+-- the last flush with that tag, and forgets it: one row (enqueued,
+-- duplicates, rejected 0). Without a tag: (0, 0, 0). Also deletes tallies
+-- older than a day, of any tag. in_queue NULL = all queues; a named queue
+-- must exist (the counts are the tag's, whatever queues its rows named).
+-- Locks: the tally rows it deletes.
+CREATE OR REPLACE FUNCTION queue_ingest_flush(in_queue text DEFAULT NULL)
+RETURNS TABLE (enqueued bigint, duplicates bigint, rejected bigint)
+LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    RETURN QUERY
-        SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
-               d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error
-          FROM pyqueue_dead_letters d
-         WHERE d.dead_letter_queue::text = in_queue
-         ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
-END;
-$$;
-
--- queue_message: the live message (in_key, in_kind) of in_queue, 0 or 1 row:
--- its state ('ready', 'delayed' or 'reserved', as in queue_stats), payload,
--- priority, attempts (deliveries so far), scheduled_at (when it is or was
--- due; for a reserved one, when the reservation ends), created_at,
--- reserved_by (the worker of its last reservation), last_error and, for a
--- dead letter, dead_from. Reads without locks.
-CREATE OR REPLACE FUNCTION queue_message(in_queue text, in_key text, in_kind text)
-RETURNS TABLE (p_key text, p_kind text, state text, payload jsonb, priority integer, attempts integer,
-               scheduled_at timestamptz, created_at timestamptz, reserved_by text, last_error text,
-               dead_from text)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
+#variable_conflict use_column
 DECLARE
-    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_tag text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
 BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    IF v_tag IS NULL OR pg_catalog.length(v_tag) NOT BETWEEN 1 AND 128 THEN
+        RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;
+        RETURN;
+    END IF;
+    DELETE FROM pyqueue_ingest_tally t
+     WHERE t.tallied_at < pg_catalog.clock_timestamp() - interval '1 day';
     RETURN QUERY
-        SELECT m.p_key::text, m.p_kind::text,
-               CASE WHEN m.scheduled_at <= v_now THEN 'ready'
-                    WHEN m.reserve_token IS NOT NULL THEN 'reserved'
-                    ELSE 'delayed' END::text,
-               m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by::text,
-               m.last_error::text, m.dead_from::text
-          FROM pyqueue_message m
-         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
+        WITH gone AS (
+            DELETE FROM pyqueue_ingest_tally t WHERE t.tag = v_tag
+            RETURNING t.enqueued AS n_enqueued, t.duplicates AS n_duplicates
+        )
+        SELECT coalesce(pg_catalog.sum(g.n_enqueued), 0)::bigint,
+               coalesce(pg_catalog.sum(g.n_duplicates), 0)::bigint, 0::bigint
+          FROM gone g;
 END;
 $$;
 
--- queue_message_history: the history rows of (in_queue, in_key, in_kind),
--- newest first, at most 100: (processed_at, outcome, to_queue, attempts,
--- reserved_by, last_error). A queue that no longer exists is no error (its
--- history stays); a queue without history_retention has none. Reads without locks.
-CREATE OR REPLACE FUNCTION queue_message_history(in_queue text, in_key text, in_kind text)
-RETURNS TABLE (processed_at timestamptz, outcome text, to_queue text, attempts integer,
-               reserved_by text, last_error text)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM pyqueue__check_name('queue', in_queue, 128);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    RETURN QUERY
-        SELECT h.processed_at, h.outcome::text, h.to_queue::text, h.attempts, h.reserved_by::text,
-               h.last_error::text
-          FROM pyqueue_history h
-         WHERE h.queue_name::text = in_queue AND h.p_key::text = in_key AND h.p_kind::text = in_kind
-         ORDER BY h.processed_at DESC, h.id DESC
-         LIMIT 100;
-END;
-$$;
+
+-- ==== privileges ====
+-- Least privilege: EXECUTE on every routine, contract and internal, is
+-- revoked from PUBLIC, so that nobody but the owner may call anything until
+-- granted.
 
 -- No routine is callable by PUBLIC (PostgreSQL's default for a new function):
 -- SECURITY DEFINER routines open to everyone would let any role push and
@@ -2554,24 +2627,31 @@ $$;
 -- (pyqueue-sql grant; README "Least privilege"). Internal helpers (pyqueue__*)
 -- are granted to nobody: only the routines, running as their owner, call them.
 -- The list is static (no SQL built from names); a routine added to this file
--- must be added here (tests/security/test_privileges.py fails otherwise).
+-- must be added here (tests/security/test_privileges.py fails otherwise), in
+-- the order of the sections: the helpers, then the routines topic by topic.
 REVOKE EXECUTE ON FUNCTION
-    queue_create, queue_drop, queue_push, queue_push_batch, queue_pop, queue_reserve,
-    queue_commit, queue_rollback, queue_extend, queue_move, queue_remove, queue_pause,
-    queue_resume, queue_stats, queue_channel, queue_set_notify_window, queue_next_scheduled_at,
-    queue_wait, queue_commit_reserve, queue_commit_batch, queue_ingest_flush,
-    queue_purge_history, queue_replay, queue_redrive, queue_push_replace, queue_set_limit,
-    queue_limits, queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
-    queue_release_dead_workers, queue_workers, queue_schedule_every, queue_schedule_cron,
-    queue_unschedule, queue_schedules, queue_dead_letters, queue_reset_setting, queue_settings,
-    queue_fail, queue_message, queue_message_history,
     pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
-    pyqueue__dead_letter, pyqueue__lock_ready, pyqueue__channel, pyqueue__notify, pyqueue__ingest,
-    pyqueue__archive, pyqueue__check_batch_size, pyqueue__limit_claim, pyqueue__lock_ready_limited,
-    pyqueue__limit_renew, pyqueue__cron_field, pyqueue__cron_next, pyqueue__schedule_key,
-    pyqueue__schedule_after, pyqueue__schedule_next, pyqueue__schedule, pyqueue__give_back,
-    pyqueue__check_worker, pyqueue__slot_held
+    pyqueue__check_batch_size, pyqueue__lock_ready, pyqueue__dead_letter, pyqueue__give_back,
+    pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,
+    pyqueue__lock_ready_limited, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
+    pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__schedule_next,
+    pyqueue__schedule, pyqueue__ingest,
+    queue_create, queue_reset_setting, queue_settings, queue_drop, queue_pause, queue_resume,
+    queue_stats,
+    queue_push, queue_push_batch, queue_push_replace,
+    queue_pop, queue_reserve, queue_commit, queue_rollback, queue_fail, queue_extend, queue_move,
+    queue_remove,
+    queue_channel, queue_set_notify_window, queue_next_scheduled_at, queue_wait,
+    queue_commit_reserve, queue_commit_batch,
+    queue_purge_history, queue_replay, queue_redrive, queue_dead_letters, queue_message,
+    queue_message_history,
+    queue_set_limit, queue_limits,
+    queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
+    queue_release_dead_workers, queue_workers,
+    queue_schedule_every, queue_schedule_cron, queue_unschedule, queue_schedules,
+    queue_ingest_flush
   FROM PUBLIC;
+
 
 -- The caller's search_path again (pinned at the top of this script).
 DO $$
@@ -2581,5 +2661,3 @@ BEGIN
     END IF;
 END
 $$;
-
--- ---- end of least privilege ----

@@ -5,6 +5,14 @@
 -- Naming inside routines: parameters in_*, locals v_*, columns as they are
 -- (p_key/p_kind are columns, never parameters).
 --
+-- Layout: one section per topic, in the same order in schema.sql,
+-- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
+-- helpers, queues, produce, consume, wakeups, fast paths, history and dead
+-- letters, limits, workers, schedules, ingest, privileges. A section starts
+-- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
+-- nothing for). The two checks before the first section refuse an
+-- insecure install schema; the last statement undoes their effect.
+--
 -- Errors: every refusal is RAISE EXCEPTION with the message
 --   'pyqueue:<code>: <detail>'
 -- where <code> is one of unknown_queue, invalid_argument, invalid_payload,
@@ -63,9 +71,10 @@ BEGIN
 END
 $$;
 
--- ===========================================================================
--- Tables
--- ===========================================================================
+
+-- ==== queues ====
+-- The queues and their live messages: the two tables every topic reads and
+-- writes, and the index the reserve walks.
 
 CREATE TABLE pyqueue_queue (
     queue_name         varchar(128) PRIMARY KEY,
@@ -118,18 +127,45 @@ COMMENT ON TABLE pyqueue_message IS
 -- dead_attempts: set on a dead-letter copy only, the queue it came from and
 -- the deliveries it had there (cleared when the message moves on).
 
--- ===========================================================================
--- Indices
--- ===========================================================================
-
 -- The reserve walks one priority at a time (highest first) and reads the
 -- range scheduled_at <= now of that priority in FIFO order; delayed and
 -- reserved rows lie past the end of each range and are never visited.
 CREATE INDEX pyqueue_message_ready_idx
     ON pyqueue_message (queue_name, priority, scheduled_at, id);
 
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
--- issue 4a: history and dead letters
+-- Every reserve moves a message's entry in the ready index (a
+-- non-HOT update) and every commit deletes it, so each message leaves two
+-- dead index entries, and the dead ones with past scheduled_at sit at the
+-- head of the ready range that every reserve walks. Only VACUUM removes them:
+-- vacuum this table once 1,000 rows are dead, whatever its size, unthrottled.
+ALTER TABLE pyqueue_message SET (
+    autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0,
+    autovacuum_analyze_scale_factor = 0.05);
+
+
+-- ==== wakeups ====
+-- The per-queue NOTIFY throttle.
+
+-- Wakeup throttle, one row per queue that has sent a wakeup or has its own
+-- window: at most one NOTIFY per notify_window (0 = one per push statement).
+-- Kept apart from pyqueue_queue so that the push path's periodic update
+-- touches a tiny row nobody else reads.
+CREATE TABLE pyqueue_notify (
+    queue_name       varchar(128) PRIMARY KEY REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    notify_window    interval     NOT NULL DEFAULT interval '50 milliseconds',
+    last_notified_at timestamptz  NOT NULL DEFAULT '-infinity',
+    CONSTRAINT pyqueue_notify_window_range CHECK (notify_window >= interval '0' AND notify_window <= interval '1 hour')
+);
+
+COMMENT ON TABLE pyqueue_notify IS
+    'pyqueue-sql: per-queue NOTIFY throttle (window and time of the last wakeup).';
+
+
+-- ==== history and dead letters ====
+-- Messages that left a queue with a history_retention, and the view of the
+-- messages sitting in dead-letter queues.
 
 -- Messages that left a queue created with a history_retention: committed,
 -- popped, dead-lettered or moved. Written by the routine that removes the
@@ -183,9 +219,86 @@ SELECT m.queue_name                    AS dead_letter_queue,
 
 COMMENT ON VIEW pyqueue_dead_letters IS
     'pyqueue-sql: messages in dead-letter queues, with the queue each came from, its deliveries there and its last error.';
--- ---- end of issue 4a ----
 
--- ---- issue 5: queue_ingest ----
+
+-- ==== limits ====
+-- Concurrency limits per (queue, kind) and their slots.
+
+-- Concurrency limits: at most capacity messages of (queue, kind) reserved at
+-- once. One slot row per unit of capacity; a reservation of a limited kind
+-- first takes a free slot (msg_id, msg_attempts = the reservation it holds;
+-- msg_key finds the message by its primary key).
+-- A slot is free when empty or when its holder no longer is that live
+-- reservation (committed, rolled back, moved, dead-lettered, expired, or
+-- reserved again, which bumps attempts).
+-- Slots numbered above the capacity exist only after the limit was lowered
+-- while more were held: they keep those live reservations counted until
+-- they end (a freed slot within the capacity takes them over first).
+CREATE TABLE pyqueue_limit (
+    queue_name varchar(128) NOT NULL REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    p_kind     varchar(128) NOT NULL,
+    capacity   integer      NOT NULL,
+    CONSTRAINT pyqueue_limit_pkey PRIMARY KEY (queue_name, p_kind),
+    CONSTRAINT pyqueue_limit_capacity_range CHECK (capacity BETWEEN 0 AND 10000)
+);
+
+CREATE TABLE pyqueue_limit_slot (
+    queue_name   varchar(128) NOT NULL,
+    p_kind       varchar(128) NOT NULL,
+    slot_no      integer      NOT NULL,
+    msg_id       bigint       NULL,
+    msg_key      varchar(255) NULL,
+    msg_attempts integer      NULL,
+    CONSTRAINT pyqueue_limit_slot_pkey PRIMARY KEY (queue_name, p_kind, slot_no),
+    CONSTRAINT pyqueue_limit_slot_limit_fk FOREIGN KEY (queue_name, p_kind)
+        REFERENCES pyqueue_limit (queue_name, p_kind) ON DELETE CASCADE
+);
+
+
+-- ==== workers ====
+-- The worker registry.
+
+-- Worker registry. A registered worker reserves as worker_name || '#' ||
+-- worker_id (its reserve_as), which is how queue_release_dead_workers finds
+-- its reservations. secret: handed to the worker at registration; heartbeat
+-- and deregister require it (never shown by queue_workers).
+CREATE TABLE pyqueue_worker (
+    worker_id    bigint       GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    worker_name  varchar(200) NOT NULL,
+    host         varchar(255) NULL,
+    pid          integer      NULL,
+    queues       text[]       NULL,
+    started_at   timestamptz  NOT NULL,
+    heartbeat_at timestamptz  NOT NULL,
+    secret       uuid         NOT NULL DEFAULT gen_random_uuid()
+);
+
+CREATE INDEX pyqueue_worker_heartbeat_idx ON pyqueue_worker (heartbeat_at);
+
+
+-- ==== schedules ====
+-- Recurring messages.
+
+-- Recurring messages: one row per (queue, p_key, p_kind). Each occurrence is
+-- a message keyed p_key || '@YYYY-MM-DDTHH:MI:SSZ' (its time, UTC); next_at
+-- is the time of the pending occurrence. Exactly one of every_s / cron is set.
+CREATE TABLE pyqueue_schedule (
+    queue_name varchar(128) NOT NULL REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    p_key      varchar(234) NOT NULL,
+    p_kind     varchar(128) NOT NULL,
+    payload    jsonb        NOT NULL,
+    every_s    bigint       NULL,
+    cron       varchar(255) NULL,
+    next_at    timestamptz  NOT NULL,
+    created_at timestamptz  NOT NULL,
+    CONSTRAINT pyqueue_schedule_pkey PRIMARY KEY (queue_name, p_key, p_kind),
+    CONSTRAINT pyqueue_schedule_one_rule CHECK ((every_s IS NULL) <> (cron IS NULL))
+);
+
+
+-- ==== ingest ====
+-- The bulk-ingest table (its trigger is in routines.sql) and the tallies of
+-- tagged INSERTs.
 
 -- The bulk-ingest surface for plain JDBC writers (Spark's df.write.jdbc): an
 -- INSERT of rows (queue_name, p_key, p_kind, payload, run_at, priority) makes
@@ -230,102 +343,6 @@ CREATE TABLE pyqueue_ingest_tally (
 
 CREATE INDEX pyqueue_ingest_tally_tag_idx ON pyqueue_ingest_tally (tag);
 
--- ---- end of issue 5 ----
-
--- ---- issue 3: wakeups ----
-
--- Wakeup throttle, one row per queue that has sent a wakeup or has its own
--- window: at most one NOTIFY per notify_window (0 = one per push statement).
--- Kept apart from pyqueue_queue so that the push path's periodic update
--- touches a tiny row nobody else reads.
-CREATE TABLE pyqueue_notify (
-    queue_name       varchar(128) PRIMARY KEY REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
-    notify_window    interval     NOT NULL DEFAULT interval '50 milliseconds',
-    last_notified_at timestamptz  NOT NULL DEFAULT '-infinity',
-    CONSTRAINT pyqueue_notify_window_range CHECK (notify_window >= interval '0' AND notify_window <= interval '1 hour')
-);
-
-COMMENT ON TABLE pyqueue_notify IS
-    'pyqueue-sql: per-queue NOTIFY throttle (window and time of the last wakeup).';
-
--- ---- end of issue 3 ----
-
--- ---- issue 4b: limits, worker registry, schedules ----
-
--- Concurrency limits: at most capacity messages of (queue, kind) reserved at
--- once. One slot row per unit of capacity; a reservation of a limited kind
--- first takes a free slot (msg_id, msg_attempts = the reservation it holds;
--- msg_key finds the message by its primary key).
--- A slot is free when empty or when its holder no longer is that live
--- reservation (committed, rolled back, moved, dead-lettered, expired, or
--- reserved again, which bumps attempts).
--- Slots numbered above the capacity exist only after the limit was lowered
--- while more were held: they keep those live reservations counted until
--- they end (a freed slot within the capacity takes them over first).
-CREATE TABLE pyqueue_limit (
-    queue_name varchar(128) NOT NULL REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
-    p_kind     varchar(128) NOT NULL,
-    capacity   integer      NOT NULL,
-    CONSTRAINT pyqueue_limit_pkey PRIMARY KEY (queue_name, p_kind),
-    CONSTRAINT pyqueue_limit_capacity_range CHECK (capacity BETWEEN 0 AND 10000)
-);
-
-CREATE TABLE pyqueue_limit_slot (
-    queue_name   varchar(128) NOT NULL,
-    p_kind       varchar(128) NOT NULL,
-    slot_no      integer      NOT NULL,
-    msg_id       bigint       NULL,
-    msg_key      varchar(255) NULL,
-    msg_attempts integer      NULL,
-    CONSTRAINT pyqueue_limit_slot_pkey PRIMARY KEY (queue_name, p_kind, slot_no),
-    CONSTRAINT pyqueue_limit_slot_limit_fk FOREIGN KEY (queue_name, p_kind)
-        REFERENCES pyqueue_limit (queue_name, p_kind) ON DELETE CASCADE
-);
-
--- Worker registry. A registered worker reserves as worker_name || '#' ||
--- worker_id (its reserve_as), which is how queue_release_dead_workers finds
--- its reservations. secret: handed to the worker at registration; heartbeat
--- and deregister require it (never shown by queue_workers).
-CREATE TABLE pyqueue_worker (
-    worker_id    bigint       GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    worker_name  varchar(200) NOT NULL,
-    host         varchar(255) NULL,
-    pid          integer      NULL,
-    queues       text[]       NULL,
-    started_at   timestamptz  NOT NULL,
-    heartbeat_at timestamptz  NOT NULL,
-    secret       uuid         NOT NULL DEFAULT gen_random_uuid()
-);
-
-CREATE INDEX pyqueue_worker_heartbeat_idx ON pyqueue_worker (heartbeat_at);
-
--- Recurring messages: one row per (queue, p_key, p_kind). Each occurrence is
--- a message keyed p_key || '@YYYY-MM-DDTHH:MI:SSZ' (its time, UTC); next_at
--- is the time of the pending occurrence. Exactly one of every_s / cron is set.
-CREATE TABLE pyqueue_schedule (
-    queue_name varchar(128) NOT NULL REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
-    p_key      varchar(234) NOT NULL,
-    p_kind     varchar(128) NOT NULL,
-    payload    jsonb        NOT NULL,
-    every_s    bigint       NULL,
-    cron       varchar(255) NULL,
-    next_at    timestamptz  NOT NULL,
-    created_at timestamptz  NOT NULL,
-    CONSTRAINT pyqueue_schedule_pkey PRIMARY KEY (queue_name, p_key, p_kind),
-    CONSTRAINT pyqueue_schedule_one_rule CHECK ((every_s IS NULL) <> (cron IS NULL))
-);
--- ---- end of issue 4 ----
-
--- Issue 6: every reserve moves a message's entry in the ready index (a
--- non-HOT update) and every commit deletes it, so each message leaves two
--- dead index entries, and the dead ones with past scheduled_at sit at the
--- head of the ready range that every reserve walks. Only VACUUM removes them:
--- vacuum this table once 1,000 rows are dead, whatever its size, unthrottled.
-ALTER TABLE pyqueue_message SET (
-    autovacuum_vacuum_scale_factor = 0,
-    autovacuum_vacuum_threshold = 1000,
-    autovacuum_vacuum_cost_delay = 0,
-    autovacuum_analyze_scale_factor = 0.05);
 
 -- The caller's search_path again, when the check at the top refused.
 DO $$

@@ -1,110 +1,117 @@
--- pyqueue-sql: removes everything schema.sql installs (PostgreSQL).
--- Added after the core (newest first; views and triggers before what they use).
+-- pyqueue-sql: removes everything schema.sql and routines.sql install (PostgreSQL).
+-- Messages are lost.
+--
+-- Sections by topic, in the reverse order of schema.sql and routines.sql:
+-- each drops its routines, then its views and tables (a view or trigger
+-- before what it uses). The helpers come after every topic that calls them,
+-- and the queue and message tables last: pyqueue__dead_letter and
+-- pyqueue__archive take their row types as argument types, so PostgreSQL
+-- refuses to drop the tables before those functions.
 
--- Settings, last errors, message inspection, worker secrets
-DROP FUNCTION IF EXISTS queue_message_history(text, text, text);
-DROP FUNCTION IF EXISTS queue_message(text, text, text);
-DROP FUNCTION IF EXISTS queue_fail(text, text, text, uuid, interval, text);
-DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, uuid, interval, boolean, text);
-DROP FUNCTION IF EXISTS queue_settings(text);
-DROP FUNCTION IF EXISTS queue_reset_setting(text, text);
-DROP FUNCTION IF EXISTS pyqueue__check_worker(bigint, uuid);
+-- ==== privileges ====
+-- Nothing to drop: the grants go with the routines.
+
+-- ==== ingest ====
+DROP FUNCTION IF EXISTS queue_ingest_flush(text);
+DROP TABLE IF EXISTS queue_ingest;                   -- and its trigger queue_ingest_enqueue
 DROP TABLE IF EXISTS pyqueue_ingest_tally;
-DROP FUNCTION IF EXISTS pyqueue__slot_held(text, text, text, bigint, integer, timestamptz);
 
--- ---- issue 7: least privilege ----
-DROP FUNCTION IF EXISTS queue_dead_letters(text);
-
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
-
--- issue 4a: history, dead letters, replace-on-push
-DROP FUNCTION IF EXISTS queue_push_replace(text, text, text, jsonb, timestamptz, integer);
-DROP FUNCTION IF EXISTS queue_redrive(text, text, integer);
-DROP FUNCTION IF EXISTS queue_replay(text, timestamptz, timestamptz);
-DROP FUNCTION IF EXISTS queue_purge_history(text, integer);
-DROP FUNCTION IF EXISTS pyqueue__check_batch_size(integer);
-DROP FUNCTION IF EXISTS pyqueue__archive(pyqueue_queue, pyqueue_message, text, text, timestamptz);
-DROP VIEW IF EXISTS pyqueue_dead_letters;
-DROP TABLE IF EXISTS pyqueue_history;
-
--- issue 4b
+-- ==== schedules ====
 DROP FUNCTION IF EXISTS queue_schedules(text);
 DROP FUNCTION IF EXISTS queue_unschedule(text, text, text);
 DROP FUNCTION IF EXISTS queue_schedule_cron(text, text, text, jsonb, text);
 DROP FUNCTION IF EXISTS queue_schedule_every(text, text, text, jsonb, interval);
+DROP TABLE IF EXISTS pyqueue_schedule;
+
+-- ==== workers ====
+DROP FUNCTION IF EXISTS queue_workers();
+DROP FUNCTION IF EXISTS queue_release_dead_workers(interval);
+DROP FUNCTION IF EXISTS queue_worker_deregister(bigint, uuid);
+DROP FUNCTION IF EXISTS queue_worker_heartbeat(bigint, uuid);
+-- the signatures without the secret, which an install from an older
+-- routines.sql still holds (running the current one over it keeps them)
+DROP FUNCTION IF EXISTS queue_worker_deregister(bigint);
+DROP FUNCTION IF EXISTS queue_worker_heartbeat(bigint);
+DROP FUNCTION IF EXISTS queue_worker_register(text, text, integer, text[]);
+DROP TABLE IF EXISTS pyqueue_worker;
+
+-- ==== limits ====
+DROP FUNCTION IF EXISTS queue_limits(text);
+DROP FUNCTION IF EXISTS queue_set_limit(text, text, integer);
+DROP TABLE IF EXISTS pyqueue_limit_slot;
+DROP TABLE IF EXISTS pyqueue_limit;
+
+-- ==== history and dead letters ====
+DROP FUNCTION IF EXISTS queue_message_history(text, text, text);
+DROP FUNCTION IF EXISTS queue_message(text, text, text);
+DROP FUNCTION IF EXISTS queue_dead_letters(text);
+DROP FUNCTION IF EXISTS queue_redrive(text, text, integer);
+DROP FUNCTION IF EXISTS queue_replay(text, timestamptz, timestamptz);
+DROP FUNCTION IF EXISTS queue_purge_history(text, integer);
+DROP VIEW IF EXISTS pyqueue_dead_letters;
+DROP TABLE IF EXISTS pyqueue_history;
+
+-- ==== fast paths ====
+DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
+DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
+
+-- ==== wakeups ====
+DROP FUNCTION IF EXISTS queue_wait(text, text[], interval, interval);
+DROP FUNCTION IF EXISTS queue_next_scheduled_at(text, text[]);
+DROP FUNCTION IF EXISTS queue_set_notify_window(text, interval);
+DROP FUNCTION IF EXISTS queue_channel(text);
+DROP TABLE IF EXISTS pyqueue_notify;
+
+-- ==== consume ====
+DROP FUNCTION IF EXISTS queue_remove(text, text, text);
+DROP FUNCTION IF EXISTS queue_move(text, text, text, uuid, text, jsonb);
+DROP FUNCTION IF EXISTS queue_extend(text, text, text, uuid, interval);
+DROP FUNCTION IF EXISTS queue_fail(text, text, text, uuid, interval, text);
+DROP FUNCTION IF EXISTS queue_rollback(text, text, text, uuid, interval);
+DROP FUNCTION IF EXISTS queue_commit(text, text, text, uuid);
+DROP FUNCTION IF EXISTS queue_reserve(text, text, interval, integer, text[]);
+DROP FUNCTION IF EXISTS queue_pop(text, integer);
+
+-- ==== produce ====
+DROP FUNCTION IF EXISTS queue_push_replace(text, text, text, jsonb, timestamptz, integer);
+DROP FUNCTION IF EXISTS queue_push_batch(text, text[], text[], jsonb[], timestamptz[], integer[]);
+DROP FUNCTION IF EXISTS queue_push(text, text, text, jsonb, timestamptz, integer);
+
+-- ==== queues ====
+-- (the tables pyqueue_message and pyqueue_queue go last, see the top)
+DROP FUNCTION IF EXISTS queue_stats(text);
+DROP FUNCTION IF EXISTS queue_resume(text);
+DROP FUNCTION IF EXISTS queue_pause(text);
+DROP FUNCTION IF EXISTS queue_drop(text);
+DROP FUNCTION IF EXISTS queue_settings(text);
+DROP FUNCTION IF EXISTS queue_reset_setting(text, text);
+DROP FUNCTION IF EXISTS queue_create(text, interval, integer, text, interval);
+
+-- ==== helpers ====
+DROP FUNCTION IF EXISTS pyqueue__ingest();
 DROP FUNCTION IF EXISTS pyqueue__schedule(text, text, text, jsonb, bigint, text);
 DROP FUNCTION IF EXISTS pyqueue__schedule_next(text, text, text);
 DROP FUNCTION IF EXISTS pyqueue__schedule_after(bigint, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__schedule_key(text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__cron_next(text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__cron_field(text, text, integer, integer);
-DROP FUNCTION IF EXISTS queue_workers();
-DROP FUNCTION IF EXISTS queue_release_dead_workers(interval);
-DROP FUNCTION IF EXISTS queue_worker_deregister(bigint, uuid);
-DROP FUNCTION IF EXISTS queue_worker_heartbeat(bigint, uuid);
-DROP FUNCTION IF EXISTS queue_worker_deregister(bigint);
-DROP FUNCTION IF EXISTS queue_worker_heartbeat(bigint);
-DROP FUNCTION IF EXISTS queue_worker_register(text, text, integer, text[]);
-DROP FUNCTION IF EXISTS queue_limits(text);
-DROP FUNCTION IF EXISTS queue_set_limit(text, text, integer);
+DROP FUNCTION IF EXISTS pyqueue__check_worker(bigint, uuid);
 DROP FUNCTION IF EXISTS pyqueue__limit_renew(text, text, text, uuid);
 DROP FUNCTION IF EXISTS pyqueue__lock_ready_limited(text, timestamptz, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__limit_claim(text, text, bigint, text, integer, timestamptz, bigint[]);
-DROP TABLE IF EXISTS pyqueue_schedule;
-DROP TABLE IF EXISTS pyqueue_worker;
-DROP TABLE IF EXISTS pyqueue_limit_slot;
-DROP TABLE IF EXISTS pyqueue_limit;
--- ---- end of issue 4 ----
-
-
--- ---- issue 5: queue_ingest ----
-DROP TABLE IF EXISTS queue_ingest;
-DROP FUNCTION IF EXISTS pyqueue__ingest();
-DROP FUNCTION IF EXISTS queue_ingest_flush(text);
-
--- ---- end of issue 5 ----
-
-
--- ---- issue 6: fast paths ----
-
-DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
-DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
-
--- ---- end of issue 6 ----
-
-
--- ---- issue 3: wakeups ----
-DROP FUNCTION IF EXISTS queue_wait(text, text[], interval, interval);
-DROP FUNCTION IF EXISTS queue_next_scheduled_at(text, text[]);
-DROP FUNCTION IF EXISTS queue_set_notify_window(text, interval);
-DROP FUNCTION IF EXISTS queue_channel(text);
+DROP FUNCTION IF EXISTS pyqueue__slot_held(text, text, text, bigint, integer, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__archive(pyqueue_queue, pyqueue_message, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__notify(text);
 DROP FUNCTION IF EXISTS pyqueue__channel(text);
-DROP TABLE IF EXISTS pyqueue_notify;
-
--- ---- end of issue 3 ----
-
-
--- ---- the core ----
-DROP FUNCTION IF EXISTS queue_stats(text);
-DROP FUNCTION IF EXISTS queue_resume(text);
-DROP FUNCTION IF EXISTS queue_pause(text);
-DROP FUNCTION IF EXISTS queue_remove(text, text, text);
-DROP FUNCTION IF EXISTS queue_move(text, text, text, uuid, text, jsonb);
-DROP FUNCTION IF EXISTS queue_extend(text, text, text, uuid, interval);
-DROP FUNCTION IF EXISTS queue_rollback(text, text, text, uuid, interval);
-DROP FUNCTION IF EXISTS queue_commit(text, text, text, uuid);
-DROP FUNCTION IF EXISTS queue_reserve(text, text, interval, integer, text[]);
-DROP FUNCTION IF EXISTS queue_pop(text, integer);
-DROP FUNCTION IF EXISTS queue_push_batch(text, text[], text[], jsonb[], timestamptz[], integer[]);
-DROP FUNCTION IF EXISTS queue_push(text, text, text, jsonb, timestamptz, integer);
-DROP FUNCTION IF EXISTS queue_drop(text);
-DROP FUNCTION IF EXISTS queue_create(text, interval, integer, text, interval);
-DROP FUNCTION IF EXISTS pyqueue__lock_ready(text, timestamptz, integer, text[]);
+DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, uuid, interval, boolean, text);
 DROP FUNCTION IF EXISTS pyqueue__dead_letter(pyqueue_queue, text, text, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__lock_ready(text, timestamptz, integer, text[]);
+DROP FUNCTION IF EXISTS pyqueue__check_batch_size(integer);
 DROP FUNCTION IF EXISTS pyqueue__check_duration(text, interval, boolean);
+DROP FUNCTION IF EXISTS pyqueue__queue(text, boolean);
 DROP FUNCTION IF EXISTS pyqueue__check_reservation(text, text, uuid);
 DROP FUNCTION IF EXISTS pyqueue__check_name(text, text, integer);
-DROP FUNCTION IF EXISTS pyqueue__queue(text, boolean);
+
+-- the tables of the queues topic, last
 DROP TABLE IF EXISTS pyqueue_message;
 DROP TABLE IF EXISTS pyqueue_queue;

@@ -5,6 +5,13 @@
 -- re-installs this whole file. Procedures keep the sql_mode they were created
 -- under, so this file sets strict mode first and restores the caller's after.
 --
+-- Layout: one section per topic, in the same order in schema.sql,
+-- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
+-- helpers, queues, produce, consume, wakeups, fast paths, history and dead
+-- letters, limits, workers, schedules, ingest, privileges. A section starts
+-- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
+-- nothing for).
+--
 -- Least privilege (README "Least privilege"): every contract
 -- procedure (queue_*) is SQL SECURITY DEFINER: it runs with the rights of its
 -- DEFINER, the account that ran this file (the migrating user), so that an
@@ -36,9 +43,14 @@ SET NAMES utf8mb4;
 
 DELIMITER //
 
--- ===========================================================================
--- Internal helpers (not part of the contract)
--- ===========================================================================
+
+-- ==== helpers ====
+-- Internal helpers (pyqueue__*), not part of the contract: SQL SECURITY
+-- INVOKER, called by the procedures of the topics below (and so running as
+-- their definer). Grouped by the topic that uses them, in the order of the
+-- topics.
+
+-- ---- checks and lookups used by every topic ----
 
 -- pyqueue__raise: signals 'pyqueue:<in_code>: <in_detail>' (cut to the 128
 -- characters MESSAGE_TEXT allows). Takes no locks.
@@ -256,6 +268,8 @@ BEGIN
     END IF;
 END //
 
+-- ---- for consume ----
+
 -- pyqueue__dead_letter: the message in_id of queue in_queue, which the
 -- caller has just claimed with in_token, goes to in_dead_letter_queue (or
 -- nowhere when NULL) and counts in dead_count. out_done = 1 when it left.
@@ -327,9 +341,727 @@ BEGIN
     END IF;
 END //
 
--- ===========================================================================
--- Contract routines
--- ===========================================================================
+-- pyqueue__give_back: queue_rollback and queue_fail. Gives the message back,
+-- eligible again after in_delay (NULL = 0); with in_set_error, in_error (cut
+-- to 2000 characters; NULL = no text) becomes its last_error, otherwise
+-- last_error stays as it is. out_outcome: 'retry', or, when the message has
+-- had max_attempts deliveries, 'dead_lettered' (moved to the dead-letter
+-- queue) or 'dropped' (the queue has none; dead_count + 1 either way); NULL
+-- when the token no longer holds. Steps:
+--   1. locate the message by key and token (plain read); NULL if absent;
+--   2a. attempts < max_attempts: UPDATE by id and token clears the
+--       reservation (scheduled_at = now + delay). Done;
+--   2b. otherwise UPDATE by id and token swaps the caller's token for a new
+--       one (claim for dead-lettering, visible again only after the queue's
+--       visibility_timeout), then pyqueue__dead_letter: upsert into the
+--       dead-letter queue, delete by the new token, dead_count + 1.
+-- In autocommit mode on a server that can tell (MariaDB), 2b runs in a
+-- transaction of its own, run again when chosen as a deadlock victim.
+-- Otherwise, interrupted after the claim of 2b, the message comes back after
+-- the visibility timeout and the next reserve dead-letters it (no loss, no
+-- double count). Locks: the message row (when dead-lettering: the queue
+-- row first, then the message row, the dead-letter message row), each for
+-- one statement (or until the caller's transaction ends).
+DROP PROCEDURE IF EXISTS pyqueue__give_back //
+CREATE PROCEDURE pyqueue__give_back(
+    IN  in_queue     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_key       LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_token     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_delay     DECIMAL(20,6),
+    IN  in_set_error BOOLEAN,
+    IN  in_error     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_outcome  VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_error    VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found    INT DEFAULT 1;
+    DECLARE v_id       BIGINT;
+    DECLARE v_attempts INT;
+    DECLARE v_dead     INT;
+    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_retry    INT;
+    SET out_outcome = NULL;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    CALL pyqueue__check_duration('delay', in_delay, FALSE);
+    IF LOCATE(X'ED', CAST(in_error AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'error', in_error);
+    END IF;
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
+        v_error = LEFT(in_error, 2000);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    SET v_now = UTC_TIMESTAMP(6);
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+        SELECT m.id, m.attempts INTO v_id, v_attempts
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+           AND m.reserve_token = v_held;
+    END;
+    IF v_found = 1 AND v_attempts < v_max THEN
+        attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                -- a deadlock victim in autocommit mode (a queue_drop racing it)
+                -- was this one statement: run it again
+                DECLARE EXIT HANDLER FOR 1213
+                BEGIN
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                UPDATE pyqueue_message
+                   SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
+                       reserve_token = NULL,
+                       reserved_by = NULL,
+                       last_error = IF(in_set_error, v_error, last_error)
+                 WHERE id = v_id AND reserve_token = v_held;
+                IF ROW_COUNT() = 1 THEN
+                    SET out_outcome = 'retry';
+                END IF;
+            END;
+            IF v_retry = 0 THEN
+                LEAVE attempt;
+            END IF;
+        END LOOP;
+    ELSEIF v_found = 1 THEN
+        -- In autocommit mode the steps run in a transaction of their own, so
+        -- that they happen together or not at all, and a deadlock victim (a
+        -- queue_drop racing it; 1467 while waiting for the AUTO-INC lock) is
+        -- rolled back whole and run again instead of failing.
+        dead_attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
+            BEGIN
+                DECLARE EXIT HANDLER FOR 1213, 1467
+                BEGIN
+                    IF v_own = 1 THEN
+                        ROLLBACK;
+                    END IF;
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION
+                BEGIN
+                    IF v_own = 1 THEN
+                        ROLLBACK;
+                    END IF;
+                    RESIGNAL;
+                END;
+                IF v_own = 1 THEN
+                    START TRANSACTION;
+                END IF;
+                -- the queue row (dead_count, below) before the message row, the
+                -- order of queue_drop (and of the foreign key checks of pushes),
+                -- so that the two cannot deadlock inside a transaction
+                SELECT q.dead_count INTO v_dead FROM pyqueue_queue q WHERE q.queue_name = v_queue FOR UPDATE;
+                SET v_token = UUID();
+                UPDATE pyqueue_message
+                   SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
+                       reserve_token = v_token,
+                       last_error = IF(in_set_error, v_error, last_error)
+                 WHERE id = v_id AND reserve_token = v_held;
+                IF ROW_COUNT() = 1 THEN
+                    CALL pyqueue__dead_letter(v_queue, v_dlq, v_id, v_token, v_now, v_dead);
+                    SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
+                END IF;
+                IF v_own = 1 THEN
+                    COMMIT;
+                END IF;
+            END;
+            IF v_retry = 0 THEN
+                LEAVE dead_attempt;
+            END IF;
+        END LOOP;
+    END IF;
+END //
+
+-- ---- for wakeups ----
+
+-- pyqueue__kinds: validates a kinds filter (NULL, or a non-empty JSON array
+-- of strings) and returns it re-serialised for JSON_CONTAINS(out, JSON_QUOTE(p_kind)),
+-- as queue_reserve does. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__kinds //
+CREATE PROCEDURE pyqueue__kinds(
+    IN  in_kinds  LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_kinds LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_bad INT;
+    SET out_kinds = NULL;
+    IF in_kinds IS NOT NULL THEN
+        IF NOT JSON_VALID(in_kinds) THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a JSON array of strings');
+        END IF;
+        IF JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_LENGTH(in_kinds) = 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
+        END IF;
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE (JSON_TYPE(k.elem) = 'STRING') IS NOT TRUE;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
+        END IF;
+        -- a longer string would be cut to 128 by the VARCHAR(128) below and
+        -- then match the kind spelled by its first 128 characters
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
+        END IF;
+        SELECT JSON_ARRAYAGG(k.kind) INTO out_kinds
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k;
+    END IF;
+END //
+
+-- pyqueue__next_at: the earliest scheduled_at of the queue's messages (of
+-- one of in_kinds, NULL = any), NULL when none. Reads the first index entry
+-- of each priority (stops early once one is due by in_now). Plain reads.
+DROP PROCEDURE IF EXISTS pyqueue__next_at //
+CREATE PROCEDURE pyqueue__next_at(
+    IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kinds LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_now   DATETIME(6),
+    OUT out_next DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_priority INT;
+    DECLARE v_at       DATETIME(6);
+    SET out_next = NULL;
+    SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
+    priorities: WHILE v_priority IS NOT NULL DO
+        SELECT MIN(m.scheduled_at) INTO v_at
+          FROM pyqueue_message m
+         WHERE m.queue_name = in_queue AND m.priority = v_priority
+           AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)));
+        IF v_at IS NOT NULL AND (out_next IS NULL OR v_at < out_next) THEN
+            SET out_next = v_at;
+        END IF;
+        IF out_next <= in_now THEN
+            LEAVE priorities;
+        END IF;
+        SELECT MAX(m.priority) INTO v_priority
+          FROM pyqueue_message m
+         WHERE m.queue_name = in_queue AND m.priority < v_priority;
+    END WHILE;
+END //
+
+-- ---- for history and dead letters ----
+
+-- pyqueue__archive: when in_queue keeps history (history_retention set),
+-- copies message in_id (with its last_error), as long as it is still held by
+-- in_token (NULL matches no reservation), into pyqueue_history with
+-- in_outcome and in_to_queue; out_history_id = the new history row, or NULL when nothing
+-- was copied. Called just BEFORE the statement that removes the message;
+-- the caller then calls pyqueue__unarchive, which deletes the copy again
+-- when that statement removed nothing. Interrupted between the two in
+-- autocommit mode, the history may hold a row for a message that is still
+-- live (it is delivered again and archived again), never lose the message.
+-- Locks: a shared lock on the message row, for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__archive //
+CREATE PROCEDURE pyqueue__archive(
+    IN  in_queue       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id          BIGINT,
+    IN  in_token       CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_outcome     VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_to_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_now         DATETIME(6),
+    OUT out_history_id BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_retention DECIMAL(20,6);
+    SET out_history_id = NULL;
+    SELECT MAX(q.history_retention) INTO v_retention FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+    IF v_retention IS NOT NULL THEN
+        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                     created_at, processed_at, outcome, to_queue, reserved_by,
+                                     last_error)
+        SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
+               m.created_at, in_now, in_outcome, in_to_queue, m.reserved_by, m.last_error
+          FROM pyqueue_message m
+         WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token;
+        IF ROW_COUNT() = 1 THEN
+            SET out_history_id = LAST_INSERT_ID();
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__unarchive: deletes the history row in_history_id that
+-- pyqueue__archive wrote when the removal it preceded did nothing
+-- (in_done = 0). Locks: that history row, for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__unarchive //
+CREATE PROCEDURE pyqueue__unarchive(
+    IN in_history_id BIGINT,
+    IN in_done       INT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_history_id IS NOT NULL AND in_done = 0 THEN
+        DELETE FROM pyqueue_history WHERE id = in_history_id;
+    END IF;
+END //
+
+-- ---- for limits ----
+
+-- pyqueue__limit_take: gives a free slot of (in_queue, in_kind) to the
+-- reservation (in_id, in_attempts, ending at in_until); out_ok = 1 when it
+-- got one. A slot is busy while its holder is that live reservation, or
+-- while the claim is in progress (the message still shows msg_attempts - 1)
+-- and msg_until has not passed. Only slots 1..capacity are ever taken. After
+-- the capacity was lowered, slots beyond it whose holders are still live
+-- stay (queue_set_limit deletes only free ones): before taking a slot, each
+-- such holder is moved into a free slot within the capacity, one statement
+-- copying it there, one deleting the old slot (interrupted in between, the
+-- holder occupies two slots until it ends: fewer hand-outs, never more), so
+-- that nothing is handed out while as many as the capacity are live.
+-- The taking UPDATE reads the slot rows and, through its subqueries, the
+-- holders' message rows and the limit row with locking reads (InnoDB,
+-- REPEATABLE READ or SERIALIZABLE): it waits for a slot another session is
+-- changing and sees the latest committed holder, never an older snapshot; it
+-- takes nothing when the capacity changed since it was read.
+-- Locks, per statement: slot rows (scanned in slot_no order), then shared
+-- locks on their holders' message rows and the limit row. In autocommit
+-- mode a statement chosen as a deadlock victim (a queue_drop cascades over
+-- those message rows in another order) is run again instead of failing.
+DROP PROCEDURE IF EXISTS pyqueue__limit_take //
+CREATE PROCEDURE pyqueue__limit_take(
+    IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id       BIGINT,
+    IN  in_attempts INT,
+    IN  in_until    DATETIME(6),
+    IN  in_now      DATETIME(6),
+    OUT out_ok      INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_cap       INT;
+    DECLARE v_slot      INT;
+    DECLARE v_holder    BIGINT;
+    DECLARE v_h_att     INT;
+    DECLARE v_h_until   DATETIME(6);
+    DECLARE v_moves     INT DEFAULT 0;
+    DECLARE v_found     INT;
+    DECLARE v_own       INT DEFAULT 0;
+    DECLARE v_tries     INT DEFAULT 0;
+    DECLARE v_retry     INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+    SET out_ok = 0;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    slots: LOOP
+      SET v_retry = 0, v_tries = v_tries + 1;
+      BEGIN
+        -- a deadlock victim in autocommit mode was one statement (a queue_drop
+        -- cascading over the holders' rows in another order): run it again
+        DECLARE EXIT HANDLER FOR 1213
+        BEGIN
+            IF v_own = 1 AND v_tries < 10 THEN
+                SET v_retry = 1;
+            ELSE
+                RESIGNAL;
+            END IF;
+        END;
+        SELECT MAX(l.capacity) INTO v_cap
+          FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = in_kind;
+        IF v_cap IS NULL THEN
+            LEAVE slots;  -- the limit was removed meanwhile: take nothing this time
+        END IF;
+        -- a live holder beyond the capacity (plain read: such slots are never
+        -- taken, only moved and deleted)
+        SET v_found = 1;
+        SELECT s.slot_no, s.msg_id, s.msg_attempts, s.msg_until
+          INTO v_slot, v_holder, v_h_att, v_h_until
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND s.slot_no > v_cap
+           AND s.msg_id IS NOT NULL
+           AND EXISTS (SELECT 1 FROM pyqueue_message m
+                        WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                          AND ((m.attempts = s.msg_attempts
+                                AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                               OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now)))
+         ORDER BY s.slot_no
+         LIMIT 1;
+        IF v_found = 0 OR v_moves >= 10000 THEN
+            UPDATE pyqueue_limit_slot s
+               SET s.msg_id = in_id, s.msg_attempts = in_attempts, s.msg_until = in_until
+             WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+               AND s.slot_no <= v_cap
+               AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                            WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
+               AND (s.msg_id IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                    WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                      AND ((m.attempts = s.msg_attempts
+                                            AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                           OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+             ORDER BY s.slot_no
+             LIMIT 1;
+            SET out_ok = ROW_COUNT();
+            LEAVE slots;
+        END IF;
+        -- move that holder into a free slot within the capacity; none free:
+        -- the kind is full
+        UPDATE pyqueue_limit_slot s
+           SET s.msg_id = v_holder, s.msg_attempts = v_h_att, s.msg_until = v_h_until
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+           AND s.slot_no <= v_cap
+           AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                        WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
+           AND (s.msg_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                  AND ((m.attempts = s.msg_attempts
+                                        AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                       OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+         ORDER BY s.slot_no
+         LIMIT 1;
+        IF ROW_COUNT() = 0 THEN
+            LEAVE slots;
+        END IF;
+        DELETE FROM pyqueue_limit_slot
+         WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no = v_slot
+           AND msg_id = v_holder AND msg_attempts = v_h_att;
+        SET v_moves = v_moves + 1;
+      END;
+      IF v_retry = 0 AND v_tries > 10000 THEN
+          LEAVE slots;
+      END IF;
+    END LOOP;
+END //
+
+-- pyqueue__limit_claim: called by queue_reserve for a candidate it is about
+-- to deliver (message in_id, seen with in_attempts) when the queue has
+-- limits. out_ok = 1 when the kind has no limit or a slot was taken for the
+-- delivery (attempts + 1); 0 when the kind is full. io_full: JSON array of
+-- the kinds found full in this call (skipped without another look).
+-- The slot is taken BEFORE the message is claimed, and counts as busy
+-- while the claim is in progress. Interrupted in between, or when the claim
+-- then loses a race, the slot holds a reservation that either is someone
+-- else's (counted twice until it ends) or never happens (busy until the
+-- timeout it would have had): too few hand-outs, never too many.
+-- Locks: as pyqueue__limit_take.
+DROP PROCEDURE IF EXISTS pyqueue__limit_claim //
+CREATE PROCEDURE pyqueue__limit_claim(
+    IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_id       BIGINT,
+    IN    in_attempts INT,
+    IN    in_until    DATETIME(6),
+    IN    in_now      DATETIME(6),
+    INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
+    OUT   out_ok      INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT MAX(m.p_kind) INTO v_kind FROM pyqueue_message m WHERE m.id = in_id;
+    SET out_ok = 1;
+    IF JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(v_kind)) THEN
+        SET out_ok = 0;
+    ELSEIF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = v_kind) THEN
+        CALL pyqueue__limit_take(in_queue, v_kind, in_id, in_attempts + 1, in_until, in_now, out_ok);
+        IF out_ok = 0 THEN
+            SET io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', v_kind);
+        END IF;
+    END IF;
+END //
+
+-- ---- for schedules ----
+
+-- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
+-- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
+-- comma lists of those. Raises invalid_argument naming the field.
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__cron_field //
+CREATE PROCEDURE pyqueue__cron_field(
+    IN  in_field LONGTEXT    CHARACTER SET utf8mb4,
+    IN  in_name  VARCHAR(16) CHARACTER SET utf8mb4,
+    IN  in_min   INT,
+    IN  in_max   INT,
+    OUT out_mask BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_rest  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_part  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_range LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_lo    INT;
+    DECLARE v_hi    INT;
+    DECLARE v_step  INT;
+    SET out_mask = 0, v_rest = in_field;
+    parts: LOOP
+        SET v_part = SUBSTRING_INDEX(v_rest, ',', 1);
+        IF NOT (v_part REGEXP '^([*]|[0-9]{1,2}(-[0-9]{1,2})?)(/[0-9]{1,2})?\\z') THEN
+            CALL pyqueue__raise('invalid_argument',
+                CONCAT('cron ', in_name, ' field "', LEFT(in_field, 30), '" is not *, n, a-b, */s, a/s or a-b/s'));
+        END IF;
+        SET v_range = SUBSTRING_INDEX(v_part, '/', 1);
+        SET v_step = IF(LOCATE('/', v_part) > 0, CAST(SUBSTRING_INDEX(v_part, '/', -1) AS UNSIGNED), 1);
+        IF v_range = '*' THEN
+            SET v_lo = in_min, v_hi = in_max;
+        ELSE
+            SET v_lo = CAST(SUBSTRING_INDEX(v_range, '-', 1) AS UNSIGNED);
+            SET v_hi = IF(LOCATE('-', v_range) > 0, CAST(SUBSTRING_INDEX(v_range, '-', -1) AS UNSIGNED),
+                          IF(LOCATE('/', v_part) > 0, in_max, v_lo));
+        END IF;
+        IF v_lo < in_min OR v_hi > in_max OR v_lo > v_hi OR v_step < 1 THEN
+            CALL pyqueue__raise('invalid_argument',
+                CONCAT('cron ', in_name, ' field "', LEFT(in_field, 30), '" is out of range ', in_min, '-', in_max));
+        END IF;
+        WHILE v_lo <= v_hi DO
+            SET out_mask = out_mask | (1 << v_lo);
+            SET v_lo = v_lo + v_step;
+        END WHILE;
+        IF LOCATE(',', v_rest) = 0 THEN
+            LEAVE parts;
+        END IF;
+        SET v_rest = SUBSTRING(v_rest, LOCATE(',', v_rest) + 1);
+    END LOOP;
+END //
+
+-- pyqueue__cron_next: the first minute strictly after in_after (UTC) that
+-- matches the 5-field cron expression (minute hour day-of-month month
+-- day-of-week; day-of-week 0-7, 0 and 7 = Sunday; when both day fields are
+-- restricted a day matching either matches, as in Vixie cron). Computed with
+-- set operations: the first matching day among the next 8 years of days
+-- (numbers made by a cross join of digits, no recursion), then the first
+-- matching minute of that day; never minute by minute. Raises
+-- invalid_argument for a malformed expression or one that never matches.
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__cron_next //
+CREATE PROCEDURE pyqueue__cron_next(
+    IN  in_cron  LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_after DATETIME(6),
+    OUT out_next DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_cron  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_min   BIGINT;
+    DECLARE v_hour  BIGINT;
+    DECLARE v_dom   BIGINT;
+    DECLARE v_mon   BIGINT;
+    DECLARE v_dow   BIGINT;
+    DECLARE v_or    INT;
+    DECLARE v_t     DATETIME;
+    DECLARE v_today DATE;
+    DECLARE v_mod   INT;
+    DECLARE v_day   DATE;
+    DECLARE v_first INT;
+    IF in_cron IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'cron must not be NULL');
+    END IF;
+    SET v_cron = REGEXP_REPLACE(TRIM(in_cron), ' +', ' ');
+    IF CHAR_LENGTH(v_cron) - CHAR_LENGTH(REPLACE(v_cron, ' ', '')) <> 4 THEN
+        CALL pyqueue__raise('invalid_argument',
+            'cron must have 5 fields (minute hour day-of-month month day-of-week)');
+    END IF;
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', 1), 'minute', 0, 59, v_min);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 2), ' ', -1), 'hour', 0, 23, v_hour);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 'day-of-month', 1, 31, v_dom);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 4), ' ', -1), 'month', 1, 12, v_mon);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', -1), 'day-of-week', 0, 7, v_dow);
+    IF v_dow & 128 <> 0 THEN
+        SET v_dow = (v_dow | 1) & 127;
+    END IF;
+    SET v_or = LEFT(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 1) <> '*'
+               AND LEFT(SUBSTRING_INDEX(v_cron, ' ', -1), 1) <> '*';
+    SET v_t = CAST(DATE_FORMAT(in_after, '%Y-%m-%d %H:%i:00') AS DATETIME) + INTERVAL 1 MINUTE;
+    SET v_today = DATE(v_t), v_mod = HOUR(v_t) * 60 + MINUTE(v_t);
+    SELECT MIN(days.d) INTO v_day
+      FROM (SELECT v_today + INTERVAL (a.n + 10 * b.n + 100 * c.n + 1000 * e.n) DAY AS d
+              FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) a,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) b,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) c,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2) e
+             WHERE a.n + 10 * b.n + 100 * c.n + 1000 * e.n <= 366 * 8) AS days
+     WHERE (v_mon >> MONTH(days.d)) & 1 = 1
+       AND IF(v_or,
+              (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 OR (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1,
+              (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 AND (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1)
+       AND (days.d > v_today
+            OR EXISTS (SELECT 1
+                         FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
+                               UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+                               UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
+                               UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
+                               UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
+                               UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
+                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                               UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
+                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                               UNION ALL SELECT 5) m10
+                        WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
+                          AND h.n * 60 + m1.n + 10 * m10.n >= v_mod));
+    IF v_day IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('cron "', LEFT(in_cron, 40), '" matches no day in the next 8 years'));
+    END IF;
+    SELECT MIN(h.n * 60 + m1.n + 10 * m10.n) INTO v_first
+      FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
+            UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+            UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
+            UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
+            UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
+            UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
+           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+            UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
+           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+            UNION ALL SELECT 5) m10
+     WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
+       AND (v_day > v_today OR h.n * 60 + m1.n + 10 * m10.n >= v_mod);
+    SET out_next = CAST(v_day AS DATETIME(6)) + INTERVAL v_first MINUTE;
+END //
+
+-- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
+-- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
+-- pyqueue__cron_next.
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__schedule_after //
+CREATE PROCEDURE pyqueue__schedule_after(
+    IN  in_every_s BIGINT,
+    IN  in_cron    LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_after   DATETIME(6),
+    OUT out_next   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    IF in_every_s IS NOT NULL THEN
+        SET out_next = CAST('1970-01-01 00:00:00' AS DATETIME(6))
+            + INTERVAL ((FLOOR(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', in_after) / (in_every_s * 1000000)) + 1)
+                        * in_every_s) SECOND;
+    ELSE
+        CALL pyqueue__cron_next(in_cron, in_after, out_next);
+    END IF;
+END //
+
+-- pyqueue__schedule_next: called by queue_commit for a message it is about
+-- to delete (the token held at the lookup). When the message is the pending
+-- occurrence of a schedule (key = p_key @ next_at), one conditional UPDATE
+-- advances next_at past now (only one of two racing calls can match the old
+-- next_at) and the winner pushes that occurrence (dedup by its key absorbs a
+-- repeat). It runs BEFORE the commit's DELETE: if the DELETE then fails (the
+-- token was lost) or never runs (interruption), the old occurrence comes
+-- back, and its later commit pushes nothing (no longer pending): no stall,
+-- no second next occurrence.
+-- Locks: the schedule row (the conditional UPDATE), then the new occurrence,
+-- each for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__schedule_next //
+CREATE PROCEDURE pyqueue__schedule_next(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_base    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_at      DATETIME(6);
+    DECLARE v_next    DATETIME(6);
+    DECLARE v_every   BIGINT;
+    DECLARE v_cron    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_payload LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_found   INT DEFAULT 1;
+    DECLARE v_now     DATETIME(6);
+    IF CHAR_LENGTH(in_key) >= 22
+       AND RIGHT(in_key, 21) REGEXP '^@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\\z' THEN
+        SET v_base = LEFT(in_key, CHAR_LENGTH(in_key) - 21);
+        SET v_at = STR_TO_DATE(SUBSTRING(RIGHT(in_key, 21), 2, 19), '%Y-%m-%dT%H:%i:%s');
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+            SELECT s.every_s, s.cron, s.payload INTO v_every, v_cron, v_payload
+              FROM pyqueue_schedule s
+             WHERE s.queue_name = in_queue AND s.p_key = v_base AND s.p_kind = in_kind
+               AND s.next_at = v_at;
+        END;
+        IF v_found = 1 THEN
+            SET v_now = UTC_TIMESTAMP(6);
+            CALL pyqueue__schedule_after(v_every, v_cron, GREATEST(v_at, v_now), v_next);
+            UPDATE pyqueue_schedule SET next_at = v_next
+             WHERE queue_name = in_queue AND p_key = v_base AND p_kind = in_kind AND next_at = v_at;
+            IF ROW_COUNT() = 1 THEN
+                INSERT IGNORE INTO pyqueue_message
+                       (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                        scheduled_at_initially, created_at, attempts)
+                VALUES (in_queue, CONCAT(v_base, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), in_kind,
+                        v_payload, 0, v_next, v_next, v_now, 0);
+            END IF;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__schedule: creates or replaces a schedule and pushes its first
+-- occurrence (the next one after now). A pending occurrence of the replaced
+-- schedule is removed unless it is reserved (it then runs, and its commit
+-- pushes nothing since it is no longer the pending one). Result: one row,
+-- next_at. Steps: upsert the schedule row (next_at = first), remove the old
+-- pending occurrence, push the first one: interrupted (the call then fails),
+-- the schedule may have no pending occurrence until it is called again.
+-- Locks: the schedule row, the old pending occurrence, the new occurrence and
+-- a shared lock on the queue row, each for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__schedule //
+CREATE PROCEDURE pyqueue__schedule(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_every_s BIGINT,
+    IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_next   DATETIME(6);
+    DECLARE v_old    DATETIME(6);
+    DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_oldid  BIGINT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 234);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    CALL pyqueue__schedule_after(in_every_s, in_cron, v_now, v_next);
+    SELECT MAX(s.next_at) INTO v_old FROM pyqueue_schedule s
+     WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
+    INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
+    VALUES (v_queue, v_key, v_kind, in_payload, in_every_s, in_cron, v_next, v_now)
+    ON DUPLICATE KEY UPDATE payload = in_payload, every_s = in_every_s, cron = in_cron, next_at = v_next;
+    IF v_old IS NOT NULL THEN
+        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
+        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
+        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
+    END IF;
+    INSERT IGNORE INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, attempts)
+    VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
+            in_payload, 0, v_next, v_next, v_now, 0);
+    SELECT v_next AS next_at;
+END //
+
+
+-- ==== queues ====
+-- Create a queue or change its settings, read them back, drop it, pause and
+-- resume it, count its messages.
 
 -- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts,
 -- no dead-letter queue, no history) or changes the settings of an existing
@@ -492,6 +1224,131 @@ BEGIN
         END IF;
     END LOOP;
 END //
+
+-- queue_pause: pop and reserve hand out nothing (an empty result set) until
+-- queue_resume. Pushes, commits, rollbacks, extends and moves still work.
+-- No result set. Locks: the queue row, for one statement (in autocommit
+-- mode, run again when chosen as a deadlock victim).
+DROP PROCEDURE IF EXISTS queue_pause //
+CREATE PROCEDURE queue_pause(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            UPDATE pyqueue_queue SET paused = TRUE WHERE queue_name = v_queue;
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+END //
+
+-- queue_resume: undoes queue_pause. No result set. Locks: the queue row,
+-- for one statement (in autocommit mode, run again when chosen as a
+-- deadlock victim).
+DROP PROCEDURE IF EXISTS queue_resume //
+CREATE PROCEDURE queue_resume(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            UPDATE pyqueue_queue SET paused = FALSE WHERE queue_name = v_queue;
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+END //
+
+-- queue_stats: one row per queue (all queues, ordered by name, when
+-- in_queue is NULL): queue, ready (eligible now), `delayed` (scheduled later,
+-- not reserved), reserved (held by a reservation that has not expired),
+-- dead (messages that exhausted max_attempts here so far),
+-- oldest_ready_age_s (DOUBLE: seconds the oldest ready message has been
+-- eligible, NULL when none), paused. Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_stats //
+CREATE PROCEDURE queue_stats(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_queue = in_queue;
+    SELECT q.queue_name AS `queue`,
+           COUNT(CASE WHEN m.scheduled_at <= v_now THEN 1 END) AS ready,
+           COUNT(CASE WHEN m.scheduled_at > v_now AND m.reserve_token IS NULL THEN 1 END) AS `delayed`,
+           COUNT(CASE WHEN m.scheduled_at > v_now AND m.reserve_token IS NOT NULL THEN 1 END) AS reserved,
+           q.dead_count AS dead,
+           TIMESTAMPDIFF(MICROSECOND,
+                         MIN(CASE WHEN m.scheduled_at <= v_now THEN m.scheduled_at END),
+                         v_now) / 1e6 AS oldest_ready_age_s,
+           q.paused AS paused
+      FROM pyqueue_queue q
+      LEFT JOIN pyqueue_message m ON m.queue_name = q.queue_name
+     WHERE v_queue IS NULL OR q.queue_name = v_queue
+     GROUP BY q.queue_name, q.dead_count, q.paused
+     ORDER BY q.queue_name;
+END //
+
+
+-- ==== produce ====
+-- Put messages in: one, many in one statement, or one that replaces a waiting
+-- message with the same key (debounce). Each wakes the queue's listeners when
+-- it makes a message ready now.
 
 -- queue_push: inserts one message. Result: one row, column inserted = 1, or
 -- 0 when a live message with the same (queue, p_key, p_kind) exists (dedup:
@@ -700,6 +1557,115 @@ BEGIN
     END IF;
     SELECT v_inserted AS inserted;
 END //
+
+-- queue_push_replace: queue_push that replaces instead of skipping
+-- (debounce, graphile-worker's job_key "replace" mode). Result: one row,
+-- outcome =
+--   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
+--   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
+--               got the new payload, run_at and priority, attempts 0 and no
+--               reservation (an expired holder's commit then returns 0);
+--   'reserved'  one is held by a live reservation: left alone, nothing pushed.
+-- created_at and id (FIFO position among equal run_at) are kept on replace.
+-- How, each step one statement that reads current data (never a snapshot):
+--   1. INSERT IGNORE: inserted -> 'inserted';
+--   2. UPDATE by the key, only if not held by a live reservation: a row
+--      changed or matched -> 'replaced';
+--   3. else a locking read by the key: held -> 'reserved'; absent (it was
+--      committed in between) -> back to 1; else it already had exactly
+--      these values -> 'replaced'.
+-- Affected-row counts are only compared with 0, so a client that connects
+-- with CLIENT_FOUND_ROWS (JDBC's default) gets the same answers.
+-- Locks: the message row and a shared lock on the queue row, each for one
+-- statement.
+DROP PROCEDURE IF EXISTS queue_push_replace //
+CREATE PROCEDURE queue_push_replace(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_at       DATETIME(6);
+    DECLARE v_priority INT;
+    DECLARE v_live     INT;
+    DECLARE v_held     INT;
+    DECLARE v_outcome  VARCHAR(16) CHARACTER SET utf8mb4;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+    END IF;
+    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_at = COALESCE(in_run_at, v_now), v_priority = COALESCE(in_priority, 0);
+    attempt: LOOP
+        INSERT IGNORE INTO pyqueue_message
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, attempts)
+        VALUES (v_queue, v_key, v_kind, in_payload, v_priority, v_at, v_at, v_now, 0);
+        IF ROW_COUNT() > 0 THEN
+            SET v_outcome = 'inserted';
+            LEAVE attempt;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+            CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+        END IF;
+        UPDATE pyqueue_message FORCE INDEX (pyqueue_message_key_uk)
+           SET payload = in_payload, priority = v_priority,
+               scheduled_at = v_at, scheduled_at_initially = v_at,
+               attempts = 0, reserved_by = NULL, reserve_token = NULL
+         WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind
+           AND (reserve_token IS NULL OR scheduled_at <= v_now);
+        IF ROW_COUNT() > 0 THEN
+            SET v_outcome = 'replaced';
+            LEAVE attempt;
+        END IF;
+        SELECT COUNT(*), COALESCE(SUM(m.reserve_token IS NOT NULL AND m.scheduled_at > v_now), 0)
+          INTO v_live, v_held
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+          LOCK IN SHARE MODE;
+        IF v_live > 0 THEN
+            SET v_outcome = IF(v_held > 0, 'reserved', 'replaced');
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    SELECT v_outcome AS outcome;
+END //
+
+
+-- ==== consume ====
+-- Take messages out: reserve (or pop, at-most-once), then commit, roll back,
+-- fail, extend or move the reservation; remove deletes a message whatever its
+-- state. Every step after the reserve must show the reservation's token.
+--
+-- Routines that act on one message by (queue, p_key, p_kind) first locate
+-- it with a plain (non-locking) SELECT on the unique key, then change it by
+-- id, re-checking the token in that same statement under its row lock: the
+-- token check, not the lookup, decides. The lookup does not lock because a
+-- locking read takes the unique-index entry before the row, the opposite
+-- order of an UPDATE / DELETE by id, and the two deadlocked when a commit
+-- raced a consumer taking over the expired reservation (measured). The
+-- price: inside a REPEATABLE READ transaction whose snapshot is older than
+-- the reservation, the lookup may not see it and the routine answers 0
+-- ("token no longer holds"); the message then comes back after its timeout,
+-- never lost. A single-table UPDATE / DELETE by the key columns is not used
+-- either: with stale table statistics MariaDB 10.11 planned it as a range
+-- scan of the ready index, locking a whole priority of the queue.
 
 -- queue_pop: removes and returns up to in_n ready messages, highest
 -- priority first, FIFO within one (at-most-once). Result: one result set
@@ -1137,20 +2103,6 @@ BEGIN
      ORDER BY c.ord;
 END //
 
--- Routines that act on one message by (queue, p_key, p_kind) first locate
--- it with a plain (non-locking) SELECT on the unique key, then change it by
--- id, re-checking the token in that same statement under its row lock: the
--- token check, not the lookup, decides. The lookup does not lock because a
--- locking read takes the unique-index entry before the row, the opposite
--- order of an UPDATE / DELETE by id, and the two deadlocked when a commit
--- raced a consumer taking over the expired reservation (measured). The
--- price: inside a REPEATABLE READ transaction whose snapshot is older than
--- the reservation, the lookup may not see it and the routine answers 0
--- ("token no longer holds"); the message then comes back after its timeout,
--- never lost. A single-table UPDATE / DELETE by the key columns is not used
--- either: with stale table statistics MariaDB 10.11 planned it as a range
--- scan of the ready index, locking a whole priority of the queue.
-
 -- queue_commit: deletes the message if in_token still holds its
 -- reservation. Result: one row, committed = 1, or 0 when the token no longer
 -- holds (expired and re-reserved, committed already, or removed).
@@ -1216,158 +2168,6 @@ BEGIN
         CALL pyqueue__unarchive(v_hist, v_done);
     END IF;
     SELECT v_done AS committed;
-END //
-
--- pyqueue__give_back: queue_rollback and queue_fail. Gives the message back,
--- eligible again after in_delay (NULL = 0); with in_set_error, in_error (cut
--- to 2000 characters; NULL = no text) becomes its last_error, otherwise
--- last_error stays as it is. out_outcome: 'retry', or, when the message has
--- had max_attempts deliveries, 'dead_lettered' (moved to the dead-letter
--- queue) or 'dropped' (the queue has none; dead_count + 1 either way); NULL
--- when the token no longer holds. Steps:
---   1. locate the message by key and token (plain read); NULL if absent;
---   2a. attempts < max_attempts: UPDATE by id and token clears the
---       reservation (scheduled_at = now + delay). Done;
---   2b. otherwise UPDATE by id and token swaps the caller's token for a new
---       one (claim for dead-lettering, visible again only after the queue's
---       visibility_timeout), then pyqueue__dead_letter: upsert into the
---       dead-letter queue, delete by the new token, dead_count + 1.
--- In autocommit mode on a server that can tell (MariaDB), 2b runs in a
--- transaction of its own, run again when chosen as a deadlock victim.
--- Otherwise, interrupted after the claim of 2b, the message comes back after
--- the visibility timeout and the next reserve dead-letters it (no loss, no
--- double count). Locks: the message row (when dead-lettering: the queue
--- row first, then the message row, the dead-letter message row), each for
--- one statement (or until the caller's transaction ends).
-DROP PROCEDURE IF EXISTS pyqueue__give_back //
-CREATE PROCEDURE pyqueue__give_back(
-    IN  in_queue     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_key       LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_kind      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_token     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_delay     DECIMAL(20,6),
-    IN  in_set_error BOOLEAN,
-    IN  in_error     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    OUT out_outcome  VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_error    VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_found    INT DEFAULT 1;
-    DECLARE v_id       BIGINT;
-    DECLARE v_attempts INT;
-    DECLARE v_dead     INT;
-    DECLARE v_own      INT DEFAULT 0;
-    DECLARE v_tries    INT DEFAULT 0;
-    DECLARE v_retry    INT;
-    SET out_outcome = NULL;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
-    CALL pyqueue__check_duration('delay', in_delay, FALSE);
-    IF LOCATE(X'ED', CAST(in_error AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
-        CALL pyqueue__check_utf8('invalid_argument', 'error', in_error);
-    END IF;
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
-        v_error = LEFT(in_error, 2000);
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    SET v_now = UTC_TIMESTAMP(6);
-    BEGIN
-        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-        SELECT m.id, m.attempts INTO v_id, v_attempts
-          FROM pyqueue_message m
-         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
-           AND m.reserve_token = v_held;
-    END;
-    IF v_found = 1 AND v_attempts < v_max THEN
-        attempt: LOOP
-            SET v_retry = 0, v_tries = v_tries + 1;
-            BEGIN
-                -- a deadlock victim in autocommit mode (a queue_drop racing it)
-                -- was this one statement: run it again
-                DECLARE EXIT HANDLER FOR 1213
-                BEGIN
-                    IF v_own = 1 AND v_tries < 10 THEN
-                        SET v_retry = 1;
-                    ELSE
-                        RESIGNAL;
-                    END IF;
-                END;
-                UPDATE pyqueue_message
-                   SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
-                       reserve_token = NULL,
-                       reserved_by = NULL,
-                       last_error = IF(in_set_error, v_error, last_error)
-                 WHERE id = v_id AND reserve_token = v_held;
-                IF ROW_COUNT() = 1 THEN
-                    SET out_outcome = 'retry';
-                END IF;
-            END;
-            IF v_retry = 0 THEN
-                LEAVE attempt;
-            END IF;
-        END LOOP;
-    ELSEIF v_found = 1 THEN
-        -- In autocommit mode the steps run in a transaction of their own, so
-        -- that they happen together or not at all, and a deadlock victim (a
-        -- queue_drop racing it; 1467 while waiting for the AUTO-INC lock) is
-        -- rolled back whole and run again instead of failing.
-        dead_attempt: LOOP
-            SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
-            BEGIN
-                DECLARE EXIT HANDLER FOR 1213, 1467
-                BEGIN
-                    IF v_own = 1 THEN
-                        ROLLBACK;
-                    END IF;
-                    IF v_own = 1 AND v_tries < 10 THEN
-                        SET v_retry = 1;
-                    ELSE
-                        RESIGNAL;
-                    END IF;
-                END;
-                DECLARE EXIT HANDLER FOR SQLEXCEPTION
-                BEGIN
-                    IF v_own = 1 THEN
-                        ROLLBACK;
-                    END IF;
-                    RESIGNAL;
-                END;
-                IF v_own = 1 THEN
-                    START TRANSACTION;
-                END IF;
-                -- the queue row (dead_count, below) before the message row, the
-                -- order of queue_drop (and of the foreign key checks of pushes),
-                -- so that the two cannot deadlock inside a transaction
-                SELECT q.dead_count INTO v_dead FROM pyqueue_queue q WHERE q.queue_name = v_queue FOR UPDATE;
-                SET v_token = UUID();
-                UPDATE pyqueue_message
-                   SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
-                       reserve_token = v_token,
-                       last_error = IF(in_set_error, v_error, last_error)
-                 WHERE id = v_id AND reserve_token = v_held;
-                IF ROW_COUNT() = 1 THEN
-                    CALL pyqueue__dead_letter(v_queue, v_dlq, v_id, v_token, v_now, v_dead);
-                    SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
-                END IF;
-                IF v_own = 1 THEN
-                    COMMIT;
-                END IF;
-            END;
-            IF v_retry = 0 THEN
-                LEAVE dead_attempt;
-            END IF;
-        END LOOP;
-    END IF;
 END //
 
 -- queue_rollback: gives the message back, eligible again after in_delay
@@ -1650,199 +2450,11 @@ BEGIN
     SELECT v_done AS removed;
 END //
 
--- queue_pause: pop and reserve hand out nothing (an empty result set) until
--- queue_resume. Pushes, commits, rollbacks, extends and moves still work.
--- No result set. Locks: the queue row, for one statement (in autocommit
--- mode, run again when chosen as a deadlock victim).
-DROP PROCEDURE IF EXISTS queue_pause //
-CREATE PROCEDURE queue_pause(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_own    INT DEFAULT 0;
-    DECLARE v_tries  INT DEFAULT 0;
-    DECLARE v_retry  INT;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    attempt: LOOP
-        SET v_retry = 0, v_tries = v_tries + 1;
-        BEGIN
-            -- a deadlock victim in autocommit mode was this one statement: run it again
-            DECLARE EXIT HANDLER FOR 1213
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
-            UPDATE pyqueue_queue SET paused = TRUE WHERE queue_name = v_queue;
-        END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
-END //
 
--- queue_resume: undoes queue_pause. No result set. Locks: the queue row,
--- for one statement (in autocommit mode, run again when chosen as a
--- deadlock victim).
-DROP PROCEDURE IF EXISTS queue_resume //
-CREATE PROCEDURE queue_resume(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_own    INT DEFAULT 0;
-    DECLARE v_tries  INT DEFAULT 0;
-    DECLARE v_retry  INT;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    attempt: LOOP
-        SET v_retry = 0, v_tries = v_tries + 1;
-        BEGIN
-            -- a deadlock victim in autocommit mode was this one statement: run it again
-            DECLARE EXIT HANDLER FOR 1213
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
-            UPDATE pyqueue_queue SET paused = FALSE WHERE queue_name = v_queue;
-        END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
-END //
-
--- queue_stats: one row per queue (all queues, ordered by name, when
--- in_queue is NULL): queue, ready (eligible now), `delayed` (scheduled later,
--- not reserved), reserved (held by a reservation that has not expired),
--- dead (messages that exhausted max_attempts here so far),
--- oldest_ready_age_s (DOUBLE: seconds the oldest ready message has been
--- eligible, NULL when none), paused. Plain reads, no locks.
-DROP PROCEDURE IF EXISTS queue_stats //
-CREATE PROCEDURE queue_stats(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_now    DATETIME(6);
-    IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    END IF;
-    SET v_now = UTC_TIMESTAMP(6);
-    SET v_queue = in_queue;
-    SELECT q.queue_name AS `queue`,
-           COUNT(CASE WHEN m.scheduled_at <= v_now THEN 1 END) AS ready,
-           COUNT(CASE WHEN m.scheduled_at > v_now AND m.reserve_token IS NULL THEN 1 END) AS `delayed`,
-           COUNT(CASE WHEN m.scheduled_at > v_now AND m.reserve_token IS NOT NULL THEN 1 END) AS reserved,
-           q.dead_count AS dead,
-           TIMESTAMPDIFF(MICROSECOND,
-                         MIN(CASE WHEN m.scheduled_at <= v_now THEN m.scheduled_at END),
-                         v_now) / 1e6 AS oldest_ready_age_s,
-           q.paused AS paused
-      FROM pyqueue_queue q
-      LEFT JOIN pyqueue_message m ON m.queue_name = q.queue_name
-     WHERE v_queue IS NULL OR q.queue_name = v_queue
-     GROUP BY q.queue_name, q.dead_count, q.paused
-     ORDER BY q.queue_name;
-END //
-
--- ===========================================================================
--- Added after the core contract
--- ===========================================================================
-
--- ---- wakeups ----
-
--- pyqueue__kinds: validates a kinds filter (NULL, or a non-empty JSON array
--- of strings) and returns it re-serialised for JSON_CONTAINS(out, JSON_QUOTE(p_kind)),
--- as queue_reserve does. Takes no locks.
-DROP PROCEDURE IF EXISTS pyqueue__kinds //
-CREATE PROCEDURE pyqueue__kinds(
-    IN  in_kinds  LONGTEXT CHARACTER SET utf8mb4,
-    OUT out_kinds LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_bad INT;
-    SET out_kinds = NULL;
-    IF in_kinds IS NOT NULL THEN
-        IF NOT JSON_VALID(in_kinds) THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a JSON array of strings');
-        END IF;
-        IF JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_LENGTH(in_kinds) = 0 THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
-        END IF;
-        SELECT COUNT(*) INTO v_bad
-          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
-         WHERE (JSON_TYPE(k.elem) = 'STRING') IS NOT TRUE;
-        IF v_bad > 0 THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
-        END IF;
-        -- a longer string would be cut to 128 by the VARCHAR(128) below and
-        -- then match the kind spelled by its first 128 characters
-        SELECT COUNT(*) INTO v_bad
-          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
-         WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
-        IF v_bad > 0 THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
-        END IF;
-        SELECT JSON_ARRAYAGG(k.kind) INTO out_kinds
-          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k;
-    END IF;
-END //
-
--- pyqueue__next_at: the earliest scheduled_at of the queue's messages (of
--- one of in_kinds, NULL = any), NULL when none. Reads the first index entry
--- of each priority (stops early once one is due by in_now). Plain reads.
-DROP PROCEDURE IF EXISTS pyqueue__next_at //
-CREATE PROCEDURE pyqueue__next_at(
-    IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_kinds LONGTEXT CHARACTER SET utf8mb4,
-    IN  in_now   DATETIME(6),
-    OUT out_next DATETIME(6))
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_priority INT;
-    DECLARE v_at       DATETIME(6);
-    SET out_next = NULL;
-    SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
-    priorities: WHILE v_priority IS NOT NULL DO
-        SELECT MIN(m.scheduled_at) INTO v_at
-          FROM pyqueue_message m
-         WHERE m.queue_name = in_queue AND m.priority = v_priority
-           AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)));
-        IF v_at IS NOT NULL AND (out_next IS NULL OR v_at < out_next) THEN
-            SET out_next = v_at;
-        END IF;
-        IF out_next <= in_now THEN
-            LEAVE priorities;
-        END IF;
-        SELECT MAX(m.priority) INTO v_priority
-          FROM pyqueue_message m
-         WHERE m.queue_name = in_queue AND m.priority < v_priority;
-    END WHILE;
-END //
+-- ==== wakeups ====
+-- Waiting for work without polling hard. MySQL has no NOTIFY: the channel
+-- and its window are kept for parity with PostgreSQL; a waiter sleeps until
+-- the next message falls due, or long-polls inside the server (queue_wait).
 
 -- queue_channel: the PostgreSQL NOTIFY channel name of the queue,
 -- 'pyqueue_' + MD5 of its name (the same name on both dialects; MySQL has
@@ -1984,10 +2596,11 @@ BEGIN
     SELECT v_ready AS ready;
 END //
 
--- ---- end of wakeups ----
 
-
--- ---- fast paths ----
+-- ==== fast paths ====
+-- Two steps of the consume cycle in one call: commit the previous reservation
+-- and reserve the next, or commit many reservations at once. The semantics of
+-- the routines they stand for, in fewer round trips.
 
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
 -- in_token; all three NULL = nothing to commit) and reserves the next up to
@@ -2269,10 +2882,704 @@ BEGIN
     SELECT v_done AS committed;
 END //
 
--- ---- end of fast paths ----
+
+-- ==== history and dead letters ====
+-- What became of messages that left a queue (pyqueue_history: purge, replay),
+-- the messages in dead-letter queues (list, redrive), and one message's state
+-- and history, for roles that may not read the tables.
+
+-- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
+-- are past their queue's history_retention (processed_at < now -
+-- retention), oldest first, of one queue or (in_queue NULL) of every queue
+-- that has a retention. Result: one row, purged = how many; call it again
+-- until it returns less than in_n. History of a dropped queue, or of one
+-- whose retention was set back to NULL, is left alone.
+-- Locks: the deleted history rows, one DELETE ... LIMIT per queue.
+DROP PROCEDURE IF EXISTS queue_purge_history //
+CREATE PROCEDURE queue_purge_history(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n     DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_q      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_ret    DECIMAL(20,6);
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_left   INT;
+    DECLARE v_done   INT DEFAULT 0;
+    DECLARE c_queues CURSOR FOR
+        SELECT q.queue_name, q.history_retention
+          FROM pyqueue_queue q
+         WHERE q.history_retention IS NOT NULL AND (v_queue IS NULL OR q.queue_name = v_queue)
+         ORDER BY q.queue_name;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        SET v_queue = in_queue;
+    END IF;
+    IF in_n < 1 THEN
+        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+    END IF;
+    CALL pyqueue__check_int('n', COALESCE(in_n, 10000), 1, 2147483647);
+    SET v_left = COALESCE(in_n, 10000), v_now = UTC_TIMESTAMP(6);
+    OPEN c_queues;
+    queues: LOOP
+        FETCH c_queues INTO v_q, v_ret;
+        IF v_done = 1 OR v_left <= 0 THEN
+            LEAVE queues;
+        END IF;
+        DELETE FROM pyqueue_history
+         WHERE queue_name = v_q
+           AND processed_at < v_now - INTERVAL CAST(v_ret * 1000000 AS SIGNED) MICROSECOND
+         ORDER BY processed_at
+         LIMIT v_left;
+        SET v_left = v_left - ROW_COUNT();
+    END LOOP;
+    CLOSE c_queues;
+    SELECT CAST(COALESCE(in_n, 10000) - v_left AS SIGNED) AS purged;
+END //
+
+-- queue_replay: pushes again the messages of in_queue's history whose
+-- processed_at (UTC) lies in [in_from, in_to) (NULL = unbounded on that
+-- side), through the normal dedup: a (p_key, p_kind) that is live in the
+-- queue is skipped. When a key and kind left several times in the range,
+-- its latest version is replayed. Replayed messages are ready now, with
+-- their archived payload and priority, attempts 0. Result: one row,
+-- replayed = how many were inserted. Reads the history without locks;
+-- locks like queue_push_batch.
+DROP PROCEDURE IF EXISTS queue_replay //
+CREATE PROCEDURE queue_replay(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_from  DATETIME(6),
+    IN in_to    DATETIME(6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_inserted INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF (in_from IS NOT NULL AND (in_from + INTERVAL 0 SECOND IS NULL OR in_from < '1000-01-01'))
+       OR (in_to IS NOT NULL AND (in_to + INTERVAL 0 SECOND IS NULL OR in_to < '1000-01-01')) THEN
+        CALL pyqueue__raise('invalid_argument', 'from and to must be valid times');
+    END IF;
+    IF in_from > in_to THEN
+        CALL pyqueue__raise('invalid_argument', 'from must not be later than to');
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    INSERT IGNORE INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, attempts)
+    SELECT v_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now, 0
+      FROM (SELECT x.p_key, x.p_kind, x.payload, x.priority,
+                   ROW_NUMBER() OVER (PARTITION BY x.p_key, x.p_kind
+                                      ORDER BY x.processed_at DESC, x.id DESC) AS rn
+              FROM pyqueue_history x
+             WHERE x.queue_name = v_queue AND x.outcome IN ('committed', 'popped')
+               AND (in_from IS NULL OR x.processed_at >= in_from)
+               AND (in_to IS NULL OR x.processed_at < in_to)) AS h
+     WHERE h.rn = 1
+     ORDER BY h.p_key, h.p_kind;
+    SET v_inserted = ROW_COUNT();
+    IF v_inserted = 0 AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_inserted AS replayed;
+END //
+
+-- queue_redrive: moves up to in_n (NULL = 1) ready messages of
+-- in_dead_queue (usually a dead-letter queue) to in_to_queue, highest
+-- priority first, FIFO within one: same key, kind, payload, priority and
+-- last_error, attempts 0, ready now, no dead-letter origin any more. A message held by a live reservation is not
+-- taken. A message whose key and kind are already live in in_to_queue stays
+-- where it is (dedup; skipped, not counted). Result: one row, redriven =
+-- how many moved. With a history_retention on in_dead_queue each move is
+-- archived as 'moved'.
+-- How: a plain read of candidate ids, then per candidate ONE UPDATE of its
+-- queue_name by id, re-checking it is still ready and unchanged (atomic in
+-- autocommit mode, as queue_move); a duplicate key (error 1062) leaves it.
+-- Locks: each candidate row and a shared lock on in_to_queue's row, for one
+-- statement.
+DROP PROCEDURE IF EXISTS queue_redrive //
+CREATE PROCEDURE queue_redrive(
+    IN in_dead_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_to_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n          DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_dead      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_to        VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis       DECIMAL(20,6);
+    DECLARE v_max       INT;
+    DECLARE v_dlq       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused    BOOLEAN;
+    DECLARE v_now       DATETIME(6);
+    DECLARE v_left      INT;
+    DECLARE v_page      INT;
+    DECLARE v_id        BIGINT;
+    DECLARE v_token     CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hist      BIGINT;
+    DECLARE v_moved     INT;
+    DECLARE v_count     INT DEFAULT 0;
+    DECLARE v_duplicate INT;
+    DECLARE v_done      INT DEFAULT 0;
+    DECLARE c_ready CURSOR FOR
+        SELECT m.id, m.reserve_token
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_dead AND m.scheduled_at <= v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
+                            WHERE t.queue_name = v_to AND t.p_key = m.p_key AND t.p_kind = m.p_kind)
+         ORDER BY m.priority DESC, m.scheduled_at, m.id
+         LIMIT v_page;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__check_name('dead_queue', in_dead_queue, 128);
+    CALL pyqueue__check_name('to_queue', in_to_queue, 128);
+    CALL pyqueue__queue(in_dead_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__queue(in_to_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_n < 1 THEN
+        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+    END IF;
+    CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
+    IF in_dead_queue = in_to_queue THEN
+        CALL pyqueue__raise('invalid_argument', 'dead_queue and to_queue must differ');
+    END IF;
+    SET v_dead = in_dead_queue, v_to = in_to_queue, v_now = UTC_TIMESTAMP(6);
+    SET v_left = COALESCE(in_n, 1);
+    SET v_page = LEAST(v_left, 100000) + 16;
+    OPEN c_ready;
+    candidates: LOOP
+        FETCH c_ready INTO v_id, v_token;
+        IF v_done = 1 OR v_left <= 0 THEN
+            LEAVE candidates;
+        END IF;
+        CALL pyqueue__archive(v_dead, v_id, v_token, 'moved', v_to, v_now, v_hist);
+        SET v_duplicate = 0;
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
+            UPDATE pyqueue_message
+               SET queue_name = v_to,
+                   scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
+                   attempts = 0, reserved_by = NULL, reserve_token = NULL,
+                   dead_from = NULL, dead_attempts = NULL
+             WHERE id = v_id AND queue_name = v_dead AND scheduled_at <= v_now
+               AND reserve_token <=> v_token;
+            SET v_moved = ROW_COUNT();  -- replaced below when the handler fired
+        END;
+        IF v_duplicate = 1 THEN
+            SET v_moved = 0;
+        END IF;
+        CALL pyqueue__unarchive(v_hist, v_moved);
+        SET v_count = v_count + v_moved, v_left = v_left - v_moved;
+    END LOOP;
+    CLOSE c_ready;
+    SELECT v_count AS redriven;
+END //
+
+-- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
+-- of the view pyqueue_dead_letters for dead_letter_queue = in_queue: origin
+-- queue, deliveries there, ..., last_error last), oldest dead letter first, so that an account without SELECT on the view (and its
+-- tables: the view is SQL SECURITY INVOKER) can list them. An unknown queue
+-- is refused; a queue that is nobody's dead-letter queue has none. Plain
+-- reads, no locks.
+DROP PROCEDURE IF EXISTS queue_dead_letters //
+CREATE PROCEDURE queue_dead_letters(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
+           d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error
+      FROM pyqueue_dead_letters d
+     WHERE d.dead_letter_queue = v_queue
+     ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
+END //
+
+-- queue_message: the live message (in_key, in_kind) of in_queue: 0 or 1 row
+-- (p_key, p_kind, state, payload, priority, attempts, scheduled_at,
+-- created_at, reserved_by, last_error, dead_from); state is 'ready'
+-- (scheduled_at <= now, also an expired reservation), 'delayed' or
+-- 'reserved'. reserved_by: the worker of its last reservation. Raises
+-- unknown_queue. Plain read (unique key), no locks.
+DROP PROCEDURE IF EXISTS queue_message //
+CREATE PROCEDURE queue_message(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    SELECT m.p_key, m.p_kind,
+           CASE WHEN m.scheduled_at <= v_now THEN 'ready'
+                WHEN m.reserve_token IS NULL THEN 'delayed'
+                ELSE 'reserved' END AS state,
+           m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at,
+           m.reserved_by,
+           m.last_error, m.dead_from
+      FROM pyqueue_message m
+     WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
+END //
+
+-- queue_message_history: the history rows of (in_queue, in_key, in_kind),
+-- newest first, at most 100: processed_at, outcome, to_queue, attempts,
+-- reserved_by, last_error. No unknown_queue check (the history of a dropped
+-- queue stays readable). Plain read on the (queue_name, processed_at) index.
+DROP PROCEDURE IF EXISTS queue_message_history //
+CREATE PROCEDURE queue_message_history(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_name('queue', in_queue, 128);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SELECT h.processed_at, h.outcome, h.to_queue, h.attempts, h.reserved_by, h.last_error
+      FROM pyqueue_history h
+     WHERE h.queue_name = v_queue AND h.p_key = v_key AND h.p_kind = v_kind
+     ORDER BY h.processed_at DESC, h.id DESC
+     LIMIT 100;
+END //
 
 
--- ---- queue_ingest ----
+-- ==== limits ====
+-- Concurrency limits: at most capacity messages of a kind reserved at once in
+-- a queue. The reserve and extend paths take and keep the slots through the
+-- limit helpers above.
+
+-- queue_set_limit: at most in_capacity messages of in_kind reserved at once
+-- in in_queue (0 holds the kind back); NULL removes the limit. Live
+-- reservations of the kind without a slot (made before the first call) take
+-- free slots, as far as the capacity goes. Lowering the capacity revokes
+-- nothing: the holders of slots beyond it keep them until they end, and
+-- nothing more is handed out until fewer than the new capacity are live.
+-- No result set.
+-- Locks: the limit row and its slot rows, each for one statement.
+DROP PROCEDURE IF EXISTS queue_set_limit //
+CREATE PROCEDURE queue_set_limit(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_capacity DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_i        INT DEFAULT 1;
+    DECLARE v_id       BIGINT;
+    DECLARE v_attempts INT;
+    DECLARE v_until    DATETIME(6);
+    DECLARE v_ok       INT;
+    DECLARE v_done     INT DEFAULT 0;
+    DECLARE c_live CURSOR FOR
+        SELECT m.id, m.attempts, m.scheduled_at
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_kind = v_kind
+           AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                            WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                              AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
+         ORDER BY m.id;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_int('capacity', in_capacity, 0, 10000);
+    SET v_queue = in_queue, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    IF in_capacity IS NULL THEN
+        DELETE FROM pyqueue_limit WHERE queue_name = v_queue AND p_kind = v_kind;
+    ELSE
+        INSERT INTO pyqueue_limit (queue_name, p_kind, capacity)
+        VALUES (v_queue, v_kind, in_capacity)
+        ON DUPLICATE KEY UPDATE capacity = in_capacity;
+        -- beyond a lowered capacity only free slots go; live holders keep
+        -- theirs until they end (pyqueue__limit_take moves them into slots
+        -- within the capacity as those free up)
+        DELETE FROM pyqueue_limit_slot
+         WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no > in_capacity
+           AND (msg_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.id = pyqueue_limit_slot.msg_id
+                                  AND m.queue_name = pyqueue_limit_slot.queue_name
+                                  AND ((m.attempts = pyqueue_limit_slot.msg_attempts
+                                        AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
+                                       OR (m.attempts = pyqueue_limit_slot.msg_attempts - 1
+                                           AND pyqueue_limit_slot.msg_until > v_now))));
+        WHILE v_i <= in_capacity DO
+            INSERT IGNORE INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
+            VALUES (v_queue, v_kind, v_i);
+            SET v_i = v_i + 1;
+        END WHILE;
+        OPEN c_live;
+        live: LOOP
+            FETCH c_live INTO v_id, v_attempts, v_until;
+            IF v_done = 1 THEN
+                LEAVE live;
+            END IF;
+            CALL pyqueue__limit_take(v_queue, v_kind, v_id, v_attempts, v_until, v_now, v_ok);
+            IF v_ok = 0 THEN
+                LEAVE live;
+            END IF;
+        END LOOP;
+        CLOSE c_live;
+    END IF;
+END //
+
+-- queue_limits: the limits of a queue (all queues when NULL), by queue and
+-- kind: queue, p_kind, capacity, in_use (live reservations holding a slot,
+-- also one beyond a lowered capacity; each counted once).
+-- Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_limits //
+CREATE PROCEDURE queue_limits(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
+    SELECT l.queue_name AS `queue`, l.p_kind, l.capacity,
+           (SELECT COUNT(DISTINCT m.id) FROM pyqueue_limit_slot s
+              JOIN pyqueue_message m ON m.id = s.msg_id AND m.attempts = s.msg_attempts
+                                    AND m.queue_name = s.queue_name
+             WHERE s.queue_name = l.queue_name AND s.p_kind = l.p_kind
+               AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now) AS in_use
+      FROM pyqueue_limit l
+     WHERE v_queue IS NULL OR l.queue_name = v_queue
+     ORDER BY l.queue_name, l.p_kind;
+END //
+
+
+-- ==== workers ====
+-- The worker registry: register, heartbeat, deregister, list, and hand back
+-- the reservations of workers that stopped heartbeating.
+
+-- queue_worker_register: records a worker. Result: one row, (worker_id,
+-- secret): secret is a fresh random token (CHAR(36)) that heartbeat and
+-- deregister need, so a worker can touch only its own registration. The
+-- worker then reserves with worker = CONCAT(in_name, '#', worker_id)
+-- (queue_workers shows it as reserve_as). in_queues: NULL or a JSON array of
+-- queue names (informational). Locks: the new row.
+DROP PROCEDURE IF EXISTS queue_worker_register //
+CREATE PROCEDURE queue_worker_register(
+    IN in_name   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_host   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_pid    DECIMAL(65,30),
+    IN in_queues LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_name('name', in_name, 200);
+    IF CHAR_LENGTH(in_host) > 255 THEN
+        CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters');
+    END IF;
+    IF LOCATE(X'ED', CAST(in_host AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'host', in_host);
+    END IF;
+    IF LOCATE(X'ED', CAST(in_queues AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'queues', in_queues);
+    END IF;
+    CALL pyqueue__check_int('pid', in_pid, 0, 2147483647);
+    IF in_queues IS NOT NULL AND (NOT JSON_VALID(in_queues) OR JSON_TYPE(in_queues) <> 'ARRAY') THEN
+        CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
+    END IF;
+    -- every element a queue name: a string, not empty, no trailing space, at most 128
+    IF in_queues IS NOT NULL AND EXISTS (
+           SELECT 1 FROM JSON_TABLE(in_queues, '$[*]' COLUMNS (elem JSON PATH '$')) AS q
+            WHERE (JSON_TYPE(q.elem) = 'STRING') IS NOT TRUE
+               OR JSON_UNQUOTE(q.elem) = '' OR JSON_UNQUOTE(q.elem) LIKE '% '
+               OR CHAR_LENGTH(JSON_UNQUOTE(q.elem)) > 128) THEN
+        CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    CALL pyqueue__random_token(v_secret);
+    INSERT INTO pyqueue_worker (worker_name, host, pid, queues, started_at, heartbeat_at, secret)
+    VALUES (in_name, in_host, in_pid, in_queues, v_now, v_now, v_secret);
+    SELECT LAST_INSERT_ID() AS worker_id, v_secret AS secret;
+END //
+
+-- queue_worker_heartbeat: heartbeat_at = now, when in_secret is the
+-- registration's secret. Result: one row, alive = 1, or 0 when the worker is
+-- not registered (deregistered, or released as dead: it should register
+-- again) or the secret does not match. Locks: the worker row, for one
+-- statement.
+DROP PROCEDURE IF EXISTS queue_worker_heartbeat //
+CREATE PROCEDURE queue_worker_heartbeat(
+    IN in_worker_id DECIMAL(65,30),
+    IN in_secret    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    IF in_worker_id IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
+    END IF;
+    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
+    IF in_secret IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'secret must not be NULL');
+    END IF;
+    -- only a 36-character value can match (a longer one would be cut to 36
+    -- by the CHAR(36) below)
+    SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
+    UPDATE pyqueue_worker SET heartbeat_at = UTC_TIMESTAMP(6)
+     WHERE worker_id = in_worker_id AND secret = v_secret;
+    -- ROW_COUNT() counts changed rows: a second heartbeat in the same
+    -- microsecond changes nothing, so look the row up.
+    SELECT COUNT(*) AS alive FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
+END //
+
+-- queue_worker_deregister: removes the worker (its reservations stay as they
+-- are), when in_secret is the registration's secret. Result: one row,
+-- deregistered = 1, or 0 when it was not registered or the secret does not
+-- match. Locks: the worker row, for one statement.
+DROP PROCEDURE IF EXISTS queue_worker_deregister //
+CREATE PROCEDURE queue_worker_deregister(
+    IN in_worker_id DECIMAL(65,30),
+    IN in_secret    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    IF in_worker_id IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
+    END IF;
+    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
+    IF in_secret IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'secret must not be NULL');
+    END IF;
+    SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
+    DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
+    SELECT ROW_COUNT() AS deregistered;
+END //
+
+-- queue_release_dead_workers: workers whose heartbeat is older than
+-- in_older_than_s seconds are removed, and their live reservations
+-- (reserved_by = their reserve_as) become ready now: token cleared, the
+-- delivery counted (attempts stay, as after an expiry; a message that had
+-- its last allowed delivery is dead-lettered by the next reserve). Result:
+-- one row, released = the number of messages released.
+-- Steps: per stale worker, release its messages one by one (plain read of
+-- the candidates, then an UPDATE by id that re-checks the token), then
+-- delete the worker row if its heartbeat is still stale. Interrupted, a
+-- message is released or not (then it comes back after its timeout) and
+-- the worker is found again by the next call. Reads every reserved message
+-- (no index on reserved_by): a maintenance call, not one per reserve.
+DROP PROCEDURE IF EXISTS queue_release_dead_workers //
+CREATE PROCEDURE queue_release_dead_workers(
+    IN in_older_than_s DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_before   DATETIME(6);
+    DECLARE v_tags     LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_ids      LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_id       BIGINT;
+    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_count    INT DEFAULT 0;
+    DECLARE v_done     INT DEFAULT 0;
+    DECLARE c_held CURSOR FOR
+        SELECT m.id, m.reserve_token
+          FROM pyqueue_message m
+         WHERE m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+           AND JSON_CONTAINS(v_tags, JSON_QUOTE(m.reserved_by));
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    IF in_older_than_s IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'older_than must not be NULL');
+    END IF;
+    CALL pyqueue__check_duration('older_than', in_older_than_s, TRUE);
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_before = v_now - INTERVAL CAST(in_older_than_s * 1000000 AS SIGNED) MICROSECOND;
+    SELECT JSON_ARRAYAGG(CONCAT(w.worker_name, '#', w.worker_id)), JSON_ARRAYAGG(w.worker_id)
+      INTO v_tags, v_ids
+      FROM pyqueue_worker w
+     WHERE w.heartbeat_at < v_before;
+    IF v_tags IS NOT NULL THEN
+        OPEN c_held;
+        held: LOOP
+            FETCH c_held INTO v_id, v_token;
+            IF v_done = 1 THEN
+                LEAVE held;
+            END IF;
+            UPDATE pyqueue_message
+               SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+             WHERE id = v_id AND reserve_token = v_token AND scheduled_at > v_now;
+            SET v_count = v_count + ROW_COUNT();
+        END LOOP;
+        CLOSE c_held;
+        DELETE FROM pyqueue_worker
+         WHERE heartbeat_at < v_before
+           AND worker_id IN (SELECT j.id FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j);
+    END IF;
+    SELECT v_count AS released;
+END //
+
+-- queue_workers: the registered workers, oldest first: worker_id,
+-- worker_name, host, pid, queues (JSON), started_at, heartbeat_at,
+-- heartbeat_age_s, reserve_as. Plain read.
+DROP PROCEDURE IF EXISTS queue_workers //
+CREATE PROCEDURE queue_workers()
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_now DATETIME(6);
+    SET v_now = UTC_TIMESTAMP(6);
+    SELECT w.worker_id, w.worker_name, w.host, w.pid, w.queues, w.started_at, w.heartbeat_at,
+           TIMESTAMPDIFF(MICROSECOND, w.heartbeat_at, v_now) / 1e6 AS heartbeat_age_s,
+           CONCAT(w.worker_name, '#', w.worker_id) AS reserve_as
+      FROM pyqueue_worker w
+     ORDER BY w.worker_id;
+END //
+
+
+-- ==== schedules ====
+-- Recurring messages, every n seconds or on a cron expression (UTC): each
+-- occurrence is an ordinary message, and committing it pushes the next.
+
+-- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
+-- in_every_s seconds (a whole number, 1 s to 100 years), at the multiples of
+-- in_every_s since 1970-01-01 UTC. Result: one row, next_at = the time of
+-- the first occurrence.
+-- Locks as pyqueue__schedule.
+DROP PROCEDURE IF EXISTS queue_schedule_every //
+CREATE PROCEDURE queue_schedule_every(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_every_s DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    IF in_every_s IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'every must not be NULL');
+    END IF;
+    CALL pyqueue__check_duration('every', in_every_s, TRUE);
+    IF in_every_s < 1 OR in_every_s <> TRUNCATE(in_every_s, 0) THEN
+        CALL pyqueue__raise('invalid_argument', 'every must be a whole number of seconds, at least 1');
+    END IF;
+    CALL pyqueue__schedule(in_queue, in_key, in_kind, in_payload, CAST(in_every_s AS SIGNED), NULL);
+END //
+
+-- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every
+-- minute matching the 5-field cron expression in_cron (UTC). Result: one
+-- row, next_at = the time of the first occurrence.
+-- Locks as pyqueue__schedule.
+DROP PROCEDURE IF EXISTS queue_schedule_cron //
+CREATE PROCEDURE queue_schedule_cron(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    IF in_cron IS NULL OR CHAR_LENGTH(in_cron) > 255 THEN
+        CALL pyqueue__raise('invalid_argument', 'cron must not be NULL or longer than 255 characters');
+    END IF;
+    CALL pyqueue__schedule(in_queue, in_key, in_kind, in_payload, NULL, in_cron);
+END //
+
+-- queue_unschedule: removes the schedule and its pending occurrence unless
+-- that is reserved (it then runs once more, and its commit pushes nothing).
+-- Result: one row, unscheduled = 1, or 0 when there was no such schedule.
+-- Locks: the schedule row and the pending occurrence's row, each for one
+-- statement.
+DROP PROCEDURE IF EXISTS queue_unschedule //
+CREATE PROCEDURE queue_unschedule(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_old    DATETIME(6);
+    DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_oldid  BIGINT;
+    DECLARE v_done   INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 234);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SELECT MAX(s.next_at) INTO v_old FROM pyqueue_schedule s
+     WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
+    IF v_old IS NOT NULL THEN
+        DELETE FROM pyqueue_schedule WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind;
+        SET v_done = ROW_COUNT();
+        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
+        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
+        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
+    END IF;
+    SELECT v_done AS unscheduled;
+END //
+
+-- queue_schedules: the schedules of a queue (all when NULL), by queue, key,
+-- kind: queue, p_key, p_kind, payload, every_s, cron, next_at. Plain read.
+DROP PROCEDURE IF EXISTS queue_schedules //
+CREATE PROCEDURE queue_schedules(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_queue = in_queue;
+    SELECT s.queue_name AS `queue`, s.p_key, s.p_kind, s.payload, s.every_s, s.cron, s.next_at
+      FROM pyqueue_schedule s
+     WHERE v_queue IS NULL OR s.queue_name = v_queue
+     ORDER BY s.queue_name, s.p_key, s.p_kind;
+END //
+
+
+-- ==== ingest ====
+-- Bulk enqueue with plain INSERTs into the table queue_ingest (Spark's
+-- df.write.jdbc), then queue_ingest_flush moves the rows into the queues
+-- (no trigger: a row trigger costs MariaDB about 25 us per row).
 
 -- queue_ingest_flush: enqueues what plain INSERTs put into queue_ingest (the
 -- bulk-ingest surface for Spark's df.write.jdbc and other JDBC writers):
@@ -2304,7 +3611,7 @@ END //
 -- nothing does, an error rolls it back); inside your transaction it is part
 -- of yours and the locks last until you commit. On a server that cannot tell
 -- whether a transaction is open (MySQL 8.0, no @@in_transaction) the flush
--- runs as before, each step its own statement in autocommit mode, and is
+-- runs each step as its own statement in autocommit mode, and is
 -- serialised by the named lock 'pyqueue-sql ingest flush <database>' (waits
 -- up to 300 s) as well as by the row locks; there an interruption between
 -- copying and deleting rejects leaves them to be rejected again, and one
@@ -2537,1273 +3844,15 @@ BEGIN
            v_rejected AS rejected;
 END //
 
--- ---- end of queue_ingest ----
 
-
--- ---- history, dead letters, limits, workers, schedules ----
-
--- history, dead letters, replace-on-push
-
--- pyqueue__archive: when in_queue keeps history (history_retention set),
--- copies message in_id (with its last_error), as long as it is still held by
--- in_token (NULL matches no reservation), into pyqueue_history with
--- in_outcome and in_to_queue; out_history_id = the new history row, or NULL when nothing
--- was copied. Called just BEFORE the statement that removes the message;
--- the caller then calls pyqueue__unarchive, which deletes the copy again
--- when that statement removed nothing. Interrupted between the two in
--- autocommit mode, the history may hold a row for a message that is still
--- live (it is delivered again and archived again), never lose the message.
--- Locks: a shared lock on the message row, for one statement.
-DROP PROCEDURE IF EXISTS pyqueue__archive //
-CREATE PROCEDURE pyqueue__archive(
-    IN  in_queue       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_id          BIGINT,
-    IN  in_token       CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_outcome     VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_to_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_now         DATETIME(6),
-    OUT out_history_id BIGINT)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_retention DECIMAL(20,6);
-    SET out_history_id = NULL;
-    SELECT MAX(q.history_retention) INTO v_retention FROM pyqueue_queue q WHERE q.queue_name = in_queue;
-    IF v_retention IS NOT NULL THEN
-        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                     created_at, processed_at, outcome, to_queue, reserved_by,
-                                     last_error)
-        SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-               m.created_at, in_now, in_outcome, in_to_queue, m.reserved_by, m.last_error
-          FROM pyqueue_message m
-         WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token;
-        IF ROW_COUNT() = 1 THEN
-            SET out_history_id = LAST_INSERT_ID();
-        END IF;
-    END IF;
-END //
-
--- pyqueue__unarchive: deletes the history row in_history_id that
--- pyqueue__archive wrote when the removal it preceded did nothing
--- (in_done = 0). Locks: that history row, for one statement.
-DROP PROCEDURE IF EXISTS pyqueue__unarchive //
-CREATE PROCEDURE pyqueue__unarchive(
-    IN in_history_id BIGINT,
-    IN in_done       INT)
-SQL SECURITY INVOKER
-BEGIN
-    IF in_history_id IS NOT NULL AND in_done = 0 THEN
-        DELETE FROM pyqueue_history WHERE id = in_history_id;
-    END IF;
-END //
-
--- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
--- are past their queue's history_retention (processed_at < now -
--- retention), oldest first, of one queue or (in_queue NULL) of every queue
--- that has a retention. Result: one row, purged = how many; call it again
--- until it returns less than in_n. History of a dropped queue, or of one
--- whose retention was set back to NULL, is left alone.
--- Locks: the deleted history rows, one DELETE ... LIMIT per queue.
-DROP PROCEDURE IF EXISTS queue_purge_history //
-CREATE PROCEDURE queue_purge_history(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_n     DECIMAL(65,30))
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_q      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_ret    DECIMAL(20,6);
-    DECLARE v_now    DATETIME(6);
-    DECLARE v_left   INT;
-    DECLARE v_done   INT DEFAULT 0;
-    DECLARE c_queues CURSOR FOR
-        SELECT q.queue_name, q.history_retention
-          FROM pyqueue_queue q
-         WHERE q.history_retention IS NOT NULL AND (v_queue IS NULL OR q.queue_name = v_queue)
-         ORDER BY q.queue_name;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-    IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-        SET v_queue = in_queue;
-    END IF;
-    IF in_n < 1 THEN
-        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
-    END IF;
-    CALL pyqueue__check_int('n', COALESCE(in_n, 10000), 1, 2147483647);
-    SET v_left = COALESCE(in_n, 10000), v_now = UTC_TIMESTAMP(6);
-    OPEN c_queues;
-    queues: LOOP
-        FETCH c_queues INTO v_q, v_ret;
-        IF v_done = 1 OR v_left <= 0 THEN
-            LEAVE queues;
-        END IF;
-        DELETE FROM pyqueue_history
-         WHERE queue_name = v_q
-           AND processed_at < v_now - INTERVAL CAST(v_ret * 1000000 AS SIGNED) MICROSECOND
-         ORDER BY processed_at
-         LIMIT v_left;
-        SET v_left = v_left - ROW_COUNT();
-    END LOOP;
-    CLOSE c_queues;
-    SELECT CAST(COALESCE(in_n, 10000) - v_left AS SIGNED) AS purged;
-END //
-
--- queue_replay: pushes again the messages of in_queue's history whose
--- processed_at (UTC) lies in [in_from, in_to) (NULL = unbounded on that
--- side), through the normal dedup: a (p_key, p_kind) that is live in the
--- queue is skipped. When a key and kind left several times in the range,
--- its latest version is replayed. Replayed messages are ready now, with
--- their archived payload and priority, attempts 0. Result: one row,
--- replayed = how many were inserted. Reads the history without locks;
--- locks like queue_push_batch.
-DROP PROCEDURE IF EXISTS queue_replay //
-CREATE PROCEDURE queue_replay(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_from  DATETIME(6),
-    IN in_to    DATETIME(6))
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_inserted INT;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    IF (in_from IS NOT NULL AND (in_from + INTERVAL 0 SECOND IS NULL OR in_from < '1000-01-01'))
-       OR (in_to IS NOT NULL AND (in_to + INTERVAL 0 SECOND IS NULL OR in_to < '1000-01-01')) THEN
-        CALL pyqueue__raise('invalid_argument', 'from and to must be valid times');
-    END IF;
-    IF in_from > in_to THEN
-        CALL pyqueue__raise('invalid_argument', 'from must not be later than to');
-    END IF;
-    SET v_now = UTC_TIMESTAMP(6);
-    INSERT IGNORE INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts)
-    SELECT v_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now, 0
-      FROM (SELECT x.p_key, x.p_kind, x.payload, x.priority,
-                   ROW_NUMBER() OVER (PARTITION BY x.p_key, x.p_kind
-                                      ORDER BY x.processed_at DESC, x.id DESC) AS rn
-              FROM pyqueue_history x
-             WHERE x.queue_name = v_queue AND x.outcome IN ('committed', 'popped')
-               AND (in_from IS NULL OR x.processed_at >= in_from)
-               AND (in_to IS NULL OR x.processed_at < in_to)) AS h
-     WHERE h.rn = 1
-     ORDER BY h.p_key, h.p_kind;
-    SET v_inserted = ROW_COUNT();
-    IF v_inserted = 0 AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
-        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
-    END IF;
-    SELECT v_inserted AS replayed;
-END //
-
--- queue_redrive: moves up to in_n (NULL = 1) ready messages of
--- in_dead_queue (usually a dead-letter queue) to in_to_queue, highest
--- priority first, FIFO within one: same key, kind, payload, priority and
--- last_error, attempts 0, ready now, no dead-letter origin any more. A message held by a live reservation is not
--- taken. A message whose key and kind are already live in in_to_queue stays
--- where it is (dedup; skipped, not counted). Result: one row, redriven =
--- how many moved. With a history_retention on in_dead_queue each move is
--- archived as 'moved'.
--- How: a plain read of candidate ids, then per candidate ONE UPDATE of its
--- queue_name by id, re-checking it is still ready and unchanged (atomic in
--- autocommit mode, as queue_move); a duplicate key (error 1062) leaves it.
--- Locks: each candidate row and a shared lock on in_to_queue's row, for one
--- statement.
-DROP PROCEDURE IF EXISTS queue_redrive //
-CREATE PROCEDURE queue_redrive(
-    IN in_dead_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_to_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_n          DECIMAL(65,30))
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_dead      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_to        VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis       DECIMAL(20,6);
-    DECLARE v_max       INT;
-    DECLARE v_dlq       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused    BOOLEAN;
-    DECLARE v_now       DATETIME(6);
-    DECLARE v_left      INT;
-    DECLARE v_page      INT;
-    DECLARE v_id        BIGINT;
-    DECLARE v_token     CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_hist      BIGINT;
-    DECLARE v_moved     INT;
-    DECLARE v_count     INT DEFAULT 0;
-    DECLARE v_duplicate INT;
-    DECLARE v_done      INT DEFAULT 0;
-    DECLARE c_ready CURSOR FOR
-        SELECT m.id, m.reserve_token
-          FROM pyqueue_message m
-         WHERE m.queue_name = v_dead AND m.scheduled_at <= v_now
-           AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
-                            WHERE t.queue_name = v_to AND t.p_key = m.p_key AND t.p_kind = m.p_kind)
-         ORDER BY m.priority DESC, m.scheduled_at, m.id
-         LIMIT v_page;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-    CALL pyqueue__check_name('dead_queue', in_dead_queue, 128);
-    CALL pyqueue__check_name('to_queue', in_to_queue, 128);
-    CALL pyqueue__queue(in_dead_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__queue(in_to_queue, v_vis, v_max, v_dlq, v_paused);
-    IF in_n < 1 THEN
-        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
-    END IF;
-    CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
-    IF in_dead_queue = in_to_queue THEN
-        CALL pyqueue__raise('invalid_argument', 'dead_queue and to_queue must differ');
-    END IF;
-    SET v_dead = in_dead_queue, v_to = in_to_queue, v_now = UTC_TIMESTAMP(6);
-    SET v_left = COALESCE(in_n, 1);
-    SET v_page = LEAST(v_left, 100000) + 16;
-    OPEN c_ready;
-    candidates: LOOP
-        FETCH c_ready INTO v_id, v_token;
-        IF v_done = 1 OR v_left <= 0 THEN
-            LEAVE candidates;
-        END IF;
-        CALL pyqueue__archive(v_dead, v_id, v_token, 'moved', v_to, v_now, v_hist);
-        SET v_duplicate = 0;
-        BEGIN
-            DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
-            UPDATE pyqueue_message
-               SET queue_name = v_to,
-                   scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
-                   attempts = 0, reserved_by = NULL, reserve_token = NULL,
-                   dead_from = NULL, dead_attempts = NULL
-             WHERE id = v_id AND queue_name = v_dead AND scheduled_at <= v_now
-               AND reserve_token <=> v_token;
-            SET v_moved = ROW_COUNT();  -- replaced below when the handler fired
-        END;
-        IF v_duplicate = 1 THEN
-            SET v_moved = 0;
-        END IF;
-        CALL pyqueue__unarchive(v_hist, v_moved);
-        SET v_count = v_count + v_moved, v_left = v_left - v_moved;
-    END LOOP;
-    CLOSE c_ready;
-    SELECT v_count AS redriven;
-END //
-
--- queue_push_replace: queue_push that replaces instead of skipping
--- (debounce, graphile-worker's job_key "replace" mode). Result: one row,
--- outcome =
---   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
---   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
---               got the new payload, run_at and priority, attempts 0 and no
---               reservation (an expired holder's commit then returns 0);
---   'reserved'  one is held by a live reservation: left alone, nothing pushed.
--- created_at and id (FIFO position among equal run_at) are kept on replace.
--- How, each step one statement that reads current data (never a snapshot):
---   1. INSERT IGNORE: inserted -> 'inserted';
---   2. UPDATE by the key, only if not held by a live reservation: a row
---      changed or matched -> 'replaced';
---   3. else a locking read by the key: held -> 'reserved'; absent (it was
---      committed in between) -> back to 1; else it already had exactly
---      these values -> 'replaced'.
--- Affected-row counts are only compared with 0, so a client that connects
--- with CLIENT_FOUND_ROWS (JDBC's default) gets the same answers.
--- Locks: the message row and a shared lock on the queue row, each for one
--- statement.
-DROP PROCEDURE IF EXISTS queue_push_replace //
-CREATE PROCEDURE queue_push_replace(
-    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
-    IN in_run_at   DATETIME(6),
-    IN in_priority DECIMAL(65,30))
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_at       DATETIME(6);
-    DECLARE v_priority INT;
-    DECLARE v_live     INT;
-    DECLARE v_held     INT;
-    DECLARE v_outcome  VARCHAR(16) CHARACTER SET utf8mb4;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_payload(in_payload);
-    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
-        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
-    END IF;
-    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
-    SET v_now = UTC_TIMESTAMP(6);
-    SET v_at = COALESCE(in_run_at, v_now), v_priority = COALESCE(in_priority, 0);
-    attempt: LOOP
-        INSERT IGNORE INTO pyqueue_message
-               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                scheduled_at_initially, created_at, attempts)
-        VALUES (v_queue, v_key, v_kind, in_payload, v_priority, v_at, v_at, v_now, 0);
-        IF ROW_COUNT() > 0 THEN
-            SET v_outcome = 'inserted';
-            LEAVE attempt;
-        END IF;
-        IF NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
-            CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
-        END IF;
-        UPDATE pyqueue_message FORCE INDEX (pyqueue_message_key_uk)
-           SET payload = in_payload, priority = v_priority,
-               scheduled_at = v_at, scheduled_at_initially = v_at,
-               attempts = 0, reserved_by = NULL, reserve_token = NULL
-         WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind
-           AND (reserve_token IS NULL OR scheduled_at <= v_now);
-        IF ROW_COUNT() > 0 THEN
-            SET v_outcome = 'replaced';
-            LEAVE attempt;
-        END IF;
-        SELECT COUNT(*), COALESCE(SUM(m.reserve_token IS NOT NULL AND m.scheduled_at > v_now), 0)
-          INTO v_live, v_held
-          FROM pyqueue_message m
-         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
-          LOCK IN SHARE MODE;
-        IF v_live > 0 THEN
-            SET v_outcome = IF(v_held > 0, 'reserved', 'replaced');
-            LEAVE attempt;
-        END IF;
-    END LOOP;
-    SELECT v_outcome AS outcome;
-END //
-
--- limits, workers, schedules
-
--- ---------------------------------------------------------------------------
--- Concurrency limits
--- ---------------------------------------------------------------------------
-
--- pyqueue__limit_take: gives a free slot of (in_queue, in_kind) to the
--- reservation (in_id, in_attempts, ending at in_until); out_ok = 1 when it
--- got one. A slot is busy while its holder is that live reservation, or
--- while the claim is in progress (the message still shows msg_attempts - 1)
--- and msg_until has not passed. Only slots 1..capacity are ever taken. After
--- the capacity was lowered, slots beyond it whose holders are still live
--- stay (queue_set_limit deletes only free ones): before taking a slot, each
--- such holder is moved into a free slot within the capacity, one statement
--- copying it there, one deleting the old slot (interrupted in between, the
--- holder occupies two slots until it ends: fewer hand-outs, never more), so
--- that nothing is handed out while as many as the capacity are live.
--- The taking UPDATE reads the slot rows and, through its subqueries, the
--- holders' message rows and the limit row with locking reads (InnoDB,
--- REPEATABLE READ or SERIALIZABLE): it waits for a slot another session is
--- changing and sees the latest committed holder, never an older snapshot; it
--- takes nothing when the capacity changed since it was read.
--- Locks, per statement: slot rows (scanned in slot_no order), then shared
--- locks on their holders' message rows and the limit row. In autocommit
--- mode a statement chosen as a deadlock victim (a queue_drop cascades over
--- those message rows in another order) is run again instead of failing.
-DROP PROCEDURE IF EXISTS pyqueue__limit_take //
-CREATE PROCEDURE pyqueue__limit_take(
-    IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_id       BIGINT,
-    IN  in_attempts INT,
-    IN  in_until    DATETIME(6),
-    IN  in_now      DATETIME(6),
-    OUT out_ok      INT)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_cap       INT;
-    DECLARE v_slot      INT;
-    DECLARE v_holder    BIGINT;
-    DECLARE v_h_att     INT;
-    DECLARE v_h_until   DATETIME(6);
-    DECLARE v_moves     INT DEFAULT 0;
-    DECLARE v_found     INT;
-    DECLARE v_own       INT DEFAULT 0;
-    DECLARE v_tries     INT DEFAULT 0;
-    DECLARE v_retry     INT;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-    SET out_ok = 0;
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    slots: LOOP
-      SET v_retry = 0, v_tries = v_tries + 1;
-      BEGIN
-        -- a deadlock victim in autocommit mode was one statement (a queue_drop
-        -- cascading over the holders' rows in another order): run it again
-        DECLARE EXIT HANDLER FOR 1213
-        BEGIN
-            IF v_own = 1 AND v_tries < 10 THEN
-                SET v_retry = 1;
-            ELSE
-                RESIGNAL;
-            END IF;
-        END;
-        SELECT MAX(l.capacity) INTO v_cap
-          FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = in_kind;
-        IF v_cap IS NULL THEN
-            LEAVE slots;  -- the limit was removed meanwhile: take nothing this time
-        END IF;
-        -- a live holder beyond the capacity (plain read: such slots are never
-        -- taken, only moved and deleted)
-        SET v_found = 1;
-        SELECT s.slot_no, s.msg_id, s.msg_attempts, s.msg_until
-          INTO v_slot, v_holder, v_h_att, v_h_until
-          FROM pyqueue_limit_slot s
-         WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND s.slot_no > v_cap
-           AND s.msg_id IS NOT NULL
-           AND EXISTS (SELECT 1 FROM pyqueue_message m
-                        WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
-                          AND ((m.attempts = s.msg_attempts
-                                AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
-                               OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now)))
-         ORDER BY s.slot_no
-         LIMIT 1;
-        IF v_found = 0 OR v_moves >= 10000 THEN
-            UPDATE pyqueue_limit_slot s
-               SET s.msg_id = in_id, s.msg_attempts = in_attempts, s.msg_until = in_until
-             WHERE s.queue_name = in_queue AND s.p_kind = in_kind
-               AND s.slot_no <= v_cap
-               AND EXISTS (SELECT 1 FROM pyqueue_limit l
-                            WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
-               AND (s.msg_id IS NULL
-                    OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                    WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
-                                      AND ((m.attempts = s.msg_attempts
-                                            AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
-                                           OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
-             ORDER BY s.slot_no
-             LIMIT 1;
-            SET out_ok = ROW_COUNT();
-            LEAVE slots;
-        END IF;
-        -- move that holder into a free slot within the capacity; none free:
-        -- the kind is full
-        UPDATE pyqueue_limit_slot s
-           SET s.msg_id = v_holder, s.msg_attempts = v_h_att, s.msg_until = v_h_until
-         WHERE s.queue_name = in_queue AND s.p_kind = in_kind
-           AND s.slot_no <= v_cap
-           AND EXISTS (SELECT 1 FROM pyqueue_limit l
-                        WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
-           AND (s.msg_id IS NULL
-                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
-                                  AND ((m.attempts = s.msg_attempts
-                                        AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
-                                       OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
-         ORDER BY s.slot_no
-         LIMIT 1;
-        IF ROW_COUNT() = 0 THEN
-            LEAVE slots;
-        END IF;
-        DELETE FROM pyqueue_limit_slot
-         WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no = v_slot
-           AND msg_id = v_holder AND msg_attempts = v_h_att;
-        SET v_moves = v_moves + 1;
-      END;
-      IF v_retry = 0 AND v_tries > 10000 THEN
-          LEAVE slots;
-      END IF;
-    END LOOP;
-END //
-
--- pyqueue__limit_claim: called by queue_reserve for a candidate it is about
--- to deliver (message in_id, seen with in_attempts) when the queue has
--- limits. out_ok = 1 when the kind has no limit or a slot was taken for the
--- delivery (attempts + 1); 0 when the kind is full. io_full: JSON array of
--- the kinds found full in this call (skipped without another look).
--- The slot is taken BEFORE the message is claimed, and counts as busy
--- while the claim is in progress. Interrupted in between, or when the claim
--- then loses a race, the slot holds a reservation that either is someone
--- else's (counted twice until it ends) or never happens (busy until the
--- timeout it would have had): too few hand-outs, never too many.
-DROP PROCEDURE IF EXISTS pyqueue__limit_claim //
-CREATE PROCEDURE pyqueue__limit_claim(
-    IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN    in_id       BIGINT,
-    IN    in_attempts INT,
-    IN    in_until    DATETIME(6),
-    IN    in_now      DATETIME(6),
-    INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
-    OUT   out_ok      INT)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    SELECT MAX(m.p_kind) INTO v_kind FROM pyqueue_message m WHERE m.id = in_id;
-    SET out_ok = 1;
-    IF JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(v_kind)) THEN
-        SET out_ok = 0;
-    ELSEIF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = v_kind) THEN
-        CALL pyqueue__limit_take(in_queue, v_kind, in_id, in_attempts + 1, in_until, in_now, out_ok);
-        IF out_ok = 0 THEN
-            SET io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', v_kind);
-        END IF;
-    END IF;
-END //
-
--- queue_set_limit: at most in_capacity messages of in_kind reserved at once
--- in in_queue (0 holds the kind back); NULL removes the limit. Live
--- reservations of the kind without a slot (made before the first call) take
--- free slots, as far as the capacity goes. Lowering the capacity revokes
--- nothing: the holders of slots beyond it keep them until they end, and
--- nothing more is handed out until fewer than the new capacity are live.
--- No result set.
--- Locks: the limit row and its slot rows, each for one statement.
-DROP PROCEDURE IF EXISTS queue_set_limit //
-CREATE PROCEDURE queue_set_limit(
-    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_capacity DECIMAL(65,30))
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_i        INT DEFAULT 1;
-    DECLARE v_id       BIGINT;
-    DECLARE v_attempts INT;
-    DECLARE v_until    DATETIME(6);
-    DECLARE v_ok       INT;
-    DECLARE v_done     INT DEFAULT 0;
-    DECLARE c_live CURSOR FOR
-        SELECT m.id, m.attempts, m.scheduled_at
-          FROM pyqueue_message m
-         WHERE m.queue_name = v_queue AND m.p_kind = v_kind
-           AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
-           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
-                            WHERE s.queue_name = v_queue AND s.p_kind = v_kind
-                              AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
-         ORDER BY m.id;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_int('capacity', in_capacity, 0, 10000);
-    SET v_queue = in_queue, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
-    IF in_capacity IS NULL THEN
-        DELETE FROM pyqueue_limit WHERE queue_name = v_queue AND p_kind = v_kind;
-    ELSE
-        INSERT INTO pyqueue_limit (queue_name, p_kind, capacity)
-        VALUES (v_queue, v_kind, in_capacity)
-        ON DUPLICATE KEY UPDATE capacity = in_capacity;
-        -- beyond a lowered capacity only free slots go; live holders keep
-        -- theirs until they end (pyqueue__limit_take moves them into slots
-        -- within the capacity as those free up)
-        DELETE FROM pyqueue_limit_slot
-         WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no > in_capacity
-           AND (msg_id IS NULL
-                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                WHERE m.id = pyqueue_limit_slot.msg_id
-                                  AND m.queue_name = pyqueue_limit_slot.queue_name
-                                  AND ((m.attempts = pyqueue_limit_slot.msg_attempts
-                                        AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
-                                       OR (m.attempts = pyqueue_limit_slot.msg_attempts - 1
-                                           AND pyqueue_limit_slot.msg_until > v_now))));
-        WHILE v_i <= in_capacity DO
-            INSERT IGNORE INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
-            VALUES (v_queue, v_kind, v_i);
-            SET v_i = v_i + 1;
-        END WHILE;
-        OPEN c_live;
-        live: LOOP
-            FETCH c_live INTO v_id, v_attempts, v_until;
-            IF v_done = 1 THEN
-                LEAVE live;
-            END IF;
-            CALL pyqueue__limit_take(v_queue, v_kind, v_id, v_attempts, v_until, v_now, v_ok);
-            IF v_ok = 0 THEN
-                LEAVE live;
-            END IF;
-        END LOOP;
-        CLOSE c_live;
-    END IF;
-END //
-
--- queue_limits: the limits of a queue (all queues when NULL), by queue and
--- kind: queue, p_kind, capacity, in_use (live reservations holding a slot,
--- also one beyond a lowered capacity; each counted once).
--- Plain reads, no locks.
-DROP PROCEDURE IF EXISTS queue_limits //
-CREATE PROCEDURE queue_limits(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_now    DATETIME(6);
-    IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    END IF;
-    SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
-    SELECT l.queue_name AS `queue`, l.p_kind, l.capacity,
-           (SELECT COUNT(DISTINCT m.id) FROM pyqueue_limit_slot s
-              JOIN pyqueue_message m ON m.id = s.msg_id AND m.attempts = s.msg_attempts
-                                    AND m.queue_name = s.queue_name
-             WHERE s.queue_name = l.queue_name AND s.p_kind = l.p_kind
-               AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now) AS in_use
-      FROM pyqueue_limit l
-     WHERE v_queue IS NULL OR l.queue_name = v_queue
-     ORDER BY l.queue_name, l.p_kind;
-END //
-
--- ---------------------------------------------------------------------------
--- Worker registry
--- ---------------------------------------------------------------------------
-
--- queue_worker_register: records a worker. Result: one row, (worker_id,
--- secret): secret is a fresh random token (CHAR(36)) that heartbeat and
--- deregister need, so a worker can touch only its own registration. The
--- worker then reserves with worker = CONCAT(in_name, '#', worker_id)
--- (queue_workers shows it as reserve_as). in_queues: NULL or a JSON array of
--- queue names (informational). Locks: the new row.
-DROP PROCEDURE IF EXISTS queue_worker_register //
-CREATE PROCEDURE queue_worker_register(
-    IN in_name   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_host   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_pid    DECIMAL(65,30),
-    IN in_queues LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_now    DATETIME(6);
-    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    CALL pyqueue__check_name('name', in_name, 200);
-    IF CHAR_LENGTH(in_host) > 255 THEN
-        CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters');
-    END IF;
-    IF LOCATE(X'ED', CAST(in_host AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
-        CALL pyqueue__check_utf8('invalid_argument', 'host', in_host);
-    END IF;
-    IF LOCATE(X'ED', CAST(in_queues AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
-        CALL pyqueue__check_utf8('invalid_argument', 'queues', in_queues);
-    END IF;
-    CALL pyqueue__check_int('pid', in_pid, 0, 2147483647);
-    IF in_queues IS NOT NULL AND (NOT JSON_VALID(in_queues) OR JSON_TYPE(in_queues) <> 'ARRAY') THEN
-        CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
-    END IF;
-    -- every element a queue name: a string, not empty, no trailing space, at most 128
-    IF in_queues IS NOT NULL AND EXISTS (
-           SELECT 1 FROM JSON_TABLE(in_queues, '$[*]' COLUMNS (elem JSON PATH '$')) AS q
-            WHERE (JSON_TYPE(q.elem) = 'STRING') IS NOT TRUE
-               OR JSON_UNQUOTE(q.elem) = '' OR JSON_UNQUOTE(q.elem) LIKE '% '
-               OR CHAR_LENGTH(JSON_UNQUOTE(q.elem)) > 128) THEN
-        CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
-    END IF;
-    SET v_now = UTC_TIMESTAMP(6);
-    CALL pyqueue__random_token(v_secret);
-    INSERT INTO pyqueue_worker (worker_name, host, pid, queues, started_at, heartbeat_at, secret)
-    VALUES (in_name, in_host, in_pid, in_queues, v_now, v_now, v_secret);
-    SELECT LAST_INSERT_ID() AS worker_id, v_secret AS secret;
-END //
-
--- queue_worker_heartbeat: heartbeat_at = now, when in_secret is the
--- registration's secret. Result: one row, alive = 1, or 0 when the worker is
--- not registered (deregistered, or released as dead: it should register
--- again) or the secret does not match. Locks: the worker row, for one
--- statement.
-DROP PROCEDURE IF EXISTS queue_worker_heartbeat //
-CREATE PROCEDURE queue_worker_heartbeat(
-    IN in_worker_id DECIMAL(65,30),
-    IN in_secret    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    IF in_worker_id IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
-    END IF;
-    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
-    IF in_secret IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'secret must not be NULL');
-    END IF;
-    -- only a 36-character value can match (a longer one would be cut to 36
-    -- by the CHAR(36) below)
-    SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
-    UPDATE pyqueue_worker SET heartbeat_at = UTC_TIMESTAMP(6)
-     WHERE worker_id = in_worker_id AND secret = v_secret;
-    -- ROW_COUNT() counts changed rows: a second heartbeat in the same
-    -- microsecond changes nothing, so look the row up.
-    SELECT COUNT(*) AS alive FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
-END //
-
--- queue_worker_deregister: removes the worker (its reservations stay as they
--- are), when in_secret is the registration's secret. Result: one row,
--- deregistered = 1, or 0 when it was not registered or the secret does not
--- match. Locks: the worker row, for one statement.
-DROP PROCEDURE IF EXISTS queue_worker_deregister //
-CREATE PROCEDURE queue_worker_deregister(
-    IN in_worker_id DECIMAL(65,30),
-    IN in_secret    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    IF in_worker_id IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
-    END IF;
-    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
-    IF in_secret IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'secret must not be NULL');
-    END IF;
-    SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
-    DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
-    SELECT ROW_COUNT() AS deregistered;
-END //
-
--- queue_release_dead_workers: workers whose heartbeat is older than
--- in_older_than_s seconds are removed, and their live reservations
--- (reserved_by = their reserve_as) become ready now: token cleared, the
--- delivery counted (attempts stay, as after an expiry; a message that had
--- its last allowed delivery is dead-lettered by the next reserve). Result:
--- one row, released = the number of messages released.
--- Steps: per stale worker, release its messages one by one (plain read of
--- the candidates, then an UPDATE by id that re-checks the token), then
--- delete the worker row if its heartbeat is still stale. Interrupted, a
--- message is released or not (then it comes back after its timeout) and
--- the worker is found again by the next call. Reads every reserved message
--- (no index on reserved_by): a maintenance call, not one per reserve.
-DROP PROCEDURE IF EXISTS queue_release_dead_workers //
-CREATE PROCEDURE queue_release_dead_workers(
-    IN in_older_than_s DECIMAL(20,6))
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_before   DATETIME(6);
-    DECLARE v_tags     LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_ids      LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_id       BIGINT;
-    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_count    INT DEFAULT 0;
-    DECLARE v_done     INT DEFAULT 0;
-    DECLARE c_held CURSOR FOR
-        SELECT m.id, m.reserve_token
-          FROM pyqueue_message m
-         WHERE m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
-           AND JSON_CONTAINS(v_tags, JSON_QUOTE(m.reserved_by));
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-    IF in_older_than_s IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'older_than must not be NULL');
-    END IF;
-    CALL pyqueue__check_duration('older_than', in_older_than_s, TRUE);
-    SET v_now = UTC_TIMESTAMP(6);
-    SET v_before = v_now - INTERVAL CAST(in_older_than_s * 1000000 AS SIGNED) MICROSECOND;
-    SELECT JSON_ARRAYAGG(CONCAT(w.worker_name, '#', w.worker_id)), JSON_ARRAYAGG(w.worker_id)
-      INTO v_tags, v_ids
-      FROM pyqueue_worker w
-     WHERE w.heartbeat_at < v_before;
-    IF v_tags IS NOT NULL THEN
-        OPEN c_held;
-        held: LOOP
-            FETCH c_held INTO v_id, v_token;
-            IF v_done = 1 THEN
-                LEAVE held;
-            END IF;
-            UPDATE pyqueue_message
-               SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
-             WHERE id = v_id AND reserve_token = v_token AND scheduled_at > v_now;
-            SET v_count = v_count + ROW_COUNT();
-        END LOOP;
-        CLOSE c_held;
-        DELETE FROM pyqueue_worker
-         WHERE heartbeat_at < v_before
-           AND worker_id IN (SELECT j.id FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j);
-    END IF;
-    SELECT v_count AS released;
-END //
-
--- queue_workers: the registered workers, oldest first: worker_id,
--- worker_name, host, pid, queues (JSON), started_at, heartbeat_at,
--- heartbeat_age_s, reserve_as. Plain read.
-DROP PROCEDURE IF EXISTS queue_workers //
-CREATE PROCEDURE queue_workers()
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_now DATETIME(6);
-    SET v_now = UTC_TIMESTAMP(6);
-    SELECT w.worker_id, w.worker_name, w.host, w.pid, w.queues, w.started_at, w.heartbeat_at,
-           TIMESTAMPDIFF(MICROSECOND, w.heartbeat_at, v_now) / 1e6 AS heartbeat_age_s,
-           CONCAT(w.worker_name, '#', w.worker_id) AS reserve_as
-      FROM pyqueue_worker w
-     ORDER BY w.worker_id;
-END //
-
--- ---------------------------------------------------------------------------
--- Recurring messages
--- ---------------------------------------------------------------------------
-
--- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
--- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
--- comma lists of those. Raises invalid_argument naming the field.
-DROP PROCEDURE IF EXISTS pyqueue__cron_field //
-CREATE PROCEDURE pyqueue__cron_field(
-    IN  in_field LONGTEXT    CHARACTER SET utf8mb4,
-    IN  in_name  VARCHAR(16) CHARACTER SET utf8mb4,
-    IN  in_min   INT,
-    IN  in_max   INT,
-    OUT out_mask BIGINT)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_rest  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_part  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_range LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_lo    INT;
-    DECLARE v_hi    INT;
-    DECLARE v_step  INT;
-    SET out_mask = 0, v_rest = in_field;
-    parts: LOOP
-        SET v_part = SUBSTRING_INDEX(v_rest, ',', 1);
-        IF NOT (v_part REGEXP '^([*]|[0-9]{1,2}(-[0-9]{1,2})?)(/[0-9]{1,2})?\\z') THEN
-            CALL pyqueue__raise('invalid_argument',
-                CONCAT('cron ', in_name, ' field "', LEFT(in_field, 30), '" is not *, n, a-b, */s, a/s or a-b/s'));
-        END IF;
-        SET v_range = SUBSTRING_INDEX(v_part, '/', 1);
-        SET v_step = IF(LOCATE('/', v_part) > 0, CAST(SUBSTRING_INDEX(v_part, '/', -1) AS UNSIGNED), 1);
-        IF v_range = '*' THEN
-            SET v_lo = in_min, v_hi = in_max;
-        ELSE
-            SET v_lo = CAST(SUBSTRING_INDEX(v_range, '-', 1) AS UNSIGNED);
-            SET v_hi = IF(LOCATE('-', v_range) > 0, CAST(SUBSTRING_INDEX(v_range, '-', -1) AS UNSIGNED),
-                          IF(LOCATE('/', v_part) > 0, in_max, v_lo));
-        END IF;
-        IF v_lo < in_min OR v_hi > in_max OR v_lo > v_hi OR v_step < 1 THEN
-            CALL pyqueue__raise('invalid_argument',
-                CONCAT('cron ', in_name, ' field "', LEFT(in_field, 30), '" is out of range ', in_min, '-', in_max));
-        END IF;
-        WHILE v_lo <= v_hi DO
-            SET out_mask = out_mask | (1 << v_lo);
-            SET v_lo = v_lo + v_step;
-        END WHILE;
-        IF LOCATE(',', v_rest) = 0 THEN
-            LEAVE parts;
-        END IF;
-        SET v_rest = SUBSTRING(v_rest, LOCATE(',', v_rest) + 1);
-    END LOOP;
-END //
-
--- pyqueue__cron_next: the first minute strictly after in_after (UTC) that
--- matches the 5-field cron expression (minute hour day-of-month month
--- day-of-week; day-of-week 0-7, 0 and 7 = Sunday; when both day fields are
--- restricted a day matching either matches, as in Vixie cron). Computed with
--- set operations: the first matching day among the next 8 years of days
--- (numbers made by a cross join of digits, no recursion), then the first
--- matching minute of that day; never minute by minute. Raises
--- invalid_argument for a malformed expression or one that never matches.
-DROP PROCEDURE IF EXISTS pyqueue__cron_next //
-CREATE PROCEDURE pyqueue__cron_next(
-    IN  in_cron  LONGTEXT CHARACTER SET utf8mb4,
-    IN  in_after DATETIME(6),
-    OUT out_next DATETIME(6))
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_cron  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_min   BIGINT;
-    DECLARE v_hour  BIGINT;
-    DECLARE v_dom   BIGINT;
-    DECLARE v_mon   BIGINT;
-    DECLARE v_dow   BIGINT;
-    DECLARE v_or    INT;
-    DECLARE v_t     DATETIME;
-    DECLARE v_today DATE;
-    DECLARE v_mod   INT;
-    DECLARE v_day   DATE;
-    DECLARE v_first INT;
-    IF in_cron IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'cron must not be NULL');
-    END IF;
-    SET v_cron = REGEXP_REPLACE(TRIM(in_cron), ' +', ' ');
-    IF CHAR_LENGTH(v_cron) - CHAR_LENGTH(REPLACE(v_cron, ' ', '')) <> 4 THEN
-        CALL pyqueue__raise('invalid_argument',
-            'cron must have 5 fields (minute hour day-of-month month day-of-week)');
-    END IF;
-    CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', 1), 'minute', 0, 59, v_min);
-    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 2), ' ', -1), 'hour', 0, 23, v_hour);
-    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 'day-of-month', 1, 31, v_dom);
-    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 4), ' ', -1), 'month', 1, 12, v_mon);
-    CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', -1), 'day-of-week', 0, 7, v_dow);
-    IF v_dow & 128 <> 0 THEN
-        SET v_dow = (v_dow | 1) & 127;
-    END IF;
-    SET v_or = LEFT(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 1) <> '*'
-               AND LEFT(SUBSTRING_INDEX(v_cron, ' ', -1), 1) <> '*';
-    SET v_t = CAST(DATE_FORMAT(in_after, '%Y-%m-%d %H:%i:00') AS DATETIME) + INTERVAL 1 MINUTE;
-    SET v_today = DATE(v_t), v_mod = HOUR(v_t) * 60 + MINUTE(v_t);
-    SELECT MIN(days.d) INTO v_day
-      FROM (SELECT v_today + INTERVAL (a.n + 10 * b.n + 100 * c.n + 1000 * e.n) DAY AS d
-              FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) a,
-                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) b,
-                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) c,
-                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2) e
-             WHERE a.n + 10 * b.n + 100 * c.n + 1000 * e.n <= 366 * 8) AS days
-     WHERE (v_mon >> MONTH(days.d)) & 1 = 1
-       AND IF(v_or,
-              (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 OR (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1,
-              (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 AND (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1)
-       AND (days.d > v_today
-            OR EXISTS (SELECT 1
-                         FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
-                               UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
-                               UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
-                               UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
-                               UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
-                               UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
-                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                               UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
-                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                               UNION ALL SELECT 5) m10
-                        WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
-                          AND h.n * 60 + m1.n + 10 * m10.n >= v_mod));
-    IF v_day IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT('cron "', LEFT(in_cron, 40), '" matches no day in the next 8 years'));
-    END IF;
-    SELECT MIN(h.n * 60 + m1.n + 10 * m10.n) INTO v_first
-      FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
-            UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
-            UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
-            UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
-            UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
-            UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
-           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-            UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
-           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-            UNION ALL SELECT 5) m10
-     WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
-       AND (v_day > v_today OR h.n * 60 + m1.n + 10 * m10.n >= v_mod);
-    SET out_next = CAST(v_day AS DATETIME(6)) + INTERVAL v_first MINUTE;
-END //
-
--- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
--- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
--- pyqueue__cron_next.
-DROP PROCEDURE IF EXISTS pyqueue__schedule_after //
-CREATE PROCEDURE pyqueue__schedule_after(
-    IN  in_every_s BIGINT,
-    IN  in_cron    LONGTEXT CHARACTER SET utf8mb4,
-    IN  in_after   DATETIME(6),
-    OUT out_next   DATETIME(6))
-SQL SECURITY INVOKER
-BEGIN
-    IF in_every_s IS NOT NULL THEN
-        SET out_next = CAST('1970-01-01 00:00:00' AS DATETIME(6))
-            + INTERVAL ((FLOOR(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', in_after) / (in_every_s * 1000000)) + 1)
-                        * in_every_s) SECOND;
-    ELSE
-        CALL pyqueue__cron_next(in_cron, in_after, out_next);
-    END IF;
-END //
-
--- pyqueue__schedule_next: called by queue_commit for a message it is about
--- to delete (the token held at the lookup). When the message is the pending
--- occurrence of a schedule (key = p_key @ next_at), one conditional UPDATE
--- advances next_at past now (only one of two racing calls can match the old
--- next_at) and the winner pushes that occurrence (dedup by its key absorbs a
--- repeat). It runs BEFORE the commit's DELETE: if the DELETE then fails (the
--- token was lost) or never runs (interruption), the old occurrence comes
--- back, and its later commit pushes nothing (no longer pending): no stall,
--- no second next occurrence.
-DROP PROCEDURE IF EXISTS pyqueue__schedule_next //
-CREATE PROCEDURE pyqueue__schedule_next(
-    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_base    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_at      DATETIME(6);
-    DECLARE v_next    DATETIME(6);
-    DECLARE v_every   BIGINT;
-    DECLARE v_cron    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_payload LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_found   INT DEFAULT 1;
-    DECLARE v_now     DATETIME(6);
-    IF CHAR_LENGTH(in_key) >= 22
-       AND RIGHT(in_key, 21) REGEXP '^@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\\z' THEN
-        SET v_base = LEFT(in_key, CHAR_LENGTH(in_key) - 21);
-        SET v_at = STR_TO_DATE(SUBSTRING(RIGHT(in_key, 21), 2, 19), '%Y-%m-%dT%H:%i:%s');
-        BEGIN
-            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-            SELECT s.every_s, s.cron, s.payload INTO v_every, v_cron, v_payload
-              FROM pyqueue_schedule s
-             WHERE s.queue_name = in_queue AND s.p_key = v_base AND s.p_kind = in_kind
-               AND s.next_at = v_at;
-        END;
-        IF v_found = 1 THEN
-            SET v_now = UTC_TIMESTAMP(6);
-            CALL pyqueue__schedule_after(v_every, v_cron, GREATEST(v_at, v_now), v_next);
-            UPDATE pyqueue_schedule SET next_at = v_next
-             WHERE queue_name = in_queue AND p_key = v_base AND p_kind = in_kind AND next_at = v_at;
-            IF ROW_COUNT() = 1 THEN
-                INSERT IGNORE INTO pyqueue_message
-                       (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                        scheduled_at_initially, created_at, attempts)
-                VALUES (in_queue, CONCAT(v_base, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), in_kind,
-                        v_payload, 0, v_next, v_next, v_now, 0);
-            END IF;
-        END IF;
-    END IF;
-END //
-
--- pyqueue__schedule: creates or replaces a schedule and pushes its first
--- occurrence (the next one after now). A pending occurrence of the replaced
--- schedule is removed unless it is reserved (it then runs, and its commit
--- pushes nothing since it is no longer the pending one). Result: one row,
--- next_at. Steps: upsert the schedule row (next_at = first), remove the old
--- pending occurrence, push the first one: interrupted (the call then fails),
--- the schedule may have no pending occurrence until it is called again.
-DROP PROCEDURE IF EXISTS pyqueue__schedule //
-CREATE PROCEDURE pyqueue__schedule(
-    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
-    IN in_every_s BIGINT,
-    IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_now    DATETIME(6);
-    DECLARE v_next   DATETIME(6);
-    DECLARE v_old    DATETIME(6);
-    DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_oldid  BIGINT;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 234);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_payload(in_payload);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
-    CALL pyqueue__schedule_after(in_every_s, in_cron, v_now, v_next);
-    SELECT MAX(s.next_at) INTO v_old FROM pyqueue_schedule s
-     WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
-    INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
-    VALUES (v_queue, v_key, v_kind, in_payload, in_every_s, in_cron, v_next, v_now)
-    ON DUPLICATE KEY UPDATE payload = in_payload, every_s = in_every_s, cron = in_cron, next_at = v_next;
-    IF v_old IS NOT NULL THEN
-        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
-        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
-         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
-        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
-    END IF;
-    INSERT IGNORE INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts)
-    VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
-            in_payload, 0, v_next, v_next, v_now, 0);
-    SELECT v_next AS next_at;
-END //
-
--- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
--- in_every_s seconds (a whole number, 1 s to 100 years), at the multiples of
--- in_every_s since 1970-01-01 UTC. Result: one row, next_at = the time of
--- the first occurrence.
-DROP PROCEDURE IF EXISTS queue_schedule_every //
-CREATE PROCEDURE queue_schedule_every(
-    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
-    IN in_every_s DECIMAL(20,6))
-SQL SECURITY DEFINER
-BEGIN
-    IF in_every_s IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'every must not be NULL');
-    END IF;
-    CALL pyqueue__check_duration('every', in_every_s, TRUE);
-    IF in_every_s < 1 OR in_every_s <> TRUNCATE(in_every_s, 0) THEN
-        CALL pyqueue__raise('invalid_argument', 'every must be a whole number of seconds, at least 1');
-    END IF;
-    CALL pyqueue__schedule(in_queue, in_key, in_kind, in_payload, CAST(in_every_s AS SIGNED), NULL);
-END //
-
--- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every
--- minute matching the 5-field cron expression in_cron (UTC). Result: one
--- row, next_at = the time of the first occurrence.
-DROP PROCEDURE IF EXISTS queue_schedule_cron //
-CREATE PROCEDURE queue_schedule_cron(
-    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
-    IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY DEFINER
-BEGIN
-    IF in_cron IS NULL OR CHAR_LENGTH(in_cron) > 255 THEN
-        CALL pyqueue__raise('invalid_argument', 'cron must not be NULL or longer than 255 characters');
-    END IF;
-    CALL pyqueue__schedule(in_queue, in_key, in_kind, in_payload, NULL, in_cron);
-END //
-
--- queue_unschedule: removes the schedule and its pending occurrence unless
--- that is reserved (it then runs once more, and its commit pushes nothing).
--- Result: one row, unscheduled = 1, or 0 when there was no such schedule.
-DROP PROCEDURE IF EXISTS queue_unschedule //
-CREATE PROCEDURE queue_unschedule(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_old    DATETIME(6);
-    DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_oldid  BIGINT;
-    DECLARE v_done   INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 234);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
-    SELECT MAX(s.next_at) INTO v_old FROM pyqueue_schedule s
-     WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
-    IF v_old IS NOT NULL THEN
-        DELETE FROM pyqueue_schedule WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind;
-        SET v_done = ROW_COUNT();
-        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
-        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
-         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
-        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
-    END IF;
-    SELECT v_done AS unscheduled;
-END //
-
--- queue_schedules: the schedules of a queue (all when NULL), by queue, key,
--- kind: queue, p_key, p_kind, payload, every_s, cron, next_at. Plain read.
-DROP PROCEDURE IF EXISTS queue_schedules //
-CREATE PROCEDURE queue_schedules(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    END IF;
-    SET v_queue = in_queue;
-    SELECT s.queue_name AS `queue`, s.p_key, s.p_kind, s.payload, s.every_s, s.cron, s.next_at
-      FROM pyqueue_schedule s
-     WHERE v_queue IS NULL OR s.queue_name = v_queue
-     ORDER BY s.queue_name, s.p_key, s.p_kind;
-END //
-
--- ---- end of history, dead letters, limits, workers, schedules ----
-
-
--- ---- least privilege ----
-
--- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
--- of the view pyqueue_dead_letters for dead_letter_queue = in_queue: origin
--- queue, deliveries there, ..., last_error last), oldest dead letter first, so that an account without SELECT on the view (and its
--- tables: the view is SQL SECURITY INVOKER) can list them. An unknown queue
--- is refused; a queue that is nobody's dead-letter queue has none. Plain
--- reads, no locks.
-DROP PROCEDURE IF EXISTS queue_dead_letters //
-CREATE PROCEDURE queue_dead_letters(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
-           d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error
-      FROM pyqueue_dead_letters d
-     WHERE d.dead_letter_queue = v_queue
-     ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
-END //
-
--- ---- end of least privilege ----
-
--- ===========================================================================
--- Message inspection
--- ===========================================================================
-
--- queue_message: the live message (in_key, in_kind) of in_queue: 0 or 1 row
--- (p_key, p_kind, state, payload, priority, attempts, scheduled_at,
--- created_at, reserved_by, last_error, dead_from); state is 'ready'
--- (scheduled_at <= now, also an expired reservation), 'delayed' or
--- 'reserved'. reserved_by: the worker of its last reservation. Raises
--- unknown_queue. Plain read (unique key), no locks.
-DROP PROCEDURE IF EXISTS queue_message //
-CREATE PROCEDURE queue_message(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_now    DATETIME(6);
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
-    SELECT m.p_key, m.p_kind,
-           CASE WHEN m.scheduled_at <= v_now THEN 'ready'
-                WHEN m.reserve_token IS NULL THEN 'delayed'
-                ELSE 'reserved' END AS state,
-           m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at,
-           m.reserved_by,
-           m.last_error, m.dead_from
-      FROM pyqueue_message m
-     WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
-END //
-
--- queue_message_history: the history rows of (in_queue, in_key, in_kind),
--- newest first, at most 100: processed_at, outcome, to_queue, attempts,
--- reserved_by, last_error. No unknown_queue check (the history of a dropped
--- queue stays readable). Plain read on the (queue_name, processed_at) index.
-DROP PROCEDURE IF EXISTS queue_message_history //
-CREATE PROCEDURE queue_message_history(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    CALL pyqueue__check_name('queue', in_queue, 128);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
-    SELECT h.processed_at, h.outcome, h.to_queue, h.attempts, h.reserved_by, h.last_error
-      FROM pyqueue_history h
-     WHERE h.queue_name = v_queue AND h.p_key = v_key AND h.p_kind = v_kind
-     ORDER BY h.processed_at DESC, h.id DESC
-     LIMIT 100;
-END //
+-- ==== privileges ====
+-- Nothing to revoke: MySQL has no PUBLIC grant on a new procedure, and this
+-- file grants nothing (automatic_sp_privileges, on by default, gives the
+-- account that runs it EXECUTE and ALTER ROUTINE on each procedure when it
+-- lacks them: that account itself, never another). Applications get EXECUTE
+-- on the procedures of their capability from pyqueue-sql grant; the
+-- migrations give back the grants that re-creating a procedure drops (see the
+-- top of this file).
 
 DELIMITER ;
 
