@@ -441,6 +441,11 @@ class Worker:
         warnings.warn("Worker.mysql_wait is deprecated: use long_poll_wait", DeprecationWarning, stacklevel=2)
         return self.long_poll_wait
 
+    @mysql_wait.setter
+    def mysql_wait(self, value: float) -> None:
+        warnings.warn("Worker.mysql_wait is deprecated: use long_poll_wait", DeprecationWarning, stacklevel=2)
+        self.long_poll_wait = value
+
     @property
     def mysql_check(self) -> float:
         """Deprecated name of long_poll_check."""
@@ -448,6 +453,13 @@ class Worker:
             "Worker.mysql_check is deprecated: use long_poll_check", DeprecationWarning, stacklevel=2
         )
         return self.long_poll_check
+
+    @mysql_check.setter
+    def mysql_check(self, value: float) -> None:
+        warnings.warn(
+            "Worker.mysql_check is deprecated: use long_poll_check", DeprecationWarning, stacklevel=2
+        )
+        self.long_poll_check = value
 
     # -- configuration -----------------------------------------------------------
     def handler(self, queue: str, kind: str | None = None, *, retry: RetryPolicy | None = None):

@@ -199,6 +199,11 @@ def test_mysql_wait_and_mysql_check_are_deprecated_names_of_the_long_poll_settin
         assert worker.mysql_wait == 0.2
     with pytest.warns(DeprecationWarning, match="long_poll_check"):
         assert worker.mysql_check == 0.01
+    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
+        worker.mysql_wait = 0.25
+    assert worker.long_poll_wait == 0.25
+    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
+        worker.mysql_wait = 0.2
     # the same behaviour as the new name: a round trip every 0.2 s while idle
     assert _idle_round_trips(worker, queue, 2.0) >= 5
     with pytest.warns(DeprecationWarning), pytest.raises(pyqueue_sql.InvalidArgumentError, match="not both"):
