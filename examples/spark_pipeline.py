@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         if others:
             say("Spark stage SKIPPED: " + "; ".join(others))
         return 0 if args.demo else 1
-    from pyqueue_sql._format import describe_error, redact_dsn
+    from pyqueue_sql.display import describe_error, redact_dsn
     from pyqueue_sql.embedded import EmbeddedPostgresError
 
     try:

@@ -32,10 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import __version__, errors, privileges
-
-# Helpers the demo uses too live in _format, so that demo never imports cli (cli imports demo only in cmd_demo)
-# (re-exported here: pyqueue_sql.cli.format_stats_table, redact_dsn, describe_error, ...).
-from ._format import (  # noqa: F401
+from .display import (
     describe_error,
     format_age,
     format_duration,
@@ -43,7 +40,6 @@ from ._format import (  # noqa: F401
     format_table,
     format_time,
     one_line,
-    redact_dsn,
     shorten,
 )
 
@@ -212,27 +208,17 @@ def _migrate_down(migrate: Any, dsn: str, args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    from . import dialects
     from .queries import install_script, script
 
     try:
         text = script(args.dialect, "uninstall.sql") if args.uninstall else install_script(args.dialect)
     except FileNotFoundError as exc:
         raise errors.QueueError(f"this installation is incomplete: {exc}") from None
-    if args.dialect == "postgresql" and not args.uninstall:
-        sys.stdout.write(POSTGRESQL_INSTALL_NOTE)
+    if not args.uninstall:
+        sys.stdout.write(dialects.for_name(args.dialect).install_note)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return EXIT_OK
-
-
-POSTGRESQL_INSTALL_NOTE = """\
--- pyqueue-sql install script (PostgreSQL). Run it in ONE transaction:
---   psql --single-transaction -v ON_ERROR_STOP=1 -f this.sql
--- (Flyway and Liquibase run each migration in a transaction; in a sqitch
--- deploy script keep the template's BEGIN; and COMMIT; around it.)
--- Its routines are SECURITY DEFINER and EXECUTE is revoked from PUBLIC at the
--- end of the script: a run in autocommit mode that stops half-way would leave
--- them callable by every role until the script is run to its end.
-"""
 
 
 def cmd_grant(args: argparse.Namespace) -> int:

@@ -538,13 +538,7 @@ class Queue:
             n=whole_number(n, "n"),
             kinds=d.kinds(kinds),
         )
-        if d.name == "mysql":
-            sets = self.db.call_sets("commit_reserve", **params)
-            rows, committed = [row for part in sets[:-1] for row in part], sets[-1][0][0]
-        else:
-            rows = self.db.call("commit_reserve", **params)
-            committed = rows[0][0] if rows else None
-            rows = [row[1:] for row in rows if row[1] is not None]
+        committed, rows = d.read_commit_reserve(self.db.call_sets("commit_reserve", **params))
         return (None if committed is None else bool(committed)), _reservations(self.name, d, rows)
 
     def commit_many(self, reservations: Iterable[Reservation]) -> int:
@@ -553,12 +547,15 @@ class Queue:
         if not items:
             return 0
         d = self.db.dialect
-        keys = [key_value(r.key) for r in items]
-        kinds = [text_value(r.kind, "kind") for r in items]
-        tokens = [token_value(r.token) for r in items]
-        if d.name == "mysql":
-            keys, kinds, tokens = encode_json(keys), encode_json(kinds), encode_json(tokens)
-        return int(self.db.call("commit_batch", queue=self.name, keys=keys, kinds=kinds, tokens=tokens)[0][0])
+        return int(
+            self.db.call(
+                "commit_batch",
+                queue=self.name,
+                keys=d.text_array([key_value(r.key) for r in items]),
+                kinds=d.text_array([text_value(r.kind, "kind") for r in items]),
+                tokens=d.text_array([token_value(r.token) for r in items]),
+            )[0][0]
+        )
 
     def rollback(self, r: Reservation, delay: Duration = None) -> bool:
         """Gives the message back (eligible after delay), or dead-letters it after max_attempts."""

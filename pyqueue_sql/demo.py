@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from ._format import describe_error, format_stats_table, redact_dsn
 from .client import NewMessage, Queue, Reservation, connect
+from .display import describe_error, format_stats_table, redact_dsn
 
 QUEUE = "demo.orders"
 DEAD_LETTER_QUEUE = "demo.orders.dead"

@@ -171,7 +171,7 @@ def _execute_script(connection: Connection, dialect: dialects.Dialect, text: str
 
 
 def _dialect_of(connection: Connection) -> dialects.Dialect:
-    return dialects.for_name("postgresql" if connection.dialect.name == "postgresql" else "mysql")
+    return dialects.for_name(connection.dialect.name)
 
 
 def _text(value: Any) -> Any:
@@ -202,16 +202,7 @@ def _interruption(exc: BaseException, dialect: dialects.Dialect) -> bool:
     """Ctrl-C, or the connection was lost / broken under the run."""
     if isinstance(exc, KeyboardInterrupt):
         return True
-    orig = getattr(exc, "orig", exc)
-    if dialect.name == "mysql":
-        return isinstance(orig, dialect.connection_errors()) and _mysql_code(orig) in (
-            0,
-            2006,
-            2013,
-            2014,
-            2055,
-        )
-    return isinstance(orig, dialect.connection_errors())
+    return dialect.is_connection_lost(getattr(exc, "orig", exc))
 
 
 @contextlib.contextmanager
@@ -219,7 +210,7 @@ def _migration_lock(connection: Connection, dialect: dialects.Dialect) -> Iterat
     """PostgreSQL: a transaction-level advisory lock (gone at commit/rollback).
     MySQL: GET_LOCK named after the database, released after the run."""
     [(got,)] = _rows(connection, dialect, "migration_lock")
-    if dialect.name == "mysql" and got != 1:
+    if dialect.session_migration_lock and got != 1:
         raise MigrationLockTimeout(
             "another pyqueue-sql migrate has held this database's migration lock "
             "for 600 s; try again when it is done"
@@ -228,11 +219,11 @@ def _migration_lock(connection: Connection, dialect: dialects.Dialect) -> Iterat
         yield
     except BaseException as exc:
         # After an interruption the connection is dropped, and the lock with its session.
-        if dialect.name == "mysql" and not _interruption(exc, dialect):
+        if dialect.session_migration_lock and not _interruption(exc, dialect):
             with contextlib.suppress(Exception):
                 _rows(connection, dialect, "migration_unlock")
         raise
-    if dialect.name == "mysql":
+    if dialect.session_migration_lock:
         _rows(connection, dialect, "migration_unlock")
 
 
@@ -663,7 +654,7 @@ class _Run:
         context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
         with _migration_lock(connection, dialect):
             before = tuple(context.get_current_heads())
-            if dialect.name == "mysql":
+            if not dialect.transactional_ddl:
                 self.progress = _MySQLProgress.load(connection, dialect)
             adopted = None
             if not before and self.progress is None and direction == "upgrade":
@@ -684,11 +675,11 @@ class _Run:
                         )
                     adopted = _adopt(connection, script, found)
                     context.stamp(script, adopted)
-                    if dialect.name == "mysql":
+                    if not dialect.transactional_ddl:
                         connection.connection.commit()
                     before = (adopted,)
             steps = self.steps(script, direction, revision, tuple(context.get_current_heads()))
-            if dialect.name == "mysql":
+            if not dialect.transactional_ddl:
                 if self.progress is not None:
                     self.progress.check_first_step(steps[0].name if steps else None)
                 elif steps:

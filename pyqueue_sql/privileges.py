@@ -46,8 +46,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import errors
-from .queries import queries
+from . import dialects, errors
+from .dialects import Dialect
 
 PRODUCER = ("queue_push", "queue_push_batch", "queue_push_replace")
 CONSUMER = (
@@ -119,21 +119,14 @@ DESCRIPTIONS: dict[str, str] = {
     "ingest": "INSERT (and SELECT, for Spark) on queue_ingest, queue_ingest_flush",
 }
 
-# Table privileges, the only ones any capability gets: (privilege, table) per dialect.
-# SELECT on queue_ingest: Spark's JDBC writer reads the table's columns
+# Table privileges, the only ones any capability gets: (privilege, table) per dialect
+# (Dialect.grant_tables). SELECT on queue_ingest: Spark's JDBC writer reads the table's columns
 # (SELECT * FROM queue_ingest WHERE 1=0) before an append and fails without it.
 # On PostgreSQL the table is empty whenever no INSERT is running (the trigger
 # deletes its rows in the inserting statement), so it shows nothing; on
 # MySQL/MariaDB it shows the rows appended and not flushed yet (README).
 TABLES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
-    "postgresql": {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "queue_ingest"))},
-    "mysql": {
-        "ingest": (
-            ("INSERT", "queue_ingest"),
-            ("SELECT", "queue_ingest"),
-            ("SELECT", "pyqueue_ingest_reject"),
-        )
-    },
+    cls.name: dict(cls.grant_tables) for cls in dialects.DIALECTS
 }
 
 # Every contract routine (the same names in both dialects); the internal
@@ -153,27 +146,12 @@ class Account:
     host: str | None = None
 
 
-def parse_account(dialect: str, text: str) -> Account:
+def parse_account(dialect: str | Dialect, text: str) -> Account:
     """PostgreSQL: the role name as is. MySQL: user@host (host '%' when none is
     given); a trailing @ with no host (name@) names a MariaDB role."""
     if not text or "\x00" in text:
         raise errors.InvalidArgumentError("the role name must not be empty or contain NUL")
-    if dialect == "postgresql":
-        if len(text.encode()) > 63:
-            raise errors.InvalidArgumentError(f"PostgreSQL role names have at most 63 bytes: {text!r}")
-        return Account(text)
-    user, at, host = text.rpartition("@")
-    if not at:
-        user, host = text, "%"
-    for what, value, limit in (("user", user, 80), ("host", host, 255)):
-        if what == "host" and value == "":
-            continue  # a role
-        if not value or not _MYSQL_NAME.fullmatch(value) or len(value) > limit:
-            raise errors.InvalidArgumentError(
-                f"MySQL account {what} {value!r} must be 1-{limit} characters without quotes, "
-                "backticks or control characters"
-            )
-    return Account(user, host)
+    return Account(*dialects.as_dialect(dialect).parse_grantee(text))
 
 
 def capabilities_with(routine: str) -> list[str]:
@@ -207,7 +185,7 @@ def _mysql_account(account: Account) -> str:
 
 
 def statements(
-    dialect: str,
+    dialect: str | Dialect,
     account: Account,
     capabilities: Sequence[str],
     schema: str | None = None,
@@ -217,49 +195,38 @@ def statements(
     PostgreSQL, str on MySQL (the named statements of sql/<dialect>/queries.sql).
     schema: the PostgreSQL schema / MySQL database the routines live in (None:
     unqualified names, resolved where the statements run)."""
+    d = dialects.as_dialect(dialect)
     caps = capabilities_of(capabilities)
     routines = sorted({r for c in caps for r in CAPABILITIES[c]})
-    tables = sorted({t for c in caps for t in TABLES[dialect].get(c, ())}, key=lambda t: (t[1], t[0]))
-    named = queries(dialect)
+    tables = sorted({t for c in caps for t in d.grant_tables.get(c, ())}, key=lambda t: (t[1], t[0]))
     execute, table = ("revoke_execute", "revoke_table") if revoke else ("grant_execute", "grant_table")
-    if dialect == "postgresql":
-        from psycopg import sql
 
-        def qualified(name: str) -> Any:
-            return sql.Identifier(schema, name) if schema else sql.Identifier(name)
+    def qualified(name: str) -> Any:
+        return d.identifier(schema, name) if schema else d.identifier(name)
 
-        role = sql.Identifier(account.name)
-        out = []
-        if schema and not revoke:
-            out.append(sql.SQL(named["grant_schema_usage"]).format(schema=sql.Identifier(schema), role=role))
-        out += [sql.SQL(named[execute]).format(routine=qualified(r), role=role) for r in routines]
-        out += [
-            sql.SQL(named[table]).format(privilege=sql.SQL(_PRIVILEGES[priv]), table=qualified(t), role=role)
-            for priv, t in tables
-        ]
-        return out
-    who = _mysql_account(account)
-
-    def target(name: str) -> str:
-        return f"{_mysql_quote(schema)}.{_mysql_quote(name)}" if schema else _mysql_quote(name)
-
-    out = [named[execute].format(routine=target(r), role=who) for r in routines]
-    out += [named[table].format(privilege=_PRIVILEGES[priv], table=target(t), role=who) for priv, t in tables]
+    role = d.grantee(account.name, account.host)
+    out = []
+    if schema and not revoke and d.grants_schema_usage:
+        out.append(d.compose(d.statement("grant_schema_usage"), schema=d.identifier(schema), role=role))
+    out += [d.compose(d.statement(execute), routine=qualified(r), role=role) for r in routines]
+    out += [
+        d.compose(d.statement(table), privilege=d.keyword(_PRIVILEGES[priv]), table=qualified(t), role=role)
+        for priv, t in tables
+    ]
     return out
 
 
-def render(dialect: str, stmts: Sequence[Any], connection: Any = None) -> list[str]:
+def render(dialect: str | Dialect, stmts: Sequence[Any], connection: Any = None) -> list[str]:
     """The statements as SQL text (for printing), each ending with ';'."""
-    if dialect == "postgresql":
-        return [s.as_string(connection) + ";" for s in stmts]
-    return [s + ";" for s in stmts]
+    d = dialects.as_dialect(dialect)
+    return [d.statement_text(s, connection) + ";" for s in stmts]
 
 
-def current_schema(dialect: str, connection: Any) -> str:
+def current_schema(dialect: str | Dialect, connection: Any) -> str:
     """The schema (PostgreSQL) or database (MySQL) a connection installs into."""
     cur = connection.cursor()
     try:
-        cur.execute(queries(dialect)["current_schema"])
+        cur.execute(dialects.as_dialect(dialect).statement("current_schema"))
         row = cur.fetchone()
     finally:
         cur.close()
@@ -268,33 +235,17 @@ def current_schema(dialect: str, connection: Any) -> str:
     return row[0]
 
 
-@contextlib.contextmanager
-def no_account_creation(dialect: str, connection: Any) -> Any:
+def no_account_creation(dialect: str | Dialect, connection: Any) -> contextlib.AbstractContextManager[None]:
     """While in the block, a GRANT to an account that does not exist fails
     instead of creating it. MariaDB creates a password-less account on such a
     GRANT unless sql_mode has NO_AUTO_CREATE_USER (in its default, but a
     session may lack it): the block adds it for the session and puts the
     session's sql_mode back afterwards. MySQL 8 and PostgreSQL never create
     an account on GRANT."""
-    if dialect != "mysql":
-        yield
-        return
-    named = queries("mysql")
-    cur = connection.cursor()
-    try:
-        cur.execute(named["session_sql_mode"])
-        (saved,) = cur.fetchone()
-        cur.execute(named["forbid_account_creation"])
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):  # a lost connection: the error that matters is the block's
-                cur.execute(named["set_session_sql_mode"], (saved,))
-    finally:
-        cur.close()
+    return dialects.as_dialect(dialect).no_account_creation(connection)
 
 
-def apply(dialect: str, connection: Any, stmts: Sequence[Any]) -> None:
+def apply(dialect: str | Dialect, connection: Any, stmts: Sequence[Any]) -> None:
     """Runs the statements on a connection (autocommit, or commit afterwards
     yourself). A GRANT to an account that does not exist fails: it is never
     created here."""

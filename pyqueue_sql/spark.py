@@ -65,9 +65,10 @@ HISTORY_COLUMNS = (
     "outcome",
 )
 
-DRIVERS = {"postgresql": "org.postgresql.Driver", "mysql": "org.mariadb.jdbc.Driver"}
+# The JDBC driver class of each dialect (Dialect.jdbc).
+DRIVERS = {cls.name: cls.jdbc.driver_class for cls in dialects.DIALECTS}
 # Debian's libpostgresql-jdbc-java and libmariadb-java (scripts/spark-deps.sh installs them).
-DEFAULT_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
+DEFAULT_JARS = tuple(cls.jdbc.jar for cls in dialects.DIALECTS)
 JARS_ENV = "PYQUEUE_JDBC_JARS"
 
 DEFAULT_BATCH_SIZE = 5000
@@ -121,10 +122,15 @@ class IngestResult:
 class Target:
     """One database as both a JDBC URL (for Spark) and a pyqueue DSN (for the Python client)."""
 
-    dialect: str  # 'postgresql' or 'mysql'
+    dialect: str  # the dialect's name (Dialect.name)
     jdbc_url: str  # without user/password (those are in properties)
     dsn: str
     properties: dict[str, str]
+
+    @property
+    def sql_dialect(self) -> dialects.Dialect:
+        """The Dialect of the database (what differs between PostgreSQL and MySQL/MariaDB)."""
+        return dialects.for_name(self.dialect)
 
 
 def target(url: str, properties: Mapping[str, str] | None = None) -> Target:
@@ -133,14 +139,13 @@ def target(url: str, properties: Mapping[str, str] | None = None) -> Target:
     raw = url[len("jdbc:") :] if url.startswith("jdbc:") else url
     parts = urlsplit(raw)
     scheme = parts.scheme.split("+", 1)[0].lower()
-    name = {"postgresql": "postgresql", "postgres": "postgresql", "mysql": "mysql", "mariadb": "mysql"}.get(
-        scheme
-    )
-    if name is None:
+    try:
+        d = dialects.for_scheme(scheme)
+    except errors.UnsupportedDsnError:
         raise errors.UnsupportedDsnError(
             f"cannot tell the database from {scheme!r}: use postgresql://, mysql://, jdbc:postgresql:// "
             "or jdbc:mysql:// (jdbc:mariadb://)"
-        )
+        ) from None
     query = dict(parse_qsl(parts.query))
     user = (
         props.pop("user", None)
@@ -153,27 +158,26 @@ def target(url: str, properties: Mapping[str, str] | None = None) -> Target:
         or (unquote(parts.password) if parts.password else None)
     )
     host = parts.hostname or "127.0.0.1"
-    port = parts.port or (5432 if name == "postgresql" else 3306)
+    port = parts.port or d.default_port
     database = parts.path.lstrip("/")
     hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if not url.startswith("jdbc:"):
         query = {}  # a DSN's own options are for the Python driver, not for JDBC
     # Spark picks its SQL dialect (identifier quoting) from the URL scheme: MariaDB's
     # driver takes jdbc:mysql:// (2.x always, 3.x with permitMysqlScheme).
-    jdbc_scheme = "postgresql" if name == "postgresql" else "mysql"
-    jdbc = f"jdbc:{jdbc_scheme}://{hostport}/{database}"
+    jdbc = f"jdbc:{d.jdbc.url_scheme}://{hostport}/{database}"
     if query:
         jdbc += "?" + urlencode(query)
     cred = ""
     if user:
         cred = quote(user, safe="") + (":" + quote(password, safe="") if password else "") + "@"
-    dsn = f"{name}://{cred}{hostport}/{database}"
+    dsn = f"{d.name}://{cred}{hostport}/{database}"
     if user:
         props["user"] = user
     if password:
         props["password"] = password
-    props.setdefault("driver", DRIVERS[name])
-    return Target(name, jdbc, dsn, props)
+    props.setdefault("driver", d.jdbc.driver_class)
+    return Target(d.name, jdbc, dsn, props)
 
 
 def write_options(tgt: Target, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, str]:
@@ -182,20 +186,16 @@ def write_options(tgt: Target, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str
     opts.setdefault("batchsize", str(batch_size))
     # Spark's default READ_UNCOMMITTED means nothing for an INSERT; ask for what the routines expect.
     opts.setdefault("isolationLevel", "READ_COMMITTED")
-    if tgt.dialect == "postgresql":
-        opts.setdefault("reWriteBatchedInserts", "true")  # one multi-row INSERT per 128 rows
-        opts.setdefault("stringtype", "unspecified")  # strings may land in jsonb/timestamptz columns
-    else:
-        opts.setdefault("rewriteBatchedStatements", "true")  # multi-row INSERTs (see bench/spark.md)
-        opts.setdefault("permitMysqlScheme", "true")  # Connector/J 3.x; 2.x ignores it
+    for key, value in tgt.sql_dialect.jdbc.write_options:  # batched multi-row INSERTs, and the like
+        opts.setdefault(key, value)
     return opts
 
 
 def read_options(tgt: Target) -> dict[str, str]:
     opts = dict(tgt.properties)
     opts.setdefault("fetchsize", "10000")
-    if tgt.dialect == "mysql":
-        opts.setdefault("permitMysqlScheme", "true")
+    for key, value in tgt.sql_dialect.jdbc.read_options:
+        opts.setdefault(key, value)
     return opts
 
 
@@ -228,10 +228,9 @@ def missing_requirements() -> list[str]:
     except ImportError:
         problems.append("pyspark is not installed (pip install 'pyqueue-sql[spark]')")
     jars = " ".join(jdbc_jars())
-    if "postgresql" not in jars:
-        problems.append("no PostgreSQL JDBC jar (apt-get install libpostgresql-jdbc-java)")
-    if "mariadb" not in jars:
-        problems.append("no MariaDB JDBC jar (apt-get install libmariadb-java)")
+    for cls in dialects.DIALECTS:
+        if cls.jdbc.jar_marker not in jars:
+            problems.append(f"no {cls.jdbc.product} JDBC jar (apt-get install {cls.jdbc.debian_package})")
     return problems
 
 
@@ -313,9 +312,11 @@ def ingest_frame(
     payload: Any = "payload",
     run_at: Any = None,
     priority: Any = None,
-    dialect: str = "postgresql",
+    dialect: str | dialects.Dialect | None = None,
 ) -> DataFrame:
-    """The DataFrame of queue_ingest rows (queue_name, p_key, p_kind, payload, run_at, priority)."""
+    """The DataFrame of queue_ingest rows (queue_name, p_key, p_kind, payload, run_at, priority).
+    ``dialect`` (a name or a Dialect) is the database's: run_at is sent as UTC wall-clock text where
+    the database stores times that way; None sends run_at as a timestamp."""
     from pyspark.sql import Column
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
@@ -335,8 +336,8 @@ def ingest_frame(
     ]
     if run_at is not None:
         at = _col(df, run_at, "run_at").cast(TimestampType())
-        if dialect == "mysql":
-            # DATETIME(6) holds UTC wall-clock time: send it as text, so that no JVM time zone applies.
+        if dialect is not None and dialects.as_dialect(dialect).utc_wall_clock_times:
+            # e.g. DATETIME(6) holds UTC wall-clock time: send it as text, so that no JVM time zone applies.
             at = F.date_format(at, "yyyy-MM-dd HH:mm:ss.SSSSSS")
         cols.append(at.alias("run_at"))
     if priority is not None:
@@ -385,20 +386,17 @@ def _java_messages(exc: BaseException) -> list[str]:
     return out or [str(exc)]
 
 
-def _routine_error(exc: BaseException) -> errors.QueueError | None:
+def _routine_error(exc: BaseException, dialect: dialects.Dialect | None = None) -> errors.QueueError | None:
     """The first pyqueue:<code> message inside a Spark/JDBC failure, as the pyqueue_sql
-    error the Python client raises for it (the same mapping as dialects.py's). The
-    message is the routine's line: a driver's additions around it (PostgreSQL's
-    "ERROR: " before, its "Where:" context and "Call getNextException" after) are cut."""
+    error the Python client raises for it (the dialect's mapping: Dialect.jdbc_routine_error,
+    which cuts what the JDBC driver adds around the routine's line). Without a dialect,
+    each dialect's driver additions are looked for."""
+    candidates = [dialect] if dialect is not None else [cls() for cls in dialects.DIALECTS]
     for message in _java_messages(exc):
-        start = message.find("pyqueue:")
-        if start < 0:
-            continue
-        line = message[start:].split("\n", 1)[0]
-        line = line.split("  Where:", 1)[0].split("  Call getNextException", 1)[0].strip()
-        mapped = dialects._map_routine_error(line)
-        if mapped is not None:
-            return mapped
+        for d in candidates:
+            mapped = d.jdbc_routine_error(message)
+            if mapped is not None:
+                return mapped
     return None
 
 
@@ -452,7 +450,7 @@ def _flush(tgt: Target, dsn: str, queue: str | None) -> IngestResult:
     from .client import connect
 
     with connect(dsn) as db:
-        mark = db.call("ingest_reject_mark")[0][0] if tgt.dialect == "mysql" else None
+        mark = db.call("ingest_reject_mark")[0][0] if tgt.sql_dialect.ingest_keeps_rejects else None
         [(enqueued, duplicates, rejected)] = db.call("ingest_flush", queue=queue)
         result = IngestResult(None, int(enqueued), int(duplicates), int(rejected))
         if result.rejected:
@@ -524,14 +522,15 @@ def enqueue(
     from pyspark.sql import functions as F
 
     tgt = target(url, properties)
+    d = tgt.sql_dialect
     rows = ingest_frame(
-        df, queue, key=key, kind=kind, payload=payload, run_at=run_at, priority=priority, dialect=tgt.dialect
+        df, queue, key=key, kind=kind, payload=payload, run_at=run_at, priority=priority, dialect=d
     )
     if num_partitions is not None:
         rows = rows.coalesce(num_partitions) if num_partitions < rows.rdd.getNumPartitions() else rows
     seen = Observation(f"pyqueue-ingest-{uuid.uuid4().hex}")
     rows = rows.observe(seen, F.count(F.lit(1)).alias("rows"))
-    if tgt.dialect == "postgresql":
+    if d.ingest_counts_by_session_tag:
         tagged, flush_dsn = _tagged(tgt, uuid.uuid4().hex)
         opts = write_options(replace(tgt, properties=tagged), batch_size)
     else:
@@ -541,7 +540,7 @@ def enqueue(
         with _quiet_task_failures(df.sparkSession):
             rows.write.jdbc(tgt.jdbc_url, INGEST_TABLE, mode="append", properties=opts)
     except Exception as exc:
-        mapped = _routine_error(exc)
+        mapped = _routine_error(exc, d)
         if mapped is None:
             raise
         log.debug("the Spark JDBC write into %s failed", INGEST_TABLE, exc_info=exc)
@@ -549,7 +548,7 @@ def enqueue(
         raise mapped from None
     written = int(seen.get.get("rows", 0))
     result = _flush(tgt, flush_dsn, queue if isinstance(queue, str) else None)
-    if tgt.dialect == "postgresql" and written and result.enqueued == 0 and result.duplicates == 0:
+    if d.ingest_counts_by_session_tag and written and result.enqueued == 0 and result.duplicates == 0:
         # the installed schema's trigger keeps no tally: the counts are unknown, not zero
         return IngestResult(written, None, None, 0)
     return IngestResult(written, result.enqueued, result.duplicates, result.rejected)

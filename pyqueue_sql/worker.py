@@ -19,10 +19,11 @@ How it waits (the dispatcher thread, one connection):
       wait is buffered in the connection and never lost. A push that the
       NOTIFY throttle swallowed is caught by a re-check one `linger` after each
       wakeup, and anything else by the poll fallback;
-    - MySQL/MariaDB (no NOTIFY): with one queue, a long poll inside the server
-      (queue_wait: one client round trip per `mysql_wait` seconds, checks every
-      `mysql_check` seconds); with several queues, client-side polling that
-      backs off from `poll_min` to `poll_max`.
+    - MySQL/MariaDB (no NOTIFY), or listen=False: with one queue, a long poll
+      inside the server (queue_wait: one client round trip per `long_poll_wait`
+      seconds, checking every `long_poll_check` seconds); with several queues,
+      client-side polling that backs off from `poll_min` to `poll_max`.
+      (`mysql_wait` and `mysql_check` are deprecated names of these two.)
 
 Each message: the handler runs on a pool thread; success -> queue_commit;
 exception -> queue_fail with the queue's RetryPolicy delay (exponential,
@@ -113,6 +114,7 @@ import signal
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,6 +123,24 @@ from . import dialects, errors
 from .client import Database, Reservation, WorkerRegistration, connect, default_worker_name
 
 log = logging.getLogger("pyqueue_sql.worker")
+
+# Without LISTEN, a worker of one queue long-polls queue_wait: one round trip lasts up to
+# LONG_POLL_WAIT seconds, in which the server looks for a ready message every LONG_POLL_CHECK seconds.
+LONG_POLL_WAIT = 1.0
+LONG_POLL_CHECK = 0.025
+
+
+def _renamed(old: str, old_value: float | None, new: str, new_value: float, default: float) -> float:
+    """The value of a keyword argument that has a deprecated old name: the old one still works
+    (with a DeprecationWarning); both at once with different values is an error."""
+    if old_value is None:
+        return new_value
+    warnings.warn(
+        f"Worker({old}=...) is deprecated: use {new}= (same meaning)", DeprecationWarning, stacklevel=3
+    )
+    if new_value != default and new_value != old_value:
+        raise errors.InvalidArgumentError(f"pass {new} only ({old} is its deprecated name), not both")
+    return old_value
 
 
 @dataclass(frozen=True)
@@ -348,18 +368,24 @@ class Worker:
         poll_min: float = 0.05,
         poll_max: float = 1.0,
         linger: float = 0.1,
-        mysql_wait: float = 1.0,
-        mysql_check: float = 0.025,
+        long_poll_wait: float = LONG_POLL_WAIT,
+        long_poll_check: float = LONG_POLL_CHECK,
         shutdown_timeout: float = 30.0,
         listen: bool = True,
         register: bool = True,
         release_dead_after: float | None = None,
+        mysql_wait: float | None = None,
+        mysql_check: float | None = None,
     ) -> None:
+        long_poll_wait = _renamed("mysql_wait", mysql_wait, "long_poll_wait", long_poll_wait, LONG_POLL_WAIT)
+        long_poll_check = _renamed(
+            "mysql_check", mysql_check, "long_poll_check", long_poll_check, LONG_POLL_CHECK
+        )
         if concurrency < 1:
             raise errors.InvalidArgumentError("concurrency must be at least 1")
-        if lease <= 0 or poll_min <= 0 or poll_max < poll_min or mysql_wait <= 0 or mysql_check <= 0:
+        if lease <= 0 or poll_min <= 0 or poll_max < poll_min or long_poll_wait <= 0 or long_poll_check <= 0:
             raise errors.InvalidArgumentError(
-                "lease, poll_min, mysql_wait and mysql_check must be > 0, poll_max >= poll_min"
+                "lease, poll_min, long_poll_wait and long_poll_check must be > 0, poll_max >= poll_min"
             )
         if release_dead_after is not None and release_dead_after < lease:
             raise errors.InvalidArgumentError(
@@ -378,8 +404,8 @@ class Worker:
         self.poll_min = poll_min
         self.poll_max = poll_max
         self.linger = linger
-        self.mysql_wait = mysql_wait
-        self.mysql_check = mysql_check
+        self.long_poll_wait = long_poll_wait
+        self.long_poll_check = long_poll_check
         self.shutdown_timeout = shutdown_timeout
         self.use_listen = listen and self.dialect.supports_listen
         self.register = register
@@ -408,6 +434,32 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._wake_queues: set[str] = set()
         self._rng = random.Random()
+
+    @property
+    def mysql_wait(self) -> float:
+        """Deprecated name of long_poll_wait."""
+        warnings.warn("Worker.mysql_wait is deprecated: use long_poll_wait", DeprecationWarning, stacklevel=2)
+        return self.long_poll_wait
+
+    @mysql_wait.setter
+    def mysql_wait(self, value: float) -> None:
+        warnings.warn("Worker.mysql_wait is deprecated: use long_poll_wait", DeprecationWarning, stacklevel=2)
+        self.long_poll_wait = value
+
+    @property
+    def mysql_check(self) -> float:
+        """Deprecated name of long_poll_check."""
+        warnings.warn(
+            "Worker.mysql_check is deprecated: use long_poll_check", DeprecationWarning, stacklevel=2
+        )
+        return self.long_poll_check
+
+    @mysql_check.setter
+    def mysql_check(self, value: float) -> None:
+        warnings.warn(
+            "Worker.mysql_check is deprecated: use long_poll_check", DeprecationWarning, stacklevel=2
+        )
+        self.long_poll_check = value
 
     # -- configuration -----------------------------------------------------------
     def handler(self, queue: str, kind: str | None = None, *, retry: RetryPolicy | None = None):
@@ -690,7 +742,7 @@ class Worker:
         while not self._stopping.is_set():
             if nothing_ready:
                 try:
-                    nothing_ready = not self._wait(conn, self.mysql_wait)
+                    nothing_ready = not self._wait(conn, self.long_poll_wait)
                 except _Stopped:
                     return
                 continue
@@ -725,7 +777,7 @@ class Worker:
             if self.use_listen:
                 timeout = self.poll_fallback
             elif len(self.routes) == 1:
-                timeout = self.mysql_wait
+                timeout = self.long_poll_wait
             else:
                 timeout = poll
                 poll = min(poll * 2, self.poll_max)
@@ -757,7 +809,7 @@ class Worker:
         return due
 
     def _wait(self, conn: _Connection, timeout: float) -> bool:
-        """Waits up to timeout; True if woken by a wakeup (PostgreSQL) or a ready message (MySQL)."""
+        """Waits up to timeout; True if woken by a notification (LISTEN) or a ready message (long poll)."""
         if timeout <= 0:
             return False
         deadline = time.monotonic() + timeout
@@ -770,10 +822,12 @@ class Worker:
                 left = deadline - time.monotonic()
                 # Short slices so that stop() is noticed within 0.25 s.
                 while left > 0 and not self._stopping.is_set():
-                    for note in db.connection.notifies(timeout=min(left, 0.25), stop_after=1):
+                    for channel, payload in self.dialect.wait_for_notification(
+                        db.connection, min(left, 0.25)
+                    ):
                         woke = True
                         self.stats.wakeups += 1
-                        self._wake_queues.add(self._channels.get(note.channel, note.payload))
+                        self._wake_queues.add(self._channels.get(channel, payload))
                     if woke:
                         return True  # later notifications stay buffered for the next wait
                     left = deadline - time.monotonic()
@@ -788,7 +842,7 @@ class Worker:
                 return True
             woke = conn.run(
                 lambda db: db.queue(route.queue).wait(
-                    timeout=round(timeout, 6) or 0.000001, poll=self.mysql_check, kinds=route.kinds()
+                    timeout=round(timeout, 6) or 0.000001, poll=self.long_poll_check, kinds=route.kinds()
                 ),
                 give_up=self._stopping,
             )

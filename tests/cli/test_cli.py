@@ -58,7 +58,7 @@ def test_no_dsn_is_a_usage_error(capsys, monkeypatch):
 
 
 def test_no_import_cycle_between_cli_and_demo():
-    """The helpers both use live in _format: demo never imports cli, and cli imports
+    """The helpers both use live in pyqueue_sql.display: demo never imports cli, and cli imports
     demo only inside the `demo` command."""
     import ast
     import pathlib
@@ -101,19 +101,14 @@ def test_migrate_from_an_older_revision_names_both(capsys, fresh_database):
 def test_migrate_refuses_a_script_installed_schema_until_adopted(capsys, fresh_database):
     import pyqueue_sql
     from pyqueue_sql import dialects
-    from pyqueue_sql.queries import install_script, split_script
+    from pyqueue_sql.queries import install_script
 
     target = fresh_database()
     dialect = dialects.for_dsn(target)
     connection = dialect.connect(target)
     try:
         cursor = connection.cursor()
-        text = install_script(dialect.name)
-        if dialect.name == "postgresql":
-            cursor.execute(text)
-        else:
-            for statement in split_script(text):
-                cursor.execute(statement)
+        dialect.run_script(cursor, install_script(dialect.name))
         cursor.close()
     finally:
         connection.close()

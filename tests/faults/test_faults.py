@@ -364,7 +364,7 @@ def test_push_rolled_back_leaves_no_message_and_sends_no_wakeup(dialect, dsn, ma
         import psycopg
         from psycopg import sql
 
-        listener = psycopg.connect(dialects._strip_driver(dsn), autocommit=True)
+        listener = psycopg.connect(dialects.strip_driver(dsn), autocommit=True)
         listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(q.channel())))
     try:
         result: dict[str, bool] = {}

@@ -169,6 +169,49 @@ def test_expired_reservation_is_picked_up_when_it_expires(dsn, queue, connect):
     assert -0.05 <= (at - expires).total_seconds() <= 2.0
 
 
+def _idle_round_trips(worker: Worker, queue, seconds: float) -> int:
+    """How many database calls the running worker makes in `seconds` while its queue is empty."""
+    worker.add_handler(queue.name, lambda job: None)
+    idle = idle_event(worker)
+    with running(worker):
+        assert idle.wait(30)
+        time.sleep(0.3)  # into the long poll
+        before = worker.stats.db_calls
+        time.sleep(seconds)
+        return worker.stats.db_calls - before
+
+
+def test_long_poll_wait_sets_how_long_each_server_side_wait_lasts(dsn, queue):
+    """Without LISTEN (MySQL, or listen=False) a one-queue worker long-polls queue_wait: one
+    round trip per long_poll_wait seconds while nothing is ready."""
+    short = Worker(dsn, listen=False, poll_fallback=60.0, long_poll_wait=0.2, long_poll_check=0.01)
+    assert _idle_round_trips(short, queue, 2.0) >= 5
+    long = Worker(dsn, listen=False, poll_fallback=60.0, long_poll_wait=10.0)
+    assert _idle_round_trips(long, queue, 2.0) <= 2
+
+
+def test_mysql_wait_and_mysql_check_are_deprecated_names_of_the_long_poll_settings(dsn, queue):
+    with pytest.warns(DeprecationWarning, match=r"mysql_wait=.*long_poll_wait"):
+        with pytest.warns(DeprecationWarning, match=r"mysql_check=.*long_poll_check"):
+            worker = Worker(dsn, listen=False, poll_fallback=60.0, mysql_wait=0.2, mysql_check=0.01)
+    assert (worker.long_poll_wait, worker.long_poll_check) == (0.2, 0.01)
+    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
+        assert worker.mysql_wait == 0.2
+    with pytest.warns(DeprecationWarning, match="long_poll_check"):
+        assert worker.mysql_check == 0.01
+    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
+        worker.mysql_wait = 0.25
+    assert worker.long_poll_wait == 0.25
+    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
+        worker.mysql_wait = 0.2
+    # the same behaviour as the new name: a round trip every 0.2 s while idle
+    assert _idle_round_trips(worker, queue, 2.0) >= 5
+    with pytest.warns(DeprecationWarning), pytest.raises(pyqueue_sql.InvalidArgumentError, match="not both"):
+        Worker(dsn, long_poll_wait=2.0, mysql_wait=3.0)
+    with pytest.warns(DeprecationWarning), pytest.raises(pyqueue_sql.InvalidArgumentError, match="> 0"):
+        Worker(dsn, mysql_check=0)
+
+
 # -- handling ------------------------------------------------------------------------
 
 

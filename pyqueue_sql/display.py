@@ -1,6 +1,8 @@
-"""Text helpers shared by the command line and the demo: tables, ages, DSNs, errors.
+"""Showing queue state and errors to a person: text tables, ages and durations, DSNs with the
+password hidden, one-line error messages.
 
-Neither ``cli`` nor ``demo`` imports the other; both import this module.
+The command line, the demo and the examples use these; neither ``cli`` nor ``demo`` imports the
+other, both import this module.
 """
 
 from __future__ import annotations

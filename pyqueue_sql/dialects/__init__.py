@@ -1,0 +1,113 @@
+"""Everything that differs between PostgreSQL and MySQL/MariaDB, in one place.
+
+    from pyqueue_sql import dialects
+    d = dialects.for_dsn("mysql://root@127.0.0.1/app")   # or for_name("postgresql"), for_connection(conn)
+    d.supports_listen, d.transactional_ddl, d.run(conn, "push", {...}) ...
+
+``base`` holds the Dialect interface and what both share (value encoders, the
+routine-error mapping); ``postgresql`` and ``mysql`` fill in the differences.
+Callers use the dialect's attributes and methods, never its name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import errors
+from .base import (
+    UTC,
+    Dialect,
+    Duration,
+    JdbcDriver,
+    as_timedelta,
+    as_utc,
+    encode_json,
+    key_value,
+    read_token,
+    routine_error,
+    strip_driver,
+    text_value,
+    token_value,
+    whole_number,
+)
+from .mysql import MySQL, mysql_connect_args
+from .postgresql import PostgreSQL
+
+__all__ = [
+    "DIALECTS",
+    "SCHEMES",
+    "UTC",
+    "Dialect",
+    "Duration",
+    "JdbcDriver",
+    "MySQL",
+    "PostgreSQL",
+    "as_dialect",
+    "as_timedelta",
+    "as_utc",
+    "encode_json",
+    "for_connection",
+    "for_dsn",
+    "for_name",
+    "for_scheme",
+    "key_value",
+    "mysql_connect_args",
+    "read_token",
+    "routine_error",
+    "strip_driver",
+    "text_value",
+    "token_value",
+    "whole_number",
+]
+
+# Every dialect, in the order they are listed in messages.
+DIALECTS: tuple[type[Dialect], ...] = (PostgreSQL, MySQL)
+
+# DSN (and JDBC URL) schemes, +driver suffixes aside, and the names SQLAlchemy gives the dialects.
+SCHEMES: dict[str, type[Dialect]] = {
+    "postgresql": PostgreSQL,
+    "postgres": PostgreSQL,
+    "mysql": MySQL,
+    "mariadb": MySQL,
+}
+
+
+def for_scheme(scheme: str) -> Dialect:
+    """The dialect of a URL scheme (postgresql, postgres, mysql, mariadb; a +driver suffix is ignored)."""
+    key = scheme.split("+", 1)[0].lower()
+    try:
+        return SCHEMES[key]()
+    except KeyError:
+        raise errors.UnsupportedDsnError(
+            f"cannot tell the database from DSN scheme {key!r}: use postgresql://... or mysql://..."
+        ) from None
+
+
+def for_dsn(dsn: str) -> Dialect:
+    """The dialect a DSN names: postgresql:// or mysql:// (mariadb:// too; +driver suffixes are ignored)."""
+    return for_scheme(dsn.partition("://")[0] if "://" in dsn else "")
+
+
+def for_name(name: str) -> Dialect:
+    """The dialect of a name: postgresql or mysql (postgres and mariadb too; SQLAlchemy's names)."""
+    try:
+        return SCHEMES[name.lower()]()
+    except KeyError:
+        raise errors.UnsupportedDsnError(f"unknown dialect {name!r}: use postgresql or mysql") from None
+
+
+def as_dialect(dialect: str | Dialect) -> Dialect:
+    """A Dialect as it is, a name as for_name's dialect."""
+    return dialect if isinstance(dialect, Dialect) else for_name(dialect)
+
+
+def for_connection(connection: Any) -> Dialect:
+    """The dialect of a DB-API connection (psycopg 3 or PyMySQL)."""
+    for cls in DIALECTS:
+        dialect = cls()
+        if dialect.owns(connection):
+            return dialect
+    raise errors.UnsupportedDsnError(
+        f"unsupported connection type {type(connection).__module__}.{type(connection).__name__}: "
+        "pass a psycopg 3 or PyMySQL connection"
+    )

@@ -1,0 +1,354 @@
+"""The Dialect interface, and what both dialects share: value encoders and the routine-error mapping.
+
+A dialect knows how to open a connection from a DSN, how to run one of its
+named statements (pyqueue_sql.queries) and read the rows back, how to convert
+Python values to what its routines take (durations, times, payloads,
+batches, arrays), how to wait for a wakeup, how to render and run GRANTs, and
+how to turn a routine's refusal into a pyqueue_sql exception. Capabilities
+are attributes (``supports_listen``, ``transactional_ddl``...) and methods of
+the dialect, so that callers never ask which database they talk to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import re
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from .. import errors
+from ..queries import queries, split_script
+
+UTC = dt.timezone.utc
+
+# A routine refuses a call with the message "pyqueue:<code>: <text>" (sql/CONTRACT.md); the code
+# names the exception (errors.ERROR_CODES).
+ROUTINE_ERROR = re.compile(r"pyqueue:(\w+):\s*(.*)", re.DOTALL)
+
+Duration = dt.timedelta | int | float | Decimal | None
+
+
+def routine_error(message: str | None) -> errors.QueueError | None:
+    """The pyqueue_sql exception for a routine's refusal found in a server message ("pyqueue:<code>:
+    <text>": the exception of that code, with <text> as its message), or None for any other message."""
+    match = ROUTINE_ERROR.search(message or "")
+    if not match:
+        return None
+    cls = errors.ERROR_CODES.get(match.group(1), errors.QueueError)
+    return cls(match.group(2).strip())
+
+
+def as_timedelta(value: Duration, what: str) -> dt.timedelta | None:
+    """A duration argument (timedelta or seconds) as a timedelta; None is passed on."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise errors.InvalidArgumentError(f"{what} must be a timedelta or a number of seconds, not a bool")
+    if isinstance(value, dt.timedelta):
+        return value
+    if isinstance(value, (int, float, Decimal)):
+        return dt.timedelta(seconds=float(value))
+    raise errors.InvalidArgumentError(
+        f"{what} must be a timedelta or a number of seconds, not {type(value).__name__}"
+    )
+
+
+def as_utc(value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime | None:
+    """run_at as an aware UTC datetime; a timedelta means that long from now."""
+    if value is None:
+        return None
+    if isinstance(value, dt.timedelta):
+        return dt.datetime.now(UTC) + value
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise errors.InvalidArgumentError(
+                f"{what} must be timezone-aware (a naive datetime is ambiguous)"
+            )
+        return value.astimezone(UTC)
+    raise errors.InvalidArgumentError(f"{what} must be a datetime or a timedelta, not {type(value).__name__}")
+
+
+def text_value(value: Any, what: str) -> str | None:
+    """A name argument (queue, kind, worker...) as it is; None is passed on for the routine to refuse.
+    Anything but a str is refused here, the same on both dialects (PostgreSQL would not find the
+    routine for such a type, MySQL would convert it silently)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise errors.InvalidArgumentError(f"{what} must be a str, not {type(value).__name__} ({value!r:.40})")
+
+
+def key_value(value: Any, what: str = "key") -> str | None:
+    """A message key: a str, or an int as its decimal text (17 -> '17'); a bool is refused (True is
+    not the key 1). None is passed on for the routine to refuse."""
+    if isinstance(value, bool):
+        raise errors.InvalidArgumentError(f"{what} must be a str or an int, not a bool")
+    if isinstance(value, int):
+        return str(value)
+    if value is None or isinstance(value, str):
+        return value
+    raise errors.InvalidArgumentError(
+        f"{what} must be a str or an int, not {type(value).__name__} ({value!r:.40})"
+    )
+
+
+def token_value(value: Any, what: str = "token") -> str | None:
+    """A reservation token as text (a uuid.UUID is accepted as its text); None is passed on."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise errors.InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
+
+
+def read_token(value: Any) -> str | None:
+    """A token as the routines return it (PostgreSQL uuid, MySQL CHAR(36)), as a str."""
+    return None if value is None else str(value)
+
+
+def whole_number(value: Any, what: str) -> int | None:
+    """An int argument as it is (None = the routine's default); refuses 2.5,
+    "3" and True instead of letting a cast round or convert them."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise errors.InvalidArgumentError(f"{what} must be a whole number, not {value!r}")
+
+
+def encode_json(payload: Any) -> str:
+    """A payload as compact JSON text; InvalidPayloadError for what JSON cannot hold (NaN, sets...)."""
+    try:
+        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidPayloadError(f"payload is not JSON-serialisable: {exc}") from exc
+
+
+def strip_driver(dsn: str) -> str:
+    """The DSN without a +driver suffix on its scheme (postgresql+psycopg:// -> postgresql://)."""
+    scheme, sep, rest = dsn.partition("://")
+    return scheme.split("+", 1)[0] + sep + rest
+
+
+@dataclass(frozen=True)
+class JdbcDriver:
+    """How Spark reaches a dialect over plain JDBC (pyqueue_sql.spark)."""
+
+    product: str  # names the driver in messages ("no PostgreSQL JDBC jar")
+    driver_class: str
+    url_scheme: str  # jdbc:<url_scheme>://...: Spark picks its SQL dialect (identifier quoting) from it
+    jar: str  # where Debian's package puts the driver's jar
+    jar_marker: str  # a part of the jar's file name that tells it from the other driver's
+    debian_package: str
+    write_options: tuple[tuple[str, str], ...] = ()  # defaults for a write into queue_ingest
+    read_options: tuple[tuple[str, str], ...] = ()  # defaults for a read
+    # What the driver appends to the server's message on the same line (cut before mapping it).
+    message_trailers: tuple[str, ...] = ()
+
+
+class Dialect:
+    """Base class: the shared conversions. Subclasses fill in the differences."""
+
+    name: str
+    sqlalchemy_dialect: str
+    default_port: int
+    jdbc: JdbcDriver
+    # LISTEN/NOTIFY: a waiting worker is woken by a push (listen, wait_for_notification); without
+    # it a worker long-polls queue_wait (one queue) or polls.
+    supports_listen: bool = False
+    # DDL runs inside a transaction (PostgreSQL): a migration is all or nothing. Without it (MySQL
+    # commits each DDL statement implicitly) migrate records its progress as it goes, to resume.
+    transactional_ddl: bool = True
+    # The migration lock belongs to the session and is released by an explicit unlock (MySQL
+    # GET_LOCK; it answers 1 when it got the lock), not by the transaction's end.
+    session_migration_lock: bool = False
+    # An account needs USAGE on the schema that holds the routines (PostgreSQL) to call them.
+    grants_schema_usage: bool = False
+    # Table privileges a capability gets besides EXECUTE on its routines: (privilege, table) pairs.
+    grant_tables: Mapping[str, tuple[tuple[str, str], ...]] = {}
+    # Times are stored as UTC wall-clock time without a zone (MySQL DATETIME(6)): a writer that would
+    # convert through a local time zone (JDBC) sends them as text instead.
+    utc_wall_clock_times: bool = False
+    # Bulk ingest (queue_ingest): the insert itself enqueues and tallies its counts under a session
+    # tag that queue_ingest_flush reports (PostgreSQL) ...
+    ingest_counts_by_session_tag: bool = False
+    # ... or the rows wait for queue_ingest_flush, which sets the rows it refuses aside in
+    # pyqueue_ingest_reject (MySQL).
+    ingest_keeps_rejects: bool = False
+    # Printed before the install script by `pyqueue-sql sql` (how to run it safely).
+    install_note: str = ""
+    # Named statements that must run in a transaction of their own when the
+    # caller has none (see Database.call).
+    own_transaction_statements: frozenset[str] = frozenset()
+
+    # -- connections -----------------------------------------------------
+    def connect(self, dsn: str, autocommit: bool = True) -> Any:
+        """A DB-API connection; autocommit unless asked otherwise (SQLAlchemy wants it off)."""
+        raise NotImplementedError
+
+    def owns(self, connection: Any) -> bool:
+        """Whether a DB-API connection object belongs to this dialect's driver."""
+        raise NotImplementedError
+
+    def begin(self, connection: Any) -> None:
+        raise NotImplementedError
+
+    def commit(self, connection: Any) -> None:
+        connection.commit()
+
+    def rollback(self, connection: Any) -> None:
+        connection.rollback()
+
+    # -- statements ------------------------------------------------------
+    def run(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+        """Runs a named statement and returns all rows of its (single) result set."""
+        raise NotImplementedError
+
+    def run_sets(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
+        """Every result set of a named statement (PostgreSQL routines send one)."""
+        return [self.run(connection, name, params)]
+
+    def statement(self, name: str) -> str:
+        return queries(self.name)[name]
+
+    def run_script(self, cursor: Any, text: str) -> None:
+        """Runs a whole SQL script (an install or migration file) on a DB-API cursor, without
+        parameters (so '%' stays as it is): statement by statement, split the way the mysql
+        client splits it (DELIMITER lines included). A script of comments only runs nothing."""
+        for statement in split_script(text):
+            cursor.execute(statement)
+
+    # -- values ----------------------------------------------------------
+    def duration(self, value: Duration, what: str) -> Any:
+        return as_timedelta(value, what)
+
+    def time(self, value: dt.datetime | dt.timedelta | None, what: str) -> Any:
+        return as_utc(value, what)
+
+    def read_time(self, value: Any) -> dt.datetime | None:
+        return value
+
+    def read_payload(self, value: Any) -> Any:
+        return value
+
+    def read_duration(self, value: Any) -> dt.timedelta | None:
+        """A duration a routine returns (PostgreSQL interval, MySQL decimal seconds)."""
+        if value is None or isinstance(value, dt.timedelta):
+            return value
+        if isinstance(value, Decimal):  # exact to the microsecond, as MySQL's DECIMAL(20,6) holds it
+            return dt.timedelta(microseconds=int(value.scaleb(6).to_integral_value()))
+        return dt.timedelta(seconds=float(value))
+
+    def kinds(self, kinds: Sequence[str] | None) -> Any:
+        if kinds is None:
+            return None
+        if isinstance(kinds, (str, bytes)):
+            raise errors.InvalidArgumentError("kinds must be a list of kinds, not a single str")
+        return [text_value(k, "each kind") for k in kinds]
+
+    def text_array(self, values: Sequence[str | None]) -> Any:
+        """A list of texts (keys, kinds, tokens) as a routine's array argument: a list (text[]) here."""
+        return list(values)
+
+    def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def read_commit_reserve(self, sets: list[list[tuple]]) -> tuple[Any, list[tuple]]:
+        """(committed, reservation rows) from the result sets of the commit_reserve statement:
+        here one set whose rows each start with the commit's result, and a row without a
+        message (its key NULL) when nothing was reserved."""
+        rows = sets[0]
+        committed = rows[0][0] if rows else None
+        return committed, [row[1:] for row in rows if row[1] is not None]
+
+    # -- errors ----------------------------------------------------------
+    def routine_error(self, message: str | None) -> errors.QueueError | None:
+        """The pyqueue_sql exception of a routine's refusal in a server message, or None."""
+        return routine_error(message)
+
+    def jdbc_routine_error(self, message: str) -> errors.QueueError | None:
+        """The same for a refusal inside a JDBC driver's message (a Spark write's failure): the
+        routine's line, without what this dialect's JDBC driver appends to it."""
+        start = message.find("pyqueue:")
+        if start < 0:
+            return None
+        line = message[start:].split("\n", 1)[0]
+        for trailer in self.jdbc.message_trailers:
+            line = line.split(trailer, 1)[0]
+        return self.routine_error(line.strip())
+
+    # -- connection loss -------------------------------------------------
+    def connection_errors(self) -> tuple[type[BaseException], ...]:
+        """Driver errors after which a worker reconnects and retries (lost or broken connection)."""
+        raise NotImplementedError
+
+    def is_connection_lost(self, exc: BaseException) -> bool:
+        """Whether a driver error says the connection was lost or broken under a call (a migration
+        run is then interrupted, not failed)."""
+        return isinstance(exc, self.connection_errors())
+
+    def is_deadlock(self, exc: BaseException) -> bool:
+        """Whether the server rolled the transaction back to keep it serializable or to break a
+        deadlock (errors.SerializationError; run the whole transaction again)."""
+        return isinstance(exc, errors.SerializationError) or self.serialization_error(exc) is not None
+
+    def serialization_error(self, exc: BaseException) -> errors.SerializationError | None:
+        """The SerializationError a driver error stands for, or None."""
+        return None
+
+    def end_transaction(self, connection: Any, commit: bool) -> None:
+        """Commits (or rolls back); a serialization failure at COMMIT is raised as SerializationError."""
+        try:
+            self.commit(connection) if commit else self.rollback(connection)
+        except Exception as exc:
+            mapped = self.serialization_error(exc)
+            if mapped is not None:
+                with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                    self.rollback(connection)
+                raise mapped from exc
+            raise
+
+    # -- wakeups ---------------------------------------------------------
+    def listen(self, connection: Any, channels: Sequence[str]) -> None:
+        """Registers the connection for the wakeups of these channels (names from queue_channel)."""
+        raise errors.QueueError(f"{self.name} has no LISTEN")
+
+    def wait_for_notification(self, connection: Any, timeout: float) -> list[tuple[str, str]]:
+        """Waits up to timeout seconds for a wakeup on a channel the connection listens to:
+        [(channel, payload)] of the first that came (later ones stay buffered for the next
+        call), [] when none did."""
+        raise errors.QueueError(f"{self.name} has no LISTEN")
+
+    # -- privileges (pyqueue_sql.privileges) -----------------------------
+    def parse_grantee(self, text: str) -> tuple[str, str | None]:
+        """(name, host) of the account a `pyqueue-sql grant --role` names (host None: a role
+        without a host part)."""
+        raise NotImplementedError
+
+    def grantee(self, name: str, host: str | None) -> Any:
+        """The account (name, host) as the grantee of a GRANT, quoted."""
+        raise NotImplementedError
+
+    def identifier(self, *parts: str) -> Any:
+        """A (schema-qualified) name, quoted as an identifier."""
+        raise NotImplementedError
+
+    def keyword(self, text: str) -> Any:
+        """A fixed SQL word (a privilege name) to put into a statement as it is."""
+        return text
+
+    def compose(self, template: str, **parts: Any) -> Any:
+        """A named statement with its {placeholders} filled with identifiers and keywords."""
+        return template.format(**parts)
+
+    def statement_text(self, statement: Any, connection: Any = None) -> str:
+        """A composed statement as SQL text (for printing)."""
+        return str(statement)
+
+    @contextlib.contextmanager
+    def no_account_creation(self, connection: Any) -> Iterator[None]:
+        """While in the block, a GRANT to an account that does not exist fails instead of
+        creating it (nothing to do where a GRANT never creates an account)."""
+        yield

@@ -1,0 +1,283 @@
+"""MySQL and MariaDB through PyMySQL: stored procedures that send result sets, JSON for arrays,
+UTC wall-clock DATETIMEs, DDL that commits implicitly, backtick-quoted grants."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import re
+from collections.abc import Iterator, Sequence
+from decimal import Decimal
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .. import errors
+from .base import UTC, Dialect, Duration, JdbcDriver, as_timedelta, as_utc, encode_json, strip_driver
+
+# Access denied for: the database (1044), a privilege (1227), a table (1142), a column (1143),
+# a routine (1370).
+_ACCESS_DENIED = (1044, 1142, 1143, 1227, 1370)
+# Out of range / truncated / bad datetime / bad value for the parameter.
+_BAD_VALUE = (1264, 1265, 1292, 1366)
+# The client lost the server (0: PyMySQL's own "not connected"; 2006 gone away; 2013 lost during a
+# query; 2014 commands out of sync; 2055 lost at handshake or reading).
+_CONNECTION_LOST = (0, 2006, 2013, 2014, 2055)
+# A user, host or role name: no quotes, backticks or control characters (so backticks quote it).
+_NAME = re.compile(r"[^\x00-\x1f\x7f`']+")
+
+
+def mysql_connect_args(dsn: str) -> dict[str, Any]:
+    """PyMySQL keyword arguments from mysql://user:password@host:port/database?option=value."""
+    parts = urlsplit(strip_driver(dsn))
+    args: dict[str, Any] = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or MySQL.default_port,
+        "user": unquote(parts.username) if parts.username else "root",
+        "password": unquote(parts.password) if parts.password else "",
+        "database": unquote(parts.path.lstrip("/")) or None,
+        "charset": "utf8mb4",
+        "autocommit": True,
+    }
+    for key, value in parse_qsl(parts.query):
+        if key in ("unix_socket", "charset", "ssl_ca", "ssl_cert", "ssl_key"):
+            args[key] = value
+        elif key in ("connect_timeout", "read_timeout", "write_timeout"):
+            args[key] = int(value)
+        else:
+            raise errors.UnsupportedDsnError(f"unsupported MySQL DSN option {key!r}")
+    return args
+
+
+def quote_name(name: str) -> str:
+    """A MySQL identifier in backticks (names are validated: no backtick can appear)."""
+    if not name or not _NAME.fullmatch(name):
+        raise errors.InvalidArgumentError(f"not a usable MySQL name: {name!r}")
+    return f"`{name}`"
+
+
+class MySQL(Dialect):
+    name = "mysql"
+    supports_listen = False
+    sqlalchemy_dialect = "mysql+pymysql"
+    default_port = 3306
+    transactional_ddl = False
+    session_migration_lock = True
+    grants_schema_usage = False
+    grant_tables = {
+        "ingest": (
+            ("INSERT", "queue_ingest"),
+            ("SELECT", "queue_ingest"),
+            ("SELECT", "pyqueue_ingest_reject"),
+        )
+    }
+    utc_wall_clock_times = True
+    ingest_keeps_rejects = True
+    # MariaDB Connector/J with a jdbc:mysql:// URL, so that Spark quotes names with backticks.
+    jdbc = JdbcDriver(
+        product="MariaDB",
+        driver_class="org.mariadb.jdbc.Driver",
+        url_scheme="mysql",
+        jar="/usr/share/java/mariadb-java-client.jar",
+        jar_marker="mariadb",
+        debian_package="libmariadb-java",
+        write_options=(
+            ("rewriteBatchedStatements", "true"),  # multi-row INSERTs (see bench/spark.md)
+            ("permitMysqlScheme", "true"),  # Connector/J 3.x; 2.x ignores it
+        ),
+        read_options=(("permitMysqlScheme", "true"),),
+    )
+    # In autocommit mode each statement of a procedure commits on its own, and
+    # these write the history row, then remove the message: a session killed
+    # or a server stopped between the two would leave a `committed` (or
+    # `dead_lettered`, `moved`) row for a message that is still live, and the
+    # retry of the same call would archive it a second time. The same holds for
+    # the other calls that archive or remove (pop, the commit fast paths,
+    # redrive); a batch call in one transaction also commits once, not per row.
+    # reserve and extend claim rows (and limit slots) one statement at a time: in
+    # autocommit mode a deadlock after the first claim would leave the claimed
+    # messages held, unreturned, until their timeout; in a transaction of their
+    # own the server rolls the whole call back, and the client runs it again.
+    own_transaction_statements = frozenset(
+        {
+            "commit",
+            "rollback",
+            "fail",
+            "move",
+            "pop",
+            "commit_reserve",
+            "commit_batch",
+            "redrive",
+            "reserve",
+            "extend",
+        }
+    )
+
+    # -- connections -----------------------------------------------------
+    def connect(self, dsn: str, autocommit: bool = True) -> Any:
+        import pymysql
+
+        return pymysql.connect(**{**mysql_connect_args(dsn), "autocommit": autocommit})
+
+    def owns(self, connection: Any) -> bool:
+        return type(connection).__module__.startswith("pymysql")
+
+    def begin(self, connection: Any) -> None:
+        connection.begin()
+
+    # -- statements ------------------------------------------------------
+    def run(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+        return self.run_sets(connection, name, params)[0]
+
+    def run_sets(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
+        """Runs a named CALL and returns the rows of each result set it sends (at least one list)."""
+        import pymysql
+
+        cur = connection.cursor()
+        try:
+            cur.execute(self.statement(name), params)
+            sets = [list(cur.fetchall()) if cur.description else []]
+            while cur.nextset():  # a CALL ends with a status result without rows
+                if cur.description:
+                    sets.append(list(cur.fetchall()))
+            return sets
+        except pymysql.MySQLError as exc:
+            code = exc.args[0] if exc.args else None
+            message = exc.args[1] if len(exc.args) > 1 else str(exc)
+            serialization = self.serialization_error(exc)
+            if serialization is not None:
+                raise serialization from exc
+            mapped = self.routine_error(message)
+            if mapped is not None:
+                raise mapped from exc
+            if code in _BAD_VALUE:
+                raise errors.InvalidArgumentError(message) from exc
+            if code in _ACCESS_DENIED:  # an account without the capability
+                raise errors.PermissionDeniedError(message) from exc
+            if code == 1318:  # the procedure exists with another number of arguments
+                raise errors.InvalidArgumentError(
+                    f"{message}: the installed schema is of another release than this client "
+                    f"(run `pyqueue-sql migrate`)"
+                ) from exc
+            if code in (1305, 1146):  # procedure / table does not exist
+                raise errors.SchemaNotInstalledError(
+                    f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`): {message}"
+                ) from exc
+            raise
+        finally:
+            cur.close()
+
+    def read_commit_reserve(self, sets: list[list[tuple]]) -> tuple[Any, list[tuple]]:
+        """The procedure sends the reserved rows first and the commit's result as its last set."""
+        return sets[-1][0][0], [row for part in sets[:-1] for row in part]
+
+    # -- errors ----------------------------------------------------------
+    def connection_errors(self) -> tuple[type[BaseException], ...]:
+        import pymysql
+
+        return (pymysql.err.OperationalError, pymysql.err.InterfaceError)
+
+    def is_connection_lost(self, exc: BaseException) -> bool:
+        """Only the client error codes of a lost connection (an OperationalError is also what a
+        lock wait timeout or a refused statement raise)."""
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        return isinstance(exc, self.connection_errors()) and code in _CONNECTION_LOST
+
+    def serialization_error(self, exc: BaseException) -> errors.SerializationError | None:
+        import pymysql
+
+        # Only a deadlock rolls the whole transaction back. A lock wait timeout (1205) rolls
+        # back just the statement (innodb_rollback_on_timeout is off by default) and leaves
+        # the transaction open, so it is not this error: running it all again could write twice.
+        if isinstance(exc, pymysql.MySQLError) and exc.args and exc.args[0] == 1213:
+            return errors.SerializationError(
+                f"deadlock ({exc.args[0]}): the server rolled the statement's transaction back; "
+                f"run the whole transaction again: {exc.args[1] if len(exc.args) > 1 else exc}"
+            )
+        return None
+
+    # -- values ----------------------------------------------------------
+    def duration(self, value: Duration, what: str) -> Any:
+        delta = as_timedelta(value, what)
+        return None if delta is None else Decimal(str(round(delta.total_seconds(), 6)))
+
+    def time(self, value: dt.datetime | dt.timedelta | None, what: str) -> Any:
+        aware = as_utc(value, what)
+        return None if aware is None else aware.replace(tzinfo=None)
+
+    def read_time(self, value: Any) -> dt.datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+    def read_payload(self, value: Any) -> Any:
+        if isinstance(value, (bytes, bytearray)):
+            value = value.decode("utf-8")
+        return json.loads(value) if isinstance(value, str) else value
+
+    def kinds(self, kinds: Sequence[str] | None) -> Any:
+        checked = super().kinds(kinds)
+        return None if checked is None else json.dumps(checked, ensure_ascii=False)
+
+    def text_array(self, values: Sequence[str | None]) -> Any:
+        """A JSON array (the procedures read arrays with JSON_TABLE)."""
+        return encode_json(list(values))
+
+    def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
+        messages = []
+        for key, kind, payload, run_at, priority in items:
+            json.loads(encode_json(payload))  # refuse what is not JSON before sending
+            messages.append(
+                {
+                    "p_key": key,
+                    "p_kind": kind,
+                    "payload": payload,
+                    "run_at": None if run_at is None else run_at.strftime("%Y-%m-%d %H:%M:%S.%f"),
+                    "priority": priority,
+                }
+            )
+        return {"messages": encode_json(messages)}
+
+    # -- privileges ------------------------------------------------------
+    def parse_grantee(self, text: str) -> tuple[str, str | None]:
+        """user@host (host '%' when none is given); a trailing @ with no host (name@) names a
+        MariaDB role (host '')."""
+        user, at, host = text.rpartition("@")
+        if not at:
+            user, host = text, "%"
+        for what, value, limit in (("user", user, 80), ("host", host, 255)):
+            if what == "host" and value == "":
+                continue  # a role
+            if not value or not _NAME.fullmatch(value) or len(value) > limit:
+                raise errors.InvalidArgumentError(
+                    f"MySQL account {what} {value!r} must be 1-{limit} characters without quotes, "
+                    "backticks or control characters"
+                )
+        return user, host
+
+    def grantee(self, name: str, host: str | None) -> str:
+        """`user`@`host`, or `role` for a MariaDB role (host '')."""
+        if host == "":
+            return quote_name(name)
+        return f"{quote_name(name)}@{quote_name(host or '%')}"
+
+    def identifier(self, *parts: str) -> str:
+        return ".".join(quote_name(part) for part in parts)
+
+    @contextlib.contextmanager
+    def no_account_creation(self, connection: Any) -> Iterator[None]:
+        """MariaDB creates a password-less account on a GRANT to a missing one unless sql_mode has
+        NO_AUTO_CREATE_USER (in its default, but a session may lack it): the block adds it for the
+        session and puts the session's sql_mode back afterwards. MySQL 8 never creates one."""
+        cur = connection.cursor()
+        try:
+            cur.execute(self.statement("session_sql_mode"))
+            (saved,) = cur.fetchone()
+            cur.execute(self.statement("forbid_account_creation"))
+            try:
+                yield
+            finally:
+                with contextlib.suppress(
+                    Exception
+                ):  # a lost connection: the error that matters is the block's
+                    cur.execute(self.statement("set_session_sql_mode"), (saved,))
+        finally:
+            cur.close()

@@ -1,0 +1,246 @@
+"""PostgreSQL through psycopg 3: LISTEN/NOTIFY wakeups, transactional DDL, psycopg.sql grants."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from .. import errors
+from ..queries import split_script
+from .base import Dialect, JdbcDriver, encode_json, strip_driver
+
+INSTALL_NOTE = """\
+-- pyqueue-sql install script (PostgreSQL). Run it in ONE transaction:
+--   psql --single-transaction -v ON_ERROR_STOP=1 -f this.sql
+-- (Flyway and Liquibase run each migration in a transaction; in a sqitch
+-- deploy script keep the template's BEGIN; and COMMIT; around it.)
+-- Its routines are SECURITY DEFINER and EXECUTE is revoked from PUBLIC at the
+-- end of the script: a run in autocommit mode that stops half-way would leave
+-- them callable by every role until the script is run to its end.
+"""
+
+_NO_FUNCTION = re.compile(r"function ([\w.\"]+)\((.*)\) does not exist", re.DOTALL)
+_ARGUMENT = re.compile(r"%\((\w+)\)s(::[\w\[\] ]+)?")
+# Whether a routine of that name is visible on the search_path (one round trip, autocommit only).
+_ROUTINE_EXISTS = (
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc"
+    " WHERE proname = %s AND pg_catalog.pg_function_is_visible(oid))"
+)
+
+
+class PostgreSQL(Dialect):
+    name = "postgresql"
+    supports_listen = True
+    sqlalchemy_dialect = "postgresql+psycopg"
+    default_port = 5432
+    transactional_ddl = True
+    session_migration_lock = False
+    grants_schema_usage = True
+    grant_tables = {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "queue_ingest"))}
+    ingest_counts_by_session_tag = True
+    install_note = INSTALL_NOTE
+    jdbc = JdbcDriver(
+        product="PostgreSQL",
+        driver_class="org.postgresql.Driver",
+        url_scheme="postgresql",
+        jar="/usr/share/java/postgresql.jar",
+        jar_marker="postgresql",
+        debian_package="libpostgresql-jdbc-java",
+        write_options=(
+            ("reWriteBatchedInserts", "true"),  # one multi-row INSERT per 128 rows
+            ("stringtype", "unspecified"),  # strings may land in jsonb/timestamptz columns
+        ),
+        # pgJDBC adds the server's context ("  Where: PL/pgSQL function ...") and, for a batch,
+        # "  Call getNextException to see other errors in the batch." to the message's line.
+        message_trailers=("  Where:", "  Call getNextException"),
+    )
+
+    # -- connections -----------------------------------------------------
+    def connect(self, dsn: str, autocommit: bool = True) -> Any:
+        import psycopg
+
+        return psycopg.connect(strip_driver(dsn), autocommit=autocommit)
+
+    def owns(self, connection: Any) -> bool:
+        return type(connection).__module__.startswith("psycopg")
+
+    def begin(self, connection: Any) -> None:
+        # psycopg starts a transaction with the first statement once autocommit is off.
+        connection.autocommit = False
+
+    def commit(self, connection: Any) -> None:
+        connection.commit()
+        connection.autocommit = True
+
+    def rollback(self, connection: Any) -> None:
+        connection.rollback()
+        connection.autocommit = True
+
+    # -- statements ------------------------------------------------------
+    def run(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+        import psycopg
+        from psycopg import errors as pgerrors
+
+        try:
+            with connection.cursor() as cur:
+                cur.execute(self.statement(name), params)
+                return cur.fetchall() if cur.description else []
+        except (pgerrors.SerializationFailure, pgerrors.DeadlockDetected) as exc:
+            raise self.serialization_error(exc) from exc
+        except pgerrors.UndefinedFunction as exc:
+            mapped = self._undefined_function(connection, name, exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+        except pgerrors.UndefinedTable as exc:
+            if "queue_" in str(exc) or "pyqueue" in str(exc):
+                raise self._not_installed(exc.diag.message_primary) from exc
+            raise
+        except pgerrors.InsufficientPrivilege as exc:  # a role without the capability
+            raise errors.PermissionDeniedError(str(exc.diag.message_primary)) from exc
+        except psycopg.Error as exc:
+            mapped = self.routine_error(exc.diag.message_primary)
+            if mapped is not None:
+                raise mapped from exc
+            if isinstance(exc, pgerrors.InvalidTextRepresentation) and "json" in str(exc):
+                raise errors.InvalidPayloadError(str(exc.diag.message_primary)) from exc
+            if isinstance(exc, pgerrors.UntranslatableCharacter) and "JSON" in (exc.diag.context or ""):
+                # jsonb cannot hold the escape \u0000 (a NUL in a JSON string)
+                raise errors.InvalidPayloadError(
+                    f"{exc.diag.message_primary}: {exc.diag.message_detail or ''}".rstrip(": ")
+                ) from exc
+            if isinstance(exc, pgerrors.DataError):  # a value that does not fit its parameter's type
+                raise errors.InvalidArgumentError(str(exc.diag.message_primary)) from exc
+            raise
+
+    def run_script(self, cursor: Any, text: str) -> None:
+        """Runs the whole script in one execute (psycopg sends a parameterless script as it is)."""
+        if split_script(text):  # comments only: psycopg would refuse an empty query
+            cursor.execute(text)
+
+    def serialization_error(self, exc: BaseException) -> errors.SerializationError | None:
+        if getattr(exc, "sqlstate", None) in ("40001", "40P01"):
+            diag = getattr(exc, "diag", None)
+            what = "deadlock" if exc.sqlstate == "40P01" else "serialization failure"
+            return errors.SerializationError(
+                f"{what} ({exc.sqlstate}): the server rolled the transaction back, nothing of it was kept; "
+                f"run the whole transaction again: {diag.message_primary if diag is not None else exc}"
+            )
+        return None
+
+    def _undefined_function(self, connection: Any, name: str, exc: Any) -> errors.QueueError | None:
+        """42883 for one of our routines: SchemaNotInstalledError only when no routine of that name is
+        visible at all; a routine that exists but takes other argument types is an InvalidArgumentError
+        that names the types the server saw."""
+        message = exc.diag.message_primary or str(exc)
+        match = _NO_FUNCTION.match(message)
+        if match is None:
+            return self._not_installed(message) if ("queue_" in message or "pyqueue" in message) else None
+        routine, types = match.group(1).rsplit(".", 1)[-1].strip('"'), match.group(2)
+        if not routine.startswith(("queue_", "pyqueue")):
+            return None
+        exists = _routine_exists(connection, routine)
+        if exists is None:  # the transaction is aborted: judge by the types the server saw
+            exists = _wrong_types(self.statement(name), types)
+        if not exists:
+            return self._not_installed(message)
+        return errors.InvalidArgumentError(
+            f"no {routine} takes arguments of the types ({types}): pass str for names, keys and kinds "
+            f"(a key may be an int), numbers for numbers; or the installed schema is of another release "
+            f"than this client (run `pyqueue-sql migrate`)"
+        )
+
+    @staticmethod
+    def _not_installed(message: str) -> errors.SchemaNotInstalledError:
+        return errors.SchemaNotInstalledError(
+            f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`), or it is "
+            f"installed in a schema this role has no USAGE on or that is not on its search_path "
+            f"(`pyqueue-sql grant` grants USAGE): {message}"
+        )
+
+    def connection_errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg
+
+        return (psycopg.OperationalError, psycopg.InterfaceError)
+
+    # -- values ----------------------------------------------------------
+    def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
+        run_ats = [ra for _, _, _, ra, _ in items]
+        priorities = [pr for _, _, _, _, pr in items]
+        return {
+            "keys": [k for k, _, _, _, _ in items],
+            "kinds": [kd for _, kd, _, _, _ in items],
+            "payloads": [encode_json(p) for _, _, p, _, _ in items],
+            "run_ats": None if all(r is None for r in run_ats) else run_ats,
+            "priorities": None if all(p is None for p in priorities) else priorities,
+        }
+
+    # -- wakeups ---------------------------------------------------------
+    def listen(self, connection: Any, channels: Sequence[str]) -> None:
+        """LISTENs on each channel (names from queue_channel); autocommit connections only."""
+        from psycopg import sql
+
+        with connection.cursor() as cur:
+            for channel in channels:
+                cur.execute(sql.SQL(self.statement("listen")).format(channel=sql.Identifier(channel)))
+
+    def wait_for_notification(self, connection: Any, timeout: float) -> list[tuple[str, str]]:
+        return [(note.channel, note.payload) for note in connection.notifies(timeout=timeout, stop_after=1)]
+
+    # -- privileges ------------------------------------------------------
+    def parse_grantee(self, text: str) -> tuple[str, str | None]:
+        """The role name as it is."""
+        if len(text.encode()) > 63:
+            raise errors.InvalidArgumentError(f"PostgreSQL role names have at most 63 bytes: {text!r}")
+        return text, None
+
+    def grantee(self, name: str, host: str | None) -> Any:
+        from psycopg import sql
+
+        return sql.Identifier(name)
+
+    def identifier(self, *parts: str) -> Any:
+        from psycopg import sql
+
+        return sql.Identifier(*parts)
+
+    def keyword(self, text: str) -> Any:
+        from psycopg import sql
+
+        return sql.SQL(text)
+
+    def compose(self, template: str, **parts: Any) -> Any:
+        from psycopg import sql
+
+        return sql.SQL(template).format(**parts)
+
+    def statement_text(self, statement: Any, connection: Any = None) -> str:
+        return statement.as_string(connection)
+
+
+def _routine_exists(connection: Any, routine: str) -> bool | None:
+    """True/False from the catalog; None when the connection is inside a transaction (an aborted one
+    cannot be asked anything, and a caller's open one is not ours to touch)."""
+    from psycopg.pq import TransactionStatus
+
+    if connection.info.transaction_status != TransactionStatus.IDLE:
+        return None
+    try:
+        with connection.cursor() as cur:
+            cur.execute(_ROUTINE_EXISTS, (routine,))
+            return bool(cur.fetchone()[0])
+    except Exception:  # noqa: BLE001 - the original error is the one to report
+        return None
+
+
+def _wrong_types(statement: str, types: str) -> bool:
+    """Without the catalog: whether the server saw a type other than text for an argument that the
+    named statement passes uncast (names, keys, kinds: sent as text, shown as `unknown` or `text`).
+    True means the routine is there but was given a wrong type."""
+    args = statement[statement.index("(") + 1 : statement.rindex(")")] if "(" in statement else ""
+    seen = [t.strip() for t in types.split(",")] if types.strip() else []
+    placeholders = _ARGUMENT.findall(args)
+    if len(seen) != len(placeholders):
+        return False
+    return any(cast == "" and t not in ("unknown", "text") for (_, cast), t in zip(placeholders, seen))
