@@ -4,10 +4,8 @@ Revision ID: ${up_revision}
 Revises: ${down_revision | comma,n}
 Create Date: ${create_date}
 
-Up: the DDL this revision adds (${up_revision}.up.sql), then its routines: while
-it is the newest revision, those of sql/<dialect>/routines.sql that differ from
-the revision before it (ROUTINES = CURRENT_ROUTINES); `make release-routines`
-freezes them into ${up_revision}.routines.sql before the next revision is added.
+Up: the DDL this revision adds (${up_revision}.up.sql), then the routines it
+added or changed (ROUTINES below).
 Down: undoes the DDL and drops the routines it added (${up_revision}.down.sql),
 then re-creates the routines it changed or removed as the revision before it
 defines them (pyqueue_sql.migrate.downgrade_routines).
@@ -20,7 +18,10 @@ down_revision = ${repr(down_revision)}
 branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
 
-# The routines this revision added or changed: the current ones until released.
+# The routines this revision added or changed: while it is the newest revision,
+# those of sql/<dialect>/routines.sql that differ from the revision before it;
+# `make release-routines` freezes them into ${up_revision}.routines.sql before
+# the next revision is added.
 ROUTINES = CURRENT_ROUTINES
 
 # The catalog this revision leaves, per server flavor (see 0001_core.py);

@@ -234,7 +234,13 @@ def release_routines(folder: Path | None = None) -> str:
     module = Path(target.path)
     source = module.read_text(encoding="utf-8")
     name = f"{target.revision}.routines.sql"
-    switched, n = re.subn(r"^ROUTINES = CURRENT_ROUTINES$", f'ROUTINES = "{name}"', source, flags=re.M)
+    switched, n = re.subn(
+        r"^((?:# .*\n)*)ROUTINES = CURRENT_ROUTINES$",
+        "# The routines this revision added or changed (migrations/sql/<dialect>/), as released.\n"
+        f'ROUTINES = "{name}"',
+        source,
+        flags=re.M,
+    )
     switched, m = re.subn(
         r"^(from pyqueue_sql\.migrate import .*)CURRENT_ROUTINES, ", r"\1", switched, flags=re.M
     )

@@ -209,6 +209,16 @@ def _revoked_names(listing: str) -> list[str]:
     return [n.strip().strip('"').lower() for n in re.sub(r"\([^)]*\)", "", listing).split(",") if n.strip()]
 
 
+def created_routines(dialect: str, text: str) -> list[str]:
+    """The routines a script creates, in order (whatever files its parts come from)."""
+    found = []
+    for statement in split(dialect, text):
+        kind, match = _classify(dialect, statement)
+        if kind == "create":
+            found.append(match.group(3).lower())
+    return found
+
+
 # ---- routine files --------------------------------------------------------------
 
 

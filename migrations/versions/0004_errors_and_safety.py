@@ -5,11 +5,8 @@ Revision ID: 0004_errors_and_safety
 Revises: 0003_hardening
 Create Date: 2026-11-22
 
-Up: the DDL delta (0004_errors_and_safety.up.sql), then the routines of
-sql/<dialect>/routines.sql that differ from 0003's set (the newest revision reads
-the current routines: ROUTINES = CURRENT_ROUTINES; `make release-routines`
-freezes them into 0004_errors_and_safety.routines.sql when the next revision is
-added).
+Up: the DDL delta (0004_errors_and_safety.up.sql), then the routines 0004
+added or changed (ROUTINES below).
 Down: undoes what 0004 added (0004_errors_and_safety.down.sql), then re-creates
 the routines 0004 changed as 0003's set defines them
 (pyqueue_sql.migrate.downgrade_routines).
@@ -22,7 +19,10 @@ down_revision = "0003_hardening"
 branch_labels = None
 depends_on = None
 
-# The routines this revision added or changed: the current ones until released.
+# The routines this revision added or changed: while it is the newest revision,
+# those of sql/<dialect>/routines.sql that differ from the revision before it;
+# `make release-routines` freezes them into 0004_errors_and_safety.routines.sql before
+# the next revision is added.
 ROUTINES = CURRENT_ROUTINES
 
 # The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per

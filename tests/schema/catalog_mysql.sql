@@ -29,7 +29,9 @@ SELECT TABLE_NAME, CONSTRAINT_NAME, REFERENCED_TABLE_NAME, UPDATE_RULE, DELETE_R
  ORDER BY TABLE_NAME, CONSTRAINT_NAME
 
 -- name: routines
-SELECT ROUTINE_NAME, ROUTINE_TYPE, MD5(ROUTINE_DEFINITION), SQL_MODE, SECURITY_TYPE, DEFINER
+-- A procedure keeps the sql_mode and the connection character set it was created under.
+SELECT ROUTINE_NAME, ROUTINE_TYPE, MD5(ROUTINE_DEFINITION), SQL_MODE, SECURITY_TYPE, DEFINER,
+       CHARACTER_SET_CLIENT, COLLATION_CONNECTION
   FROM information_schema.ROUTINES
  WHERE ROUTINE_SCHEMA = DATABASE()
  ORDER BY ROUTINE_NAME
@@ -47,7 +49,7 @@ SELECT TABLE_NAME, MD5(REPLACE(VIEW_DEFINITION, CONCAT('`', DATABASE(), '`.'), '
  ORDER BY TABLE_NAME
 
 -- name: ingest_columns
--- issue 5: queue_ingest does not start with pyqueue
+-- queue_ingest does not start with pyqueue
 SELECT TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT,
        COLLATION_NAME, EXTRA
   FROM information_schema.COLUMNS
@@ -61,7 +63,7 @@ SELECT TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX, COLUMN_NAME, NON_UNIQUE
  ORDER BY INDEX_NAME, SEQ_IN_INDEX
 
 -- name: routine_grants
--- issue 7: EXECUTE grants on our procedures (the migrations grant none)
+-- EXECUTE grants on our procedures (the migrations grant none)
 SELECT User, Host, Routine_name, Routine_type, Proc_priv
   FROM mysql.procs_priv
  WHERE Db = DATABASE()

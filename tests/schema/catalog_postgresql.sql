@@ -44,7 +44,7 @@ SELECT viewname, md5(definition)
  ORDER BY viewname
 
 -- name: ingest_columns
--- issue 5: queue_ingest does not start with pyqueue
+-- queue_ingest does not start with pyqueue
 SELECT table_name, column_name, ordinal_position, data_type, is_nullable, column_default, is_identity
   FROM information_schema.columns
  WHERE table_schema = current_schema() AND table_name = 'queue_ingest'
@@ -65,7 +65,7 @@ SELECT t.tgname, t.tgrelid::regclass::text, t.tgtype, t.tgenabled, p.proname,
  ORDER BY 1
 
 -- name: relation_acls
--- issue 7: who may read or change our tables and views (NULL ACL = the owner only)
+-- who may read or change our tables and views (NULL ACL = the owner only)
 SELECT c.relname, c.relkind, coalesce(c.relacl::text, '')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'S', 'm', 'p')
