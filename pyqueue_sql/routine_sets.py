@@ -138,8 +138,13 @@ def split_postgresql(text: str) -> list[Statement]:
                 and not (i > 1 and (text[i - 2].isalnum() or text[i - 2] == "_"))
             )
             i += 1
-            while i < n and text[i] != "'" or text.startswith("''", i):
-                i += 2 if (backslash and text[i] == "\\") or text.startswith("''", i) else 1
+            while i < n:
+                if text.startswith("''", i) or (backslash and text[i] == "\\"):
+                    i += 2  # a quote written twice, or an E'' escape
+                elif text[i] == "'":
+                    break
+                else:
+                    i += 1
             i += 1
         elif c == '"':
             i = end_of('"', i + 1)
@@ -256,7 +261,7 @@ class RoutineFile:
     order: int  # position of its revision in the chain (the head's file: after every other)
     preamble: list[Statement]
     routines: dict[str, Routine]
-    epilogue: list[Statement | None]  # None: where the REVOKE ... FROM PUBLIC goes
+    epilogue: list[Statement]
     revoke_comment: str = ""
     header: str = ""
 
@@ -270,7 +275,6 @@ def parse(dialect: str, text: str, origin: str, order: int = 0) -> RoutineFile:
         raise ValueError(f"unknown dialect {dialect!r}")
     result = RoutineFile(dialect, origin, order, [], {}, [])
     current: Routine | None = None
-    revoke_seen = False
 
     def fail(statement: Statement, why: str) -> RoutineFileError:
         first = statement.code.splitlines()[0] if statement.code else ""
@@ -326,10 +330,7 @@ def parse(dialect: str, text: str, origin: str, order: int = 0) -> RoutineFile:
                 if name not in result.routines or not result.routines[name].created:
                     raise fail(statement, f"REVOKE names {name}, which this file does not create")
                 result.routines[name].revoke_public = True
-            if not revoke_seen:
-                result.epilogue.append(None)
-                result.revoke_comment = statement.comment
-                revoke_seen = True
+            result.revoke_comment = statement.comment or result.revoke_comment
         elif not result.routines:
             result.preamble.append(statement)
         else:
@@ -414,7 +415,8 @@ def _revoke(routines: Sequence[Routine], comment: str) -> Statement:
 def script(dialect: str, routines: Iterable[Routine]) -> str:
     """A runnable script of the given groups: per routine file they come from (in
     revision order, each routine where its file has it), that file's preamble,
-    the groups, the REVOKE FROM PUBLIC of those that have it, and its epilogue."""
+    the groups, one REVOKE EXECUTE ... FROM PUBLIC naming those of them that have
+    it (wherever their file revoked it), then the file's epilogue."""
     ordered = sorted(routines, key=lambda r: (r.source.order, r.position))
     sections: list[list[Routine]] = []
     for routine in ordered:
@@ -429,12 +431,9 @@ def script(dialect: str, routines: Iterable[Routine]) -> str:
             blocks.append(list(source.preamble))
         blocks += [routine.statements for routine in section]
         revoked = [r for r in section if r.revoke_public and r.created]
-        epilogue = source.epilogue if None in source.epilogue else [None, *source.epilogue]
-        for item in epilogue:
-            if item is not None:
-                blocks.append([item])
-            elif revoked:
-                blocks.append([_revoke(revoked, source.revoke_comment)])
+        if revoked:
+            blocks.append([_revoke(revoked, source.revoke_comment)])
+        blocks += [[statement] for statement in source.epilogue]
     return render(dialect, blocks)
 
 
