@@ -175,7 +175,9 @@ _PATTERNS = {
         ("create", re.compile(rf"CREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE)\s+{_NAME}\s*\(", re.I)),
         (
             "drop",
-            re.compile(rf"DROP\s+(FUNCTION|PROCEDURE)\s+(IF\s+EXISTS\s+)?{_NAME}\s*(\([^)]*\))?\s*$", re.I),
+            re.compile(
+                rf"DROP\s+(FUNCTION|PROCEDURE)\s+(IF\s+EXISTS\s+)?{_NAME}\s*(\(.*\))?\s*$", re.I | re.S
+            ),
         ),
         (
             "trigger",
