@@ -112,8 +112,8 @@ clean:
 # (ROUTINES = CURRENT_ROUTINES) and applies what differs there from the revision before it.
 # This freezes exactly that difference (the routines it added or changed, DROPs of those it
 # removed) into migrations/sql/<dialect>/<revision>.routines.sql and switches the revision to
-# that file (pyqueue_sql.migrate.release_routines). Then add the new revision (alembic revision,
-# from migrations/script.py.mako): it reads sql/<dialect>/routines.sql in turn.
+# that file (scripts/release_routines.py, pyqueue_sql.migrate.release_routines). Then add the
+# new revision (alembic revision, from migrations/script.py.mako): it reads
+# sql/<dialect>/routines.sql in turn.
 release-routines: $(STAMP)
-	@$(PY) -c "from pyqueue_sql.migrate import release_routines; \
-	  print('froze the routines of', release_routines(), 'into migrations/sql/*/')"
+	$(PY) scripts/release_routines.py
