@@ -13,7 +13,7 @@ DEMO_STAMP  := $(VENV)/.installed-demo
 STAMP       := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: bench scale soak freeze demo demo-spark test lint format venv wheel clean
+.PHONY: bench scale soak release-routines demo demo-spark test lint format venv wheel clean
 
 # The virtualenv itself (an order-only prerequisite below: its age never forces a reinstall).
 $(PY):
@@ -107,9 +107,13 @@ soak: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache dist build
 
-# Copies the current routines into the newest migration revision (run after
-# editing sql/<dialect>/routines.sql; a test fails until you do).
-freeze:
-	@latest=$$(ls migrations/versions/0*.py | sort | tail -1 | xargs basename | sed 's/\.py$$//'); \
-	for d in postgresql mysql; do cp sql/$$d/routines.sql migrations/sql/$$d/$$latest.routines.sql; done; \
-	echo "froze sql/*/routines.sql into $$latest"
+# Run when the newest migration revision is released, before a new revision changes
+# sql/<dialect>/routines.sql: until then that revision reads sql/<dialect>/routines.sql itself
+# (ROUTINES = CURRENT_ROUTINES) and applies what differs there from the revision before it.
+# This freezes exactly that difference (the routines it added or changed, DROPs of those it
+# removed) into migrations/sql/<dialect>/<revision>.routines.sql and switches the revision to
+# that file (scripts/release_routines.py, pyqueue_sql.migrate.release_routines). Then add the
+# new revision (alembic revision, from migrations/script.py.mako): it reads
+# sql/<dialect>/routines.sql in turn.
+release-routines: $(STAMP)
+	$(PY) scripts/release_routines.py

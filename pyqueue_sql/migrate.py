@@ -1,10 +1,33 @@
 """Installing and upgrading the schema: the alembic revisions in migrations/versions.
 
-Each revision runs frozen SQL files of the current dialect
-(migrations/sql/<dialect>/<revision>.up.sql, .routines.sql, .down.sql ...);
-sql/<dialect>/ holds the current state, and a test proves both build the same
-catalog. Our revisions are recorded in their own version table,
+Each revision runs SQL files of the current dialect from migrations/sql/<dialect>/:
+``<rev>.up.sql`` (the DDL it adds) and ``<rev>.down.sql`` (undoing it, dropping
+the routines it added), plus its routines. A revision's routine file
+``<rev>.routines.sql`` holds only the routines that revision added or changed
+(0001's: all of the core contract); the routine set at a revision is the union
+of those files up to it, later ones overriding earlier ones. A downgrade
+re-creates, from the set of the revision before, every routine the revision
+changed or removed: the released definitions themselves, never a copy of them.
+The newest revision, until released, reads sql/<dialect>/routines.sql (the
+current state) instead of a file of its own (``ROUTINES = CURRENT_ROUTINES``)
+and applies what differs there from the set before it. ``make release-routines``
+(release_routines() here) freezes that difference into ``<rev>.routines.sql``
+when the next revision is added. pyqueue_sql.routine_sets parses the files and
+computes the sets; a test proves the migrations and sql/<dialect>/ build the
+same catalog. Our revisions are recorded in their own version table,
 ``pyqueue_alembic_version``, and never mix with an application's.
+
+A revision module therefore reads::
+
+    ROUTINES = "0002_extensions.routines.sql"   # or CURRENT_ROUTINES, or None
+
+    def upgrade() -> None:
+        run_sql_file("0002_extensions.up.sql")
+        upgrade_routines(revision)
+
+    def downgrade() -> None:
+        run_sql_file("0002_extensions.down.sql")
+        downgrade_routines(revision)
 
 The revisions are driven here with alembic's ScriptDirectory and
 MigrationContext directly, never through ``alembic.command`` / env.py, so a
@@ -50,9 +73,11 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from alembic.config import Config
@@ -61,9 +86,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
-from . import dialects, errors
-from ._resources import migrations_dir
+from . import dialects, errors, routine_sets
+from ._resources import migrations_dir, sql_file
+from .privileges import mysql_routine_regrants, no_account_creation
 from .queries import migration_queries, split_script
+from .routine_sets import CURRENT_ROUTINES
 
 VERSION_TABLE = "pyqueue_alembic_version"
 TEST_KILL_VARIABLE = "PYQUEUE_SQL_MIGRATE_TEST_KILL"
@@ -128,18 +155,119 @@ _STEP: contextvars.ContextVar[_Step | None] = contextvars.ContextVar(
 )
 
 
+def _current_step() -> _Step:
+    step = _STEP.get()
+    if step is None:
+        raise RuntimeError(
+            "run_sql_file() and the routine steps run inside pyqueue_sql.migrate.upgrade()/downgrade()"
+        )
+    return step
+
+
 def run_sql_file(filename: str) -> None:
     """Runs migrations/sql/<dialect>/<filename> on the connection of the running
     migration (called by the revision files). PostgreSQL: the whole file inside
     the run's transaction. MySQL: statement by statement, each one recorded, so
     an interrupted run resumes after the last recorded statement."""
-    step = _STEP.get()
-    if step is None:
-        raise RuntimeError("run_sql_file() runs inside pyqueue_sql.migrate.upgrade()/downgrade()")
+    step = _current_step()
     path = migrations_dir() / "sql" / step.dialect.name / filename
     if not path.is_file():
         raise FileNotFoundError(f"migration file {path} is missing: is this installation complete?")
-    text = path.read_text(encoding="utf-8")
+    _run_script(step, path.read_text(encoding="utf-8"))
+
+
+def upgrade_routines(revision: str) -> None:
+    """The routine step of the upgrade to ``revision`` (after its up.sql): its released
+    routine file, or, while it is the newest revision (ROUTINES = CURRENT_ROUTINES),
+    the routines of sql/<dialect>/routines.sql that differ from the set before it."""
+    step = _current_step()
+    _run_script(step, routine_chain(step.dialect.name).upgrade_script(revision))
+
+
+def downgrade_routines(revision: str) -> None:
+    """The routine step of the downgrade from ``revision`` (after its down.sql): the
+    routines it changed or removed, as the revision before it defines them."""
+    step = _current_step()
+    _run_script(step, routine_chain(step.dialect.name).downgrade_script(revision))
+
+
+def current_routines_file(dialect: str) -> Path:
+    """sql/<dialect>/routines.sql, which the unreleased newest revision reads (from a
+    checkout or from the copy an installed wheel carries in pyqueue_sql/_data)."""
+    return sql_file(dialect, "routines.sql")
+
+
+def routine_chain(dialect: str) -> routine_sets.Chain:
+    """The routine sets of every revision, oldest first (see the module docstring)."""
+    script = _script()
+    revisions = list(reversed(list(script.walk_revisions())))
+    if len(script.get_heads()) != 1:
+        raise MigrationError(f"the migrations must form one line of revisions, not {script.get_heads()}")
+    return routine_sets.Chain(
+        dialect,
+        [routine_sets.RevisionRoutines(r.revision, getattr(r.module, "ROUTINES", None)) for r in revisions],
+        migrations_dir() / "sql" / dialect,
+        current_routines_file(dialect),
+    )
+
+
+def release_routines(folder: Path | None = None) -> str:
+    """``make release-routines``: freezes the routines of the revision that reads
+    sql/<dialect>/routines.sql (ROUTINES = CURRENT_ROUTINES) into
+    migrations/sql/<dialect>/<revision>.routines.sql, each dialect's holding only
+    the routines that differ from the set of the revision before (and DROPs of
+    those it removed), and switches the revision module to that file. The
+    revision's upgrade then runs the same statements as before its release. Run it
+    when the revision is released, before a new revision changes
+    sql/<dialect>/routines.sql. ``folder``: the migrations folder (default: this
+    checkout's). Returns the revision released."""
+    folder = folder or migrations_dir()
+    revisions = list(reversed(list(ScriptDirectory(str(folder)).walk_revisions())))
+    pending = [r for r in revisions if getattr(r.module, "ROUTINES", None) == CURRENT_ROUTINES]
+    if not pending:
+        raise MigrationError(
+            f"no revision reads the current routines (ROUTINES = CURRENT_ROUTINES in {folder / 'versions'}): "
+            "nothing to release"
+        )
+    target = pending[0]
+    chain_of = revisions[: revisions.index(target) + 1]
+    module = Path(target.path)
+    source = module.read_text(encoding="utf-8")
+    name = f"{target.revision}.routines.sql"
+    switched, n = re.subn(
+        r"^((?:# .*\n)*)ROUTINES = CURRENT_ROUTINES$",
+        "# The routines this revision added or changed (migrations/sql/<dialect>/), as released.\n"
+        f'ROUTINES = "{name}"',
+        source,
+        flags=re.M,
+    )
+    switched, m = re.subn(
+        r"^(from pyqueue_sql\.migrate import .*)CURRENT_ROUTINES, ", r"\1", switched, flags=re.M
+    )
+    if (n, m) != (1, 1):
+        raise MigrationError(
+            f"{module}: expected the lines `from pyqueue_sql.migrate import CURRENT_ROUTINES, ...` "
+            "and `ROUTINES = CURRENT_ROUTINES` (see migrations/script.py.mako)"
+        )
+    texts = {}
+    for dialect in routine_sets.DIALECTS:
+        chain = routine_sets.Chain(
+            dialect,
+            [
+                routine_sets.RevisionRoutines(r.revision, getattr(r.module, "ROUTINES", None))
+                for r in chain_of
+            ],
+            folder / "sql" / dialect,
+            current_routines_file(dialect),
+        )
+        texts[dialect] = chain.release_text(target.revision)
+    for dialect, text in texts.items():
+        (folder / "sql" / dialect / name).write_text(text, encoding="utf-8")
+    module.write_text(switched, encoding="utf-8")
+    return target.revision
+
+
+def _run_script(step: _Step, text: str) -> None:
     file_no = step.files
     step.files += 1
     if step.run is not None and step.run.progress is not None:
@@ -251,13 +379,14 @@ _ALREADY_APPLIED = frozenset(
 
 
 def _is_session_setting(statement: str) -> bool:
-    """A statement that only sets session state (sql_mode, user variables):
+    """A statement that only sets session state (sql_mode, user variables, the
+    connection character set, which a procedure keeps from its creation):
     replayed when resuming, so the statements after it run as they would have."""
     code = " ".join(line for line in statement.splitlines() if not line.strip().startswith("--")).split()
     return (
         len(code) >= 2
         and code[0].upper() == "SET"
-        and (code[1].startswith("@") or code[1].upper() == "SESSION")
+        and (code[1].startswith("@") or code[1].upper() in ("SESSION", "NAMES"))
     )
 
 
@@ -392,76 +521,31 @@ class _MySQLProgress:
         _rows(self.connection, self.dialect, "drop_grants_table")
 
 
-def _privileges(value: Any) -> frozenset[str]:
-    return frozenset(p.strip().lower() for p in str(value or "").split(",") if p.strip())
-
-
-_ROUTINE_PRIVILEGES = {"execute": "EXECUTE", "alter routine": "ALTER ROUTINE"}
-
-
-# Routines added to a capability after it was first granted: an account that may
-# execute the routine on the left gets the ones on the right too, so that a
-# capability granted before an upgrade stays whole (PostgreSQL's migrations do
-# the same in SQL). Where a routine does not exist (a downgrade), nothing is granted.
-_ROUTINES_ADDED_WITH = {
-    "queue_rollback": ("queue_fail",),
-    "queue_stats": ("queue_settings", "queue_message", "queue_message_history"),
-    "queue_create": ("queue_reset_setting",),
-}
-
-
 def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) -> None:
     """Gives back the routine grants that re-creating the procedures dropped
-    (only those that are gone, only on routines that exist), plus the routines
-    added to the capability of a granted one (_ROUTINES_ADDED_WITH). Names come
-    from the server's catalog and are validated and backtick-quoted; a grant whose
-    account is gone meanwhile fails (no account is ever created here) and is
-    reported as a warning."""
-    from .privileges import Account, _mysql_account, _mysql_quote, no_account_creation
-
-    saved = list(saved) + [
-        (user, host, added, routine_type, privileges)
-        for user, host, routine, routine_type, privileges in saved
-        for added in _ROUTINES_ADDED_WITH.get(str(routine).lower(), ())
-    ]
+    (privileges.mysql_routine_regrants says which: only those that are gone, plus
+    the routines added to a granted capability), only on routines that exist. A
+    grant whose account is gone meanwhile fails (no account is ever created here)
+    and is reported as a warning."""
     dialect = _dialect_of(connection)
     try:
-        now = {
-            (u, h, r.lower(), str(t).upper(), _privileges(p))
-            for u, h, r, t, p in _rows(connection, dialect, "routine_grants")
-        }
+        current = _rows(connection, dialect, "routine_grants")
     except Exception as exc:  # cannot read them now: give every saved one back (a no-op when held)
         if _interruption(exc, dialect):
             raise
-        now = set()
-    template = migration_queries("mysql")["regrant_routine"]
+        current = []
     cursor = connection.connection.cursor()
     try:
         with no_account_creation("mysql", connection.connection):
-            for user, host, routine, routine_type, privileges in saved:
-                granted = _privileges(privileges)
-                if (user, host, str(routine).lower(), str(routine_type).upper(), granted) in now:
-                    continue
-                chosen = [_ROUTINE_PRIVILEGES[p] for p in _ROUTINE_PRIVILEGES if p in granted]
-                if not chosen or str(routine_type).upper() not in ("PROCEDURE", "FUNCTION"):
-                    continue
+            for statement in mysql_routine_regrants(saved, current):
                 try:
-                    # Host '' is a MariaDB role: granted as `role`, without a host part
-                    statement = template.format(
-                        privilege=", ".join(chosen),
-                        routine_type=str(routine_type).upper(),
-                        routine=_mysql_quote(routine),
-                        role=_mysql_account(Account(user, host)),
-                        grant_option=" WITH GRANT OPTION" if "grant" in granted else "",
-                    )
                     cursor.execute(statement)
                 except Exception as exc:  # a routine this revision no longer has (1305), an odd name
                     if _interruption(exc, dialect):
                         raise
                     if _mysql_code(exc) != 1305:
                         warnings.warn(
-                            f"pyqueue-sql: could not give {user}@{host} back {', '.join(chosen)} "
-                            f"on {routine}: {exc}",
+                            f"pyqueue-sql: could not give back a routine grant ({statement}): {exc}",
                             stacklevel=3,
                         )
     finally:

@@ -41,13 +41,13 @@ backtick-quoting on MySQL after validation); no SQL is built from names as text.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import dialects, errors
 from .dialects import Dialect
+from .queries import migration_queries
 
 PRODUCER = ("queue_push", "queue_push_batch", "queue_push_replace")
 CONSUMER = (
@@ -134,7 +134,6 @@ TABLES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
 ROUTINES: tuple[str, ...] = tuple(sorted({r for rs in CAPABILITIES.values() for r in rs}))
 
 _PRIVILEGES = {"INSERT": "INSERT", "SELECT": "SELECT"}  # the only table privileges ever granted
-_MYSQL_NAME = re.compile(r"[^\x00-\x1f\x7f`']+")
 
 
 @dataclass(frozen=True)
@@ -171,17 +170,62 @@ def capabilities_of(names: Iterable[str]) -> list[str]:
     return chosen
 
 
-def _mysql_quote(name: str) -> str:
-    """A MySQL identifier in backticks (names are validated: no backtick can appear)."""
-    if not name or not _MYSQL_NAME.fullmatch(name):
-        raise errors.InvalidArgumentError(f"not a usable MySQL name: {name!r}")
-    return f"`{name}`"
+# Routines added to a capability after it was first granted: an account that may
+# execute the routine on the left gets the ones on the right too, so that a
+# capability granted before an upgrade stays whole (PostgreSQL's migrations do
+# the same in SQL). Where a routine does not exist (a downgrade), nothing is granted.
+ROUTINES_ADDED_WITH = {
+    "queue_rollback": ("queue_fail",),
+    "queue_stats": ("queue_settings", "queue_message", "queue_message_history"),
+    "queue_create": ("queue_reset_setting",),
+}
+
+_ROUTINE_PRIVILEGES = {"execute": "EXECUTE", "alter routine": "ALTER ROUTINE"}
 
 
-def _mysql_account(account: Account) -> str:
-    if account.host == "":  # a MariaDB role
-        return _mysql_quote(account.name)
-    return f"{_mysql_quote(account.name)}@{_mysql_quote(account.host or '%')}"
+def _privilege_set(value: Any) -> frozenset[str]:
+    if isinstance(value, (set, frozenset)):  # Proc_priv, a SET column
+        value = ",".join(value)
+    return frozenset(p.strip().lower() for p in str(value or "").split(",") if p.strip())
+
+
+def mysql_routine_regrants(saved: Iterable[Sequence[Any]], current: Iterable[Sequence[Any]]) -> list[str]:
+    """MySQL/MariaDB: the GRANT statements that give back routine grants which
+    re-creating the procedures dropped. ``saved`` and ``current`` are rows (user,
+    host, routine, routine_type, privileges) of mysql.procs_priv, before and now:
+    every saved grant that is not held now, plus the routines added to the
+    capability of a saved one (ROUTINES_ADDED_WITH). Names are validated and
+    backtick-quoted; host '' is a MariaDB role, granted without a host part. Run
+    them inside no_account_creation(); a GRANT on a routine that does not exist
+    fails with 1305 (the caller skips it)."""
+    saved = list(saved)
+    saved += [
+        (user, host, added, routine_type, privileges)
+        for user, host, routine, routine_type, privileges in saved
+        for added in ROUTINES_ADDED_WITH.get(str(routine).lower(), ())
+    ]
+    now = {(u, h, str(r).lower(), str(t).upper(), _privilege_set(p)) for u, h, r, t, p in current}
+    mysql = dialects.for_name("mysql")
+    template = migration_queries("mysql")["regrant_routine"]
+    out: list[str] = []
+    for user, host, routine, routine_type, privileges in saved:
+        granted = _privilege_set(privileges)
+        kind = str(routine_type).upper()
+        if (user, host, str(routine).lower(), kind, granted) in now:
+            continue
+        chosen = [_ROUTINE_PRIVILEGES[p] for p in _ROUTINE_PRIVILEGES if p in granted]
+        if not chosen or kind not in ("PROCEDURE", "FUNCTION"):
+            continue
+        statement = template.format(
+            privilege=", ".join(chosen),
+            routine_type=kind,
+            routine=mysql.identifier(str(routine)),
+            role=mysql.grantee(user, host),
+            grant_option=" WITH GRANT OPTION" if "grant" in granted else "",
+        )
+        if statement not in out:
+            out.append(statement)
+    return out
 
 
 def statements(

@@ -3,14 +3,20 @@
 Revision ID: 0001_core
 Revises:
 Create Date: 2026-11-22
+
+Up: the tables (0001_core.up.sql), then the routines (0001_core.routines.sql,
+every routine of the core contract). Down: drops both (0001_core.down.sql).
 """
 
-from pyqueue_sql.migrate import run_sql_file
+from pyqueue_sql.migrate import downgrade_routines, run_sql_file, upgrade_routines
 
 revision = "0001_core"
 down_revision = None
 branch_labels = ("pyqueue_sql",)
 depends_on = None
+
+# The routines this revision added or changed (migrations/sql/<dialect>/), as released.
+ROUTINES = "0001_core.routines.sql"
 
 # The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
 # server flavor: how `migrate --adopt` recognises a schema installed from the
@@ -23,7 +29,9 @@ FINGERPRINTS = {
 
 def upgrade() -> None:
     run_sql_file("0001_core.up.sql")
+    upgrade_routines(revision)
 
 
 def downgrade() -> None:
     run_sql_file("0001_core.down.sql")
+    downgrade_routines(revision)

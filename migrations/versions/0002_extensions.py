@@ -5,19 +5,22 @@ Revision ID: 0002_extensions
 Revises: 0001_core
 Create Date: 2026-11-22
 
-Up: the DDL delta (0002_extensions.up.sql), then the whole routine set as it
-stood at this revision (0002_extensions.routines.sql, a frozen copy of
-sql/<dialect>/routines.sql; every routine there is replayable).
-Down: drops what 0002 added (0002_extensions.down.sql), then re-installs the
-routines of 0001 (0002_extensions.down_routines.sql).
+Up: the DDL delta (0002_extensions.up.sql), then the routines 0002 added or
+changed (0002_extensions.routines.sql).
+Down: drops what 0002 added, its routines included (0002_extensions.down.sql),
+then re-creates the routines 0002 changed as 0001 released them (from
+0001_core.routines.sql, pyqueue_sql.migrate.downgrade_routines).
 """
 
-from pyqueue_sql.migrate import run_sql_file
+from pyqueue_sql.migrate import downgrade_routines, run_sql_file, upgrade_routines
 
 revision = "0002_extensions"
 down_revision = "0001_core"
 branch_labels = None
 depends_on = None
+
+# The routines this revision added or changed (migrations/sql/<dialect>/), as released.
+ROUTINES = "0002_extensions.routines.sql"
 
 # The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
 # server flavor: how `migrate --adopt` recognises a schema installed from the
@@ -30,9 +33,9 @@ FINGERPRINTS = {
 
 def upgrade() -> None:
     run_sql_file("0002_extensions.up.sql")
-    run_sql_file("0002_extensions.routines.sql")
+    upgrade_routines(revision)
 
 
 def downgrade() -> None:
     run_sql_file("0002_extensions.down.sql")
-    run_sql_file("0002_extensions.down_routines.sql")
+    downgrade_routines(revision)

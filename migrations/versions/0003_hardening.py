@@ -5,19 +5,23 @@ Revision ID: 0003_hardening
 Revises: 0002_extensions
 Create Date: 2026-11-22
 
-Up: the DDL delta (0003_hardening.up.sql), then the whole routine set as it
-stands at this revision (0003_hardening.routines.sql, a frozen copy of
-sql/<dialect>/routines.sql; `make freeze` refreshes it until release).
-Down: undoes what 0003 added (0003_hardening.down.sql), then re-installs the
-routines of 0002 (0003_hardening.down_routines.sql).
+Up: the DDL delta (0003_hardening.up.sql, none), then the routines 0003 changed
+or added (0003_hardening.routines.sql).
+Down: undoes what 0003 added (0003_hardening.down.sql; PostgreSQL drops every
+routine, so that 0002's come back with PostgreSQL's default ACL), then
+re-creates the routines 0003 changed as 0002's set defines them
+(pyqueue_sql.migrate.downgrade_routines).
 """
 
-from pyqueue_sql.migrate import run_sql_file
+from pyqueue_sql.migrate import downgrade_routines, run_sql_file, upgrade_routines
 
 revision = "0003_hardening"
 down_revision = "0002_extensions"
 branch_labels = None
 depends_on = None
+
+# The routines this revision added or changed (migrations/sql/<dialect>/), as released.
+ROUTINES = "0003_hardening.routines.sql"
 
 # The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
 # server flavor: how `migrate --adopt` recognises a schema installed from the
@@ -30,9 +34,9 @@ FINGERPRINTS = {
 
 def upgrade() -> None:
     run_sql_file("0003_hardening.up.sql")
-    run_sql_file("0003_hardening.routines.sql")
+    upgrade_routines(revision)
 
 
 def downgrade() -> None:
     run_sql_file("0003_hardening.down.sql")
-    run_sql_file("0003_hardening.down_routines.sql")
+    downgrade_routines(revision)

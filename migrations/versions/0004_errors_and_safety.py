@@ -5,19 +5,25 @@ Revision ID: 0004_errors_and_safety
 Revises: 0003_hardening
 Create Date: 2026-11-22
 
-Up: the DDL delta (0004_errors_and_safety.up.sql), then the whole routine set
-as it stands at this revision (0004_errors_and_safety.routines.sql, a frozen
-copy of sql/<dialect>/routines.sql; `make freeze` refreshes it until release).
-Down: undoes what 0004 added (0004_errors_and_safety.down.sql), then re-installs
-the routines 0003 released (0003_hardening.routines.sql itself, not a copy).
+Up: the DDL delta (0004_errors_and_safety.up.sql), then the routines 0004
+added or changed (ROUTINES below).
+Down: undoes what 0004 added (0004_errors_and_safety.down.sql), then re-creates
+the routines 0004 changed as 0003's set defines them
+(pyqueue_sql.migrate.downgrade_routines).
 """
 
-from pyqueue_sql.migrate import run_sql_file
+from pyqueue_sql.migrate import CURRENT_ROUTINES, downgrade_routines, run_sql_file, upgrade_routines
 
 revision = "0004_errors_and_safety"
 down_revision = "0003_hardening"
 branch_labels = None
 depends_on = None
+
+# The routines this revision added or changed: while it is the newest revision,
+# those of sql/<dialect>/routines.sql that differ from the revision before it;
+# `make release-routines` freezes them into 0004_errors_and_safety.routines.sql before
+# the next revision is added.
+ROUTINES = CURRENT_ROUTINES
 
 # The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
 # server flavor: how `migrate --adopt` recognises a schema installed from the
@@ -30,9 +36,9 @@ FINGERPRINTS = {
 
 def upgrade() -> None:
     run_sql_file("0004_errors_and_safety.up.sql")
-    run_sql_file("0004_errors_and_safety.routines.sql")
+    upgrade_routines(revision)
 
 
 def downgrade() -> None:
     run_sql_file("0004_errors_and_safety.down.sql")
-    run_sql_file("0003_hardening.routines.sql")
+    downgrade_routines(revision)

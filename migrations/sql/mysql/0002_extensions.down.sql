@@ -1,9 +1,9 @@
 -- pyqueue-sql revision 0002 (mysql), down: drops what 0002 added (only what exists),
 -- in reverse order; 0002_extensions.down_routines.sql then restores 0001's routines.
 
--- ---- issue 4 ----
+-- ---- history, dead letters, limits, workers, schedules ----
 
--- issue 4a: history, dead letters, replace-on-push
+-- history, dead letters, replace-on-push
 DROP PROCEDURE IF EXISTS queue_push_replace;
 DROP PROCEDURE IF EXISTS queue_redrive;
 DROP PROCEDURE IF EXISTS queue_replay;
@@ -13,7 +13,7 @@ DROP PROCEDURE IF EXISTS pyqueue__archive;
 DROP VIEW IF EXISTS pyqueue_dead_letters;
 DROP TABLE IF EXISTS pyqueue_history;
 
--- issue 4b
+-- limits, workers, schedules
 DROP PROCEDURE IF EXISTS queue_schedules;
 DROP PROCEDURE IF EXISTS queue_unschedule;
 DROP PROCEDURE IF EXISTS queue_schedule_cron;
@@ -36,26 +36,26 @@ DROP TABLE IF EXISTS pyqueue_schedule;
 DROP TABLE IF EXISTS pyqueue_worker;
 DROP TABLE IF EXISTS pyqueue_limit_slot;
 DROP TABLE IF EXISTS pyqueue_limit;
--- ---- end of issue 4 ----
+-- ---- end of history, dead letters, limits, workers, schedules ----
 
 
--- ---- issue 5 ----
+-- ---- queue_ingest ----
 DROP PROCEDURE IF EXISTS queue_ingest_flush;
 DROP TABLE IF EXISTS pyqueue_ingest_reject;
 DROP TABLE IF EXISTS queue_ingest;
 
--- ---- end of issue 5 ----
+-- ---- end of queue_ingest ----
 
 
--- ---- issue 6 ----
+-- ---- fast paths ----
 
 DROP PROCEDURE IF EXISTS queue_commit_reserve;
 DROP PROCEDURE IF EXISTS queue_commit_batch;
 
--- ---- end of issue 6 ----
+-- ---- end of fast paths ----
 
 
--- ---- issue 3 ----
+-- ---- wakeups ----
 DROP PROCEDURE IF EXISTS queue_wait;
 DROP PROCEDURE IF EXISTS queue_next_scheduled_at;
 DROP PROCEDURE IF EXISTS queue_set_notify_window;
@@ -64,6 +64,6 @@ DROP PROCEDURE IF EXISTS pyqueue__next_at;
 DROP PROCEDURE IF EXISTS pyqueue__kinds;
 DROP TABLE IF EXISTS pyqueue_notify;
 
--- ---- end of issue 3 ----
+-- ---- end of wakeups ----
 
 

@@ -4,7 +4,7 @@
 SET @pyqueue_saved_sql_mode = @@SESSION.sql_mode;
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
 
--- ---- issue 3: wakeups (NOTIFY throttle) ----
+-- ---- wakeups (NOTIFY throttle) ----
 
 -- Per-queue wakeup window in seconds (set by queue_set_notify_window). MySQL
 -- sends no wakeups, so it is only kept for parity with PostgreSQL.
@@ -19,15 +19,15 @@ CREATE TABLE pyqueue_notify (
   COMMENT='pyqueue-sql: per-queue wakeup window';
 
 
--- ---- end of issue 3 ----
+-- ---- end of wakeups ----
 
 
--- ---- issue 6: fast paths ----
+-- ---- fast paths ----
 
--- ---- end of issue 6 ----
+-- ---- end of fast paths ----
 
 
--- ---- issue 5: queue_ingest ----
+-- ---- queue_ingest ----
 
 -- The bulk-ingest surface for plain JDBC writers (Spark's df.write.jdbc):
 -- INSERT rows (queue_name, p_key, p_kind, payload, run_at, priority), then
@@ -67,12 +67,12 @@ CREATE TABLE pyqueue_ingest_reject (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: queue_ingest rows that queue_ingest_flush refused, with the reason';
 
--- ---- end of issue 5 ----
+-- ---- end of queue_ingest ----
 
 
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
+-- ---- history, dead letters, limits, workers, schedules ----
 
--- issue 4a: history and dead letters
+-- history and dead letters
 
 -- Messages that left a queue created with a history_retention: committed,
 -- popped, dead-lettered or moved, with processed_at (UTC) and outcome.
@@ -120,7 +120,7 @@ SELECT m.queue_name             AS dead_letter_queue,
  WHERE m.queue_name IN (SELECT q.dead_letter_queue FROM pyqueue_queue q
                          WHERE q.dead_letter_queue IS NOT NULL);
 
--- issue 4b
+-- limits, workers, schedules
 
 -- Concurrency limits: at most capacity messages of (queue, kind) reserved at
 -- once. One slot row per unit of capacity; a reservation of a limited kind
@@ -190,7 +190,7 @@ CREATE TABLE pyqueue_schedule (
     CONSTRAINT pyqueue_schedule_one_rule CHECK ((every_s IS NULL) <> (cron IS NULL))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: recurring messages';
--- ---- end of issue 4 ----
+-- ---- end of history, dead letters, limits, workers, schedules ----
 
 
 SET SESSION sql_mode = @pyqueue_saved_sql_mode;

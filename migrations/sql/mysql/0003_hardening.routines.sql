@@ -1,42 +1,15 @@
--- pyqueue-sql: MySQL 8.0+ / MariaDB 10.6+ procedures, the current state.
---
--- Runs after schema.sql (the tables) and can be run again at any time: every
--- procedure is dropped if it exists and created again, so a migration
--- re-installs this whole file. Procedures keep the sql_mode they were created
--- under, so this file sets strict mode first and restores the caller's after.
---
--- Least privilege (issue 7; README "Least privilege"): every contract
--- procedure (queue_*) is SQL SECURITY DEFINER: it runs with the rights of its
--- DEFINER, the account that ran this file (the migrating user), so that an
--- application account needs EXECUTE on the procedures of its capability and
--- nothing on the tables (pyqueue-sql grant). The internal helpers (pyqueue__*)
--- stay SQL SECURITY INVOKER: called from a contract procedure they already run
--- as the definer, and called by anyone else they have only that caller's
--- rights. DROP PROCEDURE also drops the EXECUTE grants on it, so re-running this
--- file (an upgrade to a new revision does) removes the applications' grants:
--- run `pyqueue-sql grant ... --apply` again after each upgrade.
+-- pyqueue-sql revision 0003 (mysql): the routines 0003 changed or added: least privilege (every
+-- contract routine SECURITY DEFINER, nobody but the owner may call one until granted) and
+-- the input checks found by the property tests, as released.
+-- Released: never edit it. The routines at a revision are the union of the routine files
+-- up to it, later ones overriding earlier ones (pyqueue_sql.routine_sets); a downgrade
+-- re-creates the previous ones from them.
 
 SET @pyqueue_saved_sql_mode = @@SESSION.sql_mode;
+
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
 
 DELIMITER //
-
--- ===========================================================================
--- Internal helpers (not part of the contract)
--- ===========================================================================
-
--- pyqueue__raise: signals 'pyqueue:<in_code>: <in_detail>' (cut to the 128
--- characters MESSAGE_TEXT allows). Takes no locks.
-DROP PROCEDURE IF EXISTS pyqueue__raise //
-CREATE PROCEDURE pyqueue__raise(
-    IN in_code   VARCHAR(32) CHARACTER SET utf8mb4,
-    IN in_detail TEXT        CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_text VARCHAR(128) CHARACTER SET utf8mb4;
-    SET v_text = LEFT(CONCAT('pyqueue:', in_code, ': ', COALESCE(in_detail, '')), 128);
-    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_text;
-END //
 
 -- pyqueue__check_name: refuses a name that is NULL, empty, longer than
 -- in_max characters or ends with a space (see "Names compare exactly").
@@ -88,45 +61,6 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__check_duration: refuses a negative duration (or, with
--- in_positive, one that is not above zero) and one over 100 years.
--- NULL passes (it means "the default"). Takes no locks.
-DROP PROCEDURE IF EXISTS pyqueue__check_duration //
-CREATE PROCEDURE pyqueue__check_duration(
-    IN in_what     VARCHAR(32) CHARACTER SET utf8mb4,
-    IN in_value    DECIMAL(20,6),
-    IN in_positive BOOLEAN)
-SQL SECURITY INVOKER
-BEGIN
-    IF in_value < 0 THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not be negative'));
-    END IF;
-    IF in_positive AND in_value = 0 THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must be greater than zero'));
-    END IF;
-    IF in_value > 3155760000 THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not exceed 100 years'));
-    END IF;
-END //
-
--- pyqueue__check_int: refuses a number that is not a whole number within
--- [in_min, in_max] (integer arguments are DECIMAL(65,30), so 2.5 reaches
--- this check instead of being rounded to 3 on the way in). NULL passes.
--- Takes no locks.
-DROP PROCEDURE IF EXISTS pyqueue__check_int //
-CREATE PROCEDURE pyqueue__check_int(
-    IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
-    IN in_value DECIMAL(65,30),
-    IN in_min   BIGINT,
-    IN in_max   BIGINT)
-SQL SECURITY INVOKER
-BEGIN
-    IF in_value <> TRUNCATE(in_value, 0) OR in_value < in_min OR in_value > in_max THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT(in_what, ' must be a whole number from ', in_min, ' to ', in_max));
-    END IF;
-END //
-
 -- pyqueue__check_token: refuses a NULL token or one that is not shaped like
 -- the tokens queue_reserve hands out. Takes no locks. (Every REGEXP here ends
 -- with \\z, not $: in MariaDB's PCRE, $ also matches before a final newline,
@@ -142,20 +76,6 @@ BEGIN
     IF NOT (in_token REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z') THEN
         CALL pyqueue__raise('invalid_argument', 'token is malformed');
     END IF;
-END //
-
--- pyqueue__check_reservation: refuses a key, kind or token that cannot name
--- a reservation (commit, rollback, extend, move). Takes no locks.
-DROP PROCEDURE IF EXISTS pyqueue__check_reservation //
-CREATE PROCEDURE pyqueue__check_reservation(
-    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY INVOKER
-BEGIN
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_token(in_token);
 END //
 
 -- pyqueue__check_payload: refuses a NULL payload (the JSON value null is
@@ -176,102 +96,6 @@ BEGIN
         CALL pyqueue__check_utf8('invalid_payload', 'payload', in_payload);
     END IF;
 END //
-
--- pyqueue__queue: validates the queue name, raises unless the queue exists
--- and returns its settings. Plain (non-locking) read.
-DROP PROCEDURE IF EXISTS pyqueue__queue //
-CREATE PROCEDURE pyqueue__queue(
-    IN  in_queue               LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    OUT out_visibility_timeout DECIMAL(20,6),
-    OUT out_max_attempts       INT,
-    OUT out_dead_letter_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    OUT out_paused             BOOLEAN)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_found INT;
-    CALL pyqueue__check_name('queue', in_queue, 128);
-    SET v_queue = in_queue;
-    SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts),
-           MAX(q.dead_letter_queue), MAX(q.paused)
-      INTO v_found, out_visibility_timeout, out_max_attempts,
-           out_dead_letter_queue, out_paused
-      FROM pyqueue_queue q
-     WHERE q.queue_name = v_queue;
-    IF v_found = 0 THEN
-        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
-    END IF;
-END //
-
--- pyqueue__dead_letter: the message in_id of queue in_queue, which the
--- caller has just claimed with in_token, goes to in_dead_letter_queue (or
--- nowhere when NULL) and counts in dead_count. out_done = 1 when it left.
--- Steps, each a single statement:
---   1. read the message by id and token;
---   2. upsert it into the dead-letter queue (a newer dead letter of the same
---      key and kind replaces the older one: payload, priority, created_at,
---      and it is ready again with attempts 0 and no reservation, so that a
---      consumer holding the older one can no longer commit the newer away);
---   3. delete it by id and token;
---   4. if that deleted it, dead_count + 1.
--- Interrupted after 1 or 2, the message stays claimed under a token nobody
--- holds; when the claim expires the next reserve dead-letters it again and
--- the upsert absorbs the duplicate. Interrupted after 3, dead_count misses
--- one (a statistic, never a message).
--- Locks: the message row, the dead-letter message row, the queue row, each
--- for one statement (or until the caller's transaction ends).
-DROP PROCEDURE IF EXISTS pyqueue__dead_letter //
-CREATE PROCEDURE pyqueue__dead_letter(
-    IN  in_queue             VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_dead_letter_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_id                BIGINT,
-    IN  in_token             CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_now               DATETIME(6),
-    OUT out_done             INT)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_found    INT DEFAULT 1;
-    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_payload  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_priority INT;
-    DECLARE v_created  DATETIME(6);
-    DECLARE v_hist     BIGINT;
-    DECLARE v_deleted  INT;
-    SET out_done = 0;
-    BEGIN
-        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-        SELECT m.p_key, m.p_kind, m.payload, m.priority, m.created_at
-          INTO v_key, v_kind, v_payload, v_priority, v_created
-          FROM pyqueue_message m
-         WHERE m.id = in_id AND m.reserve_token = in_token;
-    END;
-    IF v_found = 1 THEN
-        IF in_dead_letter_queue IS NOT NULL THEN
-            INSERT INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, attempts)
-            VALUES (in_dead_letter_queue, v_key, v_kind, v_payload, v_priority,
-                    in_now, in_now, v_created, 0)
-            ON DUPLICATE KEY UPDATE
-                   payload = v_payload, priority = v_priority, created_at = v_created,
-                   scheduled_at = in_now, scheduled_at_initially = in_now, attempts = 0,
-                   reserved_by = NULL, reserve_token = NULL;
-        END IF;
-        CALL pyqueue__archive(in_queue, in_id, in_token, 'dead_lettered', in_dead_letter_queue, in_now, v_hist);
-        DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
-        SET v_deleted = ROW_COUNT();
-        CALL pyqueue__unarchive(v_hist, v_deleted);
-        IF v_deleted = 1 THEN
-            UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue;
-            SET out_done = 1;
-        END IF;
-    END IF;
-END //
-
--- ===========================================================================
--- Contract routines
--- ===========================================================================
 
 -- queue_create: creates the queue or replaces all its settings (NULL = the
 -- default: 30 s, 10 attempts, no dead-letter queue, no history). The
@@ -730,9 +554,9 @@ BEGIN
     DECLARE v_token      CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed    LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
     DECLARE v_kinds      LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_limits     INT;                             -- issue 4b: limits
-    DECLARE v_ok         INT DEFAULT 1;                   -- issue 4b
-    DECLARE v_full       LONGTEXT CHARACTER SET utf8mb4;  -- issue 4b
+    DECLARE v_limits     INT;                             -- limits
+    DECLARE v_ok         INT DEFAULT 1;
+    DECLARE v_full       LONGTEXT CHARACTER SET utf8mb4;
     DECLARE c_ready CURSOR FOR
         SELECT m.id, m.scheduled_at
           FROM pyqueue_message m
@@ -743,7 +567,7 @@ BEGIN
                 OR m.scheduled_at > v_after_at
                 OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
            AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
-           AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- issue 4b: full kinds
+           AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- full kinds
          ORDER BY m.scheduled_at, m.id
          LIMIT v_page;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
@@ -793,7 +617,7 @@ BEGIN
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
         SET v_left = COALESCE(in_n, 1);
-        SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limits;  -- issue 4b
+        SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limits;
         SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
         priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
             SET v_after_at = NULL, v_after_id = NULL;
@@ -830,7 +654,7 @@ BEGIN
                                 CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, v_dead);
                             END IF;
                         ELSE
-                            IF v_limits THEN  -- issue 4b: a slot first, for a kind with a limit
+                            IF v_limits THEN  -- a slot first, for a kind with a limit
                                 CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
                             END IF;
                             UPDATE pyqueue_message
@@ -840,7 +664,7 @@ BEGIN
                                    reserve_token = v_token
                              WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
                                AND attempts = v_attempts AND reserve_token <=> v_seen_token
-                               AND v_ok = 1;  -- issue 4b
+                               AND v_ok = 1;
                             IF ROW_COUNT() = 1 THEN
                                 SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$', JSON_ARRAY(v_id, v_token));
                                 SET v_left = v_left - 1;
@@ -872,20 +696,6 @@ BEGIN
      WHERE m.reserve_token = c.c_token COLLATE utf8mb4_bin
      ORDER BY c.ord;
 END //
-
--- Routines that act on one message by (queue, p_key, p_kind) first locate
--- it with a plain (non-locking) SELECT on the unique key, then change it by
--- id, re-checking the token in that same statement under its row lock: the
--- token check, not the lookup, decides. The lookup does not lock because a
--- locking read takes the unique-index entry before the row, the opposite
--- order of an UPDATE / DELETE by id, and the two deadlocked when a commit
--- raced a consumer taking over the expired reservation (measured). The
--- price: inside a REPEATABLE READ transaction whose snapshot is older than
--- the reservation, the lookup may not see it and the routine answers 0
--- ("token no longer holds"); the message then comes back after its timeout,
--- never lost. A single-table UPDATE / DELETE by the key columns is not used
--- either: with stale table statistics MariaDB 10.11 planned it as a range
--- scan of the ready index, locking a whole priority of the queue.
 
 -- queue_commit: deletes the message if in_token still holds its
 -- reservation. Result: one row, committed = 1, or 0 when the token no longer
@@ -920,7 +730,7 @@ BEGIN
        AND m.reserve_token = v_held;
     IF v_id > 0 THEN
         CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
-        IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- issue 4b: a recurring message's occurrence
+        IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
             CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
         END IF;
         DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
@@ -1041,7 +851,7 @@ BEGIN
                               + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND,
                reserve_token = v_token
          WHERE id = v_id AND reserve_token = v_held
-           -- issue 4b: a kind with a limit extends only while its slot is still this reservation's
+           -- a kind with a limit extends only while its slot is still this reservation's
            AND NOT EXISTS (SELECT 1 FROM pyqueue_limit l
                             WHERE l.queue_name = v_queue AND l.p_kind = v_kind
                               AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
@@ -1240,81 +1050,6 @@ BEGIN
      ORDER BY q.queue_name;
 END //
 
--- ===========================================================================
--- Added after the core contract
--- ===========================================================================
-
--- ---- issue 3: wakeups ----
-
--- pyqueue__kinds: validates a kinds filter (NULL, or a non-empty JSON array
--- of strings) and returns it re-serialised for JSON_CONTAINS(out, JSON_QUOTE(p_kind)),
--- as queue_reserve does. Takes no locks.
-DROP PROCEDURE IF EXISTS pyqueue__kinds //
-CREATE PROCEDURE pyqueue__kinds(
-    IN  in_kinds  LONGTEXT CHARACTER SET utf8mb4,
-    OUT out_kinds LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_bad INT;
-    SET out_kinds = NULL;
-    IF in_kinds IS NOT NULL THEN
-        IF NOT JSON_VALID(in_kinds) THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a JSON array of strings');
-        END IF;
-        IF JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_LENGTH(in_kinds) = 0 THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
-        END IF;
-        SELECT COUNT(*) INTO v_bad
-          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
-         WHERE (JSON_TYPE(k.elem) = 'STRING') IS NOT TRUE;
-        IF v_bad > 0 THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
-        END IF;
-        -- a longer string would be cut to 128 by the VARCHAR(128) below and
-        -- then match the kind spelled by its first 128 characters
-        SELECT COUNT(*) INTO v_bad
-          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
-         WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
-        IF v_bad > 0 THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
-        END IF;
-        SELECT JSON_ARRAYAGG(k.kind) INTO out_kinds
-          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) PATH '$')) AS k;
-    END IF;
-END //
-
--- pyqueue__next_at: the earliest scheduled_at of the queue's messages (of
--- one of in_kinds, NULL = any), NULL when none. Reads the first index entry
--- of each priority (stops early once one is due by in_now). Plain reads.
-DROP PROCEDURE IF EXISTS pyqueue__next_at //
-CREATE PROCEDURE pyqueue__next_at(
-    IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_kinds LONGTEXT CHARACTER SET utf8mb4,
-    IN  in_now   DATETIME(6),
-    OUT out_next DATETIME(6))
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_priority INT;
-    DECLARE v_at       DATETIME(6);
-    SET out_next = NULL;
-    SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
-    priorities: WHILE v_priority IS NOT NULL DO
-        SELECT MIN(m.scheduled_at) INTO v_at
-          FROM pyqueue_message m
-         WHERE m.queue_name = in_queue AND m.priority = v_priority
-           AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)));
-        IF v_at IS NOT NULL AND (out_next IS NULL OR v_at < out_next) THEN
-            SET out_next = v_at;
-        END IF;
-        IF out_next <= in_now THEN
-            LEAVE priorities;
-        END IF;
-        SELECT MAX(m.priority) INTO v_priority
-          FROM pyqueue_message m
-         WHERE m.queue_name = in_queue AND m.priority < v_priority;
-    END WHILE;
-END //
-
 -- queue_channel: the PostgreSQL NOTIFY channel name of the queue,
 -- 'pyqueue_' + MD5 of its name (the same name on both dialects; MySQL has
 -- no NOTIFY, so nothing is ever sent on it here). One row: channel.
@@ -1454,11 +1189,6 @@ BEGIN
     END LOOP;
     SELECT v_ready AS ready;
 END //
-
--- ---- end of issue 3 ----
-
-
--- ---- issue 6: fast paths ----
 
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
 -- in_token; all three NULL = nothing to commit) and reserves the next up to
@@ -1740,11 +1470,6 @@ BEGIN
     SELECT v_done AS committed;
 END //
 
--- ---- end of issue 6 ----
-
-
--- ---- issue 5: queue_ingest ----
-
 -- queue_ingest_flush: enqueues what plain INSERTs put into queue_ingest (the
 -- bulk-ingest surface for Spark's df.write.jdbc and other JDBC writers):
 -- every pending row of in_queue (NULL = of every queue) becomes a live
@@ -1934,64 +1659,6 @@ BEGIN
     DO RELEASE_LOCK('pyqueue-sql ingest flush');
     SELECT v_enqueued AS enqueued, GREATEST(v_deleted - v_enqueued - v_rejected, 0) AS duplicates,
            v_rejected AS rejected;
-END //
-
--- ---- end of issue 5 ----
-
-
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
-
--- issue 4a: history, dead letters, replace-on-push
-
--- pyqueue__archive: when in_queue keeps history (history_retention set),
--- copies message in_id, as long as it is still held by in_token (NULL
--- matches no reservation), into pyqueue_history with in_outcome and
--- in_to_queue; out_history_id = the new history row, or NULL when nothing
--- was copied. Called just BEFORE the statement that removes the message;
--- the caller then calls pyqueue__unarchive, which deletes the copy again
--- when that statement removed nothing. Interrupted between the two in
--- autocommit mode, the history may hold a row for a message that is still
--- live (it is delivered again and archived again), never lose the message.
--- Locks: a shared lock on the message row, for one statement.
-DROP PROCEDURE IF EXISTS pyqueue__archive //
-CREATE PROCEDURE pyqueue__archive(
-    IN  in_queue       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_id          BIGINT,
-    IN  in_token       CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_outcome     VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_to_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_now         DATETIME(6),
-    OUT out_history_id BIGINT)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_retention DECIMAL(20,6);
-    SET out_history_id = NULL;
-    SELECT MAX(q.history_retention) INTO v_retention FROM pyqueue_queue q WHERE q.queue_name = in_queue;
-    IF v_retention IS NOT NULL THEN
-        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                     created_at, processed_at, outcome, to_queue, reserved_by)
-        SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-               m.created_at, in_now, in_outcome, in_to_queue, m.reserved_by
-          FROM pyqueue_message m
-         WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token;
-        IF ROW_COUNT() = 1 THEN
-            SET out_history_id = LAST_INSERT_ID();
-        END IF;
-    END IF;
-END //
-
--- pyqueue__unarchive: deletes the history row in_history_id that
--- pyqueue__archive wrote when the removal it preceded did nothing
--- (in_done = 0). Locks: that history row, for one statement.
-DROP PROCEDURE IF EXISTS pyqueue__unarchive //
-CREATE PROCEDURE pyqueue__unarchive(
-    IN in_history_id BIGINT,
-    IN in_done       INT)
-SQL SECURITY INVOKER
-BEGIN
-    IF in_history_id IS NOT NULL AND in_done = 0 THEN
-        DELETE FROM pyqueue_history WHERE id = in_history_id;
-    END IF;
 END //
 
 -- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
@@ -2277,81 +1944,6 @@ BEGIN
     SELECT v_outcome AS outcome;
 END //
 
--- issue 4b
-
--- ---------------------------------------------------------------------------
--- Concurrency limits
--- ---------------------------------------------------------------------------
-
--- pyqueue__limit_take: one statement that gives a free slot of (in_queue,
--- in_kind) to the reservation (in_id, in_attempts, ending at in_until);
--- out_ok = 1 when it got one. A slot is busy while its holder is that live
--- reservation, or while the claim is in progress (the message still shows
--- msg_attempts - 1) and msg_until has not passed. The UPDATE reads the slot rows and, through its subqueries, the
--- holders' message rows with locking reads (InnoDB, REPEATABLE READ or
--- SERIALIZABLE): it waits for a slot another session is changing and sees
--- the latest committed holder, never an older snapshot.
-DROP PROCEDURE IF EXISTS pyqueue__limit_take //
-CREATE PROCEDURE pyqueue__limit_take(
-    IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_id       BIGINT,
-    IN  in_attempts INT,
-    IN  in_until    DATETIME(6),
-    IN  in_now      DATETIME(6),
-    OUT out_ok      INT)
-SQL SECURITY INVOKER
-BEGIN
-    UPDATE pyqueue_limit_slot s
-       SET s.msg_id = in_id, s.msg_attempts = in_attempts, s.msg_until = in_until
-     WHERE s.queue_name = in_queue AND s.p_kind = in_kind
-       AND s.slot_no <= (SELECT l.capacity FROM pyqueue_limit l
-                          WHERE l.queue_name = in_queue AND l.p_kind = in_kind)
-       AND (s.msg_id IS NULL
-            OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                            WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
-                              AND ((m.attempts = s.msg_attempts
-                                    AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
-                                   OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
-     ORDER BY s.slot_no
-     LIMIT 1;
-    SET out_ok = ROW_COUNT();
-END //
-
--- pyqueue__limit_claim: called by queue_reserve for a candidate it is about
--- to deliver (message in_id, seen with in_attempts) when the queue has
--- limits. out_ok = 1 when the kind has no limit or a slot was taken for the
--- delivery (attempts + 1); 0 when the kind is full. io_full: JSON array of
--- the kinds found full in this call (skipped without another look).
--- The slot is taken BEFORE the message is claimed, and counts as busy
--- while the claim is in progress. Interrupted in between, or when the claim
--- then loses a race, the slot holds a reservation that either is someone
--- else's (counted twice until it ends) or never happens (busy until the
--- timeout it would have had): too few hand-outs, never too many.
-DROP PROCEDURE IF EXISTS pyqueue__limit_claim //
-CREATE PROCEDURE pyqueue__limit_claim(
-    IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN    in_id       BIGINT,
-    IN    in_attempts INT,
-    IN    in_until    DATETIME(6),
-    IN    in_now      DATETIME(6),
-    INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
-    OUT   out_ok      INT)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    SELECT MAX(m.p_kind) INTO v_kind FROM pyqueue_message m WHERE m.id = in_id;
-    SET out_ok = 1;
-    IF JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(v_kind)) THEN
-        SET out_ok = 0;
-    ELSEIF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = v_kind) THEN
-        CALL pyqueue__limit_take(in_queue, v_kind, in_id, in_attempts + 1, in_until, in_now, out_ok);
-        IF out_ok = 0 THEN
-            SET io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', v_kind);
-        END IF;
-    END IF;
-END //
-
 -- queue_set_limit: at most in_capacity messages of in_kind reserved at once
 -- in in_queue (0 holds the kind back); NULL removes the limit. Live
 -- reservations of the kind without a slot (made before the first call) take
@@ -2447,10 +2039,6 @@ BEGIN
      WHERE v_queue IS NULL OR l.queue_name = v_queue
      ORDER BY l.queue_name, l.p_kind;
 END //
-
--- ---------------------------------------------------------------------------
--- Worker registry
--- ---------------------------------------------------------------------------
 
 -- queue_worker_register: records a worker. Result: one row, worker_id. The
 -- worker then reserves with worker = CONCAT(in_name, '#', worker_id)
@@ -2603,10 +2191,6 @@ BEGIN
      ORDER BY w.worker_id;
 END //
 
--- ---------------------------------------------------------------------------
--- Recurring messages
--- ---------------------------------------------------------------------------
-
 -- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
 -- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
 -- comma lists of those. Raises invalid_argument naming the field.
@@ -2654,120 +2238,6 @@ BEGIN
         END IF;
         SET v_rest = SUBSTRING(v_rest, LOCATE(',', v_rest) + 1);
     END LOOP;
-END //
-
--- pyqueue__cron_next: the first minute strictly after in_after (UTC) that
--- matches the 5-field cron expression (minute hour day-of-month month
--- day-of-week; day-of-week 0-7, 0 and 7 = Sunday; when both day fields are
--- restricted a day matching either matches, as in Vixie cron). Computed with
--- set operations: the first matching day among the next 8 years of days
--- (numbers made by a cross join of digits, no recursion), then the first
--- matching minute of that day; never minute by minute. Raises
--- invalid_argument for a malformed expression or one that never matches.
-DROP PROCEDURE IF EXISTS pyqueue__cron_next //
-CREATE PROCEDURE pyqueue__cron_next(
-    IN  in_cron  LONGTEXT CHARACTER SET utf8mb4,
-    IN  in_after DATETIME(6),
-    OUT out_next DATETIME(6))
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_cron  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_min   BIGINT;
-    DECLARE v_hour  BIGINT;
-    DECLARE v_dom   BIGINT;
-    DECLARE v_mon   BIGINT;
-    DECLARE v_dow   BIGINT;
-    DECLARE v_or    INT;
-    DECLARE v_t     DATETIME;
-    DECLARE v_today DATE;
-    DECLARE v_mod   INT;
-    DECLARE v_day   DATE;
-    DECLARE v_first INT;
-    IF in_cron IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'cron must not be NULL');
-    END IF;
-    SET v_cron = REGEXP_REPLACE(TRIM(in_cron), ' +', ' ');
-    IF CHAR_LENGTH(v_cron) - CHAR_LENGTH(REPLACE(v_cron, ' ', '')) <> 4 THEN
-        CALL pyqueue__raise('invalid_argument',
-            'cron must have 5 fields (minute hour day-of-month month day-of-week)');
-    END IF;
-    CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', 1), 'minute', 0, 59, v_min);
-    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 2), ' ', -1), 'hour', 0, 23, v_hour);
-    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 'day-of-month', 1, 31, v_dom);
-    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 4), ' ', -1), 'month', 1, 12, v_mon);
-    CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', -1), 'day-of-week', 0, 7, v_dow);
-    IF v_dow & 128 <> 0 THEN
-        SET v_dow = (v_dow | 1) & 127;
-    END IF;
-    SET v_or = LEFT(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 1) <> '*'
-               AND LEFT(SUBSTRING_INDEX(v_cron, ' ', -1), 1) <> '*';
-    SET v_t = CAST(DATE_FORMAT(in_after, '%Y-%m-%d %H:%i:00') AS DATETIME) + INTERVAL 1 MINUTE;
-    SET v_today = DATE(v_t), v_mod = HOUR(v_t) * 60 + MINUTE(v_t);
-    SELECT MIN(days.d) INTO v_day
-      FROM (SELECT v_today + INTERVAL (a.n + 10 * b.n + 100 * c.n + 1000 * e.n) DAY AS d
-              FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) a,
-                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) b,
-                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) c,
-                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2) e
-             WHERE a.n + 10 * b.n + 100 * c.n + 1000 * e.n <= 366 * 8) AS days
-     WHERE (v_mon >> MONTH(days.d)) & 1 = 1
-       AND IF(v_or,
-              (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 OR (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1,
-              (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 AND (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1)
-       AND (days.d > v_today
-            OR EXISTS (SELECT 1
-                         FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
-                               UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
-                               UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
-                               UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
-                               UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
-                               UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
-                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                               UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
-                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                               UNION ALL SELECT 5) m10
-                        WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
-                          AND h.n * 60 + m1.n + 10 * m10.n >= v_mod));
-    IF v_day IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT('cron "', LEFT(in_cron, 40), '" matches no day in the next 8 years'));
-    END IF;
-    SELECT MIN(h.n * 60 + m1.n + 10 * m10.n) INTO v_first
-      FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
-            UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
-            UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
-            UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
-            UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
-            UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
-           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-            UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
-           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-            UNION ALL SELECT 5) m10
-     WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
-       AND (v_day > v_today OR h.n * 60 + m1.n + 10 * m10.n >= v_mod);
-    SET out_next = CAST(v_day AS DATETIME(6)) + INTERVAL v_first MINUTE;
-END //
-
--- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
--- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
--- pyqueue__cron_next.
-DROP PROCEDURE IF EXISTS pyqueue__schedule_after //
-CREATE PROCEDURE pyqueue__schedule_after(
-    IN  in_every_s BIGINT,
-    IN  in_cron    LONGTEXT CHARACTER SET utf8mb4,
-    IN  in_after   DATETIME(6),
-    OUT out_next   DATETIME(6))
-SQL SECURITY INVOKER
-BEGIN
-    IF in_every_s IS NOT NULL THEN
-        SET out_next = CAST('1970-01-01 00:00:00' AS DATETIME(6))
-            + INTERVAL ((FLOOR(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', in_after) / (in_every_s * 1000000)) + 1)
-                        * in_every_s) SECOND;
-    ELSE
-        CALL pyqueue__cron_next(in_cron, in_after, out_next);
-    END IF;
 END //
 
 -- pyqueue__schedule_next: called by queue_commit for a message it is about
@@ -2819,60 +2289,6 @@ BEGIN
             END IF;
         END IF;
     END IF;
-END //
-
--- pyqueue__schedule: creates or replaces a schedule and pushes its first
--- occurrence (the next one after now). A pending occurrence of the replaced
--- schedule is removed unless it is reserved (it then runs, and its commit
--- pushes nothing since it is no longer the pending one). Result: one row,
--- next_at. Steps: upsert the schedule row (next_at = first), remove the old
--- pending occurrence, push the first one: interrupted (the call then fails),
--- the schedule may have no pending occurrence until it is called again.
-DROP PROCEDURE IF EXISTS pyqueue__schedule //
-CREATE PROCEDURE pyqueue__schedule(
-    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
-    IN in_every_s BIGINT,
-    IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_now    DATETIME(6);
-    DECLARE v_next   DATETIME(6);
-    DECLARE v_old    DATETIME(6);
-    DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_oldid  BIGINT;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 234);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_payload(in_payload);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
-    CALL pyqueue__schedule_after(in_every_s, in_cron, v_now, v_next);
-    SELECT MAX(s.next_at) INTO v_old FROM pyqueue_schedule s
-     WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
-    INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
-    VALUES (v_queue, v_key, v_kind, in_payload, in_every_s, in_cron, v_next, v_now)
-    ON DUPLICATE KEY UPDATE payload = in_payload, every_s = in_every_s, cron = in_cron, next_at = v_next;
-    IF v_old IS NOT NULL THEN
-        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
-        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
-         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
-        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
-    END IF;
-    INSERT IGNORE INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts)
-    VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
-            in_payload, 0, v_next, v_next, v_now, 0);
-    SELECT v_next AS next_at;
 END //
 
 -- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
@@ -2976,11 +2392,6 @@ BEGIN
      ORDER BY s.queue_name, s.p_key, s.p_kind;
 END //
 
--- ---- end of issue 4 ----
-
-
--- ---- issue 7: least privilege ----
-
 -- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
 -- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
 -- dead letter first, so that an account without SELECT on the view (and its
@@ -3005,8 +2416,6 @@ BEGIN
      WHERE d.dead_letter_queue = v_queue
      ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
 END //
-
--- ---- end of issue 7 ----
 
 DELIMITER ;
 

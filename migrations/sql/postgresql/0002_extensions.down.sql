@@ -1,9 +1,9 @@
 -- pyqueue-sql revision 0002 (postgresql), down: drops what 0002 added (only what exists),
 -- in reverse order; 0002_extensions.down_routines.sql then restores 0001's routines.
 
--- ---- issue 4 ----
+-- ---- history, dead letters, limits, workers, schedules ----
 
--- issue 4a: history, dead letters, replace-on-push
+-- history, dead letters, replace-on-push
 DROP FUNCTION IF EXISTS queue_push_replace(text, text, text, jsonb, timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_redrive(text, text, integer);
 DROP FUNCTION IF EXISTS queue_replay(text, timestamptz, timestamptz);
@@ -13,7 +13,7 @@ DROP FUNCTION IF EXISTS pyqueue__archive(pyqueue_queue, pyqueue_message, text, t
 DROP VIEW IF EXISTS pyqueue_dead_letters;
 DROP TABLE IF EXISTS pyqueue_history;
 
--- issue 4b
+-- limits, workers, schedules
 DROP FUNCTION IF EXISTS queue_schedules(text);
 DROP FUNCTION IF EXISTS queue_unschedule(text, text, text);
 DROP FUNCTION IF EXISTS queue_schedule_cron(text, text, text, jsonb, text);
@@ -38,28 +38,28 @@ DROP TABLE IF EXISTS pyqueue_schedule;
 DROP TABLE IF EXISTS pyqueue_worker;
 DROP TABLE IF EXISTS pyqueue_limit_slot;
 DROP TABLE IF EXISTS pyqueue_limit;
--- ---- end of issue 4 ----
+-- ---- end of history, dead letters, limits, workers, schedules ----
 
 
--- ---- issue 5 ----
+-- ---- queue_ingest ----
 DROP TABLE IF EXISTS queue_ingest;
 DROP FUNCTION IF EXISTS pyqueue__ingest();
 DROP FUNCTION IF EXISTS queue_ingest_flush(text);
 
--- ---- end of issue 5 ----
+-- ---- end of queue_ingest ----
 
 
--- ---- issue 6 ----
+-- ---- fast paths ----
 ALTER TABLE pyqueue_message RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,
                                   autovacuum_vacuum_cost_delay, autovacuum_analyze_scale_factor);
 
 DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
 
--- ---- end of issue 6 ----
+-- ---- end of fast paths ----
 
 
--- ---- issue 3 ----
+-- ---- wakeups ----
 DROP FUNCTION IF EXISTS queue_wait(text, text[], interval, interval);
 DROP FUNCTION IF EXISTS queue_next_scheduled_at(text, text[]);
 DROP FUNCTION IF EXISTS queue_set_notify_window(text, interval);
@@ -68,6 +68,6 @@ DROP FUNCTION IF EXISTS pyqueue__notify(text);
 DROP FUNCTION IF EXISTS pyqueue__channel(text);
 DROP TABLE IF EXISTS pyqueue_notify;
 
--- ---- end of issue 3 ----
+-- ---- end of wakeups ----
 
 

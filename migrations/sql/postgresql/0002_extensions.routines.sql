@@ -1,81 +1,8 @@
--- pyqueue-sql: PostgreSQL 15+ routines, the current state.
---
--- Runs after schema.sql (the tables) and can be run again at any time: every
--- routine is CREATE OR REPLACE, so a migration re-installs this whole file.
--- Naming inside routines: parameters in_*, locals v_*, columns as they are
--- (p_key/p_kind are columns, never parameters).
---
--- Errors: every refusal is RAISE EXCEPTION with the message
---   'pyqueue:<code>: <detail>'
--- where <code> is one of unknown_queue, invalid_argument, invalid_payload;
--- SQLSTATE is 22023 (invalid_parameter_value) for argument errors and
--- P0002 (no_data_found) for an unknown queue.
-
--- ===========================================================================
--- Internal helpers (not part of the contract)
--- ===========================================================================
-
--- Raises unless a name is non-NULL, non-empty, at most in_max characters and
--- does not end with a space. (MySQL compares names with PAD SPACE, 'a' = 'a ';
--- both dialects refuse the trailing space so that the contract is the same.)
-CREATE OR REPLACE FUNCTION pyqueue__check_name(in_what text, in_value text, in_max integer)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    IF in_value IS NULL OR in_value = '' THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not be NULL or empty', in_what
-            USING ERRCODE = '22023';
-    END IF;
-    IF length(in_value) > in_max THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: % is longer than % characters', in_what, in_max
-            USING ERRCODE = '22023';
-    END IF;
-    IF right(in_value, 1) = ' ' THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not end with a space', in_what
-            USING ERRCODE = '22023';
-    END IF;
-END;
-$$;
-
--- Raises unless key, kind and token name a reservation (commit, rollback, extend, move).
-CREATE OR REPLACE FUNCTION pyqueue__check_reservation(in_key text, in_kind text, in_token uuid)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF in_token IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: token must not be NULL' USING ERRCODE = '22023';
-    END IF;
-END;
-$$;
-
--- Raises unless the queue exists; returns its settings row. With in_lock it
--- takes FOR KEY SHARE on the queue row (what the foreign key check takes
--- anyway), so a concurrent queue_drop either waits for this transaction or has
--- already won, and the caller then gets unknown_queue, never a raw FK error.
-CREATE OR REPLACE FUNCTION pyqueue__queue(in_queue text, in_lock boolean DEFAULT false)
-RETURNS pyqueue_queue
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_row pyqueue_queue;
-BEGIN
-    PERFORM pyqueue__check_name('queue', in_queue, 128);
-    IF in_lock THEN
-        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name = in_queue FOR KEY SHARE;
-    ELSE
-        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name = in_queue;
-    END IF;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue
-            USING ERRCODE = 'P0002';
-    END IF;
-    RETURN v_row;
-END;
-$$;
+-- pyqueue-sql revision 0002 (postgresql): the routines 0002 added (wakeups, fast
+-- paths, queue_ingest, history, dead letters, limits, workers, schedules) or changed, as released.
+-- Released: never edit it. The routines at a revision are the union of the routine files
+-- up to it, later ones overriding earlier ones (pyqueue_sql.routine_sets); a downgrade
+-- re-creates the previous ones from them.
 
 -- Raises when a duration is negative (or, with in_positive, not above zero),
 -- or longer than 100 years of 365.25 days (the same bound as MySQL's; an
@@ -153,7 +80,7 @@ DECLARE
     v_left     integer := in_n;
     v_got      integer;
 BEGIN
-    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue) THEN  -- issue 4b: limits
+    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue) THEN  -- limits
         RETURN QUERY SELECT * FROM pyqueue__lock_ready_limited(in_queue, in_now, in_n, in_kinds);
         RETURN;
     END IF;
@@ -175,71 +102,6 @@ BEGIN
           FROM pyqueue_message m
          WHERE m.queue_name = in_queue AND m.priority < v_priority;
     END LOOP;
-END;
-$$;
-
--- ===========================================================================
--- Contract routines
--- ===========================================================================
-
--- queue_create: creates the queue or replaces its settings (NULL = default:
--- 30 s, 10 attempts, no dead-letter queue, no history). Locks the queue row.
-CREATE OR REPLACE FUNCTION queue_create(
-    in_queue              text,
-    in_visibility_timeout interval DEFAULT NULL,
-    in_max_attempts       integer  DEFAULT NULL,
-    in_dead_letter_queue  text     DEFAULT NULL,
-    in_history_retention  interval DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    PERFORM pyqueue__check_name('queue', in_queue, 128);
-    PERFORM pyqueue__check_duration('visibility_timeout', in_visibility_timeout, true);
-    PERFORM pyqueue__check_duration('history_retention', in_history_retention, false);
-    IF in_max_attempts IS NOT NULL AND in_max_attempts < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: max_attempts must be at least 1'
-            USING ERRCODE = '22023';
-    END IF;
-    IF in_dead_letter_queue IS NOT NULL THEN
-        IF in_dead_letter_queue = in_queue THEN
-            RAISE EXCEPTION 'pyqueue:invalid_argument: a queue cannot be its own dead_letter_queue'
-                USING ERRCODE = '22023';
-        END IF;
-        PERFORM pyqueue__check_name('dead_letter_queue', in_dead_letter_queue, 128);
-        PERFORM pyqueue__queue(in_dead_letter_queue, true);
-    END IF;
-    INSERT INTO pyqueue_queue AS q
-           (queue_name, visibility_timeout, max_attempts, dead_letter_queue, history_retention)
-    VALUES (in_queue,
-            coalesce(in_visibility_timeout, interval '30 seconds'),
-            coalesce(in_max_attempts, 10),
-            in_dead_letter_queue,
-            in_history_retention)
-    ON CONFLICT (queue_name) DO UPDATE
-       SET visibility_timeout = EXCLUDED.visibility_timeout,
-           max_attempts       = EXCLUDED.max_attempts,
-           dead_letter_queue  = EXCLUDED.dead_letter_queue,
-           history_retention  = EXCLUDED.history_retention;
-END;
-$$;
-
--- queue_drop: deletes the queue and all its messages. Refuses while another
--- queue names it as dead-letter queue. Locks the queue row and its messages.
-CREATE OR REPLACE FUNCTION queue_drop(in_queue text)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_user text;
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    SELECT q.queue_name INTO v_user FROM pyqueue_queue q WHERE q.dead_letter_queue = in_queue LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: queue "%" is the dead_letter_queue of "%"', in_queue, v_user
-            USING ERRCODE = '22023';
-    END IF;
-    DELETE FROM pyqueue_queue WHERE queue_name = in_queue;  -- messages go by ON DELETE CASCADE
 END;
 $$;
 
@@ -277,7 +139,7 @@ BEGIN
             scheduled_at_initially, created_at)
     VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    IF FOUND AND v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- issue 3
+    IF FOUND AND v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;
     RETURN FOUND;
 END;
 $$;
@@ -351,7 +213,7 @@ BEGIN
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     IF v_count > 0 AND (in_run_ats IS NULL OR EXISTS (SELECT 1 FROM unnest(in_run_ats) r WHERE r IS NULL OR r <= v_now)) THEN
-        PERFORM pyqueue__notify(in_queue);  -- issue 3: one wakeup per statement, for ready-now rows
+        PERFORM pyqueue__notify(in_queue);  -- one wakeup per statement, for ready-now rows
     END IF;
     RETURN v_count;
 END;
@@ -502,7 +364,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM pyqueue__archive(v_queue, v_msg, 'committed', NULL, clock_timestamp());
-    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- issue 4b: a recurring message's occurrence
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
         PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
     END IF;
     RETURN true;
@@ -562,7 +424,7 @@ DECLARE
 BEGIN
     PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- issue 4b: limits
+    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- limits
         RETURN NULL;
     END IF;
     UPDATE pyqueue_message
@@ -605,85 +467,10 @@ BEGIN
     VALUES (in_to_queue, v_msg.p_key, v_msg.p_kind, coalesce(in_payload, v_msg.payload),
             v_msg.priority, v_now, v_now, v_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;  -- issue 3
+    IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;
     RETURN true;
 END;
 $$;
-
--- queue_remove: deletes a message whatever its state; false when absent.
-CREATE OR REPLACE FUNCTION queue_remove(in_queue text, in_key text, in_kind text)
-RETURNS boolean
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    DELETE FROM pyqueue_message WHERE queue_name = in_queue AND p_key = in_key AND p_kind = in_kind;
-    RETURN FOUND;
-END;
-$$;
-
--- queue_pause: pop and reserve hand out nothing until queue_resume.
--- Pushes, commits and rollbacks still work.
-CREATE OR REPLACE FUNCTION queue_pause(in_queue text)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    UPDATE pyqueue_queue SET paused = true WHERE queue_name = in_queue;
-END;
-$$;
-
-CREATE OR REPLACE FUNCTION queue_resume(in_queue text)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    PERFORM pyqueue__queue(in_queue);
-    UPDATE pyqueue_queue SET paused = false WHERE queue_name = in_queue;
-END;
-$$;
-
--- queue_stats: one row per queue (all queues when in_queue is NULL).
--- ready: eligible now; delayed: scheduled later and not reserved; reserved:
--- held by a reservation that has not expired; dead: messages that exhausted
--- max_attempts in this queue so far; oldest_ready_age_s: how long the oldest
--- ready message has been eligible (NULL when none). Reads without locks.
-CREATE OR REPLACE FUNCTION queue_stats(in_queue text DEFAULT NULL)
-RETURNS TABLE (queue text, ready bigint, delayed bigint, reserved bigint, dead bigint,
-               oldest_ready_age_s double precision, paused boolean)
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-    v_now timestamptz := clock_timestamp();
-BEGIN
-    IF in_queue IS NOT NULL THEN
-        PERFORM pyqueue__queue(in_queue);
-    END IF;
-    RETURN QUERY
-        SELECT q.queue_name::text,
-               count(*) FILTER (WHERE m.scheduled_at <= v_now),
-               count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NULL),
-               count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NOT NULL),
-               q.dead_count,
-               extract(epoch FROM v_now - min(m.scheduled_at) FILTER (WHERE m.scheduled_at <= v_now))::double precision,
-               q.paused
-          FROM pyqueue_queue q
-          LEFT JOIN pyqueue_message m ON m.queue_name = q.queue_name
-         WHERE in_queue IS NULL OR q.queue_name = in_queue
-         GROUP BY q.queue_name, q.dead_count, q.paused
-         ORDER BY q.queue_name;
-END;
-$$;
-
-
--- ===========================================================================
--- Added after the core contract
--- ===========================================================================
-
--- ---- issue 3: wakeups ----
 
 -- pyqueue__channel: the NOTIFY channel of a queue, 'pyqueue_' + md5 of its
 -- name (40 characters: a queue name reaches 128 characters, a channel name
@@ -858,11 +645,6 @@ BEGIN
     END LOOP;
 END;
 $$;
-
--- ---- end of issue 3 ----
-
-
--- ---- issue 6: fast paths ----
 
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
 -- in_token; all three NULL = nothing to commit) and reserves the next up to
@@ -1060,11 +842,6 @@ BEGIN
 END;
 $$;
 
--- ---- end of issue 6 ----
-
-
--- ---- issue 5: queue_ingest ----
-
 -- pyqueue__ingest: the statement-level AFTER INSERT trigger of queue_ingest.
 -- For the rows of one INSERT statement (the transition table pyqueue_new):
 --   1. key-share locks the queue rows they name (as queue_push: a racing
@@ -1173,7 +950,6 @@ BEGIN
     RETURN NULL;
 END;
 $$;
-
 CREATE OR REPLACE TRIGGER queue_ingest_enqueue
     AFTER INSERT ON queue_ingest
     REFERENCING NEW TABLE AS pyqueue_new
@@ -1195,13 +971,6 @@ BEGIN
     RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;
 END;
 $$;
-
--- ---- end of issue 5 ----
-
-
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
-
--- issue 4a: history, dead letters, replace-on-push
 
 -- pyqueue__archive: when the queue keeps history (history_retention set),
 -- records a message that has just left the live table, with its outcome
@@ -1435,12 +1204,6 @@ BEGIN
 END;
 $$;
 
--- issue 4b
-
--- ---------------------------------------------------------------------------
--- Concurrency limits
--- ---------------------------------------------------------------------------
-
 -- pyqueue__limit_claim: takes a free slot of (in_queue, in_kind) for the
 -- message in_id about to be reserved for the (in_attempts + 1)-th time; false
 -- when every slot is busy. in_taken: messages admitted earlier in the same
@@ -1656,10 +1419,6 @@ BEGIN
 END;
 $$;
 
--- ---------------------------------------------------------------------------
--- Worker registry
--- ---------------------------------------------------------------------------
-
 -- queue_worker_register: records a worker; returns its id. The worker then
 -- reserves with worker = in_name || '#' || id (queue_workers shows it as
 -- reserve_as) so that queue_release_dead_workers can find its messages.
@@ -1793,10 +1552,6 @@ BEGIN
          ORDER BY w.worker_id;
 END;
 $$;
-
--- ---------------------------------------------------------------------------
--- Recurring messages
--- ---------------------------------------------------------------------------
 
 -- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
 -- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
@@ -2086,7 +1841,3 @@ BEGIN
          ORDER BY s.queue_name, s.p_key, s.p_kind;
 END;
 $$;
-
--- ---- end of issue 4 ----
-
-

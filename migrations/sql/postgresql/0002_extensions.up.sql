@@ -1,7 +1,7 @@
 -- pyqueue-sql revision 0002 (postgresql): the DDL delta from 0001. Frozen once released.
 -- The routines follow from 0002_extensions.routines.sql.
 
--- ---- issue 3: wakeups (NOTIFY throttle) ----
+-- ---- wakeups (NOTIFY throttle) ----
 
 -- Wakeup throttle, one row per queue that has sent a wakeup or has its own
 -- window: at most one NOTIFY per notify_window (0 = one per push statement).
@@ -18,12 +18,12 @@ COMMENT ON TABLE pyqueue_notify IS
     'pyqueue-sql: per-queue NOTIFY throttle (window and time of the last wakeup).';
 
 
--- ---- end of issue 3 ----
+-- ---- end of wakeups ----
 
 
--- ---- issue 6: fast paths ----
+-- ---- fast paths ----
 
--- Issue 6: every reserve moves a message's entry in the ready index (a
+-- every reserve moves a message's entry in the ready index (a
 -- non-HOT update) and every commit deletes it, so each message leaves two
 -- dead index entries, and the dead ones with past scheduled_at sit at the
 -- head of the ready range that every reserve walks. Only VACUUM removes them:
@@ -34,10 +34,10 @@ ALTER TABLE pyqueue_message SET (
     autovacuum_vacuum_cost_delay = 0,
     autovacuum_analyze_scale_factor = 0.05);
 
--- ---- end of issue 6 ----
+-- ---- end of fast paths ----
 
 
--- ---- issue 5: queue_ingest ----
+-- ---- queue_ingest ----
 
 -- The bulk-ingest surface for plain JDBC writers (Spark's df.write.jdbc): an
 -- INSERT of rows (queue_name, p_key, p_kind, payload, run_at, priority) makes
@@ -66,12 +66,12 @@ COMMENT ON TABLE queue_ingest IS
 
 CREATE INDEX queue_ingest_id_idx ON queue_ingest (ingest_id);
 
--- ---- end of issue 5 ----
+-- ---- end of queue_ingest ----
 
 
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
+-- ---- history, dead letters, limits, workers, schedules ----
 
--- issue 4a: history and dead letters
+-- history and dead letters
 
 -- Messages that left a queue created with a history_retention: committed,
 -- popped, dead-lettered or moved. Written by the routine that removes the
@@ -127,7 +127,7 @@ SELECT m.queue_name                    AS dead_letter_queue,
 COMMENT ON VIEW pyqueue_dead_letters IS
     'pyqueue-sql: messages in dead-letter queues, with the queue they came from when it is unambiguous.';
 
--- issue 4b
+-- limits, workers, schedules
 
 -- Concurrency limits: at most capacity messages of (queue, kind) reserved at
 -- once. One slot row per unit of capacity; a reservation of a limited kind
@@ -186,6 +186,6 @@ CREATE TABLE pyqueue_schedule (
     CONSTRAINT pyqueue_schedule_pkey PRIMARY KEY (queue_name, p_key, p_kind),
     CONSTRAINT pyqueue_schedule_one_rule CHECK ((every_s IS NULL) <> (cron IS NULL))
 );
--- ---- end of issue 4 ----
+-- ---- end of history, dead letters, limits, workers, schedules ----
 
 

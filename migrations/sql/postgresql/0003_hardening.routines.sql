@@ -1,28 +1,10 @@
--- pyqueue-sql: PostgreSQL 15+ routines, the current state.
---
--- Runs after schema.sql (the tables) and can be run again at any time: every
--- routine is CREATE OR REPLACE, so a migration re-installs this whole file.
--- Naming inside routines: parameters in_*, locals v_*, columns as they are
--- (p_key/p_kind are columns, never parameters).
---
--- Errors: every refusal is RAISE EXCEPTION with the message
---   'pyqueue:<code>: <detail>'
--- where <code> is one of unknown_queue, invalid_argument, invalid_payload;
--- SQLSTATE is 22023 (invalid_parameter_value) for argument errors and
--- P0002 (no_data_found) for an unknown queue.
---
--- Least privilege (issue 7; README "Least privilege"): every contract routine
--- (queue_*) and the queue_ingest trigger function are SECURITY DEFINER (they
--- run with the rights of their owner, the migrating role) and carry a pinned
--- search_path: the schema they are installed in, then pg_temp last, so that
--- no caller's schema or temporary table can stand in for ours. The routine
--- text is static, so the script pins the session's search_path to
--- "<current schema>, pg_temp" here, every routine takes it with
--- SET search_path FROM CURRENT, and the end of the script puts the caller's
--- back (session-level set_config: it survives psql's autocommit between
--- statements, and inside the migration's transaction it is undone by a rollback).
--- The end of the script also revokes EXECUTE from PUBLIC on every routine:
--- nobody but the owner may call anything until granted (pyqueue-sql grant).
+-- pyqueue-sql revision 0003 (postgresql): the routines 0003 changed or added: least privilege (every
+-- contract routine SECURITY DEFINER, nobody but the owner may call one until granted) and
+-- the input checks found by the property tests, as released.
+-- Released: never edit it. The routines at a revision are the union of the routine files
+-- up to it, later ones overriding earlier ones (pyqueue_sql.routine_sets); a downgrade
+-- re-creates the previous ones from them.
+
 DO $$
 BEGIN
     IF current_schema() IS NULL THEN
@@ -32,10 +14,6 @@ BEGIN
     PERFORM set_config('search_path', quote_ident(current_schema()) || ', pg_temp', false);
 END
 $$;
-
--- ===========================================================================
--- Internal helpers (not part of the contract)
--- ===========================================================================
 
 -- Raises unless a name is non-NULL, non-empty, at most in_max characters and
 -- does not end with a space. (MySQL compares names with PAD SPACE, 'a' = 'a ';
@@ -175,7 +153,7 @@ DECLARE
     v_left     integer := in_n;
     v_got      integer;
 BEGIN
-    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue) THEN  -- issue 4b: limits
+    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue) THEN  -- limits
         RETURN QUERY SELECT * FROM pyqueue__lock_ready_limited(in_queue, in_now, in_n, in_kinds);
         RETURN;
     END IF;
@@ -199,10 +177,6 @@ BEGIN
     END LOOP;
 END;
 $$;
-
--- ===========================================================================
--- Contract routines
--- ===========================================================================
 
 -- queue_create: creates the queue or replaces its settings (NULL = default:
 -- 30 s, 10 attempts, no dead-letter queue, no history). Locks the queue row.
@@ -302,7 +276,7 @@ BEGIN
             scheduled_at_initially, created_at)
     VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    IF FOUND AND v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- issue 3
+    IF FOUND AND v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;
     RETURN FOUND;
 END;
 $$;
@@ -377,7 +351,7 @@ BEGIN
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     IF v_count > 0 AND (in_run_ats IS NULL OR EXISTS (SELECT 1 FROM unnest(in_run_ats) r WHERE r IS NULL OR r <= v_now)) THEN
-        PERFORM pyqueue__notify(in_queue);  -- issue 3: one wakeup per statement, for ready-now rows
+        PERFORM pyqueue__notify(in_queue);  -- one wakeup per statement, for ready-now rows
     END IF;
     RETURN v_count;
 END;
@@ -531,7 +505,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM pyqueue__archive(v_queue, v_msg, 'committed', NULL, clock_timestamp());
-    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- issue 4b: a recurring message's occurrence
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
         PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
     END IF;
     RETURN true;
@@ -593,7 +567,7 @@ DECLARE
 BEGIN
     PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- issue 4b: limits
+    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- limits
         RETURN NULL;
     END IF;
     UPDATE pyqueue_message
@@ -637,7 +611,7 @@ BEGIN
     VALUES (in_to_queue, v_msg.p_key, v_msg.p_kind, coalesce(in_payload, v_msg.payload),
             v_msg.priority, v_now, v_now, v_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;  -- issue 3
+    IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;
     RETURN true;
 END;
 $$;
@@ -713,13 +687,6 @@ BEGIN
          ORDER BY q.queue_name;
 END;
 $$;
-
-
--- ===========================================================================
--- Added after the core contract
--- ===========================================================================
-
--- ---- issue 3: wakeups ----
 
 -- pyqueue__channel: the NOTIFY channel of a queue, 'pyqueue_' + md5 of its
 -- name (40 characters: a queue name reaches 128 characters, a channel name
@@ -898,11 +865,6 @@ BEGIN
     END LOOP;
 END;
 $$;
-
--- ---- end of issue 3 ----
-
-
--- ---- issue 6: fast paths ----
 
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
 -- in_token; all three NULL = nothing to commit) and reserves the next up to
@@ -1102,11 +1064,6 @@ BEGIN
 END;
 $$;
 
--- ---- end of issue 6 ----
-
-
--- ---- issue 5: queue_ingest ----
-
 -- pyqueue__ingest: the statement-level AFTER INSERT trigger of queue_ingest.
 -- For the rows of one INSERT statement (the transition table pyqueue_new):
 --   1. key-share locks the queue rows they name (as queue_push: a racing
@@ -1216,7 +1173,6 @@ BEGIN
     RETURN NULL;
 END;
 $$;
-
 CREATE OR REPLACE TRIGGER queue_ingest_enqueue
     AFTER INSERT ON queue_ingest
     REFERENCING NEW TABLE AS pyqueue_new
@@ -1239,13 +1195,6 @@ BEGIN
     RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;
 END;
 $$;
-
--- ---- end of issue 5 ----
-
-
--- ---- issue 4: history, dead letters, limits, workers, schedules ----
-
--- issue 4a: history, dead letters, replace-on-push
 
 -- pyqueue__archive: when the queue keeps history (history_retention set),
 -- records a message that has just left the live table, with its outcome
@@ -1483,12 +1432,6 @@ BEGIN
 END;
 $$;
 
--- issue 4b
-
--- ---------------------------------------------------------------------------
--- Concurrency limits
--- ---------------------------------------------------------------------------
-
 -- pyqueue__limit_claim: takes a free slot of (in_queue, in_kind) for the
 -- message in_id about to be reserved for the (in_attempts + 1)-th time; false
 -- when every slot is busy. in_taken: messages admitted earlier in the same
@@ -1706,10 +1649,6 @@ BEGIN
 END;
 $$;
 
--- ---------------------------------------------------------------------------
--- Worker registry
--- ---------------------------------------------------------------------------
-
 -- queue_worker_register: records a worker; returns its id. The worker then
 -- reserves with worker = in_name || '#' || id (queue_workers shows it as
 -- reserve_as) so that queue_release_dead_workers can find its messages.
@@ -1848,10 +1787,6 @@ BEGIN
          ORDER BY w.worker_id;
 END;
 $$;
-
--- ---------------------------------------------------------------------------
--- Recurring messages
--- ---------------------------------------------------------------------------
 
 -- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
 -- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
@@ -2146,11 +2081,6 @@ BEGIN
 END;
 $$;
 
--- ---- end of issue 4 ----
-
-
--- ---- issue 7: least privilege ----
-
 -- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
 -- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
 -- dead letter first, so that a role without SELECT on the view can list them.
@@ -2182,19 +2112,18 @@ $$;
 -- The list is static (no SQL built from names); a routine added to this file
 -- must be added here (tests/security/test_privileges.py fails otherwise).
 REVOKE EXECUTE ON FUNCTION
-    queue_create, queue_drop, queue_push, queue_push_batch, queue_pop, queue_reserve,
-    queue_commit, queue_rollback, queue_extend, queue_move, queue_remove, queue_pause,
-    queue_resume, queue_stats, queue_channel, queue_set_notify_window, queue_next_scheduled_at,
-    queue_wait, queue_commit_reserve, queue_commit_batch, queue_ingest_flush,
-    queue_purge_history, queue_replay, queue_redrive, queue_push_replace, queue_set_limit,
-    queue_limits, queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
-    queue_release_dead_workers, queue_workers, queue_schedule_every, queue_schedule_cron,
-    queue_unschedule, queue_schedules, queue_dead_letters,
     pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
-    pyqueue__dead_letter, pyqueue__lock_ready, pyqueue__channel, pyqueue__notify, pyqueue__ingest,
-    pyqueue__archive, pyqueue__check_batch_size, pyqueue__limit_claim, pyqueue__lock_ready_limited,
-    pyqueue__limit_renew, pyqueue__cron_field, pyqueue__cron_next, pyqueue__schedule_key,
-    pyqueue__schedule_after, pyqueue__schedule_next, pyqueue__schedule
+    pyqueue__dead_letter, pyqueue__lock_ready, queue_create, queue_drop, queue_push,
+    queue_push_batch, queue_pop, queue_reserve, queue_commit, queue_rollback, queue_extend,
+    queue_move, queue_remove, queue_pause, queue_resume, queue_stats, pyqueue__channel,
+    pyqueue__notify, queue_channel, queue_set_notify_window, queue_next_scheduled_at, queue_wait,
+    queue_commit_reserve, queue_commit_batch, pyqueue__ingest, queue_ingest_flush, pyqueue__archive,
+    pyqueue__check_batch_size, queue_purge_history, queue_replay, queue_redrive, queue_push_replace,
+    pyqueue__limit_claim, pyqueue__lock_ready_limited, pyqueue__limit_renew, queue_set_limit,
+    queue_limits, queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
+    queue_release_dead_workers, queue_workers, pyqueue__cron_field, pyqueue__cron_next,
+    pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__schedule_next, pyqueue__schedule,
+    queue_schedule_every, queue_schedule_cron, queue_unschedule, queue_schedules, queue_dead_letters
   FROM PUBLIC;
 
 -- The caller's search_path again (pinned at the top of this script).
@@ -2203,5 +2132,3 @@ BEGIN
     PERFORM set_config('search_path', current_setting('pyqueue.search_path_before'), false);
 END
 $$;
-
--- ---- end of issue 7 ----

@@ -1,15 +1,6 @@
--- pyqueue-sql: PostgreSQL 15+ routines, the current state.
---
--- Runs after schema.sql (the tables) and can be run again at any time: every
--- routine is CREATE OR REPLACE, so a migration re-installs this whole file.
--- Naming inside routines: parameters in_*, locals v_*, columns as they are
--- (p_key/p_kind are columns, never parameters).
---
--- Errors: every refusal is RAISE EXCEPTION with the message
---   'pyqueue:<code>: <detail>'
--- where <code> is one of unknown_queue, invalid_argument, invalid_payload;
--- SQLSTATE is 22023 (invalid_parameter_value) for argument errors and
--- P0002 (no_data_found) for an unknown queue.
+-- pyqueue-sql revision 0001 (postgresql): the routines of the core contract, as released
+-- (0001_core.up.sql creates the tables first). Released: never edit it. Every routine is
+-- replayable, so a downgrade can re-create it from here (pyqueue_sql.routine_sets).
 
 -- ===========================================================================
 -- Internal helpers (not part of the contract)

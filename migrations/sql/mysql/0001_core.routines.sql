@@ -1,9 +1,6 @@
--- pyqueue-sql: MySQL 8.0+ / MariaDB 10.6+ procedures, the current state.
---
--- Runs after schema.sql (the tables) and can be run again at any time: every
--- procedure is dropped if it exists and created again, so a migration
--- re-installs this whole file. Procedures keep the sql_mode they were created
--- under, so this file sets strict mode first and restores the caller's after.
+-- pyqueue-sql revision 0001 (mysql): the routines of the core contract, as released
+-- (0001_core.up.sql creates the tables first). Released: never edit it. Every routine is
+-- replayable, so a downgrade can re-create it from here (pyqueue_sql.routine_sets).
 
 SET @pyqueue_saved_sql_mode = @@SESSION.sql_mode;
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';

@@ -1,0 +1,561 @@
+"""The routines of the migrations: each revision holds only the routines it changed.
+
+A routine file (``migrations/sql/<dialect>/<revision>.routines.sql``, and
+``sql/<dialect>/routines.sql``, the current state) is a script of three parts:
+
+* the preamble: the statements before the first routine. They set up the
+  session the routines are created under (PostgreSQL: the pinned search_path
+  and the install-schema check; MySQL: sql_mode and the connection character
+  set, which a procedure keeps from its creation);
+* the routines, each a group of statements keyed by the routine's name:
+  PostgreSQL ``[DROP FUNCTION ...] CREATE OR REPLACE FUNCTION name``, then
+  ``COMMENT ON`` / ``GRANT ... ON`` / ``ALTER FUNCTION`` of it and the
+  triggers that execute it; MySQL ``DROP PROCEDURE IF EXISTS name`` +
+  ``CREATE PROCEDURE name`` (inside ``DELIMITER //``). A group of DROPs alone
+  removes the routine. ``REVOKE EXECUTE ON FUNCTION a, b, ... FROM PUBLIC``
+  marks the routines it names (PostgreSQL revokes that default grant);
+* the epilogue: the statements after the last routine (giving the caller's
+  session settings back).
+
+Every group is replayable (CREATE OR REPLACE; DROP IF EXISTS before CREATE),
+so a group can be run on a database that has any version of the routine.
+
+The routine set at a revision is the union of the routine files of the
+revisions up to it, later ones overriding earlier ones (a removal deletes);
+the newest revision that is not released yet reads ``sql/<dialect>/routines.sql``
+instead of a file of its own (``CURRENT_ROUTINES``), compared with the set of
+the revision before it. A routine *changed* at a revision when its definition
+differs from the previous set's: the code of its statements (comments outside
+the routine bodies do not count, DROPs do not count), the code of the preamble
+it is created under, and whether EXECUTE is revoked from PUBLIC.
+
+* upgrade to N: N.up.sql, then N's routine file (the released delta), or, for
+  the unreleased head, ``delta(set(N-1), sql/<dialect>/routines.sql)``;
+* downgrade from N: N.down.sql (undoes the DDL, drops the routines N added),
+  then ``restore(set(N-1), set(N))``: the definitions at N-1 of every routine
+  that N changed or removed, each with its own file's preamble and epilogue;
+* release of the head (``make release-routines``, when a new revision is
+  added): writes ``delta(set(N-1), sql/<dialect>/routines.sql)`` into
+  ``N.routines.sql`` and switches N to it, so the head's upgrade runs the same
+  statements before and after its release.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+# Put in a revision module as ROUTINES while it is the newest one: its routines
+# are sql/<dialect>/routines.sql (the release step replaces it by a file name).
+CURRENT_ROUTINES = "sql/<dialect>/routines.sql"
+
+DIALECTS = ("postgresql", "mysql")
+
+
+class RoutineFileError(ValueError):
+    """A routine file does not follow the rules above (its name and the statement say which)."""
+
+
+# ---- statements ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Statement:
+    """One statement as written: ``comment`` is the comment paragraph right above
+    it, ``code`` the statement itself without its delimiter."""
+
+    comment: str
+    code: str
+    delimiter: str = ";"
+
+    @classmethod
+    def parse(cls, chunk: str, delimiter: str) -> Statement:
+        lines = chunk.strip("\n").splitlines()
+        i = 0
+        while i < len(lines) and (not lines[i].strip() or lines[i].lstrip().startswith("--")):
+            i += 1
+        leading = lines[:i]
+        blank = [n for n, line in enumerate(leading) if not line.strip()]
+        attached = leading[blank[-1] + 1 :] if blank else leading
+        return cls("\n".join(l.rstrip() for l in attached), "\n".join(lines[i:]).strip(), delimiter)
+
+    def render(self) -> str:
+        end = ";" if self.delimiter == ";" else f" {self.delimiter}"
+        return (f"{self.comment}\n" if self.comment else "") + self.code + end
+
+
+def _has_code(lines: Sequence[str]) -> bool:
+    return any(l.strip() and not l.strip().startswith("--") for l in lines)
+
+
+def split_mysql(text: str) -> list[Statement]:
+    """The statements of a MySQL script, split exactly as pyqueue_sql.queries.split_script
+    splits it (a statement ends where a line ends with the delimiter in force; DELIMITER
+    lines change it), each with the delimiter it was written with."""
+    statements: list[Statement] = []
+    delimiter, current = ";", []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.upper().startswith("DELIMITER ") and not _has_code(current):
+            delimiter, current = stripped.split(None, 1)[1], []
+            continue
+        current.append(line)
+        if stripped.endswith(delimiter) and not stripped.startswith("--"):
+            current[-1] = line.rstrip()[: -len(delimiter)]
+            if _has_code(current):
+                statements.append(Statement.parse("\n".join(current), delimiter))
+            current = []
+    if _has_code(current):
+        statements.append(Statement.parse("\n".join(current), delimiter))
+    return statements
+
+
+_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+def split_postgresql(text: str) -> list[Statement]:
+    """The statements of a PostgreSQL script: ';' ends a statement outside comments,
+    quoted strings and identifiers and dollar-quoted bodies."""
+    statements: list[Statement] = []
+    start, i, n = 0, 0, len(text)
+
+    def end_of(token: str, at: int) -> int:
+        found = text.find(token, at)
+        return n if found < 0 else found + len(token)
+
+    while i < n:
+        c = text[i]
+        if text.startswith("--", i):
+            i = end_of("\n", i)
+        elif text.startswith("/*", i):
+            i = end_of("*/", i + 2)
+        elif c == "'":
+            backslash = (
+                i > 0
+                and text[i - 1] in "eE"
+                and not (i > 1 and (text[i - 2].isalnum() or text[i - 2] == "_"))
+            )
+            i += 1
+            while i < n:
+                if text.startswith("''", i) or (backslash and text[i] == "\\"):
+                    i += 2  # a quote written twice, or an E'' escape
+                elif text[i] == "'":
+                    break
+                else:
+                    i += 1
+            i += 1
+        elif c == '"':
+            i = end_of('"', i + 1)
+        elif c == "$" and not (i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            tag = _DOLLAR_TAG.match(text, i)
+            i = end_of(tag.group(0), tag.end()) if tag else i + 1
+        elif c == ";":
+            chunk = text[start:i]
+            if _has_code(chunk.splitlines()):
+                statements.append(Statement.parse(chunk, ";"))
+            start = i = i + 1
+        else:
+            i += 1
+    if _has_code(text[start:].splitlines()):
+        statements.append(Statement.parse(text[start:], ";"))
+    return statements
+
+
+def split(dialect: str, text: str) -> list[Statement]:
+    return split_postgresql(text) if dialect == "postgresql" else split_mysql(text)
+
+
+# ---- what a statement does to which routine ---------------------------------------
+
+_NAME = r'[`"]?(\w+)[`"]?'
+_PATTERNS = {
+    "postgresql": [
+        ("create", re.compile(rf"CREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE)\s+{_NAME}\s*\(", re.I)),
+        (
+            "drop",
+            re.compile(
+                rf"DROP\s+(FUNCTION|PROCEDURE)\s+(IF\s+EXISTS\s+)?{_NAME}\s*(\(.*\))?\s*$", re.I | re.S
+            ),
+        ),
+        (
+            "trigger",
+            re.compile(
+                rf"CREATE\s+(OR\s+REPLACE\s+)?TRIGGER\s+{_NAME}\s.*?\sON\s+{_NAME}\s.*"
+                rf"EXECUTE\s+(FUNCTION|PROCEDURE)\s+{_NAME}\s*\(",
+                re.I | re.S,
+            ),
+        ),
+        ("revoke", re.compile(r"REVOKE\s+EXECUTE\s+ON\s+FUNCTION\s+(.*?)\s+FROM\s+PUBLIC\s*$", re.I | re.S)),
+        (
+            "attach",
+            re.compile(
+                rf"(COMMENT\s+ON|GRANT\s.*?\sON|REVOKE\s.*?\sON|ALTER)\s+(FUNCTION|PROCEDURE)\s+{_NAME}\b",
+                re.I | re.S,
+            ),
+        ),
+    ],
+    "mysql": [
+        ("create", re.compile(rf"CREATE\s+(DEFINER\s*=\s*\S+\s+)?(PROCEDURE|FUNCTION)\s+{_NAME}\s*\(", re.I)),
+        ("drop", re.compile(rf"DROP\s+(PROCEDURE|FUNCTION)\s+(IF\s+EXISTS\s+)?{_NAME}\s*$", re.I)),
+        ("attach", re.compile(rf"GRANT\s.*?\sON\s+(PROCEDURE|FUNCTION)\s+{_NAME}\b", re.I | re.S)),
+    ],
+}
+
+
+def _classify(dialect: str, statement: Statement) -> tuple[str, re.Match | None]:
+    for kind, pattern in _PATTERNS[dialect]:
+        match = pattern.match(statement.code)
+        if match:
+            return kind, match
+    return "other", None
+
+
+def _revoked_names(listing: str) -> list[str]:
+    return [n.strip().strip('"').lower() for n in re.sub(r"\([^)]*\)", "", listing).split(",") if n.strip()]
+
+
+def created_routines(dialect: str, text: str) -> list[str]:
+    """The routines a script creates, in order (whatever files its parts come from)."""
+    found = []
+    for statement in split(dialect, text):
+        kind, match = _classify(dialect, statement)
+        if kind == "create":
+            found.append(match.group(3).lower())
+    return found
+
+
+# ---- routine files --------------------------------------------------------------
+
+
+@dataclasses.dataclass(eq=False)
+class Routine:
+    """One routine's group of statements in one routine file."""
+
+    name: str
+    statements: list[Statement]
+    source: RoutineFile
+    position: int
+    created: bool = False
+    kind: str = "FUNCTION"
+    revoke_public: bool = False
+    triggers: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (trigger, table)
+
+    @property
+    def removal(self) -> bool:
+        """A group of DROPs only: the revision removed the routine."""
+        return not self.created
+
+    def definition(self) -> tuple:
+        """What makes two versions of a routine the same (see the module docstring)."""
+        return (
+            self.source.context(),
+            tuple(s.code for s in self.statements if not s.code[:4].upper() == "DROP"),
+            self.revoke_public,
+        )
+
+
+@dataclasses.dataclass(eq=False)
+class RoutineFile:
+    dialect: str
+    origin: str  # the file's name, for messages and ordering
+    order: int  # position of its revision in the chain (the head's file: after every other)
+    preamble: list[Statement]
+    routines: dict[str, Routine]
+    epilogue: list[Statement]
+    revoke_comment: str = ""
+    header: str = ""
+
+    def context(self) -> tuple[str, ...]:
+        return tuple(s.code for s in self.preamble)
+
+
+def parse(dialect: str, text: str, origin: str, order: int = 0) -> RoutineFile:
+    """Splits a routine file into its preamble, routine groups and epilogue (module docstring)."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}")
+    result = RoutineFile(dialect, origin, order, [], {}, [])
+    current: Routine | None = None
+
+    def fail(statement: Statement, why: str) -> RoutineFileError:
+        first = statement.code.splitlines()[0] if statement.code else ""
+        return RoutineFileError(f"{origin}: {why} (at: {first[:100]})")
+
+    statements = split(dialect, text)
+    if statements and statements[0].comment:  # the file's own header, not the first statement's
+        result.header = statements[0].comment
+        statements[0] = dataclasses.replace(statements[0], comment="")
+    for statement in statements:
+        kind, match = _classify(dialect, statement)
+        if kind in ("create", "drop", "trigger", "attach") and result.epilogue:
+            raise fail(statement, "a routine statement after the epilogue began; routines come first")
+        if kind == "create" or kind == "drop":
+            name = match.group(3).lower()
+            if current is None or current.name != name or current.created:
+                if name in result.routines:
+                    raise fail(statement, f"routine {name} is defined twice in this file")
+                current = Routine(name, [], result, len(result.routines))
+                result.routines[name] = current
+            if kind == "create":
+                replayable = bool(match.group(1)) if dialect == "postgresql" else False
+                dropped = any(_classify(dialect, s)[0] == "drop" for s in current.statements)
+                if not (replayable or dropped):
+                    raise fail(
+                        statement,
+                        f"routine {name} cannot be run again: write "
+                        + (
+                            "CREATE OR REPLACE"
+                            if dialect == "postgresql"
+                            else "DROP PROCEDURE IF EXISTS first"
+                        ),
+                    )
+                current.created, current.kind = True, match.group(2).upper()
+            current.statements.append(statement)
+        elif kind == "trigger":
+            trigger, table, function = match.group(2), match.group(3), match.group(5).lower()
+            owner = result.routines.get(function)
+            if owner is None or not owner.created:
+                raise fail(
+                    statement,
+                    f"trigger {trigger} executes {function}, which this file does not create before it",
+                )
+            owner.statements.append(statement)
+            owner.triggers.append((trigger, table))
+        elif kind == "attach":
+            name = match.group(3 if dialect == "postgresql" else 2).lower()
+            if name not in result.routines:
+                raise fail(statement, f"{name} is not created earlier in this file")
+            result.routines[name].statements.append(statement)
+        elif kind == "revoke":
+            for name in _revoked_names(match.group(1)):
+                if name not in result.routines or not result.routines[name].created:
+                    raise fail(statement, f"REVOKE names {name}, which this file does not create")
+                result.routines[name].revoke_public = True
+            result.revoke_comment = statement.comment or result.revoke_comment
+        elif not result.routines:
+            result.preamble.append(statement)
+        else:
+            result.epilogue.append(statement)
+    return result
+
+
+# ---- sets, deltas, scripts --------------------------------------------------------
+
+RoutineSet = dict[str, Routine]
+
+
+def overlay(previous: RoutineSet, delta: RoutineFile) -> RoutineSet:
+    """The set after a revision's routine file: its routines replace or remove earlier ones."""
+    result = dict(previous)
+    for name, routine in delta.routines.items():
+        if routine.removal:
+            result.pop(name, None)
+        else:
+            result[name] = routine
+    return result
+
+
+def full_set(current: RoutineFile) -> RoutineSet:
+    removed = [r.name for r in current.routines.values() if r.removal]
+    if removed:
+        raise RoutineFileError(f"{current.origin}: the current routines cannot remove routines ({removed})")
+    return dict(current.routines)
+
+
+def changed(previous: RoutineSet, current: RoutineSet) -> list[str]:
+    """Routines of ``current`` that ``previous`` lacks or defines differently."""
+    return [
+        name
+        for name, routine in current.items()
+        if name not in previous or previous[name].definition() != routine.definition()
+    ]
+
+
+def removed(previous: RoutineSet, current: RoutineSet) -> list[str]:
+    return [name for name in previous if name not in current]
+
+
+def _removal(routine: Routine) -> Routine:
+    """A group that drops a routine (and, PostgreSQL, the triggers that execute it first)."""
+    drops = [
+        Statement("", f"DROP TRIGGER IF EXISTS {trigger} ON {table}") for trigger, table in routine.triggers
+    ] + [Statement(f"-- {routine.name}: removed.", f"DROP {routine.kind} IF EXISTS {routine.name}")]
+    if routine.source.dialect == "mysql":
+        drops = [dataclasses.replace(s, delimiter=routine.statements[0].delimiter) for s in drops]
+    return dataclasses.replace(routine, statements=drops, created=False, revoke_public=False, triggers=[])
+
+
+def delta(previous: RoutineSet, current: RoutineSet) -> list[Routine]:
+    """What takes ``previous`` to ``current``: the changed routines, then removals."""
+    return [current[n] for n in changed(previous, current)] + [
+        _removal(previous[n]) for n in removed(previous, current)
+    ]
+
+
+def restore(previous: RoutineSet, current: RoutineSet) -> list[Routine]:
+    """What a downgrade from ``current`` re-creates: the routines of ``previous`` that
+    ``current`` changed or removed (those it added are dropped by its down.sql)."""
+    return [
+        routine
+        for name, routine in previous.items()
+        if name not in current or current[name].definition() != routine.definition()
+    ]
+
+
+def _revoke(routines: Sequence[Routine], comment: str) -> Statement:
+    lines, line = [], ""
+    for name in (r.name for r in routines):
+        if line and len(line) + len(name) + 2 > 100:
+            lines.append(line + ",")
+            line = ""
+        line = f"{line}, {name}" if line else f"    {name}"
+    lines.append(line)
+    return Statement(comment, "REVOKE EXECUTE ON FUNCTION\n" + "\n".join(lines) + "\n  FROM PUBLIC")
+
+
+def script(dialect: str, routines: Iterable[Routine]) -> str:
+    """A runnable script of the given groups: per routine file they come from (in
+    revision order, each routine where its file has it), that file's preamble,
+    the groups, one REVOKE EXECUTE ... FROM PUBLIC naming those of them that have
+    it (wherever their file revoked it), then the file's epilogue."""
+    ordered = sorted(routines, key=lambda r: (r.source.order, r.position))
+    sections: list[list[Routine]] = []
+    for routine in ordered:
+        if sections and sections[-1][0].source is routine.source:
+            sections[-1].append(routine)
+        else:
+            sections.append([routine])
+    blocks: list[list[Statement]] = []
+    for section in sections:
+        source = section[0].source
+        if source.preamble:
+            blocks.append(list(source.preamble))
+        blocks += [routine.statements for routine in section]
+        revoked = [r for r in section if r.revoke_public and r.created]
+        if revoked:
+            blocks.append([_revoke(revoked, source.revoke_comment)])
+        blocks += [[statement] for statement in source.epilogue]
+    return render(dialect, blocks)
+
+
+def render(dialect: str, blocks: Iterable[Sequence[Statement]]) -> str:
+    """SQL text of blocks of statements (a blank line between blocks); MySQL gets the
+    DELIMITER lines its statements need, as the mysql client and split_script read them."""
+    parts, delimiter = [], ";"
+    for block in blocks:
+        lines = []
+        for statement in block:
+            if dialect == "mysql" and statement.delimiter != delimiter:
+                if lines:
+                    parts.append("\n".join(lines))
+                    lines = []
+                parts.append(f"DELIMITER {statement.delimiter}")
+                delimiter = statement.delimiter
+            lines.append(statement.render())
+        parts.append("\n".join(lines))
+    if delimiter != ";":
+        parts.append("DELIMITER ;")
+    return "\n\n".join(parts) + "\n" if parts else ""
+
+
+# ---- a revision chain -----------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RevisionRoutines:
+    """A revision and where its routines are: a file name under migrations/sql/<dialect>/,
+    CURRENT_ROUTINES (the unreleased head), or None (it changed none)."""
+
+    revision: str
+    routines: str | None
+
+
+class Chain:
+    """The routine sets of a chain of revisions (oldest first), read from ``folder``
+    (migrations/sql) and, for the head, from ``current`` (sql/<dialect>/routines.sql)."""
+
+    def __init__(
+        self, dialect: str, revisions: Sequence[RevisionRoutines], folder: Path, current: Path
+    ) -> None:
+        self.dialect, self.revisions, self.folder, self.current = dialect, list(revisions), folder, current
+        heads = [i for i, r in enumerate(self.revisions) if r.routines == CURRENT_ROUTINES]
+        if heads and heads != [len(self.revisions) - 1]:
+            late = self.revisions[heads[0]].revision
+            raise RoutineFileError(
+                f"revision {late} still reads {CURRENT_ROUTINES} but is not the newest revision: "
+                "run `make release-routines` before a new revision changes the routines"
+            )
+        self._files: dict[str, RoutineFile] = {}
+        self._sets: dict[str, RoutineSet] = {}
+
+    def index(self, revision: str) -> int:
+        for i, r in enumerate(self.revisions):
+            if r.revision == revision:
+                return i
+        raise KeyError(revision)
+
+    def file(self, revision: str) -> RoutineFile | None:
+        """The parsed routine file of a revision (the head: sql/<dialect>/routines.sql)."""
+        i = self.index(revision)
+        spec = self.revisions[i].routines
+        if spec is None:
+            return None
+        if revision not in self._files:
+            path = self.current if spec == CURRENT_ROUTINES else self.folder / spec
+            text = path.read_text(encoding="utf-8")
+            self._files[revision] = parse(
+                self.dialect, text, path.name if spec != CURRENT_ROUTINES else str(spec), i
+            )
+        return self._files[revision]
+
+    def routine_set(self, revision: str | None) -> RoutineSet:
+        """The routines as they stand at a revision (None: before the first)."""
+        if revision is None:
+            return {}
+        if revision not in self._sets:
+            i = self.index(revision)
+            previous = self.routine_set(self.revisions[i - 1].revision if i else None)
+            routines = self.file(revision)
+            if routines is None:
+                result = previous
+            elif self.revisions[i].routines == CURRENT_ROUTINES:
+                result = full_set(routines)
+            else:
+                result = overlay(previous, routines)
+            self._sets[revision] = result
+        return self._sets[revision]
+
+    def previous(self, revision: str) -> str | None:
+        i = self.index(revision)
+        return self.revisions[i - 1].revision if i else None
+
+    def upgrade_script(self, revision: str) -> str:
+        """What the upgrade to a revision runs after its up.sql: its released routine
+        file as it is, or (the head) the delta from the previous set to sql/."""
+        spec = self.revisions[self.index(revision)].routines
+        if spec is None:
+            return ""
+        if spec != CURRENT_ROUTINES:
+            return (self.folder / spec).read_text(encoding="utf-8")
+        return script(
+            self.dialect, delta(self.routine_set(self.previous(revision)), self.routine_set(revision))
+        )
+
+    def downgrade_script(self, revision: str) -> str:
+        """What the downgrade from a revision runs after its down.sql."""
+        before = self.routine_set(self.previous(revision))
+        return script(self.dialect, restore(before, self.routine_set(revision)))
+
+    def release_text(self, revision: str) -> str:
+        """The routine file a release freezes for the head revision."""
+        routines = delta(self.routine_set(self.previous(revision)), self.routine_set(revision))
+        header = (
+            f"-- pyqueue-sql revision {revision} ({self.dialect}): the routines this revision added or\n"
+            "-- changed (and DROPs of those it removed), frozen from sql/"
+            f"{self.dialect}/routines.sql by\n"
+            "-- `make release-routines`. Released: never edit it. The routines at a revision are the\n"
+            "-- union of the routine files up to it, later ones overriding earlier ones\n"
+            "-- (pyqueue_sql.routine_sets); a downgrade re-creates the previous ones from them.\n\n"
+        )
+        return header + script(self.dialect, routines)
