@@ -200,3 +200,13 @@ SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''),
 SET SESSION sql_mode = %s
 
 -- ---- end of issue 7 ----
+
+-- ---- dashboard reads (pyqueue_sql.dashboard, Queue.messages, Queue.throughput) ----
+
+-- name: messages
+CALL queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after_kind)s, %(n)s)
+
+-- name: throughput
+CALL queue_throughput(%(queue)s, %(since)s)
+
+-- ---- end of dashboard reads ----

@@ -4,6 +4,10 @@
 
 -- Added after the core (newest first; views and triggers before what they use).
 
+-- dashboard reads
+DROP PROCEDURE IF EXISTS queue_throughput;
+DROP PROCEDURE IF EXISTS queue_messages;
+
 -- errors, settings, message inspection, locks
 DROP PROCEDURE IF EXISTS queue_message_history;
 DROP PROCEDURE IF EXISTS queue_message;

@@ -197,3 +197,15 @@ GRANT {privilege} ON TABLE {table} TO {role}
 REVOKE {privilege} ON TABLE {table} FROM {role}
 
 -- ---- end of issue 7 ----
+
+-- ---- dashboard reads (pyqueue_sql.dashboard, Queue.messages, Queue.throughput) ----
+
+-- name: messages
+SELECT p_key, p_kind, state, priority, attempts, scheduled_at, created_at, reserved_by, last_error
+  FROM queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after_kind)s, %(n)s::integer)
+
+-- name: throughput
+SELECT queue, minute, committed, dead_lettered, moved, popped
+  FROM queue_throughput(%(queue)s, %(since)s::timestamptz)
+
+-- ---- end of dashboard reads ----

@@ -1,6 +1,10 @@
 -- pyqueue-sql: removes everything schema.sql installs (PostgreSQL).
 -- Added after the core (newest first; views and triggers before what they use).
 
+-- Dashboard reads
+DROP FUNCTION IF EXISTS queue_throughput(text, timestamptz);
+DROP FUNCTION IF EXISTS queue_messages(text, text, text, text, text, integer);
+
 -- Settings, last errors, message inspection, worker secrets
 DROP FUNCTION IF EXISTS queue_message_history(text, text, text);
 DROP FUNCTION IF EXISTS queue_message(text, text, text);

@@ -5,6 +5,8 @@ SET @pyqueue_saved_sql_mode = @@SESSION.sql_mode;
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
 
 -- Procedures new in 0004 (0003's routines re-create every other one).
+DROP PROCEDURE IF EXISTS queue_throughput;
+DROP PROCEDURE IF EXISTS queue_messages;
 DROP PROCEDURE IF EXISTS pyqueue__upgrade_0004;
 DROP PROCEDURE IF EXISTS pyqueue__downgrade_0004;
 DROP PROCEDURE IF EXISTS queue_fail;

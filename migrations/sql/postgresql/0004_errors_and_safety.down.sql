@@ -2,6 +2,8 @@
 -- 0003_hardening.routines.sql then restores 0003's routines.
 
 -- Routines new in 0004 (never granted by 0003's set-up; no CASCADE).
+DROP FUNCTION IF EXISTS queue_throughput(text, timestamptz);
+DROP FUNCTION IF EXISTS queue_messages(text, text, text, text, text, integer);
 DROP FUNCTION IF EXISTS queue_message_history(text, text, text);
 DROP FUNCTION IF EXISTS queue_message(text, text, text);
 DROP FUNCTION IF EXISTS queue_fail(text, text, text, uuid, interval, text);

@@ -2548,6 +2548,116 @@ BEGIN
 END;
 $$;
 
+-- ---- dashboard reads: queue_messages, queue_throughput ----
+
+-- queue_messages: a page of in_queue's live messages in key order (p_key,
+-- then p_kind), for browsing a queue without SQL: in_state 'ready',
+-- 'delayed' or 'reserved' (as queue_stats counts them; NULL = all),
+-- in_key_prefix (NULL = any key) keeps the keys that start with it, and
+-- (in_after_key, in_after_kind) is the paging cursor: the last row of the
+-- previous page (both NULL for the first page). in_n rows at most (NULL =
+-- 100, at most 1000). Rows: p_key, p_kind, state, priority, attempts,
+-- scheduled_at, created_at, reserved_by, last_error (no payload:
+-- queue_message shows one message whole). Reads the primary key from the
+-- cursor on, without locks; a state or prefix that few rows match costs a
+-- walk over the queue's rows after the cursor until the page is full.
+CREATE OR REPLACE FUNCTION queue_messages(in_queue text, in_state text DEFAULT NULL,
+                                          in_key_prefix text DEFAULT NULL, in_after_key text DEFAULT NULL,
+                                          in_after_kind text DEFAULT NULL, in_n integer DEFAULT NULL)
+RETURNS TABLE (p_key text, p_kind text, state text, priority integer, attempts integer,
+               scheduled_at timestamptz, created_at timestamptz, reserved_by text, last_error text)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    IF in_state IS NOT NULL AND in_state NOT IN ('ready'::text, 'delayed'::text, 'reserved'::text) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: state must be ready, delayed, reserved or NULL (every state)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_key_prefix IS NOT NULL AND (in_key_prefix = '' OR pg_catalog.length(in_key_prefix) > 255) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: key_prefix must be 1 to 255 characters (NULL = any key)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF (in_after_key IS NULL) <> (in_after_kind IS NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: after_key and after_kind go together (both NULL for the first page)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_after_key IS NOT NULL THEN
+        PERFORM pyqueue__check_name('after_key', in_after_key, 255);
+        PERFORM pyqueue__check_name('after_kind', in_after_kind, 128);
+    END IF;
+    IF in_n < 1 OR in_n > 1000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be from 1 to 1000' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+        SELECT m.p_key::text, m.p_kind::text,
+               CASE WHEN m.scheduled_at <= v_now THEN 'ready'
+                    WHEN m.reserve_token IS NOT NULL THEN 'reserved'
+                    ELSE 'delayed' END::text,
+               m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by::text, m.last_error::text
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue
+           AND (in_after_key IS NULL OR (m.p_key::text, m.p_kind::text) > (in_after_key, in_after_kind))
+           AND (in_key_prefix IS NULL OR pg_catalog.starts_with(m.p_key::text, in_key_prefix))
+           AND (in_state IS NULL
+                OR in_state = CASE WHEN m.scheduled_at <= v_now THEN 'ready'
+                                   WHEN m.reserve_token IS NOT NULL THEN 'reserved'
+                                   ELSE 'delayed' END::text)
+         ORDER BY m.p_key, m.p_kind
+         LIMIT coalesce(in_n, 100);
+END;
+$$;
+
+-- queue_throughput: how many messages left in_queue (every queue when NULL)
+-- per minute since in_since (NULL = an hour ago; at most a day ago, not in
+-- the future), by outcome: rows (queue, minute, committed, dead_lettered,
+-- moved, popped), minutes without any left out, by queue and minute.
+-- Counted from pyqueue_history, so only a queue with a history_retention
+-- has any (queue_settings says which do): nothing is counted on the commit
+-- path. Reads the (queue_name, processed_at) index range of each queue,
+-- without locks.
+CREATE OR REPLACE FUNCTION queue_throughput(in_queue text DEFAULT NULL, in_since timestamptz DEFAULT NULL)
+RETURNS TABLE (queue text, minute timestamptz, committed bigint, dead_lettered bigint, moved bigint,
+               popped bigint)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_since timestamptz;
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    IF in_since IS NOT NULL AND NOT pg_catalog.isfinite(in_since) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: since must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    IF in_since > v_now THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: since must not be in the future' USING ERRCODE = '22023';
+    END IF;
+    IF in_since < v_now - interval '1 day' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: since must be within the last day' USING ERRCODE = '22023';
+    END IF;
+    v_since := coalesce(in_since, v_now - interval '1 hour');
+    RETURN QUERY
+        SELECT q.queue_name::text, pg_catalog.date_trunc('minute'::text, h.processed_at),
+               pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'committed'::text),
+               pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'dead_lettered'::text),
+               pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'moved'::text),
+               pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'popped'::text)
+          FROM pyqueue_queue q
+          JOIN pyqueue_history h ON h.queue_name::text = q.queue_name::text AND h.processed_at >= v_since
+         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
+         GROUP BY 1, 2
+         ORDER BY 1, 2;
+END;
+$$;
+
+-- ---- end of dashboard reads ----
+
 -- No routine is callable by PUBLIC (PostgreSQL's default for a new function):
 -- SECURITY DEFINER routines open to everyone would let any role push and
 -- reserve. Applications get EXECUTE on the routines of their capability
@@ -2564,7 +2674,7 @@ REVOKE EXECUTE ON FUNCTION
     queue_limits, queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
     queue_release_dead_workers, queue_workers, queue_schedule_every, queue_schedule_cron,
     queue_unschedule, queue_schedules, queue_dead_letters, queue_reset_setting, queue_settings,
-    queue_fail, queue_message, queue_message_history,
+    queue_fail, queue_message, queue_message_history, queue_messages, queue_throughput,
     pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
     pyqueue__dead_letter, pyqueue__lock_ready, pyqueue__channel, pyqueue__notify, pyqueue__ingest,
     pyqueue__archive, pyqueue__check_batch_size, pyqueue__limit_claim, pyqueue__lock_ready_limited,
