@@ -850,8 +850,9 @@ class Queue:
                 d.read_time(created),
                 reserved_by,
                 last_error,
+                dead_from,
             )
-            for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error in rows
+            for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error, dead_from in rows
         ]
 
     def throughput(self, since: dt.datetime | dt.timedelta | None = None) -> list[ThroughputRow]:
@@ -998,6 +999,7 @@ class MessageRow:
     created_at: dt.datetime
     reserved_by: str | None
     last_error: str | None
+    dead_from: str | None  # in a dead-letter queue: the queue it was dead-lettered from
 
 
 @dataclass(frozen=True)

@@ -3815,7 +3815,8 @@ END //
 -- (in_after_key, in_after_kind) is the paging cursor: the last row of the
 -- previous page (both NULL for the first page). in_n rows at most (NULL =
 -- 100, at most 1000). Rows: p_key, p_kind, state, priority, attempts,
--- scheduled_at, created_at, reserved_by, last_error (no payload:
+-- scheduled_at, created_at, reserved_by, last_error, dead_from (in a
+-- dead-letter queue: the queue it came from; no payload:
 -- queue_message shows one message whole). Plain read of the unique key
 -- (queue_name, p_key, p_kind) from the cursor on, no locks; a state or
 -- prefix that few rows match costs a walk over the queue's rows after the
@@ -3869,7 +3870,7 @@ BEGIN
            CASE WHEN m.scheduled_at <= v_now THEN 'ready'
                 WHEN m.reserve_token IS NULL THEN 'delayed'
                 ELSE 'reserved' END AS state,
-           m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by, m.last_error
+           m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by, m.last_error, m.dead_from
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue
        AND (v_after_key IS NULL OR m.p_key > v_after_key

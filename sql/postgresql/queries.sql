@@ -201,7 +201,8 @@ REVOKE {privilege} ON TABLE {table} FROM {role}
 -- ---- dashboard reads (pyqueue_sql.dashboard, Queue.messages, Queue.throughput) ----
 
 -- name: messages
-SELECT p_key, p_kind, state, priority, attempts, scheduled_at, created_at, reserved_by, last_error
+SELECT p_key, p_kind, state, priority, attempts, scheduled_at, created_at, reserved_by, last_error,
+       dead_from
   FROM queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after_kind)s, %(n)s::integer)
 
 -- name: throughput

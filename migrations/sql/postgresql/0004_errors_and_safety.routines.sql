@@ -2557,7 +2557,8 @@ $$;
 -- (in_after_key, in_after_kind) is the paging cursor: the last row of the
 -- previous page (both NULL for the first page). in_n rows at most (NULL =
 -- 100, at most 1000). Rows: p_key, p_kind, state, priority, attempts,
--- scheduled_at, created_at, reserved_by, last_error (no payload:
+-- scheduled_at, created_at, reserved_by, last_error, dead_from (in a
+-- dead-letter queue: the queue it came from; no payload:
 -- queue_message shows one message whole). Reads the primary key from the
 -- cursor on, without locks; a state or prefix that few rows match costs a
 -- walk over the queue's rows after the cursor until the page is full.
@@ -2565,7 +2566,8 @@ CREATE OR REPLACE FUNCTION queue_messages(in_queue text, in_state text DEFAULT N
                                           in_key_prefix text DEFAULT NULL, in_after_key text DEFAULT NULL,
                                           in_after_kind text DEFAULT NULL, in_n integer DEFAULT NULL)
 RETURNS TABLE (p_key text, p_kind text, state text, priority integer, attempts integer,
-               scheduled_at timestamptz, created_at timestamptz, reserved_by text, last_error text)
+               scheduled_at timestamptz, created_at timestamptz, reserved_by text, last_error text,
+               dead_from text)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
@@ -2597,7 +2599,8 @@ BEGIN
                CASE WHEN m.scheduled_at <= v_now THEN 'ready'
                     WHEN m.reserve_token IS NOT NULL THEN 'reserved'
                     ELSE 'delayed' END::text,
-               m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by::text, m.last_error::text
+               m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by::text, m.last_error::text,
+               m.dead_from::text
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue
            AND (in_after_key IS NULL OR (m.p_key::text, m.p_kind::text) > (in_after_key, in_after_kind))
