@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -132,7 +133,7 @@ def serve():
         s.stop()
 
 
-def http(url: str, data: dict | None = None, headers: dict | None = None) -> tuple[int, str, dict]:
+def http(url: str, data: dict | None = None, headers: dict | None = None) -> tuple[int, str, Any]:
     """(status, body, headers) of a GET (or a form POST with data), redirects not followed."""
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -144,6 +145,6 @@ def http(url: str, data: dict | None = None, headers: dict | None = None) -> tup
     opener = urllib.request.build_opener(NoRedirect)
     try:
         with opener.open(request, timeout=30) as response:
-            return response.status, response.read().decode(), dict(response.headers)
+            return response.status, response.read().decode(), response.headers
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(), dict(exc.headers)
+        return exc.code, exc.read().decode(), exc.headers
