@@ -23,8 +23,8 @@ depends_on = None
 # server flavor: how `migrate --adopt` recognises a schema installed from the
 # SQL script. tests/schema/test_migrate_interrupted.py regenerates and compares them.
 FINGERPRINTS = {
-    "postgresql": "8469bd3f7b765f666b3fbb6b940afe73",
-    "mariadb": "e74c1de6ae61623f279252310d6628b5",
+    "postgresql": "bded6db8d41b88b7b0477b51d0f7ba34",
+    "mariadb": "5399d5ac3a82e736d865183f4b5d0aad",
 }
 
 

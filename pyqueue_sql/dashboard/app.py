@@ -49,7 +49,7 @@ def _templates() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["age"] = format_age
-    env.filters["duration"] = format_duration
+    env.filters["duration"] = _duration
     env.filters["time"] = lambda t: (
         "-" if t is None else t.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     )
@@ -60,6 +60,13 @@ def _templates() -> Environment:
     )
     env.globals["spark"] = sparkline
     return env
+
+
+def _duration(value: Any) -> str:
+    """A setting's duration: 30s, 0.05s; from a minute on as 5m00s, 2h00m, 7d00h."""
+    if isinstance(value, dt.timedelta) and value.total_seconds() >= 60:
+        return format_age(value.total_seconds())
+    return format_duration(value)
 
 
 def sparkline(
