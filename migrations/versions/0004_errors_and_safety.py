@@ -23,7 +23,7 @@ depends_on = None
 # server flavor: how `migrate --adopt` recognises a schema installed from the
 # SQL script. tests/schema/test_migrate_interrupted.py regenerates and compares them.
 FINGERPRINTS = {
-    "postgresql": "bded6db8d41b88b7b0477b51d0f7ba34",
+    "postgresql": "67e3778a131a7bf782812c0b6764031c",
     "mariadb": "5399d5ac3a82e736d865183f4b5d0aad",
 }
 

@@ -2570,6 +2570,8 @@ RETURNS TABLE (p_key text, p_kind text, state text, priority integer, attempts i
                dead_from text)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER SET search_path FROM CURRENT
+-- planned for each call's own cursor, prefix and state (a generic plan cannot use them)
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     v_now timestamptz := pg_catalog.clock_timestamp();
@@ -2627,10 +2629,14 @@ RETURNS TABLE (queue text, minute timestamptz, committed bigint, dead_lettered b
                popped bigint)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER SET search_path FROM CURRENT
+-- planned for each call's own range: a generic plan made after calls for a whole hour scans the
+-- whole history table, also for the two minutes a poller asks for next
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_since timestamptz;
+    v_queue text;
 BEGIN
     IF in_queue IS NOT NULL THEN
         PERFORM pyqueue__queue(in_queue);
@@ -2645,17 +2651,24 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: since must be within the last day' USING ERRCODE = '22023';
     END IF;
     v_since := coalesce(in_since, v_now - interval '1 hour');
-    RETURN QUERY
-        SELECT q.queue_name::text, pg_catalog.date_trunc('minute'::text, h.processed_at),
-               pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'committed'::text),
-               pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'dead_lettered'::text),
-               pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'moved'::text),
-               pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'popped'::text)
-          FROM pyqueue_queue q
-          JOIN pyqueue_history h ON h.queue_name::text = q.queue_name::text AND h.processed_at >= v_since
+    -- one queue at a time: each statement reads that queue's index range (a join of all
+    -- queues with the history can be planned as a scan of the whole history table)
+    FOR v_queue IN
+        SELECT q.queue_name::text FROM pyqueue_queue q
          WHERE in_queue IS NULL OR q.queue_name::text = in_queue
-         GROUP BY 1, 2
-         ORDER BY 1, 2;
+         ORDER BY q.queue_name
+    LOOP
+        RETURN QUERY
+            SELECT v_queue, pg_catalog.date_trunc('minute'::text, h.processed_at),
+                   pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'committed'::text),
+                   pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'dead_lettered'::text),
+                   pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'moved'::text),
+                   pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'popped'::text)
+              FROM pyqueue_history h
+             WHERE h.queue_name::text = v_queue AND h.processed_at >= v_since
+             GROUP BY 2
+             ORDER BY 2;
+    END LOOP;
 END;
 $$;
 

@@ -126,6 +126,9 @@ def test_throughput_counts_what_left_the_queue_per_minute(make_queue):
     # every queue at once: this queue's rows are among them; the dead-letter queue keeps no history
     assert [r for r in jobs.db.throughput() if r.queue == jobs.name] == rows
     assert dead.throughput() == []
+    # the dead letters, listed in the dead-letter queue with the queue they came from
+    assert [(m.key, m.dead_from) for m in dead.messages()] == [("k3", jobs.name), ("k4", jobs.name)]
+    assert {m.dead_from for m in jobs.messages()} == set()
     # since: nothing left after now
     assert jobs.throughput(since=dt.timedelta(0)) == []
 

@@ -3892,8 +3892,9 @@ END //
 -- dead_lettered, moved, popped), minutes without any left out, by queue and
 -- minute. Counted from pyqueue_history, so only a queue with a
 -- history_retention has any (queue_settings says which do): nothing is
--- counted on the commit path. Plain read of the (queue_name, processed_at)
--- index range of each queue, no locks.
+-- counted on the commit path. Plain read, no locks: for one queue its
+-- (queue_name, processed_at) index range since in_since; for every queue
+-- (NULL) the server reads each queue's whole history (poll queue by queue).
 DROP PROCEDURE IF EXISTS queue_throughput //
 CREATE PROCEDURE queue_throughput(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
