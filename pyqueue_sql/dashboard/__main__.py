@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from . import serve
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     if where is None or not where.exists():
         print("no demo database here: run `make demo` first (or set PYQUEUE_DSN)", file=sys.stderr)
         return 1
+    # uvicorn raises SIGTERM/SIGINT again once it has shut down: leave through SystemExit then, so
+    # that the embedded server below is stopped too
+    signal.signal(signal.SIGTERM, _exit)
     with embedded_postgres_dsn(where) as dsn:
         print(
             f"dashboard of the demo database on http://127.0.0.1:{args.port}/ (Ctrl-C stops it)",
