@@ -13,7 +13,7 @@ DEMO_STAMP  := $(VENV)/.installed-demo
 STAMP       := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: bench scale soak release-routines demo demo-spark test lint format venv wheel clean
+.PHONY: bench scale soak release-routines demo demo-spark test lint format venv wheel clean screenshots
 
 # The virtualenv itself (an order-only prerequisite below: its age never forces a reinstall).
 $(PY):
@@ -58,12 +58,14 @@ demo: $(DEMO_STAMP)
 	  echo "demo: Spark stage SKIPPED: Java is not installed. It needs a Java 17+ runtime"; \
 	  echo "      (apt-get install default-jre-headless, or set JAVA_HOME); then run make demo again."; \
 	fi
+	@echo; echo "The dashboard of this demo's database: $(PIP) -e '.[dashboard]' && $(PY) -m pyqueue_sql.dashboard --demo   (then open http://127.0.0.1:8080/)"
 
 demo-spark: $(DEMO_STAMP) $(SPARK_STAMP)
 	$(PY) examples/spark_pipeline.py --demo
 
 test: lint $(SPARK_STAMP)
 	@bash scripts/spark-deps.sh
+	@bash scripts/browser-deps.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff (configured in pyproject.toml): lint and formatting; `make format` applies both.
@@ -106,6 +108,12 @@ soak: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache dist build
+
+# Screenshots of the dashboard from a real run (producers and a worker for a few minutes on a
+# fresh database of the PostgreSQL server at $$PYQUEUE_DSN or 127.0.0.1:5432) into docs/.
+screenshots: $(STAMP)
+	@bash scripts/browser-deps.sh
+	$(PY) -m tests.dashboard.screenshots $(SCREENSHOT_ARGS)
 
 # Run when the newest migration revision is released, before a new revision changes
 # sql/<dialect>/routines.sql: until then that revision reads sql/<dialect>/routines.sql itself

@@ -835,6 +835,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                     worker.add_handler(queue, fn, kind, retry=retry)
         except errors.InvalidArgumentError as exc:
             raise UsageError(str(exc)) from None
+        metrics = _worker_metrics(worker, args)
         finished = threading.Event()
         if status is not None:
 
@@ -847,6 +848,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             clean = worker.run()
         finally:
             finished.set()
+            if metrics is not None:
+                metrics.close()
             if status is not None:
                 status.finish(worker.status_line())
     finally:
@@ -864,6 +867,48 @@ def cmd_worker(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _worker_metrics(worker: Any, args: argparse.Namespace) -> Any:
+    """WorkerMetrics served on --metrics-host:--metrics-port, or None without --metrics-port."""
+    if args.metrics_port is None:
+        return None
+    try:
+        from .metrics import WorkerMetrics
+    except ImportError as exc:
+        raise UsageError(
+            f"--metrics-port needs prometheus-client: pip install 'pyqueue-sql[metrics]' ({exc})"
+        ) from None
+    metrics = WorkerMetrics(worker)
+    try:
+        port = metrics.serve(args.metrics_port, args.metrics_host)
+    except OSError as exc:
+        metrics.close()
+        raise UsageError(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}") from None
+    print(f"{PROG}: metrics on http://{args.metrics_host}:{port}/metrics", file=sys.stderr)
+    return metrics
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    try:
+        from .dashboard import serve
+    except ImportError as exc:
+        print(
+            f"{PROG}: error: the dashboard needs its extra: pip install 'pyqueue-sql[dashboard]' ({exc})",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    dsn = _dsn(args)
+    token = args.token if args.token is not None else os.environ.get("PYQUEUE_DASHBOARD_TOKEN") or None
+    where = f"http://{args.host}:{args.port}/"
+    print(
+        f"{PROG}: dashboard of {redact_dsn(dsn)} on {where}"
+        + (" (read-only)" if args.read_only else "")
+        + (" (token required)" if token else ""),
+        file=sys.stderr,
+    )
+    serve(dsn, host=args.host, port=args.port, read_only=args.read_only, token=token)
     return EXIT_OK
 
 
@@ -1218,11 +1263,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="N",
+        help="serve Prometheus metrics on http://HOST:N/metrics (the metrics extra)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address for --metrics-port (default 127.0.0.1)",
+    )
+    p.add_argument(
         "--status",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="a live status line at the bottom of stderr, log lines printed above it "
         "(default: when stderr is a terminal)",
+    )
+
+    p = command(
+        "dashboard",
+        cmd_dashboard,
+        "a live web dashboard of the queues, dead letters, workers and schedules, with /metrics "
+        "(the dashboard extra; docs/dashboard.md)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument(
+        "--read-only", action="store_true", help="offer and accept no action (pause, redrive, remove...)"
+    )
+    p.add_argument(
+        "--token",
+        help="require this access token (login form, ?token= once, or Authorization: Bearer); "
+        "default: $PYQUEUE_DASHBOARD_TOKEN",
     )
     return parser
 

@@ -292,6 +292,10 @@ class Database:
         """Every queue's recurring messages."""
         return [_schedule(self.dialect, row) for row in self.call("schedules", queue=None)]
 
+    def throughput(self, since: dt.datetime | dt.timedelta | None = None) -> list[ThroughputRow]:
+        """Every queue's messages that left it per minute since ``since`` (Queue.throughput)."""
+        return _throughput(self, None, since)
+
 
 def connect(dsn: str) -> Database:
     """Opens a connection; the DSN's scheme picks the dialect (postgresql:// or mysql://)."""
@@ -801,6 +805,59 @@ class Queue:
     def schedules(self) -> list[ScheduleInfo]:
         return [_schedule(self.db.dialect, row) for row in self.db.call("schedules", queue=self.name)]
 
+    # -- browsing and throughput (what the dashboard reads) ----------------------------
+    def messages(
+        self,
+        state: str | None = None,
+        key_prefix: str | None = None,
+        after: MessageRow | tuple[str | int, str] | None = None,
+        n: int | None = None,
+    ) -> list[MessageRow]:
+        """A page of this queue's live messages in key order (queue_messages): state 'ready',
+        'delayed' or 'reserved' (None = all), keys starting with key_prefix, after the message
+        ``after`` (the last row of the previous page, or a (key, kind) pair); n rows at most
+        (None = 100, at most 1000)."""
+        if after is None:
+            after_key, after_kind = None, None
+        elif isinstance(after, MessageRow):
+            after_key, after_kind = after.key, after.kind
+        elif isinstance(after, tuple) and len(after) == 2:
+            after_key, after_kind = key_value(after[0], "after key"), text_value(after[1], "after kind")
+        else:
+            raise errors.InvalidArgumentError("after must be a MessageRow or a (key, kind) pair")
+        d = self.db.dialect
+        rows = self.db.call(
+            "messages",
+            queue=self.name,
+            state=text_value(state, "state"),
+            key_prefix=key_value(key_prefix, "key_prefix"),
+            after_key=after_key,
+            after_kind=after_kind,
+            n=whole_number(n, "n"),
+        )
+        return [
+            MessageRow(
+                self.name,
+                key,
+                kind,
+                str(st),
+                int(priority),
+                int(attempts),
+                d.read_time(scheduled),
+                d.read_time(created),
+                reserved_by,
+                last_error,
+                dead_from,
+            )
+            for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error, dead_from in rows
+        ]
+
+    def throughput(self, since: dt.datetime | dt.timedelta | None = None) -> list[ThroughputRow]:
+        """Messages that left this queue per minute since ``since`` (None = an hour ago; a timedelta
+        = that long ago; at most a day), by outcome, from pyqueue_history: only a queue with a
+        history_retention has any (queue_throughput). Minutes without any are left out."""
+        return _throughput(self.db, self.name, since)
+
 
 @dataclass(frozen=True)
 class DeadLetter:
@@ -923,3 +980,45 @@ def _schedule(dialect: dialects.Dialect, row: Sequence[Any]) -> ScheduleInfo:
         cron,
         dialect.read_time(next_at),
     )
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """A live message as queue_messages lists it (no payload: Queue.message shows one whole)."""
+
+    queue: str
+    key: str
+    kind: str
+    state: str  # 'ready', 'delayed' or 'reserved'
+    priority: int
+    attempts: int
+    scheduled_at: dt.datetime
+    created_at: dt.datetime
+    reserved_by: str | None
+    last_error: str | None
+    dead_from: str | None  # in a dead-letter queue: the queue it was dead-lettered from
+
+
+@dataclass(frozen=True)
+class ThroughputRow:
+    """How many messages left a queue in one minute, by outcome (queue_throughput)."""
+
+    queue: str
+    minute: dt.datetime
+    committed: int
+    dead_lettered: int
+    moved: int
+    popped: int
+
+
+def _throughput(
+    db: Database, queue: str | None, since: dt.datetime | dt.timedelta | None
+) -> list[ThroughputRow]:
+    d = db.dialect
+    if isinstance(since, dt.timedelta):
+        since = dt.datetime.now(dt.timezone.utc) - since
+    rows = db.call("throughput", queue=queue, since=d.time(since, "since"))
+    return [
+        ThroughputRow(q, d.read_time(minute), int(c), int(dl), int(mv), int(pp))
+        for q, minute, c, dl, mv, pp in rows
+    ]

@@ -77,6 +77,8 @@ MONITOR = (
     "queue_settings",
     "queue_message",
     "queue_message_history",
+    "queue_messages",
+    "queue_throughput",
 )
 ADMIN = (
     "queue_create",
@@ -113,7 +115,8 @@ DESCRIPTIONS: dict[str, str] = {
     "registration, releasing dead workers (no push, no move)",
     "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
     "(give it with --consumer)",
-    "monitor": "stats, limits, workers, schedules, dead letters, settings, message, message history",
+    "monitor": "stats, limits, workers, schedules, dead letters, settings, message, message history, "
+    "messages (browse by state), throughput",
     "admin": "create, drop, pause, resume, remove, reset a setting, limits, schedules, history, redrive, "
     "replay; plus monitor",
     "ingest": "INSERT (and SELECT, for Spark) on queue_ingest, queue_ingest_flush",

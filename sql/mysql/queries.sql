@@ -122,6 +122,12 @@ CALL queue_message(%(queue)s, %(key)s, %(kind)s)
 CALL queue_message_history(%(queue)s, %(key)s, %(kind)s)
 
 
+-- name: messages
+CALL queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after_kind)s, %(n)s)
+
+-- name: throughput
+CALL queue_throughput(%(queue)s, %(since)s)
+
 -- ==== limits ====
 -- Concurrency limits.
 

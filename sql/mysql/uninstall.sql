@@ -38,6 +38,8 @@ DROP TABLE IF EXISTS pyqueue_limit_slot;
 DROP TABLE IF EXISTS pyqueue_limit;
 
 -- ==== history and dead letters ====
+DROP PROCEDURE IF EXISTS queue_throughput;
+DROP PROCEDURE IF EXISTS queue_messages;
 DROP PROCEDURE IF EXISTS queue_message_history;
 DROP PROCEDURE IF EXISTS queue_message;
 DROP PROCEDURE IF EXISTS queue_dead_letters;

@@ -137,6 +137,15 @@ SELECT processed_at, outcome, to_queue, attempts, reserved_by, last_error
   FROM queue_message_history(%(queue)s, %(key)s, %(kind)s)
 
 
+-- name: messages
+SELECT p_key, p_kind, state, priority, attempts, scheduled_at, created_at, reserved_by, last_error,
+       dead_from
+  FROM queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after_kind)s, %(n)s::integer)
+
+-- name: throughput
+SELECT queue, minute, committed, dead_lettered, moved, popped
+  FROM queue_throughput(%(queue)s, %(since)s::timestamptz)
+
 -- ==== limits ====
 -- Concurrency limits.
 

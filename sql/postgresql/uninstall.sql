@@ -42,6 +42,8 @@ DROP TABLE IF EXISTS pyqueue_limit_slot;
 DROP TABLE IF EXISTS pyqueue_limit;
 
 -- ==== history and dead letters ====
+DROP FUNCTION IF EXISTS queue_throughput(text, timestamptz);
+DROP FUNCTION IF EXISTS queue_messages(text, text, text, text, text, integer);
 DROP FUNCTION IF EXISTS queue_message_history(text, text, text);
 DROP FUNCTION IF EXISTS queue_message(text, text, text);
 DROP FUNCTION IF EXISTS queue_dead_letters(text);

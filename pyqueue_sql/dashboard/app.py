@@ -1,0 +1,438 @@
+"""The web dashboard: a Starlette app of server-rendered pages (Jinja2, autoescaped), a little
+vanilla JavaScript that refreshes the live parts, and /metrics for Prometheus.
+
+Safe by default: the CLI binds 127.0.0.1; with a token every request needs it (a cookie set by
+the login form or by ``?token=`` once, or ``Authorization: Bearer``); every POST carries a CSRF
+token that must equal its cookie, and a cross-origin POST is refused; actions are offered and
+accepted only when the dashboard is not read-only and the account may call the routine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import hmac
+import json
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .. import errors
+from ..display import describe_error, format_age, format_duration, redact_dsn
+from .data import ACTIONS, STALE_AFTER_S, Dashboard
+from .metrics import DashboardCollector, metrics_response
+
+HERE = Path(__file__).parent
+SESSION_COOKIE = "pyqueue_dashboard"
+CSRF_COOKIE = "pyqueue_csrf"
+FLASH_COOKIE = "pyqueue_flash"
+PAGE_SIZES = (25, 50, 100, 250)
+STATES = ("ready", "delayed", "reserved")
+
+
+def _templates() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(HERE / "templates")),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["age"] = format_age
+    env.filters["duration"] = _duration
+    env.filters["time"] = lambda t: (
+        "-" if t is None else t.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    )
+    env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=False)
+    env.filters["pct"] = lambda x: "-" if x is None else f"{100 * x:.1f}%"
+    env.globals["url"] = lambda path, **params: (
+        path + ("?" + urlencode({k: v for k, v in params.items() if v is not None}) if params else "")
+    )
+    env.globals["spark"] = sparkline
+    return env
+
+
+def _duration(value: Any) -> str:
+    """A setting's duration: 30s, 0.05s; from a minute on as 5m00s, 2h00m, 7d00h."""
+    if isinstance(value, dt.timedelta) and value.total_seconds() >= 60:
+        return format_age(value.total_seconds())
+    return format_duration(value)
+
+
+def sparkline(
+    series: list[tuple[dt.datetime, int, int]], width: int = 180, height: int = 28
+) -> dict[str, Any]:
+    """Bars for an inline SVG: committed per minute (and dead-lettered on top), oldest first."""
+    peak = max([c + d for _, c, d in series] + [1])
+    step = width / max(len(series), 1)
+    bars = []
+    for i, (minute, committed, dead) in enumerate(series):
+        h_ok = round(height * committed / peak, 2)
+        h_dead = round(height * dead / peak, 2)
+        bars.append(
+            {
+                "x": round(i * step, 2),
+                "w": round(max(step - 1, 1), 2),
+                "ok_y": round(height - h_ok, 2),
+                "ok_h": h_ok,
+                "dead_y": round(height - h_ok - h_dead, 2),
+                "dead_h": h_dead,
+                "title": f"{minute:%H:%M} UTC: {committed} committed, {dead} dead-lettered",
+            }
+        )
+    return {"width": width, "height": height, "bars": bars, "peak": peak}
+
+
+class DashboardApp:
+    def __init__(self, dsn: str, read_only: bool = False, token: str | None = None) -> None:
+        if token is not None and not token:
+            raise errors.InvalidArgumentError("the access token must not be empty")
+        self.dsn = dsn
+        self.dashboard = Dashboard(dsn, read_only=read_only)
+        self.token = token
+        self._secret = secrets.token_bytes(32)
+        self.templates = _templates()
+        self.collector = DashboardCollector(self.dashboard)
+        routes = [
+            Route("/", self.overview_page),
+            Route("/fragment/overview", self.overview_fragment),
+            Route("/queue", self.queue_page),
+            Route("/fragment/queue", self.queue_fragment),
+            Route("/message", self.message_page),
+            Route("/dead-letters", self.dead_letters_page),
+            Route("/workers", self.workers_page),
+            Route("/schedules", self.schedules_page),
+            Route("/login", self.login, methods=["GET", "POST"]),
+            Route("/metrics", self.metrics),
+            Route("/actions/{action}", self.action, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        ]
+        self.app = Starlette(
+            routes=routes,
+            lifespan=self._lifespan,
+            exception_handlers={errors.QueueError: self.queue_error},
+        )
+        self.app.add_middleware(_Guard, owner=self)  # type: ignore[arg-type]
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Any) -> AsyncIterator[None]:
+        yield
+        self.dashboard.close()
+
+    # -- access ------------------------------------------------------------------------
+    def session_value(self) -> str:
+        assert self.token is not None
+        return hmac.new(self._secret, self.token.encode(), hashlib.sha256).hexdigest()
+
+    def authorized(self, request: Request) -> bool:
+        if self.token is None:
+            return True
+        cookie = request.cookies.get(SESSION_COOKIE, "")
+        if cookie and hmac.compare_digest(cookie, self.session_value()):
+            return True
+        bearer = request.headers.get("authorization", "")
+        if bearer.lower().startswith("bearer "):
+            return hmac.compare_digest(bearer[7:].strip().encode(), self.token.encode())
+        return False
+
+    def token_matches(self, given: str) -> bool:
+        return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
+
+    # -- rendering -------------------------------------------------------------------------
+    def render(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)
+        flash = request.cookies.get(FLASH_COOKIE)
+        allowed = context.pop("allowed", None)
+        html = self.templates.get_template(template).render(
+            request=request,
+            csrf=csrf,
+            flash=flash,
+            read_only=self.dashboard.read_only,
+            allowed=allowed or dict.fromkeys(ACTIONS, False),
+            dsn=redact_dsn(self.dsn),
+            dialect=self.dashboard.dialect.name,
+            stale_after=STALE_AFTER_S,
+            **context,
+        )
+        response = HTMLResponse(html, status_code=status)
+        if request.cookies.get(CSRF_COOKIE) != csrf:
+            response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", secure=_https(request))
+        if flash:
+            response.delete_cookie(FLASH_COOKIE)
+        return response
+
+    async def queue_error(self, request: Request, exc: Exception) -> Response:
+        """A refusal of the database (unknown queue, bad argument, missing capability) as a page."""
+        status = (
+            404
+            if isinstance(exc, errors.UnknownQueueError)
+            else 403
+            if isinstance(exc, errors.PermissionDeniedError)
+            else 400
+        )
+        message = describe_error(exc) or str(exc)
+        if request.url.path.startswith("/fragment/"):
+            return PlainTextResponse(message, status_code=status)
+        return self.render(request, "error.html", status=status, message=message)
+
+    async def allowed(self) -> dict[str, bool]:
+        return await run_in_threadpool(self.dashboard.allowed_actions)
+
+    # -- pages ---------------------------------------------------------------------------------
+    async def overview_page(self, request: Request) -> Response:
+        snapshot = await run_in_threadpool(self.dashboard.overview)
+        return self.render(request, "overview.html", o=snapshot, allowed=await self.allowed())
+
+    async def overview_fragment(self, request: Request) -> Response:
+        snapshot = await run_in_threadpool(self.dashboard.overview)
+        return self.render(request, "_overview.html", o=snapshot, allowed=await self.allowed())
+
+    async def queue_page(self, request: Request) -> Response:
+        name = request.query_params.get("name") or ""
+        state = request.query_params.get("state") or None
+        prefix = request.query_params.get("prefix") or None
+        after_key = request.query_params.get("after_key")
+        after_kind = request.query_params.get("after_kind")
+        after = (after_key, after_kind) if after_key and after_kind else None
+        try:
+            n = int(request.query_params.get("n", "50"))
+        except ValueError:
+            n = 50
+        n = n if n in PAGE_SIZES else 50
+        if state is not None and state not in STATES:
+            return self.render(request, "error.html", status=400, message=f"unknown state {state!r}")
+        page = await run_in_threadpool(self.dashboard.queue_page, name, state, prefix, after, n)
+        return self.render(
+            request,
+            "queue.html",
+            name=name,
+            state=state,
+            prefix=prefix,
+            after=after,
+            n=n,
+            page_sizes=PAGE_SIZES,
+            states=STATES,
+            allowed=await self.allowed(),
+            **page,
+        )
+
+    async def queue_fragment(self, request: Request) -> Response:
+        name = request.query_params.get("name") or ""
+        stats = await run_in_threadpool(self.dashboard.queue_stats, name)
+        return self.render(request, "_queue_stats.html", stats=stats)
+
+    async def message_page(self, request: Request) -> Response:
+        q = request.query_params
+        queue, key, kind = q.get("queue") or "", q.get("key") or "", q.get("kind") or ""
+        message, history = await run_in_threadpool(self.dashboard.message, queue, key, kind)
+        return self.render(
+            request,
+            "message.html",
+            queue=queue,
+            key=key,
+            kind=kind,
+            message=message,
+            history=history,
+            allowed=await self.allowed(),
+        )
+
+    async def dead_letters_page(self, request: Request) -> Response:
+        snapshot = await run_in_threadpool(self.dashboard.overview)
+        chosen = request.query_params.get("queue") or None
+        dlqs = sorted(snapshot.dead_letter_queues)
+        if chosen is None and dlqs:
+            chosen = dlqs[0]
+        page = None
+        if chosen is not None:
+            page = await run_in_threadpool(self.dashboard.queue_page, chosen, None, None, None, 250)
+        return self.render(
+            request,
+            "dead_letters.html",
+            o=snapshot,
+            dlqs=dlqs,
+            chosen=chosen,
+            page=page,
+            allowed=await self.allowed(),
+        )
+
+    async def workers_page(self, request: Request) -> Response:
+        workers, held = await run_in_threadpool(self.dashboard.workers)
+        return self.render(request, "workers.html", workers=workers, held=held)
+
+    async def schedules_page(self, request: Request) -> Response:
+        schedules = await run_in_threadpool(self.dashboard.schedules)
+        return self.render(request, "schedules.html", schedules=schedules)
+
+    async def login(self, request: Request) -> Response:
+        if self.token is None:
+            return RedirectResponse("/", status_code=303)
+        if request.method == "POST":
+            form = await request.form()
+            if _csrf_ok(request, form) and self.token_matches(str(form.get("token", ""))):
+                response = RedirectResponse(_local(str(form.get("next", "/"))), status_code=303)
+                self._set_session(request, response)
+                return response
+            return self.render(
+                request, "login.html", status=401, failed=True, next=_local(str(form.get("next", "/")))
+            )
+        return self.render(
+            request, "login.html", failed=False, next=_local(request.query_params.get("next", "/"))
+        )
+
+    def _set_session(self, request: Request, response: Response) -> None:
+        response.set_cookie(
+            SESSION_COOKIE, self.session_value(), httponly=True, samesite="strict", secure=_https(request)
+        )
+
+    async def metrics(self, request: Request) -> Response:
+        return await run_in_threadpool(
+            metrics_response, self.collector.registry, request.headers.get("accept")
+        )
+
+    async def action(self, request: Request) -> Response:
+        action = request.path_params["action"]
+        form = await request.form()
+        if not _csrf_ok(request, form):
+            return PlainTextResponse("refused: missing or wrong CSRF token", status_code=403)
+        if action not in ACTIONS:
+            return PlainTextResponse("unknown action", status_code=404)
+        if self.dashboard.read_only:
+            return PlainTextResponse("refused: the dashboard is read-only", status_code=403)
+        if not await run_in_threadpool(self.dashboard.may, action):
+            return PlainTextResponse(
+                f"refused: this account may not {action} (grant it the admin capability)", status_code=403
+            )
+        back = _local(str(form.get("next", "/")))
+        f = {k: str(v) for k, v in form.items()}
+        try:
+            if action == "pause":
+                await run_in_threadpool(self.dashboard.pause, f.get("queue", ""))
+                done = f"paused {f.get('queue')}"
+            elif action == "resume":
+                await run_in_threadpool(self.dashboard.resume, f.get("queue", ""))
+                done = f"resumed {f.get('queue')}"
+            elif action == "remove":
+                removed = await run_in_threadpool(
+                    self.dashboard.remove, f.get("queue", ""), f.get("key", ""), f.get("kind", "")
+                )
+                done = (
+                    f"removed {f.get('key')} ({f.get('kind')})"
+                    if removed
+                    else "nothing removed: the message was gone"
+                )
+            else:
+                n = None if f.get("n") == "all" else _whole(f.get("n", "1"))
+                moved = await run_in_threadpool(
+                    self.dashboard.redrive, f.get("queue", ""), f.get("to_queue", ""), n
+                )
+                done = f"redrove {moved} message(s) from {f.get('queue')} to {f.get('to_queue')}"
+        except errors.PermissionDeniedError as exc:
+            return PlainTextResponse(f"refused by the database: {exc}", status_code=403)
+        except (errors.QueueError, ValueError) as exc:
+            done = f"{action} failed: {describe_error(exc) or exc}"
+        response = RedirectResponse(back, status_code=303)
+        response.set_cookie(
+            FLASH_COOKIE, done[:300], httponly=True, samesite="strict", secure=_https(request)
+        )
+        return response
+
+
+def _whole(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("n must be at least 1")
+    return value
+
+
+def _https(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def _local(target: str) -> str:
+    """A redirect target on this site only (a path; never //host or a scheme)."""
+    parts = urlsplit(target)
+    if (
+        parts.scheme
+        or parts.netloc
+        or not target.startswith("/")
+        or target.startswith("//")
+        or "\\" in target
+    ):
+        return "/"
+    return target
+
+
+def _csrf_ok(request: Request, form: Any) -> bool:
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    given = str(form.get("csrf", ""))
+    if not cookie or not given or not hmac.compare_digest(cookie.encode(), given.encode()):
+        return False
+    origin = request.headers.get("origin")
+    if origin is not None and origin != "null":
+        host = request.headers.get("host", "")
+        if urlsplit(origin).netloc != host:
+            return False
+    return True
+
+
+class _Guard:
+    """ASGI middleware: the access token, and ?token= turned into the session cookie."""
+
+    def __init__(self, app: Any, owner: DashboardApp) -> None:
+        self.app = app
+        self.owner = owner
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or self.owner.token is None:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        path = scope.get("path", "")
+        if path == "/login" or path.startswith("/static/"):
+            await self.app(scope, receive, send)
+            return
+        given = request.query_params.get("token")
+        if given is not None and request.method == "GET":
+            if self.owner.token_matches(given):
+                rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+                response: Response = RedirectResponse(
+                    path + ("?" + urlencode(rest) if rest else ""), status_code=303
+                )
+                self.owner._set_session(request, response)
+            else:
+                response = PlainTextResponse("wrong token", status_code=401)
+            await response(scope, receive, send)
+            return
+        if self.owner.authorized(request):
+            await self.app(scope, receive, send)
+            return
+        if request.method == "GET" and not path.startswith(("/fragment/", "/metrics")):
+            response = RedirectResponse(
+                "/login?"
+                + urlencode(
+                    {
+                        "next": _local(
+                            str(request.url.path) + ("?" + request.url.query if request.url.query else "")
+                        )
+                    }
+                ),
+                status_code=303,
+            )
+        else:
+            response = PlainTextResponse("unauthorized: log in or send the token", status_code=401)
+        await response(scope, receive, send)
+
+
+def create_app(dsn: str, read_only: bool = False, token: str | None = None) -> Starlette:
+    """The ASGI app (run it with uvicorn)."""
+    return DashboardApp(dsn, read_only=read_only, token=token).app
