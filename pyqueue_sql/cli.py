@@ -40,6 +40,7 @@ from .display import (
     format_table,
     format_time,
     one_line,
+    redact_dsn,
     shorten,
 )
 
