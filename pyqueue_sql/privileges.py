@@ -179,7 +179,13 @@ def capabilities_of(names: Iterable[str]) -> list[str]:
 # the same in SQL). Where a routine does not exist (a downgrade), nothing is granted.
 ROUTINES_ADDED_WITH = {
     "queue_rollback": ("queue_fail",),
-    "queue_stats": ("queue_settings", "queue_message", "queue_message_history"),
+    "queue_stats": (
+        "queue_settings",
+        "queue_message",
+        "queue_message_history",
+        "queue_messages",
+        "queue_throughput",
+    ),
     "queue_create": ("queue_reset_setting",),
 }
 

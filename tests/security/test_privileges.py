@@ -973,6 +973,36 @@ def test_a_consumer_granted_at_0003_keeps_its_routines_across_the_upgrade(
         made.close()
 
 
+MONITOR_0004 = tuple(r for r in privileges.MONITOR if r not in ("queue_messages", "queue_throughput"))
+
+
+def test_a_monitor_granted_at_0004_browses_and_charts_after_the_upgrade(fresh_database, dialect, monkeypatch):
+    """0005 adds queue_messages and queue_throughput to monitor: an account granted
+    monitor at 0004 can call them after the upgrade without being granted again,
+    and still cannot call what monitor does not hold."""
+    dsn = fresh_database("up5")
+    migrate.upgrade(dsn, "0004_errors_and_safety")
+    made = Accounts(dsn)
+    try:
+        monkeypatch.setitem(privileges.CAPABILITIES, "monitor", MONITOR_0004)
+        name = made.with_capabilities("mon", "monitor")
+        monkeypatch.undo()
+        with pyqueue_sql.connect(dsn) as admin:
+            q = admin.queue("browse").create(history_retention=3600)
+            q.push_many([(f"k{i}", "kind", i) for i in range(3)])
+            [r] = q.reserve()
+            assert q.commit(r)
+        migrate.upgrade(dsn)
+        app = made.client(name)
+        seen = app.queue("browse")
+        assert sorted(m.key for m in seen.messages()) == ["k1", "k2"]
+        assert sum(t.committed for t in seen.throughput()) == 1
+        with pytest.raises(PermissionDeniedError):
+            seen.push("k9", "kind", {})
+    finally:
+        made.close()
+
+
 @pytest.mark.only_dialect("postgresql")
 def test_upgrade_from_0002_revokes_public_execute_until_granted(fresh_database):
     """0002's routines were callable by PUBLIC (PostgreSQL's default): a role with

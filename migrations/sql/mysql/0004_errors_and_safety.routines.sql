@@ -1,0 +1,3735 @@
+-- pyqueue-sql revision 0004_errors_and_safety (mysql): the routines this revision added or
+-- changed (and DROPs of those it removed), frozen from sql/mysql/routines.sql by
+-- `make release-routines`. Released: never edit it. The routines at a revision are the
+-- union of the routine files up to it, later ones overriding earlier ones
+-- (pyqueue_sql.routine_sets); a downgrade re-creates the previous ones from them.
+
+SET @pyqueue_saved_sql_mode = @@SESSION.sql_mode;
+SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
+SET @pyqueue_saved_character_set_client = @@SESSION.character_set_client;
+SET @pyqueue_saved_character_set_results = @@SESSION.character_set_results;
+SET @pyqueue_saved_collation_connection = @@SESSION.collation_connection;
+SET NAMES utf8mb4;
+
+DELIMITER //
+
+-- pyqueue__raise: signals 'pyqueue:<in_code>: <in_detail>' (cut to the 128
+-- characters MESSAGE_TEXT allows). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__raise //
+CREATE PROCEDURE pyqueue__raise(
+    IN in_code   VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_detail TEXT        CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_text VARCHAR(128) CHARACTER SET utf8mb4;
+    SET v_text = LEFT(CONCAT('pyqueue:', in_code, ': ', COALESCE(in_detail, '')), 128);
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_text;
+END //
+
+-- pyqueue__check_name: refuses a name that is NULL, empty, longer than
+-- in_max characters or ends with a space (see "Names compare exactly").
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_name //
+CREATE PROCEDURE pyqueue__check_name(
+    IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_value LONGTEXT    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_max   INT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_value IS NULL OR CHAR_LENGTH(in_value) = 0 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not be NULL or empty'));
+    END IF;
+    IF CHAR_LENGTH(in_value) > in_max THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' is longer than ', in_max, ' characters'));
+    END IF;
+    IF in_value LIKE '% ' THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not end with a space'));
+    END IF;
+    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', in_what, in_value);
+    END IF;
+END //
+
+-- pyqueue__check_utf8: refuses text holding a UTF-16 surrogate (U+D800 to
+-- U+DFFF, bytes ED A0-BF ..), which MariaDB's utf8mb4 accepts but is not
+-- UTF-8: stored, it would break every strict UTF-8 reader of the row. (Other
+-- invalid bytes are already refused by the server when it converts the
+-- argument, error 1366; MySQL 8 refuses surrogates there too.) in_code is the
+-- pyqueue code to raise. NULL passes. Takes no locks.
+-- How: UTF-16 cannot encode a lone surrogate, so text that holds one comes
+-- back changed ('?') from a round trip through utf16, and any other text comes
+-- back byte for byte. (No REGEXP on the bytes: MySQL 8.0.22+ refuses REGEXP
+-- on a binary string, error 3995; no test of the server's name either.) The
+-- round trip runs only on text holding the byte ED, the lead byte of every
+-- surrogate, which the LOCATE finds in one pass; on MySQL, whose utf8mb4
+-- already refuses surrogates, it then never differs.
+DROP PROCEDURE IF EXISTS pyqueue__check_utf8 //
+CREATE PROCEDURE pyqueue__check_utf8(
+    IN in_code  VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_value LONGTEXT    CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0
+       AND CAST(CONVERT(CONVERT(in_value USING utf16) USING utf8mb4) AS BINARY) <> CAST(in_value AS BINARY) THEN
+        CALL pyqueue__raise(in_code, CONCAT(in_what, ' is not valid UTF-8 (it holds a UTF-16 surrogate)'));
+    END IF;
+END //
+
+-- pyqueue__check_duration: refuses a negative duration (or, with
+-- in_positive, one that is not above zero) and one over 100 years.
+-- NULL passes (it means "the default"). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_duration //
+CREATE PROCEDURE pyqueue__check_duration(
+    IN in_what     VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_value    DECIMAL(20,6),
+    IN in_positive BOOLEAN)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_value < 0 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not be negative'));
+    END IF;
+    IF in_positive AND in_value = 0 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must be greater than zero'));
+    END IF;
+    IF in_value > 3155760000 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not exceed 100 years'));
+    END IF;
+END //
+
+-- pyqueue__check_int: refuses a number that is not a whole number within
+-- [in_min, in_max] (integer arguments are DECIMAL(65,30), so 2.5 reaches
+-- this check instead of being rounded to 3 on the way in). NULL passes.
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_int //
+CREATE PROCEDURE pyqueue__check_int(
+    IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_value DECIMAL(65,30),
+    IN in_min   BIGINT,
+    IN in_max   BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_value <> TRUNCATE(in_value, 0) OR in_value < in_min OR in_value > in_max THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT(in_what, ' must be a whole number from ', in_min, ' to ', in_max));
+    END IF;
+END //
+
+-- pyqueue__check_token: refuses a NULL token or one that is not shaped like
+-- the tokens queue_reserve hands out. Takes no locks. (Every REGEXP here ends
+-- with \\z, not $: in MariaDB's PCRE, $ also matches before a final newline,
+-- which let 'a\n' through as 'a'.)
+DROP PROCEDURE IF EXISTS pyqueue__check_token //
+CREATE PROCEDURE pyqueue__check_token(
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_token IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'token must not be NULL');
+    END IF;
+    IF NOT (in_token REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z') THEN
+        CALL pyqueue__raise('invalid_argument', 'token is malformed');
+    END IF;
+END //
+
+-- pyqueue__check_reservation: refuses a key, kind or token that cannot name
+-- a reservation (commit, rollback, extend, move). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_reservation //
+CREATE PROCEDURE pyqueue__check_reservation(
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_token(in_token);
+END //
+
+-- pyqueue__check_payload: refuses a NULL payload (the JSON value null is
+-- the text 'null') and text that is not JSON. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_payload //
+CREATE PROCEDURE pyqueue__check_payload(
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_payload IS NULL THEN
+        CALL pyqueue__raise('invalid_payload', 'payload must not be NULL (use the JSON value null)');
+    END IF;
+    IF NOT JSON_VALID(in_payload) THEN
+        CALL pyqueue__raise('invalid_payload',
+                            'payload is not valid JSON (MariaDB also refuses JSON nested 32 levels deep)');
+    END IF;
+    IF LOCATE(X'ED', CAST(in_payload AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_payload', 'payload', in_payload);
+    END IF;
+END //
+
+-- pyqueue__own_transaction: out_own = 1 when the session is in autocommit
+-- mode with no transaction open, so that a routine may run its statements
+-- in a transaction of its own (START TRANSACTION ... COMMIT) without ending
+-- one of the caller's; 0 inside the caller's transaction (or with
+-- autocommit off); NULL when the server cannot tell: MySQL 8.0 has no
+-- @@in_transaction, so the statement reading it sits in a MariaDB-only
+-- executable comment (MySQL skips it as a comment). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__own_transaction //
+CREATE PROCEDURE pyqueue__own_transaction(
+    OUT out_own INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_in INT DEFAULT NULL;
+    /*M!100300 SET v_in = @@SESSION.in_transaction; */
+    SET out_own = IF(@@SESSION.autocommit = 0, 0, 1 - v_in);
+END //
+
+-- pyqueue__random_token: a random token shaped like a UUID (CHAR(36), 32
+-- lower-case hex digits from RANDOM_BYTES, MySQL 8.0 and MariaDB 10.10+; on
+-- an older server, where RANDOM_BYTES does not exist, an MD5 of UUID(),
+-- RAND() and the clock, which is harder to guess than UUID() alone but not
+-- cryptographically random). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__random_token //
+CREATE PROCEDURE pyqueue__random_token(
+    OUT out_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_hex CHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR SQLEXCEPTION SET v_hex = NULL;
+        SET v_hex = LOWER(HEX(RANDOM_BYTES(16)));
+    END;
+    IF v_hex IS NULL THEN
+        SET v_hex = MD5(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID()));
+    END IF;
+    SET out_token = INSERT(INSERT(INSERT(INSERT(v_hex, 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
+END //
+
+-- pyqueue__queue: validates the queue name, raises unless the queue exists
+-- and returns its settings. Plain (non-locking) read.
+DROP PROCEDURE IF EXISTS pyqueue__queue //
+CREATE PROCEDURE pyqueue__queue(
+    IN  in_queue               LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_visibility_timeout DECIMAL(20,6),
+    OUT out_max_attempts       INT,
+    OUT out_dead_letter_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_paused             BOOLEAN)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found INT;
+    CALL pyqueue__check_name('queue', in_queue, 128);
+    SET v_queue = in_queue;
+    SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts),
+           MAX(q.dead_letter_queue), MAX(q.paused)
+      INTO v_found, out_visibility_timeout, out_max_attempts,
+           out_dead_letter_queue, out_paused
+      FROM pyqueue_queue q
+     WHERE q.queue_name = v_queue;
+    IF v_found = 0 THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+END //
+
+-- pyqueue__dead_letter: the message in_id of queue in_queue, which the
+-- caller has just claimed with in_token, goes to in_dead_letter_queue (or
+-- nowhere when NULL) and counts in dead_count. out_done = 1 when it left.
+-- Steps, each a single statement:
+--   1. read the message by id and token;
+--   2. upsert it into the dead-letter queue (a newer dead letter of the same
+--      key and kind replaces the older one: payload, priority, created_at,
+--      and it is ready again with attempts 0 and no reservation, so that a
+--      consumer holding the older one can no longer commit the newer away);
+--      the copy keeps last_error and records dead_from = in_queue and
+--      dead_attempts = the deliveries it had there;
+--   3. delete it by id and token;
+--   4. if that deleted it, dead_count + 1.
+-- Interrupted after 1 or 2, the message stays claimed under a token nobody
+-- holds; when the claim expires the next reserve dead-letters it again and
+-- the upsert absorbs the duplicate. Interrupted after 3, dead_count misses
+-- one (a statistic, never a message).
+-- Locks: the message row, the dead-letter message row, the queue row, each
+-- for one statement (or until the caller's transaction ends).
+DROP PROCEDURE IF EXISTS pyqueue__dead_letter //
+CREATE PROCEDURE pyqueue__dead_letter(
+    IN  in_queue             VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_dead_letter_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id                BIGINT,
+    IN  in_token             CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_now               DATETIME(6),
+    OUT out_done             INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_found    INT DEFAULT 1;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_payload  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_priority INT;
+    DECLARE v_created  DATETIME(6);
+    DECLARE v_attempts INT;
+    DECLARE v_error    VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hist     BIGINT;
+    DECLARE v_deleted  INT;
+    SET out_done = 0;
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+        SELECT m.p_key, m.p_kind, m.payload, m.priority, m.created_at, m.attempts, m.last_error
+          INTO v_key, v_kind, v_payload, v_priority, v_created, v_attempts, v_error
+          FROM pyqueue_message m
+         WHERE m.id = in_id AND m.reserve_token = in_token;
+    END;
+    IF v_found = 1 THEN
+        IF in_dead_letter_queue IS NOT NULL THEN
+            INSERT INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts)
+            VALUES (in_dead_letter_queue, v_key, v_kind, v_payload, v_priority,
+                    in_now, in_now, v_created, 0, v_error, in_queue, v_attempts)
+            ON DUPLICATE KEY UPDATE
+                   payload = v_payload, priority = v_priority, created_at = v_created,
+                   scheduled_at = in_now, scheduled_at_initially = in_now, attempts = 0,
+                   reserved_by = NULL, reserve_token = NULL,
+                   last_error = v_error, dead_from = in_queue, dead_attempts = v_attempts;
+        END IF;
+        CALL pyqueue__archive(in_queue, in_id, in_token, 'dead_lettered', in_dead_letter_queue, in_now, v_hist);
+        DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
+        SET v_deleted = ROW_COUNT();
+        CALL pyqueue__unarchive(v_hist, v_deleted);
+        IF v_deleted = 1 THEN
+            UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue;
+            SET out_done = 1;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__give_back: queue_rollback and queue_fail. Gives the message back,
+-- eligible again after in_delay (NULL = 0); with in_set_error, in_error (cut
+-- to 2000 characters; NULL = no text) becomes its last_error, otherwise
+-- last_error stays as it is. out_outcome: 'retry', or, when the message has
+-- had max_attempts deliveries, 'dead_lettered' (moved to the dead-letter
+-- queue) or 'dropped' (the queue has none; dead_count + 1 either way); NULL
+-- when the token no longer holds. Steps:
+--   1. locate the message by key and token (plain read); NULL if absent;
+--   2a. attempts < max_attempts: UPDATE by id and token clears the
+--       reservation (scheduled_at = now + delay). Done;
+--   2b. otherwise UPDATE by id and token swaps the caller's token for a new
+--       one (claim for dead-lettering, visible again only after the queue's
+--       visibility_timeout), then pyqueue__dead_letter: upsert into the
+--       dead-letter queue, delete by the new token, dead_count + 1.
+-- In autocommit mode on a server that can tell (MariaDB), 2b runs in a
+-- transaction of its own, run again when chosen as a deadlock victim.
+-- Otherwise, interrupted after the claim of 2b, the message comes back after
+-- the visibility timeout and the next reserve dead-letters it (no loss, no
+-- double count). Locks: the message row (when dead-lettering: the queue
+-- row first, then the message row, the dead-letter message row), each for
+-- one statement (or until the caller's transaction ends).
+DROP PROCEDURE IF EXISTS pyqueue__give_back //
+CREATE PROCEDURE pyqueue__give_back(
+    IN  in_queue     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_key       LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_token     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_delay     DECIMAL(20,6),
+    IN  in_set_error BOOLEAN,
+    IN  in_error     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_outcome  VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_error    VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found    INT DEFAULT 1;
+    DECLARE v_id       BIGINT;
+    DECLARE v_attempts INT;
+    DECLARE v_dead     INT;
+    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_retry    INT;
+    SET out_outcome = NULL;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    CALL pyqueue__check_duration('delay', in_delay, FALSE);
+    IF LOCATE(X'ED', CAST(in_error AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'error', in_error);
+    END IF;
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
+        v_error = LEFT(in_error, 2000);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    SET v_now = UTC_TIMESTAMP(6);
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+        SELECT m.id, m.attempts INTO v_id, v_attempts
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+           AND m.reserve_token = v_held;
+    END;
+    IF v_found = 1 AND v_attempts < v_max THEN
+        attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                -- a deadlock victim in autocommit mode (a queue_drop racing it)
+                -- was this one statement: run it again
+                DECLARE EXIT HANDLER FOR 1213
+                BEGIN
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                UPDATE pyqueue_message
+                   SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
+                       reserve_token = NULL,
+                       reserved_by = NULL,
+                       last_error = IF(in_set_error, v_error, last_error)
+                 WHERE id = v_id AND reserve_token = v_held;
+                IF ROW_COUNT() = 1 THEN
+                    SET out_outcome = 'retry';
+                END IF;
+            END;
+            IF v_retry = 0 THEN
+                LEAVE attempt;
+            END IF;
+        END LOOP;
+    ELSEIF v_found = 1 THEN
+        -- In autocommit mode the steps run in a transaction of their own, so
+        -- that they happen together or not at all, and a deadlock victim (a
+        -- queue_drop racing it; 1467 while waiting for the AUTO-INC lock) is
+        -- rolled back whole and run again instead of failing.
+        dead_attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
+            BEGIN
+                DECLARE EXIT HANDLER FOR 1213, 1467
+                BEGIN
+                    IF v_own = 1 THEN
+                        ROLLBACK;
+                    END IF;
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION
+                BEGIN
+                    IF v_own = 1 THEN
+                        ROLLBACK;
+                    END IF;
+                    RESIGNAL;
+                END;
+                IF v_own = 1 THEN
+                    START TRANSACTION;
+                END IF;
+                -- the queue row (dead_count, below) before the message row, the
+                -- order of queue_drop (and of the foreign key checks of pushes),
+                -- so that the two cannot deadlock inside a transaction
+                SELECT q.dead_count INTO v_dead FROM pyqueue_queue q WHERE q.queue_name = v_queue FOR UPDATE;
+                SET v_token = UUID();
+                UPDATE pyqueue_message
+                   SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
+                       reserve_token = v_token,
+                       last_error = IF(in_set_error, v_error, last_error)
+                 WHERE id = v_id AND reserve_token = v_held;
+                IF ROW_COUNT() = 1 THEN
+                    CALL pyqueue__dead_letter(v_queue, v_dlq, v_id, v_token, v_now, v_dead);
+                    SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
+                END IF;
+                IF v_own = 1 THEN
+                    COMMIT;
+                END IF;
+            END;
+            IF v_retry = 0 THEN
+                LEAVE dead_attempt;
+            END IF;
+        END LOOP;
+    END IF;
+END //
+
+-- pyqueue__kinds: validates a kinds filter (NULL, or a non-empty JSON array
+-- of strings) and returns it re-serialised for JSON_CONTAINS(out, JSON_QUOTE(p_kind)),
+-- as queue_reserve does. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__kinds //
+CREATE PROCEDURE pyqueue__kinds(
+    IN  in_kinds  LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_kinds LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_bad INT;
+    SET out_kinds = NULL;
+    IF in_kinds IS NOT NULL THEN
+        IF NOT JSON_VALID(in_kinds) THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a JSON array of strings');
+        END IF;
+        IF JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_LENGTH(in_kinds) = 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
+        END IF;
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE (JSON_TYPE(k.elem) = 'STRING') IS NOT TRUE;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
+        END IF;
+        -- a longer string would be cut to 128 by the VARCHAR(128) below and
+        -- then match the kind spelled by its first 128 characters
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
+        END IF;
+        SELECT JSON_ARRAYAGG(k.kind) INTO out_kinds
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k;
+    END IF;
+END //
+
+-- pyqueue__next_at: the earliest scheduled_at of the queue's messages (of
+-- one of in_kinds, NULL = any), NULL when none. Reads the first index entry
+-- of each priority (stops early once one is due by in_now). Plain reads.
+DROP PROCEDURE IF EXISTS pyqueue__next_at //
+CREATE PROCEDURE pyqueue__next_at(
+    IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kinds LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_now   DATETIME(6),
+    OUT out_next DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_priority INT;
+    DECLARE v_at       DATETIME(6);
+    SET out_next = NULL;
+    SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
+    priorities: WHILE v_priority IS NOT NULL DO
+        SELECT MIN(m.scheduled_at) INTO v_at
+          FROM pyqueue_message m
+         WHERE m.queue_name = in_queue AND m.priority = v_priority
+           AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)));
+        IF v_at IS NOT NULL AND (out_next IS NULL OR v_at < out_next) THEN
+            SET out_next = v_at;
+        END IF;
+        IF out_next <= in_now THEN
+            LEAVE priorities;
+        END IF;
+        SELECT MAX(m.priority) INTO v_priority
+          FROM pyqueue_message m
+         WHERE m.queue_name = in_queue AND m.priority < v_priority;
+    END WHILE;
+END //
+
+-- pyqueue__archive: when in_queue keeps history (history_retention set),
+-- copies message in_id (with its last_error), as long as it is still held by
+-- in_token (NULL matches no reservation), into pyqueue_history with
+-- in_outcome and in_to_queue; out_history_id = the new history row, or NULL when nothing
+-- was copied. Called just BEFORE the statement that removes the message;
+-- the caller then calls pyqueue__unarchive, which deletes the copy again
+-- when that statement removed nothing. Interrupted between the two in
+-- autocommit mode, the history may hold a row for a message that is still
+-- live (it is delivered again and archived again), never lose the message.
+-- Locks: a shared lock on the message row, for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__archive //
+CREATE PROCEDURE pyqueue__archive(
+    IN  in_queue       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id          BIGINT,
+    IN  in_token       CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_outcome     VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_to_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_now         DATETIME(6),
+    OUT out_history_id BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_retention DECIMAL(20,6);
+    SET out_history_id = NULL;
+    SELECT MAX(q.history_retention) INTO v_retention FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+    IF v_retention IS NOT NULL THEN
+        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                     created_at, processed_at, outcome, to_queue, reserved_by,
+                                     last_error)
+        SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
+               m.created_at, in_now, in_outcome, in_to_queue, m.reserved_by, m.last_error
+          FROM pyqueue_message m
+         WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token;
+        IF ROW_COUNT() = 1 THEN
+            SET out_history_id = LAST_INSERT_ID();
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__unarchive: deletes the history row in_history_id that
+-- pyqueue__archive wrote when the removal it preceded did nothing
+-- (in_done = 0). Locks: that history row, for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__unarchive //
+CREATE PROCEDURE pyqueue__unarchive(
+    IN in_history_id BIGINT,
+    IN in_done       INT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_history_id IS NOT NULL AND in_done = 0 THEN
+        DELETE FROM pyqueue_history WHERE id = in_history_id;
+    END IF;
+END //
+
+-- pyqueue__limit_take: gives a free slot of (in_queue, in_kind) to the
+-- reservation (in_id, in_attempts, ending at in_until); out_ok = 1 when it
+-- got one. A slot is busy while its holder is that live reservation, or
+-- while the claim is in progress (the message still shows msg_attempts - 1)
+-- and msg_until has not passed. Only slots 1..capacity are ever taken. After
+-- the capacity was lowered, slots beyond it whose holders are still live
+-- stay (queue_set_limit deletes only free ones): before taking a slot, each
+-- such holder is moved into a free slot within the capacity, one statement
+-- copying it there, one deleting the old slot (interrupted in between, the
+-- holder occupies two slots until it ends: fewer hand-outs, never more), so
+-- that nothing is handed out while as many as the capacity are live.
+-- The taking UPDATE reads the slot rows and, through its subqueries, the
+-- holders' message rows and the limit row with locking reads (InnoDB,
+-- REPEATABLE READ or SERIALIZABLE): it waits for a slot another session is
+-- changing and sees the latest committed holder, never an older snapshot; it
+-- takes nothing when the capacity changed since it was read.
+-- Locks, per statement: slot rows (scanned in slot_no order), then shared
+-- locks on their holders' message rows and the limit row. In autocommit
+-- mode a statement chosen as a deadlock victim (a queue_drop cascades over
+-- those message rows in another order) is run again instead of failing.
+DROP PROCEDURE IF EXISTS pyqueue__limit_take //
+CREATE PROCEDURE pyqueue__limit_take(
+    IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id       BIGINT,
+    IN  in_attempts INT,
+    IN  in_until    DATETIME(6),
+    IN  in_now      DATETIME(6),
+    OUT out_ok      INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_cap       INT;
+    DECLARE v_slot      INT;
+    DECLARE v_holder    BIGINT;
+    DECLARE v_h_att     INT;
+    DECLARE v_h_until   DATETIME(6);
+    DECLARE v_moves     INT DEFAULT 0;
+    DECLARE v_found     INT;
+    DECLARE v_own       INT DEFAULT 0;
+    DECLARE v_tries     INT DEFAULT 0;
+    DECLARE v_retry     INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+    SET out_ok = 0;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    slots: LOOP
+      SET v_retry = 0, v_tries = v_tries + 1;
+      BEGIN
+        -- a deadlock victim in autocommit mode was one statement (a queue_drop
+        -- cascading over the holders' rows in another order): run it again
+        DECLARE EXIT HANDLER FOR 1213
+        BEGIN
+            IF v_own = 1 AND v_tries < 10 THEN
+                SET v_retry = 1;
+            ELSE
+                RESIGNAL;
+            END IF;
+        END;
+        SELECT MAX(l.capacity) INTO v_cap
+          FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = in_kind;
+        IF v_cap IS NULL THEN
+            LEAVE slots;  -- the limit was removed meanwhile: take nothing this time
+        END IF;
+        -- a live holder beyond the capacity (plain read: such slots are never
+        -- taken, only moved and deleted)
+        SET v_found = 1;
+        SELECT s.slot_no, s.msg_id, s.msg_attempts, s.msg_until
+          INTO v_slot, v_holder, v_h_att, v_h_until
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND s.slot_no > v_cap
+           AND s.msg_id IS NOT NULL
+           AND EXISTS (SELECT 1 FROM pyqueue_message m
+                        WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                          AND ((m.attempts = s.msg_attempts
+                                AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                               OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now)))
+         ORDER BY s.slot_no
+         LIMIT 1;
+        IF v_found = 0 OR v_moves >= 10000 THEN
+            UPDATE pyqueue_limit_slot s
+               SET s.msg_id = in_id, s.msg_attempts = in_attempts, s.msg_until = in_until
+             WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+               AND s.slot_no <= v_cap
+               AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                            WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
+               AND (s.msg_id IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                    WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                      AND ((m.attempts = s.msg_attempts
+                                            AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                           OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+             ORDER BY s.slot_no
+             LIMIT 1;
+            SET out_ok = ROW_COUNT();
+            LEAVE slots;
+        END IF;
+        -- move that holder into a free slot within the capacity; none free:
+        -- the kind is full
+        UPDATE pyqueue_limit_slot s
+           SET s.msg_id = v_holder, s.msg_attempts = v_h_att, s.msg_until = v_h_until
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+           AND s.slot_no <= v_cap
+           AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                        WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
+           AND (s.msg_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                  AND ((m.attempts = s.msg_attempts
+                                        AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                       OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+         ORDER BY s.slot_no
+         LIMIT 1;
+        IF ROW_COUNT() = 0 THEN
+            LEAVE slots;
+        END IF;
+        DELETE FROM pyqueue_limit_slot
+         WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no = v_slot
+           AND msg_id = v_holder AND msg_attempts = v_h_att;
+        SET v_moves = v_moves + 1;
+      END;
+      IF v_retry = 0 AND v_tries > 10000 THEN
+          LEAVE slots;
+      END IF;
+    END LOOP;
+END //
+
+-- pyqueue__limit_claim: called by queue_reserve for a candidate it is about
+-- to deliver (message in_id, seen with in_attempts) when the queue has
+-- limits. out_ok = 1 when the kind has no limit or a slot was taken for the
+-- delivery (attempts + 1); 0 when the kind is full. io_full: JSON array of
+-- the kinds found full in this call (skipped without another look).
+-- The slot is taken BEFORE the message is claimed, and counts as busy
+-- while the claim is in progress. Interrupted in between, or when the claim
+-- then loses a race, the slot holds a reservation that either is someone
+-- else's (counted twice until it ends) or never happens (busy until the
+-- timeout it would have had): too few hand-outs, never too many.
+-- Locks: as pyqueue__limit_take.
+DROP PROCEDURE IF EXISTS pyqueue__limit_claim //
+CREATE PROCEDURE pyqueue__limit_claim(
+    IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_id       BIGINT,
+    IN    in_attempts INT,
+    IN    in_until    DATETIME(6),
+    IN    in_now      DATETIME(6),
+    INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
+    OUT   out_ok      INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT MAX(m.p_kind) INTO v_kind FROM pyqueue_message m WHERE m.id = in_id;
+    SET out_ok = 1;
+    IF JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(v_kind)) THEN
+        SET out_ok = 0;
+    ELSEIF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = v_kind) THEN
+        CALL pyqueue__limit_take(in_queue, v_kind, in_id, in_attempts + 1, in_until, in_now, out_ok);
+        IF out_ok = 0 THEN
+            SET io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', v_kind);
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
+-- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
+-- comma lists of those. Raises invalid_argument naming the field.
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__cron_field //
+CREATE PROCEDURE pyqueue__cron_field(
+    IN  in_field LONGTEXT    CHARACTER SET utf8mb4,
+    IN  in_name  VARCHAR(16) CHARACTER SET utf8mb4,
+    IN  in_min   INT,
+    IN  in_max   INT,
+    OUT out_mask BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_rest  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_part  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_range LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_lo    INT;
+    DECLARE v_hi    INT;
+    DECLARE v_step  INT;
+    SET out_mask = 0, v_rest = in_field;
+    parts: LOOP
+        SET v_part = SUBSTRING_INDEX(v_rest, ',', 1);
+        IF NOT (v_part REGEXP '^([*]|[0-9]{1,2}(-[0-9]{1,2})?)(/[0-9]{1,2})?\\z') THEN
+            CALL pyqueue__raise('invalid_argument',
+                CONCAT('cron ', in_name, ' field "', LEFT(in_field, 30), '" is not *, n, a-b, */s, a/s or a-b/s'));
+        END IF;
+        SET v_range = SUBSTRING_INDEX(v_part, '/', 1);
+        SET v_step = IF(LOCATE('/', v_part) > 0, CAST(SUBSTRING_INDEX(v_part, '/', -1) AS UNSIGNED), 1);
+        IF v_range = '*' THEN
+            SET v_lo = in_min, v_hi = in_max;
+        ELSE
+            SET v_lo = CAST(SUBSTRING_INDEX(v_range, '-', 1) AS UNSIGNED);
+            SET v_hi = IF(LOCATE('-', v_range) > 0, CAST(SUBSTRING_INDEX(v_range, '-', -1) AS UNSIGNED),
+                          IF(LOCATE('/', v_part) > 0, in_max, v_lo));
+        END IF;
+        IF v_lo < in_min OR v_hi > in_max OR v_lo > v_hi OR v_step < 1 THEN
+            CALL pyqueue__raise('invalid_argument',
+                CONCAT('cron ', in_name, ' field "', LEFT(in_field, 30), '" is out of range ', in_min, '-', in_max));
+        END IF;
+        WHILE v_lo <= v_hi DO
+            SET out_mask = out_mask | (1 << v_lo);
+            SET v_lo = v_lo + v_step;
+        END WHILE;
+        IF LOCATE(',', v_rest) = 0 THEN
+            LEAVE parts;
+        END IF;
+        SET v_rest = SUBSTRING(v_rest, LOCATE(',', v_rest) + 1);
+    END LOOP;
+END //
+
+-- pyqueue__cron_next: the first minute strictly after in_after (UTC) that
+-- matches the 5-field cron expression (minute hour day-of-month month
+-- day-of-week; day-of-week 0-7, 0 and 7 = Sunday; when both day fields are
+-- restricted a day matching either matches, as in Vixie cron). Computed with
+-- set operations: the first matching day among the next 8 years of days
+-- (numbers made by a cross join of digits, no recursion), then the first
+-- matching minute of that day; never minute by minute. Raises
+-- invalid_argument for a malformed expression or one that never matches.
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__cron_next //
+CREATE PROCEDURE pyqueue__cron_next(
+    IN  in_cron  LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_after DATETIME(6),
+    OUT out_next DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_cron  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_min   BIGINT;
+    DECLARE v_hour  BIGINT;
+    DECLARE v_dom   BIGINT;
+    DECLARE v_mon   BIGINT;
+    DECLARE v_dow   BIGINT;
+    DECLARE v_or    INT;
+    DECLARE v_t     DATETIME;
+    DECLARE v_today DATE;
+    DECLARE v_mod   INT;
+    DECLARE v_day   DATE;
+    DECLARE v_first INT;
+    IF in_cron IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'cron must not be NULL');
+    END IF;
+    SET v_cron = REGEXP_REPLACE(TRIM(in_cron), ' +', ' ');
+    IF CHAR_LENGTH(v_cron) - CHAR_LENGTH(REPLACE(v_cron, ' ', '')) <> 4 THEN
+        CALL pyqueue__raise('invalid_argument',
+            'cron must have 5 fields (minute hour day-of-month month day-of-week)');
+    END IF;
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', 1), 'minute', 0, 59, v_min);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 2), ' ', -1), 'hour', 0, 23, v_hour);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 'day-of-month', 1, 31, v_dom);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 4), ' ', -1), 'month', 1, 12, v_mon);
+    CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', -1), 'day-of-week', 0, 7, v_dow);
+    IF v_dow & 128 <> 0 THEN
+        SET v_dow = (v_dow | 1) & 127;
+    END IF;
+    SET v_or = LEFT(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 1) <> '*'
+               AND LEFT(SUBSTRING_INDEX(v_cron, ' ', -1), 1) <> '*';
+    SET v_t = CAST(DATE_FORMAT(in_after, '%Y-%m-%d %H:%i:00') AS DATETIME) + INTERVAL 1 MINUTE;
+    SET v_today = DATE(v_t), v_mod = HOUR(v_t) * 60 + MINUTE(v_t);
+    SELECT MIN(days.d) INTO v_day
+      FROM (SELECT v_today + INTERVAL (a.n + 10 * b.n + 100 * c.n + 1000 * e.n) DAY AS d
+              FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) a,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) b,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) c,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2) e
+             WHERE a.n + 10 * b.n + 100 * c.n + 1000 * e.n <= 366 * 8) AS days
+     WHERE (v_mon >> MONTH(days.d)) & 1 = 1
+       AND IF(v_or,
+              (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 OR (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1,
+              (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 AND (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1)
+       AND (days.d > v_today
+            OR EXISTS (SELECT 1
+                         FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
+                               UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+                               UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
+                               UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
+                               UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
+                               UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
+                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                               UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
+                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                               UNION ALL SELECT 5) m10
+                        WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
+                          AND h.n * 60 + m1.n + 10 * m10.n >= v_mod));
+    IF v_day IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('cron "', LEFT(in_cron, 40), '" matches no day in the next 8 years'));
+    END IF;
+    SELECT MIN(h.n * 60 + m1.n + 10 * m10.n) INTO v_first
+      FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
+            UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+            UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
+            UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
+            UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
+            UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
+           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+            UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
+           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+            UNION ALL SELECT 5) m10
+     WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
+       AND (v_day > v_today OR h.n * 60 + m1.n + 10 * m10.n >= v_mod);
+    SET out_next = CAST(v_day AS DATETIME(6)) + INTERVAL v_first MINUTE;
+END //
+
+-- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
+-- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
+-- pyqueue__cron_next.
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__schedule_after //
+CREATE PROCEDURE pyqueue__schedule_after(
+    IN  in_every_s BIGINT,
+    IN  in_cron    LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_after   DATETIME(6),
+    OUT out_next   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    IF in_every_s IS NOT NULL THEN
+        SET out_next = CAST('1970-01-01 00:00:00' AS DATETIME(6))
+            + INTERVAL ((FLOOR(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', in_after) / (in_every_s * 1000000)) + 1)
+                        * in_every_s) SECOND;
+    ELSE
+        CALL pyqueue__cron_next(in_cron, in_after, out_next);
+    END IF;
+END //
+
+-- pyqueue__schedule_next: called by queue_commit for a message it is about
+-- to delete (the token held at the lookup). When the message is the pending
+-- occurrence of a schedule (key = p_key @ next_at), one conditional UPDATE
+-- advances next_at past now (only one of two racing calls can match the old
+-- next_at) and the winner pushes that occurrence (dedup by its key absorbs a
+-- repeat). It runs BEFORE the commit's DELETE: if the DELETE then fails (the
+-- token was lost) or never runs (interruption), the old occurrence comes
+-- back, and its later commit pushes nothing (no longer pending): no stall,
+-- no second next occurrence.
+-- Locks: the schedule row (the conditional UPDATE), then the new occurrence,
+-- each for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__schedule_next //
+CREATE PROCEDURE pyqueue__schedule_next(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_base    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_at      DATETIME(6);
+    DECLARE v_next    DATETIME(6);
+    DECLARE v_every   BIGINT;
+    DECLARE v_cron    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_payload LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_found   INT DEFAULT 1;
+    DECLARE v_now     DATETIME(6);
+    IF CHAR_LENGTH(in_key) >= 22
+       AND RIGHT(in_key, 21) REGEXP '^@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\\z' THEN
+        SET v_base = LEFT(in_key, CHAR_LENGTH(in_key) - 21);
+        SET v_at = STR_TO_DATE(SUBSTRING(RIGHT(in_key, 21), 2, 19), '%Y-%m-%dT%H:%i:%s');
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+            SELECT s.every_s, s.cron, s.payload INTO v_every, v_cron, v_payload
+              FROM pyqueue_schedule s
+             WHERE s.queue_name = in_queue AND s.p_key = v_base AND s.p_kind = in_kind
+               AND s.next_at = v_at;
+        END;
+        IF v_found = 1 THEN
+            SET v_now = UTC_TIMESTAMP(6);
+            CALL pyqueue__schedule_after(v_every, v_cron, GREATEST(v_at, v_now), v_next);
+            UPDATE pyqueue_schedule SET next_at = v_next
+             WHERE queue_name = in_queue AND p_key = v_base AND p_kind = in_kind AND next_at = v_at;
+            IF ROW_COUNT() = 1 THEN
+                INSERT IGNORE INTO pyqueue_message
+                       (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                        scheduled_at_initially, created_at, attempts)
+                VALUES (in_queue, CONCAT(v_base, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), in_kind,
+                        v_payload, 0, v_next, v_next, v_now, 0);
+            END IF;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__schedule: creates or replaces a schedule and pushes its first
+-- occurrence (the next one after now). A pending occurrence of the replaced
+-- schedule is removed unless it is reserved (it then runs, and its commit
+-- pushes nothing since it is no longer the pending one). Result: one row,
+-- next_at. Steps: upsert the schedule row (next_at = first), remove the old
+-- pending occurrence, push the first one: interrupted (the call then fails),
+-- the schedule may have no pending occurrence until it is called again.
+-- Locks: the schedule row, the old pending occurrence, the new occurrence and
+-- a shared lock on the queue row, each for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__schedule //
+CREATE PROCEDURE pyqueue__schedule(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_every_s BIGINT,
+    IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_next   DATETIME(6);
+    DECLARE v_old    DATETIME(6);
+    DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_oldid  BIGINT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 234);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    CALL pyqueue__schedule_after(in_every_s, in_cron, v_now, v_next);
+    SELECT MAX(s.next_at) INTO v_old FROM pyqueue_schedule s
+     WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
+    INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
+    VALUES (v_queue, v_key, v_kind, in_payload, in_every_s, in_cron, v_next, v_now)
+    ON DUPLICATE KEY UPDATE payload = in_payload, every_s = in_every_s, cron = in_cron, next_at = v_next;
+    IF v_old IS NOT NULL THEN
+        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
+        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
+        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
+    END IF;
+    INSERT IGNORE INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, attempts)
+    VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
+            in_payload, 0, v_next, v_next, v_now, 0);
+    SELECT v_next AS next_at;
+END //
+
+-- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts,
+-- no dead-letter queue, no history) or changes the settings of an existing
+-- one: a non-NULL argument changes its setting, NULL leaves it as it is
+-- (queue_reset_setting puts one back to its default). The dead-letter queue
+-- must exist and differ from the queue. paused, dead_count and created_at of
+-- an existing queue are kept. No result set.
+-- Locks: the queue row (and a shared lock on the dead-letter queue's row
+-- through the foreign key check), for one statement.
+DROP PROCEDURE IF EXISTS queue_create //
+CREATE PROCEDURE queue_create(
+    IN in_queue              LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_visibility_timeout DECIMAL(20,6),
+    IN in_max_attempts       DECIMAL(65,30),
+    IN in_dead_letter_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_history_retention  DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__check_name('queue', in_queue, 128);
+    CALL pyqueue__check_duration('visibility_timeout', in_visibility_timeout, TRUE);
+    CALL pyqueue__check_duration('history_retention', in_history_retention, FALSE);
+    IF in_max_attempts < 1 THEN
+        CALL pyqueue__raise('invalid_argument', 'max_attempts must be at least 1');
+    END IF;
+    CALL pyqueue__check_int('max_attempts', in_max_attempts, 1, 2147483647);
+    IF in_dead_letter_queue IS NOT NULL THEN
+        CALL pyqueue__check_name('dead_letter_queue', in_dead_letter_queue, 128);
+        IF in_dead_letter_queue = in_queue THEN
+            CALL pyqueue__raise('invalid_argument', 'a queue cannot be its own dead_letter_queue');
+        END IF;
+        CALL pyqueue__queue(in_dead_letter_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_vis = COALESCE(in_visibility_timeout, 30);
+    SET v_max = COALESCE(in_max_attempts, 10);
+    INSERT INTO pyqueue_queue
+           (queue_name, visibility_timeout, max_attempts, dead_letter_queue,
+            history_retention, paused, dead_count, created_at)
+    VALUES (in_queue, v_vis, v_max, in_dead_letter_queue, in_history_retention,
+            FALSE, 0, UTC_TIMESTAMP(6))
+    ON DUPLICATE KEY UPDATE
+           visibility_timeout = COALESCE(in_visibility_timeout, visibility_timeout),
+           max_attempts       = COALESCE(in_max_attempts, max_attempts),
+           dead_letter_queue  = COALESCE(in_dead_letter_queue, dead_letter_queue),
+           history_retention  = COALESCE(in_history_retention, history_retention);
+END //
+
+-- queue_reset_setting: puts one setting of an existing queue back to its
+-- default: 'visibility_timeout' (30 s), 'max_attempts' (10),
+-- 'dead_letter_queue' (none) or 'history_retention' (none: no history).
+-- No result set. Locks: the queue row, for one statement.
+DROP PROCEDURE IF EXISTS queue_reset_setting //
+CREATE PROCEDURE queue_reset_setting(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_setting LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_setting VARCHAR(32)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis     DECIMAL(20,6);
+    DECLARE v_max     INT;
+    DECLARE v_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused  BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    -- Compared as bytes: utf8mb4_bin pads with spaces, and 'max_attempts ' is no setting name.
+    IF in_setting IS NULL OR CAST(in_setting AS BINARY) NOT IN ('visibility_timeout', 'max_attempts',
+                                                              'dead_letter_queue', 'history_retention') THEN
+        CALL pyqueue__raise('invalid_argument',
+            'setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention');
+    END IF;
+    SET v_queue = in_queue, v_setting = in_setting;
+    UPDATE pyqueue_queue
+       SET visibility_timeout = IF(v_setting = 'visibility_timeout', 30, visibility_timeout),
+           max_attempts       = IF(v_setting = 'max_attempts', 10, max_attempts),
+           dead_letter_queue  = IF(v_setting = 'dead_letter_queue', NULL, dead_letter_queue),
+           history_retention  = IF(v_setting = 'history_retention', NULL, history_retention)
+     WHERE queue_name = v_queue;
+END //
+
+-- queue_settings: the settings of a queue (every queue when NULL), ordered
+-- by name: queue, visibility_timeout (s), max_attempts, dead_letter_queue,
+-- history_retention (s), paused, notify_window (s). Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_settings //
+CREATE PROCEDURE queue_settings(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_queue = in_queue;
+    SELECT q.queue_name AS `queue`, q.visibility_timeout, q.max_attempts, q.dead_letter_queue,
+           q.history_retention, q.paused, COALESCE(n.notify_window, 0.05) AS notify_window
+      FROM pyqueue_queue q
+      LEFT JOIN pyqueue_notify n ON n.queue_name = q.queue_name
+     WHERE v_queue IS NULL OR q.queue_name = v_queue
+     ORDER BY q.queue_name;
+END //
+
+-- queue_drop: deletes the queue and all its messages (and its limits,
+-- schedules and wakeup row, ON DELETE CASCADE), in one statement: the queue
+-- row, then the cascade. Refuses while another queue names it as
+-- dead_letter_queue. No result set.
+-- Deadlocks: pushes, moves and flushes lock the queue row (the foreign key
+-- check) before they write a message row, the order of this statement; a
+-- transaction of yours that changed a message of this queue and then locks
+-- its row (a rollback that dead-letters updates dead_count) takes them the
+-- other way round, and InnoDB then rolls one of the two back (1213). Called
+-- in autocommit mode (where the server can tell, see
+-- pyqueue__own_transaction) a drop chosen as that victim was rolled back
+-- whole and is run again, up to 10 times, instead of failing; inside your
+-- transaction the deadlock rolled that back and is yours to retry.
+-- Locks: the queue row, then its message rows and the rows of its other
+-- tables, for one statement (or until your transaction ends).
+DROP PROCEDURE IF EXISTS queue_drop //
+CREATE PROCEDURE queue_drop(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_users    INT;
+    DECLARE v_user     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_own      INT;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_deadlock INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    SELECT COUNT(*), MIN(q.queue_name) INTO v_users, v_user
+      FROM pyqueue_queue q
+     WHERE q.dead_letter_queue = v_queue;
+    IF v_users > 0 THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('queue is the dead_letter_queue of ', v_user));
+    END IF;
+    CALL pyqueue__own_transaction(v_own);
+    attempt: LOOP
+        SET v_deadlock = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213 SET v_deadlock = 1;
+            DELETE FROM pyqueue_queue WHERE queue_name = v_queue;
+        END;
+        IF v_deadlock = 0 THEN
+            LEAVE attempt;
+        END IF;
+        IF v_own IS NULL OR v_own = 0 OR v_tries >= 10 THEN
+            SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
+                MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction';
+        END IF;
+    END LOOP;
+END //
+
+-- queue_pause: pop and reserve hand out nothing (an empty result set) until
+-- queue_resume. Pushes, commits, rollbacks, extends and moves still work.
+-- No result set. Locks: the queue row, for one statement (in autocommit
+-- mode, run again when chosen as a deadlock victim).
+DROP PROCEDURE IF EXISTS queue_pause //
+CREATE PROCEDURE queue_pause(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            UPDATE pyqueue_queue SET paused = TRUE WHERE queue_name = v_queue;
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+END //
+
+-- queue_resume: undoes queue_pause. No result set. Locks: the queue row,
+-- for one statement (in autocommit mode, run again when chosen as a
+-- deadlock victim).
+DROP PROCEDURE IF EXISTS queue_resume //
+CREATE PROCEDURE queue_resume(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            UPDATE pyqueue_queue SET paused = FALSE WHERE queue_name = v_queue;
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+END //
+
+-- queue_stats: one row per queue (all queues, ordered by name, when
+-- in_queue is NULL): queue, ready (eligible now), `delayed` (scheduled later,
+-- not reserved), reserved (held by a reservation that has not expired),
+-- dead (messages that exhausted max_attempts here so far),
+-- oldest_ready_age_s (DOUBLE: seconds the oldest ready message has been
+-- eligible, NULL when none), paused. Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_stats //
+CREATE PROCEDURE queue_stats(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_queue = in_queue;
+    SELECT q.queue_name AS `queue`,
+           COUNT(CASE WHEN m.scheduled_at <= v_now THEN 1 END) AS ready,
+           COUNT(CASE WHEN m.scheduled_at > v_now AND m.reserve_token IS NULL THEN 1 END) AS `delayed`,
+           COUNT(CASE WHEN m.scheduled_at > v_now AND m.reserve_token IS NOT NULL THEN 1 END) AS reserved,
+           q.dead_count AS dead,
+           TIMESTAMPDIFF(MICROSECOND,
+                         MIN(CASE WHEN m.scheduled_at <= v_now THEN m.scheduled_at END),
+                         v_now) / 1e6 AS oldest_ready_age_s,
+           q.paused AS paused
+      FROM pyqueue_queue q
+      LEFT JOIN pyqueue_message m ON m.queue_name = q.queue_name
+     WHERE v_queue IS NULL OR q.queue_name = v_queue
+     GROUP BY q.queue_name, q.dead_count, q.paused
+     ORDER BY q.queue_name;
+END //
+
+-- queue_push: inserts one message. Result: one row, column inserted = 1, or
+-- 0 when a live message with the same (queue, p_key, p_kind) exists (dedup:
+-- the existing one is untouched). run_at NULL = now (UTC), priority NULL = 0.
+-- INSERT IGNORE would also downgrade bad values to warnings, so every
+-- argument is validated before it; the one error it can still swallow, the
+-- foreign key when the queue is dropped concurrently, is re-checked after.
+-- Locks: a shared lock on the queue row (foreign key), then the new row (or
+-- a shared lock on the duplicate), for one statement. In autocommit mode a
+-- deadlock (a queue_drop or a bulk insert racing it) runs the statement
+-- again instead of failing.
+DROP PROCEDURE IF EXISTS queue_push //
+CREATE PROCEDURE queue_push(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_at       DATETIME(6);
+    DECLARE v_inserted INT;
+    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_retry    INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+    END IF;
+    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_at = COALESCE(in_run_at, v_now);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC lock)
+            -- in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts)
+            VALUES (in_queue, in_key, in_kind, in_payload, COALESCE(in_priority, 0), v_at,
+                    v_at, v_now, 0);
+            SET v_inserted = ROW_COUNT();
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    IF v_inserted = 0 AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_inserted AS inserted;
+END //
+
+-- queue_push_batch: inserts many messages in one statement. MySQL takes ONE
+-- JSON array of objects {"p_key", "p_kind", "payload", "run_at", "priority"}
+-- as second argument; the other four arguments must be NULL. p_key, p_kind
+-- and payload are required: p_key / p_kind JSON strings as in queue_push
+-- (not empty, at most 255 / 128 characters, no trailing space), payload any
+-- JSON value including null; run_at is a
+-- string 'YYYY-MM-DD HH:MM:SS[.ffffff]' in UTC, missing or null = now;
+-- priority a whole number, missing or null = 0. Any invalid element refuses
+-- the whole batch before anything is written. Result: one row, column
+-- inserted = how many were new (duplicates, also within the batch, are
+-- skipped; the first occurrence wins).
+-- Locks: the new rows (shared locks on duplicates) and a shared lock on the
+-- queue row, for one statement. On MariaDB's default
+-- innodb_autoinc_lock_mode = 1 an INSERT ... SELECT also holds the table's
+-- AUTO-INC lock for the statement, so other pushes wait for the batch. In
+-- autocommit mode a deadlock (a queue_drop or another bulk insert racing
+-- it) runs the statement again instead of failing.
+DROP PROCEDURE IF EXISTS queue_push_batch //
+CREATE PROCEDURE queue_push_batch(
+    IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_bad      BIGINT;
+    DECLARE v_inserted INT DEFAULT 0;
+    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_retry    INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
+       OR in_priorities IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            'MySQL takes one JSON array of messages as 2nd argument; the other 4 must be NULL');
+    END IF;
+    IF in_messages IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must not be NULL');
+    END IF;
+    IF NOT JSON_VALID(in_messages) THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
+    END IF;
+    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
+    END IF;
+    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
+    END IF;
+    -- First invalid element (1-based), judged by the same expressions the
+    -- insert below uses; "IS NOT TRUE" so that a NULL verdict counts as bad.
+    SELECT MIN(b.ord) INTO v_bad
+      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS b
+     WHERE (    JSON_TYPE(b.elem) = 'OBJECT'
+            AND JSON_TYPE(JSON_EXTRACT(b.elem, '$.p_key')) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_key'))) BETWEEN 1 AND 255
+            AND NOT (JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_key')) LIKE '% ')
+            AND JSON_TYPE(JSON_EXTRACT(b.elem, '$.p_kind')) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_kind'))) BETWEEN 1 AND 128
+            AND NOT (JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_kind')) LIKE '% ')
+            AND JSON_CONTAINS_PATH(b.elem, 'one', '$.payload')
+            AND (   COALESCE(JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
+                     AND JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at'))
+                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
+                     AND CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6))
+                         + INTERVAL 0 SECOND >= '1000-01-01'
+                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)),
+                                     '%Y-%m-%d %H:%i:%s')
+                         = LEFT(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')), 19)))
+            AND (   COALESCE(JSON_TYPE(JSON_EXTRACT(b.elem, '$.priority')), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(JSON_EXTRACT(b.elem, '$.priority')) IN ('INTEGER', 'UNSIGNED INTEGER')
+                     AND CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
+                     AND CAST(CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) AS DECIMAL(65,0))
+                         BETWEEN -2147483648 AND 2147483647))
+           ) IS NOT TRUE;
+    IF v_bad IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('element ', v_bad, ' of the batch: bad p_key/p_kind, missing payload or bad run_at/priority'));
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC lock)
+            -- in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts)
+            SELECT in_queue,
+                   JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_key')),
+                   JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_kind')),
+                   JSON_EXTRACT(b.elem, '$.payload'),
+                   CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.priority')) IN ('INTEGER', 'UNSIGNED INTEGER')
+                        THEN CAST(CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) AS SIGNED) ELSE 0 END,
+                   CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)) ELSE v_now END,
+                   CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)) ELSE v_now END,
+                   v_now,
+                   0
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS b
+             ORDER BY b.ord;
+            SET v_inserted = ROW_COUNT();
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    IF v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
+       AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_inserted AS inserted;
+END //
+
+-- queue_push_replace: queue_push that replaces instead of skipping
+-- (debounce, graphile-worker's job_key "replace" mode). Result: one row,
+-- outcome =
+--   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
+--   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
+--               got the new payload, run_at and priority, attempts 0 and no
+--               reservation (an expired holder's commit then returns 0);
+--   'reserved'  one is held by a live reservation: left alone, nothing pushed.
+-- created_at and id (FIFO position among equal run_at) are kept on replace.
+-- How, each step one statement that reads current data (never a snapshot):
+--   1. INSERT IGNORE: inserted -> 'inserted';
+--   2. UPDATE by the key, only if not held by a live reservation: a row
+--      changed or matched -> 'replaced';
+--   3. else a locking read by the key: held -> 'reserved'; absent (it was
+--      committed in between) -> back to 1; else it already had exactly
+--      these values -> 'replaced'.
+-- Affected-row counts are only compared with 0, so a client that connects
+-- with CLIENT_FOUND_ROWS (JDBC's default) gets the same answers.
+-- Locks: the message row and a shared lock on the queue row, each for one
+-- statement.
+DROP PROCEDURE IF EXISTS queue_push_replace //
+CREATE PROCEDURE queue_push_replace(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_at       DATETIME(6);
+    DECLARE v_priority INT;
+    DECLARE v_live     INT;
+    DECLARE v_held     INT;
+    DECLARE v_outcome  VARCHAR(16) CHARACTER SET utf8mb4;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+    END IF;
+    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_at = COALESCE(in_run_at, v_now), v_priority = COALESCE(in_priority, 0);
+    attempt: LOOP
+        INSERT IGNORE INTO pyqueue_message
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, attempts)
+        VALUES (v_queue, v_key, v_kind, in_payload, v_priority, v_at, v_at, v_now, 0);
+        IF ROW_COUNT() > 0 THEN
+            SET v_outcome = 'inserted';
+            LEAVE attempt;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+            CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+        END IF;
+        UPDATE pyqueue_message FORCE INDEX (pyqueue_message_key_uk)
+           SET payload = in_payload, priority = v_priority,
+               scheduled_at = v_at, scheduled_at_initially = v_at,
+               attempts = 0, reserved_by = NULL, reserve_token = NULL
+         WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind
+           AND (reserve_token IS NULL OR scheduled_at <= v_now);
+        IF ROW_COUNT() > 0 THEN
+            SET v_outcome = 'replaced';
+            LEAVE attempt;
+        END IF;
+        SELECT COUNT(*), COALESCE(SUM(m.reserve_token IS NOT NULL AND m.scheduled_at > v_now), 0)
+          INTO v_live, v_held
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+          LOCK IN SHARE MODE;
+        IF v_live > 0 THEN
+            SET v_outcome = IF(v_held > 0, 'reserved', 'replaced');
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    SELECT v_outcome AS outcome;
+END //
+
+-- queue_pop: removes and returns up to in_n ready messages, highest
+-- priority first, FIFO within one (at-most-once). Result: one result set
+-- (p_key, p_kind, payload, priority, attempts, created_at), empty when
+-- nothing is ready or the queue is paused.
+-- How (per priority, as queue_reserve): a plain read of the next ready ids
+-- in the ready index range, then per candidate
+--   1. SELECT ... FOR UPDATE SKIP LOCKED by id, re-checking it is ready:
+--      captures the row, skips it when another session holds it;
+--   2. DELETE by id, re-checking what step 1 saw (still ready, same
+--      attempts, token, priority, created_at; the last two catch a
+--      dead-letter upsert that replaced the payload in between);
+--   3. only if step 2 deleted it, the captured row joins the result.
+-- The rows travel to the final SELECT in a JSON variable, which the server
+-- caps at max_allowed_packet: a pop stops early (fewer rows) rather than
+-- delete a row it could not return.
+-- The result set is sent after the last delete, so a message is handed out
+-- only once it is gone; an interruption before that loses nothing (rows not
+-- yet deleted stay, rows deleted in autocommit mode were never returned:
+-- at most once). Locks: each candidate row, for one statement.
+DROP PROCEDURE IF EXISTS queue_pop //
+CREATE PROCEDURE queue_pop(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n     DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_left     INT;
+    DECLARE v_page     INT;
+    DECLARE v_got      INT;
+    DECLARE v_priority INT;
+    DECLARE v_after_at DATETIME(6);
+    DECLARE v_after_id BIGINT;
+    DECLARE v_id       BIGINT;
+    DECLARE v_at       DATETIME(6);
+    DECLARE v_done     INT DEFAULT 0;
+    DECLARE v_found    INT;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_payload  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_prio     INT;
+    DECLARE v_attempts INT;
+    DECLARE v_created  DATETIME(6);
+    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_rows     LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
+    DECLARE v_next     LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_hist     BIGINT;
+    DECLARE v_deleted  INT;
+    DECLARE c_ready CURSOR FOR
+        SELECT m.id, m.scheduled_at
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue
+           AND m.priority = v_priority
+           AND m.scheduled_at <= v_now
+           AND (v_after_id IS NULL
+                OR m.scheduled_at > v_after_at
+                OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
+         ORDER BY m.scheduled_at, m.id
+         LIMIT v_page;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF in_n < 1 THEN
+        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+    END IF;
+    CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
+
+    IF NOT v_paused THEN
+        SET v_now = UTC_TIMESTAMP(6);
+        SET v_left = COALESCE(in_n, 1);
+        SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
+        priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
+            SET v_after_at = NULL, v_after_id = NULL;
+            pages: LOOP
+                SET v_page = LEAST(v_left, 1000) + 16, v_got = 0;
+                OPEN c_ready;
+                candidates: LOOP
+                    SET v_done = 0;
+                    FETCH c_ready INTO v_id, v_at;
+                    IF v_done = 1 THEN
+                        LEAVE candidates;
+                    END IF;
+                    SET v_got = v_got + 1, v_after_at = v_at, v_after_id = v_id;
+                    BEGIN
+                        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+                        SET v_found = 1;
+                        SELECT m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
+                               m.created_at, m.reserve_token
+                          INTO v_key, v_kind, v_payload, v_prio, v_attempts, v_created, v_token
+                          FROM pyqueue_message m
+                         WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
+                           FOR UPDATE SKIP LOCKED;
+                    END;
+                    -- The result travels in a JSON variable, which the server
+                    -- caps at max_allowed_packet: stop before it would overflow.
+                    IF v_found = 1
+                       AND LENGTH(v_rows) + 2 * LENGTH(v_payload) + 2048 > @@max_allowed_packet
+                       AND v_rows <> '[]' THEN
+                        SET v_left = 0;
+                        LEAVE candidates;
+                    END IF;
+                    IF v_found = 1 THEN
+                        -- Pack first: if the row cannot be packed (too large),
+                        -- the call fails before anything is deleted.
+                        SET v_next = JSON_ARRAY_APPEND(v_rows, '$',
+                            JSON_OBJECT('k', v_key, 'kd', v_kind, 'pl', v_payload,
+                                        'pr', v_prio, 'at', v_attempts,
+                                        'ca', DATE_FORMAT(v_created, '%Y-%m-%d %H:%i:%s.%f')));
+                        CALL pyqueue__archive(v_queue, v_id, v_token, 'popped', NULL, v_now, v_hist);
+                        DELETE FROM pyqueue_message
+                         WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now AND attempts = v_attempts
+                           AND reserve_token <=> v_token AND priority = v_prio
+                           AND created_at = v_created;
+                        SET v_deleted = ROW_COUNT();
+                        CALL pyqueue__unarchive(v_hist, v_deleted);
+                        IF v_deleted = 1 THEN
+                            SET v_rows = v_next;
+                            SET v_left = v_left - 1;
+                            IF v_left = 0 THEN
+                                LEAVE candidates;
+                            END IF;
+                        END IF;
+                    END IF;
+                END LOOP;
+                CLOSE c_ready;
+                IF v_left = 0 OR v_got < v_page THEN
+                    LEAVE pages;
+                END IF;
+            END LOOP;
+            SELECT MAX(m.priority) INTO v_priority
+              FROM pyqueue_message m
+             WHERE m.queue_name = v_queue AND m.priority < v_priority;
+        END WHILE;
+    END IF;
+
+    SELECT r.p_key, r.p_kind, r.payload, r.priority, r.attempts, r.created_at
+      FROM JSON_TABLE(v_rows, '$[*]' COLUMNS (
+               ord        FOR ORDINALITY,
+               p_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.k',
+               p_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.kd',
+               payload    LONGTEXT     CHARACTER SET utf8mb4 PATH '$.pl',
+               priority   INT          PATH '$.pr',
+               attempts   INT          PATH '$.at',
+               created_at DATETIME(6)  PATH '$.ca')) AS r
+     ORDER BY r.ord;
+END //
+
+-- queue_reserve: hands out up to in_n ready messages, highest priority
+-- first, FIFO within one; each becomes invisible to others until in_timeout
+-- (NULL = the queue's visibility_timeout) passes and carries a fresh token.
+-- in_worker is recorded (NULL allowed); in_kinds NULL = any kind, else a
+-- non-empty JSON array of strings. attempts counts deliveries including this
+-- one. A message whose expired reservation was its last allowed delivery
+-- (attempts >= max_attempts) is dead-lettered instead of delivered. Result:
+-- one result set (p_key, p_kind, payload, token, priority, attempts,
+-- created_at, scheduled_at_initially), empty when nothing is ready or the
+-- queue is paused.
+-- How: priorities are walked one by one (MAX(priority), then the next lower
+-- one); per priority a plain (non-locking) read of the range
+-- "queue_name = q AND priority = p AND scheduled_at <= now" of the ready
+-- index, in pages of ids in FIFO order, so delayed and reserved rows (later
+-- scheduled_at) are never read. Per candidate:
+--   1. SELECT ... FOR UPDATE SKIP LOCKED by id, re-checking it is ready:
+--      skips a row that another session holds, without waiting;
+--   2. UPDATE by id, re-checking what step 1 saw (still ready, same attempts,
+--      same token): stamps a fresh token, scheduled_at = now + timeout,
+--      attempts + 1. Only one of two racing reservers can match, so a
+--      message is never handed out twice, even in autocommit mode where the
+--      lock of step 1 is gone by step 2;
+--   3. the result set is read at the end by (id, token) of the claims; a
+--      claim that expired and was taken over meanwhile (a timeout shorter
+--      than the call) is left out: its token would already be stale.
+-- A candidate with attempts >= max_attempts is claimed the same way (new
+-- token, attempts unchanged) and handed to pyqueue__dead_letter instead; it
+-- does not count towards in_n.
+-- The ready range is read without locks on purpose: on InnoDB a locking
+-- range scan under REPEATABLE READ also locks the first row past the range
+-- (a delayed or reserved message, so its commit or extend would wait), gap
+-- locks that block pushes, and index entries of rows it skips, which blocks
+-- other sessions' claims of those rows until the scanning transaction ends.
+-- Interrupted between claims, the rows claimed so far stay reserved under
+-- tokens nobody got and come back when their timeout passes (a redelivery,
+-- never a loss). A call that fails with an error after claiming (the
+-- final read of the result, a limit step) first gives its claims back as
+-- they were (schedule, attempts, token, worker; their slots freed), so a
+-- failing reserve consumes no attempts. In autocommit mode a claim chosen
+-- as a deadlock victim (a queue_drop racing it) is skipped like a claim that
+-- lost a race. Locks: each candidate row, for one statement, or, inside
+-- the caller's transaction, the claimed rows until it ends. Called in a
+-- REPEATABLE READ transaction that already read pyqueue_message, the range
+-- read sees that transaction's snapshot: messages pushed since then wait
+-- for the next transaction (autocommit or a fresh transaction avoids this).
+DROP PROCEDURE IF EXISTS queue_reserve //
+CREATE PROCEDURE queue_reserve(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_worker  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_timeout DECIMAL(20,6),
+    IN in_n       DECIMAL(65,30),
+    IN in_kinds   LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis        DECIMAL(20,6);
+    DECLARE v_max        INT;
+    DECLARE v_dlq        VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused     BOOLEAN;
+    DECLARE v_now        DATETIME(6);
+    DECLARE v_until      DATETIME(6);
+    DECLARE v_left       INT;
+    DECLARE v_page       INT;
+    DECLARE v_got        INT;
+    DECLARE v_priority   INT;
+    DECLARE v_after_at   DATETIME(6);
+    DECLARE v_after_id   BIGINT;
+    DECLARE v_id         BIGINT;
+    DECLARE v_at         DATETIME(6);
+    DECLARE v_done       INT DEFAULT 0;
+    DECLARE v_found      INT;
+    DECLARE v_dead       INT;
+    DECLARE v_bad        INT;
+    DECLARE v_attempts   INT;
+    DECLARE v_seen_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_seen_at    DATETIME(6);
+    DECLARE v_seen_by    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_token      CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_claimed    LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
+    DECLARE v_kinds      LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_limits     INT;  -- limits
+    DECLARE v_ok         INT DEFAULT 1;
+    DECLARE v_full       LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_own        INT DEFAULT 0;
+    DECLARE v_claims     INT;
+    DECLARE c_ready CURSOR FOR
+        SELECT m.id, m.scheduled_at
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue
+           AND m.priority = v_priority
+           AND m.scheduled_at <= v_now
+           AND (v_after_id IS NULL
+                OR m.scheduled_at > v_after_at
+                OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
+           AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
+           AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- full kinds
+         ORDER BY m.scheduled_at, m.id
+         LIMIT v_page;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    -- An error after claims: give them back as they were, then fail.
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        DECLARE v_i INT DEFAULT 0;
+        DECLARE v_c LONGTEXT CHARACTER SET utf8mb4;
+        WHILE v_i < JSON_LENGTH(v_claimed) DO
+            SET v_c = JSON_EXTRACT(v_claimed, CONCAT('$[', v_i, ']'));
+            UPDATE pyqueue_message
+               SET scheduled_at = CAST(JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[2]')) AS DATETIME(6)),
+                   attempts = attempts - 1,
+                   reserve_token = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[3]')) = 'NULL', NULL,
+                                      JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[3]'))),
+                   reserved_by = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[4]')) = 'NULL', NULL,
+                                    JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[4]')))
+             WHERE id = JSON_EXTRACT(v_c, '$[0]') AND reserve_token = JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[1]'));
+            IF v_limits THEN
+                UPDATE pyqueue_limit_slot
+                   SET msg_id = NULL, msg_attempts = NULL, msg_until = NULL
+                 WHERE queue_name = v_queue AND msg_id = JSON_EXTRACT(v_c, '$[0]')
+                   AND msg_attempts = JSON_EXTRACT(v_c, '$[5]');
+            END IF;
+            SET v_i = v_i + 1;
+        END WHILE;
+        RESIGNAL;
+    END;
+
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF in_n < 1 THEN
+        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+    END IF;
+    CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
+    CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
+    IF CHAR_LENGTH(in_worker) > 255 THEN
+        CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters');
+    END IF;
+    IF LOCATE(X'ED', CAST(in_worker AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'worker', in_worker);
+    END IF;
+    IF in_kinds IS NOT NULL THEN
+        IF NOT JSON_VALID(in_kinds) THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a JSON array of strings');
+        END IF;
+        IF JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_LENGTH(in_kinds) = 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
+        END IF;
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE (JSON_TYPE(k.elem) = 'STRING') IS NOT TRUE;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
+        END IF;
+        -- a longer string would be cut to 128 by the VARCHAR(128) below and
+        -- then match the kind spelled by its first 128 characters
+        SELECT COUNT(*) INTO v_bad
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
+         WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
+        IF v_bad > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
+        END IF;
+        -- Re-serialise the decoded strings: MariaDB's JSON_CONTAINS compares
+        -- string text as written, so '["a\/b"]' or '["\u0432"]' would match
+        -- nothing; JSON_QUOTE(p_kind) and this array now spell strings alike.
+        SELECT JSON_ARRAYAGG(k.kind) INTO v_kinds
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k;
+    END IF;
+
+    IF NOT v_paused THEN
+        -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+        /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+        SET v_now = UTC_TIMESTAMP(6);
+        SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
+        SET v_left = COALESCE(in_n, 1);
+        SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limits;
+        SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
+        priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
+            SET v_after_at = NULL, v_after_id = NULL;
+            pages: LOOP
+                SET v_page = LEAST(v_left, 1000) + 16, v_got = 0;
+                OPEN c_ready;
+                candidates: LOOP
+                    SET v_done = 0;
+                    FETCH c_ready INTO v_id, v_at;
+                    IF v_done = 1 THEN
+                        LEAVE candidates;
+                    END IF;
+                    SET v_got = v_got + 1, v_after_at = v_at, v_after_id = v_id;
+                    BEGIN
+                        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+                        SET v_found = 1;
+                        -- queue_name again: queue_move changes a row's queue in
+                        -- place, so a row listed above may be in another queue now.
+                        SELECT m.attempts, m.reserve_token, m.scheduled_at, m.reserved_by
+                          INTO v_attempts, v_seen_token, v_seen_at, v_seen_by
+                          FROM pyqueue_message m
+                         WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
+                           FOR UPDATE SKIP LOCKED;
+                    END;
+                    IF v_found = 1 THEN
+                        SET v_token = UUID();
+                        IF v_attempts >= v_max THEN
+                            -- Its last allowed reservation expired: claim it
+                            -- for the dead-letter step (attempts unchanged).
+                            UPDATE pyqueue_message
+                               SET scheduled_at = v_until, reserve_token = v_token,
+                                   last_error = COALESCE(last_error,
+                                                         'reservation expired on its last allowed delivery')
+                             WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
+                               AND attempts = v_attempts AND reserve_token <=> v_seen_token;
+                            IF ROW_COUNT() = 1 THEN
+                                BEGIN
+                                    -- in autocommit mode a step chosen as a deadlock
+                                    -- victim leaves the message claimed: it comes back
+                                    -- when the claim expires and is dead-lettered then
+                                    DECLARE EXIT HANDLER FOR 1213, 1467
+                                    BEGIN
+                                        IF v_own <> 1 THEN
+                                            RESIGNAL;
+                                        END IF;
+                                    END;
+                                    CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, v_dead);
+                                END;
+                            END IF;
+                        ELSE
+                            IF v_limits THEN  -- a slot first, for a kind with a limit
+                                CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
+                            END IF;
+                            SET v_claims = 0;
+                            BEGIN
+                                -- in autocommit mode a claim chosen as a deadlock
+                                -- victim (a queue_drop cascading over the queue's
+                                -- rows) was this one statement: a claim not made,
+                                -- like one that lost a race
+                                DECLARE EXIT HANDLER FOR 1213
+                                BEGIN
+                                    IF v_own <> 1 THEN
+                                        RESIGNAL;
+                                    END IF;
+                                END;
+                                UPDATE pyqueue_message
+                                   SET scheduled_at = v_until,
+                                       attempts = attempts + 1,
+                                       reserved_by = in_worker,
+                                       reserve_token = v_token
+                                 WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
+                                   AND attempts = v_attempts AND reserve_token <=> v_seen_token
+                                   AND v_ok = 1;
+                                SET v_claims = ROW_COUNT();
+                            END;
+                            IF v_claims = 1 THEN
+                                -- id, token, then what the claim changed (to give it back)
+                                SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$',
+                                    JSON_ARRAY(v_id, v_token,
+                                               DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
+                                               v_seen_token, v_seen_by, v_attempts + 1));
+                                SET v_left = v_left - 1;
+                                IF v_left = 0 THEN
+                                    LEAVE candidates;
+                                END IF;
+                            END IF;
+                        END IF;
+                    END IF;
+                END LOOP;
+                CLOSE c_ready;
+                IF v_left = 0 OR v_got < v_page THEN
+                    LEAVE pages;
+                END IF;
+            END LOOP;
+            SELECT MAX(m.priority) INTO v_priority
+              FROM pyqueue_message m
+             WHERE m.queue_name = v_queue AND m.priority < v_priority;
+        END WHILE;
+    END IF;
+
+    SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+           m.attempts, m.created_at, m.scheduled_at_initially
+      FROM JSON_TABLE(v_claimed, '$[*]' COLUMNS (
+               ord      FOR ORDINALITY,
+               c_id     BIGINT   PATH '$[0]',
+               c_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+      JOIN pyqueue_message m ON m.id = c.c_id
+     WHERE m.reserve_token = c.c_token COLLATE utf8mb4_bin
+     ORDER BY c.ord;
+END //
+
+-- queue_commit: deletes the message if in_token still holds its
+-- reservation. Result: one row, committed = 1, or 0 when the token no longer
+-- holds (expired and re-reserved, committed already, or removed).
+-- Locks: the message row, for one statement (or until the caller's
+-- transaction ends). In autocommit mode a DELETE chosen as a deadlock victim
+-- (a queue_drop racing it) is run again instead of failing.
+DROP PROCEDURE IF EXISTS queue_commit //
+CREATE PROCEDURE queue_commit(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held   CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_id     BIGINT;
+    DECLARE v_done   INT DEFAULT 0;
+    DECLARE v_hist   BIGINT;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    SELECT COALESCE(MAX(m.id), 0) INTO v_id
+      FROM pyqueue_message m
+     WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+       AND m.reserve_token = v_held;
+    IF v_id > 0 THEN
+        CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
+        IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
+            CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+        END IF;
+        attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                -- a deadlock victim in autocommit mode (a queue_drop cascading
+                -- over the queue's rows in index order) was this one statement
+                DECLARE EXIT HANDLER FOR 1213
+                BEGIN
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
+                SET v_done = ROW_COUNT();
+            END;
+            IF v_retry = 0 THEN
+                LEAVE attempt;
+            END IF;
+        END LOOP;
+        CALL pyqueue__unarchive(v_hist, v_done);
+    END IF;
+    SELECT v_done AS committed;
+END //
+
+-- queue_rollback: gives the message back, eligible again after in_delay
+-- (NULL = 0), keeping its attempt count and its last_error. A message that
+-- has had max_attempts deliveries goes to the dead-letter queue instead
+-- (dropped when the queue has none; dead_count + 1). Result: one row,
+-- rolled_back = 1, or 0 when the token no longer holds. Steps and locks:
+-- pyqueue__give_back.
+DROP PROCEDURE IF EXISTS queue_rollback //
+CREATE PROCEDURE queue_rollback(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_delay DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, FALSE, NULL, v_outcome);
+    SELECT (v_outcome IS NOT NULL) + 0 AS rolled_back;
+END //
+
+-- queue_fail: queue_rollback that also records why: in_error (NULL = no
+-- text; longer than 2000 characters = its first 2000) becomes the message's
+-- last_error, which a dead-letter copy and the history keep. Result: one
+-- row, outcome = 'retry' (eligible again after in_delay), 'dead_lettered',
+-- 'dropped' (max_attempts reached, no dead-letter queue), or NULL when the
+-- token no longer holds. Steps and locks: pyqueue__give_back.
+DROP PROCEDURE IF EXISTS queue_fail //
+CREATE PROCEDURE queue_fail(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_delay DECIMAL(20,6),
+    IN in_error LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, TRUE, in_error, v_outcome);
+    SELECT v_outcome AS outcome;
+END //
+
+-- queue_extend: pushes the reservation's end to now + in_timeout (NULL =
+-- the queue's visibility_timeout) and replaces the token (the old one stops
+-- working). Result: one row, token = the new token, or NULL when in_token no
+-- longer holds. A kind with a concurrency limit extends only while its slot
+-- still belongs to this reservation (also after it expired, if no reserver
+-- took the slot meanwhile), in three statements that each lock one kind of
+-- row, in the order queue_reserve takes them (slot rows, then the message):
+--   1. the slot, if still this reservation's, is marked as a claim in
+--      progress ending at the new end (busy until then, whatever the
+--      message shows); nobody can take it over from now on;
+--   2. the message gets the new end and token (by id, token and attempts);
+--   3. the slot holds this reservation again.
+-- Interrupted after 1 or 2, the slot stays busy until the new end at most.
+-- Locks: the kind's slot rows, then the message row, each for one statement.
+DROP PROCEDURE IF EXISTS queue_extend //
+CREATE PROCEDURE queue_extend(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_timeout DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held   CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_id     BIGINT;
+    DECLARE v_att    INT;
+    DECLARE v_until  DATETIME(6);
+    DECLARE v_slots  INT DEFAULT 0;
+    DECLARE v_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_rows   INT;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
+    SELECT COALESCE(MAX(m.id), 0), MAX(m.attempts) INTO v_id, v_att
+      FROM pyqueue_message m
+     WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+       AND m.reserve_token = v_held;
+    IF v_id > 0 THEN
+        SET v_token = UUID();
+        SET v_until = UTC_TIMESTAMP(6)
+                      + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
+        IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
+            UPDATE pyqueue_limit_slot
+               SET msg_attempts = v_att + 1, msg_until = v_until
+             WHERE queue_name = v_queue AND p_kind = v_kind AND msg_id = v_id AND msg_attempts = v_att;
+            SET v_slots = ROW_COUNT();
+            IF v_slots = 0
+               AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
+                SET v_token = NULL;  -- its slot went to another reservation
+            END IF;
+        END IF;
+        IF v_token IS NOT NULL THEN
+            attempt: LOOP
+                SET v_retry = 0, v_tries = v_tries + 1;
+                BEGIN
+                    -- a deadlock victim in autocommit mode (a queue_drop racing it)
+                    -- was this one statement: run it again
+                    DECLARE EXIT HANDLER FOR 1213
+                    BEGIN
+                        IF v_own = 1 AND v_tries < 10 THEN
+                            SET v_retry = 1;
+                        ELSE
+                            RESIGNAL;
+                        END IF;
+                    END;
+                    UPDATE pyqueue_message
+                       SET scheduled_at = v_until, reserve_token = v_token
+                     WHERE id = v_id AND reserve_token = v_held AND attempts = v_att;
+                    SET v_rows = ROW_COUNT();
+                END;
+                IF v_retry = 0 THEN
+                    LEAVE attempt;
+                END IF;
+            END LOOP;
+            IF v_rows <> 1 THEN
+                SET v_token = NULL;
+            END IF;
+        END IF;
+        IF v_slots > 0 THEN
+            UPDATE pyqueue_limit_slot
+               SET msg_attempts = v_att
+             WHERE queue_name = v_queue AND p_kind = v_kind AND msg_id = v_id AND msg_attempts = v_att + 1;
+        END IF;
+    END IF;
+    SELECT v_token AS token;
+END //
+
+-- queue_move: commits the reservation here and pushes the message to
+-- in_to_queue (payload NULL = unchanged; priority kept; schedule and
+-- created_at start afresh; attempts too, except when in_to_queue is the
+-- queue it came from: then they are kept, so max_attempts still applies). If in_to_queue already holds a live message
+-- with the same key and kind, that one stays (dedup, as queue_push). Result:
+-- one row, moved = 1, or 0 when the token no longer holds (nothing changes).
+-- Atomic without a transaction: every queue's messages live in one table, so
+-- the move is ONE UPDATE of the row's queue_name (and payload, schedule,
+-- reservation) by id and token. Only when in_to_queue already holds the key
+-- (the UPDATE fails with a duplicate key, error 1062) is the original
+-- deleted instead, again one statement by id and token.
+-- Locks: the message row and a shared lock on the target queue row (the
+-- foreign key), for one statement.
+DROP PROCEDURE IF EXISTS queue_move //
+CREATE PROCEDURE queue_move(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_to_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_to_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_to_vis    DECIMAL(20,6);
+    DECLARE v_to_max    INT;
+    DECLARE v_to_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_to_paused BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_found    INT DEFAULT 1;
+    DECLARE v_id       BIGINT;
+    DECLARE v_duplicate INT DEFAULT 0;
+    DECLARE v_done     INT DEFAULT 0;
+    DECLARE v_hist     BIGINT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    CALL pyqueue__check_name('to_queue', in_to_queue, 128);
+    CALL pyqueue__queue(in_to_queue, v_to_vis, v_to_max, v_to_dlq, v_to_paused);
+    IF in_payload IS NOT NULL THEN
+        CALL pyqueue__check_payload(in_payload);
+    END IF;
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
+        v_to_queue = in_to_queue;
+    SET v_now = UTC_TIMESTAMP(6);
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+        SELECT m.id INTO v_id
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+           AND m.reserve_token = v_held;
+    END;
+    IF v_found = 1 THEN
+        CALL pyqueue__archive(v_queue, v_id, v_held, 'moved', v_to_queue, v_now, v_hist);
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
+            UPDATE pyqueue_message
+               SET attempts = IF(v_to_queue = v_queue, attempts, 0),
+                   dead_from = IF(v_to_queue = v_queue, dead_from, NULL),
+                   dead_attempts = IF(v_to_queue = v_queue, dead_attempts, NULL),
+                   queue_name = v_to_queue,
+                   payload = COALESCE(in_payload, payload),
+                   scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
+                   reserved_by = NULL, reserve_token = NULL
+             WHERE id = v_id AND reserve_token = v_held;
+            SET v_done = ROW_COUNT();  -- replaced below when the handler fired
+        END;
+        IF v_duplicate = 1 THEN
+            DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
+            SET v_done = ROW_COUNT();
+        END IF;
+        CALL pyqueue__unarchive(v_hist, v_done);
+    END IF;
+    SELECT v_done AS moved;
+END //
+
+-- queue_remove: deletes a message whatever its state. Result: one row,
+-- removed = 1, or 0 when absent. Locks: the message row, for one statement.
+DROP PROCEDURE IF EXISTS queue_remove //
+CREATE PROCEDURE queue_remove(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_id     BIGINT;
+    DECLARE v_done   INT DEFAULT 0;
+    DECLARE v_own    INT DEFAULT 0;
+    DECLARE v_tries  INT DEFAULT 0;
+    DECLARE v_retry  INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    SELECT COALESCE(MAX(m.id), 0) INTO v_id
+      FROM pyqueue_message m
+     WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
+    IF v_id > 0 THEN
+        attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                -- a deadlock victim in autocommit mode (a queue_drop racing it)
+                -- was this one statement: run it again
+                DECLARE EXIT HANDLER FOR 1213
+                BEGIN
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                -- queue_name again: a concurrent queue_move may have moved the row out
+                DELETE FROM pyqueue_message WHERE id = v_id AND queue_name = v_queue;
+                SET v_done = ROW_COUNT();
+            END;
+            IF v_retry = 0 THEN
+                LEAVE attempt;
+            END IF;
+        END LOOP;
+    END IF;
+    SELECT v_done AS removed;
+END //
+
+-- queue_channel: the PostgreSQL NOTIFY channel name of the queue,
+-- 'pyqueue_' + MD5 of its name (the same name on both dialects; MySQL has
+-- no NOTIFY, so nothing is ever sent on it here). One row: channel.
+-- Raises unknown_queue. Plain read.
+DROP PROCEDURE IF EXISTS queue_channel //
+CREATE PROCEDURE queue_channel(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    SELECT CONCAT('pyqueue_', MD5(v_queue)) AS channel;
+END //
+
+-- queue_set_notify_window: stores the queue's wakeup throttle window in
+-- seconds (NULL = 0.05, 0 = no throttle, at most 3600). MySQL sends no
+-- wakeups (workers poll), so the setting only takes effect on PostgreSQL;
+-- it is kept here so that both dialects accept the same calls.
+-- Locks the queue's pyqueue_notify row for one statement.
+DROP PROCEDURE IF EXISTS queue_set_notify_window //
+CREATE PROCEDURE queue_set_notify_window(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_window DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    CALL pyqueue__check_duration('window', in_window, FALSE);
+    IF in_window > 3600 THEN
+        CALL pyqueue__raise('invalid_argument', 'window must not exceed 1 hour');
+    END IF;
+    INSERT INTO pyqueue_notify (queue_name, notify_window)
+    VALUES (v_queue, COALESCE(in_window, 0.05))
+    ON DUPLICATE KEY UPDATE notify_window = VALUES(notify_window);
+END //
+
+-- queue_next_scheduled_at: when the next message of the queue (of one of
+-- in_kinds, a JSON array; NULL = any) becomes eligible. One row:
+-- next_scheduled_at (UTC), wait_s (seconds from now, 0 when one is ready
+-- already); both NULL when there is none or the queue is paused. Counts
+-- delayed messages and reservations (their expiry). Plain reads.
+DROP PROCEDURE IF EXISTS queue_next_scheduled_at //
+CREATE PROCEDURE queue_next_scheduled_at(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kinds LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_kinds  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_next   DATETIME(6);
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    CALL pyqueue__kinds(in_kinds, v_kinds);
+    SET v_now = UTC_TIMESTAMP(6);
+    IF NOT v_paused THEN
+        CALL pyqueue__next_at(v_queue, v_kinds, v_now, v_next);
+    END IF;
+    SELECT v_next AS next_scheduled_at,
+           GREATEST(TIMESTAMPDIFF(MICROSECOND, v_now, v_next), 0) / 1e6 AS wait_s;
+END //
+
+-- queue_wait: blocks until the queue has a message (of one of in_kinds,
+-- NULL = any) that is eligible now, or until in_timeout seconds pass (NULL
+-- = 1, at most 3600). One row: ready = 1 when one is ready, 0 at the
+-- timeout. Checks every in_poll seconds (NULL = 0.05, at least 0.001) and,
+-- when a delayed message or a reservation falls due before then, right at
+-- its time: a long poll inside the server, so an idle worker makes one
+-- client round trip per wait instead of one per poll. Each check is a few
+-- index lookups. Call it in autocommit mode (or READ COMMITTED): inside a
+-- REPEATABLE READ transaction its snapshot never sees new messages.
+-- Takes no locks; keeps the connection busy while it waits.
+DROP PROCEDURE IF EXISTS queue_wait //
+CREATE PROCEDURE queue_wait(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kinds   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_timeout DECIMAL(20,6),
+    IN in_poll    DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_kinds    LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_next     DATETIME(6);
+    DECLARE v_deadline DATETIME(6);
+    DECLARE v_poll     DECIMAL(20,6);
+    DECLARE v_left     DECIMAL(20,6);
+    DECLARE v_ready    INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    CALL pyqueue__kinds(in_kinds, v_kinds);
+    CALL pyqueue__check_duration('timeout', in_timeout, FALSE);
+    CALL pyqueue__check_duration('poll', in_poll, TRUE);
+    IF in_poll < 0.001 THEN
+        CALL pyqueue__raise('invalid_argument', 'poll must be at least 1 millisecond');
+    END IF;
+    IF in_timeout > 3600 THEN
+        CALL pyqueue__raise('invalid_argument', 'timeout must not exceed 1 hour');
+    END IF;
+    SET v_poll = COALESCE(in_poll, 0.05);
+    SET v_deadline = UTC_TIMESTAMP(6)
+                     + INTERVAL CAST(COALESCE(in_timeout, 1) * 1000000 AS SIGNED) MICROSECOND;
+    waiting: LOOP
+        SET v_now = UTC_TIMESTAMP(6), v_next = NULL;
+        SELECT q.paused INTO v_paused FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+        IF NOT v_paused THEN
+            CALL pyqueue__next_at(v_queue, v_kinds, v_now, v_next);
+        END IF;
+        IF v_next <= v_now THEN
+            SET v_ready = 1;
+            LEAVE waiting;
+        END IF;
+        SET v_left = TIMESTAMPDIFF(MICROSECOND, v_now, v_deadline) / 1e6;
+        IF v_left <= 0 THEN
+            LEAVE waiting;
+        END IF;
+        DO SLEEP(LEAST(v_poll, v_left,
+                       COALESCE(TIMESTAMPDIFF(MICROSECOND, v_now, v_next) / 1e6, v_poll)));
+    END LOOP;
+    SELECT v_ready AS ready;
+END //
+
+-- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
+-- in_token; all three NULL = nothing to commit) and reserves the next up to
+-- in_n messages with queue_reserve's semantics, in one call (one round trip
+-- per message for a consumer working one at a time, instead of two).
+-- Result: the reserved rows (columns as queue_reserve's; one result set,
+-- or two when the fast path below hands the rest over to queue_reserve),
+-- then a last result set of one row, committed = 1, 0 when the token no
+-- longer held, NULL when nothing was given.
+-- Every argument is checked first, then the reserve runs, then the commit:
+-- a refused call changes nothing, in autocommit mode too; the message being
+-- committed is still reserved by the caller while the reserve runs.
+-- Fast path (no kinds filter, all ready rows of one priority): per
+-- candidate of the ready range, a plain read, a SKIP LOCKED read by id and
+-- an UPDATE by id that re-checks what the read saw, as queue_reserve does,
+-- without its cursor. A candidate due for dead-lettering, lower priorities
+-- or a kinds filter leave the work to queue_reserve.
+-- Locks: each candidate row for one statement; the committed row.
+DROP PROCEDURE IF EXISTS queue_commit_reserve //
+CREATE PROCEDURE queue_commit_reserve(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_worker  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_timeout DECIMAL(20,6),
+    IN in_n       DECIMAL(65,30),
+    IN in_kinds   LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_token    CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_seen     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_until    DATETIME(6);
+    DECLARE v_at       DATETIME(6);
+    DECLARE v_after_at DATETIME(6);
+    DECLARE v_after_id BIGINT;
+    DECLARE v_id       BIGINT;
+    DECLARE v_top      INT;
+    DECLARE v_last_id  BIGINT;
+    DECLARE v_last_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_low      INT;
+    DECLARE v_attempts INT;
+    DECLARE v_n        INT;
+    DECLARE v_left     INT;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_rest     BOOLEAN DEFAULT FALSE;
+    DECLARE v_done     INT DEFAULT NULL;
+    DECLARE v_claimed  LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
+    DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
+    DECLARE v_hist     BIGINT;
+
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF v_commit THEN
+        CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    END IF;
+    IF in_kinds IS NOT NULL OR EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) THEN
+        -- queue_reserve checks and applies the filter, and takes the slots
+        -- of a queue with concurrency limits (the fast path knows no slots).
+        CALL queue_reserve(in_queue, in_worker, in_timeout, in_n, in_kinds);
+    ELSE
+        -- The same checks as queue_reserve.
+        IF in_n < 1 THEN
+            CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+        END IF;
+        CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
+        CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
+        IF CHAR_LENGTH(in_worker) > 255 THEN
+            CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters');
+        END IF;
+        IF LOCATE(X'ED', CAST(in_worker AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+            CALL pyqueue__check_utf8('invalid_argument', 'worker', in_worker);
+        END IF;
+        SET v_n = COALESCE(in_n, 1), v_left = v_n;
+        IF NOT v_paused THEN
+            SET v_now = UTC_TIMESTAMP(6);
+            SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
+            SELECT MAX(m.priority), MIN(m.priority) INTO v_top, v_low
+              FROM pyqueue_message m WHERE m.queue_name = v_queue;
+            fast: WHILE v_top IS NOT NULL AND v_left > 0 AND v_tries < v_n + 16 DO
+                SET v_id = NULL, v_tries = v_tries + 1;
+                SELECT m.id, m.scheduled_at INTO v_id, v_at
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue AND m.priority = v_top AND m.scheduled_at <= v_now
+                   AND (v_after_id IS NULL
+                        OR m.scheduled_at > v_after_at
+                        OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT 1;
+                IF v_id IS NULL THEN
+                    LEAVE fast;
+                END IF;
+                SET v_after_at = v_at, v_after_id = v_id, v_attempts = NULL;
+                -- As queue_reserve: a plain read of the range, then the row
+                -- lock by id (a locking read of the secondary index would
+                -- take its locks in the opposite order of an UPDATE / DELETE
+                -- by id, and the two deadlock).
+                SELECT m.attempts, m.reserve_token INTO v_attempts, v_seen
+                  FROM pyqueue_message m
+                 WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
+                   FOR UPDATE SKIP LOCKED;
+                IF v_attempts >= v_max THEN
+                    SET v_rest = TRUE;  -- due for dead-lettering: queue_reserve's job
+                ELSEIF v_attempts IS NOT NULL THEN
+                    SET v_token = UUID();
+                    UPDATE pyqueue_message
+                       SET scheduled_at = v_until,
+                           attempts = attempts + 1,
+                           reserved_by = in_worker,
+                           reserve_token = v_token
+                     WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
+                       AND attempts = v_attempts AND reserve_token <=> v_seen;
+                    IF ROW_COUNT() = 1 THEN
+                        SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$', JSON_ARRAY(v_id, v_token));
+                        SET v_last_id = v_id, v_last_token = v_token;
+                        SET v_left = v_left - 1;
+                    END IF;
+                END IF;
+            END WHILE;
+            IF v_left > 0 AND v_top IS NOT NULL AND (v_rest OR v_low < v_top OR v_tries >= v_n + 16) THEN
+                SET v_rest = TRUE;
+            ELSE
+                SET v_rest = FALSE;
+            END IF;
+        END IF;
+        IF v_n = 1 THEN  -- one message at a time: a primary-key read
+            SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+                   m.attempts, m.created_at, m.scheduled_at_initially
+              FROM pyqueue_message m
+             WHERE m.id = v_last_id AND m.reserve_token = v_last_token;
+        ELSE
+            SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+                   m.attempts, m.created_at, m.scheduled_at_initially
+              FROM JSON_TABLE(v_claimed, '$[*]' COLUMNS (
+                       ord      FOR ORDINALITY,
+                       c_id     BIGINT   PATH '$[0]',
+                       c_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+              JOIN pyqueue_message m ON m.id = c.c_id
+             WHERE m.reserve_token = c.c_token COLLATE utf8mb4_bin
+             ORDER BY c.ord;
+        END IF;
+        IF v_rest THEN
+            CALL queue_reserve(in_queue, in_worker, in_timeout, v_left, NULL);
+        END IF;
+    END IF;
+    IF v_commit THEN
+        SET v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = 0;
+        SELECT COALESCE(MAX(m.id), 0) INTO v_id
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+           AND m.reserve_token = v_held;
+        IF v_id > 0 THEN  -- as queue_commit: history row, a schedule's next occurrence
+            CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
+            IF v_key LIKE '%@____-__-__T__:__:__Z' THEN
+                CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+            END IF;
+            DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
+            SET v_done = ROW_COUNT();
+            CALL pyqueue__unarchive(v_hist, v_done);
+        END IF;
+    END IF;
+    SELECT v_done AS committed;
+END //
+
+-- queue_commit_batch: commits many reservations in one statement; in_keys,
+-- in_kinds and in_tokens are JSON arrays of strings of the same length
+-- (element i of each names one reservation). Result: one row, committed =
+-- how many were deleted; a reservation whose token no longer holds is
+-- skipped. Refuses, changing nothing, arrays that are NULL, not arrays of
+-- strings, of different lengths, or hold an empty/too long/space-ended key
+-- or kind or a malformed token. As queue_commit: a plain read locates the
+-- rows by key and token, then one DELETE by id re-checks each token under
+-- its row lock. Locks: the deleted rows, for one statement.
+DROP PROCEDURE IF EXISTS queue_commit_batch //
+CREATE PROCEDURE queue_commit_batch(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_keys   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_tokens LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_n      INT;
+    DECLARE v_bad    BIGINT;
+    DECLARE v_ids    LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_done   INT DEFAULT 0;
+    DECLARE v_slow   BOOLEAN;
+    DECLARE v_i      INT DEFAULT 0;
+    DECLARE v_id     BIGINT;
+    DECLARE v_held   CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hist   BIGINT;
+    DECLARE v_one    INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must not be NULL');
+    END IF;
+    IF NOT (JSON_VALID(in_keys) AND JSON_VALID(in_kinds) AND JSON_VALID(in_tokens)) THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must be JSON arrays of strings');
+    END IF;
+    IF JSON_TYPE(in_keys) <> 'ARRAY' OR JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_TYPE(in_tokens) <> 'ARRAY' THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must be JSON arrays of strings');
+    END IF;
+    SET v_n = JSON_LENGTH(in_keys);
+    IF JSON_LENGTH(in_kinds) <> v_n OR JSON_LENGTH(in_tokens) <> v_n THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must have the same length');
+    END IF;
+    IF v_n > 0 THEN
+        SELECT MIN(k.ord) INTO v_bad
+          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS k
+          JOIN JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS d ON d.ord = k.ord
+          JOIN JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS t ON t.ord = k.ord
+         WHERE (    JSON_TYPE(k.elem) = 'STRING'
+                AND CHAR_LENGTH(JSON_UNQUOTE(k.elem)) BETWEEN 1 AND 255
+                AND NOT (JSON_UNQUOTE(k.elem) LIKE '% ')
+                AND JSON_TYPE(d.elem) = 'STRING'
+                AND CHAR_LENGTH(JSON_UNQUOTE(d.elem)) BETWEEN 1 AND 128
+                AND NOT (JSON_UNQUOTE(d.elem) LIKE '% ')
+                AND JSON_TYPE(t.elem) = 'STRING'
+                AND JSON_UNQUOTE(t.elem)
+                    REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z'
+               ) IS NOT TRUE;
+        IF v_bad IS NOT NULL THEN
+            CALL pyqueue__raise('invalid_argument',
+                                CONCAT('element ', v_bad, ' of the batch: bad p_key/p_kind or malformed token'));
+        END IF;
+        SELECT JSON_ARRAYAGG(JSON_ARRAY(m.id, m.reserve_token, m.p_key, m.p_kind)) INTO v_ids
+          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+          JOIN JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS d ON d.ord = k.ord
+          JOIN JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, t CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS t ON t.ord = k.ord
+          JOIN pyqueue_message m
+            ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
+           AND m.p_kind = d.kd COLLATE utf8mb4_bin AND m.reserve_token = LOWER(t.t) COLLATE utf8mb4_bin;
+        -- A queue that keeps history, or occurrences of a schedule, commit
+        -- one by one as queue_commit does; the rest in one DELETE.
+        SELECT q.history_retention IS NOT NULL INTO v_slow FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+        IF v_ids IS NOT NULL AND NOT v_slow THEN
+            SELECT COUNT(*) > 0 INTO v_slow
+              FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]')) AS c
+             WHERE c.c_key LIKE '%@____-__-__T__:__:__Z';
+        END IF;
+        IF v_ids IS NOT NULL AND v_slow THEN
+            WHILE v_i < JSON_LENGTH(v_ids) DO
+                SET v_id   = JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][0]')),
+                    v_held = JSON_UNQUOTE(JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][1]'))),
+                    v_key  = JSON_UNQUOTE(JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][2]'))),
+                    v_kind = JSON_UNQUOTE(JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][3]')));
+                CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
+                IF v_key LIKE '%@____-__-__T__:__:__Z' THEN
+                    CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+                END IF;
+                DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
+                SET v_one = ROW_COUNT();
+                CALL pyqueue__unarchive(v_hist, v_one);
+                SET v_done = v_done + v_one, v_i = v_i + 1;
+            END WHILE;
+        ELSEIF v_ids IS NOT NULL THEN
+            DELETE m FROM pyqueue_message m
+              JOIN JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]', c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+                ON m.id = c.c_id AND m.reserve_token = c.c_token COLLATE utf8mb4_bin;
+            SET v_done = ROW_COUNT();
+        END IF;
+    END IF;
+    SELECT v_done AS committed;
+END //
+
+-- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
+-- are past their queue's history_retention (processed_at < now -
+-- retention), oldest first, of one queue or (in_queue NULL) of every queue
+-- that has a retention. Result: one row, purged = how many; call it again
+-- until it returns less than in_n. History of a dropped queue, or of one
+-- whose retention was set back to NULL, is left alone.
+-- Locks: the deleted history rows, one DELETE ... LIMIT per queue.
+DROP PROCEDURE IF EXISTS queue_purge_history //
+CREATE PROCEDURE queue_purge_history(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n     DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_q      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_ret    DECIMAL(20,6);
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_left   INT;
+    DECLARE v_done   INT DEFAULT 0;
+    DECLARE c_queues CURSOR FOR
+        SELECT q.queue_name, q.history_retention
+          FROM pyqueue_queue q
+         WHERE q.history_retention IS NOT NULL AND (v_queue IS NULL OR q.queue_name = v_queue)
+         ORDER BY q.queue_name;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        SET v_queue = in_queue;
+    END IF;
+    IF in_n < 1 THEN
+        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+    END IF;
+    CALL pyqueue__check_int('n', COALESCE(in_n, 10000), 1, 2147483647);
+    SET v_left = COALESCE(in_n, 10000), v_now = UTC_TIMESTAMP(6);
+    OPEN c_queues;
+    queues: LOOP
+        FETCH c_queues INTO v_q, v_ret;
+        IF v_done = 1 OR v_left <= 0 THEN
+            LEAVE queues;
+        END IF;
+        DELETE FROM pyqueue_history
+         WHERE queue_name = v_q
+           AND processed_at < v_now - INTERVAL CAST(v_ret * 1000000 AS SIGNED) MICROSECOND
+         ORDER BY processed_at
+         LIMIT v_left;
+        SET v_left = v_left - ROW_COUNT();
+    END LOOP;
+    CLOSE c_queues;
+    SELECT CAST(COALESCE(in_n, 10000) - v_left AS SIGNED) AS purged;
+END //
+
+-- queue_replay: pushes again the messages of in_queue's history whose
+-- processed_at (UTC) lies in [in_from, in_to) (NULL = unbounded on that
+-- side), through the normal dedup: a (p_key, p_kind) that is live in the
+-- queue is skipped. When a key and kind left several times in the range,
+-- its latest version is replayed. Replayed messages are ready now, with
+-- their archived payload and priority, attempts 0. Result: one row,
+-- replayed = how many were inserted. Reads the history without locks;
+-- locks like queue_push_batch.
+DROP PROCEDURE IF EXISTS queue_replay //
+CREATE PROCEDURE queue_replay(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_from  DATETIME(6),
+    IN in_to    DATETIME(6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_inserted INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF (in_from IS NOT NULL AND (in_from + INTERVAL 0 SECOND IS NULL OR in_from < '1000-01-01'))
+       OR (in_to IS NOT NULL AND (in_to + INTERVAL 0 SECOND IS NULL OR in_to < '1000-01-01')) THEN
+        CALL pyqueue__raise('invalid_argument', 'from and to must be valid times');
+    END IF;
+    IF in_from > in_to THEN
+        CALL pyqueue__raise('invalid_argument', 'from must not be later than to');
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    INSERT IGNORE INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, attempts)
+    SELECT v_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now, 0
+      FROM (SELECT x.p_key, x.p_kind, x.payload, x.priority,
+                   ROW_NUMBER() OVER (PARTITION BY x.p_key, x.p_kind
+                                      ORDER BY x.processed_at DESC, x.id DESC) AS rn
+              FROM pyqueue_history x
+             WHERE x.queue_name = v_queue AND x.outcome IN ('committed', 'popped')
+               AND (in_from IS NULL OR x.processed_at >= in_from)
+               AND (in_to IS NULL OR x.processed_at < in_to)) AS h
+     WHERE h.rn = 1
+     ORDER BY h.p_key, h.p_kind;
+    SET v_inserted = ROW_COUNT();
+    IF v_inserted = 0 AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_inserted AS replayed;
+END //
+
+-- queue_redrive: moves up to in_n (NULL = 1) ready messages of
+-- in_dead_queue (usually a dead-letter queue) to in_to_queue, highest
+-- priority first, FIFO within one: same key, kind, payload, priority and
+-- last_error, attempts 0, ready now, no dead-letter origin any more. A message held by a live reservation is not
+-- taken. A message whose key and kind are already live in in_to_queue stays
+-- where it is (dedup; skipped, not counted). Result: one row, redriven =
+-- how many moved. With a history_retention on in_dead_queue each move is
+-- archived as 'moved'.
+-- How: a plain read of candidate ids, then per candidate ONE UPDATE of its
+-- queue_name by id, re-checking it is still ready and unchanged (atomic in
+-- autocommit mode, as queue_move); a duplicate key (error 1062) leaves it.
+-- Locks: each candidate row and a shared lock on in_to_queue's row, for one
+-- statement.
+DROP PROCEDURE IF EXISTS queue_redrive //
+CREATE PROCEDURE queue_redrive(
+    IN in_dead_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_to_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n          DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_dead      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_to        VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis       DECIMAL(20,6);
+    DECLARE v_max       INT;
+    DECLARE v_dlq       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused    BOOLEAN;
+    DECLARE v_now       DATETIME(6);
+    DECLARE v_left      INT;
+    DECLARE v_page      INT;
+    DECLARE v_id        BIGINT;
+    DECLARE v_token     CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hist      BIGINT;
+    DECLARE v_moved     INT;
+    DECLARE v_count     INT DEFAULT 0;
+    DECLARE v_duplicate INT;
+    DECLARE v_done      INT DEFAULT 0;
+    DECLARE c_ready CURSOR FOR
+        SELECT m.id, m.reserve_token
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_dead AND m.scheduled_at <= v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
+                            WHERE t.queue_name = v_to AND t.p_key = m.p_key AND t.p_kind = m.p_kind)
+         ORDER BY m.priority DESC, m.scheduled_at, m.id
+         LIMIT v_page;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__check_name('dead_queue', in_dead_queue, 128);
+    CALL pyqueue__check_name('to_queue', in_to_queue, 128);
+    CALL pyqueue__queue(in_dead_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__queue(in_to_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_n < 1 THEN
+        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
+    END IF;
+    CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
+    IF in_dead_queue = in_to_queue THEN
+        CALL pyqueue__raise('invalid_argument', 'dead_queue and to_queue must differ');
+    END IF;
+    SET v_dead = in_dead_queue, v_to = in_to_queue, v_now = UTC_TIMESTAMP(6);
+    SET v_left = COALESCE(in_n, 1);
+    SET v_page = LEAST(v_left, 100000) + 16;
+    OPEN c_ready;
+    candidates: LOOP
+        FETCH c_ready INTO v_id, v_token;
+        IF v_done = 1 OR v_left <= 0 THEN
+            LEAVE candidates;
+        END IF;
+        CALL pyqueue__archive(v_dead, v_id, v_token, 'moved', v_to, v_now, v_hist);
+        SET v_duplicate = 0;
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
+            UPDATE pyqueue_message
+               SET queue_name = v_to,
+                   scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
+                   attempts = 0, reserved_by = NULL, reserve_token = NULL,
+                   dead_from = NULL, dead_attempts = NULL
+             WHERE id = v_id AND queue_name = v_dead AND scheduled_at <= v_now
+               AND reserve_token <=> v_token;
+            SET v_moved = ROW_COUNT();  -- replaced below when the handler fired
+        END;
+        IF v_duplicate = 1 THEN
+            SET v_moved = 0;
+        END IF;
+        CALL pyqueue__unarchive(v_hist, v_moved);
+        SET v_count = v_count + v_moved, v_left = v_left - v_moved;
+    END LOOP;
+    CLOSE c_ready;
+    SELECT v_count AS redriven;
+END //
+
+-- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
+-- of the view pyqueue_dead_letters for dead_letter_queue = in_queue: origin
+-- queue, deliveries there, ..., last_error last), oldest dead letter first, so that an account without SELECT on the view (and its
+-- tables: the view is SQL SECURITY INVOKER) can list them. An unknown queue
+-- is refused; a queue that is nobody's dead-letter queue has none. Plain
+-- reads, no locks.
+DROP PROCEDURE IF EXISTS queue_dead_letters //
+CREATE PROCEDURE queue_dead_letters(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
+           d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error
+      FROM pyqueue_dead_letters d
+     WHERE d.dead_letter_queue = v_queue
+     ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
+END //
+
+-- queue_message: the live message (in_key, in_kind) of in_queue: 0 or 1 row
+-- (p_key, p_kind, state, payload, priority, attempts, scheduled_at,
+-- created_at, reserved_by, last_error, dead_from); state is 'ready'
+-- (scheduled_at <= now, also an expired reservation), 'delayed' or
+-- 'reserved'. reserved_by: the worker of its last reservation. Raises
+-- unknown_queue. Plain read (unique key), no locks.
+DROP PROCEDURE IF EXISTS queue_message //
+CREATE PROCEDURE queue_message(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    SELECT m.p_key, m.p_kind,
+           CASE WHEN m.scheduled_at <= v_now THEN 'ready'
+                WHEN m.reserve_token IS NULL THEN 'delayed'
+                ELSE 'reserved' END AS state,
+           m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at,
+           m.reserved_by,
+           m.last_error, m.dead_from
+      FROM pyqueue_message m
+     WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
+END //
+
+-- queue_message_history: the history rows of (in_queue, in_key, in_kind),
+-- newest first, at most 100: processed_at, outcome, to_queue, attempts,
+-- reserved_by, last_error. No unknown_queue check (the history of a dropped
+-- queue stays readable). Plain read on the (queue_name, processed_at) index.
+DROP PROCEDURE IF EXISTS queue_message_history //
+CREATE PROCEDURE queue_message_history(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_name('queue', in_queue, 128);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SELECT h.processed_at, h.outcome, h.to_queue, h.attempts, h.reserved_by, h.last_error
+      FROM pyqueue_history h
+     WHERE h.queue_name = v_queue AND h.p_key = v_key AND h.p_kind = v_kind
+     ORDER BY h.processed_at DESC, h.id DESC
+     LIMIT 100;
+END //
+
+-- queue_set_limit: at most in_capacity messages of in_kind reserved at once
+-- in in_queue (0 holds the kind back); NULL removes the limit. Live
+-- reservations of the kind without a slot (made before the first call) take
+-- free slots, as far as the capacity goes. Lowering the capacity revokes
+-- nothing: the holders of slots beyond it keep them until they end, and
+-- nothing more is handed out until fewer than the new capacity are live.
+-- No result set.
+-- Locks: the limit row and its slot rows, each for one statement.
+DROP PROCEDURE IF EXISTS queue_set_limit //
+CREATE PROCEDURE queue_set_limit(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_capacity DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_i        INT DEFAULT 1;
+    DECLARE v_id       BIGINT;
+    DECLARE v_attempts INT;
+    DECLARE v_until    DATETIME(6);
+    DECLARE v_ok       INT;
+    DECLARE v_done     INT DEFAULT 0;
+    DECLARE c_live CURSOR FOR
+        SELECT m.id, m.attempts, m.scheduled_at
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_kind = v_kind
+           AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                            WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                              AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
+         ORDER BY m.id;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_int('capacity', in_capacity, 0, 10000);
+    SET v_queue = in_queue, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    IF in_capacity IS NULL THEN
+        DELETE FROM pyqueue_limit WHERE queue_name = v_queue AND p_kind = v_kind;
+    ELSE
+        INSERT INTO pyqueue_limit (queue_name, p_kind, capacity)
+        VALUES (v_queue, v_kind, in_capacity)
+        ON DUPLICATE KEY UPDATE capacity = in_capacity;
+        -- beyond a lowered capacity only free slots go; live holders keep
+        -- theirs until they end (pyqueue__limit_take moves them into slots
+        -- within the capacity as those free up)
+        DELETE FROM pyqueue_limit_slot
+         WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no > in_capacity
+           AND (msg_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.id = pyqueue_limit_slot.msg_id
+                                  AND m.queue_name = pyqueue_limit_slot.queue_name
+                                  AND ((m.attempts = pyqueue_limit_slot.msg_attempts
+                                        AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
+                                       OR (m.attempts = pyqueue_limit_slot.msg_attempts - 1
+                                           AND pyqueue_limit_slot.msg_until > v_now))));
+        WHILE v_i <= in_capacity DO
+            INSERT IGNORE INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
+            VALUES (v_queue, v_kind, v_i);
+            SET v_i = v_i + 1;
+        END WHILE;
+        OPEN c_live;
+        live: LOOP
+            FETCH c_live INTO v_id, v_attempts, v_until;
+            IF v_done = 1 THEN
+                LEAVE live;
+            END IF;
+            CALL pyqueue__limit_take(v_queue, v_kind, v_id, v_attempts, v_until, v_now, v_ok);
+            IF v_ok = 0 THEN
+                LEAVE live;
+            END IF;
+        END LOOP;
+        CLOSE c_live;
+    END IF;
+END //
+
+-- queue_limits: the limits of a queue (all queues when NULL), by queue and
+-- kind: queue, p_kind, capacity, in_use (live reservations holding a slot,
+-- also one beyond a lowered capacity; each counted once).
+-- Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_limits //
+CREATE PROCEDURE queue_limits(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now    DATETIME(6);
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
+    SELECT l.queue_name AS `queue`, l.p_kind, l.capacity,
+           (SELECT COUNT(DISTINCT m.id) FROM pyqueue_limit_slot s
+              JOIN pyqueue_message m ON m.id = s.msg_id AND m.attempts = s.msg_attempts
+                                    AND m.queue_name = s.queue_name
+             WHERE s.queue_name = l.queue_name AND s.p_kind = l.p_kind
+               AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now) AS in_use
+      FROM pyqueue_limit l
+     WHERE v_queue IS NULL OR l.queue_name = v_queue
+     ORDER BY l.queue_name, l.p_kind;
+END //
+
+-- queue_worker_register: records a worker. Result: one row, (worker_id,
+-- secret): secret is a fresh random token (CHAR(36)) that heartbeat and
+-- deregister need, so a worker can touch only its own registration. The
+-- worker then reserves with worker = CONCAT(in_name, '#', worker_id)
+-- (queue_workers shows it as reserve_as). in_queues: NULL or a JSON array of
+-- queue names (informational). Locks: the new row.
+DROP PROCEDURE IF EXISTS queue_worker_register //
+CREATE PROCEDURE queue_worker_register(
+    IN in_name   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_host   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_pid    DECIMAL(65,30),
+    IN in_queues LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_now    DATETIME(6);
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_name('name', in_name, 200);
+    IF CHAR_LENGTH(in_host) > 255 THEN
+        CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters');
+    END IF;
+    IF LOCATE(X'ED', CAST(in_host AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'host', in_host);
+    END IF;
+    IF LOCATE(X'ED', CAST(in_queues AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'queues', in_queues);
+    END IF;
+    CALL pyqueue__check_int('pid', in_pid, 0, 2147483647);
+    IF in_queues IS NOT NULL AND (NOT JSON_VALID(in_queues) OR JSON_TYPE(in_queues) <> 'ARRAY') THEN
+        CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
+    END IF;
+    -- every element a queue name: a string, not empty, no trailing space, at most 128
+    IF in_queues IS NOT NULL AND EXISTS (
+           SELECT 1 FROM JSON_TABLE(in_queues, '$[*]' COLUMNS (elem JSON PATH '$')) AS q
+            WHERE (JSON_TYPE(q.elem) = 'STRING') IS NOT TRUE
+               OR JSON_UNQUOTE(q.elem) = '' OR JSON_UNQUOTE(q.elem) LIKE '% '
+               OR CHAR_LENGTH(JSON_UNQUOTE(q.elem)) > 128) THEN
+        CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    CALL pyqueue__random_token(v_secret);
+    INSERT INTO pyqueue_worker (worker_name, host, pid, queues, started_at, heartbeat_at, secret)
+    VALUES (in_name, in_host, in_pid, in_queues, v_now, v_now, v_secret);
+    SELECT LAST_INSERT_ID() AS worker_id, v_secret AS secret;
+END //
+
+-- queue_worker_heartbeat: heartbeat_at = now, when in_secret is the
+-- registration's secret. Result: one row, alive = 1, or 0 when the worker is
+-- not registered (deregistered, or released as dead: it should register
+-- again) or the secret does not match. Locks: the worker row, for one
+-- statement.
+DROP PROCEDURE IF EXISTS queue_worker_heartbeat //
+CREATE PROCEDURE queue_worker_heartbeat(
+    IN in_worker_id DECIMAL(65,30),
+    IN in_secret    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    IF in_worker_id IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
+    END IF;
+    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
+    IF in_secret IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'secret must not be NULL');
+    END IF;
+    -- only a 36-character value can match (a longer one would be cut to 36
+    -- by the CHAR(36) below)
+    SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
+    UPDATE pyqueue_worker SET heartbeat_at = UTC_TIMESTAMP(6)
+     WHERE worker_id = in_worker_id AND secret = v_secret;
+    -- ROW_COUNT() counts changed rows: a second heartbeat in the same
+    -- microsecond changes nothing, so look the row up.
+    SELECT COUNT(*) AS alive FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
+END //
+
+-- queue_worker_deregister: removes the worker (its reservations stay as they
+-- are), when in_secret is the registration's secret. Result: one row,
+-- deregistered = 1, or 0 when it was not registered or the secret does not
+-- match. Locks: the worker row, for one statement.
+DROP PROCEDURE IF EXISTS queue_worker_deregister //
+CREATE PROCEDURE queue_worker_deregister(
+    IN in_worker_id DECIMAL(65,30),
+    IN in_secret    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    IF in_worker_id IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
+    END IF;
+    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
+    IF in_secret IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'secret must not be NULL');
+    END IF;
+    SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
+    DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
+    SELECT ROW_COUNT() AS deregistered;
+END //
+
+-- queue_release_dead_workers: workers whose heartbeat is older than
+-- in_older_than_s seconds are removed, and their live reservations
+-- (reserved_by = their reserve_as) become ready now: token cleared, the
+-- delivery counted (attempts stay, as after an expiry; a message that had
+-- its last allowed delivery is dead-lettered by the next reserve). Result:
+-- one row, released = the number of messages released.
+-- Steps: per stale worker, release its messages one by one (plain read of
+-- the candidates, then an UPDATE by id that re-checks the token), then
+-- delete the worker row if its heartbeat is still stale. Interrupted, a
+-- message is released or not (then it comes back after its timeout) and
+-- the worker is found again by the next call. Reads every reserved message
+-- (no index on reserved_by): a maintenance call, not one per reserve.
+DROP PROCEDURE IF EXISTS queue_release_dead_workers //
+CREATE PROCEDURE queue_release_dead_workers(
+    IN in_older_than_s DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_before   DATETIME(6);
+    DECLARE v_tags     LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_ids      LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_id       BIGINT;
+    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_count    INT DEFAULT 0;
+    DECLARE v_done     INT DEFAULT 0;
+    DECLARE c_held CURSOR FOR
+        SELECT m.id, m.reserve_token
+          FROM pyqueue_message m
+         WHERE m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+           AND JSON_CONTAINS(v_tags, JSON_QUOTE(m.reserved_by));
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    IF in_older_than_s IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'older_than must not be NULL');
+    END IF;
+    CALL pyqueue__check_duration('older_than', in_older_than_s, TRUE);
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_before = v_now - INTERVAL CAST(in_older_than_s * 1000000 AS SIGNED) MICROSECOND;
+    SELECT JSON_ARRAYAGG(CONCAT(w.worker_name, '#', w.worker_id)), JSON_ARRAYAGG(w.worker_id)
+      INTO v_tags, v_ids
+      FROM pyqueue_worker w
+     WHERE w.heartbeat_at < v_before;
+    IF v_tags IS NOT NULL THEN
+        OPEN c_held;
+        held: LOOP
+            FETCH c_held INTO v_id, v_token;
+            IF v_done = 1 THEN
+                LEAVE held;
+            END IF;
+            UPDATE pyqueue_message
+               SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+             WHERE id = v_id AND reserve_token = v_token AND scheduled_at > v_now;
+            SET v_count = v_count + ROW_COUNT();
+        END LOOP;
+        CLOSE c_held;
+        DELETE FROM pyqueue_worker
+         WHERE heartbeat_at < v_before
+           AND worker_id IN (SELECT j.id FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j);
+    END IF;
+    SELECT v_count AS released;
+END //
+
+-- queue_workers: the registered workers, oldest first: worker_id,
+-- worker_name, host, pid, queues (JSON), started_at, heartbeat_at,
+-- heartbeat_age_s, reserve_as. Plain read.
+DROP PROCEDURE IF EXISTS queue_workers //
+CREATE PROCEDURE queue_workers()
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_now DATETIME(6);
+    SET v_now = UTC_TIMESTAMP(6);
+    SELECT w.worker_id, w.worker_name, w.host, w.pid, w.queues, w.started_at, w.heartbeat_at,
+           TIMESTAMPDIFF(MICROSECOND, w.heartbeat_at, v_now) / 1e6 AS heartbeat_age_s,
+           CONCAT(w.worker_name, '#', w.worker_id) AS reserve_as
+      FROM pyqueue_worker w
+     ORDER BY w.worker_id;
+END //
+
+-- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
+-- in_every_s seconds (a whole number, 1 s to 100 years), at the multiples of
+-- in_every_s since 1970-01-01 UTC. Result: one row, next_at = the time of
+-- the first occurrence.
+-- Locks as pyqueue__schedule.
+DROP PROCEDURE IF EXISTS queue_schedule_every //
+CREATE PROCEDURE queue_schedule_every(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_every_s DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    IF in_every_s IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'every must not be NULL');
+    END IF;
+    CALL pyqueue__check_duration('every', in_every_s, TRUE);
+    IF in_every_s < 1 OR in_every_s <> TRUNCATE(in_every_s, 0) THEN
+        CALL pyqueue__raise('invalid_argument', 'every must be a whole number of seconds, at least 1');
+    END IF;
+    CALL pyqueue__schedule(in_queue, in_key, in_kind, in_payload, CAST(in_every_s AS SIGNED), NULL);
+END //
+
+-- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every
+-- minute matching the 5-field cron expression in_cron (UTC). Result: one
+-- row, next_at = the time of the first occurrence.
+-- Locks as pyqueue__schedule.
+DROP PROCEDURE IF EXISTS queue_schedule_cron //
+CREATE PROCEDURE queue_schedule_cron(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    IF in_cron IS NULL OR CHAR_LENGTH(in_cron) > 255 THEN
+        CALL pyqueue__raise('invalid_argument', 'cron must not be NULL or longer than 255 characters');
+    END IF;
+    CALL pyqueue__schedule(in_queue, in_key, in_kind, in_payload, NULL, in_cron);
+END //
+
+-- queue_unschedule: removes the schedule and its pending occurrence unless
+-- that is reserved (it then runs once more, and its commit pushes nothing).
+-- Result: one row, unscheduled = 1, or 0 when there was no such schedule.
+-- Locks: the schedule row and the pending occurrence's row, each for one
+-- statement.
+DROP PROCEDURE IF EXISTS queue_unschedule //
+CREATE PROCEDURE queue_unschedule(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_old    DATETIME(6);
+    DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_oldid  BIGINT;
+    DECLARE v_done   INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 234);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SELECT MAX(s.next_at) INTO v_old FROM pyqueue_schedule s
+     WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
+    IF v_old IS NOT NULL THEN
+        DELETE FROM pyqueue_schedule WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind;
+        SET v_done = ROW_COUNT();
+        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
+        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
+        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
+    END IF;
+    SELECT v_done AS unscheduled;
+END //
+
+-- queue_schedules: the schedules of a queue (all when NULL), by queue, key,
+-- kind: queue, p_key, p_kind, payload, every_s, cron, next_at. Plain read.
+DROP PROCEDURE IF EXISTS queue_schedules //
+CREATE PROCEDURE queue_schedules(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_queue = in_queue;
+    SELECT s.queue_name AS `queue`, s.p_key, s.p_kind, s.payload, s.every_s, s.cron, s.next_at
+      FROM pyqueue_schedule s
+     WHERE v_queue IS NULL OR s.queue_name = v_queue
+     ORDER BY s.queue_name, s.p_key, s.p_kind;
+END //
+
+-- queue_ingest_flush: enqueues what plain INSERTs put into queue_ingest (the
+-- bulk-ingest surface for Spark's df.write.jdbc and other JDBC writers):
+-- every pending row of in_queue (NULL = of every queue) becomes a live
+-- message with dedup (a duplicate of a live message, or of an earlier row of
+-- the same flush, is skipped: the first wins), FIFO in insertion order; a
+-- bad row (the checks of queue_push: NULL/empty/too long/space-ended names,
+-- unknown queue, NULL or non-JSON payload, invalid run_at, priority not a
+-- whole number in the INT range) goes to pyqueue_ingest_reject with its
+-- reason 'pyqueue:<code>: ...' instead. Either way the row leaves
+-- queue_ingest: nothing is dropped silently and a bad row never blocks the
+-- next flush. Result: one row (enqueued, duplicates, rejected).
+-- Steps: the bad rows are copied to pyqueue_ingest_reject and deleted, the
+-- duplicates of live messages deleted, then the rest is enqueued with one INSERT IGNORE ... SELECT (every row passed the
+-- checks, so IGNORE only skips duplicates) and deleted.
+-- Concurrency: appends never wait for a flush. The flush takes the rows up to
+-- the highest ingest_id it sees; a locking read first waits for appends
+-- still in flight in that range (AUTO_INCREMENT hands out ids in order, so
+-- no row can join that range later) and every later read is a locking read
+-- too, so the rows it enqueues are exactly the rows it deletes, whatever the
+-- isolation level. Flushes of this database are serialised by row locks in
+-- pyqueue_ingest_lock, so two flushes never enqueue the same row twice: a
+-- flush of one queue locks that queue's row (and the row '' shared), a flush
+-- of every queue the row '' (so flushes of different queues run side by
+-- side); only accounts that may write our tables can take these locks, and
+-- other databases on the server are not affected. A row lock lasts until the
+-- transaction ends, so called in autocommit mode the flush runs in a
+-- transaction of its own (START TRANSACTION ... COMMIT; all of it commits or
+-- nothing does, an error rolls it back); inside your transaction it is part
+-- of yours and the locks last until you commit. On a server that cannot tell
+-- whether a transaction is open (MySQL 8.0, no @@in_transaction) the flush
+-- runs each step as its own statement in autocommit mode, and is
+-- serialised by the named lock 'pyqueue-sql ingest flush <database>' (waits
+-- up to 300 s) as well as by the row locks; there an interruption between
+-- copying and deleting rejects leaves them to be rejected again, and one
+-- after the enqueue step and before the delete leaves the rows to be flushed
+-- again, where dedup absorbs them unless a consumer already committed them
+-- (a redelivery, never a loss).
+-- Locks: the pyqueue_ingest_lock rows, the flushed queue_ingest rows, shared
+-- locks on the queue rows, the new message rows.
+DROP PROCEDURE IF EXISTS queue_ingest_flush //
+CREATE PROCEDURE queue_ingest_flush(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max_att  INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_max      BIGINT;
+    DECLARE v_pending  BIGINT DEFAULT 0;
+    DECLARE v_enqueued BIGINT DEFAULT 0;
+    DECLARE v_rejected BIGINT DEFAULT 0;
+    DECLARE v_deleted  BIGINT DEFAULT 0;
+    DECLARE v_locked   INT;
+    DECLARE v_own      INT;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_deadlock INT DEFAULT 0;
+    DECLARE v_lockname VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_scope    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_mark     BIGINT;
+    DECLARE v_dups     BIGINT DEFAULT 0;
+    DECLARE v_bad_text    LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+    DECLARE v_bad_payload LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        IF v_own = 1 THEN
+            ROLLBACK;
+        END IF;
+        IF v_lockname IS NOT NULL THEN
+            DO RELEASE_LOCK(v_lockname);
+        END IF;
+        RESIGNAL;
+    END;
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max_att, v_dlq, v_paused);
+        SET v_queue = in_queue;
+    END IF;
+    CALL pyqueue__own_transaction(v_own);
+    IF v_own IS NULL THEN
+        SET v_lockname = LEFT(CONCAT('pyqueue-sql ingest flush ', DATABASE()), 64);
+        SET v_locked = GET_LOCK(v_lockname, 300);
+        IF v_locked IS NULL OR v_locked <> 1 THEN
+            SET v_lockname = NULL;
+            CALL pyqueue__raise('invalid_argument', 'another queue_ingest_flush held the flush lock for 300 s');
+        END IF;
+    END IF;
+    -- (looked up first: INSERT IGNORE of a row that exists takes a shared
+    -- lock on it, which two flushes would then both try to raise)
+    IF NOT EXISTS (SELECT 1 FROM pyqueue_ingest_lock l WHERE l.scope = '') THEN
+        INSERT IGNORE INTO pyqueue_ingest_lock (scope) VALUES ('');
+    END IF;
+    IF v_queue IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pyqueue_ingest_lock l WHERE l.scope = v_queue) THEN
+        INSERT IGNORE INTO pyqueue_ingest_lock (scope) VALUES (v_queue);
+    END IF;
+    attempt: LOOP
+        SET v_deadlock = 0, v_tries = v_tries + 1,
+            v_pending = 0, v_enqueued = 0, v_rejected = 0, v_deleted = 0, v_dups = 0,
+            v_bad_text = NULL, v_bad_payload = NULL;
+        BEGIN
+        -- a deadlock victim (1213; 1467 when it was waiting for the AUTO-INC
+        -- lock) in a transaction of its own: rolled back whole, run it again
+        DECLARE EXIT HANDLER FOR 1213, 1467
+        BEGIN
+            IF v_own = 1 THEN
+                ROLLBACK;
+                SET v_deadlock = 1;
+            ELSE
+                RESIGNAL;
+            END IF;
+        END;
+        IF v_own = 1 THEN
+            START TRANSACTION;
+        END IF;
+        IF v_queue IS NULL THEN
+            SELECT l.scope INTO v_scope FROM pyqueue_ingest_lock l WHERE l.scope = '' FOR UPDATE;
+        ELSE
+            SELECT l.scope INTO v_scope FROM pyqueue_ingest_lock l WHERE l.scope = '' LOCK IN SHARE MODE;
+            SELECT l.scope INTO v_scope FROM pyqueue_ingest_lock l WHERE l.scope = v_queue FOR UPDATE;
+        END IF;
+        SELECT MAX(i.ingest_id) INTO v_max FROM queue_ingest i;
+        SELECT COUNT(*) INTO v_pending
+          FROM queue_ingest i
+         WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
+           FOR UPDATE;
+        SET v_now = UTC_TIMESTAMP(6);
+        SELECT COALESCE(MAX(r.id), 0) INTO v_mark FROM pyqueue_ingest_reject r;
+        IF v_pending > 0 THEN
+            -- Rows holding a UTF-16 surrogate (see pyqueue__check_utf8), found
+            -- here by a plain read: the utf16 round trip warns (1977) on a
+            -- surrogate, which strict mode would turn into an error inside the
+            -- INSERT below. One scan; only rows holding the byte ED are converted
+            -- (the arrays hold their ids, or null for the ones that are fine).
+            SELECT JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) USING utf16)
+                                                 USING utf8mb4) AS BINARY)
+                                    <> CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY), i.ingest_id, NULL)),
+                   JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(i.payload USING utf16) USING utf8mb4) AS BINARY)
+                                    <> CAST(i.payload AS BINARY), i.ingest_id, NULL))
+              INTO v_bad_text, v_bad_payload
+              FROM queue_ingest i
+             WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
+               AND (LOCATE(X'ED', CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY)) > 0
+                    OR LOCATE(X'ED', CAST(i.payload AS BINARY)) > 0);
+            INSERT INTO pyqueue_ingest_reject
+                   (ingest_id, queue_name, p_key, p_kind, payload, run_at, priority, reason, rejected_at)
+            -- a zero date ('0000-00-00', '2020-00-10': a caller without NO_ZERO_DATE can insert
+            -- one) cannot be copied under strict mode: the reject row keeps NULL and the reason
+            -- the value; reading it by text never raises (comparing it as a date does).
+            SELECT i.ingest_id, i.queue_name, i.p_key, i.p_kind, i.payload,
+                   IF(CAST(i.run_at AS CHAR) LIKE '0000-%' OR CAST(i.run_at AS CHAR) LIKE '%-00%', NULL, i.run_at),
+                   i.priority,
+                   CASE WHEN i.queue_name IS NULL OR CHAR_LENGTH(i.queue_name) = 0
+                         THEN 'pyqueue:invalid_argument: queue_name must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.queue_name) > 128
+                         THEN 'pyqueue:invalid_argument: queue_name is longer than 128 characters'
+                    WHEN i.queue_name LIKE '% ' THEN 'pyqueue:invalid_argument: queue_name must not end with a space'
+                    WHEN i.p_key IS NULL OR CHAR_LENGTH(i.p_key) = 0
+                         THEN 'pyqueue:invalid_argument: p_key must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.p_key) > 255 THEN 'pyqueue:invalid_argument: p_key is longer than 255 characters'
+                    WHEN i.p_key LIKE '% ' THEN 'pyqueue:invalid_argument: p_key must not end with a space'
+                    WHEN i.p_kind IS NULL OR CHAR_LENGTH(i.p_kind) = 0
+                         THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
+                    WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
+                    WHEN JSON_CONTAINS(COALESCE(v_bad_text, '[]'), CAST(i.ingest_id AS CHAR))
+                         THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
+                    WHEN q.queue_name IS NULL
+                         THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
+                    WHEN i.payload IS NULL
+                         THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+                    WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
+                    WHEN JSON_CONTAINS(COALESCE(v_bad_payload, '[]'), CAST(i.ingest_id AS CHAR))
+                         THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
+                    WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
+                         THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
+                    WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
+                         THEN 'pyqueue:invalid_argument: run_at is not a valid time'
+                    WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
+                         THEN 'pyqueue:invalid_argument: priority must be a whole number from -2147483648 to 2147483647'
+               END, v_now
+              FROM queue_ingest i
+              LEFT JOIN pyqueue_queue q ON q.queue_name = i.queue_name
+             WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
+               AND (CASE WHEN i.queue_name IS NULL OR CHAR_LENGTH(i.queue_name) = 0
+                         THEN 'pyqueue:invalid_argument: queue_name must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.queue_name) > 128
+                         THEN 'pyqueue:invalid_argument: queue_name is longer than 128 characters'
+                    WHEN i.queue_name LIKE '% ' THEN 'pyqueue:invalid_argument: queue_name must not end with a space'
+                    WHEN i.p_key IS NULL OR CHAR_LENGTH(i.p_key) = 0
+                         THEN 'pyqueue:invalid_argument: p_key must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.p_key) > 255 THEN 'pyqueue:invalid_argument: p_key is longer than 255 characters'
+                    WHEN i.p_key LIKE '% ' THEN 'pyqueue:invalid_argument: p_key must not end with a space'
+                    WHEN i.p_kind IS NULL OR CHAR_LENGTH(i.p_kind) = 0
+                         THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
+                    WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
+                    WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
+                    WHEN JSON_CONTAINS(COALESCE(v_bad_text, '[]'), CAST(i.ingest_id AS CHAR))
+                         THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
+                    WHEN q.queue_name IS NULL
+                         THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
+                    WHEN i.payload IS NULL
+                         THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+                    WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
+                    WHEN JSON_CONTAINS(COALESCE(v_bad_payload, '[]'), CAST(i.ingest_id AS CHAR))
+                         THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
+                    WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
+                         THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
+                    WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
+                         THEN 'pyqueue:invalid_argument: run_at is not a valid time'
+                    WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
+                         THEN 'pyqueue:invalid_argument: priority must be a whole number from -2147483648 to 2147483647'
+               END) IS NOT NULL
+             ORDER BY i.ingest_id
+               LOCK IN SHARE MODE;
+            SET v_rejected = ROW_COUNT();
+            IF v_rejected > 0 THEN
+                DELETE FROM queue_ingest
+                 WHERE ingest_id IN (SELECT r.ingest_id FROM pyqueue_ingest_reject r WHERE r.id > v_mark);
+            END IF;
+            -- Rows whose message is live are duplicates: drop them with one join on
+            -- the dedup key first (an INSERT IGNORE that meets a duplicate inserts
+            -- and undoes a clustered record and raises a warning: 5x slower, measured).
+            DELETE i FROM queue_ingest i
+              JOIN pyqueue_message m
+                ON m.queue_name = i.queue_name AND m.p_key = i.p_key AND m.p_kind = i.p_kind
+             WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue);
+            SET v_dups = ROW_COUNT();
+            -- What is left up to v_max passed every check: no second verdict per row;
+            -- IGNORE skips only repeats within the flush and rows that went live meanwhile.
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts)
+            SELECT i.queue_name, i.p_key, i.p_kind, i.payload, COALESCE(i.priority, 0),
+                   COALESCE(i.run_at, v_now), COALESCE(i.run_at, v_now), v_now, 0
+              FROM queue_ingest i
+             WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
+             ORDER BY i.ingest_id
+               LOCK IN SHARE MODE;
+            SET v_enqueued = ROW_COUNT();
+            DELETE FROM queue_ingest
+             WHERE ingest_id <= v_max AND (v_queue IS NULL OR queue_name = v_queue);
+            SET v_deleted = ROW_COUNT() + v_rejected + v_dups;
+        END IF;
+        IF v_own = 1 THEN
+            COMMIT;
+        END IF;
+        END;
+        IF v_deadlock = 0 THEN
+            LEAVE attempt;
+        END IF;
+        IF v_tries >= 10 THEN
+            SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
+                MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction';
+        END IF;
+    END LOOP;
+    IF v_lockname IS NOT NULL THEN
+        DO RELEASE_LOCK(v_lockname);
+    END IF;
+    SELECT v_enqueued AS enqueued, GREATEST(v_deleted - v_enqueued - v_rejected, 0) AS duplicates,
+           v_rejected AS rejected;
+END //
+
+DELIMITER ;
+
+SET SESSION character_set_client = @pyqueue_saved_character_set_client;
+
+SET SESSION character_set_results = @pyqueue_saved_character_set_results;
+
+SET SESSION collation_connection = @pyqueue_saved_collation_connection;
+
+SET SESSION sql_mode = @pyqueue_saved_sql_mode;

@@ -1,0 +1,2530 @@
+-- pyqueue-sql revision 0004_errors_and_safety (postgresql): the routines this revision added or
+-- changed (and DROPs of those it removed), frozen from sql/postgresql/routines.sql by
+-- `make release-routines`. Released: never edit it. The routines at a revision are the
+-- union of the routine files up to it, later ones overriding earlier ones
+-- (pyqueue_sql.routine_sets); a downgrade re-creates the previous ones from them.
+
+DO $$
+DECLARE
+    v_schema text := pg_catalog.current_schema();
+    v_roles  text;
+BEGIN
+    IF v_schema IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: no schema to install into (the search_path names no existing schema)';
+    END IF;
+    IF pg_catalog.has_schema_privilege('public', v_schema, 'CREATE') THEN
+        v_roles := 'PUBLIC';
+    ELSE
+        SELECT pg_catalog.string_agg(pg_catalog.quote_ident(r.rolname::text), ', ' ORDER BY r.rolname::text)
+          INTO v_roles
+          FROM pg_catalog.pg_roles r
+         WHERE NOT r.rolsuper
+           AND r.rolname::text OPERATOR(pg_catalog.<>) CURRENT_USER::text
+           AND r.rolname::text OPERATOR(pg_catalog.<>) 'pg_database_owner'::text  -- its member is checked instead
+           AND pg_catalog.has_schema_privilege(r.oid, v_schema, 'CREATE')
+           AND NOT pg_catalog.pg_has_role(r.oid, CURRENT_USER, 'MEMBER');
+    END IF;
+    PERFORM pg_catalog.set_config('pyqueue.search_path_before', pg_catalog.current_setting('search_path'), false);
+    IF v_roles IS NULL THEN
+        PERFORM pg_catalog.set_config('pyqueue.install_refused', '', false);
+        PERFORM pg_catalog.set_config('search_path', pg_catalog.quote_ident(v_schema) || ', pg_temp', false);
+    ELSE
+        -- Refused. The next statement raises; until the end of the script the
+        -- search_path names no schema, so that nothing can be created even by a
+        -- client that goes on after an error (psql without ON_ERROR_STOP).
+        PERFORM pg_catalog.set_config('pyqueue.install_refused', pg_catalog.format(
+            'pyqueue:insecure_schema: roles other than the installing role %I can CREATE in schema %I: %s. '
+            'Such a role could create a look-alike function or operator there and have it run with the '
+            'rights of %I by the routines. Fix: REVOKE CREATE ON SCHEMA %I FROM %s; (when a role owns the '
+            'schema or the database: ALTER SCHEMA %I OWNER TO %I, or install into a schema only %I can '
+            'write), then install again',
+            CURRENT_USER, v_schema, v_roles, CURRENT_USER, v_schema, v_roles, v_schema, CURRENT_USER,
+            CURRENT_USER), false);
+        PERFORM pg_catalog.set_config('search_path', '', false);
+    END IF;
+END
+$$;
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('pyqueue.install_refused', true) OPERATOR(pg_catalog.<>) '' THEN
+        RAISE EXCEPTION '%', pg_catalog.current_setting('pyqueue.install_refused') USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+
+-- Raises unless a name is non-NULL, non-empty, at most in_max characters and
+-- does not end with a space. (MySQL compares names with PAD SPACE, 'a' = 'a ';
+-- both dialects refuse the trailing space so that the contract is the same.)
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_name(in_what text, in_value text, in_max integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_value IS NULL OR in_value = '' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not be NULL or empty', in_what
+            USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.length(in_value) > in_max THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % is longer than % characters', in_what, in_max
+            USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.right(in_value, 1) = ' ' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not end with a space', in_what
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- Raises unless key, kind and token name a reservation (commit, rollback, extend, move).
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_reservation(in_key text, in_kind text, in_token uuid)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_token IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: token must not be NULL' USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- Raises unless the queue exists; returns its settings row. With in_lock it
+-- takes FOR KEY SHARE on the queue row (what the foreign key check takes
+-- anyway), so a concurrent queue_drop either waits for this transaction or has
+-- already won, and the caller then gets unknown_queue, never a raw FK error.
+CREATE OR REPLACE FUNCTION pyqueue__queue(in_queue text, in_lock boolean DEFAULT false)
+RETURNS pyqueue_queue
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_row pyqueue_queue;
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    IF in_lock THEN
+        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name::text = in_queue FOR KEY SHARE;
+    ELSE
+        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name::text = in_queue;
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue
+            USING ERRCODE = 'P0002';
+    END IF;
+    RETURN v_row;
+END;
+$$;
+
+-- Raises when a duration is negative (or, with in_positive, not above zero),
+-- or longer than 100 years of 365.25 days (the same bound as MySQL's; an
+-- interval '100 years' would compare as 36000 days).
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_duration(in_what text, in_value interval, in_positive boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_value < interval '0' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not be negative', in_what
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_positive AND in_value = interval '0' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must be greater than zero', in_what
+            USING ERRCODE = '22023';
+    END IF;
+    -- by seconds (a year = 365.25 days), not by interval comparison, which
+    -- counts a year as 360 days and would let '101 years' through
+    IF extract(epoch FROM in_value) > 3155760000::numeric THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not exceed 100 years', in_what
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- pyqueue__check_batch_size: raises unless n is NULL (the caller's default)
+-- or at least 1.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_batch_size(in_n integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- Locks up to in_n ready messages of a queue, highest priority first, FIFO
+-- within a priority, skipping rows other transactions hold (SKIP LOCKED).
+-- Visits one index range per distinct priority: rows scheduled in the future
+-- (delayed or reserved) are never read. Caller holds the locks until commit.
+CREATE OR REPLACE FUNCTION pyqueue__lock_ready(in_queue text, in_now timestamptz, in_n integer, in_kinds text[])
+RETURNS TABLE (c_key varchar, c_kind varchar, c_attempts integer)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_priority integer;
+    v_left     integer := in_n;
+    v_got      integer;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN  -- limits
+        RETURN QUERY SELECT * FROM pyqueue__lock_ready_limited(in_queue, in_now, in_n, in_kinds);
+        RETURN;
+    END IF;
+    SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
+    WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
+        RETURN QUERY
+            SELECT m.p_key, m.p_kind, m.attempts
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue
+               AND m.priority = v_priority
+               AND m.scheduled_at <= in_now
+               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+             ORDER BY m.scheduled_at, m.id
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+        SELECT pg_catalog.max(m.priority) INTO v_priority
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
+    END LOOP;
+END;
+$$;
+
+-- Removes one locked message and hands it to the queue's dead-letter queue
+-- (or drops it when there is none); counts it in dead_count. The dead-letter
+-- copy records where it came from (dead_from), the deliveries it had there
+-- (dead_attempts) and its last_error; a message whose reservation expired
+-- on its last allowed delivery (scheduled_at passed) and that has no error
+-- text gets 'reservation expired on its last allowed delivery'.
+-- Caller must hold the row lock on the message.
+CREATE OR REPLACE FUNCTION pyqueue__dead_letter(in_queue pyqueue_queue, in_key text, in_kind text, in_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_msg pyqueue_message;
+BEGIN
+    DELETE FROM pyqueue_message
+     WHERE queue_name::text = in_queue.queue_name::text AND p_key::text = in_key AND p_kind::text = in_kind
+    RETURNING * INTO v_msg;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_msg.last_error IS NULL AND v_msg.scheduled_at <= in_now THEN
+        v_msg.last_error := 'reservation expired on its last allowed delivery';
+    END IF;
+    UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name::text = in_queue.queue_name::text;
+    PERFORM pyqueue__archive(in_queue, v_msg, 'dead_lettered', in_queue.dead_letter_queue::text, in_now);
+    IF in_queue.dead_letter_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue.dead_letter_queue::text, true);
+        -- A newer dead letter of the same key replaces the older one (the
+        -- newest payload is the one worth inspecting or redriving) and is
+        -- ready again without a reservation, so a consumer holding the older
+        -- one cannot commit the newer one away unseen.
+        INSERT INTO pyqueue_message AS m
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts)
+        VALUES (in_queue.dead_letter_queue, v_msg.p_key, v_msg.p_kind, v_msg.payload,
+                v_msg.priority, in_now, in_now, v_msg.created_at, 0, v_msg.last_error,
+                in_queue.queue_name, v_msg.attempts)
+        ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
+           SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
+               created_at = EXCLUDED.created_at, scheduled_at = in_now,
+               scheduled_at_initially = in_now, attempts = 0,
+               reserved_by = NULL, reserve_token = NULL, last_error = EXCLUDED.last_error,
+               dead_from = EXCLUDED.dead_from, dead_attempts = EXCLUDED.dead_attempts;
+    END IF;
+END;
+$$;
+
+-- pyqueue__give_back: queue_rollback and queue_fail. When in_token still
+-- holds the reservation: with in_set_error, last_error becomes in_error (cut
+-- to 2000 characters); then the message is eligible again after in_delay
+-- (NULL = 0) and 'retry' is returned, or, when it has had max_attempts
+-- deliveries, it goes to the dead-letter queue ('dead_lettered') or is
+-- dropped when the queue has none ('dropped'). NULL when the token no longer
+-- holds. Locks the message row (and the queue row when dead-lettering).
+CREATE OR REPLACE FUNCTION pyqueue__give_back(in_queue text, in_key text, in_kind text, in_token uuid,
+                                              in_delay interval, in_set_error boolean, in_error text)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queue    pyqueue_queue := pyqueue__queue(in_queue);
+    v_now      timestamptz := pg_catalog.clock_timestamp();
+    v_attempts integer;
+BEGIN
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_duration('delay', in_delay, false);
+    SELECT m.attempts INTO v_attempts
+      FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+       AND m.reserve_token = in_token
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF in_set_error THEN
+        UPDATE pyqueue_message
+           SET last_error = pg_catalog.left(in_error, 2000)
+         WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
+    END IF;
+    IF v_attempts >= v_queue.max_attempts THEN
+        PERFORM pyqueue__dead_letter(v_queue, in_key, in_kind, v_now);
+        RETURN CASE WHEN v_queue.dead_letter_queue IS NULL THEN 'dropped' ELSE 'dead_lettered' END;
+    END IF;
+    UPDATE pyqueue_message
+       SET scheduled_at = v_now + coalesce(in_delay, interval '0'),
+           reserve_token = NULL,
+           reserved_by = NULL
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
+    IF coalesce(in_delay, interval '0') <= interval '0' THEN
+        PERFORM pyqueue__notify(in_queue);  -- wakeup: ready again now (e.g. handed back at shutdown)
+    END IF;
+    RETURN 'retry';
+END;
+$$;
+
+-- pyqueue__channel: the NOTIFY channel of a queue, 'pyqueue_' + md5 of its
+-- name (40 characters: a queue name reaches 128 characters, a channel name
+-- is an identifier of at most 63 bytes). No lookup, no locks.
+CREATE OR REPLACE FUNCTION pyqueue__channel(in_queue text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT
+AS $$ SELECT 'pyqueue_' || pg_catalog.md5(in_queue) $$;
+
+-- pyqueue__notify: sends the wakeup of a queue (NOTIFY on its channel, the
+-- queue name as payload), throttled to at most one per notify_window per
+-- queue (pyqueue_notify; default 50 ms, 0 = every statement). NOTIFY is
+-- delivered when the caller's transaction commits, and not at all when it
+-- rolls back; PostgreSQL also folds identical notifications of one
+-- transaction into one. Called once per push statement, never per row.
+-- Locks: reads the queue's pyqueue_notify row without a lock; only when the
+-- window has elapsed does it claim the row (FOR NO KEY UPDATE SKIP LOCKED,
+-- never waiting: if another open transaction holds it, it notifies anyway).
+-- The first wakeup of a queue inserts its row (ON CONFLICT DO NOTHING).
+CREATE OR REPLACE FUNCTION pyqueue__notify(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_window interval;
+    v_last   timestamptz;
+BEGIN
+    SELECT n.notify_window, n.last_notified_at INTO v_window, v_last
+      FROM pyqueue_notify n
+     WHERE n.queue_name::text = in_queue;
+    IF NOT FOUND THEN
+        INSERT INTO pyqueue_notify (queue_name, last_notified_at) VALUES (in_queue, v_now)
+        ON CONFLICT (queue_name) DO NOTHING;
+    ELSIF v_window > interval '0' THEN
+        IF v_last > v_now - v_window THEN
+            RETURN;  -- a wakeup of this queue went out less than a window ago
+        END IF;
+        PERFORM 1 FROM pyqueue_notify n WHERE n.queue_name::text = in_queue FOR NO KEY UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            UPDATE pyqueue_notify SET last_notified_at = v_now WHERE queue_name::text = in_queue;
+        END IF;
+    END IF;
+    PERFORM pg_catalog.pg_notify(pyqueue__channel(in_queue), in_queue);
+END;
+$$;
+
+-- pyqueue__archive: when the queue keeps history (history_retention set),
+-- records a message that has just left the live table, with its outcome
+-- ('committed', 'popped', 'dead_lettered', 'moved'), its last_error and, for
+-- moves and dead letters, where it went. Called by the routine that removed the message,
+-- in the same transaction. Takes no locks beyond the inserted row.
+CREATE OR REPLACE FUNCTION pyqueue__archive(in_queue pyqueue_queue, in_msg pyqueue_message,
+                                            in_outcome text, in_to_queue text, in_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_queue.history_retention IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error)
+    VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_msg.payload, in_msg.priority,
+            in_msg.attempts, in_msg.created_at, in_now, in_outcome, in_to_queue, in_msg.reserved_by,
+            in_msg.last_error);
+END;
+$$;
+
+-- pyqueue__slot_held: true when a slot's holder (message in_id with key
+-- in_key, delivery in_attempts) is still that live reservation at in_now.
+-- Reads without locks (the caller holds the slot's lock).
+CREATE OR REPLACE FUNCTION pyqueue__slot_held(in_queue text, in_kind text, in_key text, in_id bigint,
+                                              in_attempts integer, in_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN in_id IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pyqueue_message m
+                    WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key
+                      AND m.p_kind::text = in_kind AND m.id = in_id AND m.attempts = in_attempts
+                      AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now);
+END;
+$$;
+
+-- pyqueue__limit_claim: takes a free slot of (in_queue, in_kind) for the
+-- message in_id about to be reserved for the (in_attempts + 1)-th time; false
+-- when every slot is busy. in_taken: messages admitted earlier in the same
+-- lock pass (their reservation is not written yet, so their slots look free).
+-- Slots are locked FOR UPDATE SKIP LOCKED (a slot another reserver is taking
+-- counts as busy) and the holder is checked by a statement that starts after
+-- the lock is held: under READ COMMITTED it sees the latest committed state;
+-- under REPEATABLE READ a slot changed since the snapshot raises 40001.
+-- Slots numbered above the capacity hold reservations made before the limit
+-- was lowered: a free slot goes to such a live holder first (the dead ones
+-- are deleted), and while one of them is locked by another transaction the
+-- free slot counts as busy, so never more than the capacity are held.
+-- Never waits for a lock.
+CREATE OR REPLACE FUNCTION pyqueue__limit_claim(in_queue text, in_kind text, in_id bigint, in_key text,
+                                                in_attempts integer, in_now timestamptz, in_taken bigint[])
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_capacity integer;
+    v_slot     record;
+    v_extra    record;
+    v_free     boolean;
+BEGIN
+    SELECT l.capacity INTO v_capacity
+      FROM pyqueue_limit l
+     WHERE l.queue_name::text = in_queue AND l.p_kind::text = in_kind;
+    FOR v_slot IN
+        SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= v_capacity
+         ORDER BY s.slot_no
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        v_free := v_slot.msg_id IS NULL
+                  OR (v_slot.msg_id <> ALL (in_taken)
+                      AND NOT pyqueue__slot_held(in_queue, in_kind, v_slot.msg_key::text, v_slot.msg_id,
+                                                 v_slot.msg_attempts, in_now));
+        IF v_free THEN
+            FOR v_extra IN
+                SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
+                  FROM pyqueue_limit_slot s
+                 WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > v_capacity
+                 ORDER BY s.slot_no
+                   FOR UPDATE SKIP LOCKED
+            LOOP
+                DELETE FROM pyqueue_limit_slot
+                 WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_extra.slot_no;
+                IF pyqueue__slot_held(in_queue, in_kind, v_extra.msg_key::text, v_extra.msg_id,
+                                      v_extra.msg_attempts, in_now) THEN
+                    UPDATE pyqueue_limit_slot
+                       SET msg_id = v_extra.msg_id, msg_key = v_extra.msg_key,
+                           msg_attempts = v_extra.msg_attempts
+                     WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_slot.slot_no;
+                    v_free := false;
+                    EXIT;
+                END IF;
+            END LOOP;
+            IF v_free AND EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                                   WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+                                     AND s.slot_no > v_capacity) THEN
+                v_free := false;  -- another transaction holds one of them: count it as a holder
+            END IF;
+        END IF;
+        IF v_free THEN
+            UPDATE pyqueue_limit_slot
+               SET msg_id = in_id, msg_key = in_key, msg_attempts = in_attempts + 1
+             WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_slot.slot_no;
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END;
+$$;
+
+-- pyqueue__lock_ready_limited: pyqueue__lock_ready for a queue that has
+-- limits. Same order and locking; a candidate of a limited kind is admitted
+-- only with a slot, and a kind found full is skipped for the rest of the
+-- pass, except for candidates that have had max_attempts deliveries: they
+-- are admitted without a slot (the reserve dead-letters them, it delivers
+-- nothing), so that a full kind cannot hold an exhausted message back.
+CREATE OR REPLACE FUNCTION pyqueue__lock_ready_limited(in_queue text, in_now timestamptz, in_n integer,
+                                                       in_kinds text[])
+RETURNS TABLE (c_key varchar, c_kind varchar, c_attempts integer)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_limited  text[];
+    v_full     text[] := '{}';
+    v_seen     bigint[] := '{}';
+    v_taken    bigint[] := '{}';
+    v_max      integer;
+    v_priority integer;
+    v_left     integer := in_n;
+    v_skipped  boolean;
+    r          record;
+BEGIN
+    SELECT coalesce(pg_catalog.array_agg(l.p_kind::text), '{}') INTO v_limited
+      FROM pyqueue_limit l WHERE l.queue_name::text = in_queue;
+    SELECT q.max_attempts INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
+    SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
+    WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
+        LOOP
+            v_skipped := false;
+            FOR r IN
+                SELECT m.id, m.p_key, m.p_kind, m.attempts
+                  FROM pyqueue_message m
+                 WHERE m.queue_name::text = in_queue
+                   AND m.priority = v_priority
+                   AND m.scheduled_at <= in_now
+                   AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                   AND (m.p_kind::text <> ALL (v_full) OR m.attempts >= v_max)
+                   AND m.id <> ALL (v_seen)
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT v_left
+                   FOR UPDATE SKIP LOCKED
+            LOOP
+                v_seen := pg_catalog.array_append(v_seen, r.id);
+                IF r.attempts >= v_max THEN
+                    NULL;  -- to be dead-lettered: needs no slot
+                ELSIF r.p_kind::text = ANY (v_full) THEN
+                    v_skipped := true;
+                    CONTINUE;
+                ELSIF r.p_kind::text = ANY (v_limited)
+                      AND NOT pyqueue__limit_claim(in_queue, r.p_kind::text, r.id, r.p_key::text, r.attempts,
+                                                   in_now, v_taken) THEN
+                    v_full := pg_catalog.array_append(v_full, r.p_kind::text);
+                    v_skipped := true;
+                    CONTINUE;
+                ELSE
+                    v_taken := pg_catalog.array_append(v_taken, r.id);
+                END IF;
+                c_key := r.p_key;
+                c_kind := r.p_kind;
+                c_attempts := r.attempts;
+                RETURN NEXT;
+                v_left := v_left - 1;
+            END LOOP;
+            EXIT WHEN NOT v_skipped OR v_left <= 0;
+        END LOOP;
+        SELECT pg_catalog.max(m.priority) INTO v_priority
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
+    END LOOP;
+END;
+$$;
+
+-- pyqueue__limit_renew: called by queue_extend before it extends; true when
+-- the kind has no limit or the reservation still holds its slot (the slot
+-- row is then locked and touched, so a reserver cannot take it over until
+-- this transaction ends, and a REPEATABLE READ reserver that saw the old
+-- version gets 40001). False when the slot went to another reservation after
+-- this one expired: the extend then fails.
+CREATE OR REPLACE FUNCTION pyqueue__limit_renew(in_queue text, in_key text, in_kind text, in_token uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_id       bigint;
+    v_attempts integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue AND l.p_kind::text = in_kind) THEN
+        RETURN true;
+    END IF;
+    SELECT m.id, m.attempts INTO v_id, v_attempts
+      FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind AND m.reserve_token = in_token;
+    IF NOT FOUND THEN
+        RETURN true;  -- the extend itself finds nothing and answers NULL
+    END IF;
+    UPDATE pyqueue_limit_slot
+       SET msg_attempts = msg_attempts
+     WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND msg_id = v_id AND msg_attempts = v_attempts;
+    RETURN FOUND;
+END;
+$$;
+
+-- pyqueue__check_worker: raises unless a worker id and secret are given and
+-- the id is a possible one (heartbeat, deregister).
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_worker(in_worker_id bigint, in_secret uuid)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_worker_id IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    IF in_worker_id < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker_id must be a whole number from 1 to 9223372036854775807'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_secret IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: secret must not be NULL' USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
+-- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
+-- comma lists of those. Raises invalid_argument with the field's name.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__cron_field(in_field text, in_name text, in_min integer, in_max integer)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_part text;
+    v_m    text[];
+    v_lo   integer;
+    v_hi   integer;
+    v_step integer;
+    v_mask bigint := 0;
+    v_i    integer;
+BEGIN
+    FOREACH v_part IN ARRAY pg_catalog.string_to_array(in_field, ',') LOOP
+        v_m := pg_catalog.regexp_match(v_part, '^(\*|([0-9]{1,2})(-([0-9]{1,2}))?)(/([0-9]{1,2}))?$');
+        IF v_m IS NULL THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: cron % field "%" is not *, n, a-b, */s, a/s or a-b/s (lists with commas)',
+                in_name, in_field USING ERRCODE = '22023';
+        END IF;
+        IF v_m[1] = '*' THEN
+            v_lo := in_min; v_hi := in_max;
+        ELSE
+            v_lo := v_m[2]::integer;
+            v_hi := coalesce(v_m[4]::integer, CASE WHEN v_m[6] IS NULL THEN v_lo ELSE in_max END);
+        END IF;
+        v_step := coalesce(v_m[6]::integer, 1);
+        IF v_lo < in_min OR v_hi > in_max OR v_lo > v_hi OR v_step < 1 THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: cron % field "%" is out of range %-% (or a-b with a > b, or step 0)',
+                in_name, in_field, in_min, in_max USING ERRCODE = '22023';
+        END IF;
+        v_i := v_lo;
+        WHILE v_i <= v_hi LOOP
+            v_mask := v_mask | (1::bigint << v_i);
+            v_i := v_i + v_step;
+        END LOOP;
+    END LOOP;
+    RETURN v_mask;
+END;
+$$;
+
+-- pyqueue__cron_next: the first minute strictly after in_after (UTC) that
+-- matches the 5-field cron expression (minute hour day-of-month month
+-- day-of-week; day-of-week 0-7, 0 and 7 = Sunday; when both day fields are
+-- restricted a day matching either matches, as in Vixie cron). Computed with
+-- set operations: the first matching day among the next 8 years of days,
+-- then the first matching minute of that day; never minute by minute.
+-- Raises invalid_argument for a malformed expression or one that never matches.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__cron_next(in_cron text, in_after timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_f       text[];
+    v_min     bigint;
+    v_hour    bigint;
+    v_dom     bigint;
+    v_mon     bigint;
+    v_dow     bigint;
+    v_or      boolean;
+    v_t       timestamp;
+    v_day     date;
+    v_mod     integer;
+    v_first   integer;
+BEGIN
+    IF in_cron IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    v_f := pg_catalog.regexp_split_to_array(pg_catalog.btrim(in_cron, ' '), ' +');
+    IF pg_catalog.cardinality(v_f) <> 5 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron must have 5 fields (minute hour day-of-month month day-of-week), got "%"',
+            in_cron USING ERRCODE = '22023';
+    END IF;
+    v_min  := pyqueue__cron_field(v_f[1], 'minute', 0, 59);
+    v_hour := pyqueue__cron_field(v_f[2], 'hour', 0, 23);
+    v_dom  := pyqueue__cron_field(v_f[3], 'day-of-month', 1, 31);
+    v_mon  := pyqueue__cron_field(v_f[4], 'month', 1, 12);
+    v_dow  := pyqueue__cron_field(v_f[5], 'day-of-week', 0, 7);
+    IF v_dow & 128::bigint <> 0 THEN
+        v_dow := (v_dow | 1::bigint) & 127::bigint;
+    END IF;
+    v_or := pg_catalog.left(v_f[3], 1) <> '*' AND pg_catalog.left(v_f[5], 1) <> '*';
+    v_t := pg_catalog.date_trunc('minute', in_after AT TIME ZONE 'UTC') + interval '1 minute';
+    -- today: the first matching minute at or after v_t's minute of the day
+    v_mod := extract(hour FROM v_t)::integer * 60 + extract(minute FROM v_t)::integer;
+    SELECT pg_catalog.min(d) INTO v_day
+      FROM (SELECT v_t::date + i AS d FROM pg_catalog.generate_series(0, 366 * 8) AS i) AS days
+     WHERE (v_mon >> extract(month FROM d)::integer) & 1::bigint = 1
+       AND CASE WHEN v_or THEN (v_dom >> extract(day FROM d)::integer) & 1::bigint = 1
+                             OR (v_dow >> extract(dow FROM d)::integer) & 1::bigint = 1
+                ELSE (v_dom >> extract(day FROM d)::integer) & 1::bigint = 1
+                 AND (v_dow >> extract(dow FROM d)::integer) & 1::bigint = 1 END
+       AND (d > v_t::date
+            OR EXISTS (SELECT 1 FROM pg_catalog.generate_series(0, 23) h, pg_catalog.generate_series(0, 59) mi
+                        WHERE (v_hour >> h) & 1::bigint = 1 AND (v_min >> mi) & 1::bigint = 1 AND h * 60 + mi >= v_mod));
+    IF v_day IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron "%" matches no day in the next 8 years', in_cron
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT pg_catalog.min(h * 60 + mi) INTO v_first
+      FROM pg_catalog.generate_series(0, 23) h, pg_catalog.generate_series(0, 59) mi
+     WHERE (v_hour >> h) & 1::bigint = 1 AND (v_min >> mi) & 1::bigint = 1
+       AND (v_day > v_t::date OR h * 60 + mi >= v_mod);
+    RETURN (v_day + pg_catalog.make_interval(mins => v_first)) AT TIME ZONE 'UTC';
+END;
+$$;
+
+-- pyqueue__schedule_key: the message key of the occurrence at in_at.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__schedule_key(in_key text, in_at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT in_key || '@' || pg_catalog.to_char(in_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') $$;
+
+-- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
+-- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
+-- pyqueue__cron_next.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__schedule_after(in_every_s bigint, in_cron text, in_after timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF in_every_s IS NOT NULL THEN
+        RETURN pg_catalog.to_timestamp((pg_catalog.floor(extract(epoch FROM in_after) / in_every_s::numeric) + 1::numeric)
+                                       * in_every_s::numeric);
+    END IF;
+    RETURN pyqueue__cron_next(in_cron, in_after);
+END;
+$$;
+
+-- pyqueue__schedule_next: called by queue_commit after it deleted a message.
+-- When the message was the pending occurrence of a schedule (key = p_key @
+-- next_at), advances next_at past now and pushes that occurrence, in the
+-- caller's transaction. The schedule row is locked and next_at re-checked,
+-- so of two commits racing for the same occurrence only one advances it
+-- (and the occurrence key makes a duplicate push a no-op anyway).
+CREATE OR REPLACE FUNCTION pyqueue__schedule_next(in_queue text, in_key text, in_kind text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_sched pyqueue_schedule;
+    v_at    timestamptz;
+    v_next  timestamptz;
+BEGIN
+    IF pg_catalog.length(in_key) < 22 OR pg_catalog.right(in_key, 21) NOT SIMILAR TO '@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z' THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_sched FROM pyqueue_schedule s
+     WHERE s.queue_name::text = in_queue AND s.p_key::text = pg_catalog.left(in_key, -21) AND s.p_kind::text = in_kind
+       FOR UPDATE;
+    IF NOT FOUND OR pyqueue__schedule_key(v_sched.p_key::text, v_sched.next_at) <> in_key THEN
+        RETURN;
+    END IF;
+    v_next := pyqueue__schedule_after(v_sched.every_s, v_sched.cron::text, greatest(v_sched.next_at, pg_catalog.clock_timestamp()));
+    UPDATE pyqueue_schedule SET next_at = v_next
+     WHERE queue_name::text = in_queue AND p_key::text = v_sched.p_key::text AND p_kind::text = in_kind;
+    PERFORM queue_push(in_queue, pyqueue__schedule_key(v_sched.p_key::text, v_next), in_kind, v_sched.payload, v_next,
+                       NULL::integer);
+END;
+$$;
+
+-- pyqueue__schedule: creates or replaces a schedule and pushes its first
+-- occurrence (the next one after now). A pending occurrence of the replaced
+-- schedule is removed unless it is reserved (then it runs, and its commit
+-- pushes nothing since it is no longer the pending one).
+-- Locks: a key-share lock on the queue row, the schedule row, the replaced
+-- pending occurrence, then the new occurrence as queue_push.
+CREATE OR REPLACE FUNCTION pyqueue__schedule(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                             in_every_s bigint, in_cron text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now  timestamptz := pg_catalog.clock_timestamp();
+    v_next timestamptz;
+    v_old  timestamptz;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_key', in_key, 234);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    v_next := pyqueue__schedule_after(in_every_s, in_cron, v_now);
+    SELECT s.next_at INTO v_old FROM pyqueue_schedule s
+     WHERE s.queue_name::text = in_queue AND s.p_key::text = in_key AND s.p_kind::text = in_kind FOR UPDATE;
+    IF FOUND THEN
+        DELETE FROM pyqueue_message
+         WHERE queue_name::text = in_queue AND p_key::text = pyqueue__schedule_key(in_key, v_old) AND p_kind::text = in_kind
+           AND reserve_token IS NULL;
+    END IF;
+    INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, in_every_s, in_cron, v_next, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
+       SET payload = EXCLUDED.payload, every_s = EXCLUDED.every_s, cron = EXCLUDED.cron,
+           next_at = EXCLUDED.next_at;
+    PERFORM queue_push(in_queue, pyqueue__schedule_key(in_key, v_next), in_kind, in_payload, v_next, NULL::integer);
+    RETURN v_next;
+END;
+$$;
+
+-- pyqueue__ingest: the statement-level AFTER INSERT trigger of queue_ingest.
+-- For the rows of one INSERT statement (the transition table pyqueue_new):
+--   1. key-share locks the queue rows they name (as queue_push: a racing
+--      queue_drop waits, or has won and the row is refused as unknown);
+--   2. refuses the whole statement when any row is bad, naming the first
+--      bad row (lowest ingest_id) and why: the same checks and codes as
+--      queue_push (NULL/empty/too long/space-ended names, unknown queue,
+--      NULL or non-JSON payload, infinite run_at, priority not a whole
+--      number in the integer range). JSON is checked by a cast inside a
+--      block that writes nothing (no subtransaction XID is used per
+--      statement, so long ingest transactions do not overflow the subxid cache);
+--   3. inserts the rows into pyqueue_message in one INSERT ... ON CONFLICT DO
+--      NOTHING in ingest order (duplicates of live messages, also within the
+--      statement, are skipped: the first wins);
+--   4. deletes its own rows from queue_ingest (ingest_id range; rows of
+--      concurrent uncommitted INSERTs in that range are invisible here and
+--      stay for their own trigger).
+-- run_at NULL = now, priority NULL = 0. Concurrency: as queue_push_batch;
+-- two transactions inserting the same new key wait for each other (the
+-- unique index), so overlapping appends in opposite orders can deadlock: one
+-- fails with 40P01 and, retried (Spark retries the task), dedup absorbs what
+-- the other already enqueued.
+CREATE OR REPLACE FUNCTION pyqueue__ingest()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_key    text;
+    v_code   text;
+    v_reason text;
+    v_min    bigint;
+    v_max    bigint;
+    v_row    record;
+    v_ready  text[];
+    v_tag    text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
+    v_added  bigint;
+    v_queue  text;
+BEGIN
+    PERFORM 1 FROM pyqueue_queue q
+     WHERE q.queue_name::text IN (SELECT DISTINCT r.queue_name FROM pyqueue_new r)
+     ORDER BY q.queue_name
+       FOR KEY SHARE OF q;
+    SELECT b.p_key, b.reason INTO v_key, v_reason
+      FROM (SELECT r.ingest_id, r.p_key,
+                   CASE WHEN r.queue_name IS NULL OR r.queue_name::text = '' THEN 'queue_name must not be NULL or empty'
+                        WHEN pg_catalog.length(r.queue_name) > 128 THEN 'queue_name is longer than 128 characters'
+                        WHEN pg_catalog.right(r.queue_name, 1) = ' ' THEN 'queue_name must not end with a space'
+                        WHEN r.p_key IS NULL OR r.p_key::text = '' THEN 'p_key must not be NULL or empty'
+                        WHEN pg_catalog.length(r.p_key) > 255 THEN 'p_key is longer than 255 characters'
+                        WHEN pg_catalog.right(r.p_key, 1) = ' ' THEN 'p_key must not end with a space'
+                        WHEN r.p_kind IS NULL OR r.p_kind::text = '' THEN 'p_kind must not be NULL or empty'
+                        WHEN pg_catalog.length(r.p_kind) > 128 THEN 'p_kind is longer than 128 characters'
+                        WHEN pg_catalog.right(r.p_kind, 1) = ' ' THEN 'p_kind must not end with a space'
+                        WHEN q.queue_name IS NULL THEN pg_catalog.format('queue "%s" does not exist', r.queue_name)
+                        WHEN r.payload IS NULL THEN 'payload must not be NULL (use the JSON value null)'
+                        WHEN NOT pg_catalog.isfinite(coalesce(r.run_at, v_now)) THEN 'run_at must be a finite time'
+                        WHEN r.priority <> pg_catalog.trunc(r.priority) OR r.priority < -2147483648::numeric OR r.priority > 2147483647::numeric
+                             THEN 'priority must be a whole number from -2147483648 to 2147483647'
+                   END AS reason
+              FROM pyqueue_new r
+              LEFT JOIN pyqueue_queue q ON q.queue_name::text = r.queue_name::text) b
+     WHERE b.reason IS NOT NULL
+     ORDER BY b.ingest_id
+     LIMIT 1;
+    IF v_reason IS NOT NULL THEN
+        v_code := CASE WHEN v_reason LIKE 'queue "%' THEN 'unknown_queue'
+                       WHEN v_reason LIKE 'payload%' THEN 'invalid_payload'
+                       ELSE 'invalid_argument' END;
+        RAISE EXCEPTION 'pyqueue:%: queue_ingest row with p_key %: %', v_code,
+                        coalesce(pg_catalog.quote_literal(v_key), 'NULL'), v_reason
+            USING ERRCODE = CASE v_code WHEN 'unknown_queue' THEN 'P0002' ELSE '22023' END;
+    END IF;
+    BEGIN
+        PERFORM pg_catalog.count(r.payload::jsonb) FROM pyqueue_new r;
+    EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
+        FOR v_row IN SELECT r.ingest_id, r.p_key, r.payload FROM pyqueue_new r ORDER BY r.ingest_id LOOP
+            BEGIN
+                PERFORM v_row.payload::jsonb;
+            EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
+                RAISE EXCEPTION 'pyqueue:invalid_payload: queue_ingest row with p_key %: payload is not valid JSON (%)',
+                                coalesce(pg_catalog.quote_literal(v_row.p_key), 'NULL'), SQLERRM
+                    USING ERRCODE = '22023';
+            END;
+        END LOOP;
+        RAISE;
+    END;
+    WITH ins AS (
+        INSERT INTO pyqueue_message
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at)
+        SELECT r.queue_name, r.p_key, r.p_kind, r.payload::jsonb, coalesce(r.priority, 0)::integer,
+               coalesce(r.run_at, v_now), coalesce(r.run_at, v_now), v_now
+          FROM pyqueue_new r
+         ORDER BY r.ingest_id
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING queue_name, scheduled_at
+    )
+    SELECT pg_catalog.array_agg(DISTINCT i.queue_name::text ORDER BY i.queue_name::text)
+               FILTER (WHERE i.scheduled_at <= v_now),
+           pg_catalog.count(*)
+      INTO v_ready, v_added
+      FROM ins i;
+    -- Wakeups: once per queue per statement, for the queues that got rows
+    -- ready now (inserted, not skipped as duplicates).
+    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP
+        PERFORM pyqueue__notify(v_queue);
+    END LOOP;
+    -- The tally of a tagged session (see pyqueue_ingest_tally): rows inserted and
+    -- rows skipped as duplicates by this statement.
+    IF pg_catalog.length(v_tag) BETWEEN 1 AND 128 THEN
+        INSERT INTO pyqueue_ingest_tally (tag, enqueued, duplicates)
+        SELECT v_tag, v_added, pg_catalog.count(*) - v_added FROM pyqueue_new;
+    END IF;
+    SELECT pg_catalog.min(r.ingest_id), pg_catalog.max(r.ingest_id) INTO v_min, v_max FROM pyqueue_new r;
+    DELETE FROM queue_ingest WHERE ingest_id BETWEEN v_min AND v_max;
+    RETURN NULL;
+END;
+$$;
+-- queue_ingest_enqueue: runs pyqueue__ingest (helpers) once per INSERT
+-- statement on queue_ingest, with the statement's rows as the transition
+-- table pyqueue_new. Locks: as pyqueue__ingest.
+CREATE OR REPLACE TRIGGER queue_ingest_enqueue
+    AFTER INSERT ON queue_ingest
+    REFERENCING NEW TABLE AS pyqueue_new
+    FOR EACH STATEMENT EXECUTE FUNCTION pyqueue__ingest();
+
+-- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts,
+-- no dead-letter queue, no history) or changes the settings given (not NULL)
+-- of an existing one; a NULL leaves that setting as it is (queue_reset_setting
+-- sets one back to its default). Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_create(
+    in_queue              text,
+    in_visibility_timeout interval DEFAULT NULL,
+    in_max_attempts       integer  DEFAULT NULL,
+    in_dead_letter_queue  text     DEFAULT NULL,
+    in_history_retention  interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    PERFORM pyqueue__check_duration('visibility_timeout', in_visibility_timeout, true);
+    PERFORM pyqueue__check_duration('history_retention', in_history_retention, false);
+    IF in_max_attempts IS NOT NULL AND in_max_attempts < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: max_attempts must be at least 1'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_dead_letter_queue IS NOT NULL THEN
+        IF in_dead_letter_queue = in_queue THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: a queue cannot be its own dead_letter_queue'
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM pyqueue__check_name('dead_letter_queue', in_dead_letter_queue, 128);
+        PERFORM pyqueue__queue(in_dead_letter_queue, true);
+    END IF;
+    INSERT INTO pyqueue_queue AS q
+           (queue_name, visibility_timeout, max_attempts, dead_letter_queue, history_retention)
+    VALUES (in_queue,
+            coalesce(in_visibility_timeout, interval '30 seconds'),
+            coalesce(in_max_attempts, 10),
+            in_dead_letter_queue,
+            in_history_retention)
+    ON CONFLICT (queue_name) DO UPDATE
+       SET visibility_timeout = coalesce(in_visibility_timeout, q.visibility_timeout),
+           max_attempts       = coalesce(in_max_attempts, q.max_attempts),
+           dead_letter_queue  = coalesce(in_dead_letter_queue, q.dead_letter_queue),
+           history_retention  = coalesce(in_history_retention, q.history_retention);
+END;
+$$;
+
+-- queue_reset_setting: sets one setting of a queue back to its default:
+-- 'visibility_timeout' (30 s), 'max_attempts' (10), 'dead_letter_queue'
+-- (none) or 'history_retention' (none, keep no history). Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_reset_setting(in_queue text, in_setting text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    IF in_setting IS NULL OR in_setting NOT IN ('visibility_timeout', 'max_attempts', 'dead_letter_queue',
+                                                'history_retention') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pyqueue_queue q
+       SET visibility_timeout = CASE WHEN in_setting = 'visibility_timeout' THEN interval '30 seconds'
+                                     ELSE q.visibility_timeout END,
+           max_attempts       = CASE WHEN in_setting = 'max_attempts' THEN 10 ELSE q.max_attempts END,
+           dead_letter_queue  = CASE WHEN in_setting = 'dead_letter_queue' THEN NULL
+                                     ELSE q.dead_letter_queue END,
+           history_retention  = CASE WHEN in_setting = 'history_retention' THEN NULL
+                                     ELSE q.history_retention END
+     WHERE q.queue_name::text = in_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
+    END IF;
+END;
+$$;
+
+-- queue_settings: the settings of a queue (every queue when NULL), by name:
+-- visibility_timeout, max_attempts, dead_letter_queue, history_retention,
+-- paused and notify_window (the wakeup throttle; 50 ms unless set). Reads
+-- without locks.
+CREATE OR REPLACE FUNCTION queue_settings(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, visibility_timeout interval, max_attempts integer, dead_letter_queue text,
+               history_retention interval, paused boolean, notify_window interval)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT q.queue_name::text, q.visibility_timeout, q.max_attempts, q.dead_letter_queue::text,
+               q.history_retention, q.paused, coalesce(n.notify_window, interval '50 milliseconds')
+          FROM pyqueue_queue q
+          LEFT JOIN pyqueue_notify n ON n.queue_name::text = q.queue_name::text
+         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
+         ORDER BY q.queue_name::text;
+END;
+$$;
+
+-- queue_drop: deletes the queue and all its messages. Refuses while another
+-- queue names it as dead-letter queue. Locks the queue's messages first (key
+-- order), then the queue row: the order in which a commit, rollback or
+-- reserve that dead-letters takes them (message, then queue row), so that a
+-- drop racing them waits instead of deadlocking.
+CREATE OR REPLACE FUNCTION queue_drop(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_user text;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    SELECT q.queue_name::text INTO v_user FROM pyqueue_queue q WHERE q.dead_letter_queue::text = in_queue LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: queue "%" is the dead_letter_queue of "%"', in_queue, v_user
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM 1 FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue
+     ORDER BY m.p_key, m.p_kind
+       FOR UPDATE;
+    DELETE FROM pyqueue_queue WHERE queue_name::text = in_queue;  -- messages go by ON DELETE CASCADE
+END;
+$$;
+
+-- queue_pause: pop and reserve hand out nothing until queue_resume.
+-- Pushes, commits and rollbacks still work.
+-- Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_pause(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    UPDATE pyqueue_queue SET paused = true WHERE queue_name::text = in_queue;
+END;
+$$;
+
+-- queue_resume: undoes queue_pause. Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_resume(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    UPDATE pyqueue_queue SET paused = false WHERE queue_name::text = in_queue;
+END;
+$$;
+
+-- queue_stats: one row per queue (all queues when in_queue is NULL).
+-- ready: eligible now; delayed: scheduled later and not reserved; reserved:
+-- held by a reservation that has not expired; dead: messages that exhausted
+-- max_attempts in this queue so far; oldest_ready_age_s: how long the oldest
+-- ready message has been eligible (NULL when none). Reads without locks.
+CREATE OR REPLACE FUNCTION queue_stats(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, ready bigint, delayed bigint, reserved bigint, dead bigint,
+               oldest_ready_age_s double precision, paused boolean)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT q.queue_name::text,
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at <= v_now),
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NULL),
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NOT NULL),
+               q.dead_count,
+               extract(epoch FROM v_now - pg_catalog.min(m.scheduled_at) FILTER (WHERE m.scheduled_at <= v_now))::double precision,
+               q.paused
+          FROM pyqueue_queue q
+          LEFT JOIN pyqueue_message m ON m.queue_name::text = q.queue_name::text
+         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
+         GROUP BY q.queue_name, q.dead_count, q.paused
+         ORDER BY q.queue_name;
+END;
+$$;
+
+-- queue_push: inserts one message; false when a live message with the same
+-- (queue, p_key, p_kind) exists (dedup, the existing one is untouched).
+-- Takes a key-share lock on the queue row (blocks only queue_drop) and the
+-- unique-index entry of the new row.
+CREATE OR REPLACE FUNCTION queue_push(
+    in_queue    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz DEFAULT NULL,
+    in_priority integer     DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_at  timestamptz;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    v_at := coalesce(in_run_at, v_now);
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    IF FOUND AND v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_push_batch: inserts many messages in one statement; returns how many
+-- were new (duplicates, also within the batch, are skipped). Arrays must have
+-- the same length; in_run_ats / in_priorities may be NULL (all defaults) or
+-- hold NULL elements. Any invalid element refuses the whole batch.
+-- Locks: as queue_push, for every new row (in key order, see below).
+CREATE OR REPLACE FUNCTION queue_push_batch(
+    in_queue      text,
+    in_keys       text[],
+    in_kinds      text[],
+    in_payloads   jsonb[],
+    in_run_ats    timestamptz[] DEFAULT NULL,
+    in_priorities integer[]     DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_n     integer;
+    v_count integer;
+    v_bad   integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    IF in_keys IS NULL OR in_kinds IS NULL OR in_payloads IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and payloads must not be NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := coalesce(pg_catalog.cardinality(in_keys), 0);
+    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_payloads) > 1
+       OR pg_catalog.array_ndims(in_run_ats) > 1 OR pg_catalog.array_ndims(in_priorities) > 1
+       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_payloads) <> v_n
+       OR (in_run_ats IS NOT NULL AND pg_catalog.cardinality(in_run_ats) <> v_n)
+       OR (in_priorities IS NOT NULL AND pg_catalog.cardinality(in_priorities) <> v_n) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds, payloads, run_ats and priorities must have the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT pg_catalog.min(i) INTO v_bad
+      FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
+     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR pg_catalog.length(in_keys[i]) > 255 OR pg_catalog.right(in_keys[i], 1) = ' '
+        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR pg_catalog.length(in_kinds[i]) > 128 OR pg_catalog.right(in_kinds[i], 1) = ' '
+        OR in_payloads[i] IS NULL
+        OR NOT pg_catalog.isfinite(coalesce(in_run_ats[i], v_now));
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, a NULL payload or an infinite run_at', v_bad
+            USING ERRCODE = '22023';
+    END IF;
+    -- Ids are drawn in array order (FIFO within the batch), but rows are
+    -- inserted in key order: two batches with overlapping keys then take
+    -- their unique-index entries in the same order and cannot deadlock.
+    WITH batch AS MATERIALIZED (
+        SELECT b.k, b.kd, b.pl, b.ra, b.pr,
+               pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')) AS new_id
+          FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                          pg_catalog.unnest(in_payloads),
+                          pg_catalog.unnest(coalesce(in_run_ats, pg_catalog.array_fill(NULL::timestamptz, ARRAY[v_n]))),
+                          pg_catalog.unnest(coalesce(in_priorities, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))))
+               WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
+    )
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, id)
+    OVERRIDING SYSTEM VALUE
+    SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
+           coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
+      FROM batch b
+     ORDER BY b.k, b.kd
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 AND (in_run_ats IS NULL OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_run_ats) r WHERE r IS NULL OR r <= v_now)) THEN
+        PERFORM pyqueue__notify(in_queue);  -- one wakeup per statement, for ready-now rows
+    END IF;
+    RETURN v_count;
+END;
+$$;
+
+-- queue_push_replace: queue_push that replaces instead of skipping (debounce,
+-- graphile-worker's job_key "replace" mode). Returns
+--   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
+--   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
+--               got the new payload, run_at and priority, attempts 0 and no
+--               reservation (an expired holder's commit then returns false);
+--   'reserved'  one is held by a live reservation: left alone, nothing pushed.
+-- created_at and the FIFO position among equal run_at are kept on replace.
+-- Locks: a key-share lock on the queue row and the message row.
+CREATE OR REPLACE FUNCTION queue_push_replace(
+    in_queue    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz DEFAULT NULL,
+    in_priority integer     DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now      timestamptz := pg_catalog.clock_timestamp();
+    v_at       timestamptz;
+    v_inserted boolean;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    v_at := coalesce(in_run_at, v_now);
+    INSERT INTO pyqueue_message AS m
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
+       SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
+           scheduled_at = EXCLUDED.scheduled_at, scheduled_at_initially = EXCLUDED.scheduled_at,
+           attempts = 0, reserved_by = NULL, reserve_token = NULL
+     WHERE m.reserve_token IS NULL OR m.scheduled_at <= v_now
+    RETURNING (m.xmax = 0) INTO v_inserted;
+    IF v_inserted IS NULL THEN
+        RETURN 'reserved';
+    END IF;
+    IF v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
+    RETURN CASE WHEN v_inserted THEN 'inserted' ELSE 'replaced' END;
+END;
+$$;
+
+-- queue_pop: removes and returns up to in_n ready messages (at-most-once).
+-- Locks the chosen rows with SKIP LOCKED; nothing when the queue is paused.
+CREATE OR REPLACE FUNCTION queue_pop(in_queue text, in_n integer DEFAULT 1)
+RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
+               attempts integer, created_at timestamptz)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    IF v_queue.paused THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        WITH picked AS (
+            SELECT c.c_key, c.c_kind, c.ord
+              FROM pyqueue__lock_ready(in_queue, v_now, coalesce(in_n, 1), NULL)
+                   WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord)
+        ), gone AS (
+            DELETE FROM pyqueue_message m
+             USING picked
+             WHERE m.queue_name::text = in_queue AND m.p_key::text = picked.c_key::text AND m.p_kind::text = picked.c_kind::text
+            RETURNING picked.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at,
+                      m.reserved_by, m.last_error
+        ), archived AS (
+            INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                         created_at, processed_at, outcome, reserved_by, last_error)
+            SELECT in_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
+                   v_now, 'popped', g.reserved_by, g.last_error
+              FROM gone g WHERE v_queue.history_retention IS NOT NULL
+        )
+        SELECT g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at
+          FROM gone g ORDER BY g.ord;
+END;
+$$;
+
+-- queue_reserve: hands out up to in_n ready messages, each invisible to others
+-- until in_timeout (NULL = the queue's visibility_timeout) passes, with a fresh
+-- token per message. Rows come highest priority first, FIFO within one.
+-- A message whose expired reservation was its last allowed delivery is
+-- dead-lettered instead of delivered again. Locks with SKIP LOCKED: concurrent
+-- reservers never wait on each other and never share a message.
+CREATE OR REPLACE FUNCTION queue_reserve(
+    in_queue   text,
+    in_worker  text     DEFAULT NULL,
+    in_timeout interval DEFAULT NULL,
+    in_n       integer  DEFAULT 1,
+    in_kinds   text[]   DEFAULT NULL)
+RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, token uuid, priority integer,
+               attempts integer, created_at timestamptz, scheduled_at_initially timestamptz)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue   pyqueue_queue := pyqueue__queue(in_queue);
+    v_now     timestamptz := pg_catalog.clock_timestamp();
+    v_until   timestamptz;
+    v_left    integer := coalesce(in_n, 1);
+    v_got      integer;
+    v_ndead    integer;
+    v_keys     text[];
+    v_kinds    text[];
+    v_attempts integer[];
+    v_i        integer;
+BEGIN
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_worker IS NOT NULL AND pg_catalog.length(in_worker) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_queue.paused THEN
+        RETURN;
+    END IF;
+    v_until := v_now + coalesce(in_timeout, v_queue.visibility_timeout);
+    LOOP
+        SELECT pg_catalog.array_agg(c.c_key::text ORDER BY c.ord), pg_catalog.array_agg(c.c_kind::text ORDER BY c.ord),
+               pg_catalog.array_agg(c.c_attempts ORDER BY c.ord)
+          INTO v_keys, v_kinds, v_attempts
+          FROM pyqueue__lock_ready(in_queue, v_now, v_left, in_kinds)
+               WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord);
+        v_got := coalesce(pg_catalog.cardinality(v_keys), 0);
+        EXIT WHEN v_got = 0;
+        v_ndead := 0;
+        FOR v_i IN 1 .. v_got LOOP
+            IF v_attempts[v_i] >= v_queue.max_attempts THEN
+                PERFORM pyqueue__dead_letter(v_queue, v_keys[v_i], v_kinds[v_i], v_now);
+                v_ndead := v_ndead + 1;
+            END IF;
+        END LOOP;
+        RETURN QUERY
+            WITH taken AS (
+                UPDATE pyqueue_message m
+                   SET scheduled_at  = v_until,
+                       attempts      = m.attempts + 1,
+                       reserved_by   = in_worker,
+                       reserve_token = pg_catalog.gen_random_uuid()
+                  FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_kinds), pg_catalog.unnest(v_attempts))
+                       WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord)
+                 WHERE m.queue_name::text = in_queue AND m.p_key::text = c.c_key::text AND m.p_kind::text = c.c_kind::text
+                   AND c.c_attempts < v_queue.max_attempts
+                RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
+                          m.attempts, m.created_at, m.scheduled_at_initially
+            )
+            SELECT t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority, t.attempts,
+                   t.created_at, t.scheduled_at_initially
+              FROM taken t ORDER BY t.ord;
+        v_left := v_left - (v_got - v_ndead);
+        -- Only dead letters can leave slots unfilled while ready rows remain.
+        EXIT WHEN v_ndead = 0 OR v_left <= 0;
+    END LOOP;
+END;
+$$;
+
+-- queue_commit: deletes the message if in_token still holds its reservation;
+-- false otherwise (expired and re-reserved, committed already, or removed).
+-- Locks the message row (and, for a schedule's pending occurrence, the
+-- schedule row).
+CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_msg   pyqueue_message;
+BEGIN
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    DELETE FROM pyqueue_message
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = in_token
+    RETURNING * INTO v_msg;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pyqueue__archive(v_queue, v_msg, 'committed', NULL, pg_catalog.clock_timestamp());
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
+        PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
+    END IF;
+    RETURN true;
+END;
+$$;
+
+-- queue_rollback: gives the message back, eligible again after in_delay
+-- (NULL = 0), its last_error left as it is. After max_attempts deliveries it
+-- goes to the dead-letter queue instead (dropped when the queue has none).
+-- False when the token no longer holds. Locks the message row (and the
+-- queue row when dead-lettering).
+CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind text, in_token uuid,
+                               in_delay interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, false, NULL) IS NOT NULL;
+END;
+$$;
+
+-- queue_fail: queue_rollback that also records in_error (NULL = no text;
+-- cut to its first 2000 characters) as the message's last_error, kept on its
+-- dead-letter copy and in its history. Returns 'retry' (eligible again after
+-- in_delay), 'dead_lettered' (moved to the dead-letter queue), 'dropped'
+-- (max_attempts reached, no dead-letter queue) or NULL when the token no
+-- longer holds. Locks as queue_rollback.
+CREATE OR REPLACE FUNCTION queue_fail(in_queue text, in_key text, in_kind text, in_token uuid,
+                                      in_delay interval DEFAULT NULL, in_error text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, true, in_error);
+END;
+$$;
+
+-- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the
+-- queue's visibility_timeout) and returns a new token (the old one stops
+-- working); NULL when in_token no longer holds.
+-- Locks the message row (for a kind with a limit, its slot row first).
+CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token uuid,
+                             in_timeout interval DEFAULT NULL)
+RETURNS uuid
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_token uuid;
+BEGIN
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- limits
+        RETURN NULL;
+    END IF;
+    UPDATE pyqueue_message
+       SET scheduled_at = pg_catalog.clock_timestamp() + coalesce(in_timeout, v_queue.visibility_timeout),
+           reserve_token = pg_catalog.gen_random_uuid()
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = in_token
+    RETURNING reserve_token INTO v_token;
+    RETURN v_token;
+END;
+$$;
+
+-- queue_move: in one step commits the reservation here and pushes the message
+-- to in_to_queue (payload NULL = unchanged, priority and last_error kept;
+-- attempts and the dead-letter origin reset, except for a move into the same
+-- queue, which keeps them, so that max_attempts still applies). If in_to_queue already
+-- holds a live message with the same key and kind, that one stays (dedup, as
+-- queue_push). False, and nothing changes, when the token no longer holds.
+-- Locks: a key-share lock on the target queue row, then the message row.
+CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token uuid,
+                           in_to_queue text, in_payload jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_msg   pyqueue_message;
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_same  boolean;
+BEGIN
+    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
+    PERFORM pyqueue__queue(in_to_queue, true);
+    v_same := in_to_queue = in_queue;
+    DELETE FROM pyqueue_message
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
+       AND reserve_token = in_token
+    RETURNING * INTO v_msg;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pyqueue__archive(v_queue, v_msg, 'moved', in_to_queue, v_now);
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts)
+    VALUES (in_to_queue, v_msg.p_key, v_msg.p_kind, coalesce(in_payload, v_msg.payload),
+            v_msg.priority, v_now, v_now, v_now,
+            CASE WHEN v_same THEN v_msg.attempts ELSE 0 END,
+            v_msg.last_error,
+            CASE WHEN v_same THEN v_msg.dead_from END,
+            CASE WHEN v_same THEN v_msg.dead_attempts END)
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;
+    RETURN true;
+END;
+$$;
+
+-- queue_remove: deletes a message whatever its state; false when absent.
+-- Locks the message row.
+CREATE OR REPLACE FUNCTION queue_remove(in_queue text, in_key text, in_kind text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    DELETE FROM pyqueue_message WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_channel: the NOTIFY channel a plain-SQL client LISTENs on for
+-- wakeups of in_queue (a push of a message that is ready now):
+--   SELECT queue_channel('jobs');  -- then LISTEN "<that name>";
+-- The name is fixed by the queue name alone. Raises unknown_queue. No locks.
+CREATE OR REPLACE FUNCTION queue_channel(in_queue text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    RETURN pyqueue__channel(in_queue);
+END;
+$$;
+
+-- queue_set_notify_window: sets the queue's wakeup throttle window: at most
+-- one NOTIFY per window (NULL = the default 50 ms; 0 = one per push
+-- statement). Locks the queue's pyqueue_notify row.
+CREATE OR REPLACE FUNCTION queue_set_notify_window(in_queue text, in_window interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_duration('window', in_window, false);
+    IF in_window > interval '1 hour' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: window must not exceed 1 hour' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_notify AS n (queue_name, notify_window)
+    VALUES (in_queue, coalesce(in_window, interval '50 milliseconds'))
+    ON CONFLICT (queue_name) DO UPDATE SET notify_window = EXCLUDED.notify_window;
+END;
+$$;
+
+-- queue_next_scheduled_at: when the next message of the queue (of one of
+-- in_kinds, NULL = any) becomes eligible: one row (next_scheduled_at,
+-- wait_s), wait_s = seconds from now, 0 when a message is ready already;
+-- both NULL when the queue holds no such message or is paused. Counts
+-- delayed messages and reservations (their expiry), so a worker that sleeps
+-- wait_s wakes when a delayed message or an expired reservation is due.
+-- Visits the first index entry of each priority. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_next_scheduled_at(in_queue text, in_kinds text[] DEFAULT NULL)
+RETURNS TABLE (next_scheduled_at timestamptz, wait_s double precision)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue    pyqueue_queue := pyqueue__queue(in_queue);
+    v_now      timestamptz := pg_catalog.clock_timestamp();
+    v_priority integer;
+    v_at       timestamptz;
+    v_next     timestamptz;
+BEGIN
+    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT v_queue.paused THEN
+        SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
+        WHILE v_priority IS NOT NULL LOOP
+            SELECT m.scheduled_at INTO v_at
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.priority = v_priority
+               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+             ORDER BY m.scheduled_at
+             LIMIT 1;
+            IF v_at IS NOT NULL AND (v_next IS NULL OR v_at < v_next) THEN
+                v_next := v_at;
+            END IF;
+            EXIT WHEN v_next <= v_now;
+            SELECT pg_catalog.max(m.priority) INTO v_priority
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
+        END LOOP;
+    END IF;
+    next_scheduled_at := v_next;
+    wait_s := CASE WHEN v_next IS NOT NULL THEN greatest(extract(epoch FROM v_next - v_now)::double precision, 0) END;
+    RETURN NEXT;
+END;
+$$;
+
+-- queue_wait: blocks until the queue has a message (of one of in_kinds, NULL
+-- = any) that is eligible now, or until in_timeout passes (NULL = 1 s, at
+-- most 1 hour); true when one is ready, false at the timeout. Checks every
+-- in_poll (NULL = 50 ms, at least 1 ms) and, when a delayed message or a
+-- reservation falls due before then, right at its time: a long poll held
+-- inside the server, one client round trip per wait, for clients without
+-- LISTEN. Each check is one queue_next_scheduled_at. Must run in autocommit
+-- or READ COMMITTED (a REPEATABLE READ snapshot never sees new messages).
+-- Takes no locks; keeps a connection busy while it waits.
+CREATE OR REPLACE FUNCTION queue_wait(in_queue text, in_kinds text[] DEFAULT NULL,
+                                      in_timeout interval DEFAULT NULL, in_poll interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_deadline timestamptz;
+    v_poll     double precision;
+    v_wait     double precision;
+    v_left     double precision;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_duration('timeout', in_timeout, false);
+    PERFORM pyqueue__check_duration('poll', in_poll, true);
+    IF in_poll < interval '1 millisecond' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: poll must be at least 1 millisecond' USING ERRCODE = '22023';
+    END IF;
+    IF in_timeout > interval '1 hour' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: timeout must not exceed 1 hour' USING ERRCODE = '22023';
+    END IF;
+    v_deadline := pg_catalog.clock_timestamp() + coalesce(in_timeout, interval '1 second');
+    v_poll := extract(epoch FROM coalesce(in_poll, interval '50 milliseconds'))::double precision;
+    LOOP
+        SELECT n.wait_s INTO v_wait FROM queue_next_scheduled_at(in_queue, in_kinds) n;
+        IF v_wait = 0::double precision THEN
+            RETURN true;
+        END IF;
+        v_left := extract(epoch FROM v_deadline - pg_catalog.clock_timestamp())::double precision;
+        IF v_left <= 0::double precision THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_catalog.pg_sleep(least(v_poll, v_left, coalesce(v_wait, v_poll)));
+    END LOOP;
+END;
+$$;
+
+-- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
+-- in_token; all three NULL = nothing to commit) and reserves the next up to
+-- in_n messages with queue_reserve's semantics (order, timeout, kinds,
+-- pause, dead letters), in one call: a consumer working one message at a
+-- time needs one round trip and one transaction per message instead of two.
+-- Rows as queue_reserve's, each led by committed (the commit's result: true,
+-- false when the token no longer held, NULL when nothing was given); when
+-- nothing is reserved, one row with committed and NULL elsewhere.
+-- Fast path: one locking read of the top priority's ready range
+-- (SKIP LOCKED) and one UPDATE of the locked rows by ctid (stable while we
+-- hold their locks), whatever the table statistics say. queue_reserve takes
+-- over for what is left when lower priorities exist or a locked row is due
+-- for dead-lettering. Locks: the committed row, the reserved rows.
+CREATE OR REPLACE FUNCTION queue_commit_reserve(
+    in_queue   text,
+    in_key     text,
+    in_kind    text,
+    in_token   uuid,
+    in_worker  text     DEFAULT NULL,
+    in_timeout interval DEFAULT NULL,
+    in_n       integer  DEFAULT 1,
+    in_kinds   text[]   DEFAULT NULL)
+RETURNS TABLE (committed boolean, p_key varchar, p_kind varchar, payload jsonb, token uuid,
+               priority integer, attempts integer, created_at timestamptz,
+               scheduled_at_initially timestamptz)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue     pyqueue_queue := pyqueue__queue(in_queue);
+    v_n         integer := coalesce(in_n, 1);
+    v_committed boolean;
+    v_now       timestamptz;
+    v_until     timestamptz;
+    v_top       integer;
+    v_tids      tid[];
+    v_attempts  integer[];
+    v_got       integer := 0;
+    v_more      integer;
+BEGIN
+    -- The same checks as queue_reserve, before anything changes.
+    IF in_n < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_worker IS NOT NULL AND pg_catalog.length(in_worker) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL) THEN
+        PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+        IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
+            -- Nothing to archive, not a schedule's occurrence: the DELETE is all of queue_commit.
+            DELETE FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+               AND m.reserve_token = in_token;
+            v_committed := FOUND;
+        ELSE
+            -- Exactly queue_commit: the history row, the next occurrence of a schedule.
+            v_committed := queue_commit(in_queue, in_key, in_kind, in_token);
+        END IF;
+    END IF;
+    -- A queue with concurrency limits reserves through queue_reserve, whose
+    -- lock step takes the limit slots (the fast path below knows no slots).
+    IF NOT v_queue.paused AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN
+        RETURN QUERY
+            SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
+                   r.created_at, r.scheduled_at_initially
+              FROM queue_reserve(in_queue, in_worker, in_timeout, v_n, in_kinds) AS r;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+    ELSIF NOT v_queue.paused THEN
+        v_now := pg_catalog.clock_timestamp();
+        v_until := v_now + coalesce(in_timeout, v_queue.visibility_timeout);
+        SELECT m.priority INTO v_top
+          FROM pyqueue_message m WHERE m.queue_name::text = in_queue
+         ORDER BY m.priority DESC LIMIT 1;
+        IF v_top IS NOT NULL THEN
+            SELECT pg_catalog.array_agg(r.tid), pg_catalog.array_agg(r.attempts) INTO v_tids, v_attempts
+              FROM (SELECT m.ctid AS tid, m.attempts
+                      FROM pyqueue_message m
+                     WHERE m.queue_name::text = in_queue AND m.priority = v_top AND m.scheduled_at <= v_now
+                       AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                     ORDER BY m.scheduled_at, m.id
+                     LIMIT v_n
+                       FOR UPDATE SKIP LOCKED) AS r;
+            IF v_tids IS NOT NULL THEN
+                RETURN QUERY
+                    WITH taken AS (
+                        UPDATE pyqueue_message m
+                           SET scheduled_at  = v_until,
+                               attempts      = m.attempts + 1,
+                               reserved_by   = in_worker,
+                               reserve_token = pg_catalog.gen_random_uuid()
+                          FROM pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
+                         WHERE m.ctid = c.tid AND m.attempts < v_queue.max_attempts
+                        RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
+                                  m.attempts, m.created_at, m.scheduled_at_initially
+                    )
+                    SELECT v_committed, t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority,
+                           t.attempts, t.created_at, t.scheduled_at_initially
+                      FROM taken t ORDER BY t.ord;
+                GET DIAGNOSTICS v_got = ROW_COUNT;
+            END IF;
+            -- queue_reserve takes over for the rest when a locked row is due
+            -- for dead-lettering (it is ours, still locked) or when lower
+            -- priorities may hold ready rows.
+            IF v_got < v_n
+               AND (v_got < coalesce(pg_catalog.cardinality(v_tids), 0)
+                    OR EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.queue_name::text = in_queue AND m.priority < v_top)) THEN
+                RETURN QUERY
+                    SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
+                           r.created_at, r.scheduled_at_initially
+                      FROM queue_reserve(in_queue, in_worker, in_timeout, v_n - v_got, in_kinds) AS r;
+                GET DIAGNOSTICS v_more = ROW_COUNT;
+                v_got := v_got + v_more;
+            END IF;
+        END IF;
+    END IF;
+    IF v_got = 0 THEN
+        RETURN QUERY SELECT v_committed, NULL::varchar, NULL::varchar, NULL::jsonb, NULL::uuid,
+                            NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz;
+    END IF;
+END;
+$$;
+
+-- queue_commit_batch: commits many reservations in one statement (element i
+-- of the three arrays names one reservation). Returns how many were deleted;
+-- a reservation whose token no longer holds is skipped (not counted).
+-- Refuses, changing nothing, arrays that are NULL, not one-dimensional, of
+-- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
+-- a NULL token. Locks: the deleted rows, in key order (the order queue_drop
+-- locks them in, so the two cannot deadlock).
+CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens uuid[])
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_n     integer;
+    v_bad   integer;
+    v_count integer;
+    v_i     integer;
+    v_queue pyqueue_queue;
+    v_slow  boolean;
+BEGIN
+    v_queue := pyqueue__queue(in_queue);
+    IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must not be NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := pg_catalog.cardinality(in_keys);
+    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_tokens) > 1
+       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_tokens) <> v_n THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must have the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT pg_catalog.min(i) INTO v_bad
+      FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
+     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR pg_catalog.length(in_keys[i]) > 255 OR pg_catalog.right(in_keys[i], 1) = ' '
+        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR pg_catalog.length(in_kinds[i]) > 128 OR pg_catalog.right(in_kinds[i], 1) = ' '
+        OR in_tokens[i] IS NULL;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
+            USING ERRCODE = '22023';
+    END IF;
+    -- One primary-key DELETE per element: its plan cannot turn into a scan
+    -- of the queue, whatever the table statistics say (a join with the
+    -- unnested arrays did, on a queue analyzed while it was small). A queue
+    -- that keeps history, or a batch holding occurrences of a schedule,
+    -- commits each element through queue_commit (history row, next occurrence).
+    v_slow := v_queue.history_retention IS NOT NULL
+              OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key::text LIKE '%@____-__-__T__:__:__Z');
+    v_count := 0;
+    FOR v_i IN SELECT i FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
+                ORDER BY in_keys[i], in_kinds[i], i LOOP
+        IF v_slow THEN
+            IF queue_commit(in_queue, in_keys[v_i], in_kinds[v_i], in_tokens[v_i]) THEN
+                v_count := v_count + 1;
+            END IF;
+        ELSE
+            DELETE FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.p_key::text = in_keys[v_i] AND m.p_kind::text = in_kinds[v_i]
+               AND m.reserve_token = in_tokens[v_i];
+            IF FOUND THEN
+                v_count := v_count + 1;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
+-- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
+-- are past their queue's history_retention (processed_at < now - retention),
+-- oldest first, of one queue or (in_queue NULL) of every queue that has a
+-- retention. Returns how many it deleted; call it again until it returns
+-- less than in_n. Bounded: one call locks at most in_n history rows (SKIP
+-- LOCKED, so two purgers share the work instead of waiting). History of a
+-- dropped queue, or of one whose retention was set back to NULL, is left
+-- alone (DELETE it with plain SQL).
+CREATE OR REPLACE FUNCTION queue_purge_history(in_queue text DEFAULT NULL, in_n integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_left  integer := coalesce(in_n, 10000);
+    v_got   integer;
+    v_q     record;
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    PERFORM pyqueue__check_batch_size(in_n);
+    FOR v_q IN
+        SELECT q.queue_name, q.history_retention
+          FROM pyqueue_queue q
+         WHERE q.history_retention IS NOT NULL AND (in_queue IS NULL OR q.queue_name::text = in_queue)
+         ORDER BY q.queue_name
+    LOOP
+        EXIT WHEN v_left <= 0;
+        WITH doomed AS (
+            SELECT h.id
+              FROM pyqueue_history h
+             WHERE h.queue_name::text = v_q.queue_name::text
+               AND h.processed_at < v_now - v_q.history_retention
+             ORDER BY h.processed_at
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM pyqueue_history h USING doomed WHERE h.id = doomed.id;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+    END LOOP;
+    RETURN coalesce(in_n, 10000) - v_left;
+END;
+$$;
+
+-- queue_replay: pushes again the messages of in_queue's history whose
+-- processed_at lies in [in_from, in_to) (NULL = unbounded on that side),
+-- through the normal dedup: a (p_key, p_kind) that is live in the queue is
+-- skipped. When a key and kind left several times in the range, its latest
+-- version is replayed. Replayed messages are ready now, with their archived
+-- payload and priority, attempts 0. Returns how many were inserted.
+-- Reads the history range without locks; locks like queue_push_batch.
+CREATE OR REPLACE FUNCTION queue_replay(in_queue text, in_from timestamptz DEFAULT NULL,
+                                        in_to timestamptz DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_count integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    IF in_from > in_to THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: from must not be later than to' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at)
+    SELECT in_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now
+      FROM (SELECT DISTINCT ON (h.p_key, h.p_kind) h.p_key, h.p_kind, h.payload, h.priority
+              FROM pyqueue_history h
+             WHERE h.queue_name::text = in_queue AND h.outcome::text IN ('committed', 'popped')
+               AND (in_from IS NULL OR h.processed_at >= in_from)
+               AND (in_to IS NULL OR h.processed_at < in_to)
+             ORDER BY h.p_key, h.p_kind, h.processed_at DESC, h.id DESC) h
+     ORDER BY h.p_key, h.p_kind
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
+    RETURN v_count;
+END;
+$$;
+
+-- queue_redrive: moves up to in_n (NULL = 1) ready messages of in_dead_queue
+-- (usually a dead-letter queue) to in_to_queue, highest priority first, FIFO
+-- within one: same key, kind, payload, priority and last_error, attempts 0,
+-- ready now, no dead-letter origin (dead_from, dead_attempts).
+-- A message held by a live reservation is not taken. A message whose key
+-- and kind are already live in in_to_queue stays where it is (dedup; it is
+-- skipped and does not count towards in_n). Returns how many moved. With a
+-- history_retention on in_dead_queue each move is archived as 'moved'.
+-- Locks the chosen rows with SKIP LOCKED and a key-share lock on both queue rows.
+CREATE OR REPLACE FUNCTION queue_redrive(in_dead_queue text, in_to_queue text, in_n integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_dead  pyqueue_queue;
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_count integer;
+BEGIN
+    PERFORM pyqueue__check_name('dead_queue', in_dead_queue, 128);
+    PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
+    v_dead := pyqueue__queue(in_dead_queue, true);
+    PERFORM pyqueue__queue(in_to_queue, true);
+    PERFORM pyqueue__check_batch_size(in_n);
+    IF in_dead_queue = in_to_queue THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: dead_queue and to_queue must differ' USING ERRCODE = '22023';
+    END IF;
+    WITH picked AS (
+        SELECT m.*
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_dead_queue AND m.scheduled_at <= v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
+                            WHERE t.queue_name::text = in_to_queue AND t.p_key::text = m.p_key::text AND t.p_kind::text = m.p_kind::text)
+         ORDER BY m.priority DESC, m.scheduled_at, m.id
+         LIMIT coalesce(in_n, 1)
+           FOR UPDATE SKIP LOCKED
+    ), pushed AS (
+        INSERT INTO pyqueue_message AS t
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, last_error)
+        SELECT in_to_queue, p.p_key, p.p_kind, p.payload, p.priority, v_now, v_now, v_now, p.last_error
+          FROM picked p
+         ORDER BY p.p_key, p.p_kind
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING t.p_key, t.p_kind
+    ), gone AS (
+        DELETE FROM pyqueue_message m
+         USING pushed
+         WHERE m.queue_name::text = in_dead_queue AND m.p_key::text = pushed.p_key::text AND m.p_kind::text = pushed.p_kind::text
+        RETURNING m.*
+    ), archived AS (
+        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                     created_at, processed_at, outcome, to_queue, reserved_by, last_error)
+        SELECT in_dead_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
+               v_now, 'moved', in_to_queue, g.reserved_by, g.last_error
+          FROM gone g WHERE v_dead.history_retention IS NOT NULL
+    )
+    SELECT pg_catalog.count(*) INTO v_count FROM gone;
+    IF v_count > 0 THEN PERFORM pyqueue__notify(in_to_queue); END IF;  -- wakeup: ready now
+    RETURN v_count;
+END;
+$$;
+
+-- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
+-- of the view pyqueue_dead_letters for dead_letter_queue = in_queue), oldest
+-- dead letter first, so that a role without SELECT on the view can list them:
+-- from_queue and attempts are the queue each came from and its deliveries
+-- there, last_error its last error text. An unknown queue is refused; a
+-- queue that is nobody's dead-letter queue has none. Takes no locks (one snapshot).
+CREATE OR REPLACE FUNCTION queue_dead_letters(in_queue text)
+RETURNS TABLE (dead_letter_queue varchar, from_queue varchar, p_key varchar, p_kind varchar,
+               payload jsonb, priority integer, attempts integer, created_at timestamptz,
+               dead_lettered_at timestamptz, reserved boolean, last_error varchar)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    RETURN QUERY
+        SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
+               d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error
+          FROM pyqueue_dead_letters d
+         WHERE d.dead_letter_queue::text = in_queue
+         ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
+END;
+$$;
+
+-- queue_message: the live message (in_key, in_kind) of in_queue, 0 or 1 row:
+-- its state ('ready', 'delayed' or 'reserved', as in queue_stats), payload,
+-- priority, attempts (deliveries so far), scheduled_at (when it is or was
+-- due; for a reserved one, when the reservation ends), created_at,
+-- reserved_by (the worker of its last reservation), last_error and, for a
+-- dead letter, dead_from. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_message(in_queue text, in_key text, in_kind text)
+RETURNS TABLE (p_key text, p_kind text, state text, payload jsonb, priority integer, attempts integer,
+               scheduled_at timestamptz, created_at timestamptz, reserved_by text, last_error text,
+               dead_from text)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    RETURN QUERY
+        SELECT m.p_key::text, m.p_kind::text,
+               CASE WHEN m.scheduled_at <= v_now THEN 'ready'
+                    WHEN m.reserve_token IS NOT NULL THEN 'reserved'
+                    ELSE 'delayed' END::text,
+               m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by::text,
+               m.last_error::text, m.dead_from::text
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
+END;
+$$;
+
+-- queue_message_history: the history rows of (in_queue, in_key, in_kind),
+-- newest first, at most 100: (processed_at, outcome, to_queue, attempts,
+-- reserved_by, last_error). A queue that no longer exists is no error (its
+-- history stays); a queue without history_retention has none. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_message_history(in_queue text, in_key text, in_kind text)
+RETURNS TABLE (processed_at timestamptz, outcome text, to_queue text, attempts integer,
+               reserved_by text, last_error text)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    RETURN QUERY
+        SELECT h.processed_at, h.outcome::text, h.to_queue::text, h.attempts, h.reserved_by::text,
+               h.last_error::text
+          FROM pyqueue_history h
+         WHERE h.queue_name::text = in_queue AND h.p_key::text = in_key AND h.p_kind::text = in_kind
+         ORDER BY h.processed_at DESC, h.id DESC
+         LIMIT 100;
+END;
+$$;
+
+-- queue_set_limit: at most in_capacity messages of in_kind reserved at once
+-- in in_queue (0 holds the kind back); NULL removes the limit. Live
+-- reservations of the kind made before the first call are counted (as far as
+-- the capacity goes). Lowering the capacity revokes no live reservation:
+-- those beyond the new capacity keep their slot rows (numbered above it, so
+-- queue_limits counts them) and nothing more of the kind is handed out
+-- until fewer than the new capacity are held. Locks the limit row and all
+-- its slots (in slot order).
+CREATE OR REPLACE FUNCTION queue_set_limit(in_queue text, in_kind text, in_capacity integer)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_extra record;
+    v_free  integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_capacity IS NULL THEN
+        DELETE FROM pyqueue_limit WHERE queue_name::text = in_queue AND p_kind::text = in_kind;
+        RETURN;
+    END IF;
+    IF in_capacity < 0 OR in_capacity > 10000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: capacity must be from 0 to 10000 (NULL removes the limit)'
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_limit AS l (queue_name, p_kind, capacity)
+    VALUES (in_queue, in_kind, in_capacity)
+    ON CONFLICT (queue_name, p_kind) DO UPDATE SET capacity = EXCLUDED.capacity;
+    PERFORM 1 FROM pyqueue_limit_slot s
+     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+     ORDER BY s.slot_no
+       FOR UPDATE;
+    INSERT INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
+    SELECT in_queue, in_kind, g FROM pg_catalog.generate_series(1, in_capacity) g
+    ON CONFLICT DO NOTHING;
+    -- Slots above the capacity: a dead holder's slot goes, a live holder
+    -- moves into a free slot within the capacity when there is one, else
+    -- keeps its slot until its reservation ends.
+    FOR v_extra IN
+        SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > in_capacity
+         ORDER BY s.slot_no
+    LOOP
+        IF pyqueue__slot_held(in_queue, in_kind, v_extra.msg_key::text, v_extra.msg_id, v_extra.msg_attempts,
+                              v_now) THEN
+            SELECT s.slot_no INTO v_free
+              FROM pyqueue_limit_slot s
+             WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= in_capacity
+               AND NOT pyqueue__slot_held(in_queue, in_kind, s.msg_key::text, s.msg_id, s.msg_attempts, v_now)
+             ORDER BY s.slot_no
+             LIMIT 1;
+            CONTINUE WHEN NOT FOUND;
+            UPDATE pyqueue_limit_slot
+               SET msg_id = v_extra.msg_id, msg_key = v_extra.msg_key, msg_attempts = v_extra.msg_attempts
+             WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_free;
+        END IF;
+        DELETE FROM pyqueue_limit_slot
+         WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_extra.slot_no;
+    END LOOP;
+    -- Live reservations that hold no slot yet (made before the limit) take
+    -- the empty slots, oldest first.
+    WITH untracked AS (
+        SELECT m.id, m.p_key, m.attempts, pg_catalog.row_number() OVER (ORDER BY m.id) AS rn
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.p_kind::text = in_kind
+           AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                            WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+                              AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
+    ), empty AS (
+        SELECT s.slot_no, pg_catalog.row_number() OVER (ORDER BY s.slot_no) AS rn
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= in_capacity
+           AND NOT pyqueue__slot_held(in_queue, in_kind, s.msg_key::text, s.msg_id, s.msg_attempts, v_now)
+    )
+    UPDATE pyqueue_limit_slot s
+       SET msg_id = u.id, msg_key = u.p_key, msg_attempts = u.attempts
+      FROM untracked u JOIN empty e ON e.rn = u.rn
+     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no = e.slot_no;
+END;
+$$;
+
+-- queue_limits: the limits of a queue (all queues when NULL) with in_use,
+-- the live reservations holding a slot now. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_limits(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, p_kind text, capacity integer, in_use bigint)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT l.queue_name::text, l.p_kind::text, l.capacity,
+               (SELECT pg_catalog.count(*) FROM pyqueue_limit_slot s JOIN pyqueue_message m
+                    ON m.queue_name::text = s.queue_name::text AND m.p_key::text = s.msg_key::text AND m.p_kind::text = s.p_kind::text
+                   AND m.id = s.msg_id AND m.attempts = s.msg_attempts
+                 WHERE s.queue_name::text = l.queue_name::text AND s.p_kind::text = l.p_kind::text
+                   AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
+          FROM pyqueue_limit l
+         WHERE in_queue IS NULL OR l.queue_name::text = in_queue
+         ORDER BY l.queue_name, l.p_kind;
+END;
+$$;
+
+-- queue_worker_register: records a worker; returns one row (worker_id,
+-- secret): secret is a fresh random token that heartbeat and deregister
+-- require, so that a worker can touch only its own registration. The worker
+-- then reserves with worker = in_name || '#' || worker_id (queue_workers
+-- shows it as reserve_as) so that queue_release_dead_workers can find its
+-- messages. Inserts one row.
+-- Locks: the new row.
+CREATE OR REPLACE FUNCTION queue_worker_register(in_name text, in_host text DEFAULT NULL,
+                                                 in_pid integer DEFAULT NULL, in_queues text[] DEFAULT NULL)
+RETURNS TABLE (worker_id bigint, secret uuid)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_id     bigint;
+    v_secret uuid := pg_catalog.gen_random_uuid();
+BEGIN
+    PERFORM pyqueue__check_name('name', in_name, 200);
+    IF in_host IS NOT NULL AND pg_catalog.length(in_host) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: host is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    IF in_pid < 0 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: pid must not be negative' USING ERRCODE = '22023';
+    END IF;
+    IF in_queues IS NOT NULL AND (pg_catalog.array_ndims(in_queues) > 1
+                                  OR pg_catalog.array_position(in_queues, NULL::text) IS NOT NULL
+                                  OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_queues) q(name)
+                                              WHERE q.name = '' OR q.name LIKE '% '
+                                                 OR pg_catalog.length(q.name) > 128)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: queues must be NULL or an array of names without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pyqueue_worker AS w (worker_name, host, pid, queues, started_at, heartbeat_at, secret)
+    VALUES (in_name, in_host, in_pid, in_queues, v_now, v_now, v_secret)
+    RETURNING w.worker_id INTO v_id;
+    worker_id := v_id;
+    secret := v_secret;
+    RETURN NEXT;
+END;
+$$;
+
+-- queue_worker_heartbeat: heartbeat_at = now; false when the worker is not
+-- registered (deregistered, or released as dead: it should register again)
+-- or in_secret is not its secret. Locks the worker row.
+CREATE OR REPLACE FUNCTION queue_worker_heartbeat(in_worker_id bigint, in_secret uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_worker(in_worker_id, in_secret);
+    UPDATE pyqueue_worker SET heartbeat_at = pg_catalog.clock_timestamp()
+     WHERE worker_id = in_worker_id AND secret = in_secret;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_worker_deregister: removes the worker (its reservations stay as they
+-- are); false when it was not registered or in_secret is not its secret.
+-- Locks the worker row.
+CREATE OR REPLACE FUNCTION queue_worker_deregister(in_worker_id bigint, in_secret uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_worker(in_worker_id, in_secret);
+    DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = in_secret;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_release_dead_workers: workers whose heartbeat is older than
+-- in_older_than are removed, and their live reservations (reserved_by =
+-- their reserve_as) become ready now: token cleared, the delivery counted
+-- (attempts stay, as after an expiry; a message that had its last allowed
+-- delivery is dead-lettered by the next reserve). Returns the number of
+-- messages released. Reads every reserved message (no index on reserved_by):
+-- a maintenance call, run it every few heartbeats, not per reserve.
+-- Locks the stale worker rows and the released message rows.
+CREATE OR REPLACE FUNCTION queue_release_dead_workers(in_older_than interval)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_tags  text[];
+    v_count integer;
+    v_ready text[];
+    v_queue text;
+BEGIN
+    IF in_older_than IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: older_than must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('older_than', in_older_than, true);
+    WITH gone AS (
+        DELETE FROM pyqueue_worker w WHERE w.heartbeat_at < v_now - in_older_than
+        RETURNING w.worker_name::text || '#'::text || w.worker_id::text AS tag
+    )
+    SELECT pg_catalog.array_agg(tag) INTO v_tags FROM gone;
+    IF v_tags IS NULL THEN
+        RETURN 0;
+    END IF;
+    WITH released AS (
+        UPDATE pyqueue_message
+           SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+         WHERE reserved_by::text = ANY (v_tags) AND reserve_token IS NOT NULL AND scheduled_at > v_now
+        RETURNING queue_name
+    )
+    SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT r.queue_name ORDER BY r.queue_name) INTO v_count, v_ready
+      FROM released r;
+    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP  -- wakeups: ready now
+        PERFORM pyqueue__notify(v_queue);
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
+-- queue_workers: the registered workers, oldest first, with reserve_as (the
+-- worker name their reservations carry) and the seconds since their last
+-- heartbeat.
+-- Reads without locks.
+CREATE OR REPLACE FUNCTION queue_workers()
+RETURNS TABLE (worker_id bigint, worker_name text, host text, pid integer, queues text[],
+               started_at timestamptz, heartbeat_at timestamptz, heartbeat_age_s double precision,
+               reserve_as text)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY
+        SELECT w.worker_id, w.worker_name::text, w.host::text, w.pid, w.queues, w.started_at,
+               w.heartbeat_at, extract(epoch FROM pg_catalog.clock_timestamp() - w.heartbeat_at)::double precision,
+               w.worker_name::text || '#'::text || w.worker_id::text
+          FROM pyqueue_worker w
+         ORDER BY w.worker_id;
+END;
+$$;
+
+-- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
+-- in_every (whole seconds, 1 s to 100 years), at the multiples of in_every
+-- since 1970-01-01 UTC. Returns the time of the first occurrence.
+-- Locks as pyqueue__schedule.
+CREATE OR REPLACE FUNCTION queue_schedule_every(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                                in_every interval)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_s numeric;
+BEGIN
+    IF in_every IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: every must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('every', in_every, true);
+    IF extract(month FROM in_every) <> 0::numeric OR extract(year FROM in_every) <> 0::numeric THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: every must be given in days, hours, minutes or seconds (months vary)'
+            USING ERRCODE = '22023';
+    END IF;
+    v_s := extract(epoch FROM in_every);
+    IF v_s < 1::numeric OR v_s <> pg_catalog.trunc(v_s) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: every must be a whole number of seconds, at least 1'
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN pyqueue__schedule(in_queue, in_key, in_kind, in_payload, v_s::bigint, NULL);
+END;
+$$;
+
+-- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every
+-- minute matching the 5-field cron expression in_cron (UTC). Returns the time
+-- of the first occurrence.
+-- Locks as pyqueue__schedule.
+CREATE OR REPLACE FUNCTION queue_schedule_cron(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                               in_cron text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF in_cron IS NULL OR pg_catalog.length(in_cron) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: cron must not be NULL or longer than 255 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN pyqueue__schedule(in_queue, in_key, in_kind, in_payload, NULL, in_cron);
+END;
+$$;
+
+-- queue_unschedule: removes the schedule and its pending occurrence unless
+-- that is reserved (it then runs once more, and its commit pushes nothing).
+-- False when there was no such schedule.
+-- Locks the schedule row and the pending occurrence's row.
+CREATE OR REPLACE FUNCTION queue_unschedule(in_queue text, in_key text, in_kind text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_old timestamptz;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_name('p_key', in_key, 234);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    DELETE FROM pyqueue_schedule
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
+    RETURNING next_at INTO v_old;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    DELETE FROM pyqueue_message
+     WHERE queue_name::text = in_queue AND p_key::text = pyqueue__schedule_key(in_key, v_old) AND p_kind::text = in_kind
+       AND reserve_token IS NULL;
+    RETURN true;
+END;
+$$;
+
+-- queue_schedules: the schedules of a queue (all when NULL), by queue, key, kind.
+-- Reads without locks.
+CREATE OR REPLACE FUNCTION queue_schedules(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, p_key text, p_kind text, payload jsonb, every_s bigint, cron text,
+               next_at timestamptz)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT s.queue_name::text, s.p_key::text, s.p_kind::text, s.payload, s.every_s, s.cron::text, s.next_at
+          FROM pyqueue_schedule s
+         WHERE in_queue IS NULL OR s.queue_name::text = in_queue
+         ORDER BY s.queue_name, s.p_key, s.p_kind;
+END;
+$$;
+
+-- queue_ingest_flush: the portable end of a bulk ingest. On PostgreSQL every
+-- INSERT into queue_ingest is already enqueued when it returns; the flush
+-- reports what the INSERTs of this session's ingest tag did (the setting
+-- pyqueue.ingest_tag, 1 to 128 characters; see pyqueue_ingest_tally) since
+-- the last flush with that tag, and forgets it: one row (enqueued,
+-- duplicates, rejected 0). Without a tag: (0, 0, 0). Also deletes tallies
+-- older than a day, of any tag. in_queue NULL = all queues; a named queue
+-- must exist (the counts are the tag's, whatever queues its rows named).
+-- Locks: the tally rows it deletes.
+CREATE OR REPLACE FUNCTION queue_ingest_flush(in_queue text DEFAULT NULL)
+RETURNS TABLE (enqueued bigint, duplicates bigint, rejected bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_tag text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    IF v_tag IS NULL OR pg_catalog.length(v_tag) NOT BETWEEN 1 AND 128 THEN
+        RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;
+        RETURN;
+    END IF;
+    DELETE FROM pyqueue_ingest_tally t
+     WHERE t.tallied_at < pg_catalog.clock_timestamp() - interval '1 day';
+    RETURN QUERY
+        WITH gone AS (
+            DELETE FROM pyqueue_ingest_tally t WHERE t.tag = v_tag
+            RETURNING t.enqueued AS n_enqueued, t.duplicates AS n_duplicates
+        )
+        SELECT coalesce(pg_catalog.sum(g.n_enqueued), 0)::bigint,
+               coalesce(pg_catalog.sum(g.n_duplicates), 0)::bigint, 0::bigint
+          FROM gone g;
+END;
+$$;
+
+-- No routine is callable by PUBLIC (PostgreSQL's default for a new function):
+-- SECURITY DEFINER routines open to everyone would let any role push and
+-- reserve. Applications get EXECUTE on the routines of their capability
+-- (pyqueue-sql grant; README "Least privilege"). Internal helpers (pyqueue__*)
+-- are granted to nobody: only the routines, running as their owner, call them.
+-- The list is static (no SQL built from names); a routine added to this file
+-- must be added here (tests/security/test_privileges.py fails otherwise), in
+-- the order of the sections: the helpers, then the routines topic by topic.
+REVOKE EXECUTE ON FUNCTION
+    pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
+    pyqueue__check_batch_size, pyqueue__lock_ready, pyqueue__dead_letter, pyqueue__give_back,
+    pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,
+    pyqueue__lock_ready_limited, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
+    pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__schedule_next,
+    pyqueue__schedule, pyqueue__ingest, queue_create, queue_reset_setting, queue_settings,
+    queue_drop, queue_pause, queue_resume, queue_stats, queue_push, queue_push_batch,
+    queue_push_replace, queue_pop, queue_reserve, queue_commit, queue_rollback, queue_fail,
+    queue_extend, queue_move, queue_remove, queue_channel, queue_set_notify_window,
+    queue_next_scheduled_at, queue_wait, queue_commit_reserve, queue_commit_batch,
+    queue_purge_history, queue_replay, queue_redrive, queue_dead_letters, queue_message,
+    queue_message_history, queue_set_limit, queue_limits, queue_worker_register,
+    queue_worker_heartbeat, queue_worker_deregister, queue_release_dead_workers, queue_workers,
+    queue_schedule_every, queue_schedule_cron, queue_unschedule, queue_schedules, queue_ingest_flush
+  FROM PUBLIC;
+
+-- The caller's search_path again (pinned at the top of this script).
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('pyqueue.search_path_before', true) IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('search_path', pg_catalog.current_setting('pyqueue.search_path_before'), false);
+    END IF;
+END
+$$;
