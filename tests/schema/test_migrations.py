@@ -305,13 +305,17 @@ def test_routine_files_split_as_the_migrator_runs_them():
         ], path
     for dialect in ("postgresql", "mysql"):
         chain = migrate.routine_chain(dialect)
+        restoring = []
         for rev in _revisions():
             composed = chain.downgrade_script(rev)
             restored = routine_sets.restore(chain.routine_set(chain.previous(rev)), chain.routine_set(rev))
             assert sorted(routine_sets.created_routines(dialect, composed)) == sorted(
                 r.name for r in restored
             )
-            assert bool(restored) == (rev != _revisions()[0]), rev
+            if restored:
+                restoring.append(rev)
+        # the first revision has nothing before it; a revision that only adds routines restores none
+        assert _revisions()[0] not in restoring and restoring, (dialect, restoring)
 
 
 def test_postgresql_statements_end_only_outside_quotes_comments_and_bodies():
