@@ -17,6 +17,10 @@ A routine file (``migrations/sql/<dialect>/<revision>.routines.sql``, and
 * the epilogue: the statements after the last routine (giving the caller's
   session settings back).
 
+How a dialect writes them (where a statement ends, which statement creates, drops
+or belongs to which routine) is its ``Dialect.routine_files``
+(pyqueue_sql.dialects.routine_syntax); what follows is the same for every dialect.
+
 Every group is replayable (CREATE OR REPLACE; DROP IF EXISTS before CREATE),
 so a group can be run on a database that has any version of the routine.
 
