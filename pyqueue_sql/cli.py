@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import __version__, errors, privileges
+from . import __version__, dialects, errors, privileges
 from .display import (
     describe_error,
     format_age,
@@ -982,7 +982,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--yes", "-y", action="store_true", help="do not ask before dropping live messages")
     p = command("sql", cmd_sql, "print the schema SQL, for use with your own migration tool", dsn=False)
-    p.add_argument("--dialect", required=True, choices=("postgresql", "mysql"))
+    p.add_argument("--dialect", required=True, choices=dialects.NAMES)
     p.add_argument("--uninstall", action="store_true", help="print the SQL that removes the schema")
 
     p = command(
@@ -1002,7 +1002,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{cap}", action="store_true", help=what)
     p.add_argument("--revoke", action="store_true", help="REVOKE these capabilities instead")
     p.add_argument("--apply", action="store_true", help="run the statements (default: print them)")
-    p.add_argument("--dialect", choices=("postgresql", "mysql"), help="the SQL to print, without a database")
+    p.add_argument("--dialect", choices=dialects.NAMES, help="the SQL to print, without a database")
     p.add_argument(
         "--schema",
         help="PostgreSQL schema / MySQL database of the routines "

@@ -88,7 +88,7 @@ from sqlalchemy.engine import Connection
 
 from . import dialects, errors, routine_sets
 from ._resources import migrations_dir, sql_file
-from .privileges import mysql_routine_regrants, no_account_creation
+from .privileges import ROUTINES_ADDED_WITH
 from .queries import migration_queries, split_script
 from .routine_sets import CURRENT_ROUTINES
 
@@ -250,7 +250,7 @@ def release_routines(folder: Path | None = None) -> str:
             "and `ROUTINES = CURRENT_ROUTINES` (see migrations/script.py.mako)"
         )
     texts = {}
-    for dialect in routine_sets.DIALECTS:
+    for dialect in dialects.NAMES:
         chain = routine_sets.Chain(
             dialect,
             [
@@ -281,16 +281,9 @@ def _run_script(step: _Step, text: str) -> None:
 
 def _execute_script(connection: Connection, dialect: dialects.Dialect, text: str) -> None:
     # The DB-API cursor, called without parameters, leaves '%' in the SQL alone.
-    statements = split_script(text)
-    if not statements:
-        return  # comments only: psycopg would refuse an empty query
     cursor = connection.connection.cursor()
     try:
-        if dialect.name == "postgresql":
-            cursor.execute(text)  # without parameters psycopg runs the whole script at once
-        else:
-            for statement in statements:
-                cursor.execute(statement)
+        dialect.run_script(cursor, text)
     finally:
         cursor.close()
 
@@ -516,18 +509,19 @@ class _MySQLProgress:
         """Gives back the routine grants of the snapshot that are gone, then drops both tables."""
         if self.grants_saved:
             saved = _rows(self.connection, self.dialect, "saved_routine_grants")
-            _mysql_restore_routine_grants(self.connection, saved)
+            _mysql_restore_routine_grants(self.connection, self.dialect, saved)
         _rows(self.connection, self.dialect, "drop_progress_table")
         _rows(self.connection, self.dialect, "drop_grants_table")
 
 
-def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) -> None:
+def _mysql_restore_routine_grants(
+    connection: Connection, dialect: dialects.Dialect, saved: list[tuple]
+) -> None:
     """Gives back the routine grants that re-creating the procedures dropped
-    (privileges.mysql_routine_regrants says which: only those that are gone, plus
-    the routines added to a granted capability), only on routines that exist. A
-    grant whose account is gone meanwhile fails (no account is ever created here)
-    and is reported as a warning."""
-    dialect = _dialect_of(connection)
+    (the dialect's routine_regrants says which: only those that are gone, plus
+    the routines added to a granted capability, privileges.ROUTINES_ADDED_WITH),
+    only on routines that exist. A grant whose account is gone meanwhile fails
+    (no account is ever created here) and is reported as a warning."""
     try:
         current = _rows(connection, dialect, "routine_grants")
     except Exception as exc:  # cannot read them now: give every saved one back (a no-op when held)
@@ -536,8 +530,8 @@ def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) ->
         current = []
     cursor = connection.connection.cursor()
     try:
-        with no_account_creation("mysql", connection.connection):
-            for statement in mysql_routine_regrants(saved, current):
+        with dialect.no_account_creation(connection.connection):
+            for statement in dialect.routine_regrants(saved, current, ROUTINES_ADDED_WITH):
                 try:
                     cursor.execute(statement)
                 except Exception as exc:  # a routine this revision no longer has (1305), an odd name
@@ -557,11 +551,7 @@ def _mysql_restore_routine_grants(connection: Connection, saved: list[tuple]) ->
 
 def flavor(connection: Connection) -> str:
     """'postgresql', 'mariadb' or 'mysql': the key of a revision's FINGERPRINTS."""
-    dialect = _dialect_of(connection)
-    if dialect.name == "postgresql":
-        return "postgresql"
-    [(version,)] = _rows(connection, dialect, "server_version")
-    return "mariadb" if "mariadb" in str(version).lower() else "mysql"
+    return _dialect_of(connection).server_flavor(connection.connection)
 
 
 def fingerprint(target: Any) -> str:

@@ -47,7 +47,6 @@ from typing import Any
 
 from . import dialects, errors
 from .dialects import Dialect
-from .queries import migration_queries
 
 PRODUCER = ("queue_push", "queue_push_batch", "queue_push_replace")
 CONSUMER = (
@@ -188,53 +187,6 @@ ROUTINES_ADDED_WITH = {
     ),
     "queue_create": ("queue_reset_setting",),
 }
-
-_ROUTINE_PRIVILEGES = {"execute": "EXECUTE", "alter routine": "ALTER ROUTINE"}
-
-
-def _privilege_set(value: Any) -> frozenset[str]:
-    if isinstance(value, (set, frozenset)):  # Proc_priv, a SET column
-        value = ",".join(value)
-    return frozenset(p.strip().lower() for p in str(value or "").split(",") if p.strip())
-
-
-def mysql_routine_regrants(saved: Iterable[Sequence[Any]], current: Iterable[Sequence[Any]]) -> list[str]:
-    """MySQL/MariaDB: the GRANT statements that give back routine grants which
-    re-creating the procedures dropped. ``saved`` and ``current`` are rows (user,
-    host, routine, routine_type, privileges) of mysql.procs_priv, before and now:
-    every saved grant that is not held now, plus the routines added to the
-    capability of a saved one (ROUTINES_ADDED_WITH). Names are validated and
-    backtick-quoted; host '' is a MariaDB role, granted without a host part. Run
-    them inside no_account_creation(); a GRANT on a routine that does not exist
-    fails with 1305 (the caller skips it)."""
-    saved = list(saved)
-    saved += [
-        (user, host, added, routine_type, privileges)
-        for user, host, routine, routine_type, privileges in saved
-        for added in ROUTINES_ADDED_WITH.get(str(routine).lower(), ())
-    ]
-    now = {(u, h, str(r).lower(), str(t).upper(), _privilege_set(p)) for u, h, r, t, p in current}
-    mysql = dialects.for_name("mysql")
-    template = migration_queries("mysql")["regrant_routine"]
-    out: list[str] = []
-    for user, host, routine, routine_type, privileges in saved:
-        granted = _privilege_set(privileges)
-        kind = str(routine_type).upper()
-        if (user, host, str(routine).lower(), kind, granted) in now:
-            continue
-        chosen = [_ROUTINE_PRIVILEGES[p] for p in _ROUTINE_PRIVILEGES if p in granted]
-        if not chosen or kind not in ("PROCEDURE", "FUNCTION"):
-            continue
-        statement = template.format(
-            privilege=", ".join(chosen),
-            routine_type=kind,
-            routine=mysql.identifier(str(routine)),
-            role=mysql.grantee(user, host),
-            grant_option=" WITH GRANT OPTION" if "grant" in granted else "",
-        )
-        if statement not in out:
-            out.append(statement)
-    return out
 
 
 def statements(

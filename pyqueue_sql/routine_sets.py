@@ -17,6 +17,10 @@ A routine file (``migrations/sql/<dialect>/<revision>.routines.sql``, and
 * the epilogue: the statements after the last routine (giving the caller's
   session settings back).
 
+How a dialect writes them (where a statement ends, which statement creates, drops
+or belongs to which routine) is its ``Dialect.routine_files``
+(pyqueue_sql.dialects.routine_syntax); what follows is the same for every dialect.
+
 Every group is replayable (CREATE OR REPLACE; DROP IF EXISTS before CREATE),
 so a group can be run on a database that has any version of the routine.
 
@@ -43,187 +47,35 @@ it is created under, and whether EXECUTE is revoked from PUBLIC.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from . import dialects
+from .dialects import Dialect, RoutineFileSyntax, Statement
 
 # Put in a revision module as ROUTINES while it is the newest one: its routines
 # are sql/<dialect>/routines.sql (the release step replaces it by a file name).
 CURRENT_ROUTINES = "sql/<dialect>/routines.sql"
-
-DIALECTS = ("postgresql", "mysql")
 
 
 class RoutineFileError(ValueError):
     """A routine file does not follow the rules above (its name and the statement say which)."""
 
 
-# ---- statements ----------------------------------------------------------------
+def _syntax(dialect: str | Dialect) -> RoutineFileSyntax:
+    """The routine file syntax of a dialect (pyqueue_sql.dialects.routine_syntax)."""
+    return dialects.as_dialect(dialect).routine_files
 
 
-@dataclasses.dataclass(frozen=True)
-class Statement:
-    """One statement as written: ``comment`` is the comment paragraph right above
-    it, ``code`` the statement itself without its delimiter."""
-
-    comment: str
-    code: str
-    delimiter: str = ";"
-
-    @classmethod
-    def parse(cls, chunk: str, delimiter: str) -> Statement:
-        lines = chunk.strip("\n").splitlines()
-        i = 0
-        while i < len(lines) and (not lines[i].strip() or lines[i].lstrip().startswith("--")):
-            i += 1
-        leading = lines[:i]
-        blank = [n for n, line in enumerate(leading) if not line.strip()]
-        attached = leading[blank[-1] + 1 :] if blank else leading
-        return cls("\n".join(l.rstrip() for l in attached), "\n".join(lines[i:]).strip(), delimiter)
-
-    def render(self) -> str:
-        end = ";" if self.delimiter == ";" else f" {self.delimiter}"
-        return (f"{self.comment}\n" if self.comment else "") + self.code + end
+def split(dialect: str | Dialect, text: str) -> list[Statement]:
+    """The statements of a script of the dialect, as its client runs them."""
+    return _syntax(dialect).split(text)
 
 
-def _has_code(lines: Sequence[str]) -> bool:
-    return any(l.strip() and not l.strip().startswith("--") for l in lines)
-
-
-def split_mysql(text: str) -> list[Statement]:
-    """The statements of a MySQL script, split exactly as pyqueue_sql.queries.split_script
-    splits it (a statement ends where a line ends with the delimiter in force; DELIMITER
-    lines change it), each with the delimiter it was written with."""
-    statements: list[Statement] = []
-    delimiter, current = ";", []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.upper().startswith("DELIMITER ") and not _has_code(current):
-            delimiter, current = stripped.split(None, 1)[1], []
-            continue
-        current.append(line)
-        if stripped.endswith(delimiter) and not stripped.startswith("--"):
-            current[-1] = line.rstrip()[: -len(delimiter)]
-            if _has_code(current):
-                statements.append(Statement.parse("\n".join(current), delimiter))
-            current = []
-    if _has_code(current):
-        statements.append(Statement.parse("\n".join(current), delimiter))
-    return statements
-
-
-_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$")
-
-
-def split_postgresql(text: str) -> list[Statement]:
-    """The statements of a PostgreSQL script: ';' ends a statement outside comments,
-    quoted strings and identifiers and dollar-quoted bodies."""
-    statements: list[Statement] = []
-    start, i, n = 0, 0, len(text)
-
-    def end_of(token: str, at: int) -> int:
-        found = text.find(token, at)
-        return n if found < 0 else found + len(token)
-
-    while i < n:
-        c = text[i]
-        if text.startswith("--", i):
-            i = end_of("\n", i)
-        elif text.startswith("/*", i):
-            i = end_of("*/", i + 2)
-        elif c == "'":
-            backslash = (
-                i > 0
-                and text[i - 1] in "eE"
-                and not (i > 1 and (text[i - 2].isalnum() or text[i - 2] == "_"))
-            )
-            i += 1
-            while i < n:
-                if text.startswith("''", i) or (backslash and text[i] == "\\"):
-                    i += 2  # a quote written twice, or an E'' escape
-                elif text[i] == "'":
-                    break
-                else:
-                    i += 1
-            i += 1
-        elif c == '"':
-            i = end_of('"', i + 1)
-        elif c == "$" and not (i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")):
-            tag = _DOLLAR_TAG.match(text, i)
-            i = end_of(tag.group(0), tag.end()) if tag else i + 1
-        elif c == ";":
-            chunk = text[start:i]
-            if _has_code(chunk.splitlines()):
-                statements.append(Statement.parse(chunk, ";"))
-            start = i = i + 1
-        else:
-            i += 1
-    if _has_code(text[start:].splitlines()):
-        statements.append(Statement.parse(text[start:], ";"))
-    return statements
-
-
-def split(dialect: str, text: str) -> list[Statement]:
-    return split_postgresql(text) if dialect == "postgresql" else split_mysql(text)
-
-
-# ---- what a statement does to which routine ---------------------------------------
-
-_NAME = r'[`"]?(\w+)[`"]?'
-_PATTERNS = {
-    "postgresql": [
-        ("create", re.compile(rf"CREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE)\s+{_NAME}\s*\(", re.I)),
-        (
-            "drop",
-            re.compile(
-                rf"DROP\s+(FUNCTION|PROCEDURE)\s+(IF\s+EXISTS\s+)?{_NAME}\s*(\(.*\))?\s*$", re.I | re.S
-            ),
-        ),
-        (
-            "trigger",
-            re.compile(
-                rf"CREATE\s+(OR\s+REPLACE\s+)?TRIGGER\s+{_NAME}\s.*?\sON\s+{_NAME}\s.*"
-                rf"EXECUTE\s+(FUNCTION|PROCEDURE)\s+{_NAME}\s*\(",
-                re.I | re.S,
-            ),
-        ),
-        ("revoke", re.compile(r"REVOKE\s+EXECUTE\s+ON\s+FUNCTION\s+(.*?)\s+FROM\s+PUBLIC\s*$", re.I | re.S)),
-        (
-            "attach",
-            re.compile(
-                rf"(COMMENT\s+ON|GRANT\s.*?\sON|REVOKE\s.*?\sON|ALTER)\s+(FUNCTION|PROCEDURE)\s+{_NAME}\b",
-                re.I | re.S,
-            ),
-        ),
-    ],
-    "mysql": [
-        ("create", re.compile(rf"CREATE\s+(DEFINER\s*=\s*\S+\s+)?(PROCEDURE|FUNCTION)\s+{_NAME}\s*\(", re.I)),
-        ("drop", re.compile(rf"DROP\s+(PROCEDURE|FUNCTION)\s+(IF\s+EXISTS\s+)?{_NAME}\s*$", re.I)),
-        ("attach", re.compile(rf"GRANT\s.*?\sON\s+(PROCEDURE|FUNCTION)\s+{_NAME}\b", re.I | re.S)),
-    ],
-}
-
-
-def _classify(dialect: str, statement: Statement) -> tuple[str, re.Match | None]:
-    for kind, pattern in _PATTERNS[dialect]:
-        match = pattern.match(statement.code)
-        if match:
-            return kind, match
-    return "other", None
-
-
-def _revoked_names(listing: str) -> list[str]:
-    return [n.strip().strip('"').lower() for n in re.sub(r"\([^)]*\)", "", listing).split(",") if n.strip()]
-
-
-def created_routines(dialect: str, text: str) -> list[str]:
+def created_routines(dialect: str | Dialect, text: str) -> list[str]:
     """The routines a script creates, in order (whatever files its parts come from)."""
-    found = []
-    for statement in split(dialect, text):
-        kind, match = _classify(dialect, statement)
-        if kind == "create":
-            found.append(match.group(3).lower())
-    return found
+    syntax = _syntax(dialect)
+    return [what.name for what in map(syntax.classify, syntax.split(text)) if what.kind == "create"]
 
 
 # ---- routine files --------------------------------------------------------------
@@ -271,64 +123,53 @@ class RoutineFile:
         return tuple(s.code for s in self.preamble)
 
 
-def parse(dialect: str, text: str, origin: str, order: int = 0) -> RoutineFile:
+def parse(dialect: str | Dialect, text: str, origin: str, order: int = 0) -> RoutineFile:
     """Splits a routine file into its preamble, routine groups and epilogue (module docstring)."""
-    if dialect not in DIALECTS:
-        raise ValueError(f"unknown dialect {dialect!r}")
-    result = RoutineFile(dialect, origin, order, [], {}, [])
+    d = dialects.as_dialect(dialect)
+    syntax = d.routine_files
+    result = RoutineFile(d.name, origin, order, [], {}, [])
     current: Routine | None = None
 
     def fail(statement: Statement, why: str) -> RoutineFileError:
         first = statement.code.splitlines()[0] if statement.code else ""
         return RoutineFileError(f"{origin}: {why} (at: {first[:100]})")
 
-    statements = split(dialect, text)
+    statements = syntax.split(text)
     if statements and statements[0].comment:  # the file's own header, not the first statement's
         result.header = statements[0].comment
         statements[0] = dataclasses.replace(statements[0], comment="")
     for statement in statements:
-        kind, match = _classify(dialect, statement)
-        if kind in ("create", "drop", "trigger", "attach") and result.epilogue:
+        what = syntax.classify(statement)
+        if what.kind in ("create", "drop", "trigger", "attach") and result.epilogue:
             raise fail(statement, "a routine statement after the epilogue began; routines come first")
-        if kind == "create" or kind == "drop":
-            name = match.group(3).lower()
+        if what.kind == "create" or what.kind == "drop":
+            name = what.name
             if current is None or current.name != name or current.created:
                 if name in result.routines:
                     raise fail(statement, f"routine {name} is defined twice in this file")
                 current = Routine(name, [], result, len(result.routines))
                 result.routines[name] = current
-            if kind == "create":
-                replayable = bool(match.group(1)) if dialect == "postgresql" else False
-                dropped = any(_classify(dialect, s)[0] == "drop" for s in current.statements)
-                if not (replayable or dropped):
-                    raise fail(
-                        statement,
-                        f"routine {name} cannot be run again: write "
-                        + (
-                            "CREATE OR REPLACE"
-                            if dialect == "postgresql"
-                            else "DROP PROCEDURE IF EXISTS first"
-                        ),
-                    )
-                current.created, current.kind = True, match.group(2).upper()
+            if what.kind == "create":
+                dropped = any(syntax.classify(s).kind == "drop" for s in current.statements)
+                if not (what.replayable or dropped):
+                    raise fail(statement, f"routine {name} cannot be run again: write {syntax.replay_hint}")
+                current.created, current.kind = True, what.routine_kind
             current.statements.append(statement)
-        elif kind == "trigger":
-            trigger, table, function = match.group(2), match.group(3), match.group(5).lower()
-            owner = result.routines.get(function)
+        elif what.kind == "trigger":
+            owner = result.routines.get(what.name)
             if owner is None or not owner.created:
                 raise fail(
                     statement,
-                    f"trigger {trigger} executes {function}, which this file does not create before it",
+                    f"trigger {what.trigger} executes {what.name}, which this file does not create before it",
                 )
             owner.statements.append(statement)
-            owner.triggers.append((trigger, table))
-        elif kind == "attach":
-            name = match.group(3 if dialect == "postgresql" else 2).lower()
-            if name not in result.routines:
-                raise fail(statement, f"{name} is not created earlier in this file")
-            result.routines[name].statements.append(statement)
-        elif kind == "revoke":
-            for name in _revoked_names(match.group(1)):
+            owner.triggers.append((what.trigger, what.table))
+        elif what.kind == "attach":
+            if what.name not in result.routines:
+                raise fail(statement, f"{what.name} is not created earlier in this file")
+            result.routines[what.name].statements.append(statement)
+        elif what.kind == "revoke":
+            for name in what.names:
                 if name not in result.routines or not result.routines[name].created:
                     raise fail(statement, f"REVOKE names {name}, which this file does not create")
                 result.routines[name].revoke_public = True
@@ -381,8 +222,8 @@ def _removal(routine: Routine) -> Routine:
     drops = [
         Statement("", f"DROP TRIGGER IF EXISTS {trigger} ON {table}") for trigger, table in routine.triggers
     ] + [Statement(f"-- {routine.name}: removed.", f"DROP {routine.kind} IF EXISTS {routine.name}")]
-    if routine.source.dialect == "mysql":
-        drops = [dataclasses.replace(s, delimiter=routine.statements[0].delimiter) for s in drops]
+    # written with the delimiter of the group they replace (MySQL's //; ';' elsewhere)
+    drops = [dataclasses.replace(s, delimiter=routine.statements[0].delimiter) for s in drops]
     return dataclasses.replace(routine, statements=drops, created=False, revoke_public=False, triggers=[])
 
 
@@ -414,7 +255,7 @@ def _revoke(routines: Sequence[Routine], comment: str) -> Statement:
     return Statement(comment, "REVOKE EXECUTE ON FUNCTION\n" + "\n".join(lines) + "\n  FROM PUBLIC")
 
 
-def script(dialect: str, routines: Iterable[Routine]) -> str:
+def script(dialect: str | Dialect, routines: Iterable[Routine]) -> str:
     """A runnable script of the given groups: per routine file they come from (in
     revision order, each routine where its file has it), that file's preamble,
     the groups, one REVOKE EXECUTE ... FROM PUBLIC naming those of them that have
@@ -439,14 +280,16 @@ def script(dialect: str, routines: Iterable[Routine]) -> str:
     return render(dialect, blocks)
 
 
-def render(dialect: str, blocks: Iterable[Sequence[Statement]]) -> str:
-    """SQL text of blocks of statements (a blank line between blocks); MySQL gets the
-    DELIMITER lines its statements need, as the mysql client and split_script read them."""
+def render(dialect: str | Dialect, blocks: Iterable[Sequence[Statement]]) -> str:
+    """SQL text of blocks of statements (a blank line between blocks); a dialect whose client
+    reads DELIMITER lines (MySQL) gets those its statements need, as the mysql client and
+    split_script read them."""
+    delimiter_lines = _syntax(dialect).client_delimiters
     parts, delimiter = [], ";"
     for block in blocks:
         lines = []
         for statement in block:
-            if dialect == "mysql" and statement.delimiter != delimiter:
+            if delimiter_lines and statement.delimiter != delimiter:
                 if lines:
                     parts.append("\n".join(lines))
                     lines = []
@@ -476,9 +319,10 @@ class Chain:
     (migrations/sql) and, for the head, from ``current`` (sql/<dialect>/routines.sql)."""
 
     def __init__(
-        self, dialect: str, revisions: Sequence[RevisionRoutines], folder: Path, current: Path
+        self, dialect: str | Dialect, revisions: Sequence[RevisionRoutines], folder: Path, current: Path
     ) -> None:
-        self.dialect, self.revisions, self.folder, self.current = dialect, list(revisions), folder, current
+        self.dialect = dialects.as_dialect(dialect).name
+        self.revisions, self.folder, self.current = list(revisions), folder, current
         heads = [i for i, r in enumerate(self.revisions) if r.routines == CURRENT_ROUTINES]
         if heads and heads != [len(self.revisions) - 1]:
             late = self.revisions[heads[0]].revision

@@ -5,7 +5,8 @@
     d.supports_listen, d.transactional_ddl, d.run(conn, "push", {...}) ...
 
 ``base`` holds the Dialect interface and what both share (value encoders, the
-routine-error mapping); ``postgresql`` and ``mysql`` fill in the differences.
+routine-error mapping); ``postgresql`` and ``mysql`` fill in the differences;
+``routine_syntax`` is how routine files are read (each dialect has its own).
 Callers use the dialect's attributes and methods, never its name.
 """
 
@@ -32,6 +33,7 @@ from .base import (
 )
 from .mysql import MySQL, mysql_connect_args
 from .postgresql import PostgreSQL
+from .routine_syntax import RoutineFileSyntax, RoutineStatement, Statement
 
 __all__ = [
     "DIALECTS",
@@ -40,8 +42,12 @@ __all__ = [
     "Dialect",
     "Duration",
     "JdbcDriver",
+    "NAMES",
     "MySQL",
     "PostgreSQL",
+    "RoutineFileSyntax",
+    "RoutineStatement",
+    "Statement",
     "as_dialect",
     "as_timedelta",
     "as_utc",
@@ -62,6 +68,8 @@ __all__ = [
 
 # Every dialect, in the order they are listed in messages.
 DIALECTS: tuple[type[Dialect], ...] = (PostgreSQL, MySQL)
+# Their names, the dialect directories under sql/ and migrations/sql/ (a --dialect choice).
+NAMES: tuple[str, ...] = tuple(d.name for d in DIALECTS)
 
 # DSN (and JDBC URL) schemes, +driver suffixes aside, and the names SQLAlchemy gives the dialects.
 SCHEMES: dict[str, type[Dialect]] = {

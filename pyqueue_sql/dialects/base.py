@@ -16,13 +16,14 @@ import datetime as dt
 import json
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from .. import errors
 from ..queries import queries, split_script
+from .routine_syntax import RoutineFileSyntax
 
 UTC = dt.timezone.utc
 
@@ -182,6 +183,8 @@ class Dialect:
     # Named statements that must run in a transaction of their own when the
     # caller has none (see Database.call).
     own_transaction_statements: frozenset[str] = frozenset()
+    # How its routine files are written (statement ends, routine headers): pyqueue_sql.routine_sets.
+    routine_files: RoutineFileSyntax
 
     # -- connections -----------------------------------------------------
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
@@ -352,3 +355,20 @@ class Dialect:
         """While in the block, a GRANT to an account that does not exist fails instead of
         creating it (nothing to do where a GRANT never creates an account)."""
         yield
+
+    # -- migrations (pyqueue_sql.migrate) --------------------------------
+    def server_flavor(self, connection: Any) -> str:
+        """The server flavour of a DB-API connection, the key of a revision's FINGERPRINTS:
+        the dialect's name, unless servers of the dialect build different catalogs."""
+        return self.name
+
+    def routine_regrants(
+        self,
+        saved: Iterable[Sequence[Any]],
+        current: Iterable[Sequence[Any]],
+        added_with: Mapping[str, Sequence[str]],
+    ) -> list[str]:
+        """The GRANTs that give back the routine grants a migration dropped by re-creating
+        routines, from the grant snapshot taken before the run (``saved``) and the grants now
+        (``current``). Only a dialect without transactional DDL has a snapshot (pyqueue_sql.migrate)."""
+        raise NotImplementedError(f"{self.name} migrations take no grant snapshot")

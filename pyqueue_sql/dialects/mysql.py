@@ -7,13 +7,15 @@ import contextlib
 import datetime as dt
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .. import errors
+from ..queries import migration_queries
 from .base import UTC, Dialect, Duration, JdbcDriver, as_timedelta, as_utc, encode_json, strip_driver
+from .routine_syntax import RoutineFileSyntax, Statement, has_code, quoted_name
 
 # Access denied for: the database (1044), a privilege (1227), a table (1142), a column (1143),
 # a routine (1370).
@@ -25,6 +27,8 @@ _BAD_VALUE = (1264, 1265, 1292, 1366)
 _CONNECTION_LOST = (0, 2006, 2013, 2014, 2055)
 # A user, host or role name: no quotes, backticks or control characters (so backticks quote it).
 _NAME = re.compile(r"[^\x00-\x1f\x7f`']+")
+# The routine privileges of mysql.procs_priv's Proc_priv that a regrant gives back, as GRANT names them.
+_ROUTINE_PRIVILEGES = {"execute": "EXECUTE", "alter routine": "ALTER ROUTINE"}
 
 
 def mysql_connect_args(dsn: str) -> dict[str, Any]:
@@ -49,11 +53,63 @@ def mysql_connect_args(dsn: str) -> dict[str, Any]:
     return args
 
 
+def _privilege_set(value: Any) -> frozenset[str]:
+    if isinstance(value, (set, frozenset)):  # Proc_priv, a SET column
+        value = ",".join(value)
+    return frozenset(p.strip().lower() for p in str(value or "").split(",") if p.strip())
+
+
 def quote_name(name: str) -> str:
     """A MySQL identifier in backticks (names are validated: no backtick can appear)."""
     if not name or not _NAME.fullmatch(name):
         raise errors.InvalidArgumentError(f"not a usable MySQL name: {name!r}")
     return f"`{name}`"
+
+
+def split_mysql(text: str) -> list[Statement]:
+    """The statements of a MySQL script, split exactly as pyqueue_sql.queries.split_script
+    splits it (a statement ends where a line ends with the delimiter in force; DELIMITER
+    lines change it), each with the delimiter it was written with."""
+    statements: list[Statement] = []
+    delimiter, current = ";", []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.upper().startswith("DELIMITER ") and not has_code(current):
+            delimiter, current = stripped.split(None, 1)[1], []
+            continue
+        current.append(line)
+        if stripped.endswith(delimiter) and not stripped.startswith("--"):
+            current[-1] = line.rstrip()[: -len(delimiter)]
+            if has_code(current):
+                statements.append(Statement.parse("\n".join(current), delimiter))
+            current = []
+    if has_code(current):
+        statements.append(Statement.parse("\n".join(current), delimiter))
+    return statements
+
+
+_ROUTINE = quoted_name("name")
+
+
+class MySQLRoutineFiles(RoutineFileSyntax):
+    """``DROP PROCEDURE IF EXISTS name`` + ``CREATE PROCEDURE name`` (inside ``DELIMITER //``),
+    then GRANTs on it."""
+
+    patterns = (
+        (
+            "create",
+            re.compile(
+                rf"CREATE\s+(DEFINER\s*=\s*\S+\s+)?(?P<type>PROCEDURE|FUNCTION)\s+{_ROUTINE}\s*\(", re.I
+            ),
+        ),
+        ("drop", re.compile(rf"DROP\s+(PROCEDURE|FUNCTION)\s+(IF\s+EXISTS\s+)?{_ROUTINE}\s*$", re.I)),
+        ("attach", re.compile(rf"GRANT\s.*?\sON\s+(PROCEDURE|FUNCTION)\s+{_ROUTINE}\b", re.I | re.S)),
+    )
+    replay_hint = "DROP PROCEDURE IF EXISTS first"
+    client_delimiters = True
+
+    def split(self, text: str) -> list[Statement]:
+        return split_mysql(text)
 
 
 class MySQL(Dialect):
@@ -73,6 +129,7 @@ class MySQL(Dialect):
     }
     utc_wall_clock_times = True
     ingest_keeps_rejects = True
+    routine_files = MySQLRoutineFiles()
     # MariaDB Connector/J with a jdbc:mysql:// URL, so that Spark quotes names with backticks.
     jdbc = JdbcDriver(
         product="MariaDB",
@@ -281,3 +338,57 @@ class MySQL(Dialect):
                     cur.execute(self.statement("set_session_sql_mode"), (saved,))
         finally:
             cur.close()
+
+    # -- migrations (pyqueue_sql.migrate) --------------------------------
+    def server_flavor(self, connection: Any) -> str:
+        """'mariadb' or 'mysql', from the server's version string."""
+        cur = connection.cursor()
+        try:
+            cur.execute(migration_queries(self.name)["server_version"])
+            (version,) = cur.fetchone()
+        finally:
+            cur.close()
+        if isinstance(version, (bytes, bytearray)):
+            version = version.decode()
+        return "mariadb" if "mariadb" in str(version).lower() else "mysql"
+
+    def routine_regrants(
+        self,
+        saved: Iterable[Sequence[Any]],
+        current: Iterable[Sequence[Any]],
+        added_with: Mapping[str, Sequence[str]],
+    ) -> list[str]:
+        """Re-creating a procedure (DROP + CREATE) drops its grants. ``saved`` and ``current`` are
+        rows (user, host, routine, routine_type, privileges) of mysql.procs_priv, before the run
+        and now: every saved grant that is not held now, plus the same grant on the routines
+        ``added_with`` a saved one's routine (privileges.ROUTINES_ADDED_WITH). Names are validated
+        and backtick-quoted; host '' is a MariaDB role, granted without a host part. Run them
+        inside no_account_creation(); a GRANT on a routine that does not exist fails with 1305
+        (the caller skips it)."""
+        saved = list(saved)
+        saved += [
+            (user, host, added, routine_type, privileges)
+            for user, host, routine, routine_type, privileges in saved
+            for added in added_with.get(str(routine).lower(), ())
+        ]
+        now = {(u, h, str(r).lower(), str(t).upper(), _privilege_set(p)) for u, h, r, t, p in current}
+        template = migration_queries(self.name)["regrant_routine"]
+        out: list[str] = []
+        for user, host, routine, routine_type, privileges in saved:
+            granted = _privilege_set(privileges)
+            kind = str(routine_type).upper()
+            if (user, host, str(routine).lower(), kind, granted) in now:
+                continue
+            chosen = [_ROUTINE_PRIVILEGES[p] for p in _ROUTINE_PRIVILEGES if p in granted]
+            if not chosen or kind not in ("PROCEDURE", "FUNCTION"):
+                continue
+            statement = template.format(
+                privilege=", ".join(chosen),
+                routine_type=kind,
+                routine=self.identifier(str(routine)),
+                role=self.grantee(user, host),
+                grant_option=" WITH GRANT OPTION" if "grant" in granted else "",
+            )
+            if statement not in out:
+                out.append(statement)
+        return out

@@ -1,6 +1,7 @@
-"""The package's layout: its modules import each other without a cycle, and none reaches into
-another's private (underscore) names. Read from the source files with ast, so a lazy import
-inside a function counts too (imports under ``if TYPE_CHECKING:`` do not: they never run)."""
+"""The package's layout: its modules import each other without a cycle, none reaches into
+another's private (underscore) names, and only pyqueue_sql.dialects tells the dialects apart by
+name. Read from the source files with ast, so a lazy import inside a function counts too
+(imports under ``if TYPE_CHECKING:`` do not: they never run)."""
 
 from __future__ import annotations
 
@@ -153,6 +154,50 @@ def private_reach_ins(modules: dict[str, Module]) -> list[str]:
     return problems
 
 
+# The names a dialect goes by (pyqueue_sql.dialects.SCHEMES): outside the dialects package, code
+# asks the dialect (its attributes and methods), never compares with one of these.
+DIALECT_NAMES = frozenset({"postgresql", "postgres", "mysql", "mariadb"})
+DIALECTS_PACKAGE = f"{ROOT}.dialects"
+
+
+def _strings(node: ast.AST) -> set[str]:
+    """The str constants of a comparison's operand: itself, or the items of a tuple/list/set."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return set().union(*(_strings(item) for item in node.elts))
+    return set()
+
+
+def dialect_name_branches(modules: dict[str, Module]) -> list[str]:
+    """Where a module outside pyqueue_sql.dialects compares a value with a dialect's name
+    (`x == "mysql"`, `x != "postgresql"`, `x in ("postgresql", "mysql")`, `"mariadb" in x`)
+    or matches one (`case "mysql":`)."""
+    problems = []
+    for name, module in modules.items():
+        if name == DIALECTS_PACKAGE or name.startswith(DIALECTS_PACKAGE + "."):
+            continue
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Compare):
+                operands = (node.left, *node.comparators)
+            elif isinstance(node, ast.MatchValue):
+                operands = (node.value,)
+            else:
+                continue
+            if set().union(*(_strings(o) for o in operands)) & DIALECT_NAMES:
+                problems.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return problems
+
+
+def _copy_of_package(tmp_path: Path) -> Path:
+    copy = tmp_path / ROOT
+    for module in package_modules().values():
+        target = copy / module.path.relative_to(PACKAGE)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(module.path.read_text(encoding="utf-8"), encoding="utf-8")
+    return copy
+
+
 def test_the_package_modules_import_each_other_without_a_cycle():
     modules = package_modules()
     graph = import_graph(modules)
@@ -182,11 +227,7 @@ def test_each_module_imports_on_its_own(name):
 
 def test_the_checks_find_a_planted_cycle_and_reach_ins(tmp_path):
     """The checks above can fail: a copy of the package with a cycle and private reach-ins planted."""
-    copy = tmp_path / ROOT
-    for module in package_modules().values():
-        target = copy / module.path.relative_to(PACKAGE)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(module.path.read_text(encoding="utf-8"), encoding="utf-8")
+    copy = _copy_of_package(tmp_path)
     errors_py = copy / "errors.py"
     errors_py.write_text(
         errors_py.read_text(encoding="utf-8")
@@ -199,3 +240,34 @@ def test_the_checks_find_a_planted_cycle_and_reach_ins(tmp_path):
     assert cycle is not None and "pyqueue_sql.errors" in cycle
     found = "\n".join(private_reach_ins(modules))
     assert "import _dsn" in found and "worker._where" in found and "._stopping" in found
+
+
+def test_only_the_dialects_package_branches_on_a_dialect_name():
+    """Every difference between the dialects is an attribute or method of pyqueue_sql.dialects'
+    classes: no other module compares with a dialect's name."""
+    assert dialect_name_branches(package_modules()) == []
+
+
+def test_the_check_finds_a_planted_dialect_branch(tmp_path):
+    """The check above can fail: branches on a dialect's name planted in a copy of the package,
+    outside the dialects package (found) and inside it (where they belong: not reported)."""
+    copy = _copy_of_package(tmp_path)
+    planted = (
+        "\n\ndef planted_branch(dialect, kind):\n"
+        "    if dialect.name == 'mysql' or kind != \"postgresql\":\n"
+        "        return 1\n"
+        "    match kind:\n"
+        "        case 'mariadb':\n"
+        "            return 2\n"
+        "    return 3 if dialect.name in ('postgres', 'other') else 4\n"
+    )
+    for path in (copy / "migrate.py", copy / "dialects" / "base.py"):
+        path.write_text(path.read_text(encoding="utf-8") + planted, encoding="utf-8")
+    found = dialect_name_branches(package_modules(copy))
+    assert [f.partition(": ")[2] for f in found] == [
+        "dialect.name == 'mysql'",
+        "kind != 'postgresql'",
+        "'mariadb'",
+        "dialect.name in ('postgres', 'other')",
+    ]
+    assert all(f.startswith("pyqueue_sql.migrate:") for f in found), found

@@ -299,7 +299,7 @@ def test_routine_files_split_as_the_migrator_runs_them():
         migrate.current_routines_file("mysql")
     ]:
         text = path.read_text()
-        mine = routine_sets.split_mysql(text)
+        mine = routine_sets.split("mysql", text)
         assert [s.code for s in mine] == [
             routine_sets.Statement.parse(s, ";").code for s in split_script(text)
         ], path
@@ -328,7 +328,7 @@ END;
 $body$;
 DO $$ BEGIN PERFORM 1; END $$;
 SELECT 1"""
-    statements = routine_sets.split_postgresql(text)
+    statements = routine_sets.split("postgresql", text)
     assert [s.code.split()[0] for s in statements] == ["CREATE", "DO", "SELECT"]
     assert statements[0].comment == "-- a comment; not a statement end"
     assert statements[0].code.endswith("$body$") and "it''s; fine" in statements[0].code
