@@ -209,7 +209,6 @@ def _migrate_down(migrate: Any, dsn: str, args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from . import dialects
     from .queries import install_script, script
 
     try:
@@ -224,8 +223,6 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 def cmd_grant(args: argparse.Namespace) -> int:
     """Prints (default) or runs (--apply) the GRANT/REVOKE statements of a least-privilege role."""
-    from . import dialects, privileges
-
     caps = [c for c in privileges.CAPABILITIES if getattr(args, c)]
     if not caps:
         raise UsageError(
