@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy.pool import QueuePool
 
 from .. import dialects, errors
-from ..client import Database, QueueSettings, QueueStats, WorkerInfo, _stats
+from ..client import Database, QueueSettings, QueueStats, WorkerInfo
 
 UTC = dt.timezone.utc
 
@@ -241,7 +241,7 @@ class Dashboard:
     ) -> dict[str, Any]:
         with self.pool.database() as db:
             q = db.queue(name)
-            stats = _stats(self.dialect, db.call("stats", queue=name)[0])
+            stats = q.stats()
             settings = q.settings()
             messages = q.messages(state=state, key_prefix=prefix, after=after, n=n + 1)
             limits = q.limits()
@@ -259,8 +259,7 @@ class Dashboard:
 
     def queue_stats(self, name: str) -> QueueStats:
         with self.pool.database() as db:
-            rows = db.call("stats", queue=name)
-            return _stats(self.dialect, rows[0])
+            return db.queue(name).stats()
 
     def message(self, queue: str, key: str, kind: str) -> tuple[Any, list[Any]]:
         with self.pool.database() as db:
