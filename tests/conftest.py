@@ -156,7 +156,7 @@ def raw(db):
     return run
 
 
-# ---- issue 5: Spark ----
+# ---- Spark ----
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """The command line over a message's whole life: reserve, commit, rollback (with an
 error), remove, show, dead letters, redrive, pause/resume, drop, settings, workers,
-and the `worker` process (status line, stop on signals, async handlers)."""
+and the `worker` process (status line, clean stop, async handlers); how a worker process stops
+on signals and deadlines is in tests/worker/test_worker_handlers.py."""
 
 from __future__ import annotations
 
@@ -340,10 +341,6 @@ def failing(job):
 
 
 def sleeping(job):
-    record = os.environ.get("PYQUEUE_TEST_RECORD")
-    if record:
-        with open(record, "a") as f:
-            f.write(f"start {job.key}\n")
     time.sleep(float(job.payload.get("sleep", 0)))
 
 
@@ -454,59 +451,6 @@ def test_status_line_is_never_glued_to_a_log_line(dsn, queue):
     assert status[-1].startswith(name) and (
         "stopped" in status[-1] or "stopping" in status[-1] or "running" in status[-1]
     )
-
-
-def handler_started(record):
-    return record.exists() and "start slow" in record.read_text()
-
-
-def test_second_signal_forces_the_stop_and_exits_non_zero(dsn, queue, tmp_path):
-    record = tmp_path / "record"
-    queue.push("slow", "kind", {"sleep": 60})
-    proc = subprocess.Popen(
-        worker_command(dsn, queue.name, "sleeping", "--no-status", "--shutdown-timeout", "60"),
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_RECORD": str(record)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(lambda: handler_started(record), 30, "the handler to start")
-        proc.send_signal(signal.SIGINT)
-        time.sleep(1.0)
-        assert proc.poll() is None, "one signal must wait for the running handler"
-        started = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-        assert time.monotonic() - started < 15
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode not in (0, None), err
-    assert "still running" in err and f"{queue.name}/slow/kind" in err
-
-
-def test_handlers_running_at_the_shutdown_deadline_exit_non_zero(dsn, queue, tmp_path):
-    record = tmp_path / "record"
-    queue.push("slow", "kind", {"sleep": 30})
-    proc = subprocess.Popen(
-        worker_command(dsn, queue.name, "sleeping", "--no-status", "--shutdown-timeout", "1"),
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_RECORD": str(record)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(lambda: handler_started(record), 30, "the handler to start")
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err
-    assert "still running" in err and f"{queue.name}/slow/kind" in err
 
 
 def test_clean_stop_exits_zero(dsn, queue):

@@ -1,4 +1,4 @@
-"""Plan guards (issue 6): the reserve's queries must read the ready index.
+"""Plan guards: the reserve's queries must read the ready index.
 
 On a 100k-message queue, EXPLAIN the statements that find ready messages
 (queue_reserve / pyqueue__lock_ready, the fast path of queue_commit_reserve,

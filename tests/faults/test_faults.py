@@ -1,4 +1,4 @@
-"""Fault tests (issue 7): nothing lost, nothing committed twice, when processes
+"""Fault tests: nothing lost, nothing committed twice, when processes
 die, the server restarts, a transaction rolls back, or the server kills a
 connection. Real OS processes (the `pyqueue-sql worker` CLI), real servers.
 

@@ -471,12 +471,19 @@ def _started(tmp_path) -> bool:
     return record.exists() and any(l.startswith("start") for l in record.read_text().splitlines())
 
 
-def test_second_sigterm_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tmp_path):
+def _says_still_running(tmp_path, key) -> bool:
+    """The one line the command prints on stderr when handlers were abandoned, naming them."""
+    text = (tmp_path / "worker.log").read_text()
+    return any("still running" in line and key in line for line in text.splitlines())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_second_signal_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tmp_path, signum):
     queue.push("long", "k", {"sleep": 120})
     proc = _spawn(dsn, queue.name, tmp_path, "--shutdown-timeout", "120", "--lease", "3")
     try:
         wait_for(lambda: _started(tmp_path), 30, "the handler to start")
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         wait_for(
             lambda: any(e.get("event") == "stopping" for e in _events(tmp_path)),
             15,
@@ -484,15 +491,16 @@ def test_second_sigterm_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tmp
         )
         [stopping] = [e for e in _events(tmp_path) if e.get("event") == "stopping"][:1]
         assert stopping["keys"] == [f"{queue.name}/long/k"] and stopping["deadline_in_s"] > 100
-        assert proc.poll() is None, "the first SIGTERM should wait for the handler"
+        assert proc.poll() is None, "the first signal should wait for the handler"
         forced = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         code = proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert time.monotonic() - forced < 15
-    assert code != 0, "handlers were abandoned: the exit must say so"
+    assert code == 1, "handlers were abandoned: the exit must say so"
+    assert _says_still_running(tmp_path, f"{queue.name}/long/k")
     evs = _events(tmp_path)
     assert any(e.get("event") == "deadline" and e.get("forced") for e in evs)
     assert any(e.get("event") == "deregister" for e in evs)
@@ -511,5 +519,6 @@ def test_shutdown_deadline_passed_exits_non_zero(dsn, queue, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert code != 0
+    assert code == 1
+    assert _says_still_running(tmp_path, f"{queue.name}/long/k")
     assert any(e.get("event") == "deadline" and not e.get("forced") for e in _events(tmp_path))

@@ -1,6 +1,5 @@
-"""Issue 4a: the example ETL pipeline (examples/pipeline) survives its stage
-processes being SIGKILLed over and over, mid-flight: the sink receives every
-message exactly once."""
+"""The example ETL pipeline (examples/pipeline) survives its stage processes being
+SIGKILLed over and over, mid-flight: the sink receives every message exactly once."""
 
 from __future__ import annotations
 
