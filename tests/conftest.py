@@ -27,6 +27,12 @@ def pytest_configure(config):
         "only_dialect(*names): generate this test for these dialects only; the other "
         "dialects' variants are deselected at collection (never reported as skipped)",
     )
+    config.addinivalue_line(
+        "markers",
+        "slow: a long test (killed or restarted processes and servers, fault injection, model-based "
+        "and stateful hypothesis runs, Spark, the alembic application, or anything over about 5 s); "
+        "`make test-fast` runs pytest -m 'not slow' as the inner loop, `make test` and CI run everything",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

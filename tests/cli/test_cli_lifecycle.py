@@ -242,7 +242,7 @@ def test_drop_of_a_queue_with_messages_asks_or_needs_yes(capsys, monkeypatch, ds
     assert code == 1 and "does not exist" in err
 
 
-def test_drop_yes(capsys, dsn, queue):
+def test_drop_with_yes_drops_a_queue_with_messages_without_asking(capsys, dsn, queue):
     queue.push("a", "kind", {})
     code, out, err = run(capsys, "drop", queue.name, "--yes", "--dsn", dsn)
     assert code == 0 and "dropped" in out, err

@@ -37,7 +37,7 @@ UNKNOWN = [
 
 
 @pytest.mark.parametrize("name,call", UNKNOWN, ids=[n for n, _ in UNKNOWN])
-def test_unknown_queue(db, name, call):
+def test_every_call_on_an_unknown_queue_raises_unknown_queue_error(db, name, call):
     with pytest.raises(UnknownQueueError, match="does not exist"):
         call(db.queue("no-such-queue"))
 

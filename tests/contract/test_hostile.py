@@ -1668,7 +1668,7 @@ def test_hostile_but_valid_keys_kinds_payloads_round_trip(ctx):
     _round_trip_body(ctx)
 
 
-def test_deeply_nested_payload(ctx):
+def test_a_deeply_nested_payload_is_stored_or_refused_as_too_deep_for_mariadb(ctx):
     """PostgreSQL takes any depth; MariaDB's JSON functions refuse 32 levels and more, and the refusal
     says so instead of calling valid JSON invalid."""
     deep = "[" * 40 + "]" * 40

@@ -110,7 +110,7 @@ def test_pushes_in_one_transaction_notify_once_at_commit(listener, queue, connec
     assert received() == []
 
 
-def test_set_notify_window_validates(db, queue):
+def test_set_notify_window_refuses_out_of_range_windows_and_unknown_queues(db, queue):
     for bad in (-1, 3601):
         with pytest.raises(InvalidArgumentError):
             queue.set_notify_window(bad)
@@ -119,7 +119,7 @@ def test_set_notify_window_validates(db, queue):
     queue.set_notify_window(None)
 
 
-def test_next_scheduled_at(queue, connect):
+def test_next_scheduled_at_is_the_earliest_time_a_message_becomes_ready(queue, connect):
     assert queue.next_scheduled_at() == (None, None)
     run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=30)
     queue.push("later", "a", {}, run_at=run_at)
@@ -158,7 +158,7 @@ def test_wait_wakes_at_a_delayed_message_s_time(queue):
     assert dt.datetime.now(dt.timezone.utc) - run_at < dt.timedelta(seconds=2)
 
 
-def test_wait_validates(db, queue):
+def test_wait_refuses_bad_timeouts_and_polls_and_unknown_queues(db, queue):
     with pytest.raises(InvalidArgumentError):
         queue.wait(timeout=-1)
     with pytest.raises(InvalidArgumentError):
@@ -169,7 +169,7 @@ def test_wait_validates(db, queue):
         db.queue("no-such-queue").wait(timeout=0)
 
 
-def test_plain_sql_calls(raw, queue, db):
+def test_wakeup_routines_as_plain_sql(raw, queue, db):
     if db.dialect.name == "postgresql":
         [(channel,)] = raw("SELECT queue_channel(%s)", (queue.name,))
         raw("SELECT queue_set_notify_window(%s, interval '100 milliseconds')", (queue.name,))

@@ -372,7 +372,7 @@ def test_appends_and_flushes_running_at_once_lose_and_double_nothing(jdbc_url, m
     assert len(popped) == len(expected) and set(popped) == expected
 
 
-def test_read_stats(spark, jdbc_url, make_queue):
+def test_read_stats_of_one_queue_or_all_and_of_an_unknown_queue(spark, jdbc_url, make_queue):
     q = make_queue()
     q.push("a", "k", {})
     q.push("b", "k", {}, run_at=dt.timedelta(hours=1))

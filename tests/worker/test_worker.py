@@ -217,7 +217,7 @@ def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
     assert worker.stats.failed == 3 and queue.stats().dead == 1
 
 
-def test_retry_policy_delays():
+def test_retry_policy_delays_grow_to_their_cap_with_bounded_jitter():
     p = RetryPolicy(base=0.5, factor=3, max_delay=10, jitter=0)
     assert [p.delay(a) for a in (1, 2, 3, 4, 1000)] == [0.5, 1.5, 4.5, 10, 10]
     j = RetryPolicy(base=2, factor=2, max_delay=100, jitter=0.5)

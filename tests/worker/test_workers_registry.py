@@ -110,7 +110,7 @@ def test_release_frees_a_limit_slot(db, queue):
     assert len(queue.reserve(n=2, timeout=60)) == 1
 
 
-def test_bad_arguments(db, raw, dialect):
+def test_register_and_release_refuse_bad_arguments(db, raw, dialect):
     with pytest.raises(errors.InvalidArgumentError):
         db.register_worker("")
     with pytest.raises(errors.InvalidArgumentError):
