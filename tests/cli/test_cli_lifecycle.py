@@ -394,6 +394,7 @@ def visible_lines(text):
 LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d\d\d (debug|info|warning|error)\s")
 
 
+@pytest.mark.slow
 def test_status_line_is_never_glued_to_a_log_line(dsn, queue):
     """A worker whose stderr is a terminal draws its status line; failures logged
     every ~0.1 s go above it, each on a line of its own."""
@@ -453,6 +454,7 @@ def test_status_line_is_never_glued_to_a_log_line(dsn, queue):
     )
 
 
+@pytest.mark.slow
 def test_clean_stop_exits_zero(dsn, queue):
     queue.push("quick", "kind", {"sleep": 0})
     proc = subprocess.Popen(
@@ -473,6 +475,7 @@ def test_clean_stop_exits_zero(dsn, queue):
     assert proc.returncode == 0, err
 
 
+@pytest.mark.slow
 def test_async_handler_runs_before_its_commit(dsn, queue, tmp_path):
     record = tmp_path / "record"
     queue.push_many([(f"a{i}", "kind", {}) for i in range(3)])

@@ -59,6 +59,7 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
@@ -66,6 +67,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import pyqueue_sql
 
 from ..conftest import UNDER_CI
+
+pytestmark = pytest.mark.slow
 
 TICK_S = 1000  # seconds of one model tick
 MAX_ATTEMPTS = 2

@@ -1554,6 +1554,7 @@ def _check_call(ctx: Ctx, routine: Routine, drawn: list, outcomes: dict) -> None
     ctx.drop_huge(args)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("routine", ROUTINES(), ids=routine_ids())
 def test_every_fixed_hostile_value_of_every_argument(ctx, routine):
     """The sweep: each listed hostile value of each argument once, the other arguments valid."""
@@ -1567,6 +1568,7 @@ def test_every_fixed_hostile_value_of_every_argument(ctx, routine):
     assert outcomes.get("pyqueue", 0) > 0, outcomes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("routine", ROUTINES(), ids=routine_ids())
 def test_random_hostile_arguments_get_a_clear_error_or_a_correct_result(ctx, routine):
     """Random values (hypothesis): mostly one hostile argument among valid ones, sometimes several."""

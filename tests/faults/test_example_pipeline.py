@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import pyqueue_sql
 from pyqueue_sql import migrate
 
@@ -67,6 +69,7 @@ def test_example_rewrites_payloads_stage_by_stage():
     assert pipeline.transform(parsed) == {"id": "rec-1", "name": "ITEM 1", "amount_cents": 325}
 
 
+@pytest.mark.slow
 def test_sigkilled_stages_lose_and_duplicate_nothing(fresh_database, dialect):
     dsn = fresh_database("pipe")
     migrate.upgrade(dsn)

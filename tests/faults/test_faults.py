@@ -33,6 +33,8 @@ import pytest
 import pyqueue_sql
 from pyqueue_sql import dialects, migrate
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOLD_AT_MOST = 120.0
 

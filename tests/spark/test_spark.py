@@ -45,6 +45,7 @@ def live_keys(db, queue) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.slow
 def test_two_appends_of_overlapping_data_enqueue_each_key_once(spark, jdbc_url, make_queue, db):
     from pyspark.sql import functions as F
 
@@ -75,6 +76,7 @@ def test_two_appends_of_overlapping_data_enqueue_each_key_once(spark, jdbc_url, 
     assert (second.rows, second.enqueued, second.duplicates, second.rejected) == (1000, 500, 500, 0)
 
 
+@pytest.mark.slow
 def test_a_rerun_is_idempotent_and_a_committed_key_is_free_again(spark, jdbc_url, make_queue, db):
     from pyspark.sql import functions as F
 
@@ -91,6 +93,7 @@ def test_a_rerun_is_idempotent_and_a_committed_key_is_free_again(spark, jdbc_url
     assert (rerun.rows, rerun.enqueued, rerun.duplicates) == (800, 1, 799)
 
 
+@pytest.mark.slow
 def test_an_empty_frame_enqueues_nothing_and_says_so(spark, jdbc_url, make_queue):
     q = make_queue()
     empty = spark.createDataFrame([], "doc_id string, n long")
@@ -99,6 +102,7 @@ def test_an_empty_frame_enqueues_nothing_and_says_so(spark, jdbc_url, make_queue
     assert q.stats().ready == 0
 
 
+@pytest.mark.slow
 def test_an_account_with_only_the_ingest_capability_enqueues_and_gets_the_counts(spark, dsn, make_queue):
     """`pyqueue-sql grant --ingest` is all enqueue needs: the write, the flush and
     (MySQL/MariaDB) reading back the rejected rows; the counts come through it too."""
@@ -133,6 +137,7 @@ def test_an_account_with_only_the_ingest_capability_enqueues_and_gets_the_counts
         made.close()
 
 
+@pytest.mark.slow
 def test_a_plain_spark_jdbc_append_is_enough(spark, jdbc_url, make_queue, db, raw):
     """What a job written outside the project does: df.write.jdbc into queue_ingest, twice."""
     from pyspark.sql import functions as F
@@ -167,6 +172,7 @@ BAD_ROWS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, bad, error, message", BAD_ROWS, ids=[c[0] for c in BAD_ROWS])
 def test_a_bad_row_is_refused_with_a_clear_error_and_nothing_is_lost(
     spark, jdbc_url, make_queue, db, raw, capfd, case, bad, error, message
@@ -216,6 +222,7 @@ def test_a_bad_row_is_refused_with_a_clear_error_and_nothing_is_lost(
         )
 
 
+@pytest.mark.slow
 def test_a_retried_task_after_a_partial_append_enqueues_each_row_once(
     spark, jdbc_url, make_queue, db, connect
 ):
@@ -240,6 +247,7 @@ def test_a_retried_task_after_a_partial_append_enqueues_each_row_once(
     assert len(payloads) == 1000 and payloads["doc-00500"] == {"n": 500}
 
 
+@pytest.mark.slow
 def test_concurrent_enqueues_report_what_each_enqueued(spark, jdbc_url, make_queue):
     """Two enqueues of overlapping keys run at once from two threads (two Spark
     jobs): each reports its own rows; together they enqueued each key once and
@@ -277,6 +285,7 @@ def test_concurrent_enqueues_report_what_each_enqueued(spark, jdbc_url, make_que
         assert all(r.enqueued + r.duplicates == r.rows for r in results.values())
 
 
+@pytest.mark.slow
 def test_payload_shapes_run_at_and_priority(spark, jdbc_url, make_queue, db):
     from pyspark.sql import functions as F
 
@@ -314,6 +323,7 @@ def test_payload_shapes_run_at_and_priority(spark, jdbc_url, make_queue, db):
         pqs.enqueue(frame, jdbc_url, q.name, key="nope", kind=F.lit("k"))
 
 
+@pytest.mark.slow
 def test_appends_and_flushes_running_at_once_lose_and_double_nothing(jdbc_url, make_queue, connect):
     """Two writers append disjoint keys in many small transactions while a flusher
     calls queue_ingest_flush and a consumer pops: every key comes out exactly once."""
@@ -372,6 +382,7 @@ def test_appends_and_flushes_running_at_once_lose_and_double_nothing(jdbc_url, m
     assert len(popped) == len(expected) and set(popped) == expected
 
 
+@pytest.mark.slow
 def test_read_stats_of_one_queue_or_all_and_of_an_unknown_queue(spark, jdbc_url, make_queue):
     q = make_queue()
     q.push("a", "k", {})
@@ -420,6 +431,7 @@ def test_urls_map_between_dsn_and_jdbc():
     )
 
 
+@pytest.mark.slow
 def test_concurrent_appends_of_overlapping_keys_enqueue_each_key_once(jdbc_url, make_queue, connect):
     """Two writers append overlapping key ranges at the same time (as two Spark
     jobs re-running the same data would), then one flush: the union, once."""
@@ -460,6 +472,7 @@ def test_concurrent_appends_of_overlapping_keys_enqueue_each_key_once(jdbc_url, 
 # written for queues created with a history_retention.
 
 
+@pytest.mark.slow
 def test_read_history_reads_what_left_the_queue_in_parallel_partitions(spark, jdbc_url, make_queue):
     from pyspark.sql import functions as F
 

@@ -312,6 +312,7 @@ def _lines(record):
     return record.read_text().splitlines() if record.exists() else []
 
 
+@pytest.mark.slow
 def test_sigterm_with_work_in_flight_loses_nothing(dsn, queue, tmp_path):
     record = tmp_path / "record"
     queue.push_many([(f"k{i}", "k", {"sleep": 1.5}) for i in range(8)])
@@ -334,6 +335,7 @@ def test_sigterm_with_work_in_flight_loses_nothing(dsn, queue, tmp_path):
     assert '"event": "stop"' in err
 
 
+@pytest.mark.slow
 def test_sigkill_mid_handler_redelivers_after_the_lease(dsn, queue, tmp_path):
     record = tmp_path / "record"
     queue.push("victim", "k", {"sleep": 60})
@@ -396,6 +398,7 @@ def test_worker_registers_reserves_as_its_registration_and_deregisters(dsn, db, 
     assert _registered(db, name) == [] and worker.registration is None
 
 
+@pytest.mark.slow
 def test_cli_worker_is_listed_by_workers_until_sigterm(capsys, dsn, db, queue, tmp_path):
     from pyqueue_sql import cli
 
@@ -418,6 +421,7 @@ def test_cli_worker_is_listed_by_workers_until_sigterm(capsys, dsn, db, queue, t
     assert name not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_stopped_worker_process_is_released_then_registers_again(dsn, db, queue, tmp_path):
     """SIGSTOP a worker mid-handler: release_dead_workers makes its message ready
     long before its lease ends; once resumed, the worker sees its registration

@@ -477,6 +477,7 @@ def _says_still_running(tmp_path, key) -> bool:
     return any("still running" in line and key in line for line in text.splitlines())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_second_signal_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tmp_path, signum):
     queue.push("long", "k", {"sleep": 120})
@@ -509,6 +510,7 @@ def test_a_second_signal_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tm
     assert got[0].key == "long" and got[0].attempts == 2
 
 
+@pytest.mark.slow
 def test_shutdown_deadline_passed_exits_non_zero(dsn, queue, tmp_path):
     queue.push("long", "k", {"sleep": 120})
     proc = _spawn(dsn, queue.name, tmp_path, "--shutdown-timeout", "1")
