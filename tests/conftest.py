@@ -29,9 +29,11 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "slow: a long test (killed or restarted processes and servers, fault injection, model-based "
-        "and stateful hypothesis runs, Spark, the alembic application, or anything over about 5 s); "
-        "`make test-fast` runs pytest -m 'not slow' as the inner loop, `make test` and CI run everything",
+        "slow: left out of the inner loop (`make test-fast`: pytest -m 'not slow', under 2 minutes); "
+        "processes killed, interrupted or restarted (workers, migrations, servers), fault injection, "
+        "model-based and stateful hypothesis runs, the sweeps over every routine, Spark, the alembic "
+        "application, databases built per test, and tests that wait on timers, leases, wakeups or "
+        "several connections for more than about a second. `make test` and CI run everything",
     )
 
 

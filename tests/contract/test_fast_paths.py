@@ -252,6 +252,7 @@ def test_fast_commit_of_a_stale_token_writes_no_history(make_queue, raw):
     assert history(raw, q) == [("k", "committed")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["commit_reserve", "commit_many"])
 def test_fast_commit_of_an_occurrence_pushes_the_next(queue, raw, how):
     first = queue.schedule_every("report", "tick", {"n": 1}, 1)

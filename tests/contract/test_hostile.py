@@ -1666,6 +1666,7 @@ def _round_trip_body(c: Ctx, data) -> None:
     assert g_priority == (priority or 0)
 
 
+@pytest.mark.slow
 def test_hostile_but_valid_keys_kinds_payloads_round_trip(ctx):
     _round_trip_body(ctx)
 

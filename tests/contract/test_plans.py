@@ -155,10 +155,12 @@ def filled(dialect, fresh_database):
     conn.close()
 
 
+@pytest.mark.slow
 def test_reserve_reads_the_ready_index_on_100k_messages(dialect, filled):
     assert plan_problems(dialect, filled) == []
 
 
+@pytest.mark.slow
 def test_the_guard_fails_without_the_ready_index(dialect, filled):
     if dialect == "postgresql":
         _run(filled, "DROP INDEX pyqueue_message_ready_idx")

@@ -72,6 +72,7 @@ def quiet_worker(dsn, **kw) -> Worker:
 # -- wakeups ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_push_to_an_idle_worker_is_handled_without_the_poll_fallback(dsn, queue):
     started = {}
     worker = quiet_worker(dsn, concurrency=2)
@@ -105,6 +106,7 @@ def test_push_between_an_empty_reserve_and_the_wait_is_not_lost(dsn, queue):
         wait_for(lambda: "racy" in started, 15, "the message pushed in the race window (fallback 60 s)")
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")  # the NOTIFY throttle; MySQL has no wakeup to lose
 def test_throttled_wakeup_is_caught_by_the_poll_fallback(dsn, queue, db):
     """A lost wakeup costs latency, never the message: with a 1-hour window only
@@ -124,6 +126,7 @@ def test_throttled_wakeup_is_caught_by_the_poll_fallback(dsn, queue, db):
         assert worker.stats.wakeups == wakeups, "the second push should have been throttled"
 
 
+@pytest.mark.slow
 def test_delayed_message_starts_on_time_without_a_wakeup(dsn, queue):
     """A worker that knows of a delayed message sleeps until exactly its time
     (the poll fallback is 60 s, and delayed pushes send no wakeup)."""
@@ -138,6 +141,7 @@ def test_delayed_message_starts_on_time_without_a_wakeup(dsn, queue):
     assert -0.05 <= lateness <= 1.5, lateness
 
 
+@pytest.mark.slow
 def test_delayed_push_while_idle_is_seen_at_the_next_poll_and_starts_on_time(dsn, queue):
     started = {}
     worker = quiet_worker(dsn, poll_fallback=1.0)
@@ -152,6 +156,7 @@ def test_delayed_push_while_idle_is_seen_at_the_next_poll_and_starts_on_time(dsn
     assert -0.05 <= lateness <= 1.5, lateness
 
 
+@pytest.mark.slow
 def test_expired_reservation_is_picked_up_when_it_expires(dsn, queue, connect):
     other = connect().queue(queue.name)
     queue.push("abandoned", "k", {})
@@ -196,6 +201,7 @@ def test_handlers_by_kind_and_batch_reserve(dsn, queue):
     assert (s.ready, s.reserved) == (1, 0)
 
 
+@pytest.mark.slow
 def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
     dlq = make_queue()
     queue = make_queue(max_attempts=3, dead_letter_queue=dlq.name)
@@ -227,6 +233,7 @@ def test_retry_policy_delays_grow_to_their_cap_with_bounded_jitter():
         RetryPolicy(jitter=2)
 
 
+@pytest.mark.slow
 def test_heartbeat_keeps_a_long_handler_s_reservation(dsn, queue, connect):
     other = connect().queue(queue.name)
     done = threading.Event()
@@ -260,6 +267,7 @@ def test_heartbeat_keeps_a_long_handler_s_reservation(dsn, queue, connect):
     assert events[0] == "start" and events[-1] == "stop" and ("beat", 1) in events
 
 
+@pytest.mark.slow
 def test_stop_finishes_running_work_and_hands_back_the_rest(dsn, queue):
     started, finished = [], []
     worker = Worker(dsn, concurrency=2, poll_fallback=0.5, shutdown_timeout=20)
@@ -371,6 +379,7 @@ def _registered(db, name):
     return [w for w in db.workers() if w.name == name]
 
 
+@pytest.mark.slow
 def test_worker_registers_reserves_as_its_registration_and_deregisters(dsn, db, queue, raw):
     name = f"reg-{uuid.uuid4().hex[:8]}"
     held = threading.Event()
@@ -468,6 +477,7 @@ def test_release_dead_after_must_cover_the_lease(dsn):
         Worker(dsn, lease=30, release_dead_after=10)
 
 
+@pytest.mark.slow
 def test_worker_releases_dead_workers_when_asked(dsn, db, queue):
     """A live worker with release_dead_after releases a registration that stopped heart-beating."""
     dead = db.register_worker(f"dead-{uuid.uuid4().hex[:6]}")
@@ -482,6 +492,7 @@ def test_worker_releases_dead_workers_when_asked(dsn, db, queue):
     assert not queue.commit(r)
 
 
+@pytest.mark.slow
 def test_idle_worker_wakes_for_every_path_that_makes_a_message_ready(dsn, db, make_queue):
     """Both dialects, fallback 60 s: PostgreSQL through each path's NOTIFY, MySQL
     through the long poll inside the server (queue_wait)."""
