@@ -3,6 +3,8 @@
 #               only what the demo needs (the package with its postgresql, mysql and
 #               embedded extras; pyspark only for the Spark stage, when Java is there)
 #   make test   runs the whole test suite against both dialects (dev + spark extras)
+#   make test-fast  the inner loop: the tests not marked slow (pytest -m "not slow"), both
+#               dialects, under 2 minutes; make test and CI still run everything
 #   make wheel  builds dist/pyqueue_sql-*.whl (the package is not on an index yet:
 #               pip install 'dist/pyqueue_sql-<version>-py3-none-any.whl[postgresql]')
 PYTHON ?= python3
@@ -13,7 +15,7 @@ DEMO_STAMP  := $(VENV)/.installed-demo
 STAMP       := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: bench scale soak release-routines demo demo-spark test lint format venv wheel clean screenshots
+.PHONY: bench scale soak release-routines demo demo-spark test test-fast lint format venv wheel clean screenshots
 
 # The virtualenv itself (an order-only prerequisite below: its age never forces a reinstall).
 $(PY):
@@ -67,6 +69,11 @@ test: lint $(SPARK_STAMP)
 	@bash scripts/spark-deps.sh
 	@bash scripts/browser-deps.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The inner loop while changing code: every test not marked slow (tests/conftest.py lists what
+# slow covers), on both dialects; no lint, no Spark install. Extra arguments: PYTEST_ARGS=-x
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
 # ruff (configured in pyproject.toml): lint and formatting; `make format` applies both.
 lint: $(STAMP)

@@ -27,6 +27,14 @@ def pytest_configure(config):
         "only_dialect(*names): generate this test for these dialects only; the other "
         "dialects' variants are deselected at collection (never reported as skipped)",
     )
+    config.addinivalue_line(
+        "markers",
+        "slow: left out of the inner loop (`make test-fast`: pytest -m 'not slow', under 2 minutes); "
+        "processes killed, interrupted or restarted (workers, migrations, servers), fault injection, "
+        "model-based and stateful hypothesis runs, the sweeps over every routine, Spark, the alembic "
+        "application, databases built per test, and tests that wait on timers, leases, wakeups or "
+        "several connections for more than about a second. `make test` and CI run everything",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -156,7 +164,7 @@ def raw(db):
     return run
 
 
-# ---- issue 5: Spark ----
+# ---- Spark ----
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,7 @@ def test_no_import_cycle_between_cli_and_demo():
     ) & {"demo"}
 
 
+@pytest.mark.slow
 def test_migrate_says_what_it_applied(capsys, fresh_database):
     target = fresh_database()
     code, out, err = run(capsys, "migrate", "--dsn", target)
@@ -90,6 +91,7 @@ def test_migrate_says_what_it_applied(capsys, fresh_database):
     assert out.splitlines()[0] == f"already at {migrate.head()}"
 
 
+@pytest.mark.slow
 def test_migrate_from_an_older_revision_names_both(capsys, fresh_database):
     target = fresh_database()
     migrate.upgrade(target, "0003_hardening")
@@ -125,6 +127,7 @@ def test_migrate_refuses_a_script_installed_schema_until_adopted(capsys, fresh_d
         assert db.queue("kept").stats().ready == 1
 
 
+@pytest.mark.slow
 def test_downgrade_refuses_without_yes_when_messages_would_be_dropped(capsys, monkeypatch, fresh_database):
     import io
 
@@ -173,6 +176,7 @@ def test_downgrade_refuses_without_yes_when_messages_would_be_dropped(capsys, mo
     assert code == 0 and "not installed" in out
 
 
+@pytest.mark.slow
 def test_downgrade_of_an_empty_install_asks_nothing(capsys, monkeypatch, fresh_database):
     import io
 
@@ -202,6 +206,7 @@ def test_migrate_interrupted_says_to_run_it_again(capsys, monkeypatch, fresh_dat
     assert code == 130 and err.count("run it again") == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_real_migrate_is_resumable(fresh_database):
     """SIGINT at several moments of a fresh install: each run either finished (0) or
     says to run it again (130, no traceback); running it again then reaches the head."""

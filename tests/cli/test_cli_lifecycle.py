@@ -1,6 +1,7 @@
 """The command line over a message's whole life: reserve, commit, rollback (with an
 error), remove, show, dead letters, redrive, pause/resume, drop, settings, workers,
-and the `worker` process (status line, stop on signals, async handlers)."""
+and the `worker` process (status line, clean stop, async handlers); how a worker process stops
+on signals and deadlines is in tests/worker/test_worker_handlers.py."""
 
 from __future__ import annotations
 
@@ -241,7 +242,7 @@ def test_drop_of_a_queue_with_messages_asks_or_needs_yes(capsys, monkeypatch, ds
     assert code == 1 and "does not exist" in err
 
 
-def test_drop_yes(capsys, dsn, queue):
+def test_drop_with_yes_drops_a_queue_with_messages_without_asking(capsys, dsn, queue):
     queue.push("a", "kind", {})
     code, out, err = run(capsys, "drop", queue.name, "--yes", "--dsn", dsn)
     assert code == 0 and "dropped" in out, err
@@ -340,10 +341,6 @@ def failing(job):
 
 
 def sleeping(job):
-    record = os.environ.get("PYQUEUE_TEST_RECORD")
-    if record:
-        with open(record, "a") as f:
-            f.write(f"start {job.key}\n")
     time.sleep(float(job.payload.get("sleep", 0)))
 
 
@@ -397,6 +394,7 @@ def visible_lines(text):
 LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d\d\d (debug|info|warning|error)\s")
 
 
+@pytest.mark.slow
 def test_status_line_is_never_glued_to_a_log_line(dsn, queue):
     """A worker whose stderr is a terminal draws its status line; failures logged
     every ~0.1 s go above it, each on a line of its own."""
@@ -456,59 +454,7 @@ def test_status_line_is_never_glued_to_a_log_line(dsn, queue):
     )
 
 
-def handler_started(record):
-    return record.exists() and "start slow" in record.read_text()
-
-
-def test_second_signal_forces_the_stop_and_exits_non_zero(dsn, queue, tmp_path):
-    record = tmp_path / "record"
-    queue.push("slow", "kind", {"sleep": 60})
-    proc = subprocess.Popen(
-        worker_command(dsn, queue.name, "sleeping", "--no-status", "--shutdown-timeout", "60"),
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_RECORD": str(record)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(lambda: handler_started(record), 30, "the handler to start")
-        proc.send_signal(signal.SIGINT)
-        time.sleep(1.0)
-        assert proc.poll() is None, "one signal must wait for the running handler"
-        started = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-        assert time.monotonic() - started < 15
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode not in (0, None), err
-    assert "still running" in err and f"{queue.name}/slow/kind" in err
-
-
-def test_handlers_running_at_the_shutdown_deadline_exit_non_zero(dsn, queue, tmp_path):
-    record = tmp_path / "record"
-    queue.push("slow", "kind", {"sleep": 30})
-    proc = subprocess.Popen(
-        worker_command(dsn, queue.name, "sleeping", "--no-status", "--shutdown-timeout", "1"),
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_RECORD": str(record)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(lambda: handler_started(record), 30, "the handler to start")
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err
-    assert "still running" in err and f"{queue.name}/slow/kind" in err
-
-
+@pytest.mark.slow
 def test_clean_stop_exits_zero(dsn, queue):
     queue.push("quick", "kind", {"sleep": 0})
     proc = subprocess.Popen(
@@ -529,6 +475,7 @@ def test_clean_stop_exits_zero(dsn, queue):
     assert proc.returncode == 0, err
 
 
+@pytest.mark.slow
 def test_async_handler_runs_before_its_commit(dsn, queue, tmp_path):
     record = tmp_path / "record"
     queue.push_many([(f"a{i}", "kind", {}) for i in range(3)])

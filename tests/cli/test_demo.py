@@ -24,6 +24,7 @@ def run(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_demo_against_the_test_database(capsys, dsn):
     code, out, err = run(capsys, "demo", "--dsn", dsn, "--messages", "300")
     assert code == 0, out + err
@@ -33,6 +34,7 @@ def test_demo_against_the_test_database(capsys, dsn):
     assert "from demo.orders after 3 attempts" in line and "last error: ValueError" in line
 
 
+@pytest.mark.slow
 def test_demo_on_embedded_postgresql_needs_no_server(capsys, monkeypatch, tmp_path):
     """What `make demo` does on a machine with nothing installed."""
     monkeypatch.delenv("PYQUEUE_DSN", raising=False)
@@ -71,6 +73,7 @@ def test_tcp_forwarder_carries_bytes_both_ways(tmp_path):
         server.close()
 
 
+@pytest.mark.slow
 def test_embedded_postgresql_over_localhost_tcp(tmp_path):
     """The Spark stage's database: the embedded server, reached over TCP (JDBC needs it)."""
     psycopg = pytest.importorskip("psycopg")
@@ -82,6 +85,7 @@ def test_embedded_postgresql_over_localhost_tcp(tmp_path):
             assert conn.info.host == "127.0.0.1"
 
 
+@pytest.mark.slow
 def test_spark_stage_says_plainly_when_java_is_missing(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PYQUEUE_DSN")}
     env["PATH"] = str(tmp_path)  # no java on it

@@ -54,6 +54,7 @@ def run_sql(db, sql: str) -> list[tuple]:
         cur.close()
 
 
+@pytest.mark.slow
 def test_five_minutes_with_sql_only(readme_db, dialect):
     """Every statement of the README's psql (or mysql) block, in order, with the
     tokens of the reserve put where the README writes '<token>'."""
@@ -91,6 +92,7 @@ def test_five_minutes_with_sql_only(readme_db, dialect):
     assert reserved == (0 if dialect == "postgresql" else 1)  # mysql: img-17 is still held (never finished)
 
 
+@pytest.mark.slow
 def test_python_section(readme_db):
     """The README's Python block as a script, with only the DSN replaced and a
     `handle` that fails the 640-wide resize: the comments in it must hold."""

@@ -25,6 +25,7 @@ def serializable(db, dialect):
         cur.close()
 
 
+@pytest.mark.slow
 def test_serializable_sessions_commit_every_message_once(connect, make_queue, dialect):
     """Eight SERIALIZABLE sessions reserve and commit (one by one, in batches, and with
     commit_reserve) concurrently: no driver error reaches the caller, every message is committed
@@ -104,6 +105,7 @@ def test_serializable_sessions_commit_every_message_once(connect, make_queue, di
     assert (s.ready, s.delayed, s.reserved) == (0, 0, 0)
 
 
+@pytest.mark.slow
 def test_a_deadlock_inside_a_transaction_is_raised_at_once(connect, make_queue, dialect):
     """Two transactions pause two queues in opposite orders: the server breaks the deadlock by
     rolling one back; that one gets SerializationError at once (no retry: only its caller can

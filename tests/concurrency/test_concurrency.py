@@ -7,6 +7,8 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 import pyqueue_sql
 
 
@@ -30,6 +32,7 @@ def test_eight_connections_pushing_the_same_key_insert_exactly_one(connect, queu
     assert queue.stats().ready == 5
 
 
+@pytest.mark.slow
 def test_six_consumers_never_share_a_message(connect, queue):
     queue.push_many([(f"m{i:04d}", "k", i) for i in range(600)])
     dbs = [connect() for _ in range(6)]
@@ -68,6 +71,7 @@ def test_concurrent_pop_is_at_most_once(connect, queue):
     assert queue.pop(10) == []
 
 
+@pytest.mark.slow
 def test_expired_reservation_races_leave_one_owner(connect, queue):
     """Many consumers take over expired reservations at once: every take-over has
     one owner, and only the newest token of each message can commit."""
@@ -99,6 +103,7 @@ def test_rollback_and_commit_race_on_the_same_token(connect, queue):
     assert s.ready == sum(rollbacks)
 
 
+@pytest.mark.slow
 def test_pushes_racing_a_drop_get_unknown_queue_not_a_raw_error(connect, make_queue):
     """Producers that lose the race with queue_drop get UnknownQueueError, nothing else."""
     pushers = [connect() for _ in range(3)]
@@ -132,6 +137,7 @@ def test_pushes_racing_a_drop_get_unknown_queue_not_a_raw_error(connect, make_qu
         assert failures == [], failures
 
 
+@pytest.mark.slow
 def test_overlapping_batches_from_many_connections_do_not_deadlock(connect, queue):
     """Six connections push the same fresh keys in different orders, round
     after round: every key is inserted once and no call fails."""

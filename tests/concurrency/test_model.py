@@ -1,4 +1,4 @@
-"""Model-based concurrency tests (issue 7, deliverable 1): hypothesis stateful testing.
+"""Model-based concurrency tests: hypothesis stateful testing.
 
 A ``RuleBasedStateMachine`` drives random interleavings of push, push_batch,
 pop, reserve (with and without a kinds filter; or three connections at the
@@ -59,6 +59,7 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
@@ -66,6 +67,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import pyqueue_sql
 
 from ..conftest import UNDER_CI
+
+pytestmark = pytest.mark.slow
 
 TICK_S = 1000  # seconds of one model tick
 MAX_ATTEMPTS = 2
@@ -638,13 +641,13 @@ def test_random_interleavings_match_the_model(connect, dialect):
 
 
 def test_move_of_an_expired_reservation_races_a_reserve(connect, dialect):
-    """Regression (found by the model on MySQL): the holder of an expired
-    reservation moves it while another connection reserves the queue. Exactly
-    one of them may win each message. On MySQL the move is an UPDATE of the
-    row's queue_name, and queue_reserve / queue_pop / queue_commit_reserve
-    claimed a candidate by id alone: a reserve that had listed the row before
-    the move then re-read it, moved, and reserved it in the target queue, so
-    the move returned true and the reserve handed out the same message."""
+    """The holder of an expired reservation moves it while another connection
+    reserves the queue: exactly one of them wins each message. On MySQL the
+    move is an UPDATE of the row's queue_name, so queue_reserve / queue_pop /
+    queue_commit_reserve must not claim a candidate by id alone: a reserve that
+    listed the row before the move would re-read it, moved, and reserve it in
+    the target queue, while the move returned true (the model found this
+    interleaving; the loop below replays it many times)."""
     admin, mover, reserver = connect(), connect(), connect()
     tag = uuid.uuid4().hex[:12]
     src, dst = admin.queue(f"t.race.{tag}").create(), admin.queue(f"t.race.{tag}.to").create()

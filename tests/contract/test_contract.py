@@ -496,17 +496,6 @@ def test_int_keys_are_their_decimal_text_everywhere(queue, make_queue):
     assert sched.unschedule(42, "tick") is True
 
 
-@pytest.mark.parametrize(
-    "bad", [True, False, 1.0, b"17", ["17"]], ids=["True", "False", "float", "bytes", "list"]
-)
-def test_keys_that_are_not_str_or_int_are_refused(queue, bad):
-    with pytest.raises(InvalidArgumentError):
-        queue.push(bad, "k", 1)
-    with pytest.raises(InvalidArgumentError):
-        queue.push_many([(bad, "k", 1)])
-    assert queue.stats().ready == 0
-
-
 def test_tokens_are_str_on_every_dialect(queue):
     queue.push_many([(f"m{i}", "k", i) for i in range(4)])
     [r] = queue.reserve()
@@ -541,66 +530,3 @@ def test_move_into_the_same_queue_keeps_the_attempt_count(make_queue):
     [r] = q.reserve()
     assert q.move(r, other)
     assert other.reserve()[0].attempts == 1  # another queue starts afresh
-
-
-# -- worker registrations belong to whoever holds the secret ----------------------------
-
-
-def test_worker_registration_has_a_secret_that_guards_heartbeat_and_deregister(db):
-    import uuid as _uuid
-    from dataclasses import replace
-
-    reg = db.register_worker(f"secret-{_uuid.uuid4().hex[:6]}", queues=["a"])
-    assert isinstance(reg, pyqueue_sql.WorkerRegistration)
-    assert type(reg.secret) is str and len(reg.secret) == 36
-    assert reg.secret not in repr(reg)
-    forged = replace(reg, secret=str(_uuid.uuid4()))
-    assert db.heartbeat_worker(forged) is False
-    assert db.deregister_worker(forged) is False
-    assert reg.worker_id in {w.worker_id for w in db.workers()}  # untouched
-    assert db.heartbeat_worker(reg) is True
-    other = db.register_worker(f"secret-{_uuid.uuid4().hex[:6]}")
-    assert other.secret != reg.secret
-    assert (
-        db.deregister_worker(replace(other, worker_id=reg.worker_id)) is False
-    )  # a real secret, not its own
-    assert db.deregister_worker(reg) is True
-    assert db.heartbeat_worker(reg) is False
-    assert db.deregister_worker(other) is True
-    with pytest.raises(InvalidArgumentError):
-        db.heartbeat_worker(reg.worker_id)  # a bare id proves nothing
-
-
-def test_worker_secret_from_plain_sql(db, raw, dialect):
-    import uuid as _uuid
-
-    name = f"secret-sql-{_uuid.uuid4().hex[:6]}"
-    if dialect == "postgresql":
-        [(wid, secret)] = raw(
-            "SELECT worker_id, secret FROM queue_worker_register(%s, NULL, NULL, NULL)", (name,)
-        )
-        beat = "SELECT queue_worker_heartbeat(%s, %s)"
-        bye = "SELECT queue_worker_deregister(%s, %s)"
-    else:
-        [(wid, secret)] = raw("CALL queue_worker_register(%s, NULL, NULL, NULL)", (name,))
-        beat = "CALL queue_worker_heartbeat(%s, %s)"
-        bye = "CALL queue_worker_deregister(%s, %s)"
-    assert not raw(beat, (wid, str(_uuid.uuid4())))[0][0]
-    assert raw(beat, (wid, str(secret)))[0][0]
-    with pytest.raises(Exception, match="pyqueue:invalid_argument"):
-        raw(beat, (wid, None))
-    with pytest.raises(Exception, match="pyqueue:invalid_argument"):
-        raw(bye, (wid, None))
-    assert raw(bye, (wid, str(secret)))[0][0]
-    # queue_workers never shows the secret
-    cur = db.connection.cursor()
-    try:
-        cur.execute("SELECT * FROM queue_workers()" if dialect == "postgresql" else "CALL queue_workers()")
-        columns = [c[0] for c in cur.description]
-        cur.fetchall()
-        if dialect == "mysql":
-            while cur.nextset():
-                pass
-    finally:
-        cur.close()
-    assert "secret" not in columns

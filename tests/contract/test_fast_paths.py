@@ -1,13 +1,22 @@
-"""queue_commit_reserve and queue_commit_batch (issue 6), on every dialect."""
+"""The one-round-trip routines, on every dialect: queue_commit_reserve (commit the previous
+message and reserve the next in one call) and queue_commit_batch (commit many at once).
+
+They keep every feature of the plain routines: ordering, dead letters, pause, history,
+recurring messages and concurrency limits; a refused call changes nothing."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import threading
+import time
 import uuid
 
 import pytest
 
 from pyqueue_sql import InvalidArgumentError, UnknownQueueError
+
+UTC = dt.timezone.utc
 
 
 def test_commit_reserve_walks_the_queue_one_round_trip_per_message(queue):
@@ -40,7 +49,7 @@ def test_commit_reserve_reports_a_stale_token_and_still_reserves(queue):
     assert committed is True and rest == []
 
 
-def test_commit_reserve_n_kinds_and_empty_queue(queue):
+def test_commit_reserve_of_nothing_then_n_of_some_kinds(queue):
     assert queue.commit_reserve(None) == (None, [])
     for i in range(4):
         queue.push(f"e{i}", "email" if i % 2 else "sms", i)
@@ -64,7 +73,7 @@ def test_commit_reserve_refusal_changes_nothing(queue):
     assert queue.commit(a)
 
 
-def test_commit_reserve_partial_previous_is_refused(queue, raw, db):
+def test_commit_reserve_refuses_a_previous_message_without_its_kind(queue, raw, db):
     queue.push("a", "job", 1)
     if db.dialect.name == "postgresql":
         sql = "SELECT * FROM queue_commit_reserve(%s, %s, NULL, NULL)"
@@ -89,7 +98,7 @@ def test_commit_many_deletes_only_held_reservations(queue):
     assert queue.stats().ready == 0 and queue.stats().reserved == 0
 
 
-def test_commit_many_non_ascii_keys(queue):
+def test_commit_many_commits_non_ascii_keys_and_kinds(queue):
     queue.push("кей/é", "kïnd", 1)
     queue.push("plain", "kind", 2)
     got = queue.reserve(n=2)
@@ -109,8 +118,6 @@ def test_commit_batch_refuses_bad_batches_and_changes_nothing(queue, raw, db):
                 (queue.name, keys, kinds, tokens),
             )
         else:
-            import json
-
             raw(
                 "CALL queue_commit_batch(%s, %s, %s, %s)",
                 (
@@ -182,8 +189,6 @@ def test_commit_reserve_dead_letters_an_exhausted_message(make_queue):
     queue.push("tired", "job", 1)
     queue.push("fresh", "job", 2)
     [tired] = queue.reserve(timeout=0.2)
-    import time
-
     time.sleep(0.4)  # its only allowed delivery expired
     committed, got = queue.commit_reserve(None, n=2)
     assert [r.key for r in got] == ["fresh"]
@@ -199,3 +204,82 @@ def test_commit_reserve_on_a_paused_queue_commits_but_hands_out_nothing(queue):
     assert queue.commit_reserve(a) == (True, [])
     queue.resume()
     assert [r.key for r in queue.commit_reserve(None)[1]] == ["b"]
+
+
+# -- history, recurring messages and limits, as with the plain routines ---------------
+
+
+def history(raw, queue) -> list[tuple[str, str]]:
+    rows = raw(
+        "SELECT p_key, outcome FROM pyqueue_history WHERE queue_name = %s ORDER BY p_key", (queue.name,)
+    )
+    return [(str(k), str(o)) for k, o in rows]
+
+
+def live_keys(raw, queue) -> list[str]:
+    return sorted(
+        str(r[0]) for r in raw("SELECT p_key FROM pyqueue_message WHERE queue_name = %s", (queue.name,))
+    )
+
+
+@pytest.mark.parametrize("how", ["commit_reserve", "commit_many"])
+def test_fast_commits_write_history(make_queue, raw, how):
+    q = make_queue(history_retention=dt.timedelta(days=1))
+    for i in range(3):
+        assert q.push(f"k{i}", "kind", {"i": i})
+    held = q.reserve(n=3)
+    if how == "commit_reserve":
+        for r in held:
+            committed, _ = q.commit_reserve(r, n=1)
+            assert committed is True
+    else:
+        assert q.commit_many(held) == 3
+    assert history(raw, q) == [("k0", "committed"), ("k1", "committed"), ("k2", "committed")]
+    assert live_keys(raw, q) == []
+
+
+def test_fast_commit_of_a_stale_token_writes_no_history(make_queue, raw):
+    q = make_queue(history_retention=dt.timedelta(days=1))
+    assert q.push("k", "kind", 1)
+    (r,) = q.reserve(timeout=0.2)
+    time.sleep(0.4)
+    (again,) = q.reserve()
+    assert q.commit_many([r]) == 0
+    committed, _ = q.commit_reserve(r, n=1)
+    assert committed is False
+    assert history(raw, q) == []
+    assert q.commit(again)
+    assert history(raw, q) == [("k", "committed")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["commit_reserve", "commit_many"])
+def test_fast_commit_of_an_occurrence_pushes_the_next(queue, raw, how):
+    first = queue.schedule_every("report", "tick", {"n": 1}, 1)
+    time.sleep(max(0.0, (first - dt.datetime.now(UTC)).total_seconds()) + 0.05)
+    (occ,) = queue.reserve(timeout=60)
+    if how == "commit_reserve":
+        committed, _ = queue.commit_reserve(occ, n=1)
+        assert committed is True
+    else:
+        assert queue.commit_many([occ]) == 1
+    (sched,) = queue.schedules()
+    assert sched.next_at > first
+    pending = live_keys(raw, queue)
+    assert len(pending) == 1 and pending[0] != occ.key and pending[0].startswith("report@")
+
+
+def test_commit_reserve_respects_a_concurrency_limit(queue):
+    queue.set_limit("slow", 2)
+    for i in range(6):
+        assert queue.push(f"s{i}", "slow", i)
+    _, first = queue.commit_reserve(None, n=5)
+    assert len(first) == 2
+    _, none = queue.commit_reserve(None, n=5)
+    assert none == []
+    committed, next_one = queue.commit_reserve(first[0], n=5)
+    assert committed is True and len(next_one) <= 1
+    if not next_one:  # MySQL commits after it reserves: the slot is free from the next call
+        _, next_one = queue.commit_reserve(None, n=5)
+    assert len(next_one) == 1
+    assert queue.stats().reserved == 2

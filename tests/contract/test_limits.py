@@ -105,6 +105,7 @@ def test_raising_the_capacity_adds_slots_lowering_it_hands_out_less(queue):
     assert queue.reserve(n=10) == []  # 4 live, capacity 2: nothing until only 1 is left
 
 
+@pytest.mark.slow
 def test_extend_keeps_the_slot_but_not_after_it_was_taken_over(queue):
     queue.push_many([("a", "lim", 1), ("b", "lim", 2)])
     queue.set_limit("lim", 1)
@@ -190,6 +191,7 @@ def _retryable(exc: BaseException) -> bool:
     return bool(args) and args[0] in (1213, 1205)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["READ COMMITTED", "REPEATABLE READ"])
 def test_race_never_more_than_capacity_live(connect, make_queue, raw, dialect, level):
     """Six reservers hammer reserve / commit / rollback / extend / move / let expire
@@ -320,6 +322,7 @@ def test_an_expired_last_delivery_of_a_limited_kind_is_dead_lettered_while_other
     assert q.limits()[0].in_use == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["autocommit", "client"])
 def test_reserve_and_extend_on_a_limited_kind_never_deadlock(connect, make_queue, raw, dialect, mode):
     """Eight connections reserve -> extend -> commit a limited kind for a few seconds. In autocommit

@@ -14,7 +14,7 @@ import pytest
 from pyqueue_sql import migrate
 from pyqueue_sql.dialects import mysql_connect_args
 
-pytestmark = pytest.mark.only_dialect("mysql")
+pytestmark = [pytest.mark.only_dialect("mysql"), pytest.mark.slow]
 
 KEY = "ключ-€-鍵-🙂"  # none of it is latin1
 KIND = "sortе-ü"

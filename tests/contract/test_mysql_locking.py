@@ -107,6 +107,7 @@ def test_an_account_without_rights_cannot_block_the_ingest_flush(dsn, sql, accou
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.slow
 def test_flushes_of_two_databases_do_not_serialise(dsn, fresh_database):
     other = fresh_database("flush")
     migrate.upgrade(other)
@@ -138,6 +139,7 @@ def test_flushes_of_two_databases_do_not_serialise(dsn, fresh_database):
         there.close()
 
 
+@pytest.mark.slow
 def test_concurrent_flushes_of_one_queue_enqueue_each_row_once(dsn, sql):
     queue = unique("ingest")
     sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", queue)
@@ -205,6 +207,7 @@ def test_lowering_a_limit_never_lets_more_than_the_new_capacity_out(sql):
     assert sql("CALL queue_limits(%s)", queue) == [(queue, "bulk", 3, 2)]
 
 
+@pytest.mark.slow
 def test_reserve_extend_commit_on_a_limited_kind_never_deadlock(dsn, sql):
     queue = unique("limit")
     sql("CALL queue_create(%s, 30, 1000000, NULL, NULL)", queue)
@@ -245,6 +248,7 @@ def test_reserve_extend_commit_on_a_limited_kind_never_deadlock(dsn, sql):
     assert most_live[0] <= 3
 
 
+@pytest.mark.slow
 def test_autocommit_calls_racing_queue_drop_never_fail_with_a_deadlock(dsn, sql):
     """Pushes, batches, reserves, commits, extends, rollbacks, removes, flushes,
     pause/resume and limit changes in autocommit mode, while other sessions give messages back (dead-lettering

@@ -1,6 +1,5 @@
-"""Issue 4a: the example ETL pipeline (examples/pipeline) survives its stage
-processes being SIGKILLed over and over, mid-flight: the sink receives every
-message exactly once."""
+"""The example ETL pipeline (examples/pipeline) survives its stage processes being
+SIGKILLed over and over, mid-flight: the sink receives every message exactly once."""
 
 from __future__ import annotations
 
@@ -12,6 +11,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 import pyqueue_sql
 from pyqueue_sql import migrate
@@ -70,6 +71,7 @@ def test_example_rewrites_payloads_stage_by_stage():
     assert pipeline.transform(parsed) == {"id": "rec-1", "name": "ITEM 1", "amount_cents": 325}
 
 
+@pytest.mark.slow
 def test_sigkilled_stages_lose_and_duplicate_nothing(fresh_database, dialect):
     dsn = fresh_database("pipe")
     migrate.upgrade(dsn)

@@ -1,4 +1,4 @@
-"""Plan guards (issue 6): the reserve's queries must read the ready index.
+"""Plan guards: the reserve's queries must read the ready index.
 
 On a 100k-message queue, EXPLAIN the statements that find ready messages
 (queue_reserve / pyqueue__lock_ready, the fast path of queue_commit_reserve,
@@ -155,10 +155,12 @@ def filled(dialect, fresh_database):
     conn.close()
 
 
+@pytest.mark.slow
 def test_reserve_reads_the_ready_index_on_100k_messages(dialect, filled):
     assert plan_problems(dialect, filled) == []
 
 
+@pytest.mark.slow
 def test_the_guard_fails_without_the_ready_index(dialect, filled):
     if dialect == "postgresql":
         _run(filled, "DROP INDEX pyqueue_message_ready_idx")

@@ -172,6 +172,7 @@ def test_schedule_every_pushes_one_occurrence_and_commit_pushes_the_next(queue, 
     assert pending(raw, queue, "report", "tick") == [occurrence_key("report", sched.next_at)]
 
 
+@pytest.mark.slow
 def test_a_late_commit_skips_missed_occurrences(queue, raw):
     first = queue.schedule_every("r", "tick", {}, 1)
     time.sleep(max(0.0, (first - dt.datetime.now(UTC)).total_seconds()) + 2.2)
@@ -183,6 +184,7 @@ def test_a_late_commit_skips_missed_occurrences(queue, raw):
     assert len(pending(raw, queue, "r", "tick")) == 1
 
 
+@pytest.mark.slow
 def test_rollback_and_stale_commit_push_nothing(queue, raw):
     first = queue.schedule_every("r", "tick", {}, 1)
     time.sleep(max(0.0, (first - dt.datetime.now(UTC)).total_seconds()) + 0.05)
@@ -213,6 +215,7 @@ def test_commit_in_a_rolled_back_transaction_pushes_nothing(queue, raw, connect)
     assert queue.schedules()[0].next_at == first
 
 
+@pytest.mark.slow
 def test_racing_workers_leave_exactly_one_next_occurrence(queue, raw, connect):
     """Eight connections reserve and commit a 1-second schedule's occurrences for
     three seconds with short timeouts (so occurrences expire and are re-reserved

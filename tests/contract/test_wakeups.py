@@ -48,6 +48,7 @@ def test_channel_is_an_identifier_for_any_queue_name(db, make_queue, raw):
     q.drop()
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_ready_push_notifies_and_delayed_push_does_not(listener, queue):
     listen, received = listener
@@ -61,6 +62,7 @@ def test_ready_push_notifies_and_delayed_push_does_not(listener, queue):
     assert received() == []
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_batch_sends_one_notification_per_statement(listener, queue):
     listen, received = listener
@@ -75,6 +77,7 @@ def test_batch_sends_one_notification_per_statement(listener, queue):
     assert received() == [(channel, queue.name)]
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_window_throttles_wakeups_per_queue(listener, queue, make_queue):
     listen, received = listener
@@ -92,6 +95,7 @@ def test_window_throttles_wakeups_per_queue(listener, queue, make_queue):
     assert received() == [(channel, queue.name)]
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_pushes_in_one_transaction_notify_once_at_commit(listener, queue, connect):
     listen, received = listener
@@ -110,7 +114,7 @@ def test_pushes_in_one_transaction_notify_once_at_commit(listener, queue, connec
     assert received() == []
 
 
-def test_set_notify_window_validates(db, queue):
+def test_set_notify_window_refuses_out_of_range_windows_and_unknown_queues(db, queue):
     for bad in (-1, 3601):
         with pytest.raises(InvalidArgumentError):
             queue.set_notify_window(bad)
@@ -119,7 +123,7 @@ def test_set_notify_window_validates(db, queue):
     queue.set_notify_window(None)
 
 
-def test_next_scheduled_at(queue, connect):
+def test_next_scheduled_at_is_the_earliest_time_a_message_becomes_ready(queue, connect):
     assert queue.next_scheduled_at() == (None, None)
     run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=30)
     queue.push("later", "a", {}, run_at=run_at)
@@ -139,6 +143,7 @@ def test_next_scheduled_at(queue, connect):
         queue.next_scheduled_at(kinds=[])
 
 
+@pytest.mark.slow
 def test_wait_times_out_then_wakes_on_a_push_from_another_connection(queue, connect):
     start = time.monotonic()
     assert queue.wait(timeout=0.5, poll=0.05) is False
@@ -151,6 +156,7 @@ def test_wait_times_out_then_wakes_on_a_push_from_another_connection(queue, conn
     assert queue.wait(timeout=0) is True  # ready now
 
 
+@pytest.mark.slow
 def test_wait_wakes_at_a_delayed_message_s_time(queue):
     run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)
     queue.push("later", "k", {}, run_at=run_at)
@@ -158,7 +164,7 @@ def test_wait_wakes_at_a_delayed_message_s_time(queue):
     assert dt.datetime.now(dt.timezone.utc) - run_at < dt.timedelta(seconds=2)
 
 
-def test_wait_validates(db, queue):
+def test_wait_refuses_bad_timeouts_and_polls_and_unknown_queues(db, queue):
     with pytest.raises(InvalidArgumentError):
         queue.wait(timeout=-1)
     with pytest.raises(InvalidArgumentError):
@@ -169,7 +175,7 @@ def test_wait_validates(db, queue):
         db.queue("no-such-queue").wait(timeout=0)
 
 
-def test_plain_sql_calls(raw, queue, db):
+def test_wakeup_routines_as_plain_sql(raw, queue, db):
     if db.dialect.name == "postgresql":
         [(channel,)] = raw("SELECT queue_channel(%s)", (queue.name,))
         raw("SELECT queue_set_notify_window(%s, interval '100 milliseconds')", (queue.name,))
@@ -183,6 +189,7 @@ def test_plain_sql_calls(raw, queue, db):
     assert channel.startswith("pyqueue_")
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_a_push_never_waits_for_another_transaction_s_throttle_claim(listener, queue, connect):
     """A long transaction that pushed holds the queue's throttle row; other
@@ -205,6 +212,7 @@ def test_a_push_never_waits_for_another_transaction_s_throttle_claim(listener, q
     assert received() == [(channel, queue.name)]  # the holder's, at its commit
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_concurrent_pushers_are_throttled(listener, queue, connect):
     listen, received = listener
@@ -234,6 +242,7 @@ def _quiet(queue):
     queue.set_notify_window(0)  # every statement notifies: a missing wakeup is the routine's
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_ingest_wakes_each_queue_that_got_ready_rows_once(listener, make_queue, raw):
     listen, received = listener
@@ -254,6 +263,7 @@ def test_ingest_wakes_each_queue_that_got_ready_rows_once(listener, make_queue, 
     assert a.stats().ready == 2 and b.stats().delayed == 1
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_push_replace_wakes_when_the_message_is_ready_now(listener, queue):
     listen, received = listener
@@ -270,6 +280,7 @@ def test_push_replace_wakes_when_the_message_is_ready_now(listener, queue):
     assert received() == [(channel, queue.name)]
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_replay_and_redrive_wake_the_target_queue(listener, make_queue):
     listen, received = listener
@@ -293,6 +304,7 @@ def test_replay_and_redrive_wake_the_target_queue(listener, make_queue):
     assert received() == []
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_release_dead_workers_wakes_the_released_messages_queues(listener, db, make_queue):
     listen, received = listener
@@ -309,6 +321,7 @@ def test_release_dead_workers_wakes_the_released_messages_queues(listener, db, m
     assert received() == [(ca, a.name)]
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_rollback_without_delay_wakes_and_with_delay_does_not(listener, queue):
     listen, received = listener

@@ -1,4 +1,4 @@
-"""Fault tests (issue 7): nothing lost, nothing committed twice, when processes
+"""Fault tests: nothing lost, nothing committed twice, when processes
 die, the server restarts, a transaction rolls back, or the server kills a
 connection. Real OS processes (the `pyqueue-sql worker` CLI), real servers.
 
@@ -32,6 +32,8 @@ import pytest
 
 import pyqueue_sql
 from pyqueue_sql import dialects, migrate
+
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOLD_AT_MOST = 120.0

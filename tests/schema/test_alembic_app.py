@@ -24,6 +24,8 @@ from pyqueue_sql import dialects, migrate
 
 from ..conftest import UNDER_CI
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 MIN_VENV = ROOT / ".venv" / "alembic-min"
 MIN_SPEC = "alembic==1.13.0"

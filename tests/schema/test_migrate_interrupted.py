@@ -26,6 +26,8 @@ from pyqueue_sql.queries import split_script
 
 from .test_migrations import catalog, install_from_sql, smoke
 
+pytestmark = pytest.mark.slow
+
 RUN = """
 import sys
 from pyqueue_sql import migrate

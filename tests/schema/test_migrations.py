@@ -61,6 +61,7 @@ def smoke(dsn: str) -> None:
         q.drop()
 
 
+@pytest.mark.slow
 def test_schema_sql_and_migrations_build_the_same_catalog(fresh_database):
     from_sql, from_migrations = fresh_database("sql"), fresh_database("mig")
     install_from_sql(from_sql)
@@ -72,6 +73,7 @@ def test_schema_sql_and_migrations_build_the_same_catalog(fresh_database):
     smoke(from_sql)
 
 
+@pytest.mark.slow
 def test_upgrade_downgrade_upgrade_round_trip(fresh_database):
     dsn = fresh_database()
     migrate.upgrade(dsn)
@@ -86,6 +88,7 @@ def test_upgrade_downgrade_upgrade_round_trip(fresh_database):
     smoke(dsn)
 
 
+@pytest.mark.slow
 def test_migrate_twice_is_a_no_op_and_keeps_data(fresh_database):
     dsn = fresh_database()
     migrate.upgrade(dsn)
@@ -96,6 +99,7 @@ def test_migrate_twice_is_a_no_op_and_keeps_data(fresh_database):
         assert db.queue("kept").stats().ready == 1
 
 
+@pytest.mark.slow
 def test_migrate_from_several_processes_at_once(fresh_database):
     dsn = fresh_database()
     code = "import sys; from pyqueue_sql import migrate; migrate.upgrade(sys.argv[1])"
@@ -109,6 +113,7 @@ def test_migrate_from_several_processes_at_once(fresh_database):
     smoke(dsn)
 
 
+@pytest.mark.slow
 def test_own_version_table_leaves_the_applications_alone(fresh_database):
     dsn = fresh_database()
     dialect = dialects.for_dsn(dsn)
@@ -129,6 +134,7 @@ def test_own_version_table_leaves_the_applications_alone(fresh_database):
     conn.close()
 
 
+@pytest.mark.slow
 def test_upgrade_from_an_applications_alembic_connection(fresh_database):
     """An application calls migrate.upgrade(op.get_bind()) inside its own migration."""
     from sqlalchemy import create_engine, pool
@@ -338,6 +344,7 @@ SELECT 1"""
 # ---- downgrades, one revision at a time ------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", _revisions()[1:])
 def test_downgrade_one_revision_restores_the_previous_catalog(fresh_database, revision):
     """Up to a revision, down one: the catalog is the one a database upgraded straight
@@ -380,6 +387,7 @@ def _renumbered(parts: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
     return out
 
 
+@pytest.mark.slow
 def test_a_migration_that_fails_half_way_keeps_what_it_did_and_resumes(
     fresh_database, tmp_path, monkeypatch, dialect
 ):

@@ -538,6 +538,7 @@ def _limit_statement_time(dialect: str, conn) -> None:
     _run(conn, "SET statement_timeout = '20s'" if dialect == "postgresql" else "SET max_statement_time = 20")
 
 
+@pytest.mark.slow
 def test_each_capability_calls_exactly_its_routines(fresh_database, dialect):
     """The capability table, checked whole: for every capability, an account granted
     only it calls every installed routine (all arguments NULL, in a database of its
@@ -689,6 +690,7 @@ def test_ingest_account_inserts_into_queue_ingest_and_the_messages_arrive(
 # -- the worker under least privilege --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_worker_runs_with_only_the_consumer_capability(accounts, admin_queue):
     from pyqueue_sql import Worker
 
@@ -754,6 +756,7 @@ def _acl_grantees(dialect: str, dsn: str) -> set[str]:
         conn.close()
 
 
+@pytest.mark.slow
 def test_the_migrations_create_no_account_and_grant_nothing(fresh_database, dialect):
     dsn = fresh_database("grants")
     migrate.upgrade(dsn)
@@ -809,6 +812,7 @@ def test_the_migration_transaction_touches_no_role(fresh_database):
     assert mine == []
 
 
+@pytest.mark.slow
 def test_grants_and_routine_reinstalls(fresh_database, dialect):
     """PostgreSQL: re-running routines.sql (CREATE OR REPLACE, as an upgrade does)
     keeps the applications' grants. MySQL: routines.sql drops and re-creates every
@@ -884,6 +888,7 @@ def test_grants_and_routine_reinstalls(fresh_database, dialect):
 CONSUMER_0003 = tuple(r for r in privileges.CONSUMER if r != "queue_fail") + ("queue_move",)
 
 
+@pytest.mark.slow
 def test_a_consumer_granted_at_0003_keeps_its_routines_across_the_upgrade(
     fresh_database, dialect, monkeypatch
 ):
@@ -1051,6 +1056,7 @@ def test_grant_never_creates_an_account(accounts, dsn):
     assert _run(admin, "SELECT User FROM mysql.procs_priv WHERE User = %s", (typo,)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("mysql")
 def test_mariadb_role_grants_survive_reinstalls_without_creating_accounts(fresh_database):
     """A MariaDB role (Host '' in mysql.procs_priv) granted a capability keeps it

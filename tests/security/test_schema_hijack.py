@@ -78,6 +78,7 @@ def _refused(install, dsn: str, *names: str) -> str:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("install", [migrate.upgrade, _install_script], ids=["migrate", "script"])
 def test_install_refused_while_public_can_create_in_the_schema(dialect, fresh_database, install):
     dsn = fresh_database("pub")
@@ -98,6 +99,7 @@ def test_install_refused_while_public_can_create_in_the_schema(dialect, fresh_da
         admin.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("install", [migrate.upgrade, _install_script], ids=["migrate", "script"])
 def test_install_refused_while_another_role_can_create_in_the_schema(dialect, fresh_database, install):
     dsn = fresh_database("role")
@@ -470,6 +472,7 @@ def _exercise(conn) -> None:
     one("SELECT queue_drop(%s)", other)
 
 
+@pytest.mark.slow
 def test_lookalikes_planted_after_install_are_never_called(dialect, fresh_database):
     dsn = fresh_database("hijack")
     migrate.upgrade(dsn)

@@ -1,4 +1,5 @@
-"""Spark bulk enqueue through queue_ingest, in local mode over the Debian JDBC jars.
+"""Spark in local mode over the Debian JDBC jars: bulk enqueue through queue_ingest, and
+read_history over pyqueue_history.
 
 Every test runs on both dialects (the ``dsn`` fixture); the ``spark`` fixture
 is one session for the whole run.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 import traceback
 import uuid
 
@@ -43,6 +45,7 @@ def live_keys(db, queue) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.slow
 def test_two_appends_of_overlapping_data_enqueue_each_key_once(spark, jdbc_url, make_queue, db):
     from pyspark.sql import functions as F
 
@@ -73,6 +76,7 @@ def test_two_appends_of_overlapping_data_enqueue_each_key_once(spark, jdbc_url, 
     assert (second.rows, second.enqueued, second.duplicates, second.rejected) == (1000, 500, 500, 0)
 
 
+@pytest.mark.slow
 def test_a_rerun_is_idempotent_and_a_committed_key_is_free_again(spark, jdbc_url, make_queue, db):
     from pyspark.sql import functions as F
 
@@ -89,6 +93,7 @@ def test_a_rerun_is_idempotent_and_a_committed_key_is_free_again(spark, jdbc_url
     assert (rerun.rows, rerun.enqueued, rerun.duplicates) == (800, 1, 799)
 
 
+@pytest.mark.slow
 def test_an_empty_frame_enqueues_nothing_and_says_so(spark, jdbc_url, make_queue):
     q = make_queue()
     empty = spark.createDataFrame([], "doc_id string, n long")
@@ -97,6 +102,7 @@ def test_an_empty_frame_enqueues_nothing_and_says_so(spark, jdbc_url, make_queue
     assert q.stats().ready == 0
 
 
+@pytest.mark.slow
 def test_an_account_with_only_the_ingest_capability_enqueues_and_gets_the_counts(spark, dsn, make_queue):
     """`pyqueue-sql grant --ingest` is all enqueue needs: the write, the flush and
     (MySQL/MariaDB) reading back the rejected rows; the counts come through it too."""
@@ -131,6 +137,7 @@ def test_an_account_with_only_the_ingest_capability_enqueues_and_gets_the_counts
         made.close()
 
 
+@pytest.mark.slow
 def test_a_plain_spark_jdbc_append_is_enough(spark, jdbc_url, make_queue, db, raw):
     """What a job written outside the project does: df.write.jdbc into queue_ingest, twice."""
     from pyspark.sql import functions as F
@@ -165,6 +172,7 @@ BAD_ROWS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, bad, error, message", BAD_ROWS, ids=[c[0] for c in BAD_ROWS])
 def test_a_bad_row_is_refused_with_a_clear_error_and_nothing_is_lost(
     spark, jdbc_url, make_queue, db, raw, capfd, case, bad, error, message
@@ -214,6 +222,7 @@ def test_a_bad_row_is_refused_with_a_clear_error_and_nothing_is_lost(
         )
 
 
+@pytest.mark.slow
 def test_a_retried_task_after_a_partial_append_enqueues_each_row_once(
     spark, jdbc_url, make_queue, db, connect
 ):
@@ -238,6 +247,7 @@ def test_a_retried_task_after_a_partial_append_enqueues_each_row_once(
     assert len(payloads) == 1000 and payloads["doc-00500"] == {"n": 500}
 
 
+@pytest.mark.slow
 def test_concurrent_enqueues_report_what_each_enqueued(spark, jdbc_url, make_queue):
     """Two enqueues of overlapping keys run at once from two threads (two Spark
     jobs): each reports its own rows; together they enqueued each key once and
@@ -275,6 +285,7 @@ def test_concurrent_enqueues_report_what_each_enqueued(spark, jdbc_url, make_que
         assert all(r.enqueued + r.duplicates == r.rows for r in results.values())
 
 
+@pytest.mark.slow
 def test_payload_shapes_run_at_and_priority(spark, jdbc_url, make_queue, db):
     from pyspark.sql import functions as F
 
@@ -312,6 +323,7 @@ def test_payload_shapes_run_at_and_priority(spark, jdbc_url, make_queue, db):
         pqs.enqueue(frame, jdbc_url, q.name, key="nope", kind=F.lit("k"))
 
 
+@pytest.mark.slow
 def test_appends_and_flushes_running_at_once_lose_and_double_nothing(jdbc_url, make_queue, connect):
     """Two writers append disjoint keys in many small transactions while a flusher
     calls queue_ingest_flush and a consumer pops: every key comes out exactly once."""
@@ -370,7 +382,8 @@ def test_appends_and_flushes_running_at_once_lose_and_double_nothing(jdbc_url, m
     assert len(popped) == len(expected) and set(popped) == expected
 
 
-def test_read_stats(spark, jdbc_url, make_queue):
+@pytest.mark.slow
+def test_read_stats_of_one_queue_or_all_and_of_an_unknown_queue(spark, jdbc_url, make_queue):
     q = make_queue()
     q.push("a", "k", {})
     q.push("b", "k", {}, run_at=dt.timedelta(hours=1))
@@ -418,6 +431,7 @@ def test_urls_map_between_dsn_and_jdbc():
     )
 
 
+@pytest.mark.slow
 def test_concurrent_appends_of_overlapping_keys_enqueue_each_key_once(jdbc_url, make_queue, connect):
     """Two writers append overlapping key ranges at the same time (as two Spark
     jobs re-running the same data would), then one flush: the union, once."""
@@ -450,3 +464,64 @@ def test_concurrent_appends_of_overlapping_keys_enqueue_each_key_once(jdbc_url, 
     connect().call("ingest_flush", queue=q.name)
     keys = [m.key for m in connect().queue(q.name).pop(n=10_000)]
     assert sorted(keys) == [f"key-{i:04d}" for i in range(900)]
+
+
+# -- read_history -----------------------------------------------------------------
+# It reads pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+# created_at, processed_at, outcome: 'committed', 'popped', 'dead_lettered', 'moved'; id),
+# written for queues created with a history_retention.
+
+
+@pytest.mark.slow
+def test_read_history_reads_what_left_the_queue_in_parallel_partitions(spark, jdbc_url, make_queue):
+    from pyspark.sql import functions as F
+
+    keep = dt.timedelta(days=1)
+    q, other = make_queue(history_retention=keep), make_queue(history_retention=keep)
+    before = dt.datetime.now(dt.timezone.utc)
+    time.sleep(0.01)
+    frame = spark.createDataFrame(
+        [(f"k{i}", "even" if i % 2 == 0 else "odd", json.dumps({"i": i})) for i in range(300)],
+        "k string, kind string, payload string",
+    )
+    pqs.enqueue(frame, jdbc_url, q.name, key="k", kind="kind", payload="payload")
+    pqs.enqueue(frame, jdbc_url, other.name, key="k", kind="kind", payload="payload")
+    committed = 0
+    while committed < 200:
+        for r in q.reserve(n=50):
+            assert q.commit(r)
+            committed += 1
+    popped = len(q.pop(n=60))
+    for r in other.reserve(n=300):
+        other.commit(r)
+    time.sleep(0.01)
+    after = dt.datetime.now(dt.timezone.utc)
+
+    hist = pqs.read_history(spark, jdbc_url, q.name, before, after, num_partitions=4)
+    assert hist.rdd.getNumPartitions() == 4
+    assert set(hist.columns) >= {
+        "id",
+        "queue_name",
+        "p_key",
+        "p_kind",
+        "payload",
+        "priority",
+        "attempts",
+        "created_at",
+        "processed_at",
+        "outcome",
+    }
+    by_outcome = {r.outcome: r["count"] for r in hist.groupBy("outcome").count().collect()}
+    assert by_outcome == {"committed": 200, "popped": popped}
+    assert hist.where(F.col("queue_name") != q.name).count() == 0
+    assert hist.select("p_key").distinct().count() == 200 + popped
+    one = hist.where(F.col("p_key") == "k1").collect()
+    assert len(one) == 1 and json.loads(one[0].payload) == {"i": 1} and one[0].p_kind == "odd"
+    assert one[0].processed_at >= one[0].created_at
+
+    # the same rows through one partition; nothing before `before` or after `after`
+    single = pqs.read_history(spark, jdbc_url, q.name, before, after, num_partitions=1)
+    assert single.count() == 200 + popped
+    assert pqs.read_history(spark, jdbc_url, q.name, after, after + dt.timedelta(seconds=5)).count() == 0
+    both = pqs.read_history(spark, jdbc_url, [q.name, other.name], before, after)
+    assert both.count() == 200 + popped + 300

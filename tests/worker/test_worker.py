@@ -72,6 +72,7 @@ def quiet_worker(dsn, **kw) -> Worker:
 # -- wakeups ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_push_to_an_idle_worker_is_handled_without_the_poll_fallback(dsn, queue):
     started = {}
     worker = quiet_worker(dsn, concurrency=2)
@@ -105,6 +106,7 @@ def test_push_between_an_empty_reserve_and_the_wait_is_not_lost(dsn, queue):
         wait_for(lambda: "racy" in started, 15, "the message pushed in the race window (fallback 60 s)")
 
 
+@pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")  # the NOTIFY throttle; MySQL has no wakeup to lose
 def test_throttled_wakeup_is_caught_by_the_poll_fallback(dsn, queue, db):
     """A lost wakeup costs latency, never the message: with a 1-hour window only
@@ -124,6 +126,7 @@ def test_throttled_wakeup_is_caught_by_the_poll_fallback(dsn, queue, db):
         assert worker.stats.wakeups == wakeups, "the second push should have been throttled"
 
 
+@pytest.mark.slow
 def test_delayed_message_starts_on_time_without_a_wakeup(dsn, queue):
     """A worker that knows of a delayed message sleeps until exactly its time
     (the poll fallback is 60 s, and delayed pushes send no wakeup)."""
@@ -138,6 +141,7 @@ def test_delayed_message_starts_on_time_without_a_wakeup(dsn, queue):
     assert -0.05 <= lateness <= 1.5, lateness
 
 
+@pytest.mark.slow
 def test_delayed_push_while_idle_is_seen_at_the_next_poll_and_starts_on_time(dsn, queue):
     started = {}
     worker = quiet_worker(dsn, poll_fallback=1.0)
@@ -152,6 +156,7 @@ def test_delayed_push_while_idle_is_seen_at_the_next_poll_and_starts_on_time(dsn
     assert -0.05 <= lateness <= 1.5, lateness
 
 
+@pytest.mark.slow
 def test_expired_reservation_is_picked_up_when_it_expires(dsn, queue, connect):
     other = connect().queue(queue.name)
     queue.push("abandoned", "k", {})
@@ -239,6 +244,7 @@ def test_handlers_by_kind_and_batch_reserve(dsn, queue):
     assert (s.ready, s.reserved) == (1, 0)
 
 
+@pytest.mark.slow
 def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
     dlq = make_queue()
     queue = make_queue(max_attempts=3, dead_letter_queue=dlq.name)
@@ -260,7 +266,7 @@ def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
     assert worker.stats.failed == 3 and queue.stats().dead == 1
 
 
-def test_retry_policy_delays():
+def test_retry_policy_delays_grow_to_their_cap_with_bounded_jitter():
     p = RetryPolicy(base=0.5, factor=3, max_delay=10, jitter=0)
     assert [p.delay(a) for a in (1, 2, 3, 4, 1000)] == [0.5, 1.5, 4.5, 10, 10]
     j = RetryPolicy(base=2, factor=2, max_delay=100, jitter=0.5)
@@ -270,6 +276,7 @@ def test_retry_policy_delays():
         RetryPolicy(jitter=2)
 
 
+@pytest.mark.slow
 def test_heartbeat_keeps_a_long_handler_s_reservation(dsn, queue, connect):
     other = connect().queue(queue.name)
     done = threading.Event()
@@ -303,6 +310,7 @@ def test_heartbeat_keeps_a_long_handler_s_reservation(dsn, queue, connect):
     assert events[0] == "start" and events[-1] == "stop" and ("beat", 1) in events
 
 
+@pytest.mark.slow
 def test_stop_finishes_running_work_and_hands_back_the_rest(dsn, queue):
     started, finished = [], []
     worker = Worker(dsn, concurrency=2, poll_fallback=0.5, shutdown_timeout=20)
@@ -355,6 +363,7 @@ def _lines(record):
     return record.read_text().splitlines() if record.exists() else []
 
 
+@pytest.mark.slow
 def test_sigterm_with_work_in_flight_loses_nothing(dsn, queue, tmp_path):
     record = tmp_path / "record"
     queue.push_many([(f"k{i}", "k", {"sleep": 1.5}) for i in range(8)])
@@ -377,6 +386,7 @@ def test_sigterm_with_work_in_flight_loses_nothing(dsn, queue, tmp_path):
     assert '"event": "stop"' in err
 
 
+@pytest.mark.slow
 def test_sigkill_mid_handler_redelivers_after_the_lease(dsn, queue, tmp_path):
     record = tmp_path / "record"
     queue.push("victim", "k", {"sleep": 60})
@@ -412,6 +422,7 @@ def _registered(db, name):
     return [w for w in db.workers() if w.name == name]
 
 
+@pytest.mark.slow
 def test_worker_registers_reserves_as_its_registration_and_deregisters(dsn, db, queue, raw):
     name = f"reg-{uuid.uuid4().hex[:8]}"
     held = threading.Event()
@@ -439,6 +450,7 @@ def test_worker_registers_reserves_as_its_registration_and_deregisters(dsn, db, 
     assert _registered(db, name) == [] and worker.registration is None
 
 
+@pytest.mark.slow
 def test_cli_worker_is_listed_by_workers_until_sigterm(capsys, dsn, db, queue, tmp_path):
     from pyqueue_sql import cli
 
@@ -461,6 +473,7 @@ def test_cli_worker_is_listed_by_workers_until_sigterm(capsys, dsn, db, queue, t
     assert name not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_stopped_worker_process_is_released_then_registers_again(dsn, db, queue, tmp_path):
     """SIGSTOP a worker mid-handler: release_dead_workers makes its message ready
     long before its lease ends; once resumed, the worker sees its registration
@@ -507,6 +520,7 @@ def test_release_dead_after_must_cover_the_lease(dsn):
         Worker(dsn, lease=30, release_dead_after=10)
 
 
+@pytest.mark.slow
 def test_worker_releases_dead_workers_when_asked(dsn, db, queue):
     """A live worker with release_dead_after releases a registration that stopped heart-beating."""
     dead = db.register_worker(f"dead-{uuid.uuid4().hex[:6]}")
@@ -521,6 +535,7 @@ def test_worker_releases_dead_workers_when_asked(dsn, db, queue):
     assert not queue.commit(r)
 
 
+@pytest.mark.slow
 def test_idle_worker_wakes_for_every_path_that_makes_a_message_ready(dsn, db, make_queue):
     """Both dialects, fallback 60 s: PostgreSQL through each path's NOTIFY, MySQL
     through the long poll inside the server (queue_wait)."""

@@ -65,6 +65,7 @@ def events(caplog, event: str) -> list[logging.LogRecord]:
 # -- coroutine handlers ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_async_handler_is_awaited_before_the_commit(dsn, queue, connect):
     """The coroutine runs to its end (its side effect seen while the message is
     still reserved) and only then is the message committed; one event loop per
@@ -92,6 +93,7 @@ def test_async_handler_is_awaited_before_the_commit(dsn, queue, connect):
     assert (s.ready, s.reserved, s.delayed) == (0, 0, 0) and worker.stats.failed == 0
 
 
+@pytest.mark.slow
 def test_handler_returning_any_awaitable_is_awaited(dsn, queue):
     done = []
 
@@ -114,6 +116,7 @@ def test_handler_returning_any_awaitable_is_awaited(dsn, queue):
     assert done == ["x"]
 
 
+@pytest.mark.slow
 def test_async_handler_raising_is_retried_then_dead_lettered(dsn, make_queue, worker_log):
     dlq = make_queue()
     queue = make_queue(max_attempts=2, dead_letter_queue=dlq.name)
@@ -183,6 +186,7 @@ def test_failures_record_the_error_and_log_key_error_and_outcome(dsn, make_queue
     assert without.message("x1", "k") is None
 
 
+@pytest.mark.slow
 def test_python_default_logging_shows_key_and_error(dsn, queue, tmp_path):
     """The README example, run as a script with no logging setup at all: what a
     failure prints names the message and the error."""
@@ -224,6 +228,7 @@ worker.run()
 # -- exits and interrupts -----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "exc",
     [SystemExit(3), GeneratorExit(), asyncio.CancelledError()],
@@ -274,6 +279,7 @@ def test_async_handler_raising_system_exit_is_a_failure(dsn, make_queue):
     assert calls == [1, 2] and worker.stats.failed == 1
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_in_a_handler_stops_the_worker_gracefully(dsn, queue, worker_log):
     """The interrupted message is handed back at once (its delivery counted, the
     interrupt recorded); a handler running beside it finishes and commits; run()
@@ -306,6 +312,7 @@ def test_keyboard_interrupt_in_a_handler_stops_the_worker_gracefully(dsn, queue,
 # -- the reserve loop ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_error_in_the_reserve_loop_is_logged_and_the_worker_goes_on(dsn, db, make_queue, worker_log):
     """The queue is dropped under a running worker: every reserve fails with
     UnknownQueueError. run() does not end: it logs each error with its traceback,
@@ -331,6 +338,7 @@ def test_error_in_the_reserve_loop_is_logged_and_the_worker_goes_on(dsn, db, mak
     assert "UnknownQueueError" in first.getMessage()
 
 
+@pytest.mark.slow
 def test_on_idle_hook_raising_does_not_end_the_worker(dsn, queue, worker_log):
     calls = []
 
@@ -354,6 +362,7 @@ def test_on_idle_hook_raising_does_not_end_the_worker(dsn, queue, worker_log):
 # -- stopping ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_forced_stop_abandons_running_handlers_and_reports_them(dsn, queue, connect, worker_log):
     """stop() waits for the running handler (saying what it waits for and how
     long); stop(force=True) ends run() at once with False and the abandoned keys;
@@ -394,6 +403,7 @@ def test_forced_stop_abandons_running_handlers_and_reports_them(dsn, queue, conn
         release.set()
 
 
+@pytest.mark.slow
 def test_shutdown_deadline_reports_unfinished(dsn, queue):
     release = threading.Event()
     started = threading.Event()
@@ -415,6 +425,7 @@ def test_shutdown_deadline_reports_unfinished(dsn, queue):
         release.set()
 
 
+@pytest.mark.slow
 def test_clean_stop_returns_true(dsn, queue):
     worker = fast_worker(dsn)
     worker.add_handler(queue.name, lambda job: None)
@@ -471,12 +482,20 @@ def _started(tmp_path) -> bool:
     return record.exists() and any(l.startswith("start") for l in record.read_text().splitlines())
 
 
-def test_second_sigterm_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tmp_path):
+def _says_still_running(tmp_path, key) -> bool:
+    """The one line the command prints on stderr when handlers were abandoned, naming them."""
+    text = (tmp_path / "worker.log").read_text()
+    return any("still running" in line and key in line for line in text.splitlines())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_second_signal_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tmp_path, signum):
     queue.push("long", "k", {"sleep": 120})
     proc = _spawn(dsn, queue.name, tmp_path, "--shutdown-timeout", "120", "--lease", "3")
     try:
         wait_for(lambda: _started(tmp_path), 30, "the handler to start")
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         wait_for(
             lambda: any(e.get("event") == "stopping" for e in _events(tmp_path)),
             15,
@@ -484,15 +503,16 @@ def test_second_sigterm_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tmp
         )
         [stopping] = [e for e in _events(tmp_path) if e.get("event") == "stopping"][:1]
         assert stopping["keys"] == [f"{queue.name}/long/k"] and stopping["deadline_in_s"] > 100
-        assert proc.poll() is None, "the first SIGTERM should wait for the handler"
+        assert proc.poll() is None, "the first signal should wait for the handler"
         forced = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         code = proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert time.monotonic() - forced < 15
-    assert code != 0, "handlers were abandoned: the exit must say so"
+    assert code == 1, "handlers were abandoned: the exit must say so"
+    assert _says_still_running(tmp_path, f"{queue.name}/long/k")
     evs = _events(tmp_path)
     assert any(e.get("event") == "deadline" and e.get("forced") for e in evs)
     assert any(e.get("event") == "deregister" for e in evs)
@@ -501,6 +521,7 @@ def test_second_sigterm_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tmp
     assert got[0].key == "long" and got[0].attempts == 2
 
 
+@pytest.mark.slow
 def test_shutdown_deadline_passed_exits_non_zero(dsn, queue, tmp_path):
     queue.push("long", "k", {"sleep": 120})
     proc = _spawn(dsn, queue.name, tmp_path, "--shutdown-timeout", "1")
@@ -511,5 +532,6 @@ def test_shutdown_deadline_passed_exits_non_zero(dsn, queue, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert code != 0
+    assert code == 1
+    assert _says_still_running(tmp_path, f"{queue.name}/long/k")
     assert any(e.get("event") == "deadline" and not e.get("forced") for e in _events(tmp_path))

@@ -15,6 +15,8 @@ from ..conftest import UNDER_CI
 from ..own_postgres import OwnPostgres
 from .test_worker import running, wait_for
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def own_postgres():

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+import pyqueue_sql
 from pyqueue_sql import cli, errors
 
 
@@ -41,7 +42,9 @@ def test_only_the_registration_s_secret_touches_it(db, connect):
     secret (or another worker's) is treated like an unknown id."""
     mine = db.register_worker("mine")
     other = connect().register_worker("other")
-    assert mine.secret and other.secret and mine.secret != other.secret
+    assert isinstance(mine, pyqueue_sql.WorkerRegistration)
+    assert type(mine.secret) is str and len(mine.secret) == 36
+    assert other.secret and mine.secret != other.secret
     assert "secret" not in repr(mine) and mine.secret not in repr(mine)
     forged = dataclasses.replace(mine, secret=str(uuid.uuid4()))
     stolen = dataclasses.replace(mine, secret=other.secret)
@@ -107,7 +110,7 @@ def test_release_frees_a_limit_slot(db, queue):
     assert len(queue.reserve(n=2, timeout=60)) == 1
 
 
-def test_bad_arguments(db, raw, dialect):
+def test_register_and_release_refuse_bad_arguments(db, raw, dialect):
     with pytest.raises(errors.InvalidArgumentError):
         db.register_worker("")
     with pytest.raises(errors.InvalidArgumentError):
@@ -125,6 +128,19 @@ def test_bad_arguments(db, raw, dialect):
     )
     with pytest.raises(Exception, match="pyqueue:invalid_argument"):
         raw(call)
+
+
+def _columns(db, sql):
+    cur = db.connection.cursor()
+    try:
+        cur.execute(sql)
+        columns = [c[0] for c in cur.description]
+        cur.fetchall()
+        while db.dialect.name == "mysql" and cur.nextset():
+            pass
+    finally:
+        cur.close()
+    return columns
 
 
 def test_registry_from_plain_sql(raw, dialect):
@@ -158,6 +174,13 @@ def test_registry_from_plain_sql(raw, dialect):
         assert [tuple(r) for r in raw("CALL queue_worker_deregister(%s, %s)", (wid, secret))] == [(1,)]
         with pytest.raises(Exception, match="pyqueue:invalid_argument"):
             raw("CALL queue_worker_heartbeat(%s, NULL)", (wid,))
+
+
+def test_queue_workers_has_no_secret_column(db, dialect):
+    columns = _columns(
+        db, "SELECT * FROM queue_workers()" if dialect == "postgresql" else "CALL queue_workers()"
+    )
+    assert "reserve_as" in columns and "secret" not in columns
 
 
 def test_cli_workers_lists_and_releases(capsys, db, dsn):
