@@ -1080,6 +1080,25 @@ def SETTING(d):
     return hostile(fixed, TEXT)
 
 
+def STATE(d):
+    """Hostile values for queue_messages' state filter."""
+    fixed = [
+        "",
+        " ",
+        "READY",
+        "ready ",
+        " ready",
+        "ready\n",
+        "dead",
+        "all",
+        "x" * 10_000,
+        "ready\x00",
+    ] + SQLISH
+    if d == "mysql":
+        fixed += [b"ready\xff", b"\xed\xa0\x80"]
+    return hostile(fixed, TEXT)
+
+
 def ERROR(d):
     """Hostile error texts for queue_fail (longer than 2000 characters: stored cut, as documented)."""
     fixed = [
@@ -1443,6 +1462,25 @@ def ROUTINES() -> list[Routine]:
             "SELECT * FROM queue_message_history(%s, %s, %s)",
             "CALL queue_message_history(%s, %s, %s)",
             [("queue", q, QN), ("p_key", key, KEY), ("p_kind", kind, KIND)],
+        ),
+        R(
+            "queue_messages",
+            "SELECT * FROM queue_messages(%s, %s, %s, %s, %s, %s)",
+            "CALL queue_messages(%s, %s, %s, %s, %s, %s)",
+            [
+                ("queue", q, QN),
+                ("state", lambda c: "ready", STATE),
+                ("key_prefix", none, KEY),
+                ("after_key", none, KEY),
+                ("after_kind", none, KIND),
+                ("n", none, INT),
+            ],
+        ),
+        R(
+            "queue_throughput",
+            "SELECT * FROM queue_throughput(%s, %s)",
+            "CALL queue_throughput(%s, %s)",
+            [("queue", q, QN), ("since", none, TIME)],
         ),
     ]
 
