@@ -215,6 +215,7 @@ def test_no_module_reaches_into_another_modules_private_names():
     assert [p for p in private_reach_ins(package_modules()) if not _tolerated(p)] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(package_modules()))
 def test_each_module_imports_on_its_own(name):
     """Each module imports in a fresh interpreter (a cycle that breaks at import time shows up

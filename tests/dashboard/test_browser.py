@@ -16,6 +16,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 from ..security.test_privileges import Accounts
 from .conftest import http
 
+# a real Chromium and a dashboard server per test: left out of make test-fast
+pytestmark = pytest.mark.slow
+
 
 def _wait(driver, condition, timeout=15):
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: condition(d))

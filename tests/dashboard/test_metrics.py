@@ -19,6 +19,9 @@ from pyqueue_sql.metrics import WorkerMetrics
 
 from .conftest import http
 
+# a worker process or a dashboard server per test: left out of make test-fast
+pytestmark = pytest.mark.slow
+
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}

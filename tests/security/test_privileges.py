@@ -981,6 +981,7 @@ def test_a_consumer_granted_at_0003_keeps_its_routines_across_the_upgrade(
 MONITOR_0004 = tuple(r for r in privileges.MONITOR if r not in ("queue_messages", "queue_throughput"))
 
 
+@pytest.mark.slow
 def test_a_monitor_granted_at_0004_browses_and_charts_after_the_upgrade(fresh_database, dialect, monkeypatch):
     """0005 adds queue_messages and queue_throughput to monitor: an account granted
     monitor at 0004 can call them after the upgrade without being granted again,

@@ -186,6 +186,7 @@ def _idle_round_trips(worker: Worker, queue, seconds: float) -> int:
         return worker.stats.db_calls - before
 
 
+@pytest.mark.slow
 def test_long_poll_wait_sets_how_long_each_server_side_wait_lasts(dsn, queue):
     """Without LISTEN (MySQL, or listen=False) a one-queue worker long-polls queue_wait: one
     round trip per long_poll_wait seconds while nothing is ready."""
@@ -195,6 +196,7 @@ def test_long_poll_wait_sets_how_long_each_server_side_wait_lasts(dsn, queue):
     assert _idle_round_trips(long, queue, 2.0) <= 2
 
 
+@pytest.mark.slow
 def test_mysql_wait_and_mysql_check_are_deprecated_names_of_the_long_poll_settings(dsn, queue):
     with pytest.warns(DeprecationWarning, match=r"mysql_wait=.*long_poll_wait"):
         with pytest.warns(DeprecationWarning, match=r"mysql_check=.*long_poll_check"):
