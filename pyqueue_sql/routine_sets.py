@@ -259,8 +259,12 @@ def script(dialect: str | Dialect, routines: Iterable[Routine]) -> str:
     """A runnable script of the given groups: per routine file they come from (in
     revision order, each routine where its file has it), that file's preamble,
     the groups, one REVOKE EXECUTE ... FROM PUBLIC naming those of them that have
-    it (wherever their file revoked it), then the file's epilogue."""
-    ordered = sorted(routines, key=lambda r: (r.source.order, r.position))
+    it (wherever their file revoked it), then the file's epilogue. The DROPs of
+    removed routines come after the last file's groups, before its epilogue, so
+    that the script reads back as one routine file (routine statements first)."""
+    routines = list(routines)
+    removals = [r for r in routines if not r.created]
+    ordered = sorted((r for r in routines if r.created), key=lambda r: (r.source.order, r.position))
     sections: list[list[Routine]] = []
     for routine in ordered:
         if sections and sections[-1][0].source is routine.source:
@@ -268,15 +272,19 @@ def script(dialect: str | Dialect, routines: Iterable[Routine]) -> str:
         else:
             sections.append([routine])
     blocks: list[list[Statement]] = []
-    for section in sections:
+    for i, section in enumerate(sections):
         source = section[0].source
         if source.preamble:
             blocks.append(list(source.preamble))
         blocks += [routine.statements for routine in section]
-        revoked = [r for r in section if r.revoke_public and r.created]
+        if i == len(sections) - 1:
+            blocks += [routine.statements for routine in removals]
+        revoked = [r for r in section if r.revoke_public]
         if revoked:
             blocks.append([_revoke(revoked, source.revoke_comment)])
         blocks += [[statement] for statement in source.epilogue]
+    if not sections:
+        blocks += [routine.statements for routine in removals]
     return render(dialect, blocks)
 
 

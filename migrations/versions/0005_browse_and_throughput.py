@@ -15,18 +15,15 @@ re-creates whatever else this revision changed as 0004 defines it
 (pyqueue_sql.migrate.downgrade_routines).
 """
 
-from pyqueue_sql.migrate import CURRENT_ROUTINES, downgrade_routines, run_sql_file, upgrade_routines
+from pyqueue_sql.migrate import downgrade_routines, run_sql_file, upgrade_routines
 
 revision = "0005_browse_and_throughput"
 down_revision = "0004_errors_and_safety"
 branch_labels = None
 depends_on = None
 
-# The routines this revision added or changed: while it is the newest revision,
-# those of sql/<dialect>/routines.sql that differ from the revision before it;
-# `make release-routines` freezes them into 0005_browse_and_throughput.routines.sql
-# before the next revision is added.
-ROUTINES = CURRENT_ROUTINES
+# The routines this revision added or changed (migrations/sql/<dialect>/), as released.
+ROUTINES = "0005_browse_and_throughput.routines.sql"
 
 # The catalog this revision leaves (pyqueue_sql.migrate.fingerprint), per
 # server flavor: how `migrate --adopt` recognises a schema installed from the

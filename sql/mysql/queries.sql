@@ -222,3 +222,11 @@ SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''),
 
 -- name: set_session_sql_mode
 SET SESSION sql_mode = %s
+
+-- Spark's bulk enqueue (pyqueue_sql.spark, method="bulk"): one partition's CSV
+-- lines into queue_ingest. {columns}: the backquoted queue_ingest columns the
+-- lines carry, in their order (the caller allows only queue_ingest's own).
+-- name: load_ingest_csv
+LOAD DATA LOCAL INFILE %s INTO TABLE queue_ingest CHARACTER SET utf8mb4
+FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '"' ESCAPED BY ''
+LINES TERMINATED BY '\n' ({columns})

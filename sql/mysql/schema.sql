@@ -141,10 +141,17 @@ CREATE TABLE pyqueue_message (
     dead_attempts          INT          NULL,
     PRIMARY KEY (id),
     UNIQUE KEY pyqueue_message_key_uk (queue_name, p_key, p_kind),
-    -- The reserve walks one priority at a time (highest first) and reads the
-    -- range scheduled_at <= now of that priority in FIFO order; delayed and
+    -- The reserve walks the top priorities one at a time (highest first) and
+    -- reads the range scheduled_at <= now of each in FIFO order; delayed and
     -- reserved rows lie past the end of each range.
     KEY pyqueue_message_ready_idx (queue_name, priority, scheduled_at, id),
+    -- The due index: after a few priorities the reserve reads every lower
+    -- one at once as the range scheduled_at <= now of this index (ready
+    -- rows only, then sorted), so delayed and reserved rows of many
+    -- distinct priorities cost nothing; the next due time is its first
+    -- entry; a reserve finds its own claims again by (queue_name,
+    -- scheduled_at = the claims' end).
+    KEY pyqueue_message_due_idx (queue_name, scheduled_at, id),
     CONSTRAINT pyqueue_message_queue_fk FOREIGN KEY (queue_name)
         REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
     CONSTRAINT pyqueue_message_key_not_empty CHECK (p_key <> ''),

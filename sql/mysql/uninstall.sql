@@ -69,6 +69,8 @@ DROP PROCEDURE IF EXISTS queue_rollback;
 DROP PROCEDURE IF EXISTS queue_commit;
 DROP PROCEDURE IF EXISTS queue_reserve;
 DROP PROCEDURE IF EXISTS queue_pop;
+DROP PROCEDURE IF EXISTS pyqueue__reserve_limited;
+DROP PROCEDURE IF EXISTS pyqueue__reserve;
 
 -- ==== produce ====
 DROP PROCEDURE IF EXISTS queue_push_replace;
@@ -100,6 +102,11 @@ DROP PROCEDURE IF EXISTS pyqueue__unarchive;
 DROP PROCEDURE IF EXISTS pyqueue__archive;
 DROP PROCEDURE IF EXISTS pyqueue__next_at;
 DROP PROCEDURE IF EXISTS pyqueue__kinds;
+DROP PROCEDURE IF EXISTS pyqueue__give_back_claims;
+DROP PROCEDURE IF EXISTS pyqueue__claim_one;
+DROP PROCEDURE IF EXISTS pyqueue__claim;
+DROP PROCEDURE IF EXISTS pyqueue__candidates;
+DROP PROCEDURE IF EXISTS pyqueue__reserve_args;
 DROP PROCEDURE IF EXISTS pyqueue__give_back;
 DROP PROCEDURE IF EXISTS pyqueue__dead_letter;
 DROP PROCEDURE IF EXISTS pyqueue__queue;

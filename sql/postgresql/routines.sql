@@ -203,42 +203,201 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__bad_name: true unless a name is non-NULL, non-empty, at most
+-- in_max characters and does not end with a space (pyqueue__check_name's
+-- rule, as an expression for the set-based checks of the batch routines;
+-- inlined into the query that calls it). Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__bad_name(in_value text, in_max integer)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT in_value IS NULL OR in_value = '' OR pg_catalog.length(in_value) > in_max
+           OR pg_catalog.right(in_value, 1) = ' '
+$$;
+
 -- ---- for consume ----
 
--- Locks up to in_n ready messages of a queue, highest priority first, FIFO
--- within a priority, skipping rows other transactions hold (SKIP LOCKED).
--- Visits one index range per distinct priority: rows scheduled in the future
--- (delayed or reserved) are never read. Caller holds the locks until commit.
-CREATE OR REPLACE FUNCTION pyqueue__lock_ready(in_queue text, in_now timestamptz, in_n integer, in_kinds text[])
-RETURNS TABLE (c_key varchar, c_kind varchar, c_attempts integer)
+-- pyqueue__check_kinds: raises unless a kinds filter is NULL (any kind) or
+-- a non-empty array of kinds of at most 128 characters without NULLs.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_kinds(in_kinds text[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- pyqueue__check_reserve: the argument checks of queue_reserve and
+-- queue_commit_reserve (n, timeout, worker, kinds). Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_reserve(in_worker text, in_timeout interval, in_n integer, in_kinds text[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    PERFORM pyqueue__check_batch_size(in_n);
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_worker IS NOT NULL AND pg_catalog.length(in_worker) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_kinds(in_kinds);
+END;
+$$;
+
+-- pyqueue__ready_tids: locks up to in_n ready messages of a queue (of one
+-- of in_kinds, NULL = any), highest priority first, FIFO within a priority,
+-- skipping rows other transactions hold (SKIP LOCKED); returns their ctids
+-- in that order (NULL when none). The ctids stay valid while the caller
+-- holds the locks (until its transaction ends), so the caller updates or
+-- deletes the rows by ctid, without a second search.
+-- Cost model: walks the priorities from the highest through
+-- pyqueue_message_ready_idx, one index probe per priority, each reading only
+-- the ready range of that priority (delayed and reserved rows lie past its
+-- end). A priority that yields no row (all its messages wait, or are locked)
+-- is an empty step; after 8 empty steps the rest is read through
+-- pyqueue_message_due_idx (pyqueue__due_tids): the ready rows of the lower
+-- priorities, sorted. So a reserve costs at most 8 empty probes plus one
+-- probe per priority it takes rows from, or, past that, the number of ready
+-- rows below the priorities walked: never the number of distinct priorities
+-- among waiting messages. Queues with concurrency limits go through
+-- pyqueue__limited_tids. Caller holds the locks until its transaction ends.
+CREATE OR REPLACE FUNCTION pyqueue__ready_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[])
+RETURNS tid[]
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_priority integer;
     v_left     integer := in_n;
-    v_got      integer;
+    v_tids     tid[];
+    v_step     tid[];
+    v_empty    integer := 0;
 BEGIN
     IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN  -- limits
-        RETURN QUERY SELECT * FROM pyqueue__lock_ready_limited(in_queue, in_now, in_n, in_kinds);
+        RETURN pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds);
+    END IF;
+    SELECT m.priority INTO v_priority
+      FROM pyqueue_message m WHERE m.queue_name::text = in_queue
+     ORDER BY m.priority DESC LIMIT 1;
+    WHILE v_priority IS NOT NULL LOOP
+        IF v_empty >= 8 THEN
+            RETURN v_tids || pyqueue__due_tids(in_queue, in_now, v_left, in_kinds, v_priority);
+        END IF;
+        SELECT pg_catalog.array_agg(r.tid) INTO v_step
+          FROM (SELECT m.ctid AS tid
+                  FROM pyqueue_message m
+                 WHERE m.queue_name::text = in_queue
+                   AND m.priority = v_priority
+                   AND m.scheduled_at <= in_now
+                   AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT v_left
+                   FOR UPDATE SKIP LOCKED) AS r;
+        IF v_step IS NULL THEN
+            v_empty := v_empty + 1;
+        ELSE
+            v_tids := v_tids || v_step;
+            v_left := v_left - pg_catalog.cardinality(v_step);
+            EXIT WHEN v_left <= 0;
+        END IF;
+        SELECT m.priority INTO v_priority
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.priority < v_priority
+         ORDER BY m.priority DESC LIMIT 1;
+    END LOOP;
+    RETURN v_tids;
+END;
+$$;
+
+-- pyqueue__due_tids: pyqueue__ready_tids past its empty steps: locks up to
+-- in_n ready messages of priority in_priority or lower (those above were
+-- walked already), in reserve order, reading the ready rows through
+-- pyqueue_message_due_idx (queue_name, scheduled_at) and sorting them: its
+-- cost is the number of ready rows, whatever the waiting ones. The
+-- settings make that plan independent of the table statistics (stale ones
+-- would pick a scan of the whole queue); the priority bound is written as a
+-- bigint comparison so that it cannot be an index condition of
+-- pyqueue_message_ready_idx (that index scan would read the waiting rows).
+CREATE OR REPLACE FUNCTION pyqueue__due_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[],
+                                             in_priority integer)
+RETURNS tid[]
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_incremental_sort = off
+AS $$
+BEGIN
+    RETURN (SELECT pg_catalog.array_agg(r.tid)
+              FROM (SELECT m.ctid AS tid
+                      FROM pyqueue_message m
+                     WHERE m.queue_name::text = in_queue
+                       AND m.scheduled_at <= in_now
+                       AND m.priority::bigint <= in_priority::bigint
+                       AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                     ORDER BY m.priority DESC, m.scheduled_at, m.id
+                     LIMIT in_n
+                       FOR UPDATE SKIP LOCKED) AS r);
+END;
+$$;
+
+-- pyqueue__reserve: queue_reserve's work once its arguments are checked
+-- (queue_reserve and queue_commit_reserve): reserves up to in_n ready
+-- messages of in_queue for in_timeout (NULL = the queue's
+-- visibility_timeout). One locking read (pyqueue__ready_tids) and one
+-- UPDATE of the locked rows by ctid; a locked row that already had
+-- max_attempts deliveries (its last reservation expired) is dead-lettered
+-- instead, and the read runs again for the places it leaves. Rows in
+-- reserve order; nothing when the queue is paused. Locks: the reserved
+-- rows (SKIP LOCKED: never waits for another reserver).
+CREATE OR REPLACE FUNCTION pyqueue__reserve(in_queue pyqueue_queue, in_worker text, in_timeout interval,
+                                            in_n integer, in_kinds text[])
+RETURNS TABLE (c_key varchar, c_kind varchar, c_payload jsonb, c_token uuid, c_priority integer,
+               c_attempts integer, c_created_at timestamptz, c_scheduled_at_initially timestamptz)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_until timestamptz := v_now + coalesce(in_timeout, in_queue.visibility_timeout);
+    v_left  integer := coalesce(in_n, 1);
+    v_tids  tid[];
+    v_got   integer;
+    v_dead  record;
+BEGIN
+    IF in_queue.paused THEN
         RETURN;
     END IF;
-    SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
-    WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
+    LOOP
+        v_tids := pyqueue__ready_tids(in_queue.queue_name::text, v_now, v_left, in_kinds);
+        EXIT WHEN v_tids IS NULL;
         RETURN QUERY
-            SELECT m.p_key, m.p_kind, m.attempts
-              FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue
-               AND m.priority = v_priority
-               AND m.scheduled_at <= in_now
-               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
-             ORDER BY m.scheduled_at, m.id
-             LIMIT v_left
-               FOR UPDATE SKIP LOCKED;
+            WITH taken AS (
+                UPDATE pyqueue_message m
+                   SET scheduled_at  = v_until,
+                       attempts      = m.attempts + 1,
+                       reserved_by   = in_worker,
+                       reserve_token = pg_catalog.gen_random_uuid()
+                  FROM pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
+                 WHERE m.ctid = c.tid AND m.attempts < in_queue.max_attempts
+                RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
+                          m.attempts, m.created_at, m.scheduled_at_initially
+            )
+            SELECT t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority, t.attempts,
+                   t.created_at, t.scheduled_at_initially
+              FROM taken t ORDER BY t.ord;
         GET DIAGNOSTICS v_got = ROW_COUNT;
+        EXIT WHEN v_got = pg_catalog.cardinality(v_tids);
+        -- The rows left at their ctids are the ones at max_attempts (the
+        -- updated ones moved): dead-letter them, then fill their places.
+        FOR v_dead IN SELECT m.p_key, m.p_kind FROM pyqueue_message m
+                       WHERE m.ctid = ANY (v_tids) ORDER BY m.priority DESC, m.scheduled_at, m.id LOOP
+            PERFORM pyqueue__dead_letter(in_queue, v_dead.p_key::text, v_dead.p_kind::text, v_now);
+        END LOOP;
         v_left := v_left - v_got;
-        SELECT pg_catalog.max(m.priority) INTO v_priority
-          FROM pyqueue_message m
-         WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
     END LOOP;
 END;
 $$;
@@ -504,18 +663,22 @@ BEGIN
 END;
 $$;
 
--- pyqueue__lock_ready_limited: pyqueue__lock_ready for a queue that has
--- limits. Same order and locking; a candidate of a limited kind is admitted
+-- pyqueue__limited_tids: pyqueue__ready_tids for a queue that has
+-- limits. Same order, locking and result (the ctids of the locked rows);
+-- a candidate of a limited kind is admitted
 -- only with a slot, and a kind found full is skipped for the rest of the
 -- pass, except for candidates that have had max_attempts deliveries: they
 -- are admitted without a slot (the reserve dead-letters them, it delivers
 -- nothing), so that a full kind cannot hold an exhausted message back.
-CREATE OR REPLACE FUNCTION pyqueue__lock_ready_limited(in_queue text, in_now timestamptz, in_n integer,
-                                                       in_kinds text[])
-RETURNS TABLE (c_key varchar, c_kind varchar, c_attempts integer)
+-- Unlike pyqueue__ready_tids it visits every priority down to the last one
+-- it takes rows from (limits keep their slot bookkeeping per candidate).
+CREATE OR REPLACE FUNCTION pyqueue__limited_tids(in_queue text, in_now timestamptz, in_n integer,
+                                                 in_kinds text[])
+RETURNS tid[]
 LANGUAGE plpgsql
 AS $$
 DECLARE
+    v_tids     tid[];
     v_limited  text[];
     v_full     text[] := '{}';
     v_seen     bigint[] := '{}';
@@ -534,7 +697,7 @@ BEGIN
         LOOP
             v_skipped := false;
             FOR r IN
-                SELECT m.id, m.p_key, m.p_kind, m.attempts
+                SELECT m.ctid, m.id, m.p_key, m.p_kind, m.attempts
                   FROM pyqueue_message m
                  WHERE m.queue_name::text = in_queue
                    AND m.priority = v_priority
@@ -561,10 +724,7 @@ BEGIN
                 ELSE
                     v_taken := pg_catalog.array_append(v_taken, r.id);
                 END IF;
-                c_key := r.p_key;
-                c_kind := r.p_kind;
-                c_attempts := r.attempts;
-                RETURN NEXT;
+                v_tids := pg_catalog.array_append(v_tids, r.ctid);
                 v_left := v_left - 1;
             END LOOP;
             EXIT WHEN NOT v_skipped OR v_left <= 0;
@@ -573,6 +733,7 @@ BEGIN
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
     END LOOP;
+    RETURN v_tids;
 END;
 $$;
 
@@ -1237,12 +1398,14 @@ BEGIN
     IF v_n = 0 THEN
         RETURN 0;
     END IF;
-    SELECT pg_catalog.min(i) INTO v_bad
-      FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
-     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR pg_catalog.length(in_keys[i]) > 255 OR pg_catalog.right(in_keys[i], 1) = ' '
-        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR pg_catalog.length(in_kinds[i]) > 128 OR pg_catalog.right(in_kinds[i], 1) = ' '
-        OR in_payloads[i] IS NULL
-        OR NOT pg_catalog.isfinite(coalesce(in_run_ats[i], v_now));
+    -- One pass over the arrays (unnest, never arr[i]: subscripting an array
+    -- of variable-width elements walks it from the start, quadratic in n).
+    SELECT pg_catalog.min(b.ord) INTO v_bad
+      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_payloads),
+                      pg_catalog.unnest(in_run_ats))
+           WITH ORDINALITY AS b (k, kd, pl, ra, ord)
+     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.pl IS NULL
+        OR NOT pg_catalog.isfinite(coalesce(b.ra, v_now));
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, a NULL payload or an infinite run_at', v_bad
             USING ERRCODE = '22023';
@@ -1254,9 +1417,8 @@ BEGIN
         SELECT b.k, b.kd, b.pl, b.ra, b.pr,
                pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')) AS new_id
           FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
-                          pg_catalog.unnest(in_payloads),
-                          pg_catalog.unnest(coalesce(in_run_ats, pg_catalog.array_fill(NULL::timestamptz, ARRAY[v_n]))),
-                          pg_catalog.unnest(coalesce(in_priorities, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))))
+                          pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
+                          pg_catalog.unnest(in_priorities))  -- a NULL array pads with NULLs
                WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
     )
     INSERT INTO pyqueue_message
@@ -1337,7 +1499,9 @@ $$;
 -- state. Every step after the reserve must show the reservation's token.
 
 -- queue_pop: removes and returns up to in_n ready messages (at-most-once).
--- Locks the chosen rows with SKIP LOCKED; nothing when the queue is paused.
+-- Locks the chosen rows with SKIP LOCKED (pyqueue__ready_tids: its cost
+-- model is the reserve's) and deletes them by ctid in one statement;
+-- nothing when the queue is paused.
 CREATE OR REPLACE FUNCTION queue_pop(in_queue text, in_n integer DEFAULT 1)
 RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
                attempts integer, created_at timestamptz)
@@ -1348,23 +1512,21 @@ AS $$
 DECLARE
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
     v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_tids  tid[];
 BEGIN
-    IF in_n < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
-    END IF;
+    PERFORM pyqueue__check_batch_size(in_n);
     IF v_queue.paused THEN
         RETURN;
     END IF;
+    -- Locked first, in a statement of its own: the DELETE then finds exactly
+    -- the row versions that were locked.
+    v_tids := pyqueue__ready_tids(in_queue, v_now, coalesce(in_n, 1), NULL);
     RETURN QUERY
-        WITH picked AS (
-            SELECT c.c_key, c.c_kind, c.ord
-              FROM pyqueue__lock_ready(in_queue, v_now, coalesce(in_n, 1), NULL)
-                   WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord)
-        ), gone AS (
+        WITH gone AS (
             DELETE FROM pyqueue_message m
-             USING picked
-             WHERE m.queue_name::text = in_queue AND m.p_key::text = picked.c_key::text AND m.p_kind::text = picked.c_kind::text
-            RETURNING picked.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at,
+             USING pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
+             WHERE m.ctid = c.tid
+            RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at,
                       m.reserved_by, m.last_error
         ), archived AS (
             INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
@@ -1384,6 +1546,9 @@ $$;
 -- A message whose expired reservation was its last allowed delivery is
 -- dead-lettered instead of delivered again. Locks with SKIP LOCKED: concurrent
 -- reservers never wait on each other and never share a message.
+-- One locking read and one UPDATE by ctid (pyqueue__reserve); the cost
+-- does not grow with the number of waiting (delayed or reserved) messages
+-- nor with their distinct priorities (see pyqueue__ready_tids).
 CREATE OR REPLACE FUNCTION queue_reserve(
     in_queue   text,
     in_worker  text     DEFAULT NULL,
@@ -1395,74 +1560,11 @@ RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, token uuid, priorit
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
-#variable_conflict use_column
 DECLARE
-    v_queue   pyqueue_queue := pyqueue__queue(in_queue);
-    v_now     timestamptz := pg_catalog.clock_timestamp();
-    v_until   timestamptz;
-    v_left    integer := coalesce(in_n, 1);
-    v_got      integer;
-    v_ndead    integer;
-    v_keys     text[];
-    v_kinds    text[];
-    v_attempts integer[];
-    v_i        integer;
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
 BEGIN
-    IF in_n < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
-    END IF;
-    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF in_worker IS NOT NULL AND pg_catalog.length(in_worker) > 255 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
-    END IF;
-    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
-            USING ERRCODE = '22023';
-    END IF;
-    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
-            USING ERRCODE = '22023';
-    END IF;
-    IF v_queue.paused THEN
-        RETURN;
-    END IF;
-    v_until := v_now + coalesce(in_timeout, v_queue.visibility_timeout);
-    LOOP
-        SELECT pg_catalog.array_agg(c.c_key::text ORDER BY c.ord), pg_catalog.array_agg(c.c_kind::text ORDER BY c.ord),
-               pg_catalog.array_agg(c.c_attempts ORDER BY c.ord)
-          INTO v_keys, v_kinds, v_attempts
-          FROM pyqueue__lock_ready(in_queue, v_now, v_left, in_kinds)
-               WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord);
-        v_got := coalesce(pg_catalog.cardinality(v_keys), 0);
-        EXIT WHEN v_got = 0;
-        v_ndead := 0;
-        FOR v_i IN 1 .. v_got LOOP
-            IF v_attempts[v_i] >= v_queue.max_attempts THEN
-                PERFORM pyqueue__dead_letter(v_queue, v_keys[v_i], v_kinds[v_i], v_now);
-                v_ndead := v_ndead + 1;
-            END IF;
-        END LOOP;
-        RETURN QUERY
-            WITH taken AS (
-                UPDATE pyqueue_message m
-                   SET scheduled_at  = v_until,
-                       attempts      = m.attempts + 1,
-                       reserved_by   = in_worker,
-                       reserve_token = pg_catalog.gen_random_uuid()
-                  FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_kinds), pg_catalog.unnest(v_attempts))
-                       WITH ORDINALITY AS c (c_key, c_kind, c_attempts, ord)
-                 WHERE m.queue_name::text = in_queue AND m.p_key::text = c.c_key::text AND m.p_kind::text = c.c_kind::text
-                   AND c.c_attempts < v_queue.max_attempts
-                RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
-                          m.attempts, m.created_at, m.scheduled_at_initially
-            )
-            SELECT t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority, t.attempts,
-                   t.created_at, t.scheduled_at_initially
-              FROM taken t ORDER BY t.ord;
-        v_left := v_left - (v_got - v_ndead);
-        -- Only dead letters can leave slots unfilled while ready rows remain.
-        EXIT WHEN v_ndead = 0 OR v_left <= 0;
-    END LOOP;
+    PERFORM pyqueue__check_reserve(in_worker, in_timeout, in_n, in_kinds);
+    RETURN QUERY SELECT * FROM pyqueue__reserve(v_queue, in_worker, in_timeout, in_n, in_kinds);
 END;
 $$;
 
@@ -1664,44 +1766,27 @@ $$;
 -- both NULL when the queue holds no such message or is paused. Counts
 -- delayed messages and reservations (their expiry), so a worker that sleeps
 -- wait_s wakes when a delayed message or an expired reservation is due.
--- Visits the first index entry of each priority. Reads without locks.
+-- One probe of pyqueue_message_due_idx (the earliest scheduled_at of the
+-- queue; with in_kinds, the earliest of those kinds), whatever the number of
+-- messages or of distinct priorities. Reads without locks.
 CREATE OR REPLACE FUNCTION queue_next_scheduled_at(in_queue text, in_kinds text[] DEFAULT NULL)
 RETURNS TABLE (next_scheduled_at timestamptz, wait_s double precision)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_queue    pyqueue_queue := pyqueue__queue(in_queue);
-    v_now      timestamptz := pg_catalog.clock_timestamp();
-    v_priority integer;
-    v_at       timestamptz;
-    v_next     timestamptz;
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_next  timestamptz;
 BEGIN
-    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
-            USING ERRCODE = '22023';
-    END IF;
-    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
-            USING ERRCODE = '22023';
-    END IF;
+    PERFORM pyqueue__check_kinds(in_kinds);
     IF NOT v_queue.paused THEN
-        SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
-        WHILE v_priority IS NOT NULL LOOP
-            SELECT m.scheduled_at INTO v_at
-              FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue AND m.priority = v_priority
-               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
-             ORDER BY m.scheduled_at
-             LIMIT 1;
-            IF v_at IS NOT NULL AND (v_next IS NULL OR v_at < v_next) THEN
-                v_next := v_at;
-            END IF;
-            EXIT WHEN v_next <= v_now;
-            SELECT pg_catalog.max(m.priority) INTO v_priority
-              FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
-        END LOOP;
+        SELECT m.scheduled_at INTO v_next
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue
+           AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+         ORDER BY m.scheduled_at
+         LIMIT 1;
     END IF;
     next_scheduled_at := v_next;
     wait_s := CASE WHEN v_next IS NOT NULL THEN greatest(extract(epoch FROM v_next - v_now)::double precision, 0) END;
@@ -1769,11 +1854,8 @@ $$;
 -- Rows as queue_reserve's, each led by committed (the commit's result: true,
 -- false when the token no longer held, NULL when nothing was given); when
 -- nothing is reserved, one row with committed and NULL elsewhere.
--- Fast path: one locking read of the top priority's ready range
--- (SKIP LOCKED) and one UPDATE of the locked rows by ctid (stable while we
--- hold their locks), whatever the table statistics say. queue_reserve takes
--- over for what is left when lower priorities exist or a locked row is due
--- for dead-lettering. Locks: the committed row, the reserved rows.
+-- The reserve is queue_reserve's own (pyqueue__reserve: one locking read,
+-- one UPDATE by ctid). Locks: the committed row, the reserved rows.
 CREATE OR REPLACE FUNCTION queue_commit_reserve(
     in_queue   text,
     in_key     text,
@@ -1792,28 +1874,11 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_queue     pyqueue_queue := pyqueue__queue(in_queue);
-    v_n         integer := coalesce(in_n, 1);
     v_committed boolean;
-    v_now       timestamptz;
-    v_until     timestamptz;
-    v_top       integer;
-    v_tids      tid[];
-    v_attempts  integer[];
-    v_got       integer := 0;
-    v_more      integer;
+    v_got       integer;
 BEGIN
     -- The same checks as queue_reserve, before anything changes.
-    IF in_n < 1 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be at least 1' USING ERRCODE = '22023';
-    END IF;
-    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF in_worker IS NOT NULL AND pg_catalog.length(in_worker) > 255 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
-    END IF;
-    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
-            USING ERRCODE = '22023';
-    END IF;
+    PERFORM pyqueue__check_reserve(in_worker, in_timeout, in_n, in_kinds);
     IF NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL) THEN
         PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
         IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
@@ -1827,63 +1892,11 @@ BEGIN
             v_committed := queue_commit(in_queue, in_key, in_kind, in_token);
         END IF;
     END IF;
-    -- A queue with concurrency limits reserves through queue_reserve, whose
-    -- lock step takes the limit slots (the fast path below knows no slots).
-    IF NOT v_queue.paused AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN
-        RETURN QUERY
-            SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
-                   r.created_at, r.scheduled_at_initially
-              FROM queue_reserve(in_queue, in_worker, in_timeout, v_n, in_kinds) AS r;
-        GET DIAGNOSTICS v_got = ROW_COUNT;
-    ELSIF NOT v_queue.paused THEN
-        v_now := pg_catalog.clock_timestamp();
-        v_until := v_now + coalesce(in_timeout, v_queue.visibility_timeout);
-        SELECT m.priority INTO v_top
-          FROM pyqueue_message m WHERE m.queue_name::text = in_queue
-         ORDER BY m.priority DESC LIMIT 1;
-        IF v_top IS NOT NULL THEN
-            SELECT pg_catalog.array_agg(r.tid), pg_catalog.array_agg(r.attempts) INTO v_tids, v_attempts
-              FROM (SELECT m.ctid AS tid, m.attempts
-                      FROM pyqueue_message m
-                     WHERE m.queue_name::text = in_queue AND m.priority = v_top AND m.scheduled_at <= v_now
-                       AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
-                     ORDER BY m.scheduled_at, m.id
-                     LIMIT v_n
-                       FOR UPDATE SKIP LOCKED) AS r;
-            IF v_tids IS NOT NULL THEN
-                RETURN QUERY
-                    WITH taken AS (
-                        UPDATE pyqueue_message m
-                           SET scheduled_at  = v_until,
-                               attempts      = m.attempts + 1,
-                               reserved_by   = in_worker,
-                               reserve_token = pg_catalog.gen_random_uuid()
-                          FROM pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
-                         WHERE m.ctid = c.tid AND m.attempts < v_queue.max_attempts
-                        RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
-                                  m.attempts, m.created_at, m.scheduled_at_initially
-                    )
-                    SELECT v_committed, t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority,
-                           t.attempts, t.created_at, t.scheduled_at_initially
-                      FROM taken t ORDER BY t.ord;
-                GET DIAGNOSTICS v_got = ROW_COUNT;
-            END IF;
-            -- queue_reserve takes over for the rest when a locked row is due
-            -- for dead-lettering (it is ours, still locked) or when lower
-            -- priorities may hold ready rows.
-            IF v_got < v_n
-               AND (v_got < coalesce(pg_catalog.cardinality(v_tids), 0)
-                    OR EXISTS (SELECT 1 FROM pyqueue_message m
-                                WHERE m.queue_name::text = in_queue AND m.priority < v_top)) THEN
-                RETURN QUERY
-                    SELECT v_committed, r.p_key, r.p_kind, r.payload, r.token, r.priority, r.attempts,
-                           r.created_at, r.scheduled_at_initially
-                      FROM queue_reserve(in_queue, in_worker, in_timeout, v_n - v_got, in_kinds) AS r;
-                GET DIAGNOSTICS v_more = ROW_COUNT;
-                v_got := v_got + v_more;
-            END IF;
-        END IF;
-    END IF;
+    RETURN QUERY
+        SELECT v_committed, r.c_key, r.c_kind, r.c_payload, r.c_token, r.c_priority, r.c_attempts,
+               r.c_created_at, r.c_scheduled_at_initially
+          FROM pyqueue__reserve(v_queue, in_worker, in_timeout, in_n, in_kinds) AS r;
+    GET DIAGNOSTICS v_got = ROW_COUNT;
     IF v_got = 0 THEN
         RETURN QUERY SELECT v_committed, NULL::varchar, NULL::varchar, NULL::jsonb, NULL::uuid,
                             NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz;
@@ -1906,10 +1919,10 @@ AS $$
 DECLARE
     v_n     integer;
     v_bad   integer;
-    v_count integer;
-    v_i     integer;
+    v_count integer := 0;
     v_queue pyqueue_queue;
-    v_slow  boolean;
+    v_one   record;
+    v_tids  tid[];
 BEGIN
     v_queue := pyqueue__queue(in_queue);
     IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
@@ -1925,38 +1938,42 @@ BEGIN
     IF v_n = 0 THEN
         RETURN 0;
     END IF;
-    SELECT pg_catalog.min(i) INTO v_bad
-      FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
-     WHERE in_keys[i] IS NULL OR in_keys[i] = '' OR pg_catalog.length(in_keys[i]) > 255 OR pg_catalog.right(in_keys[i], 1) = ' '
-        OR in_kinds[i] IS NULL OR in_kinds[i] = '' OR pg_catalog.length(in_kinds[i]) > 128 OR pg_catalog.right(in_kinds[i], 1) = ' '
-        OR in_tokens[i] IS NULL;
+    SELECT pg_catalog.min(b.ord) INTO v_bad
+      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
+           WITH ORDINALITY AS b (k, kd, tk, ord)
+     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.tk IS NULL;
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
             USING ERRCODE = '22023';
     END IF;
-    -- One primary-key DELETE per element: its plan cannot turn into a scan
-    -- of the queue, whatever the table statistics say (a join with the
-    -- unnested arrays did, on a queue analyzed while it was small). A queue
-    -- that keeps history, or a batch holding occurrences of a schedule,
-    -- commits each element through queue_commit (history row, next occurrence).
-    v_slow := v_queue.history_retention IS NOT NULL
-              OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key::text LIKE '%@____-__-__T__:__:__Z');
-    v_count := 0;
-    FOR v_i IN SELECT i FROM pg_catalog.generate_subscripts(in_keys, 1) AS i
-                ORDER BY in_keys[i], in_kinds[i], i LOOP
-        IF v_slow THEN
-            IF queue_commit(in_queue, in_keys[v_i], in_kinds[v_i], in_tokens[v_i]) THEN
+    IF v_queue.history_retention IS NOT NULL
+       OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key LIKE '%@____-__-__T__:__:__Z') THEN
+        -- A queue that keeps history, or a batch holding occurrences of a
+        -- schedule: each element through queue_commit (history row, next
+        -- occurrence), in key order.
+        FOR v_one IN SELECT b.k, b.kd, b.tk
+                       FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
+                            WITH ORDINALITY AS b (k, kd, tk, ord)
+                      ORDER BY b.k, b.kd, b.ord LOOP
+            IF queue_commit(in_queue, v_one.k, v_one.kd, v_one.tk) THEN
                 v_count := v_count + 1;
             END IF;
-        ELSE
-            DELETE FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue AND m.p_key::text = in_keys[v_i] AND m.p_kind::text = in_kinds[v_i]
-               AND m.reserve_token = in_tokens[v_i];
-            IF FOUND THEN
-                v_count := v_count + 1;
-            END IF;
-        END IF;
-    END LOOP;
+        END LOOP;
+        RETURN v_count;
+    END IF;
+    -- Set-based, two statements: the reservations still held are locked in
+    -- key order (the sort runs below the row locking), then deleted by ctid.
+    SELECT pg_catalog.array_agg(r.tid) INTO v_tids
+      FROM (SELECT m.ctid AS tid
+              FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
+                   AS b (k, kd, tk)
+              JOIN pyqueue_message m
+                ON m.queue_name::text = in_queue AND m.p_key::text = b.k AND m.p_kind::text = b.kd
+               AND m.reserve_token = b.tk
+             ORDER BY m.p_key, m.p_kind
+               FOR UPDATE OF m) AS r;
+    DELETE FROM pyqueue_message m WHERE m.ctid = ANY (v_tids);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;
 $$;
@@ -2068,9 +2085,12 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_dead  pyqueue_queue;
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_count integer;
+    v_dead   pyqueue_queue;
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_tids   tid[];
+    v_keys   text[];
+    v_kinds  text[];
+    v_count  integer;
 BEGIN
     PERFORM pyqueue__check_name('dead_queue', in_dead_queue, 128);
     PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
@@ -2080,28 +2100,47 @@ BEGIN
     IF in_dead_queue = in_to_queue THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: dead_queue and to_queue must differ' USING ERRCODE = '22023';
     END IF;
-    WITH picked AS (
-        SELECT m.*
-          FROM pyqueue_message m
-         WHERE m.queue_name::text = in_dead_queue AND m.scheduled_at <= v_now
-           AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
-                            WHERE t.queue_name::text = in_to_queue AND t.p_key::text = m.p_key::text AND t.p_kind::text = m.p_kind::text)
-         ORDER BY m.priority DESC, m.scheduled_at, m.id
-         LIMIT coalesce(in_n, 1)
-           FOR UPDATE SKIP LOCKED
-    ), pushed AS (
+    -- Three statements, each reading the chosen rows by ctid (locked by the
+    -- first, so their ctids hold): no join whose plan the table statistics
+    -- could turn quadratic in n.
+    SELECT pg_catalog.array_agg(r.tid) INTO v_tids
+      FROM (SELECT m.ctid AS tid
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_dead_queue AND m.scheduled_at <= v_now
+               AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
+                                WHERE t.queue_name::text = in_to_queue AND t.p_key::text = m.p_key::text
+                                  AND t.p_kind::text = m.p_kind::text)
+             ORDER BY m.priority DESC, m.scheduled_at, m.id
+             LIMIT coalesce(in_n, 1)
+               FOR UPDATE SKIP LOCKED) AS r;
+    IF v_tids IS NULL THEN
+        RETURN 0;
+    END IF;
+    WITH pushed AS (
         INSERT INTO pyqueue_message AS t
                (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                 scheduled_at_initially, created_at, last_error)
-        SELECT in_to_queue, p.p_key, p.p_kind, p.payload, p.priority, v_now, v_now, v_now, p.last_error
-          FROM picked p
-         ORDER BY p.p_key, p.p_kind
+        SELECT in_to_queue, m.p_key, m.p_kind, m.payload, m.priority, v_now, v_now, v_now, m.last_error
+          FROM pyqueue_message m
+         WHERE m.ctid = ANY (v_tids)
+         ORDER BY m.p_key, m.p_kind
         ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
         RETURNING t.p_key, t.p_kind
-    ), gone AS (
+    )
+    SELECT pg_catalog.array_agg(p.p_key::text), pg_catalog.array_agg(p.p_kind::text) INTO v_keys, v_kinds
+      FROM pushed p;
+    IF coalesce(pg_catalog.cardinality(v_keys), 0) < pg_catalog.cardinality(v_tids) THEN
+        -- A key went live in in_to_queue since the first statement (a
+        -- concurrent push): that message was not copied and stays here.
+        SELECT pg_catalog.array_agg(m.ctid) INTO v_tids
+          FROM pyqueue_message m
+         WHERE m.ctid = ANY (v_tids)
+           AND EXISTS (SELECT 1 FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_kinds)) AS u (k, kd)
+                        WHERE u.k = m.p_key::text AND u.kd = m.p_kind::text);
+    END IF;
+    WITH gone AS (
         DELETE FROM pyqueue_message m
-         USING pushed
-         WHERE m.queue_name::text = in_dead_queue AND m.p_key::text = pushed.p_key::text AND m.p_kind::text = pushed.p_kind::text
+         WHERE m.ctid = ANY (v_tids)
         RETURNING m.*
     ), archived AS (
         INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
@@ -2334,15 +2373,26 @@ $$;
 -- queue_limits counts them) and nothing more of the kind is handed out
 -- until fewer than the new capacity are held. Locks the limit row and all
 -- its slots (in slot order).
+-- Every step is one statement over the kind's slots, or over its live
+-- reservations, with no join between the two whose plan could depend on
+-- their statistics: the free slots and the holders to place are gathered
+-- into arrays, and the slots are filled through an array indexed by slot
+-- number; pyqueue__slot_held runs only for slots that have a holder. A call
+-- thus costs a few scans, whatever the capacity and the plans.
 CREATE OR REPLACE FUNCTION queue_set_limit(in_queue text, in_kind text, in_capacity integer)
 RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_extra record;
-    v_free  integer;
+    v_now      timestamptz := pg_catalog.clock_timestamp();
+    v_free     integer[];  -- the empty slots within the capacity, in slot order
+    v_ids      bigint[];   -- the holders to place, in the order they take v_free
+    v_keys     text[];
+    v_attempts integer[];
+    v_more     record;
+    v_moved    integer;    -- the highest slot above the capacity whose holder moves
+    v_pos      integer[];  -- by slot number: the index in v_ids of its new holder
 BEGIN
     PERFORM pyqueue__queue(in_queue, true);
     PERFORM pyqueue__check_name('p_kind', in_kind, 128);
@@ -2365,50 +2415,67 @@ BEGIN
     SELECT in_queue, in_kind, g FROM pg_catalog.generate_series(1, in_capacity) g
     ON CONFLICT DO NOTHING;
     -- Slots above the capacity: a dead holder's slot goes, a live holder
-    -- moves into a free slot within the capacity when there is one, else
-    -- keeps its slot until its reservation ends.
-    FOR v_extra IN
-        SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
-          FROM pyqueue_limit_slot s
-         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > in_capacity
-         ORDER BY s.slot_no
-    LOOP
-        IF pyqueue__slot_held(in_queue, in_kind, v_extra.msg_key::text, v_extra.msg_id, v_extra.msg_attempts,
-                              v_now) THEN
-            SELECT s.slot_no INTO v_free
+    -- moves into a free slot within the capacity when there is one (in slot
+    -- order), else keeps its slot until its reservation ends.
+    DELETE FROM pyqueue_limit_slot s
+     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > in_capacity
+       AND (s.msg_id IS NULL
+            OR NOT pyqueue__slot_held(in_queue, in_kind, s.msg_key::text, s.msg_id, s.msg_attempts, v_now));
+    SELECT coalesce(pg_catalog.array_agg(s.slot_no ORDER BY s.slot_no), '{}') INTO v_free
+      FROM pyqueue_limit_slot s
+     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= in_capacity
+       AND (s.msg_id IS NULL
+            OR NOT pyqueue__slot_held(in_queue, in_kind, s.msg_key::text, s.msg_id, s.msg_attempts, v_now));
+    IF pg_catalog.cardinality(v_free) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(pg_catalog.array_agg(h.msg_id ORDER BY h.slot_no), '{}'),
+           coalesce(pg_catalog.array_agg(h.msg_key::text ORDER BY h.slot_no), '{}'),
+           coalesce(pg_catalog.array_agg(h.msg_attempts ORDER BY h.slot_no), '{}'),
+           pg_catalog.max(h.slot_no)
+      INTO v_ids, v_keys, v_attempts, v_moved
+      FROM (SELECT s.slot_no, s.msg_id, s.msg_key, s.msg_attempts
               FROM pyqueue_limit_slot s
-             WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= in_capacity
-               AND NOT pyqueue__slot_held(in_queue, in_kind, s.msg_key::text, s.msg_id, s.msg_attempts, v_now)
+             WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > in_capacity
              ORDER BY s.slot_no
-             LIMIT 1;
-            CONTINUE WHEN NOT FOUND;
-            UPDATE pyqueue_limit_slot
-               SET msg_id = v_extra.msg_id, msg_key = v_extra.msg_key, msg_attempts = v_extra.msg_attempts
-             WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_free;
-        END IF;
-        DELETE FROM pyqueue_limit_slot
-         WHERE queue_name::text = in_queue AND p_kind::text = in_kind AND slot_no = v_extra.slot_no;
+             LIMIT pg_catalog.cardinality(v_free)) h;
+    -- Then live reservations that hold no slot yet (made before the limit),
+    -- oldest first: a set difference, so no plan pairs each reservation
+    -- with each slot.
+    SELECT coalesce(pg_catalog.array_agg(u.id ORDER BY u.id), '{}') AS ids,
+           coalesce(pg_catalog.array_agg(u.p_key ORDER BY u.id), '{}') AS keys,
+           coalesce(pg_catalog.array_agg(u.attempts ORDER BY u.id), '{}') AS attempts
+      INTO v_more
+      FROM (SELECT d.id, d.p_key, d.attempts
+              FROM (SELECT m.id, m.p_key::text AS p_key, m.attempts
+                      FROM pyqueue_message m
+                     WHERE m.queue_name::text = in_queue AND m.p_kind::text = in_kind
+                       AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+                    EXCEPT
+                    SELECT s.msg_id, s.msg_key::text, s.msg_attempts
+                      FROM pyqueue_limit_slot s
+                     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+                       AND s.msg_id IS NOT NULL) d
+             ORDER BY d.id
+             LIMIT pg_catalog.cardinality(v_free) - pg_catalog.cardinality(v_ids)) u;
+    v_ids := v_ids || v_more.ids;
+    v_keys := v_keys || v_more.keys;
+    v_attempts := v_attempts || v_more.attempts;
+    IF pg_catalog.cardinality(v_ids) = 0 THEN
+        RETURN;
+    END IF;
+    v_pos := pg_catalog.array_fill(NULL::integer, ARRAY[in_capacity]);
+    FOR i IN 1 .. pg_catalog.cardinality(v_ids) LOOP
+        v_pos[v_free[i]] := i;
     END LOOP;
-    -- Live reservations that hold no slot yet (made before the limit) take
-    -- the empty slots, oldest first.
-    WITH untracked AS (
-        SELECT m.id, m.p_key, m.attempts, pg_catalog.row_number() OVER (ORDER BY m.id) AS rn
-          FROM pyqueue_message m
-         WHERE m.queue_name::text = in_queue AND m.p_kind::text = in_kind
-           AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
-           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
-                            WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
-                              AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
-    ), empty AS (
-        SELECT s.slot_no, pg_catalog.row_number() OVER (ORDER BY s.slot_no) AS rn
-          FROM pyqueue_limit_slot s
-         WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no <= in_capacity
-           AND NOT pyqueue__slot_held(in_queue, in_kind, s.msg_key::text, s.msg_id, s.msg_attempts, v_now)
-    )
     UPDATE pyqueue_limit_slot s
-       SET msg_id = u.id, msg_key = u.p_key, msg_attempts = u.attempts
-      FROM untracked u JOIN empty e ON e.rn = u.rn
-     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no = e.slot_no;
+       SET msg_id = v_ids[v_pos[s.slot_no]], msg_key = v_keys[v_pos[s.slot_no]],
+           msg_attempts = v_attempts[v_pos[s.slot_no]]
+     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+       AND s.slot_no <= v_free[pg_catalog.cardinality(v_ids)] AND v_pos[s.slot_no] IS NOT NULL;
+    DELETE FROM pyqueue_limit_slot s
+     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+       AND s.slot_no > in_capacity AND s.slot_no <= v_moved;
 END;
 $$;
 
@@ -2756,9 +2823,10 @@ $$;
 -- the order of the sections: the helpers, then the routines topic by topic.
 REVOKE EXECUTE ON FUNCTION
     pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
-    pyqueue__check_batch_size, pyqueue__lock_ready, pyqueue__dead_letter, pyqueue__give_back,
+    pyqueue__check_batch_size, pyqueue__bad_name, pyqueue__check_kinds, pyqueue__check_reserve,
+    pyqueue__ready_tids, pyqueue__due_tids, pyqueue__reserve, pyqueue__dead_letter, pyqueue__give_back,
     pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,
-    pyqueue__lock_ready_limited, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
+    pyqueue__limited_tids, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
     pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__schedule_next,
     pyqueue__schedule, pyqueue__ingest,
     queue_create, queue_reset_setting, queue_settings, queue_drop, queue_pause, queue_resume,

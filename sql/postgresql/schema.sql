@@ -133,6 +133,15 @@ COMMENT ON TABLE pyqueue_message IS
 CREATE INDEX pyqueue_message_ready_idx
     ON pyqueue_message (queue_name, priority, scheduled_at, id);
 
+-- The queue's messages by time, whatever their priority: the earliest
+-- scheduled_at in one probe (queue_next_scheduled_at, queue_wait), and the
+-- ready rows (scheduled_at <= now) read directly when the reserve's walk of
+-- the priorities meets too many that hold only waiting messages (see
+-- pyqueue__ready_tids in routines.sql). One more index entry per push and
+-- per reserve.
+CREATE INDEX pyqueue_message_due_idx
+    ON pyqueue_message (queue_name, scheduled_at);
+
 -- Every reserve moves a message's entry in the ready index (a
 -- non-HOT update) and every commit deletes it, so each message leaves two
 -- dead index entries, and the dead ones with past scheduled_at sit at the

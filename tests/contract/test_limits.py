@@ -4,6 +4,7 @@ reserved at once, also under many concurrent reservers, at each isolation level.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 import uuid
@@ -192,6 +193,7 @@ def _retryable(exc: BaseException) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.sync_client_only  # sets the isolation level of the client's own session (db.connection)
 @pytest.mark.parametrize("level", ["READ COMMITTED", "REPEATABLE READ"])
 def test_race_never_more_than_capacity_live(connect, make_queue, raw, dialect, level):
     """Six reservers hammer reserve / commit / rollback / extend / move / let expire
@@ -371,3 +373,106 @@ def test_reserve_and_extend_on_a_limited_kind_never_deadlock(connect, make_queue
         assert retried == 0, f"{retried} calls deadlocked and were run again"
     assert done["n"] > 20
     assert live(raw, dialect, queue.name, "lim") == 0
+
+
+def _slots(raw, queue, kind):
+    """(number of slot rows, {slot_no: key} of the slots whose holder is a live reservation)."""
+    [(count,)] = raw(
+        "SELECT COUNT(*) FROM pyqueue_limit_slot WHERE queue_name = %s AND p_kind = %s", (queue, kind)
+    )
+    held = raw(
+        "SELECT s.slot_no, m.p_key FROM pyqueue_limit_slot s JOIN pyqueue_message m"
+        " ON m.id = s.msg_id AND m.queue_name = s.queue_name AND m.reserve_token IS NOT NULL"
+        " WHERE s.queue_name = %s AND s.p_kind = %s ORDER BY s.slot_no",
+        (queue, kind),
+    )
+    return int(count), {int(n): k for n, k in held}
+
+
+def test_the_largest_capacity_then_the_smallest_and_back_keep_the_live_holders(queue, raw, dialect):
+    """10000 -> 1 -> 10000 -> 0 -> 2 with reservations made before the limit: every live
+    reservation keeps exactly one slot, slot rows come and go with the capacity, none is lost."""
+    q = queue.name
+    queue.push_many([(f"a{i}", "lim", i) for i in range(4)])
+    a0, a1, a2 = queue.reserve(n=3, timeout=60)
+    queue.set_limit("lim", 10_000)
+    assert _slots(raw, q, "lim") == (10_000, {1: "a0", 2: "a1", 3: "a2"})
+    assert queue.limits()[0].in_use == 3
+    queue.set_limit("lim", 1)
+    assert _slots(raw, q, "lim") == (3, {1: "a0", 2: "a1", 3: "a2"})  # above 1: kept, still live
+    assert queue.commit(a1)
+    queue.set_limit("lim", 10_000)
+    count, held = _slots(raw, q, "lim")
+    assert count == 10_000 and held == {1: "a0", 3: "a2"}
+    assert queue.limits()[0].in_use == 2
+    queue.set_limit("lim", 0)
+    assert _slots(raw, q, "lim") == (2, {1: "a0", 3: "a2"})  # the dead holder's slot went
+    assert queue.reserve(n=5) == []
+    queue.set_limit("lim", 2)
+    count, held = _slots(raw, q, "lim")
+    assert sorted(held.values()) == ["a0", "a2"] and count == (2 if dialect == "postgresql" else 3)
+    assert queue.limits()[0].in_use == 2
+    assert queue.reserve(n=5) == []  # 2 live, capacity 2
+    assert queue.commit(a0)
+    assert [r.key for r in queue.reserve(n=5, timeout=60)] == ["a3"]
+    assert queue.limits()[0].in_use == 2 and queue.commit(a2)
+
+
+def _plan_nodes(notices: list[str]) -> list[tuple[int, str]]:
+    """Per plan node of every statement auto_explain logged: (rows it produced over all its loops,
+    plus the rows its filters removed; the node's line)."""
+    nodes = []
+    for plan in notices:
+        for line in plan.splitlines():
+            found = re.search(r"actual rows=(\d+) loops=(\d+)", line)
+            removed = re.search(r"Rows Removed by [A-Za-z ]+: (\d+)", line)
+            if found:
+                nodes.append((int(found[1]) * int(found[2]), line.strip()))
+            elif removed:
+                nodes.append((int(removed[1]), line.strip()))
+    return nodes
+
+
+@pytest.mark.only_dialect("postgresql")
+@pytest.mark.sync_client_only  # sets auto_explain in the session that runs the calls
+def test_set_limit_plans_stay_linear_in_the_capacity(queue, db, raw):
+    """Each statement queue_set_limit runs, with the plans the server picks for the statistics it
+    has, produces or filters at most a few rows per slot: a plan that pairs every slot with every
+    slot (a nested loop over a per-slot subquery) would show capacity^2 rows; and the number of
+    statements does not grow with the number of slots dropped."""
+    n = 300
+    q = queue.name
+    queue.push_many([(f"a{i}", "lim", i) for i in range(3)])
+    queue.reserve(n=2, timeout=60)
+    conn = db.connection
+    notices: list[str] = []
+    try:
+        raw("LOAD 'auto_explain'")
+    except Exception as exc:  # not installed with this server
+        pytest.skip(f"auto_explain: {exc}")
+    for setting in (
+        "auto_explain.log_min_duration = 0",
+        "auto_explain.log_analyze = on",
+        "auto_explain.log_timing = off",
+        "auto_explain.log_nested_statements = on",
+        "auto_explain.log_level = notice",
+    ):
+        raw(f"SET {setting}")
+
+    def collect(diagnostic):
+        notices.append(diagnostic.message_primary or "")
+
+    conn.add_notice_handler(collect)
+    try:
+        for capacity in (1, n, 1, n, 0, n):
+            notices.clear()
+            raw("SELECT queue_set_limit(%s, 'lim', %s)", (q, capacity))
+            # the foreign key's check runs once per slot row inserted: one index probe each
+            statements = [p for p in notices if "Query Text" in p and "FROM ONLY " not in p]
+            assert 0 < len(statements) <= 20, (capacity, len(statements))
+            worst = max(_plan_nodes(notices))
+            assert worst[0] <= 3 * n, (capacity, worst)
+    finally:
+        raw("RESET auto_explain.log_min_duration")
+        conn.remove_notice_handler(collect)
+    assert _slots(raw, q, "lim") == (n, {1: "a0", 2: "a1"})

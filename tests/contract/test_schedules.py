@@ -217,23 +217,29 @@ def test_commit_in_a_rolled_back_transaction_pushes_nothing(queue, raw, connect)
 
 @pytest.mark.slow
 def test_racing_workers_leave_exactly_one_next_occurrence(queue, raw, connect):
-    """Eight connections reserve and commit a 1-second schedule's occurrences for
-    three seconds with short timeouts (so occurrences expire and are re-reserved
-    while their first holder still commits): every committed occurrence is a
-    different time and exactly one occurrence is pending at the end."""
+    """Eight connections reserve and commit a 1-second schedule's occurrences until three are
+    committed. Half of them hold a 50 ms lease and sleep past it before committing, so their
+    occurrences expire and are re-reserved while they still commit; the other half hold a long
+    lease and commit at once, so occurrences get committed however slow the machine is. Every
+    committed occurrence is a different time and exactly one occurrence is pending at the end."""
     queue.schedule_every("tick", "t", {}, 1)
-    stop = time.monotonic() + 3.0
+    deadline = time.monotonic() + 60.0
     committed: list[str] = []
     lock = threading.Lock()
+    done = threading.Event()
 
     def work(i):
         q = connect().queue(queue.name)
-        while time.monotonic() < stop:
-            for r in q.reserve(timeout=0.05):
-                time.sleep(random.random() * 0.1)
+        stale = i % 2 == 0
+        while not done.is_set() and time.monotonic() < deadline:
+            for r in q.reserve(timeout=0.05 if stale else 60):
+                if stale:
+                    time.sleep(0.05 + random.random() * 0.1)
                 if q.commit(r):
                     with lock:
                         committed.append(r.key)
+                        if len(committed) >= 3:
+                            done.set()
             time.sleep(0.01)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
@@ -241,8 +247,8 @@ def test_racing_workers_leave_exactly_one_next_occurrence(queue, raw, connect):
         t.start()
     for t in threads:
         t.join()
-    assert len(committed) >= 2
-    assert len(committed) == len(set(committed))
+    assert len(committed) >= 3, committed
+    assert len(committed) == len(set(committed)), committed
     left = pending(raw, queue, "tick", "t")
     assert len(left) == 1
     assert left == [occurrence_key("tick", queue.schedules()[0].next_at)]
