@@ -1,4 +1,8 @@
-"""pyqueue-sql: a durable message and job queue inside your PostgreSQL or MySQL/MariaDB database."""
+"""pyqueue-sql: a durable message and job queue inside your PostgreSQL or MySQL/MariaDB database.
+
+``pyqueue_sql.connect`` / ``Database`` / ``Queue`` block; ``pyqueue_sql.aio`` has the same client
+for asyncio (AsyncDatabase, AsyncQueue; the ``asyncio`` extra), imported only when you use it.
+"""
 
 from .client import (
     Database,

@@ -8,11 +8,16 @@
         ...
         emails.commit(msg)
 
-Every method is one routine call. A Database made by ``connect`` owns its
+Every method is one routine call (a batch or a reserve of more than CHUNK_SIZE
+messages: several, in one transaction). A Database made by ``connect`` owns its
 connection and runs each call in its own transaction unless you open one with
 ``db.transaction()``. ``Database.wrap(conn)`` uses a connection of yours as it
-is, inside whatever transaction you have open (enqueue atomically with your
-business write), and never commits or rolls back for you.
+is (psycopg 3, PyMySQL, or a SQLAlchemy Connection / ORM Session), inside
+whatever transaction you have open (enqueue atomically with your business
+write), and never commits or rolls back for you.
+
+pyqueue_sql.aio has the same client for asyncio: the methods here are written
+once, sans-IO (see Call), and each client only runs their steps.
 
 Serialization failures and deadlocks (errors.SerializationError): a call that
 runs in a transaction of its own is run again a few times (the server rolled
@@ -28,11 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import enum
+import functools
 import os
 import random
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -47,6 +54,12 @@ _UNCHANGED: Any = object()
 SERIALIZATION_ATTEMPTS = 8
 SERIALIZATION_BACKOFF_S = 0.005
 SERIALIZATION_BACKOFF_MAX_S = 0.2
+
+# A batch (push_many, commit_many) or a reserve(n) of more than this many messages is sent in
+# calls of at most this many, so that no single routine call gets an unbounded array.
+CHUNK_SIZE = 5000
+# The largest n a routine's integer argument holds.
+INT_MAX = 2**31 - 1
 
 # What queue_fail stores of an error (the routine keeps the first 2000 characters too).
 LAST_ERROR_MAX_CHARS = 2000
@@ -110,115 +123,239 @@ class NewMessage:
     priority: int | None = None
 
 
-class Database:
-    """A connection to a database that has the pyqueue-sql schema installed."""
+# -- sans-IO: the client's logic, shared by the sync and the asyncio client -----------------------
+#
+# Every public method of Queue and Database is written once, as a generator that yields each
+# statement to run (a Call) and gets its rows back from the yield; it validates and encodes the
+# arguments before the first yield and decodes the rows after it. The policy around the calls
+# (serialization failures run again, transactions of the client's own) is written the same way
+# (DatabaseCalls._call_steps) and yields Steps too. Database runs those steps on a DB-API
+# connection, AsyncDatabase (pyqueue_sql.aio) awaits each on an asyncio driver's connection: the
+# two clients differ only in how one step is run (Database._do, AsyncDatabase._do).
 
-    def __init__(self, connection: Any, dialect: dialects.Dialect, *, owned: bool) -> None:
-        self.connection = connection
+
+@dataclass(frozen=True)
+class Call:
+    """One named statement (pyqueue_sql.queries) with its parameters, as a sans-IO method yields it.
+    The rows of its first result set come back, or the rows of every result set when all_sets."""
+
+    statement: str
+    params: dict[str, Any]
+    all_sets: bool = False
+
+
+class Step(enum.Enum):
+    """What the client's own policy (retries, transactions of its own) asks of the connection,
+    besides Calls: yielded like them, run by Database / AsyncDatabase."""
+
+    BEGIN = "begin"
+    COMMIT = "commit"  # a serialization failure at COMMIT is raised as SerializationError
+    ROLLBACK = "rollback"
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Wait this long before the next step (a retry's backoff)."""
+
+    seconds: float
+
+
+def _call(statement: str, **params: Any) -> Call:
+    return Call(statement, params)
+
+
+def _call_sets(statement: str, **params: Any) -> Call:
+    return Call(statement, params, all_sets=True)
+
+
+# What a sans-IO method yields first when it will run several calls (a chunked batch): on a
+# Database that runs each call in its own transaction they then run in one transaction, all or
+# nothing, as the single call of a smaller batch would; inside a transaction (db.transaction(),
+# a wrapped connection) they are part of that one.
+ONE_TRANSACTION: Any = object()
+
+SansIO = Generator[Any, Any, Any]
+
+
+def sans_io(method: Callable[..., SansIO]) -> Callable[..., SansIO]:
+    """Marks a generator method as a public method written sans-IO (see Call)."""
+    method.sans_io = True  # type: ignore[attr-defined]
+    return method
+
+
+def runs_sans_io(adapt: Callable[[Callable[..., SansIO]], Callable[..., Any]]) -> Callable[[type], type]:
+    """A class decorator: every sans-IO method the class inherits becomes the method ``adapt``
+    makes of it (same name, signature and docstring), one that runs it."""
+
+    def decorate(cls: type) -> type:
+        methods = {
+            name: method
+            for klass in reversed(cls.__mro__)
+            for name, method in vars(klass).items()
+            if getattr(method, "sans_io", False)
+        }
+        for name, method in methods.items():
+            runner = adapt(method)
+            runner.sans_io = False  # functools.wraps copied the mark: this one runs it
+            setattr(cls, name, runner)
+        return cls
+
+    return decorate
+
+
+def sync_method(method: Callable[..., SansIO]) -> Callable[..., Any]:
+    """The blocking method of a sans-IO one: Database.drive runs its calls."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._runner.drive(method(self, *args, **kwargs))
+
+    return run
+
+
+def advance(steps: SansIO, reply: Any) -> tuple[bool, Any]:
+    """Sends a call's rows into a sans-IO method: (False, its next Call) or (True, its result)."""
+    try:
+        return False, steps.send(reply)
+    except StopIteration as done:
+        return True, done.value
+
+
+def retry_pause(attempt: int) -> float:
+    """How long to wait before running a call again after its attempt-th serialization failure."""
+    return random.uniform(0, min(SERIALIZATION_BACKOFF_S * 2**attempt, SERIALIZATION_BACKOFF_MAX_S))
+
+
+def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    """items in consecutive slices of at most size, in order."""
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def chunk_sizes(n: int | None) -> list[int | None]:
+    """The n of each call that reserves n in chunks of at most CHUNK_SIZE. An n the routine
+    refuses or that its integer cannot hold (None = 1, n < 1, over 2**31 - 1) is passed as it
+    is, in one call, for the routine to answer."""
+    if n is None or n <= CHUNK_SIZE or n > INT_MAX:
+        return [n]
+    return [CHUNK_SIZE] * (n // CHUNK_SIZE) + ([n % CHUNK_SIZE] if n % CHUNK_SIZE else [])
+
+
+def _one(call: Call) -> SansIO:
+    return (yield call)
+
+
+def _each(calls: Sequence[Call]) -> SansIO:
+    """Runs the calls (in one transaction when there are several: ONE_TRANSACTION); their rows, in order."""
+    if len(calls) > 1:
+        yield ONE_TRANSACTION
+    results = []
+    for call in calls:
+        results.append((yield call))
+    return results
+
+
+class DatabaseCalls:
+    """The public methods Database and AsyncDatabase share, written sans-IO (see Call)."""
+
+    def __init__(
+        self,
+        connection: Any,
+        dialect: dialects.Dialect,
+        *,
+        owned: bool,
+        source: Callable[[], Any] | None = None,
+    ) -> None:
+        self._connection = connection
+        # A wrapped SQLAlchemy object: returns the driver connection of its current transaction
+        # (a coroutine function for the asyncio client's).
+        self._source = source
         self.dialect = dialect
         self._owned = owned
         self._in_transaction = False
         # How many times a call was run again after a serialization failure or deadlock (monitoring).
         self.serialization_retries = 0
 
-    @classmethod
-    def wrap(cls, connection: Any) -> Database:
-        """Uses your psycopg 3 or PyMySQL connection inside your own transactions."""
-        return cls(connection, dialects.for_connection(connection), owned=False)
+    @property
+    def _runner(self) -> Any:
+        return self
 
-    def queue(self, name: str) -> Queue:
-        return Queue(self, name)
-
-    def call(self, statement: str, **params: Any) -> list[tuple]:
-        """Runs a named statement; its (first) result set."""
-        return self._call(self.dialect.run, statement, params)
-
-    def call_sets(self, statement: str, **params: Any) -> list[list[tuple]]:
-        """Runs a named statement; every result set it returns (MySQL procedures)."""
-        return self._call(self.dialect.run_sets, statement, params)
-
-    def _call(
-        self, runner: Callable[[Any, str, dict[str, Any]], Any], statement: str, params: dict[str, Any]
-    ) -> Any:
-        if not self._owned or self._in_transaction:
-            # The caller's transaction: a serialization failure lost all of it, so only the
-            # caller can run it again (errors.SerializationError is raised at once).
-            return runner(self.connection, statement, params)
-        own = statement in self.dialect.own_transaction_statements
-        for attempt in range(SERIALIZATION_ATTEMPTS):
-            try:
-                if own:
-                    return self._call_in_own_transaction(runner, statement, params)
-                return runner(self.connection, statement, params)
-            except errors.SerializationError:
-                # The server rolled the call back whole (autocommit: the statement is the
-                # transaction; own transaction: rolled back below): running it again is safe,
-                # and its answer is the one an undisturbed call would have given.
-                if attempt == SERIALIZATION_ATTEMPTS - 1:
-                    raise
-                self.serialization_retries += 1
-                time.sleep(
-                    random.uniform(0, min(SERIALIZATION_BACKOFF_S * 2**attempt, SERIALIZATION_BACKOFF_MAX_S))
-                )
-        raise AssertionError("unreachable")
-
-    def _call_in_own_transaction(
-        self, runner: Callable[[Any, str, dict[str, Any]], Any], statement: str, params: dict[str, Any]
-    ) -> Any:
-        """Runs one call as a transaction of its own (MySQL commit, rollback, fail and
-        move: their history row and the removal then stand or fall together)."""
-        self.dialect.begin(self.connection)
-        try:
-            rows = runner(self.connection, statement, params)
-        except BaseException:
-            with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
-                self.dialect.rollback(self.connection)
-            raise
-        self.dialect.end_transaction(self.connection, commit=True)
-        return rows
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Database]:
-        """Runs the calls in the block as one transaction (commit at the end, rollback on error).
-
-        A serialization failure or deadlock inside the block (or at its commit) raises
-        errors.SerializationError at once: the server rolled the whole transaction back, and
-        only you can run it again (the whole block, your own writes included)."""
+    def _may_begin(self) -> None:
+        """Refuses a transaction() on a wrapped connection, or inside another one."""
         if not self._owned:
             raise errors.QueueError("a wrapped connection's transactions are yours: use your driver's")
         if self._in_transaction:
             raise errors.QueueError("transactions do not nest")
-        self.dialect.begin(self.connection)
+
+    # -- the policy, sans-IO: both clients run these steps (see Step) ---------------
+    def _method_steps(self, steps: SansIO) -> SansIO:
+        """A sans-IO method's calls, each run by _call_steps; with ONE_TRANSACTION, in one
+        transaction when the caller has none."""
+        done, step = advance(steps, None)
+        if done:
+            return step
+        if step is not ONE_TRANSACTION:
+            return (yield from self._calls_steps(steps, (yield from self._call_steps(step))))
+        if self._owned and not self._in_transaction:
+            return (yield from self._transaction_steps(self._calls_steps(steps, None)))
+        return (yield from self._calls_steps(steps, None))
+
+    def _calls_steps(self, steps: SansIO, reply: Any) -> SansIO:
+        done, step = advance(steps, reply)
+        while not done:
+            done, step = advance(steps, (yield from self._call_steps(step)))
+        return step
+
+    def _call_steps(self, call: Call) -> SansIO:
+        """One call. Inside the caller's transaction it runs once: a serialization failure lost
+        all of that transaction, so only the caller can run it again (errors.SerializationError
+        is raised at once). Otherwise it is run again after a serialization failure or deadlock,
+        up to SERIALIZATION_ATTEMPTS times in all: the server rolled it back whole (autocommit:
+        the statement is the transaction; a transaction of its own: rolled back), so running it
+        again is safe and gives the answer an undisturbed call would have given."""
+        if not self._owned or self._in_transaction:
+            return (yield call)
+        own = call.statement in self.dialect.own_transaction_statements
+        for attempt in range(SERIALIZATION_ATTEMPTS):
+            try:
+                if own:
+                    return (yield from self._transaction_steps(_one(call)))
+                return (yield call)
+            except errors.SerializationError:
+                if attempt == SERIALIZATION_ATTEMPTS - 1:
+                    raise
+                self.serialization_retries += 1
+                yield Pause(retry_pause(attempt))
+        raise AssertionError("unreachable")
+
+    def _transaction_steps(self, body: SansIO) -> SansIO:
+        """body in a transaction of the client's own: committed when it ends, rolled back when it
+        raises. (MySQL's commit, rollback, fail, move... take one each: their history row and
+        the removal then stand or fall together.)"""
+        yield Step.BEGIN
         self._in_transaction = True
         try:
-            yield self
+            result = yield from body
         except BaseException:
             self._in_transaction = False
-            self.dialect.rollback(self.connection)
+            with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                yield Step.ROLLBACK
             raise
-        else:
-            self._in_transaction = False
-            self.dialect.end_transaction(self.connection, commit=True)
+        self._in_transaction = False
+        yield Step.COMMIT
+        return result
 
+    @sans_io
     def stats(self) -> list[QueueStats]:
         """One row per queue."""
-        return [_stats(self.dialect, row) for row in self.call("stats", queue=None)]
+        return [_stats(self.dialect, row) for row in (yield _call("stats", queue=None))]
 
+    @sans_io
     def settings(self) -> list[QueueSettings]:
         """Every queue's settings, ordered by queue name."""
-        return [_settings(self.dialect, row) for row in self.call("settings", queue=None)]
-
-    def close(self) -> None:
-        if self._owned:
-            self.connection.close()
-
-    def __enter__(self) -> Database:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return [_settings(self.dialect, row) for row in (yield _call("settings", queue=None))]
 
     # -- worker registry, and the limits / schedules of every queue ----------------
+    @sans_io
     def register_worker(
         self,
         name: str | None = None,
@@ -234,39 +371,45 @@ class Database:
             raise errors.InvalidArgumentError("queues must be a list of queue names, not a single str")
         [(worker_id, secret)] = [
             tuple(row)
-            for row in self.call(
-                "worker_register",
-                name=text_value(name, "name"),
-                host=text_value(host, "host"),
-                pid=whole_number(pid, "pid"),
-                queues=self.dialect.kinds(queues),
+            for row in (
+                yield _call(
+                    "worker_register",
+                    name=text_value(name, "name"),
+                    host=text_value(host, "host"),
+                    pid=whole_number(pid, "pid"),
+                    queues=self.dialect.kinds(queues),
+                )
             )
         ]
         return WorkerRegistration(int(worker_id), name, f"{name}#{int(worker_id)}", str(secret))
 
+    @sans_io
     def heartbeat_worker(self, registration: WorkerRegistration) -> bool:
         """False when the worker is no longer registered (released as dead: register again), or when
         the registration's secret is not that worker's."""
         reg = _registration(registration)
-        return bool(self.call("worker_heartbeat", worker_id=reg.worker_id, secret=reg.secret)[0][0])
+        return bool((yield _call("worker_heartbeat", worker_id=reg.worker_id, secret=reg.secret))[0][0])
 
+    @sans_io
     def deregister_worker(self, registration: WorkerRegistration) -> bool:
         """Removes the registration; False when it is gone already or the secret is not that worker's."""
         reg = _registration(registration)
-        return bool(self.call("worker_deregister", worker_id=reg.worker_id, secret=reg.secret)[0][0])
+        return bool((yield _call("worker_deregister", worker_id=reg.worker_id, secret=reg.secret))[0][0])
 
+    @sans_io
     def release_dead_workers(self, older_than: Duration) -> int:
         """Removes workers silent for longer than older_than; their reservations become ready. Returns how many."""
         return int(
-            self.call("release_dead_workers", older_than=self.dialect.duration(older_than, "older_than"))[0][
+            (yield _call("release_dead_workers", older_than=self.dialect.duration(older_than, "older_than")))[
                 0
-            ]
+            ][0]
         )
 
+    @sans_io
     def workers(self) -> list[WorkerInfo]:
         d = self.dialect
         out = []
-        for wid, name, host, pid, queues, started, beat, age, reserve_as in self.call("workers"):
+        for wid, name, host, pid, queues, started, beat, age, reserve_as in (yield _call("workers")):
             if isinstance(queues, (str, bytes, bytearray)):
                 queues = d.read_payload(queues)
             out.append(
@@ -284,23 +427,147 @@ class Database:
             )
         return out
 
+    @sans_io
     def limits(self) -> list[LimitInfo]:
         """Every queue's concurrency limits."""
-        return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in self.call("limits", queue=None)]
+        return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in (yield _call("limits", queue=None))]
 
+    @sans_io
     def schedules(self) -> list[ScheduleInfo]:
         """Every queue's recurring messages."""
-        return [_schedule(self.dialect, row) for row in self.call("schedules", queue=None)]
+        return [_schedule(self.dialect, row) for row in (yield _call("schedules", queue=None))]
 
+    @sans_io
     def throughput(self, since: dt.datetime | dt.timedelta | None = None) -> list[ThroughputRow]:
         """Every queue's messages that left it per minute since ``since`` (Queue.throughput)."""
-        return _throughput(self, None, since)
+        return (yield from _throughput(self.dialect, None, since))
+
+
+@runs_sans_io(sync_method)
+class Database(DatabaseCalls):
+    """A connection to a database that has the pyqueue-sql schema installed."""
+
+    @property
+    def connection(self) -> Any:
+        """The DB-API connection the calls run on (a wrapped SQLAlchemy object's current one)."""
+        return self._connection if self._source is None else self._source()
+
+    @classmethod
+    def wrap(cls, connection: Any) -> Database:
+        """Uses your connection inside your own transactions: a psycopg 3 or PyMySQL connection, or a
+        SQLAlchemy ``Connection`` or ``Session`` (orm), so that a push commits or rolls back with your
+        ORM writes. Each call runs on the DB-API connection of the SQLAlchemy object's current
+        transaction (beginning one, as SQLAlchemy's autobegin would, when none is open); commit or
+        roll back through SQLAlchemy as usual, the client never does."""
+        source = sqlalchemy_source(connection)
+        if source is not None:
+            return cls(None, dialects.for_connection(source()), owned=False, source=source)
+        return cls(connection, dialects.for_connection(connection), owned=False)
+
+    def queue(self, name: str) -> Queue:
+        return Queue(self, name)
+
+    def call(self, statement: str, **params: Any) -> list[tuple]:
+        """Runs a named statement; its (first) result set."""
+        return self._perform(self._call_steps(Call(statement, params)))
+
+    def call_sets(self, statement: str, **params: Any) -> list[list[tuple]]:
+        """Runs a named statement; every result set it returns (MySQL procedures)."""
+        return self._perform(self._call_steps(Call(statement, params, all_sets=True)))
+
+    def drive(self, steps: SansIO) -> Any:
+        """Runs a sans-IO method (see Call): each call it yields, its rows sent back; its result."""
+        return self._perform(self._method_steps(steps))
+
+    def _perform(self, steps: SansIO) -> Any:
+        """Runs each step on the connection, sending back its result (or throwing its error in)."""
+        reply, error = None, None
+        while True:
+            try:
+                step = steps.send(reply) if error is None else steps.throw(error)
+            except StopIteration as done:
+                return done.value
+            try:
+                reply, error = self._do(step), None
+            except BaseException as exc:
+                reply, error = None, exc
+
+    def _do(self, step: Any) -> Any:
+        d, connection = self.dialect, self.connection
+        if isinstance(step, Call):
+            return (d.run_sets if step.all_sets else d.run)(connection, step.statement, step.params)
+        if step is Step.BEGIN:
+            return d.begin(connection)
+        if step is Step.COMMIT:
+            return d.end_transaction(connection, commit=True)
+        if step is Step.ROLLBACK:
+            return d.rollback(connection)
+        time.sleep(step.seconds)
+        return None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """Runs the calls in the block as one transaction (commit at the end, rollback on error).
+
+        A serialization failure or deadlock inside the block (or at its commit) raises
+        errors.SerializationError at once: the server rolled the whole transaction back, and
+        only you can run it again (the whole block, your own writes included)."""
+        self._may_begin()
+        self._do(Step.BEGIN)
+        self._in_transaction = True
+        try:
+            yield self
+        except BaseException:
+            self._in_transaction = False
+            self._do(Step.ROLLBACK)
+            raise
+        self._in_transaction = False
+        self._do(Step.COMMIT)
+
+    def close(self) -> None:
+        if self._owned:
+            self.connection.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def connect(dsn: str) -> Database:
     """Opens a connection; the DSN's scheme picks the dialect (postgresql:// or mysql://)."""
     dialect = dialects.for_dsn(dsn)
     return Database(dialect.connect(dsn), dialect, owned=True)
+
+
+def is_sqlalchemy(obj: Any) -> bool:
+    """Whether obj is an instance of a SQLAlchemy class (or of an application's subclass of one)."""
+    return any(klass.__module__.startswith("sqlalchemy.") for klass in type(obj).__mro__)
+
+
+def sqlalchemy_source(obj: Any) -> Callable[[], Any] | None:
+    """For a SQLAlchemy ``Connection`` or ORM ``Session``: a function that returns the DB-API
+    connection of its current transaction, beginning one (as SQLAlchemy's autobegin would) when
+    none is open. None for any other object."""
+    if not is_sqlalchemy(obj):
+        return None
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.orm import Session
+
+    if isinstance(obj, Session):
+        return lambda: obj.connection().connection.driver_connection
+    if isinstance(obj, Connection):
+
+        def current() -> Any:
+            if not obj.in_transaction():
+                obj.begin()
+            return obj.connection.driver_connection
+
+        return current
+    raise errors.UnsupportedDsnError(
+        f"cannot use a SQLAlchemy {type(obj).__name__}: pass a Connection or a Session (orm)"
+    )
 
 
 def _registration(registration: Any) -> WorkerRegistration:
@@ -372,17 +639,23 @@ def _stats(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueStats:
     )
 
 
-class Queue:
-    """One named queue. Each method calls the routine of the same name."""
+class QueueCalls:
+    """The public methods Queue and AsyncQueue share, written sans-IO (see Call).
+    Each calls the routine of the same name."""
 
-    def __init__(self, db: Database, name: str) -> None:
+    def __init__(self, db: Any, name: str) -> None:
         self.db = db
         self.name = text_value(name, "queue")
 
     def __repr__(self) -> str:
-        return f"Queue({self.name!r}, dialect={self.db.dialect.name!r})"
+        return f"{type(self).__name__}({self.name!r}, dialect={self.db.dialect.name!r})"
+
+    @property
+    def _runner(self) -> Any:
+        return self.db
 
     # -- administration ------------------------------------------------------
+    @sans_io
     def create(
         self,
         visibility_timeout: Duration = None,
@@ -396,9 +669,9 @@ class Queue:
         dead-letter queue, no history). On an existing queue None leaves that setting as it is;
         use reset_setting to put one back to its default."""
         d = self.db.dialect
-        if isinstance(dead_letter_queue, Queue):
+        if isinstance(dead_letter_queue, QueueCalls):
             dead_letter_queue = dead_letter_queue.name
-        self.db.call(
+        yield _call(
             "create",
             queue=self.name,
             visibility_timeout=d.duration(visibility_timeout, "visibility_timeout"),
@@ -408,28 +681,35 @@ class Queue:
         )
         return self
 
+    @sans_io
     def reset_setting(self, name: str) -> None:
         """Puts one setting back to its default: 'visibility_timeout' (30 s), 'max_attempts' (10),
         'dead_letter_queue' (none) or 'history_retention' (none: no history kept)."""
-        self.db.call("reset_setting", queue=self.name, setting=text_value(name, "setting"))
+        yield _call("reset_setting", queue=self.name, setting=text_value(name, "setting"))
 
+    @sans_io
     def settings(self) -> QueueSettings:
         """The queue's settings (durations as timedelta)."""
-        return _settings(self.db.dialect, self.db.call("settings", queue=self.name)[0])
+        return _settings(self.db.dialect, (yield _call("settings", queue=self.name))[0])
 
+    @sans_io
     def drop(self) -> None:
-        self.db.call("drop", queue=self.name)
+        yield _call("drop", queue=self.name)
 
+    @sans_io
     def pause(self) -> None:
-        self.db.call("pause", queue=self.name)
+        yield _call("pause", queue=self.name)
 
+    @sans_io
     def resume(self) -> None:
-        self.db.call("resume", queue=self.name)
+        yield _call("resume", queue=self.name)
 
+    @sans_io
     def stats(self) -> QueueStats:
-        return _stats(self.db.dialect, self.db.call("stats", queue=self.name)[0])
+        return _stats(self.db.dialect, (yield _call("stats", queue=self.name))[0])
 
     # -- producing -------------------------------------------------------------
+    @sans_io
     def push(
         self,
         key: str | int,
@@ -440,7 +720,7 @@ class Queue:
     ) -> bool:
         """True if inserted, False if a live message with this key and kind exists (dedup)."""
         d = self.db.dialect
-        rows = self.db.call(
+        rows = yield _call(
             "push",
             queue=self.name,
             key=key_value(key),
@@ -451,8 +731,12 @@ class Queue:
         )
         return bool(rows[0][0])
 
+    @sans_io
     def push_many(self, messages: Iterable[NewMessage | tuple | Mapping[str, Any]]) -> int:
-        """Pushes many in one call; returns how many were new. Tuples are (key, kind, payload[, run_at[, priority]])."""
+        """Pushes many in one call; returns how many were new. Tuples are (key, kind, payload[, run_at[, priority]]).
+
+        More than CHUNK_SIZE messages go in several calls of at most CHUNK_SIZE each, run as one
+        transaction (all are validated before the first is sent)."""
         d = self.db.dialect
         items = []
         for m in messages:
@@ -471,19 +755,22 @@ class Queue:
             )
         if not items:
             return 0
-        return int(self.db.call("push_batch", queue=self.name, **d.batch(items))[0][0])
+        pushes = [_call("push_batch", queue=self.name, **d.batch(part)) for part in chunks(items, CHUNK_SIZE)]
+        return sum(int(rows[0][0]) for rows in (yield from _each(pushes)))
 
     # -- consuming -------------------------------------------------------------
+    @sans_io
     def pop(self, n: int = 1) -> list[Message]:
         """Takes up to n ready messages out of the queue (at-most-once)."""
         d = self.db.dialect
         return [
             Message(self.name, key, kind, d.read_payload(payload), priority, attempts, d.read_time(created))
-            for key, kind, payload, priority, attempts, created in self.db.call(
-                "pop", queue=self.name, n=whole_number(n, "n")
+            for key, kind, payload, priority, attempts, created in (
+                yield _call("pop", queue=self.name, n=whole_number(n, "n"))
             )
         ]
 
+    @sans_io
     def reserve(
         self,
         n: int = 1,
@@ -491,16 +778,26 @@ class Queue:
         timeout: Duration = None,
         kinds: Sequence[str] | None = None,
     ) -> list[Reservation]:
-        """Reserves up to n ready messages, highest priority first, FIFO within a priority."""
+        """Reserves up to n ready messages, highest priority first, FIFO within a priority.
+
+        n over CHUNK_SIZE is reserved in calls of at most CHUNK_SIZE, in one transaction, until n
+        are reserved or a call finds fewer than it asked for."""
         d = self.db.dialect
-        rows = self.db.call(
-            "reserve",
+        params = dict(
             queue=self.name,
             worker=text_value(worker or default_worker_name(), "worker"),
             timeout=d.duration(timeout, "timeout"),
-            n=whole_number(n, "n"),
             kinds=d.kinds(kinds),
         )
+        sizes = chunk_sizes(whole_number(n, "n"))
+        if len(sizes) > 1:
+            yield ONE_TRANSACTION
+        rows: list[Sequence[Any]] = []
+        for size in sizes:
+            got = yield _call("reserve", **params, n=size)
+            rows += got
+            if len(sizes) == 1 or len(got) < size:
+                break
         return _reservations(self.name, d, rows)
 
     def _held(self, r: Reservation) -> dict[str, Any]:
@@ -509,10 +806,12 @@ class Queue:
             queue=self.name, key=key_value(r.key), kind=text_value(r.kind, "kind"), token=token_value(r.token)
         )
 
+    @sans_io
     def commit(self, r: Reservation) -> bool:
         """Deletes the message; False if the reservation no longer holds."""
-        return bool(self.db.call("commit", **self._held(r))[0][0])
+        return bool((yield _call("commit", **self._held(r)))[0][0])
 
+    @sans_io
     def commit_reserve(
         self,
         previous: Reservation | None,
@@ -542,30 +841,36 @@ class Queue:
             n=whole_number(n, "n"),
             kinds=d.kinds(kinds),
         )
-        committed, rows = d.read_commit_reserve(self.db.call_sets("commit_reserve", **params))
+        committed, rows = d.read_commit_reserve((yield _call_sets("commit_reserve", **params)))
         return (None if committed is None else bool(committed)), _reservations(self.name, d, rows)
 
+    @sans_io
     def commit_many(self, reservations: Iterable[Reservation]) -> int:
-        """Commits many reservations in one call; returns how many still held (and are now gone)."""
+        """Commits many reservations in one call; returns how many still held (and are now gone).
+        More than CHUNK_SIZE go in calls of at most CHUNK_SIZE each, run as one transaction."""
         items = list(reservations)
         if not items:
             return 0
         d = self.db.dialect
-        return int(
-            self.db.call(
+        commits = [
+            _call(
                 "commit_batch",
                 queue=self.name,
-                keys=d.text_array([key_value(r.key) for r in items]),
-                kinds=d.text_array([text_value(r.kind, "kind") for r in items]),
-                tokens=d.text_array([token_value(r.token) for r in items]),
-            )[0][0]
-        )
+                keys=d.text_array([key_value(r.key) for r in part]),
+                kinds=d.text_array([text_value(r.kind, "kind") for r in part]),
+                tokens=d.text_array([token_value(r.token) for r in part]),
+            )
+            for part in chunks(items, CHUNK_SIZE)
+        ]
+        return sum(int(rows[0][0]) for rows in (yield from _each(commits)))
 
+    @sans_io
     def rollback(self, r: Reservation, delay: Duration = None) -> bool:
         """Gives the message back (eligible after delay), or dead-letters it after max_attempts."""
         d = self.db.dialect
-        return bool(self.db.call("rollback", **self._held(r), delay=d.duration(delay, "delay"))[0][0])
+        return bool((yield _call("rollback", **self._held(r), delay=d.duration(delay, "delay")))[0][0])
 
+    @sans_io
     def fail(self, r: Reservation, error: Any = None, delay: Duration = None) -> str | None:
         """Gives the message back like rollback and records ``error`` (a str, or an exception,
         stored as "Type: message"; at most 2000 characters) as its last error.
@@ -574,42 +879,48 @@ class Queue:
         delivery: moved to the dead-letter queue, last error kept), 'dropped' (last delivery and
         no dead-letter queue), or None when the reservation no longer holds."""
         d = self.db.dialect
-        outcome = self.db.call(
-            "fail", **self._held(r), delay=d.duration(delay, "delay"), error=error_text(error)
+        outcome = (
+            yield _call("fail", **self._held(r), delay=d.duration(delay, "delay"), error=error_text(error))
         )[0][0]
         return None if outcome is None else str(outcome)
 
+    @sans_io
     def extend(self, r: Reservation, timeout: Duration = None) -> Reservation | None:
         """Extends the reservation; returns it with its new token, or None if it no longer holds."""
         d = self.db.dialect
-        token = self.db.call("extend", **self._held(r), timeout=d.duration(timeout, "timeout"))[0][0]
+        token = (yield _call("extend", **self._held(r), timeout=d.duration(timeout, "timeout")))[0][0]
         return None if token is None else replace(r, token=read_token(token))
 
+    @sans_io
     def move(self, r: Reservation, to_queue: str | Queue, payload: Any = _UNCHANGED) -> bool:
         """Commits here and pushes to to_queue in one step; payload replaces the old one if given.
         Moving into the queue it came from keeps the attempt count (another queue starts at 0)."""
-        target = to_queue.name if isinstance(to_queue, Queue) else to_queue
+        target = to_queue.name if isinstance(to_queue, QueueCalls) else to_queue
         return bool(
-            self.db.call(
-                "move",
-                **self._held(r),
-                to_queue=text_value(target, "to_queue"),
-                payload=None if payload is _UNCHANGED else encode_json(payload),
+            (
+                yield _call(
+                    "move",
+                    **self._held(r),
+                    to_queue=text_value(target, "to_queue"),
+                    payload=None if payload is _UNCHANGED else encode_json(payload),
+                )
             )[0][0]
         )
 
+    @sans_io
     def remove(self, key: str | int, kind: str) -> bool:
         """Deletes a message whatever its state; False if there was none."""
         return bool(
-            self.db.call("remove", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))[0][0]
+            (yield _call("remove", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")))[0][0]
         )
 
     # -- looking at one message ------------------------------------------------
+    @sans_io
     def message(self, key: str | int, kind: str) -> MessageInfo | None:
         """The live message with this key and kind (state 'ready', 'delayed' or 'reserved',
         attempts, last error...), or None when there is none."""
         d = self.db.dialect
-        rows = self.db.call("message", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))
+        rows = yield _call("message", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))
         if not rows:
             return None
         (
@@ -640,11 +951,12 @@ class Queue:
             dead_from,
         )
 
+    @sans_io
     def message_history(self, key: str | int, kind: str) -> list[HistoryRow]:
         """The history rows of the message with this key and kind in this queue, newest first (at
         most 100; only kept when the queue has a history_retention)."""
         d = self.db.dialect
-        rows = self.db.call(
+        rows = yield _call(
             "message_history", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         return [
@@ -653,38 +965,45 @@ class Queue:
         ]
 
     # -- wakeups ------------------------------------------------------------------
+    @sans_io
     def channel(self) -> str:
         """The PostgreSQL NOTIFY channel that wakeups of this queue go to (queue_channel)."""
-        return str(self.db.call("channel", queue=self.name)[0][0])
+        return str((yield _call("channel", queue=self.name))[0][0])
 
+    @sans_io
     def set_notify_window(self, window: Duration = None) -> None:
         """At most one wakeup (NOTIFY) per window (None = 50 ms, 0 = one per push statement)."""
-        self.db.call("set_notify_window", queue=self.name, window=self.db.dialect.duration(window, "window"))
+        yield _call("set_notify_window", queue=self.name, window=self.db.dialect.duration(window, "window"))
 
+    @sans_io
     def next_scheduled_at(
         self, kinds: Sequence[str] | None = None
     ) -> tuple[dt.datetime | None, float | None]:
         """(when the next message becomes eligible, seconds from now; 0 = one is ready), or (None, None)."""
         d = self.db.dialect
-        at, wait_s = self.db.call("next_scheduled_at", queue=self.name, kinds=d.kinds(kinds))[0]
+        at, wait_s = (yield _call("next_scheduled_at", queue=self.name, kinds=d.kinds(kinds)))[0]
         return d.read_time(at), None if wait_s is None else float(wait_s)
 
+    @sans_io
     def wait(
         self, timeout: Duration = None, poll: Duration = None, kinds: Sequence[str] | None = None
     ) -> bool:
         """Blocks in the server until a message is ready (True) or timeout passes (False; None = 1 s)."""
         d = self.db.dialect
         return bool(
-            self.db.call(
-                "wait",
-                queue=self.name,
-                kinds=d.kinds(kinds),
-                timeout=d.duration(timeout, "timeout"),
-                poll=d.duration(poll, "poll"),
+            (
+                yield _call(
+                    "wait",
+                    queue=self.name,
+                    kinds=d.kinds(kinds),
+                    timeout=d.duration(timeout, "timeout"),
+                    poll=d.duration(poll, "poll"),
+                )
             )[0][0]
         )
 
     # -- history, dead letters, replace-on-push --------------------------------------
+    @sans_io
     def push_replace(
         self,
         key: str | int,
@@ -696,7 +1015,7 @@ class Queue:
         """Like push, but a waiting message with this key and kind gets the new payload, run_at and
         priority (debounce). Returns 'inserted', 'replaced', or 'reserved' (held by a consumer: left alone)."""
         d = self.db.dialect
-        rows = self.db.call(
+        rows = yield _call(
             "push_replace",
             queue=self.name,
             key=key_value(key),
@@ -707,10 +1026,12 @@ class Queue:
         )
         return str(rows[0][0])
 
+    @sans_io
     def purge_history(self, n: int | None = None) -> int:
         """Deletes up to n (None = 10000) history rows past this queue's history_retention; returns how many."""
-        return int(self.db.call("purge_history", queue=self.name, n=whole_number(n, "n"))[0][0])
+        return int((yield _call("purge_history", queue=self.name, n=whole_number(n, "n")))[0][0])
 
+    @sans_io
     def replay(self, start: dt.datetime | None = None, end: dt.datetime | None = None) -> int:
         """Pushes again the archived messages processed in [start, end) (None = unbounded); dedup applies.
         Returns how many were inserted."""
@@ -718,21 +1039,28 @@ class Queue:
         if isinstance(start, dt.timedelta) or isinstance(end, dt.timedelta):
             raise errors.InvalidArgumentError("start and end must be datetimes")
         return int(
-            self.db.call("replay", queue=self.name, start=d.time(start, "start"), end=d.time(end, "end"))[0][
+            (yield _call("replay", queue=self.name, start=d.time(start, "start"), end=d.time(end, "end")))[0][
                 0
             ]
         )
 
+    @sans_io
     def redrive(self, to_queue: str | Queue, n: int | None = None) -> int:
         """Moves up to n (None = 1) ready messages of this (dead-letter) queue to to_queue, attempts reset.
         A message whose key and kind are live in to_queue stays here. Returns how many moved."""
-        target = to_queue.name if isinstance(to_queue, Queue) else to_queue
+        target = to_queue.name if isinstance(to_queue, QueueCalls) else to_queue
         return int(
-            self.db.call(
-                "redrive", queue=self.name, to_queue=text_value(target, "to_queue"), n=whole_number(n, "n")
+            (
+                yield _call(
+                    "redrive",
+                    queue=self.name,
+                    to_queue=text_value(target, "to_queue"),
+                    n=whole_number(n, "n"),
+                )
             )[0][0]
         )
 
+    @sans_io
     def dead_letters(self) -> list[DeadLetter]:
         """The messages sitting in this queue, when it is some queue's dead-letter queue (the view
         pyqueue_dead_letters)."""
@@ -751,61 +1079,72 @@ class Queue:
                 bool(reserved),
                 last_error,
             )
-            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error in self.db.call(
-                "dead_letters", queue=self.name
+            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error in (
+                yield _call("dead_letters", queue=self.name)
             )
         ]
 
     # -- concurrency limits and recurring messages ----------------------------------
+    @sans_io
     def set_limit(self, kind: str, capacity: int | None) -> None:
         """At most capacity messages of kind reserved at once (None removes the limit)."""
-        self.db.call(
+        yield _call(
             "set_limit",
             queue=self.name,
             kind=text_value(kind, "kind"),
             capacity=whole_number(capacity, "capacity"),
         )
 
+    @sans_io
     def limits(self) -> list[LimitInfo]:
-        return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in self.db.call("limits", queue=self.name)]
+        return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in (yield _call("limits", queue=self.name))]
 
+    @sans_io
     def schedule_every(self, key: str | int, kind: str, payload: Any, every: Duration) -> dt.datetime:
         """A message key@time every ``every`` (whole seconds, aligned to the Unix epoch); returns the first time."""
         d = self.db.dialect
-        at = self.db.call(
-            "schedule_every",
-            queue=self.name,
-            key=key_value(key),
-            kind=text_value(kind, "kind"),
-            payload=encode_json(payload),
-            every=d.duration(every, "every"),
+        at = (
+            yield _call(
+                "schedule_every",
+                queue=self.name,
+                key=key_value(key),
+                kind=text_value(kind, "kind"),
+                payload=encode_json(payload),
+                every=d.duration(every, "every"),
+            )
         )[0][0]
         return d.read_time(at)
 
+    @sans_io
     def schedule_cron(self, key: str | int, kind: str, payload: Any, cron: str) -> dt.datetime:
         """A message key@time at every minute matching the 5-field cron expression (UTC); returns the first time."""
         d = self.db.dialect
-        at = self.db.call(
-            "schedule_cron",
-            queue=self.name,
-            key=key_value(key),
-            kind=text_value(kind, "kind"),
-            payload=encode_json(payload),
-            cron=text_value(cron, "cron"),
+        at = (
+            yield _call(
+                "schedule_cron",
+                queue=self.name,
+                key=key_value(key),
+                kind=text_value(kind, "kind"),
+                payload=encode_json(payload),
+                cron=text_value(cron, "cron"),
+            )
         )[0][0]
         return d.read_time(at)
 
+    @sans_io
     def unschedule(self, key: str | int, kind: str) -> bool:
         return bool(
-            self.db.call("unschedule", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))[0][
+            (yield _call("unschedule", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")))[
                 0
-            ]
+            ][0]
         )
 
+    @sans_io
     def schedules(self) -> list[ScheduleInfo]:
-        return [_schedule(self.db.dialect, row) for row in self.db.call("schedules", queue=self.name)]
+        return [_schedule(self.db.dialect, row) for row in (yield _call("schedules", queue=self.name))]
 
     # -- browsing and throughput (what the dashboard reads) ----------------------------
+    @sans_io
     def messages(
         self,
         state: str | None = None,
@@ -826,7 +1165,7 @@ class Queue:
         else:
             raise errors.InvalidArgumentError("after must be a MessageRow or a (key, kind) pair")
         d = self.db.dialect
-        rows = self.db.call(
+        rows = yield _call(
             "messages",
             queue=self.name,
             state=text_value(state, "state"),
@@ -852,11 +1191,19 @@ class Queue:
             for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error, dead_from in rows
         ]
 
+    @sans_io
     def throughput(self, since: dt.datetime | dt.timedelta | None = None) -> list[ThroughputRow]:
         """Messages that left this queue per minute since ``since`` (None = an hour ago; a timedelta
         = that long ago; at most a day), by outcome, from pyqueue_history: only a queue with a
         history_retention has any (queue_throughput). Minutes without any are left out."""
-        return _throughput(self.db, self.name, since)
+        return (yield from _throughput(self.db.dialect, self.name, since))
+
+
+@runs_sans_io(sync_method)
+class Queue(QueueCalls):
+    """One named queue of a Database. Each method calls the routine of the same name."""
+
+    db: Database
 
 
 @dataclass(frozen=True)
@@ -1011,13 +1358,10 @@ class ThroughputRow:
     popped: int
 
 
-def _throughput(
-    db: Database, queue: str | None, since: dt.datetime | dt.timedelta | None
-) -> list[ThroughputRow]:
-    d = db.dialect
+def _throughput(d: dialects.Dialect, queue: str | None, since: dt.datetime | dt.timedelta | None) -> SansIO:
     if isinstance(since, dt.timedelta):
         since = dt.datetime.now(dt.timezone.utc) - since
-    rows = db.call("throughput", queue=queue, since=d.time(since, "since"))
+    rows = yield _call("throughput", queue=queue, since=d.time(since, "since"))
     return [
         ThroughputRow(q, d.read_time(minute), int(c), int(dl), int(mv), int(pp))
         for q, minute, c, dl, mv, pp in rows

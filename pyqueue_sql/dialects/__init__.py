@@ -109,13 +109,15 @@ def as_dialect(dialect: str | Dialect) -> Dialect:
     return dialect if isinstance(dialect, Dialect) else for_name(dialect)
 
 
-def for_connection(connection: Any) -> Dialect:
-    """The dialect of a DB-API connection (psycopg 3 or PyMySQL)."""
+def for_connection(connection: Any, asynchronous: bool = False) -> Dialect:
+    """The dialect of a DB-API connection (psycopg 3 or PyMySQL), or with asynchronous of an asyncio
+    driver's connection (psycopg 3's AsyncConnection or aiomysql)."""
     for cls in DIALECTS:
         dialect = cls()
-        if dialect.owns(connection):
+        if dialect.owns_async(connection) if asynchronous else dialect.owns(connection):
             return dialect
+    expected = "a psycopg 3 AsyncConnection or an aiomysql" if asynchronous else "a psycopg 3 or PyMySQL"
     raise errors.UnsupportedDsnError(
         f"unsupported connection type {type(connection).__module__}.{type(connection).__name__}: "
-        "pass a psycopg 3 or PyMySQL connection"
+        f"pass {expected} connection"
     )

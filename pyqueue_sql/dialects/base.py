@@ -204,6 +204,38 @@ class Dialect:
     def rollback(self, connection: Any) -> None:
         connection.rollback()
 
+    # -- asyncio connections (pyqueue_sql.aio) ---------------------------
+    # The same operations on the dialect's asyncio driver: psycopg's AsyncConnection (PostgreSQL),
+    # aiomysql (MySQL). Statements, values and errors are the sync ones.
+    def owns_async(self, connection: Any) -> bool:
+        """Whether a connection object belongs to this dialect's asyncio driver."""
+        raise NotImplementedError
+
+    async def connect_async(self, dsn: str) -> Any:
+        """An asyncio driver connection in autocommit mode."""
+        raise NotImplementedError
+
+    async def begin_async(self, connection: Any) -> None:
+        raise NotImplementedError
+
+    async def commit_async(self, connection: Any) -> None:
+        await connection.commit()
+
+    async def rollback_async(self, connection: Any) -> None:
+        await connection.rollback()
+
+    async def end_transaction_async(self, connection: Any, commit: bool) -> None:
+        """end_transaction on an asyncio connection."""
+        try:
+            await (self.commit_async(connection) if commit else self.rollback_async(connection))
+        except Exception as exc:
+            mapped = self.serialization_error(exc)
+            if mapped is not None:
+                with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                    await self.rollback_async(connection)
+                raise mapped from exc
+            raise
+
     # -- statements ------------------------------------------------------
     def run(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
         """Runs a named statement and returns all rows of its (single) result set."""
@@ -212,6 +244,14 @@ class Dialect:
     def run_sets(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
         """Every result set of a named statement (PostgreSQL routines send one)."""
         return [self.run(connection, name, params)]
+
+    async def run_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+        """run on an asyncio connection."""
+        raise NotImplementedError
+
+    async def run_sets_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
+        """run_sets on an asyncio connection."""
+        return [await self.run_async(connection, name, params)]
 
     def statement(self, name: str) -> str:
         return queries(self.name)[name]
@@ -322,6 +362,14 @@ class Dialect:
         """Waits up to timeout seconds for a wakeup on a channel the connection listens to:
         [(channel, payload)] of the first that came (later ones stay buffered for the next
         call), [] when none did."""
+        raise errors.QueueError(f"{self.name} has no LISTEN")
+
+    async def listen_async(self, connection: Any, channels: Sequence[str]) -> None:
+        """listen on an asyncio connection."""
+        raise errors.QueueError(f"{self.name} has no LISTEN")
+
+    async def wait_for_notification_async(self, connection: Any, timeout: float) -> list[tuple[str, str]]:
+        """wait_for_notification on an asyncio connection."""
         raise errors.QueueError(f"{self.name} has no LISTEN")
 
     # -- privileges (pyqueue_sql.privileges) -----------------------------

@@ -166,7 +166,30 @@ class PostgreSQL(Dialect):
         return psycopg.connect(strip_driver(dsn), autocommit=autocommit)
 
     def owns(self, connection: Any) -> bool:
-        return type(connection).__module__.startswith("psycopg")
+        return type(connection).__module__.startswith("psycopg") and not self.owns_async(connection)
+
+    def owns_async(self, connection: Any) -> bool:
+        if not type(connection).__module__.startswith("psycopg"):
+            return False
+        import psycopg
+
+        return isinstance(connection, psycopg.AsyncConnection)
+
+    async def connect_async(self, dsn: str) -> Any:
+        import psycopg
+
+        return await psycopg.AsyncConnection.connect(strip_driver(dsn), autocommit=True)
+
+    async def begin_async(self, connection: Any) -> None:
+        await connection.set_autocommit(False)
+
+    async def commit_async(self, connection: Any) -> None:
+        await connection.commit()
+        await connection.set_autocommit(True)
+
+    async def rollback_async(self, connection: Any) -> None:
+        await connection.rollback()
+        await connection.set_autocommit(True)
 
     def begin(self, connection: Any) -> None:
         # psycopg starts a transaction with the first statement once autocommit is off.
@@ -183,39 +206,64 @@ class PostgreSQL(Dialect):
     # -- statements ------------------------------------------------------
     def run(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
         import psycopg
-        from psycopg import errors as pgerrors
 
         try:
             with connection.cursor() as cur:
                 cur.execute(self.statement(name), params)
                 return cur.fetchall() if cur.description else []
-        except (pgerrors.SerializationFailure, pgerrors.DeadlockDetected) as exc:
-            raise self.serialization_error(exc) from exc
-        except pgerrors.UndefinedFunction as exc:
-            mapped = self._undefined_function(connection, name, exc)
-            if mapped is not None:
-                raise mapped from exc
-            raise
-        except pgerrors.UndefinedTable as exc:
-            if "queue_" in str(exc) or "pyqueue" in str(exc):
-                raise self._not_installed(exc.diag.message_primary) from exc
-            raise
-        except pgerrors.InsufficientPrivilege as exc:  # a role without the capability
-            raise errors.PermissionDeniedError(str(exc.diag.message_primary)) from exc
         except psycopg.Error as exc:
-            mapped = self.routine_error(exc.diag.message_primary)
-            if mapped is not None:
-                raise mapped from exc
-            if isinstance(exc, pgerrors.InvalidTextRepresentation) and "json" in str(exc):
-                raise errors.InvalidPayloadError(str(exc.diag.message_primary)) from exc
-            if isinstance(exc, pgerrors.UntranslatableCharacter) and "JSON" in (exc.diag.context or ""):
-                # jsonb cannot hold the escape \u0000 (a NUL in a JSON string)
-                raise errors.InvalidPayloadError(
-                    f"{exc.diag.message_primary}: {exc.diag.message_detail or ''}".rstrip(": ")
-                ) from exc
-            if isinstance(exc, pgerrors.DataError):  # a value that does not fit its parameter's type
-                raise errors.InvalidArgumentError(str(exc.diag.message_primary)) from exc
-            raise
+            routine = _missing_routine(exc)
+            exists = None if routine is None else _routine_exists(connection, routine)
+            mapped = self._driver_error(name, exc, exists)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    async def run_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+        """run on a psycopg AsyncConnection: the same statement, the same errors."""
+        import psycopg
+
+        try:
+            async with connection.cursor() as cur:
+                await cur.execute(self.statement(name), params)
+                return await cur.fetchall() if cur.description else []
+        except psycopg.Error as exc:
+            routine = _missing_routine(exc)
+            exists = None if routine is None else await _routine_exists_async(connection, routine)
+            mapped = self._driver_error(name, exc, exists)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    def _driver_error(self, name: str, exc: Any, exists: bool | None) -> errors.QueueError | None:
+        """The pyqueue_sql exception for a psycopg error of the named statement, or None to raise it
+        as it is. exists: whether the routine an UndefinedFunction names is in the catalog (None:
+        not known)."""
+        from psycopg import errors as pgerrors
+
+        if isinstance(exc, (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)):
+            return self.serialization_error(exc)
+        if isinstance(exc, pgerrors.UndefinedFunction):
+            return self._undefined_function(name, exc, exists)
+        if isinstance(exc, pgerrors.UndefinedTable):
+            if "queue_" in str(exc) or "pyqueue" in str(exc):
+                return self._not_installed(exc.diag.message_primary)
+            return None
+        if isinstance(exc, pgerrors.InsufficientPrivilege):  # a role without the capability
+            return errors.PermissionDeniedError(str(exc.diag.message_primary))
+        mapped = self.routine_error(exc.diag.message_primary)
+        if mapped is not None:
+            return mapped
+        if isinstance(exc, pgerrors.InvalidTextRepresentation) and "json" in str(exc):
+            return errors.InvalidPayloadError(str(exc.diag.message_primary))
+        if isinstance(exc, pgerrors.UntranslatableCharacter) and "JSON" in (exc.diag.context or ""):
+            # jsonb cannot hold the escape \u0000 (a NUL in a JSON string)
+            return errors.InvalidPayloadError(
+                f"{exc.diag.message_primary}: {exc.diag.message_detail or ''}".rstrip(": ")
+            )
+        if isinstance(exc, pgerrors.DataError):  # a value that does not fit its parameter's type
+            return errors.InvalidArgumentError(str(exc.diag.message_primary))
+        return None
 
     def run_script(self, cursor: Any, text: str) -> None:
         """Runs the whole script in one execute (psycopg sends a parameterless script as it is)."""
@@ -232,10 +280,10 @@ class PostgreSQL(Dialect):
             )
         return None
 
-    def _undefined_function(self, connection: Any, name: str, exc: Any) -> errors.QueueError | None:
+    def _undefined_function(self, name: str, exc: Any, exists: bool | None) -> errors.QueueError | None:
         """42883 for one of our routines: SchemaNotInstalledError only when no routine of that name is
         visible at all; a routine that exists but takes other argument types is an InvalidArgumentError
-        that names the types the server saw."""
+        that names the types the server saw. exists: what the catalog says (None: not asked)."""
         message = exc.diag.message_primary or str(exc)
         match = _NO_FUNCTION.match(message)
         if match is None:
@@ -243,7 +291,6 @@ class PostgreSQL(Dialect):
         routine, types = match.group(1).rsplit(".", 1)[-1].strip('"'), match.group(2)
         if not routine.startswith(("queue_", "pyqueue")):
             return None
-        exists = _routine_exists(connection, routine)
         if exists is None:  # the transaction is aborted: judge by the types the server saw
             exists = _wrong_types(self.statement(name), types)
         if not exists:
@@ -291,6 +338,20 @@ class PostgreSQL(Dialect):
     def wait_for_notification(self, connection: Any, timeout: float) -> list[tuple[str, str]]:
         return [(note.channel, note.payload) for note in connection.notifies(timeout=timeout, stop_after=1)]
 
+    async def listen_async(self, connection: Any, channels: Sequence[str]) -> None:
+        """listen on a psycopg AsyncConnection."""
+        from psycopg import sql
+
+        async with connection.cursor() as cur:
+            for channel in channels:
+                await cur.execute(sql.SQL(self.statement("listen")).format(channel=sql.Identifier(channel)))
+
+    async def wait_for_notification_async(self, connection: Any, timeout: float) -> list[tuple[str, str]]:
+        """wait_for_notification on a psycopg AsyncConnection."""
+        return [
+            (note.channel, note.payload) async for note in connection.notifies(timeout=timeout, stop_after=1)
+        ]
+
     # -- privileges ------------------------------------------------------
     def parse_grantee(self, text: str) -> tuple[str, str | None]:
         """The role name as it is."""
@@ -322,17 +383,45 @@ class PostgreSQL(Dialect):
         return statement.as_string(connection)
 
 
-def _routine_exists(connection: Any, routine: str) -> bool | None:
-    """True/False from the catalog; None when the connection is inside a transaction (an aborted one
-    cannot be asked anything, and a caller's open one is not ours to touch)."""
+def _missing_routine(exc: Any) -> str | None:
+    """The name of one of our routines an UndefinedFunction error says does not exist, else None."""
+    from psycopg import errors as pgerrors
+
+    if not isinstance(exc, pgerrors.UndefinedFunction):
+        return None
+    match = _NO_FUNCTION.match(exc.diag.message_primary or str(exc))
+    routine = match.group(1).rsplit(".", 1)[-1].strip('"') if match else ""
+    return routine if routine.startswith(("queue_", "pyqueue")) else None
+
+
+def _can_ask_catalog(connection: Any) -> bool:
+    """Only outside a transaction: an aborted one cannot be asked anything, and a caller's open
+    one is not ours to touch."""
     from psycopg.pq import TransactionStatus
 
-    if connection.info.transaction_status != TransactionStatus.IDLE:
+    return connection.info.transaction_status == TransactionStatus.IDLE
+
+
+def _routine_exists(connection: Any, routine: str) -> bool | None:
+    """True/False from the catalog; None when the connection is inside a transaction."""
+    if not _can_ask_catalog(connection):
         return None
     try:
         with connection.cursor() as cur:
             cur.execute(_ROUTINE_EXISTS, (routine,))
             return bool(cur.fetchone()[0])
+    except Exception:  # noqa: BLE001 - the original error is the one to report
+        return None
+
+
+async def _routine_exists_async(connection: Any, routine: str) -> bool | None:
+    """_routine_exists on a psycopg AsyncConnection."""
+    if not _can_ask_catalog(connection):
+        return None
+    try:
+        async with connection.cursor() as cur:
+            await cur.execute(_ROUTINE_EXISTS, (routine,))
+            return bool((await cur.fetchone())[0])
     except Exception:  # noqa: BLE001 - the original error is the one to report
         return None
 

@@ -9,14 +9,17 @@ double commit" = exactly one committed row per key. The handler appends to a
 record file (start/done, key, attempt, pid), which shows the deliveries
 (at-least-once) beside the commits (exactly once).
 
-The handler below is what the worker processes run
+The handlers below are what the worker processes run
 (`pyqueue-sql worker tests.faults.test_faults:fault_handler`): while the file named by
 $PYQUEUE_TEST_HOLD exists, it holds its message (so a worker can be killed, or
 its connections cut, while it holds a batch); then it sleeps payload["sleep"].
+Every test with worker processes runs twice: with that plain function (Worker,
+threads) and with its `async def` twin async_fault_handler (AsyncWorker, tasks).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import json
@@ -50,14 +53,31 @@ def _record(line: str) -> None:
         os.close(fd)
 
 
+def _holding(deadline: float) -> bool:
+    hold = os.environ.get("PYQUEUE_TEST_HOLD")
+    return bool(hold) and os.path.exists(hold) and time.monotonic() < deadline
+
+
 def fault_handler(job):
     _record(f"start {job.key} {job.attempts} {os.getpid()}")
-    hold = os.environ.get("PYQUEUE_TEST_HOLD")
     deadline = time.monotonic() + HOLD_AT_MOST
-    while hold and os.path.exists(hold) and time.monotonic() < deadline:
+    while _holding(deadline):
         time.sleep(0.02)
     time.sleep(float(job.payload.get("sleep", 0)))
     _record(f"done {job.key} {job.attempts} {os.getpid()}")
+
+
+async def async_fault_handler(job):
+    """fault_handler for AsyncWorker: the same records, awaiting instead of sleeping."""
+    _record(f"start {job.key} {job.attempts} {os.getpid()}")
+    deadline = time.monotonic() + HOLD_AT_MOST
+    while _holding(deadline):
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(float(job.payload.get("sleep", 0)))
+    _record(f"done {job.key} {job.attempts} {os.getpid()}")
+
+
+HANDLERS = {"threads": "fault_handler", "asyncio": "async_fault_handler"}
 
 
 # -- helpers ------------------------------------------------------------------------
@@ -74,7 +94,7 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.05):
 class WorkerProcess:
     """A `pyqueue-sql worker` process running fault_handler; its log goes to a file."""
 
-    def __init__(self, dsn: str, queue: str, tmp_path, *extra: str) -> None:
+    def __init__(self, dsn: str, queue: str, tmp_path, *extra: str, handler: str = "fault_handler") -> None:
         self.record = tmp_path / "record"
         self.hold = tmp_path / "hold"
         self.log = tmp_path / f"worker-{uuid.uuid4().hex[:8]}.log"
@@ -91,7 +111,7 @@ class WorkerProcess:
                     "-m",
                     "pyqueue_sql.cli",
                     "worker",
-                    "tests.faults.test_faults:fault_handler",
+                    f"tests.faults.test_faults:{handler}",
                     "--queue",
                     queue,
                     "--dsn",
@@ -131,13 +151,14 @@ class WorkerProcess:
         self.proc.wait(timeout=30)
 
 
-@pytest.fixture
-def workers():
-    """Starts worker processes; whatever is still running at the end is killed."""
+@pytest.fixture(params=sorted(HANDLERS))
+def workers(request):
+    """Starts worker processes (threads: Worker; asyncio: AsyncWorker); whatever is still running
+    at the end is killed."""
     started: list[WorkerProcess] = []
 
     def start(dsn: str, queue: str, tmp_path, *extra: str) -> WorkerProcess:
-        w = WorkerProcess(dsn, queue, tmp_path, *extra)
+        w = WorkerProcess(dsn, queue, tmp_path, *extra, handler=HANDLERS[request.param])
         started.append(w)
         return w
 

@@ -7,8 +7,10 @@ anything tightly on a loaded machine.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
+import inspect
 import os
 import signal
 import subprocess
@@ -21,18 +23,22 @@ import pytest
 
 import pyqueue_sql
 from pyqueue_sql import RetryPolicy, Worker
+from pyqueue_sql.aio.worker import AsyncWorker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @contextlib.contextmanager
-def running(worker: Worker):
-    """Runs the worker on a thread; stops it and waits for it at the end."""
+def running(worker: Worker | AsyncWorker):
+    """Runs the worker (an AsyncWorker on an event loop of its own) on a thread; stops it and
+    waits for it at the end."""
     failure = []
 
     def target():
         try:
-            worker.run(install_signals=False)
+            outcome = worker.run(install_signals=False)
+            if inspect.iscoroutine(outcome):  # an AsyncWorker: its own event loop on this thread
+                asyncio.run(outcome)
         except BaseException as exc:  # surfaced by the test
             failure.append(exc)
 
@@ -246,6 +252,54 @@ def test_handlers_by_kind_and_batch_reserve(dsn, queue):
     assert (s.ready, s.reserved) == (1, 0)
 
 
+def test_a_success_commits_and_reserves_the_next_message_in_one_call(dsn, queue):
+    """One queue, one thread, a backlog: after the dispatcher's first reserve every message is
+    reserved by the previous one's commit (queue_commit_reserve), so the handler thread makes
+    exactly one database call per message. Counted per message: the calls the worker made between
+    the starts of two consecutive handlers."""
+    calls_at_start = []
+    worker = Worker(dsn, concurrency=1, poll_fallback=60.0, commit_reserve=True)
+    worker.add_handler(queue.name, lambda job: calls_at_start.append((job.key, worker.stats.db_calls)))
+    queue.push_many([(f"k{i:02}", "k", {}) for i in range(20)])
+    with running(worker):
+        wait_for(lambda: queue.stats().ready + queue.stats().reserved == 0, 30, "the backlog")
+    assert [k for k, _ in calls_at_start] == [f"k{i:02}" for i in range(20)]  # FIFO kept
+    assert worker.stats.succeeded == 20 and worker.stats.reserved == 20
+    # 20 commits, the first 19 of which brought the next message (the 20th found the queue empty).
+    assert worker.stats.commit_reserves == 20
+    if worker.use_listen:  # MySQL's dispatcher long-polls meanwhile, adding its own calls
+        gaps = [b - a for (_, a), (_, b) in zip(calls_at_start, calls_at_start[1:])]
+        assert gaps == [1] * 19, gaps
+
+
+def test_commit_reserve_is_the_default_where_it_is_one_round_trip(dialect, dsn, queue):
+    """PostgreSQL: one round trip. MySQL/MariaDB: its own transaction (three round trips), slower
+    under many handlers than a commit plus the dispatcher's batched reserve: plain commits."""
+    assert Worker(dsn).commit_reserve is (dialect == "postgresql")
+    assert Worker(dsn, commit_reserve=False).commit_reserve is False
+    worker = Worker(dsn, concurrency=2, poll_fallback=0.2)
+    worker.add_handler(queue.name, lambda job: None)
+    queue.push_many([(f"k{i}", "k", {}) for i in range(6)])
+    with running(worker):
+        wait_for(lambda: worker.stats.succeeded == 6, 30, "six messages")
+    assert (worker.stats.commit_reserves > 0) is (dialect == "postgresql")
+
+
+def test_a_worker_of_several_queues_commits_plainly_so_the_dispatcher_shares_threads(dsn, make_queue):
+    """With two queues a commit never reserves (a busy queue could keep every thread and starve
+    the other): all of both queues' messages are done, none through queue_commit_reserve."""
+    first, second = make_queue(), make_queue()
+    seen = []
+    worker = Worker(dsn, concurrency=1, poll_fallback=0.2, commit_reserve=True)
+    worker.add_handler(first.name, lambda job: seen.append((job.queue, job.key)))
+    worker.add_handler(second.name, lambda job: seen.append((job.queue, job.key)))
+    first.push_many([(f"a{i}", "k", {}) for i in range(5)])
+    second.push_many([(f"b{i}", "k", {}) for i in range(5)])
+    with running(worker):
+        wait_for(lambda: len(seen) == 10, 30, "both queues")
+    assert worker.stats.commit_reserves == 0 and worker.stats.succeeded == 10
+
+
 @pytest.mark.slow
 def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
     dlq = make_queue()
@@ -335,7 +389,11 @@ def test_stop_finishes_running_work_and_hands_back_the_rest(dsn, queue):
 # -- real processes --------------------------------------------------------------------
 
 
-def _spawn_worker(dsn, queue, record, *extra):
+# The process tests run each handler twice: a plain function (Worker) and an async def (AsyncWorker).
+SLEEPY = {"threads": "sleepy", "asyncio": "async_sleepy"}
+
+
+def _spawn_worker(dsn, queue, record, *extra, runtime="threads"):
     env = {**os.environ, "PYQUEUE_TEST_RECORD": str(record), "PYTHONPATH": ROOT}
     return subprocess.Popen(
         [
@@ -343,7 +401,7 @@ def _spawn_worker(dsn, queue, record, *extra):
             "-m",
             "pyqueue_sql.cli",
             "worker",
-            "tests.worker.worker_handlers:sleepy",
+            f"tests.worker.worker_handlers:{SLEEPY[runtime]}",
             "--queue",
             queue,
             "--dsn",
@@ -366,10 +424,13 @@ def _lines(record):
 
 
 @pytest.mark.slow
-def test_sigterm_with_work_in_flight_loses_nothing(dsn, queue, tmp_path):
+@pytest.mark.parametrize("runtime", sorted(SLEEPY))
+def test_sigterm_with_work_in_flight_loses_nothing(dsn, queue, tmp_path, runtime):
     record = tmp_path / "record"
     queue.push_many([(f"k{i}", "k", {"sleep": 1.5}) for i in range(8)])
-    proc = _spawn_worker(dsn, queue.name, record, "--concurrency", "3", "--shutdown-timeout", "30")
+    proc = _spawn_worker(
+        dsn, queue.name, record, "--concurrency", "3", "--shutdown-timeout", "30", runtime=runtime
+    )
     try:
         wait_for(lambda: sum(l.startswith("start") for l in _lines(record)) >= 2, 30, "handlers to start")
         proc.send_signal(signal.SIGTERM)
@@ -386,13 +447,15 @@ def test_sigterm_with_work_in_flight_loses_nothing(dsn, queue, tmp_path):
     assert s.reserved == 0, "a reserved message was not handed back"
     assert s.ready + len(done) == 8
     assert '"event": "stop"' in err
+    assert f'"runtime": "{runtime}"' in err, "the handler ran on the wrong kind of worker"
 
 
 @pytest.mark.slow
-def test_sigkill_mid_handler_redelivers_after_the_lease(dsn, queue, tmp_path):
+@pytest.mark.parametrize("runtime", sorted(SLEEPY))
+def test_sigkill_mid_handler_redelivers_after_the_lease(dsn, queue, tmp_path, runtime):
     record = tmp_path / "record"
     queue.push("victim", "k", {"sleep": 60})
-    proc = _spawn_worker(dsn, queue.name, record, "--lease", "4")
+    proc = _spawn_worker(dsn, queue.name, record, "--lease", "4", runtime=runtime)
     try:
         wait_for(lambda: any(l.startswith("start") for l in _lines(record)), 30, "the handler to start")
         killed = time.monotonic()

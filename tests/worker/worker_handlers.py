@@ -1,5 +1,6 @@
 """Handlers the worker-process tests run through `pyqueue-sql worker tests.worker.worker_handlers:...`."""
 
+import asyncio
 import os
 import time
 
@@ -15,4 +16,11 @@ def sleepy(job):
     """Sleeps payload["sleep"] seconds; records start and done."""
     _record(f"start {job.key} {job.attempts}")
     time.sleep(float(job.payload.get("sleep", 0)))
+    _record(f"done {job.key} {job.attempts}")
+
+
+async def async_sleepy(job):
+    """sleepy for AsyncWorker: awaits payload["sleep"] seconds; records start and done."""
+    _record(f"start {job.key} {job.attempts}")
+    await asyncio.sleep(float(job.payload.get("sleep", 0)))
     _record(f"done {job.key} {job.attempts}")
