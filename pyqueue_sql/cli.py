@@ -23,11 +23,13 @@ nothing on stdout, says so on stderr and exits 0.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import datetime as dt
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -796,6 +798,8 @@ def _log_handler(stream: Any, status: StatusLine | None) -> Any:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    import asyncio
+    import inspect
     import logging
     import threading
 
@@ -803,6 +807,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     dsn = _dsn(args)
     fn = _load_handler(args.handler_spec)
+    # An `async def` handler runs as asyncio tasks on AsyncWorker; anything else on Worker's threads.
+    is_async = inspect.iscoroutinefunction(fn)
+    if is_async:
+        from .aio.worker import AsyncWorker as worker_class
+    else:
+        worker_class = Worker
     show_status = args.status if args.status is not None else sys.stderr.isatty()
     status = StatusLine(sys.stderr) if show_status else None
     handler = _log_handler(sys.stderr, status)
@@ -818,7 +828,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 max_delay=args.retry_max,
                 jitter=args.retry_jitter,
             )
-            worker = Worker(
+            worker = worker_class(
                 dsn,
                 concurrency=args.concurrency,
                 name=args.name,
@@ -843,7 +853,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
             threading.Thread(target=show, daemon=True, name="pyqueue-status").start()
         try:
-            clean = worker.run()
+            clean = asyncio.run(worker.run()) if is_async else worker.run()
         finally:
             finished.set()
             if metrics is not None:
@@ -1201,7 +1211,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=4,
         metavar="N",
-        help="messages handled at once, one thread each (default 4)",
+        help="messages handled at once, one thread each (an async def handler: one asyncio task each) "
+        "(default 4)",
     )
     p.add_argument("--name", help="worker name recorded on reserved messages (default host:pid)")
     p.add_argument(
@@ -1299,8 +1310,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _deliver_interrupts_from_finalizers(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A sys.unraisablehook. A Ctrl-C that arrives while a finalizer runs (a driver result's
+    ``__del__``, say) cannot propagate from there: Python would print it as an ignored exception
+    with a traceback and carry on as if no key had been pressed. Signal it again instead, from a
+    thread a moment later (signalled from here, it would land in this hook), so that it interrupts
+    the command once the finalizer has returned, as any other Ctrl-C does (exit 130)."""
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            again = threading.Timer(0.05, _thread.interrupt_main)
+            again.daemon = True
+            again.start()
+            return
+        previous(unraisable)
+
+    return hook
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _deliver_interrupts_from_finalizers(previous_hook)
     try:
         return args.handler(args)
     except UsageError as exc:
@@ -1323,6 +1354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return EXIT_FAILURE
+    finally:
+        sys.unraisablehook = previous_hook
 
 
 if __name__ == "__main__":

@@ -206,6 +206,45 @@ def test_migrate_interrupted_says_to_run_it_again(capsys, monkeypatch, fresh_dat
     assert code == 130 and err.count("run it again") == 1
 
 
+def test_ctrl_c_inside_a_finalizer_still_interrupts_the_command():
+    """A Ctrl-C that lands in a finalizer (a driver result's __del__) cannot propagate from there;
+    the command must still stop with 130 and its one-line message, not print an ignored
+    exception's traceback and carry on."""
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import argparse, sys, time
+from pyqueue_sql import cli
+
+class Finalized:
+    def __del__(self):
+        raise KeyboardInterrupt  # as if SIGINT arrived while this finalizer ran
+
+def command(args):
+    Finalized()
+    for _ in range(200):
+        time.sleep(0.01)
+    print("went on after the interrupt")
+    return 0
+
+class Parser:
+    def parse_args(self, argv):
+        return argparse.Namespace(handler=command)
+
+cli.build_parser = Parser
+sys.exit(cli.main([]))
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 130, (proc.stdout, proc.stderr)
+    assert proc.stderr == "pyqueue-sql: interrupted\n", proc.stderr
+    assert "went on" not in proc.stdout
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_a_real_migrate_is_resumable(fresh_database):
     """SIGINT at several moments of a fresh install: each run either finished (0) or

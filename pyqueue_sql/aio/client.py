@@ -1,0 +1,185 @@
+"""AsyncDatabase and AsyncQueue: the client of pyqueue_sql.client on an asyncio driver.
+
+Their methods are Database's and Queue's own (pyqueue_sql.client.DatabaseCalls and QueueCalls,
+written sans-IO): the same arguments, validation, results and errors; here each routine call is
+awaited on psycopg's AsyncConnection (PostgreSQL) or an aiomysql connection (MySQL/MariaDB) through
+the dialect's *_async methods. The policy around the calls (serialization failures run again,
+transactions of the client's own) is Database's too: DatabaseCalls yields its steps, and
+AsyncDatabase awaits each of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from .. import dialects, errors
+from ..client import Call, DatabaseCalls, QueueCalls, SansIO, Step, is_sqlalchemy, runs_sans_io
+
+
+def async_method(method: Callable[..., SansIO]) -> Callable[..., Any]:
+    """The coroutine method of a sans-IO one: AsyncDatabase.drive awaits its calls."""
+
+    @functools.wraps(method)
+    async def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return await self._runner.drive(method(self, *args, **kwargs))
+
+    return run
+
+
+def sqlalchemy_async_source(obj: Any) -> tuple[str, Callable[[], Awaitable[Any]]] | None:
+    """For a SQLAlchemy ``AsyncConnection`` or ``AsyncSession``: (its dialect's name, a coroutine
+    function that returns the driver connection of its current transaction, beginning one as
+    SQLAlchemy's autobegin would when none is open). None for any other object."""
+    if not is_sqlalchemy(obj):
+        return None
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    if isinstance(obj, AsyncSession):
+
+        async def of_session() -> Any:
+            connection = await obj.connection()
+            return (await connection.get_raw_connection()).driver_connection
+
+        return obj.sync_session.get_bind().dialect.name, of_session
+    if isinstance(obj, AsyncConnection):
+
+        async def of_connection() -> Any:
+            if not obj.in_transaction():
+                await obj.begin()
+            return (await obj.get_raw_connection()).driver_connection
+
+        return obj.dialect.name, of_connection
+    raise errors.UnsupportedDsnError(
+        f"cannot use a SQLAlchemy {type(obj).__name__}: pass an AsyncConnection or an AsyncSession"
+    )
+
+
+@runs_sans_io(async_method)
+class AsyncDatabase(DatabaseCalls):
+    """A connection of an asyncio driver to a database that has the pyqueue-sql schema installed.
+
+    Every method of Database, as a coroutine; ``async with db.transaction():`` for a transaction.
+    One connection runs one call at a time: calls from concurrent tasks wait for each other (use a
+    database per task for parallel work)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lock = asyncio.Lock()
+
+    @property
+    def connection(self) -> Any:
+        """The driver connection (for a wrapped SQLAlchemy object: the one its last call ran on)."""
+        return self._connection
+
+    @classmethod
+    def wrap(cls, connection: Any) -> AsyncDatabase:
+        """Uses your connection inside your own transactions: a psycopg 3 ``AsyncConnection``, an
+        aiomysql connection, or a SQLAlchemy ``AsyncConnection`` or ``AsyncSession``, so that a push
+        commits or rolls back with your ORM writes. Each call runs on the driver connection of the
+        SQLAlchemy object's current transaction; commit or roll back through SQLAlchemy (or your
+        driver) as usual, the client never does."""
+        found = sqlalchemy_async_source(connection)
+        if found is not None:
+            name, source = found
+            return cls(None, dialects.for_name(name), owned=False, source=source)
+        return cls(connection, dialects.for_connection(connection, asynchronous=True), owned=False)
+
+    def queue(self, name: str) -> AsyncQueue:
+        return AsyncQueue(self, name)
+
+    async def call(self, statement: str, **params: Any) -> list[tuple]:
+        """Runs a named statement; its (first) result set."""
+        return await self._perform(self._call_steps(Call(statement, params)))
+
+    async def call_sets(self, statement: str, **params: Any) -> list[list[tuple]]:
+        """Runs a named statement; every result set it returns (MySQL procedures)."""
+        return await self._perform(self._call_steps(Call(statement, params, all_sets=True)))
+
+    async def drive(self, steps: SansIO) -> Any:
+        """Runs a sans-IO method (pyqueue_sql.client.Call): each call it yields awaited, its rows
+        sent back; its result."""
+        return await self._perform(self._method_steps(steps))
+
+    async def _perform(self, steps: SansIO) -> Any:
+        """Database._perform, each step awaited; one method's steps at a time on the connection."""
+        async with self._lock:
+            reply, error = None, None
+            while True:
+                try:
+                    step = steps.send(reply) if error is None else steps.throw(error)
+                except StopIteration as done:
+                    return done.value
+                try:
+                    reply, error = await self._do(step), None
+                except BaseException as exc:
+                    reply, error = None, exc
+
+    async def _do(self, step: Any) -> Any:
+        d, connection = self.dialect, await self._current()
+        if isinstance(step, Call):
+            run = d.run_sets_async if step.all_sets else d.run_async
+            return await run(connection, step.statement, step.params)
+        if step is Step.BEGIN:
+            return await d.begin_async(connection)
+        if step is Step.COMMIT:
+            return await d.end_transaction_async(connection, commit=True)
+        if step is Step.ROLLBACK:
+            return await d.rollback_async(connection)
+        await asyncio.sleep(step.seconds)
+        return None
+
+    async def _current(self) -> Any:
+        if self._source is not None:
+            connection = await self._source()
+            if not self.dialect.owns_async(connection):
+                raise errors.UnsupportedDsnError(
+                    f"SQLAlchemy runs {type(connection).__module__}.{type(connection).__name__}: "
+                    "pyqueue_sql.aio needs psycopg (postgresql+psycopg) or aiomysql (mysql+aiomysql)"
+                )
+            self._connection = connection
+        return self._connection
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncDatabase]:
+        """``async with db.transaction():`` runs the calls in the block as one transaction (commit
+        at the end, rollback on error); see Database.transaction."""
+        self._may_begin()
+        await self._do(Step.BEGIN)
+        self._in_transaction = True
+        try:
+            yield self
+        except BaseException:
+            self._in_transaction = False
+            await self._do(Step.ROLLBACK)
+            raise
+        self._in_transaction = False
+        await self._do(Step.COMMIT)
+
+    async def close(self) -> None:
+        if self._owned:
+            closed = self._connection.close()
+            if asyncio.iscoroutine(closed):  # psycopg's is a coroutine, aiomysql's is not
+                await closed
+
+    async def __aenter__(self) -> AsyncDatabase:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+@runs_sans_io(async_method)
+class AsyncQueue(QueueCalls):
+    """One named queue of an AsyncDatabase: every method of Queue, as a coroutine."""
+
+    db: AsyncDatabase
+
+
+async def connect(dsn: str) -> AsyncDatabase:
+    """Opens an asyncio connection; the DSN's scheme picks the dialect (postgresql:// or mysql://)."""
+    dialect = dialects.for_dsn(dsn)
+    return AsyncDatabase(await dialect.connect_async(dsn), dialect, owned=True)

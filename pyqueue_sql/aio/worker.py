@@ -1,0 +1,519 @@
+"""The asyncio worker: async handlers run as tasks on one event loop.
+
+    worker = AsyncWorker("postgresql://localhost/app", concurrency=32)
+
+    @worker.handler("emails", "welcome", retry=RetryPolicy(base=2, max_delay=600))
+    async def send_welcome(job):
+        await mail(job.payload["to"])
+
+    asyncio.run(worker.run())     # until SIGTERM / SIGINT (or worker.stop())
+
+It behaves as pyqueue_sql.Worker does (see that module's docstring: what a
+handler may raise, the retry policy and dead letters, the graceful and the
+forced stop, the worker registry, reconnects, the logs on the
+"pyqueue_sql.worker" logger, status()), with tasks in place of threads:
+
+  * up to `concurrency` handlers run at once, each an asyncio task; a handler
+    that is a plain function runs on a thread of the loop's default executor;
+  * one connection reserves and waits (the dispatcher), one heartbeats, and
+    `connections` (default min(concurrency, 4)) are shared by the handler
+    tasks for their commits and failures;
+  * PostgreSQL wakes the dispatcher by LISTEN on its async connection;
+    MySQL/MariaDB (or listen=False) long-polls queue_wait with one queue and
+    polls with several;
+  * in a worker of one queue a success commits with queue_commit_reserve and
+    the task runs the message that call reserved;
+  * the successes of one queue that finish while the shared connections are
+    busy are committed together (group commit): one queue_commit_batch for them
+    and, in a worker of one queue, one queue_commit_reserve that commits one more
+    and reserves a next message for each of them. A lone success commits as
+    above. So `connections` connections carry `concurrency` handlers without
+    each commit waiting for a connection of its own;
+  * a stop that hits the deadline, or a forced one, cancels the handler tasks
+    still running: their messages come back when their lease ends (a handler
+    that raises CancelledError by itself fails its message as any error does).
+
+Hooks (on_start, on_heartbeat, on_stop, on_idle) may be plain functions or
+coroutine functions; ``await worker.heartbeat_run(fn)`` awaits fn(db) on the
+heartbeat connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import errors
+from ..worker import (
+    Job,
+    RetryPolicy,
+    StoppedError,
+    WorkerBase,
+    WorkerStats,
+    WorkerStatus,
+    call_steps,
+    log,
+)
+from .client import connect
+
+__all__ = ["AsyncJob", "AsyncWorker", "RetryPolicy", "WorkerStats", "WorkerStatus"]
+
+
+@dataclass
+class AsyncJob(Job):
+    """A reserved message handed to an async handler (the same fields as Job)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)  # type: ignore[assignment]
+
+
+@dataclass
+class _PendingCommit:
+    """A handled job whose success waits for the group commit; fut gets _commit_steps' result."""
+
+    job: Job
+    chain: bool
+    fut: asyncio.Future
+
+
+# The ok of a job whose batch lost reservations without saying which: the batch logged and counted.
+_COUNTED_BY_BATCH = object()
+
+
+async def _wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Waits up to timeout for the event; True when it is set."""
+    if event.is_set():
+        return True
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        pass
+    return event.is_set()
+
+
+async def _maybe_await(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
+
+
+async def _drive(steps: Any, execute: Callable[[tuple], Awaitable[Any]]) -> Any:
+    """pyqueue_sql.worker._drive with the operations awaited."""
+    send, value = steps.send, None
+    while True:
+        try:
+            op = send(value)
+        except StopIteration as done:
+            return done.value
+        try:
+            value, send = await execute(op), steps.send
+        except BaseException as exc:
+            value, send = exc, steps.throw
+
+
+def _resolve(pending: _PendingCommit, result: Any) -> None:
+    """Hands a pending success its result (an exception: raised in its task)."""
+    if pending.fut.done():  # a task cancelled by the hard stop no longer waits
+        return
+    if isinstance(result, BaseException):
+        pending.fut.set_exception(result)
+    else:
+        pending.fut.set_result(result)
+
+
+class _AsyncConnection:
+    """One role's async database connection: reconnects and retries on connection loss."""
+
+    def __init__(
+        self,
+        worker: AsyncWorker,
+        role: str,
+        on_connect: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> None:
+        self.worker = worker
+        self.role = role
+        self.db: Any = None
+        self.on_connect = on_connect
+
+    async def close(self) -> None:
+        db, self.db = self.db, None
+        if db is not None:
+            try:
+                await db.close()
+            except Exception:
+                pass
+
+    async def run(self, fn: Callable[[Any], Awaitable[Any]], *, give_up: asyncio.Event | None = None) -> Any:
+        return await _drive(call_steps(self, fn, give_up), self._execute)
+
+    async def _execute(self, op: tuple) -> Any:
+        kind, *args = op
+        if kind == "connect":
+            return await connect(self.worker.dsn)
+        if kind == "on_connect":
+            return await self.on_connect(*args)
+        if kind == "fn":
+            fn, db = args
+            return await fn(db)
+        if kind == "close":
+            return await self.close()
+        delay, give_up = args  # "back_off"
+        if give_up is None:
+            return await asyncio.sleep(delay)
+        return await _wait_event(give_up, delay)
+
+
+class AsyncWorker(WorkerBase):
+    """Runs async handlers for messages of one or more queues as asyncio tasks.
+    See the module docstring; the settings are pyqueue_sql.Worker's, plus `connections`."""
+
+    runtime = "asyncio"
+    _job_type = AsyncJob
+
+    def __init__(self, dsn: str, *, connections: int | None = None, **settings: Any) -> None:
+        super().__init__(dsn, **settings)
+        self.connections = min(self.concurrency, 4) if connections is None else connections
+        if self.connections < 1:
+            raise errors.InvalidArgumentError("connections must be at least 1")
+
+    def _setup(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._heartbeat_conn: _AsyncConnection | None = None
+        self._signals_installed: list[int] = []
+        self._commits: list[_PendingCommit] = []
+
+    def _jobs(self) -> list[Job]:
+        return list(self._inflight.copy().values())
+
+    def _wake(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._mirror_events)
+        except RuntimeError:  # the loop closed meanwhile: nothing waits any more
+            pass
+
+    def _mirror_events(self) -> None:
+        """Sets the loop's events from the thread-safe ones (stop() may come from any thread)."""
+        if self._stopping.is_set():
+            self._astop.set()
+            self._freed.set()
+        if self._hard_stop.is_set():
+            self._ahard.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT on the running loop: the first stops gracefully, a second one stops at once."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_signal, signum)
+            self._signals_installed.append(signum)
+
+    def _remove_signal_handlers(self) -> None:
+        loop = self._loop
+        while self._signals_installed and loop is not None:
+            loop.remove_signal_handler(self._signals_installed.pop())
+
+    async def run(self, *, install_signals: bool | None = None) -> bool:
+        """Runs until stop(); handles SIGTERM/SIGINT when the loop runs in the main thread.
+
+        Returns True when it stopped cleanly, False when handlers were still
+        running at the shutdown deadline or a forced stop abandoned them (listed
+        in ``self.unfinished``; their messages come back when their lease ends)."""
+        if not self.routes:
+            raise errors.InvalidArgumentError("the worker has no handlers")
+        self._starting()
+        self._loop = asyncio.get_running_loop()
+        self._astop, self._ahard, self._freed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        if install_signals is None:
+            install_signals = threading.current_thread() is threading.main_thread()
+        if install_signals:
+            self.install_signal_handlers()
+        self._pool: asyncio.Queue[_AsyncConnection] = asyncio.Queue()
+        for _ in range(self.connections):
+            self._pool.put_nowait(_AsyncConnection(self, "handler"))
+        self._commits_ready = asyncio.Event()
+        committers = [
+            asyncio.create_task(self._committer(), name=f"pyqueue-committer-{i}")
+            for i in range(self.connections)
+        ]
+        heartbeat = asyncio.create_task(self._heartbeat_loop(), name="pyqueue-heartbeat")
+        dispatcher = _AsyncConnection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
+        try:
+            if self.register:
+                try:
+                    await self._steps(self._register_steps(False), dispatcher)
+                except StoppedError:
+                    pass
+            for hook in self.on_start:
+                await _maybe_await(hook(self))
+            self._state = "running"
+            await self._steps(self._dispatch_steps(), dispatcher)
+        except BaseException as exc:
+            self._crashed(exc)
+            raise
+        finally:
+            self._stopping.set()
+            self._mirror_events()
+            self._state = "stopping"
+            await dispatcher.close()
+            await self._shutdown()
+            for committer in committers:  # every handler task has finished: nothing left to commit
+                committer.cancel()
+            await asyncio.gather(*committers, return_exceptions=True)
+            await asyncio.wait({heartbeat}, timeout=5)
+            heartbeat.cancel()
+            conn = _AsyncConnection(self, "deregister")
+            try:
+                await self._steps(self._deregister_steps(), conn)
+            finally:
+                await conn.close()
+            while not self._pool.empty():
+                await self._pool.get_nowait().close()
+            await self._run_async_hooks(self.on_stop, "on_stop")
+            self._remove_signal_handlers()
+            self._loop = None
+            self._finished()
+        return not self.unfinished
+
+    async def _run_async_hooks(self, hooks: list[Callable[[Any], Any]], what: str | None) -> None:
+        for hook in hooks:
+            try:
+                await _maybe_await(hook(self))
+            except Exception:
+                if what is None:
+                    raise
+                log.exception("%s hook failed", what)
+
+    # -- the operations of the loops' steps -----------------------------------------------
+    def _steps(self, steps: Any, conn: _AsyncConnection | None) -> Awaitable[Any]:
+        return _drive(steps, lambda op: self._execute(op, conn))
+
+    def _nested(self, steps: Any) -> Awaitable[Any]:
+        return self._steps(steps, None)
+
+    async def _execute(self, op: tuple, conn: _AsyncConnection | None) -> Any:
+        kind, *args = op
+        if kind == "call":
+            fn, hard = args
+            if conn is None:  # a handler task: one of the shared connections
+                return await self._pooled(fn)
+            return await conn.run(fn, give_up=self._ahard if hard else self._astop)
+        if kind == "notifications":
+            db, seconds = args
+            return await self.dialect.wait_for_notification_async(db.connection, seconds)
+        if kind == "handle":
+            fn, job = args
+            try:
+                if inspect.iscoroutinefunction(fn):
+                    await fn(job)
+                else:  # a plain function: on a thread, so that it does not block the loop
+                    await _maybe_await(await asyncio.to_thread(fn, job))
+            except BaseException as exc:
+                return exc
+            return None
+        if kind == "commit":
+            job, chain = args
+            pending = _PendingCommit(job, chain, asyncio.get_running_loop().create_future())
+            self._commits.append(pending)
+            self._commits_ready.set()
+            return await pending.fut
+        if kind == "lock":
+            return await args[0].acquire()
+        if kind == "wait_slots":
+            while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
+                self._freed.clear()
+                await _wait_event(self._freed, 1.0)
+            return None
+        if kind == "pause":
+            return await _wait_event(self._astop, args[0])
+        if kind == "hooks":
+            return await self._run_async_hooks(*args)
+        if kind == "reconnect":
+            return await conn.close()
+        raise AssertionError(f"unknown operation {kind!r}")
+
+    async def _pooled(self, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Runs fn(db) on one of the handler tasks' connections (waits for a free one)."""
+        conn = await self._pool.get()
+        try:
+            return await conn.run(fn, give_up=self._ahard)
+        finally:
+            self._pool.put_nowait(conn)
+
+    # -- group commit ----------------------------------------------------------------
+    def _commit_steps(self, job: Job, chain: bool):
+        """The success goes to the committers (see _commit_group); the same result as
+        WorkerBase._commit_steps."""
+        return (yield ("commit", job, chain))
+
+    def _committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
+        if ok is not _COUNTED_BY_BATCH:
+            super()._committed(job, ok, elapsed_ms)
+
+    async def _committer(self) -> None:
+        """Commits whatever successes are pending each time it is free; `connections` of them run
+        at once, so the successes that finish while they are busy are committed together."""
+        while True:
+            await self._commits_ready.wait()
+            batch, self._commits = self._commits, []
+            self._commits_ready.clear()
+            by_queue: dict[str, list[_PendingCommit]] = {}
+            for pending in batch:
+                by_queue.setdefault(pending.job.queue, []).append(pending)
+            for entries in by_queue.values():
+                try:
+                    await self._commit_group(entries)
+                except BaseException as exc:
+                    for pending in entries:
+                        _resolve(pending, exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+
+    async def _commit_group(self, entries: list[_PendingCommit]) -> None:
+        """Commits the successes of one queue: a lone one as WorkerBase._commit_steps does; several
+        with one queue_commit_batch and, when they chain, one queue_commit_reserve at the same time
+        (on another connection: the two touch different rows) that commits one of them and reserves
+        a next message for each that chains."""
+        if len(entries) == 1:
+            one = entries[0]
+            result = await self._nested(super()._commit_steps(one.job, one.chain and self._chains(False)))
+            _resolve(one, result)
+            return
+        q = entries[0].job.queue
+        chained = [e for e in entries if e.chain] if self._chains(False) else []
+        lead = chained[0] if chained else None
+        rest = [e for e in entries if e is not lead]
+
+        async def commit_rest() -> Any:
+            ok = await self._commit_many(q, rest)
+            for pending in rest:
+                if pending not in chained:
+                    _resolve(pending, (ok, []))
+            return ok
+
+        if lead is None:
+            await commit_rest()
+            return
+        ok, reserved = await asyncio.gather(
+            commit_rest(), self._commit_reserve(lead, len(chained)), return_exceptions=True
+        )
+        if isinstance(reserved, BaseException):
+            jobs: list[Job] = []
+            _resolve(lead, reserved)
+        else:
+            lead_ok, jobs = reserved
+            _resolve(lead, (lead_ok, jobs[:1]))
+        if isinstance(ok, BaseException):
+            raise ok  # the committer hands it to the rest (their successors come back after the lease)
+        for i, pending in enumerate(chained[1:], start=1):
+            _resolve(pending, (ok, jobs[i : i + 1]))
+
+    async def _commit_reserve(self, lead: _PendingCommit, n: int) -> tuple[bool, list[Job]]:
+        """Commits lead's reservation and reserves up to n next messages of its queue in one call."""
+        q = lead.job.queue
+        args = dict(self._commit_reserve_args(self.routes[q]), n=n)
+        ok, rows = await self._pooled(lambda db: db.queue(q).commit_reserve(lead.job.reservation, **args))
+        self.stats.commit_reserves += 1
+        self.stats.reserved += len(rows)
+        return bool(ok), [self._job_type(r) for r in rows]
+
+    async def _commit_many(self, q: str, entries: list[_PendingCommit]) -> Any:
+        """Commits entries' reservations in one call: True when every one still held; else (as the
+        call does not say which ones lapsed) counts and logs the batch, and _COUNTED_BY_BATCH."""
+        if len(entries) == 1:
+            return await self._pooled(lambda db: db.queue(q).commit(entries[0].job.reservation))
+        held = await self._pooled(lambda db: db.queue(q).commit_many([e.job.reservation for e in entries]))
+        if held == len(entries):
+            return True
+        self.stats.succeeded += held
+        self.stats.lost += len(entries) - held
+        log.warning(
+            "%d of the %d reservations of %s committed together were no longer held (expired or "
+            "released; their messages are or were redelivered), among: %s",
+            len(entries) - held,
+            len(entries),
+            q,
+            ", ".join(f"{e.job.key}/{e.job.kind}" for e in entries),
+            extra={"event": "lost", "queue": q, "n": len(entries) - held},
+        )
+        return _COUNTED_BY_BATCH
+
+    # -- dispatcher ------------------------------------------------------------
+    async def _on_dispatcher_connect(self, db: Any) -> None:
+        if self.use_listen:
+            channels = [await db.queue(q).channel() for q in self.routes]
+            await self.dialect.listen_async(db.connection, channels)
+            self._channels = dict(zip(channels, self.routes))
+        # After a (re)connect, anything pushed meanwhile must be looked at.
+        self._wake_queues.update(self.routes)
+
+    def _start_jobs(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            self._inflight[(job.queue, job.key, job.kind)] = job
+            task = asyncio.create_task(
+                self._steps(self._serve_steps(job), None), name=f"pyqueue-handler {job.queue}/{job.key}"
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _release(self, job: Job, successors: list[Job] = ()) -> None:
+        self._inflight.pop((job.queue, job.key, job.kind), None)
+        for nxt in successors:
+            self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
+        self._freed.set()
+
+    # -- heartbeat -----------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        conn = _AsyncConnection(self, "heartbeat")
+        self._heartbeat_conn = conn
+        try:
+            # Runs through a graceful stop (running handlers still need their
+            # reservations extended) and ends with the hard stop.
+            while not await _wait_event(self._ahard, self.lease / 3):
+                try:
+                    await self._steps(self._heartbeat_steps(), conn)
+                except StoppedError:
+                    break
+        finally:
+            await conn.close()
+
+    async def heartbeat_run(self, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+        """For on_heartbeat hooks: awaits fn(db) on the heartbeat connection,
+        reconnecting and retrying on connection loss."""
+        if self._heartbeat_conn is None:
+            raise errors.QueueError("heartbeat_run is for on_heartbeat hooks")
+        return await self._heartbeat_conn.run(fn, give_up=self._ahard)
+
+    # -- shutdown --------------------------------------------------------------------
+    async def _shutdown(self) -> None:
+        # Tasks that had not started their handler hand their message back at once
+        # (they see _stopping); running ones get until the deadline.
+        deadline = time.monotonic() + self.shutdown_timeout
+        self._stop_deadline = deadline
+        report_at = time.monotonic()
+        forced = asyncio.ensure_future(self._ahard.wait())
+        try:
+            while self._tasks and not self._hard_stop.is_set():
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                report_at = self._report_stopping(deadline, report_at)
+                await asyncio.wait(
+                    {*self._tasks, forced},
+                    timeout=min(1.0, deadline - now),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+        finally:
+            forced.cancel()
+        self._abandon_the_rest()
+        self._ahard.set()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,100 @@
+"""examples/fastapi_app driven over HTTP (httpx's ASGI transport: the app in this process, no
+server), on both dialects: an order and its e-mail are written together, a refused order leaves
+neither, and the async worker "sends" each e-mail once."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sys
+
+import httpx
+import pytest
+
+import pyqueue_sql
+from pyqueue_sql import migrate
+from pyqueue_sql.aio.worker import AsyncWorker
+
+from ..worker.test_worker import running, wait_for
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from examples.fastapi_app import schema  # noqa: E402
+from examples.fastapi_app.app import create_app  # noqa: E402
+from examples.fastapi_app.worker import send_order_email  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a database built for the test
+
+
+@pytest.fixture
+def shop(fresh_database):
+    url = fresh_database("shop")
+    migrate.upgrade(url)
+    schema.setup(url)
+    return url
+
+
+def rows(dsn: str, sql: str) -> list[tuple]:
+    with pyqueue_sql.connect(dsn) as db:
+        cur = db.connection.cursor()
+        try:
+            cur.execute(sql)
+            return [tuple(r) for r in cur.fetchall()]
+        finally:
+            cur.close()
+
+
+async def post_orders(dsn: str, bodies: list[object]) -> list[httpx.Response]:
+    transport = httpx.ASGITransport(app=create_app(dsn))
+    async with httpx.AsyncClient(transport=transport, base_url="http://shop.test") as client:
+        return [await client.post("/orders", json=body) for body in bodies]
+
+
+def test_an_order_and_its_email_are_written_together_and_a_refused_order_leaves_neither(shop):
+    ok, refused, malformed = asyncio.run(
+        post_orders(
+            shop,
+            [
+                {"customer": "ann@example.com", "item": "teapot", "quantity": 2},
+                {"customer": "bob@example.com", "item": "teapot", "quantity": 0},  # the table refuses it
+                {"customer": "not an address", "item": "teapot", "quantity": 1},
+            ],
+        )
+    )
+    assert ok.status_code == 201, ok.text
+    order_id = ok.json()["order_id"]
+    assert refused.status_code == 409, refused.text
+    assert malformed.status_code == 422, malformed.text
+    assert rows(shop, "SELECT id, customer, quantity FROM shop_orders") == [(order_id, "ann@example.com", 2)]
+    with pyqueue_sql.connect(shop) as db:
+        queue = db.queue(schema.EMAIL_QUEUE)
+        assert queue.stats().ready == 1, "the refused order's e-mail was enqueued (its push not rolled back)"
+        [message] = queue.reserve()
+        assert (message.key, message.kind, message.payload["customer"]) == (
+            order_id,
+            schema.EMAIL_KIND,
+            "ann@example.com",
+        )
+        queue.rollback(message, delay=0)
+
+
+def test_the_async_worker_sends_each_order_email_once(shop):
+    responses = asyncio.run(
+        post_orders(
+            shop, [{"customer": f"c{i}@example.com", "item": "mug", "quantity": i} for i in range(1, 6)]
+        )
+    )
+    assert [r.status_code for r in responses] == [201] * 5
+    ids = sorted(r.json()["order_id"] for r in responses)
+    worker = AsyncWorker(shop, concurrency=4, poll_fallback=0.5)
+    worker.add_handler(schema.EMAIL_QUEUE, functools.partial(send_order_email, dsn=shop))
+    with running(worker):
+        wait_for(lambda: len(rows(shop, "SELECT order_id FROM shop_sent_emails")) == 5, 60, "five e-mails")
+        wait_for(lambda: worker.stats.succeeded == 5, 30, "five commits")
+    sent = sorted(rows(shop, "SELECT order_id, recipient, subject FROM shop_sent_emails"))
+    assert [s[0] for s in sent] == ids
+    assert {s[2] for s in sent} == {f"Your order of {i} x mug" for i in range(1, 6)}
+    with pyqueue_sql.connect(shop) as db:
+        s = db.queue(schema.EMAIL_QUEUE).stats()
+        assert (s.ready, s.reserved) == (0, 0)

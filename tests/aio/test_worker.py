@@ -1,0 +1,239 @@
+"""AsyncWorker (pyqueue_sql.aio.worker) against real servers: async handlers as asyncio tasks.
+
+The worker runs its own event loop on a thread (tests.worker.test_worker.running), so the test
+drives it from outside as it does the threaded Worker. The stops by signal, the SIGKILLed worker
+processes, the connections killed by the server and the server restart run for AsyncWorker too:
+tests/worker/test_worker.py and tests/faults/test_faults.py parametrize them by runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from pyqueue_sql import RetryPolicy
+from pyqueue_sql.aio import connect
+from pyqueue_sql.aio.worker import AsyncWorker
+
+from ..worker.test_worker import running, wait_for
+
+
+def _drained(queue) -> bool:
+    s = queue.stats()
+    return s.ready + s.reserved == 0
+
+
+def test_async_handlers_process_every_message_once(dsn, queue):
+    seen: list[str] = []
+    worker = AsyncWorker(dsn, concurrency=8, poll_fallback=0.5, commit_reserve=True)
+
+    @worker.handler(queue.name)
+    async def handle(job):
+        await asyncio.sleep(0)
+        seen.append(job.key)
+
+    queue.push_many([(f"k{i:02}", "k", {"i": i}) for i in range(40)])
+    with running(worker):
+        wait_for(lambda: len(seen) == 40 and _drained(queue), 30, "40 messages")
+    assert sorted(seen) == [f"k{i:02}" for i in range(40)]
+    assert worker.stats.succeeded == 40 and worker.stats.failed == 0
+    # one queue: the commits reserved the next messages in the same call
+    assert worker.stats.commit_reserves > 0
+    assert worker.status().state == "stopped" and worker.unfinished == []
+
+
+def test_handlers_of_other_kinds_are_left_alone_and_plain_functions_run_on_threads(dsn, queue):
+    threads: set[str] = set()
+    worker = AsyncWorker(dsn, concurrency=2, poll_fallback=0.5)
+    worker.add_handler(queue.name, lambda job: threads.add(threading.current_thread().name), "plain")
+    queue.push_many([(f"p{i}", "plain", {}) for i in range(4)])
+    queue.push("ignored", "other", {})  # no handler for this kind: never reserved
+    with running(worker):
+        wait_for(lambda: worker.stats.succeeded == 4, 30, "the plain handlers")
+    assert threads and not threads & {"MainThread"}
+    s = queue.stats()
+    assert (s.ready, s.reserved) == (1, 0)
+
+
+def test_failures_retry_with_the_policy_then_dead_letter(dsn, make_queue):
+    dlq = make_queue()
+    queue = make_queue(max_attempts=3, dead_letter_queue=dlq.name)
+    attempts: list[int] = []
+    worker = AsyncWorker(dsn, poll_fallback=0.2)
+
+    @worker.handler(queue.name, retry=RetryPolicy(base=0.2, factor=1.0, jitter=0.0))
+    async def fail(job):
+        attempts.append(job.attempts)
+        raise ValueError("no such address")
+
+    queue.push("poison", "k", {})
+    with running(worker):
+        wait_for(lambda: dlq.stats().ready == 1, 30, "the dead letter")
+    assert attempts == [1, 2, 3]
+    assert worker.stats.failed == 3 and worker.stats.succeeded == 0
+    [dead] = dlq.dead_letters()
+    assert (dead.key, dead.from_queue, dead.attempts, dead.last_error) == (
+        "poison",
+        queue.name,
+        3,
+        "ValueError: no such address",
+    )
+
+
+def test_no_more_than_concurrency_handlers_run_at_once(dsn, queue):
+    """Each handler waits until `concurrency` handlers run together (so the limit is reached)
+    and the peak never passes it, with three times as many messages ready."""
+    running_now = 0
+    peak = 0
+    worker = AsyncWorker(dsn, concurrency=4, poll_fallback=0.5)
+
+    @worker.handler(queue.name)
+    async def handle(job):
+        nonlocal running_now, peak
+        running_now += 1
+        peak = max(peak, running_now)
+        try:
+            for _ in range(500):  # up to 5 s for the others to start
+                if peak >= 4:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+        finally:
+            running_now -= 1
+
+    queue.push_many([(f"k{i}", "k", {}) for i in range(12)])
+    with running(worker):
+        wait_for(lambda: worker.stats.succeeded == 12, 60, "12 messages")
+    assert peak == 4
+
+
+async def _all_started(started: list[str], n: int) -> None:
+    """Waits (up to 5 s) until n handlers have started, so that they finish together."""
+    for _ in range(500):
+        if len(started) >= n:
+            return
+        await asyncio.sleep(0.01)
+
+
+def test_successes_that_finish_together_are_committed_together(dsn, queue):
+    """Eight handlers finish at once on one shared connection: their commits go in a few batch
+    calls (each with the next messages reserved), not one call per message; each message once."""
+    started: list[str] = []
+    seen: list[str] = []
+    worker = AsyncWorker(
+        dsn, concurrency=8, connections=1, poll_fallback=0.5, register=False, commit_reserve=True
+    )
+
+    @worker.handler(queue.name)
+    async def handle(job):
+        started.append(job.key)
+        await _all_started(started, 8 * (1 + (len(started) - 1) // 8))
+        await asyncio.sleep(0.05)
+        seen.append(job.key)
+
+    messages = 40
+    queue.push_many([(f"k{i:02}", "k", {}) for i in range(messages)])
+    with running(worker):
+        wait_for(lambda: len(seen) == messages and _drained(queue), 60, "40 messages")
+    assert sorted(seen) == [f"k{i:02}" for i in range(messages)]
+    assert worker.stats.succeeded == messages and worker.stats.lost == 0
+    assert worker.stats.commit_reserves > 0
+    # one call per success at least, had they been committed one by one (plus the reserves)
+    assert worker.stats.db_calls < messages
+
+
+def test_a_lapsed_reservation_among_successes_committed_together_is_counted_lost(dsn, queue):
+    """Eight handlers finish at once (one batch commit); one of them had its reservation given back
+    meanwhile: the batch commits the other seven and the counters say 7 succeeded and 1 lost."""
+    started: list[str] = []
+    all_started = asyncio.Event()
+    worker = AsyncWorker(
+        dsn, concurrency=8, connections=1, poll_fallback=0.5, register=False, commit_reserve=False
+    )
+
+    @worker.handler(queue.name)
+    async def handle(job):
+        if job.key == "k0":
+            async with await connect(dsn) as other:
+                assert await other.queue(queue.name).rollback(job.reservation, delay=3600)
+        started.append(job.key)
+        if len(started) == 8:
+            all_started.set()
+        await asyncio.wait_for(all_started.wait(), 10)
+
+    queue.push_many([(f"k{i}", "k", {}) for i in range(8)])
+    with running(worker):
+        wait_for(lambda: worker.stats.succeeded + worker.stats.lost == 8, 60, "8 commits")
+    assert (worker.stats.succeeded, worker.stats.lost) == (7, 1)
+    s = queue.stats()
+    assert (s.ready, s.delayed, s.reserved) == (0, 1, 0), "the given-back message waits for its delay"
+
+
+def test_stop_lets_running_handlers_finish_and_leaves_the_rest_ready(dsn, queue):
+    started: list[str] = []
+    finished: list[str] = []
+    worker = AsyncWorker(dsn, concurrency=2, poll_fallback=0.5, shutdown_timeout=30)
+
+    @worker.handler(queue.name)
+    async def slow(job):
+        started.append(job.key)
+        await asyncio.sleep(1.0)
+        finished.append(job.key)
+
+    queue.push_many([(f"k{i}", "k", {}) for i in range(10)])
+    with running(worker):
+        wait_for(lambda: len(started) >= 2, 15, "two handlers")
+        worker.stop()
+        wait_for(worker.stopped.is_set, 30, "the stop")
+    assert sorted(started) == sorted(finished), "a running handler was cut short"
+    assert worker.unfinished == []
+    s = queue.stats()
+    assert s.reserved == 0 and s.ready == 10 - len(finished)
+
+
+def test_a_forced_stop_abandons_running_handlers_to_their_lease(dsn, queue):
+    cancelled = threading.Event()
+    worker = AsyncWorker(dsn, concurrency=1, poll_fallback=0.5, lease=30)
+
+    @worker.handler(queue.name)
+    async def forever(job):
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    queue.push("stuck", "k", {})
+    with running(worker):
+        wait_for(lambda: len(worker.status().running) == 1, 15, "the handler")
+        worker.stop(force=True)
+        wait_for(worker.stopped.is_set, 30, "the forced stop")
+    assert cancelled.is_set()
+    assert worker.unfinished == [f"{queue.name}/stuck/k"]
+    s = queue.stats()
+    assert s.reserved == 1, "an abandoned message stays reserved until its lease ends"
+
+
+def test_registers_while_running_and_deregisters_on_stop(dsn, db, queue):
+    worker = AsyncWorker(dsn, name="aio-registry-test", poll_fallback=0.5)
+    worker.add_handler(queue.name, lambda job: None)
+    with running(worker):
+        assert worker.registered.wait(30)
+        mine = [w for w in db.workers() if w.name == "aio-registry-test"]
+        assert [w.worker_id for w in mine] == [worker.registration.worker_id]
+        queue.push("k", "k", {})
+        wait_for(lambda: worker.stats.succeeded == 1, 30, "the message")
+    assert [w for w in db.workers() if w.name == "aio-registry-test"] == []
+
+
+def test_async_worker_refuses_bad_settings(dsn):
+    from pyqueue_sql.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError):
+        AsyncWorker(dsn, concurrency=0)
+    with pytest.raises(InvalidArgumentError):
+        AsyncWorker(dsn, connections=0)
+    with pytest.raises(InvalidArgumentError):
+        asyncio.run(AsyncWorker(dsn).run(install_signals=False))  # no handlers
