@@ -8,11 +8,17 @@ DataFrame of N messages (key, kind, JSON payload) is written
   plain   df.write.jdbc into an unindexed table with queue_ingest's columns,
   direct  the same rows appended straight into pyqueue_message (fresh keys,
           no dedup, no checks): the floor set by the live table itself,
-  ingest  pyqueue_sql.spark.enqueue (PostgreSQL: the append, the trigger
-          enqueues; MySQL/MariaDB: the append + CALL queue_ingest_flush),
-  rerun   the same enqueue again: every row is a duplicate of a live message,
-with the same JDBC options (batch size, batched-insert rewriting, partitions).
-Prints rows/s and ingest/plain ratios; --variants on MySQL also measures the
+  ingest  pyqueue_sql.spark.enqueue(method="jdbc") (PostgreSQL: the append, the
+          trigger enqueues; MySQL/MariaDB: the append + CALL queue_ingest_flush),
+  load    the bulk load alone (pyqueue_sql.spark.bulk_load into queue_ingest with
+          the trigger off on PostgreSQL, no flush on MySQL/MariaDB): the append,
+  bulk    pyqueue_sql.spark.enqueue(method="bulk") (the default in local mode):
+          PostgreSQL COPY / MySQL LOAD DATA LOCAL INFILE into queue_ingest from
+          Spark's Python workers, the same trigger / flush,
+  rerun   the bulk enqueue again: every row is a duplicate of a live message,
+with the same JDBC options (batch size, batched-insert rewriting, partitions;
+the bulk path takes batch size as rows per statement).
+Prints rows/s and ratios to plain; --variants on MySQL also measures the
 MariaDB driver's useBulkStmts against rewriteBatchedStatements.
 Results also go to bench/results/spark_ingest.json. See bench/spark.md.
 """
@@ -25,6 +31,7 @@ import os
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -93,6 +100,9 @@ def frame(spark, rows: int, partitions: int):
     )
     df = df.cache()
     df.count()
+    # Start the Python workers the bulk path runs in (once per session, reused after), so
+    # that no step's time includes their start-up.
+    spark.sparkContext.parallelize(range(partitions), partitions).map(lambda x: x).count()
     return df
 
 
@@ -161,8 +171,8 @@ def bench_dialect(
                 direct = time.perf_counter() - t
                 clear(url, statements)
 
-                t = time.perf_counter()
-                pqs.enqueue(
+                enqueue = partial(
+                    pqs.enqueue,
                     df,
                     url,
                     QUEUE,
@@ -172,23 +182,24 @@ def bench_dialect(
                     properties=extra,
                     batch_size=batch,
                 )
-                ingest = time.perf_counter() - t
-                with pyqueue_sql.connect(url) as db:
-                    live = db.queue(QUEUE).stats().ready
-                t = time.perf_counter()
-                pqs.enqueue(
-                    df,
-                    url,
-                    QUEUE,
-                    key="key",
-                    kind="kind",
-                    payload="payload",
-                    properties=extra,
-                    batch_size=batch,
+                # The bulk load alone: the rows reach queue_ingest and are not enqueued
+                # (PostgreSQL: trigger off; MySQL/MariaDB: no flush), i.e. what the append costs.
+                load_rows = pqs.ingest_frame(
+                    df, QUEUE, key="key", kind="kind", payload="payload", dialect=dialect
                 )
-                rerun = time.perf_counter() - t
-                with pyqueue_sql.connect(url) as db:
-                    live_after = db.queue(QUEUE).stats().ready
+                if f"load_only_{dialect}" in statements:
+                    run_sql(url, statements[f"load_only_{dialect}"])
+                t = time.perf_counter()
+                pqs.bulk_load(load_rows, pqs.BULK_LOADS[type(tgt.sql_dialect)], tgt.dsn, batch)
+                load = time.perf_counter() - t
+                if f"load_done_{dialect}" in statements:
+                    run_sql(url, statements[f"load_done_{dialect}"])
+                run_sql(url, statements["empty_ingest"])
+
+                ingest, live = timed_enqueue(enqueue, "jdbc", url)
+                clear(url, statements)
+                bulk, live_bulk = timed_enqueue(enqueue, "bulk", url)
+                rerun, live_after = timed_enqueue(enqueue, "bulk", url)
                 row = {
                     "dialect": dialect,
                     "options": label,
@@ -199,12 +210,18 @@ def bench_dialect(
                     "plain_rows_s": rows / plain,
                     "direct_rows_s": rows / direct,
                     "ingest_rows_s": rows / ingest,
+                    "load_rows_s": rows / load,
+                    "load_vs_plain": plain / load,
+                    "bulk_rows_s": rows / bulk,
                     "rerun_rows_s": rows / rerun,
                     "direct_vs_plain": plain / direct,
                     "ingest_vs_direct": direct / ingest,
                     "ingest_vs_plain": plain / ingest,
+                    "bulk_vs_plain": plain / bulk,
+                    "bulk_vs_direct": direct / bulk,
                     "rerun_vs_plain": plain / rerun,
                     "live_after_ingest": live,
+                    "live_after_bulk": live_bulk,
                     "live_after_rerun": live_after,
                 }
                 results.append(row)
@@ -212,18 +229,31 @@ def bench_dialect(
                     f"{dialect:10s} {label:12s} round {r + 1}: plain {row['plain_rows_s']:9,.0f} rows/s  "
                     f"direct {row['direct_rows_s']:9,.0f} rows/s ({row['direct_vs_plain']:.0%})  "
                     f"ingest {row['ingest_rows_s']:9,.0f} rows/s ({row['ingest_vs_plain']:.0%})  "
+                    f"load {row['load_rows_s']:9,.0f} rows/s ({row['load_vs_plain']:.0%})  "
+                    f"bulk {row['bulk_rows_s']:9,.0f} rows/s ({row['bulk_vs_plain']:.0%})  "
                     f"rerun {row['rerun_rows_s']:9,.0f} rows/s ({row['rerun_vs_plain']:.0%})  "
-                    f"live {live}/{live_after}",
+                    f"live {live}/{live_bulk}/{live_after}",
                     flush=True,
                 )
-                if live != rows or live_after != rows:
+                if {live, live_bulk, live_after} != {rows}:
                     raise SystemExit(
-                        f"{dialect}: expected {rows} live messages, got {live} then {live_after}"
+                        f"{dialect}: expected {rows} live messages, got {live}, {live_bulk} then {live_after}"
                     )
         df.unpersist()
     finally:
         admin(dialect, "DROP DATABASE IF EXISTS {db}", name)
     return results
+
+
+def timed_enqueue(enqueue, method: str, url: str) -> tuple[float, int]:
+    """Seconds one enqueue with ``method`` took, and the live messages of the queue after it."""
+    import pyqueue_sql
+
+    t = time.perf_counter()
+    enqueue(method=method)
+    seconds = time.perf_counter() - t
+    with pyqueue_sql.connect(url) as db:
+        return seconds, db.queue(QUEUE).stats().ready
 
 
 def clear(url: str, statements: dict[str, str]) -> None:

@@ -14,3 +14,13 @@ TRUNCATE TABLE bench_plain
 
 -- name: clear_queue
 DELETE FROM pyqueue_message WHERE queue_name = 'bench.ingest'
+
+-- name: load_only_postgresql
+-- The "load" step: COPY into queue_ingest with its enqueue trigger off (the rows stay there).
+ALTER TABLE queue_ingest DISABLE TRIGGER queue_ingest_enqueue
+
+-- name: load_done_postgresql
+ALTER TABLE queue_ingest ENABLE TRIGGER queue_ingest_enqueue
+
+-- name: empty_ingest
+DELETE FROM queue_ingest

@@ -7,8 +7,9 @@
 1. Job 1 (PySpark, local mode) writes a dataset of users to Parquet, reads it
    back, computes the messages to send (a win-back e-mail for users idle for a
    month, a search re-index for recently changed profiles, with priorities)
-   and enqueues them with pyqueue_sql.spark.enqueue: a plain JDBC append into
-   queue_ingest (plus CALL queue_ingest_flush on MySQL/MariaDB). It then runs
+   and enqueues them with pyqueue_sql.spark.enqueue: an append into
+   queue_ingest (PostgreSQL: COPY from Spark's Python workers, in local mode;
+   MySQL/MariaDB: JDBC batches, then CALL queue_ingest_flush). It then runs
    the same enqueue again, as a retried job would: nothing is enqueued twice.
 2. Workers drain the queue with a plain reserve/commit loop of pyqueue-sql's
    client (threads, one connection each). (The worker runtime with LISTEN

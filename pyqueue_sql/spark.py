@@ -7,8 +7,11 @@
                 key="doc_id", kind=F.lit("reindex"), payload=["doc_id", "version"])
     hist = pqs.read_history(spark, url, "reindex", since, until)
 
-``enqueue`` is a plain ``df.write.jdbc(url, "queue_ingest", mode="append")``
-with the options that matter. The database makes it safe: on PostgreSQL a
+``enqueue`` appends the rows to the table ``queue_ingest``: with the dialect's
+bulk statement (PostgreSQL COPY, MySQL/MariaDB LOAD DATA LOCAL INFILE) from
+Spark's Python workers (the default in local mode on PostgreSQL), or with a plain
+``df.write.jdbc(url, "queue_ingest", mode="append")`` with the options that
+matter (``method=`` chooses). The database makes it safe: on PostgreSQL a
 statement trigger turns every inserted row into a live message with dedup;
 on MySQL/MariaDB the rows wait in ``queue_ingest`` until ``CALL
 queue_ingest_flush(queue)``, which ``enqueue`` issues after the write. A
@@ -45,12 +48,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from . import dialects, errors
+from . import dialects, errors, queries
+from .dialects.mysql import quote_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
 
 INGEST_TABLE = "queue_ingest"
+# queue_ingest's columns a row may fill (the rest are the table's own bookkeeping).
+INGEST_COLUMNS = ("queue_name", "p_key", "p_kind", "payload", "run_at", "priority")
 HISTORY_TABLE = "pyqueue_history"
 HISTORY_COLUMNS = (
     "id",
@@ -238,7 +244,10 @@ def session(
     app_name: str = "pyqueue-sql", master: str = "local[2]", conf: Mapping[str, str] | None = None
 ) -> SparkSession:
     """A SparkSession with the JDBC jars on its class path, the UI off, few shuffle
-    partitions (local work) and UTC as session time zone."""
+    partitions (local work) and UTC as session time zone. Its Python workers (which
+    run enqueue's bulk load) use this interpreter, unless $PYSPARK_PYTHON says otherwise."""
+    import sys
+
     from pyspark.sql import SparkSession
 
     builder = (
@@ -252,6 +261,8 @@ def session(
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
     )
+    # pyspark starts its workers with $PYSPARK_PYTHON, read when the context is created
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -436,6 +447,46 @@ def _quiet_task_failures(spark: Any) -> Any:
                         spark._jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
 
 
+# How long a failed enqueue waits for the other tasks of its job to end before it raises.
+SETTLE_TIMEOUT_S = 600.0
+
+
+def _running_tasks(sc: Any, tag: str) -> int:
+    """The tasks still running in the jobs tagged ``tag``."""
+    tracker = sc.statusTracker()
+    running = 0
+    for job in sc._jsc.sc().statusTracker().getJobIdsForTag(tag):
+        info = tracker.getJobInfo(job)
+        for stage in info.stageIds if info is not None else ():
+            stage_info = tracker.getStageInfo(stage)
+            running += stage_info.numActiveTasks if stage_info is not None else 0
+    return running
+
+
+@contextlib.contextmanager
+def _settled_on_failure(spark: Any) -> Any:
+    """Tags the Spark jobs the block starts (from this thread); when the block fails,
+    waits until their tasks have all ended before the failure goes on: Spark does not
+    interrupt the other running tasks of a failed job, and such a task may still
+    commit its partition. So when enqueue raises, nothing of it lands afterwards."""
+    import time
+
+    sc = spark.sparkContext
+    tag = f"pyqueue-ingest-{uuid.uuid4().hex}"
+    sc.addJobTag(tag)
+    try:
+        yield
+    except BaseException:
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while _running_tasks(sc, tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if time.monotonic() >= deadline:
+            log.warning("tasks of the failed write were still running after %.0f s", SETTLE_TIMEOUT_S)
+        raise
+    finally:
+        sc.removeJobTag(tag)
+
+
 def _tagged(tgt: Target, tag: str) -> tuple[dict[str, str], str]:
     """PostgreSQL: the JDBC properties and the DSN of connections whose session has
     pyqueue.ingest_tag = tag (libpq/pgJDBC's startup ``options``, after the caller's
@@ -473,6 +524,228 @@ def flush(url: str, queue: str | None = None, properties: Mapping[str, str] | No
     return _flush(tgt, tgt.dsn, queue)
 
 
+# -- bulk load ------------------------------------------------------------------
+# enqueue's faster path: each partition streams its rows, as CSV text built by
+# Spark (in the JVM), through a Spark Python worker into queue_ingest with the
+# dialect's bulk statement (PostgreSQL COPY, MySQL/MariaDB LOAD DATA LOCAL
+# INFILE), in one transaction per partition, as the JDBC write does. The rows
+# land in the same table as a JDBC append, so the trigger (PostgreSQL) or the
+# flush (MySQL/MariaDB) does the same checks, dedup and bad-row reporting.
+
+METHODS = ("auto", "bulk", "jdbc")
+
+
+class BulkLoad:
+    """How one dialect loads CSV lines into queue_ingest. A field is a value in
+    double quotes (a quote doubled inside) or the dialect's NULL token, unquoted."""
+
+    null = ""  # the unquoted token that reads as NULL
+    # method="auto" takes it (in local mode) only where it measured faster than the JDBC batches
+    preferred = True
+
+    def unavailable(self, dsn: str) -> str | None:
+        """Why this database cannot take the bulk load from here (None: it can)."""
+        raise NotImplementedError
+
+    def connect(self, dsn: str) -> Any:
+        """A connection in a transaction (not autocommit) that load() writes through."""
+        raise NotImplementedError
+
+    def load(self, connection: Any, columns: Sequence[str], lines: list[str]) -> None:
+        """One statement that appends the CSV lines (without their newlines) to queue_ingest."""
+        raise NotImplementedError
+
+
+class CopyLoad(BulkLoad):
+    """PostgreSQL: COPY queue_ingest FROM STDIN (FORMAT csv) with psycopg; each COPY is one
+    INSERT statement for the ingest trigger (checks, dedup, tally under the session's tag).
+    An unquoted empty field is NULL, a quoted one the empty string."""
+
+    def unavailable(self, dsn: str) -> str | None:
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return "psycopg is not installed (pip install 'pyqueue-sql[spark]')"
+        return None
+
+    def connect(self, dsn: str) -> Any:
+        return dialects.PostgreSQL().connect(dsn, autocommit=False)
+
+    def load(self, connection: Any, columns: Sequence[str], lines: list[str]) -> None:
+        from psycopg import sql
+
+        statement = sql.SQL("COPY queue_ingest ({}) FROM STDIN (FORMAT csv)").format(
+            sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+        )
+        with connection.cursor() as cur, cur.copy(statement) as copy:
+            copy.write("\n".join(lines))
+            copy.write("\n")
+
+
+class LoadDataLoad(BulkLoad):
+    """MySQL/MariaDB: LOAD DATA LOCAL INFILE with PyMySQL, from a temporary file per
+    statement (the server must allow local_infile). No escape character (so that the
+    statement reads the same under any sql_mode); the unquoted word NULL is NULL.
+    LOCAL turns conversion errors into warnings: any warning fails the load instead,
+    as strict mode fails a JDBC batch."""
+
+    null = "NULL"
+    # The load itself matches the JDBC append, but the enqueue (load + flush) measured slower
+    # than the JDBC batches + flush (bench/spark.md): auto keeps JDBC here; method="bulk" asks.
+    preferred = False
+
+    def unavailable(self, dsn: str) -> str | None:
+        try:
+            connection = self.connect(dsn)
+        except ImportError:
+            return "PyMySQL is not installed (pip install 'pyqueue-sql[spark]')"
+        try:
+            cur = connection.cursor()
+            cur.execute("SELECT @@local_infile")
+            [(allowed,)] = cur.fetchall()
+        finally:
+            connection.close()
+        if not int(allowed):
+            return "the server does not allow LOAD DATA LOCAL INFILE (local_infile is OFF)"
+        return None
+
+    def connect(self, dsn: str) -> Any:
+        import pymysql
+
+        return pymysql.connect(
+            **{**dialects.mysql_connect_args(dsn), "autocommit": False, "local_infile": True}
+        )
+
+    def load(self, connection: Any, columns: Sequence[str], lines: list[str]) -> None:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="\n", suffix=".csv") as data:
+            data.write("\n".join(lines))
+            data.write("\n")
+            data.flush()
+            unknown = [c for c in columns if c not in INGEST_COLUMNS]
+            if unknown:
+                raise errors.InvalidArgumentError(f"queue_ingest has no column {unknown[0]!r}")
+            statement = queries.queries("mysql")["load_ingest_csv"].format(
+                columns=", ".join(quote_name(c) for c in columns)
+            )
+            cur = connection.cursor()
+            try:
+                cur.execute(statement, (data.name,))
+            finally:
+                cur.close()
+        warnings = connection.show_warnings()
+        if warnings:
+            listed = "; ".join(str(w[2]) for w in warnings[:3])
+            # raised in a Spark worker: the driver maps the routine-error format to InvalidArgumentError
+            raise errors.InvalidArgumentError(
+                f"pyqueue:invalid_argument: LOAD DATA into queue_ingest could not store "
+                f"{len(warnings)} value(s) as they are, nothing of this partition is kept: {listed}"
+            )
+
+
+# The bulk load of each dialect (by its class: callers never look at a dialect's name).
+BULK_LOADS: dict[type[dialects.Dialect], BulkLoad] = {
+    dialects.PostgreSQL: CopyLoad(),
+    dialects.MySQL: LoadDataLoad(),
+}
+
+
+def csv_lines(rows: DataFrame, null: str) -> DataFrame:
+    """One string column ``line``: each row as a CSV line (no newline), built by Spark:
+    every value in double quotes with quotes doubled, NULL as the unquoted ``null``;
+    timestamps with their UTC offset."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    fields = []
+    for field in rows.schema.fields:
+        value = F.col(field.name)
+        if isinstance(field.dataType, TimestampType):
+            text = F.date_format(value, "yyyy-MM-dd HH:mm:ss.SSSSSSxxx")
+        else:
+            text = value.cast("string")
+        # replace, not regexp_replace: twice as fast here (measured, bench/spark.md)
+        quoted = F.concat(F.lit('"'), F.replace(text, F.lit('"'), F.lit('""')), F.lit('"'))
+        fields.append(F.coalesce(quoted, F.lit(null)))
+    return rows.select(F.concat_ws(",", *fields).alias("line"))
+
+
+def _load_partition(load: BulkLoad, dsn: str, columns: Sequence[str], statement_rows: int, lines: Any) -> Any:
+    """A Spark task (in a Python worker): appends its partition's lines to queue_ingest,
+    ``statement_rows`` lines per statement, and commits once at the end; a failure
+    anywhere rolls back the whole partition. Yields the number of rows."""
+    connection = load.connect(dsn)
+    written = 0
+    try:
+        chunk: list[str] = []
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) >= statement_rows:
+                load.load(connection, columns, chunk)
+                written += len(chunk)
+                chunk = []
+        if chunk:
+            load.load(connection, columns, chunk)
+            written += len(chunk)
+        connection.commit()
+    finally:
+        connection.close()  # without the commit above: the server rolls the partition back
+    yield written
+
+
+def bulk_load(rows: DataFrame, load: BulkLoad, dsn: str, statement_rows: int) -> int:
+    """Appends the queue_ingest rows of ``rows`` (ingest_frame's columns) with ``load``,
+    one Spark task per partition; returns the number of rows."""
+    from functools import partial
+
+    from pyspark import RDD
+    from pyspark.serializers import UTF8Deserializer
+
+    spark = rows.sparkSession
+    lines = csv_lines(rows, load.null)
+    # the lines as a Dataset[String]: they reach the Python workers as plain UTF-8 strings, unpickled
+    strings = getattr(lines._jdf, "as")(spark._jvm.org.apache.spark.sql.Encoders.STRING())
+    rdd = RDD(strings.toJavaRDD(), spark.sparkContext, UTF8Deserializer())
+    task = partial(_load_partition, load, dsn, tuple(rows.columns), max(1, statement_rows))
+    return sum(rdd.mapPartitions(task).collect())
+
+
+def _workers_unfit(spark: Any) -> str | None:
+    """Why the Python workers may lack pyqueue-sql (None: they run this interpreter, or
+    $PYSPARK_PYTHON names the one to use)."""
+    import shutil
+    import sys
+
+    worker = getattr(spark.sparkContext, "pythonExec", None) or "python3"
+    if os.environ.get("PYSPARK_PYTHON") or shutil.which(worker) == sys.executable:
+        return None
+    return f"the Python workers run {worker!r}, not this interpreter (set PYSPARK_PYTHON, or use session())"
+
+
+def _bulk_method(method: str, spark: Any, d: dialects.Dialect, dsn: str) -> BulkLoad | None:
+    """The bulk load that ``method`` asks for (None: the JDBC write). auto: in local mode,
+    where the bulk load is the faster path (BulkLoad.preferred), when the driver is
+    installed and the server allows the load."""
+    if method not in METHODS:
+        raise errors.InvalidArgumentError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    load = BULK_LOADS.get(type(d))
+    if method == "jdbc":
+        return None
+    if method == "auto" and (
+        load is None or not load.preferred or not spark.sparkContext.master.startswith("local")
+    ):
+        return None
+    why = f"no bulk load for {d.jdbc.product}" if load is None else _workers_unfit(spark)
+    why = why or load.unavailable(dsn)
+    if why is None:
+        return load
+    if method == "bulk":
+        raise errors.InvalidArgumentError(f"method='bulk' cannot run here: {why}")
+    log.info("enqueue writes with JDBC: %s", why)
+    return None
+
+
 def enqueue(
     df: DataFrame,
     url: str,
@@ -487,6 +760,7 @@ def enqueue(
     batch_size: int = DEFAULT_BATCH_SIZE,
     num_partitions: int | None = None,
     count_rows: bool = False,
+    method: str = "auto",
 ) -> IngestResult:
     """Enqueues every row of ``df`` as a message of ``queue``, with dedup on (queue, key, kind).
 
@@ -497,10 +771,24 @@ def enqueue(
     map / array column (written with to_json), a list of column names (made
     into one JSON object), or None for a JSON object of all remaining columns.
 
-    Writes with ``df.write.jdbc(url, "queue_ingest", mode="append")`` in up to
-    ``num_partitions`` parallel connections (None: the DataFrame's partitions),
-    ``batch_size`` rows per JDBC batch, READ COMMITTED, one transaction per
-    partition. Then ``CALL queue_ingest_flush(queue)``: on MySQL/MariaDB it
+    Appends the rows to queue_ingest in up to ``num_partitions`` parallel
+    connections (None: the DataFrame's partitions), one transaction per
+    partition, by ``method``:
+
+    - ``"bulk"``: each partition's rows, as CSV text built by Spark, go through a
+      Spark Python worker with the dialect's bulk statement: PostgreSQL ``COPY``
+      (psycopg), MySQL/MariaDB ``LOAD DATA LOCAL INFILE`` (PyMySQL; the server
+      must allow local_infile), ``batch_size`` rows per statement. The workers
+      need pyqueue-sql with the spark extra (``session()`` makes them run this
+      interpreter: it sets $PYSPARK_PYTHON when unset).
+    - ``"jdbc"``: ``df.write.jdbc(url, "queue_ingest", mode="append")``,
+      ``batch_size`` rows per JDBC batch, READ COMMITTED.
+    - ``"auto"`` (the default): bulk in local mode where it measured faster
+      (PostgreSQL; on MySQL/MariaDB the flush dominates and JDBC + flush measured
+      faster, bench/spark.md) and the driver is there; JDBC otherwise.
+
+    Both land in the same table: checks, dedup and bad-row reporting are the
+    database's, the same either way. Then ``CALL queue_ingest_flush(queue)``: on MySQL/MariaDB it
     enqueues the appended rows, on PostgreSQL it reports what the write's
     INSERTs enqueued. Returns an IngestResult (rows, enqueued, duplicates,
     rejected; see there for how exact each is). ``count_rows`` is accepted for
@@ -511,10 +799,12 @@ def enqueue(
     payload that is not JSON...) raises: on PostgreSQL the write fails with the
     routine's error, raised as the pyqueue_sql exception of its code
     (InvalidArgumentError, UnknownQueueError, InvalidPayloadError...) with the
-    routine's one-line message; the Java exception is logged at DEBUG on this
+    routine's one-line message; the Java exception (for the bulk load: Spark's,
+    holding the worker's Python traceback) is logged at DEBUG on this
     module's logger and kept as the exception's ``java_exception`` attribute
     (that partition's transaction enqueues nothing; other partitions may have
-    committed, and a re-run after the fix dedups them). On MySQL/MariaDB the good
+    committed, and a re-run after the fix dedups them; enqueue raises once the
+    job's other running tasks have ended, which Spark lets finish). On MySQL/MariaDB the good
     rows are enqueued and IngestRejectedError names how many went to
     pyqueue_ingest_reject and why.
     """
@@ -528,25 +818,32 @@ def enqueue(
     )
     if num_partitions is not None:
         rows = rows.coalesce(num_partitions) if num_partitions < rows.rdd.getNumPartitions() else rows
-    seen = Observation(f"pyqueue-ingest-{uuid.uuid4().hex}")
-    rows = rows.observe(seen, F.count(F.lit(1)).alias("rows"))
     if d.ingest_counts_by_session_tag:
         tagged, flush_dsn = _tagged(tgt, uuid.uuid4().hex)
         opts = write_options(replace(tgt, properties=tagged), batch_size)
     else:
         flush_dsn = tgt.dsn
         opts = write_options(tgt, batch_size)
+    load = _bulk_method(method, df.sparkSession, d, tgt.dsn)
+    seen = None
+    if load is None:
+        seen = Observation(f"pyqueue-ingest-{uuid.uuid4().hex}")
+        rows = rows.observe(seen, F.count(F.lit(1)).alias("rows"))
     try:
-        with _quiet_task_failures(df.sparkSession):
-            rows.write.jdbc(tgt.jdbc_url, INGEST_TABLE, mode="append", properties=opts)
+        with _quiet_task_failures(df.sparkSession), _settled_on_failure(df.sparkSession):
+            if load is None:
+                rows.write.jdbc(tgt.jdbc_url, INGEST_TABLE, mode="append", properties=opts)
+            else:
+                written = bulk_load(rows, load, flush_dsn, batch_size)
     except Exception as exc:
         mapped = _routine_error(exc, d)
         if mapped is None:
             raise
-        log.debug("the Spark JDBC write into %s failed", INGEST_TABLE, exc_info=exc)
+        log.debug("the Spark write into %s failed", INGEST_TABLE, exc_info=exc)
         mapped.java_exception = exc  # type: ignore[attr-defined]
         raise mapped from None
-    written = int(seen.get.get("rows", 0))
+    if seen is not None:
+        written = int(seen.get.get("rows", 0))
     result = _flush(tgt, flush_dsn, queue if isinstance(queue, str) else None)
     if d.ingest_counts_by_session_tag and written and result.enqueued == 0 and result.duplicates == 0:
         # the installed schema's trigger keeps no tally: the counts are unknown, not zero

@@ -46,7 +46,8 @@ def live_keys(db, queue) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-def test_two_appends_of_overlapping_data_enqueue_each_key_once(spark, jdbc_url, make_queue, db):
+@pytest.mark.parametrize("method", ["bulk", "jdbc"])
+def test_two_appends_of_overlapping_data_enqueue_each_key_once(spark, jdbc_url, make_queue, db, method):
     from pyspark.sql import functions as F
 
     q = make_queue()
@@ -57,6 +58,7 @@ def test_two_appends_of_overlapping_data_enqueue_each_key_once(spark, jdbc_url, 
         key="doc_id",
         kind=F.lit("reindex"),
         payload=["n", "tag"],
+        method=method,
     )
     second = pqs.enqueue(
         keyed_frame(spark, 500, 1500, "second"),
@@ -65,6 +67,7 @@ def test_two_appends_of_overlapping_data_enqueue_each_key_once(spark, jdbc_url, 
         key="doc_id",
         kind=F.lit("reindex"),
         payload=["n", "tag"],
+        method=method,
     )
     assert q.stats().ready == 1500
     payloads = live_keys(db, q)
@@ -173,9 +176,10 @@ BAD_ROWS = [
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["bulk", "jdbc"])
 @pytest.mark.parametrize("case, bad, error, message", BAD_ROWS, ids=[c[0] for c in BAD_ROWS])
 def test_a_bad_row_is_refused_with_a_clear_error_and_nothing_is_lost(
-    spark, jdbc_url, make_queue, db, raw, capfd, case, bad, error, message
+    spark, jdbc_url, make_queue, db, raw, capfd, case, bad, error, message, method
 ):
     q = make_queue()
     rows = [(q.name, f"good-{i}", "k", json.dumps({"i": i})) for i in range(20)]
@@ -189,7 +193,7 @@ def test_a_bad_row_is_refused_with_a_clear_error_and_nothing_is_lost(
     log4j = spark._jvm.org.apache.logging.log4j.LogManager
     levels = [str(log4j.getLogger(name).getLevel()) for name in pqs._NOISY_LOGGERS]
     with pytest.raises(expected, match=message) as info:
-        pqs.enqueue(frame, jdbc_url, None, key="p_key", kind="p_kind", payload="payload")
+        pqs.enqueue(frame, jdbc_url, None, key="p_key", kind="p_kind", payload="payload", method=method)
     assert [str(log4j.getLogger(name).getLevel()) for name in pqs._NOISY_LOGGERS] == levels  # put back
     if db.dialect.name == "postgresql":
         # the routine's error and nothing else: one line, no Java in it or printed before it
@@ -197,7 +201,8 @@ def test_a_bad_row_is_refused_with_a_clear_error_and_nothing_is_lost(
         assert text.startswith("queue_ingest row with p_key ") and message in text
         assert "\n" not in text and "java" not in text.lower() and "pyqueue:" not in text
         assert type(info.value) is error
-        assert "BatchUpdateException" in str(info.value.java_exception)  # kept for whoever needs it
+        kept = "BatchUpdateException" if method == "jdbc" else "psycopg"  # the driver's own error
+        assert kept in str(info.value.java_exception)  # kept for whoever needs it
         shown = "".join(traceback.format_exception(info.value))
         assert len(shown.splitlines()) < 12 and "\tat org." not in shown
         out, err = capfd.readouterr()
@@ -245,6 +250,96 @@ def test_a_retried_task_after_a_partial_append_enqueues_each_row_once(
     pqs.enqueue(frame, jdbc_url, q.name, key="doc_id", kind=F.lit("k"), payload=["n"])
     payloads = live_keys(db, q)
     assert len(payloads) == 1000 and payloads["doc-00500"] == {"n": 500}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["bulk", "jdbc"])
+def test_a_rerun_after_a_job_that_failed_half_way_enqueues_each_row_once(
+    spark, jdbc_url, make_queue, db, raw, method
+):
+    """The job dies at row 800 (in the second partition, after that partition sent
+    statements of 100 rows): the failing partition keeps nothing, whatever it sent
+    before, and once enqueue has raised nothing more lands (it waits for the job's
+    other task, which Spark lets finish); the re-run of the whole job enqueues each
+    row once and counts the rest as duplicates. On MySQL/MariaDB no flush ran, so
+    the first partition's rows (if it committed) wait in queue_ingest and the
+    re-run's flush meets them too."""
+    from pyspark.sql import functions as F
+
+    q = make_queue()
+    frame = keyed_frame(spark, 0, 1000, partitions=2)
+    dying = frame.withColumn(
+        "doc_id",
+        F.when(F.col("n") == 800, F.raise_error(F.lit("the job died half way"))).otherwise(F.col("doc_id")),
+    )
+    enqueue = dict(key="doc_id", kind=F.lit("k"), payload=["n"], batch_size=100, method=method)
+    with pytest.raises(Exception, match="the job died half way"):
+        pqs.enqueue(dying, jdbc_url, q.name, **enqueue)
+    live = [r[0] for r in raw("SELECT p_key FROM pyqueue_message WHERE queue_name = %s", (q.name,))]
+    waiting = [r[0] for r in raw("SELECT p_key FROM queue_ingest WHERE queue_name = %s", (q.name,))]
+    assert len(live) + len(waiting) <= 500  # nothing of the failing partition (rows 500-999)
+    assert all(key < "doc-00500" for key in live + waiting)
+    result = pqs.enqueue(frame, jdbc_url, q.name, **enqueue)
+    assert (result.rows, result.enqueued, result.duplicates) == (
+        1000,
+        1000 - len(live),
+        len(live) + len(waiting),
+    )
+    payloads = live_keys(db, q)
+    assert len(payloads) == 1000 and payloads["doc-00800"] == {"n": 800}
+    assert raw("SELECT count(*) FROM queue_ingest WHERE queue_name = %s", (q.name,))[0][0] == 0
+
+
+@pytest.mark.slow
+def test_the_bulk_load_carries_awkward_text_and_null_exactly(spark, jdbc_url, make_queue, db):
+    """Quotes, commas, backslashes, line ends, the word NULL and non-ASCII text reach
+    the queue as they were; a NULL payload stays NULL (refused as NULL, not as text)."""
+    awkward = ['a,"b"', "back\\slash\\n", "two\nlines\r\n", "NULL", "\\N", "clé ✓ 😀", '"', ","]
+    q = make_queue()
+    rows = [(f"k{i}-{text}", text, json.dumps({"s": text})) for i, text in enumerate(awkward)]
+    frame = spark.createDataFrame(rows, "k string, kind string, payload string")
+    result = pqs.enqueue(frame, jdbc_url, q.name, key="k", kind="kind", payload="payload", method="bulk")
+    assert (result.rows, result.enqueued) == (len(rows), len(rows))
+    got = {(m.key, m.kind): m.payload for m in q.pop(n=100)}
+    assert got == {(k, kind): json.loads(p) for k, kind, p in rows}
+    null = spark.createDataFrame([("k", "kind", None)], "k string, kind string, payload string")
+    expected = pyqueue_sql.InvalidPayloadError if db.dialect.name == "postgresql" else pqs.IngestRejectedError
+    with pytest.raises(expected, match="payload must not be NULL"):
+        pqs.enqueue(null, jdbc_url, q.name, key="k", kind="kind", payload="payload", method="bulk")
+
+
+@pytest.mark.slow
+def test_a_value_the_bulk_load_cannot_store_fails_the_partition_and_keeps_nothing(
+    spark, jdbc_url, make_queue, db, raw
+):
+    """priority 'high' cannot be stored in queue_ingest's numeric column: PostgreSQL's
+    COPY refuses it; MySQL's LOAD DATA LOCAL would store 0 with a warning, which the
+    load turns into an error. Either way the partition's rows are not kept."""
+    q = make_queue()
+    frame = spark.createDataFrame([("a", "1"), ("b", "high")], "k string, prio string").coalesce(1)
+    if db.dialect.name == "postgresql":
+        error, message = Exception, "invalid input syntax for type numeric"
+    else:
+        error, message = pyqueue_sql.InvalidArgumentError, "could not store 1 value"
+    with pytest.raises(error, match=message):
+        pqs.enqueue(frame, jdbc_url, q.name, key="k", kind="k", payload=["k"], priority="prio", method="bulk")
+    assert q.stats().ready == 0
+    assert raw("SELECT count(*) FROM queue_ingest WHERE queue_name = %s", (q.name,))[0][0] == 0
+
+
+def test_auto_takes_the_bulk_load_where_it_is_the_faster_path_and_method_is_checked(spark, jdbc_url, db):
+    """In local mode auto takes the bulk load of the dialects where it measured faster
+    (PostgreSQL's COPY), JDBC elsewhere; bulk and jdbc are taken as asked."""
+    tgt = pqs.target(jdbc_url)
+    load = pqs.BULK_LOADS[type(tgt.sql_dialect)]
+    auto = pqs._bulk_method("auto", spark, tgt.sql_dialect, tgt.dsn)
+    assert auto is (load if load.preferred else None)
+    assert isinstance(pqs.BULK_LOADS[pyqueue_sql.dialects.PostgreSQL], pqs.CopyLoad)
+    assert pqs.BULK_LOADS[pyqueue_sql.dialects.PostgreSQL].preferred
+    assert pqs._bulk_method("bulk", spark, tgt.sql_dialect, tgt.dsn) is load
+    assert pqs._bulk_method("jdbc", spark, tgt.sql_dialect, tgt.dsn) is None
+    with pytest.raises(pyqueue_sql.InvalidArgumentError, match="method must be one of auto, bulk, jdbc"):
+        pqs._bulk_method("copy", spark, tgt.sql_dialect, tgt.dsn)
 
 
 @pytest.mark.slow
