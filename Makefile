@@ -4,7 +4,7 @@
 #               embedded extras; pyspark only for the Spark stage, when Java is there)
 #   make test   runs the whole test suite against both dialects (dev + spark extras)
 #   make test-fast  the inner loop: the tests not marked slow (pytest -m "not slow"), both
-#               dialects, under 2 minutes; make test and CI still run everything
+#               dialects, about 2 minutes; make test and CI still run everything
 #   make wheel  builds dist/pyqueue_sql-*.whl (the package is not on an index yet:
 #               pip install 'dist/pyqueue_sql-<version>-py3-none-any.whl[postgresql]')
 PYTHON ?= python3
@@ -91,10 +91,15 @@ wheel: | $(PY)
 	$(PY) -m pip wheel --disable-pip-version-check --no-deps --wheel-dir dist .
 	@ls dist/pyqueue_sql-*.whl
 
-# Side-by-side benchmark against PGQueuer, procrastinate, the naive design and
-# the INSERT ceiling (bench/README.md). Full run ~10-15 min; quick:
-#   make bench BENCH_ARGS=--quick
-# Scale measurements (1M messages, churn, xmin horizon): make scale
+# Side-by-side benchmark, interleaved in rounds (bench/README.md): pyqueue-sql against pgmq, PGQueuer
+# and the INSERT ceiling on PostgreSQL, a hand-rolled SKIP LOCKED queue, the naive design and the
+# INSERT IGNORE ceiling on MySQL/MariaDB; writes bench/latest/bench.{md,json}. Full run ~10 min;
+#   make bench BENCH_ARGS=--quick                     1 round, 2,000 messages (~1.5 min)
+#   make bench BENCH_ARGS="--rounds 5 --dialects mysql"
+# Scale measurements on both dialects (1M delayed / backlog / churn, 100k distinct priorities, batch
+# linearity, a held read view), each as a ratio to the small queue:
+#   make scale                                        tens of minutes per dialect
+#   make scale SCALE_ARGS="--rows 20000 --sample 500 --hold 10 --dialects mysql"   a quick check
 BENCH_STAMP := $(VENV)/.bench-installed
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import uuid
 
 import pyqueue_sql
@@ -47,9 +49,22 @@ def drop(dialect: str, dsn: str) -> None:
         if dialect == "postgresql":
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         else:
+            # as PostgreSQL's WITH (FORCE): end the sessions still in it (a bench client cut
+            # short leaves its statement running, and the DROP would wait for it)
+            cur.execute("SELECT id FROM information_schema.processlist WHERE db = %s", (name,))
+            for (session,) in cur.fetchall():
+                try:
+                    cur.execute(f"KILL {int(session)}")
+                except Exception:  # it ended meanwhile
+                    pass
             cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
     finally:
         conn.close()
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (timeout, kill) exits through the finally blocks, so the databases are dropped."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def raw_connect(dialect: str, dsn: str, autocommit: bool = True):
@@ -77,4 +92,4 @@ def install_pyqueue(dsn: str) -> None:
     migrate.upgrade(dsn)
 
 
-__all__ = ["create", "drop", "execute", "install_pyqueue", "raw_connect", "pyqueue_sql"]
+__all__ = ["create", "drop", "execute", "exit_on_sigterm", "install_pyqueue", "raw_connect", "pyqueue_sql"]

@@ -1,13 +1,23 @@
-"""Side-by-side queue benchmark: pyqueue-sql, PGQueuer, procrastinate, the naive
-select-then-update design, and the machine's single-row INSERT ceiling.
+"""Side-by-side queue benchmark against the strongest peers, interleaved in rounds.
 
-    python bench/bench.py            # full run (10,000 messages, 1/4/16 clients, both dialects)
-    python bench/bench.py --quick    # 2,000 messages, shorter time cap
+    python bench/bench.py                        # both dialects, 3 rounds, 4 clients, 10,000 messages
+    python bench/bench.py --quick                # 1 round, 2,000 messages, 3 s cap (a check that it runs)
+    python bench/bench.py --rounds 5 --dialects mysql --workloads push,reserve_ack
 
-Every system gets its own fresh database (created here, dropped at the end).
-Clients are separate processes, each with its own connection; they start
-together behind a barrier, and throughput = messages done / (last client's
-end - first client's start). See bench/README.md for the method.
+The same workload for every system: 4 client processes (--clients), each with its own connection
+opened before a barrier; they start together, push their share of 10,000 messages (--messages) or
+consume until all are done, one autocommit call at a time (or one batch of 100 per call), with
+small JSON payloads. Throughput = messages done / (last client's end - first client's start); a
+measurement stops early after --cap seconds.
+
+Interleaved: every round runs every workload on every system back to back, the systems in an order
+that rotates from round to round, so that a change in the machine's load hits them alike. The
+report gives, per dialect and workload, each system's median msg/s and its range over the rounds,
+and ratios taken within each round (then the median): against the best peer of that workload (the
+peer with the highest median), and for single pushes against the INSERT ceiling.
+
+Every system gets its own fresh database (created here, dropped at the end); nothing else on the
+servers is touched and no server setting is changed. See bench/README.md for what each system runs.
 """
 
 from __future__ import annotations
@@ -15,10 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import importlib.util
+import inspect
 import json
 import multiprocessing as mp
 import os
 import platform
+import statistics
 import sys
 import time
 import uuid
@@ -29,28 +42,70 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import _dbs  # noqa: E402
 
 WORKLOADS = ("push", "reserve_ack", "push_batch", "reserve_ack_batch")
+CONSUMING = ("reserve_ack", "reserve_ack_batch")
 BATCH = 100
-PEERS = ("pgqueuer", "procrastinate")
+QUEUE = "bench"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _payload(i: Any) -> str:
+    return json.dumps({"n": i, "kind": "bench"})
 
 
 # ===========================================================================
 # Systems. Each has: setup(dsn) once per fresh database, reset(dsn) before a
-# run, prefill(dsn, n) for the consuming workloads, and client(workload) that
-# returns an object with .open(), .push(i), .push_batch(ids), .take_ack() ->
-# int (messages done; 0 when nothing was there), .take_ack_batch() -> int.
+# measurement, prefill(dsn, n) for the consuming workloads, and, in each client
+# process, open(dsn) / close() and the calls .push(key, i), .push_batch(keys),
+# .take_ack() -> messages done (0 when nothing was there), .take_ack_batch().
+# role: "ours", "peer" or "ceiling". calls: what one call of each workload runs.
 # ===========================================================================
 
 
-class PyQueue:
-    """pyqueue-sql through its Python client. One at a time: commit_reserve
-    (commits the previous message and reserves the next in one call)."""
-
-    name = "pyqueue"
-    dialects = ("postgresql", "mysql")
-    queue = "bench"
+class System:
+    name = ""
+    role = "peer"
+    dialects: tuple[str, ...] = ("postgresql", "mysql")
+    calls: dict[str, str] = {}
 
     def __init__(self, dialect: str):
         self.dialect = dialect
+        self.pg = dialect == "postgresql"
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this system cannot run here (a package missing), or None."""
+        return None
+
+    @classmethod
+    def call_of(cls, dialect: str, workload: str) -> str:
+        """What one call of the workload runs, for the report."""
+        return cls.calls.get(workload, "")
+
+    def prefill(self, dsn: str, n: int) -> None:
+        for start in range(0, n, 1000):
+            self.push_batch_setup(dsn, [f"p{i}" for i in range(start, min(n, start + 1000))])
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _analyze(dialect: str, dsn: str, table: str) -> None:
+    _dbs.execute(
+        dialect, dsn, f"VACUUM ANALYZE {table}" if dialect == "postgresql" else f"ANALYZE TABLE {table}"
+    )
+
+
+class PyQueue(System):
+    """pyqueue-sql through its Python client, whose methods each call one public routine."""
+
+    name = "pyqueue"
+    role = "ours"
+    calls = {
+        "push": "`queue_push` (`Queue.push`)",
+        "reserve_ack": "`queue_reserve(n=1)` + `queue_commit`",
+        "push_batch": "`queue_push_batch` of 100 (`Queue.push_many`)",
+        "reserve_ack_batch": "`queue_reserve(n=100)` + `queue_commit_batch` (`Queue.commit_many`)",
+    }
 
     def setup(self, dsn: str) -> None:
         _dbs.install_pyqueue(dsn)
@@ -60,23 +115,17 @@ class PyQueue:
 
         with pyqueue_sql.connect(dsn) as db:
             try:
-                db.queue(self.queue).drop()
+                db.queue(QUEUE).drop()
             except pyqueue_sql.UnknownQueueError:
                 pass
-            db.queue(self.queue).create(visibility_timeout=300)
-        _dbs.execute(
-            self.dialect,
-            dsn,
-            "VACUUM ANALYZE pyqueue_message"
-            if self.dialect == "postgresql"
-            else "ANALYZE TABLE pyqueue_message",
-        )
+            db.queue(QUEUE).create(visibility_timeout=300)
+        _analyze(self.dialect, dsn, "pyqueue_message")
 
     def prefill(self, dsn: str, n: int) -> None:
         import pyqueue_sql
 
         with pyqueue_sql.connect(dsn) as db:
-            q = db.queue(self.queue)
+            q = db.queue(QUEUE)
             for start in range(0, n, 1000):
                 q.push_many([(f"p{i}", "job", {"n": i}) for i in range(start, min(n, start + 1000))])
 
@@ -84,39 +133,17 @@ class PyQueue:
         import pyqueue_sql
 
         self.db = pyqueue_sql.connect(dsn)
-        self.q = self.db.queue(self.queue)
-        self.held = None
+        self.q = self.db.queue(QUEUE)
         self.worker = f"bench-{os.getpid()}"
 
     def close(self) -> None:
-        if self.held is not None:
-            self.q.commit(self.held)
         self.db.close()
 
     def push(self, key: str, i: int) -> None:
-        self.q.push(key, "job", {"n": i})
+        self.q.push(key, "job", {"n": i, "kind": "bench"})
 
     def push_batch(self, keys: list[str]) -> None:
-        self.q.push_many([(k, "job", {"n": k}) for k in keys])
-
-    def take_ack(self) -> int:
-        committed, got = self.q.commit_reserve(self.held, worker=self.worker)
-        done = 1 if self.held is not None else 0
-        self.held = got[0] if got else None
-        return done
-
-    def take_ack_batch(self) -> int:
-        # commit_reserve with nothing to commit is queue_reserve's fast path
-        _, got = self.q.commit_reserve(None, n=BATCH, worker=self.worker)
-        if got:
-            self.q.commit_many(got)
-        return len(got)
-
-
-class PyQueueTwoCalls(PyQueue):
-    """pyqueue-sql with the core contract only: reserve, then commit (two calls per message)."""
-
-    name = "pyqueue (reserve+commit)"
+        self.q.push_many([(k, "job", {"n": k, "kind": "bench"}) for k in keys])
 
     def take_ack(self) -> int:
         got = self.q.reserve(worker=self.worker)
@@ -124,54 +151,179 @@ class PyQueueTwoCalls(PyQueue):
             self.q.commit(got[0])
         return len(got)
 
+    def take_ack_batch(self) -> int:
+        got = self.q.reserve(BATCH, worker=self.worker)
+        if got:
+            self.q.commit_many(got)
+        return len(got)
 
-class Naive:
-    """The seed's select-then-update design: SELECT ... FOR UPDATE (no SKIP
-    LOCKED) of the oldest ready row, UPDATE it to reserved, COMMIT; ack = DELETE."""
 
-    name = "naive"
-    dialects = ("postgresql", "mysql")
+class PyQueueCommitReserve(PyQueue):
+    """One call per message: queue_commit_reserve commits the previous message and reserves the next."""
 
-    def __init__(self, dialect: str):
-        self.dialect = dialect
-        self.pg = dialect == "postgresql"
+    name = "pyqueue commit_reserve"
+    calls = {"reserve_ack": "`queue_commit_reserve(previous, n=1)`: one call per message"}
+
+    def open(self, dsn: str) -> None:
+        super().open(dsn)
+        self.held = None
+
+    def close(self) -> None:
+        if self.held is not None:  # the last message taken; not timed
+            self.q.commit(self.held)
+        super().close()
+
+    def take_ack(self) -> int:
+        _, got = self.q.commit_reserve(self.held, worker=self.worker)
+        done = 1 if self.held is not None else 0
+        self.held = got[0] if got else None
+        return done
+
+
+class _Async:
+    """Runs an async API from the synchronous client loop, one event loop per client process."""
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def run_maybe(self, value):
+        return self.run(value) if inspect.isawaitable(value) else value
+
+
+class PyQueueAsync(_Async, PyQueue):
+    """pyqueue-sql's async client (pyqueue_sql.aio.AsyncQueue: Queue's methods as coroutines)."""
+
+    name = "pyqueue async"
+    calls = {w: c + ", async client" for w, c in PyQueue.calls.items()}
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        try:
+            found = importlib.util.find_spec("pyqueue_sql.aio") is not None
+        except ImportError:
+            found = False
+        return None if found else "pyqueue_sql.aio (the async client) is not installed in this checkout"
+
+    def open(self, dsn: str) -> None:
+        from pyqueue_sql import aio
+
+        self.loop = asyncio.new_event_loop()
+        self.db = self.run_maybe(aio.connect(dsn))
+        self.q = self.db.queue(QUEUE)
+        self.worker = f"bench-{os.getpid()}"
+
+    def close(self) -> None:
+        self.run_maybe(self.db.close())
+        self.loop.close()
+
+    def push(self, key: str, i: int) -> None:
+        self.run(self.q.push(key, "job", {"n": i, "kind": "bench"}))
+
+    def push_batch(self, keys: list[str]) -> None:
+        self.run(self.q.push_many([(k, "job", {"n": k, "kind": "bench"}) for k in keys]))
+
+    def take_ack(self) -> int:
+        got = self.run(self.q.reserve(worker=self.worker))
+        if got:
+            self.run(self.q.commit(got[0]))
+        return len(got)
+
+    def take_ack_batch(self) -> int:
+        got = self.run(self.q.reserve(BATCH, worker=self.worker))
+        if got:
+            self.run(self.q.commit_many(got))
+        return len(got)
+
+
+class InsertCeiling(System):
+    """What a single push can approach: one autocommit INSERT of one row into a plain table.
+    PostgreSQL: (id identity primary key, payload jsonb). MySQL/MariaDB: INSERT IGNORE into
+    (id primary key, msg_key unique, payload JSON), the least a push with dedup can do."""
+
+    name = "INSERT ceiling"
+    role = "ceiling"
+    calls = {"push": "single-row autocommit `INSERT`"}
+
+    @classmethod
+    def call_of(cls, dialect: str, workload: str) -> str:
+        if dialect == "postgresql":
+            return "single-row autocommit `INSERT` (id, payload jsonb)"
+        return "single-row autocommit `INSERT IGNORE` (id, unique msg_key, payload JSON)"
+
+    def setup(self, dsn: str) -> None:
+        if self.pg:
+            ddl = "CREATE TABLE plain (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)"
+        else:
+            ddl = (
+                "CREATE TABLE plain (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
+                "payload JSON NOT NULL, UNIQUE KEY plain_key (msg_key)) ENGINE=InnoDB"
+            )
+        _dbs.execute(self.dialect, dsn, ddl)
+
+    def reset(self, dsn: str) -> None:
+        _dbs.execute(self.dialect, dsn, "TRUNCATE plain")
+
+    def open(self, dsn: str) -> None:
+        self.conn = _dbs.raw_connect(self.dialect, dsn, autocommit=True)
+        self.sql = (
+            "INSERT INTO plain (payload) VALUES (%s)"
+            if self.pg
+            else "INSERT IGNORE INTO plain (msg_key, payload) VALUES (%s, %s)"
+        )
+
+    def push(self, key: str, i: int) -> None:
+        self.conn.cursor().execute(self.sql, (_payload(i),) if self.pg else (key, _payload(i)))
+
+
+class HandRolled(System):
+    """A hand-rolled SKIP LOCKED queue, the design a team writes itself: a table with a unique
+    message key and a ready index (run_at, id). push = INSERT IGNORE (PostgreSQL: ON CONFLICT DO
+    NOTHING); reserve = SELECT ... ORDER BY run_at, id LIMIT k FOR UPDATE SKIP LOCKED + UPDATE of
+    run_at and a token, in one transaction; ack = one DELETE of the ids taken."""
+
+    name = "SKIP LOCKED by hand"
+    dialects = ("mysql", "postgresql")
+    lock = "FOR UPDATE SKIP LOCKED"
+    calls = {
+        "push": "`INSERT IGNORE` of one row",
+        "reserve_ack": "`SELECT ... LIMIT 1 FOR UPDATE SKIP LOCKED` + `UPDATE`, `COMMIT`; `DELETE`",
+        "push_batch": "multi-row `INSERT IGNORE` of 100",
+        "reserve_ack_batch": "the same with `LIMIT 100`; one `DELETE ... IN (100 ids)`",
+    }
 
     def setup(self, dsn: str) -> None:
         if self.pg:
             _dbs.execute(
                 self.dialect,
                 dsn,
-                """
-                CREATE TABLE naive_job (
-                    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-                    payload jsonb NOT NULL,
-                    run_at timestamptz NOT NULL DEFAULT now(),
-                    token uuid NULL)""",
-                "CREATE INDEX naive_job_ready ON naive_job (run_at, id)",
+                "CREATE TABLE job (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+                "msg_key text NOT NULL UNIQUE, payload jsonb NOT NULL, "
+                "run_at timestamptz NOT NULL DEFAULT now(), token uuid NULL)",
+                "CREATE INDEX job_ready ON job (run_at, id)",
             )
         else:
             _dbs.execute(
                 self.dialect,
                 dsn,
-                """
-                CREATE TABLE naive_job (
-                    id BIGINT AUTO_INCREMENT PRIMARY KEY,
-                    payload JSON NOT NULL,
-                    run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
-                    token CHAR(36) NULL,
-                    KEY naive_job_ready (run_at, id)) ENGINE=InnoDB""",
+                "CREATE TABLE job (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
+                "payload JSON NOT NULL, run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), "
+                "token CHAR(36) NULL, UNIQUE KEY job_key (msg_key), KEY job_ready (run_at, id)) ENGINE=InnoDB",
             )
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(self.dialect, dsn, "TRUNCATE naive_job")
+        _dbs.execute(self.dialect, dsn, "TRUNCATE job")
+        _analyze(self.dialect, dsn, "job")
 
-    def prefill(self, dsn: str, n: int) -> None:
+    def _insert(self, n: int) -> str:
+        values = ", ".join(["(%s, %s)"] * n)
+        if self.pg:
+            return f"INSERT INTO job (msg_key, payload) VALUES {values} ON CONFLICT (msg_key) DO NOTHING"
+        return f"INSERT IGNORE INTO job (msg_key, payload) VALUES {values}"
+
+    def push_batch_setup(self, dsn: str, keys: list[str]) -> None:
         conn = _dbs.raw_connect(self.dialect, dsn)
         try:
-            cur = conn.cursor()
-            for start in range(0, n, 1000):
-                rows = [(json.dumps({"n": i}),) for i in range(start, min(n, start + 1000))]
-                cur.executemany("INSERT INTO naive_job (payload) VALUES (%s)", rows)
+            conn.cursor().execute(self._insert(len(keys)), [v for k in keys for v in (k, _payload(k))])
         finally:
             conn.close()
 
@@ -180,119 +332,147 @@ class Naive:
         self.auto = _dbs.raw_connect(self.dialect, dsn, autocommit=True)
         self.now = "now()" if self.pg else "UTC_TIMESTAMP(6)"
         self.later = "now() + interval '300 seconds'" if self.pg else "UTC_TIMESTAMP(6) + INTERVAL 300 SECOND"
+        self.single = self._insert(1)
 
     def close(self) -> None:
         self.conn.close()
         self.auto.close()
 
     def push(self, key: str, i: int) -> None:
-        cur = self.auto.cursor()
-        cur.execute("INSERT INTO naive_job (payload) VALUES (%s)", (json.dumps({"n": i}),))
+        self.auto.cursor().execute(self.single, (key, _payload(i)))
 
     def push_batch(self, keys: list[str]) -> None:
-        cur = self.auto.cursor()
-        values = ", ".join(["(%s)"] * len(keys))
-        cur.execute(f"INSERT INTO naive_job (payload) VALUES {values}", [json.dumps({"k": k}) for k in keys])
+        self.auto.cursor().execute(self._insert(len(keys)), [v for k in keys for v in (k, _payload(k))])
 
-    def _reserve(self, n: int) -> list[tuple[int, str]]:
+    def _reserve(self, n: int) -> tuple[list[int], str]:
         cur = self.conn.cursor()
+        token = str(uuid.uuid4())
         try:
             cur.execute(
-                f"SELECT id, payload FROM naive_job WHERE run_at <= {self.now} "
-                f"ORDER BY run_at, id LIMIT {n} FOR UPDATE"
+                f"SELECT id, payload FROM job WHERE run_at <= {self.now} ORDER BY run_at, id LIMIT {n} {self.lock}"
             )
             ids = [row[0] for row in cur.fetchall()]
-            token = str(uuid.uuid4())
             if ids:
                 marks = ", ".join(["%s"] * len(ids))
                 cur.execute(
-                    f"UPDATE naive_job SET run_at = {self.later}, token = %s WHERE id IN ({marks})",
-                    [token, *ids],
+                    f"UPDATE job SET run_at = {self.later}, token = %s WHERE id IN ({marks})", [token, *ids]
                 )
             self.conn.commit()
-            return [(i, token) for i in ids]
-        except Exception as exc:  # a deadlock under contention: counts as nothing taken
+            return ids, token
+        except Exception as exc:  # a deadlock under contention counts as nothing taken
             self.conn.rollback()
             if "deadlock" in str(exc).lower() or "1213" in str(exc):
-                return []
+                return [], token
             raise
 
-    def _ack(self, taken: list[tuple[int, str]]) -> None:
-        cur = self.auto.cursor()
-        marks = ", ".join(["%s"] * len(taken))
-        cur.execute(
-            f"DELETE FROM naive_job WHERE token = %s AND id IN ({marks})",
-            [taken[0][1], *[i for i, _ in taken]],
-        )
+    def _take(self, n: int) -> int:
+        ids, token = self._reserve(n)
+        if ids:
+            marks = ", ".join(["%s"] * len(ids))
+            self.auto.cursor().execute(f"DELETE FROM job WHERE token = %s AND id IN ({marks})", [token, *ids])
+        return len(ids)
 
     def take_ack(self) -> int:
-        taken = self._reserve(1)
-        if taken:
-            self._ack(taken)
-        return len(taken)
+        return self._take(1)
 
     def take_ack_batch(self) -> int:
-        taken = self._reserve(BATCH)
-        if taken:
-            self._ack(taken)
-        return len(taken)
+        return self._take(BATCH)
 
 
-class InsertCeiling:
-    """Single-row autocommit INSERTs into a plain table: what one push can approach."""
+class Naive(HandRolled):
+    """The select-then-update design: the same table and calls without SKIP LOCKED, so that
+    every consumer waits for the one holding the oldest rows. Its pushes are the same
+    statements as the SKIP LOCKED queue's, so only its consuming workloads are measured."""
 
-    name = "INSERT ceiling"
-    dialects = ("postgresql", "mysql")
-    workloads = ("push",)
+    name = "naive (FOR UPDATE)"
+    lock = "FOR UPDATE"
+    calls = {
+        "reserve_ack": "`SELECT ... LIMIT 1 FOR UPDATE` + `UPDATE`, `COMMIT`; `DELETE`",
+        "reserve_ack_batch": "the same with `LIMIT 100`",
+    }
 
-    def __init__(self, dialect: str):
-        self.dialect = dialect
+
+class Pgmq(System):
+    """pgmq, installed from the SQL its PyPI package ships (pgmq.install: no extension needed),
+    driven through its SQL functions on a psycopg autocommit connection."""
+
+    name = "pgmq"
+    dialects = ("postgresql",)
+    calls = {
+        "push": "`pgmq.send`",
+        "reserve_ack": "`pgmq.read(vt, 1)` + `pgmq.delete(id)`",
+        "push_batch": "`pgmq.send_batch` of 100",
+        "reserve_ack_batch": "`pgmq.read(vt, 100)` + `pgmq.delete(ids)`",
+    }
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        if importlib.util.find_spec("pgmq") is None:
+            return "the pgmq package is not installed (pip install pgmq, or the bench extra)"
+        return None
 
     def setup(self, dsn: str) -> None:
-        if self.dialect == "postgresql":
-            _dbs.execute(
-                self.dialect,
-                dsn,
-                "CREATE TABLE plain (id bigint GENERATED ALWAYS AS IDENTITY "
-                "PRIMARY KEY, payload jsonb NOT NULL)",
-            )
-        else:
-            _dbs.execute(
-                self.dialect,
-                dsn,
-                "CREATE TABLE plain (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
-                "payload JSON NOT NULL) ENGINE=InnoDB",
-            )
+        from pgmq.install import install_pgmq_from_sql
+
+        install_pgmq_from_sql(dsn=dsn)
+        _dbs.execute(self.dialect, dsn, f"SELECT pgmq.create('{QUEUE}')")
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(self.dialect, dsn, "TRUNCATE plain")
+        _dbs.execute(self.dialect, dsn, f"SELECT pgmq.purge_queue('{QUEUE}')", f"TRUNCATE pgmq.a_{QUEUE}")
+        _analyze(self.dialect, dsn, f"pgmq.q_{QUEUE}")
+
+    def push_batch_setup(self, dsn: str, keys: list[str]) -> None:
+        _dbs.execute(
+            self.dialect,
+            dsn,
+            f"SELECT count(*) FROM pgmq.send_batch('{QUEUE}', "
+            f"ARRAY(SELECT jsonb_build_object('n', i, 'kind', 'bench') FROM generate_series(1, {len(keys)}) i))",
+        )
 
     def open(self, dsn: str) -> None:
         self.conn = _dbs.raw_connect(self.dialect, dsn, autocommit=True)
 
-    def close(self) -> None:
-        self.conn.close()
+    def _one(self, sql: str, params: tuple) -> list:
+        cur = self.conn.cursor()
+        cur.execute(sql, params)
+        return cur.fetchall()
 
     def push(self, key: str, i: int) -> None:
-        cur = self.conn.cursor()
-        cur.execute("INSERT INTO plain (payload) VALUES (%s)", (json.dumps({"n": i}),))
+        self._one("SELECT pgmq.send(%s, %s::jsonb)", (QUEUE, _payload(i)))
+
+    def push_batch(self, keys: list[str]) -> None:
+        self._one("SELECT pgmq.send_batch(%s, %s::jsonb[])", (QUEUE, [_payload(k) for k in keys]))
+
+    def _take(self, n: int) -> int:
+        ids = [r[0] for r in self._one("SELECT msg_id FROM pgmq.read(%s, 300, %s)", (QUEUE, n))]
+        if len(ids) == 1:
+            self._one("SELECT pgmq.delete(%s, %s::bigint)", (QUEUE, ids[0]))
+        elif ids:
+            self._one("SELECT pgmq.delete(%s, %s::bigint[])", (QUEUE, ids))
+        return len(ids)
+
+    def take_ack(self) -> int:
+        return self._take(1)
+
+    def take_ack_batch(self) -> int:
+        return self._take(BATCH)
 
 
-class _Async:
-    """Runs a peer's async API from a synchronous client loop on one event loop."""
-
-    def run(self, coro):
-        return self.loop.run_until_complete(coro)
-
-
-class PGQueuer(_Async):
-    """PGQueuer through its Queries API (enqueue / dequeue / log_jobs) on psycopg async."""
+class PGQueuer(_Async, System):
+    """PGQueuer through its async Queries API (enqueue / dequeue / log_jobs) on psycopg async."""
 
     name = "pgqueuer"
     dialects = ("postgresql",)
+    calls = {
+        "push": "`Queries.enqueue` (async)",
+        "reserve_ack": "`Queries.dequeue(batch_size=1)` + `Queries.log_jobs`",
+        "push_batch": "`Queries.enqueue` with lists of 100",
+        "reserve_ack_batch": "`dequeue(batch_size=100)` + `log_jobs`",
+    }
 
-    def __init__(self, dialect: str):
-        self.dialect = dialect
+    @classmethod
+    def unavailable(cls) -> str | None:
+        return None if importlib.util.find_spec("pgqueuer") else "the pgqueuer package is not installed"
 
     async def _queries(self, dsn: str):
         import psycopg
@@ -310,7 +490,8 @@ class PGQueuer(_Async):
         asyncio.run(go())
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(self.dialect, dsn, "TRUNCATE pgqueuer, pgqueuer_log", "VACUUM ANALYZE pgqueuer")
+        _dbs.execute(self.dialect, dsn, "TRUNCATE pgqueuer, pgqueuer_log")
+        _analyze(self.dialect, dsn, "pgqueuer")
 
     def prefill(self, dsn: str, n: int) -> None:
         async def go():
@@ -335,11 +516,11 @@ class PGQueuer(_Async):
         self.loop.close()
 
     def push(self, key: str, i: int) -> None:
-        self.run(self.q.enqueue("bench", b'{"n":1}', 0))
+        self.run(self.q.enqueue("bench", _payload(i).encode(), 0))
 
     def push_batch(self, keys: list[str]) -> None:
         m = len(keys)
-        self.run(self.q.enqueue(["bench"] * m, [b'{"n":1}'] * m, [0] * m))
+        self.run(self.q.enqueue(["bench"] * m, [_payload(k).encode() for k in keys], [0] * m))
 
     def _take(self, n: int) -> int:
         jobs = self.run(self.q.dequeue(n, self.eps, self.qm_id, None, dt.timedelta(seconds=300)))
@@ -354,16 +535,25 @@ class PGQueuer(_Async):
         return self._take(BATCH)
 
 
-class Procrastinate(_Async):
-    """procrastinate through its App / JobManager API (defer, fetch_job, finish_job).
-    It has no batch fetch, so 'reserve+ack batch' is not measured for it."""
+class Procrastinate(_Async, System):
+    """procrastinate through its App / JobManager API (defer, fetch_job, finish_job); it has
+    no batch fetch. Not in the default set (slower than the others by far); --systems adds it."""
 
     name = "procrastinate"
     dialects = ("postgresql",)
-    workloads = ("push", "reserve_ack", "push_batch")
+    calls = {
+        "push": "`task.defer_async`",
+        "reserve_ack": "`JobManager.fetch_job` + `finish_job`",
+        "push_batch": "`task.batch_defer_async` of 100",
+    }
 
-    def __init__(self, dialect: str):
-        self.dialect = dialect
+    @classmethod
+    def unavailable(cls) -> str | None:
+        return (
+            None
+            if importlib.util.find_spec("procrastinate")
+            else "the procrastinate package is not installed"
+        )
 
     def _app(self, dsn: str):
         import procrastinate
@@ -387,9 +577,8 @@ class Procrastinate(_Async):
         asyncio.run(go())
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(
-            self.dialect, dsn, "TRUNCATE procrastinate_jobs CASCADE", "VACUUM ANALYZE procrastinate_jobs"
-        )
+        _dbs.execute(self.dialect, dsn, "TRUNCATE procrastinate_jobs CASCADE")
+        _analyze(self.dialect, dsn, "procrastinate_jobs")
 
     def prefill(self, dsn: str, n: int) -> None:
         async def go():
@@ -428,15 +617,38 @@ class Procrastinate(_Async):
         return 1
 
 
-SYSTEMS: dict[str, type] = {
-    cls.name: cls for cls in (InsertCeiling, PyQueue, PyQueueTwoCalls, PGQueuer, Procrastinate, Naive)
+SYSTEMS: dict[str, type[System]] = {
+    cls.name: cls
+    for cls in (
+        InsertCeiling,
+        PyQueue,
+        PyQueueCommitReserve,
+        PyQueueAsync,
+        Pgmq,
+        PGQueuer,
+        HandRolled,
+        Naive,
+        Procrastinate,
+    )
 }
-
-
-def workloads_of(cls: type) -> tuple[str, ...]:
-    if cls is PyQueueTwoCalls:
-        return ("reserve_ack",)
-    return getattr(cls, "workloads", WORKLOADS)
+DEFAULT_SYSTEMS = {
+    "postgresql": (
+        "INSERT ceiling",
+        "pyqueue",
+        "pyqueue commit_reserve",
+        "pyqueue async",
+        "pgmq",
+        "pgqueuer",
+    ),
+    "mysql": (
+        "INSERT ceiling",
+        "pyqueue",
+        "pyqueue commit_reserve",
+        "pyqueue async",
+        "SKIP LOCKED by hand",
+        "naive (FOR UPDATE)",
+    ),
+}
 
 
 # ===========================================================================
@@ -480,7 +692,7 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
                 if total >= n or time.perf_counter() > deadline:
                     break
         end = time.perf_counter()
-        system.close()  # pyqueue commits the message it still holds; not timed
+        system.close()  # not timed (commit_reserve commits the message it still holds)
         results.put((index, count, start, end, None))
     except BaseException as exc:  # reported by the parent
         results.put((index, 0, 0.0, 0.0, f"{type(exc).__name__}: {exc}"))
@@ -489,7 +701,7 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
 def measure(system_cls, dialect, dsn, workload, clients, n, cap) -> dict[str, Any]:
     system = system_cls(dialect)
     system.reset(dsn)
-    if workload in ("reserve_ack", "reserve_ack_batch"):
+    if workload in CONSUMING:
         system.prefill(dsn, n)
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(clients)
@@ -504,9 +716,14 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap) -> dict[str, An
     ]
     for p in procs:
         p.start()
-    rows = [results.get(timeout=cap + 300) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    try:
+        rows = [results.get(timeout=cap + 120) for _ in procs]
+    finally:  # a client stuck in a call is ended, so that the next measurement starts clean
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
     errors = [r[4] for r in rows if r[4]]
     if errors:
         return {"error": errors[0]}
@@ -531,94 +748,130 @@ LABEL = {
 }
 
 
-def _fmt(rate) -> str:
-    return "-" if rate is None else f"{rate:,.0f}"
+def _rates(results: list[dict], dialect: str, system: str, workload: str) -> dict[int, float]:
+    """Round -> msg/s of one system on one workload."""
+    return {
+        r["round"]: r["rate"]
+        for r in results
+        if r["dialect"] == dialect and r["system"] == system and r["workload"] == workload and r.get("rate")
+    }
+
+
+def _ratio(mine: dict[int, float], other: dict[int, float]) -> list[float]:
+    """Per-round ratios (rounds where both ran): the two sides were measured seconds apart."""
+    return [mine[k] / other[k] for k in sorted(mine) if k in other]
+
+
+def summarize(results: list[dict], dialect: str, systems: list[str]) -> list[dict]:
+    """One row per workload and system: median, range, ratio to the best peer and to the ceiling."""
+    rows = []
+    for w in WORKLOADS:
+        rates = {s: _rates(results, dialect, s, w) for s in systems}
+        rates = {s: v for s, v in rates.items() if v}
+        if not rates:
+            continue
+        peers = [s for s in rates if SYSTEMS[s].role == "peer"]
+        best = max(peers, key=lambda s: statistics.median(rates[s].values()), default=None)
+        ceiling = rates.get("INSERT ceiling")
+        for s, v in rates.items():
+            vals = list(v.values())
+            row = {
+                "workload": w,
+                "system": s,
+                "role": SYSTEMS[s].role,
+                "calls": SYSTEMS[s].call_of(dialect, w),
+                "median": statistics.median(vals),
+                "min": min(vals),
+                "max": max(vals),
+                "rounds": len(vals),
+                "best_peer": best,
+            }
+            if best and SYSTEMS[s].role != "ceiling":
+                r = _ratio(v, rates[best])
+                row["vs_best_peer"] = statistics.median(r) if r else None
+                row["vs_best_peer_range"] = (min(r), max(r)) if r else None
+            if w == "push" and ceiling and SYSTEMS[s].role != "ceiling":
+                r = _ratio(v, ceiling)
+                row["vs_ceiling"] = statistics.median(r) if r else None
+            rows.append(row)
+    return rows
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}"
 
 
 def markdown(results: list[dict], meta: dict) -> str:
     out = [
-        f"Run {meta['started']} on {meta['machine']}; {meta['messages']:,} messages per measurement, "
-        f"time cap {meta['cap']} s; msg/s (higher is better).",
+        f"Run {meta['started']} on {meta['machine']}, {meta['seconds']:.0f} s; {meta['rounds']} round(s), "
+        f"{meta['clients']} client processes, {meta['messages']:,} messages per measurement, time cap "
+        f"{meta['cap']} s; 1-minute load average {meta['load_before'][0]:.1f} before, "
+        f"{meta['load_after'][0]:.1f} after. msg/s, higher is better: the median over the rounds and "
+        "the range (min-max). Ratios are taken within each round (systems measured seconds apart), "
+        "then the median, with their range over the rounds.",
         "",
     ]
-    by = {(r["dialect"], r["system"], r["workload"], r["clients"]): r.get("rate") for r in results}
     for dialect in meta["dialects"]:
-        systems = [s for s in SYSTEMS if any(r["dialect"] == dialect and r["system"] == s for r in results)]
-        peers = [s for s in systems if s in PEERS]
-        head = ["workload", "clients", *systems]
-        if peers:
-            head.append("pyqueue / best peer")
-        head.append("pyqueue / naive")
-        head.append("pyqueue push / INSERT ceiling")
-        out += [f"### {dialect}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for w in WORKLOADS:
-            for c in meta["clients"]:
-                rates = {s: by.get((dialect, s, w, c)) for s in systems}
-                if all(v is None for v in rates.values()):
-                    continue
-                row = [LABEL[w], str(c), *[_fmt(rates[s]) for s in systems]]
-                mine = rates.get("pyqueue")
-                if peers:
-                    best = max((rates[p] for p in peers if rates[p]), default=None)
-                    row.append(f"{mine / best:.2f}x" if mine and best else "-")
-                nv = rates.get("naive")
-                row.append(f"{mine / nv:.2f}x" if mine and nv else "-")
-                ceil = rates.get("INSERT ceiling")
-                row.append(f"{100 * mine / ceil:.0f}%" if w == "push" and mine and ceil else "")
-                out.append("| " + " | ".join(row) + " |")
-        out.append("")
-    errors = [r for r in results if r.get("error")]
-    if errors:
-        out.append(
-            "Errors: "
-            + "; ".join(
-                f"{r['dialect']}/{r['system']}/{r['workload']}/{r['clients']}: {r['error']}" for r in errors
+        rows = summarize(results, dialect, list(SYSTEMS))
+        server = meta["servers"].get(dialect, {})
+        version = server.get("server_version") or server.get("version") or "?"
+        out += [f"### {dialect} ({version})", ""]
+        if not rows:
+            out += ["Nothing measured.", ""]
+            continue
+        out += [
+            "| workload | system | one call is | msg/s (median) | range | vs best peer | push vs INSERT ceiling |",
+            "|---|---|---|---:|---|---|---|",
+        ]
+        for row in rows:
+            vs = ""
+            if row.get("vs_best_peer") is not None:
+                lo, hi = row["vs_best_peer_range"]
+                vs = f"{row['vs_best_peer']:.2f}x" + (f" ({lo:.2f}-{hi:.2f})" if row["rounds"] > 1 else "")
+                if row["system"] == row["best_peer"]:
+                    vs = "best peer"
+            ceil = f"{100 * row['vs_ceiling']:.0f}%" if row.get("vs_ceiling") else ""
+            name = f"**{row['system']}**" if row["role"] == "ours" else row["system"]
+            out.append(
+                f"| {LABEL[row['workload']]} | {name} | {row['calls']} | {_num(row['median'])} | "
+                f"{_num(row['min'])}-{_num(row['max'])} | {vs} | {ceil} |"
             )
-        )
-    return "\n".join(out) + "\n"
+        out.append("")
+    out += _async_table(results, meta)
+    notes = [f"- {d}/{s}: {why}" for (d, s), why in sorted(meta["skipped"].items())]
+    errors = [r for r in results if r.get("error")]
+    notes += [
+        f"- {r['dialect']}/{r['system']}/{r['workload']} round {r['round']}: {r['error']}" for r in errors
+    ]
+    if notes:
+        out += ["Not measured:", "", *notes, ""]
+    return "\n".join(out)
 
 
-def plot(results: list[dict], meta: dict, path: str) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    dias = meta["dialects"]
-    fig, axes = plt.subplots(
-        len(dias), len(WORKLOADS), figsize=(4.2 * len(WORKLOADS), 3.6 * len(dias)), squeeze=False
-    )
-    for di, dialect in enumerate(dias):
-        for wi, w in enumerate(WORKLOADS):
-            ax = axes[di][wi]
-            for s in SYSTEMS:
-                pts = sorted(
-                    (r["clients"], r["rate"])
-                    for r in results
-                    if r["dialect"] == dialect and r["system"] == s and r["workload"] == w and r.get("rate")
-                )
-                if pts:
-                    ax.plot(
-                        [p[0] for p in pts],
-                        [p[1] for p in pts],
-                        marker="o",
-                        label=s,
-                        color=f"C{list(SYSTEMS).index(s)}",
-                        linestyle="--" if s in ("INSERT ceiling", "naive") else "-",
-                    )
-            ax.set_title(f"{dialect}: {LABEL[w]}", fontsize=9)
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(meta["clients"], [str(c) for c in meta["clients"]])
-            ax.set_xlabel("client processes")
-            ax.set_ylabel("messages/s")
-            ax.set_ylim(bottom=0)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return True
+def _async_table(results: list[dict], meta: dict) -> list[str]:
+    """The async client against the sync one and against PGQueuer's async API, per-round ratios."""
+    out: list[str] = []
+    for dialect in meta["dialects"]:
+        rows = []
+        for w in WORKLOADS:
+            mine = _rates(results, dialect, "pyqueue async", w)
+            if not mine:
+                continue
+            cells = [LABEL[w], _num(statistics.median(mine.values()))]
+            for other in ("pyqueue", "pgqueuer"):
+                r = _ratio(mine, _rates(results, dialect, other, w))
+                cells.append(f"{statistics.median(r):.2f}x" if r else "")
+            rows.append("| " + " | ".join(cells) + " |")
+        if rows:
+            out += [
+                f"Async client ({dialect}): `pyqueue_sql.aio` against the sync client and PGQueuer's async API",
+                "",
+                "| workload | pyqueue async msg/s | vs pyqueue (sync) | vs pgqueuer (async) |",
+                "|---|---:|---|---|",
+                *rows,
+                "",
+            ]
+    return out
 
 
 def server_settings(dialect: str, dsn: str) -> dict[str, str]:
@@ -629,7 +882,6 @@ def server_settings(dialect: str, dsn: str) -> dict[str, str]:
             "fsync",
             "wal_sync_method",
             "shared_buffers",
-            "max_wal_size",
             "autovacuum",
         )
         rows = _dbs.execute(
@@ -639,79 +891,83 @@ def server_settings(dialect: str, dsn: str) -> dict[str, str]:
         rows = _dbs.execute(
             dialect,
             dsn,
-            "SHOW VARIABLES WHERE Variable_name IN ('version', "
-            "'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', "
-            "'innodb_buffer_pool_size', 'transaction_isolation', 'tx_isolation')",
+            "SHOW VARIABLES WHERE Variable_name IN ('version', 'innodb_flush_log_at_trx_commit', "
+            "'sync_binlog', 'log_bin', 'innodb_buffer_pool_size', 'transaction_isolation', 'tx_isolation')",
         )
     return {str(k): str(v) for k, v in rows}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="2,000 messages, 3 s cap, clients 1 and 4")
-    ap.add_argument("--messages", type=int, default=None, help="messages per measurement (default 10000)")
-    ap.add_argument("--cap", type=float, default=None, help="time cap per measurement in seconds (default 8)")
-    ap.add_argument("--clients", default=None, help="comma-separated client counts (default 1,4,16)")
-    ap.add_argument("--dialects", default="postgresql,mysql")
-    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, of: " + ", ".join(SYSTEMS))
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    args = ap.parse_args(argv)
-    n = args.messages or (2000 if args.quick else 10000)
-    cap = args.cap or (3.0 if args.quick else 8.0)
-    clients = [int(c) for c in (args.clients or ("1,4" if args.quick else "1,4,16")).split(",")]
-    dias = [d for d in args.dialects.split(",") if d]
-    wanted = [s for s in args.systems.split(",") if s]
-    work = [w for w in args.workloads.split(",") if w]
-    os.makedirs(args.out, exist_ok=True)
+def _rotated(items: list[str], k: int) -> list[str]:
+    k %= max(1, len(items))
+    return items[k:] + items[:k]
+
+
+def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    meta = {
+    meta: dict[str, Any] = {
         "started": started,
-        "messages": n,
-        "cap": cap,
-        "clients": clients,
-        "dialects": dias,
+        "rounds": args.rounds,
+        "messages": args.messages,
+        "cap": args.cap,
+        "clients": args.clients,
+        "dialects": args.dialects,
         "machine": f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()})",
         "load_before": os.getloadavg(),
         "servers": {},
+        "skipped": {},
     }
     results: list[dict] = []
     t0 = time.time()
-    # Every system gets its own fresh database up front; then, for each
-    # workload and client count, the systems run back to back, so that a
-    # change in the machine's load hits them alike (the ratios compare
-    # measurements taken seconds apart, not minutes).
-    for dialect in dias:
+    for dialect in args.dialects:
         dsns: dict[str, str] = {}
+        wanted = args.systems or DEFAULT_SYSTEMS[dialect]
         try:
             for sname in wanted:
                 cls = SYSTEMS[sname]
                 if dialect not in cls.dialects:
                     continue
+                why = cls.unavailable()
+                if why:
+                    meta["skipped"][(dialect, sname)] = why
+                    print(f"[skip] {dialect} {sname}: {why}", flush=True)
+                    continue
                 try:
-                    dsns[sname] = _dbs.create(dialect, sname.split(" ")[0].lower())
+                    dsn = _dbs.create(dialect, sname.split(" ")[0].lower())
                 except Exception as exc:  # the dialect's server is not there
+                    meta["skipped"][(dialect, "*")] = f"cannot create a database: {exc}"
                     print(f"[skip] {dialect}: {exc}", flush=True)
                     break
-                cls(dialect).setup(dsns[sname])
-                if dialect not in meta["servers"]:
-                    meta["servers"][dialect] = server_settings(dialect, dsns[sname])
-            for w in WORKLOADS:
-                if w not in work:
+                try:
+                    cls(dialect).setup(dsn)
+                except Exception as exc:  # e.g. a peer's installer that does not work on this server
+                    _dbs.drop(dialect, dsn)
+                    meta["skipped"][(dialect, sname)] = f"setup failed: {type(exc).__name__}: {exc}"
+                    print(f"[skip] {dialect} {sname}: setup failed: {exc}", flush=True)
                     continue
-                for c in clients:
-                    for sname, dsn in dsns.items():
-                        cls = SYSTEMS[sname]
-                        if w not in workloads_of(cls):
-                            continue
-                        r = {"dialect": dialect, "system": sname, "workload": w, "clients": c}
+                dsns[sname] = dsn
+                meta["servers"].setdefault(dialect, server_settings(dialect, dsn))
+            for rnd in range(args.rounds):
+                for w in args.workloads:
+                    order = _rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd)
+                    for sname in order:
+                        r = {"dialect": dialect, "system": sname, "workload": w, "round": rnd}
                         try:
-                            r.update(measure(cls, dialect, dsn, w, c, n, cap))
+                            r.update(
+                                measure(
+                                    SYSTEMS[sname],
+                                    dialect,
+                                    dsns[sname],
+                                    w,
+                                    args.clients,
+                                    args.messages,
+                                    args.cap,
+                                )
+                            )
                         except Exception as exc:
                             r["error"] = f"{type(exc).__name__}: {exc}"
                         results.append(r)
                         print(
-                            f"[{time.time() - t0:6.0f}s] {dialect:10} {sname:26} {w:18} {c:2} clients: "
+                            f"[{time.time() - t0:5.0f}s] {dialect:10} round {rnd + 1} {w:17} {sname:24} "
                             f"{r.get('rate') or r.get('error')} msg/s",
                             flush=True,
                         )
@@ -720,33 +976,61 @@ def main(argv: list[str] | None = None) -> int:
                 _dbs.drop(dialect, dsn)
     meta["seconds"] = round(time.time() - t0, 1)
     meta["load_after"] = os.getloadavg()
-    stem = os.path.join(args.out, "bench-" + started.replace(":", ""))
-    with open(stem + ".json", "w") as f:
-        json.dump({"meta": meta, "results": results}, f, indent=1)
+    return results, meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--quick", action="store_true", help="1 round, 2,000 messages, 3 s cap; writes to bench/results"
+    )
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
+    ap.add_argument("--messages", type=int, default=None, help="messages per measurement (default 10000)")
+    ap.add_argument("--cap", type=float, default=None, help="time cap per measurement in seconds (default 4)")
+    ap.add_argument("--clients", type=int, default=4, help="client processes (default 4)")
+    ap.add_argument("--dialects", default="postgresql,mysql")
+    ap.add_argument(
+        "--systems",
+        default=None,
+        help="comma-separated, of: " + ", ".join(SYSTEMS) + " (default: per dialect, all but procrastinate)",
+    )
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--no-async", action="store_true", help="leave out the async client's row")
+    ap.add_argument("--out", default=None, help="directory for bench.md/bench.json (default bench/latest)")
+    args = ap.parse_args(argv)
+    _dbs.exit_on_sigterm()
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.messages = args.messages or (2000 if args.quick else 10000)
+    args.cap = args.cap or (3.0 if args.quick else 4.0)
+    args.dialects = [d for d in args.dialects.split(",") if d]
+    args.workloads = [w for w in args.workloads.split(",") if w]
+    if args.systems:
+        args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+        unknown = [s for s in args.systems if s not in SYSTEMS]
+        if unknown:
+            ap.error(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
+    if args.no_async:
+        pick = args.systems or None
+        DEFAULT_SYSTEMS.update(
+            {d: tuple(s for s in v if s != "pyqueue async") for d, v in DEFAULT_SYSTEMS.items()}
+        )
+        args.systems = [s for s in pick if s != "pyqueue async"] if pick else None
+    out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
+    os.makedirs(out, exist_ok=True)
+    results, meta = run(args)
     table = markdown(results, meta)
-    with open(stem + ".md", "w") as f:
-        f.write(table)
-    for name in ("latest.json", "latest.md", "latest.png"):
-        with contextlib_suppress():
-            os.remove(os.path.join(args.out, name))
-    with open(os.path.join(args.out, "latest.md"), "w") as f:
-        f.write(table)
-    with open(os.path.join(args.out, "latest.json"), "w") as f:
-        json.dump({"meta": meta, "results": results}, f, indent=1)
-    if plot(results, meta, stem + ".png"):
-        plot(results, meta, os.path.join(args.out, "latest.png"))
+    meta["skipped"] = {f"{d}/{s}": why for (d, s), why in meta["skipped"].items()}
+    summary = {d: summarize(results, d, list(SYSTEMS)) for d in meta["dialects"]}
+    for name, text in (
+        ("bench.md", table),
+        ("bench.json", json.dumps({"meta": meta, "summary": summary, "results": results}, indent=1)),
+    ):
+        with open(os.path.join(out, name), "w") as f:
+            f.write(text)
     print()
     print(table)
-    print(f"wrote {stem}.json/.md/.png and {args.out}/latest.* in {meta['seconds']} s")
+    print(f"wrote {out}/bench.md and bench.json in {meta['seconds']} s")
     return 0
-
-
-class contextlib_suppress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return exc[0] is not None and issubclass(exc[0], OSError)
 
 
 if __name__ == "__main__":

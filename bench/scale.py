@@ -1,27 +1,34 @@
-"""Scale measurements: does the reserve stay fast at a million messages?
+"""Scale measurements: does pyqueue-sql stay fast at a million messages, on both dialects?
 
-    python bench/scale.py                       # PostgreSQL, full sizes (~10 min)
-    python bench/scale.py --quick               # 100k instead of 1M, 20 s xmin hold
-    python bench/scale.py --dialect mysql
+    python bench/scale.py                          # both dialects, full sizes (tens of minutes)
+    python bench/scale.py --rows 20000 --sample 500 --hold 10     # a quick check that it runs
+    python bench/scale.py --dialects mysql --only delayed,priorities,batches
 
-Each scenario runs in its own fresh database (created here, dropped at the
-end). Throughput = messages consumed one at a time with queue_commit_reserve
-(commit the previous, reserve the next: one call per message) by one client
-over a fixed number of messages (--sample, 3000). Each comparison measures
-its own baseline in the same database, before and after the change, and
-reports the ratio of the means, so a loaded machine shifts both sides alike:
+Each scenario runs in its own fresh database (created here, dropped at the end). Throughput = messages
+consumed one at a time with queue_commit_reserve (commit the previous, reserve the next: one call per
+message) by one client over a fixed number of messages (--sample, 3000). Each comparison measures its
+own small-queue baseline in the same database, before and after the change (a1, b1, b2, a2), and
+reports the big state as a ratio to the small one (1.0 = no slower; 0.5 = half the speed), so that
+a loaded machine shifts both sides alike:
 
-  delayed     10k ready, with vs without 1M delayed messages (run_at tomorrow)
-  backlog     a 1M ready backlog vs a 10k one (the first messages drained)
-  churn       after 1M messages went through the queue (batch push 1000,
-              batch reserve 1000, batch commit), 10k ready again; table and
-              index sizes before and after
-  xmin        a REPEATABLE READ transaction holds the xmin horizon (MySQL:
-              a read view) while a producer/consumer loop runs for 2 minutes;
-              throughput per window, sizes before/after, and after release
+  delayed     10k ready, with vs without --rows (1M) delayed messages (run_at tomorrow)
+  backlog     a --rows (1M) ready backlog vs a 10k one (the first messages drained)
+  churn       after --rows (1M) messages went through the queue (batch push 1000, batch reserve
+              1000, batch commit), 10k ready again, vs before; table and index sizes before/after
+  priorities  --priorities (100k) delayed messages, each with a distinct priority above that of the
+              one ready message, vs none: producer/consumer cycles (push 1, reserve(n=1), commit),
+              up to 1000 or --cycle-seconds (30 s) per measurement; the reserve reads one index
+              range per distinct priority, so this is its worst case
+  batches     linearity of the batch routines: queue_push_batch, queue_reserve(n) and
+              queue_commit_batch of 5k/10k/20k/40k/100k rows in one call each, reported as time per
+              10k rows (flat = linear) and as the ratio of the largest batch's to the smallest's
+  xmin        a REPEATABLE READ transaction holds the xmin horizon (MySQL: a read view) while a
+              producer/consumer loop runs for --hold (120 s); throughput per window, sizes
+              before/after, and after release
 
-Large fills use one INSERT ... SELECT (the state is what matters, not how it
-got there); the churn goes through the contract routines.
+Large fills use one INSERT ... SELECT (the state is what matters, not how it got there); the churn
+goes through the contract routines. Output: a markdown summary on stdout and in
+<out>/scale-<dialect>-<time>.md, every figure in the .json beside it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -39,6 +47,8 @@ import pyqueue_sql  # noqa: E402
 from bench import _dbs  # noqa: E402
 
 QUEUE = "scale"
+SMALL = 10_000
+BATCH_SIZES = (5_000, 10_000, 20_000, 40_000, 100_000)
 
 _DIGITS = (
     "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 "
@@ -47,24 +57,36 @@ _DIGITS = (
 
 
 def _seq_mysql(n: int) -> str:
+    """0 .. n-1 as column i (MariaDB has seq_ tables, MySQL does not: a cross join of digits)."""
     digits = len(str(n - 1))
     cols = " + ".join(f"t{k}.d * {10**k}" for k in range(digits))
     tables = ", ".join(f"{_DIGITS} t{k}" for k in range(digits))
     return f"SELECT {cols} AS i FROM {tables} HAVING i < {n}"
 
 
-def fill(dialect: str, dsn: str, n: int, prefix: str, delayed: bool) -> None:
-    """n messages in one statement: ready (scheduled in the past, FIFO by i) or delayed to tomorrow."""
+def analyze(dialect: str, dsn: str) -> None:
+    _dbs.execute(
+        dialect,
+        dsn,
+        "VACUUM ANALYZE pyqueue_message" if dialect == "postgresql" else "ANALYZE TABLE pyqueue_message",
+    )
+
+
+def fill(
+    dialect: str, dsn: str, n: int, prefix: str, delayed: bool, distinct_priorities: bool = False
+) -> None:
+    """n messages in one statement: ready (scheduled in the past, FIFO by i) or delayed to
+    tomorrow; priority 0, or 1..n (each message its own) with distinct_priorities."""
     if dialect == "postgresql":
         at = "now() + interval '1 day'" if delayed else "now() - interval '1 hour' + i * interval '1 us'"
+        prio = "i" if distinct_priorities else "0"
         _dbs.execute(
             dialect,
             dsn,
             "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
             "scheduled_at_initially, created_at) "
-            f"SELECT '{QUEUE}', '{prefix}' || i, 'job', '{{\"n\": 1}}', 0, {at}, {at}, now() "
+            f"SELECT '{QUEUE}', '{prefix}' || i, 'job', '{{\"n\": 1}}', {prio}, {at}, {at}, now() "
             f"FROM generate_series(1, {n}) AS i",
-            "VACUUM ANALYZE pyqueue_message",
         )
     else:
         at = (
@@ -72,15 +94,22 @@ def fill(dialect: str, dsn: str, n: int, prefix: str, delayed: bool) -> None:
             if delayed
             else "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i MICROSECOND"
         )
+        prio = "s.i + 1" if distinct_priorities else "0"
         _dbs.execute(
             dialect,
             dsn,
             "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
             "scheduled_at_initially, created_at) "
-            f"SELECT '{QUEUE}', CONCAT('{prefix}', s.i), 'job', '{{\"n\": 1}}', 0, {at}, {at}, "
+            f"SELECT '{QUEUE}', CONCAT('{prefix}', s.i), 'job', '{{\"n\": 1}}', {prio}, {at}, {at}, "
             f"UTC_TIMESTAMP(6) FROM ({_seq_mysql(n)}) AS s",
-            "ANALYZE TABLE pyqueue_message",
         )
+    analyze(dialect, dsn)
+
+
+def remove(dialect: str, dsn: str, prefix: str) -> None:
+    """Deletes the messages whose key starts with prefix (behind the routines' back: setup only)."""
+    _dbs.execute(dialect, dsn, f"DELETE FROM pyqueue_message WHERE p_key LIKE '{prefix}%'")
+    analyze(dialect, dsn)
 
 
 def sizes(dialect: str, dsn: str) -> dict[str, int]:
@@ -166,200 +195,410 @@ def scenario(dialect: str, tag: str, fn) -> dict:
         _dbs.drop(dialect, dsn)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dialect", default="postgresql", choices=("postgresql", "mysql"))
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--big", type=int, default=None, help="the 'million' (default 1,000,000; quick 100,000)")
-    ap.add_argument("--sample", type=int, default=3000, help="messages consumed per throughput figure")
-    ap.add_argument("--hold", type=float, default=None, help="seconds the xmin horizon is held (default 120)")
-    ap.add_argument("--only", default="delayed,backlog,churn,xmin")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    args = ap.parse_args(argv)
-    big = args.big or (100_000 if args.quick else 1_000_000)
-    hold = args.hold or (20.0 if args.quick else 120.0)
-    d = args.dialect
-    only = set(args.only.split(","))
+def _mean_rate(*runs: dict) -> float:
+    return sum(r["rate"] for r in runs) / len(runs)
+
+
+def _ratio(big: list[dict], small: list[dict]) -> float | None:
+    base = _mean_rate(*small)
+    return round(_mean_rate(*big) / base, 3) if base else None
+
+
+def run_delayed(d: str, dsn: str, args) -> dict:
+    fill(d, dsn, SMALL, "r", delayed=False)
+    a1 = consume(dsn, args.sample)
+    fill(d, dsn, args.rows, "d", delayed=True)
+    _push_ready(dsn, args.sample, prefix="t1-")
+    b1 = consume(dsn, args.sample)
+    sz = sizes(d, dsn)
+    _push_ready(dsn, args.sample, prefix="t2-")
+    b2 = consume(dsn, args.sample)
+    remove(d, dsn, "d")
+    _push_ready(dsn, args.sample, prefix="t3-")
+    a2 = consume(dsn, args.sample)
+    return {
+        "ready": SMALL,
+        "delayed": args.rows,
+        "without": [a1, a2],
+        "with": [b1, b2],
+        "sizes": sz,
+        "ratio": _ratio([b1, b2], [a1, a2]),
+    }
+
+
+def run_backlog(d: str, dsn: str, args) -> dict:
+    fill(d, dsn, SMALL, "r", delayed=False)
+    a1 = consume(dsn, args.sample)
+    fill(d, dsn, args.rows - SMALL + args.sample, "b", delayed=False)
+    b1 = consume(dsn, args.sample)
+    sz = sizes(d, dsn)
+    b2 = consume(dsn, args.sample)
+    remove(d, dsn, "b")
+    _push_ready(dsn, args.sample, prefix="t3-")
+    a2 = consume(dsn, args.sample)
+    return {
+        "small_backlog": SMALL,
+        "big_backlog": args.rows,
+        "small": [a1, a2],
+        "big": [b1, b2],
+        "sizes": sz,
+        "ratio": _ratio([b1, b2], [a1, a2]),
+    }
+
+
+def run_churn(d: str, dsn: str, args) -> dict:
+    fill(d, dsn, SMALL, "r0", delayed=False)
+    before = consume(dsn, args.sample)
+    s0 = sizes(d, dsn)
+    t = time.perf_counter()
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue(QUEUE)
+        # drain what is left, then push/take/commit --rows messages in batches of 1000
+        while True:
+            _, got = q.commit_reserve(None, n=1000)
+            if not got:
+                break
+            q.commit_many(got)
+        for start in range(0, args.rows, 1000):
+            q.push_many([(f"c{i}", "job", {"n": i}) for i in range(start, min(args.rows, start + 1000))])
+            _, got = q.commit_reserve(None, n=1000)
+            q.commit_many(got)
+    churn_s = time.perf_counter() - t
+    s1 = sizes(d, dsn)
+    _push_ready(dsn, SMALL, prefix="r1-")
+    after = consume(dsn, args.sample)
+    return {
+        "before": before,
+        "after": after,
+        "churned": args.rows,
+        "churn_seconds": round(churn_s, 1),
+        "sizes_before": s0,
+        "sizes_after_churn": s1,
+        "sizes_end": sizes(d, dsn),
+        "ratio": round(after["rate"] / before["rate"], 3) if before["rate"] else None,
+    }
+
+
+def cycles(dsn: str, n: int, prefix: str, seconds: float) -> dict[str, float]:
+    """Up to n producer/consumer cycles on one connection (at least 3, then until `seconds` have
+    passed): push 1 ready message (priority 0), reserve it (n=1), commit it. Rate in cycles/s and
+    the median time of the reserve alone."""
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue(QUEUE)
+        reserve_s = []
+        start = time.perf_counter()
+        for i in range(n):
+            if i >= 3 and time.perf_counter() - start > seconds:
+                n = i
+                break
+            q.push(f"{prefix}{i}", "job", {"n": i}, priority=0)
+            t = time.perf_counter()
+            got = q.reserve(worker="scale")
+            reserve_s.append(time.perf_counter() - t)
+            if not got or got[0].key != f"{prefix}{i}":
+                raise AssertionError(f"the reserve did not return the one ready message: {got}")
+            q.commit(got[0])
+        elapsed = time.perf_counter() - start
+    return {
+        "cycles": n,
+        "seconds": round(elapsed, 3),
+        "rate": round(n / elapsed, 1),
+        "reserve_median_ms": round(1000 * statistics.median(reserve_s), 3),
+    }
+
+
+def run_priorities(d: str, dsn: str, args) -> dict:
+    n, cap = min(args.sample, 1000), args.cycle_seconds
+    a1 = cycles(dsn, n, "a1-", cap)
+    fill(d, dsn, args.priorities, "p", delayed=True, distinct_priorities=True)
+    b1 = cycles(dsn, n, "b1-", cap)
+    b2 = cycles(dsn, n, "b2-", cap)
+    remove(d, dsn, "p")
+    a2 = cycles(dsn, n, "a2-", cap)
+    reserve_small = (a1["reserve_median_ms"] + a2["reserve_median_ms"]) / 2
+    reserve_big = (b1["reserve_median_ms"] + b2["reserve_median_ms"]) / 2
+    return {
+        "delayed_distinct_priorities": args.priorities,
+        "without": [a1, a2],
+        "with": [b1, b2],
+        "ratio": _ratio([b1, b2], [a1, a2]),
+        "reserve_ms_without": round(reserve_small, 3),
+        "reserve_ms_with": round(reserve_big, 3),
+    }
+
+
+def run_batches(d: str, dsn: str, args) -> dict:
+    """One call of each batch routine per size, --batch-repeats times (the fastest counts). Once
+    a call takes longer than --batch-call-limit seconds, the larger sizes are left out (a
+    routine that is not linear would take hours at 100k)."""
+    out: dict[str, dict] = {}
+    left_out: list[int] = []
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue(QUEUE)
+        for size in args.batch_sizes:
+            if left_out or (
+                out and max(out[max(out, key=int)].values()) * size / 10_000 / 1000 > args.batch_call_limit
+            ):
+                left_out.append(size)
+                continue
+            best: dict[str, float] = {}
+            for rep in range(args.batch_repeats):
+                msgs = [(f"s{size}-{rep}-{i}", "job", {"n": i}) for i in range(size)]
+                analyze(d, dsn)
+                t = time.perf_counter()
+                pushed = q.push_many(msgs)
+                t_push = time.perf_counter() - t
+                t = time.perf_counter()
+                got = q.reserve(size, worker="scale")
+                t_reserve = time.perf_counter() - t
+                t = time.perf_counter()
+                committed = q.commit_many(got)
+                t_commit = time.perf_counter() - t
+                if pushed != size or len(got) != size or committed != size:
+                    raise AssertionError(
+                        f"batch of {size}: pushed {pushed}, reserved {len(got)}, committed {committed}"
+                    )
+                for name, secs in (
+                    ("push_batch", t_push),
+                    ("reserve_n", t_reserve),
+                    ("commit_batch", t_commit),
+                ):
+                    best[name] = min(best.get(name, secs), secs)
+                if max(t_push, t_reserve, t_commit) > args.batch_call_limit:
+                    break  # no second repeat of a call this slow
+            out[str(size)] = {name: round(secs * 10_000 / size * 1000, 1) for name, secs in best.items()}
+            print(f"    batch {size}: ms per 10k rows {out[str(size)]}", flush=True)
+    first, last = min(out, key=int), max(out, key=int)
+    return {
+        "ms_per_10k_rows": out,
+        "left_out_sizes": left_out,
+        "ratio_largest_to_smallest": {
+            name: round(out[last][name] / out[first][name], 3) if out[first][name] else None
+            for name in ("push_batch", "reserve_n", "commit_batch")
+        },
+    }
+
+
+def run_xmin(d: str, dsn: str, args) -> dict:
+    hold = args.hold
+    _push_ready(dsn, SMALL)
+    s0 = sizes(d, dsn)
+    before = consume(dsn, args.sample)
+    _push_ready(dsn, SMALL, prefix="h")
+    holder = _dbs.raw_connect(d, dsn, autocommit=False)
+    cur = holder.cursor()
+    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    if d != "postgresql":
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    cur.execute("SELECT COUNT(*) FROM pyqueue_queue")
+    cur.fetchall()
+    windows = []
+    t = time.perf_counter()
+    k = 0
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue(QUEUE)
+        held = None
+        while time.perf_counter() - t < hold:
+            w0 = time.perf_counter()
+            n = 0
+            while time.perf_counter() - w0 < min(15.0, hold / 4):
+                q.push_many([(f"w{k}-{i}", "job", {"n": i}) for i in range(100)])
+                k += 1
+                for _ in range(100):
+                    _, got = q.commit_reserve(held, worker="scale")
+                    if held is not None:
+                        n += 1
+                    held = got[0] if got else None
+            windows.append(
+                {"at_s": round(time.perf_counter() - t, 1), "rate": round(n / (time.perf_counter() - w0), 1)}
+            )
+            print(f"    xmin held {windows[-1]}", flush=True)
+        if held is not None:
+            q.commit(held)
+    s_held = sizes(d, dsn)
+    holder.rollback()
+    holder.close()
+    if d == "postgresql":
+        _dbs.execute(d, dsn, "VACUUM pyqueue_message")
+    after = consume(dsn, args.sample)
+    return {
+        "before": before,
+        "windows_while_held": windows,
+        "after_release": after,
+        "sizes_before": s0,
+        "sizes_while_held": s_held,
+        "sizes_after_release": sizes(d, dsn),
+        "ratio": round(windows[-1]["rate"] / before["rate"], 3) if before["rate"] else None,
+    }
+
+
+SCENARIOS = {
+    "delayed": run_delayed,
+    "backlog": run_backlog,
+    "churn": run_churn,
+    "priorities": run_priorities,
+    "batches": run_batches,
+    "xmin": run_xmin,
+}
+
+
+def _mb(b) -> str:
+    return f"{b / 1e6:.1f} MB" if b is not None else "?"
+
+
+def summary(out: dict) -> str:
+    """The markdown table of one dialect's run: every scenario as a ratio to its small figure."""
+    r = out["results"]
+    rows = []
+    fmt = "{:,.0f}".format
+    if "delayed" in r:
+        x = r["delayed"]
+        rows.append(
+            f"| {fmt(SMALL)} ready, with vs without {fmt(x['delayed'])} delayed | "
+            f"{_mean_rate(*x['with']):,.0f} vs {_mean_rate(*x['without']):,.0f} msg/s | **{x['ratio']}** |"
+        )
+    if "backlog" in r:
+        x = r["backlog"]
+        rows.append(
+            f"| {fmt(x['big_backlog'])} ready backlog vs {fmt(SMALL)} | "
+            f"{_mean_rate(*x['big']):,.0f} vs {_mean_rate(*x['small']):,.0f} msg/s | **{x['ratio']}** |"
+        )
+    if "churn" in r:
+        x = r["churn"]
+        s0, s1 = x["sizes_before"], x["sizes_after_churn"]
+        rows.append(
+            f"| after churning {fmt(x['churned'])} messages ({x['churn_seconds']} s) vs fresh | "
+            f"{x['after']['rate']:,.0f} vs {x['before']['rate']:,.0f} msg/s; table {_mb(s0['table_bytes'])} -> "
+            f"{_mb(s1['table_bytes'])}, indexes {_mb(s0['indexes_bytes'])} -> {_mb(s1['indexes_bytes'])} | "
+            f"**{x['ratio']}** |"
+        )
+    if "priorities" in r:
+        x = r["priorities"]
+        rows.append(
+            f"| 1 ready message below {fmt(x['delayed_distinct_priorities'])} delayed ones of distinct "
+            f"priorities vs none (push + reserve + commit cycles) | {_mean_rate(*x['with']):,.0f} vs "
+            f"{_mean_rate(*x['without']):,.0f} cycles/s; reserve {x['reserve_ms_with']} vs "
+            f"{x['reserve_ms_without']} ms | **{x['ratio']}** |"
+        )
+    if "xmin" in r:
+        x = r["xmin"]
+        w = x["windows_while_held"]
+        rows.append(
+            f"| a read view held for {out['hold_seconds']:.0f} s during a producer/consumer loop: last window vs "
+            f"before | {w[-1]['rate']:,.0f} vs {x['before']['rate']:,.0f} msg/s (windows: "
+            f"{', '.join(str(round(v['rate'])) for v in w)}) | **{x['ratio']}** |"
+        )
+    text = [
+        f"### {out['dialect']} ({out['started']}, --rows {out['rows']:,}, --sample {out['sample']:,}, "
+        f"load average {out['load'][0]:.1f} -> {out.get('load_after', out['load'])[0]:.1f})",
+        "",
+        "| scenario | figures | big / small |",
+        "|---|---|---|",
+        *rows,
+    ]
+    if "batches" in r:
+        x = r["batches"]
+        text += [
+            "",
+            "Batch routines, one call per batch: ms per 10k rows (flat = linear)",
+            "",
+            "| rows in the call | push_batch | reserve(n) | commit_batch |",
+            "|---:|---:|---:|---:|",
+        ]
+        for size, v in x["ms_per_10k_rows"].items():
+            text.append(f"| {int(size):,} | {v['push_batch']} | {v['reserve_n']} | {v['commit_batch']} |")
+        if x.get("left_out_sizes"):
+            sizes_left = ", ".join(f"{n:,}" for n in x["left_out_sizes"])
+            text.append(f"| {sizes_left} | left out: a call took over --batch-call-limit | | |")
+        rl = x["ratio_largest_to_smallest"]
+        text.append(
+            f"| largest / smallest | **{rl['push_batch']}** | **{rl['reserve_n']}** | **{rl['commit_batch']}** |"
+        )
+    return "\n".join(text) + "\n"
+
+
+def run_dialect(d: str, args) -> dict:
     out: dict = {
         "dialect": d,
-        "big": big,
+        "rows": args.rows,
+        "priorities": args.priorities,
         "sample": args.sample,
-        "hold_seconds": hold,
+        "hold_seconds": args.hold,
         "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "load": os.getloadavg(),
         "results": {},
     }
-    res = out["results"]
     t0 = time.time()
-
-    def log(name):
-        print(f"[{time.time() - t0:6.0f}s] {name}: {json.dumps(res[name])}", flush=True)
-
-    # Each comparison measures its baseline in the same database, before and
-    # after, so that a loaded machine shifts both sides alike.
-    if "delayed" in only:
-
-        def delayed(dsn):
-            fill(d, dsn, 10_000, "r", delayed=False)
-            a1 = consume(dsn, args.sample)
-            fill(d, dsn, big, "d", delayed=True)
-            _push_ready(dsn, args.sample, prefix="t1-")
-            b1 = consume(dsn, args.sample)
-            sz = sizes(d, dsn)
-            _push_ready(dsn, args.sample, prefix="t2-")
-            b2 = consume(dsn, args.sample)
-            _dbs.execute(
-                d,
-                dsn,
-                "DELETE FROM pyqueue_message WHERE p_key LIKE 'd%'",
-                "VACUUM ANALYZE pyqueue_message" if d == "postgresql" else "ANALYZE TABLE pyqueue_message",
-            )
-            _push_ready(dsn, args.sample, prefix="t3-")
-            a2 = consume(dsn, args.sample)
-            base = (a1["rate"] + a2["rate"]) / 2
-            with_delayed = (b1["rate"] + b2["rate"]) / 2
-            return {
-                "ready": 10_000,
-                "delayed": big,
-                "without": [a1, a2],
-                "with": [b1, b2],
-                "sizes": sz,
-                "ratio": round(with_delayed / base, 3),
-            }
-
-        res["delayed"] = scenario(d, "delayed", delayed)
-        log("delayed")
-    if "backlog" in only:
-
-        def backlog(dsn):
-            fill(d, dsn, 10_000, "r", delayed=False)
-            a1 = consume(dsn, args.sample)
-            fill(d, dsn, big - 10_000 + args.sample, "b", delayed=False)
-            b1 = consume(dsn, args.sample)
-            sz = sizes(d, dsn)
-            b2 = consume(dsn, args.sample)
-            _dbs.execute(
-                d,
-                dsn,
-                "DELETE FROM pyqueue_message WHERE p_key LIKE 'b%'",
-                "VACUUM ANALYZE pyqueue_message" if d == "postgresql" else "ANALYZE TABLE pyqueue_message",
-            )
-            _push_ready(dsn, args.sample, prefix="t3-")
-            a2 = consume(dsn, args.sample)
-            base = (a1["rate"] + a2["rate"]) / 2
-            return {
-                "small_backlog": 10_000,
-                "big_backlog": big,
-                "small": [a1, a2],
-                "big": [b1, b2],
-                "sizes": sz,
-                "ratio": round((b1["rate"] + b2["rate"]) / 2 / base, 3),
-            }
-
-        res["backlog"] = scenario(d, "backlog", backlog)
-        log("backlog")
-    if "churn" in only:
-
-        def churn(dsn):
-            fill(d, dsn, 10_000, "r0", delayed=False)
-            before = consume(dsn, args.sample)
-            s0 = sizes(d, dsn)
-            t = time.perf_counter()
-            with pyqueue_sql.connect(dsn) as db:
-                q = db.queue(QUEUE)
-                # drain what is left, then push/take/commit `big` messages in batches of 1000
-                while True:
-                    _, got = q.commit_reserve(None, n=1000)
-                    if not got:
-                        break
-                    q.commit_many(got)
-                for start in range(0, big, 1000):
-                    q.push_many([(f"c{i}", "job", {"n": i}) for i in range(start, min(big, start + 1000))])
-                    _, got = q.commit_reserve(None, n=1000)
-                    q.commit_many(got)
-            churn_s = time.perf_counter() - t
-            s1 = sizes(d, dsn)
-            _push_ready(dsn, 10_000, prefix="r1-")
-            after = consume(dsn, args.sample)
-            return {
-                "before": before,
-                "after": after,
-                "churned": big,
-                "churn_seconds": round(churn_s, 1),
-                "sizes_before": s0,
-                "sizes_after_churn": s1,
-                "sizes_end": sizes(d, dsn),
-                "vs_fresh": round(after["rate"] / before["rate"], 3),
-            }
-
-        res["churn"] = scenario(d, "churn", churn)
-        log("churn")
-    if "xmin" in only:
-
-        def xmin(dsn):
-            _push_ready(dsn, 10_000)
-            s0 = sizes(d, dsn)
-            before = consume(dsn, args.sample)
-            _push_ready(dsn, 10_000, prefix="h")
-            holder = _dbs.raw_connect(d, dsn, autocommit=False)
-            cur = holder.cursor()
-            if d == "postgresql":
-                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            else:
-                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            cur.execute("SELECT COUNT(*) FROM pyqueue_queue")
-            cur.fetchall()
-            windows = []
-            t = time.perf_counter()
-            k = 0
-            with pyqueue_sql.connect(dsn) as db:
-                q = db.queue(QUEUE)
-                held = None
-                while time.perf_counter() - t < hold:
-                    w0 = time.perf_counter()
-                    n = 0
-                    while time.perf_counter() - w0 < min(15.0, hold / 4):
-                        q.push_many([(f"w{k}-{i}", "job", {"n": i}) for i in range(100)])
-                        k += 1
-                        for _ in range(100):
-                            _, got = q.commit_reserve(held, worker="scale")
-                            if held is not None:
-                                n += 1
-                            held = got[0] if got else None
-                    windows.append(
-                        {
-                            "at_s": round(time.perf_counter() - t, 1),
-                            "rate": round(n / (time.perf_counter() - w0), 1),
-                        }
-                    )
-                    print(f"    xmin held {windows[-1]}", flush=True)
-                if held is not None:
-                    q.commit(held)
-            s_held = sizes(d, dsn)
-            holder.rollback()
-            holder.close()
-            if d == "postgresql":
-                _dbs.execute(d, dsn, "VACUUM pyqueue_message")
-            after = consume(dsn, args.sample)
-            return {
-                "before": before,
-                "windows_while_held": windows,
-                "after_release": after,
-                "sizes_before": s0,
-                "sizes_while_held": s_held,
-                "sizes_after_release": sizes(d, dsn),
-                "last_window_vs_before": round(windows[-1]["rate"] / before["rate"], 3),
-            }
-
-        res["xmin"] = scenario(d, "xmin", xmin)
-        log("xmin")
+    for name, fn in SCENARIOS.items():
+        if name not in args.only:
+            continue
+        print(f"[{time.time() - t0:6.0f}s] {d} {name} ...", flush=True)
+        out["results"][name] = scenario(d, name, lambda dsn, fn=fn: fn(d, dsn, args))
+        shown = {k: v for k, v in out["results"][name].items() if k in ("ratio", "ratio_largest_to_smallest")}
+        print(f"[{time.time() - t0:6.0f}s] {d} {name}: {json.dumps(shown)}", flush=True)
     out["seconds"] = round(time.time() - t0, 1)
+    out["load_after"] = os.getloadavg()
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dialects", "--dialect", default="postgresql,mysql", help="comma-separated")
+    ap.add_argument("--quick", action="store_true", help="--rows 100000, --hold 20")
+    ap.add_argument("--rows", "--big", type=int, default=None, help="the 'million' (default 1,000,000)")
+    ap.add_argument("--priorities", type=int, default=100_000, help="distinct priorities (capped at --rows)")
+    ap.add_argument("--sample", type=int, default=3000, help="messages consumed per throughput figure")
+    ap.add_argument("--hold", type=float, default=None, help="seconds the xmin horizon is held (default 120)")
+    ap.add_argument(
+        "--batch-sizes",
+        default=",".join(map(str, BATCH_SIZES)),
+        help="rows per batch call (those above --rows are left out)",
+    )
+    ap.add_argument("--batch-repeats", type=int, default=2)
+    ap.add_argument(
+        "--batch-call-limit",
+        type=float,
+        default=60.0,
+        help="seconds: once one batch call takes longer (or would, at the same rate per row), larger sizes are left out",
+    )
+    ap.add_argument(
+        "--cycle-seconds",
+        type=float,
+        default=30.0,
+        help="time cap of each priorities measurement (a slow reserve there takes seconds)",
+    )
+    ap.add_argument(
+        "--only", default=",".join(SCENARIOS), help="comma-separated, of: " + ", ".join(SCENARIOS)
+    )
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    args = ap.parse_args(argv)
+    _dbs.exit_on_sigterm()
+    args.rows = args.rows or (100_000 if args.quick else 1_000_000)
+    if args.rows < SMALL + args.sample:
+        ap.error(f"--rows must be at least {SMALL + args.sample:,} (the small queue plus a sample)")
+    args.priorities = min(args.priorities, args.rows)
+    args.hold = args.hold or (20.0 if args.quick else 120.0)
+    args.batch_sizes = [b for b in (int(x) for x in args.batch_sizes.split(",")) if b <= args.rows] or [
+        args.rows
+    ]
+    args.only = set(args.only.split(","))
+    unknown = args.only - set(SCENARIOS)
+    if unknown:
+        ap.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"scale-{d}-{out['started'].replace(':', '')}.json")
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
-    print(json.dumps(out, indent=1))
-    print(f"wrote {path}")
+    tables = []
+    for d in [x for x in args.dialects.split(",") if x]:
+        out = run_dialect(d, args)
+        table = summary(out)
+        tables.append(table)
+        stem = os.path.join(args.out, f"scale-{d}-{out['started'].replace(':', '')}")
+        with open(stem + ".json", "w") as f:
+            json.dump(out, f, indent=1)
+        with open(stem + ".md", "w") as f:
+            f.write(table)
+        print(f"wrote {stem}.json and .md")
+    print()
+    print("\n".join(tables))
     return 0
 
 
