@@ -54,10 +54,10 @@ def test_reserve_hands_out_at_most_capacity_and_slots_come_back(queue, make_queu
     assert kinds(again) == ["lim"] and queue.reserve(n=5) == []
     # move gives it back
     assert queue.move(again[0], other)
-    again = queue.reserve(n=5, timeout=0.3)
+    again = queue.reserve(n=5, timeout=1.5)  # long enough to outlast the next reserve on a busy machine
     assert kinds(again) == ["lim"] and queue.reserve(n=5) == []
     # expiry gives it back
-    time.sleep(0.4)
+    time.sleep(1.6)
     assert live(raw, dialect, queue.name, "lim") == 1
     again = queue.reserve(n=5, timeout=60)
     assert kinds(again) == ["lim"]  # the expired one's slot, taken by the oldest ready message
@@ -110,13 +110,14 @@ def test_raising_the_capacity_adds_slots_lowering_it_hands_out_less(queue):
 def test_extend_keeps_the_slot_but_not_after_it_was_taken_over(queue):
     queue.push_many([("a", "lim", 1), ("b", "lim", 2)])
     queue.set_limit("lim", 1)
-    (a,) = queue.reserve(n=2, timeout=0.3)
-    a2 = queue.extend(a, timeout=0.3)  # still live: keeps its slot
+    # leases of 1.5 s: each must outlast the next call or two on a busy machine
+    (a,) = queue.reserve(n=2, timeout=1.5)
+    a2 = queue.extend(a, timeout=1.5)  # still live: keeps its slot
     assert a2 is not None
-    time.sleep(0.4)  # expired, nobody took the slot yet: extending still works
-    a3 = queue.extend(a2, timeout=0.3)
+    time.sleep(1.6)  # expired, nobody took the slot yet: extending still works
+    a3 = queue.extend(a2, timeout=1.5)
     assert a3 is not None and queue.reserve(n=2) == []
-    time.sleep(0.4)
+    time.sleep(1.6)
     (b,) = queue.reserve(n=2, timeout=60)  # 'a' expired: its slot goes to 'b' (the older schedule)
     assert b.key == "b"
     assert queue.extend(a3) is None  # its slot went to the new reservation

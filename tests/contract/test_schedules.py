@@ -149,9 +149,10 @@ def test_bad_cron_expressions_are_refused_clearly(queue, expr, message):
 
 
 def test_schedule_every_pushes_one_occurrence_and_commit_pushes_the_next(queue, raw):
+    before = dt.datetime.now(UTC)
     first = queue.schedule_every("report", "tick", {"n": 1}, 1)
-    now = dt.datetime.now(UTC)
-    assert first.microsecond == 0 and now < first <= now + dt.timedelta(seconds=1)
+    after = dt.datetime.now(UTC)  # the database read its clock between before and after
+    assert first.microsecond == 0 and before < first <= after + dt.timedelta(seconds=1)
     (sched,) = queue.schedules()
     assert (sched.key, sched.kind, sched.payload, sched.every_s, sched.cron, sched.next_at) == (
         "report",
@@ -166,9 +167,10 @@ def test_schedule_every_pushes_one_occurrence_and_commit_pushes_the_next(queue, 
     (occ,) = queue.reserve(timeout=60)
     assert occ.key == occurrence_key("report", first) and occ.payload == {"n": 1}
     assert pending(raw, queue, "report", "tick") == [occ.key]  # nothing new before the commit
+    committed_after = dt.datetime.now(UTC)
     assert queue.commit(occ)
     (sched,) = queue.schedules()
-    assert sched.next_at > first and sched.next_at > dt.datetime.now(UTC) - dt.timedelta(seconds=0.05)
+    assert sched.next_at > first and sched.next_at > committed_after
     assert pending(raw, queue, "report", "tick") == [occurrence_key("report", sched.next_at)]
 
 
