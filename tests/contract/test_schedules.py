@@ -167,10 +167,10 @@ def test_schedule_every_pushes_one_occurrence_and_commit_pushes_the_next(queue, 
     (occ,) = queue.reserve(timeout=60)
     assert occ.key == occurrence_key("report", first) and occ.payload == {"n": 1}
     assert pending(raw, queue, "report", "tick") == [occ.key]  # nothing new before the commit
-    committed_after = dt.datetime.now(UTC)
+    before_commit = dt.datetime.now(UTC)
     assert queue.commit(occ)
     (sched,) = queue.schedules()
-    assert sched.next_at > first and sched.next_at > committed_after
+    assert sched.next_at > first and sched.next_at > before_commit
     assert pending(raw, queue, "report", "tick") == [occurrence_key("report", sched.next_at)]
 
 
