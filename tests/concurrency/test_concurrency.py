@@ -103,10 +103,23 @@ def test_rollback_and_commit_race_on_the_same_token(connect, queue):
     assert s.ready == sum(rollbacks)
 
 
+def _messages_named(db, name):
+    """Rows of pyqueue_message under a queue name, read with plain SQL (whether a queue exists or not)."""
+    cur = db.connection.cursor()
+    try:
+        cur.execute("SELECT count(*) FROM pyqueue_message WHERE queue_name = %s", (name,))
+        return cur.fetchone()[0]
+    finally:
+        cur.close()
+
+
 @pytest.mark.slow
 def test_pushes_racing_a_drop_get_unknown_queue_not_a_raw_error(connect, make_queue):
-    """Producers that lose the race with queue_drop get UnknownQueueError, nothing else."""
+    """Producers that lose the race with queue_drop get UnknownQueueError, nothing else, and no
+    message outlives the dropped queue (PostgreSQL has no foreign key to delete them: the drop does,
+    after waiting for the pushes that hold the queue row's lock)."""
     pushers = [connect() for _ in range(3)]
+    observer = connect()
     for _round in range(6):
         q = make_queue()
         stop = threading.Event()
@@ -135,6 +148,7 @@ def test_pushes_racing_a_drop_get_unknown_queue_not_a_raw_error(connect, make_qu
         for t in threads:
             t.join(30)
         assert failures == [], failures
+        assert _messages_named(observer, q.name) == 0
 
 
 @pytest.mark.slow
@@ -163,3 +177,35 @@ def test_overlapping_batches_from_many_connections_do_not_deadlock(connect, queu
 
     assert sum(run_together(6, push)) == rounds * per_round
     assert queue.stats().ready == rounds * per_round
+
+
+@pytest.mark.only_dialect("postgresql")
+def test_a_drop_inside_repeatable_read_leaves_no_message_a_new_queue_of_that_name_would_show(
+    connect, make_queue
+):
+    """A push that commits after a REPEATABLE READ transaction took its snapshot is invisible to
+    that transaction's queue_drop: the message stays behind in no queue, reached by no routine,
+    and queue_create of the same name deletes it, so the new queue starts empty."""
+    q = make_queue()
+    q.push("before", "k", 1)
+    dropper, pusher = connect(), connect()
+    cur = dropper.connection.cursor()
+    dropper.connection.autocommit = False
+    try:
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("SELECT count(*) FROM pyqueue_message")  # the snapshot is taken here
+        assert pusher.queue(q.name).push("after", "k", 2) is True  # committed after the snapshot
+        cur.execute("SELECT queue_drop(%s)", (q.name,))
+        dropper.connection.commit()
+    finally:
+        dropper.connection.autocommit = True
+        cur.close()
+    assert _messages_named(pusher, q.name) == 1  # left behind: the drop could not see it
+    with pytest.raises(pyqueue_sql.UnknownQueueError):
+        q.stats()
+    with pytest.raises(pyqueue_sql.UnknownQueueError):
+        pusher.queue(q.name).push("later", "k", 3)
+    q.create()
+    assert q.stats().ready == 0
+    assert _messages_named(pusher, q.name) == 0
+    assert q.reserve() == []

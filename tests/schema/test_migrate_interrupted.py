@@ -192,7 +192,12 @@ def test_each_revision_fingerprint_is_current(fresh_database):
     assert migrate.fingerprint(script) == computed[_revisions()[-1]], (
         "schema.sql/routines.sql and the head differ"
     )
-    assert len(set(computed.values())) == len(computed), "two revisions cannot be told apart"
+    # A revision may change nothing on one flavor (0007 only drops a PostgreSQL foreign key): it
+    # then shares the fingerprint of the one before it, and adopting picks the newer of the two
+    # (upgrading from one to the other is a no-op). Any other two revisions must differ.
+    values = list(computed.values())
+    for i, value in enumerate(values):
+        assert value not in values[: max(i - 1, 0)], "two revisions cannot be told apart"
     stale = {rev: value for rev, value in computed.items() if shipped[rev] != value}
     if stale and os.environ.get(UPDATE_FINGERPRINTS):
         for rev, value in stale.items():
