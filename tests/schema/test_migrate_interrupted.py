@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -153,8 +154,11 @@ def test_adopt_records_a_script_install_and_keeps_its_messages(fresh_database):
 def test_adopt_an_older_unrecorded_schema_then_upgrade_it(fresh_database):
     """A schema of an older release that is not recorded (its version row lost):
     adopt recognises the revision and applies the rest."""
-    older = _revisions()[-2]
     dsn, clean = fresh_database("older"), fresh_database("clean")
+    # the newest revision whose catalog differs from the head's on this server flavor (one that
+    # changed nothing here shares the head's fingerprint, and adopting takes the newer)
+    head_print = _module_fingerprints(migrate.head()).get(_flavor(dsn))
+    older = [r for r in _revisions() if _module_fingerprints(r).get(_flavor(dsn)) != head_print][-1]
     migrate.upgrade(dsn, older)
     _push(dsn, n=3)
     _sql(dsn, "DELETE FROM pyqueue_alembic_version")
@@ -276,32 +280,50 @@ def _module_fingerprints(rev: str) -> dict:
 # ---- failures half-way ------------------------------------------------------------
 
 
-def _break_current_routines(tmp_path, monkeypatch, dialect: str) -> None:
-    """The newest revision's routine step reads a copy of sql/<dialect>/routines.sql with
-    a bad statement: MySQL, in the last routine that step re-creates (after the others
-    were dropped and created again); PostgreSQL, first."""
-    path = tmp_path / "routines.sql"
-    text = migrate.current_routines_file(dialect).read_text()
+def _newest_with_routines(dialect: str) -> tuple[str, str]:
+    """The newest revision whose upgrade re-creates routines on this dialect, and the one before
+    it (a revision may change nothing on one dialect: 0007 only drops a PostgreSQL foreign key)."""
+    revisions = _revisions()
+    for i in range(len(revisions) - 1, 0, -1):
+        if re.search(r"^CREATE ", _routine_step(dialect, revisions[i]), re.M):
+            return revisions[i - 1], revisions[i]
+    raise AssertionError(f"no revision re-creates routines on {dialect}")
+
+
+def _break_routines(tmp_path, monkeypatch, dialect: str, revision: str) -> None:
+    """The routine step of ``revision`` reads a copy of its routines with a bad statement: MySQL,
+    in the last routine that step re-creates (after the others were dropped and created again);
+    PostgreSQL, first. The newest revision reads sql/<dialect>/routines.sql; an older one its
+    released file, here in a copy of the migrations folder."""
+    step = _routine_step(dialect, revision)
+    if revision == migrate.head():
+        source = migrate.current_routines_file(dialect)
+        path = tmp_path / "routines.sql"
+        monkeypatch.setattr(migrate, "current_routines_file", lambda _dialect: path)
+    else:
+        folder = tmp_path / "migrations"
+        shutil.copytree(migrate.migrations_dir(), folder)
+        source = path = folder / "sql" / dialect / f"{revision}.routines.sql"
+        monkeypatch.setattr(migrate, "migrations_dir", lambda: folder)
+    text = source.read_text()
     if dialect == "mysql":
-        last = re.findall(r"^CREATE PROCEDURE (\w+)", _routine_step(dialect, migrate.head()), re.M)[-1]
+        last = re.findall(r"^CREATE PROCEDURE (\w+)", step, re.M)[-1]
         at = text.index(f"\nCREATE PROCEDURE {last}(")
         at = text.index("\nBEGIN\n", at) + len("\nBEGIN\n")
         text = text[:at] + "    SELECT FROM no_such_column;\n" + text[at:]
     else:
         text = "SELECT no_such_column FROM pyqueue_queue;\n" + text
     path.write_text(text)
-    monkeypatch.setattr(migrate, "current_routines_file", lambda _dialect: path)
 
 
 def test_a_migration_failing_half_way_keeps_data_and_a_rerun_completes(
     fresh_database, tmp_path, monkeypatch, dialect
 ):
-    older, newest = _revisions()[-2], _revisions()[-1]
+    older, newest = _newest_with_routines(dialect)
     dsn, clean = fresh_database("half"), fresh_database("clean")
     migrate.upgrade(dsn, older)
     _push(dsn, n=5)
-    assert newest == migrate.head()
-    _break_current_routines(tmp_path, monkeypatch, dialect)
+    _break_routines(tmp_path, monkeypatch, dialect, newest)
     with pytest.raises(Exception, match="no_such_column"):
         migrate.upgrade(dsn)
     assert migrate.current(dsn) == (older,)
