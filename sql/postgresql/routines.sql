@@ -2645,7 +2645,11 @@ BEGIN
     )
     SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT r.queue_name ORDER BY r.queue_name) INTO v_count, v_ready
       FROM released r;
-    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP  -- wakeups: ready now
+    -- wakeups: ready now, in the queues that exist (a message left in no
+    -- queue by a REPEATABLE READ queue_drop has no wakeup row to write)
+    FOR v_queue IN SELECT q.queue_name::text FROM pyqueue_queue q
+                    WHERE q.queue_name::text = ANY (coalesce(v_ready, '{}'))
+                    ORDER BY q.queue_name LOOP
         PERFORM pyqueue__notify(v_queue);
     END LOOP;
     RETURN v_count;
