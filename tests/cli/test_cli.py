@@ -215,8 +215,12 @@ def test_ctrl_c_inside_a_finalizer_still_interrupts_the_command():
     import sys
 
     script = """
-import argparse, sys, time
+import argparse, signal, sys, time
 from pyqueue_sql import cli
+
+# Ctrl-C handled as in a terminal's foreground (a suite started in the background by a shell
+# without job control runs with SIGINT ignored, and this process would inherit that)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 class Finalized:
     def __del__(self):
@@ -260,7 +264,16 @@ def test_ctrl_c_during_a_real_migrate_is_resumable(fresh_database):
     for delay in (0.5, 0.65, 0.8, 1.0):
         target = fresh_database()
         command = [sys.executable, "-m", "pyqueue_sql.cli", "migrate", "--dsn", target]
-        proc = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            command,
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            # SIGINT as in a terminal's foreground, even when the suite runs with it ignored
+            # (started in the background by a shell without job control)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)

@@ -30,8 +30,12 @@ from .test_migrations import catalog, install_from_sql, smoke
 pytestmark = pytest.mark.slow
 
 RUN = """
+import signal
 import sys
 from pyqueue_sql import migrate
+# Ctrl-C as in a terminal's foreground: a suite started in the background by a shell without job
+# control runs with SIGINT ignored, which this process would inherit, and the signal would be lost
+signal.signal(signal.SIGINT, signal.default_int_handler)
 print("go", flush=True)
 try:
     if len(sys.argv) > 3:
