@@ -154,6 +154,15 @@ class Step(enum.Enum):
 
 
 @dataclass(frozen=True)
+class OwnTransaction:
+    """A call in a transaction of the client's own: BEGIN, the call, COMMIT, or ROLLBACK when it
+    raises (see Dialect.run_in_own_transaction: where the driver can, the three go to the server
+    as one round trip)."""
+
+    call: Call
+
+
+@dataclass(frozen=True)
 class Pause:
     """Wait this long before the next step (a retry's backoff)."""
 
@@ -240,10 +249,6 @@ def chunk_sizes(n: int | None) -> list[int | None]:
     return [CHUNK_SIZE] * (n // CHUNK_SIZE) + ([n % CHUNK_SIZE] if n % CHUNK_SIZE else [])
 
 
-def _one(call: Call) -> SansIO:
-    return (yield call)
-
-
 def _each(calls: Sequence[Call]) -> SansIO:
     """Runs the calls (in one transaction when there are several: ONE_TRANSACTION); their rows, in order."""
     if len(calls) > 1:
@@ -317,9 +322,7 @@ class DatabaseCalls:
         own = call.statement in self.dialect.own_transaction_statements
         for attempt in range(SERIALIZATION_ATTEMPTS):
             try:
-                if own:
-                    return (yield from self._transaction_steps(_one(call)))
-                return (yield call)
+                return (yield (OwnTransaction(call) if own else call))
             except errors.SerializationError:
                 if attempt == SERIALIZATION_ATTEMPTS - 1:
                     raise
@@ -496,6 +499,9 @@ class Database(DatabaseCalls):
         d, connection = self.dialect, self.connection
         if isinstance(step, Call):
             return (d.run_sets if step.all_sets else d.run)(connection, step.statement, step.params)
+        if isinstance(step, OwnTransaction):
+            call = step.call
+            return d.run_in_own_transaction(connection, call.statement, call.params, call.all_sets)
         if step is Step.BEGIN:
             return d.begin(connection)
         if step is Step.COMMIT:
@@ -824,9 +830,9 @@ class QueueCalls:
 
         Returns (committed, reservations): committed is the commit's result
         (None when previous was None). One call per message for a consumer
-        that works one message at a time: one round trip on PostgreSQL; on
-        MySQL the call runs in a transaction of its own (BEGIN, CALL, COMMIT),
-        so that its history row and its delete stand or fall together.
+        that works one message at a time: one round trip; on MySQL the call
+        runs in a transaction of its own (START TRANSACTION, CALL, COMMIT, sent
+        together), so that its history row and its delete stand or fall together.
         """
         d = self.db.dialect
         held = (

@@ -17,7 +17,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from .. import dialects, errors
-from ..client import Call, DatabaseCalls, QueueCalls, SansIO, Step, is_sqlalchemy, runs_sans_io
+from ..client import (
+    Call,
+    DatabaseCalls,
+    OwnTransaction,
+    QueueCalls,
+    SansIO,
+    Step,
+    is_sqlalchemy,
+    runs_sans_io,
+)
 
 
 def async_method(method: Callable[..., SansIO]) -> Callable[..., Any]:
@@ -123,6 +132,11 @@ class AsyncDatabase(DatabaseCalls):
         if isinstance(step, Call):
             run = d.run_sets_async if step.all_sets else d.run_async
             return await run(connection, step.statement, step.params)
+        if isinstance(step, OwnTransaction):
+            call = step.call
+            return await d.run_in_own_transaction_async(
+                connection, call.statement, call.params, call.all_sets
+            )
         if step is Step.BEGIN:
             return await d.begin_async(connection)
         if step is Step.COMMIT:

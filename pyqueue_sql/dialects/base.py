@@ -353,6 +353,36 @@ class Dialect:
                 raise mapped from exc
             raise
 
+    def run_in_own_transaction(
+        self, connection: Any, name: str, params: dict[str, Any], all_sets: bool = False
+    ) -> Any:
+        """A named statement in a transaction of its own: BEGIN, the statement, COMMIT; ROLLBACK
+        when it raises (then its error goes on). Its rows as run (all_sets: as run_sets)."""
+        self.begin(connection)
+        try:
+            rows = (self.run_sets if all_sets else self.run)(connection, name, params)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                self.rollback(connection)
+            raise
+        self.end_transaction(connection, commit=True)
+        return rows
+
+    async def run_in_own_transaction_async(
+        self, connection: Any, name: str, params: dict[str, Any], all_sets: bool = False
+    ) -> Any:
+        """run_in_own_transaction on an asyncio connection."""
+        await self.begin_async(connection)
+        try:
+            run = self.run_sets_async if all_sets else self.run_async
+            rows = await run(connection, name, params)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                await self.rollback_async(connection)
+            raise
+        await self.end_transaction_async(connection, commit=True)
+        return rows
+
     # -- wakeups ---------------------------------------------------------
     def listen(self, connection: Any, channels: Sequence[str]) -> None:
         """Registers the connection for the wakeups of these channels (names from queue_channel)."""

@@ -188,8 +188,14 @@ class MySQL(Dialect):
     # -- connections -----------------------------------------------------
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
         import pymysql
+        from pymysql.constants import CLIENT
 
-        return pymysql.connect(**{**mysql_connect_args(dsn), "autocommit": autocommit})
+        # Multi-statement queries, for run_in_own_transaction's one round trip (aiomysql always
+        # asks for them). Every statement the client sends is one of its named statements with
+        # escaped parameters, so no text of a caller's can add a statement of its own.
+        return pymysql.connect(
+            **{**mysql_connect_args(dsn), "autocommit": autocommit}, client_flag=CLIENT.MULTI_STATEMENTS
+        )
 
     def owns(self, connection: Any) -> bool:
         return type(connection).__module__.startswith("pymysql")
@@ -249,6 +255,78 @@ class MySQL(Dialect):
             raise mapped from exc
         finally:
             cur.close()
+
+    # A transaction of the call's own in one round trip: START TRANSACTION, the CALL and COMMIT
+    # as one multi-statement query. The server stops at the first statement that fails, so a
+    # failing CALL leaves the transaction open and the ROLLBACK that follows closes it, as when
+    # the three are sent one by one. A connection opened without multi-statement queries
+    # (CLIENT.MULTI_STATEMENTS) sends the three one by one.
+    def _one_trip(self, name: str) -> str:
+        return f"START TRANSACTION; {self.statement(name)}; COMMIT"
+
+    @staticmethod
+    def _multi_statements(connection: Any) -> bool:
+        from pymysql.constants import CLIENT
+
+        return bool(getattr(connection, "client_flag", 0) & CLIENT.MULTI_STATEMENTS)
+
+    def _own_result(self, sets: list[list[tuple]], all_sets: bool) -> Any:
+        """The CALL's result sets out of the one-trip query's (those with columns: START
+        TRANSACTION, the CALL's closing status and COMMIT have none), as run / run_sets give them."""
+        sets = sets or [[]]
+        return sets if all_sets else sets[0]
+
+    def run_in_own_transaction(
+        self, connection: Any, name: str, params: dict[str, Any], all_sets: bool = False
+    ) -> Any:
+        if not self._multi_statements(connection):
+            return super().run_in_own_transaction(connection, name, params, all_sets)
+        import pymysql
+
+        try:
+            cur = connection.cursor()
+            try:
+                cur.execute(self._one_trip(name), params)
+                sets = [list(cur.fetchall())] if cur.description else []
+                while cur.nextset():
+                    if cur.description:
+                        sets.append(list(cur.fetchall()))
+            finally:
+                cur.close()
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                connection.rollback()
+            mapped = self._driver_error(exc) if isinstance(exc, pymysql.MySQLError) else None
+            if mapped is None:
+                raise
+            raise mapped from exc
+        return self._own_result(sets, all_sets)
+
+    async def run_in_own_transaction_async(
+        self, connection: Any, name: str, params: dict[str, Any], all_sets: bool = False
+    ) -> Any:
+        if not self._multi_statements(connection):
+            return await super().run_in_own_transaction_async(connection, name, params, all_sets)
+        import pymysql
+
+        try:
+            cur = await connection.cursor(_quiet_cursor())
+            try:
+                await cur.execute(self._one_trip(name), params)
+                sets = [list(await cur.fetchall())] if cur.description else []
+                while await cur.nextset():
+                    if cur.description:
+                        sets.append(list(await cur.fetchall()))
+            finally:
+                await cur.close()
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                await connection.rollback()
+            mapped = self._driver_error(exc) if isinstance(exc, pymysql.MySQLError) else None
+            if mapped is None:
+                raise
+            raise mapped from exc
+        return self._own_result(sets, all_sets)
 
     async def run_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
         return (await self.run_sets_async(connection, name, params))[0]

@@ -22,10 +22,11 @@ class RecordingDatabase(pyqueue_sql.Database):
         self.sent: list[tuple[str, int]] = []
 
     def _do(self, step):
-        if isinstance(step, client.Call) and step.statement == "reserve":
-            self.sent.append((step.statement, step.params["n"]))
-        elif isinstance(step, client.Call) and step.statement in ("push_batch", "commit_batch"):
-            self.sent.append((step.statement, _batch_size(step.params)))
+        call = step.call if isinstance(step, client.OwnTransaction) else step  # MySQL's reserve, commit_batch
+        if isinstance(call, client.Call) and call.statement == "reserve":
+            self.sent.append((call.statement, call.params["n"]))
+        elif isinstance(call, client.Call) and call.statement in ("push_batch", "commit_batch"):
+            self.sent.append((call.statement, _batch_size(call.params)))
         return super()._do(step)
 
 

@@ -165,17 +165,21 @@ def test_serialization_failure_inside_a_serializable_transaction(connect, make_q
 
 
 def _flaky(db, statement, failures, monkeypatch):
-    """Makes the next `failures` runs of a named statement fail as a serialization failure would."""
-    method = "run" if db.dialect.name == "postgresql" else "run_sets"  # the one the other calls
+    """Makes the next `failures` runs of a named statement fail as a serialization failure would
+    (a statement the dialect runs in a transaction of the client's own fails there)."""
+    if statement in db.dialect.own_transaction_statements:
+        method = "run_in_own_transaction"
+    else:
+        method = "run" if db.dialect.name == "postgresql" else "run_sets"  # the one the other calls
     real = getattr(db.dialect, method)
     seen = []
 
-    def run(connection, name, params):
+    def run(connection, name, params, *rest):
         if name == statement:
             seen.append(name)
             if len(seen) <= failures:
                 raise SerializationError("simulated serialization failure")
-        return real(connection, name, params)
+        return real(connection, name, params, *rest)
 
     monkeypatch.setattr(db.dialect, method, run)
     return seen
