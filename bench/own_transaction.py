@@ -3,9 +3,10 @@
 The client runs reserve, commit, commit_batch, ... in a transaction of its own (see
 dialects.mysql.MySQL.own_transaction_statements). Two measurements, each in alternating rounds:
 
-1. round trips: one connection reserves and commits one message at a time, with START TRANSACTION,
-   the CALL and COMMIT sent as one multi-statement query (what pyqueue_sql.connect does) and sent
-   one by one (a connection without CLIENT.MULTI_STATEMENTS). Microseconds per message.
+1. round trips: one connection reserves (autocommit) and commits (in a transaction of its own) one
+   message at a time, the commit's START TRANSACTION, CALL and COMMIT sent as one multi-statement
+   query (what pyqueue_sql.connect does) and sent one by one (a connection without
+   CLIENT.MULTI_STATEMENTS). Microseconds per message.
 2. isolation: 4 client processes drain 10,000 messages with reserve(100) + commit_many, the reserve
    run in autocommit (as shipped) and in a transaction of its own, at the session's REPEATABLE
    READ and at READ COMMITTED. msg/s per round and the slowest reserve of the round: under
