@@ -173,7 +173,7 @@ class MySQL(Dialect):
     # the ready messages are plain reads, and in a REPEATABLE READ transaction
     # they would all see the snapshot of its first read, so under concurrent
     # consumers a reserve walked page after page of messages the others had
-    # taken since (reserves of 0.2-2.5 s among 20 ms ones with 4 consumers:
+    # taken since (reserves of 0.2-4.6 s among 20 ms ones with 4 consumers:
     # bench/own_transaction.py). In autocommit each read sees what is committed
     # now; a claim that fails after others gives them back before the error goes
     # on (pyqueue__claim, pyqueue__reserve_limited), and the client runs it again.
