@@ -3,15 +3,16 @@
 The client runs reserve, commit, commit_batch, ... in a transaction of its own (see
 dialects.mysql.MySQL.own_transaction_statements). Two measurements, each in alternating rounds:
 
-1. round trips: one connection reserves (autocommit) and commits (in a transaction of its own) one
-   message at a time, the commit's START TRANSACTION, CALL and COMMIT sent as one multi-statement
-   query (what pyqueue_sql.connect does) and sent one by one (a connection without
-   CLIENT.MULTI_STATEMENTS). Microseconds per message.
+1. round trips: one connection reserves and commits one message at a time. On a connection from
+   pyqueue_sql.connect each call is one query (the commit's START TRANSACTION, CALL and COMMIT sent
+   together; the reserve in autocommit at REPEATABLE READ); on a connection without
+   CLIENT.MULTI_STATEMENTS each is BEGIN, CALL, COMMIT. Microseconds per message.
 2. isolation: 4 client processes drain 10,000 messages with reserve(100) + commit_many, the reserve
-   run in autocommit (as shipped) and in a transaction of its own, at the session's REPEATABLE
-   READ and at READ COMMITTED. msg/s per round and the slowest reserve of the round: under
-   REPEATABLE READ the reserve's page reads see the transaction's snapshot, so a reserve whose
-   snapshot is older than other clients' claims walks pages of messages they have taken since.
+   run in autocommit (as shipped on MariaDB at the session's REPEATABLE READ) and in a transaction
+   of its own, at REPEATABLE READ and at READ COMMITTED. msg/s per round and the slowest reserve of
+   the round: under REPEATABLE READ the reserve's page reads see the transaction's snapshot, so a
+   reserve whose snapshot is older than other clients' claims walks pages of messages they have
+   taken since.
 
     .venv/bin/python bench/own_transaction.py [--rounds 4]
 
@@ -68,16 +69,16 @@ def round_trips(dsn: str, rounds: int, n: int = 600) -> None:
 
 
 def _consumer(dsn: str, mode: str, out: mp.Queue) -> None:
-    if mode != "autocommit":
-        MySQL.own_transaction_statements = MySQL.own_transaction_statements | {"reserve"}
+    if mode != "autocommit":  # a reserve always opens its transaction
+        MySQL.serializable_only_statements = frozenset()
     if mode == "read committed":
         one_trip = MySQL._one_trip
-        MySQL._one_trip = lambda self, name: (
-            (  # type: ignore[method-assign]
-                "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; " if name == "reserve" else ""
-            )
-            + one_trip(self, name)
-        )
+
+        def read_committed(self: MySQL, name: str, connection: object) -> str:
+            prefix = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; " if name == "reserve" else ""
+            return prefix + one_trip(self, name, connection)
+
+        MySQL._one_trip = read_committed  # type: ignore[method-assign]
     with pyqueue_sql.connect(dsn) as db:
         q = db.queue(QUEUE)
         done, slowest = 0, 0.0

@@ -166,17 +166,10 @@ class MySQL(Dialect):
     # retry of the same call would archive it a second time. The same holds for
     # the other calls that archive or remove (pop, the commit fast paths,
     # redrive); a batch call in one transaction also commits once, not per row.
-    # extend moves a reservation and its limit slot in several statements: in a
-    # transaction of its own a deadlock rolls all of it back, and the client runs
-    # it again.
-    # reserve runs in autocommit, as a SQL user's CALL does: its page reads of
-    # the ready messages are plain reads, and in a REPEATABLE READ transaction
-    # they would all see the snapshot of its first read, so under concurrent
-    # consumers a reserve walked page after page of messages the others had
-    # taken since (reserves of 0.2-4.6 s among 20 ms ones with 4 consumers:
-    # bench/own_transaction.py). In autocommit each read sees what is committed
-    # now; a claim that fails after others gives them back before the error goes
-    # on (pyqueue__claim, pyqueue__reserve_limited), and the client runs it again.
+    # reserve and extend claim rows (and limit slots) one statement at a time: a
+    # deadlock after the first claim would leave the claimed messages held,
+    # unreturned, until their timeout; in a transaction of their own the server
+    # rolls the whole call back, and the client runs it again.
     own_transaction_statements = frozenset(
         {
             "commit",
@@ -187,9 +180,20 @@ class MySQL(Dialect):
             "commit_reserve",
             "commit_batch",
             "redrive",
+            "reserve",
             "extend",
         }
     )
+    # ... but on MariaDB a reserve opens that transaction only when the session is SERIALIZABLE.
+    # Its reads of the ready messages are plain reads: in a REPEATABLE READ transaction they all
+    # see the snapshot of its first read, so with other consumers claiming meanwhile a reserve
+    # walked page after page of messages they had taken since (reserves of 0.2-4.9 s among 20 ms
+    # ones with 4 consumers: bench/own_transaction.py). In autocommit each read sees what is
+    # committed now, and at REPEATABLE READ or READ COMMITTED a reserve waits for no lock (its
+    # claims skip locked rows), so no deadlock can leave a claim behind. SERIALIZABLE makes those
+    # reads locking reads, which see the latest rows but can deadlock: there the transaction stays.
+    # (MySQL 8.0 has no IF outside a stored program: a reserve there always opens it.)
+    serializable_only_statements = frozenset({"reserve"})
 
     # -- connections -----------------------------------------------------
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
@@ -267,8 +271,11 @@ class MySQL(Dialect):
     # failing CALL leaves the transaction open and the ROLLBACK that follows closes it, as when
     # the three are sent one by one. A connection opened without multi-statement queries
     # (CLIENT.MULTI_STATEMENTS) sends the three one by one.
-    def _one_trip(self, name: str) -> str:
-        return f"START TRANSACTION; {self.statement(name)}; COMMIT"
+    def _one_trip(self, name: str, connection: Any) -> str:
+        begin = "START TRANSACTION"
+        if name in self.serializable_only_statements and "MariaDB" in str(connection.get_server_info()):
+            begin = "IF @@SESSION.tx_isolation = 'SERIALIZABLE' THEN START TRANSACTION; END IF"
+        return f"{begin}; {self.statement(name)}; COMMIT"
 
     @staticmethod
     def _multi_statements(connection: Any) -> bool:
@@ -292,7 +299,7 @@ class MySQL(Dialect):
         try:
             cur = connection.cursor()
             try:
-                cur.execute(self._one_trip(name), params)
+                cur.execute(self._one_trip(name, connection), params)
                 sets = [list(cur.fetchall())] if cur.description else []
                 while cur.nextset():
                     if cur.description:
@@ -318,7 +325,7 @@ class MySQL(Dialect):
         try:
             cur = await connection.cursor(_quiet_cursor())
             try:
-                await cur.execute(self._one_trip(name), params)
+                await cur.execute(self._one_trip(name, connection), params)
                 sets = [list(await cur.fetchall())] if cur.description else []
                 while await cur.nextset():
                     if cur.description:

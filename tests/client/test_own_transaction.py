@@ -2,12 +2,14 @@
 own_transaction_statements) in a transaction of its own when the caller has none. On a connection
 the client opened they go to the server as one round trip (START TRANSACTION; CALL ...; COMMIT);
 on a connection without multi-statement queries, as three. Either way a call that fails there
-keeps nothing it wrote and leaves no transaction open. A reserve runs in autocommit, as a SQL
-user's CALL does (its page reads must see what is committed now, not a transaction's snapshot)."""
+keeps nothing it wrote and leaves no transaction open. On MariaDB a reserve opens its transaction
+only in a SERIALIZABLE session; otherwise it runs in autocommit, as a SQL user's CALL does (its page
+reads must see what is committed now, not a transaction's snapshot)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pymysql
 import pytest
@@ -19,7 +21,7 @@ from pyqueue_sql.dialects import mysql_connect_args
 
 pytestmark = pytest.mark.only_dialect("mysql")
 
-REFUSAL = "delete refused by the test"
+REFUSAL = "refused by the test"
 
 
 def _three_trips(dsn: str) -> pyqueue_sql.Database:
@@ -47,7 +49,10 @@ def test_a_reserve_and_a_commit_are_one_round_trip_each(db, queue):
     queue.push("m", "k", {"n": 1})
     sent = _count_queries(db)
     [r] = db.queue(queue.name).reserve(worker="w")
-    assert len(sent) == 1 and sent[0].startswith("CALL queue_reserve("), sent  # autocommit
+    assert len(sent) == 1, sent
+    assert sent[0].startswith(
+        "IF @@SESSION.tx_isolation = 'SERIALIZABLE' THEN START TRANSACTION; END IF; CALL queue_reserve("
+    ), sent
     assert db.queue(queue.name).commit(r) is True
     assert len(sent) == 2 and sent[1].startswith("START TRANSACTION; CALL queue_commit("), sent
     assert db.queue(queue.name).commit(r) is False  # the answer of the CALL, not of START TRANSACTION
@@ -64,13 +69,58 @@ def test_without_multi_statement_queries_the_same_calls_take_three(dsn, queue):
         assert [r.key for r in taken] == ["m", "n"]
         assert db.queue(queue.name).commit_many(taken) == 2
         assert [s.split("(")[0] for s in sent] == [
+            "BEGIN",
             "CALL queue_reserve",
+            "COMMIT",
             "BEGIN",
             "CALL queue_commit_batch",
             "COMMIT",
         ]
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("isolation", ["REPEATABLE READ", "SERIALIZABLE"])
+def test_a_reserve_opens_a_transaction_only_in_a_serializable_session(fresh_database, isolation):
+    """A reserve whose dead-lettering fails (a trigger refuses the copy) after it claimed the
+    exhausted message. In a SERIALIZABLE session the client ran it in a transaction of its own, and
+    the claim goes with the error; at REPEATABLE READ it ran in autocommit, as from plain SQL, and
+    the message stays claimed under a token nobody holds until that claim expires (then it is
+    dead-lettered by a later reserve)."""
+    url = fresh_database("own_transaction")
+    migrate.upgrade(url)
+    db = pyqueue_sql.connect(url)
+    other = pyqueue_sql.connect(url)
+    try:
+        db.queue("c.dlq").create()
+        q = db.queue("c").create(max_attempts=1, dead_letter_queue="c.dlq")
+        q.push("dead-0", "job", {})
+        [r] = q.reserve(timeout=0.01)
+        time.sleep(0.05)  # its last allowed delivery expired: the next reserve dead-letters it
+        cur = other.connection.cursor()
+        row = "SELECT scheduled_at, attempts, reserve_token FROM pyqueue_message WHERE queue_name = 'c'"
+        cur.execute(row)
+        before = cur.fetchall()
+        cur.execute(
+            "CREATE TRIGGER refuse_dead_letters BEFORE INSERT ON pyqueue_message FOR EACH ROW"
+            f" BEGIN IF NEW.queue_name = 'c.dlq' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{REFUSAL}';"
+            " END IF; END"
+        )
+        own = db.connection.cursor()
+        own.execute(f"SET SESSION TRANSACTION ISOLATION LEVEL {isolation}")
+        with pytest.raises(pymysql.MySQLError, match=REFUSAL):
+            q.reserve()
+        cur.execute(row)
+        after = cur.fetchall()
+        if isolation == "SERIALIZABLE":
+            assert after == before
+        else:
+            assert after[0][2] != before[0][2] == r.token  # claimed again, under another token
+        own.execute("SELECT @@in_transaction")
+        assert own.fetchall()[0][0] == 0
+    finally:
+        db.close()
+        other.close()
 
 
 @pytest.mark.parametrize("trips", ["one", "three"])

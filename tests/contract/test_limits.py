@@ -330,9 +330,10 @@ def test_an_expired_last_delivery_of_a_limited_kind_is_dead_lettered_while_other
 def test_reserve_and_extend_on_a_limited_kind_never_deadlock(connect, make_queue, raw, dialect, mode):
     """Eight connections reserve -> extend -> commit a limited kind for a few seconds. In autocommit
     mode (each statement of a routine its own transaction, as from plain SQL) no call deadlocks at
-    all: the locks are taken in one order. As the client runs them (MySQL: extend in a transaction
-    of its own, so a reservation and its slot are held together) no error reaches the caller: a
-    rare deadlock is rolled back whole and run again by the client."""
+    all: the locks are taken in one order. As the client runs them (MySQL: extend, and reserve on
+    MySQL 8.0 or in a SERIALIZABLE session, in a transaction of their own, so several claims are
+    held together) no error reaches the caller: a rare deadlock is rolled back whole and run again
+    by the client."""
     queue = make_queue(max_attempts=10_000)
     queue.push_many([(f"s{i}", "lim", i) for i in range(200)])
     queue.set_limit("lim", 3)
