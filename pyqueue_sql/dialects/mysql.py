@@ -189,8 +189,9 @@ class MySQL(Dialect):
     # see the snapshot of its first read, so with other consumers claiming meanwhile a reserve
     # walked page after page of messages they had taken since (reserves of 0.2-4.9 s among 20 ms
     # ones with 4 consumers: bench/own_transaction.py). In autocommit each read sees what is
-    # committed now, and at REPEATABLE READ or READ COMMITTED a reserve waits for no lock (its
-    # claims skip locked rows), so no deadlock can leave a claim behind. SERIALIZABLE makes those
+    # committed now, and at REPEATABLE READ or READ COMMITTED its claims skip locked rows instead
+    # of waiting, so no deadlock falls between them (a dead-lettering step that loses one leaves
+    # that message claimed until the claim expires, as from plain SQL). SERIALIZABLE makes those
     # reads locking reads, which see the latest rows but can deadlock: there the transaction stays.
     # (MySQL 8.0 has no IF outside a stored program: a reserve there always opens it.)
     serializable_only_statements = frozenset({"reserve"})
