@@ -438,17 +438,28 @@ class Pgmq(System):
         return cur.fetchall()
 
     def push(self, key: str, i: int) -> None:
-        self._one("SELECT pgmq.send(%s, %s::jsonb)", (QUEUE, _payload(i)))
+        self._one(self.SEND, (QUEUE, _payload(i)))
 
     def push_batch(self, keys: list[str]) -> None:
-        self._one("SELECT pgmq.send_batch(%s, %s::jsonb[])", (QUEUE, [_payload(k) for k in keys]))
+        self._one(self.SEND_BATCH, (QUEUE, [_payload(k) for k in keys]))
+
+    # What pgmq's Python client sends for each call (pgmq/_sql.py): a consumer reads whole
+    # messages, as pyqueue's reserve and the other peers return them.
+    SEND = "SELECT * FROM pgmq.send(queue_name=>%s::text, msg=>%s::jsonb)"
+    SEND_BATCH = "SELECT * FROM pgmq.send_batch(queue_name=>%s::text, msgs=>%s::jsonb[])"
+    READ = (
+        "SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers "
+        "FROM pgmq.read(queue_name=>%s::text, vt=>%s::integer, qty=>%s::integer)"
+    )
+    DELETE = "SELECT pgmq.delete(queue_name=>%s::text, msg_id=>%s::bigint)"
+    DELETE_BATCH = "SELECT * FROM pgmq.delete(queue_name=>%s::text, msg_ids=>%s::bigint[])"
 
     def _take(self, n: int) -> int:
-        ids = [r[0] for r in self._one("SELECT msg_id FROM pgmq.read(%s, 300, %s)", (QUEUE, n))]
+        ids = [r[0] for r in self._one(self.READ, (QUEUE, 300, n))]
         if len(ids) == 1:
-            self._one("SELECT pgmq.delete(%s, %s::bigint)", (QUEUE, ids[0]))
+            self._one(self.DELETE, (QUEUE, ids[0]))
         elif ids:
-            self._one("SELECT pgmq.delete(%s, %s::bigint[])", (QUEUE, ids))
+            self._one(self.DELETE_BATCH, (QUEUE, ids))
         return len(ids)
 
     def take_ack(self) -> int:

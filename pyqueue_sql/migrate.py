@@ -580,9 +580,13 @@ def _adopt(connection: Connection, script: ScriptDirectory, found: list[str]) ->
     for rev in script.walk_revisions():
         value = getattr(rev.module, "FINGERPRINTS", {}).get(kind)
         if value:
-            # newest first: a revision that changed nothing on this flavor shares the fingerprint
-            # of the one before it, and the newer one is where such a catalog stands
-            known.setdefault(value, rev.revision)
+            # newest first, so the oldest of a run of revisions with one fingerprint is kept: a
+            # revision that changes no structure on this flavor (none, or routine bodies only,
+            # which the fingerprint does not read) shares the fingerprint of the one before it.
+            # Adopting the oldest and upgrading from there runs the later ones again: their
+            # routines are created anew, so the bodies are those of the head whatever the
+            # catalog had, and running them again over bodies that are current changes nothing.
+            known[value] = rev.revision
     if not known:
         raise SchemaMismatchError(
             f"no catalog fingerprints ship for {kind} yet: the existing schema cannot be checked, so it "

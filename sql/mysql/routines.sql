@@ -1915,30 +1915,37 @@ BEGIN
     END IF;
     -- First invalid element (1-based), judged by the same expressions the
     -- insert below uses; "IS NOT TRUE" so that a NULL verdict counts as bad.
+    -- JSON_TABLE reads each field of an element once, as the JSON value it
+    -- is (SQL NULL when the member is missing); the checks then look at
+    -- those small values, never at the whole element again.
     SELECT MIN(b.ord) INTO v_bad
-      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS b
+      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+               ord         FOR ORDINALITY,
+               elem        JSON PATH '$',
+               k           JSON PATH '$.p_key',
+               kd          JSON PATH '$.p_kind',
+               has_payload INT EXISTS PATH '$.payload',
+               run_at      JSON PATH '$.run_at',
+               priority    JSON PATH '$.priority')) AS b
      WHERE (    JSON_TYPE(b.elem) = 'OBJECT'
-            AND JSON_TYPE(JSON_EXTRACT(b.elem, '$.p_key')) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_key'))) BETWEEN 1 AND 255
-            AND NOT (JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_key')) LIKE '% ')
-            AND JSON_TYPE(JSON_EXTRACT(b.elem, '$.p_kind')) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_kind'))) BETWEEN 1 AND 128
-            AND NOT (JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_kind')) LIKE '% ')
-            AND JSON_CONTAINS_PATH(b.elem, 'one', '$.payload')
-            AND (   COALESCE(JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
-                     AND JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at'))
+            AND JSON_TYPE(b.k) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.k)) BETWEEN 1 AND 255
+            AND NOT (JSON_UNQUOTE(b.k) LIKE '% ')
+            AND JSON_TYPE(b.kd) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.kd)) BETWEEN 1 AND 128
+            AND NOT (JSON_UNQUOTE(b.kd) LIKE '% ')
+            AND b.has_payload = 1
+            AND (   COALESCE(JSON_TYPE(b.run_at), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.run_at) = 'STRING'
+                     AND JSON_UNQUOTE(b.run_at)
                          REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
-                     AND CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6))
-                         + INTERVAL 0 SECOND >= '1000-01-01'
-                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)),
-                                     '%Y-%m-%d %H:%i:%s')
-                         = LEFT(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')), 19)))
-            AND (   COALESCE(JSON_TYPE(JSON_EXTRACT(b.elem, '$.priority')), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(JSON_EXTRACT(b.elem, '$.priority')) IN ('INTEGER', 'UNSIGNED INTEGER')
-                     AND CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
-                     AND CAST(CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) AS DECIMAL(65,0))
-                         BETWEEN -2147483648 AND 2147483647))
+                     AND CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
+                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
+                         = LEFT(JSON_UNQUOTE(b.run_at), 19)))
+            AND (   COALESCE(JSON_TYPE(b.priority), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                     AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
+                     AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
            ) IS NOT TRUE;
     IF v_bad IS NOT NULL THEN
         CALL pyqueue__raise('invalid_argument',
@@ -1964,18 +1971,24 @@ BEGIN
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts)
             SELECT in_queue,
-                   JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_key')),
-                   JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.p_kind')),
-                   JSON_EXTRACT(b.elem, '$.payload'),
-                   CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.priority')) IN ('INTEGER', 'UNSIGNED INTEGER')
-                        THEN CAST(CAST(JSON_EXTRACT(b.elem, '$.priority') AS CHAR) AS SIGNED) ELSE 0 END,
-                   CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
-                        THEN CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)) ELSE v_now END,
-                   CASE WHEN JSON_TYPE(JSON_EXTRACT(b.elem, '$.run_at')) = 'STRING'
-                        THEN CAST(JSON_UNQUOTE(JSON_EXTRACT(b.elem, '$.run_at')) AS DATETIME(6)) ELSE v_now END,
+                   JSON_UNQUOTE(b.k),
+                   JSON_UNQUOTE(b.kd),
+                   JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
+                   CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                        THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
                    v_now,
                    0
-              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS b
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                       ord      FOR ORDINALITY,
+                       k        JSON PATH '$.p_key',
+                       kd       JSON PATH '$.p_kind',
+                       payload  JSON PATH '$.payload',
+                       run_at   JSON PATH '$.run_at',
+                       priority JSON PATH '$.priority')) AS b
              ORDER BY b.ord;
             SET v_inserted = ROW_COUNT();
         END;
@@ -3215,31 +3228,55 @@ BEGIN
             CALL pyqueue__raise('invalid_argument',
                                 CONCAT('element ', v_bad, ' of the batch: bad p_key/p_kind or malformed token'));
         END IF;
-        SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
-        -- [id, token, is a schedule's occurrence]. The keys stream from their
-        -- JSON_TABLE; kinds and tokens are joined to them on ord through
-        -- materialised derived tables (the LIMITs keep them materialised, with
-        -- automatic keys on ord), kept narrow so that a large batch stays in
-        -- memory: a kind as its MD5 (the token identifies the reservation; the
-        -- kind is a consistency check), a token as 36 ASCII characters.
-        SELECT COUNT(*),
-               CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z')
-                                        SEPARATOR ','), ']'),
-               SUM(m.p_key LIKE '%@____-__-__T__:__:__Z')
-          INTO v_found, v_ids, v_nocc
-          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
-                   ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
-          STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
-                    ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
-                 LIMIT 18446744073709551615) AS d ON d.ord = k.ord
-          STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
-                    ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
-                 LIMIT 18446744073709551615) AS t ON t.ord = k.ord
-          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
-            ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
-           AND UNHEX(MD5(m.p_kind)) = d.h
-           AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin;
-        SET SESSION group_concat_max_len = v_gcl;
+        IF NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue AND q.history_retention IS NOT NULL)
+           AND NOT EXISTS (SELECT 1 FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+                                k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+                            WHERE k.k LIKE '%@____-__-__T__:__:__Z') THEN
+            -- No history row to write and no schedule to advance: one DELETE
+            -- joined to the three arrays (as the read below) finds each row
+            -- by its key and deletes it if the token still holds, checked
+            -- under the row's lock.
+            DELETE m
+              FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+                       ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+              STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
+                        ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
+                     LIMIT 18446744073709551615) AS d ON d.ord = k.ord
+              STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
+                        ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
+                     LIMIT 18446744073709551615) AS t ON t.ord = k.ord
+              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+                ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
+               AND UNHEX(MD5(m.p_kind)) = d.h
+               AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin;
+            SET v_done = ROW_COUNT();
+        ELSE
+            SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
+            -- [id, token, is a schedule's occurrence]. The keys stream from their
+            -- JSON_TABLE; kinds and tokens are joined to them on ord through
+            -- materialised derived tables (the LIMITs keep them materialised, with
+            -- automatic keys on ord), kept narrow so that a large batch stays in
+            -- memory: a kind as its MD5 (the token identifies the reservation; the
+            -- kind is a consistency check), a token as 36 ASCII characters.
+            SELECT COUNT(*),
+                   CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z')
+                                            SEPARATOR ','), ']'),
+                   SUM(m.p_key LIKE '%@____-__-__T__:__:__Z')
+              INTO v_found, v_ids, v_nocc
+              FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+                       ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+              STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
+                        ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
+                     LIMIT 18446744073709551615) AS d ON d.ord = k.ord
+              STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
+                        ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
+                     LIMIT 18446744073709551615) AS t ON t.ord = k.ord
+              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+                ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
+               AND UNHEX(MD5(m.p_kind)) = d.h
+               AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin;
+            SET SESSION group_concat_max_len = v_gcl;
+        END IF;
     END IF;
     IF v_found > 0 THEN
         SET v_now = UTC_TIMESTAMP(6);

@@ -1932,10 +1932,16 @@ $$;
 -- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
 -- a NULL token. Locks: the deleted rows, in key order (the order queue_drop
 -- locks them in, so the two cannot deadlock).
+-- One DELETE driven by the batch sorted by key: the plan settings leave it
+-- a nested loop whose outer side is that sorted batch (or, on a tiny
+-- table, the primary key's index scan, also in key order), so each row is
+-- found by its key, checked against its token and locked in key order,
+-- without a separate locking read.
 CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens uuid[])
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
 AS $$
 DECLARE
     v_n     integer;
@@ -1943,7 +1949,6 @@ DECLARE
     v_count integer := 0;
     v_queue pyqueue_queue;
     v_one   record;
-    v_tids  tid[];
 BEGIN
     v_queue := pyqueue__queue(in_queue);
     IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
@@ -1982,18 +1987,13 @@ BEGIN
         END LOOP;
         RETURN v_count;
     END IF;
-    -- Set-based, two statements: the reservations still held are locked in
-    -- key order (the sort runs below the row locking), then deleted by ctid.
-    SELECT pg_catalog.array_agg(r.tid) INTO v_tids
-      FROM (SELECT m.ctid AS tid
+    DELETE FROM pyqueue_message m
+     USING (SELECT u.k, u.kd, u.tk
               FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
-                   AS b (k, kd, tk)
-              JOIN pyqueue_message m
-                ON m.queue_name::text = in_queue AND m.p_key::text = b.k AND m.p_kind::text = b.kd
-               AND m.reserve_token = b.tk
-             ORDER BY m.p_key, m.p_kind
-               FOR UPDATE OF m) AS r;
-    DELETE FROM pyqueue_message m WHERE m.ctid = ANY (v_tids);
+                   AS u (k, kd, tk)
+             ORDER BY u.k, u.kd) AS b
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k AND m.p_kind::text = b.kd
+       AND m.reserve_token = b.tk;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;

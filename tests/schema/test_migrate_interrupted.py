@@ -147,8 +147,9 @@ def test_adopt_records_a_script_install_and_keeps_its_messages(fresh_database):
     install_from_sql(dsn)
     _push(dsn)
     result = migrate.upgrade(dsn, adopt=True)
-    assert result.adopted == migrate.head()
-    assert result.before == result.after == (migrate.head(),)
+    adopted = _first_of_its_fingerprint(dsn, migrate.head())
+    assert result.adopted == adopted
+    assert (result.before, result.after) == ((adopted,), (migrate.head(),))
     assert migrate.current(dsn) == (migrate.head(),)
     assert _ready(dsn) == 1
     assert migrate.upgrade(dsn) == migrate.MigrationResult((migrate.head(),), (migrate.head(),))
@@ -160,10 +161,12 @@ def test_adopt_an_older_unrecorded_schema_then_upgrade_it(fresh_database):
     adopt recognises the revision and applies the rest."""
     dsn, clean = fresh_database("older"), fresh_database("clean")
     # the newest revision whose catalog differs from the head's on this server flavor (one that
-    # changed nothing here shares the head's fingerprint, and adopting takes the newer)
+    # changed no structure here shares the head's fingerprint), and the oldest revision with its
+    # fingerprint, which adopt records
     head_print = _module_fingerprints(migrate.head()).get(_flavor(dsn))
-    older = [r for r in _revisions() if _module_fingerprints(r).get(_flavor(dsn)) != head_print][-1]
-    migrate.upgrade(dsn, older)
+    newest = [r for r in _revisions() if _module_fingerprints(r).get(_flavor(dsn)) != head_print][-1]
+    older = _first_of_its_fingerprint(dsn, newest)
+    migrate.upgrade(dsn, newest)
     _push(dsn, n=3)
     _sql(dsn, "DELETE FROM pyqueue_alembic_version")
     with pytest.raises(migrate.UnrecordedSchemaError):
@@ -171,6 +174,22 @@ def test_adopt_an_older_unrecorded_schema_then_upgrade_it(fresh_database):
     result = migrate.upgrade(dsn, adopt=True)
     assert (result.adopted, result.before, result.after) == (older, (older,), (migrate.head(),))
     assert _ready(dsn) == 3
+    _assert_like_a_clean_install(dsn, clean)
+
+
+def test_adopt_a_schema_of_the_revision_before_the_head_gives_the_heads_routine_bodies(fresh_database):
+    """An unrecorded schema of the revision before the head. Where the head changed routine
+    bodies only (MySQL at 0008), the two catalogs have one fingerprint: adopt records the oldest
+    revision with it and upgrades from there, so the routines end up with the head's bodies."""
+    dsn, clean = fresh_database("before"), fresh_database("clean")
+    before_head = _revisions()[-2]
+    migrate.upgrade(dsn, before_head)
+    _push(dsn, n=2)
+    _sql(dsn, "DELETE FROM pyqueue_alembic_version")
+    result = migrate.upgrade(dsn, adopt=True)
+    assert result.adopted == _first_of_its_fingerprint(dsn, before_head)
+    assert result.after == (migrate.head(),)
+    assert _ready(dsn) == 2
     _assert_like_a_clean_install(dsn, clean)
 
 
@@ -185,10 +204,19 @@ def test_adopt_refuses_a_schema_that_matches_no_revision(fresh_database):
     assert _ready(dsn) == 1
 
 
-def _changes_nothing(dialect: str, revision: str) -> bool:
-    """True when the upgrade to ``revision`` runs no statement on this dialect."""
+def _changes_no_structure(dialect: str, revision: str) -> bool:
+    """True when the upgrade to ``revision`` runs no DDL on this dialect (it may create
+    routines again with other bodies, which the fingerprint does not read)."""
     up = migrate.migrations_dir() / "sql" / dialect / f"{revision}.up.sql"
-    return not split_script(up.read_text()) and not split_script(_routine_step(dialect, revision))
+    return not split_script(up.read_text())
+
+
+def _first_of_its_fingerprint(dsn: str, revision: str) -> str:
+    """The oldest revision whose fingerprint on this server flavor is that of ``revision``:
+    the one adopt records for such a catalog (and then upgrades from)."""
+    kind = _flavor(dsn)
+    value = _module_fingerprints(revision).get(kind)
+    return next(r for r in _revisions() if _module_fingerprints(r).get(kind) == value)
 
 
 def test_each_revision_fingerprint_is_current(fresh_database, dialect):
@@ -206,16 +234,17 @@ def test_each_revision_fingerprint_is_current(fresh_database, dialect):
     assert migrate.fingerprint(script) == computed[_revisions()[-1]], (
         "schema.sql/routines.sql and the head differ"
     )
-    # A revision that changes nothing on this dialect (0007 only drops a PostgreSQL foreign key)
-    # shares the fingerprint of the one before it, and adopting picks the newer of the two
-    # (upgrading from one to the other is a no-op). Any other two revisions must differ.
+    # A revision that changes no structure on this dialect (0007 only drops a PostgreSQL foreign
+    # key; 0008 changes MySQL routine bodies only) shares the fingerprint of the one before it,
+    # and adopting picks the older of the two, then upgrades (creating the later one's routines
+    # again). Any other two revisions must differ.
     revisions = list(computed)
     for i, rev in enumerate(revisions):
         first = i  # the first of the run of revisions that end in this fingerprint
         while first > 0 and computed[revisions[first - 1]] == computed[rev]:
             first -= 1
         if first < i:
-            assert _changes_nothing(dialect, rev), f"{rev} changes the catalog but not its fingerprint"
+            assert _changes_no_structure(dialect, rev), f"{rev} changes the catalog but not its fingerprint"
         assert computed[rev] not in {computed[r] for r in revisions[:first]}, (
             "two revisions cannot be told apart"
         )
@@ -263,7 +292,11 @@ def test_a_comment_inside_a_routine_body_leaves_the_fingerprint_alone(fresh_data
         k: v for k, v in before.items() if k != "routines"
     }
     assert migrate.fingerprint(dsn) == fingerprint
-    assert migrate.upgrade(dsn, adopt=True).adopted == migrate.head()
+    result = migrate.upgrade(dsn, adopt=True)
+    assert (result.adopted, result.after) == (
+        _first_of_its_fingerprint(dsn, migrate.head()),
+        (migrate.head(),),
+    )
     smoke(dsn)
 
 

@@ -1,0 +1,1 @@
+-- pyqueue-sql revision 0008 (postgresql), down: nothing (its up changes nothing here).
