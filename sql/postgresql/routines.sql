@@ -1603,6 +1603,13 @@ DECLARE
     v_msg   pyqueue_message;
 BEGIN
     PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
+        -- Nothing to archive, not a schedule's occurrence: the DELETE is all of it.
+        DELETE FROM pyqueue_message
+         WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
+           AND reserve_token = in_token;
+        RETURN FOUND;
+    END IF;
     DELETE FROM pyqueue_message
      WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = in_token
     RETURNING * INTO v_msg;
