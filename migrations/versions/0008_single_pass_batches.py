@@ -30,7 +30,7 @@ ROUTINES = CURRENT_ROUTINES
 # The catalog this revision leaves, per server flavor (see 0001_core.py);
 # tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
-    "postgresql": "c65abb4415189a434db705fb14f4328f",
+    "postgresql": "810af414e7e94b237e25054fa8e3aa2a",
     "mariadb": "2a5c111e9471bfcea2a1b5da08bcbae3",
 }
 

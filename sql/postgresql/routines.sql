@@ -1932,6 +1932,34 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__delete_held: queue_commit_batch's set-based step (no history, no
+-- occurrences): deletes the messages of in_queue that element i of the
+-- three arrays names, if its token still holds; returns how many. One
+-- DELETE driven by the batch sorted by key: the settings (of this one
+-- statement's function) leave it a nested loop whose outer side is that
+-- sorted batch (or, on a tiny table, the primary key's index scan, also in
+-- key order), so each row is found by its key, checked against its token
+-- and locked in key order, without a separate locking read.
+CREATE OR REPLACE FUNCTION pyqueue__delete_held(in_queue text, in_keys text[], in_kinds text[], in_tokens uuid[])
+RETURNS integer
+LANGUAGE plpgsql
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    DELETE FROM pyqueue_message m
+     USING (SELECT u.k, u.kd, u.tk
+              FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
+                   AS u (k, kd, tk)
+             ORDER BY u.k, u.kd) AS b
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k AND m.p_kind::text = b.kd
+       AND m.reserve_token = b.tk;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
 -- queue_commit_batch: commits many reservations in one statement (element i
 -- of the three arrays names one reservation). Returns how many were deleted;
 -- a reservation whose token no longer holds is skipped (not counted).
@@ -1939,16 +1967,10 @@ $$;
 -- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
 -- a NULL token. Locks: the deleted rows, in key order (the order queue_drop
 -- locks them in, so the two cannot deadlock).
--- One DELETE driven by the batch sorted by key: the plan settings leave it
--- a nested loop whose outer side is that sorted batch (or, on a tiny
--- table, the primary key's index scan, also in key order), so each row is
--- found by its key, checked against its token and locked in key order,
--- without a separate locking read.
 CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens uuid[])
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
-SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
 AS $$
 DECLARE
     v_n     integer;
@@ -1994,15 +2016,7 @@ BEGIN
         END LOOP;
         RETURN v_count;
     END IF;
-    DELETE FROM pyqueue_message m
-     USING (SELECT u.k, u.kd, u.tk
-              FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
-                   AS u (k, kd, tk)
-             ORDER BY u.k, u.kd) AS b
-     WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k AND m.p_kind::text = b.kd
-       AND m.reserve_token = b.tk;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count;
+    RETURN pyqueue__delete_held(in_queue, in_keys, in_kinds, in_tokens);
 END;
 $$;
 
@@ -2860,7 +2874,7 @@ REVOKE EXECUTE ON FUNCTION
     pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,
     pyqueue__limited_tids, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
     pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__schedule_next,
-    pyqueue__schedule, pyqueue__ingest,
+    pyqueue__schedule, pyqueue__ingest, pyqueue__delete_held,
     queue_create, queue_reset_setting, queue_settings, queue_drop, queue_pause, queue_resume,
     queue_stats,
     queue_push, queue_push_batch, queue_push_replace,

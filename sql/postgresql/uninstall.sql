@@ -55,6 +55,7 @@ DROP TABLE IF EXISTS pyqueue_history;
 
 -- ==== fast paths ====
 DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
+DROP FUNCTION IF EXISTS pyqueue__delete_held(text, text[], text[], uuid[]);
 DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
 
 -- ==== wakeups ====
