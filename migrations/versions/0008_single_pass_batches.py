@@ -1,7 +1,8 @@
 """Batch routines that read their input once: MySQL/MariaDB queue_push_batch takes each field of
 an element from one JSON_TABLE pass instead of re-parsing the element per field; queue_commit_batch
 is one DELETE in its common case on both dialects; PostgreSQL queue_commit skips the archive step
-when there is nothing to archive
+when there is nothing to archive; MySQL/MariaDB queue_extend and queue_set_limit in autocommit run
+a step picked as a deadlock victim again instead of failing
 
 Revision ID: 0008_single_pass_batches
 Revises: 0007_lean_live_table

@@ -2699,6 +2699,8 @@ END //
 --   3. the slot holds this reservation again.
 -- Interrupted after 1 or 2, the slot stays busy until the new end at most.
 -- Locks: the kind's slot rows, then the message row, each for one statement.
+-- In autocommit mode a step chosen as a deadlock victim (a queue_drop or a
+-- reserve racing it) is run again instead of failing.
 DROP PROCEDURE IF EXISTS queue_extend //
 CREATE PROCEDURE queue_extend(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2721,7 +2723,7 @@ BEGIN
     DECLARE v_until  DATETIME(6);
     DECLARE v_slots  INT DEFAULT 0;
     DECLARE v_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_rows   INT;
+    DECLARE v_step   INT;
     DECLARE v_own    INT DEFAULT 0;
     DECLARE v_tries  INT DEFAULT 0;
     DECLARE v_retry  INT;
@@ -2739,48 +2741,49 @@ BEGIN
         SET v_token = UUID();
         SET v_until = UTC_TIMESTAMP(6)
                       + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
-        IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
-            UPDATE pyqueue_limit_slot
-               SET msg_attempts = v_att + 1, msg_until = v_until
-             WHERE queue_name = v_queue AND p_kind = v_kind AND msg_id = v_id AND msg_attempts = v_att;
-            SET v_slots = ROW_COUNT();
-            IF v_slots = 0
-               AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
-                SET v_token = NULL;  -- its slot went to another reservation
-            END IF;
-        END IF;
-        IF v_token IS NOT NULL THEN
-            attempt: LOOP
-                SET v_retry = 0, v_tries = v_tries + 1;
+        -- the three steps above (1 and 3 only for a kind with a limit), each
+        -- one statement; in autocommit mode a step chosen as a deadlock
+        -- victim (a queue_drop or a reserve racing it) was that statement
+        -- alone, and runs again
+        SET v_step = IF(EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind),
+                        1, 2);
+        steps: WHILE v_step <= 3 DO
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                DECLARE EXIT HANDLER FOR 1213
                 BEGIN
-                    -- a deadlock victim in autocommit mode (a queue_drop racing it)
-                    -- was this one statement: run it again
-                    DECLARE EXIT HANDLER FOR 1213
-                    BEGIN
-                        IF v_own = 1 AND v_tries < 10 THEN
-                            SET v_retry = 1;
-                        ELSE
-                            RESIGNAL;
-                        END IF;
-                    END;
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                IF v_step = 1 THEN
+                    UPDATE pyqueue_limit_slot
+                       SET msg_attempts = v_att + 1, msg_until = v_until
+                     WHERE queue_name = v_queue AND p_kind = v_kind AND msg_id = v_id AND msg_attempts = v_att;
+                    SET v_slots = ROW_COUNT();
+                    IF v_slots = 0
+                       AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
+                        SET v_token = NULL;  -- its slot went to another reservation
+                    END IF;
+                ELSEIF v_step = 2 AND v_token IS NOT NULL THEN
                     UPDATE pyqueue_message
                        SET scheduled_at = v_until, reserve_token = v_token
                      WHERE id = v_id AND reserve_token = v_held AND attempts = v_att;
-                    SET v_rows = ROW_COUNT();
-                END;
-                IF v_retry = 0 THEN
-                    LEAVE attempt;
+                    IF ROW_COUNT() <> 1 THEN
+                        SET v_token = NULL;
+                    END IF;
+                ELSEIF v_step = 3 AND v_slots > 0 THEN
+                    UPDATE pyqueue_limit_slot
+                       SET msg_attempts = v_att
+                     WHERE queue_name = v_queue AND p_kind = v_kind AND msg_id = v_id AND msg_attempts = v_att + 1;
                 END IF;
-            END LOOP;
-            IF v_rows <> 1 THEN
-                SET v_token = NULL;
+            END;
+            IF v_retry = 0 THEN
+                SET v_step = v_step + 1;
             END IF;
-        END IF;
-        IF v_slots > 0 THEN
-            UPDATE pyqueue_limit_slot
-               SET msg_attempts = v_att
-             WHERE queue_name = v_queue AND p_kind = v_kind AND msg_id = v_id AND msg_attempts = v_att + 1;
-        END IF;
+        END WHILE;
     END IF;
     SELECT v_token AS token;
 END //
@@ -3794,7 +3797,9 @@ END //
 -- nothing: the holders of slots beyond it keep them until they end, and
 -- nothing more is handed out until fewer than the new capacity are live.
 -- No result set.
--- Locks: the limit row and its slot rows, each for one statement.
+-- Locks: the limit row and its slot rows, each for one statement, or, in
+-- autocommit mode with no transaction open, all of them in a transaction of
+-- its own, run again whole (up to 10 times) when a deadlock picks it.
 DROP PROCEDURE IF EXISTS queue_set_limit //
 CREATE PROCEDURE queue_set_limit(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3809,63 +3814,101 @@ BEGIN
     DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused   BOOLEAN;
     DECLARE v_now      DATETIME(6);
-    DECLARE v_i        INT DEFAULT 1;
+    DECLARE v_i        INT;
     DECLARE v_id       BIGINT;
     DECLARE v_attempts INT;
     DECLARE v_until    DATETIME(6);
     DECLARE v_ok       INT;
-    DECLARE v_done     INT DEFAULT 0;
-    DECLARE c_live CURSOR FOR
-        SELECT m.id, m.attempts, m.scheduled_at
-          FROM pyqueue_message m
-         WHERE m.queue_name = v_queue AND m.p_kind = v_kind
-           AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
-           AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
-                            WHERE s.queue_name = v_queue AND s.p_kind = v_kind
-                              AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
-         ORDER BY m.id;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    DECLARE v_own      INT;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_deadlock INT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        IF v_own = 1 THEN
+            ROLLBACK;
+        END IF;
+        RESIGNAL;
+    END;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_int('capacity', in_capacity, 0, 10000);
-    SET v_queue = in_queue, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
-    IF in_capacity IS NULL THEN
-        DELETE FROM pyqueue_limit WHERE queue_name = v_queue AND p_kind = v_kind;
-    ELSE
-        INSERT INTO pyqueue_limit (queue_name, p_kind, capacity)
-        VALUES (v_queue, v_kind, in_capacity)
-        ON DUPLICATE KEY UPDATE capacity = in_capacity;
-        -- beyond a lowered capacity only free slots go; live holders keep
-        -- theirs until they end (pyqueue__limit_take moves them into slots
-        -- within the capacity as those free up)
-        DELETE FROM pyqueue_limit_slot
-         WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no > in_capacity
-           AND (msg_id IS NULL
-                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                WHERE m.id = pyqueue_limit_slot.msg_id
-                                  AND m.queue_name = pyqueue_limit_slot.queue_name
-                                  AND ((m.attempts = pyqueue_limit_slot.msg_attempts
-                                        AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
-                                       OR (m.attempts = pyqueue_limit_slot.msg_attempts - 1
-                                           AND pyqueue_limit_slot.msg_until > v_now))));
-        WHILE v_i <= in_capacity DO
-            INSERT IGNORE INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
-            VALUES (v_queue, v_kind, v_i);
-            SET v_i = v_i + 1;
-        END WHILE;
-        OPEN c_live;
-        live: LOOP
-            FETCH c_live INTO v_id, v_attempts, v_until;
-            IF v_done = 1 THEN
-                LEAVE live;
+    SET v_queue = in_queue, v_kind = in_kind;
+    -- In autocommit mode with no transaction open, the steps run in a
+    -- transaction of their own, run again whole when it is chosen as a
+    -- deadlock victim (a reserve or a queue_drop racing it); inside the
+    -- caller's transaction a deadlock is the caller's.
+    CALL pyqueue__own_transaction(v_own);
+    attempt: LOOP
+        SET v_deadlock = 0, v_tries = v_tries + 1, v_i = 1, v_now = UTC_TIMESTAMP(6);
+        BEGIN
+            DECLARE v_done INT DEFAULT 0;
+            DECLARE c_live CURSOR FOR
+                SELECT m.id, m.attempts, m.scheduled_at
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue AND m.p_kind = v_kind
+                   AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+                   AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                                    WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                                      AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
+                 ORDER BY m.id;
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    ROLLBACK;
+                    SET v_deadlock = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            IF v_own = 1 THEN
+                START TRANSACTION;
             END IF;
-            CALL pyqueue__limit_take(v_queue, v_kind, v_id, v_attempts, v_until, v_now, v_ok);
-            IF v_ok = 0 THEN
-                LEAVE live;
+            IF in_capacity IS NULL THEN
+                DELETE FROM pyqueue_limit WHERE queue_name = v_queue AND p_kind = v_kind;
+            ELSE
+                INSERT INTO pyqueue_limit (queue_name, p_kind, capacity)
+                VALUES (v_queue, v_kind, in_capacity)
+                ON DUPLICATE KEY UPDATE capacity = in_capacity;
+                -- beyond a lowered capacity only free slots go; live holders keep
+                -- theirs until they end (pyqueue__limit_take moves them into slots
+                -- within the capacity as those free up)
+                DELETE FROM pyqueue_limit_slot
+                 WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no > in_capacity
+                   AND (msg_id IS NULL
+                        OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                        WHERE m.id = pyqueue_limit_slot.msg_id
+                                          AND m.queue_name = pyqueue_limit_slot.queue_name
+                                          AND ((m.attempts = pyqueue_limit_slot.msg_attempts
+                                                AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
+                                               OR (m.attempts = pyqueue_limit_slot.msg_attempts - 1
+                                                   AND pyqueue_limit_slot.msg_until > v_now))));
+                WHILE v_i <= in_capacity DO
+                    INSERT IGNORE INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
+                    VALUES (v_queue, v_kind, v_i);
+                    SET v_i = v_i + 1;
+                END WHILE;
+                OPEN c_live;
+                live: LOOP
+                    FETCH c_live INTO v_id, v_attempts, v_until;
+                    IF v_done = 1 THEN
+                        LEAVE live;
+                    END IF;
+                    CALL pyqueue__limit_take(v_queue, v_kind, v_id, v_attempts, v_until, v_now, v_ok);
+                    IF v_ok = 0 THEN
+                        LEAVE live;
+                    END IF;
+                END LOOP;
+                CLOSE c_live;
             END IF;
-        END LOOP;
-        CLOSE c_live;
-    END IF;
+            IF v_own = 1 THEN
+                COMMIT;
+            END IF;
+        END;
+        IF v_deadlock = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
 END //
 
 -- queue_limits: the limits of a queue (all queues when NULL), by queue and

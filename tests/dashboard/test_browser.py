@@ -9,7 +9,7 @@ import re
 import urllib.parse
 
 import pytest
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -21,7 +21,12 @@ pytestmark = pytest.mark.slow
 
 
 def _wait(driver, condition, timeout=15):
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: condition(d))
+    """Polls condition until it is truthy. An element found in one poll that the page replaced
+    before it was read (a navigation, the live refresh) is stale: that poll counts as not yet."""
+    waiting = WebDriverWait(
+        driver, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    )
+    return waiting.until(lambda d: condition(d))
 
 
 def _cell(driver, queue: str, column: str) -> str:
