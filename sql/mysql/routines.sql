@@ -676,26 +676,38 @@ BEGIN
             IF v_got = 0 THEN
                 LEAVE pages;
             END IF;
-            UPDATE (SELECT x.id, j.ord, (in_max IS NOT NULL AND x.attempts >= in_max) AS dead
-                      FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
-                               ord     FOR ORDINALITY,
-                               c_id    BIGINT      PATH '$[0]',
-                               c_att   INT         PATH '$[1]',
-                               c_at    DATETIME(6) PATH '$[2]',
-                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
-                               c_cum   BIGINT      PATH '$[5]')) AS j
-                      STRAIGHT_JOIN pyqueue_message x FORCE INDEX (PRIMARY) ON x.id = j.c_id
-                     WHERE x.queue_name = in_queue AND x.scheduled_at <= in_now AND x.scheduled_at = j.c_at
-                       AND x.attempts = j.c_att AND x.reserve_token <=> j.c_token
-                       AND (NOT in_pop OR j.c_cum <= v_budget OR (j.ord = 1 AND out_count = 0))
-                       LIMIT 18446744073709551615  -- materialised (never merged into the UPDATE), on MySQL too
-                       FOR UPDATE SKIP LOCKED) AS c
-              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.id
-               SET m.scheduled_at = in_until,
-                   m.attempts = m.attempts + IF(in_pop OR c.dead, 0, 1),
-                   m.reserved_by = IF(in_pop OR c.dead, m.reserved_by, in_worker),
-                   m.reserve_token = CONCAT(IF(c.dead, v_dprefix, in_prefix), LOWER(LPAD(HEX(v_base + c.ord), 12, '0')));
-            SET v_claims = ROW_COUNT();
+            SET v_claims = 0;
+            BEGIN
+                -- in autocommit mode a claim chosen as a deadlock victim was
+                -- this one statement: none of the page's claims was made, as
+                -- if each had lost a race (a later reserve takes them)
+                DECLARE EXIT HANDLER FOR 1213
+                BEGIN
+                    IF in_own <> 1 THEN
+                        RESIGNAL;
+                    END IF;
+                END;
+                UPDATE (SELECT x.id, j.ord, (in_max IS NOT NULL AND x.attempts >= in_max) AS dead
+                          FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
+                                   ord     FOR ORDINALITY,
+                                   c_id    BIGINT      PATH '$[0]',
+                                   c_att   INT         PATH '$[1]',
+                                   c_at    DATETIME(6) PATH '$[2]',
+                                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
+                                   c_cum   BIGINT      PATH '$[5]')) AS j
+                          STRAIGHT_JOIN pyqueue_message x FORCE INDEX (PRIMARY) ON x.id = j.c_id
+                         WHERE x.queue_name = in_queue AND x.scheduled_at <= in_now AND x.scheduled_at = j.c_at
+                           AND x.attempts = j.c_att AND x.reserve_token <=> j.c_token
+                           AND (NOT in_pop OR j.c_cum <= v_budget OR (j.ord = 1 AND out_count = 0))
+                           LIMIT 18446744073709551615  -- materialised (never merged into the UPDATE), on MySQL too
+                           FOR UPDATE SKIP LOCKED) AS c
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.id
+                   SET m.scheduled_at = in_until,
+                       m.attempts = m.attempts + IF(in_pop OR c.dead, 0, 1),
+                       m.reserved_by = IF(in_pop OR c.dead, m.reserved_by, in_worker),
+                       m.reserve_token = CONCAT(IF(c.dead, v_dprefix, in_prefix), LOWER(LPAD(HEX(v_base + c.ord), 12, '0')));
+                SET v_claims = ROW_COUNT();
+            END;
             IF v_claims > 0 THEN
                 -- appended as text (a JSON merge would parse all of it again each page)
                 SET io_claimed = CONCAT(io_claimed, IF(io_claimed = '', '', ','),
@@ -782,6 +794,7 @@ CREATE PROCEDURE pyqueue__claim_one(
     OUT   out_count  INT)
 SQL SECURITY INVOKER
 BEGIN
+    DECLARE v_claims   INT;
     DECLARE v_priority INT;
     DECLARE v_steps    INT DEFAULT 0;
     DECLARE v_found    INT;
@@ -844,18 +857,30 @@ BEGIN
                 SET v_dprefix = LEFT(v_dprefix, 24);
             END IF;
             SET v_dtoken = IF(v_dead, CONCAT(v_dprefix, LOWER(LPAD(HEX(v_seq), 12, '0'))), NULL);
-            UPDATE (SELECT x.id
-                      FROM pyqueue_message x FORCE INDEX (PRIMARY)
-                     WHERE x.id = v_id AND x.queue_name = in_queue AND x.scheduled_at <= in_now
-                       AND x.scheduled_at = v_at AND x.attempts = v_att AND x.reserve_token <=> v_tok
-                     LIMIT 18446744073709551615  -- materialised (never merged into the UPDATE), on MySQL too
-                     FOR UPDATE SKIP LOCKED) AS c
-              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.id
-               SET m.scheduled_at = in_until,
-                   m.attempts = m.attempts + IF(v_dead, 0, 1),
-                   m.reserved_by = IF(v_dead, m.reserved_by, in_worker),
-                   m.reserve_token = IF(v_dead, v_dtoken, CONCAT(in_prefix, '000000000001'));
-            IF ROW_COUNT() > 0 THEN
+            SET v_claims = 0;
+            BEGIN
+                -- in autocommit mode a claim chosen as a deadlock victim was
+                -- this one statement: not made, like one that lost a race
+                DECLARE EXIT HANDLER FOR 1213
+                BEGIN
+                    IF in_own <> 1 THEN
+                        RESIGNAL;
+                    END IF;
+                END;
+                UPDATE (SELECT x.id
+                          FROM pyqueue_message x FORCE INDEX (PRIMARY)
+                         WHERE x.id = v_id AND x.queue_name = in_queue AND x.scheduled_at <= in_now
+                           AND x.scheduled_at = v_at AND x.attempts = v_att AND x.reserve_token <=> v_tok
+                         LIMIT 18446744073709551615  -- materialised (never merged into the UPDATE), on MySQL too
+                         FOR UPDATE SKIP LOCKED) AS c
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.id
+                   SET m.scheduled_at = in_until,
+                       m.attempts = m.attempts + IF(v_dead, 0, 1),
+                       m.reserved_by = IF(v_dead, m.reserved_by, in_worker),
+                       m.reserve_token = IF(v_dead, v_dtoken, CONCAT(in_prefix, '000000000001'));
+                SET v_claims = ROW_COUNT();
+            END;
+            IF v_claims > 0 THEN
                 IF NOT v_dead THEN
                     -- (the casts: MariaDB's JSON_ARRAY quotes integer variables)
                     SET io_claimed = JSON_ARRAY(CAST(v_id AS SIGNED), CAST(v_att AS SIGNED),
@@ -2495,13 +2520,26 @@ BEGIN
                         IF v_attempts >= v_max THEN
                             -- Its last allowed reservation expired: claim it
                             -- for the dead-letter step (attempts unchanged).
-                            UPDATE pyqueue_message
-                               SET scheduled_at = v_until, reserve_token = v_token,
-                                   last_error = COALESCE(last_error,
-                                                         'reservation expired on its last allowed delivery')
-                             WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
-                               AND attempts = v_attempts AND reserve_token <=> v_seen_token;
-                            IF ROW_COUNT() = 1 THEN
+                            SET v_claims = 0;
+                            BEGIN
+                                -- in autocommit mode a claim chosen as a deadlock
+                                -- victim was this one statement: not made, like
+                                -- one that lost a race (a later reserve takes it)
+                                DECLARE EXIT HANDLER FOR 1213
+                                BEGIN
+                                    IF v_own <> 1 THEN
+                                        RESIGNAL;
+                                    END IF;
+                                END;
+                                UPDATE pyqueue_message
+                                   SET scheduled_at = v_until, reserve_token = v_token,
+                                       last_error = COALESCE(last_error,
+                                                             'reservation expired on its last allowed delivery')
+                                 WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
+                                   AND attempts = v_attempts AND reserve_token <=> v_seen_token;
+                                SET v_claims = ROW_COUNT();
+                            END;
+                            IF v_claims = 1 THEN
                                 BEGIN
                                     -- in autocommit mode a step chosen as a deadlock
                                     -- victim leaves the message claimed: it comes back
