@@ -15,18 +15,15 @@ then re-creates the routines it changed or removed as the revision before it
 defines them (pyqueue_sql.migrate.downgrade_routines).
 """
 
-from pyqueue_sql.migrate import CURRENT_ROUTINES, downgrade_routines, run_sql_file, upgrade_routines
+from pyqueue_sql.migrate import downgrade_routines, run_sql_file, upgrade_routines
 
 revision = "0008_single_pass_batches"
 down_revision = "0007_lean_live_table"
 branch_labels = None
 depends_on = None
 
-# The routines this revision added or changed: while it is the newest revision,
-# those of sql/<dialect>/routines.sql that differ from the revision before it;
-# `make release-routines` freezes them into 0008_single_pass_batches.routines.sql before
-# the next revision is added.
-ROUTINES = CURRENT_ROUTINES
+# The routines this revision added or changed (migrations/sql/<dialect>/), as released.
+ROUTINES = "0008_single_pass_batches.routines.sql"
 
 # The catalog this revision leaves, per server flavor (see 0001_core.py);
 # tests/schema/test_migrate_interrupted.py prints the values to put here.

@@ -1,0 +1,47 @@
+"""Plans that do not depend on statistics, and the last deadlock retries: PostgreSQL
+queue_commit_batch's DELETE takes the queue name from the batch, so that a table the planner has
+no statistics for (a fresh install, a queue that grew in a burst before autovacuum analyzed it)
+cannot turn each commit of a batch into a scan of the whole queue; MySQL/MariaDB queue_reserve
+and queue_commit_reserve in autocommit run the last-error write of a dead-lettered message again
+when a deadlock picked it, instead of failing
+
+Revision ID: 0009_plans_without_statistics
+Revises: 0008_single_pass_batches
+Create Date: 2026-11-24
+
+Up: the DDL this revision adds (0009_plans_without_statistics.up.sql, none), then the routines it
+added or changed (ROUTINES below).
+Down: undoes the DDL and drops the routines it added (0009_plans_without_statistics.down.sql,
+none), then re-creates the routines it changed or removed as the revision before it defines them
+(pyqueue_sql.migrate.downgrade_routines).
+"""
+
+from pyqueue_sql.migrate import CURRENT_ROUTINES, downgrade_routines, run_sql_file, upgrade_routines
+
+revision = "0009_plans_without_statistics"
+down_revision = "0008_single_pass_batches"
+branch_labels = None
+depends_on = None
+
+# The routines this revision added or changed: while it is the newest revision,
+# those of sql/<dialect>/routines.sql that differ from the revision before it;
+# `make release-routines` freezes them into 0009_plans_without_statistics.routines.sql before
+# the next revision is added.
+ROUTINES = CURRENT_ROUTINES
+
+# The catalog this revision leaves, per server flavor (see 0001_core.py);
+# tests/schema/test_migrate_interrupted.py prints the values to put here.
+FINGERPRINTS = {
+    "postgresql": "3c61ab2792940431e2b4175c3cf46732",
+    "mariadb": "2a5c111e9471bfcea2a1b5da08bcbae3",
+}
+
+
+def upgrade() -> None:
+    run_sql_file("0009_plans_without_statistics.up.sql")
+    upgrade_routines(revision)
+
+
+def downgrade() -> None:
+    run_sql_file("0009_plans_without_statistics.down.sql")
+    downgrade_routines(revision)
