@@ -249,21 +249,15 @@ class MySQL(Dialect):
 
     def run_sets(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
         """Runs a named CALL and returns the rows of each result set it sends (at least one list)."""
-        import pymysql
-
         cur = connection.cursor()
         try:
-            cur.execute(self.statement(name), params)
-            sets = [list(cur.fetchall()) if cur.description else []]
-            while cur.nextset():  # a CALL ends with a status result without rows
-                if cur.description:
-                    sets.append(list(cur.fetchall()))
+            with self._driver_errors():
+                cur.execute(self.statement(name), params)
+                sets = [list(cur.fetchall()) if cur.description else []]
+                while cur.nextset():  # a CALL ends with a status result without rows
+                    if cur.description:
+                        sets.append(list(cur.fetchall()))
             return sets
-        except pymysql.MySQLError as exc:
-            mapped = self._driver_error(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
         finally:
             cur.close()
 
@@ -295,25 +289,21 @@ class MySQL(Dialect):
     ) -> Any:
         if not self._multi_statements(connection):
             return super().run_in_own_transaction(connection, name, params, all_sets)
-        import pymysql
-
-        try:
-            cur = connection.cursor()
+        with self._driver_errors():
             try:
-                cur.execute(self._one_trip(name, connection), params)
-                sets = [list(cur.fetchall())] if cur.description else []
-                while cur.nextset():
-                    if cur.description:
-                        sets.append(list(cur.fetchall()))
-            finally:
-                cur.close()
-        except BaseException as exc:
-            with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
-                connection.rollback()
-            mapped = self._driver_error(exc) if isinstance(exc, pymysql.MySQLError) else None
-            if mapped is None:
+                cur = connection.cursor()
+                try:
+                    cur.execute(self._one_trip(name, connection), params)
+                    sets = [list(cur.fetchall())] if cur.description else []
+                    while cur.nextset():
+                        if cur.description:
+                            sets.append(list(cur.fetchall()))
+                finally:
+                    cur.close()
+            except BaseException:
+                with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                    connection.rollback()
                 raise
-            raise mapped from exc
         return self._own_result(sets, all_sets)
 
     async def run_in_own_transaction_async(
@@ -321,25 +311,21 @@ class MySQL(Dialect):
     ) -> Any:
         if not self._multi_statements(connection):
             return await super().run_in_own_transaction_async(connection, name, params, all_sets)
-        import pymysql
-
-        try:
-            cur = await connection.cursor(_quiet_cursor())
+        with self._driver_errors():
             try:
-                await cur.execute(self._one_trip(name, connection), params)
-                sets = [list(await cur.fetchall())] if cur.description else []
-                while await cur.nextset():
-                    if cur.description:
-                        sets.append(list(await cur.fetchall()))
-            finally:
-                await cur.close()
-        except BaseException as exc:
-            with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
-                await connection.rollback()
-            mapped = self._driver_error(exc) if isinstance(exc, pymysql.MySQLError) else None
-            if mapped is None:
+                cur = await connection.cursor(_quiet_cursor())
+                try:
+                    await cur.execute(self._one_trip(name, connection), params)
+                    sets = [list(await cur.fetchall())] if cur.description else []
+                    while await cur.nextset():
+                        if cur.description:
+                            sets.append(list(await cur.fetchall()))
+                finally:
+                    await cur.close()
+            except BaseException:
+                with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
+                    await connection.rollback()
                 raise
-            raise mapped from exc
         return self._own_result(sets, all_sets)
 
     async def run_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
@@ -348,23 +334,31 @@ class MySQL(Dialect):
     async def run_sets_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
         """run_sets on an aiomysql connection: every result set read (nextset) before the next
         statement, the same errors (aiomysql raises PyMySQL's)."""
-        import pymysql
-
         cur = await connection.cursor(_quiet_cursor())
         try:
-            await cur.execute(self.statement(name), params)
-            sets = [list(await cur.fetchall()) if cur.description else []]
-            while await cur.nextset():
-                if cur.description:
-                    sets.append(list(await cur.fetchall()))
+            with self._driver_errors():
+                await cur.execute(self.statement(name), params)
+                sets = [list(await cur.fetchall()) if cur.description else []]
+                while await cur.nextset():
+                    if cur.description:
+                        sets.append(list(await cur.fetchall()))
             return sets
+        finally:
+            await cur.close()
+
+    @contextlib.contextmanager
+    def _driver_errors(self) -> Iterator[None]:
+        """Raises the pyqueue_sql exception for a PyMySQL error raised inside (the sync and the
+        async paths alike: aiomysql raises PyMySQL's), and any other error as it is."""
+        import pymysql
+
+        try:
+            yield
         except pymysql.MySQLError as exc:
             mapped = self._driver_error(exc)
             if mapped is None:
                 raise
             raise mapped from exc
-        finally:
-            await cur.close()
 
     def _driver_error(self, exc: Any) -> errors.QueueError | None:
         """The pyqueue_sql exception for a PyMySQL error, or None to raise it as it is."""
