@@ -1,9 +1,11 @@
-"""Plans that do not depend on statistics, and the last deadlock retries: PostgreSQL
-queue_commit_batch's DELETE takes the queue name from the batch, so that a table the planner has
-no statistics for (a fresh install, a queue that grew in a burst before autovacuum analyzed it)
-cannot turn each commit of a batch into a scan of the whole queue; MySQL/MariaDB queue_reserve
-and queue_commit_reserve in autocommit run the last-error write of a dead-lettered message again
-when a deadlock picked it, instead of failing
+"""Plans that do not depend on table statistics, and the reason a dead-lettered message goes written by
+its claim: PostgreSQL queue_commit_batch's DELETE (pyqueue__delete_held) takes the queue name from
+the batch, so that a table the planner has no statistics for (a fresh install, a queue that grew in
+a burst before autovacuum analyzed it) cannot turn each commit of a batch into a scan of the whole
+queue; PostgreSQL queue_next_scheduled_at carries planner settings that keep its one index probe;
+MySQL/MariaDB pyqueue__claim and pyqueue__claim_one (the reserve's claim steps) write a dead-letter
+claim's last error in the claiming UPDATE instead of a statement of its own, which could fail a
+MariaDB call in autocommit with a deadlock
 
 Revision ID: 0009_plans_without_statistics
 Revises: 0008_single_pass_batches

@@ -705,6 +705,9 @@ BEGIN
                    SET m.scheduled_at = in_until,
                        m.attempts = m.attempts + IF(in_pop OR c.dead, 0, 1),
                        m.reserved_by = IF(in_pop OR c.dead, m.reserved_by, in_worker),
+                       -- why a dead-letter claim goes, unless a consumer said why
+                       m.last_error = IF(c.dead, COALESCE(m.last_error, 'reservation expired on its last allowed delivery'),
+                                         m.last_error),
                        m.reserve_token = CONCAT(IF(c.dead, v_dprefix, in_prefix), LOWER(LPAD(HEX(v_base + c.ord), 12, '0')));
                 SET v_claims = ROW_COUNT();
             END;
@@ -720,26 +723,6 @@ BEGIN
                   STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
                  WHERE m.reserve_token = CONCAT(v_dprefix, LOWER(LPAD(HEX(v_base + j.ord), 12, '0')));
                 SET v_claims = v_claims - v_ndead, v_i = 0;
-                IF v_ndead > 0 THEN  -- why it goes, unless a consumer said why
-                    BEGIN
-                        -- in autocommit mode a write chosen as a deadlock
-                        -- victim leaves these messages claimed: they come
-                        -- back when the claims expire and go then
-                        DECLARE EXIT HANDLER FOR 1213
-                        BEGIN
-                            IF in_own <> 1 THEN
-                                RESIGNAL;
-                            END IF;
-                            SET v_ndead = 0;
-                        END;
-                        UPDATE JSON_TABLE(v_dead, '$[*]' COLUMNS (
-                                   c_id    BIGINT   PATH '$[0]',
-                                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS j
-                          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-                           SET m.last_error = 'reservation expired on its last allowed delivery'
-                         WHERE m.reserve_token = j.c_token AND m.last_error IS NULL;
-                    END;
-                END IF;
                 WHILE v_i < v_ndead DO
                     BEGIN
                         -- in autocommit mode a step chosen as a deadlock
@@ -889,6 +872,9 @@ BEGIN
                    SET m.scheduled_at = in_until,
                        m.attempts = m.attempts + IF(v_dead, 0, 1),
                        m.reserved_by = IF(v_dead, m.reserved_by, in_worker),
+                       -- why a dead-letter claim goes, unless a consumer said why
+                       m.last_error = IF(v_dead, COALESCE(m.last_error, 'reservation expired on its last allowed delivery'),
+                                         m.last_error),
                        m.reserve_token = IF(v_dead, v_dtoken, CONCAT(in_prefix, '000000000001'));
                 SET v_claims = ROW_COUNT();
             END;
@@ -911,10 +897,6 @@ BEGIN
                             RESIGNAL;
                         END IF;
                     END;
-                    -- why it goes, unless a consumer said why
-                    UPDATE pyqueue_message m
-                       SET m.last_error = 'reservation expired on its last allowed delivery'
-                     WHERE m.id = v_id AND m.reserve_token = v_dtoken AND m.last_error IS NULL;
                     CALL pyqueue__dead_letter(in_queue, in_dlq, v_id, v_dtoken, in_now, v_done);
                 END;
             END IF;

@@ -1799,7 +1799,9 @@ $$;
 -- messages or of distinct priorities. Reads without locks. The settings keep
 -- it that probe when the table has no statistics yet: the planner's guess
 -- of a few rows for the queue otherwise makes reading them all and sorting
--- look as cheap, which it is not for a queue that grew in a burst.
+-- look as cheap, which it is not for a queue that grew in a burst. They
+-- cover the function's other statement too, the queue row's lookup by its
+-- key, which they leave as it is.
 CREATE OR REPLACE FUNCTION queue_next_scheduled_at(in_queue text, in_kinds text[] DEFAULT NULL)
 RETURNS TABLE (next_scheduled_at timestamptz, wait_s double precision)
 LANGUAGE plpgsql STABLE
@@ -1941,7 +1943,8 @@ $$;
 -- three arrays names, if its token still holds; returns how many. One
 -- DELETE driven by the batch sorted by key: the settings (of this one
 -- statement's function) leave it a nested loop whose outer side is that
--- sorted batch, so each row is found by its key, checked against its token
+-- sorted batch (or, on a tiny table, the primary key's index scan, also in
+-- key order), so each row is found by its key, checked against its token
 -- and locked in key order, without a separate locking read. The queue name
 -- comes from the batch, not from a condition on the table: the table then
 -- has no condition of its own whose row estimate could make reading the

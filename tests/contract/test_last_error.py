@@ -160,7 +160,9 @@ def test_redrive_clears_the_origin(make_queue):
     assert info.dead_from is None and info.attempts == 0
 
 
-def test_expired_last_delivery_is_dead_lettered_with_an_error(make_queue):
+# n=1 takes the one-message claim, n=5 the claim of a page of candidates.
+@pytest.mark.parametrize("n", [1, 5])
+def test_expired_last_delivery_is_dead_lettered_with_an_error(make_queue, n):
     dead = make_queue()
     q = make_queue(max_attempts=1, dead_letter_queue=dead.name)
     q.push("crasher", "k", 1)
@@ -168,7 +170,7 @@ def test_expired_last_delivery_is_dead_lettered_with_an_error(make_queue):
     [r] = q.reserve(timeout=0.2)
     assert r.key == "crasher"
     time.sleep(0.35)
-    assert [x.key for x in q.reserve()] == ["fine"]
+    assert [x.key for x in q.reserve(n)] == ["fine"]
     [letter] = dead.dead_letters()
     assert (letter.key, letter.from_queue, letter.attempts, letter.last_error) == (
         "crasher",
@@ -178,7 +180,8 @@ def test_expired_last_delivery_is_dead_lettered_with_an_error(make_queue):
     )
 
 
-def test_expired_last_delivery_keeps_an_earlier_error(make_queue):
+@pytest.mark.parametrize("n", [1, 5])
+def test_expired_last_delivery_keeps_an_earlier_error(make_queue, n):
     dead = make_queue()
     q = make_queue(max_attempts=2, dead_letter_queue=dead.name)
     q.push("crasher", "k", 1)
@@ -186,7 +189,7 @@ def test_expired_last_delivery_keeps_an_earlier_error(make_queue):
     q.fail(r, "first try failed")
     [r] = q.reserve(timeout=0.2)
     time.sleep(0.35)
-    assert q.reserve() == []
+    assert q.reserve(n) == []
     [letter] = dead.dead_letters()
     assert (letter.attempts, letter.last_error) == (2, "first try failed")
 

@@ -185,11 +185,27 @@ def _settings_of(conn, routine: str) -> list[str]:
     ]
 
 
+def _pg_plan_problem(name: str, plan: str) -> str | None:
+    """What is wrong with one plan of PG_STATEMENTS[name], or None."""
+    index, may_sort = PG_STATEMENTS[name][3:5]
+    if "Seq Scan" in plan or "Bitmap" in plan:
+        return f"scans the table:\n{plan}"
+    if "Sort" in plan and not may_sort:
+        return f"sorts:\n{plan}"
+    if index not in plan:
+        return f"does not use {index}:\n{plan}"
+    if name == "commit_batch" and not 0 <= plan.find("Sort Key") < plan.find(index):
+        return f"is not driven by the sorted batch:\n{plan}"
+    if name == "commit_batch" and not re.search(rf"{index}.*\n\s*Index Cond: [^\n]*p_key", plan):
+        return f"does not probe the key of each element:\n{plan}"
+    return None
+
+
 def plan_problems(dialect: str, conn) -> list[str]:
     """What is wrong with the reserve's plans: [] when every statement reads the ready index."""
     problems = []
     if dialect == "postgresql":
-        for name, (sql, types, args, index, may_sort, routine) in PG_STATEMENTS.items():
+        for name, (sql, types, args, _index, _may_sort, routine) in PG_STATEMENTS.items():
             _run(conn, "BEGIN")
             try:
                 for setting in _settings_of(conn, routine):
@@ -198,19 +214,9 @@ def plan_problems(dialect: str, conn) -> list[str]:
                 for mode in ("force_custom_plan", "force_generic_plan"):
                     _run(conn, f"SET LOCAL plan_cache_mode = {mode}")
                     rows, _ = _run(conn, f"EXPLAIN EXECUTE plan_guard_{name} {args}")
-                    plan = "\n".join(r[0] for r in rows)
-                    if "Seq Scan" in plan or "Bitmap" in plan:
-                        problems.append(f"{name} ({mode}) scans the table:\n{plan}")
-                    elif "Sort" in plan and not may_sort:
-                        problems.append(f"{name} ({mode}) sorts:\n{plan}")
-                    elif index not in plan:
-                        problems.append(f"{name} ({mode}) does not use {index}:\n{plan}")
-                    elif name == "commit_batch" and not 0 <= plan.find("Sort Key") < plan.find(index):
-                        problems.append(f"{name} ({mode}) is not driven by the sorted batch:\n{plan}")
-                    elif name == "commit_batch" and not re.search(
-                        rf"{index}.*\n\s*Index Cond: [^\n]*p_key", plan
-                    ):
-                        problems.append(f"{name} ({mode}) does not probe the key of each element:\n{plan}")
+                    problem = _pg_plan_problem(name, "\n".join(r[0] for r in rows))
+                    if problem:
+                        problems.append(f"{name} ({mode}) {problem}")
             finally:
                 _run(conn, "ROLLBACK")
                 _run(conn, "DEALLOCATE ALL")
@@ -248,6 +254,54 @@ def test_plans_hold_on_a_table_never_analyzed(dialect, fresh_database):
     try:
         assert _run(conn, "SELECT count(*) FROM pg_stats WHERE tablename = 'pyqueue_message'")[0][0][0] == 0
         assert plan_problems(dialect, conn) == []
+    finally:
+        conn.close()
+
+
+def _nested_plans(conn, sql: str) -> list[str]:
+    """Runs sql with auto_explain on for the statements inside the routines it calls; returns the
+    plans they ran (text format, each starting with its query text)."""
+    plans: list[str] = []
+    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_level = notice",
+    ):
+        _run(conn, setting)
+    _run(conn, sql)
+    _run(conn, "SET auto_explain.log_min_duration = -1")
+    return [p for p in plans if "Query Text:" in p]
+
+
+@pytest.mark.slow
+@pytest.mark.only_dialect("postgresql")
+def test_the_routines_run_those_plans_on_a_table_never_analyzed(dialect, fresh_database):
+    """The guards above explain copies of the statements; this catches the routines themselves
+    (auto_explain of the statements they run): queue_commit_batch of 100 reserved messages, and
+    queue_next_scheduled_at under custom and generic plans."""
+    conn = _fill(dialect, fresh_database("plans"), analyze=False)
+    try:
+        rows, _ = _run(conn, f"SELECT p_key, p_kind, token FROM queue_reserve('{QUEUE}', 'w', NULL, 100)")
+        assert len(rows) == 100
+        keys, kinds, tokens = (", ".join(f"'{r[i]}'" for r in rows) for i in range(3))
+        commit = (
+            f"SELECT queue_commit_batch('{QUEUE}', ARRAY[{keys}], ARRAY[{kinds}], ARRAY[{tokens}]::uuid[])"
+        )
+        deletes = [p for p in _nested_plans(conn, commit) if "Query Text: DELETE FROM pyqueue_message" in p]
+        assert len(deletes) == 1, deletes
+        assert _pg_plan_problem("commit_batch", deletes[0]) is None, deletes[0]
+        assert _run(conn, f"SELECT count(*) FROM pyqueue_message WHERE p_key IN ({keys})")[0][0][0] == 0
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            _run(conn, f"SET plan_cache_mode = {mode}")
+            probes = [
+                p
+                for p in _nested_plans(conn, f"SELECT * FROM queue_next_scheduled_at('{QUEUE}')")
+                if "Query Text: SELECT m.scheduled_at" in p
+            ]
+            assert len(probes) == 1, probes
+            assert _pg_plan_problem("next_scheduled_at", probes[0]) is None, (mode, probes[0])
     finally:
         conn.close()
 

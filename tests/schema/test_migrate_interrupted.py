@@ -179,7 +179,7 @@ def test_adopt_an_older_unrecorded_schema_then_upgrade_it(fresh_database):
 
 def test_adopt_a_schema_of_the_revision_before_the_head_gives_the_heads_routine_bodies(fresh_database):
     """An unrecorded schema of the revision before the head. Where the head changed routine
-    bodies only (MySQL at 0008), the two catalogs have one fingerprint: adopt records the oldest
+    bodies only (MySQL at 0008 and 0009), the two catalogs have one fingerprint: adopt records the oldest
     revision with it and upgrades from there, so the routines end up with the head's bodies."""
     dsn, clean = fresh_database("before"), fresh_database("clean")
     before_head = _revisions()[-2]
@@ -235,7 +235,7 @@ def test_each_revision_fingerprint_is_current(fresh_database, dialect):
         "schema.sql/routines.sql and the head differ"
     )
     # A revision that changes no structure on this dialect (0007 only drops a PostgreSQL foreign
-    # key; 0008 changes MySQL routine bodies only) shares the fingerprint of the one before it,
+    # key; 0008 and 0009 change MySQL routine bodies only) share the fingerprint of the one before,
     # and adopting picks the older of the two, then upgrades (creating the later one's routines
     # again). Any other two revisions must differ.
     revisions = list(computed)
