@@ -5,7 +5,8 @@ a burst before autovacuum analyzed it) cannot turn each commit of a batch into a
 queue; PostgreSQL queue_next_scheduled_at carries planner settings that keep its one index probe;
 MySQL/MariaDB pyqueue__claim and pyqueue__claim_one (the reserve's claim steps) write a dead-letter
 claim's last error in the claiming UPDATE instead of a statement of its own, which could fail a
-MariaDB call in autocommit with a deadlock
+MariaDB call in autocommit with a deadlock; MySQL/MariaDB queue_extend gives back only the limit
+slot it marked, not the slot of a reserver that took the expired message again
 
 Revision ID: 0009_plans_without_statistics
 Revises: 0008_single_pass_batches

@@ -2728,7 +2728,9 @@ END //
 --      progress ending at the new end (busy until then, whatever the
 --      message shows); nobody can take it over from now on;
 --   2. the message gets the new end and token (by id, token and attempts);
---   3. the slot holds this reservation again.
+--   3. the slot marked in 1 (by its number: a reserver that took the
+--      expired message again meanwhile holds another slot naming it with
+--      the same attempt count) holds this reservation again.
 -- Interrupted after 1 or 2, the slot stays busy until the new end at most.
 -- Locks: the kind's slot rows, then the message row, each for one statement.
 -- In autocommit mode a step chosen as a deadlock victim (a queue_drop or a
@@ -2754,6 +2756,7 @@ BEGIN
     DECLARE v_att    INT;
     DECLARE v_until  DATETIME(6);
     DECLARE v_slots  INT DEFAULT 0;
+    DECLARE v_slot   INT;
     DECLARE v_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_step   INT;
     DECLARE v_own    INT DEFAULT 0;
@@ -2791,9 +2794,17 @@ BEGIN
                     END IF;
                 END;
                 IF v_step = 1 THEN
+                    -- the slot by its number: step 3 must give back this one
+                    -- only (a reserver that took the message again after it
+                    -- expired holds another slot with the same message and
+                    -- attempts as the mark below)
+                    SELECT MIN(s.slot_no) INTO v_slot
+                      FROM pyqueue_limit_slot s
+                     WHERE s.queue_name = v_queue AND s.p_kind = v_kind AND s.msg_id = v_id AND s.msg_attempts = v_att;
                     UPDATE pyqueue_limit_slot
                        SET msg_attempts = v_att + 1, msg_until = v_until
-                     WHERE queue_name = v_queue AND p_kind = v_kind AND msg_id = v_id AND msg_attempts = v_att;
+                     WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no = v_slot
+                       AND msg_id = v_id AND msg_attempts = v_att;
                     SET v_slots = ROW_COUNT();
                     IF v_slots = 0
                        AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
@@ -2809,7 +2820,8 @@ BEGIN
                 ELSEIF v_step = 3 AND v_slots > 0 THEN
                     UPDATE pyqueue_limit_slot
                        SET msg_attempts = v_att
-                     WHERE queue_name = v_queue AND p_kind = v_kind AND msg_id = v_id AND msg_attempts = v_att + 1;
+                     WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no = v_slot
+                       AND msg_id = v_id AND msg_attempts = v_att + 1;
                 END IF;
             END;
             IF v_retry = 0 THEN

@@ -16,16 +16,23 @@ from pyqueue_sql import errors
 
 
 def live(raw, dialect, queue, kind):
-    """Live reservations of a kind, as a plain SQL client counts them (one statement, one snapshot)."""
+    """Live reservations of a kind, as a plain SQL client counts them (one statement, one snapshot).
+
+    Live means "held past a time no earlier than the snapshot": the clock is read as each row is
+    (clock_timestamp(), SYSDATE), not when the statement started (now(), UTC_TIMESTAMP). With the
+    start time, a statement that waited for a CPU between its start and its first row counted a
+    reservation that had expired by then together with the ones that reservers, rightly, made in
+    its place, and saw one more than the limit on a busy machine. Every message counted here was
+    live at once, in the state the snapshot shows."""
     if dialect == "postgresql":
         sql = (
             "SELECT count(*) FROM pyqueue_message WHERE queue_name = %s AND p_kind = %s "
-            "AND reserve_token IS NOT NULL AND scheduled_at > now()"
+            "AND reserve_token IS NOT NULL AND scheduled_at > clock_timestamp()"
         )
     else:
         sql = (
             "SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s AND p_kind = %s "
-            "AND reserve_token IS NOT NULL AND scheduled_at > UTC_TIMESTAMP(6)"
+            "AND reserve_token IS NOT NULL AND scheduled_at > CONVERT_TZ(SYSDATE(6), @@session.time_zone, '+00:00')"
         )
     return int(raw(sql, (queue, kind))[0][0])
 
@@ -191,6 +198,72 @@ def _retryable(exc: BaseException) -> bool:
         return True
     args = getattr(exc, "args", ())
     return bool(args) and args[0] in (1213, 1205)
+
+
+def _waits_for_a_lock(dialect, watcher, db) -> bool:
+    """Whether db's connection waits in an UPDATE of a message (seen from another connection)."""
+    if dialect == "postgresql":
+        sql = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
+        session = db.connection.info.backend_pid
+    else:
+        sql = (
+            "SELECT COUNT(*) FROM information_schema.processlist "
+            "WHERE id = %s AND info LIKE 'UPDATE pyqueue_message%%'"
+        )
+        session = db.connection.thread_id()
+    cur = watcher.connection.cursor()
+    cur.execute(sql, (session,))
+    return int(cur.fetchall()[0][0]) > 0
+
+
+@pytest.mark.sync_client_only  # holds a row lock on a connection of its own while another extends
+def test_an_extend_that_loses_its_message_to_a_new_reservation_leaves_that_reservation_its_slot(
+    connect, make_queue, raw, dialect
+):
+    """An extend (one CALL in autocommit) of a reservation that has expired finds its slot still
+    naming it and marks it, then finds the message taken again by a reserver, which took another slot for it. The extend
+    must give back the slot it marked and no other: giving back every slot that names the message
+    and the new attempt count left the new reservation without one, and the kind one live
+    reservation over its limit once two more were handed out."""
+    queue = make_queue(max_attempts=100)
+    queue.set_limit("lim", 2)
+    queue.push("m0", "lim", 0)
+    [held] = queue.reserve(timeout=0.2)
+    time.sleep(0.4)  # expired: ready again, its slot still names it
+    locker, extender, watcher = connect(), connect(), connect()
+    result = {}
+    with locker.transaction():
+        locker.connection.cursor().execute(
+            "SELECT id FROM pyqueue_message WHERE queue_name = %s AND p_key = %s FOR UPDATE",
+            (queue.name, "m0"),
+        )
+        # as from a mysql or psql session: one CALL in autocommit, each step its own statement
+        extend = (
+            "SELECT queue_extend(%s, %s, %s, %s::uuid, interval '60 seconds')"
+            if dialect == "postgresql"
+            else "CALL queue_extend(%s, %s, %s, %s, 60)"
+        )
+
+        def run_extend():
+            cur = extender.connection.cursor()
+            cur.execute(extend, (queue.name, held.key, held.kind, str(held.token)))
+            result["token"] = cur.fetchall()[0][0]
+
+        thread = threading.Thread(target=run_extend)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not _waits_for_a_lock(dialect, watcher, extender):  # past its slot, waiting for the message
+            assert thread.is_alive() and time.monotonic() < deadline, (
+                "the extend did not wait for the message"
+            )
+            time.sleep(0.01)
+        [again] = locker.queue(queue.name).reserve(timeout=60)
+        assert again.key == "m0"
+    thread.join(10)
+    assert result == {"token": None}
+    queue.push_many([(f"m{i}", "lim", i) for i in range(1, 4)])
+    assert [r.key for r in queue.reserve(n=3, timeout=60)] == ["m1"]
+    assert live(raw, dialect, queue.name, "lim") == 2
 
 
 @pytest.mark.slow
