@@ -4,6 +4,8 @@
     pyqueue-sql sql --dialect mysql > pyqueue.sql
     pyqueue-sql create emails --max-attempts 5
     pyqueue-sql push emails user-42 welcome '{"to": "a@example.com"}'
+    pyqueue-sql bind 'orders.#' billing
+    pyqueue-sql publish orders.eu.created order-7 created '{"order": 7}'
     pyqueue-sql reserve emails -n 10
     pyqueue-sql commit emails user-42 welcome TOKEN
     pyqueue-sql rollback emails user-42 welcome TOKEN --delay 60 --error "smtp timeout"
@@ -300,17 +302,84 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def cmd_push(args: argparse.Namespace) -> int:
+def _payload(args: argparse.Namespace) -> Any:
     try:
-        payload = json.loads(args.payload, parse_constant=_refuse_constant)
+        return json.loads(args.payload, parse_constant=_refuse_constant)
     except ValueError as exc:
         raise UsageError(f"PAYLOAD_JSON is not valid JSON ({exc}): {args.payload[:60]!r}") from None
-    run_at = None if args.run_in is None else dt.timedelta(seconds=args.run_in)
+
+
+def _run_at(args: argparse.Namespace) -> dt.timedelta | None:
+    return None if args.run_in is None else dt.timedelta(seconds=args.run_in)
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    payload = _payload(args)
     with _connect(args) as db:
         inserted = db.queue(args.queue).push(
-            args.key, args.kind, payload, run_at=run_at, priority=args.priority
+            args.key, args.kind, payload, run_at=_run_at(args), priority=args.priority, group=args.group
         )
     print("inserted" if inserted else "duplicate")
+    return EXIT_OK
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    payload = _payload(args)
+    with _connect(args) as db:
+        queues = db.publish(
+            args.topic, args.key, args.kind, payload, run_at=_run_at(args), priority=args.priority
+        )
+    if queues:
+        print(f"published to {queues} queue(s)")
+    else:
+        print(
+            f"published to 0 queues (no binding matches {args.topic}, or every queue bound to it "
+            f"holds {args.key}/{args.kind} already)"
+        )
+    return EXIT_OK
+
+
+def cmd_bind(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        new = db.bind(args.pattern, args.queue)
+    print(f"{'bound' if new else 'already bound'}: {args.pattern} -> {args.queue}")
+    return EXIT_OK
+
+
+def cmd_unbind(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        removed = db.unbind(args.pattern, args.queue)
+    if not removed:
+        print(f"{PROG}: no binding {args.pattern} -> {args.queue}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(f"unbound: {args.pattern} -> {args.queue}")
+    return EXIT_OK
+
+
+def cmd_bindings(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        bindings = db.bindings(args.queue)
+    if not bindings:
+        print(f"no bindings (bind a topic pattern with `{PROG} bind PATTERN QUEUE`)")
+        return EXIT_OK
+    rows = [(b.pattern, b.queue, format_time(b.created_at)) for b in bindings]
+    print(format_table(("pattern", "queue", "created at"), rows))
+    return EXIT_OK
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        groups = db.queue(args.queue).groups(n=args.n)
+    if not groups:
+        print(f"no groups in {args.queue}")
+        return EXIT_OK
+    rows = [
+        (g.group_key, g.head_key or "-", g.head_kind or "-", g.head_state or "-", str(g.messages))
+        for g in groups
+    ]
+    print(
+        format_table(("group", "head key", "head kind", "head state", "messages"), rows, right_aligned=(4,))
+    )
     return EXIT_OK
 
 
@@ -1060,6 +1129,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("payload", metavar="PAYLOAD_JSON", help="the payload as JSON text")
     p.add_argument("--run-in", type=_seconds, metavar="SECONDS", help="deliver no earlier than this from now")
     p.add_argument("--priority", type=int, metavar="N", help="higher is served first (default 0)")
+    p.add_argument(
+        "--group",
+        metavar="G",
+        help="FIFO group: the group's messages are delivered one at a time, in run time and push order",
+    )
+
+    p = command(
+        "publish",
+        cmd_publish,
+        "push one message into every queue bound to a pattern matching TOPIC; prints how many got it",
+    )
+    p.add_argument("topic", metavar="TOPIC", help="dot-separated words, e.g. orders.eu.created")
+    p.add_argument("key", metavar="KEY", help="dedup key (per queue)")
+    p.add_argument("kind", metavar="KIND", help="payload type")
+    p.add_argument("payload", metavar="PAYLOAD_JSON", help="the payload as JSON text")
+    p.add_argument("--run-in", type=_seconds, metavar="SECONDS", help="deliver no earlier than this from now")
+    p.add_argument("--priority", type=int, metavar="N", help="higher is served first (default 0)")
+
+    p = command(
+        "bind",
+        cmd_bind,
+        "bind a topic pattern to a queue (* = one word, # = zero or more words); "
+        "prints bound or already bound",
+    )
+    p.add_argument("pattern", metavar="PATTERN", help="e.g. orders.*.created or orders.#")
+    p.add_argument("queue", metavar="QUEUE")
+    p = command("unbind", cmd_unbind, "remove a binding; exit 1 when there is none")
+    p.add_argument("pattern", metavar="PATTERN")
+    p.add_argument("queue", metavar="QUEUE")
+    p = command("bindings", cmd_bindings, "list the topic bindings of one queue or every queue")
+    p.add_argument("--queue", metavar="QUEUE", help="one queue (default: all)")
+    p = command(
+        "groups",
+        cmd_groups,
+        "list a queue's FIFO groups: each group's head message (delivered next) and its size",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument(
+        "-n", type=_positive_int, metavar="N", help="at most this many groups (default 100, at most 1000)"
+    )
 
     p = command(
         "reserve",

@@ -41,7 +41,7 @@ import socket
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import dialects, errors
 from .dialects import Duration, encode_json, key_value, read_token, text_value, token_value, whole_number
@@ -114,8 +114,22 @@ class QueueStats:
 
 @dataclass(frozen=True)
 class NewMessage:
-    """One message for push_many (key: a str, or an int as its decimal text)."""
+    """One message for push_many (key: a str, or an int as its decimal text; group: its FIFO
+    group, None for none)."""
 
+    key: str | int
+    kind: str
+    payload: Any
+    run_at: dt.datetime | dt.timedelta | None = None
+    priority: int | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One message for publish_many: it goes to every queue bound to a pattern matching topic."""
+
+    topic: str
     key: str | int
     kind: str
     payload: Any
@@ -445,6 +459,89 @@ class DatabaseCalls:
         """Every queue's messages that left it per minute since ``since`` (Queue.throughput)."""
         return (yield from _throughput(self.dialect, None, since))
 
+    # -- topics: publish to the queues bound to a pattern ---------------------------
+    @sans_io
+    def publish(
+        self,
+        topic: str,
+        key: str | int,
+        kind: str,
+        payload: Any,
+        run_at: dt.datetime | dt.timedelta | None = None,
+        priority: int | None = None,
+    ) -> int:
+        """Pushes the message into every queue bound (bind) to a pattern that matches topic, one
+        copy per queue; returns how many queues got a new one (a queue that holds a live message
+        with this key and kind already does not count; no matching binding: 0)."""
+        d = self.dialect
+        rows = yield _call(
+            "publish",
+            topic=text_value(topic, "topic"),
+            key=key_value(key),
+            kind=text_value(kind, "kind"),
+            payload=encode_json(payload),
+            run_at=d.time(run_at, "run_at"),
+            priority=whole_number(priority, "priority"),
+        )
+        return int(rows[0][0])
+
+    @sans_io
+    def publish_many(self, messages: Iterable[Publication | tuple | Mapping[str, Any]]) -> int:
+        """publish for many messages in one call; returns how many new messages all the queues got.
+        Tuples are (topic, key, kind, payload[, run_at[, priority]]).
+
+        More than CHUNK_SIZE messages go in several calls of at most CHUNK_SIZE each, run as one
+        transaction (all are validated before the first is sent)."""
+        d = self.dialect
+        topics, items = [], []
+        for m in messages:
+            if isinstance(m, Mapping):
+                m = Publication(**m)
+            elif not isinstance(m, Publication):
+                m = Publication(*m)
+            topics.append(text_value(m.topic, "topic"))
+            items.append(
+                (
+                    key_value(m.key),
+                    text_value(m.kind, "kind"),
+                    m.payload,
+                    d.time(m.run_at, "run_at"),
+                    whole_number(m.priority, "priority"),
+                )
+            )
+        if not items:
+            return 0
+        publishes = [
+            _call("publish_batch", **d.topic_batch(topic_part, part))
+            for topic_part, part in zip(chunks(topics, CHUNK_SIZE), chunks(items, CHUNK_SIZE))
+        ]
+        return sum(int(rows[0][0]) for rows in (yield from _each(publishes)))
+
+    @sans_io
+    def bind(self, pattern: str, queue: str | Queue) -> bool:
+        """Binds a topic pattern to a queue: publish then pushes the messages of every matching
+        topic into it. Words are dot-separated; ``*`` stands for one word, ``#`` for zero or more
+        (``orders.*``, ``orders.#``, ``#``). True if new, False if it was bound already."""
+        return bool(
+            (yield _call("bind", pattern=text_value(pattern, "pattern"), queue=_queue_name(queue)))[0][0]
+        )
+
+    @sans_io
+    def unbind(self, pattern: str, queue: str | Queue) -> bool:
+        """Removes a binding; False if there was none."""
+        return bool(
+            (yield _call("unbind", pattern=text_value(pattern, "pattern"), queue=_queue_name(queue)))[0][0]
+        )
+
+    @sans_io
+    def bindings(self, queue: str | Queue | None = None) -> list[Binding]:
+        """The bindings of one queue (None = every queue's), ordered by queue, then pattern."""
+        d = self.dialect
+        return [
+            Binding(pattern, q, d.read_time(created))
+            for pattern, q, created in (yield _call("bindings", queue=_queue_name(queue)))
+        ]
+
 
 @runs_sans_io(sync_method)
 class Database(DatabaseCalls):
@@ -723,11 +820,14 @@ class QueueCalls:
         payload: Any,
         run_at: dt.datetime | dt.timedelta | None = None,
         priority: int | None = None,
+        group: str | None = None,
     ) -> bool:
-        """True if inserted, False if a live message with this key and kind exists (dedup)."""
+        """True if inserted, False if a live message with this key and kind exists (dedup).
+
+        With a group (queue_push_grouped) the messages of that group are delivered one at a time,
+        in run_at and push order: each waits until the one before it has left the queue."""
         d = self.db.dialect
-        rows = yield _call(
-            "push",
+        params = dict(
             queue=self.name,
             key=key_value(key),
             kind=text_value(kind, "kind"),
@@ -735,16 +835,23 @@ class QueueCalls:
             run_at=d.time(run_at, "run_at"),
             priority=whole_number(priority, "priority"),
         )
+        if group is None:
+            rows = yield _call("push", **params)
+        else:
+            rows = yield _call("push_grouped", **params, group=text_value(group, "group"))
         return bool(rows[0][0])
 
     @sans_io
     def push_many(self, messages: Iterable[NewMessage | tuple | Mapping[str, Any]]) -> int:
-        """Pushes many in one call; returns how many were new. Tuples are (key, kind, payload[, run_at[, priority]]).
+        """Pushes many in one call; returns how many were new. Tuples are
+        (key, kind, payload[, run_at[, priority[, group]]]).
 
-        More than CHUNK_SIZE messages go in several calls of at most CHUNK_SIZE each, run as one
-        transaction (all are validated before the first is sent)."""
+        A batch in which some message has a group goes through queue_push_batch_grouped (the
+        others: no group), any other through queue_push_batch. More than CHUNK_SIZE messages go
+        in several calls of at most CHUNK_SIZE each, run as one transaction (all are validated
+        before the first is sent)."""
         d = self.db.dialect
-        items = []
+        items, groups = [], []
         for m in messages:
             if isinstance(m, Mapping):
                 m = NewMessage(**m)
@@ -759,9 +866,18 @@ class QueueCalls:
                     whole_number(m.priority, "priority"),
                 )
             )
+            groups.append(text_value(m.group, "group"))
         if not items:
             return 0
-        pushes = [_call("push_batch", queue=self.name, **d.batch(part)) for part in chunks(items, CHUNK_SIZE)]
+        if all(g is None for g in groups):
+            pushes = [
+                _call("push_batch", queue=self.name, **d.batch(part)) for part in chunks(items, CHUNK_SIZE)
+            ]
+        else:
+            pushes = [
+                _call("push_batch_grouped", queue=self.name, **d.grouped_batch(part, group_part))
+                for part, group_part in zip(chunks(items, CHUNK_SIZE), chunks(groups, CHUNK_SIZE))
+            ]
         return sum(int(rows[0][0]) for rows in (yield from _each(pushes)))
 
     # -- consuming -------------------------------------------------------------
@@ -1198,6 +1314,18 @@ class QueueCalls:
         ]
 
     @sans_io
+    def groups(self, n: int | None = None) -> list[GroupInfo]:
+        """This queue's non-empty FIFO groups ordered by group key, at most n (None = 100, at most
+        1000): each with its head message (the one delivered next, or being delivered) and how
+        many messages it holds."""
+        return [
+            GroupInfo(group_key, head_key, head_kind, None if state is None else str(state), int(messages))
+            for group_key, head_key, head_kind, state, messages in (
+                yield _call("groups", queue=self.name, n=whole_number(n, "n"))
+            )
+        ]
+
+    @sans_io
     def throughput(self, since: dt.datetime | dt.timedelta | None = None) -> list[ThroughputRow]:
         """Messages that left this queue per minute since ``since`` (None = an hour ago; a timedelta
         = that long ago; at most a day), by outcome, from pyqueue_history: only a queue with a
@@ -1362,6 +1490,31 @@ class ThroughputRow:
     dead_lettered: int
     moved: int
     popped: int
+
+
+class Binding(NamedTuple):
+    """A binding of a topic pattern to a queue (queue_bindings)."""
+
+    pattern: str
+    queue: str
+    created_at: dt.datetime
+
+
+class GroupInfo(NamedTuple):
+    """A queue's non-empty FIFO group (queue_groups): its head message (key, kind and state, as
+    Queue.message shows it: 'ready', 'delayed' or 'reserved') and how many messages it holds,
+    the head included."""
+
+    group_key: str
+    head_key: str
+    head_kind: str
+    head_state: str
+    messages: int
+
+
+def _queue_name(queue: Any) -> str | None:
+    """A queue argument: a name (None passed on), or a Queue / AsyncQueue."""
+    return queue.name if isinstance(queue, QueueCalls) else text_value(queue, "queue")
 
 
 def _throughput(d: dialects.Dialect, queue: str | None, since: dt.datetime | dt.timedelta | None) -> SansIO:

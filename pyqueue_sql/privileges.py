@@ -7,7 +7,9 @@ granted (routines.sql revokes EXECUTE from PUBLIC on PostgreSQL; MySQL grants
 nothing by default). An application account then needs EXECUTE on the
 routines of its capabilities and no privilege on any table:
 
-    producer  pushes (push, push_batch, push_replace); cannot reserve, pop or commit
+    producer  pushes (push, push_batch, push_replace, and into FIFO groups: push_grouped,
+              push_batch_grouped) and publishes to topics (publish, publish_batch: into every
+              queue bound to a matching pattern); cannot reserve, pop or commit
     consumer  takes and finishes work: reserve, pop, commit, rollback, fail, extend,
               commit_reserve, commit_batch, the wakeup routines, the worker registry
               (a worker touches only its own registration: heartbeat and deregister
@@ -21,10 +23,10 @@ routines of its capabilities and no privilege on any table:
               queue keeps its attempt count (max_attempts still applies); a move to
               another queue starts it at 0 there.
     monitor   reads: stats, limits, workers, schedules, dead letters, settings, one
-              message and its history
+              message and its history, browsing and throughput, topic bindings, FIFO groups
     admin     manages queues: create, drop, pause, resume, remove, reset a setting,
               limits, schedules, history, redrive, replay, notify window, releasing
-              dead workers; plus monitor
+              dead workers, binding topic patterns to queues (bind, unbind); plus monitor
     ingest    bulk enqueue through the queue_ingest table (INSERT; and SELECT, which
               Spark's JDBC writer needs to read the table's columns before it
               appends) and queue_ingest_flush; on MySQL/MariaDB also SELECT on
@@ -48,7 +50,15 @@ from typing import Any
 from . import dialects, errors
 from .dialects import Dialect
 
-PRODUCER = ("queue_push", "queue_push_batch", "queue_push_replace")
+PRODUCER = (
+    "queue_push",
+    "queue_push_batch",
+    "queue_push_replace",
+    "queue_push_grouped",
+    "queue_push_batch_grouped",
+    "queue_publish",
+    "queue_publish_batch",
+)
 CONSUMER = (
     "queue_reserve",
     "queue_pop",
@@ -78,6 +88,8 @@ MONITOR = (
     "queue_message_history",
     "queue_messages",
     "queue_throughput",
+    "queue_bindings",
+    "queue_groups",
 )
 ADMIN = (
     "queue_create",
@@ -95,6 +107,8 @@ ADMIN = (
     "queue_replay",
     "queue_redrive",
     "queue_release_dead_workers",
+    "queue_bind",
+    "queue_unbind",
 ) + MONITOR
 INGEST = ("queue_ingest_flush",)
 
@@ -109,15 +123,15 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
 
 # One line per capability, for `pyqueue-sql grant --help` (same order as CAPABILITIES).
 DESCRIPTIONS: dict[str, str] = {
-    "producer": "push, push_batch, push_replace",
+    "producer": "push, push_batch, push_replace, push_grouped, push_batch_grouped, publish, publish_batch",
     "consumer": "reserve, pop, commit, rollback, fail, extend, the fast paths, wakeups, its own worker "
     "registration, releasing dead workers (no push, no move)",
     "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
     "(give it with --consumer)",
     "monitor": "stats, limits, workers, schedules, dead letters, settings, message, message history, "
-    "messages (browse by state), throughput",
+    "messages (browse by state), throughput, bindings, groups",
     "admin": "create, drop, pause, resume, remove, reset a setting, limits, schedules, history, redrive, "
-    "replay; plus monitor",
+    "replay, bind, unbind; plus monitor",
     "ingest": "INSERT (and SELECT, for Spark) on queue_ingest, queue_ingest_flush",
 }
 
@@ -184,8 +198,11 @@ ROUTINES_ADDED_WITH = {
         "queue_message_history",
         "queue_messages",
         "queue_throughput",
+        "queue_bindings",
+        "queue_groups",
     ),
-    "queue_create": ("queue_reset_setting",),
+    "queue_create": ("queue_reset_setting", "queue_bind", "queue_unbind"),
+    "queue_push": ("queue_push_grouped", "queue_push_batch_grouped", "queue_publish", "queue_publish_batch"),
 }
 
 

@@ -19,18 +19,15 @@ none), then re-creates the routines it changed or removed as the revision before
 (pyqueue_sql.migrate.downgrade_routines).
 """
 
-from pyqueue_sql.migrate import CURRENT_ROUTINES, downgrade_routines, run_sql_file, upgrade_routines
+from pyqueue_sql.migrate import downgrade_routines, run_sql_file, upgrade_routines
 
 revision = "0009_plans_without_statistics"
 down_revision = "0008_single_pass_batches"
 branch_labels = None
 depends_on = None
 
-# The routines this revision added or changed: while it is the newest revision,
-# those of sql/<dialect>/routines.sql that differ from the revision before it;
-# `make release-routines` freezes them into 0009_plans_without_statistics.routines.sql before
-# the next revision is added.
-ROUTINES = CURRENT_ROUTINES
+# The routines this revision added or changed (migrations/sql/<dialect>/), as released.
+ROUTINES = "0009_plans_without_statistics.routines.sql"
 
 # The catalog this revision leaves, per server flavor (see 0001_core.py);
 # tests/schema/test_migrate_interrupted.py prints the values to put here.

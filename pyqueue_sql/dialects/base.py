@@ -296,6 +296,19 @@ class Dialect:
         return list(values)
 
     def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
+        """The arguments of queue_push_batch for (key, kind, payload, run_at, priority) items."""
+        raise NotImplementedError
+
+    def grouped_batch(
+        self, items: Sequence[tuple[str, str, Any, Any, Any]], groups: Sequence[str | None]
+    ) -> dict[str, Any]:
+        """The arguments of queue_push_batch_grouped: batch's, and each item's group (None: none)."""
+        raise NotImplementedError
+
+    def topic_batch(
+        self, topics: Sequence[str | None], items: Sequence[tuple[str, str, Any, Any, Any]]
+    ) -> dict[str, Any]:
+        """The arguments of queue_publish_batch: each item's topic, and batch's."""
         raise NotImplementedError
 
     def read_commit_reserve(self, sets: list[list[tuple]]) -> tuple[Any, list[tuple]]:

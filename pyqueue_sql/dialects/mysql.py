@@ -440,6 +440,29 @@ class MySQL(Dialect):
         return encode_json(list(values))
 
     def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
+        return {"messages": encode_json(self._batch_messages(items))}
+
+    def grouped_batch(
+        self, items: Sequence[tuple[str, str, Any, Any, Any]], groups: Sequence[str | None]
+    ) -> dict[str, Any]:
+        """batch's array of messages, each object with its group as a member (null: no group)."""
+        messages = self._batch_messages(items)
+        for message, group in zip(messages, groups):
+            message["group"] = group
+        return {"messages": encode_json(messages)}
+
+    def topic_batch(
+        self, topics: Sequence[str | None], items: Sequence[tuple[str, str, Any, Any, Any]]
+    ) -> dict[str, Any]:
+        """batch's array of messages, each object with its topic as a member."""
+        messages = self._batch_messages(items)
+        for message, topic in zip(messages, topics):
+            message["topic"] = topic
+        return {"messages": encode_json(messages)}
+
+    @staticmethod
+    def _batch_messages(items: Sequence[tuple[str, str, Any, Any, Any]]) -> list[dict[str, Any]]:
+        """The objects of a batch's JSON array of messages, as the batch procedures read them."""
         messages = []
         for key, kind, payload, run_at, priority in items:
             json.loads(encode_json(payload))  # refuse what is not JSON before sending
@@ -452,7 +475,7 @@ class MySQL(Dialect):
                     "priority": priority,
                 }
             )
-        return {"messages": encode_json(messages)}
+        return messages
 
     # -- privileges ------------------------------------------------------
     def parse_grantee(self, text: str) -> tuple[str, str | None]:

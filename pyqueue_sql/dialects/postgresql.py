@@ -326,6 +326,16 @@ class PostgreSQL(Dialect):
             "priorities": None if all(p is None for p in priorities) else priorities,
         }
 
+    def grouped_batch(
+        self, items: Sequence[tuple[str, str, Any, Any, Any]], groups: Sequence[str | None]
+    ) -> dict[str, Any]:
+        return {"groups": list(groups), **self.batch(items)}
+
+    def topic_batch(
+        self, topics: Sequence[str | None], items: Sequence[tuple[str, str, Any, Any, Any]]
+    ) -> dict[str, Any]:
+        return {"topics": list(topics), **self.batch(items)}
+
     # -- wakeups ---------------------------------------------------------
     def listen(self, connection: Any, channels: Sequence[str]) -> None:
         """LISTENs on each channel (names from queue_channel); autocommit connections only."""

@@ -42,6 +42,37 @@ CALL queue_push_batch(%(queue)s, %(messages)s, NULL, NULL, NULL, NULL)
 -- name: push_replace
 CALL queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
 
+-- name: push_grouped
+-- One row: pushed (1 = new, 0 = a duplicate).
+CALL queue_push_grouped(%(queue)s, %(group)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
+
+-- name: push_batch_grouped
+-- messages: push_batch's JSON array, each object with a "group" member (null = no group).
+-- One row: pushed (how many were new).
+CALL queue_push_batch_grouped(%(queue)s, %(messages)s, NULL, NULL, NULL, NULL, NULL)
+
+
+-- ==== topics ====
+-- Publishing to the queues bound to a topic pattern, and the bindings.
+
+-- name: publish
+-- One row: queues (how many queues got a new message).
+CALL queue_publish(%(topic)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
+
+-- name: publish_batch
+-- messages: push_batch's JSON array, each object with a "topic" member.
+-- One row: pushed (how many new messages, over all queues).
+CALL queue_publish_batch(%(messages)s, NULL, NULL, NULL, NULL, NULL)
+
+-- name: bind
+CALL queue_bind(%(pattern)s, %(queue)s)
+
+-- name: unbind
+CALL queue_unbind(%(pattern)s, %(queue)s)
+
+-- name: bindings
+CALL queue_bindings(%(queue)s)
+
 
 -- ==== consume ====
 -- Taking messages out and finishing them.
@@ -127,6 +158,9 @@ CALL queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after
 
 -- name: throughput
 CALL queue_throughput(%(queue)s, %(since)s)
+
+-- name: groups
+CALL queue_groups(%(queue)s, %(n)s)
 
 -- ==== limits ====
 -- Concurrency limits.

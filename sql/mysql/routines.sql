@@ -7,8 +7,8 @@
 --
 -- Layout: one section per topic, in the same order in schema.sql,
 -- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
--- helpers, queues, produce, consume, wakeups, fast paths, history and dead
--- letters, limits, workers, schedules, ingest, privileges. A section starts
+-- helpers, queues, produce, consume, wakeups, fast paths, topics, history
+-- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
 -- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
 -- nothing for).
 --
@@ -278,17 +278,31 @@ END //
 --   2. upsert it into the dead-letter queue (a newer dead letter of the same
 --      key and kind replaces the older one: payload, priority, created_at,
 --      and it is ready again with attempts 0 and no reservation, so that a
---      consumer holding the older one can no longer commit the newer away);
---      the copy keeps last_error and records dead_from = in_queue and
---      dead_attempts = the deliveries it had there;
+--      consumer holding the older one can no longer commit the newer away;
+--      one blocked in a FIFO group there stays blocked, in its group); the
+--      copy has no group, keeps last_error and records dead_from = in_queue
+--      and dead_attempts = the deliveries it had there;
 --   3. delete it by id and token;
 --   4. if that deleted it, dead_count + 1.
 -- Interrupted after 1 or 2, the message stays claimed under a token nobody
 -- holds; when the claim expires the next reserve dead-letters it again and
 -- the upsert absorbs the duplicate. Interrupted after 3, dead_count misses
 -- one (a statistic, never a message).
+-- A message of a FIFO group (read in step 1): its group row is locked
+-- before step 2 and, when it was the head, the next one takes its place
+-- after step 3 (pyqueue__group_next). In autocommit mode with no
+-- transaction open (pyqueue__group_own) steps 2, 3 and that run in a
+-- transaction of their own,
+-- run again when a deadlock picks it, and step 4 follows its commit: the
+-- queue row is never locked while a group row is held, since a grouped push
+-- holds the queue row's shared lock (foreign key) while it waits for group
+-- rows. With in_nowait (a reserve, which holds the message claimed) the
+-- group row is taken with SKIP LOCKED: when another session holds it
+-- nothing happens, out_done = -1 (the caller gives the claim back).
 -- Locks: the message row, the dead-letter message row, the queue row, each
--- for one statement (or until the caller's transaction ends).
+-- for one statement (or until the caller's transaction ends); for a
+-- grouped message the group row first, then those (but the queue row) and
+-- the next message of the group, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__dead_letter //
 CREATE PROCEDURE pyqueue__dead_letter(
     IN  in_queue             VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -296,48 +310,118 @@ CREATE PROCEDURE pyqueue__dead_letter(
     IN  in_id                BIGINT,
     IN  in_token             CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN  in_now               DATETIME(6),
+    IN  in_nowait            BOOLEAN,
     OUT out_done             INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_found    INT DEFAULT 1;
-    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_payload  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_priority INT;
-    DECLARE v_created  DATETIME(6);
-    DECLARE v_attempts INT;
-    DECLARE v_error    VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_hist     BIGINT;
-    DECLARE v_deleted  INT;
+    DECLARE v_found     INT DEFAULT 1;
+    DECLARE v_key       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_payload   LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_priority  INT;
+    DECLARE v_created   DATETIME(6);
+    DECLARE v_attempts  INT;
+    DECLARE v_error     VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_group     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_head_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_locked    INT DEFAULT 0;
+    DECLARE v_txn       INT DEFAULT 0;
+    DECLARE v_busy      INT DEFAULT 0;
+    DECLARE v_tries     INT DEFAULT 0;
+    DECLARE v_retry     INT;
+    DECLARE v_hist      BIGINT;
+    DECLARE v_deleted   INT DEFAULT 0;
+    DECLARE v_own       INT DEFAULT 0;
     SET out_done = 0;
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-        SELECT m.p_key, m.p_kind, m.payload, m.priority, m.created_at, m.attempts, m.last_error
-          INTO v_key, v_kind, v_payload, v_priority, v_created, v_attempts, v_error
+        SELECT m.p_key, m.p_kind, m.payload, m.priority, m.created_at, m.attempts, m.last_error, m.group_key
+          INTO v_key, v_kind, v_payload, v_priority, v_created, v_attempts, v_error, v_group
           FROM pyqueue_message m
          WHERE m.id = in_id AND m.reserve_token = in_token;
     END;
-    IF v_found = 1 THEN
-        IF in_dead_letter_queue IS NOT NULL THEN
-            INSERT INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts)
-            VALUES (in_dead_letter_queue, v_key, v_kind, v_payload, v_priority,
-                    in_now, in_now, v_created, 0, v_error, in_queue, v_attempts)
-            ON DUPLICATE KEY UPDATE
-                   payload = v_payload, priority = v_priority, created_at = v_created,
-                   scheduled_at = in_now, scheduled_at_initially = in_now, attempts = 0,
-                   reserved_by = NULL, reserve_token = NULL,
-                   last_error = v_error, dead_from = in_queue, dead_attempts = v_attempts;
+    IF v_found = 1 AND v_group IS NOT NULL THEN
+        CALL pyqueue__group_own(v_own);
+    END IF;
+    attempt: WHILE v_found = 1 DO
+        SET v_retry = 0, v_tries = v_tries + 1, v_deleted = 0, v_hist = NULL;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_txn = 1 THEN
+                    ROLLBACK;
+                    SET v_txn = 0;
+                END IF;
+                IF v_group IS NOT NULL AND v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION
+            BEGIN
+                IF v_txn = 1 THEN
+                    ROLLBACK;
+                    SET v_txn = 0;
+                END IF;
+                RESIGNAL;
+            END;
+            IF v_group IS NOT NULL THEN
+                IF v_own = 1 THEN
+                    START TRANSACTION;
+                    SET v_txn = 1;
+                END IF;
+                CALL pyqueue__group_lock(in_queue, v_group, in_nowait, v_locked, v_head_key, v_head_kind);
+                SET v_busy = (in_nowait AND v_locked = 0);  -- busy: left alone for this call
+            END IF;
+            IF NOT v_busy THEN
+                IF in_dead_letter_queue IS NOT NULL THEN
+                    INSERT INTO pyqueue_message
+                           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                            scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts)
+                    VALUES (in_dead_letter_queue, v_key, v_kind, v_payload, v_priority,
+                            in_now, in_now, v_created, 0, v_error, in_queue, v_attempts)
+                    ON DUPLICATE KEY UPDATE
+                           payload = v_payload, priority = v_priority, created_at = v_created,
+                           -- (read before it changes: assignments run left to right)
+                           scheduled_at = IF(scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', scheduled_at, in_now),
+                           scheduled_at_initially = in_now, attempts = 0,
+                           reserved_by = NULL, reserve_token = NULL,
+                           last_error = v_error, dead_from = in_queue, dead_attempts = v_attempts;
+                END IF;
+                CALL pyqueue__archive(in_queue, in_id, in_token, 'dead_lettered', in_dead_letter_queue, in_now, v_hist);
+                DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
+                SET v_deleted = ROW_COUNT();
+                CALL pyqueue__unarchive(v_hist, v_deleted);
+                IF v_deleted = 1 AND v_locked = 1 AND v_head_key = v_key AND v_head_kind = v_kind THEN
+                    CALL pyqueue__group_next(in_queue, v_group, in_now);
+                END IF;
+                IF v_deleted = 1 AND v_txn = 0 THEN
+                    UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue;
+                END IF;
+            END IF;
+            IF v_txn = 1 THEN
+                COMMIT;
+                SET v_txn = 0;
+            END IF;
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
         END IF;
-        CALL pyqueue__archive(in_queue, in_id, in_token, 'dead_lettered', in_dead_letter_queue, in_now, v_hist);
-        DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
-        SET v_deleted = ROW_COUNT();
-        CALL pyqueue__unarchive(v_hist, v_deleted);
-        IF v_deleted = 1 THEN
-            UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue;
-            SET out_done = 1;
+    END WHILE;
+    IF v_busy THEN
+        SET out_done = -1;
+    ELSEIF v_deleted = 1 THEN
+        IF v_group IS NOT NULL AND v_own = 1 THEN
+            -- after the group's transaction (see above); a deadlock victim
+            -- here misses one in the statistic, never a message
+            BEGIN
+                DECLARE CONTINUE HANDLER FOR 1213 BEGIN END;
+                UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue;
+            END;
         END IF;
+        SET out_done = 1;
     END IF;
 END //
 
@@ -359,9 +443,15 @@ END //
 -- transaction of its own, run again when chosen as a deadlock victim.
 -- Otherwise, interrupted after the claim of 2b, the message comes back after
 -- the visibility timeout and the next reserve dead-letters it (no loss, no
--- double count). Locks: the message row (when dead-lettering: the queue
--- row first, then the message row, the dead-letter message row), each for
--- one statement (or until the caller's transaction ends).
+-- double count). A message that stays (2a) keeps its place as its FIFO
+-- group's head; one that is dead-lettered (2b) hands it to the next: the
+-- claim of 2b, then pyqueue__dead_letter, whose transaction takes the group
+-- row first and counts dead_count after it (never the queue row while a
+-- group row is held).
+-- Locks: the message row (when dead-lettering: the queue row first, then
+-- the message row, the dead-letter message row; for a grouped message as
+-- pyqueue__dead_letter), each for one statement (or until the caller's
+-- transaction ends).
 DROP PROCEDURE IF EXISTS pyqueue__give_back //
 CREATE PROCEDURE pyqueue__give_back(
     IN  in_queue     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -392,6 +482,10 @@ BEGIN
     DECLARE v_own      INT DEFAULT 0;
     DECLARE v_tries    INT DEFAULT 0;
     DECLARE v_retry    INT;
+    DECLARE v_group    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_locked   INT;
+    DECLARE v_head_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     SET out_outcome = NULL;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
@@ -406,7 +500,7 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-        SELECT m.id, m.attempts INTO v_id, v_attempts
+        SELECT m.id, m.attempts, m.group_key INTO v_id, v_attempts, v_group
           FROM pyqueue_message m
          WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
            AND m.reserve_token = v_held;
@@ -433,6 +527,46 @@ BEGIN
                  WHERE id = v_id AND reserve_token = v_held;
                 IF ROW_COUNT() = 1 THEN
                     SET out_outcome = 'retry';
+                END IF;
+            END;
+            IF v_retry = 0 THEN
+                LEAVE attempt;
+            END IF;
+        END LOOP;
+    ELSEIF v_found = 1 AND v_group IS NOT NULL THEN
+        -- A message of a FIFO group: never the queue row while its group row
+        -- is held (a grouped push holds the queue row's shared lock while it
+        -- waits for group rows). In autocommit mode the claim is one
+        -- statement and pyqueue__dead_letter runs the rest in a transaction
+        -- of its own that starts with the group row, then counts it;
+        -- interrupted in between, the claim expires and a reserve
+        -- dead-letters it. Inside the caller's transaction the group row
+        -- comes first.
+        CALL pyqueue__group_own(v_own);
+        attempt: LOOP
+            SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
+            BEGIN
+                -- a deadlock victim in autocommit mode was this one statement: run it again
+                DECLARE EXIT HANDLER FOR 1213
+                BEGIN
+                    IF v_own = 1 AND v_tries < 10 THEN
+                        SET v_retry = 1;
+                    ELSE
+                        RESIGNAL;
+                    END IF;
+                END;
+                IF v_own <> 1 THEN
+                    CALL pyqueue__group_lock(v_queue, v_group, FALSE, v_locked, v_head_key, v_head_kind);
+                END IF;
+                SET v_token = UUID();
+                UPDATE pyqueue_message
+                   SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
+                       reserve_token = v_token,
+                       last_error = IF(in_set_error, v_error, last_error)
+                 WHERE id = v_id AND reserve_token = v_held;
+                IF ROW_COUNT() = 1 THEN
+                    CALL pyqueue__dead_letter(v_queue, v_dlq, v_id, v_token, v_now, FALSE, v_dead);
+                    SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
                 END IF;
             END;
             IF v_retry = 0 THEN
@@ -479,7 +613,7 @@ BEGIN
                        last_error = IF(in_set_error, v_error, last_error)
                  WHERE id = v_id AND reserve_token = v_held;
                 IF ROW_COUNT() = 1 THEN
-                    CALL pyqueue__dead_letter(v_queue, v_dlq, v_id, v_token, v_now, v_dead);
+                    CALL pyqueue__dead_letter(v_queue, v_dlq, v_id, v_token, v_now, FALSE, v_dead);
                     SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
                 END IF;
                 IF v_own = 1 THEN
@@ -605,7 +739,9 @@ END //
 -- reserved_by = in_worker; a candidate with attempts >= in_max (its last
 -- allowed reservation expired) is claimed under another prefix instead and
 -- dead-lettered (pyqueue__dead_letter, one by one: such rows are few), and
--- does not count. For queue_pop (in_pop TRUE) attempts and worker stay, and
+-- does not count; one that pyqueue__dead_letter leaves alone (a FIFO
+-- group's head whose group row is busy) gets its claim back
+-- (pyqueue__unclaim). For queue_pop (in_pop TRUE) attempts and worker stay, and
 -- the rows claimed stop where their size in the result would pass
 -- max_allowed_packet (at least one row).
 -- Priorities are walked from the top, one range of the ready index per
@@ -717,9 +853,14 @@ BEGIN
                                         SUBSTRING(v_cand, 2, CHAR_LENGTH(v_cand) - 2));
             END IF;
             IF in_max IS NOT NULL AND v_maxatt >= in_max AND v_claims > 0 THEN
-                -- the candidates claimed for dead-lettering: [id, token]
-                SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY(m.id, m.reserve_token)) INTO v_ndead, v_dead
-                  FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (ord FOR ORDINALITY, c_id BIGINT PATH '$[0]')) AS j
+                -- the candidates claimed for dead-lettering: [id, token, and
+                -- the scheduled_at and token the claim replaced]
+                SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY(m.id, m.reserve_token, j.c_at, j.c_token)) INTO v_ndead, v_dead
+                  FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
+                           ord     FOR ORDINALITY,
+                           c_id    BIGINT   PATH '$[0]',
+                           c_at    VARCHAR(26) CHARACTER SET utf8mb4 PATH '$[2]',
+                           c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
                   STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
                  WHERE m.reserve_token = CONCAT(v_dprefix, LOWER(LPAD(HEX(v_base + j.ord), 12, '0')));
                 SET v_claims = v_claims - v_ndead, v_i = 0;
@@ -737,7 +878,14 @@ BEGIN
                         CALL pyqueue__dead_letter(in_queue, in_dlq,
                                                   JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][0]')),
                                                   JSON_UNQUOTE(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][1]'))),
-                                                  in_now, v_done);
+                                                  in_now, TRUE, v_done);
+                        IF v_done = -1 THEN  -- its group row was busy: left as it was
+                            CALL pyqueue__unclaim(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][0]')),
+                                                  JSON_UNQUOTE(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][1]'))),
+                                                  JSON_UNQUOTE(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][2]'))),
+                                                  IF(JSON_TYPE(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][3]'))) = 'NULL', NULL,
+                                                     JSON_UNQUOTE(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][3]')))));
+                        END IF;
                     END;
                     SET v_i = v_i + 1;
                 END WHILE;
@@ -897,7 +1045,10 @@ BEGIN
                             RESIGNAL;
                         END IF;
                     END;
-                    CALL pyqueue__dead_letter(in_queue, in_dlq, v_id, v_dtoken, in_now, v_done);
+                    CALL pyqueue__dead_letter(in_queue, in_dlq, v_id, v_dtoken, in_now, TRUE, v_done);
+                    IF v_done = -1 THEN  -- its group row was busy: left as it was
+                        CALL pyqueue__unclaim(v_id, v_dtoken, v_at, v_tok);
+                    END IF;
                 END;
             END IF;
         END LOOP;
@@ -979,7 +1130,8 @@ BEGIN
 END //
 
 -- pyqueue__next_at: the earliest scheduled_at of the queue's messages (of
--- one of in_kinds, NULL = any), NULL when none. One read of the due index
+-- one of in_kinds, NULL = any), NULL when none; messages blocked behind
+-- their FIFO group's head (the BLOCKED time, see "for groups") are none. One read of the due index
 -- (queue_name, scheduled_at, id) in order, stopping at the first row of a
 -- wanted kind: without a filter one index entry, whatever the number of
 -- distinct priorities. in_now is unused (kept for the callers). Plain read.
@@ -994,6 +1146,7 @@ BEGIN
     SET out_next = (SELECT m.scheduled_at
                       FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
                      WHERE m.queue_name = in_queue
+                       AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'  -- not blocked in a group
                        AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
                      ORDER BY m.scheduled_at
                      LIMIT 1);
@@ -1494,6 +1647,403 @@ BEGIN
 END //
 
 
+-- ---- for groups ----
+--
+-- FIFO groups: a message pushed with a group (queue_push_grouped,
+-- queue_push_batch_grouped) is either its group's head, which has a real
+-- scheduled_at and is reserved, popped, rolled back or extended as any
+-- message, or blocked behind it with scheduled_at = TIMESTAMP '9999-12-31
+-- 23:59:59.999999' (the BLOCKED time, written out wherever it is used: a
+-- stored function would be called once per row). A blocked message lies
+-- past the end of every ready range, so no reserve, pop or wait visits it
+-- and their code knows nothing of groups. pyqueue_group records each
+-- non-empty group's head. The head stays head until it leaves the queue
+-- (commit, pop, dead-letter, remove, move to another queue); then the
+-- blocked message first in (scheduled_at_initially, id) order takes its
+-- place (pyqueue__group_next).
+--
+-- Lock order: the group row BEFORE the group's message rows, in every
+-- routine: a locking read waits for rows other transactions inserted and
+-- have not committed yet, so a promotion, which holds the group row while it
+-- looks for the next message, must never wait for a pusher that waits for
+-- the group row. The routines that already hold a message claimed when they
+-- find it must leave (a reserve dead-lettering an expired last delivery, a
+-- pop) take the group row with SKIP LOCKED and leave that message alone for
+-- this call when it is busy: they never wait. Several group rows are taken
+-- in group_key order. No routine locks a queue row while it holds a group
+-- row (dead_count is counted after the group's transaction), since a
+-- grouped push holds the queue row's shared lock (foreign key checks) while
+-- it waits for group rows; only queue_drop takes the queue row first and
+-- cascades, and a deadlock with it is run again as everywhere.
+-- The steps under a group row are several statements: in autocommit mode
+-- with no transaction open (pyqueue__group_own: MariaDB tells, MySQL 8.0 is
+-- probed with a savepoint) they run in a transaction of their own, run again
+-- whole when a deadlock picks it; inside the caller's transaction they are
+-- part of it (and a deadlock, rolling it back, is the caller's to retry).
+-- Messages without a group take none of these steps.
+
+-- pyqueue__group_own: out_own = 1 when the session is in autocommit mode
+-- with no transaction open, so that the steps of a group may run in a
+-- transaction of their own (START TRANSACTION ... COMMIT) without ending one
+-- of the caller's; else 0. MariaDB tells with @@in_transaction (see
+-- pyqueue__own_transaction); MySQL 8.0, which has no such variable, by a
+-- probe: outside a transaction SAVEPOINT sets nothing, so ROLLBACK TO that
+-- savepoint fails with 1305; inside one it undoes nothing (nothing was done
+-- since) and the savepoint is released again. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__group_own //
+CREATE PROCEDURE pyqueue__group_own(
+    OUT out_own INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_in INT DEFAULT NULL;
+    /*M!100300 SET v_in = @@SESSION.in_transaction; */
+    IF @@SESSION.autocommit = 0 THEN
+        SET out_own = 0;
+    ELSEIF v_in IS NOT NULL THEN
+        SET out_own = 1 - v_in;
+    ELSE
+        SET out_own = 0;
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1305 SET out_own = 1;
+            SAVEPOINT pyqueue__own_probe;
+            ROLLBACK TO SAVEPOINT pyqueue__own_probe;
+        END;
+        IF out_own = 0 THEN
+            RELEASE SAVEPOINT pyqueue__own_probe;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__group_lock: locks the row of group in_group of in_queue (FOR
+-- UPDATE; with in_nowait FOR UPDATE SKIP LOCKED, where a row another
+-- session holds counts as missing) and returns its head. out_found = 0 when
+-- there is no such row (or it is busy). Locks: that row, until the
+-- transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__group_lock //
+CREATE PROCEDURE pyqueue__group_lock(
+    IN  in_queue      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_group      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_nowait     BOOLEAN,
+    OUT out_found     INT,
+    OUT out_head_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_nowait THEN
+        SELECT COUNT(*), MAX(g.head_key), MAX(g.head_kind) INTO out_found, out_head_key, out_head_kind
+          FROM pyqueue_group g
+         WHERE g.queue_name = in_queue AND g.group_key = in_group
+           FOR UPDATE SKIP LOCKED;
+    ELSE
+        SELECT COUNT(*), MAX(g.head_key), MAX(g.head_kind) INTO out_found, out_head_key, out_head_kind
+          FROM pyqueue_group g
+         WHERE g.queue_name = in_queue AND g.group_key = in_group
+           FOR UPDATE;
+    END IF;
+END //
+
+-- pyqueue__group_next: called with the row of in_group locked, after its
+-- head left in_queue: the blocked message first in (scheduled_at_initially,
+-- id) order, run time then push order, becomes head, due at its run time or
+-- in_now, whichever is later (it queues behind the heads that are ready
+-- already, so a group with a long backlog takes its turn after the others,
+-- round robin, instead of starving them); pyqueue_group records it. With
+-- none left the group's row goes. Locks: the next message (a locking read
+-- of the group's index range, which sees the latest committed rows), the
+-- group row (held already).
+DROP PROCEDURE IF EXISTS pyqueue__group_next //
+CREATE PROCEDURE pyqueue__group_next(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_now   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_found INT DEFAULT 1;
+    DECLARE v_id    BIGINT;
+    DECLARE v_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+        SELECT m.id, m.p_key, m.p_kind INTO v_id, v_key, v_kind
+          FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+         WHERE m.queue_name = in_queue AND m.group_key = in_group
+           AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+         ORDER BY m.scheduled_at_initially, m.id
+         LIMIT 1
+           FOR UPDATE;
+    END;
+    IF v_found = 1 THEN
+        UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now) WHERE id = v_id;
+        UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
+         WHERE queue_name = in_queue AND group_key = in_group;
+    ELSE
+        DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = in_group;
+    END IF;
+END //
+
+-- pyqueue__group_leave: message in_id (in_key, in_kind) of group in_group
+-- leaves in_queue, its group's row locked first; when it was the head, the
+-- next one takes its place (pyqueue__group_next). in_how:
+--   'commit'  the reservation in_token is committed: history as
+--             queue_commit, a schedule's next occurrence, the DELETE by id
+--             and token;
+--   'pop'     popped under the mark in_token (history 'popped'); the group
+--             row is taken with SKIP LOCKED: when another session holds it
+--             the message stays, out_done = -1 (the caller gives the mark
+--             back);
+--   'remove'  deleted whatever its state, by id and queue;
+--   'move'    moved to in_to_queue without its group, by id and token, as
+--             queue_move (history 'moved'; payload in_payload, NULL =
+--             unchanged), or deleted when in_to_queue holds its key and kind
+--             already;
+--   'redrive' as 'move', if still ready and held by in_token as read (NULL:
+--             no reservation), without history (queue_redrive archives its
+--             page at once) and deleting nothing on a duplicate.
+-- out_done = 1 when it left, 0 when it was gone or the token no longer
+-- held. in_own = 1: autocommit with no transaction open (pyqueue__group_own),
+-- the steps run in a transaction of their own, run again when a deadlock
+-- picks it.
+-- Locks: the group row, then the message, the next message of the group
+-- (and what pyqueue__archive and pyqueue__schedule_next lock), until the
+-- transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__group_leave //
+CREATE PROCEDURE pyqueue__group_leave(
+    IN  in_how      VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_group    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id       BIGINT,
+    IN  in_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_token    CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_to_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_payload  LONGTEXT     CHARACTER SET utf8mb4,
+    IN  in_now      DATETIME(6),
+    IN  in_own      INT,
+    OUT out_done    INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_found     INT;
+    DECLARE v_head_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hist      BIGINT;
+    DECLARE v_duplicate INT;
+    DECLARE v_tries     INT DEFAULT 0;
+    DECLARE v_retry     INT;
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1, out_done = 0, v_hist = NULL, v_duplicate = 0;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF in_own = 1 THEN
+                    ROLLBACK;
+                END IF;
+                IF in_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION
+            BEGIN
+                IF in_own = 1 THEN
+                    ROLLBACK;
+                END IF;
+                RESIGNAL;
+            END;
+            IF in_own = 1 THEN
+                START TRANSACTION;
+            END IF;
+            CALL pyqueue__group_lock(in_queue, in_group, in_how = 'pop', v_found, v_head_key, v_head_kind);
+            IF in_how = 'pop' AND v_found = 0 THEN
+                SET out_done = -1;
+            ELSEIF in_how = 'remove' THEN
+                DELETE FROM pyqueue_message WHERE id = in_id AND queue_name = in_queue;
+                SET out_done = ROW_COUNT();
+            ELSEIF in_how IN ('commit', 'pop') THEN
+                CALL pyqueue__archive(in_queue, in_id, in_token, IF(in_how = 'pop', 'popped', 'committed'), NULL,
+                                      in_now, v_hist);
+                IF in_how = 'commit' AND in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
+                    CALL pyqueue__schedule_next(in_queue, in_key, in_kind);
+                END IF;
+                DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
+                SET out_done = ROW_COUNT();
+                CALL pyqueue__unarchive(v_hist, out_done);
+            ELSE  -- move, redrive
+                IF in_how = 'move' THEN
+                    CALL pyqueue__archive(in_queue, in_id, in_token, 'moved', in_to_queue, in_now, v_hist);
+                END IF;
+                BEGIN
+                    DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
+                    UPDATE pyqueue_message
+                       SET attempts = 0, dead_from = NULL, dead_attempts = NULL, group_key = NULL,
+                           queue_name = in_to_queue,
+                           payload = COALESCE(in_payload, payload),
+                           scheduled_at = in_now, scheduled_at_initially = in_now, created_at = in_now,
+                           reserved_by = NULL, reserve_token = NULL
+                     WHERE id = in_id AND queue_name = in_queue AND reserve_token <=> in_token
+                       AND (in_how = 'move' OR scheduled_at <= in_now);
+                    SET out_done = ROW_COUNT();  -- replaced below when the handler fired
+                END;
+                IF v_duplicate = 1 THEN
+                    SET out_done = 0;
+                    IF in_how = 'move' THEN
+                        DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
+                        SET out_done = ROW_COUNT();
+                    END IF;
+                END IF;
+                CALL pyqueue__unarchive(v_hist, out_done);
+            END IF;
+            IF out_done = 1 AND v_found = 1 AND v_head_key = in_key AND v_head_kind = in_kind THEN
+                CALL pyqueue__group_next(in_queue, in_group, in_now);
+            END IF;
+            IF in_own = 1 THEN
+                COMMIT;
+            END IF;
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+END //
+
+-- pyqueue__groups_leave: pyqueue__group_leave(in_how, in_to_queue) for
+-- each message of in_rows, a JSON array of [id, p_key, p_kind, token,
+-- group_key], in
+-- group_key order (so that two calls lock the rows of their groups in the
+-- same order); out_done: how many left; out_busy: a JSON array of the ids a
+-- pop left alone (their group row was busy), NULL when none.
+DROP PROCEDURE IF EXISTS pyqueue__groups_leave //
+CREATE PROCEDURE pyqueue__groups_leave(
+    IN  in_how   VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_to_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_rows  LONGTEXT     CHARACTER SET utf8mb4,
+    IN  in_now   DATETIME(6),
+    IN  in_own   INT,
+    OUT out_done INT,
+    OUT out_busy LONGTEXT     CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_id    BIGINT;
+    DECLARE v_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_token CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_done  INT;
+    DECLARE v_end   INT DEFAULT 0;
+    DECLARE c_rows CURSOR FOR
+        SELECT r.c_id, r.c_key, r.c_kind, r.c_token, r.c_group
+          FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
+                   c_id    BIGINT       PATH '$[0]',
+                   c_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                   c_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
+                   c_token CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
+                   c_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]')) AS r
+         ORDER BY r.c_group, r.c_id;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
+    SET out_done = 0, out_busy = NULL;
+    OPEN c_rows;
+    rows_loop: LOOP
+        FETCH c_rows INTO v_id, v_key, v_kind, v_token, v_group;
+        IF v_end = 1 THEN
+            LEAVE rows_loop;
+        END IF;
+        CALL pyqueue__group_leave(in_how, in_queue, v_group, v_id, v_key, v_kind, v_token, in_to_queue, NULL,
+                                  in_now, in_own, v_done);
+        IF v_done = 1 THEN
+            SET out_done = out_done + 1;
+        ELSEIF v_done = -1 THEN
+            SET out_busy = JSON_ARRAY_APPEND(COALESCE(out_busy, '[]'), '$', v_id);
+        END IF;
+    END LOOP;
+    CLOSE c_rows;
+END //
+
+-- pyqueue__unclaim: gives back a claim a reserve made to dead-letter
+-- message in_id (token in_token) that it then left alone (its group row was
+-- busy): scheduled_at and token as they were (in_at, in_old_token), so the
+-- next reserve finds it again. Locks: that row, for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__unclaim //
+CREATE PROCEDURE pyqueue__unclaim(
+    IN in_id        BIGINT,
+    IN in_token     CHAR(36)    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_at        DATETIME(6),
+    IN in_old_token CHAR(36)    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    UPDATE pyqueue_message SET scheduled_at = in_at, reserve_token = in_old_token
+     WHERE id = in_id AND reserve_token = in_token;
+END //
+
+-- ---- for topics ----
+
+-- pyqueue__check_topic: refuses in_value unless it is a topic (in_pattern
+-- FALSE) or a topic pattern (TRUE), named in_what in the error: 1 to 255
+-- characters, no space at either end, dot-separated words, none empty; in a
+-- topic no word holds '*' or '#'; in a pattern a word that holds one is
+-- exactly '*' (one word) or '#' (any number of words). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_topic //
+CREATE PROCEDURE pyqueue__check_topic(
+    IN in_what    VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_value   LONGTEXT    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_pattern BOOLEAN)
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__check_name(in_what, in_value, 255);
+    IF in_value LIKE ' %' THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not start with a space'));
+    END IF;
+    IF in_value LIKE '.%' OR in_value LIKE '%.' OR LOCATE('..', in_value) > 0 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must be dot-separated words, none of them empty'));
+    END IF;
+    IF NOT in_pattern AND (LOCATE('*', in_value) > 0 OR LOCATE('#', in_value) > 0) THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not hold * or # (only a pattern does)'));
+    END IF;
+    -- a word holding * or # next to another character of the same word
+    IF in_pattern AND in_value REGEXP '[^.][*#]|[*#][^.]' THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' may hold * or # only as a whole word'));
+    END IF;
+END //
+
+-- pyqueue__topic_regex: the regular expression the (checked) topic pattern
+-- in_pattern stands for, matched against CONCAT('.', topic) with REGEXP
+-- (MariaDB has no REGEXP_LIKE; MySQL 8.0's ICU and MariaDB's PCRE read
+-- these constructs alike): each word becomes '\.' and the word with the
+-- characters ^$|()[]{}+?\ escaped, '*' one word ('\.[^.]+'), '#' any number
+-- of words ('(\.[^.]+)*'), anchored with '^' and '\z' (not '$', which both
+-- libraries also match before a final newline). So 'a.#' matches 'a', 'a.b'
+-- and 'a.b.c'; '*.b' matches 'a.b' but not 'b' or 'a.a.b'. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__topic_regex //
+CREATE PROCEDURE pyqueue__topic_regex(
+    IN  in_pattern VARCHAR(255)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_regex  VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_rest VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_word VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_dot  INT;
+    SET out_regex = '^', v_rest = in_pattern;
+    WHILE v_rest IS NOT NULL DO
+        SET v_dot = LOCATE('.', v_rest);
+        IF v_dot = 0 THEN
+            SET v_word = v_rest, v_rest = NULL;
+        ELSE
+            SET v_word = LEFT(v_rest, v_dot - 1), v_rest = SUBSTRING(v_rest, v_dot + 1);
+        END IF;
+        -- compared as bytes: utf8mb4_bin pads with spaces
+        SET out_regex = CONCAT(out_regex,
+            CASE CAST(v_word AS BINARY)
+                WHEN '*' THEN '\\.[^.]+'
+                WHEN '#' THEN '(\\.[^.]+)*'
+                ELSE CONCAT('\\.',
+                     REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(
+                         v_word, '\\', '\\\\'), '^', '\\^'), '$', '\\$'), '|', '\\|'), '(', '\\('), ')', '\\)'),
+                         '[', '\\['), ']', '\\]'), '{', '\\{'), '}', '\\}'), '+', '\\+'), '?', '\\?'))
+            END);
+    END WHILE;
+    SET out_regex = CONCAT(out_regex, '\\z');
+END //
+
 -- ==== queues ====
 -- Create a queue or change its settings, read them back, drop it, pause and
 -- resume it, count its messages.
@@ -1782,8 +2332,9 @@ END //
 
 -- ==== produce ====
 -- Put messages in: one, many in one statement, or one that replaces a waiting
--- message with the same key (debounce). Each wakes the queue's listeners when
--- it makes a message ready now.
+-- message with the same key (debounce); one or many into FIFO groups, each
+-- group's messages delivered one at a time. Each wakes the queue's
+-- listeners when it makes a message ready now.
 
 -- queue_push: inserts one message. Result: one row, column inserted = 1, or
 -- 0 when a live message with the same (queue, p_key, p_kind) exists (dedup:
@@ -2030,7 +2581,9 @@ END //
 --               got the new payload, run_at and priority, attempts 0 and no
 --               reservation (an expired holder's commit then returns 0);
 --   'reserved'  one is held by a live reservation: left alone, nothing pushed.
--- created_at and id (FIFO position among equal run_at) are kept on replace.
+-- created_at and id (FIFO position among equal run_at) are kept on replace;
+-- so are the group of a message of a FIFO group and its state as head or
+-- blocked (a blocked one takes its new run_at as its place in the group).
 -- How, each step one statement that reads current data (never a snapshot):
 --   1. INSERT IGNORE: inserted -> 'inserted';
 --   2. UPDATE by the key, only if not held by a live reservation: a row
@@ -2090,7 +2643,10 @@ BEGIN
         END IF;
         UPDATE pyqueue_message FORCE INDEX (pyqueue_message_key_uk)
            SET payload = in_payload, priority = v_priority,
-               scheduled_at = v_at, scheduled_at_initially = v_at,
+               -- one blocked behind its FIFO group's head stays blocked (its
+               -- place in the group moves to v_at); read before it changes
+               scheduled_at = IF(scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', scheduled_at, v_at),
+               scheduled_at_initially = v_at,
                attempts = 0, reserved_by = NULL, reserve_token = NULL
          WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind
            AND (reserve_token IS NULL OR scheduled_at <= v_now);
@@ -2109,6 +2665,437 @@ BEGIN
         END IF;
     END LOOP;
     SELECT v_outcome AS outcome;
+END //
+
+-- queue_push_grouped: queue_push for a message of FIFO group in_group (not
+-- NULL or empty, at most 255 characters, no trailing space): the messages
+-- of one group are delivered one at a time, in run_at then push order; each
+-- waits, blocked (state 'delayed', scheduled_at = '9999-12-31
+-- 23:59:59.999999'), until the one before it has left the queue. Result:
+-- one row, pushed = 1, or 0 when a live message with the same (queue,
+-- p_key, p_kind) exists (dedup: the existing one keeps its group, or its
+-- lack of one). The new message becomes the group's head when the group has
+-- none (due at run_at, as queue_push's); it takes the head's place when
+-- the head was never delivered (attempts 0, no reservation), runs later
+-- than in_run_at and can be locked at once (one a reserve is taking now is
+-- not displaced): the old head is blocked again. Otherwise it is blocked.
+-- Steps: create or lock the group's row (INSERT ... ON DUPLICATE KEY UPDATE,
+-- then a locking read of its head), the head's row with SKIP LOCKED when it
+-- might be displaced, the INSERT IGNORE of the message, then the head's
+-- change; in autocommit mode in a transaction of their own
+-- (pyqueue__group_own), run again when a deadlock picks it.
+-- Locks: the group row (and a shared lock on the queue row when it is
+-- created), then the head's row, the new row and a shared lock on the queue
+-- row, until the transaction ends.
+DROP PROCEDURE IF EXISTS queue_push_grouped //
+CREATE PROCEDURE queue_push_grouped(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_group     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis       DECIMAL(20,6);
+    DECLARE v_max       INT;
+    DECLARE v_dlq       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused    BOOLEAN;
+    DECLARE v_now       DATETIME(6);
+    DECLARE v_at        DATETIME(6);
+    DECLARE v_head_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_head_id   BIGINT;
+    DECLARE v_found     INT;
+    DECLARE v_is_head   BOOLEAN;
+    DECLARE v_inserted  INT DEFAULT 0;
+    DECLARE v_own       INT DEFAULT 0;
+    DECLARE v_tries     INT DEFAULT 0;
+    DECLARE v_retry     INT;
+    DECLARE v_gone      INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('group', in_group, 255);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+    END IF;
+    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    SET v_queue = in_queue, v_group = in_group, v_key = in_key, v_kind = in_kind;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_at = COALESCE(in_run_at, v_now);
+    -- autocommit with no transaction open: the steps in a transaction of their own
+    CALL pyqueue__group_own(v_own);
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0, v_head_id = NULL;
+        BEGIN
+            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC
+            -- lock) in autocommit mode was rolled back whole: run it again
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_own = 1 THEN
+                    ROLLBACK;
+                END IF;
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            -- the queue was dropped meanwhile (the group row's foreign key)
+            DECLARE EXIT HANDLER FOR 1452
+            BEGIN
+                IF v_own = 1 THEN
+                    ROLLBACK;
+                END IF;
+                SET v_gone = 1;
+            END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION
+            BEGIN
+                IF v_own = 1 THEN
+                    ROLLBACK;
+                END IF;
+                RESIGNAL;
+            END;
+            IF v_own = 1 THEN
+                START TRANSACTION;
+            END IF;
+            INSERT INTO pyqueue_group (queue_name, group_key) VALUES (v_queue, v_group)
+            ON DUPLICATE KEY UPDATE head_key = head_key;
+            CALL pyqueue__group_lock(v_queue, v_group, FALSE, v_found, v_head_key, v_head_kind);
+            SET v_is_head = v_head_key IS NULL;
+            IF NOT v_is_head THEN
+                -- the head, if the new message may take its place
+                SELECT COUNT(*), MAX(m.id) INTO v_found, v_head_id
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue AND m.p_key = v_head_key AND m.p_kind = v_head_kind
+                   AND m.attempts = 0 AND m.reserve_token IS NULL AND m.scheduled_at_initially > v_at
+                   AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                   FOR UPDATE SKIP LOCKED;
+                SET v_is_head = v_found > 0;
+            END IF;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts, group_key)
+            VALUES (v_queue, v_key, v_kind, in_payload, COALESCE(in_priority, 0),
+                    IF(v_is_head, v_at, TIMESTAMP '9999-12-31 23:59:59.999999'), v_at, v_now, 0, v_group);
+            SET v_inserted = ROW_COUNT();
+            IF v_inserted = 1 AND v_is_head THEN
+                IF v_head_id IS NOT NULL THEN  -- the displaced head: blocked again
+                    UPDATE pyqueue_message SET scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+                     WHERE id = v_head_id;
+                END IF;
+                UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
+                 WHERE queue_name = v_queue AND group_key = v_group;
+            ELSEIF v_head_key IS NULL THEN
+                -- a duplicate, into a group without a head: its row goes again
+                -- (or, left without a head by an interrupted step, it gets one)
+                CALL pyqueue__group_next(v_queue, v_group, v_now);
+            END IF;
+            IF v_own = 1 THEN
+                COMMIT;
+            END IF;
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    IF v_gone = 1 THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_inserted AS pushed;
+END //
+
+-- queue_push_batch_grouped: queue_push_batch for messages of FIFO groups.
+-- MySQL takes ONE JSON array of objects {"group", "p_key", "p_kind",
+-- "payload", "run_at", "priority"} as second argument (in_groups' place);
+-- the other five must be NULL. group: a JSON string as queue_push_grouped's
+-- group, or null / missing for a message without a group; the other members
+-- as queue_push_batch's. Any invalid element refuses the whole batch before
+-- anything is written. Result: one row, pushed = how many were new
+-- (duplicates, also within the batch, are skipped; the first occurrence
+-- wins). Each group as if its new messages were pushed one by one with
+-- queue_push_grouped, in a fixed number of statements whatever the batch:
+--   1. the rows of the batch's groups are created or locked, in group_key
+--      order (one INSERT ... SELECT ... ON DUPLICATE KEY UPDATE);
+--   2. one INSERT IGNORE ... SELECT inserts the messages, those with a group
+--      blocked;
+--   3. a locking read of the groups' heads, a plain read of each group's
+--      first blocked message (the rows of these groups change only under
+--      their locks, held since step 1), and a SKIP LOCKED read of the heads
+--      that may be displaced (never delivered, running later than that
+--      message);
+--   4. one UPDATE unblocks the new heads (and blocks the displaced ones),
+--      one records them in pyqueue_group, one deletes the rows of new
+--      groups that got no message (all duplicates).
+-- In autocommit mode in a transaction of their own (pyqueue__group_own),
+-- run again when a deadlock picks it.
+-- Locks: the group rows (in group_key order), then the new rows, shared
+-- locks on duplicates and on the queue row, the heads' rows, until the
+-- transaction ends. On MariaDB's default innodb_autoinc_lock_mode = 1 the
+-- INSERT ... SELECT also holds the table's AUTO-INC lock for the statement.
+DROP PROCEDURE IF EXISTS queue_push_batch_grouped //
+CREATE PROCEDURE queue_push_batch_grouped(
+    IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis      DECIMAL(20,6);
+    DECLARE v_max      INT;
+    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused   BOOLEAN;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_bad      BIGINT;
+    DECLARE v_groups   INT;
+    DECLARE v_heads    LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_next     LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_swaps    LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_inserted INT DEFAULT 0;
+    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_retry    INT;
+    DECLARE v_gone     INT;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
+       OR in_priorities IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            'MySQL takes one JSON array of messages as 2nd argument; the other 5 must be NULL');
+    END IF;
+    IF in_messages IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must not be NULL');
+    END IF;
+    IF NOT JSON_VALID(in_messages) THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
+    END IF;
+    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
+    END IF;
+    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
+    END IF;
+    -- First invalid element (1-based), as queue_push_batch judges them, and
+    -- the group: missing, null, or a string as queue_push_grouped's.
+    SELECT MIN(b.ord) INTO v_bad
+      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+               ord         FOR ORDINALITY,
+               elem        JSON PATH '$',
+               g           JSON PATH '$.group',
+               k           JSON PATH '$.p_key',
+               kd          JSON PATH '$.p_kind',
+               has_payload INT EXISTS PATH '$.payload',
+               run_at      JSON PATH '$.run_at',
+               priority    JSON PATH '$.priority')) AS b
+     WHERE (    JSON_TYPE(b.elem) = 'OBJECT'
+            AND (   COALESCE(JSON_TYPE(b.g), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.g) = 'STRING'
+                     AND CHAR_LENGTH(JSON_UNQUOTE(b.g)) BETWEEN 1 AND 255
+                     AND NOT (JSON_UNQUOTE(b.g) LIKE '% ')))
+            AND JSON_TYPE(b.k) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.k)) BETWEEN 1 AND 255
+            AND NOT (JSON_UNQUOTE(b.k) LIKE '% ')
+            AND JSON_TYPE(b.kd) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.kd)) BETWEEN 1 AND 128
+            AND NOT (JSON_UNQUOTE(b.kd) LIKE '% ')
+            AND b.has_payload = 1
+            AND (   COALESCE(JSON_TYPE(b.run_at), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.run_at) = 'STRING'
+                     AND JSON_UNQUOTE(b.run_at)
+                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
+                     AND CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
+                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
+                         = LEFT(JSON_UNQUOTE(b.run_at), 19)))
+            AND (   COALESCE(JSON_TYPE(b.priority), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                     AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
+                     AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
+           ) IS NOT TRUE;
+    IF v_bad IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('element ', v_bad, ' of the batch: bad group/p_key/p_kind, missing payload or bad run_at/priority'));
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    SELECT COUNT(*) INTO v_groups
+      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (g JSON PATH '$.group')) AS b
+     WHERE JSON_TYPE(b.g) = 'STRING';
+    -- autocommit with no transaction open: the steps in a transaction of their own
+    CALL pyqueue__group_own(v_own);
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0;
+        BEGIN
+            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC
+            -- lock) in autocommit mode was rolled back whole: run it again
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_own = 1 THEN
+                    ROLLBACK;
+                END IF;
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            -- the queue was dropped meanwhile (the group rows' foreign key)
+            DECLARE EXIT HANDLER FOR 1452
+            BEGIN
+                IF v_own = 1 THEN
+                    ROLLBACK;
+                END IF;
+                SET v_gone = 1;
+            END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION
+            BEGIN
+                IF v_own = 1 THEN
+                    ROLLBACK;
+                END IF;
+                RESIGNAL;
+            END;
+            IF v_own = 1 AND v_groups > 0 THEN
+                START TRANSACTION;
+            END IF;
+            IF v_groups > 0 THEN  -- 1. the group rows, in group_key order
+                INSERT INTO pyqueue_group (queue_name, group_key)
+                SELECT DISTINCT v_queue, b.g
+                  FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                           g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
+                 WHERE b.g IS NOT NULL
+                 ORDER BY b.g
+                ON DUPLICATE KEY UPDATE head_key = pyqueue_group.head_key;
+            END IF;
+            -- 2. the messages, those with a group blocked
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts, group_key)
+            SELECT in_queue,
+                   JSON_UNQUOTE(b.k),
+                   JSON_UNQUOTE(b.kd),
+                   JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
+                   CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                        THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
+                   CASE WHEN JSON_TYPE(b.g) = 'STRING' THEN TIMESTAMP '9999-12-31 23:59:59.999999'
+                        WHEN JSON_TYPE(b.run_at) = 'STRING' THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6))
+                        ELSE v_now END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
+                   v_now,
+                   0,
+                   CASE WHEN JSON_TYPE(b.g) = 'STRING' THEN JSON_UNQUOTE(b.g) END
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                       ord      FOR ORDINALITY,
+                       g        JSON PATH '$.group',
+                       k        JSON PATH '$.p_key',
+                       kd       JSON PATH '$.p_kind',
+                       payload  JSON PATH '$.payload',
+                       run_at   JSON PATH '$.run_at',
+                       priority JSON PATH '$.priority')) AS b
+             ORDER BY b.ord;
+            SET v_inserted = ROW_COUNT();
+            IF v_groups > 0 THEN
+                -- 3. each group's head (locking read: rows held since step 1) ...
+                SELECT JSON_ARRAYAGG(JSON_ARRAY(g.group_key, g.head_key, g.head_kind)) INTO v_heads
+                  FROM (SELECT DISTINCT b.g
+                          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                                   g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
+                         WHERE b.g IS NOT NULL
+                         LIMIT 18446744073709551615) AS d
+                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = d.g
+                   FOR UPDATE;
+                -- ... its first blocked message, and whether the head may give
+                -- it its place (plain reads: a group's rows change only under
+                -- the group row's lock; the head is checked again below)
+                SELECT JSON_ARRAYAGG(JSON_ARRAY(h.g, h.hk, h.hkd, n.id, n.p_key, n.p_kind,
+                                                h.hk IS NOT NULL AND EXISTS (
+                                                    SELECT 1 FROM pyqueue_message o
+                                                     WHERE o.queue_name = v_queue AND o.p_key = h.hk
+                                                       AND o.p_kind = h.hkd AND o.attempts = 0
+                                                       AND o.reserve_token IS NULL
+                                                       AND o.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                                                       AND o.scheduled_at_initially > n.scheduled_at_initially),
+                                                DATE_FORMAT(n.scheduled_at_initially, '%Y-%m-%d %H:%i:%s.%f')))
+                  INTO v_next
+                  FROM JSON_TABLE(v_heads, '$[*]' COLUMNS (
+                           g   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           hk  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]')) AS h
+                  LEFT JOIN pyqueue_message n
+                    ON n.id = (SELECT x.id FROM pyqueue_message x FORCE INDEX (pyqueue_message_group_idx)
+                                WHERE x.queue_name = v_queue AND x.group_key = h.g
+                                  AND x.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+                                ORDER BY x.scheduled_at_initially, x.id
+                                LIMIT 1);
+                -- the heads that give their place: locked now, unless busy
+                SELECT JSON_ARRAYAGG(JSON_ARRAY(j.g, o.id)) INTO v_swaps
+                  FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
+                           g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           hk    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           hkd   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
+                           swap  INT          PATH '$[6]',
+                           n_at  DATETIME(6)  PATH '$[7]')) AS j
+                  STRAIGHT_JOIN pyqueue_message o FORCE INDEX (pyqueue_message_key_uk)
+                    ON o.queue_name = v_queue AND o.p_key = j.hk AND o.p_kind = j.hkd
+                 WHERE j.swap = 1 AND o.attempts = 0 AND o.reserve_token IS NULL
+                   AND o.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                   AND o.scheduled_at_initially > j.n_at
+                   FOR UPDATE SKIP LOCKED;
+                -- 4. new heads due at their run_at, displaced heads blocked
+                UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
+                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           n_id BIGINT       PATH '$[3]')) AS j
+                  LEFT JOIN JSON_TABLE(COALESCE(v_swaps, '[]'), '$[*]' COLUMNS (
+                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id IN (j.n_id, s.o_id)
+                   SET m.scheduled_at = IF(m.id = s.o_id, TIMESTAMP '9999-12-31 23:59:59.999999',
+                                           m.scheduled_at_initially)
+                 WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
+                UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
+                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           n_id BIGINT       PATH '$[3]',
+                           nk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]',
+                           nkd  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[5]')) AS j
+                  LEFT JOIN JSON_TABLE(COALESCE(v_swaps, '[]'), '$[*]' COLUMNS (
+                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
+                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
+                   SET g.head_key = j.nk, g.head_kind = j.nkd
+                 WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
+                -- new groups whose messages were all duplicates
+                DELETE g
+                  FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
+                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           n_id BIGINT       PATH '$[3]')) AS j
+                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
+                 WHERE j.hk IS NULL AND j.n_id IS NULL AND g.head_key IS NULL;
+            END IF;
+            IF v_own = 1 AND v_groups > 0 THEN
+                COMMIT;
+            END IF;
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    IF v_gone = 1 OR (v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
+                      AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue)) THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_inserted AS pushed;
 END //
 
 
@@ -2155,6 +3142,11 @@ END //
 -- delivery, never a loss, never twice: nothing was returned). Should a
 -- mark expire and be taken over before the delete (a pop slower than the
 -- visibility timeout), the rows it no longer deleted are not returned.
+-- A FIFO group's head among the marked rows leaves one by one before step
+-- 3 (pyqueue__groups_leave: history, DELETE, the next message of the group
+-- takes its place), its group row taken with SKIP LOCKED: when another
+-- session holds that row the mark goes back and the message is not popped
+-- by this call.
 -- Locks: the marked rows, for one statement each step (or until the
 -- caller's transaction ends); rows another session holds are skipped.
 DROP PROCEDURE IF EXISTS queue_pop //
@@ -2178,6 +3170,10 @@ BEGIN
     DECLARE v_deleted   INT DEFAULT 0;
     DECLARE v_retention DECIMAL(20,6);
     DECLARE v_gcl       BIGINT;
+    DECLARE v_ngrouped  INT DEFAULT 0;
+    DECLARE v_grouped   LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_busy      LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_own       INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         SET SESSION group_concat_max_len = v_gcl;
@@ -2209,8 +3205,12 @@ BEGIN
                                                         'pl', CAST(m.payload AS CHAR CHARACTER SET utf8mb4),
                                                         'pr', m.priority, 'at', m.attempts,
                                                         'ca', DATE_FORMAT(m.created_at, '%Y-%m-%d %H:%i:%s.%f'))
-                                            ORDER BY m.reserve_token SEPARATOR ','), ']')
-              INTO v_taken, v_rows
+                                            ORDER BY m.reserve_token SEPARATOR ','), ']'),
+                   SUM(m.group_key IS NOT NULL),
+                   CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL,
+                                               JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key))
+                                            SEPARATOR ','), ']')
+              INTO v_taken, v_rows, v_ngrouped, v_grouped
               FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
              WHERE m.queue_name = v_queue AND m.scheduled_at = v_until
                AND m.reserve_token LIKE CONCAT(v_prefix, '%');
@@ -2218,7 +3218,23 @@ BEGIN
                 -- a row too large to pack (NULL or cut, with a warning):
                 -- give everything back, return nothing
                 CALL pyqueue__give_back_claims(v_prefix, v_claimed, TRUE);
-                SET v_rows = NULL, v_taken = 0;
+                SET v_rows = NULL, v_taken = 0, v_ngrouped = 0;
+            END IF;
+            IF v_ngrouped > 0 THEN
+                -- heads of FIFO groups: one by one, their group rows first
+                CALL pyqueue__group_own(v_own);
+                CALL pyqueue__groups_leave('pop', v_queue, NULL, v_grouped, v_now, v_own, v_deleted, v_busy);
+                IF v_busy IS NOT NULL THEN
+                    -- their group rows were busy: their marks go back
+                    UPDATE JSON_TABLE(CONCAT('[', v_claimed, ']'), '$[*]' COLUMNS (
+                               c_id    BIGINT      PATH '$[0]',
+                               c_at    DATETIME(6) PATH '$[2]',
+                               c_token CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
+                      STRAIGHT_JOIN JSON_TABLE(v_busy, '$[*]' COLUMNS (b_id BIGINT PATH '$')) AS b ON b.b_id = j.c_id
+                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+                       SET m.scheduled_at = j.c_at, m.reserve_token = j.c_token
+                     WHERE m.reserve_token LIKE CONCAT(v_prefix, '%');
+                END IF;
             END IF;
             SELECT q.history_retention INTO v_retention FROM pyqueue_queue q WHERE q.queue_name = v_queue;
             IF v_retention IS NOT NULL AND v_taken > 0 THEN
@@ -2239,7 +3255,7 @@ BEGIN
                        c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
               STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
              WHERE m.reserve_token = j.c_token;
-            SET v_deleted = ROW_COUNT();
+            SET v_deleted = v_deleted + ROW_COUNT();
         END IF;
         SET SESSION group_concat_max_len = v_gcl;
     END IF;
@@ -2326,7 +3342,11 @@ END //
 -- in_worker is recorded (NULL allowed); in_kinds NULL = any kind, else a
 -- non-empty JSON array of strings. attempts counts deliveries including this
 -- one. A message whose expired reservation was its last allowed delivery
--- (attempts >= max_attempts) is dead-lettered instead of delivered. Result:
+-- (attempts >= max_attempts) is dead-lettered instead of delivered (the
+-- head of a FIFO group whose group row another session holds right then is
+-- left as it was, for a later reserve: a reserve never waits). Messages
+-- blocked behind their group's head are never ready, so never handed out;
+-- the reserve itself knows nothing of groups. Result:
 -- one result set (p_key, p_kind, payload, token, priority, attempts,
 -- created_at, scheduled_at_initially), empty when nothing is ready or the
 -- queue is paused.
@@ -2544,7 +3564,10 @@ BEGIN
                                             RESIGNAL;
                                         END IF;
                                     END;
-                                    CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, v_dead);
+                                    CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, TRUE, v_dead);
+                                    IF v_dead = -1 THEN  -- its group row was busy: left as it was
+                                        CALL pyqueue__unclaim(v_id, v_token, v_seen_at, v_seen_token);
+                                    END IF;
                                 END;
                             END IF;
                         ELSE
@@ -2614,7 +3637,10 @@ END //
 -- holds (expired and re-reserved, committed already, or removed).
 -- Locks: the message row, for one statement (or until the caller's
 -- transaction ends). In autocommit mode a DELETE chosen as a deadlock victim
--- (a queue_drop racing it) is run again instead of failing.
+-- (a queue_drop racing it) is run again instead of failing. A message of a
+-- FIFO group (its group_key comes with the lookup) goes through
+-- pyqueue__group_leave: its group row locked first, and the next message of
+-- the group takes its place.
 DROP PROCEDURE IF EXISTS queue_commit //
 CREATE PROCEDURE queue_commit(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2632,6 +3658,7 @@ BEGIN
     DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused BOOLEAN;
     DECLARE v_id     BIGINT;
+    DECLARE v_group  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_done   INT DEFAULT 0;
     DECLARE v_hist   BIGINT;
     DECLARE v_own    INT DEFAULT 0;
@@ -2642,11 +3669,15 @@ BEGIN
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
     -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
     /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    SELECT COALESCE(MAX(m.id), 0) INTO v_id
+    SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key) INTO v_id, v_group
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
-    IF v_id > 0 THEN
+    IF v_group IS NOT NULL THEN
+        CALL pyqueue__group_own(v_own);
+        CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
+                                  UTC_TIMESTAMP(6), v_own, v_done);
+    ELSEIF v_id > 0 THEN
         CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
         IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
             CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
@@ -2843,8 +3874,13 @@ END //
 -- reservation) by id and token. Only when in_to_queue already holds the key
 -- (the UPDATE fails with a duplicate key, error 1062) is the original
 -- deleted instead, again one statement by id and token.
+-- A message of a FIFO group keeps its group and its place as head when
+-- in_to_queue is its own queue; moved to another queue it arrives without a
+-- group, its group row locked first and the next message of the group
+-- taking its place (pyqueue__group_leave).
 -- Locks: the message row and a shared lock on the target queue row (the
--- foreign key), for one statement.
+-- foreign key), for one statement; for a grouped message moved away, the
+-- group row first, all until the transaction ends.
 DROP PROCEDURE IF EXISTS queue_move //
 CREATE PROCEDURE queue_move(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2874,6 +3910,8 @@ BEGIN
     DECLARE v_duplicate INT DEFAULT 0;
     DECLARE v_done     INT DEFAULT 0;
     DECLARE v_hist     BIGINT;
+    DECLARE v_group    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_own      INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_name('to_queue', in_to_queue, 128);
@@ -2886,12 +3924,16 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-        SELECT m.id INTO v_id
+        SELECT m.id, m.group_key INTO v_id, v_group
           FROM pyqueue_message m
          WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
            AND m.reserve_token = v_held;
     END;
-    IF v_found = 1 THEN
+    IF v_found = 1 AND v_group IS NOT NULL AND v_to_queue <> v_queue THEN
+        CALL pyqueue__group_own(v_own);
+        CALL pyqueue__group_leave('move', v_queue, v_group, v_id, v_key, v_kind, v_held, v_to_queue, in_payload,
+                                  v_now, v_own, v_done);
+    ELSEIF v_found = 1 THEN
         CALL pyqueue__archive(v_queue, v_id, v_held, 'moved', v_to_queue, v_now, v_hist);
         BEGIN
             DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
@@ -2916,7 +3958,11 @@ BEGIN
 END //
 
 -- queue_remove: deletes a message whatever its state. Result: one row,
--- removed = 1, or 0 when absent. Locks: the message row, for one statement.
+-- removed = 1, or 0 when absent. A message of a FIFO group goes through
+-- pyqueue__group_leave: its group row locked first; when it was the head,
+-- the next message of the group takes its place. Locks: the message row,
+-- for one statement (a grouped message: the group row first, both until the
+-- transaction ends).
 DROP PROCEDURE IF EXISTS queue_remove //
 CREATE PROCEDURE queue_remove(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2932,6 +3978,7 @@ BEGIN
     DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused BOOLEAN;
     DECLARE v_id     BIGINT;
+    DECLARE v_group  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_done   INT DEFAULT 0;
     DECLARE v_own    INT DEFAULT 0;
     DECLARE v_tries  INT DEFAULT 0;
@@ -2942,10 +3989,14 @@ BEGIN
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
     -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
     /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    SELECT COALESCE(MAX(m.id), 0) INTO v_id
+    SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key) INTO v_id, v_group
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
-    IF v_id > 0 THEN
+    IF v_group IS NOT NULL THEN
+        CALL pyqueue__group_own(v_own);
+        CALL pyqueue__group_leave('remove', v_queue, v_group, v_id, v_key, v_kind, NULL, NULL, NULL,
+                                  UTC_TIMESTAMP(6), v_own, v_done);
+    ELSEIF v_id > 0 THEN
         attempt: LOOP
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
@@ -3130,11 +4181,15 @@ END //
 -- Result: the reserved rows (columns as queue_reserve's; one result set),
 -- then a last result set of one row, committed = 1, 0 when the token no
 -- longer held, NULL when nothing was given.
--- Every argument is checked first, then the reserve runs (queue_reserve's
--- own steps, set-based), then the commit: a refused call changes nothing,
--- in autocommit mode too; the message being committed is still reserved by
--- the caller while the reserve runs.
--- Locks: as queue_reserve; then the committed row.
+-- Every argument is checked first and the message to commit looked up,
+-- then the reserve runs (queue_reserve's own steps, set-based), then the
+-- commit: a refused call changes nothing, in autocommit mode too; the
+-- message being committed is still reserved by the caller while the reserve
+-- runs. A message of a FIFO group is committed before the reserve instead
+-- (as queue_commit: its group row first), so that the next message of its
+-- group, which takes its place, can be reserved by this call.
+-- Locks: as queue_reserve; then the committed row (a message of a FIFO
+-- group: first, as queue_commit).
 DROP PROCEDURE IF EXISTS queue_commit_reserve //
 CREATE PROCEDURE queue_commit_reserve(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3160,6 +4215,8 @@ BEGIN
     DECLARE v_done     INT DEFAULT NULL;
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
     DECLARE v_hist     BIGINT;
+    DECLARE v_group    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_own      INT DEFAULT 0;
 
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
@@ -3167,17 +4224,26 @@ BEGIN
         CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     END IF;
     CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);
+    IF v_commit THEN
+        SET v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = 0;
+        SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key) INTO v_id, v_group
+          FROM pyqueue_message m
+         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
+           AND m.reserve_token = v_held;
+        IF v_group IS NOT NULL THEN
+            -- as queue_commit, BEFORE the reserve: the next message of the
+            -- group takes its place and this reserve may take it
+            CALL pyqueue__group_own(v_own);
+            CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
+                                      UTC_TIMESTAMP(6), v_own, v_done);
+        END IF;
+    END IF;
     IF NOT v_paused AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) THEN
         CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq);
     ELSE
         CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq, v_paused);
     END IF;
-    IF v_commit THEN
-        SET v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = 0;
-        SELECT COALESCE(MAX(m.id), 0) INTO v_id
-          FROM pyqueue_message m
-         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
-           AND m.reserve_token = v_held;
+    IF v_commit AND v_group IS NULL THEN
         IF v_id > 0 THEN  -- as queue_commit: history row, a schedule's next occurrence
             CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
             IF v_key LIKE '%@____-__-__T__:__:__Z' THEN
@@ -3206,8 +4272,14 @@ END //
 -- schedule (few) advance their schedule one by one (pyqueue__schedule_next);
 -- then one DELETE by id re-checks each token under its row lock; history
 -- copies of rows it did not delete (token lost meanwhile) are removed again.
+-- Messages of FIFO groups are left to the end and committed one by one in
+-- group_key order as queue_commit does (pyqueue__groups_leave: the group
+-- row first, then the next message of the group takes its place). Without
+-- history or schedules the one DELETE skips them, and they are looked for
+-- (one more read) only when it deleted fewer rows than the batch names.
 -- Locks: the deleted rows (shared locks on them for the history copy), for
--- one statement each step; the schedule rows of occurrences.
+-- one statement each step; the schedule rows of occurrences; the group rows
+-- of grouped messages.
 DROP PROCEDURE IF EXISTS queue_commit_batch //
 CREATE PROCEDURE queue_commit_batch(
     IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3232,6 +4304,10 @@ BEGIN
     DECLARE v_nocc     INT DEFAULT 0;
     DECLARE v_i        INT DEFAULT 0;
     DECLARE v_gcl      BIGINT;
+    DECLARE v_grouped  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_gdone    INT;
+    DECLARE v_busy     LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_own      INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         SET SESSION group_concat_max_len = v_gcl;
@@ -3282,7 +4358,7 @@ BEGIN
             -- No history row to write and no schedule to advance: one DELETE
             -- joined to the three arrays (as the read below) finds each row
             -- by its key and deletes it if the token still holds, checked
-            -- under the row's lock.
+            -- under the row's lock (a message of a FIFO group: below).
             DELETE m
               FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
                        ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
@@ -3295,8 +4371,30 @@ BEGIN
               STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
                 ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
                AND UNHEX(MD5(m.p_kind)) = d.h
-               AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin;
+               AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
+               AND m.group_key IS NULL;
             SET v_done = ROW_COUNT();
+            IF v_done < v_n THEN
+                -- the rest: messages of FIFO groups (or tokens that no longer hold)
+                SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
+                SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key)
+                                                SEPARATOR ','), ']')
+                  INTO v_grouped
+                  FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+                           ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+                  STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
+                            ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
+                         LIMIT 18446744073709551615) AS d ON d.ord = k.ord
+                  STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
+                            ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
+                         LIMIT 18446744073709551615) AS t ON t.ord = k.ord
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+                    ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
+                   AND UNHEX(MD5(m.p_kind)) = d.h
+                   AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
+                   AND m.group_key IS NOT NULL;
+                SET SESSION group_concat_max_len = v_gcl;
+            END IF;
         ELSE
             SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
             -- [id, token, is a schedule's occurrence]. The keys stream from their
@@ -3305,11 +4403,18 @@ BEGIN
             -- automatic keys on ord), kept narrow so that a large batch stays in
             -- memory: a kind as its MD5 (the token identifies the reservation; the
             -- kind is a consistency check), a token as 36 ASCII characters.
-            SELECT COUNT(*),
-                   CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z')
+            -- (messages of FIFO groups apart, in v_grouped: [id, p_key, p_kind,
+            -- token, group_key])
+            SELECT COALESCE(SUM(m.group_key IS NULL), 0),
+                   CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL,
+                                               JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z'),
+                                               NULL)
                                             SEPARATOR ','), ']'),
-                   SUM(m.p_key LIKE '%@____-__-__T__:__:__Z')
-              INTO v_found, v_ids, v_nocc
+                   SUM(m.group_key IS NULL AND m.p_key LIKE '%@____-__-__T__:__:__Z'),
+                   CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL,
+                                               JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key))
+                                            SEPARATOR ','), ']')
+              INTO v_found, v_ids, v_nocc, v_grouped
               FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
                        ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
               STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
@@ -3367,7 +4472,365 @@ BEGIN
              WHERE m.queue_name = v_queue;
         END IF;
     END IF;
+    IF v_grouped IS NOT NULL THEN
+        CALL pyqueue__group_own(v_own);
+        CALL pyqueue__groups_leave('commit', v_queue, NULL, v_grouped, UTC_TIMESTAMP(6), v_own, v_gdone, v_busy);
+        SET v_done = v_done + v_gdone;
+    END IF;
     SELECT v_done AS committed;
+END //
+
+
+-- ==== topics ====
+-- Publish a message to every queue bound to a matching topic pattern: bind,
+-- unbind and list the bindings, publish one message or many.
+
+-- queue_bind: binds topic pattern in_pattern (dot-separated words, '*' one
+-- word, '#' any number of words; see pyqueue__check_topic) to in_queue:
+-- queue_publish then pushes the messages of every matching topic into it.
+-- Result: one row, bound = 1 when new, 0 when it existed. The pattern's
+-- regular expression is built here, once (pyqueue__topic_regex).
+-- Locks: the new binding row and a shared lock on the queue row, for one
+-- statement (in autocommit mode, run again when chosen as a deadlock
+-- victim).
+DROP PROCEDURE IF EXISTS queue_bind //
+CREATE PROCEDURE queue_bind(
+    IN in_pattern LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue   VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_pattern VARCHAR(255)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_regex   VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis     DECIMAL(20,6);
+    DECLARE v_max     INT;
+    DECLARE v_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused  BOOLEAN;
+    DECLARE v_bound   INT;
+    DECLARE v_gone    INT DEFAULT 0;
+    DECLARE v_own     INT DEFAULT 0;
+    DECLARE v_tries   INT DEFAULT 0;
+    DECLARE v_retry   INT;
+    CALL pyqueue__check_topic('pattern', in_pattern, TRUE);
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue, v_pattern = in_pattern;
+    CALL pyqueue__topic_regex(v_pattern, v_regex);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1, v_bound = 1;
+        BEGIN
+            -- a deadlock victim in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            DECLARE CONTINUE HANDLER FOR 1062 SET v_bound = 0;  -- bound already
+            DECLARE CONTINUE HANDLER FOR 1452 SET v_gone = 1;   -- the queue was dropped meanwhile
+            INSERT INTO pyqueue_binding (pattern, queue_name, pattern_regex, created_at)
+            VALUES (v_pattern, v_queue, v_regex, UTC_TIMESTAMP(6));
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    IF v_gone = 1 THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_bound AS bound;
+END //
+
+-- queue_unbind: removes the binding of in_pattern to in_queue. Result: one
+-- row, unbound = 1 when it was removed, 0 when there was none. The pattern
+-- and the queue are checked as queue_bind checks them. Locks: the binding
+-- row, for one statement (in autocommit mode, run again when chosen as a
+-- deadlock victim).
+DROP PROCEDURE IF EXISTS queue_unbind //
+CREATE PROCEDURE queue_unbind(
+    IN in_pattern LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_pattern VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis     DECIMAL(20,6);
+    DECLARE v_max     INT;
+    DECLARE v_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused  BOOLEAN;
+    DECLARE v_unbound INT DEFAULT 0;
+    DECLARE v_own     INT DEFAULT 0;
+    DECLARE v_tries   INT DEFAULT 0;
+    DECLARE v_retry   INT;
+    CALL pyqueue__check_topic('pattern', in_pattern, TRUE);
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue, v_pattern = in_pattern;
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            DELETE FROM pyqueue_binding WHERE pattern = v_pattern AND queue_name = v_queue;
+            SET v_unbound = ROW_COUNT();
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    SELECT v_unbound AS unbound;
+END //
+
+-- queue_bindings: the bindings of in_queue (every queue's when NULL):
+-- rows (pattern, queue, created_at), ordered by queue, then pattern.
+-- Raises unknown_queue for a queue that does not exist. Plain read.
+DROP PROCEDURE IF EXISTS queue_bindings //
+CREATE PROCEDURE queue_bindings(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    IF in_queue IS NOT NULL THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    END IF;
+    SET v_queue = in_queue;
+    SELECT b.pattern, b.queue_name AS `queue`, b.created_at
+      FROM pyqueue_binding b
+     WHERE v_queue IS NULL OR b.queue_name = v_queue
+     ORDER BY b.queue_name, b.pattern;
+END //
+
+-- queue_publish: pushes the message (as queue_push: run_at NULL = now,
+-- priority NULL = 0) into every queue bound to a pattern that in_topic
+-- matches (a topic: dot-separated words without '*' or '#', see
+-- pyqueue__check_topic), one copy per queue however many of its patterns
+-- match. Result: one row, queues = how many queues got a new message (a
+-- queue that holds a live message with this key and kind already does not
+-- count, dedup as queue_push); 0, no error, when no binding matches.
+-- How: ONE INSERT IGNORE ... SELECT over the bindings whose regular
+-- expression matches CONCAT('.', in_topic), in queue-name order.
+-- Locks: shared locks on the bindings it reads (a queue_bind / queue_unbind
+-- waits for it), then, per target queue in queue-name order, a shared lock
+-- on the queue row (foreign key) and the new row, for one statement. In
+-- autocommit mode a deadlock runs the statement again instead of failing.
+DROP PROCEDURE IF EXISTS queue_publish //
+CREATE PROCEDURE queue_publish(
+    IN in_topic    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_topic    VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_at       DATETIME(6);
+    DECLARE v_queues   INT DEFAULT 0;
+    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_retry    INT;
+    CALL pyqueue__check_topic('topic', in_topic, FALSE);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+    END IF;
+    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    SET v_topic = CONCAT('.', in_topic), v_key = in_key, v_kind = in_kind;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_at = COALESCE(in_run_at, v_now);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC lock)
+            -- in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts)
+            SELECT q.queue_name, v_key, v_kind, in_payload, COALESCE(in_priority, 0), v_at, v_at, v_now, 0
+              FROM (SELECT DISTINCT b.queue_name
+                      FROM pyqueue_binding b
+                     WHERE v_topic REGEXP b.pattern_regex
+                     LIMIT 18446744073709551615) AS q
+             ORDER BY q.queue_name;
+            SET v_queues = ROW_COUNT();
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    SELECT v_queues AS queues;
+END //
+
+-- queue_publish_batch: queue_publish for many messages in one statement.
+-- MySQL takes ONE JSON array of objects {"topic", "p_key", "p_kind",
+-- "payload", "run_at", "priority"} as first argument (in_topics' place);
+-- the other five must be NULL. topic: a JSON string as queue_publish's
+-- topic; the other members as queue_push_batch's. Element i goes to the
+-- queues bound to a pattern its topic matches, one copy per queue. Any
+-- invalid element refuses the whole batch before anything is written.
+-- Result: one row, pushed = how many new messages all the queues got
+-- (duplicates, also within the batch for one queue, are skipped; the first
+-- occurrence wins).
+-- How: ONE INSERT IGNORE ... SELECT of the elements joined to the queues
+-- whose bindings match them, in queue-name order, then element order.
+-- Locks: as queue_publish, for every queue the batch reaches.
+DROP PROCEDURE IF EXISTS queue_publish_batch //
+CREATE PROCEDURE queue_publish_batch(
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_now      DATETIME(6);
+    DECLARE v_bad      BIGINT;
+    DECLARE v_inserted INT DEFAULT 0;
+    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_tries    INT DEFAULT 0;
+    DECLARE v_retry    INT;
+    IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
+       OR in_priorities IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            'MySQL takes one JSON array of messages as 1st argument; the other 5 must be NULL');
+    END IF;
+    IF in_messages IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must not be NULL');
+    END IF;
+    IF NOT JSON_VALID(in_messages) THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
+    END IF;
+    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
+    END IF;
+    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
+    END IF;
+    -- First invalid element (1-based), as queue_push_batch judges them, and
+    -- the topic as pyqueue__check_topic does.
+    SELECT MIN(b.ord) INTO v_bad
+      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+               ord         FOR ORDINALITY,
+               elem        JSON PATH '$',
+               t           JSON PATH '$.topic',
+               k           JSON PATH '$.p_key',
+               kd          JSON PATH '$.p_kind',
+               has_payload INT EXISTS PATH '$.payload',
+               run_at      JSON PATH '$.run_at',
+               priority    JSON PATH '$.priority')) AS b
+     WHERE (    JSON_TYPE(b.elem) = 'OBJECT'
+            AND JSON_TYPE(b.t) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.t)) BETWEEN 1 AND 255
+            AND NOT (JSON_UNQUOTE(b.t) LIKE '% ' OR JSON_UNQUOTE(b.t) LIKE ' %'
+                     OR JSON_UNQUOTE(b.t) LIKE '.%' OR JSON_UNQUOTE(b.t) LIKE '%.'
+                     OR LOCATE('..', JSON_UNQUOTE(b.t)) > 0
+                     OR LOCATE('*', JSON_UNQUOTE(b.t)) > 0 OR LOCATE('#', JSON_UNQUOTE(b.t)) > 0)
+            AND JSON_TYPE(b.k) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.k)) BETWEEN 1 AND 255
+            AND NOT (JSON_UNQUOTE(b.k) LIKE '% ')
+            AND JSON_TYPE(b.kd) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.kd)) BETWEEN 1 AND 128
+            AND NOT (JSON_UNQUOTE(b.kd) LIKE '% ')
+            AND b.has_payload = 1
+            AND (   COALESCE(JSON_TYPE(b.run_at), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.run_at) = 'STRING'
+                     AND JSON_UNQUOTE(b.run_at)
+                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
+                     AND CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
+                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
+                         = LEFT(JSON_UNQUOTE(b.run_at), 19)))
+            AND (   COALESCE(JSON_TYPE(b.priority), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                     AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
+                     AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
+           ) IS NOT TRUE;
+    IF v_bad IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('element ', v_bad, ' of the batch: bad topic/p_key/p_kind, missing payload or bad run_at/priority'));
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
+    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    attempt: LOOP
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC lock)
+            -- in autocommit mode was this one statement: run it again
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_own = 1 AND v_tries < 10 THEN
+                    SET v_retry = 1;
+                ELSE
+                    RESIGNAL;
+                END IF;
+            END;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts)
+            SELECT q.queue_name,
+                   JSON_UNQUOTE(b.k),
+                   JSON_UNQUOTE(b.kd),
+                   JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
+                   CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                        THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
+                   v_now,
+                   0
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                       ord      FOR ORDINALITY,
+                       t        VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.topic',
+                       k        JSON PATH '$.p_key',
+                       kd       JSON PATH '$.p_kind',
+                       payload  JSON PATH '$.payload',
+                       run_at   JSON PATH '$.run_at',
+                       priority JSON PATH '$.priority')) AS b
+              STRAIGHT_JOIN (SELECT DISTINCT x.queue_name FROM pyqueue_binding x
+                              LIMIT 18446744073709551615) AS q
+             WHERE EXISTS (SELECT 1 FROM pyqueue_binding m
+                            WHERE m.queue_name = q.queue_name
+                              AND CONCAT('.', b.t) REGEXP m.pattern_regex)
+             ORDER BY q.queue_name, b.ord;
+            SET v_inserted = ROW_COUNT();
+        END;
+        IF v_retry = 0 THEN
+            LEAVE attempt;
+        END IF;
+    END LOOP;
+    SELECT v_inserted AS pushed;
 END //
 
 
@@ -3496,11 +4959,16 @@ END //
 -- UPDATE IGNORE of their queue_name joined to a SKIP LOCKED read by id that
 -- re-checks each is still ready and unchanged (atomic in autocommit mode,
 -- as queue_move); IGNORE leaves a row whose key and kind are live in
--- in_to_queue (a duplicate key) where it is. With history, one INSERT
+-- in_to_queue (a duplicate key) where it is. A FIFO group's head among the
+-- candidates moves alone after that UPDATE, without its group, its group
+-- row locked first and the next message of the group taking its place
+-- (pyqueue__groups_leave); blocked messages are never ready, so never
+-- candidates. With history, one INSERT
 -- archives the page first and the copies of rows that did not move are
 -- removed again after the UPDATE.
 -- Locks: the candidate rows and a shared lock on in_to_queue's row, for one
--- statement per page (or until the caller's transaction ends).
+-- statement per page (or until the caller's transaction ends); a grouped
+-- head's group row before its message row.
 DROP PROCEDURE IF EXISTS queue_redrive //
 CREATE PROCEDURE queue_redrive(
     IN in_dead_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3529,6 +4997,10 @@ BEGIN
     DECLARE v_moved     INT;
     DECLARE v_count     INT DEFAULT 0;
     DECLARE v_gcl       BIGINT;
+    DECLARE v_grouped   LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_gdone     INT;
+    DECLARE v_busy      LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_own       INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         SET SESSION group_concat_max_len = v_gcl;
@@ -3579,6 +5051,7 @@ BEGIN
                                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
                          STRAIGHT_JOIN pyqueue_message x FORCE INDEX (PRIMARY) ON x.id = j.c_id
                         WHERE x.queue_name = v_dead AND x.scheduled_at <= v_now AND x.reserve_token <=> j.c_token
+                          AND x.group_key IS NULL
                           LIMIT 18446744073709551615  -- materialised (never merged into the UPDATE), on MySQL too
                           FOR UPDATE SKIP LOCKED) AS c
           STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.id
@@ -3586,6 +5059,22 @@ BEGIN
                m.scheduled_at = v_now, m.scheduled_at_initially = v_now, m.created_at = v_now,
                m.attempts = 0, m.reserved_by = NULL, m.reserve_token = NULL,
                m.dead_from = NULL, m.dead_attempts = NULL;
+        IF ROW_COUNT() < v_got THEN
+            -- candidates left: heads of FIFO groups (or rows lost to a race)
+            SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.p_key, m.p_kind, j.c_token, m.group_key)
+                                            SEPARATOR ','), ']')
+              INTO v_grouped
+              FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
+                       c_id    BIGINT   PATH '$[0]',
+                       c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
+              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+             WHERE m.queue_name = v_dead AND m.group_key IS NOT NULL AND m.scheduled_at <= v_now
+               AND m.reserve_token <=> j.c_token;
+            IF v_grouped IS NOT NULL THEN
+                CALL pyqueue__group_own(v_own);
+                CALL pyqueue__groups_leave('redrive', v_dead, v_to, v_grouped, v_now, v_own, v_gdone, v_busy);
+            END IF;
+        END IF;
         -- counted by reading (ROW_COUNT() counts the rows IGNORE left under
         -- CLIENT_FOUND_ROWS, JDBC's default)
         SELECT COUNT(*) INTO v_moved
@@ -3698,7 +5187,7 @@ BEGIN
 END //
 
 
--- ---- reads for browsing a queue and its throughput: queue_messages, queue_throughput ----
+-- ---- reads for browsing a queue and its throughput: queue_messages, queue_groups, queue_throughput ----
 
 -- queue_messages: a page of in_queue's live messages in key order (p_key,
 -- then p_kind), for browsing a queue without SQL: in_state 'ready',
@@ -3776,6 +5265,46 @@ BEGIN
                               WHEN m.reserve_token IS NULL THEN 'delayed'
                               ELSE 'reserved' END)
      ORDER BY m.p_key, m.p_kind
+     LIMIT v_n;
+END //
+
+-- queue_groups: in_queue's FIFO groups that hold messages, ordered by
+-- group_key, at most in_n (NULL = 100, 1 to 1000): rows (group_key,
+-- head_key, head_kind, head_state, messages): the group, its head and the
+-- head's state as queue_message shows it ('ready', 'delayed', 'reserved'),
+-- and how many messages the group holds (its head included). Raises
+-- unknown_queue. Plain reads, no locks: the group rows in key order, the
+-- head by its key, each listed group's messages counted on the group index.
+DROP PROCEDURE IF EXISTS queue_groups //
+CREATE PROCEDURE queue_groups(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n     DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis    DECIMAL(20,6);
+    DECLARE v_max    INT;
+    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_n      INT;
+    DECLARE v_now    DATETIME(6);
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_n IS NOT NULL THEN
+        CALL pyqueue__check_int('n', in_n, 1, 1000);
+    END IF;
+    SET v_queue = in_queue, v_n = COALESCE(in_n, 100), v_now = UTC_TIMESTAMP(6);
+    SELECT g.group_key, g.head_key, g.head_kind,
+           CASE WHEN h.id IS NULL THEN NULL
+                WHEN h.scheduled_at <= v_now THEN 'ready'
+                WHEN h.reserve_token IS NULL THEN 'delayed'
+                ELSE 'reserved' END AS head_state,
+           (SELECT COUNT(*) FROM pyqueue_message x FORCE INDEX (pyqueue_message_group_idx)
+             WHERE x.queue_name = g.queue_name AND x.group_key = g.group_key) AS messages
+      FROM pyqueue_group g
+      LEFT JOIN pyqueue_message h FORCE INDEX (pyqueue_message_key_uk)
+        ON h.queue_name = g.queue_name AND h.p_key = g.head_key AND h.p_kind = g.head_kind
+     WHERE g.queue_name = v_queue
+     ORDER BY g.group_key
      LIMIT v_n;
 END //
 

@@ -12,8 +12,8 @@
 --
 -- Layout: one section per topic, in the same order in schema.sql,
 -- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
--- helpers, queues, produce, consume, wakeups, fast paths, history and dead
--- letters, limits, workers, schedules, ingest, privileges. A section starts
+-- helpers, queues, produce, consume, wakeups, fast paths, topics, history
+-- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
 -- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
 -- nothing for).
 --
@@ -47,9 +47,10 @@
 -- / PIPES_AS_CONCAT / NO_BACKSLASH_ESCAPES / ORACLE, so this file sets the
 -- session sql_mode first and restores the caller's at the end.
 --
--- Names compare exactly: queue_name, p_key, p_kind, dead_letter_queue and
--- reserve_token use utf8mb4_bin ('A' <> 'a'). utf8mb4_bin is a PAD SPACE
--- collation on both servers ('a' = 'a '), and there is no NO PAD binary
+-- Names compare exactly: queue_name, p_key, p_kind, dead_letter_queue,
+-- group_key, topic patterns and reserve_token use utf8mb4_bin ('A' <> 'a').
+-- utf8mb4_bin is a PAD SPACE collation on both servers ('a' = 'a '), and
+-- there is no NO PAD binary
 -- collation common to both (MySQL: utf8mb4_0900_bin, MariaDB:
 -- utf8mb4_nopad_bin), so names ending with a space are refused instead of
 -- being silently merged with their unpadded twin.
@@ -63,6 +64,13 @@
 -- ordered so that an interruption between two steps can only cause a
 -- redelivery or a duplicate that dedup absorbs, never a loss (see each
 -- routine). Every UPDATE / DELETE of a message addresses it by id.
+-- The exceptions need several statements under one lock: a dead-lettering
+-- rollback, a concurrency limit's change, a flush, and every change of a
+-- FIFO group's head (a grouped push, a group's head leaving the queue). In
+-- autocommit mode on a server that can tell (MariaDB: @@in_transaction) they
+-- run in a transaction of their own, run again when a deadlock picks it; on
+-- MySQL 8.0, which cannot tell, they run statement by statement (see
+-- routines.sql, "groups").
 --
 -- MySQL notes (not verifiable here): CHECK constraints are enforced from
 -- MySQL 8.0.16 (parsed and ignored before); locking reads into variables
@@ -78,7 +86,8 @@ SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO
 
 -- ==== queues ====
 -- The queues and their live messages: the two tables every topic reads and
--- writes, with the index the reserve walks.
+-- writes, with the index the reserve walks; and the heads of the messages'
+-- FIFO groups.
 
 -- One row per queue with its settings; dead_count counts messages that
 -- exhausted max_attempts here. Durations are seconds (microsecond precision).
@@ -139,6 +148,13 @@ CREATE TABLE pyqueue_message (
     -- had there (cleared by queue_redrive)
     dead_from              VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     dead_attempts          INT          NULL,
+    -- the message's FIFO group (NULL = none): it is either its group's head
+    -- (a real scheduled_at: ready, delayed or reserved as any message) or
+    -- blocked behind it with scheduled_at = '9999-12-31 23:59:59.999999',
+    -- past the end of every ready range, so that no reserve or pop ever
+    -- visits it, until the head leaves the queue and the next one in
+    -- (scheduled_at_initially, id) order takes its place
+    group_key              VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     PRIMARY KEY (id),
     UNIQUE KEY pyqueue_message_key_uk (queue_name, p_key, p_kind),
     -- The reserve walks the top priorities one at a time (highest first) and
@@ -152,12 +168,34 @@ CREATE TABLE pyqueue_message (
     -- entry; a reserve finds its own claims again by (queue_name,
     -- scheduled_at = the claims' end).
     KEY pyqueue_message_due_idx (queue_name, scheduled_at, id),
+    -- A group's messages in delivery order (run time, then push order): the
+    -- next one to take the place of a head that left, in one probe. (InnoDB
+    -- has no partial index: messages without a group share one entry range
+    -- per queue, group_key NULL, that no routine reads.)
+    KEY pyqueue_message_group_idx (queue_name, group_key, scheduled_at_initially, id),
     CONSTRAINT pyqueue_message_queue_fk FOREIGN KEY (queue_name)
         REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
     CONSTRAINT pyqueue_message_key_not_empty CHECK (p_key <> ''),
     CONSTRAINT pyqueue_message_kind_not_empty CHECK (p_kind <> '')
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: live messages keyed by (queue_name, p_key, p_kind)';
+
+-- One row per FIFO group that has messages: its head, the one message of the
+-- group that may be delivered (head_key / head_kind NULL only inside a push
+-- that is placing it). The lock every change of a group's head takes: a push
+-- into the group, and the step that hands the place of a head that left the
+-- queue to the next message. Taken BEFORE the group's message rows (see
+-- routines.sql, "groups"); reserves never read it.
+CREATE TABLE pyqueue_group (
+    queue_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    group_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    head_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    head_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    PRIMARY KEY (queue_name, group_key),
+    CONSTRAINT pyqueue_group_queue_fk FOREIGN KEY (queue_name)
+        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: one row per FIFO group with messages: its head';
 
 
 -- ==== wakeups ====
@@ -174,6 +212,27 @@ CREATE TABLE pyqueue_notify (
         REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: per-queue wakeup window';
+
+
+-- ==== topics ====
+-- Bindings of topic patterns to queues: queue_publish pushes a message into
+-- every queue bound to a pattern its topic matches.
+
+-- pattern: dot-separated words, '*' standing for one word and '#' for any
+-- number (AMQP topic exchanges); pattern_regex: the same as a regular
+-- expression over CONCAT('.', topic), built once by queue_bind. The index on
+-- queue_name serves the cascade of queue_drop and queue_bindings.
+CREATE TABLE pyqueue_binding (
+    pattern       VARCHAR(255)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    queue_name    VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    pattern_regex VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    created_at    DATETIME(6)   NOT NULL,
+    PRIMARY KEY (pattern, queue_name),
+    KEY pyqueue_binding_queue_idx (queue_name),
+    CONSTRAINT pyqueue_binding_queue_fk FOREIGN KEY (queue_name)
+        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: topic patterns bound to queues (queue_bind)';
 
 
 -- ==== history and dead letters ====

@@ -39,6 +39,7 @@ DROP TABLE IF EXISTS pyqueue_limit;
 
 -- ==== history and dead letters ====
 DROP PROCEDURE IF EXISTS queue_throughput;
+DROP PROCEDURE IF EXISTS queue_groups;
 DROP PROCEDURE IF EXISTS queue_messages;
 DROP PROCEDURE IF EXISTS queue_message_history;
 DROP PROCEDURE IF EXISTS queue_message;
@@ -48,6 +49,14 @@ DROP PROCEDURE IF EXISTS queue_replay;
 DROP PROCEDURE IF EXISTS queue_purge_history;
 DROP VIEW IF EXISTS pyqueue_dead_letters;
 DROP TABLE IF EXISTS pyqueue_history;
+
+-- ==== topics ====
+DROP PROCEDURE IF EXISTS queue_publish_batch;
+DROP PROCEDURE IF EXISTS queue_publish;
+DROP PROCEDURE IF EXISTS queue_bindings;
+DROP PROCEDURE IF EXISTS queue_unbind;
+DROP PROCEDURE IF EXISTS queue_bind;
+DROP TABLE IF EXISTS pyqueue_binding;
 
 -- ==== fast paths ====
 DROP PROCEDURE IF EXISTS queue_commit_batch;
@@ -73,12 +82,15 @@ DROP PROCEDURE IF EXISTS pyqueue__reserve_limited;
 DROP PROCEDURE IF EXISTS pyqueue__reserve;
 
 -- ==== produce ====
+DROP PROCEDURE IF EXISTS queue_push_batch_grouped;
+DROP PROCEDURE IF EXISTS queue_push_grouped;
 DROP PROCEDURE IF EXISTS queue_push_replace;
 DROP PROCEDURE IF EXISTS queue_push_batch;
 DROP PROCEDURE IF EXISTS queue_push;
 
 -- ==== queues ====
--- (the tables pyqueue_message and pyqueue_queue go last, see the top)
+-- (the tables pyqueue_group, pyqueue_message and pyqueue_queue go last, see
+-- the top)
 DROP PROCEDURE IF EXISTS queue_stats;
 DROP PROCEDURE IF EXISTS queue_resume;
 DROP PROCEDURE IF EXISTS queue_pause;
@@ -88,6 +100,14 @@ DROP PROCEDURE IF EXISTS queue_reset_setting;
 DROP PROCEDURE IF EXISTS queue_create;
 
 -- ==== helpers ====
+DROP PROCEDURE IF EXISTS pyqueue__topic_regex;
+DROP PROCEDURE IF EXISTS pyqueue__check_topic;
+DROP PROCEDURE IF EXISTS pyqueue__unclaim;
+DROP PROCEDURE IF EXISTS pyqueue__groups_leave;
+DROP PROCEDURE IF EXISTS pyqueue__group_leave;
+DROP PROCEDURE IF EXISTS pyqueue__group_next;
+DROP PROCEDURE IF EXISTS pyqueue__group_lock;
+DROP PROCEDURE IF EXISTS pyqueue__group_own;
 DROP PROCEDURE IF EXISTS pyqueue__schedule;
 DROP PROCEDURE IF EXISTS pyqueue__schedule_next;
 DROP PROCEDURE IF EXISTS pyqueue__schedule_after;
@@ -122,5 +142,6 @@ DROP PROCEDURE IF EXISTS pyqueue__check_name;
 DROP PROCEDURE IF EXISTS pyqueue__raise;
 
 -- the tables of the queues topic, last
+DROP TABLE IF EXISTS pyqueue_group;
 DROP TABLE IF EXISTS pyqueue_message;
 DROP TABLE IF EXISTS pyqueue_queue;

@@ -47,6 +47,43 @@ SELECT queue_push_batch(%(queue)s, %(keys)s::text[], %(kinds)s::text[], %(payloa
 SELECT queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb,
                           %(run_at)s::timestamptz, %(priority)s::integer)
 
+-- name: push_grouped
+SELECT queue_push_grouped(in_queue => %(queue)s, in_group => %(group)s, in_key => %(key)s,
+                          in_kind => %(kind)s, in_payload => %(payload)s::jsonb,
+                          in_run_at => %(run_at)s::timestamptz, in_priority => %(priority)s::integer)
+
+-- name: push_batch_grouped
+-- groups: one element per message, NULL = no group.
+SELECT queue_push_batch_grouped(in_queue => %(queue)s, in_groups => %(groups)s::text[],
+                                in_keys => %(keys)s::text[], in_kinds => %(kinds)s::text[],
+                                in_payloads => %(payloads)s::jsonb[],
+                                in_run_ats => %(run_ats)s::timestamptz[],
+                                in_priorities => %(priorities)s::integer[])
+
+
+-- ==== topics ====
+-- Publishing to the queues bound to a topic pattern, and the bindings.
+
+-- name: publish
+SELECT queue_publish(in_topic => %(topic)s, in_key => %(key)s, in_kind => %(kind)s,
+                     in_payload => %(payload)s::jsonb, in_run_at => %(run_at)s::timestamptz,
+                     in_priority => %(priority)s::integer)
+
+-- name: publish_batch
+SELECT queue_publish_batch(in_topics => %(topics)s::text[], in_keys => %(keys)s::text[],
+                           in_kinds => %(kinds)s::text[], in_payloads => %(payloads)s::jsonb[],
+                           in_run_ats => %(run_ats)s::timestamptz[],
+                           in_priorities => %(priorities)s::integer[])
+
+-- name: bind
+SELECT queue_bind(in_pattern => %(pattern)s, in_queue => %(queue)s)
+
+-- name: unbind
+SELECT queue_unbind(in_pattern => %(pattern)s, in_queue => %(queue)s)
+
+-- name: bindings
+SELECT pattern, queue, created_at FROM queue_bindings(in_queue => %(queue)s)
+
 
 -- ==== consume ====
 -- Taking messages out and finishing them.
@@ -145,6 +182,10 @@ SELECT p_key, p_kind, state, priority, attempts, scheduled_at, created_at, reser
 -- name: throughput
 SELECT queue, minute, committed, dead_lettered, moved, popped
   FROM queue_throughput(%(queue)s, %(since)s::timestamptz)
+
+-- name: groups
+SELECT group_key, head_key, head_kind, head_state, messages
+  FROM queue_groups(in_queue => %(queue)s, in_n => %(n)s::integer)
 
 -- ==== limits ====
 -- Concurrency limits.

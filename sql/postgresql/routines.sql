@@ -5,8 +5,8 @@
 --
 -- Layout: one section per topic, in the same order in schema.sql,
 -- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
--- helpers, queues, produce, consume, wakeups, fast paths, history and dead
--- letters, limits, workers, schedules, ingest, privileges. A section starts
+-- helpers, queues, produce, consume, wakeups, fast paths, topics, history
+-- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
 -- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
 -- nothing for).
 -- Naming inside routines: parameters in_*, locals v_*, columns as they are
@@ -409,7 +409,10 @@ $$;
 -- copy records where it came from (dead_from), the deliveries it had there
 -- (dead_attempts) and its last_error; a message whose reservation expired
 -- on its last allowed delivery (scheduled_at passed) and that has no error
--- text gets 'reservation expired on its last allowed delivery'.
+-- text gets 'reservation expired on its last allowed delivery'. A group's
+-- head hands its place to the next message of its group; the dead-letter
+-- copy has no group (a message of a group that the dead-letter queue holds
+-- with the same key keeps its group and its place there, blocked or not).
 -- Caller must hold the row lock on the message.
 CREATE OR REPLACE FUNCTION pyqueue__dead_letter(in_queue pyqueue_queue, in_key text, in_kind text, in_now timestamptz)
 RETURNS void
@@ -427,6 +430,9 @@ BEGIN
     IF v_msg.last_error IS NULL AND v_msg.scheduled_at <= in_now THEN
         v_msg.last_error := 'reservation expired on its last allowed delivery';
     END IF;
+    IF v_msg.group_key IS NOT NULL THEN
+        PERFORM pyqueue__group_settle(in_queue.queue_name::text, v_msg.group_key::text, in_now, true);
+    END IF;
     UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name::text = in_queue.queue_name::text;
     PERFORM pyqueue__archive(in_queue, v_msg, 'dead_lettered', in_queue.dead_letter_queue::text, in_now);
     IF in_queue.dead_letter_queue IS NOT NULL THEN
@@ -443,7 +449,8 @@ BEGIN
                 in_queue.queue_name, v_msg.attempts)
         ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
            SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
-               created_at = EXCLUDED.created_at, scheduled_at = in_now,
+               created_at = EXCLUDED.created_at,
+               scheduled_at = CASE WHEN m.scheduled_at = pyqueue__blocked_at() THEN m.scheduled_at ELSE in_now END,
                scheduled_at_initially = in_now, attempts = 0,
                reserved_by = NULL, reserve_token = NULL, last_error = EXCLUDED.last_error,
                dead_from = EXCLUDED.dead_from, dead_attempts = EXCLUDED.dead_attempts;
@@ -1126,6 +1133,176 @@ END;
 $$;
 
 
+-- ---- for groups ----
+
+-- pyqueue__blocked_at: the scheduled_at of a message blocked behind its
+-- group's head: past the end of every ready range, so that no reserve, pop
+-- or wait ever visits it. Finite, and the largest time every client
+-- library can read (Python's datetime.max), because queue_message and
+-- queue_messages show it. Inlined by the planner as a constant.
+CREATE OR REPLACE FUNCTION pyqueue__blocked_at()
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT timestamptz '9999-12-31 23:59:59.999999+00' $$;
+
+-- pyqueue__group_settle: gives in_group of in_queue its head after a change.
+-- With in_head_left the head has just left the queue (committed, popped,
+-- dead-lettered, moved away, removed): the blocked message first in
+-- (scheduled_at_initially, id) order, run time then push order, takes its
+-- place; with none left the group's row goes. Otherwise messages have just
+-- been pushed into the group, blocked: the group's row is created when
+-- missing, and the first of them becomes head when the group has none, or
+-- when the head was never delivered, runs later than it and can be locked
+-- at once (one a reserve is taking now is not displaced); the displaced
+-- head is blocked again. The new head is due at its run time or now,
+-- whichever is later: it queues behind the heads that are ready already,
+-- so a group with a long backlog takes its turn after the others (round
+-- robin) instead of starving them. A wakeup when it is ready now.
+-- Locks: the group's row (created when missing), then the messages it
+-- changes; a caller that deleted or inserted a message of the group holds
+-- that row's lock already (messages before the group row, in every
+-- routine: a reserve never takes a group row, and this function waits for
+-- no head's lock). Several groups: the caller settles them in group_key
+-- order.
+CREATE OR REPLACE FUNCTION pyqueue__group_settle(in_queue text, in_group text, in_now timestamptz,
+                                                 in_head_left boolean)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_head_key  text;
+    v_head_kind text;
+    v_next      record;
+BEGIN
+    IF in_head_left THEN
+        PERFORM 1 FROM pyqueue_group g
+         WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group
+           FOR UPDATE;
+    ELSE
+        INSERT INTO pyqueue_group AS g (queue_name, group_key) VALUES (in_queue, in_group)
+        ON CONFLICT (queue_name, group_key) DO UPDATE SET head_key = g.head_key
+        RETURNING g.head_key, g.head_kind INTO v_head_key, v_head_kind;
+        IF v_head_key IS NOT NULL AND NOT EXISTS (
+               SELECT 1 FROM pyqueue_message m
+                WHERE m.queue_name::text = in_queue AND m.p_key::text = v_head_key
+                  AND m.p_kind::text = v_head_kind AND m.attempts = 0 AND m.reserve_token IS NULL) THEN
+            RETURN;  -- the head has been delivered: it keeps its place
+        END IF;
+    END IF;
+    LOOP
+        SELECT m.p_key, m.p_kind, m.scheduled_at_initially AS at INTO v_next
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
+           AND m.scheduled_at = pyqueue__blocked_at()
+         ORDER BY m.scheduled_at_initially, m.id
+         LIMIT 1
+           FOR UPDATE;
+        -- Nothing found can also mean that the row this read waited for was
+        -- deleted meanwhile (READ COMMITTED): look again with a new snapshot.
+        EXIT WHEN FOUND OR NOT EXISTS (
+            SELECT 1 FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
+               AND m.scheduled_at = pyqueue__blocked_at());
+    END LOOP;
+    IF v_next.p_key IS NULL THEN
+        IF v_head_key IS NULL THEN
+            DELETE FROM pyqueue_group g WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
+        END IF;
+        RETURN;
+    END IF;
+    IF v_head_key IS NOT NULL THEN
+        PERFORM 1 FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = v_head_key AND m.p_kind::text = v_head_kind
+           AND m.attempts = 0 AND m.reserve_token IS NULL AND m.scheduled_at_initially > v_next.at
+           FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        UPDATE pyqueue_message m SET scheduled_at = pyqueue__blocked_at()
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = v_head_key AND m.p_kind::text = v_head_kind;
+    END IF;
+    UPDATE pyqueue_message m SET scheduled_at = greatest(v_next.at, in_now)
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.p_key::text AND m.p_kind::text = v_next.p_kind::text;
+    UPDATE pyqueue_group g SET head_key = v_next.p_key, head_kind = v_next.p_kind
+     WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
+    IF v_next.at <= in_now THEN
+        PERFORM pyqueue__notify(in_queue);  -- wakeup: the new head is ready now
+    END IF;
+END;
+$$;
+
+-- pyqueue__groups_settle: pyqueue__group_settle(in_head_left) for every
+-- group of in_groups (NULL elements and repeats ignored), in group_key
+-- order. For the routines that remove many messages at once.
+CREATE OR REPLACE FUNCTION pyqueue__groups_settle(in_queue text, in_groups text[], in_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_group text;
+BEGIN
+    FOR v_group IN SELECT DISTINCT g FROM pg_catalog.unnest(in_groups) AS u (g) WHERE g IS NOT NULL ORDER BY g LOOP
+        PERFORM pyqueue__group_settle(in_queue, v_group, in_now, true);
+    END LOOP;
+END;
+$$;
+
+-- ---- for topics ----
+
+-- pyqueue__check_topic: raises unless in_value is a topic (in_pattern
+-- false) or a topic pattern (true) called in_what: a name (1 to 255
+-- characters, neither starting nor ending with a space) of dot-separated
+-- non-empty words; in
+-- a topic no word holds '*' or '#'; in a pattern a word that holds one is
+-- exactly '*' (one word) or '#' (any number of words). Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_topic(in_what text, in_value text, in_pattern boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name(in_what, in_value, 255);
+    IF pg_catalog.left(in_value, 1) = ' ' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not start with a space', in_what
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(pg_catalog.string_to_array(in_value, '.')) AS u (w)
+                WHERE u.w = '') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must be dot-separated words, none of them empty', in_what
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(pg_catalog.string_to_array(in_value, '.')) AS u (w)
+                WHERE pg_catalog.strpos(u.w, '*') > 0 OR pg_catalog.strpos(u.w, '#') > 0)
+       AND NOT in_pattern THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not hold * or # (only a pattern does)', in_what
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(pg_catalog.string_to_array(in_value, '.')) AS u (w)
+                WHERE (pg_catalog.strpos(u.w, '*') > 0 OR pg_catalog.strpos(u.w, '#') > 0)
+                  AND u.w NOT IN ('*', '#')) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % may hold * or # only as a whole word', in_what
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- pyqueue__topic_regex: the regular expression a topic pattern stands for,
+-- matched against '.' || topic: each word becomes '\.' and the word (its
+-- regular-expression characters escaped), '*' one word ('\.[^.]+'), '#' any
+-- number of words ('(\.[^.]+)*'), anchored at both ends. So 'a.#' matches
+-- 'a', 'a.b' and 'a.b.c'; '*.b' matches 'a.b' but not 'b'. Checked pattern.
+CREATE OR REPLACE FUNCTION pyqueue__topic_regex(in_pattern text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT '^' || pg_catalog.string_agg(
+               CASE u.w WHEN '*' THEN '\.[^.]+'
+                        WHEN '#' THEN '(\.[^.]+)*'
+                        ELSE '\.' || pg_catalog.regexp_replace(u.w, '([\^$|()\[\]{}+?\\])', '\\\1', 'g') END,
+               '' ORDER BY u.ord) || '$'
+      FROM pg_catalog.unnest(pg_catalog.string_to_array(in_pattern, '.')) WITH ORDINALITY AS u (w, ord)
+$$;
+
+
 -- ==== queues ====
 -- Create a queue or change its settings, read them back, drop it, pause and
 -- resume it, count its messages.
@@ -1467,7 +1644,9 @@ $$;
 --               reservation (an expired holder's commit then returns false);
 --   'reserved'  one is held by a live reservation: left alone, nothing pushed.
 -- created_at and the FIFO position among equal run_at are kept on replace.
--- Locks: a key-share lock on the queue row and the message row.
+-- A message blocked behind its group's head stays blocked (its group and
+-- its place in it by the new run_at): replace never lets a group's message
+-- past its head. Locks: a key-share lock on the queue row and the message row.
 CREATE OR REPLACE FUNCTION queue_push_replace(
     in_queue    text,
     in_key      text,
@@ -1501,7 +1680,11 @@ BEGIN
     VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
        SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
-           scheduled_at = EXCLUDED.scheduled_at, scheduled_at_initially = EXCLUDED.scheduled_at,
+           -- a message blocked behind its group's head stays blocked; its
+           -- new run time is its new place in the group
+           scheduled_at = CASE WHEN m.scheduled_at = pyqueue__blocked_at() THEN m.scheduled_at
+                               ELSE EXCLUDED.scheduled_at END,
+           scheduled_at_initially = EXCLUDED.scheduled_at,
            attempts = 0, reserved_by = NULL, reserve_token = NULL
      WHERE m.reserve_token IS NULL OR m.scheduled_at <= v_now
     RETURNING (m.xmax = 0) INTO v_inserted;
@@ -1510,6 +1693,154 @@ BEGIN
     END IF;
     IF v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now
     RETURN CASE WHEN v_inserted THEN 'inserted' ELSE 'replaced' END;
+END;
+$$;
+
+-- queue_push_grouped: queue_push for a message of FIFO group in_group (a
+-- name of 1 to 255 characters, e.g. an order id): the group's messages are
+-- delivered one at a time, in run time and then push order; the next is
+-- handed out only once the one before it has left the queue (committed,
+-- dead-lettered, moved away or removed). A message behind its group's head
+-- waits blocked (see pyqueue__group_settle); it becomes head at once when
+-- the group has none, or when the head was never delivered and runs later.
+-- Dedup as queue_push: false, and nothing changes, when (queue, p_key,
+-- p_kind) is live, whatever its group. Locks: as queue_push, then the
+-- group's row (pyqueue_group; created when missing).
+CREATE OR REPLACE FUNCTION queue_push_grouped(
+    in_queue    text,
+    in_group    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz DEFAULT NULL,
+    in_priority integer     DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_at  timestamptz;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__check_name('group', in_group, 255);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    v_at := coalesce(in_run_at, v_now);
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+            scheduled_at_initially, created_at, group_key)
+    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), pyqueue__blocked_at(), v_at,
+            v_now, in_group)
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pyqueue__group_settle(in_queue, in_group, v_now, false);
+    RETURN true;
+END;
+$$;
+
+-- queue_push_batch_grouped: queue_push_batch with a group per message
+-- (in_groups, the same length as in_keys; a NULL element = no group): one
+-- INSERT of every message, then each group that got new messages is
+-- settled as queue_push_grouped settles one, in group order. Returns how
+-- many were new. Any invalid element refuses the whole batch. Locks: as
+-- queue_push_batch, then the rows of the groups, in group order.
+CREATE OR REPLACE FUNCTION queue_push_batch_grouped(
+    in_queue      text,
+    in_groups     text[],
+    in_keys       text[],
+    in_kinds      text[],
+    in_payloads   jsonb[],
+    in_run_ats    timestamptz[] DEFAULT NULL,
+    in_priorities integer[]     DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_n      integer;
+    v_count  integer;
+    v_bad    integer;
+    v_ids    regclass;
+    v_groups text[];
+    v_ready  boolean;
+    v_group  text;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    IF in_groups IS NULL OR in_keys IS NULL OR in_kinds IS NULL OR in_payloads IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: groups, p_keys, p_kinds and payloads must not be NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := coalesce(pg_catalog.cardinality(in_keys), 0);
+    IF pg_catalog.array_ndims(in_groups) > 1 OR pg_catalog.array_ndims(in_keys) > 1
+       OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_payloads) > 1
+       OR pg_catalog.array_ndims(in_run_ats) > 1 OR pg_catalog.array_ndims(in_priorities) > 1
+       OR pg_catalog.cardinality(in_groups) <> v_n
+       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_payloads) <> v_n
+       OR (in_run_ats IS NOT NULL AND pg_catalog.cardinality(in_run_ats) <> v_n)
+       OR (in_priorities IS NOT NULL AND pg_catalog.cardinality(in_priorities) <> v_n) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: groups, p_keys, p_kinds, payloads, run_ats and priorities must have the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT pg_catalog.min(b.ord) INTO v_bad
+      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_payloads),
+                      pg_catalog.unnest(in_run_ats), pg_catalog.unnest(in_groups))
+           WITH ORDINALITY AS b (k, kd, pl, ra, g, ord)
+     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.pl IS NULL
+        OR NOT pg_catalog.isfinite(coalesce(b.ra, v_now))
+        OR (b.g IS NOT NULL AND pyqueue__bad_name(b.g, 255));
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, an empty, too long or space-ended group, a NULL payload or an infinite run_at', v_bad
+            USING ERRCODE = '22023';
+    END IF;
+    -- As queue_push_batch: ids in array order, rows inserted in key order.
+    -- A grouped message goes in blocked; its group is settled below.
+    v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
+    WITH batch AS MATERIALIZED (
+        SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.g, pg_catalog.nextval(v_ids) AS new_id
+          FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                          pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
+                          pg_catalog.unnest(in_priorities), pg_catalog.unnest(in_groups))
+               WITH ORDINALITY AS b (k, kd, pl, ra, pr, g, ord)
+    ), ins AS (
+        INSERT INTO pyqueue_message AS m
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, id, group_key)
+        OVERRIDING SYSTEM VALUE
+        SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
+               CASE WHEN b.g IS NULL THEN coalesce(b.ra, v_now) ELSE pyqueue__blocked_at() END,
+               coalesce(b.ra, v_now), v_now, b.new_id, b.g
+          FROM batch b
+         ORDER BY b.k, b.kd, b.new_id  -- of a key repeated in the batch, the first is kept
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING m.group_key, m.scheduled_at
+    )
+    SELECT pg_catalog.count(*)::integer,
+           pg_catalog.array_agg(DISTINCT i.group_key::text ORDER BY i.group_key::text)
+               FILTER (WHERE i.group_key IS NOT NULL),
+           coalesce(pg_catalog.bool_or(i.scheduled_at <= v_now), false)
+      INTO v_count, v_groups, v_ready
+      FROM ins i;
+    IF v_ready THEN
+        PERFORM pyqueue__notify(in_queue);  -- ready-now messages without a group
+    END IF;
+    FOREACH v_group IN ARRAY coalesce(v_groups, '{}') LOOP
+        PERFORM pyqueue__group_settle(in_queue, v_group, v_now, false);
+    END LOOP;
+    RETURN v_count;
 END;
 $$;
 
@@ -1522,7 +1853,8 @@ $$;
 -- queue_pop: removes and returns up to in_n ready messages (at-most-once).
 -- Locks the chosen rows with SKIP LOCKED (pyqueue__ready_tids: its cost
 -- model is the reserve's) and deletes them by ctid in one statement;
--- nothing when the queue is paused.
+-- nothing when the queue is paused. A popped group head hands its place to
+-- the next message of its group (then the group's row is locked too).
 CREATE OR REPLACE FUNCTION queue_pop(in_queue text, in_n integer DEFAULT 1)
 RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
                attempts integer, created_at timestamptz)
@@ -1531,9 +1863,10 @@ SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue pyqueue_queue := pyqueue__queue(in_queue);
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_tids  tid[];
+    v_queue  pyqueue_queue := pyqueue__queue(in_queue);
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_tids   tid[];
+    v_groups text[];
 BEGIN
     PERFORM pyqueue__check_batch_size(in_n);
     IF v_queue.paused THEN
@@ -1542,6 +1875,11 @@ BEGIN
     -- Locked first, in a statement of its own: the DELETE then finds exactly
     -- the row versions that were locked.
     v_tids := pyqueue__ready_tids(in_queue, v_now, coalesce(in_n, 1), NULL);
+    IF EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
+        -- the groups whose heads are popped: each hands its place on below
+        SELECT pg_catalog.array_agg(m.group_key::text) INTO v_groups
+          FROM pyqueue_message m WHERE m.ctid = ANY (v_tids) AND m.group_key IS NOT NULL;
+    END IF;
     RETURN QUERY
         WITH gone AS (
             DELETE FROM pyqueue_message m
@@ -1558,6 +1896,9 @@ BEGIN
         )
         SELECT g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at
           FROM gone g ORDER BY g.ord;
+    IF v_groups IS NOT NULL THEN
+        PERFORM pyqueue__groups_settle(in_queue, v_groups, v_now);
+    END IF;
 END;
 $$;
 
@@ -1591,8 +1932,9 @@ $$;
 
 -- queue_commit: deletes the message if in_token still holds its reservation;
 -- false otherwise (expired and re-reserved, committed already, or removed).
--- Locks the message row (and, for a schedule's pending occurrence, the
--- schedule row).
+-- A group's head hands its place to the next message of its group.
+-- Locks the message row (then, for a group's head, the group's row; for a
+-- schedule's pending occurrence, the schedule row).
 CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -1601,20 +1943,32 @@ AS $$
 DECLARE
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
     v_msg   pyqueue_message;
+    v_group text;
 BEGIN
     PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
     IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
-        -- Nothing to archive, not a schedule's occurrence: the DELETE is all of it.
+        -- Nothing to archive, not a schedule's occurrence: the DELETE is all
+        -- of it, and, for a group's head, the next message of its group.
         DELETE FROM pyqueue_message
          WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
-           AND reserve_token = in_token;
-        RETURN FOUND;
+           AND reserve_token = in_token
+        RETURNING group_key INTO v_group;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        IF v_group IS NOT NULL THEN
+            PERFORM pyqueue__group_settle(in_queue, v_group, pg_catalog.clock_timestamp(), true);
+        END IF;
+        RETURN true;
     END IF;
     DELETE FROM pyqueue_message
      WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = in_token
     RETURNING * INTO v_msg;
     IF NOT FOUND THEN
         RETURN false;
+    END IF;
+    IF v_msg.group_key IS NOT NULL THEN
+        PERFORM pyqueue__group_settle(in_queue, v_msg.group_key::text, pg_catalog.clock_timestamp(), true);
     END IF;
     PERFORM pyqueue__archive(v_queue, v_msg, 'committed', NULL, pg_catalog.clock_timestamp());
     IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
@@ -1690,8 +2044,12 @@ $$;
 -- attempts and the dead-letter origin reset, except for a move into the same
 -- queue, which keeps them, so that max_attempts still applies). If in_to_queue already
 -- holds a live message with the same key and kind, that one stays (dedup, as
--- queue_push). False, and nothing changes, when the token no longer holds.
--- Locks: a key-share lock on the target queue row, then the message row.
+-- queue_push). A group's head moved into its own queue stays its group's
+-- head, ready now; moved to another queue it leaves its group (it arrives
+-- there without one) and hands its place to the next message of the group.
+-- False, and nothing changes, when the token no longer holds.
+-- Locks: a key-share lock on the target queue row, then the message row
+-- (then the group's row of a head moved away).
 CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token uuid,
                            in_to_queue text, in_payload jsonb DEFAULT NULL)
 RETURNS boolean
@@ -1716,15 +2074,19 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM pyqueue__archive(v_queue, v_msg, 'moved', in_to_queue, v_now);
+    IF v_msg.group_key IS NOT NULL AND NOT v_same THEN
+        PERFORM pyqueue__group_settle(in_queue, v_msg.group_key::text, v_now, true);
+    END IF;
     INSERT INTO pyqueue_message
            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts)
+            scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts, group_key)
     VALUES (in_to_queue, v_msg.p_key, v_msg.p_kind, coalesce(in_payload, v_msg.payload),
             v_msg.priority, v_now, v_now, v_now,
             CASE WHEN v_same THEN v_msg.attempts ELSE 0 END,
             v_msg.last_error,
             CASE WHEN v_same THEN v_msg.dead_from END,
-            CASE WHEN v_same THEN v_msg.dead_attempts END)
+            CASE WHEN v_same THEN v_msg.dead_attempts END,
+            CASE WHEN v_same THEN v_msg.group_key END)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
     IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;
     RETURN true;
@@ -1732,18 +2094,30 @@ END;
 $$;
 
 -- queue_remove: deletes a message whatever its state; false when absent.
--- Locks the message row.
+-- A group's head hands its place to the next message of its group; a
+-- message blocked behind its head just goes. Locks the message row (then
+-- the group's row of a head).
 CREATE OR REPLACE FUNCTION queue_remove(in_queue text, in_key text, in_kind text)
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_group text;
+    v_at    timestamptz;
 BEGIN
     PERFORM pyqueue__queue(in_queue);
     PERFORM pyqueue__check_name('p_key', in_key, 255);
     PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    DELETE FROM pyqueue_message WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
-    RETURN FOUND;
+    DELETE FROM pyqueue_message WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
+    RETURNING group_key, scheduled_at INTO v_group, v_at;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_group IS NOT NULL AND v_at <> pyqueue__blocked_at() THEN
+        PERFORM pyqueue__group_settle(in_queue, v_group, pg_catalog.clock_timestamp(), true);
+    END IF;
+    RETURN true;
 END;
 $$;
 
@@ -1818,6 +2192,7 @@ BEGIN
         SELECT m.scheduled_at INTO v_next
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue
+           AND m.scheduled_at < pyqueue__blocked_at()  -- never due while blocked behind a group's head
            AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
          ORDER BY m.scheduled_at
          LIMIT 1;
@@ -1910,6 +2285,7 @@ DECLARE
     v_queue     pyqueue_queue := pyqueue__queue(in_queue);
     v_committed boolean;
     v_got       integer;
+    v_group     text;
 BEGIN
     -- The same checks as queue_reserve, before anything changes.
     PERFORM pyqueue__check_reserve(in_worker, in_timeout, in_n, in_kinds);
@@ -1919,8 +2295,12 @@ BEGIN
             -- Nothing to archive, not a schedule's occurrence: the DELETE is all of queue_commit.
             DELETE FROM pyqueue_message m
              WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
-               AND m.reserve_token = in_token;
+               AND m.reserve_token = in_token
+            RETURNING m.group_key INTO v_group;
             v_committed := FOUND;
+            IF v_group IS NOT NULL THEN
+                PERFORM pyqueue__group_settle(in_queue, v_group, pg_catalog.clock_timestamp(), true);
+            END IF;
         ELSE
             -- Exactly queue_commit: the history row, the next occurrence of a schedule.
             v_committed := queue_commit(in_queue, in_key, in_kind, in_token);
@@ -2015,10 +2395,12 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF v_queue.history_retention IS NOT NULL
-       OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key LIKE '%@____-__-__T__:__:__Z') THEN
-        -- A queue that keeps history, or a batch holding occurrences of a
-        -- schedule: each element through queue_commit (history row, next
-        -- occurrence), in key order.
+       OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key LIKE '%@____-__-__T__:__:__Z')
+       OR EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
+        -- A queue that keeps history or has FIFO groups, or a batch holding
+        -- occurrences of a schedule: each element through queue_commit
+        -- (history row, next occurrence, the next message of a group), in
+        -- key order.
         FOR v_one IN SELECT b.k, b.kd, b.tk
                        FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
                             WITH ORDINALITY AS b (k, kd, tk, ord)
@@ -2030,6 +2412,229 @@ BEGIN
         RETURN v_count;
     END IF;
     RETURN pyqueue__delete_held(in_queue, in_keys, in_kinds, in_tokens);
+END;
+$$;
+
+
+-- ==== topics ====
+-- Fan-out: bind topic patterns to queues, then publish a message to a topic
+-- to push it into every queue bound to a pattern the topic matches (AMQP
+-- topic exchanges: dot-separated words, '*' one word, '#' any number).
+
+-- queue_bind: binds in_pattern (a topic pattern, see pyqueue__check_topic)
+-- to in_queue: true when the binding is new, false when it existed.
+-- Locks: a key-share lock on the queue row, the binding's key.
+CREATE OR REPLACE FUNCTION queue_bind(in_pattern text, in_queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_topic('pattern', in_pattern, true);
+    PERFORM pyqueue__queue(in_queue, true);
+    INSERT INTO pyqueue_binding (pattern, queue_name, pattern_regex, created_at)
+    VALUES (in_pattern, in_queue, pyqueue__topic_regex(in_pattern), pg_catalog.clock_timestamp())
+    ON CONFLICT (pattern, queue_name) DO NOTHING;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_unbind: removes the binding of in_pattern to in_queue: true when
+-- there was one, false otherwise. Messages published before stay. Locks the
+-- binding row.
+CREATE OR REPLACE FUNCTION queue_unbind(in_pattern text, in_queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_topic('pattern', in_pattern, true);
+    PERFORM pyqueue__queue(in_queue);
+    DELETE FROM pyqueue_binding b WHERE b.pattern::text = in_pattern AND b.queue_name::text = in_queue;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_bindings: the bindings of in_queue (every queue's when NULL), by
+-- queue and pattern: (pattern, queue, created_at). Reads without locks.
+CREATE OR REPLACE FUNCTION queue_bindings(in_queue text DEFAULT NULL)
+RETURNS TABLE (pattern text, queue text, created_at timestamptz)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT b.pattern::text, b.queue_name::text, b.created_at
+          FROM pyqueue_binding b
+         WHERE in_queue IS NULL OR b.queue_name::text = in_queue
+         ORDER BY b.queue_name, b.pattern;
+END;
+$$;
+
+-- queue_publish: pushes one message (as queue_push: dedup per queue) into
+-- every queue bound to a pattern that in_topic matches, in one statement;
+-- a queue bound by several of them gets it once. Returns how many queues
+-- got a new message: 0 when no binding matches (not an error) or every
+-- bound queue holds (p_key, p_kind) already. One wakeup per queue that got
+-- a message ready now. Locks: key-share locks on the target queue rows, in
+-- queue order, then the new rows' unique-index entries.
+CREATE OR REPLACE FUNCTION queue_publish(
+    in_topic    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz DEFAULT NULL,
+    in_priority integer     DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_at     timestamptz;
+    v_queues text[];
+    v_queue  text;
+BEGIN
+    PERFORM pyqueue__check_topic('topic', in_topic, false);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    v_at := coalesce(in_run_at, v_now);
+    WITH targets AS (
+        SELECT q.queue_name
+          FROM pyqueue_queue q
+         WHERE q.queue_name IN (SELECT b.queue_name FROM pyqueue_binding b
+                                 WHERE ('.' || in_topic) ~ b.pattern_regex::text)
+         ORDER BY q.queue_name
+           FOR KEY SHARE
+    ), ins AS (
+        INSERT INTO pyqueue_message AS m
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at)
+        SELECT t.queue_name, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now
+          FROM targets t
+         ORDER BY t.queue_name
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING m.queue_name
+    )
+    SELECT pg_catalog.array_agg(i.queue_name::text ORDER BY i.queue_name::text) INTO v_queues FROM ins i;
+    IF v_at <= v_now THEN
+        FOREACH v_queue IN ARRAY coalesce(v_queues, '{}') LOOP
+            PERFORM pyqueue__notify(v_queue);  -- wakeup: ready now
+        END LOOP;
+    END IF;
+    RETURN coalesce(pg_catalog.cardinality(v_queues), 0);
+END;
+$$;
+
+-- queue_publish_batch: queue_publish for many messages in one statement:
+-- element i of the arrays (the same length; in_run_ats / in_priorities may
+-- be NULL or hold NULLs) goes to the queues bound to topics[i]. Returns how
+-- many messages were new, over all queues. Any invalid element refuses the
+-- whole batch. Ids in array order (FIFO within a queue), rows inserted in
+-- queue and key order. Locks: as queue_publish, for every target queue.
+CREATE OR REPLACE FUNCTION queue_publish_batch(
+    in_topics     text[],
+    in_keys       text[],
+    in_kinds      text[],
+    in_payloads   jsonb[],
+    in_run_ats    timestamptz[] DEFAULT NULL,
+    in_priorities integer[]     DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_n      integer;
+    v_bad    integer;
+    v_ids    regclass;
+    v_count  integer;
+    v_ready  text[];
+    v_queue  text;
+    v_topic  text;
+BEGIN
+    IF in_topics IS NULL OR in_keys IS NULL OR in_kinds IS NULL OR in_payloads IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: topics, p_keys, p_kinds and payloads must not be NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := coalesce(pg_catalog.cardinality(in_keys), 0);
+    IF pg_catalog.array_ndims(in_topics) > 1 OR pg_catalog.array_ndims(in_keys) > 1
+       OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_payloads) > 1
+       OR pg_catalog.array_ndims(in_run_ats) > 1 OR pg_catalog.array_ndims(in_priorities) > 1
+       OR pg_catalog.cardinality(in_topics) <> v_n
+       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_payloads) <> v_n
+       OR (in_run_ats IS NOT NULL AND pg_catalog.cardinality(in_run_ats) <> v_n)
+       OR (in_priorities IS NOT NULL AND pg_catalog.cardinality(in_priorities) <> v_n) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: topics, p_keys, p_kinds, payloads, run_ats and priorities must have the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT pg_catalog.min(b.ord) INTO v_bad
+      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_payloads),
+                      pg_catalog.unnest(in_run_ats))
+           WITH ORDINALITY AS b (k, kd, pl, ra, ord)
+     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.pl IS NULL
+        OR NOT pg_catalog.isfinite(coalesce(b.ra, v_now));
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, a NULL payload or an infinite run_at', v_bad
+            USING ERRCODE = '22023';
+    END IF;
+    FOR v_topic IN SELECT DISTINCT t FROM pg_catalog.unnest(in_topics) AS u (t) LOOP
+        PERFORM pyqueue__check_topic('topic', v_topic, false);
+    END LOOP;
+    v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
+    WITH batch AS MATERIALIZED (
+        SELECT b.t, b.k, b.kd, b.pl, b.ra, b.pr, b.ord
+          FROM ROWS FROM (pg_catalog.unnest(in_topics), pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                          pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
+                          pg_catalog.unnest(in_priorities))
+               WITH ORDINALITY AS b (t, k, kd, pl, ra, pr, ord)
+    ), routed AS MATERIALIZED (
+        SELECT r.queue_name, r.ord, pg_catalog.nextval(v_ids) AS new_id
+          FROM (SELECT DISTINCT bd.queue_name, b.ord
+                  FROM batch b JOIN pyqueue_binding bd ON ('.' || b.t) ~ bd.pattern_regex::text) AS r
+         ORDER BY r.ord, r.queue_name
+    ), targets AS (
+        SELECT q.queue_name
+          FROM pyqueue_queue q
+         WHERE q.queue_name IN (SELECT r.queue_name FROM routed r)
+         ORDER BY q.queue_name
+           FOR KEY SHARE
+    ), ins AS (
+        INSERT INTO pyqueue_message AS m
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, id)
+        OVERRIDING SYSTEM VALUE
+        SELECT t.queue_name, b.k, b.kd, b.pl, coalesce(b.pr, 0), coalesce(b.ra, v_now), coalesce(b.ra, v_now),
+               v_now, r.new_id
+          FROM routed r
+          JOIN targets t ON t.queue_name = r.queue_name
+          JOIN batch b ON b.ord = r.ord
+         ORDER BY t.queue_name, b.k, b.kd, b.ord  -- of a key repeated in the batch, the first is kept
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING m.queue_name, m.scheduled_at
+    )
+    SELECT pg_catalog.count(*)::integer,
+           pg_catalog.array_agg(DISTINCT i.queue_name::text ORDER BY i.queue_name::text)
+               FILTER (WHERE i.scheduled_at <= v_now)
+      INTO v_count, v_ready
+      FROM ins i;
+    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP
+        PERFORM pyqueue__notify(v_queue);  -- wakeup: ready now
+    END LOOP;
+    RETURN v_count;
 END;
 $$;
 
@@ -2146,6 +2751,7 @@ DECLARE
     v_keys   text[];
     v_kinds  text[];
     v_count  integer;
+    v_groups text[];
 BEGIN
     PERFORM pyqueue__check_name('dead_queue', in_dead_queue, 128);
     PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
@@ -2204,7 +2810,12 @@ BEGIN
                v_now, 'moved', in_to_queue, g.reserved_by, g.last_error
           FROM gone g WHERE v_dead.history_retention IS NOT NULL
     )
-    SELECT pg_catalog.count(*) INTO v_count FROM gone;
+    SELECT pg_catalog.count(*), pg_catalog.array_agg(g.group_key::text) FILTER (WHERE g.group_key IS NOT NULL)
+      INTO v_count, v_groups FROM gone g;
+    IF v_groups IS NOT NULL THEN
+        -- messages of groups pushed into the dead-letter queue itself
+        PERFORM pyqueue__groups_settle(in_dead_queue, v_groups, v_now);
+    END IF;
     IF v_count > 0 THEN PERFORM pyqueue__notify(in_to_queue); END IF;  -- wakeup: ready now
     RETURN v_count;
 END;
@@ -2354,6 +2965,38 @@ BEGIN
                                    WHEN m.reserve_token IS NOT NULL THEN 'reserved'
                                    ELSE 'delayed' END::text)
          ORDER BY m.p_key, m.p_kind
+         LIMIT coalesce(in_n, 100);
+END;
+$$;
+
+-- queue_groups: in_queue's FIFO groups that hold messages, by group_key, at
+-- most in_n (NULL = 100, 1 to 1000): the group, its head (p_key, p_kind,
+-- state as queue_message's) and how many messages it holds (its head
+-- included). Reads without locks; counts each listed group's messages.
+CREATE OR REPLACE FUNCTION queue_groups(in_queue text, in_n integer DEFAULT NULL)
+RETURNS TABLE (group_key text, head_key text, head_kind text, head_state text, messages bigint)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    IF in_n < 1 OR in_n > 1000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be from 1 to 1000' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+        SELECT g.group_key::text, g.head_key::text, g.head_kind::text,
+               (SELECT CASE WHEN h.scheduled_at <= v_now THEN 'ready'
+                            WHEN h.reserve_token IS NOT NULL THEN 'reserved'
+                            ELSE 'delayed' END
+                  FROM pyqueue_message h
+                 WHERE h.queue_name = g.queue_name AND h.p_key = g.head_key AND h.p_kind = g.head_kind),
+               (SELECT pg_catalog.count(*) FROM pyqueue_message m
+                 WHERE m.queue_name = g.queue_name AND m.group_key = g.group_key)
+          FROM pyqueue_group g
+         WHERE g.queue_name::text = in_queue
+         ORDER BY g.group_key
          LIMIT coalesce(in_n, 100);
 END;
 $$;
@@ -2887,16 +3530,18 @@ REVOKE EXECUTE ON FUNCTION
     pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,
     pyqueue__limited_tids, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
     pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__schedule_next,
-    pyqueue__schedule, pyqueue__ingest, pyqueue__delete_held,
+    pyqueue__schedule, pyqueue__ingest, pyqueue__delete_held, pyqueue__blocked_at, pyqueue__group_settle,
+    pyqueue__groups_settle, pyqueue__check_topic, pyqueue__topic_regex,
     queue_create, queue_reset_setting, queue_settings, queue_drop, queue_pause, queue_resume,
     queue_stats,
-    queue_push, queue_push_batch, queue_push_replace,
+    queue_push, queue_push_batch, queue_push_replace, queue_push_grouped, queue_push_batch_grouped,
     queue_pop, queue_reserve, queue_commit, queue_rollback, queue_fail, queue_extend, queue_move,
     queue_remove,
     queue_channel, queue_set_notify_window, queue_next_scheduled_at, queue_wait,
     queue_commit_reserve, queue_commit_batch,
+    queue_bind, queue_unbind, queue_bindings, queue_publish, queue_publish_batch,
     queue_purge_history, queue_replay, queue_redrive, queue_dead_letters, queue_message,
-    queue_message_history, queue_messages, queue_throughput,
+    queue_message_history, queue_messages, queue_groups, queue_throughput,
     queue_set_limit, queue_limits,
     queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
     queue_release_dead_workers, queue_workers,

@@ -7,8 +7,8 @@
 --
 -- Layout: one section per topic, in the same order in schema.sql,
 -- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
--- helpers, queues, produce, consume, wakeups, fast paths, history and dead
--- letters, limits, workers, schedules, ingest, privileges. A section starts
+-- helpers, queues, produce, consume, wakeups, fast paths, topics, history
+-- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
 -- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
 -- nothing for). The two checks before the first section refuse an
 -- insecure install schema; the last statement undoes their effect.
@@ -118,6 +118,7 @@ CREATE TABLE pyqueue_message (
     last_error             varchar(2000) NULL,
     dead_from              varchar(128) NULL,
     dead_attempts          integer      NULL,
+    group_key              varchar(255) NULL,
     CONSTRAINT pyqueue_message_pkey PRIMARY KEY (queue_name, p_key, p_kind),
     CONSTRAINT pyqueue_message_key_not_empty CHECK (p_key <> ''),
     CONSTRAINT pyqueue_message_kind_not_empty CHECK (p_kind <> '')
@@ -126,6 +127,12 @@ CREATE TABLE pyqueue_message (
 COMMENT ON TABLE pyqueue_message IS
     'pyqueue-sql: live messages keyed by (queue_name, p_key, p_kind); scheduled_at is the reservation lock.';
 
+-- group_key: the message's FIFO group (NULL = none). A grouped message is
+-- its group's head (a real scheduled_at: ready, delayed or reserved as any
+-- message) or blocked behind it: scheduled_at = '9999-12-31
+-- 23:59:59.999999+00' (pyqueue__blocked_at), past the end of every ready
+-- range, so that no reserve ever visits it, until the head leaves the queue
+-- and the next one in (scheduled_at_initially, id) order takes its place.
 -- last_error: the error text of the message's last failed delivery
 -- (queue_fail; at most 2000 characters, longer text is cut). dead_from and
 -- dead_attempts: set on a dead-letter copy only, the queue it came from and
@@ -145,6 +152,29 @@ CREATE INDEX pyqueue_message_ready_idx
 -- per reserve.
 CREATE INDEX pyqueue_message_due_idx
     ON pyqueue_message (queue_name, scheduled_at);
+
+-- A group's messages in delivery order (run time, then push order): the
+-- next one to take the place of a head that left, in one probe. Partial:
+-- messages without a group (the common case) add no entry.
+CREATE INDEX pyqueue_message_group_idx
+    ON pyqueue_message (queue_name, group_key, scheduled_at_initially, id)
+    WHERE group_key IS NOT NULL;
+
+-- One row per group that has messages: its head (the one message of the
+-- group that may be delivered; NULL only inside a push that is placing it).
+-- The lock every change of a group's head takes: a push into the group, and
+-- the step that hands the place of a head that left to the next message.
+-- Reserves never read it.
+CREATE TABLE pyqueue_group (
+    queue_name varchar(128) NOT NULL REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    group_key  varchar(255) NOT NULL,
+    head_key   varchar(255) NULL,
+    head_kind  varchar(128) NULL,
+    CONSTRAINT pyqueue_group_pkey PRIMARY KEY (queue_name, group_key)
+);
+
+COMMENT ON TABLE pyqueue_group IS
+    'pyqueue-sql: one row per FIFO group with messages: its head, the one message of the group that may be delivered.';
 
 -- Every reserve moves a message's entry in the ready index (a
 -- non-HOT update) and every commit deletes it, so each message leaves two
@@ -174,6 +204,27 @@ CREATE TABLE pyqueue_notify (
 
 COMMENT ON TABLE pyqueue_notify IS
     'pyqueue-sql: per-queue NOTIFY throttle (window and time of the last wakeup).';
+
+
+-- ==== topics ====
+-- Bindings of topic patterns to queues: queue_publish pushes a message into
+-- every queue bound to a pattern its topic matches.
+
+-- pattern: dot-separated words, '*' standing for one word and '#' for any
+-- number (AMQP topic exchanges); pattern_regex: the same as a regular
+-- expression over '.' || topic, built once by queue_bind.
+CREATE TABLE pyqueue_binding (
+    pattern       varchar(255)  NOT NULL,
+    queue_name    varchar(128)  NOT NULL REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    pattern_regex varchar(2000) NOT NULL,
+    created_at    timestamptz   NOT NULL,
+    CONSTRAINT pyqueue_binding_pkey PRIMARY KEY (pattern, queue_name)
+);
+
+CREATE INDEX pyqueue_binding_queue_idx ON pyqueue_binding (queue_name);
+
+COMMENT ON TABLE pyqueue_binding IS
+    'pyqueue-sql: topic patterns bound to queues (queue_bind); queue_publish pushes into every queue bound to a matching pattern.';
 
 
 -- ==== history and dead letters ====

@@ -43,6 +43,7 @@ DROP TABLE IF EXISTS pyqueue_limit;
 
 -- ==== history and dead letters ====
 DROP FUNCTION IF EXISTS queue_throughput(text, timestamptz);
+DROP FUNCTION IF EXISTS queue_groups(text, integer);
 DROP FUNCTION IF EXISTS queue_messages(text, text, text, text, text, integer);
 DROP FUNCTION IF EXISTS queue_message_history(text, text, text);
 DROP FUNCTION IF EXISTS queue_message(text, text, text);
@@ -52,6 +53,14 @@ DROP FUNCTION IF EXISTS queue_replay(text, timestamptz, timestamptz);
 DROP FUNCTION IF EXISTS queue_purge_history(text, integer);
 DROP VIEW IF EXISTS pyqueue_dead_letters;
 DROP TABLE IF EXISTS pyqueue_history;
+
+-- ==== topics ====
+DROP FUNCTION IF EXISTS queue_publish_batch(text[], text[], text[], jsonb[], timestamptz[], integer[]);
+DROP FUNCTION IF EXISTS queue_publish(text, text, text, jsonb, timestamptz, integer);
+DROP FUNCTION IF EXISTS queue_bindings(text);
+DROP FUNCTION IF EXISTS queue_unbind(text, text);
+DROP FUNCTION IF EXISTS queue_bind(text, text);
+DROP TABLE IF EXISTS pyqueue_binding;
 
 -- ==== fast paths ====
 DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
@@ -76,6 +85,8 @@ DROP FUNCTION IF EXISTS queue_reserve(text, text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS queue_pop(text, integer);
 
 -- ==== produce ====
+DROP FUNCTION IF EXISTS queue_push_batch_grouped(text, text[], text[], text[], jsonb[], timestamptz[], integer[]);
+DROP FUNCTION IF EXISTS queue_push_grouped(text, text, text, text, jsonb, timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_push_replace(text, text, text, jsonb, timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_push_batch(text, text[], text[], jsonb[], timestamptz[], integer[]);
 DROP FUNCTION IF EXISTS queue_push(text, text, text, jsonb, timestamptz, integer);
@@ -91,6 +102,11 @@ DROP FUNCTION IF EXISTS queue_reset_setting(text, text);
 DROP FUNCTION IF EXISTS queue_create(text, interval, integer, text, interval);
 
 -- ==== helpers ====
+DROP FUNCTION IF EXISTS pyqueue__topic_regex(text);
+DROP FUNCTION IF EXISTS pyqueue__check_topic(text, text, boolean);
+DROP FUNCTION IF EXISTS pyqueue__groups_settle(text, text[], timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__group_settle(text, text, timestamptz, boolean);
+DROP FUNCTION IF EXISTS pyqueue__blocked_at();
 DROP FUNCTION IF EXISTS pyqueue__ingest();
 DROP FUNCTION IF EXISTS pyqueue__schedule(text, text, text, jsonb, bigint, text);
 DROP FUNCTION IF EXISTS pyqueue__schedule_next(text, text, text);
@@ -121,5 +137,6 @@ DROP FUNCTION IF EXISTS pyqueue__check_reservation(text, text, uuid);
 DROP FUNCTION IF EXISTS pyqueue__check_name(text, text, integer);
 
 -- the tables of the queues topic, last
+DROP TABLE IF EXISTS pyqueue_group;
 DROP TABLE IF EXISTS pyqueue_message;
 DROP TABLE IF EXISTS pyqueue_queue;

@@ -80,6 +80,7 @@ CONNECTIONS = ("P", "A", "B", "C", "admin")
 keys = st.sampled_from(KEYS)
 kinds = st.sampled_from(KINDS)
 priorities = st.sampled_from((0, 0, 1))
+group_index = st.integers(0, 3)  # QueueMachine.GROUPS[i % len(GROUPS)]
 push_delays = st.sampled_from((0, 0, 0, 0.5, 1.5, 2.5))  # ticks; 0 = ready now
 leases = st.sampled_from((1.5, 2.5))
 rollback_delays = st.sampled_from((0, 0, 0.5, 1.5))
@@ -116,6 +117,9 @@ class Msg:
     attempts: int
     due: float  # model time (ticks) at which scheduled_at falls
     token: str | None  # reservation token (kept after expiry until taken over)
+    group: str | None = None
+    blocked: bool = False  # behind its group's head (scheduled_at = the sentinel)
+    init: float = 0.0  # scheduled_at_initially (ticks): its place in its group, with pid
 
     @property
     def kk(self) -> tuple[str, str]:
@@ -124,18 +128,31 @@ class Msg:
 
 # ---- plain SQL for the checks and the clock (tests only) --------------------
 
+SENTINEL_SQL = {
+    "postgresql": "TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'",
+    "mysql": "CAST('9999-12-31 23:59:59.999999' AS DATETIME(6))",
+}
 ROWS_SQL = {
     "postgresql": "SELECT p_key, p_kind, (payload->>'n')::int, priority, attempts, reserve_token::text,"
-    " scheduled_at <= clock_timestamp() FROM pyqueue_message WHERE queue_name = %s",
+    " scheduled_at <= clock_timestamp(), group_key, scheduled_at = " + SENTINEL_SQL["postgresql"] + ""
+    " FROM pyqueue_message WHERE queue_name = %s",
     "mysql": "SELECT p_key, p_kind, CAST(JSON_EXTRACT(payload, '$.n') AS SIGNED), priority, attempts,"
-    " reserve_token, scheduled_at <= UTC_TIMESTAMP(6) FROM pyqueue_message WHERE queue_name = %s",
+    " reserve_token, scheduled_at <= UTC_TIMESTAMP(6), group_key, scheduled_at = "
+    + SENTINEL_SQL["mysql"]
+    + ""
+    " FROM pyqueue_message WHERE queue_name = %s",
 }
+# A blocked row's scheduled_at (the sentinel) stays as it is: it is no time.
 SHIFT_SQL = {
-    "postgresql": "UPDATE pyqueue_message SET scheduled_at = scheduled_at - make_interval(secs => %s),"
+    "postgresql": "UPDATE pyqueue_message SET scheduled_at = CASE WHEN scheduled_at = "
+    + SENTINEL_SQL["postgresql"]
+    + " THEN scheduled_at ELSE scheduled_at - make_interval(secs => %s) END,"
     " scheduled_at_initially = scheduled_at_initially - make_interval(secs => %s),"
     " created_at = created_at - make_interval(secs => %s)"
     " WHERE queue_name IN (%s, %s, %s)",
-    "mysql": "UPDATE pyqueue_message SET scheduled_at = scheduled_at - INTERVAL %s SECOND,"
+    "mysql": "UPDATE pyqueue_message SET scheduled_at = CASE WHEN scheduled_at = "
+    + SENTINEL_SQL["mysql"]
+    + " THEN scheduled_at ELSE scheduled_at - INTERVAL %s SECOND END,"
     " scheduled_at_initially = scheduled_at_initially - INTERVAL %s SECOND,"
     " created_at = created_at - INTERVAL %s SECOND"
     " WHERE queue_name IN (%s, %s, %s)",
@@ -151,12 +168,17 @@ def sql(db: pyqueue_sql.Database, statement: str, params) -> list[tuple]:
         cur.close()
 
 
-def check_walk(ready: list[Msg], n: int, delivered: set, dead: set, exhaustible: bool) -> None:
+def check_walk(
+    ready: list[Msg], n: int, delivered: set, dead: set, exhaustible: bool, dead_past_n: bool = False
+) -> None:
     """Checks that a reserve/pop of n handed out ``delivered`` and dead-lettered
     ``dead`` as the contract's walk does: ready messages in reserve order
     (priority desc, then scheduled_at; messages the model cannot tell apart
     may come in any order), exhausted ones dead-lettered and skipped, until n
-    are delivered."""
+    are delivered. dead_past_n: the call also handed out messages that became
+    ready during it (a group's next message, promoted when its head was
+    dead-lettered or popped), so n here is less than the call's own n and the
+    call may have dead-lettered exhausted messages past it."""
     order = sorted(ready, key=lambda m: (-m.priority, m.due))
     left = n
     for _, group in itertools.groupby(order, key=lambda m: (-m.priority, m.due)):
@@ -164,7 +186,7 @@ def check_walk(ready: list[Msg], n: int, delivered: set, dead: set, exhaustible:
         members = {m.kk for m in group}
         ok = {m.kk for m in group if not (exhaustible and m.attempts >= MAX_ATTEMPTS)}
         if left == 0:
-            assert not members & (delivered | dead), (
+            assert not members & (delivered if dead_past_n else delivered | dead), (
                 "handed out past the first n in reserve order",
                 members & (delivered | dead),
             )
@@ -214,6 +236,8 @@ class QueueMachine(RuleBasedStateMachine):
 
     conns: dict[str, pyqueue_sql.Database] = {}
     dialect = ""
+    # the groups a push draws from (None: no group); a subclass with groups tests FIFO groups
+    GROUPS: tuple[str | None, ...] = (None,)
 
     def __init__(self) -> None:
         super().__init__()
@@ -238,6 +262,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.pids = itertools.count()
         self.popped: set[int] = set()  # payloads popped: never seen again
         self.handles: list = []  # every Reservation handed out (stale ones too)
+        self.promoted: set = set()  # messages made head since the rule started
 
     # ---- helpers -------------------------------------------------------------
     def q(self, conn: str, name: str | None = None) -> pyqueue_sql.Queue:
@@ -245,24 +270,67 @@ class QueueMachine(RuleBasedStateMachine):
 
     def ready(self) -> list[Msg]:
         """Snapshots of the ready messages (the rules change the live ones)."""
-        return [replace(m) for m in self.msgs.values() if m.due <= self.t]
+        return [replace(m) for m in self.msgs.values() if not m.blocked and m.due <= self.t]
 
     def state(self, m: Msg) -> str:
+        if m.blocked:
+            return "delayed"
         if m.due <= self.t:
             return "ready"
         return "reserved" if m.token is not None else "delayed"
 
     def rows(self, name: str) -> dict:
         return {
-            (k, kd): (int(pid), int(pr), int(att), None if tok is None else str(tok), bool(rdy))
-            for k, kd, pid, pr, att, tok, rdy in sql(self.conns["admin"], ROWS_SQL[self.dialect], (name,))
+            (k, kd): (
+                int(pid),
+                int(pr),
+                int(att),
+                None if tok is None else str(tok),
+                bool(rdy),
+                grp,
+                bool(blk),
+            )
+            for k, kd, pid, pr, att, tok, rdy, grp, blk in sql(
+                self.conns["admin"], ROWS_SQL[self.dialect], (name,)
+            )
         }
 
     def live_keys(self) -> set:
         return set(self.rows(self.main))
 
-    def dead_letter(self, kk: tuple[str, str]) -> None:
+    def group_of(self, g: int) -> str | None:
+        return self.GROUPS[g % len(self.GROUPS)]
+
+    def add(self, m: Msg) -> None:
+        """A new message: its group's head when the group has none, or in place of a head that
+        was never delivered and runs later; else blocked behind the head."""
+        self.msgs[m.kk] = m
+        if m.group is None:
+            return
+        head = next(
+            (x for x in self.msgs.values() if x.group == m.group and not x.blocked and x is not m), None
+        )
+        if head is None:
+            return
+        if head.attempts == 0 and head.token is None and m.init < head.init:
+            head.blocked = True
+        else:
+            m.blocked = True
+
+    def leave(self, kk: tuple[str, str]) -> Msg:
+        """A message leaves main: when it was its group's head, the blocked message first by
+        (run time, push order) becomes head, due at its run time or now, whichever is later."""
         m = self.msgs.pop(kk)
+        if m.group is not None and not m.blocked:
+            waiting = [x for x in self.msgs.values() if x.group == m.group and x.blocked]
+            if waiting:
+                nxt = min(waiting, key=lambda x: (x.init, x.pid))
+                nxt.blocked, nxt.due = False, max(nxt.init, self.t)
+                self.promoted.add(nxt.kk)
+        return m
+
+    def dead_letter(self, kk: tuple[str, str]) -> None:
+        m = self.leave(kk)
         self.dead += 1
         self.dlq[kk] = (m.pid, m.priority)  # a dead letter of the same key is replaced
 
@@ -280,6 +348,7 @@ class QueueMachine(RuleBasedStateMachine):
     def reserved_now(self, results: list, lease: float) -> None:
         for r in results:
             m = self.msgs[(r.key, r.kind)]
+            assert not m.blocked, ("handed out a message blocked behind its group's head", m)
             self.check_delivery(m, r.payload["n"], r.priority)
             assert r.attempts == m.attempts + 1, ("attempts", m, r.attempts)
             assert str(r.token) != m.token, "a redelivery must carry a new token"
@@ -289,7 +358,7 @@ class QueueMachine(RuleBasedStateMachine):
     # ---- producing -----------------------------------------------------------
     @initialize(
         batch=st.lists(
-            st.tuples(keys, kinds, push_delays, priorities),
+            st.tuples(keys, kinds, push_delays, priorities, group_index),
             min_size=2,
             max_size=6,
             unique_by=lambda x: (x[0], x[1]),
@@ -303,24 +372,39 @@ class QueueMachine(RuleBasedStateMachine):
         if n:
             self.reserve("A", n, lease)
 
-    @rule(conn=st.sampled_from(("P", "A")), key=keys, kind=kinds, delay=push_delays, priority=priorities)
-    def push(self, conn, key, kind, delay, priority):
+    @rule(
+        conn=st.sampled_from(("P", "A")),
+        key=keys,
+        kind=kinds,
+        delay=push_delays,
+        priority=priorities,
+        g=group_index,
+    )
+    def push(self, conn, key, kind, delay, priority, g=0):
         pid = next(self.pids)
+        group = self.group_of(g)
         inserted = self.q(conn).push(
-            key, kind, {"n": pid}, run_at=ticks(delay) if delay else None, priority=priority
+            key, kind, {"n": pid}, run_at=ticks(delay) if delay else None, priority=priority, group=group
         )
         assert inserted == ((key, kind) not in self.msgs), "push dedup"
         if inserted:
-            self.msgs[(key, kind)] = Msg(key, kind, pid, priority, 0, self.t + delay, None)
+            self.add(Msg(key, kind, pid, priority, 0, self.t + delay, None, group, False, self.t + delay))
 
-    @rule(conn=st.sampled_from(("P", "B")), key=keys, kind=kinds, delay=push_delays, priority=priorities)
-    def push_again(self, conn, key, kind, delay, priority):
+    @rule(
+        conn=st.sampled_from(("P", "B")),
+        key=keys,
+        kind=kinds,
+        delay=push_delays,
+        priority=priorities,
+        g=group_index,
+    )
+    def push_again(self, conn, key, kind, delay, priority, g=0):
         """The same as push (pushes are drawn twice as often as other steps)."""
-        self.push(conn, key, kind, delay, priority)
+        self.push(conn, key, kind, delay, priority, g)
 
     @rule(
         batch=st.lists(
-            st.tuples(keys, kinds, push_delays, priorities),
+            st.tuples(keys, kinds, push_delays, priorities, group_index),
             min_size=1,
             max_size=5,
             unique_by=lambda x: (x[0], x[1]),
@@ -328,20 +412,26 @@ class QueueMachine(RuleBasedStateMachine):
     )
     def push_batch(self, batch):
         items, fresh = [], []
-        for key, kind, delay, priority in batch:
+        for key, kind, delay, priority, g in batch:
             pid = next(self.pids)
+            group = self.group_of(g)
             items.append(
-                pyqueue_sql.NewMessage(key, kind, {"n": pid}, ticks(delay) if delay else None, priority)
+                pyqueue_sql.NewMessage(
+                    key, kind, {"n": pid}, ticks(delay) if delay else None, priority, group
+                )
             )
             if (key, kind) not in self.msgs:
-                fresh.append(Msg(key, kind, pid, priority, 0, self.t + delay, None))
+                fresh.append(
+                    Msg(key, kind, pid, priority, 0, self.t + delay, None, group, False, self.t + delay)
+                )
         assert self.q("P").push_many(items) == len(fresh), "push_batch dedup"
-        for m in fresh:
-            self.msgs[m.kk] = m
+        for m in fresh:  # in the batch's order: its push order
+            self.add(m)
 
     # ---- consuming -----------------------------------------------------------
     @rule(conn=consumers, n=st.integers(1, 4))
     def pop(self, conn, n):
+        self.promoted = set()
         ready = self.ready()
         got = self.q(conn).pop(n)
         if self.paused:
@@ -349,20 +439,42 @@ class QueueMachine(RuleBasedStateMachine):
             return
         delivered = [(g.key, g.kind) for g in got]
         assert len(set(delivered)) == len(delivered)
-        check_walk(ready, n, set(delivered), set(), exhaustible=False)
-        for g in got:
-            m = self.msgs.pop((g.key, g.kind))
+        self.adopt_pops(ready, got)
+        extra = set(delivered) - {m.kk for m in ready}
+        check_walk(ready, n - len(extra), set(delivered) - extra, set(), exhaustible=False)
+
+    def adopt_pops(self, ready: list[Msg], got: list) -> None:
+        """Removes popped messages from the model, in an order in which each was ready or made
+        head by the departure of one before it (a pop may take a group's next message too)."""
+        allowed = {m.kk for m in ready}
+        pending = list(got)
+        while pending:
+            g = next((g for g in pending if (g.key, g.kind) in allowed | self.promoted), None)
+            assert g is not None, ("popped what was not ready", [(p.key, p.kind) for p in pending])
+            pending.remove(g)
+            m = self.leave((g.key, g.kind))
             self.check_delivery(m, g.payload["n"], g.priority)
             assert g.attempts == m.attempts
             self.popped.add(m.pid)
 
-    def _reserve_effects(self, ready: list[Msg], results: list, lease: float) -> set:
-        """Adopts the dead letters the reserve made (exhausted ready messages that left main)."""
+    def _reserve_effects(
+        self,
+        ready: list[Msg],
+        results: list,
+        lease: float,
+        pops: list | None = None,
+        pop_ready: list | None = None,
+    ) -> set:
+        """Adopts the dead letters the reserve made (exhausted ready messages that left main), then
+        the pops that ran beside it (of pop_ready; they are left out of ``ready``), then the
+        reservations."""
         left = self.live_keys()
         exhausted = {m.kk for m in ready if m.attempts >= MAX_ATTEMPTS}
         dead = {kk for kk in exhausted if kk not in left}
-        for kk in dead:
+        for kk in sorted(dead):
             self.dead_letter(kk)
+        if pops:
+            self.adopt_pops(pop_ready or [], pops)
         self.reserved_now(results, lease)
         return dead
 
@@ -373,6 +485,7 @@ class QueueMachine(RuleBasedStateMachine):
         kinds_=st.sampled_from((None, None, ("a",), ("b",), ("b", "a"))),
     )
     def reserve(self, conn, n, lease, kinds_=None):
+        self.promoted = set()
         ready = [m for m in self.ready() if kinds_ is None or m.kind in kinds_]
         got = self.q(conn).reserve(n, worker=conn, timeout=ticks(lease), kinds=kinds_)
         if self.paused:
@@ -381,11 +494,19 @@ class QueueMachine(RuleBasedStateMachine):
         delivered = [(r.key, r.kind) for r in got]
         assert len(set(delivered)) == len(delivered)
         dead = self._reserve_effects(ready, got, lease)
-        check_walk(ready, n, set(delivered), dead, exhaustible=True)
+        extra = set(delivered) - {m.kk for m in ready}
+        assert extra <= self.promoted, ("handed out what was not ready", extra)
+        assert kinds_ is None or all(kd in kinds_ for _, kd in extra), ("outside the kinds filter", extra)
+        check_walk(
+            ready, n - len(extra), set(delivered) - extra, dead, exhaustible=True, dead_past_n=bool(extra)
+        )
 
     @rule(ns=st.lists(st.integers(1, 4), min_size=3, max_size=3), lease=leases, c_pops=st.booleans())
     def reserve_concurrently(self, ns, lease, c_pops):
-        """A, B and C reserve (or C pops) at the same moment: disjoint sets, union = what was ready."""
+        """A, B and C reserve (or C pops) at the same moment: disjoint sets, union = what was ready
+        (and, with groups, perhaps the next message of a group whose head one of them popped or
+        dead-lettered)."""
+        self.promoted = set()
         ready = self.ready()
         results: list = [None] * 3
 
@@ -405,24 +526,28 @@ class QueueMachine(RuleBasedStateMachine):
         union = set().union(*sets)
         assert len(union) == sum(len(s) for s in sets), ("two reservers got the same message", sets)
         ok = {m.kk for m in ready if m.attempts < MAX_ATTEMPTS}
+        popped = results[2] if c_pops else []
+        reservations = results[0] + results[1] if c_pops else [r for res in results for r in res]
+        # sorted: the handles' order must not depend on which thread won which message
+        self._reserve_effects(
+            [m for m in ready if not c_pops or m.kk not in sets[2]],
+            sorted(reservations, key=lambda r: (r.key, r.kind)),
+            lease,
+            popped,
+            ready,
+        )
+        ready_kks = {m.kk for m in ready}
+        # messages made head during the race (a group's next message, after its head left)
+        extra = union - ready_kks
+        assert extra <= self.promoted, ("handed out what was not ready", extra, sets)
         if not c_pops:
-            assert union <= ok, ("handed out what was not ready", union - ok)
-            assert len(union) == min(sum(ns), len(ok)), ("too few handed out", sets, ok, ns)
-            reservations = [r for res in results for r in res]
+            assert union - extra <= ok, ("handed out what was not ready", union - extra - ok)
+            assert len(union & ok) == min(sum(ns) - len(extra), len(ok)), ("too few handed out", sets, ok, ns)
         else:
             # a pop takes exhausted messages too (it makes no delivery); reservers dead-letter them
-            assert sets[0] | sets[1] <= ok and sets[2] <= {m.kk for m in ready}, ("not ready", sets)
-            if sum(ns) >= len(ready):
+            assert (sets[0] | sets[1]) - extra <= ok, ("not ready", sets)
+            if sum(ns) >= len(ready) + len(extra):
                 assert ok <= union, ("a ready message was left behind", ok - union, sets)
-            for g in results[2]:
-                m = self.msgs.pop((g.key, g.kind))
-                self.check_delivery(m, g.payload["n"], g.priority)
-                assert g.attempts == m.attempts
-                self.popped.add(m.pid)
-            ready = [m for m in ready if m.kk not in sets[2]]
-            reservations = results[0] + results[1]
-        # sorted: the handles' order must not depend on which thread won which message
-        self._reserve_effects(ready, sorted(reservations, key=lambda r: (r.key, r.kind)), lease)
 
     @rule(conn=consumers, i=handle_index)
     def commit(self, conn, i):
@@ -432,7 +557,7 @@ class QueueMachine(RuleBasedStateMachine):
         m = self.holds(r)
         assert self.q(conn).commit(r) == (m is not None), ("commit", r, m)
         if m is not None:
-            del self.msgs[m.kk]
+            self.leave(m.kk)
 
     @rule(conn=consumers, i=handle_index, delay=rollback_delays)
     def rollback(self, conn, i, delay):
@@ -476,13 +601,14 @@ class QueueMachine(RuleBasedStateMachine):
         moved = q.move(r, self.next_name, {"n": pid}) if new_payload else q.move(r, self.next_name)
         assert moved == (m is not None), ("move", r, m)
         if m is not None:
-            del self.msgs[m.kk]
+            self.leave(m.kk)
             self.next.setdefault(m.kk, (m.pid if pid is None else pid, m.priority))  # dedup: existing stays
 
     @rule(conn=st.sampled_from(CONNECTIONS), key=keys, kind=kinds)
     def remove(self, conn, key, kind):
         assert self.q(conn).remove(key, kind) == ((key, kind) in self.msgs)
-        self.msgs.pop((key, kind), None)
+        if (key, kind) in self.msgs:
+            self.leave((key, kind))
 
     @rule(pause=st.booleans())
     def pause_or_resume(self, pause):
@@ -513,11 +639,17 @@ class QueueMachine(RuleBasedStateMachine):
             r for r in self.handles if (r.key, r.kind) in held and str(r.token) == held[(r.key, r.kind)][0]
         ]
         self.shift(3)  # longer than any lease
+        self.promoted = set()
         ready = self.ready()
         ok = [m for m in ready if m.attempts < MAX_ATTEMPTS]
-        got = self.q(conn).reserve(max(len(ok), 1), worker=conn, timeout=ticks(1.5))
+        # room for the next message of each group whose head is dead-lettered now
+        n = max(len(ok) + sum(m.attempts >= MAX_ATTEMPTS and m.group is not None for m in ready), 1)
+        got = self.q(conn).reserve(n, worker=conn, timeout=ticks(1.5))
         dead = self._reserve_effects(ready, got, 1.5)
-        check_walk(ready, max(len(ok), 1), {(r.key, r.kind) for r in got}, dead, exhaustible=True)
+        delivered = {(r.key, r.kind) for r in got}
+        extra = delivered - {m.kk for m in ready}
+        assert extra <= self.promoted, ("handed out what was not ready", extra)
+        check_walk(ready, n - len(extra), delivered - extra, dead, exhaustible=True, dead_past_n=bool(extra))
         for kk, (_, attempts) in held.items():
             if attempts < MAX_ATTEMPTS:
                 assert self.msgs[kk].attempts == attempts + 1, ("expired reservation not redelivered", kk)
@@ -541,6 +673,7 @@ class QueueMachine(RuleBasedStateMachine):
         kk = (r.key, r.kind)
         if self.msgs[kk].due > self.t:
             self.shift(3)  # let it expire (nobody took it yet)
+        self.promoted = set()
         ready = self.ready()
         ok = {m.kk for m in ready if m.attempts < MAX_ATTEMPTS}
         out: dict = {}
@@ -554,7 +687,9 @@ class QueueMachine(RuleBasedStateMachine):
             }[action]()
 
         def reserver():
-            out["got"] = self.q("B").reserve(len(ok) + 1, worker="B", timeout=ticks(lease))
+            # room for a group's next message, made head when a head leaves meanwhile
+            room = len(ok) + 1 + sum(m.group is not None for m in ready)
+            out["got"] = self.q("B").reserve(room, worker="B", timeout=ticks(lease))
 
         run_at_once(holder, reserver)
         won, got = out["won"], out["got"]
@@ -566,15 +701,15 @@ class QueueMachine(RuleBasedStateMachine):
                 m.due, m.token = self.t + lease, str(won.token)
                 self.handles.append(won)
             else:
-                del self.msgs[kk]
+                self.leave(kk)
                 if action == "move":
                     self.next.setdefault(kk, (m.pid, m.priority))
             ready = [x for x in ready if x.kk != kk]
             ok.discard(kk)
         else:
             assert kk in taken or m.attempts >= MAX_ATTEMPTS, ("nobody got the expired message", action)
-        assert taken == ok, ("the reserver left ready messages behind", taken, ok)
         self._reserve_effects(ready, sorted(got, key=lambda g: (g.key, g.kind)), lease)
+        assert taken - self.promoted == ok, ("the reserver left ready messages behind", taken, ok)
 
     @rule(which=st.sampled_from(("dlq", "next")))
     def drain_side_queue(self, which):
@@ -589,14 +724,15 @@ class QueueMachine(RuleBasedStateMachine):
     def database_equals_model(self):
         rows = self.rows(self.main)
         want = {
-            kk: (m.pid, m.priority, m.attempts, m.token, self.state(m) == "ready")
+            kk: (m.pid, m.priority, m.attempts, m.token, self.state(m) == "ready", m.group, m.blocked)
             for kk, m in self.msgs.items()
         }
         assert rows == want, ("main differs from the model", rows, want, self.t)
         assert not {r[0] for r in rows.values()} & self.popped, "a popped message is back"
         for name, model in ((self.dlq_name, self.dlq), (self.next_name, self.next)):
             side = self.rows(name)
-            assert side == {kk: (pid, pr, 0, None, True) for kk, (pid, pr) in model.items()}, (
+            # dead letters and moved messages carry no group
+            assert side == {kk: (pid, pr, 0, None, True, None, False) for kk, (pid, pr) in model.items()}, (
                 name,
                 side,
                 model,
@@ -621,7 +757,9 @@ class QueueMachine(RuleBasedStateMachine):
             # three queues gives back exactly the payloads the model holds.
             admin.queue(self.main).resume()
             self.shift(10)
-            left = {g.payload["n"] for g in admin.queue(self.main).pop(1000)}
+            left: set = set()
+            while got := admin.queue(self.main).pop(1000):  # a group's next message after each pop
+                left |= {g.payload["n"] for g in got}
             assert left == {m.pid for m in self.msgs.values()}, ("drained main", left, self.msgs)
             for name, model in ((self.dlq_name, self.dlq), (self.next_name, self.next)):
                 assert {g.payload["n"] for g in admin.queue(name).pop(1000)} == {p for p, _ in model.values()}

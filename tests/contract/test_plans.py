@@ -201,11 +201,13 @@ def _pg_plan_problem(name: str, plan: str) -> str | None:
     return None
 
 
-def plan_problems(dialect: str, conn) -> list[str]:
-    """What is wrong with the reserve's plans: [] when every statement reads the ready index."""
+def plan_problems(dialect: str, conn, queue: str = QUEUE) -> list[str]:
+    """What is wrong with the reserve's plans: [] when every statement reads the ready index.
+    queue: the queue the statements look at."""
     problems = []
     if dialect == "postgresql":
         for name, (sql, types, args, _index, _may_sort, routine) in PG_STATEMENTS.items():
+            args = args.replace(f"'{QUEUE}'", f"'{queue}'")
             _run(conn, "BEGIN")
             try:
                 for setting in _settings_of(conn, routine):
@@ -222,6 +224,7 @@ def plan_problems(dialect: str, conn) -> list[str]:
                 _run(conn, "DEALLOCATE ALL")
     else:
         for name, sql in MY_STATEMENTS.items():
+            sql = sql.replace(f"'{QUEUE}'", f"'{queue}'")
             rows, cols = _run(conn, f"EXPLAIN FORMAT=JSON {sql}")
             plan = rows[0][0]
             tree = json.loads(plan)
@@ -325,3 +328,224 @@ def test_the_guard_fails_without_the_ready_index(dialect, filled):
         {"ready_step", "next_priority"} if dialect == "postgresql" else {"ready_page", "commit_reserve"}
     )
     assert expected <= names, problems
+
+
+# ---- FIFO groups: 100k messages in 10k groups, 9 of every 10 blocked ----------------------------
+
+GROUPED = "plan.groups"
+_SENTINEL = {
+    "postgresql": "TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'",
+    "mysql": "CAST('9999-12-31 23:59:59.999999' AS DATETIME(6))",
+}
+
+
+def _fill_groups(dialect: str, url: str):
+    """A database with one queue of 100k messages in 10k groups of 10: each group's first message
+    its head (ready, due in the last hour), the other nine blocked at the sentinel, and
+    pyqueue_group naming the heads. Analyzed. Returns a raw connection."""
+    migrate.upgrade(url)
+    conn = dialects.for_name(dialect).connect(url)
+    if dialect == "postgresql":
+        _run(conn, f"SELECT queue_create('{GROUPED}')")
+        _run(
+            conn,
+            "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
+            "scheduled_at_initially, created_at, group_key) "
+            f"SELECT '{GROUPED}', 'k' || i, 'job', '{{}}', 0, "
+            f"CASE WHEN i % 10 = 0 THEN now() - interval '1 hour' + i * interval '1 ms' ELSE {_SENTINEL[dialect]} END, "
+            "now() - interval '1 hour' + i * interval '1 ms', now(), 'g' || (i / 10) "
+            "FROM generate_series(0, 99999) AS i",
+        )
+        _run(
+            conn,
+            "INSERT INTO pyqueue_group (queue_name, group_key, head_key, head_kind) "
+            f"SELECT '{GROUPED}', 'g' || j, 'k' || (10 * j), 'job' FROM generate_series(0, 9999) AS j",
+        )
+        _run(conn, "ANALYZE pyqueue_message")
+        _run(conn, "ANALYZE pyqueue_group")
+    else:
+        _run(conn, f"CALL queue_create('{GROUPED}', NULL, NULL, NULL, NULL)")
+        _run(
+            conn,
+            "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
+            "scheduled_at_initially, created_at, group_key) "
+            f"SELECT '{GROUPED}', CONCAT('k', s.i), 'job', '{{}}', 0, "
+            "CASE WHEN MOD(s.i, 10) = 0 THEN UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i * 1000 MICROSECOND "
+            f"ELSE {_SENTINEL[dialect]} END, "
+            "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i * 1000 MICROSECOND, UTC_TIMESTAMP(6), "
+            f"CONCAT('g', s.i DIV 10) FROM ({_SEQ}) AS s",
+        )
+        _run(
+            conn,
+            "INSERT INTO pyqueue_group (queue_name, group_key, head_key, head_kind) "
+            f"SELECT '{GROUPED}', CONCAT('g', s.i DIV 10), CONCAT('k', s.i), 'job' FROM ({_SEQ}) AS s "
+            "WHERE MOD(s.i, 10) = 0",
+        )
+        _run(conn, "ANALYZE TABLE pyqueue_message")
+        _run(conn, "ANALYZE TABLE pyqueue_group")
+    assert _run(conn, "SELECT COUNT(*) FROM pyqueue_message")[0][0][0] == ROWS
+    assert _run(conn, "SELECT COUNT(*) FROM pyqueue_group")[0][0][0] == ROWS // 10
+    return conn
+
+
+def _analyzed_plans(conn, sql: str) -> tuple[list[tuple], list[str]]:
+    """PostgreSQL: runs sql with auto_explain (ANALYZE, BUFFERS) on for the statements inside the
+    routines it calls; returns its rows and the plans those statements ran, with actual rows."""
+    plans: list[str] = []
+    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_analyze = on",
+        "SET auto_explain.log_buffers = on",
+        "SET auto_explain.log_level = notice",
+    ):
+        _run(conn, setting)
+    rows, _ = _run(conn, sql)
+    _run(conn, "SET auto_explain.log_min_duration = -1")
+    return rows, [p for p in plans if "Query Text:" in p]
+
+
+def _message_reads(plans: list[str]) -> list[tuple[str, int, int, int]]:
+    """Every scan of pyqueue_message in the plans: (node, rows it returned over all its loops, rows
+    its filter removed, buffers it touched). A scan reads what it returns plus what it removes."""
+    reads = []
+    for plan in plans:
+        lines = plan.splitlines()
+        for i, line in enumerate(lines):
+            if " on pyqueue_message " not in line and not line.rstrip().endswith(" on pyqueue_message"):
+                if not re.search(r"Scan.* on pyqueue_message( |$)", line):
+                    continue
+            m = re.search(r"actual time=\S+ rows=(\d+) loops=(\d+)", line)
+            if not m or "Scan" not in line:
+                continue
+            removed = buffers = 0
+            indent = len(line) - len(line.lstrip())
+            for detail in lines[i + 1 :]:
+                if detail.strip().startswith("->") or len(detail) - len(detail.lstrip()) <= indent:
+                    break
+                if f := re.search(r"Rows Removed by (?:Index )?Filter: (\d+)", detail):
+                    removed += int(f.group(1))
+                if detail.strip().startswith("Buffers:"):
+                    buffers += sum(int(x) for x in re.findall(r"(?:hit|read|dirtied|written)=(\d+)", detail))
+            reads.append((line.strip(), int(m.group(1)) * int(m.group(2)), removed, buffers))
+    return reads
+
+
+@pytest.fixture
+def grouped(dialect, fresh_database):
+    conn = _fill_groups(dialect, fresh_database("plans_groups"))
+    yield conn
+    conn.close()
+
+
+@pytest.mark.slow
+def test_plans_hold_with_most_messages_blocked_in_groups(dialect, grouped):
+    """The reserve's statements still read their index on a queue of 10k groups, 90k of its 100k
+    rows blocked at the sentinel (statistics that see most of the table at year 9999)."""
+    assert plan_problems(dialect, grouped, GROUPED) == []
+
+
+def _reserve_sql(dialect: str, n: int) -> str:
+    if dialect == "postgresql":
+        return f"SELECT p_key FROM queue_reserve('{GROUPED}', 'plan', interval '1 hour', {n})"
+    return f"CALL queue_reserve('{GROUPED}', 'plan', 3600, {n}, NULL)"
+
+
+@pytest.mark.slow
+@pytest.mark.only_dialect("postgresql")
+def test_the_reserve_never_reads_blocked_rows(dialect, grouped):
+    """queue_reserve as it runs (auto_explain with ANALYZE): with every head ready it reads about
+    the n rows it takes; with every head reserved it finds nothing by reading next to nothing,
+    never the 90k blocked rows behind the end of the ready range. And the commit of a head finds
+    its group's next message through pyqueue_message_group_idx."""
+    conn = grouped
+    rows, plans = _analyzed_plans(conn, _reserve_sql(dialect, 10))
+    assert sorted(r[0] for r in rows) == sorted(f"k{10 * j}" for j in range(10))
+    reads = _message_reads(plans)
+    assert reads, plans
+    for node, returned, removed, _buffers in reads:
+        assert "Seq Scan" not in node and "Bitmap" not in node, (node, plans)
+        assert returned + removed <= 20, ("reads more than the rows it takes", node, returned, removed, plans)
+    # every other head reserved: the ready range is empty
+    rows, _ = _run(conn, _reserve_sql(dialect, 10_000))
+    assert len(rows) == ROWS // 10 - 10
+    # the old versions of the rows just reserved lie in the ready range until vacuumed (this
+    # server may run without autovacuum): a scan would visit them, blocked rows or not
+    _run(conn, "VACUUM pyqueue_message")
+    index_pages = _run(conn, "SELECT pg_relation_size('pyqueue_message_ready_idx') / 8192")[0][0][0]
+    rows, plans = _analyzed_plans(conn, _reserve_sql(dialect, 10))
+    assert rows == []
+    reads = _message_reads(plans)
+    assert reads, plans
+    for node, returned, removed, buffers in reads:
+        assert "Seq Scan" not in node and "Bitmap" not in node, (node, plans)
+        assert returned + removed <= 2, ("reads rows of an empty ready range", node, returned, removed, plans)
+        assert buffers <= max(20, index_pages // 100), ("touches too much of the index", node, buffers, plans)
+    # the commit of a reserved head promotes the next one of its group, read by the group index
+    [(key, kind, token)] = _run(
+        conn,
+        f"SELECT p_key, p_kind, reserve_token FROM pyqueue_message WHERE queue_name = '{GROUPED}' AND p_key = 'k0'",
+    )[0]
+    _, plans = _analyzed_plans(conn, f"SELECT queue_commit('{GROUPED}', '{key}', '{kind}', '{token}')")
+    nexts = [p for p in plans if "group_key" in p and "ORDER BY" in p and "pyqueue_message m" in p]
+    assert nexts, plans
+    for plan in nexts:
+        assert "pyqueue_message_group_idx" in plan and "Seq Scan" not in plan and "Sort" not in plan, plan
+    for node, returned, removed, _buffers in _message_reads(plans):
+        assert "Seq Scan" not in node, (node, plans)
+        assert returned + removed <= 20, (node, returned, removed, plans)
+    assert _run(
+        conn,
+        f"SELECT scheduled_at < now() + interval '1 minute' FROM pyqueue_message WHERE queue_name = '{GROUPED}' AND p_key = 'k1'",
+    )[0] == [(True,)]
+
+
+def _mysql_read_rows(conn, sql: str) -> list[tuple[str, int]]:
+    """MySQL/MariaDB: runs sql (a SELECT) under ANALYZE and returns, per access to
+    pyqueue_message, (its index, the rows it read)."""
+    [(version,)] = _run(conn, "SELECT VERSION()")[0]
+    if "mariadb" in version.lower():
+        rows, _ = _run(conn, f"ANALYZE FORMAT=JSON {sql}")
+        found: list[tuple[str, int]] = []
+
+        def walk(node):
+            if isinstance(node, dict):
+                if node.get("table_name") == "m" or node.get("table_name") == "pyqueue_message":
+                    found.append(
+                        (
+                            str(node.get("key")),
+                            int(round(float(node.get("r_rows", 0)) * float(node.get("r_loops", 1)))),
+                        )
+                    )
+                for v in node.values():
+                    walk(v)
+            elif isinstance(node, list):
+                for v in node:
+                    walk(v)
+
+        walk(json.loads(rows[0][0]))
+        return found
+    rows, _ = _run(conn, f"EXPLAIN ANALYZE {sql}")
+    text = rows[0][0]
+    return [
+        (m.group(1) or "", int(float(m.group(2))) * int(m.group(3)))
+        for m in re.finditer(r"on m using (\S+).*?actual time=\S+ rows=([\d.]+) loops=(\d+)", text)
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.only_dialect("mysql")
+def test_the_reserve_page_never_reads_blocked_rows(dialect, grouped):
+    """MySQL/MariaDB: the reserve's page (ready_page, as EXPLAIN sees it) executed under ANALYZE:
+    with every head ready it reads the rows of its LIMIT; with every head reserved it reads none,
+    never the 90k blocked rows past the end of the ready range."""
+    conn = grouped
+    page = MY_STATEMENTS["ready_page"].replace(f"'{QUEUE}'", f"'{GROUPED}'")
+    reads = _mysql_read_rows(conn, page)
+    assert reads and all(idx == READY_IDX and n <= 17 for idx, n in reads), reads
+    rows, _ = _run(conn, _reserve_sql(dialect, 10_000))
+    assert len(rows) == ROWS // 10
+    reads = _mysql_read_rows(conn, page)
+    assert reads and all(idx == READY_IDX and n == 0 for idx, n in reads), reads
