@@ -1626,7 +1626,7 @@ BEGIN
     SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
            coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
       FROM batch b
-     ORDER BY b.k, b.kd
+     ORDER BY b.k, b.kd, b.new_id  -- of a key repeated in the batch, the first is kept
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     IF v_count > 0 AND (in_run_ats IS NULL OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_run_ats) r WHERE r IS NULL OR r <= v_now)) THEN

@@ -6,6 +6,7 @@ No timing is asserted here; bench/ measures the costs."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 
@@ -115,3 +116,24 @@ def test_a_large_redrive_moves_every_message_once_in_order_and_leaves_duplicates
     by_priority = {m["key"]: m["priority"] for m in messages}
     assert [by_priority[k] for k in moved] == sorted((by_priority[k] for k in moved), reverse=True)
     assert set(moved) == {m["key"] for m in messages} - staying
+
+
+@pytest.mark.parametrize("how", ["plain", "grouped", "published"])
+def test_of_a_key_repeated_across_a_large_batch_the_first_element_is_kept(make_queue, db, raw, how):
+    """Dedup within one batch keeps the first of a repeated key, whatever order the rows are
+    inserted in (key order, so that overlapping batches cannot deadlock)."""
+    queue = make_queue()
+    keys, n = 500, 4_000
+    messages = [{"key": f"k{i % keys}", "kind": "job", "payload": {"i": i}} for i in range(n)]
+    if how == "grouped":
+        for m in messages:
+            m["group"] = f"g{m['payload']['i'] % 7}"
+    if how == "published":
+        topic = "first." + queue.name.replace(".", "-")
+        db.bind(topic, queue)
+        assert db.publish_many([{"topic": topic, **m} for m in messages]) == keys
+    else:
+        assert queue.push_many(messages) == keys
+    rows = raw("SELECT p_key, payload FROM pyqueue_message WHERE queue_name = %s", (queue.name,))
+    got = {k: (json.loads(p) if isinstance(p, (str, bytes)) else p)["i"] for k, p in rows}
+    assert got == {f"k{i}": i for i in range(keys)}
