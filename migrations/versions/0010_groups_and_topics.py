@@ -33,8 +33,8 @@ ROUTINES = CURRENT_ROUTINES
 # The catalog this revision leaves, per server flavor (see 0001_core.py);
 # tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
-    "postgresql": "4592b24da41cfb382149ce3a7623ee36",
-    "mariadb": "744cc559fb48422a1c5f8fbb02ad6362",
+    "postgresql": "06eef9842545da47e5c7f0eee69a3949",
+    "mariadb": "6b34bcacc925c90a41fb2f6b11d92166",
 }
 
 

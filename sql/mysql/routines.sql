@@ -2426,6 +2426,91 @@ BEGIN
     SELECT v_inserted AS inserted;
 END //
 
+-- pyqueue__check_messages: the checks the batch push routines share on their
+-- JSON array of messages. Raises invalid_argument unless in_messages is a
+-- JSON array whose every element is an object with p_key and p_kind JSON
+-- strings as queue_push takes them (not empty, at most 255 / 128 characters,
+-- no trailing space), a payload (any JSON value, null too), a run_at that is
+-- missing, null or a string 'YYYY-MM-DD HH:MM:SS[.ffffff]', a priority that
+-- is missing, null or a whole number in INT's range, and, as in_member
+-- says, a "group" that is missing, null or a string as queue_push_grouped
+-- takes it ('group'), or a "topic" as pyqueue__check_topic takes it
+-- ('topic'); NULL: neither. The error names the first bad element
+-- (1-based). Takes no locks.
+-- How: JSON_TABLE reads each field of an element once, as the JSON value it
+-- is (SQL NULL when the member is missing); the checks then look at those
+-- small values, never at the whole element again. They are the expressions
+-- the routines' inserts use; "IS NOT TRUE" so that a NULL verdict counts as
+-- bad.
+DROP PROCEDURE IF EXISTS pyqueue__check_messages //
+CREATE PROCEDURE pyqueue__check_messages(
+    IN in_messages LONGTEXT CHARACTER SET utf8mb4,
+    IN in_member   VARCHAR(5))
+BEGIN
+    DECLARE v_bad BIGINT;
+    IF in_messages IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must not be NULL');
+    END IF;
+    IF NOT JSON_VALID(in_messages) THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
+    END IF;
+    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
+    END IF;
+    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+        CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
+    END IF;
+    SELECT MIN(b.ord) INTO v_bad
+      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+               ord         FOR ORDINALITY,
+               elem        JSON PATH '$',
+               g           JSON PATH '$.group',
+               t           JSON PATH '$.topic',
+               k           JSON PATH '$.p_key',
+               kd          JSON PATH '$.p_kind',
+               has_payload INT EXISTS PATH '$.payload',
+               run_at      JSON PATH '$.run_at',
+               priority    JSON PATH '$.priority')) AS b
+     WHERE (    JSON_TYPE(b.elem) = 'OBJECT'
+            AND (   in_member IS NULL
+                 OR (    in_member = 'group'
+                     AND (   COALESCE(JSON_TYPE(b.g), 'NULL') = 'NULL'
+                          OR (    JSON_TYPE(b.g) = 'STRING'
+                              AND CHAR_LENGTH(JSON_UNQUOTE(b.g)) BETWEEN 1 AND 255
+                              AND NOT (JSON_UNQUOTE(b.g) LIKE '% '))))
+                 OR (    in_member = 'topic'
+                     AND JSON_TYPE(b.t) = 'STRING'
+                     AND CHAR_LENGTH(JSON_UNQUOTE(b.t)) BETWEEN 1 AND 255
+                     AND NOT (JSON_UNQUOTE(b.t) LIKE '% ' OR JSON_UNQUOTE(b.t) LIKE ' %'
+                              OR JSON_UNQUOTE(b.t) LIKE '.%' OR JSON_UNQUOTE(b.t) LIKE '%.'
+                              OR LOCATE('..', JSON_UNQUOTE(b.t)) > 0
+                              OR LOCATE('*', JSON_UNQUOTE(b.t)) > 0 OR LOCATE('#', JSON_UNQUOTE(b.t)) > 0)))
+            AND JSON_TYPE(b.k) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.k)) BETWEEN 1 AND 255
+            AND NOT (JSON_UNQUOTE(b.k) LIKE '% ')
+            AND JSON_TYPE(b.kd) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.kd)) BETWEEN 1 AND 128
+            AND NOT (JSON_UNQUOTE(b.kd) LIKE '% ')
+            AND b.has_payload = 1
+            AND (   COALESCE(JSON_TYPE(b.run_at), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.run_at) = 'STRING'
+                     AND JSON_UNQUOTE(b.run_at)
+                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
+                     AND CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
+                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
+                         = LEFT(JSON_UNQUOTE(b.run_at), 19)))
+            AND (   COALESCE(JSON_TYPE(b.priority), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                     AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
+                     AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
+           ) IS NOT TRUE;
+    IF v_bad IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('element ', v_bad, ' of the batch: bad ', COALESCE(CONCAT(in_member, '/'), ''),
+                                   'p_key/p_kind, missing payload or bad run_at/priority'));
+    END IF;
+END //
+
 -- queue_push_batch: inserts many messages in one statement. MySQL takes ONE
 -- JSON array of objects {"p_key", "p_kind", "payload", "run_at", "priority"}
 -- as second argument; the other four arguments must be NULL. p_key, p_kind
@@ -2459,7 +2544,6 @@ BEGIN
     DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused   BOOLEAN;
     DECLARE v_now      DATETIME(6);
-    DECLARE v_bad      BIGINT;
     DECLARE v_inserted INT DEFAULT 0;
     DECLARE v_own      INT DEFAULT 0;
     DECLARE v_tries    INT DEFAULT 0;
@@ -2471,56 +2555,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument',
                             'MySQL takes one JSON array of messages as 2nd argument; the other 4 must be NULL');
     END IF;
-    IF in_messages IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must not be NULL');
-    END IF;
-    IF NOT JSON_VALID(in_messages) THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
-    END IF;
-    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
-    END IF;
-    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
-        CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
-    END IF;
-    -- First invalid element (1-based), judged by the same expressions the
-    -- insert below uses; "IS NOT TRUE" so that a NULL verdict counts as bad.
-    -- JSON_TABLE reads each field of an element once, as the JSON value it
-    -- is (SQL NULL when the member is missing); the checks then look at
-    -- those small values, never at the whole element again.
-    SELECT MIN(b.ord) INTO v_bad
-      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-               ord         FOR ORDINALITY,
-               elem        JSON PATH '$',
-               k           JSON PATH '$.p_key',
-               kd          JSON PATH '$.p_kind',
-               has_payload INT EXISTS PATH '$.payload',
-               run_at      JSON PATH '$.run_at',
-               priority    JSON PATH '$.priority')) AS b
-     WHERE (    JSON_TYPE(b.elem) = 'OBJECT'
-            AND JSON_TYPE(b.k) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(b.k)) BETWEEN 1 AND 255
-            AND NOT (JSON_UNQUOTE(b.k) LIKE '% ')
-            AND JSON_TYPE(b.kd) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(b.kd)) BETWEEN 1 AND 128
-            AND NOT (JSON_UNQUOTE(b.kd) LIKE '% ')
-            AND b.has_payload = 1
-            AND (   COALESCE(JSON_TYPE(b.run_at), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(b.run_at) = 'STRING'
-                     AND JSON_UNQUOTE(b.run_at)
-                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
-                     AND CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
-                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
-                         = LEFT(JSON_UNQUOTE(b.run_at), 19)))
-            AND (   COALESCE(JSON_TYPE(b.priority), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
-                     AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
-                     AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
-           ) IS NOT TRUE;
-    IF v_bad IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT('element ', v_bad, ' of the batch: bad p_key/p_kind, missing payload or bad run_at/priority'));
-    END IF;
+    CALL pyqueue__check_messages(in_messages, NULL);
     SET v_now = UTC_TIMESTAMP(6);
     -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
     /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
@@ -2857,7 +2892,6 @@ BEGIN
     DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused   BOOLEAN;
     DECLARE v_now      DATETIME(6);
-    DECLARE v_bad      BIGINT;
     DECLARE v_groups   INT;
     DECLARE v_heads    LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_next     LONGTEXT CHARACTER SET utf8mb4;
@@ -2874,58 +2908,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument',
                             'MySQL takes one JSON array of messages as 2nd argument; the other 5 must be NULL');
     END IF;
-    IF in_messages IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must not be NULL');
-    END IF;
-    IF NOT JSON_VALID(in_messages) THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
-    END IF;
-    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
-    END IF;
-    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
-        CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
-    END IF;
-    -- First invalid element (1-based), as queue_push_batch judges them, and
-    -- the group: missing, null, or a string as queue_push_grouped's.
-    SELECT MIN(b.ord) INTO v_bad
-      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-               ord         FOR ORDINALITY,
-               elem        JSON PATH '$',
-               g           JSON PATH '$.group',
-               k           JSON PATH '$.p_key',
-               kd          JSON PATH '$.p_kind',
-               has_payload INT EXISTS PATH '$.payload',
-               run_at      JSON PATH '$.run_at',
-               priority    JSON PATH '$.priority')) AS b
-     WHERE (    JSON_TYPE(b.elem) = 'OBJECT'
-            AND (   COALESCE(JSON_TYPE(b.g), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(b.g) = 'STRING'
-                     AND CHAR_LENGTH(JSON_UNQUOTE(b.g)) BETWEEN 1 AND 255
-                     AND NOT (JSON_UNQUOTE(b.g) LIKE '% ')))
-            AND JSON_TYPE(b.k) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(b.k)) BETWEEN 1 AND 255
-            AND NOT (JSON_UNQUOTE(b.k) LIKE '% ')
-            AND JSON_TYPE(b.kd) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(b.kd)) BETWEEN 1 AND 128
-            AND NOT (JSON_UNQUOTE(b.kd) LIKE '% ')
-            AND b.has_payload = 1
-            AND (   COALESCE(JSON_TYPE(b.run_at), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(b.run_at) = 'STRING'
-                     AND JSON_UNQUOTE(b.run_at)
-                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
-                     AND CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
-                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
-                         = LEFT(JSON_UNQUOTE(b.run_at), 19)))
-            AND (   COALESCE(JSON_TYPE(b.priority), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
-                     AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
-                     AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
-           ) IS NOT TRUE;
-    IF v_bad IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT('element ', v_bad, ' of the batch: bad group/p_key/p_kind, missing payload or bad run_at/priority'));
-    END IF;
+    CALL pyqueue__check_messages(in_messages, 'group');
     SET v_now = UTC_TIMESTAMP(6);
     SELECT COUNT(*) INTO v_groups
       FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (g JSON PATH '$.group')) AS b
@@ -4715,7 +4698,6 @@ CREATE PROCEDURE queue_publish_batch(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_now      DATETIME(6);
-    DECLARE v_bad      BIGINT;
     DECLARE v_inserted INT DEFAULT 0;
     DECLARE v_own      INT DEFAULT 0;
     DECLARE v_tries    INT DEFAULT 0;
@@ -4725,60 +4707,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument',
                             'MySQL takes one JSON array of messages as 1st argument; the other 5 must be NULL');
     END IF;
-    IF in_messages IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must not be NULL');
-    END IF;
-    IF NOT JSON_VALID(in_messages) THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
-    END IF;
-    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
-    END IF;
-    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
-        CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
-    END IF;
-    -- First invalid element (1-based), as queue_push_batch judges them, and
-    -- the topic as pyqueue__check_topic does.
-    SELECT MIN(b.ord) INTO v_bad
-      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-               ord         FOR ORDINALITY,
-               elem        JSON PATH '$',
-               t           JSON PATH '$.topic',
-               k           JSON PATH '$.p_key',
-               kd          JSON PATH '$.p_kind',
-               has_payload INT EXISTS PATH '$.payload',
-               run_at      JSON PATH '$.run_at',
-               priority    JSON PATH '$.priority')) AS b
-     WHERE (    JSON_TYPE(b.elem) = 'OBJECT'
-            AND JSON_TYPE(b.t) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(b.t)) BETWEEN 1 AND 255
-            AND NOT (JSON_UNQUOTE(b.t) LIKE '% ' OR JSON_UNQUOTE(b.t) LIKE ' %'
-                     OR JSON_UNQUOTE(b.t) LIKE '.%' OR JSON_UNQUOTE(b.t) LIKE '%.'
-                     OR LOCATE('..', JSON_UNQUOTE(b.t)) > 0
-                     OR LOCATE('*', JSON_UNQUOTE(b.t)) > 0 OR LOCATE('#', JSON_UNQUOTE(b.t)) > 0)
-            AND JSON_TYPE(b.k) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(b.k)) BETWEEN 1 AND 255
-            AND NOT (JSON_UNQUOTE(b.k) LIKE '% ')
-            AND JSON_TYPE(b.kd) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(b.kd)) BETWEEN 1 AND 128
-            AND NOT (JSON_UNQUOTE(b.kd) LIKE '% ')
-            AND b.has_payload = 1
-            AND (   COALESCE(JSON_TYPE(b.run_at), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(b.run_at) = 'STRING'
-                     AND JSON_UNQUOTE(b.run_at)
-                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
-                     AND CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
-                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
-                         = LEFT(JSON_UNQUOTE(b.run_at), 19)))
-            AND (   COALESCE(JSON_TYPE(b.priority), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
-                     AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
-                     AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
-           ) IS NOT TRUE;
-    IF v_bad IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT('element ', v_bad, ' of the batch: bad topic/p_key/p_kind, missing payload or bad run_at/priority'));
-    END IF;
+    CALL pyqueue__check_messages(in_messages, 'topic');
     SET v_now = UTC_TIMESTAMP(6);
     -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
     /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */

@@ -138,6 +138,7 @@ DROP PROCEDURE IF EXISTS pyqueue__check_token;
 DROP PROCEDURE IF EXISTS pyqueue__check_int;
 DROP PROCEDURE IF EXISTS pyqueue__check_duration;
 DROP PROCEDURE IF EXISTS pyqueue__check_utf8;
+DROP PROCEDURE IF EXISTS pyqueue__check_messages;
 DROP PROCEDURE IF EXISTS pyqueue__check_name;
 DROP PROCEDURE IF EXISTS pyqueue__raise;
 

@@ -217,6 +217,69 @@ AS $$
            OR pg_catalog.right(in_value, 1) = ' '
 $$;
 
+-- pyqueue__check_batch: the argument checks the batch push routines share.
+-- Raises unless p_keys, p_kinds and payloads (and in_extra, the groups or
+-- topics array named in_extra_name, when there is one) are non-NULL
+-- one-dimensional arrays of one length, which run_ats and priorities have
+-- too unless they are NULL, and every element is valid: p_key and p_kind
+-- names, a payload, a finite run_at and, with in_extra_groups, a group
+-- that is NULL or a name. Returns the batch's length. One pass over the
+-- arrays (unnest, never arr[i]: subscripting an array of variable-width
+-- elements walks it from the start, quadratic in n). Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_batch(
+    in_extra_name   text,
+    in_extra        text[],
+    in_extra_groups boolean,
+    in_keys         text[],
+    in_kinds        text[],
+    in_payloads     jsonb[],
+    in_run_ats      timestamptz[],
+    in_priorities   integer[],
+    in_now          timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_n      integer;
+    v_bad    integer;
+    v_prefix text := coalesce(in_extra_name || ', ', '');
+BEGIN
+    IF (in_extra_name IS NOT NULL AND in_extra IS NULL)
+       OR in_keys IS NULL OR in_kinds IS NULL OR in_payloads IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: %p_keys, p_kinds and payloads must not be NULL', v_prefix
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := coalesce(pg_catalog.cardinality(in_keys), 0);
+    IF pg_catalog.array_ndims(in_extra) > 1 OR pg_catalog.array_ndims(in_keys) > 1
+       OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_payloads) > 1
+       OR pg_catalog.array_ndims(in_run_ats) > 1 OR pg_catalog.array_ndims(in_priorities) > 1
+       OR (in_extra_name IS NOT NULL AND pg_catalog.cardinality(in_extra) <> v_n)
+       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_payloads) <> v_n
+       OR (in_run_ats IS NOT NULL AND pg_catalog.cardinality(in_run_ats) <> v_n)
+       OR (in_priorities IS NOT NULL AND pg_catalog.cardinality(in_priorities) <> v_n) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: %p_keys, p_kinds, payloads, run_ats and priorities must have the same length', v_prefix
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT pg_catalog.min(b.ord) INTO v_bad
+      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_payloads),
+                      pg_catalog.unnest(in_run_ats),
+                      pg_catalog.unnest(CASE WHEN in_extra_groups THEN in_extra END))
+           WITH ORDINALITY AS b (k, kd, pl, ra, g, ord)
+     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.pl IS NULL
+        OR NOT pg_catalog.isfinite(coalesce(b.ra, in_now))
+        OR (b.g IS NOT NULL AND pyqueue__bad_name(b.g, 255));
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, %a NULL payload or an infinite run_at',
+            v_bad, CASE WHEN in_extra_groups THEN 'an empty, too long or space-ended group, ' ELSE '' END
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN v_n;
+END;
+$$;
+
 -- ---- for consume ----
 
 -- pyqueue__check_kinds: raises unless a kinds filter is NULL (any kind) or
@@ -1574,37 +1637,12 @@ DECLARE
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_n     integer;
     v_count integer;
-    v_bad   integer;
     v_ids   regclass;
 BEGIN
     PERFORM pyqueue__queue(in_queue, true);
-    IF in_keys IS NULL OR in_kinds IS NULL OR in_payloads IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and payloads must not be NULL'
-            USING ERRCODE = '22023';
-    END IF;
-    v_n := coalesce(pg_catalog.cardinality(in_keys), 0);
-    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_payloads) > 1
-       OR pg_catalog.array_ndims(in_run_ats) > 1 OR pg_catalog.array_ndims(in_priorities) > 1
-       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_payloads) <> v_n
-       OR (in_run_ats IS NOT NULL AND pg_catalog.cardinality(in_run_ats) <> v_n)
-       OR (in_priorities IS NOT NULL AND pg_catalog.cardinality(in_priorities) <> v_n) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds, payloads, run_ats and priorities must have the same length'
-            USING ERRCODE = '22023';
-    END IF;
+    v_n := pyqueue__check_batch(NULL, NULL, false, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, v_now);
     IF v_n = 0 THEN
         RETURN 0;
-    END IF;
-    -- One pass over the arrays (unnest, never arr[i]: subscripting an array
-    -- of variable-width elements walks it from the start, quadratic in n).
-    SELECT pg_catalog.min(b.ord) INTO v_bad
-      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_payloads),
-                      pg_catalog.unnest(in_run_ats))
-           WITH ORDINALITY AS b (k, kd, pl, ra, ord)
-     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.pl IS NULL
-        OR NOT pg_catalog.isfinite(coalesce(b.ra, v_now));
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, a NULL payload or an infinite run_at', v_bad
-            USING ERRCODE = '22023';
     END IF;
     -- Ids are drawn in array order (FIFO within the batch), but rows are
     -- inserted in key order: two batches with overlapping keys then take
@@ -1770,41 +1808,16 @@ DECLARE
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_n      integer;
     v_count  integer;
-    v_bad    integer;
     v_ids    regclass;
     v_groups text[];
     v_ready  boolean;
     v_group  text;
 BEGIN
     PERFORM pyqueue__queue(in_queue, true);
-    IF in_groups IS NULL OR in_keys IS NULL OR in_kinds IS NULL OR in_payloads IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: groups, p_keys, p_kinds and payloads must not be NULL'
-            USING ERRCODE = '22023';
-    END IF;
-    v_n := coalesce(pg_catalog.cardinality(in_keys), 0);
-    IF pg_catalog.array_ndims(in_groups) > 1 OR pg_catalog.array_ndims(in_keys) > 1
-       OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_payloads) > 1
-       OR pg_catalog.array_ndims(in_run_ats) > 1 OR pg_catalog.array_ndims(in_priorities) > 1
-       OR pg_catalog.cardinality(in_groups) <> v_n
-       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_payloads) <> v_n
-       OR (in_run_ats IS NOT NULL AND pg_catalog.cardinality(in_run_ats) <> v_n)
-       OR (in_priorities IS NOT NULL AND pg_catalog.cardinality(in_priorities) <> v_n) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: groups, p_keys, p_kinds, payloads, run_ats and priorities must have the same length'
-            USING ERRCODE = '22023';
-    END IF;
+    v_n := pyqueue__check_batch('groups', in_groups, true, in_keys, in_kinds, in_payloads, in_run_ats,
+                                in_priorities, v_now);
     IF v_n = 0 THEN
         RETURN 0;
-    END IF;
-    SELECT pg_catalog.min(b.ord) INTO v_bad
-      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_payloads),
-                      pg_catalog.unnest(in_run_ats), pg_catalog.unnest(in_groups))
-           WITH ORDINALITY AS b (k, kd, pl, ra, g, ord)
-     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.pl IS NULL
-        OR NOT pg_catalog.isfinite(coalesce(b.ra, v_now))
-        OR (b.g IS NOT NULL AND pyqueue__bad_name(b.g, 255));
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, an empty, too long or space-ended group, a NULL payload or an infinite run_at', v_bad
-            USING ERRCODE = '22023';
     END IF;
     -- As queue_push_batch: ids in array order, rows inserted in key order.
     -- A grouped message goes in blocked; its group is settled below.
@@ -2556,40 +2569,16 @@ AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_n      integer;
-    v_bad    integer;
     v_ids    regclass;
     v_count  integer;
     v_ready  text[];
     v_queue  text;
     v_topic  text;
 BEGIN
-    IF in_topics IS NULL OR in_keys IS NULL OR in_kinds IS NULL OR in_payloads IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: topics, p_keys, p_kinds and payloads must not be NULL'
-            USING ERRCODE = '22023';
-    END IF;
-    v_n := coalesce(pg_catalog.cardinality(in_keys), 0);
-    IF pg_catalog.array_ndims(in_topics) > 1 OR pg_catalog.array_ndims(in_keys) > 1
-       OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_payloads) > 1
-       OR pg_catalog.array_ndims(in_run_ats) > 1 OR pg_catalog.array_ndims(in_priorities) > 1
-       OR pg_catalog.cardinality(in_topics) <> v_n
-       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_payloads) <> v_n
-       OR (in_run_ats IS NOT NULL AND pg_catalog.cardinality(in_run_ats) <> v_n)
-       OR (in_priorities IS NOT NULL AND pg_catalog.cardinality(in_priorities) <> v_n) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: topics, p_keys, p_kinds, payloads, run_ats and priorities must have the same length'
-            USING ERRCODE = '22023';
-    END IF;
+    v_n := pyqueue__check_batch('topics', in_topics, false, in_keys, in_kinds, in_payloads, in_run_ats,
+                                in_priorities, v_now);
     IF v_n = 0 THEN
         RETURN 0;
-    END IF;
-    SELECT pg_catalog.min(b.ord) INTO v_bad
-      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_payloads),
-                      pg_catalog.unnest(in_run_ats))
-           WITH ORDINALITY AS b (k, kd, pl, ra, ord)
-     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.pl IS NULL
-        OR NOT pg_catalog.isfinite(coalesce(b.ra, v_now));
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, a NULL payload or an infinite run_at', v_bad
-            USING ERRCODE = '22023';
     END IF;
     FOR v_topic IN SELECT DISTINCT t FROM pg_catalog.unnest(in_topics) AS u (t) LOOP
         PERFORM pyqueue__check_topic('topic', v_topic, false);
@@ -3525,7 +3514,7 @@ $$;
 -- the order of the sections: the helpers, then the routines topic by topic.
 REVOKE EXECUTE ON FUNCTION
     pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
-    pyqueue__check_batch_size, pyqueue__bad_name, pyqueue__check_kinds, pyqueue__check_reserve,
+    pyqueue__check_batch_size, pyqueue__bad_name, pyqueue__check_batch, pyqueue__check_kinds, pyqueue__check_reserve,
     pyqueue__ready_tids, pyqueue__due_tids, pyqueue__reserve, pyqueue__dead_letter, pyqueue__give_back,
     pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,
     pyqueue__limited_tids, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,

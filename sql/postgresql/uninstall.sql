@@ -130,6 +130,7 @@ DROP FUNCTION IF EXISTS pyqueue__ready_tids(text, timestamptz, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__check_reserve(text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__check_kinds(text[]);
 DROP FUNCTION IF EXISTS pyqueue__bad_name(text, integer);
+DROP FUNCTION IF EXISTS pyqueue__check_batch(text, text[], boolean, text[], text[], jsonb[], timestamptz[], integer[], timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__check_batch_size(integer);
 DROP FUNCTION IF EXISTS pyqueue__check_duration(text, interval, boolean);
 DROP FUNCTION IF EXISTS pyqueue__queue(text, boolean);

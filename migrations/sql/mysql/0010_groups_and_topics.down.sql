@@ -20,6 +20,7 @@ DROP PROCEDURE IF EXISTS pyqueue__group_leave;
 DROP PROCEDURE IF EXISTS pyqueue__group_next;
 DROP PROCEDURE IF EXISTS pyqueue__group_lock;
 DROP PROCEDURE IF EXISTS pyqueue__group_own;
+DROP PROCEDURE IF EXISTS pyqueue__check_messages;
 UPDATE pyqueue_message SET scheduled_at = scheduled_at_initially
  WHERE scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' AND group_key IS NOT NULL;
 DROP TABLE IF EXISTS pyqueue_binding;

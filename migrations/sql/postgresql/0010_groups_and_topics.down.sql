@@ -13,6 +13,7 @@ DROP FUNCTION IF EXISTS queue_bind(text, text);
 DROP FUNCTION IF EXISTS queue_push_batch_grouped(text, text[], text[], text[], jsonb[], timestamptz[], integer[]);
 DROP FUNCTION IF EXISTS queue_push_grouped(text, text, text, text, jsonb, timestamptz, integer);
 DROP FUNCTION IF EXISTS pyqueue__topic_regex(text);
+DROP FUNCTION IF EXISTS pyqueue__check_batch(text, text[], boolean, text[], text[], jsonb[], timestamptz[], integer[], timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__check_topic(text, text, boolean);
 DROP FUNCTION IF EXISTS pyqueue__groups_settle(text, text[], timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__group_settle(text, text, timestamptz, boolean);
