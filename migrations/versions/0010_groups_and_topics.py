@@ -34,7 +34,7 @@ ROUTINES = CURRENT_ROUTINES
 # tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
     "postgresql": "06eef9842545da47e5c7f0eee69a3949",
-    "mariadb": "6b34bcacc925c90a41fb2f6b11d92166",
+    "mariadb": "40f0f4df30db9b2c2bb381a3c8f642ac",
 }
 
 

@@ -1670,11 +1670,15 @@ END //
 -- find it must leave (a reserve dead-lettering an expired last delivery, a
 -- pop) take the group row with SKIP LOCKED and leave that message alone for
 -- this call when it is busy: they never wait. Several group rows are taken
--- in group_key order. No routine locks a queue row while it holds a group
--- row (dead_count is counted after the group's transaction), since a
--- grouped push holds the queue row's shared lock (foreign key checks) while
--- it waits for group rows; only queue_drop takes the queue row first and
--- cascades, and a deadlock with it is run again as everywhere.
+-- in group_key order. In autocommit no routine locks a queue row while it
+-- holds a group row (dead_count is counted after the group's transaction),
+-- since a grouped push holds the queue row's shared lock (foreign key
+-- checks) while it waits for group rows; only queue_drop takes the queue row
+-- first and cascades, and a deadlock with it is run again as everywhere.
+-- Inside a caller's transaction the group row is held to its end, so a
+-- dead-letter there counts dead_count under it and can deadlock with a
+-- grouped push into the same queue: the server rolls one of the two
+-- transactions back (error 1213), which its caller runs again.
 -- The steps under a group row are several statements: in autocommit mode
 -- with no transaction open (pyqueue__group_own: MariaDB tells, MySQL 8.0 is
 -- probed with a savepoint) they run in a transaction of their own, run again
@@ -2445,7 +2449,8 @@ END //
 DROP PROCEDURE IF EXISTS pyqueue__check_messages //
 CREATE PROCEDURE pyqueue__check_messages(
     IN in_messages LONGTEXT CHARACTER SET utf8mb4,
-    IN in_member   VARCHAR(5))
+    IN in_member   VARCHAR(5) CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE v_bad BIGINT;
     IF in_messages IS NULL THEN
@@ -2861,11 +2866,11 @@ END //
 --      order (one INSERT ... SELECT ... ON DUPLICATE KEY UPDATE);
 --   2. one INSERT IGNORE ... SELECT inserts the messages, those with a group
 --      blocked;
---   3. a locking read of the groups' heads, a plain read of each group's
---      first blocked message (the rows of these groups change only under
---      their locks, held since step 1), and a SKIP LOCKED read of the heads
---      that may be displaced (never delivered, running later than that
---      message);
+--   3. a locking read of the groups' heads and of each group's first
+--      blocked message (locking: in a caller's transaction a plain read
+--      would see a snapshot older than the group rows' locks), and a SKIP
+--      LOCKED read of the heads that may be displaced (never delivered,
+--      running later than that message);
 --   4. one UPDATE unblocks the new heads (and blocks the displaced ones),
 --      one records them in pyqueue_group, one deletes the rows of new
 --      groups that got no message (all duplicates).
@@ -2996,17 +3001,11 @@ BEGIN
                          LIMIT 18446744073709551615) AS d
                   STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = d.g
                    FOR UPDATE;
-                -- ... its first blocked message, and whether the head may give
-                -- it its place (plain reads: a group's rows change only under
-                -- the group row's lock; the head is checked again below)
+                -- ... and its first blocked message, by a locking read: in a
+                -- caller's transaction a plain read would see its snapshot,
+                -- which may be older than the group row's lock (a message
+                -- since popped or removed would be taken for the next one)
                 SELECT JSON_ARRAYAGG(JSON_ARRAY(h.g, h.hk, h.hkd, n.id, n.p_key, n.p_kind,
-                                                h.hk IS NOT NULL AND EXISTS (
-                                                    SELECT 1 FROM pyqueue_message o
-                                                     WHERE o.queue_name = v_queue AND o.p_key = h.hk
-                                                       AND o.p_kind = h.hkd AND o.attempts = 0
-                                                       AND o.reserve_token IS NULL
-                                                       AND o.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
-                                                       AND o.scheduled_at_initially > n.scheduled_at_initially),
                                                 DATE_FORMAT(n.scheduled_at_initially, '%Y-%m-%d %H:%i:%s.%f')))
                   INTO v_next
                   FROM JSON_TABLE(v_heads, '$[*]' COLUMNS (
@@ -3018,18 +3017,20 @@ BEGIN
                                 WHERE x.queue_name = v_queue AND x.group_key = h.g
                                   AND x.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
                                 ORDER BY x.scheduled_at_initially, x.id
-                                LIMIT 1);
-                -- the heads that give their place: locked now, unless busy
+                                LIMIT 1
+                                  FOR UPDATE)
+                   FOR UPDATE;
+                -- the heads that give their place (never delivered, running
+                -- later than that message): locked now, unless busy
                 SELECT JSON_ARRAYAGG(JSON_ARRAY(j.g, o.id)) INTO v_swaps
                   FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
                            g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
                            hk    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
                            hkd   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
-                           swap  INT          PATH '$[6]',
-                           n_at  DATETIME(6)  PATH '$[7]')) AS j
+                           n_at  DATETIME(6)  PATH '$[6]')) AS j
                   STRAIGHT_JOIN pyqueue_message o FORCE INDEX (pyqueue_message_key_uk)
                     ON o.queue_name = v_queue AND o.p_key = j.hk AND o.p_kind = j.hkd
-                 WHERE j.swap = 1 AND o.attempts = 0 AND o.reserve_token IS NULL
+                 WHERE o.attempts = 0 AND o.reserve_token IS NULL
                    AND o.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
                    AND o.scheduled_at_initially > j.n_at
                    FOR UPDATE SKIP LOCKED;

@@ -759,3 +759,37 @@ def test_grouped_pushes_from_plain_sql(queue, raw, dialect):
         got = call("CALL queue_reserve(%s, 'mysql', NULL, 10, NULL)", (q,))
     assert n == 3
     assert sorted(r[0] for r in got) == ["a1", "b1", "p"]
+
+
+# -- pushes inside a caller's transaction whose snapshot is older than the group -------------------
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["one", "batch"])
+@pytest.mark.parametrize("change", ["emptied", "blocked_removed"])
+def test_a_push_in_a_transaction_that_read_earlier_sees_the_group_as_it_is_now(
+    queue, connect, raw, dialect, check, batch, change
+):
+    """A caller's transaction reads first (its REPEATABLE READ snapshot is taken), then another
+    connection changes the group (pops every message, or removes a blocked one), then the
+    transaction pushes into the group: the push must go by the group as it is, not as the
+    snapshot shows it, or the group records a head that no longer exists and is stuck."""
+    other = connect().queue(queue.name)
+    other.push("a", "job", 1, group="g")
+    other.push("b", "job", 2, group="g")
+    tx_db = connect()
+    mine = tx_db.queue(queue.name)
+    with tx_db.transaction():
+        mine.stats()  # a read: the snapshot starts here
+        if change == "emptied":
+            assert keys(other.pop(5)) == ["a"]
+            assert keys(other.pop(5)) == ["b"]
+        else:
+            assert other.remove("b", "job")
+        if batch:
+            assert mine.push_many([grouped("c", "g")]) == 1
+        else:
+            assert mine.push("c", "job", 3, group="g")
+    check(queue)
+    want = ["c"] if change == "emptied" else ["a", "c"]
+    assert drain_in_order(queue) == want
+    check(queue)
