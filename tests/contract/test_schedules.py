@@ -223,7 +223,11 @@ def test_racing_workers_leave_exactly_one_next_occurrence(queue, raw, connect):
     committed. Half of them hold a 50 ms lease and sleep past it before committing, so their
     occurrences expire and are re-reserved while they still commit; the other half hold a long
     lease and commit at once, so occurrences get committed however slow the machine is. Every
-    committed occurrence is a different time and exactly one occurrence is pending at the end."""
+    committed occurrence is a different time and exactly one occurrence is pending at the end.
+    Deliveries are not limited here: with the default 10, a run of stale reservations could
+    dead-letter an occurrence, which ends the schedule's chain (as the contract says), and the
+    race under test would stop."""
+    queue.create(max_attempts=1_000_000)
     queue.schedule_every("tick", "t", {}, 1)
     deadline = time.monotonic() + 60.0
     committed: list[str] = []
@@ -251,6 +255,7 @@ def test_racing_workers_leave_exactly_one_next_occurrence(queue, raw, connect):
         t.join()
     assert len(committed) >= 3, committed
     assert len(committed) == len(set(committed)), committed
+    assert queue.stats().dead == 0
     left = pending(raw, queue, "tick", "t")
     assert len(left) == 1
     assert left == [occurrence_key("tick", queue.schedules()[0].next_at)]
