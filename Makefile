@@ -4,7 +4,7 @@
 #               embedded extras; pyspark only for the Spark stage, when Java is there)
 #   make test   runs the whole test suite against both dialects (dev + spark extras)
 #   make test-fast  the inner loop: the tests not marked slow (pytest -m "not slow"), both
-#               dialects, about 2 minutes; make test and CI still run everything
+#               dialects, about 3 minutes; make test and CI still run everything (about 22)
 #   make wheel  builds dist/pyqueue_sql-*.whl (the package is not on an index yet:
 #               pip install 'dist/pyqueue_sql-<version>-py3-none-any.whl[postgresql]')
 PYTHON ?= python3
