@@ -15,7 +15,7 @@ DEMO_STAMP  := $(VENV)/.installed-demo
 STAMP       := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: bench scale soak release-routines demo demo-spark test test-fast lint format venv wheel clean screenshots
+.PHONY: bench scale soak demo demo-spark test test-fast lint format venv wheel clean screenshots
 
 # The virtualenv itself (an order-only prerequisite below: its age never forces a reinstall).
 $(PY):
@@ -126,14 +126,3 @@ clean:
 screenshots: $(STAMP)
 	@bash scripts/browser-deps.sh
 	$(PY) -m tests.dashboard.screenshots $(SCREENSHOT_ARGS)
-
-# Run when the newest migration revision is released, before a new revision changes
-# sql/<dialect>/routines.sql: until then that revision reads sql/<dialect>/routines.sql itself
-# (ROUTINES = CURRENT_ROUTINES) and applies what differs there from the revision before it.
-# This freezes exactly that difference (the routines it added or changed, DROPs of those it
-# removed) into migrations/sql/<dialect>/<revision>.routines.sql and switches the revision to
-# that file (scripts/release_routines.py, pyqueue_sql.migrate.release_routines). Then add the
-# new revision (alembic revision, from migrations/script.py.mako): it reads
-# sql/<dialect>/routines.sql in turn.
-release-routines: $(STAMP)
-	$(PY) scripts/release_routines.py

@@ -1,39 +1,20 @@
 """Installing and upgrading the schema: the alembic revisions in migrations/versions.
 
-Each revision runs SQL files of the current dialect from migrations/sql/<dialect>/:
-``<rev>.up.sql`` (the DDL it adds) and ``<rev>.down.sql`` (undoing it, dropping
-the routines it added), plus its routines. A revision's routine file
-``<rev>.routines.sql`` holds only the routines that revision added or changed
-(0001's: all of the core contract); the routine set at a revision is the union
-of those files up to it, later ones overriding earlier ones. A downgrade
-re-creates, from the set of the revision before, every routine the revision
-changed or removed: the released definitions themselves, never a copy of them.
-The newest revision, until released, reads sql/<dialect>/routines.sql (the
-current state) instead of a file of its own (``ROUTINES = CURRENT_ROUTINES``)
-and applies what differs there from the set before it. ``make release-routines``
-(release_routines() here) freezes that difference into ``<rev>.routines.sql``
-when the next revision is added. pyqueue_sql.routine_sets parses the files and
-computes the sets; a test proves the migrations and sql/<dialect>/ build the
-same catalog. Our revisions are recorded in their own version table,
-``pyqueue_alembic_version``, and never mix with an application's.
+There is one revision until 0.1.0 is released, ``0001_baseline``: its upgrade runs
+sql/<dialect>/schema.sql, then sql/<dialect>/routines.sql (the files `pyqueue-sql
+sql` prints, read where they are), its downgrade sql/<dialect>/uninstall.sql. A
+revision calls :func:`run_sql_file` for DDL and :func:`run_routines` for the
+routines (every routine is dropped if it exists and created again, so the file
+can run any number of times: a later revision runs it again after its own DDL).
+Our revisions are recorded in their own version table, ``pyqueue_alembic_version``,
+and never mix with an application's.
 
-A revision module therefore reads::
-
-    ROUTINES = "0002_extensions.routines.sql"   # or CURRENT_ROUTINES, or None
-
-    def upgrade() -> None:
-        run_sql_file("0002_extensions.up.sql")
-        upgrade_routines(revision)
-
-    def downgrade() -> None:
-        run_sql_file("0002_extensions.down.sql")
-        downgrade_routines(revision)
-
-The revisions are driven here with alembic's ScriptDirectory and
-MigrationContext directly, never through ``alembic.command`` / env.py, so a
-run never touches alembic's global ``op`` and ``context`` proxies: calling
-``upgrade(op.get_bind())`` from an application's own alembic revision (or at
-the end of its env.py) leaves the application's alembic run intact.
+The revisions are driven here with alembic's ScriptDirectory and MigrationContext
+directly, never through ``alembic.command`` / env.py, so a run never touches
+alembic's global ``op`` and ``context`` proxies: calling ``upgrade(op.get_bind())``
+from an application's own alembic revision (or at the end of its env.py) leaves the
+application's alembic run intact. In alembic's offline mode (``--sql``) the same
+call writes the SQL into alembic's output instead (see :func:`upgrade`).
 
 Transactions and interruptions:
 
@@ -42,20 +23,22 @@ Transactions and interruptions:
 * MySQL/MariaDB commit every DDL statement at once. A run therefore records
   its progress in ``pyqueue_alembic_progress`` (the revision step in progress,
   the file of that step and how many of its statements are applied, committed
-  after each statement) and, before it drops anything, a snapshot of the
-  routine grants in ``pyqueue_alembic_grants``. When a run stops half-way
-  (an error, Ctrl-C, a kill, a lost connection) nothing is undone and both
-  tables stay; the next run resumes at the statement that was not recorded
-  (re-running it, and taking exactly the "already exists" / "does not exist"
-  errors of that one statement as "it was applied"), and gives the grants of
-  the snapshot back at the end. Both tables are dropped when a run finishes.
-  Nothing here ever drops a table on failure.
+  after each statement of a DDL file; a routine file is recorded once done, and
+  run again from its start when resumed) and, before it drops anything, a
+  snapshot of the routine grants in ``pyqueue_alembic_grants`` (DROP PROCEDURE
+  drops the grants on it). When a run stops half-way (an error, Ctrl-C, a kill,
+  a lost connection) nothing is undone and both tables stay; the next run
+  resumes at the statement that was not recorded (re-running it, and taking
+  exactly the "already exists" / "does not exist" errors of that one statement
+  as "it was applied"), and gives the grants of the snapshot back at the end.
+  Both tables are dropped when a run finishes. Nothing here ever drops a table
+  on failure.
 
 A schema that exists but is not recorded (installed from ``pyqueue-sql sql``)
-is refused (UnrecordedSchemaError) unless ``adopt=True``: the catalog must
-then match the fingerprint of one revision exactly (FINGERPRINTS in each
-revision file, regenerated from real databases by a test), which is recorded
-before the rest is applied.
+is refused (UnrecordedSchemaError) unless ``adopt=True``: the catalog must then
+match the fingerprint of one revision exactly (FINGERPRINTS in the revision
+file; tables and the contract routines' signatures, never routine bodies),
+which is recorded before the rest is applied.
 
 Test hook (tests/schema/test_migrate_interrupted.py): the environment variable
 PYQUEUE_SQL_MIGRATE_TEST_KILL="<n>[:unrecorded][:<SIGNAL>]" makes the process
@@ -73,7 +56,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import signal
 import warnings
 from collections.abc import Callable, Iterator
@@ -86,11 +68,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
-from . import dialects, errors, routine_sets
+from . import dialects, errors
 from ._resources import migrations_dir, sql_file
-from .privileges import ROUTINES_ADDED_WITH
 from .queries import migration_queries, split_script
-from .routine_sets import CURRENT_ROUTINES
 
 VERSION_TABLE = "pyqueue_alembic_version"
 TEST_KILL_VARIABLE = "PYQUEUE_SQL_MIGRATE_TEST_KILL"
@@ -139,14 +119,15 @@ class MigrationResult(NamedTuple):
         return self.before != self.after
 
 
-# ---- the revision being applied (read by run_sql_file) ----------------------
+# ---- the revision being applied (read by run_sql_file and run_routines) -----
 
 
 @dataclasses.dataclass
 class _Step:
-    connection: Connection
+    connection: Connection | None  # None: offline, the SQL goes to ``output``
     dialect: dialects.Dialect
     run: _Run | None  # None: run by alembic itself through env.py (no resume)
+    output: Callable[[str], None] | None = None
     files: int = 0
 
 
@@ -159,133 +140,57 @@ def _current_step() -> _Step:
     step = _STEP.get()
     if step is None:
         raise RuntimeError(
-            "run_sql_file() and the routine steps run inside pyqueue_sql.migrate.upgrade()/downgrade()"
+            "run_sql_file() and run_routines() run inside pyqueue_sql.migrate.upgrade()/downgrade()"
         )
     return step
 
 
-def run_sql_file(filename: str) -> None:
-    """Runs migrations/sql/<dialect>/<filename> on the connection of the running
-    migration (called by the revision files). PostgreSQL: the whole file inside
-    the run's transaction. MySQL: statement by statement, each one recorded, so
-    an interrupted run resumes after the last recorded statement."""
+def run_sql_file(filename: str, folder: str | Path | None = None) -> None:
+    """Runs the DDL file ``<folder>/<dialect>/<filename>`` (default folder: sql/, the
+    current state) on the connection of the running migration (called by the revision
+    files). PostgreSQL: the whole file inside the run's transaction. MySQL: statement
+    by statement, each one recorded, so an interrupted run resumes after the last
+    recorded statement."""
     step = _current_step()
-    path = migrations_dir() / "sql" / step.dialect.name / filename
+    path = (
+        sql_file(step.dialect.name, filename)
+        if folder is None
+        else Path(folder) / step.dialect.name / filename
+    )
     if not path.is_file():
         raise FileNotFoundError(f"migration file {path} is missing: is this installation complete?")
-    _run_script(step, path.read_text(encoding="utf-8"))
+    _run_script(step, path.read_text(encoding="utf-8"), rerunnable=False)
 
 
-def upgrade_routines(revision: str) -> None:
-    """The routine step of the upgrade to ``revision`` (after its up.sql): its released
-    routine file, or, while it is the newest revision (ROUTINES = CURRENT_ROUTINES),
-    the routines of sql/<dialect>/routines.sql that differ from the set before it."""
+def run_routines() -> None:
+    """Installs sql/<dialect>/routines.sql, every routine dropped if it exists and
+    created again (an upgrade that changes routines runs it after its DDL). MySQL:
+    an interrupted run runs the file again from its start, and the routine grants
+    that DROP PROCEDURE took are given back when the run finishes."""
     step = _current_step()
-    _run_script(step, routine_chain(step.dialect.name).upgrade_script(revision))
-
-
-def downgrade_routines(revision: str) -> None:
-    """The routine step of the downgrade from ``revision`` (after its down.sql): the
-    routines it changed or removed, as the revision before it defines them."""
-    step = _current_step()
-    _run_script(step, routine_chain(step.dialect.name).downgrade_script(revision))
-
-
-def current_routines_file(dialect: str) -> Path:
-    """sql/<dialect>/routines.sql, which the unreleased newest revision reads (from a
-    checkout or from the copy an installed wheel carries in pyqueue_sql/_data)."""
-    return sql_file(dialect, "routines.sql")
-
-
-def routine_chain(dialect: str) -> routine_sets.Chain:
-    """The routine sets of every revision, oldest first (see the module docstring)."""
-    script = _script()
-    revisions = list(reversed(list(script.walk_revisions())))
-    if len(script.get_heads()) != 1:
-        raise MigrationError(f"the migrations must form one line of revisions, not {script.get_heads()}")
-    return routine_sets.Chain(
-        dialect,
-        [routine_sets.RevisionRoutines(r.revision, getattr(r.module, "ROUTINES", None)) for r in revisions],
-        migrations_dir() / "sql" / dialect,
-        current_routines_file(dialect),
+    _run_script(
+        step, sql_file(step.dialect.name, "routines.sql").read_text(encoding="utf-8"), rerunnable=True
     )
 
 
-def release_routines(folder: Path | None = None) -> str:
-    """``make release-routines``: freezes the routines of the revision that reads
-    sql/<dialect>/routines.sql (ROUTINES = CURRENT_ROUTINES) into
-    migrations/sql/<dialect>/<revision>.routines.sql, each dialect's holding only
-    the routines that differ from the set of the revision before (and DROPs of
-    those it removed), and switches the revision module to that file. The
-    revision's upgrade then runs the same statements as before its release. Run it
-    when the revision is released, before a new revision changes
-    sql/<dialect>/routines.sql. ``folder``: the migrations folder (default: this
-    checkout's). Returns the revision released."""
-    folder = folder or migrations_dir()
-    revisions = list(reversed(list(ScriptDirectory(str(folder)).walk_revisions())))
-    pending = [r for r in revisions if getattr(r.module, "ROUTINES", None) == CURRENT_ROUTINES]
-    if not pending:
-        raise MigrationError(
-            f"no revision reads the current routines (ROUTINES = CURRENT_ROUTINES in {folder / 'versions'}): "
-            "nothing to release"
-        )
-    target = pending[0]
-    chain_of = revisions[: revisions.index(target) + 1]
-    module = Path(target.path)
-    source = module.read_text(encoding="utf-8")
-    name = f"{target.revision}.routines.sql"
-    switched, n = re.subn(
-        r"^((?:# .*\n)*)ROUTINES = CURRENT_ROUTINES$",
-        "# The routines this revision added or changed (migrations/sql/<dialect>/), as released.\n"
-        f'ROUTINES = "{name}"',
-        source,
-        flags=re.M,
-    )
-    switched, m = re.subn(
-        r"^(from pyqueue_sql\.migrate import .*)CURRENT_ROUTINES, ", r"\1", switched, flags=re.M
-    )
-    if (n, m) != (1, 1):
-        raise MigrationError(
-            f"{module}: expected the lines `from pyqueue_sql.migrate import CURRENT_ROUTINES, ...` "
-            "and `ROUTINES = CURRENT_ROUTINES` (see migrations/script.py.mako)"
-        )
-    texts = {}
-    for dialect in dialects.NAMES:
-        chain = routine_sets.Chain(
-            dialect,
-            [
-                routine_sets.RevisionRoutines(r.revision, getattr(r.module, "ROUTINES", None))
-                for r in chain_of
-            ],
-            folder / "sql" / dialect,
-            current_routines_file(dialect),
-        )
-        texts[dialect] = chain.release_text(target.revision)
-    for dialect, text in texts.items():
-        (folder / "sql" / dialect / name).write_text(text, encoding="utf-8")
-    module.write_text(switched, encoding="utf-8")
-    return target.revision
-
-
-def _run_script(step: _Step, text: str) -> None:
+def _run_script(step: _Step, text: str, rerunnable: bool) -> None:
+    if step.output is not None:
+        step.output(text.rstrip("\n"))
+        return
     file_no = step.files
     step.files += 1
     if step.run is not None and step.run.progress is not None:
-        step.run.progress.run_file(file_no, split_script(text), step.run.count)
+        step.run.progress.run_file(file_no, split_script(text), step.run.count, rerunnable)
         return
-    _execute_script(step.connection, step.dialect, text)
+    # The DB-API cursor, called without parameters, leaves '%' in the SQL alone.
+    cursor = step.connection.connection.cursor()
+    try:
+        step.dialect.run_script(cursor, text)
+    finally:
+        cursor.close()
     if step.run is not None:
         step.run.count(False)
         step.run.count(True)
-
-
-def _execute_script(connection: Connection, dialect: dialects.Dialect, text: str) -> None:
-    # The DB-API cursor, called without parameters, leaves '%' in the SQL alone.
-    cursor = connection.connection.cursor()
-    try:
-        dialect.run_script(cursor, text)
-    finally:
-        cursor.close()
 
 
 # ---- small helpers ----------------------------------------------------------
@@ -473,13 +378,18 @@ class _MySQLProgress:
             )
 
     # -- statements ------------------------------------------------------
-    def run_file(self, file_no: int, statements: list[str], count: Callable[[bool], None]) -> None:
+    def run_file(
+        self, file_no: int, statements: list[str], count: Callable[[bool], None], rerunnable: bool
+    ) -> None:
+        """A DDL file is recorded after each statement and resumed after the last one
+        recorded; a ``rerunnable`` one (routines.sql) is recorded once done, and run
+        again from its start when the run stopped inside it."""
         start, tolerant_at = 0, None
         if self.resume is not None:
             done_file, done_statement = self.resume
             if file_no < done_file:
                 return  # applied completely before the interruption
-            if file_no == done_file:
+            if file_no == done_file and not (rerunnable and done_statement < len(statements)):
                 start = tolerant_at = done_statement
         self.file_no, self.statement_no = file_no, start
         self._record()
@@ -496,8 +406,9 @@ class _MySQLProgress:
                     if not (i == tolerant_at and _mysql_code(exc) in _ALREADY_APPLIED):
                         raise
                 count(False)
-                self.statement_no = i + 1
-                self._record()
+                if not rerunnable or i == len(statements) - 1:
+                    self.statement_no = i + 1
+                    self._record()
                 count(True)
         finally:
             cursor.close()
@@ -518,9 +429,8 @@ def _mysql_restore_routine_grants(
     connection: Connection, dialect: dialects.Dialect, saved: list[tuple]
 ) -> None:
     """Gives back the routine grants that re-creating the procedures dropped
-    (the dialect's routine_regrants says which: only those that are gone, plus
-    the routines added to a granted capability, privileges.ROUTINES_ADDED_WITH),
-    only on routines that exist. A grant whose account is gone meanwhile fails
+    (the dialect's routine_regrants says which: only those that are gone), only
+    on routines that exist. A grant whose account is gone meanwhile fails
     (no account is ever created here) and is reported as a warning."""
     try:
         current = _rows(connection, dialect, "routine_grants")
@@ -531,7 +441,7 @@ def _mysql_restore_routine_grants(
     cursor = connection.connection.cursor()
     try:
         with dialect.no_account_creation(connection.connection):
-            for statement in dialect.routine_regrants(saved, current, ROUTINES_ADDED_WITH):
+            for statement in dialect.routine_regrants(saved, current, {}):
                 try:
                     cursor.execute(statement)
                 except Exception as exc:  # a routine this revision no longer has (1305), an odd name
@@ -556,8 +466,9 @@ def flavor(connection: Connection) -> str:
 
 def fingerprint(target: Any) -> str:
     """The catalog fingerprint of what pyqueue-sql installed in a database:
-    tables, columns, indexes, constraints, views and routine signatures (not
-    routine bodies, owners or grants), hashed."""
+    tables, columns, indexes, constraints, views and the contract routines'
+    signatures (not routine bodies, internal helpers, owners or grants), hashed:
+    a change of a routine body leaves it alone."""
     with _session(target) as (connection, _dialect):
         return _fingerprint(connection)
 
@@ -577,15 +488,9 @@ def _adopt(connection: Connection, script: ScriptDirectory, found: list[str]) ->
     kind = flavor(connection)
     mine = _fingerprint(connection)
     known = {}
-    for rev in script.walk_revisions():
+    for rev in script.walk_revisions():  # newest first: of two with one fingerprint, keep the oldest
         value = getattr(rev.module, "FINGERPRINTS", {}).get(kind)
         if value:
-            # newest first, so the oldest of a run of revisions with one fingerprint is kept: a
-            # revision that changes no structure on this flavor (none, or routine bodies only,
-            # which the fingerprint does not read) shares the fingerprint of the one before it.
-            # Adopting the oldest and upgrading from there runs the later ones again: their
-            # routines are created anew, so the bodies are those of the head whatever the
-            # catalog had, and running them again over bodies that are current changes nothing.
             known[value] = rev.revision
     if not known:
         raise SchemaMismatchError(
@@ -787,6 +692,9 @@ class _Run:
 
 
 def _migrate(target: Any, direction: str, revision: str, adopt: bool = False) -> MigrationResult:
+    offline = _alembic_offline(target)
+    if offline is not None:
+        return _write_sql(offline, direction, revision)
     dialect = None
     try:
         with _session(target) as (connection, dialect):
@@ -797,6 +705,54 @@ def _migrate(target: Any, direction: str, revision: str, adopt: bool = False) ->
         if dialect is not None and not isinstance(exc, MigrationError) and _interruption(exc, dialect):
             raise MigrationInterrupted(INTERRUPTED) from exc
         raise
+
+
+# ---- alembic's offline mode (--sql) ---------------------------------------------
+
+
+def _alembic_offline(target: Any) -> MigrationContext | None:
+    """The running alembic migration when ``target`` is the bind of an alembic run in
+    offline mode (`alembic upgrade --sql`, where op.get_bind() is a mock connection)."""
+    if isinstance(target, (str, Connection)):
+        return None
+    try:
+        from alembic import op
+
+        context = op.get_context()
+    except Exception:  # not inside an alembic migration
+        return None
+    return context if context.as_sql else None
+
+
+def _write_sql(outer: MigrationContext, direction: str, revision: str) -> MigrationResult:
+    """Writes our revisions into the SQL of an application's offline alembic run,
+    recorded in our own version table: an upgrade from nothing, a downgrade from
+    the head (offline, nothing tells what the database holds)."""
+    script = _script()
+    start = script.get_current_head() if direction == "downgrade" else None
+
+    def steps(heads: tuple[str, ...], _context: MigrationContext) -> list[Any]:
+        if direction == "upgrade":
+            return script._upgrade_revs(revision, heads)
+        return script._downgrade_revs(revision, heads)
+
+    ours = MigrationContext.configure(
+        dialect_name=outer.dialect.name,
+        opts={
+            "as_sql": True,
+            "output_buffer": outer.output_buffer,
+            "version_table": VERSION_TABLE,
+            "literal_binds": True,
+            "transactional_ddl": False,  # inside the application's transaction
+            "fn": steps,
+            "starting_rev": start,
+            "destination_rev": revision,
+        },
+    )
+    with alembic_env_offline(ours):
+        ours.run_migrations()
+    after = () if direction == "downgrade" and revision == "base" else (script.get_current_head(),)
+    return MigrationResult((start,) if start else (), after)
 
 
 # ---- the API ----------------------------------------------------------------------
@@ -854,3 +810,15 @@ def alembic_env_run(connection: Connection) -> Iterator[None]:
             yield
         finally:
             _STEP.reset(token)
+
+
+@contextlib.contextmanager
+def alembic_env_offline(context: MigrationContext) -> Iterator[None]:
+    """For migrations/env.py in alembic's offline mode (``--sql``): the revisions write
+    their SQL files, as `pyqueue-sql sql` prints them (MySQL: with their DELIMITER
+    lines), into alembic's output instead of running them."""
+    token = _STEP.set(_Step(None, dialects.for_name(context.dialect.name), None, context.impl.static_output))
+    try:
+        yield
+    finally:
+        _STEP.reset(token)

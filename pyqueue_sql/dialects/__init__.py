@@ -5,8 +5,7 @@
     d.supports_listen, d.transactional_ddl, d.run(conn, "push", {...}) ...
 
 ``base`` holds the Dialect interface and what both share (value encoders, the
-routine-error mapping); ``postgresql`` and ``mysql`` fill in the differences;
-``routine_syntax`` is how routine files are read (each dialect has its own).
+routine-error mapping); ``postgresql`` and ``mysql`` fill in the differences.
 Callers use the dialect's attributes and methods, never its name.
 """
 
@@ -33,7 +32,6 @@ from .base import (
 )
 from .mysql import MySQL, mysql_connect_args
 from .postgresql import PostgreSQL
-from .routine_syntax import RoutineFileSyntax, RoutineStatement, Statement
 
 __all__ = [
     "DIALECTS",
@@ -45,9 +43,6 @@ __all__ = [
     "NAMES",
     "MySQL",
     "PostgreSQL",
-    "RoutineFileSyntax",
-    "RoutineStatement",
-    "Statement",
     "as_dialect",
     "as_timedelta",
     "as_utc",
@@ -68,7 +63,7 @@ __all__ = [
 
 # Every dialect, in the order they are listed in messages.
 DIALECTS: tuple[type[Dialect], ...] = (PostgreSQL, MySQL)
-# Their names, the dialect directories under sql/ and migrations/sql/ (a --dialect choice).
+# Their names, the dialect directories under sql/ (a --dialect choice).
 NAMES: tuple[str, ...] = tuple(d.name for d in DIALECTS)
 
 # DSN (and JDBC URL) schemes, +driver suffixes aside, and the names SQLAlchemy gives the dialects.
@@ -93,6 +88,10 @@ def for_scheme(scheme: str) -> Dialect:
 
 def for_dsn(dsn: str) -> Dialect:
     """The dialect a DSN names: postgresql:// or mysql:// (mariadb:// too; +driver suffixes are ignored)."""
+    if not isinstance(dsn, str):
+        raise errors.UnsupportedDsnError(
+            f"a DSN is a string such as postgresql://... or mysql://..., not a {type(dsn).__name__}"
+        )
     return for_scheme(dsn.partition("://")[0] if "://" in dsn else "")
 
 

@@ -1,2 +1,0 @@
--- pyqueue-sql revision 0003 (mysql): the DDL delta from 0002. Frozen once released.
--- The routines follow from 0003_hardening.routines.sql.

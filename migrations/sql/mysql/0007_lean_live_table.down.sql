@@ -1,1 +1,0 @@
--- pyqueue-sql revision 0007 (mysql), down: nothing (its up changes nothing here).

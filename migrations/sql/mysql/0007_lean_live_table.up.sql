@@ -1,4 +1,0 @@
--- pyqueue-sql revision 0007 (mysql), up: nothing. MySQL/MariaDB keep the
--- foreign key of pyqueue_message: there it is the queue-row lock that a push
--- takes (queue_push reads no queue row in its common case), so dropping it
--- would only move that cost into the procedures.

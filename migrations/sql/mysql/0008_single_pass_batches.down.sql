@@ -1,1 +1,0 @@
--- pyqueue-sql revision 0008 (mysql), down: nothing (its up changes nothing here).

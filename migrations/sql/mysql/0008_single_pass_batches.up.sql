@@ -1,1 +1,0 @@
--- pyqueue-sql revision 0008 (mysql), up: nothing. The revision changes routines only.

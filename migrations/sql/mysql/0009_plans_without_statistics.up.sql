@@ -1,1 +1,0 @@
--- pyqueue-sql revision 0009 (mysql), up: nothing. The revision changes routines only.

@@ -1,3 +1,0 @@
--- pyqueue-sql revision 0010 (mysql), after its routines: nothing. The migration's grant
--- snapshot gives the new routines to the accounts that hold their capability
--- (pyqueue_sql.privileges.ROUTINES_ADDED_WITH).

@@ -1,1 +1,0 @@
--- pyqueue-sql revision 0008 (postgresql), up: nothing. The revision changes routines only.

@@ -1,2 +1,0 @@
--- pyqueue-sql revision 0009 (postgresql), down: nothing (its up changes nothing); the routines it
--- changed are re-created from the set of revision 0008.

@@ -1,0 +1,33 @@
+"""The baseline: every table of sql/<dialect>/schema.sql, then every routine of
+sql/<dialect>/routines.sql (the files `pyqueue-sql sql` prints, read from sql/,
+never copied). Down: sql/<dialect>/uninstall.sql removes all of it.
+
+Revision ID: 0001_baseline
+Revises:
+Create Date: 2026-11-25
+"""
+
+from pyqueue_sql.migrate import run_routines, run_sql_file
+
+revision = "0001_baseline"
+down_revision = None
+branch_labels = ("pyqueue_sql",)
+depends_on = None
+
+# The catalog this revision leaves (pyqueue_sql.migrate.fingerprint: tables and the
+# contract routines' signatures, never routine bodies), per server flavor: how
+# `migrate --adopt` recognises a schema installed from `pyqueue-sql sql`.
+# tests/schema/test_migrate_interrupted.py prints the values to put here.
+FINGERPRINTS = {
+    "postgresql": "",
+    "mariadb": "",
+}
+
+
+def upgrade() -> None:
+    run_sql_file("schema.sql")
+    run_routines()
+
+
+def downgrade() -> None:
+    run_sql_file("uninstall.sql")
