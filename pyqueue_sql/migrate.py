@@ -751,8 +751,12 @@ def _write_sql(outer: MigrationContext, direction: str, revision: str) -> Migrat
     )
     with alembic_env_offline(ours):
         ours.run_migrations()
-    after = () if direction == "downgrade" and revision == "base" else (script.get_current_head(),)
-    return MigrationResult((start,) if start else (), after)
+    if direction == "downgrade" and revision == "base":  # as downgrade() does online
+        ours.impl.static_output(
+            migration_queries(dialects.for_name(outer.dialect.name).name)["drop_version_table"] + ";"
+        )
+        return MigrationResult((start,), ())
+    return MigrationResult((start,) if start else (), (script.get_current_head(),))
 
 
 # ---- the API ----------------------------------------------------------------------

@@ -23,6 +23,7 @@ import pytest
 from pyqueue_sql import dialects, migrate
 
 from ..conftest import UNDER_CI
+from .test_migrations import everything_in, run_sql_output
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +79,7 @@ def _sqlalchemy_url(dsn: str) -> str:
     return f"{dialect.sqlalchemy_dialect}://{rest}"
 
 
-def _alembic(python: Path, app: Path, *args: str) -> str:
+def _alembic(python: Path, app: Path, *args: str, stderr: bool = True) -> str:
     done = subprocess.run(
         [str(python), "-m", "alembic", *args],
         cwd=app,
@@ -90,7 +91,7 @@ def _alembic(python: Path, app: Path, *args: str) -> str:
     assert done.returncode == 0, (
         f"alembic {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     )
-    return done.stdout + done.stderr
+    return done.stdout + (done.stderr if stderr else "")
 
 
 def _init_app(python: Path, tmp_path: Path, dsn: str) -> Path:
@@ -170,8 +171,8 @@ def _smoke(dsn: str) -> None:
         q.drop()
 
 
-def test_readme_recipe_inside_alembic_upgrade_downgrade_upgrade(alembic_python, fresh_database, tmp_path):
-    dsn = fresh_database("app")
+def _recipe_app(alembic_python: Path, tmp_path: Path, dsn: str) -> Path:
+    """The README recipe: our upgrade in the application's second revision."""
     app = _init_app(alembic_python, tmp_path, dsn)
     _revision(
         app,
@@ -194,7 +195,12 @@ def test_readme_recipe_inside_alembic_upgrade_downgrade_upgrade(alembic_python, 
         'op.create_table("app_invoice", sa.Column("id", sa.Integer, primary_key=True))',
         'op.drop_table("app_invoice")',
     )
+    return app
 
+
+def test_readme_recipe_inside_alembic_upgrade_downgrade_upgrade(alembic_python, fresh_database, tmp_path):
+    dsn = fresh_database("app")
+    app = _recipe_app(alembic_python, tmp_path, dsn)
     for round_no in range(2):
         _alembic(alembic_python, app, "upgrade", "head")
         assert _app_tables(dsn) == {"alembic_version", "app_account", "app_invoice"}
@@ -206,6 +212,23 @@ def test_readme_recipe_inside_alembic_upgrade_downgrade_upgrade(alembic_python, 
             assert _app_tables(dsn) == {"alembic_version"}
             assert _app_version(dsn) == []
             assert migrate.current(dsn) == ()
+
+
+def test_readme_recipe_in_offline_mode(alembic_python, fresh_database, tmp_path):
+    """`alembic upgrade head --sql` (offline: op.get_bind() is a mock connection) prints
+    the application's SQL with ours inside it, recorded in our own version table; a SQL
+    client runs it into a working queue, and `downgrade head:base --sql` takes it away."""
+    dsn = fresh_database("offline")
+    app = _recipe_app(alembic_python, tmp_path, dsn)
+    run_sql_output(dsn, _alembic(alembic_python, app, "upgrade", "head", "--sql", stderr=False))
+    assert _app_tables(dsn) == {"alembic_version", "app_account", "app_invoice"}
+    assert _app_version(dsn) == ["app3_invoices"]
+    assert migrate.current(dsn) == (migrate.head(),)
+    _smoke(dsn)
+    run_sql_output(dsn, _alembic(alembic_python, app, "downgrade", "head:base", "--sql", stderr=False))
+    assert _app_tables(dsn) <= {"alembic_version"}
+    assert migrate.current(dsn) == ()
+    assert everything_in(dsn)["routines"] == []
 
 
 def test_env_py_variant(alembic_python, fresh_database, tmp_path):
