@@ -19,8 +19,8 @@ depends_on = None
 # `migrate --adopt` recognises a schema installed from `pyqueue-sql sql`.
 # tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
-    "postgresql": "",
-    "mariadb": "",
+    "postgresql": "0886502d8dedeeb6da22f09de41e22da",
+    "mariadb": "840a5c0662bc4d6b056908aa28dfb905",
 }
 
 

@@ -113,9 +113,11 @@ SELECT User, Host, Routine_name, Routine_type, Proc_priv
 GRANT {privilege} ON {routine_type} {routine} TO {role}{grant_option}
 
 -- ---- catalog fingerprint of a revision ---------------------------------------
--- Every fingerprint_* statement, in file order, hashed together: structure
--- only (tables, columns, indexes, constraints, views, routine signatures,
--- security and sql_mode), not routine bodies, definers or grants.
+-- How `migrate --adopt` recognises a revision: every fingerprint_* statement,
+-- in file order, hashed together. Structure only (tables, columns, indexes,
+-- constraints, views, the contract procedures' signatures and security), not
+-- routine bodies, the internal helpers (pyqueue__*), definers or grants:
+-- routines.sql creates all of them anew on every upgrade.
 
 -- name: fingerprint_columns
 SELECT TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT,
@@ -156,15 +158,13 @@ SELECT TABLE_NAME, SECURITY_TYPE
  ORDER BY TABLE_NAME
 
 -- name: fingerprint_routines
-SELECT ROUTINE_NAME, ROUTINE_TYPE, SQL_MODE, SECURITY_TYPE
+SELECT ROUTINE_NAME, ROUTINE_TYPE, SECURITY_TYPE
   FROM information_schema.ROUTINES
- WHERE ROUTINE_SCHEMA = DATABASE()
-   AND (ROUTINE_NAME LIKE 'queue\_%%' OR ROUTINE_NAME LIKE 'pyqueue\_%%')
+ WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME LIKE 'queue\_%%'
  ORDER BY ROUTINE_NAME
 
 -- name: fingerprint_parameters
 SELECT SPECIFIC_NAME, ORDINAL_POSITION, PARAMETER_MODE, PARAMETER_NAME, DTD_IDENTIFIER
   FROM information_schema.PARAMETERS
- WHERE SPECIFIC_SCHEMA = DATABASE()
-   AND (SPECIFIC_NAME LIKE 'queue\_%%' OR SPECIFIC_NAME LIKE 'pyqueue\_%%')
+ WHERE SPECIFIC_SCHEMA = DATABASE() AND SPECIFIC_NAME LIKE 'queue\_%%'
  ORDER BY SPECIFIC_NAME, ORDINAL_POSITION

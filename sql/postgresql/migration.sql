@@ -29,10 +29,11 @@ SELECT count(*) FROM pyqueue_alembic_version
 -- name: drop_version_table
 DROP TABLE IF EXISTS pyqueue_alembic_version
 
--- Catalog fingerprint of a revision: every fingerprint_* statement, in file
--- order, hashed together. Structure only (tables, columns, indexes,
--- constraints, views, routine signatures and security), not routine bodies,
--- not owners or grants; names are unqualified by the current schema.
+-- Catalog fingerprint of a revision (how `migrate --adopt` recognises it):
+-- every fingerprint_* statement, in file order, hashed together. Structure
+-- only (tables, columns, indexes, constraints, views, the contract routines'
+-- signatures and security), not routine bodies, helpers, owners or grants;
+-- names are unqualified by the current schema.
 
 -- name: fingerprint_tables
 SELECT c.relname::text, c.relkind::text
@@ -81,10 +82,10 @@ SELECT t.tgname::text, c.relname::text, t.tgtype, p.proname::text
  ORDER BY 1, 2
 
 -- name: fingerprint_routines
+-- The contract routines' signatures and security, not the internal helpers (pyqueue__*)
+-- nor their settings: routines.sql creates all of them anew on every upgrade.
 SELECT p.proname::text, pg_get_function_identity_arguments(p.oid),
-       pg_get_function_result(p.oid), p.prosecdef,
-       replace(coalesce(array_to_string(p.proconfig, ';'), ''),
-               'search_path=' || quote_ident(current_schema()) || ',', 'search_path=<install schema>,')
+       pg_get_function_result(p.oid), p.prosecdef
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = current_schema() AND (p.proname LIKE 'queue\_%%' OR p.proname LIKE 'pyqueue\_%%')
+ WHERE n.nspname = current_schema() AND p.proname LIKE 'queue\_%%'
  ORDER BY 1, 2

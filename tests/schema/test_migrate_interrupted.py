@@ -1,15 +1,17 @@
 """migrate never loses data, and an interrupted migrate is resumed by running it again.
 
 Covers: a schema installed from the SQL script is refused (and kept) until
-adopted; adopt checks the catalog against each revision's fingerprint; a
+adopted; adopt checks the catalog against the baseline's fingerprint; a
 migration failing half-way keeps what it had and completes after the fix; a
 SIGKILL at any point (the migrate.TEST_KILL_VARIABLE hook) or Ctrl-C is
 resumed by the next run, with rows, routines and routine grants all there.
+What re-creates routines in a database that holds grants is a revision after
+the baseline that runs routines.sql again (the second_revision fixture), as the
+first change after the release will.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shutil
@@ -22,17 +24,25 @@ import uuid
 import pytest
 
 import pyqueue_sql
-from pyqueue_sql import dialects, migrate, privileges, routine_sets
-from pyqueue_sql.queries import split_script
+from pyqueue_sql import dialects, migrate, privileges
+from pyqueue_sql._resources import sql_file
+from pyqueue_sql.queries import script, split_script
 
-from .test_migrations import catalog, install_from_sql, smoke
+from .test_migrations import break_sql_file, catalog, install_from_sql, smoke
 
 pytestmark = pytest.mark.slow
 
+# Where a test's own migrations folder is (the second_revision fixture), for RUN.
+MIGRATIONS_VARIABLE = "PYQUEUE_SQL_TEST_MIGRATIONS"
+
 RUN = """
+import os
+import pathlib
 import signal
 import sys
 from pyqueue_sql import migrate
+if os.environ.get("%s"):
+    migrate.migrations_dir = lambda: pathlib.Path(os.environ["%s"])
 # Ctrl-C as in a terminal's foreground: a suite started in the background by a shell without job
 # control runs with SIGINT ignored, which this process would inherit, and the signal would be lost
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -46,14 +56,10 @@ except migrate.MigrationInterrupted as exc:
     print("INTERRUPTED:", exc, file=sys.stderr)
     sys.exit(3)
 print(result)
-"""
+""" % (MIGRATIONS_VARIABLE, MIGRATIONS_VARIABLE)
 
 # Account grants differ on purpose between the databases compared.
 GRANT_PARTS = ("routine_grants", "table_grants", "relation_acls")
-
-
-def _revisions() -> list[str]:
-    return sorted(p.stem for p in (migrate.migrations_dir() / "versions").glob("0*.py"))
 
 
 def _run_migrate(
@@ -109,19 +115,42 @@ def _assert_like_a_clean_install(dsn: str, clean: str) -> None:
     assert leftovers == [], "the progress tables are dropped when a run finishes"
 
 
-def _routine_step(dialect: str, revision: str) -> str:
-    """The script the routine step of the upgrade to ``revision`` runs."""
-    return migrate.routine_chain(dialect).upgrade_script(revision)
+def _unit_count(dialect: str) -> int:
+    """How many units of work (MySQL statements, PostgreSQL files) a fresh install runs."""
+    if dialect == "postgresql":
+        return 2
+    return sum(len(split_script(script(dialect, name))) for name in ("schema.sql", "routines.sql"))
 
 
-def _unit_count(dialect: str, revisions: list[str]) -> int:
-    """How many units of work (MySQL statements, PostgreSQL files) an upgrade through revisions runs."""
-    folder = migrate.migrations_dir() / "sql" / dialect
-    total = 0
-    for rev in revisions:
-        for text in ((folder / f"{rev}.up.sql").read_text(), _routine_step(dialect, rev)):
-            total += len(split_script(text)) if dialect == "mysql" else 1
-    return total
+# A revision after the baseline that runs routines.sql again, as the first change after the
+# release will (CONTRIBUTING.md): what re-creates routines in a database that holds grants.
+SECOND_REVISION = """
+from pyqueue_sql.migrate import run_routines
+
+revision = "0002_routines_again"
+down_revision = "0001_baseline"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    run_routines()
+
+
+def downgrade():
+    run_routines()
+"""
+
+
+@pytest.fixture
+def second_revision(tmp_path, monkeypatch) -> str:
+    """Our migrations plus SECOND_REVISION, for this process and the migrate subprocesses."""
+    folder = tmp_path / "migrations"
+    shutil.copytree(migrate.migrations_dir(), folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "versions" / "0002_routines_again.py").write_text(SECOND_REVISION)
+    monkeypatch.setattr(migrate, "migrations_dir", lambda: folder)
+    monkeypatch.setenv(MIGRATIONS_VARIABLE, str(folder))
+    return "0002_routines_again"
 
 
 # ---- a schema installed from the script -----------------------------------------
@@ -147,49 +176,22 @@ def test_adopt_records_a_script_install_and_keeps_its_messages(fresh_database):
     install_from_sql(dsn)
     _push(dsn)
     result = migrate.upgrade(dsn, adopt=True)
-    adopted = _first_of_its_fingerprint(dsn, migrate.head())
-    assert result.adopted == adopted
-    assert (result.before, result.after) == ((adopted,), (migrate.head(),))
+    assert result == migrate.MigrationResult((migrate.head(),), (migrate.head(),), migrate.head())
     assert migrate.current(dsn) == (migrate.head(),)
     assert _ready(dsn) == 1
     assert migrate.upgrade(dsn) == migrate.MigrationResult((migrate.head(),), (migrate.head(),))
     smoke(dsn)
 
 
-def test_adopt_an_older_unrecorded_schema_then_upgrade_it(fresh_database):
-    """A schema of an older release that is not recorded (its version row lost):
-    adopt recognises the revision and applies the rest."""
-    dsn, clean = fresh_database("older"), fresh_database("clean")
-    # the newest revision whose catalog differs from the head's on this server flavor (one that
-    # changed no structure here shares the head's fingerprint), and the oldest revision with its
-    # fingerprint, which adopt records
-    head_print = _module_fingerprints(migrate.head()).get(_flavor(dsn))
-    newest = [r for r in _revisions() if _module_fingerprints(r).get(_flavor(dsn)) != head_print][-1]
-    older = _first_of_its_fingerprint(dsn, newest)
-    migrate.upgrade(dsn, newest)
+def test_adopt_then_upgrade_to_a_later_revision(fresh_database, second_revision):
+    """After the release: a schema installed from the 0.1.0 script is adopted as the
+    baseline, and the revisions after it are applied."""
+    dsn, clean = fresh_database("later"), fresh_database("clean")
+    install_from_sql(dsn)
     _push(dsn, n=3)
-    _sql(dsn, "DELETE FROM pyqueue_alembic_version")
-    with pytest.raises(migrate.UnrecordedSchemaError):
-        migrate.upgrade(dsn)
     result = migrate.upgrade(dsn, adopt=True)
-    assert (result.adopted, result.before, result.after) == (older, (older,), (migrate.head(),))
+    assert result == migrate.MigrationResult(("0001_baseline",), (second_revision,), "0001_baseline")
     assert _ready(dsn) == 3
-    _assert_like_a_clean_install(dsn, clean)
-
-
-def test_adopt_a_schema_of_the_revision_before_the_head_gives_the_heads_routine_bodies(fresh_database):
-    """An unrecorded schema of the revision before the head. Where the head changed routine
-    bodies only (MySQL at 0008 and 0009), the two catalogs have one fingerprint: adopt records the oldest
-    revision with it and upgrades from there, so the routines end up with the head's bodies."""
-    dsn, clean = fresh_database("before"), fresh_database("clean")
-    before_head = _revisions()[-2]
-    migrate.upgrade(dsn, before_head)
-    _push(dsn, n=2)
-    _sql(dsn, "DELETE FROM pyqueue_alembic_version")
-    result = migrate.upgrade(dsn, adopt=True)
-    assert result.adopted == _first_of_its_fingerprint(dsn, before_head)
-    assert result.after == (migrate.head(),)
-    assert _ready(dsn) == 2
     _assert_like_a_clean_install(dsn, clean)
 
 
@@ -204,115 +206,64 @@ def test_adopt_refuses_a_schema_that_matches_no_revision(fresh_database):
     assert _ready(dsn) == 1
 
 
-def _changes_no_structure(dialect: str, revision: str) -> bool:
-    """True when the upgrade to ``revision`` runs no DDL on this dialect (it may create
-    routines again with other bodies, which the fingerprint does not read)."""
-    up = migrate.migrations_dir() / "sql" / dialect / f"{revision}.up.sql"
-    return not split_script(up.read_text())
-
-
-def _first_of_its_fingerprint(dsn: str, revision: str) -> str:
-    """The oldest revision whose fingerprint on this server flavor is that of ``revision``:
-    the one adopt records for such a catalog (and then upgrades from)."""
-    kind = _flavor(dsn)
-    value = _module_fingerprints(revision).get(kind)
-    return next(r for r in _revisions() if _module_fingerprints(r).get(kind) == value)
-
-
-def test_each_revision_fingerprint_is_current(fresh_database, dialect):
-    """FINGERPRINTS in each revision file is what that revision builds (regenerated here
-    from a fresh database, one revision at a time), and the script install matches the head."""
-    dsn, script = fresh_database("fp"), fresh_database("fpsql")
-    kind = None
-    computed, shipped = {}, {}
-    for rev in _revisions():
-        migrate.upgrade(dsn, rev)
-        kind = kind or _flavor(dsn)
-        computed[rev] = migrate.fingerprint(dsn)
-        shipped[rev] = _module_fingerprints(rev).get(kind)
-    install_from_sql(script)
-    assert migrate.fingerprint(script) == computed[_revisions()[-1]], (
-        "schema.sql/routines.sql and the head differ"
-    )
-    # A revision that changes no structure on this dialect (0007 only drops a PostgreSQL foreign
-    # key; 0008 and 0009 change MySQL routine bodies only) share the fingerprint of the one before,
-    # and adopting picks the older of the two, then upgrades (creating the later one's routines
-    # again). Any other two revisions must differ.
-    revisions = list(computed)
-    for i, rev in enumerate(revisions):
-        first = i  # the first of the run of revisions that end in this fingerprint
-        while first > 0 and computed[revisions[first - 1]] == computed[rev]:
-            first -= 1
-        if first < i:
-            assert _changes_no_structure(dialect, rev), f"{rev} changes the catalog but not its fingerprint"
-        assert computed[rev] not in {computed[r] for r in revisions[:first]}, (
-            "two revisions cannot be told apart"
-        )
-    stale = {rev: value for rev, value in computed.items() if shipped[rev] != value}
-    if stale and os.environ.get(UPDATE_FINGERPRINTS):
-        for rev, value in stale.items():
-            _write_fingerprint(rev, kind, value)
-        stale = {}
-    assert not stale, (
-        f"set FINGERPRINTS[{kind!r}] in migrations/versions/<rev>.py to: {stale} "
-        f"(or run this test with {UPDATE_FINGERPRINTS}=1 to write them)"
-    )
-
-
-def test_a_comment_inside_a_routine_body_leaves_the_fingerprint_alone(fresh_database, dialect):
-    """Released routine files lost comments inside routine bodies (the tracker's numbers
-    were taken out of 0002's and 0003's), so a database installed from the text as first
-    released has other bodies. The fingerprint reads no routine body: a routine created
-    again with a comment added inside its body changes the body in the catalog, not the
-    fingerprint, and adopt still recognises the revision."""
-    dsn = fresh_database("comment")
-    install_from_sql(dsn)
-    fingerprint, before = migrate.fingerprint(dsn), catalog(dsn)
-    current = routine_sets.parse(dialect, migrate.current_routines_file(dialect).read_text(), "routines.sql")
-    stats = current.routines["queue_stats"]
-    statements = [
-        dataclasses.replace(
-            s, code=s.code.replace("\nBEGIN\n", "\nBEGIN\n    -- not in the released text\n", 1)
-        )
-        for s in stats.statements
-    ]
-    assert statements != stats.statements
-    text = routine_sets.script(dialect, [dataclasses.replace(stats, statements=statements)])
-    conn = dialects.for_dsn(dsn).connect(dsn)
-    try:
-        cur = conn.cursor()
-        for statement in [text] if dialect == "postgresql" else split_script(text):
-            cur.execute(statement)
-        cur.close()
-    finally:
-        conn.close()
-    after = catalog(dsn)
-    assert after["routines"] != before["routines"], "the body in the catalog changed"
-    assert {k: v for k, v in after.items() if k != "routines"} == {
-        k: v for k, v in before.items() if k != "routines"
-    }
-    assert migrate.fingerprint(dsn) == fingerprint
-    result = migrate.upgrade(dsn, adopt=True)
-    assert (result.adopted, result.after) == (
-        _first_of_its_fingerprint(dsn, migrate.head()),
-        (migrate.head(),),
-    )
-    smoke(dsn)
-
-
-# Opt-in: rewrites the stale values in migrations/versions/*.py (after a schema change
-# of the newest revision), like `make freeze` does for its routines.
+# Opt-in: writes the value into migrations/versions/0001_baseline.py (after a change of the
+# tables or of a contract routine's signature; routine bodies do not count).
 UPDATE_FINGERPRINTS = "PYQUEUE_SQL_UPDATE_FINGERPRINTS"
 
 
-def _write_fingerprint(rev: str, kind: str, value: str) -> None:
-    import re
-
-    path = migrate.migrations_dir() / "versions" / f"{rev}.py"
-    text = path.read_text()
+def test_the_baseline_fingerprint_is_current(fresh_database, dialect):
+    """FINGERPRINTS in 0001_baseline.py is what both the migration and the script install
+    build on this server flavor. When it fails, the message says the value to put in."""
+    migrated, script_install = fresh_database("fp"), fresh_database("fpsql")
+    migrate.upgrade(migrated)
+    install_from_sql(script_install)
+    value = migrate.fingerprint(migrated)
+    assert migrate.fingerprint(script_install) == value, "schema.sql/routines.sql and the migration differ"
+    kind = _flavor(migrated)
+    path = migrate.migrations_dir() / "versions" / "0001_baseline.py"
     line = re.compile(r'^(    "%s": )"[0-9a-f]*",$' % re.escape(kind), re.MULTILINE)
+    text = path.read_text()
     assert line.search(text), f"{path}: no FINGERPRINTS line for {kind}"
-    path.write_text(line.sub(lambda m: f'{m.group(1)}"{value}",', text, count=1))
+    shipped = _baseline_fingerprints().get(kind)
+    if shipped != value and os.environ.get(UPDATE_FINGERPRINTS):
+        path.write_text(line.sub(lambda m: f'{m.group(1)}"{value}",', text, count=1))
+        shipped = value
+    assert shipped == value, (
+        f'set FINGERPRINTS["{kind}"] = "{value}" in {path} '
+        f"(or run this test with {UPDATE_FINGERPRINTS}=1 to write it)"
+    )
+
+
+def test_a_changed_routine_body_leaves_the_fingerprint_alone(fresh_database, dialect):
+    """The fingerprint reads no routine body: a routine created again with another body
+    changes the catalog, not the fingerprint, and adopt still recognises the baseline."""
+    dsn = fresh_database("body")
+    install_from_sql(dsn)
+    fingerprint, before = migrate.fingerprint(dsn), catalog(dsn)
+    if dialect == "postgresql":
+        [(definition,)] = _sql(
+            dsn, "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = 'queue_stats'"
+        )
+        _sql(dsn, definition.replace("$function$", "$function$\n-- another body", 1))
+    else:
+        [row] = _sql(dsn, "SHOW CREATE PROCEDURE queue_stats")
+        sql_mode, definition = row[1], row[2]
+        conn = dialects.for_dsn(dsn).connect(dsn)
+        try:
+            cur = conn.cursor()
+            cur.execute("SET SESSION sql_mode = %s", (sql_mode,))
+            cur.execute("DROP PROCEDURE queue_stats")
+            cur.execute(definition.replace("BEGIN", "BEGIN\n-- another body", 1))
+        finally:
+            conn.close()
+    after = catalog(dsn)
+    assert after["routines"] != before["routines"], "the body in the catalog changed"
+    assert {k: v for k, v in after.items() if k not in GRANT_PARTS + ("routines",)} == {
+        k: v for k, v in before.items() if k not in GRANT_PARTS + ("routines",)
+    }
+    assert migrate.fingerprint(dsn) == fingerprint
+    assert migrate.upgrade(dsn, adopt=True).adopted == migrate.head()
+    smoke(dsn)
 
 
 def _flavor(dsn: str) -> str:
@@ -320,66 +271,44 @@ def _flavor(dsn: str) -> str:
         return migrate.flavor(connection)
 
 
-def _module_fingerprints(rev: str) -> dict:
+def _baseline_fingerprints() -> dict:
     from alembic.script import ScriptDirectory
 
-    script = ScriptDirectory(str(migrate.migrations_dir()))
-    return getattr(script.get_revision(rev).module, "FINGERPRINTS", {})
+    script_dir = ScriptDirectory(str(migrate.migrations_dir()))
+    return getattr(script_dir.get_revision("0001_baseline").module, "FINGERPRINTS", {})
 
 
 # ---- failures half-way ------------------------------------------------------------
 
 
-def _newest_with_routines(dialect: str) -> tuple[str, str]:
-    """The newest revision whose upgrade re-creates routines on this dialect, and the one before
-    it (a revision may change nothing on one dialect: 0007 only drops a PostgreSQL foreign key)."""
-    revisions = _revisions()
-    for i in range(len(revisions) - 1, 0, -1):
-        if re.search(r"^CREATE ", _routine_step(dialect, revisions[i]), re.M):
-            return revisions[i - 1], revisions[i]
-    raise AssertionError(f"no revision re-creates routines on {dialect}")
+def _break_routines(monkeypatch, tmp_path, dialect: str) -> None:
+    """routines.sql with a bad statement: MySQL, in its last procedure (after the others
+    were dropped and created again); PostgreSQL, first."""
 
-
-def _break_routines(tmp_path, monkeypatch, dialect: str, revision: str) -> None:
-    """The routine step of ``revision`` reads a copy of its routines with a bad statement: MySQL,
-    in the last routine that step re-creates (after the others were dropped and created again);
-    PostgreSQL, first. The newest revision reads sql/<dialect>/routines.sql; an older one its
-    released file, here in a copy of the migrations folder."""
-    step = _routine_step(dialect, revision)
-    if revision == migrate.head():
-        source = migrate.current_routines_file(dialect)
-        path = tmp_path / "routines.sql"
-        monkeypatch.setattr(migrate, "current_routines_file", lambda _dialect: path)
-    else:
-        folder = tmp_path / "migrations"
-        shutil.copytree(migrate.migrations_dir(), folder)
-        source = path = folder / "sql" / dialect / f"{revision}.routines.sql"
-        monkeypatch.setattr(migrate, "migrations_dir", lambda: folder)
-    text = source.read_text()
-    if dialect == "mysql":
-        last = re.findall(r"^CREATE PROCEDURE (\w+)", step, re.M)[-1]
+    def edit(text: str) -> str:
+        if dialect == "postgresql":
+            return "SELECT no_such_column FROM pyqueue_queue;\n" + text
+        last = re.findall(r"^CREATE PROCEDURE (\w+)", text, re.M)[-1]
         at = text.index(f"\nCREATE PROCEDURE {last}(")
         at = text.index("\nBEGIN\n", at) + len("\nBEGIN\n")
-        text = text[:at] + "    SELECT FROM no_such_column;\n" + text[at:]
-    else:
-        text = "SELECT no_such_column FROM pyqueue_queue;\n" + text
-    path.write_text(text)
+        return text[:at] + "    SELECT FROM no_such_column;\n" + text[at:]
+
+    break_sql_file(monkeypatch, tmp_path, "routines.sql", edit)
 
 
 def test_a_migration_failing_half_way_keeps_data_and_a_rerun_completes(
-    fresh_database, tmp_path, monkeypatch, dialect
+    fresh_database, tmp_path, monkeypatch, dialect, second_revision
 ):
-    older, newest = _newest_with_routines(dialect)
     dsn, clean = fresh_database("half"), fresh_database("clean")
-    migrate.upgrade(dsn, older)
+    migrate.upgrade(dsn, "0001_baseline")
     _push(dsn, n=5)
-    _break_routines(tmp_path, monkeypatch, dialect, newest)
+    _break_routines(monkeypatch, tmp_path, dialect)
     with pytest.raises(Exception, match="no_such_column"):
         migrate.upgrade(dsn)
-    assert migrate.current(dsn) == (older,)
+    assert migrate.current(dsn) == ("0001_baseline",)
     assert _ready(dsn) == 5
-    monkeypatch.undo()
-    assert migrate.upgrade(dsn).after == (migrate.head(),)
+    monkeypatch.setattr(migrate, "sql_file", sql_file)
+    assert migrate.upgrade(dsn).after == (second_revision,)
     assert _ready(dsn) == 5
     _assert_like_a_clean_install(dsn, clean)
     smoke(dsn)
@@ -392,8 +321,7 @@ def test_a_migration_failing_half_way_keeps_data_and_a_rerun_completes(
 def test_a_fresh_install_killed_anywhere_is_completed_by_the_next_run(fresh_database, dialect, where):
     dsn, clean = fresh_database("kill"), fresh_database("clean")
     fraction, _, flag = str(where).partition(":")
-    total = _unit_count(dialect, _revisions())
-    n = max(1, int(total * float(fraction)))
+    n = max(1, int(_unit_count(dialect) * float(fraction)))
     killed = _run_migrate(dsn, kill=f"{n}{':' + flag if flag else ''}")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     done = _run_migrate(dsn)
@@ -441,28 +369,26 @@ class MySQLAccount:
 @pytest.mark.parametrize(
     "where", ["routine+1", "routine+20", "routine+21:unrecorded", "last-1:unrecorded", "twice"]
 )
-def test_an_upgrade_killed_in_the_routine_phase_gives_every_grant_back(fresh_database, dialect, where):
-    # the revision that re-creates the most procedures, from the one before it (then on to the head)
-    revisions = _revisions()
-    newest = max(revisions[1:], key=lambda rev: len(split_script(_routine_step("mysql", rev))))
-    older = revisions[revisions.index(newest) - 1]
+def test_an_upgrade_killed_in_the_routine_phase_gives_every_grant_back(
+    fresh_database, dialect, where, second_revision
+):
+    """A revision that runs routines.sql again drops every procedure with its grants
+    (MySQL): killed anywhere, the next run finishes and gives every grant back."""
     dsn, clean = fresh_database("grants"), fresh_database("clean")
-    migrate.upgrade(dsn, older)
+    migrate.upgrade(dsn, "0001_baseline")
     _push(dsn, n=4)
     account = MySQLAccount(dsn)
     try:
         before = account.grant_consumer()
         assert account.granted() == before and len(before) >= 10
-        up = _unit_count("mysql", [newest])
-        routines = len(split_script(_routine_step("mysql", newest)))
-        first_routine = up - routines
+        routines = len(split_script(script("mysql", "routines.sql")))
         points = {
-            "routine+1": [f"{first_routine + 1}"],
-            "routine+20": [f"{first_routine + 20}"],
-            "routine+21:unrecorded": [f"{first_routine + 21}:unrecorded"],
-            "last-1:unrecorded": [f"{up - 1}:unrecorded"],
-            # killed, then the resuming run killed again further on
-            "twice": [f"{first_routine + 10}", f"{routines // 2}:unrecorded"],
+            "routine+1": ["1"],
+            "routine+20": ["20"],
+            "routine+21:unrecorded": ["21:unrecorded"],
+            "last-1:unrecorded": [f"{routines - 1}:unrecorded"],
+            # killed, then the resuming run (which runs routines.sql from its start) killed again
+            "twice": ["10", f"{routines // 2}:unrecorded"],
         }[where]
         for point in points:
             killed = _run_migrate(dsn, kill=point)
@@ -470,7 +396,7 @@ def test_an_upgrade_killed_in_the_routine_phase_gives_every_grant_back(fresh_dat
             assert _ready(dsn) == 4
         done = _run_migrate(dsn)
         assert done.returncode == 0, done.stderr
-        assert migrate.current(dsn) == (migrate.head(),)
+        assert migrate.current(dsn) == (second_revision,)
         assert account.granted() >= before, "grants lost: %s" % sorted(before - account.granted())
         assert _ready(dsn) == 4
         _assert_like_a_clean_install(dsn, clean)
@@ -496,7 +422,7 @@ def test_a_killed_downgrade_is_finished_by_the_next_one_and_nothing_else_runs_fi
 
 def test_ctrl_c_says_it_was_interrupted_and_the_next_run_resumes(fresh_database, dialect):
     dsn, clean = fresh_database("intr"), fresh_database("clean")
-    n = max(2, _unit_count(dialect, _revisions()) // 3)
+    n = max(2, _unit_count(dialect) // 3)
     stopped = _run_migrate(dsn, kill=f"{n}:SIGINT")
     assert stopped.returncode == 3, stopped.stderr
     assert "INTERRUPTED: migrate was interrupted; run it again to resume" in stopped.stderr
@@ -556,14 +482,11 @@ def test_the_migration_lock_is_per_database(fresh_database):
 
 def test_upgrade_and_downgrade_say_what_they_applied(fresh_database):
     dsn = fresh_database("result")
-    first = _revisions()[0]
-    assert migrate.upgrade(dsn, first) == migrate.MigrationResult((), (first,))
-    result = migrate.upgrade(dsn)
-    assert (result.before, result.after, result.changed) == ((first,), (migrate.head(),), True)
+    assert migrate.upgrade(dsn) == migrate.MigrationResult((), (migrate.head(),))
     assert not migrate.upgrade(dsn).changed
     _push(dsn, n=2)
     assert migrate.live_messages(dsn) == 2
-    assert migrate.downgrade(dsn).after == ()
+    assert migrate.downgrade(dsn) == migrate.MigrationResult((migrate.head(),), ())
     assert migrate.live_messages(dsn) == 0
     name = dialects.for_dsn(dsn).name
     schema = "current_schema()" if name == "postgresql" else "DATABASE()"
