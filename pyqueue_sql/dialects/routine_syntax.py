@@ -1,5 +1,7 @@
 """How a dialect's routine files are written: where a statement ends, and which statements
-create, drop or belong to a routine (pyqueue_sql.routine_sets reads the files with it).
+create, drop or belong to a routine. Nothing reads routine files this way any more (the
+migrations run sql/<dialect>/routines.sql whole); the dialect modules still define their
+syntax with it, and this module goes with those definitions.
 
 Each dialect has a RoutineFileSyntax (``Dialect.routine_files``): its statement splitter
 (PostgreSQL: ';' outside quotes, comments and dollar-quoted bodies; MySQL: the mysql
