@@ -769,7 +769,9 @@ def upgrade(target: Any, revision: str = "heads", *, adopt: bool = False) -> Mig
     unless ``adopt``: then the catalog must match a known revision exactly
     (else SchemaMismatchError), which is recorded before the rest is applied.
     An interrupted run (MigrationInterrupted, or any error on MySQL) is resumed
-    by running upgrade again."""
+    by running upgrade again. Called with op.get_bind() in an alembic revision run
+    offline (``alembic upgrade --sql``), it writes the SQL of our revisions (from
+    nothing, recorded in our version table) into alembic's output instead."""
     return _migrate(target, "upgrade", revision, adopt)
 
 
