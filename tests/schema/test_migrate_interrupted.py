@@ -6,15 +6,14 @@ migration failing half-way keeps what it had and completes after the fix; a
 SIGKILL at any point (the migrate.TEST_KILL_VARIABLE hook) or Ctrl-C is
 resumed by the next run, with rows, routines and routine grants all there.
 What re-creates routines in a database that holds grants is a revision after
-the baseline that runs routines.sql again (the second_revision fixture), as the
-first change after the release will.
+the baseline that runs routines.sql again (later_revision.py), as the first
+change after the release will.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,12 +27,10 @@ from pyqueue_sql import dialects, migrate, privileges
 from pyqueue_sql._resources import sql_file
 from pyqueue_sql.queries import script, split_script
 
+from .later_revision import MIGRATIONS_VARIABLE, with_later_revision
 from .test_migrations import break_sql_file, catalog, install_from_sql, smoke
 
 pytestmark = pytest.mark.slow
-
-# Where a test's own migrations folder is (the second_revision fixture), for RUN.
-MIGRATIONS_VARIABLE = "PYQUEUE_SQL_TEST_MIGRATIONS"
 
 RUN = """
 import os
@@ -122,35 +119,10 @@ def _unit_count(dialect: str) -> int:
     return sum(len(split_script(script(dialect, name))) for name in ("schema.sql", "routines.sql"))
 
 
-# A revision after the baseline that runs routines.sql again, as the first change after the
-# release will (CONTRIBUTING.md): what re-creates routines in a database that holds grants.
-SECOND_REVISION = """
-from pyqueue_sql.migrate import run_routines
-
-revision = "0002_routines_again"
-down_revision = "0001_baseline"
-branch_labels = None
-depends_on = None
-
-
-def upgrade():
-    run_routines()
-
-
-def downgrade():
-    run_routines()
-"""
-
-
 @pytest.fixture
 def second_revision(tmp_path, monkeypatch) -> str:
-    """Our migrations plus SECOND_REVISION, for this process and the migrate subprocesses."""
-    folder = tmp_path / "migrations"
-    shutil.copytree(migrate.migrations_dir(), folder, ignore=shutil.ignore_patterns("__pycache__"))
-    (folder / "versions" / "0002_routines_again.py").write_text(SECOND_REVISION)
-    monkeypatch.setattr(migrate, "migrations_dir", lambda: folder)
-    monkeypatch.setenv(MIGRATIONS_VARIABLE, str(folder))
-    return "0002_routines_again"
+    """Our migrations plus a revision that runs routines.sql again (later_revision.py)."""
+    return with_later_revision(tmp_path, monkeypatch)
 
 
 # ---- a schema installed from the script -----------------------------------------
