@@ -247,34 +247,33 @@ def everything_in(dsn: str) -> dict[str, list[tuple]]:
     )
 
 
+def _alembic_on_migrations(tmp_path: Path, dsn: str, *args: str) -> str:
+    """`alembic` itself on migrations/ (migrations/env.py), pointed at dsn; its stdout."""
+    ini = tmp_path / f"alembic-{dsn.rsplit('/', 1)[1]}.ini"
+    ini.write_text(
+        f"[alembic]\nscript_location = {migrate.migrations_dir()}\nsqlalchemy.url = {sqlalchemy_url(dsn)}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "alembic", "-c", str(ini), *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 @pytest.mark.slow
 def test_alembic_offline_mode_prints_sql_that_installs_and_removes_the_schema(fresh_database, tmp_path):
     """`alembic upgrade base:head --sql` on migrations/ prints schema.sql and routines.sql
     (MySQL: with their DELIMITER lines) and our version table; run by a SQL client, that
-    output builds the catalog migrate builds, and `downgrade head:base --sql` removes it all."""
+    output builds the catalog `alembic upgrade head` builds online, and `downgrade
+    head:base --sql` removes it all."""
     offline, online = fresh_database("offline"), fresh_database("online")
-    ini = tmp_path / "alembic.ini"
-    ini.write_text(
-        f"[alembic]\nscript_location = {migrate.migrations_dir()}\nsqlalchemy.url = {sqlalchemy_url(offline)}\n"
-    )
-
-    def alembic(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "alembic", "-c", str(ini), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    run_sql_output(offline, alembic("upgrade", "base:head", "--sql"))
-    migrate.upgrade(online)
-    assert migrate.current(offline) == (migrate.head(),)
+    run_sql_output(offline, _alembic_on_migrations(tmp_path, offline, "upgrade", "base:head", "--sql"))
+    _alembic_on_migrations(tmp_path, online, "upgrade", "head")
+    assert migrate.current(offline) == migrate.current(online) == (migrate.head(),)
     assert catalog(offline) == catalog(online)
     smoke(offline)
     assert not migrate.upgrade(offline).changed
-    run_sql_output(offline, alembic("downgrade", "head:base", "--sql"))
+    run_sql_output(offline, _alembic_on_migrations(tmp_path, offline, "downgrade", "head:base", "--sql"))
     assert migrate.current(offline) == ()
     left = everything_in(offline)
     # older alembic drops its version table at base in offline mode, newer keeps it (empty)
