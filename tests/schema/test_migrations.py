@@ -286,3 +286,13 @@ def test_calls_on_a_database_without_the_schema_say_so(fresh_database):
             db.queue("q").push("k", "kind", 1)
         with pytest.raises(pyqueue_sql.SchemaNotInstalledError):
             db.stats()
+
+
+def test_a_target_that_is_neither_a_dsn_nor_a_connection_is_refused_in_one_line():
+    """Outside an offline alembic run, a mock connection (or anything else) is no target."""
+    from sqlalchemy import create_mock_engine
+
+    engine = create_mock_engine("postgresql+psycopg://", lambda *a, **k: None)
+    for target in (engine, 42):
+        with pytest.raises(pyqueue_sql.UnsupportedDsnError, match="a DSN is a string such as postgresql://"):
+            migrate.upgrade(target)
