@@ -14,13 +14,12 @@ down_revision = None
 branch_labels = ("pyqueue_sql",)
 depends_on = None
 
-# The catalog this revision leaves (pyqueue_sql.migrate.fingerprint: tables and the
-# contract routines' signatures, never routine bodies), per server flavor: how
-# `migrate --adopt` recognises a schema installed from `pyqueue-sql sql`.
-# tests/schema/test_migrate_interrupted.py prints the values to put here.
+# The tables this revision leaves (pyqueue_sql.migrate.fingerprint: no routine), per
+# server flavor: how `migrate --adopt` recognises a schema installed from `pyqueue-sql
+# sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
-    "postgresql": "0886502d8dedeeb6da22f09de41e22da",
-    "mariadb": "840a5c0662bc4d6b056908aa28dfb905",
+    "postgresql": "2c842feadfa054b02253d749cfcbcb85",
+    "mariadb": "cc60ffd0b3429f1d3920dee207e972e3",
 }
 
 

@@ -114,10 +114,9 @@ GRANT {privilege} ON {routine_type} {routine} TO {role}{grant_option}
 
 -- ---- catalog fingerprint of a revision ---------------------------------------
 -- How `migrate --adopt` recognises a revision: every fingerprint_* statement,
--- in file order, hashed together. Structure only (tables, columns, indexes,
--- constraints, views, the contract procedures' signatures and security), not
--- routine bodies, the internal helpers (pyqueue__*), definers or grants:
--- routines.sql creates all of them anew on every upgrade.
+-- in file order, hashed together. The tables only (columns, indexes,
+-- constraints, foreign keys, views), no routine, definer or grant: adopt
+-- installs routines.sql again.
 
 -- name: fingerprint_columns
 SELECT TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT,
@@ -156,15 +155,3 @@ SELECT TABLE_NAME, SECURITY_TYPE
   FROM information_schema.VIEWS
  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'pyqueue%%'
  ORDER BY TABLE_NAME
-
--- name: fingerprint_routines
-SELECT ROUTINE_NAME, ROUTINE_TYPE, SECURITY_TYPE
-  FROM information_schema.ROUTINES
- WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME LIKE 'queue\_%%'
- ORDER BY ROUTINE_NAME
-
--- name: fingerprint_parameters
-SELECT SPECIFIC_NAME, ORDINAL_POSITION, PARAMETER_MODE, PARAMETER_NAME, DTD_IDENTIFIER
-  FROM information_schema.PARAMETERS
- WHERE SPECIFIC_SCHEMA = DATABASE() AND SPECIFIC_NAME LIKE 'queue\_%%'
- ORDER BY SPECIFIC_NAME, ORDINAL_POSITION

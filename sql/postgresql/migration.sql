@@ -30,10 +30,10 @@ SELECT count(*) FROM pyqueue_alembic_version
 DROP TABLE IF EXISTS pyqueue_alembic_version
 
 -- Catalog fingerprint of a revision (how `migrate --adopt` recognises it):
--- every fingerprint_* statement, in file order, hashed together. Structure
--- only (tables, columns, indexes, constraints, views, the contract routines'
--- signatures and security), not routine bodies, helpers, owners or grants;
--- names are unqualified by the current schema.
+-- every fingerprint_* statement, in file order, hashed together. The tables
+-- only (columns, indexes, constraints, views, triggers), no routine, owner or
+-- grant: adopt installs routines.sql again; names are unqualified by the
+-- current schema.
 
 -- name: fingerprint_tables
 SELECT c.relname::text, c.relkind::text
@@ -79,13 +79,4 @@ SELECT t.tgname::text, c.relname::text, t.tgtype, p.proname::text
   JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = current_schema() AND NOT t.tgisinternal
    AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
- ORDER BY 1, 2
-
--- name: fingerprint_routines
--- The contract routines' signatures and security, not the internal helpers (pyqueue__*)
--- nor their settings: routines.sql creates all of them anew on every upgrade.
-SELECT p.proname::text, pg_get_function_identity_arguments(p.oid),
-       pg_get_function_result(p.oid), p.prosecdef
-  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = current_schema() AND p.proname LIKE 'queue\_%%'
  ORDER BY 1, 2

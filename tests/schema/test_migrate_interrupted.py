@@ -45,10 +45,10 @@ if os.environ.get("%s"):
 signal.signal(signal.SIGINT, signal.default_int_handler)
 print("go", flush=True)
 try:
-    if len(sys.argv) > 3:
+    if sys.argv[3:] == ["down"]:
         result = migrate.downgrade(sys.argv[1], sys.argv[2])
     else:
-        result = migrate.upgrade(sys.argv[1], sys.argv[2])
+        result = migrate.upgrade(sys.argv[1], sys.argv[2], adopt=sys.argv[3:] == ["adopt"])
 except migrate.MigrationInterrupted as exc:
     print("INTERRUPTED:", exc, file=sys.stderr)
     sys.exit(3)
@@ -60,12 +60,14 @@ GRANT_PARTS = ("routine_grants", "table_grants", "relation_acls")
 
 
 def _run_migrate(
-    dsn: str, revision: str = "heads", kill: str | None = None, downgrade: bool = False
+    dsn: str, revision: str = "heads", kill: str | None = None, downgrade: bool = False, adopt: bool = False
 ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != migrate.TEST_KILL_VARIABLE}
     if kill is not None:
         env[migrate.TEST_KILL_VARIABLE] = kill
-    argv = [sys.executable, "-c", RUN, dsn, revision] + (["down"] if downgrade else [])
+    argv = [sys.executable, "-c", RUN, dsn, revision] + (
+        ["down"] if downgrade else ["adopt"] if adopt else []
+    )
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -179,7 +181,7 @@ def test_adopt_refuses_a_schema_that_matches_no_revision(fresh_database):
 
 
 # Opt-in: writes the value into migrations/versions/0001_baseline.py (after a change of the
-# tables or of a contract routine's signature; routine bodies do not count).
+# tables; routines do not count).
 UPDATE_FINGERPRINTS = "PYQUEUE_SQL_UPDATE_FINGERPRINTS"
 
 
@@ -206,10 +208,11 @@ def test_the_baseline_fingerprint_is_current(fresh_database, dialect):
     )
 
 
-def test_a_changed_routine_body_leaves_the_fingerprint_alone(fresh_database, dialect):
-    """The fingerprint reads no routine body: a routine created again with another body
-    changes the catalog, not the fingerprint, and adopt still recognises the baseline."""
-    dsn = fresh_database("body")
+def test_adopt_reads_no_routine_and_installs_routines_sql_again(fresh_database, dialect):
+    """The fingerprint reads the tables only: a routine with another body, and one missing,
+    change the catalog but not the fingerprint; adopt recognises the baseline and installs
+    routines.sql again, so the routines are the current ones."""
+    dsn, clean = fresh_database("body"), fresh_database("clean")
     install_from_sql(dsn)
     fingerprint, before = migrate.fingerprint(dsn), catalog(dsn)
     if dialect == "postgresql":
@@ -217,6 +220,7 @@ def test_a_changed_routine_body_leaves_the_fingerprint_alone(fresh_database, dia
             dsn, "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = 'queue_stats'"
         )
         _sql(dsn, definition.replace("$function$", "$function$\n-- another body", 1))
+        _sql(dsn, "DROP FUNCTION queue_schedules(text)")
     else:
         [row] = _sql(dsn, "SHOW CREATE PROCEDURE queue_stats")
         sql_mode, definition = row[1], row[2]
@@ -226,15 +230,14 @@ def test_a_changed_routine_body_leaves_the_fingerprint_alone(fresh_database, dia
             cur.execute("SET SESSION sql_mode = %s", (sql_mode,))
             cur.execute("DROP PROCEDURE queue_stats")
             cur.execute(definition.replace("BEGIN", "BEGIN\n-- another body", 1))
+            cur.execute("DROP PROCEDURE queue_schedules")
         finally:
             conn.close()
     after = catalog(dsn)
-    assert after["routines"] != before["routines"], "the body in the catalog changed"
-    assert {k: v for k, v in after.items() if k not in GRANT_PARTS + ("routines",)} == {
-        k: v for k, v in before.items() if k not in GRANT_PARTS + ("routines",)
-    }
+    assert after["routines"] != before["routines"], "the routines in the catalog changed"
     assert migrate.fingerprint(dsn) == fingerprint
     assert migrate.upgrade(dsn, adopt=True).adopted == migrate.head()
+    _assert_like_a_clean_install(dsn, clean)
     smoke(dsn)
 
 
@@ -371,6 +374,29 @@ def test_an_upgrade_killed_in_the_routine_phase_gives_every_grant_back(
         assert migrate.current(dsn) == (second_revision,)
         assert account.granted() >= before, "grants lost: %s" % sorted(before - account.granted())
         assert _ready(dsn) == 4
+        _assert_like_a_clean_install(dsn, clean)
+    finally:
+        account.drop()
+
+
+@pytest.mark.only_dialect("mysql")
+@pytest.mark.parametrize("where", ["1", "40:unrecorded"])
+def test_an_adopt_killed_while_it_installs_the_routines_is_finished_with_every_grant(fresh_database, where):
+    """Adopting a script install runs routines.sql again (every procedure dropped and created):
+    killed there, the next migrate (without --adopt) finishes that step and gives the grants back."""
+    dsn, clean = fresh_database("adoptkill"), fresh_database("clean")
+    install_from_sql(dsn)
+    _push(dsn, n=2)
+    account = MySQLAccount(dsn)
+    try:
+        before = account.grant_consumer()
+        killed = _run_migrate(dsn, kill=where, adopt=True)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        assert migrate.current(dsn) == (migrate.head(),)
+        done = _run_migrate(dsn)
+        assert done.returncode == 0, done.stderr
+        assert account.granted() >= before, "grants lost: %s" % sorted(before - account.granted())
+        assert _ready(dsn) == 2
         _assert_like_a_clean_install(dsn, clean)
     finally:
         account.drop()
