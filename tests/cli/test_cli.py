@@ -63,20 +63,34 @@ def test_no_import_cycle_between_cli_and_demo():
     import ast
     import pathlib
 
-    package = pathlib.Path(cli.__file__).parent
+    package = pathlib.Path(cli.__file__).parent.parent
 
     def imports(tree):
         found = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         return found | {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
 
     demo_tree = ast.parse((package / "demo.py").read_text())
-    assert not imports(demo_tree) & {"cli", "pyqueue_sql.cli"}
-    cli_tree = ast.parse((package / "cli.py").read_text())
-    users = [f.name for f in cli_tree.body if isinstance(f, ast.FunctionDef) and imports(f) & {"demo"}]
+    assert not imports(demo_tree) & {"cli", "pyqueue_sql.cli"} and not any(
+        m and m.startswith(("cli.", "pyqueue_sql.cli.")) for m in imports(demo_tree)
+    )
+    users = []
+    for path in sorted((package / "cli").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        users += [f.name for f in tree.body if isinstance(f, ast.FunctionDef) and imports(f) & {"demo"}]
+        top = ast.Module(body=[n for n in tree.body if not isinstance(n, ast.FunctionDef)], type_ignores=[])
+        assert not imports(top) & {"demo"}, path
     assert users == ["cmd_demo"]
-    assert not imports(
-        ast.Module(body=[n for n in cli_tree.body if not isinstance(n, ast.FunctionDef)], type_ignores=[])
-    ) & {"demo"}
+
+
+def test_help_lists_every_command_in_order(capsys):
+    """`pyqueue-sql --help` is the CLI's reference: every command of every group is in it, in
+    the order of cli.COMMANDS, dashboard included."""
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    listed = [line.split()[0] for line in out.splitlines() if line.startswith("    ") and line[4] != " "]
+    assert listed == list(cli.COMMANDS)
+    assert "dashboard" in listed and len(set(listed)) == 26
 
 
 @pytest.mark.slow
