@@ -143,6 +143,8 @@ class PostgreSQL(Dialect):
     ingest_counts_by_session_tag = True
     install_note = INSTALL_NOTE
     routine_files = PostgreSQLRoutineFiles()
+    driver = ("psycopg", "postgresql")
+    async_driver = ("psycopg", "postgresql")
     jdbc = JdbcDriver(
         product="PostgreSQL",
         driver_class="org.postgresql.Driver",
@@ -161,7 +163,7 @@ class PostgreSQL(Dialect):
 
     # -- connections -----------------------------------------------------
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
-        import psycopg
+        psycopg = self.import_driver()
 
         return psycopg.connect(strip_driver(dsn), autocommit=autocommit)
 
@@ -176,7 +178,7 @@ class PostgreSQL(Dialect):
         return isinstance(connection, psycopg.AsyncConnection)
 
     async def connect_async(self, dsn: str) -> Any:
-        import psycopg
+        psycopg = self.import_driver(asynchronous=True)
 
         return await psycopg.AsyncConnection.connect(strip_driver(dsn), autocommit=True)
 
