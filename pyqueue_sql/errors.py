@@ -66,8 +66,7 @@ class DriverNotInstalledError(QueueError, ImportError):
     def __init__(self, module: str, extra: str, what: str) -> None:
         super().__init__(
             f"{what} needs the Python module {module!r}, which is not installed: install the "
-            f"{extra!r} extra: pip install -e '.[{extra}]' (from a checkout) or "
-            f"pip install 'dist/pyqueue_sql-{_version()}-py3-none-any.whl[{extra}]' (after `make wheel`)",
+            f"{extra!r} extra: {install_command(extra)}",
             name=module,
         )
         self.extra = extra
@@ -102,6 +101,15 @@ ERROR_CODES: dict[str, type[QueueError]] = {
     "invalid_payload": InvalidPayloadError,
     "insecure_schema": InsecureSchemaError,
 }
+
+
+def install_command(extra: str) -> str:
+    """How to install an extra of this package, which is on no index: from a checkout, or the
+    wheel `make wheel` builds."""
+    return (
+        f"pip install -e '.[{extra}]' (from a checkout) or "
+        f"pip install 'dist/pyqueue_sql-{_version()}-py3-none-any.whl[{extra}]' (after `make wheel`)"
+    )
 
 
 def _version() -> str:

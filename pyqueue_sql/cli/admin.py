@@ -73,26 +73,11 @@ def _migrate_up(migrate: Any, dsn: str, args: argparse.Namespace) -> int:
     if before == after:
         print(f"already at {_revisions(after)}")
     elif not before:
-        first = _first_revision(migrate)
-        print(
-            f"{first} -> {_revisions(after)}"
-            if first and (first,) != after
-            else f"installed {_revisions(after)}"
-        )
+        print(f"(none) -> {_revisions(after)}")
     else:
         print(f"{_revisions(before)} -> {_revisions(after)}")
     _print_heads(migrate, after)
     return EXIT_OK
-
-
-def _first_revision(migrate: Any) -> str | None:
-    try:
-        from alembic.script import ScriptDirectory
-
-        bases = ScriptDirectory.from_config(migrate.alembic_config()).get_bases()
-        return bases[0] if len(bases) == 1 else None
-    except Exception:
-        return None
 
 
 def _print_heads(migrate: Any, revisions: Sequence[str]) -> None:
@@ -204,7 +189,8 @@ def add_migrate(command: Command) -> None:
         "migrate",
         cmd_migrate,
         "install or upgrade (or downgrade) the pyqueue-sql schema; prints "
-        'what it applied ("0001_core -> 0004_errors_and_safety" or "already at ...")',
+        'what it applied ("(none) -> REVISION" on a fresh database, REVISION the newest '
+        'revision; "already at REVISION" when there is nothing to do)',
     )
     p.add_argument(
         "--revision",

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from .. import errors
 
@@ -19,16 +20,9 @@ DSN_ENV = "PYQUEUE_DSN"
 
 PROG = "pyqueue-sql"
 
-
 EXIT_OK = 0
-
-
 EXIT_FAILURE = 1
-
-
 EXIT_USAGE = 2
-
-
 EXIT_INTERRUPTED = 130
 
 
@@ -43,16 +37,16 @@ def dsn_of(args: argparse.Namespace) -> str:
             f"no database given: pass --dsn DSN or set {DSN_ENV} "
             "(postgresql://user@host/db or mysql://user@host/db)"
         )
-    check_scheme(dsn)
+    check_scheme(dsn).import_driver()  # a missing driver: one line naming the extra (exit 1)
     return dsn
 
 
-def check_scheme(dsn: str) -> None:
-    """Refuses a DSN of an unsupported database before any driver sees it."""
+def check_scheme(dsn: str) -> Any:
+    """The DSN's dialect; refuses a DSN of an unsupported database before any driver sees it."""
     from ..dialects import for_dsn
 
     try:
-        for_dsn(dsn)
+        return for_dsn(dsn)
     except errors.UnsupportedDsnError as exc:
         raise UsageError(str(exc)) from None
 

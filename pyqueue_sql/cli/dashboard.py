@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from .. import errors
 from ..display import redact_dsn
 from .common import EXIT_FAILURE, EXIT_OK, PROG, Command, dsn_of
 
@@ -16,7 +17,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         from ..dashboard import serve
     except ImportError as exc:
         print(
-            f"{PROG}: error: the dashboard needs its extra: pip install 'pyqueue-sql[dashboard]' ({exc})",
+            f"{PROG}: error: the dashboard needs its extra: {errors.install_command('dashboard')} ({exc})",
             file=sys.stderr,
         )
         return EXIT_FAILURE

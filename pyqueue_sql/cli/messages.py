@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -68,7 +69,7 @@ def cmd_reserve(args: argparse.Namespace) -> int:
         else:
             reservations = queue.reserve(n=args.n, timeout=args.timeout)
     if not reservations:
-        print(f"{args.queue}: no message ready (empty, all delayed or reserved, or paused)", file=sys.stderr)
+        print(f"{args.queue}: {_why_nothing_ready(args)}", file=sys.stderr)
         return EXIT_OK
     for r in reservations:
         print(
@@ -83,6 +84,22 @@ def cmd_reserve(args: argparse.Namespace) -> int:
             )
         )
     return EXIT_OK
+
+
+def _why_nothing_ready(args: argparse.Namespace) -> str:
+    """Why a reserve got nothing: the queue is paused, or no message is ready (read with
+    queue_stats; an account that may not call it gets the general answer)."""
+    try:
+        with open_database(args) as db:
+            stats = db.queue(args.queue).stats()
+    except errors.QueueError:
+        stats = None
+    if stats is not None and stats.paused:
+        waiting = stats.ready + stats.delayed
+        return f"paused: reserve hands out nothing until `{PROG} resume {shlex.quote(args.queue)}`" + (
+            f" ({waiting} message(s) waiting)" if waiting else ""
+        )
+    return "no message ready (empty, all delayed or reserved, or paused)"
 
 
 def _reservation(args: argparse.Namespace) -> Any:

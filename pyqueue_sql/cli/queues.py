@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -25,25 +26,52 @@ def _settings_summary(settings: Any) -> str:
     )
 
 
+def _settings_if_readable(queue: Any) -> Any:
+    """The queue's settings, or None when the account may not call queue_settings."""
+    try:
+        return queue.settings()
+    except errors.PermissionDeniedError:
+        return None
+
+
 def cmd_create(args: argparse.Namespace) -> int:
-    """Creates a queue (unset settings: defaults) or changes the settings given (others stay)."""
+    """Creates a queue (unset settings: defaults) or changes the settings given (others stay).
+
+    It needs only queue_create (and queue_reset_setting for --reset): the settings it reads to say
+    "created" or "updated" and to show them need queue_settings (monitor), and an account without
+    it is told the queue was created or updated, without them."""
     with open_database(args) as db:
         queue = db.queue(args.queue)
-        try:
-            queue.settings()
-            existed = True
+        try:  # None: not known (the account may not read settings)
+            existed: bool | None = None if _settings_if_readable(queue) is None else True
         except errors.UnknownQueueError:
             existed = False
-        with db.transaction():
-            queue.create(
-                visibility_timeout=args.visibility_timeout,
-                max_attempts=args.max_attempts,
-                dead_letter_queue=args.dead_letter_queue,
-                history_retention=args.history_retention,
-            )
-            for setting in args.reset or ():
-                queue.reset_setting(setting)
-        settings = queue.settings()
+        try:
+            with db.transaction():
+                queue.create(
+                    visibility_timeout=args.visibility_timeout,
+                    max_attempts=args.max_attempts,
+                    dead_letter_queue=args.dead_letter_queue,
+                    history_retention=args.history_retention,
+                )
+                for setting in args.reset or ():
+                    queue.reset_setting(setting)
+        except errors.UnknownQueueError as exc:
+            dead = args.dead_letter_queue
+            if dead and dead != args.queue and f'"{dead}"' in str(exc):
+                raise errors.UnknownQueueError(
+                    f"{exc}: the dead-letter queue must exist first: create it with "
+                    f"`{PROG} create {shlex.quote(dead)}`, then run this again"
+                ) from None
+            raise
+        settings = _settings_if_readable(queue)
+    if settings is None:
+        print(
+            f"{'updated' if existed else 'created' if existed is False else 'created or updated'} "
+            f"{args.queue} (its settings are not shown: this account may not call queue_settings, "
+            "which the monitor capability grants)"
+        )
+        return EXIT_OK
     print(f"{'updated' if existed else 'created'} {args.queue}: {_settings_summary(settings)}")
     return EXIT_OK
 
@@ -226,7 +254,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print("no queues (create one with `pyqueue-sql create QUEUE`)")
     else:
         print(format_stats_table(stats))
+        print(STATS_LEGEND)
     return EXIT_OK
+
+
+STATS_LEGEND = (
+    "dead (ever): messages that used up their attempts in the queue since it was created "
+    "(dead-lettered or dropped); a redrive does not lower it. `dead-letters DLQ` lists those "
+    "still in a dead-letter queue."
+)
 
 
 # -- argument parsing -------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import errors
-from ..display import format_age, format_table
+from ..display import format_age, format_table, format_time
 from .common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -39,7 +39,7 @@ def format_workers_table(workers: Iterable[Any], stale_after: float = DEFAULT_ST
             w.host or "-",
             "-" if w.pid is None else str(w.pid),
             ",".join(w.queues) if w.queues else "-",
-            w.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            format_time(w.started_at),
             format_age(w.heartbeat_age_s) + " ago",
             "stale" if w.heartbeat_age_s > stale_after else "ok",
         )
@@ -299,7 +299,7 @@ def _worker_metrics(worker: Any, args: argparse.Namespace) -> Any:
         from ..metrics import WorkerMetrics
     except ImportError as exc:
         raise UsageError(
-            f"--metrics-port needs prometheus-client: pip install 'pyqueue-sql[metrics]' ({exc})"
+            f"--metrics-port needs prometheus-client: {errors.install_command('metrics')} ({exc})"
         ) from None
     metrics = WorkerMetrics(worker)
     try:

@@ -208,7 +208,7 @@ class Dialect:
         """The (asyncio) driver's module; errors.DriverNotInstalledError, naming the extra to
         install, when it is missing."""
         module, extra = self.async_driver if asynchronous else self.driver
-        what = f"{'the asyncio client for' if asynchronous else 'a'} {self.name}:// DSN"
+        what = f"{'the asyncio client for ' if asynchronous else ''}a {self.name}:// DSN"
         return import_driver(module, extra, what)
 
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
