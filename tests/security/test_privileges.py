@@ -1158,3 +1158,76 @@ def test_grant_command_prints_quoted_statements_and_refuses_bad_names(capsys):
     assert cli.main(["grant", "--role", "x`; DROP DATABASE y; --", "--producer", "--dialect", "mysql"]) == 1
     assert "must be 1-80 characters" in capsys.readouterr().err
     assert cli.main(["grant", "--role", "x", "--dialect", "mysql"]) == 2
+
+
+# -- what a refused account is told, and the CLI with one grant -------------------------------
+
+
+def test_permission_denied_names_the_capability_of_the_refused_routine(accounts, admin_queue, db):
+    """Every capability can be the one named, --pipeline included: a consumer refused queue_move
+    is told to grant --pipeline, a producer refused queue_settings --monitor (or --admin)."""
+    admin_queue.push("k", "kind", 1)
+    consumer = accounts.client(accounts.with_capabilities("cons", "consumer"))
+    [held] = consumer.queue(admin_queue.name).reserve()
+    other = _other_queue(db).create()
+    try:
+        with pytest.raises(PermissionDeniedError) as refused:
+            consumer.queue(admin_queue.name).move(held, other.name)
+        assert "queue_move" in str(refused.value)
+        assert "--pipeline --apply" in str(refused.value)
+        producer = accounts.client(accounts.with_capabilities("prod", "producer"))
+        with pytest.raises(PermissionDeniedError) as refused:
+            producer.queue(admin_queue.name).settings()
+        assert "--monitor --apply` (or --admin)" in str(refused.value)
+    finally:
+        assert consumer.queue(admin_queue.name).commit(held)
+        other.drop()
+
+
+def test_permission_denied_without_a_routine_lists_every_capability():
+    text = str(PermissionDeniedError("permission denied for table pyqueue_message"))
+    assert all(f"--{c}" in text for c in privileges.CAPABILITIES), text
+    assert "--pipeline" in text
+
+
+def test_every_routine_of_a_capability_is_named_with_it():
+    for capability, routines in privileges.CAPABILITIES.items():
+        for routine in routines:
+            text = str(PermissionDeniedError(f"permission denied for function {routine}"))
+            assert f"--{capability}" in text, (routine, text)
+
+
+def _grant_execute(accounts: Accounts, name: str, routine: str) -> None:
+    """EXECUTE on one routine, as a DBA would grant it by hand (psql / mysql)."""
+    if accounts.dialect == "postgresql":
+        _run(accounts.admin, f'GRANT EXECUTE ON FUNCTION {routine} TO "{name}"')
+    else:
+        database = _database_of(accounts.dsn)
+        _run(accounts.admin, f"GRANT EXECUTE ON PROCEDURE `{database}`.`{routine}` TO `{name}`@`%`")
+
+
+def test_cli_create_needs_only_queue_create(accounts, db, capsys):
+    """`pyqueue-sql create` calls queue_create; reading the settings (to say created or updated
+    and show them) is only done when the account may: one granted queue_create alone creates
+    with the CLI as it can in psql or mysql."""
+    name = accounts.create("creator")
+    _grant_execute(accounts, name, "queue_create")
+    queue = f"priv.{uuid.uuid4().hex[:12]}"
+    code = cli.main(["create", queue, "--max-attempts", "3", "--dsn", accounts.dsn_for(name)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.startswith(f"created or updated {queue} (its settings are not shown")
+    try:
+        settings = db.queue(queue).settings()
+        assert settings.max_attempts == 3
+        # a second run changes the setting given, the others stay
+        code = cli.main(["create", queue, "--max-attempts", "4", "--dsn", accounts.dsn_for(name)])
+        assert code == 0, capsys.readouterr().err
+        assert db.queue(queue).settings().max_attempts == 4
+        # with monitor too, it says which and shows them, as before
+        accounts.grant(name, "monitor")
+        capsys.readouterr()
+        assert cli.main(["create", queue, "--dsn", accounts.dsn_for(name)]) == 0
+        assert capsys.readouterr().out.startswith(f"updated {queue}: visibility timeout 30s, max attempts 4")
+    finally:
+        db.queue(queue).drop()
