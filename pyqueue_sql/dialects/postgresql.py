@@ -256,6 +256,9 @@ class PostgreSQL(Dialect):
         mapped = self.routine_error(exc.diag.message_primary)
         if mapped is not None:
             return mapped
+        if isinstance(exc, pgerrors.InvalidTextRepresentation) and "type uuid" in str(exc):
+            # a reservation token that is not a UUID: the words of MySQL's routines for it
+            return errors.InvalidArgumentError("token is malformed")
         if isinstance(exc, pgerrors.InvalidTextRepresentation) and "json" in str(exc):
             return errors.InvalidPayloadError(str(exc.diag.message_primary))
         if isinstance(exc, pgerrors.UntranslatableCharacter) and "JSON" in (exc.diag.context or ""):

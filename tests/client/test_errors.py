@@ -333,3 +333,28 @@ def test_the_asyncio_client_refuses_a_non_reservation_the_same_way(dsn, held):
             await db.close()
 
     asyncio.run(attempt())
+
+
+MALFORMED = [
+    ("commit", lambda q, r: q.commit(r)),
+    ("rollback", lambda q, r: q.rollback(r)),
+    ("fail", lambda q, r: q.fail(r, error="boom")),
+    ("extend", lambda q, r: q.extend(r)),
+    ("move", lambda q, r: q.move(r, q.name)),
+    ("commit_reserve", lambda q, r: q.commit_reserve(r)),
+    ("commit_many", lambda q, r: q.commit_many([r])),
+]
+
+
+@pytest.mark.parametrize("name,call", MALFORMED, ids=[n for n, _ in MALFORMED])
+def test_a_malformed_token_is_the_same_error_on_both_dialects(queue, name, call):
+    """Not PostgreSQL's cast error (invalid input syntax for type uuid) on one dialect and the
+    routine's words on the other: InvalidArgumentError saying the token is malformed."""
+    import dataclasses
+
+    queue.push("k", "kind", 1)
+    [held] = queue.reserve()
+    with pytest.raises(InvalidArgumentError, match="token is malformed|malformed token") as refused:
+        call(queue, dataclasses.replace(held, token="nope"))
+    assert "uuid" not in str(refused.value)
+    assert queue.commit(held)  # the real reservation still holds
