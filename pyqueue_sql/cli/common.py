@@ -16,8 +16,6 @@ from .. import errors
 Command = Callable[..., argparse.ArgumentParser]
 
 DSN_ENV = "PYQUEUE_DSN"
-
-
 PROG = "pyqueue-sql"
 
 EXIT_OK = 0
@@ -31,6 +29,8 @@ class UsageError(Exception):
 
 
 def dsn_of(args: argparse.Namespace) -> str:
+    """The command's database: --dsn, else $PYQUEUE_DSN; a usage error without one or for a
+    database pyqueue-sql does not support, DriverNotInstalledError when its driver is missing."""
     dsn = args.dsn or os.environ.get(DSN_ENV)
     if not dsn:
         raise UsageError(
@@ -51,7 +51,8 @@ def check_scheme(dsn: str) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def open_database(args: argparse.Namespace):
+def open_database(args: argparse.Namespace) -> Any:
+    """A pyqueue_sql.Database on the command's database (a context manager that closes it)."""
     from ..client import connect
 
     return connect(dsn_of(args))

@@ -213,3 +213,43 @@ def test_the_cli_hints_install_from_a_checkout_or_the_wheel():
         "pip install -e '.[metrics]' (from a checkout) or "
         f"pip install 'dist/pyqueue_sql-{pyqueue_sql.__version__}-py3-none-any.whl[metrics]' (after `make wheel`)"
     )
+
+
+def test_the_walkthrough_from_a_fresh_queue_to_a_redrive(capsys, dsn):
+    """A message's whole life from the shell, in the documented order: the dead-letter queue
+    first, then the queue; three failed deliveries dead-letter it; show, dead-letters, redrive and
+    stats say what happened."""
+    emails = name("emails")
+    dead = f"{emails}.dead"
+    assert run(capsys, "create", dead, "--dsn", dsn)[0] == 0
+    code, out, err = run(
+        capsys, "create", emails, "--max-attempts", "3", "--dead-letter-queue", dead, "--history-retention",
+        "3600", "--dsn", dsn,
+    )  # fmt: skip
+    assert code == 0, err
+    assert (
+        run(capsys, "push", emails, "user-42", "welcome", '{"to": "a@example.com"}', "--dsn", dsn)[1]
+        == "inserted\n"
+    )
+    outcomes = []
+    for _ in range(3):
+        code, out, err = run(capsys, "reserve", emails, "--dsn", dsn)
+        assert code == 0, err
+        token = json.loads(out)["token"]
+        code, out, err = run(
+            capsys, "rollback", emails, "user-42", "welcome", token, "--error", "smtp timeout", "--dsn", dsn
+        )
+        assert code == 0, err
+        outcomes.append(out.split(":")[0])
+    assert outcomes == ["rolled back", "rolled back", "dead-lettered"]
+    code, out, err = run(capsys, "show", emails, "user-42", "welcome", "--dsn", dsn)
+    assert code == 0, err
+    assert "state:        gone" in out and "dead_lettered" in out and "UTC" in out
+    code, out, err = run(capsys, "dead-letters", dead, "--dsn", dsn)
+    assert code == 0 and emails in out and "smtp timeout" in out
+    code, out, err = run(capsys, "redrive", dead, emails, "-n", "100", "--dsn", dsn)
+    assert code == 0 and out.startswith("redrove 1 message(s)")
+    code, out, err = run(capsys, "stats", emails, "--dsn", dsn)
+    assert code == 0
+    cells = out.splitlines()[2].split()
+    assert cells[:2] == [emails, "1"] and cells[4] == "1"  # ready again; dead (ever) stays 1
