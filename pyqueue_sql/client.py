@@ -712,6 +712,18 @@ def error_text(error: Any) -> str | None:
     return text[:LAST_ERROR_MAX_CHARS]
 
 
+def held_reservation(r: Any) -> Any:
+    """A reservation argument (commit, rollback, fail, extend, move...): a Reservation as reserve
+    returned it, or an object with its key, kind and token; anything else is refused with
+    InvalidArgumentError, the same on both clients, before any call."""
+    if isinstance(r, Reservation) or all(hasattr(r, name) for name in ("key", "kind", "token")):
+        return r
+    raise errors.InvalidArgumentError(
+        f"pass the Reservation that reserve returned (its key, kind and token name the message "
+        f"and prove it is held), not {type(r).__name__} ({r!r:.40})"
+    )
+
+
 def _reservations(queue: str, dialect: dialects.Dialect, rows: Iterable[Sequence[Any]]) -> list[Reservation]:
     return [
         Reservation(
@@ -924,6 +936,7 @@ class QueueCalls:
 
     def _held(self, r: Reservation) -> dict[str, Any]:
         """The (key, kind, token) arguments that name a reservation."""
+        r = held_reservation(r)
         return dict(
             queue=self.name, key=key_value(r.key), kind=text_value(r.kind, "kind"), token=token_value(r.token)
         )
@@ -974,6 +987,7 @@ class QueueCalls:
         if not items:
             return 0
         d = self.db.dialect
+        items = [held_reservation(r) for r in items]
         commits = [
             _call(
                 "commit_batch",

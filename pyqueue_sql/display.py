@@ -13,6 +13,13 @@ from typing import Any
 
 from . import errors
 
+# The drivers a DSN may need: (module, the extra that installs it, what needs it).
+DRIVERS = (
+    ("psycopg", "postgresql", "a postgresql:// DSN"),
+    ("pymysql", "mysql", "a mysql:// DSN"),
+    ("aiomysql", "asyncio", "the asyncio client for a mysql:// DSN"),
+)
+
 
 def format_age(seconds: float | None) -> str:
     """A duration in seconds as 4.2s, 3m05s, 2h10m or 1d03h ("-" for None)."""
@@ -44,9 +51,13 @@ def format_duration(value: Any) -> str:
 
 
 def format_time(value: dt.datetime | None) -> str:
+    """A time in UTC, its zone said: 2026-11-25 06:00:00 UTC ("-" for None; a naive datetime is
+    taken as UTC, as the routines' times are)."""
     if value is None:
         return "-"
-    return value.strftime("%Y-%m-%d %H:%M:%S")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def format_table(
@@ -66,8 +77,10 @@ def format_table(
 
 
 def format_stats_table(stats: Iterable[Any]) -> str:
-    """The stats of several queues (pyqueue_sql.QueueStats) as an aligned text table."""
-    header = ("queue", "ready", "delayed", "reserved", "dead", "oldest ready age", "paused")
+    """The stats of several queues (pyqueue_sql.QueueStats) as an aligned text table, and a
+    legend for its "dead (ever)" column: a count of every message ever dead-lettered from the
+    queue, which a redrive does not lower."""
+    header = ("queue", "ready", "delayed", "reserved", "dead (ever)", "oldest ready age", "paused")
     rows = [
         (
             s.queue,
@@ -116,6 +129,10 @@ def describe_error(exc: BaseException) -> str | None:
 
     if isinstance(exc, (errors.QueueError, EmbeddedPostgresError)):
         return one_line(str(exc))
+    missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+    for module, extra, what in DRIVERS:
+        if missing == module:  # a driver imported elsewhere (SQLAlchemy's, for migrate)
+            return one_line(str(errors.DriverNotInstalledError(module, extra, what)))
     modules = {cls.__module__.split(".", 1)[0] for cls in type(exc).__mro__}
     if "sqlalchemy" in modules and getattr(exc, "orig", None) is not None:
         return describe_error(exc.orig)  # a driver error wrapped by SQLAlchemy (migrate)

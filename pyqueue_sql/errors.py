@@ -6,6 +6,8 @@ The database routines refuse bad input with a message of the form
 
 from __future__ import annotations
 
+import re
+
 
 class QueueError(Exception):
     """Base class of every error pyqueue-sql raises on its own account."""
@@ -29,16 +31,45 @@ class SchemaNotInstalledError(QueueError):
 
 class PermissionDeniedError(QueueError, PermissionError):
     """The database account may not call this routine (or touch this table): grant it the
-    capability it needs (`pyqueue-sql grant`, README "Least privilege"). Not a connection
-    error: a worker does not reconnect and retry on it."""
-
-    HINT = (
-        "grant the account the capability it needs: `pyqueue-sql grant --role NAME --producer|--consumer|"
-        "--monitor|--admin|--ingest --apply` (README: Least privilege)"
-    )
+    capability it needs (`pyqueue-sql grant`). The message names that capability when the
+    server's message names the refused routine, and every capability otherwise. Not a
+    connection error: a worker does not reconnect and retry on it."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(f"{message}; {self.HINT}")
+        super().__init__(f"{message}; {permission_hint(message)}")
+
+
+def permission_hint(message: str) -> str:
+    """What to grant for a refusal whose server message is ``message``: the capabilities that
+    grant the routine it names (pyqueue_sql.privileges), or the choice of every capability."""
+    from . import capabilities
+
+    routines = re.findall(r"\b(queue_[a-z_]+)", message or "")
+    needed = [c for r in routines for c in capabilities.capabilities_with(r)]
+    if needed:
+        needed = list(dict.fromkeys(needed))
+        others = "".join(f" (or --{c})" for c in needed[1:])
+        return (
+            f"{routines[0]} is in the {' and '.join(needed)} "
+            f"capabilit{'y' if len(needed) == 1 else 'ies'}: grant it with "
+            f"`pyqueue-sql grant --role NAME --{needed[0]} --apply`{others}"
+        )
+    every = "|".join(f"--{c}" for c in capabilities.CAPABILITIES)
+    return f"grant the account the capability it needs: `pyqueue-sql grant --role NAME {every} --apply`"
+
+
+class DriverNotInstalledError(QueueError, ImportError):
+    """The database driver a DSN needs is not installed (psycopg, PyMySQL, aiomysql): the
+    message names the extra that brings it. An ImportError, so ``except ImportError`` still
+    catches it."""
+
+    def __init__(self, module: str, extra: str, what: str) -> None:
+        super().__init__(
+            f"{what} needs the Python module {module!r}, which is not installed: install the "
+            f"{extra!r} extra: {install_command(extra)}",
+            name=module,
+        )
+        self.extra = extra
 
 
 class UnsupportedDsnError(QueueError, ValueError):
@@ -70,3 +101,22 @@ ERROR_CODES: dict[str, type[QueueError]] = {
     "invalid_payload": InvalidPayloadError,
     "insecure_schema": InsecureSchemaError,
 }
+
+
+def install_command(extra: str) -> str:
+    """How to install an extra of this package, which is on no index: from a checkout, or the
+    wheel `make wheel` builds."""
+    return (
+        f"pip install -e '.[{extra}]' (from a checkout) or "
+        f"pip install 'dist/pyqueue_sql-{_version()}-py3-none-any.whl[{extra}]' (after `make wheel`)"
+    )
+
+
+def _version() -> str:
+    """This distribution's version (the wheel's file name has it)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("pyqueue-sql")
+    except metadata.PackageNotFoundError:
+        return "0.1.0"

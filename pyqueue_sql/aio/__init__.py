@@ -14,7 +14,8 @@
 
 Every method of Queue and Database is here with the same name, arguments, results and errors
 (the two clients share that code; only how a routine call runs differs). Drivers: psycopg 3's
-AsyncConnection for PostgreSQL, aiomysql for MySQL/MariaDB (``pip install 'pyqueue-sql[asyncio]'``).
+AsyncConnection for PostgreSQL, aiomysql for MySQL/MariaDB (the ``asyncio`` extra:
+``pip install -e '.[asyncio]'`` from a checkout).
 
 Enqueue in your own transaction with ``AsyncDatabase.wrap(conn)``: a psycopg AsyncConnection, an
 aiomysql connection, or a SQLAlchemy AsyncConnection / AsyncSession (its current transaction's

@@ -153,14 +153,16 @@ class DashboardApp:
         csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)
         flash = request.cookies.get(FLASH_COOKIE)
         allowed = context.pop("allowed", None)
+        known = self.authorized(request)
         html = self.templates.get_template(template).render(
             request=request,
             csrf=csrf,
             flash=flash,
             read_only=self.dashboard.read_only,
             allowed=allowed or dict.fromkeys(ACTIONS, False),
-            dsn=redact_dsn(self.dsn),
-            dialect=self.dashboard.dialect.name,
+            # the database (user, host, name) only once logged in: the login page shows none of it
+            dsn=redact_dsn(self.dsn) if known else None,
+            dialect=self.dashboard.dialect.name if known else None,
             stale_after=STALE_AFTER_S,
             **context,
         )

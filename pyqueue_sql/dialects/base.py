@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import importlib
 import json
 import re
 import uuid
@@ -127,6 +128,18 @@ def encode_json(payload: Any) -> str:
         raise errors.InvalidPayloadError(f"payload is not JSON-serialisable: {exc}") from exc
 
 
+def import_driver(module: str, extra: str, what: str) -> Any:
+    """The driver module, or errors.DriverNotInstalledError naming the extra that installs it
+    when the module itself is missing (an ImportError from inside an installed driver is raised
+    as it is: that is another problem)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if exc.name != module.split(".", 1)[0] and exc.name != module:
+            raise
+        raise errors.DriverNotInstalledError(module, extra, what) from None
+
+
 def strip_driver(dsn: str) -> str:
     """The DSN without a +driver suffix on its scheme (postgresql+psycopg:// -> postgresql://)."""
     scheme, sep, rest = dsn.partition("://")
@@ -186,7 +199,18 @@ class Dialect:
     # How its routine files are written (statement ends, routine headers): pyqueue_sql.routine_sets.
     routine_files: RoutineFileSyntax
 
+    # The driver modules (sync, asyncio) and the extras that install them.
+    driver: tuple[str, str] = ("", "")
+    async_driver: tuple[str, str] = ("", "")
+
     # -- connections -----------------------------------------------------
+    def import_driver(self, asynchronous: bool = False) -> Any:
+        """The (asyncio) driver's module; errors.DriverNotInstalledError, naming the extra to
+        install, when it is missing."""
+        module, extra = self.async_driver if asynchronous else self.driver
+        what = f"{'the asyncio client for ' if asynchronous else ''}a {self.name}:// DSN"
+        return import_driver(module, extra, what)
+
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
         """A DB-API connection; autocommit unless asked otherwise (SQLAlchemy wants it off)."""
         raise NotImplementedError

@@ -195,10 +195,12 @@ class MySQL(Dialect):
     # reads locking reads, which see the latest rows but can deadlock: there the transaction stays.
     # (MySQL 8.0 has no IF outside a stored program: a reserve there always opens it.)
     serializable_only_statements = frozenset({"reserve"})
+    driver = ("pymysql", "mysql")
+    async_driver = ("aiomysql", "asyncio")
 
     # -- connections -----------------------------------------------------
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
-        import pymysql
+        pymysql = self.import_driver()
         from pymysql.constants import CLIENT
 
         # Multi-statement queries, for run_in_own_transaction's one round trip (aiomysql always
@@ -223,7 +225,7 @@ class MySQL(Dialect):
         return type(connection).__module__.startswith("aiomysql")
 
     async def connect_async(self, dsn: str) -> Any:
-        import aiomysql
+        aiomysql = self.import_driver(asynchronous=True)
 
         args = mysql_connect_args(dsn)
         unsupported = sorted({"read_timeout", "write_timeout"} & set(args))

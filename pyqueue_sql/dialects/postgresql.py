@@ -143,6 +143,8 @@ class PostgreSQL(Dialect):
     ingest_counts_by_session_tag = True
     install_note = INSTALL_NOTE
     routine_files = PostgreSQLRoutineFiles()
+    driver = ("psycopg", "postgresql")
+    async_driver = ("psycopg", "postgresql")
     jdbc = JdbcDriver(
         product="PostgreSQL",
         driver_class="org.postgresql.Driver",
@@ -161,7 +163,7 @@ class PostgreSQL(Dialect):
 
     # -- connections -----------------------------------------------------
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
-        import psycopg
+        psycopg = self.import_driver()
 
         return psycopg.connect(strip_driver(dsn), autocommit=autocommit)
 
@@ -176,7 +178,7 @@ class PostgreSQL(Dialect):
         return isinstance(connection, psycopg.AsyncConnection)
 
     async def connect_async(self, dsn: str) -> Any:
-        import psycopg
+        psycopg = self.import_driver(asynchronous=True)
 
         return await psycopg.AsyncConnection.connect(strip_driver(dsn), autocommit=True)
 
@@ -254,6 +256,9 @@ class PostgreSQL(Dialect):
         mapped = self.routine_error(exc.diag.message_primary)
         if mapped is not None:
             return mapped
+        if isinstance(exc, pgerrors.InvalidTextRepresentation) and "type uuid" in str(exc):
+            # a reservation token that is not a UUID: the words of MySQL's routines for it
+            return errors.InvalidArgumentError("token is malformed")
         if isinstance(exc, pgerrors.InvalidTextRepresentation) and "json" in str(exc):
             return errors.InvalidPayloadError(str(exc.diag.message_primary))
         if isinstance(exc, pgerrors.UntranslatableCharacter) and "JSON" in (exc.diag.context or ""):

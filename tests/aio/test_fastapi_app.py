@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import subprocess
 import sys
+import urllib.parse
 
 import httpx
 import pytest
@@ -18,10 +20,11 @@ from pyqueue_sql.aio.worker import AsyncWorker
 
 from ..worker.test_worker import running, wait_for
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
 
 from examples.fastapi_app import schema  # noqa: E402
-from examples.fastapi_app.app import create_app  # noqa: E402
+from examples.fastapi_app.app import REFUSED, create_app  # noqa: E402
 from examples.fastapi_app.worker import send_order_email  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a database built for the test
@@ -65,6 +68,9 @@ def test_an_order_and_its_email_are_written_together_and_a_refused_order_leaves_
     assert ok.status_code == 201, ok.text
     order_id = ok.json()["order_id"]
     assert refused.status_code == 409, refused.text
+    # a generic reply: nothing of the database's error or of the refused row
+    assert refused.json() == {"error": REFUSED}
+    assert "bob@example.com" not in refused.text and "shop_orders" not in refused.text
     assert malformed.status_code == 422, malformed.text
     assert rows(shop, "SELECT id, customer, quantity FROM shop_orders") == [(order_id, "ann@example.com", 2)]
     with pyqueue_sql.connect(shop) as db:
@@ -98,3 +104,21 @@ def test_the_async_worker_sends_each_order_email_once(shop):
     with pyqueue_sql.connect(shop) as db:
         s = db.queue(schema.EMAIL_QUEUE).stats()
         assert (s.ready, s.reserved) == (0, 0)
+
+
+def test_the_readme_setup_makes_the_database_from_nothing(server, fresh_database):
+    """README's `python -m examples.fastapi_app.schema "$PYQUEUE_DSN"` on a server without the
+    database: it creates it, installs pyqueue-sql, the tables and the queue; run again, it
+    changes nothing."""
+    url = fresh_database("shop")
+    server.drop(urllib.parse.urlsplit(url).path.lstrip("/"))  # the DSN names a database not made yet
+    command = [sys.executable, "-m", "examples.fastapi_app.schema", url]
+    first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("created the database ")
+    assert rows(url, "SELECT count(*) FROM shop_orders") == [(0,)]
+    with pyqueue_sql.connect(url) as db:
+        assert db.queue(schema.EMAIL_QUEUE).settings().max_attempts == 5
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "created the database" not in again.stdout

@@ -113,7 +113,7 @@ def test_bind_publish_bindings_unbind(capsys, dsn, make_queue, word):
     assert out.splitlines()[0].split() == ["pattern", "queue", "created", "at"]
     [row] = table_rows(out)
     assert row[:2] == [f"{word}.*.created", billing.name]
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row[2])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", row[2])  # its zone said
     code, out, _ = run(capsys, "bindings", "--dsn", dsn)
     mine = [r[:2] for r in table_rows(out) if r[0].startswith(word)]
     assert sorted(mine) == sorted([[f"{word}.*.created", billing.name], [f"{word}.#", audit.name]])

@@ -294,3 +294,67 @@ def test_a_missing_schema_is_still_reported_as_such(fresh_database):
                 empty.queue("q").push("k", "k", 1)
     finally:
         empty.close()
+
+
+NOT_RESERVATIONS = ["nope", None, 42, {"key": "k", "kind": "kind", "token": "t"}]
+RESERVATION_CALLS = [
+    ("commit", lambda q, r: q.commit(r)),
+    ("rollback", lambda q, r: q.rollback(r)),
+    ("fail", lambda q, r: q.fail(r, error="boom")),
+    ("extend", lambda q, r: q.extend(r)),
+    ("move", lambda q, r: q.move(r, q.name)),
+    ("commit_reserve", lambda q, r: q.commit_reserve(r) if r is not None else q.commit_reserve("nope")),
+    ("commit_many", lambda q, r: q.commit_many([r])),
+]
+
+
+@pytest.mark.parametrize("name,call", RESERVATION_CALLS, ids=[n for n, _ in RESERVATION_CALLS])
+@pytest.mark.parametrize("value", NOT_RESERVATIONS, ids=["str", "none", "int", "dict"])
+def test_a_reservation_call_refuses_what_is_not_a_reservation(held, name, call, value):
+    """Queue.commit("nope") and the like: a clear InvalidArgumentError naming what to pass, not an
+    AttributeError from inside the client; nothing is changed."""
+    with pytest.raises(InvalidArgumentError, match="pass the Reservation that reserve returned"):
+        call(held, value)
+    s = held.stats()
+    assert (s.ready, s.reserved) == (1, 1)
+
+
+def test_the_asyncio_client_refuses_a_non_reservation_the_same_way(dsn, held):
+    import asyncio
+
+    from pyqueue_sql import aio
+
+    async def attempt() -> None:
+        db = await aio.connect(dsn)
+        try:
+            with pytest.raises(InvalidArgumentError, match="pass the Reservation that reserve returned"):
+                await db.queue(held.name).commit("nope")
+        finally:
+            await db.close()
+
+    asyncio.run(attempt())
+
+
+MALFORMED = [
+    ("commit", lambda q, r: q.commit(r)),
+    ("rollback", lambda q, r: q.rollback(r)),
+    ("fail", lambda q, r: q.fail(r, error="boom")),
+    ("extend", lambda q, r: q.extend(r)),
+    ("move", lambda q, r: q.move(r, q.name)),
+    ("commit_reserve", lambda q, r: q.commit_reserve(r)),
+    ("commit_many", lambda q, r: q.commit_many([r])),
+]
+
+
+@pytest.mark.parametrize("name,call", MALFORMED, ids=[n for n, _ in MALFORMED])
+def test_a_malformed_token_is_the_same_error_on_both_dialects(queue, name, call):
+    """Not PostgreSQL's cast error (invalid input syntax for type uuid) on one dialect and the
+    routine's words on the other: InvalidArgumentError saying the token is malformed."""
+    import dataclasses
+
+    queue.push("k", "kind", 1)
+    [held] = queue.reserve()
+    with pytest.raises(InvalidArgumentError, match="token is malformed|malformed token") as refused:
+        call(queue, dataclasses.replace(held, token="nope"))
+    assert "uuid" not in str(refused.value)
+    assert queue.commit(held)  # the real reservation still holds

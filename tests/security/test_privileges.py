@@ -845,20 +845,13 @@ def test_the_migration_transaction_touches_no_role(fresh_database):
     assert mine == []
 
 
-# The routines of producer that revisions after 0002 added (FIFO groups and topics, 0010): a
-# downgrade to 0002 drops them with their grants; the upgrade grants them again to the accounts
-# that hold the rest of the capability (privileges.ROUTINES_ADDED_WITH).
-ADDED_AFTER_0002 = {"queue_push_grouped", "queue_push_batch_grouped", "queue_publish", "queue_publish_batch"}
-
-
 @pytest.mark.slow
 def test_grants_and_routine_reinstalls(fresh_database, dialect):
     """PostgreSQL: re-running routines.sql (CREATE OR REPLACE, as an upgrade does)
     keeps the applications' grants. MySQL: routines.sql drops and re-creates every
-    procedure, and DROP PROCEDURE takes its grants along; the migrations read the
-    grants first and give them back, so a downgrade and an upgrade (each re-creates
-    every procedure) keep them, while routines.sql run by hand does not: then run
-    `pyqueue-sql grant ... --apply` again (README "Least privilege")."""
+    procedure, and DROP PROCEDURE takes its grants along; migrate reads the grants
+    first and gives them back, so a re-run keeps them, while routines.sql run by hand
+    does not: then run `pyqueue-sql grant ... --apply` again."""
     dsn = fresh_database("regrant")
     migrate.upgrade(dsn)
     made = Accounts(dsn)
@@ -890,17 +883,7 @@ def test_grants_and_routine_reinstalls(fresh_database, dialect):
                     conn.close()
                 return {tuple(v.decode() if isinstance(v, bytes) else v for v in row) for row in rows}
 
-            before = granted()
-            assert ("queue_push", "Execute") in before
-            # each step re-creates every procedure (0002's are SECURITY INVOKER,
-            # so the account is only checked for its grants in between); the routines
-            # 0002 does not have go with their grants, and come back with the capability
-            migrate.downgrade(dsn, "0002_extensions")
-            assert granted() == {g for g in before if g[0] not in ADDED_AFTER_0002}
-            migrate.upgrade(dsn)
-            assert granted() == before
-            assert push("after-upgrade")
-            pushed += 1
+            assert ("queue_push", "Execute") in granted()
         conn = dialects.for_dsn(dsn).connect(dsn)
         try:
             text = script(dialect, "routines.sql")
@@ -920,165 +903,6 @@ def test_grants_and_routine_reinstalls(fresh_database, dialect):
         with pyqueue_sql.connect(dsn) as db:
             assert db.queue("regrant").stats().ready == pushed + 1
             db.queue("regrant").drop()
-    finally:
-        made.close()
-
-
-# consumer as the 0003 release granted it: queue_move was part of it, queue_fail did not exist
-CONSUMER_0003 = tuple(r for r in privileges.CONSUMER if r != "queue_fail") + ("queue_move",)
-
-
-@pytest.mark.slow
-def test_a_consumer_granted_at_0003_keeps_its_routines_across_the_upgrade(
-    fresh_database, dialect, monkeypatch
-):
-    """0004 changes the worker routines' signatures (PostgreSQL: dropped and
-    re-created; MySQL: every procedure is re-created). An account granted consumer
-    at 0003, with a worker registered, still registers, heartbeats and deregisters
-    its workers after the upgrade and calls every routine it was granted (queue_move
-    included: existing grants are kept) and what 0004 added to the capability
-    (queue_fail) without being granted again."""
-    dsn = fresh_database("up4")
-    migrate.upgrade(dsn, "0003_hardening")
-    made = Accounts(dsn)
-    try:
-        monkeypatch.setitem(privileges.CAPABILITIES, "consumer", CONSUMER_0003)
-        name = made.with_capabilities("old", "consumer")
-        monkeypatch.undo()
-        with pyqueue_sql.connect(dsn) as admin:
-            for queue in ("up", "up.next"):
-                admin.queue(queue).create()
-            admin.queue("up").push_many([(f"k{i}", "kind", i) for i in range(3)])
-        conn = made.raw(name)
-        if dialect == "postgresql":
-            [(old_worker,)] = _run(conn, "SELECT queue_worker_register('old', 'h', 1, ARRAY['up'])")
-            assert _run(conn, "SELECT queue_worker_heartbeat(%s)", (old_worker,)) == [(True,)]
-        else:
-            [(old_worker,)] = _run(conn, "CALL queue_worker_register('old', 'h', 1, '[\"up\"]')")
-            assert [
-                tuple(int(v) for v in r) for r in _run(conn, "CALL queue_worker_heartbeat(%s)", (old_worker,))
-            ] == [(1,)]
-        conn.close()
-
-        def granted() -> set:
-            if dialect == "postgresql":
-                rows = _run(
-                    made.admin,
-                    """
-                    SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-                     WHERE n.nspname = current_schema()
-                       AND has_function_privilege(%s, p.oid, 'EXECUTE')""",
-                    (name,),
-                )
-            else:
-                rows = _run(
-                    made.admin,
-                    "SELECT Routine_name FROM mysql.procs_priv WHERE Db = DATABASE() AND User = %s",
-                    (name,),
-                )
-            return {r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows}
-
-        assert granted() == set(CONSUMER_0003)
-        migrate.upgrade(dsn)
-        # what 0004 added to the capability comes with the upgrade
-        assert granted() >= set(CONSUMER_0003) | {"queue_fail"}
-
-        app = made.client(name)
-        reg = app.register_worker(name="new", queues=["up"])
-        assert app.heartbeat_worker(reg)
-        q = app.queue("up")
-        [r] = q.reserve()
-        assert q.move(r, "up.next")
-        conn = made.raw(name)
-        _limit_statement_time(dialect, conn)
-        for call in _all_routine_calls(dialect, made.admin, _database_of(dsn)):
-            if _routine_of(call) in CONSUMER_0003:
-                try:
-                    _run(conn, call)
-                except Exception as exc:  # noqa: BLE001 - only a denial is wrong here
-                    assert not _is_denial(dialect, exc), f"{call} refused after the upgrade: {exc!r}"
-        [r] = q.reserve()
-        assert q.fail(r, error="after the upgrade") == "retry"
-        assert app.deregister_worker(reg)
-
-        made.grant(name, "consumer")
-        assert granted() == set(CONSUMER_0003) | set(privileges.CONSUMER)
-        # README: where a consumer should not move, take the pipeline capability away
-        assert (
-            cli.main(
-                ["grant", "--role", made.role_arg(name), "--pipeline", "--revoke", "--apply", "--dsn", dsn]
-            )
-            == 0
-        )
-        assert granted() == set(privileges.CONSUMER)
-        [r] = q.reserve()
-        with pytest.raises(PermissionDeniedError):
-            q.move(r, "up.next")
-    finally:
-        made.close()
-
-
-MONITOR_0004 = tuple(
-    r
-    for r in privileges.MONITOR
-    if r not in ("queue_messages", "queue_throughput", "queue_bindings", "queue_groups")
-)
-
-
-@pytest.mark.slow
-def test_a_monitor_granted_at_0004_browses_and_charts_after_the_upgrade(fresh_database, dialect, monkeypatch):
-    """0005 adds queue_messages and queue_throughput to monitor: an account granted
-    monitor at 0004 can call them after the upgrade without being granted again,
-    and still cannot call what monitor does not hold."""
-    dsn = fresh_database("up5")
-    migrate.upgrade(dsn, "0004_errors_and_safety")
-    made = Accounts(dsn)
-    try:
-        monkeypatch.setitem(privileges.CAPABILITIES, "monitor", MONITOR_0004)
-        name = made.with_capabilities("mon", "monitor")
-        monkeypatch.undo()
-        with pyqueue_sql.connect(dsn) as admin:
-            q = admin.queue("browse").create(history_retention=3600)
-            q.push_many([(f"k{i}", "kind", i) for i in range(3)])
-            [r] = q.reserve()
-            assert q.commit(r)
-        migrate.upgrade(dsn)
-        app = made.client(name)
-        seen = app.queue("browse")
-        assert sorted(m.key for m in seen.messages()) == ["k1", "k2"]
-        assert sum(t.committed for t in seen.throughput()) == 1
-        with pytest.raises(PermissionDeniedError):
-            seen.push("k9", "kind", {})
-    finally:
-        made.close()
-
-
-@pytest.mark.only_dialect("postgresql")
-def test_upgrade_from_0002_revokes_public_execute_until_granted(fresh_database):
-    """0002's routines were callable by PUBLIC (PostgreSQL's default): a role with
-    table grants pushed through them. 0003 revokes that (README "Upgrading from
-    0002"): the same role is refused with a PermissionDeniedError that names the
-    remedy, and pushes again once granted `producer`, without any table grant."""
-    dsn = fresh_database("upgrade")
-    migrate.upgrade(dsn, "0002_extensions")
-    made = Accounts(dsn)
-    try:
-        name = made.create("old")
-        _run(made.admin, f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{name}"')
-        with pyqueue_sql.connect(dsn) as db:
-            db.queue("upgrade").create()
-        with pyqueue_sql.connect(made.dsn_for(name)) as app:
-            assert app.queue("upgrade").push("at-0002", "kind", 1)
-        migrate.upgrade(dsn)
-        _run(made.admin, f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{name}"')
-        with pyqueue_sql.connect(made.dsn_for(name)) as app:
-            with pytest.raises(PermissionDeniedError, match="queue_push.*pyqueue-sql grant"):
-                app.queue("upgrade").push("denied", "kind", 1)
-        made.grant(name, "producer")
-        with pyqueue_sql.connect(made.dsn_for(name)) as app:
-            assert app.queue("upgrade").push("at-0003", "kind", 1)
-        with pyqueue_sql.connect(dsn) as db:
-            assert db.queue("upgrade").stats().ready == 2
     finally:
         made.close()
 
@@ -1105,8 +929,7 @@ def test_grant_never_creates_an_account(accounts, dsn):
 @pytest.mark.only_dialect("mysql")
 def test_mariadb_role_grants_survive_reinstalls_without_creating_accounts(fresh_database):
     """A MariaDB role (Host '' in mysql.procs_priv) granted a capability keeps it
-    across a downgrade and an upgrade, each re-creating every procedure, and no
-    login account of the role's name appears."""
+    across a migrate re-run, and no login account of the role's name appears."""
     dsn = fresh_database("role")
     migrate.upgrade(dsn)
     role = f"pq_role_{uuid.uuid4().hex[:10]}"
@@ -1125,9 +948,7 @@ def test_mariadb_role_grants_survive_reinstalls_without_creating_accounts(fresh_
 
         before = grants()
         assert before == {("", r) for r in privileges.PRODUCER}
-        migrate.downgrade(dsn, "0002_extensions")
-        assert grants() == {g for g in before if g[1] not in ADDED_AFTER_0002}
-        migrate.upgrade(dsn)
+        migrate.upgrade(dsn)  # a re-run keeps them
         assert grants() == before
         assert _run(admin, "SELECT Host FROM mysql.user WHERE User = %s", (role,)) == [("",)]
     finally:
@@ -1158,3 +979,76 @@ def test_grant_command_prints_quoted_statements_and_refuses_bad_names(capsys):
     assert cli.main(["grant", "--role", "x`; DROP DATABASE y; --", "--producer", "--dialect", "mysql"]) == 1
     assert "must be 1-80 characters" in capsys.readouterr().err
     assert cli.main(["grant", "--role", "x", "--dialect", "mysql"]) == 2
+
+
+# -- what a refused account is told, and the CLI with one grant -------------------------------
+
+
+def test_permission_denied_names_the_capability_of_the_refused_routine(accounts, admin_queue, db):
+    """Every capability can be the one named, --pipeline included: a consumer refused queue_move
+    is told to grant --pipeline, a producer refused queue_settings --monitor (or --admin)."""
+    admin_queue.push("k", "kind", 1)
+    consumer = accounts.client(accounts.with_capabilities("cons", "consumer"))
+    [held] = consumer.queue(admin_queue.name).reserve()
+    other = _other_queue(db).create()
+    try:
+        with pytest.raises(PermissionDeniedError) as refused:
+            consumer.queue(admin_queue.name).move(held, other.name)
+        assert "queue_move" in str(refused.value)
+        assert "--pipeline --apply" in str(refused.value)
+        producer = accounts.client(accounts.with_capabilities("prod", "producer"))
+        with pytest.raises(PermissionDeniedError) as refused:
+            producer.queue(admin_queue.name).settings()
+        assert "--monitor --apply` (or --admin)" in str(refused.value)
+    finally:
+        assert consumer.queue(admin_queue.name).commit(held)
+        other.drop()
+
+
+def test_permission_denied_without_a_routine_lists_every_capability():
+    text = str(PermissionDeniedError("permission denied for table pyqueue_message"))
+    assert all(f"--{c}" in text for c in privileges.CAPABILITIES), text
+    assert "--pipeline" in text
+
+
+def test_every_routine_of_a_capability_is_named_with_it():
+    for capability, routines in privileges.CAPABILITIES.items():
+        for routine in routines:
+            text = str(PermissionDeniedError(f"permission denied for function {routine}"))
+            assert f"--{capability}" in text, (routine, text)
+
+
+def _grant_execute(accounts: Accounts, name: str, routine: str) -> None:
+    """EXECUTE on one routine, as a DBA would grant it by hand (psql / mysql)."""
+    if accounts.dialect == "postgresql":
+        _run(accounts.admin, f'GRANT EXECUTE ON FUNCTION {routine} TO "{name}"')
+    else:
+        database = _database_of(accounts.dsn)
+        _run(accounts.admin, f"GRANT EXECUTE ON PROCEDURE `{database}`.`{routine}` TO `{name}`@`%`")
+
+
+def test_cli_create_needs_only_queue_create(accounts, db, capsys):
+    """`pyqueue-sql create` calls queue_create; reading the settings (to say created or updated
+    and show them) is only done when the account may: one granted queue_create alone creates
+    with the CLI as it can in psql or mysql."""
+    name = accounts.create("creator")
+    _grant_execute(accounts, name, "queue_create")
+    queue = f"priv.{uuid.uuid4().hex[:12]}"
+    code = cli.main(["create", queue, "--max-attempts", "3", "--dsn", accounts.dsn_for(name)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.startswith(f"created or updated {queue} (its settings are not shown")
+    try:
+        settings = db.queue(queue).settings()
+        assert settings.max_attempts == 3
+        # a second run changes the setting given, the others stay
+        code = cli.main(["create", queue, "--max-attempts", "4", "--dsn", accounts.dsn_for(name)])
+        assert code == 0, capsys.readouterr().err
+        assert db.queue(queue).settings().max_attempts == 4
+        # with monitor too, it says which and shows them, as before
+        accounts.grant(name, "monitor")
+        capsys.readouterr()
+        assert cli.main(["create", queue, "--dsn", accounts.dsn_for(name)]) == 0
+        assert capsys.readouterr().out.startswith(f"updated {queue}: visibility timeout 30s, max attempts 4")
+    finally:
+        db.queue(queue).drop()

@@ -1,0 +1,176 @@
+"""The ``pyqueue-sql`` command: install the schema, print its SQL, work with queues, run the demo.
+
+    pyqueue-sql migrate --dsn postgresql://localhost/app
+    pyqueue-sql sql --dialect mysql > pyqueue.sql
+    pyqueue-sql create emails --max-attempts 5
+    pyqueue-sql push emails user-42 welcome '{"to": "a@example.com"}'
+    pyqueue-sql bind 'orders.#' billing
+    pyqueue-sql publish orders.eu.created order-7 created '{"order": 7}'
+    pyqueue-sql reserve emails -n 10
+    pyqueue-sql commit emails user-42 welcome TOKEN
+    pyqueue-sql rollback emails user-42 welcome TOKEN --delay 60 --error "smtp timeout"
+    pyqueue-sql show emails user-42 welcome
+    pyqueue-sql stats
+    pyqueue-sql demo
+    pyqueue-sql worker myapp.tasks:handle --queue emails --concurrency 8
+    pyqueue-sql grant --role shop_web --producer --apply
+    pyqueue-sql dashboard --token SECRET
+
+Every command that talks to a database takes ``--dsn`` (default: $PYQUEUE_DSN).
+Exit codes: 0 success; 1 an error (one line on stderr: bad input, unknown
+queue, unreachable server, a refused request) or an outcome that did not
+happen (a token that no longer holds, a message that is not there); 2 a bad
+command line; 130 interrupted (Ctrl-C). ``reserve`` on an empty queue prints
+nothing on stdout, says so on stderr and exits 0.
+
+The commands live in modules by group (admin: migrate, sql, grant, demo; queues; messages;
+workers; dashboard), each with the parsers of its commands (PARSERS); build_parser adds them in
+the order of COMMANDS, the order ``pyqueue-sql --help`` lists them in.
+"""
+
+from __future__ import annotations
+
+import _thread
+import argparse
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import __version__
+from ..display import describe_error
+from . import admin, dashboard, messages, queues, workers
+from .common import (
+    DSN_ENV,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    UsageError,
+)
+
+__all__ = [
+    "COMMANDS",
+    "DSN_ENV",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "PROG",
+    "UsageError",
+    "build_parser",
+    "main",
+]
+
+# Every command, in the order `pyqueue-sql --help` lists them.
+COMMANDS: tuple[str, ...] = (
+    "migrate",
+    "sql",
+    "grant",
+    "create",
+    "push",
+    "publish",
+    "bind",
+    "unbind",
+    "bindings",
+    "groups",
+    "reserve",
+    "commit",
+    "rollback",
+    "remove",
+    "show",
+    "pause",
+    "resume",
+    "drop",
+    "dead-letters",
+    "redrive",
+    "settings",
+    "stats",
+    "workers",
+    "demo",
+    "worker",
+    "dashboard",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="A durable message queue inside your PostgreSQL or MySQL/MariaDB database.",
+        epilog=f"Commands that use a database take --dsn DSN (default: ${DSN_ENV}). Exit codes: 0 done; "
+        "1 an error (one line on stderr) or an outcome that did not happen (a token that no longer "
+        "holds, a message that is not there; `worker`: handlers still running when it stopped); "
+        "2 a bad command line; 130 interrupted.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(
+        name: str, handler: Callable[[argparse.Namespace], int], help: str, dsn: bool = True
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        if dsn:
+            p.add_argument("--dsn", help=f"postgresql://... or mysql://... (default: ${DSN_ENV})")
+        p.set_defaults(handler=handler)
+        return p
+
+    parsers = {}
+    for group in (admin, queues, messages, workers, dashboard):
+        parsers.update(group.PARSERS)
+    for name in COMMANDS:
+        parsers[name](command)
+    return parser
+
+
+def _deliver_interrupts_from_finalizers(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A sys.unraisablehook. A Ctrl-C that arrives while a finalizer runs (a driver result's
+    ``__del__``, say) cannot propagate from there: Python would print it as an ignored exception
+    with a traceback and carry on as if no key had been pressed. Signal it again instead, from a
+    thread a moment later (signalled from here, it would land in this hook), so that it interrupts
+    the command once the finalizer has returned, as any other Ctrl-C does (exit 130)."""
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            again = threading.Timer(0.05, _thread.interrupt_main)
+            again.daemon = True
+            again.start()
+            return
+        previous(unraisable)
+
+    return hook
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _deliver_interrupts_from_finalizers(previous_hook)
+    try:
+        return args.handler(args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `pyqueue-sql sql ... | head`: the reader left; nothing left to say.
+        # Point stdout at /dev/null so the flush at exit does not fail again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK
+    except Exception as exc:
+        message = describe_error(exc)
+        if message is None:
+            raise
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        sys.unraisablehook = previous_hook
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""What every command group shares: the --dsn default, exit codes, the usage error, opening
+the database, asking a yes/no question, and the argument types."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .. import errors
+
+# command(name, handler, help, dsn=True): adds a subcommand (with --dsn unless dsn=False) and
+# returns its parser; build_parser passes it to each group's PARSERS.
+Command = Callable[..., argparse.ArgumentParser]
+
+DSN_ENV = "PYQUEUE_DSN"
+PROG = "pyqueue-sql"
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A command line that cannot run (exit code 2)."""
+
+
+def dsn_of(args: argparse.Namespace) -> str:
+    """The command's database: --dsn, else $PYQUEUE_DSN; a usage error without one or for a
+    database pyqueue-sql does not support, DriverNotInstalledError when its driver is missing."""
+    dsn = args.dsn or os.environ.get(DSN_ENV)
+    if not dsn:
+        raise UsageError(
+            f"no database given: pass --dsn DSN or set {DSN_ENV} "
+            "(postgresql://user@host/db or mysql://user@host/db)"
+        )
+    check_scheme(dsn).import_driver()  # a missing driver: one line naming the extra (exit 1)
+    return dsn
+
+
+def check_scheme(dsn: str) -> Any:
+    """The DSN's dialect; refuses a DSN of an unsupported database before any driver sees it."""
+    from ..dialects import for_dsn
+
+    try:
+        return for_dsn(dsn)
+    except errors.UnsupportedDsnError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def open_database(args: argparse.Namespace) -> Any:
+    """A pyqueue_sql.Database on the command's database (a context manager that closes it)."""
+    from ..client import connect
+
+    return connect(dsn_of(args))
+
+
+def confirm(question: str) -> bool | None:
+    """Asks a yes/no question on the terminal; None when there is no terminal to ask on."""
+    stdin = sys.stdin
+    if stdin is None or not stdin.isatty():
+        return None
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return value
+
+
+def seconds_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"not a finite number of seconds: {text!r}")
+    return value

@@ -1,0 +1,333 @@
+"""Messages: push, publish, reserve, commit, rollback, remove, show."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .. import errors
+from ..display import format_duration, format_table, format_time, shorten
+from .common import EXIT_FAILURE, EXIT_OK, PROG, Command, UsageError, open_database, positive_int, seconds_arg
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _payload(args: argparse.Namespace) -> Any:
+    try:
+        return json.loads(args.payload, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise UsageError(f"PAYLOAD_JSON is not valid JSON ({exc}): {args.payload[:60]!r}") from None
+
+
+def _run_at(args: argparse.Namespace) -> dt.timedelta | None:
+    return None if args.run_in is None else dt.timedelta(seconds=args.run_in)
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    payload = _payload(args)
+    with open_database(args) as db:
+        inserted = db.queue(args.queue).push(
+            args.key, args.kind, payload, run_at=_run_at(args), priority=args.priority, group=args.group
+        )
+    print("inserted" if inserted else "duplicate")
+    return EXIT_OK
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    payload = _payload(args)
+    with open_database(args) as db:
+        queues = db.publish(
+            args.topic, args.key, args.kind, payload, run_at=_run_at(args), priority=args.priority
+        )
+    if queues:
+        print(f"published to {queues} queue(s)")
+    else:
+        print(
+            f"published to 0 queues (no binding matches {args.topic}, or every queue bound to it "
+            f"holds {args.key}/{args.kind} already)"
+        )
+    return EXIT_OK
+
+
+def cmd_reserve(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        queue = db.queue(args.queue)
+        if args.commit:
+            # One transaction: a crash between reserve and commit leaves nothing reserved.
+            with db.transaction():
+                reservations = queue.reserve(n=args.n, timeout=args.timeout)
+                lost = [r for r in reservations if not queue.commit(r)]
+            if lost:
+                raise errors.QueueError(f"{len(lost)} reservation(s) no longer held at commit")
+        else:
+            reservations = queue.reserve(n=args.n, timeout=args.timeout)
+    if not reservations:
+        print(f"{args.queue}: {_why_nothing_ready(args)}", file=sys.stderr)
+        return EXIT_OK
+    for r in reservations:
+        print(
+            json.dumps(
+                {
+                    "key": r.key,
+                    "kind": r.kind,
+                    "payload": r.payload,
+                    "token": str(r.token),
+                    "attempts": r.attempts,
+                }
+            )
+        )
+    return EXIT_OK
+
+
+def _why_nothing_ready(args: argparse.Namespace) -> str:
+    """Why a reserve got nothing: the queue is paused, or no message is ready (read with
+    queue_stats; an account that may not call it gets the general answer)."""
+    try:
+        with open_database(args) as db:
+            stats = db.queue(args.queue).stats()
+    except errors.QueueError:
+        stats = None
+    if stats is not None and stats.paused:
+        waiting = stats.ready + stats.delayed
+        return f"paused: reserve hands out nothing until `{PROG} resume {shlex.quote(args.queue)}`" + (
+            f" ({waiting} message(s) waiting)" if waiting else ""
+        )
+    return "no message ready (empty, all delayed or reserved, or paused)"
+
+
+def _reservation(args: argparse.Namespace) -> Any:
+    """The reservation a command line names (queue, key, kind, token): what commit/rollback need."""
+    from ..client import Reservation
+
+    return Reservation(args.queue, args.key, args.kind, None, args.token, 0, 0, None, None)
+
+
+def _not_held(args: argparse.Namespace) -> int:
+    print(
+        f"{PROG}: the reservation of {args.key}/{args.kind} in {args.queue} no longer holds "
+        "(expired and taken again, or already committed or rolled back)",
+        file=sys.stderr,
+    )
+    return EXIT_FAILURE
+
+
+def cmd_commit(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        held = db.queue(args.queue).commit(_reservation(args))
+    if not held:
+        return _not_held(args)
+    print("committed")
+    return EXIT_OK
+
+
+FAIL_OUTCOMES = {
+    "retry": "rolled back: it will be delivered again{after}",
+    "dead_lettered": "dead-lettered: max attempts reached, moved to the dead-letter queue",
+    "dropped": "dropped: max attempts reached and the queue has no dead-letter queue",
+}
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    after = "" if not args.delay else f" in {format_duration(args.delay)}"
+    with open_database(args) as db:
+        queue = db.queue(args.queue)
+        if args.error is not None:
+            outcome = queue.fail(_reservation(args), error=args.error, delay=args.delay)
+            if outcome is None:
+                return _not_held(args)
+            print(FAIL_OUTCOMES.get(outcome, outcome).format(after=after))
+            return EXIT_OK
+        held = queue.rollback(_reservation(args), delay=args.delay)
+    if not held:
+        return _not_held(args)
+    print(
+        f"rolled back: it will be delivered again{after} (or, if that was its last allowed attempt, "
+        "it is dead-lettered; `rollback --error TEXT` says which)"
+    )
+    return EXIT_OK
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        removed = db.queue(args.queue).remove(args.key, args.kind)
+    if not removed:
+        print(f"{PROG}: no message {args.key}/{args.kind} in {args.queue}", file=sys.stderr)
+        return EXIT_FAILURE
+    print("removed")
+    return EXIT_OK
+
+
+def _field(obj: Any, *names: str) -> Any:
+    for name in names:
+        if hasattr(obj, name):
+            return getattr(obj, name)
+    return None
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        queue = db.queue(args.queue)
+        message = queue.message(args.key, args.kind)
+        history = queue.message_history(args.key, args.kind)
+    if message is None and not history:
+        print(
+            f"{PROG}: no message {args.key}/{args.kind} in {args.queue}, and no history of one",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    print(f"queue:        {args.queue}")
+    print(f"key / kind:   {args.key} / {args.kind}")
+    if message is None:
+        print("state:        gone (no longer in the queue; see its history below)")
+    else:
+        print(f"state:        {message.state}")
+        print(f"attempts:     {message.attempts}")
+        print(f"priority:     {message.priority}")
+        print(f"created at:   {format_time(message.created_at)}")
+        print(f"scheduled at: {format_time(message.scheduled_at)}")
+        print(f"reserved by:  {message.reserved_by or '-'}")
+        dead_from = _field(message, "dead_from", "from_queue")
+        if dead_from:
+            print(f"dead from:    {dead_from}")
+        print(f"last error:   {message.last_error if message.last_error is not None else '-'}")
+        print(f"payload:      {json.dumps(message.payload)}")
+    if history:
+        print()
+        print("history (newest first):")
+        rows = [
+            (
+                format_time(h.processed_at),
+                h.outcome,
+                h.to_queue or "-",
+                str(h.attempts),
+                h.reserved_by or "-",
+                shorten(h.last_error, 60),
+            )
+            for h in history
+        ]
+        print(
+            format_table(
+                ("processed at", "outcome", "to queue", "attempts", "reserved by", "last error"),
+                rows,
+                right_aligned=(3,),
+            )
+        )
+    else:
+        print("history:      none")
+    return EXIT_OK
+
+
+def message_args(p: argparse.ArgumentParser, token: bool = False) -> None:
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("key", metavar="KEY")
+    p.add_argument("kind", metavar="KIND")
+    if token:
+        p.add_argument("token", metavar="TOKEN", help="the token `reserve` printed")
+
+
+# -- argument parsing -------------------------------------------------------------
+
+
+def add_push(command: Command) -> None:
+    p = command("push", cmd_push, "push one message; prints inserted or duplicate")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("key", metavar="KEY", help="dedup key")
+    p.add_argument("kind", metavar="KIND", help="payload type")
+    p.add_argument("payload", metavar="PAYLOAD_JSON", help="the payload as JSON text")
+    p.add_argument(
+        "--run-in", type=seconds_arg, metavar="SECONDS", help="deliver no earlier than this from now"
+    )
+    p.add_argument("--priority", type=int, metavar="N", help="higher is served first (default 0)")
+    p.add_argument(
+        "--group",
+        metavar="G",
+        help="FIFO group: the group's messages are delivered one at a time, in run time and push order",
+    )
+
+
+def add_publish(command: Command) -> None:
+    p = command(
+        "publish",
+        cmd_publish,
+        "push one message into every queue bound to a pattern matching TOPIC; prints how many got it",
+    )
+    p.add_argument("topic", metavar="TOPIC", help="dot-separated words, e.g. orders.eu.created")
+    p.add_argument("key", metavar="KEY", help="dedup key (per queue)")
+    p.add_argument("kind", metavar="KIND", help="payload type")
+    p.add_argument("payload", metavar="PAYLOAD_JSON", help="the payload as JSON text")
+    p.add_argument(
+        "--run-in", type=seconds_arg, metavar="SECONDS", help="deliver no earlier than this from now"
+    )
+    p.add_argument("--priority", type=int, metavar="N", help="higher is served first (default 0)")
+
+
+def add_reserve(command: Command) -> None:
+    p = command(
+        "reserve",
+        cmd_reserve,
+        "reserve messages; prints one JSON line per message (nothing, and a note on stderr, when none is ready; exit 0)",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("-n", type=positive_int, default=1, metavar="N", help="at most this many (default 1)")
+    p.add_argument(
+        "--timeout",
+        type=seconds_arg,
+        metavar="S",
+        help="reservation length in seconds (default: the queue's visibility timeout)",
+    )
+    p.add_argument("--commit", action="store_true", help="commit (delete) them right away")
+
+
+def add_commit(command: Command) -> None:
+    p = command(
+        "commit",
+        cmd_commit,
+        "commit (delete) a reserved message; exit 1 when the reservation no longer holds",
+    )
+    message_args(p, token=True)
+
+
+def add_rollback(command: Command) -> None:
+    p = command(
+        "rollback",
+        cmd_rollback,
+        "give a reserved message back (dead-lettered after max attempts); "
+        "with --error record why and print the outcome",
+    )
+    message_args(p, token=True)
+    p.add_argument(
+        "--delay", type=seconds_arg, metavar="S", help="deliver again no earlier than this (default 0)"
+    )
+    p.add_argument(
+        "--error",
+        metavar="TEXT",
+        help="the error to record as the message's last error; prints retry, dead-lettered or dropped",
+    )
+
+
+def add_remove(command: Command) -> None:
+    p = command("remove", cmd_remove, "delete a message whatever its state; exit 1 when there is none")
+    message_args(p)
+
+
+def add_show(command: Command) -> None:
+    p = command("show", cmd_show, "a message's state, attempts, last error and payload, and its history rows")
+    message_args(p)
+
+
+PARSERS: dict[str, Callable[[Command], None]] = {
+    "push": add_push,
+    "publish": add_publish,
+    "reserve": add_reserve,
+    "commit": add_commit,
+    "rollback": add_rollback,
+    "remove": add_remove,
+    "show": add_show,
+}

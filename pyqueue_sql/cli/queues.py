@@ -1,0 +1,408 @@
+"""Queues: create, settings, stats, pause/resume, drop, dead letters and redrive, topic bindings,
+FIFO groups."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .. import errors
+from ..display import format_duration, format_stats_table, format_table, format_time, shorten
+from .common import EXIT_FAILURE, EXIT_OK, PROG, Command, confirm, open_database, positive_int, seconds_arg
+
+SETTINGS = ("visibility_timeout", "max_attempts", "dead_letter_queue", "history_retention")
+
+
+def _settings_summary(settings: Any) -> str:
+    return (
+        f"visibility timeout {format_duration(settings.visibility_timeout)}, "
+        f"max attempts {settings.max_attempts}, "
+        f"dead-letter queue {settings.dead_letter_queue or '-'}, "
+        f"history retention {format_duration(settings.history_retention)}"
+    )
+
+
+def _settings_if_readable(queue: Any) -> Any:
+    """The queue's settings, or None when the account may not call queue_settings."""
+    try:
+        return queue.settings()
+    except errors.PermissionDeniedError:
+        return None
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    """Creates a queue (unset settings: defaults) or changes the settings given (others stay).
+
+    It needs only queue_create (and queue_reset_setting for --reset): the settings it reads to say
+    "created" or "updated" and to show them need queue_settings (monitor), and an account without
+    it is told the queue was created or updated, without them."""
+    with open_database(args) as db:
+        queue = db.queue(args.queue)
+        try:  # None: not known (the account may not read settings)
+            existed: bool | None = None if _settings_if_readable(queue) is None else True
+        except errors.UnknownQueueError:
+            existed = False
+        try:
+            with db.transaction():
+                queue.create(
+                    visibility_timeout=args.visibility_timeout,
+                    max_attempts=args.max_attempts,
+                    dead_letter_queue=args.dead_letter_queue,
+                    history_retention=args.history_retention,
+                )
+                for setting in args.reset or ():
+                    queue.reset_setting(setting)
+        except errors.UnknownQueueError as exc:
+            dead = args.dead_letter_queue
+            if dead and dead != args.queue and f'"{dead}"' in str(exc):
+                raise errors.UnknownQueueError(
+                    f"{exc}: the dead-letter queue must exist first: create it with "
+                    f"`{PROG} create {shlex.quote(dead)}`, then run this again"
+                ) from None
+            raise
+        settings = _settings_if_readable(queue)
+    if settings is None:
+        print(
+            f"{'updated' if existed else 'created' if existed is False else 'created or updated'} "
+            f"{args.queue} (its settings are not shown: this account may not call queue_settings, "
+            "which the monitor capability grants)"
+        )
+        return EXIT_OK
+    print(f"{'updated' if existed else 'created'} {args.queue}: {_settings_summary(settings)}")
+    return EXIT_OK
+
+
+def cmd_bind(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        new = db.bind(args.pattern, args.queue)
+    print(f"{'bound' if new else 'already bound'}: {args.pattern} -> {args.queue}")
+    return EXIT_OK
+
+
+def cmd_unbind(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        removed = db.unbind(args.pattern, args.queue)
+    if not removed:
+        print(f"{PROG}: no binding {args.pattern} -> {args.queue}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(f"unbound: {args.pattern} -> {args.queue}")
+    return EXIT_OK
+
+
+def cmd_bindings(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        bindings = db.bindings(args.queue)
+    if not bindings:
+        print(f"no bindings (bind a topic pattern with `{PROG} bind PATTERN QUEUE`)")
+        return EXIT_OK
+    rows = [(b.pattern, b.queue, format_time(b.created_at)) for b in bindings]
+    print(format_table(("pattern", "queue", "created at"), rows))
+    return EXIT_OK
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        groups = db.queue(args.queue).groups(n=args.n)
+    if not groups:
+        print(f"no groups in {args.queue}")
+        return EXIT_OK
+    rows = [
+        (g.group_key, g.head_key or "-", g.head_kind or "-", g.head_state or "-", str(g.messages))
+        for g in groups
+    ]
+    print(
+        format_table(("group", "head key", "head kind", "head state", "messages"), rows, right_aligned=(4,))
+    )
+    return EXIT_OK
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        db.queue(args.queue).pause()
+    print(f"paused {args.queue} (reserve hands out nothing until `{PROG} resume {args.queue}`)")
+    return EXIT_OK
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        db.queue(args.queue).resume()
+    print(f"resumed {args.queue}")
+    return EXIT_OK
+
+
+def cmd_drop(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        queue = db.queue(args.queue)
+        s = queue.stats()
+        held = s.ready + s.delayed + s.reserved
+        if held and not args.yes:
+            answer = confirm(
+                f"{args.queue} holds {held} message(s) ({s.ready} ready, {s.delayed} delayed, "
+                f"{s.reserved} reserved); drop the queue and them?"
+            )
+            if answer is None:
+                raise errors.QueueError(
+                    f"refusing to drop {args.queue}: it holds {held} message(s); "
+                    "pass --yes (no terminal to ask on)"
+                )
+            if not answer:
+                print("not dropped", file=sys.stderr)
+                return EXIT_FAILURE
+        queue.drop()
+    print(f"dropped {args.queue}" + (f" and its {held} message(s)" if held else ""))
+    return EXIT_OK
+
+
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        letters = db.queue(args.queue).dead_letters()
+    if args.json:
+        for d in letters:
+            print(
+                json.dumps(
+                    {
+                        "from_queue": d.from_queue,
+                        "key": d.key,
+                        "kind": d.kind,
+                        "payload": d.payload,
+                        "attempts": d.attempts,
+                        "priority": d.priority,
+                        "created_at": d.created_at.isoformat(),
+                        "dead_lettered_at": d.dead_lettered_at.isoformat(),
+                        "reserved": d.reserved,
+                        "last_error": getattr(d, "last_error", None),
+                    }
+                )
+            )
+        return EXIT_OK
+    if not letters:
+        print(f"no dead letters in {args.queue}")
+        return EXIT_OK
+    rows = [
+        (
+            d.from_queue or "-",
+            d.key,
+            d.kind,
+            "-" if d.attempts is None else str(d.attempts),
+            format_time(d.dead_lettered_at),
+            "yes" if d.reserved else "no",
+            shorten(getattr(d, "last_error", None), 60),
+        )
+        for d in letters
+    ]
+    print(
+        format_table(
+            ("from queue", "key", "kind", "attempts", "dead-lettered at", "reserved", "last error"),
+            rows,
+            right_aligned=(3,),
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        moved = db.queue(args.dead_queue).redrive(args.to_queue, n=args.n)
+    print(f"redrove {moved} message(s) from {args.dead_queue} to {args.to_queue}")
+    return EXIT_OK
+
+
+def cmd_settings(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        settings = [db.queue(args.queue).settings()] if args.queue else db.settings()
+    if not settings:
+        print(f"no queues (create one with `{PROG} create QUEUE`)")
+        return EXIT_OK
+    rows = [
+        (
+            s.queue,
+            format_duration(s.visibility_timeout),
+            str(s.max_attempts),
+            s.dead_letter_queue or "-",
+            format_duration(s.history_retention),
+            "yes" if s.paused else "no",
+            format_duration(s.notify_window),
+        )
+        for s in settings
+    ]
+    print(
+        format_table(
+            (
+                "queue",
+                "visibility timeout",
+                "max attempts",
+                "dead-letter queue",
+                "history retention",
+                "paused",
+                "notify window",
+            ),
+            rows,
+            right_aligned=(1, 2, 4, 6),
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        stats = [db.queue(args.queue).stats()] if args.queue else db.stats()
+    if not stats:
+        print("no queues (create one with `pyqueue-sql create QUEUE`)")
+    else:
+        print(format_stats_table(stats))
+        print(STATS_LEGEND)
+    return EXIT_OK
+
+
+STATS_LEGEND = (
+    "dead (ever): messages that used up their attempts in the queue since it was created "
+    "(dead-lettered or dropped); a redrive does not lower it. `dead-letters DLQ` lists those "
+    "still in a dead-letter queue."
+)
+
+
+# -- argument parsing -------------------------------------------------------------
+
+
+def add_create(command: Command) -> None:
+    p = command(
+        "create",
+        cmd_create,
+        "create a queue, or change the settings given (the others stay "
+        "as they are; --reset puts one back to its default)",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument(
+        "--visibility-timeout",
+        type=seconds_arg,
+        metavar="S",
+        help="seconds a reservation hides a message (new queue: 30)",
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=positive_int,
+        metavar="N",
+        help="deliveries before dead-lettering (new queue: 10)",
+    )
+    p.add_argument(
+        "--dead-letter-queue",
+        metavar="Q",
+        help="queue that receives exhausted messages (new queue: none, they are dropped)",
+    )
+    p.add_argument(
+        "--history-retention",
+        type=seconds_arg,
+        metavar="S",
+        help="seconds processed messages stay in the history (new queue: none, no history is kept)",
+    )
+    p.add_argument(
+        "--reset",
+        action="append",
+        choices=SETTINGS,
+        metavar="SETTING",
+        help="put SETTING back to its default (repeatable): " + ", ".join(SETTINGS),
+    )
+
+
+def add_bind(command: Command) -> None:
+    p = command(
+        "bind",
+        cmd_bind,
+        "bind a topic pattern to a queue (* = one word, # = zero or more words); "
+        "prints bound or already bound",
+    )
+    p.add_argument("pattern", metavar="PATTERN", help="e.g. orders.*.created or orders.#")
+    p.add_argument("queue", metavar="QUEUE")
+
+
+def add_unbind(command: Command) -> None:
+    p = command("unbind", cmd_unbind, "remove a binding; exit 1 when there is none")
+    p.add_argument("pattern", metavar="PATTERN")
+    p.add_argument("queue", metavar="QUEUE")
+
+
+def add_bindings(command: Command) -> None:
+    p = command("bindings", cmd_bindings, "list the topic bindings of one queue or every queue")
+    p.add_argument("--queue", metavar="QUEUE", help="one queue (default: all)")
+
+
+def add_groups(command: Command) -> None:
+    p = command(
+        "groups",
+        cmd_groups,
+        "list a queue's FIFO groups: each group's head message (delivered next) and its size",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument(
+        "-n", type=positive_int, metavar="N", help="at most this many groups (default 100, at most 1000)"
+    )
+
+
+def add_pause(command: Command) -> None:
+    p = command("pause", cmd_pause, "stop handing out messages of a queue (pushes still go in)")
+    p.add_argument("queue", metavar="QUEUE")
+
+
+def add_resume(command: Command) -> None:
+    p = command("resume", cmd_resume, "hand out the messages of a paused queue again")
+    p.add_argument("queue", metavar="QUEUE")
+
+
+def add_drop(command: Command) -> None:
+    p = command("drop", cmd_drop, "drop a queue and its messages; asks first when it holds messages")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="do not ask (needed without a terminal when the queue holds messages)",
+    )
+
+
+def add_dead_letters(command: Command) -> None:
+    p = command(
+        "dead-letters",
+        cmd_dead_letters,
+        "list the messages in a dead-letter queue: where they came from, their attempts and last error",
+    )
+    p.add_argument("queue", metavar="QUEUE", help="the dead-letter queue")
+    p.add_argument("--json", action="store_true", help="one JSON object per message, payload included")
+
+
+def add_redrive(command: Command) -> None:
+    p = command(
+        "redrive", cmd_redrive, "move messages of a dead-letter queue back to a queue, attempts reset"
+    )
+    p.add_argument("dead_queue", metavar="DEAD_QUEUE")
+    p.add_argument("to_queue", metavar="TO_QUEUE")
+    p.add_argument("-n", type=positive_int, default=1, metavar="N", help="at most this many (default 1)")
+
+
+def add_settings(command: Command) -> None:
+    p = command("settings", cmd_settings, "show the settings of one queue or every queue")
+    p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
+
+
+def add_stats(command: Command) -> None:
+    p = command("stats", cmd_stats, "show queue depths")
+    p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
+
+
+PARSERS: dict[str, Callable[[Command], None]] = {
+    "create": add_create,
+    "bind": add_bind,
+    "unbind": add_unbind,
+    "bindings": add_bindings,
+    "groups": add_groups,
+    "pause": add_pause,
+    "resume": add_resume,
+    "drop": add_drop,
+    "dead-letters": add_dead_letters,
+    "redrive": add_redrive,
+    "settings": add_settings,
+    "stats": add_stats,
+}

@@ -1,0 +1,448 @@
+"""Workers: run one (worker: log lines, a live status line, metrics), list the registered ones
+(workers)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .. import errors
+from ..display import format_age, format_table, format_time
+from .common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    PROG,
+    Command,
+    UsageError,
+    dsn_of,
+    open_database,
+    positive_int,
+    seconds_arg,
+)
+
+DEFAULT_STALE_AFTER_S = 60.0
+
+
+def format_workers_table(workers: Iterable[Any], stale_after: float = DEFAULT_STALE_AFTER_S) -> str:
+    """Registered workers (pyqueue_sql.WorkerInfo) as an aligned text table; ``state`` is
+    "stale" when the last heartbeat is older than stale_after seconds."""
+    header = ("id", "name", "host", "pid", "queues", "started", "last heartbeat", "state")
+    rows = [
+        (
+            str(w.worker_id),
+            w.name,
+            w.host or "-",
+            "-" if w.pid is None else str(w.pid),
+            ",".join(w.queues) if w.queues else "-",
+            format_time(w.started_at),
+            format_age(w.heartbeat_age_s) + " ago",
+            "stale" if w.heartbeat_age_s > stale_after else "ok",
+        )
+        for w in workers
+    ]
+    return format_table(header, rows)
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        if args.release_older_than is not None:
+            released = db.release_dead_workers(args.release_older_than)
+            print(f"released {released} message(s) of workers silent for over {args.release_older_than:g}s")
+        workers = db.workers()
+    if not workers:
+        print("no workers registered")
+        return EXIT_OK
+    print(format_workers_table(workers, args.stale_after))
+    stale = sum(w.heartbeat_age_s > args.stale_after for w in workers)
+    if stale:
+        print(
+            f"{stale} stale worker(s): no heartbeat for over {args.stale_after:g}s (stopped, hung or "
+            f"cut off; `{PROG} workers --release-older-than S` makes their messages ready)",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+def _load_handler(spec: str) -> Callable[[Any], Any]:
+    import importlib
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"handler must be module:function, not {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: modules of the current directory
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module_name!r}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise UsageError(f"{module_name!r} has no attribute {attr!r}") from None
+    if not callable(target):
+        raise UsageError(f"{spec} is not callable")
+    return target
+
+
+class _JsonLogFormatter:
+    """One JSON object per log line: time, level, message and the record's extra fields."""
+
+    _STANDARD = set(vars(__import__("logging").LogRecord("", 0, "", 0, "", (), None))) | {
+        "message",
+        "asctime",
+        "taskName",
+    }
+
+    def format(self, record: Any) -> str:
+        entry = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "msg": record.getMessage(),
+        }
+        entry.update({k: v for k, v in vars(record).items() if k not in self._STANDARD})
+        if record.exc_info:
+            import traceback
+
+            entry["exc"] = "".join(traceback.format_exception(*record.exc_info))
+        return json.dumps(entry, default=str)
+
+
+class _TextLogFormatter:
+    """time level message key=value...; extras whose value the message already shows are left out."""
+
+    _STANDARD = _JsonLogFormatter._STANDARD
+
+    def format(self, record: Any) -> str:
+        message = record.getMessage()
+        extra = " ".join(
+            f"{k}={v}"
+            for k, v in vars(record).items()
+            if k not in self._STANDARD and not (isinstance(v, str) and v and v in message)
+        )
+        text = f"{dt.datetime.now().strftime('%H:%M:%S.%f')[:-3]} {record.levelname.lower():7} {message}"
+        text = f"{text} {extra}".rstrip()
+        if record.exc_info:
+            import traceback
+
+            text += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        return text
+
+
+class StatusLine:
+    """A live status line at the bottom of a terminal stream, with log records printed above it.
+
+    Every write to the stream goes through ``lock``: a log record first clears the
+    status line (``\\r`` + erase to end of line), is written with its newline, and
+    the status is drawn again after it, so the two never share a line. The text is
+    computed outside the lock (``update``), so a record logged while the worker
+    holds one of its own locks never waits for the worker.
+    """
+
+    CLEAR = "\r\x1b[K"
+
+    def __init__(self, stream: Any) -> None:
+        import threading
+
+        self.stream = stream
+        self.lock = threading.RLock()
+        self.text = ""
+        self.shown = False
+        self.active = True
+
+    def update(self, text: str) -> None:
+        with self.lock:
+            self.text = text
+            self._draw()
+
+    def _width(self) -> int:
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):
+            return 0  # not a terminal: no limit
+
+    def _draw(self) -> None:
+        if self.active and self.text:
+            width = self._width()
+            # a line longer than the terminal would wrap, and \r then clears only its last row
+            text = self.text if not width or len(self.text) < width else self.text[: width - 1]
+            self.stream.write(self.CLEAR + text)
+            self.stream.flush()
+            self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write(self.CLEAR)
+            self.shown = False
+
+    def redraw(self) -> None:
+        self._draw()
+
+    def finish(self, text: str) -> None:
+        """The last status, ended with a newline; nothing is drawn after it."""
+        with self.lock:
+            self.clear()
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            self.active = False
+
+
+def _log_handler(stream: Any, status: StatusLine | None) -> Any:
+    import logging
+
+    class Handler(logging.StreamHandler):  # type: ignore[type-arg]
+        def emit(self, record: logging.LogRecord) -> None:
+            if status is None:
+                super().emit(record)
+                return
+            with status.lock:
+                status.clear()
+                super().emit(record)
+                status.redraw()
+
+    return Handler(stream)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import asyncio
+    import inspect
+    import logging
+    import threading
+
+    from ..worker import RetryPolicy, Worker
+
+    dsn = dsn_of(args)
+    fn = _load_handler(args.handler_spec)
+    # An `async def` handler runs as asyncio tasks on AsyncWorker; anything else on Worker's threads.
+    is_async = inspect.iscoroutinefunction(fn)
+    if is_async:
+        from ..aio.worker import AsyncWorker as worker_class
+    else:
+        worker_class = Worker
+    show_status = args.status if args.status is not None else sys.stderr.isatty()
+    status = StatusLine(sys.stderr) if show_status else None
+    handler = _log_handler(sys.stderr, status)
+    handler.setFormatter(_JsonLogFormatter() if args.log_format == "json" else _TextLogFormatter())  # type: ignore[arg-type]
+    logger = logging.getLogger("pyqueue_sql")
+    logger.addHandler(handler)
+    logger.setLevel(getattr(logging, args.log_level.upper()))
+    try:
+        try:
+            retry = RetryPolicy(
+                base=args.retry_base,
+                factor=args.retry_factor,
+                max_delay=args.retry_max,
+                jitter=args.retry_jitter,
+            )
+            worker = worker_class(
+                dsn,
+                concurrency=args.concurrency,
+                name=args.name,
+                lease=args.lease,
+                poll_fallback=args.poll_fallback,
+                shutdown_timeout=args.shutdown_timeout,
+                register=args.register,
+                release_dead_after=args.release_dead_after,
+            )
+            for queue in args.queue:
+                for kind in args.kind or [None]:
+                    worker.add_handler(queue, fn, kind, retry=retry)
+        except errors.InvalidArgumentError as exc:
+            raise UsageError(str(exc)) from None
+        metrics = _worker_metrics(worker, args)
+        finished = threading.Event()
+        if status is not None:
+
+            def show() -> None:
+                while not finished.wait(1.0):
+                    status.update(worker.status_line())
+
+            threading.Thread(target=show, daemon=True, name="pyqueue-status").start()
+        try:
+            clean = asyncio.run(worker.run()) if is_async else worker.run()
+        finally:
+            finished.set()
+            if metrics is not None:
+                metrics.close()
+            if status is not None:
+                status.finish(worker.status_line())
+    finally:
+        logger.removeHandler(handler)
+    if clean is False:
+        unfinished = list(getattr(worker, "unfinished", ()) or ())
+        listed = (
+            (": " + ", ".join(unfinished[:10]) + (", ..." if len(unfinished) > 10 else ""))
+            if unfinished
+            else ""
+        )
+        print(
+            f"{PROG}: error: {len(unfinished) or 'some'} handler(s) still running when the worker stopped"
+            f"{listed}; their messages come back when their lease ends",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _worker_metrics(worker: Any, args: argparse.Namespace) -> Any:
+    """WorkerMetrics served on --metrics-host:--metrics-port, or None without --metrics-port."""
+    if args.metrics_port is None:
+        return None
+    try:
+        from ..metrics import WorkerMetrics
+    except ImportError as exc:
+        raise UsageError(
+            f"--metrics-port needs prometheus-client: {errors.install_command('metrics')} ({exc})"
+        ) from None
+    metrics = WorkerMetrics(worker)
+    try:
+        port = metrics.serve(args.metrics_port, args.metrics_host)
+    except OSError as exc:
+        metrics.close()
+        raise UsageError(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}") from None
+    print(f"{PROG}: metrics on http://{args.metrics_host}:{port}/metrics", file=sys.stderr)
+    return metrics
+
+
+# -- argument parsing -------------------------------------------------------------
+
+
+def add_workers(command: Command) -> None:
+    p = command("workers", cmd_workers, "list the registered workers and their last heartbeat")
+    p.add_argument(
+        "--release-older-than",
+        type=seconds_arg,
+        metavar="S",
+        help="first remove workers silent for over S seconds and make their messages ready",
+    )
+
+    p.add_argument(
+        "--stale-after",
+        type=seconds_arg,
+        default=DEFAULT_STALE_AFTER_S,
+        metavar="S",
+        help="mark a worker stale when its last heartbeat is older than this (default "
+        f"{DEFAULT_STALE_AFTER_S:g}; workers heartbeat every lease/3, 10 s with the default lease)",
+    )
+
+
+def add_worker(command: Command) -> None:
+    p = command(
+        "worker",
+        cmd_worker,
+        "run a handler (a function or an async def) for the messages of one or more queues "
+        "until SIGTERM/SIGINT (a second one stops at once); exit 1 when handlers were still running "
+        "at the shutdown deadline",
+    )
+    p.add_argument(
+        "handler_spec",
+        metavar="MODULE:FUNCTION",
+        help="the handler, called with one pyqueue_sql.worker.Job per message",
+    )
+    p.add_argument(
+        "--queue", "-q", action="append", required=True, metavar="Q", help="queue to serve (repeatable)"
+    )
+    p.add_argument(
+        "--kind",
+        action="append",
+        metavar="KIND",
+        help="only messages of this kind (repeatable; default: every kind)",
+    )
+    p.add_argument(
+        "--concurrency",
+        "-c",
+        type=positive_int,
+        default=4,
+        metavar="N",
+        help="messages handled at once, one thread each (an async def handler: one asyncio task each) "
+        "(default 4)",
+    )
+    p.add_argument("--name", help="worker name recorded on reserved messages (default host:pid)")
+    p.add_argument(
+        "--lease",
+        type=seconds_arg,
+        default=30.0,
+        metavar="S",
+        help="reservation length; a heartbeat extends it every S/3 while a handler runs (default 30)",
+    )
+    p.add_argument(
+        "--poll-fallback",
+        type=seconds_arg,
+        metavar="S",
+        help="PostgreSQL: longest wait for a NOTIFY before looking anyway (default 5); "
+        "MySQL waits in 1 s long polls inside the server",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=seconds_arg,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30); "
+        "a second signal stops at once",
+    )
+    p.add_argument(
+        "--register",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="register in the worker registry (`pyqueue-sql workers`), heartbeat it and "
+        "deregister on stop (default on)",
+    )
+    p.add_argument(
+        "--release-dead-after",
+        type=seconds_arg,
+        metavar="S",
+        help="each heartbeat, release the messages of workers silent for over S seconds "
+        "(default off; S must be at least every worker's lease)",
+    )
+    p.add_argument(
+        "--retry-base",
+        type=seconds_arg,
+        default=1.0,
+        metavar="S",
+        help="first retry delay after a handler exception (default 1)",
+    )
+    p.add_argument("--retry-factor", type=float, default=2.0, metavar="F", help="backoff factor (default 2)")
+    p.add_argument(
+        "--retry-max", type=seconds_arg, default=300.0, metavar="S", help="longest retry delay (default 300)"
+    )
+    p.add_argument(
+        "--retry-jitter",
+        type=float,
+        default=0.2,
+        metavar="J",
+        help="random +-fraction applied to each delay (default 0.2)",
+    )
+    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="N",
+        help="serve Prometheus metrics on http://HOST:N/metrics (the metrics extra)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address for --metrics-port (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--status",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a live status line at the bottom of stderr, log lines printed above it "
+        "(default: when stderr is a terminal)",
+    )
+
+
+PARSERS: dict[str, Callable[[Command], None]] = {
+    "workers": add_workers,
+    "worker": add_worker,
+}
