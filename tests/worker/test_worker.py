@@ -203,29 +203,6 @@ def test_long_poll_wait_sets_how_long_each_server_side_wait_lasts(dsn, queue):
     assert _idle_round_trips(long, queue, 2.0) <= 2
 
 
-@pytest.mark.slow
-def test_mysql_wait_and_mysql_check_are_deprecated_names_of_the_long_poll_settings(dsn, queue):
-    with pytest.warns(DeprecationWarning, match=r"mysql_wait=.*long_poll_wait"):
-        with pytest.warns(DeprecationWarning, match=r"mysql_check=.*long_poll_check"):
-            worker = Worker(dsn, listen=False, poll_fallback=60.0, mysql_wait=0.2, mysql_check=0.01)
-    assert (worker.long_poll_wait, worker.long_poll_check) == (0.2, 0.01)
-    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
-        assert worker.mysql_wait == 0.2
-    with pytest.warns(DeprecationWarning, match="long_poll_check"):
-        assert worker.mysql_check == 0.01
-    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
-        worker.mysql_wait = 0.25
-    assert worker.long_poll_wait == 0.25
-    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
-        worker.mysql_wait = 0.2
-    # the same behaviour as the new name: a round trip every 0.2 s while idle
-    assert _idle_round_trips(worker, queue, 2.0) >= 5
-    with pytest.warns(DeprecationWarning), pytest.raises(pyqueue_sql.InvalidArgumentError, match="not both"):
-        Worker(dsn, long_poll_wait=2.0, mysql_wait=3.0)
-    with pytest.warns(DeprecationWarning), pytest.raises(pyqueue_sql.InvalidArgumentError, match="> 0"):
-        Worker(dsn, mysql_check=0)
-
-
 # -- handling ------------------------------------------------------------------------
 
 
@@ -321,6 +298,39 @@ def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
     gaps = [b[0] - a[0] for a, b in zip(starts, starts[1:])]
     assert 0.95 <= gaps[0] <= 3.0 and 1.95 <= gaps[1] <= 4.0, gaps
     assert worker.stats.failed == 3 and queue.stats().dead == 1
+
+
+def fails_once_then_succeeds(attempts: list):
+    """A handler that raises on a message's first delivery and records each attempt's start."""
+
+    def handle(job):
+        attempts.append((job.attempts, time.monotonic()))
+        if job.attempts == 1:
+            raise RuntimeError("first delivery fails")
+
+    return handle
+
+
+def assert_retried_on_time(attempts: list, delay: float) -> None:
+    """The second attempt came when the retry was due, not at the 30 s poll fallback."""
+    assert [a for a, _ in attempts] == [1, 2], attempts
+    gap = attempts[1][1] - attempts[0][1]
+    assert delay - 0.05 <= gap <= delay + 1.0, f"retried {gap:.2f} s after the failure, due after {delay} s"
+
+
+def test_a_failure_is_retried_when_due_while_the_dispatcher_already_waits(dsn, queue):
+    """With several handler threads the dispatcher is already waiting (its next scheduled_at
+    taken before the failure) when a handler fails its message with a delay, and a delayed
+    retry sends no wakeup: the wait must end when the retry is due, not at the poll fallback."""
+    attempts: list = []
+    worker = Worker(dsn, concurrency=4, poll_fallback=30.0)
+    worker.add_handler(queue.name, fails_once_then_succeeds(attempts), retry=RetryPolicy(base=1.0, jitter=0))
+    queue.push("s3", "welcome", {"fail": True})
+    with running(worker):
+        wait_for(
+            lambda: worker.stats.succeeded == 1, 20, "the retry due after 1 s (the poll fallback is 30 s)"
+        )
+    assert_retried_on_time(attempts, 1.0)
 
 
 def test_retry_policy_delays_grow_to_their_cap_with_bounded_jitter():
