@@ -374,8 +374,8 @@ def test_forced_stop_abandons_running_handlers_and_reports_them(dsn, queue, conn
         started.set()
         release.wait(60)
 
-    # lease 6: after the forced stop, at least 4 s of it remain for the checks that it is still held
-    worker = fast_worker(dsn, lease=6, shutdown_timeout=60)
+    # lease 3: after the forced stop, at least 2 s of it remain for the checks that it is still held
+    worker = fast_worker(dsn, lease=3, shutdown_timeout=60)
     worker.add_handler(queue.name, handle)
     queue.push("stuck", "k", {})
     run = RunInThread(worker)
