@@ -3,8 +3,8 @@ retried on a fresh connection.
 
 Each loop of the worker (pyqueue_sql.worker.dispatch, .registry) is a generator that yields the
 operations below and gets their results back (an error is thrown in where the operation was asked
-for). Worker runs them on its threads, AsyncWorker awaits them: each runner maps an operation's
-type to the method that does it (``OPERATIONS``-style tables), so the logic is written once and
+for). Worker runs them on its threads, AsyncWorker awaits them: each runner has a table from an
+operation's type to the method that does it (see `dispatcher`), so the logic is written once and
 no runner dispatches on strings.
 """
 
