@@ -493,7 +493,7 @@ def _says_still_running(tmp_path, key) -> bool:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_second_signal_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tmp_path, signum):
     queue.push("long", "k", {"sleep": 120})
-    proc = _spawn(dsn, queue.name, tmp_path, "--shutdown-timeout", "120", "--lease", "3")
+    proc = _spawn(dsn, queue.name, tmp_path, "--shutdown-timeout", "120", "--lease", "1.5")
     try:
         wait_for(lambda: _started(tmp_path), 30, "the handler to start")
         proc.send_signal(signum)
