@@ -60,6 +60,25 @@ from ..worker import (
     call_steps,
     log,
 )
+from ..worker.steps import (
+    Acquire,
+    BackOff,
+    Call,
+    Close,
+    Commit,
+    Connect,
+    Handle,
+    Hooks,
+    Invoke,
+    Listen,
+    Notifications,
+    OnConnect,
+    Pause,
+    Reconnect,
+    WaitSlots,
+    dispatcher,
+    drive_async,
+)
 from .client import connect
 
 __all__ = ["AsyncJob", "AsyncWorker", "RetryPolicy", "WorkerStats", "WorkerStatus"]
@@ -100,20 +119,6 @@ async def _maybe_await(result: Any) -> Any:
     return await result if inspect.isawaitable(result) else result
 
 
-async def _drive(steps: Any, execute: Callable[[tuple], Awaitable[Any]]) -> Any:
-    """pyqueue_sql.worker._drive with the operations awaited."""
-    send, value = steps.send, None
-    while True:
-        try:
-            op = send(value)
-        except StopIteration as done:
-            return done.value
-        try:
-            value, send = await execute(op), steps.send
-        except BaseException as exc:
-            value, send = exc, steps.throw
-
-
 def _resolve(pending: _PendingCommit, result: Any) -> None:
     """Hands a pending success its result (an exception: raised in its task)."""
     if pending.fut.done():  # a task cancelled by the hard stop no longer waits
@@ -147,23 +152,28 @@ class _AsyncConnection:
                 pass
 
     async def run(self, fn: Callable[[Any], Awaitable[Any]], *, give_up: asyncio.Event | None = None) -> Any:
-        return await _drive(call_steps(self, fn, give_up), self._execute)
+        return await drive_async(call_steps(self, fn, give_up), self._execute)
 
-    async def _execute(self, op: tuple) -> Any:
-        kind, *args = op
-        if kind == "connect":
-            return await connect(self.worker.dsn)
-        if kind == "on_connect":
-            return await self.on_connect(*args)
-        if kind == "fn":
-            fn, db = args
-            return await fn(db)
-        if kind == "close":
-            return await self.close()
-        delay, give_up = args  # "back_off"
-        if give_up is None:
-            return await asyncio.sleep(delay)
-        return await _wait_event(give_up, delay)
+    async def _connect(self, op: Connect) -> Any:
+        return await connect(self.worker.dsn)
+
+    async def _on_connect(self, op: OnConnect) -> None:
+        return await self.on_connect(op.db)
+
+    async def _invoke(self, op: Invoke) -> Any:
+        return await op.fn(op.db)
+
+    async def _close(self, op: Close) -> None:
+        return await self.close()
+
+    async def _back_off(self, op: BackOff) -> bool | None:
+        if op.give_up is None:
+            return await asyncio.sleep(op.seconds)
+        return await _wait_event(op.give_up, op.seconds)
+
+    _execute = dispatcher(
+        {Connect: _connect, OnConnect: _on_connect, Invoke: _invoke, Close: _close, BackOff: _back_off}
+    )
 
 
 class AsyncWorker(WorkerBase):
@@ -291,51 +301,71 @@ class AsyncWorker(WorkerBase):
 
     # -- the operations of the loops' steps -----------------------------------------------
     def _steps(self, steps: Any, conn: _AsyncConnection | None) -> Awaitable[Any]:
-        return _drive(steps, lambda op: self._execute(op, conn))
+        return drive_async(steps, lambda op: self._execute(op, conn))
 
     def _nested(self, steps: Any) -> Awaitable[Any]:
         return self._steps(steps, None)
 
-    async def _execute(self, op: tuple, conn: _AsyncConnection | None) -> Any:
-        kind, *args = op
-        if kind == "call":
-            fn, hard = args
-            if conn is None:  # a handler task: one of the shared connections
-                return await self._pooled(fn)
-            return await conn.run(fn, give_up=self._ahard if hard else self._astop)
-        if kind == "notifications":
-            db, seconds = args
-            return await self.dialect.wait_for_notification_async(db.connection, seconds)
-        if kind == "handle":
-            fn, job = args
-            try:
-                if inspect.iscoroutinefunction(fn):
-                    await fn(job)
-                else:  # a plain function: on a thread, so that it does not block the loop
-                    await _maybe_await(await asyncio.to_thread(fn, job))
-            except BaseException as exc:
-                return exc
-            return None
-        if kind == "commit":
-            job, chain = args
-            pending = _PendingCommit(job, chain, asyncio.get_running_loop().create_future())
-            self._commits.append(pending)
-            self._commits_ready.set()
-            return await pending.fut
-        if kind == "lock":
-            return await args[0].acquire()
-        if kind == "wait_slots":
-            while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
-                self._freed.clear()
-                await _wait_event(self._freed, 1.0)
-            return None
-        if kind == "pause":
-            return await _wait_event(self._astop, args[0])
-        if kind == "hooks":
-            return await self._run_async_hooks(*args)
-        if kind == "reconnect":
-            return await conn.close()
-        raise AssertionError(f"unknown operation {kind!r}")
+    async def _call(self, op: Call, conn: _AsyncConnection | None) -> Any:
+        if conn is None:  # a handler task: one of the shared connections
+            return await self._pooled(op)
+        return await conn.run(op, give_up=self._ahard if op.hard else self._astop)
+
+    async def _listen(self, op: Listen, conn: _AsyncConnection) -> bool:
+        return await conn.run(
+            lambda db: self._nested(self._listen_steps(db, op.deadline)), give_up=self._astop
+        )
+
+    async def _notifications(self, op: Notifications, conn: Any) -> list:
+        return await self.dialect.wait_for_notification_async(op.db.connection, op.seconds)
+
+    async def _handle(self, op: Handle, conn: Any) -> BaseException | None:
+        try:
+            if inspect.iscoroutinefunction(op.fn):
+                await op.fn(op.job)
+            else:  # a plain function: on a thread, so that it does not block the loop
+                await _maybe_await(await asyncio.to_thread(op.fn, op.job))
+        except BaseException as exc:
+            return exc
+        return None
+
+    async def _commit(self, op: Commit, conn: Any) -> Any:
+        pending = _PendingCommit(op.job, op.chain, asyncio.get_running_loop().create_future())
+        self._commits.append(pending)
+        self._commits_ready.set()
+        return await pending.fut
+
+    async def _acquire(self, op: Acquire, conn: Any) -> bool:
+        return await op.lock.acquire()
+
+    async def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
+        while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
+            self._freed.clear()
+            await _wait_event(self._freed, 1.0)
+
+    async def _pause(self, op: Pause, conn: Any) -> bool:
+        return await _wait_event(self._astop, op.seconds)
+
+    async def _hooks(self, op: Hooks, conn: Any) -> None:
+        return await self._run_async_hooks(op.hooks, op.what)
+
+    async def _reconnect(self, op: Reconnect, conn: _AsyncConnection) -> None:
+        return await conn.close()
+
+    _execute = dispatcher(
+        {
+            Call: _call,
+            Listen: _listen,
+            Notifications: _notifications,
+            Handle: _handle,
+            Commit: _commit,
+            Acquire: _acquire,
+            WaitSlots: _wait_slots,
+            Pause: _pause,
+            Hooks: _hooks,
+            Reconnect: _reconnect,
+        }
+    )
 
     async def _pooled(self, fn: Callable[[Any], Awaitable[Any]]) -> Any:
         """Runs fn(db) on one of the handler tasks' connections (waits for a free one)."""
@@ -349,7 +379,7 @@ class AsyncWorker(WorkerBase):
     def _commit_steps(self, job: Job, chain: bool):
         """The success goes to the committers (see _commit_group); the same result as
         WorkerBase._commit_steps."""
-        return (yield ("commit", job, chain))
+        return (yield Commit(job, chain))
 
     def _committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
         if ok is not _COUNTED_BY_BATCH:
@@ -417,7 +447,7 @@ class AsyncWorker(WorkerBase):
         """Commits lead's reservation and reserves up to n next messages of its queue in one call."""
         q = lead.job.queue
         args = dict(self._commit_reserve_args(self.routes[q]), n=n)
-        ok, rows = await self._pooled(lambda db: db.queue(q).commit_reserve(lead.job.reservation, **args))
+        ok, rows = await self._pooled(Call("commit_reserve", q, (lead.job.reservation,), args))
         self.stats.commit_reserves += 1
         self.stats.reserved += len(rows)
         return bool(ok), [self._job_type(r) for r in rows]
@@ -426,8 +456,8 @@ class AsyncWorker(WorkerBase):
         """Commits entries' reservations in one call: True when every one still held; else (as the
         call does not say which ones lapsed) counts and logs the batch, and _COUNTED_BY_BATCH."""
         if len(entries) == 1:
-            return await self._pooled(lambda db: db.queue(q).commit(entries[0].job.reservation))
-        held = await self._pooled(lambda db: db.queue(q).commit_many([e.job.reservation for e in entries]))
+            return await self._pooled(Call("commit", q, (entries[0].job.reservation,)))
+        held = await self._pooled(Call("commit_many", q, ([e.job.reservation for e in entries],)))
         if held == len(entries):
             return True
         self.stats.succeeded += held

@@ -17,7 +17,7 @@ from pyqueue_sql import RetryPolicy
 from pyqueue_sql.aio import connect
 from pyqueue_sql.aio.worker import AsyncWorker
 
-from ..worker.test_worker import running, wait_for
+from ..worker.test_worker import assert_retried_on_time, fails_once_then_succeeds, running, wait_for
 
 
 def _drained(queue) -> bool:
@@ -80,6 +80,25 @@ def test_failures_retry_with_the_policy_then_dead_letter(dsn, make_queue):
         3,
         "ValueError: no such address",
     )
+
+
+def test_a_failure_is_retried_when_due_while_the_dispatcher_already_waits(dsn, queue):
+    """As for Worker: the dispatcher task, already waiting when a handler task fails its
+    message with a 1 s delay (no wakeup is sent), retries it when due, not at the 30 s fallback."""
+    attempts: list = []
+    worker = AsyncWorker(dsn, concurrency=4, poll_fallback=30.0)
+    handle = fails_once_then_succeeds(attempts)
+
+    @worker.handler(queue.name, retry=RetryPolicy(base=1.0, jitter=0))
+    async def fail_once(job):
+        handle(job)
+
+    queue.push("s3", "welcome", {"fail": True})
+    with running(worker):
+        wait_for(
+            lambda: worker.stats.succeeded == 1, 20, "the retry due after 1 s (the poll fallback is 30 s)"
+        )
+    assert_retried_on_time(attempts, 1.0)
 
 
 def test_no_more_than_concurrency_handlers_run_at_once(dsn, queue):

@@ -137,7 +137,7 @@ def test_delayed_message_starts_on_time_without_a_wakeup(dsn, queue):
     """A worker that knows of a delayed message sleeps until exactly its time
     (the poll fallback is 60 s, and delayed pushes send no wakeup)."""
     started = {}
-    run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=3)
+    run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=2)
     queue.push("later", "k", {}, run_at=run_at)
     worker = quiet_worker(dsn)
     worker.add_handler(queue.name, lambda job: started.setdefault(job.key, dt.datetime.now(dt.timezone.utc)))
@@ -155,7 +155,7 @@ def test_delayed_push_while_idle_is_seen_at_the_next_poll_and_starts_on_time(dsn
     idle = idle_event(worker)
     with running(worker):
         assert idle.wait(30)
-        run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=4)
+        run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=2.5)
         queue.push("later", "k", {}, run_at=run_at)
         wait_for(lambda: "later" in started, 20, "the delayed message")
     lateness = (started["later"] - run_at).total_seconds()
@@ -197,33 +197,11 @@ def _idle_round_trips(worker: Worker, queue, seconds: float) -> int:
 def test_long_poll_wait_sets_how_long_each_server_side_wait_lasts(dsn, queue):
     """Without LISTEN (MySQL, or listen=False) a one-queue worker long-polls queue_wait: one
     round trip per long_poll_wait seconds while nothing is ready."""
-    short = Worker(dsn, listen=False, poll_fallback=60.0, long_poll_wait=0.2, long_poll_check=0.01)
-    assert _idle_round_trips(short, queue, 2.0) >= 5
-    long = Worker(dsn, listen=False, poll_fallback=60.0, long_poll_wait=10.0)
-    assert _idle_round_trips(long, queue, 2.0) <= 2
-
-
-@pytest.mark.slow
-def test_mysql_wait_and_mysql_check_are_deprecated_names_of_the_long_poll_settings(dsn, queue):
-    with pytest.warns(DeprecationWarning, match=r"mysql_wait=.*long_poll_wait"):
-        with pytest.warns(DeprecationWarning, match=r"mysql_check=.*long_poll_check"):
-            worker = Worker(dsn, listen=False, poll_fallback=60.0, mysql_wait=0.2, mysql_check=0.01)
-    assert (worker.long_poll_wait, worker.long_poll_check) == (0.2, 0.01)
-    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
-        assert worker.mysql_wait == 0.2
-    with pytest.warns(DeprecationWarning, match="long_poll_check"):
-        assert worker.mysql_check == 0.01
-    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
-        worker.mysql_wait = 0.25
-    assert worker.long_poll_wait == 0.25
-    with pytest.warns(DeprecationWarning, match="long_poll_wait"):
-        worker.mysql_wait = 0.2
-    # the same behaviour as the new name: a round trip every 0.2 s while idle
-    assert _idle_round_trips(worker, queue, 2.0) >= 5
-    with pytest.warns(DeprecationWarning), pytest.raises(pyqueue_sql.InvalidArgumentError, match="not both"):
-        Worker(dsn, long_poll_wait=2.0, mysql_wait=3.0)
-    with pytest.warns(DeprecationWarning), pytest.raises(pyqueue_sql.InvalidArgumentError, match="> 0"):
-        Worker(dsn, mysql_check=0)
+    short = Worker(dsn, listen=False, poll_fallback=60.0, long_poll_wait=0.1, long_poll_check=0.01)
+    assert _idle_round_trips(short, queue, 1.0) >= 5
+    # (the stop waits for the long poll under way: up to 2 s)
+    long = Worker(dsn, listen=False, poll_fallback=60.0, long_poll_wait=2.0)
+    assert _idle_round_trips(long, queue, 1.0) <= 1
 
 
 # -- handling ------------------------------------------------------------------------
@@ -307,7 +285,7 @@ def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
     queue = make_queue(max_attempts=3, dead_letter_queue=dlq.name)
     starts = []
     worker = Worker(dsn, poll_fallback=0.2)
-    policy = RetryPolicy(base=1.0, factor=2.0, max_delay=60, jitter=0.0)
+    policy = RetryPolicy(base=0.2, factor=2.0, max_delay=60, jitter=0.0)
 
     @worker.handler(queue.name, retry=policy)
     def fail(job):
@@ -319,8 +297,41 @@ def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
         wait_for(lambda: dlq.stats().ready == 1, 30, "the dead letter")
     assert [a for _, a in starts] == [1, 2, 3]
     gaps = [b[0] - a[0] for a, b in zip(starts, starts[1:])]
-    assert 0.95 <= gaps[0] <= 3.0 and 1.95 <= gaps[1] <= 4.0, gaps
+    assert 0.19 <= gaps[0] <= 1.2 and 0.39 <= gaps[1] <= 1.4, gaps
     assert worker.stats.failed == 3 and queue.stats().dead == 1
+
+
+def fails_once_then_succeeds(attempts: list):
+    """A handler that raises on a message's first delivery and records each attempt's start."""
+
+    def handle(job):
+        attempts.append((job.attempts, time.monotonic()))
+        if job.attempts == 1:
+            raise RuntimeError("first delivery fails")
+
+    return handle
+
+
+def assert_retried_on_time(attempts: list, delay: float) -> None:
+    """The second attempt came when the retry was due, not at the 30 s poll fallback."""
+    assert [a for a, _ in attempts] == [1, 2], attempts
+    gap = attempts[1][1] - attempts[0][1]
+    assert delay - 0.05 <= gap <= delay + 1.0, f"retried {gap:.2f} s after the failure, due after {delay} s"
+
+
+def test_a_failure_is_retried_when_due_while_the_dispatcher_already_waits(dsn, queue):
+    """With several handler threads the dispatcher is already waiting (its next scheduled_at
+    taken before the failure) when a handler fails its message with a delay, and a delayed
+    retry sends no wakeup: the wait must end when the retry is due, not at the poll fallback."""
+    attempts: list = []
+    worker = Worker(dsn, concurrency=4, poll_fallback=30.0)
+    worker.add_handler(queue.name, fails_once_then_succeeds(attempts), retry=RetryPolicy(base=1.0, jitter=0))
+    queue.push("s3", "welcome", {"fail": True})
+    with running(worker):
+        wait_for(
+            lambda: worker.stats.succeeded == 1, 20, "the retry due after 1 s (the poll fallback is 30 s)"
+        )
+    assert_retried_on_time(attempts, 1.0)
 
 
 def test_retry_policy_delays_grow_to_their_cap_with_bounded_jitter():
@@ -337,14 +348,14 @@ def test_retry_policy_delays_grow_to_their_cap_with_bounded_jitter():
 def test_heartbeat_keeps_a_long_handler_s_reservation(dsn, queue, connect):
     other = connect().queue(queue.name)
     done = threading.Event()
-    worker = Worker(dsn, lease=3.0, poll_fallback=0.5)
+    worker = Worker(dsn, lease=1.5, poll_fallback=0.5)
 
     started = threading.Event()
 
     @worker.handler(queue.name)
     def slow(job):
         started.set()
-        time.sleep(7.5)  # two and a half leases
+        time.sleep(4.0)  # more than two and a half leases
         done.set()
 
     events = []
@@ -356,7 +367,7 @@ def test_heartbeat_keeps_a_long_handler_s_reservation(dsn, queue, connect):
     queue.push("long", "k", {})
     with running(worker):
         wait_for(started.is_set, 15, "the handler to start")
-        deadline = time.monotonic() + 7.0
+        deadline = time.monotonic() + 3.8
         while not done.is_set() and time.monotonic() < deadline:
             assert other.reserve() == [], "the reservation expired while the handler ran"
             time.sleep(0.2)
@@ -456,7 +467,7 @@ def test_sigterm_with_work_in_flight_loses_nothing(dsn, queue, tmp_path, runtime
 def test_sigkill_mid_handler_redelivers_after_the_lease(dsn, queue, tmp_path, runtime):
     record = tmp_path / "record"
     queue.push("victim", "k", {"sleep": 60})
-    proc = _spawn_worker(dsn, queue.name, record, "--lease", "4", runtime=runtime)
+    proc = _spawn_worker(dsn, queue.name, record, "--lease", "2", runtime=runtime)
     try:
         wait_for(lambda: any(l.startswith("start") for l in _lines(record)), 30, "the handler to start")
         killed = time.monotonic()
@@ -546,18 +557,18 @@ def test_stopped_worker_process_is_released_then_registers_again(dsn, db, queue,
     gone, logs it, registers again, and its late commit is refused."""
     record = tmp_path / "record"
     name = f"stop-{uuid.uuid4().hex[:8]}"
-    queue.push("victim", "k", {"sleep": 7})
-    # lease 12: heartbeats every 4 s; the reservation outlives any silence below 8 s
-    proc = _spawn_worker(dsn, queue.name, record, "--name", name, "--lease", "12", "--shutdown-timeout", "30")
+    queue.push("victim", "k", {"sleep": 4})
+    # lease 6: heartbeats every 2 s; the reservation outlives any silence below 4 s
+    proc = _spawn_worker(dsn, queue.name, record, "--name", name, "--lease", "6", "--shutdown-timeout", "30")
     try:
         wait_for(lambda: any(l.startswith("start") for l in _lines(record)), 30, "the handler to start")
         [first] = _registered(db, name)
         proc.send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
-        time.sleep(4.5)
+        time.sleep(2.5)
         assert queue.reserve() == [], "the reservation should still hold"
-        assert db.release_dead_workers(4.2) >= 1
-        assert time.monotonic() - stopped < 8, "too slow to prove the release (not the lease) freed it"
+        assert db.release_dead_workers(2.2) >= 1
+        assert time.monotonic() - stopped < 4, "too slow to prove the release (not the lease) freed it"
         [again] = queue.reserve(timeout=60)
         assert (again.key, again.attempts) == ("victim", 2)
         assert _registered(db, name) == []

@@ -374,8 +374,8 @@ def test_forced_stop_abandons_running_handlers_and_reports_them(dsn, queue, conn
         started.set()
         release.wait(60)
 
-    # lease 6: after the forced stop, at least 4 s of it remain for the checks that it is still held
-    worker = fast_worker(dsn, lease=6, shutdown_timeout=60)
+    # lease 3: after the forced stop, at least 2 s of it remain for the checks that it is still held
+    worker = fast_worker(dsn, lease=3, shutdown_timeout=60)
     worker.add_handler(queue.name, handle)
     queue.push("stuck", "k", {})
     run = RunInThread(worker)
@@ -493,7 +493,7 @@ def _says_still_running(tmp_path, key) -> bool:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_second_signal_forces_the_stop_and_the_exit_is_non_zero(dsn, queue, tmp_path, signum):
     queue.push("long", "k", {"sleep": 120})
-    proc = _spawn(dsn, queue.name, tmp_path, "--shutdown-timeout", "120", "--lease", "3")
+    proc = _spawn(dsn, queue.name, tmp_path, "--shutdown-timeout", "120", "--lease", "1.5")
     try:
         wait_for(lambda: _started(tmp_path), 30, "the handler to start")
         proc.send_signal(signum)

@@ -71,10 +71,10 @@ def test_release_dead_workers_makes_their_messages_ready_now(db, queue, make_que
     theirs = queue.reserve(n=1, worker=alive.reserve_as, timeout=600)
     stranger = queue.reserve(n=1, worker="not-registered", timeout=600)
     assert queue.stats().ready == 0
-    time.sleep(2.0)
+    time.sleep(0.8)
     assert db.heartbeat_worker(alive)
-    # dead's heartbeat is over 2 s old; alive's is 1.5 s away from counting, however slow the machine
-    assert db.release_dead_workers(1.5) == 4
+    # dead's heartbeat is over 0.8 s old; alive's is 0.6 s away from counting, however slow the machine
+    assert db.release_dead_workers(0.6) == 4
     ids = {w.worker_id for w in db.workers()}
     assert dead.worker_id not in ids and alive.worker_id in ids
     assert queue.stats().ready == 3 and other.stats().ready == 1

@@ -1,0 +1,247 @@
+"""WorkerBase: what Worker (threads) and AsyncWorker (asyncio tasks) share, assembled from its
+parts by responsibility: dispatch (the reserve loop and each message's way), the failure policy,
+the registry and heartbeat, signals and shutdown. This module holds the configuration, the
+routes, the start and end of a run, and status()."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import dialects, errors
+from ..client import WorkerRegistration, default_worker_name
+from .dispatch import Dispatch, RetryDue
+from .model import Handler, Job, WorkerStats, WorkerStatus, _Route, log
+from .policy import FailurePolicy, RetryPolicy, describe_error
+from .registry import Registry
+from .shutdown import Shutdown
+
+# Without LISTEN, a worker of one queue long-polls queue_wait: one round trip lasts up to
+# LONG_POLL_WAIT seconds, in which the server looks for a ready message every LONG_POLL_CHECK seconds.
+LONG_POLL_WAIT = 1.0
+LONG_POLL_CHECK = 0.025
+
+
+class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
+    """What Worker (threads) and pyqueue_sql.aio.AsyncWorker (asyncio tasks) share: the
+    configuration, the routes, stop and signals, the registry's bookkeeping, the logs, the
+    counters and status(). A subclass provides _jobs() (the messages it holds) and _wake()
+    (makes its waits notice a stop), and runs the loops."""
+
+    runtime = "threads"  # how handlers run (the start event says it): "threads" or "asyncio"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        concurrency: int = 4,
+        name: str | None = None,
+        lease: float = 30.0,
+        poll_fallback: float | None = None,
+        poll_min: float = 0.05,
+        poll_max: float = 1.0,
+        linger: float = 0.1,
+        long_poll_wait: float = LONG_POLL_WAIT,
+        long_poll_check: float = LONG_POLL_CHECK,
+        shutdown_timeout: float = 30.0,
+        listen: bool = True,
+        register: bool = True,
+        release_dead_after: float | None = None,
+        commit_reserve: bool | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise errors.InvalidArgumentError("concurrency must be at least 1")
+        if lease <= 0 or poll_min <= 0 or poll_max < poll_min or long_poll_wait <= 0 or long_poll_check <= 0:
+            raise errors.InvalidArgumentError(
+                "lease, poll_min, long_poll_wait and long_poll_check must be > 0, poll_max >= poll_min"
+            )
+        if release_dead_after is not None and release_dead_after < lease:
+            raise errors.InvalidArgumentError(
+                "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3)"
+            )
+        self.dsn = dsn
+        self.dialect = dialects.for_dsn(dsn)
+        self.concurrency = concurrency
+        self.name = name or default_worker_name()
+        self.lease = float(lease)
+        self.poll_fallback = float(
+            poll_fallback
+            if poll_fallback is not None
+            else (5.0 if self.dialect.supports_listen else poll_max)
+        )
+        self.poll_min = poll_min
+        self.poll_max = poll_max
+        self.linger = linger
+        self.long_poll_wait = long_poll_wait
+        self.long_poll_check = long_poll_check
+        self.shutdown_timeout = shutdown_timeout
+        self.use_listen = listen and self.dialect.supports_listen
+        self.register = register
+        self.release_dead_after = release_dead_after
+        # Where queue_commit_reserve is one transaction of the server's (PostgreSQL). On
+        # MySQL/MariaDB the client runs it in a transaction of its own (one round trip all the
+        # same), and under many handlers of one queue it measured well under the throughput of a
+        # commit plus the dispatcher's batched reserve (bench/async_worker.py --commit-reserve on
+        # and off: 224 against 581 msg/s, 32 handlers of 20 ms, 1,000 messages, 2026-11-24);
+        # commit_reserve=True asks for it anyway.
+        self.commit_reserve = (
+            "commit_reserve" not in self.dialect.own_transaction_statements
+            if commit_reserve is None
+            else bool(commit_reserve)
+        )
+        self.registration: WorkerRegistration | None = None  # while running, when register=True
+        self.routes: dict[str, _Route] = {}
+        self.stats = WorkerStats()
+        self.on_start: list[Callable[[Any], Any]] = []
+        self.on_heartbeat: list[Callable[[Any], Any]] = []
+        self.on_stop: list[Callable[[Any], Any]] = []
+        self.on_idle: list[Callable[[Any], Any]] = []  # after an empty reserve, before waiting
+        self.registered = threading.Event()  # set once self.registration is final (after it is visible)
+        self.stopped = threading.Event()  # set when run() has finished
+        self.unfinished: list[str] = []  # after run(): "queue/key/kind" of abandoned handlers
+        self._stopping = threading.Event()
+        self._hard_stop = threading.Event()
+        self._state = "stopped"
+        self._stop_reason: str | None = None
+        self._stop_deadline: float | None = None
+        self._last_error: str | None = None
+        self._round_ok = False
+        self._inflight: dict[tuple[str, str, str], Job] = {}
+        self._wake_queues: set[str] = set()
+        self._channels: dict[str, str] = {}  # LISTEN channel -> queue
+        self._rng = random.Random()
+        self._clock: Callable[[], float] = time.monotonic  # what the dispatcher's waits read
+        self._retry_due = RetryDue()
+        self._setup()
+
+    # -- configuration -----------------------------------------------------------
+    def handler(self, queue: str, kind: str | None = None, *, retry: RetryPolicy | None = None):
+        """Decorator: registers fn for messages of `kind` (None = any kind without its own handler)."""
+
+        def register(fn: Handler) -> Handler:
+            self.add_handler(queue, fn, kind, retry=retry)
+            return fn
+
+        return register
+
+    def add_handler(
+        self, queue: str, fn: Handler, kind: str | None = None, *, retry: RetryPolicy | None = None
+    ) -> None:
+        route = self.routes.setdefault(queue, _Route(queue, {}, RetryPolicy()))
+        if kind in route.handlers:
+            raise errors.InvalidArgumentError(f"queue {queue!r} already has a handler for kind {kind!r}")
+        route.handlers[kind] = fn
+        if retry is not None:
+            route.retry = retry
+
+    def set_retry(self, queue: str, retry: RetryPolicy) -> None:
+        self.routes[queue].retry = retry
+
+    # -- what a subclass provides ------------------------------------------------------
+    def _setup(self) -> None:
+        """The subclass's own state, made at the end of __init__."""
+
+    def _jobs(self) -> list[Job]:
+        """The messages the worker holds now (reserved, started or not); safe from any thread."""
+        raise NotImplementedError
+
+    def _wake(self) -> None:
+        """Makes the worker's waits notice a stop (called from any thread, or a signal handler)."""
+        raise NotImplementedError
+
+    # -- life cycle ----------------------------------------------------------------
+    def _starting(self) -> None:
+        """Resets the run's state and logs the start (run() calls it first)."""
+        if not self.routes:
+            raise errors.InvalidArgumentError("the worker has no handlers")
+        self._stopping.clear()
+        self._hard_stop.clear()
+        self.stopped.clear()
+        self.registered.clear()
+        self.unfinished = []
+        self._stop_reason = None
+        self._stop_deadline = None
+        self._last_error = None
+        self._state = "starting"
+        log.info(
+            "worker starting",
+            extra={
+                "event": "start",
+                "worker": self.name,
+                "queues": sorted(self.routes),
+                "concurrency": self.concurrency,
+                "dialect": self.dialect.name,
+                "listen": self.use_listen,
+                "runtime": self.runtime,
+            },
+        )
+
+    def _crashed(self, exc: BaseException) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = describe_error(exc)
+
+    def _run_hooks(self, hooks: list[Callable[[Any], Any]], what: str) -> None:
+        for hook in hooks:
+            try:
+                hook(self)
+            except Exception:
+                log.exception("%s hook failed", what)
+
+    def _finished(self) -> None:
+        """Logs the stop (run() calls it last, after the on_stop hooks)."""
+        self._state = "stopped"
+        self.stopped.set()
+        log.info(
+            "worker stopped",
+            extra={
+                "event": "stop",
+                "worker": self.name,
+                "reason": self._stop_reason,
+                "unfinished": len(self.unfinished),
+                **dataclasses.asdict(self.stats),
+            },
+        )
+
+    # -- status ------------------------------------------------------------------------
+    def status(self) -> WorkerStatus:
+        """A snapshot: state, running messages, counters, the stop deadline, the last dispatch error."""
+        reg = self.registration
+        deadline = self._stop_deadline
+        state = self._state
+        if state == "running" and self._stopping.is_set():
+            state = "stopping"
+        return WorkerStatus(
+            name=self.name,
+            state=state,
+            reserve_as=self.reserve_as,
+            worker_id=None if reg is None else reg.worker_id,
+            concurrency=self.concurrency,
+            running=tuple(self._running()),
+            stats=dataclasses.replace(self.stats),
+            stop_deadline_in_s=None
+            if deadline is None or state != "stopping"
+            else max(deadline - time.monotonic(), 0.0),
+            stop_reason=self._stop_reason,
+            unfinished=tuple(self.unfinished),
+            last_error=self._last_error,
+        )
+
+    def status_line(self) -> str:
+        st = self.status()
+        s = st.stats
+        running = f"running {len(st.running)}/{st.concurrency}"
+        if st.state == "stopping":
+            running = f"waiting for {len(st.running)} running"
+            if st.stop_deadline_in_s is not None:
+                running += f" (deadline in {st.stop_deadline_in_s:.0f} s)"
+        line = (
+            f"{st.name} {st.state}: {running}, done {s.succeeded}, failed {s.failed}, lost {s.lost}, "
+            f"wakeups {s.wakeups}, reconnects {s.reconnects}"
+        )
+        if st.last_error:
+            line += f", error: {st.last_error[:120]}"
+        return line

@@ -1,0 +1,420 @@
+"""Dispatch: the reserve loop (reserve as many messages as there are free handler slots, wait
+when nothing is ready) and each message's way through its handler to its commit or failure.
+
+When nothing is ready the dispatcher waits until the earliest of: a wakeup (LISTEN, or the
+long poll's ready message), the next scheduled_at the server reports (queue_next_scheduled_at),
+the poll fallback, a re-check one `linger` after a wakeup, and the time a message this worker
+failed with a retry delay since becomes ready again (RetryDue). The last one matters because a
+failure with a delay sends no wakeup: without it a dispatcher already waiting when a handler
+failed (any worker of more than one handler slot) would sleep to the poll fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from .model import Handler, Job, _Route, log
+from .policy import describe_error
+from .steps import (
+    RECONNECT,
+    WAIT_SLOTS,
+    Acquire,
+    Call,
+    Handle,
+    Hooks,
+    Listen,
+    Notifications,
+    Pause,
+    StoppedError,
+)
+
+if TYPE_CHECKING:
+    from .model import WorkerStats
+
+# How often a wait looks at the stop and at a newly scheduled retry (seconds).
+WAIT_SLICE = 0.25
+
+
+class RetryDue:
+    """The earliest clock time at which a message this worker failed (queue_fail with a delay:
+    no wakeup is sent) becomes ready again; None when there is none to wait for. Handlers note
+    it from any thread or task; the dispatcher's waits end at it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._at: float | None = None
+
+    def note(self, at: float) -> None:
+        with self._lock:
+            if self._at is None or at < self._at:
+                self._at = at
+
+    @property
+    def at(self) -> float | None:
+        return self._at
+
+    def reached(self, now: float) -> None:
+        """Forgets a due time that has come (the reserve that follows takes its message, or the
+        server's next scheduled_at reports it again)."""
+        with self._lock:
+            if self._at is not None and self._at <= now:
+                self._at = None
+
+
+def wait_left(now: float, deadline: float, retry_at: float | None) -> float:
+    """Seconds a wait that ends at `deadline` has left at `now`, ended early by a retry due at
+    `retry_at` (negative or zero: the wait is over)."""
+    end = deadline if retry_at is None else min(deadline, retry_at)
+    return end - now
+
+
+def idle_timeout(
+    *,
+    listen: bool,
+    long_poll: bool,
+    poll_fallback: float,
+    long_poll_wait: float,
+    poll: float,
+    poll_max: float,
+    due: float | None,
+    recheck_in: float | None,
+    retry_in: float | None,
+) -> tuple[float, float]:
+    """(how long to wait after an empty round, the next client-side poll interval): the earliest
+    of the wakeup's fallback (LISTEN: poll_fallback; a one-queue long poll: long_poll_wait;
+    else the client-side poll, which backs off up to poll_max), the next scheduled_at (`due`
+    seconds away), a pending re-check and a retry this worker scheduled (seconds away)."""
+    if listen:
+        timeout = poll_fallback
+    elif long_poll:
+        timeout = long_poll_wait
+    else:
+        timeout = poll
+        poll = min(poll * 2, poll_max)
+    for sooner in (due, recheck_in, retry_in):
+        if sooner is not None:
+            timeout = min(timeout, max(sooner, 0.0))
+    return max(timeout, 0.0), poll
+
+
+def earliest_due(due: float | None, wait_s: float | None) -> float | None:
+    """The earlier of two next-scheduled_at waits (seconds). A wait_s of 0 right after an empty
+    reserve is a kind we do not handle, or a row another reserver holds the lock of: ignored,
+    the poll decides."""
+    if wait_s is not None and wait_s > 0:
+        return wait_s if due is None else min(due, wait_s)
+    return due
+
+
+class Dispatch:
+    """WorkerBase's part for the reserve loop and the handling of each message (steps: see
+    steps.py). A subclass provides _start_jobs, _release and _nested."""
+
+    stats: WorkerStats
+    routes: dict[str, _Route]
+    _job_type: type[Job] = Job
+
+    def _start_jobs(self, jobs: list[Job]) -> None:
+        """Hands reserved jobs to the handlers (they hold a slot from now on)."""
+        raise NotImplementedError
+
+    def _release(self, job: Job, successors: list[Job] = ()) -> None:
+        """Frees the job's slot; a successor reserved by its commit takes it over at once."""
+        raise NotImplementedError
+
+    def _nested(self, steps: Any) -> Any:
+        """Runs steps inside a Call (the value, or for AsyncWorker an awaitable of it)."""
+        raise NotImplementedError
+
+    # -- bookkeeping ----------------------------------------------------------------
+    def _dispatch_failed(self, exc: BaseException, backoff: float) -> float:
+        """Logs a non-connection error of the reserve loop; returns the back-off after this one."""
+        if self._round_ok:
+            backoff = 0.5
+        self.stats.dispatch_errors += 1
+        self._last_error = describe_error(exc)[:500]
+        log.error(
+            "error in the reserve loop (%s); starting it again in %.1f s",
+            self._last_error,
+            backoff,
+            exc_info=exc,
+            extra={"event": "dispatch_error", "error": self._last_error, "retry_in_s": backoff},
+        )
+        return backoff
+
+    def _round_done(self) -> None:
+        self._round_ok = True
+        self._last_error = None
+
+    def _reserve_order(self) -> list[str]:
+        """The queues to reserve from this round: those a wakeup named first."""
+        order = sorted(self._wake_queues) + [q for q in self.routes if q not in self._wake_queues]
+        self._wake_queues.clear()
+        return order
+
+    def _free(self) -> int:
+        return self.concurrency - len(self._jobs())
+
+    def _long_poll(self) -> bool:
+        """Whether the idle wait is the server's long poll (queue_wait): one queue, no LISTEN."""
+        return not self.use_listen and len(self.routes) == 1
+
+    def _idle_timeout(self, poll: float, due: float | None, recheck_at: float | None) -> tuple[float, float]:
+        now = self._clock()
+        retry_at = self._retry_due.at
+        return idle_timeout(
+            listen=self.use_listen,
+            long_poll=self._long_poll(),
+            poll_fallback=self.poll_fallback,
+            long_poll_wait=self.long_poll_wait,
+            poll=poll,
+            poll_max=self.poll_max,
+            due=due,
+            recheck_in=None if recheck_at is None else recheck_at - now,
+            retry_in=None if retry_at is None else retry_at - now,
+        )
+
+    def _reserved(self, route: _Route, jobs: list[Job]) -> None:
+        self.stats.reserved += len(jobs)
+        if jobs:
+            log.debug("reserved", extra={"event": "reserve", "queue": route.queue, "n": len(jobs)})
+
+    def _woken(self, channel: str, payload: str) -> None:
+        self.stats.wakeups += 1
+        self._wake_queues.add(self._channels.get(channel, payload))
+
+    def _chains(self, interrupted: bool) -> bool:
+        """Whether a success commits with queue_commit_reserve, taking the queue's next message
+        in the same call (see commit_reserve). Only for a worker of one queue: with several, the
+        dispatcher decides which queue a free thread serves, so that a busy queue cannot starve
+        the others."""
+        return (
+            self.commit_reserve and len(self.routes) == 1 and not interrupted and not self._stopping.is_set()
+        )
+
+    def _commit_reserve_args(self, route: _Route) -> dict[str, Any]:
+        return dict(n=1, worker=self.reserve_as, timeout=self.lease, kinds=route.kinds())
+
+    def _reserve_args(self, route: _Route, n: int) -> dict[str, Any]:
+        return dict(n=n, worker=self.reserve_as, timeout=self.lease, kinds=route.kinds())
+
+    def _handler_of(self, job: Job) -> tuple[_Route, Handler]:
+        """The job's route and handler (a QueueError, the message's failure, when its kind has none)."""
+        route = self.routes[job.queue]
+        fn = route.handler_for(job.kind)
+        if fn is None:
+            raise errors.QueueError(f"no handler for kind {job.kind!r}")
+        return route, fn
+
+    # -- the reserve loop -------------------------------------------------------------
+    def _dispatch_steps(self):
+        """The reserve loop; a non-connection error in it is logged and the loop
+        starts again on a fresh connection after a back-off, until stop()."""
+        backoff = 0.5
+        while not self._stopping.is_set():
+            self._round_ok = False
+            try:
+                yield from self._reserve_loop_steps()
+                return
+            except StoppedError:
+                return
+            except Exception as exc:
+                backoff = self._dispatch_failed(exc, backoff)
+                yield RECONNECT  # start again from a clean connection (LISTEN registered again)
+                if (yield Pause(backoff)):
+                    return
+                backoff = min(backoff * 2, 30.0)
+
+    def _reserve_loop_steps(self):
+        poll = self.poll_min
+        recheck_at: float | None = None
+        long_poll = self._long_poll()
+        nothing_ready = False  # the last long poll timed out: no reserve needed
+        while not self._stopping.is_set():
+            if nothing_ready:
+                nothing_ready = not (yield from self._wait_steps(self.long_poll_wait))
+                continue
+            yield WAIT_SLOTS
+            if self._stopping.is_set():
+                break
+            self._retry_due.reached(self._clock())
+            got = 0
+            for name in self._reserve_order():
+                free = self._free()
+                if free <= 0 or self._stopping.is_set():
+                    break
+                got += yield from self._reserve_steps(self.routes[name], free)
+            self._round_done()
+            if got:
+                poll = self.poll_min
+                continue
+            yield Hooks(self.on_idle, None)
+            # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
+            # poll fallback, a retry this worker scheduled (and one re-check after a wakeup).
+            due = yield from self._next_due_steps()
+            timeout, poll = self._idle_timeout(poll, due, recheck_at)
+            recheck_at = None
+            woke = yield from self._wait_steps(timeout)
+            if woke and self.use_listen:
+                recheck_at = self._clock() + self.linger
+            # queue_wait watches the next scheduled_at itself, so a timed-out
+            # long poll goes straight into the next one (one query per wait).
+            nothing_ready = long_poll and not woke and not self._wake_queues
+
+    def _next_due_steps(self):
+        due: float | None = None
+        for route in self.routes.values():
+            _, wait_s = yield Call("next_scheduled_at", route.queue, (route.kinds(),))
+            due = earliest_due(due, wait_s)
+        return due
+
+    def _wait_steps(self, timeout: float):
+        """Waits up to timeout; True if woken by a notification (LISTEN) or a ready message (long
+        poll). A LISTEN wait or a client-side poll also ends when a retry this worker scheduled
+        is due (a long poll needs not: the server watches the next scheduled_at itself)."""
+        if timeout <= 0:
+            return False
+        deadline = self._clock() + timeout
+        if self.use_listen:
+            return (yield Listen(deadline))
+        if self._long_poll():
+            route = next(iter(self.routes.values()))
+            if self._stopping.is_set():
+                return False
+            if self._wake_queues:
+                return True
+            woke = yield Call(
+                "wait",
+                route.queue,
+                kwargs=dict(
+                    timeout=round(timeout, 6) or 0.000001, poll=self.long_poll_check, kinds=route.kinds()
+                ),
+            )
+            if woke:
+                self.stats.wakeups += 1
+            return bool(woke)
+        while True:
+            left = wait_left(self._clock(), deadline, self._retry_due.at)
+            if left <= 0 or (yield Pause(min(left, WAIT_SLICE))):
+                return False
+
+    def _listen_steps(self, db: Any, deadline: float):
+        if self._wake_queues:
+            return True  # (re)connected: wakeups may have been missed meanwhile
+        left = wait_left(self._clock(), deadline, self._retry_due.at)
+        # Short slices so that stop() and a newly scheduled retry are noticed within WAIT_SLICE.
+        while left > 0 and not self._stopping.is_set():
+            notes = yield Notifications(db, min(left, WAIT_SLICE))
+            for channel, payload in notes:
+                self._woken(channel, payload)
+            if notes:
+                return True  # later notifications stay buffered for the next wait
+            left = wait_left(self._clock(), deadline, self._retry_due.at)
+        return False
+
+    def _reserve_steps(self, route: _Route, n: int):
+        rows = yield Call("reserve", route.queue, kwargs=self._reserve_args(route, n))
+        jobs = [self._job_type(r) for r in rows]
+        self._start_jobs(jobs)
+        self._reserved(route, jobs)
+        return len(jobs)
+
+    # -- a message's way ----------------------------------------------------------------
+    def _serve_steps(self, job: Job | None):
+        """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
+        while job is not None:
+            if self._stopping.is_set():
+                yield from self._hand_back_steps(job)
+                return
+            try:
+                job = yield from self._job_steps(job)
+            except Exception:  # never lose the handler (its job was released in _job_steps)
+                log.exception(
+                    "handler: unexpected error", extra={"event": "error", "queue": job.queue, "key": job.key}
+                )
+                return
+
+    def _commit_steps(self, job: Job, chain: bool):
+        """Commits a handled message: (committed, the next jobs reserved in the same call)."""
+        q = job.queue
+        if not chain:
+            return (yield Call("commit", q, (job.reservation,), hard=True)), []
+        route = self.routes[q]
+        ok, rows = yield Call(
+            "commit_reserve", q, (job.reservation,), self._commit_reserve_args(route), hard=True
+        )
+        self.stats.commit_reserves += 1
+        self.stats.reserved += len(rows)
+        return bool(ok), [self._job_type(r) for r in rows]
+
+    def _fail_steps(self, job: Job, error: BaseException, interrupted: bool, elapsed_ms: float):
+        """Fails a handled message with its policy's delay (queue_fail) and, when it is to be
+        retried, tells the dispatcher's wait when it is due (a delayed retry sends no wakeup)."""
+        delay = self._failure_delay(job, interrupted)
+        text = describe_error(error)
+        outcome = yield Call(
+            "fail", job.queue, (job.reservation,), {"error": text, "delay": delay}, hard=True
+        )
+        if outcome == "retry":
+            self._retry_due.note(self._clock() + delay)
+        self._failed(job, error, text, outcome, delay, elapsed_ms, interrupted)
+
+    def _job_steps(self, job: Job):
+        """Runs one job to its commit or failure; returns the next job when the commit reserved one."""
+        job.started_at = time.monotonic()
+        started = time.time()
+        try:
+            _, fn = self._handler_of(job)
+        except errors.QueueError as exc:
+            error: BaseException | None = exc
+        else:
+            # The handler's failure is the message's, not the worker's: it comes back as the
+            # result (thrown in, a GeneratorExit would end these steps).
+            error = yield Handle(fn, job)
+        if isinstance(error, asyncio.CancelledError) and self._hard_stop.is_set():
+            self._release(job)  # abandoned: the message comes back after its lease
+            raise error
+        interrupted = self._handled(job, error)
+        elapsed_ms = round((time.time() - started) * 1000, 3)
+        successors: list[Job] = []
+        try:
+            yield Acquire(job.lock)
+            try:
+                if error is None:
+                    ok, successors = yield from self._commit_steps(job, self._chains(interrupted))
+                    self._committed(job, ok, elapsed_ms)
+                else:
+                    yield from self._fail_steps(job, error, interrupted, elapsed_ms)
+                job.done = True
+            finally:
+                job.lock.release()
+        except StoppedError:
+            self._log_abandoned(job)
+        except Exception as exc:  # e.g. the queue was dropped meanwhile: keep the handler alive
+            self._log_unfinishable(job, exc)
+        finally:
+            self._release(job, successors)
+        return successors[0] if successors else None
+
+    def _hand_back_steps(self, job: Job):
+        try:
+            yield Acquire(job.lock)
+            try:
+                yield Call("rollback", job.queue, (job.reservation,), {"delay": 0}, hard=True)
+                job.done = True
+            finally:
+                job.lock.release()
+            self._handed_back(job)
+        except StoppedError:
+            pass
+        except Exception:
+            log.exception(
+                "could not hand back; the message comes back after its lease",
+                extra={"event": "error", "queue": job.queue, "key": job.key},
+            )
+        finally:
+            self._release(job)

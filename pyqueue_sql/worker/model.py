@@ -1,0 +1,88 @@
+"""What the worker's modules share: the logger, a reserved message (Job), a queue's route,
+the counters and the status snapshot."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..client import Reservation
+
+if TYPE_CHECKING:
+    from .policy import RetryPolicy
+
+log = logging.getLogger("pyqueue_sql.worker")
+
+
+@dataclass
+class Job:
+    """A reserved message handed to a handler."""
+
+    reservation: Reservation
+    started_at: float | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    done: bool = False
+
+    queue = property(lambda self: self.reservation.queue)
+    key = property(lambda self: self.reservation.key)
+    kind = property(lambda self: self.reservation.kind)
+    payload = property(lambda self: self.reservation.payload)
+    attempts = property(lambda self: self.reservation.attempts)
+    priority = property(lambda self: self.reservation.priority)
+    created_at = property(lambda self: self.reservation.created_at)
+    scheduled_at_initially = property(lambda self: self.reservation.scheduled_at_initially)
+
+
+Handler = Callable[[Job], Any]
+
+
+@dataclass
+class _Route:
+    queue: str
+    handlers: dict[str | None, Handler]
+    retry: RetryPolicy
+
+    def kinds(self) -> list[str] | None:
+        return None if None in self.handlers else sorted(k for k in self.handlers if k is not None)
+
+    def handler_for(self, kind: str) -> Handler | None:
+        return self.handlers.get(kind, self.handlers.get(None))
+
+
+@dataclass
+class WorkerStats:
+    reserved: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    lost: int = 0  # commit/rollback returned false: the reservation had expired
+    handed_back: int = 0
+    reconnects: int = 0
+    wakeups: int = 0
+    db_calls: int = 0
+    dispatch_errors: int = 0  # non-connection errors in the reserve/dispatch loop (logged, retried)
+    interrupted: int = 0  # handlers that raised KeyboardInterrupt (handed back; the worker stopped)
+    commit_reserves: int = 0  # commits that reserved the next message in the same call
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A snapshot of a worker (Worker.status())."""
+
+    name: str
+    state: str  # 'starting', 'running', 'stopping' or 'stopped'
+    reserve_as: str
+    worker_id: int | None  # None when not registered
+    concurrency: int
+    running: tuple[str, ...]  # "queue/key/kind" of the messages being handled now
+    stats: WorkerStats  # a copy
+    stop_deadline_in_s: float | None  # while stopping: seconds until running handlers are abandoned
+    stop_reason: str | None
+    unfinished: tuple[str, ...]  # after a stop: handlers abandoned at the deadline / forced stop
+    last_error: str | None  # the reserve loop's last error, until a round succeeds again
+
+
+def _where(job: Job) -> str:
+    return f"{job.queue}/{job.key}/{job.kind}"

@@ -1,0 +1,208 @@
+"""The failure policy: how long a failed message waits before its next delivery (RetryPolicy),
+the text stored as its last_error, and what the worker counts and logs for each outcome of a
+handled message (committed, retried, dead-lettered, dropped, lost, interrupted). Whether a
+failure is the message's last allowed delivery (dead letter or drop) is the server's decision
+(queue_fail's outcome, from the queue's max_attempts and dead-letter queue)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import errors
+from .model import Job, _where, log
+
+if TYPE_CHECKING:
+    from .model import WorkerStats
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Delay before a failed message is eligible again:
+    min(max_delay, base * factor ** (attempts - 1)), then multiplied by a random
+    factor in [1 - jitter, 1 + jitter] so that failures do not retry in lockstep."""
+
+    base: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 300.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.factor < 1 or self.max_delay < 0 or not 0 <= self.jitter <= 1:
+            raise errors.InvalidArgumentError(
+                "RetryPolicy needs base >= 0, factor >= 1, max_delay >= 0 and 0 <= jitter <= 1"
+            )
+
+    def delay(self, attempts: int, rng: random.Random | None = None) -> float:
+        rng = rng or random
+        exponent = max(attempts - 1, 0)
+        raw = self.max_delay if exponent > 64 else min(self.max_delay, self.base * self.factor**exponent)
+        return max(0.0, raw * (1 + self.jitter * (2 * rng.random() - 1)))
+
+
+def describe_error(error: BaseException) -> str:
+    """The text stored as a message's last_error: "ExceptionType: message"."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+# What the log says happened to a message handed back by an interrupted handler, per outcome.
+_INTERRUPTED_THEN = {
+    "retry": "handed back",
+    "dead_lettered": "moved to the dead-letter queue (that was its last allowed delivery)",
+    "dropped": "dropped (its last allowed delivery; the queue has no dead-letter queue)",
+}
+
+
+class FailurePolicy:
+    """WorkerBase's part that decides a failed message's delay and counts and logs what became
+    of each handled message."""
+
+    stats: WorkerStats
+
+    def _handled(self, job: Job, error: BaseException | None) -> bool:
+        """Bookkeeping once a handler returned or raised; True when it was interrupted
+        (KeyboardInterrupt: the message is handed back and the worker stops)."""
+        interrupted = isinstance(error, KeyboardInterrupt)
+        if interrupted:
+            self.stats.interrupted += 1
+            self.stop(reason="KeyboardInterrupt in a handler")
+        return interrupted
+
+    def _failure_delay(self, job: Job, interrupted: bool) -> float:
+        """Seconds until a failed message's next delivery: none when interrupted (handed back),
+        else its queue's RetryPolicy for this attempt."""
+        return 0.0 if interrupted else self.routes[job.queue].retry.delay(job.attempts, self._rng)
+
+    def _committed(self, job: Job, ok: bool, elapsed_ms: float) -> None:
+        if not ok:
+            self._log_lost(job)
+            return
+        self.stats.succeeded += 1
+        log.debug(
+            "done: %s attempt %d in %.0f ms",
+            _where(job),
+            job.attempts,
+            elapsed_ms,
+            extra={
+                "event": "commit",
+                "queue": job.queue,
+                "key": job.key,
+                "kind": job.kind,
+                "attempts": job.attempts,
+                "ms": elapsed_ms,
+            },
+        )
+
+    def _log_lost(self, job: Job) -> None:
+        self.stats.lost += 1
+        log.warning(
+            "reservation of %s no longer held (expired or released); the message is or was redelivered",
+            _where(job),
+            extra={"event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
+
+    def _failed(
+        self,
+        job: Job,
+        error: BaseException,
+        text: str,
+        outcome: str | None,
+        delay: float,
+        elapsed_ms: float,
+        interrupted: bool,
+    ) -> None:
+        """Counts and logs a failure by queue_fail's outcome ('retry', 'dead_lettered',
+        'dropped', or None: the reservation was no longer held)."""
+        if not interrupted:
+            self.stats.failed += 1
+        if outcome is None:
+            self.stats.lost += 1
+        extra = {
+            "event": "fail",
+            "outcome": outcome,
+            "queue": job.queue,
+            "key": job.key,
+            "kind": job.kind,
+            "attempts": job.attempts,
+            "ms": elapsed_ms,
+            "error": text[:500],
+        }
+        where = f"{_where(job)} attempt {job.attempts}"
+        if outcome is None:
+            extra["event"] = "lost"
+            log.warning(
+                "handler failed: %s: %s; its reservation no longer held (expired or released), the "
+                "message is or was redelivered",
+                where,
+                text[:500],
+                exc_info=error,
+                extra=extra,
+            )
+        elif interrupted:
+            extra["event"] = "interrupted"
+            log.warning(
+                "handler interrupted (KeyboardInterrupt): %s: %s; stopping the worker",
+                where,
+                _INTERRUPTED_THEN.get(outcome, outcome),
+                exc_info=error,
+                extra=extra,
+            )
+        elif outcome == "retry":
+            extra["retry_in_s"] = round(delay, 3)
+            log.warning(
+                "handler failed: %s: %s; retry in %.1f s",
+                where,
+                text[:500],
+                delay,
+                exc_info=error,
+                extra=extra,
+            )
+        elif outcome == "dead_lettered":
+            log.error(
+                "handler failed on the last allowed delivery: %s: %s; moved to the dead-letter queue",
+                where,
+                text[:500],
+                exc_info=error,
+                extra=extra,
+            )
+        elif outcome == "dropped":
+            log.error(
+                "handler failed on the last allowed delivery: %s: %s; dropped (the queue has no "
+                "dead-letter queue)",
+                where,
+                text[:500],
+                exc_info=error,
+                extra=extra,
+            )
+        else:
+            log.warning(
+                "handler failed: %s: %s; outcome %s", where, text[:500], outcome, exc_info=error, extra=extra
+            )
+
+    @staticmethod
+    def _log_abandoned(job: Job) -> None:
+        log.warning(
+            "gave up finishing %s at shutdown; it comes back after its lease",
+            _where(job),
+            extra={"event": "abandon", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
+
+    @staticmethod
+    def _log_unfinishable(job: Job, exc: BaseException) -> None:
+        """A commit or fail that raised (e.g. the queue was dropped meanwhile)."""
+        log.error(
+            "could not commit or fail %s (%s); the message comes back after its lease",
+            _where(job),
+            describe_error(exc)[:500],
+            exc_info=exc,
+            extra={"event": "error", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
+
+    def _handed_back(self, job: Job) -> None:
+        self.stats.handed_back += 1
+        log.info(
+            "handed back unstarted message",
+            extra={"event": "hand_back", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )

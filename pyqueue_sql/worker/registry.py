@@ -1,0 +1,156 @@
+"""The worker registry and the heartbeat: registering at start (reserve_as), the heartbeat
+tick (extending every held reservation, heartbeating the registration, registering again after
+being released as dead, release_dead_after), and deregistering at the stop."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+from ..client import Reservation, WorkerRegistration
+from .model import Job, _where, log
+from .steps import Acquire, Call, Hooks, StoppedError
+
+if TYPE_CHECKING:
+    from .model import _Route
+
+
+class Registry:
+    """WorkerBase's part for the registry and the heartbeat (steps: see steps.py)."""
+
+    registration: WorkerRegistration | None
+    routes: dict[str, _Route]
+
+    @property
+    def reserve_as(self) -> str:
+        """The worker name recorded on reserved messages (the registration's, when registered)."""
+        reg = self.registration
+        return reg.reserve_as if reg is not None else self.name
+
+    def _registration_fields(self) -> dict[str, Any]:
+        """register_worker's arguments."""
+        return dict(
+            name=self.name, queues=sorted(self.routes), host=socket.gethostname()[:255], pid=os.getpid()
+        )
+
+    def _registered_as(self, registration: WorkerRegistration) -> None:
+        # The row is committed (visible to others) before register_worker
+        # returns; `registered` is set only once self.registration holds it,
+        # so whoever waits for `registered` sees reserve_as and the row agree.
+        self.registration = registration
+        self.registered.set()
+        log.info(
+            "worker registered as %s",
+            registration.reserve_as,
+            extra={
+                "event": "register",
+                "worker_id": registration.worker_id,
+                "reserve_as": registration.reserve_as,
+            },
+        )
+
+    def _log_released(self, registration: WorkerRegistration) -> None:
+        held = [j for j in self._jobs() if not j.done]
+        log.warning(
+            "this worker was released as dead (its registration heartbeat was missed for too long); "
+            "the messages it is still running were made ready again: their commits will return "
+            "false and they will be redelivered; registering again",
+            extra={
+                "event": "released",
+                "worker_id": registration.worker_id,
+                "running": len(held),
+                "keys": [_where(j) for j in held][:20],
+            },
+        )
+
+    def _log_release_dead(self, released: int) -> None:
+        if released:
+            log.warning(
+                "released the messages of dead workers",
+                extra={
+                    "event": "release_dead",
+                    "released": released,
+                    "older_than_s": self.release_dead_after,
+                },
+            )
+
+    @staticmethod
+    def _log_deregistered(registration: WorkerRegistration, error: BaseException | None) -> None:
+        if error is None:
+            log.info(
+                "worker deregistered", extra={"event": "deregister", "worker_id": registration.worker_id}
+            )
+        else:
+            log.warning(
+                "could not deregister; release_dead_workers removes the registration later",
+                extra={"event": "error", "worker_id": registration.worker_id, "error": str(error)[:200]},
+            )
+
+    @staticmethod
+    def _log_extended(job: Job, new: Reservation | None) -> None:
+        if new is None:
+            log.warning(
+                "heartbeat: reservation no longer held",
+                extra={"event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind},
+            )
+        else:
+            job.reservation = new
+            log.debug("extended", extra={"event": "extend", "queue": job.queue, "key": job.key})
+
+    # -- steps ------------------------------------------------------------------------
+    def _register_steps(self, hard: bool):
+        self._registered_as((yield Call("register_worker", kwargs=self._registration_fields(), hard=hard)))
+
+    def _heartbeat_steps(self):
+        """One heartbeat tick: extends every held reservation, heartbeats the registration, runs
+        the on_heartbeat hooks. StoppedError (the hard stop) ends the heartbeat."""
+        for job in self._jobs():
+            yield from self._extend_steps(job)
+        try:
+            yield from self._registry_tick_steps()
+        except StoppedError:
+            raise
+        except Exception:
+            log.exception("heartbeat: worker registry call failed", extra={"event": "error"})
+        yield Hooks(self.on_heartbeat, "on_heartbeat")
+
+    def _extend_steps(self, job: Job):
+        yield Acquire(job.lock)
+        try:
+            if job.done or self._hard_stop.is_set():
+                return
+            try:
+                new = yield Call("extend", job.queue, (job.reservation,), {"timeout": self.lease}, hard=True)
+            except StoppedError:
+                return
+            except Exception:
+                log.exception(
+                    "heartbeat: could not extend",
+                    extra={"event": "error", "queue": job.queue, "key": job.key},
+                )
+                return
+            self._log_extended(job, new)
+        finally:
+            job.lock.release()
+
+    def _registry_tick_steps(self):
+        reg = self.registration
+        if reg is not None and not (yield Call("heartbeat_worker", args=(reg,), hard=True)):
+            self._log_released(reg)
+            yield from self._register_steps(True)
+        if self.release_dead_after is not None:
+            self._log_release_dead(
+                (yield Call("release_dead_workers", args=(self.release_dead_after,), hard=True))
+            )
+
+    def _deregister_steps(self):
+        reg, self.registration = self.registration, None
+        if reg is None:
+            return
+        try:
+            # One attempt (the hard stop is set): if it fails, release_dead_workers cleans up.
+            yield Call("deregister_worker", args=(reg,), hard=True)
+            self._log_deregistered(reg, None)
+        except Exception as exc:
+            self._log_deregistered(reg, exc)

@@ -1,0 +1,107 @@
+"""Signals and shutdown: stop() (graceful, then forced), SIGTERM/SIGINT, the reports while a
+graceful stop waits for running handlers, and what is abandoned at its end."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from .model import _where, log
+
+
+class Shutdown:
+    """WorkerBase's part for stopping."""
+
+    _stopping: threading.Event
+    _hard_stop: threading.Event
+    _stop_reason: str | None
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (stays True after run() returned, until the next run())."""
+        return self._stopping.is_set()
+
+    def stop(self, force: bool = False, *, reason: str | None = None) -> None:
+        """Asks the worker to stop (safe from a signal handler or another thread).
+
+        Graceful: no more reserves, unstarted messages handed back, running
+        handlers get shutdown_timeout seconds. force=True (or a second call with
+        it): stop now; running handlers are abandoned and their messages come
+        back when their lease ends."""
+        if self._stop_reason is None:
+            self._stop_reason = reason or ("stop(force=True)" if force else "stop()")
+        elif force and not self._hard_stop.is_set():
+            self._stop_reason += ", then forced"
+        self._stopping.set()
+        if force:
+            self._hard_stop.set()
+        self._wake()
+
+    def _on_signal(self, signum: int) -> None:
+        """SIGTERM/SIGINT: the first stops gracefully, a second one stops at once."""
+        name = signal.Signals(signum).name
+        if self._stopping.is_set():
+            running = [_where(j) for j in self._jobs() if not j.done]
+            log.warning(
+                "%s received again: stopping now; %d running handler(s) abandoned, their messages "
+                "come back when their lease ends: %s",
+                name,
+                len(running),
+                ", ".join(running[:20]),
+                extra={
+                    "event": "signal",
+                    "signal": signum,
+                    "force": True,
+                    "running": len(running),
+                    "keys": running[:20],
+                },
+            )
+            self.stop(force=True, reason=f"{name} (twice)")
+        else:
+            log.info(
+                "%s received: stopping (send it again to stop at once)",
+                name,
+                extra={"event": "signal", "signal": signum, "force": False},
+            )
+            self.stop(reason=name)
+
+    def _running(self) -> list[str]:
+        return [_where(j) for j in self._jobs() if j.started_at is not None and not j.done]
+
+    def _report_stopping(self, deadline: float, report_at: float) -> float:
+        """Every 10 s of a graceful stop: logs the handlers it waits for; returns the next report time."""
+        now = time.monotonic()
+        if now < report_at:
+            return report_at
+        running = self._running()
+        if running:
+            log.info(
+                "stopping: waiting up to %.0f s for %d running handler(s): %s; a second SIGINT/SIGTERM "
+                "stops at once",
+                deadline - now,
+                len(running),
+                ", ".join(running[:20]),
+                extra={
+                    "event": "stopping",
+                    "running": len(running),
+                    "keys": running[:20],
+                    "deadline_in_s": round(deadline - now, 1),
+                },
+            )
+        return now + 10.0
+
+    def _abandon_the_rest(self) -> None:
+        """At the end of a stop: whatever still runs is abandoned (logged, kept in unfinished)."""
+        left = [_where(j) for j in self._jobs()]
+        self.unfinished = left
+        if left:
+            why = "the stop was forced" if self._hard_stop.is_set() else "the shutdown deadline passed"
+            log.error(
+                "%s with %d handler(s) still running; their messages come back after the lease: %s",
+                why,
+                len(left),
+                ", ".join(left[:20]),
+                extra={"event": "deadline", "forced": self._hard_stop.is_set(), "running": left[:100]},
+            )
+        self._hard_stop.set()

@@ -1,0 +1,248 @@
+"""The worker's loops as typed steps: the operations they yield, and how one database call is
+retried on a fresh connection.
+
+Each loop of the worker (pyqueue_sql.worker.dispatch, .registry) is a generator that yields the
+operations below and gets their results back (an error is thrown in where the operation was asked
+for). Worker runs them on its threads, AsyncWorker awaits them: each runner has a table from an
+operation's type to the method that does it (see `dispatcher`), so the logic is written once and
+no runner dispatches on strings.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from .model import log
+
+if TYPE_CHECKING:
+    from .base import WorkerBase
+
+
+class StoppedError(Exception):
+    """Raised inside a retrying database call when the worker is abandoning it."""
+
+
+# -- what the loops ask for ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One database call on the loop's connection: ``db.<method>(*args, **kwargs)``, or with a
+    queue ``db.queue(queue).<method>(...)`` (the same names on Database and AsyncDatabase). It is
+    reconnected and retried until the stop (hard=False) or the hard stop (hard=True); then the
+    loop gets StoppedError."""
+
+    method: str
+    queue: str | None = None
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    hard: bool = False
+
+    def __call__(self, db: Any) -> Any:
+        target = db if self.queue is None else db.queue(self.queue)
+        return getattr(target, self.method)(*self.args, **self.kwargs)
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Wait on the loop's connection (LISTEN) for wakeups until the clock reads `deadline`, or
+    until a retry this worker scheduled is due (see dispatch.RetryDue): the result of
+    DispatchSteps._listen_steps, run inside a Call that reconnects."""
+
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Notifications:
+    """The LISTEN wakeups that come on db within `seconds`: [(channel, payload)]."""
+
+    db: Any
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Handle:
+    """Run the handler fn on job to completion: None, or what it raised."""
+
+    fn: Callable[[Any], Any]
+    job: Any
+
+
+@dataclass(frozen=True)
+class Acquire:
+    """Acquire the job's lock (the steps release it)."""
+
+    lock: Any
+
+
+@dataclass(frozen=True)
+class WaitSlots:
+    """Until a handler slot is free or the stop."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Sleep `seconds`, cut short by the stop: True when stopped."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """Run the hooks with the worker; what=None: an error propagates, else it is logged as the
+    `what` hook's failure."""
+
+    hooks: list
+    what: str | None
+
+
+@dataclass(frozen=True)
+class Reconnect:
+    """Close the loop's connection: the next call opens a fresh one."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """AsyncWorker only: hand a success to the group commit; (committed, next jobs)."""
+
+    job: Any
+    chain: bool
+
+
+WAIT_SLOTS = WaitSlots()
+RECONNECT = Reconnect()
+
+
+# -- what one retrying call asks of its connection (call_steps) ------------------------------
+
+
+@dataclass(frozen=True)
+class Connect:
+    """Open a new Database (AsyncDatabase)."""
+
+
+@dataclass(frozen=True)
+class OnConnect:
+    """Run the connection's on_connect with the new db."""
+
+    db: Any
+
+
+@dataclass(frozen=True)
+class Invoke:
+    """fn(db): the call itself."""
+
+    fn: Callable[[Any], Any]
+    db: Any
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close the connection (it was lost)."""
+
+
+@dataclass(frozen=True)
+class BackOff:
+    """Sleep `seconds` before trying again: True when give_up was set meanwhile."""
+
+    seconds: float
+    give_up: threading.Event | Any | None
+
+
+CONNECT = Connect()
+CLOSE = Close()
+
+
+def drive(steps: Any, execute: Callable[[Any], Any]) -> Any:
+    """Runs a loop's steps: each operation it yields is done by execute and its result sent back
+    (its error thrown back in); returns the steps' return value."""
+    send, value = steps.send, None
+    while True:
+        try:
+            op = send(value)
+        except StopIteration as done:
+            return done.value
+        try:
+            value, send = execute(op), steps.send
+        except BaseException as exc:
+            value, send = exc, steps.throw
+
+
+async def drive_async(steps: Any, execute: Callable[[Any], Any]) -> Any:
+    """drive, with each operation awaited."""
+    send, value = steps.send, None
+    while True:
+        try:
+            op = send(value)
+        except StopIteration as done:
+            return done.value
+        try:
+            value, send = await execute(op), steps.send
+        except BaseException as exc:
+            value, send = exc, steps.throw
+
+
+def dispatcher(table: Mapping[type, Callable[..., Any]]) -> Callable[..., Any]:
+    """The execute function of a runner: the method the table gives the operation's type."""
+
+    def execute(self: Any, op: Any, *args: Any) -> Any:
+        try:
+            method = table[type(op)]
+        except KeyError:
+            raise AssertionError(f"unknown operation {op!r}") from None
+        return method(self, op, *args)
+
+    return execute
+
+
+def _next_delay(delay: float) -> float:
+    """The back-off after `delay` between two attempts of a database call: doubled, jittered, up to 5 s."""
+    return min(delay * 2, 5.0) * random.uniform(0.8, 1.2)
+
+
+def _retrying_error(worker: WorkerBase, role: str, exc: BaseException, delay: float) -> None:
+    """Logs (and counts) why a database call is tried again: a lost connection (the caller
+    reconnects) or a transaction conflict the client's own retries lost (the caller keeps the
+    connection: the call was rolled back whole each time, so running it again is safe)."""
+    lost = not isinstance(exc, errors.SerializationError)
+    if lost:
+        worker.stats.reconnects += 1
+    log.warning(
+        "database connection lost; retrying" if lost else "transaction conflict; retrying",
+        extra={
+            "event": "reconnect" if lost else "conflict",
+            "role": role,
+            "error": str(exc).strip()[:200],
+            "retry_in_s": round(delay, 3),
+        },
+    )
+
+
+def call_steps(conn: Any, fn: Callable[[Any], Any], give_up: Any):
+    """One database call on a worker's connection (threaded or asyncio), reconnecting and
+    retrying on connection loss with a growing back-off (a transaction conflict the client's own
+    retries lost is retried on the same connection: it was rolled back whole each time). Yields
+    Connect, OnConnect, Invoke, Close and BackOff (StoppedError when give_up was set meanwhile)."""
+    worker = conn.worker
+    retried = (*worker.dialect.connection_errors(), errors.SerializationError)
+    delay = 0.05
+    while True:
+        try:
+            if conn.db is None:
+                conn.db = yield CONNECT
+                if conn.on_connect is not None:
+                    yield OnConnect(conn.db)
+            worker.stats.db_calls += 1
+            return (yield Invoke(fn, conn.db))
+        except retried as exc:
+            if not isinstance(exc, errors.SerializationError):
+                yield CLOSE
+            _retrying_error(worker, conn.role, exc, delay)
+            if (yield BackOff(delay, give_up)):
+                raise StoppedError() from exc
+            delay = _next_delay(delay)

@@ -1,0 +1,351 @@
+"""Worker: runs the shared steps (WorkerBase) on threads: a dispatcher, `concurrency` handler
+threads, a heartbeat thread, each with its own connection."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue as queue_mod
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import errors
+from ..client import Database, connect
+from .base import WorkerBase
+from .model import Job, log
+from .steps import (
+    Acquire,
+    BackOff,
+    Call,
+    Close,
+    Connect,
+    Handle,
+    Hooks,
+    Invoke,
+    Listen,
+    Notifications,
+    OnConnect,
+    Pause,
+    Reconnect,
+    StoppedError,
+    WaitSlots,
+    call_steps,
+    dispatcher,
+    drive,
+)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class _EventLoop:
+    """A handler thread's event loop for coroutine handlers: made at the first
+    one, kept for the thread's life (so loop-bound clients can be reused),
+    closed when the thread ends."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, awaitable: Any) -> Any:
+        if self.loop is None or self.loop.is_closed():
+            self.loop = asyncio.new_event_loop()
+        coro = awaitable if inspect.iscoroutine(awaitable) else _awaited(awaitable)
+        try:
+            return self.loop.run_until_complete(coro)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # SystemExit, KeyboardInterrupt... stop the loop abruptly:
+                # the next coroutine gets a fresh one.
+                self.close()
+            raise
+
+    def close(self) -> None:
+        loop, self.loop = self.loop, None
+        if loop is None or loop.is_closed():
+            return
+        try:
+            tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        except BaseException:
+            log.debug("closing a handler thread's event loop", exc_info=True)
+        finally:
+            loop.close()
+
+
+class _Connection:
+    """One thread's database connection: reconnects and retries on connection loss."""
+
+    def __init__(self, worker: Worker, role: str, on_connect: Callable[[Database], None] | None = None):
+        self.worker = worker
+        self.role = role
+        self.db: Database | None = None
+        self.on_connect = on_connect
+        self.loop: _EventLoop | None = None  # a handler thread's, for coroutine handlers
+
+    def close(self) -> None:
+        if self.db is not None:
+            try:
+                self.db.close()
+            except Exception:
+                pass
+            self.db = None
+
+    def run(self, fn: Callable[[Database], Any], *, give_up: threading.Event | None = None) -> Any:
+        return drive(call_steps(self, fn, give_up), self._execute)
+
+    def _connect(self, op: Connect) -> Database:
+        return connect(self.worker.dsn)
+
+    def _on_connect(self, op: OnConnect) -> None:
+        return self.on_connect(op.db)
+
+    def _invoke(self, op: Invoke) -> Any:
+        return op.fn(op.db)
+
+    def _close(self, op: Close) -> None:
+        return self.close()
+
+    def _back_off(self, op: BackOff) -> bool | None:
+        if op.give_up is None:
+            return time.sleep(op.seconds)
+        return op.give_up.wait(op.seconds)
+
+    _execute = dispatcher(
+        {Connect: _connect, OnConnect: _on_connect, Invoke: _invoke, Close: _close, BackOff: _back_off}
+    )
+
+
+class Worker(WorkerBase):
+    """Runs handlers for messages of one or more queues on a pool of threads. See the module docstring."""
+
+    def _setup(self) -> None:
+        self._heartbeat_conn: _Connection | None = None
+        self._slots = threading.Condition()
+        self._pending: queue_mod.Queue[Job | None] = queue_mod.Queue()
+        self._threads: list[threading.Thread] = []
+
+    def _jobs(self) -> list[Job]:
+        with self._slots:
+            return list(self._inflight.values())
+
+    def _wake(self) -> None:
+        with self._slots:
+            self._slots.notify_all()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT: the first stops gracefully, a second one stops at once."""
+
+        def handle(signum, _frame):
+            self._on_signal(signum)
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def run(self, *, install_signals: bool | None = None) -> bool:
+        """Runs until stop(); handles SIGTERM/SIGINT when run in the main thread.
+
+        Returns True when it stopped cleanly (every handler it started finished
+        and its message was committed, failed or handed back), False when
+        handlers were still running at the shutdown deadline or a forced stop
+        abandoned them (listed in ``self.unfinished``; their messages come back
+        when their lease ends)."""
+        if not self.routes:
+            raise errors.InvalidArgumentError("the worker has no handlers")
+        if install_signals is None:
+            install_signals = threading.current_thread() is threading.main_thread()
+        if install_signals:
+            self.install_signal_handlers()
+        self._starting()
+        for i in range(self.concurrency):
+            t = threading.Thread(target=self._handler_loop, name=f"pyqueue-handler-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        hb = threading.Thread(target=self._heartbeat_loop, name="pyqueue-heartbeat", daemon=True)
+        hb.start()
+        dispatcher_conn = _Connection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
+        try:
+            if self.register:
+                try:
+                    self._steps(self._register_steps(False), dispatcher_conn)
+                except StoppedError:
+                    pass
+            for hook in self.on_start:
+                hook(self)
+            self._state = "running"
+            self._steps(self._dispatch_steps(), dispatcher_conn)
+        except BaseException as exc:
+            self._crashed(exc)
+            raise
+        finally:
+            self._stopping.set()
+            self._state = "stopping"
+            dispatcher_conn.close()
+            self._shutdown()
+            hb.join(timeout=5)
+            conn = _Connection(self, "deregister")
+            try:
+                self._steps(self._deregister_steps(), conn)
+            finally:
+                conn.close()
+            self._run_hooks(self.on_stop, "on_stop")
+            self._finished()
+        return not self.unfinished
+
+    # -- the operations of the loops' steps -----------------------------------------------
+    def _steps(self, steps: Any, conn: _Connection | None) -> Any:
+        return drive(steps, lambda op: self._execute(op, conn))
+
+    def _nested(self, steps: Any) -> Any:
+        return self._steps(steps, None)
+
+    def _call(self, op: Call, conn: _Connection) -> Any:
+        return conn.run(op, give_up=self._hard_stop if op.hard else self._stopping)
+
+    def _listen(self, op: Listen, conn: _Connection) -> bool:
+        return conn.run(lambda db: self._nested(self._listen_steps(db, op.deadline)), give_up=self._stopping)
+
+    def _notifications(self, op: Notifications, conn: Any) -> list:
+        return self.dialect.wait_for_notification(op.db.connection, op.seconds)
+
+    def _handle(self, op: Handle, conn: _Connection) -> BaseException | None:
+        try:
+            result = op.fn(op.job)
+            if inspect.isawaitable(result):
+                # A coroutine handler: awaited to completion before the commit.
+                conn.loop.run(result)
+        except BaseException as exc:
+            return exc
+        return None
+
+    def _acquire(self, op: Acquire, conn: Any) -> bool:
+        return op.lock.acquire()
+
+    def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
+        with self._slots:
+            while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
+                self._slots.wait(timeout=1.0)
+
+    def _pause(self, op: Pause, conn: Any) -> bool:
+        return self._stopping.wait(op.seconds)
+
+    def _hooks(self, op: Hooks, conn: Any) -> None:
+        if op.what is not None:
+            return self._run_hooks(op.hooks, op.what)
+        for hook in op.hooks:
+            hook(self)
+        return None
+
+    def _reconnect(self, op: Reconnect, conn: _Connection) -> None:
+        return conn.close()
+
+    _execute = dispatcher(
+        {
+            Call: _call,
+            Listen: _listen,
+            Notifications: _notifications,
+            Handle: _handle,
+            Acquire: _acquire,
+            WaitSlots: _wait_slots,
+            Pause: _pause,
+            Hooks: _hooks,
+            Reconnect: _reconnect,
+        }
+    )
+
+    # -- dispatcher ------------------------------------------------------------
+    def _on_dispatcher_connect(self, db: Database) -> None:
+        if self.use_listen:
+            channels = [db.queue(q).channel() for q in self.routes]
+            self.dialect.listen(db.connection, channels)
+            self._channels = dict(zip(channels, self.routes))
+        # After a (re)connect, anything pushed meanwhile must be looked at.
+        self._wake_queues.update(self.routes)
+
+    def _start_jobs(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            with self._slots:
+                self._inflight[(job.queue, job.key, job.kind)] = job
+            self._pending.put(job)
+
+    # -- handlers ----------------------------------------------------------------
+    def _release(self, job: Job, successors: list[Job] = ()) -> None:
+        with self._slots:
+            self._inflight.pop((job.queue, job.key, job.kind), None)
+            for nxt in successors:
+                self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
+            self._slots.notify_all()
+
+    def _handler_loop(self) -> None:
+        conn = _Connection(self, "handler")
+        conn.loop = _EventLoop()
+        try:
+            while True:
+                job = self._pending.get()
+                if job is None:
+                    return
+                self._steps(self._serve_steps(job), conn)
+        finally:
+            conn.loop.close()
+            conn.close()
+
+    # -- heartbeat -----------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        conn = _Connection(self, "heartbeat")
+        self._heartbeat_conn = conn
+        try:
+            # Runs through a graceful stop (running handlers still need their
+            # reservations extended) and ends with the hard stop.
+            while not self._hard_stop.wait(self.lease / 3):
+                try:
+                    self._steps(self._heartbeat_steps(), conn)
+                except StoppedError:
+                    break
+        finally:
+            conn.close()
+
+    def heartbeat_run(self, fn: Callable[[Database], Any]) -> Any:
+        """For on_heartbeat hooks: runs fn(db) on the heartbeat thread's connection,
+        reconnecting and retrying on connection loss."""
+        if self._heartbeat_conn is None:
+            raise errors.QueueError("heartbeat_run is for on_heartbeat hooks")
+        return self._heartbeat_conn.run(fn, give_up=self._hard_stop)
+
+    # -- shutdown --------------------------------------------------------------------
+    def _shutdown(self) -> None:
+        # Unstarted messages go back at once: the handler threads pick them off
+        # the pending queue and hand them back because _stopping is set.
+        deadline = time.monotonic() + self.shutdown_timeout
+        self._stop_deadline = deadline
+        conn = _Connection(self, "shutdown")
+        try:
+            while not self._hard_stop.is_set():
+                try:
+                    job = self._pending.get_nowait()
+                except queue_mod.Empty:
+                    break
+                if job is not None:
+                    self._steps(self._hand_back_steps(job), conn)
+        finally:
+            conn.close()
+        for _ in self._threads:
+            self._pending.put(None)
+        report_at = time.monotonic()
+        while any(t.is_alive() for t in self._threads) and not self._hard_stop.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            report_at = self._report_stopping(deadline, report_at)
+            try:
+                self._hard_stop.wait(min(0.05, deadline - now))
+            except KeyboardInterrupt:  # run() without signal handlers in the main thread: Ctrl-C again
+                self.stop(force=True, reason="KeyboardInterrupt")
+        self._abandon_the_rest()
+        self._threads.clear()

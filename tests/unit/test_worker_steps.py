@@ -1,0 +1,378 @@
+"""The worker's sans-IO steps driven without a server: each test answers the operations the
+steps yield (pyqueue_sql.worker.steps) as a database, a handler or a clock would, and checks what
+the steps ask for next and what they decide. No connection is opened: a Worker is built on a DSN
+nothing listens on, and its clock is a counter the test advances."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+
+import pytest
+
+from pyqueue_sql import InvalidArgumentError
+from pyqueue_sql.client import Reservation
+from pyqueue_sql.worker import Job, RetryPolicy, Worker, idle_timeout, wait_left
+from pyqueue_sql.worker.dispatch import WAIT_SLICE, earliest_due
+from pyqueue_sql.worker.steps import (
+    RECONNECT,
+    WAIT_SLOTS,
+    Acquire,
+    Call,
+    Handle,
+    Hooks,
+    Listen,
+    Notifications,
+    Pause,
+    StoppedError,
+    dispatcher,
+)
+
+PG = "postgresql://nobody@127.0.0.1:1/none"
+MY = "mysql://nobody@127.0.0.1:1/none"
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class Clock:
+    """The worker's clock (worker._clock): moves only when the test says so."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reservation(queue: str = "q", key: str = "k1", kind: str = "welcome", attempts: int = 1) -> Reservation:
+    return Reservation(queue, key, kind, {}, f"token-{key}", 0, attempts, T0, T0)
+
+
+def make_worker(dsn: str = PG, *queues: str, handler=lambda job: None, **settings) -> tuple[Worker, Clock]:
+    worker = Worker(dsn, register=False, **settings)
+    for q in queues or ("q",):
+        worker.add_handler(q, handler)
+    clock = Clock()
+    worker._clock = clock
+    return worker, clock
+
+
+class Steps:
+    """Drives steps by hand: the next operation, then its answer."""
+
+    def __init__(self, steps) -> None:
+        self.steps = steps
+        self.op = next(steps)
+        self.done = False
+        self.result = None
+
+    def answer(self, value=None):
+        """The operation's result (for a Handle: None, or what the handler raised)."""
+        return self._next(self.steps.send, value)
+
+    def throw(self, error: BaseException):
+        """The operation raised error (a database call that failed)."""
+        return self._next(self.steps.throw, error)
+
+    def _next(self, how, arg):
+        try:
+            self.op = how(arg)
+        except StopIteration as stop:
+            self.done, self.op, self.result = True, None, stop.value
+        return self.op
+
+
+# -- the failure policy ------------------------------------------------------------
+
+
+def test_retry_delays_grow_by_factor_to_the_cap_and_jitter_stays_in_its_band():
+    p = RetryPolicy(base=0.5, factor=3, max_delay=10, jitter=0)
+    assert [p.delay(a) for a in (0, 1, 2, 3, 4, 1000)] == [0.5, 0.5, 1.5, 4.5, 10, 10]
+    j = RetryPolicy(base=2, factor=2, max_delay=100, jitter=0.5)
+    rng = random.Random(7)
+    delays = [j.delay(3, rng) for _ in range(500)]
+    assert min(delays) >= 4 and max(delays) <= 12 and len(set(delays)) > 400
+    for bad in (dict(base=-1), dict(factor=0.5), dict(max_delay=-1), dict(jitter=1.5)):
+        with pytest.raises(InvalidArgumentError):
+            RetryPolicy(**bad)
+
+
+def fail_steps(worker: Worker, job: Job, error: BaseException) -> tuple[Steps, Call]:
+    """A job's steps up to its queue_fail call (the handler raised `error`)."""
+    steps = Steps(worker._job_steps(job))
+    assert isinstance(steps.op, Handle) and steps.op.job is job
+    lock = steps.answer(error)
+    assert lock == Acquire(job.lock)
+    job.lock.acquire()
+    call = steps.answer(True)
+    assert isinstance(call, Call) and (call.method, call.queue, call.args) == (
+        "fail",
+        "q",
+        (job.reservation,),
+    )
+    assert call.hard  # a fail is retried until the hard stop, not given up at the graceful one
+    return steps, call
+
+
+def test_a_failure_fails_with_its_policy_delay_and_the_error_text_and_notes_when_the_retry_is_due():
+    worker, clock = make_worker()
+    worker.set_retry("q", RetryPolicy(base=1.0, factor=2.0, jitter=0))
+    job = Job(reservation(attempts=3))
+    steps, call = fail_steps(worker, job, ValueError("no such address"))
+    assert call.kwargs == {"error": "ValueError: no such address", "delay": 4.0}
+    assert worker._retry_due.at is None
+    clock.now += 0.01  # the round trip
+    steps.answer("retry")
+    assert steps.done and steps.result is None  # a failure reserves no successor
+    assert worker._retry_due.at == pytest.approx(clock.now + 4.0)
+    assert (worker.stats.failed, worker.stats.lost) == (1, 0)
+    assert job.done and not job.lock.locked()
+
+
+@pytest.mark.parametrize(
+    "outcome, level, says",
+    [
+        ("dead_lettered", logging.ERROR, "moved to the dead-letter queue"),
+        ("dropped", logging.ERROR, "dropped (the queue has no dead-letter queue)"),
+        (None, logging.WARNING, "its reservation no longer held"),
+    ],
+)
+def test_a_failure_the_server_did_not_retry_waits_for_nothing_and_says_what_happened(
+    caplog, outcome, level, says
+):
+    """Whether it was the last allowed delivery is queue_fail's answer: dead letter, drop, or
+    None when the reservation had lapsed (counted lost). None of them is a retry to wait for."""
+    worker, _ = make_worker()
+    steps, _ = fail_steps(worker, Job(reservation()), RuntimeError("boom"))
+    with caplog.at_level(logging.WARNING, logger="pyqueue_sql.worker"):
+        steps.answer(outcome)
+    assert worker._retry_due.at is None
+    [record] = [r for r in caplog.records if says in r.getMessage()]
+    assert record.levelno == level and record.outcome == outcome
+    assert worker.stats.failed == 1 and worker.stats.lost == (1 if outcome is None else 0)
+
+
+def test_a_keyboard_interrupt_hands_the_message_back_at_once_and_stops_the_worker():
+    worker, _ = make_worker()
+    worker.set_retry("q", RetryPolicy(base=30, jitter=0))
+    steps, call = fail_steps(worker, Job(reservation()), KeyboardInterrupt())
+    assert call.kwargs["delay"] == 0.0 and call.kwargs["error"] == "KeyboardInterrupt"
+    assert worker.stopping and worker.stats.interrupted == 1
+    steps.answer("retry")
+    assert worker.stats.failed == 0  # an interruption is not the message's failure
+
+
+def test_a_kind_without_a_handler_is_the_message_s_failure_without_running_anything():
+    worker = Worker(PG, register=False)
+    worker.add_handler("q", lambda job: None, "welcome")
+    steps = Steps(worker._job_steps(Job(reservation(kind="other"))))
+    assert isinstance(steps.op, Acquire)  # no Handle: straight to the failure
+    steps.op.lock.acquire()
+    call = steps.answer(True)
+    assert call.method == "fail" and call.kwargs["error"] == "QueueError: no handler for kind 'other'"
+
+
+# -- the idle wait -------------------------------------------------------------------
+
+
+def test_the_idle_timeout_is_the_earliest_of_fallback_due_recheck_and_retry():
+    common = dict(poll_fallback=30.0, long_poll_wait=1.0, poll=0.05, poll_max=1.0)
+    listen = dict(listen=True, long_poll=False, **common)
+    none = dict(due=None, recheck_in=None, retry_in=None)
+    assert idle_timeout(**listen, **none) == (30.0, 0.05)
+    assert idle_timeout(**listen, **{**none, "due": 4.0}) == (4.0, 0.05)
+    assert idle_timeout(**listen, **{**none, "recheck_in": 0.1, "due": 4.0}) == (0.1, 0.05)
+    assert idle_timeout(**listen, **{**none, "retry_in": 1.0, "due": 4.0}) == (1.0, 0.05)
+    assert idle_timeout(**listen, **{**none, "retry_in": -2.0}) == (0.0, 0.05)  # overdue: no wait
+    long_poll = dict(listen=False, long_poll=True, **common)
+    assert idle_timeout(**long_poll, **none) == (1.0, 0.05)
+    polling = dict(listen=False, long_poll=False, **common)
+    assert idle_timeout(**polling, **none) == (0.05, 0.1)  # the client-side poll backs off...
+    assert idle_timeout(**{**polling, "poll": 0.8}, **none) == (0.8, 1.0)  # ...up to poll_max
+    assert earliest_due(None, 0) is None and earliest_due(3.0, 0) == 3.0  # 0: let the poll decide
+    assert earliest_due(None, 2.5) == 2.5 and earliest_due(3.0, 2.5) == 2.5
+    assert wait_left(10.0, 40.0, None) == 30.0 and wait_left(10.0, 40.0, 11.0) == 1.0
+
+
+def dispatcher_until_listening(
+    worker: Worker, clock: Clock, reserved: list[Reservation]
+) -> tuple[Steps, Listen]:
+    """The reserve loop of a LISTEN worker: a first round reserves `reserved`, the next finds
+    nothing and (no message scheduled) waits; returns the steps at that Listen."""
+    steps = Steps(worker._reserve_loop_steps())
+    assert steps.op == WAIT_SLOTS
+    call = steps.answer()
+    assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency)
+    assert steps.answer(reserved) == WAIT_SLOTS
+    call = steps.answer()
+    assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency - len(reserved))
+    assert steps.answer([]) == Hooks(worker.on_idle, None)
+    call = steps.answer()
+    assert (call.method, call.args) == ("next_scheduled_at", (None,))
+    listen = steps.answer((None, None))
+    assert isinstance(listen, Listen)
+    return steps, listen
+
+
+def listen_until_it_ends(worker: Worker, clock: Clock, deadline: float, notes_at: float | None = None):
+    """Runs the LISTEN wait (the steps inside Listen) on the fake clock: each Notifications slice
+    passes its seconds with nothing received (or a wakeup once the clock reaches notes_at)."""
+    steps = Steps(worker._listen_steps(None, deadline))
+    while not steps.done:
+        assert isinstance(steps.op, Notifications) and 0 < steps.op.seconds <= WAIT_SLICE
+        clock.now += steps.op.seconds
+        got = notes_at is not None and clock.now >= notes_at
+        steps.answer([("pyqueue_x", "q")] if got else [])
+    return steps.result
+
+
+def test_a_retry_scheduled_while_the_dispatcher_waits_ends_the_wait_when_it_is_due():
+    """The late retry on PostgreSQL: with more than one handler slot the dispatcher reserves
+    again while the handler runs, finds nothing (the message is reserved, not delayed) and
+    waits up to the poll fallback. The handler then fails the message with a 1 s delay, which
+    sends no wakeup. The wait must end 1 s after the failure, not at the fallback (30 s)."""
+    worker, clock = make_worker(PG, concurrency=4, poll_fallback=30.0)
+    worker.set_retry("q", RetryPolicy(base=1.0, jitter=0))
+    steps, listen = dispatcher_until_listening(worker, clock, [reservation()])
+    assert listen.deadline == clock.now + 30.0
+    job = worker._pending.get_nowait()  # the reserved job, handed to a handler thread
+
+    clock.now += 0.2  # the handler runs, then fails
+    handler, call = fail_steps(worker, job, RuntimeError("boom"))
+    assert call.kwargs["delay"] == 1.0
+    failed_at = clock.now
+    handler.answer("retry")
+
+    woke = listen_until_it_ends(worker, clock, listen.deadline)
+    assert woke is False
+    assert clock.now == pytest.approx(failed_at + 1.0, abs=1e-9)
+    # ...and the loop reserves again at once, finding the retried message.
+    assert steps.answer(woke) == WAIT_SLOTS
+    assert steps.answer().method == "reserve"
+    assert worker._retry_due.at is None  # reached: forgotten
+
+
+def test_a_client_side_poll_also_ends_when_a_retry_is_due():
+    """Without LISTEN and with several queues the dispatcher sleeps in slices: a retry noted
+    meanwhile ends the sleep when due."""
+    worker, clock = make_worker(MY, "q", "r", poll_min=5.0, poll_max=5.0)
+    assert not worker.use_listen and not worker._long_poll()
+    steps = Steps(worker._wait_steps(5.0))
+    worker._retry_due.note(clock.now + 0.6)
+    slept = 0.0
+    while not steps.done:
+        assert isinstance(steps.op, Pause) and steps.op.seconds <= WAIT_SLICE
+        clock.now += steps.op.seconds
+        slept += steps.op.seconds
+        steps.answer(False)
+    assert steps.result is False and slept == pytest.approx(0.6)
+
+
+def test_without_a_retry_the_wait_lasts_to_its_deadline_and_a_wakeup_ends_it_early():
+    worker, clock = make_worker(PG)
+    start = clock.now
+    assert listen_until_it_ends(worker, clock, start + 3.0) is False
+    assert clock.now == pytest.approx(start + 3.0)
+    start = clock.now
+    assert listen_until_it_ends(worker, clock, start + 3.0, notes_at=start + 1.0) is True
+    assert clock.now < start + 1.0 + WAIT_SLICE and worker._wake_queues == {"q"}
+    assert worker.stats.wakeups == 1
+
+
+def test_a_stop_ends_the_wait_at_the_next_slice():
+    worker, clock = make_worker(PG)
+    steps = Steps(worker._listen_steps(None, clock.now + 30.0))
+    worker.stop()
+    steps.answer([])
+    assert steps.done and steps.result is False
+
+
+# -- the dispatch step sequence --------------------------------------------------------
+
+
+def handle_success(worker: Worker, job: Job) -> tuple[Steps, Call]:
+    steps = Steps(worker._job_steps(job))
+    assert isinstance(steps.op, Handle)
+    assert steps.answer(None) == Acquire(job.lock)
+    job.lock.acquire()
+    return steps, steps.answer(True)
+
+
+def test_a_success_of_a_one_queue_postgresql_worker_commits_and_reserves_its_successor():
+    worker, _ = make_worker(PG, lease=12.0)
+    job = Job(reservation())
+    worker._inflight[("q", "k1", "welcome")] = job
+    steps, call = handle_success(worker, job)
+    assert (call.method, call.args) == ("commit_reserve", (job.reservation,))
+    assert call.kwargs == {"n": 1, "worker": worker.name, "timeout": 12.0, "kinds": None}
+    steps.answer((True, [reservation(key="k2")]))
+    assert steps.done and steps.result.key == "k2"  # the handler runs it next
+    assert list(worker._inflight) == [("q", "k2", "welcome")]  # the successor took the slot
+    assert (worker.stats.succeeded, worker.stats.commit_reserves, worker.stats.reserved) == (1, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "dsn, queues, settings",
+    [(MY, ("q",), {}), (PG, ("q", "r"), {}), (PG, ("q",), {"commit_reserve": False})],
+    ids=["mysql", "several-queues", "commit_reserve-off"],
+)
+def test_otherwise_a_success_commits_plainly(dsn, queues, settings):
+    worker, _ = make_worker(dsn, *queues, **settings)
+    steps, call = handle_success(worker, Job(reservation()))
+    assert call.method == "commit" and call.hard
+    steps.answer(False)  # the reservation had lapsed
+    assert steps.done and steps.result is None
+    assert (worker.stats.succeeded, worker.stats.lost) == (0, 1)
+
+
+def test_after_a_stop_an_unstarted_message_is_handed_back_without_running_its_handler():
+    ran = []
+    worker, _ = make_worker(PG, handler=ran.append)
+    job = Job(reservation())
+    worker._inflight[("q", "k1", "welcome")] = job
+    worker.stop()
+    steps = Steps(worker._serve_steps(job))
+    assert steps.op == Acquire(job.lock)
+    job.lock.acquire()
+    call = steps.answer(True)
+    assert (call.method, call.kwargs) == ("rollback", {"delay": 0})
+    steps.answer(True)
+    assert steps.done and not ran and worker.stats.handed_back == 1 and not worker._inflight
+
+
+def test_a_wakeup_s_queue_is_reserved_first():
+    worker, _ = make_worker(PG, "a", "b", "c")
+    worker._wake_queues.update({"c"})
+    assert worker._reserve_order() == ["c", "a", "b"]
+    assert worker._reserve_order() == ["a", "b", "c"]
+
+
+def test_a_dispatch_error_reconnects_then_backs_off_doubling():
+    worker, _ = make_worker(PG)
+    steps = Steps(worker._dispatch_steps())
+    assert steps.op == WAIT_SLOTS
+    assert steps.answer().method == "reserve"
+    assert steps.throw(PermissionError("revoked")) == RECONNECT
+    assert steps.answer() == Pause(0.5)
+    assert steps.answer(False) == WAIT_SLOTS
+    steps.answer()
+    assert steps.throw(PermissionError("revoked")) == RECONNECT
+    assert steps.answer() == Pause(1.0)
+    assert worker.stats.dispatch_errors == 2 and "revoked" in worker.status().last_error
+    steps.answer(True)  # the stop came during the back-off
+    assert steps.done
+
+
+def test_a_stopped_call_ends_the_reserve_loop_quietly():
+    worker, _ = make_worker(PG)
+    steps = Steps(worker._dispatch_steps())
+    steps.answer()
+    steps.throw(StoppedError())
+    assert steps.done and worker.stats.dispatch_errors == 0
+
+
+def test_an_operation_no_runner_knows_is_an_error():
+    execute = dispatcher({Pause: lambda self, op: op.seconds})
+    assert execute(None, Pause(2.0)) == 2.0
+    with pytest.raises(AssertionError, match="unknown operation"):
+        execute(None, WAIT_SLOTS)
