@@ -221,11 +221,22 @@ BEGIN
     SET out_own = IF(@@SESSION.autocommit = 0, 0, 1 - v_in);
 END //
 
--- pyqueue__random_token: a random token shaped like a UUID (CHAR(36), 32
--- lower-case hex digits from RANDOM_BYTES, MySQL 8.0 and MariaDB 10.10+; on
--- an older server, where RANDOM_BYTES does not exist, an MD5 of UUID(),
--- RAND() and the clock, which is harder to guess than UUID() alone but not
--- cryptographically random). Takes no locks.
+-- pyqueue__random_token: a random version 4 UUID (CHAR(36), lower case),
+-- the reservation token handed out by extend, by a reserve of a queue with
+-- limits and by a dead-letter claim, and the per-call secret from which a
+-- reserve or pop derives the token of each row it claims:
+--   token(secret, id) = the version 4 layout of SHA2(CONCAT(secret, id), 256)
+-- (hex digit 13 set to 4, digit 17 to one of 8 9 a b, the dashes): 122 bits
+-- that nobody can tell from random without the secret, distinct for the
+-- rows of one call, and computable again by the call (to read back or give
+-- back its claims) without keeping each token. The 16 random bytes come from
+-- RANDOM_BYTES, the server's cryptographic generator (MySQL 8.0, MariaDB
+-- 10.10+). MariaDB 10.6 to 10.9 have no cryptographic generator callable from
+-- SQL: there RANDOM_BYTES fails (1305) and the bytes are a SHA-256 of UUID(),
+-- RAND(), the clock and the connection id, which no other session reads but
+-- which is only as unpredictable as those are (docs/contract.md, "Tokens":
+-- run MariaDB 10.10+ where a token must resist a determined guesser).
+-- Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__random_token //
 CREATE PROCEDURE pyqueue__random_token(
     OUT out_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
@@ -237,8 +248,10 @@ BEGIN
         SET v_hex = LOWER(HEX(RANDOM_BYTES(16)));
     END;
     IF v_hex IS NULL THEN
-        SET v_hex = MD5(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID()));
+        SET v_hex = LEFT(SHA2(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID(), UUID_SHORT()), 256), 32);
     END IF;
+    SET v_hex = INSERT(INSERT(v_hex, 13, 1, '4'),
+                       17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(v_hex, 17, 1), 16, 10) + 1, 1));
     SET out_token = INSERT(INSERT(INSERT(INSERT(v_hex, 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
 END //
 
@@ -558,7 +571,7 @@ BEGIN
                 IF v_own <> 1 THEN
                     CALL pyqueue__group_lock(v_queue, v_group, FALSE, v_locked, v_head_key, v_head_kind);
                 END IF;
-                SET v_token = UUID();
+                CALL pyqueue__random_token(v_token);
                 UPDATE pyqueue_message
                    SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
                        reserve_token = v_token,
@@ -606,7 +619,7 @@ BEGIN
                 -- order of queue_drop (and of the foreign key checks of pushes),
                 -- so that the two cannot deadlock inside a transaction
                 SELECT q.dead_count INTO v_dead FROM pyqueue_queue q WHERE q.queue_name = v_queue FOR UPDATE;
-                SET v_token = UUID();
+                CALL pyqueue__random_token(v_token);
                 UPDATE pyqueue_message
                    SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
                        reserve_token = v_token,
@@ -732,12 +745,11 @@ END //
 -- joined to a locking read by id (FOR UPDATE SKIP LOCKED, primary-key
 -- lookups only: never a gap, never the ready range) of the candidates that
 -- are still exactly as the plain read saw them. A claimed row gets
--- scheduled_at = in_until and the token in_prefix + its position in the
--- call as 12 hex digits, so the claims of one call are found again by
--- (queue_name, scheduled_at = in_until, token prefix) on the due index, in
--- order of the token. For queue_reserve (in_pop FALSE) attempts + 1 and
+-- scheduled_at = in_until and the token derived from in_secret and its id
+-- (pyqueue__random_token), so the claims of one call are found again by id
+-- (io_claimed, in the reserve's order) and token. For queue_reserve (in_pop FALSE) attempts + 1 and
 -- reserved_by = in_worker; a candidate with attempts >= in_max (its last
--- allowed reservation expired) is claimed under another prefix instead and
+-- allowed reservation expired) is claimed under another secret instead and
 -- dead-lettered (pyqueue__dead_letter, one by one: such rows are few), and
 -- does not count; one that pyqueue__dead_letter leaves alone (a FIFO
 -- group's head whose group row is busy) gets its claim back
@@ -765,7 +777,7 @@ CREATE PROCEDURE pyqueue__claim(
     IN    in_max     INT,
     IN    in_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN    in_own     INT,
-    IN    in_prefix  CHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     INOUT io_claimed LONGTEXT CHARACTER SET utf8mb4,
     OUT   out_count  INT)
 SQL SECURITY INVOKER
@@ -781,12 +793,11 @@ BEGIN
     DECLARE v_pr       INT;
     DECLARE v_at       DATETIME(6);
     DECLARE v_id       BIGINT;
-    DECLARE v_base     BIGINT DEFAULT 0;
     DECLARE v_claims   INT;
     DECLARE v_budget   BIGINT;
     DECLARE v_dead     LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_ndead    INT;
-    DECLARE v_dprefix  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_dsecret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_i        INT;
     DECLARE v_done     INT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
@@ -794,12 +805,11 @@ BEGIN
         -- A failing procedure hands no INOUT parameter back to its caller
         -- (io_claimed would reach it as it was when called), so the claims
         -- of this call are given back here, before the error goes on.
-        CALL pyqueue__give_back_claims(in_prefix, io_claimed, in_pop);
+        CALL pyqueue__give_back_claims(in_secret, io_claimed, in_pop);
         RESIGNAL;
     END;
     SET v_left = in_n, out_count = 0, v_budget = @@max_allowed_packet - 4096;
-    CALL pyqueue__random_token(v_dprefix);
-    SET v_dprefix = LEFT(v_dprefix, 24);
+    CALL pyqueue__random_token(v_dsecret);  -- dead-letter claims: never read back or given back
     SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
     walk: WHILE v_priority IS NOT NULL AND v_left > 0 DO
         SET v_rest = v_steps >= 4, v_pr = NULL, v_at = NULL, v_id = NULL;
@@ -823,7 +833,7 @@ BEGIN
                         RESIGNAL;
                     END IF;
                 END;
-                UPDATE (SELECT x.id, j.ord, (in_max IS NOT NULL AND x.attempts >= in_max) AS dead
+                UPDATE (SELECT x.id, (in_max IS NOT NULL AND x.attempts >= in_max) AS dead
                           FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
                                    ord     FOR ORDINALITY,
                                    c_id    BIGINT      PATH '$[0]',
@@ -844,7 +854,9 @@ BEGIN
                        -- why a dead-letter claim goes, unless a consumer said why
                        m.last_error = IF(c.dead, COALESCE(m.last_error, 'reservation expired on its last allowed delivery'),
                                          m.last_error),
-                       m.reserve_token = CONCAT(IF(c.dead, v_dprefix, in_prefix), LOWER(LPAD(HEX(v_base + c.ord), 12, '0')));
+                       m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(IF(c.dead, v_dsecret, in_secret), m.id), 256), 32), 13, 1, '4'),
+                           17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(IF(c.dead, v_dsecret, in_secret), m.id), 256), 17, 1), 16, 10) + 1, 1)),
+                           9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
                 SET v_claims = ROW_COUNT();
             END;
             IF v_claims > 0 THEN
@@ -862,7 +874,9 @@ BEGIN
                            c_at    VARCHAR(26) CHARACTER SET utf8mb4 PATH '$[2]',
                            c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
                   STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-                 WHERE m.reserve_token = CONCAT(v_dprefix, LOWER(LPAD(HEX(v_base + j.ord), 12, '0')));
+                 WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_dsecret, m.id), 256), 32), 13, 1, '4'),
+                     17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_dsecret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+                     9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
                 SET v_claims = v_claims - v_ndead, v_i = 0;
                 WHILE v_i < v_ndead DO
                     BEGIN
@@ -890,7 +904,7 @@ BEGIN
                     SET v_i = v_i + 1;
                 END WHILE;
             END IF;
-            SET v_base = v_base + v_got, v_left = v_left - v_claims, out_count = out_count + v_claims;
+            SET v_left = v_left - v_claims, out_count = out_count + v_claims;
             IF in_pop AND JSON_EXTRACT(v_cand, CONCAT('$[', v_got - 1, '][5]')) > v_budget THEN
                 SET v_left = 0;  -- the result is full
             ELSEIF in_pop THEN
@@ -915,8 +929,8 @@ END //
 -- the ready index for each of the first 4, then the due index for every
 -- lower one), one candidate at a time read without locks, claimed by the
 -- same single statement (an UPDATE joined to a SKIP LOCKED re-read by id
--- of the row as the plain read saw it), with the same token (in_prefix +
--- 000000000001) and the same dead-lettering of a candidate at in_max. So a
+-- of the row as the plain read saw it), with the same tokens (derived from
+-- in_secret and the id) and the same dead-lettering of a candidate at in_max. So a
 -- reserve of one costs a few primary-key and index-range statements rather
 -- than the building and parsing of JSON arrays that pays off for batches.
 -- io_claimed and out_count as pyqueue__claim. Locks: the claimed row, for
@@ -932,7 +946,7 @@ CREATE PROCEDURE pyqueue__claim_one(
     IN    in_max     INT,
     IN    in_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN    in_own     INT,
-    IN    in_prefix  CHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     INOUT io_claimed LONGTEXT CHARACTER SET utf8mb4,
     OUT   out_count  INT)
 SQL SECURITY INVOKER
@@ -951,9 +965,8 @@ BEGIN
     DECLARE v_last_at  DATETIME(6);
     DECLARE v_last_pr  INT;
     DECLARE v_dead     BOOLEAN;
-    DECLARE v_dtoken   CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_dprefix  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
-    DECLARE v_seq      BIGINT DEFAULT 0;
+    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_dsecret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
     DECLARE v_done     INT;
     SET out_count = 0;
     SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
@@ -993,13 +1006,14 @@ BEGIN
             IF v_found = 0 THEN
                 LEAVE candidates;
             END IF;
-            SET v_last_id = v_id, v_last_at = v_at, v_last_pr = v_pr, v_seq = v_seq + 1,
+            SET v_last_id = v_id, v_last_at = v_at, v_last_pr = v_pr,
                 v_dead = (in_max IS NOT NULL AND v_att >= in_max);
-            IF v_dead AND v_dprefix IS NULL THEN
-                CALL pyqueue__random_token(v_dprefix);
-                SET v_dprefix = LEFT(v_dprefix, 24);
+            IF v_dead AND v_dsecret IS NULL THEN
+                CALL pyqueue__random_token(v_dsecret);
             END IF;
-            SET v_dtoken = IF(v_dead, CONCAT(v_dprefix, LOWER(LPAD(HEX(v_seq), 12, '0'))), NULL);
+            SET v_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(IF(v_dead, v_dsecret, in_secret), v_id), 256), 32), 13, 1, '4'),
+                  17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(IF(v_dead, v_dsecret, in_secret), v_id), 256), 17, 1), 16, 10) + 1, 1)),
+                  9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
             SET v_claims = 0;
             BEGIN
                 -- in autocommit mode a claim chosen as a deadlock victim was
@@ -1023,7 +1037,7 @@ BEGIN
                        -- why a dead-letter claim goes, unless a consumer said why
                        m.last_error = IF(v_dead, COALESCE(m.last_error, 'reservation expired on its last allowed delivery'),
                                          m.last_error),
-                       m.reserve_token = IF(v_dead, v_dtoken, CONCAT(in_prefix, '000000000001'));
+                       m.reserve_token = v_token;
                 SET v_claims = ROW_COUNT();
             END;
             IF v_claims > 0 THEN
@@ -1045,9 +1059,9 @@ BEGIN
                             RESIGNAL;
                         END IF;
                     END;
-                    CALL pyqueue__dead_letter(in_queue, in_dlq, v_id, v_dtoken, in_now, TRUE, v_done);
+                    CALL pyqueue__dead_letter(in_queue, in_dlq, v_id, v_token, in_now, TRUE, v_done);
                     IF v_done = -1 THEN  -- its group row was busy: left as it was
-                        CALL pyqueue__unclaim(v_id, v_dtoken, v_at, v_tok);
+                        CALL pyqueue__unclaim(v_id, v_token, v_at, v_tok);
                     END IF;
                 END;
             END IF;
@@ -1062,22 +1076,22 @@ BEGIN
     END WHILE;
 END //
 
--- pyqueue__give_back_claims: undoes the claims of one call (token prefix
--- in_prefix) of the rows in in_claimed (pyqueue__claim's io_claimed): scheduled_at,
+-- pyqueue__give_back_claims: undoes the claims of one call (the tokens
+-- derived from in_secret) of the rows in in_claimed (pyqueue__claim's io_claimed): scheduled_at,
 -- token and worker as they were, attempts - 1 unless in_pop. Called by the
 -- error handlers of pyqueue__claim (for the claims of a call that fails
 -- inside it) and of pyqueue__reserve / queue_pop (for a failure after the
 -- claim returned), so that a call that fails after claiming consumes
--- nothing; a second call finds nothing left under the prefix. Locks: those
+-- nothing; a second call finds none of those tokens left. Locks: those
 -- rows, for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__give_back_claims //
 CREATE PROCEDURE pyqueue__give_back_claims(
-    IN in_prefix  CHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_claimed LONGTEXT CHARACTER SET utf8mb4,
     IN in_pop     BOOLEAN)
 SQL SECURITY INVOKER
 BEGIN
-    IF in_prefix IS NOT NULL AND in_claimed IS NOT NULL THEN
+    IF in_secret IS NOT NULL AND in_claimed IS NOT NULL THEN
         UPDATE JSON_TABLE(CONCAT('[', in_claimed, ']'), '$[*]' COLUMNS (
                    c_id    BIGINT      PATH '$[0]',
                    c_at    DATETIME(6) PATH '$[2]',
@@ -1086,7 +1100,9 @@ BEGIN
           STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
            SET m.scheduled_at = j.c_at, m.attempts = m.attempts - IF(in_pop, 0, 1),
                m.reserve_token = j.c_token, m.reserved_by = j.c_by
-         WHERE m.reserve_token LIKE CONCAT(in_prefix, '%');
+         WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(in_secret, m.id), 256), 32), 13, 1, '4'),
+               17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(in_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+               9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
     END IF;
 END //
 
@@ -3110,10 +3126,10 @@ END //
 -- batch, or one per page of 5000 candidates):
 --   1. pyqueue__claim in pop mode: a plain read of the next ready ids, then
 --      one UPDATE joined to a SKIP LOCKED read by id marks the rows that are
---      still ready with this call's token prefix (scheduled_at = now + the
+--      still ready with this call's tokens (scheduled_at = now + the
 --      queue's visibility_timeout; attempts and worker unchanged). Only one
 --      of two racing pops can mark a row;
---   2. one plain read captures the marked rows into a JSON variable (the
+--   2. one plain read by id and token captures the marked rows into a JSON variable (the
 --      server caps it at max_allowed_packet: step 1 claims no more than
 --      fits, at least one row);
 --   3. history (a queue with history_retention), then one DELETE by id and
@@ -3146,7 +3162,7 @@ BEGIN
     DECLARE v_paused    BOOLEAN;
     DECLARE v_now       DATETIME(6);
     DECLARE v_until     DATETIME(6);
-    DECLARE v_prefix    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_secret    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed   LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
     DECLARE v_count     INT DEFAULT 0;
     DECLARE v_rows      LONGTEXT CHARACTER SET utf8mb4;
@@ -3162,7 +3178,7 @@ BEGIN
     BEGIN
         SET SESSION group_concat_max_len = v_gcl;
         IF v_deleted = 0 THEN  -- nothing removed yet: the marks go back
-            CALL pyqueue__give_back_claims(v_prefix, v_claimed, TRUE);
+            CALL pyqueue__give_back_claims(v_secret, v_claimed, TRUE);
         END IF;
         RESIGNAL;
     END;
@@ -3178,30 +3194,33 @@ BEGIN
     IF NOT v_paused THEN
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND;
-        CALL pyqueue__random_token(v_prefix);
-        SET v_prefix = LEFT(v_prefix, 24);
+        CALL pyqueue__random_token(v_secret);
         SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
         CALL pyqueue__claim(v_queue, NULL, COALESCE(in_n, 1), v_now, v_until, NULL, TRUE, NULL, NULL, 0,
-                            v_prefix, v_claimed, v_count);
+                            v_secret, v_claimed, v_count);
         IF v_count > 0 THEN
             SELECT COUNT(*),
                    CONCAT('[', GROUP_CONCAT(JSON_OBJECT('id', m.id, 't', m.reserve_token, 'k', m.p_key, 'kd', m.p_kind,
                                                         'pl', CAST(m.payload AS CHAR CHARACTER SET utf8mb4),
                                                         'pr', m.priority, 'at', m.attempts,
                                                         'ca', DATE_FORMAT(m.created_at, '%Y-%m-%d %H:%i:%s.%f'))
-                                            ORDER BY m.reserve_token SEPARATOR ','), ']'),
+                                            ORDER BY j.ord SEPARATOR ','), ']'),
                    SUM(m.group_key IS NOT NULL),
                    CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL,
                                                JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key))
                                             SEPARATOR ','), ']')
               INTO v_taken, v_rows, v_ngrouped, v_grouped
-              FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
-             WHERE m.queue_name = v_queue AND m.scheduled_at = v_until
-               AND m.reserve_token LIKE CONCAT(v_prefix, '%');
+              FROM JSON_TABLE(CONCAT('[', v_claimed, ']'), '$[*]' COLUMNS (
+                       ord  FOR ORDINALITY,
+                       c_id BIGINT PATH '$[0]')) AS j
+              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+             WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_secret, m.id), 256), 32), 13, 1, '4'),
+             17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+             9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
             IF v_rows IS NULL OR NOT JSON_VALID(v_rows) THEN
                 -- a row too large to pack (NULL or cut, with a warning):
                 -- give everything back, return nothing
-                CALL pyqueue__give_back_claims(v_prefix, v_claimed, TRUE);
+                CALL pyqueue__give_back_claims(v_secret, v_claimed, TRUE);
                 SET v_rows = NULL, v_taken = 0, v_ngrouped = 0;
             END IF;
             IF v_ngrouped > 0 THEN
@@ -3217,7 +3236,9 @@ BEGIN
                       STRAIGHT_JOIN JSON_TABLE(v_busy, '$[*]' COLUMNS (b_id BIGINT PATH '$')) AS b ON b.b_id = j.c_id
                       STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
                        SET m.scheduled_at = j.c_at, m.reserve_token = j.c_token
-                     WHERE m.reserve_token LIKE CONCAT(v_prefix, '%');
+                     WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_secret, m.id), 256), 32), 13, 1, '4'),
+                         17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+                         9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
                 END IF;
             END IF;
             SELECT q.history_retention INTO v_retention FROM pyqueue_queue q WHERE q.queue_name = v_queue;
@@ -3262,8 +3283,8 @@ END //
 -- pyqueue__reserve: queue_reserve's work on a queue without concurrency
 -- limits, after its checks (in_n and in_kinds as pyqueue__reserve_args
 -- returns them). pyqueue__claim claims up to in_n rows (dead-lettering the
--- ones due for it), then ONE plain read returns them by (queue_name,
--- scheduled_at, token prefix) on the due index, in the reserve's order; a
+-- ones due for it), then ONE plain read returns them by id and token, in
+-- the reserve's order (the order of the claims); a
 -- claim that expired and was taken over meanwhile (a timeout shorter than
 -- the call) is left out, its token would already be stale. An error after
 -- claims gives them back as they were (pyqueue__give_back_claims), so a
@@ -3284,14 +3305,14 @@ BEGIN
     DECLARE v_now     DATETIME(6);
     DECLARE v_until   DATETIME(6);
     DECLARE v_own     INT DEFAULT 0;
-    DECLARE v_prefix  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
     DECLARE v_count   INT;
     DECLARE v_gcl     BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         SET SESSION group_concat_max_len = v_gcl;
-        CALL pyqueue__give_back_claims(v_prefix, v_claimed, FALSE);
+        CALL pyqueue__give_back_claims(v_secret, v_claimed, FALSE);
         RESIGNAL;
     END;
     SET v_gcl = @@SESSION.group_concat_max_len;
@@ -3300,24 +3321,27 @@ BEGIN
         /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND;
-        CALL pyqueue__random_token(v_prefix);
-        SET v_prefix = LEFT(v_prefix, 24);
+        CALL pyqueue__random_token(v_secret);
         IF in_n = 1 THEN
             CALL pyqueue__claim_one(in_queue, in_kinds, v_now, v_until, in_worker, in_max, in_dlq, v_own,
-                                    v_prefix, v_claimed, v_count);
+                                    v_secret, v_claimed, v_count);
         ELSE
             SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
             CALL pyqueue__claim(in_queue, in_kinds, in_n, v_now, v_until, in_worker, FALSE, in_max, in_dlq, v_own,
-                                v_prefix, v_claimed, v_count);
+                                v_secret, v_claimed, v_count);
             SET SESSION group_concat_max_len = v_gcl;
         END IF;
     END IF;
     SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
            m.attempts, m.created_at, m.scheduled_at_initially
-      FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
-     WHERE m.queue_name = in_queue AND m.scheduled_at = v_until
-       AND m.reserve_token LIKE CONCAT(v_prefix, '%')
-     ORDER BY m.reserve_token;
+      FROM JSON_TABLE(CONCAT('[', v_claimed, ']'), '$[*]' COLUMNS (
+               ord  FOR ORDINALITY,
+               c_id BIGINT PATH '$[0]')) AS j
+      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+     WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_secret, m.id), 256), 32), 13, 1, '4'),
+       17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+       9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-')
+     ORDER BY j.ord;
 END //
 
 -- queue_reserve: hands out up to in_n ready messages, highest priority
@@ -3514,7 +3538,7 @@ BEGIN
                            FOR UPDATE SKIP LOCKED;
                     END;
                     IF v_found = 1 THEN
-                        SET v_token = UUID();
+                        CALL pyqueue__random_token(v_token);
                         IF v_attempts >= v_max THEN
                             -- Its last allowed reservation expired: claim it
                             -- for the dead-letter step (attempts unchanged).
@@ -3788,7 +3812,7 @@ BEGIN
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
     IF v_id > 0 THEN
-        SET v_token = UUID();
+        CALL pyqueue__random_token(v_token);
         SET v_until = UTC_TIMESTAMP(6)
                       + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
         -- the three steps above (1 and 3 only for a kind with a limit), each
