@@ -2399,7 +2399,7 @@ $$;
 -- a NULL or malformed token (text or uuid elements). Locks: the deleted rows, in key order (the order queue_drop
 -- locks them in, so the two cannot deadlock).
 DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
-CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens anycompatiblearray)
+CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens anycompatible)
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
@@ -2410,7 +2410,8 @@ DECLARE
     v_count integer := 0;
     v_queue pyqueue_queue;
     v_one   record;
-    v_tokens uuid[];
+    v_texts     text[];
+    v_tokens    uuid[];
     v_malformed integer;
 BEGIN
     v_queue := pyqueue__queue(in_queue);
@@ -2418,9 +2419,11 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must not be NULL'
             USING ERRCODE = '22023';
     END IF;
+    -- the tokens as text[], whether they came as text[], uuid[] or an array literal
+    v_texts := in_tokens::text::text[];
     v_n := pg_catalog.cardinality(in_keys);
-    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_tokens) > 1
-       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_tokens) <> v_n THEN
+    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(v_texts) > 1
+       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(v_texts) <> v_n THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must have the same length'
             USING ERRCODE = '22023';
     END IF;
@@ -2428,11 +2431,11 @@ BEGIN
         RETURN 0;
     END IF;
     SELECT pg_catalog.min(b.ord) INTO v_bad
-      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
+      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(v_texts))
            WITH ORDINALITY AS b (k, kd, tk, ord)
      WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.tk IS NULL;
     SELECT pg_catalog.min(b.ord) INTO v_malformed  -- MySQL's error for a token not shaped like one
-      FROM pg_catalog.unnest(in_tokens::text[]) WITH ORDINALITY AS b (tk, ord)
+      FROM pg_catalog.unnest(v_texts) WITH ORDINALITY AS b (tk, ord)
      WHERE b.tk !~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$';
     IF v_malformed IS NOT NULL AND v_malformed < coalesce(v_bad, v_n + 1) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch: bad p_key/p_kind or malformed token', v_malformed
@@ -2442,7 +2445,7 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
             USING ERRCODE = '22023';
     END IF;
-    v_tokens := in_tokens::text[]::uuid[];
+    v_tokens := v_texts::uuid[];
     IF v_queue.history_retention IS NOT NULL
        OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key LIKE '%@____-__-__T__:__:__Z')
        OR EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN

@@ -63,7 +63,7 @@ DROP FUNCTION IF EXISTS queue_bind(text, text);
 DROP TABLE IF EXISTS pyqueue_binding;
 
 -- ==== fast paths ====
-DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], anycompatiblearray);
+DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], anycompatible);
 DROP FUNCTION IF EXISTS pyqueue__delete_held(text, text[], text[], uuid[]);
 DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, anycompatible, text, interval, integer, text[]);
 
