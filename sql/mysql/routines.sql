@@ -23,7 +23,6 @@ SET NAMES utf8mb4;
 
 DELIMITER //
 
-
 -- ==== helpers ====
 -- Internal helpers (pyqueue__*), not part of the contract: SQL SECURITY INVOKER, called by the procedures of the
 -- topics below (and so running as their definer). Grouped by the topic that uses them, in the order of the topics.
@@ -56,10 +55,8 @@ BEGIN
     IF CHAR_LENGTH(in_value) > in_max THEN
         CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' is longer than ', in_max, ' characters'));
     END IF;
-    IF in_value LIKE '% ' THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not end with a space'));
-    END IF;
-    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF in_value LIKE '% ' THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not end with a space')); END IF;
+    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_argument', in_what, in_value);
     END IF;
 END //
@@ -99,9 +96,8 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__check_int: refuses a number that is not a whole number within [in_min, in_max] (integer arguments are
--- DECIMAL(65,30), so 2.5 reaches this check instead of being rounded to 3 on the way in). NULL passes. Takes no
--- locks.
+-- pyqueue__check_int: refuses a number that is not whole or not within [in_min, in_max] (integer arguments are
+-- DECIMAL(65,30), so 2.5 is refused instead of rounded). NULL passes. Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_int //
 CREATE PROCEDURE pyqueue__check_int(
     IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
@@ -116,9 +112,8 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__check_token: refuses a NULL token or one that is not shaped like the tokens queue_reserve hands out. Takes
--- no locks. (Every REGEXP here ends with \\z, not $: in MariaDB's PCRE, $ also matches before a final newline, which
--- let 'a\n' through as 'a'.)
+-- pyqueue__check_token: refuses a NULL token or one not shaped like a token ('token is malformed'). Takes no locks.
+-- (Every REGEXP here ends with \\z, not $, which PCRE also matches before a final newline.)
 DROP PROCEDURE IF EXISTS pyqueue__check_token //
 CREATE PROCEDURE pyqueue__check_token(IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY INVOKER
@@ -156,7 +151,7 @@ BEGIN
         CALL pyqueue__raise('invalid_payload',
                             'payload is not valid JSON (MariaDB also refuses JSON nested 32 levels deep)');
     END IF;
-    IF LOCATE(X'ED', CAST(in_payload AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF LOCATE(X'ED', CAST(in_payload AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_payload', 'payload', in_payload);
     END IF;
 END //
@@ -166,7 +161,8 @@ END //
 -- transaction or with autocommit off. MariaDB tells (@@in_transaction, read in a MariaDB-only comment). MySQL 8.0
 -- cannot; there in_probe TRUE probes with a savepoint (ROLLBACK TO one fails with 1305 outside a transaction), FALSE
 -- answers 0 (a single statement is not retried), NULL answers NULL (for a caller that serialises itself otherwise).
--- Takes no locks. Deadlock retry, the one idiom: the statement (or a transaction of its own) in a labelled loop with
+-- Takes no locks. Deadlock retry, the one idiom: REPEAT (SET v_retry = 0, v_tries = v_tries + 1) the statement (or a
+-- transaction of its own) UNTIL v_retry = 0 END REPEAT, with the handler
 --   DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
 -- (ROLLBACK first when it opened one; 1467 too where it waits for the AUTO-INC lock): in autocommit mode a victim
 -- runs again up to 10 times; in the caller's transaction it is the caller's to retry. A claim that is a victim is a
@@ -241,6 +237,31 @@ BEGIN
       FROM pyqueue_queue q
      WHERE q.queue_name = v_queue;
     IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+END //
+
+-- pyqueue__set_paused: queue_pause (in_paused TRUE) and queue_resume (FALSE) of the existing queue in_queue.
+-- Locks: the queue row, for one statement; in autocommit mode a deadlock victim runs again.
+DROP PROCEDURE IF EXISTS pyqueue__set_paused //
+CREATE PROCEDURE pyqueue__set_paused(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_paused BOOLEAN)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_retry INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_own, v_tries INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            UPDATE pyqueue_queue SET paused = in_paused WHERE queue_name = v_queue;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
 END //
 
 -- ---- for consume ----
@@ -391,7 +412,7 @@ BEGIN
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('delay', in_delay, FALSE);
-    IF LOCATE(X'ED', CAST(in_error AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF LOCATE(X'ED', CAST(in_error AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_argument', 'error', in_error);
     END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
@@ -406,7 +427,7 @@ BEGIN
            AND m.reserve_token = v_held;
     END;
     IF v_found = 1 AND v_attempts < v_max THEN
-        attempt: LOOP
+        REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
@@ -418,12 +439,11 @@ BEGIN
                  WHERE id = v_id AND reserve_token = v_held;
                 IF ROW_COUNT() = 1 THEN SET out_outcome = 'retry'; END IF;
             END;
-            IF v_retry = 0 THEN LEAVE attempt; END IF;
-        END LOOP;
+        UNTIL v_retry = 0 END REPEAT;
     ELSEIF v_found = 1 AND v_group IS NOT NULL THEN
         -- A grouped message: the claim, then pyqueue__dead_letter (group row first; never the queue row under it)
         CALL pyqueue__own_transaction(TRUE, v_own);
-        attempt: LOOP
+        REPEAT
             SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
@@ -441,10 +461,9 @@ BEGIN
                     SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
                 END IF;
             END;
-            IF v_retry = 0 THEN LEAVE attempt; END IF;
-        END LOOP;
+        UNTIL v_retry = 0 END REPEAT;
     ELSEIF v_found = 1 THEN
-        dead_attempt: LOOP
+        REPEAT
             SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213, 1467
@@ -468,14 +487,12 @@ BEGIN
                 END IF;
                 IF v_own = 1 THEN COMMIT; END IF;
             END;
-            IF v_retry = 0 THEN LEAVE dead_attempt; END IF;
-        END LOOP;
+        UNTIL v_retry = 0 END REPEAT;
     END IF;
 END //
 
--- pyqueue__reserve_args: the argument checks queue_reserve and queue_commit_reserve share: n at least 1 (NULL = 1),
--- timeout NULL or positive, worker at most 255 characters of valid UTF-8, kinds as pyqueue__kinds (out_kinds: the
--- normalised filter). Takes no locks.
+-- pyqueue__reserve_args: the checks queue_reserve and queue_commit_reserve share: n >= 1 (NULL = 1), timeout NULL or
+-- positive, worker at most 255 characters, kinds as pyqueue__kinds (out_kinds: normalised). Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__reserve_args //
 CREATE PROCEDURE pyqueue__reserve_args(
     IN  in_worker  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -491,7 +508,7 @@ BEGIN
     IF CHAR_LENGTH(in_worker) > 255 THEN
         CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters');
     END IF;
-    IF LOCATE(X'ED', CAST(in_worker AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF LOCATE(X'ED', CAST(in_worker AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_argument', 'worker', in_worker);
     END IF;
     CALL pyqueue__kinds(in_kinds, out_kinds);
@@ -1285,7 +1302,6 @@ BEGIN
     SELECT v_next AS next_at;
 END //
 
-
 -- ---- for groups ----
 --
 -- FIFO groups: a grouped message is its group's head (a real scheduled_at; reserved, popped, rolled back, extended as
@@ -1301,9 +1317,8 @@ END //
 -- group row run in a transaction of their own in autocommit mode (pyqueue__own_transaction(TRUE, ...)), run again on
 -- a deadlock.
 
--- pyqueue__group_lock: locks the row of group in_group of in_queue (FOR UPDATE; with in_nowait FOR UPDATE SKIP
--- LOCKED, where a row another session holds counts as missing) and returns its head. out_found = 0 when there is no
--- such row (or it is busy). Locks: that row, until the transaction ends.
+-- pyqueue__group_lock: locks group in_group's row (FOR UPDATE; with in_nowait SKIP LOCKED, a busy row counting as
+-- missing) and returns its head; out_found = 0 when missing. Locks: that row, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__group_lock //
 CREATE PROCEDURE pyqueue__group_lock(
     IN  in_queue      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1390,7 +1405,7 @@ BEGIN
     DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_hist BIGINT;
     DECLARE v_tries INT DEFAULT 0;
-    attempt: LOOP
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, out_done = 0, v_hist = NULL, v_duplicate = 0;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467
@@ -1442,8 +1457,7 @@ BEGIN
             END IF;
             IF in_own = 1 THEN COMMIT; END IF;
         END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
 END //
 
 -- pyqueue__groups_leave: pyqueue__group_leave for each [id, p_key, p_kind, token, group_key] of in_rows, in group_key
@@ -1493,9 +1507,8 @@ BEGIN
     CLOSE c_rows;
 END //
 
--- pyqueue__unclaim: gives back a claim a reserve made to dead-letter message in_id (token in_token) that it then left
--- alone (its group row was busy): scheduled_at and token as they were (in_at, in_old_token), so the next reserve
--- finds it again. Locks: that row, for one statement.
+-- pyqueue__unclaim: a reserve's dead-letter claim of in_id (in_token) that it left alone (group row busy) goes back:
+-- scheduled_at and token as they were (in_at, in_old_token). Locks: that row, for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__unclaim //
 CREATE PROCEDURE pyqueue__unclaim(
     IN in_id        BIGINT,
@@ -1677,7 +1690,7 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_dlq, v_user VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_users, v_own, v_deadlock INT;
+    DECLARE v_max, v_users, v_own, v_retry INT;
     DECLARE v_paused BOOLEAN;
     DECLARE v_tries INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
@@ -1685,71 +1698,32 @@ BEGIN
     SELECT COUNT(*), MIN(q.queue_name) INTO v_users, v_user
       FROM pyqueue_queue q
      WHERE q.dead_letter_queue = v_queue;
-    IF v_users > 0 THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT('queue is the dead_letter_queue of ', v_user));
-    END IF;
-    CALL pyqueue__own_transaction(NULL, v_own);
-    attempt: LOOP
-        SET v_deadlock = 0, v_tries = v_tries + 1;
+    IF v_users > 0 THEN CALL pyqueue__raise('invalid_argument', CONCAT('queue is the dead_letter_queue of ', v_user)); END IF;
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213 SET v_deadlock = 1;
+            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DELETE FROM pyqueue_queue WHERE queue_name = v_queue;
         END;
-        IF v_deadlock = 0 THEN LEAVE attempt; END IF;
-        IF v_own IS NULL OR v_own = 0 OR v_tries >= 10 THEN
-            SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
-                MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction';
-        END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
 END //
 
--- queue_pause: pop and reserve hand out nothing (an empty result set) until queue_resume. Pushes, commits, rollbacks,
--- extends and moves still work. No result set. Locks: the queue row, for one statement (in autocommit mode, run again
--- when chosen as a deadlock victim).
+-- queue_pause: pop and reserve hand out nothing (an empty result set) until queue_resume; pushes, commits, rollbacks,
+-- extends and moves still work. No result set. Locks: as pyqueue__set_paused.
 DROP PROCEDURE IF EXISTS queue_pause //
 CREATE PROCEDURE queue_pause(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_retry INT;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    CALL pyqueue__own_transaction(FALSE, v_own);
-    attempt: LOOP
-        SET v_retry = 0, v_tries = v_tries + 1;
-        BEGIN
-            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-            UPDATE pyqueue_queue SET paused = TRUE WHERE queue_name = v_queue;
-        END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    CALL pyqueue__set_paused(in_queue, TRUE);
 END //
 
--- queue_resume: undoes queue_pause. No result set. Locks: the queue row, for one statement (in autocommit mode, run
--- again when chosen as a deadlock victim).
+-- queue_resume: undoes queue_pause. No result set. Locks: as pyqueue__set_paused.
 DROP PROCEDURE IF EXISTS queue_resume //
 CREATE PROCEDURE queue_resume(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_retry INT;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    CALL pyqueue__own_transaction(FALSE, v_own);
-    attempt: LOOP
-        SET v_retry = 0, v_tries = v_tries + 1;
-        BEGIN
-            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-            UPDATE pyqueue_queue SET paused = FALSE WHERE queue_name = v_queue;
-        END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    CALL pyqueue__set_paused(in_queue, FALSE);
 END //
 
 -- queue_stats: one row per queue (every queue by name when in_queue is NULL): ready, `delayed`, reserved (unexpired),
@@ -1781,7 +1755,6 @@ BEGIN
      GROUP BY q.queue_name, q.dead_count, q.paused
      ORDER BY q.queue_name;
 END //
-
 
 -- ==== produce ====
 -- Put messages in: one, many in one statement, or one that replaces a waiting message with the same key (debounce);
@@ -1833,7 +1806,7 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
     SET v_at = COALESCE(in_run_at, v_now);
     CALL pyqueue__own_transaction(FALSE, v_own);
-    attempt: LOOP
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
@@ -1844,8 +1817,7 @@ BEGIN
                     v_at, v_now, 0);
             SET v_inserted = ROW_COUNT();
         END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     IF v_inserted = 0 AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
         CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
     END IF;
@@ -1872,7 +1844,7 @@ BEGIN
     IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
         CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
     END IF;
-    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
     END IF;
     SELECT MIN(b.ord) INTO v_bad
@@ -1960,7 +1932,7 @@ BEGIN
     CALL pyqueue__check_messages(in_messages, NULL);
     SET v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__own_transaction(FALSE, v_own);
-    attempt: LOOP
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
@@ -1989,8 +1961,7 @@ BEGIN
              ORDER BY b.ord;
             SET v_inserted = ROW_COUNT();
         END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     IF v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
        AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
         CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
@@ -2112,7 +2083,7 @@ BEGIN
     SET v_at = COALESCE(in_run_at, v_now);
     -- autocommit with no transaction open: the steps in a transaction of their own
     CALL pyqueue__own_transaction(TRUE, v_own);
-    attempt: LOOP
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0, v_head_id = NULL;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467
@@ -2154,8 +2125,7 @@ BEGIN
             END IF;
             IF v_own = 1 THEN COMMIT; END IF;
         END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     IF v_gone = 1 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
     SELECT v_inserted AS pushed;
 END //
@@ -2202,7 +2172,7 @@ BEGIN
      WHERE JSON_TYPE(b.g) = 'STRING';
     -- autocommit with no transaction open: the steps in a transaction of their own
     CALL pyqueue__own_transaction(TRUE, v_own);
-    attempt: LOOP
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467
@@ -2322,15 +2292,13 @@ BEGIN
             END IF;
             IF v_own = 1 AND v_groups > 0 THEN COMMIT; END IF;
         END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     IF v_gone = 1 OR (v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
                       AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue)) THEN
         CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
     END IF;
     SELECT v_inserted AS pushed;
 END //
-
 
 -- ==== consume ====
 -- Take messages out: reserve (or pop, at-most-once), then commit, roll back, fail, extend or move the reservation,
@@ -2643,7 +2611,7 @@ BEGIN
         SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
         priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
             SET v_after_at = NULL, v_after_id = NULL;
-            pages: LOOP
+            REPEAT
                 SET v_page = LEAST(v_left, 1000) + 16, v_got = 0;
                 OPEN c_ready;
                 candidates: LOOP
@@ -2715,8 +2683,7 @@ BEGIN
                     END IF;
                 END LOOP;
                 CLOSE c_ready;
-                IF v_left = 0 OR v_got < v_page THEN LEAVE pages; END IF;
-            END LOOP;
+            UNTIL v_left = 0 OR v_got < v_page END REPEAT;
             SELECT MAX(m.priority) INTO v_priority
               FROM pyqueue_message m
              WHERE m.queue_name = v_queue AND m.priority < v_priority;
@@ -2772,15 +2739,14 @@ BEGIN
         IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
             CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
         END IF;
-        attempt: LOOP
+        REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
                 SET v_done = ROW_COUNT();
             END;
-            IF v_retry = 0 THEN LEAVE attempt; END IF;
-        END LOOP;
+        UNTIL v_retry = 0 END REPEAT;
         CALL pyqueue__unarchive(v_hist, v_done);
     END IF;
     SELECT v_done AS committed;
@@ -2999,7 +2965,7 @@ BEGIN
         CALL pyqueue__group_leave('remove', v_queue, v_group, v_id, v_key, v_kind, NULL, NULL, NULL,
                                   UTC_TIMESTAMP(6), v_own, v_done);
     ELSEIF v_id > 0 THEN
-        attempt: LOOP
+        REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
@@ -3007,20 +2973,17 @@ BEGIN
                 DELETE FROM pyqueue_message WHERE id = v_id AND queue_name = v_queue;
                 SET v_done = ROW_COUNT();
             END;
-            IF v_retry = 0 THEN LEAVE attempt; END IF;
-        END LOOP;
+        UNTIL v_retry = 0 END REPEAT;
     END IF;
     SELECT v_done AS removed;
 END //
-
 
 -- ==== wakeups ====
 -- Waiting for work without polling hard. MySQL has no NOTIFY: the channel and its window are kept for parity with
 -- PostgreSQL; a waiter sleeps until the next message falls due, or long-polls inside the server (queue_wait).
 
--- queue_channel: the PostgreSQL NOTIFY channel name of the queue,
--- 'pyqueue_' + MD5 of its name (the same name on both dialects; MySQL has
--- no NOTIFY, so nothing is ever sent on it here). One row: channel. Raises unknown_queue. Plain read.
+-- queue_channel: the queue's PostgreSQL NOTIFY channel, 'pyqueue_' + MD5 of its name (for parity: MySQL has no
+-- NOTIFY). One row: channel. Raises unknown_queue. Plain read.
 DROP PROCEDURE IF EXISTS queue_channel //
 CREATE PROCEDURE queue_channel(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
@@ -3124,7 +3087,6 @@ BEGIN
     END LOOP;
     SELECT v_ready AS ready;
 END //
-
 
 -- ==== fast paths ====
 -- Two steps of the consume cycle in one call: commit the previous reservation and reserve the next, or commit many
@@ -3376,7 +3338,6 @@ BEGIN
     SELECT v_done AS committed;
 END //
 
-
 -- ==== topics ====
 -- Publish a message to every queue bound to a matching topic pattern: bind, unbind and list the bindings, publish one
 -- message or many.
@@ -3402,7 +3363,7 @@ BEGIN
     SET v_queue = in_queue, v_pattern = in_pattern;
     CALL pyqueue__topic_regex(v_pattern, v_regex);
     CALL pyqueue__own_transaction(FALSE, v_own);
-    attempt: LOOP
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_bound = 1;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
@@ -3411,8 +3372,7 @@ BEGIN
             INSERT INTO pyqueue_binding (pattern, queue_name, pattern_regex, created_at)
             VALUES (v_pattern, v_queue, v_regex, UTC_TIMESTAMP(6));
         END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     IF v_gone = 1 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
     SELECT v_bound AS bound;
 END //
@@ -3436,15 +3396,14 @@ BEGIN
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue, v_pattern = in_pattern;
     CALL pyqueue__own_transaction(FALSE, v_own);
-    attempt: LOOP
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DELETE FROM pyqueue_binding WHERE pattern = v_pattern AND queue_name = v_queue;
             SET v_unbound = ROW_COUNT();
         END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     SELECT v_unbound AS unbound;
 END //
 
@@ -3499,7 +3458,7 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
     SET v_at = COALESCE(in_run_at, v_now);
     CALL pyqueue__own_transaction(FALSE, v_own);
-    attempt: LOOP
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
@@ -3514,8 +3473,7 @@ BEGIN
              ORDER BY q.queue_name;
             SET v_queues = ROW_COUNT();
         END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     SELECT v_queues AS queues;
 END //
 
@@ -3545,7 +3503,7 @@ BEGIN
     CALL pyqueue__check_messages(in_messages, 'topic');
     SET v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__own_transaction(FALSE, v_own);
-    attempt: LOOP
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
@@ -3580,11 +3538,9 @@ BEGIN
              ORDER BY q.queue_name, b.ord;
             SET v_inserted = ROW_COUNT();
         END;
-        IF v_retry = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     SELECT v_inserted AS pushed;
 END //
-
 
 -- ==== history and dead letters ====
 -- What became of messages that left a queue (pyqueue_history: purge, replay), the messages in dead-letter queues
@@ -3860,7 +3816,6 @@ BEGIN
      LIMIT 100;
 END //
 
-
 -- ---- reads for browsing a queue and its throughput: queue_messages, queue_groups, queue_throughput ----
 
 -- queue_messages: a page of in_queue's live messages in key order: in_state 'ready', 'delayed', 'reserved' (NULL =
@@ -3990,7 +3945,6 @@ BEGIN
      ORDER BY q.queue_name, `minute`;
 END //
 
-
 -- ==== limits ====
 -- Concurrency limits: at most capacity messages of a kind reserved at once in a queue. The reserve and extend paths
 -- take and keep the slots through the limit helpers above.
@@ -4019,7 +3973,7 @@ BEGIN
     CALL pyqueue__check_int('capacity', in_capacity, 0, 10000);
     SET v_queue = in_queue, v_kind = in_kind;
     CALL pyqueue__own_transaction(NULL, v_own);
-    attempt: LOOP
+    REPEAT
         SET v_deadlock = 0, v_tries = v_tries + 1, v_i = 1, v_now = UTC_TIMESTAMP(6);
         BEGIN
             DECLARE v_done INT DEFAULT 0;
@@ -4069,8 +4023,7 @@ BEGIN
             END IF;
             IF v_own = 1 THEN COMMIT; END IF;
         END;
-        IF v_deadlock = 0 THEN LEAVE attempt; END IF;
-    END LOOP;
+    UNTIL v_deadlock = 0 END REPEAT;
 END //
 
 -- queue_limits: the limits of a queue (all queues when NULL), by queue and kind: queue, p_kind, capacity, in_use
@@ -4097,7 +4050,6 @@ BEGIN
      ORDER BY l.queue_name, l.p_kind;
 END //
 
-
 -- ==== workers ====
 -- The worker registry: register, heartbeat, deregister, list, and hand back the reservations of workers that stopped
 -- heartbeating.
@@ -4116,13 +4068,9 @@ BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     CALL pyqueue__check_name('name', in_name, 200);
-    IF CHAR_LENGTH(in_host) > 255 THEN
-        CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters');
-    END IF;
-    IF LOCATE(X'ED', CAST(in_host AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
-        CALL pyqueue__check_utf8('invalid_argument', 'host', in_host);
-    END IF;
-    IF LOCATE(X'ED', CAST(in_queues AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF CHAR_LENGTH(in_host) > 255 THEN CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters'); END IF;
+    IF LOCATE(X'ED', CAST(in_host AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'host', in_host); END IF;
+    IF LOCATE(X'ED', CAST(in_queues AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_argument', 'queues', in_queues);
     END IF;
     CALL pyqueue__check_int('pid', in_pid, 0, 2147483647);
@@ -4243,7 +4191,6 @@ BEGIN
      ORDER BY w.worker_id;
 END //
 
-
 -- ==== schedules ====
 -- Recurring messages, every n seconds or on a cron expression (UTC): each occurrence is an ordinary message, and
 -- committing it pushes the next.
@@ -4338,7 +4285,6 @@ BEGIN
      ORDER BY s.queue_name, s.p_key, s.p_kind;
 END //
 
-
 -- ==== ingest ====
 -- Bulk enqueue with plain INSERTs into the table queue_ingest (Spark's df.write.jdbc), then queue_ingest_flush moves
 -- the rows into the queues (no trigger: a row trigger costs MariaDB about 25 us per row).
@@ -4428,7 +4374,8 @@ BEGIN
                     OR LOCATE(X'ED', CAST(i.payload AS BINARY)) > 0);
             INSERT INTO pyqueue_ingest_reject
                    (ingest_id, queue_name, p_key, p_kind, payload, run_at, priority, reason, rejected_at)
-            -- a zero date (inserted without NO_ZERO_DATE) cannot be copied in strict mode: NULL, and the reason says it
+            -- a zero date (inserted without NO_ZERO_DATE) cannot be copied in strict mode: NULL, and the reason says
+            -- it
             SELECT i.ingest_id, i.queue_name, i.p_key, i.p_kind, i.payload,
                    IF(CAST(i.run_at AS CHAR) LIKE '0000-%' OR CAST(i.run_at AS CHAR) LIKE '%-00%', NULL, i.run_at),
                    i.priority,
@@ -4533,11 +4480,9 @@ BEGIN
            v_rejected AS rejected;
 END //
 
-
 -- ==== privileges ====
 -- Nothing to revoke: MySQL has no PUBLIC grant on a new procedure and this file grants nothing (only
 -- automatic_sp_privileges, to the account that runs it). Applications get EXECUTE from pyqueue-sql grant.
-
 
 DELIMITER ;
 

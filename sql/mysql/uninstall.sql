@@ -129,6 +129,7 @@ DROP PROCEDURE IF EXISTS pyqueue__candidates;
 DROP PROCEDURE IF EXISTS pyqueue__reserve_args;
 DROP PROCEDURE IF EXISTS pyqueue__give_back;
 DROP PROCEDURE IF EXISTS pyqueue__dead_letter;
+DROP PROCEDURE IF EXISTS pyqueue__set_paused;
 DROP PROCEDURE IF EXISTS pyqueue__queue;
 DROP PROCEDURE IF EXISTS pyqueue__random_token;
 DROP PROCEDURE IF EXISTS pyqueue__own_transaction;
