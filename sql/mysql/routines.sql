@@ -1,38 +1,18 @@
 -- pyqueue-sql: MySQL 8.0+ / MariaDB 10.6+ procedures, the current state.
 --
--- Runs after schema.sql (the tables) and can be run again at any time: every
--- procedure is dropped if it exists and created again, so a migration
--- re-installs this whole file. Procedures keep the sql_mode they were created
--- under, so this file sets strict mode first and restores the caller's after.
+-- Runs after schema.sql and can be run again at any time: every procedure is dropped and created again. Procedures
+-- keep the sql_mode and character set they were created under, so this file sets strict mode and utf8mb4 first and
+-- restores the caller's after; every text parameter, variable and JSON_TABLE column declares utf8mb4 (names
+-- utf8mb4_bin), whatever the database default (an undeclared one fails with 1253 against utf8mb4_bin or turns
+-- characters into '?').
 --
--- Layout: one section per topic, in the same order in schema.sql,
--- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
--- helpers, queues, produce, consume, wakeups, fast paths, topics, history
--- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
--- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
--- nothing for).
+-- Layout: one section per topic ('-- ==== <topic> ===='), in the order of schema.sql, queries.sql and
+-- docs/contract.md (uninstall.sql: the reverse).
 --
--- Least privilege (README "Least privilege"): every contract
--- procedure (queue_*) is SQL SECURITY DEFINER: it runs with the rights of its
--- DEFINER, the account that ran this file (the migrating user), so that an
--- application account needs EXECUTE on the procedures of its capability and
--- nothing on the tables (pyqueue-sql grant). The internal helpers (pyqueue__*)
--- stay SQL SECURITY INVOKER: called from a contract procedure they already run
--- as the definer, and called by anyone else they have only that caller's
--- rights. DROP PROCEDURE also drops the EXECUTE grants on it, so re-running this
--- file (an upgrade to a new revision does) removes the applications' grants:
--- run `pyqueue-sql grant ... --apply` again after each upgrade.
-
---
--- Character sets: the routines work whatever the database's default
--- character set is (latin1 is MariaDB's compiled-in default). Every table
--- column, parameter, local variable and JSON_TABLE column that holds text
--- declares utf8mb4 (names utf8mb4_bin); an undeclared one would take the
--- database default and then fail with 1253 where it meets COLLATE utf8mb4_bin,
--- or turn characters outside latin1 into '?'. A routine also keeps the
--- connection character set it was created under (its string literals and
--- CAST(... AS CHAR)): this file switches the session to utf8mb4 first and
--- restores the caller's after.
+-- Least privilege: contract procedures (queue_*) are SQL SECURITY DEFINER (they run as the account that ran this
+-- file), so an application needs EXECUTE on those of its capability and nothing on the tables (pyqueue-sql grant);
+-- helpers (pyqueue__*) are SQL SECURITY INVOKER. DROP PROCEDURE drops the EXECUTE grants on it: after re-running this
+-- file, run `pyqueue-sql grant ... --apply` again.
 
 SET @pyqueue_saved_sql_mode = @@SESSION.sql_mode;
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
@@ -43,21 +23,16 @@ SET NAMES utf8mb4;
 
 DELIMITER //
 
-
 -- ==== helpers ====
--- Internal helpers (pyqueue__*), not part of the contract: SQL SECURITY
--- INVOKER, called by the procedures of the topics below (and so running as
--- their definer). Grouped by the topic that uses them, in the order of the
--- topics.
+-- Internal helpers (pyqueue__*), not part of the contract: SQL SECURITY INVOKER, called by the procedures of the
+-- topics below (and so running as their definer). Grouped by the topic that uses them, in the order of the topics.
 
 -- ---- checks and lookups used by every topic ----
 
--- pyqueue__raise: signals 'pyqueue:<in_code>: <in_detail>' (cut to the 128
--- characters MESSAGE_TEXT allows). Takes no locks.
+-- pyqueue__raise: signals 'pyqueue:<in_code>: <in_detail>' (cut to the 128 characters MESSAGE_TEXT allows). Takes no
+-- locks.
 DROP PROCEDURE IF EXISTS pyqueue__raise //
-CREATE PROCEDURE pyqueue__raise(
-    IN in_code   VARCHAR(32) CHARACTER SET utf8mb4,
-    IN in_detail TEXT        CHARACTER SET utf8mb4)
+CREATE PROCEDURE pyqueue__raise(IN in_code VARCHAR(32) CHARACTER SET utf8mb4, IN in_detail TEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_text VARCHAR(128) CHARACTER SET utf8mb4;
@@ -65,9 +40,8 @@ BEGIN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_text;
 END //
 
--- pyqueue__check_name: refuses a name that is NULL, empty, longer than
--- in_max characters or ends with a space (see "Names compare exactly").
--- Takes no locks.
+-- pyqueue__check_name: refuses a name that is NULL, empty, longer than in_max characters or ends with a space (see
+-- "Names compare exactly"). Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_name //
 CREATE PROCEDURE pyqueue__check_name(
     IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
@@ -81,27 +55,16 @@ BEGIN
     IF CHAR_LENGTH(in_value) > in_max THEN
         CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' is longer than ', in_max, ' characters'));
     END IF;
-    IF in_value LIKE '% ' THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not end with a space'));
-    END IF;
-    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF in_value LIKE '% ' THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not end with a space')); END IF;
+    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_argument', in_what, in_value);
     END IF;
 END //
 
--- pyqueue__check_utf8: refuses text holding a UTF-16 surrogate (U+D800 to
--- U+DFFF, bytes ED A0-BF ..), which MariaDB's utf8mb4 accepts but is not
--- UTF-8: stored, it would break every strict UTF-8 reader of the row. (Other
--- invalid bytes are already refused by the server when it converts the
--- argument, error 1366; MySQL 8 refuses surrogates there too.) in_code is the
--- pyqueue code to raise. NULL passes. Takes no locks.
--- How: UTF-16 cannot encode a lone surrogate, so text that holds one comes
--- back changed ('?') from a round trip through utf16, and any other text comes
--- back byte for byte. (No REGEXP on the bytes: MySQL 8.0.22+ refuses REGEXP
--- on a binary string, error 3995; no test of the server's name either.) The
--- round trip runs only on text holding the byte ED, the lead byte of every
--- surrogate, which the LOCATE finds in one pass; on MySQL, whose utf8mb4
--- already refuses surrogates, it then never differs.
+-- pyqueue__check_utf8: refuses text holding a UTF-16 surrogate (bytes ED A0-BF ..), which MariaDB's utf8mb4 accepts
+-- but no strict UTF-8 reader does (other invalid bytes the server refuses itself, 1366). in_code: the pyqueue code to
+-- raise. NULL passes. Takes no locks. How: a lone surrogate does not survive a round trip through utf16, any other
+-- text does byte for byte (no REGEXP on bytes: MySQL 8.0.22+ refuses it, 3995); run only on text holding the byte ED.
 DROP PROCEDURE IF EXISTS pyqueue__check_utf8 //
 CREATE PROCEDURE pyqueue__check_utf8(
     IN in_code  VARCHAR(32) CHARACTER SET utf8mb4,
@@ -115,9 +78,8 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__check_duration: refuses a negative duration (or, with
--- in_positive, one that is not above zero) and one over 100 years.
--- NULL passes (it means "the default"). Takes no locks.
+-- pyqueue__check_duration: refuses a negative duration (or, with in_positive, one that is not above zero) and one
+-- over 100 years. NULL passes (it means "the default"). Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_duration //
 CREATE PROCEDURE pyqueue__check_duration(
     IN in_what     VARCHAR(32) CHARACTER SET utf8mb4,
@@ -125,9 +87,7 @@ CREATE PROCEDURE pyqueue__check_duration(
     IN in_positive BOOLEAN)
 SQL SECURITY INVOKER
 BEGIN
-    IF in_value < 0 THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not be negative'));
-    END IF;
+    IF in_value < 0 THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not be negative')); END IF;
     IF in_positive AND in_value = 0 THEN
         CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must be greater than zero'));
     END IF;
@@ -136,10 +96,8 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__check_int: refuses a number that is not a whole number within
--- [in_min, in_max] (integer arguments are DECIMAL(65,30), so 2.5 reaches
--- this check instead of being rounded to 3 on the way in). NULL passes.
--- Takes no locks.
+-- pyqueue__check_int: refuses a number that is not whole or not within [in_min, in_max] (integer arguments are
+-- DECIMAL(65,30), so 2.5 is refused instead of rounded). NULL passes. Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_int //
 CREATE PROCEDURE pyqueue__check_int(
     IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
@@ -154,25 +112,20 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__check_token: refuses a NULL token or one that is not shaped like
--- the tokens queue_reserve hands out. Takes no locks. (Every REGEXP here ends
--- with \\z, not $: in MariaDB's PCRE, $ also matches before a final newline,
--- which let 'a\n' through as 'a'.)
+-- pyqueue__check_token: refuses a NULL token or one not shaped like a token ('token is malformed'). Takes no locks.
+-- (Every REGEXP here ends with \\z, not $, which PCRE also matches before a final newline.)
 DROP PROCEDURE IF EXISTS pyqueue__check_token //
-CREATE PROCEDURE pyqueue__check_token(
-    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE pyqueue__check_token(IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY INVOKER
 BEGIN
-    IF in_token IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'token must not be NULL');
-    END IF;
+    IF in_token IS NULL THEN CALL pyqueue__raise('invalid_argument', 'token must not be NULL'); END IF;
     IF NOT (in_token REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z') THEN
         CALL pyqueue__raise('invalid_argument', 'token is malformed');
     END IF;
 END //
 
--- pyqueue__check_reservation: refuses a key, kind or token that cannot name
--- a reservation (commit, rollback, extend, move). Takes no locks.
+-- pyqueue__check_reservation: refuses a key, kind or token that cannot name a reservation (commit, rollback, extend,
+-- move). Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_reservation //
 CREATE PROCEDURE pyqueue__check_reservation(
     IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -185,11 +138,10 @@ BEGIN
     CALL pyqueue__check_token(in_token);
 END //
 
--- pyqueue__check_payload: refuses a NULL payload (the JSON value null is
--- the text 'null') and text that is not JSON. Takes no locks.
+-- pyqueue__check_payload: refuses a NULL payload (the JSON value null is the text 'null') and text that is not JSON.
+-- Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_payload //
-CREATE PROCEDURE pyqueue__check_payload(
-    IN in_payload LONGTEXT CHARACTER SET utf8mb4)
+CREATE PROCEDURE pyqueue__check_payload(IN in_payload LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
     IF in_payload IS NULL THEN
@@ -199,36 +151,55 @@ BEGIN
         CALL pyqueue__raise('invalid_payload',
                             'payload is not valid JSON (MariaDB also refuses JSON nested 32 levels deep)');
     END IF;
-    IF LOCATE(X'ED', CAST(in_payload AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF LOCATE(X'ED', CAST(in_payload AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_payload', 'payload', in_payload);
     END IF;
 END //
 
--- pyqueue__own_transaction: out_own = 1 when the session is in autocommit
--- mode with no transaction open, so that a routine may run its statements
--- in a transaction of its own (START TRANSACTION ... COMMIT) without ending
--- one of the caller's; 0 inside the caller's transaction (or with
--- autocommit off); NULL when the server cannot tell: MySQL 8.0 has no
--- @@in_transaction, so the statement reading it sits in a MariaDB-only
--- executable comment (MySQL skips it as a comment). Takes no locks.
+-- pyqueue__own_transaction: the one test of "am I in autocommit". out_own = 1 in autocommit mode with no transaction
+-- open (the routine may run its steps in a transaction of its own and retry a deadlock victim), 0 in the caller's
+-- transaction or with autocommit off. MariaDB tells (@@in_transaction, read in a MariaDB-only comment). MySQL 8.0
+-- cannot; there in_probe TRUE probes with a savepoint (ROLLBACK TO one fails with 1305 outside a transaction), FALSE
+-- answers 0 (a single statement is not retried), NULL answers NULL (for a caller that serialises itself otherwise).
+-- Takes no locks. Deadlock retry, the one idiom: REPEAT (SET v_retry = 0, v_tries = v_tries + 1) the statement (or a
+-- transaction of its own) UNTIL v_retry = 0 END REPEAT, with the handler
+--   DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+-- (ROLLBACK first when it opened one; 1467 too where it waits for the AUTO-INC lock): in autocommit mode a victim
+-- runs again up to 10 times; in the caller's transaction it is the caller's to retry. A claim that is a victim is a
+-- claim not made: BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END.
 DROP PROCEDURE IF EXISTS pyqueue__own_transaction //
-CREATE PROCEDURE pyqueue__own_transaction(
-    OUT out_own INT)
+CREATE PROCEDURE pyqueue__own_transaction(IN in_probe BOOLEAN, OUT out_own INT)
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_in INT DEFAULT NULL;
     /*M!100300 SET v_in = @@SESSION.in_transaction; */
-    SET out_own = IF(@@SESSION.autocommit = 0, 0, 1 - v_in);
+    IF @@SESSION.autocommit = 0 THEN
+        SET out_own = 0;
+    ELSEIF v_in IS NOT NULL THEN
+        SET out_own = 1 - v_in;
+    ELSEIF in_probe IS NULL OR NOT in_probe THEN
+        SET out_own = IF(in_probe IS NULL, NULL, 0);
+    ELSE
+        SET out_own = 0;
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1305 SET out_own = 1;
+            SAVEPOINT pyqueue__own_probe;
+            ROLLBACK TO SAVEPOINT pyqueue__own_probe;
+        END;
+        IF out_own = 0 THEN RELEASE SAVEPOINT pyqueue__own_probe; END IF;
+    END IF;
 END //
 
--- pyqueue__random_token: a random token shaped like a UUID (CHAR(36), 32
--- lower-case hex digits from RANDOM_BYTES, MySQL 8.0 and MariaDB 10.10+; on
--- an older server, where RANDOM_BYTES does not exist, an MD5 of UUID(),
--- RAND() and the clock, which is harder to guess than UUID() alone but not
--- cryptographically random). Takes no locks.
+-- pyqueue__random_token: a random version 4 UUID (CHAR(36), lower case): the token of an extend, of a limited reserve
+-- and of a dead-letter claim, and the per-call secret from which a reserve or pop derives the token of each row it
+-- claims, token(secret, id) = the version 4 layout of SHA2(CONCAT(secret, id), 256): unguessable without the secret,
+-- distinct per row, and computable again by the call (to read back or give back its claims). The bytes come from
+-- RANDOM_BYTES(16), the server's cryptographic generator (MySQL 8.0, MariaDB 10.10+). MariaDB 10.6 to 10.9 have none
+-- callable from SQL: RANDOM_BYTES fails there (1305) and the bytes are a SHA-256 of UUID(), RAND(), the clock and the
+-- connection id, only as unpredictable as those (use MariaDB 10.10+ where a token must resist a determined guesser).
+-- Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__random_token //
-CREATE PROCEDURE pyqueue__random_token(
-    OUT out_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE pyqueue__random_token(OUT out_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_hex CHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
@@ -237,13 +208,15 @@ BEGIN
         SET v_hex = LOWER(HEX(RANDOM_BYTES(16)));
     END;
     IF v_hex IS NULL THEN
-        SET v_hex = MD5(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID()));
+        SET v_hex = LEFT(SHA2(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID(), UUID_SHORT()), 256), 32);
     END IF;
+    SET v_hex = INSERT(INSERT(v_hex, 13, 1, '4'),
+                       17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(v_hex, 17, 1), 16, 10) + 1, 1));
     SET out_token = INSERT(INSERT(INSERT(INSERT(v_hex, 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
 END //
 
--- pyqueue__queue: validates the queue name, raises unless the queue exists
--- and returns its settings. Plain (non-locking) read.
+-- pyqueue__queue: validates the queue name, raises unless the queue exists and returns its settings. Plain
+-- (non-locking) read.
 DROP PROCEDURE IF EXISTS pyqueue__queue //
 CREATE PROCEDURE pyqueue__queue(
     IN  in_queue               LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -253,7 +226,7 @@ CREATE PROCEDURE pyqueue__queue(
     OUT out_paused             BOOLEAN)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_found INT;
     CALL pyqueue__check_name('queue', in_queue, 128);
     SET v_queue = in_queue;
@@ -263,46 +236,48 @@ BEGIN
            out_dead_letter_queue, out_paused
       FROM pyqueue_queue q
      WHERE q.queue_name = v_queue;
-    IF v_found = 0 THEN
-        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
-    END IF;
+    IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+END //
+
+-- pyqueue__set_paused: queue_pause (in_paused TRUE) and queue_resume (FALSE) of the existing queue in_queue.
+-- Locks: the queue row, for one statement; in autocommit mode a deadlock victim runs again.
+DROP PROCEDURE IF EXISTS pyqueue__set_paused //
+CREATE PROCEDURE pyqueue__set_paused(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_paused BOOLEAN)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_retry INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_own, v_tries INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            UPDATE pyqueue_queue SET paused = in_paused WHERE queue_name = v_queue;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
 END //
 
 -- ---- for consume ----
 
--- pyqueue__dead_letter: the message in_id of queue in_queue, which the
--- caller has just claimed with in_token, goes to in_dead_letter_queue (or
--- nowhere when NULL) and counts in dead_count. out_done = 1 when it left.
--- Steps, each a single statement:
---   1. read the message by id and token;
---   2. upsert it into the dead-letter queue (a newer dead letter of the same
---      key and kind replaces the older one: payload, priority, created_at,
---      and it is ready again with attempts 0 and no reservation, so that a
---      consumer holding the older one can no longer commit the newer away;
---      one blocked in a FIFO group there stays blocked, in its group); the
---      copy has no group, keeps last_error and records dead_from = in_queue
---      and dead_attempts = the deliveries it had there;
---   3. delete it by id and token;
---   4. if that deleted it, dead_count + 1.
--- Interrupted after 1 or 2, the message stays claimed under a token nobody
--- holds; when the claim expires the next reserve dead-letters it again and
--- the upsert absorbs the duplicate. Interrupted after 3, dead_count misses
--- one (a statistic, never a message).
--- A message of a FIFO group (read in step 1): its group row is locked
--- before step 2 and, when it was the head, the next one takes its place
--- after step 3 (pyqueue__group_next). In autocommit mode with no
--- transaction open (pyqueue__group_own) steps 2, 3 and that run in a
--- transaction of their own,
--- run again when a deadlock picks it, and step 4 follows its commit: the
--- queue row is never locked while a group row is held, since a grouped push
--- holds the queue row's shared lock (foreign key) while it waits for group
--- rows. With in_nowait (a reserve, which holds the message claimed) the
--- group row is taken with SKIP LOCKED: when another session holds it
--- nothing happens, out_done = -1 (the caller gives the claim back).
--- Locks: the message row, the dead-letter message row, the queue row, each
--- for one statement (or until the caller's transaction ends); for a
--- grouped message the group row first, then those (but the queue row) and
--- the next message of the group, until the transaction ends.
+-- pyqueue__dead_letter: message in_id of in_queue, just claimed by the caller with in_token, goes to
+-- in_dead_letter_queue (nowhere when NULL) and counts in dead_count; out_done = 1 when it left. Steps, each one
+-- statement: read it by id and token; upsert it into the dead-letter queue (a newer dead letter of the same key and
+-- kind replaces the older one, ready with attempts 0, so a holder of the older one cannot commit the newer away; no
+-- group; keeps last_error; dead_from, dead_attempts); delete it by id and token; if that deleted it, dead_count + 1.
+-- Interrupted, it stays claimed and the next reserve dead-letters it again (the upsert absorbs the duplicate;
+-- dead_count may miss one). A grouped message: its group row is locked first and the next one takes its place
+-- (pyqueue__group_next), in a transaction of its own in autocommit mode, dead_count counted after it (never the queue
+-- row while a group row is held); with in_nowait the group row is taken with SKIP LOCKED, and when busy nothing
+-- happens, out_done = -1 (the caller gives the claim back).
+-- Locks: the message row, the dead-letter message row, the queue row, each for one statement (or until the caller's
+-- transaction ends); for a grouped message its group row first and the group's next message.
 DROP PROCEDURE IF EXISTS pyqueue__dead_letter //
 CREATE PROCEDURE pyqueue__dead_letter(
     IN  in_queue             VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -314,25 +289,15 @@ CREATE PROCEDURE pyqueue__dead_letter(
     OUT out_done             INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_found     INT DEFAULT 1;
-    DECLARE v_key       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_payload   LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_priority  INT;
-    DECLARE v_created   DATETIME(6);
-    DECLARE v_attempts  INT;
-    DECLARE v_error     VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_group     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_head_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_locked    INT DEFAULT 0;
-    DECLARE v_txn       INT DEFAULT 0;
-    DECLARE v_busy      INT DEFAULT 0;
-    DECLARE v_tries     INT DEFAULT 0;
-    DECLARE v_retry     INT;
-    DECLARE v_hist      BIGINT;
-    DECLARE v_deleted   INT DEFAULT 0;
-    DECLARE v_own       INT DEFAULT 0;
+    DECLARE v_found INT DEFAULT 1;
+    DECLARE v_key, v_group, v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind, v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_payload LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_priority, v_attempts, v_retry INT;
+    DECLARE v_created DATETIME(6);
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_locked, v_txn, v_busy, v_tries, v_deleted, v_own INT DEFAULT 0;
+    DECLARE v_hist BIGINT;
     SET out_done = 0;
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
@@ -341,9 +306,7 @@ BEGIN
           FROM pyqueue_message m
          WHERE m.id = in_id AND m.reserve_token = in_token;
     END;
-    IF v_found = 1 AND v_group IS NOT NULL THEN
-        CALL pyqueue__group_own(v_own);
-    END IF;
+    IF v_found = 1 AND v_group IS NOT NULL THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
     attempt: WHILE v_found = 1 DO
         SET v_retry = 0, v_tries = v_tries + 1, v_deleted = 0, v_hist = NULL;
         BEGIN
@@ -353,20 +316,10 @@ BEGIN
                     ROLLBACK;
                     SET v_txn = 0;
                 END IF;
-                IF v_group IS NOT NULL AND v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
+                IF v_group IS NOT NULL AND v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
             END;
             DECLARE EXIT HANDLER FOR SQLEXCEPTION
-            BEGIN
-                IF v_txn = 1 THEN
-                    ROLLBACK;
-                    SET v_txn = 0;
-                END IF;
-                RESIGNAL;
-            END;
+            BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
             IF v_group IS NOT NULL THEN
                 IF v_own = 1 THEN
                     START TRANSACTION;
@@ -406,16 +359,13 @@ BEGIN
                 SET v_txn = 0;
             END IF;
         END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
+        IF v_retry = 0 THEN LEAVE attempt; END IF;
     END WHILE;
     IF v_busy THEN
         SET out_done = -1;
     ELSEIF v_deleted = 1 THEN
         IF v_group IS NOT NULL AND v_own = 1 THEN
-            -- after the group's transaction (see above); a deadlock victim
-            -- here misses one in the statistic, never a message
+            -- after the group's transaction; a deadlock victim here misses one count, never a message
             BEGIN
                 DECLARE CONTINUE HANDLER FOR 1213 BEGIN END;
                 UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue;
@@ -425,33 +375,16 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__give_back: queue_rollback and queue_fail. Gives the message back,
--- eligible again after in_delay (NULL = 0); with in_set_error, in_error (cut
--- to 2000 characters; NULL = no text) becomes its last_error, otherwise
--- last_error stays as it is. out_outcome: 'retry', or, when the message has
--- had max_attempts deliveries, 'dead_lettered' (moved to the dead-letter
--- queue) or 'dropped' (the queue has none; dead_count + 1 either way); NULL
--- when the token no longer holds. Steps:
---   1. locate the message by key and token (plain read); NULL if absent;
---   2a. attempts < max_attempts: UPDATE by id and token clears the
---       reservation (scheduled_at = now + delay). Done;
---   2b. otherwise UPDATE by id and token swaps the caller's token for a new
---       one (claim for dead-lettering, visible again only after the queue's
---       visibility_timeout), then pyqueue__dead_letter: upsert into the
---       dead-letter queue, delete by the new token, dead_count + 1.
--- In autocommit mode on a server that can tell (MariaDB), 2b runs in a
--- transaction of its own, run again when chosen as a deadlock victim.
--- Otherwise, interrupted after the claim of 2b, the message comes back after
--- the visibility timeout and the next reserve dead-letters it (no loss, no
--- double count). A message that stays (2a) keeps its place as its FIFO
--- group's head; one that is dead-lettered (2b) hands it to the next: the
--- claim of 2b, then pyqueue__dead_letter, whose transaction takes the group
--- row first and counts dead_count after it (never the queue row while a
--- group row is held).
--- Locks: the message row (when dead-lettering: the queue row first, then
--- the message row, the dead-letter message row; for a grouped message as
--- pyqueue__dead_letter), each for one statement (or until the caller's
--- transaction ends).
+-- pyqueue__give_back: queue_rollback and queue_fail. The message is eligible again after in_delay (NULL = 0); with
+-- in_set_error its last_error becomes in_error (first 2000 characters). out_outcome: 'retry', or after max_attempts
+-- deliveries 'dead_lettered' / 'dropped' (no dead-letter queue); NULL when the token no longer holds. Steps: locate
+-- by key and token (plain read); below max_attempts one UPDATE by id and token clears the reservation; otherwise one
+-- UPDATE swaps the token for a new one (a claim, visible again only after the visibility timeout) and
+-- pyqueue__dead_letter follows, in autocommit mode in a transaction of its own (the queue row first; a grouped
+-- message as pyqueue__dead_letter). Interrupted after the claim, the next reserve dead-letters it (no loss, no double
+-- count).
+-- Locks: the message row (dead-lettering: the queue row, the message row, the dead-letter row), each for one
+-- statement (or until the caller's transaction ends).
 DROP PROCEDURE IF EXISTS pyqueue__give_back //
 CREATE PROCEDURE pyqueue__give_back(
     IN  in_queue     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -464,39 +397,27 @@ CREATE PROCEDURE pyqueue__give_back(
     OUT out_outcome  VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_error    VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_found    INT DEFAULT 1;
-    DECLARE v_id       BIGINT;
-    DECLARE v_attempts INT;
-    DECLARE v_dead     INT;
-    DECLARE v_own      INT DEFAULT 0;
-    DECLARE v_tries    INT DEFAULT 0;
-    DECLARE v_retry    INT;
-    DECLARE v_group    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_locked   INT;
-    DECLARE v_head_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind, v_dlq, v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key, v_group, v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held, v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_attempts, v_dead, v_retry, v_locked INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_found INT DEFAULT 1;
+    DECLARE v_id BIGINT;
+    DECLARE v_own, v_tries INT DEFAULT 0;
     SET out_outcome = NULL;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('delay', in_delay, FALSE);
-    IF LOCATE(X'ED', CAST(in_error AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF LOCATE(X'ED', CAST(in_error AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_argument', 'error', in_error);
     END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
         v_error = LEFT(in_error, 2000);
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    CALL pyqueue__own_transaction(FALSE, v_own);
     SET v_now = UTC_TIMESTAMP(6);
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
@@ -506,59 +427,30 @@ BEGIN
            AND m.reserve_token = v_held;
     END;
     IF v_found = 1 AND v_attempts < v_max THEN
-        attempt: LOOP
+        REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                -- a deadlock victim in autocommit mode (a queue_drop racing it)
-                -- was this one statement: run it again
-                DECLARE EXIT HANDLER FOR 1213
-                BEGIN
-                    IF v_own = 1 AND v_tries < 10 THEN
-                        SET v_retry = 1;
-                    ELSE
-                        RESIGNAL;
-                    END IF;
-                END;
+                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 UPDATE pyqueue_message
                    SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
                        reserve_token = NULL,
                        reserved_by = NULL,
                        last_error = IF(in_set_error, v_error, last_error)
                  WHERE id = v_id AND reserve_token = v_held;
-                IF ROW_COUNT() = 1 THEN
-                    SET out_outcome = 'retry';
-                END IF;
+                IF ROW_COUNT() = 1 THEN SET out_outcome = 'retry'; END IF;
             END;
-            IF v_retry = 0 THEN
-                LEAVE attempt;
-            END IF;
-        END LOOP;
+        UNTIL v_retry = 0 END REPEAT;
     ELSEIF v_found = 1 AND v_group IS NOT NULL THEN
-        -- A message of a FIFO group: never the queue row while its group row
-        -- is held (a grouped push holds the queue row's shared lock while it
-        -- waits for group rows). In autocommit mode the claim is one
-        -- statement and pyqueue__dead_letter runs the rest in a transaction
-        -- of its own that starts with the group row, then counts it;
-        -- interrupted in between, the claim expires and a reserve
-        -- dead-letters it. Inside the caller's transaction the group row
-        -- comes first.
-        CALL pyqueue__group_own(v_own);
-        attempt: LOOP
+        -- A grouped message: the claim, then pyqueue__dead_letter (group row first; never the queue row under it)
+        CALL pyqueue__own_transaction(TRUE, v_own);
+        REPEAT
             SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
             BEGIN
-                -- a deadlock victim in autocommit mode was this one statement: run it again
-                DECLARE EXIT HANDLER FOR 1213
-                BEGIN
-                    IF v_own = 1 AND v_tries < 10 THEN
-                        SET v_retry = 1;
-                    ELSE
-                        RESIGNAL;
-                    END IF;
-                END;
+                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 IF v_own <> 1 THEN
                     CALL pyqueue__group_lock(v_queue, v_group, FALSE, v_locked, v_head_key, v_head_kind);
                 END IF;
-                SET v_token = UUID();
+                CALL pyqueue__random_token(v_token);
                 UPDATE pyqueue_message
                    SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
                        reserve_token = v_token,
@@ -569,44 +461,21 @@ BEGIN
                     SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
                 END IF;
             END;
-            IF v_retry = 0 THEN
-                LEAVE attempt;
-            END IF;
-        END LOOP;
+        UNTIL v_retry = 0 END REPEAT;
     ELSEIF v_found = 1 THEN
-        -- In autocommit mode the steps run in a transaction of their own, so
-        -- that they happen together or not at all, and a deadlock victim (a
-        -- queue_drop racing it; 1467 while waiting for the AUTO-INC lock) is
-        -- rolled back whole and run again instead of failing.
-        dead_attempt: LOOP
+        REPEAT
             SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213, 1467
                 BEGIN
-                    IF v_own = 1 THEN
-                        ROLLBACK;
-                    END IF;
-                    IF v_own = 1 AND v_tries < 10 THEN
-                        SET v_retry = 1;
-                    ELSE
-                        RESIGNAL;
-                    END IF;
+                    IF v_own = 1 THEN ROLLBACK; END IF;
+                    IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
                 END;
-                DECLARE EXIT HANDLER FOR SQLEXCEPTION
-                BEGIN
-                    IF v_own = 1 THEN
-                        ROLLBACK;
-                    END IF;
-                    RESIGNAL;
-                END;
-                IF v_own = 1 THEN
-                    START TRANSACTION;
-                END IF;
-                -- the queue row (dead_count, below) before the message row, the
-                -- order of queue_drop (and of the foreign key checks of pushes),
-                -- so that the two cannot deadlock inside a transaction
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+                IF v_own = 1 THEN START TRANSACTION; END IF;
+                -- the queue row before the message row, as queue_drop and pushes lock them
                 SELECT q.dead_count INTO v_dead FROM pyqueue_queue q WHERE q.queue_name = v_queue FOR UPDATE;
-                SET v_token = UUID();
+                CALL pyqueue__random_token(v_token);
                 UPDATE pyqueue_message
                    SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
                        reserve_token = v_token,
@@ -616,21 +485,14 @@ BEGIN
                     CALL pyqueue__dead_letter(v_queue, v_dlq, v_id, v_token, v_now, FALSE, v_dead);
                     SET out_outcome = IF(v_dlq IS NULL, 'dropped', 'dead_lettered');
                 END IF;
-                IF v_own = 1 THEN
-                    COMMIT;
-                END IF;
+                IF v_own = 1 THEN COMMIT; END IF;
             END;
-            IF v_retry = 0 THEN
-                LEAVE dead_attempt;
-            END IF;
-        END LOOP;
+        UNTIL v_retry = 0 END REPEAT;
     END IF;
 END //
 
--- pyqueue__reserve_args: the argument checks queue_reserve and
--- queue_commit_reserve share: n at least 1 (NULL = 1), timeout NULL or
--- positive, worker at most 255 characters of valid UTF-8, kinds as
--- pyqueue__kinds (out_kinds: the normalised filter). Takes no locks.
+-- pyqueue__reserve_args: the checks queue_reserve and queue_commit_reserve share: n >= 1 (NULL = 1), timeout NULL or
+-- positive, worker at most 255 characters, kinds as pyqueue__kinds (out_kinds: normalised). Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__reserve_args //
 CREATE PROCEDURE pyqueue__reserve_args(
     IN  in_worker  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -640,35 +502,24 @@ CREATE PROCEDURE pyqueue__reserve_args(
     OUT out_kinds  LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    IF in_n < 1 THEN
-        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
-    END IF;
+    IF in_n < 1 THEN CALL pyqueue__raise('invalid_argument', 'n must be at least 1'); END IF;
     CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
     CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
     IF CHAR_LENGTH(in_worker) > 255 THEN
         CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters');
     END IF;
-    IF LOCATE(X'ED', CAST(in_worker AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF LOCATE(X'ED', CAST(in_worker AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_argument', 'worker', in_worker);
     END IF;
     CALL pyqueue__kinds(in_kinds, out_kinds);
 END //
 
--- pyqueue__candidates: one page of the ready messages of in_queue, in the
--- reserve's order (priority DESC, scheduled_at, id), read WITHOUT locks
--- (a plain SELECT, the read view of the caller's transaction): at most in_k
--- rows after the keyset position (io_pr, io_at, io_id; NULL = from the
--- start), of priority in_priority only (in_rest FALSE: a range of the
--- ready index) or of every priority up to in_priority (in_rest TRUE: the
--- due index (queue_name, scheduled_at, id), ready rows only, sorted; used
--- once the walk over single priorities has taken a few steps, so that
--- delayed and reserved rows of many distinct priorities cost nothing).
--- out_cand: JSON array, in order, of [id, attempts, scheduled_at, token,
--- reserved_by, cum, priority], where cum is a running total of the rows'
--- size in a result (for queue_pop's packet budget; 0 unless in_sizes);
--- out_got: its length; out_max_attempts: the highest attempts in it.
--- io_*: moved to the last row. Needs group_concat_max_len large enough
--- (the callers raise it).
+-- pyqueue__candidates: one page of the ready messages of in_queue in the reserve's order (priority DESC,
+-- scheduled_at, id), read WITHOUT locks: at most in_k rows after the keyset position io_* (NULL = from the start;
+-- moved to the last row), of priority in_priority only (in_rest FALSE: the ready index) or of every priority up to it
+-- (in_rest TRUE: the due index). out_cand: JSON array of [id, attempts, scheduled_at, token, reserved_by, cum,
+-- priority], cum a running total of result sizes (queue_pop's packet budget; 0 unless in_sizes); out_got its length;
+-- out_max_attempts its highest attempts. Needs a large group_concat_max_len (the callers raise it).
 DROP PROCEDURE IF EXISTS pyqueue__candidates //
 CREATE PROCEDURE pyqueue__candidates(
     IN    in_queue         VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -687,8 +538,7 @@ CREATE PROCEDURE pyqueue__candidates(
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_last LONGTEXT CHARACTER SET utf8mb4;
-    -- One of the two branches runs (in_rest is a constant of the statement:
-    -- the other is an impossible WHERE, never read).
+    -- one branch runs (in_rest is constant; the other WHERE is impossible)
     SELECT COUNT(*), MAX(d.attempts),
            CONCAT('[', GROUP_CONCAT(JSON_ARRAY(d.id, d.attempts, DATE_FORMAT(d.scheduled_at, '%Y-%m-%d %H:%i:%s.%f'),
                                                d.reserve_token, d.reserved_by, d.cum, d.priority)
@@ -726,33 +576,18 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__claim: claims up to in_n ready messages of in_queue (of one of
--- in_kinds, NULL = any) in the reserve's order, a page of candidates
--- (pyqueue__candidates, 5000 rows) at a time, each page with ONE statement: an UPDATE
--- joined to a locking read by id (FOR UPDATE SKIP LOCKED, primary-key
--- lookups only: never a gap, never the ready range) of the candidates that
--- are still exactly as the plain read saw them. A claimed row gets
--- scheduled_at = in_until and the token in_prefix + its position in the
--- call as 12 hex digits, so the claims of one call are found again by
--- (queue_name, scheduled_at = in_until, token prefix) on the due index, in
--- order of the token. For queue_reserve (in_pop FALSE) attempts + 1 and
--- reserved_by = in_worker; a candidate with attempts >= in_max (its last
--- allowed reservation expired) is claimed under another prefix instead and
--- dead-lettered (pyqueue__dead_letter, one by one: such rows are few), and
--- does not count; one that pyqueue__dead_letter leaves alone (a FIFO
--- group's head whose group row is busy) gets its claim back
--- (pyqueue__unclaim). For queue_pop (in_pop TRUE) attempts and worker stay, and
--- the rows claimed stop where their size in the result would pass
--- max_allowed_packet (at least one row).
--- Priorities are walked from the top, one range of the ready index per
--- priority, for at most 4 priorities; then one read of the due index covers
--- every lower priority, so the cost is bounded by the rows ready, not by
--- the number of distinct priorities among delayed and reserved rows.
--- io_claimed: the claimed pages' candidates are appended to it as the
--- elements of a JSON array without its brackets (start with ''; what
--- pyqueue__give_back_claims restores). out_count: rows claimed.
--- Locks: the claimed rows, for one statement each page (or until the
--- caller's transaction ends); rows another session holds are skipped.
+-- pyqueue__claim: claims up to in_n ready messages of in_queue (of in_kinds, NULL = any) in the reserve's order, a
+-- page of candidates (pyqueue__candidates, 5000) at a time, each page with ONE UPDATE joined to a FOR UPDATE SKIP
+-- LOCKED read by id (never a gap, never the ready range) of the candidates still as read. A claimed row gets
+-- scheduled_at = in_until and the token derived from in_secret and its id, so a call finds its claims again by id
+-- (io_claimed, in order) and token. Reserve (in_pop FALSE): attempts + 1, reserved_by = in_worker; a candidate at
+-- attempts >= in_max is claimed under another secret and dead-lettered instead (one left alone by
+-- pyqueue__dead_letter gets its claim back, pyqueue__unclaim). Pop: attempts and worker stay, and the claims stop
+-- before the result would pass max_allowed_packet (at least one). At most 4 priorities are walked on the ready index,
+-- then one due-index read covers the rest: the cost follows the ready rows. io_claimed: the candidates of the claimed
+-- pages appended as JSON array elements without brackets (start with ''); out_count: rows claimed.
+-- Locks: the claimed rows, for one statement each page (or until the caller's transaction ends); rows another session
+-- holds are skipped.
 DROP PROCEDURE IF EXISTS pyqueue__claim //
 CREATE PROCEDURE pyqueue__claim(
     IN    in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -765,65 +600,39 @@ CREATE PROCEDURE pyqueue__claim(
     IN    in_max     INT,
     IN    in_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN    in_own     INT,
-    IN    in_prefix  CHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     INOUT io_claimed LONGTEXT CHARACTER SET utf8mb4,
     OUT   out_count  INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_priority INT;
-    DECLARE v_steps    INT DEFAULT 0;
-    DECLARE v_rest     BOOLEAN;
-    DECLARE v_left     INT;
-    DECLARE v_k        INT;
-    DECLARE v_got      INT;
-    DECLARE v_maxatt   INT;
-    DECLARE v_cand     LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_pr       INT;
-    DECLARE v_at       DATETIME(6);
-    DECLARE v_id       BIGINT;
-    DECLARE v_base     BIGINT DEFAULT 0;
-    DECLARE v_claims   INT;
-    DECLARE v_budget   BIGINT;
-    DECLARE v_dead     LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_ndead    INT;
-    DECLARE v_dprefix  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_i        INT;
-    DECLARE v_done     INT;
+    DECLARE v_priority, v_left, v_k, v_got, v_maxatt, v_pr, v_claims, v_ndead, v_i, v_done INT;
+    DECLARE v_steps INT DEFAULT 0;
+    DECLARE v_rest BOOLEAN;
+    DECLARE v_cand, v_dead LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_at DATETIME(6);
+    DECLARE v_id, v_budget BIGINT;
+    DECLARE v_dsecret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
-        -- A failing procedure hands no INOUT parameter back to its caller
-        -- (io_claimed would reach it as it was when called), so the claims
-        -- of this call are given back here, before the error goes on.
-        CALL pyqueue__give_back_claims(in_prefix, io_claimed, in_pop);
+        -- a failing procedure returns no INOUT parameter: the claims go back here
+        CALL pyqueue__give_back_claims(in_secret, io_claimed, in_pop);
         RESIGNAL;
     END;
     SET v_left = in_n, out_count = 0, v_budget = @@max_allowed_packet - 4096;
-    CALL pyqueue__random_token(v_dprefix);
-    SET v_dprefix = LEFT(v_dprefix, 24);
+    CALL pyqueue__random_token(v_dsecret);  -- dead-letter claims: never read back or given back
     SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
     walk: WHILE v_priority IS NOT NULL AND v_left > 0 DO
         SET v_rest = v_steps >= 4, v_pr = NULL, v_at = NULL, v_id = NULL;
         pages: LOOP
-            -- pages of at most 5000: the UPDATE's own buffer of changed rows
-            -- (about 1.2 KB each) stays an in-memory table
+            -- pages of at most 5000 keep the UPDATE's buffer of changed rows in memory
             SET v_k = LEAST(v_left, 5000);
             CALL pyqueue__candidates(in_queue, in_kinds, in_now, v_priority, v_rest, v_k, in_pop,
                                      v_pr, v_at, v_id, v_cand, v_got, v_maxatt);
-            IF v_got = 0 THEN
-                LEAVE pages;
-            END IF;
+            IF v_got = 0 THEN LEAVE pages; END IF;
             SET v_claims = 0;
             BEGIN
-                -- in autocommit mode a claim chosen as a deadlock victim was
-                -- this one statement: none of the page's claims was made, as
-                -- if each had lost a race (a later reserve takes them)
-                DECLARE EXIT HANDLER FOR 1213
-                BEGIN
-                    IF in_own <> 1 THEN
-                        RESIGNAL;
-                    END IF;
-                END;
-                UPDATE (SELECT x.id, j.ord, (in_max IS NOT NULL AND x.attempts >= in_max) AS dead
+                DECLARE EXIT HANDLER FOR 1213 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
+                UPDATE (SELECT x.id, (in_max IS NOT NULL AND x.attempts >= in_max) AS dead
                           FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
                                    ord     FOR ORDINALITY,
                                    c_id    BIGINT      PATH '$[0]',
@@ -844,7 +653,9 @@ BEGIN
                        -- why a dead-letter claim goes, unless a consumer said why
                        m.last_error = IF(c.dead, COALESCE(m.last_error, 'reservation expired on its last allowed delivery'),
                                          m.last_error),
-                       m.reserve_token = CONCAT(IF(c.dead, v_dprefix, in_prefix), LOWER(LPAD(HEX(v_base + c.ord), 12, '0')));
+                       m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(IF(c.dead, v_dsecret, in_secret), m.id), 256), 32), 13, 1, '4'),
+                           17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(IF(c.dead, v_dsecret, in_secret), m.id), 256), 17, 1), 16, 10) + 1, 1)),
+                           9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
                 SET v_claims = ROW_COUNT();
             END;
             IF v_claims > 0 THEN
@@ -853,8 +664,7 @@ BEGIN
                                         SUBSTRING(v_cand, 2, CHAR_LENGTH(v_cand) - 2));
             END IF;
             IF in_max IS NOT NULL AND v_maxatt >= in_max AND v_claims > 0 THEN
-                -- the candidates claimed for dead-lettering: [id, token, and
-                -- the scheduled_at and token the claim replaced]
+                -- the candidates claimed for dead-lettering: [id, token, old scheduled_at, old token]
                 SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY(m.id, m.reserve_token, j.c_at, j.c_token)) INTO v_ndead, v_dead
                   FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
                            ord     FOR ORDINALITY,
@@ -862,19 +672,13 @@ BEGIN
                            c_at    VARCHAR(26) CHARACTER SET utf8mb4 PATH '$[2]',
                            c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
                   STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-                 WHERE m.reserve_token = CONCAT(v_dprefix, LOWER(LPAD(HEX(v_base + j.ord), 12, '0')));
+                 WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_dsecret, m.id), 256), 32), 13, 1, '4'),
+                     17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_dsecret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+                     9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
                 SET v_claims = v_claims - v_ndead, v_i = 0;
                 WHILE v_i < v_ndead DO
                     BEGIN
-                        -- in autocommit mode a step chosen as a deadlock
-                        -- victim leaves the message claimed: it comes back
-                        -- when the claim expires and is dead-lettered then
-                        DECLARE EXIT HANDLER FOR 1213, 1467
-                        BEGIN
-                            IF in_own <> 1 THEN
-                                RESIGNAL;
-                            END IF;
-                        END;
+                        DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
                         CALL pyqueue__dead_letter(in_queue, in_dlq,
                                                   JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][0]')),
                                                   JSON_UNQUOTE(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][1]'))),
@@ -890,19 +694,15 @@ BEGIN
                     SET v_i = v_i + 1;
                 END WHILE;
             END IF;
-            SET v_base = v_base + v_got, v_left = v_left - v_claims, out_count = out_count + v_claims;
+            SET v_left = v_left - v_claims, out_count = out_count + v_claims;
             IF in_pop AND JSON_EXTRACT(v_cand, CONCAT('$[', v_got - 1, '][5]')) > v_budget THEN
                 SET v_left = 0;  -- the result is full
             ELSEIF in_pop THEN
                 SET v_budget = v_budget - JSON_EXTRACT(v_cand, CONCAT('$[', v_got - 1, '][5]'));
             END IF;
-            IF v_left <= 0 OR v_got < v_k THEN
-                LEAVE pages;
-            END IF;
+            IF v_left <= 0 OR v_got < v_k THEN LEAVE pages; END IF;
         END LOOP;
-        IF v_rest OR v_left <= 0 THEN
-            LEAVE walk;
-        END IF;
+        IF v_rest OR v_left <= 0 THEN LEAVE walk; END IF;
         SET v_steps = v_steps + 1;
         SELECT MAX(m.priority) INTO v_priority
           FROM pyqueue_message m
@@ -910,18 +710,10 @@ BEGIN
     END WHILE;
 END //
 
--- pyqueue__claim_one: pyqueue__claim for a reserve of one message (not a
--- pop), without its JSON pages: the same walk over priorities (a range of
--- the ready index for each of the first 4, then the due index for every
--- lower one), one candidate at a time read without locks, claimed by the
--- same single statement (an UPDATE joined to a SKIP LOCKED re-read by id
--- of the row as the plain read saw it), with the same token (in_prefix +
--- 000000000001) and the same dead-lettering of a candidate at in_max. So a
--- reserve of one costs a few primary-key and index-range statements rather
--- than the building and parsing of JSON arrays that pays off for batches.
--- io_claimed and out_count as pyqueue__claim. Locks: the claimed row, for
--- one statement (or until the caller's transaction ends); rows another
--- session holds are skipped.
+-- pyqueue__claim_one: pyqueue__claim for a reserve of one message, without JSON pages: the same walk over priorities,
+-- one candidate at a time, the same claiming statement, tokens and dead-lettering (a few primary-key and range
+-- statements instead of building and parsing JSON). io_claimed and out_count as pyqueue__claim. Locks: the claimed
+-- row, for one statement (or until the caller's transaction ends).
 DROP PROCEDURE IF EXISTS pyqueue__claim_one //
 CREATE PROCEDURE pyqueue__claim_one(
     IN    in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -932,36 +724,25 @@ CREATE PROCEDURE pyqueue__claim_one(
     IN    in_max     INT,
     IN    in_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN    in_own     INT,
-    IN    in_prefix  CHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     INOUT io_claimed LONGTEXT CHARACTER SET utf8mb4,
     OUT   out_count  INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_claims   INT;
-    DECLARE v_priority INT;
-    DECLARE v_steps    INT DEFAULT 0;
-    DECLARE v_found    INT;
-    DECLARE v_id       BIGINT;
-    DECLARE v_att      INT;
-    DECLARE v_at       DATETIME(6);
-    DECLARE v_tok      CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_by       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_pr       INT;
-    DECLARE v_last_id  BIGINT;
-    DECLARE v_last_at  DATETIME(6);
-    DECLARE v_last_pr  INT;
-    DECLARE v_dead     BOOLEAN;
-    DECLARE v_dtoken   CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_dprefix  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
-    DECLARE v_seq      BIGINT DEFAULT 0;
-    DECLARE v_done     INT;
+    DECLARE v_claims, v_priority, v_found, v_att, v_pr, v_last_pr, v_done INT;
+    DECLARE v_steps INT DEFAULT 0;
+    DECLARE v_id, v_last_id BIGINT;
+    DECLARE v_at, v_last_at DATETIME(6);
+    DECLARE v_tok, v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_by VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_dead BOOLEAN;
+    DECLARE v_dsecret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
     SET out_count = 0;
     SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
     walk: WHILE v_priority IS NOT NULL DO
         SET v_last_id = NULL, v_last_at = NULL, v_last_pr = NULL;
         candidates: LOOP
-            -- the next candidate after the keyset position; an aggregate over
-            -- at most one row, so that no row is not a "no data" condition
+            -- the next candidate after the keyset position (an aggregate: no row is no "no data")
             IF v_steps < 4 THEN
                 SELECT COUNT(*), MAX(d.id), MAX(d.attempts), MAX(d.scheduled_at), MAX(d.reserve_token),
                        MAX(d.reserved_by), MAX(d.priority)
@@ -990,26 +771,16 @@ BEGIN
                          ORDER BY m.priority DESC, m.scheduled_at, m.id
                          LIMIT 1) AS d;
             END IF;
-            IF v_found = 0 THEN
-                LEAVE candidates;
-            END IF;
-            SET v_last_id = v_id, v_last_at = v_at, v_last_pr = v_pr, v_seq = v_seq + 1,
+            IF v_found = 0 THEN LEAVE candidates; END IF;
+            SET v_last_id = v_id, v_last_at = v_at, v_last_pr = v_pr,
                 v_dead = (in_max IS NOT NULL AND v_att >= in_max);
-            IF v_dead AND v_dprefix IS NULL THEN
-                CALL pyqueue__random_token(v_dprefix);
-                SET v_dprefix = LEFT(v_dprefix, 24);
-            END IF;
-            SET v_dtoken = IF(v_dead, CONCAT(v_dprefix, LOWER(LPAD(HEX(v_seq), 12, '0'))), NULL);
+            IF v_dead AND v_dsecret IS NULL THEN CALL pyqueue__random_token(v_dsecret); END IF;
+            SET v_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(IF(v_dead, v_dsecret, in_secret), v_id), 256), 32), 13, 1, '4'),
+                  17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(IF(v_dead, v_dsecret, in_secret), v_id), 256), 17, 1), 16, 10) + 1, 1)),
+                  9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
             SET v_claims = 0;
             BEGIN
-                -- in autocommit mode a claim chosen as a deadlock victim was
-                -- this one statement: not made, like one that lost a race
-                DECLARE EXIT HANDLER FOR 1213
-                BEGIN
-                    IF in_own <> 1 THEN
-                        RESIGNAL;
-                    END IF;
-                END;
+                DECLARE EXIT HANDLER FOR 1213 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
                 UPDATE (SELECT x.id
                           FROM pyqueue_message x FORCE INDEX (PRIMARY)
                          WHERE x.id = v_id AND x.queue_name = in_queue AND x.scheduled_at <= in_now
@@ -1023,7 +794,7 @@ BEGIN
                        -- why a dead-letter claim goes, unless a consumer said why
                        m.last_error = IF(v_dead, COALESCE(m.last_error, 'reservation expired on its last allowed delivery'),
                                          m.last_error),
-                       m.reserve_token = IF(v_dead, v_dtoken, CONCAT(in_prefix, '000000000001'));
+                       m.reserve_token = v_token;
                 SET v_claims = ROW_COUNT();
             END;
             IF v_claims > 0 THEN
@@ -1036,25 +807,15 @@ BEGIN
                     LEAVE walk;
                 END IF;
                 BEGIN
-                    -- in autocommit mode a step chosen as a deadlock victim
-                    -- leaves the message claimed: it comes back when the
-                    -- claim expires and is dead-lettered then
-                    DECLARE EXIT HANDLER FOR 1213, 1467
-                    BEGIN
-                        IF in_own <> 1 THEN
-                            RESIGNAL;
-                        END IF;
-                    END;
-                    CALL pyqueue__dead_letter(in_queue, in_dlq, v_id, v_dtoken, in_now, TRUE, v_done);
+                    DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
+                    CALL pyqueue__dead_letter(in_queue, in_dlq, v_id, v_token, in_now, TRUE, v_done);
                     IF v_done = -1 THEN  -- its group row was busy: left as it was
-                        CALL pyqueue__unclaim(v_id, v_dtoken, v_at, v_tok);
+                        CALL pyqueue__unclaim(v_id, v_token, v_at, v_tok);
                     END IF;
                 END;
             END IF;
         END LOOP;
-        IF v_steps >= 4 THEN
-            LEAVE walk;
-        END IF;
+        IF v_steps >= 4 THEN LEAVE walk; END IF;
         SET v_steps = v_steps + 1;
         SELECT MAX(m.priority) INTO v_priority
           FROM pyqueue_message m
@@ -1062,22 +823,18 @@ BEGIN
     END WHILE;
 END //
 
--- pyqueue__give_back_claims: undoes the claims of one call (token prefix
--- in_prefix) of the rows in in_claimed (pyqueue__claim's io_claimed): scheduled_at,
--- token and worker as they were, attempts - 1 unless in_pop. Called by the
--- error handlers of pyqueue__claim (for the claims of a call that fails
--- inside it) and of pyqueue__reserve / queue_pop (for a failure after the
--- claim returned), so that a call that fails after claiming consumes
--- nothing; a second call finds nothing left under the prefix. Locks: those
--- rows, for one statement.
+-- pyqueue__give_back_claims: undoes the claims of one call (the tokens derived from in_secret) of the rows in
+-- in_claimed: scheduled_at, token and worker as they were, attempts - 1 unless in_pop; for the error handlers of
+-- pyqueue__claim, pyqueue__reserve and queue_pop, so a failing call consumes nothing. Locks: those rows, for one
+-- statement.
 DROP PROCEDURE IF EXISTS pyqueue__give_back_claims //
 CREATE PROCEDURE pyqueue__give_back_claims(
-    IN in_prefix  CHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_claimed LONGTEXT CHARACTER SET utf8mb4,
     IN in_pop     BOOLEAN)
 SQL SECURITY INVOKER
 BEGIN
-    IF in_prefix IS NOT NULL AND in_claimed IS NOT NULL THEN
+    IF in_secret IS NOT NULL AND in_claimed IS NOT NULL THEN
         UPDATE JSON_TABLE(CONCAT('[', in_claimed, ']'), '$[*]' COLUMNS (
                    c_id    BIGINT      PATH '$[0]',
                    c_at    DATETIME(6) PATH '$[2]',
@@ -1086,15 +843,16 @@ BEGIN
           STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
            SET m.scheduled_at = j.c_at, m.attempts = m.attempts - IF(in_pop, 0, 1),
                m.reserve_token = j.c_token, m.reserved_by = j.c_by
-         WHERE m.reserve_token LIKE CONCAT(in_prefix, '%');
+         WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(in_secret, m.id), 256), 32), 13, 1, '4'),
+               17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(in_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+               9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
     END IF;
 END //
 
 -- ---- for wakeups ----
 
--- pyqueue__kinds: validates a kinds filter (NULL, or a non-empty JSON array
--- of strings) and returns it re-serialised for JSON_CONTAINS(out, JSON_QUOTE(p_kind)),
--- as queue_reserve does. Takes no locks.
+-- pyqueue__kinds: validates a kinds filter (NULL, or a non-empty JSON array of strings) and returns it re-serialised
+-- for JSON_CONTAINS(out, JSON_QUOTE(p_kind)), as queue_reserve does. Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__kinds //
 CREATE PROCEDURE pyqueue__kinds(
     IN  in_kinds  LONGTEXT CHARACTER SET utf8mb4,
@@ -1116,8 +874,7 @@ BEGIN
         IF v_bad > 0 THEN
             CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
         END IF;
-        -- a longer string would be cut to 128 by the VARCHAR(128) below and
-        -- then match the kind spelled by its first 128 characters
+        -- a longer string would be cut to 128 below and match another kind
         SELECT COUNT(*) INTO v_bad
           FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
          WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
@@ -1129,12 +886,9 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__next_at: the earliest scheduled_at of the queue's messages (of
--- one of in_kinds, NULL = any), NULL when none; messages blocked behind
--- their FIFO group's head (the BLOCKED time, see "for groups") are none. One read of the due index
--- (queue_name, scheduled_at, id) in order, stopping at the first row of a
--- wanted kind: without a filter one index entry, whatever the number of
--- distinct priorities. in_now is unused (kept for the callers). Plain read.
+-- pyqueue__next_at: the earliest scheduled_at of the queue's messages (of in_kinds, NULL = any; blocked ones are
+-- none), NULL when none: one ordered read of the due index up to the first wanted kind. in_now is unused (kept for
+-- the callers). Plain read.
 DROP PROCEDURE IF EXISTS pyqueue__next_at //
 CREATE PROCEDURE pyqueue__next_at(
     IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1154,15 +908,10 @@ END //
 
 -- ---- for history and dead letters ----
 
--- pyqueue__archive: when in_queue keeps history (history_retention set),
--- copies message in_id (with its last_error), as long as it is still held by
--- in_token (NULL matches no reservation), into pyqueue_history with
--- in_outcome and in_to_queue; out_history_id = the new history row, or NULL when nothing
--- was copied. Called just BEFORE the statement that removes the message;
--- the caller then calls pyqueue__unarchive, which deletes the copy again
--- when that statement removed nothing. Interrupted between the two in
--- autocommit mode, the history may hold a row for a message that is still
--- live (it is delivered again and archived again), never lose the message.
+-- pyqueue__archive: when in_queue keeps history, copies message in_id, if still held by in_token (NULL: not
+-- reserved), into pyqueue_history with in_outcome and in_to_queue; out_history_id = the copy or NULL. Called just
+-- BEFORE the statement that removes the message; pyqueue__unarchive then deletes the copy if that removed nothing
+-- (interrupted in between: a history row for a live message, never a lost message).
 -- Locks: a shared lock on the message row, for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__archive //
 CREATE PROCEDURE pyqueue__archive(
@@ -1186,48 +935,29 @@ BEGIN
                m.created_at, in_now, in_outcome, in_to_queue, m.reserved_by, m.last_error
           FROM pyqueue_message m
          WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token;
-        IF ROW_COUNT() = 1 THEN
-            SET out_history_id = LAST_INSERT_ID();
-        END IF;
+        IF ROW_COUNT() = 1 THEN SET out_history_id = LAST_INSERT_ID(); END IF;
     END IF;
 END //
 
--- pyqueue__unarchive: deletes the history row in_history_id that
--- pyqueue__archive wrote when the removal it preceded did nothing
--- (in_done = 0). Locks: that history row, for one statement.
+-- pyqueue__unarchive: deletes the history row in_history_id that pyqueue__archive wrote when the removal it preceded
+-- did nothing (in_done = 0). Locks: that history row, for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__unarchive //
-CREATE PROCEDURE pyqueue__unarchive(
-    IN in_history_id BIGINT,
-    IN in_done       INT)
+CREATE PROCEDURE pyqueue__unarchive(IN in_history_id BIGINT, IN in_done INT)
 SQL SECURITY INVOKER
 BEGIN
-    IF in_history_id IS NOT NULL AND in_done = 0 THEN
-        DELETE FROM pyqueue_history WHERE id = in_history_id;
-    END IF;
+    IF in_history_id IS NOT NULL AND in_done = 0 THEN DELETE FROM pyqueue_history WHERE id = in_history_id; END IF;
 END //
 
 -- ---- for limits ----
 
--- pyqueue__limit_take: gives a free slot of (in_queue, in_kind) to the
--- reservation (in_id, in_attempts, ending at in_until); out_ok = 1 when it
--- got one. A slot is busy while its holder is that live reservation, or
--- while the claim is in progress (the message still shows msg_attempts - 1)
--- and msg_until has not passed. Only slots 1..capacity are ever taken. After
--- the capacity was lowered, slots beyond it whose holders are still live
--- stay (queue_set_limit deletes only free ones): before taking a slot, each
--- such holder is moved into a free slot within the capacity, one statement
--- copying it there, one deleting the old slot (interrupted in between, the
--- holder occupies two slots until it ends: fewer hand-outs, never more), so
--- that nothing is handed out while as many as the capacity are live.
--- The taking UPDATE reads the slot rows and, through its subqueries, the
--- holders' message rows and the limit row with locking reads (InnoDB,
--- REPEATABLE READ or SERIALIZABLE): it waits for a slot another session is
--- changing and sees the latest committed holder, never an older snapshot; it
--- takes nothing when the capacity changed since it was read.
--- Locks, per statement: slot rows (scanned in slot_no order), then shared
--- locks on their holders' message rows and the limit row. In autocommit
--- mode a statement chosen as a deadlock victim (a queue_drop cascades over
--- those message rows in another order) is run again instead of failing.
+-- pyqueue__limit_take: gives a free slot (1..capacity) of (in_queue, in_kind) to the reservation (in_id, in_attempts,
+-- until in_until); out_ok = 1 when it got one. A slot is busy while its holder is that live reservation or its claim
+-- is in progress (msg_attempts - 1, before msg_until). Holders left beyond a lowered capacity are first moved into
+-- free slots within it (copy, then delete: interrupted, a holder briefly holds two; fewer hand-outs, never more). The
+-- taking UPDATE reads slots, holders and the limit row with locking reads, so it sees the latest committed state and
+-- takes nothing if the capacity changed.
+-- Locks, per statement: slot rows in slot_no order, then shared locks on the holders' message rows and the limit row;
+-- in autocommit mode a deadlock victim runs again.
 DROP PROCEDURE IF EXISTS pyqueue__limit_take //
 CREATE PROCEDURE pyqueue__limit_take(
     IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1239,40 +969,23 @@ CREATE PROCEDURE pyqueue__limit_take(
     OUT out_ok      INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_cap       INT;
-    DECLARE v_slot      INT;
-    DECLARE v_holder    BIGINT;
-    DECLARE v_h_att     INT;
-    DECLARE v_h_until   DATETIME(6);
-    DECLARE v_moves     INT DEFAULT 0;
-    DECLARE v_found     INT;
-    DECLARE v_own       INT DEFAULT 0;
-    DECLARE v_tries     INT DEFAULT 0;
-    DECLARE v_retry     INT;
+    DECLARE v_cap, v_slot, v_h_att, v_found, v_retry INT;
+    DECLARE v_holder BIGINT;
+    DECLARE v_h_until DATETIME(6);
+    DECLARE v_moves, v_own, v_tries INT DEFAULT 0;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
     SET out_ok = 0;
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    CALL pyqueue__own_transaction(FALSE, v_own);
     slots: LOOP
       SET v_retry = 0, v_tries = v_tries + 1;
       BEGIN
-        -- a deadlock victim in autocommit mode was one statement (a queue_drop
-        -- cascading over the holders' rows in another order): run it again
-        DECLARE EXIT HANDLER FOR 1213
-        BEGIN
-            IF v_own = 1 AND v_tries < 10 THEN
-                SET v_retry = 1;
-            ELSE
-                RESIGNAL;
-            END IF;
-        END;
+        DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
         SELECT MAX(l.capacity) INTO v_cap
           FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = in_kind;
         IF v_cap IS NULL THEN
             LEAVE slots;  -- the limit was removed meanwhile: take nothing this time
         END IF;
-        -- a live holder beyond the capacity (plain read: such slots are never
-        -- taken, only moved and deleted)
+        -- a live holder beyond the capacity (plain read: such slots are never taken, only moved and deleted)
         SET v_found = 1;
         SELECT s.slot_no, s.msg_id, s.msg_attempts, s.msg_until
           INTO v_slot, v_holder, v_h_att, v_h_until
@@ -1304,8 +1017,7 @@ BEGIN
             SET out_ok = ROW_COUNT();
             LEAVE slots;
         END IF;
-        -- move that holder into a free slot within the capacity; none free:
-        -- the kind is full
+        -- move that holder into a free slot within the capacity; none free: the kind is full
         UPDATE pyqueue_limit_slot s
            SET s.msg_id = v_holder, s.msg_attempts = v_h_att, s.msg_until = v_h_until
          WHERE s.queue_name = in_queue AND s.p_kind = in_kind
@@ -1320,31 +1032,20 @@ BEGIN
                                        OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
          ORDER BY s.slot_no
          LIMIT 1;
-        IF ROW_COUNT() = 0 THEN
-            LEAVE slots;
-        END IF;
+        IF ROW_COUNT() = 0 THEN LEAVE slots; END IF;
         DELETE FROM pyqueue_limit_slot
          WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no = v_slot
            AND msg_id = v_holder AND msg_attempts = v_h_att;
         SET v_moves = v_moves + 1;
       END;
-      IF v_retry = 0 AND v_tries > 10000 THEN
-          LEAVE slots;
-      END IF;
+      IF v_retry = 0 AND v_tries > 10000 THEN LEAVE slots; END IF;
     END LOOP;
 END //
 
--- pyqueue__limit_claim: called by queue_reserve for a candidate it is about
--- to deliver (message in_id, seen with in_attempts) when the queue has
--- limits. out_ok = 1 when the kind has no limit or a slot was taken for the
--- delivery (attempts + 1); 0 when the kind is full. io_full: JSON array of
--- the kinds found full in this call (skipped without another look).
--- The slot is taken BEFORE the message is claimed, and counts as busy
--- while the claim is in progress. Interrupted in between, or when the claim
--- then loses a race, the slot holds a reservation that either is someone
--- else's (counted twice until it ends) or never happens (busy until the
--- timeout it would have had): too few hand-outs, never too many.
--- Locks: as pyqueue__limit_take.
+-- pyqueue__limit_claim: for a candidate (in_id, seen with in_attempts) of a queue with limits: out_ok = 1 when its
+-- kind has no limit or a slot was taken for the delivery, 0 when the kind is full (io_full: the kinds found full in
+-- this call). The slot is taken BEFORE the claim; interrupted in between or losing the race, it stays busy until its
+-- timeout: too few hand-outs, never too many. Locks: as pyqueue__limit_take.
 DROP PROCEDURE IF EXISTS pyqueue__limit_claim //
 CREATE PROCEDURE pyqueue__limit_claim(
     IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1363,18 +1064,14 @@ BEGIN
         SET out_ok = 0;
     ELSEIF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = v_kind) THEN
         CALL pyqueue__limit_take(in_queue, v_kind, in_id, in_attempts + 1, in_until, in_now, out_ok);
-        IF out_ok = 0 THEN
-            SET io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', v_kind);
-        END IF;
+        IF out_ok = 0 THEN SET io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', v_kind); END IF;
     END IF;
 END //
 
 -- ---- for schedules ----
 
--- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one
--- cron field: '*', 'a', 'a-b', with '/step' after '*', 'a' or 'a-b', and
--- comma lists of those. Raises invalid_argument naming the field.
--- Takes no locks.
+-- pyqueue__cron_field: the bit mask (bit v set = value v matches) of one cron field: '*', 'a', 'a-b', with '/step'
+-- after '*', 'a' or 'a-b', and comma lists of those. Raises invalid_argument naming the field. Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__cron_field //
 CREATE PROCEDURE pyqueue__cron_field(
     IN  in_field LONGTEXT    CHARACTER SET utf8mb4,
@@ -1384,12 +1081,8 @@ CREATE PROCEDURE pyqueue__cron_field(
     OUT out_mask BIGINT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_rest  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_part  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_range LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_lo    INT;
-    DECLARE v_hi    INT;
-    DECLARE v_step  INT;
+    DECLARE v_rest, v_part, v_range LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_lo, v_hi, v_step INT;
     SET out_mask = 0, v_rest = in_field;
     parts: LOOP
         SET v_part = SUBSTRING_INDEX(v_rest, ',', 1);
@@ -1414,22 +1107,15 @@ BEGIN
             SET out_mask = out_mask | (1 << v_lo);
             SET v_lo = v_lo + v_step;
         END WHILE;
-        IF LOCATE(',', v_rest) = 0 THEN
-            LEAVE parts;
-        END IF;
+        IF LOCATE(',', v_rest) = 0 THEN LEAVE parts; END IF;
         SET v_rest = SUBSTRING(v_rest, LOCATE(',', v_rest) + 1);
     END LOOP;
 END //
 
--- pyqueue__cron_next: the first minute strictly after in_after (UTC) that
--- matches the 5-field cron expression (minute hour day-of-month month
--- day-of-week; day-of-week 0-7, 0 and 7 = Sunday; when both day fields are
--- restricted a day matching either matches, as in Vixie cron). Computed with
--- set operations: the first matching day among the next 8 years of days
--- (numbers made by a cross join of digits, no recursion), then the first
--- matching minute of that day; never minute by minute. Raises
--- invalid_argument for a malformed expression or one that never matches.
--- Takes no locks.
+-- pyqueue__cron_next: the first minute after in_after (UTC) matching the 5-field cron expression (day-of-week 0-7, 0
+-- and 7 Sunday; two restricted day fields match either, as Vixie cron), found with set operations: the first matching
+-- day of the next 8 years, then its first matching minute. invalid_argument for a malformed expression or one that
+-- never matches. Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__cron_next //
 CREATE PROCEDURE pyqueue__cron_next(
     IN  in_cron  LONGTEXT CHARACTER SET utf8mb4,
@@ -1437,21 +1123,12 @@ CREATE PROCEDURE pyqueue__cron_next(
     OUT out_next DATETIME(6))
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_cron  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_min   BIGINT;
-    DECLARE v_hour  BIGINT;
-    DECLARE v_dom   BIGINT;
-    DECLARE v_mon   BIGINT;
-    DECLARE v_dow   BIGINT;
-    DECLARE v_or    INT;
-    DECLARE v_t     DATETIME;
-    DECLARE v_today DATE;
-    DECLARE v_mod   INT;
-    DECLARE v_day   DATE;
-    DECLARE v_first INT;
-    IF in_cron IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'cron must not be NULL');
-    END IF;
+    DECLARE v_cron LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_min, v_hour, v_dom, v_mon, v_dow BIGINT;
+    DECLARE v_or, v_mod, v_first INT;
+    DECLARE v_t DATETIME;
+    DECLARE v_today, v_day DATE;
+    IF in_cron IS NULL THEN CALL pyqueue__raise('invalid_argument', 'cron must not be NULL'); END IF;
     SET v_cron = REGEXP_REPLACE(TRIM(in_cron), ' +', ' ');
     IF CHAR_LENGTH(v_cron) - CHAR_LENGTH(REPLACE(v_cron, ' ', '')) <> 4 THEN
         CALL pyqueue__raise('invalid_argument',
@@ -1462,9 +1139,7 @@ BEGIN
     CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 'day-of-month', 1, 31, v_dom);
     CALL pyqueue__cron_field(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 4), ' ', -1), 'month', 1, 12, v_mon);
     CALL pyqueue__cron_field(SUBSTRING_INDEX(v_cron, ' ', -1), 'day-of-week', 0, 7, v_dow);
-    IF v_dow & 128 <> 0 THEN
-        SET v_dow = (v_dow | 1) & 127;
-    END IF;
+    IF v_dow & 128 <> 0 THEN SET v_dow = (v_dow | 1) & 127; END IF;
     SET v_or = LEFT(SUBSTRING_INDEX(SUBSTRING_INDEX(v_cron, ' ', 3), ' ', -1), 1) <> '*'
                AND LEFT(SUBSTRING_INDEX(v_cron, ' ', -1), 1) <> '*';
     SET v_t = CAST(DATE_FORMAT(in_after, '%Y-%m-%d %H:%i:00') AS DATETIME) + INTERVAL 1 MINUTE;
@@ -1516,10 +1191,8 @@ BEGIN
     SET out_next = CAST(v_day AS DATETIME(6)) + INTERVAL v_first MINUTE;
 END //
 
--- pyqueue__schedule_after: the next occurrence of a schedule after in_after:
--- every_s: the next multiple of every_s seconds since 1970-01-01 UTC; cron:
--- pyqueue__cron_next.
--- Takes no locks.
+-- pyqueue__schedule_after: the next occurrence of a schedule after in_after: every_s: the next multiple of every_s
+-- seconds since 1970-01-01 UTC; cron: pyqueue__cron_next. Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__schedule_after //
 CREATE PROCEDURE pyqueue__schedule_after(
     IN  in_every_s BIGINT,
@@ -1537,17 +1210,11 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__schedule_next: called by queue_commit for a message it is about
--- to delete (the token held at the lookup). When the message is the pending
--- occurrence of a schedule (key = p_key @ next_at), one conditional UPDATE
--- advances next_at past now (only one of two racing calls can match the old
--- next_at) and the winner pushes that occurrence (dedup by its key absorbs a
--- repeat). It runs BEFORE the commit's DELETE: if the DELETE then fails (the
--- token was lost) or never runs (interruption), the old occurrence comes
--- back, and its later commit pushes nothing (no longer pending): no stall,
--- no second next occurrence.
--- Locks: the schedule row (the conditional UPDATE), then the new occurrence,
--- each for one statement.
+-- pyqueue__schedule_next: called by queue_commit before its DELETE. When the message is the pending occurrence of a
+-- schedule (key = p_key @ next_at), one conditional UPDATE advances next_at (one of two racing calls wins) and the
+-- winner pushes the next occurrence (dedup absorbs a repeat). If the DELETE then fails or never runs, the old
+-- occurrence comes back and its later commit pushes nothing: no stall, no duplicate.
+-- Locks: the schedule row, then the new occurrence, each for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__schedule_next //
 CREATE PROCEDURE pyqueue__schedule_next(
     IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1555,14 +1222,12 @@ CREATE PROCEDURE pyqueue__schedule_next(
     IN in_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_base    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_at      DATETIME(6);
-    DECLARE v_next    DATETIME(6);
-    DECLARE v_every   BIGINT;
-    DECLARE v_cron    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_base VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_at, v_next, v_now DATETIME(6);
+    DECLARE v_every BIGINT;
+    DECLARE v_cron VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_payload LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_found   INT DEFAULT 1;
-    DECLARE v_now     DATETIME(6);
+    DECLARE v_found INT DEFAULT 1;
     IF CHAR_LENGTH(in_key) >= 22
        AND RIGHT(in_key, 21) REGEXP '^@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\\z' THEN
         SET v_base = LEFT(in_key, CHAR_LENGTH(in_key) - 21);
@@ -1590,15 +1255,10 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__schedule: creates or replaces a schedule and pushes its first
--- occurrence (the next one after now). A pending occurrence of the replaced
--- schedule is removed unless it is reserved (it then runs, and its commit
--- pushes nothing since it is no longer the pending one). Result: one row,
--- next_at. Steps: upsert the schedule row (next_at = first), remove the old
--- pending occurrence, push the first one: interrupted (the call then fails),
--- the schedule may have no pending occurrence until it is called again.
--- Locks: the schedule row, the old pending occurrence, the new occurrence and
--- a shared lock on the queue row, each for one statement.
+-- pyqueue__schedule: creates or replaces a schedule and pushes its first occurrence (the next after now); the
+-- replaced schedule's pending occurrence goes unless reserved. Result: one row, next_at. Interrupted, the schedule
+-- may lack a pending occurrence until called again.
+-- Locks: the schedule row, the old and new occurrence, a shared lock on the queue row, each for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__schedule //
 CREATE PROCEDURE pyqueue__schedule(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1609,18 +1269,14 @@ CREATE PROCEDURE pyqueue__schedule(
     IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_now    DATETIME(6);
-    DECLARE v_next   DATETIME(6);
-    DECLARE v_old    DATETIME(6);
+    DECLARE v_now, v_next, v_old DATETIME(6);
     DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_oldid  BIGINT;
+    DECLARE v_oldid BIGINT;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('p_key', in_key, 234);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
@@ -1646,83 +1302,23 @@ BEGIN
     SELECT v_next AS next_at;
 END //
 
-
 -- ---- for groups ----
 --
--- FIFO groups: a message pushed with a group (queue_push_grouped,
--- queue_push_batch_grouped) is either its group's head, which has a real
--- scheduled_at and is reserved, popped, rolled back or extended as any
--- message, or blocked behind it with scheduled_at = TIMESTAMP '9999-12-31
--- 23:59:59.999999' (the BLOCKED time, written out wherever it is used: a
--- stored function would be called once per row). A blocked message lies
--- past the end of every ready range, so no reserve, pop or wait visits it
--- and their code knows nothing of groups. pyqueue_group records each
--- non-empty group's head. The head stays head until it leaves the queue
--- (commit, pop, dead-letter, remove, move to another queue); then the
--- blocked message first in (scheduled_at_initially, id) order takes its
--- place (pyqueue__group_next).
---
--- Lock order: the group row BEFORE the group's message rows, in every
--- routine: a locking read waits for rows other transactions inserted and
--- have not committed yet, so a promotion, which holds the group row while it
--- looks for the next message, must never wait for a pusher that waits for
--- the group row. The routines that already hold a message claimed when they
--- find it must leave (a reserve dead-lettering an expired last delivery, a
--- pop) take the group row with SKIP LOCKED and leave that message alone for
--- this call when it is busy: they never wait. Several group rows are taken
--- in group_key order. In autocommit no routine locks a queue row while it
--- holds a group row (dead_count is counted after the group's transaction),
--- since a grouped push holds the queue row's shared lock (foreign key
--- checks) while it waits for group rows; only queue_drop takes the queue row
--- first and cascades, and a deadlock with it is run again as everywhere.
--- Inside a caller's transaction the group row is held to its end, so a
--- dead-letter there counts dead_count under it and can deadlock with a
--- grouped push into the same queue: the server rolls one of the two
--- transactions back (error 1213), which its caller runs again.
--- The steps under a group row are several statements: in autocommit mode
--- with no transaction open (pyqueue__group_own: MariaDB tells, MySQL 8.0 is
--- probed with a savepoint) they run in a transaction of their own, run again
--- whole when a deadlock picks it; inside the caller's transaction they are
--- part of it (and a deadlock, rolling it back, is the caller's to retry).
--- Messages without a group take none of these steps.
+-- FIFO groups: a grouped message is its group's head (a real scheduled_at; reserved, popped, rolled back, extended as
+-- any message) or blocked behind it with scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' (the BLOCKED time,
+-- written out where used), past every ready range, so reserve, pop and wait know nothing of groups. pyqueue_group
+-- records each non-empty group's head; when the head leaves the queue, the blocked message first in
+-- (scheduled_at_initially, id) order takes its place (pyqueue__group_next). Lock order: the group row BEFORE the
+-- group's message rows, everywhere (a promotion holding the group row must never wait for a pusher waiting for it);
+-- routines that already hold a claimed message (a reserve dead-lettering, a pop) take the group row with SKIP LOCKED
+-- and leave the message when it is busy; several group rows in group_key order. In autocommit mode no routine locks a
+-- queue row while it holds a group row (a grouped push holds the queue row's shared lock while it waits for group
+-- rows); inside a caller's transaction that can deadlock, and the victim is the caller's to retry. The steps under a
+-- group row run in a transaction of their own in autocommit mode (pyqueue__own_transaction(TRUE, ...)), run again on
+-- a deadlock.
 
--- pyqueue__group_own: out_own = 1 when the session is in autocommit mode
--- with no transaction open, so that the steps of a group may run in a
--- transaction of their own (START TRANSACTION ... COMMIT) without ending one
--- of the caller's; else 0. MariaDB tells with @@in_transaction (see
--- pyqueue__own_transaction); MySQL 8.0, which has no such variable, by a
--- probe: outside a transaction SAVEPOINT sets nothing, so ROLLBACK TO that
--- savepoint fails with 1305; inside one it undoes nothing (nothing was done
--- since) and the savepoint is released again. Takes no locks.
-DROP PROCEDURE IF EXISTS pyqueue__group_own //
-CREATE PROCEDURE pyqueue__group_own(
-    OUT out_own INT)
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_in INT DEFAULT NULL;
-    /*M!100300 SET v_in = @@SESSION.in_transaction; */
-    IF @@SESSION.autocommit = 0 THEN
-        SET out_own = 0;
-    ELSEIF v_in IS NOT NULL THEN
-        SET out_own = 1 - v_in;
-    ELSE
-        SET out_own = 0;
-        BEGIN
-            DECLARE CONTINUE HANDLER FOR 1305 SET out_own = 1;
-            SAVEPOINT pyqueue__own_probe;
-            ROLLBACK TO SAVEPOINT pyqueue__own_probe;
-        END;
-        IF out_own = 0 THEN
-            RELEASE SAVEPOINT pyqueue__own_probe;
-        END IF;
-    END IF;
-END //
-
--- pyqueue__group_lock: locks the row of group in_group of in_queue (FOR
--- UPDATE; with in_nowait FOR UPDATE SKIP LOCKED, where a row another
--- session holds counts as missing) and returns its head. out_found = 0 when
--- there is no such row (or it is busy). Locks: that row, until the
--- transaction ends.
+-- pyqueue__group_lock: locks group in_group's row (FOR UPDATE; with in_nowait SKIP LOCKED, a busy row counting as
+-- missing) and returns its head; out_found = 0 when missing. Locks: that row, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__group_lock //
 CREATE PROCEDURE pyqueue__group_lock(
     IN  in_queue      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1746,15 +1342,10 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__group_next: called with the row of in_group locked, after its
--- head left in_queue: the blocked message first in (scheduled_at_initially,
--- id) order, run time then push order, becomes head, due at its run time or
--- in_now, whichever is later (it queues behind the heads that are ready
--- already, so a group with a long backlog takes its turn after the others,
--- round robin, instead of starving them); pyqueue_group records it. With
--- none left the group's row goes. Locks: the next message (a locking read
--- of the group's index range, which sees the latest committed rows), the
--- group row (held already).
+-- pyqueue__group_next: with in_group's row locked, after its head left: the blocked message first in
+-- (scheduled_at_initially, id) order becomes head, due at its run time or in_now, whichever is later (round robin
+-- behind the heads already ready); pyqueue_group records it; with none left the group row goes.
+-- Locks: the next message (a locking read of the group's range), the group row (held already).
 DROP PROCEDURE IF EXISTS pyqueue__group_next //
 CREATE PROCEDURE pyqueue__group_next(
     IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1763,9 +1354,9 @@ CREATE PROCEDURE pyqueue__group_next(
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_found INT DEFAULT 1;
-    DECLARE v_id    BIGINT;
-    DECLARE v_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_id BIGINT;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
         SELECT m.id, m.p_key, m.p_kind INTO v_id, v_key, v_kind
@@ -1785,31 +1376,14 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__group_leave: message in_id (in_key, in_kind) of group in_group
--- leaves in_queue, its group's row locked first; when it was the head, the
--- next one takes its place (pyqueue__group_next). in_how:
---   'commit'  the reservation in_token is committed: history as
---             queue_commit, a schedule's next occurrence, the DELETE by id
---             and token;
---   'pop'     popped under the mark in_token (history 'popped'); the group
---             row is taken with SKIP LOCKED: when another session holds it
---             the message stays, out_done = -1 (the caller gives the mark
---             back);
---   'remove'  deleted whatever its state, by id and queue;
---   'move'    moved to in_to_queue without its group, by id and token, as
---             queue_move (history 'moved'; payload in_payload, NULL =
---             unchanged), or deleted when in_to_queue holds its key and kind
---             already;
---   'redrive' as 'move', if still ready and held by in_token as read (NULL:
---             no reservation), without history (queue_redrive archives its
---             page at once) and deleting nothing on a duplicate.
--- out_done = 1 when it left, 0 when it was gone or the token no longer
--- held. in_own = 1: autocommit with no transaction open (pyqueue__group_own),
--- the steps run in a transaction of their own, run again when a deadlock
--- picks it.
--- Locks: the group row, then the message, the next message of the group
--- (and what pyqueue__archive and pyqueue__schedule_next lock), until the
--- transaction ends.
+-- pyqueue__group_leave: message in_id of group in_group leaves in_queue, its group row locked first; a head is
+-- replaced by the next message (pyqueue__group_next). in_how: 'commit' (history, schedule, DELETE by id and token, as
+-- queue_commit); 'pop' (under the mark in_token; the group row with SKIP LOCKED: busy, the message stays and out_done
+-- = -1); 'remove' (by id); 'move' (to in_to_queue without its group, as queue_move, payload in_payload NULL =
+-- unchanged; deleted on a duplicate); 'redrive' (as 'move' if still ready and held by in_token as read, no history,
+-- nothing deleted on a duplicate). out_done = 1 when it left, 0 when gone or the token no longer held. in_own = 1: in
+-- a transaction of its own, run again on a deadlock.
+-- Locks: the group row, the message, the group's next message, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__group_leave //
 CREATE PROCEDURE pyqueue__group_leave(
     IN  in_how      VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1826,37 +1400,18 @@ CREATE PROCEDURE pyqueue__group_leave(
     OUT out_done    INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_found     INT;
-    DECLARE v_head_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found, v_duplicate, v_retry INT;
+    DECLARE v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_hist      BIGINT;
-    DECLARE v_duplicate INT;
-    DECLARE v_tries     INT DEFAULT 0;
-    DECLARE v_retry     INT;
-    attempt: LOOP
+    DECLARE v_hist BIGINT;
+    DECLARE v_tries INT DEFAULT 0;
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, out_done = 0, v_hist = NULL, v_duplicate = 0;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF in_own = 1 THEN
-                    ROLLBACK;
-                END IF;
-                IF in_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
-            DECLARE EXIT HANDLER FOR SQLEXCEPTION
-            BEGIN
-                IF in_own = 1 THEN
-                    ROLLBACK;
-                END IF;
-                RESIGNAL;
-            END;
-            IF in_own = 1 THEN
-                START TRANSACTION;
-            END IF;
+            BEGIN IF in_own = 1 THEN ROLLBACK; END IF; IF in_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF in_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+            IF in_own = 1 THEN START TRANSACTION; END IF;
             CALL pyqueue__group_lock(in_queue, in_group, in_how = 'pop', v_found, v_head_key, v_head_kind);
             IF in_how = 'pop' AND v_found = 0 THEN
                 SET out_done = -1;
@@ -1900,22 +1455,14 @@ BEGIN
             IF out_done = 1 AND v_found = 1 AND v_head_key = in_key AND v_head_kind = in_kind THEN
                 CALL pyqueue__group_next(in_queue, in_group, in_now);
             END IF;
-            IF in_own = 1 THEN
-                COMMIT;
-            END IF;
+            IF in_own = 1 THEN COMMIT; END IF;
         END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
 END //
 
--- pyqueue__groups_leave: pyqueue__group_leave(in_how, in_to_queue) for
--- each message of in_rows, a JSON array of [id, p_key, p_kind, token,
--- group_key], in
--- group_key order (so that two calls lock the rows of their groups in the
--- same order); out_done: how many left; out_busy: a JSON array of the ids a
--- pop left alone (their group row was busy), NULL when none.
+-- pyqueue__groups_leave: pyqueue__group_leave for each [id, p_key, p_kind, token, group_key] of in_rows, in group_key
+-- order (two calls lock their groups in one order); out_done: how many left; out_busy: JSON array of the ids a pop
+-- left alone (group row busy), NULL when none.
 DROP PROCEDURE IF EXISTS pyqueue__groups_leave //
 CREATE PROCEDURE pyqueue__groups_leave(
     IN  in_how   VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1928,13 +1475,12 @@ CREATE PROCEDURE pyqueue__groups_leave(
     OUT out_busy LONGTEXT     CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_id    BIGINT;
-    DECLARE v_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_token CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_done  INT;
-    DECLARE v_end   INT DEFAULT 0;
+    DECLARE v_id BIGINT;
+    DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_done INT;
+    DECLARE v_end INT DEFAULT 0;
     DECLARE c_rows CURSOR FOR
         SELECT r.c_id, r.c_key, r.c_kind, r.c_token, r.c_group
           FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
@@ -1949,9 +1495,7 @@ BEGIN
     OPEN c_rows;
     rows_loop: LOOP
         FETCH c_rows INTO v_id, v_key, v_kind, v_token, v_group;
-        IF v_end = 1 THEN
-            LEAVE rows_loop;
-        END IF;
+        IF v_end = 1 THEN LEAVE rows_loop; END IF;
         CALL pyqueue__group_leave(in_how, in_queue, v_group, v_id, v_key, v_kind, v_token, in_to_queue, NULL,
                                   in_now, in_own, v_done);
         IF v_done = 1 THEN
@@ -1963,10 +1507,8 @@ BEGIN
     CLOSE c_rows;
 END //
 
--- pyqueue__unclaim: gives back a claim a reserve made to dead-letter
--- message in_id (token in_token) that it then left alone (its group row was
--- busy): scheduled_at and token as they were (in_at, in_old_token), so the
--- next reserve finds it again. Locks: that row, for one statement.
+-- pyqueue__unclaim: a reserve's dead-letter claim of in_id (in_token) that it left alone (group row busy) goes back:
+-- scheduled_at and token as they were (in_at, in_old_token). Locks: that row, for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__unclaim //
 CREATE PROCEDURE pyqueue__unclaim(
     IN in_id        BIGINT,
@@ -1981,11 +1523,9 @@ END //
 
 -- ---- for topics ----
 
--- pyqueue__check_topic: refuses in_value unless it is a topic (in_pattern
--- FALSE) or a topic pattern (TRUE), named in_what in the error: 1 to 255
--- characters, no space at either end, dot-separated words, none empty; in a
--- topic no word holds '*' or '#'; in a pattern a word that holds one is
--- exactly '*' (one word) or '#' (any number of words). Takes no locks.
+-- pyqueue__check_topic: refuses in_value (named in_what) unless a topic (in_pattern FALSE) or a pattern: 1 to 255
+-- characters, no space at either end, dot-separated non-empty words; '*' and '#' only as whole words of a pattern.
+-- Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_topic //
 CREATE PROCEDURE pyqueue__check_topic(
     IN in_what    VARCHAR(32) CHARACTER SET utf8mb4,
@@ -2009,23 +1549,18 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__topic_regex: the regular expression the (checked) topic pattern
--- in_pattern stands for, matched against CONCAT('.', topic) with REGEXP
--- (MariaDB has no REGEXP_LIKE; MySQL 8.0's ICU and MariaDB's PCRE read
--- these constructs alike): each word becomes '\.' and the word with the
--- characters ^$|()[]{}+?\ escaped, '*' one word ('\.[^.]+'), '#' any number
--- of words ('(\.[^.]+)*'), anchored with '^' and '\z' (not '$', which both
--- libraries also match before a final newline). So 'a.#' matches 'a', 'a.b'
--- and 'a.b.c'; '*.b' matches 'a.b' but not 'b' or 'a.a.b'. Takes no locks.
+-- pyqueue__topic_regex: the regular expression of the (checked) topic pattern in_pattern, matched against CONCAT('.',
+-- topic) with REGEXP (ICU and PCRE alike): each word '\.' plus the word with ^$|()[]{}+?\ escaped, '*' one word
+-- ('\.[^.]+'), '#' any number ('(\.[^.]+)*'), anchored '^' and '\z' (not '$', which also matches before a final
+-- newline). 'a.#' matches 'a', 'a.b', 'a.b.c'. Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__topic_regex //
 CREATE PROCEDURE pyqueue__topic_regex(
     IN  in_pattern VARCHAR(255)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     OUT out_regex  VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_rest VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_word VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_dot  INT;
+    DECLARE v_rest, v_word VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_dot INT;
     SET out_regex = '^', v_rest = in_pattern;
     WHILE v_rest IS NOT NULL DO
         SET v_dot = LOCATE('.', v_rest);
@@ -2049,17 +1584,12 @@ BEGIN
 END //
 
 -- ==== queues ====
--- Create a queue or change its settings, read them back, drop it, pause and
--- resume it, count its messages.
+-- Create a queue or change its settings, read them back, drop it, pause and resume it, count its messages.
 
--- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts,
--- no dead-letter queue, no history) or changes the settings of an existing
--- one: a non-NULL argument changes its setting, NULL leaves it as it is
--- (queue_reset_setting puts one back to its default). The dead-letter queue
--- must exist and differ from the queue. paused, dead_count and created_at of
--- an existing queue are kept. No result set.
--- Locks: the queue row (and a shared lock on the dead-letter queue's row
--- through the foreign key check), for one statement.
+-- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts, no dead-letter queue, no history) or
+-- changes an existing one's settings (NULL leaves one as it is; queue_reset_setting restores a default; paused,
+-- dead_count, created_at kept). The dead-letter queue must exist and differ. No result set.
+-- Locks: the queue row (a shared lock on the dead-letter queue's row), for one statement.
 DROP PROCEDURE IF EXISTS queue_create //
 CREATE PROCEDURE queue_create(
     IN in_queue              LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2069,16 +1599,14 @@ CREATE PROCEDURE queue_create(
     IN in_history_retention  DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused BOOLEAN;
     CALL pyqueue__check_name('queue', in_queue, 128);
     CALL pyqueue__check_duration('visibility_timeout', in_visibility_timeout, TRUE);
     CALL pyqueue__check_duration('history_retention', in_history_retention, FALSE);
-    IF in_max_attempts < 1 THEN
-        CALL pyqueue__raise('invalid_argument', 'max_attempts must be at least 1');
-    END IF;
+    IF in_max_attempts < 1 THEN CALL pyqueue__raise('invalid_argument', 'max_attempts must be at least 1'); END IF;
     CALL pyqueue__check_int('max_attempts', in_max_attempts, 1, 2147483647);
     IF in_dead_letter_queue IS NOT NULL THEN
         CALL pyqueue__check_name('dead_letter_queue', in_dead_letter_queue, 128);
@@ -2101,22 +1629,19 @@ BEGIN
            history_retention  = COALESCE(in_history_retention, history_retention);
 END //
 
--- queue_reset_setting: puts one setting of an existing queue back to its
--- default: 'visibility_timeout' (30 s), 'max_attempts' (10),
--- 'dead_letter_queue' (none) or 'history_retention' (none: no history).
--- No result set. Locks: the queue row, for one statement.
+-- queue_reset_setting: puts one setting back to its default: 'visibility_timeout' (30 s), 'max_attempts' (10),
+-- 'dead_letter_queue' or 'history_retention' (none). No result set. Locks: the queue row, one statement.
 DROP PROCEDURE IF EXISTS queue_reset_setting //
 CREATE PROCEDURE queue_reset_setting(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_setting LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_setting VARCHAR(32)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis     DECIMAL(20,6);
-    DECLARE v_max     INT;
-    DECLARE v_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused  BOOLEAN;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_setting VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     -- Compared as bytes: utf8mb4_bin pads with spaces, and 'max_attempts ' is no setting name.
     IF in_setting IS NULL OR CAST(in_setting AS BINARY) NOT IN ('visibility_timeout', 'max_attempts',
@@ -2133,22 +1658,17 @@ BEGIN
      WHERE queue_name = v_queue;
 END //
 
--- queue_settings: the settings of a queue (every queue when NULL), ordered
--- by name: queue, visibility_timeout (s), max_attempts, dead_letter_queue,
--- history_retention (s), paused, notify_window (s). Plain reads, no locks.
+-- queue_settings: the settings of a queue (every queue when NULL), ordered by name: queue, visibility_timeout (s),
+-- max_attempts, dead_letter_queue, history_retention (s), paused, notify_window (s). Plain reads, no locks.
 DROP PROCEDURE IF EXISTS queue_settings //
-CREATE PROCEDURE queue_settings(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_settings(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    END IF;
+    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
     SET v_queue = in_queue;
     SELECT q.queue_name AS `queue`, q.visibility_timeout, q.max_attempts, q.dead_letter_queue,
            q.history_retention, q.paused, COALESCE(n.notify_window, 0.05) AS notify_window
@@ -2158,163 +1678,66 @@ BEGIN
      ORDER BY q.queue_name;
 END //
 
--- queue_drop: deletes the queue and all its messages (and its limits,
--- schedules and wakeup row, ON DELETE CASCADE), in one statement: the queue
--- row, then the cascade. Refuses while another queue names it as
--- dead_letter_queue. No result set.
--- Deadlocks: pushes, moves and flushes lock the queue row (the foreign key
--- check) before they write a message row, the order of this statement; a
--- transaction of yours that changed a message of this queue and then locks
--- its row (a rollback that dead-letters updates dead_count) takes them the
--- other way round, and InnoDB then rolls one of the two back (1213). Called
--- in autocommit mode (where the server can tell, see
--- pyqueue__own_transaction) a drop chosen as that victim was rolled back
--- whole and is run again, up to 10 times, instead of failing; inside your
--- transaction the deadlock rolled that back and is yours to retry.
--- Locks: the queue row, then its message rows and the rows of its other
--- tables, for one statement (or until your transaction ends).
+-- queue_drop: deletes the queue, its messages, limits, schedules and wakeup row (ON DELETE CASCADE) in one statement;
+-- refused while another queue names it as dead_letter_queue. No result set. Pushes lock the queue row before a
+-- message row, as this does; a transaction that changed a message and then locks the queue row takes them the other
+-- way and one of the two is a deadlock victim (1213): in autocommit mode the drop runs again (up to 10 times), inside
+-- your transaction it is yours to retry.
+-- Locks: the queue row, then its messages and other rows, for one statement (or until your transaction ends).
 DROP PROCEDURE IF EXISTS queue_drop //
-CREATE PROCEDURE queue_drop(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_drop(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_users    INT;
-    DECLARE v_user     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_own      INT;
-    DECLARE v_tries    INT DEFAULT 0;
-    DECLARE v_deadlock INT;
+    DECLARE v_queue, v_dlq, v_user VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_users, v_own, v_retry INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_tries INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     SELECT COUNT(*), MIN(q.queue_name) INTO v_users, v_user
       FROM pyqueue_queue q
      WHERE q.dead_letter_queue = v_queue;
-    IF v_users > 0 THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT('queue is the dead_letter_queue of ', v_user));
-    END IF;
-    CALL pyqueue__own_transaction(v_own);
-    attempt: LOOP
-        SET v_deadlock = 0, v_tries = v_tries + 1;
+    IF v_users > 0 THEN CALL pyqueue__raise('invalid_argument', CONCAT('queue is the dead_letter_queue of ', v_user)); END IF;
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213 SET v_deadlock = 1;
+            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DELETE FROM pyqueue_queue WHERE queue_name = v_queue;
         END;
-        IF v_deadlock = 0 THEN
-            LEAVE attempt;
-        END IF;
-        IF v_own IS NULL OR v_own = 0 OR v_tries >= 10 THEN
-            SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
-                MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction';
-        END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
 END //
 
--- queue_pause: pop and reserve hand out nothing (an empty result set) until
--- queue_resume. Pushes, commits, rollbacks, extends and moves still work.
--- No result set. Locks: the queue row, for one statement (in autocommit
--- mode, run again when chosen as a deadlock victim).
+-- queue_pause: pop and reserve hand out nothing (an empty result set) until queue_resume; pushes, commits, rollbacks,
+-- extends and moves still work. No result set. Locks: as pyqueue__set_paused.
 DROP PROCEDURE IF EXISTS queue_pause //
-CREATE PROCEDURE queue_pause(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_pause(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_own    INT DEFAULT 0;
-    DECLARE v_tries  INT DEFAULT 0;
-    DECLARE v_retry  INT;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    attempt: LOOP
-        SET v_retry = 0, v_tries = v_tries + 1;
-        BEGIN
-            -- a deadlock victim in autocommit mode was this one statement: run it again
-            DECLARE EXIT HANDLER FOR 1213
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
-            UPDATE pyqueue_queue SET paused = TRUE WHERE queue_name = v_queue;
-        END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
+    CALL pyqueue__set_paused(in_queue, TRUE);
 END //
 
--- queue_resume: undoes queue_pause. No result set. Locks: the queue row,
--- for one statement (in autocommit mode, run again when chosen as a
--- deadlock victim).
+-- queue_resume: undoes queue_pause. No result set. Locks: as pyqueue__set_paused.
 DROP PROCEDURE IF EXISTS queue_resume //
-CREATE PROCEDURE queue_resume(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_resume(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_own    INT DEFAULT 0;
-    DECLARE v_tries  INT DEFAULT 0;
-    DECLARE v_retry  INT;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    attempt: LOOP
-        SET v_retry = 0, v_tries = v_tries + 1;
-        BEGIN
-            -- a deadlock victim in autocommit mode was this one statement: run it again
-            DECLARE EXIT HANDLER FOR 1213
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
-            UPDATE pyqueue_queue SET paused = FALSE WHERE queue_name = v_queue;
-        END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
+    CALL pyqueue__set_paused(in_queue, FALSE);
 END //
 
--- queue_stats: one row per queue (all queues, ordered by name, when
--- in_queue is NULL): queue, ready (eligible now), `delayed` (scheduled later,
--- not reserved), reserved (held by a reservation that has not expired),
--- dead (messages that exhausted max_attempts here so far),
--- oldest_ready_age_s (DOUBLE: seconds the oldest ready message has been
--- eligible, NULL when none), paused. Plain reads, no locks.
+-- queue_stats: one row per queue (every queue by name when in_queue is NULL): ready, `delayed`, reserved (unexpired),
+-- dead (dead-lettered from here so far), oldest_ready_age_s (DOUBLE, NULL when none), paused. Plain reads, no locks.
 DROP PROCEDURE IF EXISTS queue_stats //
-CREATE PROCEDURE queue_stats(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_stats(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_now    DATETIME(6);
-    IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    END IF;
+    DECLARE v_now DATETIME(6);
+    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
     SET v_now = UTC_TIMESTAMP(6);
     SET v_queue = in_queue;
     SELECT q.queue_name AS `queue`,
@@ -2333,23 +1756,17 @@ BEGIN
      ORDER BY q.queue_name;
 END //
 
-
 -- ==== produce ====
--- Put messages in: one, many in one statement, or one that replaces a waiting
--- message with the same key (debounce); one or many into FIFO groups, each
--- group's messages delivered one at a time. Each wakes the queue's
--- listeners when it makes a message ready now.
+-- Put messages in: one, many in one statement, or one that replaces a waiting message with the same key (debounce);
+-- one or many into FIFO groups, each group's messages delivered one at a time. Each wakes the queue's listeners when
+-- it makes a message ready now.
 
--- queue_push: inserts one message. Result: one row, column inserted = 1, or
--- 0 when a live message with the same (queue, p_key, p_kind) exists (dedup:
--- the existing one is untouched). run_at NULL = now (UTC), priority NULL = 0.
--- INSERT IGNORE would also downgrade bad values to warnings, so every
--- argument is validated before it; the one error it can still swallow, the
--- foreign key when the queue is dropped concurrently, is re-checked after.
--- Locks: a shared lock on the queue row (foreign key), then the new row (or
--- a shared lock on the duplicate), for one statement. In autocommit mode a
--- deadlock (a queue_drop or a bulk insert racing it) runs the statement
--- again instead of failing.
+-- queue_push: inserts one message. Result: one row, inserted = 1, or 0 when a live message with the same (queue,
+-- p_key, p_kind) exists (dedup: it stays untouched). run_at NULL = now (UTC), priority NULL = 0. Every argument is
+-- checked before the INSERT IGNORE (which would downgrade bad values to warnings); the foreign key it can still
+-- swallow (a queue dropped meanwhile) is checked after.
+-- Locks: a shared lock on the queue row, then the new row (or a shared lock on the duplicate), for one statement; in
+-- autocommit mode a deadlock victim runs again.
 DROP PROCEDURE IF EXISTS queue_push //
 CREATE PROCEDURE queue_push(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2360,23 +1777,13 @@ CREATE PROCEDURE queue_push(
     IN in_priority DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_at       DATETIME(6);
-    DECLARE v_inserted INT;
-    DECLARE v_own      INT DEFAULT 0;
-    DECLARE v_tries    INT DEFAULT 0;
-    DECLARE v_retry    INT;
-    -- The common case (every argument plainly valid) is recognised by one
-    -- expression, without a CALL or a read of the queue row: the INSERT's
-    -- foreign key and the check after it report a missing queue. Anything
-    -- it does not pass (an error, or a value that only looks suspicious,
-    -- such as text holding the byte ED) goes through the full checks, in
-    -- their order, which raise the precise error.
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_inserted, v_retry INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now, v_at DATETIME(6);
+    DECLARE v_own, v_tries INT DEFAULT 0;
+    -- The common case (every argument plainly valid) in one expression; anything else through the full checks
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
             AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
             AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')
@@ -2398,21 +1805,11 @@ BEGIN
     SET v_queue = in_queue;
     SET v_now = UTC_TIMESTAMP(6);
     SET v_at = COALESCE(in_run_at, v_now);
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    attempt: LOOP
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC lock)
-            -- in autocommit mode was this one statement: run it again
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts)
@@ -2420,32 +1817,19 @@ BEGIN
                     v_at, v_now, 0);
             SET v_inserted = ROW_COUNT();
         END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     IF v_inserted = 0 AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
         CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
     END IF;
     SELECT v_inserted AS inserted;
 END //
 
--- pyqueue__check_messages: the checks the batch push routines share on their
--- JSON array of messages. Raises invalid_argument unless in_messages is a
--- JSON array whose every element is an object with p_key and p_kind JSON
--- strings as queue_push takes them (not empty, at most 255 / 128 characters,
--- no trailing space), a payload (any JSON value, null too), a run_at that is
--- missing, null or a string 'YYYY-MM-DD HH:MM:SS[.ffffff]', a priority that
--- is missing, null or a whole number in INT's range, and, as in_member
--- says, a "group" that is missing, null or a string as queue_push_grouped
--- takes it ('group'), or a "topic" as pyqueue__check_topic takes it
--- ('topic'); NULL: neither. The error names the first bad element
--- (1-based). Takes no locks.
--- How: JSON_TABLE reads each field of an element once, as the JSON value it
--- is (SQL NULL when the member is missing); the checks then look at those
--- small values, never at the whole element again. They are the expressions
--- the routines' inserts use; "IS NOT TRUE" so that a NULL verdict counts as
--- bad.
+-- pyqueue__check_messages: the checks of the batch pushes on their JSON array: every element an object with p_key and
+-- p_kind strings as queue_push takes them, a payload (any JSON, null too), run_at missing, null or 'YYYY-MM-DD
+-- HH:MM:SS[.ffffff]', priority missing, null or a whole number in INT's range, and per in_member a "group" ('group',
+-- as queue_push_grouped) or a "topic" ('topic', pyqueue__check_topic) missing, null or valid. invalid_argument names
+-- the first bad element (1-based). Takes no locks. JSON_TABLE reads each field once; the checks are the expressions
+-- the inserts use ("IS NOT TRUE": a NULL verdict is bad).
 DROP PROCEDURE IF EXISTS pyqueue__check_messages //
 CREATE PROCEDURE pyqueue__check_messages(
     IN in_messages LONGTEXT CHARACTER SET utf8mb4,
@@ -2453,16 +1837,14 @@ CREATE PROCEDURE pyqueue__check_messages(
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_bad BIGINT;
-    IF in_messages IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must not be NULL');
-    END IF;
+    IF in_messages IS NULL THEN CALL pyqueue__raise('invalid_argument', 'messages must not be NULL'); END IF;
     IF NOT JSON_VALID(in_messages) THEN
         CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
     END IF;
     IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
         CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
     END IF;
-    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
     END IF;
     SELECT MIN(b.ord) INTO v_bad
@@ -2516,23 +1898,14 @@ BEGIN
     END IF;
 END //
 
--- queue_push_batch: inserts many messages in one statement. MySQL takes ONE
--- JSON array of objects {"p_key", "p_kind", "payload", "run_at", "priority"}
--- as second argument; the other four arguments must be NULL. p_key, p_kind
--- and payload are required: p_key / p_kind JSON strings as in queue_push
--- (not empty, at most 255 / 128 characters, no trailing space), payload any
--- JSON value including null; run_at is a
--- string 'YYYY-MM-DD HH:MM:SS[.ffffff]' in UTC, missing or null = now;
--- priority a whole number, missing or null = 0. Any invalid element refuses
--- the whole batch before anything is written. Result: one row, column
--- inserted = how many were new (duplicates, also within the batch, are
--- skipped; the first occurrence wins).
--- Locks: the new rows (shared locks on duplicates) and a shared lock on the
--- queue row, for one statement. On MariaDB's default
--- innodb_autoinc_lock_mode = 1 an INSERT ... SELECT also holds the table's
--- AUTO-INC lock for the statement, so other pushes wait for the batch. In
--- autocommit mode a deadlock (a queue_drop or another bulk insert racing
--- it) runs the statement again instead of failing.
+-- queue_push_batch: inserts many messages in one statement. MySQL: ONE JSON array of objects {"p_key", "p_kind",
+-- "payload", "run_at", "priority"} as second argument, the other four NULL; members as queue_push takes them (run_at
+-- 'YYYY-MM-DD HH:MM:SS[.ffffff]' UTC, missing or null = now; priority missing or null = 0). An invalid element
+-- refuses the batch before anything is written. Result: one row, inserted = how many were new (duplicates, also
+-- within the batch, skipped; the first wins).
+-- Locks: the new rows (shared locks on duplicates), a shared lock on the queue row, for one statement (with
+-- innodb_autoinc_lock_mode = 1, MariaDB's default, the AUTO-INC lock too); a deadlock victim runs again in autocommit
+-- mode.
 DROP PROCEDURE IF EXISTS queue_push_batch //
 CREATE PROCEDURE queue_push_batch(
     IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2543,16 +1916,12 @@ CREATE PROCEDURE queue_push_batch(
     IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_inserted INT DEFAULT 0;
-    DECLARE v_own      INT DEFAULT 0;
-    DECLARE v_tries    INT DEFAULT 0;
-    DECLARE v_retry    INT;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_retry INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     IF in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
@@ -2562,21 +1931,11 @@ BEGIN
     END IF;
     CALL pyqueue__check_messages(in_messages, NULL);
     SET v_now = UTC_TIMESTAMP(6);
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    attempt: LOOP
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC lock)
-            -- in autocommit mode was this one statement: run it again
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts)
@@ -2602,10 +1961,7 @@ BEGIN
              ORDER BY b.ord;
             SET v_inserted = ROW_COUNT();
         END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     IF v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
        AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
         CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
@@ -2613,28 +1969,14 @@ BEGIN
     SELECT v_inserted AS inserted;
 END //
 
--- queue_push_replace: queue_push that replaces instead of skipping
--- (debounce, graphile-worker's job_key "replace" mode). Result: one row,
--- outcome =
---   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
---   'replaced'  a waiting one (ready, delayed, or whose reservation expired)
---               got the new payload, run_at and priority, attempts 0 and no
---               reservation (an expired holder's commit then returns 0);
---   'reserved'  one is held by a live reservation: left alone, nothing pushed.
--- created_at and id (FIFO position among equal run_at) are kept on replace;
--- so are the group of a message of a FIFO group and its state as head or
--- blocked (a blocked one takes its new run_at as its place in the group).
--- How, each step one statement that reads current data (never a snapshot):
---   1. INSERT IGNORE: inserted -> 'inserted';
---   2. UPDATE by the key, only if not held by a live reservation: a row
---      changed or matched -> 'replaced';
---   3. else a locking read by the key: held -> 'reserved'; absent (it was
---      committed in between) -> back to 1; else it already had exactly
---      these values -> 'replaced'.
--- Affected-row counts are only compared with 0, so a client that connects
--- with CLIENT_FOUND_ROWS (JDBC's default) gets the same answers.
--- Locks: the message row and a shared lock on the queue row, each for one
--- statement.
+-- queue_push_replace: queue_push that replaces instead of skipping (debounce). Result: one row, outcome =
+-- 'inserted' (no live message had the key: pushed), 'replaced' (a waiting one, ready, delayed or expired, got
+-- the new payload, run_at and priority, attempts 0, no reservation; created_at, id and its FIFO group and place kept)
+-- or 'reserved' (held by a live reservation: left alone, nothing pushed). Each step one statement reading current
+-- data: INSERT IGNORE; else UPDATE by the key unless reserved; else a locking read (held ->
+-- 'reserved', gone -> again from the insert, same values -> 'replaced'). Row counts are only compared with 0,
+-- so CLIENT_FOUND_ROWS (JDBC's default) gives the same answers.
+-- Locks: the message row and a shared lock on the queue row, each for one statement.
 DROP PROCEDURE IF EXISTS queue_push_replace //
 CREATE PROCEDURE queue_push_replace(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2645,19 +1987,13 @@ CREATE PROCEDURE queue_push_replace(
     IN in_priority DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_at       DATETIME(6);
-    DECLARE v_priority INT;
-    DECLARE v_live     INT;
-    DECLARE v_held     INT;
-    DECLARE v_outcome  VARCHAR(16) CHARACTER SET utf8mb4;
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_priority, v_live, v_held INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now, v_at DATETIME(6);
+    DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('p_key', in_key, 255);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
@@ -2683,8 +2019,7 @@ BEGIN
         END IF;
         UPDATE pyqueue_message FORCE INDEX (pyqueue_message_key_uk)
            SET payload = in_payload, priority = v_priority,
-               -- one blocked behind its FIFO group's head stays blocked (its
-               -- place in the group moves to v_at); read before it changes
+               -- a blocked one stays blocked (its place moves to v_at); read before it changes
                scheduled_at = IF(scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', scheduled_at, v_at),
                scheduled_at_initially = v_at,
                attempts = 0, reserved_by = NULL, reserve_token = NULL
@@ -2707,26 +2042,14 @@ BEGIN
     SELECT v_outcome AS outcome;
 END //
 
--- queue_push_grouped: queue_push for a message of FIFO group in_group (not
--- NULL or empty, at most 255 characters, no trailing space): the messages
--- of one group are delivered one at a time, in run_at then push order; each
--- waits, blocked (state 'delayed', scheduled_at = '9999-12-31
--- 23:59:59.999999'), until the one before it has left the queue. Result:
--- one row, pushed = 1, or 0 when a live message with the same (queue,
--- p_key, p_kind) exists (dedup: the existing one keeps its group, or its
--- lack of one). The new message becomes the group's head when the group has
--- none (due at run_at, as queue_push's); it takes the head's place when
--- the head was never delivered (attempts 0, no reservation), runs later
--- than in_run_at and can be locked at once (one a reserve is taking now is
--- not displaced): the old head is blocked again. Otherwise it is blocked.
--- Steps: create or lock the group's row (INSERT ... ON DUPLICATE KEY UPDATE,
--- then a locking read of its head), the head's row with SKIP LOCKED when it
--- might be displaced, the INSERT IGNORE of the message, then the head's
--- change; in autocommit mode in a transaction of their own
--- (pyqueue__group_own), run again when a deadlock picks it.
--- Locks: the group row (and a shared lock on the queue row when it is
--- created), then the head's row, the new row and a shared lock on the queue
--- row, until the transaction ends.
+-- queue_push_grouped: queue_push for a message of FIFO group in_group (a name as p_key): a group's messages are
+-- delivered one at a time in run_at then push order, each blocked (state 'delayed', scheduled_at '9999-12-31
+-- 23:59:59.999999') until the one before it left the queue. Result: one row, pushed = 1 or 0 (dedup as queue_push).
+-- The message becomes head of a group without one; it displaces a head never delivered that runs later and can be
+-- locked at once (that head is blocked again); otherwise it is blocked. Steps: create or lock the group row, the
+-- head's row with SKIP LOCKED when it might be displaced, the INSERT IGNORE, the head's change; in autocommit mode in
+-- a transaction of its own, run again on a deadlock.
+-- Locks: the group row, the head's row, the new row and a shared lock on the queue row, until the transaction ends.
 DROP PROCEDURE IF EXISTS queue_push_grouped //
 CREATE PROCEDURE queue_push_grouped(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2738,26 +2061,14 @@ CREATE PROCEDURE queue_push_grouped(
     IN in_priority DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_group     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis       DECIMAL(20,6);
-    DECLARE v_max       INT;
-    DECLARE v_dlq       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused    BOOLEAN;
-    DECLARE v_now       DATETIME(6);
-    DECLARE v_at        DATETIME(6);
-    DECLARE v_head_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_head_id   BIGINT;
-    DECLARE v_found     INT;
-    DECLARE v_is_head   BOOLEAN;
-    DECLARE v_inserted  INT DEFAULT 0;
-    DECLARE v_own       INT DEFAULT 0;
-    DECLARE v_tries     INT DEFAULT 0;
-    DECLARE v_retry     INT;
-    DECLARE v_gone      INT;
+    DECLARE v_queue, v_kind, v_dlq, v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_group, v_key, v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_found, v_retry, v_gone INT;
+    DECLARE v_paused, v_is_head BOOLEAN;
+    DECLARE v_now, v_at DATETIME(6);
+    DECLARE v_head_id BIGINT;
+    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('group', in_group, 255);
     CALL pyqueue__check_name('p_key', in_key, 255);
@@ -2771,41 +2082,16 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
     SET v_at = COALESCE(in_run_at, v_now);
     -- autocommit with no transaction open: the steps in a transaction of their own
-    CALL pyqueue__group_own(v_own);
-    attempt: LOOP
+    CALL pyqueue__own_transaction(TRUE, v_own);
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0, v_head_id = NULL;
         BEGIN
-            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC
-            -- lock) in autocommit mode was rolled back whole: run it again
             DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF v_own = 1 THEN
-                    ROLLBACK;
-                END IF;
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
+            BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             -- the queue was dropped meanwhile (the group row's foreign key)
-            DECLARE EXIT HANDLER FOR 1452
-            BEGIN
-                IF v_own = 1 THEN
-                    ROLLBACK;
-                END IF;
-                SET v_gone = 1;
-            END;
-            DECLARE EXIT HANDLER FOR SQLEXCEPTION
-            BEGIN
-                IF v_own = 1 THEN
-                    ROLLBACK;
-                END IF;
-                RESIGNAL;
-            END;
-            IF v_own = 1 THEN
-                START TRANSACTION;
-            END IF;
+            DECLARE EXIT HANDLER FOR 1452 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; SET v_gone = 1; END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+            IF v_own = 1 THEN START TRANSACTION; END IF;
             INSERT INTO pyqueue_group (queue_name, group_key) VALUES (v_queue, v_group)
             ON DUPLICATE KEY UPDATE head_key = head_key;
             CALL pyqueue__group_lock(v_queue, v_group, FALSE, v_found, v_head_key, v_head_kind);
@@ -2834,52 +2120,26 @@ BEGIN
                 UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
                  WHERE queue_name = v_queue AND group_key = v_group;
             ELSEIF v_head_key IS NULL THEN
-                -- a duplicate, into a group without a head: its row goes again
-                -- (or, left without a head by an interrupted step, it gets one)
+                -- a duplicate into a group without a head: its row goes again (or gets a head)
                 CALL pyqueue__group_next(v_queue, v_group, v_now);
             END IF;
-            IF v_own = 1 THEN
-                COMMIT;
-            END IF;
+            IF v_own = 1 THEN COMMIT; END IF;
         END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
-    IF v_gone = 1 THEN
-        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
-    END IF;
+    UNTIL v_retry = 0 END REPEAT;
+    IF v_gone = 1 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
     SELECT v_inserted AS pushed;
 END //
 
--- queue_push_batch_grouped: queue_push_batch for messages of FIFO groups.
--- MySQL takes ONE JSON array of objects {"group", "p_key", "p_kind",
--- "payload", "run_at", "priority"} as second argument (in_groups' place);
--- the other five must be NULL. group: a JSON string as queue_push_grouped's
--- group, or null / missing for a message without a group; the other members
--- as queue_push_batch's. Any invalid element refuses the whole batch before
--- anything is written. Result: one row, pushed = how many were new
--- (duplicates, also within the batch, are skipped; the first occurrence
--- wins). Each group as if its new messages were pushed one by one with
--- queue_push_grouped, in a fixed number of statements whatever the batch:
---   1. the rows of the batch's groups are created or locked, in group_key
---      order (one INSERT ... SELECT ... ON DUPLICATE KEY UPDATE);
---   2. one INSERT IGNORE ... SELECT inserts the messages, those with a group
---      blocked;
---   3. a locking read of the groups' heads and of each group's first
---      blocked message (locking: in a caller's transaction a plain read
---      would see a snapshot older than the group rows' locks), and a SKIP
---      LOCKED read of the heads that may be displaced (never delivered,
---      running later than that message);
---   4. one UPDATE unblocks the new heads (and blocks the displaced ones),
---      one records them in pyqueue_group, one deletes the rows of new
---      groups that got no message (all duplicates).
--- In autocommit mode in a transaction of their own (pyqueue__group_own),
--- run again when a deadlock picks it.
--- Locks: the group rows (in group_key order), then the new rows, shared
--- locks on duplicates and on the queue row, the heads' rows, until the
--- transaction ends. On MariaDB's default innodb_autoinc_lock_mode = 1 the
--- INSERT ... SELECT also holds the table's AUTO-INC lock for the statement.
+-- queue_push_batch_grouped: queue_push_batch for messages of FIFO groups. MySQL: ONE JSON array of objects {"group",
+-- "p_key", "p_kind", "payload", "run_at", "priority"} in in_groups' place, the other five NULL; group as
+-- queue_push_grouped's, null or missing for none. An invalid element refuses the batch. Result: one row, pushed = how
+-- many were new. As if pushed one by one with queue_push_grouped, in a fixed number of statements: the group rows
+-- created or locked in group_key order; one INSERT IGNORE ... SELECT (grouped ones blocked); a locking read of the
+-- heads and of each group's first blocked message, and a SKIP LOCKED read of the heads that may be displaced; one
+-- UPDATE sets the new heads (blocking displaced ones), one records them, one deletes new group rows that got nothing.
+-- In autocommit mode in a transaction of its own, run again on a deadlock.
+-- Locks: the group rows (group_key order), the new rows, shared locks on duplicates and the queue row, the heads'
+-- rows, until the transaction ends (and the AUTO-INC lock, as queue_push_batch).
 DROP PROCEDURE IF EXISTS queue_push_batch_grouped //
 CREATE PROCEDURE queue_push_batch_grouped(
     IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2891,21 +2151,13 @@ CREATE PROCEDURE queue_push_batch_grouped(
     IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_groups   INT;
-    DECLARE v_heads    LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_next     LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_swaps    LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_inserted INT DEFAULT 0;
-    DECLARE v_own      INT DEFAULT 0;
-    DECLARE v_tries    INT DEFAULT 0;
-    DECLARE v_retry    INT;
-    DECLARE v_gone     INT;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_groups, v_retry, v_gone INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_heads, v_next, v_swaps LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
@@ -2919,41 +2171,16 @@ BEGIN
       FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (g JSON PATH '$.group')) AS b
      WHERE JSON_TYPE(b.g) = 'STRING';
     -- autocommit with no transaction open: the steps in a transaction of their own
-    CALL pyqueue__group_own(v_own);
-    attempt: LOOP
+    CALL pyqueue__own_transaction(TRUE, v_own);
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0;
         BEGIN
-            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC
-            -- lock) in autocommit mode was rolled back whole: run it again
             DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF v_own = 1 THEN
-                    ROLLBACK;
-                END IF;
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
+            BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             -- the queue was dropped meanwhile (the group rows' foreign key)
-            DECLARE EXIT HANDLER FOR 1452
-            BEGIN
-                IF v_own = 1 THEN
-                    ROLLBACK;
-                END IF;
-                SET v_gone = 1;
-            END;
-            DECLARE EXIT HANDLER FOR SQLEXCEPTION
-            BEGIN
-                IF v_own = 1 THEN
-                    ROLLBACK;
-                END IF;
-                RESIGNAL;
-            END;
-            IF v_own = 1 AND v_groups > 0 THEN
-                START TRANSACTION;
-            END IF;
+            DECLARE EXIT HANDLER FOR 1452 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; SET v_gone = 1; END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+            IF v_own = 1 AND v_groups > 0 THEN START TRANSACTION; END IF;
             IF v_groups > 0 THEN  -- 1. the group rows, in group_key order
                 INSERT INTO pyqueue_group (queue_name, group_key)
                 SELECT DISTINCT v_queue, b.g
@@ -3001,10 +2228,7 @@ BEGIN
                          LIMIT 18446744073709551615) AS d
                   STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = d.g
                    FOR UPDATE;
-                -- ... and its first blocked message, by a locking read: in a
-                -- caller's transaction a plain read would see its snapshot,
-                -- which may be older than the group row's lock (a message
-                -- since popped or removed would be taken for the next one)
+                -- ... and its first blocked message, by a locking read (a plain read sees an older snapshot)
                 SELECT JSON_ARRAYAGG(JSON_ARRAY(h.g, h.hk, h.hkd, n.id, n.p_key, n.p_kind,
                                                 DATE_FORMAT(n.scheduled_at_initially, '%Y-%m-%d %H:%i:%s.%f')))
                   INTO v_next
@@ -3020,8 +2244,7 @@ BEGIN
                                 LIMIT 1
                                   FOR UPDATE)
                    FOR UPDATE;
-                -- the heads that give their place (never delivered, running
-                -- later than that message): locked now, unless busy
+                -- the heads that give their place (never delivered, running later), unless busy
                 SELECT JSON_ARRAYAGG(JSON_ARRAY(j.g, o.id)) INTO v_swaps
                   FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
                            g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
@@ -3067,14 +2290,9 @@ BEGIN
                   STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
                  WHERE j.hk IS NULL AND j.n_id IS NULL AND g.head_key IS NULL;
             END IF;
-            IF v_own = 1 AND v_groups > 0 THEN
-                COMMIT;
-            END IF;
+            IF v_own = 1 AND v_groups > 0 THEN COMMIT; END IF;
         END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     IF v_gone = 1 OR (v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
                       AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue)) THEN
         CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
@@ -3082,87 +2300,44 @@ BEGIN
     SELECT v_inserted AS pushed;
 END //
 
-
 -- ==== consume ====
--- Take messages out: reserve (or pop, at-most-once), then commit, roll back,
--- fail, extend or move the reservation; remove deletes a message whatever its
--- state. Every step after the reserve must show the reservation's token.
---
--- Routines that act on one message by (queue, p_key, p_kind) first locate
--- it with a plain (non-locking) SELECT on the unique key, then change it by
--- id, re-checking the token in that same statement under its row lock: the
--- token check, not the lookup, decides. The lookup does not lock because a
--- locking read takes the unique-index entry before the row, the opposite
--- order of an UPDATE / DELETE by id, and the two deadlocked when a commit
--- raced a consumer taking over the expired reservation (measured). The
--- price: inside a REPEATABLE READ transaction whose snapshot is older than
--- the reservation, the lookup may not see it and the routine answers 0
--- ("token no longer holds"); the message then comes back after its timeout,
--- never lost. A single-table UPDATE / DELETE by the key columns is not used
--- either: with stale table statistics MariaDB 10.11 planned it as a range
--- scan of the ready index, locking a whole priority of the queue.
+-- Take messages out: reserve (or pop, at-most-once), then commit, roll back, fail, extend or move the reservation,
+-- showing its token; remove deletes a message whatever its state. Routines acting on one message by (queue, p_key,
+-- p_kind) locate it with a plain read of the unique key, then change it by id, re-checking the token in that
+-- statement under its row lock (a locking lookup takes the index entry before the row and deadlocked with a consumer
+-- taking over the expired reservation). The price: in a REPEATABLE READ transaction older than the reservation the
+-- lookup may miss it and answer 0; the message comes back after its timeout. (A single-table UPDATE by the key
+-- columns is avoided too: with stale statistics MariaDB 10.11 planned it as a range scan locking a whole priority.)
 
--- queue_pop: removes and returns up to in_n ready messages, highest
--- priority first, FIFO within one (at-most-once). Result: one result set
--- (p_key, p_kind, payload, priority, attempts, created_at), empty when
--- nothing is ready or the queue is paused.
--- How, set-based whatever in_n (each step one statement for the whole
--- batch, or one per page of 5000 candidates):
---   1. pyqueue__claim in pop mode: a plain read of the next ready ids, then
---      one UPDATE joined to a SKIP LOCKED read by id marks the rows that are
---      still ready with this call's token prefix (scheduled_at = now + the
---      queue's visibility_timeout; attempts and worker unchanged). Only one
---      of two racing pops can mark a row;
---   2. one plain read captures the marked rows into a JSON variable (the
---      server caps it at max_allowed_packet: step 1 claims no more than
---      fits, at least one row);
---   3. history (a queue with history_retention), then one DELETE by id and
---      token;
---   4. the result set, from the captured rows, sent after the delete: a
---      message is handed out only once it is gone.
--- An error before the delete gives the marks back (nothing lost, no
--- attempt used); an interruption between 1 and 3 in autocommit mode leaves
--- marked rows that come back after the visibility timeout (a later
--- delivery, never a loss, never twice: nothing was returned). Should a
--- mark expire and be taken over before the delete (a pop slower than the
--- visibility timeout), the rows it no longer deleted are not returned.
--- A FIFO group's head among the marked rows leaves one by one before step
--- 3 (pyqueue__groups_leave: history, DELETE, the next message of the group
--- takes its place), its group row taken with SKIP LOCKED: when another
--- session holds that row the mark goes back and the message is not popped
--- by this call.
--- Locks: the marked rows, for one statement each step (or until the
--- caller's transaction ends); rows another session holds are skipped.
+-- queue_pop: removes and returns up to in_n ready messages, highest priority first, FIFO within one (at-most-once).
+-- Result: (p_key, p_kind, payload, priority, attempts, created_at), empty when nothing is ready or the queue is
+-- paused. Set-based, each step one statement (per page of 5000): pyqueue__claim marks the rows still ready with this
+-- call's tokens (one of two racing pops wins a row); one read by id and token captures them (capped at
+-- max_allowed_packet, at least one row); history, then one DELETE by id and token; the result is sent after the
+-- delete. An error before the delete gives the marks back; an interruption leaves marked rows that come back after
+-- the visibility timeout (never lost, never twice). A FIFO group's head leaves alone first (pyqueue__groups_leave),
+-- its group row with SKIP LOCKED: busy, its mark goes back.
+-- Locks: the marked rows, for one statement each step (or until the caller's transaction ends); rows another session
+-- holds are skipped.
 DROP PROCEDURE IF EXISTS queue_pop //
-CREATE PROCEDURE queue_pop(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_n     DECIMAL(65,30))
+CREATE PROCEDURE queue_pop(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN in_n DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis       DECIMAL(20,6);
-    DECLARE v_max       INT;
-    DECLARE v_dlq       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused    BOOLEAN;
-    DECLARE v_now       DATETIME(6);
-    DECLARE v_until     DATETIME(6);
-    DECLARE v_prefix    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_claimed   LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_count     INT DEFAULT 0;
-    DECLARE v_rows      LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_taken     INT DEFAULT 0;
-    DECLARE v_deleted   INT DEFAULT 0;
-    DECLARE v_retention DECIMAL(20,6);
-    DECLARE v_gcl       BIGINT;
-    DECLARE v_ngrouped  INT DEFAULT 0;
-    DECLARE v_grouped   LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_busy      LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_own       INT DEFAULT 0;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis, v_retention DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now, v_until DATETIME(6);
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
+    DECLARE v_count, v_taken, v_deleted, v_ngrouped, v_own INT DEFAULT 0;
+    DECLARE v_rows, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_gcl BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         SET SESSION group_concat_max_len = v_gcl;
         IF v_deleted = 0 THEN  -- nothing removed yet: the marks go back
-            CALL pyqueue__give_back_claims(v_prefix, v_claimed, TRUE);
+            CALL pyqueue__give_back_claims(v_secret, v_claimed, TRUE);
         END IF;
         RESIGNAL;
     END;
@@ -3170,43 +2345,43 @@ BEGIN
 
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
-    IF in_n < 1 THEN
-        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
-    END IF;
+    IF in_n < 1 THEN CALL pyqueue__raise('invalid_argument', 'n must be at least 1'); END IF;
     CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
 
     IF NOT v_paused THEN
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND;
-        CALL pyqueue__random_token(v_prefix);
-        SET v_prefix = LEFT(v_prefix, 24);
+        CALL pyqueue__random_token(v_secret);
         SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
         CALL pyqueue__claim(v_queue, NULL, COALESCE(in_n, 1), v_now, v_until, NULL, TRUE, NULL, NULL, 0,
-                            v_prefix, v_claimed, v_count);
+                            v_secret, v_claimed, v_count);
         IF v_count > 0 THEN
             SELECT COUNT(*),
                    CONCAT('[', GROUP_CONCAT(JSON_OBJECT('id', m.id, 't', m.reserve_token, 'k', m.p_key, 'kd', m.p_kind,
                                                         'pl', CAST(m.payload AS CHAR CHARACTER SET utf8mb4),
                                                         'pr', m.priority, 'at', m.attempts,
                                                         'ca', DATE_FORMAT(m.created_at, '%Y-%m-%d %H:%i:%s.%f'))
-                                            ORDER BY m.reserve_token SEPARATOR ','), ']'),
+                                            ORDER BY j.ord SEPARATOR ','), ']'),
                    SUM(m.group_key IS NOT NULL),
                    CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL,
                                                JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key))
                                             SEPARATOR ','), ']')
               INTO v_taken, v_rows, v_ngrouped, v_grouped
-              FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
-             WHERE m.queue_name = v_queue AND m.scheduled_at = v_until
-               AND m.reserve_token LIKE CONCAT(v_prefix, '%');
+              FROM JSON_TABLE(CONCAT('[', v_claimed, ']'), '$[*]' COLUMNS (
+                       ord  FOR ORDINALITY,
+                       c_id BIGINT PATH '$[0]')) AS j
+              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+             WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_secret, m.id), 256), 32), 13, 1, '4'),
+             17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+             9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
             IF v_rows IS NULL OR NOT JSON_VALID(v_rows) THEN
-                -- a row too large to pack (NULL or cut, with a warning):
-                -- give everything back, return nothing
-                CALL pyqueue__give_back_claims(v_prefix, v_claimed, TRUE);
+                -- a row too large to pack (NULL or cut, with a warning): give everything back, return nothing
+                CALL pyqueue__give_back_claims(v_secret, v_claimed, TRUE);
                 SET v_rows = NULL, v_taken = 0, v_ngrouped = 0;
             END IF;
             IF v_ngrouped > 0 THEN
                 -- heads of FIFO groups: one by one, their group rows first
-                CALL pyqueue__group_own(v_own);
+                CALL pyqueue__own_transaction(TRUE, v_own);
                 CALL pyqueue__groups_leave('pop', v_queue, NULL, v_grouped, v_now, v_own, v_deleted, v_busy);
                 IF v_busy IS NOT NULL THEN
                     -- their group rows were busy: their marks go back
@@ -3217,7 +2392,9 @@ BEGIN
                       STRAIGHT_JOIN JSON_TABLE(v_busy, '$[*]' COLUMNS (b_id BIGINT PATH '$')) AS b ON b.b_id = j.c_id
                       STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
                        SET m.scheduled_at = j.c_at, m.reserve_token = j.c_token
-                     WHERE m.reserve_token LIKE CONCAT(v_prefix, '%');
+                     WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_secret, m.id), 256), 32), 13, 1, '4'),
+                         17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+                         9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
                 END IF;
             END IF;
             SELECT q.history_retention INTO v_retention FROM pyqueue_queue q WHERE q.queue_name = v_queue;
@@ -3259,15 +2436,9 @@ BEGIN
      ORDER BY r.ord;
 END //
 
--- pyqueue__reserve: queue_reserve's work on a queue without concurrency
--- limits, after its checks (in_n and in_kinds as pyqueue__reserve_args
--- returns them). pyqueue__claim claims up to in_n rows (dead-lettering the
--- ones due for it), then ONE plain read returns them by (queue_name,
--- scheduled_at, token prefix) on the due index, in the reserve's order; a
--- claim that expired and was taken over meanwhile (a timeout shorter than
--- the call) is left out, its token would already be stale. An error after
--- claims gives them back as they were (pyqueue__give_back_claims), so a
--- failing reserve consumes no attempts. Emits the result set.
+-- pyqueue__reserve: queue_reserve on a queue without limits, after its checks: pyqueue__claim (or
+-- pyqueue__claim_one), then ONE read of the claims by id and token, in claim order (a claim taken over meanwhile is
+-- left out). An error gives the claims back (pyqueue__give_back_claims). Emits the result set.
 DROP PROCEDURE IF EXISTS pyqueue__reserve //
 CREATE PROCEDURE pyqueue__reserve(
     IN in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3281,80 +2452,54 @@ CREATE PROCEDURE pyqueue__reserve(
     IN in_paused  BOOLEAN)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_now     DATETIME(6);
-    DECLARE v_until   DATETIME(6);
-    DECLARE v_own     INT DEFAULT 0;
-    DECLARE v_prefix  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_now, v_until DATETIME(6);
+    DECLARE v_own INT DEFAULT 0;
+    DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_count   INT;
-    DECLARE v_gcl     BIGINT;
+    DECLARE v_count INT;
+    DECLARE v_gcl BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        SET SESSION group_concat_max_len = v_gcl;
-        CALL pyqueue__give_back_claims(v_prefix, v_claimed, FALSE);
-        RESIGNAL;
-    END;
+    BEGIN SET SESSION group_concat_max_len = v_gcl; CALL pyqueue__give_back_claims(v_secret, v_claimed, FALSE); RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
     IF NOT in_paused THEN
-        -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-        /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+        CALL pyqueue__own_transaction(FALSE, v_own);
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND;
-        CALL pyqueue__random_token(v_prefix);
-        SET v_prefix = LEFT(v_prefix, 24);
+        CALL pyqueue__random_token(v_secret);
         IF in_n = 1 THEN
             CALL pyqueue__claim_one(in_queue, in_kinds, v_now, v_until, in_worker, in_max, in_dlq, v_own,
-                                    v_prefix, v_claimed, v_count);
+                                    v_secret, v_claimed, v_count);
         ELSE
             SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
             CALL pyqueue__claim(in_queue, in_kinds, in_n, v_now, v_until, in_worker, FALSE, in_max, in_dlq, v_own,
-                                v_prefix, v_claimed, v_count);
+                                v_secret, v_claimed, v_count);
             SET SESSION group_concat_max_len = v_gcl;
         END IF;
     END IF;
     SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
            m.attempts, m.created_at, m.scheduled_at_initially
-      FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
-     WHERE m.queue_name = in_queue AND m.scheduled_at = v_until
-       AND m.reserve_token LIKE CONCAT(v_prefix, '%')
-     ORDER BY m.reserve_token;
+      FROM JSON_TABLE(CONCAT('[', v_claimed, ']'), '$[*]' COLUMNS (
+               ord  FOR ORDINALITY,
+               c_id BIGINT PATH '$[0]')) AS j
+      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+     WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_secret, m.id), 256), 32), 13, 1, '4'),
+       17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+       9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-')
+     ORDER BY j.ord;
 END //
 
--- queue_reserve: hands out up to in_n ready messages, highest priority
--- first, FIFO within one; each becomes invisible to others until in_timeout
--- (NULL = the queue's visibility_timeout) passes and carries a fresh token.
--- in_worker is recorded (NULL allowed); in_kinds NULL = any kind, else a
--- non-empty JSON array of strings. attempts counts deliveries including this
--- one. A message whose expired reservation was its last allowed delivery
--- (attempts >= max_attempts) is dead-lettered instead of delivered (the
--- head of a FIFO group whose group row another session holds right then is
--- left as it was, for a later reserve: a reserve never waits). Messages
--- blocked behind their group's head are never ready, so never handed out;
--- the reserve itself knows nothing of groups. Result:
--- one result set (p_key, p_kind, payload, token, priority, attempts,
--- created_at, scheduled_at_initially), empty when nothing is ready or the
--- queue is paused.
--- How: set-based (pyqueue__reserve, pyqueue__claim): pages of candidates
--- read without locks, each page claimed by one UPDATE joined to a SKIP
--- LOCKED read by id that re-checks each row is still as read, then one
--- read of the result. Only one of two racing reservers can claim a row, so
--- a message is never handed out twice, in autocommit mode too. The cost is
--- linear in in_n and bounded by the ready rows, whatever the number of
--- distinct priorities among delayed or reserved rows. A queue with
--- concurrency limits takes a slot per message first (pyqueue__reserve_limited,
--- one candidate at a time).
--- The ready range is read without locks on purpose: on InnoDB a locking
--- range scan under REPEATABLE READ also locks the first row past the range
--- (a delayed or reserved message, so its commit or extend would wait), gap
--- locks that block pushes, and index entries of rows it skips. Interrupted
--- between pages in autocommit mode, the rows claimed so far stay reserved
--- under tokens nobody got and come back when their timeout passes (a
--- redelivery, never a loss). Locks: the claimed rows, for one statement,
--- or, inside the caller's transaction, until it ends. Called in a
--- REPEATABLE READ transaction that already read pyqueue_message, the
--- candidates come from that transaction's snapshot: messages pushed since
--- then wait for the next transaction (autocommit or a fresh transaction
--- avoids this).
+-- queue_reserve: hands out up to in_n ready messages, highest priority first, FIFO within one; each is invisible to
+-- others until in_timeout (NULL = the queue's visibility_timeout) and carries a fresh random token. in_worker is
+-- recorded; in_kinds NULL = any, else a non-empty JSON array of strings. attempts counts this delivery. A message
+-- whose expired reservation was its last allowed delivery is dead-lettered instead (a group head whose group row is
+-- busy is left for a later reserve: a reserve never waits). Result: (p_key, p_kind, payload, token, priority,
+-- attempts, created_at, scheduled_at_initially), empty when nothing is ready or the queue is paused. Set-based
+-- (pyqueue__reserve): candidates read without locks (a locking range scan would lock the next row, gaps and skipped
+-- rows), each page claimed by one UPDATE joined to a SKIP LOCKED read by id: a message is never handed out twice, in
+-- autocommit mode too; the cost follows in_n and the ready rows. A queue with limits goes one candidate at a time
+-- (pyqueue__reserve_limited). Interrupted between pages, claimed rows come back after their timeout.
+-- Locks: the claimed rows, for one statement (or until the caller's transaction ends). In a REPEATABLE READ
+-- transaction that already read pyqueue_message, messages pushed since then wait for the next transaction.
 DROP PROCEDURE IF EXISTS queue_reserve //
 CREATE PROCEDURE queue_reserve(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3364,12 +2509,11 @@ CREATE PROCEDURE queue_reserve(
     IN in_kinds   LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_kinds  LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);
@@ -3380,23 +2524,13 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__reserve_limited: queue_reserve's work on a queue with
--- concurrency limits, after its checks (in_kinds as pyqueue__reserve_args
--- returns it), one candidate at a time because each delivery of a limited
--- kind first takes a slot (pyqueue__limit_claim). Priorities are walked one
--- by one; per priority a plain read of the ready range in pages of ids in
--- FIFO order, then per candidate:
---   1. SELECT ... FOR UPDATE SKIP LOCKED by id, re-checking it is ready;
---   2. a slot for a limited kind, then an UPDATE by id re-checking what
---      step 1 saw (still ready, same attempts, same token): a fresh token,
---      scheduled_at = now + timeout, attempts + 1;
---   3. the result set is read at the end by (id, token) of the claims.
--- A candidate with attempts >= max_attempts is claimed the same way (new
--- token, attempts unchanged) and handed to pyqueue__dead_letter instead.
--- A call that fails after claiming gives its claims back as they were
--- (their slots freed). Locks: each candidate row for one statement, or,
--- inside the caller's transaction, the claimed rows until it ends; the
--- slot rows as pyqueue__limit_take. Emits the result set.
+-- pyqueue__reserve_limited: queue_reserve on a queue with limits, one candidate at a time: per priority, a plain read
+-- of ready ids in FIFO pages, then per candidate a SELECT ... FOR UPDATE SKIP LOCKED by id, a slot for a limited kind
+-- (pyqueue__limit_claim), and an UPDATE by id re-checking what was seen (a fresh token, scheduled_at = now + timeout,
+-- attempts + 1); a candidate at max_attempts is claimed and dead-lettered instead. The result is read by (id, token)
+-- of the claims. A failing call gives its claims and slots back.
+-- Locks: each candidate row for one statement (or until the caller's transaction ends); the slot rows as
+-- pyqueue__limit_take. Emits the result set.
 DROP PROCEDURE IF EXISTS pyqueue__reserve_limited //
 CREATE PROCEDURE pyqueue__reserve_limited(
     IN in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3409,36 +2543,22 @@ CREATE PROCEDURE pyqueue__reserve_limited(
     IN in_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis        DECIMAL(20,6);
-    DECLARE v_max        INT;
-    DECLARE v_dlq        VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused     BOOLEAN;
-    DECLARE v_now        DATETIME(6);
-    DECLARE v_until      DATETIME(6);
-    DECLARE v_left       INT;
-    DECLARE v_page       INT;
-    DECLARE v_got        INT;
-    DECLARE v_priority   INT;
-    DECLARE v_after_at   DATETIME(6);
-    DECLARE v_after_id   BIGINT;
-    DECLARE v_id         BIGINT;
-    DECLARE v_at         DATETIME(6);
-    DECLARE v_done       INT DEFAULT 0;
-    DECLARE v_found      INT;
-    DECLARE v_dead       INT;
-    DECLARE v_attempts   INT;
-    DECLARE v_seen_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_seen_at    DATETIME(6);
-    DECLARE v_seen_by    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_token      CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_claimed    LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
-    DECLARE v_kinds      LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_left, v_page, v_got, v_priority, v_found, v_dead, v_attempts INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now, v_until, v_after_at, v_at, v_seen_at DATETIME(6);
+    DECLARE v_after_id, v_id BIGINT;
+    DECLARE v_done INT DEFAULT 0;
+    DECLARE v_seen_token, v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_seen_by VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
+    DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_limits     INT;  -- limits
-    DECLARE v_ok         INT DEFAULT 1;
-    DECLARE v_full       LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_own        INT DEFAULT 0;
-    DECLARE v_claims     INT;
+    DECLARE v_ok INT DEFAULT 1;
+    DECLARE v_full LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_own INT DEFAULT 0;
+    DECLARE v_claims INT;
     DECLARE c_ready CURSOR FOR
         SELECT m.id, m.scheduled_at
           FROM pyqueue_message m
@@ -3483,8 +2603,7 @@ BEGIN
         v_kinds = in_kinds;
 
     IF NOT v_paused THEN
-        -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-        /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+        CALL pyqueue__own_transaction(FALSE, v_own);
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
         SET v_left = COALESCE(in_n, 1);
@@ -3492,21 +2611,18 @@ BEGIN
         SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
         priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
             SET v_after_at = NULL, v_after_id = NULL;
-            pages: LOOP
+            REPEAT
                 SET v_page = LEAST(v_left, 1000) + 16, v_got = 0;
                 OPEN c_ready;
                 candidates: LOOP
                     SET v_done = 0;
                     FETCH c_ready INTO v_id, v_at;
-                    IF v_done = 1 THEN
-                        LEAVE candidates;
-                    END IF;
+                    IF v_done = 1 THEN LEAVE candidates; END IF;
                     SET v_got = v_got + 1, v_after_at = v_at, v_after_id = v_id;
                     BEGIN
                         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
                         SET v_found = 1;
-                        -- queue_name again: queue_move changes a row's queue in
-                        -- place, so a row listed above may be in another queue now.
+                        -- queue_name again: queue_move may have moved the row meanwhile
                         SELECT m.attempts, m.reserve_token, m.scheduled_at, m.reserved_by
                           INTO v_attempts, v_seen_token, v_seen_at, v_seen_by
                           FROM pyqueue_message m
@@ -3514,21 +2630,12 @@ BEGIN
                            FOR UPDATE SKIP LOCKED;
                     END;
                     IF v_found = 1 THEN
-                        SET v_token = UUID();
+                        CALL pyqueue__random_token(v_token);
                         IF v_attempts >= v_max THEN
-                            -- Its last allowed reservation expired: claim it
-                            -- for the dead-letter step (attempts unchanged).
+                            -- its last allowed reservation expired: claim it to dead-letter (attempts unchanged)
                             SET v_claims = 0;
                             BEGIN
-                                -- in autocommit mode a claim chosen as a deadlock
-                                -- victim was this one statement: not made, like
-                                -- one that lost a race (a later reserve takes it)
-                                DECLARE EXIT HANDLER FOR 1213
-                                BEGIN
-                                    IF v_own <> 1 THEN
-                                        RESIGNAL;
-                                    END IF;
-                                END;
+                                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own <> 1 THEN RESIGNAL; END IF; END;
                                 UPDATE pyqueue_message
                                    SET scheduled_at = v_until, reserve_token = v_token,
                                        last_error = COALESCE(last_error,
@@ -3539,15 +2646,7 @@ BEGIN
                             END;
                             IF v_claims = 1 THEN
                                 BEGIN
-                                    -- in autocommit mode a step chosen as a deadlock
-                                    -- victim leaves the message claimed: it comes back
-                                    -- when the claim expires and is dead-lettered then
-                                    DECLARE EXIT HANDLER FOR 1213, 1467
-                                    BEGIN
-                                        IF v_own <> 1 THEN
-                                            RESIGNAL;
-                                        END IF;
-                                    END;
+                                    DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own <> 1 THEN RESIGNAL; END IF; END;
                                     CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, TRUE, v_dead);
                                     IF v_dead = -1 THEN  -- its group row was busy: left as it was
                                         CALL pyqueue__unclaim(v_id, v_token, v_seen_at, v_seen_token);
@@ -3560,16 +2659,7 @@ BEGIN
                             END IF;
                             SET v_claims = 0;
                             BEGIN
-                                -- in autocommit mode a claim chosen as a deadlock
-                                -- victim (a queue_drop cascading over the queue's
-                                -- rows) was this one statement: a claim not made,
-                                -- like one that lost a race
-                                DECLARE EXIT HANDLER FOR 1213
-                                BEGIN
-                                    IF v_own <> 1 THEN
-                                        RESIGNAL;
-                                    END IF;
-                                END;
+                                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own <> 1 THEN RESIGNAL; END IF; END;
                                 UPDATE pyqueue_message
                                    SET scheduled_at = v_until,
                                        attempts = attempts + 1,
@@ -3587,18 +2677,13 @@ BEGIN
                                                DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
                                                v_seen_token, v_seen_by, v_attempts + 1));
                                 SET v_left = v_left - 1;
-                                IF v_left = 0 THEN
-                                    LEAVE candidates;
-                                END IF;
+                                IF v_left = 0 THEN LEAVE candidates; END IF;
                             END IF;
                         END IF;
                     END IF;
                 END LOOP;
                 CLOSE c_ready;
-                IF v_left = 0 OR v_got < v_page THEN
-                    LEAVE pages;
-                END IF;
-            END LOOP;
+            UNTIL v_left = 0 OR v_got < v_page END REPEAT;
             SELECT MAX(m.priority) INTO v_priority
               FROM pyqueue_message m
              WHERE m.queue_name = v_queue AND m.priority < v_priority;
@@ -3616,15 +2701,11 @@ BEGIN
      ORDER BY c.ord;
 END //
 
--- queue_commit: deletes the message if in_token still holds its
--- reservation. Result: one row, committed = 1, or 0 when the token no longer
--- holds (expired and re-reserved, committed already, or removed).
--- Locks: the message row, for one statement (or until the caller's
--- transaction ends). In autocommit mode a DELETE chosen as a deadlock victim
--- (a queue_drop racing it) is run again instead of failing. A message of a
--- FIFO group (its group_key comes with the lookup) goes through
--- pyqueue__group_leave: its group row locked first, and the next message of
--- the group takes its place.
+-- queue_commit: deletes the message if in_token still holds its reservation. Result: one row, committed = 1, or 0
+-- when it no longer holds (expired and re-reserved, committed, removed). A grouped message goes through
+-- pyqueue__group_leave (its group row first, the next message takes its place).
+-- Locks: the message row, for one statement (or until the caller's transaction ends); in autocommit mode a deadlock
+-- victim runs again.
 DROP PROCEDURE IF EXISTS queue_commit //
 CREATE PROCEDURE queue_commit(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3633,32 +2714,24 @@ CREATE PROCEDURE queue_commit(
     IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_held   CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_retry INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_id     BIGINT;
-    DECLARE v_group  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_done   INT DEFAULT 0;
-    DECLARE v_hist   BIGINT;
-    DECLARE v_own    INT DEFAULT 0;
-    DECLARE v_tries  INT DEFAULT 0;
-    DECLARE v_retry  INT;
+    DECLARE v_id, v_hist BIGINT;
+    DECLARE v_done, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    CALL pyqueue__own_transaction(FALSE, v_own);
     SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key) INTO v_id, v_group
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
     IF v_group IS NOT NULL THEN
-        CALL pyqueue__group_own(v_own);
+        CALL pyqueue__own_transaction(TRUE, v_own);
         CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
                                   UTC_TIMESTAMP(6), v_own, v_done);
     ELSEIF v_id > 0 THEN
@@ -3666,37 +2739,22 @@ BEGIN
         IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
             CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
         END IF;
-        attempt: LOOP
+        REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                -- a deadlock victim in autocommit mode (a queue_drop cascading
-                -- over the queue's rows in index order) was this one statement
-                DECLARE EXIT HANDLER FOR 1213
-                BEGIN
-                    IF v_own = 1 AND v_tries < 10 THEN
-                        SET v_retry = 1;
-                    ELSE
-                        RESIGNAL;
-                    END IF;
-                END;
+                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
                 SET v_done = ROW_COUNT();
             END;
-            IF v_retry = 0 THEN
-                LEAVE attempt;
-            END IF;
-        END LOOP;
+        UNTIL v_retry = 0 END REPEAT;
         CALL pyqueue__unarchive(v_hist, v_done);
     END IF;
     SELECT v_done AS committed;
 END //
 
--- queue_rollback: gives the message back, eligible again after in_delay
--- (NULL = 0), keeping its attempt count and its last_error. A message that
--- has had max_attempts deliveries goes to the dead-letter queue instead
--- (dropped when the queue has none; dead_count + 1). Result: one row,
--- rolled_back = 1, or 0 when the token no longer holds. Steps and locks:
--- pyqueue__give_back.
+-- queue_rollback: gives the message back, eligible after in_delay (NULL = 0), attempts and last_error kept; after
+-- max_attempts deliveries it is dead-lettered (or dropped) instead. Result: one row, rolled_back = 1, or 0 when the
+-- token no longer holds. Steps and locks: pyqueue__give_back.
 DROP PROCEDURE IF EXISTS queue_rollback //
 CREATE PROCEDURE queue_rollback(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3711,12 +2769,9 @@ BEGIN
     SELECT (v_outcome IS NOT NULL) + 0 AS rolled_back;
 END //
 
--- queue_fail: queue_rollback that also records why: in_error (NULL = no
--- text; longer than 2000 characters = its first 2000) becomes the message's
--- last_error, which a dead-letter copy and the history keep. Result: one
--- row, outcome = 'retry' (eligible again after in_delay), 'dead_lettered',
--- 'dropped' (max_attempts reached, no dead-letter queue), or NULL when the
--- token no longer holds. Steps and locks: pyqueue__give_back.
+-- queue_fail: queue_rollback that records in_error (first 2000 characters; NULL = no text) as last_error.
+-- Result: one row, outcome 'retry', 'dead_lettered', 'dropped', or NULL when the token no longer holds.
+-- Steps and locks: pyqueue__give_back.
 DROP PROCEDURE IF EXISTS queue_fail //
 CREATE PROCEDURE queue_fail(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3732,24 +2787,13 @@ BEGIN
     SELECT v_outcome AS outcome;
 END //
 
--- queue_extend: pushes the reservation's end to now + in_timeout (NULL =
--- the queue's visibility_timeout) and replaces the token (the old one stops
--- working). Result: one row, token = the new token, or NULL when in_token no
--- longer holds. A kind with a concurrency limit extends only while its slot
--- still belongs to this reservation (also after it expired, if no reserver
--- took the slot meanwhile), in three statements that each lock one kind of
--- row, in the order queue_reserve takes them (slot rows, then the message):
---   1. the slot, if still this reservation's, is marked as a claim in
---      progress ending at the new end (busy until then, whatever the
---      message shows); nobody can take it over from now on;
---   2. the message gets the new end and token (by id, token and attempts);
---   3. the slot marked in 1 (by its number: a reserver that took the
---      expired message again meanwhile holds another slot naming it with
---      the same attempt count) holds this reservation again.
--- Interrupted after 1 or 2, the slot stays busy until the new end at most.
--- Locks: the kind's slot rows, then the message row, each for one statement.
--- In autocommit mode a step chosen as a deadlock victim (a queue_drop or a
--- reserve racing it) is run again instead of failing.
+-- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the queue's visibility_timeout) and replaces
+-- the token with a new random one. Result: one row, token, NULL when in_token no longer holds. A kind with a limit
+-- extends only while its slot is still this reservation's, in three statements in reserve's lock order: the slot
+-- marked as a claim in progress until the new end; the message's new end and token (by id, token, attempts); the slot
+-- (by number) holding this reservation again. Interrupted, the slot stays busy until the new end at most.
+-- Locks: the slot rows, then the message row, each for one statement; a deadlock victim runs again in autocommit
+-- mode.
 DROP PROCEDURE IF EXISTS queue_extend //
 CREATE PROCEDURE queue_extend(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3759,60 +2803,37 @@ CREATE PROCEDURE queue_extend(
     IN in_timeout DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_held   CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held, v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_att, v_slot, v_step, v_retry INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_id     BIGINT;
-    DECLARE v_att    INT;
-    DECLARE v_until  DATETIME(6);
-    DECLARE v_slots  INT DEFAULT 0;
-    DECLARE v_slot   INT;
-    DECLARE v_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_step   INT;
-    DECLARE v_own    INT DEFAULT 0;
-    DECLARE v_tries  INT DEFAULT 0;
-    DECLARE v_retry  INT;
+    DECLARE v_id BIGINT;
+    DECLARE v_until DATETIME(6);
+    DECLARE v_slots, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    CALL pyqueue__own_transaction(FALSE, v_own);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
     SELECT COALESCE(MAX(m.id), 0), MAX(m.attempts) INTO v_id, v_att
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
     IF v_id > 0 THEN
-        SET v_token = UUID();
+        CALL pyqueue__random_token(v_token);
         SET v_until = UTC_TIMESTAMP(6)
                       + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
-        -- the three steps above (1 and 3 only for a kind with a limit), each
-        -- one statement; in autocommit mode a step chosen as a deadlock
-        -- victim (a queue_drop or a reserve racing it) was that statement
-        -- alone, and runs again
+        -- the three steps above (1 and 3 only for a kind with a limit), each one statement
         SET v_step = IF(EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind),
                         1, 2);
         steps: WHILE v_step <= 3 DO
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213
-                BEGIN
-                    IF v_own = 1 AND v_tries < 10 THEN
-                        SET v_retry = 1;
-                    ELSE
-                        RESIGNAL;
-                    END IF;
-                END;
+                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 IF v_step = 1 THEN
-                    -- the slot by its number: step 3 must give back this one
-                    -- only (a reserver that took the message again after it
-                    -- expired holds another slot with the same message and
-                    -- attempts as the mark below)
+                    -- the slot by number: step 3 gives back this one only (a reserver may hold another for it)
                     SELECT MIN(s.slot_no) INTO v_slot
                       FROM pyqueue_limit_slot s
                      WHERE s.queue_name = v_queue AND s.p_kind = v_kind AND s.msg_id = v_id AND s.msg_attempts = v_att;
@@ -3829,9 +2850,7 @@ BEGIN
                     UPDATE pyqueue_message
                        SET scheduled_at = v_until, reserve_token = v_token
                      WHERE id = v_id AND reserve_token = v_held AND attempts = v_att;
-                    IF ROW_COUNT() <> 1 THEN
-                        SET v_token = NULL;
-                    END IF;
+                    IF ROW_COUNT() <> 1 THEN SET v_token = NULL; END IF;
                 ELSEIF v_step = 3 AND v_slots > 0 THEN
                     UPDATE pyqueue_limit_slot
                        SET msg_attempts = v_att
@@ -3839,32 +2858,20 @@ BEGIN
                        AND msg_id = v_id AND msg_attempts = v_att + 1;
                 END IF;
             END;
-            IF v_retry = 0 THEN
-                SET v_step = v_step + 1;
-            END IF;
+            IF v_retry = 0 THEN SET v_step = v_step + 1; END IF;
         END WHILE;
     END IF;
     SELECT v_token AS token;
 END //
 
--- queue_move: commits the reservation here and pushes the message to
--- in_to_queue (payload NULL = unchanged; priority kept; schedule and
--- created_at start afresh; attempts too, except when in_to_queue is the
--- queue it came from: then they are kept, so max_attempts still applies). If in_to_queue already holds a live message
--- with the same key and kind, that one stays (dedup, as queue_push). Result:
--- one row, moved = 1, or 0 when the token no longer holds (nothing changes).
--- Atomic without a transaction: every queue's messages live in one table, so
--- the move is ONE UPDATE of the row's queue_name (and payload, schedule,
--- reservation) by id and token. Only when in_to_queue already holds the key
--- (the UPDATE fails with a duplicate key, error 1062) is the original
--- deleted instead, again one statement by id and token.
--- A message of a FIFO group keeps its group and its place as head when
--- in_to_queue is its own queue; moved to another queue it arrives without a
--- group, its group row locked first and the next message of the group
--- taking its place (pyqueue__group_leave).
--- Locks: the message row and a shared lock on the target queue row (the
--- foreign key), for one statement; for a grouped message moved away, the
--- group row first, all until the transaction ends.
+-- queue_move: commits the reservation here and pushes the message to in_to_queue (payload NULL = unchanged; priority
+-- kept; schedule, created_at and attempts start afresh, except into its own queue, which keeps the attempts). A live
+-- message with the same key and kind there stays (dedup). Result: one row, moved = 1, or 0 when the token no longer
+-- holds. ONE UPDATE of queue_name (payload, schedule, reservation) by id and token; on a duplicate key (1062) one
+-- DELETE by id and token instead. A grouped message keeps its group into its own queue; moved away it leaves its
+-- group (pyqueue__group_leave).
+-- Locks: the message row and a shared lock on the target queue row, for one statement; for a grouped message moved
+-- away, the group row first, until the transaction ends.
 DROP PROCEDURE IF EXISTS queue_move //
 CREATE PROCEDURE queue_move(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3875,34 +2882,21 @@ CREATE PROCEDURE queue_move(
     IN in_payload  LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_to_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_to_vis    DECIMAL(20,6);
-    DECLARE v_to_max    INT;
-    DECLARE v_to_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_to_paused BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_found    INT DEFAULT 1;
-    DECLARE v_id       BIGINT;
-    DECLARE v_duplicate INT DEFAULT 0;
-    DECLARE v_done     INT DEFAULT 0;
-    DECLARE v_hist     BIGINT;
-    DECLARE v_group    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_own      INT DEFAULT 0;
+    DECLARE v_queue, v_kind, v_to_queue, v_dlq, v_to_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis, v_to_vis DECIMAL(20,6);
+    DECLARE v_max, v_to_max INT;
+    DECLARE v_paused, v_to_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_found INT DEFAULT 1;
+    DECLARE v_id, v_hist BIGINT;
+    DECLARE v_duplicate, v_done, v_own INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_name('to_queue', in_to_queue, 128);
     CALL pyqueue__queue(in_to_queue, v_to_vis, v_to_max, v_to_dlq, v_to_paused);
-    IF in_payload IS NOT NULL THEN
-        CALL pyqueue__check_payload(in_payload);
-    END IF;
+    IF in_payload IS NOT NULL THEN CALL pyqueue__check_payload(in_payload); END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
         v_to_queue = in_to_queue;
     SET v_now = UTC_TIMESTAMP(6);
@@ -3914,7 +2908,7 @@ BEGIN
            AND m.reserve_token = v_held;
     END;
     IF v_found = 1 AND v_group IS NOT NULL AND v_to_queue <> v_queue THEN
-        CALL pyqueue__group_own(v_own);
+        CALL pyqueue__own_transaction(TRUE, v_own);
         CALL pyqueue__group_leave('move', v_queue, v_group, v_id, v_key, v_kind, v_held, v_to_queue, in_payload,
                                   v_now, v_own, v_done);
     ELSEIF v_found = 1 THEN
@@ -3941,12 +2935,9 @@ BEGIN
     SELECT v_done AS moved;
 END //
 
--- queue_remove: deletes a message whatever its state. Result: one row,
--- removed = 1, or 0 when absent. A message of a FIFO group goes through
--- pyqueue__group_leave: its group row locked first; when it was the head,
--- the next message of the group takes its place. Locks: the message row,
--- for one statement (a grouped message: the group row first, both until the
--- transaction ends).
+-- queue_remove: deletes a message whatever its state. Result: one row, removed = 1, or 0 when absent. A grouped
+-- message goes through pyqueue__group_leave. Locks: the message row, for one statement (a grouped one: the group row
+-- first, both until the transaction ends).
 DROP PROCEDURE IF EXISTS queue_remove //
 CREATE PROCEDURE queue_remove(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3954,150 +2945,108 @@ CREATE PROCEDURE queue_remove(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_retry INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_id     BIGINT;
-    DECLARE v_group  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_done   INT DEFAULT 0;
-    DECLARE v_own    INT DEFAULT 0;
-    DECLARE v_tries  INT DEFAULT 0;
-    DECLARE v_retry  INT;
+    DECLARE v_id BIGINT;
+    DECLARE v_done, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('p_key', in_key, 255);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
+    CALL pyqueue__own_transaction(FALSE, v_own);
     SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key) INTO v_id, v_group
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
     IF v_group IS NOT NULL THEN
-        CALL pyqueue__group_own(v_own);
+        CALL pyqueue__own_transaction(TRUE, v_own);
         CALL pyqueue__group_leave('remove', v_queue, v_group, v_id, v_key, v_kind, NULL, NULL, NULL,
                                   UTC_TIMESTAMP(6), v_own, v_done);
     ELSEIF v_id > 0 THEN
-        attempt: LOOP
+        REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                -- a deadlock victim in autocommit mode (a queue_drop racing it)
-                -- was this one statement: run it again
-                DECLARE EXIT HANDLER FOR 1213
-                BEGIN
-                    IF v_own = 1 AND v_tries < 10 THEN
-                        SET v_retry = 1;
-                    ELSE
-                        RESIGNAL;
-                    END IF;
-                END;
+                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 -- queue_name again: a concurrent queue_move may have moved the row out
                 DELETE FROM pyqueue_message WHERE id = v_id AND queue_name = v_queue;
                 SET v_done = ROW_COUNT();
             END;
-            IF v_retry = 0 THEN
-                LEAVE attempt;
-            END IF;
-        END LOOP;
+        UNTIL v_retry = 0 END REPEAT;
     END IF;
     SELECT v_done AS removed;
 END //
 
-
 -- ==== wakeups ====
--- Waiting for work without polling hard. MySQL has no NOTIFY: the channel
--- and its window are kept for parity with PostgreSQL; a waiter sleeps until
--- the next message falls due, or long-polls inside the server (queue_wait).
+-- Waiting for work without polling hard. MySQL has no NOTIFY: the channel and its window are kept for parity with
+-- PostgreSQL; a waiter sleeps until the next message falls due, or long-polls inside the server (queue_wait).
 
--- queue_channel: the PostgreSQL NOTIFY channel name of the queue,
--- 'pyqueue_' + MD5 of its name (the same name on both dialects; MySQL has
--- no NOTIFY, so nothing is ever sent on it here). One row: channel.
--- Raises unknown_queue. Plain read.
+-- queue_channel: the queue's PostgreSQL NOTIFY channel, 'pyqueue_' + MD5 of its name (for parity: MySQL has no
+-- NOTIFY). One row: channel. Raises unknown_queue. Plain read.
 DROP PROCEDURE IF EXISTS queue_channel //
-CREATE PROCEDURE queue_channel(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_channel(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     SELECT CONCAT('pyqueue_', MD5(v_queue)) AS channel;
 END //
 
--- queue_set_notify_window: stores the queue's wakeup throttle window in
--- seconds (NULL = 0.05, 0 = no throttle, at most 3600). MySQL sends no
--- wakeups (workers poll), so the setting only takes effect on PostgreSQL;
--- it is kept here so that both dialects accept the same calls.
--- Locks the queue's pyqueue_notify row for one statement.
+-- queue_set_notify_window: the queue's wakeup throttle window in seconds (NULL = 0.05, 0 = none, at most 3600);
+-- effective on PostgreSQL only (MySQL workers poll), accepted here for parity. Locks: the queue's pyqueue_notify row,
+-- for one statement.
 DROP PROCEDURE IF EXISTS queue_set_notify_window //
 CREATE PROCEDURE queue_set_notify_window(
     IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_window DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     CALL pyqueue__check_duration('window', in_window, FALSE);
-    IF in_window > 3600 THEN
-        CALL pyqueue__raise('invalid_argument', 'window must not exceed 1 hour');
-    END IF;
+    IF in_window > 3600 THEN CALL pyqueue__raise('invalid_argument', 'window must not exceed 1 hour'); END IF;
     INSERT INTO pyqueue_notify (queue_name, notify_window)
     VALUES (v_queue, COALESCE(in_window, 0.05))
     ON DUPLICATE KEY UPDATE notify_window = VALUES(notify_window);
 END //
 
--- queue_next_scheduled_at: when the next message of the queue (of one of
--- in_kinds, a JSON array; NULL = any) becomes eligible. One row:
--- next_scheduled_at (UTC), wait_s (seconds from now, 0 when one is ready
--- already); both NULL when there is none or the queue is paused. Counts
--- delayed messages and reservations (their expiry). Plain reads.
+-- queue_next_scheduled_at: when the next message (of in_kinds, a JSON array; NULL = any) becomes eligible, counting
+-- delays and reservation expiries. One row: next_scheduled_at (UTC), wait_s (0 when one is ready); both NULL when
+-- none or paused. Plain reads.
 DROP PROCEDURE IF EXISTS queue_next_scheduled_at //
 CREATE PROCEDURE queue_next_scheduled_at(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_kinds LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_kinds  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_now    DATETIME(6);
-    DECLARE v_next   DATETIME(6);
+    DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_now, v_next DATETIME(6);
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     CALL pyqueue__kinds(in_kinds, v_kinds);
     SET v_now = UTC_TIMESTAMP(6);
-    IF NOT v_paused THEN
-        CALL pyqueue__next_at(v_queue, v_kinds, v_now, v_next);
-    END IF;
+    IF NOT v_paused THEN CALL pyqueue__next_at(v_queue, v_kinds, v_now, v_next); END IF;
     SELECT v_next AS next_scheduled_at,
            GREATEST(TIMESTAMPDIFF(MICROSECOND, v_now, v_next), 0) / 1e6 AS wait_s;
 END //
 
--- queue_wait: blocks until the queue has a message (of one of in_kinds,
--- NULL = any) that is eligible now, or until in_timeout seconds pass (NULL
--- = 1, at most 3600). One row: ready = 1 when one is ready, 0 at the
--- timeout. Checks every in_poll seconds (NULL = 0.05, at least 0.001) and,
--- when a delayed message or a reservation falls due before then, right at
--- its time: a long poll inside the server, so an idle worker makes one
--- client round trip per wait instead of one per poll. Each check is a few
--- index lookups. Call it in autocommit mode (or READ COMMITTED): inside a
--- REPEATABLE READ transaction its snapshot never sees new messages.
--- Takes no locks; keeps the connection busy while it waits.
+-- queue_wait: blocks until a message (of in_kinds, NULL = any) is eligible, or in_timeout seconds pass (NULL = 1, at
+-- most 3600). One row: ready = 1, or 0 at the timeout. Checks every in_poll seconds (NULL = 0.05, at least 0.001) and
+-- right when a delay or reservation falls due: one round trip per wait. Call it in autocommit mode or READ COMMITTED
+-- (a REPEATABLE READ snapshot never sees new messages). Takes no locks.
 DROP PROCEDURE IF EXISTS queue_wait //
 CREATE PROCEDURE queue_wait(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -4106,74 +3055,49 @@ CREATE PROCEDURE queue_wait(
     IN in_poll    DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_kinds    LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_next     DATETIME(6);
-    DECLARE v_deadline DATETIME(6);
-    DECLARE v_poll     DECIMAL(20,6);
-    DECLARE v_left     DECIMAL(20,6);
-    DECLARE v_ready    INT DEFAULT 0;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis, v_poll, v_left DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_now, v_next, v_deadline DATETIME(6);
+    DECLARE v_ready INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     CALL pyqueue__kinds(in_kinds, v_kinds);
     CALL pyqueue__check_duration('timeout', in_timeout, FALSE);
     CALL pyqueue__check_duration('poll', in_poll, TRUE);
-    IF in_poll < 0.001 THEN
-        CALL pyqueue__raise('invalid_argument', 'poll must be at least 1 millisecond');
-    END IF;
-    IF in_timeout > 3600 THEN
-        CALL pyqueue__raise('invalid_argument', 'timeout must not exceed 1 hour');
-    END IF;
+    IF in_poll < 0.001 THEN CALL pyqueue__raise('invalid_argument', 'poll must be at least 1 millisecond'); END IF;
+    IF in_timeout > 3600 THEN CALL pyqueue__raise('invalid_argument', 'timeout must not exceed 1 hour'); END IF;
     SET v_poll = COALESCE(in_poll, 0.05);
     SET v_deadline = UTC_TIMESTAMP(6)
                      + INTERVAL CAST(COALESCE(in_timeout, 1) * 1000000 AS SIGNED) MICROSECOND;
     waiting: LOOP
         SET v_now = UTC_TIMESTAMP(6), v_next = NULL;
         SELECT q.paused INTO v_paused FROM pyqueue_queue q WHERE q.queue_name = v_queue;
-        IF NOT v_paused THEN
-            CALL pyqueue__next_at(v_queue, v_kinds, v_now, v_next);
-        END IF;
+        IF NOT v_paused THEN CALL pyqueue__next_at(v_queue, v_kinds, v_now, v_next); END IF;
         IF v_next <= v_now THEN
             SET v_ready = 1;
             LEAVE waiting;
         END IF;
         SET v_left = TIMESTAMPDIFF(MICROSECOND, v_now, v_deadline) / 1e6;
-        IF v_left <= 0 THEN
-            LEAVE waiting;
-        END IF;
+        IF v_left <= 0 THEN LEAVE waiting; END IF;
         DO SLEEP(LEAST(v_poll, v_left,
                        COALESCE(TIMESTAMPDIFF(MICROSECOND, v_now, v_next) / 1e6, v_poll)));
     END LOOP;
     SELECT v_ready AS ready;
 END //
 
-
 -- ==== fast paths ====
--- Two steps of the consume cycle in one call: commit the previous reservation
--- and reserve the next, or commit many reservations at once. The semantics of
--- the routines they stand for, in fewer round trips.
+-- Two steps of the consume cycle in one call: commit the previous reservation and reserve the next, or commit many
+-- reservations at once. The semantics of the routines they stand for, in fewer round trips.
 
--- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
--- in_token; all three NULL = nothing to commit) and reserves the next up to
--- in_n messages with queue_reserve's semantics, in one call (one round trip
--- per message for a consumer working one at a time, instead of two).
--- Result: the reserved rows (columns as queue_reserve's; one result set),
--- then a last result set of one row, committed = 1, 0 when the token no
--- longer held, NULL when nothing was given.
--- Every argument is checked first and the message to commit looked up,
--- then the reserve runs (queue_reserve's own steps, set-based), then the
--- commit: a refused call changes nothing, in autocommit mode too; the
--- message being committed is still reserved by the caller while the reserve
--- runs. A message of a FIFO group is committed before the reserve instead
--- (as queue_commit: its group row first), so that the next message of its
--- group, which takes its place, can be reserved by this call.
--- Locks: as queue_reserve; then the committed row (a message of a FIFO
--- group: first, as queue_commit).
+-- queue_commit_reserve: commits the previous reservation (in_key, in_kind, in_token; all NULL = none) and reserves up
+-- to in_n more as queue_reserve, in one call. Result: the reserved rows (as queue_reserve's), then one row committed
+-- = 1, 0 (token no longer held) or NULL (nothing given). Checks and the lookup first, then the reserve, then the
+-- commit: a refused call changes nothing. A grouped message is committed before the reserve (as queue_commit), so the
+-- next message of its group can be reserved by this call.
+-- Locks: as queue_reserve, then the committed row (a grouped one first, as queue_commit).
 DROP PROCEDURE IF EXISTS queue_commit_reserve //
 CREATE PROCEDURE queue_commit_reserve(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -4186,27 +3110,21 @@ CREATE PROCEDURE queue_commit_reserve(
     IN in_kinds   LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_held     CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_kinds    LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_id       BIGINT;
-    DECLARE v_done     INT DEFAULT NULL;
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_id, v_hist BIGINT;
+    DECLARE v_done INT DEFAULT NULL;
+    DECLARE v_own INT DEFAULT 0;
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
-    DECLARE v_hist     BIGINT;
-    DECLARE v_group    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_own      INT DEFAULT 0;
 
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
-    IF v_commit THEN
-        CALL pyqueue__check_reservation(in_key, in_kind, in_token);
-    END IF;
+    IF v_commit THEN CALL pyqueue__check_reservation(in_key, in_kind, in_token); END IF;
     CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);
     IF v_commit THEN
         SET v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = 0;
@@ -4215,9 +3133,8 @@ BEGIN
          WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
            AND m.reserve_token = v_held;
         IF v_group IS NOT NULL THEN
-            -- as queue_commit, BEFORE the reserve: the next message of the
-            -- group takes its place and this reserve may take it
-            CALL pyqueue__group_own(v_own);
+            -- as queue_commit, BEFORE the reserve, so its group's next message can be reserved
+            CALL pyqueue__own_transaction(TRUE, v_own);
             CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
                                       UTC_TIMESTAMP(6), v_own, v_done);
         END IF;
@@ -4230,9 +3147,7 @@ BEGIN
     IF v_commit AND v_group IS NULL THEN
         IF v_id > 0 THEN  -- as queue_commit: history row, a schedule's next occurrence
             CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
-            IF v_key LIKE '%@____-__-__T__:__:__Z' THEN
-                CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
-            END IF;
+            IF v_key LIKE '%@____-__-__T__:__:__Z' THEN CALL pyqueue__schedule_next(v_queue, v_key, v_kind); END IF;
             DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
             SET v_done = ROW_COUNT();
             CALL pyqueue__unarchive(v_hist, v_done);
@@ -4241,29 +3156,14 @@ BEGIN
     SELECT v_done AS committed;
 END //
 
--- queue_commit_batch: commits many reservations at once; in_keys, in_kinds
--- and in_tokens are JSON arrays of strings of the same length (element i of
--- each names one reservation). Result: one row, committed = how many were
--- deleted; a reservation whose token no longer holds is skipped. Refuses,
--- changing nothing, arrays that are NULL, not arrays of strings, of
--- different lengths, or hold an empty/too long/space-ended key or kind or a
--- malformed token (the error names the first bad element).
--- Set-based, linear in the batch: each array is parsed once by JSON_TABLE
--- into a materialised derived table, and the three are joined on their
--- ordinals through the derived tables' automatic keys. As queue_commit: one
--- plain read locates the rows by key and token; then, for a queue that keeps
--- history, one INSERT copies them into pyqueue_history; occurrences of a
--- schedule (few) advance their schedule one by one (pyqueue__schedule_next);
--- then one DELETE by id re-checks each token under its row lock; history
--- copies of rows it did not delete (token lost meanwhile) are removed again.
--- Messages of FIFO groups are left to the end and committed one by one in
--- group_key order as queue_commit does (pyqueue__groups_leave: the group
--- row first, then the next message of the group takes its place). Without
--- history or schedules the one DELETE skips them, and they are looked for
--- (one more read) only when it deleted fewer rows than the batch names.
--- Locks: the deleted rows (shared locks on them for the history copy), for
--- one statement each step; the schedule rows of occurrences; the group rows
--- of grouped messages.
+-- queue_commit_batch: commits many reservations; in_keys, in_kinds, in_tokens: JSON arrays of strings of one length
+-- (element i of each names one). Result: one row, committed = how many were deleted (a token that no longer holds is
+-- skipped). Refuses, changing nothing, arrays that are NULL, not of strings, of different lengths, or hold a bad key
+-- or kind or a malformed token (naming the first bad element). Set-based: each array parsed once by JSON_TABLE; one
+-- read locates the rows; history in one INSERT; schedule occurrences one by one; one DELETE by id re-checks each
+-- token (history copies of rows not deleted are removed again). FIFO group messages go last, one by one in group_key
+-- order (pyqueue__groups_leave).
+-- Locks: the deleted rows, for one statement each step; schedule rows of occurrences; group rows.
 DROP PROCEDURE IF EXISTS queue_commit_batch //
 CREATE PROCEDURE queue_commit_batch(
     IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -4272,31 +3172,15 @@ CREATE PROCEDURE queue_commit_batch(
     IN in_tokens LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_n        INT;
-    DECLARE v_bad      BIGINT;
-    DECLARE v_ids      LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_found    INT DEFAULT 0;
-    DECLARE v_done     INT DEFAULT 0;
-    DECLARE v_archived INT DEFAULT 0;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_occ      LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_nocc     INT DEFAULT 0;
-    DECLARE v_i        INT DEFAULT 0;
-    DECLARE v_gcl      BIGINT;
-    DECLARE v_grouped  LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_gdone    INT;
-    DECLARE v_busy     LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_own      INT DEFAULT 0;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        SET SESSION group_concat_max_len = v_gcl;
-        RESIGNAL;
-    END;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_n, v_gdone INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_bad, v_gcl BIGINT;
+    DECLARE v_ids, v_occ, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_found, v_done, v_archived, v_nocc, v_i, v_own INT DEFAULT 0;
+    DECLARE v_now DATETIME(6);
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
@@ -4314,8 +3198,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must have the same length');
     END IF;
     IF v_n > 0 THEN
-        -- Each array checked on its own (no join needed): the first bad
-        -- element of any of the three.
+        -- Each array checked on its own (no join needed): the first bad element of any of the three.
         SELECT LEAST(
                  COALESCE((SELECT MIN(k.ord) FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS k
                             WHERE (    JSON_TYPE(k.elem) = 'STRING'
@@ -4339,10 +3222,7 @@ BEGIN
            AND NOT EXISTS (SELECT 1 FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
                                 k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
                             WHERE k.k LIKE '%@____-__-__T__:__:__Z') THEN
-            -- No history row to write and no schedule to advance: one DELETE
-            -- joined to the three arrays (as the read below) finds each row
-            -- by its key and deletes it if the token still holds, checked
-            -- under the row's lock (a message of a FIFO group: below).
+            -- No history, no schedule: one DELETE joined to the arrays, re-checking each token under its lock
             DELETE m
               FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
                        ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
@@ -4381,14 +3261,8 @@ BEGIN
             END IF;
         ELSE
             SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
-            -- [id, token, is a schedule's occurrence]. The keys stream from their
-            -- JSON_TABLE; kinds and tokens are joined to them on ord through
-            -- materialised derived tables (the LIMITs keep them materialised, with
-            -- automatic keys on ord), kept narrow so that a large batch stays in
-            -- memory: a kind as its MD5 (the token identifies the reservation; the
-            -- kind is a consistency check), a token as 36 ASCII characters.
-            -- (messages of FIFO groups apart, in v_grouped: [id, p_key, p_kind,
-            -- token, group_key])
+            -- [id, token, is a schedule's occurrence]; kinds and tokens joined on ord through narrow materialised
+            -- derived tables (a kind as its MD5); grouped messages apart: [id, p_key, p_kind, token, group_key]
             SELECT COALESCE(SUM(m.group_key IS NULL), 0),
                    CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL,
                                                JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z'),
@@ -4457,141 +3331,93 @@ BEGIN
         END IF;
     END IF;
     IF v_grouped IS NOT NULL THEN
-        CALL pyqueue__group_own(v_own);
+        CALL pyqueue__own_transaction(TRUE, v_own);
         CALL pyqueue__groups_leave('commit', v_queue, NULL, v_grouped, UTC_TIMESTAMP(6), v_own, v_gdone, v_busy);
         SET v_done = v_done + v_gdone;
     END IF;
     SELECT v_done AS committed;
 END //
 
-
 -- ==== topics ====
--- Publish a message to every queue bound to a matching topic pattern: bind,
--- unbind and list the bindings, publish one message or many.
+-- Publish a message to every queue bound to a matching topic pattern: bind, unbind and list the bindings, publish one
+-- message or many.
 
--- queue_bind: binds topic pattern in_pattern (dot-separated words, '*' one
--- word, '#' any number of words; see pyqueue__check_topic) to in_queue:
--- queue_publish then pushes the messages of every matching topic into it.
--- Result: one row, bound = 1 when new, 0 when it existed. The pattern's
--- regular expression is built here, once (pyqueue__topic_regex).
--- Locks: the new binding row and a shared lock on the queue row, for one
--- statement (in autocommit mode, run again when chosen as a deadlock
--- victim).
+-- queue_bind: binds topic pattern in_pattern ('*' one word, '#' any number; pyqueue__check_topic) to in_queue, its
+-- regular expression built once (pyqueue__topic_regex). Result: one row, bound = 1 when new, else 0.
+-- Locks: the new row and a shared lock on the queue row, for one statement; a deadlock victim runs again.
 DROP PROCEDURE IF EXISTS queue_bind //
 CREATE PROCEDURE queue_bind(
     IN in_pattern LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue   VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_pattern VARCHAR(255)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_regex   VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis     DECIMAL(20,6);
-    DECLARE v_max     INT;
-    DECLARE v_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused  BOOLEAN;
-    DECLARE v_bound   INT;
-    DECLARE v_gone    INT DEFAULT 0;
-    DECLARE v_own     INT DEFAULT 0;
-    DECLARE v_tries   INT DEFAULT 0;
-    DECLARE v_retry   INT;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_pattern VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_regex VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_bound, v_retry INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_gone, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__check_topic('pattern', in_pattern, TRUE);
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue, v_pattern = in_pattern;
     CALL pyqueue__topic_regex(v_pattern, v_regex);
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    attempt: LOOP
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_bound = 1;
         BEGIN
-            -- a deadlock victim in autocommit mode was this one statement: run it again
-            DECLARE EXIT HANDLER FOR 1213
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
+            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DECLARE CONTINUE HANDLER FOR 1062 SET v_bound = 0;  -- bound already
             DECLARE CONTINUE HANDLER FOR 1452 SET v_gone = 1;   -- the queue was dropped meanwhile
             INSERT INTO pyqueue_binding (pattern, queue_name, pattern_regex, created_at)
             VALUES (v_pattern, v_queue, v_regex, UTC_TIMESTAMP(6));
         END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
-    IF v_gone = 1 THEN
-        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
-    END IF;
+    UNTIL v_retry = 0 END REPEAT;
+    IF v_gone = 1 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
     SELECT v_bound AS bound;
 END //
 
--- queue_unbind: removes the binding of in_pattern to in_queue. Result: one
--- row, unbound = 1 when it was removed, 0 when there was none. The pattern
--- and the queue are checked as queue_bind checks them. Locks: the binding
--- row, for one statement (in autocommit mode, run again when chosen as a
--- deadlock victim).
+-- queue_unbind: removes the binding of in_pattern to in_queue. Result: one row, unbound = 1 when it was removed, 0
+-- when there was none. The pattern and the queue are checked as queue_bind checks them. Locks: the binding row, for
+-- one statement (in autocommit mode, run again when chosen as a deadlock victim).
 DROP PROCEDURE IF EXISTS queue_unbind //
 CREATE PROCEDURE queue_unbind(
     IN in_pattern LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_pattern VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis     DECIMAL(20,6);
-    DECLARE v_max     INT;
-    DECLARE v_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused  BOOLEAN;
-    DECLARE v_unbound INT DEFAULT 0;
-    DECLARE v_own     INT DEFAULT 0;
-    DECLARE v_tries   INT DEFAULT 0;
-    DECLARE v_retry   INT;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_retry INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_unbound, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__check_topic('pattern', in_pattern, TRUE);
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue, v_pattern = in_pattern;
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    attempt: LOOP
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            -- a deadlock victim in autocommit mode was this one statement: run it again
-            DECLARE EXIT HANDLER FOR 1213
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
+            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DELETE FROM pyqueue_binding WHERE pattern = v_pattern AND queue_name = v_queue;
             SET v_unbound = ROW_COUNT();
         END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     SELECT v_unbound AS unbound;
 END //
 
--- queue_bindings: the bindings of in_queue (every queue's when NULL):
--- rows (pattern, queue, created_at), ordered by queue, then pattern.
--- Raises unknown_queue for a queue that does not exist. Plain read.
+-- queue_bindings: the bindings of in_queue (every queue's when NULL): rows (pattern, queue, created_at), ordered by
+-- queue, then pattern. Raises unknown_queue for a queue that does not exist. Plain read.
 DROP PROCEDURE IF EXISTS queue_bindings //
-CREATE PROCEDURE queue_bindings(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_bindings(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    END IF;
+    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
     SET v_queue = in_queue;
     SELECT b.pattern, b.queue_name AS `queue`, b.created_at
       FROM pyqueue_binding b
@@ -4599,19 +3425,11 @@ BEGIN
      ORDER BY b.queue_name, b.pattern;
 END //
 
--- queue_publish: pushes the message (as queue_push: run_at NULL = now,
--- priority NULL = 0) into every queue bound to a pattern that in_topic
--- matches (a topic: dot-separated words without '*' or '#', see
--- pyqueue__check_topic), one copy per queue however many of its patterns
--- match. Result: one row, queues = how many queues got a new message (a
--- queue that holds a live message with this key and kind already does not
--- count, dedup as queue_push); 0, no error, when no binding matches.
--- How: ONE INSERT IGNORE ... SELECT over the bindings whose regular
--- expression matches CONCAT('.', in_topic), in queue-name order.
--- Locks: shared locks on the bindings it reads (a queue_bind / queue_unbind
--- waits for it), then, per target queue in queue-name order, a shared lock
--- on the queue row (foreign key) and the new row, for one statement. In
--- autocommit mode a deadlock runs the statement again instead of failing.
+-- queue_publish: pushes the message (as queue_push) into every queue bound to a pattern in_topic matches, one copy
+-- per queue. Result: one row, queues = how many got a new message (dedup as queue_push); 0 when nothing matches. ONE
+-- INSERT IGNORE ... SELECT over the matching bindings, in queue-name order.
+-- Locks: shared locks on the bindings read, then per queue (name order) a shared lock on its row and the new row, for
+-- one statement; a deadlock victim runs again in autocommit mode.
 DROP PROCEDURE IF EXISTS queue_publish //
 CREATE PROCEDURE queue_publish(
     IN in_topic    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -4622,15 +3440,12 @@ CREATE PROCEDURE queue_publish(
     IN in_priority DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_topic    VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_at       DATETIME(6);
-    DECLARE v_queues   INT DEFAULT 0;
-    DECLARE v_own      INT DEFAULT 0;
-    DECLARE v_tries    INT DEFAULT 0;
-    DECLARE v_retry    INT;
+    DECLARE v_topic VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_now, v_at DATETIME(6);
+    DECLARE v_queues, v_own, v_tries INT DEFAULT 0;
+    DECLARE v_retry INT;
     CALL pyqueue__check_topic('topic', in_topic, FALSE);
     CALL pyqueue__check_name('p_key', in_key, 255);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
@@ -4642,21 +3457,11 @@ BEGIN
     SET v_topic = CONCAT('.', in_topic), v_key = in_key, v_kind = in_kind;
     SET v_now = UTC_TIMESTAMP(6);
     SET v_at = COALESCE(in_run_at, v_now);
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    attempt: LOOP
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC lock)
-            -- in autocommit mode was this one statement: run it again
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts)
@@ -4668,26 +3473,15 @@ BEGIN
              ORDER BY q.queue_name;
             SET v_queues = ROW_COUNT();
         END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     SELECT v_queues AS queues;
 END //
 
--- queue_publish_batch: queue_publish for many messages in one statement.
--- MySQL takes ONE JSON array of objects {"topic", "p_key", "p_kind",
--- "payload", "run_at", "priority"} as first argument (in_topics' place);
--- the other five must be NULL. topic: a JSON string as queue_publish's
--- topic; the other members as queue_push_batch's. Element i goes to the
--- queues bound to a pattern its topic matches, one copy per queue. Any
--- invalid element refuses the whole batch before anything is written.
--- Result: one row, pushed = how many new messages all the queues got
--- (duplicates, also within the batch for one queue, are skipped; the first
--- occurrence wins).
--- How: ONE INSERT IGNORE ... SELECT of the elements joined to the queues
--- whose bindings match them, in queue-name order, then element order.
--- Locks: as queue_publish, for every queue the batch reaches.
+-- queue_publish_batch: queue_publish for many messages. MySQL: ONE JSON array of objects {"topic", "p_key", "p_kind",
+-- "payload", "run_at", "priority"} in in_topics' place, the other five NULL; members as queue_push_batch's. An
+-- invalid element refuses the batch. Result: one row, pushed = new messages in all queues (duplicates skipped, the
+-- first wins). ONE INSERT IGNORE ... SELECT, queue-name then element order.
+-- Locks: as queue_publish, for every queue reached.
 DROP PROCEDURE IF EXISTS queue_publish_batch //
 CREATE PROCEDURE queue_publish_batch(
     IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
@@ -4698,11 +3492,9 @@ CREATE PROCEDURE queue_publish_batch(
     IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_inserted INT DEFAULT 0;
-    DECLARE v_own      INT DEFAULT 0;
-    DECLARE v_tries    INT DEFAULT 0;
-    DECLARE v_retry    INT;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
+    DECLARE v_retry INT;
     IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL THEN
         CALL pyqueue__raise('invalid_argument',
@@ -4710,21 +3502,11 @@ BEGIN
     END IF;
     CALL pyqueue__check_messages(in_messages, 'topic');
     SET v_now = UTC_TIMESTAMP(6);
-    -- autocommit with no transaction open (MariaDB can tell; see pyqueue__own_transaction)
-    /*M!100300 SET v_own = IF(@@SESSION.autocommit = 1, 1 - @@SESSION.in_transaction, 0); */
-    attempt: LOOP
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            -- a deadlock victim (1213; 1467 while waiting for the AUTO-INC lock)
-            -- in autocommit mode was this one statement: run it again
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    SET v_retry = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts)
@@ -4756,42 +3538,29 @@ BEGIN
              ORDER BY q.queue_name, b.ord;
             SET v_inserted = ROW_COUNT();
         END;
-        IF v_retry = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     SELECT v_inserted AS pushed;
 END //
 
-
 -- ==== history and dead letters ====
--- What became of messages that left a queue (pyqueue_history: purge, replay),
--- the messages in dead-letter queues (list, redrive), and one message's state
--- and history, for roles that may not read the tables.
+-- What became of messages that left a queue (pyqueue_history: purge, replay), the messages in dead-letter queues
+-- (list, redrive), and one message's state and history, for roles that may not read the tables.
 
--- queue_purge_history: deletes up to in_n (NULL = 10000) history rows that
--- are past their queue's history_retention (processed_at < now -
--- retention), oldest first, of one queue or (in_queue NULL) of every queue
--- that has a retention. Result: one row, purged = how many; call it again
--- until it returns less than in_n. History of a dropped queue, or of one
--- whose retention was set back to NULL, is left alone.
--- Locks: the deleted history rows, one DELETE ... LIMIT per queue.
+-- queue_purge_history: deletes up to in_n (NULL = 10000) history rows past their queue's retention, oldest first, of
+-- in_queue (NULL = every queue with a retention). Result: one row, purged; call again until it is below in_n. Locks:
+-- the deleted rows, one DELETE ... LIMIT per queue.
 DROP PROCEDURE IF EXISTS queue_purge_history //
 CREATE PROCEDURE queue_purge_history(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_n     DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq, v_q VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis, v_ret DECIMAL(20,6);
+    DECLARE v_max, v_left INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_q      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_ret    DECIMAL(20,6);
-    DECLARE v_now    DATETIME(6);
-    DECLARE v_left   INT;
-    DECLARE v_done   INT DEFAULT 0;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_done INT DEFAULT 0;
     DECLARE c_queues CURSOR FOR
         SELECT q.queue_name, q.history_retention
           FROM pyqueue_queue q
@@ -4802,17 +3571,13 @@ BEGIN
         CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
         SET v_queue = in_queue;
     END IF;
-    IF in_n < 1 THEN
-        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
-    END IF;
+    IF in_n < 1 THEN CALL pyqueue__raise('invalid_argument', 'n must be at least 1'); END IF;
     CALL pyqueue__check_int('n', COALESCE(in_n, 10000), 1, 2147483647);
     SET v_left = COALESCE(in_n, 10000), v_now = UTC_TIMESTAMP(6);
     OPEN c_queues;
     queues: LOOP
         FETCH c_queues INTO v_q, v_ret;
-        IF v_done = 1 OR v_left <= 0 THEN
-            LEAVE queues;
-        END IF;
+        IF v_done = 1 OR v_left <= 0 THEN LEAVE queues; END IF;
         DELETE FROM pyqueue_history
          WHERE queue_name = v_q
            AND processed_at < v_now - INTERVAL CAST(v_ret * 1000000 AS SIGNED) MICROSECOND
@@ -4824,14 +3589,9 @@ BEGIN
     SELECT CAST(COALESCE(in_n, 10000) - v_left AS SIGNED) AS purged;
 END //
 
--- queue_replay: pushes again the messages of in_queue's history whose
--- processed_at (UTC) lies in [in_from, in_to) (NULL = unbounded on that
--- side), through the normal dedup: a (p_key, p_kind) that is live in the
--- queue is skipped. When a key and kind left several times in the range,
--- its latest version is replayed. Replayed messages are ready now, with
--- their archived payload and priority, attempts 0. Result: one row,
--- replayed = how many were inserted. Reads the history without locks;
--- locks like queue_push_batch.
+-- queue_replay: pushes again in_queue's history of [in_from, in_to) (UTC; NULL = unbounded), the latest version of
+-- each key and kind, ready now with attempts 0, through dedup. Result: one row, replayed. Reads history without
+-- locks; locks like queue_push_batch.
 DROP PROCEDURE IF EXISTS queue_replay //
 CREATE PROCEDURE queue_replay(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -4839,22 +3599,18 @@ CREATE PROCEDURE queue_replay(
     IN in_to    DATETIME(6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_inserted INT;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_inserted INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     IF (in_from IS NOT NULL AND (in_from + INTERVAL 0 SECOND IS NULL OR in_from < '1000-01-01'))
        OR (in_to IS NOT NULL AND (in_to + INTERVAL 0 SECOND IS NULL OR in_to < '1000-01-01')) THEN
         CALL pyqueue__raise('invalid_argument', 'from and to must be valid times');
     END IF;
-    IF in_from > in_to THEN
-        CALL pyqueue__raise('invalid_argument', 'from must not be later than to');
-    END IF;
+    IF in_from > in_to THEN CALL pyqueue__raise('invalid_argument', 'from must not be later than to'); END IF;
     SET v_now = UTC_TIMESTAMP(6);
     INSERT IGNORE INTO pyqueue_message
            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
@@ -4876,29 +3632,14 @@ BEGIN
     SELECT v_inserted AS replayed;
 END //
 
--- queue_redrive: moves up to in_n (NULL = 1) ready messages of
--- in_dead_queue (usually a dead-letter queue) to in_to_queue, highest
--- priority first, FIFO within one: same key, kind, payload, priority and
--- last_error, attempts 0, ready now, no dead-letter origin any more. A message held by a live reservation is not
--- taken. A message whose key and kind are already live in in_to_queue stays
--- where it is (dedup; skipped, not counted). Result: one row, redriven =
--- how many moved. With a history_retention on in_dead_queue each move is
--- archived as 'moved'.
--- How, set-based, a page of up to 5000 candidates at a time: a plain read
--- of the candidates (pyqueue__candidates over every priority), then ONE
--- UPDATE IGNORE of their queue_name joined to a SKIP LOCKED read by id that
--- re-checks each is still ready and unchanged (atomic in autocommit mode,
--- as queue_move); IGNORE leaves a row whose key and kind are live in
--- in_to_queue (a duplicate key) where it is. A FIFO group's head among the
--- candidates moves alone after that UPDATE, without its group, its group
--- row locked first and the next message of the group taking its place
--- (pyqueue__groups_leave); blocked messages are never ready, so never
--- candidates. With history, one INSERT
--- archives the page first and the copies of rows that did not move are
--- removed again after the UPDATE.
--- Locks: the candidate rows and a shared lock on in_to_queue's row, for one
--- statement per page (or until the caller's transaction ends); a grouped
--- head's group row before its message row.
+-- queue_redrive: moves up to in_n (NULL = 1) ready messages of in_dead_queue to in_to_queue, highest priority first,
+-- FIFO within one: key, kind, payload, priority and last_error kept, attempts 0, ready now, no dead-letter origin.
+-- Reserved messages stay; so does one whose key and kind are live in in_to_queue (dedup, not counted). Result: one
+-- row, redriven. History archives each move as 'moved'. Per page of 5000: a plain read of candidates, ONE UPDATE
+-- IGNORE of queue_name joined to a SKIP LOCKED read by id (atomic as queue_move); a group's head moves alone after it
+-- (pyqueue__groups_leave).
+-- Locks: the candidate rows and a shared lock on in_to_queue's row, for one statement per page; a grouped head's
+-- group row before its message row.
 DROP PROCEDURE IF EXISTS queue_redrive //
 CREATE PROCEDURE queue_redrive(
     IN in_dead_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -4906,44 +3647,21 @@ CREATE PROCEDURE queue_redrive(
     IN in_n          DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_dead      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_to        VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis       DECIMAL(20,6);
-    DECLARE v_max       INT;
-    DECLARE v_dlq       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused    BOOLEAN;
-    DECLARE v_history   BOOLEAN;
-    DECLARE v_now       DATETIME(6);
-    DECLARE v_left      INT;
-    DECLARE v_k         INT;
-    DECLARE v_top       INT;
-    DECLARE v_pr        INT;
-    DECLARE v_at        DATETIME(6);
-    DECLARE v_id        BIGINT;
-    DECLARE v_cand      LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_got       INT;
-    DECLARE v_maxatt    INT;
-    DECLARE v_archived  INT;
-    DECLARE v_moved     INT;
-    DECLARE v_count     INT DEFAULT 0;
-    DECLARE v_gcl       BIGINT;
-    DECLARE v_grouped   LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_gdone     INT;
-    DECLARE v_busy      LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_own       INT DEFAULT 0;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        SET SESSION group_concat_max_len = v_gcl;
-        RESIGNAL;
-    END;
+    DECLARE v_dead, v_to, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_left, v_k, v_top, v_pr, v_got, v_maxatt, v_archived, v_moved, v_gdone INT;
+    DECLARE v_paused, v_history BOOLEAN;
+    DECLARE v_now, v_at DATETIME(6);
+    DECLARE v_id, v_gcl BIGINT;
+    DECLARE v_cand, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_count, v_own INT DEFAULT 0;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
     CALL pyqueue__check_name('dead_queue', in_dead_queue, 128);
     CALL pyqueue__check_name('to_queue', in_to_queue, 128);
     CALL pyqueue__queue(in_dead_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__queue(in_to_queue, v_vis, v_max, v_dlq, v_paused);
-    IF in_n < 1 THEN
-        CALL pyqueue__raise('invalid_argument', 'n must be at least 1');
-    END IF;
+    IF in_n < 1 THEN CALL pyqueue__raise('invalid_argument', 'n must be at least 1'); END IF;
     CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
     IF in_dead_queue = in_to_queue THEN
         CALL pyqueue__raise('invalid_argument', 'dead_queue and to_queue must differ');
@@ -4957,9 +3675,7 @@ BEGIN
         SET v_k = LEAST(v_left, 5000);
         CALL pyqueue__candidates(v_dead, NULL, v_now, v_top, TRUE, v_k, FALSE,
                                  v_pr, v_at, v_id, v_cand, v_got, v_maxatt);
-        IF v_got = 0 THEN
-            LEAVE pages;
-        END IF;
+        IF v_got = 0 THEN LEAVE pages; END IF;
         SET v_archived = 0;
         IF v_history THEN
             INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
@@ -5001,12 +3717,11 @@ BEGIN
              WHERE m.queue_name = v_dead AND m.group_key IS NOT NULL AND m.scheduled_at <= v_now
                AND m.reserve_token <=> j.c_token;
             IF v_grouped IS NOT NULL THEN
-                CALL pyqueue__group_own(v_own);
+                CALL pyqueue__own_transaction(TRUE, v_own);
                 CALL pyqueue__groups_leave('redrive', v_dead, v_to, v_grouped, v_now, v_own, v_gdone, v_busy);
             END IF;
         END IF;
-        -- counted by reading (ROW_COUNT() counts the rows IGNORE left under
-        -- CLIENT_FOUND_ROWS, JDBC's default)
+        -- counted by reading (ROW_COUNT() counts the rows IGNORE left under CLIENT_FOUND_ROWS, JDBC's default)
         SELECT COUNT(*) INTO v_moved
           FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]')) AS j
           STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
@@ -5022,29 +3737,21 @@ BEGIN
              WHERE m.queue_name = v_dead;
         END IF;
         SET v_count = v_count + v_moved, v_left = v_left - v_moved;
-        IF v_got < v_k THEN
-            LEAVE pages;
-        END IF;
+        IF v_got < v_k THEN LEAVE pages; END IF;
     END WHILE;
     SET SESSION group_concat_max_len = v_gcl;
     SELECT v_count AS redriven;
 END //
 
--- queue_dead_letters: the messages sitting in a dead-letter queue (the rows
--- of the view pyqueue_dead_letters for dead_letter_queue = in_queue: origin
--- queue, deliveries there, ..., last_error last), oldest dead letter first, so that an account without SELECT on the view (and its
--- tables: the view is SQL SECURITY INVOKER) can list them. An unknown queue
--- is refused; a queue that is nobody's dead-letter queue has none. Plain
--- reads, no locks.
+-- queue_dead_letters: the rows of the view pyqueue_dead_letters for dead_letter_queue = in_queue, oldest first, for
+-- accounts without SELECT on the view. An unknown queue is refused. Plain reads, no locks.
 DROP PROCEDURE IF EXISTS queue_dead_letters //
-CREATE PROCEDURE queue_dead_letters(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_dead_letters(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
@@ -5055,12 +3762,9 @@ BEGIN
      ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;
 END //
 
--- queue_message: the live message (in_key, in_kind) of in_queue: 0 or 1 row
--- (p_key, p_kind, state, payload, priority, attempts, scheduled_at,
--- created_at, reserved_by, last_error, dead_from); state is 'ready'
--- (scheduled_at <= now, also an expired reservation), 'delayed' or
--- 'reserved'. reserved_by: the worker of its last reservation. Raises
--- unknown_queue. Plain read (unique key), no locks.
+-- queue_message: the live message (in_key, in_kind) of in_queue: 0 or 1 row (p_key, p_kind, state, payload, priority,
+-- attempts, scheduled_at, created_at, reserved_by, last_error, dead_from); state 'ready' (an expired reservation
+-- too), 'delayed' or 'reserved'. Plain read of the unique key, no locks.
 DROP PROCEDURE IF EXISTS queue_message //
 CREATE PROCEDURE queue_message(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -5068,14 +3772,12 @@ CREATE PROCEDURE queue_message(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_now    DATETIME(6);
+    DECLARE v_now DATETIME(6);
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('p_key', in_key, 255);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
@@ -5091,10 +3793,9 @@ BEGIN
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
 END //
 
--- queue_message_history: the history rows of (in_queue, in_key, in_kind),
--- newest first, at most 100: processed_at, outcome, to_queue, attempts,
--- reserved_by, last_error. No unknown_queue check (the history of a dropped
--- queue stays readable). Plain read on the (queue_name, processed_at) index.
+-- queue_message_history: the history rows of (in_queue, in_key, in_kind), newest first, at most 100: processed_at,
+-- outcome, to_queue, attempts, reserved_by, last_error. No unknown_queue check (the history of a dropped queue stays
+-- readable). Plain read on the (queue_name, processed_at) index.
 DROP PROCEDURE IF EXISTS queue_message_history //
 CREATE PROCEDURE queue_message_history(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -5102,9 +3803,8 @@ CREATE PROCEDURE queue_message_history(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     CALL pyqueue__check_name('queue', in_queue, 128);
     CALL pyqueue__check_name('p_key', in_key, 255);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
@@ -5116,23 +3816,13 @@ BEGIN
      LIMIT 100;
 END //
 
-
 -- ---- reads for browsing a queue and its throughput: queue_messages, queue_groups, queue_throughput ----
 
--- queue_messages: a page of in_queue's live messages in key order (p_key,
--- then p_kind), for browsing a queue without SQL: in_state 'ready',
--- 'delayed' or 'reserved' (as queue_stats counts them; NULL = all),
--- in_key_prefix (NULL = any key) keeps the keys that start with it (compared
--- character for character: a trailing space in it counts), and
--- (in_after_key, in_after_kind) is the paging cursor: the last row of the
--- previous page (both NULL for the first page). in_n rows at most (NULL =
--- 100, at most 1000). Rows: p_key, p_kind, state, priority, attempts,
--- scheduled_at, created_at, reserved_by, last_error, dead_from (in a
--- dead-letter queue: the queue it came from; no payload:
--- queue_message shows one message whole). Plain read of the unique key
--- (queue_name, p_key, p_kind) from the cursor on, no locks; a state or
--- prefix that few rows match costs a walk over the queue's rows after the
--- cursor until the page is full.
+-- queue_messages: a page of in_queue's live messages in key order: in_state 'ready', 'delayed', 'reserved' (NULL =
+-- all), in_key_prefix (NULL = any; character for character), after the cursor (in_after_key, in_after_kind; NULL for
+-- the first page), at most in_n (NULL = 100, at most 1000). Rows: p_key, p_kind, state, priority, attempts,
+-- scheduled_at, created_at, reserved_by, last_error, dead_from (no payload). Plain read of the unique key from the
+-- cursor, no locks.
 DROP PROCEDURE IF EXISTS queue_messages //
 CREATE PROCEDURE queue_messages(
     IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -5143,18 +3833,13 @@ CREATE PROCEDURE queue_messages(
     IN in_n          DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_state      VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_prefix     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_prefix_len INT;
-    DECLARE v_after_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_after_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_n          INT;
-    DECLARE v_vis        DECIMAL(20,6);
-    DECLARE v_max        INT;
-    DECLARE v_dlq        VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused     BOOLEAN;
-    DECLARE v_now        DATETIME(6);
+    DECLARE v_queue, v_after_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_prefix, v_after_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_prefix_len, v_n, v_max INT;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     IF in_state IS NOT NULL AND (in_state NOT IN ('ready', 'delayed', 'reserved') OR in_state LIKE '% ') THEN
         CALL pyqueue__raise('invalid_argument', 'state must be ready, delayed, reserved or NULL (every state)');
@@ -5162,9 +3847,7 @@ BEGIN
     IF in_key_prefix IS NOT NULL AND (CHAR_LENGTH(in_key_prefix) = 0 OR CHAR_LENGTH(in_key_prefix) > 255) THEN
         CALL pyqueue__raise('invalid_argument', 'key_prefix must be 1 to 255 characters (NULL = any key)');
     END IF;
-    IF in_key_prefix IS NOT NULL THEN
-        CALL pyqueue__check_utf8('invalid_argument', 'key_prefix', in_key_prefix);
-    END IF;
+    IF in_key_prefix IS NOT NULL THEN CALL pyqueue__check_utf8('invalid_argument', 'key_prefix', in_key_prefix); END IF;
     IF (in_after_key IS NULL) <> (in_after_kind IS NULL) THEN
         CALL pyqueue__raise('invalid_argument', 'after_key and after_kind go together (both NULL for the first page)');
     END IF;
@@ -5172,9 +3855,7 @@ BEGIN
         CALL pyqueue__check_name('after_key', in_after_key, 255);
         CALL pyqueue__check_name('after_kind', in_after_kind, 128);
     END IF;
-    IF in_n IS NOT NULL THEN
-        CALL pyqueue__check_int('n', in_n, 1, 1000);
-    END IF;
+    IF in_n IS NOT NULL THEN CALL pyqueue__check_int('n', in_n, 1, 1000); END IF;
     SET v_queue = in_queue, v_state = in_state, v_prefix = in_key_prefix,
         v_prefix_len = CHAR_LENGTH(in_key_prefix), v_after_key = in_after_key,
         v_after_kind = in_after_kind, v_n = COALESCE(in_n, 100), v_now = UTC_TIMESTAMP(6);
@@ -5198,30 +3879,19 @@ BEGIN
      LIMIT v_n;
 END //
 
--- queue_groups: in_queue's FIFO groups that hold messages, ordered by
--- group_key, at most in_n (NULL = 100, 1 to 1000): rows (group_key,
--- head_key, head_kind, head_state, messages): the group, its head and the
--- head's state as queue_message shows it ('ready', 'delayed', 'reserved'),
--- and how many messages the group holds (its head included). Raises
--- unknown_queue. Plain reads, no locks: the group rows in key order, the
--- head by its key, each listed group's messages counted on the group index.
+-- queue_groups: in_queue's non-empty FIFO groups by group_key, at most in_n (NULL = 100, 1 to 1000): rows (group_key,
+-- head_key, head_kind, head_state, messages). Plain reads, no locks.
 DROP PROCEDURE IF EXISTS queue_groups //
-CREATE PROCEDURE queue_groups(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_n     DECIMAL(65,30))
+CREATE PROCEDURE queue_groups(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN in_n DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_n INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_n      INT;
-    DECLARE v_now    DATETIME(6);
+    DECLARE v_now DATETIME(6);
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    IF in_n IS NOT NULL THEN
-        CALL pyqueue__check_int('n', in_n, 1, 1000);
-    END IF;
+    IF in_n IS NOT NULL THEN CALL pyqueue__check_int('n', in_n, 1, 1000); END IF;
     SET v_queue = in_queue, v_n = COALESCE(in_n, 100), v_now = UTC_TIMESTAMP(6);
     SELECT g.group_key, g.head_key, g.head_kind,
            CASE WHEN h.id IS NULL THEN NULL
@@ -5238,38 +3908,26 @@ BEGIN
      LIMIT v_n;
 END //
 
--- queue_throughput: how many messages left in_queue (every queue when NULL)
--- per minute since in_since (UTC; NULL = an hour ago; at most a day ago, not
--- in the future), by outcome: rows (queue, minute, committed,
--- dead_lettered, moved, popped), minutes without any left out, by queue and
--- minute. Counted from pyqueue_history, so only a queue with a
--- history_retention has any (queue_settings says which do): nothing is
--- counted on the commit path. Plain read, no locks: for one queue its
--- (queue_name, processed_at) index range since in_since; for every queue
--- (NULL) the server reads each queue's whole history (poll queue by queue).
+-- queue_throughput: messages that left in_queue (NULL = every queue) per minute since in_since (UTC; NULL = an hour
+-- ago; at most a day), by outcome: rows (queue, minute, committed, dead_lettered, moved, popped), from
+-- pyqueue_history (queues with a history_retention only). Plain read of the history index, no locks.
 DROP PROCEDURE IF EXISTS queue_throughput //
 CREATE PROCEDURE queue_throughput(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_since DATETIME(6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_now    DATETIME(6);
-    DECLARE v_since  DATETIME(6);
-    IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    END IF;
+    DECLARE v_now, v_since DATETIME(6);
+    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
     SET v_now = UTC_TIMESTAMP(6);
     IF in_since IS NOT NULL AND (in_since + INTERVAL 0 SECOND IS NULL OR in_since < '1000-01-01') THEN
         CALL pyqueue__raise('invalid_argument', 'since must be a valid time');
     END IF;
-    IF in_since > v_now THEN
-        CALL pyqueue__raise('invalid_argument', 'since must not be in the future');
-    END IF;
+    IF in_since > v_now THEN CALL pyqueue__raise('invalid_argument', 'since must not be in the future'); END IF;
     IF in_since < v_now - INTERVAL 1 DAY THEN
         CALL pyqueue__raise('invalid_argument', 'since must be within the last day');
     END IF;
@@ -5287,22 +3945,14 @@ BEGIN
      ORDER BY q.queue_name, `minute`;
 END //
 
-
 -- ==== limits ====
--- Concurrency limits: at most capacity messages of a kind reserved at once in
--- a queue. The reserve and extend paths take and keep the slots through the
--- limit helpers above.
+-- Concurrency limits: at most capacity messages of a kind reserved at once in a queue. The reserve and extend paths
+-- take and keep the slots through the limit helpers above.
 
--- queue_set_limit: at most in_capacity messages of in_kind reserved at once
--- in in_queue (0 holds the kind back); NULL removes the limit. Live
--- reservations of the kind without a slot (made before the first call) take
--- free slots, as far as the capacity goes. Lowering the capacity revokes
--- nothing: the holders of slots beyond it keep them until they end, and
--- nothing more is handed out until fewer than the new capacity are live.
--- No result set.
--- Locks: the limit row and its slot rows, each for one statement, or, in
--- autocommit mode with no transaction open, all of them in a transaction of
--- its own, run again whole (up to 10 times) when a deadlock picks it.
+-- queue_set_limit: at most in_capacity messages of in_kind reserved at once in in_queue (0 holds it back; NULL
+-- removes the limit). Live reservations without a slot take free ones as far as the capacity goes; lowering it
+-- revokes nothing (nothing more is handed out until fewer are live). No result set.
+-- Locks: the limit row and its slot rows; in autocommit mode in a transaction of its own, run again on a deadlock.
 DROP PROCEDURE IF EXISTS queue_set_limit //
 CREATE PROCEDURE queue_set_limit(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -5310,38 +3960,20 @@ CREATE PROCEDURE queue_set_limit(
     IN in_capacity DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max      INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_i        INT;
-    DECLARE v_id       BIGINT;
-    DECLARE v_attempts INT;
-    DECLARE v_until    DATETIME(6);
-    DECLARE v_ok       INT;
-    DECLARE v_own      INT;
-    DECLARE v_tries    INT DEFAULT 0;
-    DECLARE v_deadlock INT;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        IF v_own = 1 THEN
-            ROLLBACK;
-        END IF;
-        RESIGNAL;
-    END;
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_i, v_attempts, v_ok, v_own, v_deadlock INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now, v_until DATETIME(6);
+    DECLARE v_id BIGINT;
+    DECLARE v_tries INT DEFAULT 0;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_int('capacity', in_capacity, 0, 10000);
     SET v_queue = in_queue, v_kind = in_kind;
-    -- In autocommit mode with no transaction open, the steps run in a
-    -- transaction of their own, run again whole when it is chosen as a
-    -- deadlock victim (a reserve or a queue_drop racing it); inside the
-    -- caller's transaction a deadlock is the caller's.
-    CALL pyqueue__own_transaction(v_own);
-    attempt: LOOP
+    CALL pyqueue__own_transaction(NULL, v_own);
+    REPEAT
         SET v_deadlock = 0, v_tries = v_tries + 1, v_i = 1, v_now = UTC_TIMESTAMP(6);
         BEGIN
             DECLARE v_done INT DEFAULT 0;
@@ -5356,26 +3988,15 @@ BEGIN
                  ORDER BY m.id;
             DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
             DECLARE EXIT HANDLER FOR 1213
-            BEGIN
-                IF v_own = 1 AND v_tries < 10 THEN
-                    ROLLBACK;
-                    SET v_deadlock = 1;
-                ELSE
-                    RESIGNAL;
-                END IF;
-            END;
-            IF v_own = 1 THEN
-                START TRANSACTION;
-            END IF;
+            BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_deadlock = 1; ELSE RESIGNAL; END IF; END;
+            IF v_own = 1 THEN START TRANSACTION; END IF;
             IF in_capacity IS NULL THEN
                 DELETE FROM pyqueue_limit WHERE queue_name = v_queue AND p_kind = v_kind;
             ELSE
                 INSERT INTO pyqueue_limit (queue_name, p_kind, capacity)
                 VALUES (v_queue, v_kind, in_capacity)
                 ON DUPLICATE KEY UPDATE capacity = in_capacity;
-                -- beyond a lowered capacity only free slots go; live holders keep
-                -- theirs until they end (pyqueue__limit_take moves them into slots
-                -- within the capacity as those free up)
+                -- beyond a lowered capacity only free slots go (pyqueue__limit_take moves live holders)
                 DELETE FROM pyqueue_limit_slot
                  WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no > in_capacity
                    AND (msg_id IS NULL
@@ -5394,44 +4015,29 @@ BEGIN
                 OPEN c_live;
                 live: LOOP
                     FETCH c_live INTO v_id, v_attempts, v_until;
-                    IF v_done = 1 THEN
-                        LEAVE live;
-                    END IF;
+                    IF v_done = 1 THEN LEAVE live; END IF;
                     CALL pyqueue__limit_take(v_queue, v_kind, v_id, v_attempts, v_until, v_now, v_ok);
-                    IF v_ok = 0 THEN
-                        LEAVE live;
-                    END IF;
+                    IF v_ok = 0 THEN LEAVE live; END IF;
                 END LOOP;
                 CLOSE c_live;
             END IF;
-            IF v_own = 1 THEN
-                COMMIT;
-            END IF;
+            IF v_own = 1 THEN COMMIT; END IF;
         END;
-        IF v_deadlock = 0 THEN
-            LEAVE attempt;
-        END IF;
-    END LOOP;
+    UNTIL v_deadlock = 0 END REPEAT;
 END //
 
--- queue_limits: the limits of a queue (all queues when NULL), by queue and
--- kind: queue, p_kind, capacity, in_use (live reservations holding a slot,
--- also one beyond a lowered capacity; each counted once).
--- Plain reads, no locks.
+-- queue_limits: the limits of a queue (all queues when NULL), by queue and kind: queue, p_kind, capacity, in_use
+-- (live reservations holding a slot, also one beyond a lowered capacity; each counted once). Plain reads, no locks.
 DROP PROCEDURE IF EXISTS queue_limits //
-CREATE PROCEDURE queue_limits(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_limits(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_now    DATETIME(6);
-    IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    END IF;
+    DECLARE v_now DATETIME(6);
+    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
     SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
     SELECT l.queue_name AS `queue`, l.p_kind, l.capacity,
            (SELECT COUNT(DISTINCT m.id) FROM pyqueue_limit_slot s
@@ -5444,17 +4050,13 @@ BEGIN
      ORDER BY l.queue_name, l.p_kind;
 END //
 
-
 -- ==== workers ====
--- The worker registry: register, heartbeat, deregister, list, and hand back
--- the reservations of workers that stopped heartbeating.
+-- The worker registry: register, heartbeat, deregister, list, and hand back the reservations of workers that stopped
+-- heartbeating.
 
--- queue_worker_register: records a worker. Result: one row, (worker_id,
--- secret): secret is a fresh random token (CHAR(36)) that heartbeat and
--- deregister need, so a worker can touch only its own registration. The
--- worker then reserves with worker = CONCAT(in_name, '#', worker_id)
--- (queue_workers shows it as reserve_as). in_queues: NULL or a JSON array of
--- queue names (informational). Locks: the new row.
+-- queue_worker_register: records a worker. Result: one row (worker_id, secret): secret, a random token
+-- (pyqueue__random_token) that heartbeat and deregister need. The worker reserves as CONCAT(in_name, '#', worker_id).
+-- in_queues: NULL or a JSON array of queue names. Locks: the new row.
 DROP PROCEDURE IF EXISTS queue_worker_register //
 CREATE PROCEDURE queue_worker_register(
     IN in_name   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -5463,16 +4065,12 @@ CREATE PROCEDURE queue_worker_register(
     IN in_queues LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_now    DATETIME(6);
+    DECLARE v_now DATETIME(6);
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     CALL pyqueue__check_name('name', in_name, 200);
-    IF CHAR_LENGTH(in_host) > 255 THEN
-        CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters');
-    END IF;
-    IF LOCATE(X'ED', CAST(in_host AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
-        CALL pyqueue__check_utf8('invalid_argument', 'host', in_host);
-    END IF;
-    IF LOCATE(X'ED', CAST(in_queues AS BINARY)) > 0 THEN  -- the check's cheap pre-test, saving a CALL
+    IF CHAR_LENGTH(in_host) > 255 THEN CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters'); END IF;
+    IF LOCATE(X'ED', CAST(in_host AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'host', in_host); END IF;
+    IF LOCATE(X'ED', CAST(in_queues AS BINARY)) > 0 THEN
         CALL pyqueue__check_utf8('invalid_argument', 'queues', in_queues);
     END IF;
     CALL pyqueue__check_int('pid', in_pid, 0, 2147483647);
@@ -5494,11 +4092,9 @@ BEGIN
     SELECT LAST_INSERT_ID() AS worker_id, v_secret AS secret;
 END //
 
--- queue_worker_heartbeat: heartbeat_at = now, when in_secret is the
--- registration's secret. Result: one row, alive = 1, or 0 when the worker is
--- not registered (deregistered, or released as dead: it should register
--- again) or the secret does not match. Locks: the worker row, for one
--- statement.
+-- queue_worker_heartbeat: heartbeat_at = now, when in_secret is the registration's secret. Result: one row, alive =
+-- 1, or 0 when the worker is not registered (deregistered, or released as dead: it should register again) or the
+-- secret does not match. Locks: the worker row, for one statement.
 DROP PROCEDURE IF EXISTS queue_worker_heartbeat //
 CREATE PROCEDURE queue_worker_heartbeat(
     IN in_worker_id DECIMAL(65,30),
@@ -5506,26 +4102,19 @@ CREATE PROCEDURE queue_worker_heartbeat(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    IF in_worker_id IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
-    END IF;
+    IF in_worker_id IS NULL THEN CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL'); END IF;
     CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
-    IF in_secret IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'secret must not be NULL');
-    END IF;
-    -- only a 36-character value can match (a longer one would be cut to 36
-    -- by the CHAR(36) below)
+    IF in_secret IS NULL THEN CALL pyqueue__raise('invalid_argument', 'secret must not be NULL'); END IF;
+    -- only a 36-character value can match (a longer one would be cut to 36 by the CHAR(36) below)
     SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
     UPDATE pyqueue_worker SET heartbeat_at = UTC_TIMESTAMP(6)
      WHERE worker_id = in_worker_id AND secret = v_secret;
-    -- ROW_COUNT() counts changed rows: a second heartbeat in the same
-    -- microsecond changes nothing, so look the row up.
+    -- look the row up: a second heartbeat in the same microsecond changes no row
     SELECT COUNT(*) AS alive FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
 END //
 
--- queue_worker_deregister: removes the worker (its reservations stay as they
--- are), when in_secret is the registration's secret. Result: one row,
--- deregistered = 1, or 0 when it was not registered or the secret does not
+-- queue_worker_deregister: removes the worker (its reservations stay as they are), when in_secret is the
+-- registration's secret. Result: one row, deregistered = 1, or 0 when it was not registered or the secret does not
 -- match. Locks: the worker row, for one statement.
 DROP PROCEDURE IF EXISTS queue_worker_deregister //
 CREATE PROCEDURE queue_worker_deregister(
@@ -5534,52 +4123,34 @@ CREATE PROCEDURE queue_worker_deregister(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    IF in_worker_id IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL');
-    END IF;
+    IF in_worker_id IS NULL THEN CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL'); END IF;
     CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
-    IF in_secret IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'secret must not be NULL');
-    END IF;
+    IF in_secret IS NULL THEN CALL pyqueue__raise('invalid_argument', 'secret must not be NULL'); END IF;
     SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
     DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
     SELECT ROW_COUNT() AS deregistered;
 END //
 
--- queue_release_dead_workers: workers whose heartbeat is older than
--- in_older_than_s seconds are removed, and their live reservations
--- (reserved_by = their reserve_as) become ready now: token cleared, the
--- delivery counted (attempts stay, as after an expiry; a message that had
--- its last allowed delivery is dead-lettered by the next reserve). Result:
--- one row, released = the number of messages released.
--- Steps: per stale worker, release its messages one by one (plain read of
--- the candidates, then an UPDATE by id that re-checks the token), then
--- delete the worker row if its heartbeat is still stale. Interrupted, a
--- message is released or not (then it comes back after its timeout) and
--- the worker is found again by the next call. Reads every reserved message
--- (no index on reserved_by): a maintenance call, not one per reserve.
+-- queue_release_dead_workers: workers whose heartbeat is older than in_older_than_s are removed and their live
+-- reservations become ready now (token cleared, attempts kept, as after an expiry). Result: one row, released. Per
+-- stale worker: its messages one by one (a plain read, then an UPDATE by id re-checking the token), then its row if
+-- still stale; interrupted, the next call finds the rest. Reads every reserved message: a maintenance call.
 DROP PROCEDURE IF EXISTS queue_release_dead_workers //
-CREATE PROCEDURE queue_release_dead_workers(
-    IN in_older_than_s DECIMAL(20,6))
+CREATE PROCEDURE queue_release_dead_workers(IN in_older_than_s DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_before   DATETIME(6);
-    DECLARE v_tags     LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_ids      LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_id       BIGINT;
-    DECLARE v_token    CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_count    INT DEFAULT 0;
-    DECLARE v_done     INT DEFAULT 0;
+    DECLARE v_now, v_before DATETIME(6);
+    DECLARE v_tags, v_ids LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_id BIGINT;
+    DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_count, v_done INT DEFAULT 0;
     DECLARE c_held CURSOR FOR
         SELECT m.id, m.reserve_token
           FROM pyqueue_message m
          WHERE m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
            AND JSON_CONTAINS(v_tags, JSON_QUOTE(m.reserved_by));
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-    IF in_older_than_s IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'older_than must not be NULL');
-    END IF;
+    IF in_older_than_s IS NULL THEN CALL pyqueue__raise('invalid_argument', 'older_than must not be NULL'); END IF;
     CALL pyqueue__check_duration('older_than', in_older_than_s, TRUE);
     SET v_now = UTC_TIMESTAMP(6);
     SET v_before = v_now - INTERVAL CAST(in_older_than_s * 1000000 AS SIGNED) MICROSECOND;
@@ -5591,9 +4162,7 @@ BEGIN
         OPEN c_held;
         held: LOOP
             FETCH c_held INTO v_id, v_token;
-            IF v_done = 1 THEN
-                LEAVE held;
-            END IF;
+            IF v_done = 1 THEN LEAVE held; END IF;
             UPDATE pyqueue_message
                SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
              WHERE id = v_id AND reserve_token = v_token AND scheduled_at > v_now;
@@ -5607,9 +4176,8 @@ BEGIN
     SELECT v_count AS released;
 END //
 
--- queue_workers: the registered workers, oldest first: worker_id,
--- worker_name, host, pid, queues (JSON), started_at, heartbeat_at,
--- heartbeat_age_s, reserve_as. Plain read.
+-- queue_workers: the registered workers, oldest first: worker_id, worker_name, host, pid, queues (JSON), started_at,
+-- heartbeat_at, heartbeat_age_s, reserve_as. Plain read.
 DROP PROCEDURE IF EXISTS queue_workers //
 CREATE PROCEDURE queue_workers()
 SQL SECURITY DEFINER
@@ -5623,16 +4191,12 @@ BEGIN
      ORDER BY w.worker_id;
 END //
 
-
 -- ==== schedules ====
--- Recurring messages, every n seconds or on a cron expression (UTC): each
--- occurrence is an ordinary message, and committing it pushes the next.
+-- Recurring messages, every n seconds or on a cron expression (UTC): each occurrence is an ordinary message, and
+-- committing it pushes the next.
 
--- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every
--- in_every_s seconds (a whole number, 1 s to 100 years), at the multiples of
--- in_every_s since 1970-01-01 UTC. Result: one row, next_at = the time of
--- the first occurrence.
--- Locks as pyqueue__schedule.
+-- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every in_every_s seconds (whole, 1 s to 100
+-- years), at its multiples since 1970-01-01 UTC. Result: one row, next_at. Locks as pyqueue__schedule.
 DROP PROCEDURE IF EXISTS queue_schedule_every //
 CREATE PROCEDURE queue_schedule_every(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -5642,9 +4206,7 @@ CREATE PROCEDURE queue_schedule_every(
     IN in_every_s DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    IF in_every_s IS NULL THEN
-        CALL pyqueue__raise('invalid_argument', 'every must not be NULL');
-    END IF;
+    IF in_every_s IS NULL THEN CALL pyqueue__raise('invalid_argument', 'every must not be NULL'); END IF;
     CALL pyqueue__check_duration('every', in_every_s, TRUE);
     IF in_every_s < 1 OR in_every_s <> TRUNCATE(in_every_s, 0) THEN
         CALL pyqueue__raise('invalid_argument', 'every must be a whole number of seconds, at least 1');
@@ -5652,9 +4214,8 @@ BEGIN
     CALL pyqueue__schedule(in_queue, in_key, in_kind, in_payload, CAST(in_every_s AS SIGNED), NULL);
 END //
 
--- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every
--- minute matching the 5-field cron expression in_cron (UTC). Result: one
--- row, next_at = the time of the first occurrence.
+-- queue_schedule_cron: a message (in_key @ time, in_kind, in_payload) at every minute matching the 5-field cron
+-- expression in_cron (UTC). Result: one row, next_at = the time of the first occurrence.
 -- Locks as pyqueue__schedule.
 DROP PROCEDURE IF EXISTS queue_schedule_cron //
 CREATE PROCEDURE queue_schedule_cron(
@@ -5671,11 +4232,8 @@ BEGIN
     CALL pyqueue__schedule(in_queue, in_key, in_kind, in_payload, NULL, in_cron);
 END //
 
--- queue_unschedule: removes the schedule and its pending occurrence unless
--- that is reserved (it then runs once more, and its commit pushes nothing).
--- Result: one row, unscheduled = 1, or 0 when there was no such schedule.
--- Locks: the schedule row and the pending occurrence's row, each for one
--- statement.
+-- queue_unschedule: removes the schedule and its pending occurrence unless reserved. Result: one row, unscheduled =
+-- 1, or 0 when absent. Locks: the schedule row and the occurrence, each for one statement.
 DROP PROCEDURE IF EXISTS queue_unschedule //
 CREATE PROCEDURE queue_unschedule(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -5683,17 +4241,15 @@ CREATE PROCEDURE queue_unschedule(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key    VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    DECLARE v_old    DATETIME(6);
+    DECLARE v_old DATETIME(6);
     DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_oldid  BIGINT;
-    DECLARE v_done   INT DEFAULT 0;
+    DECLARE v_oldid BIGINT;
+    DECLARE v_done INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('p_key', in_key, 234);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
@@ -5711,21 +4267,17 @@ BEGIN
     SELECT v_done AS unscheduled;
 END //
 
--- queue_schedules: the schedules of a queue (all when NULL), by queue, key,
--- kind: queue, p_key, p_kind, payload, every_s, cron, next_at. Plain read.
+-- queue_schedules: the schedules of a queue (all when NULL), by queue, key, kind: queue, p_key, p_kind, payload,
+-- every_s, cron, next_at. Plain read.
 DROP PROCEDURE IF EXISTS queue_schedules //
-CREATE PROCEDURE queue_schedules(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_schedules(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis    DECIMAL(20,6);
-    DECLARE v_max    INT;
-    DECLARE v_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
-    IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    END IF;
+    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
     SET v_queue = in_queue;
     SELECT s.queue_name AS `queue`, s.p_key, s.p_kind, s.payload, s.every_s, s.cron, s.next_at
       FROM pyqueue_schedule s
@@ -5733,92 +4285,44 @@ BEGIN
      ORDER BY s.queue_name, s.p_key, s.p_kind;
 END //
 
-
 -- ==== ingest ====
--- Bulk enqueue with plain INSERTs into the table queue_ingest (Spark's
--- df.write.jdbc), then queue_ingest_flush moves the rows into the queues
--- (no trigger: a row trigger costs MariaDB about 25 us per row).
+-- Bulk enqueue with plain INSERTs into the table queue_ingest (Spark's df.write.jdbc), then queue_ingest_flush moves
+-- the rows into the queues (no trigger: a row trigger costs MariaDB about 25 us per row).
 
--- queue_ingest_flush: enqueues what plain INSERTs put into queue_ingest (the
--- bulk-ingest surface for Spark's df.write.jdbc and other JDBC writers):
--- every pending row of in_queue (NULL = of every queue) becomes a live
--- message with dedup (a duplicate of a live message, or of an earlier row of
--- the same flush, is skipped: the first wins), FIFO in insertion order; a
--- bad row (the checks of queue_push: NULL/empty/too long/space-ended names,
--- unknown queue, NULL or non-JSON payload, invalid run_at, priority not a
--- whole number in the INT range) goes to pyqueue_ingest_reject with its
--- reason 'pyqueue:<code>: ...' instead. Either way the row leaves
--- queue_ingest: nothing is dropped silently and a bad row never blocks the
--- next flush. Result: one row (enqueued, duplicates, rejected).
--- Steps: the bad rows are copied to pyqueue_ingest_reject and deleted, the
--- duplicates of live messages deleted, then the rest is enqueued with one INSERT IGNORE ... SELECT (every row passed the
--- checks, so IGNORE only skips duplicates) and deleted.
--- Concurrency: appends never wait for a flush. The flush takes the rows up to
--- the highest ingest_id it sees; a locking read first waits for appends
--- still in flight in that range (AUTO_INCREMENT hands out ids in order, so
--- no row can join that range later) and every later read is a locking read
--- too, so the rows it enqueues are exactly the rows it deletes, whatever the
--- isolation level. Flushes of this database are serialised by row locks in
--- pyqueue_ingest_lock, so two flushes never enqueue the same row twice: a
--- flush of one queue locks that queue's row (and the row '' shared), a flush
--- of every queue the row '' (so flushes of different queues run side by
--- side); only accounts that may write our tables can take these locks, and
--- other databases on the server are not affected. A row lock lasts until the
--- transaction ends, so called in autocommit mode the flush runs in a
--- transaction of its own (START TRANSACTION ... COMMIT; all of it commits or
--- nothing does, an error rolls it back); inside your transaction it is part
--- of yours and the locks last until you commit. On a server that cannot tell
--- whether a transaction is open (MySQL 8.0, no @@in_transaction) the flush
--- runs each step as its own statement in autocommit mode, and is
--- serialised by the named lock 'pyqueue-sql ingest flush <database>' (waits
--- up to 300 s) as well as by the row locks; there an interruption between
--- copying and deleting rejects leaves them to be rejected again, and one
--- after the enqueue step and before the delete leaves the rows to be flushed
--- again, where dedup absorbs them unless a consumer already committed them
--- (a redelivery, never a loss).
--- Locks: the pyqueue_ingest_lock rows, the flushed queue_ingest rows, shared
--- locks on the queue rows, the new message rows.
+-- queue_ingest_flush: enqueues the rows plain INSERTs put into queue_ingest (Spark's df.write.jdbc) of in_queue (NULL
+-- = every queue): each becomes a live message (dedup, the first wins; FIFO in insertion order); a bad row
+-- (queue_push's checks) goes to pyqueue_ingest_reject with its reason 'pyqueue:<code>: ...'. Every row leaves
+-- queue_ingest. Result: one row (enqueued, duplicates, rejected). Steps: reject bad rows, delete duplicates of live
+-- messages, one INSERT IGNORE ... SELECT of the rest, delete them.
+-- Concurrency: appends never wait. The flush takes the rows up to the highest ingest_id it sees, after a locking read
+-- that waits for appends in flight below it; every read locks, so it enqueues exactly the rows it deletes. Flushes
+-- are serialised by rows of pyqueue_ingest_lock (a queue's row, and '' shared; '' alone for every queue). In
+-- autocommit mode it runs in a transaction of its own; inside yours it is part of it. Where the server cannot tell
+-- (MySQL 8.0) each step is its own statement, serialised also by the named lock 'pyqueue-sql ingest flush <database>'
+-- (up to 300 s); an interruption there leaves rows to flush again.
+-- Locks: the pyqueue_ingest_lock rows, the flushed rows, shared locks on queue rows, the new messages.
 DROP PROCEDURE IF EXISTS queue_ingest_flush //
-CREATE PROCEDURE queue_ingest_flush(
-    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+CREATE PROCEDURE queue_ingest_flush(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
-    DECLARE v_vis      DECIMAL(20,6);
-    DECLARE v_max_att  INT;
-    DECLARE v_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_paused   BOOLEAN;
-    DECLARE v_now      DATETIME(6);
-    DECLARE v_max      BIGINT;
-    DECLARE v_pending  BIGINT DEFAULT 0;
-    DECLARE v_enqueued BIGINT DEFAULT 0;
-    DECLARE v_rejected BIGINT DEFAULT 0;
-    DECLARE v_deleted  BIGINT DEFAULT 0;
-    DECLARE v_locked   INT;
-    DECLARE v_own      INT;
-    DECLARE v_tries    INT DEFAULT 0;
-    DECLARE v_deadlock INT DEFAULT 0;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max_att, v_locked, v_own INT;
+    DECLARE v_dlq, v_scope VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_max, v_mark BIGINT;
+    DECLARE v_pending, v_enqueued, v_rejected, v_deleted, v_dups BIGINT DEFAULT 0;
+    DECLARE v_tries, v_deadlock INT DEFAULT 0;
     DECLARE v_lockname VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_scope    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_mark     BIGINT;
-    DECLARE v_dups     BIGINT DEFAULT 0;
-    DECLARE v_bad_text    LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
-    DECLARE v_bad_payload LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+    DECLARE v_bad_text, v_bad_payload LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        IF v_own = 1 THEN
-            ROLLBACK;
-        END IF;
-        IF v_lockname IS NOT NULL THEN
-            DO RELEASE_LOCK(v_lockname);
-        END IF;
-        RESIGNAL;
-    END;
+    BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_lockname IS NOT NULL THEN DO RELEASE_LOCK(v_lockname); END IF; RESIGNAL; END;
     IF in_queue IS NOT NULL THEN
         CALL pyqueue__queue(in_queue, v_vis, v_max_att, v_dlq, v_paused);
         SET v_queue = in_queue;
     END IF;
-    CALL pyqueue__own_transaction(v_own);
+    CALL pyqueue__own_transaction(NULL, v_own);
     IF v_own IS NULL THEN
         SET v_lockname = LEFT(CONCAT('pyqueue-sql ingest flush ', DATABASE()), 64);
         SET v_locked = GET_LOCK(v_lockname, 300);
@@ -5827,8 +4331,7 @@ BEGIN
             CALL pyqueue__raise('invalid_argument', 'another queue_ingest_flush held the flush lock for 300 s');
         END IF;
     END IF;
-    -- (looked up first: INSERT IGNORE of a row that exists takes a shared
-    -- lock on it, which two flushes would then both try to raise)
+    -- looked up first: INSERT IGNORE of an existing row takes a shared lock two flushes would both raise
     IF NOT EXISTS (SELECT 1 FROM pyqueue_ingest_lock l WHERE l.scope = '') THEN
         INSERT IGNORE INTO pyqueue_ingest_lock (scope) VALUES ('');
     END IF;
@@ -5840,20 +4343,9 @@ BEGIN
             v_pending = 0, v_enqueued = 0, v_rejected = 0, v_deleted = 0, v_dups = 0,
             v_bad_text = NULL, v_bad_payload = NULL;
         BEGIN
-        -- a deadlock victim (1213; 1467 when it was waiting for the AUTO-INC
-        -- lock) in a transaction of its own: rolled back whole, run it again
         DECLARE EXIT HANDLER FOR 1213, 1467
-        BEGIN
-            IF v_own = 1 THEN
-                ROLLBACK;
-                SET v_deadlock = 1;
-            ELSE
-                RESIGNAL;
-            END IF;
-        END;
-        IF v_own = 1 THEN
-            START TRANSACTION;
-        END IF;
+        BEGIN IF v_own = 1 THEN ROLLBACK; SET v_deadlock = 1; ELSE RESIGNAL; END IF; END;
+        IF v_own = 1 THEN START TRANSACTION; END IF;
         IF v_queue IS NULL THEN
             SELECT l.scope INTO v_scope FROM pyqueue_ingest_lock l WHERE l.scope = '' FOR UPDATE;
         ELSE
@@ -5868,11 +4360,8 @@ BEGIN
         SET v_now = UTC_TIMESTAMP(6);
         SELECT COALESCE(MAX(r.id), 0) INTO v_mark FROM pyqueue_ingest_reject r;
         IF v_pending > 0 THEN
-            -- Rows holding a UTF-16 surrogate (see pyqueue__check_utf8), found
-            -- here by a plain read: the utf16 round trip warns (1977) on a
-            -- surrogate, which strict mode would turn into an error inside the
-            -- INSERT below. One scan; only rows holding the byte ED are converted
-            -- (the arrays hold their ids, or null for the ones that are fine).
+            -- rows holding a UTF-16 surrogate (pyqueue__check_utf8), found by a plain read: inside the INSERT the
+            -- round trip's warning (1977) would be an error; only rows holding the byte ED are converted
             SELECT JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) USING utf16)
                                                  USING utf8mb4) AS BINARY)
                                     <> CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY), i.ingest_id, NULL)),
@@ -5885,9 +4374,8 @@ BEGIN
                     OR LOCATE(X'ED', CAST(i.payload AS BINARY)) > 0);
             INSERT INTO pyqueue_ingest_reject
                    (ingest_id, queue_name, p_key, p_kind, payload, run_at, priority, reason, rejected_at)
-            -- a zero date ('0000-00-00', '2020-00-10': a caller without NO_ZERO_DATE can insert
-            -- one) cannot be copied under strict mode: the reject row keeps NULL and the reason
-            -- the value; reading it by text never raises (comparing it as a date does).
+            -- a zero date (inserted without NO_ZERO_DATE) cannot be copied in strict mode: NULL, and the reason says
+            -- it
             SELECT i.ingest_id, i.queue_name, i.p_key, i.p_kind, i.payload,
                    IF(CAST(i.run_at AS CHAR) LIKE '0000-%' OR CAST(i.run_at AS CHAR) LIKE '%-00%', NULL, i.run_at),
                    i.priority,
@@ -5959,16 +4447,13 @@ BEGIN
                 DELETE FROM queue_ingest
                  WHERE ingest_id IN (SELECT r.ingest_id FROM pyqueue_ingest_reject r WHERE r.id > v_mark);
             END IF;
-            -- Rows whose message is live are duplicates: drop them with one join on
-            -- the dedup key first (an INSERT IGNORE that meets a duplicate inserts
-            -- and undoes a clustered record and raises a warning: 5x slower, measured).
+            -- duplicates of live messages go first, in one join (INSERT IGNORE meeting them is 5x slower)
             DELETE i FROM queue_ingest i
               JOIN pyqueue_message m
                 ON m.queue_name = i.queue_name AND m.p_key = i.p_key AND m.p_kind = i.p_kind
              WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue);
             SET v_dups = ROW_COUNT();
-            -- What is left up to v_max passed every check: no second verdict per row;
-            -- IGNORE skips only repeats within the flush and rows that went live meanwhile.
+            -- what is left passed every check: IGNORE skips only repeats and rows that went live meanwhile
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts)
@@ -5979,39 +4464,25 @@ BEGIN
              ORDER BY i.ingest_id
                LOCK IN SHARE MODE;
             SET v_enqueued = ROW_COUNT();
-            DELETE FROM queue_ingest
-             WHERE ingest_id <= v_max AND (v_queue IS NULL OR queue_name = v_queue);
+            DELETE FROM queue_ingest WHERE ingest_id <= v_max AND (v_queue IS NULL OR queue_name = v_queue);
             SET v_deleted = ROW_COUNT() + v_rejected + v_dups;
         END IF;
-        IF v_own = 1 THEN
-            COMMIT;
-        END IF;
+        IF v_own = 1 THEN COMMIT; END IF;
         END;
-        IF v_deadlock = 0 THEN
-            LEAVE attempt;
-        END IF;
+        IF v_deadlock = 0 THEN LEAVE attempt; END IF;
         IF v_tries >= 10 THEN
             SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
                 MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction';
         END IF;
     END LOOP;
-    IF v_lockname IS NOT NULL THEN
-        DO RELEASE_LOCK(v_lockname);
-    END IF;
+    IF v_lockname IS NOT NULL THEN DO RELEASE_LOCK(v_lockname); END IF;
     SELECT v_enqueued AS enqueued, GREATEST(v_deleted - v_enqueued - v_rejected, 0) AS duplicates,
            v_rejected AS rejected;
 END //
 
-
 -- ==== privileges ====
--- Nothing to revoke: MySQL has no PUBLIC grant on a new procedure, and this
--- file grants nothing (automatic_sp_privileges, on by default, gives the
--- account that runs it EXECUTE and ALTER ROUTINE on each procedure when it
--- lacks them: that account itself, never another). Applications get EXECUTE
--- on the procedures of their capability from pyqueue-sql grant; the
--- migrations give back the grants that re-creating a procedure drops (see the
--- top of this file).
-
+-- Nothing to revoke: MySQL has no PUBLIC grant on a new procedure and this file grants nothing (only
+-- automatic_sp_privileges, to the account that runs it). Applications get EXECUTE from pyqueue-sql grant.
 
 DELIMITER ;
 

@@ -107,7 +107,6 @@ DROP PROCEDURE IF EXISTS pyqueue__groups_leave;
 DROP PROCEDURE IF EXISTS pyqueue__group_leave;
 DROP PROCEDURE IF EXISTS pyqueue__group_next;
 DROP PROCEDURE IF EXISTS pyqueue__group_lock;
-DROP PROCEDURE IF EXISTS pyqueue__group_own;
 DROP PROCEDURE IF EXISTS pyqueue__schedule;
 DROP PROCEDURE IF EXISTS pyqueue__schedule_next;
 DROP PROCEDURE IF EXISTS pyqueue__schedule_after;
@@ -118,6 +117,7 @@ DROP PROCEDURE IF EXISTS pyqueue__limit_take;
 -- a helper an older routines.sql installed (running the current one over it
 -- keeps it)
 DROP PROCEDURE IF EXISTS pyqueue__limit_compact;
+DROP PROCEDURE IF EXISTS pyqueue__group_own;  -- now pyqueue__own_transaction(TRUE, ...)
 DROP PROCEDURE IF EXISTS pyqueue__unarchive;
 DROP PROCEDURE IF EXISTS pyqueue__archive;
 DROP PROCEDURE IF EXISTS pyqueue__next_at;
@@ -129,6 +129,7 @@ DROP PROCEDURE IF EXISTS pyqueue__candidates;
 DROP PROCEDURE IF EXISTS pyqueue__reserve_args;
 DROP PROCEDURE IF EXISTS pyqueue__give_back;
 DROP PROCEDURE IF EXISTS pyqueue__dead_letter;
+DROP PROCEDURE IF EXISTS pyqueue__set_paused;
 DROP PROCEDURE IF EXISTS pyqueue__queue;
 DROP PROCEDURE IF EXISTS pyqueue__random_token;
 DROP PROCEDURE IF EXISTS pyqueue__own_transaction;

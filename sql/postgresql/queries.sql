@@ -97,19 +97,19 @@ SELECT p_key, p_kind, payload, token, priority, attempts, created_at, scheduled_
   FROM queue_reserve(%(queue)s, %(worker)s, %(timeout)s::interval, %(n)s::integer, %(kinds)s::text[])
 
 -- name: commit
-SELECT queue_commit(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid)
+SELECT queue_commit(%(queue)s, %(key)s, %(kind)s, %(token)s::text)
 
 -- name: rollback
-SELECT queue_rollback(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid, %(delay)s::interval)
+SELECT queue_rollback(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(delay)s::interval)
 
 -- name: fail
-SELECT queue_fail(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid, %(delay)s::interval, %(error)s)
+SELECT queue_fail(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(delay)s::interval, %(error)s)
 
 -- name: extend
-SELECT queue_extend(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid, %(timeout)s::interval)
+SELECT queue_extend(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(timeout)s::interval)
 
 -- name: move
-SELECT queue_move(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid, %(to_queue)s, %(payload)s::jsonb)
+SELECT queue_move(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(to_queue)s, %(payload)s::jsonb)
 
 -- name: remove
 SELECT queue_remove(%(queue)s, %(key)s, %(kind)s)
@@ -140,11 +140,11 @@ LISTEN {channel}
 
 -- name: commit_reserve
 SELECT committed, p_key, p_kind, payload, token, priority, attempts, created_at, scheduled_at_initially
-  FROM queue_commit_reserve(%(queue)s, %(key)s, %(kind)s, %(token)s::uuid, %(worker)s,
+  FROM queue_commit_reserve(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(worker)s,
                             %(timeout)s::interval, %(n)s::integer, %(kinds)s::text[])
 
 -- name: commit_batch
-SELECT queue_commit_batch(%(queue)s, %(keys)s::text[], %(kinds)s::text[], %(tokens)s::uuid[])
+SELECT queue_commit_batch(%(queue)s, %(keys)s::text[], %(kinds)s::text[], %(tokens)s::text[])
 
 
 -- ==== history and dead letters ====

@@ -91,6 +91,7 @@ END
 $$;
 
 
+
 -- ==== helpers ====
 -- Internal helpers (pyqueue__*), not part of the contract: granted to nobody,
 -- called only by the routines of the topics below, as their owner (only the
@@ -123,10 +124,18 @@ BEGIN
 END;
 $$;
 
--- Raises unless key, kind and token name a reservation (commit, rollback, extend, move).
+-- Raises unless key, kind and token name a reservation (commit, rollback,
+-- extend, move) and returns the token as a uuid. The routines that take a
+-- token take it as text or uuid (anycompatible, its text here), so that a
+-- token not shaped like one is refused with the same invalid_argument error
+-- as on MySQL ('token is malformed'), not a cast error before the routine
+-- runs. The shape is MySQL's too: 8-4-4-4-12 hex digits, either case.
 -- Takes no locks.
-CREATE OR REPLACE FUNCTION pyqueue__check_reservation(in_key text, in_kind text, in_token uuid)
-RETURNS void
+-- (Each DROP of a routine that took its token as uuid: CREATE OR REPLACE
+-- cannot change a parameter's type, so an older install's uuid version goes.)
+DROP FUNCTION IF EXISTS pyqueue__check_reservation(text, text, uuid);
+CREATE OR REPLACE FUNCTION pyqueue__check_reservation(in_key text, in_kind text, in_token text)
+RETURNS uuid
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
@@ -135,6 +144,10 @@ BEGIN
     IF in_token IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: token must not be NULL' USING ERRCODE = '22023';
     END IF;
+    IF in_token !~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: token is malformed' USING ERRCODE = '22023';
+    END IF;
+    RETURN in_token::uuid;
 END;
 $$;
 
@@ -528,7 +541,8 @@ $$;
 -- deliveries, it goes to the dead-letter queue ('dead_lettered') or is
 -- dropped when the queue has none ('dropped'). NULL when the token no longer
 -- holds. Locks the message row (and the queue row when dead-lettering).
-CREATE OR REPLACE FUNCTION pyqueue__give_back(in_queue text, in_key text, in_kind text, in_token uuid,
+DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, uuid, interval, boolean, text);
+CREATE OR REPLACE FUNCTION pyqueue__give_back(in_queue text, in_key text, in_kind text, in_token text,
                                               in_delay interval, in_set_error boolean, in_error text)
 RETURNS text
 LANGUAGE plpgsql
@@ -537,13 +551,14 @@ DECLARE
     v_queue    pyqueue_queue := pyqueue__queue(in_queue);
     v_now      timestamptz := pg_catalog.clock_timestamp();
     v_attempts integer;
+    v_token    uuid;
 BEGIN
-    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_duration('delay', in_delay, false);
     SELECT m.attempts INTO v_attempts
       FROM pyqueue_message m
      WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
-       AND m.reserve_token = in_token
+       AND m.reserve_token = v_token
        FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -1948,23 +1963,25 @@ $$;
 -- A group's head hands its place to the next message of its group.
 -- Locks the message row (then, for a group's head, the group's row; for a
 -- schedule's pending occurrence, the schedule row).
-CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token uuid)
+DROP FUNCTION IF EXISTS queue_commit(text, text, text, uuid);
+CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token anycompatible)
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_token uuid;
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
     v_msg   pyqueue_message;
     v_group text;
 BEGIN
-    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token::text);
     IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
         -- Nothing to archive, not a schedule's occurrence: the DELETE is all
         -- of it, and, for a group's head, the next message of its group.
         DELETE FROM pyqueue_message
          WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
-           AND reserve_token = in_token
+           AND reserve_token = v_token
         RETURNING group_key INTO v_group;
         IF NOT FOUND THEN
             RETURN false;
@@ -1975,7 +1992,7 @@ BEGIN
         RETURN true;
     END IF;
     DELETE FROM pyqueue_message
-     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = in_token
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = v_token
     RETURNING * INTO v_msg;
     IF NOT FOUND THEN
         RETURN false;
@@ -1996,14 +2013,15 @@ $$;
 -- goes to the dead-letter queue instead (dropped when the queue has none).
 -- False when the token no longer holds. Locks the message row (and the
 -- queue row when dead-lettering).
-CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind text, in_token uuid,
+DROP FUNCTION IF EXISTS queue_rollback(text, text, text, uuid, interval);
+CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind text, in_token anycompatible,
                                in_delay interval DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
-    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, false, NULL) IS NOT NULL;
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token::text, in_delay, false, NULL) IS NOT NULL;
 END;
 $$;
 
@@ -2013,14 +2031,15 @@ $$;
 -- in_delay), 'dead_lettered' (moved to the dead-letter queue), 'dropped'
 -- (max_attempts reached, no dead-letter queue) or NULL when the token no
 -- longer holds. Locks as queue_rollback.
-CREATE OR REPLACE FUNCTION queue_fail(in_queue text, in_key text, in_kind text, in_token uuid,
+DROP FUNCTION IF EXISTS queue_fail(text, text, text, uuid, interval, text);
+CREATE OR REPLACE FUNCTION queue_fail(in_queue text, in_key text, in_kind text, in_token anycompatible,
                                       in_delay interval DEFAULT NULL, in_error text DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
-    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, true, in_error);
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token::text, in_delay, true, in_error);
 END;
 $$;
 
@@ -2028,27 +2047,29 @@ $$;
 -- queue's visibility_timeout) and returns a new token (the old one stops
 -- working); NULL when in_token no longer holds.
 -- Locks the message row (for a kind with a limit, its slot row first).
-CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token uuid,
+DROP FUNCTION IF EXISTS queue_extend(text, text, text, uuid, interval);
+CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token anycompatible,
                              in_timeout interval DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_queue pyqueue_queue := pyqueue__queue(in_queue);
     v_token uuid;
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_new   uuid;
 BEGIN
-    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token::text);
     PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, in_token) THEN  -- limits
+    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, v_token) THEN  -- limits
         RETURN NULL;
     END IF;
     UPDATE pyqueue_message
        SET scheduled_at = pg_catalog.clock_timestamp() + coalesce(in_timeout, v_queue.visibility_timeout),
            reserve_token = pg_catalog.gen_random_uuid()
-     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = in_token
-    RETURNING reserve_token INTO v_token;
-    RETURN v_token;
+     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = v_token
+    RETURNING reserve_token INTO v_new;
+    RETURN v_new;
 END;
 $$;
 
@@ -2063,25 +2084,27 @@ $$;
 -- False, and nothing changes, when the token no longer holds.
 -- Locks: a key-share lock on the target queue row, then the message row
 -- (then the group's row of a head moved away).
-CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token uuid,
+DROP FUNCTION IF EXISTS queue_move(text, text, text, uuid, text, jsonb);
+CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token anycompatible,
                            in_to_queue text, in_payload jsonb DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_token uuid;
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_msg   pyqueue_message;
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
     v_same  boolean;
 BEGIN
-    PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token::text);
     PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
     PERFORM pyqueue__queue(in_to_queue, true);
     v_same := in_to_queue = in_queue;
     DELETE FROM pyqueue_message
      WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
-       AND reserve_token = in_token
+       AND reserve_token = v_token
     RETURNING * INTO v_msg;
     IF NOT FOUND THEN
         RETURN false;
@@ -2278,11 +2301,12 @@ $$;
 -- nothing is reserved, one row with committed and NULL elsewhere.
 -- The reserve is queue_reserve's own (pyqueue__reserve: one locking read,
 -- one UPDATE by ctid). Locks: the committed row, the reserved rows.
+DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
 CREATE OR REPLACE FUNCTION queue_commit_reserve(
     in_queue   text,
     in_key     text,
     in_kind    text,
-    in_token   uuid,
+    in_token   anycompatible,
     in_worker  text     DEFAULT NULL,
     in_timeout interval DEFAULT NULL,
     in_n       integer  DEFAULT 1,
@@ -2295,6 +2319,7 @@ SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_token uuid;
     v_queue     pyqueue_queue := pyqueue__queue(in_queue);
     v_committed boolean;
     v_got       integer;
@@ -2303,12 +2328,12 @@ BEGIN
     -- The same checks as queue_reserve, before anything changes.
     PERFORM pyqueue__check_reserve(in_worker, in_timeout, in_n, in_kinds);
     IF NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL) THEN
-        PERFORM pyqueue__check_reservation(in_key, in_kind, in_token);
+        v_token := pyqueue__check_reservation(in_key, in_kind, in_token::text);
         IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
             -- Nothing to archive, not a schedule's occurrence: the DELETE is all of queue_commit.
             DELETE FROM pyqueue_message m
              WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
-               AND m.reserve_token = in_token
+               AND m.reserve_token = v_token
             RETURNING m.group_key INTO v_group;
             v_committed := FOUND;
             IF v_group IS NOT NULL THEN
@@ -2316,7 +2341,7 @@ BEGIN
             END IF;
         ELSE
             -- Exactly queue_commit: the history row, the next occurrence of a schedule.
-            v_committed := queue_commit(in_queue, in_key, in_kind, in_token);
+            v_committed := queue_commit(in_queue, in_key, in_kind, v_token);
         END IF;
     END IF;
     RETURN QUERY
@@ -2371,9 +2396,10 @@ $$;
 -- a reservation whose token no longer holds is skipped (not counted).
 -- Refuses, changing nothing, arrays that are NULL, not one-dimensional, of
 -- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
--- a NULL token. Locks: the deleted rows, in key order (the order queue_drop
+-- a NULL or malformed token (text or uuid elements). Locks: the deleted rows, in key order (the order queue_drop
 -- locks them in, so the two cannot deadlock).
-CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens uuid[])
+DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
+CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens anycompatible)
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
@@ -2384,15 +2410,20 @@ DECLARE
     v_count integer := 0;
     v_queue pyqueue_queue;
     v_one   record;
+    v_texts     text[];
+    v_tokens    uuid[];
+    v_malformed integer;
 BEGIN
     v_queue := pyqueue__queue(in_queue);
     IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must not be NULL'
             USING ERRCODE = '22023';
     END IF;
+    -- the tokens as text[], whether they came as text[], uuid[] or an array literal
+    v_texts := in_tokens::text::text[];
     v_n := pg_catalog.cardinality(in_keys);
-    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_tokens) > 1
-       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_tokens) <> v_n THEN
+    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(v_texts) > 1
+       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(v_texts) <> v_n THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must have the same length'
             USING ERRCODE = '22023';
     END IF;
@@ -2400,13 +2431,21 @@ BEGIN
         RETURN 0;
     END IF;
     SELECT pg_catalog.min(b.ord) INTO v_bad
-      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
+      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(v_texts))
            WITH ORDINALITY AS b (k, kd, tk, ord)
      WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.tk IS NULL;
+    SELECT pg_catalog.min(b.ord) INTO v_malformed  -- MySQL's error for a token not shaped like one
+      FROM pg_catalog.unnest(v_texts) WITH ORDINALITY AS b (tk, ord)
+     WHERE b.tk !~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$';
+    IF v_malformed IS NOT NULL AND v_malformed < coalesce(v_bad, v_n + 1) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch: bad p_key/p_kind or malformed token', v_malformed
+            USING ERRCODE = '22023';
+    END IF;
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
             USING ERRCODE = '22023';
     END IF;
+    v_tokens := v_texts::uuid[];
     IF v_queue.history_retention IS NOT NULL
        OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key LIKE '%@____-__-__T__:__:__Z')
        OR EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
@@ -2415,7 +2454,7 @@ BEGIN
         -- (history row, next occurrence, the next message of a group), in
         -- key order.
         FOR v_one IN SELECT b.k, b.kd, b.tk
-                       FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
+                       FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(v_tokens))
                             WITH ORDINALITY AS b (k, kd, tk, ord)
                       ORDER BY b.k, b.kd, b.ord LOOP
             IF queue_commit(in_queue, v_one.k, v_one.kd, v_one.tk) THEN
@@ -2424,7 +2463,7 @@ BEGIN
         END LOOP;
         RETURN v_count;
     END IF;
-    RETURN pyqueue__delete_held(in_queue, in_keys, in_kinds, in_tokens);
+    RETURN pyqueue__delete_held(in_queue, in_keys, in_kinds, v_tokens);
 END;
 $$;
 

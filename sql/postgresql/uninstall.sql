@@ -63,9 +63,9 @@ DROP FUNCTION IF EXISTS queue_bind(text, text);
 DROP TABLE IF EXISTS pyqueue_binding;
 
 -- ==== fast paths ====
-DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
+DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], anycompatible);
 DROP FUNCTION IF EXISTS pyqueue__delete_held(text, text[], text[], uuid[]);
-DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
+DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, anycompatible, text, interval, integer, text[]);
 
 -- ==== wakeups ====
 DROP FUNCTION IF EXISTS queue_wait(text, text[], interval, interval);
@@ -76,11 +76,11 @@ DROP TABLE IF EXISTS pyqueue_notify;
 
 -- ==== consume ====
 DROP FUNCTION IF EXISTS queue_remove(text, text, text);
-DROP FUNCTION IF EXISTS queue_move(text, text, text, uuid, text, jsonb);
-DROP FUNCTION IF EXISTS queue_extend(text, text, text, uuid, interval);
-DROP FUNCTION IF EXISTS queue_fail(text, text, text, uuid, interval, text);
-DROP FUNCTION IF EXISTS queue_rollback(text, text, text, uuid, interval);
-DROP FUNCTION IF EXISTS queue_commit(text, text, text, uuid);
+DROP FUNCTION IF EXISTS queue_move(text, text, text, anycompatible, text, jsonb);
+DROP FUNCTION IF EXISTS queue_extend(text, text, text, anycompatible, interval);
+DROP FUNCTION IF EXISTS queue_fail(text, text, text, anycompatible, interval, text);
+DROP FUNCTION IF EXISTS queue_rollback(text, text, text, anycompatible, interval);
+DROP FUNCTION IF EXISTS queue_commit(text, text, text, anycompatible);
 DROP FUNCTION IF EXISTS queue_reserve(text, text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS queue_pop(text, integer);
 
@@ -122,7 +122,7 @@ DROP FUNCTION IF EXISTS pyqueue__slot_held(text, text, text, bigint, integer, ti
 DROP FUNCTION IF EXISTS pyqueue__archive(pyqueue_queue, pyqueue_message, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__notify(text);
 DROP FUNCTION IF EXISTS pyqueue__channel(text);
-DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, uuid, interval, boolean, text);
+DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, text, interval, boolean, text);
 DROP FUNCTION IF EXISTS pyqueue__dead_letter(pyqueue_queue, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__reserve(pyqueue_queue, text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__due_tids(text, timestamptz, integer, text[], integer);
@@ -134,7 +134,7 @@ DROP FUNCTION IF EXISTS pyqueue__check_batch(text, text[], boolean, text[], text
 DROP FUNCTION IF EXISTS pyqueue__check_batch_size(integer);
 DROP FUNCTION IF EXISTS pyqueue__check_duration(text, interval, boolean);
 DROP FUNCTION IF EXISTS pyqueue__queue(text, boolean);
-DROP FUNCTION IF EXISTS pyqueue__check_reservation(text, text, uuid);
+DROP FUNCTION IF EXISTS pyqueue__check_reservation(text, text, text);
 DROP FUNCTION IF EXISTS pyqueue__check_name(text, text, integer);
 
 -- the tables of the queues topic, last
