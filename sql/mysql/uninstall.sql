@@ -114,10 +114,6 @@ DROP PROCEDURE IF EXISTS pyqueue__cron_next;
 DROP PROCEDURE IF EXISTS pyqueue__cron_field;
 DROP PROCEDURE IF EXISTS pyqueue__limit_claim;
 DROP PROCEDURE IF EXISTS pyqueue__limit_take;
--- a helper an older routines.sql installed (running the current one over it
--- keeps it)
-DROP PROCEDURE IF EXISTS pyqueue__limit_compact;
-DROP PROCEDURE IF EXISTS pyqueue__group_own;  -- now pyqueue__own_transaction(TRUE, ...)
 DROP PROCEDURE IF EXISTS pyqueue__unarchive;
 DROP PROCEDURE IF EXISTS pyqueue__archive;
 DROP PROCEDURE IF EXISTS pyqueue__next_at;

@@ -131,9 +131,6 @@ $$;
 -- as on MySQL ('token is malformed'), not a cast error before the routine
 -- runs. The shape is MySQL's too: 8-4-4-4-12 hex digits, either case.
 -- Takes no locks.
--- (Each DROP of a routine that took its token as uuid: CREATE OR REPLACE
--- cannot change a parameter's type, so an older install's uuid version goes.)
-DROP FUNCTION IF EXISTS pyqueue__check_reservation(text, text, uuid);
 CREATE OR REPLACE FUNCTION pyqueue__check_reservation(in_key text, in_kind text, in_token text)
 RETURNS uuid
 LANGUAGE plpgsql IMMUTABLE
@@ -541,7 +538,6 @@ $$;
 -- deliveries, it goes to the dead-letter queue ('dead_lettered') or is
 -- dropped when the queue has none ('dropped'). NULL when the token no longer
 -- holds. Locks the message row (and the queue row when dead-lettering).
-DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, uuid, interval, boolean, text);
 CREATE OR REPLACE FUNCTION pyqueue__give_back(in_queue text, in_key text, in_kind text, in_token text,
                                               in_delay interval, in_set_error boolean, in_error text)
 RETURNS text
@@ -1963,7 +1959,6 @@ $$;
 -- A group's head hands its place to the next message of its group.
 -- Locks the message row (then, for a group's head, the group's row; for a
 -- schedule's pending occurrence, the schedule row).
-DROP FUNCTION IF EXISTS queue_commit(text, text, text, uuid);
 CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token anycompatible)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2013,7 +2008,6 @@ $$;
 -- goes to the dead-letter queue instead (dropped when the queue has none).
 -- False when the token no longer holds. Locks the message row (and the
 -- queue row when dead-lettering).
-DROP FUNCTION IF EXISTS queue_rollback(text, text, text, uuid, interval);
 CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind text, in_token anycompatible,
                                in_delay interval DEFAULT NULL)
 RETURNS boolean
@@ -2031,7 +2025,6 @@ $$;
 -- in_delay), 'dead_lettered' (moved to the dead-letter queue), 'dropped'
 -- (max_attempts reached, no dead-letter queue) or NULL when the token no
 -- longer holds. Locks as queue_rollback.
-DROP FUNCTION IF EXISTS queue_fail(text, text, text, uuid, interval, text);
 CREATE OR REPLACE FUNCTION queue_fail(in_queue text, in_key text, in_kind text, in_token anycompatible,
                                       in_delay interval DEFAULT NULL, in_error text DEFAULT NULL)
 RETURNS text
@@ -2047,7 +2040,6 @@ $$;
 -- queue's visibility_timeout) and returns a new token (the old one stops
 -- working); NULL when in_token no longer holds.
 -- Locks the message row (for a kind with a limit, its slot row first).
-DROP FUNCTION IF EXISTS queue_extend(text, text, text, uuid, interval);
 CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token anycompatible,
                              in_timeout interval DEFAULT NULL)
 RETURNS uuid
@@ -2084,7 +2076,6 @@ $$;
 -- False, and nothing changes, when the token no longer holds.
 -- Locks: a key-share lock on the target queue row, then the message row
 -- (then the group's row of a head moved away).
-DROP FUNCTION IF EXISTS queue_move(text, text, text, uuid, text, jsonb);
 CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token anycompatible,
                            in_to_queue text, in_payload jsonb DEFAULT NULL)
 RETURNS boolean
@@ -2301,7 +2292,6 @@ $$;
 -- nothing is reserved, one row with committed and NULL elsewhere.
 -- The reserve is queue_reserve's own (pyqueue__reserve: one locking read,
 -- one UPDATE by ctid). Locks: the committed row, the reserved rows.
-DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
 CREATE OR REPLACE FUNCTION queue_commit_reserve(
     in_queue   text,
     in_key     text,
@@ -2398,7 +2388,6 @@ $$;
 -- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
 -- a NULL or malformed token (text or uuid elements). Locks: the deleted rows, in key order (the order queue_drop
 -- locks them in, so the two cannot deadlock).
-DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], uuid[]);
 CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens anycompatible)
 RETURNS integer
 LANGUAGE plpgsql

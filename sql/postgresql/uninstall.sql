@@ -28,10 +28,6 @@ DROP FUNCTION IF EXISTS queue_workers();
 DROP FUNCTION IF EXISTS queue_release_dead_workers(interval);
 DROP FUNCTION IF EXISTS queue_worker_deregister(bigint, uuid);
 DROP FUNCTION IF EXISTS queue_worker_heartbeat(bigint, uuid);
--- the signatures without the secret, which an install from an older
--- routines.sql still holds (running the current one over it keeps them)
-DROP FUNCTION IF EXISTS queue_worker_deregister(bigint);
-DROP FUNCTION IF EXISTS queue_worker_heartbeat(bigint);
 DROP FUNCTION IF EXISTS queue_worker_register(text, text, integer, text[]);
 DROP TABLE IF EXISTS pyqueue_worker;
 
