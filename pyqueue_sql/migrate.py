@@ -445,7 +445,7 @@ def _mysql_restore_routine_grants(
     cursor = connection.connection.cursor()
     try:
         with dialect.no_account_creation(connection.connection):
-            for statement in dialect.routine_regrants(saved, current, {}):
+            for statement in dialect.routine_regrants(saved, current):
                 try:
                     cursor.execute(statement)
                 except Exception as exc:  # a routine this revision no longer has (1305), an odd name

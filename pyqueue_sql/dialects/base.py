@@ -24,7 +24,6 @@ from typing import Any
 
 from .. import errors
 from ..queries import queries, split_script
-from .routine_syntax import RoutineFileSyntax
 
 UTC = dt.timezone.utc
 
@@ -196,8 +195,6 @@ class Dialect:
     # Named statements that must run in a transaction of their own when the
     # caller has none (see Database.call).
     own_transaction_statements: frozenset[str] = frozenset()
-    # How its routine files are written (statement ends, routine headers): pyqueue_sql.routine_sets.
-    routine_files: RoutineFileSyntax
 
     # The driver modules (sync, asyncio) and the extras that install them.
     driver: tuple[str, str] = ("", "")
@@ -481,7 +478,6 @@ class Dialect:
         self,
         saved: Iterable[Sequence[Any]],
         current: Iterable[Sequence[Any]],
-        added_with: Mapping[str, Sequence[str]],
     ) -> list[str]:
         """The GRANTs that give back the routine grants a migration dropped by re-creating
         routines, from the grant snapshot taken before the run (``saved``) and the grants now
