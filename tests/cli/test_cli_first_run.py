@@ -102,10 +102,13 @@ LIBRARY = """
 import asyncio, sys
 sys.modules[sys.argv[1]] = None
 import pyqueue_sql
+import pyqueue_sql.migrate
 from pyqueue_sql import aio, errors
 try:
     if sys.argv[2] == "async":
         asyncio.run(aio.connect(sys.argv[3]))
+    elif sys.argv[2] == "migrate":
+        pyqueue_sql.migrate.upgrade(sys.argv[3])
     else:
         pyqueue_sql.connect(sys.argv[3])
 except ImportError as exc:
@@ -115,8 +118,11 @@ except ImportError as exc:
 """
 
 
-@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("flavour", ["sync", "async", "migrate"])
 def test_the_library_raises_driver_not_installed_naming_the_extra(dsn, dialect, flavour):
+    """pyqueue_sql.connect, aio.connect and pyqueue_sql.migrate.upgrade (a DSN) with the driver
+    missing: DriverNotInstalledError naming the extra, not the ModuleNotFoundError of the import
+    (SQLAlchemy's, for migrate)."""
     module, extra = DRIVERS[dialect][1 if flavour == "async" else 0]
     run_ = subprocess.run(
         [sys.executable, "-c", LIBRARY, module, flavour, dsn], capture_output=True, text=True, timeout=60
