@@ -470,8 +470,9 @@ class Dialect:
 
     # -- migrations (pyqueue_sql.migrate) --------------------------------
     def server_flavor(self, connection: Any) -> str:
-        """The server flavour of a DB-API connection, the key of a revision's FINGERPRINTS:
-        the dialect's name, unless servers of the dialect build different catalogs."""
+        """The server flavour of a DB-API connection, the key of FINGERPRINTS in a revision file
+        (how `migrate --adopt` recognises a schema): the dialect's name, unless servers of the
+        dialect build different catalogs."""
         return self.name
 
     def routine_regrants(
