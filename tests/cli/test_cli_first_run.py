@@ -102,10 +102,13 @@ LIBRARY = """
 import asyncio, sys
 sys.modules[sys.argv[1]] = None
 import pyqueue_sql
+import pyqueue_sql.migrate
 from pyqueue_sql import aio, errors
 try:
     if sys.argv[2] == "async":
         asyncio.run(aio.connect(sys.argv[3]))
+    elif sys.argv[2] == "migrate":
+        pyqueue_sql.migrate.upgrade(sys.argv[3])
     else:
         pyqueue_sql.connect(sys.argv[3])
 except ImportError as exc:
@@ -115,8 +118,11 @@ except ImportError as exc:
 """
 
 
-@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("flavour", ["sync", "async", "migrate"])
 def test_the_library_raises_driver_not_installed_naming_the_extra(dsn, dialect, flavour):
+    """pyqueue_sql.connect, aio.connect and pyqueue_sql.migrate.upgrade (a DSN) with the driver
+    missing: DriverNotInstalledError naming the extra, not the ModuleNotFoundError of the import
+    (SQLAlchemy's, for migrate)."""
     module, extra = DRIVERS[dialect][1 if flavour == "async" else 0]
     run_ = subprocess.run(
         [sys.executable, "-c", LIBRARY, module, flavour, dsn], capture_output=True, text=True, timeout=60
@@ -196,16 +202,13 @@ def test_reserve_on_a_paused_queue_says_it_is_paused(capsys, dsn, db):
 
 
 def test_the_cli_hints_install_from_a_checkout_or_the_wheel():
-    """The package is on no index: no hint says pip install 'pyqueue-sql[...]'."""
+    """The package is on no index: no hint anywhere in it (the CLI, the dashboard, the asyncio
+    client, Spark, embedded PostgreSQL) says pip install 'pyqueue-sql[...]'."""
     import pathlib
 
     package = pathlib.Path(cli.__file__).parent.parent
-    checked = [
-        *sorted((package / "cli").glob("*.py")),
-        package / "errors.py",
-        package / "aio" / "__init__.py",
-    ]
-    checked += sorted((package / "dashboard").glob("*.py"))
+    checked = sorted(package.rglob("*.py"))
+    assert package / "spark.py" in checked and package / "cli" / "common.py" in checked
     assert [str(p) for p in checked if "pyqueue-sql[" in p.read_text(encoding="utf-8")] == []
     from pyqueue_sql.errors import install_command
 
