@@ -1,0 +1,78 @@
+"""Every code block of README.md and docs/*.md that a reader would run, run on both dialects
+against the real servers (how each kind of block runs: tests/docs/blocks.py). The blocks of a
+file run in order in one fresh database, so a tour's state carries from block to block; a
+block that is not meant to run says why, and a block nobody runs fails the coverage test."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pyqueue_sql import migrate
+
+from . import blocks as doc
+
+FILES = doc.documents()
+EMPTY_START = "<!-- test: starts on an empty database -->"
+
+
+def test_every_block_runs_or_says_why_not():
+    """A block of a runnable language is run by a runner or marked as not run (with a reason);
+    every other block names what it is, so a new block cannot slip in untested."""
+    problems = []
+    for path in FILES:
+        for block in doc.blocks(path):
+            why = doc.unrunnable(block)
+            if why:
+                problems.append(f"{block.where}: {why}")
+            elif block.language in doc.RUNNABLE and block.not_run == "no-run":
+                problems.append(f"{block.where}: `no-run` needs a reason: <!-- not run: why --> before it")
+            elif block.output is not None and (block.language not in doc.RUNNABLE or block.not_run):
+                problems.append(f"{block.where}: an output block under a block that does not run")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_runner_refuses_an_unmarked_block(tmp_path):
+    """The coverage rules catch a block with no language and an unknown one."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```\npyqueue-sql stats\n```\n\n```bash\nls\n```\n\n<!-- not run: a reason -->\n```sh\nx\n```\n"
+    )
+    found = doc.blocks(page)
+    assert doc.unrunnable(found[0]) and doc.unrunnable(found[1])
+    assert found[2].not_run == "a reason"
+
+
+def test_output_comparison_can_fail():
+    doc.expect_output("a ... c\nd", "x\na b c\nd\n", "here", "r")
+    with pytest.raises(AssertionError):
+        doc.expect_output("d\na b c", "a b c\nd\n", "here", "r")
+    doc.expect_output("(none) -> 0001_baseline", "(none) -> 0042_x\n", "here", "0042_x")
+
+
+def test_sql_statements_split_at_semicolons():
+    assert doc.statements("SELECT 1;  -- one\n-- two\nSELECT\n  2;\nSELECT 3 \\gset\n") == [
+        "SELECT 1;  -- one",
+        "-- two\nSELECT\n  2;",
+        "SELECT 3 \\gset",
+    ]
+    with pytest.raises(AssertionError):
+        doc.statements("SELECT 1")
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_blocks(path, dialect, fresh_database, tmp_path):
+    """The file's blocks for this dialect, in order, in one database of their own."""
+    todo = [
+        b for b in doc.blocks(path) if b.language in doc.RUNNABLE and not b.not_run and dialect in b.dialects
+    ]
+    if not todo:
+        pytest.skip(f"no {dialect} block to run in {path.name}")
+    url = fresh_database(re.sub(r"\W", "_", path.stem.lower())[:12])
+    text = path.read_text(encoding="utf-8")
+    if EMPTY_START not in text:
+        migrate.upgrade(url)
+    session = doc.Session(dialect, url, revision=migrate.head(), workdir=tmp_path)
+    for block in todo:
+        session.run(block)
