@@ -186,33 +186,50 @@ class Session:
             command.append(f"-p{unquote(url.password)}")
         return [*command, url.path.lstrip("/")]
 
-    def token(self, statement: str) -> str:
-        """The token of the message a '<token>' statement names: what a reader copies from the
-        reserve above it (a random one when the message is not reserved)."""
-        match = re.search(r"queue_\w+\(\s*'([^']*)',\s*'([^']*)',\s*'([^']*)',\s*'<token>'", statement)
-        assert match, f"'<token>' in a statement that does not name queue, key, kind: {statement}"
+    def fill(self, statement: str) -> str:
+        """A statement with what a reader copies put in: '<token>' (from the reserve that
+        took the message it names), '<secret>' (from the register of the worker it names)."""
+        if "<token>" in statement:
+            statement = statement.replace("<token>", self.token(statement))
+        if "<secret>" in statement:
+            match = re.search(r"queue_worker_\w+\(\s*(\d+),\s*'<secret>'", statement)
+            assert match, f"'<secret>' in a statement that does not name a worker id: {statement}"
+            row = self.query("SELECT secret FROM pyqueue_worker WHERE worker_id = %s", (int(match.group(1)),))
+            statement = statement.replace("<secret>", str(row[0]) if row else str(uuid.uuid4()))
+        return statement
+
+    def query(self, sql: str, params: tuple) -> tuple | None:
         import pyqueue_sql
 
         db = pyqueue_sql.connect(self.dsn)
         try:
             cur = db.connection.cursor()
-            params = match.groups()
-            marker = "%s"
-            cur.execute(
-                "SELECT reserve_token FROM pyqueue_message"
-                f" WHERE queue_name = {marker} AND p_key = {marker} AND p_kind = {marker}",
-                params,
-            )
+            cur.execute(sql, params)
             row = cur.fetchone()
             cur.close()
         finally:
             db.close()
+        return row
+
+    def token(self, statement: str) -> str:
+        """The token of the message a '<token>' statement names: what a reader copies from the
+        reserve above it (a random one when the message is not reserved)."""
+        match = re.search(r"queue_\w+\(\s*'([^']*)',\s*'([^']*)',\s*'([^']*)',\s*'<token>'", statement)
+        match = match or re.search(  # queue_commit_batch: one element per JSON array
+            r"queue_\w+\(\s*'([^']*)',\s*'\[\"([^\"]*)\"\]',\s*'\[\"([^\"]*)\"\]',\s*'\[\"<token>\"\]'",
+            statement,
+        )
+        assert match, f"'<token>' in a statement that does not name queue, key, kind: {statement}"
+        row = self.query(
+            "SELECT reserve_token FROM pyqueue_message WHERE queue_name = %s AND p_key = %s AND p_kind = %s",
+            match.groups(),
+        )
         return str(row[0]) if row and row[0] is not None else str(uuid.uuid4())
 
     def run_sql(self, block: Block) -> str:
         chunks: list[list[str]] = [[]]
         for statement in statements(block.text):
-            if "<token>" in statement:
+            if "<token>" in statement or "<secret>" in statement:
                 chunks.append([statement])
             else:
                 chunks[-1].append(statement)
@@ -220,7 +237,7 @@ class Session:
         for chunk in chunks:
             if not chunk:
                 continue
-            script = "\n".join(s.replace("<token>", self.token(s)) if "<token>" in s else s for s in chunk)
+            script = "\n".join(self.fill(s) for s in chunk)
             script += "\n"
             done = subprocess.run(
                 self.client(), input=script, capture_output=True, text=True, env=self.env(), timeout=60
