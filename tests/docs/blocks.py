@@ -33,6 +33,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNNABLE = {"sql", "python", "pycon", "sh", "console"}
 DIALECTS = {"postgresql", "mysql"}
 NOT_CODE = {"text", "output", "ini", "toml", "json", "yaml", "csv", "promql", "http", "diff"}
-DSN = re.compile(r"(?:postgresql|mysql)://[^\s'\"`)]*")
+DSN = re.compile(r"(?:postgresql|mysql)://[^\s'\"`)]+")
 NOT_RUN = re.compile(r"^<!--\s*not run:\s*(\S.*?)\s*-->$")
 
 
@@ -152,6 +153,14 @@ class Session:
     namespace: dict = field(default_factory=dict)
     revision: str = ""
     workdir: Path = ROOT
+
+    def __post_init__(self) -> None:
+        # a module of its own, so that code resolving names through its module (SQLAlchemy's
+        # annotations, pickling, dataclasses) finds what the blocks defined
+        module = types.ModuleType(f"docs_{self.dialect}_{uuid.uuid4().hex[:8]}")
+        sys.modules[module.__name__] = module
+        module.__dict__.update(self.namespace)
+        self.namespace = module.__dict__
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -284,6 +293,7 @@ class Session:
                 result = runner.run(test, out=report.write, clear_globs=False)
             finally:
                 os.chdir(cwd)
+                self.namespace.update(test.globs)  # the DocTest ran on a copy
         if result.failed:
             raise AssertionError(f"{block.where}:\n{report.getvalue()}")
         return ""
