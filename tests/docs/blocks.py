@@ -133,7 +133,7 @@ def expect_output(expected: str, actual: str, where: str, revision: str) -> None
     got = [_normal(line) for line in actual.splitlines()]
     at = 0
     for line in wanted:
-        pattern = re.compile(".*".join(re.escape(part) for part in line.split("...")) + r"\Z")
+        pattern = re.compile(".*".join(re.escape(part.strip()) for part in line.split("...")) + r"\Z")
         while at < len(got) and not pattern.match(got[at]):
             at += 1
         if at == len(got):
