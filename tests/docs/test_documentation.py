@@ -76,3 +76,36 @@ def test_blocks(path, dialect, fresh_database, tmp_path):
     session = doc.Session(dialect, url, revision=migrate.head(), workdir=tmp_path)
     for block in todo:
         session.run(block)
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+
+
+def anchors(path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    found = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add("#" + re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_links_point_at_files_and_headings_that_exist():
+    """Every relative link of README.md and docs/*.md names a file of the repository, and a
+    heading of it when it has an #anchor."""
+    broken = []
+    for path in FILES:
+        for target, anchor in LINK.findall(path.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            linked = (path.parent / target).resolve()
+            if not linked.exists():
+                broken.append(f"{path.name}: {target}")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                broken.append(f"{path.name}: {target}{anchor}")
+    for path in FILES:  # links inside the same page
+        for anchor in re.findall(r"\]\((#[^)\s]+)\)", path.read_text(encoding="utf-8")):
+            if anchor not in anchors(path):
+                broken.append(f"{path.name}: {anchor}")
+    assert not broken, "\n".join(broken)
