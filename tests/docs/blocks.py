@@ -3,7 +3,8 @@
 A fenced block's info string says what it is:
 
 - ```sql postgresql / ```sql mysql: run through the real `psql` / `mariadb` client on that
-  dialect (```sql alone: on both). Statements run in one client session; a statement that
+  dialect (```sql alone: on both); without that client, through the driver with the client's
+  semantics (sqlclient.py). Statements run in one client session; a statement that
   contains '<token>' (what a reader copies from the reserve it just ran) starts a new
   session with the token of that message put in its place.
 - ```python [postgresql|mysql]: executed in one namespace per file and dialect, with every
@@ -31,6 +32,7 @@ import doctest
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -38,6 +40,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from . import sqlclient
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNABLE = {"sql", "python", "pycon", "sh", "console"}
@@ -112,7 +116,8 @@ def unrunnable(block: Block) -> str | None:
     if not block.info:
         return "a block without a language: say what it is (```text for plain text)"
     if block.language in RUNNABLE:
-        return None
+        unknown = set(block.info[1:]) - DIALECTS - {"no-run"}
+        return f"unknown words {sorted(unknown)} in the info string" if unknown else None
     if block.language in NOT_CODE:
         return None
     return f"unknown language {block.language!r}: use one the test runs, or ```text"
@@ -195,6 +200,13 @@ class Session:
             command.append(f"-p{unquote(url.password)}")
         return [*command, url.path.lstrip("/")]
 
+    def sql_client(self) -> bool:
+        """Whether SQL blocks go through the real client: when it is installed, unless
+        PYQUEUE_DOCS_SQL=driver asks for the driver (tests/docs/sqlclient.py)."""
+        if os.environ.get("PYQUEUE_DOCS_SQL") == "driver":
+            return False
+        return shutil.which(self.client()[0]) is not None
+
     def fill(self, statement: str) -> str:
         """A statement with what a reader copies put in: '<token>' (from the reserve that
         took the message it names), '<secret>' (from the register of the worker it names)."""
@@ -248,6 +260,15 @@ class Session:
                 continue
             script = "\n".join(self.fill(s) for s in chunk)
             script += "\n"
+            if not self.sql_client():
+                try:
+                    if self.dialect == "postgresql":
+                        printed.append(sqlclient.run_psql(self.dsn, script, {}))
+                    else:
+                        printed.append(sqlclient.run_mysql(self.dsn, script))
+                except Exception as exc:
+                    raise AssertionError(f"{block.where}: {script}\nfailed: {exc}") from exc
+                continue
             done = subprocess.run(
                 self.client(), input=script, capture_output=True, text=True, env=self.env(), timeout=60
             )
