@@ -167,6 +167,17 @@ class Session:
         module.__dict__.update(self.namespace)
         self.namespace = module.__dict__
 
+    def close(self) -> None:
+        """Closes what the blocks left open (a Database, an engine) and forgets their module."""
+        for value in list(self.namespace.values()):
+            close = getattr(value, "close", None) if hasattr(value, "queue") else None
+            dispose = getattr(value, "dispose", None) if type(value).__name__ == "Engine" else None
+            for done in (close, dispose):
+                if callable(done) and not asyncio.iscoroutinefunction(done):
+                    with contextlib.suppress(Exception):
+                        done()
+        sys.modules.pop(self.namespace.get("__name__", ""), None)
+
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["PYQUEUE_DSN"] = self.dsn

@@ -75,8 +75,11 @@ def test_blocks(path, dialect, fresh_database, tmp_path):
     if EMPTY_START not in text:
         migrate.upgrade(url)
     session = doc.Session(dialect, url, revision=migrate.head(), workdir=tmp_path)
-    for block in todo:
-        session.run(block)
+    try:
+        for block in todo:
+            session.run(block)
+    finally:
+        session.close()
 
 
 LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
