@@ -113,3 +113,41 @@ def test_links_point_at_files_and_headings_that_exist():
             if anchor not in anchors(path):
                 broken.append(f"{path.name}: {anchor}")
     assert not broken, "\n".join(broken)
+
+
+def capability_table(path) -> dict[str, set[str]]:
+    """capability -> the routines the second column of its row names (`queue_x` / `_y`
+    shorthand expanded; `monitor` in an admin row stands for monitor's routines)."""
+    from pyqueue_sql import privileges
+
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        name = cells[0].strip("`") if cells else ""
+        if len(cells) < 3 or name not in privileges.CAPABILITIES:
+            continue
+        routines, last = set(), ""
+        for word in re.findall(r"`(queue_\w+|_\w+|monitor)`|\b(monitor)\b", cells[1]):
+            word = word[0] or word[1]
+            if word.startswith("_"):
+                word = last.rsplit("_", 1)[0] + word
+            if word == "queue_ingest":  # the table, not a routine
+                continue
+            if word == "monitor":
+                routines |= set(privileges.CAPABILITIES["monitor"])
+            else:
+                routines.add(word)
+                last = word
+        found[name] = routines
+    return found
+
+
+@pytest.mark.parametrize("name", ["operations.md", "contract.md"])
+def test_capability_tables_match_the_code(name):
+    """The capability tables say what pyqueue_sql/privileges.py grants, routine for routine."""
+    from pyqueue_sql import privileges
+
+    table = capability_table(doc.ROOT / "docs" / name)
+    assert set(table) == set(privileges.CAPABILITIES)
+    for capability, routines in privileges.CAPABILITIES.items():
+        assert table[capability] == set(routines), capability
