@@ -62,6 +62,7 @@ def test_sql_statements_split_at_semicolons():
         doc.statements("SELECT 1")
 
 
+@pytest.mark.slow  # a database per file and dialect, CLI processes: about a minute in all
 @pytest.mark.parametrize("path", RUN, ids=lambda p: p.name)
 def test_blocks(path, dialect, fresh_database, tmp_path):
     """The file's blocks for this dialect, in order, in one database of their own."""
