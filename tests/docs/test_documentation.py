@@ -175,3 +175,13 @@ def test_cli_reference_names_every_verb():
         re.findall(r"\| ([a-z-]+) [A-Z]", synopsis)
     )
     assert documented == verbs
+
+
+def test_install_lines_name_what_resolves():
+    """The package is on no index: installs go through the checkout or the wheel, and no page
+    names a schema revision other than the baseline."""
+    for path in FILES:
+        text = path.read_text(encoding="utf-8")
+        assert "pyqueue-sql[" not in text, f"{path.name}: pip install 'pyqueue-sql[...]' cannot resolve"
+        stale = re.findall(r"\b00(?:0[2-9]|10)_\w+", text)
+        assert not stale, f"{path.name} names revisions that are not the baseline: {stale}"
