@@ -5,8 +5,8 @@ A fenced block's info string says what it is:
 - ```sql postgresql / ```sql mysql: run through the real `psql` / `mariadb` client on that
   dialect (```sql alone: on both); without that client, through the driver with the client's
   semantics (sqlclient.py). Statements run in one client session; a statement that
-  contains '<token>' (what a reader copies from the reserve it just ran) starts a new
-  session with the token of that message put in its place.
+  contains '<token>' (what a reader copies from the reserve it just ran) or '<secret>' (from
+  a worker's register) starts a new session with that value put in its place.
 - ```python [postgresql|mysql]: executed in one namespace per file and dialect, with every
   postgresql://... or mysql://... DSN in it replaced by the test database's; a block that
   awaits is run with asyncio.
@@ -17,10 +17,11 @@ A fenced block's info string says what it is:
   are commands and the lines under them their output.
 - ```output right after a block: what that block prints; its lines must appear in the
   printed output in that order (blank lines ignored, runs of spaces equal, `...` matches
-  anything).
+  anything; `0001_baseline` stands for pyqueue_sql.migrate.head()).
+- the blocks of one file run in order in one fresh database with the schema installed, or
+  without it when the file says `<!-- test: starts on an empty database -->`.
 - anything else (```text, ```ini, ...) is not code. A block of a runnable language that is
-  not meant to run says so: `no-run` in its info string, or `<!-- not run: why -->` on the
-  line before it.
+  not meant to run says why on the line before it: `<!-- not run: why -->`.
 """
 
 from __future__ import annotations

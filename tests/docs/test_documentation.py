@@ -28,7 +28,7 @@ def test_every_block_runs_or_says_why_not():
             if why:
                 problems.append(f"{block.where}: {why}")
             elif block.language in doc.RUNNABLE and block.not_run == "no-run":
-                problems.append(f"{block.where}: `no-run` needs a reason: <!-- not run: why --> before it")
+                problems.append(f"{block.where}: say why it does not run: <!-- not run: why --> before it")
             elif block.output is not None and (block.language not in doc.RUNNABLE or block.not_run):
                 problems.append(f"{block.where}: an output block under a block that does not run")
     assert not problems, "\n".join(problems)
