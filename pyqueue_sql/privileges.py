@@ -90,7 +90,7 @@ __all__ = [
 # (SELECT * FROM queue_ingest WHERE 1=0) before an append and fails without it.
 # On PostgreSQL the table is empty whenever no INSERT is running (the trigger
 # deletes its rows in the inserting statement), so it shows nothing; on
-# MySQL/MariaDB it shows the rows appended and not flushed yet (README).
+# MySQL/MariaDB it shows the rows appended and not flushed yet (docs/contract.md).
 TABLES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
     cls.name: dict(cls.grant_tables) for cls in dialects.DIALECTS
 }

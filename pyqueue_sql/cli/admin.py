@@ -223,7 +223,7 @@ def add_grant(command: Command) -> None:
         "grant",
         cmd_grant,
         "print (or --apply) the GRANTs that let an existing role or account call "
-        "the routines of some capabilities, and nothing else (README: Least privilege)",
+        "the routines of some capabilities, and nothing else (docs/operations.md: Least privilege)",
     )
     p.add_argument(
         "--role",

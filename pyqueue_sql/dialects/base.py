@@ -27,7 +27,7 @@ from ..queries import queries, split_script
 
 UTC = dt.timezone.utc
 
-# A routine refuses a call with the message "pyqueue:<code>: <text>" (sql/CONTRACT.md); the code
+# A routine refuses a call with the message "pyqueue:<code>: <text>" (docs/contract.md); the code
 # names the exception (errors.ERROR_CODES).
 ROUTINE_ERROR = re.compile(r"pyqueue:(\w+):\s*(.*)", re.DOTALL)
 

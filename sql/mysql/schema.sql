@@ -11,7 +11,7 @@
 -- mysql / mariadb CLI can source it, the Python loader splits it the same way.
 --
 -- Layout: one section per topic, in the same order in schema.sql,
--- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
+-- routines.sql, queries.sql and ../../docs/contract.md (uninstall.sql: the reverse):
 -- helpers, queues, produce, consume, wakeups, fast paths, topics, history
 -- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
 -- with the line '-- ==== <topic> ====' (a file leaves out the topics it has

@@ -4,7 +4,7 @@
 -- routine is CREATE OR REPLACE, so a migration re-installs this whole file.
 --
 -- Layout: one section per topic, in the same order in schema.sql,
--- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
+-- routines.sql, queries.sql and ../../docs/contract.md (uninstall.sql: the reverse):
 -- helpers, queues, produce, consume, wakeups, fast paths, topics, history
 -- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
 -- with the line '-- ==== <topic> ====' (a file leaves out the topics it has

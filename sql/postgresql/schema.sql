@@ -6,7 +6,7 @@
 -- (p_key/p_kind are columns, never parameters).
 --
 -- Layout: one section per topic, in the same order in schema.sql,
--- routines.sql, queries.sql and ../CONTRACT.md (uninstall.sql: the reverse):
+-- routines.sql, queries.sql and ../../docs/contract.md (uninstall.sql: the reverse):
 -- helpers, queues, produce, consume, wakeups, fast paths, topics, history
 -- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
 -- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
@@ -235,7 +235,7 @@ COMMENT ON TABLE pyqueue_binding IS
 -- popped, dead-lettered or moved. Written by the routine that removes the
 -- message, in the same transaction; the live table stays small. Purged by
 -- queue_purge_history (plain batched DELETE on the (queue_name, processed_at)
--- index; see CONTRACT.md for why not time partitions). No foreign key: the
+-- index; see docs/contract.md for why not time partitions). No foreign key: the
 -- history of a dropped queue stays readable.
 CREATE TABLE pyqueue_history (
     id           bigint       GENERATED ALWAYS AS IDENTITY,
