@@ -99,6 +99,59 @@ def fresh_database(server):
         server.drop(name)
 
 
+class _Installer:
+    """Makes databases with the schema installed, fast: on PostgreSQL a copy of a template database
+    migrated once per test process (CREATE DATABASE ... TEMPLATE, about 0.06 s against 0.25 s for
+    migrating), on MySQL/MariaDB, which has no templates, by migrating the new database (the
+    install scripts). Either way the database is what ``migrate.upgrade`` makes of an empty one."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.template: str | None = None
+
+    def create(self, name: str) -> str:
+        if self.server.dialect != "postgresql":
+            url = self.server.create(name)
+            migrate.upgrade(url)
+            return url
+        if self.template is None:
+            # Per process (xdist runs several): nobody else ever connects to it, so it can be copied.
+            template = f"pyqueue_template_{os.getpid()}"
+            migrate.upgrade(self.server.create(template))
+            self.template = template
+        return self.server.copy(self.template, name)
+
+    def close(self) -> None:
+        if self.template is not None:
+            self.server.drop(self.template)
+
+
+@pytest.fixture(scope="session")
+def _installers():
+    made: dict[str, _Installer] = {}
+    yield made
+    for installer in made.values():
+        installer.close()
+
+
+@pytest.fixture
+def installed_database(server, _installers):
+    """Makes databases with the schema installed (the head revision, as ``migrate.upgrade`` leaves an
+    empty one); drops them afterwards. For tests that need their own database with the schema but do
+    not test migrating itself (those start from ``fresh_database``)."""
+    installer = _installers.setdefault(server.dialect, _Installer(server))
+    made = []
+
+    def make(tag: str = "db") -> str:
+        name = f"pyqueue_t_{tag}_{uuid.uuid4().hex[:10]}"
+        made.append(name)
+        return installer.create(name)
+
+    yield make
+    for name in made:
+        server.drop(name)
+
+
 @pytest.fixture(scope="session")
 def dsn(server):
     """A database with the schema installed by the migrations, shared by the session."""
