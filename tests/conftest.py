@@ -37,8 +37,52 @@ def pytest_configure(config):
     )
 
 
+# Test files by the time they take (slowest first, the sums of --durations=0 of a whole run; the
+# files not listed follow in pytest's order), and the files
+# whose tests share one worker process under pytest-xdist (`--dist loadgroup`): the Spark tests
+# share one SparkSession (a JVM) and the browser tests one Chromium, which each worker would
+# otherwise start for itself.
+SLOWEST_FIRST = tuple(
+    f"tests/{path}.py"
+    for path in (
+        "spark/test_spark",
+        "schema/test_migrate_interrupted",
+        "schema/test_migrations",
+        "worker/test_worker",
+        "faults/test_faults",
+        "contract/test_hostile",
+        "security/test_privileges",
+        "contract/test_large_batches",
+        "contract/test_limits",
+        "worker/test_worker_handlers",
+        "concurrency/test_groups_model",
+        "concurrency/test_model",
+        "contract/test_wakeups",
+        "schema/test_alembic_app",
+        "cli/test_cli",
+        "contract/test_contract",
+        "contract/test_schedules",
+        "dashboard/test_browser",
+        "contract/test_plans",
+        "contract/test_pipeline",
+        "client/test_layout",
+        "contract/test_mysql_locking",
+        "contract/test_groups",
+        "contract/test_mysql_charset",
+        "cli/test_cli_lifecycle",
+        "dashboard/test_metrics",
+        "cli/test_demo",
+        "client/test_own_transaction",
+    )
+)
+SHARE_A_WORKER = {"tests/spark/test_spark.py": "spark", "tests/dashboard/test_browser.py": "browser"}
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Drops the variants that @pytest.mark.only_dialect excludes (reported as deselected)."""
+    """Drops the variants that @pytest.mark.only_dialect excludes (reported as deselected); then
+    puts the slowest files first, as pytest-xdist hands tests out in this order: a long file
+    started last would leave the other workers idle at the end of the run."""
     keep, drop = [], []
     for item in items:
         marker = item.get_closest_marker("only_dialect")
@@ -50,6 +94,16 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
+    for item in items:
+        group = SHARE_A_WORKER.get(_relative(item))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: rank.get(_relative(item), len(rank)))
+
+
+def _relative(item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 @pytest.fixture(scope="session")
@@ -153,13 +207,23 @@ def installed_database(server, _installers):
 
 
 @pytest.fixture(scope="session")
-def dsn(server):
-    """A database with the schema installed by the migrations, shared by the session."""
-    name = f"pyqueue_test_{os.getpid()}"
-    url = server.create(name)
-    migrate.upgrade(url)
-    yield url
-    server.drop(name)
+def _shared_databases():
+    made: dict[str, tuple] = {}
+    yield made
+    for server, name, _url in made.values():
+        server.drop(name)
+
+
+@pytest.fixture
+def dsn(server, _shared_databases):
+    """A database with the schema installed by the migrations, shared by the test process (one per
+    dialect, kept for the whole run: tests of both dialects alternate when run in file order)."""
+    if server.dialect not in _shared_databases:
+        name = f"pyqueue_test_{os.getpid()}"
+        url = server.create(name)
+        migrate.upgrade(url)
+        _shared_databases[server.dialect] = (server, name, url)
+    return _shared_databases[server.dialect][2]
 
 
 @pytest.fixture
