@@ -7,6 +7,7 @@ server cannot be found is skipped, except under CI=true, where that is an error.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import uuid
 
@@ -75,7 +76,7 @@ SLOWEST_FIRST = tuple(
         "client/test_own_transaction",
     )
 )
-SHARE_A_WORKER = {"tests/spark/test_spark.py": "spark", "tests/dashboard/test_browser.py": "browser"}
+SHARE_A_WORKER = frozenset({"tests/spark/test_spark.py", "tests/dashboard/test_browser.py"})
 
 
 @pytest.hookimpl(trylast=True)
@@ -95,11 +96,25 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
     rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
-    for item in items:
-        group = SHARE_A_WORKER.get(_relative(item))
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: rank.get(_relative(item), len(rank)))
+
+
+if importlib.util.find_spec("xdist") is not None:
+
+    def pytest_xdist_make_scheduler(config, log):
+        """--dist loadgroup as this suite needs it: a test at a time, but the files of SHARE_A_WORKER
+        each as one unit. (pytest-xdist's own loadgroup reads xdist_group marks through node ids,
+        which pytest 9 no longer lets it rename.)"""
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class Scheduler(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                path = nodeid.split("::", 1)[0]
+                return path if path in SHARE_A_WORKER else nodeid
+
+        return Scheduler(config, log)
 
 
 def _relative(item) -> str:
