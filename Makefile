@@ -69,8 +69,9 @@ demo-spark: $(DEMO_STAMP) $(SPARK_STAMP)
 # The suite mostly waits (on leases, timers, worker subprocesses and the servers), not on the CPU,
 # so it runs in more worker processes than there are cores (pytest-xdist). Tests are handed out one
 # at a time in the order tests/conftest.py gives them, the slowest files first; the Spark tests
-# share one worker (one JVM), the browser tests another. PYTEST_WORKERS=0 runs in one process.
-PYTEST_WORKERS ?= 4
+# share one worker (one JVM), the browser tests another (tests/conftest.py's scheduler for
+# --dist loadgroup). PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 6
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 test: lint $(SPARK_STAMP)

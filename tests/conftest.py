@@ -30,7 +30,7 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "slow: left out of the inner loop (`make test-fast`: pytest -m 'not slow', about 3 minutes); "
+        "slow: left out of the inner loop (`make test-fast`: pytest -m 'not slow' in parallel, about a minute); "
         "processes killed, interrupted or restarted (workers, migrations, servers), fault injection, "
         "model-based and stateful hypothesis runs, the sweeps over every routine, Spark, the alembic "
         "application, databases built per test, and tests that wait on timers, leases, wakeups or "
