@@ -3,7 +3,7 @@
 #               only what the demo needs (the package with its postgresql, mysql and
 #               embedded extras; pyspark only for the Spark stage, when Java is there)
 #   make test   runs the whole test suite against both dialects (dev + spark extras), in
-#               parallel worker processes (pytest-xdist): about 11 minutes on 2 cores
+#               parallel worker processes (pytest-xdist): about 6 minutes on 2 cores
 #   make test-fast  the inner loop: the tests not marked slow (pytest -m "not slow"), both
 #               dialects, in parallel too, about 1 minute; make test and CI still run everything
 #   make wheel  builds dist/pyqueue_sql-*.whl (the package is not on an index yet:
