@@ -2,9 +2,10 @@
 #   make demo   runs the demo on an embedded PostgreSQL (no server needed); installs
 #               only what the demo needs (the package with its postgresql, mysql and
 #               embedded extras; pyspark only for the Spark stage, when Java is there)
-#   make test   runs the whole test suite against both dialects (dev + spark extras)
+#   make test   runs the whole test suite against both dialects (dev + spark extras), in
+#               parallel worker processes (pytest-xdist): about 6 minutes on 2 cores
 #   make test-fast  the inner loop: the tests not marked slow (pytest -m "not slow"), both
-#               dialects, about 3 minutes; make test and CI still run everything (about 22)
+#               dialects, in parallel too, about 1 minute; make test and CI still run everything
 #   make wheel  builds dist/pyqueue_sql-*.whl (the package is not on an index yet:
 #               pip install 'dist/pyqueue_sql-<version>-py3-none-any.whl[postgresql]')
 PYTHON ?= python3
@@ -65,15 +66,23 @@ demo: $(DEMO_STAMP)
 demo-spark: $(DEMO_STAMP) $(SPARK_STAMP)
 	$(PY) examples/spark_pipeline.py --demo
 
+# The suite mostly waits (on leases, timers, worker subprocesses and the servers), not on the CPU,
+# so it runs in more worker processes than there are cores (pytest-xdist). Tests are handed out one
+# at a time in the order tests/conftest.py gives them, the slowest files first; the Spark tests
+# share one worker (one JVM), the browser tests another (tests/conftest.py's scheduler for
+# --dist loadgroup). PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 6
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+
 test: lint $(SPARK_STAMP)
 	@bash scripts/spark-deps.sh
 	@bash scripts/browser-deps.sh
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop while changing code: every test not marked slow (tests/conftest.py lists what
 # slow covers), on both dialects; no lint, no Spark install. Extra arguments: PYTEST_ARGS=-x
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow" -q $(PYTEST_ARGS)
 
 # ruff (configured in pyproject.toml): lint and formatting; `make format` applies both.
 lint: $(STAMP)

@@ -39,34 +39,44 @@ class OwnMariaDB:
         self.socket = os.path.join(self.tmp, "mysqld.sock")
         self.pidfile = os.path.join(self.tmp, "mysqld.pid")
         self.log = os.path.join(self.tmp, "error.log")
+        # Its own tmpdir: at start-up a server deletes the #sql* files it finds in its tmpdir, so with
+        # the default (/tmp) it would delete the temporary tables of the shared server (and of other
+        # test-owned ones) in the middle of their statements.
+        self.tmpdir = os.path.join(self.tmp, "tmp")
+        os.mkdir(self.tmpdir)
         self.as_root = os.geteuid() == 0
         if self.as_root:
             shutil.chown(self.tmp, "mysql", "mysql")
+            shutil.chown(self.tmpdir, "mysql", "mysql")
         self.proc: subprocess.Popen | None = None
         user = ["--user=mysql"] if self.as_root else []
         # --auth-root-authentication-method=normal: root@localhost with an empty
         # password over TCP (the default, unix_socket, would need the OS user root).
-        subprocess.run(
+        done = subprocess.run(
             [
                 self.install_db,
                 "--no-defaults",
                 f"--datadir={self.datadir}",
+                f"--tmpdir={self.tmpdir}",
                 *user,
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
                 "--skip-name-resolve",
             ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             timeout=180,
         )
+        if done.returncode != 0:
+            output = done.stdout.decode(errors="replace")[-2000:]
+            raise RuntimeError(f"{os.path.basename(self.install_db)} exited {done.returncode}: {output}")
 
     def _args(self) -> list[str]:
         return [
             self.server,
             "--no-defaults",
             f"--datadir={self.datadir}",
+            f"--tmpdir={self.tmpdir}",
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
             f"--socket={self.socket}",

@@ -110,6 +110,19 @@ class PostgresServer:
     def drop(self, name: str) -> None:
         self._janitor(name).drop()
 
+    def copy(self, template: str, name: str) -> str:
+        """A new database copied from ``template`` (which no session may be connected to)."""
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(template)
+                )
+            )
+        return self.dsn(name)
+
     def dsn(self, name: str) -> str:
         from urllib.parse import urlsplit, urlunsplit
 

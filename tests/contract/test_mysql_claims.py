@@ -10,7 +10,6 @@ import time
 import pymysql
 import pytest
 
-from pyqueue_sql import migrate
 from pyqueue_sql.dialects import mysql_connect_args
 
 pytestmark = pytest.mark.only_dialect("mysql")
@@ -28,10 +27,9 @@ def call(conn, statement: str, *args):
 
 
 @pytest.fixture
-def conn(fresh_database):
+def conn(installed_database):
     """An autocommit connection to a database of its own (the test adds a trigger to it)."""
-    url = fresh_database("claims")
-    migrate.upgrade(url)
+    url = installed_database("claims")
     connection = pymysql.connect(**mysql_connect_args(url))
     connection.autocommit(True)
     yield connection

@@ -15,7 +15,6 @@ import uuid
 import pymysql
 import pytest
 
-from pyqueue_sql import migrate
 from pyqueue_sql.dialects import mysql_connect_args
 
 pytestmark = pytest.mark.only_dialect("mysql")
@@ -110,9 +109,8 @@ def test_an_account_without_rights_cannot_block_the_ingest_flush(dsn, sql, accou
 
 
 @pytest.mark.slow
-def test_flushes_of_two_databases_do_not_serialise(dsn, fresh_database):
-    other = fresh_database("flush")
-    migrate.upgrade(other)
+def test_flushes_of_two_databases_do_not_serialise(dsn, installed_database):
+    other = installed_database("flush")
     here, there = connect(dsn), connect(other)
     try:
         call(here, "START TRANSACTION")

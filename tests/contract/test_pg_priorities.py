@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from pyqueue_sql import dialects, migrate
+from pyqueue_sql import dialects
 
 pytestmark = pytest.mark.only_dialect("postgresql")
 
@@ -68,11 +68,10 @@ def call_buffers(conn, sql: str) -> tuple[int, int]:
 
 
 @pytest.fixture
-def conn(fresh_database):
+def conn(installed_database):
     """A queue of 100k delayed messages of distinct priorities 1..100000 and one
     ready message of priority 0, analyzed."""
-    url = fresh_database("prio")
-    migrate.upgrade(url)
+    url = installed_database("prio")
     c = dialects.for_name("postgresql").connect(url)
     _run(c, f"SELECT queue_create('{QUEUE}')")
     _run(

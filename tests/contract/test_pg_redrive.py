@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from pyqueue_sql import dialects, migrate
+from pyqueue_sql import dialects
 
 pytestmark = pytest.mark.only_dialect("postgresql")
 
@@ -27,9 +27,8 @@ def _one(conn, sql, args=()):
 
 
 @pytest.fixture
-def url(fresh_database):
-    url = fresh_database("redrive")
-    migrate.upgrade(url)
+def url(installed_database):
+    url = installed_database("redrive")
     return url
 
 

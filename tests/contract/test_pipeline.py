@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 import pyqueue_sql
-from pyqueue_sql import migrate
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline" / "pipeline.py"
 MESSAGES = 300
@@ -72,9 +71,8 @@ def test_example_rewrites_payloads_stage_by_stage():
 
 
 @pytest.mark.slow
-def test_sigkilled_stages_lose_and_duplicate_nothing(fresh_database, dialect):
-    dsn = fresh_database("pipe")
-    migrate.upgrade(dsn)
+def test_sigkilled_stages_lose_and_duplicate_nothing(installed_database, dialect):
+    dsn = installed_database("pipe")
     pipeline = _example()
     pipeline.setup(dsn)
     assert pipeline.feed(dsn, MESSAGES) == MESSAGES

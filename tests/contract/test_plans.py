@@ -20,7 +20,7 @@ import re
 
 import pytest
 
-from pyqueue_sql import dialects, migrate
+from pyqueue_sql import dialects
 
 ROWS = 100_000
 QUEUE = "plan.q"
@@ -142,10 +142,9 @@ def _run(conn, sql):
 
 
 def _fill(dialect: str, url: str, analyze: bool = True):
-    """A database with the schema and one queue of 100k ready messages; returns a raw connection.
+    """A database with the schema (installed_database) and one queue of 100k ready messages; returns a raw connection.
     analyze=False (PostgreSQL): the table is never analyzed, as after a burst that autovacuum has
     not caught up with, and the planner has only its guesses."""
-    migrate.upgrade(url)
     conn = dialects.for_name(dialect).connect(url)
     if dialect == "postgresql":
         _run(conn, f"SELECT queue_create('{QUEUE}')")
@@ -239,8 +238,8 @@ def plan_problems(dialect: str, conn, queue: str = QUEUE) -> list[str]:
 
 
 @pytest.fixture
-def filled(dialect, fresh_database):
-    conn = _fill(dialect, fresh_database("plans"))
+def filled(dialect, installed_database):
+    conn = _fill(dialect, installed_database("plans"))
     yield conn
     conn.close()
 
@@ -252,8 +251,8 @@ def test_reserve_reads_the_ready_index_on_100k_messages(dialect, filled):
 
 @pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
-def test_plans_hold_on_a_table_never_analyzed(dialect, fresh_database):
-    conn = _fill(dialect, fresh_database("plans"), analyze=False)
+def test_plans_hold_on_a_table_never_analyzed(dialect, installed_database):
+    conn = _fill(dialect, installed_database("plans"), analyze=False)
     try:
         assert _run(conn, "SELECT count(*) FROM pg_stats WHERE tablename = 'pyqueue_message'")[0][0][0] == 0
         assert plan_problems(dialect, conn) == []
@@ -280,11 +279,11 @@ def _nested_plans(conn, sql: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
-def test_the_routines_run_those_plans_on_a_table_never_analyzed(dialect, fresh_database):
+def test_the_routines_run_those_plans_on_a_table_never_analyzed(dialect, installed_database):
     """The guards above explain copies of the statements; this catches the routines themselves
     (auto_explain of the statements they run): queue_commit_batch of 100 reserved messages, and
     queue_next_scheduled_at under custom and generic plans."""
-    conn = _fill(dialect, fresh_database("plans"), analyze=False)
+    conn = _fill(dialect, installed_database("plans"), analyze=False)
     try:
         rows, _ = _run(conn, f"SELECT p_key, p_kind, token FROM queue_reserve('{QUEUE}', 'w', NULL, 100)")
         assert len(rows) == 100
@@ -343,7 +342,6 @@ def _fill_groups(dialect: str, url: str):
     """A database with one queue of 100k messages in 10k groups of 10: each group's first message
     its head (ready, due in the last hour), the other nine blocked at the sentinel, and
     pyqueue_group naming the heads. Analyzed. Returns a raw connection."""
-    migrate.upgrade(url)
     conn = dialects.for_name(dialect).connect(url)
     if dialect == "postgresql":
         _run(conn, f"SELECT queue_create('{GROUPED}')")
@@ -434,8 +432,8 @@ def _message_reads(plans: list[str]) -> list[tuple[str, int, int, int]]:
 
 
 @pytest.fixture
-def grouped(dialect, fresh_database):
-    conn = _fill_groups(dialect, fresh_database("plans_groups"))
+def grouped(dialect, installed_database):
+    conn = _fill_groups(dialect, installed_database("plans_groups"))
     yield conn
     conn.close()
 

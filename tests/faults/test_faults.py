@@ -578,15 +578,14 @@ def test_the_same_reservation_committed_at_once_by_two_sessions(dsn, make_queue,
 
 
 def test_worker_connections_killed_by_the_server_mid_message(
-    dialect, fresh_database, tmp_path, workers, connect
+    dialect, installed_database, tmp_path, workers, connect
 ):
     """Every database session of a running worker process is killed from the
     server side while its handler holds a message: the worker reconnects, the
     message is committed exactly once and delivered once (the heartbeat,
     reconnected too, keeps extending the 9-s lease) and the worker goes on
     serving the queue."""
-    url = fresh_database("faults")
-    migrate.upgrade(url)
+    url = installed_database("faults")
     admin = pyqueue_sql.connect(url)
     try:
         q = admin.queue(f"kill.{uuid.uuid4().hex[:8]}").create(history_retention=3600)

@@ -473,9 +473,8 @@ def _exercise(conn) -> None:
 
 
 @pytest.mark.slow
-def test_lookalikes_planted_after_install_are_never_called(dialect, fresh_database):
-    dsn = fresh_database("hijack")
-    migrate.upgrade(dsn)
+def test_lookalikes_planted_after_install_are_never_called(dialect, installed_database):
+    dsn = installed_database("hijack")
     with _roles(dsn, "intruder") as (admin, (intruder,)):
         admin.execute("CREATE TABLE public.hijack_calls (what text)")
         admin.execute("CREATE SEQUENCE public.hijack_calls_seq")
