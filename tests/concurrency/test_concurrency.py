@@ -224,7 +224,7 @@ def test_a_drop_inside_repeatable_read_leaves_no_message_a_new_queue_of_that_nam
     assert q.reserve() == []
 
 
-@pytest.mark.only_dialect("postgresql")  # on MySQL queue_create waits for such a push (CONTRACT.md)
+@pytest.mark.only_dialect("postgresql")  # on MySQL queue_create waits for such a push (docs/contract.md)
 def test_create_of_an_existing_queue_keeps_its_messages_while_a_push_holds_the_queue_row(connect, make_queue):
     """queue_create of a queue that exists changes its settings and nothing else, also while
     another transaction holds the queue row's lock (a push not yet committed)."""

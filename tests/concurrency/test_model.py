@@ -9,7 +9,7 @@ pause/resume, clock advances, and a race of an expired reservation's holder
 example (``main``, its dead-letter queue ``dlq`` and the move target
 ``next``), from five real connections (a producer ``P``, consumers ``A``,
 ``B``, ``C`` and ``admin``). A Python model holds the contract's semantics
-(sql/CONTRACT.md) and after every step the database must equal it:
+(docs/contract.md) and after every step the database must equal it:
 
 * the live messages of each queue, key by key: payload (a unique number per
   push, so a lost, resurrected or duplicated message shows), priority,

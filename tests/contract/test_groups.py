@@ -1,4 +1,4 @@
-"""FIFO message groups (spec: revision 0010_groups_and_topics), on every dialect and client.
+"""FIFO message groups (spec: docs/contract.md, "FIFO groups"), on every dialect and client.
 
 A message pushed with a group is its group's head (ready, delayed or reserved like any message) or
 blocked behind the head (scheduled_at = the sentinel 9999-12-31 23:59:59.999999 UTC: past the end

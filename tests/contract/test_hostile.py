@@ -1,6 +1,6 @@
 """Bad input: random and hostile values thrown at every routine from plain SQL.
 
-The property, for every public routine of sql/CONTRACT.md and every argument:
+The property, for every public routine of docs/contract.md and every argument:
 a call is either a *clear error* or a *correct result*, and a refused call
 writes nothing.
 

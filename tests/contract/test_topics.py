@@ -1,4 +1,4 @@
-"""Topics (spec: revision 0010_groups_and_topics), on every dialect and client: queue_bind,
+"""Topics (spec: docs/contract.md, "Topics"), on every dialect and client: queue_bind,
 queue_unbind, queue_bindings, queue_publish, queue_publish_batch.
 
 Every topic and pattern here starts with a word of its own test (``uid``), so that the bindings

@@ -603,7 +603,7 @@ def test_worker_connections_killed_by_the_server_mid_message(
         # The heartbeat's session appears for its first extend: let that call
         # finish (the next tick is 3 s away), so that the kill lands on idle
         # sessions. A kill that cuts an extend after the server ran it loses the
-        # new token with the reply (sql/CONTRACT.md, queue_extend): the worker
+        # new token with the reply (docs/contract.md, queue_extend): the worker
         # then loses its reservation and the message is delivered a second
         # time after the lease, which this test would report as a double delivery.
         time.sleep(0.5)
