@@ -15,7 +15,7 @@ from typing import Any
 from .. import dialects, errors
 from ..client import WorkerRegistration, default_worker_name
 from .dispatch import Dispatch, RetryDue
-from .model import Handler, Job, WorkerStats, WorkerStatus, _Route, log
+from .model import Handler, Job, Route, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
 from .shutdown import Shutdown
@@ -94,7 +94,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
             else bool(commit_reserve)
         )
         self.registration: WorkerRegistration | None = None  # while running, when register=True
-        self.routes: dict[str, _Route] = {}
+        self.routes: dict[str, Route] = {}
         self.stats = WorkerStats()
         self.on_start: list[Callable[[Any], Any]] = []
         self.on_heartbeat: list[Callable[[Any], Any]] = []
@@ -131,7 +131,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
     def add_handler(
         self, queue: str, fn: Handler, kind: str | None = None, *, retry: RetryPolicy | None = None
     ) -> None:
-        route = self.routes.setdefault(queue, _Route(queue, {}, RetryPolicy()))
+        route = self.routes.setdefault(queue, Route(queue, {}, RetryPolicy()))
         if kind in route.handlers:
             raise errors.InvalidArgumentError(f"queue {queue!r} already has a handler for kind {kind!r}")
         route.handlers[kind] = fn

@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from .model import Handler, Job, _Route, log
+from .model import Handler, Job, Route, log
 from .policy import describe_error
 from .steps import (
     RECONNECT,
@@ -115,7 +115,7 @@ class Dispatch:
     steps.py). A subclass provides _start_jobs, _release and _nested."""
 
     stats: WorkerStats
-    routes: dict[str, _Route]
+    routes: dict[str, Route]
     _job_type: type[Job] = Job
 
     def _start_jobs(self, jobs: list[Job]) -> None:
@@ -178,7 +178,7 @@ class Dispatch:
             retry_in=None if retry_at is None else retry_at - now,
         )
 
-    def _reserved(self, route: _Route, jobs: list[Job]) -> None:
+    def _reserved(self, route: Route, jobs: list[Job]) -> None:
         self.stats.reserved += len(jobs)
         if jobs:
             log.debug("reserved", extra={"event": "reserve", "queue": route.queue, "n": len(jobs)})
@@ -196,13 +196,13 @@ class Dispatch:
             self.commit_reserve and len(self.routes) == 1 and not interrupted and not self._stopping.is_set()
         )
 
-    def _commit_reserve_args(self, route: _Route) -> dict[str, Any]:
+    def _commit_reserve_args(self, route: Route) -> dict[str, Any]:
         return dict(n=1, worker=self.reserve_as, timeout=self.lease, kinds=route.kinds())
 
-    def _reserve_args(self, route: _Route, n: int) -> dict[str, Any]:
+    def _reserve_args(self, route: Route, n: int) -> dict[str, Any]:
         return dict(n=n, worker=self.reserve_as, timeout=self.lease, kinds=route.kinds())
 
-    def _handler_of(self, job: Job) -> tuple[_Route, Handler]:
+    def _handler_of(self, job: Job) -> tuple[Route, Handler]:
         """The job's route and handler (a QueueError, the message's failure, when its kind has none)."""
         route = self.routes[job.queue]
         fn = route.handler_for(job.kind)
@@ -316,7 +316,7 @@ class Dispatch:
             left = wait_left(self._clock(), deadline, self._retry_due.at)
         return False
 
-    def _reserve_steps(self, route: _Route, n: int):
+    def _reserve_steps(self, route: Route, n: int):
         rows = yield Call("reserve", route.queue, kwargs=self._reserve_args(route, n))
         jobs = [self._job_type(r) for r in rows]
         self._start_jobs(jobs)

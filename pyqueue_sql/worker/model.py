@@ -40,7 +40,7 @@ Handler = Callable[[Job], Any]
 
 
 @dataclass
-class _Route:
+class Route:
     queue: str
     handlers: dict[str | None, Handler]
     retry: RetryPolicy
@@ -84,5 +84,5 @@ class WorkerStatus:
     last_error: str | None  # the reserve loop's last error, until a round succeeds again
 
 
-def _where(job: Job) -> str:
+def where_of(job: Job) -> str:
     return f"{job.queue}/{job.key}/{job.kind}"

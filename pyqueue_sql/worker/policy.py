@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import errors
-from .model import Job, _where, log
+from .model import Job, log, where_of
 
 if TYPE_CHECKING:
     from .model import WorkerStats
@@ -82,7 +82,7 @@ class FailurePolicy:
         self.stats.succeeded += 1
         log.debug(
             "done: %s attempt %d in %.0f ms",
-            _where(job),
+            where_of(job),
             job.attempts,
             elapsed_ms,
             extra={
@@ -99,7 +99,7 @@ class FailurePolicy:
         self.stats.lost += 1
         log.warning(
             "reservation of %s no longer held (expired or released); the message is or was redelivered",
-            _where(job),
+            where_of(job),
             extra={"event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind},
         )
 
@@ -129,7 +129,7 @@ class FailurePolicy:
             "ms": elapsed_ms,
             "error": text[:500],
         }
-        where = f"{_where(job)} attempt {job.attempts}"
+        where = f"{where_of(job)} attempt {job.attempts}"
         if outcome is None:
             extra["event"] = "lost"
             log.warning(
@@ -185,7 +185,7 @@ class FailurePolicy:
     def _log_abandoned(job: Job) -> None:
         log.warning(
             "gave up finishing %s at shutdown; it comes back after its lease",
-            _where(job),
+            where_of(job),
             extra={"event": "abandon", "queue": job.queue, "key": job.key, "kind": job.kind},
         )
 
@@ -194,7 +194,7 @@ class FailurePolicy:
         """A commit or fail that raised (e.g. the queue was dropped meanwhile)."""
         log.error(
             "could not commit or fail %s (%s); the message comes back after its lease",
-            _where(job),
+            where_of(job),
             describe_error(exc)[:500],
             exc_info=exc,
             extra={"event": "error", "queue": job.queue, "key": job.key, "kind": job.kind},

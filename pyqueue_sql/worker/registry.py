@@ -9,18 +9,18 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from ..client import Reservation, WorkerRegistration
-from .model import Job, _where, log
+from .model import Job, log, where_of
 from .steps import Acquire, Call, Hooks, StoppedError
 
 if TYPE_CHECKING:
-    from .model import _Route
+    from .model import Route
 
 
 class Registry:
     """WorkerBase's part for the registry and the heartbeat (steps: see steps.py)."""
 
     registration: WorkerRegistration | None
-    routes: dict[str, _Route]
+    routes: dict[str, Route]
 
     @property
     def reserve_as(self) -> str:
@@ -60,7 +60,7 @@ class Registry:
                 "event": "released",
                 "worker_id": registration.worker_id,
                 "running": len(held),
-                "keys": [_where(j) for j in held][:20],
+                "keys": [where_of(j) for j in held][:20],
             },
         )
 

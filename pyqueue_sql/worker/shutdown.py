@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from .model import _where, log
+from .model import log, where_of
 
 
 class Shutdown:
@@ -42,7 +42,7 @@ class Shutdown:
         """SIGTERM/SIGINT: the first stops gracefully, a second one stops at once."""
         name = signal.Signals(signum).name
         if self._stopping.is_set():
-            running = [_where(j) for j in self._jobs() if not j.done]
+            running = [where_of(j) for j in self._jobs() if not j.done]
             log.warning(
                 "%s received again: stopping now; %d running handler(s) abandoned, their messages "
                 "come back when their lease ends: %s",
@@ -67,7 +67,7 @@ class Shutdown:
             self.stop(reason=name)
 
     def _running(self) -> list[str]:
-        return [_where(j) for j in self._jobs() if j.started_at is not None and not j.done]
+        return [where_of(j) for j in self._jobs() if j.started_at is not None and not j.done]
 
     def _report_stopping(self, deadline: float, report_at: float) -> float:
         """Every 10 s of a graceful stop: logs the handlers it waits for; returns the next report time."""
@@ -93,7 +93,7 @@ class Shutdown:
 
     def _abandon_the_rest(self) -> None:
         """At the end of a stop: whatever still runs is abandoned (logged, kept in unfinished)."""
-        left = [_where(j) for j in self._jobs()]
+        left = [where_of(j) for j in self._jobs()]
         self.unfinished = left
         if left:
             why = "the stop was forced" if self._hard_stop.is_set() else "the shutdown deadline passed"

@@ -138,9 +138,8 @@ def test_a_malformed_token_in_a_commit_batch_is_the_same_error_on_both_dialects(
     assert queue.commit_many([a, b]) == 2
 
 
+@pytest.mark.only_dialect("postgresql")  # uuid-typed arguments exist on PostgreSQL only
 def test_uuid_typed_tokens_are_still_accepted_on_postgresql(queue, raw):
-    if queue.db.dialect.name != "postgresql":
-        pytest.skip("uuid-typed arguments exist on PostgreSQL only")
     queue.push_many([(f"m{i}", "k", i) for i in range(4)])
     a, b, c, d = queue.reserve(n=4)
     assert raw("SELECT queue_commit(%s, 'm0', 'k', %s::uuid)", (queue.name, a.token)) == [(True,)]
