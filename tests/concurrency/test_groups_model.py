@@ -314,15 +314,15 @@ def test_a_grouped_push_that_loses_the_auto_inc_lock_is_a_deadlock(connect, dial
             assert q.push("k1", "job", 0, group="g1") is True  # "k1" locked until the end
             thread = threading.Thread(target=batch)
             thread.start()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60
             while not query(
                 watcher,
-                "SELECT COUNT(*) FROM information_schema.innodb_trx"
-                " WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'",
-                (batcher.connection.thread_id(),),
+                "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s AND info LIKE %s",
+                (batcher.connection.thread_id(), "INSERT IGNORE INTO pyqueue_message%"),
             )[0][0]:
-                assert thread.is_alive() and time.monotonic() < deadline, "the batch did not wait for k1"
+                assert thread.is_alive() and time.monotonic() < deadline, "the batch did not start its insert"
                 time.sleep(0.01)
+            time.sleep(0.3)  # its rows before "k1" inserted: it waits for "k1", holding the AUTO-INC lock
             q.push("k2", "job", 0, group="g2")  # waits for the AUTO-INC lock: a deadlock
     thread.join(10)
     assert outcome["batch"] == 61  # the push's transaction was rolled back whole: "k1" is the batch's
