@@ -193,12 +193,15 @@ def _set_isolation(db, dialect, level):
 
 
 def _retryable(exc: BaseException) -> bool:
-    """Serialization failures (REPEATABLE READ on PostgreSQL) and deadlocks: the caller retries."""
+    """Serialization failures (REPEATABLE READ on PostgreSQL) and deadlocks (1467 too, InnoDB's
+    deadlock on the AUTO-INC lock): the caller retries."""
+    if isinstance(exc, errors.SerializationError):
+        return True
     code = getattr(exc, "sqlstate", None)
     if code in ("40001", "40P01"):
         return True
     args = getattr(exc, "args", ())
-    return bool(args) and args[0] in (1213, 1205)
+    return bool(args) and args[0] in (1213, 1205, 1467)
 
 
 def _waits_for_a_lock(dialect, watcher, db) -> bool:
