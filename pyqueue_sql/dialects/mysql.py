@@ -361,7 +361,11 @@ class MySQL(Dialect):
         # Only a deadlock rolls the whole transaction back. A lock wait timeout (1205) rolls
         # back just the statement (innodb_rollback_on_timeout is off by default) and leaves
         # the transaction open, so it is not this error: running it all again could write twice.
-        if isinstance(exc, pymysql.MySQLError) and exc.args and exc.args[0] == 1213:
+        # InnoDB reports a deadlock on a table's AUTO-INC lock (an insert waiting for it while a
+        # multi-row INSERT ... SELECT holds it, innodb_autoinc_lock_mode=1) as 1467, "Failed to
+        # read auto-increment value from storage engine", with the transaction rolled back whole
+        # (MDEV-33593): a deadlock like 1213, as the routines' retry handlers treat it.
+        if isinstance(exc, pymysql.MySQLError) and exc.args and exc.args[0] in (1213, 1467):
             return errors.SerializationError(
                 f"deadlock ({exc.args[0]}): the server rolled the statement's transaction back; "
                 f"run the whole transaction again: {exc.args[1] if len(exc.args) > 1 else exc}"

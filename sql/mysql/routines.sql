@@ -954,8 +954,10 @@ END //
 -- until in_until); out_ok = 1 when it got one. A slot is busy while its holder is that live reservation or its claim
 -- is in progress (msg_attempts - 1, before msg_until). Holders left beyond a lowered capacity are first moved into
 -- free slots within it (copy, then delete: interrupted, a holder briefly holds two; fewer hand-outs, never more). The
--- taking UPDATE reads slots, holders and the limit row with locking reads, so it sees the latest committed state and
--- takes nothing if the capacity changed.
+-- taking UPDATE locks and reads the slot rows as they are now, and takes nothing if the capacity changed. At READ
+-- COMMITTED its reads of the holders are consistent reads as of the statement's start (an extend committed while it
+-- waited for a slot lock is unseen), so a holder is live while its message's or its slot's end (msg_until, which an
+-- extend sets first) is ahead.
 -- Locks, per statement: slot rows in slot_no order, then shared locks on the holders' message rows and the limit row;
 -- in autocommit mode a deadlock victim runs again.
 DROP PROCEDURE IF EXISTS pyqueue__limit_take //
@@ -995,7 +997,7 @@ BEGIN
            AND EXISTS (SELECT 1 FROM pyqueue_message m
                         WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
                           AND ((m.attempts = s.msg_attempts
-                                AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                AND m.reserve_token IS NOT NULL AND GREATEST(m.scheduled_at, s.msg_until) > in_now)
                                OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now)))
          ORDER BY s.slot_no
          LIMIT 1;
@@ -1010,7 +1012,7 @@ BEGIN
                     OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
                                     WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
                                       AND ((m.attempts = s.msg_attempts
-                                            AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                            AND m.reserve_token IS NOT NULL AND GREATEST(m.scheduled_at, s.msg_until) > in_now)
                                            OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
              ORDER BY s.slot_no
              LIMIT 1;
@@ -1028,7 +1030,7 @@ BEGIN
                 OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
                                 WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
                                   AND ((m.attempts = s.msg_attempts
-                                        AND m.reserve_token IS NOT NULL AND m.scheduled_at > in_now)
+                                        AND m.reserve_token IS NOT NULL AND GREATEST(m.scheduled_at, s.msg_until) > in_now)
                                        OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
          ORDER BY s.slot_no
          LIMIT 1;
@@ -4004,7 +4006,8 @@ BEGIN
                                         WHERE m.id = pyqueue_limit_slot.msg_id
                                           AND m.queue_name = pyqueue_limit_slot.queue_name
                                           AND ((m.attempts = pyqueue_limit_slot.msg_attempts
-                                                AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now)
+                                                AND m.reserve_token IS NOT NULL
+                                                AND GREATEST(m.scheduled_at, pyqueue_limit_slot.msg_until) > v_now)
                                                OR (m.attempts = pyqueue_limit_slot.msg_attempts - 1
                                                    AND pyqueue_limit_slot.msg_until > v_now))));
                 WHILE v_i <= in_capacity DO

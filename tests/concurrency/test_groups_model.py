@@ -291,6 +291,45 @@ def test_groups_stay_exclusive_and_ordered_under_concurrent_consumers(connect, d
     print(dict(totals))
 
 
+def test_a_grouped_push_that_loses_the_auto_inc_lock_is_a_deadlock(connect, dialect):
+    """InnoDB (innodb_autoinc_lock_mode=1) reports a deadlock on the message table's AUTO-INC
+    lock as error 1467 and rolls the transaction back whole: a grouped push waits for that lock
+    while a batch push (INSERT ... SELECT) holds it and waits for a row the push's transaction
+    wrote. The client raises it as errors.SerializationError, as a 1213 deadlock (and runs an
+    autocommit call again), not as an unknown server error."""
+    if dialect != "mysql":
+        pytest.skip("the AUTO-INC lock is InnoDB's")
+    admin = connect()
+    queue = admin.queue(f"t.autoinc.{uuid.uuid4().hex[:8]}").create()
+    pusher, batcher, watcher = connect(), connect(), connect()
+    outcome = {}
+
+    def batch():  # many new rows first (the heavier transaction), then a wait for "k1"
+        messages = [(f"b{i:03d}", "job", i) for i in range(60)] + [("k1", "job", 0)]
+        outcome["batch"] = batcher.queue(queue.name).push_many(messages)
+
+    with pytest.raises(pyqueue_sql.errors.SerializationError, match="1467"):
+        with pusher.transaction():
+            q = pusher.queue(queue.name)
+            assert q.push("k1", "job", 0, group="g1") is True  # "k1" locked until the end
+            thread = threading.Thread(target=batch)
+            thread.start()
+            deadline = time.monotonic() + 60
+            while not query(
+                watcher,
+                "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s AND info LIKE %s",
+                (batcher.connection.thread_id(), "INSERT IGNORE INTO pyqueue_message%"),
+            )[0][0]:
+                assert thread.is_alive() and time.monotonic() < deadline, "the batch did not start its insert"
+                time.sleep(0.01)
+            time.sleep(0.3)  # its rows before "k1" inserted: it waits for "k1", holding the AUTO-INC lock
+            q.push("k2", "job", 0, group="g2")  # waits for the AUTO-INC lock: a deadlock
+    thread.join(10)
+    assert outcome["batch"] == 61  # the push's transaction was rolled back whole: "k1" is the batch's
+    assert query(admin, "SELECT COUNT(*) FROM pyqueue_group WHERE queue_name = %s", (queue.name,)) == [(0,)]
+    queue.drop()
+
+
 # ---- the model, with groups ---------------------------------------------------------------------
 
 

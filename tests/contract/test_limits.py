@@ -3,6 +3,7 @@ reserved at once, also under many concurrent reservers, at each isolation level.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import re
 import threading
@@ -192,12 +193,15 @@ def _set_isolation(db, dialect, level):
 
 
 def _retryable(exc: BaseException) -> bool:
-    """Serialization failures (REPEATABLE READ on PostgreSQL) and deadlocks: the caller retries."""
+    """Serialization failures (REPEATABLE READ on PostgreSQL) and deadlocks (1467 too, InnoDB's
+    deadlock on the AUTO-INC lock): the caller retries."""
+    if isinstance(exc, errors.SerializationError):
+        return True
     code = getattr(exc, "sqlstate", None)
     if code in ("40001", "40P01"):
         return True
     args = getattr(exc, "args", ())
-    return bool(args) and args[0] in (1213, 1205)
+    return bool(args) and args[0] in (1213, 1205, 1467)
 
 
 def _waits_for_a_lock(dialect, watcher, db) -> bool:
@@ -551,3 +555,72 @@ def test_set_limit_plans_stay_linear_in_the_capacity(queue, db, raw):
         raw("RESET auto_explain.log_min_duration")
         conn.remove_notice_handler(collect)
     assert _slots(raw, q, "lim") == (n, {1: "a0", 2: "a1"})
+
+
+@pytest.mark.sync_client_only  # sets the isolation level of the client's own session (db.connection)
+def test_an_extend_while_a_reserver_waits_keeps_its_slot_at_read_committed(connect, make_queue, raw, dialect):
+    """A reserver at READ COMMITTED reads the messages in its slot-taking statement as they were
+    when the statement began (InnoDB's subqueries there are consistent reads, not locking ones).
+    One that waits for a slot row while an expired reservation is extended in another slot must
+    not see that slot free by the message's old end: the extended reservation keeps its slot
+    (its end is also in the slot row, which it reads as it is now), and the kind stays full."""
+    if dialect != "mysql":
+        pytest.skip("InnoDB's READ COMMITTED: PostgreSQL's limit slots read the latest rows")
+    capacity = 2
+    queue = make_queue(max_attempts=1000)
+    queue.set_limit("lim", capacity)
+    queue.push_many([(f"m{i}", "lim", i) for i in range(4)])
+    queue.push("later", "lim", 0, run_at=dt.timedelta(hours=1))
+    holder = connect().queue(queue.name)
+    [r0] = holder.reserve(timeout=60)
+    [r1] = holder.reserve(timeout=0.3)
+    assert (r0.key, r1.key) == ("m0", "m1")
+    assert holder.commit(r0)  # slot 1 free
+    time.sleep(0.5)  # r1 expired, not delivered again: its token still holds, its slot names it
+    [(later_id, later_attempts)] = raw(
+        "SELECT id, attempts FROM pyqueue_message WHERE queue_name = %s AND p_key = 'later'", (queue.name,)
+    )
+    # another reserver's claim of slot 1 in progress (uncommitted): the next reserver waits for it
+    taker = connect()
+    cur = taker.connection.cursor()
+    cur.execute("START TRANSACTION")
+    cur.execute(
+        "UPDATE pyqueue_limit_slot SET msg_id = %s, msg_attempts = %s,"
+        " msg_until = UTC_TIMESTAMP(6) + INTERVAL 2 SECOND"
+        " WHERE queue_name = %s AND p_kind = 'lim' AND slot_no = 1",
+        (later_id, later_attempts + 1, queue.name),
+    )
+    waiter, watcher = connect(), connect()
+    _set_isolation(waiter, dialect, "READ COMMITTED")
+    got = {}
+
+    def reserve():
+        got["rs"] = waiter.queue(queue.name).reserve(timeout=60)
+
+    thread = threading.Thread(target=reserve)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not _runs(watcher, waiter, "UPDATE pyqueue_limit_slot s%"):  # slot 1's lock
+            assert thread.is_alive() and time.monotonic() < deadline, "the reserver did not wait for slot 1"
+            time.sleep(0.01)
+        time.sleep(0.2)
+        extended = holder.extend(r1, timeout=60)  # slot 2, which the waiter has not read yet
+        assert extended is not None
+    finally:
+        cur.execute("COMMIT")  # slot 1 busy (until the claim's end, 2 s)
+        thread.join(10)
+    assert got["rs"] == []  # slot 1 busy, slot 2 the extended reservation's: the kind is full
+    time.sleep(2.1)  # the claim in slot 1 ended: one slot free
+    assert [r.key for r in queue.reserve(n=3, timeout=60)] == ["m2"]
+    assert live(raw, dialect, queue.name, "lim") == capacity
+
+
+def _runs(watcher, db, statement: str) -> bool:
+    """Whether db's connection runs a statement LIKE statement (seen from another connection)."""
+    cur = watcher.connection.cursor()
+    cur.execute(
+        "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s AND info LIKE %s",
+        (db.connection.thread_id(), statement),
+    )
+    return int(cur.fetchall()[0][0]) > 0
