@@ -730,6 +730,14 @@ def test_server_restart_under_producers_and_workers(dialect, own_server, tmp_pat
         p.start()
     try:
         wait_for(lambda: sum(commits(url, name).values()) >= 30, 60, "work to flow before the restart")
+        # Each worker must be connected and consuming before the outage, or the check that it
+        # reconnected is meaningless (on a loaded machine a worker process can still be starting
+        # when the others have done the 30 commits).
+        wait_for(
+            lambda: {w.pid for w in consumers} <= {pid for *_, pid in records(tmp_path)},
+            60,
+            "every worker to run a handler before the restart",
+        )
         acked_before = sum(len(p.acked) for p in producers)
         if dialect == "postgresql":
             server.stop("fast")
