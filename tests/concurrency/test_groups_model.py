@@ -291,14 +291,13 @@ def test_groups_stay_exclusive_and_ordered_under_concurrent_consumers(connect, d
     print(dict(totals))
 
 
+@pytest.mark.only_dialect("mysql")  # the AUTO-INC lock is InnoDB's
 def test_a_grouped_push_that_loses_the_auto_inc_lock_is_a_deadlock(connect, dialect):
     """InnoDB (innodb_autoinc_lock_mode=1) reports a deadlock on the message table's AUTO-INC
     lock as error 1467 and rolls the transaction back whole: a grouped push waits for that lock
     while a batch push (INSERT ... SELECT) holds it and waits for a row the push's transaction
     wrote. The client raises it as errors.SerializationError, as a 1213 deadlock (and runs an
     autocommit call again), not as an unknown server error."""
-    if dialect != "mysql":
-        pytest.skip("the AUTO-INC lock is InnoDB's")
     admin = connect()
     queue = admin.queue(f"t.autoinc.{uuid.uuid4().hex[:8]}").create()
     pusher, batcher, watcher = connect(), connect(), connect()
