@@ -32,13 +32,35 @@ _ROUTINE_PRIVILEGES = {"execute": "EXECUTE", "alter routine": "ALTER ROUTINE"}
 
 
 def mysql_connect_args(dsn: str) -> dict[str, Any]:
-    """PyMySQL keyword arguments from mysql://user:password@host:port/database?option=value."""
-    parts = urlsplit(strip_driver(dsn))
+    """PyMySQL keyword arguments from mysql://user:password@host:port/database?option=value. A DSN
+    naming several hosts is refused here (PyMySQL connects to one): ``connect`` takes it, or
+    ``mysql_connect_candidates`` gives the arguments for each host."""
+    candidates = mysql_connect_candidates(dsn)
+    if len(candidates) > 1:
+        raise errors.UnsupportedDsnError(
+            "this MySQL DSN names several hosts; only pyqueue_sql.connect (and its async twin) "
+            "picks one of them: pass a DSN with one host here"
+        )
+    return candidates[0]
+
+
+def mysql_connect_candidates(dsn: str) -> list[dict[str, Any]]:
+    """PyMySQL keyword arguments for each host of mysql://user:password@host:port/database?option=value,
+    in order; a multi-host DSN lists them with commas (mysql://app@db1:3306,db2:3306/app, a port per
+    host or the default; IPv6 addresses in brackets)."""
+    try:
+        parts = urlsplit(strip_driver(dsn))
+    except ValueError as exc:  # unbalanced brackets around an IPv6 address
+        raise errors.UnsupportedDsnError(f"not a host or host:port in the MySQL DSN: {exc}") from None
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    if "," in hostlist:
+        hosts = [_mysql_host(item) for item in hostlist.split(",")]
+    else:
+        hosts = [(parts.hostname or "127.0.0.1", parts.port or MySQL.default_port)]
+    user, has_password, password = userinfo.partition(":")
     args: dict[str, Any] = {
-        "host": parts.hostname or "127.0.0.1",
-        "port": parts.port or MySQL.default_port,
-        "user": unquote(parts.username) if parts.username else "root",
-        "password": unquote(parts.password) if parts.password else "",
+        "user": unquote(user) if user else "root",
+        "password": unquote(password) if has_password else "",
         "database": unquote(parts.path.lstrip("/")) or None,
         "charset": "utf8mb4",
         "autocommit": True,
@@ -50,7 +72,21 @@ def mysql_connect_args(dsn: str) -> dict[str, Any]:
             args[key] = int(value)
         else:
             raise errors.UnsupportedDsnError(f"unsupported MySQL DSN option {key!r}")
-    return args
+    if len(hosts) > 1 and "unix_socket" in args:
+        raise errors.UnsupportedDsnError("a MySQL DSN with several hosts cannot also name a unix_socket")
+    return [{"host": host, "port": port, **args} for host, port in hosts]
+
+
+_HOST_PORT = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[0-9]{1,5}))?")
+
+
+def _mysql_host(item: str) -> tuple[str, int]:
+    """(host, port) of one entry of a multi-host DSN: host, host:port, [v6 address] or [v6]:port."""
+    match = _HOST_PORT.fullmatch(item)
+    port = int(match["port"]) if match and match["port"] else MySQL.default_port
+    if match is None or not 0 < port < 65536:
+        raise errors.UnsupportedDsnError(f"not a host or host:port in the MySQL DSN's host list: {item!r}")
+    return unquote(match["v6"] or match["host"]), port
 
 
 @functools.cache
@@ -152,14 +188,41 @@ class MySQL(Dialect):
 
     # -- connections -----------------------------------------------------
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
+        """A connection to the DSN's server; with several hosts, to the first of them, in order,
+        that answers and is writable (read_only OFF: a replica is skipped, as libpq's
+        target_session_attrs=read-write does), else a connection error naming why each failed."""
         pymysql = self.import_driver()
         from pymysql.constants import CLIENT
 
-        # Multi-statement queries, for run_in_own_transaction's one round trip (aiomysql always
-        # asks for them). Every statement the client sends is one of its named statements with
-        # escaped parameters, so no text of a caller's can add a statement of its own.
-        return pymysql.connect(
-            **{**mysql_connect_args(dsn), "autocommit": autocommit}, client_flag=CLIENT.MULTI_STATEMENTS
+        candidates = mysql_connect_candidates(dsn)
+        failures = []
+        for args in candidates:
+            # Multi-statement queries, for run_in_own_transaction's one round trip (aiomysql always
+            # asks for them). Every statement the client sends is one of its named statements with
+            # escaped parameters, so no text of a caller's can add a statement of its own.
+            connection = None
+            try:
+                connection = pymysql.connect(
+                    **{**args, "autocommit": autocommit}, client_flag=CLIENT.MULTI_STATEMENTS
+                )
+                if len(candidates) == 1:
+                    return connection
+                with connection.cursor() as cur:
+                    cur.execute("SELECT @@global.read_only")
+                    (read_only,) = cur.fetchone()
+                if not autocommit:
+                    connection.rollback()
+            except pymysql.err.OperationalError as exc:
+                if connection is not None:
+                    connection.close()
+                failures.append(f"{args['host']}:{args['port']}: {exc}")
+                continue
+            if not read_only:
+                return connection
+            connection.close()
+            failures.append(f"{args['host']}:{args['port']}: read-only")
+        raise pymysql.err.OperationalError(
+            2003, "no writable MySQL server among the DSN's hosts: " + "; ".join(failures)
         )
 
     def owns(self, connection: Any) -> bool:
@@ -177,22 +240,45 @@ class MySQL(Dialect):
         return type(connection).__module__.startswith("aiomysql")
 
     async def connect_async(self, dsn: str) -> Any:
+        """connect's twin: with several hosts, the first that answers and is writable."""
         aiomysql = self.import_driver(asynchronous=True)
+        import pymysql
 
-        args = mysql_connect_args(dsn)
-        unsupported = sorted({"read_timeout", "write_timeout"} & set(args))
-        if unsupported:
-            raise errors.UnsupportedDsnError(f"aiomysql has no MySQL DSN option {unsupported[0]!r}")
-        args["db"] = args.pop("database")
-        ssl_files = {key: args.pop(key) for key in ("ssl_ca", "ssl_cert", "ssl_key") if key in args}
-        if ssl_files:
-            import ssl
+        candidates = mysql_connect_candidates(dsn)
+        failures = []
+        for args in candidates:
+            unsupported = sorted({"read_timeout", "write_timeout"} & set(args))
+            if unsupported:
+                raise errors.UnsupportedDsnError(f"aiomysql has no MySQL DSN option {unsupported[0]!r}")
+            args["db"] = args.pop("database")
+            ssl_files = {key: args.pop(key) for key in ("ssl_ca", "ssl_cert", "ssl_key") if key in args}
+            if ssl_files:
+                import ssl
 
-            context = ssl.create_default_context(cafile=ssl_files.get("ssl_ca"))
-            if "ssl_cert" in ssl_files:
-                context.load_cert_chain(ssl_files["ssl_cert"], ssl_files.get("ssl_key"))
-            args["ssl"] = context
-        return await aiomysql.connect(**args)
+                context = ssl.create_default_context(cafile=ssl_files.get("ssl_ca"))
+                if "ssl_cert" in ssl_files:
+                    context.load_cert_chain(ssl_files["ssl_cert"], ssl_files.get("ssl_key"))
+                args["ssl"] = context
+            connection = None
+            try:
+                connection = await aiomysql.connect(**args)
+                if len(candidates) == 1:
+                    return connection
+                async with connection.cursor() as cur:
+                    await cur.execute("SELECT @@global.read_only")
+                    (read_only,) = await cur.fetchone()
+            except pymysql.err.OperationalError as exc:
+                if connection is not None:
+                    connection.close()
+                failures.append(f"{args['host']}:{args['port']}: {exc}")
+                continue
+            if not read_only:
+                return connection
+            connection.close()
+            failures.append(f"{args['host']}:{args['port']}: read-only")
+        raise pymysql.err.OperationalError(
+            2003, "no writable MySQL server among the DSN's hosts: " + "; ".join(failures)
+        )
 
     async def begin_async(self, connection: Any) -> None:
         await connection.begin()
