@@ -27,7 +27,8 @@ def _binary(*names: str) -> str | None:
 
 
 class OwnMariaDB:
-    def __init__(self) -> None:
+    def __init__(self, options: tuple[str, ...] = ()) -> None:
+        self.options = options  # server options after the defaults below (a later one wins)
         self.server = _binary("mariadbd", "mysqld")
         self.install_db = _binary("mariadb-install-db", "mysql_install_db")
         if self.server is None or self.install_db is None:
@@ -89,6 +90,7 @@ class OwnMariaDB:
             "--innodb-flush-log-at-trx-commit=2",
             "--performance-schema=OFF",
             *(["--user=mysql"] if self.as_root else []),
+            *self.options,
         ]
 
     def start(self) -> None:
@@ -108,6 +110,24 @@ class OwnMariaDB:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=30)
+
+    def kill(self) -> None:
+        """SIGKILL: the server ends at once, as in a crash of its machine."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def execute(self, sql: str) -> list[tuple]:
+        """Runs one statement as root; its rows."""
+        import pymysql
+
+        conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
 
     def dsn(self, dbname: str = "") -> str:
         return f"mysql://root@127.0.0.1:{self.port}/{dbname}"
@@ -152,3 +172,87 @@ class OwnMariaDB:
             self.proc.kill()
             self.proc.wait(timeout=30)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# Lossless semi-synchronous replication: a commit returns to its client only once the replica has
+# acknowledged the transaction (AFTER_SYNC: and no other session sees it before that), and the
+# primary never falls back to asynchronous replication while the replica is slow (the timeout
+# would otherwise be 10 s, after which commits are acknowledged that the replica may not have).
+SEMI_SYNC_PRIMARY = (
+    "--server-id=1",
+    "--log-bin=binlog",
+    "--binlog-format=ROW",
+    "--log-bin-trust-function-creators=ON",
+    "--rpl-semi-sync-master-enabled=ON",
+    "--rpl-semi-sync-master-wait-point=AFTER_SYNC",
+    "--rpl-semi-sync-master-timeout=3600000",
+)
+SEMI_SYNC_REPLICA = (
+    "--server-id=2",
+    "--log-bin=binlog",
+    "--binlog-format=ROW",
+    "--log-bin-trust-function-creators=ON",
+    "--relay-log=relay",
+    "--rpl-semi-sync-slave-enabled=ON",
+    "--read-only=ON",
+    "--skip-slave-start",
+)
+
+
+def replicate(primary: OwnMariaDB, replica: OwnMariaDB, timeout: float = 60) -> None:
+    """Makes `replica` (started, empty) a semi-synchronous replica of `primary` by GTID, and waits
+    until the primary counts it as its semi-synchronous client."""
+    replica.execute(
+        f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, MASTER_USER='root', "
+        "MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1"
+    )
+    replica.execute("START SLAVE")
+    deadline = time.monotonic() + timeout
+    while True:
+        status = dict(primary.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'"))
+        if (
+            status.get("Rpl_semi_sync_master_clients") == "1"
+            and status.get("Rpl_semi_sync_master_status") == "ON"
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the replica is no semi-synchronous client after {timeout}s: {status}")
+        time.sleep(0.1)
+
+
+def promote(replica: OwnMariaDB, timeout: float = 60) -> None:
+    """Promotes the replica once its primary is gone: stops receiving, applies every event it
+    received (acknowledged ones included: a semi-synchronous acknowledgement means received, not
+    applied), then forgets the primary and accepts writes."""
+    import pymysql
+
+    conn = pymysql.connect(
+        host="127.0.0.1",
+        port=replica.port,
+        user="root",
+        password="",
+        autocommit=True,
+        cursorclass=pymysql.cursors.DictCursor,
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute("STOP SLAVE IO_THREAD")
+            deadline = time.monotonic() + timeout
+            while True:
+                cur.execute("SHOW SLAVE STATUS")
+                row = cur.fetchone()
+                if row["Slave_SQL_Running"] != "Yes":
+                    raise RuntimeError(f"the replica's SQL thread stopped: {row['Last_SQL_Error']}")
+                if (row["Relay_Master_Log_File"], row["Exec_Master_Log_Pos"]) == (
+                    row["Master_Log_File"],
+                    row["Read_Master_Log_Pos"],
+                ):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the replica has not applied what it received after {timeout}s")
+                time.sleep(0.02)
+            cur.execute("STOP SLAVE")
+            cur.execute("RESET SLAVE ALL")
+            cur.execute("SET GLOBAL read_only = OFF")
+    finally:
+        conn.close()

@@ -7,9 +7,11 @@ run, so the server then runs as the `postgres` system user (runuser).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -31,7 +33,7 @@ def _free_port() -> int:
 
 
 class OwnPostgres:
-    def __init__(self) -> None:
+    def __init__(self, settings: str = "") -> None:
         self.bindir = _bindir()
         if self.bindir is None:
             raise RuntimeError("no PostgreSQL binaries (pg_ctl) found")
@@ -45,7 +47,7 @@ class OwnPostgres:
         with open(os.path.join(self.datadir, "postgresql.conf"), "a") as conf:
             conf.write(
                 f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{self.tmp}'\n"
-                "fsync = off\nshared_buffers = 16MB\n"
+                "fsync = off\nshared_buffers = 16MB\n" + settings
             )
 
     def _run(self, tool: str, *args: str) -> None:
@@ -85,3 +87,100 @@ class OwnPostgres:
         except Exception:
             pass
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            with open(os.path.join(self.datadir, "postmaster.pid")) as f:
+                return int(f.readline())
+        except (OSError, ValueError):
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL of the postmaster and of every backend at once, as a crash of its machine would
+        end them (a postmaster killed alone leaves its backends serving their sessions a while).
+        pg_ctl starts the postmaster in a session of its own, so its process group is the server."""
+        pid = self.postmaster_pid()
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(pid) != pid:
+                raise RuntimeError(f"the postmaster {pid} does not lead its process group")
+            os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"processes of the killed server {pid} still run after 30 s")
+
+
+class OwnPostgresPrimary(OwnPostgres):
+    """A primary that waits, at every commit, for its synchronous standby to have flushed the
+    commit's WAL (synchronous_commit = on, synchronous_standby_names): a commit acknowledged to
+    a client survives the loss of the primary once the standby is promoted."""
+
+    standby_name = "standby1"
+
+    def __init__(self) -> None:
+        super().__init__(
+            settings=(
+                "wal_level = replica\nmax_wal_senders = 4\nwal_keep_size = 64MB\n"
+                "synchronous_commit = on\n"
+                f"synchronous_standby_names = '{self.standby_name}'\n"
+            )
+        )
+
+    def wait_synchronous(self, timeout: float = 30) -> None:
+        """Until the standby streams and is the synchronous one."""
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            while True:
+                row = conn.execute(
+                    "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
+                    (self.standby_name,),
+                ).fetchone()
+                if row is not None and row[0] == "sync":
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the standby is not synchronous after {timeout}s: {row}")
+                time.sleep(0.1)
+
+
+class OwnPostgresStandby(OwnPostgres):
+    """A hot standby of `primary` (pg_basebackup -R: it streams from the primary) on a port of its
+    own; `promote()` makes it a primary. It does not wait for a standby of its own once promoted
+    (synchronous_standby_names = ''): a lone new primary must accept commits."""
+
+    def __init__(self, primary: OwnPostgresPrimary) -> None:
+        self.bindir = primary.bindir
+        self.port = _free_port()
+        self.tmp = tempfile.mkdtemp(prefix="pyqueue-own-pg-standby-")
+        self.datadir = os.path.join(self.tmp, "data")
+        self.as_user = primary.as_user
+        if self.as_user:
+            shutil.chown(self.tmp, "postgres", "postgres")
+        self._run(
+            "pg_basebackup",
+            "-d",
+            f"host=127.0.0.1 port={primary.port} user=postgres application_name={primary.standby_name}",
+            "-D",
+            self.datadir,
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+        )
+        # postgresql.auto.conf is read last: these override what the copy of the primary's files says.
+        with open(os.path.join(self.datadir, "postgresql.auto.conf"), "a") as conf:
+            conf.write(
+                f"\nport = {self.port}\nunix_socket_directories = '{self.tmp}'\n"
+                "synchronous_standby_names = ''\nhot_standby = on\n"
+            )
+
+    def promote(self) -> None:
+        self._run("pg_ctl", "-D", self.datadir, "-w", "promote")
