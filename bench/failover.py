@@ -1,0 +1,174 @@
+"""Failover soak: the primary SIGKILLed and its standby promoted, --runs times per dialect, under
+producers and workers on a multi-host DSN; exact accounting of every run.
+
+    .venv/bin/python bench/failover.py --runs 10                       # both dialects
+    .venv/bin/python bench/failover.py --runs 3 --dialects mysql --gap 2
+
+Each run is tests/failover/scenario.py's (the slow test runs it once): a new primary and standby
+of its own on free loopback ports (PostgreSQL: synchronous standby, synchronous_commit = on;
+MariaDB: semi-synchronous replica, AFTER_SYNC, no fallback to asynchronous), the schema
+installed, 2 producer threads, 2 `pyqueue-sql worker` processes (Worker and AsyncWorker, 3
+handlers each, lease 3 s), the kill once --warmup commits are done, the promotion --gap seconds
+later, --after more pushes acknowledged by the new primary, then the drain. The shared servers
+are not touched.
+
+Per run: pushes acknowledged, messages in flight at the kill (handler runs started before it
+whose commit was not acknowledged before it), duplicates (handler runs beyond one per message:
+at-least-once allows them for those in flight), lost (acknowledged pushes with no commit: must be
+0), undone (acknowledged commits that do not stand: must be 0), and the times from the kill to the
+first push acknowledged again and to the moment both workers committed again. Writes
+<out>/failover.json (every run's figures) and <out>/failover.md (the summary); exits 1 if any run
+does not balance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.failover.scenario import run_failover, start_pair  # noqa: E402
+
+SETTINGS = {
+    "postgresql": "synchronous standby (pg_basebackup -R), synchronous_commit = on, "
+    "synchronous_standby_names = the standby; promoted with pg_ctl promote",
+    "mysql": "semi-synchronous replica by GTID, rpl_semi_sync_master_wait_point = AFTER_SYNC, "
+    "rpl_semi_sync_master_timeout = 1 h; promoted with STOP SLAVE IO_THREAD, relay log applied, "
+    "STOP SLAVE, RESET SLAVE ALL, read_only = OFF",
+}
+
+
+def one_run(dialect: str, args: argparse.Namespace, workdir: Path) -> dict:
+    t0 = time.monotonic()
+    pair = start_pair(dialect)
+    started_s = time.monotonic() - t0
+    try:
+        result = run_failover(
+            pair,
+            workdir,
+            warmup_commits=args.warmup,
+            pushes_after=args.after,
+            gap=args.gap,
+            handler_sleep=args.handler_sleep,
+        )
+    finally:
+        pair.destroy()
+    result["start_pair_s"] = round(started_s, 3)
+    result["run_s"] = round(time.monotonic() - t0, 3)
+    return result
+
+
+def _spread(values: list[float | int | None]) -> str:
+    present = [v for v in values if v is not None]
+    if not present:
+        return "-"
+    median = statistics.median(present)
+    fmt = (lambda v: f"{v:.2f}") if isinstance(present[0], float) else str
+    return f"{fmt(median)} ({fmt(min(present))}-{fmt(max(present))})"
+
+
+def summary(results: dict[str, list[dict]], args: argparse.Namespace, loads: tuple, when: str) -> str:
+    lines = [
+        "# Failover soak",
+        "",
+        f"`.venv/bin/python bench/failover.py {' '.join(sys.argv[1:])}` at {when}; every run's figures "
+        f"in `{args.out}/failover.json`. Load average before {loads[0]}, after {loads[1]} "
+        f"({os.cpu_count()} CPUs, shared with other work).",
+        "",
+        "Per run: a new primary and standby, 2 producers, 2 worker processes (Worker, AsyncWorker; 3 "
+        f"handlers each, lease 3 s, handler {args.handler_sleep:g} s), SIGKILL of every primary "
+        f"process after {args.warmup} commits, promotion {args.gap:g} s after the kill, {args.after} "
+        "pushes acknowledged by the new primary, drain. Figures: median (min-max) over the runs; times "
+        "from the kill.",
+        "",
+        "| dialect | runs balanced | pushes acked | in flight at kill | duplicates | lost | undone "
+        "| promote (s) | first push again (s) | both workers commit again (s) | drain (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for dialect, runs in results.items():
+        balanced = sum(1 for r in runs if not r.get("violations"))
+        lines.append(
+            f"| {dialect} | {balanced} of {len(runs)} | {_spread([r.get('pushes_acked') for r in runs])} "
+            f"| {_spread([r.get('in_flight_at_kill') for r in runs])} "
+            f"| {_spread([r.get('duplicates') for r in runs])} | {sum(r.get('lost', 0) for r in runs)} "
+            f"| {sum(r.get('undone', 0) for r in runs)} | {_spread([r.get('promote_s') for r in runs])} "
+            f"| {_spread([r.get('first_push_after_kill_s') for r in runs])} "
+            f"| {_spread([r.get('workers_recovered_after_kill_s') for r in runs])} "
+            f"| {_spread([r.get('drain_s') for r in runs])} |"
+        )
+    lines += ["", "Settings:", ""]
+    lines += [f"- {d}: {SETTINGS[d]}" for d in results]
+    failures = [
+        (d, i, r["violations"]) for d, runs in results.items() for i, r in enumerate(runs) if r["violations"]
+    ]
+    if failures:
+        lines += ["", "Runs that did not balance:", ""]
+        lines += [f"- {d} run {i + 1}: {'; '.join(v)[:500]}" for d, i, v in failures]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--dialects", default="postgresql,mysql", help="comma-separated: postgresql, mysql")
+    parser.add_argument("--warmup", type=int, default=100, help="commits before the kill (default 100)")
+    parser.add_argument("--after", type=int, default=100, help="pushes acknowledged after the promotion")
+    parser.add_argument("--gap", type=float, default=0.5, help="seconds from the kill to the promotion")
+    parser.add_argument("--handler-sleep", type=float, default=0.1, help="seconds each handler run takes")
+    parser.add_argument("--out", default="bench/latest", help="directory for failover.json and failover.md")
+    args = parser.parse_args()
+    dialects = [d.strip() for d in args.dialects.split(",") if d.strip()]
+    unknown = sorted(set(dialects) - set(SETTINGS))
+    if unknown or args.runs < 1:
+        parser.error(f"unknown dialect(s) {unknown}" if unknown else "--runs must be at least 1")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load_before = tuple(round(x, 2) for x in os.getloadavg())
+    results: dict[str, list[dict]] = {d: [] for d in dialects}
+    with tempfile.TemporaryDirectory(prefix="pyqueue-failover-") as tmp:
+        # Dialects alternate run by run, so that a change in the machine's load hits both alike.
+        for i in range(args.runs):
+            for dialect in dialects:
+                try:
+                    result = one_run(dialect, args, Path(tmp) / f"{dialect}-{i}")
+                except Exception as exc:  # the run itself broke: counted as not balanced
+                    result = {"dialect": dialect, "violations": [f"the run failed: {exc!r}"]}
+                results[dialect].append(result)
+                print(
+                    f"{dialect} run {i + 1}/{args.runs}: "
+                    + ("balanced" if not result["violations"] else f"NOT balanced: {result['violations']}")
+                    + f" {json.dumps({k: v for k, v in result.items() if k != 'violations'})}",
+                    flush=True,
+                )
+    loads = (load_before, tuple(round(x, 2) for x in os.getloadavg()))
+    (out / "failover.json").write_text(
+        json.dumps(
+            {
+                "when": when,
+                "argv": sys.argv[1:],
+                "python": platform.python_version(),
+                "load": loads,
+                "runs": results,
+            },
+            indent=1,
+        )
+    )
+    text = summary(results, args, loads, when)
+    (out / "failover.md").write_text(text)
+    print(text)
+    return 0 if all(not r["violations"] for runs in results.values() for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
