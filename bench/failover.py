@@ -46,11 +46,15 @@ SETTINGS = {
     "rpl_semi_sync_master_timeout = 1 h; promoted with STOP SLAVE IO_THREAD, relay log applied, "
     "STOP SLAVE, RESET SLAVE ALL, read_only = OFF",
 }
+ASYNC_SETTINGS = {
+    "postgresql": "asynchronous standby (synchronous_standby_names = ''), otherwise the same",
+    "mysql": "asynchronous replica (semi-synchronous replication off on the primary), otherwise the same",
+}
 
 
 def one_run(dialect: str, args: argparse.Namespace, workdir: Path) -> dict:
     t0 = time.monotonic()
-    pair = start_pair(dialect)
+    pair = start_pair(dialect, synchronous=args.replication == "sync")
     started_s = time.monotonic() - t0
     try:
         result = run_failover(
@@ -77,12 +81,14 @@ def _spread(values: list[float | int | None]) -> str:
     return f"{fmt(median)} ({fmt(min(present))}-{fmt(max(present))})"
 
 
-def summary(results: dict[str, list[dict]], args: argparse.Namespace, loads: tuple, when: str) -> str:
+def summary(
+    results: dict[str, list[dict]], args: argparse.Namespace, loads: tuple, when: str, name: str
+) -> str:
     lines = [
-        "# Failover soak",
+        "# Failover soak" + ("" if args.replication == "sync" else ": asynchronous replication"),
         "",
         f"`.venv/bin/python bench/failover.py {' '.join(sys.argv[1:])}` at {when}; every run's figures "
-        f"in `{args.out}/failover.json`. Load average before {loads[0]}, after {loads[1]} "
+        f"in `{args.out}/{name}.json`. Load average before {loads[0]}, after {loads[1]} "
         f"({os.cpu_count()} CPUs, shared with other work).",
         "",
         "Per run: a new primary and standby, 2 producers, 2 worker processes (Worker, AsyncWorker; 3 "
@@ -107,7 +113,8 @@ def summary(results: dict[str, list[dict]], args: argparse.Namespace, loads: tup
             f"| {_spread([r.get('drain_s') for r in runs])} |"
         )
     lines += ["", "Settings:", ""]
-    lines += [f"- {d}: {SETTINGS[d]}" for d in results]
+    settings = SETTINGS if args.replication == "sync" else ASYNC_SETTINGS
+    lines += [f"- {d}: {settings[d]}" for d in results]
     failures = [
         (d, i, r["violations"]) for d, runs in results.items() for i, r in enumerate(runs) if r["violations"]
     ]
@@ -125,12 +132,25 @@ def main() -> int:
     parser.add_argument("--after", type=int, default=100, help="pushes acknowledged after the promotion")
     parser.add_argument("--gap", type=float, default=0.5, help="seconds from the kill to the promotion")
     parser.add_argument("--handler-sleep", type=float, default=0.1, help="seconds each handler run takes")
-    parser.add_argument("--out", default="bench/latest", help="directory for failover.json and failover.md")
+    parser.add_argument(
+        "--replication",
+        choices=("sync", "async"),
+        default="sync",
+        help="async: the standby replicates asynchronously, to see what that loses (default sync)",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="directory for failover.json and failover.md (default bench/latest; with --replication async "
+        "failover-async.json and .md there)",
+    )
     args = parser.parse_args()
     dialects = [d.strip() for d in args.dialects.split(",") if d.strip()]
     unknown = sorted(set(dialects) - set(SETTINGS))
     if unknown or args.runs < 1:
         parser.error(f"unknown dialect(s) {unknown}" if unknown else "--runs must be at least 1")
+    name = "failover" if args.replication == "sync" else "failover-async"
+    args.out = args.out or "bench/latest"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -152,7 +172,7 @@ def main() -> int:
                     flush=True,
                 )
     loads = (load_before, tuple(round(x, 2) for x in os.getloadavg()))
-    (out / "failover.json").write_text(
+    (out / f"{name}.json").write_text(
         json.dumps(
             {
                 "when": when,
@@ -164,8 +184,8 @@ def main() -> int:
             indent=1,
         )
     )
-    text = summary(results, args, loads, when)
-    (out / "failover.md").write_text(text)
+    text = summary(results, args, loads, when, name)
+    (out / f"{name}.md").write_text(text)
     print(text)
     return 0 if all(not r["violations"] for runs in results.values() for r in runs) else 1
 

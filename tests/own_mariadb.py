@@ -182,16 +182,16 @@ SEMI_SYNC_PRIMARY = (
     "--server-id=1",
     "--log-bin=binlog",
     "--binlog-format=ROW",
-    "--log-bin-trust-function-creators=ON",
     "--rpl-semi-sync-master-enabled=ON",
     "--rpl-semi-sync-master-wait-point=AFTER_SYNC",
     "--rpl-semi-sync-master-timeout=3600000",
 )
+# The same without semi-synchronous replication: a commit returns before any replica has it.
+ASYNC_PRIMARY = tuple(o for o in SEMI_SYNC_PRIMARY if not o.startswith("--rpl-semi-sync"))
 SEMI_SYNC_REPLICA = (
     "--server-id=2",
     "--log-bin=binlog",
     "--binlog-format=ROW",
-    "--log-bin-trust-function-creators=ON",
     "--relay-log=relay",
     "--rpl-semi-sync-slave-enabled=ON",
     "--read-only=ON",
@@ -200,8 +200,9 @@ SEMI_SYNC_REPLICA = (
 
 
 def replicate(primary: OwnMariaDB, replica: OwnMariaDB, timeout: float = 60) -> None:
-    """Makes `replica` (started, empty) a semi-synchronous replica of `primary` by GTID, and waits
-    until the primary counts it as its semi-synchronous client."""
+    """Makes `replica` (started, empty) a replica of `primary` by GTID, and waits until it
+    replicates: semi-synchronously (the primary counts it as its client) when both were started
+    with the SEMI_SYNC options, else until its threads run."""
     replica.execute(
         f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, MASTER_USER='root', "
         "MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1"

@@ -119,23 +119,26 @@ class OwnPostgres:
 class OwnPostgresPrimary(OwnPostgres):
     """A primary that waits, at every commit, for its synchronous standby to have flushed the
     commit's WAL (synchronous_commit = on, synchronous_standby_names): a commit acknowledged to
-    a client survives the loss of the primary once the standby is promoted."""
+    a client survives the loss of the primary once the standby is promoted. With
+    synchronous=False the standby replicates asynchronously (to show what that loses)."""
 
     standby_name = "standby1"
 
-    def __init__(self) -> None:
+    def __init__(self, synchronous: bool = True) -> None:
+        self.synchronous = synchronous
+        names = self.standby_name if synchronous else ""
         super().__init__(
             settings=(
                 "wal_level = replica\nmax_wal_senders = 4\nwal_keep_size = 64MB\n"
-                "synchronous_commit = on\n"
-                f"synchronous_standby_names = '{self.standby_name}'\n"
+                f"synchronous_commit = on\nsynchronous_standby_names = '{names}'\n"
             )
         )
 
     def wait_synchronous(self, timeout: float = 30) -> None:
-        """Until the standby streams and is the synchronous one."""
+        """Until the standby streams (and is the synchronous one, unless synchronous=False)."""
         import psycopg
 
+        wanted = "sync" if self.synchronous else "async"
         deadline = time.monotonic() + timeout
         with psycopg.connect(self.dsn(), autocommit=True) as conn:
             while True:
@@ -143,10 +146,10 @@ class OwnPostgresPrimary(OwnPostgres):
                     "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
                     (self.standby_name,),
                 ).fetchone()
-                if row is not None and row[0] == "sync":
+                if row is not None and row[0] == wanted:
                     return
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"the standby is not synchronous after {timeout}s: {row}")
+                    raise RuntimeError(f"the standby is not streaming ({wanted}) after {timeout}s: {row}")
                 time.sleep(0.1)
 
 

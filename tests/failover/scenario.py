@@ -55,10 +55,10 @@ class PostgresPair:
 
     dialect = "postgresql"
 
-    def __init__(self) -> None:
+    def __init__(self, synchronous: bool = True) -> None:
         from ..own_postgres import OwnPostgresPrimary, OwnPostgresStandby
 
-        self.primary = OwnPostgresPrimary()
+        self.primary = OwnPostgresPrimary(synchronous)
         self.standby = None
         try:
             self.primary.start()
@@ -95,12 +95,12 @@ class MariaDBPair:
 
     dialect = "mysql"
 
-    def __init__(self) -> None:
-        from ..own_mariadb import SEMI_SYNC_PRIMARY, SEMI_SYNC_REPLICA, OwnMariaDB, replicate
+    def __init__(self, synchronous: bool = True) -> None:
+        from ..own_mariadb import ASYNC_PRIMARY, SEMI_SYNC_PRIMARY, SEMI_SYNC_REPLICA, OwnMariaDB, replicate
 
         self.primary = self.replica = None
         try:
-            self.primary = OwnMariaDB(SEMI_SYNC_PRIMARY)
+            self.primary = OwnMariaDB(SEMI_SYNC_PRIMARY if synchronous else ASYNC_PRIMARY)
             self.replica = OwnMariaDB(SEMI_SYNC_REPLICA)
             self.primary.start()
             self.replica.start()
@@ -130,8 +130,10 @@ class MariaDBPair:
                 server.destroy()
 
 
-def start_pair(dialect: str) -> PostgresPair | MariaDBPair:
-    return PostgresPair() if dialect == "postgresql" else MariaDBPair()
+def start_pair(dialect: str, synchronous: bool = True) -> PostgresPair | MariaDBPair:
+    """synchronous=False: asynchronous replication, which loses what the standby had not received
+    at the kill (bench/failover.py --replication async shows it)."""
+    return PostgresPair(synchronous) if dialect == "postgresql" else MariaDBPair(synchronous)
 
 
 # -- producers and workers ------------------------------------------------------------------
