@@ -76,9 +76,9 @@ def _spread(values: list[float | int | None]) -> str:
     present = [v for v in values if v is not None]
     if not present:
         return "-"
-    median = statistics.median(present)
-    fmt = (lambda v: f"{v:.2f}") if isinstance(present[0], float) else str
-    return f"{fmt(median)} ({fmt(min(present))}-{fmt(max(present))})"
+    if all(isinstance(v, int) for v in present):
+        return f"{statistics.median(present):g} ({min(present)}-{max(present)})"
+    return f"{statistics.median(present):.2f} ({min(present):.2f}-{max(present):.2f})"
 
 
 def summary(

@@ -107,13 +107,27 @@ class OwnPostgres:
                 raise RuntimeError(f"the postmaster {pid} does not lead its process group")
             os.killpg(pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.02)
-        raise RuntimeError(f"processes of the killed server {pid} still run after 30 s")
+        while _running_in_group(pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"processes of the killed server {pid} still run after 30 s")
+            time.sleep(0.01)
+
+
+def _running_in_group(pgid: int) -> bool:
+    """Whether a process of the group still runs (a zombie, dead but not yet reaped by its parent,
+    does not count)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state not in ("Z", "X"):
+            return True
+    return False
 
 
 class OwnPostgresPrimary(OwnPostgres):
