@@ -139,6 +139,10 @@ def main() -> int:
         help="async: the standby replicates asynchronously, to see what that loses (default sync)",
     )
     parser.add_argument(
+        "--name",
+        help="file name of the results (default failover, or failover-async with --replication async)",
+    )
+    parser.add_argument(
         "--out",
         default=None,
         help="directory for failover.json and failover.md (default bench/latest; with --replication async "
@@ -149,7 +153,7 @@ def main() -> int:
     unknown = sorted(set(dialects) - set(SETTINGS))
     if unknown or args.runs < 1:
         parser.error(f"unknown dialect(s) {unknown}" if unknown else "--runs must be at least 1")
-    name = "failover" if args.replication == "sync" else "failover-async"
+    name = args.name or ("failover" if args.replication == "sync" else "failover-async")
     args.out = args.out or "bench/latest"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
