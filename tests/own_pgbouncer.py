@@ -69,7 +69,7 @@ class OwnPgBouncer:
                 "max_db_connections = 0\n"
                 # a client waits for a server connection at most this long, then gets an error
                 "query_wait_timeout = 60\n"
-                "ignore_startup_parameters = extra_float_digits,options\n"
+                "ignore_startup_parameters = extra_float_digits\n"
                 f"logfile = {self.log}\n"
                 f"pidfile = {os.path.join(self.tmp, 'pgbouncer.pid')}\n"
                 "log_connections = 0\n"

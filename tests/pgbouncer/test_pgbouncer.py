@@ -22,7 +22,7 @@ import pytest
 
 import pyqueue_sql
 from pyqueue_sql import aio as pqs_aio
-from pyqueue_sql import cli, errors
+from pyqueue_sql import cli, errors, migrate
 from pyqueue_sql.aio.worker import AsyncWorker
 
 from ..dashboard.conftest import Served, http
@@ -233,6 +233,17 @@ def test_listen_dsn_of_another_database_kind_is_refused(direct_and_pooled):
         pyqueue_sql.Worker(pooled, listen_dsn="mysql://root@127.0.0.1:3306/x")
 
 
+def test_migrate_through_transaction_pooling(pgbouncer, fresh_database, capsys):
+    """The install runs in one transaction (its lock and search_path settings are the transaction's),
+    so it works through the pooler; so does an upgrade that finds the schema there."""
+    pooled = pgbouncer.dsn(fresh_database("pgbouncer_migrate"))
+    assert _cli(capsys, "migrate", "--dsn", pooled)[0] == 0
+    head = migrate.current(pooled)
+    assert head and _cli(capsys, "migrate", "--dsn", pooled)[0] == 0 and migrate.current(pooled) == head
+    with pyqueue_sql.connect(pooled) as db:
+        assert db.queue(_queue_name()).create().push("k", "kind", {}) is True
+
+
 def _cli(capsys, *argv) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
@@ -256,6 +267,7 @@ def _worker_command(dsn: str, queue: str, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # two worker processes
 def test_cli_through_transaction_pooling(capsys, direct_and_pooled):
     direct, pooled = direct_and_pooled
     name = _queue_name()
