@@ -132,6 +132,10 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         return self.dsn
 
     def _listen_refused(self) -> errors.QueueError:
+        """The error that ends run() when the dispatcher would LISTEN through a transaction pooler
+        (raised from its on-connect; the stop also ends a run without registration, whose reserve
+        loop would otherwise log the error and connect again, forever)."""
+        self.stop(reason="LISTEN through a transaction pooler")
         return errors.InvalidArgumentError(
             "the worker would LISTEN through a transaction pooler (two client connections were served "
             "by one server session, as PgBouncer's pool_mode = transaction does): the LISTEN would stay "

@@ -197,13 +197,16 @@ def test_worker_listens_on_its_direct_connection(direct_and_pooled, runtime):
     # is found by the re-check that follows a wakeup)
 
 
+@pytest.mark.parametrize("register", [True, False], ids=["registered", "unregistered"])
 @pytest.mark.parametrize("runtime", sorted(WORKERS))
-def test_worker_refuses_to_listen_through_the_pooler(direct_and_pooled, runtime):
+def test_worker_refuses_to_listen_through_the_pooler(direct_and_pooled, runtime, register):
+    """Registered, run() raises the error; without registration the first connection is the reserve
+    loop's, which logs errors and goes on: there the worker stops, and says why."""
     _, pooled = direct_and_pooled
     name = _queue_name()
     with pyqueue_sql.connect(pooled) as db:
         db.queue(name).create()
-    worker = WORKERS[runtime](pooled, poll_fallback=60.0)
+    worker = WORKERS[runtime](pooled, poll_fallback=60.0, register=register)
     worker.add_handler(name, lambda job: None)
     failure: list[BaseException] = []
 
@@ -222,9 +225,13 @@ def test_worker_refuses_to_listen_through_the_pooler(direct_and_pooled, runtime)
         worker.stop()
         thread.join(timeout=60)
         pytest.fail("the worker ran with its LISTEN through the pooler")
-    [exc] = failure
-    assert isinstance(exc, errors.InvalidArgumentError), exc
-    assert "transaction pooler" in str(exc) and "listen_dsn" in str(exc) and "listen=False" in str(exc)
+    status = worker.status()
+    assert status.stop_reason == "LISTEN through a transaction pooler"
+    message = str(failure[0]) if register else status.last_error
+    assert "transaction pooler" in message and "listen_dsn" in message and "listen=False" in message
+    if register:
+        assert isinstance(failure[0], errors.InvalidArgumentError), failure
+    assert worker.stats.reserved == 0
 
 
 def test_listen_dsn_of_another_database_kind_is_refused(direct_and_pooled):
