@@ -257,7 +257,7 @@ def main(argv=None) -> int:
     _dbs.exit_on_sigterm()
     started = dt.datetime.now(dt.UTC)
     meta = {
-        "command": "python bench/pgbouncer.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": " ".join(["python bench/pgbouncer.py", *(argv if argv is not None else sys.argv[1:])]),
         "started": started.strftime("%Y-%m-%d %H:%M UTC"),
         "load_before": os.getloadavg(),
         "rounds": args.rounds,
