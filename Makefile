@@ -77,6 +77,7 @@ XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgrou
 test: lint $(SPARK_STAMP)
 	@bash scripts/spark-deps.sh
 	@bash scripts/browser-deps.sh
+	@bash scripts/pgbouncer-deps.sh
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop while changing code: every test not marked slow (tests/conftest.py lists what

@@ -18,7 +18,8 @@ hits them alike, and reports them as ratios to the first:
   throttled ready-now, default 50 ms window, nobody LISTENing
   listened  ready-now, default 50 ms window, one connection LISTENing
   every     ready-now, window 0 (one NOTIFY per push), one connection LISTENing
-Prints one JSON object, then a table.
+Prints one JSON object, then a table. The same latency through a PgBouncer in transaction
+pooling, beside direct: bench/pgbouncer.py (it calls latency_samples).
 """
 
 from __future__ import annotations
@@ -85,44 +86,70 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def measure_latency(dsn: str, samples: int, idle_seconds: float) -> dict:
-    db = pyqueue_sql.connect(dsn)
-    q = db.queue("bench.latency").create()
+def latency_samples(
+    dsn: str,
+    samples: int,
+    idle_seconds: float = 0.0,
+    *,
+    producer_dsn: str | None = None,
+    queue: str = "bench.latency",
+    **worker_options,
+) -> tuple[list[float], float | None, int]:
+    """(push -> handler-start latencies in ms, the idle worker's queries/s or None when
+    idle_seconds is 0, its wakeups). One Worker (concurrency 4 unless worker_options say
+    otherwise) on dsn; the producer pushes on producer_dsn (default dsn). bench/pgbouncer.py runs
+    it through a PgBouncer beside direct."""
+    db = pyqueue_sql.connect(producer_dsn or dsn)
+    q = db.queue(queue).create()
     started: dict[str, float] = {}
-    worker = pyqueue_sql.Worker(dsn, concurrency=4)
+    worker = pyqueue_sql.Worker(dsn, **{"concurrency": 4, **worker_options})
     worker.add_handler(q.name, lambda job: started.setdefault(job.key, time.perf_counter()))
     t = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     t.start()
     time.sleep(1.0)
     pushed: dict[str, float] = {}
     rng = random.Random(7)
+    prefix = uuid.uuid4().hex[:6]
     for i in range(samples):
         time.sleep(rng.uniform(0.1, 0.3))
-        key = f"m{i}"
+        key = f"{prefix}-{i}"
         pushed[key] = time.perf_counter()
         q.push(key, "k", {"i": i})
     deadline = time.monotonic() + 30
     while len(started) < samples and time.monotonic() < deadline:
         time.sleep(0.05)
     latencies = [(started[k] - pushed[k]) * 1000 for k in pushed if k in started]
-    # Idle cost: the worker's own database round trips while nothing happens.
-    time.sleep(1.0)
-    calls0, t0 = worker.stats.db_calls, time.monotonic()
-    time.sleep(idle_seconds)
-    idle_qps = (worker.stats.db_calls - calls0) / (time.monotonic() - t0)
+    idle_qps = None
+    if idle_seconds > 0:
+        # Idle cost: the worker's own database round trips while nothing happens.
+        time.sleep(1.0)
+        calls0, t0 = worker.stats.db_calls, time.monotonic()
+        time.sleep(idle_seconds)
+        idle_qps = (worker.stats.db_calls - calls0) / (time.monotonic() - t0)
     worker.stop()
     t.join(timeout=30)
     db.close()
+    return latencies, idle_qps, worker.stats.wakeups
+
+
+def summary(latencies: list[float], expected: int) -> dict:
     return {
         "samples": len(latencies),
-        "missing": samples - len(latencies),
+        "missing": expected - len(latencies),
         "p50_ms": round(percentile(latencies, 0.50), 2),
         "p95_ms": round(percentile(latencies, 0.95), 2),
         "p99_ms": round(percentile(latencies, 0.99), 2),
         "max_ms": round(max(latencies), 2),
         "mean_ms": round(statistics.fmean(latencies), 2),
+    }
+
+
+def measure_latency(dsn: str, samples: int, idle_seconds: float) -> dict:
+    latencies, idle_qps, wakeups = latency_samples(dsn, samples, idle_seconds)
+    return {
+        **summary(latencies, samples),
         "idle_client_queries_per_s": round(idle_qps, 2),
-        "wakeups": worker.stats.wakeups,
+        "wakeups": wakeups,
     }
 
 

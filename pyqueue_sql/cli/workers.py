@@ -247,6 +247,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 name=args.name,
                 lease=args.lease,
                 poll_fallback=args.poll_fallback,
+                listen=args.listen,
+                listen_dsn=args.listen_dsn,
                 shutdown_timeout=args.shutdown_timeout,
                 register=args.register,
                 release_dead_after=args.release_dead_after,
@@ -378,6 +380,19 @@ def add_worker(command: Command) -> None:
         metavar="S",
         help="PostgreSQL: longest wait for a NOTIFY before looking anyway (default 5); "
         "MySQL waits in 1 s long polls inside the server",
+    )
+    p.add_argument(
+        "--listen",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="PostgreSQL: wait for pushes with LISTEN (default on); --no-listen long-polls instead, "
+        "as behind a transaction pooler without --listen-dsn",
+    )
+    p.add_argument(
+        "--listen-dsn",
+        metavar="DSN",
+        help="PostgreSQL behind a transaction pooler (PgBouncer): a direct connection to the server "
+        "for the dispatcher, which LISTENs; everything else goes through --dsn",
     )
     p.add_argument(
         "--shutdown-timeout",

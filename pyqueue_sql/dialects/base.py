@@ -436,6 +436,15 @@ class Dialect:
         """wait_for_notification on an asyncio connection."""
         raise errors.QueueError(f"{self.name} has no LISTEN")
 
+    def shares_sessions(self, connection: Any, dsn: str) -> bool:
+        """Whether a pooler in transaction mode stands between connection and the server, so that
+        a LISTEN cannot last (asked of dialects with LISTEN only)."""
+        return False
+
+    async def shares_sessions_async(self, connection: Any, dsn: str) -> bool:
+        """shares_sessions on an asyncio connection."""
+        return False
+
     # -- privileges (pyqueue_sql.privileges) -----------------------------
     def parse_grantee(self, text: str) -> tuple[str, str | None]:
         """(name, host) of the account a `pyqueue-sql grant --role` names (host None: a role

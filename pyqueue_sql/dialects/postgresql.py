@@ -29,6 +29,16 @@ _ROUTINE_EXISTS = (
 )
 
 
+# The server process serving this transaction (a pooler may give each transaction another).
+_BACKEND_PID = "SELECT pg_catalog.pg_backend_pid()"
+
+
+def _backend_pid(connection: Any) -> int:
+    with connection.cursor() as cur:
+        cur.execute(_BACKEND_PID)
+        return cur.fetchone()[0]
+
+
 class PostgreSQL(Dialect):
     name = "postgresql"
     supports_listen = True
@@ -59,10 +69,17 @@ class PostgreSQL(Dialect):
     )
 
     # -- connections -----------------------------------------------------
+    # prepare_threshold=None: psycopg never prepares a statement (by default it does at a statement's
+    # fifth execution). A prepared statement lives in one server session, and a transaction pooler
+    # (PgBouncer before 1.21, or any without prepared-statement tracking) hands the next transaction
+    # to another session: "prepared statement _pg3_0 does not exist / already exists". Our statements
+    # are one routine call each, whose plan is trivial and whose inner statements PL/pgSQL caches per
+    # session anyway: preparing measured within noise (bench/pgbouncer.py, part "prepare"), so the
+    # client works through a pooler without being told.
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
         psycopg = self.import_driver()
 
-        return psycopg.connect(strip_driver(dsn), autocommit=autocommit)
+        return psycopg.connect(strip_driver(dsn), autocommit=autocommit, prepare_threshold=None)
 
     def owns(self, connection: Any) -> bool:
         return type(connection).__module__.startswith("psycopg") and not self.owns_async(connection)
@@ -77,7 +94,36 @@ class PostgreSQL(Dialect):
     async def connect_async(self, dsn: str) -> Any:
         psycopg = self.import_driver(asynchronous=True)
 
-        return await psycopg.AsyncConnection.connect(strip_driver(dsn), autocommit=True)
+        return await psycopg.AsyncConnection.connect(
+            strip_driver(dsn), autocommit=True, prepare_threshold=None
+        )
+
+    def shares_sessions(self, connection: Any, dsn: str) -> bool:
+        """Whether another client connection to dsn is served by the server session that served
+        connection's last transaction: so a transaction (or statement) pooler such as PgBouncer's
+        pool_mode = transaction stands between, and a LISTEN would stay behind in a session this
+        client loses. Two live direct connections never share a backend; a pooler hands the idle
+        session it just got back to the next client (PgBouncer's default, server_round_robin = 0).
+        connection: autocommit, outside a transaction."""
+        mine = _backend_pid(connection)
+        other = self.connect(dsn)
+        try:
+            return _backend_pid(other) == mine
+        finally:
+            other.close()
+
+    async def shares_sessions_async(self, connection: Any, dsn: str) -> bool:
+        """shares_sessions on a psycopg AsyncConnection."""
+        async with connection.cursor() as cur:
+            await cur.execute(_BACKEND_PID)
+            mine = (await cur.fetchone())[0]
+        other = await self.connect_async(dsn)
+        try:
+            async with other.cursor() as cur:
+                await cur.execute(_BACKEND_PID)
+                return (await cur.fetchone())[0] == mine
+        finally:
+            await other.close()
 
     async def begin_async(self, connection: Any) -> None:
         await connection.set_autocommit(False)

@@ -49,6 +49,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         long_poll_check: float = LONG_POLL_CHECK,
         shutdown_timeout: float = 30.0,
         listen: bool = True,
+        listen_dsn: str | None = None,
         register: bool = True,
         release_dead_after: float | None = None,
         commit_reserve: bool | None = None,
@@ -80,6 +81,12 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         self.long_poll_check = long_poll_check
         self.shutdown_timeout = shutdown_timeout
         self.use_listen = listen and self.dialect.supports_listen
+        # Behind a transaction pooler (PgBouncer's pool_mode = transaction) a LISTEN is left behind
+        # in a server session the next transaction no longer has: the dispatcher (which LISTENs)
+        # then connects to listen_dsn, a direct connection to the server, and everything else to dsn.
+        if listen_dsn is not None and dialects.for_dsn(listen_dsn).name != self.dialect.name:
+            raise errors.InvalidArgumentError("listen_dsn must name the same database as dsn, directly")
+        self.listen_dsn = listen_dsn
         self.register = register
         self.release_dead_after = release_dead_after
         # Where queue_commit_reserve is one transaction of the server's (PostgreSQL). On
@@ -117,6 +124,25 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         self._clock: Callable[[], float] = time.monotonic  # what the dispatcher's waits read
         self._retry_due = RetryDue()
         self._setup()
+
+    def _dsn_of(self, role: str) -> str:
+        """Where a connection of this role goes: the LISTENing dispatcher's to listen_dsn if given."""
+        if role == "dispatcher" and self.use_listen and self.listen_dsn is not None:
+            return self.listen_dsn
+        return self.dsn
+
+    def _listen_refused(self) -> errors.QueueError:
+        """The error that ends run() when the dispatcher would LISTEN through a transaction pooler
+        (raised from its on-connect; the stop also ends a run without registration, whose reserve
+        loop would otherwise log the error and connect again, forever)."""
+        self.stop(reason="LISTEN through a transaction pooler")
+        return errors.InvalidArgumentError(
+            "the worker would LISTEN through a transaction pooler (two client connections were served "
+            "by one server session, as PgBouncer's pool_mode = transaction does): the LISTEN would stay "
+            "in a session this worker loses, and wakeups would never come. Pass listen_dsn= a direct "
+            "connection to the server for the LISTEN (CLI: --listen-dsn), or listen=False to long-poll "
+            "(CLI: --no-listen)"
+        )
 
     # -- configuration -----------------------------------------------------------
     def handler(self, queue: str, kind: str | None = None, *, retry: RetryPolicy | None = None):

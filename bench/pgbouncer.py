@@ -1,0 +1,303 @@
+"""PostgreSQL through a PgBouncer in transaction pooling, beside direct, interleaved in rounds.
+
+    python bench/pgbouncer.py                       # ~4 min: every part, 3 rounds
+    python bench/pgbouncer.py --rounds 1 --samples 30 --messages 500    # a quick check
+    python bench/pgbouncer.py --only prepare
+
+Starts its own pgbouncer (Debian's, tests/own_pgbouncer.py: a free loopback port, a temp dir,
+pool_mode = transaction, --pool-size server connections per database) in front of the server at
+$BENCH_POSTGRESQL_DSN (default postgresql://postgres@127.0.0.1:5432/postgres), on a throwaway
+database created and dropped here. Three parts, each mode of a part measured once per round, the
+modes' order rotating from round to round, so that a change in the machine's load hits them alike:
+
+  prepare    what preparing statements is worth to the client, direct (a pooler without prepared-
+             statement tracking cannot have them): one connection pushes, reserves and commits one
+             message at a time, psycopg's default prepare_threshold=5 against None (what
+             pyqueue_sql.connect uses); ops/s and the ratio None / 5 per round.
+  latency    push -> handler-start latency of an idle Worker (bench/latency.py's latency_samples;
+             one push every 100-300 ms) in three set-ups: `direct` (LISTEN on the server), `listen_dsn`
+             (everything through the pooler, the dispatcher's LISTEN on a direct connection),
+             `long_poll` (everything through the pooler, listen=False: queue_wait long polls).
+  burndown   a backlog of --messages pushed in batches, then one Worker (--concurrency handlers that
+             do nothing) drains it: messages/s from its start to the empty queue, in the same three
+             set-ups (--pool-size server connections for concurrency + 2 client connections).
+
+Writes bench/latest/pgbouncer.json (every round; git-ignored) and bench/latest/pgbouncer.md (the
+tables; --out DIR to write elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import _dbs  # noqa: E402
+import latency  # noqa: E402
+
+import pyqueue_sql  # noqa: E402
+from pyqueue_sql import dialects, migrate  # noqa: E402
+from tests.own_pgbouncer import OwnPgBouncer  # noqa: E402
+
+SETUPS = ("direct", "listen_dsn", "long_poll")
+
+
+def rotate(items: tuple[str, ...], r: int) -> list[str]:
+    k = r % len(items)
+    return list(items[k:] + items[:k])
+
+
+def setup_options(setup: str, direct: str, pooled: str) -> tuple[str, dict]:
+    """(the worker's and producer's DSN, the Worker's options) of a set-up."""
+    if setup == "direct":
+        return direct, {}
+    if setup == "listen_dsn":
+        return pooled, {"listen_dsn": direct}
+    return pooled, {"listen": False}
+
+
+# -- prepare ------------------------------------------------------------------------------------
+def prepare_round(dsn: str, threshold: int | None, ops: int) -> float:
+    import psycopg
+
+    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=threshold)
+    db = pyqueue_sql.Database(conn, dialects.for_name("postgresql"), owned=True)
+    try:
+        q = db.queue(f"bench.prepare.{uuid.uuid4().hex[:8]}").create()
+        for i in range(10):  # past the threshold before the clock starts
+            q.push(f"warm{i}", "k", {})
+            for r in q.reserve(n=1):
+                q.commit(r)
+        start = time.perf_counter()
+        for i in range(ops):
+            q.push(f"m{i}", "k", {"i": i})
+            for r in q.reserve(n=1):
+                q.commit(r)
+        elapsed = time.perf_counter() - start
+        q.drop()
+        return ops / elapsed
+    finally:
+        db.close()
+
+
+def run_prepare(dsn: str, rounds: int, ops: int) -> dict:
+    modes = {"prepare_threshold=5": 5, "prepare_threshold=None": None}
+    per_round = []
+    for r in range(rounds):
+        row = {}
+        for mode in rotate(tuple(modes), r):
+            row[mode] = prepare_round(dsn, modes[mode], ops)
+        row["ratio_none_to_5"] = row["prepare_threshold=None"] / row["prepare_threshold=5"]
+        per_round.append(row)
+        print(f"prepare round {r + 1}: {json.dumps({k: round(v, 3) for k, v in row.items()})}", flush=True)
+    return {"ops_per_round": ops, "rounds": per_round}
+
+
+# -- latency ------------------------------------------------------------------------------------
+def run_latency(direct: str, pooled: str, rounds: int, samples: int) -> dict:
+    per_round = []
+    pooled_all: dict[str, list[float]] = {s: [] for s in SETUPS}
+    for r in range(rounds):
+        row = {}
+        for setup in rotate(SETUPS, r):
+            dsn, options = setup_options(setup, direct, pooled)
+            values, _, wakeups = latency.latency_samples(
+                dsn, samples, queue=f"bench.latency.{setup}.{r}", **options
+            )
+            pooled_all[setup].extend(values)
+            row[setup] = {**latency.summary(values, samples), "wakeups": wakeups}
+        per_round.append(row)
+        print(
+            f"latency round {r + 1}: " + ", ".join(f"{s} p50 {row[s]['p50_ms']} ms" for s in SETUPS),
+            flush=True,
+        )
+    total = {s: latency.summary(v, samples * rounds) for s, v in pooled_all.items()}
+    return {"samples_per_round": samples, "rounds": per_round, "all_rounds": total}
+
+
+# -- burn-down ----------------------------------------------------------------------------------
+def burndown_round(dsn: str, options: dict, messages: int, concurrency: int) -> float:
+    queue = f"bench.burndown.{uuid.uuid4().hex[:8]}"
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue(queue).create()
+        for start in range(0, messages, 500):
+            q.push_many([(f"m{i}", "k", {"i": i}) for i in range(start, min(start + 500, messages))])
+    done = threading.Event()
+    count = [0]
+    lock = threading.Lock()
+
+    def handle(job) -> None:
+        with lock:
+            count[0] += 1
+            if count[0] >= messages:
+                done.set()
+
+    worker = pyqueue_sql.Worker(dsn, concurrency=concurrency, **options)
+    worker.add_handler(queue, handle)
+    t = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    start = time.perf_counter()
+    t.start()
+    finished = done.wait(timeout=300)
+    elapsed = time.perf_counter() - start
+    worker.stop()
+    t.join(timeout=60)
+    with pyqueue_sql.connect(dsn) as db:
+        stats = db.queue(queue).stats()
+        db.queue(queue).drop()
+    if not finished or stats.ready or stats.reserved:
+        raise RuntimeError(f"burn-down incomplete: {count[0]} of {messages} handled, {stats}")
+    return messages / elapsed
+
+
+def run_burndown(direct: str, pooled: str, rounds: int, messages: int, concurrency: int) -> dict:
+    per_round = []
+    for r in range(rounds):
+        row = {}
+        for setup in rotate(SETUPS, r):
+            dsn, options = setup_options(setup, direct, pooled)
+            row[setup] = burndown_round(dsn, options, messages, concurrency)
+        for setup in SETUPS[1:]:
+            row[f"{setup}_vs_direct"] = row[setup] / row["direct"]
+        per_round.append(row)
+        print(f"burndown round {r + 1}: {json.dumps({k: round(v, 3) for k, v in row.items()})}", flush=True)
+    return {"messages": messages, "concurrency": concurrency, "rounds": per_round}
+
+
+# -- report -------------------------------------------------------------------------------------
+def med(values: list[float]) -> str:
+    return f"{statistics.median(values):.3g} ({min(values):.3g}-{max(values):.3g})"
+
+
+def markdown(report: dict) -> str:
+    meta = report["meta"]
+    lines = [
+        "# PostgreSQL through PgBouncer (transaction pooling) beside direct",
+        "",
+        f"`{meta['command']}`, {meta['started']} - {meta['ended']}; {meta['pgbouncer']}, "
+        f"pool_mode = transaction, default_pool_size = {meta['pool_size']}; PostgreSQL {meta['server']}; "
+        f"load average {meta['load_before'][0]:.2f} before, {meta['load_after'][0]:.2f} after "
+        f"({os.cpu_count()} cores, shared). Every round of bench/latest/pgbouncer.json; medians over "
+        f"{meta['rounds']} interleaved rounds, (min-max) in brackets.",
+        "",
+    ]
+    if "prepare" in report:
+        rows = report["prepare"]["rounds"]
+        lines += [
+            "## What preparing is worth (direct; push + reserve + commit, one at a time)",
+            "",
+            "| prepare_threshold | ops/s | ratio None / 5 (per round) |",
+            "|---|---|---|",
+            f"| 5 (psycopg's default) | {med([r['prepare_threshold=5'] for r in rows])} | |",
+            f"| None (pyqueue_sql.connect) | {med([r['prepare_threshold=None'] for r in rows])} "
+            f"| {med([r['ratio_none_to_5'] for r in rows])} |",
+            "",
+        ]
+    if "latency" in report:
+        total = report["latency"]["all_rounds"]
+        lines += [
+            "## Push -> handler-start latency, idle Worker (concurrency 4)",
+            "",
+            "| set-up | samples | p50 ms | p95 ms | p99 ms | max ms |",
+            "|---|---|---|---|---|---|",
+        ]
+        for setup in SETUPS:
+            t = total[setup]
+            lines.append(
+                f"| {setup} | {t['samples']} | {t['p50_ms']} | {t['p95_ms']} | {t['p99_ms']} | {t['max_ms']} |"
+            )
+        lines.append("")
+    if "burndown" in report:
+        b = report["burndown"]
+        rows = b["rounds"]
+        lines += [
+            f"## Burn-down: {b['messages']} messages, one Worker of {b['concurrency']} no-op handlers",
+            "",
+            "| set-up | msg/s | vs direct (per round) |",
+            "|---|---|---|",
+            f"| direct | {med([r['direct'] for r in rows])} | 1 |",
+        ]
+        for setup in SETUPS[1:]:
+            lines.append(
+                f"| {setup} | {med([r[setup] for r in rows])} | {med([r[f'{setup}_vs_direct'] for r in rows])} |"
+            )
+        lines.append("")
+    lines += [
+        "Set-ups: `direct` every connection to the server, the worker LISTENs; `listen_dsn` every",
+        "connection through PgBouncer except the worker's dispatcher (LISTEN), which is direct;",
+        "`long_poll` every connection through PgBouncer, `listen=False` (queue_wait long polls).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", help="comma-separated parts: prepare,latency,burndown (default all)")
+    parser.add_argument(
+        "--ops", type=int, default=1000, help="prepare: push+reserve+commit per mode and round"
+    )
+    parser.add_argument("--samples", type=int, default=50, help="latency: pushes per set-up and round")
+    parser.add_argument("--messages", type=int, default=3000, help="burndown: backlog per set-up and round")
+    parser.add_argument("--concurrency", type=int, default=8, help="burndown: the worker's handlers")
+    parser.add_argument("--pool-size", type=int, default=4, help="PgBouncer's default_pool_size")
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "latest"))
+    args = parser.parse_args(argv)
+    parts = set((args.only or "prepare,latency,burndown").split(","))
+    _dbs.exit_on_sigterm()
+    started = dt.datetime.now(dt.UTC)
+    meta = {
+        "command": " ".join(["python bench/pgbouncer.py", *(argv if argv is not None else sys.argv[1:])]),
+        "started": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "load_before": os.getloadavg(),
+        "rounds": args.rounds,
+        "pool_size": args.pool_size,
+    }
+    direct = _dbs.create("postgresql", "pgbouncer")
+    bouncer = OwnPgBouncer(_dbs.ADMIN["postgresql"], pool_size=args.pool_size)
+    report: dict = {"meta": meta}
+    try:
+        migrate.upgrade(direct)
+        bouncer.start()
+        pooled = bouncer.dsn(direct)
+        import subprocess
+
+        meta["pgbouncer"] = subprocess.run(
+            [bouncer.exe, "--version"], capture_output=True, text=True
+        ).stdout.splitlines()[0]
+        with pyqueue_sql.connect(direct) as db, db.connection.cursor() as cur:
+            cur.execute("SHOW server_version")
+            meta["server"] = cur.fetchone()[0]
+        if "prepare" in parts:
+            report["prepare"] = run_prepare(direct, args.rounds, args.ops)
+        if "latency" in parts:
+            report["latency"] = run_latency(direct, pooled, args.rounds, args.samples)
+        if "burndown" in parts:
+            report["burndown"] = run_burndown(direct, pooled, args.rounds, args.messages, args.concurrency)
+    finally:
+        bouncer.destroy()
+        _dbs.drop("postgresql", direct)
+    meta["ended"] = dt.datetime.now(dt.UTC).strftime("%H:%M UTC")
+    meta["load_after"] = os.getloadavg()
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "pgbouncer.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    text = markdown(report)
+    with open(os.path.join(args.out, "pgbouncer.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
