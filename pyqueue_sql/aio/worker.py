@@ -247,6 +247,7 @@ class AsyncWorker(WorkerBase):
         for _ in range(self.connections):
             self._pool.put_nowait(_AsyncConnection(self, "handler"))
         self._commits_ready = asyncio.Event()
+        self._handlers = asyncio.Semaphore(self.concurrency)  # the prefetched wait here for a turn
         committers = [
             asyncio.create_task(self._committer(), name=f"pyqueue-committer-{i}")
             for i in range(self.connections)
@@ -339,7 +340,8 @@ class AsyncWorker(WorkerBase):
         return await op.lock.acquire()
 
     async def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
-        while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
+        refill_at = self._refill_at()
+        while len(self._inflight) >= refill_at and not self._stopping.is_set():
             self._freed.clear()
             await _wait_event(self._freed, 1.0)
 
@@ -485,11 +487,41 @@ class AsyncWorker(WorkerBase):
     def _start_jobs(self, jobs: list[Job]) -> None:
         for job in jobs:
             self._inflight[(job.queue, job.key, job.kind)] = job
-            task = asyncio.create_task(
-                self._steps(self._serve_steps(job), None), name=f"pyqueue-handler {job.queue}/{job.key}"
-            )
+            task = asyncio.create_task(self._serve(job), name=f"pyqueue-handler {job.queue}/{job.key}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, job: Job) -> None:
+        """A reserved message's task: waits for one of the `concurrency` handler turns (a
+        prefetched message; a stop ends the wait, and the steps hand it back), then runs it and
+        the messages its commits reserve."""
+        handlers = self._handlers
+        if not handlers.locked():
+            await handlers.acquire()  # a free turn: taken at once
+        elif not await self._turn(handlers):
+            await self._steps(self._serve_steps(job), None)  # stopping: handed back
+            return
+        try:
+            await self._steps(self._serve_steps(job), None)
+        finally:
+            handlers.release()
+
+    async def _turn(self, handlers: asyncio.Semaphore) -> bool:
+        """Waits for a handler turn (then holds it: True) or the stop (False)."""
+        acquire = asyncio.ensure_future(handlers.acquire())
+        stop = asyncio.ensure_future(self._astop.wait())
+        try:
+            await asyncio.wait({acquire, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not acquire.done():
+                acquire.cancel()
+        if acquire.done() and not acquire.cancelled():
+            if self._stopping.is_set():
+                handlers.release()
+                return False
+            return True
+        return False
 
     def _release(self, job: Job, successors: list[Job] = ()) -> None:
         self._inflight.pop((job.queue, job.key, job.kind), None)

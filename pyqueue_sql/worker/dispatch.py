@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from .model import Handler, Job, Route, log
+from .model import Handler, Job, Route, log, where_of
 from .policy import describe_error
 from .steps import (
     RECONNECT,
@@ -157,7 +157,21 @@ class Dispatch:
         return order
 
     def _free(self) -> int:
-        return self.concurrency - len(self._jobs())
+        """How many more messages the worker may hold: its handlers and its prefetch."""
+        return self.concurrency + self.prefetch - len(self._jobs())
+
+    def _refill_at(self) -> int:
+        """The dispatcher reserves again once the worker holds fewer messages than this: a free
+        handler when there is no prefetch, else half the prefetch used up (so that it reserves
+        in batches, not one message each time a handler finishes)."""
+        return self.concurrency + (self.prefetch + 1) // 2
+
+    def _lease_runs_low(self, job: Job) -> bool:
+        """Whether a message that is about to start (a prefetched one waited for a handler) has
+        less than a third of its lease left: the heartbeat, which extends every held message each
+        lease/3, has not reached it, so it may expire while its handler runs. It is handed back
+        instead, never run on a lapsing reservation."""
+        return job.lease_until is not None and job.lease_until - self._clock() < self.lease / 3
 
     def _long_poll(self) -> bool:
         """Whether the idle wait is the server's long poll (queue_wait): one queue, no LISTEN."""
@@ -317,8 +331,9 @@ class Dispatch:
         return False
 
     def _reserve_steps(self, route: Route, n: int):
+        lease_until = self._clock() + self.lease
         rows = yield Call("reserve", route.queue, kwargs=self._reserve_args(route, n))
-        jobs = [self._job_type(r) for r in rows]
+        jobs = [self._job_type(r, lease_until=lease_until) for r in rows]
         self._start_jobs(jobs)
         self._reserved(route, jobs)
         return len(jobs)
@@ -328,6 +343,15 @@ class Dispatch:
         """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
         while job is not None:
             if self._stopping.is_set():
+                yield from self._hand_back_steps(job)
+                return
+            if self._lease_runs_low(job):
+                self.stats.lease_low += 1
+                log.warning(
+                    "%s waited for a handler until its lease ran low; handed back unstarted",
+                    where_of(job),
+                    extra={"event": "lease_low", "queue": job.queue, "key": job.key, "kind": job.kind},
+                )
                 yield from self._hand_back_steps(job)
                 return
             try:
@@ -344,12 +368,13 @@ class Dispatch:
         if not chain:
             return (yield Call("commit", q, (job.reservation,), hard=True)), []
         route = self.routes[q]
+        lease_until = self._clock() + self.lease
         ok, rows = yield Call(
             "commit_reserve", q, (job.reservation,), self._commit_reserve_args(route), hard=True
         )
         self.stats.commit_reserves += 1
         self.stats.reserved += len(rows)
-        return bool(ok), [self._job_type(r) for r in rows]
+        return bool(ok), [self._job_type(r, lease_until=lease_until) for r in rows]
 
     def _fail_steps(self, job: Job, error: BaseException, interrupted: bool, elapsed_ms: float):
         """Fails a handled message with its policy's delay (queue_fail) and, when it is to be

@@ -1,10 +1,14 @@
-"""Worker: runs the shared steps (WorkerBase) on threads: a dispatcher, `concurrency` handler
-threads, a heartbeat thread, each with its own connection."""
+"""Worker: runs the shared steps (WorkerBase) on threads: a dispatcher that reserves in batches
+(its free handlers plus the prefetch), `concurrency` handler threads that only run handlers, a
+completer that acknowledges their successes in batches (queue_commit_batch), and a heartbeat
+thread, each with its own connection (a handler thread opens one only for a failure, a hand-back
+or a queue_commit_reserve)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import queue as queue_mod
 import signal
 import threading
@@ -15,7 +19,7 @@ from typing import Any
 from .. import errors
 from ..client import Database, connect
 from .base import WorkerBase
-from .model import Job, log
+from .model import Job, log, where_of
 from .steps import (
     Acquire,
     BackOff,
@@ -123,13 +127,24 @@ class _Connection:
     )
 
 
+# What _commit_steps gives a success that the completer acknowledges later (in a batch).
+_DEFERRED = object()
+
+
 class Worker(WorkerBase):
     """Runs handlers for messages of one or more queues on a pool of threads. See the module docstring."""
+
+    def __init__(self, dsn: str, *, commit_reserve: bool | None = None, **settings: Any) -> None:
+        # A success is acknowledged by the completer, in a batch with the others that finish
+        # within ack_interval, instead of a queue_commit_reserve per message from each handler
+        # thread (bench/README.md, "Workers"); commit_reserve=True asks for the latter.
+        super().__init__(dsn, commit_reserve=bool(commit_reserve), **settings)
 
     def _setup(self) -> None:
         self._heartbeat_conn: _Connection | None = None
         self._slots = threading.Condition()
         self._pending: queue_mod.Queue[Job | None] = queue_mod.Queue()
+        self._acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
         self._threads: list[threading.Thread] = []
 
     def _jobs(self) -> list[Job]:
@@ -170,6 +185,8 @@ class Worker(WorkerBase):
             self._threads.append(t)
         hb = threading.Thread(target=self._heartbeat_loop, name="pyqueue-heartbeat", daemon=True)
         hb.start()
+        completer = threading.Thread(target=self._completer_loop, name="pyqueue-completer", daemon=True)
+        completer.start()
         dispatcher_conn = _Connection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
         try:
             if self.register:
@@ -189,6 +206,9 @@ class Worker(WorkerBase):
             self._state = "stopping"
             dispatcher_conn.close()
             self._shutdown()
+            # Every handler has finished (or was abandoned): the completer flushes what is left.
+            self._acks.put(None)
+            completer.join(timeout=max(self.shutdown_timeout, 5.0))
             hb.join(timeout=5)
             conn = _Connection(self, "deregister")
             try:
@@ -229,8 +249,9 @@ class Worker(WorkerBase):
         return op.lock.acquire()
 
     def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
+        refill_at = self._refill_at()
         with self._slots:
-            while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
+            while len(self._inflight) >= refill_at and not self._stopping.is_set():
                 self._slots.wait(timeout=1.0)
 
     def _pause(self, op: Pause, conn: Any) -> bool:
@@ -270,9 +291,10 @@ class Worker(WorkerBase):
         self._wake_queues.update(self.routes)
 
     def _start_jobs(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            with self._slots:
+        with self._slots:
+            for job in jobs:
                 self._inflight[(job.queue, job.key, job.kind)] = job
+        for job in jobs:
             self._pending.put(job)
 
     # -- handlers ----------------------------------------------------------------
@@ -295,6 +317,97 @@ class Worker(WorkerBase):
         finally:
             conn.loop.close()
             conn.close()
+
+    # -- batched acknowledgement ----------------------------------------------------------
+    def _commit_steps(self, job: Job, chain: bool):
+        """A success that does not chain (queue_commit_reserve) goes to the completer: see
+        _committed and _completer_loop."""
+        if chain:
+            return (yield from super()._commit_steps(job, chain))
+        return _DEFERRED, []
+
+    def _committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
+        if ok is _DEFERRED:
+            # Called with the job's lock held, just before job.done is set: the heartbeat no
+            # longer extends it, so the token the completer sends is the one it has now.
+            self._acks.put((job, elapsed_ms))
+        else:
+            super()._committed(job, ok, elapsed_ms)
+
+    def _completer_loop(self) -> None:
+        """Acknowledges the handlers' successes: waits for one, gathers those that come within
+        ack_interval (at most ack_batch), commits them per queue in one call, and so on until
+        run() sends None (after the last handler finished), then flushes what is left. A crash
+        before a flush loses nothing: the messages are still reserved and come back after their
+        lease (at-least-once)."""
+        conn = _Connection(self, "completer")
+        try:
+            done = False
+            while not done:
+                first = self._acks.get()
+                if first is None:
+                    return
+                batch = [first]
+                flush_at = time.monotonic() + self.ack_interval
+                while len(batch) < self.ack_batch:
+                    left = flush_at - time.monotonic()
+                    try:
+                        item = self._acks.get(timeout=left) if left > 0 else self._acks.get_nowait()
+                    except queue_mod.Empty:
+                        break
+                    if item is None:
+                        done = True
+                        break
+                    batch.append(item)
+                self._flush(batch, conn)
+        finally:
+            conn.close()
+
+    def _flush(self, batch: list[tuple[Job, float]], conn: _Connection) -> None:
+        by_queue: dict[str, list[tuple[Job, float]]] = {}
+        for job, elapsed_ms in batch:
+            by_queue.setdefault(job.queue, []).append((job, elapsed_ms))
+        for q, entries in by_queue.items():
+            try:
+                if len(entries) == 1:
+                    job, elapsed_ms = entries[0]
+                    ok = self._call(Call("commit", q, (job.reservation,), hard=True), conn)
+                    super()._committed(job, ok, elapsed_ms)
+                    continue
+                held = self._call(
+                    Call("commit_many", q, ([j.reservation for j, _ in entries],), hard=True), conn
+                )
+                self.stats.ack_batches += 1
+                self._acknowledged(q, entries, held)
+            except StoppedError:
+                for job, _ in entries:
+                    self._log_abandoned(job)
+            except Exception as exc:  # e.g. the queue was dropped meanwhile
+                for job, _ in entries:
+                    self._log_unfinishable(job, exc)
+
+    def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None:
+        """Counts and logs a batch whose commit_batch said `held` of its reservations still held
+        (and are now gone); the others had expired or been released (the call does not say
+        which: the batch is logged), and their messages are or were redelivered."""
+        if held == len(entries):
+            if log.isEnabledFor(logging.DEBUG):  # one "commit" event per message, as without batches
+                for job, elapsed_ms in entries:
+                    super()._committed(job, True, elapsed_ms)
+            else:
+                self.stats.succeeded += held
+            return
+        self.stats.succeeded += held
+        self.stats.lost += len(entries) - held
+        log.warning(
+            "%d of the %d reservations of %s committed together were no longer held (expired or "
+            "released; their messages are or were redelivered), among: %s",
+            len(entries) - held,
+            len(entries),
+            q,
+            ", ".join(where_of(j) for j, _ in entries[:50]),
+            extra={"event": "lost", "queue": q, "n": len(entries) - held},
+        )
 
     # -- heartbeat -----------------------------------------------------------------
     def _heartbeat_loop(self) -> None:

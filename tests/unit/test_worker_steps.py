@@ -202,10 +202,14 @@ def dispatcher_until_listening(
     steps = Steps(worker._reserve_loop_steps())
     assert steps.op == WAIT_SLOTS
     call = steps.answer()
-    assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency)
+    # As many as it has handlers, and its prefetch beyond them.
+    assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency + worker.prefetch)
     assert steps.answer(reserved) == WAIT_SLOTS
     call = steps.answer()
-    assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency - len(reserved))
+    assert (call.method, call.kwargs["n"]) == (
+        "reserve",
+        worker.concurrency + worker.prefetch - len(reserved),
+    )
     assert steps.answer([]) == Hooks(worker.on_idle, None)
     call = steps.answer()
     assert (call.method, call.args) == ("next_scheduled_at", (None,))
@@ -299,7 +303,7 @@ def handle_success(worker: Worker, job: Job) -> tuple[Steps, Call]:
 
 
 def test_a_success_of_a_one_queue_postgresql_worker_commits_and_reserves_its_successor():
-    worker, _ = make_worker(PG, lease=12.0)
+    worker, _ = make_worker(PG, lease=12.0, commit_reserve=True)
     job = Job(reservation())
     worker._inflight[("q", "k1", "welcome")] = job
     steps, call = handle_success(worker, job)
@@ -313,16 +317,55 @@ def test_a_success_of_a_one_queue_postgresql_worker_commits_and_reserves_its_suc
 
 @pytest.mark.parametrize(
     "dsn, queues, settings",
-    [(MY, ("q",), {}), (PG, ("q", "r"), {}), (PG, ("q",), {"commit_reserve": False})],
+    [(MY, ("q",), {}), (PG, ("q", "r"), {"commit_reserve": True}), (PG, ("q",), {})],
     ids=["mysql", "several-queues", "commit_reserve-off"],
 )
-def test_otherwise_a_success_commits_plainly(dsn, queues, settings):
+def test_otherwise_a_success_goes_to_the_completer_without_a_call_of_the_handler(dsn, queues, settings):
+    """Without chaining (queue_commit_reserve: a worker of one queue that asks for it) the
+    handler thread makes no database call for a success: the job, done (the heartbeat leaves
+    it alone), goes to the completer with its reservation as it is, and frees its slot."""
     worker, _ = make_worker(dsn, *queues, **settings)
-    steps, call = handle_success(worker, Job(reservation()))
-    assert call.method == "commit" and call.hard
-    steps.answer(False)  # the reservation had lapsed
-    assert steps.done and steps.result is None
-    assert (worker.stats.succeeded, worker.stats.lost) == (0, 1)
+    job = Job(reservation())
+    worker._inflight[("q", "k1", "welcome")] = job
+    steps = Steps(worker._job_steps(job))
+    assert steps.answer(None) == Acquire(job.lock)
+    job.lock.acquire()
+    steps.answer(True)
+    assert steps.done and steps.result is None and job.done and not worker._inflight
+    assert worker._acks.get_nowait()[0] is job
+    assert worker.stats.succeeded == 0  # counted once the completer committed it
+
+
+def test_a_batch_acknowledgement_counts_what_held_and_logs_what_did_not(caplog):
+    worker, _ = make_worker(PG)
+    jobs = [(Job(reservation(key=f"k{i}")), 1.0) for i in range(3)]
+    worker._acknowledged("q", jobs, 3)
+    assert (worker.stats.succeeded, worker.stats.lost) == (3, 0)
+    with caplog.at_level(logging.WARNING, logger="pyqueue_sql.worker"):
+        worker._acknowledged("q", jobs, 2)  # one token was stale: the call does not say which
+    assert (worker.stats.succeeded, worker.stats.lost) == (5, 1)
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "lost"]
+    assert record.n == 1 and "q/k0/welcome" in record.getMessage()
+
+
+def test_a_prefetched_message_whose_lease_ran_low_is_handed_back_unstarted():
+    """A message that waited for a handler until less than a third of its lease is left (the
+    heartbeat did not extend it meanwhile) is given back, never run on a lapsing reservation;
+    one with more left runs."""
+    ran = []
+    worker, clock = make_worker(PG, handler=ran.append, lease=30.0)
+    job = Job(reservation(), lease_until=clock.now + 9.0)
+    worker._inflight[("q", "k1", "welcome")] = job
+    steps = Steps(worker._serve_steps(job))
+    assert steps.op == Acquire(job.lock)
+    job.lock.acquire()
+    call = steps.answer(True)
+    assert (call.method, call.kwargs) == ("rollback", {"delay": 0})
+    steps.answer(True)
+    assert steps.done and not ran and worker.stats.lease_low == 1 and worker.stats.handed_back == 1
+    fresh = Job(reservation(key="k2"), lease_until=clock.now + 11.0)
+    steps = Steps(worker._serve_steps(fresh))
+    assert isinstance(steps.op, Handle) and steps.op.job is fresh
 
 
 def test_after_a_stop_an_unstarted_message_is_handed_back_without_running_its_handler():
