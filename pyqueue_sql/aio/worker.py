@@ -183,8 +183,12 @@ class AsyncWorker(WorkerBase):
     runtime = "asyncio"
     _job_type = AsyncJob
 
-    def __init__(self, dsn: str, *, connections: int | None = None, **settings: Any) -> None:
-        super().__init__(dsn, **settings)
+    def __init__(
+        self, dsn: str, *, connections: int | None = None, commit_reserve: bool | None = None, **settings: Any
+    ) -> None:
+        # Successes are acknowledged in batches by the completer (see Worker); commit_reserve=True
+        # chains each success with the reserve of a next message instead (the group commit).
+        super().__init__(dsn, commit_reserve=bool(commit_reserve), **settings)
         self.connections = min(self.concurrency, 4) if connections is None else connections
         if self.connections < 1:
             raise errors.InvalidArgumentError("connections must be at least 1")
@@ -195,6 +199,8 @@ class AsyncWorker(WorkerBase):
         self._heartbeat_conn: _AsyncConnection | None = None
         self._signals_installed: list[int] = []
         self._commits: list[_PendingCommit] = []
+        self._acks: list[tuple[Job, float]] = []
+        self._acks_closed = False
 
     def _jobs(self) -> list[Job]:
         return list(self._inflight.copy().values())
@@ -247,6 +253,9 @@ class AsyncWorker(WorkerBase):
         for _ in range(self.connections):
             self._pool.put_nowait(_AsyncConnection(self, "handler"))
         self._commits_ready = asyncio.Event()
+        self._acks_ready, self._acks_full = asyncio.Event(), asyncio.Event()
+        self._acks_closed = False
+        completer = asyncio.create_task(self._completer(), name="pyqueue-completer")
         self._handlers = asyncio.Semaphore(self.concurrency)  # the prefetched wait here for a turn
         committers = [
             asyncio.create_task(self._committer(), name=f"pyqueue-committer-{i}")
@@ -276,6 +285,11 @@ class AsyncWorker(WorkerBase):
             for committer in committers:  # every handler task has finished: nothing left to commit
                 committer.cancel()
             await asyncio.gather(*committers, return_exceptions=True)
+            # ...and the completer flushes the successes still waiting for their acknowledgement.
+            self._acks_closed = True
+            self._acks_ready.set()
+            await asyncio.wait({completer}, timeout=max(self.shutdown_timeout, 5.0))
+            completer.cancel()
             await asyncio.wait({heartbeat}, timeout=5)
             heartbeat.cancel()
             conn = _AsyncConnection(self, "deregister")
@@ -379,13 +393,43 @@ class AsyncWorker(WorkerBase):
 
     # -- group commit ----------------------------------------------------------------
     def _commit_steps(self, job: Job, chain: bool):
-        """The success goes to the committers (see _commit_group); the same result as
-        WorkerBase._commit_steps."""
+        """A success that chains goes to the committers (see _commit_group), with the same result
+        as WorkerBase._commit_steps; any other to the completer, as there."""
+        if not chain:
+            return (yield from super()._commit_steps(job, chain))
         return (yield Commit(job, chain))
 
     def _committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
         if ok is not _COUNTED_BY_BATCH:
             super()._committed(job, ok, elapsed_ms)
+
+    def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
+        self._acks.append((job, elapsed_ms))
+        self._acks_ready.set()
+        if len(self._acks) >= self.ack_batch:
+            self._acks_full.set()
+
+    async def _completer(self) -> None:
+        """Acknowledges the handlers' successes (see Worker._completer_loop): once one waits, up
+        to ack_interval for more (at most ack_batch), then one flush (Dispatch._ack_steps) on its
+        own connection; until run() closes it after the last handler task, flushing the rest."""
+        conn = _AsyncConnection(self, "completer")
+        try:
+            while True:
+                await self._acks_ready.wait()
+                if not self._acks and self._acks_closed:
+                    return
+                if self.ack_interval > 0 and len(self._acks) < self.ack_batch and not self._acks_closed:
+                    await _wait_event(self._acks_full, self.ack_interval)
+                batch, self._acks = self._acks[: self.ack_batch], self._acks[self.ack_batch :]
+                if len(self._acks) < self.ack_batch:
+                    self._acks_full.clear()
+                if not self._acks and not self._acks_closed:
+                    self._acks_ready.clear()
+                if batch:
+                    await self._steps(self._ack_steps(batch), conn)
+        finally:
+            await conn.close()
 
     async def _committer(self) -> None:
         """Commits whatever successes are pending each time it is free; `connections` of them run

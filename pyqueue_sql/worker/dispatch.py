@@ -12,6 +12,7 @@ failed (any worker of more than one handler slot) would sleep to the poll fallba
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 
 # How often a wait looks at the stop and at a newly scheduled retry (seconds).
 WAIT_SLICE = 0.25
+
+# What _commit_steps gives a success that the completer acknowledges later, in a batch.
+DEFERRED = object()
 
 
 class RetryDue:
@@ -362,11 +366,24 @@ class Dispatch:
                 )
                 return
 
+    def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
+        """Hands a success to the runner's completer (see _ack_steps)."""
+        raise NotImplementedError
+
+    def _committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
+        if ok is DEFERRED:
+            # Called with the job's lock held, just before job.done is set: the heartbeat no
+            # longer extends it, so the token the completer sends is the one it has now.
+            self._defer_ack(job, elapsed_ms)
+        else:
+            super()._committed(job, ok, elapsed_ms)
+
     def _commit_steps(self, job: Job, chain: bool):
-        """Commits a handled message: (committed, the next jobs reserved in the same call)."""
+        """Commits a handled message: (committed, the next jobs reserved in the same call). A
+        success that does not chain (queue_commit_reserve) goes to the completer: DEFERRED."""
         q = job.queue
         if not chain:
-            return (yield Call("commit", q, (job.reservation,), hard=True)), []
+            return DEFERRED, []
         route = self.routes[q]
         lease_until = self._clock() + self.lease
         ok, rows = yield Call(
@@ -375,6 +392,51 @@ class Dispatch:
         self.stats.commit_reserves += 1
         self.stats.reserved += len(rows)
         return bool(ok), [self._job_type(r, lease_until=lease_until) for r in rows]
+
+    def _ack_steps(self, batch: list[tuple[Job, float]]):
+        """The completer's flush: commits the successes of each queue in one call (one alone:
+        queue_commit, whose answer names it). Run by one completer at a time, on its connection."""
+        by_queue: dict[str, list[tuple[Job, float]]] = {}
+        for job, elapsed_ms in batch:
+            by_queue.setdefault(job.queue, []).append((job, elapsed_ms))
+        for q, entries in by_queue.items():
+            try:
+                if len(entries) == 1:
+                    job, elapsed_ms = entries[0]
+                    self._committed(job, (yield Call("commit", q, (job.reservation,), hard=True)), elapsed_ms)
+                    continue
+                held = yield Call("commit_many", q, ([j.reservation for j, _ in entries],), hard=True)
+                self.stats.ack_batches += 1
+                self._acknowledged(q, entries, held)
+            except StoppedError:
+                for job, _ in entries:
+                    self._log_abandoned(job)
+            except Exception as exc:  # e.g. the queue was dropped meanwhile
+                for job, _ in entries:
+                    self._log_unfinishable(job, exc)
+
+    def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None:
+        """Counts and logs a batch whose queue_commit_batch said `held` of its reservations still
+        held (and are now gone); the others had expired or been released (the call does not say
+        which: the batch is logged), and their messages are or were redelivered."""
+        if held == len(entries):
+            if log.isEnabledFor(logging.DEBUG):  # one "commit" event per message, as without batches
+                for job, elapsed_ms in entries:
+                    self._committed(job, True, elapsed_ms)
+            else:
+                self.stats.succeeded += held
+            return
+        self.stats.succeeded += held
+        self.stats.lost += len(entries) - held
+        log.warning(
+            "%d of the %d reservations of %s committed together were no longer held (expired or "
+            "released; their messages are or were redelivered), among: %s",
+            len(entries) - held,
+            len(entries),
+            q,
+            ", ".join(where_of(j) for j, _ in entries[:50]),
+            extra={"event": "lost", "queue": q, "n": len(entries) - held},
+        )
 
     def _fail_steps(self, job: Job, error: BaseException, interrupted: bool, elapsed_ms: float):
         """Fails a handled message with its policy's delay (queue_fail) and, when it is to be

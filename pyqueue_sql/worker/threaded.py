@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import queue as queue_mod
 import signal
 import threading
@@ -19,7 +18,7 @@ from typing import Any
 from .. import errors
 from ..client import Database, connect
 from .base import WorkerBase
-from .model import Job, log, where_of
+from .model import Job, log
 from .steps import (
     Acquire,
     BackOff,
@@ -125,10 +124,6 @@ class _Connection:
     _execute = dispatcher(
         {Connect: _connect, OnConnect: _on_connect, Invoke: _invoke, Close: _close, BackOff: _back_off}
     )
-
-
-# What _commit_steps gives a success that the completer acknowledges later (in a batch).
-_DEFERRED = object()
 
 
 class Worker(WorkerBase):
@@ -319,24 +314,12 @@ class Worker(WorkerBase):
             conn.close()
 
     # -- batched acknowledgement ----------------------------------------------------------
-    def _commit_steps(self, job: Job, chain: bool):
-        """A success that does not chain (queue_commit_reserve) goes to the completer: see
-        _committed and _completer_loop."""
-        if chain:
-            return (yield from super()._commit_steps(job, chain))
-        return _DEFERRED, []
-
-    def _committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
-        if ok is _DEFERRED:
-            # Called with the job's lock held, just before job.done is set: the heartbeat no
-            # longer extends it, so the token the completer sends is the one it has now.
-            self._acks.put((job, elapsed_ms))
-        else:
-            super()._committed(job, ok, elapsed_ms)
+    def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
+        self._acks.put((job, elapsed_ms))
 
     def _completer_loop(self) -> None:
         """Acknowledges the handlers' successes: waits for one, gathers those that come within
-        ack_interval (at most ack_batch), commits them per queue in one call, and so on until
+        ack_interval (at most ack_batch), commits them (Dispatch._ack_steps), and so on until
         run() sends None (after the last handler finished), then flushes what is left. A crash
         before a flush loses nothing: the messages are still reserved and come back after their
         lease (at-least-once)."""
@@ -359,55 +342,9 @@ class Worker(WorkerBase):
                         done = True
                         break
                     batch.append(item)
-                self._flush(batch, conn)
+                self._steps(self._ack_steps(batch), conn)
         finally:
             conn.close()
-
-    def _flush(self, batch: list[tuple[Job, float]], conn: _Connection) -> None:
-        by_queue: dict[str, list[tuple[Job, float]]] = {}
-        for job, elapsed_ms in batch:
-            by_queue.setdefault(job.queue, []).append((job, elapsed_ms))
-        for q, entries in by_queue.items():
-            try:
-                if len(entries) == 1:
-                    job, elapsed_ms = entries[0]
-                    ok = self._call(Call("commit", q, (job.reservation,), hard=True), conn)
-                    super()._committed(job, ok, elapsed_ms)
-                    continue
-                held = self._call(
-                    Call("commit_many", q, ([j.reservation for j, _ in entries],), hard=True), conn
-                )
-                self.stats.ack_batches += 1
-                self._acknowledged(q, entries, held)
-            except StoppedError:
-                for job, _ in entries:
-                    self._log_abandoned(job)
-            except Exception as exc:  # e.g. the queue was dropped meanwhile
-                for job, _ in entries:
-                    self._log_unfinishable(job, exc)
-
-    def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None:
-        """Counts and logs a batch whose commit_batch said `held` of its reservations still held
-        (and are now gone); the others had expired or been released (the call does not say
-        which: the batch is logged), and their messages are or were redelivered."""
-        if held == len(entries):
-            if log.isEnabledFor(logging.DEBUG):  # one "commit" event per message, as without batches
-                for job, elapsed_ms in entries:
-                    super()._committed(job, True, elapsed_ms)
-            else:
-                self.stats.succeeded += held
-            return
-        self.stats.succeeded += held
-        self.stats.lost += len(entries) - held
-        log.warning(
-            "%d of the %d reservations of %s committed together were no longer held (expired or "
-            "released; their messages are or were redelivered), among: %s",
-            len(entries) - held,
-            len(entries),
-            q,
-            ", ".join(where_of(j) for j, _ in entries[:50]),
-            extra={"event": "lost", "queue": q, "n": len(entries) - held},
-        )
 
     # -- heartbeat -----------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
