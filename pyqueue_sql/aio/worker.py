@@ -288,6 +288,7 @@ class AsyncWorker(WorkerBase):
             # ...and the completer flushes the successes still waiting for their acknowledgement.
             self._acks_closed = True
             self._acks_ready.set()
+            self._acks_full.set()  # ends the completer's wait for more
             await asyncio.wait({completer}, timeout=max(self.shutdown_timeout, 5.0))
             completer.cancel()
             await asyncio.wait({heartbeat}, timeout=5)
@@ -354,8 +355,7 @@ class AsyncWorker(WorkerBase):
         return await op.lock.acquire()
 
     async def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
-        refill_at = self._refill_at()
-        while len(self._inflight) >= refill_at and not self._stopping.is_set():
+        while len(self._inflight) >= self._refill_at() and not self._stopping.is_set():
             self._freed.clear()
             await _wait_event(self._freed, 1.0)
 

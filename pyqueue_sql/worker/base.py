@@ -34,7 +34,7 @@ ACK_INTERVAL = 0.002
 def default_prefetch(concurrency: int) -> int:
     """How many messages a worker reserves beyond its free handlers by default (see
     bench/README.md, "Workers")."""
-    return concurrency
+    return 6 * concurrency
 
 
 class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
@@ -145,6 +145,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         self._rng = random.Random()
         self._clock: Callable[[], float] = time.monotonic  # what the dispatcher's waits read
         self._retry_due = RetryDue()
+        self._handler_avg: float | None = None  # the handlers' average seconds (moving), see Dispatch
         self._setup()
 
     # -- configuration -----------------------------------------------------------

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 # How often a wait looks at the stop and at a newly scheduled retry (seconds).
 WAIT_SLICE = 0.25
 
+# The prefetch holds at most about this many seconds of the handlers' work (by their average
+# time so far), so that slow handlers do not sit on messages other workers could run.
+PREFETCH_HORIZON = 0.1
+
 # What _commit_steps gives a success that the completer acknowledges later, in a batch.
 DEFERRED = object()
 
@@ -160,15 +164,30 @@ class Dispatch:
         self._wake_queues.clear()
         return order
 
+    def _prefetch_now(self) -> int:
+        """How many messages to hold beyond the handlers now: up to `prefetch`, but no more than
+        PREFETCH_HORIZON seconds of the handlers' work at their average time so far (none until
+        a handler has finished: a worker whose handlers are slow, or have not run yet, does not
+        hold messages that another worker could start)."""
+        avg = self._handler_avg
+        if avg is None or not self.prefetch:
+            return 0
+        return min(self.prefetch, int(self.concurrency * PREFETCH_HORIZON / max(avg, 1e-6)))
+
+    def _note_handler_time(self, seconds: float) -> None:
+        """Keeps the handlers' average time (moving: recent handlers weigh most)."""
+        avg = self._handler_avg
+        self._handler_avg = seconds if avg is None else avg + 0.1 * (seconds - avg)
+
     def _free(self) -> int:
         """How many more messages the worker may hold: its handlers and its prefetch."""
-        return self.concurrency + self.prefetch - len(self._jobs())
+        return self.concurrency + self._prefetch_now() - len(self._jobs())
 
     def _refill_at(self) -> int:
         """The dispatcher reserves again once the worker holds fewer messages than this: a free
         handler when there is no prefetch, else half the prefetch used up (so that it reserves
         in batches, not one message each time a handler finishes)."""
-        return self.concurrency + (self.prefetch + 1) // 2
+        return self.concurrency + (self._prefetch_now() + 1) // 2
 
     def _lease_runs_low(self, job: Job) -> bool:
         """Whether a message that is about to start (a prefetched one waited for a handler) has
@@ -462,6 +481,7 @@ class Dispatch:
             # The handler's failure is the message's, not the worker's: it comes back as the
             # result (thrown in, a GeneratorExit would end these steps).
             error = yield Handle(fn, job)
+            self._note_handler_time(time.monotonic() - job.started_at)
         if isinstance(error, asyncio.CancelledError) and self._hard_stop.is_set():
             self._release(job)  # abandoned: the message comes back after its lease
             raise error

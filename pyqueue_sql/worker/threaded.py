@@ -244,9 +244,8 @@ class Worker(WorkerBase):
         return op.lock.acquire()
 
     def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
-        refill_at = self._refill_at()
         with self._slots:
-            while len(self._inflight) >= refill_at and not self._stopping.is_set():
+            while len(self._inflight) >= self._refill_at() and not self._stopping.is_set():
                 self._slots.wait(timeout=1.0)
 
     def _pause(self, op: Pause, conn: Any) -> bool:

@@ -202,14 +202,11 @@ def dispatcher_until_listening(
     steps = Steps(worker._reserve_loop_steps())
     assert steps.op == WAIT_SLOTS
     call = steps.answer()
-    # As many as it has handlers, and its prefetch beyond them.
-    assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency + worker.prefetch)
+    # As many as it has handlers (no handler has finished yet: no prefetch).
+    assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency)
     assert steps.answer(reserved) == WAIT_SLOTS
     call = steps.answer()
-    assert (call.method, call.kwargs["n"]) == (
-        "reserve",
-        worker.concurrency + worker.prefetch - len(reserved),
-    )
+    assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency - len(reserved))
     assert steps.answer([]) == Hooks(worker.on_idle, None)
     call = steps.answer()
     assert (call.method, call.args) == ("next_scheduled_at", (None,))
@@ -346,6 +343,20 @@ def test_a_batch_acknowledgement_counts_what_held_and_logs_what_did_not(caplog):
     assert (worker.stats.succeeded, worker.stats.lost) == (5, 1)
     [record] = [r for r in caplog.records if getattr(r, "event", None) == "lost"]
     assert record.n == 1 and "q/k0/welcome" in record.getMessage()
+
+
+def test_the_prefetch_holds_a_bounded_time_of_the_handlers_work():
+    """None before a handler finished; then up to `prefetch` messages, but no more than about
+    PREFETCH_HORIZON seconds of work at the handlers' average time: slow handlers get none."""
+    worker, _ = make_worker(PG, concurrency=4, prefetch=20)
+    assert (worker._prefetch_now(), worker._free(), worker._refill_at()) == (0, 4, 4)
+    worker._note_handler_time(0.001)  # quick handlers: the whole prefetch
+    assert (worker._prefetch_now(), worker._free(), worker._refill_at()) == (20, 24, 14)
+    worker._handler_avg = 0.05  # 4 handlers x 0.1 s / 0.05 s
+    assert worker._prefetch_now() == 8
+    worker._handler_avg = 2.0  # slow handlers: nothing beyond the free handlers
+    assert (worker._prefetch_now(), worker._free()) == (0, 4)
+    assert make_worker(PG, prefetch=0)[0]._prefetch_now() == 0
 
 
 def test_a_prefetched_message_whose_lease_ran_low_is_handed_back_unstarted():
