@@ -15,20 +15,25 @@ forced stop, the worker registry, reconnects, the logs on the
 
   * up to `concurrency` handlers run at once, each an asyncio task; a handler
     that is a plain function runs on a thread of the loop's default executor;
-  * one connection reserves and waits (the dispatcher), one heartbeats, and
-    `connections` (default min(concurrency, 4)) are shared by the handler
-    tasks for their commits and failures;
+  * one connection reserves and waits (the dispatcher), one heartbeats, one
+    acknowledges successes (the completer), and `connections` (default
+    min(concurrency, 4)) are shared by the handler tasks for their failures,
+    hand-backs and chained commits;
   * PostgreSQL wakes the dispatcher by LISTEN on its async connection;
     MySQL/MariaDB (or listen=False) long-polls queue_wait with one queue and
     polls with several;
-  * in a worker of one queue a success commits with queue_commit_reserve and
-    the task runs the message that call reserved;
-  * the successes of one queue that finish while the shared connections are
-    busy are committed together (group commit): one queue_commit_batch for them
-    and, in a worker of one queue, one queue_commit_reserve that commits one more
-    and reserves a next message for each of them. A lone success commits as
-    above. So `connections` connections carry `concurrency` handlers without
-    each commit waiting for a connection of its own;
+  * the dispatcher reserves for the free handlers plus the prefetch (as
+    Worker); a prefetched message's task waits for one of the `concurrency`
+    handler turns (a stop hands it back at once);
+  * a success is acknowledged by a completer task on its own connection, in
+    batches (queue_commit_batch, as Worker: ack_batch, ack_interval); the
+    handler's turn is free as soon as its handler returned;
+  * with commit_reserve=True, in a worker of one queue, a success commits with
+    queue_commit_reserve and the task runs the message that call reserved; the
+    successes that finish while the shared connections are busy are committed
+    together (group commit): one queue_commit_batch for them and one
+    queue_commit_reserve that commits one more and reserves a next message for
+    each of them;
   * a stop that hits the deadline, or a forced one, cancels the handler tasks
     still running: their messages come back when their lease ends (a handler
     that raises CancelledError by itself fails its message as any error does).
