@@ -430,3 +430,21 @@ def test_an_operation_no_runner_knows_is_an_error():
     assert execute(None, Pause(2.0)) == 2.0
     with pytest.raises(AssertionError, match="unknown operation"):
         execute(None, WAIT_SLOTS)
+
+
+def test_the_heartbeat_extends_only_what_was_not_reserved_or_extended_lately():
+    """A message reserved or extended within the last quarter lease is left alone (a busy worker
+    holds many such); an older one is extended, and its lease is counted from before the call."""
+    worker, clock = make_worker(PG, lease=12.0)
+    fresh = Job(reservation(key="fresh"), lease_until=clock.now + 10.0)
+    with pytest.raises(StopIteration):
+        next(worker._extend_steps(fresh))
+    older = Job(reservation(key="older"), lease_until=clock.now + 8.0)
+    steps = Steps(worker._extend_steps(older))
+    assert steps.op == Acquire(older.lock)
+    older.lock.acquire()
+    call = steps.answer(True)
+    assert (call.method, call.args, call.kwargs) == ("extend", (older.reservation,), {"timeout": 12.0})
+    clock.now += 0.5  # the call's round trip
+    steps.answer(reservation(key="older"))
+    assert steps.done and older.lease_until == 1000.0 + 12.0
