@@ -15,20 +15,25 @@ forced stop, the worker registry, reconnects, the logs on the
 
   * up to `concurrency` handlers run at once, each an asyncio task; a handler
     that is a plain function runs on a thread of the loop's default executor;
-  * one connection reserves and waits (the dispatcher), one heartbeats, and
-    `connections` (default min(concurrency, 4)) are shared by the handler
-    tasks for their commits and failures;
+  * one connection reserves and waits (the dispatcher), one heartbeats, one
+    acknowledges successes (the completer), and `connections` (default
+    min(concurrency, 4)) are shared by the handler tasks for their failures,
+    hand-backs and chained commits;
   * PostgreSQL wakes the dispatcher by LISTEN on its async connection;
     MySQL/MariaDB (or listen=False) long-polls queue_wait with one queue and
     polls with several;
-  * in a worker of one queue a success commits with queue_commit_reserve and
-    the task runs the message that call reserved;
-  * the successes of one queue that finish while the shared connections are
-    busy are committed together (group commit): one queue_commit_batch for them
-    and, in a worker of one queue, one queue_commit_reserve that commits one more
-    and reserves a next message for each of them. A lone success commits as
-    above. So `connections` connections carry `concurrency` handlers without
-    each commit waiting for a connection of its own;
+  * the dispatcher reserves for the free handlers plus the prefetch (as
+    Worker); a prefetched message's task waits for one of the `concurrency`
+    handler turns (a stop hands it back at once);
+  * a success is acknowledged by a completer task on its own connection, in
+    batches (queue_commit_batch, as Worker: ack_batch, ack_interval); the
+    handler's turn is free as soon as its handler returned;
+  * with commit_reserve=True, in a worker of one queue, a success commits with
+    queue_commit_reserve and the task runs the message that call reserved; the
+    successes that finish while the shared connections are busy are committed
+    together (group commit): one queue_commit_batch for them and one
+    queue_commit_reserve that commits one more and reserves a next message for
+    each of them;
   * a stop that hits the deadline, or a forced one, cancels the handler tasks
     still running: their messages come back when their lease ends (a handler
     that raises CancelledError by itself fails its message as any error does).
@@ -183,8 +188,12 @@ class AsyncWorker(WorkerBase):
     runtime = "asyncio"
     _job_type = AsyncJob
 
-    def __init__(self, dsn: str, *, connections: int | None = None, **settings: Any) -> None:
-        super().__init__(dsn, **settings)
+    def __init__(
+        self, dsn: str, *, connections: int | None = None, commit_reserve: bool | None = None, **settings: Any
+    ) -> None:
+        # Successes are acknowledged in batches by the completer (see Worker); commit_reserve=True
+        # chains each success with the reserve of a next message instead (the group commit).
+        super().__init__(dsn, commit_reserve=bool(commit_reserve), **settings)
         self.connections = min(self.concurrency, 4) if connections is None else connections
         if self.connections < 1:
             raise errors.InvalidArgumentError("connections must be at least 1")
@@ -195,6 +204,8 @@ class AsyncWorker(WorkerBase):
         self._heartbeat_conn: _AsyncConnection | None = None
         self._signals_installed: list[int] = []
         self._commits: list[_PendingCommit] = []
+        self._acks: list[tuple[Job, float]] = []
+        self._acks_closed = False
 
     def _jobs(self) -> list[Job]:
         return list(self._inflight.copy().values())
@@ -247,6 +258,10 @@ class AsyncWorker(WorkerBase):
         for _ in range(self.connections):
             self._pool.put_nowait(_AsyncConnection(self, "handler"))
         self._commits_ready = asyncio.Event()
+        self._acks_ready, self._acks_full = asyncio.Event(), asyncio.Event()
+        self._acks_closed = False
+        completer = asyncio.create_task(self._completer(), name="pyqueue-completer")
+        self._handlers = asyncio.Semaphore(self.concurrency)  # the prefetched wait here for a turn
         committers = [
             asyncio.create_task(self._committer(), name=f"pyqueue-committer-{i}")
             for i in range(self.connections)
@@ -275,6 +290,12 @@ class AsyncWorker(WorkerBase):
             for committer in committers:  # every handler task has finished: nothing left to commit
                 committer.cancel()
             await asyncio.gather(*committers, return_exceptions=True)
+            # ...and the completer flushes the successes still waiting for their acknowledgement.
+            self._acks_closed = True
+            self._acks_ready.set()
+            self._acks_full.set()  # ends the completer's wait for more
+            await asyncio.wait({completer}, timeout=max(self.shutdown_timeout, 5.0))
+            completer.cancel()
             await asyncio.wait({heartbeat}, timeout=5)
             heartbeat.cancel()
             conn = _AsyncConnection(self, "deregister")
@@ -339,7 +360,7 @@ class AsyncWorker(WorkerBase):
         return await op.lock.acquire()
 
     async def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
-        while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
+        while len(self._inflight) >= self._refill_at() and not self._stopping.is_set():
             self._freed.clear()
             await _wait_event(self._freed, 1.0)
 
@@ -377,13 +398,43 @@ class AsyncWorker(WorkerBase):
 
     # -- group commit ----------------------------------------------------------------
     def _commit_steps(self, job: Job, chain: bool):
-        """The success goes to the committers (see _commit_group); the same result as
-        WorkerBase._commit_steps."""
+        """A success that chains goes to the committers (see _commit_group), with the same result
+        as WorkerBase._commit_steps; any other to the completer, as there."""
+        if not chain:
+            return (yield from super()._commit_steps(job, chain))
         return (yield Commit(job, chain))
 
     def _committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
         if ok is not _COUNTED_BY_BATCH:
             super()._committed(job, ok, elapsed_ms)
+
+    def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
+        self._acks.append((job, elapsed_ms))
+        self._acks_ready.set()
+        if len(self._acks) >= self.ack_batch:
+            self._acks_full.set()
+
+    async def _completer(self) -> None:
+        """Acknowledges the handlers' successes (see Worker._completer_loop): once one waits, up
+        to ack_interval for more (at most ack_batch), then one flush (Dispatch._ack_steps) on its
+        own connection; until run() closes it after the last handler task, flushing the rest."""
+        conn = _AsyncConnection(self, "completer")
+        try:
+            while True:
+                await self._acks_ready.wait()
+                if not self._acks and self._acks_closed:
+                    return
+                if self.ack_interval > 0 and len(self._acks) < self.ack_batch and not self._acks_closed:
+                    await _wait_event(self._acks_full, self.ack_interval)
+                batch, self._acks = self._acks[: self.ack_batch], self._acks[self.ack_batch :]
+                if len(self._acks) < self.ack_batch:
+                    self._acks_full.clear()
+                if not self._acks and not self._acks_closed:
+                    self._acks_ready.clear()
+                if batch:
+                    await self._steps(self._ack_steps(batch), conn)
+        finally:
+            await conn.close()
 
     async def _committer(self) -> None:
         """Commits whatever successes are pending each time it is free; `connections` of them run
@@ -487,11 +538,41 @@ class AsyncWorker(WorkerBase):
     def _start_jobs(self, jobs: list[Job]) -> None:
         for job in jobs:
             self._inflight[(job.queue, job.key, job.kind)] = job
-            task = asyncio.create_task(
-                self._steps(self._serve_steps(job), None), name=f"pyqueue-handler {job.queue}/{job.key}"
-            )
+            task = asyncio.create_task(self._serve(job), name=f"pyqueue-handler {job.queue}/{job.key}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, job: Job) -> None:
+        """A reserved message's task: waits for one of the `concurrency` handler turns (a
+        prefetched message; a stop ends the wait, and the steps hand it back), then runs it and
+        the messages its commits reserve."""
+        handlers = self._handlers
+        if not handlers.locked():
+            await handlers.acquire()  # a free turn: taken at once
+        elif not await self._turn(handlers):
+            await self._steps(self._serve_steps(job), None)  # stopping: handed back
+            return
+        try:
+            await self._steps(self._serve_steps(job), None)
+        finally:
+            handlers.release()
+
+    async def _turn(self, handlers: asyncio.Semaphore) -> bool:
+        """Waits for a handler turn (then holds it: True) or the stop (False)."""
+        acquire = asyncio.ensure_future(handlers.acquire())
+        stop = asyncio.ensure_future(self._astop.wait())
+        try:
+            await asyncio.wait({acquire, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not acquire.done():
+                acquire.cancel()
+        if acquire.done() and not acquire.cancelled():
+            if self._stopping.is_set():
+                handlers.release()
+                return False
+            return True
+        return False
 
     def _release(self, job: Job, successors: list[Job] = ()) -> None:
         self._inflight.pop((job.queue, job.key, job.kind), None)

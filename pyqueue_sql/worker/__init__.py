@@ -9,8 +9,8 @@
     worker.run()          # until SIGTERM / SIGINT (or worker.stop())
 
 How it waits (the dispatcher thread, one connection):
-  * it reserves as many messages as it has free handler threads, back to back
-    while work flows;
+  * it reserves as many messages as it has free handler threads plus the
+    prefetch (below), back to back while work flows;
   * when a reserve comes back empty it asks each queue for its next
     scheduled_at (queue_next_scheduled_at) and waits until the earliest of
     that, the poll fallback, a wakeup, or the time a message one of its
@@ -27,12 +27,26 @@ How it waits (the dispatcher thread, one connection):
       seconds, checking every `long_poll_check` seconds); with several queues,
       client-side polling that backs off from `poll_min` to `poll_max`.
 
-Each message: the handler runs on a pool thread; success -> queue_commit, or,
-in a worker of one queue that is not stopping, on PostgreSQL (commit_reserve=
-True asks for it on MySQL too), queue_commit_reserve: the same call reserves
-the queue's next message, which the thread runs next (one round trip per
-message instead of a commit and a reserve; stats.commit_reserves counts them;
-with several queues the dispatcher keeps choosing, so none starves);
+Prefetch: once handlers have finished (so their average time is known) the
+dispatcher also holds up to `prefetch` messages (default 6 x concurrency)
+beyond the free handlers, but no more than about 0.1 s of the handlers' work
+at their average time, so that slow handlers do not sit on messages another
+worker could run; it reserves again when half of that is used up. The
+heartbeat extends prefetched messages as it does running ones; one that waited
+until less than a third of its lease is left is handed back unstarted
+(stats.lease_low), never run on a lapsing reservation.
+
+Each message: the handler runs on a pool thread, which makes no database call
+for a success: a completer thread (its own connection) acknowledges the
+successes in batches with queue_commit_batch, up to `ack_batch` (100) at a
+time, at most `ack_interval` (0.002 s) after the first of them finished (one
+alone: queue_commit). A reservation that no longer held (a stale token) is not
+committed: the batch is logged as lost (the call does not say which one) and
+its message is redelivered. A crash before the flush loses nothing: the
+messages are still reserved and come back after their lease; a graceful stop
+flushes. commit_reserve=True (a worker of one queue) makes each handler thread
+commit its success with queue_commit_reserve instead, taking the queue's next
+message in the same call (stats.commit_reserves counts them);
 exception -> queue_fail with the queue's RetryPolicy delay (exponential,
 jittered) and the error text "ExceptionType: message" (stored as the message's
 last_error; the traceback goes to the log); the SQL dead-letters it (or drops

@@ -25,6 +25,17 @@ from .shutdown import Shutdown
 LONG_POLL_WAIT = 1.0
 LONG_POLL_CHECK = 0.025
 
+# Batched acknowledgement: at most ACK_BATCH successes in one queue_commit_batch, sent at most
+# ACK_INTERVAL seconds after the first of them finished (see bench/README.md, "Workers").
+ACK_BATCH = 100
+ACK_INTERVAL = 0.002
+
+
+def default_prefetch(concurrency: int) -> int:
+    """How many messages a worker reserves beyond its free handlers by default (see
+    bench/README.md, "Workers")."""
+    return 6 * concurrency
+
 
 class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
     """What Worker (threads) and pyqueue_sql.aio.AsyncWorker (asyncio tasks) share: the
@@ -53,9 +64,20 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         register: bool = True,
         release_dead_after: float | None = None,
         commit_reserve: bool | None = None,
+        prefetch: int | None = None,
+        ack_batch: int = ACK_BATCH,
+        ack_interval: float = ACK_INTERVAL,
     ) -> None:
         if concurrency < 1:
             raise errors.InvalidArgumentError("concurrency must be at least 1")
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise errors.InvalidArgumentError("prefetch must be an integer >= 0 (or None: the default)")
+        if isinstance(ack_batch, bool) or not isinstance(ack_batch, int) or ack_batch < 1:
+            raise errors.InvalidArgumentError("ack_batch must be an integer >= 1")
+        if not ack_interval >= 0:
+            raise errors.InvalidArgumentError("ack_interval must be >= 0 seconds")
         if lease <= 0 or poll_min <= 0 or poll_max < poll_min or long_poll_wait <= 0 or long_poll_check <= 0:
             raise errors.InvalidArgumentError(
                 "lease, poll_min, long_poll_wait and long_poll_check must be > 0, poll_max >= poll_min"
@@ -100,6 +122,13 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
             if commit_reserve is None
             else bool(commit_reserve)
         )
+        # Messages reserved beyond the free handlers, so that a handler that finishes finds its
+        # next message at hand instead of waiting a reserve's round trip.
+        self.prefetch = default_prefetch(concurrency) if prefetch is None else prefetch
+        # Successes are acknowledged together (queue_commit_batch): up to ack_batch at once, at
+        # most ack_interval seconds after the first of them finished (see Worker, AsyncWorker).
+        self.ack_batch = ack_batch
+        self.ack_interval = float(ack_interval)
         self.registration: WorkerRegistration | None = None  # while running, when register=True
         self.routes: dict[str, Route] = {}
         self.stats = WorkerStats()
@@ -123,6 +152,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         self._rng = random.Random()
         self._clock: Callable[[], float] = time.monotonic  # what the dispatcher's waits read
         self._retry_due = RetryDue()
+        self._handler_avg: float | None = None  # the handlers' average seconds (moving), see Dispatch
         self._setup()
 
     def _dsn_of(self, role: str) -> str:

@@ -12,12 +12,13 @@ failed (any worker of more than one handler slot) would sleep to the poll fallba
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from .model import Handler, Job, Route, log
+from .model import Handler, Job, Route, log, where_of
 from .policy import describe_error
 from .steps import (
     RECONNECT,
@@ -37,6 +38,13 @@ if TYPE_CHECKING:
 
 # How often a wait looks at the stop and at a newly scheduled retry (seconds).
 WAIT_SLICE = 0.25
+
+# The prefetch holds at most about this many seconds of the handlers' work (by their average
+# time so far), so that slow handlers do not sit on messages other workers could run.
+PREFETCH_HORIZON = 0.1
+
+# What _commit_steps gives a success that the completer acknowledges later, in a batch.
+DEFERRED = object()
 
 
 class RetryDue:
@@ -156,8 +164,37 @@ class Dispatch:
         self._wake_queues.clear()
         return order
 
+    def _prefetch_now(self) -> int:
+        """How many messages to hold beyond the handlers now: up to `prefetch`, but no more than
+        PREFETCH_HORIZON seconds of the handlers' work at their average time so far (none until
+        a handler has finished: a worker whose handlers are slow, or have not run yet, does not
+        hold messages that another worker could start)."""
+        avg = self._handler_avg
+        if avg is None or not self.prefetch:
+            return 0
+        return min(self.prefetch, int(self.concurrency * PREFETCH_HORIZON / max(avg, 1e-6)))
+
+    def _note_handler_time(self, seconds: float) -> None:
+        """Keeps the handlers' average time (moving: recent handlers weigh most)."""
+        avg = self._handler_avg
+        self._handler_avg = seconds if avg is None else avg + 0.1 * (seconds - avg)
+
     def _free(self) -> int:
-        return self.concurrency - len(self._jobs())
+        """How many more messages the worker may hold: its handlers and its prefetch."""
+        return self.concurrency + self._prefetch_now() - len(self._jobs())
+
+    def _refill_at(self) -> int:
+        """The dispatcher reserves again once the worker holds fewer messages than this: a free
+        handler when there is no prefetch, else half the prefetch used up (so that it reserves
+        in batches, not one message each time a handler finishes)."""
+        return self.concurrency + (self._prefetch_now() + 1) // 2
+
+    def _lease_runs_low(self, job: Job) -> bool:
+        """Whether a message that is about to start (a prefetched one waited for a handler) has
+        less than a third of its lease left: the heartbeat, which extends every held message each
+        lease/3, has not reached it, so it may expire while its handler runs. It is handed back
+        instead, never run on a lapsing reservation."""
+        return job.lease_until is not None and job.lease_until - self._clock() < self.lease / 3
 
     def _long_poll(self) -> bool:
         """Whether the idle wait is the server's long poll (queue_wait): one queue, no LISTEN."""
@@ -317,8 +354,9 @@ class Dispatch:
         return False
 
     def _reserve_steps(self, route: Route, n: int):
+        lease_until = self._clock() + self.lease
         rows = yield Call("reserve", route.queue, kwargs=self._reserve_args(route, n))
-        jobs = [self._job_type(r) for r in rows]
+        jobs = [self._job_type(r, lease_until=lease_until) for r in rows]
         self._start_jobs(jobs)
         self._reserved(route, jobs)
         return len(jobs)
@@ -330,6 +368,15 @@ class Dispatch:
             if self._stopping.is_set():
                 yield from self._hand_back_steps(job)
                 return
+            if self._lease_runs_low(job):
+                self.stats.lease_low += 1
+                log.warning(
+                    "%s waited for a handler until its lease ran low; handed back unstarted",
+                    where_of(job),
+                    extra={"event": "lease_low", "queue": job.queue, "key": job.key, "kind": job.kind},
+                )
+                yield from self._hand_back_steps(job)
+                return
             try:
                 job = yield from self._job_steps(job)
             except Exception:  # never lose the handler (its job was released in _job_steps)
@@ -338,18 +385,77 @@ class Dispatch:
                 )
                 return
 
+    def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
+        """Hands a success to the runner's completer (see _ack_steps)."""
+        raise NotImplementedError
+
+    def _committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
+        if ok is DEFERRED:
+            # Called with the job's lock held, just before job.done is set: the heartbeat no
+            # longer extends it, so the token the completer sends is the one it has now.
+            self._defer_ack(job, elapsed_ms)
+        else:
+            super()._committed(job, ok, elapsed_ms)
+
     def _commit_steps(self, job: Job, chain: bool):
-        """Commits a handled message: (committed, the next jobs reserved in the same call)."""
+        """Commits a handled message: (committed, the next jobs reserved in the same call). A
+        success that does not chain (queue_commit_reserve) goes to the completer: DEFERRED."""
         q = job.queue
         if not chain:
-            return (yield Call("commit", q, (job.reservation,), hard=True)), []
+            return DEFERRED, []
         route = self.routes[q]
+        lease_until = self._clock() + self.lease
         ok, rows = yield Call(
             "commit_reserve", q, (job.reservation,), self._commit_reserve_args(route), hard=True
         )
         self.stats.commit_reserves += 1
         self.stats.reserved += len(rows)
-        return bool(ok), [self._job_type(r) for r in rows]
+        return bool(ok), [self._job_type(r, lease_until=lease_until) for r in rows]
+
+    def _ack_steps(self, batch: list[tuple[Job, float]]):
+        """The completer's flush: commits the successes of each queue in one call (one alone:
+        queue_commit, whose answer names it). Run by one completer at a time, on its connection."""
+        by_queue: dict[str, list[tuple[Job, float]]] = {}
+        for job, elapsed_ms in batch:
+            by_queue.setdefault(job.queue, []).append((job, elapsed_ms))
+        for q, entries in by_queue.items():
+            try:
+                if len(entries) == 1:
+                    job, elapsed_ms = entries[0]
+                    self._committed(job, (yield Call("commit", q, (job.reservation,), hard=True)), elapsed_ms)
+                    continue
+                held = yield Call("commit_many", q, ([j.reservation for j, _ in entries],), hard=True)
+                self.stats.ack_batches += 1
+                self._acknowledged(q, entries, held)
+            except StoppedError:
+                for job, _ in entries:
+                    self._log_abandoned(job)
+            except Exception as exc:  # e.g. the queue was dropped meanwhile
+                for job, _ in entries:
+                    self._log_unfinishable(job, exc)
+
+    def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None:
+        """Counts and logs a batch whose queue_commit_batch said `held` of its reservations still
+        held (and are now gone); the others had expired or been released (the call does not say
+        which: the batch is logged), and their messages are or were redelivered."""
+        if held == len(entries):
+            if log.isEnabledFor(logging.DEBUG):  # one "commit" event per message, as without batches
+                for job, elapsed_ms in entries:
+                    self._committed(job, True, elapsed_ms)
+            else:
+                self.stats.succeeded += held
+            return
+        self.stats.succeeded += held
+        self.stats.lost += len(entries) - held
+        log.warning(
+            "%d of the %d reservations of %s committed together were no longer held (expired or "
+            "released; their messages are or were redelivered), among: %s",
+            len(entries) - held,
+            len(entries),
+            q,
+            ", ".join(where_of(j) for j, _ in entries[:50]),
+            extra={"event": "lost", "queue": q, "n": len(entries) - held},
+        )
 
     def _fail_steps(self, job: Job, error: BaseException, interrupted: bool, elapsed_ms: float):
         """Fails a handled message with its policy's delay (queue_fail) and, when it is to be
@@ -375,6 +481,7 @@ class Dispatch:
             # The handler's failure is the message's, not the worker's: it comes back as the
             # result (thrown in, a GeneratorExit would end these steps).
             error = yield Handle(fn, job)
+            self._note_handler_time(time.monotonic() - job.started_at)
         if isinstance(error, asyncio.CancelledError) and self._hard_stop.is_set():
             self._release(job)  # abandoned: the message comes back after its lease
             raise error

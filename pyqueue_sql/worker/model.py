@@ -23,6 +23,9 @@ class Job:
 
     reservation: Reservation
     started_at: float | None = None
+    # time.monotonic() by which the reservation has surely expired (taken before the call that
+    # reserved or last extended it, plus the lease); None when not known
+    lease_until: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     done: bool = False
 
@@ -65,6 +68,8 @@ class WorkerStats:
     dispatch_errors: int = 0  # non-connection errors in the reserve/dispatch loop (logged, retried)
     interrupted: int = 0  # handlers that raised KeyboardInterrupt (handed back; the worker stopped)
     commit_reserves: int = 0  # commits that reserved the next message in the same call
+    ack_batches: int = 0  # queue_commit_batch calls that acknowledged several successes at once
+    lease_low: int = 0  # prefetched messages handed back unstarted: their lease ran low first
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
-"""Worker: runs the shared steps (WorkerBase) on threads: a dispatcher, `concurrency` handler
-threads, a heartbeat thread, each with its own connection."""
+"""Worker: runs the shared steps (WorkerBase) on threads: a dispatcher that reserves in batches
+(its free handlers plus the prefetch), `concurrency` handler threads that only run handlers, a
+completer that acknowledges their successes in batches (queue_commit_batch), and a heartbeat
+thread, each with its own connection (a handler thread opens one only for a failure, a hand-back
+or a queue_commit_reserve)."""
 
 from __future__ import annotations
 
@@ -126,10 +129,17 @@ class _Connection:
 class Worker(WorkerBase):
     """Runs handlers for messages of one or more queues on a pool of threads. See the module docstring."""
 
+    def __init__(self, dsn: str, *, commit_reserve: bool | None = None, **settings: Any) -> None:
+        # A success is acknowledged by the completer, in a batch with the others that finish
+        # within ack_interval, instead of a queue_commit_reserve per message from each handler
+        # thread (bench/README.md, "Workers"); commit_reserve=True asks for the latter.
+        super().__init__(dsn, commit_reserve=bool(commit_reserve), **settings)
+
     def _setup(self) -> None:
         self._heartbeat_conn: _Connection | None = None
         self._slots = threading.Condition()
         self._pending: queue_mod.Queue[Job | None] = queue_mod.Queue()
+        self._acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
         self._threads: list[threading.Thread] = []
 
     def _jobs(self) -> list[Job]:
@@ -170,6 +180,8 @@ class Worker(WorkerBase):
             self._threads.append(t)
         hb = threading.Thread(target=self._heartbeat_loop, name="pyqueue-heartbeat", daemon=True)
         hb.start()
+        completer = threading.Thread(target=self._completer_loop, name="pyqueue-completer", daemon=True)
+        completer.start()
         dispatcher_conn = _Connection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
         try:
             if self.register:
@@ -189,6 +201,9 @@ class Worker(WorkerBase):
             self._state = "stopping"
             dispatcher_conn.close()
             self._shutdown()
+            # Every handler has finished (or was abandoned): the completer flushes what is left.
+            self._acks.put(None)
+            completer.join(timeout=max(self.shutdown_timeout, 5.0))
             hb.join(timeout=5)
             conn = _Connection(self, "deregister")
             try:
@@ -230,7 +245,7 @@ class Worker(WorkerBase):
 
     def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
         with self._slots:
-            while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
+            while len(self._inflight) >= self._refill_at() and not self._stopping.is_set():
                 self._slots.wait(timeout=1.0)
 
     def _pause(self, op: Pause, conn: Any) -> bool:
@@ -272,9 +287,10 @@ class Worker(WorkerBase):
         self._wake_queues.update(self.routes)
 
     def _start_jobs(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            with self._slots:
+        with self._slots:
+            for job in jobs:
                 self._inflight[(job.queue, job.key, job.kind)] = job
+        for job in jobs:
             self._pending.put(job)
 
     # -- handlers ----------------------------------------------------------------
@@ -296,6 +312,39 @@ class Worker(WorkerBase):
                 self._steps(self._serve_steps(job), conn)
         finally:
             conn.loop.close()
+            conn.close()
+
+    # -- batched acknowledgement ----------------------------------------------------------
+    def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
+        self._acks.put((job, elapsed_ms))
+
+    def _completer_loop(self) -> None:
+        """Acknowledges the handlers' successes: waits for one, gathers those that come within
+        ack_interval (at most ack_batch), commits them (Dispatch._ack_steps), and so on until
+        run() sends None (after the last handler finished), then flushes what is left. A crash
+        before a flush loses nothing: the messages are still reserved and come back after their
+        lease (at-least-once)."""
+        conn = _Connection(self, "completer")
+        try:
+            done = False
+            while not done:
+                first = self._acks.get()
+                if first is None:
+                    return
+                batch = [first]
+                flush_at = time.monotonic() + self.ack_interval
+                while len(batch) < self.ack_batch:
+                    left = flush_at - time.monotonic()
+                    try:
+                        item = self._acks.get(timeout=left) if left > 0 else self._acks.get_nowait()
+                    except queue_mod.Empty:
+                        break
+                    if item is None:
+                        done = True
+                        break
+                    batch.append(item)
+                self._steps(self._ack_steps(batch), conn)
+        finally:
             conn.close()
 
     # -- heartbeat -----------------------------------------------------------------

@@ -202,6 +202,7 @@ def dispatcher_until_listening(
     steps = Steps(worker._reserve_loop_steps())
     assert steps.op == WAIT_SLOTS
     call = steps.answer()
+    # As many as it has handlers (no handler has finished yet: no prefetch).
     assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency)
     assert steps.answer(reserved) == WAIT_SLOTS
     call = steps.answer()
@@ -299,7 +300,7 @@ def handle_success(worker: Worker, job: Job) -> tuple[Steps, Call]:
 
 
 def test_a_success_of_a_one_queue_postgresql_worker_commits_and_reserves_its_successor():
-    worker, _ = make_worker(PG, lease=12.0)
+    worker, _ = make_worker(PG, lease=12.0, commit_reserve=True)
     job = Job(reservation())
     worker._inflight[("q", "k1", "welcome")] = job
     steps, call = handle_success(worker, job)
@@ -313,16 +314,69 @@ def test_a_success_of_a_one_queue_postgresql_worker_commits_and_reserves_its_suc
 
 @pytest.mark.parametrize(
     "dsn, queues, settings",
-    [(MY, ("q",), {}), (PG, ("q", "r"), {}), (PG, ("q",), {"commit_reserve": False})],
+    [(MY, ("q",), {}), (PG, ("q", "r"), {"commit_reserve": True}), (PG, ("q",), {})],
     ids=["mysql", "several-queues", "commit_reserve-off"],
 )
-def test_otherwise_a_success_commits_plainly(dsn, queues, settings):
+def test_otherwise_a_success_goes_to_the_completer_without_a_call_of_the_handler(dsn, queues, settings):
+    """Without chaining (queue_commit_reserve: a worker of one queue that asks for it) the
+    handler thread makes no database call for a success: the job, done (the heartbeat leaves
+    it alone), goes to the completer with its reservation as it is, and frees its slot."""
     worker, _ = make_worker(dsn, *queues, **settings)
-    steps, call = handle_success(worker, Job(reservation()))
-    assert call.method == "commit" and call.hard
-    steps.answer(False)  # the reservation had lapsed
-    assert steps.done and steps.result is None
-    assert (worker.stats.succeeded, worker.stats.lost) == (0, 1)
+    job = Job(reservation())
+    worker._inflight[("q", "k1", "welcome")] = job
+    steps = Steps(worker._job_steps(job))
+    assert steps.answer(None) == Acquire(job.lock)
+    job.lock.acquire()
+    steps.answer(True)
+    assert steps.done and steps.result is None and job.done and not worker._inflight
+    assert worker._acks.get_nowait()[0] is job
+    assert worker.stats.succeeded == 0  # counted once the completer committed it
+
+
+def test_a_batch_acknowledgement_counts_what_held_and_logs_what_did_not(caplog):
+    worker, _ = make_worker(PG)
+    jobs = [(Job(reservation(key=f"k{i}")), 1.0) for i in range(3)]
+    worker._acknowledged("q", jobs, 3)
+    assert (worker.stats.succeeded, worker.stats.lost) == (3, 0)
+    with caplog.at_level(logging.WARNING, logger="pyqueue_sql.worker"):
+        worker._acknowledged("q", jobs, 2)  # one token was stale: the call does not say which
+    assert (worker.stats.succeeded, worker.stats.lost) == (5, 1)
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "lost"]
+    assert record.n == 1 and "q/k0/welcome" in record.getMessage()
+
+
+def test_the_prefetch_holds_a_bounded_time_of_the_handlers_work():
+    """None before a handler finished; then up to `prefetch` messages, but no more than about
+    PREFETCH_HORIZON seconds of work at the handlers' average time: slow handlers get none."""
+    worker, _ = make_worker(PG, concurrency=4, prefetch=20)
+    assert (worker._prefetch_now(), worker._free(), worker._refill_at()) == (0, 4, 4)
+    worker._note_handler_time(0.001)  # quick handlers: the whole prefetch
+    assert (worker._prefetch_now(), worker._free(), worker._refill_at()) == (20, 24, 14)
+    worker._handler_avg = 0.05  # 4 handlers x 0.1 s / 0.05 s
+    assert worker._prefetch_now() == 8
+    worker._handler_avg = 2.0  # slow handlers: nothing beyond the free handlers
+    assert (worker._prefetch_now(), worker._free()) == (0, 4)
+    assert make_worker(PG, prefetch=0)[0]._prefetch_now() == 0
+
+
+def test_a_prefetched_message_whose_lease_ran_low_is_handed_back_unstarted():
+    """A message that waited for a handler until less than a third of its lease is left (the
+    heartbeat did not extend it meanwhile) is given back, never run on a lapsing reservation;
+    one with more left runs."""
+    ran = []
+    worker, clock = make_worker(PG, handler=ran.append, lease=30.0)
+    job = Job(reservation(), lease_until=clock.now + 9.0)
+    worker._inflight[("q", "k1", "welcome")] = job
+    steps = Steps(worker._serve_steps(job))
+    assert steps.op == Acquire(job.lock)
+    job.lock.acquire()
+    call = steps.answer(True)
+    assert (call.method, call.kwargs) == ("rollback", {"delay": 0})
+    steps.answer(True)
+    assert steps.done and not ran and worker.stats.lease_low == 1 and worker.stats.handed_back == 1
+    fresh = Job(reservation(key="k2"), lease_until=clock.now + 11.0)
+    steps = Steps(worker._serve_steps(fresh))
+    assert isinstance(steps.op, Handle) and steps.op.job is fresh
 
 
 def test_after_a_stop_an_unstarted_message_is_handed_back_without_running_its_handler():
@@ -376,3 +430,21 @@ def test_an_operation_no_runner_knows_is_an_error():
     assert execute(None, Pause(2.0)) == 2.0
     with pytest.raises(AssertionError, match="unknown operation"):
         execute(None, WAIT_SLOTS)
+
+
+def test_the_heartbeat_extends_only_what_was_not_reserved_or_extended_lately():
+    """A message reserved or extended within the last quarter lease is left alone (a busy worker
+    holds many such); an older one is extended, and its lease is counted from before the call."""
+    worker, clock = make_worker(PG, lease=12.0)
+    fresh = Job(reservation(key="fresh"), lease_until=clock.now + 10.0)
+    with pytest.raises(StopIteration):
+        next(worker._extend_steps(fresh))
+    older = Job(reservation(key="older"), lease_until=clock.now + 8.0)
+    steps = Steps(worker._extend_steps(older))
+    assert steps.op == Acquire(older.lock)
+    older.lock.acquire()
+    call = steps.answer(True)
+    assert (call.method, call.args, call.kwargs) == ("extend", (older.reservation,), {"timeout": 12.0})
+    clock.now += 0.5  # the call's round trip
+    steps.answer(reservation(key="older"))
+    assert steps.done and older.lease_until == 1000.0 + 12.0

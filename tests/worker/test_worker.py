@@ -237,7 +237,7 @@ def test_a_success_commits_and_reserves_the_next_message_in_one_call(dsn, queue)
     exactly one database call per message. Counted per message: the calls the worker made between
     the starts of two consecutive handlers."""
     calls_at_start = []
-    worker = Worker(dsn, concurrency=1, poll_fallback=60.0, commit_reserve=True)
+    worker = Worker(dsn, concurrency=1, poll_fallback=60.0, commit_reserve=True, prefetch=0)
     worker.add_handler(queue.name, lambda job: calls_at_start.append((job.key, worker.stats.db_calls)))
     queue.push_many([(f"k{i:02}", "k", {}) for i in range(20)])
     with running(worker):
@@ -251,17 +251,29 @@ def test_a_success_commits_and_reserves_the_next_message_in_one_call(dsn, queue)
         assert gaps == [1] * 19, gaps
 
 
-def test_commit_reserve_is_the_default_where_it_is_one_round_trip(dialect, dsn, queue):
-    """PostgreSQL: one round trip. MySQL/MariaDB: its own transaction (three round trips), slower
-    under many handlers than a commit plus the dispatcher's batched reserve: plain commits."""
-    assert Worker(dsn).commit_reserve is (dialect == "postgresql")
-    assert Worker(dsn, commit_reserve=False).commit_reserve is False
-    worker = Worker(dsn, concurrency=2, poll_fallback=0.2)
-    worker.add_handler(queue.name, lambda job: None)
-    queue.push_many([(f"k{i}", "k", {}) for i in range(6)])
+def test_successes_are_acknowledged_in_batches_each_exactly_once(dsn, queue):
+    """By default the handler threads make no database call for a success: the completer
+    commits the successes together (queue_commit_batch), and the dispatcher reserves for the
+    free handlers and the prefetch. Every message is handled and committed exactly once."""
+    assert Worker(dsn).commit_reserve is False
+    seen: list[str] = []
+    lock = threading.Lock()
+    worker = Worker(dsn, concurrency=4, prefetch=8, ack_interval=0.01, poll_fallback=0.2)
+
+    @worker.handler(queue.name)
+    def handle(job):
+        with lock:
+            seen.append(job.key)
+
+    keys = [f"k{i:03}" for i in range(300)]
+    queue.push_many([(k, "k", {}) for k in keys])
     with running(worker):
-        wait_for(lambda: worker.stats.succeeded == 6, 30, "six messages")
-    assert (worker.stats.commit_reserves > 0) is (dialect == "postgresql")
+        wait_for(lambda: worker.stats.succeeded == 300, 60, "300 commits")
+    assert sorted(seen) == keys  # each handled once
+    assert (worker.stats.lost, worker.stats.commit_reserves) == (0, 0)
+    assert worker.stats.ack_batches > 0 and worker.stats.db_calls < 300
+    s = queue.stats()
+    assert (s.ready, s.reserved, s.delayed) == (0, 0, 0)
 
 
 def test_a_worker_of_several_queues_commits_plainly_so_the_dispatcher_shares_threads(dsn, make_queue):
