@@ -76,9 +76,9 @@ class System:
         if self.kind == "node":
             if shutil.which("node") is None:
                 return "node is not installed"
-            module = os.path.join(PEERS, "node_modules", self.name, "package.json")
-            if not os.path.exists(module):
-                return f"{self.name} is not installed (npm ci in bench/peers, or make bench)"
+            package = self.name.removesuffix("-batched")
+            if not os.path.exists(os.path.join(PEERS, "node_modules", package, "package.json")):
+                return f"{package} is not installed (npm ci in bench/peers, or make bench)"
         elif self.kind == "oban":
             if not os.path.exists(OBAN_PYTHON):
                 return "bench/peers/.venv-oban is missing (oban needs Python >= 3.12; make bench makes it)"
@@ -138,6 +138,14 @@ SYSTEMS = [
         "graphile-worker (npm)",
         "node",
         "SELECT count(*) FROM graphile_worker._private_jobs",
+    ),
+    System(
+        "graphile-worker-batched",
+        "postgresql",
+        "graphile-worker (npm), local queue + batched completion",
+        "node",
+        "SELECT count(*) FROM graphile_worker._private_jobs",
+        note="its performance guide's batching, off by default: localQueue.size 17 (concurrency + 1), completeJobBatchDelay 250 ms",
     ),
     System(
         "pg-boss",
@@ -299,11 +307,16 @@ def measure(system: System, workload: str, jobs: int, cap: float) -> dict:
     sleep_ms = WORKLOADS[workload][1]
     dsn = _dbs.create(system.dialect, "bd_" + system.name.replace("-", "_"))
     try:
+        t0 = time.perf_counter()
         system.install(dsn)
+        t1 = time.perf_counter()
         system.enqueue(dsn, jobs)
         if system.dialect == "postgresql":
             _dbs.execute(system.dialect, dsn, "VACUUM ANALYZE")
-        return drain(system, dsn, jobs, sleep_ms, cap)
+        t2 = time.perf_counter()
+        print(f"installed {t1 - t0:.1f} s, enqueued {t2 - t1:.1f} s, ", end="", flush=True)
+        result = drain(system, dsn, jobs, sleep_ms, cap)
+        return result | {"install_s": round(t1 - t0, 2), "enqueue_s": round(t2 - t1, 2)}
     finally:
         _dbs.drop(system.dialect, dsn)
 
