@@ -102,7 +102,8 @@ wheel: | $(PY)
 
 # Side-by-side benchmark, interleaved in rounds (bench/README.md): pyqueue-sql against pgmq, PGQueuer
 # and the INSERT ceiling on PostgreSQL, a hand-rolled SKIP LOCKED queue, the naive design and the
-# INSERT IGNORE ceiling on MySQL/MariaDB; writes bench/latest/bench.{md,json}. Full run ~10 min;
+# INSERT IGNORE ceiling on MySQL/MariaDB; writes bench/latest/bench.{md,json}. Full run ~10 min,
+# then the burn-down (below, ~30 min);
 #   make bench BENCH_ARGS=--quick                     1 round, 2,000 messages (~1.5 min)
 #   make bench BENCH_ARGS="--rounds 5 --dialects mysql"
 # Scale measurements on both dialects (1M delayed / backlog / churn, 100k distinct priorities, batch

@@ -392,7 +392,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
-        "--cap", type=float, default=40.0, help="seconds a drain may take (then jobs done / elapsed)"
+        "--cap", type=float, default=30.0, help="seconds a drain may take (then jobs done / elapsed)"
     )
     ap.add_argument(
         "--quick", action="store_true", help="5,000 / 2,000 jobs, 1 round, 20 s cap; writes to bench/results/"
@@ -428,7 +428,7 @@ def main() -> None:
         else:
             runnable.append(s)
     meta = {
-        "command": "python bench/burndown.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python bench/burndown.py", *sys.argv[1:]]),
         "rounds": args.rounds,
         "cap": args.cap,
         "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
