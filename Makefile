@@ -16,7 +16,7 @@ DEMO_STAMP  := $(VENV)/.installed-demo
 STAMP       := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: bench scale soak demo demo-spark test test-fast lint format venv wheel clean screenshots
+.PHONY: bench burndown bench-peers scale soak demo demo-spark test test-fast lint format venv wheel clean screenshots
 
 # The virtualenv itself (an order-only prerequisite below: its age never forces a reinstall).
 $(PY):
@@ -103,7 +103,8 @@ wheel: | $(PY)
 
 # Side-by-side benchmark, interleaved in rounds (bench/README.md): pyqueue-sql against pgmq, PGQueuer
 # and the INSERT ceiling on PostgreSQL, a hand-rolled SKIP LOCKED queue, the naive design and the
-# INSERT IGNORE ceiling on MySQL/MariaDB; writes bench/latest/bench.{md,json}. Full run ~10 min;
+# INSERT IGNORE ceiling on MySQL/MariaDB; writes bench/latest/bench.{md,json}. Full run ~10 min,
+# then the burn-down (below, ~30 min);
 #   make bench BENCH_ARGS=--quick                     1 round, 2,000 messages (~1.5 min)
 #   make bench BENCH_ARGS="--rounds 5 --dialects mysql"
 # Scale measurements on both dialects (1M delayed / backlog / churn, 100k distinct priorities, batch
@@ -116,8 +117,38 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)
+# The burn-down's peers outside the bench extra (bench/peers/): graphile-worker and pg-boss from npm
+# (npm ci, the lockfile's versions), oban's Python port in a virtualenv of its own, as it needs
+# Python >= 3.12 (python3.13/python3.12 on the PATH, else one under pyenv; PYTHON312=... to choose).
+# A peer that cannot be installed here is reported NOT RUN by bench/burndown.py, with the reason.
+PEERS       := bench/peers
+PYTHON312   ?= $(firstword $(filter-out %/shims/python3.13 %/shims/python3.12,$(shell command -v python3.13 python3.12 2>/dev/null)) $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3))
+NPM_STAMP   := $(PEERS)/node_modules/.installed
+OBAN_STAMP  := $(PEERS)/.venv-oban/.installed
+
+$(NPM_STAMP): $(PEERS)/package.json $(PEERS)/package-lock.json
+	cd $(PEERS) && npm ci --no-audit --no-fund
+	touch $(NPM_STAMP)
+
+$(OBAN_STAMP): $(PEERS)/requirements-oban.txt
+	@test -n "$(PYTHON312)" || { echo "make: no Python >= 3.12 for oban (PYTHON312=...)"; exit 1; }
+	$(PYTHON312) -m venv $(PEERS)/.venv-oban
+	$(PEERS)/.venv-oban/bin/python -m pip install --disable-pip-version-check --quiet -r $(PEERS)/requirements-oban.txt
+	touch $(OBAN_STAMP)
+
+bench-peers:
+	-@$(MAKE) --no-print-directory $(NPM_STAMP) || echo "make: the npm peers are not installed (node/npm missing?); the burn-down reports them NOT RUN"
+	-@$(MAKE) --no-print-directory $(OBAN_STAMP) || echo "make: oban is not installed; the burn-down reports it NOT RUN"
+
+# bench.py (the routines, side by side), then the burn-down (bench/burndown.py: each system's own
+# worker draining a backlog, 2 processes x 16 handlers; ~30 min for 3 rounds, --rounds 1 ~10 min):
+#   make burndown BURNDOWN_ARGS="--quick --systems pyqueue-async,pgmq --dialects postgresql"
+bench: $(BENCH_STAMP) bench-peers
 	$(PY) bench/bench.py $(BENCH_ARGS)
+	$(PY) bench/burndown.py $(BURNDOWN_ARGS)
+
+burndown: $(BENCH_STAMP) bench-peers
+	$(PY) bench/burndown.py $(BURNDOWN_ARGS)
 
 scale: $(STAMP)
 	$(PY) bench/scale.py $(SCALE_ARGS)

@@ -1,0 +1,503 @@
+"""Burn-down: a backlog drained by each system's own worker runtime, as users measure it.
+
+    python bench/burndown.py                                   # full run (make bench runs it)
+    python bench/burndown.py --rounds 1                        # one round of everything, ~10 min
+    python bench/burndown.py --quick                           # 5,000 / 2,000 jobs, 1 round, 20 s cap
+    python bench/burndown.py --systems pyqueue-async,pgmq --dialects postgresql --workloads noop
+
+Workloads: `noop` (50,000 jobs whose handler does nothing) and `sleep10` (20,000 jobs whose
+handler waits 10 ms; the limit is 32 / 0.010 = 3,200 jobs/s). For each system, in each round: a
+fresh database (bench/_dbs.py), the system installed by its own migrate command, the backlog
+enqueued with its own bulk API before the clock starts, then 2 worker processes of its own
+runtime with 16 handlers each. Each process builds its worker and says `ready`; the clock starts
+when both are told to go, and stops when a count of the system's unfinished jobs, polled from the
+database every 20 ms on a connection of its own, reaches 0. A run is cut at --cap seconds and then
+reports jobs done / elapsed. Rounds are interleaved with the order of the systems rotating; the
+summary gives the median jobs/s per dialect, workload and system and, within each round, the
+ratio to the best peer of that dialect (median over rounds). See bench/README.md, Burn-down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from bench import _dbs  # noqa: E402
+
+PEERS = os.path.join(HERE, "peers")
+PY_WORKERS = os.path.join(PEERS, "py_workers.py")
+NODE_WORKERS = os.path.join(PEERS, "node_workers.mjs")
+OBAN_WORKER = os.path.join(PEERS, "oban_worker.py")
+OBAN_PYTHON = os.path.join(PEERS, ".venv-oban", "bin", "python")
+OBAN_CLI = os.path.join(PEERS, ".venv-oban", "bin", "oban")
+
+PROCESSES = 2
+CONCURRENCY = 16
+POLL = 0.02
+
+WORKLOADS = {
+    # name: (jobs, handler sleep in ms, jobs in --quick)
+    "noop": (50_000, 0.0, 5_000),
+    "sleep10": (20_000, 10.0, 2_000),
+}
+
+
+@dataclass
+class System:
+    name: str
+    dialect: str
+    label: str
+    kind: str  # py, node, oban
+    remaining_sql: str
+    peer: bool = True
+    note: str = ""
+    needs: list[str] = field(default_factory=list)
+
+    def unavailable(self) -> str | None:
+        """Why this system cannot run here, or None."""
+        import importlib.util
+
+        if self.kind == "node":
+            if shutil.which("node") is None:
+                return "node is not installed"
+            package = self.name.removesuffix("-batched")
+            if not os.path.exists(os.path.join(PEERS, "node_modules", package, "package.json")):
+                return f"{package} is not installed (npm ci in bench/peers, or make bench)"
+        elif self.kind == "oban":
+            if not os.path.exists(OBAN_PYTHON):
+                return "bench/peers/.venv-oban is missing (oban needs Python >= 3.12; make bench makes it)"
+        for module in self.needs:
+            if importlib.util.find_spec(module) is None:
+                return f"the Python package {module} is not installed (the bench extra: make bench)"
+        return None
+
+    def _run(self, *args: str) -> None:
+        done = subprocess.run(self._command(*args), cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{self.name} {args[0]} failed: {(done.stderr or done.stdout)[-2000:]}")
+
+    def _command(self, action: str, dsn: str, *args: str) -> list[str]:
+        if self.kind == "py":
+            return [sys.executable, PY_WORKERS, action, self.name, dsn, *args]
+        if self.kind == "node":
+            return ["node", NODE_WORKERS, action, self.name, dsn, *args]
+        if action == "install":
+            return [OBAN_CLI, "install", "--dsn", dsn]
+        return [OBAN_PYTHON, OBAN_WORKER, action, dsn, *args]
+
+    def install(self, dsn: str) -> None:
+        self._run("install", dsn)
+
+    def enqueue(self, dsn: str, jobs: int) -> None:
+        self._run("enqueue", dsn, str(jobs))
+
+    def worker_command(self, dsn: str, sleep_ms: float) -> list[str]:
+        if self.kind == "py":
+            return self._command("work", dsn, "--concurrency", str(CONCURRENCY), "--sleep-ms", str(sleep_ms))
+        return self._command("work", dsn, str(CONCURRENCY), str(sleep_ms))
+
+
+SYSTEMS = [
+    System(
+        "pyqueue-async",
+        "postgresql",
+        "**pyqueue-sql `AsyncWorker`** (async def handler)",
+        "py",
+        "SELECT count(*) FROM pyqueue_message",
+        peer=False,
+        needs=["psycopg"],
+    ),
+    System(
+        "pyqueue-threads",
+        "postgresql",
+        "**pyqueue-sql `Worker`** (def handler, threads; what `pyqueue-sql worker` runs)",
+        "py",
+        "SELECT count(*) FROM pyqueue_message",
+        peer=False,
+        needs=["psycopg"],
+    ),
+    System(
+        "graphile-worker",
+        "postgresql",
+        "graphile-worker (npm)",
+        "node",
+        "SELECT count(*) FROM graphile_worker._private_jobs",
+    ),
+    System(
+        "graphile-worker-batched",
+        "postgresql",
+        "graphile-worker (npm), local queue + batched completion",
+        "node",
+        "SELECT count(*) FROM graphile_worker._private_jobs",
+        note="its performance guide's batching, off by default: localQueue.size 17 (concurrency + 1), completeJobBatchDelay 250 ms",
+    ),
+    System(
+        "pg-boss",
+        "postgresql",
+        "pg-boss (npm)",
+        "node",
+        "SELECT count(*) FROM pgboss.job WHERE state IN ('created', 'retry', 'active')",
+        note="work(localConcurrency 16, batchSize 10, burstWhenBatchFull): 16 loops per process, each running its batch one job at a time",
+    ),
+    System(
+        "pgmq",
+        "postgresql",
+        "pgmq: read-batch/delete loop in threads (pgmq ships no runtime)",
+        "py",
+        "SELECT count(*) FROM pgmq.q_burndown",
+        needs=["pgmq"],
+        note="16 threads x pgmq.read(10) + pgmq.delete(ids)",
+    ),
+    System(
+        "oban",
+        "postgresql",
+        "oban (its Python port)",
+        "oban",
+        "SELECT count(*) FROM oban_jobs WHERE state IN ('available', 'scheduled', 'executing', 'retryable')",
+    ),
+    System(
+        "pgqueuer",
+        "postgresql",
+        "PGQueuer",
+        "py",
+        "SELECT count(*) FROM pgqueuer",
+        needs=["pgqueuer"],
+        note="max_concurrent_tasks 16 forces batch_size <= 8 (default 10)",
+    ),
+    System(
+        "awa",
+        "postgresql",
+        "awa-pg",
+        "py",
+        "SELECT count(*) FROM awa.jobs WHERE state NOT IN ('completed', 'failed', 'cancelled')",
+        needs=["awa"],
+    ),
+    System(
+        "procrastinate",
+        "postgresql",
+        "procrastinate",
+        "py",
+        "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
+        needs=["procrastinate"],
+    ),
+    System(
+        "pyqueue-async",
+        "mysql",
+        "**pyqueue-sql `AsyncWorker`** (async def handler)",
+        "py",
+        "SELECT count(*) FROM pyqueue_message",
+        peer=False,
+        needs=["aiomysql"],
+    ),
+    System(
+        "pyqueue-threads",
+        "mysql",
+        "**pyqueue-sql `Worker`** (def handler, threads)",
+        "py",
+        "SELECT count(*) FROM pyqueue_message",
+        peer=False,
+        needs=["pymysql"],
+    ),
+    System(
+        "handrolled",
+        "mysql",
+        "hand-rolled threaded SKIP LOCKED worker",
+        "py",
+        "SELECT count(*) FROM job",
+        needs=["pymysql"],
+        note="16 threads x (SELECT 10 FOR UPDATE SKIP LOCKED + UPDATE, COMMIT; DELETE ids)",
+    ),
+]
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    """Ends the worker processes (each leads its own process group) at once: the measurement is
+    over, a graceful shutdown would only add waiting."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        p.wait()
+
+
+def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> dict:
+    """Starts the worker processes on the full backlog; returns jobs done, seconds, jobs/s."""
+    counter = _dbs.raw_connect(system.dialect, dsn)
+    procs: list[subprocess.Popen] = []
+    # the workers' logs go to files (a pipe nobody reads would block a chatty worker)
+    logs = [tempfile.TemporaryFile(mode="w+") for _ in range(PROCESSES)]
+
+    def log_tail(p: subprocess.Popen) -> str:
+        log = logs[procs.index(p)]
+        log.seek(0)
+        return log.read()[-2000:]
+
+    try:
+        cur = counter.cursor()
+        for log in logs:
+            procs.append(
+                subprocess.Popen(
+                    system.worker_command(dsn, sleep_ms),
+                    cwd=ROOT,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
+        for p in procs:
+            line = p.stdout.readline()
+            if line.strip() != "ready":
+                _kill(procs)
+                raise RuntimeError(f"{system.name} worker did not start: {line}{log_tail(p)}")
+            # whatever the worker prints afterwards is read and dropped
+            threading.Thread(target=p.stdout.read, daemon=True).start()
+        started = time.perf_counter()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        remaining = jobs
+        while True:
+            time.sleep(POLL)
+            cur.execute(system.remaining_sql)
+            remaining = int(cur.fetchone()[0])
+            elapsed = time.perf_counter() - started
+            if remaining == 0 or elapsed >= cap:
+                break
+            dead = [p for p in procs if p.poll() is not None]
+            if dead:
+                _kill(procs)
+                raise RuntimeError(f"{system.name} worker exited early: {log_tail(dead[0])}")
+        done = jobs - remaining
+        return {
+            "jobs": jobs,
+            "done": done,
+            "seconds": elapsed,
+            "rate": done / elapsed,
+            "capped": remaining > 0,
+        }
+    finally:
+        _kill(procs)
+        counter.close()
+        for log in logs:
+            log.close()
+
+
+def measure(system: System, workload: str, jobs: int, cap: float) -> dict:
+    sleep_ms = WORKLOADS[workload][1]
+    dsn = _dbs.create(system.dialect, "bd_" + system.name.replace("-", "_"))
+    try:
+        t0 = time.perf_counter()
+        system.install(dsn)
+        t1 = time.perf_counter()
+        system.enqueue(dsn, jobs)
+        if system.dialect == "postgresql":
+            _dbs.execute(system.dialect, dsn, "VACUUM ANALYZE")
+        t2 = time.perf_counter()
+        print(f"installed {t1 - t0:.1f} s, enqueued {t2 - t1:.1f} s, ", end="", flush=True)
+        result = drain(system, dsn, jobs, sleep_ms, cap)
+        return result | {"install_s": round(t1 - t0, 2), "enqueue_s": round(t2 - t1, 2)}
+    finally:
+        _dbs.drop(system.dialect, dsn)
+
+
+def _loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def summarize(results: list[dict], systems: list[System], workloads: list[str], meta: dict) -> str:
+    lines = [
+        "# Burn-down: each system's own worker draining a backlog",
+        "",
+        f"Command: `{meta['command']}`; {meta['rounds']} round(s), {PROCESSES} worker processes x "
+        f"{CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} "
+        f"({meta['cpus']} CPUs), load average {meta['load_before']} before, {meta['load_after']} after. "
+        "Jobs/s = jobs done / (time from the workers' go to the last job done, counted in the database); "
+        "median over rounds (min-max). Ratio: to the best peer of the dialect on that workload, within "
+        "each round, median over rounds. Method: bench/README.md, Burn-down.",
+        "",
+    ]
+    for dialect in ("postgresql", "mysql"):
+        ds = [s for s in systems if s.dialect == dialect]
+        if not ds:
+            continue
+        lines += [f"## {'PostgreSQL' if dialect == 'postgresql' else 'MySQL/MariaDB'}", ""]
+        header = "| worker |"
+        rule = "|---|"
+        for w in workloads:
+            jobs, sleep_ms, _ = WORKLOADS[w]
+            title = (
+                "no-op"
+                if not sleep_ms
+                else f"{sleep_ms:g} ms each (limit {PROCESSES * CONCURRENCY * 1000 / sleep_ms:,.0f})"
+            )
+            header += f" {title}: jobs/s | vs best peer |"
+            rule += "---|---|"
+        lines += [header, rule]
+        notes = []
+        for s in ds:
+            row = f"| {s.label} |"
+            for w in workloads:
+                rs = [
+                    r
+                    for r in results
+                    if r["system"] == s.name and r["dialect"] == dialect and r["workload"] == w
+                ]
+                if s.name in meta["unavailable"].get(dialect, {}):
+                    row += " not run | |"
+                    continue
+                ok = [r for r in rs if "rate" in r]
+                if not ok:
+                    err = rs[0]["error"] if rs else "not run"
+                    row += f" failed: {err[:80]} | |"
+                    continue
+                rates = [r["rate"] for r in ok]
+                capped = " (capped)" if any(r["capped"] for r in ok) else ""
+                rng = f" ({min(rates):,.0f}-{max(rates):,.0f})" if len(rates) > 1 else ""
+                row += f" {statistics.median(rates):,.0f}{rng}{capped} |"
+                ratios = [r["vs_best_peer"] for r in ok if r.get("vs_best_peer") is not None]
+                row += f" {statistics.median(ratios):.2f}x |" if ratios else " |"
+            lines.append(row)
+            if s.note:
+                notes.append(f"- {s.label}: {s.note}")
+        lines.append("")
+        for name, why in meta["unavailable"].get(dialect, {}).items():
+            notes.append(f"- {name}: NOT RUN here: {why}")
+        if notes:
+            lines += notes + [""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--cap", type=float, default=30.0, help="seconds a drain may take (then jobs done / elapsed)"
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="5,000 / 2,000 jobs, 1 round, 20 s cap; writes to bench/results/"
+    )
+    ap.add_argument("--jobs", type=int, help="jobs per drain (default: 50,000 no-op, 20,000 sleep10)")
+    ap.add_argument("--systems", help="comma-separated: " + ", ".join(sorted({s.name for s in SYSTEMS})))
+    ap.add_argument("--dialects", default="postgresql,mysql")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument(
+        "--out", help="directory of burndown.md/.json (default bench/latest, --quick bench/results)"
+    )
+    args = ap.parse_args()
+    _dbs.exit_on_sigterm()
+    if args.quick:
+        args.rounds = 1
+        args.cap = min(args.cap, 20.0)
+    dialects = args.dialects.split(",")
+    workloads = args.workloads.split(",")
+    for w in workloads:
+        if w not in WORKLOADS:
+            ap.error(f"unknown workload {w}")
+    wanted = set(args.systems.split(",")) if args.systems else None
+    if wanted and wanted - {s.name for s in SYSTEMS}:
+        ap.error(f"unknown systems {sorted(wanted - {s.name for s in SYSTEMS})}")
+    systems = [s for s in SYSTEMS if s.dialect in dialects and (wanted is None or s.name in wanted)]
+    unavailable: dict[str, dict[str, str]] = {}
+    runnable = []
+    for s in systems:
+        why = s.unavailable()
+        if why:
+            unavailable.setdefault(s.dialect, {})[s.name] = why
+            print(f"burndown: {s.name} ({s.dialect}) NOT RUN: {why}", flush=True)
+        else:
+            runnable.append(s)
+    meta = {
+        "command": " ".join(["python bench/burndown.py", *sys.argv[1:]]),
+        "rounds": args.rounds,
+        "cap": args.cap,
+        "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "load_before": _loadavg(),
+        "unavailable": unavailable,
+    }
+    results: list[dict] = []
+    total = args.rounds * len(runnable) * len(workloads)
+    n = 0
+    t0 = time.perf_counter()
+    for round_ in range(args.rounds):
+        for w in workloads:
+            jobs = args.jobs or (WORKLOADS[w][2] if args.quick else WORKLOADS[w][0])
+            for dialect in dialects:
+                ds = [s for s in runnable if s.dialect == dialect]
+                if not ds:
+                    continue
+                shift = round_ % len(ds)
+                order = ds[shift:] + ds[:shift]
+                round_results = []
+                for s in order:
+                    n += 1
+                    print(
+                        f"[{n}/{total} {time.perf_counter() - t0:5.0f}s] round {round_ + 1} {dialect} {w} {s.name}: ",
+                        end="",
+                        flush=True,
+                    )
+                    r = {
+                        "round": round_ + 1,
+                        "dialect": dialect,
+                        "workload": w,
+                        "system": s.name,
+                        "jobs": jobs,
+                    }
+                    try:
+                        r.update(measure(s, w, jobs, args.cap))
+                        print(
+                            f"{r['done']:,}/{jobs:,} in {r['seconds']:.2f} s = {r['rate']:,.0f} jobs/s"
+                            + (" (capped)" if r["capped"] else ""),
+                            flush=True,
+                        )
+                    except Exception as exc:  # reported in the summary, the run goes on
+                        r["error"] = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+                        print(f"FAILED: {exc}", flush=True)
+                    r["load"] = _loadavg()
+                    round_results.append(r)
+                peers = [
+                    r["rate"]
+                    for r in round_results
+                    if "rate" in r and next(x for x in ds if x.name == r["system"]).peer
+                ]
+                best = max(peers) if peers else None
+                for r in round_results:
+                    r["vs_best_peer"] = r["rate"] / best if best and "rate" in r else None
+                results.extend(round_results)
+    meta["load_after"] = _loadavg()
+    out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
+    os.makedirs(out, exist_ok=True)
+    md = summarize(results, systems, workloads, meta)
+    with open(os.path.join(out, "burndown.md"), "w") as f:
+        f.write(md)
+    with open(os.path.join(out, "burndown.json"), "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1)
+    print()
+    print(md)
+    print(f"burndown: wrote {out}/burndown.md and burndown.json", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+// The Node.js systems of the burn-down (bench/burndown.py): graphile-worker and pg-boss, each
+// installed, bulk-enqueued and run through its own API, as its users run it.
+//
+//   node bench/peers/node_workers.mjs install SYSTEM DSN
+//   node bench/peers/node_workers.mjs enqueue SYSTEM DSN JOBS
+//   node bench/peers/node_workers.mjs work SYSTEM DSN CONCURRENCY SLEEP_MS
+//
+// `work` loads the library, prints `ready`, waits for a line on its standard input, then starts
+// the worker (the burn-down's clock starts with that line) and runs until it is killed.
+import { createInterface } from "node:readline";
+import { setTimeout as sleep } from "node:timers/promises";
+
+const QUEUE = "burndown";
+const CHUNK = 1000;
+const [action, system, dsn, arg1, arg2] = process.argv.slice(2);
+
+function ready() {
+  process.stdout.write("ready\n");
+  return new Promise((resolve) => {
+    const rl = createInterface({ input: process.stdin });
+    rl.once("line", () => {
+      rl.close();
+      resolve();
+    });
+  });
+}
+
+function handler(sleepMs) {
+  return sleepMs > 0 ? async () => sleep(sleepMs) : async () => {};
+}
+
+const graphile = {
+  // what `graphile-worker --schema-only` runs
+  async install() {
+    const { runMigrations } = await import("graphile-worker");
+    await runMigrations({ connectionString: dsn });
+  },
+  async enqueue(jobs) {
+    const { makeWorkerUtils } = await import("graphile-worker");
+    const utils = await makeWorkerUtils({ connectionString: dsn });
+    for (let start = 0; start < jobs; start += CHUNK) {
+      const specs = [];
+      for (let i = start; i < Math.min(jobs, start + CHUNK); i++) {
+        specs.push({ identifier: "noop", payload: { n: i } });
+      }
+      await utils.addJobs(specs);
+    }
+    await utils.release();
+  },
+  // concurrency: graphile-worker's documented per-process setting (-j / concurrency)
+  async work(concurrency, sleepMs, preset) {
+    const { run } = await import("graphile-worker");
+    await ready();
+    const runner = await run({
+      connectionString: dsn,
+      concurrency,
+      noHandleSignals: true,
+      taskList: { noop: handler(sleepMs) },
+      ...(preset ? { preset } : {}),
+    });
+    await runner.promise;
+  },
+};
+
+// graphile-worker with the batching of its performance guide: a local queue of concurrency + 1
+// jobs fetched per round trip (the guide's starting point) and completions batched for 250 ms
+// (its suggested start). Both are off by default.
+const graphileBatched = {
+  install: graphile.install,
+  enqueue: graphile.enqueue,
+  async work(concurrency, sleepMs) {
+    await graphile.work(concurrency, sleepMs, {
+      worker: { localQueue: { size: concurrency + 1 }, completeJobBatchDelay: 250 },
+    });
+  },
+};
+
+const pgboss = {
+  // pg-boss installs or migrates its schema in start()
+  async install() {
+    const { PgBoss } = await import("pg-boss");
+    const boss = new PgBoss(dsn);
+    boss.on("error", (e) => console.error(e));
+    await boss.start();
+    await boss.createQueue(QUEUE);
+    await boss.stop({ graceful: false });
+  },
+  async enqueue(jobs) {
+    const { PgBoss } = await import("pg-boss");
+    const boss = new PgBoss({ connectionString: dsn, supervise: false, schedule: false });
+    await boss.start();
+    for (let start = 0; start < jobs; start += CHUNK) {
+      const batch = [];
+      for (let i = start; i < Math.min(jobs, start + CHUNK); i++) batch.push({ data: { n: i } });
+      await boss.insert(QUEUE, batch);
+    }
+    await boss.stop({ graceful: false });
+  },
+  // concurrency: pg-boss's documented per-process setting (work's localConcurrency: 16 loops,
+  // each running its jobs one at a time). With its default batchSize of 1 a loop waits the polling
+  // interval (>= 0.5 s) after every fetch, even with a backlog (64 jobs/s here); a batch of 10 with
+  // burstWhenBatchFull, its documented way to drain a backlog, fetches again at once.
+  async work(concurrency, sleepMs) {
+    const { PgBoss } = await import("pg-boss");
+    const boss = new PgBoss({ connectionString: dsn, max: concurrency + 4 });
+    boss.on("error", (e) => console.error(e));
+    const run = handler(sleepMs);
+    await ready();
+    await boss.start();
+    const options = { localConcurrency: concurrency, batchSize: 10, burstWhenBatchFull: true };
+    await boss.work(QUEUE, options, async (jobs) => {
+      for (const _ of jobs) await run();
+    });
+    await new Promise(() => {});
+  },
+};
+
+const systems = { "graphile-worker": graphile, "graphile-worker-batched": graphileBatched, "pg-boss": pgboss };
+const impl = systems[system];
+if (!impl) {
+  console.error(`unknown system ${system}`);
+  process.exit(2);
+}
+if (action === "install") await impl.install();
+else if (action === "enqueue") await impl.enqueue(Number(arg1));
+else if (action === "work") await impl.work(Number(arg1), Number(arg2));
+else {
+  console.error(`unknown action ${action}`);
+  process.exit(2);
+}
+process.exit(0);

@@ -1,0 +1,422 @@
+"""The Python systems of the burn-down (bench/burndown.py): install, bulk enqueue and one worker
+process each, every one through the system's own API, as its users run it.
+
+    python bench/peers/py_workers.py install SYSTEM DSN
+    python bench/peers/py_workers.py enqueue SYSTEM DSN JOBS
+    python bench/peers/py_workers.py work SYSTEM DSN --concurrency 16 --sleep-ms 10
+
+`work` builds the worker (imports, connections the runtime opens up front, handler registered),
+prints `ready`, waits for a line on its standard input and then runs the worker until it is
+killed: the burn-down starts its clock when it sends that line, so interpreter start-up and
+imports are not counted, the worker runtime's own start-up is. The handler does nothing
+(--sleep-ms 0) or waits --sleep-ms (await asyncio.sleep in async handlers, time.sleep in
+plain ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+QUEUE = "burndown"
+CHUNK = 1000
+
+
+def _ready() -> None:
+    """Tells the burn-down the worker is built, then waits for its go."""
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+
+# -- pyqueue-sql: AsyncWorker (async def handler) and Worker (plain def handler) ----------------
+
+
+def pyqueue_install(dsn: str) -> None:
+    from pyqueue_sql import migrate
+
+    migrate.upgrade(dsn)
+    import pyqueue_sql
+
+    db = pyqueue_sql.connect(dsn)
+    try:
+        db.queue(QUEUE).create()
+    finally:
+        db.close()
+
+
+def pyqueue_enqueue(dsn: str, jobs: int) -> None:
+    import pyqueue_sql
+
+    db = pyqueue_sql.connect(dsn)
+    try:
+        queue = db.queue(QUEUE)
+        for start in range(0, jobs, CHUNK):
+            queue.push_many([(f"j{i:07d}", "noop", {"n": i}) for i in range(start, min(jobs, start + CHUNK))])
+    finally:
+        db.close()
+
+
+def pyqueue_async_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    from pyqueue_sql.aio import AsyncWorker
+
+    worker = AsyncWorker(dsn, concurrency=concurrency)
+
+    @worker.handler(QUEUE)
+    async def handle(job):
+        if sleep_s:
+            await asyncio.sleep(sleep_s)
+
+    _ready()
+    asyncio.run(worker.run())
+
+
+def pyqueue_threads_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    from pyqueue_sql import Worker
+
+    worker = Worker(dsn, concurrency=concurrency)
+
+    @worker.handler(QUEUE)
+    def handle(job):
+        if sleep_s:
+            time.sleep(sleep_s)
+
+    _ready()
+    worker.run()
+
+
+# -- PGQueuer ------------------------------------------------------------------------------------
+
+
+async def _pgqueuer_driver(dsn: str):
+    import psycopg
+    from pgqueuer import PsycopgDriver
+
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    return conn, PsycopgDriver(conn)
+
+
+def pgqueuer_install(dsn: str) -> None:
+    # what `pgq install` runs
+    async def run() -> None:
+        from pgqueuer import Queries
+
+        conn, driver = await _pgqueuer_driver(dsn)
+        await Queries(driver).install()
+        await conn.close()
+
+    asyncio.run(run())
+
+
+def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
+    async def run() -> None:
+        from pgqueuer import Queries
+
+        conn, driver = await _pgqueuer_driver(dsn)
+        queries = Queries(driver)
+        for start in range(0, jobs, CHUNK):
+            n = min(jobs, start + CHUNK) - start
+            await queries.enqueue(
+                ["noop"] * n, [json.dumps({"n": start + i}).encode() for i in range(n)], [0] * n
+            )
+        await conn.close()
+
+    asyncio.run(run())
+
+
+# PGQueuer requires max_concurrent_tasks >= 2 x batch_size: 16 handlers per process allow batches
+# of at most 8 (its default batch is 10).
+PGQUEUER_BATCH = 8
+
+
+def pgqueuer_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    async def run() -> None:
+        import psycopg
+        from pgqueuer import PgQueuer
+
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        pgq = PgQueuer.from_psycopg_connection(conn)
+
+        @pgq.entrypoint("noop")
+        async def noop(job) -> None:
+            if sleep_s:
+                await asyncio.sleep(sleep_s)
+
+        await asyncio.get_running_loop().run_in_executor(None, _ready)
+        await pgq.run(batch_size=min(PGQUEUER_BATCH, concurrency // 2), max_concurrent_tasks=concurrency)
+
+    asyncio.run(run())
+
+
+# -- procrastinate -------------------------------------------------------------------------------
+
+
+def _procrastinate_app(dsn: str, sleep_s: float = 0.0):
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+
+    @app.task(name="noop", queue=QUEUE)
+    async def noop(n: int) -> None:
+        if sleep_s:
+            await asyncio.sleep(sleep_s)
+
+    return app, noop
+
+
+def procrastinate_install(dsn: str) -> None:
+    # what `procrastinate schema --apply` runs
+    async def run() -> None:
+        app, _ = _procrastinate_app(dsn)
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+
+    asyncio.run(run())
+
+
+def procrastinate_enqueue(dsn: str, jobs: int) -> None:
+    async def run() -> None:
+        app, noop = _procrastinate_app(dsn)
+        async with app.open_async():
+            for start in range(0, jobs, CHUNK):
+                await noop.batch_defer_async(*({"n": i} for i in range(start, min(jobs, start + CHUNK))))
+
+    asyncio.run(run())
+
+
+def procrastinate_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    async def run() -> None:
+        app, _ = _procrastinate_app(dsn, sleep_s)
+        async with app.open_async():
+            await asyncio.get_running_loop().run_in_executor(None, _ready)
+            await app.run_worker_async(queues=[QUEUE], concurrency=concurrency, install_signal_handlers=False)
+
+    asyncio.run(run())
+
+
+# -- awa-pg --------------------------------------------------------------------------------------
+
+
+def _awa_args():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Noop:
+        n: int
+
+    return Noop
+
+
+def awa_install(dsn: str) -> None:
+    # what `awa migrate` (python -m awa migrate) runs
+    import awa
+
+    async def run() -> None:
+        await awa.migrate(dsn)
+
+    asyncio.run(run())
+
+
+def awa_enqueue(dsn: str, jobs: int) -> None:
+    async def run() -> None:
+        import awa
+
+        Noop = _awa_args()
+        client = awa.AsyncClient(dsn)
+        for start in range(0, jobs, CHUNK):
+            await client.insert_many_copy(
+                [Noop(n=i) for i in range(start, min(jobs, start + CHUNK))], queue=QUEUE
+            )
+        await client.close()
+
+    asyncio.run(run())
+
+
+def awa_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    async def run() -> None:
+        import awa
+
+        Noop = _awa_args()
+        client = awa.AsyncClient(dsn, max_connections=concurrency + 4)
+
+        @client.task(Noop, queue=QUEUE)
+        async def noop(job) -> None:
+            if sleep_s:
+                await asyncio.sleep(sleep_s)
+
+        await asyncio.get_running_loop().run_in_executor(None, _ready)
+        await client.start([(QUEUE, concurrency)])
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+# -- pgmq: no runtime of its own; a read-batch/delete loop in threads ------------------------------
+
+PGMQ_BATCH = 10
+
+
+def pgmq_install(dsn: str) -> None:
+    import psycopg
+    from pgmq.install import install_pgmq_from_sql
+
+    install_pgmq_from_sql(dsn=dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgmq.create(%s)", (QUEUE,))
+
+
+def pgmq_enqueue(dsn: str, jobs: int) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for start in range(0, jobs, CHUNK):
+            msgs = [json.dumps({"n": i}) for i in range(start, min(jobs, start + CHUNK))]
+            conn.execute("SELECT count(*) FROM pgmq.send_batch(%s::text, %s::jsonb[])", (QUEUE, msgs))
+
+
+def pgmq_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    """`concurrency` threads, each with its connection: read up to PGMQ_BATCH messages (visibility
+    30 s), run the handler on each, delete them in one call; sleep 50 ms when the queue is empty
+    (pgmq's read_with_poll is the alternative; nothing is empty during a burn-down)."""
+    import psycopg
+
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(concurrency)]
+
+    def loop(conn) -> None:
+        while True:
+            ids = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT msg_id, read_ct, enqueued_at, vt, message FROM pgmq.read(%s::text, 30, %s)",
+                    (QUEUE, PGMQ_BATCH),
+                ).fetchall()
+            ]
+            if not ids:
+                time.sleep(0.05)
+                continue
+            for _ in ids:
+                if sleep_s:
+                    time.sleep(sleep_s)
+            conn.execute("SELECT pgmq.delete(%s::text, %s::bigint[])", (QUEUE, ids))
+
+    _ready()
+    threads = [threading.Thread(target=loop, args=(c,), daemon=True) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+# -- MariaDB/MySQL: a hand-rolled SKIP LOCKED worker (bench.py's hand-rolled queue's table) --------
+
+HAND_BATCH = 10
+
+
+def _mysql_connect(dsn: str, autocommit: bool = True):
+    from pyqueue_sql import dialects
+
+    return dialects.for_name("mysql").connect(dsn, autocommit=autocommit)
+
+
+def handrolled_install(dsn: str) -> None:
+    conn = _mysql_connect(dsn)
+    try:
+        conn.cursor().execute(
+            "CREATE TABLE job (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
+            "payload JSON NOT NULL, run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), "
+            "token CHAR(36) NULL, UNIQUE KEY job_key (msg_key), KEY job_ready (run_at, id)) ENGINE=InnoDB"
+        )
+    finally:
+        conn.close()
+
+
+def handrolled_enqueue(dsn: str, jobs: int) -> None:
+    conn = _mysql_connect(dsn)
+    try:
+        cur = conn.cursor()
+        for start in range(0, jobs, CHUNK):
+            rows = range(start, min(jobs, start + CHUNK))
+            cur.execute(
+                "INSERT IGNORE INTO job (msg_key, payload) VALUES " + ", ".join(["(%s, %s)"] * len(rows)),
+                [v for i in rows for v in (f"j{i:07d}", json.dumps({"n": i}))],
+            )
+    finally:
+        conn.close()
+
+
+def handrolled_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    """`concurrency` threads, each with its connection: in one transaction take up to HAND_BATCH
+    ready rows (FOR UPDATE SKIP LOCKED) and lease them (run_at + 30 s, a token), commit; run the
+    handler on each; delete them in one statement."""
+    conns = [_mysql_connect(dsn, autocommit=False) for _ in range(concurrency)]
+
+    def loop(conn) -> None:
+        cur = conn.cursor()
+        while True:
+            cur.execute(
+                "SELECT id FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id "
+                f"LIMIT {HAND_BATCH} FOR UPDATE SKIP LOCKED"
+            )
+            ids = [row[0] for row in cur.fetchall()]
+            if ids:
+                marks = ", ".join(["%s"] * len(ids))
+                cur.execute(
+                    "UPDATE job SET run_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, token = UUID() "
+                    f"WHERE id IN ({marks})",
+                    ids,
+                )
+            conn.commit()
+            if not ids:
+                time.sleep(0.05)
+                continue
+            for _ in ids:
+                if sleep_s:
+                    time.sleep(sleep_s)
+            cur.execute(f"DELETE FROM job WHERE id IN ({marks})", ids)
+            conn.commit()
+
+    _ready()
+    threads = [threading.Thread(target=loop, args=(c,), daemon=True) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+SYSTEMS = {
+    "pyqueue-async": (pyqueue_install, pyqueue_enqueue, pyqueue_async_work),
+    "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_threads_work),
+    "pgqueuer": (pgqueuer_install, pgqueuer_enqueue, pgqueuer_work),
+    "procrastinate": (procrastinate_install, procrastinate_enqueue, procrastinate_work),
+    "awa": (awa_install, awa_enqueue, awa_work),
+    "pgmq": (pgmq_install, pgmq_enqueue, pgmq_work),
+    "handrolled": (handrolled_install, handrolled_enqueue, handrolled_work),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=("install", "enqueue", "work"))
+    ap.add_argument("system", choices=sorted(SYSTEMS))
+    ap.add_argument("dsn")
+    ap.add_argument("jobs", type=int, nargs="?", default=0)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--sleep-ms", type=float, default=0.0)
+    args = ap.parse_args()
+    install, enqueue, work = SYSTEMS[args.system]
+    if args.action == "install":
+        install(args.dsn)
+    elif args.action == "enqueue":
+        enqueue(args.dsn, args.jobs)
+    else:
+        work(args.dsn, args.concurrency, args.sleep_ms / 1000)
+
+
+if __name__ == "__main__":
+    main()
