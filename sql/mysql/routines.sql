@@ -56,9 +56,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' is longer than ', in_max, ' characters'));
     END IF;
     IF in_value LIKE '% ' THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not end with a space')); END IF;
-    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0 THEN
-        CALL pyqueue__check_utf8('invalid_argument', in_what, in_value);
-    END IF;
+    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', in_what, in_value); END IF;
 END //
 
 -- pyqueue__check_utf8: refuses text holding a UTF-16 surrogate (bytes ED A0-BF ..), which MariaDB's utf8mb4 accepts
@@ -88,12 +86,8 @@ CREATE PROCEDURE pyqueue__check_duration(
 SQL SECURITY INVOKER
 BEGIN
     IF in_value < 0 THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not be negative')); END IF;
-    IF in_positive AND in_value = 0 THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must be greater than zero'));
-    END IF;
-    IF in_value > 3155760000 THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not exceed 100 years'));
-    END IF;
+    IF in_positive AND in_value = 0 THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must be greater than zero')); END IF;
+    IF in_value > 3155760000 THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not exceed 100 years')); END IF;
 END //
 
 -- pyqueue__check_int: refuses a number that is not whole or not within [in_min, in_max] (integer arguments are
@@ -144,16 +138,12 @@ DROP PROCEDURE IF EXISTS pyqueue__check_payload //
 CREATE PROCEDURE pyqueue__check_payload(IN in_payload LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    IF in_payload IS NULL THEN
-        CALL pyqueue__raise('invalid_payload', 'payload must not be NULL (use the JSON value null)');
-    END IF;
+    IF in_payload IS NULL THEN CALL pyqueue__raise('invalid_payload', 'payload must not be NULL (use the JSON value null)'); END IF;
     IF NOT JSON_VALID(in_payload) THEN
         CALL pyqueue__raise('invalid_payload',
                             'payload is not valid JSON (MariaDB also refuses JSON nested 32 levels deep)');
     END IF;
-    IF LOCATE(X'ED', CAST(in_payload AS BINARY)) > 0 THEN
-        CALL pyqueue__check_utf8('invalid_payload', 'payload', in_payload);
-    END IF;
+    IF LOCATE(X'ED', CAST(in_payload AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_payload', 'payload', in_payload); END IF;
 END //
 
 -- pyqueue__own_transaction: the one test of "am I in autocommit". out_own = 1 in autocommit mode with no transaction
@@ -207,9 +197,7 @@ BEGIN
         DECLARE CONTINUE HANDLER FOR SQLEXCEPTION SET v_hex = NULL;
         SET v_hex = LOWER(HEX(RANDOM_BYTES(16)));
     END;
-    IF v_hex IS NULL THEN
-        SET v_hex = LEFT(SHA2(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID(), UUID_SHORT()), 256), 32);
-    END IF;
+    IF v_hex IS NULL THEN SET v_hex = LEFT(SHA2(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID(), UUID_SHORT()), 256), 32); END IF;
     SET v_hex = INSERT(INSERT(v_hex, 13, 1, '4'),
                        17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(v_hex, 17, 1), 16, 10) + 1, 1));
     SET out_token = INSERT(INSERT(INSERT(INSERT(v_hex, 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
@@ -350,9 +338,7 @@ BEGIN
                 IF v_deleted = 1 AND v_locked = 1 AND v_head_key = v_key AND v_head_kind = v_kind THEN
                     CALL pyqueue__group_next(in_queue, v_group, in_now);
                 END IF;
-                IF v_deleted = 1 AND v_txn = 0 THEN
-                    UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue;
-                END IF;
+                IF v_deleted = 1 AND v_txn = 0 THEN UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue; END IF;
             END IF;
             IF v_txn = 1 THEN
                 COMMIT;
@@ -412,9 +398,7 @@ BEGIN
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('delay', in_delay, FALSE);
-    IF LOCATE(X'ED', CAST(in_error AS BINARY)) > 0 THEN
-        CALL pyqueue__check_utf8('invalid_argument', 'error', in_error);
-    END IF;
+    IF LOCATE(X'ED', CAST(in_error AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'error', in_error); END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
         v_error = LEFT(in_error, 2000);
     CALL pyqueue__own_transaction(FALSE, v_own);
@@ -447,9 +431,7 @@ BEGIN
             SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-                IF v_own <> 1 THEN
-                    CALL pyqueue__group_lock(v_queue, v_group, FALSE, v_locked, v_head_key, v_head_kind);
-                END IF;
+                IF v_own <> 1 THEN CALL pyqueue__group_lock(v_queue, v_group, FALSE, v_locked, v_head_key, v_head_kind); END IF;
                 CALL pyqueue__random_token(v_token);
                 UPDATE pyqueue_message
                    SET scheduled_at = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND,
@@ -505,12 +487,8 @@ BEGIN
     IF in_n < 1 THEN CALL pyqueue__raise('invalid_argument', 'n must be at least 1'); END IF;
     CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
     CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
-    IF CHAR_LENGTH(in_worker) > 255 THEN
-        CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters');
-    END IF;
-    IF LOCATE(X'ED', CAST(in_worker AS BINARY)) > 0 THEN
-        CALL pyqueue__check_utf8('invalid_argument', 'worker', in_worker);
-    END IF;
+    IF CHAR_LENGTH(in_worker) > 255 THEN CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters'); END IF;
+    IF LOCATE(X'ED', CAST(in_worker AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'worker', in_worker); END IF;
     CALL pyqueue__kinds(in_kinds, out_kinds);
 END //
 
@@ -862,25 +840,19 @@ BEGIN
     DECLARE v_bad INT;
     SET out_kinds = NULL;
     IF in_kinds IS NOT NULL THEN
-        IF NOT JSON_VALID(in_kinds) THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a JSON array of strings');
-        END IF;
+        IF NOT JSON_VALID(in_kinds) THEN CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a JSON array of strings'); END IF;
         IF JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_LENGTH(in_kinds) = 0 THEN
             CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
         END IF;
         SELECT COUNT(*) INTO v_bad
           FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
          WHERE (JSON_TYPE(k.elem) = 'STRING') IS NOT TRUE;
-        IF v_bad > 0 THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
-        END IF;
+        IF v_bad > 0 THEN CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings'); END IF;
         -- a longer string would be cut to 128 below and match another kind
         SELECT COUNT(*) INTO v_bad
           FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
          WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
-        IF v_bad > 0 THEN
-            CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters');
-        END IF;
+        IF v_bad > 0 THEN CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters'); END IF;
         SELECT JSON_ARRAYAGG(k.kind) INTO out_kinds
           FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k;
     END IF;
@@ -888,7 +860,8 @@ END //
 
 -- pyqueue__next_at: the earliest scheduled_at of the queue's messages (of in_kinds, NULL = any; blocked ones are
 -- none), NULL when none: one ordered read of the due index up to the first wanted kind. in_now is unused (kept for
--- the callers). Plain read.
+-- the callers). Plain read: SELECT ... INTO (InnoDB runs a subquery in SET, IF, WHILE or a CALL argument as a locking
+-- read, which would wait for the row locks of a transaction that is pushing).
 DROP PROCEDURE IF EXISTS pyqueue__next_at //
 CREATE PROCEDURE pyqueue__next_at(
     IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -897,13 +870,13 @@ CREATE PROCEDURE pyqueue__next_at(
     OUT out_next DATETIME(6))
 SQL SECURITY INVOKER
 BEGIN
-    SET out_next = (SELECT m.scheduled_at
-                      FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
-                     WHERE m.queue_name = in_queue
-                       AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'  -- not blocked in a group
-                       AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
-                     ORDER BY m.scheduled_at
-                     LIMIT 1);
+    SELECT MIN(x.scheduled_at) INTO out_next
+      FROM (SELECT m.scheduled_at FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
+             WHERE m.queue_name = in_queue
+               AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'  -- not blocked in a group
+               AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
+             ORDER BY m.scheduled_at
+             LIMIT 1) AS x;
 END //
 
 -- ---- for history and dead letters ----
@@ -1382,8 +1355,8 @@ END //
 -- replaced by the next message (pyqueue__group_next). in_how: 'commit' (history, schedule, DELETE by id and token, as
 -- queue_commit); 'pop' (under the mark in_token; the group row with SKIP LOCKED: busy, the message stays and out_done
 -- = -1); 'remove' (by id); 'move' (to in_to_queue without its group, as queue_move, payload in_payload NULL =
--- unchanged; deleted on a duplicate); 'redrive' (as 'move' if still ready and held by in_token as read, no history,
--- nothing deleted on a duplicate). out_done = 1 when it left, 0 when gone or the token no longer held. in_own = 1: in
+-- unchanged; deleted on a duplicate); 'redrive' (as 'move' if still ready and held by in_token as read, nothing
+-- deleted on a duplicate). out_done = 1 when it left, 0 when gone or the token no longer held. in_own = 1: in
 -- a transaction of its own, run again on a deadlock.
 -- Locks: the group row, the message, the group's next message, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__group_leave //
@@ -1430,9 +1403,7 @@ BEGIN
                 SET out_done = ROW_COUNT();
                 CALL pyqueue__unarchive(v_hist, out_done);
             ELSE  -- move, redrive
-                IF in_how = 'move' THEN
-                    CALL pyqueue__archive(in_queue, in_id, in_token, 'moved', in_to_queue, in_now, v_hist);
-                END IF;
+                CALL pyqueue__archive(in_queue, in_id, in_token, 'moved', in_to_queue, in_now, v_hist);
                 BEGIN
                     DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
                     UPDATE pyqueue_message
@@ -1536,9 +1507,7 @@ CREATE PROCEDURE pyqueue__check_topic(
 SQL SECURITY INVOKER
 BEGIN
     CALL pyqueue__check_name(in_what, in_value, 255);
-    IF in_value LIKE ' %' THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not start with a space'));
-    END IF;
+    IF in_value LIKE ' %' THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not start with a space')); END IF;
     IF in_value LIKE '.%' OR in_value LIKE '%.' OR LOCATE('..', in_value) > 0 THEN
         CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must be dot-separated words, none of them empty'));
     END IF;
@@ -1612,9 +1581,7 @@ BEGIN
     CALL pyqueue__check_int('max_attempts', in_max_attempts, 1, 2147483647);
     IF in_dead_letter_queue IS NOT NULL THEN
         CALL pyqueue__check_name('dead_letter_queue', in_dead_letter_queue, 128);
-        IF in_dead_letter_queue = in_queue THEN
-            CALL pyqueue__raise('invalid_argument', 'a queue cannot be its own dead_letter_queue');
-        END IF;
+        IF in_dead_letter_queue = in_queue THEN CALL pyqueue__raise('invalid_argument', 'a queue cannot be its own dead_letter_queue'); END IF;
         CALL pyqueue__queue(in_dead_letter_queue, v_vis, v_max, v_dlq, v_paused);
     END IF;
     SET v_vis = COALESCE(in_visibility_timeout, 30);
@@ -1840,15 +1807,9 @@ SQL SECURITY INVOKER
 BEGIN
     DECLARE v_bad BIGINT;
     IF in_messages IS NULL THEN CALL pyqueue__raise('invalid_argument', 'messages must not be NULL'); END IF;
-    IF NOT JSON_VALID(in_messages) THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
-    END IF;
-    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN
-        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
-    END IF;
-    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN
-        CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages);
-    END IF;
+    IF NOT JSON_VALID(in_messages) THEN CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects'); END IF;
+    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects'); END IF;
+    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages); END IF;
     SELECT MIN(b.ord) INTO v_bad
       FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
                ord         FOR ORDINALITY,
@@ -2516,10 +2477,13 @@ BEGIN
     DECLARE v_max INT;
     DECLARE v_paused BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_limited BOOLEAN;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);
-    IF NOT v_paused AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) THEN
+    -- a plain read (as a subquery of IF it would be a locking one, waiting for a limit being set)
+    SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limited;
+    IF NOT v_paused AND v_limited THEN
         CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq);
     ELSE
         CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq, v_paused);
@@ -2705,7 +2669,8 @@ END //
 
 -- queue_commit: deletes the message if in_token still holds its reservation. Result: one row, committed = 1, or 0
 -- when it no longer holds (expired and re-reserved, committed, removed). A grouped message goes through
--- pyqueue__group_leave (its group row first, the next message takes its place).
+-- pyqueue__group_leave (its group row first, the next message takes its place). Plainly valid arguments skip the
+-- helpers' checks (nested CALLs cost MariaDB tens of microseconds each); the queue is checked when nothing matched.
 -- Locks: the message row, for one statement (or until the caller's transaction ends); in autocommit mode a deadlock
 -- victim runs again.
 DROP PROCEDURE IF EXISTS queue_commit //
@@ -2723,21 +2688,33 @@ BEGIN
     DECLARE v_max, v_retry INT;
     DECLARE v_paused BOOLEAN;
     DECLARE v_id, v_hist BIGINT;
+    DECLARE v_history BOOLEAN;
     DECLARE v_done, v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
+            AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
+            AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')
+            AND LOCATE(X'ED', CAST(CONCAT(in_queue, in_key, in_kind) AS BINARY)) = 0
+            AND in_token REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z'
+       ) IS NOT TRUE THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
-    CALL pyqueue__own_transaction(FALSE, v_own);
-    SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key) INTO v_id, v_group
+    /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
+    IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
+    SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key),
+           (SELECT q.history_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = v_queue)
+      INTO v_id, v_group, v_history
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
+    IF v_id = 0 THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;  -- unknown queue?
     IF v_group IS NOT NULL THEN
         CALL pyqueue__own_transaction(TRUE, v_own);
         CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
                                   UTC_TIMESTAMP(6), v_own, v_done);
     ELSEIF v_id > 0 THEN
-        CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
+        IF v_history THEN CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist); END IF;
         IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
             CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
         END IF;
@@ -2749,7 +2726,7 @@ BEGIN
                 SET v_done = ROW_COUNT();
             END;
         UNTIL v_retry = 0 END REPEAT;
-        CALL pyqueue__unarchive(v_hist, v_done);
+        IF v_hist IS NOT NULL AND v_done = 0 THEN DELETE FROM pyqueue_history WHERE id = v_hist; END IF;  -- unarchive
     END IF;
     SELECT v_done AS committed;
 END //
@@ -3123,6 +3100,7 @@ BEGIN
     DECLARE v_done INT DEFAULT NULL;
     DECLARE v_own INT DEFAULT 0;
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
+    DECLARE v_limited BOOLEAN;
 
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
@@ -3141,7 +3119,8 @@ BEGIN
                                       UTC_TIMESTAMP(6), v_own, v_done);
         END IF;
     END IF;
-    IF NOT v_paused AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) THEN
+    SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limited;  -- a plain read
+    IF NOT v_paused AND v_limited THEN
         CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq);
     ELSE
         CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq, v_paused);
@@ -3162,10 +3141,12 @@ END //
 -- (element i of each names one). Result: one row, committed = how many were deleted (a token that no longer holds is
 -- skipped). Refuses, changing nothing, arrays that are NULL, not of strings, of different lengths, or hold a bad key
 -- or kind or a malformed token (naming the first bad element). Set-based: each array parsed once by JSON_TABLE; one
--- read locates the rows; history in one INSERT; schedule occurrences one by one; one DELETE by id re-checks each
--- token (history copies of rows not deleted are removed again). FIFO group messages go last, one by one in group_key
--- order (pyqueue__groups_leave).
--- Locks: the deleted rows, for one statement each step; schedule rows of occurrences; group rows.
+-- read locates the rows; schedule occurrences one by one; one DELETE by id re-checks each token. With history, the
+-- rows still held are locked first, then archived in one INSERT and deleted, in a transaction of its own in autocommit
+-- mode (run again on a deadlock): a row another call removes meanwhile is never archived. FIFO group messages go
+-- last, one by one in group_key order (pyqueue__groups_leave).
+-- Locks: the deleted rows, for one statement each step (with history: until the end of the transaction); schedule
+-- rows of occurrences; group rows.
 DROP PROCEDURE IF EXISTS queue_commit_batch //
 CREATE PROCEDURE queue_commit_batch(
     IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3176,16 +3157,17 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_n, v_gdone INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_max, v_n, v_gdone, v_retry, v_nocc INT;
+    DECLARE v_paused, v_history BOOLEAN;
     DECLARE v_bad, v_gcl BIGINT;
-    DECLARE v_ids, v_occ, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_found, v_done, v_archived, v_nocc, v_i, v_own INT DEFAULT 0;
+    DECLARE v_ids, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_found, v_done, v_occs, v_i, v_own, v_tries INT DEFAULT 0;
     DECLARE v_now DATETIME(6);
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
+    SELECT q.history_retention IS NOT NULL INTO v_history FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must not be NULL');
     END IF;
@@ -3220,10 +3202,10 @@ BEGIN
             CALL pyqueue__raise('invalid_argument',
                                 CONCAT('element ', v_bad, ' of the batch: bad p_key/p_kind or malformed token'));
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue AND q.history_retention IS NOT NULL)
-           AND NOT EXISTS (SELECT 1 FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
-                                k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
-                            WHERE k.k LIKE '%@____-__-__T__:__:__Z') THEN
+        SELECT COUNT(*) INTO v_occs FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+                   k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+         WHERE k.k LIKE '%@____-__-__T__:__:__Z';
+        IF NOT v_history AND v_occs = 0 THEN
             -- No history, no schedule: one DELETE joined to the arrays, re-checking each token under its lock
             DELETE m
               FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
@@ -3263,18 +3245,19 @@ BEGIN
             END IF;
         ELSE
             SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
-            -- [id, token, is a schedule's occurrence]; kinds and tokens joined on ord through narrow materialised
-            -- derived tables (a kind as its MD5); grouped messages apart: [id, p_key, p_kind, token, group_key]
+            -- [id, token, is a schedule's occurrence, p_key, p_kind]; kinds and tokens joined on ord through narrow
+            -- materialised derived tables (a kind as its MD5); grouped ones apart: [id, p_key, p_kind, token, group_key]
             SELECT COALESCE(SUM(m.group_key IS NULL), 0),
                    CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL,
-                                               JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z'),
+                                               JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z',
+                                                          m.p_key, m.p_kind),
                                                NULL)
                                             SEPARATOR ','), ']'),
                    SUM(m.group_key IS NULL AND m.p_key LIKE '%@____-__-__T__:__:__Z'),
                    CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL,
                                                JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key))
                                             SEPARATOR ','), ']')
-              INTO v_found, v_ids, v_nocc, v_grouped
+              INTO v_found, v_ids, v_occs, v_grouped
               FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
                        ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
               STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
@@ -3292,45 +3275,51 @@ BEGIN
     END IF;
     IF v_found > 0 THEN
         SET v_now = UTC_TIMESTAMP(6);
-        IF EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue AND q.history_retention IS NOT NULL) THEN
-            INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                         created_at, processed_at, outcome, to_queue, reserved_by, last_error)
-            SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-                   m.created_at, v_now, 'committed', NULL, m.reserved_by, m.last_error
-              FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (
-                       c_id BIGINT PATH '$[0]', c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
-              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-             WHERE m.queue_name = v_queue AND m.reserve_token = c.c_token;
-            SET v_archived = ROW_COUNT();
-        END IF;
-        -- occurrences of a schedule (one per schedule at most): as queue_commit
-        SET v_occ = v_ids;
-        WHILE v_nocc > 0 AND v_i < v_found DO
-            IF JSON_EXTRACT(v_occ, CONCAT('$[', v_i, '][2]')) = 1 THEN
-                CALL pyqueue__schedule_next(v_queue,
-                    (SELECT m.p_key FROM pyqueue_message m WHERE m.id = JSON_EXTRACT(v_occ, CONCAT('$[', v_i, '][0]'))),
-                    (SELECT m.p_kind FROM pyqueue_message m WHERE m.id = JSON_EXTRACT(v_occ, CONCAT('$[', v_i, '][0]'))));
-                SET v_nocc = v_nocc - 1;
-            END IF;
-            SET v_i = v_i + 1;
-        END WHILE;
-        DELETE m
-          FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (
-                   c_id BIGINT PATH '$[0]', c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
-          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-         WHERE m.reserve_token = c.c_token;
-        SET v_done = ROW_COUNT();
-        IF v_archived > v_done THEN
-            -- history copies of messages whose token was lost before the DELETE
-            DELETE h
-              FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (
-                       c_id BIGINT PATH '$[0]', c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
-              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-              STRAIGHT_JOIN pyqueue_history h
-                ON h.queue_name = v_queue AND h.processed_at = v_now AND h.outcome = 'committed'
-               AND h.p_key = m.p_key AND h.p_kind = m.p_kind
-             WHERE m.queue_name = v_queue;
-        END IF;
+        IF v_history THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
+        REPEAT
+            SET v_retry = 0, v_tries = v_tries + 1, v_i = 0, v_nocc = v_occs;
+            BEGIN
+                DECLARE EXIT HANDLER FOR 1213, 1467
+                BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+                IF v_own = 1 THEN START TRANSACTION; END IF;
+                IF v_history THEN
+                    -- the rows still held, locked before they are archived: no other call removes one in between
+                    SELECT COUNT(*) INTO v_i
+                      FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+                     WHERE m.reserve_token = c.c_token
+                       FOR UPDATE;
+                    INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error)
+                    SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
+                           m.created_at, v_now, 'committed', NULL, m.reserved_by, m.last_error
+                      FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+                     WHERE m.queue_name = v_queue AND m.reserve_token = c.c_token;
+                    SET v_i = 0;
+                END IF;
+                -- occurrences of a schedule (one per schedule at most): as queue_commit
+                WHILE v_nocc > 0 AND v_i < v_found DO
+                    IF JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][2]')) = 1 THEN
+                        CALL pyqueue__schedule_next(v_queue,
+                            JSON_UNQUOTE(JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][3]'))),
+                            JSON_UNQUOTE(JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][4]'))));
+                        SET v_nocc = v_nocc - 1;
+                    END IF;
+                    SET v_i = v_i + 1;
+                END WHILE;
+                DELETE m
+                  FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                           c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+                 WHERE m.reserve_token = c.c_token;
+                SET v_done = ROW_COUNT();
+                IF v_own = 1 THEN COMMIT; END IF;
+            END;
+        UNTIL v_retry = 0 END REPEAT;
     END IF;
     IF v_grouped IS NOT NULL THEN
         CALL pyqueue__own_transaction(TRUE, v_own);
@@ -3639,9 +3628,10 @@ END //
 -- Reserved messages stay; so does one whose key and kind are live in in_to_queue (dedup, not counted). Result: one
 -- row, redriven. History archives each move as 'moved'. Per page of 5000: a plain read of candidates, ONE UPDATE
 -- IGNORE of queue_name joined to a SKIP LOCKED read by id (atomic as queue_move); a group's head moves alone after it
--- (pyqueue__groups_leave).
--- Locks: the candidate rows and a shared lock on in_to_queue's row, for one statement per page; a grouped head's
--- group row before its message row.
+-- (pyqueue__groups_leave). With history, the candidates are locked (SKIP LOCKED), archived, moved and the copies of
+-- those that stayed deleted, in a transaction of its own in autocommit mode (run again on a deadlock).
+-- Locks: the candidate rows and a shared lock on in_to_queue's row, for one statement per page (with history: until
+-- the end of the page's transaction); a grouped head's group row before its message row.
 DROP PROCEDURE IF EXISTS queue_redrive //
 CREATE PROCEDURE queue_redrive(
     IN in_dead_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3651,12 +3641,12 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_dead, v_to, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_left, v_k, v_top, v_pr, v_got, v_maxatt, v_archived, v_moved, v_gdone INT;
+    DECLARE v_max, v_left, v_k, v_top, v_pr, v_got, v_maxatt, v_moved, v_gdone, v_retry INT;
     DECLARE v_paused, v_history BOOLEAN;
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_id, v_gcl BIGINT;
-    DECLARE v_cand, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_count, v_own INT DEFAULT 0;
+    DECLARE v_cand, v_grouped, v_busy, v_mine LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_count, v_own, v_tries INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
     CALL pyqueue__check_name('dead_queue', in_dead_queue, 128);
@@ -3665,49 +3655,71 @@ BEGIN
     CALL pyqueue__queue(in_to_queue, v_vis, v_max, v_dlq, v_paused);
     IF in_n < 1 THEN CALL pyqueue__raise('invalid_argument', 'n must be at least 1'); END IF;
     CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
-    IF in_dead_queue = in_to_queue THEN
-        CALL pyqueue__raise('invalid_argument', 'dead_queue and to_queue must differ');
-    END IF;
-    SET v_dead = in_dead_queue, v_to = in_to_queue, v_now = UTC_TIMESTAMP(6);
-    SET v_left = COALESCE(in_n, 1);
+    IF in_dead_queue = in_to_queue THEN CALL pyqueue__raise('invalid_argument', 'dead_queue and to_queue must differ'); END IF;
+    SET v_dead = in_dead_queue, v_to = in_to_queue, v_left = COALESCE(in_n, 1);
     SELECT q.history_retention IS NOT NULL INTO v_history FROM pyqueue_queue q WHERE q.queue_name = v_dead;
+    IF v_history THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
     SELECT MAX(m.priority) INTO v_top FROM pyqueue_message m WHERE m.queue_name = v_dead;
     SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
     pages: WHILE v_top IS NOT NULL AND v_left > 0 DO
-        SET v_k = LEAST(v_left, 5000);
+        SET v_k = LEAST(v_left, 5000), v_now = UTC_TIMESTAMP(6), v_tries = 0;
         CALL pyqueue__candidates(v_dead, NULL, v_now, v_top, TRUE, v_k, FALSE,
                                  v_pr, v_at, v_id, v_cand, v_got, v_maxatt);
         IF v_got = 0 THEN LEAVE pages; END IF;
-        SET v_archived = 0;
-        IF v_history THEN
-            INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                         created_at, processed_at, outcome, to_queue, reserved_by, last_error)
-            SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-                   m.created_at, v_now, 'moved', v_to, m.reserved_by, m.last_error
-              FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
-                       c_id    BIGINT   PATH '$[0]',
-                       c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
-              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-             WHERE m.queue_name = v_dead AND m.scheduled_at <= v_now AND m.reserve_token <=> j.c_token
-               AND NOT EXISTS (SELECT 1 FROM pyqueue_message t
-                                WHERE t.queue_name = v_to AND t.p_key = m.p_key AND t.p_kind = m.p_kind);
-            SET v_archived = ROW_COUNT();
-        END IF;
-        UPDATE IGNORE (SELECT x.id
-                         FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
-                                  c_id    BIGINT   PATH '$[0]',
-                                  c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
-                         STRAIGHT_JOIN pyqueue_message x FORCE INDEX (PRIMARY) ON x.id = j.c_id
-                        WHERE x.queue_name = v_dead AND x.scheduled_at <= v_now AND x.reserve_token <=> j.c_token
-                          AND x.group_key IS NULL
-                          LIMIT 18446744073709551615  -- materialised (never merged into the UPDATE), on MySQL too
-                          FOR UPDATE SKIP LOCKED) AS c
-          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.id
-           SET m.queue_name = v_to,
-               m.scheduled_at = v_now, m.scheduled_at_initially = v_now, m.created_at = v_now,
-               m.attempts = 0, m.reserved_by = NULL, m.reserve_token = NULL,
-               m.dead_from = NULL, m.dead_attempts = NULL;
-        IF ROW_COUNT() < v_got THEN
+        REPEAT
+            SET v_retry = 0, v_tries = v_tries + 1, v_mine = NULL, v_grouped = NULL, v_gdone = 0;
+            BEGIN
+                DECLARE EXIT HANDLER FOR 1213, 1467
+                BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+                IF v_own = 1 THEN START TRANSACTION; END IF;
+                IF v_history THEN
+                    -- the candidates still there, locked before they are archived (another call's skipped), and only
+                    -- they are moved; the copies of those that stay (a duplicate in in_to_queue) are deleted again
+                    SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, 0, 0, j.c_token)), ']') INTO v_mine
+                      FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
+                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+                     WHERE m.queue_name = v_dead AND m.scheduled_at <= v_now AND m.reserve_token <=> j.c_token
+                       AND m.group_key IS NULL
+                       FOR UPDATE SKIP LOCKED;
+                    INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error)
+                    SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
+                           m.created_at, v_now, 'moved', v_to, m.reserved_by, m.last_error
+                      FROM JSON_TABLE(COALESCE(v_mine, '[]'), '$[*]' COLUMNS (c_id BIGINT PATH '$[0]')) AS j
+                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id;
+                END IF;
+                UPDATE IGNORE (SELECT x.id
+                                 FROM JSON_TABLE(IF(v_history, COALESCE(v_mine, '[]'), v_cand), '$[*]' COLUMNS (
+                                          c_id    BIGINT   PATH '$[0]',
+                                          c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
+                                 STRAIGHT_JOIN pyqueue_message x FORCE INDEX (PRIMARY) ON x.id = j.c_id
+                                WHERE x.queue_name = v_dead AND x.scheduled_at <= v_now
+                                  AND x.reserve_token <=> j.c_token AND x.group_key IS NULL
+                                  LIMIT 18446744073709551615  -- materialised (never merged into the UPDATE), on MySQL too
+                                  FOR UPDATE SKIP LOCKED) AS c
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.id
+                   SET m.queue_name = v_to,
+                       m.scheduled_at = v_now, m.scheduled_at_initially = v_now, m.created_at = v_now,
+                       m.attempts = 0, m.reserved_by = NULL, m.reserve_token = NULL,
+                       m.dead_from = NULL, m.dead_attempts = NULL;
+                SET v_moved = ROW_COUNT();
+                IF v_mine IS NOT NULL THEN
+                    SELECT COUNT(*) INTO v_moved FROM JSON_TABLE(v_mine, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]')) AS j
+                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id WHERE m.queue_name = v_to;
+                    DELETE h
+                      FROM JSON_TABLE(v_mine, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]')) AS j
+                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+                      STRAIGHT_JOIN pyqueue_history h
+                        ON h.queue_name = v_dead AND h.processed_at = v_now AND h.outcome = 'moved'
+                       AND h.p_key = m.p_key AND h.p_kind = m.p_kind
+                     WHERE m.queue_name = v_dead;
+                END IF;
+                IF v_own = 1 THEN COMMIT; END IF;
+            END;
+        UNTIL v_retry = 0 END REPEAT;
+        IF v_moved < v_got THEN
             -- candidates left: heads of FIFO groups (or rows lost to a race)
             SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.p_key, m.p_kind, j.c_token, m.group_key)
                                             SEPARATOR ','), ']')
@@ -3723,20 +3735,15 @@ BEGIN
                 CALL pyqueue__groups_leave('redrive', v_dead, v_to, v_grouped, v_now, v_own, v_gdone, v_busy);
             END IF;
         END IF;
-        -- counted by reading (ROW_COUNT() counts the rows IGNORE left under CLIENT_FOUND_ROWS, JDBC's default)
-        SELECT COUNT(*) INTO v_moved
-          FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]')) AS j
-          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-         WHERE m.queue_name = v_to AND m.created_at = v_now AND m.reserve_token IS NULL;
-        IF v_archived > v_moved THEN
-            -- the copies of candidates that stayed (a duplicate, a lost race)
-            DELETE h
+        -- counted by reading (ROW_COUNT() counts the rows IGNORE left under CLIENT_FOUND_ROWS, JDBC's default);
+        -- with history, the locked rows that moved (read above) and the group heads
+        IF v_history THEN
+            SET v_moved = v_moved + v_gdone;
+        ELSE
+            SELECT COUNT(*) INTO v_moved
               FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]')) AS j
               STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-              STRAIGHT_JOIN pyqueue_history h
-                ON h.queue_name = v_dead AND h.processed_at = v_now AND h.outcome = 'moved'
-               AND h.p_key = m.p_key AND h.p_kind = m.p_kind
-             WHERE m.queue_name = v_dead;
+             WHERE m.queue_name = v_to AND m.created_at = v_now AND m.reserve_token IS NULL;
         END IF;
         SET v_count = v_count + v_moved, v_left = v_left - v_moved;
         IF v_got < v_k THEN LEAVE pages; END IF;
@@ -3930,9 +3937,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', 'since must be a valid time');
     END IF;
     IF in_since > v_now THEN CALL pyqueue__raise('invalid_argument', 'since must not be in the future'); END IF;
-    IF in_since < v_now - INTERVAL 1 DAY THEN
-        CALL pyqueue__raise('invalid_argument', 'since must be within the last day');
-    END IF;
+    IF in_since < v_now - INTERVAL 1 DAY THEN CALL pyqueue__raise('invalid_argument', 'since must be within the last day'); END IF;
     SET v_queue = in_queue, v_since = COALESCE(in_since, v_now - INTERVAL 1 HOUR);
     SELECT q.queue_name AS `queue`,
            CAST(DATE_FORMAT(h.processed_at, '%Y-%m-%d %H:%i:00') AS DATETIME(6)) AS `minute`,
@@ -4073,9 +4078,7 @@ BEGIN
     CALL pyqueue__check_name('name', in_name, 200);
     IF CHAR_LENGTH(in_host) > 255 THEN CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters'); END IF;
     IF LOCATE(X'ED', CAST(in_host AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'host', in_host); END IF;
-    IF LOCATE(X'ED', CAST(in_queues AS BINARY)) > 0 THEN
-        CALL pyqueue__check_utf8('invalid_argument', 'queues', in_queues);
-    END IF;
+    IF LOCATE(X'ED', CAST(in_queues AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'queues', in_queues); END IF;
     CALL pyqueue__check_int('pid', in_pid, 0, 2147483647);
     IF in_queues IS NOT NULL AND (NOT JSON_VALID(in_queues) OR JSON_TYPE(in_queues) <> 'ARRAY') THEN
         CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');

@@ -316,8 +316,9 @@ def test_redrive_as_plain_sql_and_its_refusals(make_queue, raw, dialect, db):
         dlq.redrive("no-such-queue-4a")
 
 
-def test_concurrent_redrives_move_each_dead_letter_once(make_queue, connect):
-    dlq = make_queue()
+@pytest.mark.parametrize("retention", [None, dt.timedelta(days=7)], ids=["no history", "history"])
+def test_concurrent_redrives_move_and_archive_each_dead_letter_once(make_queue, connect, raw, retention):
+    dlq = make_queue(history_retention=retention)
     src = make_queue()
     dlq.push_many([(f"m{i}", "job", i) for i in range(60)])
     moved = []
@@ -336,6 +337,36 @@ def test_concurrent_redrives_move_each_dead_letter_once(make_queue, connect):
         t.join()
     assert sum(moved) == 60
     assert sorted(m.key for m in src.pop(100)) == sorted(f"m{i}" for i in range(60))
+    assert len([h for h in history(raw, dlq.name) if h["outcome"] == "moved"]) == (60 if retention else 0)
+
+
+def test_a_commit_racing_a_batch_commit_of_the_same_reservation_archives_it_once(make_queue, connect, raw):
+    q = make_queue(history_retention=dt.timedelta(days=7))
+    races = 40
+    q.push_many([(f"m{i}", "job", i) for i in range(races)])
+    held = q.reserve(races)
+    one, other = connect().queue(q.name), connect().queue(q.name)
+    results = []
+    for r in held:
+        start = threading.Barrier(2)
+        got = {}
+
+        def single(r=r, start=start, got=got):
+            start.wait()
+            got["single"] = one.commit(r)
+
+        def batch(r=r, start=start, got=got):
+            start.wait()
+            got["batch"] = other.commit_many([r])
+
+        threads = [threading.Thread(target=single), threading.Thread(target=batch)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        results.append(int(got["single"]) + got["batch"])
+    assert results == [1] * races
+    assert len([h for h in history(raw, q.name) if h["outcome"] == "committed"]) == races
 
 
 # -- replace-on-push --------------------------------------------------------------
