@@ -1228,10 +1228,13 @@ AS $$ SELECT timestamptz '9999-12-31 23:59:59.999999+00' $$;
 -- missing, and the first of them becomes head when the group has none, or
 -- when the head was never delivered, runs later than it and can be locked
 -- at once (one a reserve is taking now is not displaced); the displaced
--- head is blocked again. The new head is due at its run time or now,
--- whichever is later: it queues behind the heads that are ready already,
--- so a group with a long backlog takes its turn after the others (round
--- robin) instead of starving them. A wakeup when it is ready now.
+-- head is blocked again. A message that becomes head by its own push is
+-- scheduled as a message without a group: at its run time, past or future
+-- (now when it had none). One that takes the place of a head that left is
+-- due at its run time or now, whichever is later: it queues behind the
+-- heads that are ready already, so a group with a long backlog takes its
+-- turn after the others (round robin) instead of starving them. A wakeup
+-- when it is ready now.
 -- Locks: the group's row (created when missing), then the messages it
 -- changes; a caller that deleted or inserted a message of the group holds
 -- that row's lock already (messages before the group row, in every
@@ -1295,7 +1298,8 @@ BEGIN
         UPDATE pyqueue_message m SET scheduled_at = pyqueue__blocked_at()
          WHERE m.queue_name::text = in_queue AND m.p_key::text = v_head_key AND m.p_kind::text = v_head_kind;
     END IF;
-    UPDATE pyqueue_message m SET scheduled_at = greatest(v_next.at, in_now)
+    UPDATE pyqueue_message m
+       SET scheduled_at = CASE WHEN in_head_left THEN greatest(v_next.at, in_now) ELSE v_next.at END
      WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.p_key::text AND m.p_kind::text = v_next.p_kind::text;
     UPDATE pyqueue_group g SET head_key = v_next.p_key, head_kind = v_next.p_kind
      WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;

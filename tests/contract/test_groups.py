@@ -5,7 +5,8 @@ blocked behind the head (scheduled_at = the sentinel 9999-12-31 23:59:59.999999 
 of every ready range). The head stays head until it leaves the queue (commit, commit_batch,
 commit_reserve, pop, dead-letter, remove, move to another queue); then the blocked message with the
 least (scheduled_at_initially, id) is promoted, ready at max(its run_at, now): behind the heads
-already ready, so groups take turns. After every step the tests check the invariant in the tables
+already ready, so groups take turns. A message that becomes head by its own push is scheduled at its
+run_at (now when it has none), as a message without a group. After every step the tests check the invariant in the tables
 (``assert_groups_consistent``): each non-empty group has exactly one message that is not blocked,
 and pyqueue_group names it.
 """
@@ -437,6 +438,25 @@ def test_a_later_push_with_an_earlier_run_at_goes_first_while_the_head_was_never
     info = queue.message("late", "job")
     assert (info.state, info.scheduled_at) == ("delayed", later)
     assert queue.reserve(n=10) == []
+
+
+def test_a_new_groups_first_message_is_scheduled_at_its_run_at_like_a_message_without_a_group(queue, check):
+    """The message that becomes head by its own push (the group's first, one push or a batch)
+    is due at its run_at, past or future, as a message without a group would be: one with a
+    past run_at goes before a message pushed earlier without run_at."""
+    past = (dt.datetime.now(UTC) - dt.timedelta(hours=1)).replace(microsecond=250000)
+    future = (dt.datetime.now(UTC) + dt.timedelta(hours=1)).replace(microsecond=500000)
+    queue.push("plain", "job", 0)
+    queue.push("g-past", "job", 1, run_at=past, group="g")
+    assert queue.push_many([grouped("h-past", "h", run_at=past - dt.timedelta(minutes=1))]) == 1
+    queue.push("f-future", "job", 2, run_at=future, group="f")
+    assert check(queue) == {"g": "g-past", "h": "h-past", "f": "f-future"}
+    assert queue.message("g-past", "job").scheduled_at == past
+    assert (queue.message("f-future", "job").state, queue.message("f-future", "job").scheduled_at) == (
+        "delayed",
+        future,
+    )
+    assert keys(queue.reserve(n=10, timeout=60)) == ["h-past", "g-past", "plain"]
 
 
 def test_an_earlier_run_at_does_not_overtake_a_head_that_was_delivered(queue, check):
