@@ -155,7 +155,7 @@ class _AsyncConnection:
         return await drive_async(call_steps(self, fn, give_up), self._execute)
 
     async def _connect(self, op: Connect) -> Any:
-        return await connect(self.worker._dsn_of(self.role))
+        return await connect(self.worker.dsn_for(self.role))
 
     async def _on_connect(self, op: OnConnect) -> None:
         return await self.on_connect(op.db)

@@ -125,7 +125,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         self._retry_due = RetryDue()
         self._setup()
 
-    def _dsn_of(self, role: str) -> str:
+    def dsn_for(self, role: str) -> str:
         """Where a connection of this role goes: the LISTENing dispatcher's to listen_dsn if given."""
         if role == "dispatcher" and self.use_listen and self.listen_dsn is not None:
             return self.listen_dsn

@@ -102,7 +102,7 @@ class _Connection:
         return drive(call_steps(self, fn, give_up), self._execute)
 
     def _connect(self, op: Connect) -> Database:
-        return connect(self.worker._dsn_of(self.role))
+        return connect(self.worker.dsn_for(self.role))
 
     def _on_connect(self, op: OnConnect) -> None:
         return self.on_connect(op.db)
