@@ -476,7 +476,7 @@ class AsyncWorker(WorkerBase):
     # -- dispatcher ------------------------------------------------------------
     async def _on_dispatcher_connect(self, db: Any) -> None:
         if self.use_listen:
-            if self.listen_dsn is None and await self.dialect.shares_sessions_async(db.connection, self.dsn):
+            if await self.dialect.shares_sessions_async(db.connection, self.dsn_for("dispatcher")):
                 raise self._listen_refused()
             channels = [await db.queue(q).channel() for q in self.routes]
             await self.dialect.listen_async(db.connection, channels)

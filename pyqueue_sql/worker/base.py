@@ -136,12 +136,13 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         (raised from its on-connect; the stop also ends a run without registration, whose reserve
         loop would otherwise log the error and connect again, forever)."""
         self.stop(reason="LISTEN through a transaction pooler")
+        which = "dsn" if self.listen_dsn is None else "listen_dsn too"
         return errors.InvalidArgumentError(
-            "the worker would LISTEN through a transaction pooler (two client connections were served "
-            "by one server session, as PgBouncer's pool_mode = transaction does): the LISTEN would stay "
-            "in a session this worker loses, and wakeups would never come. Pass listen_dsn= a direct "
-            "connection to the server for the LISTEN (CLI: --listen-dsn), or listen=False to long-poll "
-            "(CLI: --no-listen)"
+            f"the worker would LISTEN through a transaction pooler ({which}: two client connections "
+            "were served by one server session, as PgBouncer's pool_mode = transaction does): the LISTEN "
+            "would stay in a session this worker loses, and wakeups would never come. Pass listen_dsn= a "
+            "direct connection to the server for the LISTEN (CLI: --listen-dsn), or listen=False to "
+            "long-poll (CLI: --no-listen)"
         )
 
     # -- configuration -----------------------------------------------------------

@@ -263,7 +263,7 @@ class Worker(WorkerBase):
     # -- dispatcher ------------------------------------------------------------
     def _on_dispatcher_connect(self, db: Database) -> None:
         if self.use_listen:
-            if self.listen_dsn is None and self.dialect.shares_sessions(db.connection, self.dsn):
+            if self.dialect.shares_sessions(db.connection, self.dsn_for("dispatcher")):
                 raise self._listen_refused()
             channels = [db.queue(q).channel() for q in self.routes]
             self.dialect.listen(db.connection, channels)
