@@ -160,7 +160,7 @@ class _AsyncConnection:
         return await drive_async(call_steps(self, fn, give_up), self._execute)
 
     async def _connect(self, op: Connect) -> Any:
-        return await connect(self.worker._dsn_of(self.role))
+        return await connect(self.worker.dsn_for(self.role))
 
     async def _on_connect(self, op: OnConnect) -> None:
         return await self.on_connect(op.db)
@@ -527,7 +527,7 @@ class AsyncWorker(WorkerBase):
     # -- dispatcher ------------------------------------------------------------
     async def _on_dispatcher_connect(self, db: Any) -> None:
         if self.use_listen:
-            if self.listen_dsn is None and await self.dialect.shares_sessions_async(db.connection, self.dsn):
+            if await self.dialect.shares_sessions_async(db.connection, self.dsn_for("dispatcher")):
                 raise self._listen_refused()
             channels = [await db.queue(q).channel() for q in self.routes]
             await self.dialect.listen_async(db.connection, channels)

@@ -155,7 +155,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         self._handler_avg: float | None = None  # the handlers' average seconds (moving), see Dispatch
         self._setup()
 
-    def _dsn_of(self, role: str) -> str:
+    def dsn_for(self, role: str) -> str:
         """Where a connection of this role goes: the LISTENing dispatcher's to listen_dsn if given."""
         if role == "dispatcher" and self.use_listen and self.listen_dsn is not None:
             return self.listen_dsn
@@ -166,12 +166,13 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         (raised from its on-connect; the stop also ends a run without registration, whose reserve
         loop would otherwise log the error and connect again, forever)."""
         self.stop(reason="LISTEN through a transaction pooler")
+        which = "dsn" if self.listen_dsn is None else "listen_dsn too"
         return errors.InvalidArgumentError(
-            "the worker would LISTEN through a transaction pooler (two client connections were served "
-            "by one server session, as PgBouncer's pool_mode = transaction does): the LISTEN would stay "
-            "in a session this worker loses, and wakeups would never come. Pass listen_dsn= a direct "
-            "connection to the server for the LISTEN (CLI: --listen-dsn), or listen=False to long-poll "
-            "(CLI: --no-listen)"
+            f"the worker would LISTEN through a transaction pooler ({which}: two client connections "
+            "were served by one server session, as PgBouncer's pool_mode = transaction does): the LISTEN "
+            "would stay in a session this worker loses, and wakeups would never come. Pass listen_dsn= a "
+            "direct connection to the server for the LISTEN (CLI: --listen-dsn), or listen=False to "
+            "long-poll (CLI: --no-listen)"
         )
 
     # -- configuration -----------------------------------------------------------

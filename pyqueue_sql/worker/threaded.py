@@ -105,7 +105,7 @@ class _Connection:
         return drive(call_steps(self, fn, give_up), self._execute)
 
     def _connect(self, op: Connect) -> Database:
-        return connect(self.worker._dsn_of(self.role))
+        return connect(self.worker.dsn_for(self.role))
 
     def _on_connect(self, op: OnConnect) -> None:
         return self.on_connect(op.db)
@@ -278,7 +278,7 @@ class Worker(WorkerBase):
     # -- dispatcher ------------------------------------------------------------
     def _on_dispatcher_connect(self, db: Database) -> None:
         if self.use_listen:
-            if self.listen_dsn is None and self.dialect.shares_sessions(db.connection, self.dsn):
+            if self.dialect.shares_sessions(db.connection, self.dsn_for("dispatcher")):
                 raise self._listen_refused()
             channels = [db.queue(q).channel() for q in self.routes]
             self.dialect.listen(db.connection, channels)

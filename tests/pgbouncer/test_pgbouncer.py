@@ -197,17 +197,8 @@ def test_worker_listens_on_its_direct_connection(direct_and_pooled, runtime):
     # is found by the re-check that follows a wakeup)
 
 
-@pytest.mark.parametrize("register", [True, False], ids=["registered", "unregistered"])
-@pytest.mark.parametrize("runtime", sorted(WORKERS))
-def test_worker_refuses_to_listen_through_the_pooler(direct_and_pooled, runtime, register):
-    """Registered, run() raises the error; without registration the first connection is the reserve
-    loop's, which logs errors and goes on: there the worker stops, and says why."""
-    _, pooled = direct_and_pooled
-    name = _queue_name()
-    with pyqueue_sql.connect(pooled) as db:
-        db.queue(name).create()
-    worker = WORKERS[runtime](pooled, poll_fallback=60.0, register=register)
-    worker.add_handler(name, lambda job: None)
+def _run_until_it_stops(worker) -> list[BaseException]:
+    """Runs the worker on a thread; what run() raised. Fails when it is still running after 30 s."""
     failure: list[BaseException] = []
 
     def target() -> None:
@@ -225,6 +216,21 @@ def test_worker_refuses_to_listen_through_the_pooler(direct_and_pooled, runtime,
         worker.stop()
         thread.join(timeout=60)
         pytest.fail("the worker ran with its LISTEN through the pooler")
+    return failure
+
+
+@pytest.mark.parametrize("register", [True, False], ids=["registered", "unregistered"])
+@pytest.mark.parametrize("runtime", sorted(WORKERS))
+def test_worker_refuses_to_listen_through_the_pooler(direct_and_pooled, runtime, register):
+    """Registered, run() raises the error; without registration the first connection is the reserve
+    loop's, which logs errors and goes on: there the worker stops, and says why."""
+    _, pooled = direct_and_pooled
+    name = _queue_name()
+    with pyqueue_sql.connect(pooled) as db:
+        db.queue(name).create()
+    worker = WORKERS[runtime](pooled, poll_fallback=60.0, register=register)
+    worker.add_handler(name, lambda job: None)
+    failure = _run_until_it_stops(worker)
     status = worker.status()
     assert status.stop_reason == "LISTEN through a transaction pooler"
     message = str(failure[0]) if register else status.last_error
@@ -232,6 +238,18 @@ def test_worker_refuses_to_listen_through_the_pooler(direct_and_pooled, runtime,
     if register:
         assert isinstance(failure[0], errors.InvalidArgumentError), failure
     assert worker.stats.reserved == 0
+
+
+@pytest.mark.parametrize("runtime", sorted(WORKERS))
+def test_a_listen_dsn_through_the_pooler_is_refused_too(direct_and_pooled, runtime):
+    _, pooled = direct_and_pooled
+    name = _queue_name()
+    with pyqueue_sql.connect(pooled) as db:
+        db.queue(name).create()
+    worker = WORKERS[runtime](pooled, listen_dsn=pooled, poll_fallback=60.0)
+    worker.add_handler(name, lambda job: None)
+    [exc] = _run_until_it_stops(worker)
+    assert isinstance(exc, errors.InvalidArgumentError) and "listen_dsn too" in str(exc), exc
 
 
 def test_listen_dsn_of_another_database_kind_is_refused(direct_and_pooled):
