@@ -208,17 +208,46 @@ def replicate(primary: OwnMariaDB, replica: OwnMariaDB, timeout: float = 60) -> 
         "MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1"
     )
     replica.execute("START SLAVE")
+    semi_sync = primary.execute("SELECT @@rpl_semi_sync_master_enabled")[0][0] == 1
     deadline = time.monotonic() + timeout
     while True:
-        status = dict(primary.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'"))
-        if (
-            status.get("Rpl_semi_sync_master_clients") == "1"
-            and status.get("Rpl_semi_sync_master_status") == "ON"
-        ):
-            return
+        if semi_sync:
+            status = dict(primary.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'"))
+            if (
+                status["Rpl_semi_sync_master_clients"] == "1"
+                and status["Rpl_semi_sync_master_status"] == "ON"
+            ):
+                return
+        else:
+            status = _slave_status(replica)
+            if status is not None and (status["Slave_IO_Running"], status["Slave_SQL_Running"]) == (
+                "Yes",
+                "Yes",
+            ):
+                return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the replica is no semi-synchronous client after {timeout}s: {status}")
+            raise RuntimeError(f"the replica does not replicate after {timeout}s: {status}")
         time.sleep(0.1)
+
+
+def _slave_status(replica: OwnMariaDB) -> dict | None:
+    """SHOW SLAVE STATUS as a dict (None when the server replicates from nobody)."""
+    import pymysql
+
+    conn = pymysql.connect(
+        host="127.0.0.1",
+        port=replica.port,
+        user="root",
+        password="",
+        autocommit=True,
+        cursorclass=pymysql.cursors.DictCursor,
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW SLAVE STATUS")
+            return cur.fetchone()
+    finally:
+        conn.close()
 
 
 def promote(replica: OwnMariaDB, timeout: float = 60) -> None:
