@@ -1,10 +1,9 @@
 -- pyqueue-sql: MySQL 8.0+ / MariaDB 10.6+ procedures, the current state.
 --
--- Runs after schema.sql and can be run again at any time: every procedure is dropped and created again. Procedures
--- keep the sql_mode and character set they were created under, so this file sets strict mode and utf8mb4 first and
--- restores the caller's after; every text parameter, variable and JSON_TABLE column declares utf8mb4 (names
--- utf8mb4_bin), whatever the database default (an undeclared one fails with 1253 against utf8mb4_bin or turns
--- characters into '?').
+-- Runs after schema.sql and can be run again at any time: every procedure is dropped and created again. Procedures keep
+-- the sql_mode and character set they were created under, so this file sets strict mode and utf8mb4 first and restores
+-- the caller's after; every text parameter, variable and JSON_TABLE column declares utf8mb4 (names utf8mb4_bin),
+-- whatever the database default (an undeclared one fails with 1253 against utf8mb4_bin or turns characters into '?').
 --
 -- Layout: one section per topic ('-- ==== <topic> ===='), in the order of schema.sql, queries.sql and
 -- docs/contract.md (uninstall.sql: the reverse).
@@ -363,12 +362,11 @@ END //
 
 -- pyqueue__give_back: queue_rollback and queue_fail. The message is eligible again after in_delay (NULL = 0); with
 -- in_set_error its last_error becomes in_error (first 2000 characters). out_outcome: 'retry', or after max_attempts
--- deliveries 'dead_lettered' / 'dropped' (no dead-letter queue); NULL when the token no longer holds. Steps: locate
--- by key and token (plain read); below max_attempts one UPDATE by id and token clears the reservation; otherwise one
+-- deliveries 'dead_lettered' / 'dropped' (no dead-letter queue); NULL when the token no longer holds. Steps: locate by
+-- key and token (plain read); below max_attempts one UPDATE by id and token clears the reservation; otherwise one
 -- UPDATE swaps the token for a new one (a claim, visible again only after the visibility timeout) and
--- pyqueue__dead_letter follows, in autocommit mode in a transaction of its own (the queue row first; a grouped
--- message as pyqueue__dead_letter). Interrupted after the claim, the next reserve dead-letters it (no loss, no double
--- count).
+-- pyqueue__dead_letter follows, in autocommit mode in a transaction of its own (the queue row first; a grouped message
+-- as pyqueue__dead_letter). Interrupted after the claim, the next reserve dead-letters it (no loss, no double count).
 -- Locks: the message row (dead-lettering: the queue row, the message row, the dead-letter row), each for one
 -- statement (or until the caller's transaction ends).
 DROP PROCEDURE IF EXISTS pyqueue__give_back //
@@ -924,15 +922,14 @@ END //
 -- ---- for limits ----
 
 -- pyqueue__limit_take: gives a free slot (1..capacity) of (in_queue, in_kind) to the reservation (in_id, in_attempts,
--- until in_until); out_ok = 1 when it got one. A slot is busy while its holder is that live reservation or its claim
--- is in progress (msg_attempts - 1, before msg_until). Holders left beyond a lowered capacity are first moved into
--- free slots within it (copy, then delete: interrupted, a holder briefly holds two; fewer hand-outs, never more). The
--- taking UPDATE locks and reads the slot rows as they are now, and takes nothing if the capacity changed. At READ
--- COMMITTED its reads of the holders are consistent reads as of the statement's start (an extend committed while it
--- waited for a slot lock is unseen), so a holder is live while its message's or its slot's end (msg_until, which an
--- extend sets first) is ahead.
--- Locks, per statement: slot rows in slot_no order, then shared locks on the holders' message rows and the limit row;
--- in autocommit mode a deadlock victim runs again.
+-- until in_until); out_ok = 1 when it got one. A slot is busy while its holder is that live reservation or its claim is
+-- in progress (msg_attempts - 1, before msg_until). Holders left beyond a lowered capacity are first moved into free
+-- slots within it (copy, then delete: interrupted, a holder briefly holds two; fewer hand-outs, never more). The taking
+-- UPDATE locks and reads the slot rows as they are now, and takes nothing if the capacity changed. At READ COMMITTED
+-- its reads of the holders are consistent reads as of the statement's start (an extend committed while it waited for a
+-- slot lock is unseen), so a holder is live while its message's or its slot's end (msg_until, which an extend sets
+-- first) is ahead. Locks, per statement: slot rows in slot_no order, then shared locks on the holders' message rows and
+-- the limit row; in autocommit mode a deadlock victim runs again.
 DROP PROCEDURE IF EXISTS pyqueue__limit_take //
 CREATE PROCEDURE pyqueue__limit_take(
     IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1774,7 +1771,8 @@ BEGIN
     SET v_queue = in_queue;
     SET v_now = UTC_TIMESTAMP(6);
     SET v_at = COALESCE(in_run_at, v_now);
-    CALL pyqueue__own_transaction(FALSE, v_own);
+    /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
+    IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
@@ -2425,7 +2423,8 @@ BEGIN
     BEGIN SET SESSION group_concat_max_len = v_gcl; CALL pyqueue__give_back_claims(v_secret, v_claimed, FALSE); RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
     IF NOT in_paused THEN
-        CALL pyqueue__own_transaction(FALSE, v_own);
+        /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
+        IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND;
         CALL pyqueue__random_token(v_secret);
@@ -2480,7 +2479,11 @@ BEGIN
     DECLARE v_limited BOOLEAN;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
-    CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);
+    IF (in_kinds IS NULL AND COALESCE(in_n = TRUNCATE(in_n, 0) AND in_n BETWEEN 1 AND 2147483647, TRUE)
+        AND COALESCE(in_timeout > 0 AND in_timeout <= 3155760000, TRUE) AND COALESCE(CHAR_LENGTH(in_worker), 0) <= 255
+        AND LOCATE(X'ED', CAST(COALESCE(in_worker, '') AS BINARY)) = 0) IS NOT TRUE THEN
+        CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);  -- (plainly valid: nothing to check)
+    END IF;
     -- a plain read (as a subquery of IF it would be a locking one, waiting for a limit being set)
     SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limited;
     IF NOT v_paused AND v_limited THEN
@@ -2771,8 +2774,7 @@ END //
 -- extends only while its slot is still this reservation's, in three statements in reserve's lock order: the slot
 -- marked as a claim in progress until the new end; the message's new end and token (by id, token, attempts); the slot
 -- (by number) holding this reservation again. Interrupted, the slot stays busy until the new end at most.
--- Locks: the slot rows, then the message row, each for one statement; a deadlock victim runs again in autocommit
--- mode.
+-- Locks: the slot rows, then the message row, each for one statement; a deadlock victim runs again in autocommit mode.
 DROP PROCEDURE IF EXISTS queue_extend //
 CREATE PROCEDURE queue_extend(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -4295,17 +4297,16 @@ END //
 -- Bulk enqueue with plain INSERTs into the table queue_ingest (Spark's df.write.jdbc), then queue_ingest_flush moves
 -- the rows into the queues (no trigger: a row trigger costs MariaDB about 25 us per row).
 
--- queue_ingest_flush: enqueues the rows plain INSERTs put into queue_ingest (Spark's df.write.jdbc) of in_queue (NULL
--- = every queue): each becomes a live message (dedup, the first wins; FIFO in insertion order); a bad row
--- (queue_push's checks) goes to pyqueue_ingest_reject with its reason 'pyqueue:<code>: ...'. Every row leaves
--- queue_ingest. Result: one row (enqueued, duplicates, rejected). Steps: reject bad rows, delete duplicates of live
--- messages, one INSERT IGNORE ... SELECT of the rest, delete them.
--- Concurrency: appends never wait. The flush takes the rows up to the highest ingest_id it sees, after a locking read
--- that waits for appends in flight below it; every read locks, so it enqueues exactly the rows it deletes. Flushes
--- are serialised by rows of pyqueue_ingest_lock (a queue's row, and '' shared; '' alone for every queue). In
--- autocommit mode it runs in a transaction of its own; inside yours it is part of it. Where the server cannot tell
--- (MySQL 8.0) each step is its own statement, serialised also by the named lock 'pyqueue-sql ingest flush <database>'
--- (up to 300 s); an interruption there leaves rows to flush again.
+-- queue_ingest_flush: enqueues the rows plain INSERTs put into queue_ingest (Spark's df.write.jdbc) of in_queue (NULL =
+-- every queue): each becomes a live message (dedup, the first wins; FIFO in insertion order); a bad row (queue_push's
+-- checks) goes to pyqueue_ingest_reject with its reason 'pyqueue:<code>: ...'. Every row leaves queue_ingest. Result:
+-- one row (enqueued, duplicates, rejected). Steps: reject bad rows, delete duplicates of live messages, one INSERT
+-- IGNORE ... SELECT of the rest, delete them. Concurrency: appends never wait. The flush takes the rows up to the
+-- highest ingest_id it sees, after a locking read that waits for appends in flight below it; every read locks, so it
+-- enqueues exactly the rows it deletes. Flushes are serialised by rows of pyqueue_ingest_lock (a queue's row, and ''
+-- shared; '' alone for every queue). In autocommit mode it runs in a transaction of its own; inside yours it is part of
+-- it. Where the server cannot tell (MySQL 8.0) each step is its own statement, serialised also by the named lock
+-- 'pyqueue-sql ingest flush <database>' (up to 300 s); an interruption there leaves rows to flush again.
 -- Locks: the pyqueue_ingest_lock rows, the flushed rows, shared locks on queue rows, the new messages.
 DROP PROCEDURE IF EXISTS queue_ingest_flush //
 CREATE PROCEDURE queue_ingest_flush(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
