@@ -104,7 +104,7 @@ wheel: | $(PY)
 # Side-by-side benchmark, interleaved in rounds (bench/README.md): pyqueue-sql against pgmq, PGQueuer
 # and the INSERT ceiling on PostgreSQL, a hand-rolled SKIP LOCKED queue, the naive design and the
 # INSERT IGNORE ceiling on MySQL/MariaDB; writes bench/latest/bench.{md,json}. Full run ~10 min,
-# then the burn-down (below, ~30 min);
+# then the burn-down (below, 3 rounds of ~10 min);
 #   make bench BENCH_ARGS=--quick                     1 round, 2,000 messages (~1.5 min)
 #   make bench BENCH_ARGS="--rounds 5 --dialects mysql"
 # Scale measurements on both dialects (1M delayed / backlog / churn, 100k distinct priorities, batch
@@ -141,7 +141,8 @@ bench-peers:
 	-@$(MAKE) --no-print-directory $(OBAN_STAMP) || echo "make: oban is not installed; the burn-down reports it NOT RUN"
 
 # bench.py (the routines, side by side), then the burn-down (bench/burndown.py: each system's own
-# worker draining a backlog, 2 processes x 16 handlers; ~30 min for 3 rounds, --rounds 1 ~10 min):
+# worker draining a backlog, 2 processes x 16 handlers; 3 rounds by default, one round ~10 min on a
+# quiet machine):
 #   make burndown BURNDOWN_ARGS="--quick --systems pyqueue-async,pgmq --dialects postgresql"
 bench: $(BENCH_STAMP) bench-peers
 	$(PY) bench/bench.py $(BENCH_ARGS)

@@ -329,7 +329,7 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
     lines = [
         "# Burn-down: each system's own worker draining a backlog",
         "",
-        f"Command: `{meta['command']}`; {meta['rounds']} round(s), {PROCESSES} worker processes x "
+        f"Command: `{meta['command']}`; {meta['rounds_done']} of {meta['rounds']} round(s) done, {PROCESSES} worker processes x "
         f"{CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} "
         f"({meta['cpus']} CPUs), load average {meta['load_before']} before, {meta['load_after']} after. "
         "Jobs/s = jobs done / (time from the workers' go to the last job done, counted in the database); "
@@ -438,6 +438,21 @@ def main() -> None:
         "unavailable": unavailable,
     }
     results: list[dict] = []
+    out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
+    os.makedirs(out, exist_ok=True)
+
+    def write(rounds_done: int) -> str:
+        """The summary of the rounds done so far (rewritten after each round: a run cut short
+        keeps what it measured)."""
+        meta["rounds_done"] = rounds_done
+        meta["load_after"] = _loadavg()
+        md = summarize(results, systems, workloads, meta)
+        with open(os.path.join(out, "burndown.md"), "w") as f:
+            f.write(md)
+        with open(os.path.join(out, "burndown.json"), "w") as f:
+            json.dump({"meta": meta, "results": results}, f, indent=1)
+        return md
+
     total = args.rounds * len(runnable) * len(workloads)
     n = 0
     t0 = time.perf_counter()
@@ -486,14 +501,8 @@ def main() -> None:
                 for r in round_results:
                     r["vs_best_peer"] = r["rate"] / best if best and "rate" in r else None
                 results.extend(round_results)
-    meta["load_after"] = _loadavg()
-    out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
-    os.makedirs(out, exist_ok=True)
-    md = summarize(results, systems, workloads, meta)
-    with open(os.path.join(out, "burndown.md"), "w") as f:
-        f.write(md)
-    with open(os.path.join(out, "burndown.json"), "w") as f:
-        json.dump({"meta": meta, "results": results}, f, indent=1)
+        write(round_ + 1)
+    md = write(args.rounds)
     print()
     print(md)
     print(f"burndown: wrote {out}/burndown.md and burndown.json", flush=True)
