@@ -47,6 +47,7 @@ SLOWEST_FIRST = tuple(
     f"tests/{path}.py"
     for path in (
         "spark/test_spark",
+        "failover/test_failover",
         "schema/test_migrate_interrupted",
         "schema/test_migrations",
         "worker/test_worker",
@@ -61,6 +62,7 @@ SLOWEST_FIRST = tuple(
         "contract/test_wakeups",
         "schema/test_alembic_app",
         "cli/test_cli",
+        "pgbouncer/test_pgbouncer",
         "contract/test_contract",
         "contract/test_schedules",
         "dashboard/test_browser",
