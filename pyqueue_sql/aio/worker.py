@@ -418,7 +418,8 @@ class AsyncWorker(WorkerBase):
         """Acknowledges the handlers' successes (see Worker._completer_loop): once one waits, up
         to ack_interval for more (at most ack_batch), then one flush (Dispatch._ack_steps) on its
         own connection; until run() closes it after the last handler task, flushing the rest."""
-        conn = _AsyncConnection(self, "completer")
+        # Its role in the logs and metrics is "handler", as the shared connections of the handler tasks.
+        conn = _AsyncConnection(self, "handler")
         try:
             while True:
                 await self._acks_ready.wait()
