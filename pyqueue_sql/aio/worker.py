@@ -23,8 +23,8 @@ forced stop, the worker registry, reconnects, the logs on the
     MySQL/MariaDB (or listen=False) long-polls queue_wait with one queue and
     polls with several;
   * the dispatcher reserves for the free handlers plus the prefetch (as
-    Worker); a prefetched message's task waits for one of the `concurrency`
-    handler turns (a stop hands it back at once);
+    Worker); a prefetched message waits until one of the `concurrency` handler
+    tasks is free and runs it (a stop hands it back at once);
   * a success is acknowledged by a completer task on its own connection, in
     batches (queue_commit_batch, as Worker: ack_batch, ack_interval); the
     handler's turn is free as soon as its handler returned;
@@ -46,6 +46,7 @@ heartbeat connection.
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import signal
 import threading
@@ -261,7 +262,8 @@ class AsyncWorker(WorkerBase):
         self._acks_ready, self._acks_full = asyncio.Event(), asyncio.Event()
         self._acks_closed = False
         completer = asyncio.create_task(self._completer(), name="pyqueue-completer")
-        self._handlers = asyncio.Semaphore(self.concurrency)  # the prefetched wait here for a turn
+        self._waiting: collections.deque[Job] = collections.deque()  # prefetched, for the next free task
+        self._handler_tasks = 0  # running handler tasks
         committers = [
             asyncio.create_task(self._committer(), name=f"pyqueue-committer-{i}")
             for i in range(self.connections)
@@ -418,7 +420,8 @@ class AsyncWorker(WorkerBase):
         """Acknowledges the handlers' successes (see Worker._completer_loop): once one waits, up
         to ack_interval for more (at most ack_batch), then one flush (Dispatch._ack_steps) on its
         own connection; until run() closes it after the last handler task, flushing the rest."""
-        conn = _AsyncConnection(self, "completer")
+        # Its role in the logs and metrics is "handler", as the shared connections of the handler tasks.
+        conn = _AsyncConnection(self, "handler")
         try:
             while True:
                 await self._acks_ready.wait()
@@ -538,41 +541,23 @@ class AsyncWorker(WorkerBase):
     def _start_jobs(self, jobs: list[Job]) -> None:
         for job in jobs:
             self._inflight[(job.queue, job.key, job.kind)] = job
+            if self._handler_tasks >= self.concurrency:
+                self._waiting.append(job)  # prefetched: the next task that is free runs it
+                continue
+            self._handler_tasks += 1
             task = asyncio.create_task(self._serve(job), name=f"pyqueue-handler {job.queue}/{job.key}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, job: Job) -> None:
-        """A reserved message's task: waits for one of the `concurrency` handler turns (a
-        prefetched message; a stop ends the wait, and the steps hand it back), then runs it and
-        the messages its commits reserve."""
-        handlers = self._handlers
-        if not handlers.locked():
-            await handlers.acquire()  # a free turn: taken at once
-        elif not await self._turn(handlers):
-            await self._steps(self._serve_steps(job), None)  # stopping: handed back
-            return
+    async def _serve(self, job: Job | None) -> None:
+        """A handler task: runs its message (and those its commits reserve), then the prefetched
+        ones that wait, until none is left. Up to `concurrency` of them run at once."""
         try:
-            await self._steps(self._serve_steps(job), None)
+            while job is not None:
+                await self._steps(self._serve_steps(job), None)
+                job = self._waiting.popleft() if self._waiting else None
         finally:
-            handlers.release()
-
-    async def _turn(self, handlers: asyncio.Semaphore) -> bool:
-        """Waits for a handler turn (then holds it: True) or the stop (False)."""
-        acquire = asyncio.ensure_future(handlers.acquire())
-        stop = asyncio.ensure_future(self._astop.wait())
-        try:
-            await asyncio.wait({acquire, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            if not acquire.done():
-                acquire.cancel()
-        if acquire.done() and not acquire.cancelled():
-            if self._stopping.is_set():
-                handlers.release()
-                return False
-            return True
-        return False
+            self._handler_tasks -= 1
 
     def _release(self, job: Job, successors: list[Job] = ()) -> None:
         self._inflight.pop((job.queue, job.key, job.kind), None)
@@ -608,6 +593,10 @@ class AsyncWorker(WorkerBase):
         # (they see _stopping); running ones get until the deadline.
         deadline = time.monotonic() + self.shutdown_timeout
         self._stop_deadline = deadline
+        while self._waiting:  # prefetched messages go back at once, whatever the handlers do
+            task = asyncio.create_task(self._steps(self._serve_steps(self._waiting.popleft()), None))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         report_at = time.monotonic()
         forced = asyncio.ensure_future(self._ahard.wait())
         try:

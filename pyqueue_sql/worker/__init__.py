@@ -28,7 +28,7 @@ How it waits (the dispatcher thread, one connection):
       client-side polling that backs off from `poll_min` to `poll_max`.
 
 Prefetch: once handlers have finished (so their average time is known) the
-dispatcher also holds up to `prefetch` messages (default 6 x concurrency)
+dispatcher also holds up to `prefetch` messages (default 15 x concurrency)
 beyond the free handlers, but no more than about 0.1 s of the handlers' work
 at their average time, so that slow handlers do not sit on messages another
 worker could run; it reserves again when half of that is used up. The
@@ -38,7 +38,7 @@ until less than a third of its lease is left is handed back unstarted
 
 Each message: the handler runs on a pool thread, which makes no database call
 for a success: a completer thread (its own connection) acknowledges the
-successes in batches with queue_commit_batch, up to `ack_batch` (100) at a
+successes in batches with queue_commit_batch, up to `ack_batch` (500) at a
 time, at most `ack_interval` (0.002 s) after the first of them finished (one
 alone: queue_commit). A reservation that no longer held (a stale token) is not
 committed: the batch is logged as lost (the call does not say which one) and

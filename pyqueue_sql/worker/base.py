@@ -27,14 +27,14 @@ LONG_POLL_CHECK = 0.025
 
 # Batched acknowledgement: at most ACK_BATCH successes in one queue_commit_batch, sent at most
 # ACK_INTERVAL seconds after the first of them finished (see bench/README.md, "Workers").
-ACK_BATCH = 100
+ACK_BATCH = 500
 ACK_INTERVAL = 0.002
 
 
 def default_prefetch(concurrency: int) -> int:
     """How many messages a worker reserves beyond its free handlers by default (see
     bench/README.md, "Workers")."""
-    return 6 * concurrency
+    return 15 * concurrency
 
 
 class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):

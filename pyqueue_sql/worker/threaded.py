@@ -324,7 +324,9 @@ class Worker(WorkerBase):
         run() sends None (after the last handler finished), then flushes what is left. A crash
         before a flush loses nothing: the messages are still reserved and come back after their
         lease (at-least-once)."""
-        conn = _Connection(self, "completer")
+        # Its role in the logs and metrics is "handler": the connection that records what the
+        # handlers did, as the handler threads themselves do for failures and hand-backs.
+        conn = _Connection(self, "handler")
         try:
             done = False
             while not done:

@@ -448,3 +448,12 @@ def test_the_heartbeat_extends_only_what_was_not_reserved_or_extended_lately():
     clock.now += 0.5  # the call's round trip
     steps.answer(reservation(key="older"))
     assert steps.done and older.lease_until == 1000.0 + 12.0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [dict(prefetch=-1), dict(prefetch=1.5), dict(ack_batch=0), dict(ack_batch=True), dict(ack_interval=-0.1)],
+)
+def test_prefetch_and_acknowledgement_settings_are_checked(bad):
+    with pytest.raises(InvalidArgumentError):
+        Worker(PG, **bad)
