@@ -20,6 +20,7 @@ from .common import (
     Command,
     UsageError,
     dsn_of,
+    non_negative_int,
     open_database,
     positive_int,
     seconds_arg,
@@ -249,6 +250,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 poll_fallback=args.poll_fallback,
                 listen=args.listen,
                 listen_dsn=args.listen_dsn,
+                **{
+                    option: getattr(args, option)
+                    for option in ("prefetch", "ack_batch", "ack_interval")
+                    if getattr(args, option) is not None
+                },
                 shutdown_timeout=args.shutdown_timeout,
                 register=args.register,
                 release_dead_after=args.release_dead_after,
@@ -393,6 +399,26 @@ def add_worker(command: Command) -> None:
         metavar="DSN",
         help="PostgreSQL behind a transaction pooler (PgBouncer): a direct connection to the server "
         "for the dispatcher, which LISTENs; everything else goes through --dsn",
+    )
+    p.add_argument(
+        "--prefetch",
+        type=non_negative_int,
+        metavar="N",
+        help="messages reserved beyond the free handlers, at most about 0.1 s of their work "
+        "(default 15 x concurrency; 0 turns it off)",
+    )
+    p.add_argument(
+        "--ack-batch",
+        type=positive_int,
+        metavar="N",
+        help="most successes committed in one call (default: the worker's, docs/workers.md)",
+    )
+    p.add_argument(
+        "--ack-interval",
+        type=seconds_arg,
+        metavar="S",
+        help="longest wait for more successes before committing them together "
+        "(default: the worker's, docs/workers.md)",
     )
     p.add_argument(
         "--shutdown-timeout",

@@ -536,3 +536,60 @@ def test_shutdown_deadline_passed_exits_non_zero(dsn, queue, tmp_path):
     assert code == 1
     assert _says_still_running(tmp_path, f"{queue.name}/long/k")
     assert any(e.get("event") == "deadline" and not e.get("forced") for e in _events(tmp_path))
+
+
+@pytest.mark.slow
+def test_the_command_takes_prefetch_and_acknowledgement_settings(dsn, queue, tmp_path):
+    for key in ("a", "b", "c"):
+        queue.push(key, "k", {})
+    proc = _spawn(
+        dsn,
+        queue.name,
+        tmp_path,
+        "--concurrency",
+        "1",
+        "--prefetch",
+        "0",
+        "--ack-batch",
+        "2",
+        "--ack-interval",
+        "0.05",
+    )
+    try:
+        wait_for(
+            lambda: (lambda s: s.ready + s.delayed + s.reserved)(queue.stats()) == 0,
+            30,
+            "the three messages committed",
+        )
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0
+    done = sorted(line for line in (tmp_path / "record").read_text().splitlines() if line.startswith("done"))
+    assert done == ["done a 1", "done b 1", "done c 1"]
+
+
+@pytest.mark.parametrize(
+    "option, value", [("--prefetch", "-1"), ("--ack-batch", "0"), ("--ack-interval", "soon")]
+)
+def test_the_command_refuses_a_bad_prefetch_or_acknowledgement_setting(option, value):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyqueue_sql.cli",
+            "worker",
+            "tests.worker.worker_handlers:sleepy",
+            "--queue",
+            "q",
+            option,
+            value,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and option in proc.stderr, proc.stderr
