@@ -195,18 +195,20 @@ class MySQL(Dialect):
         from pymysql.constants import CLIENT
 
         candidates = mysql_connect_candidates(dsn)
+        # Multi-statement queries, for run_in_own_transaction's one round trip (aiomysql always
+        # asks for them). Every statement the client sends is one of its named statements with
+        # escaped parameters, so no text of a caller's can add a statement of its own.
+        if len(candidates) == 1:  # the server's own error as it is (access denied, unknown database...)
+            return pymysql.connect(
+                **{**candidates[0], "autocommit": autocommit}, client_flag=CLIENT.MULTI_STATEMENTS
+            )
         failures = []
         for args in candidates:
-            # Multi-statement queries, for run_in_own_transaction's one round trip (aiomysql always
-            # asks for them). Every statement the client sends is one of its named statements with
-            # escaped parameters, so no text of a caller's can add a statement of its own.
             connection = None
             try:
                 connection = pymysql.connect(
                     **{**args, "autocommit": autocommit}, client_flag=CLIENT.MULTI_STATEMENTS
                 )
-                if len(candidates) == 1:
-                    return connection
                 with connection.cursor() as cur:
                     cur.execute("SELECT @@global.read_only")
                     (read_only,) = cur.fetchone()
@@ -259,11 +261,11 @@ class MySQL(Dialect):
                 if "ssl_cert" in ssl_files:
                     context.load_cert_chain(ssl_files["ssl_cert"], ssl_files.get("ssl_key"))
                 args["ssl"] = context
+            if len(candidates) == 1:  # the server's own error as it is
+                return await aiomysql.connect(**args)
             connection = None
             try:
                 connection = await aiomysql.connect(**args)
-                if len(candidates) == 1:
-                    return connection
                 async with connection.cursor() as cur:
                     await cur.execute("SELECT @@global.read_only")
                     (read_only,) = await cur.fetchone()
