@@ -149,11 +149,14 @@ END;
 $$;
 
 -- Raises unless the queue exists; returns its settings row. With in_lock it
--- takes FOR KEY SHARE on the queue row: every routine that writes a message
--- into a queue takes it first, so a concurrent queue_drop either waits for
--- this transaction (and then deletes what it wrote) or has already won (the
--- caller gets unknown_queue). pyqueue_message has no foreign key: this lock
--- is what keeps a message from outliving its queue.
+-- takes the queue's shared advisory lock (transaction-level, in memory: it
+-- writes nothing, unlike a row lock) and then reads the row; at REPEATABLE
+-- READ or SERIALIZABLE, whose snapshot may predate a drop, FOR KEY SHARE on
+-- the row instead. Every routine that writes a message into a queue takes
+-- it first, so a concurrent queue_drop either waits for this transaction
+-- (and then deletes what it wrote) or has already won (the caller gets
+-- unknown_queue). pyqueue_message has no foreign key: this lock is what
+-- keeps a message from outliving its queue.
 CREATE OR REPLACE FUNCTION pyqueue__queue(in_queue text, in_lock boolean DEFAULT false)
 RETURNS pyqueue_queue
 LANGUAGE plpgsql
@@ -162,7 +165,14 @@ DECLARE
     v_row pyqueue_queue;
 BEGIN
     PERFORM pyqueue__check_name('queue', in_queue, 128);
-    IF in_lock THEN
+    IF in_lock AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        -- writes nothing (no row lock, no MultiXact when pushers overlap);
+        -- the read below, a new snapshot, sees a drop that went first
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('pyqueue-sql queue'),
+                                                        pg_catalog.hashtext(in_queue));
+        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name::text = in_queue;
+    ELSIF in_lock THEN
+        -- a snapshot older than a drop: the row lock refuses it (40001)
         SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name::text = in_queue FOR KEY SHARE;
     ELSE
         SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name::text = in_queue;
@@ -1176,7 +1186,7 @@ $$;
 -- occurrence (the next one after now). A pending occurrence of the replaced
 -- schedule is removed unless it is reserved (then it runs, and its commit
 -- pushes nothing since it is no longer the pending one).
--- Locks: a key-share lock on the queue row, the schedule row, the replaced
+-- Locks: the queue's shared lock (pyqueue__queue), the schedule row, the replaced
 -- pending occurrence, then the new occurrence as queue_push.
 CREATE OR REPLACE FUNCTION pyqueue__schedule(in_queue text, in_key text, in_kind text, in_payload jsonb,
                                              in_every_s bigint, in_cron text)
@@ -1567,7 +1577,11 @@ BEGIN
            history_retention  = coalesce(in_history_retention, q.history_retention)
     RETURNING (q.xmax = 0) INTO v_new;
     IF v_new THEN
-        INSERT INTO pyqueue_ready_from (queue_name) VALUES (in_queue) ON CONFLICT (queue_name) DO NOTHING;
+        INSERT INTO pyqueue_ready_from AS r (queue_name) VALUES (in_queue)
+        ON CONFLICT (queue_name) DO UPDATE
+           SET ready_from = '-infinity', next_from = NULL, next_xid = NULL, moved_at = '-infinity',
+               top_priority = NULL;
+        DELETE FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue;
         -- A new queue starts empty: messages left under this name by a drop
         -- that could not see them (one run inside a REPEATABLE READ
         -- transaction, see queue_drop) go now, before any push can reach it.
@@ -1634,10 +1648,11 @@ $$;
 -- queue names it as dead-letter queue. Locks the queue's messages first (key
 -- order), then the queue row: the order in which a commit, rollback or
 -- reserve that dead-letters takes them (message, then queue row), so that a
--- drop racing them waits instead of deadlocking. Deleting the queue row waits
--- for every push that holds its key-share lock (pyqueue__queue); the messages
--- are deleted after that, by a statement that (READ COMMITTED) sees what those
--- pushes wrote. Inside a REPEATABLE READ or SERIALIZABLE transaction it cannot
+-- drop racing them waits instead of deadlocking. Then it waits for every
+-- transaction writing into the queue (pyqueue__queue: the queue's advisory
+-- lock, taken here exclusively; or a key-share lock on the queue row, which
+-- deleting it waits for); the messages are deleted after that, by a
+-- statement that (READ COMMITTED) sees what those writers wrote. Inside a REPEATABLE READ or SERIALIZABLE transaction it cannot
 -- see messages pushed after its snapshot: they stay in the table, in no queue
 -- (no routine reaches them), until queue_create makes a queue of that name
 -- again and deletes them.
@@ -1659,6 +1674,10 @@ BEGIN
      WHERE m.queue_name::text = in_queue
      ORDER BY m.p_key, m.p_kind
        FOR UPDATE;
+    -- waits for every transaction that is writing into the queue (the lock
+    -- pyqueue__queue shares at READ COMMITTED; deleting the row waits for
+    -- the row locks it takes otherwise)
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pyqueue-sql queue'), pg_catalog.hashtext(in_queue));
     DELETE FROM pyqueue_queue WHERE queue_name::text = in_queue;
     DELETE FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
 END;
@@ -1731,7 +1750,7 @@ $$;
 
 -- queue_push: inserts one message; false when a live message with the same
 -- (queue, p_key, p_kind) exists (dedup, the existing one is untouched).
--- Takes a key-share lock on the queue row (blocks only queue_drop) and the
+-- Takes the queue's shared lock (pyqueue__queue; blocks only queue_drop) and the
 -- unique-index entry of the new row.
 CREATE OR REPLACE FUNCTION queue_push(
     in_queue    text,
@@ -1843,7 +1862,7 @@ $$;
 -- created_at and the FIFO position among equal run_at are kept on replace.
 -- A message blocked behind its group's head stays blocked (its group and
 -- its place in it by the new run_at): replace never lets a group's message
--- past its head. Locks: a key-share lock on the queue row and the message row.
+-- past its head. Locks: the queue's shared lock and the message row.
 CREATE OR REPLACE FUNCTION queue_push_replace(
     in_queue    text,
     in_key      text,
@@ -2232,7 +2251,7 @@ $$;
 -- head, ready now; moved to another queue it leaves its group (it arrives
 -- there without one) and hands its place to the next message of the group.
 -- False, and nothing changes, when the token no longer holds.
--- Locks: a key-share lock on the target queue row, then the message row
+-- Locks: the target queue's shared lock (pyqueue__queue), then the message row
 -- (then the group's row of a head moved away).
 CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token anycompatible,
                            in_to_queue text, in_payload jsonb DEFAULT NULL)
@@ -2622,7 +2641,7 @@ $$;
 
 -- queue_bind: binds in_pattern (a topic pattern, see pyqueue__check_topic)
 -- to in_queue: true when the binding is new, false when it existed.
--- Locks: a key-share lock on the queue row, the binding's key.
+-- Locks: the queue's shared lock (pyqueue__queue), the binding's key.
 CREATE OR REPLACE FUNCTION queue_bind(in_pattern text, in_queue text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2926,7 +2945,7 @@ $$;
 -- and kind are already live in in_to_queue stays where it is (dedup; it is
 -- skipped and does not count towards in_n). Returns how many moved. With a
 -- history_retention on in_dead_queue each move is archived as 'moved'.
--- Locks the chosen rows with SKIP LOCKED and a key-share lock on both queue rows.
+-- Locks the chosen rows with SKIP LOCKED and the shared lock of both queues (pyqueue__queue).
 CREATE OR REPLACE FUNCTION queue_redrive(in_dead_queue text, in_to_queue text, in_n integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql

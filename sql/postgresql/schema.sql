@@ -190,9 +190,11 @@ COMMENT ON TABLE pyqueue_group IS
 -- those wrote below next_from). top_priority: the highest priority of the
 -- queue's messages when the bound last moved (where the reserve's walk of
 -- the priorities starts, unless a higher one is there). One row per queue,
--- made by queue_create.
+-- made (or reset) by queue_create. No foreign key: queue_drop leaves the
+-- row (deleting it could fail a drop inside a REPEATABLE READ transaction
+-- whose snapshot predates the last move, with 40001).
 CREATE TABLE pyqueue_ready_from (
-    queue_name varchar(128) PRIMARY KEY REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    queue_name varchar(128) PRIMARY KEY,
     ready_from timestamptz  NOT NULL DEFAULT '-infinity',
     next_from  timestamptz  NULL,
     next_xid   xid8         NULL,
@@ -206,9 +208,10 @@ COMMENT ON TABLE pyqueue_ready_from IS
 -- A message written more than half a second in the past (an explicit
 -- run_at) records its time here, in its own transaction, so that it is
 -- never below the bound (pyqueue__ready_from_lower); a later advance folds
--- the rows it sees into ready_from. Empty most of the time.
+-- the rows it sees into ready_from. Empty most of the time. Without a
+-- foreign key, as pyqueue_ready_from: queue_create clears a queue's rows.
 CREATE TABLE pyqueue_ready_lower (
-    queue_name varchar(128) NOT NULL REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    queue_name varchar(128) NOT NULL,
     lowered_to timestamptz  NOT NULL
 );
 
