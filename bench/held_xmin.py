@@ -16,10 +16,12 @@ autocommit:
 After --before seconds (default 60), a third connection opens a REPEATABLE READ transaction, takes
 its snapshot and keeps it for --minutes (default 10): no row version deleted or updated after that
 can be vacuumed away meanwhile, in either system's tables. Every --window seconds (default 30) each
-client reports the messages it reserved and committed in that window. The hold is released at the
-end, so the table holds the rate per window and, per system, the ratio of its last minute under
-the hold to its rate before the hold. Both systems share the machine and the hold at the same
-time, so a change in load hits them alike; only the ratios mean anything.
+client reports the messages it reserved and committed in that window, and one reserve of each
+system runs under EXPLAIN (ANALYZE, BUFFERS) (rolled back): the shared buffers it touches measure
+the walk over dead index entries whatever the machine's load. The hold is released at the end.
+The table holds, per window, the rate and the buffers per reserve and, per system, the ratio of
+its last minute under the hold to before the hold. Both systems share the machine and the hold at
+the same time, so a change in load hits them alike; only the ratios mean anything.
 
 Writes bench/results/held_xmin-<time>.{json,md} (--out to change). The server's autovacuum
 settings are left as they are (the shared test server runs with autovacuum off; the bench then
@@ -86,6 +88,28 @@ def _pgmq_loop(dsn: str, stop, counts) -> None:
 
 
 LOOPS = {"pyqueue": _pyqueue_loop, "pgmq": _pgmq_loop}
+# One reserve of each system, run under EXPLAIN (ANALYZE, BUFFERS) in a transaction rolled back:
+# the shared buffers it touches (every statement inside the function counts) measure the walk
+# over dead index entries whatever the machine's load. At REPEATABLE READ, where pyqueue-sql's
+# reserve leaves the start of the ready range as it is: the figure is a reserve's own read, not
+# the once-a-second step that moves the start (its cost is in the throughput).
+PROBES = {
+    "pyqueue": f"SELECT * FROM queue_reserve('{QUEUE}', 'probe', interval '300 s', 1)",
+    "pgmq": f"SELECT * FROM pgmq.read('{QUEUE}', 300, 1)",
+}
+
+
+def _probe_buffers(conn, name: str) -> int:
+    cur = conn.cursor()
+    try:
+        cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + PROBES[name])
+        plan = cur.fetchall()[0][0][0]["Plan"]
+    finally:
+        cur.execute("ROLLBACK")
+    return plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+
+
 TABLES = {"pyqueue": "pyqueue_message", "pgmq": f"pgmq.q_{QUEUE}"}
 
 
@@ -127,6 +151,9 @@ def run(args) -> dict:
         last = {name: 0 for name in args.systems}
         holder = None
         hold_at = None
+        prober = _dbs.raw_connect("postgresql", dsn)
+        for name in args.systems:  # the first call of a session reads the catalogs: not counted
+            _probe_buffers(prober, name)
         total = args.before + args.minutes * 60
         try:
             while time.perf_counter() - t0 < total - 1e-6:
@@ -151,6 +178,8 @@ def run(args) -> dict:
                     v = counts[name].value
                     row[name] = round((v - last[name]) / (now - w0), 1)
                     last[name] = v
+                for name in args.systems:
+                    row[name + "_buffers"] = _probe_buffers(prober, name)
                 windows.append(row)
                 print(f"[{row['end_s']:7.1f}s] " + json.dumps(row), flush=True)
             sizes_held = _sizes(dsn)
@@ -163,6 +192,7 @@ def run(args) -> dict:
             if holder is not None:
                 holder.rollback()
                 holder.close()
+            prober.close()
         before = [w for w in windows if not w["held"]]
         held = [w for w in windows if w["held"]]
         last_minute = [w for w in held if w["end_s"] > windows[-1]["end_s"] - 60.0 - 1e-6]
@@ -170,10 +200,14 @@ def run(args) -> dict:
         for name in args.systems:
             b = sum(w[name] for w in before) / len(before) if before else 0.0
             lm = sum(w[name] for w in last_minute) / len(last_minute) if last_minute else 0.0
+            bb = sum(w[name + "_buffers"] for w in before) / len(before) if before else 0.0
+            lmb = sum(w[name + "_buffers"] for w in last_minute) / len(last_minute) if last_minute else 0.0
             result[name] = {
                 "before_hold": round(b, 1),
                 "last_minute": round(lm, 1),
                 "ratio": round(lm / b, 3) if b else None,
+                "buffers_before_hold": round(bb, 1),
+                "buffers_last_minute": round(lmb, 1),
             }
         return result
     finally:
@@ -187,18 +221,27 @@ def summary(out: dict) -> str:
         f"{out['minutes']} min REPEATABLE READ snapshot held after {out['before']} s; load average "
         f"{out['load'][0]:.1f} before, {out['load_after'][0]:.1f} after; reserve+commit msg/s per system.",
         "",
-        "| system | before the hold | last minute of the hold | ratio |",
-        "|---|---|---|---|",
+        "| system | msg/s before the hold | last minute of the hold | ratio | buffers per reserve before"
+        " | last minute |",
+        "|---|---|---|---|---|---|",
     ]
     for name in out["systems"]:
         r = out["result"][name]
-        lines.append(f"| {name} | {r['before_hold']:,.0f} | {r['last_minute']:,.0f} | {r['ratio']}x |")
-    lines += ["", "| window end (s) | held | " + " | ".join(out["systems"]) + " |"]
-    lines.append("|---|---|" + "---|" * len(out["systems"]))
+        lines.append(
+            f"| {name} | {r['before_hold']:,.0f} | {r['last_minute']:,.0f} | {r['ratio']}x "
+            f"| {r['buffers_before_hold']:,.0f} | {r['buffers_last_minute']:,.0f} |"
+        )
+    lines += [
+        "",
+        "Per window: msg/s, and the shared buffers one reserve touched at the window's end.",
+        "",
+        "| window end (s) | held | " + " | ".join(f"{n} msg/s | {n} buffers" for n in out["systems"]) + " |",
+    ]
+    lines.append("|---|---|" + "---|---|" * len(out["systems"]))
     for w in out["result"]["windows"]:
         lines.append(
             f"| {w['end_s']} | {'yes' if w['held'] else 'no'} | "
-            + " | ".join(f"{w[n]:,.0f}" for n in out["systems"])
+            + " | ".join(f"{w[n]:,.0f} | {w[n + '_buffers']:,}" for n in out["systems"])
             + " |"
         )
     sizes = out["result"]["sizes_while_held"]
