@@ -40,6 +40,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import psycopg  # noqa: E402
+
 import pyqueue_sql  # noqa: E402
 from bench import _dbs  # noqa: E402
 
@@ -101,13 +103,17 @@ PROBES = {
 
 def _probe_buffers(conn, name: str) -> int:
     cur = conn.cursor()
-    try:
-        cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + PROBES[name])
-        plan = cur.fetchall()[0][0][0]["Plan"]
-    finally:
-        cur.execute("ROLLBACK")
-    return plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+    for attempt in range(20):  # a row the loop updated after the probe's snapshot: 40001, again
+        try:
+            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + PROBES[name])
+            plan = cur.fetchall()[0][0][0]["Plan"]
+            return plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+        except psycopg.errors.SerializationFailure:
+            time.sleep(0.01 * (attempt + 1))
+        finally:
+            cur.execute("ROLLBACK")
+    return -1  # never got a snapshot the loop left alone
 
 
 TABLES = {"pyqueue": "pyqueue_message", "pgmq": f"pgmq.q_{QUEUE}"}

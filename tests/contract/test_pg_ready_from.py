@@ -62,8 +62,19 @@ def _advance(conn, queue, steps=2):
         _run(conn, "SELECT * FROM queue_reserve(%s, 'w', interval '60 s', 1, ARRAY['none'])", (queue,))
 
 
+def _advance_past(conn, queue, at, seconds=30.0):
+    """Advances until the bound is at or past ``at``: a step needs every transaction of the
+    cluster that had an id at the step before to have ended (xids are cluster-wide), so a long
+    writing transaction anywhere on the shared server holds it up for a while."""
+    deadline = time.monotonic() + seconds
+    while _ready_from(conn, queue) < at:
+        assert time.monotonic() < deadline, ("the bound did not move past", at, _ready_from(conn, queue))
+        _advance(conn, queue, steps=1)
+
+
 def _ready_from(conn, queue):
-    return _run(conn, "SELECT pyqueue__ready_from(%s)", (queue,))[0][0]
+    # -infinity (never moved) as a time Python can hold
+    return _run(conn, "SELECT greatest(pyqueue__ready_from(%s), timestamptz '2000-01-01Z')", (queue,))[0][0]
 
 
 def _pop_buffers(conn, queue) -> int:
@@ -101,8 +112,7 @@ def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, p
                 (queue.name, [k for k, _ in got], ["job"] * 100, [t for _, t in got]),
             )
         pushed_by = dt.datetime.now(UTC)
-        _advance(conn, queue.name, steps=3)
-        assert _ready_from(conn, queue.name) >= pushed_by - dt.timedelta(seconds=0.1)
+        _advance_past(conn, queue.name, pushed_by)
         queue.push("fresh", "job", {})
         # the plans of the routines are cached by a first call, rolled back
         _pop_buffers(conn, queue.name)
@@ -117,8 +127,7 @@ def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, p
 def test_a_message_pushed_in_the_past_after_the_bound_moved_is_reserved_first(queue, pg):
     conn = pg()
     queue.push("now", "job", {})
-    _advance(conn, queue.name, steps=3)
-    assert _ready_from(conn, queue.name) > dt.datetime.now(UTC) - dt.timedelta(seconds=5)
+    _advance_past(conn, queue.name, dt.datetime.now(UTC) - dt.timedelta(seconds=5))
     hour_ago = dt.datetime.now(UTC) - dt.timedelta(hours=1)
     queue.push("past", "job", {}, run_at=hour_ago)
     queue.push_many([("past-batch", "job", {}, hour_ago - dt.timedelta(minutes=1))])
@@ -135,5 +144,5 @@ def test_a_message_of_a_transaction_open_while_the_bound_moved_is_not_left_below
     _advance(conn, queue.name, steps=3)  # proposals later than its message, none may become the bound
     _run(writer, "COMMIT")
     assert _reserve_keys(conn, queue.name) == ["slow"]
-    _advance(conn, queue.name, steps=2)  # the bound moves on once the writer has ended
-    assert _ready_from(conn, queue.name) > dt.datetime.now(UTC) - dt.timedelta(seconds=5)
+    # the bound moves on once the writer has ended
+    _advance_past(conn, queue.name, dt.datetime.now(UTC) - dt.timedelta(seconds=5))
