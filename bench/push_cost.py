@@ -22,7 +22,9 @@ The variants run interleaved in rounds (their order rotates), and each is report
   routine variants     the full INSERT inside a PL/pgSQL function / stored procedure: as
                        SECURITY INVOKER, SECURITY DEFINER, SECURITY DEFINER SET search_path FROM
                        CURRENT (PostgreSQL; the shipped attributes), with the queue row lock
-                       (PostgreSQL) or read (MySQL, as its pyqueue__queue does)
+                       (PostgreSQL) or read (MySQL, as its pyqueue__queue does), and on PostgreSQL
+                       with the queue's shared advisory lock and a plain read of the row instead
+                       (what queue_push takes at READ COMMITTED)
   queue_push           the routine as shipped (the queue's own table), for reference
 
 Nothing here changes the product: the copies live in the bench's own database, which is dropped at
@@ -146,10 +148,17 @@ def _pg_insert(table: str) -> str:
     )
 
 
-def _pg_function(dsn: str, name: str, attributes: str, lock: bool) -> None:
-    take = (
-        "PERFORM 1 FROM pyqueue_queue WHERE queue_name::text = in_queue FOR KEY SHARE;\n    " if lock else ""
-    )
+PG_LOCKS = {
+    None: "",
+    "row": "PERFORM 1 FROM pyqueue_queue WHERE queue_name::text = in_queue FOR KEY SHARE;\n    ",
+    # what queue_push takes at READ COMMITTED: an in-memory lock, then a plain read of the row
+    "advisory": "PERFORM pg_advisory_xact_lock_shared(hashtext('pyqueue-sql queue'), hashtext(in_queue));\n    "
+    "PERFORM 1 FROM pyqueue_queue WHERE queue_name::text = in_queue;\n    ",
+}
+
+
+def _pg_function(dsn: str, name: str, attributes: str, lock: str | None) -> None:
+    take = PG_LOCKS[lock]
     _dbs.execute(
         "postgresql",
         dsn,
@@ -191,19 +200,25 @@ def pg_variants(dsn: str) -> list[type[Variant]]:
     )
     out.append(_variant("+ queue row lock (FOR KEY SHARE)", "pc_full", lock))
     for name, attributes, with_lock, label in (
-        ("pc_fn_invoker", "SECURITY INVOKER", False, "function, SECURITY INVOKER"),
-        ("pc_fn_definer", "SECURITY DEFINER", False, "function, SECURITY DEFINER"),
+        ("pc_fn_invoker", "SECURITY INVOKER", None, "function, SECURITY INVOKER"),
+        ("pc_fn_definer", "SECURITY DEFINER", None, "function, SECURITY DEFINER"),
         (
             "pc_fn_shipped",
             "SECURITY DEFINER SET search_path FROM CURRENT",
-            False,
+            None,
             "function, SECURITY DEFINER SET search_path FROM CURRENT",
         ),
         (
             "pc_fn_shipped_lock",
             "SECURITY DEFINER SET search_path FROM CURRENT",
-            True,
-            "function as shipped + queue row lock",
+            "row",
+            "function as shipped + queue row lock (FOR KEY SHARE)",
+        ),
+        (
+            "pc_fn_shipped_advisory",
+            "SECURITY DEFINER SET search_path FROM CURRENT",
+            "advisory",
+            "function as shipped + queue advisory lock (shared) and row read",
         ),
     ):
         _pg_function(dsn, name, attributes, with_lock)

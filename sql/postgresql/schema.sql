@@ -176,6 +176,47 @@ CREATE TABLE pyqueue_group (
 COMMENT ON TABLE pyqueue_group IS
     'pyqueue-sql: one row per FIFO group with messages: its head, the one message of the group that may be delivered.';
 
+-- Where the ready range of a queue starts: every live message of the queue
+-- has scheduled_at >= ready_from (or >= a lowered_to of pyqueue_ready_lower),
+-- so the reserve reads its index ranges from there instead of from the
+-- start. While a transaction holds the xmin horizon, the index entries of
+-- every message reserved or committed since can be neither removed nor
+-- marked dead, and they pile up at the head of the ready range; without
+-- this bound every reserve walks all of them. Reserves move it up
+-- (pyqueue__ready_from_advance, at most once a second per queue) in two
+-- steps: one proposes next_from (its clock minus a second) with next_xid,
+-- the first transaction id not yet assigned then; a later one makes it the
+-- bound once every transaction below next_xid has ended (after reading what
+-- those wrote below next_from). top_priority: the highest priority of the
+-- queue's messages when the bound last moved (where the reserve's walk of
+-- the priorities starts, unless a higher one is there). One row per queue,
+-- made (or reset) by queue_create. No foreign key: queue_drop leaves the
+-- row (deleting it could fail a drop inside a REPEATABLE READ transaction
+-- whose snapshot predates the last move, with 40001).
+CREATE TABLE pyqueue_ready_from (
+    queue_name varchar(128) PRIMARY KEY,
+    ready_from timestamptz  NOT NULL DEFAULT '-infinity',
+    next_from  timestamptz  NULL,
+    next_xid   xid8         NULL,
+    moved_at   timestamptz  NOT NULL DEFAULT '-infinity',
+    top_priority integer    NULL
+);
+
+COMMENT ON TABLE pyqueue_ready_from IS
+    'pyqueue-sql: per queue, a lower bound of the scheduled_at of its live messages, where the reserve starts reading.';
+
+-- A message written more than half a second in the past (an explicit
+-- run_at) records its time here, in its own transaction, so that it is
+-- never below the bound (pyqueue__ready_from_lower); a later advance folds
+-- the rows it sees into ready_from. Empty most of the time. Without a
+-- foreign key, as pyqueue_ready_from: queue_create clears a queue's rows.
+CREATE TABLE pyqueue_ready_lower (
+    queue_name varchar(128) NOT NULL,
+    lowered_to timestamptz  NOT NULL
+);
+
+CREATE INDEX pyqueue_ready_lower_idx ON pyqueue_ready_lower (queue_name, lowered_to);
+
 -- Every reserve moves a message's entry in the ready index (a
 -- non-HOT update) and every commit deletes it, so each message leaves two
 -- dead index entries, and the dead ones with past scheduled_at sit at the

@@ -1,0 +1,302 @@
+"""Throughput of a steady producer/consumer while a REPEATABLE READ transaction holds the xmin horizon.
+
+    python bench/held_xmin.py                       # PostgreSQL: 10 min hold, pyqueue-sql and pgmq
+    python bench/held_xmin.py --minutes 3           # a shorter hold, for iteration
+    python bench/held_xmin.py --minutes 0.5 --before 30 --window 10   # a check that it runs
+
+One fresh database holds both systems: pyqueue-sql (installed as `make migrate` would) and pgmq
+(installed from the SQL its PyPI package ships, as bench.py does), each with one queue. Two client
+processes run at the same time, one per system, each in a loop through the system's public calls,
+autocommit:
+
+  pyqueue-sql   queue_push_batch of 100 (Queue.push_many), then 100 x queue_reserve(n=1) +
+                queue_commit (Queue.reserve, Queue.commit)
+  pgmq          pgmq.send_batch of 100, then 100 x pgmq.read(vt, 1) + pgmq.delete(id)
+
+After --before seconds (default 60), a third connection opens a REPEATABLE READ transaction, takes
+its snapshot and keeps it for --minutes (default 10): no row version deleted or updated after that
+can be vacuumed away meanwhile, in either system's tables. Every --window seconds (default 30) each
+client reports the messages it reserved and committed in that window, and one reserve of each
+system runs under EXPLAIN (ANALYZE, BUFFERS) (rolled back): the shared buffers it touches measure
+the walk over dead index entries whatever the machine's load. The hold is released at the end.
+The table holds, per window, the rate and the buffers per reserve and, per system, the ratio of
+its last minute under the hold to before the hold. Both systems share the machine and the hold at
+the same time, so a change in load hits them alike; only the ratios mean anything.
+
+Writes bench/results/held_xmin-<time>.{json,md} (--out to change). The server's autovacuum
+settings are left as they are (the shared test server runs with autovacuum off; the bench then
+runs VACUUM on both queue tables before the hold starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import psycopg  # noqa: E402
+
+import pyqueue_sql  # noqa: E402
+from bench import _dbs  # noqa: E402
+
+QUEUE = "held"
+BATCH = 100
+PGMQ_SEND_BATCH = "SELECT * FROM pgmq.send_batch(queue_name=>%s::text, msgs=>%s::jsonb[])"
+PGMQ_READ = (
+    "SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers "
+    "FROM pgmq.read(queue_name=>%s::text, vt=>%s::integer, qty=>%s::integer)"
+)
+PGMQ_DELETE = "SELECT pgmq.delete(queue_name=>%s::text, msg_id=>%s::bigint)"
+
+
+def _pyqueue_loop(dsn: str, stop, counts) -> None:
+    k = 0
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue(QUEUE)
+        while not stop.is_set():
+            q.push_many([(f"m{k}-{i}", "job", {"n": i}) for i in range(BATCH)])
+            k += 1
+            for _ in range(BATCH):
+                got = q.reserve(n=1, worker="held", timeout=300)
+                if not got:
+                    break
+                q.commit(got[0])
+                counts.value += 1
+
+
+def _pgmq_loop(dsn: str, stop, counts) -> None:
+    from psycopg.types.json import Jsonb
+
+    conn = _dbs.raw_connect("postgresql", dsn)
+    cur = conn.cursor()
+    while not stop.is_set():
+        cur.execute(PGMQ_SEND_BATCH, (QUEUE, [Jsonb({"n": i}) for i in range(BATCH)]))
+        cur.fetchall()
+        for _ in range(BATCH):
+            cur.execute(PGMQ_READ, (QUEUE, 300, 1))
+            rows = cur.fetchall()
+            if not rows:
+                break
+            cur.execute(PGMQ_DELETE, (QUEUE, rows[0][0]))
+            cur.fetchall()
+            counts.value += 1
+    conn.close()
+
+
+LOOPS = {"pyqueue": _pyqueue_loop, "pgmq": _pgmq_loop}
+# One reserve of each system, run under EXPLAIN (ANALYZE, BUFFERS) in a transaction rolled back:
+# the shared buffers it touches (every statement inside the function counts) measure the walk
+# over dead index entries whatever the machine's load. At REPEATABLE READ, where pyqueue-sql's
+# reserve leaves the start of the ready range as it is: the figure is a reserve's own read, not
+# the once-a-second step that moves the start (its cost is in the throughput).
+PROBES = {
+    "pyqueue": f"SELECT * FROM queue_reserve('{QUEUE}', 'probe', interval '300 s', 1)",
+    "pgmq": f"SELECT * FROM pgmq.read('{QUEUE}', 300, 1)",
+}
+
+
+def _probe_buffers(conn, name: str) -> int:
+    cur = conn.cursor()
+    for attempt in range(20):  # a row the loop updated after the probe's snapshot: 40001, again
+        try:
+            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + PROBES[name])
+            plan = cur.fetchall()[0][0][0]["Plan"]
+            return plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+        except psycopg.errors.SerializationFailure:
+            time.sleep(0.01 * (attempt + 1))
+        finally:
+            cur.execute("ROLLBACK")
+    return -1  # never got a snapshot the loop left alone
+
+
+TABLES = {"pyqueue": "pyqueue_message", "pgmq": f"pgmq.q_{QUEUE}"}
+
+
+def _install(dsn: str) -> None:
+    from pgmq.install import install_pgmq_from_sql
+
+    _dbs.install_pyqueue(dsn)
+    with pyqueue_sql.connect(dsn) as db:
+        db.queue(QUEUE).create(visibility_timeout=300)
+    install_pgmq_from_sql(dsn=dsn)
+    _dbs.execute("postgresql", dsn, f"SELECT pgmq.create('{QUEUE}')")
+
+
+def _sizes(dsn: str) -> dict:
+    out = {}
+    for name, table in TABLES.items():
+        [(total, dead)] = _dbs.execute(
+            "postgresql",
+            dsn,
+            f"SELECT pg_total_relation_size('{table}'::regclass), "
+            f"(SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = '{table}'::regclass)",
+        )
+        out[name] = {"total_bytes": total, "dead_tuples": dead}
+    return out
+
+
+def run(args) -> dict:
+    dsn = _dbs.create("postgresql", "heldxmin")
+    try:
+        _install(dsn)
+        ctx = mp.get_context("fork")
+        stop = ctx.Event()
+        counts = {name: ctx.Value("q", 0, lock=False) for name in args.systems}
+        procs = [ctx.Process(target=LOOPS[name], args=(dsn, stop, counts[name])) for name in args.systems]
+        for p in procs:
+            p.start()
+        windows: list[dict] = []
+        t0 = time.perf_counter()
+        last = {name: 0 for name in args.systems}
+        holder = None
+        hold_at = None
+        prober = _dbs.raw_connect("postgresql", dsn)
+        for name in args.systems:  # the first call of a session reads the catalogs: not counted
+            _probe_buffers(prober, name)
+        total = args.before + args.minutes * 60
+        try:
+            while time.perf_counter() - t0 < total - 1e-6:
+                if holder is None and time.perf_counter() - t0 >= args.before - 1e-6:
+                    for name in args.systems:  # both tables as clean as vacuum makes them
+                        _dbs.execute("postgresql", dsn, f"VACUUM {TABLES[name]}")
+                    holder = _dbs.raw_connect("postgresql", dsn, autocommit=False)
+                    hc = holder.cursor()
+                    hc.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    hc.execute("SELECT count(*) FROM pg_class")
+                    hc.fetchall()
+                    hold_at = round(time.perf_counter() - t0, 1)
+                    print(f"[{hold_at:7.1f}s] xmin held from now on", flush=True)
+                w0 = time.perf_counter()
+                end = min(w0 + args.window, t0 + total)
+                if holder is None:
+                    end = min(end, t0 + args.before)
+                time.sleep(max(0.0, end - time.perf_counter()))
+                now = time.perf_counter()
+                row = {"end_s": round(now - t0, 1), "held": holder is not None}
+                for name in args.systems:
+                    v = counts[name].value
+                    row[name] = round((v - last[name]) / (now - w0), 1)
+                    last[name] = v
+                for name in args.systems:
+                    row[name + "_buffers"] = _probe_buffers(prober, name)
+                windows.append(row)
+                print(f"[{row['end_s']:7.1f}s] " + json.dumps(row), flush=True)
+            sizes_held = _sizes(dsn)
+        finally:
+            stop.set()
+            for p in procs:
+                p.join(timeout=60)
+                if p.is_alive():
+                    p.terminate()
+            if holder is not None:
+                holder.rollback()
+                holder.close()
+            prober.close()
+        before = [w for w in windows if not w["held"]]
+        held = [w for w in windows if w["held"]]
+        last_minute = [w for w in held if w["end_s"] > windows[-1]["end_s"] - 60.0 - 1e-6]
+        result: dict = {"hold_started_s": hold_at, "windows": windows, "sizes_while_held": sizes_held}
+        for name in args.systems:
+            b = sum(w[name] for w in before) / len(before) if before else 0.0
+            lm = sum(w[name] for w in last_minute) / len(last_minute) if last_minute else 0.0
+            bb = sum(w[name + "_buffers"] for w in before) / len(before) if before else 0.0
+            lmb = sum(w[name + "_buffers"] for w in last_minute) / len(last_minute) if last_minute else 0.0
+            result[name] = {
+                "before_hold": round(b, 1),
+                "last_minute": round(lm, 1),
+                "ratio": round(lm / b, 3) if b else None,
+                "buffers_before_hold": round(bb, 1),
+                "buffers_last_minute": round(lmb, 1),
+            }
+        return result
+    finally:
+        _dbs.drop("postgresql", dsn)
+
+
+def summary(out: dict) -> str:
+    lines = [
+        f"# Held xmin ({out['started']}, `python bench/held_xmin.py {' '.join(out['argv'])}`)",
+        "",
+        f"{out['minutes']} min REPEATABLE READ snapshot held after {out['before']} s; load average "
+        f"{out['load'][0]:.1f} before, {out['load_after'][0]:.1f} after; reserve+commit msg/s per system.",
+        "",
+        "| system | msg/s before the hold | last minute of the hold | ratio | buffers per reserve before"
+        " | last minute |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in out["systems"]:
+        r = out["result"][name]
+        lines.append(
+            f"| {name} | {r['before_hold']:,.0f} | {r['last_minute']:,.0f} | {r['ratio']}x "
+            f"| {r['buffers_before_hold']:,.0f} | {r['buffers_last_minute']:,.0f} |"
+        )
+    lines += [
+        "",
+        "Per window: msg/s, and the shared buffers one reserve touched at the window's end.",
+        "",
+        "| window end (s) | held | " + " | ".join(f"{n} msg/s | {n} buffers" for n in out["systems"]) + " |",
+    ]
+    lines.append("|---|---|" + "---|---|" * len(out["systems"]))
+    for w in out["result"]["windows"]:
+        lines.append(
+            f"| {w['end_s']} | {'yes' if w['held'] else 'no'} | "
+            + " | ".join(f"{w[n]:,.0f} | {w[n + '_buffers']:,}" for n in out["systems"])
+            + " |"
+        )
+    sizes = out["result"]["sizes_while_held"]
+    lines += [
+        "",
+        "At the end of the hold: "
+        + "; ".join(
+            f"{n} {s['total_bytes'] / 1e6:.1f} MB, {s['dead_tuples']:,} dead tuples" for n, s in sizes.items()
+        )
+        + ".",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=10.0, help="how long the snapshot is held (default 10)")
+    ap.add_argument("--before", type=float, default=60.0, help="seconds of load before the hold (default 60)")
+    ap.add_argument("--window", type=float, default=30.0, help="seconds per throughput window (default 30)")
+    ap.add_argument("--systems", default="pyqueue,pgmq", help="comma-separated, of: " + ", ".join(LOOPS))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    args = ap.parse_args(argv)
+    args.systems = [s for s in args.systems.split(",") if s]
+    unknown = set(args.systems) - set(LOOPS)
+    if unknown:
+        ap.error(f"unknown systems {sorted(unknown)}")
+    _dbs.exit_on_sigterm()
+    out = {
+        "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "argv": sys.argv[1:] if argv is None else list(argv),
+        "minutes": args.minutes,
+        "before": args.before,
+        "window": args.window,
+        "systems": args.systems,
+        "load": os.getloadavg(),
+    }
+    out["result"] = run(args)
+    out["load_after"] = os.getloadavg()
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"held_xmin-{out['started'].replace(':', '')}")
+    table = summary(out)
+    with open(stem + ".json", "w") as f:
+        json.dump(out, f, indent=1)
+    with open(stem + ".md", "w") as f:
+        f.write(table)
+    print(f"wrote {stem}.json and .md\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
