@@ -297,6 +297,8 @@ class AsyncWorker(WorkerBase):
             self._acks_ready.set()
             self._acks_full.set()  # ends the completer's wait for more
             await asyncio.wait({completer}, timeout=max(self.shutdown_timeout, 5.0))
+            self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
+            self._ahard.set()
             completer.cancel()
             await asyncio.wait({heartbeat}, timeout=5)
             heartbeat.cancel()
@@ -613,7 +615,7 @@ class AsyncWorker(WorkerBase):
         finally:
             forced.cancel()
         self._abandon_the_rest()
-        self._ahard.set()
+        self._mirror_events()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -92,16 +92,20 @@ class Shutdown:
         return now + 10.0
 
     def _abandon_the_rest(self) -> None:
-        """At the end of a stop: whatever still runs is abandoned (logged, kept in unfinished)."""
+        """At the end of a stop: whatever still runs is abandoned (logged, kept in unfinished) and
+        the stop becomes hard. When every handler finished in time it stays graceful: the completer
+        still flushes the last successes, retrying through a lost connection, and the runner makes
+        the stop hard once that flush is done (or its time is up)."""
         left = [where_of(j) for j in self._jobs()]
         self.unfinished = left
-        if left:
-            why = "the stop was forced" if self._hard_stop.is_set() else "the shutdown deadline passed"
-            log.error(
-                "%s with %d handler(s) still running; their messages come back after the lease: %s",
-                why,
-                len(left),
-                ", ".join(left[:20]),
-                extra={"event": "deadline", "forced": self._hard_stop.is_set(), "running": left[:100]},
-            )
+        if not left:
+            return
+        why = "the stop was forced" if self._hard_stop.is_set() else "the shutdown deadline passed"
+        log.error(
+            "%s with %d handler(s) still running; their messages come back after the lease: %s",
+            why,
+            len(left),
+            ", ".join(left[:20]),
+            extra={"event": "deadline", "forced": self._hard_stop.is_set(), "running": left[:100]},
+        )
         self._hard_stop.set()

@@ -204,6 +204,7 @@ class Worker(WorkerBase):
             # Every handler has finished (or was abandoned): the completer flushes what is left.
             self._acks.put(None)
             completer.join(timeout=max(self.shutdown_timeout, 5.0))
+            self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
             hb.join(timeout=5)
             conn = _Connection(self, "deregister")
             try:

@@ -199,3 +199,28 @@ def test_a_worker_killed_with_acknowledgements_pending_loses_nothing(dsn, queue,
     with running(worker):
         wait_for(lambda: _empty(queue), 30, "the redelivery after the lease")
     assert sorted(seen) == keys and worker.stats.succeeded == 20
+
+
+def test_a_graceful_stop_flushes_the_last_successes_through_a_lost_connection(dsn, db, queue, worker_class):
+    """The server drops the worker's connections while successes wait for their batch, and the
+    worker is stopped right then: the completer reconnects and commits them before the worker
+    ends (a graceful stop does not give up on them), so nothing stays reserved."""
+    from tests.faults.test_faults import database_of, kill_from_server, sessions_of_database
+
+    before = set(sessions_of_database(db, database_of(dsn)))
+    done: list[str] = []
+    worker = worker_class(dsn, concurrency=2, prefetch=0, ack_interval=1.0, poll_fallback=0.2, register=False)
+
+    @worker.handler(queue.name)
+    def handle(job):
+        done.append(job.key)
+
+    queue.push("first", "k", {})
+    with running(worker):
+        wait_for(lambda: worker.stats.succeeded == 1, 30, "the first commit (the completer connected)")
+        queue.push_many([(f"k{i}", "k", {}) for i in range(5)])
+        wait_for(lambda: len(done) == 6, 30, "five more handled")
+        kill_from_server(db, [i for i in sessions_of_database(db, database_of(dsn)) if i not in before])
+        worker.stop()
+    assert worker.stats.succeeded == 6, worker.stats
+    assert _empty(queue)
