@@ -69,24 +69,22 @@ def confirm(question: str) -> bool | None:
     return answer.strip().lower() in ("y", "yes")
 
 
-def positive_int(text: str) -> int:
+def _int_at_least(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}: {text}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1)
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0: {text}")
-    return value
+    return _int_at_least(text, 0)
 
 
 def seconds_arg(text: str) -> float:

@@ -224,3 +224,25 @@ def connect(dsn, client, request):
     for db in opened:
         with contextlib.suppress(Exception):
             db.close()
+
+
+@pytest.fixture
+def mysql_sql(dsn):
+    """Runs plain SQL on one autocommit PyMySQL connection to the MySQL/MariaDB test database, as
+    a mysql client would: every result set of a CALL read; returns the first one's rows."""
+    import pymysql
+
+    from pyqueue_sql.dialects import mysql_connect_args
+
+    conn = pymysql.connect(**mysql_connect_args(dsn))
+
+    def run(statement, *args):
+        with conn.cursor() as cur:
+            cur.execute(statement, args or None)
+            rows = list(cur.fetchall()) if cur.description else []
+            while cur.nextset():
+                pass
+        return rows
+
+    yield run
+    conn.close()

@@ -9,27 +9,14 @@ import uuid
 import pymysql
 import pytest
 
-from pyqueue_sql.dialects import mysql_connect_args
-
 pytestmark = pytest.mark.only_dialect("mysql")
 
 TOKEN = "0f8fad5b-d9cb-469f-a165-70867728950e"
 
 
 @pytest.fixture
-def sql(dsn):
-    conn = pymysql.connect(**mysql_connect_args(dsn))
-
-    def run(statement, *args):
-        with conn.cursor() as cur:
-            cur.execute(statement, args or None)
-            rows = list(cur.fetchall()) if cur.description else []
-            while cur.nextset():
-                pass
-        return rows
-
-    yield run
-    conn.close()
+def sql(mysql_sql):
+    return mysql_sql
 
 
 @pytest.fixture

@@ -9,10 +9,7 @@ import datetime as dt
 import json
 import uuid
 
-import pymysql
 import pytest
-
-from pyqueue_sql.dialects import mysql_connect_args
 
 pytestmark = pytest.mark.only_dialect("mysql")
 
@@ -22,19 +19,8 @@ FUTURE = dt.datetime(2999, 1, 2, 3, 4, 5, 600000)
 
 
 @pytest.fixture
-def sql(dsn):
-    conn = pymysql.connect(**mysql_connect_args(dsn))
-
-    def run(statement, *args):
-        with conn.cursor() as cur:
-            cur.execute(statement, args or None)
-            rows = list(cur.fetchall()) if cur.description else []
-            while cur.nextset():
-                pass
-        return rows
-
-    yield run
-    conn.close()
+def sql(mysql_sql):
+    return mysql_sql
 
 
 @pytest.fixture
