@@ -149,10 +149,14 @@ def test_wait_times_out_then_wakes_on_a_push_from_another_connection(queue, conn
     assert queue.wait(timeout=0.5, poll=0.05) is False
     assert time.monotonic() - start >= 0.45
     producer = connect().queue(queue.name)
-    threading.Timer(0.5, lambda: producer.push("x", "k", {})).start()
+    pusher = threading.Timer(0.5, lambda: producer.push("x", "k", {}))
+    pusher.start()
     start = time.monotonic()
     assert queue.wait(timeout=20, poll=0.02) is True  # sees the other connection's commit
     assert time.monotonic() - start < 10
+    # the commit is visible before the push has read its answer: let it finish before the
+    # test's connections are closed
+    pusher.join(10)
     assert queue.wait(timeout=0) is True  # ready now
 
 
