@@ -359,7 +359,7 @@ BEGIN
         RETURN pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds);
     END IF;
     SELECT m.priority INTO v_priority
-      FROM pyqueue_message m WHERE m.queue_name::text = in_queue
+      FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
      ORDER BY m.priority DESC LIMIT 1;
     WHILE v_priority IS NOT NULL LOOP
         IF v_empty >= 8 THEN
@@ -370,7 +370,7 @@ BEGIN
                   FROM pyqueue_message m
                  WHERE m.queue_name::text = in_queue
                    AND m.priority = v_priority
-                   AND m.scheduled_at <= in_now
+                   AND m.scheduled_at > '-infinity' AND m.scheduled_at <= in_now
                    AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
                  ORDER BY m.scheduled_at, m.id
                  LIMIT v_left
@@ -384,7 +384,7 @@ BEGIN
         END IF;
         SELECT m.priority INTO v_priority
           FROM pyqueue_message m
-         WHERE m.queue_name::text = in_queue AND m.priority < v_priority
+         WHERE m.queue_name::text = in_queue AND m.priority < v_priority AND m.scheduled_at > '-infinity'
          ORDER BY m.priority DESC LIMIT 1;
     END LOOP;
     RETURN v_tids;
@@ -411,7 +411,7 @@ BEGIN
               FROM (SELECT m.ctid AS tid
                       FROM pyqueue_message m
                      WHERE m.queue_name::text = in_queue
-                       AND m.scheduled_at <= in_now
+                       AND m.scheduled_at > '-infinity' AND m.scheduled_at <= in_now
                        AND m.priority::bigint <= in_priority::bigint
                        AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
                      ORDER BY m.priority DESC, m.scheduled_at, m.id
@@ -775,7 +775,8 @@ BEGIN
     SELECT coalesce(pg_catalog.array_agg(l.p_kind::text), '{}') INTO v_limited
       FROM pyqueue_limit l WHERE l.queue_name::text = in_queue;
     SELECT q.max_attempts INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
-    SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
+    SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity';
     WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
         LOOP
             v_skipped := false;
@@ -784,7 +785,7 @@ BEGIN
                   FROM pyqueue_message m
                  WHERE m.queue_name::text = in_queue
                    AND m.priority = v_priority
-                   AND m.scheduled_at <= in_now
+                   AND m.scheduled_at > '-infinity' AND m.scheduled_at <= in_now
                    AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
                    AND (m.p_kind::text <> ALL (v_full) OR m.attempts >= v_max)
                    AND m.id <> ALL (v_seen)
@@ -814,7 +815,7 @@ BEGIN
         END LOOP;
         SELECT pg_catalog.max(m.priority) INTO v_priority
           FROM pyqueue_message m
-         WHERE m.queue_name::text = in_queue AND m.priority < v_priority;
+         WHERE m.queue_name::text = in_queue AND m.priority < v_priority AND m.scheduled_at > '-infinity';
     END LOOP;
     RETURN v_tids;
 END;
@@ -2223,7 +2224,7 @@ BEGIN
         SELECT m.scheduled_at INTO v_next
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue
-           AND m.scheduled_at < pyqueue__blocked_at()  -- never due while blocked behind a group's head
+           AND m.scheduled_at > '-infinity' AND m.scheduled_at < pyqueue__blocked_at()  -- never due while blocked behind a group's head
            AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
          ORDER BY m.scheduled_at
          LIMIT 1;

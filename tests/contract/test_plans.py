@@ -50,7 +50,7 @@ PG_STATEMENTS = {
     # pyqueue__ready_tids, one priority's step (queue_reserve, queue_commit_reserve, queue_pop)
     "ready_step": (
         "SELECT m.ctid FROM pyqueue_message m "
-        "WHERE m.queue_name = $1 AND m.priority = $2 AND m.scheduled_at <= $3 "
+        "WHERE m.queue_name = $1 AND m.priority = $2 AND m.scheduled_at > '-infinity' AND m.scheduled_at <= $3 "
         "AND ($4::text[] IS NULL OR m.p_kind = ANY ($4::text[])) "
         "ORDER BY m.scheduled_at, m.id LIMIT $5 FOR UPDATE SKIP LOCKED",
         "(text, integer, timestamptz, text[], integer)",
@@ -61,7 +61,8 @@ PG_STATEMENTS = {
     ),
     # pyqueue__ready_tids, the walk from one priority to the next
     "top_priority": (
-        "SELECT m.priority FROM pyqueue_message m WHERE m.queue_name = $1 ORDER BY m.priority DESC LIMIT 1",
+        "SELECT m.priority FROM pyqueue_message m WHERE m.queue_name = $1 AND m.scheduled_at > '-infinity' "
+        "ORDER BY m.priority DESC LIMIT 1",
         "(text)",
         f"('{QUEUE}')",
         READY_IDX,
@@ -69,7 +70,7 @@ PG_STATEMENTS = {
         "pyqueue__ready_tids",
     ),
     "next_priority": (
-        "SELECT m.priority FROM pyqueue_message m WHERE m.queue_name = $1 AND m.priority < $2 "
+        "SELECT m.priority FROM pyqueue_message m WHERE m.queue_name = $1 AND m.priority < $2 AND m.scheduled_at > '-infinity' "
         "ORDER BY m.priority DESC LIMIT 1",
         "(text, integer)",
         f"('{QUEUE}', 1)",
@@ -80,7 +81,7 @@ PG_STATEMENTS = {
     # pyqueue__due_tids: the ready rows by time once the walk stops (sorted by design)
     "due_rows": (
         "SELECT m.ctid FROM pyqueue_message m "
-        "WHERE m.queue_name = $1 AND m.scheduled_at <= $2 AND m.priority::bigint <= $3::bigint "
+        "WHERE m.queue_name = $1 AND m.scheduled_at > '-infinity' AND m.scheduled_at <= $2 AND m.priority::bigint <= $3::bigint "
         "AND ($4::text[] IS NULL OR m.p_kind = ANY ($4::text[])) "
         "ORDER BY m.priority DESC, m.scheduled_at, m.id LIMIT $5 FOR UPDATE SKIP LOCKED",
         "(text, timestamptz, integer, text[], integer)",
@@ -91,13 +92,34 @@ PG_STATEMENTS = {
     ),
     # queue_next_scheduled_at (and queue_wait)
     "next_scheduled_at": (
-        "SELECT m.scheduled_at FROM pyqueue_message m WHERE m.queue_name = $1 "
+        "SELECT m.scheduled_at FROM pyqueue_message m WHERE m.queue_name = $1 AND m.scheduled_at > '-infinity' "
         "AND ($2::text[] IS NULL OR m.p_kind = ANY ($2::text[])) ORDER BY m.scheduled_at LIMIT 1",
         "(text, text[])",
         f"('{QUEUE}', NULL)",
         DUE_IDX,
         False,
         "queue_next_scheduled_at",
+    ),
+    # queue_commit (and queue_remove, queue_message): one message by its key, a probe of the
+    # primary key whatever the statistics say (the indexes by time are partial, see schema.sql)
+    "commit": (
+        "DELETE FROM pyqueue_message WHERE queue_name = $1 AND p_key = $2 AND p_kind = $3 "
+        "AND reserve_token = $4 RETURNING group_key",
+        "(text, text, text, uuid)",
+        f"('{QUEUE}', 'k5', 'job', gen_random_uuid())",
+        PKEY,
+        False,
+        "queue_commit",
+    ),
+    # queue_rollback, queue_fail: the reservation locked by its key
+    "give_back": (
+        "SELECT m.attempts FROM pyqueue_message m WHERE m.queue_name = $1 AND m.p_key = $2 "
+        "AND m.p_kind = $3 AND m.reserve_token = $4 FOR UPDATE",
+        "(text, text, text, uuid)",
+        f"('{QUEUE}', 'k5', 'job', gen_random_uuid())",
+        PKEY,
+        False,
+        "pyqueue__give_back",
     ),
     # queue_commit_batch: the held reservations, one primary-key probe per element, driven by
     # the batch sorted by key (the outer side of the join: rows are locked in key order)
@@ -141,7 +163,7 @@ def _run(conn, sql):
     return rows, cols
 
 
-def _fill(dialect: str, url: str, analyze: bool = True):
+def _fill(dialect: str, url: str, analyze: bool = True, rows: int = ROWS):
     """A database with the schema (installed_database) and one queue of 100k ready messages; returns a raw connection.
     analyze=False (PostgreSQL): the table is never analyzed, as after a burst that autovacuum has
     not caught up with, and the planner has only its guesses."""
@@ -155,7 +177,7 @@ def _fill(dialect: str, url: str, analyze: bool = True):
             "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
             "scheduled_at_initially, created_at) "
             f"SELECT '{QUEUE}', 'k' || i, 'job', '{{}}', 0, now() - interval '1 hour' + i * interval '1 ms', "
-            "now(), now() FROM generate_series(1, 100000) AS i",
+            f"now(), now() FROM generate_series(1, {rows}) AS i",
         )
         if analyze:
             _run(conn, "ANALYZE pyqueue_message")
@@ -170,7 +192,7 @@ def _fill(dialect: str, url: str, analyze: bool = True):
             f"UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM ({_SEQ}) AS s",
         )
         _run(conn, "ANALYZE TABLE pyqueue_message")
-    assert _run(conn, "SELECT COUNT(*) FROM pyqueue_message")[0][0][0] == ROWS
+    assert _run(conn, "SELECT COUNT(*) FROM pyqueue_message")[0][0][0] == rows
     return conn
 
 
@@ -304,6 +326,26 @@ def test_the_routines_run_those_plans_on_a_table_never_analyzed(dialect, install
             ]
             assert len(probes) == 1, probes
             assert _pg_plan_problem("next_scheduled_at", probes[0]) is None, (mode, probes[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.only_dialect("postgresql")
+@pytest.mark.parametrize("rows", [3_000, 100_000])
+def test_a_commit_probes_the_key_on_a_queue_never_analyzed(dialect, installed_database, rows):
+    """A single queue_commit deletes by the primary key under custom and generic plans. With
+    no statistics and a few thousand rows, the planner once costed a read of the queue's whole
+    range through an index by time the same as the key's probe, and took it."""
+    conn = _fill(dialect, installed_database("plans"), analyze=False, rows=rows)
+    try:
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            _run(conn, f"SET plan_cache_mode = {mode}")
+            got, _ = _run(conn, f"SELECT p_key, p_kind, token FROM queue_reserve('{QUEUE}', 'w', NULL, 1)")
+            (key, kind, token), *_ = got
+            single = f"SELECT queue_commit('{QUEUE}', '{key}', '{kind}', '{token}')"
+            deletes = [p for p in _nested_plans(conn, single) if "Query Text: DELETE FROM pyqueue_message" in p]
+            assert len(deletes) == 1, deletes
+            assert _pg_plan_problem("commit", deletes[0]) is None, (mode, deletes[0])
     finally:
         conn.close()
 
