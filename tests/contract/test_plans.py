@@ -343,7 +343,9 @@ def test_a_commit_probes_the_key_on_a_queue_never_analyzed(dialect, installed_da
             got, _ = _run(conn, f"SELECT p_key, p_kind, token FROM queue_reserve('{QUEUE}', 'w', NULL, 1)")
             (key, kind, token), *_ = got
             single = f"SELECT queue_commit('{QUEUE}', '{key}', '{kind}', '{token}')"
-            deletes = [p for p in _nested_plans(conn, single) if "Query Text: DELETE FROM pyqueue_message" in p]
+            deletes = [
+                p for p in _nested_plans(conn, single) if "Query Text: DELETE FROM pyqueue_message" in p
+            ]
             assert len(deletes) == 1, deletes
             assert _pg_plan_problem("commit", deletes[0]) is None, (mode, deletes[0])
     finally:
