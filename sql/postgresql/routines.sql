@@ -149,11 +149,14 @@ END;
 $$;
 
 -- Raises unless the queue exists; returns its settings row. With in_lock it
--- takes FOR KEY SHARE on the queue row: every routine that writes a message
--- into a queue takes it first, so a concurrent queue_drop either waits for
--- this transaction (and then deletes what it wrote) or has already won (the
--- caller gets unknown_queue). pyqueue_message has no foreign key: this lock
--- is what keeps a message from outliving its queue.
+-- takes the queue's shared advisory lock (transaction-level, in memory: it
+-- writes nothing, unlike a row lock) and then reads the row; at REPEATABLE
+-- READ or SERIALIZABLE, whose snapshot may predate a drop, FOR KEY SHARE on
+-- the row instead. Every routine that writes a message into a queue takes
+-- it first, so a concurrent queue_drop either waits for this transaction
+-- (and then deletes what it wrote) or has already won (the caller gets
+-- unknown_queue). pyqueue_message has no foreign key: this lock is what
+-- keeps a message from outliving its queue.
 CREATE OR REPLACE FUNCTION pyqueue__queue(in_queue text, in_lock boolean DEFAULT false)
 RETURNS pyqueue_queue
 LANGUAGE plpgsql
@@ -162,7 +165,14 @@ DECLARE
     v_row pyqueue_queue;
 BEGIN
     PERFORM pyqueue__check_name('queue', in_queue, 128);
-    IF in_lock THEN
+    IF in_lock AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        -- writes nothing (no row lock, no MultiXact when pushers overlap);
+        -- the read below, a new snapshot, sees a drop that went first
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('pyqueue-sql queue'),
+                                                        pg_catalog.hashtext(in_queue));
+        SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name::text = in_queue;
+    ELSIF in_lock THEN
+        -- a snapshot older than a drop: the row lock refuses it (40001)
         SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name::text = in_queue FOR KEY SHARE;
     ELSE
         SELECT * INTO v_row FROM pyqueue_queue WHERE queue_name::text = in_queue;
@@ -327,6 +337,108 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__ready_from: where the reserve starts reading the queue's ready
+-- ranges: its ready_from, or an earlier time that a write of a message in
+-- the past recorded in pyqueue_ready_lower. Every live message of the queue
+-- is scheduled at or after it. Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__ready_from(in_queue text)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce(LEAST(
+               (SELECT rf.ready_from FROM pyqueue_ready_from rf WHERE rf.queue_name::text = in_queue),
+               (SELECT pg_catalog.min(l.lowered_to) FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue)),
+           '-infinity'::timestamptz)
+$$;
+
+-- pyqueue__ready_from_lower: keeps the queue's ready_from a lower bound after
+-- a write of a message at in_at (in_now: the writer's clock, read after its
+-- transaction took its id). A proposed bound (pyqueue__ready_from_advance)
+-- is the proposer's clock minus a second and becomes the bound only once
+-- every transaction whose id is not above the proposer's has ended; a
+-- transaction with a higher id took it after that clock was read, so a
+-- message it writes at in_now, or up to half a second before, is above
+-- every bound that could miss it: nothing to do. An earlier in_at is
+-- recorded in pyqueue_ready_lower, visible with the message when the writer
+-- commits, until an advance that sees both folds it in. Locks nothing but
+-- the new row: never waits.
+CREATE OR REPLACE FUNCTION pyqueue__ready_from_lower(in_queue text, in_at timestamptz, in_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_at IS NOT NULL AND in_at < in_now - interval '0.5 seconds' THEN
+        INSERT INTO pyqueue_ready_lower (queue_name, lowered_to) VALUES (in_queue, in_at);
+    END IF;
+END;
+$$;
+
+-- pyqueue__ready_from_advance: moves the queue's ready_from up. Called by
+-- a reserve at READ COMMITTED whose transaction has no id yet, at most once
+-- a second per queue, and only when no other transaction is moving it (SKIP
+-- LOCKED: never waits); in_clock is the caller's clock, read before. The
+-- row lock gives this transaction its id, after in_clock: every transaction
+-- with a higher id takes it later, and reads the clock for what it writes
+-- after that (the writers take their id first), so it writes nothing below
+-- in_clock minus half a second unless it records a lowering.
+-- A step: once every transaction whose id is not above the pending
+-- proposal's (next_xid) has ended, ready_from becomes the earliest
+-- scheduled_at from the current start up to next_from, else next_from (one
+-- read of that interval's index entries, dead ones included: the walk the
+-- reserves no longer make), the pyqueue_ready_lower rows it sees folded in
+-- first. Then it proposes in_clock minus a second with its own id, and
+-- notes the queue's top priority (where the reserve's walk starts). While
+-- the pending proposal cannot be made the bound yet (a transaction at or
+-- below its id is still open), the step does nothing. Locks the queue's
+-- pyqueue_ready_from row until the caller's transaction ends (a reserve
+-- inside a longer transaction keeps it, and the others skip the step).
+CREATE OR REPLACE FUNCTION pyqueue__ready_from_advance(in_queue text, in_clock timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_row   pyqueue_ready_from;
+    v_start timestamptz;
+    v_first timestamptz;
+    v_top   integer;
+BEGIN
+    SELECT * INTO v_row FROM pyqueue_ready_from r
+     WHERE r.queue_name::text = in_queue AND r.moved_at < in_clock - interval '1 second'
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_row.next_xid IS NOT NULL THEN
+        IF pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) <= v_row.next_xid THEN
+            RETURN;  -- a transaction not above the proposal's id may still write below it
+        END IF;
+        -- the lowerings first: the read below, a later snapshot, sees the
+        -- messages of every lowering this statement saw
+        WITH gone AS (
+            DELETE FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue RETURNING l.lowered_to
+        )
+        SELECT LEAST(v_row.ready_from, pg_catalog.min(g.lowered_to)) INTO v_start FROM gone g;
+        SELECT m.scheduled_at INTO v_first
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue
+           AND m.scheduled_at < 'infinity' AND m.scheduled_at >= v_start AND m.scheduled_at < v_row.next_from
+         ORDER BY m.scheduled_at
+         LIMIT 1;
+        v_row.ready_from := coalesce(v_first, v_row.next_from);
+    END IF;
+    SELECT m.priority INTO v_top
+      FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
+     ORDER BY m.priority DESC LIMIT 1;
+    UPDATE pyqueue_ready_from r
+       SET ready_from   = v_row.ready_from,
+           top_priority = coalesce(v_top, v_row.top_priority, 0),
+           next_from    = in_clock - interval '1 second',
+           next_xid     = pg_catalog.pg_current_xact_id(),
+           moved_at     = in_clock
+     WHERE r.queue_name::text = in_queue;
+END;
+$$;
+
 -- pyqueue__ready_tids: locks up to in_n ready messages of a queue (of one
 -- of in_kinds, NULL = any), highest priority first, FIFO within a priority,
 -- skipping rows other transactions hold (SKIP LOCKED); returns their ctids
@@ -342,11 +454,15 @@ $$;
 -- priorities, sorted. So a reserve costs at most 8 empty probes plus one
 -- probe per priority it takes rows from, or, past that, the number of ready
 -- rows below the priorities walked: never the number of distinct priorities
--- among waiting messages. Queues with concurrency limits go through
+-- among waiting messages. Every range starts at the queue's ready_from
+-- (pyqueue_ready_from), not before the dead index entries that a held xmin
+-- horizon keeps. Queues with concurrency limits go through
 -- pyqueue__limited_tids. Caller holds the locks until its transaction ends.
-CREATE OR REPLACE FUNCTION pyqueue__ready_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[])
+CREATE OR REPLACE FUNCTION pyqueue__ready_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[],
+                                               in_advance boolean DEFAULT false)
 RETURNS tid[]
 LANGUAGE plpgsql
+SET enable_sort = off  -- every read here is in the ready index's order: never a sort (see the first)
 AS $$
 DECLARE
     v_priority integer;
@@ -354,23 +470,61 @@ DECLARE
     v_tids     tid[];
     v_step     tid[];
     v_empty    integer := 0;
+    v_from     timestamptz;
+    v_moved    timestamptz;
+    v_limited  boolean;
 BEGIN
-    IF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue) THEN  -- limits
+    -- One read for where the walk starts: the queue's ready_from (lowered
+    -- by any pyqueue_ready_lower row), whether it has concurrency limits,
+    -- and its top priority: the one the last advance saw, or a higher one
+    -- when a message of it is there (that probe reads the end of the ready
+    -- index past the noted top and stops at once when there is none), or,
+    -- when none was noted, the top of the index (a read that walks back
+    -- over the entries of messages committed while reserved, which a held
+    -- xmin horizon keeps: what the noted top avoids). Without statistics the
+    -- planner costs a read of the queue by its key and a sort of it the same
+    -- as that probe: the function's setting rules the sort out.
+    SELECT LEAST(rf.ready_from, (SELECT pg_catalog.min(l.lowered_to) FROM pyqueue_ready_lower l
+                                  WHERE l.queue_name::text = in_queue)),
+           coalesce((SELECT m.priority FROM pyqueue_message m
+                      WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
+                        AND m.priority > coalesce(rf.top_priority, -2147483649::bigint)
+                      ORDER BY m.priority DESC LIMIT 1), rf.top_priority),
+           rf.moved_at,
+           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue)
+      INTO v_from, v_priority, v_moved, v_limited
+      FROM pyqueue_ready_from rf WHERE rf.queue_name::text = in_queue;
+    IF in_advance AND v_moved < in_now - interval '1 second'
+       AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL
+       AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        -- in_now was read before this transaction had an id: the advance's
+        -- proposal may take it as its clock
+        PERFORM pyqueue__ready_from_advance(in_queue, in_now);
+        SELECT LEAST(rf.ready_from, (SELECT pg_catalog.min(l.lowered_to) FROM pyqueue_ready_lower l
+                                      WHERE l.queue_name::text = in_queue)),
+               rf.top_priority
+          INTO v_from, v_priority
+          FROM pyqueue_ready_from rf WHERE rf.queue_name::text = in_queue;
+    END IF;
+    IF v_limited THEN  -- limits
         RETURN pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds);
     END IF;
-    SELECT m.priority INTO v_priority
-      FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
-     ORDER BY m.priority DESC LIMIT 1;
+    v_from := coalesce(v_from, '-infinity');
+    IF v_priority IS NULL THEN
+        SELECT m.priority INTO v_priority
+          FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
+         ORDER BY m.priority DESC LIMIT 1;
+    END IF;
     WHILE v_priority IS NOT NULL LOOP
         IF v_empty >= 8 THEN
-            RETURN v_tids || pyqueue__due_tids(in_queue, in_now, v_left, in_kinds, v_priority);
+            RETURN v_tids || pyqueue__due_tids(in_queue, in_now, v_left, in_kinds, v_priority, v_from);
         END IF;
         SELECT pg_catalog.array_agg(r.tid) INTO v_step
           FROM (SELECT m.ctid AS tid
                   FROM pyqueue_message m
                  WHERE m.queue_name::text = in_queue
                    AND m.priority = v_priority
-                   AND m.scheduled_at > '-infinity' AND m.scheduled_at <= in_now
+                   AND m.scheduled_at > '-infinity' AND m.scheduled_at >= v_from AND m.scheduled_at <= in_now
                    AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
                  ORDER BY m.scheduled_at, m.id
                  LIMIT v_left
@@ -401,7 +555,7 @@ $$;
 -- bigint comparison so that it cannot be an index condition of
 -- pyqueue_message_ready_idx (that index scan would read the waiting rows).
 CREATE OR REPLACE FUNCTION pyqueue__due_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[],
-                                             in_priority integer)
+                                             in_priority integer, in_from timestamptz)
 RETURNS tid[]
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_incremental_sort = off
@@ -411,7 +565,7 @@ BEGIN
               FROM (SELECT m.ctid AS tid
                       FROM pyqueue_message m
                      WHERE m.queue_name::text = in_queue
-                       AND m.scheduled_at > '-infinity' AND m.scheduled_at <= in_now
+                       AND m.scheduled_at < 'infinity' AND m.scheduled_at >= in_from AND m.scheduled_at <= in_now
                        AND m.priority::bigint <= in_priority::bigint
                        AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
                      ORDER BY m.priority DESC, m.scheduled_at, m.id
@@ -437,18 +591,23 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_until timestamptz := v_now + coalesce(in_timeout, in_queue.visibility_timeout);
+    v_until timestamptz;
     v_left  integer := coalesce(in_n, 1);
     v_tids  tid[];
     v_got   integer;
     v_dead  record;
+    v_first boolean := true;
 BEGIN
     IF in_queue.paused THEN
         RETURN;
     END IF;
     LOOP
-        v_tids := pyqueue__ready_tids(in_queue.queue_name::text, v_now, v_left, in_kinds);
+        v_tids := pyqueue__ready_tids(in_queue.queue_name::text, v_now, v_left, in_kinds, v_first);
+        v_first := false;
         EXIT WHEN v_tids IS NULL;
+        -- The clock for what this writes, read now that the row locks gave
+        -- the transaction its id (see pyqueue__ready_from_advance).
+        v_until := pg_catalog.clock_timestamp() + coalesce(in_timeout, in_queue.visibility_timeout);
         RETURN QUERY
             WITH taken AS (
                 UPDATE pyqueue_message m
@@ -470,7 +629,8 @@ BEGIN
         -- updated ones moved): dead-letter them, then fill their places.
         FOR v_dead IN SELECT m.p_key, m.p_kind FROM pyqueue_message m
                        WHERE m.ctid = ANY (v_tids) ORDER BY m.priority DESC, m.scheduled_at, m.id LOOP
-            PERFORM pyqueue__dead_letter(in_queue, v_dead.p_key::text, v_dead.p_kind::text, v_now);
+            PERFORM pyqueue__dead_letter(in_queue, v_dead.p_key::text, v_dead.p_kind::text,
+                                         pg_catalog.clock_timestamp());
         END LOOP;
         v_left := v_left - v_got;
     END LOOP;
@@ -545,6 +705,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_queue    pyqueue_queue := pyqueue__queue(in_queue);
+    v_xid      xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now      timestamptz := pg_catalog.clock_timestamp();
     v_attempts integer;
     v_token    uuid;
@@ -771,7 +932,9 @@ DECLARE
     v_left     integer := in_n;
     v_skipped  boolean;
     r          record;
+    v_from     timestamptz;
 BEGIN
+    v_from := pyqueue__ready_from(in_queue);
     SELECT coalesce(pg_catalog.array_agg(l.p_kind::text), '{}') INTO v_limited
       FROM pyqueue_limit l WHERE l.queue_name::text = in_queue;
     SELECT q.max_attempts INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
@@ -785,7 +948,7 @@ BEGIN
                   FROM pyqueue_message m
                  WHERE m.queue_name::text = in_queue
                    AND m.priority = v_priority
-                   AND m.scheduled_at > '-infinity' AND m.scheduled_at <= in_now
+                   AND m.scheduled_at > '-infinity' AND m.scheduled_at >= v_from AND m.scheduled_at <= in_now
                    AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
                    AND (m.p_kind::text <> ALL (v_full) OR m.attempts >= v_max)
                    AND m.id <> ALL (v_seen)
@@ -1047,7 +1210,7 @@ $$;
 -- occurrence (the next one after now). A pending occurrence of the replaced
 -- schedule is removed unless it is reserved (then it runs, and its commit
 -- pushes nothing since it is no longer the pending one).
--- Locks: a key-share lock on the queue row, the schedule row, the replaced
+-- Locks: the queue's shared lock (pyqueue__queue), the schedule row, the replaced
 -- pending occurrence, then the new occurrence as queue_push.
 CREATE OR REPLACE FUNCTION pyqueue__schedule(in_queue text, in_key text, in_kind text, in_payload jsonb,
                                              in_every_s bigint, in_cron text)
@@ -1125,6 +1288,7 @@ DECLARE
     v_tag    text := pg_catalog.current_setting('pyqueue.ingest_tag', true);
     v_added  bigint;
     v_queue  text;
+    v_earliest timestamptz;
 BEGIN
     PERFORM 1 FROM pyqueue_queue q
      WHERE q.queue_name::text IN (SELECT DISTINCT r.queue_name FROM pyqueue_new r)
@@ -1190,6 +1354,11 @@ BEGIN
            pg_catalog.count(*)
       INTO v_ready, v_added
       FROM ins i;
+    -- Rows more than a moment in the past lower their queue's ready_from.
+    FOR v_queue, v_earliest IN SELECT r.queue_name, pg_catalog.min(r.run_at) FROM pyqueue_new r
+                                WHERE r.run_at < v_now - interval '0.5 seconds' GROUP BY r.queue_name LOOP
+        PERFORM pyqueue__ready_from_lower(v_queue, v_earliest, v_now);
+    END LOOP;
     -- Wakeups: once per queue per statement, for the queues that got rows
     -- ready now (inserted, not skipped as duplicates).
     FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP
@@ -1432,6 +1601,11 @@ BEGIN
            history_retention  = coalesce(in_history_retention, q.history_retention)
     RETURNING (q.xmax = 0) INTO v_new;
     IF v_new THEN
+        INSERT INTO pyqueue_ready_from AS r (queue_name) VALUES (in_queue)
+        ON CONFLICT (queue_name) DO UPDATE
+           SET ready_from = '-infinity', next_from = NULL, next_xid = NULL, moved_at = '-infinity',
+               top_priority = NULL;
+        DELETE FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue;
         -- A new queue starts empty: messages left under this name by a drop
         -- that could not see them (one run inside a REPEATABLE READ
         -- transaction, see queue_drop) go now, before any push can reach it.
@@ -1498,10 +1672,11 @@ $$;
 -- queue names it as dead-letter queue. Locks the queue's messages first (key
 -- order), then the queue row: the order in which a commit, rollback or
 -- reserve that dead-letters takes them (message, then queue row), so that a
--- drop racing them waits instead of deadlocking. Deleting the queue row waits
--- for every push that holds its key-share lock (pyqueue__queue); the messages
--- are deleted after that, by a statement that (READ COMMITTED) sees what those
--- pushes wrote. Inside a REPEATABLE READ or SERIALIZABLE transaction it cannot
+-- drop racing them waits instead of deadlocking. Then it waits for every
+-- transaction writing into the queue (pyqueue__queue: the queue's advisory
+-- lock, taken here exclusively; or a key-share lock on the queue row, which
+-- deleting it waits for); the messages are deleted after that, by a
+-- statement that (READ COMMITTED) sees what those writers wrote. Inside a REPEATABLE READ or SERIALIZABLE transaction it cannot
 -- see messages pushed after its snapshot: they stay in the table, in no queue
 -- (no routine reaches them), until queue_create makes a queue of that name
 -- again and deletes them.
@@ -1523,6 +1698,10 @@ BEGIN
      WHERE m.queue_name::text = in_queue
      ORDER BY m.p_key, m.p_kind
        FOR UPDATE;
+    -- waits for every transaction that is writing into the queue (the lock
+    -- pyqueue__queue shares at READ COMMITTED; deleting the row waits for
+    -- the row locks it takes otherwise)
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pyqueue-sql queue'), pg_catalog.hashtext(in_queue));
     DELETE FROM pyqueue_queue WHERE queue_name::text = in_queue;
     DELETE FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
 END;
@@ -1595,7 +1774,7 @@ $$;
 
 -- queue_push: inserts one message; false when a live message with the same
 -- (queue, p_key, p_kind) exists (dedup, the existing one is untouched).
--- Takes a key-share lock on the queue row (blocks only queue_drop) and the
+-- Takes the queue's shared lock (pyqueue__queue; blocks only queue_drop) and the
 -- unique-index entry of the new row.
 CREATE OR REPLACE FUNCTION queue_push(
     in_queue    text,
@@ -1609,6 +1788,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now timestamptz := pg_catalog.clock_timestamp();
     v_at  timestamptz;
 BEGIN
@@ -1623,6 +1803,9 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
     END IF;
     v_at := coalesce(in_run_at, v_now);
+    IF v_at < v_now - interval '0.5 seconds' THEN
+        PERFORM pyqueue__ready_from_lower(in_queue, v_at, v_now);  -- more than a moment in the past
+    END IF;
     INSERT INTO pyqueue_message
            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
             scheduled_at_initially, created_at)
@@ -1650,6 +1833,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_n     integer;
     v_count integer;
@@ -1665,6 +1849,10 @@ BEGIN
     -- their unique-index entries in the same order and cannot deadlock.
     -- The id sequence is looked up once per call, not once per row (the
     -- catalog lookup cost a quarter of a 100-row call).
+    IF in_run_ats IS NOT NULL THEN
+        PERFORM pyqueue__ready_from_lower(in_queue, (SELECT pg_catalog.min(r) FROM pg_catalog.unnest(in_run_ats) r),
+                                          v_now);
+    END IF;
     v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
     WITH batch AS MATERIALIZED (
         SELECT b.k, b.kd, b.pl, b.ra, b.pr, pg_catalog.nextval(v_ids) AS new_id
@@ -1700,7 +1888,7 @@ $$;
 -- created_at and the FIFO position among equal run_at are kept on replace.
 -- A message blocked behind its group's head stays blocked (its group and
 -- its place in it by the new run_at): replace never lets a group's message
--- past its head. Locks: a key-share lock on the queue row and the message row.
+-- past its head. Locks: the queue's shared lock and the message row.
 CREATE OR REPLACE FUNCTION queue_push_replace(
     in_queue    text,
     in_key      text,
@@ -1713,6 +1901,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_xid      xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now      timestamptz := pg_catalog.clock_timestamp();
     v_at       timestamptz;
     v_inserted boolean;
@@ -1728,6 +1917,9 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
     END IF;
     v_at := coalesce(in_run_at, v_now);
+    IF v_at < v_now - interval '0.5 seconds' THEN
+        PERFORM pyqueue__ready_from_lower(in_queue, v_at, v_now);  -- more than a moment in the past
+    END IF;
     INSERT INTO pyqueue_message AS m
            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
             scheduled_at_initially, created_at)
@@ -1773,6 +1965,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now timestamptz := pg_catalog.clock_timestamp();
     v_at  timestamptz;
 BEGIN
@@ -1788,6 +1981,9 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
     END IF;
     v_at := coalesce(in_run_at, v_now);
+    IF v_at < v_now - interval '0.5 seconds' THEN
+        PERFORM pyqueue__ready_from_lower(in_queue, v_at, v_now);  -- more than a moment in the past
+    END IF;
     INSERT INTO pyqueue_message
            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
             scheduled_at_initially, created_at, group_key)
@@ -1821,6 +2017,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_n      integer;
     v_count  integer;
@@ -1837,6 +2034,10 @@ BEGIN
     END IF;
     -- As queue_push_batch: ids in array order, rows inserted in key order.
     -- A grouped message goes in blocked; its group is settled below.
+    IF in_run_ats IS NOT NULL THEN
+        PERFORM pyqueue__ready_from_lower(in_queue, (SELECT pg_catalog.min(r) FROM pg_catalog.unnest(in_run_ats) r),
+                                          v_now);
+    END IF;
     v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
     WITH batch AS MATERIALIZED (
         SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.g, pg_catalog.nextval(v_ids) AS new_id
@@ -1926,7 +2127,7 @@ BEGIN
         SELECT g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at
           FROM gone g ORDER BY g.ord;
     IF v_groups IS NOT NULL THEN
-        PERFORM pyqueue__groups_settle(in_queue, v_groups, v_now);
+        PERFORM pyqueue__groups_settle(in_queue, v_groups, pg_catalog.clock_timestamp());
     END IF;
 END;
 $$;
@@ -2079,7 +2280,7 @@ $$;
 -- head, ready now; moved to another queue it leaves its group (it arrives
 -- there without one) and hands its place to the next message of the group.
 -- False, and nothing changes, when the token no longer holds.
--- Locks: a key-share lock on the target queue row, then the message row
+-- Locks: the target queue's shared lock (pyqueue__queue), then the message row
 -- (then the group's row of a head moved away).
 CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token anycompatible,
                            in_to_queue text, in_payload jsonb DEFAULT NULL)
@@ -2089,6 +2290,7 @@ SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_token uuid;
+    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_msg   pyqueue_message;
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
@@ -2224,7 +2426,7 @@ BEGIN
         SELECT m.scheduled_at INTO v_next
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue
-           AND m.scheduled_at > '-infinity' AND m.scheduled_at < pyqueue__blocked_at()  -- never due while blocked behind a group's head
+           AND m.scheduled_at < 'infinity' AND m.scheduled_at < pyqueue__blocked_at()  -- never due while blocked behind a group's head
            AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
          ORDER BY m.scheduled_at
          LIMIT 1;
@@ -2469,7 +2671,7 @@ $$;
 
 -- queue_bind: binds in_pattern (a topic pattern, see pyqueue__check_topic)
 -- to in_queue: true when the binding is new, false when it existed.
--- Locks: a key-share lock on the queue row, the binding's key.
+-- Locks: the queue's shared lock (pyqueue__queue), the binding's key.
 CREATE OR REPLACE FUNCTION queue_bind(in_pattern text, in_queue text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2539,6 +2741,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_at     timestamptz;
     v_queues text[];
@@ -2573,6 +2776,11 @@ BEGIN
         RETURNING m.queue_name
     )
     SELECT pg_catalog.array_agg(i.queue_name::text ORDER BY i.queue_name::text) INTO v_queues FROM ins i;
+    IF v_at < v_now - interval '0.5 seconds' THEN  -- more than a moment in the past
+        FOREACH v_queue IN ARRAY coalesce(v_queues, '{}') LOOP
+            PERFORM pyqueue__ready_from_lower(v_queue, v_at, v_now);
+        END LOOP;
+    END IF;
     IF v_at <= v_now THEN
         FOREACH v_queue IN ARRAY coalesce(v_queues, '{}') LOOP
             PERFORM pyqueue__notify(v_queue);  -- wakeup: ready now
@@ -2600,11 +2808,14 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_n      integer;
     v_ids    regclass;
     v_count  integer;
     v_ready  text[];
+    v_past   text[];
+    v_min    timestamptz;
     v_queue  text;
     v_topic  text;
 BEGIN
@@ -2650,9 +2861,15 @@ BEGIN
     )
     SELECT pg_catalog.count(*)::integer,
            pg_catalog.array_agg(DISTINCT i.queue_name::text ORDER BY i.queue_name::text)
-               FILTER (WHERE i.scheduled_at <= v_now)
-      INTO v_count, v_ready
+               FILTER (WHERE i.scheduled_at <= v_now),
+           pg_catalog.array_agg(DISTINCT i.queue_name::text ORDER BY i.queue_name::text)
+               FILTER (WHERE i.scheduled_at < v_now - interval '0.5 seconds'),
+           pg_catalog.min(i.scheduled_at)
+      INTO v_count, v_ready, v_past, v_min
       FROM ins i;
+    FOREACH v_queue IN ARRAY coalesce(v_past, '{}') LOOP
+        PERFORM pyqueue__ready_from_lower(v_queue, v_min, v_now);  -- more than a moment in the past
+    END LOOP;
     FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP
         PERFORM pyqueue__notify(v_queue);  -- wakeup: ready now
     END LOOP;
@@ -2727,6 +2944,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_count integer;
 BEGIN
@@ -2760,7 +2978,7 @@ $$;
 -- and kind are already live in in_to_queue stays where it is (dedup; it is
 -- skipped and does not count towards in_n). Returns how many moved. With a
 -- history_retention on in_dead_queue each move is archived as 'moved'.
--- Locks the chosen rows with SKIP LOCKED and a key-share lock on both queue rows.
+-- Locks the chosen rows with SKIP LOCKED and the shared lock of both queues (pyqueue__queue).
 CREATE OR REPLACE FUNCTION queue_redrive(in_dead_queue text, in_to_queue text, in_n integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
@@ -2768,6 +2986,7 @@ SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_dead   pyqueue_queue;
+    v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_tids   tid[];
     v_keys   text[];
@@ -3318,6 +3537,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_tags  text[];
     v_count integer;
@@ -3548,7 +3768,9 @@ $$;
 REVOKE EXECUTE ON FUNCTION
     pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
     pyqueue__check_batch_size, pyqueue__bad_name, pyqueue__check_batch, pyqueue__check_kinds, pyqueue__check_reserve,
-    pyqueue__ready_tids, pyqueue__due_tids, pyqueue__reserve, pyqueue__dead_letter, pyqueue__give_back,
+    pyqueue__ready_from, pyqueue__ready_from_lower, pyqueue__ready_from_advance,
+    pyqueue__ready_tids, pyqueue__due_tids,
+    pyqueue__reserve, pyqueue__dead_letter, pyqueue__give_back,
     pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,
     pyqueue__limited_tids, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
     pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__schedule_next,

@@ -138,14 +138,17 @@ COMMENT ON TABLE pyqueue_message IS
 -- dead_attempts: set on a dead-letter copy only, the queue it came from and
 -- the deliveries it had there (cleared when the message moves on).
 
--- The two indexes by time below are partial on a condition every row meets
--- (scheduled_at is always finite: run_at must be): only a query that states
--- it (m.scheduled_at > '-infinity') can read them. A lookup by key then has
--- one index to choose, the primary key, whatever the statistics say: with
--- none (a table never analyzed, the server's autovacuum off or not yet
--- round), the planner costed a read of the queue's whole range through
--- either of these as equal to the key's probe and took it, and every commit
--- read the queue once (0.3 ms at 3,000 messages, growing with the queue).
+-- The two indexes by time below are partial, each on a condition every row
+-- meets (scheduled_at is always finite: run_at must be), and a different
+-- one: only a query that states an index's condition can read it, so each
+-- statement names the index it reads, whatever the statistics say
+-- (m.scheduled_at > '-infinity': the ready index; m.scheduled_at <
+-- 'infinity': the due index; neither: the primary key). With none (a table
+-- never analyzed, the server's autovacuum off or not yet round), the
+-- planner costed a read of the queue's whole range through either of these
+-- as equal to a key's probe and took it (every commit read the queue once:
+-- 0.3 ms at 3,000 messages, growing with the queue), and read a priority
+-- probe through the due index and a sort.
 -- The reserve walks one priority at a time (highest first) and reads the
 -- range scheduled_at <= now of that priority in FIFO order; delayed and
 -- reserved rows lie past the end of each range and are never visited.
@@ -161,7 +164,7 @@ CREATE INDEX pyqueue_message_ready_idx
 -- per reserve.
 CREATE INDEX pyqueue_message_due_idx
     ON pyqueue_message (queue_name, scheduled_at)
-    WHERE scheduled_at > '-infinity';
+    WHERE scheduled_at < 'infinity';
 
 -- A group's messages in delivery order (run time, then push order): the
 -- next one to take the place of a head that left, in one probe. Partial:
@@ -185,6 +188,51 @@ CREATE TABLE pyqueue_group (
 
 COMMENT ON TABLE pyqueue_group IS
     'pyqueue-sql: one row per FIFO group with messages: its head, the one message of the group that may be delivered.';
+
+-- Where the ready range of a queue starts: every live message of the queue
+-- has scheduled_at >= ready_from (or >= a lowered_to of pyqueue_ready_lower),
+-- so the reserve reads its index ranges from there instead of from the
+-- start. While a transaction holds the xmin horizon, the index entries of
+-- every message reserved or committed since can be neither removed nor
+-- marked dead, and they pile up at the head of the ready range; without
+-- this bound every reserve walks all of them. Reserves move it up
+-- (pyqueue__ready_from_advance, at most once a second per queue) in two
+-- steps: one proposes next_from (its clock minus a second, read before its
+-- transaction took an id) with next_xid, that id; a later one makes it the
+-- bound once every transaction whose id is not above next_xid has ended
+-- (after reading what those wrote below next_from). A transaction with a
+-- higher id took it after that clock, and every routine that writes a
+-- message takes its id before it reads its clock: it writes nothing below
+-- next_from unless it records a lowering (pyqueue_ready_lower).
+-- top_priority: the highest priority of the queue's messages when the bound
+-- last moved (where the reserve's walk of the priorities starts, unless a
+-- higher one is there). One row per queue,
+-- made (or reset) by queue_create. No foreign key: queue_drop leaves the
+-- row (deleting it could fail a drop inside a REPEATABLE READ transaction
+-- whose snapshot predates the last move, with 40001).
+CREATE TABLE pyqueue_ready_from (
+    queue_name varchar(128) PRIMARY KEY,
+    ready_from timestamptz  NOT NULL DEFAULT '-infinity',
+    next_from  timestamptz  NULL,
+    next_xid   xid8         NULL,
+    moved_at   timestamptz  NOT NULL DEFAULT '-infinity',
+    top_priority integer    NULL
+);
+
+COMMENT ON TABLE pyqueue_ready_from IS
+    'pyqueue-sql: per queue, a lower bound of the scheduled_at of its live messages, where the reserve starts reading.';
+
+-- A message written more than half a second in the past (an explicit
+-- run_at) records its time here, in its own transaction, so that it is
+-- never below the bound (pyqueue__ready_from_lower); a later advance folds
+-- the rows it sees into ready_from. Empty most of the time. Without a
+-- foreign key, as pyqueue_ready_from: queue_create clears a queue's rows.
+CREATE TABLE pyqueue_ready_lower (
+    queue_name varchar(128) NOT NULL,
+    lowered_to timestamptz  NOT NULL
+);
+
+CREATE INDEX pyqueue_ready_lower_idx ON pyqueue_ready_lower (queue_name, lowered_to);
 
 -- Every reserve moves a message's entry in the ready index (a
 -- non-HOT update) and every commit deletes it, so each message leaves two

@@ -121,8 +121,11 @@ DROP FUNCTION IF EXISTS pyqueue__channel(text);
 DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, text, interval, boolean, text);
 DROP FUNCTION IF EXISTS pyqueue__dead_letter(pyqueue_queue, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__reserve(pyqueue_queue, text, interval, integer, text[]);
-DROP FUNCTION IF EXISTS pyqueue__due_tids(text, timestamptz, integer, text[], integer);
-DROP FUNCTION IF EXISTS pyqueue__ready_tids(text, timestamptz, integer, text[]);
+DROP FUNCTION IF EXISTS pyqueue__due_tids(text, timestamptz, integer, text[], integer, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__ready_tids(text, timestamptz, integer, text[], boolean);
+DROP FUNCTION IF EXISTS pyqueue__ready_from_advance(text, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__ready_from_lower(text, timestamptz, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__ready_from(text);
 DROP FUNCTION IF EXISTS pyqueue__check_reserve(text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__check_kinds(text[]);
 DROP FUNCTION IF EXISTS pyqueue__bad_name(text, integer);
@@ -135,5 +138,7 @@ DROP FUNCTION IF EXISTS pyqueue__check_name(text, text, integer);
 
 -- the tables of the queues topic, last
 DROP TABLE IF EXISTS pyqueue_group;
+DROP TABLE IF EXISTS pyqueue_ready_lower;
+DROP TABLE IF EXISTS pyqueue_ready_from;
 DROP TABLE IF EXISTS pyqueue_message;
 DROP TABLE IF EXISTS pyqueue_queue;

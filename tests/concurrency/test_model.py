@@ -159,6 +159,21 @@ SHIFT_SQL = {
 }
 
 
+# Moving the messages back in time moves them below where PostgreSQL's reserve starts reading
+# (pyqueue_ready_from, which only real time moves up): the shift starts it over.
+RESET_READY_FROM_SQL = (
+    "UPDATE pyqueue_ready_from SET ready_from = '-infinity', next_from = NULL, next_xid = NULL"
+    " WHERE queue_name IN (%s, %s, %s)"
+)
+
+
+def shift(db: pyqueue_sql.Database, dialect: str, seconds: float, names: tuple[str, str, str]) -> None:
+    """Moves every time of the named queues' messages ``seconds`` into the past."""
+    sql(db, SHIFT_SQL[dialect], (seconds,) * 3 + names)
+    if dialect == "postgresql":
+        sql(db, RESET_READY_FROM_SQL, names)
+
+
 def sql(db: pyqueue_sql.Database, statement: str, params) -> list[tuple]:
     cur = db.connection.cursor()
     try:
@@ -624,7 +639,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     def shift(self, n: int) -> None:
         s = n * TICK_S
-        sql(self.conns["admin"], SHIFT_SQL[self.dialect], (s, s, s, self.main, self.dlq_name, self.next_name))
+        shift(self.conns["admin"], self.dialect, s, (self.main, self.dlq_name, self.next_name))
         self.t += n
 
     @rule(conn=consumers)
@@ -795,7 +810,7 @@ def test_move_of_an_expired_reservation_races_a_reserve(connect, dialect):
             src.push_many([(f"m{round_}-{i:02d}", "k", i) for i in range(20)])
             held = src.reserve(20, worker="old", timeout=ticks(1.5))
             assert len(held) == 20
-            sql(admin, SHIFT_SQL[dialect], (2 * TICK_S,) * 3 + (src.name, src.name, src.name))  # all expire
+            shift(admin, dialect, 2 * TICK_S, (src.name, src.name, src.name))  # all expire
             barrier = threading.Barrier(2)
             out: dict = {}
 
@@ -828,7 +843,7 @@ def test_move_of_an_expired_reservation_races_a_reserve(connect, dialect):
             src.pop(100)
             for r in src.reserve(100, timeout=ticks(1.5)):
                 src.commit(r)
-            sql(admin, SHIFT_SQL[dialect], (10 * TICK_S,) * 3 + (src.name, src.name, src.name))
+            shift(admin, dialect, 10 * TICK_S, (src.name, src.name, src.name))
             for _m in src.pop(100):
                 pass
         assert both == 0

@@ -81,7 +81,7 @@ PG_STATEMENTS = {
     # pyqueue__due_tids: the ready rows by time once the walk stops (sorted by design)
     "due_rows": (
         "SELECT m.ctid FROM pyqueue_message m "
-        "WHERE m.queue_name = $1 AND m.scheduled_at > '-infinity' AND m.scheduled_at <= $2 AND m.priority::bigint <= $3::bigint "
+        "WHERE m.queue_name = $1 AND m.scheduled_at < 'infinity' AND m.scheduled_at <= $2 AND m.priority::bigint <= $3::bigint "
         "AND ($4::text[] IS NULL OR m.p_kind = ANY ($4::text[])) "
         "ORDER BY m.priority DESC, m.scheduled_at, m.id LIMIT $5 FOR UPDATE SKIP LOCKED",
         "(text, timestamptz, integer, text[], integer)",
@@ -92,7 +92,7 @@ PG_STATEMENTS = {
     ),
     # queue_next_scheduled_at (and queue_wait)
     "next_scheduled_at": (
-        "SELECT m.scheduled_at FROM pyqueue_message m WHERE m.queue_name = $1 AND m.scheduled_at > '-infinity' "
+        "SELECT m.scheduled_at FROM pyqueue_message m WHERE m.queue_name = $1 AND m.scheduled_at < 'infinity' "
         "AND ($2::text[] IS NULL OR m.p_kind = ANY ($2::text[])) ORDER BY m.scheduled_at LIMIT 1",
         "(text, text[])",
         f"('{QUEUE}', NULL)",
@@ -326,6 +326,50 @@ def test_the_routines_run_those_plans_on_a_table_never_analyzed(dialect, install
             ]
             assert len(probes) == 1, probes
             assert _pg_plan_problem("next_scheduled_at", probes[0]) is None, (mode, probes[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.only_dialect("postgresql")
+def test_the_reserve_reads_its_start_without_a_sort_on_a_table_never_analyzed(dialect, installed_database):
+    """queue_reserve's first read (where its walk starts: the queue's ready_from and its top
+    priority, read at the end of the ready index) and its step, as the routine runs them, on a
+    queue that 2,000 messages went through (their row versions are still there) and that an
+    advance has seen: no sort and no read of the due index, under custom and generic plans. With
+    no statistics the planner once read the top priority through the due index and a sort."""
+    conn = dialects.for_name(dialect).connect(installed_database("plans"))
+    try:
+        _run(conn, f"SELECT queue_create('{QUEUE}')")
+        _run(conn, "ALTER TABLE pyqueue_message SET (autovacuum_enabled = off)")
+        for start in range(0, 2000, 100):
+            keys = ", ".join(f"'c{i}'" for i in range(start, start + 100))
+            _run(
+                conn,
+                f"SELECT queue_push_batch('{QUEUE}', ARRAY[{keys}], array_fill('job'::text, ARRAY[100]), "
+                "array_fill('{}'::jsonb, ARRAY[100]))",
+            )
+            rows, _ = _run(conn, f"SELECT p_key, token FROM queue_reserve('{QUEUE}', 'w', NULL, 100)")
+            tokens = ", ".join(f"'{r[1]}'" for r in rows)
+            _run(
+                conn,
+                f"SELECT queue_commit_batch('{QUEUE}', ARRAY[{keys}], array_fill('job'::text, ARRAY[100]), "
+                f"ARRAY[{tokens}]::uuid[])",
+            )
+        _run(conn, f"UPDATE pyqueue_ready_from SET top_priority = 0 WHERE queue_name = '{QUEUE}'")
+        _run(conn, f"SELECT queue_push('{QUEUE}', 'fresh', 'job', '{{}}')")
+        for mode in ("auto", "force_custom_plan", "force_generic_plan"):
+            _run(conn, f"SET plan_cache_mode = {mode}")
+            for _ in range(6):  # past the custom plans plpgsql tries first
+                plans = _nested_plans(conn, f"SELECT * FROM queue_reserve('{QUEUE}', 'w', NULL, 1)")
+                _run(
+                    conn,
+                    f"UPDATE pyqueue_message SET scheduled_at = now() - interval '1 s' WHERE p_key = 'fresh'",
+                )
+            reads = [p for p in plans if "pyqueue_message m" in p and "Query Text: SELECT" in p]
+            assert len(reads) >= 2, plans
+            for plan in reads:
+                assert "Sort" not in plan and "Seq Scan" not in plan, (mode, plan)
+                assert DUE_IDX not in plan, (mode, plan)
     finally:
         conn.close()
 

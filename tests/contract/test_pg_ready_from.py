@@ -1,0 +1,148 @@
+"""Where the reserve starts reading: pyqueue_ready_from (PostgreSQL).
+
+While a transaction holds the xmin horizon, the index entries of every message reserved or
+committed since cannot be removed and pile up at the head of the ready range. The reserve reads
+its ranges from the queue's ready_from, which autocommit reserves move up (a proposal, made active
+a second later once every transaction older than it has ended), and which a write of a message in
+the past lowers. The guard counts the shared buffers one reserve touches under a held snapshot
+(EXPLAIN (ANALYZE, BUFFERS)), never time; the others check that no message is ever left below the
+bound: pushed in the past, or written by a transaction that was open while the bound moved.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+
+from pyqueue_sql import dialects
+
+pytestmark = pytest.mark.only_dialect("postgresql")
+
+UTC = dt.timezone.utc
+CHURNED = 2000
+# A pop that walked the dead entries of 2,000 churned messages touches over a hundred buffers
+# (index and heap pages); one that starts past them, a few.
+MAX_BUFFERS = 40
+
+
+@pytest.fixture
+def pg(dsn):
+    """Autocommit connections to the test database, closed after the test."""
+    opened = []
+
+    def make():
+        conn = dialects.for_name("postgresql").connect(dsn, autocommit=True)
+        opened.append(conn)
+        return conn
+
+    yield make
+    for conn in opened:
+        conn.close()
+
+
+def _run(conn, sql, params=None):
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+def _reserve_keys(conn, queue, n=100):
+    return [
+        r[0] for r in _run(conn, "SELECT p_key FROM queue_reserve(%s, 'w', interval '60 s', %s)", (queue, n))
+    ]
+
+
+def _advance(conn, queue, steps=2):
+    """Autocommit reserves more than a second apart: each one may move the bound a step."""
+    for _ in range(steps):
+        time.sleep(1.1)
+        # a kind no message has: reserves nothing, but may move the bound
+        _run(conn, "SELECT * FROM queue_reserve(%s, 'w', interval '60 s', 1, ARRAY['none'])", (queue,))
+
+
+def _advance_past(conn, queue, at, seconds=30.0):
+    """Advances until the bound is at or past ``at``: a step needs every transaction of the
+    cluster that had an id at the step before to have ended (xids are cluster-wide), so a long
+    writing transaction anywhere on the shared server holds it up for a while."""
+    deadline = time.monotonic() + seconds
+    while _ready_from(conn, queue) < at:
+        assert time.monotonic() < deadline, ("the bound did not move past", at, _ready_from(conn, queue))
+        _advance(conn, queue, steps=1)
+
+
+def _ready_from(conn, queue):
+    # -infinity (never moved) as a time Python can hold
+    return _run(conn, "SELECT greatest(pyqueue__ready_from(%s), timestamptz '2000-01-01Z')", (queue,))[0][0]
+
+
+def _pop_buffers(conn, queue) -> int:
+    """Buffers one queue_pop touches (the reserve's read of the ready range, then a delete that
+    writes no index entry), in a transaction rolled back."""
+    _run(conn, "BEGIN")
+    try:
+        [(doc,)] = _run(
+            conn, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM queue_pop(%s, 1)", (queue,)
+        )
+    finally:
+        _run(conn, "ROLLBACK")
+    plan = doc[0]["Plan"]
+    return plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+
+
+def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, pg):
+    conn, holder = pg(), pg()
+    _run(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ")
+    _run(holder, "SELECT count(*) FROM pyqueue_queue")  # the snapshot: nothing dead since can go
+    try:
+        for start in range(0, CHURNED, 100):
+            _run(
+                conn,
+                "SELECT queue_push_batch(%s, %s::text[], %s::text[], %s::jsonb[])",
+                (queue.name, [f"c{i}" for i in range(start, start + 100)], ["job"] * 100, ["{}"] * 100),
+            )
+            got = _run(
+                conn, "SELECT p_key, token FROM queue_reserve(%s, 'w', interval '60 s', 100)", (queue.name,)
+            )
+            assert len(got) == 100
+            _run(
+                conn,
+                "SELECT queue_commit_batch(%s, %s, %s, %s)",
+                (queue.name, [k for k, _ in got], ["job"] * 100, [t for _, t in got]),
+            )
+        pushed_by = dt.datetime.now(UTC)
+        _advance_past(conn, queue.name, pushed_by)
+        queue.push("fresh", "job", {})
+        # the plans of the routines are cached by a first call, rolled back
+        _pop_buffers(conn, queue.name)
+        buffers = _pop_buffers(conn, queue.name)
+        print("buffers", buffers)
+        assert buffers <= MAX_BUFFERS, buffers
+        assert _reserve_keys(conn, queue.name) == ["fresh"]
+    finally:
+        _run(holder, "ROLLBACK")
+
+
+def test_a_message_pushed_in_the_past_after_the_bound_moved_is_reserved_first(queue, pg):
+    conn = pg()
+    queue.push("now", "job", {})
+    _advance_past(conn, queue.name, dt.datetime.now(UTC) - dt.timedelta(seconds=5))
+    hour_ago = dt.datetime.now(UTC) - dt.timedelta(hours=1)
+    queue.push("past", "job", {}, run_at=hour_ago)
+    queue.push_many([("past-batch", "job", {}, hour_ago - dt.timedelta(minutes=1))])
+    queue.push("past-group", "job", {}, run_at=hour_ago - dt.timedelta(minutes=2), group="g")
+    assert _ready_from(conn, queue.name) <= hour_ago - dt.timedelta(minutes=2)
+    assert _reserve_keys(conn, queue.name) == ["past-group", "past-batch", "past", "now"]
+
+
+def test_a_message_of_a_transaction_open_while_the_bound_moved_is_not_left_below_it(queue, pg):
+    conn, writer = pg(), pg()
+    _advance(conn, queue.name, steps=1)  # a proposal is there
+    _run(writer, "BEGIN")
+    _run(writer, "SELECT queue_push(%s, 'slow', 'job', '{}')", (queue.name,))  # scheduled now, not committed
+    _advance(conn, queue.name, steps=3)  # proposals later than its message, none may become the bound
+    _run(writer, "COMMIT")
+    assert _reserve_keys(conn, queue.name) == ["slow"]
+    # the bound moves on once the writer has ended
+    _advance_past(conn, queue.name, dt.datetime.now(UTC) - dt.timedelta(seconds=5))
