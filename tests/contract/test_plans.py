@@ -363,7 +363,7 @@ def test_the_reserve_reads_its_start_without_a_sort_on_a_table_never_analyzed(di
                 plans = _nested_plans(conn, f"SELECT * FROM queue_reserve('{QUEUE}', 'w', NULL, 1)")
                 _run(
                     conn,
-                    f"UPDATE pyqueue_message SET scheduled_at = now() - interval '1 s' WHERE p_key = 'fresh'",
+                    "UPDATE pyqueue_message SET scheduled_at = now() - interval '1 s', attempts = 0 WHERE p_key = 'fresh'",
                 )
             reads = [p for p in plans if "pyqueue_message m" in p and "Query Text: SELECT" in p]
             assert len(reads) >= 2, plans
