@@ -3,9 +3,13 @@ workloads that do not use it anything?
 
     python bench/revision_ab.py --previous <revision>
     python bench/revision_ab.py --previous <revision> --dialects postgresql --rounds 5
+    python bench/revision_ab.py --previous-commit <git commit> --dialects postgresql
 
-Until a second schema revision exists (the first change after 0.1.0) there is nothing to compare:
-the baseline against itself is refused.
+Until a second schema revision exists (the first change after 0.1.0) there is nothing to compare
+by revision: the baseline against itself is refused. --previous-commit compares with the schema
+and routines of a git commit instead (sql/<dialect>/schema.sql and routines.sql as that commit
+has them, installed with the server's own client, psql or mariadb/mysql, as `pyqueue-sql sql`
+output is): a change to the baseline measured against the baseline before it.
 
 The four workloads of bench/bench.py (push, reserve+ack, push batch of 100, reserve+ack batch of
 100), with the same clients and the same Python client, on two fresh databases: one migrated to the
@@ -19,14 +23,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _dbs  # noqa: E402
 from bench.bench import LABEL, WORKLOADS, PyQueue, _ratio, measure  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Previous(PyQueue):
@@ -37,12 +46,38 @@ class Previous(PyQueue):
     def setup(self, dsn: str) -> None:
         from pyqueue_sql import migrate
 
-        migrate.upgrade(dsn, os.environ["BENCH_PREVIOUS_REVISION"])
+        commit = os.environ.get("BENCH_PREVIOUS_COMMIT")
+        if not commit:
+            migrate.upgrade(dsn, os.environ["BENCH_PREVIOUS_REVISION"])
+            return
+        folder = "postgresql" if self.dialect == "postgresql" else "mysql"
+        script = "".join(
+            subprocess.run(
+                ["git", "show", f"{commit}:sql/{folder}/{name}.sql"],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            for name in ("schema", "routines")
+        )
+        url = urlsplit(dsn)
+        if self.dialect == "postgresql":
+            cmd = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", dsn]
+        else:
+            client = shutil.which("mariadb") or "mysql"
+            cmd = [client, "-h", url.hostname or "127.0.0.1", "-P", str(url.port or 3306)]
+            cmd += ["-u", url.username or "root", url.path.lstrip("/")]
+            if url.password:
+                cmd.insert(1, f"-p{url.password}")
+        subprocess.run(cmd, input=script, check=True, text=True, capture_output=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--previous", required=True, help="the earlier schema revision to compare with")
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--previous", help="the earlier schema revision to compare with")
+    which.add_argument("--previous-commit", help="a git commit whose sql/ to compare with")
     ap.add_argument("--dialects", default="postgresql,mysql")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--rounds", type=int, default=3)
@@ -52,9 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from pyqueue_sql import migrate
 
-    if args.previous == migrate.head():
+    if args.previous_commit:
+        os.environ["BENCH_PREVIOUS_COMMIT"] = args.previous_commit
+        args.previous = f"commit {args.previous_commit}"
+    elif args.previous == migrate.head():
         ap.error(f"--previous {args.previous} is the newest revision: nothing to compare it with")
-    os.environ["BENCH_PREVIOUS_REVISION"] = args.previous
+    else:
+        os.environ["BENCH_PREVIOUS_REVISION"] = args.previous
     systems = {"newest": PyQueue, "previous": Previous}
     print(
         f"newest revision against {args.previous}: {args.rounds} rounds, {args.clients} clients, "
