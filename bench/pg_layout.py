@@ -1,6 +1,7 @@
 """PostgreSQL live-table layouts, measured at the table level (no routine in the way).
 
     python bench/pg_layout.py [--rounds 12] [--batches 100] [--singles 400] [--out DIR]
+    python bench/pg_layout.py --icu-locale en-US     # the database's default collation ICU en-US
 
 In a fresh database with pyqueue-sql installed it builds copies of `pyqueue_message` (`LIKE ...
 INCLUDING ALL EXCLUDING INDEXES`, the table's storage options, then each index from the catalog's
@@ -42,6 +43,10 @@ are 14-16 characters long):
                      which on a table this small picks a hash join over the whole table: both
                      sides then update by a direct probe, so the tables are what differs. No
                      dedup key: pgmq has none
+
+What bytewise keys save depends on the database's default collation, the one the shipped columns
+compare with: the server's default (often C.UTF-8 or en_US.UTF-8 from libc), or with --icu-locale a
+database created with that ICU locale.
 
 Rounds interleave the layouts in a rotating order; each layout is built fresh in every round. The
 report gives each layout's median ms per statement (median of the per-round medians, and their
@@ -272,7 +277,8 @@ def markdown(summary: dict, meta: dict) -> str:
 
     lines = [
         f"`{meta['command']}`, {meta['started']}, {meta['rounds']} rounds, {meta['batches']} batches of 100 and "
-        f"{meta['singles']} single pushes per layout and round, one connection, autocommit; load average "
+        f"{meta['singles']} single pushes per layout and round, one connection, autocommit, PostgreSQL "
+        f"{meta['server']}, database collation {meta['collation']}; load average "
         f"{meta['load_before'][0]:.1f} before, {meta['load_after'][0]:.1f} after.",
         "",
         "ms per statement: median of the per-round medians (range); vs shipped / vs pgmq table: median of the "
@@ -292,6 +298,25 @@ def markdown(summary: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
+def create_database(icu_locale: str | None) -> str:
+    """The bench's own database (dropped by _dbs.drop), with the server's default collation or an ICU one."""
+    if icu_locale is None:
+        return _dbs.create("postgresql", "pglayout")
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", icu_locale):
+        raise SystemExit(f"--icu-locale: not a locale name: {icu_locale!r}")
+    name = f"pyqueue_bench_pglayout_{uuid.uuid4().hex[:8]}"
+    admin = _dbs.ADMIN["postgresql"]
+    conn = _dbs.raw_connect("postgresql", admin)
+    try:
+        conn.execute(
+            f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '{icu_locale}'"
+            " LOCALE 'C.UTF-8'"
+        )
+    finally:
+        conn.close()
+    return _dbs._replace_db(admin, name)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -301,6 +326,10 @@ def main(argv=None) -> int:
         "--batches", type=int, default=100, help="100-row pushes and 100-row claims per measurement"
     )
     parser.add_argument("--singles", type=int, default=400, help="single-row pushes per measurement")
+    parser.add_argument(
+        "--icu-locale",
+        help="the database's default collation an ICU locale (e.g. en-US) instead of the server's default",
+    )
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = parser.parse_args(argv)
     _dbs.exit_on_sigterm()
@@ -313,7 +342,7 @@ def main(argv=None) -> int:
         "singles": args.singles,
         "load_before": os.getloadavg(),
     }
-    dsn = _dbs.create("postgresql", "pglayout")
+    dsn = create_database(args.icu_locale)
     rounds: list[dict[str, dict[str, float]]] = []
     explain: dict[str, dict[str, str]] = {}
     try:
@@ -321,7 +350,8 @@ def main(argv=None) -> int:
         conn = _dbs.raw_connect("postgresql", dsn)
         meta["server"] = conn.execute("SHOW server_version").fetchone()[0]
         meta["collation"] = conn.execute(
-            "SELECT datcollate FROM pg_database WHERE datname = current_database()"
+            "SELECT CASE datlocprovider WHEN 'i' THEN 'ICU ' || daticulocale ELSE 'libc ' || datcollate END"
+            " FROM pg_database WHERE datname = current_database()"
         ).fetchone()[0]
         cat = catalog(conn)
         for r in range(args.rounds):
