@@ -389,7 +389,8 @@ $$;
 -- first. Then it proposes in_clock minus a second with its own id, and
 -- notes the queue's top priority (where the reserve's walk starts). While
 -- the pending proposal cannot be made the bound yet (a transaction at or
--- below its id is still open), the step does nothing. Locks the queue's
+-- below its id is still open), the step only notes its time (the next try
+-- is a second on). Locks the queue's
 -- pyqueue_ready_from row until the caller's transaction ends (a reserve
 -- inside a longer transaction keeps it, and the others skip the step).
 CREATE OR REPLACE FUNCTION pyqueue__ready_from_advance(in_queue text, in_clock timestamptz)
@@ -410,7 +411,10 @@ BEGIN
     END IF;
     IF v_row.next_xid IS NOT NULL THEN
         IF pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) <= v_row.next_xid THEN
-            RETURN;  -- a transaction not above the proposal's id may still write below it
+            -- a transaction not above the proposal's id may still write
+            -- below it: the proposal waits, and the next try is a second on
+            UPDATE pyqueue_ready_from r SET moved_at = in_clock WHERE r.queue_name::text = in_queue;
+            RETURN;
         END IF;
         -- the lowerings first: the read below, a later snapshot, sees the
         -- messages of every lowering this statement saw
