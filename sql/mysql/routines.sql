@@ -713,39 +713,35 @@ BEGIN
     DECLARE v_by VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_dead BOOLEAN;
     DECLARE v_dsecret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
     SET out_count = 0;
     SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = in_queue;
     walk: WHILE v_priority IS NOT NULL DO
         SET v_last_id = NULL, v_last_at = NULL, v_last_pr = NULL;
         candidates: LOOP
-            -- the next candidate after the keyset position (an aggregate: no row is no "no data")
+            -- the next candidate after the keyset position (no derived table to materialise; no row: v_found = 0)
             IF v_steps < 4 THEN
-                SELECT COUNT(*), MAX(d.id), MAX(d.attempts), MAX(d.scheduled_at), MAX(d.reserve_token),
-                       MAX(d.reserved_by), MAX(d.priority)
+                SELECT 1, m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority
                   INTO v_found, v_id, v_att, v_at, v_tok, v_by, v_pr
-                  FROM (SELECT m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority
-                          FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                         WHERE m.queue_name = in_queue AND m.priority = v_priority AND m.scheduled_at <= in_now
-                           AND (v_last_id IS NULL
-                                OR m.scheduled_at > v_last_at OR (m.scheduled_at = v_last_at AND m.id > v_last_id))
-                           AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
-                         ORDER BY m.scheduled_at, m.id
-                         LIMIT 1) AS d;
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                 WHERE m.queue_name = in_queue AND m.priority = v_priority AND m.scheduled_at <= in_now
+                   AND (v_last_id IS NULL
+                        OR m.scheduled_at > v_last_at OR (m.scheduled_at = v_last_at AND m.id > v_last_id))
+                   AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT 1;
             ELSE
-                SELECT COUNT(*), MAX(d.id), MAX(d.attempts), MAX(d.scheduled_at), MAX(d.reserve_token),
-                       MAX(d.reserved_by), MAX(d.priority)
+                SELECT 1, m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority
                   INTO v_found, v_id, v_att, v_at, v_tok, v_by, v_pr
-                  FROM (SELECT m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority
-                          FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
-                         WHERE m.queue_name = in_queue AND m.scheduled_at <= in_now AND m.priority <= v_priority
-                           AND (v_last_id IS NULL
-                                OR m.priority < v_last_pr
-                                OR (m.priority = v_last_pr
-                                    AND (m.scheduled_at > v_last_at
-                                         OR (m.scheduled_at = v_last_at AND m.id > v_last_id))))
-                           AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
-                         ORDER BY m.priority DESC, m.scheduled_at, m.id
-                         LIMIT 1) AS d;
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
+                 WHERE m.queue_name = in_queue AND m.scheduled_at <= in_now AND m.priority <= v_priority
+                   AND (v_last_id IS NULL
+                        OR m.priority < v_last_pr
+                        OR (m.priority = v_last_pr
+                            AND (m.scheduled_at > v_last_at OR (m.scheduled_at = v_last_at AND m.id > v_last_id))))
+                   AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
+                 ORDER BY m.priority DESC, m.scheduled_at, m.id
+                 LIMIT 1;
             END IF;
             IF v_found = 0 THEN LEAVE candidates; END IF;
             SET v_last_id = v_id, v_last_at = v_at, v_last_pr = v_pr,
@@ -1704,8 +1700,7 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_now DATETIME(6);
     IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
-    SET v_now = UTC_TIMESTAMP(6);
-    SET v_queue = in_queue;
+    SET v_now = UTC_TIMESTAMP(6), v_queue = in_queue;
     SELECT q.queue_name AS `queue`,
            COUNT(CASE WHEN m.scheduled_at <= v_now THEN 1 END) AS ready,
            COUNT(CASE WHEN m.scheduled_at > v_now AND m.reserve_token IS NULL THEN 1 END) AS `delayed`,
@@ -1768,9 +1763,7 @@ BEGIN
         END IF;
         CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
     END IF;
-    SET v_queue = in_queue;
-    SET v_now = UTC_TIMESTAMP(6);
-    SET v_at = COALESCE(in_run_at, v_now);
+    SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6), v_at = COALESCE(in_run_at, v_now);
     /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
     IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
     REPEAT
@@ -1963,8 +1956,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
     END IF;
     CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
-    SET v_now = UTC_TIMESTAMP(6);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     SET v_at = COALESCE(in_run_at, v_now), v_priority = COALESCE(in_priority, 0);
     attempt: LOOP
         INSERT IGNORE INTO pyqueue_message
@@ -2039,8 +2031,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
     END IF;
     CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
-    SET v_queue = in_queue, v_group = in_group, v_key = in_key, v_kind = in_kind;
-    SET v_now = UTC_TIMESTAMP(6);
+    SET v_queue = in_queue, v_group = in_group, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     SET v_at = COALESCE(in_run_at, v_now);
     -- autocommit with no transaction open: the steps in a transaction of their own
     CALL pyqueue__own_transaction(TRUE, v_own);
@@ -2310,8 +2301,7 @@ BEGIN
     CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
 
     IF NOT v_paused THEN
-        SET v_now = UTC_TIMESTAMP(6);
-        SET v_until = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND;
+        SET v_now = UTC_TIMESTAMP(6), v_until = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND;
         CALL pyqueue__random_token(v_secret);
         SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
         CALL pyqueue__claim(v_queue, NULL, COALESCE(in_n, 1), v_now, v_until, NULL, TRUE, NULL, NULL, 0,
@@ -2452,15 +2442,14 @@ END //
 
 -- queue_reserve: hands out up to in_n ready messages, highest priority first, FIFO within one; each is invisible to
 -- others until in_timeout (NULL = the queue's visibility_timeout) and carries a fresh random token. in_worker is
--- recorded; in_kinds NULL = any, else a non-empty JSON array of strings. attempts counts this delivery. A message
--- whose expired reservation was its last allowed delivery is dead-lettered instead (a group head whose group row is
--- busy is left for a later reserve: a reserve never waits). Result: (p_key, p_kind, payload, token, priority,
--- attempts, created_at, scheduled_at_initially), empty when nothing is ready or the queue is paused. Set-based
--- (pyqueue__reserve): candidates read without locks (a locking range scan would lock the next row, gaps and skipped
--- rows), each page claimed by one UPDATE joined to a SKIP LOCKED read by id: a message is never handed out twice, in
--- autocommit mode too; the cost follows in_n and the ready rows. A queue with limits goes one candidate at a time
--- (pyqueue__reserve_limited). Interrupted between pages, claimed rows come back after their timeout.
--- Locks: the claimed rows, for one statement (or until the caller's transaction ends). In a REPEATABLE READ
+-- recorded; in_kinds NULL = any, else a non-empty JSON array of strings. attempts counts this delivery. A message whose
+-- expired reservation was its last allowed delivery is dead-lettered instead (a group head whose group row is busy is
+-- left for a later reserve: a reserve never waits). Result: (p_key, p_kind, payload, token, priority, attempts,
+-- created_at, scheduled_at_initially), empty when nothing is ready or the queue is paused. Set-based (pyqueue__reserve):
+-- candidates read without locks (a locking range scan would lock the next row, gaps and skipped rows), each page
+-- claimed by one UPDATE joined to a SKIP LOCKED read by id: a message is never handed out twice, in autocommit mode
+-- too; the cost follows in_n and the ready rows. A queue with limits goes one candidate at a time
+-- (pyqueue__reserve_limited). Interrupted between pages, claimed rows come back after their timeout. Locks: the claimed rows, for one statement (or until the caller's transaction ends). In a REPEATABLE READ
 -- transaction that already read pyqueue_message, messages pushed since then wait for the next transaction.
 DROP PROCEDURE IF EXISTS queue_reserve //
 CREATE PROCEDURE queue_reserve(
@@ -2473,19 +2462,24 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_max, v_found INT;
+    DECLARE v_paused, v_limited BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_limited BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    IF (in_kinds IS NULL AND COALESCE(in_n = TRUNCATE(in_n, 0) AND in_n BETWEEN 1 AND 2147483647, TRUE)
+    IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
+        AND LOCATE(X'ED', CAST(CONCAT(in_queue, COALESCE(in_worker, '')) AS BINARY)) = 0
+        AND in_kinds IS NULL AND COALESCE(in_n = TRUNCATE(in_n, 0) AND in_n BETWEEN 1 AND 2147483647, TRUE)
         AND COALESCE(in_timeout > 0 AND in_timeout <= 3155760000, TRUE) AND COALESCE(CHAR_LENGTH(in_worker), 0) <= 255
-        AND LOCATE(X'ED', CAST(COALESCE(in_worker, '') AS BINARY)) = 0) IS NOT TRUE THEN
-        CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);  -- (plainly valid: nothing to check)
+       ) IS NOT TRUE THEN  -- (plainly valid: nothing to check; the queue is looked up below)
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);
     END IF;
-    -- a plain read (as a subquery of IF it would be a locking one, waiting for a limit being set)
-    SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limited;
+    SET v_queue = in_queue;
+    -- settings and limits: ONE plain read (a subquery of IF would be a locking read, waiting for a limit being set)
+    SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
+           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue)
+      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited
+      FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
     IF NOT v_paused AND v_limited THEN
         CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq);
     ELSE
@@ -3077,7 +3071,7 @@ END //
 -- to in_n more as queue_reserve, in one call. Result: the reserved rows (as queue_reserve's), then one row committed
 -- = 1, 0 (token no longer held) or NULL (nothing given). Checks and the lookup first, then the reserve, then the
 -- commit: a refused call changes nothing. A grouped message is committed before the reserve (as queue_commit), so the
--- next message of its group can be reserved by this call.
+-- next message of its group can be reserved by this call. One plain read finds the queue and the message to commit.
 -- Locks: as queue_reserve, then the committed row (a grouped one first, as queue_commit).
 DROP PROCEDURE IF EXISTS queue_commit_reserve //
 CREATE PROCEDURE queue_commit_reserve(
@@ -3096,32 +3090,40 @@ BEGIN
     DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
     DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_paused, v_limited, v_history BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_id, v_hist BIGINT;
     DECLARE v_done INT DEFAULT NULL;
-    DECLARE v_own INT DEFAULT 0;
+    DECLARE v_own, v_found INT DEFAULT 0;
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
-    DECLARE v_limited BOOLEAN;
-
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    IF v_commit THEN CALL pyqueue__check_reservation(in_key, in_kind, in_token); END IF;
-    CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);
-    IF v_commit THEN
-        SET v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = 0;
-        SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key) INTO v_id, v_group
-          FROM pyqueue_message m
-         WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
-           AND m.reserve_token = v_held;
-        IF v_group IS NOT NULL THEN
-            -- as queue_commit, BEFORE the reserve, so its group's next message can be reserved
-            CALL pyqueue__own_transaction(TRUE, v_own);
-            CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
-                                      UTC_TIMESTAMP(6), v_own, v_done);
-        END IF;
+    IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
+        AND (NOT v_commit OR (CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
+             AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')
+             AND in_token REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z'))
+        AND LOCATE(X'ED', CAST(CONCAT_WS('', in_queue, in_key, in_kind, in_worker) AS BINARY)) = 0
+        AND in_kinds IS NULL AND COALESCE(in_n = TRUNCATE(in_n, 0) AND in_n BETWEEN 1 AND 2147483647, TRUE)
+        AND COALESCE(in_timeout > 0 AND in_timeout <= 3155760000, TRUE) AND COALESCE(CHAR_LENGTH(in_worker), 0) <= 255
+       ) IS NOT TRUE THEN  -- (plainly valid: nothing to check; the queue is looked up below)
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        IF v_commit THEN CALL pyqueue__check_reservation(in_key, in_kind, in_token); END IF;
+        CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);
     END IF;
-    SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limited;  -- a plain read
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = IF(v_commit, 0, NULL);
+    -- settings, limits, history and the message to commit: ONE plain read (as queue_reserve)
+    SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
+           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue), MAX(q.history_retention) IS NOT NULL,
+           COALESCE(MAX(m.id), 0), MAX(m.group_key)
+      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_history, v_id, v_group
+      FROM pyqueue_queue q LEFT JOIN pyqueue_message m ON v_commit AND m.queue_name = q.queue_name AND m.p_key = v_key
+                                                     AND m.p_kind = v_kind AND m.reserve_token = v_held
+     WHERE q.queue_name = v_queue;
+    IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+    IF v_group IS NOT NULL THEN
+        -- as queue_commit, BEFORE the reserve, so its group's next message can be reserved
+        CALL pyqueue__own_transaction(TRUE, v_own);
+        CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
+                                  UTC_TIMESTAMP(6), v_own, v_done);
+    END IF;
     IF NOT v_paused AND v_limited THEN
         CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq);
     ELSE
@@ -3129,7 +3131,7 @@ BEGIN
     END IF;
     IF v_commit AND v_group IS NULL THEN
         IF v_id > 0 THEN  -- as queue_commit: history row, a schedule's next occurrence
-            CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
+            IF v_history THEN CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist); END IF;
             IF v_key LIKE '%@____-__-__T__:__:__Z' THEN CALL pyqueue__schedule_next(v_queue, v_key, v_kind); END IF;
             DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
             SET v_done = ROW_COUNT();
@@ -3173,10 +3175,8 @@ BEGIN
     IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must not be NULL');
     END IF;
-    IF NOT (JSON_VALID(in_keys) AND JSON_VALID(in_kinds) AND JSON_VALID(in_tokens)) THEN
-        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must be JSON arrays of strings');
-    END IF;
-    IF JSON_TYPE(in_keys) <> 'ARRAY' OR JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_TYPE(in_tokens) <> 'ARRAY' THEN
+    IF NOT (JSON_VALID(in_keys) AND JSON_VALID(in_kinds) AND JSON_VALID(in_tokens))  -- (OR stops at the first true)
+       OR JSON_TYPE(in_keys) <> 'ARRAY' OR JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_TYPE(in_tokens) <> 'ARRAY' THEN
         CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must be JSON arrays of strings');
     END IF;
     SET v_n = JSON_LENGTH(in_keys);
@@ -3447,8 +3447,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
     END IF;
     CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
-    SET v_topic = CONCAT('.', in_topic), v_key = in_key, v_kind = in_kind;
-    SET v_now = UTC_TIMESTAMP(6);
+    SET v_topic = CONCAT('.', in_topic), v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     SET v_at = COALESCE(in_run_at, v_now);
     CALL pyqueue__own_transaction(FALSE, v_own);
     REPEAT
