@@ -276,14 +276,17 @@ def test_an_extend_that_loses_its_message_to_a_new_reservation_leaves_that_reser
 def test_race_never_more_than_capacity_live(connect, make_queue, raw, dialect, level):
     """Six reservers hammer reserve / commit / rollback / extend / move / let expire
     while a checker counts the live reservations of the limited kind."""
-    capacity, threads, seconds = 3, 6, 4.0
+    # At least `seconds`, and on until the checker has seen the limit full (a loaded machine runs
+    # fewer reserves a second), at most `longest`.
+    capacity, threads, seconds, longest = 3, 6, 4.0, 30.0
     queue = make_queue(max_attempts=1000)
     sink = make_queue()
     queue.push_many(
         [(f"lim-{i}", "lim", i) for i in range(40)] + [(f"free-{i}", "free", i) for i in range(20)]
     )
     queue.set_limit("lim", capacity)
-    stop = time.monotonic() + seconds
+    start = time.monotonic()
+    done = threading.Event()
     counts = {"max": 0, "samples": 0, "handled": 0, "retried": 0}
     lock = threading.Lock()
     failures: list[BaseException] = []
@@ -293,7 +296,7 @@ def test_race_never_more_than_capacity_live(connect, make_queue, raw, dialect, l
         _set_isolation(db, dialect, level)
         q = db.queue(queue.name)
         rng = random.Random(i)
-        while time.monotonic() < stop:
+        while not done.is_set():
             try:
                 got = q.reserve(n=rng.randint(1, 4), worker=f"r{i}", timeout=rng.choice([0.15, 0.3, 2.0]))
                 time.sleep(0.02)  # hold them a moment, so that the limit is under pressure
@@ -325,11 +328,17 @@ def test_race_never_more_than_capacity_live(connect, make_queue, raw, dialect, l
                 return
 
     def checker():
-        while time.monotonic() < stop:
-            n = live(raw, dialect, queue.name, "lim")
-            counts["max"] = max(counts["max"], n)
-            counts["samples"] += 1
-            assert n <= capacity, f"{n} live reservations of a kind limited to {capacity}"
+        try:
+            while not done.is_set():
+                n = live(raw, dialect, queue.name, "lim")
+                counts["max"] = max(counts["max"], n)
+                counts["samples"] += 1
+                assert n <= capacity, f"{n} live reservations of a kind limited to {capacity}"
+                elapsed = time.monotonic() - start
+                if elapsed >= longest or (elapsed >= seconds and counts["max"] == capacity):
+                    done.set()
+        finally:
+            done.set()
 
     workers = [threading.Thread(target=reserver, args=(i,)) for i in range(threads)]
     for t in workers:
