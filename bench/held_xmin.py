@@ -314,41 +314,26 @@ def run_mysql(args) -> dict:
                 pause.clear()
 
         probe_all()  # the first call of a session reads the routine and the tables: not counted
-        windows: list[dict] = []
-        t0 = time.perf_counter()
-        last = {name: 0 for name in args.systems}
-        holder = None
-        hold_at = None
-        total = args.before + args.minutes * 60
+        state: dict = {"holder": None, "hold_at": None}
+
+        def take_hold():
+            holder = _dbs.raw_connect("mysql", dsn)
+            hc = holder.cursor()
+            hc.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            hc.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            for name in args.systems:
+                hc.execute(f"SELECT COUNT(*) FROM {MYSQL_TABLES[name]}")
+                hc.fetchall()
+            return holder
+
+        def add_probes(row: dict) -> None:
+            row["history_len"] = _history_len(prober.cursor())
+            for name, probe in probe_all().items():
+                for key, value in probe.items():
+                    row[f"{name}_{key}"] = value
+
         try:
-            while time.perf_counter() - t0 < total - 1e-6:
-                if holder is None and time.perf_counter() - t0 >= args.before - 1e-6:
-                    holder = _dbs.raw_connect("mysql", dsn)
-                    hc = holder.cursor()
-                    hc.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                    hc.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-                    for name in args.systems:
-                        hc.execute(f"SELECT COUNT(*) FROM {MYSQL_TABLES[name]}")
-                        hc.fetchall()
-                    hold_at = round(time.perf_counter() - t0, 1)
-                    print(f"[{hold_at:7.1f}s] read view held from now on", flush=True)
-                w0 = time.perf_counter()
-                end = min(w0 + args.window, t0 + total)
-                if holder is None:
-                    end = min(end, t0 + args.before)
-                time.sleep(max(0.0, end - time.perf_counter()))
-                now = time.perf_counter()
-                row: dict = {"end_s": round(now - t0, 1), "held": holder is not None}
-                for name in args.systems:
-                    v = counts[name].value
-                    row[name] = round((v - last[name]) / (now - w0), 1)
-                    last[name] = v
-                row["history_len"] = _history_len(prober.cursor())
-                for name, probe in probe_all().items():
-                    for key, value in probe.items():
-                        row[f"{name}_{key}"] = value
-                windows.append(row)
-                print(f"[{row['end_s']:7.1f}s] " + json.dumps(row), flush=True)
+            windows = _windows(args, counts, state, take_hold, add_probes, "read view held")
         finally:
             stop.set()
             pause.clear()
@@ -356,11 +341,13 @@ def run_mysql(args) -> dict:
                 p.join(timeout=60)
                 if p.is_alive():
                     p.terminate()
-            if holder is not None:
-                holder.cursor().execute("ROLLBACK")
-                holder.close()
+            if state["holder"] is not None:
+                state["holder"].cursor().execute("ROLLBACK")
+                state["holder"].close()
             prober.close()
-        return _ratios(args, windows, hold_at, ("read_requests", "ms", "Handler_read_next", "Rows_read"))
+        return _ratios(
+            args, windows, state["hold_at"], ("read_requests", "ms", "Handler_read_next", "Rows_read")
+        )
     finally:
         _dbs.drop("mysql", dsn)
 
@@ -385,10 +372,42 @@ def _ratios(args, windows: list[dict], hold_at, probe_keys: tuple[str, ...]) -> 
         for key in keys:
             result[name][key + "_before_hold"] = round(_mean(before, f"{name}_{key}"), 1)
             result[name][key + "_last_minute"] = round(_mean(last_minute, f"{name}_{key}"), 1)
-    result["history_len_before_hold"] = round(_mean(before, "history_len"))
-    result["history_len_last_minute"] = round(_mean(last_minute, "history_len"))
-    result["history_len_end"] = windows[-1]["history_len"]
+    if "history_len" in windows[-1]:  # MySQL/MariaDB
+        result["history_len_before_hold"] = round(_mean(before, "history_len"))
+        result["history_len_last_minute"] = round(_mean(last_minute, "history_len"))
+        result["history_len_end"] = windows[-1]["history_len"]
     return result
+
+
+def _windows(args, counts, state: dict, take_hold, add_probes, label: str) -> list[dict]:
+    """The measured part of a run, both dialects: --before seconds of load, then take_hold() opens
+    the snapshot (its connection goes to state["holder"], for the caller to release, and the time
+    to state["hold_at"]) and the load runs on for --minutes. Per --window: each system's msg/s,
+    then add_probes(row) adds the dialect's probe figures. Returns the windows."""
+    windows: list[dict] = []
+    t0 = time.perf_counter()
+    last = {name: 0 for name in args.systems}
+    total = args.before + args.minutes * 60
+    while time.perf_counter() - t0 < total - 1e-6:
+        if state["holder"] is None and time.perf_counter() - t0 >= args.before - 1e-6:
+            state["holder"] = take_hold()
+            state["hold_at"] = round(time.perf_counter() - t0, 1)
+            print(f"[{state['hold_at']:7.1f}s] {label} from now on", flush=True)
+        w0 = time.perf_counter()
+        end = min(w0 + args.window, t0 + total)
+        if state["holder"] is None:
+            end = min(end, t0 + args.before)
+        time.sleep(max(0.0, end - time.perf_counter()))
+        now = time.perf_counter()
+        row: dict = {"end_s": round(now - t0, 1), "held": state["holder"] is not None}
+        for name in args.systems:
+            v = counts[name].value
+            row[name] = round((v - last[name]) / (now - w0), 1)
+            last[name] = v
+        add_probes(row)
+        windows.append(row)
+        print(f"[{row['end_s']:7.1f}s] " + json.dumps(row), flush=True)
+    return windows
 
 
 def summary_mysql(out: dict) -> str:
@@ -458,42 +477,27 @@ def run(args) -> dict:
         procs = [ctx.Process(target=LOOPS[name], args=(dsn, stop, counts[name])) for name in args.systems]
         for p in procs:
             p.start()
-        windows: list[dict] = []
-        t0 = time.perf_counter()
-        last = {name: 0 for name in args.systems}
-        holder = None
-        hold_at = None
         prober = _dbs.raw_connect("postgresql", dsn)
         for name in args.systems:  # the first call of a session reads the catalogs: not counted
             _probe_buffers(prober, name)
-        total = args.before + args.minutes * 60
+        state: dict = {"holder": None, "hold_at": None}
+
+        def take_hold():
+            for name in args.systems:  # both tables as clean as vacuum makes them
+                _dbs.execute("postgresql", dsn, f"VACUUM {TABLES[name]}")
+            holder = _dbs.raw_connect("postgresql", dsn, autocommit=False)
+            hc = holder.cursor()
+            hc.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            hc.execute("SELECT count(*) FROM pg_class")
+            hc.fetchall()
+            return holder
+
+        def add_probes(row: dict) -> None:
+            for name in args.systems:
+                row[name + "_buffers"] = _probe_buffers(prober, name)
+
         try:
-            while time.perf_counter() - t0 < total - 1e-6:
-                if holder is None and time.perf_counter() - t0 >= args.before - 1e-6:
-                    for name in args.systems:  # both tables as clean as vacuum makes them
-                        _dbs.execute("postgresql", dsn, f"VACUUM {TABLES[name]}")
-                    holder = _dbs.raw_connect("postgresql", dsn, autocommit=False)
-                    hc = holder.cursor()
-                    hc.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                    hc.execute("SELECT count(*) FROM pg_class")
-                    hc.fetchall()
-                    hold_at = round(time.perf_counter() - t0, 1)
-                    print(f"[{hold_at:7.1f}s] xmin held from now on", flush=True)
-                w0 = time.perf_counter()
-                end = min(w0 + args.window, t0 + total)
-                if holder is None:
-                    end = min(end, t0 + args.before)
-                time.sleep(max(0.0, end - time.perf_counter()))
-                now = time.perf_counter()
-                row = {"end_s": round(now - t0, 1), "held": holder is not None}
-                for name in args.systems:
-                    v = counts[name].value
-                    row[name] = round((v - last[name]) / (now - w0), 1)
-                    last[name] = v
-                for name in args.systems:
-                    row[name + "_buffers"] = _probe_buffers(prober, name)
-                windows.append(row)
-                print(f"[{row['end_s']:7.1f}s] " + json.dumps(row), flush=True)
+            windows = _windows(args, counts, state, take_hold, add_probes, "xmin held")
             sizes_held = _sizes(dsn)
         finally:
             stop.set()
@@ -501,26 +505,12 @@ def run(args) -> dict:
                 p.join(timeout=60)
                 if p.is_alive():
                     p.terminate()
-            if holder is not None:
-                holder.rollback()
-                holder.close()
+            if state["holder"] is not None:
+                state["holder"].rollback()
+                state["holder"].close()
             prober.close()
-        before = [w for w in windows if not w["held"]]
-        held = [w for w in windows if w["held"]]
-        last_minute = [w for w in held if w["end_s"] > windows[-1]["end_s"] - 60.0 - 1e-6]
-        result: dict = {"hold_started_s": hold_at, "windows": windows, "sizes_while_held": sizes_held}
-        for name in args.systems:
-            b = sum(w[name] for w in before) / len(before) if before else 0.0
-            lm = sum(w[name] for w in last_minute) / len(last_minute) if last_minute else 0.0
-            bb = sum(w[name + "_buffers"] for w in before) / len(before) if before else 0.0
-            lmb = sum(w[name + "_buffers"] for w in last_minute) / len(last_minute) if last_minute else 0.0
-            result[name] = {
-                "before_hold": round(b, 1),
-                "last_minute": round(lm, 1),
-                "ratio": round(lm / b, 3) if b else None,
-                "buffers_before_hold": round(bb, 1),
-                "buffers_last_minute": round(lmb, 1),
-            }
+        result = _ratios(args, windows, state["hold_at"], ("buffers",))
+        result["sizes_while_held"] = sizes_held
         return result
     finally:
         _dbs.drop("postgresql", dsn)
