@@ -374,8 +374,8 @@ END;
 $$;
 
 -- pyqueue__ready_from_advance: moves the queue's ready_from up. Called by
--- a reserve at READ COMMITTED whose transaction has no id yet, at most once
--- a second per queue, and only when no other transaction is moving it (SKIP
+-- a reserve, pop or commit_reserve at READ COMMITTED whose transaction has
+-- no id yet, at most once a second per queue, and only when no other transaction is moving it (SKIP
 -- LOCKED: never waits); in_clock is the caller's clock, read before. The
 -- row lock gives this transaction its id, after in_clock: every transaction
 -- with a higher id takes it later, and reads the clock for what it writes
@@ -2108,7 +2108,7 @@ BEGIN
     END IF;
     -- Locked first, in a statement of its own: the DELETE then finds exactly
     -- the row versions that were locked.
-    v_tids := pyqueue__ready_tids(in_queue, v_now, coalesce(in_n, 1), NULL);
+    v_tids := pyqueue__ready_tids(in_queue, v_now, coalesce(in_n, 1), NULL, true);
     IF EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
         -- the groups whose heads are popped: each hands its place on below
         SELECT pg_catalog.array_agg(m.group_key::text) INTO v_groups
@@ -2530,6 +2530,17 @@ BEGIN
     PERFORM pyqueue__check_reserve(in_worker, in_timeout, in_n, in_kinds);
     IF NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL) THEN
         v_token := pyqueue__check_reservation(in_key, in_kind, in_token::text);
+        -- The commit below gives this transaction its id, after which the
+        -- reserve could not move the queue's ready bound (a proposal needs
+        -- a clock read before the id: pyqueue__ready_from_advance): its
+        -- turn, once a second, comes first.
+        IF NOT v_queue.paused AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL
+           AND pg_catalog.current_setting('transaction_isolation') = 'read committed'
+           AND EXISTS (SELECT 1 FROM pyqueue_ready_from r
+                        WHERE r.queue_name::text = in_queue
+                          AND r.moved_at < pg_catalog.clock_timestamp() - interval '1 second') THEN
+            PERFORM pyqueue__ready_from_advance(in_queue, pg_catalog.clock_timestamp());
+        END IF;
         IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
             -- Nothing to archive, not a schedule's occurrence: the DELETE is all of queue_commit.
             DELETE FROM pyqueue_message m

@@ -146,3 +146,28 @@ def test_a_message_of_a_transaction_open_while_the_bound_moved_is_not_left_below
     assert _reserve_keys(conn, queue.name) == ["slow"]
     # the bound moves on once the writer has ended
     _advance_past(conn, queue.name, dt.datetime.now(UTC) - dt.timedelta(seconds=5))
+
+
+def test_a_consumer_that_only_calls_queue_commit_reserve_moves_the_bound(queue, pg):
+    """queue_commit_reserve commits first, which gives its transaction an id; it moves the bound
+    before that commit, so that a consumer of one call per message keeps the walk short too."""
+    conn = pg()
+    pushed_at = dt.datetime.now(UTC)
+    queue.push_many([(f"m{i}", "job", {}) for i in range(10)])
+    [(key, token)] = _run(
+        conn, "SELECT p_key, token FROM queue_reserve(%s, 'w', interval '60 s', 1)", (queue.name,)
+    )
+    deadline = time.monotonic() + 30.0
+    while _ready_from(conn, queue.name) < pushed_at - dt.timedelta(seconds=1):
+        assert time.monotonic() < deadline, ("the bound did not move", _ready_from(conn, queue.name))
+        time.sleep(1.1)
+        [(committed, key, token)] = _run(
+            conn,
+            "SELECT committed, p_key, token FROM queue_commit_reserve(%s, %s, 'job', %s, 'w', interval '60 s', 1)",
+            (queue.name, key, token),
+        )
+        assert committed
+        assert key is not None, "ran out of messages before the bound moved"
+    # the bound stops at the earliest live message: every one left is still reserved, in order
+    left = _reserve_keys(conn, queue.name)
+    assert left and all(k.startswith("m") for k in left)
