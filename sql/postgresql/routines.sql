@@ -497,7 +497,8 @@ BEGIN
            rf.moved_at,
            EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue)
       INTO v_from, v_priority, v_moved, v_limited
-      FROM pyqueue_ready_from rf WHERE rf.queue_name::text = in_queue;
+      FROM (SELECT) AS one  -- one row, with or without the queue's pyqueue_ready_from row
+      LEFT JOIN pyqueue_ready_from rf ON rf.queue_name::text = in_queue;
     IF in_advance AND v_moved < in_now - interval '1 second'
        AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL
        AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN

@@ -171,3 +171,13 @@ def test_a_consumer_that_only_calls_queue_commit_reserve_moves_the_bound(queue, 
     # the bound stops at the earliest live message: every one left is still reserved, in order
     left = _reserve_keys(conn, queue.name)
     assert left and all(k.startswith("m") for k in left)
+
+
+def test_a_queue_without_its_bound_row_reads_from_the_start_and_keeps_its_limits(queue, pg):
+    """The reserve's first read finds the queue's concurrency limits whether or not the queue has
+    a pyqueue_ready_from row (queue_create makes one; without it the walk starts at the beginning)."""
+    conn = pg()
+    queue.push_many([(f"m{i}", "lim", {}) for i in range(5)])
+    queue.set_limit("lim", 2)
+    _run(conn, "DELETE FROM pyqueue_ready_from WHERE queue_name = %s", (queue.name,))
+    assert len(_reserve_keys(conn, queue.name, n=5)) == 2
