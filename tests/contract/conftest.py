@@ -236,13 +236,7 @@ def mysql_sql(dsn):
 
     conn = pymysql.connect(**mysql_connect_args(dsn))
 
-    def run(statement, *args):
-        with conn.cursor() as cur:
-            cur.execute(statement, args or None)
-            rows = list(cur.fetchall()) if cur.description else []
-            while cur.nextset():
-                pass
-        return rows
+    from tests.contract.mysql_plain import call
 
-    yield run
+    yield lambda statement, *args: call(conn, statement, *args)
     conn.close()

@@ -13,6 +13,7 @@ import pytest
 
 from pyqueue_sql import migrate
 from pyqueue_sql.dialects import mysql_connect_args
+from tests.contract.mysql_plain import call
 
 pytestmark = [pytest.mark.only_dialect("mysql"), pytest.mark.slow]
 
@@ -40,15 +41,7 @@ def latin1_dsn(dialect, fresh_database):
 def sql(latin1_dsn):
     conn = pymysql.connect(**mysql_connect_args(latin1_dsn))
 
-    def run(statement: str, *args):
-        with conn.cursor() as cur:
-            cur.execute(statement, args)
-            rows = list(cur.fetchall()) if cur.description else []
-            while cur.nextset():
-                pass
-        return rows
-
-    yield run
+    yield lambda statement, *args: call(conn, statement, *args)
     conn.close()
 
 

@@ -11,19 +11,11 @@ import pymysql
 import pytest
 
 from pyqueue_sql.dialects import mysql_connect_args
+from tests.contract.mysql_plain import call
 
 pytestmark = pytest.mark.only_dialect("mysql")
 
 REFUSAL = "dead-lettering refused by the test"
-
-
-def call(conn, statement: str, *args):
-    with conn.cursor() as cur:
-        cur.execute(statement, args or None)
-        rows = list(cur.fetchall()) if cur.description else []
-        while cur.nextset():
-            pass
-    return rows
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import pymysql
 import pytest
 
 from pyqueue_sql.dialects import mysql_connect_args
+from tests.contract.mysql_plain import call
 
 pytestmark = pytest.mark.only_dialect("mysql")
 
@@ -26,15 +27,6 @@ def connect(dsn: str, **overrides) -> pymysql.connections.Connection:
     args = mysql_connect_args(dsn)
     args.update(overrides)
     return pymysql.connect(**args)
-
-
-def call(conn, statement: str, *args):
-    with conn.cursor() as cur:
-        cur.execute(statement, args or None)
-        rows = list(cur.fetchall()) if cur.description else []
-        while cur.nextset():
-            pass
-    return rows
 
 
 @pytest.fixture

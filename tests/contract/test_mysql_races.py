@@ -17,6 +17,7 @@ import pymysql
 import pytest
 
 from pyqueue_sql.dialects import mysql_connect_args
+from tests.contract.mysql_plain import call
 
 pytestmark = pytest.mark.only_dialect("mysql")
 
@@ -25,15 +26,6 @@ LOCK_WAIT_TIMEOUT = 1205
 
 def connect(dsn: str) -> pymysql.connections.Connection:
     return pymysql.connect(**mysql_connect_args(dsn))
-
-
-def call(conn, statement: str, *args):
-    with conn.cursor() as cur:
-        cur.execute(statement, args or None)
-        rows = list(cur.fetchall()) if cur.description else []
-        while cur.nextset():
-            pass
-    return rows
 
 
 @pytest.fixture
