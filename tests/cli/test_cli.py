@@ -308,6 +308,15 @@ def test_ctrl_c_during_a_real_migrate_is_resumable(fresh_database):
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
         outcomes.append(proc.returncode)
+        # A SIGINT that lands inside the import system's own lock callback is reported and
+        # dropped by the interpreter itself ("Exception ignored in"), before any code of ours
+        # runs; the run then goes on as if no signal had come. Not a traceback of the CLI.
+        err = re.sub(
+            r"Exception ignored in: <function _get_module_lock\.<locals>\.cb at 0x[0-9a-f]+>\n"
+            r"Traceback \(most recent call last\):\n(?:  .*\n)*KeyboardInterrupt: ?\n",
+            "",
+            err,
+        )
         if proc.returncode == -signal.SIGINT:
             # the signal came while Python was still starting or importing: nothing ran yet
             assert "pyqueue_sql/migrate.py" not in err and "cmd_migrate" not in err, err
