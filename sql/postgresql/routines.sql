@@ -41,6 +41,16 @@
 -- compare with operands of the exact types of the built-in operators
 -- (varchar columns cast to text), so that even a role granted CREATE later
 -- cannot get its code run by them.
+--
+-- Plans: the routines of the message path (push, reserve, pop, commit,
+-- rollback, fail, extend, commit_reserve, commit_batch and their helpers)
+-- run with plan_cache_mode = force_generic_plan. Each of their statements is
+-- planned once per session, with parameters; by default PL/pgSQL plans them
+-- again on every call (a custom plan) for as long as the planner rates the
+-- generic plan above the custom ones, which for the reserve's walk and
+-- update was always: half of a reserve's server time was planning. The
+-- generic plans are those the plan guards check (tests/contract/test_plans.py
+-- explains every guarded statement in both modes).
 DO $$
 DECLARE
     v_schema text := pg_catalog.current_schema();
@@ -467,6 +477,7 @@ CREATE OR REPLACE FUNCTION pyqueue__ready_tids(in_queue text, in_now timestamptz
 RETURNS tid[]
 LANGUAGE plpgsql
 SET enable_sort = off  -- every read here is in the ready index's order: never a sort (see the first)
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_priority integer;
@@ -564,6 +575,7 @@ CREATE OR REPLACE FUNCTION pyqueue__due_tids(in_queue text, in_now timestamptz, 
 RETURNS tid[]
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_incremental_sort = off
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 BEGIN
     RETURN (SELECT pg_catalog.array_agg(r.tid)
@@ -593,6 +605,7 @@ CREATE OR REPLACE FUNCTION pyqueue__reserve(in_queue pyqueue_queue, in_worker te
 RETURNS TABLE (c_key varchar, c_kind varchar, c_payload jsonb, c_token uuid, c_priority integer,
                c_attempts integer, c_created_at timestamptz, c_scheduled_at_initially timestamptz)
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.clock_timestamp();
@@ -1791,6 +1804,7 @@ CREATE OR REPLACE FUNCTION queue_push(
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
@@ -1836,6 +1850,7 @@ CREATE OR REPLACE FUNCTION queue_push_batch(
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
@@ -1968,6 +1983,7 @@ CREATE OR REPLACE FUNCTION queue_push_grouped(
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
@@ -2020,6 +2036,7 @@ CREATE OR REPLACE FUNCTION queue_push_batch_grouped(
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
@@ -2095,6 +2112,7 @@ RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
                attempts integer, created_at timestamptz)
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -2156,6 +2174,7 @@ RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, token uuid, priorit
                attempts integer, created_at timestamptz, scheduled_at_initially timestamptz)
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
@@ -2174,6 +2193,7 @@ CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_token uuid;
@@ -2224,6 +2244,7 @@ CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind te
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 BEGIN
     RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token::text, in_delay, false, NULL) IS NOT NULL;
@@ -2241,6 +2262,7 @@ CREATE OR REPLACE FUNCTION queue_fail(in_queue text, in_key text, in_kind text, 
 RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 BEGIN
     RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token::text, in_delay, true, in_error);
@@ -2256,6 +2278,7 @@ CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text
 RETURNS uuid
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_token uuid;
@@ -2518,6 +2541,7 @@ RETURNS TABLE (committed boolean, p_key varchar, p_kind varchar, payload jsonb, 
                scheduled_at_initially timestamptz)
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -2588,6 +2612,7 @@ CREATE OR REPLACE FUNCTION pyqueue__delete_held(in_queue text, in_keys text[], i
 RETURNS integer
 LANGUAGE plpgsql
 SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_count integer;
@@ -2615,6 +2640,7 @@ CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_n     integer;
