@@ -2389,7 +2389,11 @@ END //
 
 -- pyqueue__reserve: queue_reserve on a queue without limits, after its checks: pyqueue__claim (or
 -- pyqueue__claim_one), then ONE read of the claims by id and token, in claim order (a claim taken over meanwhile is
--- left out). An error gives the claims back (pyqueue__give_back_claims). Emits the result set.
+-- left out). An error gives the claims back (pyqueue__give_back_claims). Emits the result set. In autocommit mode the
+-- claims of a batch (several statements) are one transaction of its own at READ COMMITTED (each read still sees what
+-- is committed now), run again whole on a deadlock: MariaDB runs no handler for a deadlock found while a statement
+-- waits for a gap lock (a new index entry), so without it such a call failed keeping the claims its earlier
+-- statements had committed, under tokens nobody got; now the call fails with nothing claimed.
 DROP PROCEDURE IF EXISTS pyqueue__reserve //
 CREATE PROCEDURE pyqueue__reserve(
     IN in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2407,10 +2411,15 @@ BEGIN
     DECLARE v_own INT DEFAULT 0;
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_count INT;
+    DECLARE v_count, v_retry INT;
+    DECLARE v_txn, v_tries INT DEFAULT 0;
     DECLARE v_gcl BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN SET SESSION group_concat_max_len = v_gcl; CALL pyqueue__give_back_claims(v_secret, v_claimed, FALSE); RESIGNAL; END;
+    BEGIN
+        SET SESSION group_concat_max_len = v_gcl;
+        IF v_txn = 1 THEN ROLLBACK; ELSE CALL pyqueue__give_back_claims(v_secret, v_claimed, FALSE); END IF;
+        RESIGNAL;
+    END;
     SET v_gcl = @@SESSION.group_concat_max_len;
     IF NOT in_paused THEN
         /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
@@ -2423,8 +2432,25 @@ BEGIN
                                     v_secret, v_claimed, v_count);
         ELSE
             SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
-            CALL pyqueue__claim(in_queue, in_kinds, in_n, v_now, v_until, in_worker, FALSE, in_max, in_dlq, v_own,
-                                v_secret, v_claimed, v_count);
+            IF v_own = 1 THEN  -- (see above; in_own 0: inside it a deadlock fails the claims whole)
+                REPEAT
+                    SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '';
+                    BEGIN
+                        DECLARE EXIT HANDLER FOR 1213
+                        BEGIN ROLLBACK; SET v_txn = 0; IF v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                        START TRANSACTION;
+                        SET v_txn = 1;
+                        CALL pyqueue__claim(in_queue, in_kinds, in_n, v_now, v_until, in_worker, FALSE, in_max, in_dlq,
+                                            0, v_secret, v_claimed, v_count);
+                        COMMIT;
+                        SET v_txn = 0;
+                    END;
+                UNTIL v_retry = 0 END REPEAT;
+            ELSE
+                CALL pyqueue__claim(in_queue, in_kinds, in_n, v_now, v_until, in_worker, FALSE, in_max, in_dlq, v_own,
+                                    v_secret, v_claimed, v_count);
+            END IF;
             SET SESSION group_concat_max_len = v_gcl;
         END IF;
     END IF;
@@ -2449,7 +2475,9 @@ END //
 -- candidates read without locks (a locking range scan would lock the next row, gaps and skipped rows), each page
 -- claimed by one UPDATE joined to a SKIP LOCKED read by id: a message is never handed out twice, in autocommit mode
 -- too; the cost follows in_n and the ready rows. A queue with limits goes one candidate at a time
--- (pyqueue__reserve_limited). Interrupted between pages, claimed rows come back after their timeout. Locks: the claimed rows, for one statement (or until the caller's transaction ends). In a REPEATABLE READ
+-- (pyqueue__reserve_limited). In autocommit mode the claims of a batch are one transaction of their own (see
+-- pyqueue__reserve); interrupted, nothing of it stays. Locks: the claimed rows, for one statement (a batch in autocommit:
+-- until the call ends; or until the caller's transaction ends). In a REPEATABLE READ
 -- transaction that already read pyqueue_message, messages pushed since then wait for the next transaction.
 DROP PROCEDURE IF EXISTS queue_reserve //
 CREATE PROCEDURE queue_reserve(

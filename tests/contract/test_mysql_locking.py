@@ -230,6 +230,73 @@ def test_claims_held_in_an_open_transaction_make_nobody_wait(dsn, sql, table_row
         other.close()
 
 
+def test_a_reserve_failing_with_a_deadlock_leaves_no_claim_behind(dsn, sql):
+    """A reserve in autocommit claims a batch page by page. When a later page's UPDATE is chosen as
+    a deadlock victim while it waits for a gap lock (an index entry it inserts), MariaDB 10.11
+    runs none of the routine's handlers: the call fails with 1213. The claims of the earlier
+    pages must fail with it (they are one transaction), not stay reserved under tokens nobody
+    got until their timeout: a client that runs the failed call again (the Python client does,
+    after a deadlock) would get fewer messages than are ready. The cycle, built on purpose: an
+    application's transaction that has written more than the reserve (so the reserve is the
+    victim) holds the gap at the end of priority 0 in the ready index, where the claim of the
+    priority-0 page puts its new entries; the priority-1 page is claimed before; then the
+    application asks for a row of the waiting page."""
+    queue, other = unique("victim"), unique("victim.other")
+    for name in (queue, other):
+        sql("CALL queue_create(%s, 600, NULL, NULL, NULL)", name)
+    batch = [{"p_key": f"m{i}", "p_kind": "k", "payload": i} for i in range(3)]
+    batch += [{"p_key": f"p{i}", "p_kind": "k", "payload": i, "priority": 1} for i in range(2)]
+    sql("CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", queue, json.dumps(batch))
+    ((m0,),) = sql("SELECT id FROM pyqueue_message WHERE queue_name = %s AND p_key = 'm0'", queue)
+    app, reserver, watcher = connect(dsn, autocommit=False), connect(dsn, autocommit=True), connect(dsn)
+    out: dict = {}
+    try:
+        heavy = [{"p_key": f"h{i}", "p_kind": "k", "payload": i} for i in range(200)]
+        call(app, "CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", other, json.dumps(heavy))
+        call(  # also locks p0, the first row past that gap: the priority-1 page takes p1
+            app,
+            "SELECT id FROM pyqueue_message FORCE INDEX (pyqueue_message_ready_idx)"
+            " WHERE queue_name = %s AND priority = 0 AND scheduled_at > UTC_TIMESTAMP(6) FOR UPDATE",
+            queue,
+        )
+        ((reserver_id,),) = call(reserver, "SELECT CONNECTION_ID()")
+
+        def reserve():
+            try:
+                out["got"] = call(reserver, "CALL queue_reserve(%s, 'r', 60, 10, NULL)", queue)
+            except pymysql.MySQLError as exc:
+                out["error"] = exc.args[0]
+
+        thread = threading.Thread(target=reserve)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not call(
+            watcher,
+            "SELECT 1 FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'",
+            reserver_id,
+        ):
+            assert time.monotonic() < deadline, "the claim never waited for the gap lock"
+            time.sleep(0.2)  # the server refreshes innodb_trx for readers 0.1 s apart at most
+        call(app, "SELECT id FROM pyqueue_message WHERE id = %s FOR UPDATE", m0)  # the cycle
+        app.commit()
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        app.rollback()
+        for conn in (app, reserver, watcher):
+            conn.close()
+    reserved = {
+        key
+        for (key,) in sql(
+            "SELECT p_key FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NOT NULL", queue
+        )
+    }
+    for name in (queue, other):
+        sql("CALL queue_drop(%s)", name)
+    handed_out = {row[0] for row in out.get("got", [])}
+    assert reserved == handed_out, ("claimed but not handed out", sorted(reserved - handed_out), out)
+
+
 @pytest.mark.slow
 def test_reserve_extend_commit_on_a_limited_kind_never_deadlock(dsn, sql):
     queue = unique("limit")
