@@ -2436,7 +2436,7 @@ BEGIN
                 REPEAT
                     SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '';
                     BEGIN
-                        DECLARE EXIT HANDLER FOR 1213
+                        DECLARE EXIT HANDLER FOR 1213, 1467  -- 1467: a deadlock on the AUTO-INC lock (the dead-letter insert)
                         BEGIN ROLLBACK; SET v_txn = 0; IF v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
                         START TRANSACTION;
