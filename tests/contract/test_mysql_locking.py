@@ -230,103 +230,22 @@ def test_claims_held_in_an_open_transaction_make_nobody_wait(dsn, sql, table_row
         other.close()
 
 
-def test_a_reserve_failing_with_a_deadlock_leaves_no_claim_behind(dsn, sql):
-    """A reserve in autocommit claims a batch page by page. When a later page's UPDATE is chosen as
-    a deadlock victim while it waits for a gap lock (an index entry it inserts), MariaDB 10.11
-    runs none of the routine's handlers: the call fails with 1213. The claims of the earlier
-    pages must fail with it (they are one transaction), not stay reserved under tokens nobody
-    got until their timeout: a client that runs the failed call again (the Python client does,
-    after a deadlock) would get fewer messages than are ready. The cycle, built on purpose: an
-    application's transaction that has written more than the reserve (so the reserve is the
-    victim) holds the gap at the end of priority 0 in the ready index, where the claim of the
-    priority-0 page puts its new entries; the priority-1 page is claimed before; then the
-    application asks for a row of the waiting page."""
-    queue, other = unique("victim"), unique("victim.other")
-    for name in (queue, other):
-        sql("CALL queue_create(%s, 600, NULL, NULL, NULL)", name)
-    batch = [{"p_key": f"m{i}", "p_kind": "k", "payload": i} for i in range(3)]
-    batch += [{"p_key": f"p{i}", "p_kind": "k", "payload": i, "priority": 1} for i in range(2)]
-    sql("CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", queue, json.dumps(batch))
+def _reserve_as_gap_lock_victim(dsn, sql, queue: str, other: str, n: int) -> dict:
+    """Runs CALL queue_reserve(queue, n) in autocommit as the victim of a deadlock that MariaDB
+    finds while the reserve's claim waits for a gap lock (no handler of the routine runs then).
+    The cycle, built on purpose: an application's transaction that has written more than the
+    reserve (200 rows pushed into `other`, so the reserve is the victim) holds the gap at the end
+    of priority 0 in the ready index, where the claim of m0 puts its new entry (also locking p0,
+    the first row past that gap); once the reserve waits there, the application asks for m0's row.
+    The queue must hold m0 (priority 0) and may hold p-keys at priority 1, claimed before m0.
+    Returns {"got": rows} or {"error": errno}."""
     ((m0,),) = sql("SELECT id FROM pyqueue_message WHERE queue_name = %s AND p_key = 'm0'", queue)
     app, reserver, watcher = connect(dsn, autocommit=False), connect(dsn, autocommit=True), connect(dsn)
     out: dict = {}
     try:
         heavy = [{"p_key": f"h{i}", "p_kind": "k", "payload": i} for i in range(200)]
         call(app, "CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", other, json.dumps(heavy))
-        call(  # also locks p0, the first row past that gap: the priority-1 page takes p1
-            app,
-            "SELECT id FROM pyqueue_message FORCE INDEX (pyqueue_message_ready_idx)"
-            " WHERE queue_name = %s AND priority = 0 AND scheduled_at > UTC_TIMESTAMP(6) FOR UPDATE",
-            queue,
-        )
-        ((reserver_id,),) = call(reserver, "SELECT CONNECTION_ID()")
-
-        def reserve():
-            try:
-                out["got"] = call(reserver, "CALL queue_reserve(%s, 'r', 60, 10, NULL)", queue)
-            except pymysql.MySQLError as exc:
-                out["error"] = exc.args[0]
-
-        thread = threading.Thread(target=reserve)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not call(
-            watcher,
-            "SELECT 1 FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'",
-            reserver_id,
-        ):
-            assert time.monotonic() < deadline, "the claim never waited for the gap lock"
-            time.sleep(0.2)  # the server refreshes innodb_trx for readers 0.1 s apart at most
-        call(app, "SELECT id FROM pyqueue_message WHERE id = %s FOR UPDATE", m0)  # the cycle
-        app.commit()
-        thread.join(30)
-        assert not thread.is_alive()
-    finally:
-        app.rollback()
-        for conn in (app, reserver, watcher):
-            conn.close()
-    reserved = {
-        key
-        for (key,) in sql(
-            "SELECT p_key FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NOT NULL", queue
-        )
-    }
-    for name in (queue, other):
-        sql("CALL queue_drop(%s)", name)
-    handed_out = {row[0] for row in out.get("got", [])}
-    assert reserved == handed_out, ("claimed but not handed out", sorted(reserved - handed_out), out)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="a reserve on a queue with limits still claims and takes slots statement by statement in autocommit mode;"
-    " one transaction of its own at READ COMMITTED breaks the limit (its holder checks no longer lock), at"
-    " REPEATABLE READ it makes racing autocommit calls fail with 1213",
-)
-@pytest.mark.parametrize("n", [10, 1])
-def test_a_limited_reserve_failing_with_a_deadlock_leaves_no_claim_or_slot_behind(dsn, sql, n):
-    """As above, on a queue with a limit: the reserve goes one candidate at a time, taking a
-    slot, then claiming the message. The claim of m0 (priority 0) waits for the gap an
-    application's transaction holds, after its slot was taken and (of several messages) p1's
-    slot and claim were made; then the application asks for m0's row, and the reserve is the
-    victim that no handler sees. The slots and claims taken before must fail with it: a slot
-    left behind lowers the limit until its timeout (of a limit of 1: nothing of that kind is
-    reserved meanwhile), a claim left behind is a message nobody got."""
-    queue, other = unique("victim.limit"), unique("victim.limit.other")
-    for name in (queue, other):
-        sql("CALL queue_create(%s, 600, NULL, NULL, NULL)", name)
-    sql("CALL queue_set_limit(%s, 'k', 10)", queue)
-    batch = [{"p_key": f"m{i}", "p_kind": "k", "payload": i} for i in range(3)]
-    if n > 1:
-        batch += [{"p_key": f"p{i}", "p_kind": "k", "payload": i, "priority": 1} for i in range(2)]
-    sql("CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", queue, json.dumps(batch))
-    ((m0,),) = sql("SELECT id FROM pyqueue_message WHERE queue_name = %s AND p_key = 'm0'", queue)
-    app, reserver, watcher = connect(dsn, autocommit=False), connect(dsn, autocommit=True), connect(dsn)
-    out: dict = {}
-    try:
-        heavy = [{"p_key": f"h{i}", "p_kind": "k", "payload": i} for i in range(200)]
-        call(app, "CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", other, json.dumps(heavy))
-        call(  # also locks p0, the first row past that gap: the reserve skips it and takes p1
+        call(
             app,
             "SELECT id FROM pyqueue_message FORCE INDEX (pyqueue_message_ready_idx)"
             " WHERE queue_name = %s AND priority = 0 AND scheduled_at > UTC_TIMESTAMP(6) FOR UPDATE",
@@ -349,7 +268,7 @@ def test_a_limited_reserve_failing_with_a_deadlock_leaves_no_claim_or_slot_behin
             reserver_id,
         ):
             assert time.monotonic() < deadline, "the claim never waited for the gap lock"
-            time.sleep(0.2)
+            time.sleep(0.2)  # the server refreshes innodb_trx for readers 0.1 s apart at most
         call(app, "SELECT id FROM pyqueue_message WHERE id = %s FOR UPDATE", m0)  # the cycle
         app.commit()
         thread.join(30)
@@ -358,12 +277,64 @@ def test_a_limited_reserve_failing_with_a_deadlock_leaves_no_claim_or_slot_behin
         app.rollback()
         for conn in (app, reserver, watcher):
             conn.close()
-    reserved = {
-        key
-        for (key,) in sql(
-            "SELECT p_key FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NOT NULL", queue
-        )
-    }
+    return out
+
+
+def _victim_queues(sql, prefix: str, limit: int | None, with_priority_1: bool) -> tuple[str, str]:
+    """A queue with m0..m2 at priority 0 (and p0, p1 at priority 1), of kind 'k' (with a limit of
+    `limit` on it), and another queue for the application's writes."""
+    queue, other = unique(prefix), unique(f"{prefix}.other")
+    for name in (queue, other):
+        sql("CALL queue_create(%s, 600, NULL, NULL, NULL)", name)
+    if limit is not None:
+        sql("CALL queue_set_limit(%s, 'k', %s)", queue, limit)
+    batch = [{"p_key": f"m{i}", "p_kind": "k", "payload": i} for i in range(3)]
+    if with_priority_1:
+        batch += [{"p_key": f"p{i}", "p_kind": "k", "payload": i, "priority": 1} for i in range(2)]
+    sql("CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", queue, json.dumps(batch))
+    return queue, other
+
+
+def _reserved_keys(sql, queue: str) -> set[str]:
+    rows = sql("SELECT p_key FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NOT NULL", queue)
+    return {key for (key,) in rows}
+
+
+def test_a_reserve_failing_with_a_deadlock_leaves_no_claim_behind(dsn, sql):
+    """A reserve in autocommit claims a batch page by page. When a later page's UPDATE is chosen as
+    a deadlock victim while it waits for a gap lock (an index entry it inserts), MariaDB 10.11
+    runs none of the routine's handlers: the call fails with 1213. The claims of the earlier
+    pages must fail with it (they are one transaction), not stay reserved under tokens nobody
+    got until their timeout: a client that runs the failed call again (the Python client does,
+    after a deadlock) would get fewer messages than are ready. Here the priority-1 page (p1) is
+    claimed before the priority-0 page waits (_reserve_as_gap_lock_victim)."""
+    queue, other = _victim_queues(sql, "victim", limit=None, with_priority_1=True)
+    out = _reserve_as_gap_lock_victim(dsn, sql, queue, other, 10)
+    reserved = _reserved_keys(sql, queue)
+    for name in (queue, other):
+        sql("CALL queue_drop(%s)", name)
+    handed_out = {row[0] for row in out.get("got", [])}
+    assert reserved == handed_out, ("claimed but not handed out", sorted(reserved - handed_out), out)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a reserve on a queue with limits still claims and takes slots statement by statement in autocommit mode;"
+    " one transaction of its own at READ COMMITTED breaks the limit (its holder checks no longer lock), at"
+    " REPEATABLE READ it makes racing autocommit calls fail with 1213",
+)
+@pytest.mark.parametrize("n", [10, 1])
+def test_a_limited_reserve_failing_with_a_deadlock_leaves_no_claim_or_slot_behind(dsn, sql, n):
+    """As above, on a queue with a limit: the reserve goes one candidate at a time, taking a
+    slot, then claiming the message. The claim of m0 (priority 0) waits for the gap an
+    application's transaction holds, after its slot was taken and (of several messages) p1's
+    slot and claim were made; then the application asks for m0's row, and the reserve is the
+    victim that no handler sees. The slots and claims taken before must fail with it: a slot
+    left behind lowers the limit until its timeout (of a limit of 1: nothing of that kind is
+    reserved meanwhile), a claim left behind is a message nobody got."""
+    queue, other = _victim_queues(sql, "victim.limit", limit=10, with_priority_1=n > 1)
+    out = _reserve_as_gap_lock_victim(dsn, sql, queue, other, n)
+    reserved = _reserved_keys(sql, queue)
     slotted = {
         key
         for (key,) in sql(
