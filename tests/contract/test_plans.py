@@ -331,6 +331,38 @@ def test_the_routines_run_those_plans_on_a_table_never_analyzed(dialect, install
 
 
 @pytest.mark.only_dialect("postgresql")
+def test_the_message_path_runs_generic_plans_from_its_first_call(dialect, installed_database):
+    """The routines of the message path run with plan_cache_mode = force_generic_plan (see the top
+    of routines.sql): their statements are planned once per session with parameters, the plans
+    the guards above check in that mode. A custom plan would show the queue's name as a literal;
+    PL/pgSQL makes custom plans for a statement's first five runs by default, so this first call
+    in a new session tells them apart."""
+    url = installed_database("plans_generic")
+    setup = dialects.for_name(dialect).connect(url)
+    try:
+        _run(setup, f"SELECT queue_create('{QUEUE}')")
+        _run(setup, f"SELECT queue_push('{QUEUE}', 'k1', 'job', '{{}}')")
+    finally:
+        setup.close()
+    conn = dialects.for_name(dialect).connect(url)
+    try:
+        plans = _nested_plans(conn, f"SELECT p_key, token FROM queue_reserve('{QUEUE}', 'w', NULL, 1)")
+        walks = [p for p in plans if "Query Text: SELECT pg_catalog.array_agg(r.tid)" in p]
+        assert walks, plans
+        ((key, token),), _ = _run(conn, "SELECT 'k1', reserve_token FROM pyqueue_message")
+        plans += _nested_plans(conn, f"SELECT queue_commit('{QUEUE}', '{key}', 'job', '{token}')")
+        deletes = [p for p in plans if "Query Text: DELETE FROM pyqueue_message" in p]
+        assert deletes, plans
+        for plan in walks + deletes:
+            conditions = [line for line in plan.splitlines() if "Cond:" in line or "Filter:" in line]
+            assert conditions, plan
+            assert not any(f"'{QUEUE}'" in line for line in conditions), ("a custom plan", plan)
+            assert any("$1" in line for line in conditions), ("a custom plan", plan)
+    finally:
+        conn.close()
+
+
+@pytest.mark.only_dialect("postgresql")
 def test_the_reserve_reads_its_start_without_a_sort_on_a_table_never_analyzed(dialect, installed_database):
     """queue_reserve's first read (where its walk starts: the queue's ready_from and its top
     priority, read at the end of the ready index) and its step, as the routine runs them, on a
