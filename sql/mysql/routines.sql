@@ -2474,7 +2474,8 @@ END //
 -- created_at, scheduled_at_initially), empty when nothing is ready or the queue is paused. Set-based (pyqueue__reserve):
 -- candidates read without locks (a locking range scan would lock the next row, gaps and skipped rows), each page
 -- claimed by one UPDATE joined to a SKIP LOCKED read by id: a message is never handed out twice, in autocommit mode
--- too; the cost follows in_n and the ready rows. A queue with limits goes one candidate at a time
+-- too; the cost follows in_n and the ready rows. One message of a queue without limits whose top priority has a
+-- ready one is claimed here, in a few statements (see below). A queue with limits goes one candidate at a time
 -- (pyqueue__reserve_limited). In autocommit mode the claims of a batch are one transaction of their own (see
 -- pyqueue__reserve); interrupted, nothing of it stays. Locks: the claimed rows, for one statement (a batch in autocommit:
 -- until the call ends; or until the caller's transaction ends). In a REPEATABLE READ
@@ -2490,9 +2491,13 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_found INT;
-    DECLARE v_paused, v_limited BOOLEAN;
+    DECLARE v_max, v_found, v_priority, v_att, v_claims INT;
+    DECLARE v_paused, v_limited, v_checked BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_id BIGINT;
+    DECLARE v_now, v_until DATETIME(6);
+    DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_own INT DEFAULT 0;
     IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
         AND LOCATE(X'ED', CAST(CONCAT(in_queue, COALESCE(in_worker, '')) AS BINARY)) = 0
         AND in_kinds IS NULL AND COALESCE(in_n = TRUNCATE(in_n, 0) AND in_n BETWEEN 1 AND 2147483647, TRUE)
@@ -2500,18 +2505,67 @@ BEGIN
        ) IS NOT TRUE THEN  -- (plainly valid: nothing to check; the queue is looked up below)
         CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
         CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);
+        SET v_checked = TRUE;
     END IF;
     SET v_queue = in_queue;
-    -- settings and limits: ONE plain read (a subquery of IF would be a locking read, waiting for a limit being set)
+    -- settings, limits and the top priority: ONE plain read (a subquery of IF would be a locking read, waiting for a
+    -- limit being set)
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
-           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue)
-      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited
+           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue),
+           (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue)
+      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_priority
       FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
-    IF NOT v_paused AND v_limited THEN
-        CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq);
-    ELSE
-        CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq, v_paused);
+    /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
+    IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
+    IF v_own = 1 AND v_checked IS NULL AND COALESCE(in_n, 1) = 1 AND NOT v_paused AND NOT v_limited
+       AND v_priority IS NOT NULL THEN
+        -- One message in autocommit mode, the common case, in as few statements as it takes (each statement of a
+        -- procedure costs MariaDB about as much as a small query), in a transaction of its own at READ COMMITTED: the
+        -- oldest ready message of the top priority that no other call holds (SKIP LOCKED: concurrent reserves take
+        -- different messages instead of racing for the oldest; READ COMMITTED: no gap locks, the skipped and read
+        -- rows stay unlocked), claimed with a random token of its own, then read back. Anything else (no ready
+        -- message at the top priority, one due for dead-lettering, a deadlock) goes the general way below, which walks
+        -- every priority.
+        BEGIN
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET v_claims = 0; END;
+            SET v_now = UTC_TIMESTAMP(6), v_claims = 0;
+            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+            START TRANSACTION;
+            BEGIN
+                DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_id = NULL;
+                SELECT m.id, m.attempts INTO v_id, v_att
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                 WHERE m.queue_name = v_queue AND m.priority = v_priority AND m.scheduled_at <= v_now
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT 1
+                   FOR UPDATE SKIP LOCKED;
+            END;
+            IF v_id IS NOT NULL AND (v_max IS NULL OR v_att < v_max) THEN
+                SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
+                CALL pyqueue__random_token(v_token);
+                UPDATE pyqueue_message
+                   SET scheduled_at = v_until, attempts = attempts + 1, reserved_by = in_worker, reserve_token = v_token
+                 WHERE id = v_id;
+                SET v_claims = ROW_COUNT();
+            END IF;
+            COMMIT;
+        END;
+        IF v_claims = 1 THEN
+            SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+                   m.attempts, m.created_at, m.scheduled_at_initially
+              FROM pyqueue_message m FORCE INDEX (PRIMARY)
+             WHERE m.id = v_id AND m.reserve_token = v_token;
+        END IF;
+    END IF;
+    IF COALESCE(v_claims, 0) = 0 THEN  -- (not handed out above)
+        IF NOT v_paused AND v_limited THEN
+            CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max,
+                                          v_dlq);
+        ELSE
+            CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq,
+                                  v_paused);
+        END IF;
     END IF;
 END //
 
@@ -2695,9 +2749,11 @@ END //
 -- queue_commit: deletes the message if in_token still holds its reservation. Result: one row, committed = 1, or 0
 -- when it no longer holds (expired and re-reserved, committed, removed). A grouped message goes through
 -- pyqueue__group_leave (its group row first, the next message takes its place). Plainly valid arguments skip the
--- helpers' checks (nested CALLs cost MariaDB tens of microseconds each); the queue is checked when nothing matched.
--- Locks: the message row, for one statement (or until the caller's transaction ends); in autocommit mode a deadlock
--- victim runs again.
+-- helpers' checks (nested CALLs cost MariaDB tens of microseconds each). In autocommit mode (MariaDB: MySQL 8.0 cannot
+-- tell, and its callers open the transaction) a commit that archives or schedules the next occurrence is one
+-- transaction of its own, so a client needs none around the call. Locks: the message row (in autocommit mode, of a key
+-- that no longer exists: the gap where it would be), for one statement or the call's own transaction (or until the
+-- caller's transaction ends); in autocommit mode a deadlock victim runs again.
 DROP PROCEDURE IF EXISTS queue_commit //
 CREATE PROCEDURE queue_commit(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2705,7 +2761,7 @@ CREATE PROCEDURE queue_commit(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
-BEGIN
+body: BEGIN
     DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -2714,7 +2770,8 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_id, v_hist BIGINT;
     DECLARE v_history BOOLEAN;
-    DECLARE v_done, v_own, v_tries INT DEFAULT 0;
+    DECLARE v_done, v_own, v_tries, v_txn INT DEFAULT 0;
+    DECLARE v_found INT;
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
             AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
             AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')
@@ -2727,6 +2784,28 @@ BEGIN
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
     /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
     IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
+    -- The common case in autocommit mode, in two statements (each statement of a procedure costs MariaDB as much as a
+    -- small query): on a queue without history, a message outside any group that is not a recurring occurrence goes
+    -- by one DELETE of its key and token. Anything else (a token that no longer holds too) goes the general way below,
+    -- and so does a call inside a transaction, where the DELETE's lock on a key that no longer exists (a gap lock)
+    -- would last until that transaction ends.
+    SELECT COUNT(*), MAX(q.history_retention) IS NOT NULL INTO v_found, v_history
+      FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+    IF v_own = 1 AND NOT v_history AND NOT (v_key LIKE '%@____-__-__T__:__:__Z') THEN
+        REPEAT
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DELETE FROM pyqueue_message
+                 WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind AND reserve_token = v_held
+                   AND group_key IS NULL;
+                SET v_done = ROW_COUNT();
+            END;
+        UNTIL v_retry = 0 END REPEAT;
+        IF v_done = 1 THEN SELECT v_done AS committed; LEAVE body; END IF;
+        SET v_tries = 0;
+    END IF;
     SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key),
            (SELECT q.history_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = v_queue)
       INTO v_id, v_group, v_history
@@ -2739,19 +2818,33 @@ BEGIN
         CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
                                   UTC_TIMESTAMP(6), v_own, v_done);
     ELSEIF v_id > 0 THEN
-        IF v_history THEN CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist); END IF;
-        IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
-            CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
-        END IF;
+        -- in autocommit mode the archiving, the next occurrence and the removal are one transaction of the call's own
+        -- (interrupted, nothing of it stays), run again whole when it deadlocks
         REPEAT
-            SET v_retry = 0, v_tries = v_tries + 1;
+            SET v_retry = 0, v_tries = v_tries + 1, v_hist = NULL;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467
+                BEGIN
+                    IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF;
+                    IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
+                END;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
+                IF v_own = 1 AND (v_history OR v_key LIKE '%@____-__-__T__:__:__Z') THEN
+                    START TRANSACTION;
+                    SET v_txn = 1;
+                END IF;
+                IF v_history THEN
+                    CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
+                END IF;
+                IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
+                    CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+                END IF;
                 DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
                 SET v_done = ROW_COUNT();
+                IF v_hist IS NOT NULL AND v_done = 0 THEN DELETE FROM pyqueue_history WHERE id = v_hist; END IF;  -- unarchive
+                IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
             END;
         UNTIL v_retry = 0 END REPEAT;
-        IF v_hist IS NOT NULL AND v_done = 0 THEN DELETE FROM pyqueue_history WHERE id = v_hist; END IF;  -- unarchive
     END IF;
     SELECT v_done AS committed;
 END //

@@ -1,13 +1,21 @@
 """MySQL/MariaDB: queue_commit and queue_reserve skip their helpers' checks when the arguments are
 plainly valid; whatever is not plainly valid still gets the full checks and the same refusals,
-and an unknown queue is refused even with well-formed arguments."""
+and an unknown queue is refused even with well-formed arguments. In autocommit mode one message
+is reserved, and committed, in a few statements; whatever that short way does not cover (a top
+priority with nothing ready, a message due for dead-lettering, history, groups, a row another
+transaction holds) goes the general way with the same outcome, and a commit that archives is
+one transaction: a failure after the archiving keeps no history row."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pymysql
 import pytest
+
+from pyqueue_sql.dialects import mysql_connect_args
+from tests.contract.mysql_plain import call
 
 pytestmark = pytest.mark.only_dialect("mysql")
 
@@ -81,3 +89,107 @@ def test_a_plain_reserve_and_commit_still_work(sql, queue):
     sql("CALL queue_push(%s, 'm', 'k', '{}', NULL, NULL)", queue)
     [row] = sql("CALL queue_reserve(%s, NULL, NULL, NULL, NULL)", queue)
     assert sql("CALL queue_commit(%s, %s, %s, %s)", queue, row[0], row[1], row[3].upper()) == [(1,)]
+
+
+def connect(dsn: str, **overrides) -> pymysql.connections.Connection:
+    return pymysql.connect(**{**mysql_connect_args(dsn), **overrides})
+
+
+def _keys(rows) -> list[str]:
+    return [row[0] for row in rows]
+
+
+def test_a_single_reserve_whose_top_priority_has_nothing_ready_takes_the_next_priority(sql, queue):
+    sql("CALL queue_push(%s, 'later', 'k', '{}', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 9)", queue)
+    sql("CALL queue_push(%s, 'low', 'k', '{}', NULL, 1)", queue)
+    sql("CALL queue_push(%s, 'lower', 'k', '{}', NULL, 0)", queue)
+    assert _keys(sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue)) == ["low"]
+    assert _keys(sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue)) == ["lower"]
+    assert sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue) == []
+
+
+def test_a_single_reserve_dead_letters_an_exhausted_message_and_hands_out_the_next(sql):
+    name = f"fast.{uuid.uuid4().hex[:10]}"
+    sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", f"{name}.dlq")
+    sql("CALL queue_create(%s, NULL, 1, %s, NULL)", name, f"{name}.dlq")
+    sql("CALL queue_push(%s, 'first', 'k', '{}', NULL, NULL)", name)
+    [first] = sql("CALL queue_reserve(%s, 'w', 0.01, 1, NULL)", name)
+    assert first[0] == "first"
+    sql("DO SLEEP(0.05)")  # the only allowed delivery of "first" expired: it is the oldest ready one
+    sql("CALL queue_push(%s, 'second', 'k', '{}', NULL, NULL)", name)
+    [second] = sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", name)
+    assert (second[0], second[5]) == ("second", 1)
+    assert sql("SELECT p_key FROM pyqueue_message WHERE queue_name = %s", f"{name}.dlq") == [("first",)]
+
+
+def test_a_single_reserve_skips_a_message_another_transaction_holds_without_waiting(dsn, sql, queue):
+    for key in ("m0", "m1"):
+        sql("CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", queue, key)
+    holder = connect(dsn, autocommit=False)
+    other = connect(dsn)
+    try:
+        call(other, "SET SESSION innodb_lock_wait_timeout = 1")
+        assert _keys(call(holder, "CALL queue_reserve(%s, 'holder', NULL, 1, NULL)", queue)) == ["m0"]
+        assert _keys(call(other, "CALL queue_reserve(%s, 'other', NULL, 1, NULL)", queue)) == ["m1"]
+        assert call(other, "CALL queue_reserve(%s, 'other', NULL, 1, NULL)", queue) == []
+        holder.rollback()  # m0 was never handed out for good
+        assert _keys(call(other, "CALL queue_reserve(%s, 'other', NULL, 1, NULL)", queue)) == ["m0"]
+    finally:
+        holder.close()
+        other.close()
+
+
+def test_single_reserves_racing_in_autocommit_hand_out_every_message_once(dsn, sql, queue):
+    keys = [f"m{i}" for i in range(200)]
+    for key in keys:
+        sql("CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", queue, key)
+    got: list[list[str]] = [[] for _ in range(4)]
+
+    def consume(slot: int) -> None:
+        conn = connect(dsn)
+        try:
+            while rows := call(conn, "CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue):
+                [row] = rows
+                assert call(conn, "CALL queue_commit(%s, %s, %s, %s)", queue, row[0], row[1], row[3]) == [
+                    (1,)
+                ]
+                got[slot].append(row[0])
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=consume, args=(slot,)) for slot in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert sorted(key for part in got for key in part) == sorted(keys)
+    assert sql("SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s", queue) == [(0,)]
+
+
+def test_a_commit_in_autocommit_that_fails_after_archiving_keeps_no_history_row(sql):
+    """queue_commit on a queue with history archives the message, then deletes it; a trigger refuses
+    the delete. Called plainly in autocommit mode the two are one transaction of the call's own, so
+    the history row goes with the failed call (MySQL 8.0 cannot tell autocommit mode from inside a
+    procedure: there the caller's transaction, as the Python client opens, is what holds them)."""
+    ((server,),) = sql("SELECT VERSION()")
+    name = f"fast.{uuid.uuid4().hex[:10]}"
+    sql("CALL queue_create(%s, NULL, NULL, NULL, 86400)", name)
+    sql("CALL queue_push(%s, 'm', 'k', '{}', NULL, NULL)", name)
+    [row] = sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", name)
+    trigger = f"refuse_{uuid.uuid4().hex[:10]}"
+    sql(
+        f"CREATE TRIGGER {trigger} BEFORE DELETE ON pyqueue_message FOR EACH ROW"
+        f" IF OLD.queue_name = '{name}' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; END IF"
+    )
+    try:
+        with pytest.raises(pymysql.MySQLError, match="refused"):
+            sql("CALL queue_commit(%s, %s, %s, %s)", name, row[0], row[1], row[3])
+        assert sql("SELECT @@in_transaction") == [(0,)]
+    finally:
+        sql(f"DROP TRIGGER {trigger}")
+    kept = 0 if "mariadb" in server.lower() else 1  # MySQL 8.0: each statement committed on its own
+    assert sql("SELECT COUNT(*) FROM pyqueue_history WHERE queue_name = %s", name) == [(kept,)]
+    sql("DELETE FROM pyqueue_history WHERE queue_name = %s", name)
+    assert sql("CALL queue_commit(%s, %s, %s, %s)", name, row[0], row[1], row[3]) == [(1,)]
+    assert sql("SELECT outcome FROM pyqueue_history WHERE queue_name = %s", name) == [("committed",)]

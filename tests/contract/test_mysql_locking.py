@@ -300,16 +300,18 @@ def _reserved_keys(sql, queue: str) -> set[str]:
     return {key for (key,) in rows}
 
 
-def test_a_reserve_failing_with_a_deadlock_leaves_no_claim_behind(dsn, sql):
+@pytest.mark.parametrize("n", [10, 1])
+def test_a_reserve_failing_with_a_deadlock_leaves_no_claim_behind(dsn, sql, n):
     """A reserve in autocommit claims a batch page by page. When a later page's UPDATE is chosen as
     a deadlock victim while it waits for a gap lock (an index entry it inserts), MariaDB 10.11
     runs none of the routine's handlers: the call fails with 1213. The claims of the earlier
     pages must fail with it (they are one transaction), not stay reserved under tokens nobody
     got until their timeout: a client that runs the failed call again (the Python client does,
     after a deadlock) would get fewer messages than are ready. Here the priority-1 page (p1) is
-    claimed before the priority-0 page waits (_reserve_as_gap_lock_victim)."""
-    queue, other = _victim_queues(sql, "victim", limit=None, with_priority_1=True)
-    out = _reserve_as_gap_lock_victim(dsn, sql, queue, other, 10)
+    claimed before the priority-0 page waits (_reserve_as_gap_lock_victim). A single message goes
+    the short way (its own transaction: the row it took is locked when the claim waits)."""
+    queue, other = _victim_queues(sql, "victim", limit=None, with_priority_1=n > 1)
+    out = _reserve_as_gap_lock_victim(dsn, sql, queue, other, n)
     reserved = _reserved_keys(sql, queue)
     for name in (queue, other):
         sql("CALL queue_drop(%s)", name)
