@@ -172,22 +172,20 @@ class MySQL(Dialect):
             "extend",
         }
     )
-    # ... but on MariaDB a reserve opens that transaction only when the session is SERIALIZABLE.
-    # Its reads of the ready messages are plain reads: in a REPEATABLE READ transaction they all
-    # see the snapshot of its first read, so with other consumers claiming meanwhile a reserve
-    # walked page after page of messages they had taken since (reserves of 0.2-4.9 s among 20 ms
-    # ones with 4 consumers: bench/own_transaction.py). In autocommit each read sees what is
-    # committed now, and at REPEATABLE READ or READ COMMITTED its claims skip locked rows instead
-    # of waiting, so no deadlock falls between them (a dead-lettering step that loses one leaves
-    # that message claimed until the claim expires, as from plain SQL). SERIALIZABLE makes those
-    # reads locking reads, which see the latest rows but can deadlock: there the transaction stays.
-    # (MySQL 8.0 has no IF outside a stored program: a reserve there always opens it.)
-    serializable_only_statements = frozenset({"reserve"})
-    # ... and on MariaDB these need none from the client at all: in autocommit mode the procedure
-    # makes whatever it writes in several statements one transaction of its own (it can tell that
-    # it runs in autocommit mode from @@in_transaction; MySQL 8.0 has no such variable). A plain
-    # CALL spares the server two statements and the client two replies to parse.
-    self_contained_on_mariadb = frozenset({"commit"})
+    # ... but on MariaDB these need none from the client: in autocommit mode the procedure makes
+    # whatever it writes in several statements one transaction of its own (it can tell autocommit
+    # mode from @@in_transaction; MySQL 8.0 has no such variable, so there the client opens it). A
+    # plain CALL spares the server two statements and the client two replies to parse. A reserve
+    # opens it only in a SERIALIZABLE session: elsewhere its reads of the ready messages are plain
+    # reads, and in a REPEATABLE READ transaction they would all see the snapshot of its first read,
+    # so with other consumers claiming meanwhile a reserve walked page after page of messages they
+    # had taken since (reserves of 0.2-4.9 s among 20 ms ones with 4 consumers:
+    # bench/own_transaction.py). In autocommit each read sees what is committed now, and its claims
+    # skip locked rows instead of waiting, so no deadlock falls between them (a dead-lettering step
+    # that loses one leaves that message claimed until the claim expires). SERIALIZABLE makes those
+    # reads locking reads, which see the latest rows but can deadlock: there the procedure opens the
+    # transaction.
+    self_contained_on_mariadb = frozenset({"commit", "reserve"})
     driver = ("pymysql", "mysql")
     async_driver = ("aiomysql", "asyncio")
 
@@ -313,11 +311,8 @@ class MySQL(Dialect):
     # failing CALL leaves the transaction open and the ROLLBACK that follows closes it, as when
     # the three are sent one by one. A connection opened without multi-statement queries
     # (CLIENT.MULTI_STATEMENTS) sends the three one by one.
-    def _one_trip(self, name: str, connection: Any) -> str:
-        begin = "START TRANSACTION"
-        if name in self.serializable_only_statements and "MariaDB" in str(connection.get_server_info()):
-            begin = "IF @@SESSION.tx_isolation = 'SERIALIZABLE' THEN START TRANSACTION; END IF"
-        return f"{begin}; {self.statement(name)}; COMMIT"
+    def _one_trip(self, name: str) -> str:
+        return f"START TRANSACTION; {self.statement(name)}; COMMIT"
 
     @staticmethod
     def _multi_statements(connection: Any) -> bool:
@@ -349,7 +344,7 @@ class MySQL(Dialect):
             try:
                 cur = connection.cursor()
                 try:
-                    cur.execute(self._one_trip(name, connection), params)
+                    cur.execute(self._one_trip(name), params)
                     sets = [list(cur.fetchall())] if cur.description else []
                     while cur.nextset():
                         if cur.description:
@@ -373,7 +368,7 @@ class MySQL(Dialect):
             try:
                 cur = await connection.cursor(_quiet_cursor())
                 try:
-                    await cur.execute(self._one_trip(name, connection), params)
+                    await cur.execute(self._one_trip(name), params)
                     sets = [list(await cur.fetchall())] if cur.description else []
                     while await cur.nextset():
                         if cur.description:

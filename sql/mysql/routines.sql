@@ -2497,7 +2497,8 @@ BEGIN
     DECLARE v_id BIGINT;
     DECLARE v_now, v_until DATETIME(6);
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_own INT DEFAULT 0;
+    DECLARE v_own, v_txn INT DEFAULT 0;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
     IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
         AND LOCATE(X'ED', CAST(CONCAT(in_queue, COALESCE(in_worker, '')) AS BINARY)) = 0
         AND in_kinds IS NULL AND COALESCE(in_n = TRUNCATE(in_n, 0) AND in_n BETWEEN 1 AND 2147483647, TRUE)
@@ -2518,6 +2519,13 @@ BEGIN
     IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
     /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
     IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
+    -- In a SERIALIZABLE session the reads below are locking reads, which can deadlock between two claims: in
+    -- autocommit mode (MariaDB; on MySQL 8.0 the client opens it) the call is then one transaction of its own, and
+    -- a failure keeps none of its claims.
+    /*M!100300 IF v_own = 1 AND @@SESSION.tx_isolation = 'SERIALIZABLE' THEN
+        START TRANSACTION;
+        SET v_txn = 1, v_own = 0;
+    END IF; */
     IF v_own = 1 AND v_checked IS NULL AND COALESCE(in_n, 1) = 1 AND NOT v_paused AND NOT v_limited
        AND v_priority IS NOT NULL THEN
         -- One message in autocommit mode, the common case, in as few statements as it takes (each statement of a
@@ -2567,6 +2575,7 @@ BEGIN
                                   v_paused);
         END IF;
     END IF;
+    IF v_txn = 1 THEN COMMIT; END IF;
 END //
 
 -- pyqueue__reserve_limited: queue_reserve on a queue with limits, one candidate at a time: per priority, a plain read
