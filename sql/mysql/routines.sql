@@ -2582,9 +2582,19 @@ END //
 -- of ready ids in FIFO pages, then per candidate a SELECT ... FOR UPDATE SKIP LOCKED by id, a slot for a limited kind
 -- (pyqueue__limit_claim), and an UPDATE by id re-checking what was seen (a fresh token, scheduled_at = now + timeout,
 -- attempts + 1); a candidate at max_attempts is claimed and dead-lettered instead. The result is read by (id, token)
--- of the claims. A failing call gives its claims and slots back.
--- Locks: each candidate row for one statement (or until the caller's transaction ends); the slot rows as
--- pyqueue__limit_take. Emits the result set.
+-- of the claims. A failing call gives its claims and slots back. In autocommit mode (MariaDB) the whole call is one
+-- transaction of its own at READ COMMITTED, run again whole on a deadlock (1213, 1467; up to 10 times): MariaDB runs
+-- no handler for a deadlock found while a statement waits for a gap lock, so statement by statement such a call
+-- failed keeping the slots and claims taken before it until their timeout; now it fails with nothing taken. At READ
+-- COMMITTED the slot-taking UPDATE's reads of the holders are consistent reads and its scan of the slots is
+-- semi-consistent; with nothing more, takes racing in such transactions handed out more than the capacity (5 live
+-- on a limit of 3). So the own transaction first locks the queue's limit rows (shared; queue_drop and
+-- queue_set_limit lock them before message and slot rows), then, at a kind's first candidate, all that kind's slot
+-- rows (FOR UPDATE, the rows the UPDATE scans and at REPEATABLE READ keeps locked): no other take is in progress
+-- while it picks a slot, and every holder that took its slot before has committed its claim.
+-- Locks: in autocommit mode the limit rows (shared), each candidate row and each limited kind's slot rows, until the
+-- call ends; otherwise each candidate row for one statement (or until the caller's transaction ends) and the slot rows
+-- as pyqueue__limit_take. Emits the result set.
 DROP PROCEDURE IF EXISTS pyqueue__reserve_limited //
 CREATE PROCEDURE pyqueue__reserve_limited(
     IN in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2599,39 +2609,28 @@ SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_left, v_page, v_got, v_priority, v_found, v_dead, v_attempts INT;
+    DECLARE v_max, v_left, v_page, v_got, v_priority, v_found, v_dead, v_attempts, v_retry INT;
     DECLARE v_paused BOOLEAN;
     DECLARE v_now, v_until, v_after_at, v_at, v_seen_at DATETIME(6);
     DECLARE v_after_id, v_id BIGINT;
     DECLARE v_done INT DEFAULT 0;
     DECLARE v_seen_token, v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_seen_by VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_limits     INT;  -- limits
+    DECLARE v_locked LONGTEXT CHARACTER SET utf8mb4;  -- the kinds whose slot rows the own transaction locked
     DECLARE v_ok INT DEFAULT 1;
     DECLARE v_full LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_own INT DEFAULT 0;
-    DECLARE v_claims INT;
-    DECLARE c_ready CURSOR FOR
-        SELECT m.id, m.scheduled_at
-          FROM pyqueue_message m
-         WHERE m.queue_name = v_queue
-           AND m.priority = v_priority
-           AND m.scheduled_at <= v_now
-           AND (v_after_id IS NULL
-                OR m.scheduled_at > v_after_at
-                OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
-           AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
-           AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- full kinds
-         ORDER BY m.scheduled_at, m.id
-         LIMIT v_page;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-    -- An error after claims: give them back as they were, then fail.
+    DECLARE v_own, v_txn, v_tries INT DEFAULT 0;
+    DECLARE v_slots INT;
+    -- An error after claims: give them back as they were (in the call's own transaction: roll it back), then fail.
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         DECLARE v_i INT DEFAULT 0;
         DECLARE v_c LONGTEXT CHARACTER SET utf8mb4;
+        IF v_txn = 1 THEN ROLLBACK; SET v_claimed = '[]'; END IF;
         WHILE v_i < JSON_LENGTH(v_claimed) DO
             SET v_c = JSON_EXTRACT(v_claimed, CONCAT('$[', v_i, ']'));
             UPDATE pyqueue_message
@@ -2660,60 +2659,87 @@ BEGIN
         CALL pyqueue__own_transaction(FALSE, v_own);
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
-        SET v_left = COALESCE(in_n, 1);
         SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limits;
-        SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
-        priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
-            SET v_after_at = NULL, v_after_id = NULL;
-            REPEAT
-                SET v_page = LEAST(v_left, 1000) + 16, v_got = 0;
-                OPEN c_ready;
-                candidates: LOOP
-                    SET v_done = 0;
-                    FETCH c_ready INTO v_id, v_at;
-                    IF v_done = 1 THEN LEAVE candidates; END IF;
-                    SET v_got = v_got + 1, v_after_at = v_at, v_after_id = v_id;
-                    BEGIN
-                        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-                        SET v_found = 1;
-                        -- queue_name again: queue_move may have moved the row meanwhile
-                        SELECT m.attempts, m.reserve_token, m.scheduled_at, m.reserved_by
-                          INTO v_attempts, v_seen_token, v_seen_at, v_seen_by
-                          FROM pyqueue_message m
-                         WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
-                           FOR UPDATE SKIP LOCKED;
-                    END;
-                    IF v_found = 1 THEN
-                        CALL pyqueue__random_token(v_token);
-                        IF v_attempts >= v_max THEN
-                            -- its last allowed reservation expired: claim it to dead-letter (attempts unchanged)
-                            SET v_claims = 0;
-                            BEGIN
-                                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own <> 1 THEN RESIGNAL; END IF; END;
+        REPEAT
+          SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '[]', v_full = NULL, v_locked = '[]',
+              v_left = COALESCE(in_n, 1);
+          BEGIN
+            DECLARE c_ready CURSOR FOR
+                SELECT m.id, m.scheduled_at, m.p_kind
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue
+                   AND m.priority = v_priority
+                   AND m.scheduled_at <= v_now
+                   AND (v_after_id IS NULL
+                        OR m.scheduled_at > v_after_at
+                        OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
+                   AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
+                   AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- full kinds
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT v_page;
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+            -- in the call's own transaction: rolled back whole (by the server already, on a deadlock) and run again
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0, v_claimed = '[]'; END IF;
+                IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
+            END;
+            IF v_own = 1 THEN
+                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                START TRANSACTION;
+                SET v_txn = 1;
+                -- the limit rows first (shared), before any message row: queue_drop and queue_set_limit lock them
+                SELECT COUNT(*) > 0 INTO v_limits FROM pyqueue_limit l WHERE l.queue_name = v_queue LOCK IN SHARE MODE;
+            END IF;
+            SELECT MAX(m.priority) INTO v_priority FROM pyqueue_message m WHERE m.queue_name = v_queue;
+            priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
+                SET v_after_at = NULL, v_after_id = NULL;
+                REPEAT
+                    SET v_page = LEAST(v_left, 1000) + 16, v_got = 0;
+                    OPEN c_ready;
+                    candidates: LOOP
+                        SET v_done = 0;
+                        FETCH c_ready INTO v_id, v_at, v_kind;
+                        IF v_done = 1 THEN LEAVE candidates; END IF;
+                        SET v_got = v_got + 1, v_after_at = v_at, v_after_id = v_id;
+                        BEGIN
+                            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+                            SET v_found = 1;
+                            -- queue_name again: queue_move may have moved the row meanwhile
+                            SELECT m.attempts, m.reserve_token, m.scheduled_at, m.reserved_by
+                              INTO v_attempts, v_seen_token, v_seen_at, v_seen_by
+                              FROM pyqueue_message m
+                             WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
+                               FOR UPDATE SKIP LOCKED;
+                        END;
+                        IF v_found = 1 THEN
+                            CALL pyqueue__random_token(v_token);
+                            IF v_attempts >= v_max THEN
+                                -- its last allowed reservation expired: claim it to dead-letter (attempts unchanged)
                                 UPDATE pyqueue_message
                                    SET scheduled_at = v_until, reserve_token = v_token,
                                        last_error = COALESCE(last_error,
                                                              'reservation expired on its last allowed delivery')
                                  WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
                                    AND attempts = v_attempts AND reserve_token <=> v_seen_token;
-                                SET v_claims = ROW_COUNT();
-                            END;
-                            IF v_claims = 1 THEN
-                                BEGIN
-                                    DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own <> 1 THEN RESIGNAL; END IF; END;
+                                IF ROW_COUNT() = 1 THEN
                                     CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, TRUE, v_dead);
                                     IF v_dead = -1 THEN  -- its group row was busy: left as it was
                                         CALL pyqueue__unclaim(v_id, v_token, v_seen_at, v_seen_token);
                                     END IF;
-                                END;
-                            END IF;
-                        ELSE
-                            IF v_limits THEN  -- a slot first, for a kind with a limit
-                                CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
-                            END IF;
-                            SET v_claims = 0;
-                            BEGIN
-                                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own <> 1 THEN RESIGNAL; END IF; END;
+                                END IF;
+                            ELSE
+                                IF v_limits THEN  -- a slot first, for a kind with a limit
+                                    IF v_txn = 1 AND NOT JSON_CONTAINS(v_locked, JSON_QUOTE(v_kind)) THEN
+                                        -- all its slot rows, until the commit (see above)
+                                        SELECT COUNT(*) INTO v_slots
+                                          FROM pyqueue_limit_slot s
+                                         WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                                           FOR UPDATE;
+                                        SET v_locked = JSON_ARRAY_APPEND(v_locked, '$', v_kind);
+                                    END IF;
+                                    CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
+                                END IF;
                                 UPDATE pyqueue_message
                                    SET scheduled_at = v_until,
                                        attempts = attempts + 1,
@@ -2722,26 +2748,30 @@ BEGIN
                                  WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
                                    AND attempts = v_attempts AND reserve_token <=> v_seen_token
                                    AND v_ok = 1;
-                                SET v_claims = ROW_COUNT();
-                            END;
-                            IF v_claims = 1 THEN
-                                -- id, token, then what the claim changed (to give it back)
-                                SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$',
-                                    JSON_ARRAY(v_id, v_token,
-                                               DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
-                                               v_seen_token, v_seen_by, v_attempts + 1));
-                                SET v_left = v_left - 1;
-                                IF v_left = 0 THEN LEAVE candidates; END IF;
+                                IF ROW_COUNT() = 1 THEN
+                                    -- id, token, then what the claim changed (to give it back)
+                                    SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$',
+                                        JSON_ARRAY(v_id, v_token,
+                                                   DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
+                                                   v_seen_token, v_seen_by, v_attempts + 1));
+                                    SET v_left = v_left - 1;
+                                    IF v_left = 0 THEN LEAVE candidates; END IF;
+                                END IF;
                             END IF;
                         END IF;
-                    END IF;
-                END LOOP;
-                CLOSE c_ready;
-            UNTIL v_left = 0 OR v_got < v_page END REPEAT;
-            SELECT MAX(m.priority) INTO v_priority
-              FROM pyqueue_message m
-             WHERE m.queue_name = v_queue AND m.priority < v_priority;
-        END WHILE;
+                    END LOOP;
+                    CLOSE c_ready;
+                UNTIL v_left = 0 OR v_got < v_page END REPEAT;
+                SELECT MAX(m.priority) INTO v_priority
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue AND m.priority < v_priority;
+            END WHILE;
+            IF v_txn = 1 THEN
+                COMMIT;
+                SET v_txn = 0;
+            END IF;
+          END;
+        UNTIL v_retry = 0 END REPEAT;
     END IF;
 
     SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,

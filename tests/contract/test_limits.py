@@ -609,7 +609,11 @@ def test_an_extend_while_a_reserver_waits_keeps_its_slot_at_read_committed(conne
     thread.start()
     try:
         deadline = time.monotonic() + 60
-        while not _runs(watcher, waiter, "UPDATE pyqueue_limit_slot s%"):  # slot 1's lock
+        while not _runs(
+            watcher, waiter, "UPDATE pyqueue_limit_slot s%", "%FROM pyqueue_limit_slot s%FOR UPDATE"
+        ):
+            # slot 1's lock: the slot-taking UPDATE, or in autocommit mode the reserve's own transaction locking the
+            # kind's slot rows before it (pyqueue__reserve_limited)
             assert thread.is_alive() and time.monotonic() < deadline, "the reserver did not wait for slot 1"
             time.sleep(0.01)
         time.sleep(0.2)
@@ -624,11 +628,13 @@ def test_an_extend_while_a_reserver_waits_keeps_its_slot_at_read_committed(conne
     assert live(raw, dialect, queue.name, "lim") == capacity
 
 
-def _runs(watcher, db, statement: str) -> bool:
-    """Whether db's connection runs a statement LIKE statement (seen from another connection)."""
+def _runs(watcher, db, *statements: str) -> bool:
+    """Whether db's connection runs a statement LIKE one of statements (seen from another connection)."""
     cur = watcher.connection.cursor()
     cur.execute(
-        "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s AND info LIKE %s",
-        (db.connection.thread_id(), statement),
+        "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s AND ("
+        + " OR ".join(["info LIKE %s"] * len(statements))
+        + ")",
+        (db.connection.thread_id(), *statements),
     )
     return int(cur.fetchall()[0][0]) > 0

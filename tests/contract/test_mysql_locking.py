@@ -319,12 +319,6 @@ def test_a_reserve_failing_with_a_deadlock_leaves_no_claim_behind(dsn, sql, n):
     assert reserved == handed_out, ("claimed but not handed out", sorted(reserved - handed_out), out)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a reserve on a queue with limits still claims and takes slots statement by statement in autocommit mode;"
-    " one transaction of its own at READ COMMITTED breaks the limit (its holder checks no longer lock), at"
-    " REPEATABLE READ it makes racing autocommit calls fail with 1213",
-)
 @pytest.mark.parametrize("n", [10, 1])
 def test_a_limited_reserve_failing_with_a_deadlock_leaves_no_claim_or_slot_behind(dsn, sql, n):
     """As above, on a queue with a limit: the reserve goes one candidate at a time, taking a
