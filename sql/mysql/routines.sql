@@ -2474,8 +2474,8 @@ END //
 -- created_at, scheduled_at_initially), empty when nothing is ready or the queue is paused. Set-based (pyqueue__reserve):
 -- candidates read without locks (a locking range scan would lock the next row, gaps and skipped rows), each page
 -- claimed by one UPDATE joined to a SKIP LOCKED read by id: a message is never handed out twice, in autocommit mode
--- too; the cost follows in_n and the ready rows. One message of a queue without limits whose top priority has a
--- ready one is claimed here, in a few statements (see below). A queue with limits goes one candidate at a time
+-- too; the cost follows in_n and the ready rows. In autocommit mode one message of a queue without limits whose
+-- messages have priority 0 (or less) is claimed here, in a few statements (see below). A queue with limits goes one candidate at a time
 -- (pyqueue__reserve_limited). In autocommit mode the claims of a batch are one transaction of their own (see
 -- pyqueue__reserve); interrupted, nothing of it stays. Locks: the claimed rows, for one statement (a batch in autocommit:
 -- until the call ends; or until the caller's transaction ends). In a REPEATABLE READ
@@ -2491,8 +2491,8 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_found, v_priority, v_att, v_claims INT;
-    DECLARE v_paused, v_limited, v_checked BOOLEAN;
+    DECLARE v_max, v_found, v_att, v_claims INT;
+    DECLARE v_paused, v_limited, v_checked, v_above BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_id BIGINT;
     DECLARE v_now, v_until DATETIME(6);
@@ -2509,12 +2509,16 @@ BEGIN
         SET v_checked = TRUE;
     END IF;
     SET v_queue = in_queue;
-    -- settings, limits and the top priority: ONE plain read (a subquery of IF would be a locking read, waiting for a
-    -- limit being set)
+    -- settings, limits and whether any message has a priority above 0: ONE plain read (a subquery of IF would be a
+    -- locking read, waiting for a limit being set). (Not MAX(priority): the end of a queue's range in the ready index
+    -- is where claims insert and commits leave deleted entries until purge, and under load reading the largest
+    -- entry walked thousands of them, most of a reserve's server time. Whether any entry lies above priority 0 is
+    -- one probe past that range.)
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
            EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue),
-           (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue)
-      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_priority
+           EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                    WHERE m.queue_name = v_queue AND m.priority > 0)
+      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_above
       FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
     /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
@@ -2527,24 +2531,22 @@ BEGIN
         SET v_txn = 1, v_own = 0;
     END IF; */
     IF v_own = 1 AND v_checked IS NULL AND COALESCE(in_n, 1) = 1 AND NOT v_paused AND NOT v_limited
-       AND v_priority IS NOT NULL THEN
-        -- One message in autocommit mode, the common case, in as few statements as it takes (each statement of a
-        -- procedure costs MariaDB about as much as a small query), in a transaction of its own at READ COMMITTED: the
-        -- oldest ready message of the top priority that no other call holds (SKIP LOCKED: concurrent reserves take
-        -- different messages instead of racing for the oldest; READ COMMITTED: no gap locks, the skipped and read
-        -- rows stay unlocked), claimed with a random token of its own, then read back. Anything else (no ready
-        -- message at the top priority, one due for dead-lettering, a deadlock) goes the general way below, which walks
-        -- every priority.
+       AND NOT v_above THEN
+        -- One message in autocommit mode from a queue whose messages have priority 0 (or less), the common case, in
+        -- as few statements as it takes (each statement of a procedure costs MariaDB about as much as a small query),
+        -- in a transaction of its own: the oldest ready message of priority 0 that no other call holds (SKIP LOCKED:
+        -- concurrent reserves take different messages instead of racing for the oldest), claimed with a random
+        -- token of its own, then read back. Anything else (nothing ready at priority 0, a message due for
+        -- dead-lettering, a deadlock) goes the general way below, which walks every priority.
         BEGIN
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET v_claims = 0; END;
             SET v_now = UTC_TIMESTAMP(6), v_claims = 0;
-            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
             START TRANSACTION;
             BEGIN
                 DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_id = NULL;
                 SELECT m.id, m.attempts INTO v_id, v_att
                   FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                 WHERE m.queue_name = v_queue AND m.priority = v_priority AND m.scheduled_at <= v_now
+                 WHERE m.queue_name = v_queue AND m.priority = 0 AND m.scheduled_at <= v_now
                  ORDER BY m.scheduled_at, m.id
                  LIMIT 1
                    FOR UPDATE SKIP LOCKED;

@@ -108,6 +108,15 @@ def test_a_single_reserve_whose_top_priority_has_nothing_ready_takes_the_next_pr
     assert sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue) == []
 
 
+def test_a_single_reserve_below_priority_0_keeps_the_order_of_priorities(sql, queue):
+    sql("CALL queue_push(%s, 'negative', 'k', '{}', NULL, -1)", queue)
+    sql("CALL queue_push(%s, 'zero', 'k', '{}', NULL, 0)", queue)
+    sql("CALL queue_push(%s, 'zero-later', 'k', '{}', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 0)", queue)
+    assert _keys(sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue)) == ["zero"]
+    assert _keys(sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue)) == ["negative"]
+    assert sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue) == []
+
+
 def test_a_single_reserve_dead_letters_an_exhausted_message_and_hands_out_the_next(sql):
     name = f"fast.{uuid.uuid4().hex[:10]}"
     sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", f"{name}.dlq")
