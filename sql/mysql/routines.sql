@@ -596,16 +596,13 @@ BEGIN
     END;
     SET v_left = in_n, out_count = 0, v_budget = @@max_allowed_packet - 4096;
     CALL pyqueue__random_token(v_dsecret);  -- dead-letter claims: never read back or given back
-    -- the top priority: MAX(priority) reads the end of the queue's range in the ready index, where claims insert and
-    -- commits leave deleted entries until purge (under load thousands of them: most of a reserve's server time), so a
-    -- queue whose messages are at priority 0 is found out by two probes that stay clear of it
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                              WHERE m.queue_name = in_queue AND m.priority > 0)
-                     THEN (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = in_queue)
-                WHEN EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                              WHERE m.queue_name = in_queue AND m.priority = 0)
-                     THEN 0
-                ELSE (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = in_queue) END
+    -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index, where
+    -- claims insert and commits leave deleted entries until purge (under load thousands of them: most of a reserve's
+    -- server time), so a queue with nothing above priority 0 starts at 0 after one probe clear of it (nothing at 0:
+    -- the walk goes on down, and ends when nothing lies below)
+    SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                       WHERE m.queue_name = in_queue AND m.priority > 0),
+              (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = in_queue), 0)
       INTO v_priority;
     walk: WHILE v_priority IS NOT NULL AND v_left > 0 DO
         SET v_rest = v_steps >= 4, v_pr = NULL, v_at = NULL, v_id = NULL;
@@ -725,16 +722,13 @@ BEGIN
     DECLARE v_dsecret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
     SET out_count = 0;
-    -- the top priority: MAX(priority) reads the end of the queue's range in the ready index, where claims insert and
-    -- commits leave deleted entries until purge (under load thousands of them: most of a reserve's server time), so a
-    -- queue whose messages are at priority 0 is found out by two probes that stay clear of it
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                              WHERE m.queue_name = in_queue AND m.priority > 0)
-                     THEN (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = in_queue)
-                WHEN EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                              WHERE m.queue_name = in_queue AND m.priority = 0)
-                     THEN 0
-                ELSE (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = in_queue) END
+    -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index, where
+    -- claims insert and commits leave deleted entries until purge (under load thousands of them: most of a reserve's
+    -- server time), so a queue with nothing above priority 0 starts at 0 after one probe clear of it (nothing at 0:
+    -- the walk goes on down, and ends when nothing lies below)
+    SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                       WHERE m.queue_name = in_queue AND m.priority > 0),
+              (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = in_queue), 0)
       INTO v_priority;
     walk: WHILE v_priority IS NOT NULL DO
         SET v_last_id = NULL, v_last_at = NULL, v_last_pr = NULL;
@@ -2713,16 +2707,13 @@ BEGIN
                 -- the limit rows first (shared), before any message row: queue_drop and queue_set_limit lock them
                 SELECT COUNT(*) > 0 INTO v_limits FROM pyqueue_limit l WHERE l.queue_name = v_queue LOCK IN SHARE MODE;
             END IF;
-            -- the top priority: MAX(priority) reads the end of the queue's range in the ready index, where claims insert and
-    -- commits leave deleted entries until purge (under load thousands of them: most of a reserve's server time), so a
-    -- queue whose messages are at priority 0 is found out by two probes that stay clear of it
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                              WHERE m.queue_name = v_queue AND m.priority > 0)
-                     THEN (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue)
-                WHEN EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                              WHERE m.queue_name = v_queue AND m.priority = 0)
-                     THEN 0
-                ELSE (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue) END
+            -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index, where
+    -- claims insert and commits leave deleted entries until purge (under load thousands of them: most of a reserve's
+    -- server time), so a queue with nothing above priority 0 starts at 0 after one probe clear of it (nothing at 0:
+    -- the walk goes on down, and ends when nothing lies below)
+    SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                       WHERE m.queue_name = v_queue AND m.priority > 0),
+              (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue), 0)
       INTO v_priority;
             priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
                 SET v_after_at = NULL, v_after_id = NULL;
