@@ -597,9 +597,8 @@ BEGIN
     SET v_left = in_n, out_count = 0, v_budget = @@max_allowed_packet - 4096;
     CALL pyqueue__random_token(v_dsecret);  -- dead-letter claims: never read back or given back
     -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index, where
-    -- claims insert and commits leave deleted entries until purge (under load thousands of them: most of a reserve's
-    -- server time), so a queue with nothing above priority 0 starts at 0 after one probe clear of it (nothing at 0:
-    -- the walk goes on down, and ends when nothing lies below)
+    -- claims insert and commits leave deleted entries until purge, so a queue with nothing above priority 0 starts at
+    -- 0 after one probe clear of it (nothing at 0: the walk goes on down, and ends when nothing lies below)
     SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
                        WHERE m.queue_name = in_queue AND m.priority > 0),
               (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = in_queue), 0)
@@ -723,9 +722,8 @@ BEGIN
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
     SET out_count = 0;
     -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index, where
-    -- claims insert and commits leave deleted entries until purge (under load thousands of them: most of a reserve's
-    -- server time), so a queue with nothing above priority 0 starts at 0 after one probe clear of it (nothing at 0:
-    -- the walk goes on down, and ends when nothing lies below)
+    -- claims insert and commits leave deleted entries until purge, so a queue with nothing above priority 0 starts at
+    -- 0 after one probe clear of it (nothing at 0: the walk goes on down, and ends when nothing lies below)
     SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
                        WHERE m.queue_name = in_queue AND m.priority > 0),
               (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = in_queue), 0)
@@ -2525,9 +2523,8 @@ BEGIN
     SET v_queue = in_queue;
     -- settings, limits and whether any message has a priority above 0: ONE plain read (a subquery of IF would be a
     -- locking read, waiting for a limit being set). (Not MAX(priority): the end of a queue's range in the ready index
-    -- is where claims insert and commits leave deleted entries until purge, and under load reading the largest
-    -- entry walked thousands of them, most of a reserve's server time. Whether any entry lies above priority 0 is
-    -- one probe past that range.)
+    -- is where claims insert and commits leave deleted entries until purge; whether any entry lies above priority 0
+    -- is one probe past that range.)
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
            EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue),
            EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
@@ -2708,9 +2705,8 @@ BEGIN
                 SELECT COUNT(*) > 0 INTO v_limits FROM pyqueue_limit l WHERE l.queue_name = v_queue LOCK IN SHARE MODE;
             END IF;
             -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index, where
-    -- claims insert and commits leave deleted entries until purge (under load thousands of them: most of a reserve's
-    -- server time), so a queue with nothing above priority 0 starts at 0 after one probe clear of it (nothing at 0:
-    -- the walk goes on down, and ends when nothing lies below)
+    -- claims insert and commits leave deleted entries until purge, so a queue with nothing above priority 0 starts at
+    -- 0 after one probe clear of it (nothing at 0: the walk goes on down, and ends when nothing lies below)
     SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
                        WHERE m.queue_name = v_queue AND m.priority > 0),
               (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue), 0)
