@@ -184,8 +184,8 @@ class MySQL(Dialect):
     # skip locked rows instead of waiting, so no deadlock falls between them (a dead-lettering step
     # that loses one leaves that message claimed until the claim expires). SERIALIZABLE makes those
     # reads locking reads, which see the latest rows but can deadlock: there the procedure opens the
-    # transaction.
-    self_contained_on_mariadb = frozenset({"commit", "reserve"})
+    # transaction. A commit_reserve in autocommit mode is always one transaction of its own.
+    self_contained_on_mariadb = frozenset({"commit", "reserve", "commit_reserve"})
     driver = ("pymysql", "mysql")
     async_driver = ("aiomysql", "asyncio")
 

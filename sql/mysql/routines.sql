@@ -3251,7 +3251,12 @@ END //
 -- = 1, 0 (token no longer held) or NULL (nothing given). Checks and the lookup first, then the reserve, then the
 -- commit: a refused call changes nothing. A grouped message is committed before the reserve (as queue_commit), so the
 -- next message of its group can be reserved by this call. One plain read finds the queue and the message to commit.
--- Locks: as queue_reserve, then the committed row (a grouped one first, as queue_commit).
+-- In autocommit mode (MariaDB: MySQL 8.0 cannot tell, and its callers open the transaction) the call is one
+-- transaction of its own, so a client needs none around it: a deadlock fails it whole, with nothing done (run it
+-- again), and one message of priority 0 is claimed as queue_reserve's short way takes it (SKIP LOCKED, at READ
+-- COMMITTED).
+-- Locks: as queue_reserve, then the committed row (a grouped one first, as queue_commit), until the call's
+-- transaction ends.
 DROP PROCEDURE IF EXISTS queue_commit_reserve //
 CREATE PROCEDURE queue_commit_reserve(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3273,8 +3278,14 @@ BEGIN
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_id, v_hist BIGINT;
     DECLARE v_done INT DEFAULT NULL;
-    DECLARE v_own, v_found INT DEFAULT 0;
+    DECLARE v_own, v_found, v_txn, v_claims INT DEFAULT 0;
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
+    DECLARE v_checked, v_above BOOLEAN;
+    DECLARE v_short BOOLEAN DEFAULT FALSE;
+    DECLARE v_next, v_att INT;
+    DECLARE v_now, v_until DATETIME(6);
+    DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
     IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
         AND (NOT v_commit OR (CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
              AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')
@@ -3286,27 +3297,73 @@ BEGIN
         CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
         IF v_commit THEN CALL pyqueue__check_reservation(in_key, in_kind, in_token); END IF;
         CALL pyqueue__reserve_args(in_worker, in_timeout, in_n, in_kinds, v_kinds);
+        SET v_checked = TRUE;
     END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token), v_done = IF(v_commit, 0, NULL);
-    -- settings, limits, history and the message to commit: ONE plain read (as queue_reserve)
+    -- settings, limits, history, whether any message lies above priority 0 (as queue_reserve) and the message to
+    -- commit: ONE plain read
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
            EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue), MAX(q.history_retention) IS NOT NULL,
-           COALESCE(MAX(m.id), 0), MAX(m.group_key)
-      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_history, v_id, v_group
+           COALESCE(MAX(m.id), 0), MAX(m.group_key),
+           EXISTS (SELECT 1 FROM pyqueue_message p FORCE INDEX (pyqueue_message_ready_idx)
+                    WHERE p.queue_name = v_queue AND p.priority > 0)
+      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_history, v_id, v_group, v_above
       FROM pyqueue_queue q LEFT JOIN pyqueue_message m ON v_commit AND m.queue_name = q.queue_name AND m.p_key = v_key
                                                      AND m.p_kind = v_kind AND m.reserve_token = v_held
      WHERE q.queue_name = v_queue;
     IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+    -- In autocommit mode (MariaDB; on MySQL 8.0 the client opens it) the call is one transaction of its own: the
+    -- commit's archiving and removal and the reserve's claims stand or fall together. When one message of priority 0
+    -- can go the short way below, at READ COMMITTED: its SKIP LOCKED read then locks only the row it returns (at
+    -- REPEATABLE READ, racing calls that skipped every ready row locked the entry past them, where claims insert, and
+    -- deadlocked each other).
+    /*M!100300 IF @@SESSION.in_transaction = 0 AND @@SESSION.autocommit = 1 THEN
+        SET v_short = v_checked IS NULL AND COALESCE(in_n, 1) = 1 AND NOT v_paused AND NOT v_limited AND NOT v_above
+                      AND v_group IS NULL;
+        IF v_short THEN SET TRANSACTION ISOLATION LEVEL READ COMMITTED; END IF;
+        START TRANSACTION;
+        SET v_txn = 1;
+    END IF; */
     IF v_group IS NOT NULL THEN
         -- as queue_commit, BEFORE the reserve, so its group's next message can be reserved
         CALL pyqueue__own_transaction(TRUE, v_own);
         CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
                                   UTC_TIMESTAMP(6), v_own, v_done);
     END IF;
-    IF NOT v_paused AND v_limited THEN
-        CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq);
-    ELSE
-        CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq, v_paused);
+    IF v_short THEN
+        -- one message of priority 0 as queue_reserve's short way takes it, inside this call's transaction: the oldest
+        -- ready one that no other call holds (SKIP LOCKED), claimed by id; anything else goes the general way
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_next = NULL;
+            SET v_now = UTC_TIMESTAMP(6);
+            SELECT m.id, m.attempts INTO v_next, v_att
+              FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+             WHERE m.queue_name = v_queue AND m.priority = 0 AND m.scheduled_at <= v_now
+             ORDER BY m.scheduled_at, m.id
+             LIMIT 1
+               FOR UPDATE SKIP LOCKED;
+        END;
+        IF v_next IS NOT NULL AND (v_max IS NULL OR v_att < v_max) THEN
+            SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
+            CALL pyqueue__random_token(v_token);
+            UPDATE pyqueue_message
+               SET scheduled_at = v_until, attempts = attempts + 1, reserved_by = in_worker, reserve_token = v_token
+             WHERE id = v_next;
+            SET v_claims = ROW_COUNT();
+            SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+                   m.attempts, m.created_at, m.scheduled_at_initially
+              FROM pyqueue_message m FORCE INDEX (PRIMARY)
+             WHERE m.id = v_next AND m.reserve_token = v_token;
+        END IF;
+    END IF;
+    IF v_claims = 0 THEN  -- (not handed out above)
+        IF NOT v_paused AND v_limited THEN
+            CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max,
+                                          v_dlq);
+        ELSE
+            CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq,
+                                  v_paused);
+        END IF;
     END IF;
     IF v_commit AND v_group IS NULL THEN
         IF v_id > 0 THEN  -- as queue_commit: history row, a schedule's next occurrence
@@ -3317,6 +3374,7 @@ BEGIN
             CALL pyqueue__unarchive(v_hist, v_done);
         END IF;
     END IF;
+    IF v_txn = 1 THEN COMMIT; END IF;
     SELECT v_done AS committed;
 END //
 

@@ -202,3 +202,74 @@ def test_a_commit_in_autocommit_that_fails_after_archiving_keeps_no_history_row(
     sql("DELETE FROM pyqueue_history WHERE queue_name = %s", name)
     assert sql("CALL queue_commit(%s, %s, %s, %s)", name, row[0], row[1], row[3]) == [(1,)]
     assert sql("SELECT outcome FROM pyqueue_history WHERE queue_name = %s", name) == [("committed",)]
+
+
+def test_a_commit_reserve_in_autocommit_that_fails_keeps_neither_its_claim_nor_its_history_row(sql):
+    """queue_commit_reserve reserves the next message, then archives and deletes the previous one;
+    a trigger refuses the delete. Called plainly in autocommit mode on MariaDB the call is one
+    transaction of its own: the claim of the next message goes with the failure too (MySQL 8.0,
+    which cannot tell autocommit mode from inside a procedure, keeps what each statement did)."""
+    ((server,),) = sql("SELECT VERSION()")
+    name = f"fast.{uuid.uuid4().hex[:10]}"
+    sql("CALL queue_create(%s, NULL, NULL, NULL, 86400)", name)
+    for key in ("first", "second"):
+        sql("CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", name, key)
+    [row] = sql("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", name)
+    trigger = f"refuse_{uuid.uuid4().hex[:10]}"
+    sql(
+        f"CREATE TRIGGER {trigger} BEFORE DELETE ON pyqueue_message FOR EACH ROW"
+        f" IF OLD.queue_name = '{name}' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; END IF"
+    )
+    statement = "CALL queue_commit_reserve(%s, %s, %s, %s, 'w', NULL, 1, NULL)"
+    try:
+        with pytest.raises(pymysql.MySQLError, match="refused"):
+            sql(statement, name, row[0], row[1], row[3])
+        assert sql("SELECT @@in_transaction") == [(0,)]
+    finally:
+        sql(f"DROP TRIGGER {trigger}")
+    held = sql("SELECT p_key FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NOT NULL", name)
+    history = sql("SELECT COUNT(*) FROM pyqueue_history WHERE queue_name = %s", name)
+    if "mariadb" in server.lower():
+        assert (held, history) == ([("first",)], [(0,)])
+    else:  # MySQL 8.0: each statement committed on its own
+        assert (sorted(held), history) == ([("first",), ("second",)], [(1,)])
+    assert _keys(sql(statement, name, row[0], row[1], row[3])) == ["second"]
+    assert sql("SELECT outcome FROM pyqueue_history WHERE queue_name = %s", name) == [("committed",)]
+
+
+def test_commit_reserves_racing_in_autocommit_hand_out_every_message_once(dsn, sql, queue):
+    keys = [f"m{i}" for i in range(200)]
+    for key in keys:
+        sql("CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", queue, key)
+    got: list[list[str]] = [[] for _ in range(4)]
+    statement = "CALL queue_commit_reserve(%s, %s, %s, %s, 'w', NULL, 1, NULL)"
+
+    def consume(slot: int) -> None:
+        conn = connect(dsn)
+        try:
+            previous = (None, None, None)
+            while True:
+                cur = conn.cursor()
+                cur.execute(statement, (queue, *previous))
+                rows = list(cur.fetchall())
+                cur.nextset()
+                committed = cur.fetchall()[0][0]
+                while cur.nextset():
+                    pass
+                assert committed == (None if previous[0] is None else 1)
+                if not rows:
+                    return
+                [row] = rows
+                got[slot].append(row[0])
+                previous = (row[0], row[1], row[3])
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=consume, args=(slot,)) for slot in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert sorted(key for part in got for key in part) == sorted(keys)
+    assert sql("SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s", queue) == [(0,)]
