@@ -3246,6 +3246,29 @@ END //
 -- Two steps of the consume cycle in one call: commit the previous reservation and reserve the next, or commit many
 -- reservations at once. The semantics of the routines they stand for, in fewer round trips.
 
+-- pyqueue__commit_held: queue_commit's general way for the message in_id that in_token holds, outside any group: its
+-- history row (in_history), a recurring occurrence's next one, the DELETE; out_done = 1, or 0 when the token no longer
+-- held it (then no history row stays). For queue_commit_reserve. Locks: the message row, the schedule row of a
+-- recurring occurrence.
+DROP PROCEDURE IF EXISTS pyqueue__commit_held //
+CREATE PROCEDURE pyqueue__commit_held(
+    IN  in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id      BIGINT,
+    IN  in_key     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_token   CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_history BOOLEAN,
+    OUT out_done   INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_hist BIGINT;
+    IF in_history THEN CALL pyqueue__archive(in_queue, in_id, in_token, 'committed', NULL, UTC_TIMESTAMP(6), v_hist); END IF;
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN CALL pyqueue__schedule_next(in_queue, in_key, in_kind); END IF;
+    DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
+    SET out_done = ROW_COUNT();
+    CALL pyqueue__unarchive(v_hist, out_done);
+END //
+
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind, in_token; all NULL = none) and reserves up
 -- to in_n more as queue_reserve, in one call. Result: the reserved rows (as queue_reserve's), then one row committed
 -- = 1, 0 (token no longer held) or NULL (nothing given). Checks and the lookup first, then the reserve, then the
@@ -3253,10 +3276,10 @@ END //
 -- next message of its group can be reserved by this call. One plain read finds the queue and the message to commit.
 -- In autocommit mode (MariaDB: MySQL 8.0 cannot tell, and its callers open the transaction) the call is one
 -- transaction of its own, so a client needs none around it: a deadlock fails it whole, with nothing done (run it
--- again), and one message of priority 0 is claimed as queue_reserve's short way takes it (SKIP LOCKED, at READ
--- COMMITTED).
--- Locks: as queue_reserve, then the committed row (a grouped one first, as queue_commit), until the call's
--- transaction ends.
+-- again), the commit comes before the reserve (its row lock first: racing calls that reserved first deadlocked), and
+-- one message of priority 0 is claimed as queue_reserve's short way takes it (SKIP LOCKED, at READ COMMITTED).
+-- Locks: as queue_reserve, then the committed row (a grouped one, or any in the call's own transaction, first),
+-- until the call's transaction ends.
 DROP PROCEDURE IF EXISTS queue_commit_reserve //
 CREATE PROCEDURE queue_commit_reserve(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3276,7 +3299,7 @@ BEGIN
     DECLARE v_max INT;
     DECLARE v_paused, v_limited, v_history BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_id, v_hist BIGINT;
+    DECLARE v_id BIGINT;
     DECLARE v_done INT DEFAULT NULL;
     DECLARE v_own, v_found, v_txn, v_claims INT DEFAULT 0;
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
@@ -3329,6 +3352,12 @@ BEGIN
         CALL pyqueue__own_transaction(TRUE, v_own);
         CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
                                   UTC_TIMESTAMP(6), v_own, v_done);
+    ELSEIF v_commit AND v_id > 0 AND v_txn = 1 THEN
+        -- in the call's own transaction the commit comes first too: its row lock is then taken before any lock of the
+        -- reserve (the SKIP LOCKED read that finds every ready row taken locks the first entry past them, the row of
+        -- a message another call is about to commit: committing after it, two calls deadlocked); the order is
+        -- invisible, as the transaction stands or falls whole
+        CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history, v_done);
     END IF;
     IF v_short THEN
         -- one message of priority 0 as queue_reserve's short way takes it, inside this call's transaction: the oldest
@@ -3365,14 +3394,8 @@ BEGIN
                                   v_paused);
         END IF;
     END IF;
-    IF v_commit AND v_group IS NULL THEN
-        IF v_id > 0 THEN  -- as queue_commit: history row, a schedule's next occurrence
-            IF v_history THEN CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist); END IF;
-            IF v_key LIKE '%@____-__-__T__:__:__Z' THEN CALL pyqueue__schedule_next(v_queue, v_key, v_kind); END IF;
-            DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
-            SET v_done = ROW_COUNT();
-            CALL pyqueue__unarchive(v_hist, v_done);
-        END IF;
+    IF v_commit AND v_group IS NULL AND v_id > 0 AND v_txn = 0 THEN
+        CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history, v_done);
     END IF;
     IF v_txn = 1 THEN COMMIT; END IF;
     SELECT v_done AS committed;

@@ -61,6 +61,7 @@ DROP TABLE IF EXISTS pyqueue_binding;
 -- ==== fast paths ====
 DROP PROCEDURE IF EXISTS queue_commit_batch;
 DROP PROCEDURE IF EXISTS queue_commit_reserve;
+DROP PROCEDURE IF EXISTS pyqueue__commit_held;
 
 -- ==== wakeups ====
 DROP PROCEDURE IF EXISTS queue_wait;

@@ -279,7 +279,7 @@ def test_commit_reserve_respects_a_concurrency_limit(queue):
     assert none == []
     committed, next_one = queue.commit_reserve(first[0], n=5)
     assert committed is True and len(next_one) <= 1
-    if not next_one:  # MySQL commits after it reserves: the slot is free from the next call
+    if not next_one:  # MySQL 8.0 commits after it reserves: the slot is free from the next call
         _, next_one = queue.commit_reserve(None, n=5)
     assert len(next_one) == 1
     assert queue.stats().reserved == 2
