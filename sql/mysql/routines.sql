@@ -3266,7 +3266,7 @@ BEGIN
     IF in_key LIKE '%@____-__-__T__:__:__Z' THEN CALL pyqueue__schedule_next(in_queue, in_key, in_kind); END IF;
     DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
     SET out_done = ROW_COUNT();
-    CALL pyqueue__unarchive(v_hist, out_done);
+    IF v_hist IS NOT NULL THEN CALL pyqueue__unarchive(v_hist, out_done); END IF;  -- (a nested CALL costs)
 END //
 
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind, in_token; all NULL = none) and reserves up
