@@ -25,6 +25,10 @@ a loaded machine shifts both sides alike:
   xmin        a REPEATABLE READ transaction holds the xmin horizon (MySQL: a read view) while a
               producer/consumer loop runs for --hold (120 s); throughput per window, sizes
               before/after, and after release
+  xmin_run    the same hold while one client drains a backlog of --run (200k) messages pushed in
+              one call, so all of them share one scheduled_at: the dead entries of those consumed
+              pile up inside the run, where the reserve's walk starts; last window vs the rate on
+              the same run before the hold
 
 Large fills use one INSERT ... SELECT (the state is what matters, not how it got there); the churn
 goes through the contract routines. Output: a markdown summary on stdout and in
@@ -379,12 +383,9 @@ def run_batches(d: str, dsn: str, args) -> dict:
     }
 
 
-def run_xmin(d: str, dsn: str, args) -> dict:
-    hold = args.hold
-    _push_ready(dsn, SMALL)
-    s0 = sizes(d, dsn)
-    before = consume(dsn, args.sample)
-    _push_ready(dsn, SMALL, prefix="h")
+def _hold_read_view(d: str, dsn: str):
+    """A REPEATABLE READ transaction that has read: the xmin horizon (MySQL: a read view) it holds
+    until it is rolled back."""
     holder = _dbs.raw_connect(d, dsn, autocommit=False)
     cur = holder.cursor()
     cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -392,6 +393,16 @@ def run_xmin(d: str, dsn: str, args) -> dict:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     cur.execute("SELECT COUNT(*) FROM pyqueue_queue")
     cur.fetchall()
+    return holder
+
+
+def run_xmin(d: str, dsn: str, args) -> dict:
+    hold = args.hold
+    _push_ready(dsn, SMALL)
+    s0 = sizes(d, dsn)
+    before = consume(dsn, args.sample)
+    _push_ready(dsn, SMALL, prefix="h")
+    holder = _hold_read_view(d, dsn)
     windows = []
     t = time.perf_counter()
     k = 0
@@ -432,6 +443,29 @@ def run_xmin(d: str, dsn: str, args) -> dict:
     }
 
 
+def run_xmin_run(d: str, dsn: str, args) -> dict:
+    with pyqueue_sql.connect(dsn) as db:
+        pushed = db.queue(QUEUE).push_many([(f"r{i}", "job", {"n": i}) for i in range(args.run)])
+    before = consume(dsn, args.sample)
+    holder = _hold_read_view(d, dsn)
+    windows = []
+    t = time.perf_counter()
+    while time.perf_counter() - t < args.hold:
+        window = consume(dsn, args.run, seconds=min(15.0, args.hold / 4))
+        windows.append({"at_s": round(time.perf_counter() - t, 1), "rate": window["rate"]})
+        print(f"    xmin_run held {windows[-1]}", flush=True)
+        if window["messages"] == 0:
+            break  # the run is drained
+    holder.rollback()
+    holder.close()
+    return {
+        "run": pushed,
+        "before": before,
+        "windows_while_held": windows,
+        "ratio": round(windows[-1]["rate"] / before["rate"], 3) if before["rate"] else None,
+    }
+
+
 SCENARIOS = {
     "delayed": run_delayed,
     "backlog": run_backlog,
@@ -439,6 +473,7 @@ SCENARIOS = {
     "priorities": run_priorities,
     "batches": run_batches,
     "xmin": run_xmin,
+    "xmin_run": run_xmin_run,
 }
 
 
@@ -487,6 +522,14 @@ def summary(out: dict) -> str:
             f"| a read view held for {out['hold_seconds']:.0f} s during a producer/consumer loop: last window vs "
             f"before | {w[-1]['rate']:,.0f} vs {x['before']['rate']:,.0f} msg/s (windows: "
             f"{', '.join(str(round(v['rate'])) for v in w)}) | **{x['ratio']}** |"
+        )
+    if "xmin_run" in r:
+        x = r["xmin_run"]
+        w = x["windows_while_held"]
+        rows.append(
+            f"| a read view held for {out['hold_seconds']:.0f} s while one client drains {x['run']:,} messages "
+            f"pushed in one call: last window vs before | {w[-1]['rate']:,.0f} vs {x['before']['rate']:,.0f} "
+            f"msg/s (windows: {', '.join(str(round(v['rate'])) for v in w)}) | **{x['ratio']}** |"
         )
     text = [
         f"### {out['dialect']} ({out['started']}, --rows {out['rows']:,}, --sample {out['sample']:,}, "
@@ -548,6 +591,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", "--big", type=int, default=None, help="the 'million' (default 1,000,000)")
     ap.add_argument("--priorities", type=int, default=100_000, help="distinct priorities (capped at --rows)")
     ap.add_argument("--sample", type=int, default=3000, help="messages consumed per throughput figure")
+    ap.add_argument(
+        "--run", type=int, default=200_000, help="messages pushed in one call for xmin_run (default 200,000)"
+    )
     ap.add_argument("--hold", type=float, default=None, help="seconds the xmin horizon is held (default 120)")
     ap.add_argument(
         "--batch-sizes",
@@ -577,6 +623,7 @@ def main(argv=None) -> int:
     if args.rows < SMALL + args.sample:
         ap.error(f"--rows must be at least {SMALL + args.sample:,} (the small queue plus a sample)")
     args.priorities = min(args.priorities, args.rows)
+    args.run = min(args.run, args.rows)
     args.hold = args.hold or (20.0 if args.quick else 120.0)
     args.batch_sizes = [b for b in (int(x) for x in args.batch_sizes.split(",")) if b <= args.rows] or [
         args.rows

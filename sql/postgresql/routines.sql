@@ -392,11 +392,13 @@ $$;
 -- after that (the writers take their id first), so it writes nothing below
 -- in_clock minus half a second unless it records a lowering.
 -- A step: once every transaction whose id is not above the pending
--- proposal's (next_xid) has ended, ready_from becomes the earliest
--- scheduled_at from the current start up to next_from, else next_from (one
--- read of that interval's index entries, dead ones included: the walk the
--- reserves no longer make), the pyqueue_ready_lower rows it sees folded in
--- first. Then it proposes in_clock minus a second with its own id, and
+-- proposal's (next_xid) has ended, (ready_from, ready_from_id) becomes the
+-- first live message by (scheduled_at, id) from the current start up to
+-- next_from, else (next_from, NULL) (one read of the due index from the
+-- start, past the dead entries of that interval: the walk the reserves no
+-- longer make), the pyqueue_ready_lower rows it sees folded in first (a
+-- lowering to or below ready_from drops the id from the start). Then it
+-- proposes in_clock minus a second with its own id, and
 -- notes the queue's top priority (where the reserve's walk starts). While
 -- the pending proposal cannot be made the bound yet (a transaction at or
 -- below its id is still open), the step only notes its time (the next try
@@ -408,10 +410,11 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_row   pyqueue_ready_from;
-    v_start timestamptz;
-    v_first timestamptz;
-    v_top   integer;
+    v_row      pyqueue_ready_from;
+    v_lowered  timestamptz;
+    v_first    timestamptz;
+    v_first_id bigint;
+    v_top      integer;
 BEGIN
     SELECT * INTO v_row FROM pyqueue_ready_from r
      WHERE r.queue_name::text = in_queue AND r.moved_at < in_clock - interval '1 second'
@@ -431,20 +434,29 @@ BEGIN
         WITH gone AS (
             DELETE FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue RETURNING l.lowered_to
         )
-        SELECT LEAST(v_row.ready_from, pg_catalog.min(g.lowered_to)) INTO v_start FROM gone g;
-        SELECT m.scheduled_at INTO v_first
+        SELECT pg_catalog.min(g.lowered_to) INTO v_lowered FROM gone g;
+        IF v_lowered <= v_row.ready_from THEN
+            v_row.ready_from := v_lowered;
+            v_row.ready_from_id := NULL;
+        END IF;
+        -- ids are positive: (ready_from, 0) when any id may be at ready_from
+        SELECT m.scheduled_at, m.id INTO v_first, v_first_id
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue
-           AND m.scheduled_at < 'infinity' AND m.scheduled_at >= v_start AND m.scheduled_at < v_row.next_from
-         ORDER BY m.scheduled_at
+           AND m.scheduled_at < 'infinity'
+           AND (m.scheduled_at, m.id) >= (v_row.ready_from, coalesce(v_row.ready_from_id, 0))
+           AND m.scheduled_at < v_row.next_from
+         ORDER BY m.scheduled_at, m.id
          LIMIT 1;
         v_row.ready_from := coalesce(v_first, v_row.next_from);
+        v_row.ready_from_id := v_first_id;
     END IF;
     SELECT m.priority INTO v_top
       FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
      ORDER BY m.priority DESC LIMIT 1;
     UPDATE pyqueue_ready_from r
        SET ready_from   = v_row.ready_from,
+           ready_from_id = v_row.ready_from_id,
            top_priority = coalesce(v_top, v_row.top_priority, 0),
            next_from    = in_clock - interval '1 second',
            next_xid     = pg_catalog.pg_current_xact_id(),
@@ -468,9 +480,14 @@ $$;
 -- priorities, sorted. So a reserve costs at most 8 empty probes plus one
 -- probe per priority it takes rows from, or, past that, the number of ready
 -- rows below the priorities walked: never the number of distinct priorities
--- among waiting messages. Every range starts at the queue's ready_from
--- (pyqueue_ready_from), not before the dead index entries that a held xmin
--- horizon keeps. Queues with concurrency limits go through
+-- among waiting messages. Every range starts at the queue's bound,
+-- (ready_from, ready_from_id) of pyqueue_ready_from, not before the dead
+-- index entries that a held xmin horizon keeps (inside a run of messages
+-- that share one scheduled_at too). Both ends of a range are row
+-- comparisons on (scheduled_at, id), which the index reads as its start and
+-- end: a plain scheduled_at <= now would let a plan made for a given now
+-- prove the due index's condition and read that index instead, filtering by
+-- priority. Queues with concurrency limits go through
 -- pyqueue__limited_tids. Caller holds the locks until its transaction ends.
 CREATE OR REPLACE FUNCTION pyqueue__ready_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[],
                                                in_advance boolean DEFAULT false)
@@ -486,11 +503,14 @@ DECLARE
     v_step     tid[];
     v_empty    integer := 0;
     v_from     timestamptz;
+    v_from_id  bigint;
+    v_lowered  timestamptz;
     v_moved    timestamptz;
     v_limited  boolean;
 BEGIN
-    -- One read for where the walk starts: the queue's ready_from (lowered
-    -- by any pyqueue_ready_lower row), whether it has concurrency limits,
+    -- One read for where the walk starts: the queue's bound (ready_from,
+    -- ready_from_id; lowered by any pyqueue_ready_lower row), whether it has
+    -- concurrency limits,
     -- and its top priority: the one the last advance saw, or a higher one
     -- when a message of it is there (that probe reads the end of the ready
     -- index past the noted top and stops at once when there is none), or,
@@ -499,15 +519,15 @@ BEGIN
     -- xmin horizon keeps: what the noted top avoids). Without statistics the
     -- planner costs a read of the queue by its key and a sort of it the same
     -- as that probe: the function's setting rules the sort out.
-    SELECT LEAST(rf.ready_from, (SELECT pg_catalog.min(l.lowered_to) FROM pyqueue_ready_lower l
-                                  WHERE l.queue_name::text = in_queue)),
+    SELECT rf.ready_from, rf.ready_from_id,
+           (SELECT pg_catalog.min(l.lowered_to) FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue),
            coalesce((SELECT m.priority FROM pyqueue_message m
                       WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
                         AND m.priority > coalesce(rf.top_priority, -2147483649::bigint)
                       ORDER BY m.priority DESC LIMIT 1), rf.top_priority),
            rf.moved_at,
            EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue)
-      INTO v_from, v_priority, v_moved, v_limited
+      INTO v_from, v_from_id, v_lowered, v_priority, v_moved, v_limited
       FROM (SELECT) AS one  -- one row, with or without the queue's pyqueue_ready_from row
       LEFT JOIN pyqueue_ready_from rf ON rf.queue_name::text = in_queue;
     IF in_advance AND v_moved < in_now - interval '1 second'
@@ -516,16 +536,21 @@ BEGIN
         -- in_now was read before this transaction had an id: the advance's
         -- proposal may take it as its clock
         PERFORM pyqueue__ready_from_advance(in_queue, in_now);
-        SELECT LEAST(rf.ready_from, (SELECT pg_catalog.min(l.lowered_to) FROM pyqueue_ready_lower l
-                                      WHERE l.queue_name::text = in_queue)),
+        SELECT rf.ready_from, rf.ready_from_id,
+               (SELECT pg_catalog.min(l.lowered_to) FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue),
                rf.top_priority
-          INTO v_from, v_priority
+          INTO v_from, v_from_id, v_lowered, v_priority
           FROM pyqueue_ready_from rf WHERE rf.queue_name::text = in_queue;
     END IF;
     IF v_limited THEN  -- limits
         RETURN pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds);
     END IF;
+    IF v_lowered <= v_from OR v_from IS NULL THEN  -- a lowering at or below the bound: any id from there
+        v_from := v_lowered;
+        v_from_id := NULL;
+    END IF;
     v_from := coalesce(v_from, '-infinity');
+    v_from_id := coalesce(v_from_id, 0);  -- ids are positive
     IF v_priority IS NULL THEN
         SELECT m.priority INTO v_priority
           FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
@@ -540,7 +565,8 @@ BEGIN
                   FROM pyqueue_message m
                  WHERE m.queue_name::text = in_queue
                    AND m.priority = v_priority
-                   AND m.scheduled_at > '-infinity' AND m.scheduled_at >= v_from AND m.scheduled_at <= in_now
+                   AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (v_from, v_from_id)
+                   AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
                    AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
                  ORDER BY m.scheduled_at, m.id
                  LIMIT v_left
@@ -564,7 +590,7 @@ $$;
 -- pyqueue__due_tids: pyqueue__ready_tids past its empty steps: locks up to
 -- in_n ready messages of priority in_priority or lower (those above were
 -- walked already), in reserve order, reading the ready rows through
--- pyqueue_message_due_idx (queue_name, scheduled_at) and sorting them: its
+-- pyqueue_message_due_idx (queue_name, scheduled_at, id) and sorting them: its
 -- cost is the number of ready rows, whatever the waiting ones. The
 -- settings make that plan independent of the table statistics (stale ones
 -- would pick a scan of the whole queue); the priority bound is written as a
@@ -1621,8 +1647,8 @@ BEGIN
     IF v_new THEN
         INSERT INTO pyqueue_ready_from AS r (queue_name) VALUES (in_queue)
         ON CONFLICT (queue_name) DO UPDATE
-           SET ready_from = '-infinity', next_from = NULL, next_xid = NULL, moved_at = '-infinity',
-               top_priority = NULL;
+           SET ready_from = '-infinity', ready_from_id = NULL, next_from = NULL, next_xid = NULL,
+               moved_at = '-infinity', top_priority = NULL;
         DELETE FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue;
         -- A new queue starts empty: messages left under this name by a drop
         -- that could not see them (one run inside a REPEATABLE READ

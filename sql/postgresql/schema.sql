@@ -157,13 +157,15 @@ CREATE INDEX pyqueue_message_ready_idx
     WHERE scheduled_at > '-infinity';
 
 -- The queue's messages by time, whatever their priority: the earliest
--- scheduled_at in one probe (queue_next_scheduled_at, queue_wait), and the
+-- scheduled_at in one probe (queue_next_scheduled_at, queue_wait), the
+-- first live message by (scheduled_at, id) past the queue's bound
+-- (pyqueue__ready_from_advance), and the
 -- ready rows (scheduled_at <= now) read directly when the reserve's walk of
 -- the priorities meets too many that hold only waiting messages (see
 -- pyqueue__ready_tids in routines.sql). One more index entry per push and
 -- per reserve.
 CREATE INDEX pyqueue_message_due_idx
-    ON pyqueue_message (queue_name, scheduled_at)
+    ON pyqueue_message (queue_name, scheduled_at, id)
     WHERE scheduled_at < 'infinity';
 
 -- A group's messages in delivery order (run time, then push order): the
@@ -190,9 +192,12 @@ COMMENT ON TABLE pyqueue_group IS
     'pyqueue-sql: one row per FIFO group with messages: its head, the one message of the group that may be delivered.';
 
 -- Where the ready range of a queue starts: every live message of the queue
--- has scheduled_at >= ready_from (or >= a lowered_to of pyqueue_ready_lower),
--- so the reserve reads its index ranges from there instead of from the
--- start. While a transaction holds the xmin horizon, the index entries of
+-- has (scheduled_at, id) >= (ready_from, ready_from_id) (ready_from_id NULL:
+-- any id), or scheduled_at >= a lowered_to of pyqueue_ready_lower, so the
+-- reserve reads its index ranges from there instead of from the start. The
+-- id matters when many messages share one scheduled_at (a batch pushed in
+-- one call, a bulk load): the bound then lies inside their run, past the
+-- ones consumed already. While a transaction holds the xmin horizon, the index entries of
 -- every message reserved or committed since can be neither removed nor
 -- marked dead, and they pile up at the head of the ready range; without
 -- this bound every reserve walks all of them. Reserves move it up
@@ -200,10 +205,12 @@ COMMENT ON TABLE pyqueue_group IS
 -- steps: one proposes next_from (its clock minus a second, read before its
 -- transaction took an id) with next_xid, that id; a later one makes it the
 -- bound once every transaction whose id is not above next_xid has ended
--- (after reading what those wrote below next_from). A transaction with a
--- higher id took it after that clock, and every routine that writes a
--- message takes its id before it reads its clock: it writes nothing below
--- next_from unless it records a lowering (pyqueue_ready_lower).
+-- (after reading what those wrote below next_from: the first live message
+-- by (scheduled_at, id) is the new bound, else next_from). A transaction
+-- with a higher id took it after that clock, and every routine that writes
+-- a message takes its id before it reads its clock: it writes nothing below
+-- next_from unless it records a lowering (pyqueue_ready_lower), whatever id
+-- its message has.
 -- top_priority: the highest priority of the queue's messages when the bound
 -- last moved (where the reserve's walk of the priorities starts, unless a
 -- higher one is there). One row per queue,
@@ -213,6 +220,7 @@ COMMENT ON TABLE pyqueue_group IS
 CREATE TABLE pyqueue_ready_from (
     queue_name varchar(128) PRIMARY KEY,
     ready_from timestamptz  NOT NULL DEFAULT '-infinity',
+    ready_from_id bigint    NULL,
     next_from  timestamptz  NULL,
     next_xid   xid8         NULL,
     moved_at   timestamptz  NOT NULL DEFAULT '-infinity',

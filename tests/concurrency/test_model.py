@@ -162,7 +162,7 @@ SHIFT_SQL = {
 # Moving the messages back in time moves them below where PostgreSQL's reserve starts reading
 # (pyqueue_ready_from, which only real time moves up): the shift starts it over.
 RESET_READY_FROM_SQL = (
-    "UPDATE pyqueue_ready_from SET ready_from = '-infinity', next_from = NULL, next_xid = NULL"
+    "UPDATE pyqueue_ready_from SET ready_from = '-infinity', ready_from_id = NULL, next_from = NULL, next_xid = NULL"
     " WHERE queue_name IN (%s, %s, %s)"
 )
 

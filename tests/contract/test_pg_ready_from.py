@@ -124,6 +124,58 @@ def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, p
         _run(holder, "ROLLBACK")
 
 
+def _bound(conn, queue):
+    # -infinity (never moved) as a time Python can hold
+    return _run(
+        conn,
+        "SELECT greatest(ready_from, timestamptz '2000-01-01Z'), ready_from_id FROM pyqueue_ready_from"
+        " WHERE queue_name = %s",
+        (queue,),
+    )[0]
+
+
+def test_under_a_held_snapshot_the_reserve_starts_past_the_consumed_part_of_a_run_pushed_at_once(queue, pg):
+    """A backlog pushed in one call shares one scheduled_at: a bound by time alone stays at that
+    time while any of it is live, and every reserve walked the dead entries of the part consumed
+    already. The bound by (scheduled_at, id) lies inside the run, at its first live message."""
+    conn, holder = pg(), pg()
+    total = CHURNED + 100
+    _run(
+        conn,
+        "SELECT queue_push_batch(%s, %s::text[], %s::text[], %s::jsonb[])",
+        (queue.name, [f"r{i:05d}" for i in range(total)], ["job"] * total, ["{}"] * total),
+    )
+    [(pushed_at,)] = _run(
+        conn, "SELECT min(scheduled_at) FROM pyqueue_message WHERE queue_name = %s", (queue.name,)
+    )
+    _run(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ")
+    _run(holder, "SELECT count(*) FROM pyqueue_queue")  # the snapshot: nothing dead since can go
+    try:
+        for _ in range(CHURNED // 100):
+            got = _run(
+                conn, "SELECT p_key, token FROM queue_reserve(%s, 'w', interval '60 s', 100)", (queue.name,)
+            )
+            _run(
+                conn,
+                "SELECT queue_commit_batch(%s, %s, %s, %s)",
+                (queue.name, [k for k, _ in got], ["job"] * 100, [t for _, t in got]),
+            )
+        [(first_live,)] = _run(
+            conn, "SELECT min(id) FROM pyqueue_message WHERE queue_name = %s", (queue.name,)
+        )
+        deadline = time.monotonic() + 30.0
+        while _bound(conn, queue.name) != (pushed_at, first_live):
+            assert time.monotonic() < deadline, ("the bound did not reach the run", _bound(conn, queue.name))
+            _advance(conn, queue.name, steps=1)
+        _pop_buffers(conn, queue.name)  # the plans of the routines are cached by a first call, rolled back
+        buffers = _pop_buffers(conn, queue.name)
+        print("buffers", buffers)
+        assert buffers <= MAX_BUFFERS, buffers
+        assert _reserve_keys(conn, queue.name, n=3) == [f"r{i:05d}" for i in range(CHURNED, CHURNED + 3)]
+    finally:
+        _run(holder, "ROLLBACK")
+
+
 def test_a_message_pushed_in_the_past_after_the_bound_moved_is_reserved_first(queue, pg):
     conn = pg()
     queue.push("now", "job", {})

@@ -50,11 +50,12 @@ PG_STATEMENTS = {
     # pyqueue__ready_tids, one priority's step (queue_reserve, queue_commit_reserve, queue_pop)
     "ready_step": (
         "SELECT m.ctid FROM pyqueue_message m "
-        "WHERE m.queue_name = $1 AND m.priority = $2 AND m.scheduled_at > '-infinity' AND m.scheduled_at <= $3 "
+        "WHERE m.queue_name = $1 AND m.priority = $2 AND m.scheduled_at > '-infinity' "
+        "AND (m.scheduled_at, m.id) >= ($6, $7) AND (m.scheduled_at, m.id) <= ($3, 9223372036854775807) "
         "AND ($4::text[] IS NULL OR m.p_kind = ANY ($4::text[])) "
         "ORDER BY m.scheduled_at, m.id LIMIT $5 FOR UPDATE SKIP LOCKED",
-        "(text, integer, timestamptz, text[], integer)",
-        f"('{QUEUE}', 0, clock_timestamp(), NULL, 10)",
+        "(text, integer, timestamptz, text[], integer, timestamptz, bigint)",
+        f"('{QUEUE}', 0, clock_timestamp(), NULL, 10, '-infinity', 0)",
         READY_IDX,
         False,
         "pyqueue__ready_tids",
@@ -89,6 +90,16 @@ PG_STATEMENTS = {
         DUE_IDX,
         True,
         "pyqueue__due_tids",
+    ),
+    # pyqueue__ready_from_advance: the first live message by (scheduled_at, id) past the bound
+    "bound_first": (
+        "SELECT m.scheduled_at, m.id FROM pyqueue_message m WHERE m.queue_name = $1 AND m.scheduled_at < 'infinity' "
+        "AND (m.scheduled_at, m.id) >= ($2, $3) AND m.scheduled_at < $4 ORDER BY m.scheduled_at, m.id LIMIT 1",
+        "(text, timestamptz, bigint, timestamptz)",
+        f"('{QUEUE}', '-infinity', 0, clock_timestamp())",
+        DUE_IDX,
+        False,
+        "pyqueue__ready_from_advance",
     ),
     # queue_next_scheduled_at (and queue_wait)
     "next_scheduled_at": (
