@@ -3305,7 +3305,8 @@ BEGIN
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
     DECLARE v_checked, v_above BOOLEAN;
     DECLARE v_short BOOLEAN DEFAULT FALSE;
-    DECLARE v_next, v_att INT;
+    DECLARE v_next BIGINT;
+    DECLARE v_att INT;
     DECLARE v_now, v_until DATETIME(6);
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
