@@ -480,10 +480,11 @@ $$;
 -- priorities, sorted. So a reserve costs at most 8 empty probes plus one
 -- probe per priority it takes rows from, or, past that, the number of ready
 -- rows below the priorities walked: never the number of distinct priorities
--- among waiting messages. Every range starts at the queue's bound,
--- (ready_from, ready_from_id) of pyqueue_ready_from, not before the dead
--- index entries that a held xmin horizon keeps (inside a run of messages
--- that share one scheduled_at too). Both ends of a range are row
+-- among waiting messages. Every range of the walk starts at the queue's
+-- bound, (ready_from, ready_from_id) of pyqueue_ready_from, not before the
+-- dead index entries that a held xmin horizon keeps (inside a run of
+-- messages that share one scheduled_at too; the read by time starts at the
+-- bound's time). Both ends of a range are row
 -- comparisons on (scheduled_at, id), which the index reads as its start and
 -- end: a plain scheduled_at <= now would let a plan made for a given now
 -- prove the due index's condition and read that index instead, filtering by
@@ -545,11 +546,13 @@ BEGIN
     IF v_limited THEN  -- limits
         RETURN pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds);
     END IF;
-    IF v_lowered <= v_from OR v_from IS NULL THEN  -- a lowering at or below the bound: any id from there
+    IF v_from IS NULL THEN  -- no bound row: from the start
+        v_from := '-infinity';
+        v_from_id := NULL;
+    ELSIF v_lowered <= v_from THEN  -- a lowering at or below the bound: any id from there
         v_from := v_lowered;
         v_from_id := NULL;
     END IF;
-    v_from := coalesce(v_from, '-infinity');
     v_from_id := coalesce(v_from_id, 0);  -- ids are positive
     IF v_priority IS NULL THEN
         SELECT m.priority INTO v_priority
@@ -1511,6 +1514,11 @@ BEGIN
         END IF;
         UPDATE pyqueue_message m SET scheduled_at = pyqueue__blocked_at()
          WHERE m.queue_name::text = in_queue AND m.p_key::text = v_head_key AND m.p_kind::text = v_head_kind;
+    END IF;
+    IF NOT in_head_left THEN
+        -- at its run time, which may lie in the past (push_replace moves a blocked message's): it lowers
+        -- the queue's bound, whose lowering by that write was folded in while the message was blocked
+        PERFORM pyqueue__ready_from_lower(in_queue, v_next.at, in_now);
     END IF;
     UPDATE pyqueue_message m
        SET scheduled_at = CASE WHEN in_head_left THEN greatest(v_next.at, in_now) ELSE v_next.at END

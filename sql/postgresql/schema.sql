@@ -228,7 +228,7 @@ CREATE TABLE pyqueue_ready_from (
 );
 
 COMMENT ON TABLE pyqueue_ready_from IS
-    'pyqueue-sql: per queue, a lower bound of the scheduled_at of its live messages, where the reserve starts reading.';
+    'pyqueue-sql: per queue, a lower bound of the (scheduled_at, id) of its live messages, where the reserve starts reading.';
 
 -- A message written more than half a second in the past (an explicit
 -- run_at) records its time here, in its own transaction, so that it is

@@ -176,6 +176,27 @@ def test_under_a_held_snapshot_the_reserve_starts_past_the_consumed_part_of_a_ru
         _run(holder, "ROLLBACK")
 
 
+def test_a_message_written_at_the_bound_s_time_with_a_smaller_id_is_reserved_first(queue, pg):
+    """With the bound inside a run, a write at exactly the run's time of an older message (a
+    smaller id than the bound's) lowers the bound to that time for every id."""
+    conn = pg()
+    queue.push("older", "job", {}, run_at=dt.datetime.now(UTC) + dt.timedelta(days=1))
+    queue.push_many([(f"r{i:03d}", "job", {}) for i in range(200)])
+    got = queue.reserve(n=100, timeout=60)
+    assert queue.commit_many(got) == 100
+    [(run_at, first_live)] = _run(
+        conn,
+        "SELECT min(scheduled_at), min(id) FROM pyqueue_message WHERE queue_name = %s AND p_key LIKE 'r%%'",
+        (queue.name,),
+    )
+    deadline = time.monotonic() + 30.0
+    while _bound(conn, queue.name) != (run_at, first_live):
+        assert time.monotonic() < deadline, ("the bound did not reach the run", _bound(conn, queue.name))
+        _advance(conn, queue.name, steps=1)
+    assert queue.push_replace("older", "job", {}, run_at=run_at) == "replaced"
+    assert _reserve_keys(conn, queue.name, n=2) == ["older", "r100"]
+
+
 def test_a_message_pushed_in_the_past_after_the_bound_moved_is_reserved_first(queue, pg):
     conn = pg()
     queue.push("now", "job", {})
@@ -186,6 +207,21 @@ def test_a_message_pushed_in_the_past_after_the_bound_moved_is_reserved_first(qu
     queue.push("past-group", "job", {}, run_at=hour_ago - dt.timedelta(minutes=2), group="g")
     assert _ready_from(conn, queue.name) <= hour_ago - dt.timedelta(minutes=2)
     assert _reserve_keys(conn, queue.name) == ["past-group", "past-batch", "past", "now"]
+
+
+def test_a_blocked_message_made_head_at_a_run_time_in_the_past_is_not_left_below_the_bound(queue, pg):
+    """A message waiting blocked in its group can get a run time in the past (push_replace); its
+    lowering of the bound is folded in while it is still blocked, past every ready range. When a
+    later push into the group displaces the head, it becomes the head at that past time, and must
+    lower the bound again."""
+    conn = pg()
+    now = dt.datetime.now(UTC)
+    queue.push("head", "job", {}, run_at=now + dt.timedelta(hours=1), group="g")
+    queue.push("blocked", "job", {}, run_at=now + dt.timedelta(hours=2), group="g")
+    assert queue.push_replace("blocked", "job", {}, run_at=now - dt.timedelta(hours=1)) == "replaced"
+    _advance_past(conn, queue.name, now - dt.timedelta(seconds=5))
+    queue.push("later", "job", {}, run_at=now + dt.timedelta(hours=3), group="g")
+    assert _reserve_keys(conn, queue.name) == ["blocked"]
 
 
 def test_a_message_of_a_transaction_open_while_the_bound_moved_is_not_left_below_it(queue, pg):

@@ -230,6 +230,10 @@ def _pg_plan_problem(name: str, plan: str) -> str | None:
         return f"is not driven by the sorted batch:\n{plan}"
     if name == "commit_batch" and not re.search(rf"{index}.*\n\s*Index Cond: [^\n]*p_key", plan):
         return f"does not probe the key of each element:\n{plan}"
+    if name in ("ready_step", "bound_first") and not re.search(
+        rf"{index}.*\n\s*Index Cond: [^\n]*ROW\(scheduled_at, id\) >=", plan
+    ):
+        return f"does not start its range at the bound (scheduled_at, id):\n{plan}"
     return None
 
 
