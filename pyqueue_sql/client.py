@@ -959,9 +959,10 @@ class QueueCalls:
 
         Returns (committed, reservations): committed is the commit's result
         (None when previous was None). One call per message for a consumer
-        that works one message at a time: one round trip; on MySQL the call
-        runs in a transaction of its own (START TRANSACTION, CALL, COMMIT, sent
-        together), so that its history row and its delete stand or fall together.
+        that works one message at a time: one round trip. On MySQL/MariaDB the
+        call is one transaction of its own, so that its history row, its delete
+        and its claims stand or fall together: on MariaDB the procedure opens it,
+        on MySQL 8.0 the client (START TRANSACTION, CALL, COMMIT, sent together).
         """
         d = self.db.dialect
         held = (

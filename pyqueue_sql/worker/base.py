@@ -112,10 +112,11 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         self.register = register
         self.release_dead_after = release_dead_after
         # Where queue_commit_reserve is one transaction of the server's (PostgreSQL). On
-        # MySQL/MariaDB the client runs it in a transaction of its own (one round trip all the
-        # same), and under many handlers of one queue it measured well under the throughput of a
-        # commit plus the dispatcher's batched reserve (bench/async_worker.py --commit-reserve on
-        # and off: 224 against 581 msg/s, 32 handlers of 20 ms, 1,000 messages, 2026-11-24);
+        # MySQL/MariaDB it is one transaction of its own too (opened by the procedure on MariaDB,
+        # by the client on MySQL 8.0), and under many handlers of one queue it measured well under
+        # the throughput of a commit plus the dispatcher's batched reserve (bench/async_worker.py
+        # --commit-reserve on and off: 224 against 581 msg/s, 32 handlers of 20 ms, 1,000
+        # messages, 2026-11-24, when the client opened the transaction on MariaDB too);
         # commit_reserve=True asks for it anyway.
         self.commit_reserve = (
             "commit_reserve" not in self.dialect.own_transaction_statements

@@ -2704,13 +2704,14 @@ BEGIN
                 -- the limit rows first (shared), before any message row: queue_drop and queue_set_limit lock them
                 SELECT COUNT(*) > 0 INTO v_limits FROM pyqueue_limit l WHERE l.queue_name = v_queue LOCK IN SHARE MODE;
             END IF;
-            -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index, where
-    -- claims insert and commits leave deleted entries until purge, so a queue with nothing above priority 0 starts at
-    -- 0 after one probe clear of it (nothing at 0: the walk goes on down, and ends when nothing lies below)
-    SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                       WHERE m.queue_name = v_queue AND m.priority > 0),
-              (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue), 0)
-      INTO v_priority;
+            -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index,
+            -- where claims insert and commits leave deleted entries until purge, so a queue with nothing above
+            -- priority 0 starts at 0 after one probe clear of it (nothing at 0: the walk goes on down, and ends when
+            -- nothing lies below)
+            SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                               WHERE m.queue_name = v_queue AND m.priority > 0),
+                      (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue), 0)
+              INTO v_priority;
             priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
                 SET v_after_at = NULL, v_after_id = NULL;
                 REPEAT
@@ -3272,14 +3273,15 @@ END //
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind, in_token; all NULL = none) and reserves up
 -- to in_n more as queue_reserve, in one call. Result: the reserved rows (as queue_reserve's), then one row committed
 -- = 1, 0 (token no longer held) or NULL (nothing given). Checks and the lookup first, then the reserve, then the
--- commit: a refused call changes nothing. A grouped message is committed before the reserve (as queue_commit), so the
--- next message of its group can be reserved by this call. One plain read finds the queue and the message to commit.
+-- commit: a refused call changes nothing. The commit comes first for a grouped message (as queue_commit, so that the
+-- next message of its group can be reserved by this call), for an expired reservation (the reserve would take it
+-- again) and on the short way below (see there). One plain read finds the queue and the message to commit.
 -- In autocommit mode (MariaDB: MySQL 8.0 cannot tell, and its callers open the transaction) the call is one
 -- transaction of its own, so a client needs none around it: a deadlock fails it whole, with nothing done (run it
--- again), the commit comes before the reserve (its row lock first: racing calls that reserved first deadlocked), and
--- one message of priority 0 is claimed as queue_reserve's short way takes it (SKIP LOCKED, at READ COMMITTED).
--- Locks: as queue_reserve, then the committed row (a grouped one, or any in the call's own transaction, first),
--- until the call's transaction ends.
+-- again), and one message of priority 0 is claimed as queue_reserve's short way takes it (SKIP LOCKED, at READ
+-- COMMITTED).
+-- Locks: as queue_reserve, and the committed row (before the reserve's when the commit comes first), until the
+-- call's transaction ends.
 DROP PROCEDURE IF EXISTS queue_commit_reserve //
 CREATE PROCEDURE queue_commit_reserve(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3305,6 +3307,7 @@ BEGIN
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
     DECLARE v_checked, v_above BOOLEAN;
     DECLARE v_short BOOLEAN DEFAULT FALSE;
+    DECLARE v_expired, v_first BOOLEAN;
     DECLARE v_next BIGINT;
     DECLARE v_att INT;
     DECLARE v_now, v_until DATETIME(6);
@@ -3328,10 +3331,10 @@ BEGIN
     -- commit: ONE plain read
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
            EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue), MAX(q.history_retention) IS NOT NULL,
-           COALESCE(MAX(m.id), 0), MAX(m.group_key),
+           COALESCE(MAX(m.id), 0), MAX(m.group_key), MAX(m.scheduled_at) <= UTC_TIMESTAMP(6),
            EXISTS (SELECT 1 FROM pyqueue_message p FORCE INDEX (pyqueue_message_ready_idx)
                     WHERE p.queue_name = v_queue AND p.priority > 0)
-      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_history, v_id, v_group, v_above
+      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_history, v_id, v_group, v_expired, v_above
       FROM pyqueue_queue q LEFT JOIN pyqueue_message m ON v_commit AND m.queue_name = q.queue_name AND m.p_key = v_key
                                                      AND m.p_kind = v_kind AND m.reserve_token = v_held
      WHERE q.queue_name = v_queue;
@@ -3348,16 +3351,21 @@ BEGIN
         START TRANSACTION;
         SET v_txn = 1;
     END IF; */
+    -- The commit comes before the reserve (then it holds the committed row's lock before any lock of the reserve)
+    -- when the reserve goes the short way in the call's own transaction: the SKIP LOCKED read that finds every
+    -- ready row taken locks the first entry past them, the row of a message another call is about to commit, and
+    -- racing calls that committed after it deadlocked; the order is invisible there, as the transaction stands or
+    -- falls whole. Also when the reservation has expired: the reserve would take that message again (it is ready),
+    -- and the commit then find its token gone. Otherwise after the reserve: on a queue with limits the committed
+    -- row is a slot's holder, which the slot-taking reads of racing calls lock, and locked before the slot rows it
+    -- deadlocked them.
+    SET v_first = COALESCE(v_commit AND v_id > 0 AND v_group IS NULL AND (v_short OR v_expired), FALSE);
     IF v_group IS NOT NULL THEN
         -- as queue_commit, BEFORE the reserve, so its group's next message can be reserved
         CALL pyqueue__own_transaction(TRUE, v_own);
         CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
                                   UTC_TIMESTAMP(6), v_own, v_done);
-    ELSEIF v_commit AND v_id > 0 AND v_txn = 1 THEN
-        -- in the call's own transaction the commit comes first too: its row lock is then taken before any lock of the
-        -- reserve (the SKIP LOCKED read that finds every ready row taken locks the first entry past them, the row of
-        -- a message another call is about to commit: committing after it, two calls deadlocked); the order is
-        -- invisible, as the transaction stands or falls whole
+    ELSEIF v_first THEN
         CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history, v_done);
     END IF;
     IF v_short THEN
@@ -3395,7 +3403,7 @@ BEGIN
                                   v_paused);
         END IF;
     END IF;
-    IF v_commit AND v_group IS NULL AND v_id > 0 AND v_txn = 0 THEN
+    IF v_commit AND v_group IS NULL AND v_id > 0 AND NOT v_first THEN
         CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history, v_done);
     END IF;
     IF v_txn = 1 THEN COMMIT; END IF;
