@@ -2478,6 +2478,46 @@ BEGIN
      ORDER BY j.ord;
 END //
 
+-- pyqueue__claim_short: the single-message short way of queue_reserve and queue_commit_reserve, inside the caller's
+-- transaction: the oldest ready message of priority 0 of in_queue that no other transaction holds (FOR UPDATE SKIP
+-- LOCKED: concurrent reserves take different messages instead of racing for the oldest), claimed by id with a random
+-- token of its own: scheduled_at = now + (in_timeout, else in_vis), attempts + 1, reserved_by = in_worker. out_id and
+-- out_token: the claim; NULL when nothing is ready at priority 0 or the message is due for dead-lettering (the general
+-- way takes both). Locks: the claimed row, until the caller's transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__claim_short //
+CREATE PROCEDURE pyqueue__claim_short(
+    IN  in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_worker  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_timeout DECIMAL(20,6),
+    IN  in_vis     DECIMAL(20,6),
+    IN  in_max     INT,
+    OUT out_id     BIGINT,
+    OUT out_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+    DECLARE v_att INT;
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET out_id = NULL;
+        SELECT m.id, m.attempts INTO out_id, v_att
+          FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+         WHERE m.queue_name = in_queue AND m.priority = 0 AND m.scheduled_at <= v_now
+         ORDER BY m.scheduled_at, m.id
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+    END;
+    SET out_token = NULL;
+    IF out_id IS NOT NULL AND (in_max IS NULL OR v_att < in_max) THEN
+        CALL pyqueue__random_token(out_token);
+        UPDATE pyqueue_message
+           SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND,
+               attempts = attempts + 1, reserved_by = in_worker, reserve_token = out_token
+         WHERE id = out_id;
+    ELSE
+        SET out_id = NULL;
+    END IF;
+END //
+
 -- queue_reserve: hands out up to in_n ready messages, highest priority first, FIFO within one; each is invisible to
 -- others until in_timeout (NULL = the queue's visibility_timeout) and carries a fresh random token. in_worker is
 -- recorded; in_kinds NULL = any, else a non-empty JSON array of strings. attempts counts this delivery. A message whose
@@ -2503,11 +2543,10 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_found, v_att, v_claims INT;
+    DECLARE v_max, v_found, v_claims INT;
     DECLARE v_paused, v_limited, v_checked, v_above BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_id BIGINT;
-    DECLARE v_now, v_until DATETIME(6);
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_own, v_txn INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
@@ -2551,25 +2590,10 @@ BEGIN
         -- dead-lettering, a deadlock) goes the general way below, which walks every priority.
         BEGIN
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET v_claims = 0; END;
-            SET v_now = UTC_TIMESTAMP(6), v_claims = 0;
+            SET v_claims = 0;
             START TRANSACTION;
-            BEGIN
-                DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_id = NULL;
-                SELECT m.id, m.attempts INTO v_id, v_att
-                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                 WHERE m.queue_name = v_queue AND m.priority = 0 AND m.scheduled_at <= v_now
-                 ORDER BY m.scheduled_at, m.id
-                 LIMIT 1
-                   FOR UPDATE SKIP LOCKED;
-            END;
-            IF v_id IS NOT NULL AND (v_max IS NULL OR v_att < v_max) THEN
-                SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
-                CALL pyqueue__random_token(v_token);
-                UPDATE pyqueue_message
-                   SET scheduled_at = v_until, attempts = attempts + 1, reserved_by = in_worker, reserve_token = v_token
-                 WHERE id = v_id;
-                SET v_claims = ROW_COUNT();
-            END IF;
+            CALL pyqueue__claim_short(v_queue, in_worker, in_timeout, v_vis, v_max, v_id, v_token);
+            SET v_claims = v_id IS NOT NULL;
             COMMIT;
         END;
         IF v_claims = 1 THEN
@@ -3309,8 +3333,6 @@ BEGIN
     DECLARE v_short BOOLEAN DEFAULT FALSE;
     DECLARE v_expired, v_first BOOLEAN;
     DECLARE v_next BIGINT;
-    DECLARE v_att INT;
-    DECLARE v_now, v_until DATETIME(6);
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
     IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
@@ -3371,23 +3393,9 @@ BEGIN
     IF v_short THEN
         -- one message of priority 0 as queue_reserve's short way takes it, inside this call's transaction: the oldest
         -- ready one that no other call holds (SKIP LOCKED), claimed by id; anything else goes the general way
-        BEGIN
-            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_next = NULL;
-            SET v_now = UTC_TIMESTAMP(6);
-            SELECT m.id, m.attempts INTO v_next, v_att
-              FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-             WHERE m.queue_name = v_queue AND m.priority = 0 AND m.scheduled_at <= v_now
-             ORDER BY m.scheduled_at, m.id
-             LIMIT 1
-               FOR UPDATE SKIP LOCKED;
-        END;
-        IF v_next IS NOT NULL AND (v_max IS NULL OR v_att < v_max) THEN
-            SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
-            CALL pyqueue__random_token(v_token);
-            UPDATE pyqueue_message
-               SET scheduled_at = v_until, attempts = attempts + 1, reserved_by = in_worker, reserve_token = v_token
-             WHERE id = v_next;
-            SET v_claims = ROW_COUNT();
+        CALL pyqueue__claim_short(v_queue, in_worker, in_timeout, v_vis, v_max, v_next, v_token);
+        IF v_next IS NOT NULL THEN
+            SET v_claims = 1;
             SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
                    m.attempts, m.created_at, m.scheduled_at_initially
               FROM pyqueue_message m FORCE INDEX (PRIMARY)
