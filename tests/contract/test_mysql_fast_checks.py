@@ -102,6 +102,16 @@ def _keys(rows) -> list[str]:
     return [row[0] for row in rows]
 
 
+def _in_threads(count: int, target, seconds: float = 60) -> None:
+    """Runs target(slot) for slots 0..count-1 in threads at once; all must end within seconds."""
+    threads = [threading.Thread(target=target, args=(slot,)) for slot in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds)
+    assert not any(thread.is_alive() for thread in threads)
+
+
 def test_a_single_reserve_whose_top_priority_has_nothing_ready_takes_the_next_priority(sql, queue):
     sql("CALL queue_push(%s, 'later', 'k', '{}', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 9)", queue)
     sql("CALL queue_push(%s, 'low', 'k', '{}', NULL, 1)", queue)
@@ -169,12 +179,7 @@ def test_single_reserves_racing_in_autocommit_hand_out_every_message_once(dsn, s
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=consume, args=(slot,)) for slot in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(thread.is_alive() for thread in threads)
+    _in_threads(4, consume)
     assert sorted(key for part in got for key in part) == sorted(keys)
     assert sql("SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s", queue) == [(0,)]
 
@@ -268,12 +273,7 @@ def test_commit_reserves_racing_in_autocommit_hand_out_every_message_once(dsn, s
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=consume, args=(slot,)) for slot in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(thread.is_alive() for thread in threads)
+    _in_threads(4, consume)
     assert sorted(key for part in got for key in part) == sorted(keys)
     assert sql("SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s", queue) == [(0,)]
 
@@ -293,7 +293,7 @@ def test_commit_reserves_racing_on_a_queue_with_limits_rarely_deadlock(dsn, sql,
     retries: list[int] = []
     failures: list[BaseException] = []
 
-    def consume() -> None:
+    def consume(_slot: int) -> None:
         try:
             with pyqueue_sql.connect(dsn) as db:
                 q = db.queue(queue)
@@ -313,12 +313,7 @@ def test_commit_reserves_racing_on_a_queue_with_limits_rarely_deadlock(dsn, sql,
         except BaseException as exc:  # reported below, with the thread's failure
             failures.append(exc)
 
-    threads = [threading.Thread(target=consume) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not any(thread.is_alive() for thread in threads)
+    _in_threads(8, consume, seconds=120)
     assert not failures, failures
     assert sorted(done) == sorted(f"m{i}" for i in range(300))
     # committing first, the calls deadlocked about 200 times on 300 messages; after the reserve, a few
