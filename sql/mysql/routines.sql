@@ -1396,7 +1396,7 @@ BEGIN
             IF in_how = 'pop' AND v_found = 0 THEN
                 SET out_done = -1;
             ELSEIF in_how = 'remove' THEN
-                DELETE FROM pyqueue_message WHERE id = in_id AND queue_name = in_queue;
+                DELETE m FROM pyqueue_message m FORCE INDEX (PRIMARY) WHERE m.id = in_id AND m.queue_name = in_queue;
                 SET out_done = ROW_COUNT();
             ELSEIF in_how IN ('commit', 'pop') THEN
                 CALL pyqueue__archive(in_queue, in_id, in_token, IF(in_how = 'pop', 'popped', 'committed'), NULL,
@@ -1411,7 +1411,7 @@ BEGIN
                 CALL pyqueue__archive(in_queue, in_id, in_token, 'moved', in_to_queue, in_now, v_hist);
                 BEGIN
                     DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
-                    UPDATE pyqueue_message
+                    UPDATE pyqueue_message FORCE INDEX (PRIMARY)
                        SET attempts = 0, dead_from = NULL, dead_attempts = NULL, group_key = NULL,
                            queue_name = in_to_queue,
                            payload = COALESCE(in_payload, payload),
@@ -2760,7 +2760,7 @@ BEGIN
                             CALL pyqueue__random_token(v_token);
                             IF v_attempts >= v_max THEN
                                 -- its last allowed reservation expired: claim it to dead-letter (attempts unchanged)
-                                UPDATE pyqueue_message
+                                UPDATE pyqueue_message FORCE INDEX (PRIMARY)
                                    SET scheduled_at = v_until, reserve_token = v_token,
                                        last_error = COALESCE(last_error,
                                                              'reservation expired on its last allowed delivery')
@@ -2784,7 +2784,7 @@ BEGIN
                                     END IF;
                                     CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
                                 END IF;
-                                UPDATE pyqueue_message
+                                UPDATE pyqueue_message FORCE INDEX (PRIMARY)
                                    SET scheduled_at = v_until,
                                        attempts = attempts + 1,
                                        reserved_by = in_worker,
@@ -3149,7 +3149,7 @@ BEGIN
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 -- queue_name again: a concurrent queue_move may have moved the row out
-                DELETE FROM pyqueue_message WHERE id = v_id AND queue_name = v_queue;
+                DELETE m FROM pyqueue_message m FORCE INDEX (PRIMARY) WHERE m.id = v_id AND m.queue_name = v_queue;
                 SET v_done = ROW_COUNT();
             END;
         UNTIL v_retry = 0 END REPEAT;
@@ -4447,7 +4447,7 @@ BEGIN
         held: LOOP
             FETCH c_held INTO v_id, v_token;
             IF v_done = 1 THEN LEAVE held; END IF;
-            UPDATE pyqueue_message
+            UPDATE pyqueue_message FORCE INDEX (PRIMARY)
                SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
              WHERE id = v_id AND reserve_token = v_token AND scheduled_at > v_now;
             SET v_count = v_count + ROW_COUNT();
@@ -4576,8 +4576,8 @@ END //
 -- queue_ingest_flush: enqueues the rows plain INSERTs put into queue_ingest (Spark's df.write.jdbc) of in_queue (NULL =
 -- every queue): each becomes a live message (dedup, the first wins; FIFO in insertion order); a bad row (queue_push's
 -- checks) goes to pyqueue_ingest_reject with its reason 'pyqueue:<code>: ...'. Every row leaves queue_ingest. Result:
--- one row (enqueued, duplicates, rejected). Steps: reject bad rows, delete duplicates of live messages, one INSERT
--- IGNORE ... SELECT of the rest, delete them. Concurrency: appends never wait. The flush takes the rows up to the
+-- one row (enqueued, duplicates, rejected). Steps: reject bad rows, delete duplicates of live messages (found by a
+-- plain read, no lock on pyqueue_message), one INSERT IGNORE ... SELECT of the rest, delete them. Concurrency: appends never wait. The flush takes the rows up to the
 -- highest ingest_id it sees, after a locking read that waits for appends in flight below it; every read locks, so it
 -- enqueues exactly the rows it deletes. Flushes are serialised by rows of pyqueue_ingest_lock (a queue's row, and ''
 -- shared; '' alone for every queue). In autocommit mode it runs in a transaction of its own; inside yours it is part of
@@ -4594,7 +4594,9 @@ BEGIN
     DECLARE v_dlq, v_scope VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused BOOLEAN;
     DECLARE v_now DATETIME(6);
-    DECLARE v_max, v_mark BIGINT;
+    DECLARE v_max, v_mark, v_from, v_to BIGINT;
+    DECLARE v_page INT;
+    DECLARE v_ids LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_pending, v_enqueued, v_rejected, v_deleted, v_dups BIGINT DEFAULT 0;
     DECLARE v_tries, v_deadlock INT DEFAULT 0;
     DECLARE v_lockname VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -4730,12 +4732,33 @@ BEGIN
                 DELETE FROM queue_ingest
                  WHERE ingest_id IN (SELECT r.ingest_id FROM pyqueue_ingest_reject r WHERE r.id > v_mark);
             END IF;
-            -- duplicates of live messages go first, in one join (INSERT IGNORE meeting them is 5x slower)
-            DELETE i FROM queue_ingest i
-              JOIN pyqueue_message m
-                ON m.queue_name = i.queue_name AND m.p_key = i.p_key AND m.p_kind = i.p_kind
-             WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue);
-            SET v_dups = ROW_COUNT();
+            -- duplicates of live messages go first (INSERT IGNORE meeting them is 5x slower), found by a plain read
+            -- and deleted by id, a page at a time: a DELETE joined to pyqueue_message would hold shared locks on the
+            -- key index's gaps where each absent key would go, so a push inserting there, holding the AUTO-INC lock
+            -- this flush's INSERT below needs, deadlocked with it. A message the read misses (pushed since) is
+            -- still skipped by INSERT IGNORE; one it still sees was live when this flush began. A page holds what
+            -- JSON_ARRAYAGG can (MariaDB caps it at group_concat_max_len; under 44 bytes, one id at a time).
+            SET v_from = 0,
+                v_page = LEAST(20000, GREATEST(1, (@@SESSION.group_concat_max_len - 2) DIV 21));
+            dups: LOOP
+                SELECT MAX(d.ingest_id), IF(v_page = 1, NULL, JSON_ARRAYAGG(d.ingest_id)) INTO v_to, v_ids
+                  FROM (SELECT i.ingest_id
+                          FROM queue_ingest i
+                          JOIN pyqueue_message m
+                            ON m.queue_name = i.queue_name AND m.p_key = i.p_key AND m.p_kind = i.p_kind
+                         WHERE i.ingest_id > v_from AND i.ingest_id <= v_max
+                           AND (v_queue IS NULL OR i.queue_name = v_queue)
+                         ORDER BY i.ingest_id
+                         LIMIT v_page) d;
+                IF v_to IS NULL THEN LEAVE dups; END IF;
+                IF v_ids IS NULL THEN
+                    DELETE FROM queue_ingest WHERE ingest_id = v_to;
+                ELSE
+                    DELETE i FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS d
+                      JOIN queue_ingest i ON i.ingest_id = d.id;
+                END IF;
+                SET v_dups = v_dups + ROW_COUNT(), v_from = v_to;
+            END LOOP;
             -- what is left passed every check: IGNORE skips only repeats and rows that went live meanwhile
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,

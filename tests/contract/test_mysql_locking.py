@@ -172,6 +172,57 @@ def test_concurrent_flushes_of_one_queue_enqueue_each_row_once(dsn, sql):
     assert sorted(popped, key=lambda k: int(k[1:])) == [f"m{i}" for i in range(loaded)]
 
 
+@pytest.mark.parametrize("live_first", [False, True])
+def test_a_flush_in_an_open_transaction_makes_no_push_wait(dsn, sql, live_first):
+    """A flush inside an application's transaction holds no lock on the gaps of the
+    key index: pushes of keys that sort between its keys and the live ones go in at
+    once (1 s lock wait timeout). Locking those gaps, a flush deadlocked with a batch
+    push that held the AUTO-INC lock its own INSERT needed. Its dedup still holds:
+    the duplicates of live messages are dropped, the first of a repeated key wins."""
+    queue = unique("flushgap")
+    sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", queue)
+    for key in ("c", "x"):
+        sql("CALL queue_push(%s, %s, 'k', '\"live\"', NULL, NULL)", queue, key)
+    holder = connect(dsn, autocommit=False)
+    other = connect(dsn)
+    try:
+        call(other, "SET SESSION innodb_lock_wait_timeout = 1")
+        rows = [(queue, key, f'"{key}{i}"') for i, key in enumerate(("m", "c", "e", "m", "t"))]
+        with holder.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES (%s, %s, 'k', %s)", rows
+            )
+        if live_first:  # the application's transaction read the live table before it flushed
+            call(holder, "SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s", queue)
+        assert call(holder, "CALL queue_ingest_flush(%s)", queue) == [(3, 2, 0)]
+        # a key in every gap around the flush's keys but one: between e and the repeated m, where the
+        # INSERT IGNORE meeting its own m locks the gap (inside the statement that holds the AUTO-INC lock)
+        for key in ("d", "n", "p", "u", "z"):
+            assert call(other, "CALL queue_push(%s, %s, 'k', '\"other\"', NULL, NULL)", queue, key) == [(1,)]
+        batch = [{"p_key": f"q{i}", "p_kind": "k", "payload": i} for i in range(20)]
+        assert call(
+            other, "CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", queue, json.dumps(batch)
+        ) == [(20,)]
+        holder.commit()
+    finally:
+        holder.close()
+        other.close()
+    payloads = dict(sql("SELECT p_key, payload FROM pyqueue_message WHERE queue_name = %s", queue))
+    assert {k: json.loads(v) for k, v in payloads.items() if not k.startswith("q")} == {
+        "c": "live",
+        "x": "live",
+        "m": "m0",
+        "e": "e2",
+        "t": "t4",
+        "d": "other",
+        "n": "other",
+        "p": "other",
+        "u": "other",
+        "z": "other",
+    }
+    assert sql("SELECT COUNT(*) FROM queue_ingest WHERE queue_name = %s", queue) == [(0,)]
+
+
 # ---- concurrency limits -------------------------------------------------------
 
 
