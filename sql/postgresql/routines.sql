@@ -347,20 +347,6 @@ BEGIN
 END;
 $$;
 
--- pyqueue__ready_from: where the reserve starts reading the queue's ready
--- ranges: its ready_from, or an earlier time that a write of a message in
--- the past recorded in pyqueue_ready_lower. Every live message of the queue
--- is scheduled at or after it. Takes no locks.
-CREATE OR REPLACE FUNCTION pyqueue__ready_from(in_queue text)
-RETURNS timestamptz
-LANGUAGE sql STABLE
-AS $$
-    SELECT coalesce(LEAST(
-               (SELECT rf.ready_from FROM pyqueue_ready_from rf WHERE rf.queue_name::text = in_queue),
-               (SELECT pg_catalog.min(l.lowered_to) FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue)),
-           '-infinity'::timestamptz)
-$$;
-
 -- pyqueue__ready_from_lower: keeps the queue's ready_from a lower bound after
 -- a write of a message at in_at (in_now: the writer's clock, read after its
 -- transaction took its id). A proposed bound (pyqueue__ready_from_advance)
@@ -543,9 +529,6 @@ BEGIN
           INTO v_from, v_from_id, v_lowered, v_priority
           FROM pyqueue_ready_from rf WHERE rf.queue_name::text = in_queue;
     END IF;
-    IF v_limited THEN  -- limits
-        RETURN pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds);
-    END IF;
     IF v_from IS NULL THEN  -- no bound row: from the start
         v_from := '-infinity';
         v_from_id := NULL;
@@ -559,9 +542,12 @@ BEGIN
           FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
          ORDER BY m.priority DESC LIMIT 1;
     END IF;
+    IF v_limited THEN  -- limits
+        RETURN pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds, v_from, v_from_id, v_priority);
+    END IF;
     WHILE v_priority IS NOT NULL LOOP
         IF v_empty >= 8 THEN
-            RETURN v_tids || pyqueue__due_tids(in_queue, in_now, v_left, in_kinds, v_priority, v_from);
+            RETURN v_tids || pyqueue__due_tids(in_queue, in_now, v_left, in_kinds, v_priority, v_from, v_from_id);
         END IF;
         SELECT pg_catalog.array_agg(r.tid) INTO v_step
           FROM (SELECT m.ctid AS tid
@@ -600,7 +586,7 @@ $$;
 -- bigint comparison so that it cannot be an index condition of
 -- pyqueue_message_ready_idx (that index scan would read the waiting rows).
 CREATE OR REPLACE FUNCTION pyqueue__due_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[],
-                                             in_priority integer, in_from timestamptz)
+                                             in_priority integer, in_from timestamptz, in_from_id bigint)
 RETURNS tid[]
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_incremental_sort = off
@@ -611,7 +597,8 @@ BEGIN
               FROM (SELECT m.ctid AS tid
                       FROM pyqueue_message m
                      WHERE m.queue_name::text = in_queue
-                       AND m.scheduled_at < 'infinity' AND m.scheduled_at >= in_from AND m.scheduled_at <= in_now
+                       AND m.scheduled_at < 'infinity' AND (m.scheduled_at, m.id) >= (in_from, in_from_id)
+                       AND m.scheduled_at <= in_now
                        AND m.priority::bigint <= in_priority::bigint
                        AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
                      ORDER BY m.priority DESC, m.scheduled_at, m.id
@@ -963,8 +950,12 @@ $$;
 -- nothing), so that a full kind cannot hold an exhausted message back.
 -- Unlike pyqueue__ready_tids it visits every priority down to the last one
 -- it takes rows from (limits keep their slot bookkeeping per candidate).
+-- pyqueue__ready_tids read where it starts: the queue's top priority
+-- (in_top) and its bound, (in_from, in_from_id), where each priority's
+-- range starts.
 CREATE OR REPLACE FUNCTION pyqueue__limited_tids(in_queue text, in_now timestamptz, in_n integer,
-                                                 in_kinds text[])
+                                                 in_kinds text[], in_from timestamptz, in_from_id bigint,
+                                                 in_top integer)
 RETURNS tid[]
 LANGUAGE plpgsql
 AS $$
@@ -979,14 +970,11 @@ DECLARE
     v_left     integer := in_n;
     v_skipped  boolean;
     r          record;
-    v_from     timestamptz;
 BEGIN
-    v_from := pyqueue__ready_from(in_queue);
     SELECT coalesce(pg_catalog.array_agg(l.p_kind::text), '{}') INTO v_limited
       FROM pyqueue_limit l WHERE l.queue_name::text = in_queue;
     SELECT q.max_attempts INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
-    SELECT pg_catalog.max(m.priority) INTO v_priority FROM pyqueue_message m
-     WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity';
+    v_priority := in_top;
     WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
         LOOP
             v_skipped := false;
@@ -995,7 +983,8 @@ BEGIN
                   FROM pyqueue_message m
                  WHERE m.queue_name::text = in_queue
                    AND m.priority = v_priority
-                   AND m.scheduled_at > '-infinity' AND m.scheduled_at >= v_from AND m.scheduled_at <= in_now
+                   AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (in_from, in_from_id)
+                   AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
                    AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
                    AND (m.p_kind::text <> ALL (v_full) OR m.attempts >= v_max)
                    AND m.id <> ALL (v_seen)
@@ -3844,7 +3833,7 @@ $$;
 REVOKE EXECUTE ON FUNCTION
     pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
     pyqueue__check_batch_size, pyqueue__bad_name, pyqueue__check_batch, pyqueue__check_kinds, pyqueue__check_reserve,
-    pyqueue__ready_from, pyqueue__ready_from_lower, pyqueue__ready_from_advance,
+    pyqueue__ready_from_lower, pyqueue__ready_from_advance,
     pyqueue__ready_tids, pyqueue__due_tids,
     pyqueue__reserve, pyqueue__dead_letter, pyqueue__give_back,
     pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,

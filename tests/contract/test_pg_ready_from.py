@@ -73,8 +73,15 @@ def _advance_past(conn, queue, at, seconds=30.0):
 
 
 def _ready_from(conn, queue):
-    # -infinity (never moved) as a time Python can hold
-    return _run(conn, "SELECT greatest(pyqueue__ready_from(%s), timestamptz '2000-01-01Z')", (queue,))[0][0]
+    """The time the reserve starts reading the queue from: its bound's, or a lower one a write in
+    the past recorded; -infinity (never moved) as a time Python can hold."""
+    return _run(
+        conn,
+        "SELECT greatest(least((SELECT ready_from FROM pyqueue_ready_from WHERE queue_name = %(q)s),"
+        " (SELECT min(lowered_to) FROM pyqueue_ready_lower WHERE queue_name = %(q)s)),"
+        " timestamptz '2000-01-01Z')",
+        {"q": queue},
+    )[0][0]
 
 
 def _pop_buffers(conn, queue) -> int:
@@ -134,11 +141,18 @@ def _bound(conn, queue):
     )[0]
 
 
-def test_under_a_held_snapshot_the_reserve_starts_past_the_consumed_part_of_a_run_pushed_at_once(queue, pg):
+@pytest.mark.parametrize("limits", [False, True], ids=["no-limits", "limits"])
+def test_under_a_held_snapshot_the_reserve_starts_past_the_consumed_part_of_a_run_pushed_at_once(
+    queue, pg, limits
+):
     """A backlog pushed in one call shares one scheduled_at: a bound by time alone stays at that
     time while any of it is live, and every reserve walked the dead entries of the part consumed
-    already. The bound by (scheduled_at, id) lies inside the run, at its first live message."""
+    already. The bound by (scheduled_at, id) lies inside the run, at its first live message; on a
+    queue with concurrency limits (another kind's, here) too, whose reserve takes one candidate at
+    a time."""
     conn, holder = pg(), pg()
+    if limits:
+        _run(conn, "SELECT queue_set_limit(%s, 'other', 5)", (queue.name,))
     total = CHURNED + 100
     _run(
         conn,

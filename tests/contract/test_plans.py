@@ -60,6 +60,20 @@ PG_STATEMENTS = {
         False,
         "pyqueue__ready_tids",
     ),
+    # pyqueue__limited_tids, one priority's candidates on a queue with limits
+    "limited_step": (
+        "SELECT m.ctid, m.id, m.p_key, m.p_kind, m.attempts FROM pyqueue_message m "
+        "WHERE m.queue_name = $1 AND m.priority = $2 AND m.scheduled_at > '-infinity' "
+        "AND (m.scheduled_at, m.id) >= ($6, $7) AND (m.scheduled_at, m.id) <= ($3, 9223372036854775807) "
+        "AND ($4::text[] IS NULL OR m.p_kind = ANY ($4::text[])) "
+        "AND (m.p_kind <> ALL ($8::text[]) OR m.attempts >= $9) AND m.id <> ALL ($10::bigint[]) "
+        "ORDER BY m.scheduled_at, m.id LIMIT $5 FOR UPDATE SKIP LOCKED",
+        "(text, integer, timestamptz, text[], integer, timestamptz, bigint, text[], integer, bigint[])",
+        f"('{QUEUE}', 0, clock_timestamp(), NULL, 10, '-infinity', 0, '{{}}', 1, '{{}}')",
+        READY_IDX,
+        False,
+        "pyqueue__limited_tids",
+    ),
     # pyqueue__ready_tids, the walk from one priority to the next
     "top_priority": (
         "SELECT m.priority FROM pyqueue_message m WHERE m.queue_name = $1 AND m.scheduled_at > '-infinity' "
@@ -82,11 +96,12 @@ PG_STATEMENTS = {
     # pyqueue__due_tids: the ready rows by time once the walk stops (sorted by design)
     "due_rows": (
         "SELECT m.ctid FROM pyqueue_message m "
-        "WHERE m.queue_name = $1 AND m.scheduled_at < 'infinity' AND m.scheduled_at <= $2 AND m.priority::bigint <= $3::bigint "
+        "WHERE m.queue_name = $1 AND m.scheduled_at < 'infinity' AND (m.scheduled_at, m.id) >= ($6, $7) "
+        "AND m.scheduled_at <= $2 AND m.priority::bigint <= $3::bigint "
         "AND ($4::text[] IS NULL OR m.p_kind = ANY ($4::text[])) "
         "ORDER BY m.priority DESC, m.scheduled_at, m.id LIMIT $5 FOR UPDATE SKIP LOCKED",
-        "(text, timestamptz, integer, text[], integer)",
-        f"('{QUEUE}', clock_timestamp(), 0, NULL, 10)",
+        "(text, timestamptz, integer, text[], integer, timestamptz, bigint)",
+        f"('{QUEUE}', clock_timestamp(), 0, NULL, 10, '-infinity', 0)",
         DUE_IDX,
         True,
         "pyqueue__due_tids",
@@ -230,7 +245,7 @@ def _pg_plan_problem(name: str, plan: str) -> str | None:
         return f"is not driven by the sorted batch:\n{plan}"
     if name == "commit_batch" and not re.search(rf"{index}.*\n\s*Index Cond: [^\n]*p_key", plan):
         return f"does not probe the key of each element:\n{plan}"
-    if name in ("ready_step", "bound_first") and not re.search(
+    if name in ("ready_step", "limited_step", "due_rows", "bound_first") and not re.search(
         rf"{index}.*\n\s*Index Cond: [^\n]*ROW\(scheduled_at, id\) >=", plan
     ):
         return f"does not start its range at the bound (scheduled_at, id):\n{plan}"
