@@ -4577,12 +4577,13 @@ END //
 -- every queue): each becomes a live message (dedup, the first wins; FIFO in insertion order); a bad row (queue_push's
 -- checks) goes to pyqueue_ingest_reject with its reason 'pyqueue:<code>: ...'. Every row leaves queue_ingest. Result:
 -- one row (enqueued, duplicates, rejected). Steps: reject bad rows, delete duplicates of live messages (found by a
--- plain read, no lock on pyqueue_message), one INSERT IGNORE ... SELECT of the rest, delete them. Concurrency: appends never wait. The flush takes the rows up to the
--- highest ingest_id it sees, after a locking read that waits for appends in flight below it; every read locks, so it
--- enqueues exactly the rows it deletes. Flushes are serialised by rows of pyqueue_ingest_lock (a queue's row, and ''
--- shared; '' alone for every queue). In autocommit mode it runs in a transaction of its own; inside yours it is part of
--- it. Where the server cannot tell (MySQL 8.0) each step is its own statement, serialised also by the named lock
--- 'pyqueue-sql ingest flush <database>' (up to 300 s); an interruption there leaves rows to flush again.
+-- plain read: no lock on pyqueue_message), one INSERT IGNORE ... SELECT of the rest, delete them. Concurrency: appends
+-- never wait. The flush takes the rows up to the highest ingest_id it sees, after a locking read that waits for appends
+-- in flight below it; its INSERT ... SELECT reads them with locks, so it enqueues exactly the rows it deletes. Flushes
+-- are serialised by rows of pyqueue_ingest_lock (a queue's row, and '' shared; '' alone for every queue). In autocommit
+-- mode it runs in a transaction of its own; inside yours it is part of it. Where the server cannot tell (MySQL 8.0)
+-- each step is its own statement, serialised also by the named lock 'pyqueue-sql ingest flush <database>' (up to
+-- 300 s); an interruption there leaves rows to flush again.
 -- Locks: the pyqueue_ingest_lock rows, the flushed rows, shared locks on queue rows, the new messages.
 DROP PROCEDURE IF EXISTS queue_ingest_flush //
 CREATE PROCEDURE queue_ingest_flush(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
