@@ -312,7 +312,10 @@ def _reserve_as_gap_lock_victim(dsn, sql, queue: str, other: str, n: int) -> dic
 
         thread = threading.Thread(target=reserve)
         thread.start()
-        deadline = time.monotonic() + 10
+        # generous: before its claim the reserve may wait, outside InnoDB, for other sessions installing
+        # routines (a procedure's first call on a connection reads it from mysql.proc); the loop ends as
+        # soon as the claim waits
+        deadline = time.monotonic() + 60
         while not call(
             watcher,
             "SELECT 1 FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'",
