@@ -2748,9 +2748,22 @@ BEGIN
       FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(v_texts))
            WITH ORDINALITY AS b (k, kd, tk, ord)
      WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.tk IS NULL;
-    SELECT pg_catalog.min(b.ord) INTO v_malformed  -- MySQL's error for a token not shaped like one
-      FROM pg_catalog.unnest(v_texts) WITH ORDINALITY AS b (tk, ord)
-     WHERE b.tk !~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$';
+    -- Every token shaped as MySQL's are (8-4-4-4-12 hex digits, either case): then each casts to a
+    -- uuid whose text is the token in lower case, which one comparison of the whole arrays shows
+    -- (NULL elements, refused above, drop out of both sides). A regular expression per element
+    -- cost a quarter of the call; it runs only when that comparison fails, to find the element
+    -- (uuid's input also takes other shapes: braces, no or other hyphens).
+    BEGIN
+        v_tokens := v_texts::uuid[];
+    EXCEPTION WHEN invalid_text_representation THEN
+        v_tokens := NULL;
+    END;
+    IF v_tokens IS NULL
+       OR pg_catalog.array_to_string(v_tokens, ',') <> pg_catalog.lower(pg_catalog.array_to_string(v_texts, ',')) THEN
+        SELECT pg_catalog.min(b.ord) INTO v_malformed  -- MySQL's error for a token not shaped like one
+          FROM pg_catalog.unnest(v_texts) WITH ORDINALITY AS b (tk, ord)
+         WHERE b.tk !~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$';
+    END IF;
     IF v_malformed IS NOT NULL AND v_malformed < coalesce(v_bad, v_n + 1) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch: bad p_key/p_kind or malformed token', v_malformed
             USING ERRCODE = '22023';
@@ -2759,7 +2772,6 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
             USING ERRCODE = '22023';
     END IF;
-    v_tokens := v_texts::uuid[];
     IF v_queue.history_retention IS NOT NULL
        OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key LIKE '%@____-__-__T__:__:__Z')
        OR EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN

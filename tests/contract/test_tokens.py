@@ -78,7 +78,13 @@ def test_a_batch_of_tokens_still_commits_rolls_back_and_extends(queue):
 
 # -- one malformed-token error on both dialects -------------------------------------------
 
-BAD_TOKENS = ["nope", "", "0" * 36, "{" + str(uuid.uuid4()) + "}", str(uuid.uuid4()) + "\n", "x" * 200]
+SOME_UUID = "0f8fad5b-d9cb-469f-a165-70867728950e"  # fixed: test ids must be the same in every process
+BAD_TOKENS = ["nope", "", "0" * 36, "{" + SOME_UUID + "}", SOME_UUID + "\n", "x" * 200]
+# shapes PostgreSQL's uuid type reads but the contract refuses: no hyphens, hyphens elsewhere
+UUID_SHAPES = [
+    SOME_UUID.replace("-", ""),
+    "-".join(SOME_UUID.replace("-", "")[i : i + 4] for i in range(0, 32, 4)),
+]
 
 
 def _calls(dialect: str) -> dict[str, str]:
@@ -115,25 +121,31 @@ def test_a_malformed_token_is_the_same_error_through_sql_on_both_dialects(queue,
     assert queue.commit(replace(held, token=held.token.upper())) is True
 
 
-def test_a_malformed_token_in_a_commit_batch_is_the_same_error_on_both_dialects(queue, raw):
+@pytest.mark.parametrize("bad", BAD_TOKENS + UUID_SHAPES)
+def test_a_malformed_token_in_a_commit_batch_is_the_same_error_on_both_dialects(queue, raw, bad):
     queue.push_many([("a", "k", 1), ("b", "k", 2)])
     a, b = queue.reserve(n=2)
     pg = queue.db.dialect.name == "postgresql"
     if pg:
         sql, args = (
             "SELECT queue_commit_batch(%s, %s, %s, %s)",
-            (queue.name, ["a", "b"], ["k", "k"], [a.token, "nope"]),
+            (queue.name, ["a", "b"], ["k", "k"], [a.token.upper(), bad]),
         )
     else:
         import json
 
         sql = "CALL queue_commit_batch(%s, %s, %s, %s)"
-        args = (queue.name, json.dumps(["a", "b"]), json.dumps(["k", "k"]), json.dumps([a.token, "nope"]))
+        args = (
+            queue.name,
+            json.dumps(["a", "b"]),
+            json.dumps(["k", "k"]),
+            json.dumps([a.token.upper(), bad]),
+        )
     with pytest.raises(Exception) as refused:
         raw(sql, args)
     assert "pyqueue:invalid_argument: element 2 of the batch: bad p_key/p_kind or malformed token" in str(
         refused.value
-    )
+    ), (bad, refused.value)
     assert queue.stats().reserved == 2  # nothing committed
     assert queue.commit_many([a, b]) == 2
 
