@@ -20,8 +20,17 @@ per second and mean latency, and each routine's calls and microseconds per call 
 from the counters after the run. The functions' time does not count what the call costs outside
 them: parsing and planning the top-level statement, the commit and its WAL flush, the network.
 The counting itself reads the clock around every function call, which costs a routine that calls
-helpers (pyqueue-sql's) more than one that does not (pgmq's): compare throughput with bench.py,
-and use this for where a routine's time goes.
+helpers (pyqueue-sql's) more than one that does not (pgmq's): use this for where a routine's time
+goes, and --no-track for throughput.
+
+    python bench/pg_profile.py --no-track --rounds 3 --clients 4
+
+--no-track counts nothing (the database keeps the server's track_functions): pgbench's throughput
+is then the two systems' side by side with a C client, what a psql or libpq application meets, and
+the report adds, per workload and client count, the median over the rounds of pyqueue-sql's
+throughput over pgmq's (each round runs both, in an order that alternates). Set beside bench.py's
+ratios (the same workloads through each system's Python client), it shows how much of those is the
+server and how much the client.
 Writes bench/results/pg_profile-<time>.{md,json} (--out DIR).
 """
 
@@ -32,6 +41,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -164,6 +174,10 @@ def main() -> None:
     )
     parser.add_argument("--backlog", type=int, default=100_000, help="messages queued in each system first")
     parser.add_argument("--workloads", default=",".join(SCRIPTS))
+    parser.add_argument("--rounds", type=int, default=1, help="runs of everything, interleaved (default 1)")
+    parser.add_argument(
+        "--no-track", action="store_true", help="count no function time: throughput side by side (see above)"
+    )
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
@@ -183,15 +197,11 @@ def main() -> None:
 
         install_pgmq_from_sql(dsn=dsn)
         name = dsn.rsplit("/", 1)[1]
-        _dbs.execute(
-            "postgresql",
-            dsn,
-            f"SELECT queue_create('{QUEUE}')",
-            f"SELECT pgmq.create('{QUEUE}')",
-            f"ALTER DATABASE \"{name}\" SET track_functions = 'all'",
-        )
+        _dbs.execute("postgresql", dsn, f"SELECT queue_create('{QUEUE}')", f"SELECT pgmq.create('{QUEUE}')")
+        if not args.no_track:
+            _dbs.execute("postgresql", dsn, f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
         # every reserve run takes its messages from the one backlog
-        needed = sum(
+        needed = args.rounds * sum(
             n * per_client(w, args.transactions) * BATCH_SHARE[w]
             for w in workloads
             if w.startswith("reserve")
@@ -200,25 +210,22 @@ def main() -> None:
         fill(dsn, max(args.backlog, needed + 1000))
         _dbs.execute("postgresql", dsn, "ANALYZE pyqueue_message", f"ANALYZE pgmq.q_{QUEUE}")
         with tempfile.TemporaryDirectory() as tmp:
-            for workload in workloads:
-                for n in clients:
-                    for system in ("pyqueue", "pgmq"):
-                        script = Path(tmp) / f"{workload}-{system}.sql"
-                        script.write_text(SCRIPTS[workload][system])
-                        result = run(pgbench, dsn, script, n, per_client(workload, args.transactions))
-                        result.update(workload=workload, clients=n, system=system)
-                        results.append(result)
-                        mine = [
-                            f for f in result["functions"] if f["function"].split(".")[-1].startswith(OURS)
-                        ]
-                        shown = mine if system == "pyqueue" else result["functions"]
-                        print(
-                            f"{workload:18s} {n} client(s) {system:8s} {result['tps']:9.1f} tps "
-                            + " ".join(
-                                f"{f['function'].split('.')[-1]}={f['self_us']:.0f}" for f in shown[:6]
-                            ),
-                            flush=True,
-                        )
+            for round_no, workload, n in (
+                (r, w, n) for r in range(args.rounds) for w in workloads for n in clients
+            ):
+                for system in ("pyqueue", "pgmq") if round_no % 2 == 0 else ("pgmq", "pyqueue"):
+                    script = Path(tmp) / f"{workload}-{system}.sql"
+                    script.write_text(SCRIPTS[workload][system])
+                    result = run(pgbench, dsn, script, n, per_client(workload, args.transactions))
+                    result.update(workload=workload, clients=n, system=system, round=round_no + 1)
+                    results.append(result)
+                    mine = [f for f in result["functions"] if f["function"].split(".")[-1].startswith(OURS)]
+                    shown = mine if system == "pyqueue" else result["functions"]
+                    print(
+                        f"{workload:18s} {n} client(s) {system:8s} {result['tps']:9.1f} tps "
+                        + " ".join(f"{f['function'].split('.')[-1]}={f['self_us']:.0f}" for f in shown[:6]),
+                        flush=True,
+                    )
     finally:
         _dbs.drop("postgresql", dsn)
     write(args.out, started, load_before, os.getloadavg(), results)
@@ -247,6 +254,28 @@ def write(out: str, started: dt.datetime, before: tuple, after: tuple, results: 
         lines.append(
             f"| {r['workload']} | {r['clients']} | {r['system']} | {r['tps']:,.0f} | {r['latency_ms']:.3f} | {functions} |"
         )
+    ratios: dict[tuple[str, int], list[float]] = {}
+    for r in results:
+        if r["system"] == "pyqueue":
+            [theirs] = [
+                o["tps"]
+                for o in results
+                if o["system"] == "pgmq"
+                and (o["workload"], o["clients"], o["round"]) == (r["workload"], r["clients"], r["round"])
+            ]
+            ratios.setdefault((r["workload"], r["clients"]), []).append(r["tps"] / theirs)
+    lines += [
+        "",
+        "pyqueue-sql's throughput over pgmq's (transactions of the same size): the median of the per-round "
+        "ratios and their range.",
+        "",
+        "| workload | clients | pyqueue / pgmq |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {w} | {n} | {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f}) |"
+        for (w, n), v in ratios.items()
+    ]
     (folder / f"pg_profile-{stamp}.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {folder}/pg_profile-{stamp}.md and .json")
 
