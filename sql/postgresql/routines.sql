@@ -2727,14 +2727,16 @@ DECLARE
     v_texts     text[];
     v_tokens    uuid[];
     v_malformed integer;
+    v_occurrence boolean;
 BEGIN
     v_queue := pyqueue__queue(in_queue);
     IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must not be NULL'
             USING ERRCODE = '22023';
     END IF;
-    -- the tokens as text[], whether they came as text[], uuid[] or an array literal
-    v_texts := in_tokens::text::text[];
+    -- the tokens as text[], whether they came as text[] (kept as it is), uuid[] or an array literal
+    -- (an assignment converts those through their text)
+    v_texts := in_tokens;
     v_n := pg_catalog.cardinality(in_keys);
     IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(v_texts) > 1
        OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(v_texts) <> v_n THEN
@@ -2744,10 +2746,11 @@ BEGIN
     IF v_n = 0 THEN
         RETURN 0;
     END IF;
-    SELECT pg_catalog.min(b.ord) INTO v_bad
+    SELECT pg_catalog.min(b.ord) FILTER (WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.tk IS NULL),
+           pg_catalog.bool_or(b.k LIKE '%@____-__-__T__:__:__Z')  -- a schedule's occurrence (see below)
+      INTO v_bad, v_occurrence
       FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(v_texts))
-           WITH ORDINALITY AS b (k, kd, tk, ord)
-     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.tk IS NULL;
+           WITH ORDINALITY AS b (k, kd, tk, ord);
     -- Every token shaped as MySQL's are (8-4-4-4-12 hex digits, either case): then each casts to a
     -- uuid whose text is the token in lower case, which one comparison of the whole arrays shows
     -- (NULL elements, refused above, drop out of both sides). A regular expression per element
@@ -2772,8 +2775,7 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
             USING ERRCODE = '22023';
     END IF;
-    IF v_queue.history_retention IS NOT NULL
-       OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS k (p_key) WHERE k.p_key LIKE '%@____-__-__T__:__:__Z')
+    IF v_queue.history_retention IS NOT NULL OR v_occurrence
        OR EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
         -- A queue that keeps history or has FIFO groups, or a batch holding
         -- occurrences of a schedule: each element through queue_commit
