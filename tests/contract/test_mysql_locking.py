@@ -400,46 +400,50 @@ def test_a_limited_reserve_failing_with_a_deadlock_leaves_no_claim_or_slot_behin
     assert slotted == handed_out, ("slots held for", sorted(slotted), out)
 
 
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The largest number of the (start, end) spans that cover one moment."""
+    edges = sorted([(end, -1) for _, end in spans] + [(start, 1) for start, _ in spans])  # ends first
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
 @pytest.mark.slow
 def test_reserve_extend_commit_on_a_limited_kind_never_deadlock(dsn, sql):
+    """8 sessions reserve, extend, commit and push again on a kind limited to 3: no call fails,
+    and no moment has more than 3 reservations held. Each worker's span runs from the reserve's
+    answer (its claim committed) to the moment it sends the commit (nothing deleted yet), inside
+    the reservation's life, on one clock: four overlapping spans are four reservations held at
+    once. (A concurrent reader counting reserved rows was seen, about once in 30 runs, to count a
+    claim committed after a commit whose delete it did not see: a state that never existed.)"""
     queue = unique("limit")
     sql("CALL queue_create(%s, 30, 1000000, NULL, NULL)", queue)
     sql("CALL queue_set_limit(%s, 'k', 3)", queue)
     batch = [{"p_key": f"m{i}", "p_kind": "k", "payload": {}} for i in range(200)]
     sql("CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", queue, json.dumps(batch))
-    cycles = [0]
-    most_live = [0]
+    spans: list[tuple[float, float]] = []
     lock = threading.Lock()
 
     def cycle(conn):
         rows = call(conn, "CALL queue_reserve(%s, 'w', NULL, 1, NULL)", queue)
         if not rows:
             return
+        held_from = time.monotonic()
         key, kind, token = rows[0][0], rows[0][1], rows[0][3]
         token = call(conn, "CALL queue_extend(%s, %s, %s, %s, NULL)", queue, key, kind, token)[0][0]
         assert token is not None
+        held_until = time.monotonic()
         assert call(conn, "CALL queue_commit(%s, %s, %s, %s)", queue, key, kind, token) == [(1,)]
-        call(conn, "CALL queue_push(%s, %s, %s, '{}', NULL, NULL)", queue, key, kind)
         with lock:
-            cycles[0] += 1
+            spans.append((held_from, held_until))
+        call(conn, "CALL queue_push(%s, %s, %s, '{}', NULL, NULL)", queue, key, kind)
 
-    def check(conn):
-        live = call(
-            conn,
-            "SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s"
-            # the clock as each row is read, not the statement's start (see test_limits.live)
-            " AND reserve_token IS NOT NULL AND scheduled_at > CONVERT_TZ(SYSDATE(6), @@session.time_zone, '+00:00')",
-            queue,
-        )[0][0]
-        most_live[0] = max(most_live[0], live)
-
-    checker = threading.Thread(target=lambda: hammer(dsn, 1, 4, check))
-    checker.start()
     errors = hammer(dsn, 8, 4, cycle)
-    checker.join()
     assert errors == {}
-    assert cycles[0] > 0
-    assert most_live[0] <= 3
+    assert len(spans) > 0
+    assert most_at_once(spans) <= 3
 
 
 @pytest.mark.slow
