@@ -240,8 +240,12 @@ def write(out: str, started: dt.datetime, before: tuple, after: tuple, results: 
         f"# Server time per routine (`python bench/pg_profile.py`, {started:%Y-%m-%d %H:%M} UTC)",
         "",
         f"Load average {before[0]:.1f} before, {after[0]:.1f} after. pgbench transactions per second; "
-        "each function's microseconds per call, total (with what it calls) / own, from "
-        "pg_stat_user_functions (track_functions = all).",
+        + (
+            "each function's microseconds per call, total (with what it calls) / own, from "
+            "pg_stat_user_functions (track_functions = all)."
+            if any(r["functions"] for r in results)
+            else "no function time counted (--no-track)."
+        ),
         "",
         "| workload | clients | system | tps | latency ms | function: calls, total / own µs per call |",
         "|---|---|---|---:|---:|---|",
