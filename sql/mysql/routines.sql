@@ -1816,7 +1816,6 @@ BEGIN
     SELECT MIN(b.ord) INTO v_bad
       FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
                ord         FOR ORDINALITY,
-               elem        JSON PATH '$',
                g           JSON PATH '$.group',
                t           JSON PATH '$.topic',
                k           JSON PATH '$.p_key',
@@ -1824,8 +1823,9 @@ BEGIN
                has_payload INT EXISTS PATH '$.payload',
                run_at      JSON PATH '$.run_at',
                priority    JSON PATH '$.priority')) AS b
-     WHERE (    JSON_TYPE(b.elem) = 'OBJECT'
-            AND (   in_member IS NULL
+     WHERE (    -- (an element that is not an object has no '$.p_key' string: refused below, as is;
+                --  a column of the whole element copied each payload once more)
+                (   in_member IS NULL
                  OR (    in_member = 'group'
                      AND (   COALESCE(JSON_TYPE(b.g), 'NULL') = 'NULL'
                           OR (    JSON_TYPE(b.g) = 'STRING'
@@ -1923,8 +1923,10 @@ BEGIN
                        kd       JSON PATH '$.p_kind',
                        payload  JSON PATH '$.payload',
                        run_at   JSON PATH '$.run_at',
-                       priority JSON PATH '$.priority')) AS b
-             ORDER BY b.ord;
+                       priority JSON PATH '$.priority')) AS b;
+            -- (no ORDER BY: JSON_TABLE yields the elements in array order, which gives the ids in batch
+            -- order and keeps the first of a repeated key; sorting the rows, payloads included, wrote a
+            -- temporary table to disk on every call, a sixth of its time)
             SET v_inserted = ROW_COUNT();
         END;
     UNTIL v_retry = 0 END REPEAT;
