@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import _thread
 import argparse
+import contextlib
+import logging
 import os
 import sys
 import threading
@@ -142,10 +144,42 @@ def _deliver_interrupts_from_finalizers(previous: Callable[[Any], None]) -> Call
     return hook
 
 
+class _NotLoggedInterrupts(logging.Filter):
+    """Drops a log record that carries a KeyboardInterrupt. A library may log a Ctrl-C that went
+    through it before passing it on: SQLAlchemy's pool logs "Exception during reset or similar"
+    with its traceback when the interrupt lands while a connection is given back or closed, then
+    raises it again. The command reports the interrupt itself (exit 130), without a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+
+
+@contextlib.contextmanager
+def interrupts_not_logged() -> Any:
+    """While in the block, records of a KeyboardInterrupt that reach logging's last-resort
+    handler (no logging configured: the CLI's case) are not printed."""
+    handler, quiet = logging.lastResort, _NotLoggedInterrupts()
+    if handler is not None:
+        handler.addFilter(quiet)
+    try:
+        yield
+    finally:
+        if handler is not None:
+            handler.removeFilter(quiet)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     previous_hook = sys.unraisablehook
     sys.unraisablehook = _deliver_interrupts_from_finalizers(previous_hook)
+    try:
+        with interrupts_not_logged():
+            return _run(args)
+    finally:
+        sys.unraisablehook = previous_hook
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
     except UsageError as exc:
@@ -168,8 +202,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return EXIT_FAILURE
-    finally:
-        sys.unraisablehook = previous_hook
 
 
 if __name__ == "__main__":

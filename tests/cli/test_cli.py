@@ -279,6 +279,66 @@ sys.exit(cli.main([]))
     assert "went on" not in proc.stdout
 
 
+@pytest.mark.parametrize("logged", [True, False], ids=["in-the-cli", "without-it"])
+def test_ctrl_c_while_sqlalchemy_closes_a_connection_is_no_traceback(dsn, logged):
+    """SQLAlchemy's pool logs a Ctrl-C that lands while it gives a connection back ("Exception
+    during reset or similar", with the traceback) and raises it again; the CLI reports it in one
+    line. The interrupt is raised by the pool's reset event, on a real connection made as migrate
+    makes it; run outside the CLI's main, the same code prints the traceback (the test sees it)."""
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import argparse, sys
+from sqlalchemy import create_engine, event, pool
+from pyqueue_sql import cli, dialects
+
+dsn, in_cli = sys.argv[1], sys.argv[2] == "1"
+dialect = dialects.for_dsn(dsn)
+
+def command(args):
+    engine = create_engine(f"{dialect.sqlalchemy_dialect}://", poolclass=pool.NullPool,
+                           creator=lambda: dialect.connect(dsn, autocommit=False))
+
+    @event.listens_for(engine.pool, "reset")
+    def interrupted(dbapi_connection, record, reset_state):
+        raise KeyboardInterrupt  # as if SIGINT arrived while the pool reset the connection
+
+    connection = engine.connect()
+    connection.exec_driver_sql("SELECT 1")
+    connection.close()
+    print("went on after the interrupt")
+    return 0
+
+class Parser:
+    def parse_args(self, argv):
+        return argparse.Namespace(handler=command)
+
+if in_cli:
+    cli.build_parser = Parser
+    sys.exit(cli.main([]))
+try:
+    command(None)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, "-c", script, dsn, "1" if logged else "0"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 130, (proc.stdout, proc.stderr)
+    assert "went on" not in proc.stdout
+    if logged:
+        assert proc.stderr == "pyqueue-sql: interrupted\n", proc.stderr
+    else:  # what the CLI keeps out of sight
+        assert "Exception during reset or similar" in proc.stderr and "Traceback" in proc.stderr, proc.stderr
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_a_real_migrate_is_resumable(fresh_database):
     """SIGINT at several moments of a fresh install: each run either finished (0) or
