@@ -2520,6 +2520,91 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__claim_short_batch: the short way of queue_reserve for a batch (in_n from 2 to 5000), inside the caller's
+-- transaction at READ COMMITTED (no gap locks: a push never waits for it): the oldest in_n ready messages of priority 0
+-- of in_queue that no other transaction holds, claimed by ONE UPDATE by id: scheduled_at = now + (in_timeout, else
+-- in_vis), attempts + 1, reserved_by = in_worker, and the token pyqueue__claim derives from in_secret and the id
+-- (unguessable, distinct per row; the caller reads the claims back by id and token). The candidates: a plain read of
+-- ids on the ready index (covering: no row is visited), with a probe for any message below priority 0; then ONE
+-- locking read of them by primary key, FOR UPDATE SKIP LOCKED (concurrent reserves take different messages), which
+-- re-checks each on its newest version (one claimed meanwhile is no longer ready). While some were skipped, the next
+-- candidates after the last one go the same way, until in_n are held or none is left. (Not one locking read on the
+-- ready index: it checks for locks every entry it passes, the delete-marked ones that claims and commits leave there
+-- until purge too, and measured slower than the general way.) Against pyqueue__claim it builds no JSON list of
+-- candidates and parses only ids. out_ids: a JSON array of the claimed ids in FIFO order (scheduled_at, id);
+-- out_count: how many (0: nothing ready at priority 0, the whole answer when nothing lies below it); NULL, with nothing
+-- claimed, when the short way does not cover the call: a message below priority 0 (the walk over priorities is the
+-- general way's) or a candidate due for dead-lettering (the caller rolls back; the general way takes both). Needs a
+-- group_concat_max_len of 20 * in_n + 2 (the caller raises it). Locks: the claimed rows, until the caller's
+-- transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__claim_short_batch //
+CREATE PROCEDURE pyqueue__claim_short_batch(
+    IN  in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_worker  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_n       INT,
+    IN  in_timeout DECIMAL(20,6),
+    IN  in_vis     DECIMAL(20,6),
+    IN  in_max     INT,
+    IN  in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_ids    LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_count  INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+    DECLARE v_at DATETIME(6) DEFAULT NULL;
+    DECLARE v_id BIGINT DEFAULT NULL;
+    DECLARE v_k, v_got, v_held, v_att, v_max_att INT;
+    DECLARE v_below BOOLEAN;
+    DECLARE v_cand, v_ids LONGTEXT CHARACTER SET utf8mb4;
+    SET out_ids = '', out_count = 0, v_max_att = 0;
+    pages: LOOP
+        SET v_k = in_n - out_count;
+        -- (the probe: the start of the queue's range in the ready index)
+        SELECT COUNT(*), GROUP_CONCAT(d.id ORDER BY d.scheduled_at, d.id SEPARATOR ','), MAX(d.scheduled_at),
+               EXISTS (SELECT 1 FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
+                        WHERE b.queue_name = in_queue AND b.priority < 0)
+          INTO v_got, v_cand, v_at, v_below
+          FROM (SELECT m.id, m.scheduled_at
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                 WHERE m.queue_name = in_queue AND m.priority = 0 AND m.scheduled_at <= v_now
+                   AND (v_id IS NULL OR m.scheduled_at > v_at OR (m.scheduled_at = v_at AND m.id > v_id))
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT v_k) AS d;
+        IF v_below THEN LEAVE pages; END IF;
+        IF v_got = 0 THEN LEAVE pages; END IF;
+        SET v_id = SUBSTRING_INDEX(v_cand, ',', -1);  -- the last candidate (v_at: its scheduled_at)
+        SELECT COUNT(*), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ',')
+          INTO v_held, v_att, v_ids
+          FROM (SELECT j.ord, x.id, x.attempts
+                  FROM JSON_TABLE(CONCAT('[', v_cand, ']'), '$[*]' COLUMNS (
+                           ord  FOR ORDINALITY,
+                           c_id BIGINT PATH '$')) AS j
+                  STRAIGHT_JOIN pyqueue_message x FORCE INDEX (PRIMARY) ON x.id = j.c_id
+                 WHERE x.queue_name = in_queue AND x.priority = 0 AND x.scheduled_at <= v_now
+                 LIMIT 18446744073709551615  -- materialised (its rows locked as read), on MySQL too
+                   FOR UPDATE SKIP LOCKED) AS c;
+        IF v_held > 0 THEN
+            SET out_ids = CONCAT(out_ids, IF(out_ids = '', '', ','), v_ids),
+                out_count = out_count + v_held, v_max_att = GREATEST(v_max_att, v_att);
+        END IF;
+        IF out_count >= in_n OR v_got < v_k THEN LEAVE pages; END IF;
+    END LOOP;
+    SET out_ids = CONCAT('[', out_ids, ']');
+    IF v_below OR (in_max IS NOT NULL AND v_max_att >= in_max) THEN
+        SET out_ids = NULL, out_count = NULL;
+    ELSEIF out_count > 0 THEN
+        UPDATE JSON_TABLE(out_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$')) AS j
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+           SET m.scheduled_at = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND,
+               m.attempts = m.attempts + 1,
+               m.reserved_by = in_worker,
+               m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(in_secret, m.id), 256), 32), 13, 1, '4'),
+                   17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(in_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+                   9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
+        IF ROW_COUNT() <> out_count THEN SET out_ids = NULL, out_count = NULL; END IF;  -- (never: the rows are locked)
+    END IF;
+END //
+
 -- queue_reserve: hands out up to in_n ready messages, highest priority first, FIFO within one; each is invisible to
 -- others until in_timeout (NULL = the queue's visibility_timeout) and carries a fresh random token. in_worker is
 -- recorded; in_kinds NULL = any, else a non-empty JSON array of strings. attempts counts this delivery. A message whose
@@ -2529,7 +2614,9 @@ END //
 -- candidates read without locks (a locking range scan would lock the next row, gaps and skipped rows), each page
 -- claimed by one UPDATE joined to a SKIP LOCKED read by id: a message is never handed out twice, in autocommit mode
 -- too; the cost follows in_n and the ready rows. In autocommit mode one message of a queue without limits whose
--- messages have priority 0 (or less) is claimed here, in a few statements (see below). A queue with limits goes one candidate at a time
+-- messages have priority 0 (or less) is claimed here, in a few statements (see below); so is a batch of up to 5000
+-- from such a queue whose messages all have priority 0 (pyqueue__claim_short_batch: ids read plainly, then locked
+-- and claimed by id, in a transaction of its own at READ COMMITTED). A queue with limits goes one candidate at a time
 -- (pyqueue__reserve_limited). In autocommit mode the claims of a batch are one transaction of their own (see
 -- pyqueue__reserve); interrupted, nothing of it stays. Locks: the claimed rows, for one statement (a batch in autocommit:
 -- until the call ends; or until the caller's transaction ends). In a REPEATABLE READ
@@ -2549,7 +2636,9 @@ BEGIN
     DECLARE v_paused, v_limited, v_checked, v_above BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_id BIGINT;
-    DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_token, v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_ids LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_gcl BIGINT;
     DECLARE v_own, v_txn INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
     IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
@@ -2603,6 +2692,51 @@ BEGIN
                    m.attempts, m.created_at, m.scheduled_at_initially
               FROM pyqueue_message m FORCE INDEX (PRIMARY)
              WHERE m.id = v_id AND m.reserve_token = v_token;
+        END IF;
+    END IF;
+    IF v_own = 1 AND v_checked IS NULL AND in_n BETWEEN 2 AND 5000 AND NOT v_paused AND NOT v_limited
+       AND NOT v_above THEN
+        -- A batch in autocommit mode from a queue whose messages have priority 0, the same way in a few statements
+        -- (pyqueue__claim_short_batch: a plain read of the oldest ready ids, a locking read of them by id, one UPDATE
+        -- by id; the general way reads the candidates with all it re-checks as JSON, claims them by one UPDATE joined
+        -- to a SKIP LOCKED read of them, and parses them all again to read back), in a transaction of its own at
+        -- READ COMMITTED (no gap locks: pushes never wait for it), then read back by id and token in FIFO order.
+        -- Fewer than in_n is the whole answer (a candidate another call holds is replaced by the next ones; nothing
+        -- lies below priority 0). Anything else (a message below priority 0, one due for dead-lettering, a deadlock,
+        -- any error) rolls back and goes the general way below. At most 5000: the general way's page, which keeps
+        -- the UPDATE's buffer of changed rows in memory.
+        BEGIN
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION
+            BEGIN
+                ROLLBACK;
+                IF v_gcl IS NOT NULL THEN SET SESSION group_concat_max_len = v_gcl; END IF;
+                SET v_claims = NULL;
+            END;
+            SET v_claims = NULL;
+            IF @@SESSION.group_concat_max_len < 20 * in_n + 2 THEN  -- the ids, at most 19 digits and a comma each
+                SET v_gcl = @@SESSION.group_concat_max_len;
+                SET SESSION group_concat_max_len = 20 * in_n + 2;
+            END IF;
+            CALL pyqueue__random_token(v_secret);
+            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+            START TRANSACTION;
+            CALL pyqueue__claim_short_batch(v_queue, in_worker, in_n, in_timeout, v_vis, v_max, v_secret, v_ids,
+                                            v_claims);
+            IF v_claims IS NULL THEN ROLLBACK; ELSE COMMIT; END IF;
+            IF v_gcl IS NOT NULL THEN SET SESSION group_concat_max_len = v_gcl; END IF;
+        END;
+        IF v_claims IS NOT NULL THEN  -- (none found: the empty result)
+            SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+                   m.attempts, m.created_at, m.scheduled_at_initially
+              FROM JSON_TABLE(COALESCE(v_ids, '[]'), '$[*]' COLUMNS (
+                       ord  FOR ORDINALITY,
+                       c_id BIGINT PATH '$')) AS j
+              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+             WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_secret, m.id), 256), 32), 13, 1, '4'),
+               17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+               9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-')
+             ORDER BY j.ord;
+            SET v_claims = 1;
         END IF;
     END IF;
     IF COALESCE(v_claims, 0) = 0 THEN  -- (not handed out above)

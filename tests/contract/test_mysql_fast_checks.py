@@ -4,7 +4,10 @@ and an unknown queue is refused even with well-formed arguments. In autocommit m
 is reserved, and committed, in a few statements; whatever that short way does not cover (a top
 priority with nothing ready, a message due for dead-lettering, history, groups, a row another
 transaction holds) goes the general way with the same outcome, and a commit that archives is
-one transaction: a failure after the archiving keeps no history row."""
+one transaction: a failure after the archiving keeps no history row. A batch in autocommit mode
+from a queue of priority 0 is reserved in a few statements too, in FIFO order, each message once,
+without holding up pushes; a message below priority 0 or one due for dead-lettering sends it the
+general way."""
 
 from __future__ import annotations
 
@@ -348,3 +351,159 @@ def test_a_commit_reserve_of_an_expired_reservation_commits_it_and_does_not_take
     finally:
         conn.close()
     assert (committed, reserved) == (1, ["second"])
+
+
+def _push_all(sql, queue: str, keys: list[str]) -> None:
+    sql(
+        "CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)",
+        queue,
+        json.dumps([{"p_key": key, "p_kind": "k", "payload": {}} for key in keys]),
+    )
+
+
+def test_a_batch_reserve_in_autocommit_takes_the_oldest_in_fifo_order_with_distinct_tokens(sql, queue):
+    keys = [f"m{i}" for i in range(8)]
+    for key in keys:
+        sql("CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", queue, key)
+    rows = sql("CALL queue_reserve(%s, 'w', NULL, 5, NULL)", queue)
+    assert _keys(rows) == keys[:5]
+    assert [row[5] for row in rows] == [1] * 5
+    assert len({row[3] for row in rows}) == 5
+    assert all(uuid.UUID(row[3]).version == 4 for row in rows)
+    held = sql(
+        "SELECT p_key, reserved_by, attempts FROM pyqueue_message WHERE queue_name = %s"
+        " AND scheduled_at > UTC_TIMESTAMP(6) ORDER BY p_key",
+        queue,
+    )
+    assert held == [(key, "w", 1) for key in keys[:5]]
+    statement = "CALL queue_commit_batch(%s, %s, %s, %s)"
+    tokens = json.dumps([row[3] for row in rows])
+    assert sql(statement, queue, json.dumps(_keys(rows)), json.dumps(["k"] * 5), tokens) == [(5,)]
+    assert _keys(sql("CALL queue_reserve(%s, 'w', NULL, 5, NULL)", queue)) == keys[5:]
+
+
+def test_a_batch_reserve_of_more_than_are_ready_takes_them_all_but_not_the_delayed(sql, queue):
+    for key in ("m0", "m1", "m2"):
+        sql("CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", queue, key)
+    sql("CALL queue_push(%s, 'later', 'k', '{}', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, NULL)", queue)
+    rows = sql("CALL queue_reserve(%s, 'w', NULL, 10, NULL)", queue)
+    assert _keys(rows) == ["m0", "m1", "m2"]
+    for row in rows:
+        assert sql("CALL queue_commit(%s, %s, %s, %s)", queue, row[0], row[1], row[3]) == [(1,)]
+    assert sql("CALL queue_reserve(%s, 'w', NULL, 10, NULL)", queue) == []
+    assert sql("SELECT p_key, attempts FROM pyqueue_message WHERE queue_name = %s", queue) == [("later", 0)]
+
+
+def test_a_batch_reserve_with_a_message_below_priority_0_keeps_the_order_of_priorities(sql, queue):
+    sql("CALL queue_push(%s, 'negative', 'k', '{}', NULL, -1)", queue)
+    sql("CALL queue_push(%s, 'zero', 'k', '{}', NULL, 0)", queue)
+    rows = sql("CALL queue_reserve(%s, 'w', NULL, 5, NULL)", queue)
+    assert [(row[0], row[4], row[5]) for row in rows] == [("zero", 0, 1), ("negative", -1, 1)]
+
+
+def test_a_batch_reserve_dead_letters_an_exhausted_message_and_hands_out_the_others(sql):
+    name = f"fast.{uuid.uuid4().hex[:10]}"
+    sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", f"{name}.dlq")
+    sql("CALL queue_create(%s, NULL, 1, %s, NULL)", name, f"{name}.dlq")
+    sql("CALL queue_push(%s, 'first', 'k', '{}', NULL, NULL)", name)
+    [first] = sql("CALL queue_reserve(%s, 'w', 0.01, 1, NULL)", name)
+    assert first[0] == "first"
+    sql("DO SLEEP(0.05)")  # the only allowed delivery of "first" expired: it is among the oldest ready ones
+    for key in ("second", "third"):
+        sql("CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", name, key)
+    rows = sql("CALL queue_reserve(%s, 'w', NULL, 5, NULL)", name)
+    assert [(row[0], row[5]) for row in rows] == [("second", 1), ("third", 1)]
+    assert sql("SELECT p_key FROM pyqueue_message WHERE queue_name = %s", f"{name}.dlq") == [("first",)]
+
+
+@pytest.mark.parametrize("threads", [4, 8])
+def test_batch_reserves_racing_in_autocommit_hand_out_every_message_once(dsn, sql, queue, threads):
+    keys = [f"m{i}" for i in range(3000)]
+    for start in range(0, len(keys), 500):
+        _push_all(sql, queue, keys[start : start + 500])
+    got: list[list[str]] = [[] for _ in range(threads)]
+    failures: list[BaseException] = []
+
+    def consume(slot: int) -> None:
+        conn = connect(dsn)
+        try:
+            n = 10 + 40 * slot // max(threads - 1, 1)  # 10 .. 50
+            while rows := call(conn, "CALL queue_reserve(%s, 'w', NULL, %s, NULL)", queue, n):
+                assert 0 < len(rows) <= n
+                assert [row[5] for row in rows] == [1] * len(rows)
+                statement = "CALL queue_commit_batch(%s, %s, %s, %s)"
+                committed = call(
+                    conn,
+                    statement,
+                    queue,
+                    json.dumps(_keys(rows)),
+                    json.dumps([row[1] for row in rows]),
+                    json.dumps([row[3] for row in rows]),
+                )
+                assert committed == [(len(rows),)]
+                got[slot].extend(_keys(rows))
+        except BaseException as exc:  # reported below, with the thread's failure
+            failures.append(exc)
+        finally:
+            conn.close()
+
+    _in_threads(threads, consume, seconds=120)
+    assert not failures, failures
+    assert sorted(key for part in got for key in part) == sorted(keys)
+    assert sql("SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s", queue) == [(0,)]
+
+
+def test_a_push_does_not_wait_for_a_batch_reserve_in_progress(dsn, sql, queue):
+    """A trigger slows the claiming UPDATE of a batch reserve down while it holds the rows it read;
+    a push meanwhile, even of a message due between those rows (where a gap lock would be), goes
+    through at once."""
+    push = "CALL queue_push(%s, %s, 'k', '{}', UTC_TIMESTAMP(6) - INTERVAL %s SECOND, NULL)"
+    for key, ago in (("m0", 60), ("m1", 40), ("m2", 20)):
+        sql(push, queue, key, ago)
+    trigger = f"slow_{uuid.uuid4().hex[:10]}"
+    sql(
+        f"CREATE TRIGGER {trigger} BEFORE UPDATE ON pyqueue_message FOR EACH ROW"
+        f" IF OLD.queue_name = '{queue}' AND NEW.reserved_by = 'slow' THEN DO SLEEP(0.5); END IF"
+    )
+    reserved: list = []
+    reserver = threading.Thread(
+        target=lambda: reserved.append(sql("CALL queue_reserve(%s, 'slow', NULL, 3, NULL)", queue))
+    )
+    pusher = connect(dsn)
+    try:
+        call(pusher, "SET SESSION innodb_lock_wait_timeout = 1")
+        reserver.start()
+        time.sleep(0.3)  # the reserve holds m0..m2 now, in its UPDATE
+        started = time.monotonic()
+        between = "CALL queue_push(%s, 'between', 'k', '{}', UTC_TIMESTAMP(6) - INTERVAL 50 SECOND, NULL)"
+        call(pusher, between, queue)  # due between m0 and m1
+        call(pusher, "CALL queue_push(%s, 'after', 'k', '{}', NULL, NULL)", queue)
+        pushed_in = time.monotonic() - started
+        still_reserving = reserver.is_alive()
+    finally:
+        pusher.close()
+        reserver.join(30)  # (the reserve's connection is sql's)
+        sql(f"DROP TRIGGER {trigger}")
+    assert still_reserving
+    # a push that waited would have failed at innodb_lock_wait_timeout (1 s): the reserve holds
+    # its rows for 1.5 s; the bound leaves room for a loaded machine
+    assert pushed_in < 1.0
+    [rows] = reserved
+    assert _keys(rows) == ["m0", "m1", "m2"]
+
+
+def test_a_batch_reserve_takes_the_next_messages_in_place_of_those_another_transaction_holds(dsn, sql, queue):
+    for i in range(6):
+        sql("CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", queue, f"m{i}")
+    holder = connect(dsn, autocommit=False)
+    other = connect(dsn)
+    try:
+        call(other, "SET SESSION innodb_lock_wait_timeout = 1")
+        reserve = "CALL queue_reserve(%s, %s, NULL, %s, NULL)"
+        assert _keys(call(holder, reserve, queue, "holder", 2)) == ["m0", "m1"]
+        assert _keys(call(other, reserve, queue, "other", 3)) == ["m2", "m3", "m4"]
+        holder.rollback()  # m0 and m1 were never handed out for good
+        assert _keys(call(other, reserve, queue, "other", 3)) == ["m0", "m1", "m5"]
+    finally:
+        holder.close()
+        other.close()
