@@ -122,6 +122,7 @@ DROP PROCEDURE IF EXISTS pyqueue__kinds;
 DROP PROCEDURE IF EXISTS pyqueue__give_back_claims;
 DROP PROCEDURE IF EXISTS pyqueue__claim_one;
 DROP PROCEDURE IF EXISTS pyqueue__claim_short;
+DROP PROCEDURE IF EXISTS pyqueue__claim_short_batch;
 DROP PROCEDURE IF EXISTS pyqueue__claim;
 DROP PROCEDURE IF EXISTS pyqueue__candidates;
 DROP PROCEDURE IF EXISTS pyqueue__reserve_args;
