@@ -498,10 +498,13 @@ def test_a_batch_reserve_takes_the_next_messages_in_place_of_those_another_trans
     holder = connect(dsn, autocommit=False)
     other = connect(dsn)
     try:
-        call(other, "SET SESSION innodb_lock_wait_timeout = 1")
+        # a reserve that waited for the held rows would wait 3 s, then fall back to the general way
+        call(other, "SET SESSION innodb_lock_wait_timeout = 3")
         reserve = "CALL queue_reserve(%s, %s, NULL, %s, NULL)"
         assert _keys(call(holder, reserve, queue, "holder", 2)) == ["m0", "m1"]
+        started = time.monotonic()
         assert _keys(call(other, reserve, queue, "other", 3)) == ["m2", "m3", "m4"]
+        assert time.monotonic() - started < 1.5  # it skipped them (SKIP LOCKED), never waited
         holder.rollback()  # m0 and m1 were never handed out for good
         assert _keys(call(other, reserve, queue, "other", 3)) == ["m0", "m1", "m5"]
     finally:
