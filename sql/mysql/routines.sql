@@ -2715,7 +2715,7 @@ BEGIN
             SET v_claims = NULL;
             IF @@SESSION.group_concat_max_len < 20 * in_n + 2 THEN  -- the ids, at most 19 digits and a comma each
                 SET v_gcl = @@SESSION.group_concat_max_len;
-                SET SESSION group_concat_max_len = 20 * in_n + 2;
+                SET SESSION group_concat_max_len = CAST(20 * in_n + 2 AS UNSIGNED);  -- (in_n is a DECIMAL: refused as it is)
             END IF;
             CALL pyqueue__random_token(v_secret);
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;

@@ -510,3 +510,21 @@ def test_a_batch_reserve_takes_the_next_messages_in_place_of_those_another_trans
     finally:
         holder.close()
         other.close()
+
+
+def test_a_batch_reserve_in_a_session_with_a_short_group_concat_max_len_goes_the_short_way(dsn, sql, queue):
+    # The short way collects ids with GROUP_CONCAT and raises the session's limit for its call when
+    # it is short; a raise the server refused would roll the short way back into the general way,
+    # which answers alike (so only the session's rollback counter shows it).
+    _push_all(sql, queue, [f"m{i}" for i in range(12)])
+    conn = connect(dsn)
+    try:
+        call(conn, "SET SESSION group_concat_max_len = 100")
+        rolled_back = "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = 'COM_ROLLBACK'"
+        before = int(call(conn, rolled_back)[0][0])
+        rows = call(conn, "CALL queue_reserve(%s, 'w', NULL, 10, NULL)", queue)
+        assert _keys(rows) == [f"m{i}" for i in range(10)]
+        assert int(call(conn, rolled_back)[0][0]) == before
+        assert call(conn, "SELECT @@SESSION.group_concat_max_len") == [(100,)]
+    finally:
+        conn.close()
