@@ -195,8 +195,28 @@ BEGIN
 END;
 $$;
 
--- Raises when a duration is negative (or, with in_positive, not above zero),
--- or longer than 100 years of 365.25 days (the same bound as MySQL's; an
+-- pyqueue__negative_part: true when an interval has a negative part (its
+-- months, days or time), whatever their sum. Interval comparison counts a
+-- month as 30 days and a year as 360, while adding an interval to a time
+-- goes by the calendar: '-1 year +361 days' compares as one day but puts a
+-- time four days back, '1 mon -29 days' one day back in February. MySQL's
+-- durations are seconds and have no such parts. An SQL function the
+-- planner inlines into the expression that calls it. Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__negative_part(in_value interval)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    -- year and month carry the sign of the months, hour, minute and second that of the time
+    -- (numeric against numeric: the built-in operator, never a look-alike taking an integer)
+    SELECT extract(month FROM in_value) < 0::numeric OR extract(year FROM in_value) < 0::numeric
+        OR extract(day FROM in_value) < 0::numeric
+        OR extract(hour FROM in_value) < 0::numeric OR extract(minute FROM in_value) < 0::numeric
+        OR extract(second FROM in_value) < 0::numeric
+$$;
+
+-- Raises when a duration is negative or has a negative part (see
+-- pyqueue__negative_part), or, with in_positive, is not above zero, or is
+-- longer than 100 years of 365.25 days (the same bound as MySQL's; an
 -- interval '100 years' would compare as 36000 days).
 -- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_duration(in_what text, in_value interval, in_positive boolean)
@@ -206,6 +226,10 @@ AS $$
 BEGIN
     IF in_value < interval '0' THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: % must not be negative', in_what
+            USING ERRCODE = '22023';
+    END IF;
+    IF pyqueue__negative_part(in_value) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: % must not have a negative part (months, days or time)', in_what
             USING ERRCODE = '22023';
     END IF;
     IF in_positive AND in_value = interval '0' THEN
@@ -2234,7 +2258,8 @@ BEGIN
     IF NOT pyqueue__bad_name(in_queue, 128) AND in_kinds IS NULL
        AND (in_worker IS NULL OR pg_catalog.length(in_worker) <= 255) AND (in_n IS NULL OR in_n >= 1)
        AND (in_timeout IS NULL
-            OR (in_timeout > interval '0' AND extract(epoch FROM in_timeout) <= 3155760000::numeric)) THEN
+            OR (in_timeout > interval '0' AND extract(epoch FROM in_timeout) <= 3155760000::numeric
+                AND NOT pyqueue__negative_part(in_timeout))) THEN
         SELECT * INTO v_queue FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
     END IF;
     IF v_queue.queue_name IS NULL THEN  -- the general checks, in their order (an unknown queue raises here)
@@ -3898,7 +3923,7 @@ $$;
 -- must be added here (tests/security/test_privileges.py fails otherwise), in
 -- the order of the sections: the helpers, then the routines topic by topic.
 REVOKE EXECUTE ON FUNCTION
-    pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__check_duration,
+    pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__negative_part, pyqueue__check_duration,
     pyqueue__check_batch_size, pyqueue__bad_name, pyqueue__check_batch, pyqueue__check_kinds, pyqueue__check_reserve,
     pyqueue__ready_from_lower, pyqueue__ready_from_advance,
     pyqueue__ready_tids, pyqueue__due_tids,

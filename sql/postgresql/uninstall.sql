@@ -131,6 +131,7 @@ DROP FUNCTION IF EXISTS pyqueue__bad_name(text, integer);
 DROP FUNCTION IF EXISTS pyqueue__check_batch(text, text[], boolean, text[], text[], jsonb[], timestamptz[], integer[], timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__check_batch_size(integer);
 DROP FUNCTION IF EXISTS pyqueue__check_duration(text, interval, boolean);
+DROP FUNCTION IF EXISTS pyqueue__negative_part(interval);
 DROP FUNCTION IF EXISTS pyqueue__queue(text, boolean);
 DROP FUNCTION IF EXISTS pyqueue__check_reservation(text, text, text);
 DROP FUNCTION IF EXISTS pyqueue__check_name(text, text, integer);

@@ -116,6 +116,10 @@ def test_a_commit_with_bad_arguments_is_refused(conn, queue, key, kind, token):
         ("w", dt.timedelta(seconds=-1), 1, None),
         ("w", "101 years", 1, None),  # compared as an interval, 101 years is under 100 years of 365.25 days
         ("w", "36526 days", 1, None),
+        # a negative part: compared as an interval these are one day, added to a time they go back
+        ("w", "-1 year +361 days", 1, None),
+        ("w", "1 mon -29 days", 1, None),
+        ("w", "1 day -1 second", 1, None),
         ("w" * 256, None, 1, None),
         ("w", None, 1, []),
         ("w", None, 1, [None]),
@@ -199,3 +203,37 @@ def test_pushes_inside_the_wakeup_window_send_one_wakeup_and_a_push_past_it_send
         assert list(listener.notifies(timeout=0.3)) == []
     finally:
         listener.close()
+
+
+@pytest.mark.parametrize("duration", ["-1 year +361 days", "1 mon -29 days", "2 days -1 hour"])
+def test_a_duration_with_a_negative_part_is_refused_by_every_routine_that_takes_one(conn, queue, duration):
+    """Interval comparison counts a month as 30 days, the calendar does not: '-1 year +361 days'
+    compares as a day but puts a lease's end four days back, an expired claim from the start."""
+    run(conn, "SELECT queue_push(%s, 'm', 'k', '{}')", queue)
+    message = "must not have a negative part"
+    for statement, args in [
+        ("SELECT queue_create(%s, %s::interval)", (f"fast.{uuid.uuid4().hex[:10]}", duration)),
+        ("SELECT * FROM queue_reserve(%s, 'w', %s::interval)", (queue, duration)),
+        ("SELECT * FROM queue_reserve(%s, 'w', %s::interval, 5)", (queue, duration)),
+        ("SELECT queue_set_notify_window(%s, %s::interval)", (queue, duration)),
+    ]:
+        with pytest.raises(psycopg.Error) as refused:
+            run(conn, statement, *args)
+        assert refused.value.diag.sqlstate == "22023"
+        assert message in refused.value.diag.message_primary
+    [(token,)] = run(conn, "SELECT token FROM queue_reserve(%s, 'w')", queue)
+    with pytest.raises(psycopg.Error) as refused:
+        run(conn, "SELECT queue_rollback(%s, 'm', 'k', %s::text, %s::interval)", queue, str(token), duration)
+    assert message in refused.value.diag.message_primary
+    assert run(conn, "SELECT queue_commit(%s, 'm', 'k', %s::text)", queue, str(token)) == [(True,)]
+
+
+def test_a_duration_of_positive_parts_is_taken(conn, queue):
+    run(conn, "SELECT queue_push(%s, 'm', 'k', '{}')", queue)
+    rows = run(conn, "SELECT p_key FROM queue_reserve(%s, 'w', interval '1 mon 2 days 3 hours')", queue)
+    assert rows == [("m",)]
+    assert run(
+        conn,
+        "SELECT scheduled_at > now() + interval '1 mon 2 days' FROM pyqueue_message WHERE queue_name = %s",
+        queue,
+    ) == [(True,)]
