@@ -1,16 +1,16 @@
 """MySQL/MariaDB: what a routine costs beyond its statements, and a routine against an earlier version of it.
 
-    python bench/mysql_calls.py [--rounds 12] [--previous REV] [--routine queue_commit]
+    python bench/mysql_calls.py [--rounds 12] [--previous REV] [--routine queue_commit|queue_commit_batch|queue_reserve]
 
 In a fresh database with pyqueue-sql installed, on one connection:
 
 - nested calls: a procedure that makes eight nested CALLs of a trivial procedure against one that
   makes none (µs per call, each round 300 calls of each, interleaved);
 - the routine as it is in sql/mysql/routines.sql against the same routine from git revision REV
-  (installed beside it under another name), committing (queue_commit) or reserving (queue_reserve)
-  200 messages a round with each, alternating which goes first, inside one transaction per round so
-  that no log flush is timed: µs per call and the median of the per-round ratios (above 1 = the
-  current routine is faster).
+  (installed beside it under another name), committing (queue_commit; queue_commit_batch: two
+  batches of 100) or reserving (queue_reserve) 200 messages a round with each, alternating which
+  goes first, inside one transaction per round so that no log flush is timed: µs per call and the
+  median of the per-round ratios (above 1 = the current routine is faster).
 
 Results: bench/results/mysql_calls.json and a summary on stdout.
 """
@@ -86,6 +86,13 @@ def routine_ab(cur, routine: str, rev: str, rounds: int) -> dict:
                 for row in held:
                     run(cur, f"CALL {proc}('ab', %s, %s, %s)", row[0], row[1], row[3])
                 calls = len(held)
+            elif routine == "queue_commit_batch":  # two batches of 100: µs per batch
+                held = run(cur, "CALL queue_reserve('ab', 'w', NULL, 200, NULL)")
+                started = time.perf_counter()
+                for part in (held[:100], held[100:]):
+                    arrays = [json.dumps([row[i] for row in part]) for i in (0, 1, 3)]
+                    run(cur, f"CALL {proc}('ab', %s, %s, %s)", *arrays)
+                calls = 2
             else:
                 for _ in range(200):
                     run(cur, f"CALL {proc}('ab', 'w', NULL, 1, NULL)")
@@ -102,7 +109,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--previous", default="HEAD~1", help="git revision of the routine to compare with")
-    parser.add_argument("--routine", default="queue_commit", choices=["queue_commit", "queue_reserve"])
+    parser.add_argument(
+        "--routine", default="queue_commit", choices=["queue_commit", "queue_commit_batch", "queue_reserve"]
+    )
     args = parser.parse_args(argv)
     _dbs.exit_on_sigterm()
     dsn = _dbs.create("mysql", "calls")

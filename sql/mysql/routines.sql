@@ -3580,6 +3580,8 @@ BEGIN
     DECLARE v_ids, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_found, v_done, v_occs, v_i, v_own, v_tries INT DEFAULT 0;
     DECLARE v_now DATETIME(6);
+    DECLARE v_one_kind, v_plain_keys BOOLEAN;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
@@ -3597,46 +3599,85 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must have the same length');
     END IF;
     IF v_n > 0 THEN
-        -- Each array checked on its own (no join needed): the first bad element of any of the three.
-        SELECT LEAST(
-                 COALESCE((SELECT MIN(k.ord) FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS k
-                            WHERE (    JSON_TYPE(k.elem) = 'STRING'
-                                   AND CHAR_LENGTH(JSON_UNQUOTE(k.elem)) BETWEEN 1 AND 255
-                                   AND NOT (JSON_UNQUOTE(k.elem) LIKE '% ')) IS NOT TRUE), v_n + 1),
-                 COALESCE((SELECT MIN(d.ord) FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS d
-                            WHERE (    JSON_TYPE(d.elem) = 'STRING'
-                                   AND CHAR_LENGTH(JSON_UNQUOTE(d.elem)) BETWEEN 1 AND 128
-                                   AND NOT (JSON_UNQUOTE(d.elem) LIKE '% ')) IS NOT TRUE), v_n + 1),
-                 COALESCE((SELECT MIN(t.ord) FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS t
-                            WHERE (    JSON_TYPE(t.elem) = 'STRING'
-                                   AND JSON_UNQUOTE(t.elem)
-                                       REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z'
-                                  ) IS NOT TRUE), v_n + 1))
-          INTO v_bad;
+        -- Each array checked on its own (no join needed): the first bad element of any of the three. The keys
+        -- and the tokens are first matched whole, by one regular expression each: JSON strings of the shape
+        -- allowed, written plainly (no escape). Only an array that does not match so is read element by element
+        -- (a regular expression per token was most of this check), to find the bad one, or none (a key with an
+        -- escape, say). The kinds are read once: the check, and whether the batch has one kind only (its DELETE
+        -- below then joins one array less).
+        SELECT COALESCE(MIN(IF((    JSON_TYPE(d.elem) = 'STRING'
+                                AND CHAR_LENGTH(JSON_UNQUOTE(d.elem)) BETWEEN 1 AND 128
+                                AND NOT (JSON_UNQUOTE(d.elem) LIKE '% ')) IS NOT TRUE, d.ord, NULL)), v_n + 1),
+               COUNT(d.kd) = v_n AND MIN(d.kd) = MAX(d.kd), MIN(d.kd)
+          INTO v_bad, v_one_kind, v_kind
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
+                   ord  FOR ORDINALITY,
+                   elem JSON PATH '$',
+                   kd   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS d;
+        SET v_plain_keys = in_keys REGEXP
+                '^\\[[[:space:]]*"[^"\\\\]{0,254}[^"\\\\ ]"(?:[[:space:]]*,[[:space:]]*"[^"\\\\]{0,254}[^"\\\\ ]")*+[[:space:]]*\\]\\z';
+        IF v_plain_keys IS NOT TRUE THEN
+            SELECT LEAST(v_bad, COALESCE(MIN(k.ord), v_n + 1)) INTO v_bad
+              FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS k
+             WHERE (    JSON_TYPE(k.elem) = 'STRING'
+                    AND CHAR_LENGTH(JSON_UNQUOTE(k.elem)) BETWEEN 1 AND 255
+                    AND NOT (JSON_UNQUOTE(k.elem) LIKE '% ')) IS NOT TRUE;
+        END IF;
+        IF (in_tokens REGEXP CONCAT(
+                '^\\[[[:space:]]*"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"',
+                '(?:[[:space:]]*,[[:space:]]*"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")*+',
+                '[[:space:]]*\\]\\z')
+           ) IS NOT TRUE THEN
+            SELECT LEAST(v_bad, COALESCE(MIN(t.ord), v_n + 1)) INTO v_bad
+              FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS t
+             WHERE (    JSON_TYPE(t.elem) = 'STRING'
+                    AND JSON_UNQUOTE(t.elem)
+                        REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z'
+                   ) IS NOT TRUE;
+        END IF;
         IF v_bad <= v_n THEN
             CALL pyqueue__raise('invalid_argument',
                                 CONCAT('element ', v_bad, ' of the batch: bad p_key/p_kind or malformed token'));
         END IF;
-        SELECT COUNT(*) INTO v_occs FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
-                   k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
-         WHERE k.k LIKE '%@____-__-__T__:__:__Z';
+        -- Occurrences of a schedule: keys written plainly hold none unless the document has that shape somewhere
+        -- (a key's characters cannot hold a quote there; the match ignores case, as in_keys's collation does: it
+        -- may only send more batches to the count)
+        IF v_plain_keys IS NOT TRUE OR in_keys REGEXP '@[^"]{4}-[^"]{2}-[^"]{2}T[^"]{2}:[^"]{2}:[^"]{2}Z"' THEN
+            SELECT COUNT(*) INTO v_occs FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+                       k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+             WHERE k.k LIKE '%@____-__-__T__:__:__Z';
+        END IF;
         IF NOT v_history AND v_occs = 0 THEN
             -- No history, no schedule: one DELETE joined to the arrays, re-checking each token under its lock
-            DELETE m
-              FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
-                       ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
-              STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
-                        ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
-                     LIMIT 18446744073709551615) AS d ON d.ord = k.ord
-              STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
-                        ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
-                     LIMIT 18446744073709551615) AS t ON t.ord = k.ord
-              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
-                ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
-               AND UNHEX(MD5(m.p_kind)) = d.h
-               AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
-               AND m.group_key IS NULL;
-            SET v_done = ROW_COUNT();
+            IF v_one_kind THEN
+                DELETE m
+                  FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+                           ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+                  STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
+                            ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
+                         LIMIT 18446744073709551615) AS t ON t.ord = k.ord
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+                    ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin AND m.p_kind = v_kind
+                   AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
+                   AND m.group_key IS NULL;
+                SET v_done = ROW_COUNT();
+            ELSE
+                DELETE m
+                  FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+                           ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+                  STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
+                            ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
+                         LIMIT 18446744073709551615) AS d ON d.ord = k.ord
+                  STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
+                            ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
+                         LIMIT 18446744073709551615) AS t ON t.ord = k.ord
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+                    ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
+                   AND UNHEX(MD5(m.p_kind)) = d.h
+                   AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
+                   AND m.group_key IS NULL;
+                SET v_done = ROW_COUNT();
+            END IF;
             IF v_done < v_n THEN
                 -- the rest: messages of FIFO groups (or tokens that no longer hold)
                 SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);

@@ -528,3 +528,80 @@ def test_a_batch_reserve_in_a_session_with_a_short_group_concat_max_len_goes_the
         assert call(conn, "SELECT @@SESSION.group_concat_max_len") == [(100,)]
     finally:
         conn.close()
+
+
+def _reserve_all(sql, queue: str, n: int):
+    return sql("CALL queue_reserve(%s, 'w', NULL, %s, NULL)", queue, n)
+
+
+@pytest.mark.parametrize("kinds", ["one", "two"])
+def test_a_commit_batch_of_one_kind_or_of_several_commits_each_held_message(sql, queue, kinds):
+    # One kind: the DELETE joins the keys and tokens only; several: the kinds too.
+    for i in range(6):
+        kind = "a" if kinds == "one" or i % 2 else "b"
+        sql("CALL queue_push(%s, %s, %s, '{}', NULL, NULL)", queue, f"m{i}", kind)
+    rows = _reserve_all(sql, queue, 6)
+    held = [(row[0], row[1], row[3]) for row in rows]
+    stale = held[:1]  # committed once: a second commit of it holds nothing
+    statement = "CALL queue_commit_batch(%s, %s, %s, %s)"
+    assert sql(statement, queue, *(json.dumps([h[i] for h in stale]) for i in range(3))) == [(1,)]
+    # the same key with the other kind names no reservation: not deleted, not counted
+    wrong_kind = [(held[1][0], "c", held[1][2])]
+    assert sql(statement, queue, *(json.dumps([h[i] for h in wrong_kind]) for i in range(3))) == [(0,)]
+    assert sql(statement, queue, *(json.dumps([h[i] for h in held]) for i in range(3))) == [(5,)]
+    assert sql("SELECT COUNT(*) FROM pyqueue_message WHERE queue_name = %s", queue) == [(0,)]
+
+
+def test_a_commit_batch_written_with_json_escapes_is_read_element_by_element(sql, queue):
+    # Arrays the whole-array check does not match (escapes, other spacing, upper-case tokens) are
+    # checked element by element: valid ones commit, and a bad element is still named.
+    keys = ['quote"d', "back\\slash", "é" * 200, "plain"]
+    for key in keys:
+        sql("CALL queue_push(%s, %s, 'k', '{}', NULL, NULL)", queue, key)
+    rows = _reserve_all(sql, queue, 4)
+    assert sorted(_keys(rows)) == sorted(keys)
+    tokens = [row[3].upper() for row in rows]
+    tokens[0] = "".join(f"\\u{ord(c):04x}" for c in tokens[0])  # the same token, escaped
+    escaped_tokens = "[" + " ,\n ".join(f'"{t}"' for t in tokens) + "]"
+    statement = "CALL queue_commit_batch(%s, %s, %s, %s)"
+    bad = escaped_tokens.replace(tokens[2], tokens[2][:-1] + "G")
+    with pytest.raises(pymysql.MySQLError) as named:
+        sql(statement, queue, json.dumps(_keys(rows)), json.dumps(["k"] * 4), bad)
+    assert named.value.args[1].startswith("pyqueue:invalid_argument: element 3 ")
+    assert sql(statement, queue, json.dumps(_keys(rows)), json.dumps(["k"] * 4), escaped_tokens) == [(4,)]
+
+
+@pytest.mark.parametrize(
+    ("keys", "kinds", "tokens", "element"),
+    [
+        (["a", "b "], ["k", "k"], [TOKEN, TOKEN], 2),
+        (["a", "b" * 256], ["k", "k"], [TOKEN, TOKEN], 2),
+        (["a", ""], ["k", "k"], [TOKEN, TOKEN], 2),
+        (["a", 7], ["k", "k"], [TOKEN, TOKEN], 2),
+        (["a", "b"], ["k", "k" * 129], [TOKEN, TOKEN], 2),
+        (["a", "b"], ["k", {"k": 1}], [TOKEN, TOKEN], 2),
+        (["a", "b"], ["k", "k"], [TOKEN, TOKEN + "0"], 2),
+        (["a", "b", "c "], ["k", "k", "k"], [TOKEN, "x", TOKEN], 2),
+    ],
+    ids=[
+        "space-ended-key",
+        "long-key",
+        "empty-key",
+        "number-key",
+        "long-kind",
+        "object-kind",
+        "long-token",
+        "first-of-two",
+    ],
+)
+def test_a_commit_batch_names_its_first_bad_element(sql, queue, keys, kinds, tokens, element):
+    with pytest.raises(pymysql.MySQLError) as refused:
+        sql(
+            "CALL queue_commit_batch(%s, %s, %s, %s)",
+            queue,
+            json.dumps(keys),
+            json.dumps(kinds),
+            json.dumps(tokens),
+        )
+    assert refused.value.args[1].startswith("pyqueue:invalid_argument: ")
+    assert f"element {element} " in refused.value.args[1]

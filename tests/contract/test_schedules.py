@@ -174,6 +174,19 @@ def test_schedule_every_pushes_one_occurrence_and_commit_pushes_the_next(queue, 
     assert pending(raw, queue, "report", "tick") == [occurrence_key("report", sched.next_at)]
 
 
+def test_a_commit_batch_holding_an_occurrence_pushes_the_next_one(queue, raw):
+    """An occurrence committed among plain messages, in one batch, still schedules its next one."""
+    first = queue.schedule_every("report", "tick", {}, 1)
+    queue.push_many([(f"plain-{i}", "tick", {}) for i in range(3)])
+    time.sleep(max(0.0, (first - dt.datetime.now(UTC)).total_seconds()) + 0.05)
+    held = queue.reserve(10, timeout=60)
+    assert occurrence_key("report", first) in [r.key for r in held] and len(held) == 4
+    assert queue.commit_many(held) == 4
+    (sched,) = queue.schedules()
+    assert sched.next_at > first
+    assert pending(raw, queue, "report", "tick") == [occurrence_key("report", sched.next_at)]
+
+
 @pytest.mark.slow
 def test_a_late_commit_skips_missed_occurrences(queue, raw):
     first = queue.schedule_every("r", "tick", {}, 1)
