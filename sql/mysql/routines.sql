@@ -3580,7 +3580,7 @@ BEGIN
     DECLARE v_ids, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_found, v_done, v_occs, v_i, v_own, v_tries INT DEFAULT 0;
     DECLARE v_now DATETIME(6);
-    DECLARE v_one_kind, v_plain_keys BOOLEAN;
+    DECLARE v_one_kind, v_plain_keys, v_plain_tokens BOOLEAN;
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
@@ -3614,8 +3614,17 @@ BEGIN
                    ord  FOR ORDINALITY,
                    elem JSON PATH '$',
                    kd   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS d;
-        SET v_plain_keys = in_keys REGEXP
-                '^\\[[[:space:]]*"[^"\\\\]{0,254}[^"\\\\ ]"(?:[[:space:]]*,[[:space:]]*"[^"\\\\]{0,254}[^"\\\\ ]")*+[[:space:]]*\\]\\z';
+        -- (up to 1000 elements: MySQL 8.0's ICU engine stops a match at regexp_time_limit with an error, where
+        -- MariaDB's PCRE has no such limit; a longer batch is checked element by element on both)
+        SET v_plain_keys = FALSE, v_plain_tokens = FALSE;
+        IF v_n <= 1000 THEN  -- (an IF, not an AND, whose operands may all be evaluated)
+            SET v_plain_keys = in_keys REGEXP
+                    '^\\[[[:space:]]*"[^"\\\\]{0,254}[^"\\\\ ]"(?:[[:space:]]*,[[:space:]]*"[^"\\\\]{0,254}[^"\\\\ ]")*+[[:space:]]*\\]\\z',
+                v_plain_tokens = in_tokens REGEXP CONCAT(
+                    '^\\[[[:space:]]*"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"',
+                    '(?:[[:space:]]*,[[:space:]]*"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")*+',
+                    '[[:space:]]*\\]\\z');
+        END IF;
         IF v_plain_keys IS NOT TRUE THEN
             SELECT LEAST(v_bad, COALESCE(MIN(k.ord), v_n + 1)) INTO v_bad
               FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS k
@@ -3623,11 +3632,7 @@ BEGIN
                     AND CHAR_LENGTH(JSON_UNQUOTE(k.elem)) BETWEEN 1 AND 255
                     AND NOT (JSON_UNQUOTE(k.elem) LIKE '% ')) IS NOT TRUE;
         END IF;
-        IF (in_tokens REGEXP CONCAT(
-                '^\\[[[:space:]]*"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"',
-                '(?:[[:space:]]*,[[:space:]]*"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")*+',
-                '[[:space:]]*\\]\\z')
-           ) IS NOT TRUE THEN
+        IF v_plain_tokens IS NOT TRUE THEN
             SELECT LEAST(v_bad, COALESCE(MIN(t.ord), v_n + 1)) INTO v_bad
               FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS t
              WHERE (    JSON_TYPE(t.elem) = 'STRING'
@@ -3642,7 +3647,11 @@ BEGIN
         -- Occurrences of a schedule: keys written plainly hold none unless the document has that shape somewhere
         -- (a key's characters cannot hold a quote there; the match ignores case, as in_keys's collation does: it
         -- may only send more batches to the count)
-        IF v_plain_keys IS NOT TRUE OR in_keys REGEXP '@[^"]{4}-[^"]{2}-[^"]{2}T[^"]{2}:[^"]{2}:[^"]{2}Z"' THEN
+        SET v_occs = 1;  -- (not known yet)
+        IF v_plain_keys THEN
+            IF NOT (in_keys REGEXP '@[^"]{4}-[^"]{2}-[^"]{2}T[^"]{2}:[^"]{2}:[^"]{2}Z"') THEN SET v_occs = 0; END IF;
+        END IF;
+        IF v_occs <> 0 THEN
             SELECT COUNT(*) INTO v_occs FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
                        k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
              WHERE k.k LIKE '%@____-__-__T__:__:__Z';
