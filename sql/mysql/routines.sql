@@ -3581,7 +3581,7 @@ BEGIN
     DECLARE v_found, v_done, v_occs, v_i, v_own, v_tries INT DEFAULT 0;
     DECLARE v_now DATETIME(6);
     DECLARE v_one_kind, v_plain_keys, v_plain_tokens BOOLEAN;
-    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;  -- (any length: read before the check)
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
@@ -3608,12 +3608,11 @@ BEGIN
         SELECT COALESCE(MIN(IF((    JSON_TYPE(d.elem) = 'STRING'
                                 AND CHAR_LENGTH(JSON_UNQUOTE(d.elem)) BETWEEN 1 AND 128
                                 AND NOT (JSON_UNQUOTE(d.elem) LIKE '% ')) IS NOT TRUE, d.ord, NULL)), v_n + 1),
-               COUNT(d.kd) = v_n AND MIN(d.kd) = MAX(d.kd), MIN(d.kd)
+               -- (the kinds as text only through JSON_UNQUOTE: a typed column would meet a bad element first)
+               MIN(JSON_UNQUOTE(d.elem) COLLATE utf8mb4_bin) = MAX(JSON_UNQUOTE(d.elem) COLLATE utf8mb4_bin),
+               MIN(JSON_UNQUOTE(d.elem) COLLATE utf8mb4_bin)
           INTO v_bad, v_one_kind, v_kind
-          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
-                   ord  FOR ORDINALITY,
-                   elem JSON PATH '$',
-                   kd   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS d;
+          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS d;
         -- (up to 1000 elements: MySQL 8.0's ICU engine stops a match at regexp_time_limit with an error, where
         -- MariaDB's PCRE has no such limit; a longer batch is checked element by element on both)
         SET v_plain_keys = FALSE, v_plain_tokens = FALSE;
