@@ -1,14 +1,19 @@
 """MySQL/MariaDB: what each part of a single-message consume costs when consumers race.
 
     python bench/mysql_consume_cost.py [--rounds 2] [--messages 8000] [--clients 4]
+    python bench/mysql_consume_cost.py --batch 100 --messages 60000   # reserve(100) + commit_batch
 
 4 client processes (--clients) drain a backlog of 8,000 messages (--messages), one message at a
-time, each with its own autocommit PyMySQL connection, in a fresh database with pyqueue-sql
-installed. A consumer stops after 30 empty answers in a row; throughput counts the messages it
-handed out. Variants, each on a backlog of its own, in rounds that rotate their order:
+time (--batch: that many at a time), each with its own autocommit PyMySQL connection, in a fresh
+database with pyqueue-sql installed. A consumer stops after 30 empty answers in a row; throughput
+counts the messages it handed out. Variants, each on a backlog of its own, in rounds that rotate
+their order:
 
 - `hand-rolled`: the statements of bench.py's hand-rolled SKIP LOCKED queue on its own table
   (`SELECT ... LIMIT 1 FOR UPDATE SKIP LOCKED` + `UPDATE`, `COMMIT`; `DELETE`);
+- `hand-rolled statements on pyqueue_message`: the same statements, sent the same way, on the live
+  table (its ready index, priority 0; the `DELETE` by key, kind and token): the floor of any
+  routine on this table, which has to run at least these and is sent as a `CALL` besides;
 - `statements in procedures`: the same statements on `pyqueue_message`, in two procedures
   (START TRANSACTION, the SKIP LOCKED read of priority 0, the UPDATE by id, COMMIT, the result
   row; one DELETE by key and token and its result row): what stored procedures cost by themselves;
@@ -19,6 +24,9 @@ handed out. Variants, each on a backlog of its own, in rounds that rotate their 
 - `queue_reserve + queue_commit (CALL)`: the routines as shipped, plain CALLs;
 - `Queue.reserve + Queue.commit`: the same through the Python client.
 
+With --batch N the procedure variants (single messages by construction) are left out, and the
+routines are `queue_reserve(n)` + `queue_commit_batch`.
+
 Besides msg/s: the server's CPU time per message (mariadbd's user + system time over the drain,
 read from /proc, so run it on a quiet machine) and the clients' own. Results: a Markdown table on
 stdout and in bench/results/mysql_consume_cost-<time>.md.
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import multiprocessing as mp
 import os
 import statistics
@@ -35,6 +44,8 @@ import subprocess
 import sys
 import time
 import uuid
+
+import pymysql
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -98,8 +109,10 @@ PROCEDURES = [
         SELECT ROW_COUNT() AS committed;
     END""",
 ]
+HAND = "hand-rolled statements on pyqueue_message"
 VARIANTS = {
     "hand-rolled": None,
+    HAND: "hand",
     "statements in procedures": "bench_claim",
     "+ settings read with MAX(priority)": "bench_claim_max",
     "+ settings read with a probe above 0": "bench_claim_probe",
@@ -116,7 +129,19 @@ def _rows(cur, sql: str, args=None) -> list:
     return rows
 
 
-def _consume(dsn: str, queue: str, variant: str, start: mp.Barrier, out: mp.Queue) -> None:
+def _delete(cur, sql: str, args: tuple) -> None:
+    """An autocommit DELETE of messages taken, sent again when chosen as a deadlock's victim."""
+    for _ in range(10):
+        try:
+            cur.execute(sql, args)
+            return
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] != 1213:
+                raise
+    raise RuntimeError("a DELETE was a deadlock's victim 10 times in a row")
+
+
+def _consume(dsn: str, queue: str, variant: str, batch: int, start: mp.Barrier, out: mp.Queue) -> None:
     procedure = VARIANTS[variant]
     done = empty = 0
     if procedure == "client":
@@ -127,50 +152,100 @@ def _consume(dsn: str, queue: str, variant: str, start: mp.Barrier, out: mp.Queu
         start.wait()
         began = time.process_time()
         while empty < 30:
-            got = q.reserve(worker="w")
+            got = q.reserve(batch, worker="w")
             if not got:
                 empty += 1
                 continue
-            q.commit(got[0])
-            done, empty = done + 1, 0
+            if batch == 1:
+                q.commit(got[0])
+            else:
+                q.commit_many(got)
+            done, empty = done + len(got), 0
         out.put((done, time.process_time() - began))
         db.close()
         return
     conn = _dbs.raw_connect("mysql", dsn, autocommit=True)
     cur = conn.cursor()
-    if procedure is None:
+    if procedure in (None, "hand"):
         txn = _dbs.raw_connect("mysql", dsn, autocommit=False)
         tcur = txn.cursor()
+
+    def claim(token: str) -> list:
+        """The locking read and the UPDATE of what it took, committed: the rows taken."""
+        if procedure is None:
+            tcur.execute(
+                "SELECT id, payload FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id"
+                f" LIMIT {batch} FOR UPDATE SKIP LOCKED"
+            )
+        else:
+            tcur.execute(
+                "SELECT id, payload, p_key FROM pyqueue_message FORCE INDEX (pyqueue_message_ready_idx)"
+                " WHERE queue_name = %s AND priority = 0 AND scheduled_at <= UTC_TIMESTAMP(6)"
+                f" ORDER BY scheduled_at, id LIMIT {batch} FOR UPDATE SKIP LOCKED",
+                (queue,),
+            )
+        rows = list(tcur.fetchall())
+        if rows:
+            marks = ", ".join(["%s"] * len(rows))
+            tcur.execute(
+                f"UPDATE job SET run_at = UTC_TIMESTAMP(6) + INTERVAL 300 SECOND, token = %s WHERE id IN ({marks})"
+                if procedure is None
+                else "UPDATE pyqueue_message SET scheduled_at = UTC_TIMESTAMP(6) + INTERVAL 300 SECOND,"
+                f" reserve_token = %s, attempts = attempts + 1, reserved_by = 'w' WHERE id IN ({marks})",
+                (token, *(row[0] for row in rows)),
+            )
+        txn.commit()
+        return rows
+
     start.wait()
     began = time.process_time()
     while empty < 30:
-        if procedure is None:
+        if procedure in (None, "hand"):
             token = str(uuid.uuid4())
-            tcur.execute(
-                "SELECT id, payload FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id"
-                " LIMIT 1 FOR UPDATE SKIP LOCKED"
-            )
-            ids = [row[0] for row in tcur.fetchall()]
-            if ids:
-                tcur.execute(
-                    "UPDATE job SET run_at = UTC_TIMESTAMP(6) + INTERVAL 300 SECOND, token = %s WHERE id = %s",
-                    (token, ids[0]),
-                )
-            txn.commit()
+            try:
+                rows = claim(token)
+            except pymysql.err.OperationalError as exc:  # as bench.py: a deadlock takes nothing
+                if exc.args[0] != 1213:
+                    raise
+                txn.rollback()
+                continue
+            ids = [row[0] for row in rows]
+            marks = ", ".join(["%s"] * len(ids))
             if not ids:
                 empty += 1
                 continue
-            cur.execute("DELETE FROM job WHERE token = %s AND id = %s", (token, ids[0]))
-        else:
-            if procedure == "queue_reserve":
-                rows = _rows(cur, "CALL queue_reserve(%s, 'w', NULL, 1, NULL)", (queue,))
+            if procedure is None:
+                _delete(cur, f"DELETE FROM job WHERE token = %s AND id IN ({marks})", (token, *ids))
             else:
-                rows = _rows(cur, f"CALL {procedure}(%s)", (queue,))
+                _delete(
+                    cur,
+                    "DELETE FROM pyqueue_message WHERE queue_name = %s AND p_kind = 'job' AND reserve_token = %s"
+                    f" AND p_key IN ({marks})",
+                    (queue, token, *(row[2] for row in rows)),
+                )
+            done, empty = done + len(ids), 0
+            continue
+        if procedure == "queue_reserve" and batch > 1:
+            rows = _rows(cur, "CALL queue_reserve(%s, 'w', NULL, %s, NULL)", (queue, batch))
             if not rows:
                 empty += 1
                 continue
-            commit = "queue_commit" if procedure == "queue_reserve" else "bench_commit"
-            _rows(cur, f"CALL {commit}(%s, %s, %s, %s)", (queue, rows[0][0], rows[0][1], rows[0][3]))
+            _rows(
+                cur,
+                "CALL queue_commit_batch(%s, %s, %s, %s)",
+                (queue, *(json.dumps([row[i] for row in rows]) for i in (0, 1, 3))),
+            )
+            done, empty = done + len(rows), 0
+            continue
+        if procedure == "queue_reserve":
+            rows = _rows(cur, "CALL queue_reserve(%s, 'w', NULL, 1, NULL)", (queue,))
+        else:
+            rows = _rows(cur, f"CALL {procedure}(%s)", (queue,))
+        if not rows:
+            empty += 1
+            continue
+        commit = "queue_commit" if procedure == "queue_reserve" else "bench_commit"
+        _rows(cur, f"CALL {commit}(%s, %s, %s, %s)", (queue, rows[0][0], rows[0][1], rows[0][3]))
         done, empty = done + 1, 0
     out.put((done, time.process_time() - began))
     conn.close()
@@ -199,10 +274,12 @@ def _fill(dsn: str, variant: str, queue: str, n: int) -> None:
     conn.close()
 
 
-def _drain(dsn: str, variant: str, queue: str, clients: int) -> dict:
+def _drain(dsn: str, variant: str, queue: str, clients: int, batch: int) -> dict:
     start = mp.Barrier(clients + 1)
     out: mp.Queue = mp.Queue()
-    procs = [mp.Process(target=_consume, args=(dsn, queue, variant, start, out)) for _ in range(clients)]
+    procs = [
+        mp.Process(target=_consume, args=(dsn, queue, variant, batch, start, out)) for _ in range(clients)
+    ]
     for p in procs:
         p.start()
     cpu = _server_cpu()
@@ -228,11 +305,17 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--messages", type=int, default=8000)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=1, help="messages per reserve and commit (default 1)")
     args = parser.parse_args(argv)
+    if args.batch < 1:
+        parser.error("--batch must be at least 1")
+    variants = [
+        v for v in VARIANTS if args.batch == 1 or VARIANTS[v] in (None, "hand", "queue_reserve", "client")
+    ]
     _dbs.exit_on_sigterm()
     dsn = _dbs.create("mysql", "consume")
     stamp = dt.datetime.now(dt.timezone.utc)
-    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
     try:
         _dbs.install_pyqueue(dsn)
         _dbs.execute(
@@ -243,7 +326,7 @@ def main(argv=None) -> int:
             "token CHAR(36) NULL, UNIQUE KEY job_key (msg_key), KEY job_ready (run_at, id)) ENGINE=InnoDB",
             *PROCEDURES,
         )
-        names = list(VARIANTS)
+        names = variants
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             for variant in order:
@@ -253,7 +336,7 @@ def main(argv=None) -> int:
                 else:
                     _dbs.execute("mysql", dsn, "TRUNCATE job")
                 _fill(dsn, variant, queue, args.messages)
-                run = _drain(dsn, variant, queue, args.clients)
+                run = _drain(dsn, variant, queue, args.clients, args.batch)
                 runs[variant].append(run)
                 print(f"round {r + 1} {variant}: {run['msg_s']:,.0f} msg/s", flush=True)
     finally:
@@ -265,13 +348,13 @@ def main(argv=None) -> int:
 
     hand = [run["msg_s"] for run in runs["hand-rolled"]]
     lines = [
-        f"Run {stamp:%Y-%m-%dT%H:%M:%SZ}: {args.clients} clients, {args.messages:,} messages, {args.rounds} round(s);"
-        " medians over the rounds.",
+        f"Run {stamp:%Y-%m-%dT%H:%M:%SZ}: {args.clients} clients, {args.messages:,} messages, {args.rounds} round(s),"
+        f" {args.batch} message(s) per reserve and commit; medians over the rounds.",
         "",
         "| variant | msg/s | vs hand-rolled | server CPU µs/msg | client CPU µs/msg |",
         "|---|---:|---:|---:|---:|",
     ]
-    for variant in VARIANTS:
+    for variant in variants:
         ratio = statistics.median(run["msg_s"] / h for run, h in zip(runs[variant], hand))
         lines.append(
             f"| {variant} | {median(variant, 'msg_s')} | {ratio:.2f}x | {median(variant, 'server_us')}"
@@ -280,7 +363,8 @@ def main(argv=None) -> int:
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     os.makedirs("bench/results", exist_ok=True)
-    with open(f"bench/results/mysql_consume_cost-{stamp:%Y-%m-%dT%H%M%SZ}.md", "w") as f:
+    suffix = f"-batch{args.batch}" if args.batch > 1 else ""
+    with open(f"bench/results/mysql_consume_cost{suffix}-{stamp:%Y-%m-%dT%H%M%SZ}.md", "w") as f:
         f.write(text)
     return 0
 

@@ -86,6 +86,35 @@ SCRIPTS = {
         f"SELECT count(*) FROM pgmq.delete('{QUEUE}', ':ids'::bigint[]);\n",
     },
 }
+# --floor: the fewest statements any routine on the live table must run for the same work, sent
+# directly (no function, no check, no bound, one priority, no dead-lettering): a routine can at best
+# reach this on the shipped table, so its ratio to pgmq is the ceiling of pyqueue-sql's on this layout.
+COLUMNS = "(queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at)"
+CLAIM = (
+    "WITH c AS (SELECT m.ctid FROM pyqueue_message m WHERE m.queue_name = '{q}' AND m.priority = 0 "
+    "AND m.scheduled_at > '-infinity' AND m.scheduled_at <= now() ORDER BY m.scheduled_at, m.id LIMIT {n} "
+    "FOR UPDATE SKIP LOCKED), u AS (UPDATE pyqueue_message m SET scheduled_at = now() + interval '300 s', "
+    "attempts = m.attempts + 1, reserved_by = 'w', reserve_token = gen_random_uuid() FROM c "
+    "WHERE m.ctid = c.ctid RETURNING m.p_key, m.reserve_token) "
+)
+FLOOR = {
+    "push": "\\set k random(1, 2000000000)\n"
+    f"INSERT INTO pyqueue_message {COLUMNS} VALUES ('{QUEUE}', 'f' || :k || '-' || :client_id, 'job', "
+    '\'{"n": 1, "kind": "bench"}\', 0, now(), now(), now()) ON CONFLICT DO NOTHING;\n',
+    "reserve_ack": CLAIM.format(q=QUEUE, n=1) + "SELECT p_key, reserve_token AS token FROM u \\gset\n"
+    f"DELETE FROM pyqueue_message WHERE queue_name = '{QUEUE}' AND p_key = ':p_key' AND p_kind = 'job' "
+    "AND reserve_token = ':token';\n",
+    "push_batch": "\\set k random(1, 2000000000)\n"
+    f"INSERT INTO pyqueue_message {COLUMNS} SELECT '{QUEUE}', 'g' || :k || '-' || :client_id || '-' || i, 'job', "
+    '\'{"n": 1, "kind": "bench"}\', 0, now(), now(), now() FROM generate_series(1, 100) i ON CONFLICT DO NOTHING;\n',
+    "reserve_ack_batch": CLAIM.format(q=QUEUE, n=100)
+    + "SELECT array_agg(p_key::text) AS ks, array_agg(reserve_token::text) AS ts FROM u \\gset\n"
+    "DELETE FROM pyqueue_message m USING unnest(':ks'::text[], ':ts'::text[]) AS d (k, t) "
+    f"WHERE m.queue_name = '{QUEUE}' AND m.p_key = d.k AND m.p_kind = 'job' AND m.reserve_token = d.t::uuid;\n",
+}
+for _workload, _script in FLOOR.items():
+    SCRIPTS[_workload]["floor"] = _script
+
 # messages per transaction; a batch workload runs a tenth of --transactions per client
 BATCH_SHARE = {"push": 1, "reserve_ack": 1, "push_batch": 100, "reserve_ack_batch": 100}
 
@@ -178,6 +207,11 @@ def main() -> None:
     parser.add_argument(
         "--no-track", action="store_true", help="count no function time: throughput side by side (see above)"
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run the bare statements on the live table (the ceiling of any routine on it; see FLOOR)",
+    )
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
@@ -200,12 +234,16 @@ def main() -> None:
         _dbs.execute("postgresql", dsn, f"SELECT queue_create('{QUEUE}')", f"SELECT pgmq.create('{QUEUE}')")
         if not args.no_track:
             _dbs.execute("postgresql", dsn, f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
-        # every reserve run takes its messages from the one backlog
-        needed = args.rounds * sum(
-            n * per_client(w, args.transactions) * BATCH_SHARE[w]
-            for w in workloads
-            if w.startswith("reserve")
-            for n in clients
+        # every reserve run takes its messages from the one backlog (the floor's from pyqueue-sql's)
+        needed = (
+            (2 if args.floor else 1)
+            * args.rounds
+            * sum(
+                n * per_client(w, args.transactions) * BATCH_SHARE[w]
+                for w in workloads
+                if w.startswith("reserve")
+                for n in clients
+            )
         )
         fill(dsn, max(args.backlog, needed + 1000))
         _dbs.execute("postgresql", dsn, "ANALYZE pyqueue_message", f"ANALYZE pgmq.q_{QUEUE}")
@@ -213,7 +251,9 @@ def main() -> None:
             for round_no, workload, n in (
                 (r, w, n) for r in range(args.rounds) for w in workloads for n in clients
             ):
-                for system in ("pyqueue", "pgmq") if round_no % 2 == 0 else ("pgmq", "pyqueue"):
+                systems = ["pyqueue", "pgmq"] + (["floor"] if args.floor else [])
+                turn = round_no % len(systems)
+                for system in systems[turn:] + systems[:turn]:  # each round starts with another one
                     script = Path(tmp) / f"{workload}-{system}.sql"
                     script.write_text(SCRIPTS[workload][system])
                     result = run(pgbench, dsn, script, n, per_client(workload, args.transactions))
@@ -258,27 +298,27 @@ def write(out: str, started: dt.datetime, before: tuple, after: tuple, results: 
         lines.append(
             f"| {r['workload']} | {r['clients']} | {r['system']} | {r['tps']:,.0f} | {r['latency_ms']:.3f} | {functions} |"
         )
-    ratios: dict[tuple[str, int], list[float]] = {}
+    ratios: dict[tuple[str, str, int], list[float]] = {}
     for r in results:
-        if r["system"] == "pyqueue":
+        if r["system"] != "pgmq":
             [theirs] = [
                 o["tps"]
                 for o in results
                 if o["system"] == "pgmq"
                 and (o["workload"], o["clients"], o["round"]) == (r["workload"], r["clients"], r["round"])
             ]
-            ratios.setdefault((r["workload"], r["clients"]), []).append(r["tps"] / theirs)
+            ratios.setdefault((r["workload"], r["system"], r["clients"]), []).append(r["tps"] / theirs)
     lines += [
         "",
-        "pyqueue-sql's throughput over pgmq's (transactions of the same size): the median of the per-round "
-        "ratios and their range.",
+        "Throughput over pgmq's (transactions of the same size): the median of the per-round ratios and "
+        "their range. pyqueue: its routines; floor (--floor): the bare statements on the live table.",
         "",
-        "| workload | clients | pyqueue / pgmq |",
-        "|---|---|---|",
+        "| workload | system | clients | over pgmq |",
+        "|---|---|---|---|",
     ]
     lines += [
-        f"| {w} | {n} | {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f}) |"
-        for (w, n), v in ratios.items()
+        f"| {w} | {system} | {n} | {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f}) |"
+        for (w, system, n), v in ratios.items()
     ]
     (folder / f"pg_profile-{stamp}.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {folder}/pg_profile-{stamp}.md and .json")
