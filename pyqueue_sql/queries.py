@@ -3,7 +3,8 @@
 
 A file is a sequence of blocks, each introduced by a line ``-- name: NAME``;
 the block's text up to the next such line is the statement. Parameters use
-the ``%(name)s`` style that both psycopg and PyMySQL accept.
+the ``%(name)s`` style that both psycopg and PyMySQL accept; PostgreSQL's
+array parameters ``%(name)b``, psycopg's binary format (see its queries.sql).
 """
 
 from __future__ import annotations
