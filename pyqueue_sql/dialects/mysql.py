@@ -519,10 +519,10 @@ class MySQL(Dialect):
 
     @staticmethod
     def _batch_messages(items: Sequence[tuple[str, str, Any, Any, Any]]) -> list[dict[str, Any]]:
-        """The objects of a batch's JSON array of messages, as the batch procedures read them."""
+        """The objects of a batch's JSON array of messages, as the batch procedures read them
+        (a payload that is not JSON is refused when the array is encoded, before anything is sent)."""
         messages = []
         for key, kind, payload, run_at, priority in items:
-            json.loads(encode_json(payload))  # refuse what is not JSON before sending
             messages.append(
                 {
                     "p_key": key,

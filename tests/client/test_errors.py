@@ -156,6 +156,13 @@ def test_payload_that_is_not_json_serialisable(queue):
     assert _total(queue) == 0
 
 
+def test_a_batch_with_a_payload_that_is_not_json_serialisable_pushes_nothing(queue):
+    for bad in ({"when": object()}, float("nan"), {"n": float("inf")}):
+        with pytest.raises(InvalidPayloadError):
+            queue.push_many([("a", "k", {"n": 1}), ("b", "k", bad), ("c", "k", {"n": 3})])
+    assert _total(queue) == 0
+
+
 def test_token_routines_refuse_missing_key_or_token(held):
     from dataclasses import replace
 
