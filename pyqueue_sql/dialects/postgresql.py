@@ -21,7 +21,7 @@ INSTALL_NOTE = """\
 """
 
 _NO_FUNCTION = re.compile(r"function ([\w.\"]+)\((.*)\) does not exist", re.DOTALL)
-_ARGUMENT = re.compile(r"%\((\w+)\)s(::[\w\[\] ]+)?")
+_ARGUMENT = re.compile(r"%\((\w+)\)[sb](::[\w\[\] ]+)?")  # %(name)s, or %(name)b (binary: arrays)
 # Whether a routine of that name is visible on the search_path (one round trip, autocommit only).
 _ROUTINE_EXISTS = (
     "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc"

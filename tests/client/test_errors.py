@@ -289,6 +289,20 @@ def test_a_wrong_argument_type_the_server_refuses_is_not_a_missing_schema(db, qu
     assert _total(queue) == 0
 
 
+@pytest.mark.only_dialect("postgresql")
+def test_a_wrong_argument_type_in_a_statement_with_arrays_is_not_a_missing_schema(db, queue):
+    """The same for a statement whose arrays go in the binary format (%(name)b): the server's
+    list of the types it saw still lines up with the statement's parameters."""
+    params = dict(queue=17, keys=["a"], kinds=["k"], payloads=["1"], run_ats=None, priorities=None)
+    with pytest.raises(InvalidArgumentError, match="smallint") as info:
+        db.call("push_batch", **params)
+    assert not isinstance(info.value, SchemaNotInstalledError)
+    with pytest.raises(InvalidArgumentError, match="smallint"):
+        with db.transaction():
+            db.call("push_batch", **params)
+    assert _total(queue) == 0
+
+
 def test_a_missing_schema_is_still_reported_as_such(fresh_database):
     import pyqueue_sql
 
