@@ -12,8 +12,8 @@ their order:
 - `hand-rolled`: the statements of bench.py's hand-rolled SKIP LOCKED queue on its own table
   (`SELECT ... LIMIT 1 FOR UPDATE SKIP LOCKED` + `UPDATE`, `COMMIT`; `DELETE`);
 - `hand-rolled statements on pyqueue_message`: the same statements, sent the same way, on the live
-  table (its ready index, priority 0; the `DELETE` by key, kind and token): the floor of any
-  routine on this table, which has to run at least these and is sent as a `CALL` besides;
+  table (its ready index, priority 0; the `DELETE` by key, kind and token): what the table costs
+  without the routines (a reference, not a bound: the routines run other statements);
 - `statements in procedures`: the same statements on `pyqueue_message`, in two procedures
   (START TRANSACTION, the SKIP LOCKED read of priority 0, the UPDATE by id, COMMIT, the result
   row; one DELETE by key and token and its result row): what stored procedures cost by themselves;
@@ -29,7 +29,8 @@ routines are `queue_reserve(n)` + `queue_commit_batch`.
 
 Besides msg/s: the server's CPU time per message (mariadbd's user + system time over the drain,
 read from /proc, so run it on a quiet machine) and the clients' own. Results: a Markdown table on
-stdout and in bench/results/mysql_consume_cost-<time>.md.
+stdout and in bench/results/mysql_consume_cost-<time>.md (with --batch N:
+mysql_consume_cost-batchN-<time>.md).
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ goes, and --no-track for throughput.
 --no-track counts nothing (the database keeps the server's track_functions): pgbench's throughput
 is then the two systems' side by side with a C client, what a psql or libpq application meets, and
 the report adds, per workload and client count, the median over the rounds of pyqueue-sql's
-throughput over pgmq's (each round runs both, in an order that alternates). Set beside bench.py's
+throughput over pgmq's (each round runs every system, in an order that rotates; with --floor also
+the bare statements' over pgmq's). Set beside bench.py's
 ratios (the same workloads through each system's Python client), it shows how much of those is the
 server and how much the client.
 Writes bench/results/pg_profile-<time>.{md,json} (--out DIR).
@@ -86,9 +87,9 @@ SCRIPTS = {
         f"SELECT count(*) FROM pgmq.delete('{QUEUE}', ':ids'::bigint[]);\n",
     },
 }
-# --floor: the fewest statements any routine on the live table must run for the same work, sent
-# directly (no function, no check, no bound, one priority, no dead-lettering): a routine can at best
-# reach this on the shipped table, so its ratio to pgmq is the ceiling of pyqueue-sql's on this layout.
+# --floor: the hand-rolled queue's statements for the same work on the live table, sent directly (no
+# function, no check, no bound, one priority, no dead-lettering): what the table costs without the
+# routines. A reference, not a bound: the routines run other statements, and can beat these.
 COLUMNS = "(queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at)"
 CLAIM = (
     "WITH c AS (SELECT m.ctid FROM pyqueue_message m WHERE m.queue_name = '{q}' AND m.priority = 0 "
@@ -210,7 +211,7 @@ def main() -> None:
     parser.add_argument(
         "--floor",
         action="store_true",
-        help="also run the bare statements on the live table (the ceiling of any routine on it; see FLOOR)",
+        help="also run the hand-rolled queue's statements on the live table, no routine (see FLOOR)",
     )
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
