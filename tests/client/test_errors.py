@@ -271,21 +271,26 @@ def test_a_queue_name_that_is_not_a_str_is_an_argument_error(db):
         db.queue(17)
 
 
+def _refused_as_an_argument_error(db, statement: str, params: dict) -> None:
+    """PostgreSQL finds no routine for the types (42883): an argument error naming them, in
+    autocommit and inside a transaction alike, never a missing schema."""
+    with pytest.raises(InvalidArgumentError, match="smallint") as info:
+        db.call(statement, **params)
+    assert not isinstance(info.value, SchemaNotInstalledError)
+    with pytest.raises(InvalidArgumentError, match="smallint"):
+        with db.transaction():
+            db.call(statement, **params)
+
+
 def test_a_wrong_argument_type_the_server_refuses_is_not_a_missing_schema(db, queue, dialect):
-    """The Python checks bypassed (a named statement run with an int where text goes): PostgreSQL
-    finds no routine for those types (42883); that is an argument error naming the types, in
-    autocommit and inside a transaction alike. MySQL converts the int to its text."""
+    """The Python checks bypassed (a named statement run with an int where text goes). MySQL
+    converts the int to its text."""
     params = dict(queue=queue.name, key=17, kind="k", payload="1", run_at=None, priority=None)
     if dialect == "mysql":
         assert db.call("push", **params) == [(1,)]
         assert queue.message("17", "k") is not None
         return
-    with pytest.raises(InvalidArgumentError, match="smallint") as info:
-        db.call("push", **params)
-    assert not isinstance(info.value, SchemaNotInstalledError)
-    with pytest.raises(InvalidArgumentError, match="smallint"):
-        with db.transaction():
-            db.call("push", **params)
+    _refused_as_an_argument_error(db, "push", params)
     assert _total(queue) == 0
 
 
@@ -294,12 +299,7 @@ def test_a_wrong_argument_type_in_a_statement_with_arrays_is_not_a_missing_schem
     """The same for a statement whose arrays go in the binary format (%(name)b): the server's
     list of the types it saw still lines up with the statement's parameters."""
     params = dict(queue=17, keys=["a"], kinds=["k"], payloads=["1"], run_ats=None, priorities=None)
-    with pytest.raises(InvalidArgumentError, match="smallint") as info:
-        db.call("push_batch", **params)
-    assert not isinstance(info.value, SchemaNotInstalledError)
-    with pytest.raises(InvalidArgumentError, match="smallint"):
-        with db.transaction():
-            db.call("push_batch", **params)
+    _refused_as_an_argument_error(db, "push_batch", params)
     assert _total(queue) == 0
 
 
