@@ -865,6 +865,12 @@ class QueueCalls:
         d = self.db.dialect
         items, groups = [], []
         for m in messages:
+            if type(m) is tuple and len(m) == 3 and type(m[0]) is str and type(m[1]) is str:
+                # the common shape, (str key, str kind, payload): nothing to convert or check here,
+                # and no NewMessage to build (a third of the client's time for a batch)
+                items.append((m[0], m[1], m[2], None, None))
+                groups.append(None)
+                continue
             if isinstance(m, Mapping):
                 m = NewMessage(**m)
             elif not isinstance(m, NewMessage):

@@ -119,10 +119,15 @@ def whole_number(value: Any, what: str) -> int | None:
     raise errors.InvalidArgumentError(f"{what} must be a whole number, not {value!r}")
 
 
+# One encoder for every payload: json.dumps with arguments builds a new JSONEncoder per call, which
+# cost as much as encoding a small payload (half of a 100-message batch's encoding).
+_JSON_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def encode_json(payload: Any) -> str:
     """A payload as compact JSON text; InvalidPayloadError for what JSON cannot hold (NaN, sets...)."""
     try:
-        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+        return _JSON_ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidPayloadError(f"payload is not JSON-serialisable: {exc}") from exc
 
