@@ -94,8 +94,10 @@ SELECT pattern, queue, created_at FROM queue_bindings(in_queue => %(queue)s)
 SELECT p_key, p_kind, payload, priority, attempts, created_at
   FROM queue_pop(%(queue)s, %(n)s::integer)
 
+-- The token comes back as text (what the client hands out): psycopg's uuid.UUID for it and its str()
+-- cost more client time than the rest of the row.
 -- name: reserve
-SELECT p_key, p_kind, payload, token, priority, attempts, created_at, scheduled_at_initially
+SELECT p_key, p_kind, payload, token::text, priority, attempts, created_at, scheduled_at_initially
   FROM queue_reserve(%(queue)s, %(worker)s, %(timeout)s::interval, %(n)s::integer, %(kinds)b::text[])
 
 -- name: commit
@@ -141,7 +143,7 @@ LISTEN {channel}
 -- Two steps of the consume cycle in one call.
 
 -- name: commit_reserve
-SELECT committed, p_key, p_kind, payload, token, priority, attempts, created_at, scheduled_at_initially
+SELECT committed, p_key, p_kind, payload, token::text, priority, attempts, created_at, scheduled_at_initially
   FROM queue_commit_reserve(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(worker)s,
                             %(timeout)s::interval, %(n)s::integer, %(kinds)b::text[])
 
