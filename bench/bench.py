@@ -370,7 +370,15 @@ class HandRolled(System):
         ids, token = self._reserve(n)
         if ids:
             marks = ", ".join(["%s"] * len(ids))
-            self.auto.cursor().execute(f"DELETE FROM job WHERE token = %s AND id IN ({marks})", [token, *ids])
+            for attempt in range(10):  # a deadlock victim deletes again, as a user's loop would
+                try:
+                    self.auto.cursor().execute(
+                        f"DELETE FROM job WHERE token = %s AND id IN ({marks})", [token, *ids]
+                    )
+                    break
+                except Exception as exc:
+                    if attempt == 9 or not ("deadlock" in str(exc).lower() or "1213" in str(exc)):
+                        raise
         return len(ids)
 
     def take_ack(self) -> int:
