@@ -175,6 +175,31 @@ def test_a_small_push_many_is_one_call_and_an_empty_one_none():
     assert (empty.steps, empty.result) == ([], 0)
 
 
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+def test_push_many_sends_the_same_batch_whatever_shape_its_messages_take(dialect):
+    from pyqueue_sql import NewMessage
+
+    shapes = [
+        [("a", "kind", {"n": 1}), (17, "kind", [1.5])],
+        [("a", "kind", {"n": 1}, None, None, None), ("17", "kind", [1.5], None)],
+        [NewMessage("a", "kind", {"n": 1}), NewMessage(17, "kind", [1.5])],
+        [{"key": "a", "kind": "kind", "payload": {"n": 1}}, {"key": 17, "kind": "kind", "payload": [1.5]}],
+    ]
+    sent = [Steps(queue(dialect).push_many(messages), [(2,)]).steps for messages in shapes]
+    assert [[s.statement for s in steps] for steps in sent] == [["push_batch"]] * len(shapes)
+    assert all(steps[0].params == sent[0][0].params for steps in sent)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [(True, "kind", 1), ("a", 5, 1), ("a", "kind", float("nan")), ("a", "kind", {1, 2}), ("a",)],
+    ids=["bool-key", "int-kind", "nan-payload", "set-payload", "too-short"],
+)
+def test_push_many_refuses_a_bad_tuple_before_any_call(message):
+    with pytest.raises((errors.InvalidArgumentError, errors.InvalidPayloadError, TypeError)):
+        next(queue().push_many([("ok", "kind", 1), message]))
+
+
 def test_reserve_in_chunks_stops_at_the_first_short_one():
     row = ("k", "kind", '{"n":1}', "tok", 0, 1, NOW, NOW)
     run = Steps(queue().reserve(n=3 * CHUNK_SIZE), None, [row] * CHUNK_SIZE, [row] * 2)
