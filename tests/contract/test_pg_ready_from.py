@@ -4,9 +4,11 @@ While a transaction holds the xmin horizon, the index entries of every message r
 committed since cannot be removed and pile up at the head of the ready range. The reserve reads
 its ranges from the queue's ready_from, which autocommit reserves move up (a proposal, made active
 a second later once every transaction older than it has ended), and which a write of a message in
-the past lowers. The guard counts the shared buffers one reserve touches under a held snapshot
-(EXPLAIN (ANALYZE, BUFFERS)), never time; the others check that no message is ever left below the
-bound: pushed in the past, or written by a transaction that was open while the bound moved.
+the past lowers. The guard counts the index entries one reserve reads under a held snapshot (the
+server's per-transaction counters), never time or buffers: how many heap pages those entries'
+rows touch depends on how the rows of concurrent tests share pages. The others check that no
+message is ever left below the bound: pushed in the past, or written by a transaction that was
+open while the bound moved.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ pytestmark = pytest.mark.only_dialect("postgresql")
 
 UTC = dt.timezone.utc
 CHURNED = 2000
-# A pop that walked the dead entries of 2,000 churned messages touches over a hundred buffers
-# (index and heap pages); one that starts past them, a few.
-MAX_BUFFERS = 40
+# A pop that walked the dead entries of 2,000 churned messages reads over 2,000 index entries; one
+# that starts past them, a few.
+MAX_ENTRIES = 20
 
 
 @pytest.fixture
@@ -84,18 +86,21 @@ def _ready_from(conn, queue):
     )[0][0]
 
 
-def _pop_buffers(conn, queue) -> int:
-    """Buffers one queue_pop touches (the reserve's read of the ready range, then a delete that
-    writes no index entry), in a transaction rolled back."""
+def _pop_entries(conn, queue) -> int:
+    """Index entries one queue_pop reads from the live table's indexes (dead ones included: under a
+    held snapshot each is returned and its row checked), in a transaction rolled back."""
+    entries = (
+        "SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint FROM pg_index i"
+        " WHERE i.indrelid = 'pyqueue_message'::regclass"
+    )
     _run(conn, "BEGIN")
     try:
-        [(doc,)] = _run(
-            conn, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM queue_pop(%s, 1)", (queue,)
-        )
+        [(before,)] = _run(conn, entries)
+        _run(conn, "SELECT * FROM queue_pop(%s, 1)", (queue,))
+        [(after,)] = _run(conn, entries)
     finally:
         _run(conn, "ROLLBACK")
-    plan = doc[0]["Plan"]
-    return plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+    return after - before
 
 
 def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, pg):
@@ -121,11 +126,9 @@ def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, p
         pushed_by = dt.datetime.now(UTC)
         _advance_past(conn, queue.name, pushed_by)
         queue.push("fresh", "job", {})
-        # the plans of the routines are cached by a first call, rolled back
-        _pop_buffers(conn, queue.name)
-        buffers = _pop_buffers(conn, queue.name)
-        print("buffers", buffers)
-        assert buffers <= MAX_BUFFERS, buffers
+        entries = _pop_entries(conn, queue.name)
+        print("entries", entries)
+        assert entries <= MAX_ENTRIES, entries
         assert _reserve_keys(conn, queue.name) == ["fresh"]
     finally:
         _run(holder, "ROLLBACK")
@@ -151,10 +154,10 @@ def test_under_a_held_snapshot_the_reserve_starts_past_the_consumed_part_of_a_ru
     queue with concurrency limits (another kind's, here) too, whose reserve takes one candidate at
     a time, and past 9 priorities above the run that hold only waiting messages, where the reserve
     reads the ready rows by time."""
-    # Past the waiting priorities the step down to priority 0 still reads back over the dead entries the
-    # consumed part's reservations left at the end of its range (about 60 buffers); the read by time
-    # from the bound's time alone added about 47 more.
-    limit = 80 if shape == "waiting-priorities" else MAX_BUFFERS
+    # Past the waiting priorities the reserve reads the ready rows of the lower priorities by time and
+    # sorts them: the run's 100 live messages and a few more (108); the same read from the bound's time
+    # alone, before the bound had an id, read the 2,000 dead entries of the consumed part too (2,108).
+    limit = 200 if shape == "waiting-priorities" else MAX_ENTRIES
     conn, holder = pg(), pg()
     if shape == "limits":
         _run(conn, "SELECT queue_set_limit(%s, 'other', 5)", (queue.name,))
@@ -197,10 +200,9 @@ def test_under_a_held_snapshot_the_reserve_starts_past_the_consumed_part_of_a_ru
         while _bound(conn, queue.name) != (pushed_at, first_live):
             assert time.monotonic() < deadline, ("the bound did not reach the run", _bound(conn, queue.name))
             _advance(conn, queue.name, steps=1)
-        _pop_buffers(conn, queue.name)  # the plans of the routines are cached by a first call, rolled back
-        buffers = _pop_buffers(conn, queue.name)
-        print("buffers", buffers)
-        assert buffers <= limit, buffers
+        entries = _pop_entries(conn, queue.name)
+        print("entries", entries)
+        assert entries <= limit, entries
         assert _reserve_keys(conn, queue.name, n=3) == [f"r{i:05d}" for i in range(CHURNED, CHURNED + 3)]
     finally:
         _run(holder, "ROLLBACK")
