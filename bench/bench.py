@@ -52,6 +52,11 @@ def _payload(i: Any) -> str:
     return json.dumps({"n": i, "kind": "bench"})
 
 
+def _deadlock(exc: Exception) -> bool:
+    """A deadlock victim's error, from psycopg ("deadlock detected") or PyMySQL (1213)."""
+    return "deadlock" in str(exc).lower() or "1213" in str(exc)
+
+
 # ===========================================================================
 # Systems. Each has: setup(dsn) once per fresh database, reset(dsn) before a
 # measurement, prefill(dsn, n) for the consuming workloads, and, in each client
@@ -362,7 +367,7 @@ class HandRolled(System):
             return ids, token
         except Exception as exc:  # a deadlock under contention counts as nothing taken
             self.conn.rollback()
-            if "deadlock" in str(exc).lower() or "1213" in str(exc):
+            if _deadlock(exc):
                 return [], token
             raise
 
@@ -377,7 +382,7 @@ class HandRolled(System):
                     )
                     break
                 except Exception as exc:
-                    if attempt == 9 or not ("deadlock" in str(exc).lower() or "1213" in str(exc)):
+                    if attempt == 9 or not _deadlock(exc):
                         raise
         return len(ids)
 
@@ -491,7 +496,7 @@ class LiveTable(PyQueue):
             return rows
         except Exception as exc:  # as the hand-rolled queue: a deadlock counts as nothing taken
             self.conn.rollback()
-            if "deadlock" in str(exc).lower() or "1213" in str(exc):
+            if _deadlock(exc):
                 return []
             raise
 
