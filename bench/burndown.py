@@ -221,7 +221,7 @@ SYSTEMS = [
         "py",
         "SELECT count(*) FROM job",
         needs=["pymysql"],
-        note="16 threads x (SELECT 10 FOR UPDATE SKIP LOCKED + UPDATE, COMMIT; DELETE ids)",
+        note="16 threads x (SELECT 100 FOR UPDATE SKIP LOCKED + UPDATE, COMMIT; DELETE ids), READ COMMITTED",
     ),
 ]
 
