@@ -255,6 +255,7 @@ class AsyncWorker(WorkerBase):
             install_signals = threading.current_thread() is threading.main_thread()
         if install_signals:
             self.install_signal_handlers()
+        self._announce()
         self._pool: asyncio.Queue[_AsyncConnection] = asyncio.Queue()
         for _ in range(self.connections):
             self._pool.put_nowait(_AsyncConnection(self, "handler"))

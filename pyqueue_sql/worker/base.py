@@ -213,7 +213,8 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
 
     # -- life cycle ----------------------------------------------------------------
     def _starting(self) -> None:
-        """Resets the run's state and logs the start (run() calls it first)."""
+        """Resets the run's state (run() calls it first, before it installs the signal handlers: a
+        signal from then on is not reset away)."""
         if not self.routes:
             raise errors.InvalidArgumentError("the worker has no handlers")
         self._stopping.clear()
@@ -225,6 +226,10 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         self._stop_deadline = None
         self._last_error = None
         self._state = "starting"
+
+    def _announce(self) -> None:
+        """Logs the start ("worker starting", event "start"), once the signal handlers are in
+        place: from this line on a SIGTERM is a graceful stop, not the default death."""
         log.info(
             "worker starting",
             extra={

@@ -171,9 +171,10 @@ class Worker(WorkerBase):
             raise errors.InvalidArgumentError("the worker has no handlers")
         if install_signals is None:
             install_signals = threading.current_thread() is threading.main_thread()
+        self._starting()
         if install_signals:
             self.install_signal_handlers()
-        self._starting()
+        self._announce()
         for i in range(self.concurrency):
             t = threading.Thread(target=self._handler_loop, name=f"pyqueue-handler-{i}", daemon=True)
             t.start()

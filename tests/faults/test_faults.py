@@ -140,7 +140,14 @@ class WorkerProcess:
         return out
 
     def terminate(self, timeout: float = 60) -> int:
-        """SIGTERM (a graceful stop) and wait; the exit code."""
+        """SIGTERM (a graceful stop) once the worker has logged its start, and wait; the exit code.
+        A process still importing has no signal handler yet, and SIGTERM ends it as any process
+        (exit -15): a replacement started just before the test ends may not have got that far."""
+        wait_for(
+            lambda: self.proc.poll() is not None or any(e.get("event") == "start" for e in self.events()),
+            timeout,
+            "the worker to log its start",
+        )
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)

@@ -474,6 +474,52 @@ def test_sigterm_with_work_in_flight_loses_nothing(dsn, queue, tmp_path, runtime
     assert f'"runtime": "{runtime}"' in err, "the handler ran on the wrong kind of worker"
 
 
+# A worker that sends itself SIGTERM the moment it logs its start: the signal must stop it
+# gracefully (run() returns), not end the process as an unhandled SIGTERM does.
+_SIGTERM_AT_START = """
+import asyncio, logging, os, signal, sys
+from pyqueue_sql import Worker
+from pyqueue_sql.aio.worker import AsyncWorker
+
+class TermAtStart(logging.Handler):
+    def emit(self, record):
+        if getattr(record, "event", None) == "start":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+logging.getLogger("pyqueue_sql").addHandler(TermAtStart())
+logging.getLogger("pyqueue_sql").setLevel(logging.INFO)
+dsn, queue, runtime = sys.argv[1:]
+worker = (AsyncWorker if runtime == "asyncio" else Worker)(dsn, concurrency=1)
+if runtime == "asyncio":
+    @worker.handler(queue)
+    async def handle(job):
+        pass
+    clean = asyncio.run(worker.run())
+else:
+    @worker.handler(queue)
+    def handle(job):
+        pass
+    clean = worker.run()
+print("stopped", clean)
+"""
+
+
+@pytest.mark.parametrize("runtime", sorted(SLEEPY))
+def test_a_sigterm_right_after_the_start_line_is_a_graceful_stop(dsn, queue, runtime):
+    """The start line ("worker starting", event "start") is logged once the signal handlers are in
+    place, so a supervisor that waits for it and then sends SIGTERM gets a graceful stop."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_AT_START, dsn, queue.name, runtime],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "stopped True"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", sorted(SLEEPY))
 def test_sigkill_mid_handler_redelivers_after_the_lease(dsn, queue, tmp_path, runtime):
