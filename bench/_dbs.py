@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import uuid
+from urllib.parse import urlsplit
 
 import pyqueue_sql
 from pyqueue_sql import dialects
@@ -92,4 +95,41 @@ def install_pyqueue(dsn: str) -> None:
     migrate.upgrade(dsn)
 
 
-__all__ = ["create", "drop", "execute", "exit_on_sigterm", "install_pyqueue", "raw_connect", "pyqueue_sql"]
+def install_commit(dialect: str, dsn: str, commit: str) -> None:
+    """Installs the schema and routines of a git commit (its sql/<dialect>/schema.sql and
+    routines.sql) with the server's own client, psql or mariadb/mysql, as `pyqueue-sql sql`
+    output is installed: a change to the baseline measured against the baseline before it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folder = "postgresql" if dialect == "postgresql" else "mysql"
+    script = "".join(
+        subprocess.run(
+            ["git", "show", f"{commit}:sql/{folder}/{name}.sql"],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        for name in ("schema", "routines")
+    )
+    url = urlsplit(dsn)
+    if dialect == "postgresql":
+        cmd = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", dsn]
+    else:
+        client = shutil.which("mariadb") or "mysql"
+        cmd = [client, "-h", url.hostname or "127.0.0.1", "-P", str(url.port or 3306)]
+        cmd += ["-u", url.username or "root", url.path.lstrip("/")]
+        if url.password:
+            cmd.insert(1, f"-p{url.password}")
+    subprocess.run(cmd, input=script, check=True, text=True, capture_output=True)
+
+
+__all__ = [
+    "create",
+    "drop",
+    "execute",
+    "exit_on_sigterm",
+    "install_commit",
+    "install_pyqueue",
+    "raw_connect",
+    "pyqueue_sql",
+]

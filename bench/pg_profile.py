@@ -32,6 +32,13 @@ throughput over pgmq's (each round runs every system, in an order that rotates; 
 the bare statements' over pgmq's). Set beside bench.py's
 ratios (the same workloads through each system's Python client), it shows how much of those is the
 server and how much the client.
+--previous-commit C adds pyqueue-sql as git commit C has it (its sql/postgresql/schema.sql and
+routines.sql, installed with psql into a database of its own with the same backlog), run with the same
+scripts: a change to the routines measured on the server, with no Python client in between
+(bench/revision_ab.py measures the same through the client). The report adds pyqueue over previous.
+
+    python bench/pg_profile.py --no-track --rounds 10 --clients 2 --workloads push_batch --previous-commit <commit>
+
 Writes bench/results/pg_profile-<time>.{md,json} (--out DIR).
 """
 
@@ -136,21 +143,31 @@ def pgbench_binary() -> str:
     sys.exit("pg_profile: no pgbench binary (Debian: apt-get install postgresql-client)")
 
 
-def fill(dsn: str, backlog: int) -> None:
+def fill(dsn: str, backlog: int, pgmq: bool = True) -> None:
     _dbs.execute(
         "postgresql",
         dsn,
         f"SELECT queue_push_batch('{QUEUE}', ARRAY(SELECT 'k' || i FROM generate_series(1, {backlog}) i), "
         f"array_fill('job'::text, ARRAY[{backlog}]), "
         f"ARRAY(SELECT jsonb_build_object('n', i, 'kind', 'bench') FROM generate_series(1, {backlog}) i))",
-        f"SELECT count(*) FROM pgmq.send_batch('{QUEUE}', "
-        f"ARRAY(SELECT jsonb_build_object('n', i, 'kind', 'bench') FROM generate_series(1, {backlog}) i))",
+        *(
+            [
+                f"SELECT count(*) FROM pgmq.send_batch('{QUEUE}', "
+                f"ARRAY(SELECT jsonb_build_object('n', i, 'kind', 'bench') FROM generate_series(1, {backlog}) i))"
+            ]
+            if pgmq
+            else []
+        ),
     )
 
 
-def run(pgbench: str, dsn: str, script: Path, clients: int, transactions: int) -> dict:
+def run(pgbench: str, dsn: str, script: Path, clients: int, transactions: int, pgmq: bool = True) -> dict:
     _dbs.execute(
-        "postgresql", dsn, "VACUUM pyqueue_message", f"VACUUM pgmq.q_{QUEUE}", "SELECT pg_stat_reset()"
+        "postgresql",
+        dsn,
+        "VACUUM pyqueue_message",
+        *([f"VACUUM pgmq.q_{QUEUE}"] if pgmq else []),
+        "SELECT pg_stat_reset()",
     )
     out = subprocess.run(
         [
@@ -213,6 +230,10 @@ def main() -> None:
         action="store_true",
         help="also run the hand-rolled queue's statements on the live table, no routine (see FLOOR)",
     )
+    parser.add_argument(
+        "--previous-commit",
+        help="also run pyqueue-sql as this git commit has it, in its own database (see above)",
+    )
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
@@ -225,6 +246,7 @@ def main() -> None:
     started = dt.datetime.now(dt.timezone.utc)
     load_before = os.getloadavg()
     dsn = _dbs.create("postgresql", "profile")
+    dsns = {"pyqueue": dsn, "pgmq": dsn, "floor": dsn}
     results: list[dict] = []
     try:
         _dbs.install_pyqueue(dsn)
@@ -248,27 +270,52 @@ def main() -> None:
         )
         fill(dsn, max(args.backlog, needed + 1000))
         _dbs.execute("postgresql", dsn, "ANALYZE pyqueue_message", f"ANALYZE pgmq.q_{QUEUE}")
+        if args.previous_commit:
+            dsns["previous"] = _dbs.create("postgresql", "profile_previous")
+            _dbs.install_commit("postgresql", dsns["previous"], args.previous_commit)
+            _dbs.execute("postgresql", dsns["previous"], f"SELECT queue_create('{QUEUE}')")
+            if not args.no_track:
+                previous_name = dsns["previous"].rsplit("/", 1)[1]
+                _dbs.execute(
+                    "postgresql",
+                    dsns["previous"],
+                    f"ALTER DATABASE \"{previous_name}\" SET track_functions = 'all'",
+                )
+            fill(dsns["previous"], max(args.backlog, needed + 1000), pgmq=False)
+            _dbs.execute("postgresql", dsns["previous"], "ANALYZE pyqueue_message")
         with tempfile.TemporaryDirectory() as tmp:
             for round_no, workload, n in (
                 (r, w, n) for r in range(args.rounds) for w in workloads for n in clients
             ):
-                systems = ["pyqueue", "pgmq"] + (["floor"] if args.floor else [])
+                systems = (
+                    ["pyqueue", "pgmq"]
+                    + (["floor"] if args.floor else [])
+                    + (["previous"] if args.previous_commit else [])
+                )
                 turn = round_no % len(systems)
                 for system in systems[turn:] + systems[:turn]:  # each round starts with another one
                     script = Path(tmp) / f"{workload}-{system}.sql"
-                    script.write_text(SCRIPTS[workload][system])
-                    result = run(pgbench, dsn, script, n, per_client(workload, args.transactions))
+                    script.write_text(SCRIPTS[workload]["pyqueue" if system == "previous" else system])
+                    result = run(
+                        pgbench,
+                        dsns[system],
+                        script,
+                        n,
+                        per_client(workload, args.transactions),
+                        pgmq=system != "previous",
+                    )
                     result.update(workload=workload, clients=n, system=system, round=round_no + 1)
                     results.append(result)
                     mine = [f for f in result["functions"] if f["function"].split(".")[-1].startswith(OURS)]
-                    shown = mine if system == "pyqueue" else result["functions"]
+                    shown = mine if system in ("pyqueue", "previous") else result["functions"]
                     print(
                         f"{workload:18s} {n} client(s) {system:8s} {result['tps']:9.1f} tps "
                         + " ".join(f"{f['function'].split('.')[-1]}={f['self_us']:.0f}" for f in shown[:6]),
                         flush=True,
                     )
     finally:
-        _dbs.drop("postgresql", dsn)
+        for each in set(dsns.values()):
+            _dbs.drop("postgresql", each)
     write(args.out, started, load_before, os.getloadavg(), results)
 
 
@@ -321,6 +368,29 @@ def write(out: str, started: dt.datetime, before: tuple, after: tuple, results: 
         f"| {w} | {system} | {n} | {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f}) |"
         for (w, system, n), v in ratios.items()
     ]
+    over_previous: dict[tuple[str, int], list[float]] = {}
+    for r in results:
+        if r["system"] == "pyqueue":
+            for o in results:
+                if o["system"] == "previous" and (o["workload"], o["clients"], o["round"]) == (
+                    r["workload"],
+                    r["clients"],
+                    r["round"],
+                ):
+                    over_previous.setdefault((r["workload"], r["clients"]), []).append(r["tps"] / o["tps"])
+    if over_previous:
+        lines += [
+            "",
+            "pyqueue over previous (--previous-commit, the same scripts): the median of the per-round "
+            "ratios and their range.",
+            "",
+            "| workload | clients | pyqueue over previous |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {w} | {n} | {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f}) |"
+            for (w, n), v in over_previous.items()
+        ]
     (folder / f"pg_profile-{stamp}.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {folder}/pg_profile-{stamp}.md and .json")
 

@@ -23,19 +23,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import time
-from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _dbs  # noqa: E402
 from bench.bench import LABEL, WORKLOADS, PyQueue, _ratio, measure  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Previous(PyQueue):
@@ -50,27 +45,7 @@ class Previous(PyQueue):
         if not commit:
             migrate.upgrade(dsn, os.environ["BENCH_PREVIOUS_REVISION"])
             return
-        folder = "postgresql" if self.dialect == "postgresql" else "mysql"
-        script = "".join(
-            subprocess.run(
-                ["git", "show", f"{commit}:sql/{folder}/{name}.sql"],
-                cwd=ROOT,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-            for name in ("schema", "routines")
-        )
-        url = urlsplit(dsn)
-        if self.dialect == "postgresql":
-            cmd = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", dsn]
-        else:
-            client = shutil.which("mariadb") or "mysql"
-            cmd = [client, "-h", url.hostname or "127.0.0.1", "-P", str(url.port or 3306)]
-            cmd += ["-u", url.username or "root", url.path.lstrip("/")]
-            if url.password:
-                cmd.insert(1, f"-p{url.password}")
-        subprocess.run(cmd, input=script, check=True, text=True, capture_output=True)
+        _dbs.install_commit(self.dialect, dsn, commit)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import threading
 import time
 
 import pytest
@@ -62,6 +64,55 @@ def test_push_batch_counts_new_messages_and_skips_duplicates(queue):
     got = {m.key: m.payload for m in queue.pop(10)}
     assert got == {"a": 0, "b": 2, "c": {"x": [1]}}
     assert queue.push_many([]) == 0
+
+
+@pytest.mark.parametrize("after_a_write", [False, True], ids=["first-write", "after-a-write"])
+def test_push_batch_keeps_the_first_of_a_repeated_key_and_the_batch_order(db, queue, after_a_write):
+    """A batch that is its transaction's first write and one after other writes take different
+    statements on PostgreSQL (a plain INSERT of the absent keys; INSERT ... ON CONFLICT): both
+    skip a live key, keep the first element of a key the batch repeats, and deliver the new
+    messages in the batch's order, not the keys'."""
+    queue.push("live", "k", 0)
+    batch = [("z", "k", 1), ("live", "k", 2), ("a", "k", 3), ("z", "k", 4), ("m", "k", 5), ("a", "j", 6)]
+    if after_a_write:
+        with db.transaction():
+            queue.push("written-first", "k", 7)
+            assert queue.push_many(batch) == 4
+    else:
+        assert queue.push_many(batch) == 4
+    got = [(m.key, m.kind, m.payload) for m in queue.reserve(n=10)]
+    expected_new = [("z", "k", 1), ("a", "k", 3), ("m", "k", 5), ("a", "j", 6)]
+    assert got == [("live", "k", 0)] + ([("written-first", "k", 7)] if after_a_write else []) + expected_new
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_push_batch_waits_for_a_key_another_transaction_is_pushing(connect, queue, outcome):
+    """A batch that meets a key pushed by a transaction still open waits for it: the key is a
+    duplicate if that transaction commits, and the batch's own if it rolls back; the batch's
+    other keys are inserted either way."""
+    holder = connect()
+    holder_queue = holder.queue(queue.name)
+    done = {}
+
+    def push_batch():
+        done["inserted"] = connect().queue(queue.name).push_many([("a", "k", "batch"), ("b", "k", "batch")])
+
+    with contextlib.ExitStack() as stack:
+        if outcome == "rollback":
+            stack.enter_context(pytest.raises(RuntimeError))
+        with holder.transaction():
+            assert holder_queue.push("a", "k", "holder") is True
+            pusher = threading.Thread(target=push_batch)
+            pusher.start()
+            pusher.join(1.0)
+            assert pusher.is_alive(), "the batch did not wait for the key the open transaction pushed"
+            if outcome == "rollback":
+                raise RuntimeError("roll the holder back")
+    pusher.join(30)
+    assert not pusher.is_alive()
+    assert done["inserted"] == (1 if outcome == "commit" else 2)
+    got = {m.key: m.payload for m in queue.reserve(n=10)}
+    assert got == {"a": "holder" if outcome == "commit" else "batch", "b": "batch"}
 
 
 def test_push_batch_with_run_at_and_priority(queue):
