@@ -32,6 +32,7 @@ throughput over pgmq's (each round runs every system, in an order that rotates; 
 the bare statements' over pgmq's). Set beside bench.py's
 ratios (the same workloads through each system's Python client), it shows how much of those is the
 server and how much the client.
+
 --previous-commit C adds pyqueue-sql as git commit C has it (its sql/postgresql/schema.sql and
 routines.sql, installed with psql into a database of its own with the same backlog), run with the same
 scripts: a change to the routines measured on the server, with no Python client in between
