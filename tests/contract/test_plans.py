@@ -473,7 +473,17 @@ def test_the_reserve_reads_its_start_without_a_sort_on_a_table_never_analyzed(di
                     conn,
                     "UPDATE pyqueue_message SET scheduled_at = now() - interval '1 s', attempts = 0 WHERE p_key = 'fresh'",
                 )
-            reads = [p for p in plans if "pyqueue_message m" in p and "Query Text: SELECT" in p]
+            # A reserve also runs the advance of the queue's bound when a second has passed since
+            # the last one; the advance's first read goes by (scheduled_at, id) through the due
+            # index by design (guarded as bound_first above), so it is left out here.
+            reads = [
+                p
+                for p in plans
+                if "pyqueue_message m" in p
+                and "Query Text: SELECT" in p
+                and "Query Text: SELECT m.scheduled_at, m.id FROM pyqueue_message m"
+                not in " ".join(p.split())
+            ]
             assert len(reads) >= 2, plans
             for plan in reads:
                 assert "Sort" not in plan and "Seq Scan" not in plan, (mode, plan)
