@@ -58,6 +58,81 @@ def _deadlock(exc: Exception) -> bool:
 
 
 # ===========================================================================
+# CPU per message. On a machine whose cores the clients and the server share (this one has two),
+# throughput follows the CPU a message costs, client and server together: the ratios of those
+# sums explain the ratios of the rates. The clients' CPU is what the measurement's client
+# processes used (RUSAGE_CHILDREN of this process around them); the server's is read from /proc
+# when it runs on this machine (PostgreSQL: the postmaster, its live children and the children
+# it has reaped; MariaDB/MySQL: the server process), else left out. It includes whatever else the
+# server did meanwhile (autovacuum, other sessions): measure on a quiet machine.
+# ===========================================================================
+
+
+def _proc_cpu(pid: int, children: bool = False) -> float | None:
+    """Seconds of CPU of one process (utime + stime; with children, also its reaped children's)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def server_pid(dialect: str, dsn: str) -> int | None:
+    """The server's process on this machine (PostgreSQL: the postmaster), or None when it is not
+    here (another machine, a container) or cannot be told."""
+    try:
+        if dialect == "postgresql":
+            backend = int(_dbs.execute(dialect, dsn, "SELECT pg_backend_pid()")[0][0])
+            with open(f"/proc/{backend}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the backend's parent
+            return pid if _proc_name(pid) == "postgres" else None
+        path = str(_dbs.execute(dialect, dsn, "SELECT @@pid_file")[0][0])
+        with open(path) as f:
+            pid = int(f.read().split()[0])
+        return pid if _proc_name(pid) in ("mariadbd", "mysqld") else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def server_cpu(dialect: str, pid: int | None) -> float | None:
+    """Seconds of CPU the server has used so far (see above), or None."""
+    if pid is None:
+        return None
+    if dialect != "postgresql":
+        return _proc_cpu(pid)
+    total = _proc_cpu(pid, children=True)
+    if total is None:
+        return None
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # it ended meanwhile: its time is in the postmaster's reaped children
+            if int(fields[1]) == pid:
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+# ===========================================================================
 # Systems. Each has: setup(dsn) once per fresh database, reset(dsn) before a
 # measurement, prefill(dsn, n) for the consuming workloads, and, in each client
 # process, open(dsn) / close() and the calls .push(key, i), .push_batch(keys),
@@ -851,11 +926,12 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
         results.put((index, 0, 0.0, 0.0, f"{type(exc).__name__}: {exc}"))
 
 
-def measure(system_cls, dialect, dsn, workload, clients, n, cap) -> dict[str, Any]:
+def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None) -> dict[str, Any]:
     system = system_cls(dialect)
     system.reset(dsn)
     if workload in CONSUMING:
         system.prefill(dsn, n)
+    cpu_before = (_children_cpu(), server_cpu(dialect, pid))
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(clients)
     done = ctx.Value("q", 0)
@@ -882,11 +958,17 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap) -> dict[str, An
         return {"error": errors[0]}
     count = sum(r[1] for r in rows)
     seconds = max(r[3] for r in rows) - min(r[2] for r in rows)
-    return {
+    out = {
         "messages": count,
         "seconds": round(seconds, 4),
         "rate": round(count / seconds, 1) if seconds else None,
     }
+    server_after = server_cpu(dialect, pid)
+    if count:
+        out["client_cpu_us"] = round((_children_cpu() - cpu_before[0]) / count * 1e6, 1)
+        if cpu_before[1] is not None and server_after is not None:
+            out["server_cpu_us"] = round((server_after - cpu_before[1]) / count * 1e6, 1)
+    return out
 
 
 # ===========================================================================
@@ -908,6 +990,15 @@ def _rates(results: list[dict], dialect: str, system: str, workload: str) -> dic
         for r in results
         if r["dialect"] == dialect and r["system"] == system and r["workload"] == workload and r.get("rate")
     }
+
+
+def _cpu(results: list[dict], dialect: str, system: str, workload: str, side: str) -> list[float]:
+    """The rounds' CPU per message of one side (client_cpu_us or server_cpu_us), µs."""
+    return [
+        r[side]
+        for r in results
+        if r["dialect"] == dialect and r["system"] == system and r["workload"] == workload and r.get(side)
+    ]
 
 
 def _ratio(mine: dict[int, float], other: dict[int, float]) -> list[float]:
@@ -939,6 +1030,10 @@ def summarize(results: list[dict], dialect: str, systems: list[str]) -> list[dic
                 "rounds": len(vals),
                 "best_peer": best,
             }
+            for side in ("client_cpu_us", "server_cpu_us"):
+                cpu = _cpu(results, dialect, s, w, side)
+                if cpu:
+                    row[side] = statistics.median(cpu)
             if best and SYSTEMS[s].role != "ceiling":
                 r = _ratio(v, rates[best])
                 row["vs_best_peer"] = statistics.median(r) if r else None
@@ -961,7 +1056,9 @@ def markdown(results: list[dict], meta: dict) -> str:
         f"{meta['cap']} s; 1-minute load average {meta['load_before'][0]:.1f} before, "
         f"{meta['load_after'][0]:.1f} after. msg/s, higher is better: the median over the rounds and "
         "the range (min-max). Ratios are taken within each round (systems measured seconds apart), "
-        "then the median, with their range over the rounds.",
+        "then the median, with their range over the rounds. CPU µs/msg: the CPU a message cost the "
+        "client processes and the server (when it runs on this machine), medians over the rounds; "
+        "with clients and server on the same cores the rates follow their sums.",
         "",
     ]
     for dialect in meta["dialects"]:
@@ -973,8 +1070,9 @@ def markdown(results: list[dict], meta: dict) -> str:
             out += ["Nothing measured.", ""]
             continue
         out += [
-            "| workload | system | one call is | msg/s (median) | range | vs best peer | push vs INSERT ceiling |",
-            "|---|---|---|---:|---|---|---|",
+            "| workload | system | one call is | msg/s (median) | range | vs best peer | push vs INSERT ceiling "
+            "| CPU µs/msg: client + server |",
+            "|---|---|---|---:|---|---|---|---|",
         ]
         for row in rows:
             vs = ""
@@ -985,9 +1083,15 @@ def markdown(results: list[dict], meta: dict) -> str:
                     vs = "best peer"
             ceil = f"{100 * row['vs_ceiling']:.0f}%" if row.get("vs_ceiling") else ""
             name = f"**{row['system']}**" if row["role"] == "ours" else row["system"]
+            cpu = ""
+            if row.get("client_cpu_us") is not None:
+                cpu = f"{row['client_cpu_us']:,.0f}"
+                if row.get("server_cpu_us") is not None:
+                    total = row["client_cpu_us"] + row["server_cpu_us"]
+                    cpu += f" + {row['server_cpu_us']:,.0f} = {total:,.0f}"
             out.append(
                 f"| {LABEL[row['workload']]} | {name} | {row['calls']} | {_num(row['median'])} | "
-                f"{_num(row['min'])}-{_num(row['max'])} | {vs} | {ceil} |"
+                f"{_num(row['min'])}-{_num(row['max'])} | {vs} | {ceil} | {cpu} |"
             )
         out.append("")
     out += _async_table(results, meta)
@@ -1070,6 +1174,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
         "skipped": {},
     }
     results: list[dict] = []
+    pids: dict[str, int | None] = {}  # the server's process, where it runs on this machine
     t0 = time.time()
     for dialect in args.dialects:
         dsns: dict[str, str] = {}
@@ -1099,6 +1204,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     continue
                 dsns[sname] = dsn
                 meta["servers"].setdefault(dialect, server_settings(dialect, dsn))
+                pids.setdefault(dialect, server_pid(dialect, dsn))
             for rnd in range(args.rounds):
                 for w in args.workloads:
                     order = _rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd)
@@ -1114,6 +1220,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                                     args.clients,
                                     args.messages,
                                     args.cap,
+                                    pids.get(dialect),
                                 )
                             )
                         except Exception as exc:
