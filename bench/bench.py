@@ -90,18 +90,23 @@ def _proc_name(pid: int) -> str:
 def server_pid(dialect: str, dsn: str) -> int | None:
     """The server's process on this machine (PostgreSQL: the postmaster), or None when it is not
     here (another machine, a container) or cannot be told."""
+    conn = _dbs.raw_connect(dialect, dsn)
     try:
+        cur = conn.cursor()
         if dialect == "postgresql":
-            backend = int(_dbs.execute(dialect, dsn, "SELECT pg_backend_pid()")[0][0])
-            with open(f"/proc/{backend}/stat") as f:
+            cur.execute("SELECT pg_backend_pid()")
+            backend = int(cur.fetchone()[0])
+            with open(f"/proc/{backend}/stat") as f:  # (read while the connection keeps it alive)
                 pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the backend's parent
             return pid if _proc_name(pid) == "postgres" else None
-        path = str(_dbs.execute(dialect, dsn, "SELECT @@pid_file")[0][0])
-        with open(path) as f:
+        cur.execute("SELECT @@pid_file")
+        with open(str(cur.fetchone()[0])) as f:
             pid = int(f.read().split()[0])
         return pid if _proc_name(pid) in ("mariadbd", "mysqld") else None
     except (OSError, ValueError, IndexError):
         return None
+    finally:
+        conn.close()
 
 
 def server_cpu(dialect: str, pid: int | None) -> float | None:
