@@ -133,3 +133,69 @@ __all__ = [
     "raw_connect",
     "pyqueue_sql",
 ]
+
+
+# ---- the server's CPU, read from /proc when the server runs on this machine ----
+
+
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (field 3 first), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _seconds(fields: list[str], children: bool = False) -> float:
+    """utime + stime (with children, also the reaped children's cutime + cstime), in seconds."""
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def server_pid(dialect: str, dsn: str) -> int | None:
+    """The server's process on this machine (PostgreSQL: the postmaster), or None when it is not
+    here (another machine, a container) or cannot be told."""
+    conn = raw_connect(dialect, dsn)
+    try:
+        cur = conn.cursor()
+        if dialect == "postgresql":
+            cur.execute("SELECT pg_backend_pid()")
+            fields = _stat(int(cur.fetchone()[0]))  # (read while the connection keeps the backend alive)
+            pid = int(fields[1]) if fields else 0  # the backend's parent
+            return pid if _proc_name(pid) == "postgres" else None
+        cur.execute("SELECT @@pid_file")
+        with open(str(cur.fetchone()[0])) as f:
+            pid = int(f.read().split()[0])
+        return pid if _proc_name(pid) in ("mariadbd", "mysqld") else None
+    except (OSError, ValueError, IndexError):
+        return None
+    finally:
+        conn.close()
+
+
+def server_cpu(dialect: str, pid: int | None) -> float | None:
+    """Seconds of CPU the server has used so far, or None. PostgreSQL: the postmaster, its live
+    children and the children it has reaped; MariaDB/MySQL: the server process. It counts whatever
+    else the server did meanwhile (autovacuum, purge, other sessions), in ticks of 10 ms: measure
+    on a quiet machine."""
+    own = _stat(pid) if pid is not None else None
+    if own is None:
+        return None
+    if dialect != "postgresql":
+        return _seconds(own)
+    total = _seconds(own, children=True)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(entry)  # (None: it ended meanwhile, and its time is in the reaped children)
+            if fields is not None and int(fields[1]) == pid:
+                total += _seconds(fields)
+    return total

@@ -61,73 +61,9 @@ def _deadlock(exc: Exception) -> bool:
 # CPU per message. On a machine whose cores the clients and the server share (this one has two),
 # throughput follows the CPU a message costs, client and server together: the ratios of those
 # sums explain the ratios of the rates. The clients' CPU is what the measurement's client
-# processes used (RUSAGE_CHILDREN of this process around them); the server's is read from /proc
-# when it runs on this machine (PostgreSQL: the postmaster, its live children and the children
-# it has reaped; MariaDB/MySQL: the server process), else left out. It includes whatever else the
-# server did meanwhile (autovacuum, other sessions): measure on a quiet machine.
+# processes used (RUSAGE_CHILDREN of this process around them); the server's comes from
+# _dbs.server_cpu when the server runs on this machine, else it is left out.
 # ===========================================================================
-
-
-def _proc_cpu(pid: int, children: bool = False) -> float | None:
-    """Seconds of CPU of one process (utime + stime; with children, also its reaped children's)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _proc_name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def server_pid(dialect: str, dsn: str) -> int | None:
-    """The server's process on this machine (PostgreSQL: the postmaster), or None when it is not
-    here (another machine, a container) or cannot be told."""
-    conn = _dbs.raw_connect(dialect, dsn)
-    try:
-        cur = conn.cursor()
-        if dialect == "postgresql":
-            cur.execute("SELECT pg_backend_pid()")
-            backend = int(cur.fetchone()[0])
-            with open(f"/proc/{backend}/stat") as f:  # (read while the connection keeps it alive)
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the backend's parent
-            return pid if _proc_name(pid) == "postgres" else None
-        cur.execute("SELECT @@pid_file")
-        with open(str(cur.fetchone()[0])) as f:
-            pid = int(f.read().split()[0])
-        return pid if _proc_name(pid) in ("mariadbd", "mysqld") else None
-    except (OSError, ValueError, IndexError):
-        return None
-    finally:
-        conn.close()
-
-
-def server_cpu(dialect: str, pid: int | None) -> float | None:
-    """Seconds of CPU the server has used so far (see above), or None."""
-    if pid is None:
-        return None
-    if dialect != "postgresql":
-        return _proc_cpu(pid)
-    total = _proc_cpu(pid, children=True)
-    if total is None:
-        return None
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # it ended meanwhile: its time is in the postmaster's reaped children
-            if int(fields[1]) == pid:
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def _children_cpu() -> float:
@@ -936,7 +872,7 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None) -> di
     system.reset(dsn)
     if workload in CONSUMING:
         system.prefill(dsn, n)
-    cpu_before = (_children_cpu(), server_cpu(dialect, pid))
+    cpu_before = (_children_cpu(), _dbs.server_cpu(dialect, pid))
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(clients)
     done = ctx.Value("q", 0)
@@ -968,7 +904,7 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None) -> di
         "seconds": round(seconds, 4),
         "rate": round(count / seconds, 1) if seconds else None,
     }
-    server_after = server_cpu(dialect, pid)
+    server_after = _dbs.server_cpu(dialect, pid)
     if count:
         out["client_cpu_us"] = round((_children_cpu() - cpu_before[0]) / count * 1e6, 1)
         if cpu_before[1] is not None and server_after is not None:
@@ -1209,7 +1145,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     continue
                 dsns[sname] = dsn
                 meta["servers"].setdefault(dialect, server_settings(dialect, dsn))
-                pids.setdefault(dialect, server_pid(dialect, dsn))
+                pids.setdefault(dialect, _dbs.server_pid(dialect, dsn))
             for rnd in range(args.rounds):
                 for w in args.workloads:
                     order = _rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd)

@@ -41,7 +41,6 @@ import json
 import multiprocessing as mp
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -252,15 +251,6 @@ def _consume(dsn: str, queue: str, variant: str, batch: int, start: mp.Barrier, 
     conn.close()
 
 
-def _server_cpu() -> float | None:
-    try:
-        pid = subprocess.run(["pidof", "mariadbd"], capture_output=True, text=True).stdout.split()[0]
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (IndexError, OSError, ValueError):
-        return None
-
-
 def _fill(dsn: str, variant: str, queue: str, n: int) -> None:
     conn = _dbs.raw_connect("mysql", dsn)
     cur = conn.cursor()
@@ -281,16 +271,17 @@ def _drain(dsn: str, variant: str, queue: str, clients: int, batch: int) -> dict
     procs = [
         mp.Process(target=_consume, args=(dsn, queue, variant, batch, start, out)) for _ in range(clients)
     ]
+    pid = _dbs.server_pid("mysql", dsn)
     for p in procs:
         p.start()
-    cpu = _server_cpu()
+    cpu = _dbs.server_cpu("mysql", pid)
     start.wait()
     began = time.perf_counter()
     results = [out.get(timeout=600) for _ in procs]
     wall = time.perf_counter() - began
     for p in procs:
         p.join(timeout=30)
-    server = _server_cpu()
+    server = _dbs.server_cpu("mysql", pid)
     done = sum(r[0] for r in results)
     return {
         "msg_s": done / wall,
