@@ -16,7 +16,7 @@ DEMO_STAMP  := $(VENV)/.installed-demo
 STAMP       := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: bench burndown bench-peers scale soak demo demo-spark test test-fast lint format venv wheel clean screenshots
+.PHONY: bench bench-smoke burndown bench-peers scale soak demo demo-spark test test-fast lint format venv wheel clean screenshots
 
 # The virtualenv itself (an order-only prerequisite below: its age never forces a reinstall).
 $(PY):
@@ -101,16 +101,18 @@ wheel: | $(PY)
 	$(PY) -m pip wheel --disable-pip-version-check --no-deps --wheel-dir dist .
 	@ls dist/pyqueue_sql-*.whl
 
-# Side-by-side benchmark, interleaved in rounds (bench/README.md): pyqueue-sql against pgmq, PGQueuer
-# and the INSERT ceiling on PostgreSQL, a hand-rolled SKIP LOCKED queue, the naive design and the
-# INSERT IGNORE ceiling on MySQL/MariaDB; writes bench/latest/bench.{md,json}. Full run ~10 min,
-# then the burn-down (below, 3 rounds of ~10 min);
+# Benchmarks: every suite runs from one entry, python -m bench SUITE (python -m bench lists them;
+# bench/README.md says what each measures). The targets below are the usual runs.
+# make bench: the routines side by side, interleaved in rounds (python -m bench routines):
+# pyqueue-sql against pgmq, PGQueuer and the INSERT ceiling on PostgreSQL, a hand-rolled SKIP LOCKED
+# queue, the naive design and the INSERT IGNORE ceiling on MySQL/MariaDB; writes
+# bench/latest/bench.{md,json}. Full run ~10 min, then the burn-down (below, 3 rounds of ~10 min);
 #   make bench BENCH_ARGS=--quick                     1 round, 2,000 messages (~1.5 min)
 #   make bench BENCH_ARGS="--rounds 5 --dialects mysql"
 # Scale measurements on both dialects (1M delayed / backlog / churn, 100k distinct priorities, batch
 # linearity, a held read view), each as a ratio to the small queue:
 #   make scale                                        tens of minutes per dialect
-#   make scale SCALE_ARGS="--rows 20000 --sample 500 --hold 10 --dialects mysql"   a quick check
+#   make scale SCALE_ARGS="--quick --dialects mysql"  a quick check (20,000 rows)
 BENCH_STAMP := $(VENV)/.bench-installed
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
@@ -145,20 +147,31 @@ bench-peers:
 # quiet machine):
 #   make burndown BURNDOWN_ARGS="--quick --systems pyqueue-async,pgmq --dialects postgresql"
 bench: $(BENCH_STAMP) bench-peers
-	$(PY) bench/bench.py $(BENCH_ARGS)
-	$(PY) bench/burndown.py $(BURNDOWN_ARGS)
+	$(PY) -m bench routines $(BENCH_ARGS)
+	$(PY) -m bench burndown $(BURNDOWN_ARGS)
 
 burndown: $(BENCH_STAMP) bench-peers
-	$(PY) bench/burndown.py $(BURNDOWN_ARGS)
+	$(PY) -m bench burndown $(BURNDOWN_ARGS)
 
 scale: $(STAMP)
-	$(PY) bench/scale.py $(SCALE_ARGS)
+	$(PY) -m bench scale $(SCALE_ARGS)
 
 # Soak: 10 min of mixed load per dialect while workers are killed and restarted
 # at random; exits non-zero when the accounting does not balance (bench/README.md).
 #   make soak SOAK_ARGS="--minutes 1 --dialect postgresql"
 soak: $(STAMP)
-	$(PY) bench/soak.py $(SOAK_ARGS)
+	$(PY) -m bench soak $(SOAK_ARGS)
+
+# Every suite once with --quick (small and short; results in bench/results/, never bench/latest/):
+# proves each still runs, measures nothing worth quoting. A suite whose peers or tools are missing
+# here (pgmq, npm, Java, a second server) fails with its reason; SMOKE_SUITES= to choose.
+#   make bench-smoke SMOKE_SUITES="latency soak"
+SMOKE_SUITES ?= routines burndown workers latency held-xmin scale soak failover pgbouncer spark ab profile
+bench-smoke: $(BENCH_STAMP)
+	@failed=; for suite in $(SMOKE_SUITES); do \
+	  echo "== python -m bench $$suite --quick"; \
+	  $(PY) -m bench $$suite --quick || failed="$$failed $$suite"; \
+	done; test -z "$$failed" || { echo "make: failed:$$failed"; exit 1; }
 
 clean:
 	rm -rf $(VENV) .pytest_cache dist build

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 from pyqueue_sql import dialects  # noqa: E402
 
 RESERVE = "CALL queue_reserve(%s, 'bench', NULL, %s, NULL)"
@@ -166,16 +166,16 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    dsn = _dbs.create("mysql", "aio")
+    dsn = common.create("mysql", "aio")
     results: dict[str, list[dict[str, Any]]] = {"aiomysql": [], "asyncmy": []}
     try:
-        _dbs.install_pyqueue(dsn)
+        common.install_pyqueue(dsn)
         for _ in range(args.rounds):  # interleaved, so both see the same machine load
             for driver in results:
-                _dbs.execute("mysql", dsn, "DELETE FROM pyqueue_message", "DELETE FROM pyqueue_queue")
+                common.execute("mysql", dsn, "DELETE FROM pyqueue_message", "DELETE FROM pyqueue_queue")
                 results[driver].append(asyncio.run(measure(driver, dsn, args.messages)))
     finally:
-        _dbs.drop("mysql", dsn)
+        common.drop("mysql", dsn)
     print(f"MariaDB, one connection, {args.messages} messages, median of {args.rounds} rounds (calls/s)")
     print(f"{'driver':10} {'reserve':>9} {'commit_reserve':>15} {'stats':>9}  result sets")
     for driver, runs in results.items():

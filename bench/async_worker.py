@@ -5,7 +5,7 @@ and ratios, in worker processes like `pyqueue-sql worker` runs them.
     python bench/async_worker.py --dialect postgresql --messages 20000 --wait-ms 10
     python bench/async_worker.py --variant threads --variant threads:prefetch=0 --rounds 3
 
-For each dialect, a fresh database (bench/_dbs.py); for each variant and round, a fresh queue of
+For each dialect, a fresh database (bench/common.py); for each variant and round, a fresh queue of
 --messages messages pushed in batches; then --processes worker processes of --concurrency
 handlers each are started on the full backlog and timed from the moment they are told to go
 (imported, connected, handlers registered) until the queue holds no message (the last commit).
@@ -35,7 +35,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 
 
 def _value(text: str):
@@ -203,7 +203,7 @@ def main() -> None:
     )
     ap.add_argument("--json", help="where to write every round (default bench/results/async_worker.json)")
     args = ap.parse_args()
-    _dbs.exit_on_sigterm()
+    common.exit_on_sigterm()
     variants = args.variant or ["threads", "asyncio"]
     for v in variants:
         parse_variant(v)
@@ -216,9 +216,9 @@ def main() -> None:
     )
     out = {"args": vars(args), "load_before": load, "results": {}}
     for dialect in args.dialect or ["postgresql", "mysql"]:
-        dsn = _dbs.create(dialect, "drain")
+        dsn = common.create(dialect, "drain")
         try:
-            _dbs.install_pyqueue(dsn)
+            common.install_pyqueue(dsn)
             rounds: list[dict] = []
             for r in range(args.rounds):
                 order = variants[r % len(variants) :] + variants[: r % len(variants)]
@@ -241,7 +241,7 @@ def main() -> None:
                     f"x{med / base:.2f} of {variants[0]}"
                 )
         finally:
-            _dbs.drop(dialect, dsn)
+            common.drop(dialect, dsn)
     out["load_after"] = os.getloadavg()
     path = args.json or os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "results", "async_worker.json"

@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 
 WORKLOADS = ("push", "reserve_ack", "push_batch", "reserve_ack_batch")
 CONSUMING = ("reserve_ack", "reserve_ack_batch")
@@ -62,7 +62,7 @@ def _deadlock(exc: Exception) -> bool:
 # throughput follows the CPU a message costs, client and server together: the ratios of those
 # sums explain the ratios of the rates. The clients' CPU is what the measurement's client
 # processes used (RUSAGE_CHILDREN of this process around them); the server's comes from
-# _dbs.server_cpu when the server runs on this machine, else it is left out.
+# common.server_cpu when the server runs on this machine, else it is left out.
 # ===========================================================================
 
 
@@ -112,7 +112,7 @@ class System:
 
 
 def _analyze(dialect: str, dsn: str, table: str) -> None:
-    _dbs.execute(
+    common.execute(
         dialect, dsn, f"VACUUM ANALYZE {table}" if dialect == "postgresql" else f"ANALYZE TABLE {table}"
     )
 
@@ -130,7 +130,7 @@ class PyQueue(System):
     }
 
     def setup(self, dsn: str) -> None:
-        _dbs.install_pyqueue(dsn)
+        common.install_pyqueue(dsn)
 
     def reset(self, dsn: str) -> None:
         import pyqueue_sql
@@ -280,13 +280,13 @@ class InsertCeiling(System):
                 "CREATE TABLE plain (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
                 "payload JSON NOT NULL, UNIQUE KEY plain_key (msg_key)) ENGINE=InnoDB"
             )
-        _dbs.execute(self.dialect, dsn, ddl)
+        common.execute(self.dialect, dsn, ddl)
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(self.dialect, dsn, "TRUNCATE plain")
+        common.execute(self.dialect, dsn, "TRUNCATE plain")
 
     def open(self, dsn: str) -> None:
-        self.conn = _dbs.raw_connect(self.dialect, dsn, autocommit=True)
+        self.conn = common.raw_connect(self.dialect, dsn, autocommit=True)
         self.sql = (
             "INSERT INTO plain (payload) VALUES (%s)"
             if self.pg
@@ -315,7 +315,7 @@ class HandRolled(System):
 
     def setup(self, dsn: str) -> None:
         if self.pg:
-            _dbs.execute(
+            common.execute(
                 self.dialect,
                 dsn,
                 "CREATE TABLE job (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
@@ -324,7 +324,7 @@ class HandRolled(System):
                 "CREATE INDEX job_ready ON job (run_at, id)",
             )
         else:
-            _dbs.execute(
+            common.execute(
                 self.dialect,
                 dsn,
                 "CREATE TABLE job (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
@@ -333,7 +333,7 @@ class HandRolled(System):
             )
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(self.dialect, dsn, "TRUNCATE job")
+        common.execute(self.dialect, dsn, "TRUNCATE job")
         _analyze(self.dialect, dsn, "job")
 
     def _insert(self, n: int) -> str:
@@ -343,15 +343,15 @@ class HandRolled(System):
         return f"INSERT IGNORE INTO job (msg_key, payload) VALUES {values}"
 
     def push_batch_setup(self, dsn: str, keys: list[str]) -> None:
-        conn = _dbs.raw_connect(self.dialect, dsn)
+        conn = common.raw_connect(self.dialect, dsn)
         try:
             conn.cursor().execute(self._insert(len(keys)), [v for k in keys for v in (k, _payload(k))])
         finally:
             conn.close()
 
     def open(self, dsn: str) -> None:
-        self.conn = _dbs.raw_connect(self.dialect, dsn, autocommit=False)
-        self.auto = _dbs.raw_connect(self.dialect, dsn, autocommit=True)
+        self.conn = common.raw_connect(self.dialect, dsn, autocommit=False)
+        self.auto = common.raw_connect(self.dialect, dsn, autocommit=True)
         self.now = "now()" if self.pg else "UTC_TIMESTAMP(6)"
         self.later = "now() + interval '300 seconds'" if self.pg else "UTC_TIMESTAMP(6) + INTERVAL 300 SECOND"
         self.single = self._insert(1)
@@ -444,8 +444,8 @@ class LiveTable(PyQueue):
     RETURNED = "m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority, m.attempts, m.created_at, m.scheduled_at_initially"
 
     def open(self, dsn: str) -> None:
-        self.conn = _dbs.raw_connect(self.dialect, dsn, autocommit=False)
-        self.auto = _dbs.raw_connect(self.dialect, dsn, autocommit=True)
+        self.conn = common.raw_connect(self.dialect, dsn, autocommit=False)
+        self.auto = common.raw_connect(self.dialect, dsn, autocommit=True)
 
     def close(self) -> None:
         self.conn.close()
@@ -572,14 +572,14 @@ class Pgmq(System):
         from pgmq.install import install_pgmq_from_sql
 
         install_pgmq_from_sql(dsn=dsn)
-        _dbs.execute(self.dialect, dsn, f"SELECT pgmq.create('{QUEUE}')")
+        common.execute(self.dialect, dsn, f"SELECT pgmq.create('{QUEUE}')")
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(self.dialect, dsn, f"SELECT pgmq.purge_queue('{QUEUE}')", f"TRUNCATE pgmq.a_{QUEUE}")
+        common.execute(self.dialect, dsn, f"SELECT pgmq.purge_queue('{QUEUE}')", f"TRUNCATE pgmq.a_{QUEUE}")
         _analyze(self.dialect, dsn, f"pgmq.q_{QUEUE}")
 
     def push_batch_setup(self, dsn: str, keys: list[str]) -> None:
-        _dbs.execute(
+        common.execute(
             self.dialect,
             dsn,
             f"SELECT count(*) FROM pgmq.send_batch('{QUEUE}', "
@@ -587,7 +587,7 @@ class Pgmq(System):
         )
 
     def open(self, dsn: str) -> None:
-        self.conn = _dbs.raw_connect(self.dialect, dsn, autocommit=True)
+        self.conn = common.raw_connect(self.dialect, dsn, autocommit=True)
 
     def _one(self, sql: str, params: tuple) -> list:
         cur = self.conn.cursor()
@@ -658,7 +658,7 @@ class PGQueuer(_Async, System):
         asyncio.run(go())
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(self.dialect, dsn, "TRUNCATE pgqueuer, pgqueuer_log")
+        common.execute(self.dialect, dsn, "TRUNCATE pgqueuer, pgqueuer_log")
         _analyze(self.dialect, dsn, "pgqueuer")
 
     def prefill(self, dsn: str, n: int) -> None:
@@ -745,7 +745,7 @@ class Procrastinate(_Async, System):
         asyncio.run(go())
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(self.dialect, dsn, "TRUNCATE procrastinate_jobs CASCADE")
+        common.execute(self.dialect, dsn, "TRUNCATE procrastinate_jobs CASCADE")
         _analyze(self.dialect, dsn, "procrastinate_jobs")
 
     def prefill(self, dsn: str, n: int) -> None:
@@ -872,7 +872,7 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None) -> di
     system.reset(dsn)
     if workload in CONSUMING:
         system.prefill(dsn, n)
-    cpu_before = (_children_cpu(), _dbs.server_cpu(dialect, pid))
+    cpu_before = (_children_cpu(), common.server_cpu(dialect, pid))
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(clients)
     done = ctx.Value("q", 0)
@@ -904,7 +904,7 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None) -> di
         "seconds": round(seconds, 4),
         "rate": round(count / seconds, 1) if seconds else None,
     }
-    server_after = _dbs.server_cpu(dialect, pid)
+    server_after = common.server_cpu(dialect, pid)
     if count:
         out["client_cpu_us"] = round((_children_cpu() - cpu_before[0]) / count * 1e6, 1)
         if cpu_before[1] is not None and server_after is not None:
@@ -1082,11 +1082,11 @@ def server_settings(dialect: str, dsn: str) -> dict[str, str]:
             "shared_buffers",
             "autovacuum",
         )
-        rows = _dbs.execute(
+        rows = common.execute(
             dialect, dsn, "SELECT name, setting FROM pg_settings WHERE name IN ('" + "','".join(names) + "')"
         )
     else:
-        rows = _dbs.execute(
+        rows = common.execute(
             dialect,
             dsn,
             "SHOW VARIABLES WHERE Variable_name IN ('version', 'innodb_flush_log_at_trx_commit', "
@@ -1131,7 +1131,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     print(f"[skip] {dialect} {sname}: {why}", flush=True)
                     continue
                 try:
-                    dsn = _dbs.create(dialect, sname.split(" ")[0].lower())
+                    dsn = common.create(dialect, sname.split(" ")[0].lower())
                 except Exception as exc:  # the dialect's server is not there
                     meta["skipped"][(dialect, "*")] = f"cannot create a database: {exc}"
                     print(f"[skip] {dialect}: {exc}", flush=True)
@@ -1139,13 +1139,13 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                 try:
                     cls(dialect).setup(dsn)
                 except Exception as exc:  # e.g. a peer's installer that does not work on this server
-                    _dbs.drop(dialect, dsn)
+                    common.drop(dialect, dsn)
                     meta["skipped"][(dialect, sname)] = f"setup failed: {type(exc).__name__}: {exc}"
                     print(f"[skip] {dialect} {sname}: setup failed: {exc}", flush=True)
                     continue
                 dsns[sname] = dsn
                 meta["servers"].setdefault(dialect, server_settings(dialect, dsn))
-                pids.setdefault(dialect, _dbs.server_pid(dialect, dsn))
+                pids.setdefault(dialect, common.server_pid(dialect, dsn))
             for rnd in range(args.rounds):
                 for w in args.workloads:
                     order = _rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd)
@@ -1174,7 +1174,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                         )
         finally:
             for dsn in dsns.values():
-                _dbs.drop(dialect, dsn)
+                common.drop(dialect, dsn)
     meta["seconds"] = round(time.time() - t0, 1)
     meta["load_after"] = os.getloadavg()
     return results, meta
@@ -1199,7 +1199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-async", action="store_true", help="leave out the async client's row")
     ap.add_argument("--out", default=None, help="directory for bench.md/bench.json (default bench/latest)")
     args = ap.parse_args(argv)
-    _dbs.exit_on_sigterm()
+    common.exit_on_sigterm()
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.messages = args.messages or (2000 if args.quick else 10000)
     args.cap = args.cap or (3.0 if args.quick else 4.0)

@@ -7,7 +7,7 @@
 
 Workloads: `noop` (50,000 jobs whose handler does nothing) and `sleep10` (20,000 jobs whose
 handler waits 10 ms; the limit is 32 / 0.010 = 3,200 jobs/s). For each system, in each round: a
-fresh database (bench/_dbs.py), the system installed by its own migrate command, the backlog
+fresh database (bench/common.py), the system installed by its own migrate command, the backlog
 enqueued with its own bulk API before the clock starts, then 2 worker processes of its own
 runtime with 16 handlers each. Each process builds its worker and says `ready`; the clock starts
 when both are told to go, and stops when a count of the system's unfinished jobs, polled from the
@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 
 PEERS = os.path.join(HERE, "peers")
 PY_WORKERS = os.path.join(PEERS, "py_workers.py")
@@ -241,7 +241,7 @@ def _kill(procs: list[subprocess.Popen]) -> None:
 
 def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> dict:
     """Starts the worker processes on the full backlog; returns jobs done, seconds, jobs/s."""
-    counter = _dbs.raw_connect(system.dialect, dsn)
+    counter = common.raw_connect(system.dialect, dsn)
     procs: list[subprocess.Popen] = []
     # the workers' logs go to files (a pipe nobody reads would block a chatty worker)
     logs = [tempfile.TemporaryFile(mode="w+") for _ in range(PROCESSES)]
@@ -305,20 +305,20 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
 
 def measure(system: System, workload: str, jobs: int, cap: float) -> dict:
     sleep_ms = WORKLOADS[workload][1]
-    dsn = _dbs.create(system.dialect, "bd_" + system.name.replace("-", "_"))
+    dsn = common.create(system.dialect, "bd_" + system.name.replace("-", "_"))
     try:
         t0 = time.perf_counter()
         system.install(dsn)
         t1 = time.perf_counter()
         system.enqueue(dsn, jobs)
         if system.dialect == "postgresql":
-            _dbs.execute(system.dialect, dsn, "VACUUM ANALYZE")
+            common.execute(system.dialect, dsn, "VACUUM ANALYZE")
         t2 = time.perf_counter()
         print(f"installed {t1 - t0:.1f} s, enqueued {t2 - t1:.1f} s, ", end="", flush=True)
         result = drain(system, dsn, jobs, sleep_ms, cap)
         return result | {"install_s": round(t1 - t0, 2), "enqueue_s": round(t2 - t1, 2)}
     finally:
-        _dbs.drop(system.dialect, dsn)
+        common.drop(system.dialect, dsn)
 
 
 def _loadavg() -> list[float]:
@@ -405,7 +405,7 @@ def main() -> None:
         "--out", help="directory of burndown.md/.json (default bench/latest, --quick bench/results)"
     )
     args = ap.parse_args()
-    _dbs.exit_on_sigterm()
+    common.exit_on_sigterm()
     if args.quick:
         args.rounds = 1
         args.cap = min(args.cap, 20.0)

@@ -4,7 +4,7 @@ messages are spread over 1, 10 and 1,000 groups, interleaved in rounds, as ratio
     python bench/groups.py                                   both dialects, 3 rounds (~5 min)
     python bench/groups.py --dialects mysql --rounds 1 --messages 1000 --cap 5   a quick check
 
-Per dialect, a fresh database (bench/_dbs.py: pyqueue_bench_groups_<random>, migrated, dropped at
+Per dialect, a fresh database (bench/common.py: pyqueue_bench_groups_<random>, migrated, dropped at
 the end). Each round runs every configuration on a fresh queue, in an order that rotates from round
 to round; per configuration two phases, each with --clients processes (fork, own connection,
 started together behind a barrier):
@@ -36,7 +36,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyqueue_sql  # noqa: E402
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 from pyqueue_sql import migrate  # noqa: E402
 
 CONFIGS = {"no group": 0, "1 group": 1, "10 groups": 10, "1,000 groups": 1000}
@@ -92,7 +92,7 @@ def phase(kind, dsn, queue, messages, groups, clients, cap):
 
 
 def run_dialect(dialect, args):
-    dsn = _dbs.create(dialect, "groups")
+    dsn = common.create(dialect, "groups")
     rows = []
     try:
         migrate.upgrade(dsn)
@@ -134,7 +134,7 @@ def run_dialect(dialect, args):
             rows += measured.values()
         db.close()
     finally:
-        _dbs.drop(dialect, dsn)
+        common.drop(dialect, dsn)
     return rows
 
 
@@ -166,7 +166,7 @@ def main() -> None:
     ap.add_argument("--cap", type=float, default=20.0, help="seconds at most per phase")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
-    _dbs.exit_on_sigterm()
+    common.exit_on_sigterm()
     os.makedirs(args.out, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for dialect in args.dialects.split(","):

@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import psycopg  # noqa: E402
 
 import pyqueue_sql  # noqa: E402
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 
 QUEUE = "held"
 BATCH = 100
@@ -89,7 +89,7 @@ def _pyqueue_loop(dsn: str, stop, counts) -> None:
 def _pgmq_loop(dsn: str, stop, counts) -> None:
     from psycopg.types.json import Jsonb
 
-    conn = _dbs.raw_connect("postgresql", dsn)
+    conn = common.raw_connect("postgresql", dsn)
     cur = conn.cursor()
     while not stop.is_set():
         cur.execute(PGMQ_SEND_BATCH, (QUEUE, [Jsonb({"n": i}) for i in range(BATCH)]))
@@ -138,17 +138,17 @@ TABLES = {"pyqueue": "pyqueue_message", "pgmq": f"pgmq.q_{QUEUE}"}
 def _install(dsn: str) -> None:
     from pgmq.install import install_pgmq_from_sql
 
-    _dbs.install_pyqueue(dsn)
+    common.install_pyqueue(dsn)
     with pyqueue_sql.connect(dsn) as db:
         db.queue(QUEUE).create(visibility_timeout=300)
     install_pgmq_from_sql(dsn=dsn)
-    _dbs.execute("postgresql", dsn, f"SELECT pgmq.create('{QUEUE}')")
+    common.execute("postgresql", dsn, f"SELECT pgmq.create('{QUEUE}')")
 
 
 def _sizes(dsn: str) -> dict:
     out = {}
     for name, table in TABLES.items():
-        [(total, dead)] = _dbs.execute(
+        [(total, dead)] = common.execute(
             "postgresql",
             dsn,
             f"SELECT pg_total_relation_size('{table}'::regclass), "
@@ -275,7 +275,7 @@ def _probe_mysql(conn, name: str) -> dict:
 def _install_mysql(dsn: str) -> None:
     from bench.bench import HandRolled
 
-    _dbs.install_pyqueue(dsn)
+    common.install_pyqueue(dsn)
     with pyqueue_sql.connect(dsn) as db:
         db.queue(QUEUE).create(visibility_timeout=300)
     HandRolled("mysql").setup(dsn)
@@ -287,7 +287,7 @@ def _history_len(cur) -> int:
 
 
 def run_mysql(args) -> dict:
-    dsn = _dbs.create("mysql", "heldxmin")
+    dsn = common.create("mysql", "heldxmin")
     try:
         _install_mysql(dsn)
         ctx = mp.get_context("fork")
@@ -301,7 +301,7 @@ def run_mysql(args) -> dict:
         ]
         for p in procs:
             p.start()
-        prober = _dbs.raw_connect("mysql", dsn)
+        prober = common.raw_connect("mysql", dsn)
 
         def probe_all() -> dict:
             pause.set()
@@ -317,7 +317,7 @@ def run_mysql(args) -> dict:
         state: dict = {"holder": None, "hold_at": None}
 
         def take_hold():
-            holder = _dbs.raw_connect("mysql", dsn)
+            holder = common.raw_connect("mysql", dsn)
             hc = holder.cursor()
             hc.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             hc.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -349,7 +349,7 @@ def run_mysql(args) -> dict:
             args, windows, state["hold_at"], ("read_requests", "ms", "Handler_read_next", "Rows_read")
         )
     finally:
-        _dbs.drop("mysql", dsn)
+        common.drop("mysql", dsn)
 
 
 def _mean(rows: list[dict], key: str) -> float:
@@ -468,7 +468,7 @@ def summary_mysql(out: dict) -> str:
 
 
 def run(args) -> dict:
-    dsn = _dbs.create("postgresql", "heldxmin")
+    dsn = common.create("postgresql", "heldxmin")
     try:
         _install(dsn)
         ctx = mp.get_context("fork")
@@ -477,15 +477,15 @@ def run(args) -> dict:
         procs = [ctx.Process(target=LOOPS[name], args=(dsn, stop, counts[name])) for name in args.systems]
         for p in procs:
             p.start()
-        prober = _dbs.raw_connect("postgresql", dsn)
+        prober = common.raw_connect("postgresql", dsn)
         for name in args.systems:  # the first call of a session reads the catalogs: not counted
             _probe_buffers(prober, name)
         state: dict = {"holder": None, "hold_at": None}
 
         def take_hold():
             for name in args.systems:  # both tables as clean as vacuum makes them
-                _dbs.execute("postgresql", dsn, f"VACUUM {TABLES[name]}")
-            holder = _dbs.raw_connect("postgresql", dsn, autocommit=False)
+                common.execute("postgresql", dsn, f"VACUUM {TABLES[name]}")
+            holder = common.raw_connect("postgresql", dsn, autocommit=False)
             hc = holder.cursor()
             hc.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             hc.execute("SELECT count(*) FROM pg_class")
@@ -513,7 +513,7 @@ def run(args) -> dict:
         result["sizes_while_held"] = sizes_held
         return result
     finally:
-        _dbs.drop("postgresql", dsn)
+        common.drop("postgresql", dsn)
 
 
 def summary(out: dict) -> str:
@@ -580,7 +580,7 @@ def main(argv=None) -> int:
     unknown = set(args.systems) - set(loops)
     if unknown:
         ap.error(f"unknown systems {sorted(unknown)} for {args.dialect}")
-    _dbs.exit_on_sigterm()
+    common.exit_on_sigterm()
     out = {
         "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "argv": sys.argv[1:] if argv is None else list(argv),
@@ -592,7 +592,7 @@ def main(argv=None) -> int:
         "load": os.getloadavg(),
     }
     if args.dialect == "mysql":
-        out["server_version"] = _dbs.execute("mysql", _dbs.ADMIN["mysql"], "SELECT VERSION()")[0][0]
+        out["server_version"] = common.execute("mysql", common.ADMIN["mysql"], "SELECT VERSION()")[0][0]
     out["result"] = run_mysql(args) if args.dialect == "mysql" else run(args)
     out["load_after"] = os.getloadavg()
     os.makedirs(args.out, exist_ok=True)

@@ -29,7 +29,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 from pyqueue_sql import migrate  # noqa: E402
 
 SQL_MODE = (
@@ -113,19 +113,19 @@ def main(argv=None) -> int:
         "--routine", default="queue_commit", choices=["queue_commit", "queue_commit_batch", "queue_reserve"]
     )
     args = parser.parse_args(argv)
-    _dbs.exit_on_sigterm()
-    dsn = _dbs.create("mysql", "calls")
+    common.exit_on_sigterm()
+    dsn = common.create("mysql", "calls")
     load = os.getloadavg()
     try:
         migrate.upgrade(dsn)
-        conn = _dbs.raw_connect("mysql", dsn)
+        conn = common.raw_connect("mysql", dsn)
         cur = conn.cursor()
         run(cur, f"SET SESSION sql_mode = '{SQL_MODE}'")
         nested = nested_calls(cur, args.rounds)
         ab = routine_ab(cur, args.routine, args.previous, args.rounds)
         conn.close()
     finally:
-        _dbs.drop("mysql", dsn)
+        common.drop("mysql", dsn)
     report = {
         "command": "python bench/mysql_calls.py " + " ".join(argv or sys.argv[1:]),
         "load_before": load,

@@ -49,7 +49,7 @@ import pymysql
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 
 QUEUE = "q"
 TEXT = "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -164,10 +164,10 @@ def _consume(dsn: str, queue: str, variant: str, batch: int, start: mp.Barrier, 
         out.put((done, time.process_time() - began))
         db.close()
         return
-    conn = _dbs.raw_connect("mysql", dsn, autocommit=True)
+    conn = common.raw_connect("mysql", dsn, autocommit=True)
     cur = conn.cursor()
     if procedure in (None, "hand"):
-        txn = _dbs.raw_connect("mysql", dsn, autocommit=False)
+        txn = common.raw_connect("mysql", dsn, autocommit=False)
         tcur = txn.cursor()
 
     def claim(token: str) -> list:
@@ -252,7 +252,7 @@ def _consume(dsn: str, queue: str, variant: str, batch: int, start: mp.Barrier, 
 
 
 def _fill(dsn: str, variant: str, queue: str, n: int) -> None:
-    conn = _dbs.raw_connect("mysql", dsn)
+    conn = common.raw_connect("mysql", dsn)
     cur = conn.cursor()
     for start in range(0, n, 500):
         keys = range(start, min(n, start + 500))
@@ -271,17 +271,17 @@ def _drain(dsn: str, variant: str, queue: str, clients: int, batch: int) -> dict
     procs = [
         mp.Process(target=_consume, args=(dsn, queue, variant, batch, start, out)) for _ in range(clients)
     ]
-    pid = _dbs.server_pid("mysql", dsn)
+    pid = common.server_pid("mysql", dsn)
     for p in procs:
         p.start()
-    cpu = _dbs.server_cpu("mysql", pid)
+    cpu = common.server_cpu("mysql", pid)
     start.wait()
     began = time.perf_counter()
     results = [out.get(timeout=600) for _ in procs]
     wall = time.perf_counter() - began
     for p in procs:
         p.join(timeout=30)
-    server = _dbs.server_cpu("mysql", pid)
+    server = common.server_cpu("mysql", pid)
     done = sum(r[0] for r in results)
     return {
         "msg_s": done / wall,
@@ -304,13 +304,13 @@ def main(argv=None) -> int:
     variants = [
         v for v in VARIANTS if args.batch == 1 or VARIANTS[v] in (None, "hand", "queue_reserve", "client")
     ]
-    _dbs.exit_on_sigterm()
-    dsn = _dbs.create("mysql", "consume")
+    common.exit_on_sigterm()
+    dsn = common.create("mysql", "consume")
     stamp = dt.datetime.now(dt.timezone.utc)
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     try:
-        _dbs.install_pyqueue(dsn)
-        _dbs.execute(
+        common.install_pyqueue(dsn)
+        common.execute(
             "mysql",
             dsn,
             "CREATE TABLE job (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
@@ -324,15 +324,15 @@ def main(argv=None) -> int:
             for variant in order:
                 queue = f"{QUEUE}{r}.{names.index(variant)}"
                 if VARIANTS[variant] is not None:
-                    _dbs.execute("mysql", dsn, f"CALL queue_create('{queue}', NULL, NULL, NULL, NULL)")
+                    common.execute("mysql", dsn, f"CALL queue_create('{queue}', NULL, NULL, NULL, NULL)")
                 else:
-                    _dbs.execute("mysql", dsn, "TRUNCATE job")
+                    common.execute("mysql", dsn, "TRUNCATE job")
                 _fill(dsn, variant, queue, args.messages)
                 run = _drain(dsn, variant, queue, args.clients, args.batch)
                 runs[variant].append(run)
                 print(f"round {r + 1} {variant}: {run['msg_s']:,.0f} msg/s", flush=True)
     finally:
-        _dbs.drop("mysql", dsn)
+        common.drop("mysql", dsn)
 
     def median(variant: str, key: str) -> str:
         values = [run[key] for run in runs[variant] if run[key] is not None]

@@ -32,7 +32,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 from pyqueue_sql import migrate  # noqa: E402
 
 QUEUES = ("q0", "q1", "q2", "q3")
@@ -129,14 +129,14 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--singles", type=int, default=400)
     args = parser.parse_args(argv)
-    _dbs.exit_on_sigterm()
-    dsn = _dbs.create("mysql", "layout")
+    common.exit_on_sigterm()
+    dsn = common.create("mysql", "layout")
     names = list(layouts())
     rounds: list[dict[str, dict[str, float]]] = []
     load = os.getloadavg()
     try:
         migrate.upgrade(dsn)
-        conn = _dbs.raw_connect("mysql", dsn)
+        conn = common.raw_connect("mysql", dsn)
         cur = conn.cursor()
         for q in QUEUES:
             cur.execute("CALL queue_create(%s, NULL, NULL, NULL, NULL)", (q,))
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
             print(f"round {r + 1}: " + json.dumps(result), file=sys.stderr)
         conn.close()
     finally:
-        _dbs.drop("mysql", dsn)
+        common.drop("mysql", dsn)
     ops = list(rounds[0]["shipped"])
     report = {
         "command": "python bench/mysql_layout.py " + " ".join(argv or sys.argv[1:]),

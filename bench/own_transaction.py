@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pymysql  # noqa: E402
 
 import pyqueue_sql  # noqa: E402
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 from pyqueue_sql import dialects  # noqa: E402
 from pyqueue_sql.dialects import mysql_connect_args  # noqa: E402
 from pyqueue_sql.dialects.mysql import MySQL  # noqa: E402
@@ -123,14 +123,14 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
-    _dbs.exit_on_sigterm()
+    common.exit_on_sigterm()
     for part in (round_trips, isolation):
-        dsn = _dbs.create("mysql", "own")
+        dsn = common.create("mysql", "own")
         try:
-            _dbs.install_pyqueue(dsn)
+            common.install_pyqueue(dsn)
             part(dsn, args.rounds)
         finally:
-            _dbs.drop("mysql", dsn)
+            common.drop("mysql", dsn)
 
 
 if __name__ == "__main__":

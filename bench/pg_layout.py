@@ -68,7 +68,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 
 # queue names of a common length (an integer id saves more, row and index width, the longer they are)
 QUEUES = ("orders.created", "emails.outbound", "billing.invoices", "reports.nightly")
@@ -299,14 +299,14 @@ def markdown(summary: dict, meta: dict) -> str:
 
 
 def create_database(icu_locale: str | None) -> str:
-    """The bench's own database (dropped by _dbs.drop), with the server's default collation or an ICU one."""
+    """The bench's own database (dropped by common.drop), with the server's default collation or an ICU one."""
     if icu_locale is None:
-        return _dbs.create("postgresql", "pglayout")
+        return common.create("postgresql", "pglayout")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", icu_locale):
         raise SystemExit(f"--icu-locale: not a locale name: {icu_locale!r}")
     name = f"pyqueue_bench_pglayout_{uuid.uuid4().hex[:8]}"
-    admin = _dbs.ADMIN["postgresql"]
-    conn = _dbs.raw_connect("postgresql", admin)
+    admin = common.ADMIN["postgresql"]
+    conn = common.raw_connect("postgresql", admin)
     try:
         conn.execute(
             f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '{icu_locale}'"
@@ -314,7 +314,7 @@ def create_database(icu_locale: str | None) -> str:
         )
     finally:
         conn.close()
-    return _dbs._replace_db(admin, name)
+    return common._replace_db(admin, name)
 
 
 def main(argv=None) -> int:
@@ -332,7 +332,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = parser.parse_args(argv)
-    _dbs.exit_on_sigterm()
+    common.exit_on_sigterm()
     started = dt.datetime.now(dt.timezone.utc)
     meta = {
         "command": " ".join(["python bench/pg_layout.py", *(sys.argv[1:] if argv is None else argv)]),
@@ -346,8 +346,8 @@ def main(argv=None) -> int:
     rounds: list[dict[str, dict[str, float]]] = []
     explain: dict[str, dict[str, str]] = {}
     try:
-        _dbs.install_pyqueue(dsn)
-        conn = _dbs.raw_connect("postgresql", dsn)
+        common.install_pyqueue(dsn)
+        conn = common.raw_connect("postgresql", dsn)
         meta["server"] = conn.execute("SHOW server_version").fetchone()[0]
         meta["collation"] = conn.execute(
             "SELECT CASE datlocprovider WHEN 'i' THEN 'ICU ' || daticulocale ELSE 'libc ' || datcollate END"
@@ -368,7 +368,7 @@ def main(argv=None) -> int:
             print(f"round {r + 1}: " + json.dumps(result), file=sys.stderr, flush=True)
         conn.close()
     finally:
-        _dbs.drop("postgresql", dsn)
+        common.drop("postgresql", dsn)
     meta["load_after"] = os.getloadavg()
     summary = summarize(rounds)
     text = markdown(summary, meta)

@@ -59,7 +59,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 
 QUEUE = "prof"
 
@@ -148,7 +148,7 @@ def pgbench_binary() -> str:
 
 
 def fill(dsn: str, backlog: int, pgmq: bool = True) -> None:
-    _dbs.execute(
+    common.execute(
         "postgresql",
         dsn,
         f"SELECT queue_push_batch('{QUEUE}', ARRAY(SELECT 'k' || i FROM generate_series(1, {backlog}) i), "
@@ -166,7 +166,7 @@ def fill(dsn: str, backlog: int, pgmq: bool = True) -> None:
 
 
 def run(pgbench: str, dsn: str, script: Path, clients: int, transactions: int, pgmq: bool = True) -> dict:
-    _dbs.execute(
+    common.execute(
         "postgresql",
         dsn,
         "VACUUM pyqueue_message",
@@ -200,7 +200,7 @@ def run(pgbench: str, dsn: str, script: Path, clients: int, transactions: int, p
         elif line.startswith("latency average ="):
             latency = float(line.split()[3])
     time.sleep(0.5)  # the backends of pgbench's clients report their counters as they exit
-    rows = _dbs.execute(
+    rows = common.execute(
         "postgresql",
         dsn,
         "SELECT schemaname || '.' || funcname, sum(calls)::bigint, sum(total_time), sum(self_time) "
@@ -246,21 +246,21 @@ def main() -> None:
             parser.error(f"unknown workload {w!r} (of {', '.join(SCRIPTS)})")
     clients = [int(c) for c in args.clients.split(",") if c]
     pgbench = pgbench_binary()
-    _dbs.exit_on_sigterm()
+    common.exit_on_sigterm()
     started = dt.datetime.now(dt.timezone.utc)
     load_before = os.getloadavg()
-    dsn = _dbs.create("postgresql", "profile")
+    dsn = common.create("postgresql", "profile")
     dsns = {"pyqueue": dsn, "pgmq": dsn, "floor": dsn}
     results: list[dict] = []
     try:
-        _dbs.install_pyqueue(dsn)
+        common.install_pyqueue(dsn)
         from pgmq.install import install_pgmq_from_sql
 
         install_pgmq_from_sql(dsn=dsn)
         name = dsn.rsplit("/", 1)[1]
-        _dbs.execute("postgresql", dsn, f"SELECT queue_create('{QUEUE}')", f"SELECT pgmq.create('{QUEUE}')")
+        common.execute("postgresql", dsn, f"SELECT queue_create('{QUEUE}')", f"SELECT pgmq.create('{QUEUE}')")
         if not args.no_track:
-            _dbs.execute("postgresql", dsn, f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
+            common.execute("postgresql", dsn, f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
         # every reserve run takes its messages from the one backlog (the floor's from pyqueue-sql's)
         needed = (
             (2 if args.floor else 1)
@@ -273,20 +273,20 @@ def main() -> None:
             )
         )
         fill(dsn, max(args.backlog, needed + 1000))
-        _dbs.execute("postgresql", dsn, "ANALYZE pyqueue_message", f"ANALYZE pgmq.q_{QUEUE}")
+        common.execute("postgresql", dsn, "ANALYZE pyqueue_message", f"ANALYZE pgmq.q_{QUEUE}")
         if args.previous_commit:
-            dsns["previous"] = _dbs.create("postgresql", "profile_previous")
-            _dbs.install_commit("postgresql", dsns["previous"], args.previous_commit)
-            _dbs.execute("postgresql", dsns["previous"], f"SELECT queue_create('{QUEUE}')")
+            dsns["previous"] = common.create("postgresql", "profile_previous")
+            common.install_commit("postgresql", dsns["previous"], args.previous_commit)
+            common.execute("postgresql", dsns["previous"], f"SELECT queue_create('{QUEUE}')")
             if not args.no_track:
                 previous_name = dsns["previous"].rsplit("/", 1)[1]
-                _dbs.execute(
+                common.execute(
                     "postgresql",
                     dsns["previous"],
                     f"ALTER DATABASE \"{previous_name}\" SET track_functions = 'all'",
                 )
             fill(dsns["previous"], max(args.backlog, needed + 1000), pgmq=False)
-            _dbs.execute("postgresql", dsns["previous"], "ANALYZE pyqueue_message")
+            common.execute("postgresql", dsns["previous"], "ANALYZE pyqueue_message")
         with tempfile.TemporaryDirectory() as tmp:
             for round_no, workload, n in (
                 (r, w, n) for r in range(args.rounds) for w in workloads for n in clients
@@ -319,7 +319,7 @@ def main() -> None:
                     )
     finally:
         for each in set(dsns.values()):
-            _dbs.drop("postgresql", each)
+            common.drop("postgresql", each)
     write(args.out, started, load_before, os.getloadavg(), results)
 
 

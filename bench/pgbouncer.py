@@ -40,12 +40,10 @@ import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-import _dbs  # noqa: E402
-import latency  # noqa: E402
 
 import pyqueue_sql  # noqa: E402
+from bench import common, latency  # noqa: E402
 from pyqueue_sql import dialects, migrate  # noqa: E402
 from tests.own_pgbouncer import OwnPgBouncer  # noqa: E402
 
@@ -254,7 +252,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "latest"))
     args = parser.parse_args(argv)
     parts = set((args.only or "prepare,latency,burndown").split(","))
-    _dbs.exit_on_sigterm()
+    common.exit_on_sigterm()
     started = dt.datetime.now(dt.UTC)
     meta = {
         "command": " ".join(["python bench/pgbouncer.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -263,8 +261,8 @@ def main(argv=None) -> int:
         "rounds": args.rounds,
         "pool_size": args.pool_size,
     }
-    direct = _dbs.create("postgresql", "pgbouncer")
-    bouncer = OwnPgBouncer(_dbs.ADMIN["postgresql"], pool_size=args.pool_size)
+    direct = common.create("postgresql", "pgbouncer")
+    bouncer = OwnPgBouncer(common.ADMIN["postgresql"], pool_size=args.pool_size)
     report: dict = {"meta": meta}
     try:
         migrate.upgrade(direct)
@@ -286,7 +284,7 @@ def main(argv=None) -> int:
             report["burndown"] = run_burndown(direct, pooled, args.rounds, args.messages, args.concurrency)
     finally:
         bouncer.destroy()
-        _dbs.drop("postgresql", direct)
+        common.drop("postgresql", direct)
     meta["ended"] = dt.datetime.now(dt.UTC).strftime("%H:%M UTC")
     meta["load_after"] = os.getloadavg()
     os.makedirs(args.out, exist_ok=True)

@@ -45,8 +45,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import _dbs  # noqa: E402
 from bench import bench as B  # noqa: E402
+from bench import common  # noqa: E402
 
 QUEUE = "pushcost"
 COLS = "(queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at)"
@@ -62,12 +62,12 @@ class Variant(B.System):
     drain = False  # CALL: read every result set
 
     def reset(self, dsn: str) -> None:
-        _dbs.execute(
+        common.execute(
             self.dialect, dsn, f"DELETE FROM {self.table}" if self.drain else f"TRUNCATE {self.table}"
         )
 
     def open(self, dsn: str) -> None:
-        self.conn = _dbs.raw_connect(self.dialect, dsn, autocommit=True)
+        self.conn = common.raw_connect(self.dialect, dsn, autocommit=True)
 
     def push(self, key: str, i: int) -> None:
         values = {"q": QUEUE, "k": key, "p": json.dumps({"n": i, "kind": "bench"})}
@@ -93,30 +93,30 @@ def _pg_copy(
     dsn: str, table: str, drop_index: str | None = None, fk: bool = True, text: bool = False
 ) -> None:
     d = "postgresql"
-    _dbs.execute(d, dsn, f"CREATE TABLE {table} (LIKE pyqueue_message INCLUDING ALL)")
-    opts = _dbs.execute(
+    common.execute(d, dsn, f"CREATE TABLE {table} (LIKE pyqueue_message INCLUDING ALL)")
+    opts = common.execute(
         d,
         dsn,
         "SELECT array_to_string(reloptions, ', ') FROM pg_class WHERE oid = 'pyqueue_message'::regclass",
     )
     if opts and opts[0][0]:
-        _dbs.execute(d, dsn, f"ALTER TABLE {table} SET ({opts[0][0]})")
+        common.execute(d, dsn, f"ALTER TABLE {table} SET ({opts[0][0]})")
     if fk:
-        for (definition,) in _dbs.execute(
+        for (definition,) in common.execute(
             d,
             dsn,
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'pyqueue_message'::regclass AND contype = 'f'",
         ):
-            _dbs.execute(d, dsn, f"ALTER TABLE {table} ADD {definition}")
+            common.execute(d, dsn, f"ALTER TABLE {table} ADD {definition}")
     if drop_index is not None:
-        _dbs.execute(d, dsn, *_pg_drop_index(dsn, table, drop_index))
+        common.execute(d, dsn, *_pg_drop_index(dsn, table, drop_index))
     if text:
-        _dbs.execute(d, dsn, f"ALTER TABLE {table} ALTER COLUMN payload TYPE text")
+        common.execute(d, dsn, f"ALTER TABLE {table} ALTER COLUMN payload TYPE text")
 
 
 def _pg_indexes(dsn: str, table: str) -> list[tuple[str, str, bool]]:
     """(index name, its definition without the name, is it the primary key) of a table."""
-    rows = _dbs.execute(
+    rows = common.execute(
         "postgresql",
         dsn,
         "SELECT c.relname, pg_get_indexdef(i.indexrelid), i.indisprimary FROM pg_index i "
@@ -131,7 +131,7 @@ def _pg_drop_index(dsn: str, table: str, original: str) -> list[str]:
     for name, definition, primary in _pg_indexes(dsn, table):
         if (definition, primary) == wanted:
             if primary:
-                con = _dbs.execute(
+                con = common.execute(
                     "postgresql",
                     dsn,
                     f"SELECT conname FROM pg_constraint WHERE conindid = '{name}'::regclass",
@@ -159,7 +159,7 @@ PG_LOCKS = {
 
 def _pg_function(dsn: str, name: str, attributes: str, lock: str | None) -> None:
     take = PG_LOCKS[lock]
-    _dbs.execute(
+    common.execute(
         "postgresql",
         dsn,
         f"""CREATE FUNCTION {name}(in_queue text, in_key text, in_payload jsonb) RETURNS boolean
@@ -186,7 +186,7 @@ def pg_variants(dsn: str) -> list[type[Variant]]:
     out.append(_variant("- foreign key", "pc_nofk", _pg_insert("pc_nofk")))
     _pg_copy(dsn, "pc_text", text=True)
     out.append(_variant("- JSON parsing (text payload)", "pc_text", _pg_insert("pc_text")))
-    _dbs.execute(
+    common.execute(
         "postgresql",
         dsn,
         "CREATE TABLE pc_bare (LIKE pyqueue_message INCLUDING DEFAULTS INCLUDING IDENTITY)",
@@ -233,7 +233,7 @@ def pg_variants(dsn: str) -> list[type[Variant]]:
 
 
 def _my_foreign_keys(dsn: str) -> list[str]:
-    create = _dbs.execute("mysql", dsn, "SHOW CREATE TABLE pyqueue_message")[0][1]
+    create = common.execute("mysql", dsn, "SHOW CREATE TABLE pyqueue_message")[0][1]
     return [
         re.sub(r"^CONSTRAINT `[^`]+` ", "", line.strip().rstrip(","))
         for line in create.splitlines()
@@ -245,18 +245,18 @@ def _my_copy(
     dsn: str, table: str, drop_index: str | None = None, fk: bool = True, text: bool = False
 ) -> None:
     d = "mysql"
-    _dbs.execute(d, dsn, f"CREATE TABLE {table} LIKE pyqueue_message")
+    common.execute(d, dsn, f"CREATE TABLE {table} LIKE pyqueue_message")
     if drop_index is not None:
-        _dbs.execute(d, dsn, f"ALTER TABLE {table} DROP INDEX `{drop_index}`")
+        common.execute(d, dsn, f"ALTER TABLE {table} DROP INDEX `{drop_index}`")
     if text:
-        _dbs.execute(d, dsn, f"ALTER TABLE {table} MODIFY payload LONGTEXT NOT NULL")
+        common.execute(d, dsn, f"ALTER TABLE {table} MODIFY payload LONGTEXT NOT NULL")
     if fk:
         for definition in _my_foreign_keys(dsn):
-            _dbs.execute(d, dsn, f"ALTER TABLE {table} ADD {definition}")
+            common.execute(d, dsn, f"ALTER TABLE {table} ADD {definition}")
 
 
 def _my_indexes(dsn: str) -> list[str]:
-    rows = _dbs.execute(
+    rows = common.execute(
         "mysql",
         dsn,
         "SELECT DISTINCT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() "
@@ -279,7 +279,7 @@ def _my_procedure(dsn: str, name: str, security: str, read: bool) -> None:
         if read
         else ""
     )
-    _dbs.execute(
+    common.execute(
         "mysql",
         dsn,
         f"""CREATE PROCEDURE {name}(
@@ -311,7 +311,7 @@ def my_variants(dsn: str) -> list[type[Variant]]:
     out.append(_variant("- JSON validation (LONGTEXT payload)", "pc_text", _my_insert("pc_text")))
     _my_copy(dsn, "pc_bare", fk=False, text=True)
     for index in _my_indexes(dsn):
-        _dbs.execute("mysql", dsn, f"ALTER TABLE pc_bare DROP INDEX `{index}`")
+        common.execute("mysql", dsn, f"ALTER TABLE pc_bare DROP INDEX `{index}`")
     out.append(_variant("bare table (id only, no FK, LONGTEXT)", "pc_bare", _my_insert("pc_bare")))
     lock = (
         f"INSERT IGNORE INTO pc_full {COLS} SELECT q.queue_name, %s, 'job', %s, 0, UTC_TIMESTAMP(6), "
@@ -342,9 +342,9 @@ def my_variants(dsn: str) -> list[type[Variant]]:
 def run_dialect(dialect: str, args) -> dict:
     import pyqueue_sql
 
-    dsn = _dbs.create(dialect, "pushcost")
+    dsn = common.create(dialect, "pushcost")
     try:
-        _dbs.install_pyqueue(dsn)
+        common.install_pyqueue(dsn)
         with pyqueue_sql.connect(dsn) as db:
             db.queue(QUEUE).create()
         variants = pg_variants(dsn) if dialect == "postgresql" else my_variants(dsn)
@@ -364,7 +364,7 @@ def run_dialect(dialect: str, args) -> dict:
                     flush=True,
                 )
     finally:
-        _dbs.drop(dialect, dsn)
+        common.drop(dialect, dsn)
     full = rates["full copy"]
     rows = []
     for name, v in rates.items():
@@ -412,7 +412,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cap", type=float, default=5.0, help="time cap per measurement in seconds")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args(argv)
-    _dbs.exit_on_sigterm()
+    common.exit_on_sigterm()
     meta = {
         "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "clients": args.clients,

@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 from bench.bench import LABEL, WORKLOADS, PyQueue, _ratio, measure  # noqa: E402
 
 
@@ -45,7 +45,7 @@ class Previous(PyQueue):
         if not commit:
             migrate.upgrade(dsn, os.environ["BENCH_PREVIOUS_REVISION"])
             return
-        _dbs.install_commit(self.dialect, dsn, commit)
+        common.install_commit(self.dialect, dsn, commit)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         dsns = {}
         try:
             for side, cls in systems.items():
-                dsns[side] = _dbs.create(dialect, f"ab_{side}")
+                dsns[side] = common.create(dialect, f"ab_{side}")
                 cls(dialect).setup(dsns[side])
             rates: dict[tuple[str, str], dict[int, float]] = {}
             for rnd in range(args.rounds):
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             print(flush=True)
         finally:
             for dsn in dsns.values():
-                _dbs.drop(dialect, dsn)
+                common.drop(dialect, dsn)
     return 0
 
 

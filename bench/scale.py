@@ -1,7 +1,7 @@
 """Scale measurements: does pyqueue-sql stay fast at a million messages, on both dialects?
 
     python bench/scale.py                          # both dialects, full sizes (tens of minutes)
-    python bench/scale.py --rows 20000 --sample 500 --hold 10     # a quick check that it runs
+    python -m bench scale --quick                  # 20,000 rows: a check that it runs
     python bench/scale.py --dialects mysql --only delayed,priorities,batches
 
 Each scenario runs in its own fresh database (created here, dropped at the end). Throughput = messages
@@ -48,7 +48,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyqueue_sql  # noqa: E402
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 
 QUEUE = "scale"
 SMALL = 10_000
@@ -69,7 +69,7 @@ def _seq_mysql(n: int) -> str:
 
 
 def analyze(dialect: str, dsn: str) -> None:
-    _dbs.execute(
+    common.execute(
         dialect,
         dsn,
         "VACUUM ANALYZE pyqueue_message" if dialect == "postgresql" else "ANALYZE TABLE pyqueue_message",
@@ -84,7 +84,7 @@ def fill(
     if dialect == "postgresql":
         at = "now() + interval '1 day'" if delayed else "now() - interval '1 hour' + i * interval '1 us'"
         prio = "i" if distinct_priorities else "0"
-        _dbs.execute(
+        common.execute(
             dialect,
             dsn,
             "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
@@ -99,7 +99,7 @@ def fill(
             else "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i MICROSECOND"
         )
         prio = "s.i + 1" if distinct_priorities else "0"
-        _dbs.execute(
+        common.execute(
             dialect,
             dsn,
             "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
@@ -112,13 +112,13 @@ def fill(
 
 def remove(dialect: str, dsn: str, prefix: str) -> None:
     """Deletes the messages whose key starts with prefix (behind the routines' back: setup only)."""
-    _dbs.execute(dialect, dsn, f"DELETE FROM pyqueue_message WHERE p_key LIKE '{prefix}%'")
+    common.execute(dialect, dsn, f"DELETE FROM pyqueue_message WHERE p_key LIKE '{prefix}%'")
     analyze(dialect, dsn)
 
 
 def sizes(dialect: str, dsn: str) -> dict[str, int]:
     if dialect == "postgresql":
-        rows = _dbs.execute(
+        rows = common.execute(
             dialect,
             dsn,
             "SELECT pg_relation_size('pyqueue_message'), "
@@ -137,15 +137,15 @@ def sizes(dialect: str, dsn: str) -> dict[str, int]:
             "live_tuples": live,
             "dead_tuples": dead,
         }
-    _dbs.execute(dialect, dsn, "ANALYZE TABLE pyqueue_message")
-    rows = _dbs.execute(
+    common.execute(dialect, dsn, "ANALYZE TABLE pyqueue_message")
+    rows = common.execute(
         dialect,
         dsn,
         "SELECT data_length, index_length, data_free, table_rows FROM information_schema.tables "
         "WHERE table_schema = DATABASE() AND table_name = 'pyqueue_message'",
     )
     t, i, free, live = rows[0]
-    hist = _dbs.execute(
+    hist = common.execute(
         dialect,
         dsn,
         "SELECT count FROM information_schema.innodb_metrics WHERE name = 'trx_rseg_history_len'",
@@ -184,8 +184,8 @@ def consume(dsn: str, n: int, seconds: float | None = None) -> dict[str, float]:
 
 
 def fresh(dialect: str, tag: str) -> str:
-    dsn = _dbs.create(dialect, tag)
-    _dbs.install_pyqueue(dsn)
+    dsn = common.create(dialect, tag)
+    common.install_pyqueue(dsn)
     with pyqueue_sql.connect(dsn) as db:
         db.queue(QUEUE).create(visibility_timeout=300)
     return dsn
@@ -196,7 +196,7 @@ def scenario(dialect: str, tag: str, fn) -> dict:
     try:
         return fn(dsn)
     finally:
-        _dbs.drop(dialect, dsn)
+        common.drop(dialect, dsn)
 
 
 def _mean_rate(*runs: dict) -> float:
@@ -386,7 +386,7 @@ def run_batches(d: str, dsn: str, args) -> dict:
 def _hold_read_view(d: str, dsn: str):
     """A REPEATABLE READ transaction that has read: the xmin horizon (MySQL: a read view) it holds
     until it is rolled back."""
-    holder = _dbs.raw_connect(d, dsn, autocommit=False)
+    holder = common.raw_connect(d, dsn, autocommit=False)
     cur = holder.cursor()
     cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     if d != "postgresql":
@@ -430,7 +430,7 @@ def run_xmin(d: str, dsn: str, args) -> dict:
     holder.rollback()
     holder.close()
     if d == "postgresql":
-        _dbs.execute(d, dsn, "VACUUM pyqueue_message")
+        common.execute(d, dsn, "VACUUM pyqueue_message")
     after = consume(dsn, args.sample)
     return {
         "before": before,
@@ -587,10 +587,14 @@ def run_dialect(d: str, args) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dialects", "--dialect", default="postgresql,mysql", help="comma-separated")
-    ap.add_argument("--quick", action="store_true", help="--rows 100000, --hold 20")
+    ap.add_argument(
+        "--quick", action="store_true", help="--rows 20000, --sample 500, --hold 10: a check that it runs"
+    )
     ap.add_argument("--rows", "--big", type=int, default=None, help="the 'million' (default 1,000,000)")
     ap.add_argument("--priorities", type=int, default=100_000, help="distinct priorities (capped at --rows)")
-    ap.add_argument("--sample", type=int, default=3000, help="messages consumed per throughput figure")
+    ap.add_argument(
+        "--sample", type=int, default=None, help="messages consumed per throughput figure (default 3000)"
+    )
     ap.add_argument(
         "--run", type=int, default=200_000, help="messages pushed in one call for xmin_run (default 200,000)"
     )
@@ -618,13 +622,14 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args(argv)
-    _dbs.exit_on_sigterm()
-    args.rows = args.rows or (100_000 if args.quick else 1_000_000)
+    common.exit_on_sigterm()
+    args.rows = args.rows or (20_000 if args.quick else 1_000_000)
+    args.sample = args.sample or (500 if args.quick else 3000)
     if args.rows < SMALL + args.sample:
         ap.error(f"--rows must be at least {SMALL + args.sample:,} (the small queue plus a sample)")
     args.priorities = min(args.priorities, args.rows)
     args.run = min(args.run, args.rows)
-    args.hold = args.hold or (20.0 if args.quick else 120.0)
+    args.hold = args.hold or (10.0 if args.quick else 120.0)
     args.batch_sizes = [b for b in (int(x) for x in args.batch_sizes.split(",")) if b <= args.rows] or [
         args.rows
     ]

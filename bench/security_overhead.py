@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyqueue_sql  # noqa: E402
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 from pyqueue_sql import migrate  # noqa: E402
 from pyqueue_sql.queries import script, split_script  # noqa: E402
 
@@ -58,7 +58,7 @@ def variant_routines(dialect: str, variant: str) -> str:
 
 
 def install_variant(dialect: str, dsn: str, variant: str) -> None:
-    conn = _dbs.raw_connect(dialect, dsn)
+    conn = common.raw_connect(dialect, dsn)
     try:
         cur = conn.cursor()
         text = variant_routines(dialect, variant)
@@ -70,7 +70,7 @@ def install_variant(dialect: str, dsn: str, variant: str) -> None:
 
 
 def check_attributes(dialect: str, dsn: str) -> str:
-    conn = _dbs.raw_connect(dialect, dsn)
+    conn = common.raw_connect(dialect, dsn)
     try:
         cur = conn.cursor()
         if dialect == "postgresql":
@@ -89,7 +89,7 @@ def run(dialect: str, rounds: int, ops: int, sync_commit: bool, all_variants: bo
     names = ["definer", "invoker"] + (
         [v for v in VARIANTS[dialect] if v != "invoker"] if all_variants else []
     )
-    dsns = {k: _dbs.create(dialect, "sec") for k in names}
+    dsns = {k: common.create(dialect, "sec") for k in names}
     try:
         for k, dsn in dsns.items():
             migrate.upgrade(dsn)
@@ -136,7 +136,7 @@ def run(dialect: str, rounds: int, ops: int, sync_commit: bool, all_variants: bo
             db.close()
     finally:
         for dsn in dsns.values():
-            _dbs.drop(dialect, dsn)
+            common.drop(dialect, dsn)
 
 
 def main() -> None:

@@ -64,7 +64,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import pyqueue_sql  # noqa: E402
-from bench import _dbs  # noqa: E402
+from bench import common  # noqa: E402
 
 KINDS = ("ok", "batch", "delayed", "slow", "flaky", "poison")
 MAX_ATTEMPTS = 5
@@ -375,7 +375,7 @@ class Probe:
 
     def __init__(self, dialect: str, dsn: str, queue: str, dlq: str):
         self.dialect, self.dsn, self.queue, self.dlq = dialect, dsn, queue, dlq
-        self.conn = _dbs.raw_connect(dialect, dsn)
+        self.conn = common.raw_connect(dialect, dsn)
         self.db = pyqueue_sql.client.Database.wrap(self.conn)
         self.dbname = dsn.rsplit("/", 1)[1]
 
@@ -578,7 +578,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:8]
     queue, dlq = f"soak_{run_id}", f"soak_{run_id}.dead"
     workdir = tempfile.mkdtemp(prefix=f"pyqueue-soak-{dialect}-")
-    dsn = _dbs.create(dialect, "soak")
+    dsn = common.create(dialect, "soak")
     print(f"[{dialect}] database {dsn.rsplit('/', 1)[1]}, queue {queue}, work files {workdir}", flush=True)
     result: dict[str, Any] = {
         "dialect": dialect,
@@ -605,7 +605,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
     probe = None
     producers: list = []
     try:
-        _dbs.install_pyqueue(dsn)
+        common.install_pyqueue(dsn)
         with pyqueue_sql.connect(dsn) as db:
             db.queue(dlq).create()
             db.queue(queue).create(
@@ -787,7 +787,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         if args.keep:
             print(f"[{dialect}] kept database {dsn} and work files {workdir}", flush=True)
         else:
-            _dbs.drop(dialect, dsn)
+            common.drop(dialect, dsn)
             if ok:
                 shutil.rmtree(workdir, ignore_errors=True)
             else:

@@ -1,4 +1,6 @@
-"""Fresh throwaway databases for the benchmarks (created and dropped by us only)."""
+"""What the suites share: the servers they measure on (ADMIN, BENCH_POSTGRESQL_DSN /
+BENCH_MYSQL_DSN), fresh throwaway databases (created and dropped by the suites only), a commit's
+sql/ installed for an A/B, and the server's CPU read from /proc."""
 
 from __future__ import annotations
 

@@ -1,0 +1,116 @@
+"""The one entry to every benchmark suite: python -m bench SUITE [options] (from the repository root).
+
+    python -m bench                      the suites, one line each
+    python -m bench routines --help      a suite's own options
+    python -m bench latency --quick      a suite once, small and short: proves it runs; its results go
+                                         to bench/results/, never to bench/latest/
+
+--quick stands for the suite's own small options (SUITES below); options given after it win.
+What each suite measures and how to read its table: bench/README.md.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Suite:
+    module: str  # bench.<module>, run as __main__
+    summary: str
+    quick: tuple[str, ...]  # what --quick stands for
+
+
+SUITES = {
+    "routines": Suite(
+        "bench",
+        "each routine against pgmq, PGQueuer, a hand-rolled queue and the INSERT ceilings, interleaved",
+        ("--quick",),
+    ),
+    "burndown": Suite("burndown", "each system's own worker draining a backlog", ("--quick",)),
+    "workers": Suite(
+        "async_worker",
+        "Worker against AsyncWorker (and their options) draining a backlog",
+        ("--messages", "2000", "--rounds", "1", "--json", "bench/results/async_worker-quick.json"),
+    ),
+    "latency": Suite(
+        "latency",
+        "push to handler start of an idle worker; an idle worker's queries; the NOTIFY throttle",
+        ("--samples", "20", "--idle-seconds", "2", "--pushes", "100", "--rounds", "1"),
+    ),
+    "held-xmin": Suite(
+        "held_xmin",
+        "throughput while a REPEATABLE READ snapshot holds the xmin horizon, against pgmq",
+        ("--minutes", "0.25", "--before", "10", "--window", "5", "--systems", "pyqueue"),
+    ),
+    "scale": Suite(
+        "scale",
+        "big states (1M delayed, backlog, churn, priorities, batch sizes, a held read view) against a small queue",
+        ("--quick",),
+    ),
+    "soak": Suite(
+        "soak",
+        "mixed load while workers are killed at random, then an exact accounting of every message",
+        ("--minutes", "0.5", "--dialect", "postgresql", "--out", "bench/results"),
+    ),
+    "failover": Suite(
+        "failover",
+        "a primary killed under load and its standby promoted: nothing acknowledged lost",
+        ("--runs", "1", "--dialects", "postgresql", "--out", "bench/results", "--name", "failover-quick"),
+    ),
+    "pgbouncer": Suite(
+        "pgbouncer",
+        "direct against PgBouncer in transaction pooling: prepared statements, latency, a burn-down",
+        ("--rounds", "1", "--ops", "200", "--samples", "10", "--messages", "500", "--out", "bench/results"),
+    ),
+    "spark": Suite(
+        "spark_ingest",
+        "bulk enqueue from Spark through queue_ingest against a plain JDBC append",
+        ("--rows", "2000", "--dialect", "postgresql"),
+    ),
+    "ab": Suite(
+        "revision_ab",
+        "the routines of two versions of sql/ (a schema revision or a git commit), alternated",
+        ("--previous-commit", "HEAD", "--rounds", "1", "--messages", "2000", "--dialects", "postgresql"),
+    ),
+    "profile": Suite(
+        "pg_profile",
+        "PostgreSQL: each routine's server time per call through pgbench, against pgmq",
+        ("--clients", "1", "--transactions", "200", "--backlog", "1000"),
+    ),
+}
+
+
+def usage() -> str:
+    width = max(map(len, SUITES))
+    lines = [f"  {name:<{width}}  {suite.summary}" for name, suite in SUITES.items()]
+    return "usage: python -m bench SUITE [--quick] [options]\n\nsuites:\n" + "\n".join(lines) + "\n"
+
+
+def argv_for(name: str, args: list[str]) -> list[str]:
+    """The suite's own command line: --quick replaced by what it stands for, then the rest."""
+    quick = list(SUITES[name].quick) if "--quick" in args else []
+    return [f"python -m bench {name}", *quick, *(a for a in args if a != "--quick")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        sys.stdout.write(usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in SUITES:
+        sys.stderr.write(f"python -m bench: no suite {name!r}; one of: {', '.join(SUITES)}\n")
+        return 2
+    sys.argv = argv_for(name, rest)
+    try:
+        runpy.run_module(f"bench.{SUITES[name].module}", run_name="__main__", alter_sys=True)
+    except SystemExit as end:
+        return end.code if isinstance(end.code, int) else (0 if end.code is None else 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""bench/ is one harness: `python -m bench SUITE` runs every suite, each suite accepts what its
+--quick stands for, a quick run never writes over bench/latest/, and bench/ holds no script that is
+not a suite or a module the suites share. Nothing here measures or touches a database: a suite's
+options are parsed and the suite stopped before it runs (a real --quick run: make bench-smoke)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import SUITES, argv_for, main, usage
+
+ROOT = Path(__file__).resolve().parents[2]
+# Modules of bench/ that are not suites: the entry, the shared helpers, and the handler the soak's
+# worker processes import by name.
+NOT_SUITES = {"__init__", "__main__", "common", "soak_handler"}
+
+
+class Parsed(Exception):
+    def __init__(self, namespace: argparse.Namespace, unknown: list[str]):
+        self.namespace, self.unknown = namespace, unknown
+
+
+def parse_only(monkeypatch, name: str, args: list[str]) -> Parsed:
+    """The suite's options as its own parser reads them, stopping the suite right after."""
+
+    def parse_args(parser, argv=None, namespace=None):
+        raise Parsed(*parser.parse_known_args(argv, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_args)
+    # (a suite imported by another one, as ab imports routines, is run afresh, as in its own process)
+    monkeypatch.delitem(sys.modules, f"bench.{SUITES[name].module}", raising=False)
+    with pytest.raises(Parsed) as parsed:
+        main([name, *args])
+    return parsed.value
+
+
+@pytest.mark.parametrize("name", sorted(SUITES))
+def test_every_suite_accepts_its_quick_options(monkeypatch, name):
+    parsed = parse_only(monkeypatch, name, ["--quick"])
+    assert parsed.unknown == [], f"{name}: --quick stands for options the suite does not have"
+    for option in ("out", "json"):
+        where = str(getattr(parsed.namespace, option, None) or "")
+        assert "latest" not in where, f"{name} --quick would write to {where}"
+
+
+def test_options_after_quick_win(monkeypatch):
+    parsed = parse_only(monkeypatch, "latency", ["--quick", "--samples", "7"])
+    assert parsed.namespace.samples == 7
+    assert argv_for("latency", ["--rounds", "2"]) == ["python -m bench latency", "--rounds", "2"]
+
+
+def test_a_wrong_quick_option_is_caught(monkeypatch):
+    """What the test above relies on: a suite's parser reports an option it does not have."""
+    monkeypatch.setitem(SUITES, "latency", SUITES["latency"].__class__("latency", "", ("--no-such",)))
+    assert parse_only(monkeypatch, "latency", ["--quick"]).unknown == ["--no-such"]
+
+
+def test_an_unknown_suite_is_refused(capsys):
+    assert main(["no-such-suite"]) == 2
+    assert "no suite 'no-such-suite'" in capsys.readouterr().err
+
+
+def test_the_entry_lists_every_suite():
+    shown = subprocess.run(
+        [sys.executable, "-m", "bench"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert shown == usage()
+    assert all(f"  {name} " in shown for name in SUITES)
