@@ -76,6 +76,38 @@ class UnsupportedDsnError(QueueError, ValueError):
     """The DSN names a database pyqueue-sql does not support."""
 
 
+class ConnectionFailedError(QueueError):
+    """A connection to the database server could not be opened, on either dialect, sync or asyncio.
+    ``reason`` says why:
+
+    - ``"authentication"``: the server refused the login (wrong password, no such user, an account
+      not allowed to log in from this host);
+    - ``"authorization"``: the account logged in but may not connect to that database;
+    - ``"unknown_database"``: the DSN names a database that does not exist;
+    - ``"unreachable"``: anything else: the server refused or timed out, the host name is unknown,
+      the server is starting up or has no connection slot left, no host of a multi-host DSN was
+      writable.
+
+    The first three are configuration errors that trying again does not mend (``retryable`` is
+    False); an unreachable server may come back. The driver's exception is ``__cause__``. The
+    message never contains the DSN's password. Also one of the dialect's connection errors, so
+    code that reconnects after a lost connection (a worker) tries again on it as before.
+
+    PostgreSQL sends no SQLSTATE for a refused connection: the reason is read from the server's
+    message, so a server whose lc_messages is not English reports every failure as unreachable."""
+
+    REASONS = ("authentication", "authorization", "unknown_database", "unreachable")
+
+    def __init__(self, message: str, reason: str = "unreachable") -> None:
+        super().__init__(message)
+        self.reason = reason if reason in self.REASONS else "unreachable"
+
+    @property
+    def retryable(self) -> bool:
+        """Whether connecting again with the same DSN may succeed (the server was unreachable)."""
+        return self.reason == "unreachable"
+
+
 class SerializationError(QueueError):
     """The server rolled the transaction back to keep it serializable, or to break a deadlock
     (PostgreSQL 40001 serialization_failure / 40P01 deadlock_detected; MySQL 1213 deadlock).

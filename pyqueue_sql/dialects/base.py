@@ -150,6 +150,54 @@ def strip_driver(dsn: str) -> str:
     return scheme.split("+", 1)[0] + sep + rest
 
 
+# The ways a password can sit in a DSN: user:password@ (URL) and password=... (a URL's query or a
+# libpq key=value string, quoted or not).
+_QUERY_PASSWORD = re.compile(r"""(?:^|[?&\s])password\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]+)""", re.IGNORECASE)
+
+
+def dsn_secrets(dsn: str) -> list[str]:
+    """The passwords a DSN holds, as written and percent-decoded, longest first."""
+    from urllib.parse import unquote
+
+    found: list[str] = []
+    _, sep, rest = dsn.partition("://")
+    if sep:
+        userinfo, at, _ = rest.split("/", 1)[0].split("?", 1)[0].rpartition("@")
+        if at and ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+    for match in _QUERY_PASSWORD.finditer(dsn):
+        value = match.group(1)
+        found.append(value)
+        if value.startswith("'") and value.endswith("'") and len(value) >= 2:
+            found.append(value[1:-1].replace("\\'", "'").replace("\\\\", "\\"))
+    secrets = {s for v in found for s in (v, unquote(v)) if s}
+    return sorted(secrets, key=len, reverse=True)
+
+
+def without_secrets(text: str, dsn: str) -> str:
+    """text with every password of the DSN replaced by ***: a driver's message may quote the
+    DSN (a malformed one) or a part of it."""
+    for secret in dsn_secrets(dsn):
+        text = text.replace(secret, "***")
+    return text
+
+
+# What the user reads first in a ConnectionFailedError's message, per reason.
+_CONNECT_FAILURE = {
+    "authentication": "the server refused the login (check the DSN's user name and password)",
+    "authorization": "the account may not connect to this database (grant it access, or use another account)",
+    "unknown_database": "the DSN names a database that does not exist (create it, or fix the name)",
+    "unreachable": "the database server could not be reached",
+}
+
+
+def connection_failed(reason: str, detail: str, dsn: str) -> errors.ConnectionFailedError:
+    """The ConnectionFailedError for a failed connect: why, then the driver's message on one line,
+    without the DSN's password."""
+    detail = without_secrets(" ".join(detail.split()), dsn)
+    return errors.ConnectionFailedError(f"cannot connect: {_CONNECT_FAILURE[reason]}: {detail}", reason)
+
+
 @dataclass(frozen=True)
 class JdbcDriver:
     """How Spark reaches a dialect over plain JDBC (pyqueue_sql.spark)."""
@@ -214,8 +262,29 @@ class Dialect:
         return import_driver(module, extra, what)
 
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
-        """A DB-API connection; autocommit unless asked otherwise (SQLAlchemy wants it off)."""
+        """A DB-API connection; autocommit unless asked otherwise (SQLAlchemy wants it off).
+        errors.ConnectionFailedError when the server cannot be reached or refuses."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def connection_failures(self, dsn: str) -> Iterator[None]:
+        """Around the opening of a connection (sync or asyncio): a driver error raised inside is
+        raised as the pyqueue_sql error connect_error gives (errors.ConnectionFailedError), the
+        driver's exception as its cause; a pyqueue_sql error passes as it is."""
+        try:
+            yield
+        except errors.QueueError:
+            raise
+        except Exception as exc:
+            mapped = self.connect_error(exc, dsn)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    def connect_error(self, exc: BaseException, dsn: str) -> errors.QueueError | None:
+        """The pyqueue_sql error for a driver error raised while connecting to dsn, or None to
+        raise it as it is."""
+        return None
 
     def owns(self, connection: Any) -> bool:
         """Whether a DB-API connection object belongs to this dialect's driver."""
@@ -363,7 +432,8 @@ class Dialect:
 
     # -- connection loss -------------------------------------------------
     def connection_errors(self) -> tuple[type[BaseException], ...]:
-        """Driver errors after which a worker reconnects and retries (lost or broken connection)."""
+        """Errors after which a worker reconnects and retries (lost or broken connection): the
+        driver's, and errors.ConnectionFailedError (a connect that failed)."""
         raise NotImplementedError
 
     def is_connection_lost(self, exc: BaseException) -> bool:

@@ -15,7 +15,17 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .. import errors
 from ..queries import migration_queries
-from .base import UTC, Dialect, Duration, JdbcDriver, as_timedelta, as_utc, encode_json, strip_driver
+from .base import (
+    UTC,
+    Dialect,
+    Duration,
+    JdbcDriver,
+    as_timedelta,
+    as_utc,
+    connection_failed,
+    encode_json,
+    strip_driver,
+)
 
 # Access denied for: the database (1044), a privilege (1227), a table (1142), a column (1143),
 # a routine (1370).
@@ -87,7 +97,10 @@ def mysql_connect_candidates(dsn: str) -> list[dict[str, Any]]:
     if "," in hostlist:
         hosts = [_mysql_host(item) for item in hostlist.split(",")]
     else:
-        hosts = [(parts.hostname or "127.0.0.1", parts.port or MySQL.default_port)]
+        try:
+            hosts = [(parts.hostname or "127.0.0.1", parts.port or MySQL.default_port)]
+        except ValueError as exc:  # a port that is not a number from 0 to 65535
+            raise errors.UnsupportedDsnError(f"not a host or host:port in the MySQL DSN: {exc}") from None
     user, has_password, password = userinfo.partition(":")
     args: dict[str, Any] = {
         "user": unquote(user) if user else "root",
@@ -106,6 +119,53 @@ def mysql_connect_candidates(dsn: str) -> list[dict[str, Any]]:
     if len(hosts) > 1 and "unix_socket" in args:
         raise errors.UnsupportedDsnError("a MySQL DSN with several hosts cannot also name a unix_socket")
     return [{"host": host, "port": port, **args} for host, port in hosts]
+
+
+# Why the server refused a connection, by error code: the login (1045 access denied, 1698 access
+# denied without a password (unix_socket authentication), 1130 host not allowed, 1251 and 2059 an
+# authentication method the client lacks, 1820 and 1862 an expired password, 3118 and 4151 a locked
+# account), the database (1044: no privilege on it; 1049: no such database). Any other code (2003
+# refused or unknown host, 2013 lost at handshake, 1040 too many connections...) is "unreachable".
+_CONNECT_REFUSALS = {
+    **dict.fromkeys((1045, 1698, 1130, 1251, 1820, 1862, 2059, 3118, 4151), "authentication"),
+    1044: "authorization",
+    1049: "unknown_database",
+}
+
+
+def _connect_refusal(exc: BaseException) -> str:
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    return _CONNECT_REFUSALS.get(code, "unreachable")
+
+
+def _describe(exc: BaseException) -> str:
+    """A PyMySQL error as "MySQL error <code>: <message>"."""
+    if len(exc.args) >= 2:
+        return f"MySQL error {exc.args[0]}: {exc.args[1]}"
+    return f"MySQL error: {exc}"
+
+
+class _HostFailures:
+    """Why each host of a multi-host DSN was not taken, for the one ConnectionFailedError raised
+    when none was: its reason is the hosts' common one, else unreachable."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.lines: list[str] = []
+        self.reasons: set[str] = set()
+        self.last: BaseException | None = None
+
+    def add(self, args: dict[str, Any], exc: BaseException | None) -> None:
+        """exc: the host's error, or None for a host that answered read-only."""
+        self.lines.append(f"{args['host']}:{args['port']}: {'read-only' if exc is None else _describe(exc)}")
+        self.reasons.add("unreachable" if exc is None else _connect_refusal(exc))
+        self.last = exc or self.last
+
+    def error(self) -> errors.ConnectionFailedError:
+        reason = next(iter(self.reasons)) if len(self.reasons) == 1 else "unreachable"
+        return connection_failed(
+            reason, "no writable MySQL server among the DSN's hosts: " + "; ".join(self.lines), self.dsn
+        )
 
 
 _HOST_PORT = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[0-9]{1,5}))?")
@@ -232,13 +292,14 @@ class MySQL(Dialect):
         # Multi-statement queries, for run_in_own_transaction's one round trip (aiomysql always
         # asks for them). Every statement the client sends is one of its named statements with
         # escaped parameters, so no text of a caller's can add a statement of its own.
-        if len(candidates) == 1:  # the server's own error as it is (access denied, unknown database...)
-            return pymysql.connect(
-                **{**candidates[0], "autocommit": autocommit},
-                client_flag=CLIENT.MULTI_STATEMENTS,
-                conv=_conversions(),
-            )
-        failures = []
+        if len(candidates) == 1:  # the server's own error (access denied, unknown database...)
+            with self.connection_failures(dsn):
+                return pymysql.connect(
+                    **{**candidates[0], "autocommit": autocommit},
+                    client_flag=CLIENT.MULTI_STATEMENTS,
+                    conv=_conversions(),
+                )
+        failures = _HostFailures(dsn)
         for args in candidates:
             connection = None
             try:
@@ -252,18 +313,16 @@ class MySQL(Dialect):
                     (read_only,) = cur.fetchone()
                 if not autocommit:
                     connection.rollback()
-            except pymysql.err.OperationalError as exc:
+            except pymysql.MySQLError as exc:
                 if connection is not None:
                     connection.close()
-                failures.append(f"{args['host']}:{args['port']}: {exc}")
+                failures.add(args, exc)
                 continue
             if not read_only:
                 return connection
             connection.close()
-            failures.append(f"{args['host']}:{args['port']}: read-only")
-        raise pymysql.err.OperationalError(
-            2003, "no writable MySQL server among the DSN's hosts: " + "; ".join(failures)
-        )
+            failures.add(args, None)
+        raise failures.error() from failures.last
 
     def owns(self, connection: Any) -> bool:
         return type(connection).__module__.startswith("pymysql")
@@ -285,7 +344,7 @@ class MySQL(Dialect):
         import pymysql
 
         candidates = mysql_connect_candidates(dsn)
-        failures = []
+        failures = _HostFailures(dsn)
         for args in candidates:
             unsupported = sorted({"read_timeout", "write_timeout"} & set(args))
             if unsupported:
@@ -300,26 +359,34 @@ class MySQL(Dialect):
                 if "ssl_cert" in ssl_files:
                     context.load_cert_chain(ssl_files["ssl_cert"], ssl_files.get("ssl_key"))
                 args["ssl"] = context
-            if len(candidates) == 1:  # the server's own error as it is
-                return await aiomysql.connect(**args)
+            if len(candidates) == 1:  # the server's own error
+                with self.connection_failures(dsn):
+                    return await aiomysql.connect(**args)
             connection = None
             try:
                 connection = await aiomysql.connect(**args)
                 async with connection.cursor() as cur:
                     await cur.execute("SELECT @@global.read_only")
                     (read_only,) = await cur.fetchone()
-            except pymysql.err.OperationalError as exc:
+            except pymysql.MySQLError as exc:
                 if connection is not None:
                     connection.close()
-                failures.append(f"{args['host']}:{args['port']}: {exc}")
+                failures.add(args, exc)
                 continue
             if not read_only:
                 return connection
             connection.close()
-            failures.append(f"{args['host']}:{args['port']}: read-only")
-        raise pymysql.err.OperationalError(
-            2003, "no writable MySQL server among the DSN's hosts: " + "; ".join(failures)
-        )
+            failures.add(args, None)
+        raise failures.error() from failures.last
+
+    def connect_error(self, exc: BaseException, dsn: str) -> errors.QueueError | None:
+        """A PyMySQL error raised while connecting (aiomysql raises PyMySQL's) as
+        ConnectionFailedError, its reason from the error code."""
+        import pymysql
+
+        if not isinstance(exc, pymysql.MySQLError):
+            return None
+        return connection_failed(_connect_refusal(exc), _describe(exc), dsn)
 
     async def begin_async(self, connection: Any) -> None:
         await connection.begin()
@@ -482,7 +549,7 @@ class MySQL(Dialect):
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         import pymysql
 
-        return (pymysql.err.OperationalError, pymysql.err.InterfaceError)
+        return (pymysql.err.OperationalError, pymysql.err.InterfaceError, errors.ConnectionFailedError)
 
     def is_connection_lost(self, exc: BaseException) -> bool:
         """Only the client error codes of a lost connection (an OperationalError is also what a

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import errors
 from ..queries import split_script
-from .base import Dialect, JdbcDriver, encode_json, strip_driver
+from .base import Dialect, JdbcDriver, connection_failed, encode_json, strip_driver, without_secrets
 
 INSTALL_NOTE = """\
 -- pyqueue-sql install script (PostgreSQL). Run it in ONE transaction:
@@ -28,6 +28,26 @@ _ROUTINE_EXISTS = (
     " WHERE proname = %s AND pg_catalog.pg_function_is_visible(oid))"
 )
 
+
+# A refused connection's reason, from the server's (English) message: FATAL's text, as libpq puts it.
+_CONNECT_REFUSALS = (
+    ("unknown_database", re.compile(r'FATAL:\s+database ".*" does not exist')),
+    ("authorization", re.compile(r"FATAL:\s+permission denied for database")),
+    (
+        "authentication",
+        re.compile(
+            r'FATAL:\s+(?:role ".*" does not exist|role ".*" is not permitted to log in|'
+            r"password authentication failed|.*authentication failed for user|no pg_hba\.conf entry|"
+            r"pg_hba\.conf rejects connection)|fe_sendauth: no password supplied|SCRAM"
+        ),
+    ),
+)
+
+# libpq's refusal of a DSN's value, before any connection is tried (psycopg raises it as an
+# OperationalError): "invalid integer value "abc" for connection option "port"", "invalid port number".
+_BAD_CONNINFO = re.compile(
+    r"for connection option|invalid port number|invalid sslmode value|invalid \w+ value"
+)
 
 # The server process serving this transaction (a pooler may give each transaction another).
 _BACKEND_PID = "SELECT pg_catalog.pg_backend_pid()"
@@ -79,7 +99,8 @@ class PostgreSQL(Dialect):
     def connect(self, dsn: str, autocommit: bool = True) -> Any:
         psycopg = self.import_driver()
 
-        return psycopg.connect(strip_driver(dsn), autocommit=autocommit, prepare_threshold=None)
+        with self.connection_failures(dsn):
+            return psycopg.connect(strip_driver(dsn), autocommit=autocommit, prepare_threshold=None)
 
     def owns(self, connection: Any) -> bool:
         return type(connection).__module__.startswith("psycopg") and not self.owns_async(connection)
@@ -94,9 +115,26 @@ class PostgreSQL(Dialect):
     async def connect_async(self, dsn: str) -> Any:
         psycopg = self.import_driver(asynchronous=True)
 
-        return await psycopg.AsyncConnection.connect(
-            strip_driver(dsn), autocommit=True, prepare_threshold=None
-        )
+        with self.connection_failures(dsn):
+            return await psycopg.AsyncConnection.connect(
+                strip_driver(dsn), autocommit=True, prepare_threshold=None
+            )
+
+    def connect_error(self, exc: BaseException, dsn: str) -> errors.QueueError | None:
+        """psycopg's OperationalError (the server refused or could not be reached) as
+        ConnectionFailedError, its reason read from the server's message (libpq gives a refused
+        connection no SQLSTATE); its ProgrammingError (a malformed DSN) as UnsupportedDsnError."""
+        import psycopg
+
+        message = str(exc)
+        if isinstance(exc, psycopg.OperationalError) and not _BAD_CONNINFO.search(message):
+            reason = next((r for r, p in _CONNECT_REFUSALS if p.search(message)), "unreachable")
+            return connection_failed(reason, message, dsn)
+        if isinstance(exc, (psycopg.ProgrammingError, psycopg.OperationalError)):
+            return errors.UnsupportedDsnError(
+                f"not a usable PostgreSQL DSN: {without_secrets(' '.join(message.split()), dsn)}"
+            )
+        return None
 
     def shares_sessions(self, connection: Any, dsn: str) -> bool:
         """Whether another client connection to dsn is served by the server session that served
@@ -260,7 +298,7 @@ class PostgreSQL(Dialect):
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         import psycopg
 
-        return (psycopg.OperationalError, psycopg.InterfaceError)
+        return (psycopg.OperationalError, psycopg.InterfaceError, errors.ConnectionFailedError)
 
     # -- values ----------------------------------------------------------
     def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
