@@ -2,9 +2,9 @@
 
     python bench/latency.py                       # both dialects on the standard local servers
     python bench/latency.py --dialect postgresql --samples 300
-    PYQUEUE_BENCH_POSTGRESQL_DSN=... PYQUEUE_BENCH_MYSQL_DSN=... python bench/latency.py
+    BENCH_POSTGRESQL_DSN=... BENCH_MYSQL_DSN=... python -m bench latency
 
-Each dialect gets a throwaway database (created and dropped here), the schema
+Each dialect gets a throwaway database (bench/common.py), the schema
 via the migrations, and one pyqueue_sql.Worker with its default settings
 (concurrency 4) on a thread of this process. The producer, on its own
 connection, pushes one message at a time at random gaps of 100-300 ms, so
@@ -37,46 +37,8 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyqueue_sql  # noqa: E402
+from bench import common  # noqa: E402
 from pyqueue_sql import migrate  # noqa: E402
-
-DEFAULT_ADMIN = {
-    "postgresql": "postgresql://postgres@127.0.0.1:5432/postgres",
-    "mysql": "mysql://root@127.0.0.1:3306/",
-}
-
-
-def make_database(dialect: str) -> tuple[str, callable]:
-    """(dsn of a fresh database, drop function)."""
-    name = f"pyqueue_bench_lat_{uuid.uuid4().hex[:8]}"
-    admin = os.environ.get(f"PYQUEUE_BENCH_{dialect.upper()}_DSN", DEFAULT_ADMIN[dialect])
-    if dialect == "postgresql":
-        import psycopg
-
-        with psycopg.connect(admin, autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{name}"')
-        base = admin.rsplit("/", 1)[0]
-
-        def drop():
-            with psycopg.connect(admin, autocommit=True) as c:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    else:
-        import pymysql
-
-        from pyqueue_sql.dialects import mysql_connect_args
-
-        base = admin.rstrip("/")
-        conn = pymysql.connect(**mysql_connect_args(base + "/"))
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
-        conn.close()
-
-        def drop():
-            conn = pymysql.connect(**mysql_connect_args(base + "/"))
-            with conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-            conn.close()
-
-    return f"{base}/{name}", drop
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -205,16 +167,17 @@ def main(argv=None) -> int:
     parser.add_argument("--pushes", type=int, default=500, help="pushes per mode and round (throttle cost)")
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args(argv)
+    common.exit_on_sigterm()
     report: dict = {"latency": {}, "push_cost_postgresql": None}
     for dialect in args.dialect or ["postgresql", "mysql"]:
-        dsn, drop = make_database(dialect)
+        dsn = common.create(dialect, "lat")
         try:
             migrate.upgrade(dsn)
             report["latency"][dialect] = measure_latency(dsn, args.samples, args.idle_seconds)
             if dialect == "postgresql":
                 report["push_cost_postgresql"] = measure_push_cost(dsn, args.pushes, args.rounds)
         finally:
-            drop()
+            common.drop(dialect, dsn)
     print(json.dumps(report, indent=2))
     print()
     print(f"{'dialect':<11} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} {'idle q/s':>9}")

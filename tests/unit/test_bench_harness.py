@@ -71,3 +71,12 @@ def test_the_entry_lists_every_suite():
     ).stdout
     assert shown == usage()
     assert all(f"  {name} " in shown for name in SUITES)
+
+
+def test_bench_holds_only_suites_and_their_shared_modules():
+    modules = {p.stem for p in (ROOT / "bench").glob("*.py")}
+    suites = {suite.module for suite in SUITES.values()}
+    assert modules - suites - NOT_SUITES == set(), (
+        "a script outside the harness: make it a suite or fold it in"
+    )
+    assert suites <= modules

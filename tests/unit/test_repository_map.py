@@ -62,24 +62,35 @@ def missing_paths(block: str) -> list[str]:
     return sorted(set(missing))
 
 
-def tracked_top_level() -> set[str]:
+def tracked() -> list[str]:
+    """The repository's files as git knows them (a file being written and not yet added is not
+    the map's business until it is committed)."""
     try:
         out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
+    return [path for path in out.splitlines() if (ROOT / path).exists()]
+
+
+def tracked_top_level() -> set[str]:
     names = set()
-    for path in out.splitlines():
+    for path in tracked():
         first, sep, _ = path.partition("/")
-        if first == ".gitignore":
-            continue
-        names.add(first + "/" if sep else first)
+        if first != ".gitignore":
+            names.add(first + "/" if sep else first)
     return names
 
 
 def package_modules() -> set[str]:
-    package = ROOT / "pyqueue_sql"
-    modules = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
-    return modules | {p.name + "/" for p in package.iterdir() if (p / "__init__.py").exists()}
+    """pyqueue_sql's modules and subpackages, as the map names them (client.py, worker/)."""
+    found = set()
+    for path in tracked():
+        parts = path.split("/")
+        if parts[0] == "pyqueue_sql" and len(parts) == 2 and parts[1].endswith(".py"):
+            found.add(parts[1])
+        elif parts[0] == "pyqueue_sql" and len(parts) == 3 and parts[2] == "__init__.py":
+            found.add(parts[1] + "/")
+    return found - {"__init__.py"}
 
 
 BLOCK = layout_block((ROOT / "README.md").read_text(encoding="utf-8"))
