@@ -8,6 +8,7 @@ that cannot be understood one without the other."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,11 +42,14 @@ def type_checking_only(tree: ast.AST) -> set[int]:
     return found
 
 
-def import_graph(sources: dict[str, tuple[str, bool]], with_type_checking: bool) -> dict[str, set[str]]:
-    """module -> the modules of the same tree it imports; sources: module -> (text, is a package)."""
+def import_graph(
+    sources: dict[str, tuple[str | ast.AST, bool]], with_type_checking: bool
+) -> dict[str, set[str]]:
+    """module -> the modules of the same tree it imports; sources: module -> (its text or parsed
+    tree, is a package)."""
     graph = {}
     for module, (text, is_package) in sources.items():
-        tree = ast.parse(text)
+        tree = text if isinstance(text, ast.AST) else ast.parse(text)
         skip = set() if with_type_checking else type_checking_only(tree)
         edges = set()
         for node in ast.walk(tree):
@@ -100,9 +104,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-def sources_of(folder: str) -> dict[str, tuple[str, bool]]:
+@functools.cache
+def sources_of(folder: str) -> dict[str, tuple[ast.AST, bool]]:
     return {
-        module_name(p): (p.read_text(encoding="utf-8"), p.name == "__init__.py")
+        module_name(p): (ast.parse(p.read_text(encoding="utf-8")), p.name == "__init__.py")
         for p in sorted((ROOT / folder).rglob("*.py"))
         if "node_modules" not in p.parts and ".venv-oban" not in p.parts
     }
