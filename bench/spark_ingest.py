@@ -27,61 +27,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-import uuid
 from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from bench import common  # noqa: E402
 from pyqueue_sql import migrate  # noqa: E402
 from pyqueue_sql import spark as pqs  # noqa: E402
 from pyqueue_sql.queries import parse_named  # noqa: E402
 
-SERVERS = {
-    "postgresql": os.environ.get(
-        "PYQUEUE_BENCH_POSTGRESQL_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
-    ),
-    "mysql": os.environ.get("PYQUEUE_BENCH_MYSQL_DSN", "mysql://root@127.0.0.1:3306/"),
-}
 QUEUE = "bench.ingest"
 
 
-def admin(dialect: str, statement: str, name: str) -> None:
-    """CREATE / DROP DATABASE on the bench server (names are generated here, never user input)."""
-    from pyqueue_sql import dialects
-
-    d = dialects.for_name(dialect)
-    conn = d.connect(SERVERS[dialect])
-    try:
-        cur = conn.cursor()
-        quoted = f'"{name}"' if dialect == "postgresql" else f"`{name}`"
-        cur.execute(statement.replace("{db}", quoted))
-        cur.close()
-    finally:
-        conn.close()
-
-
-def database_url(dialect: str, name: str) -> str:
-    base = SERVERS[dialect]
-    head = base.rsplit("/", 1)[0]
-    return f"{head}/{name}"
-
-
 def run_sql(url: str, statement: str) -> None:
-    from pyqueue_sql import dialects
-
-    d = dialects.for_dsn(url)
-    conn = d.connect(url)
-    try:
-        cur = conn.cursor()
-        cur.execute(statement)
-        cur.close()
-    finally:
-        conn.close()
+    common.execute("postgresql" if url.startswith("postgresql") else "mysql", url, statement)
 
 
 def frame(spark, rows: int, partitions: int):
@@ -109,9 +72,7 @@ def frame(spark, rows: int, partitions: int):
 def bench_dialect(
     spark, dialect: str, rows: int, partitions: int, batch: int, repeat: int, variants: bool
 ) -> list[dict]:
-    name = f"pyqueue_bench_spark_{uuid.uuid4().hex[:8]}"
-    admin(dialect, "CREATE DATABASE {db}", name)
-    url = database_url(dialect, name)
+    url = common.create(dialect, "spark")
     results = []
     try:
         migrate.upgrade(url)
@@ -241,7 +202,7 @@ def bench_dialect(
                     )
         df.unpersist()
     finally:
-        admin(dialect, "DROP DATABASE IF EXISTS {db}", name)
+        common.drop(dialect, url)
     return results
 
 
@@ -272,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--variants", action="store_true", help="MySQL: also measure useBulkStmts")
     args = parser.parse_args(argv)
+    common.exit_on_sigterm()
     missing = pqs.missing_requirements()
     if missing:
         print("cannot run: " + "; ".join(missing), file=sys.stderr)
