@@ -59,6 +59,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -108,6 +109,14 @@ class MigrationInterrupted(MigrationError):
 
 class MigrationLockTimeout(MigrationError):
     """Another migrator held the migration lock for too long."""
+
+
+class LiveMessagesError(MigrationError):
+    """A downgrade that would drop live messages was not confirmed. Nothing was changed by it."""
+
+    def __init__(self, message: str, live: int) -> None:
+        super().__init__(message)
+        self.live = live
 
 
 class MigrationResult(NamedTuple):
@@ -789,11 +798,66 @@ def upgrade(target: Any, revision: str = "heads", *, adopt: bool = False) -> Mig
     return _migrate(target, "upgrade", revision, adopt)
 
 
-def downgrade(target: Any, revision: str = "base") -> MigrationResult:
+def downgrade(target: Any, revision: str = "base", *, drop_messages: bool | None = None) -> MigrationResult:
     """Takes the schema back to ``revision`` ('base' removes everything
     pyqueue-sql installed, its version table included). Messages in dropped
-    tables are lost: see live_messages()."""
+    tables are lost: see live_messages().
+
+    On a SQLAlchemy Connection (``migrate.downgrade(op.get_bind())`` in an application's
+    alembic revision), a downgrade that would drop live messages asks first, as
+    `pyqueue-sql migrate --downgrade` does: on the terminal when there is one (LiveMessagesError
+    unless the answer is yes), and without one it refuses (LiveMessagesError) unless confirmed,
+    by ``alembic -x yes downgrade ...`` or by ``drop_messages=True``. On a DSN (str) it drops
+    without asking unless ``drop_messages=False`` (the command line asks before it calls this).
+    ``drop_messages=False`` refuses whenever live messages would be dropped."""
+    if revision == "base" and _alembic_offline(target) is None:
+        _check_live_messages(target, drop_messages)
     return _migrate(target, "downgrade", revision)
+
+
+def _check_live_messages(target: Any, drop_messages: bool | None) -> None:
+    """LiveMessagesError when a downgrade to base would drop live messages without the
+    confirmation downgrade() asks for."""
+    if drop_messages or (drop_messages is None and not isinstance(target, Connection)):
+        return
+    live = live_messages(target)
+    if not live:
+        return
+    if drop_messages is False:
+        raise LiveMessagesError(f"refusing to drop {live} live message(s): drop_messages=False", live)
+    if _confirmed_on_alembic_command_line():
+        return
+    answer = _ask(f"this removes pyqueue-sql and drops its {live} live message(s); continue?")
+    if answer is None:
+        raise LiveMessagesError(
+            f"refusing to drop {live} live message(s) without confirmation: run "
+            "`alembic -x yes downgrade REVISION` (no terminal to ask on), or call "
+            "migrate.downgrade(..., drop_messages=True)",
+            live,
+        )
+    if not answer:
+        raise LiveMessagesError("downgrade cancelled; nothing changed", live)
+
+
+def _confirmed_on_alembic_command_line() -> bool:
+    """Whether the running alembic command was given ``-x yes`` (False outside alembic)."""
+    try:
+        from alembic import context
+
+        arguments = context.get_x_argument()
+    except Exception:  # not inside an alembic command's run
+        return False
+    return any(str(argument).strip().lower() == "yes" for argument in arguments)
+
+
+def _ask(question: str) -> bool | None:
+    """A yes/no question on the terminal (stderr, then a line of stdin); None without one."""
+    stdin = sys.stdin
+    if stdin is None or not stdin.isatty():
+        return None
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    return stdin.readline().strip().lower() in ("y", "yes")
 
 
 def current(target: Any) -> tuple[str, ...]:

@@ -292,3 +292,128 @@ def test_lowest_alembic_is_what_pyproject_allows():
     text = (ROOT / "pyproject.toml").read_text()
     assert '"alembic>=1.13"' in text, "update MIN_SPEC in tests/schema/test_alembic_app.py with the new floor"
     assert _alembic_version(_min_alembic_python()) == "1.13.0"
+
+
+def _push(dsn: str, count: int) -> None:
+    import pyqueue_sql
+
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue("alembic-live").create()
+        for i in range(count):
+            assert q.push(f"k{i}", "kind", {"i": i})
+
+
+def _live(dsn: str) -> int:
+    return migrate.live_messages(dsn)
+
+
+def _alembic_fails(python: Path, app: Path, *args: str) -> str:
+    done = subprocess.run(
+        [str(python), "-m", "alembic", *args],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert done.returncode != 0, f"alembic {' '.join(args)} succeeded:\n{done.stdout}\n{done.stderr}"
+    return done.stderr
+
+
+def _alembic_on_a_terminal(python: Path, app: Path, answer: str, *args: str) -> tuple[int, str]:
+    """alembic run with a terminal (a pty) as stdin, stdout and stderr, typing answer once asked."""
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: alembic on the pty
+        os.chdir(app)
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+        os.execv(str(python), [str(python), "-m", "alembic", *args])
+    seen, answered = b"", False
+    while True:
+        ready, _, _ = select.select([fd], [], [], 120)
+        if not ready:
+            os.kill(pid, 9)
+            raise AssertionError(f"alembic on a terminal said nothing for 120 s: {seen!r}")
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if not answered and b"[y/N]" in seen:
+            os.write(fd, answer.encode() + b"\n")
+            answered = True
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
+
+
+def test_recipe_downgrade_refuses_to_drop_live_messages_without_confirmation(
+    alembic_python, fresh_database, tmp_path
+):
+    """`alembic downgrade` past the recipe's revision drops the queue's tables: like `pyqueue-sql
+    migrate --downgrade`, it refuses without a terminal unless confirmed (`-x yes`), nothing
+    changed; with `-x yes` the queue and its messages are gone."""
+    dsn = fresh_database("live")
+    app = _recipe_app(alembic_python, tmp_path, dsn)
+    _alembic(alembic_python, app, "upgrade", "app2_queue")
+    _push(dsn, 3)
+
+    err = _alembic_fails(alembic_python, app, "downgrade", "app1_accounts")
+    assert "refusing to drop 3 live message(s) without confirmation" in err, err
+    assert "alembic -x yes downgrade" in err, err
+    assert _live(dsn) == 3 and migrate.current(dsn) == (migrate.head(),)
+    assert _app_version(dsn) == ["app2_queue"]
+
+    _alembic(alembic_python, app, "-x", "yes", "downgrade", "app1_accounts")
+    assert migrate.current(dsn) == () and _live(dsn) == 0
+    assert _app_version(dsn) == ["app1_accounts"]
+    assert _app_tables(dsn) == {"alembic_version", "app_account"}
+
+
+@pytest.mark.parametrize("answer", ["n", "y"])
+def test_recipe_downgrade_asks_on_a_terminal(fresh_database, tmp_path, answer):
+    dsn = fresh_database("tty")
+    python = Path(sys.executable)
+    app = _recipe_app(python, tmp_path, dsn)
+    _alembic(python, app, "upgrade", "app2_queue")
+    _push(dsn, 2)
+
+    code, seen = _alembic_on_a_terminal(python, app, answer, "downgrade", "app1_accounts")
+    assert "drops its 2 live message(s); continue? [y/N]" in seen, seen
+    if answer == "n":
+        assert code != 0 and "downgrade cancelled; nothing changed" in seen, seen
+        assert _live(dsn) == 2 and migrate.current(dsn) == (migrate.head(),)
+        assert _app_version(dsn) == ["app2_queue"]
+    else:
+        assert code == 0, seen
+        assert migrate.current(dsn) == () and _live(dsn) == 0
+        assert _app_version(dsn) == ["app1_accounts"]
+
+
+def test_downgrade_on_a_connection_refuses_live_messages_unless_told(fresh_database):
+    """The API the recipe calls: on a Connection, refused without a terminal; drop_messages=True
+    drops; drop_messages=False refuses on a DSN too."""
+    from sqlalchemy import create_engine
+
+    dsn = fresh_database("api")
+    migrate.upgrade(dsn)
+    _push(dsn, 1)
+    with pytest.raises(migrate.LiveMessagesError, match="refusing to drop 1 live message"):
+        migrate.downgrade(dsn, drop_messages=False)
+    engine = create_engine(_sqlalchemy_url(dsn))
+    try:
+        with engine.connect() as connection:
+            with pytest.raises(migrate.LiveMessagesError, match="without confirmation"):
+                migrate.downgrade(connection)
+            connection.rollback()
+            assert migrate.current(connection) == (migrate.head(),)
+            migrate.downgrade(connection, drop_messages=True)
+            connection.commit()
+    finally:
+        engine.dispose()
+    assert migrate.current(dsn) == () and _live(dsn) == 0
