@@ -1,5 +1,8 @@
 """pyqueue-sql: a durable message and job queue inside your PostgreSQL or MySQL/MariaDB database.
 
+``pyqueue_sql.App`` and ``@app.task`` make typed Python functions tasks (pyqueue_sql.tasks), run by
+the workers; underneath, the message API.
+
 ``pyqueue_sql.connect`` / ``Database`` / ``Queue`` block; ``pyqueue_sql.aio`` has the same client
 for asyncio (AsyncDatabase, AsyncQueue; the ``asyncio`` extra), imported only when you use it.
 """
@@ -30,9 +33,20 @@ from .errors import (
     UnknownQueueError,
     UnsupportedDsnError,
 )
+from .tasks import App, RunReport, Task, TaskHandle, UnknownTaskError, current_job
 from .worker import Job, RetryPolicy, Worker
+from .worker.policy import GiveUp, Retry, Snooze
 
 __all__ = [
+    "App",
+    "GiveUp",
+    "Retry",
+    "RunReport",
+    "Snooze",
+    "Task",
+    "TaskHandle",
+    "UnknownTaskError",
+    "current_job",
     "Database",
     "DeadLetter",
     "HistoryRow",

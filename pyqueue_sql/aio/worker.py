@@ -66,6 +66,8 @@ from ..worker import (
     call_steps,
     log,
 )
+from ..worker.model import where_of
+from ..worker.policy import describe_error
 from ..worker.steps import (
     Acquire,
     BackOff,
@@ -85,6 +87,7 @@ from ..worker.steps import (
     dispatcher,
     drive_async,
 )
+from ..worker.threaded import _awaited, _within
 from .client import connect
 
 __all__ = ["AsyncJob", "AsyncWorker", "RetryPolicy", "WorkerStats", "WorkerStatus"]
@@ -346,6 +349,8 @@ class AsyncWorker(WorkerBase):
         return await self.dialect.wait_for_notification_async(op.db.connection, op.seconds)
 
     async def _handle(self, op: Handle, conn: Any) -> BaseException | None:
+        if op.timeout is not None:
+            return await self._handle_timed(op)
         try:
             if inspect.iscoroutinefunction(op.fn):
                 await op.fn(op.job)
@@ -354,6 +359,60 @@ class AsyncWorker(WorkerBase):
         except BaseException as exc:
             return exc
         return None
+
+    async def _handle_timed(self, op: Handle) -> BaseException | None:
+        """A handler with a timeout: a coroutine is cancelled at the deadline; a plain function
+        runs on a thread of its own (not the loop's executor, whose threads it would keep),
+        abandoned at the deadline: its late return is logged and changes nothing."""
+        timeout = float(op.timeout)
+        job = op.job
+        if inspect.iscoroutinefunction(op.fn):
+            try:
+                await _within(op.fn(job), timeout)
+            except BaseException as exc:
+                return exc
+            return None
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if not fut.done():
+                fut.set_result(error)
+            else:  # cancelled at the deadline: the message was failed meanwhile
+                log.warning(
+                    "the handler of %s returned after its timeout of %g s (%s); that changes nothing",
+                    where_of(job),
+                    timeout,
+                    "succeeded" if error is None else describe_error(error)[:200],
+                    extra={"event": "late_return", "queue": job.queue, "key": job.key, "kind": job.kind},
+                )
+
+        def target() -> None:
+            error: BaseException | None = None
+            try:
+                result = op.fn(job)
+                if inspect.isawaitable(result):
+                    asyncio.run(_awaited(result))
+            except BaseException as exc:
+                error = exc
+            try:
+                loop.call_soon_threadsafe(settle, error)
+            except RuntimeError:  # the loop has closed: nobody waits any more
+                pass
+
+        threading.Thread(target=target, name=f"pyqueue-timed-{job.key}"[:60], daemon=True).start()
+        done, _ = await asyncio.wait({fut}, timeout=timeout)
+        if fut in done:
+            return fut.result()
+        fut.cancel()
+        log.warning(
+            "the handler of %s did not finish within its timeout of %g s; abandoned (its thread runs "
+            "on, without the message)",
+            where_of(job),
+            timeout,
+            extra={"event": "timeout", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
+        return TimeoutError(f"the handler did not finish within its timeout of {timeout:g} s")
 
     async def _commit(self, op: Commit, conn: Any) -> Any:
         pending = _PendingCommit(op.job, op.chain, asyncio.get_running_loop().create_future())

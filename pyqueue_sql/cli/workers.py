@@ -69,25 +69,34 @@ def cmd_workers(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load_handler(spec: str) -> Callable[[Any], Any]:
+def _load_handler(spec: str) -> Any:
+    """What MODULE:OBJECT names: a pyqueue_sql.App, a Worker / AsyncWorker, or one handler function.
+    An error importing the module is one line (UsageError), not a traceback."""
     import importlib
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise UsageError(f"handler must be module:function, not {spec!r}")
+        raise UsageError(f"expected module:object (an App, a Worker or a function), not {spec!r}")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`: modules of the current directory
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module itself raised while importing
+        raise UsageError(
+            f"importing {module_name!r} raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
     for part in attr.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
             raise UsageError(f"{module_name!r} has no attribute {attr!r}") from None
-    if not callable(target):
-        raise UsageError(f"{spec} is not callable")
+    from ..tasks import App
+    from ..worker import WorkerBase
+
+    if not isinstance(target, (App, WorkerBase)) and not callable(target):
+        raise UsageError(f"{spec} is neither an App, a Worker nor a function")
     return target
 
 
@@ -217,12 +226,31 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import logging
     import threading
 
-    from ..worker import RetryPolicy, Worker
+    from ..tasks import App
+    from ..worker import RetryPolicy, Worker, WorkerBase
 
-    dsn = dsn_of(args)
-    fn = _load_handler(args.handler_spec)
+    target = _load_handler(args.handler_spec)
+    if isinstance(target, WorkerBase):
+        given = [f"--{o.replace('_', '-')}" for o in ("queue", "kind", "timeout") if getattr(args, o)]
+        if given:
+            raise UsageError(
+                f"{args.handler_spec} is a Worker with its own handlers: {given[0]} is not for it"
+            )
+        dsn = target.dsn
+    else:
+        dsn = dsn_of(args)
+        if not isinstance(target, App) and not args.queue:
+            raise UsageError("a handler function needs --queue (an App's tasks name their queues)")
+        if isinstance(target, App) and (args.kind or args.timeout):
+            raise UsageError("--kind and --timeout are for a handler function (a task has its own)")
+    fn = target
     # An `async def` handler runs as asyncio tasks on AsyncWorker; anything else on Worker's threads.
-    is_async = inspect.iscoroutinefunction(fn)
+    if isinstance(target, WorkerBase):
+        is_async = inspect.iscoroutinefunction(target.run)
+    elif isinstance(target, App):
+        is_async = any(t.is_async for (q, _), t in target.tasks.items() if not args.queue or q in args.queue)
+    else:
+        is_async = inspect.iscoroutinefunction(fn)
     if is_async:
         from ..aio.worker import AsyncWorker as worker_class
     else:
@@ -242,8 +270,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 max_delay=args.retry_max,
                 jitter=args.retry_jitter,
             )
-            worker = worker_class(
-                dsn,
+            settings = dict(
                 concurrency=args.concurrency,
                 name=args.name,
                 lease=args.lease,
@@ -259,9 +286,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 register=args.register,
                 release_dead_after=args.release_dead_after,
             )
-            for queue in args.queue:
-                for kind in args.kind or [None]:
-                    worker.add_handler(queue, fn, kind, retry=retry)
+            if isinstance(target, WorkerBase):
+                worker = target
+            elif isinstance(target, App):
+                worker = target.worker(queues=args.queue or None, dsn=dsn, **settings)
+                for queue in worker.routes:
+                    worker.set_retry(queue, retry)
+            else:
+                worker = worker_class(dsn, **settings)
+                for queue in args.queue:
+                    for kind in args.kind or [None]:
+                        worker.add_handler(queue, fn, kind, retry=retry, timeout=args.timeout)
         except errors.InvalidArgumentError as exc:
             raise UsageError(str(exc)) from None
         metrics = _worker_metrics(worker, args)
@@ -345,17 +380,30 @@ def add_worker(command: Command) -> None:
     p = command(
         "worker",
         cmd_worker,
-        "run a handler (a function or an async def) for the messages of one or more queues "
+        "run an App's tasks, a Worker, or a handler (a function or an async def) for the messages of "
+        "one or more queues "
         "until SIGTERM/SIGINT (a second one stops at once); exit 1 when handlers were still running "
         "at the shutdown deadline",
     )
     p.add_argument(
         "handler_spec",
-        metavar="MODULE:FUNCTION",
-        help="the handler, called with one pyqueue_sql.worker.Job per message",
+        metavar="MODULE:OBJECT",
+        help="what to run: a pyqueue_sql.App (its tasks), a Worker (as it is), or a handler function "
+        "called with one pyqueue_sql.worker.Job per message",
     )
     p.add_argument(
-        "--queue", "-q", action="append", required=True, metavar="Q", help="queue to serve (repeatable)"
+        "--queue",
+        "-q",
+        action="append",
+        metavar="Q",
+        help="queue to serve (repeatable); needed with a function, narrows an App's queues",
+    )
+    p.add_argument(
+        "--timeout",
+        type=seconds_arg,
+        metavar="S",
+        help="a handler function: seconds one message may take; past it the message is failed with "
+        "TimeoutError under the retry policy (a task: its own timeout=)",
     )
     p.add_argument(
         "--kind",

@@ -6,6 +6,7 @@ routes, the start and end of a run, and status()."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import random
 import threading
 import time
@@ -137,6 +138,11 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         self.on_heartbeat: list[Callable[[Any], Any]] = []
         self.on_stop: list[Callable[[Any], Any]] = []
         self.on_idle: list[Callable[[Any], Any]] = []  # after an empty reserve, before waiting
+        # what became of each handled message: fn(job, outcome, error text or None), outcome one of
+        # 'succeeded', 'retry', 'snoozed', 'dead_lettered', 'dropped', 'lost' (called on the thread
+        # or task that learnt it; an error it raises is logged)
+        self.on_outcome: list[Callable[[Job, str, str | None], Any]] = []
+        self._dead_letter_queues: dict[str, str | None] = {}
         self.registered = threading.Event()  # set once self.registration is final (after it is visible)
         self.stopped = threading.Event()  # set when run() has finished
         self.unfinished: list[str] = []  # after run(): "queue/key/kind" of abandoned handlers
@@ -177,27 +183,70 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         )
 
     # -- configuration -----------------------------------------------------------
-    def handler(self, queue: str, kind: str | None = None, *, retry: RetryPolicy | None = None):
+    def handler(
+        self,
+        queue: str,
+        kind: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ):
         """Decorator: registers fn for messages of `kind` (None = any kind without its own handler)."""
 
         def register(fn: Handler) -> Handler:
-            self.add_handler(queue, fn, kind, retry=retry)
+            self.add_handler(queue, fn, kind, retry=retry, timeout=timeout)
             return fn
 
         return register
 
     def add_handler(
-        self, queue: str, fn: Handler, kind: str | None = None, *, retry: RetryPolicy | None = None
+        self,
+        queue: str,
+        fn: Handler,
+        kind: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
     ) -> None:
+        """Registers fn for messages of `kind` on `queue` (None = any kind without its own handler).
+        `retry` is the policy of that kind only (the others keep theirs, or the queue's: see
+        set_retry); `timeout` the seconds one message of it may take (None: no limit)."""
+        if not callable(fn):
+            raise errors.InvalidArgumentError(f"a handler must be callable, not {type(fn).__name__}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+        ):
+            raise errors.InvalidArgumentError(f"timeout must be seconds > 0 (or None), not {timeout!r}")
         route = self.routes.setdefault(queue, Route(queue, {}, RetryPolicy()))
         if kind in route.handlers:
             raise errors.InvalidArgumentError(f"queue {queue!r} already has a handler for kind {kind!r}")
         route.handlers[kind] = fn
         if retry is not None:
-            route.retry = retry
+            route.retries[kind] = retry
+        if timeout is not None:
+            route.timeouts[kind] = float(timeout)
 
     def set_retry(self, queue: str, retry: RetryPolicy) -> None:
+        """The retry policy of the queue's kinds whose handler was registered without one."""
         self.routes[queue].retry = retry
+
+    def _check_handlers(self) -> None:
+        """Refuses, before the first reserve, a handler that cannot be called with one job."""
+        for route in self.routes.values():
+            for kind, fn in route.handlers.items():
+                try:
+                    signature = inspect.signature(fn)
+                except (TypeError, ValueError):  # a builtin or C callable: nothing to say
+                    continue
+                try:
+                    signature.bind(None)
+                except TypeError:
+                    name = getattr(fn, "__qualname__", None) or repr(fn)
+                    which = "every kind" if kind is None else f"kind {kind!r}"
+                    raise errors.InvalidArgumentError(
+                        f"the handler {name}{signature} of queue {route.queue!r} ({which}) cannot be "
+                        "called with one job: a handler takes the job as its one argument"
+                    ) from None
 
     # -- what a subclass provides ------------------------------------------------------
     def _setup(self) -> None:
@@ -217,6 +266,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         signal from then on is not reset away)."""
         if not self.routes:
             raise errors.InvalidArgumentError("the worker has no handlers")
+        self._check_handlers()
         self._stopping.clear()
         self._hard_stop.clear()
         self.stopped.clear()

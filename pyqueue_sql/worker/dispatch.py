@@ -18,8 +18,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
+from ..client import QueueCalls
 from .model import Handler, Job, Route, log, where_of
-from .policy import describe_error
+from .policy import Snooze, describe_error
 from .steps import (
     RECONNECT,
     WAIT_SLOTS,
@@ -439,7 +440,7 @@ class Dispatch:
         held (and are now gone); the others had expired or been released (the call does not say
         which: the batch is logged), and their messages are or were redelivered."""
         if held == len(entries):
-            if log.isEnabledFor(logging.DEBUG):  # one "commit" event per message, as without batches
+            if log.isEnabledFor(logging.DEBUG) or self.on_outcome:  # one "commit" event per message
                 for job, elapsed_ms in entries:
                     self._committed(job, True, elapsed_ms)
             else:
@@ -459,9 +460,18 @@ class Dispatch:
 
     def _fail_steps(self, job: Job, error: BaseException, interrupted: bool, elapsed_ms: float):
         """Fails a handled message with its policy's delay (queue_fail) and, when it is to be
-        retried, tells the dispatcher's wait when it is due (a delayed retry sends no wakeup)."""
-        delay = self._failure_delay(job, interrupted)
+        retried, tells the dispatcher's wait when it is due (a delayed retry sends no wakeup).
+        Snooze gives it back without using an attempt (queue_snooze); GiveUp, or an error its
+        kind's policy does not retry, ends it now."""
         text = describe_error(error)
+        if isinstance(error, Snooze) and not interrupted:
+            yield from self._snooze_steps(job, error)
+            return
+        if self._gives_up(job, error, interrupted):
+            outcome = yield from self._give_up_steps(job, text)
+            self._given_up(job, error, text, outcome, elapsed_ms)
+            return
+        delay = self._failure_delay(job, interrupted, error)
         outcome = yield Call(
             "fail", job.queue, (job.reservation,), {"error": text, "delay": delay}, hard=True
         )
@@ -469,18 +479,40 @@ class Dispatch:
             self._retry_due.note(self._clock() + delay)
         self._failed(job, error, text, outcome, delay, elapsed_ms, interrupted)
 
+    def _snooze_steps(self, job: Job, snooze: Snooze):
+        # queue_snooze gives the attempt back; a client without it (an older one) hands the
+        # message back with queue_rollback, where the delivery counts
+        method = "snooze" if hasattr(QueueCalls, "snooze") else "rollback"
+        held = yield Call(method, job.queue, (job.reservation,), {"delay": snooze.after}, hard=True)
+        if held:
+            self._retry_due.note(self._clock() + snooze.after)
+        self._snoozed(job, snooze.after, bool(held))
+
+    def _give_up_steps(self, job: Job, text: str):
+        """Ends a reserved message now: into its queue's dead-letter queue ('dead_lettered'), or
+        removed when it has none ('dropped'); None when the reservation no longer held."""
+        if job.queue not in self._dead_letter_queues:
+            settings = yield Call("settings", job.queue, hard=True)
+            self._dead_letter_queues[job.queue] = settings.dead_letter_queue
+        dlq = self._dead_letter_queues[job.queue]
+        if dlq is None:
+            ok = yield Call("commit", job.queue, (job.reservation,), hard=True)
+            return "dropped" if ok else None
+        ok = yield Call("move", job.queue, (job.reservation, dlq), hard=True)
+        return "dead_lettered" if ok else None
+
     def _job_steps(self, job: Job):
         """Runs one job to its commit or failure; returns the next job when the commit reserved one."""
         job.started_at = time.monotonic()
         started = time.time()
         try:
-            _, fn = self._handler_of(job)
+            route, fn = self._handler_of(job)
         except errors.QueueError as exc:
             error: BaseException | None = exc
         else:
             # The handler's failure is the message's, not the worker's: it comes back as the
             # result (thrown in, a GeneratorExit would end these steps).
-            error = yield Handle(fn, job)
+            error = yield Handle(fn, job, route.timeout_for(job.kind))
             self._note_handler_time(time.monotonic() - job.started_at)
         if isinstance(error, asyncio.CancelledError) and self._hard_stop.is_set():
             self._release(job)  # abandoned: the message comes back after its lease

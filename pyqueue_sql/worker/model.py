@@ -44,15 +44,31 @@ Handler = Callable[[Job], Any]
 
 @dataclass
 class Route:
+    """A queue's handlers by kind (None: any kind without its own handler), with the retry policy
+    and the timeout each was given (a kind without its own: the queue's `retry`, no timeout)."""
+
     queue: str
     handlers: dict[str | None, Handler]
     retry: RetryPolicy
+    retries: dict[str | None, RetryPolicy] = field(default_factory=dict)
+    timeouts: dict[str | None, float] = field(default_factory=dict)
 
     def kinds(self) -> list[str] | None:
         return None if None in self.handlers else sorted(k for k in self.handlers if k is not None)
 
     def handler_for(self, kind: str) -> Handler | None:
         return self.handlers.get(kind, self.handlers.get(None))
+
+    def _registered(self, kind: str) -> str | None:
+        return kind if kind in self.handlers else None
+
+    def retry_for(self, kind: str) -> RetryPolicy:
+        """The retry policy of a kind: its handler's own, else the queue's."""
+        return self.retries.get(self._registered(kind), self.retry)
+
+    def timeout_for(self, kind: str) -> float | None:
+        """The seconds a handler of this kind may run (None: no limit)."""
+        return self.timeouts.get(self._registered(kind))
 
 
 @dataclass

@@ -6,6 +6,7 @@ failure is the message's last allowed delivery (dead letter or drop) is the serv
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,28 +18,97 @@ if TYPE_CHECKING:
     from .model import WorkerStats
 
 
+ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
+
+
+def _exception_types(value: object, name: str) -> tuple[type[BaseException], ...] | None:
+    if value is None:
+        return None
+    types = value if isinstance(value, tuple) else (value,)
+    for t in types:
+        if not (isinstance(t, type) and issubclass(t, BaseException)):
+            raise errors.InvalidArgumentError(
+                f"RetryPolicy {name} takes exception classes (one or a tuple), not {t!r}"
+            )
+    return types
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Delay before a failed message is eligible again:
     min(max_delay, base * factor ** (attempts - 1)), then multiplied by a random
-    factor in [1 - jitter, 1 + jitter] so that failures do not retry in lockstep."""
+    factor in [1 - jitter, 1 + jitter] so that failures do not retry in lockstep.
+
+    Which failures are retried: ``retry_on`` (an exception class or a tuple; None = every
+    exception) and ``give_up_on`` (never retried, even when retry_on matches them). A failure
+    that is not retried is given up at once (as raising GiveUp), whatever attempts are left."""
 
     base: float = 1.0
     factor: float = 2.0
     max_delay: float = 300.0
     jitter: float = 0.2
+    retry_on: ExceptionTypes | None = None
+    give_up_on: ExceptionTypes | None = None
 
     def __post_init__(self) -> None:
         if self.base < 0 or self.factor < 1 or self.max_delay < 0 or not 0 <= self.jitter <= 1:
             raise errors.InvalidArgumentError(
                 "RetryPolicy needs base >= 0, factor >= 1, max_delay >= 0 and 0 <= jitter <= 1"
             )
+        object.__setattr__(self, "retry_on", _exception_types(self.retry_on, "retry_on"))
+        object.__setattr__(self, "give_up_on", _exception_types(self.give_up_on, "give_up_on") or ())
+
+    def retries(self, error: BaseException) -> bool:
+        """Whether a handler's failure with this error is retried (else: given up now)."""
+        if isinstance(error, (Retry, Snooze)):
+            return True
+        if isinstance(error, GiveUp) or isinstance(error, self.give_up_on or ()):
+            return False
+        return self.retry_on is None or isinstance(error, self.retry_on)
 
     def delay(self, attempts: int, rng: random.Random | None = None) -> float:
         rng = rng or random
         exponent = max(attempts - 1, 0)
         raw = self.max_delay if exponent > 64 else min(self.max_delay, self.base * self.factor**exponent)
         return max(0.0, raw * (1 + self.jitter * (2 * rng.random() - 1)))
+
+
+def seconds_of(after: float | dt.timedelta | None, what: str) -> float:
+    """A delay given as seconds or a timedelta, as seconds (>= 0)."""
+    if after is None:
+        return 0.0
+    seconds = after.total_seconds() if isinstance(after, dt.timedelta) else after
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise errors.InvalidArgumentError(f"{what} takes seconds >= 0 or a timedelta, not {after!r}")
+    return float(seconds)
+
+
+class Retry(Exception):
+    """Raised by a handler: fail this delivery (it counts as an attempt) and run the message
+    again after ``after`` (seconds or a timedelta) instead of the retry policy's delay. On
+    the last allowed delivery the message is dead-lettered as after any failure."""
+
+    def __init__(self, after: float | dt.timedelta | None = None, reason: str = "") -> None:
+        self.after = seconds_of(after, "Retry(after=)")
+        super().__init__(reason or f"retry in {self.after:g} s")
+
+
+class GiveUp(Exception):
+    """Raised by a handler: no further attempt; the message goes to the dead-letter queue now
+    (dropped when its queue has none), with this error."""
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Snooze(Exception):
+    """Raised by a handler: give the message back, to run again after ``after`` (seconds or a
+    timedelta), without using up an attempt (queue_snooze)."""
+
+    def __init__(self, after: float | dt.timedelta | None = None) -> None:
+        self.after = seconds_of(after, "Snooze(after=)")
+        super().__init__(f"snoozed for {self.after:g} s")
 
 
 def describe_error(error: BaseException) -> str:
@@ -70,16 +140,34 @@ class FailurePolicy:
             self.stop(reason="KeyboardInterrupt in a handler")
         return interrupted
 
-    def _failure_delay(self, job: Job, interrupted: bool) -> float:
+    def _failure_delay(self, job: Job, interrupted: bool, error: BaseException | None = None) -> float:
         """Seconds until a failed message's next delivery: none when interrupted (handed back),
-        else its queue's RetryPolicy for this attempt."""
-        return 0.0 if interrupted else self.routes[job.queue].retry.delay(job.attempts, self._rng)
+        the handler's own choice (Retry(after=)), else its kind's RetryPolicy for this attempt."""
+        if interrupted:
+            return 0.0
+        if isinstance(error, Retry):
+            return error.after
+        return self.routes[job.queue].retry_for(job.kind).delay(job.attempts, self._rng)
+
+    def _gives_up(self, job: Job, error: BaseException, interrupted: bool) -> bool:
+        """Whether a failure ends the message now (GiveUp, or its kind's policy does not retry it)."""
+        return not interrupted and not self.routes[job.queue].retry_for(job.kind).retries(error)
+
+    def _outcome(self, job: Job, outcome: str, error: str | None = None) -> None:
+        for listener in self.on_outcome:
+            try:
+                listener(job, outcome, error)
+            except Exception:
+                log.exception("on_outcome listener failed", extra={"event": "error"})
 
     def _committed(self, job: Job, ok: bool, elapsed_ms: float) -> None:
         if not ok:
             self._log_lost(job)
+            self._outcome(job, "lost")
             return
         self.stats.succeeded += 1
+        if self.on_outcome:
+            self._outcome(job, "succeeded")
         log.debug(
             "done: %s attempt %d in %.0f ms",
             where_of(job),
@@ -119,6 +207,7 @@ class FailurePolicy:
             self.stats.failed += 1
         if outcome is None:
             self.stats.lost += 1
+        self._outcome(job, outcome or "lost", text)
         extra = {
             "event": "fail",
             "outcome": outcome,
@@ -180,6 +269,51 @@ class FailurePolicy:
             log.warning(
                 "handler failed: %s: %s; outcome %s", where, text[:500], outcome, exc_info=error, extra=extra
             )
+
+    def _given_up(self, job: Job, error: BaseException, text: str, outcome: str | None, elapsed_ms: float):
+        """Counts and logs a failure that ends the message now (GiveUp, or not retried by its
+        policy): outcome 'dead_lettered', 'dropped', or None (the reservation no longer held)."""
+        if outcome is None:
+            self._failed(job, error, text, None, 0.0, elapsed_ms, False)
+            return
+        self.stats.failed += 1
+        self._outcome(job, outcome, text)
+        then = (
+            "moved to the dead-letter queue"
+            if outcome == "dead_lettered"
+            else "dropped (no dead-letter queue)"
+        )
+        log.error(
+            "handler gave up: %s attempt %d: %s; %s",
+            where_of(job),
+            job.attempts,
+            text[:500],
+            then,
+            exc_info=None if isinstance(error, GiveUp) else error,
+            extra={
+                "event": "give_up",
+                "outcome": outcome,
+                "queue": job.queue,
+                "key": job.key,
+                "kind": job.kind,
+                "attempts": job.attempts,
+                "ms": elapsed_ms,
+                "error": text[:500],
+            },
+        )
+
+    def _snoozed(self, job: Job, after: float, held: bool) -> None:
+        if not held:
+            self._log_lost(job)
+            self._outcome(job, "lost")
+            return
+        self._outcome(job, "snoozed")
+        log.info(
+            "snoozed: %s for %.1f s (the attempt does not count)",
+            where_of(job),
+            after,
+            extra={"event": "snooze", "queue": job.queue, "key": job.key, "kind": job.kind, "after_s": after},
+        )
 
     @staticmethod
     def _log_abandoned(job: Job) -> None:

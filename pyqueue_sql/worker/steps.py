@@ -67,10 +67,13 @@ class Notifications:
 
 @dataclass(frozen=True)
 class Handle:
-    """Run the handler fn on job to completion: None, or what it raised."""
+    """Run the handler fn on job to completion: None, or what it raised. With a timeout (seconds),
+    a handler still running then is given up on: TimeoutError (a coroutine is cancelled, a thread
+    is abandoned: its late return changes nothing)."""
 
     fn: Callable[[Any], Any]
     job: Any
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)

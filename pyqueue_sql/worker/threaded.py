@@ -18,7 +18,8 @@ from typing import Any
 from .. import errors
 from ..client import Database, connect
 from .base import WorkerBase
-from .model import Job, log
+from .model import Job, log, where_of
+from .policy import describe_error
 from .steps import (
     Acquire,
     BackOff,
@@ -43,6 +44,21 @@ from .steps import (
 
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
+
+
+async def _within(coro: Any, timeout: float) -> Any:
+    """Awaits coro, cancelled after timeout seconds: then TimeoutError (an error the coroutine
+    raises itself, TimeoutError included, is raised as it is)."""
+    task = asyncio.ensure_future(coro)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    finally:
+        if not task.done():
+            task.cancel()
+    if task in done:
+        return task.result()
+    await asyncio.gather(task, return_exceptions=True)
+    raise TimeoutError(f"the handler did not finish within its timeout of {timeout:g} s")
 
 
 class _EventLoop:
@@ -233,6 +249,8 @@ class Worker(WorkerBase):
         return self.dialect.wait_for_notification(op.db.connection, op.seconds)
 
     def _handle(self, op: Handle, conn: _Connection) -> BaseException | None:
+        if op.timeout is not None:
+            return self._handle_timed(op, conn)
         try:
             result = op.fn(op.job)
             if inspect.isawaitable(result):
@@ -241,6 +259,60 @@ class Worker(WorkerBase):
         except BaseException as exc:
             return exc
         return None
+
+    def _handle_timed(self, op: Handle, conn: _Connection) -> BaseException | None:
+        """A handler with a timeout: a coroutine function is awaited on the thread's loop and
+        cancelled at the deadline; a plain function runs on a thread of its own, abandoned at the
+        deadline (a thread cannot be killed: its late return is logged and changes nothing), so
+        the handler thread goes on with the next message and the worker keeps its concurrency."""
+        timeout = float(op.timeout)
+        if inspect.iscoroutinefunction(op.fn):
+            try:
+                conn.loop.run(_within(op.fn(op.job), timeout))
+            except BaseException as exc:
+                return exc
+            return None
+        box: list[BaseException | None] = []
+        lock = threading.Lock()
+        finished = threading.Event()
+        abandoned = False
+        job = op.job
+
+        def target() -> None:
+            error: BaseException | None = None
+            try:
+                result = op.fn(job)
+                if inspect.isawaitable(result):
+                    asyncio.run(_awaited(result))
+            except BaseException as exc:
+                error = exc
+            with lock:
+                box.append(error)
+                finished.set()
+                late = abandoned
+            if late:
+                log.warning(
+                    "the handler of %s returned after its timeout of %g s (%s); that changes nothing",
+                    where_of(job),
+                    timeout,
+                    "succeeded" if error is None else describe_error(error)[:200],
+                    extra={"event": "late_return", "queue": job.queue, "key": job.key, "kind": job.kind},
+                )
+
+        threading.Thread(target=target, name=f"pyqueue-timed-{job.key}"[:60], daemon=True).start()
+        finished.wait(timeout)
+        with lock:
+            if box:
+                return box[0]
+            abandoned = True
+        log.warning(
+            "the handler of %s did not finish within its timeout of %g s; abandoned (its thread runs "
+            "on, without the message)",
+            where_of(job),
+            timeout,
+            extra={"event": "timeout", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
+        return TimeoutError(f"the handler did not finish within its timeout of {timeout:g} s")
 
     def _acquire(self, op: Acquire, conn: Any) -> bool:
         return op.lock.acquire()

@@ -545,7 +545,7 @@ def test_worker_cli_usage_errors(capsys, dsn):
     from pyqueue_sql import cli
 
     assert cli.main(["worker", "nomodule", "--queue", "q", "--dsn", dsn]) == 2
-    assert "module:function" in capsys.readouterr().err
+    assert "module:object" in capsys.readouterr().err
     assert cli.main(["worker", "no_such_module_xyz:f", "--queue", "q", "--dsn", dsn]) == 2
     assert "cannot import" in capsys.readouterr().err
 

@@ -1,0 +1,755 @@
+"""Tasks: typed Python functions over the queue's messages.
+
+    app = pyqueue_sql.App("postgresql://localhost/app")
+
+    @app.task(queue="emails", retry=RetryPolicy(retry_on=ConnectionError), timeout=30)
+    def send_welcome(to: str, lang: str = "en") -> None:
+        ...
+
+    send_welcome.defer("a@example.com", lang="fr")   # type-checked against the signature
+    app.worker(concurrency=8).run()                   # or: pyqueue-sql worker myapp.tasks:app
+
+A task is a (queue, kind) with a function behind it: kind defaults to the function's name. Its
+message's payload is the function's arguments bound to their names as one JSON object
+({"to": "a@example.com", "lang": "fr"}), so any client that can call queue_push (psql, mysql, Spark)
+enqueues the same task. Values JSON has no type for go both ways by the parameter's annotation:
+dataclasses, datetime, date, time, timedelta (seconds), UUID, Decimal (as a string), Enum (its value),
+tuples, sets, and pydantic models when pydantic is installed. An argument that would not come back
+as it was passed (a set or a datetime without its annotation, NaN, a dict with non-str keys, an
+object JSON cannot hold) is refused at defer, naming it.
+
+The worker side is pyqueue_sql.Worker / AsyncWorker, with one handler per task that decodes the
+payload, runs the app's middleware and calls the function. What a task raises is decided by its
+RetryPolicy (retry_on, give_up_on) and by the outcomes it may raise: Retry(after=), Snooze(after=),
+GiveUp(reason) (pyqueue_sql.worker.policy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import contextvars
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import inspect
+import math
+import os
+import threading
+import time
+import types
+import typing
+import uuid
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from . import errors
+from .client import Database, connect
+from .worker.model import Job
+from .worker.policy import RetryPolicy
+
+if TYPE_CHECKING:
+    from .aio.client import AsyncDatabase
+    from .aio.worker import AsyncWorker
+    from .worker.threaded import Worker
+
+__all__ = [
+    "App",
+    "JobReport",
+    "RunReport",
+    "Task",
+    "TaskHandle",
+    "UnknownTaskError",
+    "current_job",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_QUEUE = "default"
+
+_current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("pyqueue_sql_job", default=None)
+
+
+def current_job() -> Job:
+    """The job whose task is running (its key, kind, attempts...), inside a task or middleware."""
+    job = _current_job.get()
+    if job is None:
+        raise errors.QueueError("current_job() is for the code a worker runs for a job")
+    return job
+
+
+class UnknownTaskError(errors.QueueError):
+    """A message of a queue the app serves whose kind no task of the app has."""
+
+
+def new_key() -> str:
+    """A fresh key, time-ordered like a UUIDv7 (48 bits of milliseconds, then random bits), so the
+    live table's primary key grows at its right edge (see DESIGN.md, "Tasks over the contract")."""
+    ms = time.time_ns() // 1_000_000
+    raw = bytearray(ms.to_bytes(6, "big") + os.urandom(10))
+    raw[6] = (raw[6] & 0x0F) | 0x70  # version 7
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return str(uuid.UUID(bytes=bytes(raw)))
+
+
+# -- values to JSON and back ------------------------------------------------------------------
+
+
+class _NotJson(Exception):
+    pass
+
+
+def _is_pydantic_model(value: Any) -> bool:
+    return hasattr(type(value), "model_fields") and hasattr(value, "model_dump")
+
+
+def _to_json(value: Any) -> Any:
+    """value as JSON-native data (dict, list, str, int, float, bool, None); _NotJson if it has none."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return _to_json(value.value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _NotJson(f"{value!r} is not a JSON number")
+        return value
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            raise _NotJson(f"{value!r} is not a JSON number")
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if _is_pydantic_model(value):
+        return value.model_dump(mode="json")
+    if isinstance(value, collections.abc.Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise _NotJson(f"a JSON object's keys are strings, not {type(k).__name__} ({k!r})")
+            out[k] = _to_json(v)
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_to_json(v) for v in value]
+        if isinstance(value, (set, frozenset)):
+            items.sort(key=repr)
+        return items
+    raise _NotJson(f"JSON has no type for {type(value).__name__}")
+
+
+_UNION_TYPES: tuple[Any, ...] = (typing.Union, types.UnionType)
+
+
+def _from_json(data: Any, hint: Any) -> Any:
+    """JSON-native data as the annotation `hint` says (as it is when the annotation says nothing)."""
+    if hint is Any or hint is inspect.Parameter.empty or hint is object or isinstance(hint, (str, TypeVar)):
+        return data
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _from_json(data, args[0])
+    if origin in _UNION_TYPES:
+        if data is None and type(None) in args:
+            return None
+        last: Exception | None = None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                value = _from_json(data, arg)
+            except Exception as exc:
+                last = exc
+                continue
+            runtime = typing.get_origin(arg) or arg
+            if not isinstance(runtime, type) or isinstance(value, runtime):
+                return value
+        if last is not None:
+            raise last
+        return data
+    if origin is typing.Literal or hint is type(None):
+        return data
+    if origin is not None and data is not None:
+        if origin is tuple:
+            if len(args) == 2 and args[1] is Ellipsis:
+                return tuple(_from_json(v, args[0]) for v in data)
+            if args and len(args) != len(data):
+                raise TypeError(f"expected {len(args)} items, got {len(data)}")
+            return tuple(_from_json(v, a) for v, a in zip(data, args)) if args else tuple(data)
+        item = args[0] if args else Any
+        if origin in (set, frozenset, collections.abc.Set, collections.abc.MutableSet):
+            return (frozenset if origin is frozenset else set)(_from_json(v, item) for v in data)
+        if origin in (dict, collections.abc.Mapping, collections.abc.MutableMapping):
+            value_hint = args[1] if len(args) == 2 else Any
+            return {k: _from_json(v, value_hint) for k, v in data.items()}
+        if origin in (
+            list,
+            collections.abc.Sequence,
+            collections.abc.MutableSequence,
+            collections.abc.Iterable,
+        ):
+            return [_from_json(v, item) for v in data]
+        return data
+    if data is None or not isinstance(hint, type):
+        return data
+    if hint is bool or hint is str:
+        return data
+    if hint is float:
+        return float(data) if isinstance(data, int) and not isinstance(data, bool) else data
+    if issubclass(hint, enum.Enum):
+        return hint(data)
+    if hint is int:
+        return data
+    if issubclass(hint, dt.datetime):
+        return hint.fromisoformat(data)
+    if issubclass(hint, dt.date):
+        return hint.fromisoformat(data)
+    if issubclass(hint, dt.time):
+        return hint.fromisoformat(data)
+    if issubclass(hint, dt.timedelta):
+        return hint(seconds=data)
+    if issubclass(hint, uuid.UUID):
+        return hint(data)
+    if issubclass(hint, decimal.Decimal):
+        return hint(str(data))
+    if dataclasses.is_dataclass(hint):
+        hints = _type_hints(hint)
+        fields = {f.name for f in dataclasses.fields(hint) if f.init}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise TypeError(f"{hint.__name__} has no field {unknown[0]!r}")
+        return hint(**{k: _from_json(v, hints.get(k, Any)) for k, v in data.items()})
+    if hasattr(hint, "model_validate") and hasattr(hint, "model_fields"):
+        return hint.model_validate(data)
+    if hint in (list, dict) or issubclass(hint, (tuple, set, frozenset)):
+        return hint(data)
+    return data
+
+
+def _type_hints(obj: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(obj, include_extras=True)
+    except Exception:  # an annotation that does not resolve: those values come as they are
+        return {}
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+# -- tasks ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskHandle:
+    """What defer did: the message's queue, key and kind, and whether it was enqueued (False: a
+    live message with that key and kind was already there, and this one was not added)."""
+
+    queue: str
+    key: str
+    kind: str
+    enqueued: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    key: str | None = None
+    run_at: dt.datetime | dt.timedelta | None = None
+    priority: int | None = None
+    group: str | None = None
+
+
+class Task(Generic[P, R]):
+    """A function the app's workers run for each message of (queue, kind); see the module docstring.
+
+    Calling it runs the function here and now; ``defer(...)`` enqueues it with the same arguments."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R],
+        *,
+        queue: str,
+        kind: str,
+        retry: RetryPolicy | None,
+        timeout: float | None,
+        options: _Options,
+        db: Any = None,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.queue = queue
+        self.kind = kind
+        self.retry = retry
+        self.timeout = timeout
+        self.options = options
+        self.db = db
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        self._hints: dict[str, Any] | None = None
+        self.__name__ = getattr(fn, "__name__", kind)
+        self.__doc__ = getattr(fn, "__doc__", None)
+        for p in self.signature.parameters.values():
+            if p.kind in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL):
+                raise errors.InvalidArgumentError(
+                    f"task {kind!r}: its arguments travel by name, so {p} (positional only) is not possible"
+                )
+
+    def __repr__(self) -> str:
+        return f"<Task {self.queue}/{self.kind} {self.__name__}{self.signature}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    @property
+    def hints(self) -> dict[str, Any]:
+        if self._hints is None:
+            self._hints = _type_hints(self.fn)
+        return self._hints
+
+    def _copy(self, **changes: Any) -> Task[P, R]:
+        fields = dict(
+            queue=self.queue,
+            kind=self.kind,
+            retry=self.retry,
+            timeout=self.timeout,
+            options=self.options,
+            db=self.db,
+        )
+        fields.update(changes)
+        return Task(self.app, self.fn, **fields)
+
+    def configure(
+        self,
+        *,
+        key: str | None = None,
+        run_at: dt.datetime | dt.timedelta | None = None,
+        priority: int | None = None,
+        group: str | None = None,
+    ) -> Task[P, R]:
+        """A copy of the task for one defer: a key of your choosing (a unique job: a live message
+        with that key and kind is not enqueued again), a run_at (a time, or a delay), a priority,
+        a FIFO group."""
+        changes = {
+            name: value
+            for name, value in dict(key=key, run_at=run_at, priority=priority, group=group).items()
+            if value is not None
+        }
+        return self._copy(options=dataclasses.replace(self.options, **changes))
+
+    def using(self, db: Database | AsyncDatabase) -> Task[P, R]:
+        """A copy of the task that defers through db: ``Database.wrap(conn)`` of a connection of
+        yours makes the job part of your transaction (committed or rolled back with it)."""
+        return self._copy(db=db)
+
+    # -- the payload ----------------------------------------------------------------
+    def payload(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        """The message payload of a call with these arguments: one JSON object by name. An
+        argument JSON cannot carry faithfully is refused (InvalidPayloadError naming it)."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.kind!r}: {exc}") from None
+        out: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            param = self.signature.parameters[name]
+            if param.kind is param.VAR_KEYWORD:
+                for k, v in value.items():
+                    out[k] = self._encode(k, v, self._var_keyword_hint(param))
+            else:
+                out[name] = self._encode(name, value, self.hints.get(name, Any))
+        return out
+
+    def _var_keyword_hint(self, param: inspect.Parameter) -> Any:
+        return self.hints.get(param.name, Any)
+
+    def _encode(self, name: str, value: Any, hint: Any) -> Any:
+        if value is None or type(value) in (str, int, bool):
+            return value
+        if type(value) is float and math.isfinite(value):
+            return value
+        try:
+            data = _to_json(value)
+        except _NotJson as exc:
+            raise errors.InvalidPayloadError(
+                f"task {self.kind!r}: argument {name!r} ({_type_name(value)}) cannot be sent as JSON: {exc}"
+            ) from None
+        try:
+            back = _from_json(data, hint)
+            same = back == value and type(back) is type(value)
+        except Exception:
+            same = False
+        if not same:
+            raise errors.InvalidPayloadError(
+                f"task {self.kind!r}: argument {name!r} ({_type_name(value)}) would not come back as it "
+                f"was from JSON (it would be {data!r}"
+                + ("" if hint is not Any else "; annotate the parameter with its type")
+                + ")"
+            )
+        return data
+
+    def arguments(self, payload: Any) -> dict[str, Any]:
+        """The keyword arguments of the function for a message's payload (what defer wrote, or any
+        JSON object by name): each value rebuilt by its parameter's annotation."""
+        if not isinstance(payload, dict):
+            raise TypeError(
+                f"task {self.kind!r}: the payload must be a JSON object of its arguments by name, "
+                f"not {_type_name(payload)}"
+            )
+        params = self.signature.parameters
+        var_kw = next((p for p in params.values() if p.kind is p.VAR_KEYWORD), None)
+        kwargs: dict[str, Any] = {}
+        for name, data in payload.items():
+            param = params.get(name)
+            if param is None and var_kw is None:
+                raise TypeError(f"task {self.kind!r}: the payload has an unknown argument {name!r}")
+            hint = self.hints.get(name, Any) if param is not None else self._var_keyword_hint(var_kw)
+            try:
+                kwargs[name] = _from_json(data, hint)
+            except Exception as exc:
+                raise TypeError(
+                    f"task {self.kind!r}: argument {name!r} of the payload is not a {getattr(hint, '__name__', hint)}: "
+                    f"{exc}"
+                ) from None
+        try:
+            self.signature.bind(**kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.kind!r}: the payload {exc}") from None
+        return kwargs
+
+    # -- enqueueing --------------------------------------------------------------------
+    def _push_args(self, args: Any, kwargs: Any) -> tuple[str, dict[str, Any]]:
+        key = self.options.key if self.options.key is not None else new_key()
+        push = dict(
+            key=key,
+            kind=self.kind,
+            payload=self.payload(*args, **kwargs),
+            run_at=self.options.run_at,
+            priority=self.options.priority,
+            group=self.options.group,
+        )
+        return key, push
+
+    def defer(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        """Enqueues the task with these arguments (checked against its signature)."""
+        key, push = self._push_args(args, kwargs)
+        db = self.db if self.db is not None else self.app.database()
+        if inspect.iscoroutinefunction(getattr(db.queue(self.queue), "push", None)):
+            raise errors.InvalidArgumentError("an asyncio database: use `await task.defer_async(...)`")
+        return TaskHandle(self.queue, key, self.kind, bool(db.queue(self.queue).push(**push)))
+
+    async def defer_async(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        """defer, on an asyncio database (the app's, or the one given to using())."""
+        key, push = self._push_args(args, kwargs)
+        db = self.db if self.db is not None else await self.app.database_async()
+        queue = db.queue(self.queue)
+        result = queue.push(**push)
+        if inspect.isawaitable(result):
+            result = await result
+        return TaskHandle(self.queue, key, self.kind, bool(result))
+
+
+# -- the app ------------------------------------------------------------------------------------
+
+Middleware = Callable[[Job, Callable[[], Any]], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class JobReport:
+    """What became of one job run by run_pending: outcome 'succeeded', 'retry', 'snoozed',
+    'dead_lettered', 'dropped' or 'lost', and the error for a failure."""
+
+    queue: str
+    key: str
+    kind: str
+    attempts: int
+    outcome: str
+    error: str | None
+
+
+@dataclasses.dataclass
+class RunReport:
+    """What run_pending ran: every job and its outcome, and how many of each."""
+
+    jobs: list[JobReport] = dataclasses.field(default_factory=list)
+
+    def _count(self, *outcomes: str) -> int:
+        return sum(j.outcome in outcomes for j in self.jobs)
+
+    @property
+    def succeeded(self) -> int:
+        return self._count("succeeded")
+
+    @property
+    def retried(self) -> int:
+        """Failures that come back later (their attempt counted)."""
+        return self._count("retry")
+
+    @property
+    def snoozed(self) -> int:
+        return self._count("snoozed")
+
+    @property
+    def failed(self) -> int:
+        """Jobs that will not run again: dead-lettered or dropped."""
+        return self._count("dead_lettered", "dropped")
+
+    @property
+    def errors(self) -> list[str]:
+        """The errors of the failures (retried or not), in the order they happened."""
+        return [j.error for j in self.jobs if j.error is not None]
+
+    def _note(self, job: Job, outcome: str, error: str | None) -> None:
+        self.jobs.append(JobReport(job.queue, job.key, job.kind, job.attempts, outcome, error))
+
+    def __str__(self) -> str:
+        return (
+            f"{len(self.jobs)} job(s): {self.succeeded} succeeded, {self.retried} retried, "
+            f"{self.snoozed} snoozed, {self.failed} failed"
+        )
+
+
+class App:
+    """A set of tasks on one database: defines them (@app.task), enqueues them (Task.defer),
+    and builds the worker that runs them (app.worker(), or `pyqueue-sql worker module:app`)."""
+
+    def __init__(self, database: str | Database | AsyncDatabase | None = None, *, queue: str = DEFAULT_QUEUE):
+        self.dsn: str | None = database if isinstance(database, str) else None
+        self._db = None if isinstance(database, str) else database
+        self.default_queue = queue
+        self.tasks: dict[tuple[str, str], Task[Any, Any]] = {}
+        self.middlewares: list[Middleware] = []
+        self._local = threading.local()
+        self._async_dbs: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+    def __repr__(self) -> str:
+        return f"<App {len(self.tasks)} task(s) on {', '.join(self.queues()) or 'no queue'}>"
+
+    # -- defining ----------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        queue: str | None = None,
+        kind: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        priority: int | None = None,
+        group: str | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        queue: str | None = None,
+        kind: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        priority: int | None = None,
+        group: str | None = None,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Decorator: makes a function (def or async def) a task of this app, on `queue` (the
+        app's default queue) as `kind` (the function's name). `retry` is the policy of this kind
+        only, `timeout` the seconds one run may take, `priority` and `group` the defaults of its
+        messages."""
+
+        def make(fn: Callable[P, R]) -> Task[P, R]:
+            if timeout is not None and (
+                isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+            ):
+                raise errors.InvalidArgumentError(f"timeout must be seconds > 0 (or None), not {timeout!r}")
+            t: Task[P, R] = Task(
+                self,
+                fn,
+                queue=queue or self.default_queue,
+                kind=kind or fn.__name__,
+                retry=retry,
+                timeout=timeout,
+                options=_Options(priority=priority, group=group),
+            )
+            if (t.queue, t.kind) in self.tasks:
+                raise errors.InvalidArgumentError(
+                    f"the app already has a task {t.kind!r} on queue {t.queue!r}"
+                )
+            self.tasks[(t.queue, t.kind)] = t
+            return t
+
+        return make(fn) if fn is not None else make
+
+    def middleware(self, fn: Middleware) -> Middleware:
+        """Decorator: wraps every job of the app's tasks, in the order registered (the first is
+        outermost). ``def mw(job, call_next)`` wraps the plain (def) tasks, ``async def mw(job,
+        call_next)`` the async ones (``await call_next()``); whatever it raises is the job's failure."""
+        self.middlewares.append(fn)
+        return fn
+
+    def queues(self) -> list[str]:
+        return sorted({q for q, _ in self.tasks})
+
+    # -- the databases defer uses ------------------------------------------------------
+    def database(self) -> Database:
+        """The app's connection for defer: the Database it was given, or one per thread."""
+        if self._db is not None:
+            return self._db  # type: ignore[return-value]
+        if self.dsn is None:
+            raise errors.InvalidArgumentError("the app has no database: App(dsn) or task.using(db)")
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = connect(self.dsn)
+        return db
+
+    async def database_async(self) -> AsyncDatabase:
+        """The app's asyncio connection for defer_async: the AsyncDatabase it was given, or one per
+        event loop."""
+        if self._db is not None:
+            return self._db  # type: ignore[return-value]
+        if self.dsn is None:
+            raise errors.InvalidArgumentError("the app has no database: App(dsn) or task.using(db)")
+        loop = asyncio.get_running_loop()
+        db = self._async_dbs.get(loop)
+        if db is None:
+            from .aio.client import connect as connect_async
+
+            db = self._async_dbs[loop] = await connect_async(self.dsn)
+        return db
+
+    def create_queues(self, **settings: Any) -> None:
+        """Creates the queues of the app's tasks (Queue.create: an existing one gets the settings
+        given, nothing else)."""
+        db = self.database()
+        for q in self.queues():
+            db.queue(q).create(**settings)
+
+    def close(self) -> None:
+        """Closes this thread's connection of the app (the others close with their threads)."""
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            self._local.db = None
+            db.close()
+
+    # -- running --------------------------------------------------------------------
+    def handler(self, t: Task[Any, Any]) -> Callable[[Job], Any]:
+        """The worker's handler of a task: decodes the payload, runs the middleware, calls the function."""
+        sync_mws = [m for m in self.middlewares if not inspect.iscoroutinefunction(m)]
+        async_mws = [m for m in self.middlewares if inspect.iscoroutinefunction(m)]
+        fn = t.fn
+        if t.is_async:
+
+            async def run_async(job: Job) -> Any:
+                token = _current_job.set(job)
+                try:
+
+                    async def call(i: int) -> Any:
+                        if i == len(async_mws):
+                            return await fn(**t.arguments(job.payload))
+                        return await async_mws[i](job, lambda: call(i + 1))
+
+                    return await call(0)
+                finally:
+                    _current_job.reset(token)
+
+            run_async.__qualname__ = f"task {t.kind}"
+            return run_async
+
+        def run(job: Job) -> Any:
+            token = _current_job.set(job)
+            try:
+
+                def call(i: int) -> Any:
+                    if i == len(sync_mws):
+                        return fn(**t.arguments(job.payload))
+                    return sync_mws[i](job, lambda: call(i + 1))
+
+                return call(0)
+            finally:
+                _current_job.reset(token)
+
+        run.__qualname__ = f"task {t.kind}"
+        return run
+
+    def _unknown_kind(self, queue: str) -> Callable[[Job], Any]:
+        known = sorted(k for q, k in self.tasks if q == queue)
+
+        def unknown(job: Job) -> None:
+            raise UnknownTaskError(
+                f"no task of this app has kind {job.kind!r} on queue {queue!r} (its tasks there: "
+                f"{', '.join(known)})"
+            )
+
+        return unknown
+
+    def worker(
+        self, *, queues: Sequence[str] | None = None, dsn: str | None = None, **settings: Any
+    ) -> Worker | AsyncWorker:
+        """A worker for the app's tasks (of `queues` only, when given): an AsyncWorker when some are
+        async def, else a Worker (threads); `settings` are the worker's (concurrency, lease, ...).
+        A message of a served queue whose kind no task has is failed with UnknownTaskError."""
+        dsn = dsn or self.dsn
+        if dsn is None:
+            raise errors.InvalidArgumentError("the app was given a Database: app.worker(dsn=...) says where")
+        wanted = set(self.queues() if queues is None else queues)
+        missing = wanted - set(self.queues())
+        if missing:
+            raise errors.InvalidArgumentError(
+                f"the app has no task on queue {sorted(missing)[0]!r} (its queues: {', '.join(self.queues())})"
+            )
+        tasks = [t for (q, _), t in self.tasks.items() if q in wanted]
+        if not tasks:
+            raise errors.InvalidArgumentError("the app has no tasks")
+        if any(t.is_async for t in tasks):
+            from .aio.worker import AsyncWorker
+
+            worker: Worker | AsyncWorker = AsyncWorker(dsn, **settings)
+        else:
+            from .worker.threaded import Worker
+
+            worker = Worker(dsn, **settings)
+        for t in tasks:
+            worker.add_handler(t.queue, self.handler(t), t.kind, retry=t.retry, timeout=t.timeout)
+        for q in sorted(wanted):
+            worker.add_handler(q, self._unknown_kind(q))
+        return worker
+
+    def _pending_worker(self, queues: Sequence[str] | None, settings: dict[str, Any]) -> Any:
+        settings = {"concurrency": 1, "prefetch": 0, "register": False, "listen": False, **settings}
+        worker = self.worker(queues=queues, **settings)
+        worker.on_idle.append(lambda w: w.stop(reason="no job ready"))
+        return worker
+
+    def run_pending(self, *, queues: Sequence[str] | None = None, **settings: Any) -> RunReport:
+        """Runs the app's ready jobs in this process until none is ready, on the real routines, and
+        says what became of each (for tests: ``task.defer(...); assert app.run_pending().succeeded``).
+        A job retried with a delay is not waited for."""
+        worker = self._pending_worker(queues, settings)
+        report = RunReport()
+        worker.on_outcome.append(report._note)
+        if inspect.iscoroutinefunction(worker.run):
+            asyncio.run(worker.run(install_signals=False))
+        else:
+            worker.run(install_signals=False)
+        return report
+
+    async def run_pending_async(self, *, queues: Sequence[str] | None = None, **settings: Any) -> RunReport:
+        """run_pending inside a running event loop."""
+        worker = self._pending_worker(queues, settings)
+        report = RunReport()
+        worker.on_outcome.append(report._note)
+        if inspect.iscoroutinefunction(worker.run):
+            await worker.run(install_signals=False)
+        else:  # a Worker (threads): run on a thread, so that the loop goes on meanwhile
+            await asyncio.to_thread(worker.run, install_signals=False)
+        return report
