@@ -101,6 +101,17 @@ ROUTINES: tuple[str, ...] = tuple(sorted({r for rs in CAPABILITIES.values() for 
 
 _PRIVILEGES = {"INSERT": "INSERT", "SELECT": "SELECT"}  # the only table privileges ever granted
 
+# PostgreSQL: the routines that take a reservation token have two signatures, the token as text and
+# as uuid (sql/postgresql/routines.sql, "Tokens"); a GRANT names each, a bare name being ambiguous.
+_PG_SIGNATURES: dict[str, str] = {  # {t}: the token's type
+    "queue_commit": "text, text, text, {t}",
+    "queue_rollback": "text, text, text, {t}, interval",
+    "queue_fail": "text, text, text, {t}, interval, text",
+    "queue_extend": "text, text, text, {t}, interval",
+    "queue_move": "text, text, text, {t}, text, jsonb",
+    "queue_commit_reserve": "text, text, text, {t}, text, interval, integer, text[]",
+}
+
 
 @dataclass(frozen=True)
 class Account:
@@ -153,7 +164,17 @@ def statements(
     out = []
     if schema and not revoke and d.grants_schema_usage:
         out.append(d.compose(d.statement("grant_schema_usage"), schema=d.identifier(schema), role=role))
-    out += [d.compose(d.statement(execute), routine=qualified(r), role=role) for r in routines]
+
+    def signatures(name: str) -> list[Any]:
+        if d.name != "postgresql" or name not in _PG_SIGNATURES:
+            return [qualified(name)]
+        args = _PG_SIGNATURES[name]
+        return [
+            d.compose("{name}(" + args.format(t=token_type) + ")", name=qualified(name))
+            for token_type in ("text", "uuid")
+        ]
+
+    out += [d.compose(d.statement(execute), routine=s, role=role) for r in routines for s in signatures(r)]
     out += [
         d.compose(d.statement(table), privilege=d.keyword(_PRIVILEGES[priv]), table=qualified(t), role=role)
         for priv, t in tables

@@ -42,6 +42,20 @@
 -- (varchar columns cast to text), so that even a role granted CREATE later
 -- cannot get its code run by them.
 --
+-- Tokens: no SECURITY DEFINER routine takes an argument whose type the
+-- caller chooses (a polymorphic type such as anycompatible, or a type the
+-- caller created), and none applies a cast, operator or function that
+-- such a type would select: PostgreSQL finds a cast by type, not by name, so
+-- a routine casting a caller-typed argument would run the caller's own cast
+-- function as the owner, whatever the search_path. The routines that take a
+-- reservation token take it as text; each has an overload taking a uuid, a
+-- plain SQL function (SECURITY INVOKER) that calls the text one with the
+-- uuid's text. queue_commit_batch takes its tokens as text[] only: beside a
+-- uuid[] overload, an untyped array (a driver's list, an '{...}' literal)
+-- would match neither better, and PostgreSQL refuses such a call as
+-- ambiguous; a uuid[] is passed as uuid[]::text[].
+-- tests/security/test_definer_arguments.py checks the catalog.
+--
 -- Plans: the routines of the message path (push, reserve, pop, commit,
 -- rollback, fail, extend, commit_reserve, commit_batch and their helpers)
 -- run with plan_cache_mode = force_generic_plan. Each of their statements is
@@ -101,6 +115,16 @@ END
 $$;
 
 
+-- Installs of earlier versions took the token as anycompatible (see "Tokens"
+-- at the top): those signatures are dropped, so that an upgrade leaves none.
+DROP FUNCTION IF EXISTS queue_commit(text, text, text, anycompatible);
+DROP FUNCTION IF EXISTS queue_rollback(text, text, text, anycompatible, interval);
+DROP FUNCTION IF EXISTS queue_fail(text, text, text, anycompatible, interval, text);
+DROP FUNCTION IF EXISTS queue_extend(text, text, text, anycompatible, interval);
+DROP FUNCTION IF EXISTS queue_move(text, text, text, anycompatible, text, jsonb);
+DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, anycompatible, text, interval, integer, text[]);
+DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], anycompatible);
+
 
 -- ==== helpers ====
 -- Internal helpers (pyqueue__*), not part of the contract: granted to nobody,
@@ -136,10 +160,11 @@ $$;
 
 -- Raises unless key, kind and token name a reservation (commit, rollback,
 -- extend, move) and returns the token as a uuid. The routines that take a
--- token take it as text or uuid (anycompatible, its text here), so that a
--- token not shaped like one is refused with the same invalid_argument error
--- as on MySQL ('token is malformed'), not a cast error before the routine
--- runs. The shape is MySQL's too: 8-4-4-4-12 hex digits, either case.
+-- token take it as text, so that a token not shaped like one is refused with
+-- the same invalid_argument error as on MySQL ('token is malformed'), not a
+-- cast error before the routine runs; each has an overload taking a uuid
+-- (see "Tokens as uuid" below). The shape is MySQL's too: 8-4-4-4-12 hex
+-- digits, either case.
 -- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_reservation(in_key text, in_kind text, in_token text)
 RETURNS uuid
@@ -2324,7 +2349,7 @@ $$;
 -- schedule's pending occurrence, the schedule row). Plainly valid arguments
 -- are checked in one expression and the queue's history setting read by one
 -- statement, without the nested calls of the general checks (see queue_push).
-CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token anycompatible)
+CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token text)
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
@@ -2338,13 +2363,13 @@ DECLARE
     v_history boolean;  -- NULL: not looked up the short way
 BEGIN
     IF NOT (pyqueue__bad_name(in_queue, 128) OR pyqueue__bad_name(in_key, 255) OR pyqueue__bad_name(in_kind, 128))
-       AND in_token::text ~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$' THEN
+       AND in_token ~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$' THEN
         SELECT q.history_retention IS NOT NULL INTO v_history FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
-        v_token := in_token::text::uuid;
+        v_token := in_token::uuid;
     END IF;
     IF v_history IS NULL THEN  -- the general checks, in their order (an unknown queue raises here)
         v_queue := pyqueue__queue(in_queue);
-        v_token := pyqueue__check_reservation(in_key, in_kind, in_token::text);
+        v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
         v_history := v_queue.history_retention IS NOT NULL;
     END IF;
     IF NOT v_history AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
@@ -2382,12 +2407,22 @@ BEGIN
 END;
 $$;
 
+-- queue_commit with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token uuid)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT queue_commit(in_queue, in_key, in_kind, in_token::text)
+$$;
+
 -- queue_rollback: gives the message back, eligible again after in_delay
 -- (NULL = 0), its last_error left as it is. After max_attempts deliveries it
 -- goes to the dead-letter queue instead (dropped when the queue has none).
 -- False when the token no longer holds. Locks the message row (and the
 -- queue row when dead-lettering).
-CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind text, in_token anycompatible,
+CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind text, in_token text,
                                in_delay interval DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2395,8 +2430,19 @@ SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 BEGIN
-    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token::text, in_delay, false, NULL) IS NOT NULL;
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, false, NULL) IS NOT NULL;
 END;
+$$;
+
+-- queue_rollback with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_rollback(in_queue text, in_key text, in_kind text, in_token uuid,
+                               in_delay interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT queue_rollback(in_queue, in_key, in_kind, in_token::text, in_delay)
 $$;
 
 -- queue_fail: queue_rollback that also records in_error (NULL = no text;
@@ -2405,7 +2451,7 @@ $$;
 -- in_delay), 'dead_lettered' (moved to the dead-letter queue), 'dropped'
 -- (max_attempts reached, no dead-letter queue) or NULL when the token no
 -- longer holds. Locks as queue_rollback.
-CREATE OR REPLACE FUNCTION queue_fail(in_queue text, in_key text, in_kind text, in_token anycompatible,
+CREATE OR REPLACE FUNCTION queue_fail(in_queue text, in_key text, in_kind text, in_token text,
                                       in_delay interval DEFAULT NULL, in_error text DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql
@@ -2413,15 +2459,26 @@ SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 BEGIN
-    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token::text, in_delay, true, in_error);
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, true, in_error);
 END;
+$$;
+
+-- queue_fail with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_fail(in_queue text, in_key text, in_kind text, in_token uuid,
+                                      in_delay interval DEFAULT NULL, in_error text DEFAULT NULL)
+RETURNS text
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT queue_fail(in_queue, in_key, in_kind, in_token::text, in_delay, in_error)
 $$;
 
 -- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the
 -- queue's visibility_timeout) and returns a new token (the old one stops
 -- working); NULL when in_token no longer holds.
 -- Locks the message row (for a kind with a limit, its slot row first).
-CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token anycompatible,
+CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token text,
                              in_timeout interval DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
@@ -2433,7 +2490,7 @@ DECLARE
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
     v_new   uuid;
 BEGIN
-    v_token := pyqueue__check_reservation(in_key, in_kind, in_token::text);
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_duration('timeout', in_timeout, true);
     IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, v_token) THEN  -- limits
         RETURN NULL;
@@ -2447,6 +2504,17 @@ BEGIN
 END;
 $$;
 
+-- queue_extend with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token uuid,
+                             in_timeout interval DEFAULT NULL)
+RETURNS uuid
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT queue_extend(in_queue, in_key, in_kind, in_token::text, in_timeout)
+$$;
+
 -- queue_move: in one step commits the reservation here and pushes the message
 -- to in_to_queue (payload NULL = unchanged, priority and last_error kept;
 -- attempts and the dead-letter origin reset, except for a move into the same
@@ -2458,7 +2526,7 @@ $$;
 -- False, and nothing changes, when the token no longer holds.
 -- Locks: the target queue's shared lock (pyqueue__queue), then the message row
 -- (then the group's row of a head moved away).
-CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token anycompatible,
+CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token text,
                            in_to_queue text, in_payload jsonb DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2472,7 +2540,7 @@ DECLARE
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
     v_same  boolean;
 BEGIN
-    v_token := pyqueue__check_reservation(in_key, in_kind, in_token::text);
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
     PERFORM pyqueue__queue(in_to_queue, true);
     v_same := in_to_queue = in_queue;
@@ -2501,6 +2569,17 @@ BEGIN
     IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;
     RETURN true;
 END;
+$$;
+
+-- queue_move with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token uuid,
+                           in_to_queue text, in_payload jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT queue_move(in_queue, in_key, in_kind, in_token::text, in_to_queue, in_payload)
 $$;
 
 -- queue_remove: deletes a message whatever its state; false when absent.
@@ -2679,7 +2758,7 @@ CREATE OR REPLACE FUNCTION queue_commit_reserve(
     in_queue   text,
     in_key     text,
     in_kind    text,
-    in_token   anycompatible,
+    in_token   text,
     in_worker  text     DEFAULT NULL,
     in_timeout interval DEFAULT NULL,
     in_n       integer  DEFAULT 1,
@@ -2702,7 +2781,7 @@ BEGIN
     -- The same checks as queue_reserve, before anything changes.
     PERFORM pyqueue__check_reserve(in_worker, in_timeout, in_n, in_kinds);
     IF NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL) THEN
-        v_token := pyqueue__check_reservation(in_key, in_kind, in_token::text);
+        v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
         -- The commit below gives this transaction its id, after which the
         -- reserve could not move the queue's ready bound (a proposal needs
         -- a clock read before the id: pyqueue__ready_from_advance): its
@@ -2739,6 +2818,26 @@ BEGIN
                             NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz;
     END IF;
 END;
+$$;
+
+-- queue_commit_reserve with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_commit_reserve(
+    in_queue   text,
+    in_key     text,
+    in_kind    text,
+    in_token   uuid,
+    in_worker  text     DEFAULT NULL,
+    in_timeout interval DEFAULT NULL,
+    in_n       integer  DEFAULT 1,
+    in_kinds   text[]   DEFAULT NULL)
+RETURNS TABLE (committed boolean, p_key varchar, p_kind varchar, payload jsonb, token uuid,
+               priority integer, attempts integer, created_at timestamptz,
+               scheduled_at_initially timestamptz)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT * FROM queue_commit_reserve(in_queue, in_key, in_kind, in_token::text, in_worker, in_timeout, in_n, in_kinds)
 $$;
 
 -- pyqueue__delete_held: queue_commit_batch's set-based step (no history, no
@@ -2784,7 +2883,7 @@ $$;
 -- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
 -- a NULL or malformed token (text or uuid elements). Locks: the deleted rows, in key order (the order queue_drop
 -- locks them in, so the two cannot deadlock).
-CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens anycompatible)
+CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens text[])
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
@@ -2806,8 +2905,6 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must not be NULL'
             USING ERRCODE = '22023';
     END IF;
-    -- the tokens as text[], whether they came as text[] (kept as it is), uuid[] or an array literal
-    -- (an assignment converts those through their text)
     v_texts := in_tokens;
     v_n := pg_catalog.cardinality(in_keys);
     IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(v_texts) > 1
@@ -2866,6 +2963,7 @@ BEGIN
     RETURN pyqueue__delete_held(in_queue, in_keys, in_kinds, v_tokens);
 END;
 $$;
+
 
 
 -- ==== topics ====
@@ -3983,10 +4081,17 @@ REVOKE EXECUTE ON FUNCTION
     queue_create, queue_reset_setting, queue_settings, queue_drop, queue_pause, queue_resume,
     queue_stats,
     queue_push, queue_push_batch, queue_push_replace, queue_push_grouped, queue_push_batch_grouped,
-    queue_pop, queue_reserve, queue_commit, queue_rollback, queue_fail, queue_extend, queue_move,
+    queue_pop, queue_reserve,
+    queue_commit(text, text, text, text), queue_commit(text, text, text, uuid),
+    queue_rollback(text, text, text, text, interval), queue_rollback(text, text, text, uuid, interval),
+    queue_fail(text, text, text, text, interval, text), queue_fail(text, text, text, uuid, interval, text),
+    queue_extend(text, text, text, text, interval), queue_extend(text, text, text, uuid, interval),
+    queue_move(text, text, text, text, text, jsonb), queue_move(text, text, text, uuid, text, jsonb),
     queue_remove,
     queue_channel, queue_set_notify_window, queue_next_scheduled_at, queue_wait,
-    queue_commit_reserve, queue_commit_batch,
+    queue_commit_reserve(text, text, text, text, text, interval, integer, text[]),
+    queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]),
+    queue_commit_batch,
     queue_bind, queue_unbind, queue_bindings, queue_publish, queue_publish_batch,
     queue_purge_history, queue_replay, queue_redrive, queue_dead_letters, queue_message,
     queue_message_history, queue_messages, queue_groups, queue_throughput,

@@ -59,9 +59,12 @@ DROP FUNCTION IF EXISTS queue_bind(text, text);
 DROP TABLE IF EXISTS pyqueue_binding;
 
 -- ==== fast paths ====
-DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], anycompatible);
+DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], text[]);
+DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], anycompatible);  -- installs of earlier versions
 DROP FUNCTION IF EXISTS pyqueue__delete_held(text, text[], text[], uuid[]);
-DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, anycompatible, text, interval, integer, text[]);
+DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
+DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, text, text, interval, integer, text[]);
+DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, anycompatible, text, interval, integer, text[]);  -- installs of earlier versions
 
 -- ==== wakeups ====
 DROP FUNCTION IF EXISTS queue_wait(text, text[], interval, interval);
@@ -72,11 +75,21 @@ DROP TABLE IF EXISTS pyqueue_notify;
 
 -- ==== consume ====
 DROP FUNCTION IF EXISTS queue_remove(text, text, text);
-DROP FUNCTION IF EXISTS queue_move(text, text, text, anycompatible, text, jsonb);
-DROP FUNCTION IF EXISTS queue_extend(text, text, text, anycompatible, interval);
-DROP FUNCTION IF EXISTS queue_fail(text, text, text, anycompatible, interval, text);
-DROP FUNCTION IF EXISTS queue_rollback(text, text, text, anycompatible, interval);
-DROP FUNCTION IF EXISTS queue_commit(text, text, text, anycompatible);
+DROP FUNCTION IF EXISTS queue_move(text, text, text, uuid, text, jsonb);
+DROP FUNCTION IF EXISTS queue_move(text, text, text, text, text, jsonb);
+DROP FUNCTION IF EXISTS queue_move(text, text, text, anycompatible, text, jsonb);  -- installs of earlier versions
+DROP FUNCTION IF EXISTS queue_extend(text, text, text, uuid, interval);
+DROP FUNCTION IF EXISTS queue_extend(text, text, text, text, interval);
+DROP FUNCTION IF EXISTS queue_extend(text, text, text, anycompatible, interval);  -- installs of earlier versions
+DROP FUNCTION IF EXISTS queue_fail(text, text, text, uuid, interval, text);
+DROP FUNCTION IF EXISTS queue_fail(text, text, text, text, interval, text);
+DROP FUNCTION IF EXISTS queue_fail(text, text, text, anycompatible, interval, text);  -- installs of earlier versions
+DROP FUNCTION IF EXISTS queue_rollback(text, text, text, uuid, interval);
+DROP FUNCTION IF EXISTS queue_rollback(text, text, text, text, interval);
+DROP FUNCTION IF EXISTS queue_rollback(text, text, text, anycompatible, interval);  -- installs of earlier versions
+DROP FUNCTION IF EXISTS queue_commit(text, text, text, uuid);
+DROP FUNCTION IF EXISTS queue_commit(text, text, text, text);
+DROP FUNCTION IF EXISTS queue_commit(text, text, text, anycompatible);  -- installs of earlier versions
 DROP FUNCTION IF EXISTS queue_reserve(text, text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS queue_pop(text, integer);
 

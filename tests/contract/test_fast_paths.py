@@ -114,7 +114,7 @@ def test_commit_batch_refuses_bad_batches_and_changes_nothing(queue, raw, db):
     def call(keys, kinds, tokens):
         if pg:
             raw(
-                "SELECT queue_commit_batch(%s, %s::text[], %s::text[], %s::uuid[])",
+                "SELECT queue_commit_batch(%s, %s::text[], %s::text[], %s::uuid[]::text[])",
                 (queue.name, keys, kinds, tokens),
             )
         else:

@@ -1320,7 +1320,7 @@ def ROUTINES() -> list[Routine]:
         ),
         R(
             "queue_commit_batch",
-            "SELECT queue_commit_batch(%s, %s, %s, %s::uuid[])",
+            "SELECT queue_commit_batch(%s, %s, %s, %s::uuid[]::text[])",
             "CALL queue_commit_batch(%s, %s, %s, %s)",
             [
                 ("queue", q, QN),

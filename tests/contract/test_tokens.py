@@ -158,8 +158,10 @@ def test_uuid_typed_tokens_are_still_accepted_on_postgresql(queue, raw):
     [(new,)] = raw("SELECT queue_extend(%s, 'm1', 'k', %s::uuid)", (queue.name, b.token))
     assert uuid.UUID(str(new)).version == 4
     assert raw("SELECT queue_rollback(%s, 'm1', 'k', %s::uuid)", (queue.name, str(new))) == [(True,)]
+    # queue_commit_batch takes text[] only (an untyped array would be ambiguous beside a uuid[]
+    # overload): a uuid[] is passed as uuid[]::text[]
     assert raw(
-        "SELECT queue_commit_batch(%s, ARRAY['m2', 'm3'], ARRAY['k', 'k'], %s::uuid[])",
+        "SELECT queue_commit_batch(%s, ARRAY['m2', 'm3'], ARRAY['k', 'k'], %s::uuid[]::text[])",
         (queue.name, [c.token, d.token]),
     ) == [(2,)]
     # a token column of a reserve feeds a commit directly, as in psql
