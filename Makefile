@@ -1,7 +1,8 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   runs the demo on an embedded PostgreSQL (no server needed); installs
 #               only what the demo needs (the package with its postgresql, mysql and
-#               embedded extras; pyspark only for the Spark stage, when Java is there)
+#               embedded extras; pyspark, a download of about 450 MB, only for the Spark
+#               stage and only when Java is there)
 #   make test   runs the whole test suite against both dialects (dev + spark extras), in
 #               parallel worker processes (pytest-xdist): about 6 minutes on 2 cores
 #   make test-fast  the inner loop: the tests not marked slow (pytest -m "not slow"), both
@@ -39,7 +40,7 @@ $(STAMP): pyproject.toml | $(PY)
 # The Spark extra (pyspark) for the Spark tests and the demo's Spark stage;
 # scripts/spark-deps.sh adds Java and the JDBC jars with apt-get where it can.
 $(SPARK_STAMP): pyproject.toml | $(PY)
-	@echo "make: installing the spark extra (pyspark, a download of about 320 MB; first run only)"
+	@echo "make: installing the spark extra (pyspark, a download of about 450 MB; first run only)"
 	$(PIP) -e '.[spark]'
 	touch $(SPARK_STAMP)
 

@@ -179,3 +179,13 @@ def test_install_lines_name_what_resolves():
         assert "pyqueue-sql[" not in text, f"{path.name}: pip install 'pyqueue-sql[...]' cannot resolve"
         stale = re.findall(r"\b00(?:0[2-9]|10)_\w+", text)
         assert not stale, f"{path.name} names revisions that are not the baseline: {stale}"
+
+
+def test_the_readme_names_the_spark_download_the_makefile_makes():
+    """`make demo` installs pyspark when Java is there: the README says so, with the size the
+    Makefile's message gives (both measured against the sdist pip downloads)."""
+    makefile = (doc.ROOT / "Makefile").read_text(encoding="utf-8")
+    (size,) = set(re.findall(r"pyspark, a download of about (\d+) MB", makefile))
+    readme = " ".join((doc.ROOT / "README.md").read_text(encoding="utf-8").split())
+    section = readme.split("## Two commands", 1)[1].split("## ", 1)[0]
+    assert f"downloads pyspark (about {size} MB" in section
