@@ -685,7 +685,8 @@ def _registration(registration: Any) -> WorkerRegistration:
 
 
 def _settings(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueSettings:
-    queue, visibility, max_attempts, dlq, retention, paused, window = row
+    queue, visibility, max_attempts, dlq, retention, paused, window, *caps = row
+    max_reservation, max_payload = caps if caps else (None, None)
     return QueueSettings(
         queue,
         dialect.read_duration(visibility),
@@ -694,6 +695,8 @@ def _settings(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueSettings:
         dialect.read_duration(retention),
         bool(paused),
         dialect.read_duration(window),
+        dialect.read_duration(max_reservation),
+        None if max_payload is None else int(max_payload),
     )
 
 
@@ -1393,6 +1396,8 @@ class QueueSettings:
     history_retention: dt.timedelta | None
     paused: bool
     notify_window: dt.timedelta | None
+    max_reservation: dt.timedelta | None = None  # the longest reservation a caller may ask for
+    max_payload: int | None = None  # bytes: the largest payload a push may write
 
 
 @dataclass(frozen=True)
