@@ -339,12 +339,15 @@ class Task(Generic[P, R]):
         """A copy of the task for one defer: a key of your choosing (a unique job: a live message
         with that key and kind is not enqueued again), a run_at (a time, or a delay), a priority,
         a FIFO group."""
-        changes = {
-            name: value
-            for name, value in dict(key=key, run_at=run_at, priority=priority, group=group).items()
-            if value is not None
-        }
-        return self._copy(options=dataclasses.replace(self.options, **changes))
+        o = self.options
+        return self._copy(
+            options=_Options(
+                key=o.key if key is None else key,
+                run_at=o.run_at if run_at is None else run_at,
+                priority=o.priority if priority is None else priority,
+                group=o.group if group is None else group,
+            )
+        )
 
     def using(self, db: Database | AsyncDatabase) -> Task[P, R]:
         """A copy of the task that defers through db: ``Database.wrap(conn)`` of a connection of
@@ -412,7 +415,11 @@ class Task(Generic[P, R]):
             param = params.get(name)
             if param is None and var_kw is None:
                 raise TypeError(f"task {self.kind!r}: the payload has an unknown argument {name!r}")
-            hint = self.hints.get(name, Any) if param is not None else self._var_keyword_hint(var_kw)
+            if param is None:
+                assert var_kw is not None
+                hint = self._var_keyword_hint(var_kw)
+            else:
+                hint = self.hints.get(name, Any)
             try:
                 kwargs[name] = _from_json(data, hint)
             except Exception as exc:
@@ -460,7 +467,10 @@ class Task(Generic[P, R]):
 
 # -- the app ------------------------------------------------------------------------------------
 
-Middleware = Callable[[Job, Callable[[], Any]], Any]
+CallNext = Callable[[], Any]
+"""What a middleware calls to run the rest of the chain (and the task): returns its result (an
+awaitable for async middleware)."""
+Middleware = Callable[[Job, CallNext], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -550,7 +560,7 @@ class App:
         group: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
-    def task(
+    def task(  # type: ignore[misc]  # (mypy: the factory's P, R are bound by its result's call)
         self,
         fn: Callable[P, R] | None = None,
         /,

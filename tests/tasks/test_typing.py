@@ -1,0 +1,46 @@
+"""The tasks API is typed: `mypy --strict` passes on pyqueue_sql/tasks.py and on the example
+application, and rejects a defer whose arguments do not match the task's function."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _mypy(tmp_path, *files) -> subprocess.CompletedProcess:
+    if shutil.which("mypy", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("mypy is not installed (the dev extra has it)")
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), *map(str, files)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_py_typed_ships_in_the_package():
+    assert (ROOT / "pyqueue_sql" / "py.typed").exists()
+
+
+def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong_defer(tmp_path):
+    good = _mypy(tmp_path, "pyqueue_sql/tasks.py", "examples/tasks_app.py")
+    assert good.returncode == 0, good.stdout + good.stderr
+    bad = tmp_path / "bad_defer.py"
+    bad.write_text(
+        "from examples.tasks_app import User, send_welcome\n"
+        "send_welcome.defer(42, User(1, 'Ada'))\n"
+        "send_welcome.defer('a@example.com', User(1, 'Ada'), language='fr')\n"
+        "send_welcome.configure(key='k').defer('a@example.com', user='Ada')\n"
+    )
+    out = _mypy(tmp_path, bad)
+    assert out.returncode == 1, out.stdout
+    assert 'Argument 1 to "defer" of "Task" has incompatible type "int"; expected "str"' in out.stdout
+    assert 'Unexpected keyword argument "language" for "defer"' in out.stdout
+    assert 'Argument "user" to "defer" of "Task" has incompatible type "str"; expected "User"' in out.stdout
