@@ -47,3 +47,17 @@ async_app = pyqueue_sql.App(queue=os.environ.get("PYQUEUE_TEST_QUEUE", "sample")
 async def greet_async(to: str) -> None:
     await asyncio.sleep(0)
     _record(f"greet_async {to}")
+
+
+# A Worker object with handlers of two kinds (`pyqueue-sql worker tests.tasks.sample_app:worker`).
+worker = pyqueue_sql.Worker(os.environ.get("PYQUEUE_TEST_WORKER_DSN", "postgresql://unused@127.0.0.1/unused"))
+
+
+@worker.handler(os.environ.get("PYQUEUE_TEST_QUEUE", "sample"), "a")
+def handle_a(job: pyqueue_sql.Job) -> None:
+    _record(f"a {job.key}")
+
+
+@worker.handler(os.environ.get("PYQUEUE_TEST_QUEUE", "sample"), "b")
+def handle_b(job: pyqueue_sql.Job) -> None:
+    _record(f"b {job.key}")

@@ -307,6 +307,77 @@ def test_the_cli_worker_serves_an_apps_tasks(dsn, db, tmp_path):
     assert proc.returncode == 0, err.decode()
 
 
+def _run_cli_worker(args, env, record: Path, lines_wanted: int, timeout: float = 30):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyqueue_sql.cli", "worker", *args, "--no-status"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_RECORD": str(record), **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = record.read_text().splitlines() if record.exists() else []
+            if len(lines) >= lines_wanted:
+                break
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    return proc.returncode, lines, err.decode()
+
+
+def test_the_cli_worker_runs_a_worker_object_with_several_handlers(dsn, db, tmp_path):
+    q = _queue_name()
+    queue = db.queue(q).create()
+    queue.push("1", "a", {})
+    queue.push("2", "b", {})
+    code, lines, err = _run_cli_worker(
+        ["tests.tasks.sample_app:worker"],
+        {"PYQUEUE_TEST_QUEUE": q, "PYQUEUE_TEST_WORKER_DSN": dsn},
+        tmp_path / "record",
+        2,
+    )
+    assert sorted(lines) == ["a 1", "b 2"], err
+    assert code == 0, err
+
+
+def test_the_cli_timeout_fails_a_plain_handler_past_it(dsn, db, tmp_path):
+    q = _queue_name()
+    queue = db.queue(q).create()
+    queue.push("slow", "k", {"sleep": 30})
+    queue.push("fast", "k", {"sleep": 0})
+    record = tmp_path / "record"
+    code, lines, err = _run_cli_worker(
+        [
+            "tests.worker.worker_handlers:sleepy",
+            "--queue",
+            q,
+            "--dsn",
+            dsn,
+            "--timeout",
+            "1",
+            "--retry-base",
+            "600",
+        ],
+        {},
+        record,
+        3,
+    )
+    assert "done fast 1" in lines, err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        info = queue.message("slow", "k")
+        if info.last_error:
+            break
+        time.sleep(0.1)
+    assert info.attempts == 1 and info.last_error.startswith("TimeoutError"), info
+    assert "did not finish within its timeout of 1 s" in err
+
+
 def test_the_cli_worker_says_in_one_line_when_the_module_raises_at_import(dsn, tmp_path):
     (tmp_path / "broken_tasks.py").write_text("raise RuntimeError('no config')\n")
     proc = subprocess.run(
