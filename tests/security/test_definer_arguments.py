@@ -160,3 +160,31 @@ def test_tokens_are_taken_as_text_and_as_uuid_with_one_malformed_error(db):
                     conn.rollback()
     finally:
         queue.drop()
+
+
+def test_installing_the_routines_again_drops_the_polymorphic_token_signatures(installed_database):
+    """An install of an earlier version has the token routines with an anycompatible token; running
+    routines.sql over it (what an upgrade does) leaves none of them, and prints nothing."""
+    import psycopg
+
+    from pyqueue_sql.queries import script
+
+    dsn = installed_database("upgrade")
+    notices: list[str] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+        conn.execute(
+            "CREATE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token anycompatible)"
+            " RETURNS boolean LANGUAGE sql SECURITY DEFINER AS $$ SELECT in_token::text IS NULL $$"
+        )
+        conn.execute(
+            "CREATE FUNCTION queue_commit_batch(q text, k text[], kd text[], t anycompatible)"
+            " RETURNS integer LANGUAGE sql SECURITY DEFINER AS $$ SELECT 0 $$"
+        )
+        conn.execute(script("postgresql", "routines.sql"))
+        left = conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p"
+            " WHERE p.proname LIKE 'queue\\_%%' AND 'anycompatible'::regtype = ANY (p.proargtypes::oid[])"
+        ).fetchall()
+    assert left == []
+    assert notices == []
