@@ -533,13 +533,27 @@ class App:
     and builds the worker that runs them (app.worker(), or `pyqueue-sql worker module:app`)."""
 
     def __init__(self, database: str | Database | AsyncDatabase | None = None, *, queue: str = DEFAULT_QUEUE):
-        self.dsn: str | None = database if isinstance(database, str) else None
+        """`database`: a DSN, or a Database / AsyncDatabase of yours; None: the DSN in the
+        PYQUEUE_DSN environment variable (as the CLI reads it), when the app needs one."""
+        self._dsn: str | None = database if isinstance(database, str) else None
         self._db = None if isinstance(database, str) else database
         self.default_queue = queue
         self.tasks: dict[tuple[str, str], Task[Any, Any]] = {}
         self.middlewares: list[Middleware] = []
         self._local = threading.local()
         self._async_dbs: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+    @property
+    def dsn(self) -> str | None:
+        """Where the app's tasks are deferred and run: the DSN it was given, else $PYQUEUE_DSN."""
+        if self._dsn is None and self._db is None:
+            return os.environ.get("PYQUEUE_DSN")
+        return self._dsn
+
+    @dsn.setter
+    def dsn(self, value: str | None) -> None:
+        self._dsn = value
+        self.close()
 
     def __repr__(self) -> str:
         return f"<App {len(self.tasks)} task(s) on {', '.join(self.queues()) or 'no queue'}>"
@@ -615,11 +629,14 @@ class App:
         """The app's connection for defer: the Database it was given, or one per thread."""
         if self._db is not None:
             return self._db  # type: ignore[return-value]
-        if self.dsn is None:
-            raise errors.InvalidArgumentError("the app has no database: App(dsn) or task.using(db)")
+        dsn = self.dsn
+        if dsn is None:
+            raise errors.InvalidArgumentError(
+                "the app has no database: App(dsn), PYQUEUE_DSN in the environment, or task.using(db)"
+            )
         db = getattr(self._local, "db", None)
         if db is None:
-            db = self._local.db = connect(self.dsn)
+            db = self._local.db = connect(dsn)
         return db
 
     async def database_async(self) -> AsyncDatabase:
@@ -627,14 +644,17 @@ class App:
         event loop."""
         if self._db is not None:
             return self._db  # type: ignore[return-value]
-        if self.dsn is None:
-            raise errors.InvalidArgumentError("the app has no database: App(dsn) or task.using(db)")
+        dsn = self.dsn
+        if dsn is None:
+            raise errors.InvalidArgumentError(
+                "the app has no database: App(dsn), PYQUEUE_DSN in the environment, or task.using(db)"
+            )
         loop = asyncio.get_running_loop()
         db = self._async_dbs.get(loop)
         if db is None:
             from .aio.client import connect as connect_async
 
-            db = self._async_dbs[loop] = await connect_async(self.dsn)
+            db = self._async_dbs[loop] = await connect_async(dsn)
         return db
 
     def create_queues(self, **settings: Any) -> None:
