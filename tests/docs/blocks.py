@@ -15,9 +15,15 @@ A fenced block's info string says what it is:
 - ```sh / ```console [postgresql|mysql]: shell lines run by bash in order, with the
   virtualenv's pyqueue-sql first on PATH and PYQUEUE_DSN set; in ```console, `$ ` lines
   are commands and the lines under them their output.
-- ```output right after a block: what that block prints; its lines must appear in the
-  printed output in that order (blank lines ignored, runs of spaces equal, `...` matches
-  anything; `0001_baseline` stands for pyqueue_sql.migrate.head()).
+- ```output right after a block: what that block prints, every line of it, in order (blank
+  lines ignored, runs of spaces equal; `...` inside a line matches any text, a line that is
+  only `...` any number of lines; `0001_baseline` stands for pyqueue_sql.migrate.head()).
+- a block without an ```output block (a `$ ` command of a ```console block without lines under
+  it) prints nothing: what it prints is compared with nothing. A block whose output is left out
+  on purpose says so on the line before it, `<!-- output not shown: why -->`; a console
+  command, with a line `...` under it; every ```sql block of a file whose calls are shown
+  without their results, with `<!-- test: sql output not shown: why -->` anywhere in the file.
+  psql's row counts (`(1 row)`) need not be shown.
 - the blocks of one file run in order in one fresh database with the schema installed, or
   without it when the file says `<!-- test: starts on an empty database -->`.
 - anything else (```text, ```ini, ...) is not code. A block of a runnable language that is
@@ -50,6 +56,9 @@ DIALECTS = {"postgresql", "mysql"}
 NOT_CODE = {"text", "output", "ini", "toml", "json", "yaml", "csv", "promql", "http", "diff"}
 DSN = re.compile(r"(?:postgresql|mysql)://[^\s'\"`)]+")
 NOT_RUN = re.compile(r"^<!--\s*not run:\s*(\S.*?)\s*-->$")
+OUTPUT_NOT_SHOWN = re.compile(r"^<!--\s*output not shown:\s*(\S.*?)\s*-->$")
+SQL_OUTPUT_NOT_SHOWN = re.compile(r"^<!--\s*test: sql output not shown:\s*(\S.*?)\s*-->$", re.MULTILINE)
+ROW_COUNT = re.compile(r"^\(\d+ rows?\)$")  # psql's footer under a result
 
 
 def documents() -> list[Path]:
@@ -65,6 +74,7 @@ class Block:
     not_run: str | None = None  # the reason, when it is not meant to run
     output: str | None = None  # the ```output block after it
     output_line: int = 0
+    output_not_shown: str | None = None  # why what it prints is not shown (<!-- output not shown: -->)
 
     @property
     def language(self) -> str:
@@ -77,12 +87,15 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{path}:{self.line}"
 
 
 def blocks(path: Path) -> list[Block]:
     """Every fenced block of a Markdown file, ```output blocks attached to the block before."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+    whole = path.read_text(encoding="utf-8")
+    sql_output_not_shown = SQL_OUTPUT_NOT_SHOWN.search(whole)
+    lines = whole.splitlines()
     found: list[Block] = []
     i = 0
     while i < len(lines):
@@ -101,6 +114,10 @@ def blocks(path: Path) -> list[Block]:
             previous = next((lines[j].strip() for j in range(start - 1, -1, -1) if lines[j].strip()), "")
             reason = NOT_RUN.match(previous)
             block = Block(path, start + 1, info, text, reason.group(1) if reason else None)
+            hidden = OUTPUT_NOT_SHOWN.match(previous)
+            block.output_not_shown = hidden.group(1) if hidden else None
+            if block.language == "sql" and sql_output_not_shown and block.output_not_shown is None:
+                block.output_not_shown = sql_output_not_shown.group(1)
             if "no-run" in info:
                 block.not_run = "no-run"
             if block.language == "output":
@@ -131,20 +148,65 @@ def _normal(line: str) -> str:
     return " ".join(line.split())
 
 
-def expect_output(expected: str, actual: str, where: str, revision: str) -> None:
-    """Every non-blank expected line appears in actual, in that order (`...` matches anything)."""
+# Whether every printed line must be shown (and a block that shows no output must print nothing),
+# or, until every page passes that, only that the lines shown are printed, in that order.
+# PYQUEUE_DOCS_STRICT=1 asks for the strict comparison before it is the default.
+STRICT = os.environ.get("PYQUEUE_DOCS_STRICT") == "1"
+
+
+def expect_output(expected: str, actual: str, where: str, revision: str, strict: bool | None = None) -> None:
+    """The lines printed are the lines shown, in order (blank lines ignored, runs of spaces equal):
+    `...` inside a line matches any text, a line that is only `...` any number of lines. An
+    empty expected output means that nothing is printed. Not strict: the lines shown appear in
+    what is printed, in that order, among others."""
     expected = expected.replace("0001_baseline", revision)
     wanted = [_normal(line) for line in expected.splitlines()]
-    wanted = [line for line in wanted if line and line != "..."]
-    got = [_normal(line) for line in actual.splitlines()]
-    at = 0
-    for line in wanted:
-        pattern = re.compile(".*".join(re.escape(part.strip()) for part in line.split("...")) + r"\Z")
-        while at < len(got) and not pattern.match(got[at]):
-            at += 1
-        if at == len(got):
-            raise AssertionError(f"{where}: the output shown has {line!r}, which was not printed:\n{actual}")
-        at += 1
+    wanted = [line for line in wanted if line]
+    got = [line for line in (_normal(line) for line in actual.splitlines()) if line]
+    patterns = [
+        None
+        if line == "..."
+        else re.compile(".*".join(re.escape(p.strip()) for p in line.split("...")) + r"\Z")
+        for line in wanted
+    ]
+    if not (STRICT if strict is None else strict):  # any lines before, between and after
+        patterns = [None, *(x for p in patterns for x in (p, None))]
+    if _lines_match(patterns, got):
+        return
+    import difflib
+
+    diff = "\n".join(difflib.unified_diff(wanted, got, "shown", "printed", lineterm="", n=2))
+    raise AssertionError(f"{where}: what is printed is not what is shown:\n{diff}\n--- printed:\n{actual}")
+
+
+def _lines_match(patterns: list, got: list[str]) -> bool:
+    """Whether the printed lines match the shown ones (None: a `...` line, any lines)."""
+    import functools
+
+    @functools.cache
+    def match(i: int, j: int) -> bool:
+        if i == len(patterns):
+            return j == len(got)
+        if patterns[i] is None:
+            return match(i + 1, j) or (j < len(got) and match(i, j + 1))
+        return j < len(got) and bool(patterns[i].match(got[j])) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+# Where every mismatch is written, and the run goes on, when PYQUEUE_DOCS_MISMATCHES names a file
+# (to list every drifted output of every page in one run; unset, the first mismatch fails the test).
+MISMATCHES = os.environ.get("PYQUEUE_DOCS_MISMATCHES")
+
+
+def compare(expected: str, actual: str, where: str, revision: str, dialect: str) -> None:
+    try:
+        expect_output(expected, actual, where, revision)
+    except AssertionError as exc:
+        if not MISMATCHES:
+            raise
+        with open(MISMATCHES, "a", encoding="utf-8") as report:
+            report.write(f"## [{dialect}] {exc}\n\n")
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -216,9 +278,15 @@ class Session:
             "sh": self.run_sh,
             "console": self.run_console,
         }[block.language]
-        printed = runner(block)
-        if block.output is not None:
-            expect_output(block.output, printed, f"{block.path.name}:{block.output_line}", self.revision)
+        printed, shown = runner(block), block.output
+        if block.language == "sql":  # psql's row counts, shown or not
+            printed, shown = _without_row_counts(printed), shown and _without_row_counts(shown)
+        if shown is not None:
+            where = f"{block.path.name}:{block.output_line}"
+            compare(shown, printed, where, self.revision, self.dialect)
+        elif STRICT and block.output_not_shown is None and block.language != "console":
+            where = f"{block.path.name}:{block.line} (a block that shows no output prints nothing)"
+            compare("", printed, where, self.revision, self.dialect)
 
     # sql ---------------------------------------------------------------------------------------
 
@@ -398,11 +466,14 @@ class Session:
         parts = re.split(r"^@@(\d+)@@\n", printed, flags=re.M)
         outputs = {int(parts[k]): parts[k + 1] for k in range(1, len(parts), 2)}
         for n, (command, shown) in enumerate(commands):
-            if any(s.strip() for s in shown):
-                expect_output(
-                    "\n".join(shown), outputs.get(n, ""), f"{block.where} `{command}`", self.revision
-                )
+            if block.output_not_shown is None:
+                where = f"{block.where} `{command}`"
+                compare("\n".join(shown), outputs.get(n, ""), where, self.revision, self.dialect)
         return printed
+
+
+def _without_row_counts(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not ROW_COUNT.match(line.strip()))
 
 
 def statements(text: str) -> list[str]:

@@ -45,11 +45,53 @@ def test_the_runner_refuses_an_unmarked_block(tmp_path):
     assert found[2].not_run == "a reason"
 
 
-def test_output_comparison_can_fail():
-    doc.expect_output("a ... c\nd", "x\na b c\nd\n", "here", "r")
+@pytest.mark.parametrize("strict", [False, True])
+def test_output_comparison_can_fail(strict):
+    doc.expect_output("...\na ... c\nd", "x\na b c\n\nd\n", "here", "r", strict)
     with pytest.raises(AssertionError):
-        doc.expect_output("d\na b c", "a b c\nd\n", "here", "r")
-    doc.expect_output("(none) -> 0001_baseline", "(none) -> 0042_x\n", "here", "0042_x")
+        doc.expect_output("d\na b c", "a b c\nd\n", "here", "r", strict)
+    doc.expect_output("(none) -> 0001_baseline", "(none) -> 0042_x\n", "here", "0042_x", strict)
+
+
+def test_every_printed_line_is_shown():
+    """A line printed and not shown fails, wherever it is, unless a `...` line stands for it; a
+    block that shows nothing must print nothing."""
+    for shown, printed in [
+        ("(none) -> r", "(none) -> r\nrevision: r (head)\n"),
+        ("b", "a\nb\n"),
+        ("a\nc", "a\nb\nc\n"),
+        ("", "created orders.dead\n"),
+        ("a\n...", ""),
+    ]:
+        with pytest.raises(AssertionError, match="not what is shown"):
+            doc.expect_output(shown, printed, "here", "r", strict=True)
+    doc.expect_output("a\n...", "a\nb\nc\n", "here", "r", strict=True)
+    doc.expect_output("a\n...\nc", "a\nc\n", "here", "r", strict=True)
+    doc.expect_output("", "\n  \n", "here", "r", strict=True)
+
+
+def test_a_block_without_output_must_print_nothing(tmp_path, monkeypatch):
+    """Run by the runner itself: a console command and a python block that show no output fail
+    when they print, and pass once they say that their output is not shown."""
+    monkeypatch.setattr(doc, "MISMATCHES", None)
+    monkeypatch.setattr(doc, "STRICT", True)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```console\n$ echo hello\n```\n\n```python\nprint('hello')\n```\n\n"
+        "<!-- output not shown: a greeting -->\n```console\n$ echo hello\n```\n\n"
+        "```console\n$ echo hello\n...\n```\n\n"
+        "<!-- output not shown: a greeting -->\n```python\nprint('hello')\n```\n"
+    )
+    found = doc.blocks(page)
+    session = doc.Session("postgresql", "postgresql://nowhere/x", workdir=tmp_path)
+    try:
+        for block in found[:2]:
+            with pytest.raises(AssertionError, match="not what is shown"):
+                session.run(block)
+        for block in found[2:]:
+            session.run(block)
+    finally:
+        session.close()
 
 
 def test_sql_statements_split_at_semicolons():
