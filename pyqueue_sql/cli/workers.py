@@ -125,17 +125,33 @@ class _JsonLogFormatter:
         return json.dumps(entry, default=str)
 
 
+# Control characters (a newline, a carriage return, an escape sequence...) of a key, a kind or an
+# error text, shown escaped in a text log line, so that they cannot end the line and forge another.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+
+
+def _one_line(text: str) -> str:
+    return text.translate(_ESCAPES)
+
+
 class _TextLogFormatter:
-    """time level message key=value...; extras whose value the message already shows are left out."""
+    """time level message key=value...; extras whose value the message already shows are left out.
+    Control characters of the message and the values are escaped (\\n, \\x1b...): one record is
+    one line (its traceback, if any, follows on lines of its own)."""
 
     _STANDARD = _JsonLogFormatter._STANDARD
 
     def format(self, record: Any) -> str:
-        message = record.getMessage()
+        raw_message = record.getMessage()
+        message = _one_line(raw_message)
         extra = " ".join(
-            f"{k}={v}"
+            f"{k}={_one_line(str(v))}"
             for k, v in vars(record).items()
-            if k not in self._STANDARD and not (isinstance(v, str) and v and v in message)
+            if k not in self._STANDARD and not (isinstance(v, str) and v and v in raw_message)
         )
         text = f"{dt.datetime.now().strftime('%H:%M:%S.%f')[:-3]} {record.levelname.lower():7} {message}"
         text = f"{text} {extra}".rstrip()

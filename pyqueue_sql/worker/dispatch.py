@@ -32,6 +32,7 @@ from .steps import (
     Notifications,
     Pause,
     StoppedError,
+    refused_at_start,
 )
 
 if TYPE_CHECKING:
@@ -261,6 +262,8 @@ class Dispatch:
             except StoppedError:
                 return
             except Exception as exc:
+                if refused_at_start(self, exc):
+                    raise
                 backoff = self._dispatch_failed(exc, backoff)
                 yield RECONNECT  # start again from a clean connection (LISTEN registered again)
                 if (yield Pause(backoff)):

@@ -226,6 +226,18 @@ def _retrying_error(worker: WorkerBase, role: str, exc: BaseException, delay: fl
     )
 
 
+def refused_at_start(worker: Any, exc: BaseException) -> bool:
+    """Whether a connection error ends the worker instead of being retried: the server refused the
+    login or the database does not exist (trying again does not mend those) before the worker ever
+    connected. Once it has connected, every connection error is retried (a server that goes away
+    and comes back, a password rotated meanwhile)."""
+    return (
+        isinstance(exc, errors.ConnectionFailedError)
+        and not exc.retryable
+        and not getattr(worker, "_connected", True)
+    )
+
+
 def call_steps(conn: Any, fn: Callable[[Any], Any], give_up: Any):
     """One database call on a worker's connection (threaded or asyncio), reconnecting and
     retrying on connection loss with a growing back-off (a transaction conflict the client's own
@@ -238,11 +250,14 @@ def call_steps(conn: Any, fn: Callable[[Any], Any], give_up: Any):
         try:
             if conn.db is None:
                 conn.db = yield CONNECT
+                worker._connected = True
                 if conn.on_connect is not None:
                     yield OnConnect(conn.db)
             worker.stats.db_calls += 1
             return (yield Invoke(fn, conn.db))
         except retried as exc:
+            if refused_at_start(worker, exc):
+                raise
             if not isinstance(exc, errors.SerializationError):
                 yield CLOSE
             _retrying_error(worker, conn.role, exc, delay)
