@@ -235,6 +235,21 @@ def _from_json(data: Any, hint: Any) -> Any:
     return data
 
 
+_AS_IS = (str, int, bool)
+
+
+def _decoder(hint: Any) -> Callable[[Any], Any] | None:
+    """How a JSON value is rebuilt for this annotation; None when it is used as it is."""
+    if hint is Any or hint is inspect.Parameter.empty or hint is object or hint in _AS_IS:
+        return None
+    if isinstance(hint, (str, TypeVar)):
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (list, dict) and all(a in _AS_IS or a is Any for a in typing.get_args(hint)):
+        return None
+    return lambda data: _from_json(data, hint)
+
+
 def _type_hints(obj: Any) -> dict[str, Any]:
     try:
         return typing.get_type_hints(obj, include_extras=True)
@@ -296,6 +311,8 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         self._hints: dict[str, Any] | None = None
+        self._decoding: tuple[dict[str, Callable[[Any], Any] | None], frozenset[str], bool] | None = None
+        self._var_kw_decoder: Callable[[Any], Any] | None = None
         self.__name__ = getattr(fn, "__name__", kind)
         self.__doc__ = getattr(fn, "__doc__", None)
         for p in self.signature.parameters.values():
@@ -400,37 +417,60 @@ class Task(Generic[P, R]):
             )
         return data
 
+    def _decoders(self) -> tuple[dict[str, Callable[[Any], Any] | None], frozenset[str], bool]:
+        """Per parameter name, how its JSON value is rebuilt (None: as it is); the required names;
+        whether unknown names go to a **kwargs. Made once per task: the worker's per-message path."""
+        if self._decoding is None:
+            decoders: dict[str, Callable[[Any], Any] | None] = {}
+            required = set()
+            var_kw = False
+            for p in self.signature.parameters.values():
+                if p.kind is p.VAR_KEYWORD:
+                    var_kw = True
+                    continue
+                decoders[p.name] = _decoder(self.hints.get(p.name, Any))
+                if p.default is p.empty:
+                    required.add(p.name)
+            self._var_kw_decoder = next(
+                (
+                    _decoder(self._var_keyword_hint(p))
+                    for p in self.signature.parameters.values()
+                    if p.kind is p.VAR_KEYWORD
+                ),
+                None,
+            )
+            self._decoding = (decoders, frozenset(required), var_kw)
+        return self._decoding
+
     def arguments(self, payload: Any) -> dict[str, Any]:
         """The keyword arguments of the function for a message's payload (what defer wrote, or any
         JSON object by name): each value rebuilt by its parameter's annotation."""
-        if not isinstance(payload, dict):
+        if type(payload) is not dict:
             raise TypeError(
                 f"task {self.kind!r}: the payload must be a JSON object of its arguments by name, "
                 f"not {_type_name(payload)}"
             )
-        params = self.signature.parameters
-        var_kw = next((p for p in params.values() if p.kind is p.VAR_KEYWORD), None)
+        decoders, required, var_kw = self._decoders()
         kwargs: dict[str, Any] = {}
         for name, data in payload.items():
-            param = params.get(name)
-            if param is None and var_kw is None:
-                raise TypeError(f"task {self.kind!r}: the payload has an unknown argument {name!r}")
-            if param is None:
-                assert var_kw is not None
-                hint = self._var_keyword_hint(var_kw)
-            else:
-                hint = self.hints.get(name, Any)
             try:
-                kwargs[name] = _from_json(data, hint)
+                decode = decoders[name]
+            except KeyError:
+                if not var_kw:
+                    raise TypeError(
+                        f"task {self.kind!r}: the payload has an unknown argument {name!r}"
+                    ) from None
+                decode = self._var_kw_decoder
+            if decode is None or data is None:
+                kwargs[name] = data
+                continue
+            try:
+                kwargs[name] = decode(data)
             except Exception as exc:
-                raise TypeError(
-                    f"task {self.kind!r}: argument {name!r} of the payload is not a {getattr(hint, '__name__', hint)}: "
-                    f"{exc}"
-                ) from None
-        try:
-            self.signature.bind(**kwargs)
-        except TypeError as exc:
-            raise TypeError(f"task {self.kind!r}: the payload {exc}") from None
+                raise TypeError(f"task {self.kind!r}: argument {name!r} of the payload: {exc}") from None
+        if not required.issubset(kwargs):
+            missing = sorted(required - kwargs.keys())
+            raise TypeError(f"task {self.kind!r}: the payload has no argument {missing[0]!r}")
         return kwargs
 
     # -- enqueueing --------------------------------------------------------------------
@@ -694,6 +734,19 @@ class App:
 
             run_async.__qualname__ = f"task {t.kind}"
             return run_async
+
+        if not sync_mws:
+            arguments = t.arguments
+
+            def run_plain(job: Job) -> Any:
+                token = _current_job.set(job)
+                try:
+                    return fn(**arguments(job.payload))
+                finally:
+                    _current_job.reset(token)
+
+            run_plain.__qualname__ = f"task {t.kind}"
+            return run_plain
 
         def run(job: Job) -> Any:
             token = _current_job.set(job)
