@@ -246,7 +246,17 @@ def test_async_tasks_defer_async_and_run_pending_async(app):
     assert report.succeeded == 3 and sorted(seen) == [0, 1, 2]
 
 
-def test_the_cli_worker_serves_an_apps_tasks(dsn, db, tmp_path):
+def _push_from_sql(db, raw, queue, key, kind, payload: dict) -> None:
+    """queue_push as psql or mysql would call it, with the JSON text."""
+    text = json.dumps(payload)
+    if db.dialect.name == "postgresql":
+        raw("SELECT queue_push(%s, %s, %s, %s::jsonb)", (queue, key, kind, text))
+    else:
+        raw("CALL queue_push(%s, %s, %s, %s, NULL, NULL)", (queue, key, kind, text))
+    db.connection.commit()
+
+
+def test_the_cli_worker_serves_an_apps_tasks(dsn, db, raw, tmp_path):
     q = _queue_name()
     db.queue(q).create()
     env = {
@@ -270,7 +280,7 @@ def test_the_cli_worker_serves_an_apps_tasks(dsn, db, tmp_path):
         app_module.Address("Oslo", "0150"),
         {"x"},
     )
-    db.queue(q).push("from-sql", "greet", {"to": "sql@example.com"})
+    _push_from_sql(db, raw, q, "from-sql", "greet", {"to": "sql@example.com"})
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -328,6 +338,29 @@ def _run_cli_worker(args, env, record: Path, lines_wanted: int, timeout: float =
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     return proc.returncode, lines, err.decode()
+
+
+def test_the_cli_worker_serves_an_app_of_async_tasks_on_asyncio(dsn, db, raw, tmp_path):
+    q = _queue_name()
+    db.queue(q).create()
+    os.environ["PYQUEUE_TEST_QUEUE"] = q
+    try:
+        import importlib
+
+        app_module = importlib.reload(sample_app)
+    finally:
+        del os.environ["PYQUEUE_TEST_QUEUE"]
+    app_module.greet_async.using(db).defer("py@example.com")
+    _push_from_sql(db, raw, q, "from-sql", "greet_async", {"to": "sql@example.com"})
+    code, lines, err = _run_cli_worker(
+        ["tests.tasks.sample_app:async_app", "--dsn", dsn, "--log-format", "json"],
+        {"PYQUEUE_TEST_QUEUE": q},
+        tmp_path / "record",
+        2,
+    )
+    assert sorted(lines) == ["greet_async py@example.com", "greet_async sql@example.com"], err
+    assert '"runtime": "asyncio"' in err
+    assert code == 0, err
 
 
 def test_the_cli_worker_runs_a_worker_object_with_several_handlers(dsn, db, tmp_path):
