@@ -264,3 +264,16 @@ def test_async_middleware_wraps_async_tasks(app):
     work.defer()
     assert app.run_pending().succeeded == 1
     assert calls == ["before", "work", "after"]
+
+
+def test_give_up_on_the_last_allowed_delivery_keeps_its_error_in_the_dead_letter(app, db):
+    @app.task
+    def hopeless() -> None:
+        raise GiveUp("the account is closed")
+
+    dlq = db.queue(app.default_queue + ".dead").create()
+    app.create_queues(max_attempts=1, dead_letter_queue=dlq.name)
+    hopeless.configure(key="g").defer()
+    report = app.run_pending()
+    assert [(j.outcome, j.attempts) for j in report.jobs] == [("dead_lettered", 1)]
+    assert dlq.message("g", "hopeless").last_error == "GiveUp: the account is closed"
