@@ -123,9 +123,10 @@ def run_mysql(dsn: str, script: str) -> str:
             for statement in split(script):
                 cur.execute(statement)
                 while True:
-                    if cur.description:
+                    rows = cur.fetchall() if cur.description else ()
+                    if rows:  # the mariadb client prints no table for an empty result
                         names = [d[0] for d in cur.description]
-                        out.append(mysql_table(names, [[_text(v) for v in row] for row in cur.fetchall()]))
+                        out.append(mysql_table(names, [[_text(v) for v in row] for row in rows]))
                     if not cur.nextset():
                         break
     finally:
