@@ -18,6 +18,7 @@ CONSUMER = (
     "queue_pop",
     "queue_commit",
     "queue_rollback",
+    "queue_snooze",
     "queue_fail",
     "queue_extend",
     "queue_commit_reserve",
@@ -52,6 +53,9 @@ ADMIN = (
     "queue_resume",
     "queue_remove",
     "queue_reset_setting",
+    "queue_set_max_reservation",
+    "queue_set_max_payload",
+    "queue_release",
     "queue_set_notify_window",
     "queue_set_limit",
     "queue_schedule_every",
@@ -78,14 +82,14 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
 # One line per capability, for `pyqueue-sql grant --help` (same order as CAPABILITIES).
 DESCRIPTIONS: dict[str, str] = {
     "producer": "push, push_batch, push_replace, push_grouped, push_batch_grouped, publish, publish_batch",
-    "consumer": "reserve, pop, commit, rollback, fail, extend, the fast paths, wakeups, its own worker "
+    "consumer": "reserve, pop, commit, rollback, snooze, fail, extend, the fast paths, wakeups, its own worker "
     "registration, releasing dead workers (no push, no move)",
     "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
     "(give it with --consumer)",
     "monitor": "stats, limits, workers, schedules, dead letters, settings, message, message history, "
     "messages (browse by state), throughput, bindings, groups",
-    "admin": "create, drop, pause, resume, remove, reset a setting, limits, schedules, history, redrive, "
-    "replay, bind, unbind; plus monitor",
+    "admin": "create, drop, pause, resume, remove, release reservations, reset a setting, max reservation, "
+    "max payload, limits, schedules, history, redrive, replay, bind, unbind; plus monitor",
     "ingest": "INSERT (and SELECT, for Spark) on queue_ingest, queue_ingest_flush",
 }
 

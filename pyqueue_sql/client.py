@@ -481,7 +481,7 @@ class DatabaseCalls:
             kind=text_value(kind, "kind"),
             payload=encode_json(payload),
             run_at=d.time(run_at, "run_at"),
-            priority=whole_number(priority, "priority"),
+            priority=priority_value(priority),
         )
         return int(rows[0][0])
 
@@ -506,7 +506,7 @@ class DatabaseCalls:
                     text_value(m.kind, "kind"),
                     m.payload,
                     d.time(m.run_at, "run_at"),
-                    whole_number(m.priority, "priority"),
+                    priority_value(m.priority),
                 )
             )
         if not items:
@@ -684,6 +684,25 @@ def _registration(registration: Any) -> WorkerRegistration:
     return registration
 
 
+INT_MIN, INT_MAX = -2147483648, 2147483647
+MAX_PAYLOAD_LIMIT = 268435456  # the largest max_payload a queue may have (256 MiB)
+
+
+def whole_number_within(value: Any, what: str, low: int, high: int) -> int | None:
+    """whole_number, refused outside [low, high] with the words the MySQL/MariaDB routines use,
+    so that a number out of range gives one message on both dialects (PostgreSQL would answer
+    "integer out of range" from its cast, before the routine runs)."""
+    checked = whole_number(value, what)
+    if checked is not None and not low <= checked <= high:
+        raise errors.InvalidArgumentError(f"{what} must be a whole number from {low} to {high}")
+    return checked
+
+
+def priority_value(value: Any) -> int | None:
+    """A message's priority: a whole number in the range of a 32-bit integer (None = 0)."""
+    return whole_number_within(value, "priority", INT_MIN, INT_MAX)
+
+
 def _settings(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueSettings:
     queue, visibility, max_attempts, dlq, retention, paused, window, *caps = row
     max_reservation, max_payload = caps if caps else (None, None)
@@ -802,8 +821,32 @@ class QueueCalls:
     @sans_io
     def reset_setting(self, name: str) -> None:
         """Puts one setting back to its default: 'visibility_timeout' (30 s), 'max_attempts' (10),
-        'dead_letter_queue' (none) or 'history_retention' (none: no history kept)."""
+        'dead_letter_queue' (none), 'history_retention' (none: no history kept),
+        'max_reservation' (12 hours) or 'max_payload' (1048576 bytes)."""
         yield _call("reset_setting", queue=self.name, setting=text_value(name, "setting"))
+
+    @sans_io
+    def set_max_reservation(self, max_reservation: Duration = None) -> None:
+        """The longest reservation timeout a consumer may ask for (reserve, commit_reserve,
+        extend; longer is refused with InvalidArgumentError). None = the default, 12 hours; not
+        below the queue's visibility_timeout."""
+        d = self.db.dialect
+        yield _call(
+            "set_max_reservation",
+            queue=self.name,
+            max_reservation=d.duration(max_reservation, "max_reservation"),
+        )
+
+    @sans_io
+    def set_max_payload(self, max_payload: int | None = None) -> None:
+        """The largest payload, in bytes of its JSON text, a push may write into the queue
+        (larger is refused with InvalidPayloadError). None = the default, 1048576 (1 MiB);
+        1 to 268435456."""
+        yield _call(
+            "set_max_payload",
+            queue=self.name,
+            max_payload=whole_number_within(max_payload, "max_payload", 1, MAX_PAYLOAD_LIMIT),
+        )
 
     @sans_io
     def settings(self) -> QueueSettings:
@@ -848,7 +891,7 @@ class QueueCalls:
             kind=text_value(kind, "kind"),
             payload=encode_json(payload),
             run_at=d.time(run_at, "run_at"),
-            priority=whole_number(priority, "priority"),
+            priority=priority_value(priority),
         )
         if group is None:
             rows = yield _call("push", **params)
@@ -884,7 +927,7 @@ class QueueCalls:
                     text_value(m.kind, "kind"),
                     m.payload,
                     d.time(m.run_at, "run_at"),
-                    whole_number(m.priority, "priority"),
+                    priority_value(m.priority),
                 )
             )
             groups.append(text_value(m.group, "group"))
@@ -1015,6 +1058,30 @@ class QueueCalls:
         """Gives the message back (eligible after delay), or dead-letters it after max_attempts."""
         d = self.db.dialect
         return bool((yield _call("rollback", **self._held(r), delay=d.duration(delay, "delay")))[0][0])
+
+    @sans_io
+    def snooze(self, r: Reservation, delay: Duration = None) -> bool:
+        """Gives the message back, eligible after delay, without using up an attempt (this
+        delivery does not count toward max_attempts, so a snooze never dead-letters); its last
+        error is kept. False if the reservation no longer holds."""
+        d = self.db.dialect
+        return bool((yield _call("snooze", **self._held(r), delay=d.duration(delay, "delay")))[0][0])
+
+    @sans_io
+    def release(self, worker: str | None = None) -> int:
+        """Hands back every message of the queue reserved now (by ``worker``, the name the
+        reservations were made with, when given): each is ready at once, its reservation no
+        longer holds, nothing is deleted and its attempts stay. Returns how many. An admin's way
+        out of reservations held too long."""
+        return int(
+            (
+                yield _call(
+                    "release",
+                    queue=self.name,
+                    worker=None if worker is None else text_value(worker, "worker"),
+                )
+            )[0][0]
+        )
 
     @sans_io
     def fail(self, r: Reservation, error: Any = None, delay: Duration = None) -> str | None:
@@ -1168,7 +1235,7 @@ class QueueCalls:
             kind=text_value(kind, "kind"),
             payload=encode_json(payload),
             run_at=d.time(run_at, "run_at"),
-            priority=whole_number(priority, "priority"),
+            priority=priority_value(priority),
         )
         return str(rows[0][0])
 

@@ -10,7 +10,7 @@ routines of its capabilities and no privilege on any table:
     producer  pushes (push, push_batch, push_replace, and into FIFO groups: push_grouped,
               push_batch_grouped) and publishes to topics (publish, publish_batch: into every
               queue bound to a matching pattern); cannot reserve, pop or commit
-    consumer  takes and finishes work: reserve, pop, commit, rollback, fail, extend,
+    consumer  takes and finishes work: reserve, pop, commit, rollback, snooze, fail, extend,
               commit_reserve, commit_batch, the wakeup routines, the worker registry
               (a worker touches only its own registration: heartbeat and deregister
               need the secret register returned), releasing dead workers' messages;
@@ -25,6 +25,7 @@ routines of its capabilities and no privilege on any table:
     monitor   reads: stats, limits, workers, schedules, dead letters, settings, one
               message and its history, browsing and throughput, topic bindings, FIFO groups
     admin     manages queues: create, drop, pause, resume, remove, reset a setting,
+              max reservation, max payload, releasing reservations (queue_release),
               limits, schedules, history, redrive, replay, notify window, releasing
               dead workers, binding topic patterns to queues (bind, unbind); plus monitor
     ingest    bulk enqueue through the queue_ingest table (INSERT; and SELECT, which
@@ -107,6 +108,7 @@ _PG_SIGNATURES: dict[str, str] = {  # {t}: the token's type
     "queue_commit": "text, text, text, {t}",
     "queue_rollback": "text, text, text, {t}, interval",
     "queue_fail": "text, text, text, {t}, interval, text",
+    "queue_snooze": "text, text, text, {t}, interval",
     "queue_extend": "text, text, text, {t}, interval",
     "queue_move": "text, text, text, {t}, text, jsonb",
     "queue_commit_reserve": "text, text, text, {t}, text, interval, integer, text[]",

@@ -17,8 +17,14 @@ SELECT queue_reset_setting(%(queue)s, %(setting)s)
 
 -- name: settings
 SELECT queue, visibility_timeout, max_attempts, dead_letter_queue, history_retention, paused,
-       notify_window
+       notify_window, max_reservation, max_payload
   FROM queue_settings(%(queue)s)
+
+-- name: set_max_reservation
+SELECT queue_set_max_reservation(%(queue)s, %(max_reservation)s::interval)
+
+-- name: set_max_payload
+SELECT queue_set_max_payload(%(queue)s, %(max_payload)s::integer)
 
 -- name: drop
 SELECT queue_drop(%(queue)s)
@@ -108,6 +114,12 @@ SELECT queue_rollback(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(delay)s::
 
 -- name: fail
 SELECT queue_fail(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(delay)s::interval, %(error)s)
+
+-- name: snooze
+SELECT queue_snooze(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(delay)s::interval)
+
+-- name: release
+SELECT queue_release(%(queue)s, %(worker)s)
 
 -- name: extend
 SELECT queue_extend(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(timeout)s::interval)

@@ -117,13 +117,25 @@ $$;
 
 -- Installs of earlier versions took the token as anycompatible (see "Tokens"
 -- at the top): those signatures are dropped, so that an upgrade leaves none.
-DROP FUNCTION IF EXISTS queue_commit(text, text, text, anycompatible);
-DROP FUNCTION IF EXISTS queue_rollback(text, text, text, anycompatible, interval);
-DROP FUNCTION IF EXISTS queue_fail(text, text, text, anycompatible, interval, text);
-DROP FUNCTION IF EXISTS queue_extend(text, text, text, anycompatible, interval);
-DROP FUNCTION IF EXISTS queue_move(text, text, text, anycompatible, text, jsonb);
-DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, anycompatible, text, interval, integer, text[]);
-DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], anycompatible);
+DO $$
+DECLARE
+    v_old regprocedure;
+BEGIN
+    FOREACH v_old IN ARRAY ARRAY[
+        pg_catalog.to_regprocedure('queue_commit(text, text, text, anycompatible)'),
+        pg_catalog.to_regprocedure('queue_rollback(text, text, text, anycompatible, interval)'),
+        pg_catalog.to_regprocedure('queue_fail(text, text, text, anycompatible, interval, text)'),
+        pg_catalog.to_regprocedure('queue_extend(text, text, text, anycompatible, interval)'),
+        pg_catalog.to_regprocedure('queue_move(text, text, text, anycompatible, text, jsonb)'),
+        pg_catalog.to_regprocedure('queue_commit_reserve(text, text, text, anycompatible, text, interval, integer, text[])'),
+        pg_catalog.to_regprocedure('queue_commit_batch(text, text[], text[], anycompatible)')]
+    LOOP
+        IF v_old IS NOT NULL THEN  -- only those that exist: DROP ... IF EXISTS would print a notice for each other
+            EXECUTE pg_catalog.format('DROP FUNCTION %s', v_old);
+        END IF;
+    END LOOP;
+END
+$$;
 
 
 -- ==== helpers ====
@@ -302,7 +314,8 @@ $$;
 -- one-dimensional arrays of one length, which run_ats and priorities have
 -- too unless they are NULL, and every element is valid: p_key and p_kind
 -- names, a payload, a finite run_at and, with in_extra_groups, a group
--- that is NULL or a name. Returns the batch's length. One pass over the
+-- that is NULL or a name; and no p_key is a schedule's occurrence key
+-- (pyqueue__occurrence_key). Returns the batch's length. One pass over the
 -- arrays (unnest, never arr[i]: subscripting an array of variable-width
 -- elements walks it from the start, quadratic in n). Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_batch(
@@ -355,11 +368,90 @@ BEGIN
             v_bad, CASE WHEN in_extra_groups THEN 'an empty, too long or space-ended group, ' ELSE '' END
             USING ERRCODE = '22023';
     END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS u (k) WHERE pyqueue__occurrence_key(u.k)) THEN
+        PERFORM pyqueue__refuse_occurrence_key();
+    END IF;
     RETURN v_n;
 END;
 $$;
 
+-- pyqueue__occurrence_key: true when a p_key has the form of a schedule's
+-- occurrence key, <key>@YYYY-MM-DDTHH:MM:SSZ (pyqueue__schedule_key). Only
+-- the schedule routines write such keys: the producer routines refuse them,
+-- so that a producer cannot create, replace or preempt an occurrence. One
+-- LIKE, inlined into the expression that calls it. Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__occurrence_key(in_key text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT in_key LIKE '%@____-__-__T__:__:__Z' $$;
+
+-- pyqueue__refuse_occurrence_key: raises invalid_argument for a p_key of a
+-- schedule's occurrence (called once a producer routine has found one).
+CREATE OR REPLACE FUNCTION pyqueue__refuse_occurrence_key()
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'pyqueue:invalid_argument: p_key ending in @<UTC time> is reserved for schedules'
+        USING ERRCODE = '22023';
+END;
+$$;
+
+-- pyqueue__refuse_payload: raises invalid_payload for a payload of in_bytes
+-- bytes over a queue's max_payload of in_max bytes. The size of a payload is
+-- the length in bytes of its JSON text as PostgreSQL writes it out
+-- (pg_catalog.octet_length(payload::text)): what a consumer reads, and the
+-- measure MySQL takes (LENGTH of the stored JSON text). Not the stored size
+-- (pg_column_size): a number such as 1e131071 takes a few bytes stored and
+-- 131072 digits as text.
+CREATE OR REPLACE FUNCTION pyqueue__refuse_payload(in_bytes integer, in_max integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'pyqueue:invalid_payload: payload is % bytes, more than the queue''s max_payload of % bytes',
+                    in_bytes, in_max
+        USING ERRCODE = '22023';
+END;
+$$;
+
+-- pyqueue__check_payloads: raises for the first element of in_payloads whose
+-- JSON text is longer than in_max bytes (see pyqueue__refuse_payload); the
+-- batch push routines, before they write anything. Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_payloads(in_payloads jsonb[], in_max integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_bytes integer;
+BEGIN
+    SELECT s.bytes INTO v_bytes
+      FROM (SELECT pg_catalog.octet_length(u.pl::text) AS bytes, u.ord
+              FROM pg_catalog.unnest(in_payloads) WITH ORDINALITY AS u (pl, ord)) AS s
+     WHERE s.bytes > in_max
+     ORDER BY s.ord
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM pyqueue__refuse_payload(v_bytes, in_max);
+    END IF;
+END;
+$$;
+
 -- ---- for consume ----
+
+-- pyqueue__refuse_reservation: raises invalid_argument for a reservation
+-- timeout above the queue's max_reservation (in_max): every reserve path
+-- and queue_extend compare the caller's timeout with the queue row they read
+-- anyway, and call this only to refuse.
+CREATE OR REPLACE FUNCTION pyqueue__refuse_reservation(in_max interval)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'pyqueue:invalid_argument: timeout is longer than the queue''s max_reservation (%)', in_max
+        USING ERRCODE = '22023';
+END;
+$$;
 
 -- pyqueue__check_kinds: raises unless a kinds filter is NULL (any kind) or
 -- a non-empty array of kinds of at most 128 characters without NULLs.
@@ -659,7 +751,8 @@ $$;
 -- pyqueue__reserve: queue_reserve's work once its arguments are checked
 -- (queue_reserve and queue_commit_reserve): reserves up to in_n ready
 -- messages of in_queue for in_timeout (NULL = the queue's
--- visibility_timeout). One locking read (pyqueue__ready_tids) and one
+-- visibility_timeout; refused above the queue's max_reservation). One
+-- locking read (pyqueue__ready_tids) and one
 -- UPDATE of the locked rows by ctid; a locked row that already had
 -- max_attempts deliveries (its last reservation expired) is dead-lettered
 -- instead, and the read runs again for the places it leaves. Rows in
@@ -681,6 +774,9 @@ DECLARE
     v_dead  record;
     v_first boolean := true;
 BEGIN
+    IF in_timeout > in_queue.max_reservation THEN
+        PERFORM pyqueue__refuse_reservation(in_queue.max_reservation);
+    END IF;
     IF in_queue.paused THEN
         RETURN;
     END IF;
@@ -1259,6 +1355,32 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__push_occurrence: pushes a schedule's occurrence (its key from
+-- pyqueue__schedule_key, run at in_at), as queue_push would, which refuses
+-- such keys to producers: only the schedule routines write occurrences.
+-- Dedup as queue_push. Locks: the queue's shared lock (pyqueue__queue), the
+-- unique-index entry of the new row.
+CREATE OR REPLACE FUNCTION pyqueue__push_occurrence(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                                    in_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    PERFORM pyqueue__ready_from_lower(in_queue, in_at, v_now);
+    INSERT INTO pyqueue_message
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, 0, in_at, in_at, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+    IF FOUND AND in_at <= v_now THEN
+        PERFORM pyqueue__notify(in_queue);
+    END IF;
+END;
+$$;
+
 -- pyqueue__schedule_next: called by queue_commit after it deleted a message.
 -- When the message was the pending occurrence of a schedule (key = p_key @
 -- next_at), advances next_at past now and pushes that occurrence, in the
@@ -1286,8 +1408,8 @@ BEGIN
     v_next := pyqueue__schedule_after(v_sched.every_s, v_sched.cron::text, greatest(v_sched.next_at, pg_catalog.clock_timestamp()));
     UPDATE pyqueue_schedule SET next_at = v_next
      WHERE queue_name::text = in_queue AND p_key::text = v_sched.p_key::text AND p_kind::text = in_kind;
-    PERFORM queue_push(in_queue, pyqueue__schedule_key(v_sched.p_key::text, v_next), in_kind, v_sched.payload, v_next,
-                       NULL::integer);
+    PERFORM pyqueue__push_occurrence(in_queue, pyqueue__schedule_key(v_sched.p_key::text, v_next), in_kind,
+                                     v_sched.payload, v_next);
 END;
 $$;
 
@@ -1327,7 +1449,7 @@ BEGIN
     ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
        SET payload = EXCLUDED.payload, every_s = EXCLUDED.every_s, cron = EXCLUDED.cron,
            next_at = EXCLUDED.next_at;
-    PERFORM queue_push(in_queue, pyqueue__schedule_key(in_key, v_next), in_kind, in_payload, v_next, NULL::integer);
+    PERFORM pyqueue__push_occurrence(in_queue, pyqueue__schedule_key(in_key, v_next), in_kind, in_payload, v_next);
     RETURN v_next;
 END;
 $$;
@@ -1374,6 +1496,8 @@ DECLARE
     v_added  bigint;
     v_queue  text;
     v_earliest timestamptz;
+    v_bytes  integer;
+    v_maxp   integer;
 BEGIN
     PERFORM 1 FROM pyqueue_queue q
      WHERE q.queue_name::text IN (SELECT DISTINCT r.queue_name FROM pyqueue_new r)
@@ -1387,6 +1511,7 @@ BEGIN
                         WHEN r.p_key IS NULL OR r.p_key::text = '' THEN 'p_key must not be NULL or empty'
                         WHEN pg_catalog.length(r.p_key) > 255 THEN 'p_key is longer than 255 characters'
                         WHEN pg_catalog.right(r.p_key, 1) = ' ' THEN 'p_key must not end with a space'
+                        WHEN r.p_key::text LIKE '%@____-__-__T__:__:__Z' THEN 'p_key ending in @<UTC time> is reserved for schedules'
                         WHEN r.p_kind IS NULL OR r.p_kind::text = '' THEN 'p_kind must not be NULL or empty'
                         WHEN pg_catalog.length(r.p_kind) > 128 THEN 'p_kind is longer than 128 characters'
                         WHEN pg_catalog.right(r.p_kind, 1) = ' ' THEN 'p_kind must not end with a space'
@@ -1423,6 +1548,18 @@ BEGIN
         END LOOP;
         RAISE;
     END;
+    SELECT r.p_key, s.bytes, q.max_payload INTO v_key, v_bytes, v_maxp
+      FROM pyqueue_new r
+      JOIN pyqueue_queue q ON q.queue_name::text = r.queue_name::text
+     CROSS JOIN LATERAL (SELECT pg_catalog.octet_length(r.payload::jsonb::text) AS bytes) AS s
+     WHERE s.bytes > q.max_payload
+     ORDER BY r.ingest_id
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: queue_ingest row with p_key %: payload is % bytes, more than the queue''s max_payload of % bytes',
+                        coalesce(pg_catalog.quote_literal(v_key), 'NULL'), v_bytes, v_maxp
+            USING ERRCODE = '22023';
+    END IF;
     WITH ins AS (
         INSERT INTO pyqueue_message
                (queue_name, p_key, p_kind, payload, priority, scheduled_at,
@@ -1648,7 +1785,9 @@ $$;
 -- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts,
 -- no dead-letter queue, no history) or changes the settings given (not NULL)
 -- of an existing one; a NULL leaves that setting as it is (queue_reset_setting
--- sets one back to its default). Locks the queue row.
+-- sets one back to its default). A visibility_timeout above the queue's
+-- max_reservation (12 hours for a new queue; queue_set_max_reservation) is
+-- refused. Locks the queue row.
 CREATE OR REPLACE FUNCTION queue_create(
     in_queue              text,
     in_visibility_timeout interval DEFAULT NULL,
@@ -1661,6 +1800,7 @@ SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_new boolean;
+    v_max interval;
 BEGIN
     PERFORM pyqueue__check_name('queue', in_queue, 128);
     PERFORM pyqueue__check_duration('visibility_timeout', in_visibility_timeout, true);
@@ -1677,13 +1817,25 @@ BEGIN
         PERFORM pyqueue__check_name('dead_letter_queue', in_dead_letter_queue, 128);
         PERFORM pyqueue__queue(in_dead_letter_queue, true);
     END IF;
+    IF in_visibility_timeout IS NOT NULL THEN
+        SELECT q.max_reservation INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue FOR UPDATE;
+        v_max := coalesce(v_max, interval '12 hours');  -- a new queue: the default
+        IF in_visibility_timeout > v_max THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: visibility_timeout is longer than the queue''s max_reservation (%)',
+                            v_max
+                USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    -- (max_reservation: the existing row's, which the update keeps, so that
+    -- the row proposed for the insert passes the table's check as well)
     INSERT INTO pyqueue_queue AS q
-           (queue_name, visibility_timeout, max_attempts, dead_letter_queue, history_retention)
+           (queue_name, visibility_timeout, max_attempts, dead_letter_queue, history_retention, max_reservation)
     VALUES (in_queue,
             coalesce(in_visibility_timeout, interval '30 seconds'),
             coalesce(in_max_attempts, 10),
             in_dead_letter_queue,
-            in_history_retention)
+            in_history_retention,
+            coalesce(v_max, interval '12 hours'))
     ON CONFLICT (queue_name) DO UPDATE
        SET visibility_timeout = coalesce(in_visibility_timeout, q.visibility_timeout),
            max_attempts       = coalesce(in_max_attempts, q.max_attempts),
@@ -1706,17 +1858,32 @@ $$;
 
 -- queue_reset_setting: sets one setting of a queue back to its default:
 -- 'visibility_timeout' (30 s), 'max_attempts' (10), 'dead_letter_queue'
--- (none) or 'history_retention' (none, keep no history). Locks the queue row.
+-- (none), 'history_retention' (none, keep no history), 'max_reservation'
+-- (12 hours) or 'max_payload' (1048576 bytes). Refused (invalid_argument)
+-- when the default visibility_timeout would be above the queue's
+-- max_reservation, or the default max_reservation below its
+-- visibility_timeout. Locks the queue row.
 CREATE OR REPLACE FUNCTION queue_reset_setting(in_queue text, in_setting text)
 RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_queue pyqueue_queue;
 BEGIN
     PERFORM pyqueue__check_name('queue', in_queue, 128);
     IF in_setting IS NULL OR in_setting NOT IN ('visibility_timeout', 'max_attempts', 'dead_letter_queue',
-                                                'history_retention') THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention'
+                                                'history_retention', 'max_reservation', 'max_payload') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention, max_reservation, max_payload'
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_queue FROM pyqueue_queue q WHERE q.queue_name::text = in_queue FOR UPDATE;
+    IF FOUND AND in_setting = 'visibility_timeout' AND v_queue.max_reservation < interval '30 seconds' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: the default visibility_timeout (30 s) is longer than the queue''s max_reservation'
+            USING ERRCODE = '22023';
+    END IF;
+    IF FOUND AND in_setting = 'max_reservation' AND v_queue.visibility_timeout > interval '12 hours' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: the default max_reservation (12 hours) is shorter than the queue''s visibility_timeout'
             USING ERRCODE = '22023';
     END IF;
     UPDATE pyqueue_queue q
@@ -1726,7 +1893,10 @@ BEGIN
            dead_letter_queue  = CASE WHEN in_setting = 'dead_letter_queue' THEN NULL
                                      ELSE q.dead_letter_queue END,
            history_retention  = CASE WHEN in_setting = 'history_retention' THEN NULL
-                                     ELSE q.history_retention END
+                                     ELSE q.history_retention END,
+           max_reservation    = CASE WHEN in_setting = 'max_reservation' THEN interval '12 hours'
+                                     ELSE q.max_reservation END,
+           max_payload        = CASE WHEN in_setting = 'max_payload' THEN 1048576 ELSE q.max_payload END
      WHERE q.queue_name::text = in_queue;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
@@ -1736,11 +1906,25 @@ $$;
 
 -- queue_settings: the settings of a queue (every queue when NULL), by name:
 -- visibility_timeout, max_attempts, dead_letter_queue, history_retention,
--- paused and notify_window (the wakeup throttle; 50 ms unless set). Reads
--- without locks.
+-- paused, notify_window (the wakeup throttle; 50 ms unless set),
+-- max_reservation and max_payload (bytes). Reads without locks.
+-- Installs of earlier versions returned the columns up to notify_window:
+-- that function is dropped (a function cannot change its result columns in
+-- place), and with it its grants (pyqueue-sql grant gives them again).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+                WHERE p.oid = pg_catalog.to_regprocedure('queue_settings(text)')
+                  AND NOT ('max_payload' OPERATOR(pg_catalog.=) ANY (p.proargnames))) THEN
+        DROP FUNCTION queue_settings(text);
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION queue_settings(in_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, visibility_timeout interval, max_attempts integer, dead_letter_queue text,
-               history_retention interval, paused boolean, notify_window interval)
+               history_retention interval, paused boolean, notify_window interval,
+               max_reservation interval, max_payload integer)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
@@ -1750,11 +1934,64 @@ BEGIN
     END IF;
     RETURN QUERY
         SELECT q.queue_name::text, q.visibility_timeout, q.max_attempts, q.dead_letter_queue::text,
-               q.history_retention, q.paused, coalesce(n.notify_window, interval '50 milliseconds')
+               q.history_retention, q.paused, coalesce(n.notify_window, interval '50 milliseconds'),
+               q.max_reservation, q.max_payload
           FROM pyqueue_queue q
           LEFT JOIN pyqueue_notify n ON n.queue_name::text = q.queue_name::text
          WHERE in_queue IS NULL OR q.queue_name::text = in_queue
          ORDER BY q.queue_name::text;
+END;
+$$;
+
+-- queue_set_max_reservation: the longest reservation timeout a caller may ask
+-- for in the queue (queue_reserve, queue_commit_reserve, queue_extend; above
+-- it they are refused with invalid_argument); NULL = the default, 12 hours.
+-- Must be above zero, at most 100 years and not below the queue's
+-- visibility_timeout. Reservations already made keep their end. Locks the
+-- queue row.
+CREATE OR REPLACE FUNCTION queue_set_max_reservation(in_queue text, in_max_reservation interval)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_new        interval := coalesce(in_max_reservation, interval '12 hours');
+    v_visibility interval;
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    PERFORM pyqueue__check_duration('max_reservation', in_max_reservation, true);
+    SELECT q.visibility_timeout INTO v_visibility FROM pyqueue_queue q WHERE q.queue_name::text = in_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
+    END IF;
+    IF v_new < v_visibility THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: max_reservation must not be below the queue''s visibility_timeout'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pyqueue_queue SET max_reservation = v_new WHERE queue_name::text = in_queue;
+END;
+$$;
+
+-- queue_set_max_payload: the largest payload, in bytes of its JSON text, that
+-- a producer may write into the queue (push, batch, replace, grouped,
+-- publish, move with a new payload, queue_ingest); NULL = the default,
+-- 1048576 (1 MiB); 1 to 268435456 (256 MiB). Messages already in the queue
+-- stay. Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_set_max_payload(in_queue text, in_max_payload integer)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    IF in_max_payload < 1 OR in_max_payload > 268435456 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: max_payload must be a whole number from 1 to 268435456'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pyqueue_queue SET max_payload = coalesce(in_max_payload, 1048576) WHERE queue_name::text = in_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
+    END IF;
 END;
 $$;
 
@@ -1864,6 +2101,9 @@ $$;
 
 -- queue_push: inserts one message; false when a live message with the same
 -- (queue, p_key, p_kind) exists (dedup, the existing one is untouched).
+-- Refuses a p_key of a schedule's occurrence (pyqueue__occurrence_key) and
+-- a payload above the queue's max_payload (pyqueue__refuse_payload: read
+-- with the queue's row, compared with the payload's JSON text length).
 -- Takes the queue's shared lock (pyqueue__queue; blocks only queue_drop) and the
 -- unique-index entry of the new row.
 -- The common case (names plainly valid, READ COMMITTED) runs no nested
@@ -1892,26 +2132,35 @@ DECLARE
     v_window interval;  -- the queue's notify_window (NULL: no throttle row yet)
     v_last   timestamptz;
     v_new    boolean;
+    v_max    integer;   -- the queue's max_payload
+    v_bytes  integer;
 BEGIN
     IF NOT (pyqueue__bad_name(in_queue, 128) OR pyqueue__bad_name(in_key, 255) OR pyqueue__bad_name(in_kind, 128))
        AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
         -- as pyqueue__queue(in_queue, true) at READ COMMITTED: the lock, then a read that sees a drop that went first
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('pyqueue-sql queue'),
                                                         pg_catalog.hashtext(in_queue));
-        SELECT n.notify_window, n.last_notified_at INTO v_window, v_last
+        SELECT n.notify_window, n.last_notified_at, q.max_payload INTO v_window, v_last, v_max
           FROM pyqueue_queue q LEFT JOIN pyqueue_notify n ON n.queue_name::text = q.queue_name::text
          WHERE q.queue_name::text = in_queue;
         IF NOT FOUND THEN
             PERFORM pyqueue__queue(in_queue, true);  -- raises unknown_queue
         END IF;
     ELSE
-        PERFORM pyqueue__queue(in_queue, true);
+        v_max := (pyqueue__queue(in_queue, true)).max_payload;
         PERFORM pyqueue__check_name('p_key', in_key, 255);
         PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    END IF;
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- pyqueue__occurrence_key
+        PERFORM pyqueue__refuse_occurrence_key();
     END IF;
     IF in_payload IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
             USING ERRCODE = '22023';
+    END IF;
+    v_bytes := pg_catalog.octet_length(in_payload::text);
+    IF v_bytes > v_max THEN
+        PERFORM pyqueue__refuse_payload(v_bytes, v_max);
     END IF;
     IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
@@ -1964,12 +2213,14 @@ DECLARE
     v_n     integer;
     v_count integer;
     v_ids   regclass;
+    v_max   integer;  -- the queue's max_payload
 BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
+    v_max := (pyqueue__queue(in_queue, true)).max_payload;
     v_n := pyqueue__check_batch(NULL, NULL, false, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, v_now);
     IF v_n = 0 THEN
         RETURN 0;
     END IF;
+    PERFORM pyqueue__check_payloads(in_payloads, v_max);
     -- Ids are drawn in array order (FIFO within the batch), but rows are
     -- inserted in key order: two batches with overlapping keys then take
     -- their unique-index entries in the same order and cannot deadlock.
@@ -2072,13 +2323,22 @@ DECLARE
     v_now      timestamptz := pg_catalog.clock_timestamp();
     v_at       timestamptz;
     v_inserted boolean;
+    v_max      integer;  -- the queue's max_payload
+    v_bytes    integer;
 BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
+    v_max := (pyqueue__queue(in_queue, true)).max_payload;
     PERFORM pyqueue__check_name('p_key', in_key, 255);
     PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF pyqueue__occurrence_key(in_key) THEN
+        PERFORM pyqueue__refuse_occurrence_key();
+    END IF;
     IF in_payload IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
             USING ERRCODE = '22023';
+    END IF;
+    v_bytes := pg_catalog.octet_length(in_payload::text);
+    IF v_bytes > v_max THEN
+        PERFORM pyqueue__refuse_payload(v_bytes, v_max);
     END IF;
     IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
@@ -2136,14 +2396,23 @@ DECLARE
     v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now timestamptz := pg_catalog.clock_timestamp();
     v_at  timestamptz;
+    v_max   integer;  -- the queue's max_payload
+    v_bytes integer;
 BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
+    v_max := (pyqueue__queue(in_queue, true)).max_payload;
     PERFORM pyqueue__check_name('group', in_group, 255);
     PERFORM pyqueue__check_name('p_key', in_key, 255);
     PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF pyqueue__occurrence_key(in_key) THEN
+        PERFORM pyqueue__refuse_occurrence_key();
+    END IF;
     IF in_payload IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
             USING ERRCODE = '22023';
+    END IF;
+    v_bytes := pg_catalog.octet_length(in_payload::text);
+    IF v_bytes > v_max THEN
+        PERFORM pyqueue__refuse_payload(v_bytes, v_max);
     END IF;
     IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
@@ -2194,13 +2463,15 @@ DECLARE
     v_groups text[];
     v_ready  boolean;
     v_group  text;
+    v_max    integer;  -- the queue's max_payload
 BEGIN
-    PERFORM pyqueue__queue(in_queue, true);
+    v_max := (pyqueue__queue(in_queue, true)).max_payload;
     v_n := pyqueue__check_batch('groups', in_groups, true, in_keys, in_kinds, in_payloads, in_run_ats,
                                 in_priorities, v_now);
     IF v_n = 0 THEN
         RETURN 0;
     END IF;
+    PERFORM pyqueue__check_payloads(in_payloads, v_max);
     -- As queue_push_batch: ids in array order, rows inserted in key order.
     -- A grouped message goes in blocked; its group is settled below.
     IF in_run_ats IS NOT NULL THEN
@@ -2303,8 +2574,8 @@ END;
 $$;
 
 -- queue_reserve: hands out up to in_n ready messages, each invisible to others
--- until in_timeout (NULL = the queue's visibility_timeout) passes, with a fresh
--- token per message. Rows come highest priority first, FIFO within one.
+-- until in_timeout (NULL = the queue's visibility_timeout; refused above its
+-- max_reservation) passes, with a fresh token per message. Rows come highest priority first, FIFO within one.
 -- A message whose expired reservation was its last allowed delivery is
 -- dead-lettered instead of delivered again. Locks with SKIP LOCKED: concurrent
 -- reservers never wait on each other and never share a message.
@@ -2474,9 +2745,58 @@ AS $$
     SELECT queue_fail(in_queue, in_key, in_kind, in_token::text, in_delay, in_error)
 $$;
 
+-- queue_snooze: gives the message back, eligible again after in_delay (NULL
+-- = 0), without using up an attempt: its attempts go down by one (this
+-- delivery does not count), so a snooze never dead-letters it; last_error
+-- is left as it is. A group's head keeps its place and a limited kind's slot
+-- is free again, as after queue_rollback. False when the token no longer
+-- holds. Locks the message row.
+CREATE OR REPLACE FUNCTION queue_snooze(in_queue text, in_key text, in_kind text, in_token text,
+                                        in_delay interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_token uuid;
+BEGIN
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_duration('delay', in_delay, false);
+    UPDATE pyqueue_message m
+       SET scheduled_at = v_now + coalesce(in_delay, interval '0'),
+           attempts = m.attempts - 1,
+           reserve_token = NULL,
+           reserved_by = NULL
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+       AND m.reserve_token = v_token;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF coalesce(in_delay, interval '0') <= interval '0' THEN
+        PERFORM pyqueue__notify(in_queue);  -- wakeup: ready again now
+    END IF;
+    RETURN true;
+END;
+$$;
+
+-- queue_snooze with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_snooze(in_queue text, in_key text, in_kind text, in_token uuid,
+                                        in_delay interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT queue_snooze(in_queue, in_key, in_kind, in_token::text, in_delay)
+$$;
+
 -- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the
--- queue's visibility_timeout) and returns a new token (the old one stops
--- working); NULL when in_token no longer holds.
+-- queue's visibility_timeout; refused above its max_reservation) and returns
+-- a new token (the old one stops working); NULL when in_token no longer holds.
 -- Locks the message row (for a kind with a limit, its slot row first).
 CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token text,
                              in_timeout interval DEFAULT NULL)
@@ -2492,6 +2812,9 @@ DECLARE
 BEGIN
     v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_timeout > v_queue.max_reservation THEN
+        PERFORM pyqueue__refuse_reservation(v_queue.max_reservation);
+    END IF;
     IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, v_token) THEN  -- limits
         RETURN NULL;
     END IF;
@@ -2539,10 +2862,18 @@ DECLARE
     v_msg   pyqueue_message;
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
     v_same  boolean;
+    v_max   integer;  -- in_to_queue's max_payload
+    v_bytes integer;
 BEGIN
     v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
     PERFORM pyqueue__check_name('to_queue', in_to_queue, 128);
-    PERFORM pyqueue__queue(in_to_queue, true);
+    v_max := (pyqueue__queue(in_to_queue, true)).max_payload;
+    IF in_payload IS NOT NULL THEN
+        v_bytes := pg_catalog.octet_length(in_payload::text);
+        IF v_bytes > v_max THEN
+            PERFORM pyqueue__refuse_payload(v_bytes, v_max);  -- the target queue's
+        END IF;
+    END IF;
     v_same := in_to_queue = in_queue;
     DELETE FROM pyqueue_message
      WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
@@ -2607,6 +2938,52 @@ BEGIN
         PERFORM pyqueue__group_settle(in_queue, v_group, pg_catalog.clock_timestamp(), true);
     END IF;
     RETURN true;
+END;
+$$;
+
+
+-- queue_release: hands back every message of the queue that is reserved now
+-- (by in_worker, its reserved_by name, when not NULL), deleting nothing:
+-- each is ready now and its token no longer holds (the old holder's commit,
+-- rollback or extend answers false / NULL), its attempts unchanged (as after
+-- a crash), its limit slot free (a slot's holder is a live reservation), a
+-- group's head keeps its place. Returns how many were released. For an
+-- admin: a consumer's reservation otherwise lasts until its timeout (at most
+-- the queue's max_reservation). Locks the released rows, in key order (as
+-- queue_drop).
+CREATE OR REPLACE FUNCTION queue_release(in_queue text, in_worker text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_count integer;
+BEGIN
+    IF in_worker IS NOT NULL AND in_worker = '' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.length(in_worker) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    PERFORM 1 FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+       AND m.scheduled_at < pyqueue__blocked_at()
+       AND (in_worker IS NULL OR m.reserved_by::text = in_worker)
+     ORDER BY m.p_key, m.p_kind
+       FOR UPDATE;
+    UPDATE pyqueue_message m
+       SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+     WHERE m.queue_name::text = in_queue AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+       AND m.scheduled_at < pyqueue__blocked_at()
+       AND (in_worker IS NULL OR m.reserved_by::text = in_worker);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+        PERFORM pyqueue__notify(in_queue);  -- wakeup: ready now
+    END IF;
+    RETURN v_count;
 END;
 $$;
 
@@ -2780,6 +3157,9 @@ DECLARE
 BEGIN
     -- The same checks as queue_reserve, before anything changes.
     PERFORM pyqueue__check_reserve(in_worker, in_timeout, in_n, in_kinds);
+    IF in_timeout > v_queue.max_reservation THEN
+        PERFORM pyqueue__refuse_reservation(v_queue.max_reservation);
+    END IF;
     IF NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL) THEN
         v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
         -- The commit below gives this transaction its id, after which the
@@ -2972,7 +3352,11 @@ $$;
 -- topic exchanges: dot-separated words, '*' one word, '#' any number).
 
 -- queue_bind: binds in_pattern (a topic pattern, see pyqueue__check_topic)
--- to in_queue: true when the binding is new, false when it existed.
+-- to in_queue: true when the binding is new, false when it existed. A
+-- pattern with more than 3 '#' words is refused: each '#' is a repetition in
+-- the pattern's regular expression, and the cost of matching a topic grows
+-- with their number (MySQL/MariaDB's regex engine backtracks and can give
+-- up), so the contract bounds it on both dialects.
 -- Locks: the queue's shared lock (pyqueue__queue), the binding's key.
 CREATE OR REPLACE FUNCTION queue_bind(in_pattern text, in_queue text)
 RETURNS boolean
@@ -2981,6 +3365,10 @@ SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 BEGIN
     PERFORM pyqueue__check_topic('pattern', in_pattern, true);
+    IF (SELECT pg_catalog.count(*) FROM pg_catalog.unnest(pg_catalog.string_to_array(in_pattern, '.')) AS u (w)
+         WHERE u.w = '#') > 3::bigint THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: pattern has more than 3 # wildcards' USING ERRCODE = '22023';
+    END IF;
     PERFORM pyqueue__queue(in_queue, true);
     INSERT INTO pyqueue_binding (pattern, queue_name, pattern_regex, created_at)
     VALUES (in_pattern, in_queue, pyqueue__topic_regex(in_pattern), pg_catalog.clock_timestamp())
@@ -3048,13 +3436,30 @@ DECLARE
     v_at     timestamptz;
     v_queues text[];
     v_queue  text;
+    v_max    integer;
+    v_bytes  integer;
 BEGIN
     PERFORM pyqueue__check_topic('topic', in_topic, false);
     PERFORM pyqueue__check_name('p_key', in_key, 255);
     PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF pyqueue__occurrence_key(in_key) THEN
+        PERFORM pyqueue__refuse_occurrence_key();
+    END IF;
     IF in_payload IS NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
             USING ERRCODE = '22023';
+    END IF;
+    -- above the smallest max_payload of all queues (one short read), the
+    -- smallest of the queues the topic reaches decides
+    v_bytes := pg_catalog.octet_length(in_payload::text);
+    IF v_bytes > (SELECT pg_catalog.min(q.max_payload) FROM pyqueue_queue q) THEN
+        SELECT pg_catalog.min(q.max_payload) INTO v_max
+          FROM pyqueue_queue q
+         WHERE q.queue_name IN (SELECT b.queue_name FROM pyqueue_binding b
+                                 WHERE ('.' || in_topic) ~ b.pattern_regex::text);
+        IF v_bytes > v_max THEN
+            PERFORM pyqueue__refuse_payload(v_bytes, v_max);
+        END IF;
     END IF;
     IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
@@ -3120,6 +3525,8 @@ DECLARE
     v_min    timestamptz;
     v_queue  text;
     v_topic  text;
+    v_bytes  integer;
+    v_max    integer;
 BEGIN
     v_n := pyqueue__check_batch('topics', in_topics, false, in_keys, in_kinds, in_payloads, in_run_ats,
                                 in_priorities, v_now);
@@ -3129,6 +3536,25 @@ BEGIN
     FOR v_topic IN SELECT DISTINCT t FROM pg_catalog.unnest(in_topics) AS u (t) LOOP
         PERFORM pyqueue__check_topic('topic', v_topic, false);
     END LOOP;
+    -- No payload above the max_payload of a queue its topic reaches: a batch
+    -- whose payloads are all within the smallest max_payload of all queues
+    -- (one short read) needs no routing for it.
+    SELECT pg_catalog.max(pg_catalog.octet_length(u.pl::text)) INTO v_bytes
+      FROM pg_catalog.unnest(in_payloads) AS u (pl);
+    IF v_bytes > (SELECT pg_catalog.min(q.max_payload) FROM pyqueue_queue q) THEN
+        SELECT s.bytes, s.max_payload INTO v_bytes, v_max
+          FROM (SELECT pg_catalog.octet_length(b.pl::text) AS bytes, q.max_payload, b.ord
+                  FROM ROWS FROM (pg_catalog.unnest(in_topics), pg_catalog.unnest(in_payloads))
+                       WITH ORDINALITY AS b (t, pl, ord)
+                  JOIN pyqueue_binding bd ON ('.' || b.t) ~ bd.pattern_regex::text
+                  JOIN pyqueue_queue q ON q.queue_name = bd.queue_name) AS s
+         WHERE s.bytes > s.max_payload
+         ORDER BY s.ord
+         LIMIT 1;
+        IF FOUND THEN
+            PERFORM pyqueue__refuse_payload(v_bytes, v_max);
+        END IF;
+    END IF;
     v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
     WITH batch AS MATERIALIZED (
         SELECT b.t, b.k, b.kd, b.pl, b.ra, b.pr, b.ord
@@ -4069,25 +4495,29 @@ $$;
 -- the order of the sections: the helpers, then the routines topic by topic.
 REVOKE EXECUTE ON FUNCTION
     pyqueue__check_name, pyqueue__check_reservation, pyqueue__queue, pyqueue__negative_part, pyqueue__check_duration,
-    pyqueue__check_batch_size, pyqueue__bad_name, pyqueue__check_batch, pyqueue__check_kinds, pyqueue__check_reserve,
+    pyqueue__check_batch_size, pyqueue__bad_name, pyqueue__check_batch, pyqueue__occurrence_key,
+    pyqueue__refuse_occurrence_key, pyqueue__refuse_payload, pyqueue__check_payloads, pyqueue__refuse_reservation,
+    pyqueue__check_kinds, pyqueue__check_reserve,
     pyqueue__ready_from_lower, pyqueue__ready_from_advance,
     pyqueue__ready_tids, pyqueue__due_tids,
     pyqueue__reserve, pyqueue__dead_letter, pyqueue__give_back,
     pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,
     pyqueue__limited_tids, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
-    pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__schedule_next,
+    pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__push_occurrence, pyqueue__schedule_next,
     pyqueue__schedule, pyqueue__ingest, pyqueue__delete_held, pyqueue__blocked_at, pyqueue__group_settle,
     pyqueue__groups_settle, pyqueue__check_topic, pyqueue__topic_regex,
-    queue_create, queue_reset_setting, queue_settings, queue_drop, queue_pause, queue_resume,
+    queue_create, queue_reset_setting, queue_settings, queue_set_max_reservation, queue_set_max_payload,
+    queue_drop, queue_pause, queue_resume,
     queue_stats,
     queue_push, queue_push_batch, queue_push_replace, queue_push_grouped, queue_push_batch_grouped,
     queue_pop, queue_reserve,
     queue_commit(text, text, text, text), queue_commit(text, text, text, uuid),
     queue_rollback(text, text, text, text, interval), queue_rollback(text, text, text, uuid, interval),
     queue_fail(text, text, text, text, interval, text), queue_fail(text, text, text, uuid, interval, text),
+    queue_snooze(text, text, text, text, interval), queue_snooze(text, text, text, uuid, interval),
     queue_extend(text, text, text, text, interval), queue_extend(text, text, text, uuid, interval),
     queue_move(text, text, text, text, text, jsonb), queue_move(text, text, text, uuid, text, jsonb),
-    queue_remove,
+    queue_remove, queue_release,
     queue_channel, queue_set_notify_window, queue_next_scheduled_at, queue_wait,
     queue_commit_reserve(text, text, text, text, text, interval, integer, text[]),
     queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]),

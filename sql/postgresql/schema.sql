@@ -85,15 +85,20 @@ CREATE TABLE pyqueue_queue (
     paused             boolean      NOT NULL DEFAULT false,
     dead_count         bigint       NOT NULL DEFAULT 0,
     created_at         timestamptz  NOT NULL DEFAULT clock_timestamp(),
+    max_reservation    interval     NOT NULL DEFAULT interval '12 hours',
+    max_payload        integer      NOT NULL DEFAULT 1048576,
     CONSTRAINT pyqueue_queue_name_not_empty CHECK (queue_name <> ''),
     CONSTRAINT pyqueue_queue_visibility_positive CHECK (visibility_timeout > interval '0'),
     CONSTRAINT pyqueue_queue_max_attempts_positive CHECK (max_attempts >= 1),
     CONSTRAINT pyqueue_queue_retention_not_negative CHECK (history_retention >= interval '0'),
-    CONSTRAINT pyqueue_queue_dlq_not_self CHECK (dead_letter_queue <> queue_name)
+    CONSTRAINT pyqueue_queue_dlq_not_self CHECK (dead_letter_queue <> queue_name),
+    CONSTRAINT pyqueue_queue_visibility_within_max_reservation CHECK (visibility_timeout <= max_reservation),
+    CONSTRAINT pyqueue_queue_max_payload_range CHECK (max_payload BETWEEN 1 AND 268435456)
 );
 
 COMMENT ON TABLE pyqueue_queue IS
-    'pyqueue-sql: one row per queue with its settings; dead_count counts messages that exhausted max_attempts here.';
+    'pyqueue-sql: one row per queue with its settings; dead_count counts messages that exhausted max_attempts here; '
+    'max_reservation caps the reservation timeout a caller may ask for, max_payload the bytes of a payload written into it.';
 
 -- Live messages. scheduled_at is both the schedule and the reservation lock:
 -- a row is eligible when scheduled_at <= now; reserving pushes scheduled_at to

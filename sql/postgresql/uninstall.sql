@@ -74,6 +74,7 @@ DROP FUNCTION IF EXISTS queue_channel(text);
 DROP TABLE IF EXISTS pyqueue_notify;
 
 -- ==== consume ====
+DROP FUNCTION IF EXISTS queue_release(text, text);
 DROP FUNCTION IF EXISTS queue_remove(text, text, text);
 DROP FUNCTION IF EXISTS queue_move(text, text, text, uuid, text, jsonb);
 DROP FUNCTION IF EXISTS queue_move(text, text, text, text, text, jsonb);
@@ -81,6 +82,8 @@ DROP FUNCTION IF EXISTS queue_move(text, text, text, anycompatible, text, jsonb)
 DROP FUNCTION IF EXISTS queue_extend(text, text, text, uuid, interval);
 DROP FUNCTION IF EXISTS queue_extend(text, text, text, text, interval);
 DROP FUNCTION IF EXISTS queue_extend(text, text, text, anycompatible, interval);  -- installs of earlier versions
+DROP FUNCTION IF EXISTS queue_snooze(text, text, text, uuid, interval);
+DROP FUNCTION IF EXISTS queue_snooze(text, text, text, text, interval);
 DROP FUNCTION IF EXISTS queue_fail(text, text, text, uuid, interval, text);
 DROP FUNCTION IF EXISTS queue_fail(text, text, text, text, interval, text);
 DROP FUNCTION IF EXISTS queue_fail(text, text, text, anycompatible, interval, text);  -- installs of earlier versions
@@ -106,6 +109,8 @@ DROP FUNCTION IF EXISTS queue_stats(text);
 DROP FUNCTION IF EXISTS queue_resume(text);
 DROP FUNCTION IF EXISTS queue_pause(text);
 DROP FUNCTION IF EXISTS queue_drop(text);
+DROP FUNCTION IF EXISTS queue_set_max_payload(text, integer);
+DROP FUNCTION IF EXISTS queue_set_max_reservation(text, interval);
 DROP FUNCTION IF EXISTS queue_settings(text);
 DROP FUNCTION IF EXISTS queue_reset_setting(text, text);
 DROP FUNCTION IF EXISTS queue_create(text, interval, integer, text, interval);
@@ -119,6 +124,7 @@ DROP FUNCTION IF EXISTS pyqueue__blocked_at();
 DROP FUNCTION IF EXISTS pyqueue__ingest();
 DROP FUNCTION IF EXISTS pyqueue__schedule(text, text, text, jsonb, bigint, text);
 DROP FUNCTION IF EXISTS pyqueue__schedule_next(text, text, text);
+DROP FUNCTION IF EXISTS pyqueue__push_occurrence(text, text, text, jsonb, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__schedule_after(bigint, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__schedule_key(text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__cron_next(text, timestamptz);
@@ -140,6 +146,11 @@ DROP FUNCTION IF EXISTS pyqueue__ready_from_advance(text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__ready_from_lower(text, timestamptz, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__check_reserve(text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__check_kinds(text[]);
+DROP FUNCTION IF EXISTS pyqueue__refuse_reservation(interval);
+DROP FUNCTION IF EXISTS pyqueue__check_payloads(jsonb[], integer);
+DROP FUNCTION IF EXISTS pyqueue__refuse_payload(integer, integer);
+DROP FUNCTION IF EXISTS pyqueue__refuse_occurrence_key();
+DROP FUNCTION IF EXISTS pyqueue__occurrence_key(text);
 DROP FUNCTION IF EXISTS pyqueue__bad_name(text, integer);
 DROP FUNCTION IF EXISTS pyqueue__check_batch(text, text[], boolean, text[], text[], jsonb[], timestamptz[], integer[], timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__check_batch_size(integer);

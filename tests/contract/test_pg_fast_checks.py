@@ -137,6 +137,7 @@ def test_a_reserve_with_bad_arguments_is_refused_and_takes_nothing(conn, queue, 
 
 
 def test_a_reserve_at_the_longest_timeout_takes_a_message(conn, queue):
+    run(conn, "SELECT queue_set_max_reservation(%s, interval '36525 days')", queue)
     run(conn, "SELECT queue_push(%s, 'm', 'k', '{}')", queue)
     rows = run(conn, "SELECT p_key FROM queue_reserve(%s, 'w', interval '36525 days', NULL)", queue)
     assert rows == [("m",)]
@@ -229,6 +230,7 @@ def test_a_duration_with_a_negative_part_is_refused_by_every_routine_that_takes_
 
 
 def test_a_duration_of_positive_parts_is_taken(conn, queue):
+    run(conn, "SELECT queue_set_max_reservation(%s, interval '1 year')", queue)
     run(conn, "SELECT queue_push(%s, 'm', 'k', '{}')", queue)
     rows = run(conn, "SELECT p_key FROM queue_reserve(%s, 'w', interval '1 mon 2 days 3 hours')", queue)
     assert rows == [("m",)]

@@ -121,7 +121,7 @@ def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, p
             _run(
                 conn,
                 "SELECT queue_commit_batch(%s, %s, %s, %s)",
-                (queue.name, [k for k, _ in got], ["job"] * 100, [t for _, t in got]),
+                (queue.name, [k for k, _ in got], ["job"] * 100, [str(t) for _, t in got]),
             )
         pushed_by = dt.datetime.now(UTC)
         _advance_past(conn, queue.name, pushed_by)
@@ -189,7 +189,7 @@ def test_under_a_held_snapshot_the_reserve_starts_past_the_consumed_part_of_a_ru
             _run(
                 conn,
                 "SELECT queue_commit_batch(%s, %s, %s, %s)",
-                (queue.name, [k for k, _ in got], ["job"] * 100, [t for _, t in got]),
+                (queue.name, [k for k, _ in got], ["job"] * 100, [str(t) for _, t in got]),
             )
         [(first_live,)] = _run(
             conn,
