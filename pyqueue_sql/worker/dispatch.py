@@ -486,6 +486,13 @@ class Dispatch:
         # queue_snooze gives the attempt back; a client without it (an older one) hands the
         # message back with queue_rollback, where the delivery counts
         method = "snooze" if hasattr(QueueCalls, "snooze") else "rollback"
+        if method == "rollback":
+            log.warning(
+                "%s snoozed with a client without queue_snooze: handed back with queue_rollback, "
+                "the delivery counts as an attempt",
+                where_of(job),
+                extra={"event": "snooze", "queue": job.queue, "key": job.key, "kind": job.kind},
+            )
         held = yield Call(method, job.queue, (job.reservation,), {"delay": snooze.after}, hard=True)
         if held:
             self._retry_due.note(self._clock() + snooze.after)
