@@ -277,3 +277,24 @@ def test_give_up_on_the_last_allowed_delivery_keeps_its_error_in_the_dead_letter
     report = app.run_pending()
     assert [(j.outcome, j.attempts) for j in report.jobs] == [("dead_lettered", 1)]
     assert dlq.message("g", "hopeless").last_error == "GiveUp: the account is closed"
+
+
+def test_an_async_handler_on_threads_is_cancelled_at_its_timeout(dsn, queue):
+    cancelled = threading.Event()
+    worker = Worker(dsn, concurrency=1, register=False, poll_fallback=0.2)
+
+    async def slow(job):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    worker.add_handler(queue.name, slow, timeout=0.5, retry=RetryPolicy(base=600, max_delay=600))
+    queue.push("m", "k", {})
+    started = time.monotonic()
+    with running(worker):
+        wait_for(lambda: worker.stats.failed == 1, 30, "the timeout")
+    assert time.monotonic() - started < 10
+    assert cancelled.is_set()
+    assert queue.message("m", "k").last_error.startswith("TimeoutError")
