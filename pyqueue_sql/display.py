@@ -7,9 +7,13 @@ other, both import this module.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import quote, unquote
 
 from . import errors
 
@@ -77,10 +81,10 @@ def format_table(
 
 
 def format_stats_table(stats: Iterable[Any]) -> str:
-    """The stats of several queues (pyqueue_sql.QueueStats) as an aligned text table, and a
-    legend for its "dead (ever)" column: a count of every message ever dead-lettered from the
-    queue, which a redrive does not lower."""
-    header = ("queue", "ready", "delayed", "reserved", "dead (ever)", "oldest ready age", "paused")
+    """The stats of several queues (pyqueue_sql.QueueStats) as an aligned text table. Its "dead"
+    column (as in SQL, Python and the dashboard) counts every message that used up its attempts in
+    the queue since it was created; a redrive does not lower it (STATS_LEGEND says so)."""
+    header = ("queue", "ready", "delayed", "reserved", "dead", "oldest ready age", "paused")
     rows = [
         (
             s.queue,
@@ -96,6 +100,13 @@ def format_stats_table(stats: Iterable[Any]) -> str:
     return format_table(header, rows, right_aligned=(1, 2, 3, 4, 5))
 
 
+STATS_LEGEND = (
+    "dead: messages that used up their attempts in the queue since it was created (dead-lettered "
+    "or dropped); a redrive does not lower it. `dead-letters DLQ` lists those still in a "
+    "dead-letter queue."
+)
+
+
 def shorten(text: str | None, width: int) -> str:
     """One line of at most width characters ("..." marks a cut); "-" for None."""
     if text is None:
@@ -104,18 +115,93 @@ def shorten(text: str | None, width: int) -> str:
     return flat if len(flat) <= width else flat[: max(width - 3, 0)] + "..."
 
 
+# Query parameters of a DSN that carry a secret (libpq's password and sslpassword; the spellings
+# other drivers accept), compared case-insensitively.
+SECRET_PARAMETERS = ("password", "passwd", "pwd", "sslpassword")
+# Environment variables the drivers (or their users) read a password from: never printed either.
+PASSWORD_VARIABLES = ("PGPASSWORD", "MYSQL_PWD", "PYQUEUE_DASHBOARD_TOKEN")
+MASK = "***"
+# A secret shorter than this is not searched for in free text (masking every "a" of a message
+# would make it unreadable); the DSN's own password field is masked whatever its length.
+_MIN_SCRUBBED = 3
+_SECRET_QUERY = re.compile(
+    r"(?P<name>(?:^|[?&;\s])(?:" + "|".join(SECRET_PARAMETERS) + r")=)(?P<value>[^&;#\s'\"]*)",
+    re.IGNORECASE,
+)
+# A DSN inside free text (an error message, an argument echoed by argparse).
+_DSN_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+_remembered: set[str] = set()
+
+
 def redact_dsn(dsn: str) -> str:
-    """The DSN with its password replaced by ***, for printing."""
+    """The DSN with every password in it replaced by ***, for printing: the one of user:password@,
+    and the value of a password= (or passwd=, pwd=, sslpassword=) parameter wherever it stands in
+    the query. Nothing is decoded, so a password that is not valid percent-encoding is masked too."""
     scheme, sep, rest = dsn.partition("://")
-    if not sep:
-        return dsn
-    netloc, slash, tail = rest.partition("/")
-    userinfo, at, hostport = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        user, _, password = userinfo.partition(":")
-        if password:
-            netloc = f"{user}:***@{hostport}"
-    return f"{scheme}{sep}{netloc}{slash}{tail}"
+    if not sep:  # key=value connection strings: their password= values
+        return _SECRET_QUERY.sub(lambda m: m["name"] + MASK, dsn)
+    at = _userinfo_end(rest)
+    if at < 0:
+        userinfo, after = "", rest
+    else:
+        user, colon, _ = rest[:at].partition(":")
+        userinfo, after = (f"{user}:{MASK}" if colon else user) + "@", rest[at + 1 :]
+    cut = [i for i in (after.find("/"), after.find("?")) if i >= 0]
+    host_end = min(cut) if cut else len(after)
+    tail = _SECRET_QUERY.sub(lambda m: m["name"] + MASK, after[host_end:])
+    return f"{scheme}{sep}{userinfo}{after[:host_end]}{tail}"
+
+
+def _userinfo_end(rest: str) -> int:
+    """Where the user information of a DSN (after its ://) ends: the last @ before the query of
+    its path, -1 without one. A password may hold @, :, ? or / unencoded; the drivers differ in how
+    they split such a DSN, so the widest reading is masked."""
+    slash = rest.find("/")
+    query = rest.find("?", slash) if slash >= 0 else -1
+    return (rest if query < 0 else rest[:query]).rfind("@")
+
+
+def dsn_secrets(dsn: str) -> set[str]:
+    """The passwords a DSN carries, as written and percent-decoded (the forms an error message
+    may quote): the user information's and every password-like query parameter's."""
+    found: set[str] = set()
+    scheme, sep, rest = dsn.partition("://")
+    if sep:
+        at = _userinfo_end(rest)
+        if at >= 0:
+            _, colon, password = rest[:at].partition(":")
+            if colon and password:
+                found.add(password)
+    found.update(m["value"] for m in _SECRET_QUERY.finditer(dsn) if m["value"])
+    decoded = set()
+    for secret in found:
+        with contextlib.suppress(Exception):
+            decoded.add(unquote(secret, errors="strict"))
+        decoded.add(secret.replace("+", " "))
+        decoded.add(quote(secret, safe=""))
+    return {s for s in found | decoded if s}
+
+
+def remember_secrets(dsn: str | None) -> None:
+    """Keeps the passwords of this DSN, so that redact() masks them in any text from now on (the
+    command line calls it for the DSN a command uses)."""
+    if dsn:
+        _remembered.update(dsn_secrets(dsn))
+
+
+def redact(text: str, dsn: str | None = None) -> str:
+    """Text with every secret it may quote masked: DSNs in it (their passwords), the passwords of
+    dsn and of every DSN given to remember_secrets, and the values of $PGPASSWORD, $MYSQL_PWD and
+    $PYQUEUE_DASHBOARD_TOKEN. For error messages and log lines."""
+    text = _DSN_IN_TEXT.sub(lambda m: redact_dsn(m.group(0)), str(text))
+    secrets = set(_remembered)
+    if dsn:
+        secrets |= dsn_secrets(dsn)
+    secrets |= {v for v in (os.environ.get(name) for name in PASSWORD_VARIABLES) if v}
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= _MIN_SCRUBBED and secret != MASK:
+            text = text.replace(secret, MASK)
+    return text
 
 
 def one_line(text: str) -> str:
@@ -124,7 +210,13 @@ def one_line(text: str) -> str:
 
 def describe_error(exc: BaseException) -> str | None:
     """A one-line message for errors a user can cause (bad input, unreachable or
-    misconfigured server, unknown revision); None for a bug worth a traceback."""
+    misconfigured server, unknown revision), with every secret it could quote masked (see
+    redact); None for a bug worth a traceback."""
+    message = _describe(exc)
+    return None if message is None else redact(message)
+
+
+def _describe(exc: BaseException) -> str | None:
     from .embedded import EmbeddedPostgresError
 
     if isinstance(exc, (errors.QueueError, EmbeddedPostgresError)):
@@ -135,7 +227,7 @@ def describe_error(exc: BaseException) -> str | None:
             return one_line(str(errors.DriverNotInstalledError(module, extra, what)))
     modules = {cls.__module__.split(".", 1)[0] for cls in type(exc).__mro__}
     if "sqlalchemy" in modules and getattr(exc, "orig", None) is not None:
-        return describe_error(exc.orig)  # a driver error wrapped by SQLAlchemy (migrate)
+        return _describe(exc.orig)  # a driver error wrapped by SQLAlchemy (migrate)
     if "pymysql" in modules:
         if len(exc.args) >= 2:
             return one_line(f"MySQL error {exc.args[0]}: {exc.args[1]}")

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import __version__
-from ..display import describe_error
+from ..display import describe_error, redact
 from . import admin, dashboard, messages, queues, workers
 from .common import (
     DSN_ENV,
@@ -50,6 +50,7 @@ from .common import (
     EXIT_OK,
     EXIT_USAGE,
     PROG,
+    Parser,
     UsageError,
 )
 
@@ -98,7 +99,7 @@ COMMANDS: tuple[str, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="A durable message queue inside your PostgreSQL or MySQL/MariaDB database.",
         epilog=f"Commands that use a database take --dsn DSN (default: ${DSN_ENV}). Exit codes: 0 done; "
@@ -107,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         "2 a bad command line; 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    # also accepted before the command (`pyqueue-sql --dsn DSN stats`), as many tools take it
+    parser.add_argument("--dsn", dest="global_dsn", metavar="DSN", help=f"the database (default: ${DSN_ENV})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(
@@ -179,11 +182,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.unraisablehook = previous_hook
 
 
+def _global_options(args: argparse.Namespace) -> None:
+    """--dsn given before the command: the command's own --dsn (one of them, not two different)."""
+    given = getattr(args, "global_dsn", None)
+    if given is None:
+        return
+    if not hasattr(args, "dsn"):
+        raise UsageError(f"{args.command} takes no --dsn")
+    if args.dsn is not None and args.dsn != given:
+        raise UsageError("--dsn given twice, with two different databases: give it once")
+    args.dsn = given
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
+        _global_options(args)
         return args.handler(args)
     except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

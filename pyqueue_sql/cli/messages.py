@@ -12,7 +12,17 @@ from typing import Any
 
 from .. import errors
 from ..display import format_duration, format_table, format_time, shorten
-from .common import EXIT_FAILURE, EXIT_OK, PROG, Command, UsageError, open_database, positive_int, seconds_arg
+from .common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    PROG,
+    Command,
+    UsageError,
+    int32_arg,
+    open_database,
+    positive_int,
+    seconds_arg,
+)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -244,7 +254,7 @@ def add_push(command: Command) -> None:
     p.add_argument(
         "--run-in", type=seconds_arg, metavar="SECONDS", help="deliver no earlier than this from now"
     )
-    p.add_argument("--priority", type=int, metavar="N", help="higher is served first (default 0)")
+    p.add_argument("--priority", type=int32_arg, metavar="N", help="higher is served first (default 0)")
     p.add_argument(
         "--group",
         metavar="G",
@@ -265,7 +275,7 @@ def add_publish(command: Command) -> None:
     p.add_argument(
         "--run-in", type=seconds_arg, metavar="SECONDS", help="deliver no earlier than this from now"
     )
-    p.add_argument("--priority", type=int, metavar="N", help="higher is served first (default 0)")
+    p.add_argument("--priority", type=int32_arg, metavar="N", help="higher is served first (default 0)")
 
 
 def add_reserve(command: Command) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..display import format_duration, format_stats_table, format_table, format_time, shorten
+from ..display import STATS_LEGEND, format_duration, format_stats_table, format_table, format_time, shorten
 from .common import EXIT_FAILURE, EXIT_OK, PROG, Command, confirm, open_database, positive_int, seconds_arg
 
 SETTINGS = ("visibility_timeout", "max_attempts", "dead_letter_queue", "history_retention")
@@ -250,19 +250,26 @@ def cmd_settings(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_database(args) as db:
         stats = [db.queue(args.queue).stats()] if args.queue else db.stats()
-    if not stats:
-        print("no queues (create one with `pyqueue-sql create QUEUE`)")
+    if args.json:
+        for s in stats:
+            print(
+                json.dumps(
+                    {
+                        "queue": s.queue,
+                        "ready": s.ready,
+                        "delayed": s.delayed,
+                        "reserved": s.reserved,
+                        "dead": s.dead,
+                        "oldest_ready_age_s": s.oldest_ready_age_s,
+                        "paused": s.paused,
+                    }
+                )
+            )
+    elif not stats:
+        print(f"no queues (create one with `{PROG} create QUEUE`)")
     else:
         print(format_stats_table(stats))
-        print(STATS_LEGEND)
     return EXIT_OK
-
-
-STATS_LEGEND = (
-    "dead (ever): messages that used up their attempts in the queue since it was created "
-    "(dead-lettered or dropped); a redrive does not lower it. `dead-letters DLQ` lists those "
-    "still in a dead-letter queue."
-)
 
 
 # -- argument parsing -------------------------------------------------------------
@@ -388,8 +395,11 @@ def add_settings(command: Command) -> None:
 
 
 def add_stats(command: Command) -> None:
-    p = command("stats", cmd_stats, "show queue depths")
+    p = command("stats", cmd_stats, "show queue depths. " + STATS_LEGEND)
     p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object per queue (the table's columns, unformatted)"
+    )
 
 
 PARSERS: dict[str, Callable[[Command], None]] = {

@@ -1,9 +1,13 @@
 """The web dashboard: a Starlette app of server-rendered pages (Jinja2, autoescaped), a little
 vanilla JavaScript that refreshes the live parts, and /metrics for Prometheus.
 
-Safe by default: the CLI binds 127.0.0.1; with a token every request needs it (a cookie set by
-the login form or by ``?token=`` once, or ``Authorization: Bearer``); every POST carries a CSRF
-token that must equal its cookie, and a cross-origin POST is refused; actions are offered and
+Safe by default: the CLI binds 127.0.0.1 (and refuses any other address without a token); a
+request whose Host is not one of the dashboard's own names is refused (400), so that a page that
+rebinds its DNS name to this address gets nothing; with a token every request needs it (a cookie
+set by the login form or by ``?token=`` once, or ``Authorization: Bearer``); every POST carries a
+CSRF token the server signed (HMAC under a key of the process, bound to the session) that must also
+equal its cookie, and a cross-origin POST is refused; every response forbids framing and MIME
+sniffing (X-Frame-Options, Content-Security-Policy, X-Content-Type-Options); actions are offered and
 accepted only when the dashboard is not read-only and the account may call the routine.
 """
 
@@ -13,8 +17,12 @@ import contextlib
 import datetime as dt
 import hashlib
 import hmac
+import ipaddress
 import json
+import logging
+import re
 import secrets
+import traceback
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,16 +37,35 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import errors
-from ..display import describe_error, format_age, format_duration, redact_dsn
+from ..display import describe_error, format_age, format_duration, redact, redact_dsn, remember_secrets
 from .data import ACTIONS, STALE_AFTER_S, Dashboard
 from .metrics import DashboardCollector, metrics_response
 
 HERE = Path(__file__).parent
+_log = logging.getLogger("pyqueue_sql.dashboard")
 SESSION_COOKIE = "pyqueue_dashboard"
 CSRF_COOKIE = "pyqueue_csrf"
 FLASH_COOKIE = "pyqueue_flash"
 PAGE_SIZES = (25, 50, 100, 250)
 STATES = ("ready", "delayed", "reserved")
+# A payload's page shows at most this many characters of its JSON; the rest is downloaded.
+PAYLOAD_SHOWN = 64 * 1024
+# The names the dashboard answers to unless told others (with the port it listens on).
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+WILDCARDS = ("", "0.0.0.0", "::", "[::]")
+SECURITY_HEADERS = (
+    (b"x-frame-options", b"DENY"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"connect-src 'self'; form-action 'self'; base-uri 'none'; object-src 'none'; "
+        b"frame-ancestors 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+)
+_HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[^:\[\]/@\s]+)(?::(?P<port>[0-9]{1,5}))?")
 
 
 def _templates() -> Environment:
@@ -93,10 +120,88 @@ def sparkline(
     return {"width": width, "height": height, "bars": bars, "peak": peak}
 
 
+def host_name(text: str) -> tuple[str, int | None] | None:
+    """(name, port) of a Host header or an --allowed-host value, the name lowercased without a
+    trailing dot (IPv6 in brackets); None when it is not one."""
+    match = _HOST.fullmatch(text.strip().lower())
+    if match is None:
+        return None
+    name = match["name"].rstrip(".")
+    if ":" in name and not name.startswith("["):
+        return None
+    port = int(match["port"]) if match["port"] else None
+    return (name, port) if name else None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether an address to listen on is reachable from this machine only."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any address
+
+
+def exposed_without_token(host: str, token: str | None) -> str | None:
+    """Why the dashboard must not listen on host without a token (None when it may)."""
+    if token or is_loopback(host):
+        return None
+    return (
+        f"refusing to listen on {host} without a token: anyone who can reach it could read every "
+        "payload and act on the queues; pass --token (or set $PYQUEUE_DASHBOARD_TOKEN), or listen "
+        "on 127.0.0.1 behind your proxy"
+    )
+
+
+class HostAllowList:
+    """The Host values the dashboard answers to: its loopback names and the address it listens on
+    (on its port, when known), and any name given for a proxy (any port unless it names one)."""
+
+    def __init__(self, listen_host: str | None, port: int | None, extra: Any = ()) -> None:
+        self.port = port
+        self.names = set(LOOPBACK_NAMES)
+        if listen_host is not None and listen_host.strip() not in WILDCARDS:
+            bound = listen_host.strip().lower()
+            if ":" in bound and not bound.startswith("["):
+                bound = f"[{bound}]"
+            self.names.add(bound.rstrip("."))
+        self.extra: set[tuple[str, int | None]] = set()
+        for value in extra or ():
+            parsed = host_name(str(value))
+            if parsed is None:
+                raise errors.InvalidArgumentError(f"not a host name or host:port: {value!r}")
+            self.extra.add(parsed)
+
+    def allows(self, header: str | None) -> bool:
+        parsed = host_name(header or "")
+        if parsed is None:
+            return False
+        name, port = parsed
+        if (name, port) in self.extra or (name, None) in self.extra:
+            return True
+        if name not in self.names:
+            return False
+        if self.port is None:
+            return True
+        return port == self.port or (port is None and self.port == 80)
+
+
 class DashboardApp:
-    def __init__(self, dsn: str, read_only: bool = False, token: str | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        read_only: bool = False,
+        token: str | None = None,
+        allowed_hosts: Any = (),
+        listen_host: str | None = None,
+        port: int | None = None,
+    ) -> None:
         if token is not None and not token:
             raise errors.InvalidArgumentError("the access token must not be empty")
+        remember_secrets(dsn)
+        self.hosts = HostAllowList(listen_host, port, allowed_hosts)
         self.dsn = dsn
         self.dashboard = Dashboard(dsn, read_only=read_only)
         self.token = token
@@ -109,6 +214,7 @@ class DashboardApp:
             Route("/queue", self.queue_page),
             Route("/fragment/queue", self.queue_fragment),
             Route("/message", self.message_page),
+            Route("/message/payload.json", self.message_payload),
             Route("/dead-letters", self.dead_letters_page),
             Route("/workers", self.workers_page),
             Route("/schedules", self.schedules_page),
@@ -122,7 +228,11 @@ class DashboardApp:
             lifespan=self._lifespan,
             exception_handlers={errors.QueueError: self.queue_error},
         )
+        self.app.add_middleware(_Failures, owner=self)  # type: ignore[arg-type]
         self.app.add_middleware(_Guard, owner=self)  # type: ignore[arg-type]
+        # outermost: the Host check, then headers on every response (the refusals' too)
+        self.app.add_middleware(_HostCheck, hosts=self.hosts)  # type: ignore[arg-type]
+        self.app.add_middleware(_SecurityHeaders)  # type: ignore[arg-type]
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Any) -> AsyncIterator[None]:
@@ -148,9 +258,44 @@ class DashboardApp:
     def token_matches(self, given: str) -> bool:
         return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
+    # -- CSRF: tokens the server made (nonce.HMAC of it and the session), never the client's ------
+    def _csrf_mac(self, nonce: str, request: Request) -> str:
+        session = request.cookies.get(SESSION_COOKIE, "") if self.token is not None else ""
+        message = f"csrf|{nonce}|{session}".encode()
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
+
+    def new_csrf(self, request: Request) -> str:
+        nonce = secrets.token_urlsafe(18)
+        return f"{nonce}.{self._csrf_mac(nonce, request)}"
+
+    def csrf_valid(self, value: str, request: Request) -> bool:
+        nonce, dot, mac = value.partition(".")
+        if not nonce or not dot or not mac:
+            return False
+        return hmac.compare_digest(mac.encode(), self._csrf_mac(nonce, request).encode())
+
+    def csrf_ok(self, request: Request, form: Any) -> bool:
+        """A POST's CSRF token: one this process signed for this session, in the form and equal to
+        its cookie (SameSite=Strict), from this origin (Origin and Sec-Fetch-Site when sent)."""
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        given = str(form.get("csrf", ""))
+        if not cookie or not given or not hmac.compare_digest(cookie.encode(), given.encode()):
+            return False
+        if not self.csrf_valid(given, request):
+            return False
+        if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+            return False
+        origin = request.headers.get("origin")
+        if origin is not None:  # "null" (a sandboxed or opaque origin) included
+            if urlsplit(origin).netloc != request.headers.get("host", ""):
+                return False
+        return True
+
     # -- rendering -------------------------------------------------------------------------
     def render(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
-        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)
+        csrf = request.cookies.get(CSRF_COOKIE) or ""
+        if not self.csrf_valid(csrf, request):
+            csrf = self.new_csrf(request)
         flash = request.cookies.get(FLASH_COOKIE)
         allowed = context.pop("allowed", None)
         known = self.authorized(request)
@@ -160,6 +305,8 @@ class DashboardApp:
             flash=flash,
             read_only=self.dashboard.read_only,
             allowed=allowed or dict.fromkeys(ACTIONS, False),
+            # "monitor only" is said only where what the account may do was looked up
+            allowed_known=allowed is not None,
             # the database (user, host, name) only once logged in: the login page shows none of it
             dsn=redact_dsn(self.dsn) if known else None,
             dialect=self.dashboard.dialect.name if known else None,
@@ -182,10 +329,14 @@ class DashboardApp:
             if isinstance(exc, errors.PermissionDeniedError)
             else 400
         )
-        message = describe_error(exc) or str(exc)
+        message = describe_error(exc) or redact(str(exc), self.dsn)
         if request.url.path.startswith("/fragment/"):
             return PlainTextResponse(message, status_code=status)
-        return self.render(request, "error.html", status=status, message=message)
+        try:
+            allowed = await self.allowed()
+        except Exception:  # the database is away: say nothing of what the account may do
+            allowed = None
+        return self.render(request, "error.html", status=status, message=message, allowed=allowed)
 
     async def allowed(self) -> dict[str, bool]:
         return await run_in_threadpool(self.dashboard.allowed_actions)
@@ -236,7 +387,13 @@ class DashboardApp:
     async def message_page(self, request: Request) -> Response:
         q = request.query_params
         queue, key, kind = q.get("queue") or "", q.get("key") or "", q.get("kind") or ""
-        message, history = await run_in_threadpool(self.dashboard.message, queue, key, kind)
+        message, history, settings = await run_in_threadpool(self.dashboard.message, queue, key, kind)
+        shown, size, truncated = None, 0, False
+        if message is not None:
+            text = json.dumps(message.payload, indent=2, ensure_ascii=False)
+            size = len(text.encode())
+            truncated = len(text) > PAYLOAD_SHOWN
+            shown = text[:PAYLOAD_SHOWN] if truncated else text
         return self.render(
             request,
             "message.html",
@@ -244,8 +401,29 @@ class DashboardApp:
             key=key,
             kind=kind,
             message=message,
+            payload_text=shown,
+            payload_size=size,
+            payload_truncated=truncated,
+            payload_shown=PAYLOAD_SHOWN,
             history=history,
+            history_retention=None if settings is None else settings.history_retention,
+            settings_known=settings is not None,
             allowed=await self.allowed(),
+        )
+
+    async def message_payload(self, request: Request) -> Response:
+        """A message's whole payload as a JSON file to download (never rendered as a page)."""
+        q = request.query_params
+        queue, key, kind = q.get("queue") or "", q.get("key") or "", q.get("kind") or ""
+        message, _, _ = await run_in_threadpool(self.dashboard.message, queue, key, kind, False)
+        if message is None:
+            return PlainTextResponse("no live message with this key and kind", status_code=404)
+        body = json.dumps(message.payload, ensure_ascii=False).encode()
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{queue}-{key}-{kind}")[:120].strip("._") or "payload"
+        return Response(
+            body,
+            media_type="application/json",
+            headers={"content-disposition": f'attachment; filename="{stem}.json"'},
         )
 
     async def dead_letters_page(self, request: Request) -> Response:
@@ -280,7 +458,7 @@ class DashboardApp:
             return RedirectResponse("/", status_code=303)
         if request.method == "POST":
             form = await request.form()
-            if _csrf_ok(request, form) and self.token_matches(str(form.get("token", ""))):
+            if self.csrf_ok(request, form) and self.token_matches(str(form.get("token", ""))):
                 response = RedirectResponse(_local(str(form.get("next", "/"))), status_code=303)
                 self._set_session(request, response)
                 return response
@@ -304,7 +482,7 @@ class DashboardApp:
     async def action(self, request: Request) -> Response:
         action = request.path_params["action"]
         form = await request.form()
-        if not _csrf_ok(request, form):
+        if not self.csrf_ok(request, form):
             return PlainTextResponse("refused: missing or wrong CSRF token", status_code=403)
         if action not in ACTIONS:
             return PlainTextResponse("unknown action", status_code=404)
@@ -339,9 +517,11 @@ class DashboardApp:
                 )
                 done = f"redrove {moved} message(s) from {f.get('queue')} to {f.get('to_queue')}"
         except errors.PermissionDeniedError as exc:
-            return PlainTextResponse(f"refused by the database: {exc}", status_code=403)
+            return PlainTextResponse(
+                f"refused by the database: {redact(str(exc), self.dsn)}", status_code=403
+            )
         except (errors.QueueError, ValueError) as exc:
-            done = f"{action} failed: {describe_error(exc) or exc}"
+            done = f"{action} failed: {describe_error(exc) or redact(str(exc), self.dsn)}"
         response = RedirectResponse(back, status_code=303)
         response.set_cookie(
             FLASH_COOKIE, done[:300], httponly=True, samesite="strict", secure=_https(request)
@@ -374,17 +554,100 @@ def _local(target: str) -> str:
     return target
 
 
-def _csrf_ok(request: Request, form: Any) -> bool:
-    cookie = request.cookies.get(CSRF_COOKIE, "")
-    given = str(form.get("csrf", ""))
-    if not cookie or not given or not hmac.compare_digest(cookie.encode(), given.encode()):
-        return False
-    origin = request.headers.get("origin")
-    if origin is not None and origin != "null":
-        host = request.headers.get("host", "")
-        if urlsplit(origin).netloc != host:
-            return False
-    return True
+class _Failures:
+    """ASGI middleware: a failure that is not the database's refusal of a request (the server is
+    away, the DSN is unusable) as a 503 page of one line, its secrets masked; anything else as a
+    500 whose traceback is logged with them masked too (never the driver's raw text)."""
+
+    def __init__(self, app: Any, owner: DashboardApp) -> None:
+        self.app = app
+        self.owner = owner
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as exc:
+            if started:
+                raise
+            message = describe_error(exc)
+            if message is None:
+                _log.error(
+                    "dashboard request failed: %s",
+                    redact("".join(traceback.format_exception(exc)), self.owner.dsn),
+                )
+                response: Response = PlainTextResponse("500 internal error (logged)", status_code=500)
+            else:
+                request = Request(scope)
+                if request.url.path.startswith("/fragment/"):
+                    response = PlainTextResponse(message, status_code=503)
+                else:
+                    response = self.owner.render(request, "error.html", status=503, message=message)
+            await response(scope, receive, send)
+
+
+class _SecurityHeaders:
+    """ASGI middleware: headers on every response that forbid framing the dashboard (clickjacking),
+    loading anything from elsewhere, MIME sniffing, and sending its addresses (a ?token=) onward;
+    pages are not cached."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        static = scope.get("path", "").startswith("/static/")
+
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                for name, value in SECURITY_HEADERS:
+                    if name not in present:
+                        headers.append((name, value))
+                if not static and b"cache-control" not in present:
+                    headers.append((b"cache-control", b"no-store"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+class _HostCheck:
+    """ASGI middleware: 400 for a request whose Host header is not one the dashboard answers to. A
+    page on any site can rebind its own DNS name to 127.0.0.1; its requests then reach the
+    dashboard with that name as Host, and are refused here."""
+
+    def __init__(self, app: Any, hosts: HostAllowList) -> None:
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), None)
+        if self.hosts.allows(host):
+            await self.app(scope, receive, send)
+            return
+        response = PlainTextResponse(
+            "400 Bad Request: this dashboard does not answer to this Host name "
+            "(start it with --allowed-host NAME for the name of your proxy)",
+            status_code=400,
+        )
+        await response(scope, receive, send)
 
 
 class _Guard:
@@ -435,6 +698,22 @@ class _Guard:
         await response(scope, receive, send)
 
 
-def create_app(dsn: str, read_only: bool = False, token: str | None = None) -> Starlette:
-    """The ASGI app (run it with uvicorn)."""
-    return DashboardApp(dsn, read_only=read_only, token=token).app
+def create_app(
+    dsn: str,
+    read_only: bool = False,
+    token: str | None = None,
+    allowed_hosts: Any = (),
+    listen_host: str | None = None,
+    port: int | None = None,
+) -> Starlette:
+    """The ASGI app (run it with uvicorn). It answers to the Host names localhost, 127.0.0.1 and
+    [::1] (on port, when given), listen_host, and allowed_hosts (a proxy's names: NAME for any port,
+    NAME:PORT for one)."""
+    return DashboardApp(
+        dsn,
+        read_only=read_only,
+        token=token,
+        allowed_hosts=allowed_hosts,
+        listen_host=listen_host,
+        port=port,
+    ).app

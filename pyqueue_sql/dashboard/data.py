@@ -261,10 +261,22 @@ class Dashboard:
         with self.pool.database() as db:
             return db.queue(name).stats()
 
-    def message(self, queue: str, key: str, kind: str) -> tuple[Any, list[Any]]:
+    def message(
+        self, queue: str, key: str, kind: str, details: bool = True
+    ) -> tuple[Any, list[Any], QueueSettings | None]:
+        """The live message (None when there is none), and with details its history rows and the
+        queue's settings (None when the account may not read them)."""
         with self.pool.database() as db:
             q = db.queue(queue)
-            return q.message(key, kind), q.message_history(key, kind)
+            message = q.message(key, kind)
+            if not details:
+                return message, [], None
+            history = q.message_history(key, kind)
+            try:
+                settings = q.settings()
+            except errors.PermissionDeniedError:
+                settings = None
+            return message, history, settings
 
     def workers(self) -> tuple[list[WorkerInfo], dict[str, list[Any]]]:
         """The registered workers and, per reserve_as name, the live reservations it holds (read

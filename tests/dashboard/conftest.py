@@ -47,7 +47,7 @@ def _missing_browser() -> str | None:
     return None
 
 
-def start_browser(window: tuple[int, int] = (1400, 900)):
+def start_browser(window: tuple[int, int] = (1400, 900), flags: tuple[str, ...] = ()):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -58,6 +58,8 @@ def start_browser(window: tuple[int, int] = (1400, 900)):
         options.add_argument(flag)
     options.add_argument(f"--window-size={window[0]},{window[1]}")
     options.add_argument(f"--user-data-dir={profile}")
+    for flag in flags:
+        options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.implicitly_wait(0)
     return driver, profile
