@@ -240,3 +240,36 @@ def test_a_priority_out_of_range_gets_the_same_words_on_both_dialects(queue, db)
             db.publish("t", "a", "k", {}, priority=bad)
     assert queue.push("a", "k", {}, priority=2147483647)
     assert queue.messages()[0].priority == 2147483647
+
+
+# -- queue_ingest rows ------------------------------------------------------------------------
+
+
+def test_queue_ingest_rows_are_held_to_max_payload_and_occurrence_keys(queue, raw, dialect):
+    """PostgreSQL refuses the INSERT naming the first bad row (nothing enqueued); MySQL/MariaDB's
+    queue_ingest_flush counts such rows rejected, with the reason, and enqueues the others."""
+    queue.set_max_payload(20)
+    insert = "INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES (%s, %s, 'k', %s)"
+    if dialect == "postgresql":
+        with pytest.raises(
+            Exception, match="invalid_payload: queue_ingest row with p_key 'big': payload is 23 bytes"
+        ):
+            raw(
+                insert + ", (%s, 'big', 'k', %s)",
+                (queue.name, "ok", '"fits"', queue.name, '"' + "x" * 21 + '"'),
+            )
+        with pytest.raises(Exception, match="invalid_argument: .*reserved for schedules"):
+            raw(insert, (queue.name, OCCURRENCE, '"fits"'))
+        assert queue.messages() == []
+        raw(insert, (queue.name, "ok", '"fits"'))
+        assert [m.key for m in queue.messages()] == ["ok"]
+        return
+    for key, payload in (("ok", '"fits"'), ("big", '"' + "x" * 21 + '"'), (OCCURRENCE, '"fits"')):
+        raw(insert, (queue.name, key, payload))
+    [(enqueued, duplicates, rejected)] = raw("CALL queue_ingest_flush(%s)", (queue.name,))
+    assert (int(enqueued), int(duplicates), int(rejected)) == (1, 0, 2)
+    reasons = dict(
+        raw("SELECT p_key, reason FROM pyqueue_ingest_reject WHERE queue_name = %s", (queue.name,))
+    )
+    assert "max_payload" in reasons["big"] and "reserved for schedules" in reasons[OCCURRENCE]
+    assert [m.key for m in queue.messages()] == ["ok"]
