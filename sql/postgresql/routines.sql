@@ -3455,8 +3455,8 @@ BEGIN
     IF v_bytes > (SELECT pg_catalog.min(q.max_payload) FROM pyqueue_queue q) THEN
         SELECT pg_catalog.min(q.max_payload) INTO v_max
           FROM pyqueue_queue q
-         WHERE q.queue_name IN (SELECT b.queue_name FROM pyqueue_binding b
-                                 WHERE ('.' || in_topic) ~ b.pattern_regex::text);
+         WHERE q.queue_name::text IN (SELECT b.queue_name::text FROM pyqueue_binding b
+                                       WHERE ('.' || in_topic) ~ b.pattern_regex::text);
         IF v_bytes > v_max THEN
             PERFORM pyqueue__refuse_payload(v_bytes, v_max);
         END IF;
@@ -3547,7 +3547,7 @@ BEGIN
                   FROM ROWS FROM (pg_catalog.unnest(in_topics), pg_catalog.unnest(in_payloads))
                        WITH ORDINALITY AS b (t, pl, ord)
                   JOIN pyqueue_binding bd ON ('.' || b.t) ~ bd.pattern_regex::text
-                  JOIN pyqueue_queue q ON q.queue_name = bd.queue_name) AS s
+                  JOIN pyqueue_queue q ON q.queue_name::text = bd.queue_name::text) AS s
          WHERE s.bytes > s.max_payload
          ORDER BY s.ord
          LIMIT 1;
