@@ -57,9 +57,9 @@ class _Server:
             import psycopg
 
             with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
-                conn.execute(statement)  # type: ignore[arg-type]
+                conn.execute(statement.encode())
             return
-        import pymysql
+        import pymysql  # type: ignore[import-untyped,unused-ignore]
 
         from .dialects import mysql_connect_args
 

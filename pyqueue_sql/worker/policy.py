@@ -15,7 +15,10 @@ from .. import errors
 from .model import Job, log, where_of
 
 if TYPE_CHECKING:
-    from .model import WorkerStats
+    from collections.abc import Callable
+    from typing import Any
+
+    from .model import Route, WorkerStats
 
 
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
@@ -67,10 +70,10 @@ class RetryPolicy:
         return self.retry_on is None or isinstance(error, self.retry_on)
 
     def delay(self, attempts: int, rng: random.Random | None = None) -> float:
-        rng = rng or random
+        draw = rng.random() if rng is not None else random.random()
         exponent = max(attempts - 1, 0)
         raw = self.max_delay if exponent > 64 else min(self.max_delay, self.base * self.factor**exponent)
-        return max(0.0, raw * (1 + self.jitter * (2 * rng.random() - 1)))
+        return float(max(0.0, raw * (1 + self.jitter * (2 * draw - 1))))
 
 
 def seconds_of(after: float | dt.timedelta | None, what: str) -> float:
@@ -130,6 +133,13 @@ class FailurePolicy:
     of each handled message."""
 
     stats: WorkerStats
+    routes: dict[str, Route]
+    on_outcome: list[Callable[[Job, str, str | None], Any]]
+    _rng: random.Random
+
+    if TYPE_CHECKING:
+
+        def stop(self, force: bool = False, *, reason: str | None = None) -> None: ...
 
     def _handled(self, job: Job, error: BaseException | None) -> bool:
         """Bookkeeping once a handler returned or raised; True when it was interrupted
@@ -270,7 +280,9 @@ class FailurePolicy:
                 "handler failed: %s: %s; outcome %s", where, text[:500], outcome, exc_info=error, extra=extra
             )
 
-    def _given_up(self, job: Job, error: BaseException, text: str, outcome: str | None, elapsed_ms: float):
+    def _given_up(
+        self, job: Job, error: BaseException, text: str, outcome: str | None, elapsed_ms: float
+    ) -> None:
         """Counts and logs a failure that ends the message now (GiveUp, or not retried by its
         policy): outcome 'dead_lettered', 'dropped', or None (the reservation no longer held)."""
         if outcome is None:

@@ -30,7 +30,13 @@ def test_py_typed_ships_in_the_package():
 
 
 def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong_defer(tmp_path):
-    good = _mypy(tmp_path, "pyqueue_sql/tasks.py", "examples/tasks_app.py")
+    good = _mypy(
+        tmp_path,
+        "pyqueue_sql/tasks.py",
+        "pyqueue_sql/testing.py",
+        "pyqueue_sql/worker/policy.py",
+        "examples/tasks_app.py",
+    )
     assert good.returncode == 0, good.stdout + good.stderr
     bad = tmp_path / "bad_defer.py"
     bad.write_text(
