@@ -18,7 +18,7 @@ depends_on = None
 # server flavor: how `migrate --adopt` recognises a schema installed from `pyqueue-sql
 # sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
-    "postgresql": "cf0d884a3f6db420db8f4c53bc8ef903",
+    "postgresql": "2d396e02bd12f0119481fa5f1faf7fcb",
     "mariadb": "cc60ffd0b3429f1d3920dee207e972e3",
 }
 
