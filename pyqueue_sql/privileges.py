@@ -102,18 +102,6 @@ ROUTINES: tuple[str, ...] = tuple(sorted({r for rs in CAPABILITIES.values() for 
 
 _PRIVILEGES = {"INSERT": "INSERT", "SELECT": "SELECT"}  # the only table privileges ever granted
 
-# PostgreSQL: the routines that take a reservation token have two signatures, the token as text and
-# as uuid (sql/postgresql/routines.sql, "Tokens"); a GRANT names each, a bare name being ambiguous.
-_PG_SIGNATURES: dict[str, str] = {  # {t}: the token's type
-    "queue_commit": "text, text, text, {t}",
-    "queue_rollback": "text, text, text, {t}, interval",
-    "queue_fail": "text, text, text, {t}, interval, text",
-    "queue_snooze": "text, text, text, {t}, interval",
-    "queue_extend": "text, text, text, {t}, interval",
-    "queue_move": "text, text, text, {t}, text, jsonb",
-    "queue_commit_reserve": "text, text, text, {t}, text, interval, integer, text[]",
-}
-
 
 @dataclass(frozen=True)
 class Account:
@@ -168,12 +156,11 @@ def statements(
         out.append(d.compose(d.statement("grant_schema_usage"), schema=d.identifier(schema), role=role))
 
     def signatures(name: str) -> list[Any]:
-        if d.name != "postgresql" or name not in _PG_SIGNATURES:
+        """The routine's name, or one name(arguments) per signature when it has several."""
+        if name not in d.routine_signatures:
             return [qualified(name)]
-        args = _PG_SIGNATURES[name]
         return [
-            d.compose("{name}(" + args.format(t=token_type) + ")", name=qualified(name))
-            for token_type in ("text", "uuid")
+            d.compose("{name}(" + args + ")", name=qualified(name)) for args in d.routine_signatures[name]
         ]
 
     out += [d.compose(d.statement(execute), routine=s, role=role) for r in routines for s in signatures(r)]

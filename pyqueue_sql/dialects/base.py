@@ -234,6 +234,9 @@ class Dialect:
     grants_schema_usage: bool = False
     # Table privileges a capability gets besides EXECUTE on its routines: (privilege, table) pairs.
     grant_tables: Mapping[str, tuple[tuple[str, str], ...]] = {}
+    # Routines installed with several signatures: the argument lists a GRANT names, one statement each
+    # (a bare name would be ambiguous). A routine not listed is granted by its name.
+    routine_signatures: Mapping[str, tuple[str, ...]] = {}
     # Times are stored as UTC wall-clock time without a zone (MySQL DATETIME(6)): a writer that would
     # convert through a local time zone (JDBC) sends them as text instead.
     utc_wall_clock_times: bool = False

@@ -68,6 +68,20 @@ class PostgreSQL(Dialect):
     session_migration_lock = False
     grants_schema_usage = True
     grant_tables = {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "queue_ingest"))}
+    # The routines that take a reservation token take it as text and, in a second signature, as uuid
+    # (sql/postgresql/routines.sql, "Tokens").
+    routine_signatures = {
+        name: (args.format(t="text"), args.format(t="uuid"))
+        for name, args in {
+            "queue_commit": "text, text, text, {t}",
+            "queue_rollback": "text, text, text, {t}, interval",
+            "queue_snooze": "text, text, text, {t}, interval",
+            "queue_fail": "text, text, text, {t}, interval, text",
+            "queue_extend": "text, text, text, {t}, interval",
+            "queue_move": "text, text, text, {t}, text, jsonb",
+            "queue_commit_reserve": "text, text, text, {t}, text, interval, integer, text[]",
+        }.items()
+    }
     ingest_counts_by_session_tag = True
     install_note = INSTALL_NOTE
     driver = ("psycopg", "postgresql")

@@ -967,7 +967,11 @@ def test_grant_command_prints_quoted_statements_and_refuses_bad_names(capsys):
     assert 'GRANT EXECUTE ON FUNCTION "app"."queue_push" TO "we""ird";' in out
     assert not any("queue_reserve" in line for line in out)
     assert cli.main(["grant", "--role", "stage", "--pipeline", "--dialect", "postgresql"]) == 0
-    assert capsys.readouterr().out.splitlines() == ['GRANT EXECUTE ON FUNCTION "queue_move" TO "stage";']
+    # queue_move takes its token as text or as uuid: one GRANT per signature
+    assert capsys.readouterr().out.splitlines() == [
+        'GRANT EXECUTE ON FUNCTION "queue_move"(text, text, text, text, text, jsonb) TO "stage";',
+        'GRANT EXECUTE ON FUNCTION "queue_move"(text, text, text, uuid, text, jsonb) TO "stage";',
+    ]
     assert cli.main(["grant", "--role", "worker", "--consumer", "--dialect", "postgresql"]) == 0
     out = capsys.readouterr().out
     assert '"queue_fail"' in out and '"queue_move"' not in out
