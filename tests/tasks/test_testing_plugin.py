@@ -43,6 +43,7 @@ def test_two_gets_its_own_database(pyqueue_db):
 """
 
 
+@pytest.mark.slow  # a pytest run of its own, building a database per test
 def test_the_plugin_gives_each_test_an_empty_migrated_database(server, tmp_path):
     (tmp_path / "test_sample.py").write_text(SAMPLE_TEST)
     env = {**os.environ, "PYQUEUE_TEST_DSN": server.admin_dsn, "PYTHONPATH": ROOT}
