@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import pyqueue_sql
-from pyqueue_sql import App, InvalidPayloadError
+from pyqueue_sql import App, InvalidPayloadError, RetryPolicy
 
 from . import sample_app
 
@@ -431,3 +431,24 @@ def test_the_cli_worker_says_in_one_line_when_the_module_raises_at_import(dsn, t
     assert proc.returncode != 0
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "RuntimeError: no config" in proc.stderr
+
+
+def test_app_worker_serves_the_queues_asked_for_with_each_tasks_policy_and_timeout():
+    app = App("postgresql://nowhere/x", queue="a")
+    policy = RetryPolicy(base=7)
+
+    @app.task(retry=policy, timeout=3)
+    def one() -> None: ...
+
+    @app.task(queue="b")
+    def two() -> None: ...
+
+    worker = app.worker(queues=["a"], register=False)
+    assert sorted(worker.routes) == ["a"]
+    route = worker.routes["a"]
+    assert route.retry_for("one") is policy and route.timeout_for("one") == 3.0
+    assert route.handler_for("something_else") is not None  # failed with UnknownTaskError, not left
+    assert route.kinds() is None
+    assert sorted(app.worker(register=False).routes) == ["a", "b"]
+    with pytest.raises(pyqueue_sql.InvalidArgumentError, match="no task on queue 'c'"):
+        app.worker(queues=["c"])
