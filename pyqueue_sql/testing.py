@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from . import migrate
+from . import dialects, migrate
 from .client import Database, connect
 
 ENV = "PYQUEUE_TEST_DSN"
@@ -47,45 +47,31 @@ class _Server:
 
     def __init__(self, admin_dsn: str) -> None:
         self.admin_dsn = admin_dsn
-        self.dialect = "mysql" if admin_dsn.startswith("mysql") else "postgresql"
+        self.dialect = dialects.for_dsn(admin_dsn)
 
     def dsn(self, name: str) -> str:
         return urlunsplit(urlsplit(self.admin_dsn)._replace(path="/" + name))
 
-    def _execute(self, statement: str) -> None:
-        if self.dialect == "postgresql":
-            import psycopg
-
-            with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
-                conn.execute(statement.encode())
-            return
-        import pymysql  # type: ignore[import-untyped,unused-ignore]
-
-        from .dialects import mysql_connect_args
-
-        args = mysql_connect_args(self.admin_dsn)
-        args.pop("database", None)
-        conn = pymysql.connect(**{**args, "autocommit": True})
+    def _execute(self, template: str, name: str) -> None:
+        d = self.dialect
+        conn = d.connect(self.admin_dsn)
         try:
-            with conn.cursor() as cur:
-                cur.execute(statement)
+            cur = conn.cursor()
+            try:
+                cur.execute(d.compose(template, name=d.identifier(name)))
+            finally:
+                cur.close()
         finally:
             conn.close()
 
     def create(self, name: str) -> str:
-        if self.dialect == "postgresql":
-            self._execute(f'CREATE DATABASE "{name}"')
-        else:
-            self._execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        self._execute(self.dialect.create_database_statement, name)
         url = self.dsn(name)
         migrate.upgrade(url)
         return url
 
     def drop(self, name: str) -> None:
-        if self.dialect == "postgresql":
-            self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        else:
-            self._execute(f"DROP DATABASE IF EXISTS `{name}`")
+        self._execute(self.dialect.drop_database_statement, name)
 
 
 def _local_postgresql_answers() -> bool:

@@ -87,7 +87,7 @@ from ..worker.steps import (
     dispatcher,
     drive_async,
 )
-from ..worker.threaded import _awaited, _within
+from ..worker.threaded import awaited, within_timeout
 from .client import connect
 
 __all__ = ["AsyncJob", "AsyncWorker", "RetryPolicy", "WorkerStats", "WorkerStatus"]
@@ -368,7 +368,7 @@ class AsyncWorker(WorkerBase):
         job = op.job
         if inspect.iscoroutinefunction(op.fn):
             try:
-                await _within(op.fn(job), timeout)
+                await within_timeout(op.fn(job), timeout)
             except BaseException as exc:
                 return exc
             return None
@@ -392,7 +392,7 @@ class AsyncWorker(WorkerBase):
             try:
                 result = op.fn(job)
                 if inspect.isawaitable(result):
-                    asyncio.run(_awaited(result))
+                    asyncio.run(awaited(result))
             except BaseException as exc:
                 error = exc
             try:

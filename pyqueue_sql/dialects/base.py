@@ -237,6 +237,9 @@ class Dialect:
     # Routines installed with several signatures: the argument lists a GRANT names, one statement each
     # (a bare name would be ambiguous). A routine not listed is granted by its name.
     routine_signatures: Mapping[str, tuple[str, ...]] = {}
+    # Making and dropping a whole database (pyqueue_sql.testing's database per test); {name} is an identifier.
+    create_database_statement = "CREATE DATABASE {name}"
+    drop_database_statement = "DROP DATABASE IF EXISTS {name}"
     # Times are stored as UTC wall-clock time without a zone (MySQL DATETIME(6)): a writer that would
     # convert through a local time zone (JDBC) sends them as text instead.
     utc_wall_clock_times: bool = False

@@ -215,6 +215,7 @@ class MySQL(Dialect):
     transactional_ddl = False
     session_migration_lock = True
     grants_schema_usage = False
+    create_database_statement = "CREATE DATABASE {name} CHARACTER SET utf8mb4"
     grant_tables = {
         "ingest": (
             ("INSERT", "queue_ingest"),

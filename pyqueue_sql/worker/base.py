@@ -267,7 +267,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         if not self.routes:
             raise errors.InvalidArgumentError("the worker has no handlers")
         self._check_handlers()
-        self._connected = False  # until a connection opens: a refused login ends run() (steps.py)
+        self.connected = False  # until a connection opens: a refused login ends run() (steps.py)
         self._stopping.clear()
         self._hard_stop.clear()
         self.stopped.clear()

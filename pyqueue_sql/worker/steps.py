@@ -234,7 +234,7 @@ def refused_at_start(worker: Any, exc: BaseException) -> bool:
     return (
         isinstance(exc, errors.ConnectionFailedError)
         and not exc.retryable
-        and not getattr(worker, "_connected", True)
+        and not getattr(worker, "connected", True)
     )
 
 
@@ -250,7 +250,7 @@ def call_steps(conn: Any, fn: Callable[[Any], Any], give_up: Any):
         try:
             if conn.db is None:
                 conn.db = yield CONNECT
-                worker._connected = True
+                worker.connected = True
                 if conn.on_connect is not None:
                     yield OnConnect(conn.db)
             worker.stats.db_calls += 1

@@ -42,11 +42,11 @@ from .steps import (
 )
 
 
-async def _awaited(awaitable: Any) -> Any:
+async def awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-async def _within(coro: Any, timeout: float) -> Any:
+async def within_timeout(coro: Any, timeout: float) -> Any:
     """Awaits coro, cancelled after timeout seconds: then TimeoutError (an error the coroutine
     raises itself, TimeoutError included, is raised as it is)."""
     task = asyncio.ensure_future(coro)
@@ -72,7 +72,7 @@ class _EventLoop:
     def run(self, awaitable: Any) -> Any:
         if self.loop is None or self.loop.is_closed():
             self.loop = asyncio.new_event_loop()
-        coro = awaitable if inspect.iscoroutine(awaitable) else _awaited(awaitable)
+        coro = awaitable if inspect.iscoroutine(awaitable) else awaited(awaitable)
         try:
             return self.loop.run_until_complete(coro)
         except BaseException as exc:
@@ -268,7 +268,7 @@ class Worker(WorkerBase):
         timeout = float(op.timeout)
         if inspect.iscoroutinefunction(op.fn):
             try:
-                conn.loop.run(_within(op.fn(op.job), timeout))
+                conn.loop.run(within_timeout(op.fn(op.job), timeout))
             except BaseException as exc:
                 return exc
             return None
@@ -283,7 +283,7 @@ class Worker(WorkerBase):
             try:
                 result = op.fn(job)
                 if inspect.isawaitable(result):
-                    asyncio.run(_awaited(result))
+                    asyncio.run(awaited(result))
             except BaseException as exc:
                 error = exc
             with lock:
