@@ -19,7 +19,7 @@ depends_on = None
 # sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
     "postgresql": "2d396e02bd12f0119481fa5f1faf7fcb",
-    "mariadb": "cc60ffd0b3429f1d3920dee207e972e3",
+    "mariadb": "ac18cbd63319934be4d37dba99740a63",
 }
 
 

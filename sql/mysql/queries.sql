@@ -17,6 +17,12 @@ CALL queue_reset_setting(%(queue)s, %(setting)s)
 -- name: settings
 CALL queue_settings(%(queue)s)
 
+-- name: set_max_reservation
+CALL queue_set_max_reservation(%(queue)s, %(max_reservation)s)
+
+-- name: set_max_payload
+CALL queue_set_max_payload(%(queue)s, %(max_payload)s)
+
 -- name: drop
 CALL queue_drop(%(queue)s)
 
@@ -92,6 +98,14 @@ CALL queue_rollback(%(queue)s, %(key)s, %(kind)s, %(token)s, %(delay)s)
 -- name: fail
 -- One row, one column: 'retry', 'dead_lettered', 'dropped', or NULL.
 CALL queue_fail(%(queue)s, %(key)s, %(kind)s, %(token)s, %(delay)s, %(error)s)
+
+-- name: snooze
+-- One row, one column: snoozed (1, or 0 when the token no longer holds).
+CALL queue_snooze(%(queue)s, %(key)s, %(kind)s, %(token)s, %(delay)s)
+
+-- name: release
+-- One row, one column: released (how many reservations were handed back).
+CALL queue_release(%(queue)s, %(worker)s)
 
 -- name: extend
 CALL queue_extend(%(queue)s, %(key)s, %(kind)s, %(token)s, %(timeout)s)
@@ -231,6 +245,23 @@ SELECT reason, COUNT(*) FROM pyqueue_ingest_reject
 
 -- name: current_schema
 SELECT DATABASE()
+
+-- The accounts and roles (GRANTEE, 'user'@'host') that may create temporary tables in this database, on it (a
+-- database-level grant, its name possibly a pattern) or globally. Such an account must not call the routines: a
+-- temporary table named as one of ours (pyqueue_queue, pyqueue_message, ...) shadows the real table inside the SQL
+-- SECURITY DEFINER procedures (MariaDB and MySQL resolve a temporary table first, even under a name qualified by the
+-- database), so it could reserve from a paused queue or change max_attempts and the dead-letter queue it sees.
+-- `pyqueue-sql grant` refuses such an account. Lists only what the connected account may see (all, for an account
+-- that reads the mysql database, as the installing one does).
+-- name: temporary_table_grantees
+SELECT s.GRANTEE
+  FROM information_schema.SCHEMA_PRIVILEGES s
+ WHERE s.PRIVILEGE_TYPE = 'CREATE TEMPORARY TABLES' AND DATABASE() LIKE s.TABLE_SCHEMA
+UNION
+SELECT u.GRANTEE
+  FROM information_schema.USER_PRIVILEGES u
+ WHERE u.PRIVILEGE_TYPE = 'CREATE TEMPORARY TABLES'
+ ORDER BY 1
 
 -- name: grant_execute
 GRANT EXECUTE ON PROCEDURE {routine} TO {role}

@@ -145,6 +145,54 @@ BEGIN
     IF LOCATE(X'ED', CAST(in_payload AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_payload', 'payload', in_payload); END IF;
 END //
 
+-- pyqueue__check_key: refuses a p_key a producer may not write: as pyqueue__check_name, and a key of a schedule's
+-- occurrence ('<anything>@YYYY-MM-DDTHH:MM:SSZ'): only the schedule routines create those, so no producer can create,
+-- replace or preempt an occurrence. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_key //
+CREATE PROCEDURE pyqueue__check_key(IN in_key LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN
+        CALL pyqueue__raise('invalid_argument', 'p_key ending in @<UTC time> is reserved for schedules');
+    END IF;
+END //
+
+-- pyqueue__check_size: refuses a payload of in_bytes bytes (LENGTH of its JSON text) longer than the max_payload of
+-- queue in_queue (a queue that does not exist passes: the caller reports it). Plain read of the queue row.
+DROP PROCEDURE IF EXISTS pyqueue__check_size //
+CREATE PROCEDURE pyqueue__check_size(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_bytes BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_max BIGINT;
+    SELECT MAX(q.max_payload) INTO v_max FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+    IF in_bytes > v_max THEN CALL pyqueue__raise_size(in_bytes, v_max); END IF;
+END //
+
+-- pyqueue__raise_size: signals invalid_payload for a payload of in_bytes bytes over a max_payload of in_max.
+DROP PROCEDURE IF EXISTS pyqueue__raise_size //
+CREATE PROCEDURE pyqueue__raise_size(IN in_bytes BIGINT, IN in_max BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__raise('invalid_payload',
+                        CONCAT('payload is ', in_bytes, ' bytes, more than the queue''s max_payload of ', in_max, ' bytes'));
+END //
+
+-- pyqueue__check_reservation_cap: refuses a reservation timeout in_timeout (seconds) above the queue's max_reservation
+-- in_max. NULL passes (the visibility_timeout, never above it). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_reservation_cap //
+CREATE PROCEDURE pyqueue__check_reservation_cap(IN in_timeout DECIMAL(20,6), IN in_max DECIMAL(20,6))
+SQL SECURITY INVOKER
+BEGIN
+    IF in_timeout > in_max THEN
+        CALL pyqueue__raise('invalid_argument',
+            CONCAT('timeout is longer than the queue''s max_reservation (',
+                   TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM CAST(in_max AS CHAR))), ' s)'));
+    END IF;
+END //
+
 -- pyqueue__own_transaction: the one test of "am I in autocommit". out_own = 1 in autocommit mode with no transaction
 -- open (the routine may run its steps in a transaction of its own and retry a deadlock victim), 0 in the caller's
 -- transaction or with autocommit off. MariaDB tells (@@in_transaction, read in a MariaDB-only comment). MySQL 8.0
@@ -859,7 +907,7 @@ BEGIN
           FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
          WHERE CHAR_LENGTH(JSON_UNQUOTE(k.elem)) > 128;
         IF v_bad > 0 THEN CALL pyqueue__raise('invalid_argument', 'kinds must not hold a kind longer than 128 characters'); END IF;
-        SELECT JSON_ARRAYAGG(k.kind) INTO out_kinds
+        /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(k.kind) INTO out_kinds
           FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k;
     END IF;
 END //
@@ -1172,7 +1220,8 @@ BEGIN
 END //
 
 -- pyqueue__schedule_after: the next occurrence of a schedule after in_after: every_s: the next multiple of every_s
--- seconds since 1970-01-01 UTC; cron: pyqueue__cron_next. Takes no locks.
+-- seconds since 1970-01-01 UTC (integer division, DIV: a '/' would round to the caller's div_precision_increment);
+-- cron: pyqueue__cron_next. Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__schedule_after //
 CREATE PROCEDURE pyqueue__schedule_after(
     IN  in_every_s BIGINT,
@@ -1183,7 +1232,7 @@ SQL SECURITY INVOKER
 BEGIN
     IF in_every_s IS NOT NULL THEN
         SET out_next = CAST('1970-01-01 00:00:00' AS DATETIME(6))
-            + INTERVAL ((FLOOR(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', in_after) / (in_every_s * 1000000)) + 1)
+            + INTERVAL ((TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', in_after) DIV (in_every_s * 1000000) + 1)
                         * in_every_s) SECOND;
     ELSE
         CALL pyqueue__cron_next(in_cron, in_after, out_next);
@@ -1501,6 +1550,17 @@ END //
 
 -- ---- for topics ----
 
+-- pyqueue__raise_undecided: signals that the regular expression engine could not decide whether topic in_topic (NULL:
+-- one of a batch) matches a bound pattern (warning 1139, a match limit): an error, never a silent miss.
+DROP PROCEDURE IF EXISTS pyqueue__raise_undecided //
+CREATE PROCEDURE pyqueue__raise_undecided(IN in_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__raise('invalid_argument',
+        CONCAT('the server could not decide whether topic ', COALESCE(CONCAT('"', LEFT(in_topic, 30), '"'), 'of the batch'),
+               ' matches a bound pattern'));
+END //
+
 -- pyqueue__check_topic: refuses in_value (named in_what) unless a topic (in_pattern FALSE) or a pattern: 1 to 255
 -- characters, no space at either end, dot-separated non-empty words; '*' and '#' only as whole words of a pattern.
 -- Takes no locks.
@@ -1526,9 +1586,13 @@ BEGIN
 END //
 
 -- pyqueue__topic_regex: the regular expression of the (checked) topic pattern in_pattern, matched against CONCAT('.',
--- topic) with REGEXP (ICU and PCRE alike): each word '\.' plus the word with ^$|()[]{}+?\ escaped, '*' one word
--- ('\.[^.]+'), '#' any number ('(\.[^.]+)*'), anchored '^' and '\z' (not '$', which also matches before a final
--- newline). 'a.#' matches 'a', 'a.b', 'a.b.c'. Takes no locks.
+-- topic) with REGEXP (ICU and PCRE alike), built so that no match backtracks more than linearly: each word is '\.'
+-- plus the word with ^$|()[]{}+?\ escaped, '*' one word ('\.[^.]++', possessive); the words before the first '#' are
+-- anchored at '^'; the words between two '#' (a segment of fixed length) are found at their leftmost place and kept
+-- there, '(?>(?:\.[^.]++)*?<segment>(?![^.]))' (atomic: the leftmost place leaves the most room for the rest, so
+-- nothing is lost by never trying another); after the last '#', any words then the last segment, anchored at '\z'
+-- (not '$', which also matches before a final newline). Adjacent '#' are one. 'a.#' matches 'a', 'a.b', 'a.b.c'.
+-- Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__topic_regex //
 CREATE PROCEDURE pyqueue__topic_regex(
     IN  in_pattern VARCHAR(255)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1536,7 +1600,9 @@ CREATE PROCEDURE pyqueue__topic_regex(
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_rest, v_word VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_seg VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT '';
     DECLARE v_dot INT;
+    DECLARE v_hash BOOLEAN DEFAULT FALSE;  -- a '#' came before the segment being read
     SET out_regex = '^', v_rest = in_pattern;
     WHILE v_rest IS NOT NULL DO
         SET v_dot = LOCATE('.', v_rest);
@@ -1546,17 +1612,23 @@ BEGIN
             SET v_word = LEFT(v_rest, v_dot - 1), v_rest = SUBSTRING(v_rest, v_dot + 1);
         END IF;
         -- compared as bytes: utf8mb4_bin pads with spaces
-        SET out_regex = CONCAT(out_regex,
-            CASE CAST(v_word AS BINARY)
-                WHEN '*' THEN '\\.[^.]+'
-                WHEN '#' THEN '(\\.[^.]+)*'
-                ELSE CONCAT('\\.',
-                     REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(
-                         v_word, '\\', '\\\\'), '^', '\\^'), '$', '\\$'), '|', '\\|'), '(', '\\('), ')', '\\)'),
-                         '[', '\\['), ']', '\\]'), '{', '\\{'), '}', '\\}'), '+', '\\+'), '?', '\\?'))
-            END);
+        IF CAST(v_word AS BINARY) = '#' THEN
+            IF NOT v_hash THEN
+                SET out_regex = CONCAT(out_regex, v_seg);
+            ELSEIF v_seg <> '' THEN
+                SET out_regex = CONCAT(out_regex, '(?>(?:\\.[^.]++)*?', v_seg, '(?![^.]))');
+            END IF;
+            SET v_hash = TRUE, v_seg = '';
+        ELSE
+            SET v_seg = CONCAT(v_seg,
+                IF(CAST(v_word AS BINARY) = '*', '\\.[^.]++',
+                   CONCAT('\\.',
+                          REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(
+                              v_word, '\\', '\\\\'), '^', '\\^'), '$', '\\$'), '|', '\\|'), '(', '\\('), ')', '\\)'),
+                              '[', '\\['), ']', '\\]'), '{', '\\{'), '}', '\\}'), '+', '\\+'), '?', '\\?'))));
+        END IF;
     END WHILE;
-    SET out_regex = CONCAT(out_regex, '\\z');
+    SET out_regex = CONCAT(out_regex, IF(v_hash, '(?:\\.[^.]++)*', ''), v_seg, '\\z');
 END //
 
 -- ==== queues ====
@@ -1575,7 +1647,7 @@ CREATE PROCEDURE queue_create(
     IN in_history_retention  DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_vis, v_maxres DECIMAL(20,6);
     DECLARE v_max INT;
     DECLARE v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused BOOLEAN;
@@ -1591,11 +1663,19 @@ BEGIN
     END IF;
     SET v_vis = COALESCE(in_visibility_timeout, 30);
     SET v_max = COALESCE(in_max_attempts, 10);
+    -- a visibility_timeout above the queue's max_reservation (a new queue: the default, 12 hours) is refused
+    SELECT COALESCE(MAX(q.max_reservation), 43200) INTO v_maxres FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+    IF in_visibility_timeout > v_maxres THEN
+        CALL pyqueue__raise('invalid_argument',
+            CONCAT('visibility_timeout is longer than the queue''s max_reservation (',
+                   TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM CAST(v_maxres AS CHAR))), ' s)'));
+    END IF;
+    -- (max_reservation: the existing row's, for the CHECK that runs on the proposed row before the duplicate is found)
     INSERT INTO pyqueue_queue
            (queue_name, visibility_timeout, max_attempts, dead_letter_queue,
-            history_retention, paused, dead_count, created_at)
+            history_retention, paused, dead_count, created_at, max_reservation)
     VALUES (in_queue, v_vis, v_max, in_dead_letter_queue, in_history_retention,
-            FALSE, 0, UTC_TIMESTAMP(6))
+            FALSE, 0, UTC_TIMESTAMP(6), v_maxres)
     ON DUPLICATE KEY UPDATE
            visibility_timeout = COALESCE(in_visibility_timeout, visibility_timeout),
            max_attempts       = COALESCE(in_max_attempts, max_attempts),
@@ -1604,7 +1684,9 @@ BEGIN
 END //
 
 -- queue_reset_setting: puts one setting back to its default: 'visibility_timeout' (30 s), 'max_attempts' (10),
--- 'dead_letter_queue' or 'history_retention' (none). No result set. Locks: the queue row, one statement.
+-- 'dead_letter_queue' or 'history_retention' (none), 'max_reservation' (12 hours), 'max_payload' (1 MiB). Refused
+-- (invalid_argument) when the default visibility_timeout would be above the max_reservation, or the default
+-- max_reservation below the visibility_timeout. No result set. Locks: the queue row, one statement.
 DROP PROCEDURE IF EXISTS queue_reset_setting //
 CREATE PROCEDURE queue_reset_setting(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1619,21 +1701,37 @@ BEGIN
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     -- Compared as bytes: utf8mb4_bin pads with spaces, and 'max_attempts ' is no setting name.
     IF in_setting IS NULL OR CAST(in_setting AS BINARY) NOT IN ('visibility_timeout', 'max_attempts',
-                                                              'dead_letter_queue', 'history_retention') THEN
+                                                              'dead_letter_queue', 'history_retention',
+                                                              'max_reservation', 'max_payload') THEN
         CALL pyqueue__raise('invalid_argument',
-            'setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention');
+            'setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention, max_reservation, max_payload');
     END IF;
     SET v_queue = in_queue, v_setting = in_setting;
     UPDATE pyqueue_queue
        SET visibility_timeout = IF(v_setting = 'visibility_timeout', 30, visibility_timeout),
            max_attempts       = IF(v_setting = 'max_attempts', 10, max_attempts),
            dead_letter_queue  = IF(v_setting = 'dead_letter_queue', NULL, dead_letter_queue),
-           history_retention  = IF(v_setting = 'history_retention', NULL, history_retention)
-     WHERE queue_name = v_queue;
+           history_retention  = IF(v_setting = 'history_retention', NULL, history_retention),
+           max_reservation    = IF(v_setting = 'max_reservation', 43200, max_reservation),
+           max_payload        = IF(v_setting = 'max_payload', 1048576, max_payload)
+     WHERE queue_name = v_queue
+       AND NOT (v_setting = 'visibility_timeout' AND max_reservation < 30)
+       AND NOT (v_setting = 'max_reservation' AND visibility_timeout > 43200);
+    IF ROW_COUNT() = 0 AND v_setting IN ('visibility_timeout', 'max_reservation')
+       AND EXISTS (SELECT 1 FROM pyqueue_queue q
+                    WHERE q.queue_name = v_queue
+                      AND ((v_setting = 'visibility_timeout' AND q.max_reservation < 30)
+                           OR (v_setting = 'max_reservation' AND q.visibility_timeout > 43200))) THEN
+        CALL pyqueue__raise('invalid_argument',
+            IF(v_setting = 'visibility_timeout',
+               'the default visibility_timeout (30 s) is longer than the queue''s max_reservation',
+               'the default max_reservation (43200 s) is shorter than the queue''s visibility_timeout'));
+    END IF;
 END //
 
 -- queue_settings: the settings of a queue (every queue when NULL), ordered by name: queue, visibility_timeout (s),
--- max_attempts, dead_letter_queue, history_retention (s), paused, notify_window (s). Plain reads, no locks.
+-- max_attempts, dead_letter_queue, history_retention (s), paused, notify_window (s), max_reservation (s),
+-- max_payload (bytes). Plain reads, no locks.
 DROP PROCEDURE IF EXISTS queue_settings //
 CREATE PROCEDURE queue_settings(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
@@ -1645,11 +1743,54 @@ BEGIN
     IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
     SET v_queue = in_queue;
     SELECT q.queue_name AS `queue`, q.visibility_timeout, q.max_attempts, q.dead_letter_queue,
-           q.history_retention, q.paused, COALESCE(n.notify_window, 0.05) AS notify_window
+           q.history_retention, q.paused, COALESCE(n.notify_window, 0.05) AS notify_window,
+           q.max_reservation, q.max_payload
       FROM pyqueue_queue q
       LEFT JOIN pyqueue_notify n ON n.queue_name = q.queue_name
      WHERE v_queue IS NULL OR q.queue_name = v_queue
      ORDER BY q.queue_name;
+END //
+
+-- queue_set_max_reservation: the longest reservation timeout a caller may ask for on the queue (reserve paths,
+-- queue_extend), in seconds; NULL = the default, 12 hours (43200). Above zero, at most 100 years, and not below the
+-- queue's visibility_timeout (invalid_argument). No result set. Locks: the queue row, for one statement.
+DROP PROCEDURE IF EXISTS queue_set_max_reservation //
+CREATE PROCEDURE queue_set_max_reservation(
+    IN in_queue           LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_max_reservation DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis, v_new DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_duration('max_reservation', in_max_reservation, TRUE);
+    SET v_queue = in_queue, v_new = COALESCE(in_max_reservation, 43200);
+    -- the visibility_timeout re-checked under the row lock, in the statement that sets it
+    UPDATE pyqueue_queue SET max_reservation = v_new WHERE queue_name = v_queue AND visibility_timeout <= v_new;
+    IF ROW_COUNT() = 0
+       AND EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue AND q.visibility_timeout > v_new) THEN
+        CALL pyqueue__raise('invalid_argument', 'max_reservation must not be below the queue''s visibility_timeout');
+    END IF;
+END //
+
+-- queue_set_max_payload: the largest payload (bytes of its JSON text) a producer may write into the queue; NULL = the
+-- default, 1048576 (1 MiB); 1 to 268435456 (256 MiB). No result set. Locks: the queue row, for one statement.
+DROP PROCEDURE IF EXISTS queue_set_max_payload //
+CREATE PROCEDURE queue_set_max_payload(
+    IN in_queue       LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_max_payload DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_int('max_payload', in_max_payload, 1, 268435456);
+    SET v_queue = in_queue;
+    UPDATE pyqueue_queue SET max_payload = COALESCE(in_max_payload, 1048576) WHERE queue_name = v_queue;
 END //
 
 -- queue_drop: deletes the queue, its messages, limits, schedules and wakeup row (ON DELETE CASCADE) in one statement;
@@ -1756,9 +1897,11 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_own, v_tries INT DEFAULT 0;
+    DECLARE v_max_payload BIGINT;
     -- The common case (every argument plainly valid) in one expression; anything else through the full checks
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
             AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
+            AND NOT (in_key LIKE '%@____-__-__T__:__:__Z')
             AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')
             AND LOCATE(X'ED', CAST(CONCAT(in_queue, in_key, in_kind, in_payload) AS BINARY)) = 0
             AND JSON_VALID(in_payload)
@@ -1767,7 +1910,7 @@ BEGIN
                  OR (in_priority = TRUNCATE(in_priority, 0) AND in_priority BETWEEN -2147483648 AND 2147483647))
        ) IS NOT TRUE THEN
         CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-        CALL pyqueue__check_name('p_key', in_key, 255);
+        CALL pyqueue__check_key(in_key);
         CALL pyqueue__check_name('p_kind', in_kind, 128);
         CALL pyqueue__check_payload(in_payload);
         IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
@@ -1776,6 +1919,11 @@ BEGIN
         CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
     END IF;
     SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6), v_at = COALESCE(in_run_at, v_now);
+    -- the queue's max_payload, one primary-key read; NULL: no such queue (refused here, not left to the foreign key,
+    -- which a session with foreign_key_checks = 0 would not check)
+    SELECT MAX(q.max_payload) INTO v_max_payload FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    IF v_max_payload IS NULL THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+    IF LENGTH(in_payload) > v_max_payload THEN CALL pyqueue__raise_size(LENGTH(in_payload), v_max_payload); END IF;
     /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
     IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
     REPEAT
@@ -1841,6 +1989,7 @@ BEGIN
             AND JSON_TYPE(b.k) = 'STRING'
             AND CHAR_LENGTH(JSON_UNQUOTE(b.k)) BETWEEN 1 AND 255
             AND NOT (JSON_UNQUOTE(b.k) LIKE '% ')
+            AND NOT (JSON_UNQUOTE(b.k) LIKE '%@____-__-__T__:__:__Z')  -- a schedule's occurrence
             AND JSON_TYPE(b.kd) = 'STRING'
             AND CHAR_LENGTH(JSON_UNQUOTE(b.kd)) BETWEEN 1 AND 128
             AND NOT (JSON_UNQUOTE(b.kd) LIKE '% ')
@@ -1857,10 +2006,51 @@ BEGIN
                      AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
                      AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
            ) IS NOT TRUE;
+    IF v_bad IS NOT NULL
+       AND JSON_UNQUOTE(JSON_EXTRACT(in_messages, CONCAT('$[', v_bad - 1, '].p_key'))) LIKE '%@____-__-__T__:__:__Z' THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('element ', v_bad, ' of the batch: p_key ending in @<UTC time> is reserved for schedules'));
+    END IF;
     IF v_bad IS NOT NULL THEN
         CALL pyqueue__raise('invalid_argument',
                             CONCAT('element ', v_bad, ' of the batch: bad ', COALESCE(CONCAT(in_member, '/'), ''),
                                    'p_key/p_kind, missing payload or bad run_at/priority'));
+    END IF;
+END //
+
+-- pyqueue__check_batch_size: refuses a batch (in_messages, checked by pyqueue__check_messages) holding a payload longer
+-- than the max_payload of in_queue (NULL: of the queue each element's topic reaches, in_topics TRUE). A batch whose
+-- whole text is not longer than the smallest max_payload concerned cannot hold one, and costs one comparison after
+-- one read; otherwise each payload is measured as stored (LENGTH of JSON_EXTRACT(payload, '$')). Plain reads.
+DROP PROCEDURE IF EXISTS pyqueue__check_batch_size //
+CREATE PROCEDURE pyqueue__check_batch_size(
+    IN in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_min, v_bytes, v_max BIGINT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_bytes = NULL;
+    SELECT MIN(q.max_payload) INTO v_min FROM pyqueue_queue q WHERE in_queue IS NULL OR q.queue_name = in_queue;
+    IF LENGTH(in_messages) > v_min THEN
+        IF in_queue IS NOT NULL THEN
+            SELECT MAX(LENGTH(JSON_EXTRACT(b.payload, '$'))) INTO v_bytes
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (payload JSON PATH '$.payload')) AS b;
+            IF v_bytes > v_min THEN CALL pyqueue__raise_size(v_bytes, v_min); END IF;
+        ELSE
+            -- the first payload over the max_payload of a queue its topic reaches
+            SELECT x.bytes, x.max_payload INTO v_bytes, v_max
+              FROM (SELECT LENGTH(JSON_EXTRACT(b.payload, '$')) AS bytes, q.max_payload, b.ord
+                      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                               ord     FOR ORDINALITY,
+                               t       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.topic',
+                               payload JSON PATH '$.payload')) AS b
+                      JOIN pyqueue_binding m ON CONCAT('.', b.t) REGEXP m.pattern_regex
+                      JOIN pyqueue_queue q ON q.queue_name = m.queue_name
+                     WHERE LENGTH(JSON_EXTRACT(b.payload, '$')) > q.max_payload
+                     ORDER BY b.ord
+                     LIMIT 1) AS x;
+            IF v_bytes IS NOT NULL THEN CALL pyqueue__raise_size(v_bytes, v_max); END IF;
+        END IF;
     END IF;
 END //
 
@@ -1896,6 +2086,7 @@ BEGIN
                             'MySQL takes one JSON array of messages as 2nd argument; the other 4 must be NULL');
     END IF;
     CALL pyqueue__check_messages(in_messages, NULL);
+    CALL pyqueue__check_batch_size(v_queue, in_messages);
     SET v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__own_transaction(FALSE, v_own);
     REPEAT
@@ -1963,7 +2154,7 @@ BEGIN
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_key(in_key);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_payload(in_payload);
     IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
@@ -1971,6 +2162,7 @@ BEGIN
     END IF;
     CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    CALL pyqueue__check_size(v_queue, LENGTH(in_payload));
     SET v_at = COALESCE(in_run_at, v_now), v_priority = COALESCE(in_priority, 0);
     attempt: LOOP
         INSERT IGNORE INTO pyqueue_message
@@ -2038,7 +2230,7 @@ BEGIN
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_name('group', in_group, 255);
-    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_key(in_key);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_payload(in_payload);
     IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
@@ -2046,6 +2238,7 @@ BEGIN
     END IF;
     CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
     SET v_queue = in_queue, v_group = in_group, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    CALL pyqueue__check_size(v_queue, LENGTH(in_payload));
     SET v_at = COALESCE(in_run_at, v_now);
     -- autocommit with no transaction open: the steps in a transaction of their own
     CALL pyqueue__own_transaction(TRUE, v_own);
@@ -2132,6 +2325,7 @@ BEGIN
                             'MySQL takes one JSON array of messages as 2nd argument; the other 5 must be NULL');
     END IF;
     CALL pyqueue__check_messages(in_messages, 'group');
+    CALL pyqueue__check_batch_size(v_queue, in_messages);
     SET v_now = UTC_TIMESTAMP(6);
     SELECT COUNT(*) INTO v_groups
       FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (g JSON PATH '$.group')) AS b
@@ -2186,7 +2380,7 @@ BEGIN
             SET v_inserted = ROW_COUNT();
             IF v_groups > 0 THEN
                 -- 3. each group's head (locking read: rows held since step 1) ...
-                SELECT JSON_ARRAYAGG(JSON_ARRAY(g.group_key, g.head_key, g.head_kind)) INTO v_heads
+                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(g.group_key, g.head_key, g.head_kind)) INTO v_heads
                   FROM (SELECT DISTINCT b.g
                           FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
                                    g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
@@ -2195,7 +2389,7 @@ BEGIN
                   STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = d.g
                    FOR UPDATE;
                 -- ... and its first blocked message, by a locking read (a plain read sees an older snapshot)
-                SELECT JSON_ARRAYAGG(JSON_ARRAY(h.g, h.hk, h.hkd, n.id, n.p_key, n.p_kind,
+                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(h.g, h.hk, h.hkd, n.id, n.p_key, n.p_kind,
                                                 DATE_FORMAT(n.scheduled_at_initially, '%Y-%m-%d %H:%i:%s.%f')))
                   INTO v_next
                   FROM JSON_TABLE(v_heads, '$[*]' COLUMNS (
@@ -2211,7 +2405,7 @@ BEGIN
                                   FOR UPDATE)
                    FOR UPDATE;
                 -- the heads that give their place (never delivered, running later), unless busy
-                SELECT JSON_ARRAYAGG(JSON_ARRAY(j.g, o.id)) INTO v_swaps
+                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(j.g, o.id)) INTO v_swaps
                   FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
                            g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
                            hk    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
@@ -2631,7 +2825,7 @@ CREATE PROCEDURE queue_reserve(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_vis, v_maxres DECIMAL(20,6);
     DECLARE v_max, v_found, v_claims INT;
     DECLARE v_paused, v_limited, v_checked, v_above BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
@@ -2658,10 +2852,12 @@ BEGIN
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
            EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue),
            EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                    WHERE m.queue_name = v_queue AND m.priority > 0)
-      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_above
+                    WHERE m.queue_name = v_queue AND m.priority > 0),
+           MAX(q.max_reservation)
+      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_above, v_maxres
       FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+    IF in_timeout > v_maxres THEN CALL pyqueue__check_reservation_cap(in_timeout, v_maxres); END IF;
     /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
     IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
     -- In a SERIALIZABLE session the reads below are locking reads, which can deadlock between two claims: in
@@ -2742,7 +2938,7 @@ BEGIN
     IF COALESCE(v_claims, 0) = 0 THEN  -- (not handed out above)
         IF NOT v_paused AND v_limited THEN
             CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max,
-                                          v_dlq);
+                                          v_dlq, FALSE);
         ELSE
             CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq,
                                   v_paused);
@@ -2777,7 +2973,8 @@ CREATE PROCEDURE pyqueue__reserve_limited(
     IN in_kinds   LONGTEXT CHARACTER SET utf8mb4,
     IN in_vis     DECIMAL(20,6),
     IN in_max     INT,
-    IN in_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+    IN in_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_serial  BOOLEAN)
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -2861,6 +3058,8 @@ BEGIN
                 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
                 START TRANSACTION;
                 SET v_txn = 1;
+            END IF;
+            IF v_txn = 1 OR in_serial THEN
                 -- the limit rows first (shared), before any message row: queue_drop and queue_set_limit lock them
                 SELECT COUNT(*) > 0 INTO v_limits FROM pyqueue_limit l WHERE l.queue_name = v_queue LOCK IN SHARE MODE;
             END IF;
@@ -2910,7 +3109,7 @@ BEGIN
                                 END IF;
                             ELSE
                                 IF v_limits THEN  -- a slot first, for a kind with a limit
-                                    IF v_txn = 1 AND NOT JSON_CONTAINS(v_locked, JSON_QUOTE(v_kind)) THEN
+                                    IF (v_txn = 1 OR in_serial) AND NOT JSON_CONTAINS(v_locked, JSON_QUOTE(v_kind)) THEN
                                         -- all its slot rows, until the commit (see above)
                                         SELECT COUNT(*) INTO v_slots
                                           FROM pyqueue_limit_slot s
@@ -3016,9 +3215,12 @@ body: BEGIN
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-                DELETE FROM pyqueue_message
-                 WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind AND reserve_token = v_held
-                   AND group_key IS NULL;
+                -- by the key index, forced: planned freely, MariaDB 10.11 took the group index for 'group_key IS
+                -- NULL' in a queue with groups and few other messages, scanning (and, at REPEATABLE READ, locking)
+                -- every message of the queue outside a group, which a racing reserve then skipped as taken
+                DELETE m FROM pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+                 WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind AND m.reserve_token = v_held
+                   AND m.group_key IS NULL;
                 SET v_done = ROW_COUNT();
             END;
         UNTIL v_retry = 0 END REPEAT;
@@ -3103,6 +3305,71 @@ BEGIN
     SELECT v_outcome AS outcome;
 END //
 
+-- queue_snooze: gives the message back, eligible after in_delay (NULL = 0), WITHOUT using up an attempt: attempts - 1
+-- (this delivery does not count), never dead-lettered by the snooze, last_error kept. A FIFO group's head keeps its
+-- place, a limited kind's slot is free again (as after queue_rollback). Result: one row, snoozed = 1, or 0 when the
+-- token no longer holds. Steps: locate by key and token (plain read); one UPDATE by id and token; for a kind with a
+-- limit, its slot freed by number of the snoozed reservation, while the message still shows attempts - 1 (not reserved
+-- again meanwhile). Interrupted in between, the slot stays busy until the old reservation's end: too few hand-outs,
+-- never too many. Locks: the message row, then the slot row, each for one statement; a deadlock victim runs again in
+-- autocommit mode.
+DROP PROCEDURE IF EXISTS queue_snooze //
+CREATE PROCEDURE queue_snooze(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_delay DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_att, v_retry INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_id BIGINT;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_done, v_own, v_tries INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    CALL pyqueue__check_duration('delay', in_delay, FALSE);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    SELECT COALESCE(MAX(m.id), 0), MAX(m.attempts) INTO v_id, v_att
+      FROM pyqueue_message m
+     WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind AND m.reserve_token = v_held;
+    IF v_id > 0 THEN
+        SET v_now = UTC_TIMESTAMP(6);
+        REPEAT
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                UPDATE pyqueue_message
+                   SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
+                       reserve_token = NULL, reserved_by = NULL, attempts = GREATEST(attempts - 1, 0)
+                 WHERE id = v_id AND reserve_token = v_held;
+                SET v_done = ROW_COUNT();
+            END;
+        UNTIL v_retry = 0 END REPEAT;
+        IF v_done = 1 AND EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
+            SET v_tries = 0;
+            REPEAT
+                SET v_retry = 0, v_tries = v_tries + 1;
+                BEGIN
+                    DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                    UPDATE pyqueue_limit_slot s
+                       SET s.msg_id = NULL, s.msg_attempts = NULL, s.msg_until = NULL
+                     WHERE s.queue_name = v_queue AND s.p_kind = v_kind AND s.msg_id = v_id AND s.msg_attempts = v_att
+                       AND EXISTS (SELECT 1 FROM pyqueue_message m
+                                    WHERE m.id = v_id AND m.attempts = v_att - 1 AND m.reserve_token IS NULL);
+                END;
+            UNTIL v_retry = 0 END REPEAT;
+        END IF;
+    END IF;
+    SELECT v_done AS snoozed;
+END //
+
 -- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the queue's visibility_timeout) and replaces
 -- the token with a new random one. Result: one row, token, NULL when in_token no longer holds. A kind with a limit
 -- extends only while its slot is still this reservation's, in three statements in reserve's lock order: the slot
@@ -3121,7 +3388,7 @@ BEGIN
     DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_held, v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_vis, v_maxres DECIMAL(20,6);
     DECLARE v_max, v_att, v_slot, v_step, v_retry INT;
     DECLARE v_paused BOOLEAN;
     DECLARE v_id BIGINT;
@@ -3132,6 +3399,10 @@ BEGIN
     CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
     CALL pyqueue__own_transaction(FALSE, v_own);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
+    IF in_timeout IS NOT NULL THEN  -- (NULL: the visibility_timeout, never above max_reservation)
+        SELECT MAX(q.max_reservation) INTO v_maxres FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+        CALL pyqueue__check_reservation_cap(in_timeout, v_maxres);
+    END IF;
     SELECT COALESCE(MAX(m.id), 0), MAX(m.attempts) INTO v_id, v_att
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
@@ -3211,7 +3482,10 @@ BEGIN
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_name('to_queue', in_to_queue, 128);
     CALL pyqueue__queue(in_to_queue, v_to_vis, v_to_max, v_to_dlq, v_to_paused);
-    IF in_payload IS NOT NULL THEN CALL pyqueue__check_payload(in_payload); END IF;
+    IF in_payload IS NOT NULL THEN
+        CALL pyqueue__check_payload(in_payload);
+        CALL pyqueue__check_size(in_to_queue, LENGTH(in_payload));  -- the target's max_payload
+    END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token),
         v_to_queue = in_to_queue;
     SET v_now = UTC_TIMESTAMP(6);
@@ -3291,6 +3565,56 @@ BEGIN
         UNTIL v_retry = 0 END REPEAT;
     END IF;
     SELECT v_done AS removed;
+END //
+
+-- queue_release: hands back every message of the queue currently reserved (by in_worker, its reserved_by name, when not
+-- NULL), deleting nothing: each becomes ready now and its token no longer holds (the old holder's commit, extend or
+-- rollback answers 0 / NULL), attempts unchanged (as after a crash), its limit slot free (a slot's holder is a live
+-- reservation), a FIFO group's head keeps its place. Result: one row, released. Steps: the reserved messages read
+-- plainly (the due index, past now), then each by an UPDATE by id re-checking its token; interrupted, the next call
+-- finds the rest. A maintenance call for an admin.
+DROP PROCEDURE IF EXISTS queue_release //
+CREATE PROCEDURE queue_release(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_worker LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_worker VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_id BIGINT;
+    DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_count, v_done INT DEFAULT 0;
+    DECLARE c_held CURSOR FOR
+        SELECT m.id, m.reserve_token
+          FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
+         WHERE m.queue_name = v_queue AND m.scheduled_at > v_now
+           AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'  -- (blocked in a group: never reserved)
+           AND m.reserve_token IS NOT NULL
+           AND (v_worker IS NULL OR m.reserved_by = v_worker)
+         ORDER BY m.scheduled_at, m.id;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_worker IS NOT NULL THEN
+        IF CHAR_LENGTH(in_worker) = 0 THEN CALL pyqueue__raise('invalid_argument', 'worker must not be empty'); END IF;
+        IF CHAR_LENGTH(in_worker) > 255 THEN CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters'); END IF;
+        IF LOCATE(X'ED', CAST(in_worker AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'worker', in_worker); END IF;
+    END IF;
+    SET v_queue = in_queue, v_worker = in_worker, v_now = UTC_TIMESTAMP(6);
+    OPEN c_held;
+    held: LOOP
+        FETCH c_held INTO v_id, v_token;
+        IF v_done = 1 THEN LEAVE held; END IF;
+        UPDATE pyqueue_message FORCE INDEX (PRIMARY)
+           SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+         WHERE id = v_id AND reserve_token = v_token AND scheduled_at > v_now;
+        SET v_count = v_count + ROW_COUNT();
+    END LOOP;
+    CLOSE c_held;
+    SELECT v_count AS released;
 END //
 
 -- ==== wakeups ====
@@ -3437,9 +3761,9 @@ END //
 -- next message of its group can be reserved by this call), for an expired reservation (the reserve would take it
 -- again) and on the short way below (see there). One plain read finds the queue and the message to commit.
 -- In autocommit mode (MariaDB: MySQL 8.0 cannot tell, and its callers open the transaction) the call is one
--- transaction of its own, so a client needs none around it: a deadlock fails it whole, with nothing done (run it
--- again), and one message of priority 0 is claimed as queue_reserve's short way takes it (SKIP LOCKED, at READ
--- COMMITTED).
+-- transaction of its own, so a client needs none around it: a deadlock fails it whole, with nothing done, and on a
+-- queue with limits the call then runs again itself (up to 10 times, at READ COMMITTED, see below); one message of
+-- priority 0 is claimed as queue_reserve's short way takes it (SKIP LOCKED, at READ COMMITTED).
 -- Locks: as queue_reserve, and the committed row (before the reserve's when the commit comes first), until the
 -- call's transaction ends.
 DROP PROCEDURE IF EXISTS queue_commit_reserve //
@@ -3457,13 +3781,14 @@ BEGIN
     DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_vis, v_maxres DECIMAL(20,6);
     DECLARE v_max INT;
     DECLARE v_paused, v_limited, v_history BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_id BIGINT;
     DECLARE v_done INT DEFAULT NULL;
-    DECLARE v_own, v_found, v_txn, v_claims INT DEFAULT 0;
+    DECLARE v_own, v_found, v_txn, v_claims, v_tries INT DEFAULT 0;
+    DECLARE v_retry INT;
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
     DECLARE v_checked, v_above BOOLEAN;
     DECLARE v_short BOOLEAN DEFAULT FALSE;
@@ -3491,12 +3816,14 @@ BEGIN
            EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue), MAX(q.history_retention) IS NOT NULL,
            COALESCE(MAX(m.id), 0), MAX(m.group_key), MAX(m.scheduled_at) <= UTC_TIMESTAMP(6),
            EXISTS (SELECT 1 FROM pyqueue_message p FORCE INDEX (pyqueue_message_ready_idx)
-                    WHERE p.queue_name = v_queue AND p.priority > 0)
-      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_history, v_id, v_group, v_expired, v_above
+                    WHERE p.queue_name = v_queue AND p.priority > 0),
+           MAX(q.max_reservation)
+      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_history, v_id, v_group, v_expired, v_above, v_maxres
       FROM pyqueue_queue q LEFT JOIN pyqueue_message m ON v_commit AND m.queue_name = q.queue_name AND m.p_key = v_key
                                                      AND m.p_kind = v_kind AND m.reserve_token = v_held
      WHERE q.queue_name = v_queue;
     IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+    IF in_timeout > v_maxres THEN CALL pyqueue__check_reservation_cap(in_timeout, v_maxres); END IF;
     -- In autocommit mode (MariaDB; on MySQL 8.0 the client opens it) the call is one transaction of its own: the
     -- commit's archiving and removal and the reserve's claims stand or fall together. When one message of priority 0
     -- can go the short way below, at READ COMMITTED: its SKIP LOCKED read then locks only the row it returns (at
@@ -3505,8 +3832,6 @@ BEGIN
     /*M!100300 IF @@SESSION.in_transaction = 0 AND @@SESSION.autocommit = 1 THEN
         SET v_short = v_checked IS NULL AND COALESCE(in_n, 1) = 1 AND NOT v_paused AND NOT v_limited AND NOT v_above
                       AND v_group IS NULL;
-        IF v_short THEN SET TRANSACTION ISOLATION LEVEL READ COMMITTED; END IF;
-        START TRANSACTION;
         SET v_txn = 1;
     END IF; */
     -- The commit comes before the reserve (then it holds the committed row's lock before any lock of the reserve)
@@ -3514,43 +3839,64 @@ BEGIN
     -- ready row taken locks the first entry past them, the row of a message another call is about to commit, and
     -- racing calls that committed after it deadlocked; the order is invisible there, as the transaction stands or
     -- falls whole. Also when the reservation has expired: the reserve would take that message again (it is ready),
-    -- and the commit then find its token gone. Otherwise after the reserve: on a queue with limits the committed
-    -- row is a slot's holder, which the slot-taking reads of racing calls lock, and locked before the slot rows it
-    -- deadlocked them.
-    SET v_first = COALESCE(v_commit AND v_id > 0 AND v_group IS NULL AND (v_short OR v_expired), FALSE);
-    IF v_group IS NOT NULL THEN
-        -- as queue_commit, BEFORE the reserve, so its group's next message can be reserved
-        CALL pyqueue__own_transaction(TRUE, v_own);
-        CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
-                                  UTC_TIMESTAMP(6), v_own, v_done);
-    ELSEIF v_first THEN
-        CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history, v_done);
-    END IF;
-    IF v_short THEN
-        -- one message of priority 0 as queue_reserve's short way takes it, inside this call's transaction: the oldest
-        -- ready one that no other call holds (SKIP LOCKED), claimed by id; anything else goes the general way
-        CALL pyqueue__claim_short(v_queue, in_worker, in_timeout, v_vis, v_max, v_next, v_token);
-        IF v_next IS NOT NULL THEN
-            SET v_claims = 1;
-            SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
-                   m.attempts, m.created_at, m.scheduled_at_initially
-              FROM pyqueue_message m FORCE INDEX (PRIMARY)
-             WHERE m.id = v_next AND m.reserve_token = v_token;
-        END IF;
-    END IF;
-    IF v_claims = 0 THEN  -- (not handed out above)
-        IF NOT v_paused AND v_limited THEN
-            CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max,
-                                          v_dlq);
-        ELSE
-            CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq,
-                                  v_paused);
-        END IF;
-    END IF;
-    IF v_commit AND v_group IS NULL AND v_id > 0 AND NOT v_first THEN
-        CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history, v_done);
-    END IF;
-    IF v_txn = 1 THEN COMMIT; END IF;
+    -- and the commit then find its token gone. And on a queue with limits in the call's own transaction, which then
+    -- runs at READ COMMITTED and takes the reserve's slots as queue_reserve's own transaction does (the limit rows
+    -- shared, then all slot rows of a kind): at REPEATABLE READ the slot-taking UPDATE of a racing call read the
+    -- holders' message rows with shared locks while holding slot rows, so the committed row (a slot's holder)
+    -- deadlocked it in either order; at READ COMMITTED those reads take no lock. Deadlocks left between the slot
+    -- rows of two kinds roll the call back whole and run it again (up to 10 times), as queue_reserve's own
+    -- transaction does; its rows are sent only at its end, once nothing of it can fail any more. Otherwise (inside
+    -- the caller's transaction) after the reserve.
+    SET v_first = COALESCE(v_commit AND v_id > 0 AND v_group IS NULL
+                           AND (v_short OR v_expired OR (v_txn = 1 AND v_limited)), FALSE);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1, v_claims = 0, v_done = IF(v_commit, 0, NULL);
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_txn = 1 THEN ROLLBACK; END IF;
+                IF v_txn = 1 AND v_limited AND NOT v_paused AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
+            END;
+            IF v_txn = 1 THEN
+                IF v_short OR v_limited THEN SET TRANSACTION ISOLATION LEVEL READ COMMITTED; END IF;
+                START TRANSACTION;
+            END IF;
+            IF v_group IS NOT NULL THEN
+                -- as queue_commit, BEFORE the reserve, so its group's next message can be reserved
+                CALL pyqueue__own_transaction(TRUE, v_own);
+                CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
+                                          UTC_TIMESTAMP(6), v_own, v_done);
+            ELSEIF v_first THEN
+                CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history, v_done);
+            END IF;
+            IF v_short THEN
+                -- one message of priority 0 as queue_reserve's short way takes it, inside this call's transaction:
+                -- the oldest ready one that no other call holds (SKIP LOCKED), claimed by id; anything else goes the
+                -- general way
+                CALL pyqueue__claim_short(v_queue, in_worker, in_timeout, v_vis, v_max, v_next, v_token);
+                IF v_next IS NOT NULL THEN
+                    SET v_claims = 1;
+                    SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+                           m.attempts, m.created_at, m.scheduled_at_initially
+                      FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                     WHERE m.id = v_next AND m.reserve_token = v_token;
+                END IF;
+            END IF;
+            IF v_claims = 0 THEN  -- (not handed out above)
+                IF NOT v_paused AND v_limited THEN
+                    CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis,
+                                                  v_max, v_dlq, v_txn = 1);
+                ELSE
+                    CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max,
+                                          v_dlq, v_paused);
+                END IF;
+            END IF;
+            IF v_commit AND v_group IS NULL AND v_id > 0 AND NOT v_first THEN
+                CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history, v_done);
+            END IF;
+            IF v_txn = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
     SELECT v_done AS committed;
 END //
 
@@ -3814,6 +4160,10 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_gone, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__check_topic('pattern', in_pattern, TRUE);
+    -- bounded matching cost: at most 3 '#' words ('#' stands only as a whole word here)
+    IF CHAR_LENGTH(in_pattern) - CHAR_LENGTH(REPLACE(in_pattern, '#', '')) > 3 THEN
+        CALL pyqueue__raise('invalid_argument', 'pattern has more than 3 # wildcards');
+    END IF;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue, v_pattern = in_pattern;
     CALL pyqueue__topic_regex(v_pattern, v_regex);
@@ -3901,8 +4251,9 @@ BEGIN
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_queues, v_own, v_tries INT DEFAULT 0;
     DECLARE v_retry INT;
+    DECLARE v_max_payload BIGINT;
     CALL pyqueue__check_topic('topic', in_topic, FALSE);
-    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_key(in_key);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_payload(in_payload);
     IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
@@ -3910,6 +4261,15 @@ BEGIN
     END IF;
     CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
     SET v_topic = CONCAT('.', in_topic), v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    -- the queues the topic reaches, matched once before anything is written: a match the regular expression engine
+    -- cannot decide (1139) is an error, never a miss; and the smallest max_payload among them
+    BEGIN
+        DECLARE EXIT HANDLER FOR 1139 CALL pyqueue__raise_undecided(in_topic);
+        SELECT MIN(q.max_payload) INTO v_max_payload
+          FROM pyqueue_binding b JOIN pyqueue_queue q ON q.queue_name = b.queue_name
+         WHERE v_topic REGEXP b.pattern_regex;
+    END;
+    IF LENGTH(in_payload) > v_max_payload THEN CALL pyqueue__raise_size(LENGTH(in_payload), v_max_payload); END IF;
     SET v_at = COALESCE(in_run_at, v_now);
     CALL pyqueue__own_transaction(FALSE, v_own);
     REPEAT
@@ -3949,12 +4309,22 @@ BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
     DECLARE v_retry INT;
+    DECLARE v_matches BIGINT;
     IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL THEN
         CALL pyqueue__raise('invalid_argument',
                             'MySQL takes one JSON array of messages as 1st argument; the other 5 must be NULL');
     END IF;
     CALL pyqueue__check_messages(in_messages, 'topic');
+    -- every topic matched once before anything is written: a match the engine cannot decide (1139) is an error
+    BEGIN
+        DECLARE EXIT HANDLER FOR 1139 CALL pyqueue__raise_undecided(NULL);
+        SELECT COUNT(*) INTO v_matches
+          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                   t VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.topic')) AS b
+          JOIN pyqueue_binding m ON CONCAT('.', b.t) REGEXP m.pattern_regex;
+    END;
+    CALL pyqueue__check_batch_size(NULL, in_messages);
     SET v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__own_transaction(FALSE, v_own);
     REPEAT
@@ -4623,7 +4993,7 @@ BEGIN
     CALL pyqueue__check_duration('older_than', in_older_than_s, TRUE);
     SET v_now = UTC_TIMESTAMP(6);
     SET v_before = v_now - INTERVAL CAST(in_older_than_s * 1000000 AS SIGNED) MICROSECOND;
-    SELECT JSON_ARRAYAGG(CONCAT(w.worker_name, '#', w.worker_id)), JSON_ARRAYAGG(w.worker_id)
+    /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(CONCAT(w.worker_name, '#', w.worker_id)), JSON_ARRAYAGG(w.worker_id)
       INTO v_tags, v_ids
       FROM pyqueue_worker w
      WHERE w.heartbeat_at < v_before;
@@ -4833,7 +5203,7 @@ BEGIN
         IF v_pending > 0 THEN
             -- rows holding a UTF-16 surrogate (pyqueue__check_utf8), found by a plain read: inside the INSERT the
             -- round trip's warning (1977) would be an error; only rows holding the byte ED are converted
-            SELECT JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) USING utf16)
+            /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) USING utf16)
                                                  USING utf8mb4) AS BINARY)
                                     <> CAST(CONCAT_WS('', i.queue_name, i.p_key, i.p_kind) AS BINARY), i.ingest_id, NULL)),
                    JSON_ARRAYAGG(IF(CAST(CONVERT(CONVERT(i.payload USING utf16) USING utf8mb4) AS BINARY)
@@ -4859,6 +5229,8 @@ BEGIN
                          THEN 'pyqueue:invalid_argument: p_key must not be NULL or empty'
                     WHEN CHAR_LENGTH(i.p_key) > 255 THEN 'pyqueue:invalid_argument: p_key is longer than 255 characters'
                     WHEN i.p_key LIKE '% ' THEN 'pyqueue:invalid_argument: p_key must not end with a space'
+                    WHEN i.p_key LIKE '%@____-__-__T__:__:__Z'
+                         THEN 'pyqueue:invalid_argument: p_key ending in @<UTC time> is reserved for schedules'
                     WHEN i.p_kind IS NULL OR CHAR_LENGTH(i.p_kind) = 0
                          THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
                     WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
@@ -4872,6 +5244,9 @@ BEGIN
                     WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
                     WHEN JSON_CONTAINS(COALESCE(v_bad_payload, '[]'), CAST(i.ingest_id AS CHAR))
                          THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
+                    WHEN LENGTH(i.payload) > q.max_payload
+                         THEN CONCAT('pyqueue:invalid_payload: payload is ', LENGTH(i.payload),
+                                     ' bytes, more than the queue''s max_payload of ', q.max_payload, ' bytes')
                     WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
                          THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
                     WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
@@ -4891,6 +5266,8 @@ BEGIN
                          THEN 'pyqueue:invalid_argument: p_key must not be NULL or empty'
                     WHEN CHAR_LENGTH(i.p_key) > 255 THEN 'pyqueue:invalid_argument: p_key is longer than 255 characters'
                     WHEN i.p_key LIKE '% ' THEN 'pyqueue:invalid_argument: p_key must not end with a space'
+                    WHEN i.p_key LIKE '%@____-__-__T__:__:__Z'
+                         THEN 'pyqueue:invalid_argument: p_key ending in @<UTC time> is reserved for schedules'
                     WHEN i.p_kind IS NULL OR CHAR_LENGTH(i.p_kind) = 0
                          THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
                     WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
@@ -4904,6 +5281,9 @@ BEGIN
                     WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
                     WHEN JSON_CONTAINS(COALESCE(v_bad_payload, '[]'), CAST(i.ingest_id AS CHAR))
                          THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
+                    WHEN LENGTH(i.payload) > q.max_payload
+                         THEN CONCAT('pyqueue:invalid_payload: payload is ', LENGTH(i.payload),
+                                     ' bytes, more than the queue''s max_payload of ', q.max_payload, ' bytes')
                     WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
                          THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
                     WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')

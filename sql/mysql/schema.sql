@@ -104,12 +104,18 @@ CREATE TABLE pyqueue_queue (
     paused             BOOLEAN       NOT NULL DEFAULT FALSE,
     dead_count         BIGINT        NOT NULL DEFAULT 0,
     created_at         DATETIME(6)   NOT NULL,
+    -- the longest reservation a caller may ask for (reserve paths, queue_extend), at least visibility_timeout
+    max_reservation    DECIMAL(20,6) NOT NULL DEFAULT 43200,
+    -- the largest payload (bytes, LENGTH of the JSON text) a producer may write into the queue
+    max_payload        INT           NOT NULL DEFAULT 1048576,
     PRIMARY KEY (queue_name),
     CONSTRAINT pyqueue_queue_dlq_fk FOREIGN KEY (dead_letter_queue)
         REFERENCES pyqueue_queue (queue_name),
     CONSTRAINT pyqueue_queue_visibility_positive CHECK (visibility_timeout > 0),
     CONSTRAINT pyqueue_queue_max_attempts_positive CHECK (max_attempts >= 1),
-    CONSTRAINT pyqueue_queue_retention_not_negative CHECK (history_retention >= 0)
+    CONSTRAINT pyqueue_queue_retention_not_negative CHECK (history_retention >= 0),
+    CONSTRAINT pyqueue_queue_max_reservation_range CHECK (max_reservation > 0 AND max_reservation >= visibility_timeout),
+    CONSTRAINT pyqueue_queue_max_payload_range CHECK (max_payload BETWEEN 1 AND 268435456)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: one row per queue with its settings';
 
