@@ -368,8 +368,13 @@ BEGIN
             v_bad, CASE WHEN in_extra_groups THEN 'an empty, too long or space-ended group, ' ELSE '' END
             USING ERRCODE = '22023';
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(in_keys) AS u (k) WHERE pyqueue__occurrence_key(u.k)) THEN
-        PERFORM pyqueue__refuse_occurrence_key();
+    SELECT pg_catalog.min(u.ord) INTO v_bad
+      FROM pg_catalog.unnest(in_keys) WITH ORDINALITY AS u (k, ord)
+     WHERE pyqueue__occurrence_key(u.k);
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch: p_key ending in @<UTC time> is reserved for schedules',
+            v_bad
+            USING ERRCODE = '22023';
     END IF;
     RETURN v_n;
 END;

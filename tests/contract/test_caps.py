@@ -175,6 +175,11 @@ def test_no_producer_path_takes_an_occurrence_key(queue, db):
         with pytest.raises(InvalidArgumentError, match="reserved for schedules"):
             attempt()
     assert queue.messages() == []
+    element_2 = "element 2 of the batch: p_key ending in @<UTC time> is reserved for schedules"
+    with pytest.raises(InvalidArgumentError, match=element_2):
+        queue.push_many([("plain", "k", {}), (OCCURRENCE, "k", {})])
+    with pytest.raises(InvalidArgumentError, match=element_2):
+        db.publish_many([(topic, "plain", "k", {}), (topic, OCCURRENCE, "k", {})])
     assert queue.push("report@not-a-time", "k", {})  # only the occurrence form is reserved
 
 

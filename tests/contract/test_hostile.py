@@ -738,6 +738,8 @@ def ctx(db, dialect):
         c.rows("SELECT queue_create(%s)", (c.dlq,))
         c.rows("SELECT queue_create(%s, interval '30 seconds', 3, %s, interval '1 day')", (c.queue, c.dlq))
         c.rows("SELECT queue_create(%s)", (c.other,))
+        for q in (c.queue, c.other):  # hostile but valid payloads (3 MiB) above the default max_payload
+            c.rows("SELECT queue_set_max_payload(%s, 268435456)", (q,))
         c.rows("SELECT queue_push(%s, 'ready', 'k', '{\"n\": 1}')", (c.queue,))
         c.rows("SELECT queue_push(%s, 'held', 'k', '{\"n\": 2}', NULL, 5)", (c.queue,))
         [(key, kind, token)] = c.rows(
@@ -747,6 +749,8 @@ def ctx(db, dialect):
         c.rows("CALL queue_create(%s, NULL, NULL, NULL, NULL)", (c.dlq,))
         c.rows("CALL queue_create(%s, 30, 3, %s, 86400)", (c.queue, c.dlq))
         c.rows("CALL queue_create(%s, NULL, NULL, NULL, NULL)", (c.other,))
+        for q in (c.queue, c.other):  # hostile but valid payloads (3 MiB) above the default max_payload
+            c.rows("CALL queue_set_max_payload(%s, 268435456)", (q,))
         c.rows("CALL queue_push(%s, 'ready', 'k', '{\"n\": 1}', NULL, NULL)", (c.queue,))
         c.rows("CALL queue_push(%s, 'held', 'k', '{\"n\": 2}', NULL, 5)", (c.queue,))
         [row] = c.rows("CALL queue_reserve(%s, 'w', NULL, 1, NULL)", (c.queue,))
