@@ -10,6 +10,7 @@
     pyqueue-sql commit emails user-42 welcome TOKEN
     pyqueue-sql rollback emails user-42 welcome TOKEN --delay 60 --error "smtp timeout"
     pyqueue-sql show emails user-42 welcome
+    pyqueue-sql release emails --worker host-1:4242
     pyqueue-sql stats
     pyqueue-sql demo
     pyqueue-sql worker myapp.tasks:handle --queue emails --concurrency 8
@@ -89,6 +90,7 @@ COMMANDS: tuple[str, ...] = (
     "drop",
     "dead-letters",
     "redrive",
+    "release",
     "settings",
     "stats",
     "workers",

@@ -211,6 +211,17 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_release(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        released = db.queue(args.queue).release(worker=args.worker)
+    held = f" held by {args.worker}" if args.worker is not None else ""
+    print(
+        f"released {released} reservation(s){held} in {args.queue}: "
+        + ("ready again, attempts unchanged" if released else "none was held")
+    )
+    return EXIT_OK
+
+
 def cmd_settings(args: argparse.Namespace) -> int:
     with open_database(args) as db:
         settings = [db.queue(args.queue).settings()] if args.queue else db.settings()
@@ -389,6 +400,22 @@ def add_redrive(command: Command) -> None:
     p.add_argument("-n", type=positive_int, default=1, metavar="N", help="at most this many (default 1)")
 
 
+def add_release(command: Command) -> None:
+    p = command(
+        "release",
+        cmd_release,
+        "hand back the messages of a queue reserved now (by one worker with --worker), deleting "
+        "nothing: each is ready at once with its attempts unchanged, and its holder's token no "
+        "longer holds; prints how many (admin capability)",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument(
+        "--worker",
+        metavar="W",
+        help="only the reservations made by this worker name (as `show` and the dashboard name it)",
+    )
+
+
 def add_settings(command: Command) -> None:
     p = command("settings", cmd_settings, "show the settings of one queue or every queue")
     p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
@@ -413,6 +440,7 @@ PARSERS: dict[str, Callable[[Command], None]] = {
     "drop": add_drop,
     "dead-letters": add_dead_letters,
     "redrive": add_redrive,
+    "release": add_release,
     "settings": add_settings,
     "stats": add_stats,
 }

@@ -447,7 +447,7 @@ class DashboardApp:
 
     async def workers_page(self, request: Request) -> Response:
         workers, held = await run_in_threadpool(self.dashboard.workers)
-        return self.render(request, "workers.html", workers=workers, held=held)
+        return self.render(request, "workers.html", workers=workers, held=held, allowed=await self.allowed())
 
     async def schedules_page(self, request: Request) -> Response:
         schedules = await run_in_threadpool(self.dashboard.schedules)
@@ -510,6 +510,11 @@ class DashboardApp:
                     if removed
                     else "nothing removed: the message was gone"
                 )
+            elif action == "release":
+                worker = f.get("worker") or None
+                released = await run_in_threadpool(self.dashboard.release, f.get("queue", ""), worker)
+                held = f" held by {worker}" if worker else ""
+                done = f"released {released} reservation(s){held} in {f.get('queue')}"
             else:
                 n = None if f.get("n") == "all" else _whole(f.get("n", "1"))
                 moved = await run_in_threadpool(

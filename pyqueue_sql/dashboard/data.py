@@ -25,7 +25,7 @@ from ..client import Database, QueueSettings, QueueStats, WorkerInfo
 UTC = dt.timezone.utc
 
 # The actions the dashboard offers, by the named statement (routine) each one calls.
-ACTIONS = ("pause", "resume", "redrive", "remove")
+ACTIONS = ("pause", "resume", "redrive", "remove", "release")
 # How long a worker may go without a heartbeat before it is shown as stale (as `pyqueue-sql workers`).
 STALE_AFTER_S = 60.0
 # The chart's span and how often the throughput of recent minutes is read again.
@@ -179,10 +179,12 @@ class Dashboard:
                         params = {"queue": None, "to_queue": None, "n": None}
                     elif action == "remove":
                         params = {"queue": None, "key": None, "kind": None}
+                    elif action == "release":
+                        params = {"queue": None, "worker": None}
                     try:
                         db.call(action, **params)
-                    except errors.PermissionDeniedError:
-                        allowed[action] = False
+                    except (errors.PermissionDeniedError, errors.SchemaNotInstalledError):
+                        allowed[action] = False  # not granted, or not in this schema's revision
                     except errors.QueueError:  # its own refusal of the NULL queue: it may call it
                         allowed[action] = True
                     else:  # a routine that took a NULL queue: never offer what we cannot explain
@@ -314,6 +316,11 @@ class Dashboard:
     def remove(self, queue: str, key: str, kind: str) -> bool:
         with self.pool.database() as db:
             return db.queue(queue).remove(key, kind)
+
+    def release(self, queue: str, worker: str | None) -> int:
+        """Hands back the queue's reservations (worker's only, when given); how many."""
+        with self.pool.database() as db:
+            return db.queue(queue).release(worker=worker)
 
     def redrive(self, dead_queue: str, to_queue: str, n: int | None) -> int:
         """Moves n (None: all that can move) dead letters back to to_queue; how many moved."""
