@@ -1469,7 +1469,8 @@ $$;
 --      bad row (lowest ingest_id) and why: the same checks and codes as
 --      queue_push (NULL/empty/too long/space-ended names, unknown queue,
 --      NULL or non-JSON payload, infinite run_at, priority not a whole
---      number in the integer range). JSON is checked by a cast inside a
+--      number in the integer range; a p_key of a schedule's occurrence, a
+--      payload above its queue's max_payload). JSON is checked by a cast inside a
 --      block that writes nothing (no subtransaction XID is used per
 --      statement, so long ingest transactions do not overflow the subxid cache);
 --   3. inserts the rows into pyqueue_message in one INSERT ... ON CONFLICT DO
@@ -1540,7 +1541,15 @@ BEGIN
             USING ERRCODE = CASE v_code WHEN 'unknown_queue' THEN 'P0002' ELSE '22023' END;
     END IF;
     BEGIN
-        PERFORM pg_catalog.count(r.payload::jsonb) FROM pyqueue_new r;
+        -- every row's JSON parsed (a bad one raises, handled below), and its
+        -- size compared with its queue's max_payload in the same pass
+        SELECT r.p_key, s.bytes, q.max_payload INTO v_key, v_bytes, v_maxp
+          FROM pyqueue_new r
+          JOIN pyqueue_queue q ON q.queue_name::text = r.queue_name::text
+         CROSS JOIN LATERAL (SELECT pg_catalog.octet_length(r.payload::jsonb::text) AS bytes) AS s
+         WHERE s.bytes > q.max_payload
+         ORDER BY r.ingest_id
+         LIMIT 1;
     EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
         FOR v_row IN SELECT r.ingest_id, r.p_key, r.payload FROM pyqueue_new r ORDER BY r.ingest_id LOOP
             BEGIN
@@ -1553,14 +1562,7 @@ BEGIN
         END LOOP;
         RAISE;
     END;
-    SELECT r.p_key, s.bytes, q.max_payload INTO v_key, v_bytes, v_maxp
-      FROM pyqueue_new r
-      JOIN pyqueue_queue q ON q.queue_name::text = r.queue_name::text
-     CROSS JOIN LATERAL (SELECT pg_catalog.octet_length(r.payload::jsonb::text) AS bytes) AS s
-     WHERE s.bytes > q.max_payload
-     ORDER BY r.ingest_id
-     LIMIT 1;
-    IF FOUND THEN
+    IF v_bytes IS NOT NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_payload: queue_ingest row with p_key %: payload is % bytes, more than the queue''s max_payload of % bytes',
                         coalesce(pg_catalog.quote_literal(v_key), 'NULL'), v_bytes, v_maxp
             USING ERRCODE = '22023';
