@@ -558,6 +558,13 @@ class Dialect:
         creating it (nothing to do where a GRANT never creates an account)."""
         yield
 
+    def shadowing_grantees(self, connection: Any) -> frozenset[str]:
+        """The accounts that may create temporary tables in connection's database, where a
+        session's temporary table would shadow a table of the routines (MySQL/MariaDB), as
+        grantee() quotes them; none where the routines cannot be shadowed so (PostgreSQL puts
+        pg_temp last on their search_path)."""
+        return frozenset()
+
     # -- migrations (pyqueue_sql.migrate) --------------------------------
     def server_flavor(self, connection: Any) -> str:
         """The server flavour of a DB-API connection, the key of FINGERPRINTS in a revision file

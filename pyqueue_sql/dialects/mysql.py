@@ -684,6 +684,18 @@ class MySQL(Dialect):
         finally:
             cur.close()
 
+    def shadowing_grantees(self, connection: Any) -> frozenset[str]:
+        """The accounts holding CREATE TEMPORARY TABLES on this database (by name or pattern) or
+        globally, in GRANTEE's format 'user'@'host', which grantee() can be compared with after
+        replacing its backticks by quotes. MySQL and MariaDB resolve a session's temporary table
+        before the procedures' own tables, even inside SQL SECURITY DEFINER."""
+        cur = connection.cursor()
+        try:
+            cur.execute(self.statement("temporary_table_grantees"))
+            return frozenset(str(row[0]) for row in cur.fetchall())
+        finally:
+            cur.close()
+
     # -- migrations (pyqueue_sql.migrate) --------------------------------
     def server_flavor(self, connection: Any) -> str:
         """'mariadb' or 'mysql', from the server's version string."""
