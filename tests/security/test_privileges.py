@@ -20,7 +20,7 @@ import pytest
 
 import pyqueue_sql
 from pyqueue_sql import cli, dialects, migrate, privileges
-from pyqueue_sql.errors import PermissionDeniedError
+from pyqueue_sql.errors import ConnectionFailedError, PermissionDeniedError
 from pyqueue_sql.queries import script, split_script
 
 PASSWORD = "pq-privileges-test"
@@ -61,6 +61,8 @@ def _run(conn, sql: str, params=None) -> list[tuple]:
 
 
 def _is_denial(dialect: str, exc: BaseException) -> bool:
+    if isinstance(exc, ConnectionFailedError) and exc.reason == "authorization" and exc.__cause__ is not None:
+        exc = exc.__cause__  # refused at connect: the server's denial is the cause
     if dialect == "postgresql":
         return getattr(exc, "sqlstate", None) == "42501"
     return bool(exc.args) and exc.args[0] in MYSQL_DENIED
@@ -543,9 +545,11 @@ def test_an_account_without_grants_can_call_nothing(accounts, dialect, dsn):
         assert public == []
     else:
         conn = accounts.raw(nobody, database=None)  # it may not even USE the database
-        with pytest.raises(Exception) as refused:
+        # refused at connect: the package's connection error, the server's denial as its cause
+        with pytest.raises(ConnectionFailedError) as refused:
             accounts.raw(nobody)
-        assert _is_denial(dialect, refused.value)
+        assert refused.value.reason == "authorization"
+        assert _is_denial(dialect, refused.value.__cause__)
     for call in calls:
         assert_denied(dialect, conn, call)
 
