@@ -20,6 +20,7 @@ CONSUMER = (
     "queue_rollback",
     "queue_snooze",
     "queue_fail",
+    "queue_give_up",
     "queue_extend",
     "queue_commit_reserve",
     "queue_commit_batch",
@@ -82,7 +83,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
 # One line per capability, for `pyqueue-sql grant --help` (same order as CAPABILITIES).
 DESCRIPTIONS: dict[str, str] = {
     "producer": "push, push_batch, push_replace, push_grouped, push_batch_grouped, publish, publish_batch",
-    "consumer": "reserve, pop, commit, rollback, snooze, fail, extend, the fast paths, wakeups, its own worker "
+    "consumer": "reserve, pop, commit, rollback, snooze, fail, give up, extend, the fast paths, wakeups, its own worker "
     "registration, releasing dead workers (no push, no move)",
     "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
     "(give it with --consumer)",

@@ -1098,6 +1098,16 @@ class QueueCalls:
         return None if outcome is None else str(outcome)
 
     @sans_io
+    def give_up(self, r: Reservation, error: Any = None) -> str | None:
+        """Ends the message now, whatever attempts it has left: records ``error`` (as fail does)
+        as its last error and moves it to the dead-letter queue, which keeps the error.
+
+        Returns 'dead_lettered', 'dropped' (the queue has no dead-letter queue), or None when the
+        reservation no longer holds."""
+        outcome = (yield _call("give_up", **self._held(r), error=error_text(error)))[0][0]
+        return None if outcome is None else str(outcome)
+
+    @sans_io
     def extend(self, r: Reservation, timeout: Duration = None) -> Reservation | None:
         """Extends the reservation; returns it with its new token, or None if it no longer holds."""
         d = self.db.dialect

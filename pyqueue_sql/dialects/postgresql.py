@@ -78,6 +78,7 @@ class PostgreSQL(Dialect):
             "queue_rollback": "text, text, text, {t}, interval",
             "queue_snooze": "text, text, text, {t}, interval",
             "queue_fail": "text, text, text, {t}, interval, text",
+            "queue_give_up": "text, text, text, {t}, text",
             "queue_extend": "text, text, text, {t}, interval",
             "queue_move": "text, text, text, {t}, text, jsonb",
             "queue_commit_reserve": "text, text, text, {t}, text, interval, integer, text[]",

@@ -142,7 +142,6 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         # 'succeeded', 'retry', 'snoozed', 'dead_lettered', 'dropped', 'lost' (called on the thread
         # or task that learnt it; an error it raises is logged)
         self.on_outcome: list[Callable[[Job, str, str | None], Any]] = []
-        self._dead_letter_queues: dict[str, tuple[str | None, int]] = {}  # queue -> (dlq, max_attempts)
         self.registered = threading.Event()  # set once self.registration is final (after it is visible)
         self.stopped = threading.Event()  # set when run() has finished
         self.unfinished: list[str] = []  # after run(): "queue/key/kind" of abandoned handlers

@@ -499,22 +499,10 @@ class Dispatch:
         self._snoozed(job, snooze.after, bool(held))
 
     def _give_up_steps(self, job: Job, text: str):
-        """Ends a reserved message now: into its queue's dead-letter queue ('dead_lettered'), or
-        removed when it has none ('dropped'); None when the reservation no longer held. On its last
-        allowed delivery that is queue_fail, which keeps the error as the dead letter's last_error;
-        before it, queue_move into the dead-letter queue (the contract has no routine yet that
-        dead-letters early with an error: the dead letter keeps the message's earlier last_error)."""
-        if job.queue not in self._dead_letter_queues:
-            settings = yield Call("settings", job.queue, hard=True)
-            self._dead_letter_queues[job.queue] = (settings.dead_letter_queue, settings.max_attempts)
-        dlq, max_attempts = self._dead_letter_queues[job.queue]
-        if job.attempts >= max_attempts:
-            return (yield Call("fail", job.queue, (job.reservation,), {"error": text, "delay": 0}, hard=True))
-        if dlq is None:
-            ok = yield Call("commit", job.queue, (job.reservation,), hard=True)
-            return "dropped" if ok else None
-        ok = yield Call("move", job.queue, (job.reservation, dlq), hard=True)
-        return "dead_lettered" if ok else None
+        """Ends a reserved message now with queue_give_up: into its queue's dead-letter queue
+        ('dead_lettered', the error kept as the dead letter's last_error), or removed when it has
+        none ('dropped'); None when the reservation no longer held."""
+        return (yield Call("give_up", job.queue, (job.reservation,), {"error": text}, hard=True))
 
     def _job_steps(self, job: Job):
         """Runs one job to its commit or failure; returns the next job when the commit reserved one."""

@@ -99,6 +99,10 @@ CALL queue_rollback(%(queue)s, %(key)s, %(kind)s, %(token)s, %(delay)s)
 -- One row, one column: 'retry', 'dead_lettered', 'dropped', or NULL.
 CALL queue_fail(%(queue)s, %(key)s, %(kind)s, %(token)s, %(delay)s, %(error)s)
 
+-- name: give_up
+-- One row, one column: outcome ('dead_lettered', 'dropped', or NULL).
+CALL queue_give_up(%(queue)s, %(key)s, %(kind)s, %(token)s, %(error)s)
+
 -- name: snooze
 -- One row, one column: snoozed (1, or 0 when the token no longer holds).
 CALL queue_snooze(%(queue)s, %(key)s, %(kind)s, %(token)s, %(delay)s)

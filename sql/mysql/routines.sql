@@ -408,13 +408,15 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__give_back: queue_rollback and queue_fail. The message is eligible again after in_delay (NULL = 0); with
--- in_set_error its last_error becomes in_error (first 2000 characters). out_outcome: 'retry', or after max_attempts
--- deliveries 'dead_lettered' / 'dropped' (no dead-letter queue); NULL when the token no longer holds. Steps: locate by
+-- pyqueue__give_back: queue_rollback, queue_fail and queue_give_up. The message is eligible again after in_delay (NULL
+-- = 0); with in_set_error its last_error becomes in_error (first 2000 characters). out_outcome: 'retry', or after
+-- max_attempts deliveries (with in_give_up: at once, whatever its attempts) 'dead_lettered' / 'dropped' (no
+-- dead-letter queue); NULL when the token no longer holds. Steps: locate by
 -- key and token (plain read); below max_attempts one UPDATE by id and token clears the reservation; otherwise one
 -- UPDATE swaps the token for a new one (a claim, visible again only after the visibility timeout) and
 -- pyqueue__dead_letter follows, in autocommit mode in a transaction of its own (the queue row first; a grouped message
--- as pyqueue__dead_letter). Interrupted after the claim, the next reserve dead-letters it (no loss, no double count).
+-- as pyqueue__dead_letter). Interrupted after the claim, the next reserve dead-letters it (no loss, no double count);
+-- for queue_give_up below max_attempts, the next reserve after the claim's visibility timeout delivers it again.
 -- Locks: the message row (dead-lettering: the queue row, the message row, the dead-letter row), each for one
 -- statement (or until the caller's transaction ends).
 DROP PROCEDURE IF EXISTS pyqueue__give_back //
@@ -426,6 +428,7 @@ CREATE PROCEDURE pyqueue__give_back(
     IN  in_delay     DECIMAL(20,6),
     IN  in_set_error BOOLEAN,
     IN  in_error     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_give_up   BOOLEAN,
     OUT out_outcome  VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY INVOKER
 BEGIN
@@ -456,7 +459,7 @@ BEGIN
          WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
            AND m.reserve_token = v_held;
     END;
-    IF v_found = 1 AND v_attempts < v_max THEN
+    IF v_found = 1 AND v_attempts < v_max AND NOT in_give_up THEN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
@@ -3283,7 +3286,7 @@ CREATE PROCEDURE queue_rollback(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, FALSE, NULL, v_outcome);
+    CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, FALSE, NULL, FALSE, v_outcome);
     SELECT (v_outcome IS NOT NULL) + 0 AS rolled_back;
 END //
 
@@ -3301,7 +3304,25 @@ CREATE PROCEDURE queue_fail(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, TRUE, in_error, v_outcome);
+    CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, TRUE, in_error, FALSE, v_outcome);
+    SELECT v_outcome AS outcome;
+END //
+
+-- queue_give_up: ends the message now, whatever its attempts: records in_error (first 2000 characters; NULL = no text)
+-- as last_error and dead-letters it as queue_fail does after max_attempts deliveries (the dead letter keeps the error,
+-- dead_from, dead_attempts), or drops it when the queue has no dead-letter queue. Result: one row, outcome
+-- 'dead_lettered', 'dropped', or NULL when the token no longer holds. Steps and locks: pyqueue__give_back.
+DROP PROCEDURE IF EXISTS queue_give_up //
+CREATE PROCEDURE queue_give_up(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_error LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, NULL, TRUE, in_error, TRUE, v_outcome);
     SELECT v_outcome AS outcome;
 END //
 

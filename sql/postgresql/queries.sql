@@ -115,6 +115,9 @@ SELECT queue_rollback(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(delay)s::
 -- name: fail
 SELECT queue_fail(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(delay)s::interval, %(error)s)
 
+-- name: give_up
+SELECT queue_give_up(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(error)s)
+
 -- name: snooze
 SELECT queue_snooze(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(delay)s::interval)
 

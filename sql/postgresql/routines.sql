@@ -2801,6 +2801,51 @@ AS $$
     SELECT queue_snooze(in_queue, in_key, in_kind, in_token::text, in_delay)
 $$;
 
+-- queue_give_up: ends the message now, whatever its attempts: records
+-- in_error (NULL = no text; cut to its first 2000 characters) as its
+-- last_error, then moves it to the dead-letter queue ('dead_lettered') or
+-- drops it when the queue has none ('dropped'), as queue_fail does after
+-- max_attempts deliveries (the dead-letter copy keeps the error, dead_from
+-- and dead_attempts; counted in dead_count; in the history as dead_lettered).
+-- NULL when the token no longer holds. Locks the message row, then the queue
+-- row (as queue_fail when dead-lettering).
+CREATE OR REPLACE FUNCTION queue_give_up(in_queue text, in_key text, in_kind text, in_token text,
+                                         in_error text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_token uuid;
+BEGIN
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
+    UPDATE pyqueue_message m
+       SET last_error = pg_catalog.left(in_error, 2000)
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+       AND m.reserve_token = v_token;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pyqueue__dead_letter(v_queue, in_key, in_kind, v_now);
+    RETURN CASE WHEN v_queue.dead_letter_queue IS NULL THEN 'dropped' ELSE 'dead_lettered' END;
+END;
+$$;
+
+-- queue_give_up with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_give_up(in_queue text, in_key text, in_kind text, in_token uuid,
+                                         in_error text DEFAULT NULL)
+RETURNS text
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT queue_give_up(in_queue, in_key, in_kind, in_token::text, in_error)
+$$;
+
 -- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the
 -- queue's visibility_timeout; refused above its max_reservation) and returns
 -- a new token (the old one stops working); NULL when in_token no longer holds.
@@ -4522,6 +4567,7 @@ REVOKE EXECUTE ON FUNCTION
     queue_rollback(text, text, text, text, interval), queue_rollback(text, text, text, uuid, interval),
     queue_fail(text, text, text, text, interval, text), queue_fail(text, text, text, uuid, interval, text),
     queue_snooze(text, text, text, text, interval), queue_snooze(text, text, text, uuid, interval),
+    queue_give_up(text, text, text, text, text), queue_give_up(text, text, text, uuid, text),
     queue_extend(text, text, text, text, interval), queue_extend(text, text, text, uuid, interval),
     queue_move(text, text, text, text, text, jsonb), queue_move(text, text, text, uuid, text, jsonb),
     queue_remove, queue_release,

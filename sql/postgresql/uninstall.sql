@@ -82,6 +82,8 @@ DROP FUNCTION IF EXISTS queue_move(text, text, text, anycompatible, text, jsonb)
 DROP FUNCTION IF EXISTS queue_extend(text, text, text, uuid, interval);
 DROP FUNCTION IF EXISTS queue_extend(text, text, text, text, interval);
 DROP FUNCTION IF EXISTS queue_extend(text, text, text, anycompatible, interval);  -- installs of earlier versions
+DROP FUNCTION IF EXISTS queue_give_up(text, text, text, uuid, text);
+DROP FUNCTION IF EXISTS queue_give_up(text, text, text, text, text);
 DROP FUNCTION IF EXISTS queue_snooze(text, text, text, uuid, interval);
 DROP FUNCTION IF EXISTS queue_snooze(text, text, text, text, interval);
 DROP FUNCTION IF EXISTS queue_fail(text, text, text, uuid, interval, text);
