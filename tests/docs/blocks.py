@@ -23,7 +23,7 @@ A fenced block's info string says what it is:
   on purpose says so on the line before it, `<!-- output not shown: why -->`; a console
   command, with a line `...` under it; every ```sql block of a file whose calls are shown
   without their results, with `<!-- test: sql output not shown: why -->` anywhere in the file.
-  psql's row counts (`(1 row)`) need not be shown.
+  psql's row counts (`(1 row)`) and the mariadb client's border lines (`+----+`) need not be shown.
 - the blocks of one file run in order in one fresh database with the schema installed, or
   without it when the file says `<!-- test: starts on an empty database -->`.
 - anything else (```text, ```ini, ...) is not code. A block of a runnable language that is
@@ -58,7 +58,9 @@ DSN = re.compile(r"(?:postgresql|mysql)://[^\s'\"`)]+")
 NOT_RUN = re.compile(r"^<!--\s*not run:\s*(\S.*?)\s*-->$")
 OUTPUT_NOT_SHOWN = re.compile(r"^<!--\s*output not shown:\s*(\S.*?)\s*-->$")
 SQL_OUTPUT_NOT_SHOWN = re.compile(r"^<!--\s*test: sql output not shown:\s*(\S.*?)\s*-->$", re.MULTILINE)
-ROW_COUNT = re.compile(r"^\(\d+ rows?\)$")  # psql's footer under a result
+# What frames a result rather than says something, left out of the comparison of sql blocks: psql's
+# row count under a result, and the mariadb client's border lines (+-----+-----+).
+ROW_COUNT = re.compile(r"^(?:\(\d+ rows?\)|\+[-+]*\+)$")
 
 
 def documents() -> list[Path]:
@@ -279,7 +281,7 @@ class Session:
             "console": self.run_console,
         }[block.language]
         printed, shown = runner(block), block.output
-        if block.language == "sql":  # psql's row counts, shown or not
+        if block.language == "sql":  # row counts and border lines, shown or not
             printed, shown = _without_row_counts(printed), shown and _without_row_counts(shown)
         if shown is not None:
             where = f"{block.path.name}:{block.output_line}"
