@@ -10,7 +10,7 @@ routines of its capabilities and no privilege on any table:
     producer  pushes (push, push_batch, push_replace, and into FIFO groups: push_grouped,
               push_batch_grouped) and publishes to topics (publish, publish_batch: into every
               queue bound to a matching pattern); cannot reserve, pop or commit
-    consumer  takes and finishes work: reserve, pop, commit, rollback, snooze, fail, extend,
+    consumer  takes and finishes work: reserve, pop, commit, rollback, snooze, fail, give_up, extend,
               commit_reserve, commit_batch, the wakeup routines, the worker registry
               (a worker touches only its own registration: heartbeat and deregister
               need the secret register returned), releasing dead workers' messages;
@@ -39,6 +39,12 @@ argument). The migrations create no account and grant nothing: this module
 only prints or runs the GRANT (or REVOKE) statements you ask for, with every
 name quoted as an identifier (psycopg.sql.Identifier on PostgreSQL,
 backtick-quoting on MySQL after validation); no SQL is built from names as text.
+
+On MySQL/MariaDB a session's TEMPORARY table shadows a table of the same name even inside the
+SQL SECURITY DEFINER procedures (even under a name qualified by the database), so an account that
+may create temporary tables in the install database could change what the procedures read and
+write: apply() refuses to grant a capability to such an account (directly, through *.*, or
+through a role it holds), naming the REVOKE that makes it safe.
 """
 
 from __future__ import annotations
@@ -76,12 +82,14 @@ __all__ = [
     "ROUTINES",
     "TABLES",
     "Account",
+    "Statements",
     "apply",
     "capabilities_of",
     "capabilities_with",
     "current_schema",
     "no_account_creation",
     "parse_account",
+    "refuse_shadowing_account",
     "render",
     "statements",
 ]
@@ -130,17 +138,27 @@ def capabilities_of(names: Iterable[str]) -> list[str]:
     return chosen
 
 
+class Statements(list):
+    """What statements() returns: the statements, and the account they grant to (or revoke
+    from), which apply() checks before granting."""
+
+    def __init__(self, items: Iterable[Any], account: Account, revoke: bool) -> None:
+        super().__init__(items)
+        self.account = account
+        self.revoke = revoke
+
+
 def statements(
     dialect: str | Dialect,
     account: Account,
     capabilities: Sequence[str],
     schema: str | None = None,
     revoke: bool = False,
-) -> list[Any]:
+) -> Statements:
     """The GRANT (or REVOKE) statements for the capabilities: psycopg.sql.Composed on
-    PostgreSQL, str on MySQL (the named statements of sql/<dialect>/queries.sql).
-    schema: the PostgreSQL schema / MySQL database the routines live in (None:
-    unqualified names, resolved where the statements run)."""
+    PostgreSQL, str on MySQL (the named statements of sql/<dialect>/queries.sql), in a list
+    that also carries the account (Statements). schema: the PostgreSQL schema / MySQL database
+    the routines live in (None: unqualified names, resolved where the statements run)."""
     d = dialects.as_dialect(dialect)
     caps = capabilities_of(capabilities)
     routines = sorted({r for c in caps for r in CAPABILITIES[c]})
@@ -168,7 +186,7 @@ def statements(
         d.compose(d.statement(table), privilege=d.keyword(_PRIVILEGES[priv]), table=qualified(t), role=role)
         for priv, t in tables
     ]
-    return out
+    return Statements(out, account, revoke)
 
 
 def render(dialect: str | Dialect, stmts: Sequence[Any], connection: Any = None) -> list[str]:
@@ -200,10 +218,73 @@ def no_account_creation(dialect: str | Dialect, connection: Any) -> contextlib.A
     return dialects.as_dialect(dialect).no_account_creation(connection)
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def _rows(connection: Any, statement: str, params: tuple = ()) -> list[tuple]:
+    cur = connection.cursor()
+    try:
+        cur.execute(statement, params or None)
+        return [tuple(row) for row in cur.fetchall()]
+    finally:
+        cur.close()
+
+
+def _roles_of(d: Dialect, connection: Any, user: str, host: str) -> list[tuple[str, str]]:
+    """The roles granted to an account or role (user, host; a MariaDB role has host '')."""
+    try:
+        rows = _rows(connection, d.statement("account_roles"), (user, host))
+    except Exception as exc:
+        if not exc.args or exc.args[0] != 1146:  # MySQL 8: no mysql.roles_mapping
+            raise
+        rows = _rows(connection, d.statement("account_roles_mysql8"), (user, host))
+    return [(_text(role), _text(role_host)) for role, role_host in rows]
+
+
+def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: Account) -> None:
+    """Raises InsecureSchemaError, one line naming the account and the REVOKE that fixes it,
+    when the account may create temporary tables in the connection's database (MySQL/MariaDB:
+    granted on the database or a pattern matching it, on *.*, or to a role the account holds,
+    directly or through other roles): its temporary tables would shadow the procedures' own.
+    Nothing to check where the routines cannot be shadowed so (Dialect.shadowing_grantees is
+    empty: PostgreSQL)."""
+    d = dialects.as_dialect(dialect)
+    shadowing = d.shadowing_grantees(connection)
+    if not shadowing:
+        return
+    start = (account.name, "%" if account.host is None else account.host)
+    through: dict[tuple[str, str], tuple[str, str] | None] = {start: None}  # holder -> granted to
+    frontier = [start]
+    while frontier:
+        user, host = frontier.pop()
+        for role in _roles_of(d, connection, user, host):
+            if role not in through:
+                through[role] = (user, host)
+                frontier.append(role)
+    for grantee, scope in _rows(connection, d.statement("temporary_table_grantees")):
+        holder = next((h for h in through if f"'{h[0]}'@'{h[1]}'" == _text(grantee)), None)
+        if holder is None:
+            continue
+        on = "*.*" if _text(scope) == "*" else f"{d.identifier(_text(scope))}.*"
+        how = "" if holder == start else f" through its role {d.grantee(*holder)}"
+        database = current_schema(d, connection)
+        raise errors.InsecureSchemaError(
+            f"refusing to grant to {d.grantee(*start)}: it may create temporary tables in database "
+            f"{d.identifier(database)}{how} (CREATE TEMPORARY TABLES on {on}), which would shadow the "
+            f"queue's tables inside its procedures; first run: REVOKE CREATE TEMPORARY TABLES ON {on} "
+            f"FROM {d.grantee(*holder)}"
+        )
+
+
 def apply(dialect: str | Dialect, connection: Any, stmts: Sequence[Any]) -> None:
     """Runs the statements on a connection (autocommit, or commit afterwards
     yourself). A GRANT to an account that does not exist fails: it is never
-    created here."""
+    created here. Grants from statements() to an account whose temporary tables would shadow
+    the procedures' tables are refused before any runs (refuse_shadowing_account)."""
+    account = getattr(stmts, "account", None)
+    if account is not None and not getattr(stmts, "revoke", False):
+        refuse_shadowing_account(dialect, connection, account)
     cur = connection.cursor()
     try:
         with no_account_creation(dialect, connection):

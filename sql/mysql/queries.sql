@@ -257,15 +257,25 @@ SELECT DATABASE()
 -- database), so it could reserve from a paused queue or change max_attempts and the dead-letter queue it sees.
 -- `pyqueue-sql grant` refuses such an account. Lists only what the connected account may see (all, for an account
 -- that reads the mysql database, as the installing one does).
+-- The second column is where the privilege was granted: the database name (or pattern) it was granted on, or '*' for
+-- *.* (what a REVOKE must name).
 -- name: temporary_table_grantees
-SELECT s.GRANTEE
+SELECT s.GRANTEE, s.TABLE_SCHEMA
   FROM information_schema.SCHEMA_PRIVILEGES s
  WHERE s.PRIVILEGE_TYPE = 'CREATE TEMPORARY TABLES' AND DATABASE() LIKE s.TABLE_SCHEMA
 UNION
-SELECT u.GRANTEE
+SELECT u.GRANTEE, '*'
   FROM information_schema.USER_PRIVILEGES u
  WHERE u.PRIVILEGE_TYPE = 'CREATE TEMPORARY TABLES'
- ORDER BY 1
+ ORDER BY 1, 2
+
+-- The roles granted to an account or a role (user, host; a MariaDB role has host ''), for `pyqueue-sql grant` to find
+-- a role that gives it CREATE TEMPORARY TABLES (MariaDB: mysql.roles_mapping; MySQL 8: mysql.role_edges).
+-- name: account_roles
+SELECT r.Role, '' FROM mysql.roles_mapping r WHERE r.User = %s AND r.Host = %s
+
+-- name: account_roles_mysql8
+SELECT e.FROM_USER, e.FROM_HOST FROM mysql.role_edges e WHERE e.TO_USER = %s AND e.TO_HOST = %s
 
 -- name: grant_execute
 GRANT EXECUTE ON PROCEDURE {routine} TO {role}
