@@ -471,6 +471,21 @@ def _exercise(conn) -> None:
                 "VALUES (%s, 'i2', 'kind', '1', 2.5)",
                 (q,),
             )
+    # snooze, give up (now, into the dead-letter queue), release; the per-queue limits on
+    # reservations and payloads
+    one("SELECT queue_set_max_reservation(%s, interval '1 day')", q)
+    one("SELECT queue_set_max_payload(%s, 65536)", q)
+    one("SELECT queue_push(%s, 'sn', 'gu', '1')", q)
+    one("SELECT queue_push(%s, 'gu', 'gu', '1')", q)
+    rows = many(
+        "SELECT p_key, p_kind, token FROM queue_reserve(%s, 'w', interval '1 hour', 2, ARRAY['gu'])", q
+    )
+    held = {r[0]: r for r in rows}
+    assert one("SELECT queue_snooze(%s, %s, %s, %s::text, NULL)", q, *held["sn"])[0]
+    assert one("SELECT queue_give_up(%s, %s, %s, %s::text, 'hopeless')", q, *held["gu"])[0] == "dead_lettered"
+    assert one("SELECT last_error FROM queue_message(%s, 'gu', 'gu')", dlq)[0] == "hopeless"
+    assert many("SELECT p_key FROM queue_reserve(%s, 'w', NULL, 1, ARRAY['gu'])", q)
+    assert one("SELECT queue_release(%s, 'w')", q)[0] >= 1
     one("SELECT queue_drop(%s)", other)
 
 
