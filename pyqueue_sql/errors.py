@@ -123,8 +123,11 @@ class SerializationError(QueueError):
 
 
 class InsecureSchemaError(QueueError):
-    """PostgreSQL: a role other than the installing one can CREATE in the install schema, so it
-    could plant look-alike functions that the routines would run; the install was refused."""
+    """Another account could make the routines act on its own objects, so the step was refused.
+    PostgreSQL: a role other than the installing one can CREATE in the install schema (it could
+    plant look-alike functions the routines would run); the install was refused. MySQL/MariaDB: the
+    account to be granted a capability may create temporary tables in the install database (a
+    temporary table would shadow the queue's own tables inside the routines); the grant was refused."""
 
 
 ERROR_CODES: dict[str, type[QueueError]] = {
