@@ -53,7 +53,10 @@ def as_timedelta(value: Duration, what: str) -> dt.timedelta | None:
     if isinstance(value, dt.timedelta):
         return value
     if isinstance(value, (int, float, Decimal)):
-        return dt.timedelta(seconds=float(value))
+        try:
+            return dt.timedelta(seconds=float(value))
+        except (OverflowError, ValueError):  # beyond timedelta's range, or not a number (nan)
+            raise errors.InvalidArgumentError(f"{what} is out of range: {value!r:.40}") from None
     raise errors.InvalidArgumentError(
         f"{what} must be a timedelta or a number of seconds, not {type(value).__name__}"
     )
@@ -64,7 +67,10 @@ def as_utc(value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime |
     if value is None:
         return None
     if isinstance(value, dt.timedelta):
-        return dt.datetime.now(UTC) + value
+        try:
+            return dt.datetime.now(UTC) + value
+        except OverflowError:  # past the year 9999 or before the year 1
+            raise errors.InvalidArgumentError(f"{what} is out of range: now + {value}") from None
     if isinstance(value, dt.datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise errors.InvalidArgumentError(
