@@ -1,5 +1,8 @@
 """What the worker's modules share: the logger, a reserved message (Job), a queue's route,
-the counters and the status snapshot."""
+the counters and the status snapshot.
+
+This module sits below every other module of the worker: it imports none of them (a route's retry
+policy is described by the RetryRule protocol, which policy.RetryPolicy satisfies)."""
 
 from __future__ import annotations
 
@@ -7,12 +10,12 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..client import Reservation
 
 if TYPE_CHECKING:
-    from .policy import RetryPolicy
+    import random
 
 log = logging.getLogger("pyqueue_sql.worker")
 
@@ -42,6 +45,15 @@ class Job:
 Handler = Callable[[Job], Any]
 
 
+class RetryRule(Protocol):
+    """What the worker asks of a retry policy (policy.RetryPolicy): whether a failure is retried,
+    and the delay before the next delivery after `attempts` deliveries."""
+
+    def retries(self, error: BaseException) -> bool: ...
+
+    def delay(self, attempts: int, rng: random.Random | None = None) -> float: ...
+
+
 @dataclass
 class Route:
     """A queue's handlers by kind (None: any kind without its own handler), with the retry policy
@@ -49,8 +61,8 @@ class Route:
 
     queue: str
     handlers: dict[str | None, Handler]
-    retry: RetryPolicy
-    retries: dict[str | None, RetryPolicy] = field(default_factory=dict)
+    retry: RetryRule
+    retries: dict[str | None, RetryRule] = field(default_factory=dict)
     timeouts: dict[str | None, float] = field(default_factory=dict)
 
     def kinds(self) -> list[str] | None:
@@ -62,7 +74,7 @@ class Route:
     def _registered(self, kind: str) -> str | None:
         return kind if kind in self.handlers else None
 
-    def retry_for(self, kind: str) -> RetryPolicy:
+    def retry_for(self, kind: str) -> RetryRule:
         """The retry policy of a kind: its handler's own, else the queue's."""
         return self.retries.get(self._registered(kind), self.retry)
 

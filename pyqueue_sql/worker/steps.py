@@ -14,13 +14,10 @@ import random
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import errors
-from .model import log
-
-if TYPE_CHECKING:
-    from .base import WorkerBase
+from .model import WorkerStats, log
 
 
 class StoppedError(Exception):
@@ -203,12 +200,18 @@ def dispatcher(table: Mapping[type, Callable[..., Any]]) -> Callable[..., Any]:
     return execute
 
 
+class Counted(Protocol):
+    """What the retrying of a database call uses of the worker (WorkerBase): its counters."""
+
+    stats: WorkerStats
+
+
 def _next_delay(delay: float) -> float:
     """The back-off after `delay` between two attempts of a database call: doubled, jittered, up to 5 s."""
     return min(delay * 2, 5.0) * random.uniform(0.8, 1.2)
 
 
-def _retrying_error(worker: WorkerBase, role: str, exc: BaseException, delay: float) -> None:
+def _retrying_error(worker: Counted, role: str, exc: BaseException, delay: float) -> None:
     """Logs (and counts) why a database call is tried again: a lost connection (the caller
     reconnects) or a transaction conflict the client's own retries lost (the caller keeps the
     connection: the call was rolled back whole each time, so running it again is safe)."""
