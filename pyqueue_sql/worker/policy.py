@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import errors
+from ..display import redact
 from .model import Job, log, where_of
 
 if TYPE_CHECKING:
@@ -114,10 +115,23 @@ class Snooze(Exception):
         super().__init__(f"snoozed for {self.after:g} s")
 
 
+# The packages whose exceptions come from talking to the database: a driver's message may quote
+# the DSN, or a part of it that is the password.
+_DATABASE_PACKAGES = frozenset({"psycopg", "psycopg_pool", "pymysql", "aiomysql", "sqlalchemy"})
+
+
+def _from_the_database(error: BaseException) -> bool:
+    package = type(error).__module__.partition(".")[0]
+    return isinstance(error, errors.QueueError) or package in _DATABASE_PACKAGES
+
+
 def describe_error(error: BaseException) -> str:
-    """The text stored as a message's last_error: "ExceptionType: message"."""
+    """The text stored as a message's last_error (and logged): "ExceptionType: message". The
+    message of a database error (a driver's, or pyqueue_sql's own) has every secret it could quote
+    masked (display.redact)."""
     text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    described = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return redact(described) if _from_the_database(error) else described
 
 
 # What the log says happened to a message handed back by an interrupted handler, per outcome.

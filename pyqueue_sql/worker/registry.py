@@ -9,6 +9,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from ..client import Reservation, WorkerRegistration
+from ..display import redact
 from .model import Job, log, where_of
 from .steps import Acquire, Call, Hooks, StoppedError
 
@@ -84,7 +85,11 @@ class Registry:
         else:
             log.warning(
                 "could not deregister; release_dead_workers removes the registration later",
-                extra={"event": "error", "worker_id": registration.worker_id, "error": str(error)[:200]},
+                extra={
+                    "event": "error",
+                    "worker_id": registration.worker_id,
+                    "error": redact(str(error))[:200],
+                },
             )
 
     @staticmethod

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .. import errors
+from ..display import redact
 from .model import WorkerStats, log
 
 
@@ -223,7 +224,7 @@ def _retrying_error(worker: Counted, role: str, exc: BaseException, delay: float
         extra={
             "event": "reconnect" if lost else "conflict",
             "role": role,
-            "error": str(exc).strip()[:200],
+            "error": redact(str(exc).strip())[:200],  # a driver's message may quote the DSN
             "retry_in_s": round(delay, 3),
         },
     )
