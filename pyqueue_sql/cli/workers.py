@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import errors
-from ..display import format_age, format_table, format_time
+from ..display import format_age, format_table, format_time, redact
 from .common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -121,7 +121,7 @@ class _JsonLogFormatter:
         if record.exc_info:
             import traceback
 
-            entry["exc"] = "".join(traceback.format_exception(*record.exc_info))
+            entry["exc"] = redact("".join(traceback.format_exception(*record.exc_info)))
         return json.dumps(entry, default=str)
 
 
@@ -158,7 +158,7 @@ class _TextLogFormatter:
         if record.exc_info:
             import traceback
 
-            text += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip()
+            text += "\n" + redact("".join(traceback.format_exception(*record.exc_info)).rstrip())
         return text
 
 
