@@ -23,6 +23,7 @@ from .client import (
     connect,
 )
 from .errors import (
+    ConnectionFailedError,
     InsecureSchemaError,
     InvalidArgumentError,
     InvalidPayloadError,
@@ -63,6 +64,7 @@ __all__ = [
     "Reservation",
     "WorkerRegistration",
     "connect",
+    "ConnectionFailedError",
     "InsecureSchemaError",
     "InvalidArgumentError",
     "InvalidPayloadError",
