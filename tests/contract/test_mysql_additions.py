@@ -43,6 +43,14 @@ def queue(sql):
     return make(sql)
 
 
+@pytest.fixture(autouse=True)
+def _unbind_afterwards(sql):
+    """The test database is shared by the tests of one process: a broad pattern left bound here
+    ('*.#.*.#.*.#.*') would deliver other tests' publications into these queues."""
+    yield
+    sql("DELETE FROM pyqueue_binding WHERE queue_name LIKE 'add.%'")
+
+
 def refused(sql, code: str, words: str, statement: str, *args) -> str:
     with pytest.raises(pymysql.MySQLError) as caught:
         sql(statement, *args)
