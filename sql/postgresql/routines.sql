@@ -115,24 +115,25 @@ END
 $$;
 
 
--- Installs of earlier versions took the token as anycompatible (see "Tokens"
--- at the top): those signatures are dropped, so that an upgrade leaves none.
+-- Installs of earlier versions took the token as a polymorphic type (see
+-- "Tokens" at the top): every routine of ours in this schema with a
+-- polymorphic argument is dropped, so that an upgrade leaves none (the
+-- catalog names them: nothing is dropped, nor any notice printed, where there
+-- are none).
 DO $$
 DECLARE
     v_old regprocedure;
 BEGIN
-    FOREACH v_old IN ARRAY ARRAY[
-        pg_catalog.to_regprocedure('queue_commit(text, text, text, anycompatible)'),
-        pg_catalog.to_regprocedure('queue_rollback(text, text, text, anycompatible, interval)'),
-        pg_catalog.to_regprocedure('queue_fail(text, text, text, anycompatible, interval, text)'),
-        pg_catalog.to_regprocedure('queue_extend(text, text, text, anycompatible, interval)'),
-        pg_catalog.to_regprocedure('queue_move(text, text, text, anycompatible, text, jsonb)'),
-        pg_catalog.to_regprocedure('queue_commit_reserve(text, text, text, anycompatible, text, interval, integer, text[])'),
-        pg_catalog.to_regprocedure('queue_commit_batch(text, text[], text[], anycompatible)')]
+    FOR v_old IN
+        SELECT p.oid::regprocedure
+          FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(pg_catalog.current_schema())
+           AND p.proname::text LIKE 'queue\_%'
+           AND EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargtypes::oid[]) AS a (t)
+                         JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) a.t
+                        WHERE ty.typtype OPERATOR(pg_catalog.=) 'p')
     LOOP
-        IF v_old IS NOT NULL THEN  -- only those that exist: DROP ... IF EXISTS would print a notice for each other
-            EXECUTE pg_catalog.format('DROP FUNCTION %s', v_old);
-        END IF;
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', v_old);
     END LOOP;
 END
 $$;
