@@ -21,6 +21,7 @@ class Suite:
     module: str  # bench.<module>, run as __main__
     summary: str
     quick: tuple[str, ...]  # what --quick stands for
+    args: tuple[str, ...] = ()  # the module's options this suite always runs with
 
 
 SUITES = {
@@ -29,11 +30,10 @@ SUITES = {
         "each routine against pgmq, PGQueuer, a hand-rolled queue and the INSERT ceilings, interleaved",
         ("--quick",),
     ),
-    "burndown": Suite("burndown", "each system's own worker draining a backlog", ("--quick",)),
-    "workers": Suite(
-        "async_worker",
-        "Worker against AsyncWorker (and their options) draining a backlog",
-        ("--messages", "2000", "--rounds", "1", "--json", "bench/results/async_worker-quick.json"),
+    "burndown": Suite(
+        "burndown",
+        "each system's own worker draining a backlog (--tasks: tasks against plain handlers; --variant)",
+        ("--quick",),
     ),
     "latency": Suite(
         "latency",
@@ -76,9 +76,10 @@ SUITES = {
         ("--previous-commit", "HEAD", "--rounds", "1", "--messages", "2000", "--dialects", "postgresql"),
     ),
     "profile": Suite(
-        "pg_profile",
-        "PostgreSQL: each routine's server time per call through pgbench, against pgmq",
-        ("--clients", "1", "--transactions", "200", "--backlog", "1000"),
+        "revision_ab",
+        "PostgreSQL: each routine's calls and server time per call, on the four workloads (ab --profile)",
+        ("--rounds", "1", "--messages", "1000", "--dialects", "postgresql"),
+        ("--profile",),
     ),
 }
 
@@ -91,8 +92,9 @@ def usage() -> str:
 
 def argv_for(name: str, args: list[str]) -> list[str]:
     """The suite's own command line: --quick replaced by what it stands for, then the rest."""
-    quick = list(SUITES[name].quick) if "--quick" in args else []
-    return [f"python -m bench {name}", *quick, *(a for a in args if a != "--quick")]
+    suite = SUITES[name]
+    quick = list(suite.quick) if "--quick" in args else []
+    return [f"python -m bench {name}", *suite.args, *quick, *(a for a in args if a != "--quick")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,8 @@
     python bench/burndown.py --rounds 1                        # one round of everything, ~10 min
     python bench/burndown.py --quick                           # 5,000 / 2,000 jobs, 1 round, 20 s cap
     python bench/burndown.py --systems pyqueue-async,pgmq --dialects postgresql --workloads noop
+    python -m bench burndown --tasks --dialects postgresql       # tasks against plain handlers
+    python -m bench burndown --variant threads --variant threads:prefetch=0,ack_batch=100
 
 Workloads: `noop` (50,000 jobs whose handler does nothing) and `sleep10` (20,000 jobs whose
 handler waits 10 ms; the limit is 32 / 0.010 = 3,200 jobs/s). For each system, in each round: a
@@ -14,7 +16,14 @@ when both are told to go, and stops when a count of the system's unfinished jobs
 database every 20 ms on a connection of its own, reaches 0. A run is cut at --cap seconds and then
 reports jobs done / elapsed. Rounds are interleaved with the order of the systems rotating; the
 summary gives the median jobs/s per dialect, workload and system and, within each round, the
-ratio to the best peer of that dialect (median over rounds). See bench/README.md, Burn-down.
+ratio to the best peer of that dialect (median over rounds; with no peer in the run, to the first
+system). See bench/README.md, Burn-down.
+
+--tasks: pyqueue-sql's own worker as users start it, `pyqueue-sql worker MODULE:OBJECT` processes,
+a plain handler function against the same no-op as a task of an App (pyqueue_sql.tasks), on the
+same messages: what the task API costs. --variant RUNTIME[:name=value,...]: pyqueue-sql's Worker
+(threads) or AsyncWorker (asyncio) with the given settings (prefetch, ack_batch, ack_interval,
+commit_reserve...; ints, floats, true/false/none), each variant a system of its own.
 """
 
 from __future__ import annotations
@@ -68,6 +77,8 @@ class System:
     peer: bool = True
     note: str = ""
     needs: list[str] = field(default_factory=list)
+    settings: dict | None = None  # a --variant's worker settings
+    extra: bool = False  # run only when named (--tasks, --systems)
 
     def unavailable(self) -> str | None:
         """Why this system cannot run here, or None."""
@@ -93,8 +104,10 @@ class System:
             raise RuntimeError(f"{self.name} {args[0]} failed: {(done.stderr or done.stdout)[-2000:]}")
 
     def _command(self, action: str, dsn: str, *args: str) -> list[str]:
-        if self.kind == "py":
-            return [sys.executable, PY_WORKERS, action, self.name, dsn, *args]
+        if self.kind == "py" or (self.kind == "cli" and action != "work"):
+            name = self.name.split(":")[0]
+            name = {"threads": "pyqueue-threads", "asyncio": "pyqueue-async"}.get(name, name)
+            return [sys.executable, PY_WORKERS, action, name, dsn, *args]
         if self.kind == "node":
             return ["node", NODE_WORKERS, action, self.name, dsn, *args]
         if action == "install":
@@ -108,9 +121,65 @@ class System:
         self._run("enqueue", dsn, str(jobs))
 
     def worker_command(self, dsn: str, sleep_ms: float) -> list[str]:
+        if self.kind == "cli":  # as users start it; the DSN from $PYQUEUE_DSN (worker_env)
+            target = (
+                ["bench.peers.py_workers:app"]
+                if self.name == "pyqueue-tasks"
+                else ["bench.peers.py_workers:plain", "--queue", "burndown"]
+            )
+            return [
+                os.path.join(os.path.dirname(sys.executable), "pyqueue-sql"),
+                "worker",
+                *target,
+                "--concurrency",
+                str(CONCURRENCY),
+            ]
         if self.kind == "py":
-            return self._command("work", dsn, "--concurrency", str(CONCURRENCY), "--sleep-ms", str(sleep_ms))
+            settings = ["--settings", json.dumps(self.settings)] if self.settings else []
+            return self._command(
+                "work", dsn, "--concurrency", str(CONCURRENCY), "--sleep-ms", str(sleep_ms), *settings
+            )
         return self._command("work", dsn, str(CONCURRENCY), str(sleep_ms))
+
+    def worker_env(self, dsn: str, sleep_ms: float) -> dict | None:
+        if self.kind != "cli":
+            return None
+        return os.environ | {"PYQUEUE_DSN": dsn, "BENCH_GO": "1", "BENCH_SLEEP_MS": str(sleep_ms)}
+
+
+def _value(text: str):
+    low = text.lower()
+    if low in ("true", "false", "none"):
+        return {"true": True, "false": False, "none": None}[low]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    raise SystemExit(f"not a number, true, false or none: {text!r}")
+
+
+def variant(text: str, dialect: str) -> System:
+    """A --variant: threads or asyncio, then the worker's settings (runtime:name=value,...)."""
+    runtime, _, rest = text.partition(":")
+    if runtime not in ("threads", "asyncio"):
+        raise SystemExit(f"a variant starts with threads or asyncio: {text!r}")
+    settings = {}
+    for part in filter(None, rest.split(",")):
+        name, eq, value = part.partition("=")
+        if not eq:
+            raise SystemExit(f"a setting is name=value: {part!r}")
+        settings[name.strip()] = _value(value.strip())
+    runtime_class = "Worker" if runtime == "threads" else "AsyncWorker"
+    return System(
+        text,
+        dialect,
+        f"`{runtime_class}` {rest or '(defaults)'}",
+        "py",
+        "SELECT count(*) FROM pyqueue_message",
+        peer=False,
+        settings=settings,
+    )
 
 
 SYSTEMS = [
@@ -131,6 +200,22 @@ SYSTEMS = [
         "SELECT count(*) FROM pyqueue_message",
         peer=False,
         needs=["psycopg"],
+    ),
+    *(
+        System(
+            name,
+            dialect,
+            label,
+            "cli",
+            "SELECT count(*) FROM pyqueue_message",
+            peer=False,
+            extra=True,
+        )
+        for dialect in ("postgresql", "mysql")
+        for name, label in (
+            ("pyqueue-cli", "`pyqueue-sql worker MODULE:handler --queue burndown` (a plain def handler)"),
+            ("pyqueue-tasks", "`pyqueue-sql worker MODULE:app` (the same no-op as an `@app.task`)"),
+        )
     ),
     System(
         "graphile-worker",
@@ -258,6 +343,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
                 subprocess.Popen(
                     system.worker_command(dsn, sleep_ms),
                     cwd=ROOT,
+                    env=system.worker_env(dsn, sleep_ms),
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=log,
@@ -305,7 +391,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
 
 def measure(system: System, workload: str, jobs: int, cap: float) -> dict:
     sleep_ms = WORKLOADS[workload][1]
-    dsn = common.create(system.dialect, "bd_" + system.name.replace("-", "_"))
+    dsn = common.create(system.dialect, "bd_" + "".join(c if c.isalnum() else "_" for c in system.name)[:20])
     try:
         t0 = time.perf_counter()
         system.install(dsn)
@@ -333,8 +419,9 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         f"{CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} "
         f"({meta['cpus']} CPUs), load average {meta['load_before']} before, {meta['load_after']} after. "
         "Jobs/s = jobs done / (time from the workers' go to the last job done, counted in the database); "
-        "median over rounds (min-max). Ratio: to the best peer of the dialect on that workload, within "
-        "each round, median over rounds. Method: bench/README.md, Burn-down.",
+        "median over rounds (min-max). Ratio: to the best peer of the dialect on that workload (with no "
+        "peer in the run, to the dialect's first system), within each round, median over rounds. "
+        "Method: bench/README.md, Burn-down.",
         "",
     ]
     for dialect in ("postgresql", "mysql"):
@@ -351,7 +438,7 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
                 if not sleep_ms
                 else f"{sleep_ms:g} ms each (limit {PROCESSES * CONCURRENCY * 1000 / sleep_ms:,.0f})"
             )
-            header += f" {title}: jobs/s | vs best peer |"
+            header += f" {title}: jobs/s | vs {meta['baseline'].get(dialect) or 'best peer'} |"
             rule += "---|---|"
         lines += [header, rule]
         notes = []
@@ -404,7 +491,20 @@ def main() -> None:
     ap.add_argument(
         "--out", help="directory of burndown.md/.json (default bench/latest, --quick bench/results)"
     )
+    ap.add_argument(
+        "--tasks",
+        action="store_true",
+        help="`pyqueue-sql worker` with a plain handler against the same job as a task (no-op unless --workloads)",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        help="pyqueue-sql's worker as threads|asyncio[:name=value,...] (repeatable)",
+    )
     args = ap.parse_args()
+    if args.tasks:
+        args.systems = args.systems or "pyqueue-cli,pyqueue-tasks"
+        args.workloads = args.workloads if "--workloads" in sys.argv else "noop"
     common.exit_on_sigterm()
     if args.quick:
         args.rounds = 1
@@ -417,7 +517,12 @@ def main() -> None:
     wanted = set(args.systems.split(",")) if args.systems else None
     if wanted and wanted - {s.name for s in SYSTEMS}:
         ap.error(f"unknown systems {sorted(wanted - {s.name for s in SYSTEMS})}")
-    systems = [s for s in SYSTEMS if s.dialect in dialects and (wanted is None or s.name in wanted)]
+    systems = [
+        s
+        for s in SYSTEMS
+        if s.dialect in dialects and (s.name in wanted if wanted else not s.extra and not args.variant)
+    ]
+    systems += [variant(v, d) for d in dialects for v in args.variant or []]
     unavailable: dict[str, dict[str, str]] = {}
     runnable = []
     for s in systems:
@@ -428,7 +533,7 @@ def main() -> None:
         else:
             runnable.append(s)
     meta = {
-        "command": " ".join(["python bench/burndown.py", *sys.argv[1:]]),
+        "command": " ".join(["python -m bench burndown", *sys.argv[1:]]),
         "rounds": args.rounds,
         "cap": args.cap,
         "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -436,9 +541,17 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "load_before": _loadavg(),
         "unavailable": unavailable,
+        # the ratio's reference when no peer runs: the dialect's first system
+        "baseline": {
+            d: None
+            if any(s.peer for s in systems if s.dialect == d)
+            else next((s.name for s in systems if s.dialect == d), None)
+            for d in dialects
+        },
     }
     results: list[dict] = []
-    out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
+    out = args.out or os.path.join(HERE, "results" if args.quick or args.tasks or args.variant else "latest")
+    name = "burndown-tasks" if args.tasks else "burndown-variants" if args.variant else "burndown"
     os.makedirs(out, exist_ok=True)
 
     def write(rounds_done: int) -> str:
@@ -447,9 +560,9 @@ def main() -> None:
         meta["rounds_done"] = rounds_done
         meta["load_after"] = _loadavg()
         md = summarize(results, systems, workloads, meta)
-        with open(os.path.join(out, "burndown.md"), "w") as f:
+        with open(os.path.join(out, f"{name}.md"), "w") as f:
             f.write(md)
-        with open(os.path.join(out, "burndown.json"), "w") as f:
+        with open(os.path.join(out, f"{name}.json"), "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
         return md
 
@@ -497,7 +610,8 @@ def main() -> None:
                     for r in round_results
                     if "rate" in r and next(x for x in ds if x.name == r["system"]).peer
                 ]
-                best = max(peers) if peers else None
+                first = [r["rate"] for r in round_results if r["system"] == ds[0].name and "rate" in r]
+                best = max(peers) if peers else (first[0] if first else None)
                 for r in round_results:
                     r["vs_best_peer"] = r["rate"] / best if best and "rate" in r else None
                 results.extend(round_results)
@@ -505,7 +619,7 @@ def main() -> None:
     md = write(args.rounds)
     print()
     print(md)
-    print(f"burndown: wrote {out}/burndown.md and burndown.json", flush=True)
+    print(f"burndown: wrote {out}/{name}.md and {name}.json", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,25 @@
-"""The current schema revision against an earlier one, side by side: does a change cost the
-workloads that do not use it anything?
+"""Two versions of sql/ side by side (an A/B), and where a routine's server time goes (a profile).
 
-    python bench/revision_ab.py --previous <revision>
-    python bench/revision_ab.py --previous <revision> --dialects postgresql --rounds 5
-    python bench/revision_ab.py --previous-commit <git commit> --dialects postgresql
+    python -m bench ab --previous-commit <git commit> --dialects postgresql --rounds 3
+    python -m bench ab --previous <schema revision>
+    python -m bench profile --workloads push,reserve_ack        # = ab --profile, this checkout alone
+    python -m bench ab --previous-commit <commit> --profile     # both, each side's routines profiled
 
-Until a second schema revision exists (the first change after 0.1.0) there is nothing to compare
-by revision: the baseline against itself is refused. --previous-commit compares with the schema
-and routines of a git commit instead (sql/<dialect>/schema.sql and routines.sql as that commit
-has them, installed with the server's own client, psql or mariadb/mysql, as `pyqueue-sql sql`
-output is): a change to the baseline measured against the baseline before it.
+A/B: the four workloads of `routines` (push, reserve+ack, push batch of 100, reserve+ack batch of
+100), the same clients and the same Python client, on two fresh databases: one migrated to the
+newest revision, one to --previous (a schema revision) or holding the sql/<dialect>/schema.sql and
+routines.sql of --previous-commit (installed with the server's own client, psql or mariadb/mysql, as
+`pyqueue-sql sql` output is). Rounds interleave the two (their order rotates); the report gives per
+workload each side's median msg/s and the median of the per-round ratios newest / previous (1.00 =
+no change): what a change costs the workloads that do not use it.
 
-The four workloads of bench/bench.py (push, reserve+ack, push batch of 100, reserve+ack batch of
-100), with the same clients and the same Python client, on two fresh databases: one migrated to the
-newest revision, one to --previous. Rounds interleave the two (their order rotates), and the report
-gives per workload each side's median msg/s and the median of the per-round ratios newest /
-previous: 1.00 = no change. The Python client is the current one for both sides, so a difference
-is the schema and its routines.
+--profile (PostgreSQL): the databases run with track_functions = 'all', and after each workload
+every routine it called is reported with its calls and its total and own microseconds per call, from
+pg_stat_user_functions (the own time leaves out the routines it calls). The consuming workloads'
+prefill (queue_push_batch) is counted with them. The counting reads the clock around every call,
+which costs a routine that calls helpers more: read the profile for where the time goes, and the
+A/B without it for throughput. What the functions' time leaves out: parsing and planning the
+top-level statement, the commit and its WAL flush, the network.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
 from bench.bench import LABEL, WORKLOADS, PyQueue, _ratio, measure  # noqa: E402
+
+FUNCTIONS = "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
 
 
 class Previous(PyQueue):
@@ -48,11 +53,30 @@ class Previous(PyQueue):
         common.install_commit(self.dialect, dsn, commit)
 
 
+def functions(dsn: str) -> dict[str, tuple[int, float, float]]:
+    """name -> (calls, total ms, own ms) of the database's routines so far."""
+    return {
+        name: (calls, total, own) for name, calls, total, own in common.execute("postgresql", dsn, FUNCTIONS)
+    }
+
+
+def profile_lines(before: dict, after: dict) -> list[str]:
+    lines = []
+    for name in sorted(after, key=lambda n: -(after[n][2] - before.get(n, (0, 0, 0))[2])):
+        calls, total, own = (a - b for a, b in zip(after[name], before.get(name, (0, 0, 0))))
+        if calls:
+            lines.append(
+                f"    {name:32} {calls:8,} calls  {total * 1000 / calls:8.1f} µs/call  own {own * 1000 / calls:8.1f}"
+            )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    which = ap.add_mutually_exclusive_group(required=True)
+    which = ap.add_mutually_exclusive_group()
     which.add_argument("--previous", help="the earlier schema revision to compare with")
     which.add_argument("--previous-commit", help="a git commit whose sql/ to compare with")
+    ap.add_argument("--profile", action="store_true", help="PostgreSQL: each routine's server time per call")
     ap.add_argument("--dialects", default="postgresql,mysql")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--rounds", type=int, default=3)
@@ -60,33 +84,49 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--cap", type=float, default=4.0)
     args = ap.parse_args(argv)
+    common.exit_on_sigterm()
     from pyqueue_sql import migrate
 
+    systems: dict[str, type[PyQueue]] = {"newest": PyQueue}
     if args.previous_commit:
         os.environ["BENCH_PREVIOUS_COMMIT"] = args.previous_commit
         args.previous = f"commit {args.previous_commit}"
     elif args.previous == migrate.head():
         ap.error(f"--previous {args.previous} is the newest revision: nothing to compare it with")
-    else:
+    elif args.previous:
         os.environ["BENCH_PREVIOUS_REVISION"] = args.previous
-    systems = {"newest": PyQueue, "previous": Previous}
+    elif not args.profile:
+        ap.error("one of --previous, --previous-commit or --profile is needed")
+    if args.previous:
+        systems["previous"] = Previous
+    dialects = args.dialects.split(",")
+    if args.profile:
+        dialects = [d for d in dialects if d == "postgresql"] or ap.error("--profile is for PostgreSQL")
     print(
-        f"newest revision against {args.previous}: {args.rounds} rounds, {args.clients} clients, "
-        f"{args.messages} messages",
+        f"newest revision{' against ' + args.previous if args.previous else ''}: {args.rounds} rounds, "
+        f"{args.clients} clients, {args.messages} messages",
         flush=True,
     )
     t0 = time.time()
-    for dialect in args.dialects.split(","):
+    for dialect in dialects:
         dsns = {}
         try:
             for side, cls in systems.items():
                 dsns[side] = common.create(dialect, f"ab_{side}")
+                if args.profile:
+                    name = dsns[side].rsplit("/", 1)[1]
+                    common.execute(
+                        dialect,
+                        common.ADMIN[dialect],
+                        f"ALTER DATABASE \"{name}\" SET track_functions = 'all'",
+                    )
                 cls(dialect).setup(dsns[side])
             rates: dict[tuple[str, str], dict[int, float]] = {}
             for rnd in range(args.rounds):
                 for w in args.workloads.split(","):
                     order = list(systems) if rnd % 2 == 0 else list(reversed(systems))
                     for side in order:
+                        before = functions(dsns[side]) if args.profile else {}
                         r = measure(
                             systems[side], dialect, dsns[side], w, args.clients, args.messages, args.cap
                         )
@@ -98,15 +138,26 @@ def main(argv: list[str] | None = None) -> int:
                             f"{r['rate']} msg/s",
                             flush=True,
                         )
-            print(f"\n{dialect}: workload | newest msg/s | previous msg/s | newest / previous (range)")
+                        if args.profile:
+                            time.sleep(
+                                1
+                            )  # (the clients' counters reach the server when they exit, within a second)
+                            print("\n".join(profile_lines(before, functions(dsns[side]))), flush=True)
+            print(
+                f"\n{dialect}: workload | newest msg/s"
+                + (" | previous msg/s | newest / previous (range)" if args.previous else "")
+            )
             for w in args.workloads.split(","):
-                new, old = rates[("newest", w)], rates[("previous", w)]
-                ratios = _ratio(new, old)
-                print(
-                    f"{LABEL[w]} | {statistics.median(new.values()):,.0f} | "
-                    f"{statistics.median(old.values()):,.0f} | {statistics.median(ratios):.2f} "
-                    f"({min(ratios):.2f}-{max(ratios):.2f})"
-                )
+                new = rates[("newest", w)]
+                line = f"{LABEL[w]} | {statistics.median(new.values()):,.0f}"
+                if args.previous:
+                    old = rates[("previous", w)]
+                    ratios = _ratio(new, old)
+                    line += (
+                        f" | {statistics.median(old.values()):,.0f} | {statistics.median(ratios):.2f} "
+                        f"({min(ratios):.2f}-{max(ratios):.2f})"
+                    )
+                print(line)
             print(flush=True)
         finally:
             for dsn in dsns.values():

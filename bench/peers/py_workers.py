@@ -63,10 +63,10 @@ def pyqueue_enqueue(dsn: str, jobs: int) -> None:
         db.close()
 
 
-def pyqueue_async_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+def pyqueue_async_work(dsn: str, concurrency: int, sleep_s: float, settings: dict | None = None) -> None:
     from pyqueue_sql.aio import AsyncWorker
 
-    worker = AsyncWorker(dsn, concurrency=concurrency)
+    worker = AsyncWorker(dsn, concurrency=concurrency, **(settings or {}))
 
     @worker.handler(QUEUE)
     async def handle(job):
@@ -77,10 +77,10 @@ def pyqueue_async_work(dsn: str, concurrency: int, sleep_s: float) -> None:
     asyncio.run(worker.run())
 
 
-def pyqueue_threads_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+def pyqueue_threads_work(dsn: str, concurrency: int, sleep_s: float, settings: dict | None = None) -> None:
     from pyqueue_sql import Worker
 
-    worker = Worker(dsn, concurrency=concurrency)
+    worker = Worker(dsn, **{"concurrency": concurrency, **(settings or {})})
 
     @worker.handler(QUEUE)
     def handle(job):
@@ -89,6 +89,38 @@ def pyqueue_threads_work(dsn: str, concurrency: int, sleep_s: float) -> None:
 
     _ready()
     worker.run()
+
+
+# -- pyqueue-sql as its users start it: `pyqueue-sql worker bench.peers.py_workers:OBJECT`, a plain
+# handler (`plain`, with --queue burndown) or the same no-op as a task of an App (`app`); the
+# burn-down's messages are what noop.defer(n=i) pushes (kind "noop", payload {"n": i}). Imported by
+# the CLI with BENCH_GO set, the module says ready and waits for the go before the CLI builds its
+# worker, as the other runtimes do. BENCH_SLEEP_MS: what each job waits.
+
+_SLEEP_S = float(os.environ.get("BENCH_SLEEP_MS") or 0) / 1000
+
+
+def plain(job) -> None:
+    if _SLEEP_S:
+        time.sleep(_SLEEP_S)
+
+
+def _app():
+    from pyqueue_sql import App
+
+    app = App(queue=QUEUE)  # the DSN: $PYQUEUE_DSN, as the CLI reads it
+
+    @app.task
+    def noop(n: int) -> None:
+        if _SLEEP_S:
+            time.sleep(_SLEEP_S)
+
+    return app
+
+
+if os.environ.get("BENCH_GO"):
+    app = _app()
+    _ready()
 
 
 # -- PGQueuer ------------------------------------------------------------------------------------
@@ -403,6 +435,8 @@ def handrolled_work(dsn: str, concurrency: int, sleep_s: float) -> None:
 SYSTEMS = {
     "pyqueue-async": (pyqueue_install, pyqueue_enqueue, pyqueue_async_work),
     "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_threads_work),
+    "pyqueue-cli": (pyqueue_install, pyqueue_enqueue, None),
+    "pyqueue-tasks": (pyqueue_install, pyqueue_enqueue, None),
     "pgqueuer": (pgqueuer_install, pgqueuer_enqueue, pgqueuer_work),
     "procrastinate": (procrastinate_install, procrastinate_enqueue, procrastinate_work),
     "awa": (awa_install, awa_enqueue, awa_work),
@@ -419,6 +453,7 @@ def main() -> None:
     ap.add_argument("jobs", type=int, nargs="?", default=0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--sleep-ms", type=float, default=0.0)
+    ap.add_argument("--settings", type=json.loads, help="pyqueue-sql: the worker's settings, a JSON object")
     args = ap.parse_args()
     install, enqueue, work = SYSTEMS[args.system]
     if args.action == "install":
@@ -426,7 +461,8 @@ def main() -> None:
     elif args.action == "enqueue":
         enqueue(args.dsn, args.jobs)
     else:
-        work(args.dsn, args.concurrency, args.sleep_ms / 1000)
+        extra = (args.settings,) if args.settings else ()
+        work(args.dsn, args.concurrency, args.sleep_ms / 1000, *extra)
 
 
 if __name__ == "__main__":
