@@ -78,8 +78,7 @@ def _children_cpu() -> float:
 # measurement, prefill(dsn, n) for the consuming workloads, and, in each client
 # process, open(dsn) / close() and the calls .push(key, i), .push_batch(keys),
 # .take_ack() -> messages done (0 when nothing was there), .take_ack_batch().
-# role: "ours", "peer", "ceiling" or "table" (the live table without routines, a reference that is
-# compared with the best peer but is none). calls: what one call of each workload runs.
+# role: "ours", "peer" or "ceiling". calls: what one call of each workload runs.
 # ===========================================================================
 
 
@@ -422,133 +421,6 @@ class Naive(HandRolled):
     }
 
 
-class LiveTable(PyQueue):
-    """The hand-rolled queue's statements, sent the same way, on pyqueue-sql's live table instead
-    of a table of their own: what the table costs without any routine (no checks, one priority, no
-    bound, no dead-lettering, no history). A reference for how far the table's layout lets the
-    routines go, not a bound: the routines run other statements, some cheaper (bench/README.md)."""
-
-    name = "bare live table"
-    role = "table"
-    calls = {
-        "push": "`INSERT ... ON CONFLICT DO NOTHING` / `INSERT IGNORE` of one row into `pyqueue_message`",
-        "reserve_ack": "claim: PostgreSQL `WITH` a `LIMIT 1 FOR UPDATE SKIP LOCKED` read of the ready index, "
-        "`UPDATE` by ctid `RETURNING` the message; MariaDB `SELECT ... FOR UPDATE SKIP LOCKED` + `UPDATE`, "
-        "`COMMIT`; then a `DELETE` by key and token",
-        "push_batch": "one 100-row `INSERT` (unnest / multi-row `VALUES`)",
-        "reserve_ack_batch": "the same with `LIMIT 100`; one `DELETE` of the 100 keys and tokens",
-    }
-    COLUMNS = (
-        "(queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at)"
-    )
-    RETURNED = "m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority, m.attempts, m.created_at, m.scheduled_at_initially"
-
-    def open(self, dsn: str) -> None:
-        self.conn = common.raw_connect(self.dialect, dsn, autocommit=False)
-        self.auto = common.raw_connect(self.dialect, dsn, autocommit=True)
-
-    def close(self) -> None:
-        self.conn.close()
-        self.auto.close()
-
-    def push(self, key: str, i: int) -> None:
-        sql = (
-            f"INSERT INTO pyqueue_message {self.COLUMNS} VALUES (%s, %s, 'job', %s, 0, now(), now(), now()) "
-            "ON CONFLICT DO NOTHING"
-            if self.pg
-            else f"INSERT IGNORE INTO pyqueue_message {self.COLUMNS} "
-            "VALUES (%s, %s, 'job', %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
-        )
-        self.auto.cursor().execute(sql, (QUEUE, key, _payload(i)))
-
-    def push_batch(self, keys: list[str]) -> None:
-        if self.pg:
-            self.auto.cursor().execute(
-                f"INSERT INTO pyqueue_message {self.COLUMNS} SELECT %s, b.k, 'job', b.p, 0, now(), now(), now() "
-                "FROM unnest(%b::text[], %b::jsonb[]) AS b (k, p) ON CONFLICT DO NOTHING",
-                (QUEUE, keys, [_payload(k) for k in keys]),
-            )
-            return
-        values = ", ".join(
-            ["(%s, %s, 'job', %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"] * len(keys)
-        )
-        self.auto.cursor().execute(
-            f"INSERT IGNORE INTO pyqueue_message {self.COLUMNS} VALUES {values}",
-            [v for k in keys for v in (QUEUE, k, _payload(k))],
-        )
-
-    def _claim(self, n: int) -> list:
-        cur = self.conn.cursor()
-        try:
-            if self.pg:
-                cur.execute(
-                    "WITH c AS (SELECT m.ctid FROM pyqueue_message m WHERE m.queue_name = %s AND m.priority = 0 "
-                    "AND m.scheduled_at > '-infinity' AND m.scheduled_at <= now() ORDER BY m.scheduled_at, m.id "
-                    "LIMIT %s FOR UPDATE SKIP LOCKED) "
-                    "UPDATE pyqueue_message m SET scheduled_at = now() + interval '300 seconds', "
-                    "attempts = m.attempts + 1, reserved_by = %s, reserve_token = gen_random_uuid() "
-                    f"FROM c WHERE m.ctid = c.ctid RETURNING {self.RETURNED}",
-                    (QUEUE, n, "bench"),
-                )
-                rows = cur.fetchall()
-            else:
-                token = str(uuid.uuid4())
-                cur.execute(
-                    f"SELECT m.id, {self.RETURNED} FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx) "
-                    "WHERE m.queue_name = %s AND m.priority = 0 AND m.scheduled_at <= UTC_TIMESTAMP(6) "
-                    f"ORDER BY m.scheduled_at, m.id LIMIT {int(n)} FOR UPDATE SKIP LOCKED",
-                    (QUEUE,),
-                )
-                found = cur.fetchall()
-                if found:
-                    marks = ", ".join(["%s"] * len(found))
-                    cur.execute(
-                        "UPDATE pyqueue_message SET scheduled_at = UTC_TIMESTAMP(6) + INTERVAL 300 SECOND, "
-                        f"attempts = attempts + 1, reserved_by = 'bench', reserve_token = %s WHERE id IN ({marks})",
-                        [token, *(r[0] for r in found)],
-                    )
-                rows = [(r[1], r[2], r[3], token) for r in found]
-            self.conn.commit()
-            return rows
-        except Exception as exc:  # as the hand-rolled queue: a deadlock counts as nothing taken
-            self.conn.rollback()
-            if _deadlock(exc):
-                return []
-            raise
-
-    def _take(self, n: int) -> int:
-        rows = self._claim(n)
-        if not rows:
-            return 0
-        cur = self.auto.cursor()
-        if self.pg and len(rows) == 1:
-            cur.execute(
-                "DELETE FROM pyqueue_message WHERE queue_name = %s AND p_key = %s AND p_kind = %s "
-                "AND reserve_token = %s",
-                (QUEUE, rows[0][0], rows[0][1], rows[0][3]),
-            )
-        elif self.pg:
-            cur.execute(
-                "DELETE FROM pyqueue_message m USING unnest(%b::text[], %b::uuid[]) AS d (k, t) "
-                "WHERE m.queue_name = %s AND m.p_key = d.k AND m.p_kind = 'job' AND m.reserve_token = d.t",
-                ([r[0] for r in rows], [r[3] for r in rows], QUEUE),
-            )
-        else:
-            marks = ", ".join(["%s"] * len(rows))
-            cur.execute(
-                "DELETE FROM pyqueue_message WHERE queue_name = %s AND p_kind = 'job' AND reserve_token = %s "
-                f"AND p_key IN ({marks})",
-                [QUEUE, rows[0][3], *(r[0] for r in rows)],
-            )
-        return len(rows)
-
-    def take_ack(self) -> int:
-        return self._take(1)
-
-    def take_ack_batch(self) -> int:
-        return self._take(BATCH)
-
-
 class Pgmq(System):
     """pgmq, installed from the SQL its PyPI package ships (pgmq.install: no extension needed),
     driven through its SQL functions on a psycopg autocommit connection."""
@@ -703,88 +575,6 @@ class PGQueuer(_Async, System):
         return self._take(BATCH)
 
 
-class Procrastinate(_Async, System):
-    """procrastinate through its App / JobManager API (defer, fetch_job, finish_job); it has
-    no batch fetch. Not in the default set (slower than the others by far); --systems adds it."""
-
-    name = "procrastinate"
-    dialects = ("postgresql",)
-    calls = {
-        "push": "`task.defer_async`",
-        "reserve_ack": "`JobManager.fetch_job` + `finish_job`",
-        "push_batch": "`task.batch_defer_async` of 100",
-    }
-
-    @classmethod
-    def unavailable(cls) -> str | None:
-        return (
-            None
-            if importlib.util.find_spec("procrastinate")
-            else "the procrastinate package is not installed"
-        )
-
-    def _app(self, dsn: str):
-        import procrastinate
-
-        app = procrastinate.App(
-            connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=1, max_size=1)
-        )
-
-        @app.task(name="bench", queue="bench")
-        def bench(n: int = 0) -> None:  # never run: the bench takes jobs itself
-            return None
-
-        return app, bench
-
-    def setup(self, dsn: str) -> None:
-        async def go():
-            app, _ = self._app(dsn)
-            async with app.open_async():
-                await app.schema_manager.apply_schema_async()
-
-        asyncio.run(go())
-
-    def reset(self, dsn: str) -> None:
-        common.execute(self.dialect, dsn, "TRUNCATE procrastinate_jobs CASCADE")
-        _analyze(self.dialect, dsn, "procrastinate_jobs")
-
-    def prefill(self, dsn: str, n: int) -> None:
-        async def go():
-            app, task = self._app(dsn)
-            async with app.open_async():
-                for start in range(0, n, 1000):
-                    await task.batch_defer_async(*[{"n": i} for i in range(start, min(n, start + 1000))])
-
-        asyncio.run(go())
-
-    def open(self, dsn: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.app, self.task = self._app(dsn)
-        self.ctx = self.app.open_async()
-        self.run(self.ctx.__aenter__())
-        self.worker_id = self.run(self.app.job_manager.register_worker())
-
-    def close(self) -> None:
-        self.run(self.app.job_manager.unregister_worker(self.worker_id))
-        self.run(self.ctx.__aexit__(None, None, None))
-        self.loop.close()
-
-    def push(self, key: str, i: int) -> None:
-        self.run(self.task.defer_async(n=i))
-
-    def push_batch(self, keys: list[str]) -> None:
-        self.run(self.task.batch_defer_async(*[{"n": 1} for _ in keys]))
-
-    def take_ack(self) -> int:
-        from procrastinate.jobs import Status
-
-        job = self.run(self.app.job_manager.fetch_job(["bench"], self.worker_id))
-        if job is None:
-            return 0
-        self.run(self.app.job_manager.finish_job(job, Status.SUCCEEDED, delete_job=False))
-        return 1
-
-
 SYSTEMS: dict[str, type[System]] = {
     cls.name: cls
     for cls in (
@@ -796,8 +586,6 @@ SYSTEMS: dict[str, type[System]] = {
         PGQueuer,
         HandRolled,
         Naive,
-        Procrastinate,
-        LiveTable,
     )
 }
 DEFAULT_SYSTEMS = {
@@ -1193,7 +981,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--systems",
         default=None,
-        help="comma-separated, of: " + ", ".join(SYSTEMS) + " (default: per dialect, all but procrastinate)",
+        help="comma-separated, of: " + ", ".join(SYSTEMS) + " (default: those of the dialect)",
     )
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--no-async", action="store_true", help="leave out the async client's row")
