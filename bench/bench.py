@@ -1,23 +1,11 @@
-"""Side-by-side queue benchmark against the strongest peers, interleaved in rounds.
+"""Routines side by side: each system's calls for four workloads (push, reserve+ack, each 1 and 100 per
+call), client processes starting together on a barrier, interleaved in rounds with the systems'
+order rotating; medians, per-round ratios to the best peer (and to the INSERT ceiling for single
+pushes), CPU per message. Method and systems: bench/README.md, Method.
 
-    python bench/bench.py                        # both dialects, 3 rounds, 4 clients, 10,000 messages
-    python bench/bench.py --quick                # 1 round, 2,000 messages, 3 s cap (a check that it runs)
-    python bench/bench.py --rounds 5 --dialects mysql --workloads push,reserve_ack
-
-The same workload for every system: 4 client processes (--clients), each with its own connection
-opened before a barrier; they start together, push their share of 10,000 messages (--messages) or
-consume until all are done, one autocommit call at a time (or one batch of 100 per call), with
-small JSON payloads. Throughput = messages done / (last client's end - first client's start); a
-measurement stops early after --cap seconds.
-
-Interleaved: every round runs every workload on every system back to back, the systems in an order
-that rotates from round to round, so that a change in the machine's load hits them alike. The
-report gives, per dialect and workload, each system's median msg/s and its range over the rounds,
-and ratios taken within each round (then the median): against the best peer of that workload (the
-peer with the highest median), and for single pushes against the INSERT ceiling.
-
-Every system gets its own fresh database (created here, dropped at the end); nothing else on the
-servers is touched and no server setting is changed. See bench/README.md for what each system runs.
+    python -m bench routines                     # both dialects, 3 rounds, 4 clients, 10,000 messages
+    python -m bench routines --quick             # 1 round, 2,000 messages, 3 s cap
+    python -m bench routines --rounds 5 --dialects mysql --workloads push,reserve_ack
 """
 
 from __future__ import annotations

@@ -1,29 +1,18 @@
-"""Burn-down: a backlog drained by each system's own worker runtime, as users measure it.
+"""Burn-down: a backlog drained by each system's own worker runtime, as its users run it: 2 worker
+processes x 16 handlers, workloads noop (50,000 jobs) and sleep10 (20,000 jobs of 10 ms), the clock
+from the workers' go until a count of unfinished jobs polled in the database reaches 0, rounds
+interleaved, ratios to the best peer within each round (with no peer in the run, to the first
+system). bench/README.md, Burn-down.
 
-    python bench/burndown.py                                   # full run (make bench runs it)
-    python bench/burndown.py --rounds 1                        # one round of everything, ~10 min
-    python bench/burndown.py --quick                           # 5,000 / 2,000 jobs, 1 round, 20 s cap
-    python bench/burndown.py --systems pyqueue-async,pgmq --dialects postgresql --workloads noop
-    python -m bench burndown --tasks --dialects postgresql       # tasks against plain handlers
+    python -m bench burndown                                   # full run (make bench runs it)
+    python -m bench burndown --quick                           # 5,000 / 2,000 jobs, 1 round, 20 s cap
+    python -m bench burndown --systems pyqueue-async,pgmq --dialects postgresql --workloads noop
+    python -m bench burndown --tasks --dialects postgresql     # a task against a plain handler
     python -m bench burndown --variant threads --variant threads:prefetch=0,ack_batch=100
 
-Workloads: `noop` (50,000 jobs whose handler does nothing) and `sleep10` (20,000 jobs whose
-handler waits 10 ms; the limit is 32 / 0.010 = 3,200 jobs/s). For each system, in each round: a
-fresh database (bench/common.py), the system installed by its own migrate command, the backlog
-enqueued with its own bulk API before the clock starts, then 2 worker processes of its own
-runtime with 16 handlers each. Each process builds its worker and says `ready`; the clock starts
-when both are told to go, and stops when a count of the system's unfinished jobs, polled from the
-database every 20 ms on a connection of its own, reaches 0. A run is cut at --cap seconds and then
-reports jobs done / elapsed. Rounds are interleaved with the order of the systems rotating; the
-summary gives the median jobs/s per dialect, workload and system and, within each round, the
-ratio to the best peer of that dialect (median over rounds; with no peer in the run, to the first
-system). See bench/README.md, Burn-down.
-
---tasks: pyqueue-sql's own worker as users start it, `pyqueue-sql worker MODULE:OBJECT` processes,
-a plain handler function against the same no-op as a task of an App (pyqueue_sql.tasks), on the
-same messages: what the task API costs. --variant RUNTIME[:name=value,...]: pyqueue-sql's Worker
-(threads) or AsyncWorker (asyncio) with the given settings (prefetch, ack_batch, ack_interval,
-commit_reserve...; ints, floats, true/false/none), each variant a system of its own.
+--tasks: `pyqueue-sql worker MODULE:OBJECT` processes as users start them, a plain handler against
+the same no-op as a task of an App, on the same messages. --variant RUNTIME[:name=value,...]:
+Worker (threads) or AsyncWorker (asyncio) with those settings (ints, floats, true/false/none).
 """
 
 from __future__ import annotations
@@ -182,133 +171,34 @@ def variant(text: str, dialect: str) -> System:
     )
 
 
+LIVE = "SELECT count(*) FROM pyqueue_message"
+DRIVERS = {"postgresql": ("psycopg", "psycopg"), "mysql": ("aiomysql", "pymysql")}  # (AsyncWorker, Worker)
+# pyqueue-sql's two workers (not peers), `pyqueue-sql worker` with a handler and with a task (--tasks
+# only), then the peers: name, dialect, label, kind, the count of its unfinished jobs, and a note.
+# fmt: off
 SYSTEMS = [
-    System(
-        "pyqueue-async",
-        "postgresql",
-        "**pyqueue-sql `AsyncWorker`** (async def handler)",
-        "py",
-        "SELECT count(*) FROM pyqueue_message",
-        peer=False,
-        needs=["psycopg"],
-    ),
-    System(
-        "pyqueue-threads",
-        "postgresql",
-        "**pyqueue-sql `Worker`** (def handler, threads; what `pyqueue-sql worker` runs)",
-        "py",
-        "SELECT count(*) FROM pyqueue_message",
-        peer=False,
-        needs=["psycopg"],
-    ),
-    *(
-        System(
-            name,
-            dialect,
-            label,
-            "cli",
-            "SELECT count(*) FROM pyqueue_message",
-            peer=False,
-            extra=True,
-        )
-        for dialect in ("postgresql", "mysql")
-        for name, label in (
-            ("pyqueue-cli", "`pyqueue-sql worker MODULE:handler --queue burndown` (a plain def handler)"),
-            ("pyqueue-tasks", "`pyqueue-sql worker MODULE:app` (the same no-op as an `@app.task`)"),
-        )
-    ),
-    System(
-        "graphile-worker",
-        "postgresql",
-        "graphile-worker (npm)",
-        "node",
-        "SELECT count(*) FROM graphile_worker._private_jobs",
-    ),
-    System(
-        "graphile-worker-batched",
-        "postgresql",
-        "graphile-worker (npm), local queue + batched completion",
-        "node",
-        "SELECT count(*) FROM graphile_worker._private_jobs",
-        note="its performance guide's batching, off by default: localQueue.size 17 (concurrency + 1), completeJobBatchDelay 250 ms",
-    ),
-    System(
-        "pg-boss",
-        "postgresql",
-        "pg-boss (npm)",
-        "node",
-        "SELECT count(*) FROM pgboss.job WHERE state IN ('created', 'retry', 'active')",
-        note="work(localConcurrency 16, batchSize 10, burstWhenBatchFull): 16 loops per process, each running its batch one job at a time",
-    ),
-    System(
-        "pgmq",
-        "postgresql",
-        "pgmq: read-batch/delete loop in threads (pgmq ships no runtime)",
-        "py",
-        "SELECT count(*) FROM pgmq.q_burndown",
-        needs=["pgmq"],
-        note="16 threads x pgmq.read(10) + pgmq.delete(ids)",
-    ),
-    System(
-        "oban",
-        "postgresql",
-        "oban (its Python port)",
-        "oban",
-        "SELECT count(*) FROM oban_jobs WHERE state IN ('available', 'scheduled', 'executing', 'retryable')",
-    ),
-    System(
-        "pgqueuer",
-        "postgresql",
-        "PGQueuer",
-        "py",
-        "SELECT count(*) FROM pgqueuer",
-        needs=["pgqueuer"],
-        note="max_concurrent_tasks 16 forces batch_size <= 8 (default 10)",
-    ),
-    System(
-        "awa",
-        "postgresql",
-        "awa-pg",
-        "py",
-        "SELECT count(*) FROM awa.jobs WHERE state NOT IN ('completed', 'failed', 'cancelled')",
-        needs=["awa"],
-    ),
-    System(
-        "procrastinate",
-        "postgresql",
-        "procrastinate",
-        "py",
-        "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
-        needs=["procrastinate"],
-    ),
-    System(
-        "pyqueue-async",
-        "mysql",
-        "**pyqueue-sql `AsyncWorker`** (async def handler)",
-        "py",
-        "SELECT count(*) FROM pyqueue_message",
-        peer=False,
-        needs=["aiomysql"],
-    ),
-    System(
-        "pyqueue-threads",
-        "mysql",
-        "**pyqueue-sql `Worker`** (def handler, threads)",
-        "py",
-        "SELECT count(*) FROM pyqueue_message",
-        peer=False,
-        needs=["pymysql"],
-    ),
-    System(
-        "handrolled",
-        "mysql",
-        "hand-rolled threaded SKIP LOCKED worker",
-        "py",
-        "SELECT count(*) FROM job",
-        needs=["pymysql"],
-        note="16 threads x (SELECT 100 FOR UPDATE SKIP LOCKED + UPDATE, COMMIT; DELETE ids), READ COMMITTED",
-    ),
+    *(system for d in ("postgresql", "mysql") for system in (
+        System("pyqueue-async", d, "**pyqueue-sql `AsyncWorker`** (async def handler)", "py", LIVE, peer=False, needs=[DRIVERS[d][0]]),
+        System("pyqueue-threads", d, "**pyqueue-sql `Worker`** (def handler, threads; what `pyqueue-sql worker` runs)", "py", LIVE, peer=False, needs=[DRIVERS[d][1]]),
+        System("pyqueue-cli", d, "`pyqueue-sql worker MODULE:handler --queue burndown` (a plain def handler)", "cli", LIVE, peer=False, extra=True),
+        System("pyqueue-tasks", d, "`pyqueue-sql worker MODULE:app` (the same no-op as an `@app.task`)", "cli", LIVE, peer=False, extra=True),
+    )),
+    System("graphile-worker", "postgresql", "graphile-worker (npm)", "node", "SELECT count(*) FROM graphile_worker._private_jobs"),
+    System("graphile-worker-batched", "postgresql", "graphile-worker (npm), local queue + batched completion", "node", "SELECT count(*) FROM graphile_worker._private_jobs",
+           note="its performance guide's batching, off by default: localQueue.size 17 (concurrency + 1), completeJobBatchDelay 250 ms"),
+    System("pg-boss", "postgresql", "pg-boss (npm)", "node", "SELECT count(*) FROM pgboss.job WHERE state IN ('created', 'retry', 'active')",
+           note="work(localConcurrency 16, batchSize 10, burstWhenBatchFull): 16 loops per process, each running its batch one job at a time"),
+    System("pgmq", "postgresql", "pgmq: read-batch/delete loop in threads (pgmq ships no runtime)", "py", "SELECT count(*) FROM pgmq.q_burndown",
+           needs=["pgmq"], note="16 threads x pgmq.read(10) + pgmq.delete(ids)"),
+    System("oban", "postgresql", "oban (its Python port)", "oban", "SELECT count(*) FROM oban_jobs WHERE state IN ('available', 'scheduled', 'executing', 'retryable')"),
+    System("pgqueuer", "postgresql", "PGQueuer", "py", "SELECT count(*) FROM pgqueuer", needs=["pgqueuer"],
+           note="max_concurrent_tasks 16 forces batch_size <= 8 (default 10)"),
+    System("awa", "postgresql", "awa-pg", "py", "SELECT count(*) FROM awa.jobs WHERE state NOT IN ('completed', 'failed', 'cancelled')", needs=["awa"]),
+    System("procrastinate", "postgresql", "procrastinate", "py", "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')", needs=["procrastinate"]),
+    System("handrolled", "mysql", "hand-rolled threaded SKIP LOCKED worker", "py", "SELECT count(*) FROM job", needs=["pymysql"],
+           note="16 threads x (SELECT 100 FOR UPDATE SKIP LOCKED + UPDATE, COMMIT; DELETE ids), READ COMMITTED"),
 ]
+# fmt: on
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:

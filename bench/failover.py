@@ -1,24 +1,11 @@
-"""Failover soak: the primary SIGKILLed and its standby promoted, --runs times per dialect, under
-producers and workers on a multi-host DSN; exact accounting of every run.
+"""Failover: the primary SIGKILLed under load and its standby promoted, --runs times per dialect,
+tests/failover/scenario.py's run with its exact accounting (lost and undone must be 0); exits 1 if
+a run does not balance. bench/README.md, Failover.
 
-    .venv/bin/python bench/failover.py --runs 10                       # both dialects
-    .venv/bin/python bench/failover.py --runs 3 --dialects mysql --gap 2
+    python -m bench failover --runs 10                       # both dialects
+    python -m bench failover --runs 3 --dialects mysql --gap 2
 
-Each run is tests/failover/scenario.py's (the slow test runs it once): a new primary and standby
-of its own on free loopback ports (PostgreSQL: synchronous standby, synchronous_commit = on;
-MariaDB: semi-synchronous replica, AFTER_SYNC, no fallback to asynchronous), the schema
-installed, 2 producer threads, 2 `pyqueue-sql worker` processes (Worker and AsyncWorker, 3
-handlers each, lease 3 s), the kill once --warmup commits are done, the promotion --gap seconds
-later, --after more pushes acknowledged by the new primary, then the drain. The shared servers
-are not touched.
-
-Per run: pushes acknowledged, messages in flight at the kill (handler runs started before it
-whose commit was not acknowledged before it), duplicates (handler runs beyond one per message:
-at-least-once allows them for those in flight), lost (acknowledged pushes with no commit: must be
-0), undone (acknowledged commits that do not stand: must be 0), and the times from the kill to the
-first push acknowledged again and to the moment both workers committed again. Writes
-<out>/failover.json (every run's figures) and <out>/failover.md (the summary); exits 1 if any run
-does not balance.
+Writes <out>/failover.json (every run) and <out>/failover.md (the summary).
 """
 
 from __future__ import annotations

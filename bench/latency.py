@@ -1,25 +1,11 @@
-"""Push -> handler-start latency with idle workers, and the cost of the NOTIFY throttle.
+"""Push -> handler-start latency of an idle Worker, its queries a second while idle, and the cost of
+the NOTIFY throttle (PostgreSQL: delayed / throttled / listened / every, as ratios to delayed).
+bench/README.md, Latency.
 
-    python bench/latency.py                       # both dialects on the standard local servers
-    python bench/latency.py --dialect postgresql --samples 300
-    BENCH_POSTGRESQL_DSN=... BENCH_MYSQL_DSN=... python -m bench latency
+    python -m bench latency                       # both dialects
+    python -m bench latency --dialect postgresql --samples 300
 
-Each dialect gets a throwaway database (bench/common.py), the schema
-via the migrations, and one pyqueue_sql.Worker with its default settings
-(concurrency 4) on a thread of this process. The producer, on its own
-connection, pushes one message at a time at random gaps of 100-300 ms, so
-every push meets an idle worker; latency = the handler's perf_counter at start
-minus the producer's just before the push call. Then, for idle cost, the
-worker runs 10 s with nothing to do and its own count of database round trips
-gives queries/s. On PostgreSQL, the push-throughput part times single-message
-autocommit pushes in four modes, interleaved in rounds so that machine noise
-hits them alike, and reports them as ratios to the first:
-  delayed   run_at in the future: no wakeup code runs at all (baseline)
-  throttled ready-now, default 50 ms window, nobody LISTENing
-  listened  ready-now, default 50 ms window, one connection LISTENing
-  every     ready-now, window 0 (one NOTIFY per push), one connection LISTENing
-Prints one JSON object, then a table. The same latency through a PgBouncer in transaction
-pooling, beside direct: bench/pgbouncer.py (it calls latency_samples).
+Prints one JSON object, then a table.
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
-"""PostgreSQL through a PgBouncer in transaction pooling, beside direct, interleaved in rounds.
+"""PostgreSQL through a PgBouncer of its own in transaction pooling, beside direct, interleaved in
+rounds: what preparing statements is worth (prepare), push -> handler latency (latency) and a
+Worker's burn-down (burndown), direct / through the pooler with a direct LISTEN (listen_dsn) /
+through the pooler with long polls (long_poll). bench/README.md, PgBouncer.
 
-    python bench/pgbouncer.py                       # ~4 min: every part, 3 rounds
-    python bench/pgbouncer.py --rounds 1 --samples 30 --messages 500    # a quick check
-    python bench/pgbouncer.py --only prepare
+    python -m bench pgbouncer                       # ~4 min: every part, 3 rounds
+    python -m bench pgbouncer --quick
+    python -m bench pgbouncer --only prepare
 
-Starts its own pgbouncer (Debian's, tests/own_pgbouncer.py: a free loopback port, a temp dir,
-pool_mode = transaction, --pool-size server connections per database) in front of the server at
-$BENCH_POSTGRESQL_DSN (default postgresql://postgres@127.0.0.1:5432/postgres), on a throwaway
-database created and dropped here. Three parts, each mode of a part measured once per round, the
-modes' order rotating from round to round, so that a change in the machine's load hits them alike:
-
-  prepare    what preparing statements is worth to the client, direct (a pooler without prepared-
-             statement tracking cannot have them): one connection pushes, reserves and commits one
-             message at a time, psycopg's default prepare_threshold=5 against None (what
-             pyqueue_sql.connect uses); ops/s and the ratio None / 5 per round.
-  latency    push -> handler-start latency of an idle Worker (bench/latency.py's latency_samples;
-             one push every 100-300 ms) in three set-ups: `direct` (LISTEN on the server), `listen_dsn`
-             (everything through the pooler, the dispatcher's LISTEN on a direct connection),
-             `long_poll` (everything through the pooler, listen=False: queue_wait long polls).
-  burndown   a backlog of --messages pushed in batches, then one Worker (--concurrency handlers that
-             do nothing) drains it: messages/s from its start to the empty queue, in the same three
-             set-ups (--pool-size server connections for concurrency + 2 client connections).
-
-Writes bench/latest/pgbouncer.json (every round; git-ignored) and bench/latest/pgbouncer.md (the
-tables; --out DIR to write elsewhere).
+Writes bench/latest/pgbouncer.{md,json} (--out DIR to write elsewhere).
 """
 
 from __future__ import annotations

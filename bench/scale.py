@@ -1,38 +1,13 @@
-"""Scale measurements: does pyqueue-sql stay fast at a million messages, on both dialects?
+"""Scale: does pyqueue-sql stay fast at a million messages, on both dialects? Each big state
+against a small queue measured in the same database (a1, b1, b2, a2), as big / small (1.0 = no
+slower); scenarios delayed, backlog, churn, priorities, batches, xmin, xmin_run: bench/README.md, Scale.
 
-    python bench/scale.py                          # both dialects, full sizes (tens of minutes)
+    python -m bench scale                          # both dialects, full sizes (tens of minutes)
     python -m bench scale --quick                  # 20,000 rows: a check that it runs
-    python bench/scale.py --dialects mysql --only delayed,priorities,batches
-
-Each scenario runs in its own fresh database (created here, dropped at the end). Throughput = messages
-consumed one at a time with queue_commit_reserve (commit the previous, reserve the next: one call per
-message) by one client over a fixed number of messages (--sample, 3000). Each comparison measures its
-own small-queue baseline in the same database, before and after the change (a1, b1, b2, a2), and
-reports the big state as a ratio to the small one (1.0 = no slower; 0.5 = half the speed), so that
-a loaded machine shifts both sides alike:
-
-  delayed     10k ready, with vs without --rows (1M) delayed messages (run_at tomorrow)
-  backlog     a --rows (1M) ready backlog vs a 10k one (the first messages drained)
-  churn       after --rows (1M) messages went through the queue (batch push 1000, batch reserve
-              1000, batch commit), 10k ready again, vs before; table and index sizes before/after
-  priorities  --priorities (100k) delayed messages, each with a distinct priority above that of the
-              one ready message, vs none: producer/consumer cycles (push 1, reserve(n=1), commit),
-              up to 1000 or --cycle-seconds (30 s) per measurement; the reserve reads one index
-              range per distinct priority, so this is its worst case
-  batches     linearity of the batch routines: queue_push_batch, queue_reserve(n) and
-              queue_commit_batch of 5k/10k/20k/40k/100k rows in one call each, reported as time per
-              10k rows (flat = linear) and as the ratio of the largest batch's to the smallest's
-  xmin        a REPEATABLE READ transaction holds the xmin horizon (MySQL: a read view) while a
-              producer/consumer loop runs for --hold (120 s); throughput per window, sizes
-              before/after, and after release
-  xmin_run    the same hold while one client drains a backlog of --run (200k) messages pushed in
-              one call, so all of them share one scheduled_at: the dead entries of those consumed
-              pile up inside the run, where the reserve's walk starts; last window vs the rate on
-              the same run before the hold
+    python -m bench scale --dialects mysql --only delayed,priorities,batches
 
 Large fills use one INSERT ... SELECT (the state is what matters, not how it got there); the churn
-goes through the contract routines. Output: a markdown summary on stdout and in
-<out>/scale-<dialect>-<time>.md, every figure in the .json beside it.
+goes through the contract routines. Writes <out>/scale-<dialect>-<time>.md and the .json beside it.
 """
 
 from __future__ import annotations

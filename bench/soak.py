@@ -1,43 +1,12 @@
-"""Soak: minutes of mixed load while workers are killed and restarted at random.
+"""Soak: minutes of mixed load while `pyqueue-sql worker` processes are killed and restarted at
+random, then an exact accounting by key: in (acknowledged pushes) = committed + dead-lettered +
+left (0); no key committed twice, every poison message dead-lettered, every commit preceded by a
+successful run. Exits 1 when the accounting fails (2 for a bad command line). bench/README.md, Soak.
 
     make soak                                   # 10 minutes, both dialects
-    make soak SOAK_ARGS="--minutes 1 --dialect postgresql"
-    .venv/bin/python bench/soak.py --dialect both --minutes 10 --workers 4 --out bench/results
+    python -m bench soak --minutes 1 --dialect postgresql --out bench/results
 
-Per dialect, in a fresh database of its own (pyqueue_bench_soak_<random>,
-created, migrated with pyqueue_sql.migrate.upgrade, dropped at the end unless
---keep):
-
-* one queue with history_retention (every commit and dead-lettering is
-  recorded in pyqueue_history), max_attempts 5, and a dead-letter queue;
-* N worker processes: the real `pyqueue-sql worker bench.soak_handler:handle`
-  CLI (4 handler threads each, lease 6 s, retry backoff 0.2 s .. 2 s,
-  release_dead_after 15 s). Worker slot 0 is never killed (a long-lived worker
-  whose memory is followed); the others are killed at random;
-* producer processes pushing single messages, batches (some delayed), delayed
-  messages, slow messages, flaky ones (fail 1-2 times, then succeed) and
-  poison ones (always fail: dead-lettered) at a rate that swings between
-  0.4x and 1.6x of --rate, with bursts of 3x. A push counts as "in" once the
-  call returned (acknowledged);
-* a chaos loop: every 2-6 s a random killable worker gets SIGKILL (80%) or
-  SIGTERM (20%), and a replacement starts at once;
-* every --sample-every seconds: RSS of each worker (/proc/<pid>/status VmRSS),
-  queue depth, history counts (throughput), table sizes, error counts, load;
-* then a drain: producers and chaos stop, all workers run until the queue is
-  empty, then get SIGTERM.
-
-Accounting (exact, by key; keys are unique):
-  in (acknowledged pushes) = committed (distinct keys, history outcome committed)
-                           + dead-lettered (history outcome dead_lettered, cross-checked
-                             with the view pyqueue_dead_letters)
-                           + still in the queue (0 after the drain)
-and no key committed twice, no key both committed and dead-lettered, no
-poison message committed, no key in the history that no producer pushed.
-The script exits 1 when any of this fails (2 for a bad command line).
-
-On PostgreSQL the server here runs with autovacuum off; the soak stands in
-for it with a VACUUM of the pyqueue tables every --pg-vacuum-every seconds
-(default 60, 0 = off) and reports dead tuples over time.
+On PostgreSQL it runs VACUUM (ANALYZE) every --pg-vacuum-every seconds in place of autovacuum.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""The handler the soak's workers run: `pyqueue-sql worker bench.soak_handler:handle`.
-
-What it does depends on the message's kind (bench/soak.py pushes them):
-
-  ok, batch, delayed   succeed at once (a few milliseconds of "work")
-  slow                 sleep payload["sleep"] seconds, then succeed (so that
-                       kills hit messages in flight)
-  flaky                fail while job.attempts <= payload["fail"] (1 or 2), then succeed
-  poison               always fail (dead-lettered after the queue's max_attempts)
-
-Every run is written to $SOAK_RUNLOG_DIR/runs-<pid>.log, one line at the start
-and one at the end, with os.write on an O_APPEND descriptor (no buffer in this
-process), so a SIGKILL loses no line that was written before it:
-
-  S <key> <kind> <attempts>
-  E <key> <kind> <attempts> ok|<ExceptionName>
+"""The handler the soak's workers run: `pyqueue-sql worker bench.soak_handler:handle`. By kind:
+ok, batch, delayed succeed; slow sleeps payload["sleep"] s; flaky fails while attempts <=
+payload["fail"]; poison always fails. Every run is logged to $SOAK_RUNLOG_DIR/runs-<pid>.log with
+os.write on an O_APPEND descriptor (a SIGKILL loses no line written): "S <key> <kind> <attempts>"
+at the start, "E <key> <kind> <attempts> ok|<ExceptionName>" at the end.
 """
 
 from __future__ import annotations

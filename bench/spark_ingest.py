@@ -1,26 +1,11 @@
-"""Spark bulk enqueue through queue_ingest vs a plain JDBC append, side by side.
+"""Spark bulk enqueue through queue_ingest against a plain JDBC append, side by side: plain, direct
+(straight into pyqueue_message), ingest (JDBC + the trigger / flush), load, bulk (COPY / LOAD DATA
+from Spark's Python workers), rerun (every row a duplicate). Method and figures: bench/spark.md.
 
-    .venv/bin/python bench/spark_ingest.py                      # 1M rows, both dialects
-    .venv/bin/python bench/spark_ingest.py --rows 200000 --dialect mysql --repeat 2
+    python -m bench spark                      # 1M rows, both dialects
+    python -m bench spark --rows 200000 --dialect mysql --repeat 2
 
-For each dialect, in one run and one fresh database: the same cached
-DataFrame of N messages (key, kind, JSON payload) is written
-  plain   df.write.jdbc into an unindexed table with queue_ingest's columns,
-  direct  the same rows appended straight into pyqueue_message (fresh keys,
-          no dedup, no checks): the floor set by the live table itself,
-  ingest  pyqueue_sql.spark.enqueue(method="jdbc") (PostgreSQL: the append, the
-          trigger enqueues; MySQL/MariaDB: the append + CALL queue_ingest_flush),
-  load    the bulk load alone (pyqueue_sql.spark.bulk_load into queue_ingest with
-          the trigger off on PostgreSQL, no flush on MySQL/MariaDB): the append,
-  bulk    pyqueue_sql.spark.enqueue(method="bulk") (the default in local mode):
-          PostgreSQL COPY / MySQL LOAD DATA LOCAL INFILE into queue_ingest from
-          Spark's Python workers, the same trigger / flush,
-  rerun   the bulk enqueue again: every row is a duplicate of a live message,
-with the same JDBC options (batch size, batched-insert rewriting, partitions;
-the bulk path takes batch size as rows per statement).
-Prints rows/s and ratios to plain; --variants on MySQL also measures the
-MariaDB driver's useBulkStmts against rewriteBatchedStatements.
-Results also go to bench/results/spark_ingest.json. See bench/spark.md.
+Prints rows/s and ratios to plain; results also go to bench/results/spark_ingest.json.
 """
 
 from __future__ import annotations
