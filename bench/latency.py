@@ -152,6 +152,7 @@ def main(argv=None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--pushes", type=int, default=500, help="pushes per mode and round (throttle cost)")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--out", default="bench/results", help="where latency-<time>.json goes")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
     report: dict = {"latency": {}, "push_cost_postgresql": None}
@@ -165,7 +166,11 @@ def main(argv=None) -> int:
         finally:
             common.drop(dialect, dsn)
     print(json.dumps(report, indent=2))
-    print()
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, time.strftime("latency-%Y-%m-%dT%H%M%SZ.json", time.gmtime()))
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"\nwrote {path}")
     print(f"{'dialect':<11} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} {'idle q/s':>9}")
     for dialect, r in report["latency"].items():
         print(
