@@ -248,6 +248,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
                 raise RuntimeError(f"{system.name} worker did not start: {line}{log_tail(p)}")
             # whatever the worker prints afterwards is read and dropped
             threading.Thread(target=p.stdout.read, daemon=True).start()
+        cpu0 = [common.process_cpu(p.pid) for p in procs]  # start-up and imports: not counted
         started = time.perf_counter()
         for p in procs:
             p.stdin.write("go\n")
@@ -265,7 +266,10 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
                 _kill(procs)
                 raise RuntimeError(f"{system.name} worker exited early: {log_tail(dead[0])}")
         done = jobs - remaining
+        cpu = [common.process_cpu(p.pid) for p in procs]  # the worker processes' own CPU, all threads
+        known = done and None not in cpu + cpu0
         return {
+            "cpu_us_per_job": round((sum(cpu) - sum(cpu0)) / done * 1e6, 1) if known else None,
             "jobs": jobs,
             "done": done,
             "seconds": elapsed,
@@ -309,7 +313,7 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         f"{CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} "
         f"({meta['cpus']} CPUs), load average {meta['load_before']} before, {meta['load_after']} after. "
         "Jobs/s = jobs done / (time from the workers' go to the last job done, counted in the database); "
-        "median over rounds (min-max). Ratio: to the best peer of the dialect on that workload (with no "
+        "median over rounds (min-max). Worker CPU: the worker processes' own (all threads), per job, median. Ratio: to the best peer of the dialect on that workload (with no "
         "peer in the run, to the dialect's first system), within each round, median over rounds. "
         "Method: bench/README.md, Burn-down.",
         "",
@@ -328,8 +332,10 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
                 if not sleep_ms
                 else f"{sleep_ms:g} ms each (limit {PROCESSES * CONCURRENCY * 1000 / sleep_ms:,.0f})"
             )
-            header += f" {title}: jobs/s | vs {meta['baseline'].get(dialect) or 'best peer'} |"
-            rule += "---|---|"
+            header += (
+                f" {title}: jobs/s | vs {meta['baseline'].get(dialect) or 'best peer'} | worker CPU µs/job |"
+            )
+            rule += "---|---|---|"
         lines += [header, rule]
         notes = []
         for s in ds:
@@ -341,12 +347,12 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
                     if r["system"] == s.name and r["dialect"] == dialect and r["workload"] == w
                 ]
                 if s.name in meta["unavailable"].get(dialect, {}):
-                    row += " not run | |"
+                    row += " not run | | |"
                     continue
                 ok = [r for r in rs if "rate" in r]
                 if not ok:
                     err = rs[0]["error"] if rs else "not run"
-                    row += f" failed: {err[:80]} | |"
+                    row += f" failed: {err[:80]} | | |"
                     continue
                 rates = [r["rate"] for r in ok]
                 capped = " (capped)" if any(r["capped"] for r in ok) else ""
@@ -354,6 +360,8 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
                 row += f" {statistics.median(rates):,.0f}{rng}{capped} |"
                 ratios = [r["vs_best_peer"] for r in ok if r.get("vs_best_peer") is not None]
                 row += f" {statistics.median(ratios):.2f}x |" if ratios else " |"
+                cpu = [r["cpu_us_per_job"] for r in ok if r.get("cpu_us_per_job")]
+                row += f" {statistics.median(cpu):,.0f} |" if cpu else " |"
             lines.append(row)
             if s.note:
                 notes.append(f"- {s.label}: {s.note}")

@@ -155,6 +155,12 @@ def _seconds(fields: list[str], children: bool = False) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu(pid: int) -> float | None:
+    """Seconds of CPU a live process has used so far (all its threads), or None when it is gone."""
+    fields = _stat(pid)
+    return _seconds(fields) if fields else None
+
+
 def _proc_name(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/comm") as f:
