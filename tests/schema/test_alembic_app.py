@@ -5,8 +5,10 @@ The application has revisions of its own before and after the one that calls
 base` and `alembic upgrade head` again must all succeed, and so must the env.py
 variant (``migrate.upgrade(connection)`` after the application's own
 migrations). Each runs with the newest alembic installed in the test
-environment and with the lowest version pyproject allows (alembic 1.13.0, in a
-venv built once under .venv/alembic-min/ and kept for later runs).
+environment and with the lowest version pyproject allows (alembic 1.13.0, installed
+once under .venv/alembic-min/ and kept for later runs: put before the test
+environment's own packages, it is the alembic that both the alembic command and
+pyqueue_sql.migrate import; everything else is the test environment's).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -29,39 +32,45 @@ from .test_migrations import everything_in, run_sql_output
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-MIN_VENV = ROOT / ".venv" / "alembic-min"
+MIN_DIR = ROOT / ".venv" / "alembic-min"
 MIN_SPEC = "alembic==1.13.0"
-# The project's other runtime dependencies (pyproject), installed next to the lowest alembic.
-MIN_DEPS = ("SQLAlchemy>=2.0", "psycopg[binary]>=3.1", "PyMySQL[rsa]>=1.1")
 
 
 def _min_alembic_python() -> Path:
-    """The python of a venv with alembic 1.13 and this project (editable, --no-deps): built once,
-    by one test process at a time (the suite runs in several: the others wait and reuse it)."""
-    MIN_VENV.parent.mkdir(parents=True, exist_ok=True)
-    with open(MIN_VENV.parent / "alembic-min.lock", "w") as lock:
+    """A python that imports alembic 1.13 (and this project, SQLAlchemy and the drivers from the
+    test environment): built once, by one test process at a time (the suite runs in several: the
+    others wait and reuse it)."""
+    MIN_DIR.parent.mkdir(parents=True, exist_ok=True)
+    with open(MIN_DIR.parent / "alembic-min.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return _build_min_alembic_python()
 
 
 def _build_min_alembic_python() -> Path:
-    python = MIN_VENV / "bin" / "python"
-    stamp = MIN_VENV / ".complete"
-    wanted = " ".join((MIN_SPEC, *MIN_DEPS, str(ROOT)))
+    """MIN_DIR/site holds alembic 1.13 alone (pip install --target --no-deps: its dependencies,
+    SQLAlchemy, Mako and typing-extensions, are the test environment's, which pyproject's floors
+    allow it); MIN_DIR/bin/python runs the test environment's python with MIN_DIR/site first on
+    sys.path (PYTHONPATH comes before site-packages). A few seconds, where a venv of its own with
+    the drivers and this project installed took most of a minute."""
+    python, site = MIN_DIR / "bin" / "python", MIN_DIR / "site"
+    stamp = MIN_DIR / ".complete"
+    wanted = f"{MIN_SPEC} --target, for {sys.executable}"
     if stamp.is_file() and stamp.read_text() == wanted and python.is_file():
         return python
-    steps = [
-        [sys.executable, "-m", "venv", "--clear", str(MIN_VENV)],
-        [str(python), "-m", "pip", "install", "--quiet", MIN_SPEC, *MIN_DEPS],
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(ROOT)],
-    ]
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            reason = f"could not build {MIN_VENV} ({' '.join(step[:4])}...): {done.stderr[-2000:]}"
-            if UNDER_CI:
-                pytest.fail(reason, pytrace=False)
-            pytest.skip(reason)
+    shutil.rmtree(MIN_DIR, ignore_errors=True)
+    step = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    step += ["--no-deps", "--target", str(site), MIN_SPEC]
+    done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        reason = f"could not install {MIN_SPEC} into {site}: {done.stderr[-2000:]}"
+        if UNDER_CI:
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    python.parent.mkdir(parents=True)
+    python.write_text(
+        f'#!/bin/sh\nPYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{sys.executable}" "$@"\n'
+    )
+    python.chmod(0o755)
     stamp.write_text(wanted)
     return python
 
@@ -104,10 +113,16 @@ def _alembic(python: Path, app: Path, *args: str, stderr: bool = True) -> str:
 
 
 def _init_app(python: Path, tmp_path: Path, dsn: str) -> Path:
-    """`alembic init` in tmp_path, pointed at the test database."""
+    """What `alembic init` makes, in tmp_path, pointed at the test database. `alembic init` runs
+    once per alembic of a test process (tmp_path.parent is the process's own base directory):
+    each test gets a copy of what it made, and edits that."""
+    made = tmp_path.parent / f"alembic-init-{'lowest' if python.parent.parent == MIN_DIR else 'newest'}"
+    if not (made / "alembic.ini").is_file():
+        shutil.rmtree(made, ignore_errors=True)
+        made.mkdir()
+        _alembic(python, made, "init", "migrations")
     app = tmp_path / "app"
-    app.mkdir()
-    _alembic(python, app, "init", "migrations")
+    shutil.copytree(made, app)
     ini = app / "alembic.ini"
     text = re.sub(
         r"^sqlalchemy\.url\s*=.*$",
