@@ -25,9 +25,7 @@ import time
 import uuid
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench import common  # noqa: E402
+from bench import common
 
 WORKLOADS = ("push", "reserve_ack", "push_batch", "reserve_ack_batch")
 CONSUMING = ("reserve_ack", "reserve_ack_batch")

@@ -32,11 +32,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from bench import common
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-
-from bench import common  # noqa: E402
 
 PEERS = os.path.join(HERE, "peers")
 PY_WORKERS = os.path.join(PEERS, "py_workers.py")
@@ -301,10 +300,6 @@ def measure(system: System, workload: str, jobs: int, cap: float) -> dict:
         common.drop(system.dialect, dsn)
 
 
-def _loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def summarize(results: list[dict], systems: list[System], workloads: list[str], meta: dict) -> str:
     lines = [
         "# Burn-down: each system's own worker draining a backlog",
@@ -437,7 +432,7 @@ def main() -> None:
         "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "host": platform.node(),
         "cpus": os.cpu_count(),
-        "load_before": _loadavg(),
+        "load_before": common.loadavg(),
         "unavailable": unavailable,
         # the ratio's reference when no peer runs: the dialect's first system
         "baseline": {
@@ -456,7 +451,7 @@ def main() -> None:
         """The summary of the rounds done so far (rewritten after each round: a run cut short
         keeps what it measured)."""
         meta["rounds_done"] = rounds_done
-        meta["load_after"] = _loadavg()
+        meta["load_after"] = common.loadavg()
         md = summarize(results, systems, workloads, meta)
         with open(os.path.join(out, f"{name}.md"), "w") as f:
             f.write(md)
@@ -501,7 +496,7 @@ def main() -> None:
                     except Exception as exc:  # reported in the summary, the run goes on
                         r["error"] = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
                         print(f"FAILED: {exc}", flush=True)
-                    r["load"] = _loadavg()
+                    r["load"] = common.loadavg()
                     round_results.append(r)
                 peers = [
                     r["rate"]

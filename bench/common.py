@@ -67,6 +67,10 @@ def drop(dialect: str, dsn: str) -> None:
         conn.close()
 
 
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def exit_on_sigterm() -> None:
     """SIGTERM (timeout, kill) exits through the finally blocks, so the databases are dropped."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

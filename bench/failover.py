@@ -21,10 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from tests.failover.scenario import run_failover, start_pair
 
-from tests.failover.scenario import run_failover, start_pair  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SETTINGS = {
     "postgresql": "synchronous standby (pg_basebackup -R), synchronous_commit = on, "

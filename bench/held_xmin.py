@@ -23,12 +23,10 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import psycopg
 
-import psycopg  # noqa: E402
-
-import pyqueue_sql  # noqa: E402
-from bench import common  # noqa: E402
+import pyqueue_sql
+from bench import common
 
 QUEUE = "held"
 BATCH = 100

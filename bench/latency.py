@@ -20,11 +20,9 @@ import threading
 import time
 import uuid
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import pyqueue_sql  # noqa: E402
-from bench import common  # noqa: E402
-from pyqueue_sql import migrate  # noqa: E402
+import pyqueue_sql
+from bench import common
+from pyqueue_sql import migrate
 
 
 def percentile(values: list[float], p: float) -> float:

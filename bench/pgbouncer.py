@@ -22,14 +22,12 @@ import threading
 import time
 import uuid
 
+import pyqueue_sql
+from bench import common, latency
+from pyqueue_sql import dialects, migrate
+from tests.own_pgbouncer import OwnPgBouncer
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-
-import pyqueue_sql  # noqa: E402
-from bench import common, latency  # noqa: E402
-from pyqueue_sql import dialects, migrate  # noqa: E402
-from tests.own_pgbouncer import OwnPgBouncer  # noqa: E402
 
 SETUPS = ("direct", "listen_dsn", "long_poll")
 

@@ -30,10 +30,8 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench import common  # noqa: E402
-from bench.bench import LABEL, WORKLOADS, PyQueue, _ratio, measure  # noqa: E402
+from bench import common
+from bench.bench import LABEL, WORKLOADS, PyQueue, _ratio, measure
 
 FUNCTIONS = "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
 

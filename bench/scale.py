@@ -20,10 +20,8 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import pyqueue_sql  # noqa: E402
-from bench import common  # noqa: E402
+import pyqueue_sql
+from bench import common
 
 QUEUE = "scale"
 SMALL = 10_000

@@ -29,11 +29,10 @@ import time
 import uuid
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import pyqueue_sql
+from bench import common
 
-import pyqueue_sql  # noqa: E402
-from bench import common  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 KINDS = ("ok", "batch", "delayed", "slow", "flaky", "poison")
 MAX_ATTEMPTS = 5
@@ -45,10 +44,6 @@ SHUTDOWN_TIMEOUT = 10.0
 
 def now() -> float:
     return time.monotonic()
-
-
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def rss_kb(pid: int) -> int | None:
@@ -660,7 +655,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
                 "workers": workers,
                 "kills": dict(fleet.kills),
                 "unexpected_exits": len(fleet.unexpected_exits),
-                "loadavg": loadavg(),
+                "loadavg": common.loadavg(),
             }
             samples.append(s)
             q = s["queue"]
@@ -752,7 +747,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
                 pass
         if probe is not None:
             probe.close()
-        result["loadavg_end"] = loadavg()
+        result["loadavg_end"] = common.loadavg()
         if args.keep:
             print(f"[{dialect}] kept database {dsn} and work files {workdir}", flush=True)
         else:

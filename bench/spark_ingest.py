@@ -17,13 +17,12 @@ import time
 from functools import partial
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from bench import common
+from pyqueue_sql import migrate
+from pyqueue_sql import spark as pqs
+from pyqueue_sql.queries import parse_named
 
-from bench import common  # noqa: E402
-from pyqueue_sql import migrate  # noqa: E402
-from pyqueue_sql import spark as pqs  # noqa: E402
-from pyqueue_sql.queries import parse_named  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 QUEUE = "bench.ingest"
 
