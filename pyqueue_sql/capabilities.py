@@ -12,6 +12,10 @@ PRODUCER = (
     "queue_push_batch_grouped",
     "queue_publish",
     "queue_publish_batch",
+    "queue_result",
+    "queue_result_wait",
+    "queue_result_channel",
+    "queue_cancel",
 )
 CONSUMER = (
     "queue_reserve",
@@ -24,6 +28,13 @@ CONSUMER = (
     "queue_extend",
     "queue_commit_reserve",
     "queue_commit_batch",
+    "queue_commit_result",
+    "queue_commit_result_batch",
+    "queue_renew",
+    "queue_cancel_held",
+    "queue_set_progress",
+    "queue_result",  # the worker polls the cancel flag of a running job (a read; queue_renew moves the token)
+    "queue_result_channel",
     "queue_channel",
     "queue_wait",
     "queue_next_scheduled_at",
@@ -46,6 +57,9 @@ MONITOR = (
     "queue_throughput",
     "queue_bindings",
     "queue_groups",
+    "queue_result",
+    "queue_result_wait",
+    "queue_result_channel",
 )
 ADMIN = (
     "queue_create",
@@ -56,6 +70,8 @@ ADMIN = (
     "queue_reset_setting",
     "queue_set_max_reservation",
     "queue_set_max_payload",
+    "queue_set_result_retention",
+    "queue_cancel",
     "queue_release",
     "queue_set_notify_window",
     "queue_set_limit",
@@ -82,15 +98,17 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
 
 # One line per capability, for `pyqueue-sql grant --help` (same order as CAPABILITIES).
 DESCRIPTIONS: dict[str, str] = {
-    "producer": "push, push_batch, push_replace, push_grouped, push_batch_grouped, publish, publish_batch",
+    "producer": "push, push_batch, push_replace, push_grouped, push_batch_grouped, publish, publish_batch, "
+    "read and wait for a message's result, cancel a message",
     "consumer": "reserve, pop, commit, rollback, snooze, fail, give up, extend, the fast paths, wakeups, its own worker "
-    "registration, releasing dead workers (no push, no move)",
+    "registration, releasing dead workers, commit with a result, renew (learns of a cancel request), cancel what it "
+    "holds, progress, read a result (no push, no move)",
     "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
     "(give it with --consumer)",
     "monitor": "stats, limits, workers, schedules, dead letters, settings, message, message history, "
-    "messages (browse by state), throughput, bindings, groups",
+    "messages (browse by state), throughput, bindings, groups, a message's result (read, wait)",
     "admin": "create, drop, pause, resume, remove, release reservations, reset a setting, max reservation, "
-    "max payload, limits, schedules, history, redrive, replay, bind, unbind; plus monitor",
+    "max payload, result retention, cancel, limits, schedules, history, redrive, replay, bind, unbind; plus monitor",
     "ingest": "INSERT (and SELECT, for Spark) on queue_ingest, queue_ingest_flush",
 }
 

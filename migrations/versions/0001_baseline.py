@@ -18,7 +18,7 @@ depends_on = None
 # server flavor: how `migrate --adopt` recognises a schema installed from `pyqueue-sql
 # sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
-    "postgresql": "2d396e02bd12f0119481fa5f1faf7fcb",
+    "postgresql": "4dbcee6f14d37cc8d04603d6dbfef891",
     "mariadb": "ac18cbd63319934be4d37dba99740a63",
 }
 

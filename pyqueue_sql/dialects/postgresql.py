@@ -82,6 +82,10 @@ class PostgreSQL(Dialect):
             "queue_extend": "text, text, text, {t}, interval",
             "queue_move": "text, text, text, {t}, text, jsonb",
             "queue_commit_reserve": "text, text, text, {t}, text, interval, integer, text[]",
+            "queue_commit_result": "text, text, text, {t}, jsonb",
+            "queue_renew": "text, text, text, {t}, interval",
+            "queue_cancel_held": "text, text, text, {t}",
+            "queue_set_progress": "text, text, text, {t}, jsonb",
         }.items()
     }
     ingest_counts_by_session_tag = True

@@ -6,7 +6,7 @@
 -- Layout: one section per topic, in the same order in schema.sql,
 -- routines.sql, queries.sql and ../../docs/contract.md (uninstall.sql: the reverse):
 -- helpers, queues, produce, consume, wakeups, fast paths, topics, history
--- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
+-- and dead letters, results, limits, workers, schedules, ingest, privileges. A section starts
 -- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
 -- nothing for).
 -- Naming inside routines: parameters in_*, locals v_*, columns as they are
@@ -830,7 +830,9 @@ $$;
 -- text gets 'reservation expired on its last allowed delivery'. A group's
 -- head hands its place to the next message of its group; the dead-letter
 -- copy has no group (a message of a group that the dead-letter queue holds
--- with the same key keeps its group and its place there, blocked or not).
+-- with the same key keeps its group and its place there, blocked or not;
+-- it starts without progress or cancel request, as a new push). On a queue
+-- that keeps results, the outcome 'failed' is recorded (pyqueue__record_result).
 -- Caller must hold the row lock on the message.
 CREATE OR REPLACE FUNCTION pyqueue__dead_letter(in_queue pyqueue_queue, in_key text, in_kind text, in_now timestamptz)
 RETURNS void
@@ -853,6 +855,7 @@ BEGIN
     END IF;
     UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name::text = in_queue.queue_name::text;
     PERFORM pyqueue__archive(in_queue, v_msg, 'dead_lettered', in_queue.dead_letter_queue::text, in_now);
+    PERFORM pyqueue__record_result(in_queue, v_msg, 'failed', NULL, in_now);
     IF in_queue.dead_letter_queue IS NOT NULL THEN
         PERFORM pyqueue__queue(in_queue.dead_letter_queue::text, true);
         -- A newer dead letter of the same key replaces the older one (the
@@ -871,7 +874,8 @@ BEGIN
                scheduled_at = CASE WHEN m.scheduled_at = pyqueue__blocked_at() THEN m.scheduled_at ELSE in_now END,
                scheduled_at_initially = in_now, attempts = 0,
                reserved_by = NULL, reserve_token = NULL, last_error = EXCLUDED.last_error,
-               dead_from = EXCLUDED.dead_from, dead_attempts = EXCLUDED.dead_attempts;
+               dead_from = EXCLUDED.dead_from, dead_attempts = EXCLUDED.dead_attempts,
+               progress = NULL, cancel_requested_at = NULL;
     END IF;
 END;
 $$;
@@ -995,6 +999,144 @@ BEGIN
     VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_msg.payload, in_msg.priority,
             in_msg.attempts, in_msg.created_at, in_now, in_outcome, in_to_queue, in_msg.reserved_by,
             in_msg.last_error);
+END;
+$$;
+
+-- ---- for results ----
+
+-- pyqueue__result_channel: the NOTIFY channel of a queue's finished results,
+-- 'pyqueue_result_' + md5 of its name (47 characters: a channel name is an
+-- identifier of at most 63 bytes). No lookup, no locks.
+CREATE OR REPLACE FUNCTION pyqueue__result_channel(in_queue text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT
+AS $$ SELECT 'pyqueue_result_' || pg_catalog.md5(in_queue) $$;
+
+-- pyqueue__result_notify: tells the listeners of the queue's result channel
+-- that (in_key, in_kind) finished in in_state: the payload is the JSON text
+-- {"key": ..., "kind": ..., "state": ...}. Never throttled (unlike the
+-- wakeups: each result is news to the one producer waiting for it);
+-- delivered when the caller's transaction commits. Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__result_notify(in_queue text, in_key text, in_kind text, in_state text)
+RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT pg_catalog.pg_notify(pyqueue__result_channel(in_queue),
+                                pg_catalog.jsonb_build_object('key', in_key, 'kind', in_kind,
+                                                              'state', in_state)::text)
+$$;
+
+-- pyqueue__record_result: when the queue keeps results (result_retention
+-- set), records the outcome in_state ('succeeded', 'failed', 'cancelled') of
+-- a message that has just left the live table, with in_result (NULL for
+-- every state but a result committed by queue_commit_result), its last_error,
+-- deliveries and progress, replacing the row an earlier message of the key
+-- left; then notifies the queue's result channel. Called by the routine that
+-- removed the message, in the same transaction. Locks the row it writes.
+CREATE OR REPLACE FUNCTION pyqueue__record_result(in_queue pyqueue_queue, in_msg pyqueue_message,
+                                                  in_state text, in_result jsonb, in_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_queue.result_retention IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO pyqueue_result AS r (queue_name, p_key, p_kind, state, result, last_error, attempts,
+                                     progress, finished_at)
+    VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_state, in_result, in_msg.last_error,
+            in_msg.attempts, in_msg.progress, in_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
+       SET state = EXCLUDED.state, result = EXCLUDED.result, last_error = EXCLUDED.last_error,
+           attempts = EXCLUDED.attempts, progress = EXCLUDED.progress, finished_at = EXCLUDED.finished_at;
+    PERFORM pyqueue__result_notify(in_queue.queue_name::text, in_msg.p_key::text, in_msg.p_kind::text, in_state);
+END;
+$$;
+
+-- pyqueue__finish: what follows the removal of a message that finished
+-- (in_msg, just deleted by the caller, who held its row lock): a group's
+-- head hands its place to the next message of its group (a message blocked
+-- behind its head just goes), the history row (in_outcome), the result row
+-- (in_state, in_result), and, for a schedule's pending occurrence, the next
+-- occurrence (as queue_commit). Locks: the group's row, the history and
+-- result rows, the schedule row.
+CREATE OR REPLACE FUNCTION pyqueue__finish(in_queue pyqueue_queue, in_msg pyqueue_message, in_outcome text,
+                                           in_state text, in_result jsonb, in_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_msg.group_key IS NOT NULL AND in_msg.scheduled_at <> pyqueue__blocked_at() THEN
+        PERFORM pyqueue__group_settle(in_queue.queue_name::text, in_msg.group_key::text, in_now, true);
+    END IF;
+    PERFORM pyqueue__archive(in_queue, in_msg, in_outcome, NULL, in_now);
+    PERFORM pyqueue__record_result(in_queue, in_msg, in_state, in_result, in_now);
+    IF pyqueue__occurrence_key(in_msg.p_key::text) THEN  -- a recurring message's occurrence
+        PERFORM pyqueue__schedule_next(in_queue.queue_name::text, in_msg.p_key::text, in_msg.p_kind::text);
+    END IF;
+END;
+$$;
+
+-- pyqueue__finish_held: deletes the message (in_key, in_kind) of in_queue if
+-- in_token still holds its reservation, then pyqueue__finish (in_outcome,
+-- in_state, in_result); false, and nothing changes, otherwise. The commit
+-- with a result and the holder's own cancel. Locks the message row, then as
+-- pyqueue__finish.
+CREATE OR REPLACE FUNCTION pyqueue__finish_held(in_queue pyqueue_queue, in_key text, in_kind text, in_token uuid,
+                                                in_outcome text, in_state text, in_result jsonb)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_msg pyqueue_message;
+BEGIN
+    DELETE FROM pyqueue_message
+     WHERE queue_name::text = in_queue.queue_name::text AND p_key::text = in_key AND p_kind::text = in_kind
+       AND reserve_token = in_token
+    RETURNING * INTO v_msg;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pyqueue__finish(in_queue, v_msg, in_outcome, in_state, in_result, pg_catalog.clock_timestamp());
+    RETURN true;
+END;
+$$;
+
+-- pyqueue__json_value: in_value, or NULL for a JSON null: a result or a
+-- progress of JSON null is stored as SQL NULL (as MySQL stores it). Inlined
+-- into the expression that calls it. No locks.
+CREATE OR REPLACE FUNCTION pyqueue__json_value(in_value jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT CASE WHEN pg_catalog.jsonb_typeof(in_value) = 'null'::text THEN NULL ELSE in_value END $$;
+
+-- pyqueue__check_results: raises invalid_argument unless the queue keeps
+-- results (result_retention set): a result given to a queue that records
+-- none would be lost. No locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_results(in_queue pyqueue_queue)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_queue.result_retention IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: queue "%" keeps no results (queue_set_result_retention)',
+                        in_queue.queue_name
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- pyqueue__refuse_result: raises invalid_argument for a result of in_bytes
+-- bytes of JSON text (measured as a payload, see pyqueue__refuse_payload)
+-- over the queue's max_payload of in_max bytes.
+CREATE OR REPLACE FUNCTION pyqueue__refuse_result(in_bytes integer, in_max integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'pyqueue:invalid_argument: result is % bytes, more than the queue''s max_payload of % bytes',
+                    in_bytes, in_max
+        USING ERRCODE = '22023';
 END;
 $$;
 
@@ -1867,7 +2009,8 @@ $$;
 -- queue_reset_setting: sets one setting of a queue back to its default:
 -- 'visibility_timeout' (30 s), 'max_attempts' (10), 'dead_letter_queue'
 -- (none), 'history_retention' (none, keep no history), 'max_reservation'
--- (12 hours) or 'max_payload' (1048576 bytes). Refused (invalid_argument)
+-- (12 hours), 'max_payload' (1048576 bytes) or 'result_retention' (none, keep
+-- no results: see queue_set_result_retention). Refused (invalid_argument)
 -- when the default visibility_timeout would be above the queue's
 -- max_reservation, or the default max_reservation below its
 -- visibility_timeout. Locks the queue row.
@@ -1881,8 +2024,9 @@ DECLARE
 BEGIN
     PERFORM pyqueue__check_name('queue', in_queue, 128);
     IF in_setting IS NULL OR in_setting NOT IN ('visibility_timeout', 'max_attempts', 'dead_letter_queue',
-                                                'history_retention', 'max_reservation', 'max_payload') THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention, max_reservation, max_payload'
+                                                'history_retention', 'max_reservation', 'max_payload',
+                                                'result_retention') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention, max_reservation, max_payload, result_retention'
             USING ERRCODE = '22023';
     END IF;
     SELECT * INTO v_queue FROM pyqueue_queue q WHERE q.queue_name::text = in_queue FOR UPDATE;
@@ -1904,7 +2048,9 @@ BEGIN
                                      ELSE q.history_retention END,
            max_reservation    = CASE WHEN in_setting = 'max_reservation' THEN interval '12 hours'
                                      ELSE q.max_reservation END,
-           max_payload        = CASE WHEN in_setting = 'max_payload' THEN 1048576 ELSE q.max_payload END
+           max_payload        = CASE WHEN in_setting = 'max_payload' THEN 1048576 ELSE q.max_payload END,
+           result_retention   = CASE WHEN in_setting = 'result_retention' THEN NULL
+                                     ELSE q.result_retention END
      WHERE q.queue_name::text = in_queue;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
@@ -1915,15 +2061,16 @@ $$;
 -- queue_settings: the settings of a queue (every queue when NULL), by name:
 -- visibility_timeout, max_attempts, dead_letter_queue, history_retention,
 -- paused, notify_window (the wakeup throttle; 50 ms unless set),
--- max_reservation and max_payload (bytes). Reads without locks.
--- Installs of earlier versions returned the columns up to notify_window:
--- that function is dropped (a function cannot change its result columns in
--- place), and with it its grants (pyqueue-sql grant gives them again).
+-- max_reservation, max_payload (bytes) and result_retention. Reads without
+-- locks. Installs of earlier versions returned fewer columns (up to
+-- notify_window, or up to max_payload): that function is dropped (a
+-- function cannot change its result columns in place), and with it its
+-- grants (pyqueue-sql grant gives them again).
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
                 WHERE p.oid = pg_catalog.to_regprocedure('queue_settings(text)')
-                  AND NOT ('max_payload' OPERATOR(pg_catalog.=) ANY (p.proargnames))) THEN
+                  AND NOT ('result_retention' OPERATOR(pg_catalog.=) ANY (p.proargnames))) THEN
         DROP FUNCTION queue_settings(text);
     END IF;
 END
@@ -1932,7 +2079,7 @@ $$;
 CREATE OR REPLACE FUNCTION queue_settings(in_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, visibility_timeout interval, max_attempts integer, dead_letter_queue text,
                history_retention interval, paused boolean, notify_window interval,
-               max_reservation interval, max_payload integer)
+               max_reservation interval, max_payload integer, result_retention interval)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
@@ -1943,7 +2090,7 @@ BEGIN
     RETURN QUERY
         SELECT q.queue_name::text, q.visibility_timeout, q.max_attempts, q.dead_letter_queue::text,
                q.history_retention, q.paused, coalesce(n.notify_window, interval '50 milliseconds'),
-               q.max_reservation, q.max_payload
+               q.max_reservation, q.max_payload, q.result_retention
           FROM pyqueue_queue q
           LEFT JOIN pyqueue_notify n ON n.queue_name::text = q.queue_name::text
          WHERE in_queue IS NULL OR q.queue_name::text = in_queue
@@ -2532,7 +2679,8 @@ $$;
 -- Locks the chosen rows with SKIP LOCKED (pyqueue__ready_tids: its cost
 -- model is the reserve's) and deletes them by ctid in one statement;
 -- nothing when the queue is paused. A popped group head hands its place to
--- the next message of its group (then the group's row is locked too).
+-- the next message of its group (then the group's row is locked too). On a
+-- queue that keeps results, each popped message's outcome is 'succeeded'.
 CREATE OR REPLACE FUNCTION queue_pop(in_queue text, in_n integer DEFAULT 1)
 RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
                attempts integer, created_at timestamptz)
@@ -2546,6 +2694,8 @@ DECLARE
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_tids   tid[];
     v_groups text[];
+    v_keys   text[];
+    v_kinds  text[];
 BEGIN
     PERFORM pyqueue__check_batch_size(in_n);
     IF v_queue.paused THEN
@@ -2559,22 +2709,39 @@ BEGIN
         SELECT pg_catalog.array_agg(m.group_key::text) INTO v_groups
           FROM pyqueue_message m WHERE m.ctid = ANY (v_tids) AND m.group_key IS NOT NULL;
     END IF;
+    IF v_queue.result_retention IS NOT NULL THEN
+        -- the messages whose results are recorded below: each is announced on the result channel
+        SELECT pg_catalog.array_agg(m.p_key::text), pg_catalog.array_agg(m.p_kind::text) INTO v_keys, v_kinds
+          FROM pyqueue_message m WHERE m.ctid = ANY (v_tids);
+    END IF;
     RETURN QUERY
         WITH gone AS (
             DELETE FROM pyqueue_message m
              USING pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
              WHERE m.ctid = c.tid
             RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at,
-                      m.reserved_by, m.last_error
+                      m.reserved_by, m.last_error, m.progress
         ), archived AS (
             INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
                                          created_at, processed_at, outcome, reserved_by, last_error)
             SELECT in_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
                    v_now, 'popped', g.reserved_by, g.last_error
               FROM gone g WHERE v_queue.history_retention IS NOT NULL
+        ), recorded AS (  -- as pyqueue__record_result, for the whole set
+            INSERT INTO pyqueue_result AS r (queue_name, p_key, p_kind, state, result, last_error, attempts,
+                                             progress, finished_at)
+            SELECT in_queue, g.p_key, g.p_kind, 'succeeded', NULL, g.last_error, g.attempts, g.progress, v_now
+              FROM gone g WHERE v_queue.result_retention IS NOT NULL
+            ON CONFLICT ON CONSTRAINT pyqueue_result_pkey DO UPDATE
+               SET state = EXCLUDED.state, result = EXCLUDED.result, last_error = EXCLUDED.last_error,
+                   attempts = EXCLUDED.attempts, progress = EXCLUDED.progress, finished_at = EXCLUDED.finished_at
         )
         SELECT g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at
           FROM gone g ORDER BY g.ord;
+    IF v_keys IS NOT NULL THEN
+        PERFORM pyqueue__result_notify(in_queue, u.k, u.kd, 'succeeded')
+           FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_kinds)) AS u (k, kd);
+    END IF;
     IF v_groups IS NOT NULL THEN
         PERFORM pyqueue__groups_settle(in_queue, v_groups, pg_catalog.clock_timestamp());
     END IF;
@@ -2625,9 +2792,11 @@ $$;
 -- false otherwise (expired and re-reserved, committed already, or removed).
 -- A group's head hands its place to the next message of its group.
 -- Locks the message row (then, for a group's head, the group's row; for a
--- schedule's pending occurrence, the schedule row). Plainly valid arguments
--- are checked in one expression and the queue's history setting read by one
--- statement, without the nested calls of the general checks (see queue_push).
+-- schedule's pending occurrence, the schedule row). On a queue that keeps
+-- results, the outcome 'succeeded' (no result: queue_commit_result gives
+-- one). Plainly valid arguments are checked in one expression and the
+-- queue's history and result settings read by one statement, without the
+-- nested calls of the general checks (see queue_push).
 CREATE OR REPLACE FUNCTION queue_commit(in_queue text, in_key text, in_kind text, in_token text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -2639,20 +2808,21 @@ DECLARE
     v_queue   pyqueue_queue;
     v_msg     pyqueue_message;
     v_group   text;
-    v_history boolean;  -- NULL: not looked up the short way
+    v_history boolean;  -- history or results kept; NULL: not looked up the short way
 BEGIN
     IF NOT (pyqueue__bad_name(in_queue, 128) OR pyqueue__bad_name(in_key, 255) OR pyqueue__bad_name(in_kind, 128))
        AND in_token ~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$' THEN
-        SELECT q.history_retention IS NOT NULL INTO v_history FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
+        SELECT q.history_retention IS NOT NULL OR q.result_retention IS NOT NULL INTO v_history
+          FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
         v_token := in_token::uuid;
     END IF;
     IF v_history IS NULL THEN  -- the general checks, in their order (an unknown queue raises here)
         v_queue := pyqueue__queue(in_queue);
         v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
-        v_history := v_queue.history_retention IS NOT NULL;
+        v_history := v_queue.history_retention IS NOT NULL OR v_queue.result_retention IS NOT NULL;
     END IF;
     IF NOT v_history AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
-        -- Nothing to archive, not a schedule's occurrence: the DELETE is all
+        -- Nothing to archive or record, not a schedule's occurrence: the DELETE is all
         -- of it, and, for a group's head, the next message of its group.
         DELETE FROM pyqueue_message
          WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind
@@ -2679,6 +2849,7 @@ BEGIN
         v_queue := pyqueue__queue(in_queue);  -- the settings row pyqueue__archive takes
     END IF;
     PERFORM pyqueue__archive(v_queue, v_msg, 'committed', NULL, pg_catalog.clock_timestamp());
+    PERFORM pyqueue__record_result(v_queue, v_msg, 'succeeded', NULL, pg_catalog.clock_timestamp());
     IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
         PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
     END IF;
@@ -2894,7 +3065,8 @@ $$;
 -- queue_move: in one step commits the reservation here and pushes the message
 -- to in_to_queue (payload NULL = unchanged, priority and last_error kept;
 -- attempts and the dead-letter origin reset, except for a move into the same
--- queue, which keeps them, so that max_attempts still applies). If in_to_queue already
+-- queue, which keeps them, so that max_attempts still applies, and keeps its
+-- progress and cancel request; a move records no result). If in_to_queue already
 -- holds a live message with the same key and kind, that one stays (dedup, as
 -- queue_push). A group's head moved into its own queue stays its group's
 -- head, ready now; moved to another queue it leaves its group (it arrives
@@ -2941,14 +3113,17 @@ BEGIN
     END IF;
     INSERT INTO pyqueue_message
            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts, group_key)
+            scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts, group_key,
+            progress, cancel_requested_at)
     VALUES (in_to_queue, v_msg.p_key, v_msg.p_kind, coalesce(in_payload, v_msg.payload),
             v_msg.priority, v_now, v_now, v_now,
             CASE WHEN v_same THEN v_msg.attempts ELSE 0 END,
             v_msg.last_error,
             CASE WHEN v_same THEN v_msg.dead_from END,
             CASE WHEN v_same THEN v_msg.dead_attempts END,
-            CASE WHEN v_same THEN v_msg.group_key END)
+            CASE WHEN v_same THEN v_msg.group_key END,
+            CASE WHEN v_same THEN v_msg.progress END,
+            CASE WHEN v_same THEN v_msg.cancel_requested_at END)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
     IF FOUND THEN PERFORM pyqueue__notify(in_to_queue); END IF;
     RETURN true;
@@ -3226,8 +3401,9 @@ BEGIN
                           AND r.moved_at < pg_catalog.clock_timestamp() - interval '1 second') THEN
             PERFORM pyqueue__ready_from_advance(in_queue, pg_catalog.clock_timestamp());
         END IF;
-        IF v_queue.history_retention IS NULL AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
-            -- Nothing to archive, not a schedule's occurrence: the DELETE is all of queue_commit.
+        IF v_queue.history_retention IS NULL AND v_queue.result_retention IS NULL
+           AND in_key NOT LIKE '%@____-__-__T__:__:__Z' THEN
+            -- Nothing to archive or record, not a schedule's occurrence: the DELETE is all of queue_commit.
             DELETE FROM pyqueue_message m
              WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
                AND m.reserve_token = v_token
@@ -3237,7 +3413,7 @@ BEGIN
                 PERFORM pyqueue__group_settle(in_queue, v_group, pg_catalog.clock_timestamp(), true);
             END IF;
         ELSE
-            -- Exactly queue_commit: the history row, the next occurrence of a schedule.
+            -- Exactly queue_commit: the history and result rows, the next occurrence of a schedule.
             v_committed := queue_commit(in_queue, in_key, in_kind, v_token);
         END IF;
     END IF;
@@ -3377,12 +3553,12 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
             USING ERRCODE = '22023';
     END IF;
-    IF v_queue.history_retention IS NOT NULL OR v_occurrence
+    IF v_queue.history_retention IS NOT NULL OR v_queue.result_retention IS NOT NULL OR v_occurrence
        OR EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
-        -- A queue that keeps history or has FIFO groups, or a batch holding
-        -- occurrences of a schedule: each element through queue_commit
-        -- (history row, next occurrence, the next message of a group), in
-        -- key order.
+        -- A queue that keeps history or results or has FIFO groups, or a
+        -- batch holding occurrences of a schedule: each element through
+        -- queue_commit (history and result rows, next occurrence, the next
+        -- message of a group), in key order.
         FOR v_one IN SELECT b.k, b.kd, b.tk
                        FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(v_tokens))
                             WITH ORDINALITY AS b (k, kd, tk, ord)
@@ -3672,6 +3848,12 @@ $$;
 -- LOCKED, so two purgers share the work instead of waiting). History of a
 -- dropped queue, or of one whose retention was set back to NULL, is left
 -- alone (DELETE it with plain SQL).
+-- Then, with what is left of in_n, the result rows (pyqueue_result) past
+-- their queue's result_retention (finished_at < now - retention), and every
+-- result row of a queue whose result_retention is NULL or that no longer
+-- exists, oldest first, queue by queue (the distinct queue names of the
+-- table are found by one index probe each). The count returned is history
+-- rows and result rows together.
 CREATE OR REPLACE FUNCTION queue_purge_history(in_queue text DEFAULT NULL, in_n integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
@@ -3682,6 +3864,7 @@ DECLARE
     v_left  integer := coalesce(in_n, 10000);
     v_got   integer;
     v_q     record;
+    v_r     record;
 BEGIN
     IF in_queue IS NOT NULL THEN
         PERFORM pyqueue__queue(in_queue);
@@ -3704,6 +3887,37 @@ BEGIN
                FOR UPDATE SKIP LOCKED
         )
         DELETE FROM pyqueue_history h USING doomed WHERE h.id = doomed.id;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+    END LOOP;
+    FOR v_r IN
+        WITH RECURSIVE names (queue_name) AS (
+            (SELECT r.queue_name::text FROM pyqueue_result r
+              WHERE in_queue IS NULL OR r.queue_name::text = in_queue
+              ORDER BY r.queue_name LIMIT 1)
+            UNION ALL
+            SELECT (SELECT r.queue_name::text FROM pyqueue_result r
+                     WHERE r.queue_name::text > n.queue_name AND in_queue IS NULL
+                     ORDER BY r.queue_name LIMIT 1)
+              FROM names n WHERE n.queue_name IS NOT NULL
+        )
+        SELECT n.queue_name, q.result_retention
+          FROM names n LEFT JOIN pyqueue_queue q ON q.queue_name::text = n.queue_name
+         WHERE n.queue_name IS NOT NULL
+    LOOP
+        EXIT WHEN v_left <= 0;
+        WITH doomed AS (
+            SELECT r.p_key, r.p_kind
+              FROM pyqueue_result r
+             WHERE r.queue_name::text = v_r.queue_name
+               AND (v_r.result_retention IS NULL OR r.finished_at < v_now - v_r.result_retention)
+             ORDER BY r.finished_at
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM pyqueue_result r USING doomed
+         WHERE r.queue_name::text = v_r.queue_name AND r.p_key::text = doomed.p_key::text
+           AND r.p_kind::text = doomed.p_kind::text;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;
     END LOOP;
@@ -3871,12 +4085,26 @@ $$;
 -- its state ('ready', 'delayed' or 'reserved', as in queue_stats), payload,
 -- priority, attempts (deliveries so far), scheduled_at (when it is or was
 -- due; for a reserved one, when the reservation ends), created_at,
--- reserved_by (the worker of its last reservation), last_error and, for a
--- dead letter, dead_from. Reads without locks.
+-- reserved_by (the worker of its last reservation), last_error, for a
+-- dead letter dead_from, its progress (queue_set_progress) and whether a
+-- cancel was requested (queue_cancel). Reads without locks.
+-- Installs of earlier versions returned the columns up to dead_from: that
+-- function is dropped (a function cannot change its result columns in
+-- place), and with it its grants (pyqueue-sql grant gives them again).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+                WHERE p.oid = pg_catalog.to_regprocedure('queue_message(text, text, text)')
+                  AND NOT ('cancel_requested' OPERATOR(pg_catalog.=) ANY (p.proargnames))) THEN
+        DROP FUNCTION queue_message(text, text, text);
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION queue_message(in_queue text, in_key text, in_kind text)
 RETURNS TABLE (p_key text, p_kind text, state text, payload jsonb, priority integer, attempts integer,
                scheduled_at timestamptz, created_at timestamptz, reserved_by text, last_error text,
-               dead_from text)
+               dead_from text, progress jsonb, cancel_requested boolean)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
@@ -3892,7 +4120,7 @@ BEGIN
                     WHEN m.reserve_token IS NOT NULL THEN 'reserved'
                     ELSE 'delayed' END::text,
                m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by::text,
-               m.last_error::text, m.dead_from::text
+               m.last_error::text, m.dead_from::text, m.progress, m.cancel_requested_at IS NOT NULL
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
 END;
@@ -4077,6 +4305,435 @@ BEGIN
              ORDER BY 2;
     END LOOP;
 END;
+$$;
+
+
+-- ==== results ====
+-- What became of one message, for the producer that pushed it: a queue with
+-- a result_retention records the outcome of every message that finishes
+-- (pyqueue_result: 'succeeded' with the result its consumer gave,
+-- 'failed', 'cancelled'); a producer reads it, waits for it or listens for
+-- it, and may cancel a message; the consumer holding it reports progress,
+-- learns of a cancel request when it renews, and may end it as cancelled.
+-- A move to another queue and queue_remove record nothing.
+
+-- queue_set_result_retention: how long the outcome of a finished message of
+-- the queue is kept (pyqueue_result; queue_purge_history deletes the older
+-- ones). NULL turns recording off, the default (rows already stored go at
+-- the next purge). Above zero, at most 3650 days (by seconds: 315360000).
+-- Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_set_result_retention(in_queue text, in_retention interval)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    PERFORM pyqueue__check_duration('result_retention', in_retention, true);
+    IF extract(epoch FROM in_retention) > 315360000::numeric THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: result_retention must not exceed 3650 days'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pyqueue_queue SET result_retention = in_retention WHERE queue_name::text = in_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
+    END IF;
+END;
+$$;
+
+-- queue_commit_result: queue_commit with the message's result (any JSON;
+-- NULL or a JSON null: none, stored as NULL), stored with the outcome
+-- 'succeeded' in the same transaction as the commit, so a reader never sees
+-- the one without the other. Refused (invalid_argument), before anything
+-- changes, on a queue that keeps no results (queue_set_result_retention)
+-- and for a result whose JSON text is longer than the queue's max_payload
+-- in bytes. False, and nothing written, when the token no longer holds.
+-- Locks as queue_commit, then the result row.
+CREATE OR REPLACE FUNCTION queue_commit_result(in_queue text, in_key text, in_kind text, in_token text,
+                                               in_result jsonb)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_queue  pyqueue_queue := pyqueue__queue(in_queue);
+    v_token  uuid;
+    v_result jsonb := pyqueue__json_value(in_result);
+    v_bytes  integer;
+BEGIN
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_results(v_queue);
+    v_bytes := pg_catalog.octet_length(v_result::text);
+    IF v_bytes > v_queue.max_payload THEN
+        PERFORM pyqueue__refuse_result(v_bytes, v_queue.max_payload);
+    END IF;
+    RETURN pyqueue__finish_held(v_queue, in_key, in_kind, v_token, 'committed', 'succeeded', v_result);
+END;
+$$;
+
+-- queue_commit_result with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_commit_result(in_queue text, in_key text, in_kind text, in_token uuid,
+                                               in_result jsonb)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT queue_commit_result(in_queue, in_key, in_kind, in_token::text, in_result)
+$$;
+
+-- queue_commit_result_batch: queue_commit_batch with one result per
+-- reservation (element i of the four arrays names one reservation and its
+-- result, as queue_commit_result's). Returns how many were committed; a
+-- reservation whose token no longer holds is skipped (not counted, its
+-- result not written). Refuses, changing nothing, what queue_commit_batch
+-- refuses, a results array that is NULL or of another length, a queue that
+-- keeps no results and a result above the queue's max_payload. Each element
+-- through the commit with a result, in key order. Locks: the committed
+-- rows, in key order (as queue_commit_batch), each then as queue_commit_result.
+CREATE OR REPLACE FUNCTION queue_commit_result_batch(in_queue text, in_keys text[], in_kinds text[],
+                                                     in_tokens text[], in_results jsonb[])
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_n     integer;
+    v_bad   integer;
+    v_count integer := 0;
+    v_one   record;
+BEGIN
+    IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL OR in_results IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds, tokens and results must not be NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := pg_catalog.cardinality(in_keys);
+    IF pg_catalog.array_ndims(in_keys) > 1 OR pg_catalog.array_ndims(in_kinds) > 1
+       OR pg_catalog.array_ndims(in_tokens) > 1 OR pg_catalog.array_ndims(in_results) > 1
+       OR pg_catalog.cardinality(in_kinds) <> v_n OR pg_catalog.cardinality(in_tokens) <> v_n
+       OR pg_catalog.cardinality(in_results) <> v_n THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds, tokens and results must have the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_results(v_queue);
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT pg_catalog.min(b.ord) INTO v_bad
+      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
+           WITH ORDINALITY AS b (k, kd, tk, ord)
+     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.tk IS NULL
+        OR b.tk !~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$';
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch: bad p_key/p_kind or malformed token', v_bad
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT s.bytes INTO v_bad
+      FROM (SELECT pg_catalog.octet_length(pyqueue__json_value(u.rs)::text) AS bytes, u.ord
+              FROM pg_catalog.unnest(in_results) WITH ORDINALITY AS u (rs, ord)) AS s
+     WHERE s.bytes > v_queue.max_payload
+     ORDER BY s.ord
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM pyqueue__refuse_result(v_bad, v_queue.max_payload);
+    END IF;
+    FOR v_one IN SELECT b.k, b.kd, b.tk, b.rs
+                   FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                                   pg_catalog.unnest(in_tokens), pg_catalog.unnest(in_results))
+                        WITH ORDINALITY AS b (k, kd, tk, rs, ord)
+                  ORDER BY b.k, b.kd, b.ord LOOP
+        IF pyqueue__finish_held(v_queue, v_one.k, v_one.kd, v_one.tk::uuid, 'committed', 'succeeded',
+                                pyqueue__json_value(v_one.rs)) THEN
+            v_count := v_count + 1;
+        END IF;
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
+-- queue_result: what became of the message (in_key, in_kind) of in_queue,
+-- always one row (state, result, last_error, attempts, progress,
+-- finished_at, cancel_requested). A live message wins: state 'ready',
+-- 'delayed', 'reserved' (a reservation that has not expired) or 'blocked'
+-- (behind its FIFO group's head), its last_error, deliveries (attempts),
+-- progress and whether a cancel was requested; result and finished_at NULL.
+-- Else the outcome recorded when the last message of the key finished:
+-- 'succeeded', 'failed' or 'cancelled' (cancel_requested false). Else
+-- 'unknown', every other column NULL and cancel_requested false. Raises
+-- unknown_queue. Reads without locks, both tables in one snapshot (the
+-- function is STABLE): a commit that deletes the message and writes its
+-- result is seen whole or not at all.
+CREATE OR REPLACE FUNCTION queue_result(in_queue text, in_key text, in_kind text)
+RETURNS TABLE (state text, result jsonb, last_error text, attempts integer, progress jsonb,
+               finished_at timestamptz, cancel_requested boolean)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    RETURN QUERY
+        SELECT CASE WHEN m.scheduled_at = pyqueue__blocked_at() THEN 'blocked'
+                    WHEN m.scheduled_at <= v_now THEN 'ready'
+                    WHEN m.reserve_token IS NOT NULL THEN 'reserved'
+                    ELSE 'delayed' END::text,
+               NULL::jsonb, m.last_error::text, m.attempts, m.progress, NULL::timestamptz,
+               m.cancel_requested_at IS NOT NULL
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT r.state::text, r.result, r.last_error::text, r.attempts, r.progress, r.finished_at, false
+          FROM pyqueue_result r
+         WHERE r.queue_name::text = in_queue AND r.p_key::text = in_key AND r.p_kind::text = in_kind;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 'unknown'::text, NULL::jsonb, NULL::text, NULL::integer, NULL::jsonb,
+                        NULL::timestamptz, false;
+END;
+$$;
+
+-- queue_result_wait: queue_result, once the state is final ('succeeded',
+-- 'failed', 'cancelled') or 'unknown', or when in_timeout (NULL = 1 s, at
+-- most 1 hour) has passed, with the state at that moment. Looks every 50 ms,
+-- each look a statement of its own (a new snapshot): run it in autocommit or
+-- READ COMMITTED (a REPEATABLE READ snapshot never sees the outcome). For
+-- clients without LISTEN: a client that can listens on
+-- queue_result_channel instead. Takes no locks; keeps a connection busy
+-- while it waits.
+CREATE OR REPLACE FUNCTION queue_result_wait(in_queue text, in_key text, in_kind text, in_timeout interval)
+RETURNS TABLE (state text, result jsonb, last_error text, attempts integer, progress jsonb,
+               finished_at timestamptz, cancel_requested boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_deadline timestamptz;
+    v_row      record;
+    v_left     double precision;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_timeout > interval '1 hour' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: timeout must not exceed 1 hour' USING ERRCODE = '22023';
+    END IF;
+    v_deadline := pg_catalog.clock_timestamp() + coalesce(in_timeout, interval '1 second');
+    LOOP
+        SELECT * INTO v_row FROM queue_result(in_queue, in_key, in_kind) AS r;
+        v_left := extract(epoch FROM v_deadline - pg_catalog.clock_timestamp())::double precision;
+        IF v_row.state IN ('succeeded'::text, 'failed'::text, 'cancelled'::text, 'unknown'::text)
+           OR v_left <= 0::double precision THEN
+            state := v_row.state;
+            result := v_row.result;
+            last_error := v_row.last_error;
+            attempts := v_row.attempts;
+            progress := v_row.progress;
+            finished_at := v_row.finished_at;
+            cancel_requested := v_row.cancel_requested;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        PERFORM pg_catalog.pg_sleep(least(0.05::double precision, v_left));
+    END LOOP;
+END;
+$$;
+
+-- queue_result_channel: the NOTIFY channel a plain-SQL client LISTENs on for
+-- the results of in_queue: each message that finishes on a queue that keeps
+-- results sends one notification, payload the JSON text
+-- {"key": ..., "kind": ..., "state": ...}, when its transaction commits
+-- (never throttled):
+--   SELECT queue_result_channel('jobs');  -- then LISTEN "<that name>";
+-- The name is fixed by the queue name alone. Raises unknown_queue. No locks.
+CREATE OR REPLACE FUNCTION queue_result_channel(in_queue text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    RETURN pyqueue__result_channel(in_queue);
+END;
+$$;
+
+-- queue_cancel: cancels the message (in_key, in_kind) of in_queue. Not held
+-- by a reservation (ready, delayed, blocked behind its group's head, or
+-- reserved once but its reservation expired): it is removed, as after a
+-- commit (a group's head hands its place to the next message of its group,
+-- a limit slot it held is free, a schedule's pending occurrence makes way
+-- for the next), its history outcome 'cancelled' and its result
+-- 'cancelled' (on queues that keep them): returns 'cancelled'. Held by a
+-- live reservation: only flagged (cancel_requested_at, kept from the first
+-- request), the holder finds out through queue_renew and ends it with
+-- queue_cancel_held, or commits it anyway: returns 'requested'. No live
+-- message: 'unknown'. Locks the message row (waiting for a reserve or
+-- commit that holds it, then deciding on what it left), then as a commit.
+CREATE OR REPLACE FUNCTION queue_cancel(in_queue text, in_key text, in_kind text)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_msg   pyqueue_message;
+    v_now   timestamptz;
+BEGIN
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    SELECT * INTO v_msg FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'unknown';
+    END IF;
+    v_now := pg_catalog.clock_timestamp();  -- read under the lock: a reservation is live or not from here on
+    IF v_msg.reserve_token IS NOT NULL AND v_msg.scheduled_at > v_now THEN
+        UPDATE pyqueue_message m
+           SET cancel_requested_at = coalesce(m.cancel_requested_at, v_now)
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
+        RETURN 'requested';
+    END IF;
+    DELETE FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+    RETURNING * INTO v_msg;
+    PERFORM pyqueue__finish(v_queue, v_msg, 'cancelled', 'cancelled', NULL, pg_catalog.clock_timestamp());
+    RETURN 'cancelled';
+END;
+$$;
+
+-- queue_renew: queue_extend (the same checks, the same renewal of a limit
+-- slot: a new token, the reservation's end pushed to now + in_timeout),
+-- and whether a cancel of the message was requested (queue_cancel), so a
+-- holder that renews its lease learns of it in the same round trip. One
+-- row; (NULL, false) when in_token no longer holds. Locks as queue_extend.
+CREATE OR REPLACE FUNCTION queue_renew(in_queue text, in_key text, in_kind text, in_token text,
+                                       in_timeout interval DEFAULT NULL)
+RETURNS TABLE (token uuid, cancel_requested boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_token     uuid;
+    v_queue     pyqueue_queue := pyqueue__queue(in_queue);
+    v_new       uuid;
+    v_requested boolean;
+BEGIN
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_timeout > v_queue.max_reservation THEN
+        PERFORM pyqueue__refuse_reservation(v_queue.max_reservation);
+    END IF;
+    IF pyqueue__limit_renew(in_queue, in_key, in_kind, v_token) THEN  -- limits
+        UPDATE pyqueue_message m
+           SET scheduled_at = pg_catalog.clock_timestamp() + coalesce(in_timeout, v_queue.visibility_timeout),
+               reserve_token = pg_catalog.gen_random_uuid()
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+           AND m.reserve_token = v_token
+        RETURNING m.reserve_token, m.cancel_requested_at IS NOT NULL INTO v_new, v_requested;
+    END IF;
+    token := v_new;
+    cancel_requested := coalesce(v_requested, false);
+    RETURN NEXT;
+END;
+$$;
+
+-- queue_renew with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_renew(in_queue text, in_key text, in_kind text, in_token uuid,
+                                       in_timeout interval DEFAULT NULL)
+RETURNS TABLE (token uuid, cancel_requested boolean)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT * FROM queue_renew(in_queue, in_key, in_kind, in_token::text, in_timeout)
+$$;
+
+-- queue_cancel_held: the holder of a reservation ends it as cancelled,
+-- whether or not a cancel was requested (a handler may cancel itself): the
+-- message is removed as by a commit (a group's head hands its place on, a
+-- schedule's pending occurrence makes way for the next), its history
+-- outcome 'cancelled' and its result 'cancelled' with its progress (on
+-- queues that keep them). False, and nothing changes, when the token no
+-- longer holds. Locks as queue_commit.
+CREATE OR REPLACE FUNCTION queue_cancel_held(in_queue text, in_key text, in_kind text, in_token text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+    v_token uuid;
+BEGIN
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
+    RETURN pyqueue__finish_held(v_queue, in_key, in_kind, v_token, 'cancelled', 'cancelled', NULL);
+END;
+$$;
+
+-- queue_cancel_held with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_cancel_held(in_queue text, in_key text, in_kind text, in_token uuid)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT queue_cancel_held(in_queue, in_key, in_kind, in_token::text)
+$$;
+
+-- queue_set_progress: the holder of a reservation records how far it got
+-- (any JSON of at most 65536 bytes as text; NULL or a JSON null clears it),
+-- shown by queue_result and queue_message and copied into the message's
+-- result row when it finishes. Kept across rollback, fail, snooze and
+-- extend (the retries of one message); a new push of the key after the
+-- message left starts without. Changes neither the token nor the
+-- reservation's end. False, and nothing written, when the token no longer
+-- holds. Locks the message row.
+CREATE OR REPLACE FUNCTION queue_set_progress(in_queue text, in_key text, in_kind text, in_token text,
+                                              in_progress jsonb)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_token    uuid;
+    v_progress jsonb := pyqueue__json_value(in_progress);
+    v_bytes    integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
+    v_bytes := pg_catalog.octet_length(v_progress::text);
+    IF v_bytes > 65536 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: progress is % bytes, more than 65536 bytes', v_bytes
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pyqueue_message m
+       SET progress = v_progress
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+       AND m.reserve_token = v_token;
+    RETURN FOUND;
+END;
+$$;
+
+-- queue_set_progress with the token as a uuid (a token column of queue_reserve's rows, say):
+-- the text one, called with the uuid's text (see "Tokens" at the top).
+CREATE OR REPLACE FUNCTION queue_set_progress(in_queue text, in_key text, in_kind text, in_token uuid,
+                                              in_progress jsonb)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT queue_set_progress(in_queue, in_key, in_kind, in_token::text, in_progress)
 $$;
 
 
@@ -4554,7 +5211,10 @@ REVOKE EXECUTE ON FUNCTION
     pyqueue__ready_from_lower, pyqueue__ready_from_advance,
     pyqueue__ready_tids, pyqueue__due_tids,
     pyqueue__reserve, pyqueue__dead_letter, pyqueue__give_back,
-    pyqueue__channel, pyqueue__notify, pyqueue__archive, pyqueue__slot_held, pyqueue__limit_claim,
+    pyqueue__channel, pyqueue__notify, pyqueue__archive,
+    pyqueue__result_channel, pyqueue__result_notify, pyqueue__record_result, pyqueue__finish, pyqueue__finish_held,
+    pyqueue__json_value, pyqueue__check_results, pyqueue__refuse_result,
+    pyqueue__slot_held, pyqueue__limit_claim,
     pyqueue__limited_tids, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
     pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__push_occurrence, pyqueue__schedule_next,
     pyqueue__schedule, pyqueue__ingest, pyqueue__delete_held, pyqueue__blocked_at, pyqueue__group_settle,
@@ -4579,6 +5239,12 @@ REVOKE EXECUTE ON FUNCTION
     queue_bind, queue_unbind, queue_bindings, queue_publish, queue_publish_batch,
     queue_purge_history, queue_replay, queue_redrive, queue_dead_letters, queue_message,
     queue_message_history, queue_messages, queue_groups, queue_throughput,
+    queue_set_result_retention,
+    queue_commit_result(text, text, text, text, jsonb), queue_commit_result(text, text, text, uuid, jsonb),
+    queue_commit_result_batch, queue_result, queue_result_wait, queue_result_channel, queue_cancel,
+    queue_renew(text, text, text, text, interval), queue_renew(text, text, text, uuid, interval),
+    queue_cancel_held(text, text, text, text), queue_cancel_held(text, text, text, uuid),
+    queue_set_progress(text, text, text, text, jsonb), queue_set_progress(text, text, text, uuid, jsonb),
     queue_set_limit, queue_limits,
     queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
     queue_release_dead_workers, queue_workers,

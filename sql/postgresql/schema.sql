@@ -8,7 +8,7 @@
 -- Layout: one section per topic, in the same order in schema.sql,
 -- routines.sql, queries.sql and ../../docs/contract.md (uninstall.sql: the reverse):
 -- helpers, queues, produce, consume, wakeups, fast paths, topics, history
--- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
+-- and dead letters, results, limits, workers, schedules, ingest, privileges. A section starts
 -- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
 -- nothing for). The two checks before the first section refuse an
 -- insecure install schema; the last statement undoes their effect.
@@ -87,18 +87,21 @@ CREATE TABLE pyqueue_queue (
     created_at         timestamptz  NOT NULL DEFAULT clock_timestamp(),
     max_reservation    interval     NOT NULL DEFAULT interval '12 hours',
     max_payload        integer      NOT NULL DEFAULT 1048576,
+    result_retention   interval     NULL,
     CONSTRAINT pyqueue_queue_name_not_empty CHECK (queue_name <> ''),
     CONSTRAINT pyqueue_queue_visibility_positive CHECK (visibility_timeout > interval '0'),
     CONSTRAINT pyqueue_queue_max_attempts_positive CHECK (max_attempts >= 1),
     CONSTRAINT pyqueue_queue_retention_not_negative CHECK (history_retention >= interval '0'),
     CONSTRAINT pyqueue_queue_dlq_not_self CHECK (dead_letter_queue <> queue_name),
     CONSTRAINT pyqueue_queue_visibility_within_max_reservation CHECK (visibility_timeout <= max_reservation),
-    CONSTRAINT pyqueue_queue_max_payload_range CHECK (max_payload BETWEEN 1 AND 268435456)
+    CONSTRAINT pyqueue_queue_max_payload_range CHECK (max_payload BETWEEN 1 AND 268435456),
+    CONSTRAINT pyqueue_queue_result_retention_positive CHECK (result_retention > interval '0')
 );
 
 COMMENT ON TABLE pyqueue_queue IS
     'pyqueue-sql: one row per queue with its settings; dead_count counts messages that exhausted max_attempts here; '
-    'max_reservation caps the reservation timeout a caller may ask for, max_payload the bytes of a payload written into it.';
+    'max_reservation caps the reservation timeout a caller may ask for, max_payload the bytes of a payload written into it; '
+    'result_retention (NULL: none) how long the outcome of a finished message is kept in pyqueue_result.';
 
 -- Live messages. scheduled_at is both the schedule and the reservation lock:
 -- a row is eligible when scheduled_at <= now; reserving pushes scheduled_at to
@@ -124,6 +127,8 @@ CREATE TABLE pyqueue_message (
     dead_from              varchar(128) NULL,
     dead_attempts          integer      NULL,
     group_key              varchar(255) NULL,
+    progress               jsonb        NULL,
+    cancel_requested_at    timestamptz  NULL,
     CONSTRAINT pyqueue_message_pkey PRIMARY KEY (queue_name, p_key, p_kind),
     CONSTRAINT pyqueue_message_key_not_empty CHECK (p_key <> ''),
     CONSTRAINT pyqueue_message_kind_not_empty CHECK (p_kind <> '')
@@ -142,6 +147,9 @@ COMMENT ON TABLE pyqueue_message IS
 -- (queue_fail; at most 2000 characters, longer text is cut). dead_from and
 -- dead_attempts: set on a dead-letter copy only, the queue it came from and
 -- the deliveries it had there (cleared when the message moves on).
+-- progress: what its holder last reported (queue_set_progress), kept across
+-- retries. cancel_requested_at: when queue_cancel asked the holder of its
+-- reservation to stop (queue_renew tells the holder). Both NULL on a push.
 
 -- The two indexes by time below are partial, each on a condition every row
 -- meets (scheduled_at is always finite: run_at must be), and a different
@@ -324,11 +332,11 @@ CREATE TABLE pyqueue_history (
     last_error   varchar(2000) NULL,
     CONSTRAINT pyqueue_history_pkey PRIMARY KEY (id),
     CONSTRAINT pyqueue_history_outcome_known
-        CHECK (outcome IN ('committed', 'popped', 'dead_lettered', 'moved'))
+        CHECK (outcome IN ('committed', 'popped', 'dead_lettered', 'moved', 'cancelled'))
 );
 
 COMMENT ON TABLE pyqueue_history IS
-    'pyqueue-sql: messages that left a queue with history_retention (outcome committed, popped, dead_lettered, moved).';
+    'pyqueue-sql: messages that left a queue with history_retention (outcome committed, popped, dead_lettered, moved, cancelled).';
 
 -- Purge and replay read one queue's time range.
 CREATE INDEX pyqueue_history_queue_time_idx ON pyqueue_history (queue_name, processed_at);
@@ -354,6 +362,39 @@ SELECT m.queue_name                    AS dead_letter_queue,
 
 COMMENT ON VIEW pyqueue_dead_letters IS
     'pyqueue-sql: messages in dead-letter queues, with the queue each came from, its deliveries there and its last error.';
+
+
+-- ==== results ====
+-- The outcomes of finished messages, for producers that wait for them.
+
+-- The outcome of each finished message of a queue with a result_retention,
+-- one row per (queue, key, kind): the last time a message of that key
+-- finished ('succeeded': committed or popped, with the result the consumer
+-- gave queue_commit_result; 'failed': dead-lettered or dropped after its
+-- last attempt or queue_give_up; 'cancelled': queue_cancel, queue_cancel_held),
+-- its last_error, deliveries (attempts) and progress then. Written (an
+-- upsert on the key) by the routine that removes the message, in the same
+-- transaction, so a reader sees either the live message or its outcome.
+-- Purged by queue_purge_history. No foreign key, as pyqueue_history.
+CREATE TABLE pyqueue_result (
+    queue_name  varchar(128)  NOT NULL,
+    p_key       varchar(255)  NOT NULL,
+    p_kind      varchar(128)  NOT NULL,
+    state       varchar(16)   NOT NULL,
+    result      jsonb         NULL,
+    last_error  varchar(2000) NULL,
+    attempts    integer       NOT NULL,
+    progress    jsonb         NULL,
+    finished_at timestamptz   NOT NULL,
+    CONSTRAINT pyqueue_result_pkey PRIMARY KEY (queue_name, p_key, p_kind),
+    CONSTRAINT pyqueue_result_state_known CHECK (state IN ('succeeded', 'failed', 'cancelled'))
+);
+
+COMMENT ON TABLE pyqueue_result IS
+    'pyqueue-sql: the outcome (succeeded, failed, cancelled) and result of finished messages of queues with a result_retention.';
+
+-- The purge reads one queue's time range.
+CREATE INDEX pyqueue_result_queue_time_idx ON pyqueue_result (queue_name, finished_at);
 
 
 -- ==== limits ====

@@ -37,6 +37,23 @@ DROP FUNCTION IF EXISTS queue_set_limit(text, text, integer);
 DROP TABLE IF EXISTS pyqueue_limit_slot;
 DROP TABLE IF EXISTS pyqueue_limit;
 
+-- ==== results ====
+DROP FUNCTION IF EXISTS queue_set_progress(text, text, text, uuid, jsonb);
+DROP FUNCTION IF EXISTS queue_set_progress(text, text, text, text, jsonb);
+DROP FUNCTION IF EXISTS queue_cancel_held(text, text, text, uuid);
+DROP FUNCTION IF EXISTS queue_cancel_held(text, text, text, text);
+DROP FUNCTION IF EXISTS queue_renew(text, text, text, uuid, interval);
+DROP FUNCTION IF EXISTS queue_renew(text, text, text, text, interval);
+DROP FUNCTION IF EXISTS queue_cancel(text, text, text);
+DROP FUNCTION IF EXISTS queue_result_channel(text);
+DROP FUNCTION IF EXISTS queue_result_wait(text, text, text, interval);
+DROP FUNCTION IF EXISTS queue_result(text, text, text);
+DROP FUNCTION IF EXISTS queue_commit_result_batch(text, text[], text[], text[], jsonb[]);
+DROP FUNCTION IF EXISTS queue_commit_result(text, text, text, uuid, jsonb);
+DROP FUNCTION IF EXISTS queue_commit_result(text, text, text, text, jsonb);
+DROP FUNCTION IF EXISTS queue_set_result_retention(text, interval);
+DROP TABLE IF EXISTS pyqueue_result;
+
 -- ==== history and dead letters ====
 DROP FUNCTION IF EXISTS queue_throughput(text, timestamptz);
 DROP FUNCTION IF EXISTS queue_groups(text, integer);
@@ -136,6 +153,14 @@ DROP FUNCTION IF EXISTS pyqueue__limit_renew(text, text, text, uuid);
 DROP FUNCTION IF EXISTS pyqueue__limited_tids(text, timestamptz, integer, text[], timestamptz, bigint, integer);
 DROP FUNCTION IF EXISTS pyqueue__limit_claim(text, text, bigint, text, integer, timestamptz, bigint[]);
 DROP FUNCTION IF EXISTS pyqueue__slot_held(text, text, text, bigint, integer, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__refuse_result(integer, integer);
+DROP FUNCTION IF EXISTS pyqueue__check_results(pyqueue_queue);
+DROP FUNCTION IF EXISTS pyqueue__json_value(jsonb);
+DROP FUNCTION IF EXISTS pyqueue__finish_held(pyqueue_queue, text, text, uuid, text, text, jsonb);
+DROP FUNCTION IF EXISTS pyqueue__finish(pyqueue_queue, pyqueue_message, text, text, jsonb, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__record_result(pyqueue_queue, pyqueue_message, text, jsonb, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__result_notify(text, text, text, text);
+DROP FUNCTION IF EXISTS pyqueue__result_channel(text);
 DROP FUNCTION IF EXISTS pyqueue__archive(pyqueue_queue, pyqueue_message, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__notify(text);
 DROP FUNCTION IF EXISTS pyqueue__channel(text);

@@ -613,7 +613,11 @@ def test_capability_descriptions_cover_every_capability():
     everything = [r for rs in privileges.CAPABILITIES.values() for r in rs]
     # a routine in two capabilities is one of these (revoking either capability revokes it)
     shared = {r for r in everything if everything.count(r) > 1}
-    assert shared == set(privileges.MONITOR) | {"queue_release_dead_workers"}
+    assert shared == set(privileges.MONITOR) | {
+        "queue_release_dead_workers",
+        "queue_result_channel",  # producer, consumer and monitor: whoever waits for or gives results
+        "queue_cancel",  # producer and admin
+    }
     assert privileges.capabilities_with("queue_move") == ["pipeline"]
     assert privileges.capabilities_with("queue_stats") == ["monitor", "admin"]
     assert privileges.capabilities_with("pyqueue__queue") == []
