@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -99,9 +100,8 @@ def _ready(dsn: str, queue: str = "kept") -> int:
         return db.queue(queue).stats().ready
 
 
-def _assert_like_a_clean_install(dsn: str, clean: str) -> None:
-    migrate.upgrade(clean)
-    a, b = catalog(clean), catalog(dsn)
+def _assert_like_a_clean_install(dsn: str, clean_catalog) -> None:
+    a, b = clean_catalog(dsn), catalog(dsn)
     for part in a:
         if part not in GRANT_PARTS:
             assert a[part] == b[part], part
@@ -112,6 +112,47 @@ def _assert_like_a_clean_install(dsn: str, clean: str) -> None:
         f"('pyqueue_alembic_progress', 'pyqueue_alembic_grants') AND table_schema = {schema}",
     )
     assert leftovers == [], "the progress tables are dropped when a run finishes"
+
+
+@pytest.fixture(scope="session")
+def _clean_catalogs(tmp_path_factory) -> Path:
+    """Where the catalogs of clean installs are kept, for every test process of the run."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture
+def clean_catalog(fresh_database, _clean_catalogs):
+    """The catalog of what `migrate.upgrade` makes of an empty database, with the migrations and
+    SQL files in use (second_revision's included) on the server of ``dsn``: installed and read
+    once per run for each set of them (on MySQL/MariaDB an install takes seconds), by the first
+    test process that needs it, under a lock; the others read it from a file."""
+    import fcntl
+    import hashlib
+    import json
+
+    def read(dsn: str) -> dict[str, list[tuple]]:
+        if migrate.sql_file is not sql_file:  # a test's broken routines.sql: nothing to share
+            clean = fresh_database("clean")
+            migrate.upgrade(clean)
+            return catalog(clean)
+        name = dialects.for_dsn(dsn).name
+        digest = hashlib.sha256(f"{name}|{_flavor(dsn)}".encode())
+        folder = migrate.migrations_dir()
+        files = sorted(folder.rglob("*.py")) + sorted(sql_file(name, "x").parent.glob("*.sql"))
+        for path in files:
+            digest.update(f"|{path.relative_to(path.parents[1])}|".encode() + path.read_bytes())
+        digest.update((Path(__file__).parent / f"catalog_{name}.sql").read_bytes())
+        kept = _clean_catalogs / f"clean-catalog-{digest.hexdigest()[:16]}.json"
+        with open(f"{kept}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not kept.is_file():
+                clean = fresh_database("clean")
+                migrate.upgrade(clean)
+                kept.write_text(json.dumps(catalog(clean)))
+        return {part: [tuple(row) for row in rows] for part, rows in json.loads(kept.read_text()).items()}
+
+    return read
 
 
 def _unit_count(dialect: str) -> int:
@@ -157,16 +198,16 @@ def test_adopt_records_a_script_install_and_keeps_its_messages(fresh_database):
     smoke(dsn)
 
 
-def test_adopt_then_upgrade_to_a_later_revision(fresh_database, second_revision):
+def test_adopt_then_upgrade_to_a_later_revision(fresh_database, second_revision, clean_catalog):
     """After the release: a schema installed from the 0.1.0 script is adopted as the
     baseline, and the revisions after it are applied."""
-    dsn, clean = fresh_database("later"), fresh_database("clean")
+    dsn = fresh_database("later")
     install_from_sql(dsn)
     _push(dsn, n=3)
     result = migrate.upgrade(dsn, adopt=True)
     assert result == migrate.MigrationResult(("0001_baseline",), (second_revision,), "0001_baseline")
     assert _ready(dsn) == 3
-    _assert_like_a_clean_install(dsn, clean)
+    _assert_like_a_clean_install(dsn, clean_catalog)
 
 
 def test_adopt_refuses_a_schema_that_matches_no_revision(fresh_database):
@@ -208,11 +249,11 @@ def test_the_baseline_fingerprint_is_current(fresh_database, dialect):
     )
 
 
-def test_adopt_reads_no_routine_and_installs_routines_sql_again(fresh_database, dialect):
+def test_adopt_reads_no_routine_and_installs_routines_sql_again(fresh_database, dialect, clean_catalog):
     """The fingerprint reads the tables only: a routine with another body, and one missing,
     change the catalog but not the fingerprint; adopt recognises the baseline and installs
     routines.sql again, so the routines are the current ones."""
-    dsn, clean = fresh_database("body"), fresh_database("clean")
+    dsn = fresh_database("body")
     install_from_sql(dsn)
     fingerprint, before = migrate.fingerprint(dsn), catalog(dsn)
     if dialect == "postgresql":
@@ -237,7 +278,7 @@ def test_adopt_reads_no_routine_and_installs_routines_sql_again(fresh_database, 
     assert after["routines"] != before["routines"], "the routines in the catalog changed"
     assert migrate.fingerprint(dsn) == fingerprint
     assert migrate.upgrade(dsn, adopt=True).adopted == migrate.head()
-    _assert_like_a_clean_install(dsn, clean)
+    _assert_like_a_clean_install(dsn, clean_catalog)
     smoke(dsn)
 
 
@@ -272,9 +313,9 @@ def _break_routines(monkeypatch, tmp_path, dialect: str) -> None:
 
 
 def test_a_migration_failing_half_way_keeps_data_and_a_rerun_completes(
-    fresh_database, tmp_path, monkeypatch, dialect, second_revision
+    fresh_database, tmp_path, monkeypatch, dialect, second_revision, clean_catalog
 ):
-    dsn, clean = fresh_database("half"), fresh_database("clean")
+    dsn = fresh_database("half")
     migrate.upgrade(dsn, "0001_baseline")
     _push(dsn, n=5)
     _break_routines(monkeypatch, tmp_path, dialect)
@@ -285,7 +326,7 @@ def test_a_migration_failing_half_way_keeps_data_and_a_rerun_completes(
     monkeypatch.setattr(migrate, "sql_file", sql_file)
     assert migrate.upgrade(dsn).after == (second_revision,)
     assert _ready(dsn) == 5
-    _assert_like_a_clean_install(dsn, clean)
+    _assert_like_a_clean_install(dsn, clean_catalog)
     smoke(dsn)
 
 
@@ -293,8 +334,10 @@ def test_a_migration_failing_half_way_keeps_data_and_a_rerun_completes(
 
 
 @pytest.mark.parametrize("where", [0.02, "0.3:unrecorded", 0.5, "0.97:unrecorded"])
-def test_a_fresh_install_killed_anywhere_is_completed_by_the_next_run(fresh_database, dialect, where):
-    dsn, clean = fresh_database("kill"), fresh_database("clean")
+def test_a_fresh_install_killed_anywhere_is_completed_by_the_next_run(
+    fresh_database, dialect, where, clean_catalog
+):
+    dsn = fresh_database("kill")
     fraction, _, flag = str(where).partition(":")
     n = max(1, int(_unit_count(dialect) * float(fraction)))
     killed = _run_migrate(dsn, kill=f"{n}{':' + flag if flag else ''}")
@@ -302,7 +345,7 @@ def test_a_fresh_install_killed_anywhere_is_completed_by_the_next_run(fresh_data
     done = _run_migrate(dsn)
     assert done.returncode == 0, done.stderr
     assert migrate.current(dsn) == (migrate.head(),)
-    _assert_like_a_clean_install(dsn, clean)
+    _assert_like_a_clean_install(dsn, clean_catalog)
     smoke(dsn)
 
 
@@ -345,11 +388,11 @@ class MySQLAccount:
     "where", ["routine+1", "routine+20", "routine+21:unrecorded", "last-1:unrecorded", "twice"]
 )
 def test_an_upgrade_killed_in_the_routine_phase_gives_every_grant_back(
-    fresh_database, dialect, where, second_revision
+    fresh_database, dialect, where, second_revision, clean_catalog
 ):
     """A revision that runs routines.sql again drops every procedure with its grants
     (MySQL): killed anywhere, the next run finishes and gives every grant back."""
-    dsn, clean = fresh_database("grants"), fresh_database("clean")
+    dsn = fresh_database("grants")
     migrate.upgrade(dsn, "0001_baseline")
     _push(dsn, n=4)
     account = MySQLAccount(dsn)
@@ -374,17 +417,19 @@ def test_an_upgrade_killed_in_the_routine_phase_gives_every_grant_back(
         assert migrate.current(dsn) == (second_revision,)
         assert account.granted() >= before, "grants lost: %s" % sorted(before - account.granted())
         assert _ready(dsn) == 4
-        _assert_like_a_clean_install(dsn, clean)
+        _assert_like_a_clean_install(dsn, clean_catalog)
     finally:
         account.drop()
 
 
 @pytest.mark.only_dialect("mysql")
 @pytest.mark.parametrize("where", ["1", "40:unrecorded"])
-def test_an_adopt_killed_while_it_installs_the_routines_is_finished_with_every_grant(fresh_database, where):
+def test_an_adopt_killed_while_it_installs_the_routines_is_finished_with_every_grant(
+    fresh_database, where, clean_catalog
+):
     """Adopting a script install runs routines.sql again (every procedure dropped and created):
     killed there, the next migrate (without --adopt) finishes that step and gives the grants back."""
-    dsn, clean = fresh_database("adoptkill"), fresh_database("clean")
+    dsn = fresh_database("adoptkill")
     install_from_sql(dsn)
     _push(dsn, n=2)
     account = MySQLAccount(dsn)
@@ -397,7 +442,7 @@ def test_an_adopt_killed_while_it_installs_the_routines_is_finished_with_every_g
         assert done.returncode == 0, done.stderr
         assert account.granted() >= before, "grants lost: %s" % sorted(before - account.granted())
         assert _ready(dsn) == 2
-        _assert_like_a_clean_install(dsn, clean)
+        _assert_like_a_clean_install(dsn, clean_catalog)
     finally:
         account.drop()
 
@@ -418,8 +463,8 @@ def test_a_killed_downgrade_is_finished_by_the_next_one_and_nothing_else_runs_fi
     )
 
 
-def test_ctrl_c_says_it_was_interrupted_and_the_next_run_resumes(fresh_database, dialect):
-    dsn, clean = fresh_database("intr"), fresh_database("clean")
+def test_ctrl_c_says_it_was_interrupted_and_the_next_run_resumes(fresh_database, dialect, clean_catalog):
+    dsn = fresh_database("intr")
     n = max(2, _unit_count(dialect) // 3)
     stopped = _run_migrate(dsn, kill=f"{n}:SIGINT")
     assert stopped.returncode == 3, stopped.stderr
@@ -427,13 +472,13 @@ def test_ctrl_c_says_it_was_interrupted_and_the_next_run_resumes(fresh_database,
     assert "error 0" not in stopped.stderr and "Traceback" not in stopped.stderr
     done = _run_migrate(dsn)
     assert done.returncode == 0, done.stderr
-    _assert_like_a_clean_install(dsn, clean)
+    _assert_like_a_clean_install(dsn, clean_catalog)
 
 
 @pytest.mark.parametrize("delay", [0.1, 0.6])
-def test_ctrl_c_from_the_terminal_while_the_server_works(fresh_database, dialect, delay):
+def test_ctrl_c_from_the_terminal_while_the_server_works(fresh_database, dialect, delay, clean_catalog):
     """SIGINT from outside, most likely while the driver waits for the server's reply."""
-    dsn, clean = fresh_database("sigint"), fresh_database("clean")
+    dsn = fresh_database("sigint")
     env = {k: v for k, v in os.environ.items() if k != migrate.TEST_KILL_VARIABLE}
     proc = subprocess.Popen(
         [sys.executable, "-c", RUN, dsn, "heads"],
@@ -454,7 +499,7 @@ def test_ctrl_c_from_the_terminal_while_the_server_works(fresh_database, dialect
     assert "error 0" not in err and "Traceback" not in err, err
     done = _run_migrate(dsn)
     assert done.returncode == 0, done.stderr
-    _assert_like_a_clean_install(dsn, clean)
+    _assert_like_a_clean_install(dsn, clean_catalog)
 
 
 # ---- the lock, the result, downgrade ---------------------------------------------------
