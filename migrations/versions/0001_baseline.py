@@ -19,7 +19,7 @@ depends_on = None
 # sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
     "postgresql": "4dbcee6f14d37cc8d04603d6dbfef891",
-    "mariadb": "ac18cbd63319934be4d37dba99740a63",
+    "mariadb": "9caa89a02922518500eb72a99cecffb6",
 }
 
 

@@ -249,7 +249,10 @@ class MySQL(Dialect):
     # reserve and extend claim rows (and limit slots) one statement at a time: a
     # deadlock after the first claim would leave the claimed messages held,
     # unreturned, until their timeout; in a transaction of their own the server
-    # rolls the whole call back, and the client runs it again.
+    # rolls the whole call back, and the client runs it again. The calls that end
+    # a message with its outcome (a commit with a result, a cancel) remove it and
+    # write its history and result rows: one transaction, so that a reader sees
+    # either the live message or its outcome; a renew claims as an extend does.
     own_transaction_statements = frozenset(
         {
             "commit",
@@ -262,6 +265,11 @@ class MySQL(Dialect):
             "redrive",
             "reserve",
             "extend",
+            "commit_result",
+            "commit_result_batch",
+            "cancel",
+            "cancel_held",
+            "renew",
         }
     )
     # ... but on MariaDB these need none from the client: in autocommit mode the procedure makes
@@ -276,8 +284,12 @@ class MySQL(Dialect):
     # skip locked rows instead of waiting, so no deadlock falls between them (a dead-lettering step
     # that loses one leaves that message claimed until the claim expires). SERIALIZABLE makes those
     # reads locking reads, which see the latest rows but can deadlock: there the procedure opens the
-    # transaction. A commit_reserve in autocommit mode is always one transaction of its own.
-    self_contained_on_mariadb = frozenset({"commit", "reserve", "commit_reserve"})
+    # transaction. A commit_reserve in autocommit mode is always one transaction of its own, and
+    # so are the removal with its history and result rows of a commit_result, a cancel and a
+    # cancel_held.
+    self_contained_on_mariadb = frozenset(
+        {"commit", "reserve", "commit_reserve", "commit_result", "cancel", "cancel_held"}
+    )
     driver = ("pymysql", "mysql")
     async_driver = ("aiomysql", "asyncio")
 

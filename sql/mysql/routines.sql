@@ -310,9 +310,11 @@ END //
 -- dead_count may miss one). A grouped message: its group row is locked first and the next one takes its place
 -- (pyqueue__group_next), in a transaction of its own in autocommit mode, dead_count counted after it (never the queue
 -- row while a group row is held); with in_nowait the group row is taken with SKIP LOCKED, and when busy nothing
--- happens, out_done = -1 (the caller gives the claim back).
+-- happens, out_done = -1 (the caller gives the claim back). The dead-letter copy starts without progress or cancel
+-- request, as a new push. On a queue that keeps results, the outcome 'failed' is recorded after the delete
+-- (pyqueue__result_put, with its last_error, attempts and progress), in the same transaction when there is one.
 -- Locks: the message row, the dead-letter message row, the queue row, each for one statement (or until the caller's
--- transaction ends); for a grouped message its group row first and the group's next message.
+-- transaction ends); for a grouped message its group row first and the group's next message; the result row.
 DROP PROCEDURE IF EXISTS pyqueue__dead_letter //
 CREATE PROCEDURE pyqueue__dead_letter(
     IN  in_queue             VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -333,11 +335,14 @@ BEGIN
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_locked, v_txn, v_busy, v_tries, v_deleted, v_own INT DEFAULT 0;
     DECLARE v_hist BIGINT;
+    DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_results BOOLEAN;
     SET out_done = 0;
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-        SELECT m.p_key, m.p_kind, m.payload, m.priority, m.created_at, m.attempts, m.last_error, m.group_key
-          INTO v_key, v_kind, v_payload, v_priority, v_created, v_attempts, v_error, v_group
+        SELECT m.p_key, m.p_kind, m.payload, m.priority, m.created_at, m.attempts, m.last_error, m.group_key,
+               m.progress, (SELECT q.result_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = in_queue)
+          INTO v_key, v_kind, v_payload, v_priority, v_created, v_attempts, v_error, v_group, v_progress, v_results
           FROM pyqueue_message m
          WHERE m.id = in_id AND m.reserve_token = in_token;
     END;
@@ -376,12 +381,17 @@ BEGIN
                            scheduled_at = IF(scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', scheduled_at, in_now),
                            scheduled_at_initially = in_now, attempts = 0,
                            reserved_by = NULL, reserve_token = NULL,
-                           last_error = v_error, dead_from = in_queue, dead_attempts = v_attempts;
+                           last_error = v_error, dead_from = in_queue, dead_attempts = v_attempts,
+                           progress = NULL, cancel_requested_at = NULL;
                 END IF;
                 CALL pyqueue__archive(in_queue, in_id, in_token, 'dead_lettered', in_dead_letter_queue, in_now, v_hist);
                 DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
                 SET v_deleted = ROW_COUNT();
                 CALL pyqueue__unarchive(v_hist, v_deleted);
+                IF v_deleted = 1 AND v_results THEN
+                    CALL pyqueue__result_put(in_queue, v_key, v_kind, 'failed', NULL, v_error, v_attempts, v_progress,
+                                             in_now);
+                END IF;
                 IF v_deleted = 1 AND v_locked = 1 AND v_head_key = v_key AND v_head_kind = v_kind THEN
                     CALL pyqueue__group_next(in_queue, v_group, in_now);
                 END IF;
@@ -978,6 +988,117 @@ BEGIN
     IF in_history_id IS NOT NULL AND in_done = 0 THEN DELETE FROM pyqueue_history WHERE id = in_history_id; END IF;
 END //
 
+-- ---- for results ----
+
+-- pyqueue__result_put: records in pyqueue_result the outcome in_state ('succeeded', 'failed' or 'cancelled') of the
+-- message (in_queue, in_key, in_kind) that the caller has just removed: in_result (JSON text; NULL and the JSON value
+-- null are stored as SQL NULL), in_error (its last_error), in_attempts (its deliveries), in_progress, finished at
+-- in_now; it replaces the row an earlier message of the key left. Called only for a queue that keeps results, after
+-- the removal, in its transaction. Locks: the result row (a new one: the gap where it goes), for one statement (or
+-- until the transaction ends).
+DROP PROCEDURE IF EXISTS pyqueue__result_put //
+CREATE PROCEDURE pyqueue__result_put(
+    IN in_queue    VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      VARCHAR(255)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_state    VARCHAR(16)   CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_result   LONGTEXT      CHARACTER SET utf8mb4,
+    IN in_error    VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_attempts INT,
+    IN in_progress LONGTEXT      CHARACTER SET utf8mb4,
+    IN in_now      DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_result LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+    IF in_result IS NOT NULL AND JSON_TYPE(in_result) <> 'NULL' THEN SET v_result = in_result; END IF;
+    INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress, finished_at)
+    VALUES (in_queue, in_key, in_kind, in_state, v_result, in_error, in_attempts, in_progress, in_now)
+    ON DUPLICATE KEY UPDATE state = in_state, result = v_result, last_error = in_error, attempts = in_attempts,
+                            progress = in_progress, finished_at = in_now;
+END //
+
+-- pyqueue__check_result: refuses (invalid_argument) a result given to in_queue (an existing queue) when the queue keeps
+-- no results, and a result in_result that is not JSON or is longer (bytes of its JSON text) than the queue's
+-- max_payload; NULL (no result) passes the last two. Plain read of the queue row.
+DROP PROCEDURE IF EXISTS pyqueue__check_result //
+CREATE PROCEDURE pyqueue__check_result(
+    IN in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_result LONGTEXT     CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_keeps INT;
+    DECLARE v_max BIGINT;
+    SELECT MAX(q.result_retention IS NOT NULL), MAX(q.max_payload) INTO v_keeps, v_max
+      FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+    IF NOT v_keeps THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('queue "', in_queue, '" keeps no results (queue_set_result_retention)'));
+    END IF;
+    IF in_result IS NOT NULL THEN
+        IF NOT JSON_VALID(in_result) THEN
+            CALL pyqueue__raise('invalid_argument',
+                                'result is not valid JSON (MariaDB also refuses JSON nested 32 levels deep)');
+        END IF;
+        IF LOCATE(X'ED', CAST(in_result AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'result', in_result); END IF;
+        CALL pyqueue__check_result_size(LENGTH(in_result), v_max);
+    END IF;
+END //
+
+-- pyqueue__check_result_size: refuses (invalid_argument) a result of in_bytes bytes over a max_payload of in_max.
+DROP PROCEDURE IF EXISTS pyqueue__check_result_size //
+CREATE PROCEDURE pyqueue__check_result_size(IN in_bytes BIGINT, IN in_max BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_bytes > in_max THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('result is ', in_bytes, ' bytes, more than the queue''s max_payload of ', in_max, ' bytes'));
+    END IF;
+END //
+
+-- pyqueue__result: what queue_result answers for (in_queue, in_key, in_kind), read by ONE statement (one consistent
+-- view: a message that finished meanwhile is seen either live or with its result, never neither): the live message
+-- (state 'ready', an expired reservation too, 'delayed', 'reserved' or 'blocked' behind its FIFO group's head; no
+-- result, no finished_at), else its stored outcome, else 'unknown' (all NULL). out_found = 0 when the queue does not
+-- exist. Plain read, no locks.
+DROP PROCEDURE IF EXISTS pyqueue__result //
+CREATE PROCEDURE pyqueue__result(
+    IN  in_queue      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_key        VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_found     INT,
+    OUT out_state     VARCHAR(16)   CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_result    LONGTEXT      CHARACTER SET utf8mb4,
+    OUT out_error     VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_attempts  INT,
+    OUT out_progress  LONGTEXT      CHARACTER SET utf8mb4,
+    OUT out_finished  DATETIME(6),
+    OUT out_requested INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_now DATETIME(6);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET out_found = 0;
+    SET v_now = UTC_TIMESTAMP(6), out_found = 1;
+    -- (at most one row: the queue by its key, the message and the result by theirs)
+    SELECT CASE WHEN m.id IS NOT NULL THEN
+                     CASE WHEN m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' THEN 'blocked'
+                          WHEN m.scheduled_at <= v_now THEN 'ready'
+                          WHEN m.reserve_token IS NULL THEN 'delayed'
+                          ELSE 'reserved' END
+                WHEN r.state IS NOT NULL THEN r.state
+                ELSE 'unknown' END,
+           IF(m.id IS NULL, r.result, NULL),
+           IF(m.id IS NULL, r.last_error, m.last_error),
+           IF(m.id IS NULL, r.attempts, m.attempts),
+           IF(m.id IS NULL, r.progress, m.progress),
+           IF(m.id IS NULL, r.finished_at, NULL),
+           COALESCE(m.cancel_requested_at IS NOT NULL, 0)
+      INTO out_state, out_result, out_error, out_attempts, out_progress, out_finished, out_requested
+      FROM pyqueue_queue q
+      LEFT JOIN pyqueue_message m ON m.queue_name = q.queue_name AND m.p_key = in_key AND m.p_kind = in_kind
+      LEFT JOIN pyqueue_result r ON r.queue_name = q.queue_name AND r.p_key = in_key AND r.p_kind = in_kind
+     WHERE q.queue_name = in_queue;
+END //
+
 -- ---- for limits ----
 
 -- pyqueue__limit_take: gives a free slot (1..capacity) of (in_queue, in_kind) to the reservation (in_id, in_attempts,
@@ -1411,11 +1532,14 @@ END //
 -- pyqueue__group_leave: message in_id of group in_group leaves in_queue, its group row locked first; a head is
 -- replaced by the next message (pyqueue__group_next). in_how: 'commit' (history, schedule, DELETE by id and token, as
 -- queue_commit); 'pop' (under the mark in_token; the group row with SKIP LOCKED: busy, the message stays and out_done
--- = -1); 'remove' (by id); 'move' (to in_to_queue without its group, as queue_move, payload in_payload NULL =
+-- = -1); 'commit_result' and 'pop_result': the same on a queue that keeps results, its outcome 'succeeded' recorded
+-- (result: in_payload); 'cancel_held' (as 'commit', history and outcome 'cancelled'); 'cancel' (queue_cancel: by id
+-- while its token is still in_token as read, NULL included, and it is no live reservation; history and outcome
+-- 'cancelled'); 'remove' (by id); 'move' (to in_to_queue without its group, as queue_move, payload in_payload NULL =
 -- unchanged; deleted on a duplicate); 'redrive' (as 'move' if still ready and held by in_token as read, nothing
 -- deleted on a duplicate). out_done = 1 when it left, 0 when gone or the token no longer held. in_own = 1: in
 -- a transaction of its own, run again on a deadlock.
--- Locks: the group row, the message, the group's next message, until the transaction ends.
+-- Locks: the group row, the message, the group's next message, the result row, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__group_leave //
 CREATE PROCEDURE pyqueue__group_leave(
     IN  in_how      VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1432,39 +1556,64 @@ CREATE PROCEDURE pyqueue__group_leave(
     OUT out_done    INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_found, v_duplicate, v_retry INT;
+    DECLARE v_found, v_duplicate, v_retry, v_attempts INT;
     DECLARE v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_hist BIGINT;
     DECLARE v_tries INT DEFAULT 0;
+    DECLARE v_pop BOOLEAN DEFAULT in_how IN ('pop', 'pop_result');
+    DECLARE v_cancel BOOLEAN DEFAULT in_how IN ('cancel', 'cancel_held');
+    DECLARE v_results BOOLEAN DEFAULT in_how IN ('commit_result', 'pop_result');
+    IF v_cancel THEN
+        SELECT MAX(q.result_retention) IS NOT NULL INTO v_results FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+    END IF;
     REPEAT
-        SET v_retry = 0, v_tries = v_tries + 1, out_done = 0, v_hist = NULL, v_duplicate = 0;
+        SET v_retry = 0, v_tries = v_tries + 1, out_done = 0, v_hist = NULL, v_duplicate = 0, v_attempts = NULL;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467
             BEGIN IF in_own = 1 THEN ROLLBACK; END IF; IF in_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF in_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
             IF in_own = 1 THEN START TRANSACTION; END IF;
-            CALL pyqueue__group_lock(in_queue, in_group, in_how = 'pop', v_found, v_head_key, v_head_kind);
-            IF in_how = 'pop' AND v_found = 0 THEN
+            CALL pyqueue__group_lock(in_queue, in_group, v_pop, v_found, v_head_key, v_head_kind);
+            IF v_pop AND v_found = 0 THEN
                 SET out_done = -1;
             ELSEIF in_how = 'remove' THEN
                 DELETE m FROM pyqueue_message m FORCE INDEX (PRIMARY) WHERE m.id = in_id AND m.queue_name = in_queue;
                 SET out_done = ROW_COUNT();
-            ELSEIF in_how IN ('commit', 'pop') THEN
-                CALL pyqueue__archive(in_queue, in_id, in_token, IF(in_how = 'pop', 'popped', 'committed'), NULL,
-                                      in_now, v_hist);
-                IF in_how = 'commit' AND in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
+            ELSEIF in_how IN ('commit', 'pop', 'commit_result', 'pop_result', 'cancel_held', 'cancel') THEN
+                IF v_results THEN  -- what the result row copies, read under the message's lock
+                    SELECT m.attempts, m.last_error, m.progress INTO v_attempts, v_error, v_progress
+                      FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                     WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token
+                       FOR UPDATE;
+                END IF;
+                CALL pyqueue__archive(in_queue, in_id, in_token,
+                                      IF(v_pop, 'popped', IF(v_cancel, 'cancelled', 'committed')), NULL, in_now, v_hist);
+                IF NOT v_pop AND in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
                     CALL pyqueue__schedule_next(in_queue, in_key, in_kind);
                 END IF;
-                DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
+                IF in_how = 'cancel' THEN  -- still as read, and no live reservation
+                    DELETE m FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                     WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token
+                       AND (m.reserve_token IS NULL OR m.scheduled_at <= in_now);
+                ELSE
+                    DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
+                END IF;
                 SET out_done = ROW_COUNT();
                 CALL pyqueue__unarchive(v_hist, out_done);
+                IF out_done = 1 AND v_results THEN
+                    CALL pyqueue__result_put(in_queue, in_key, in_kind, IF(v_cancel, 'cancelled', 'succeeded'),
+                                             IF(v_cancel, NULL, in_payload), v_error, v_attempts, v_progress, in_now);
+                END IF;
             ELSE  -- move, redrive
                 CALL pyqueue__archive(in_queue, in_id, in_token, 'moved', in_to_queue, in_now, v_hist);
                 BEGIN
                     DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
                     UPDATE pyqueue_message FORCE INDEX (PRIMARY)
                        SET attempts = 0, dead_from = NULL, dead_attempts = NULL, group_key = NULL,
+                           progress = NULL, cancel_requested_at = NULL,
                            queue_name = in_to_queue,
                            payload = COALESCE(in_payload, payload),
                            scheduled_at = in_now, scheduled_at_initially = in_now, created_at = in_now,
@@ -1490,8 +1639,8 @@ BEGIN
     UNTIL v_retry = 0 END REPEAT;
 END //
 
--- pyqueue__groups_leave: pyqueue__group_leave for each [id, p_key, p_kind, token, group_key] of in_rows, in group_key
--- order (two calls lock their groups in one order); out_done: how many left; out_busy: JSON array of the ids a pop
+-- pyqueue__groups_leave: pyqueue__group_leave for each [id, p_key, p_kind, token, group_key, result] of in_rows (the
+-- result, given to 'commit_result' only, may be left out), in group_key order (two calls lock their groups in one order); out_done: how many left; out_busy: JSON array of the ids a pop
 -- left alone (group row busy), NULL when none.
 DROP PROCEDURE IF EXISTS pyqueue__groups_leave //
 CREATE PROCEDURE pyqueue__groups_leave(
@@ -1509,25 +1658,27 @@ BEGIN
     DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_result LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_done INT;
     DECLARE v_end INT DEFAULT 0;
     DECLARE c_rows CURSOR FOR
-        SELECT r.c_id, r.c_key, r.c_kind, r.c_token, r.c_group
+        SELECT r.c_id, r.c_key, r.c_kind, r.c_token, r.c_group, r.c_result
           FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
-                   c_id    BIGINT       PATH '$[0]',
-                   c_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                   c_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
-                   c_token CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
-                   c_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]')) AS r
+                   c_id     BIGINT       PATH '$[0]',
+                   c_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                   c_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
+                   c_token  CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
+                   c_group  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]',
+                   c_result JSON         PATH '$[5]')) AS r
          ORDER BY r.c_group, r.c_id;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
     SET out_done = 0, out_busy = NULL;
     OPEN c_rows;
     rows_loop: LOOP
-        FETCH c_rows INTO v_id, v_key, v_kind, v_token, v_group;
+        FETCH c_rows INTO v_id, v_key, v_kind, v_token, v_group, v_result;
         IF v_end = 1 THEN LEAVE rows_loop; END IF;
-        CALL pyqueue__group_leave(in_how, in_queue, v_group, v_id, v_key, v_kind, v_token, in_to_queue, NULL,
-                                  in_now, in_own, v_done);
+        CALL pyqueue__group_leave(in_how, in_queue, v_group, v_id, v_key, v_kind, v_token, in_to_queue,
+                                  IF(in_how = 'commit_result', v_result, NULL), in_now, in_own, v_done);
         IF v_done = 1 THEN
             SET out_done = out_done + 1;
         ELSEIF v_done = -1 THEN
@@ -1687,7 +1838,8 @@ BEGIN
 END //
 
 -- queue_reset_setting: puts one setting back to its default: 'visibility_timeout' (30 s), 'max_attempts' (10),
--- 'dead_letter_queue' or 'history_retention' (none), 'max_reservation' (12 hours), 'max_payload' (1 MiB). Refused
+-- 'dead_letter_queue', 'history_retention' or 'result_retention' (none), 'max_reservation' (12 hours), 'max_payload'
+-- (1 MiB). Refused
 -- (invalid_argument) when the default visibility_timeout would be above the max_reservation, or the default
 -- max_reservation below the visibility_timeout. No result set. Locks: the queue row, one statement.
 DROP PROCEDURE IF EXISTS queue_reset_setting //
@@ -1705,9 +1857,10 @@ BEGIN
     -- Compared as bytes: utf8mb4_bin pads with spaces, and 'max_attempts ' is no setting name.
     IF in_setting IS NULL OR CAST(in_setting AS BINARY) NOT IN ('visibility_timeout', 'max_attempts',
                                                               'dead_letter_queue', 'history_retention',
-                                                              'max_reservation', 'max_payload') THEN
+                                                              'max_reservation', 'max_payload',
+                                                              'result_retention') THEN
         CALL pyqueue__raise('invalid_argument',
-            'setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention, max_reservation, max_payload');
+            'setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention, max_reservation, max_payload, result_retention');
     END IF;
     SET v_queue = in_queue, v_setting = in_setting;
     UPDATE pyqueue_queue
@@ -1716,7 +1869,8 @@ BEGIN
            dead_letter_queue  = IF(v_setting = 'dead_letter_queue', NULL, dead_letter_queue),
            history_retention  = IF(v_setting = 'history_retention', NULL, history_retention),
            max_reservation    = IF(v_setting = 'max_reservation', 43200, max_reservation),
-           max_payload        = IF(v_setting = 'max_payload', 1048576, max_payload)
+           max_payload        = IF(v_setting = 'max_payload', 1048576, max_payload),
+           result_retention   = IF(v_setting = 'result_retention', NULL, result_retention)
      WHERE queue_name = v_queue
        AND NOT (v_setting = 'visibility_timeout' AND max_reservation < 30)
        AND NOT (v_setting = 'max_reservation' AND visibility_timeout > 43200);
@@ -1734,7 +1888,7 @@ END //
 
 -- queue_settings: the settings of a queue (every queue when NULL), ordered by name: queue, visibility_timeout (s),
 -- max_attempts, dead_letter_queue, history_retention (s), paused, notify_window (s), max_reservation (s),
--- max_payload (bytes). Plain reads, no locks.
+-- max_payload (bytes), result_retention (s). Plain reads, no locks.
 DROP PROCEDURE IF EXISTS queue_settings //
 CREATE PROCEDURE queue_settings(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
@@ -1747,7 +1901,7 @@ BEGIN
     SET v_queue = in_queue;
     SELECT q.queue_name AS `queue`, q.visibility_timeout, q.max_attempts, q.dead_letter_queue,
            q.history_retention, q.paused, COALESCE(n.notify_window, 0.05) AS notify_window,
-           q.max_reservation, q.max_payload
+           q.max_reservation, q.max_payload, q.result_retention
       FROM pyqueue_queue q
       LEFT JOIN pyqueue_notify n ON n.queue_name = q.queue_name
      WHERE v_queue IS NULL OR q.queue_name = v_queue
@@ -1794,6 +1948,27 @@ BEGIN
     CALL pyqueue__check_int('max_payload', in_max_payload, 1, 268435456);
     SET v_queue = in_queue;
     UPDATE pyqueue_queue SET max_payload = COALESCE(in_max_payload, 1048576) WHERE queue_name = v_queue;
+END //
+
+-- queue_set_result_retention: how long the outcome of each finished message of the queue is kept for queue_result, in
+-- seconds: above zero, at most 3650 days (315360000). NULL turns recording off (the rows already kept go at the next
+-- queue_purge_history); so does queue_reset_setting(queue, 'result_retention'). No result set. Locks: the queue row,
+-- for one statement.
+DROP PROCEDURE IF EXISTS queue_set_result_retention //
+CREATE PROCEDURE queue_set_result_retention(
+    IN in_queue     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_retention DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_retention > 315360000 THEN CALL pyqueue__raise('invalid_argument', 'result_retention must not exceed 3650 days'); END IF;
+    CALL pyqueue__check_duration('result_retention', in_retention, TRUE);
+    SET v_queue = in_queue;
+    UPDATE pyqueue_queue SET result_retention = in_retention WHERE queue_name = v_queue;
 END //
 
 -- queue_drop: deletes the queue, its messages, limits, schedules and wakeup row (ON DELETE CASCADE) in one statement;
@@ -2479,7 +2654,8 @@ END //
 -- max_allowed_packet, at least one row); history, then one DELETE by id and token; the result is sent after the
 -- delete. An error before the delete gives the marks back; an interruption leaves marked rows that come back after
 -- the visibility timeout (never lost, never twice). A FIFO group's head leaves alone first (pyqueue__groups_leave),
--- its group row with SKIP LOCKED: busy, its mark goes back.
+-- its group row with SKIP LOCKED: busy, its mark goes back. On a queue that keeps results each popped message's
+-- outcome is 'succeeded', recorded with the history (one INSERT) before the DELETE.
 -- Locks: the marked rows, for one statement each step (or until the caller's transaction ends); rows another session
 -- holds are skipped.
 DROP PROCEDURE IF EXISTS queue_pop //
@@ -2489,7 +2665,7 @@ BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis, v_retention DECIMAL(20,6);
     DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_paused, v_results BOOLEAN;
     DECLARE v_now, v_until DATETIME(6);
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
@@ -2541,10 +2717,13 @@ BEGIN
                 CALL pyqueue__give_back_claims(v_secret, v_claimed, TRUE);
                 SET v_rows = NULL, v_taken = 0, v_ngrouped = 0;
             END IF;
+            SELECT q.history_retention, q.result_retention IS NOT NULL INTO v_retention, v_results
+              FROM pyqueue_queue q WHERE q.queue_name = v_queue;
             IF v_ngrouped > 0 THEN
                 -- heads of FIFO groups: one by one, their group rows first
                 CALL pyqueue__own_transaction(TRUE, v_own);
-                CALL pyqueue__groups_leave('pop', v_queue, NULL, v_grouped, v_now, v_own, v_deleted, v_busy);
+                CALL pyqueue__groups_leave(IF(v_results, 'pop_result', 'pop'), v_queue, NULL, v_grouped, v_now, v_own,
+                                           v_deleted, v_busy);
                 IF v_busy IS NOT NULL THEN
                     -- their group rows were busy: their marks go back
                     UPDATE JSON_TABLE(CONCAT('[', v_claimed, ']'), '$[*]' COLUMNS (
@@ -2559,7 +2738,6 @@ BEGIN
                          9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
                 END IF;
             END IF;
-            SELECT q.history_retention INTO v_retention FROM pyqueue_queue q WHERE q.queue_name = v_queue;
             IF v_retention IS NOT NULL AND v_taken > 0 THEN
                 INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
                                              created_at, processed_at, outcome, to_queue, reserved_by,
@@ -2571,6 +2749,19 @@ BEGIN
                            c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
                   STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
                  WHERE m.reserve_token = j.c_token;
+            END IF;
+            IF v_results AND v_taken > 0 THEN
+                INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress,
+                                            finished_at)
+                SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded', NULL, m.last_error, m.attempts, m.progress, v_now
+                  FROM JSON_TABLE(v_rows, '$[*]' COLUMNS (
+                           c_id    BIGINT   PATH '$.id',
+                           c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+                 WHERE m.reserve_token = j.c_token
+                ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result), last_error = VALUES(last_error),
+                                        attempts = VALUES(attempts), progress = VALUES(progress),
+                                        finished_at = VALUES(finished_at);
             END IF;
             DELETE m
               FROM JSON_TABLE(COALESCE(v_rows, '[]'), '$[*]' COLUMNS (
@@ -3172,9 +3363,12 @@ END //
 -- pyqueue__group_leave (its group row first, the next message takes its place). Plainly valid arguments skip the
 -- helpers' checks (nested CALLs cost MariaDB tens of microseconds each). In autocommit mode (MariaDB: MySQL 8.0 cannot
 -- tell, and its callers open the transaction) a commit that archives or schedules the next occurrence is one
--- transaction of its own, so a client needs none around the call. Locks: the message row (in autocommit mode, of a key
--- that no longer exists: the gap where it would be), for one statement or the call's own transaction (or until the
--- caller's transaction ends); in autocommit mode a deadlock victim runs again.
+-- transaction of its own, so a client needs none around the call. On a queue that keeps results, the outcome
+-- 'succeeded' (no result: queue_commit_result gives one) is recorded in the same transaction (the queue's settings are
+-- read by the statement that reads them anyway: a queue without results pays nothing for them). Locks: the message
+-- row (in autocommit mode, of a key that no longer exists: the gap where it would be), for one statement or the call's
+-- own transaction (or until the caller's transaction ends), the result row; in autocommit mode a deadlock victim runs
+-- again.
 DROP PROCEDURE IF EXISTS queue_commit //
 CREATE PROCEDURE queue_commit(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3190,9 +3384,11 @@ body: BEGIN
     DECLARE v_max, v_retry INT;
     DECLARE v_paused BOOLEAN;
     DECLARE v_id, v_hist BIGINT;
-    DECLARE v_history BOOLEAN;
+    DECLARE v_history, v_results BOOLEAN;
     DECLARE v_done, v_own, v_tries, v_txn INT DEFAULT 0;
-    DECLARE v_found INT;
+    DECLARE v_found, v_attempts INT;
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
             AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
             AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')
@@ -3210,10 +3406,11 @@ body: BEGIN
     -- by one DELETE of its key and token. Anything else (a token that no longer holds too) goes the general way below,
     -- and so does a call inside a transaction, where the DELETE's lock on a key that no longer exists (a gap lock)
     -- would last until that transaction ends.
-    SELECT COUNT(*), MAX(q.history_retention) IS NOT NULL INTO v_found, v_history
+    SELECT COUNT(*), MAX(q.history_retention) IS NOT NULL, MAX(q.result_retention) IS NOT NULL
+      INTO v_found, v_history, v_results
       FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
-    IF v_own = 1 AND NOT v_history AND NOT (v_key LIKE '%@____-__-__T__:__:__Z') THEN
+    IF v_own = 1 AND NOT v_history AND NOT v_results AND NOT (v_key LIKE '%@____-__-__T__:__:__Z') THEN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
@@ -3232,15 +3429,15 @@ body: BEGIN
     END IF;
     SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key),
            (SELECT q.history_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = v_queue)
-      INTO v_id, v_group, v_history
+      INTO v_id, v_group, v_history  -- (v_results: as read above)
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
     IF v_id = 0 THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;  -- unknown queue?
     IF v_group IS NOT NULL THEN
         CALL pyqueue__own_transaction(TRUE, v_own);
-        CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
-                                  UTC_TIMESTAMP(6), v_own, v_done);
+        CALL pyqueue__group_leave(IF(v_results, 'commit_result', 'commit'), v_queue, v_group, v_id, v_key, v_kind,
+                                  v_held, NULL, NULL, UTC_TIMESTAMP(6), v_own, v_done);
     ELSEIF v_id > 0 THEN
         -- in autocommit mode the archiving, the next occurrence and the removal are one transaction of the call's own
         -- (interrupted, nothing of it stays), run again whole when it deadlocks
@@ -3253,9 +3450,15 @@ body: BEGIN
                     IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
                 END;
                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
-                IF v_own = 1 AND (v_history OR v_key LIKE '%@____-__-__T__:__:__Z') THEN
+                IF v_own = 1 AND (v_history OR v_results OR v_key LIKE '%@____-__-__T__:__:__Z') THEN
                     START TRANSACTION;
                     SET v_txn = 1;
+                END IF;
+                IF v_results THEN  -- what the result row copies, read under the message's lock
+                    SELECT m.attempts, m.last_error, m.progress INTO v_attempts, v_error, v_progress
+                      FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                     WHERE m.id = v_id AND m.reserve_token = v_held
+                       FOR UPDATE;
                 END IF;
                 IF v_history THEN
                     CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
@@ -3266,6 +3469,10 @@ body: BEGIN
                 DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
                 SET v_done = ROW_COUNT();
                 IF v_hist IS NOT NULL AND v_done = 0 THEN DELETE FROM pyqueue_history WHERE id = v_hist; END IF;  -- unarchive
+                IF v_done = 1 AND v_results THEN
+                    CALL pyqueue__result_put(v_queue, v_key, v_kind, 'succeeded', NULL, v_error, v_attempts, v_progress,
+                                             UTC_TIMESTAMP(6));
+                END IF;
                 IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
             END;
         UNTIL v_retry = 0 END REPEAT;
@@ -3391,20 +3598,23 @@ BEGIN
     SELECT v_done AS snoozed;
 END //
 
--- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the queue's visibility_timeout) and replaces
--- the token with a new random one. Result: one row, token, NULL when in_token no longer holds. A kind with a limit
+-- pyqueue__extend: queue_extend and queue_renew: pushes the reservation's end to now + in_timeout (NULL = the queue's
+-- visibility_timeout) and replaces the token with a new random one: out_token, NULL when in_token no longer holds;
+-- out_id: the message's id. A kind with a limit
 -- extends only while its slot is still this reservation's, in three statements in reserve's lock order: the slot
 -- marked as a claim in progress until the new end; the message's new end and token (by id, token, attempts); the slot
 -- (by number) holding this reservation again. Interrupted, the slot stays busy until the new end at most.
 -- Locks: the slot rows, then the message row, each for one statement; a deadlock victim runs again in autocommit mode.
-DROP PROCEDURE IF EXISTS queue_extend //
-CREATE PROCEDURE queue_extend(
-    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_token   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_timeout DECIMAL(20,6))
-SQL SECURITY DEFINER
+DROP PROCEDURE IF EXISTS pyqueue__extend //
+CREATE PROCEDURE pyqueue__extend(
+    IN  in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_token   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_timeout DECIMAL(20,6),
+    OUT out_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_id     BIGINT)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -3468,11 +3678,55 @@ BEGIN
             IF v_retry = 0 THEN SET v_step = v_step + 1; END IF;
         END WHILE;
     END IF;
+    SET out_token = v_token, out_id = v_id;
+END //
+
+-- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the queue's visibility_timeout) and replaces
+-- the token with a new random one (pyqueue__extend). Result: one row, token, NULL when in_token no longer holds.
+-- Steps and locks: pyqueue__extend.
+DROP PROCEDURE IF EXISTS queue_extend //
+CREATE PROCEDURE queue_extend(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_timeout DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_id BIGINT;
+    CALL pyqueue__extend(in_queue, in_key, in_kind, in_token, in_timeout, v_token, v_id);
     SELECT v_token AS token;
 END //
 
+-- queue_renew: queue_extend (the same checks, the same renewal of a limit slot), and whether a cancel was requested
+-- for the message (queue_cancel). Result: one row, token (NULL when in_token no longer holds) and cancel_requested
+-- (0 or 1; 0 when the token no longer holds). Steps and locks: pyqueue__extend, then a plain read of the message by id
+-- and its new token.
+DROP PROCEDURE IF EXISTS queue_renew //
+CREATE PROCEDURE queue_renew(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_timeout DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_id BIGINT;
+    DECLARE v_requested INT DEFAULT 0;
+    CALL pyqueue__extend(in_queue, in_key, in_kind, in_token, in_timeout, v_token, v_id);
+    IF v_token IS NOT NULL THEN
+        SELECT COUNT(*) INTO v_requested
+          FROM pyqueue_message m FORCE INDEX (PRIMARY)
+         WHERE m.id = v_id AND m.reserve_token = v_token AND m.cancel_requested_at IS NOT NULL;
+    END IF;
+    SELECT v_token AS token, v_requested AS cancel_requested;
+END //
+
 -- queue_move: commits the reservation here and pushes the message to in_to_queue (payload NULL = unchanged; priority
--- kept; schedule, created_at and attempts start afresh, except into its own queue, which keeps the attempts). A live
+-- kept; schedule, created_at and attempts start afresh, except into its own queue, which keeps the attempts; progress
+-- and a cancel request are kept into its own queue only). A move records no result. A live
 -- message with the same key and kind there stays (dedup). Result: one row, moved = 1, or 0 when the token no longer
 -- holds. ONE UPDATE of queue_name (payload, schedule, reservation) by id and token; on a duplicate key (1062) one
 -- DELETE by id and token instead. A grouped message keeps its group into its own queue; moved away it leaves its
@@ -3529,6 +3783,8 @@ BEGIN
                SET attempts = IF(v_to_queue = v_queue, attempts, 0),
                    dead_from = IF(v_to_queue = v_queue, dead_from, NULL),
                    dead_attempts = IF(v_to_queue = v_queue, dead_attempts, NULL),
+                   progress = IF(v_to_queue = v_queue, progress, NULL),
+                   cancel_requested_at = IF(v_to_queue = v_queue, cancel_requested_at, NULL),
                    queue_name = v_to_queue,
                    payload = COALESCE(in_payload, payload),
                    scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
@@ -3637,6 +3893,300 @@ BEGIN
     CLOSE c_held;
     SELECT v_count AS released;
 END //
+
+-- ---- results, cancellation and progress of a reservation ----
+
+-- pyqueue__finish_held: the end of the reservation in_token holds on (in_key, in_kind) of in_queue, as queue_commit
+-- does it, on a queue that keeps results with its outcome in_state recorded in the same transaction: 'succeeded' with
+-- in_result (queue_commit_result), or 'cancelled' (queue_cancel_held: history outcome 'cancelled', result NULL; on a
+-- queue without results just the removal). out_done = 1, or 0 when the token no longer holds (nothing written).
+-- A grouped message goes through pyqueue__group_leave; otherwise pyqueue__commit_held. In autocommit mode the steps
+-- are one transaction of the call's own, run again on a deadlock. Locks: the message row (a grouped one: its group row
+-- first), the history, schedule and result rows, until the transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__finish_held //
+CREATE PROCEDURE pyqueue__finish_held(
+    IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_token  CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_state  VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_result LONGTEXT     CHARACTER SET utf8mb4,
+    OUT out_done  INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_id BIGINT;
+    DECLARE v_history, v_results BOOLEAN;
+    DECLARE v_retry INT;
+    DECLARE v_own, v_tries, v_txn INT DEFAULT 0;
+    SET out_done = 0;
+    SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key),
+           (SELECT q.history_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = in_queue),
+           (SELECT q.result_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = in_queue)
+      INTO v_id, v_group, v_history, v_results
+      FROM pyqueue_message m
+     WHERE m.queue_name = in_queue AND m.p_key = in_key AND m.p_kind = in_kind AND m.reserve_token = in_token;
+    IF v_id > 0 THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
+    IF v_group IS NOT NULL THEN
+        CALL pyqueue__group_leave(IF(in_state = 'cancelled', 'cancel_held', 'commit_result'), in_queue, v_group, v_id,
+                                  in_key, in_kind, in_token, NULL, in_result, UTC_TIMESTAMP(6), v_own, out_done);
+    ELSEIF v_id > 0 THEN
+        REPEAT
+            SET v_retry = 0, v_tries = v_tries + 1;
+            BEGIN
+                DECLARE EXIT HANDLER FOR 1213, 1467
+                BEGIN
+                    IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF;
+                    IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
+                END;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
+                IF v_own = 1 THEN
+                    START TRANSACTION;
+                    SET v_txn = 1;
+                END IF;
+                CALL pyqueue__commit_held(in_queue, v_id, in_key, in_kind, in_token, v_history,
+                                          IF(v_results, in_state, NULL), in_result, out_done);
+                IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
+            END;
+        UNTIL v_retry = 0 END REPEAT;
+    END IF;
+END //
+
+-- queue_commit_result: queue_commit, and the message's outcome 'succeeded' with in_result (JSON text; NULL or the JSON
+-- value null: no result, stored as SQL NULL) recorded in the same transaction, for queue_result. Refused, changing
+-- nothing (invalid_argument): a queue that keeps no results (queue_set_result_retention), a result that is not JSON or
+-- longer than the queue's max_payload. Result: one row, committed = 1, or 0 when the token no longer holds (nothing
+-- written). Steps and locks: pyqueue__finish_held.
+DROP PROCEDURE IF EXISTS queue_commit_result //
+CREATE PROCEDURE queue_commit_result(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_result LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_done INT;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
+    CALL pyqueue__check_result(v_queue, in_result);
+    CALL pyqueue__finish_held(v_queue, v_key, v_kind, v_held, 'succeeded', in_result, v_done);
+    SELECT v_done AS committed;
+END //
+
+-- queue_cancel_held: the holder ends its reservation as cancelled, whether or not a cancel was requested (a handler
+-- may cancel itself): the message is removed as by queue_commit (its group's next message moves up, a schedule's
+-- occurrence advances its schedule), history outcome 'cancelled', and on a queue that keeps results the outcome
+-- 'cancelled' with its last_error, attempts and progress. Result: one row, cancelled = 1, or 0 when the token no
+-- longer holds (nothing written). Steps and locks: pyqueue__finish_held.
+DROP PROCEDURE IF EXISTS queue_cancel_held //
+CREATE PROCEDURE queue_cancel_held(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_done INT;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
+    CALL pyqueue__finish_held(v_queue, v_key, v_kind, v_held, 'cancelled', NULL, v_done);
+    SELECT v_done AS cancelled;
+END //
+
+-- queue_cancel: cancels the message (in_key, in_kind) of in_queue. Result: one row, outcome:
+--   'cancelled': it was ready, delayed, blocked behind its FIFO group's head, or reserved with an expired lease: it is
+--     removed (its group's next message moves up as after a commit; a limit slot it held is free again, as its holder
+--     is gone; a schedule's occurrence advances its schedule), with history outcome 'cancelled' and, on a queue that
+--     keeps results, the outcome 'cancelled' (its last_error, attempts and progress);
+--   'requested': it is reserved: cancel_requested_at is set (the first request's time stays: idempotent) and the
+--     message stays; its holder learns it from queue_renew and ends it (queue_cancel_held) or not;
+--   'unknown': no live message.
+-- Steps: a plain read of the unique key, then by id either the request (one UPDATE re-checking that the same
+-- reservation is still live) or the removal (re-checking, under the message's lock, that its token is still the one
+-- read and it is no live reservation; with the history and result rows, in a transaction of its own in autocommit
+-- mode); a step that finds the message changed reads it again, by id with a locking read (a reserve that took it
+-- meanwhile: 'requested'; gone: 'unknown').
+-- Locks: the message row (a grouped one's removal: its group row first), the history, schedule and result rows, for
+-- one statement or the call's own transaction (or until the caller's transaction ends); in autocommit mode a deadlock
+-- victim runs again.
+DROP PROCEDURE IF EXISTS queue_cancel //
+CREATE PROCEDURE queue_cancel(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_attempts, v_retry, v_found, v_done INT;
+    DECLARE v_paused, v_history, v_results BOOLEAN;
+    DECLARE v_id, v_hist BIGINT;
+    DECLARE v_at, v_now DATETIME(6);
+    DECLARE v_own, v_tries, v_txn, v_rounds INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SELECT q.history_retention IS NOT NULL, q.result_retention IS NOT NULL INTO v_history, v_results
+      FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    CALL pyqueue__own_transaction(TRUE, v_own);
+    rounds: WHILE v_outcome IS NULL DO
+        SET v_rounds = v_rounds + 1, v_found = 1, v_done = 0, v_now = UTC_TIMESTAMP(6);
+        IF v_rounds > 100 THEN  -- (never seen: each round follows a change another call made)
+            CALL pyqueue__raise('invalid_argument', 'the message changed 100 times while it was being cancelled');
+        END IF;
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+            IF v_rounds = 1 THEN
+                SELECT m.id, m.group_key, m.reserve_token, m.scheduled_at INTO v_id, v_group, v_token, v_at
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
+            ELSE
+                -- it changed under the last step: read as it is now (a locking read sees the latest version, also in
+                -- a REPEATABLE READ transaction whose snapshot is older than the change)
+                SELECT m.group_key, m.reserve_token, m.scheduled_at INTO v_group, v_token, v_at
+                  FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                 WHERE m.id = v_id AND m.queue_name = v_queue
+                   FOR UPDATE;
+            END IF;
+        END;
+        IF v_found = 0 THEN
+            SET v_outcome = 'unknown';
+        ELSEIF v_token IS NOT NULL AND v_at > v_now THEN
+            -- a live reservation: the request, on the same reservation only
+            UPDATE pyqueue_message FORCE INDEX (PRIMARY) SET cancel_requested_at = v_now
+             WHERE id = v_id AND reserve_token = v_token AND scheduled_at > v_now AND cancel_requested_at IS NULL;
+            IF ROW_COUNT() = 1
+               OR EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                           WHERE m.id = v_id AND m.reserve_token = v_token AND m.scheduled_at > v_now
+                             AND m.cancel_requested_at IS NOT NULL) THEN
+                SET v_outcome = 'requested';
+            END IF;
+        ELSEIF v_group IS NOT NULL THEN
+            CALL pyqueue__group_leave('cancel', v_queue, v_group, v_id, v_key, v_kind, v_token, NULL, NULL, v_now,
+                                      v_own, v_done);
+            IF v_done = 1 THEN SET v_outcome = 'cancelled'; END IF;
+        ELSE
+            SET v_tries = 0;
+            REPEAT
+                SET v_retry = 0, v_tries = v_tries + 1, v_hist = NULL, v_done = 0, v_found = 1;
+                BEGIN
+                    DECLARE EXIT HANDLER FOR 1213, 1467
+                    BEGIN
+                        IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF;
+                        IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
+                    END;
+                    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
+                    IF v_own = 1 AND (v_history OR v_results OR v_key LIKE '%@____-__-__T__:__:__Z') THEN
+                        START TRANSACTION;
+                        SET v_txn = 1;
+                    END IF;
+                    IF v_results THEN  -- what the result row copies, read under the message's lock
+                        BEGIN
+                            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+                            SELECT m.attempts, m.last_error, m.progress INTO v_attempts, v_error, v_progress
+                              FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                             WHERE m.id = v_id AND m.reserve_token <=> v_token
+                               AND (m.reserve_token IS NULL OR m.scheduled_at <= v_now)
+                               FOR UPDATE;
+                        END;
+                    END IF;
+                    IF v_found = 1 THEN
+                        IF v_history THEN
+                            CALL pyqueue__archive(v_queue, v_id, v_token, 'cancelled', NULL, v_now, v_hist);
+                        END IF;
+                        DELETE m FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                         WHERE m.id = v_id AND m.queue_name = v_queue AND m.reserve_token <=> v_token
+                           AND (m.reserve_token IS NULL OR m.scheduled_at <= v_now);
+                        SET v_done = ROW_COUNT();
+                        CALL pyqueue__unarchive(v_hist, v_done);
+                        IF v_done = 1 AND v_key LIKE '%@____-__-__T__:__:__Z' THEN
+                            -- a schedule's occurrence: the next one, as after a commit
+                            CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+                        END IF;
+                        IF v_done = 1 AND v_results THEN
+                            CALL pyqueue__result_put(v_queue, v_key, v_kind, 'cancelled', NULL, v_error, v_attempts,
+                                                     v_progress, v_now);
+                        END IF;
+                    END IF;
+                    IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
+                END;
+            UNTIL v_retry = 0 END REPEAT;
+            IF v_done = 1 THEN SET v_outcome = 'cancelled'; END IF;
+        END IF;
+    END WHILE;
+    SELECT v_outcome AS outcome;
+END //
+
+-- queue_set_progress: stores in_progress (JSON text of at most 65536 bytes; NULL or the JSON value null clears it, as
+-- SQL NULL) on the reservation in_token holds, without changing its token or its lease. Result: one row, updated = 1,
+-- or 0 when the token no longer holds (nothing written). The progress stays across rollback, fail, snooze and extend
+-- (it goes only with the message), and is copied into the message's result row. Steps: locate by key and token
+-- (plain read), one UPDATE by id and token. Locks: the message row, for one statement.
+DROP PROCEDURE IF EXISTS queue_set_progress //
+CREATE PROCEDURE queue_set_progress(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_progress LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_id BIGINT;
+    DECLARE v_done INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    IF in_progress IS NOT NULL THEN
+        IF NOT JSON_VALID(in_progress) THEN
+            CALL pyqueue__raise('invalid_argument',
+                                'progress is not valid JSON (MariaDB also refuses JSON nested 32 levels deep)');
+        END IF;
+        IF LOCATE(X'ED', CAST(in_progress AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'progress', in_progress); END IF;
+        IF LENGTH(in_progress) > 65536 THEN
+            CALL pyqueue__raise('invalid_argument', CONCAT('progress is ', LENGTH(in_progress), ' bytes, more than 65536 bytes'));
+        END IF;
+        IF JSON_TYPE(in_progress) <> 'NULL' THEN SET v_progress = in_progress; END IF;
+    END IF;
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
+    SELECT COALESCE(MAX(m.id), 0) INTO v_id
+      FROM pyqueue_message m
+     WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind AND m.reserve_token = v_held;
+    IF v_id > 0 THEN
+        UPDATE pyqueue_message FORCE INDEX (PRIMARY) SET progress = v_progress WHERE id = v_id AND reserve_token = v_held;
+        SET v_done = ROW_COUNT();
+        IF v_done = 0 THEN  -- the same progress again changes no row: still held?
+            SELECT COUNT(*) INTO v_done FROM pyqueue_message m FORCE INDEX (PRIMARY)
+             WHERE m.id = v_id AND m.reserve_token = v_held;
+        END IF;
+    END IF;
+    SELECT v_done AS updated;
+END //
+
 
 -- ==== wakeups ====
 -- Waiting for work without polling hard. MySQL has no NOTIFY: the channel and its window are kept for parity with
@@ -3753,9 +4303,11 @@ END //
 -- reservations at once. The semantics of the routines they stand for, in fewer round trips.
 
 -- pyqueue__commit_held: queue_commit's general way for the message in_id that in_token holds, outside any group: its
--- history row (in_history), a recurring occurrence's next one, the DELETE; out_done = 1, or 0 when the token no longer
--- held it (then no history row stays). For queue_commit_reserve. Locks: the message row, the schedule row of a
--- recurring occurrence.
+-- history row (in_history), a recurring occurrence's next one, the DELETE, and on a queue that keeps results
+-- (in_state not NULL) its outcome in_state with in_result; out_done = 1, or 0 when the token no longer held it (then no
+-- history or result row stays). in_state 'cancelled' (queue_cancel_held) archives as 'cancelled'. For
+-- queue_commit_reserve, queue_commit_result and queue_cancel_held. Locks: the message row, the schedule row of a
+-- recurring occurrence, the result row.
 DROP PROCEDURE IF EXISTS pyqueue__commit_held //
 CREATE PROCEDURE pyqueue__commit_held(
     IN  in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -3764,15 +4316,33 @@ CREATE PROCEDURE pyqueue__commit_held(
     IN  in_kind    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN  in_token   CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN  in_history BOOLEAN,
+    IN  in_state   VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_result  LONGTEXT CHARACTER SET utf8mb4,
     OUT out_done   INT)
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_hist BIGINT;
-    IF in_history THEN CALL pyqueue__archive(in_queue, in_id, in_token, 'committed', NULL, UTC_TIMESTAMP(6), v_hist); END IF;
+    DECLARE v_attempts INT;
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
+    IF in_state IS NOT NULL THEN  -- what the result row copies, read under the message's lock
+        SELECT m.attempts, m.last_error, m.progress INTO v_attempts, v_error, v_progress
+          FROM pyqueue_message m FORCE INDEX (PRIMARY)
+         WHERE m.id = in_id AND m.reserve_token = in_token
+           FOR UPDATE;
+    END IF;
+    IF in_history THEN
+        CALL pyqueue__archive(in_queue, in_id, in_token, IF(in_state = 'cancelled', 'cancelled', 'committed'), NULL,
+                              UTC_TIMESTAMP(6), v_hist);
+    END IF;
     IF in_key LIKE '%@____-__-__T__:__:__Z' THEN CALL pyqueue__schedule_next(in_queue, in_key, in_kind); END IF;
     DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
     SET out_done = ROW_COUNT();
     IF v_hist IS NOT NULL THEN CALL pyqueue__unarchive(v_hist, out_done); END IF;  -- (a nested CALL costs)
+    IF out_done = 1 AND in_state IS NOT NULL THEN
+        CALL pyqueue__result_put(in_queue, in_key, in_kind, in_state, in_result, v_error, v_attempts, v_progress,
+                                 UTC_TIMESTAMP(6));
+    END IF;
 END //
 
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind, in_token; all NULL = none) and reserves up
@@ -3804,7 +4374,7 @@ BEGIN
     DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis, v_maxres DECIMAL(20,6);
     DECLARE v_max INT;
-    DECLARE v_paused, v_limited, v_history BOOLEAN;
+    DECLARE v_paused, v_limited, v_history, v_results BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_id BIGINT;
     DECLARE v_done INT DEFAULT NULL;
@@ -3838,8 +4408,9 @@ BEGIN
            COALESCE(MAX(m.id), 0), MAX(m.group_key), MAX(m.scheduled_at) <= UTC_TIMESTAMP(6),
            EXISTS (SELECT 1 FROM pyqueue_message p FORCE INDEX (pyqueue_message_ready_idx)
                     WHERE p.queue_name = v_queue AND p.priority > 0),
-           MAX(q.max_reservation)
-      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_history, v_id, v_group, v_expired, v_above, v_maxres
+           MAX(q.max_reservation), MAX(q.result_retention) IS NOT NULL
+      INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_history, v_id, v_group, v_expired, v_above, v_maxres,
+           v_results
       FROM pyqueue_queue q LEFT JOIN pyqueue_message m ON v_commit AND m.queue_name = q.queue_name AND m.p_key = v_key
                                                      AND m.p_kind = v_kind AND m.reserve_token = v_held
      WHERE q.queue_name = v_queue;
@@ -3885,10 +4456,11 @@ BEGIN
             IF v_group IS NOT NULL THEN
                 -- as queue_commit, BEFORE the reserve, so its group's next message can be reserved
                 CALL pyqueue__own_transaction(TRUE, v_own);
-                CALL pyqueue__group_leave('commit', v_queue, v_group, v_id, v_key, v_kind, v_held, NULL, NULL,
-                                          UTC_TIMESTAMP(6), v_own, v_done);
+                CALL pyqueue__group_leave(IF(v_results, 'commit_result', 'commit'), v_queue, v_group, v_id, v_key,
+                                          v_kind, v_held, NULL, NULL, UTC_TIMESTAMP(6), v_own, v_done);
             ELSEIF v_first THEN
-                CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history, v_done);
+                CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history,
+                                          IF(v_results, 'succeeded', NULL), NULL, v_done);
             END IF;
             IF v_short THEN
                 -- one message of priority 0 as queue_reserve's short way takes it, inside this call's transaction:
@@ -3913,7 +4485,8 @@ BEGIN
                 END IF;
             END IF;
             IF v_commit AND v_group IS NULL AND v_id > 0 AND NOT v_first THEN
-                CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history, v_done);
+                CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history,
+                                          IF(v_results, 'succeeded', NULL), NULL, v_done);
             END IF;
             IF v_txn = 1 THEN COMMIT; END IF;
         END;
@@ -3921,28 +4494,34 @@ BEGIN
     SELECT v_done AS committed;
 END //
 
--- queue_commit_batch: commits many reservations; in_keys, in_kinds, in_tokens: JSON arrays of strings of one length
--- (element i of each names one). Result: one row, committed = how many were deleted (a token that no longer holds is
--- skipped). Refuses, changing nothing, arrays that are NULL, not of strings, of different lengths, or hold a bad key
--- or kind or a malformed token (naming the first bad element). Set-based: each array parsed once by JSON_TABLE; one
--- read locates the rows; schedule occurrences one by one; one DELETE by id re-checks each token. With history, the
--- rows still held are locked first, then archived in one INSERT and deleted, in a transaction of its own in autocommit
--- mode (run again on a deadlock): a row another call removes meanwhile is never archived. FIFO group messages go
--- last, one by one in group_key order (pyqueue__groups_leave).
--- Locks: the deleted rows, for one statement each step (with history: until the end of the transaction); schedule
--- rows of occurrences; group rows.
-DROP PROCEDURE IF EXISTS queue_commit_batch //
-CREATE PROCEDURE queue_commit_batch(
-    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_keys   LONGTEXT CHARACTER SET utf8mb4,
-    IN in_kinds  LONGTEXT CHARACTER SET utf8mb4,
-    IN in_tokens LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY DEFINER
+-- pyqueue__commit_batch: queue_commit_batch and queue_commit_result_batch: commits many reservations; in_keys, in_kinds,
+-- in_tokens: JSON arrays of strings of one length (element i of each names one); in_results NULL, or a JSON array of
+-- the same length (element i: the result of reservation i, any JSON; null: none). out_done = how many were deleted (a
+-- token that no longer holds is skipped). Refuses, changing nothing, arrays that are NULL, not of strings, of
+-- different lengths, or hold a bad key or kind or a malformed token (naming the first bad element); with in_results,
+-- a queue that keeps no results and a result longer than the queue's max_payload. Set-based: each array parsed once
+-- by JSON_TABLE; one read locates the rows; schedule occurrences one by one; one DELETE by id re-checks each token.
+-- With history or results, the rows still held are locked first, then archived in one INSERT, their outcomes
+-- 'succeeded' recorded in one INSERT, and deleted, in a transaction of its own in autocommit mode (run again on a
+-- deadlock): a row another call removes meanwhile is never archived nor recorded. FIFO group messages go last, one by
+-- one in group_key order (pyqueue__groups_leave).
+-- Locks: the deleted rows, for one statement each step (with history or results: until the end of the transaction);
+-- schedule rows of occurrences; group rows; result rows.
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch //
+CREATE PROCEDURE pyqueue__commit_batch(
+    IN  in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_keys    LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_kinds   LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_tokens  LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_results LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_done   INT)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
     DECLARE v_max, v_n, v_gdone, v_retry, v_nocc INT;
-    DECLARE v_paused, v_history BOOLEAN;
+    DECLARE v_paused, v_history, v_results BOOLEAN;
+    DECLARE v_bytes, v_max_payload BIGINT;
     DECLARE v_bad, v_gcl BIGINT;
     DECLARE v_ids, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_found, v_done, v_occs, v_i, v_own, v_tries INT DEFAULT 0;
@@ -3953,7 +4532,9 @@ BEGIN
     SET v_gcl = @@SESSION.group_concat_max_len;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
-    SELECT q.history_retention IS NOT NULL INTO v_history FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    SELECT q.history_retention IS NOT NULL, q.result_retention IS NOT NULL, q.max_payload
+      INTO v_history, v_results, v_max_payload
+      FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must not be NULL');
     END IF;
@@ -3964,6 +4545,22 @@ BEGIN
     SET v_n = JSON_LENGTH(in_keys);
     IF JSON_LENGTH(in_kinds) <> v_n OR JSON_LENGTH(in_tokens) <> v_n THEN
         CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must have the same length');
+    END IF;
+    IF in_results IS NOT NULL THEN
+        IF NOT JSON_VALID(in_results) OR JSON_TYPE(in_results) <> 'ARRAY' THEN
+            CALL pyqueue__raise('invalid_argument', 'results must be a JSON array');
+        END IF;
+        IF JSON_LENGTH(in_results) <> v_n THEN
+            CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds, tokens and results must have the same length');
+        END IF;
+        CALL pyqueue__check_result(v_queue, NULL);  -- the queue keeps results
+        IF LOCATE(X'ED', CAST(in_results AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'results', in_results); END IF;
+        IF LENGTH(in_results) > v_max_payload THEN  -- (else no element can be longer)
+            SELECT MAX(LENGTH(r.elem)) INTO v_bytes
+              FROM JSON_TABLE(in_results, '$[*]' COLUMNS (elem JSON PATH '$')) AS r;
+            CALL pyqueue__check_result_size(v_bytes, v_max_payload);
+        END IF;
+        SET v_results = TRUE;
     END IF;
     IF v_n > 0 THEN
         -- Each array checked on its own (no join needed): the first bad element of any of the three. The keys
@@ -4022,8 +4619,8 @@ BEGIN
                        k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
              WHERE k.k LIKE '%@____-__-__T__:__:__Z';
         END IF;
-        IF NOT v_history AND v_occs = 0 THEN
-            -- No history, no schedule: one DELETE joined to the arrays, re-checking each token under its lock
+        IF NOT v_history AND NOT v_results AND v_occs = 0 THEN
+            -- No history, no results, no schedule: one DELETE joined to the arrays, re-checking each token under its lock
             IF v_one_kind THEN
                 DELETE m
                   FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
@@ -4076,17 +4673,20 @@ BEGIN
             END IF;
         ELSE
             SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
-            -- [id, token, is a schedule's occurrence, p_key, p_kind]; kinds and tokens joined on ord through narrow
-            -- materialised derived tables (a kind as its MD5); grouped ones apart: [id, p_key, p_kind, token, group_key]
+            -- [id, token, is a schedule's occurrence, p_key, p_kind, element number]; kinds and tokens joined on ord
+            -- through narrow materialised derived tables (a kind as its MD5); grouped ones apart: [id, p_key, p_kind,
+            -- token, group_key, result]
             SELECT COALESCE(SUM(m.group_key IS NULL), 0),
                    CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL,
                                                JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z',
-                                                          m.p_key, m.p_kind),
+                                                          m.p_key, m.p_kind, k.ord),
                                                NULL)
                                             SEPARATOR ','), ']'),
                    SUM(m.group_key IS NULL AND m.p_key LIKE '%@____-__-__T__:__:__Z'),
                    CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL,
-                                               JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key))
+                                               JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key,
+                                                          IF(in_results IS NULL, NULL,
+                                                             JSON_EXTRACT(in_results, CONCAT('$[', k.ord - 1, ']')))))
                                             SEPARATOR ','), ']')
               INTO v_found, v_ids, v_occs, v_grouped
               FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
@@ -4106,7 +4706,7 @@ BEGIN
     END IF;
     IF v_found > 0 THEN
         SET v_now = UTC_TIMESTAMP(6);
-        IF v_history THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
+        IF v_history OR v_results THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1, v_i = 0, v_nocc = v_occs;
             BEGIN
@@ -4114,7 +4714,7 @@ BEGIN
                 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
                 IF v_own = 1 THEN START TRANSACTION; END IF;
-                IF v_history THEN
+                IF v_history OR v_results THEN
                     -- the rows still held, locked before they are archived: no other call removes one in between
                     SELECT COUNT(*) INTO v_i
                       FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
@@ -4122,6 +4722,28 @@ BEGIN
                       STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
                      WHERE m.reserve_token = c.c_token
                        FOR UPDATE;
+                    SET v_i = 0;
+                END IF;
+                IF v_results THEN
+                    -- their outcomes; each result joined by element number through a materialised derived table
+                    INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts,
+                                                progress, finished_at)
+                    SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded',
+                           IF(r.elem IS NULL OR JSON_TYPE(r.elem) = 'NULL', NULL, r.elem),
+                           m.last_error, m.attempts, m.progress, v_now
+                      FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                               c_ord BIGINT PATH '$[5]')) AS c
+                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+                      LEFT JOIN (SELECT j.ord, j.elem FROM JSON_TABLE(COALESCE(in_results, '[]'), '$[*]' COLUMNS (
+                                     ord FOR ORDINALITY, elem JSON PATH '$')) AS j
+                                 LIMIT 18446744073709551615) AS r ON r.ord = c.c_ord
+                     WHERE m.queue_name = v_queue AND m.reserve_token = c.c_token
+                    ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result),
+                                            last_error = VALUES(last_error), attempts = VALUES(attempts),
+                                            progress = VALUES(progress), finished_at = VALUES(finished_at);
+                END IF;
+                IF v_history THEN
                     INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
                                                  created_at, processed_at, outcome, to_queue, reserved_by, last_error)
                     SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
@@ -4154,9 +4776,50 @@ BEGIN
     END IF;
     IF v_grouped IS NOT NULL THEN
         CALL pyqueue__own_transaction(TRUE, v_own);
-        CALL pyqueue__groups_leave('commit', v_queue, NULL, v_grouped, UTC_TIMESTAMP(6), v_own, v_gdone, v_busy);
+        CALL pyqueue__groups_leave(IF(v_results, 'commit_result', 'commit'), v_queue, NULL, v_grouped,
+                                   UTC_TIMESTAMP(6), v_own, v_gdone, v_busy);
         SET v_done = v_done + v_gdone;
     END IF;
+    SET out_done = v_done;
+END //
+
+-- queue_commit_batch: commits many reservations; in_keys, in_kinds, in_tokens: JSON arrays of strings of one length
+-- (element i of each names one). Result: one row, committed = how many were deleted (a token that no longer holds is
+-- skipped). Refuses, changing nothing, arrays that are NULL, not of strings, of different lengths, or hold a bad key
+-- or kind or a malformed token (naming the first bad element). On a queue that keeps results, each outcome is
+-- 'succeeded' (no result). Steps and locks: pyqueue__commit_batch.
+DROP PROCEDURE IF EXISTS queue_commit_batch //
+CREATE PROCEDURE queue_commit_batch(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_keys   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_tokens LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_done INT;
+    CALL pyqueue__commit_batch(in_queue, in_keys, in_kinds, in_tokens, NULL, v_done);
+    SELECT v_done AS committed;
+END //
+
+-- queue_commit_result_batch: queue_commit_batch with a result for each reservation: in_results, a JSON array of the
+-- same length as the other three (element i: the result of reservation i, any JSON; null: no result), each recorded
+-- with its commit ('succeeded'). Result: one row, committed = how many were deleted. Refused, changing nothing, as
+-- queue_commit_batch, and: results NULL, not an array or of another length, a queue that keeps no results
+-- (queue_set_result_retention), a result longer than the queue's max_payload. Steps and locks: pyqueue__commit_batch.
+DROP PROCEDURE IF EXISTS queue_commit_result_batch //
+CREATE PROCEDURE queue_commit_result_batch(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_keys    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_tokens  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_results LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_done INT;
+    IF in_results IS NULL THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds, tokens and results must not be NULL');
+    END IF;
+    CALL pyqueue__commit_batch(in_queue, in_keys, in_kinds, in_tokens, in_results, v_done);
     SELECT v_done AS committed;
 END //
 
@@ -4391,9 +5054,11 @@ END //
 -- What became of messages that left a queue (pyqueue_history: purge, replay), the messages in dead-letter queues
 -- (list, redrive), and one message's state and history, for roles that may not read the tables.
 
--- queue_purge_history: deletes up to in_n (NULL = 10000) history rows past their queue's retention, oldest first, of
--- in_queue (NULL = every queue with a retention). Result: one row, purged; call again until it is below in_n. Locks:
--- the deleted rows, one DELETE ... LIMIT per queue.
+-- queue_purge_history: deletes up to in_n (NULL = 10000) rows, oldest first, of in_queue (NULL = every queue): first
+-- history rows past their queue's history_retention, then, from what is left of in_n, result rows (pyqueue_result)
+-- past their queue's result_retention, and every result row of a queue that keeps no results (any more) or no longer
+-- exists. Result: one row, purged: history and result rows together; call again until it is below in_n. Locks: the
+-- deleted rows, one DELETE ... LIMIT per queue.
 DROP PROCEDURE IF EXISTS queue_purge_history //
 CREATE PROCEDURE queue_purge_history(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -4411,6 +5076,13 @@ BEGIN
           FROM pyqueue_queue q
          WHERE q.history_retention IS NOT NULL AND (v_queue IS NULL OR q.queue_name = v_queue)
          ORDER BY q.queue_name;
+    -- every queue that has result rows, with its result_retention (NULL: keeps none, or is gone)
+    DECLARE c_results CURSOR FOR
+        SELECT r.queue_name, q.result_retention
+          FROM (SELECT DISTINCT p.queue_name FROM pyqueue_result p
+                 WHERE v_queue IS NULL OR p.queue_name = v_queue) AS r
+          LEFT JOIN pyqueue_queue q ON q.queue_name = r.queue_name
+         ORDER BY r.queue_name;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
     IF in_queue IS NOT NULL THEN
         CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
@@ -4431,6 +5103,21 @@ BEGIN
         SET v_left = v_left - ROW_COUNT();
     END LOOP;
     CLOSE c_queues;
+    IF v_left > 0 THEN
+        SET v_done = 0;
+        OPEN c_results;
+        results: LOOP
+            FETCH c_results INTO v_q, v_ret;
+            IF v_done = 1 OR v_left <= 0 THEN LEAVE results; END IF;
+            DELETE FROM pyqueue_result
+             WHERE queue_name = v_q
+               AND (v_ret IS NULL OR finished_at < v_now - INTERVAL CAST(v_ret * 1000000 AS SIGNED) MICROSECOND)
+             ORDER BY finished_at
+             LIMIT v_left;
+            SET v_left = v_left - ROW_COUNT();
+        END LOOP;
+        CLOSE c_results;
+    END IF;
     SELECT CAST(COALESCE(in_n, 10000) - v_left AS SIGNED) AS purged;
 END //
 
@@ -4626,8 +5313,8 @@ BEGIN
 END //
 
 -- queue_message: the live message (in_key, in_kind) of in_queue: 0 or 1 row (p_key, p_kind, state, payload, priority,
--- attempts, scheduled_at, created_at, reserved_by, last_error, dead_from); state 'ready' (an expired reservation
--- too), 'delayed' or 'reserved'. Plain read of the unique key, no locks.
+-- attempts, scheduled_at, created_at, reserved_by, last_error, dead_from, progress, cancel_requested (0/1)); state
+-- 'ready' (an expired reservation too), 'delayed' or 'reserved'. Plain read of the unique key, no locks.
 DROP PROCEDURE IF EXISTS queue_message //
 CREATE PROCEDURE queue_message(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -4651,7 +5338,7 @@ BEGIN
                 ELSE 'reserved' END AS state,
            m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at,
            m.reserved_by,
-           m.last_error, m.dead_from
+           m.last_error, m.dead_from, m.progress, (m.cancel_requested_at IS NOT NULL) AS cancel_requested
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
 END //
@@ -4804,6 +5491,99 @@ BEGIN
      WHERE v_queue IS NULL OR q.queue_name = v_queue
      GROUP BY q.queue_name, `minute`
      ORDER BY q.queue_name, `minute`;
+END //
+
+-- ==== results ====
+-- What became of one message, for a producer or a monitor: read it now (queue_result), wait until it is final
+-- (queue_result_wait, a long poll: MySQL has no NOTIFY), and the channel name PostgreSQL would announce it on.
+
+-- queue_result: the state of the message (in_key, in_kind) of in_queue, always exactly one row: state, result,
+-- last_error, attempts, progress, finished_at (UTC), cancel_requested (0/1). A live message wins: state 'ready' (an
+-- expired reservation too), 'delayed', 'reserved' or 'blocked' (behind its FIFO group's head), result and finished_at
+-- NULL, the live message's last_error, attempts and progress, cancel_requested = whether queue_cancel asked its holder
+-- to stop. Else the outcome kept for a queue with a result_retention: 'succeeded', 'failed' or 'cancelled'
+-- (cancel_requested 0). Else 'unknown' (every other column NULL, cancel_requested 0). Raises unknown_queue. One
+-- plain read (pyqueue__result), no locks.
+DROP PROCEDURE IF EXISTS queue_result //
+CREATE PROCEDURE queue_result(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_result, v_progress LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found, v_attempts, v_requested INT;
+    DECLARE v_finished DATETIME(6);
+    CALL pyqueue__check_name('queue', in_queue, 128);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    CALL pyqueue__result(v_queue, v_key, v_kind, v_found, v_state, v_result, v_error, v_attempts, v_progress,
+                         v_finished, v_requested);
+    IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+    SELECT v_state AS state, v_result AS result, v_error AS last_error, v_attempts AS attempts,
+           v_progress AS progress, v_finished AS finished_at, v_requested AS cancel_requested;
+END //
+
+-- queue_result_wait: queue_result once the message's state is final ('succeeded', 'failed', 'cancelled') or
+-- 'unknown', or when in_timeout seconds have passed (NULL = 1, above zero, at most 3600), with its state at that
+-- moment. A long poll inside the server, as queue_wait: it reads the state every 50 ms, one round trip per wait. Call
+-- it in autocommit mode or READ COMMITTED (a REPEATABLE READ snapshot never sees the message finish). Raises
+-- unknown_queue (also when the queue is dropped while it waits). Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_result_wait //
+CREATE PROCEDURE queue_result_wait(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_timeout DECIMAL(20,6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_result, v_progress LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found, v_attempts, v_requested INT;
+    DECLARE v_finished, v_deadline DATETIME(6);
+    DECLARE v_left DECIMAL(20,6);
+    CALL pyqueue__check_name('queue', in_queue, 128);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
+    IF in_timeout > 3600 THEN CALL pyqueue__raise('invalid_argument', 'timeout must not exceed 1 hour'); END IF;
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SET v_deadline = UTC_TIMESTAMP(6) + INTERVAL CAST(COALESCE(in_timeout, 1) * 1000000 AS SIGNED) MICROSECOND;
+    waiting: LOOP
+        CALL pyqueue__result(v_queue, v_key, v_kind, v_found, v_state, v_result, v_error, v_attempts, v_progress,
+                             v_finished, v_requested);
+        IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+        IF v_state IN ('succeeded', 'failed', 'cancelled', 'unknown') THEN LEAVE waiting; END IF;
+        SET v_left = TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_deadline) / 1e6;
+        IF v_left <= 0 THEN LEAVE waiting; END IF;
+        DO SLEEP(LEAST(0.05, v_left));
+    END LOOP;
+    SELECT v_state AS state, v_result AS result, v_error AS last_error, v_attempts AS attempts,
+           v_progress AS progress, v_finished AS finished_at, v_requested AS cancel_requested;
+END //
+
+-- queue_result_channel: the name of the queue's result channel on PostgreSQL, 'pyqueue_result_' + MD5 of its name,
+-- returned here for symmetry (MySQL has no NOTIFY: nothing is ever sent on it; wait with queue_result_wait). One row:
+-- channel. Raises unknown_queue. Plain read.
+DROP PROCEDURE IF EXISTS queue_result_channel //
+CREATE PROCEDURE queue_result_channel(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    SELECT CONCAT('pyqueue_result_', MD5(v_queue)) AS channel;
 END //
 
 -- ==== limits ====

@@ -13,7 +13,7 @@
 -- Layout: one section per topic, in the same order in schema.sql,
 -- routines.sql, queries.sql and ../../docs/contract.md (uninstall.sql: the reverse):
 -- helpers, queues, produce, consume, wakeups, fast paths, topics, history
--- and dead letters, limits, workers, schedules, ingest, privileges. A section starts
+-- and dead letters, results, limits, workers, schedules, ingest, privileges. A section starts
 -- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
 -- nothing for).
 --
@@ -108,6 +108,8 @@ CREATE TABLE pyqueue_queue (
     max_reservation    DECIMAL(20,6) NOT NULL DEFAULT 43200,
     -- the largest payload (bytes, LENGTH of the JSON text) a producer may write into the queue
     max_payload        INT           NOT NULL DEFAULT 1048576,
+    -- how long the outcome of a finished message stays in pyqueue_result (seconds); NULL = no results kept
+    result_retention   DECIMAL(20,6) NULL,
     PRIMARY KEY (queue_name),
     CONSTRAINT pyqueue_queue_dlq_fk FOREIGN KEY (dead_letter_queue)
         REFERENCES pyqueue_queue (queue_name),
@@ -115,7 +117,8 @@ CREATE TABLE pyqueue_queue (
     CONSTRAINT pyqueue_queue_max_attempts_positive CHECK (max_attempts >= 1),
     CONSTRAINT pyqueue_queue_retention_not_negative CHECK (history_retention >= 0),
     CONSTRAINT pyqueue_queue_max_reservation_range CHECK (max_reservation > 0 AND max_reservation >= visibility_timeout),
-    CONSTRAINT pyqueue_queue_max_payload_range CHECK (max_payload BETWEEN 1 AND 268435456)
+    CONSTRAINT pyqueue_queue_max_payload_range CHECK (max_payload BETWEEN 1 AND 268435456),
+    CONSTRAINT pyqueue_queue_result_retention_range CHECK (result_retention > 0 AND result_retention <= 315360000)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: one row per queue with its settings';
 
@@ -161,6 +164,11 @@ CREATE TABLE pyqueue_message (
     -- visits it, until the head leaves the queue and the next one in
     -- (scheduled_at_initially, id) order takes its place
     group_key              VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    -- what the holder of a reservation last reported (queue_set_progress); kept across retries, copied
+    -- into the message's result row
+    progress               JSON         NULL,
+    -- when queue_cancel asked the holder of the live reservation to stop (queue_renew tells it)
+    cancel_requested_at    DATETIME(6)  NULL,
     PRIMARY KEY (id),
     UNIQUE KEY pyqueue_message_key_uk (queue_name, p_key, p_kind),
     -- The reserve walks the top priorities one at a time (highest first) and
@@ -246,7 +254,7 @@ CREATE TABLE pyqueue_binding (
 -- messages sitting in dead-letter queues.
 
 -- Messages that left a queue created with a history_retention: committed,
--- popped, dead-lettered or moved, with processed_at (UTC) and outcome.
+-- popped, dead-lettered, moved or cancelled, with processed_at (UTC) and outcome.
 -- Written by the routine that removes the message; the live table stays
 -- small. Purged by queue_purge_history (batched DELETE on the
 -- (queue_name, processed_at) index). No foreign key: the history of a
@@ -268,9 +276,10 @@ CREATE TABLE pyqueue_history (
     PRIMARY KEY (id),
     KEY pyqueue_history_queue_time_idx (queue_name, processed_at),
     CONSTRAINT pyqueue_history_outcome_known
-        CHECK (outcome IN ('committed', 'popped', 'dead_lettered', 'moved'))
+        CHECK (outcome IN ('committed', 'popped', 'dead_lettered', 'moved', 'cancelled'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: messages that left a queue with history_retention';
+
 
 -- Messages sitting in dead-letter queues (queues that some queue names as
 -- its dead_letter_queue). from_queue: the queue a message was dead-lettered
@@ -291,6 +300,33 @@ SELECT m.queue_name             AS dead_letter_queue,
   FROM pyqueue_message m
  WHERE m.queue_name IN (SELECT q.dead_letter_queue FROM pyqueue_queue q
                          WHERE q.dead_letter_queue IS NOT NULL);
+
+
+-- ==== results ====
+-- The outcomes of finished messages, for producers that wait for them.
+
+-- The outcome of each finished message of a queue with a result_retention, one row per (queue_name, p_key,
+-- p_kind): the latest finish replaces an earlier one. state 'succeeded' (committed or popped; result: what
+-- queue_commit_result stored, else NULL), 'failed' (dead-lettered or dropped after its last attempt, with
+-- last_error) or 'cancelled' (queue_cancel, queue_cancel_held); attempts: its deliveries; progress: its last
+-- progress. Written by the routine that removes the message, in the same transaction; read by queue_result
+-- (a live message with the same key wins). Purged by queue_purge_history on the (queue_name, finished_at)
+-- index. No foreign key: the results of a dropped queue stay until the next purge.
+CREATE TABLE pyqueue_result (
+    queue_name  VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    p_key       VARCHAR(255)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    p_kind      VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    state       VARCHAR(16)   CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    result      JSON          NULL,
+    last_error  VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    attempts    INT           NOT NULL,
+    progress    JSON          NULL,
+    finished_at DATETIME(6)   NOT NULL,
+    PRIMARY KEY (queue_name, p_key, p_kind),
+    KEY pyqueue_result_queue_time_idx (queue_name, finished_at),
+    CONSTRAINT pyqueue_result_state_known CHECK (state IN ('succeeded', 'failed', 'cancelled'))
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: the outcome of finished messages of queues with result_retention';
 
 
 -- ==== limits ====

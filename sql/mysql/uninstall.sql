@@ -37,6 +37,12 @@ DROP PROCEDURE IF EXISTS queue_set_limit;
 DROP TABLE IF EXISTS pyqueue_limit_slot;
 DROP TABLE IF EXISTS pyqueue_limit;
 
+-- ==== results ====
+DROP PROCEDURE IF EXISTS queue_result_channel;
+DROP PROCEDURE IF EXISTS queue_result_wait;
+DROP PROCEDURE IF EXISTS queue_result;
+DROP TABLE IF EXISTS pyqueue_result;
+
 -- ==== history and dead letters ====
 DROP PROCEDURE IF EXISTS queue_throughput;
 DROP PROCEDURE IF EXISTS queue_groups;
@@ -59,7 +65,9 @@ DROP PROCEDURE IF EXISTS queue_bind;
 DROP TABLE IF EXISTS pyqueue_binding;
 
 -- ==== fast paths ====
+DROP PROCEDURE IF EXISTS queue_commit_result_batch;
 DROP PROCEDURE IF EXISTS queue_commit_batch;
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch;
 DROP PROCEDURE IF EXISTS queue_commit_reserve;
 DROP PROCEDURE IF EXISTS pyqueue__commit_held;
 
@@ -71,9 +79,16 @@ DROP PROCEDURE IF EXISTS queue_channel;
 DROP TABLE IF EXISTS pyqueue_notify;
 
 -- ==== consume ====
+DROP PROCEDURE IF EXISTS queue_set_progress;
+DROP PROCEDURE IF EXISTS queue_cancel;
+DROP PROCEDURE IF EXISTS queue_cancel_held;
+DROP PROCEDURE IF EXISTS queue_commit_result;
+DROP PROCEDURE IF EXISTS pyqueue__finish_held;
 DROP PROCEDURE IF EXISTS queue_remove;
 DROP PROCEDURE IF EXISTS queue_move;
+DROP PROCEDURE IF EXISTS queue_renew;
 DROP PROCEDURE IF EXISTS queue_extend;
+DROP PROCEDURE IF EXISTS pyqueue__extend;
 DROP PROCEDURE IF EXISTS queue_give_up;
 DROP PROCEDURE IF EXISTS queue_fail;
 DROP PROCEDURE IF EXISTS queue_release;
@@ -99,6 +114,7 @@ DROP PROCEDURE IF EXISTS queue_stats;
 DROP PROCEDURE IF EXISTS queue_resume;
 DROP PROCEDURE IF EXISTS queue_pause;
 DROP PROCEDURE IF EXISTS queue_drop;
+DROP PROCEDURE IF EXISTS queue_set_result_retention;
 DROP PROCEDURE IF EXISTS queue_set_max_payload;
 DROP PROCEDURE IF EXISTS queue_set_max_reservation;
 DROP PROCEDURE IF EXISTS queue_settings;
@@ -120,6 +136,10 @@ DROP PROCEDURE IF EXISTS pyqueue__schedule_after;
 DROP PROCEDURE IF EXISTS pyqueue__cron_next;
 DROP PROCEDURE IF EXISTS pyqueue__cron_field;
 DROP PROCEDURE IF EXISTS pyqueue__limit_claim;
+DROP PROCEDURE IF EXISTS pyqueue__result;
+DROP PROCEDURE IF EXISTS pyqueue__check_result_size;
+DROP PROCEDURE IF EXISTS pyqueue__check_result;
+DROP PROCEDURE IF EXISTS pyqueue__result_put;
 DROP PROCEDURE IF EXISTS pyqueue__limit_take;
 DROP PROCEDURE IF EXISTS pyqueue__unarchive;
 DROP PROCEDURE IF EXISTS pyqueue__archive;

@@ -182,7 +182,7 @@ def test_every_reserve_path_and_extend_refuse_a_timeout_above_max_reservation(sq
 
 def test_max_reservation_is_set_reset_and_bounded_by_the_visibility_timeout(sql):
     q = make(sql, visibility_timeout=60)
-    assert sql("CALL queue_settings(%s)", q)[0][7:] == (43200, 1048576)
+    assert sql("CALL queue_settings(%s)", q)[0][7:9] == (43200, 1048576)
     sql("CALL queue_set_max_reservation(%s, 90)", q)
     assert sql("CALL queue_settings(%s)", q)[0][7] == 90
     refused(sql, "invalid_argument", "max_reservation", "CALL queue_reserve(%s, 'w', 91, 1, NULL)", q)
