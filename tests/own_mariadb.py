@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 
-from .own_postgres import _free_port
+from .own_postgres import _free_port, initialised_copy
 
 
 def _binary(*names: str) -> str | None:
@@ -50,16 +50,29 @@ class OwnMariaDB:
             shutil.chown(self.tmp, "mysql", "mysql")
             shutil.chown(self.tmpdir, "mysql", "mysql")
         self.proc: subprocess.Popen | None = None
-        user = ["--user=mysql"] if self.as_root else []
+        initialised_copy(
+            self.datadir,
+            "mariadb",
+            [self.install_db, self.server],
+            self._install,
+            "mysql" if self.as_root else None,
+        )
+
+    def _install(self, datadir: str) -> None:
+        """mariadb-install-db into datadir (its scratch files in a folder of its own beside it)."""
+        scratch = os.path.join(os.path.dirname(datadir), "install-tmp")
+        os.mkdir(scratch)
+        if self.as_root:
+            shutil.chown(scratch, "mysql", "mysql")
         # --auth-root-authentication-method=normal: root@localhost with an empty
         # password over TCP (the default, unix_socket, would need the OS user root).
         done = subprocess.run(
             [
                 self.install_db,
                 "--no-defaults",
-                f"--datadir={self.datadir}",
-                f"--tmpdir={self.tmpdir}",
-                *user,
+                f"--datadir={datadir}",
+                f"--tmpdir={scratch}",
+                *(["--user=mysql"] if self.as_root else []),
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
                 "--skip-name-resolve",
