@@ -438,6 +438,15 @@ def test_cancel_of_a_group_head_moves_the_group_up_and_of_a_blocked_message_leav
     assert r.key == "third"
 
 
+def test_a_cancelled_occurrence_of_a_schedule_makes_way_for_the_next(rq, sql):
+    rq.schedule_every("tick", "k", {"n": 1}, dt.timedelta(hours=1))
+    (pending,) = [m.key for m in rq.messages()]
+    assert sql.cancel(rq.name, pending, "k") == "cancelled"
+    assert sql.result(rq.name, pending, "k")["state"] == "cancelled"
+    (following,) = [m.key for m in rq.messages()]
+    assert following.startswith("tick@") and following > pending
+
+
 def test_cancel_refuses_bad_arguments_and_an_unknown_queue(rq, sql):
     with _raises("does not exist"):
         sql.cancel(f"missing.{uuid.uuid4().hex[:8]}", "a", "k")
