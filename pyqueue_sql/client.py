@@ -35,6 +35,8 @@ import contextlib
 import datetime as dt
 import enum
 import functools
+import json
+import math
 import os
 import random
 import socket
@@ -60,6 +62,14 @@ SERIALIZATION_BACKOFF_MAX_S = 0.2
 CHUNK_SIZE = 5000
 # The largest n a routine's integer argument holds.
 INT_MAX = 2**31 - 1
+
+# Waiting for a result (Queue.wait_result): where the server has LISTEN, the waiter reads the
+# queue's result notifications and reads the result again at least every RESULT_POLL seconds (a
+# notification it could not have seen, a queue that keeps no results); elsewhere it long-polls
+# queue_result_wait for at most RESULT_WAIT_SLICE seconds a call (so that the waiters sharing a
+# connection take turns on it).
+RESULT_POLL = 1.0
+RESULT_WAIT_SLICE = 1.0
 
 # What queue_fail stores of an error (the routine keeps the first 2000 characters too).
 LAST_ERROR_MAX_CHARS = 2000
@@ -99,6 +109,51 @@ class Reservation:
     attempts: int
     created_at: dt.datetime
     scheduled_at_initially: dt.datetime
+
+
+# The states of a finished message in queue_result (its row in pyqueue_result); every other state
+# is a live message's ('ready', 'delayed', 'reserved', 'blocked') or 'unknown'.
+FINISHED_STATES = frozenset({"succeeded", "failed", "cancelled"})
+
+# The largest progress value queue_set_progress stores, in bytes of its JSON text.
+MAX_PROGRESS_BYTES = 65536
+
+
+@dataclass(frozen=True)
+class Result:
+    """What queue_result says of one message (Queue.result, Queue.wait_result).
+
+    ``state``: a live message's 'ready', 'delayed', 'reserved' or 'blocked' (behind its FIFO
+    group's head); a finished one's 'succeeded', 'failed' or 'cancelled' (kept for the queue's
+    result_retention); 'unknown' when there is neither (never pushed, not kept, removed, moved,
+    or its result expired). ``result`` is what its consumer committed (succeeded only);
+    ``last_error`` and ``attempts`` those of its last delivery; ``progress`` the last value its
+    consumer set; ``finished_at`` when it finished; ``cancel_requested`` whether a cancel asked
+    its consumer to stop (a live, reserved message)."""
+
+    queue: str
+    key: str
+    kind: str
+    state: str
+    result: Any = None
+    last_error: str | None = None
+    attempts: int | None = None
+    progress: Any = None
+    finished_at: dt.datetime | None = None
+    cancel_requested: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """Whether the message has finished: succeeded, failed or cancelled."""
+        return self.state in FINISHED_STATES
+
+
+class Renewal(NamedTuple):
+    """What Queue.renew returns: the reservation with its new token (None when it no longer
+    holds), and whether a cancel was requested for it (queue_cancel)."""
+
+    reservation: Reservation | None
+    cancel_requested: bool
 
 
 @dataclass(frozen=True)
@@ -293,6 +348,9 @@ class DatabaseCalls:
         self._in_transaction = False
         # How many times a call was run again after a serialization failure or deadlock (monitoring).
         self.serialization_retries = 0
+        # Result channels this connection LISTENs to for wait_result: channel -> how many wait on it.
+        self._result_listens: dict[str, int] = {}
+        self._result_channels: dict[str, str] = {}  # queue -> its result channel
 
     @property
     def _runner(self) -> Any:
@@ -608,6 +666,55 @@ class Database(DatabaseCalls):
         time.sleep(step.seconds)
         return None
 
+    # -- waiting for results (Queue.wait_result) ----------------------------------------
+    def _listens_for_results(self) -> bool:
+        """Whether wait_result LISTENs here: the server has it, and the connection is the
+        client's own, outside a transaction (a LISTEN in yours would wait for your commit)."""
+        return self.dialect.supports_listen and self._owned and not self._in_transaction
+
+    def _listen_results(self, queue: Queue) -> str:
+        channel = self._result_channels.get(queue.name)
+        if channel is None:
+            channel = self._result_channels[queue.name] = str(queue.result_channel())
+        if not self._result_listens.get(channel):
+            self.dialect.listen(self.connection, [channel])
+        self._result_listens[channel] = self._result_listens.get(channel, 0) + 1
+        return channel
+
+    def _unlisten_results(self, channel: str) -> None:
+        """Stops listening once no wait needs the channel: the notifications of every result of the
+        queue would otherwise pile up in the connection between waits."""
+        self._result_listens[channel] -= 1
+        if self._result_listens[channel] == 0:
+            del self._result_listens[channel]
+            d = self.dialect
+            with contextlib.suppress(Exception), self.connection.cursor() as cur:
+                cur.execute(d.compose(d.statement("unlisten"), channel=d.identifier(channel)))
+
+    def _await_result_note(self, channel: str, key: str, kind: str, seconds: float) -> None:
+        """Reads notifications up to `seconds`, until one announces this message's result."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            for got, payload in self.dialect.wait_for_notification(self.connection, left):
+                if got == channel and result_note_matches(payload, key, kind):
+                    return
+
+    def _wait_result(self, queue: Queue, key: str | int, kind: str, deadline: float, poll: float) -> Result:
+        """Queue.wait_result on this connection (see there)."""
+        key_text, kind_text = key_value(key), text_value(kind, "kind")
+        if not self._listens_for_results():
+            return long_poll_result(queue, key, kind, deadline, time.monotonic)
+        channel = self._listen_results(queue)
+        try:
+            while True:
+                r = queue.result(key, kind)
+                left = deadline - time.monotonic()
+                if r.finished or r.state == "unknown" or left <= 0:
+                    return r
+                self._await_result_note(channel, str(key_text), str(kind_text), min(left, poll))
+        finally:
+            self._unlisten_results(channel)
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Database]:
         """Runs the calls in the block as one transaction (commit at the end, rollback on error).
@@ -636,6 +743,45 @@ class Database(DatabaseCalls):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def result_note_matches(payload: str, key: str, kind: str) -> bool:
+    """Whether a result notification's payload ({"key", "kind", "state"}) names this message (a
+    payload that is not such an object: perhaps, the waiter reads the result again)."""
+    try:
+        note = json.loads(payload)
+    except ValueError:
+        return True
+    if not isinstance(note, dict):
+        return True
+    return note.get("key") == key and note.get("kind") == kind
+
+
+def wait_seconds(timeout: Duration) -> float:
+    """A wait's timeout as seconds (None: no end)."""
+    if timeout is None:
+        return math.inf
+    seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise errors.InvalidArgumentError(
+            f"timeout must be seconds >= 0, a timedelta or None, not {timeout!r}"
+        )
+    return float(seconds)
+
+
+def long_poll_result(
+    queue: Any, key: str | int, kind: str, deadline: float, clock: Callable[[], float]
+) -> Any:
+    """wait_result without LISTEN: queue_result_wait, RESULT_WAIT_SLICE seconds a call at most."""
+    while True:
+        left = deadline - clock()
+        r = (
+            queue.result(key, kind)
+            if left <= 0
+            else queue.result_wait_once(key, kind, max(round(min(left, RESULT_WAIT_SLICE), 6), 0.000001))
+        )
+        if r.finished or r.state == "unknown" or deadline - clock() <= 0:
+            return r
 
 
 def connect(dsn: str) -> Database:
@@ -705,7 +851,8 @@ def priority_value(value: Any) -> int | None:
 
 def _settings(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueSettings:
     queue, visibility, max_attempts, dlq, retention, paused, window, *caps = row
-    max_reservation, max_payload = caps if caps else (None, None)
+    # the trailing columns a newer queue_settings has (an older one's row stops before them)
+    max_reservation, max_payload, result_retention = (list(caps) + [None, None, None])[:3]
     return QueueSettings(
         queue,
         dialect.read_duration(visibility),
@@ -716,6 +863,7 @@ def _settings(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueSettings:
         dialect.read_duration(window),
         dialect.read_duration(max_reservation),
         None if max_payload is None else int(max_payload),
+        dialect.read_duration(result_retention),
     )
 
 
@@ -1158,7 +1306,7 @@ class QueueCalls:
             reserved_by,
             last_error,
             dead_from,
-        ) = rows[0]
+        ) = rows[0][:11]  # a newer queue_message's trailing columns (progress...): Queue.result
         return MessageInfo(
             self.name,
             p_key,
@@ -1224,6 +1372,112 @@ class QueueCalls:
                 )
             )[0][0]
         )
+
+    # -- results, cancellation and progress ---------------------------------------------
+    @sans_io
+    def set_result_retention(self, retention: Duration = None) -> None:
+        """How long the queue keeps each finished message's result (queue_result): its state
+        (succeeded, failed, cancelled), the value its consumer committed, its last error and
+        progress. None turns recording off (the rows kept go at the next purge_history); at most
+        3650 days."""
+        yield _call(
+            "set_result_retention",
+            queue=self.name,
+            retention=self.db.dialect.duration(retention, "retention"),
+        )
+
+    @sans_io
+    def result(self, key: str | int, kind: str) -> Result:
+        """The message's state now (a Result; a live message wins over a stored result)."""
+        rows = yield _call("result", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))
+        return _result(self.db.dialect, self.name, key, kind, rows)
+
+    @sans_io
+    def result_wait_once(self, key: str | int, kind: str, timeout: Duration = None) -> Result:
+        """One call of queue_result_wait: blocks in the server until the message has finished (or
+        is unknown) or timeout passes (at most an hour), and returns its state then. wait_result
+        is what to call: on PostgreSQL it LISTENs instead."""
+        d = self.db.dialect
+        rows = yield _call(
+            "result_wait",
+            queue=self.name,
+            key=key_value(key),
+            kind=text_value(kind, "kind"),
+            timeout=d.duration(timeout, "timeout"),
+        )
+        return _result(d, self.name, key, kind, rows)
+
+    @sans_io
+    def result_channel(self) -> str | None:
+        """The PostgreSQL NOTIFY channel the results of this queue are announced on
+        (queue_result_channel), with the payload {"key", "kind", "state"}."""
+        channel = (yield _call("result_channel", queue=self.name))[0][0]
+        return None if channel is None else str(channel)
+
+    @sans_io
+    def cancel(self, key: str | int, kind: str) -> str:
+        """Cancels a message: 'cancelled' (it was waiting: removed, recorded as cancelled, it never
+        runs), 'requested' (a consumer holds it: asked to stop, see renew and cancel_held) or
+        'unknown' (no live message)."""
+        rows = yield _call("cancel", queue=self.name, key=key_value(key), kind=text_value(kind, "kind"))
+        return str(rows[0][0])
+
+    @sans_io
+    def commit_result(self, r: Reservation, result: Any = None) -> bool:
+        """commit, storing ``result`` (any JSON value, at most the queue's max_payload) as the
+        message's result in the same step. The queue must keep results (set_result_retention).
+        False if the reservation no longer holds (nothing is written)."""
+        return bool((yield _call("commit_result", **self._held(r), result=encode_json(result)))[0][0])
+
+    @sans_io
+    def commit_result_many(self, items: Iterable[tuple[Reservation, Any]]) -> int:
+        """commit_result for many (reservation, result) pairs in one call; returns how many still
+        held (and are now gone). More than CHUNK_SIZE go in calls of at most CHUNK_SIZE each, run
+        as one transaction."""
+        pairs = [(held_reservation(r), value) for r, value in items]
+        if not pairs:
+            return 0
+        d = self.db.dialect
+        commits = [
+            _call(
+                "commit_result_batch",
+                queue=self.name,
+                keys=d.text_array([key_value(r.key) for r, _ in part]),
+                kinds=d.text_array([text_value(r.kind, "kind") for r, _ in part]),
+                tokens=d.text_array([token_value(r.token) for r, _ in part]),
+                results=encode_json([value for _, value in part]),
+            )
+            for part in chunks(pairs, CHUNK_SIZE)
+        ]
+        return sum(int(rows[0][0]) for rows in (yield from _each(commits)))
+
+    @sans_io
+    def set_progress(self, r: Reservation, progress: Any) -> bool:
+        """Stores progress (any JSON value, at most 64 KiB as JSON text) on the message the
+        reservation holds: Queue.result shows it while it runs and after it finished. Kept
+        across retries. False if the reservation no longer holds."""
+        text = encode_json(progress)
+        if len(text.encode("utf-8")) > MAX_PROGRESS_BYTES:
+            raise errors.InvalidArgumentError(
+                f"progress is {len(text.encode('utf-8'))} bytes of JSON, more than {MAX_PROGRESS_BYTES}"
+            )
+        return bool((yield _call("set_progress", **self._held(r), progress=text))[0][0])
+
+    @sans_io
+    def renew(self, r: Reservation, timeout: Duration = None) -> Renewal:
+        """extend, and whether a cancel was requested: (the reservation with its new token, or
+        None when it no longer holds; cancel_requested)."""
+        d = self.db.dialect
+        rows = yield _call("renew", **self._held(r), timeout=d.duration(timeout, "timeout"))
+        token, requested = rows[0] if rows else (None, False)
+        return Renewal(None if token is None else replace(r, token=read_token(token)), bool(requested))
+
+    @sans_io
+    def cancel_held(self, r: Reservation) -> bool:
+        """Ends a held message as cancelled (its consumer stopped for a cancel, or cancels it
+        itself): removed, recorded as cancelled with its progress. False if the reservation no
+        longer holds."""
+        return bool((yield _call("cancel_held", **self._held(r)))[0][0])
 
     # -- history, dead letters, replace-on-push --------------------------------------
     @sans_io
@@ -1440,6 +1694,18 @@ class Queue(QueueCalls):
 
     db: Database
 
+    def wait_result(
+        self, key: str | int, kind: str, timeout: Duration = None, *, poll: float = RESULT_POLL
+    ) -> Result:
+        """Waits until the message has finished (succeeded, failed or cancelled) or is unknown,
+        or timeout (seconds or a timedelta; None: no end) passes; returns its Result then.
+
+        PostgreSQL: LISTENs on the queue's result channel for the time of the wait (the result is
+        read again when its notification comes, and at least every `poll` seconds); MySQL/MariaDB,
+        or a connection inside a transaction: queue_result_wait, a long poll in the server."""
+        deadline = time.monotonic() + wait_seconds(timeout)
+        return self.db._wait_result(self, key, kind, deadline, poll)
+
 
 @dataclass(frozen=True)
 class DeadLetter:
@@ -1475,6 +1741,7 @@ class QueueSettings:
     notify_window: dt.timedelta | None
     max_reservation: dt.timedelta | None = None  # the longest reservation a caller may ask for
     max_payload: int | None = None  # bytes: the largest payload a push may write
+    result_retention: dt.timedelta | None = None  # how long finished results are kept (None: none)
 
 
 @dataclass(frozen=True)
@@ -1618,6 +1885,27 @@ class GroupInfo(NamedTuple):
 def _queue_name(queue: Any) -> str | None:
     """A queue argument: a name (None passed on), or a Queue / AsyncQueue."""
     return queue.name if isinstance(queue, QueueCalls) else text_value(queue, "queue")
+
+
+def _result(
+    d: dialects.Dialect, queue: str, key: str | int, kind: str, rows: Sequence[Sequence[Any]]
+) -> Result:
+    """A Result from queue_result's one row (no row: 'unknown')."""
+    if not rows:
+        return Result(queue, str(key), kind, "unknown")
+    state, result, last_error, attempts, progress, finished_at, cancel_requested = rows[0][:7]
+    return Result(
+        queue,
+        str(key),
+        kind,
+        str(state),
+        d.read_payload(result),
+        last_error,
+        None if attempts is None else int(attempts),
+        d.read_payload(progress),
+        d.read_time(finished_at),
+        bool(cancel_requested),
+    )
 
 
 def _throughput(d: dialects.Dialect, queue: str | None, since: dt.datetime | dt.timedelta | None) -> SansIO:

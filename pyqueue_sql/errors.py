@@ -130,6 +130,31 @@ class InsecureSchemaError(QueueError):
     temporary table would shadow the queue's own tables inside the routines); the grant was refused."""
 
 
+class Cancelled(Exception):
+    """Raised by a handler (or a task) to stop for a cancel: the message ends as cancelled
+    (queue_cancel_held) instead of failing. ``job.raise_if_cancelled()`` raises it when a cancel
+    was requested; a handler may also raise it unasked, to cancel its own job."""
+
+
+class TaskFailed(QueueError):
+    """TaskHandle.result(): the job failed on its last allowed delivery (dead-lettered or dropped),
+    or gave up; ``last_error`` is the error of its last delivery, ``attempts`` its deliveries."""
+
+    def __init__(self, message: str, last_error: str | None = None, attempts: int | None = None) -> None:
+        super().__init__(message)
+        self.last_error = last_error
+        self.attempts = attempts
+
+
+class TaskCancelled(QueueError):
+    """TaskHandle.result(): the job was cancelled (before it ran, or its handler stopped for it)."""
+
+
+class ResultNotFoundError(QueueError, LookupError):
+    """TaskHandle.result(): no live message and no stored result with that key and kind: never
+    deferred, its queue keeps no results, its result expired, or it was removed or moved."""
+
+
 ERROR_CODES: dict[str, type[QueueError]] = {
     "unknown_queue": UnknownQueueError,
     "invalid_argument": InvalidArgumentError,

@@ -18,15 +18,25 @@ from typing import Any
 
 from .. import dialects, errors
 from ..client import (
+    RESULT_POLL,
+    RESULT_WAIT_SLICE,
     Call,
     DatabaseCalls,
     OwnTransaction,
     QueueCalls,
+    Result,
     SansIO,
     Step,
     is_sqlalchemy,
+    result_note_matches,
     runs_sans_io,
+    wait_seconds,
 )
+from ..dialects import Duration, key_value, text_value
+
+# While tasks wait for results on one connection, the one that reads the notifications holds the
+# connection at most this long at a time, so that the others' calls go in between.
+RESULT_READ_SLICE = 0.1
 
 
 def async_method(method: Callable[..., SansIO]) -> Callable[..., Any]:
@@ -78,6 +88,10 @@ class AsyncDatabase(DatabaseCalls):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._lock = asyncio.Lock()
+        # wait_result: the futures of the waiting tasks by (channel, key, kind), and the task that
+        # reads the notifications for all of them (see _read_result_notes)
+        self._result_waiters: dict[tuple[str, str, str], set[asyncio.Future]] = {}
+        self._result_reader: asyncio.Task | None = None
 
     @property
     def connection(self) -> Any:
@@ -157,6 +171,89 @@ class AsyncDatabase(DatabaseCalls):
             self._connection = connection
         return self._connection
 
+    # -- waiting for results (AsyncQueue.wait_result) ------------------------------------
+    def _listens_for_results(self) -> bool:
+        return self.dialect.supports_listen and self._owned and not self._in_transaction
+
+    async def _listen_results(self, queue: AsyncQueue) -> str:
+        channel = self._result_channels.get(queue.name)
+        if channel is None:
+            channel = self._result_channels[queue.name] = str(await queue.result_channel())
+        if not self._result_listens.get(channel):
+            async with self._lock:
+                await self.dialect.listen_async(self._connection, [channel])
+        self._result_listens[channel] = self._result_listens.get(channel, 0) + 1
+        return channel
+
+    async def _unlisten_results(self, channel: str) -> None:
+        self._result_listens[channel] -= 1
+        if self._result_listens[channel] == 0:
+            del self._result_listens[channel]
+            d = self.dialect
+            with contextlib.suppress(Exception):
+                async with self._lock, self._connection.cursor() as cur:
+                    await cur.execute(d.compose(d.statement("unlisten"), channel=d.identifier(channel)))
+
+    async def _read_result_notes(self) -> None:
+        """Reads the result notifications for every waiting task of this connection, a slice at a
+        time (the others' calls take the connection in between), and wakes the tasks each names;
+        ends when no task waits."""
+        try:
+            while self._result_waiters:
+                async with self._lock:
+                    notes = await self.dialect.wait_for_notification_async(
+                        self._connection, RESULT_READ_SLICE
+                    )
+                for channel, payload in notes:
+                    for (ch, key, kind), futures in list(self._result_waiters.items()):
+                        if ch == channel and result_note_matches(payload, key, kind):
+                            for fut in futures:
+                                if not fut.done():
+                                    fut.set_result(None)
+                await asyncio.sleep(0)
+        finally:
+            self._result_reader = None
+
+    async def _wait_result(
+        self, queue: AsyncQueue, key: str | int, kind: str, deadline: float, poll: float
+    ) -> Result:
+        loop = asyncio.get_running_loop()
+        if not self._listens_for_results():
+            while True:
+                left = deadline - loop.time()
+                r = (
+                    await queue.result(key, kind)
+                    if left <= 0
+                    else await queue.result_wait_once(
+                        key, kind, max(round(min(left, RESULT_WAIT_SLICE), 6), 0.000001)
+                    )
+                )
+                if r.finished or r.state == "unknown" or deadline - loop.time() <= 0:
+                    return r
+        ident_key, ident_kind = str(key_value(key)), str(text_value(kind, "kind"))
+        channel = await self._listen_results(queue)
+        try:
+            while True:
+                fut = loop.create_future()
+                ident = (channel, ident_key, ident_kind)
+                self._result_waiters.setdefault(ident, set()).add(fut)
+                try:
+                    r = await queue.result(key, kind)
+                    left = deadline - loop.time()
+                    if r.finished or r.state == "unknown" or left <= 0:
+                        return r
+                    if self._result_reader is None:
+                        self._result_reader = asyncio.create_task(self._read_result_notes())
+                    await asyncio.wait({fut}, timeout=min(left, poll))
+                finally:
+                    waiting = self._result_waiters.get(ident)
+                    if waiting is not None:
+                        waiting.discard(fut)
+                        if not waiting:
+                            del self._result_waiters[ident]
+        finally:
+            await self._unlisten_results(channel)
+
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncDatabase]:
         """``async with db.transaction():`` runs the calls in the block as one transaction (commit
@@ -191,6 +288,15 @@ class AsyncQueue(QueueCalls):
     """One named queue of an AsyncDatabase: every method of Queue, as a coroutine."""
 
     db: AsyncDatabase
+
+    async def wait_result(
+        self, key: str | int, kind: str, timeout: Duration = None, *, poll: float = RESULT_POLL
+    ) -> Result:
+        """Queue.wait_result, awaited. Tasks that wait on one AsyncDatabase share its LISTEN: one
+        reads the notifications for all (a slice at a time, the others' calls in between) and
+        wakes the task whose result each announces."""
+        deadline = asyncio.get_running_loop().time() + wait_seconds(timeout)
+        return await self.db._wait_result(self, key, kind, deadline, poll)
 
 
 async def connect(dsn: str) -> AsyncDatabase:

@@ -149,6 +149,41 @@ CALL queue_commit_reserve(%(queue)s, %(key)s, %(kind)s, %(token)s, %(worker)s, %
 CALL queue_commit_batch(%(queue)s, %(keys)s, %(kinds)s, %(tokens)s)
 
 
+-- ==== results, cancellation and progress ====
+-- A finished message's result, waiting for it, cancelling, and what its consumer reports.
+
+-- name: set_result_retention
+CALL queue_set_result_retention(%(queue)s, %(retention)s)
+
+-- name: result
+CALL queue_result(%(queue)s, %(key)s, %(kind)s)
+
+-- name: result_wait
+CALL queue_result_wait(%(queue)s, %(key)s, %(kind)s, %(timeout)s)
+
+-- name: result_channel
+CALL queue_result_channel(%(queue)s)
+
+-- name: cancel
+CALL queue_cancel(%(queue)s, %(key)s, %(kind)s)
+
+-- name: commit_result
+CALL queue_commit_result(%(queue)s, %(key)s, %(kind)s, %(token)s, %(result)s)
+
+-- name: commit_result_batch
+-- results: one JSON array, element i the result of message i.
+CALL queue_commit_result_batch(%(queue)s, %(keys)s, %(kinds)s, %(tokens)s, %(results)s)
+
+-- name: set_progress
+CALL queue_set_progress(%(queue)s, %(key)s, %(kind)s, %(token)s, %(progress)s)
+
+-- name: renew
+CALL queue_renew(%(queue)s, %(key)s, %(kind)s, %(token)s, %(timeout)s)
+
+-- name: cancel_held
+CALL queue_cancel_held(%(queue)s, %(key)s, %(kind)s, %(token)s)
+
+
 -- ==== history and dead letters ====
 -- History, dead letters, and one message's state and history.
 

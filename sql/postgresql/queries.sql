@@ -17,7 +17,7 @@ SELECT queue_reset_setting(%(queue)s, %(setting)s)
 
 -- name: settings
 SELECT queue, visibility_timeout, max_attempts, dead_letter_queue, history_retention, paused,
-       notify_window, max_reservation, max_payload
+       notify_window, max_reservation, max_payload, result_retention
   FROM queue_settings(%(queue)s)
 
 -- name: set_max_reservation
@@ -164,6 +164,52 @@ SELECT committed, p_key, p_kind, payload, token::text, priority, attempts, creat
 
 -- name: commit_batch
 SELECT queue_commit_batch(%(queue)s, %(keys)b::text[], %(kinds)b::text[], %(tokens)b::text[])
+
+
+-- ==== results, cancellation and progress ====
+-- A finished message's result, waiting for it, cancelling, and what its consumer reports.
+
+-- name: set_result_retention
+SELECT queue_set_result_retention(%(queue)s, %(retention)s::interval)
+
+-- name: result
+SELECT state, result, last_error, attempts, progress, finished_at, cancel_requested
+  FROM queue_result(%(queue)s, %(key)s, %(kind)s)
+
+-- name: result_wait
+SELECT state, result, last_error, attempts, progress, finished_at, cancel_requested
+  FROM queue_result_wait(%(queue)s, %(key)s, %(kind)s, %(timeout)s::interval)
+
+-- name: result_channel
+SELECT queue_result_channel(%(queue)s)
+
+-- name: unlisten
+-- {channel} is filled in as a quoted identifier (UNLISTEN takes no parameters).
+UNLISTEN {channel}
+
+-- name: cancel
+SELECT queue_cancel(%(queue)s, %(key)s, %(kind)s)
+
+-- name: commit_result
+SELECT queue_commit_result(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(result)s::jsonb)
+
+-- name: commit_result_batch
+-- results: one JSON array, element i the result of message i (in the array's order).
+SELECT queue_commit_result_batch(
+         %(queue)s, %(keys)b::text[], %(kinds)b::text[], %(tokens)b::text[],
+         ARRAY(SELECT r.value
+                 FROM jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS r(value, i)
+                ORDER BY r.i))
+
+-- name: set_progress
+SELECT queue_set_progress(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(progress)s::jsonb)
+
+-- name: renew
+SELECT token::text, cancel_requested
+  FROM queue_renew(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(timeout)s::interval)
+
+-- name: cancel_held
+SELECT queue_cancel_held(%(queue)s, %(key)s, %(kind)s, %(token)s::text)
 
 
 -- ==== history and dead letters ====
