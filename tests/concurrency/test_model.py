@@ -133,14 +133,14 @@ SENTINEL_SQL = {
     "mysql": "CAST('9999-12-31 23:59:59.999999' AS DATETIME(6))",
 }
 ROWS_SQL = {
-    "postgresql": "SELECT p_key, p_kind, (payload->>'n')::int, priority, attempts, reserve_token::text,"
+    "postgresql": "SELECT queue_name, p_key, p_kind, (payload->>'n')::int, priority, attempts, reserve_token::text,"
     " scheduled_at <= clock_timestamp(), group_key, scheduled_at = " + SENTINEL_SQL["postgresql"] + ""
-    " FROM pyqueue_message WHERE queue_name = %s",
-    "mysql": "SELECT p_key, p_kind, CAST(JSON_EXTRACT(payload, '$.n') AS SIGNED), priority, attempts,"
+    " FROM pyqueue_message WHERE queue_name IN ({names})",
+    "mysql": "SELECT queue_name, p_key, p_kind, CAST(JSON_EXTRACT(payload, '$.n') AS SIGNED), priority, attempts,"
     " reserve_token, scheduled_at <= UTC_TIMESTAMP(6), group_key, scheduled_at = "
     + SENTINEL_SQL["mysql"]
     + ""
-    " FROM pyqueue_message WHERE queue_name = %s",
+    " FROM pyqueue_message WHERE queue_name IN ({names})",
 }
 # A blocked row's scheduled_at (the sentinel) stays as it is: it is no time.
 SHIFT_SQL = {
@@ -295,8 +295,14 @@ class QueueMachine(RuleBasedStateMachine):
         return "reserved" if m.token is not None else "delayed"
 
     def rows(self, name: str) -> dict:
-        return {
-            (k, kd): (
+        return self.all_rows((name,))[name]
+
+    def all_rows(self, names: tuple[str, ...]) -> dict[str, dict]:
+        """The live messages of the named queues, read in one statement: name -> key -> state."""
+        found: dict[str, dict] = {name: {} for name in names}
+        statement = ROWS_SQL[self.dialect].format(names=", ".join(["%s"] * len(names)))
+        for q, k, kd, pid, pr, att, tok, rdy, grp, blk in sql(self.conns["admin"], statement, names):
+            found[q][(k, kd)] = (
                 int(pid),
                 int(pr),
                 int(att),
@@ -305,10 +311,7 @@ class QueueMachine(RuleBasedStateMachine):
                 grp,
                 bool(blk),
             )
-            for k, kd, pid, pr, att, tok, rdy, grp, blk in sql(
-                self.conns["admin"], ROWS_SQL[self.dialect], (name,)
-            )
-        }
+        return found
 
     def live_keys(self) -> set:
         return set(self.rows(self.main))
@@ -737,7 +740,8 @@ class QueueMachine(RuleBasedStateMachine):
     # ---- invariants after every step -----------------------------------------
     @invariant()
     def database_equals_model(self):
-        rows = self.rows(self.main)
+        every = self.all_rows((self.main, self.dlq_name, self.next_name))
+        rows = every[self.main]
         want = {
             kk: (m.pid, m.priority, m.attempts, m.token, self.state(m) == "ready", m.group, m.blocked)
             for kk, m in self.msgs.items()
@@ -745,7 +749,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert rows == want, ("main differs from the model", rows, want, self.t)
         assert not {r[0] for r in rows.values()} & self.popped, "a popped message is back"
         for name, model in ((self.dlq_name, self.dlq), (self.next_name, self.next)):
-            side = self.rows(name)
+            side = every[name]
             # dead letters and moved messages carry no group
             assert side == {kk: (pid, pr, 0, None, True, None, False) for kk, (pid, pr) in model.items()}, (
                 name,
