@@ -10,6 +10,8 @@
     pyqueue-sql commit emails user-42 welcome TOKEN
     pyqueue-sql rollback emails user-42 welcome TOKEN --delay 60 --error "smtp timeout"
     pyqueue-sql show emails user-42 welcome
+    pyqueue-sql result emails user-42 welcome --wait 30
+    pyqueue-sql cancel emails user-42 welcome
     pyqueue-sql release emails --worker host-1:4242
     pyqueue-sql stats
     pyqueue-sql demo
@@ -85,6 +87,8 @@ COMMANDS: tuple[str, ...] = (
     "rollback",
     "remove",
     "show",
+    "result",
+    "cancel",
     "pause",
     "resume",
     "drop",

@@ -1,4 +1,4 @@
-"""Messages: push, publish, reserve, commit, rollback, remove, show."""
+"""Messages: push, publish, reserve, commit, rollback, remove, show, result, cancel."""
 
 from __future__ import annotations
 
@@ -181,12 +181,26 @@ def _field(obj: Any, *names: str) -> Any:
     return None
 
 
+def _result_if_readable(queue: Any, key: str, kind: str) -> Any:
+    """The message's Result (queue_result), or None when the account may not call it."""
+    try:
+        return queue.result(key, kind)
+    except errors.PermissionDeniedError:
+        return None
+
+
+def _json_text(value: Any) -> str:
+    return "-" if value is None else json.dumps(value)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     with open_database(args) as db:
         queue = db.queue(args.queue)
         message = queue.message(args.key, args.kind)
         history = queue.message_history(args.key, args.kind)
-    if message is None and not history:
+        result = _result_if_readable(queue, args.key, args.kind)
+    finished = result is not None and result.finished and message is None
+    if message is None and not history and not finished:
         print(
             f"{PROG}: no message {args.key}/{args.kind} in {args.queue}, and no history of one",
             file=sys.stderr,
@@ -194,7 +208,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     print(f"queue:        {args.queue}")
     print(f"key / kind:   {args.key} / {args.kind}")
-    if message is None:
+    if message is None and finished:
+        print(f"state:        gone, {result.state} at {format_time(result.finished_at)} (`{PROG} result` shows it)")
+    elif message is None:
         print("state:        gone (no longer in the queue; see its history below)")
     else:
         print(f"state:        {message.state}")
@@ -207,6 +223,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         if dead_from:
             print(f"dead from:    {dead_from}")
         print(f"last error:   {message.last_error if message.last_error is not None else '-'}")
+        if result is not None and not result.finished:  # the live message's (queue_result)
+            print(f"progress:     {_json_text(result.progress)}")
+            if result.cancel_requested:
+                print("cancel:       requested (its consumer is asked to stop)")
         print(f"payload:      {json.dumps(message.payload)}")
     if history:
         print()
@@ -231,6 +251,99 @@ def cmd_show(args: argparse.Namespace) -> int:
         )
     else:
         print("history:      none")
+    return EXIT_OK
+
+
+def _result_fields(r: Any) -> dict[str, Any]:
+    return {
+        "queue": r.queue,
+        "key": r.key,
+        "kind": r.kind,
+        "state": r.state,
+        "result": r.result,
+        "last_error": r.last_error,
+        "attempts": r.attempts,
+        "progress": r.progress,
+        "finished_at": None if r.finished_at is None else r.finished_at.isoformat(),
+        "cancel_requested": r.cancel_requested,
+    }
+
+
+def _no_result(args: argparse.Namespace, keeps_results: bool | None) -> int:
+    hint = (
+        f"; {args.queue} keeps no results (`{PROG} create {shlex.quote(args.queue)} --result-retention S`)"
+        if keeps_results is False
+        else ""
+    )
+    print(
+        f"{PROG}: unknown: no live message {args.key}/{args.kind} in {args.queue} and no result "
+        f"kept of one (never pushed, removed, moved, or its result expired){hint}",
+        file=sys.stderr,
+    )
+    return EXIT_FAILURE
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    """The message's state: live (ready, delayed, reserved, blocked) or finished (succeeded,
+    failed, cancelled, kept for the queue's result_retention). Exit 1 when nothing is known of
+    it, and with --wait when it had not finished when the wait ended."""
+    if args.wait is not None and args.wait < 0:
+        raise UsageError(f"--wait must be seconds >= 0, not {args.wait:g}")
+    keeps_results = None
+    with open_database(args) as db:
+        queue = db.queue(args.queue)
+        if args.wait is None:
+            r = queue.result(args.key, args.kind)
+        else:
+            r = queue.wait_result(args.key, args.kind, timeout=args.wait)
+        if r.state == "unknown":
+            try:
+                keeps_results = queue.settings().result_retention is not None
+            except errors.PermissionDeniedError:
+                pass  # not known: no hint
+    if r.state == "unknown":
+        return _no_result(args, keeps_results)
+    if args.json:
+        print(json.dumps(_result_fields(r)))
+    else:
+        print(f"queue:        {r.queue}")
+        print(f"key / kind:   {r.key} / {r.kind}")
+        print(f"state:        {r.state}")
+        print(f"result:       {_json_text(r.result)}")
+        print(f"last error:   {r.last_error if r.last_error is not None else '-'}")
+        print(f"attempts:     {'-' if r.attempts is None else r.attempts}")
+        print(f"progress:     {_json_text(r.progress)}")
+        print(f"finished at:  {format_time(r.finished_at)}")
+        if r.cancel_requested:
+            print("cancel:       requested (its consumer is asked to stop)")
+    if args.wait is not None and not r.finished:
+        print(
+            f"{PROG}: {args.key}/{args.kind} has not finished after {format_duration(args.wait)}: "
+            f"still {r.state}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+CANCEL_OUTCOMES = {
+    "cancelled": "cancelled: {key}/{kind} was waiting in {queue} and is removed; it will not run",
+    "requested": "requested: {key}/{kind} is being handled (reserved) in {queue}; its consumer is asked "
+    "to stop, and sees the request when it renews its reservation",
+}
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        outcome = db.queue(args.queue).cancel(args.key, args.kind)
+    if outcome not in CANCEL_OUTCOMES:
+        print(
+            f"{PROG}: {outcome}: no live message {args.key}/{args.kind} in {args.queue} "
+            "(finished, removed or never pushed): nothing to cancel",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    print(CANCEL_OUTCOMES[outcome].format(key=args.key, kind=args.kind, queue=args.queue))
     return EXIT_OK
 
 
@@ -328,7 +441,35 @@ def add_remove(command: Command) -> None:
 
 
 def add_show(command: Command) -> None:
-    p = command("show", cmd_show, "a message's state, attempts, last error and payload, and its history rows")
+    p = command("show", cmd_show, "a message's state, attempts, last error, progress and payload, and its history rows")
+    message_args(p)
+
+
+def add_result(command: Command) -> None:
+    p = command(
+        "result",
+        cmd_result,
+        "a message's state and, once it finished, its result: state, result, last error, attempts, "
+        "progress, finished at; exit 1 when nothing is known of it",
+    )
+    message_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object (the fields, unformatted)")
+    p.add_argument(
+        "--wait",
+        type=seconds_arg,
+        metavar="SECONDS",
+        help="wait up to this long for it to finish (succeeded, failed or cancelled); "
+        "exit 1 when it has not",
+    )
+
+
+def add_cancel(command: Command) -> None:
+    p = command(
+        "cancel",
+        cmd_cancel,
+        "cancel a message: prints cancelled (it was waiting: removed, it will not run) or requested "
+        "(a consumer holds it: asked to stop); exit 1 when there is no live message",
+    )
     message_args(p)
 
 
@@ -340,4 +481,6 @@ PARSERS: dict[str, Callable[[Command], None]] = {
     "rollback": add_rollback,
     "remove": add_remove,
     "show": add_show,
+    "result": add_result,
+    "cancel": add_cancel,
 }

@@ -4,6 +4,7 @@ FIFO groups."""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import shlex
 import sys
@@ -14,15 +15,18 @@ from .. import errors
 from ..display import STATS_LEGEND, format_duration, format_stats_table, format_table, format_time, shorten
 from .common import EXIT_FAILURE, EXIT_OK, PROG, Command, confirm, open_database, positive_int, seconds_arg
 
-SETTINGS = ("visibility_timeout", "max_attempts", "dead_letter_queue", "history_retention")
+SETTINGS = ("visibility_timeout", "max_attempts", "dead_letter_queue", "history_retention", "result_retention")
 
 
 def _settings_summary(settings: Any) -> str:
+    # result retention is named only when the queue keeps results (most queues keep none)
+    kept = getattr(settings, "result_retention", None)
     return (
         f"visibility timeout {format_duration(settings.visibility_timeout)}, "
         f"max attempts {settings.max_attempts}, "
         f"dead-letter queue {settings.dead_letter_queue or '-'}, "
         f"history retention {format_duration(settings.history_retention)}"
+        + ("" if kept is None else f", result retention {format_duration(kept)}")
     )
 
 
@@ -54,6 +58,8 @@ def cmd_create(args: argparse.Namespace) -> int:
                     dead_letter_queue=args.dead_letter_queue,
                     history_retention=args.history_retention,
                 )
+                if args.result_retention is not None:
+                    queue.set_result_retention(dt.timedelta(seconds=args.result_retention))
                 for setting in args.reset or ():
                     queue.reset_setting(setting)
         except errors.UnknownQueueError as exc:
@@ -235,6 +241,7 @@ def cmd_settings(args: argparse.Namespace) -> int:
             str(s.max_attempts),
             s.dead_letter_queue or "-",
             format_duration(s.history_retention),
+            format_duration(s.result_retention),
             "yes" if s.paused else "no",
             format_duration(s.notify_window),
         )
@@ -248,11 +255,12 @@ def cmd_settings(args: argparse.Namespace) -> int:
                 "max attempts",
                 "dead-letter queue",
                 "history retention",
+                "result retention",
                 "paused",
                 "notify window",
             ),
             rows,
-            right_aligned=(1, 2, 4, 6),
+            right_aligned=(1, 2, 4, 5, 7),
         )
     )
     return EXIT_OK
@@ -316,6 +324,13 @@ def add_create(command: Command) -> None:
         type=seconds_arg,
         metavar="S",
         help="seconds processed messages stay in the history (new queue: none, no history is kept)",
+    )
+    p.add_argument(
+        "--result-retention",
+        type=seconds_arg,
+        metavar="S",
+        help="seconds each finished message's result (state, result, last error) is kept for "
+        "`result` (new queue: none, no result is kept; at most 3650 days)",
     )
     p.add_argument(
         "--reset",

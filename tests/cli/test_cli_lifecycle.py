@@ -277,7 +277,7 @@ def test_create_changes_only_the_settings_given(capsys, dsn, db):
         dsn,
     )
     assert code == 0 and out.startswith(f"created {name}:"), err
-    assert settings_row(capsys, dsn, name)[:6] == [name, "30s", "5", dead, "3600s", "no"]
+    assert settings_row(capsys, dsn, name)[:7] == [name, "30s", "5", dead, "3600s", "-", "no"]
     code, out, err = run(capsys, "create", name, "--visibility-timeout", "7", "--dsn", dsn)
     assert code == 0 and out.startswith(f"updated {name}:"), err
     assert f"dead-letter queue {dead}" in out
@@ -307,7 +307,7 @@ def test_settings_of_every_queue(capsys, dsn, make_queue):
     assert code == 0, err
     rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
     assert rows[a.name][1:3] == ["30s", "3"]
-    assert rows[b.name][5] == "yes"
+    assert rows[b.name][6] == "yes"  # after history and result retention
     code, _, err = run(capsys, "settings", "no.such.queue", "--dsn", dsn)
     assert code == 1 and "does not exist" in err
 
