@@ -50,15 +50,17 @@
 -- function as the owner, whatever the search_path. The routines that take a
 -- reservation token take it as text; each has an overload taking a uuid, a
 -- plain SQL function (SECURITY INVOKER) that calls the text one with the
--- uuid's text. queue_commit_batch takes its tokens as text[] only: beside a
--- uuid[] overload, an untyped array (a driver's list, an '{...}' literal)
--- would match neither better, and PostgreSQL refuses such a call as
--- ambiguous; a uuid[] is passed as uuid[]::text[].
+-- uuid's text. queue_commit_batch and queue_commit_result_batch take their
+-- tokens as text[] only: beside a uuid[] overload, an untyped array (a
+-- driver's list, an '{...}' literal) would match neither better, and
+-- PostgreSQL refuses such a call as ambiguous; a uuid[] is passed as
+-- uuid[]::text[].
 -- tests/security/test_definer_arguments.py checks the catalog.
 --
 -- Plans: the routines of the message path (push, reserve, pop, commit,
--- rollback, fail, extend, commit_reserve, commit_batch and their helpers)
--- run with plan_cache_mode = force_generic_plan. Each of their statements is
+-- rollback, fail, extend, commit_reserve, commit_batch, commit_result(_batch),
+-- renew, set_progress and their helpers) run with plan_cache_mode =
+-- force_generic_plan. Each of their statements is
 -- planned once per session, with parameters; by default PL/pgSQL plans them
 -- again on every call (a custom plan) for as long as the planner rates the
 -- generic plan above the custom ones, which for the reserve's walk and
@@ -4397,6 +4399,7 @@ CREATE OR REPLACE FUNCTION queue_commit_result_batch(in_queue text, in_keys text
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_queue pyqueue_queue := pyqueue__queue(in_queue);
