@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from . import errors
-from .client import Database, connect
+from .client import Database, Result, connect
 from .worker.model import Job
 from .worker.policy import RetryPolicy
 
@@ -69,6 +69,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_QUEUE = "default"
+
+# How long app.create_queues() keeps the results of a queue with a store_result task, when it
+# keeps none yet.
+DEFAULT_RESULT_RETENTION = dt.timedelta(days=1)
 
 _current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("pyqueue_sql_job", default=None)
 
@@ -261,18 +265,95 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
+def _result_json(t: Task[Any, Any], value: Any) -> Any:
+    """What a store_result task returned, as the JSON stored for it (InvalidPayloadError, the
+    job's failure, when JSON has no type for it)."""
+    try:
+        return _to_json(value)
+    except _NotJson as exc:
+        raise errors.InvalidPayloadError(
+            f"task {t.kind!r}: its result ({_type_name(value)}) cannot be stored as JSON: {exc}"
+        ) from None
+
+
 # -- tasks ------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskHandle:
     """What defer did: the message's queue, key and kind, and whether it was enqueued (False: a
-    live message with that key and kind was already there, and this one was not added)."""
+    live message with that key and kind was already there, and this one was not added; a handle
+    rebuilt by app.handle() says False too: it does not know).
+
+    It follows the job: status() (a Result: its state, progress...), result(timeout=) (waits for
+    the value a ``store_result=True`` task returned), cancel(), progress(). These go through the
+    app's database (one per thread, or per event loop for result_async)."""
 
     queue: str
     key: str
     kind: str
     enqueued: bool
+    app: App | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def _app(self) -> App:
+        if self.app is None:
+            raise errors.InvalidArgumentError(
+                "this handle has no app: build it with app.handle(queue, key, kind)"
+            )
+        return self.app
+
+    def _queue(self) -> Any:
+        return self._app().database().queue(self.queue)
+
+    def status(self) -> Result:
+        """The job's state now (Queue.result): 'ready', 'delayed', 'reserved', 'blocked' while it
+        is live; 'succeeded', 'failed', 'cancelled' once it finished (on a queue that keeps
+        results); 'unknown' otherwise."""
+        state: Result = self._queue().result(self.key, self.kind)
+        return state
+
+    def progress(self) -> Any:
+        """The last progress its handler reported (job.set_progress), None before any."""
+        return self.status().progress
+
+    def cancel(self) -> bool:
+        """Cancels the job: True when it was cancelled (it was waiting: it never runs) or a cancel
+        was requested (it runs: an async def task is cancelled, a def task sees
+        job.cancel_requested); False when there is no live job (finished or unknown)."""
+        return self._queue().cancel(self.key, self.kind) in ("cancelled", "requested")
+
+    def result(self, timeout: float | dt.timedelta | None = None) -> Any:
+        """Waits for the job to finish and returns what its task returned (rebuilt by the task's
+        return annotation; None for a task that does not store its result). Raises TaskFailed
+        (with its last error) when it failed for good, TaskCancelled when it was cancelled,
+        TimeoutError when it has not finished within timeout seconds (None: no end), and
+        ResultNotFoundError when there is neither a live job nor a stored result."""
+        return self._outcome(self._queue().wait_result(self.key, self.kind, timeout))
+
+    async def result_async(self, timeout: float | dt.timedelta | None = None) -> Any:
+        """result(), awaited on the app's asyncio database (many handles may wait at once: they
+        share its connection, each gets its own result)."""
+        db = await self._app().database_async()
+        return self._outcome(await db.queue(self.queue).wait_result(self.key, self.kind, timeout))
+
+    def _outcome(self, r: Result) -> Any:
+        where = f"task {self.kind!r} ({self.queue}/{self.key})"
+        if r.state == "succeeded":
+            t = None if self.app is None else self.app.tasks.get((self.queue, self.kind))
+            hint = Any if t is None else t.hints.get("return", Any)
+            return r.result if r.result is None else _from_json(r.result, hint)
+        if r.state == "failed":
+            raise errors.TaskFailed(
+                f"{where} failed after {r.attempts} attempt(s): {r.last_error}", r.last_error, r.attempts
+            )
+        if r.state == "cancelled":
+            raise errors.TaskCancelled(f"{where} was cancelled")
+        if r.state == "unknown":
+            raise errors.ResultNotFoundError(
+                f"{where}: no such job and no result kept (never deferred, its queue keeps no results, "
+                "its result expired, or it was removed or moved)"
+            )
+        raise TimeoutError(f"{where} has not finished (state {r.state})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,6 +380,7 @@ class Task(Generic[P, R]):
         timeout: float | None,
         options: _Options,
         db: Any = None,
+        store_result: bool = False,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -306,6 +388,7 @@ class Task(Generic[P, R]):
         self.kind = kind
         self.retry = retry
         self.timeout = timeout
+        self.store_result = store_result
         self.options = options
         self.db = db
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -341,6 +424,7 @@ class Task(Generic[P, R]):
             timeout=self.timeout,
             options=self.options,
             db=self.db,
+            store_result=self.store_result,
         )
         fields.update(changes)
         return Task(self.app, self.fn, **fields)
@@ -492,7 +576,7 @@ class Task(Generic[P, R]):
         db = self.db if self.db is not None else self.app.database()
         if inspect.iscoroutinefunction(getattr(db.queue(self.queue), "push", None)):
             raise errors.InvalidArgumentError("an asyncio database: use `await task.defer_async(...)`")
-        return TaskHandle(self.queue, key, self.kind, bool(db.queue(self.queue).push(**push)))
+        return TaskHandle(self.queue, key, self.kind, bool(db.queue(self.queue).push(**push)), self.app)
 
     async def defer_async(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
         """defer, on an asyncio database (the app's, or the one given to using())."""
@@ -502,7 +586,7 @@ class Task(Generic[P, R]):
         result = queue.push(**push)
         if inspect.isawaitable(result):
             result = await result
-        return TaskHandle(self.queue, key, self.kind, bool(result))
+        return TaskHandle(self.queue, key, self.kind, bool(result), self.app)
 
 
 # -- the app ------------------------------------------------------------------------------------
@@ -516,7 +600,7 @@ Middleware = Callable[[Job, CallNext], Any]
 @dataclasses.dataclass(frozen=True)
 class JobReport:
     """What became of one job run by run_pending: outcome 'succeeded', 'retry', 'snoozed',
-    'dead_lettered', 'dropped' or 'lost', and the error for a failure."""
+    'dead_lettered', 'dropped', 'cancelled' or 'lost', and the error for a failure."""
 
     queue: str
     key: str
@@ -554,6 +638,11 @@ class RunReport:
         return self._count("dead_lettered", "dropped")
 
     @property
+    def cancelled(self) -> int:
+        """Jobs whose task stopped for a cancel (or cancelled itself)."""
+        return self._count("cancelled")
+
+    @property
     def errors(self) -> list[str]:
         """The errors of the failures (retried or not), in the order they happened."""
         return [j.error for j in self.jobs if j.error is not None]
@@ -565,6 +654,7 @@ class RunReport:
         return (
             f"{len(self.jobs)} job(s): {self.succeeded} succeeded, {self.retried} retried, "
             f"{self.snoozed} snoozed, {self.failed} failed"
+            + (f", {self.cancelled} cancelled" if self.cancelled else "")
         )
 
 
@@ -612,6 +702,7 @@ class App:
         timeout: float | None = None,
         priority: int | None = None,
         group: str | None = None,
+        store_result: bool = False,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # (mypy: the factory's P, R are bound by its result's call)
@@ -625,11 +716,14 @@ class App:
         timeout: float | None = None,
         priority: int | None = None,
         group: str | None = None,
+        store_result: bool = False,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Decorator: makes a function (def or async def) a task of this app, on `queue` (the
         app's default queue) as `kind` (the function's name). `retry` is the policy of this kind
         only, `timeout` the seconds one run may take, `priority` and `group` the defaults of its
-        messages."""
+        messages. `store_result=True`: what the function returns is stored as the job's result
+        (as JSON, by the return annotation) for handle.result(); its queue must keep results
+        (app.create_queues() gives it a result retention)."""
 
         def make(fn: Callable[P, R]) -> Task[P, R]:
             if timeout is not None and (
@@ -644,6 +738,7 @@ class App:
                 retry=retry,
                 timeout=timeout,
                 options=_Options(priority=priority, group=group),
+                store_result=bool(store_result),
             )
             if (t.queue, t.kind) in self.tasks:
                 raise errors.InvalidArgumentError(
@@ -697,12 +792,25 @@ class App:
             db = self._async_dbs[loop] = await connect_async(dsn)
         return db
 
-    def create_queues(self, **settings: Any) -> None:
+    def create_queues(self, *, result_retention: Any = None, **settings: Any) -> None:
         """Creates the queues of the app's tasks (Queue.create: an existing one gets the settings
-        given, nothing else)."""
+        given, nothing else). A queue with a ``store_result=True`` task keeps results for
+        `result_retention` (seconds or a timedelta), by default DEFAULT_RESULT_RETENTION (a day)
+        when it keeps none yet."""
         db = self.database()
+        storing = {t.queue for t in self.tasks.values() if t.store_result}
         for q in self.queues():
-            db.queue(q).create(**settings)
+            queue: Any = db.queue(q)
+            queue.create(**settings)
+            if result_retention is not None:
+                queue.set_result_retention(result_retention)
+            elif q in storing and queue.settings().result_retention is None:
+                queue.set_result_retention(DEFAULT_RESULT_RETENTION)
+
+    def handle(self, queue: str, key: str, kind: str) -> TaskHandle:
+        """A handle on the job (queue, key, kind), e.g. from a key kept elsewhere: its status,
+        result, progress, cancel. (Its ``enqueued`` is False: the handle does not know.)"""
+        return TaskHandle(queue, key, kind, False, self)
 
     def close(self) -> None:
         """Closes this thread's connection of the app (the others close with their threads)."""
@@ -713,7 +821,26 @@ class App:
 
     # -- running --------------------------------------------------------------------
     def handler(self, t: Task[Any, Any]) -> Callable[[Job], Any]:
-        """The worker's handler of a task: decodes the payload, runs the middleware, calls the function."""
+        """The worker's handler of a task: decodes the payload, runs the middleware, calls the
+        function; for a store_result task, returns its value as JSON (the worker stores it)."""
+        run = self._handler(t)
+        if not t.store_result:
+            return run
+        if t.is_async:
+
+            async def stored_async(job: Job) -> Any:
+                return _result_json(t, await run(job))
+
+            stored_async.__qualname__ = run.__qualname__
+            return stored_async
+
+        def stored(job: Job) -> Any:
+            return _result_json(t, run(job))
+
+        stored.__qualname__ = run.__qualname__
+        return stored
+
+    def _handler(self, t: Task[Any, Any]) -> Callable[[Job], Any]:
         sync_mws = [m for m in self.middlewares if not inspect.iscoroutinefunction(m)]
         async_mws = [m for m in self.middlewares if inspect.iscoroutinefunction(m)]
         fn = t.fn
@@ -802,7 +929,14 @@ class App:
 
             worker = Worker(dsn, **settings)
         for t in tasks:
-            worker.add_handler(t.queue, self.handler(t), t.kind, retry=t.retry, timeout=t.timeout)
+            worker.add_handler(
+                t.queue,
+                self.handler(t),
+                t.kind,
+                retry=t.retry,
+                timeout=t.timeout,
+                store_result=t.store_result,
+            )
         for q in sorted(wanted):
             worker.add_handler(q, self._unknown_kind(q))
         return worker

@@ -210,6 +210,7 @@ class AsyncWorker(WorkerBase):
         self._commits: list[_PendingCommit] = []
         self._acks: list[tuple[Job, float]] = []
         self._acks_closed = False
+        self._awatch: asyncio.Event | None = None  # wakes the watcher: a progress to write
 
     def _jobs(self) -> list[Job]:
         return list(self._inflight.copy().values())
@@ -254,6 +255,16 @@ class AsyncWorker(WorkerBase):
         self._starting()
         self._loop = asyncio.get_running_loop()
         self._astop, self._ahard, self._freed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self._awatch = asyncio.Event()
+        conn = _AsyncConnection(self, "dispatcher")
+        try:
+            await self._steps(self._preflight_steps(), conn)
+        except BaseException as exc:
+            self._loop = None
+            self._refused_at_start(exc)
+            raise
+        finally:
+            await conn.close()
         if install_signals is None:
             install_signals = threading.current_thread() is threading.main_thread()
         if install_signals:
@@ -273,6 +284,7 @@ class AsyncWorker(WorkerBase):
             for i in range(self.connections)
         ]
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="pyqueue-heartbeat")
+        watcher = asyncio.create_task(self._watch_loop(), name="pyqueue-watch")
         dispatcher = _AsyncConnection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
         try:
             if self.register:
@@ -304,8 +316,10 @@ class AsyncWorker(WorkerBase):
             self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
             self._ahard.set()
             completer.cancel()
-            await asyncio.wait({heartbeat}, timeout=5)
+            self._awatch.set()
+            await asyncio.wait({heartbeat, watcher}, timeout=5)
             heartbeat.cancel()
+            watcher.cancel()
             conn = _AsyncConnection(self, "deregister")
             try:
                 await self._steps(self._deregister_steps(), conn)
@@ -348,14 +362,40 @@ class AsyncWorker(WorkerBase):
     async def _notifications(self, op: Notifications, conn: Any) -> list:
         return await self.dialect.wait_for_notification_async(op.db.connection, op.seconds)
 
+    async def _cancellable(self, job: Job, coro: Any) -> Any:
+        """Awaits a handler's coroutine as a task of its own, which a cancel of the job cancels
+        (job.on_cancel, from any thread); a cancel of the awaiting task cancels it too."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(coro)
+
+        def cancel() -> None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop has closed
+                pass
+
+        job.on_cancel = cancel
+        if job.cancel_requested.is_set():
+            task.cancel()
+        try:
+            return await task
+        finally:
+            job.on_cancel = None
+
     async def _handle(self, op: Handle, conn: Any) -> BaseException | None:
+        job = op.job
+        job.runs_async = inspect.iscoroutinefunction(op.fn)
         if op.timeout is not None:
             return await self._handle_timed(op)
         try:
-            if inspect.iscoroutinefunction(op.fn):
-                await op.fn(op.job)
+            if job.runs_async:
+                job.result = await self._cancellable(job, op.fn(job))
             else:  # a plain function: on a thread, so that it does not block the loop
-                await _maybe_await(await asyncio.to_thread(op.fn, op.job))
+                result = await asyncio.to_thread(op.fn, job)
+                if inspect.isawaitable(result):
+                    job.runs_async = True
+                    result = await self._cancellable(job, result)
+                job.result = result
         except BaseException as exc:
             return exc
         return None
@@ -368,15 +408,17 @@ class AsyncWorker(WorkerBase):
         job = op.job
         if inspect.iscoroutinefunction(op.fn):
             try:
-                await within_timeout(op.fn(job), timeout)
+                job.result = await self._cancellable(job, within_timeout(op.fn(job), timeout))
             except BaseException as exc:
                 return exc
             return None
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
 
-        def settle(error: BaseException | None) -> None:
+        def settle(error: BaseException | None, result: Any = None) -> None:
             if not fut.done():
+                if error is None:
+                    job.result = result
                 fut.set_result(error)
             else:  # cancelled at the deadline: the message was failed meanwhile
                 log.warning(
@@ -389,14 +431,15 @@ class AsyncWorker(WorkerBase):
 
         def target() -> None:
             error: BaseException | None = None
+            result: Any = None
             try:
                 result = op.fn(job)
                 if inspect.isawaitable(result):
-                    asyncio.run(awaited(result))
+                    result = asyncio.run(awaited(result))
             except BaseException as exc:
                 error = exc
             try:
-                loop.call_soon_threadsafe(settle, error)
+                loop.call_soon_threadsafe(settle, error, result)
             except RuntimeError:  # the loop has closed: nobody waits any more
                 pass
 
@@ -600,8 +643,18 @@ class AsyncWorker(WorkerBase):
         # After a (re)connect, anything pushed meanwhile must be looked at.
         self._wake_queues.update(self.routes)
 
+    def _progress_set(self) -> None:
+        """Wakes the watcher to write a progress (Job.set_progress, from any thread)."""
+        loop, event = self._loop, self._awatch
+        if loop is not None and event is not None:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the loop has closed
+                pass
+
     def _start_jobs(self, jobs: list[Job]) -> None:
         for job in jobs:
+            job.on_progress = self._progress_set
             self._inflight[(job.queue, job.key, job.kind)] = job
             if self._handler_tasks >= self.concurrency:
                 self._waiting.append(job)  # prefetched: the next task that is free runs it
@@ -624,8 +677,28 @@ class AsyncWorker(WorkerBase):
     def _release(self, job: Job, successors: list[Job] = ()) -> None:
         self._inflight.pop((job.queue, job.key, job.kind), None)
         for nxt in successors:
+            nxt.on_progress = self._progress_set
             self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
         self._freed.set()
+
+    # -- progress and the quick cancel poll (worker/watch.py) ---------------------------
+    async def _watch_loop(self) -> None:
+        conn = _AsyncConnection(self, "watch")
+        event = self._awatch
+        try:
+            while not self._hard_stop.is_set():
+                await _wait_event(event, self._watch_timeout())
+                event.clear()
+                if self._hard_stop.is_set():
+                    break
+                try:
+                    await self._steps(self._watch_steps(), conn)
+                except StoppedError:
+                    break
+                except Exception:
+                    log.exception("watch: unexpected error", extra={"event": "error"})
+        finally:
+            await conn.close()
 
     # -- heartbeat -----------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:

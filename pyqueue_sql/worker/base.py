@@ -20,6 +20,8 @@ from .model import Handler, Job, Route, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
 from .shutdown import Shutdown
+from .steps import Call
+from .watch import Watch
 
 # Without LISTEN, a worker of one queue long-polls queue_wait: one round trip lasts up to
 # LONG_POLL_WAIT seconds, in which the server looks for a ready message every LONG_POLL_CHECK seconds.
@@ -38,7 +40,7 @@ def default_prefetch(concurrency: int) -> int:
     return 15 * concurrency
 
 
-class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
+class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
     """What Worker (threads) and pyqueue_sql.aio.AsyncWorker (asyncio tasks) share: the
     configuration, the routes, stop and signals, the registry's bookkeeping, the logs, the
     counters and status(). A subclass provides _jobs() (the messages it holds) and _wake()
@@ -189,11 +191,12 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         *,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
+        store_result: bool = False,
     ):
         """Decorator: registers fn for messages of `kind` (None = any kind without its own handler)."""
 
         def register(fn: Handler) -> Handler:
-            self.add_handler(queue, fn, kind, retry=retry, timeout=timeout)
+            self.add_handler(queue, fn, kind, retry=retry, timeout=timeout, store_result=store_result)
             return fn
 
         return register
@@ -206,10 +209,13 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         *,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
+        store_result: bool = False,
     ) -> None:
         """Registers fn for messages of `kind` on `queue` (None = any kind without its own handler).
         `retry` is the policy of that kind only (the others keep theirs, or the queue's: see
-        set_retry); `timeout` the seconds one message of it may take (None: no limit)."""
+        set_retry); `timeout` the seconds one message of it may take (None: no limit);
+        `store_result`: what fn returns (JSON) is committed as the message's result
+        (queue_commit_result; the queue must keep results: set_result_retention)."""
         if not callable(fn):
             raise errors.InvalidArgumentError(f"a handler must be callable, not {type(fn).__name__}")
         if timeout is not None and (
@@ -224,6 +230,8 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
             route.retries[kind] = retry
         if timeout is not None:
             route.timeouts[kind] = float(timeout)
+        if store_result:
+            route.stores.add(kind)
 
     def set_retry(self, queue: str, retry: RetryPolicy) -> None:
         """The retry policy of the queue's kinds whose handler was registered without one."""
@@ -246,6 +254,25 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
                         f"the handler {name}{signature} of queue {route.queue!r} ({which}) cannot be "
                         "called with one job: a handler takes the job as its one argument"
                     ) from None
+
+    def _preflight_steps(self):
+        """Refuses to start when a kind stores its results on a queue that keeps none (the first
+        commit of a result would be refused). An account that may not read the settings
+        (queue_settings is the monitor's) or a queue that does not exist yet: not checked here."""
+        for route in self.routes.values():
+            if not route.stores:
+                continue
+            try:
+                settings = yield Call("settings", route.queue)
+            except (errors.PermissionDeniedError, errors.UnknownQueueError):
+                continue
+            if settings.result_retention is None:
+                kinds = ", ".join(sorted("every kind" if k is None else repr(k) for k in route.stores))
+                raise errors.InvalidArgumentError(
+                    f"queue {route.queue!r} keeps no results, and the handler of {kinds} stores its "
+                    "result (store_result=True): give the queue a result retention first "
+                    f"(db.queue({route.queue!r}).set_result_retention(...), or app.create_queues())"
+                )
 
     # -- what a subclass provides ------------------------------------------------------
     def _setup(self) -> None:
@@ -276,6 +303,12 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown):
         self._stop_deadline = None
         self._last_error = None
         self._state = "starting"
+
+    def _refused_at_start(self, exc: BaseException) -> None:
+        """run() ends before it started (the preflight check refused): stopped, nothing logged."""
+        self._crashed(exc)
+        self._state = "stopped"
+        self.stopped.set()
 
     def _announce(self) -> None:
         """Logs the start ("worker starting", event "start"), once the signal handlers are in

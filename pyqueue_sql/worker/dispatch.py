@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..client import QueueCalls
+from ..dialects import encode_json
 from .model import Handler, Job, Route, log, where_of
 from .policy import Snooze, describe_error
 from .steps import (
@@ -73,6 +74,15 @@ class RetryDue:
         with self._lock:
             if self._at is not None and self._at <= now:
                 self._at = None
+
+
+def stopped_for_cancel(job: Job, error: BaseException | None) -> bool:
+    """Whether a handler stopped for a cancel: it raised pyqueue_sql.Cancelled (asked or not), or
+    its coroutine ended in CancelledError after a cancel was requested (the worker cancelled it).
+    Its message then ends as cancelled (queue_cancel_held)."""
+    if isinstance(error, errors.Cancelled):
+        return True
+    return isinstance(error, asyncio.CancelledError) and job.cancel_requested.is_set()
 
 
 def wait_left(now: float, deadline: float, retry_at: float | None) -> float:
@@ -422,21 +432,64 @@ class Dispatch:
         by_queue: dict[str, list[tuple[Job, float]]] = {}
         for job, elapsed_ms in batch:
             by_queue.setdefault(job.queue, []).append((job, elapsed_ms))
-        for q, entries in by_queue.items():
-            try:
-                if len(entries) == 1:
-                    job, elapsed_ms = entries[0]
-                    self._committed(job, (yield Call("commit", q, (job.reservation,), hard=True)), elapsed_ms)
+        for q, all_entries in by_queue.items():
+            # the successes whose result is stored commit with it (queue_commit_result_batch)
+            plain = [e for e in all_entries if not e[0].store_result]
+            stored = [e for e in all_entries if e[0].store_result]
+            for entries, with_result in ((plain, False), (stored, True)):
+                if not entries:
                     continue
-                held = yield Call("commit_many", q, ([j.reservation for j, _ in entries],), hard=True)
-                self.stats.ack_batches += 1
-                self._acknowledged(q, entries, held)
+                try:
+                    if len(entries) == 1:
+                        job, elapsed_ms = entries[0]
+                        self._committed(
+                            job, (yield from self._commit_one_steps(job, with_result)), elapsed_ms
+                        )
+                        continue
+                    if with_result:
+                        items = [(j.reservation, j.result) for j, _ in entries]
+                        held = yield Call("commit_result_many", q, (items,), hard=True)
+                    else:
+                        held = yield Call("commit_many", q, ([j.reservation for j, _ in entries],), hard=True)
+                    self.stats.ack_batches += 1
+                    self._acknowledged(q, entries, held)
+                except StoppedError:
+                    for job, _ in entries:
+                        self._log_abandoned(job)
+                except errors.InvalidArgumentError as exc:
+                    if with_result:
+                        # a result the queue refuses (larger than its max_payload, or the queue
+                        # keeps no results now): each alone, so that only the refused ones fail
+                        yield from self._commit_each_steps(entries)
+                    else:
+                        for job, _ in entries:
+                            self._log_unfinishable(job, exc)
+                except Exception as exc:  # e.g. the queue was dropped meanwhile
+                    for job, _ in entries:
+                        self._log_unfinishable(job, exc)
+
+    def _commit_one_steps(self, job: Job, with_result: bool):
+        if with_result:
+            return (yield Call("commit_result", job.queue, (job.reservation, job.result), hard=True))
+        return (yield Call("commit", job.queue, (job.reservation,), hard=True))
+
+    def _commit_each_steps(self, entries: list[tuple[Job, float]]):
+        """Commits successes with results one by one; a result the queue refuses fails its message
+        (as if its handler had raised the error), the others commit."""
+        for job, elapsed_ms in entries:
+            try:
+                self._committed(job, (yield from self._commit_one_steps(job, True)), elapsed_ms)
             except StoppedError:
-                for job, _ in entries:
+                self._log_abandoned(job)
+            except errors.InvalidArgumentError as exc:
+                try:
+                    yield from self._fail_steps(job, exc, False, elapsed_ms)
+                except StoppedError:
                     self._log_abandoned(job)
-            except Exception as exc:  # e.g. the queue was dropped meanwhile
-                for job, _ in entries:
-                    self._log_unfinishable(job, exc)
+                except Exception as again:
+                    self._log_unfinishable(job, again)
+            except Exception as exc:
+                self._log_unfinishable(job, exc)
 
     def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None:
         """Counts and logs a batch whose queue_commit_batch said `held` of its reservations still
@@ -513,6 +566,7 @@ class Dispatch:
         except errors.QueueError as exc:
             error: BaseException | None = exc
         else:
+            job.store_result = route.stores_result(job.kind)
             # The handler's failure is the message's, not the worker's: it comes back as the
             # result (thrown in, a GeneratorExit would end these steps).
             error = yield Handle(fn, job, route.timeout_for(job.kind))
@@ -520,15 +574,28 @@ class Dispatch:
         if isinstance(error, asyncio.CancelledError) and self._hard_stop.is_set():
             self._release(job)  # abandoned: the message comes back after its lease
             raise error
-        interrupted = self._handled(job, error)
+        if error is None and job.store_result:
+            try:  # a result JSON cannot hold fails its message here, not the batch it commits in
+                encode_json(job.result)
+            except errors.InvalidPayloadError as exc:
+                error = exc
+        cancelled = stopped_for_cancel(job, error)
+        interrupted = False if cancelled else self._handled(job, error)
         elapsed_ms = round((time.time() - started) * 1000, 3)
         successors: list[Job] = []
         try:
             yield Acquire(job.lock)
             try:
+                if job.progress_pending:  # the last progress goes with the result
+                    yield from self._write_progress_steps(job)
                 if error is None:
-                    ok, successors = yield from self._commit_steps(job, self._chains(interrupted))
+                    chain = self._chains(interrupted) and not job.store_result
+                    ok, successors = yield from self._commit_steps(job, chain)
                     self._committed(job, ok, elapsed_ms)
+                elif cancelled:
+                    self._cancelled(
+                        job, (yield Call("cancel_held", job.queue, (job.reservation,), hard=True))
+                    )
                 else:
                     yield from self._fail_steps(job, error, interrupted, elapsed_ms)
                 job.done = True

@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..client import Reservation
+from ..client import MAX_PROGRESS_BYTES, Reservation
+from ..dialects import encode_json
+from ..errors import Cancelled, InvalidArgumentError
 
 if TYPE_CHECKING:
     import random
@@ -31,6 +33,21 @@ class Job:
     lease_until: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     done: bool = False
+    # Set when a cancel of this message was requested (queue_cancel while it runs): a plain
+    # handler may check it (or wait on it) and stop by raising pyqueue_sql.Cancelled; an async
+    # def handler is cancelled. The worker learns it from its heartbeat (queue_renew) and, while
+    # async def handlers run, from a quick poll (see Watch).
+    cancel_requested: threading.Event = field(default_factory=threading.Event, repr=False)
+    # What the handler returned (stored as the message's result when its kind stores results).
+    result: Any = field(default=None, repr=False)
+    store_result: bool = False
+    # Whether its handler is a coroutine (cancelled at a cancel request, its flag polled quickly).
+    runs_async: bool = False
+    # Cancels the running coroutine handler (set by the runner while one runs; any thread).
+    on_cancel: Callable[[], Any] | None = field(default=None, repr=False)
+    # Wakes the worker's writer of progress (set by the runner; any thread).
+    on_progress: Callable[[], Any] | None = field(default=None, repr=False)
+    _progress: tuple[Any] | None = field(default=None, repr=False)  # the value not written yet
 
     queue = property(lambda self: self.reservation.queue)
     key = property(lambda self: self.reservation.key)
@@ -40,6 +57,44 @@ class Job:
     priority = property(lambda self: self.reservation.priority)
     created_at = property(lambda self: self.reservation.created_at)
     scheduled_at_initially = property(lambda self: self.reservation.scheduled_at_initially)
+
+    def set_progress(self, value: Any) -> None:
+        """Reports the job's progress (any JSON value, at most 64 KiB as JSON): Queue.result (and
+        a task's handle.progress()) shows it while the job runs and after it finished. Returns at
+        once: the worker writes the latest value soon after (within a fraction of a second), and
+        before the job's end. InvalidArgumentError at once for a value JSON cannot hold or one
+        too large."""
+        size = len(encode_json(value).encode("utf-8"))
+        if size > MAX_PROGRESS_BYTES:
+            raise InvalidArgumentError(f"progress is {size} bytes of JSON, more than {MAX_PROGRESS_BYTES}")
+        self._progress = (value,)
+        notify = self.on_progress
+        if notify is not None:
+            notify()
+
+    @property
+    def progress_pending(self) -> bool:
+        """Whether a progress value was set and not written yet."""
+        return self._progress is not None
+
+    def take_progress(self) -> tuple[Any] | None:
+        """The progress value set and not written yet, as a 1-tuple (None: nothing to write)."""
+        value, self._progress = self._progress, None
+        return value
+
+    def raise_if_cancelled(self) -> None:
+        """Raises pyqueue_sql.Cancelled when a cancel of this job was requested: a plain (def)
+        handler calls it between steps of its work to stop for a cancel."""
+        if self.cancel_requested.is_set():
+            raise Cancelled("cancel requested")
+
+    def request_cancel(self) -> None:
+        """What the worker does when it learns that a cancel was requested (any thread)."""
+        first = not self.cancel_requested.is_set()
+        self.cancel_requested.set()
+        hook = self.on_cancel
+        if first and hook is not None:
+            hook()
 
 
 Handler = Callable[[Job], Any]
@@ -64,6 +119,7 @@ class Route:
     retry: RetryRule
     retries: dict[str | None, RetryRule] = field(default_factory=dict)
     timeouts: dict[str | None, float] = field(default_factory=dict)
+    stores: set[str | None] = field(default_factory=set)  # the kinds whose results are stored
 
     def kinds(self) -> list[str] | None:
         return None if None in self.handlers else sorted(k for k in self.handlers if k is not None)
@@ -82,6 +138,10 @@ class Route:
         """The seconds a handler of this kind may run (None: no limit)."""
         return self.timeouts.get(self._registered(kind))
 
+    def stores_result(self, kind: str) -> bool:
+        """Whether what the handler of this kind returns is stored as the message's result."""
+        return self._registered(kind) in self.stores
+
 
 @dataclass
 class WorkerStats:
@@ -98,6 +158,7 @@ class WorkerStats:
     commit_reserves: int = 0  # commits that reserved the next message in the same call
     ack_batches: int = 0  # queue_commit_batch calls that acknowledged several successes at once
     lease_low: int = 0  # prefetched messages handed back unstarted: their lease ran low first
+    cancelled: int = 0  # handlers that stopped for a cancel (queue_cancel_held)
 
 
 @dataclass(frozen=True)

@@ -328,6 +328,21 @@ class FailurePolicy:
             },
         )
 
+    def _cancelled(self, job: Job, held: bool) -> None:
+        """Counts and logs a handler that stopped for a cancel (queue_cancel_held's answer)."""
+        if not held:
+            self._log_lost(job)
+            self._outcome(job, "lost")
+            return
+        self.stats.cancelled += 1
+        self._outcome(job, "cancelled")
+        log.info(
+            "cancelled: %s attempt %d",
+            where_of(job),
+            job.attempts,
+            extra={"event": "cancel", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
+
     def _snoozed(self, job: Job, after: float, held: bool) -> None:
         if not held:
             self._log_lost(job)

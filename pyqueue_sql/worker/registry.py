@@ -132,7 +132,10 @@ class Registry:
                 return
             lease_until = self._clock() + self.lease
             try:
-                new = yield Call("extend", job.queue, (job.reservation,), {"timeout": self.lease}, hard=True)
+                # queue_renew: queue_extend, and whether a cancel of the message was requested
+                new, cancel_requested = yield Call(
+                    "renew", job.queue, (job.reservation,), {"timeout": self.lease}, hard=True
+                )
             except StoppedError:
                 return
             except Exception:
@@ -144,6 +147,8 @@ class Registry:
             self._log_extended(job, new, lease_until)
         finally:
             job.lock.release()
+        if new is not None and cancel_requested:
+            self._cancel_seen(job)
 
     def _registry_tick_steps(self):
         reg = self.registration

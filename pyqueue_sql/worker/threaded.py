@@ -69,18 +69,36 @@ class _EventLoop:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
 
-    def run(self, awaitable: Any) -> Any:
+    def run(self, awaitable: Any, job: Job | None = None) -> Any:
+        """Runs awaitable to completion on the thread's loop; with a job, as a task that a cancel
+        of the job cancels (job.on_cancel, from any thread)."""
         if self.loop is None or self.loop.is_closed():
             self.loop = asyncio.new_event_loop()
+        loop = self.loop
         coro = awaitable if inspect.iscoroutine(awaitable) else awaited(awaitable)
+        task = loop.create_task(coro)
+        if job is not None:
+
+            def cancel() -> None:
+                try:
+                    loop.call_soon_threadsafe(task.cancel)
+                except RuntimeError:  # the loop has closed: nothing runs any more
+                    pass
+
+            job.on_cancel = cancel
+            if job.cancel_requested.is_set():
+                task.cancel()
         try:
-            return self.loop.run_until_complete(coro)
+            return loop.run_until_complete(task)
         except BaseException as exc:
-            if not isinstance(exc, Exception):
+            if not isinstance(exc, (Exception, asyncio.CancelledError)):
                 # SystemExit, KeyboardInterrupt... stop the loop abruptly:
                 # the next coroutine gets a fresh one.
                 self.close()
             raise
+        finally:
+            if job is not None:
+                job.on_cancel = None
 
     def close(self) -> None:
         loop, self.loop = self.loop, None
@@ -157,6 +175,7 @@ class Worker(WorkerBase):
         self._pending: queue_mod.Queue[Job | None] = queue_mod.Queue()
         self._acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        self._watch_wake = threading.Event()  # a progress to write (Job.set_progress)
 
     def _jobs(self) -> list[Job]:
         with self._slots:
@@ -188,6 +207,14 @@ class Worker(WorkerBase):
         if install_signals is None:
             install_signals = threading.current_thread() is threading.main_thread()
         self._starting()
+        conn = _Connection(self, "dispatcher")
+        try:
+            self._steps(self._preflight_steps(), conn)
+        except BaseException as exc:
+            self._refused_at_start(exc)
+            raise
+        finally:
+            conn.close()
         if install_signals:
             self.install_signal_handlers()
         self._announce()
@@ -199,6 +226,8 @@ class Worker(WorkerBase):
         hb.start()
         completer = threading.Thread(target=self._completer_loop, name="pyqueue-completer", daemon=True)
         completer.start()
+        watcher = threading.Thread(target=self._watch_loop, name="pyqueue-watch", daemon=True)
+        watcher.start()
         dispatcher_conn = _Connection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
         try:
             if self.register:
@@ -222,7 +251,9 @@ class Worker(WorkerBase):
             self._acks.put(None)
             completer.join(timeout=max(self.shutdown_timeout, 5.0))
             self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
+            self._watch_wake.set()
             hb.join(timeout=5)
+            watcher.join(timeout=5)
             conn = _Connection(self, "deregister")
             try:
                 self._steps(self._deregister_steps(), conn)
@@ -249,13 +280,17 @@ class Worker(WorkerBase):
         return self.dialect.wait_for_notification(op.db.connection, op.seconds)
 
     def _handle(self, op: Handle, conn: _Connection) -> BaseException | None:
+        op.job.runs_async = inspect.iscoroutinefunction(op.fn)
         if op.timeout is not None:
             return self._handle_timed(op, conn)
         try:
             result = op.fn(op.job)
             if inspect.isawaitable(result):
-                # A coroutine handler: awaited to completion before the commit.
-                conn.loop.run(result)
+                # A coroutine handler: awaited to completion before the commit (cancelled by a
+                # cancel of its job).
+                op.job.runs_async = True
+                result = conn.loop.run(result, op.job)
+            op.job.result = result
         except BaseException as exc:
             return exc
         return None
@@ -268,7 +303,7 @@ class Worker(WorkerBase):
         timeout = float(op.timeout)
         if inspect.iscoroutinefunction(op.fn):
             try:
-                conn.loop.run(within_timeout(op.fn(op.job), timeout))
+                op.job.result = conn.loop.run(within_timeout(op.fn(op.job), timeout), op.job)
             except BaseException as exc:
                 return exc
             return None
@@ -283,10 +318,12 @@ class Worker(WorkerBase):
             try:
                 result = op.fn(job)
                 if inspect.isawaitable(result):
-                    asyncio.run(awaited(result))
+                    result = asyncio.run(awaited(result))
             except BaseException as exc:
                 error = exc
             with lock:
+                if error is None and not abandoned:
+                    job.result = result
                 box.append(error)
                 finished.set()
                 late = abandoned
@@ -363,6 +400,7 @@ class Worker(WorkerBase):
     def _start_jobs(self, jobs: list[Job]) -> None:
         with self._slots:
             for job in jobs:
+                job.on_progress = self._watch_wake.set
                 self._inflight[(job.queue, job.key, job.kind)] = job
         for job in jobs:
             self._pending.put(job)
@@ -372,6 +410,7 @@ class Worker(WorkerBase):
         with self._slots:
             self._inflight.pop((job.queue, job.key, job.kind), None)
             for nxt in successors:
+                nxt.on_progress = self._watch_wake.set
                 self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
             self._slots.notify_all()
 
@@ -420,6 +459,24 @@ class Worker(WorkerBase):
                         break
                     batch.append(item)
                 self._steps(self._ack_steps(batch), conn)
+        finally:
+            conn.close()
+
+    # -- progress and the quick cancel poll (watch.py) ----------------------------------
+    def _watch_loop(self) -> None:
+        conn = _Connection(self, "watch")
+        try:
+            while not self._hard_stop.is_set():
+                self._watch_wake.wait(self._watch_timeout())
+                self._watch_wake.clear()
+                if self._hard_stop.is_set():
+                    break
+                try:
+                    self._steps(self._watch_steps(), conn)
+                except StoppedError:
+                    break
+                except Exception:
+                    log.exception("watch: unexpected error", extra={"event": "error"})
         finally:
             conn.close()
 

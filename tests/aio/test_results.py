@@ -8,12 +8,7 @@ import datetime as dt
 import time
 import uuid
 
-import pytest
-
 from pyqueue_sql import aio
-
-# Until the MySQL/MariaDB routines of results are on main: PostgreSQL only.
-pytestmark = pytest.mark.only_dialect("postgresql")
 
 
 def test_many_waiters_on_one_connection_each_get_their_own_result(dsn):

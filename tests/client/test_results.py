@@ -12,9 +12,6 @@ import pytest
 import pyqueue_sql
 from pyqueue_sql import InvalidArgumentError, Result
 
-# Until the MySQL/MariaDB routines of results are on main: PostgreSQL only.
-pytestmark = pytest.mark.only_dialect("postgresql")
-
 
 @pytest.fixture
 def results_queue(make_queue):

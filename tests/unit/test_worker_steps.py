@@ -12,7 +12,7 @@ import random
 import pytest
 
 from pyqueue_sql import InvalidArgumentError
-from pyqueue_sql.client import Reservation
+from pyqueue_sql.client import Renewal, Reservation
 from pyqueue_sql.worker import Job, RetryPolicy, Worker, idle_timeout, wait_left
 from pyqueue_sql.worker.dispatch import WAIT_SLICE, earliest_due
 from pyqueue_sql.worker.steps import (
@@ -444,10 +444,25 @@ def test_the_heartbeat_extends_only_what_was_not_reserved_or_extended_lately():
     assert steps.op == Acquire(older.lock)
     older.lock.acquire()
     call = steps.answer(True)
-    assert (call.method, call.args, call.kwargs) == ("extend", (older.reservation,), {"timeout": 12.0})
+    assert (call.method, call.args, call.kwargs) == ("renew", (older.reservation,), {"timeout": 12.0})
     clock.now += 0.5  # the call's round trip
-    steps.answer(reservation(key="older"))
+    steps.answer(Renewal(reservation(key="older"), False))
     assert steps.done and older.lease_until == 1000.0 + 12.0
+    assert not older.cancel_requested.is_set()
+
+
+def test_the_heartbeat_passes_a_requested_cancel_to_the_job():
+    """queue_renew says a cancel was requested: the job's event is set and its coroutine's
+    cancel hook called (once)."""
+    worker, clock = make_worker(PG, lease=12.0)
+    job = Job(reservation(key="running"), lease_until=clock.now + 1.0)
+    hooked = []
+    job.on_cancel = lambda: hooked.append(True)
+    steps = Steps(worker._extend_steps(job))
+    job.lock.acquire()
+    steps.answer(True)
+    steps.answer(Renewal(reservation(key="running"), True))
+    assert steps.done and job.cancel_requested.is_set() and hooked == [True]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,117 @@
+"""The watch over running jobs: writes the progress their handlers report (Job.set_progress), and
+reads the cancel flag of the jobs whose handler is a coroutine often enough that a cancel stops
+them within a second.
+
+The heartbeat (registry.py) renews each held reservation with queue_renew, which also says
+whether a cancel was requested, but only every lease/3 (10 s by default). While a job whose
+handler is an ``async def`` runs, the watcher reads its state (queue_result, one light read per
+such job) every CANCEL_POLL seconds and cancels its handler's task when the flag is set. A plain
+(def) handler cannot be interrupted, and polls nothing: it sees job.cancel_requested set by the
+heartbeat. The watcher runs on its own connection (a thread of Worker, a task of AsyncWorker),
+which it opens only once it has something to write or read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import errors
+from .model import Job, log, where_of
+from .steps import Acquire, Call, StoppedError
+
+if TYPE_CHECKING:
+    from .model import WorkerStats
+
+# Seconds between two reads of the cancel flags of the running async def handlers: with the
+# read's round trip and the task's cancellation, a cancel stops such a handler within a second.
+CANCEL_POLL = 0.25
+
+# How long the watcher sleeps when there is nothing to poll (it is woken by a progress to write).
+WATCH_IDLE = 1.0
+
+
+class Watch:
+    """WorkerBase's part for progress and the quick cancel poll (steps: see steps.py)."""
+
+    stats: WorkerStats
+    _cancel_poll_denied = False
+
+    def _jobs(self) -> list[Job]:
+        raise NotImplementedError
+
+    def _watch_timeout(self) -> float:
+        """How long the watcher may sleep now: CANCEL_POLL while an async def handler runs."""
+        if not self._cancel_poll_denied and any(
+            j.runs_async and j.started_at is not None and not j.done for j in self._jobs()
+        ):
+            return CANCEL_POLL
+        return WATCH_IDLE
+
+    def _watch_steps(self):
+        """One round of the watcher: the progress waiting to be written, then the cancel flags
+        of the running async def handlers."""
+        for job in self._jobs():
+            if job.progress_pending and not job.done:
+                yield from self._progress_steps(job)
+        if self._cancel_poll_denied:
+            return
+        for job in self._jobs():
+            if not job.runs_async or job.started_at is None or job.done or job.cancel_requested.is_set():
+                continue
+            try:
+                state = yield Call("result", job.queue, (job.key, job.kind), hard=True)
+            except StoppedError:
+                raise
+            except errors.PermissionDeniedError:
+                self._cancel_poll_denied = True
+                log.warning(
+                    "this account may not call queue_result: a cancel reaches a running async def "
+                    "handler with the heartbeat only (every lease/3)",
+                    extra={"event": "error"},
+                )
+                return
+            except Exception:
+                log.exception("watch: could not read a job's cancel flag", extra={"event": "error"})
+                continue
+            if state.cancel_requested and not job.done:
+                self._cancel_seen(job)
+
+    def _cancel_seen(self, job: Job) -> None:
+        """A cancel was requested for a running job: its event is set, its coroutine cancelled."""
+        if job.cancel_requested.is_set():
+            return
+        log.info(
+            "cancel requested: %s",
+            where_of(job),
+            extra={"event": "cancel_requested", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
+        job.request_cancel()
+
+    def _progress_steps(self, job: Job):
+        """Writes the job's latest progress (holding its lock: the token does not change meanwhile)."""
+        yield Acquire(job.lock)
+        try:
+            yield from self._write_progress_steps(job)
+        finally:
+            job.lock.release()
+
+    def _write_progress_steps(self, job: Job):
+        """Writes the job's progress not written yet (its lock held by the caller)."""
+        if job.done:
+            return
+        value = job.take_progress()
+        if value is None:
+            return
+        try:
+            held = yield Call("set_progress", job.queue, (job.reservation, value[0]), hard=True)
+        except StoppedError:
+            raise
+        except Exception:
+            log.exception(
+                "could not write the progress of %s",
+                where_of(job),
+                extra={"event": "error", "queue": job.queue, "key": job.key, "kind": job.kind},
+            )
+            return
+        if not held:
+            log.debug("progress of a reservation no longer held", extra={"event": "lost", "key": job.key})
