@@ -209,7 +209,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"queue:        {args.queue}")
     print(f"key / kind:   {args.key} / {args.kind}")
     if message is None and finished:
-        print(f"state:        gone, {result.state} at {format_time(result.finished_at)} (`{PROG} result` shows it)")
+        print(
+            f"state:        gone, {result.state} at {format_time(result.finished_at)} (`{PROG} result` shows it)"
+        )
     elif message is None:
         print("state:        gone (no longer in the queue; see its history below)")
     else:
@@ -441,7 +443,11 @@ def add_remove(command: Command) -> None:
 
 
 def add_show(command: Command) -> None:
-    p = command("show", cmd_show, "a message's state, attempts, last error, progress and payload, and its history rows")
+    p = command(
+        "show",
+        cmd_show,
+        "a message's state, attempts, last error, progress and payload, and its history rows",
+    )
     message_args(p)
 
 
@@ -458,8 +464,7 @@ def add_result(command: Command) -> None:
         "--wait",
         type=seconds_arg,
         metavar="SECONDS",
-        help="wait up to this long for it to finish (succeeded, failed or cancelled); "
-        "exit 1 when it has not",
+        help="wait up to this long for it to finish (succeeded, failed or cancelled); exit 1 when it has not",
     )
 
 

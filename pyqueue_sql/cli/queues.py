@@ -15,7 +15,13 @@ from .. import errors
 from ..display import STATS_LEGEND, format_duration, format_stats_table, format_table, format_time, shorten
 from .common import EXIT_FAILURE, EXIT_OK, PROG, Command, confirm, open_database, positive_int, seconds_arg
 
-SETTINGS = ("visibility_timeout", "max_attempts", "dead_letter_queue", "history_retention", "result_retention")
+SETTINGS = (
+    "visibility_timeout",
+    "max_attempts",
+    "dead_letter_queue",
+    "history_retention",
+    "result_retention",
+)
 
 
 def _settings_summary(settings: Any) -> str:

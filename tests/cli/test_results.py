@@ -204,7 +204,11 @@ def test_the_installed_command_exits_with_the_outcome(dsn, queue):
 
     def sh(*argv):
         done = subprocess.run(
-            [sys.executable, "-m", "pyqueue_sql.cli", *argv], env=env, capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "pyqueue_sql.cli", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         return done.returncode, done.stdout, done.stderr
 
