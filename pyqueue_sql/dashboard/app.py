@@ -25,7 +25,7 @@ import secrets
 import traceback
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -38,7 +38,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import errors
 from ..display import describe_error, format_age, format_duration, redact, redact_dsn, remember_secrets
-from .data import ACTIONS, STALE_AFTER_S, Dashboard
+from .data import ACTIONS, GRANTED_BY, STALE_AFTER_S, Dashboard
 from .metrics import DashboardCollector, metrics_response
 
 HERE = Path(__file__).parent
@@ -215,6 +215,7 @@ class DashboardApp:
             Route("/fragment/queue", self.queue_fragment),
             Route("/message", self.message_page),
             Route("/message/payload.json", self.message_payload),
+            Route("/message/result.json", self.message_result),
             Route("/dead-letters", self.dead_letters_page),
             Route("/workers", self.workers_page),
             Route("/schedules", self.schedules_page),
@@ -388,12 +389,10 @@ class DashboardApp:
         q = request.query_params
         queue, key, kind = q.get("queue") or "", q.get("key") or "", q.get("kind") or ""
         message, history, settings = await run_in_threadpool(self.dashboard.message, queue, key, kind)
-        shown, size, truncated = None, 0, False
-        if message is not None:
-            text = json.dumps(message.payload, indent=2, ensure_ascii=False)
-            size = len(text.encode())
-            truncated = len(text) > PAYLOAD_SHOWN
-            shown = text[:PAYLOAD_SHOWN] if truncated else text
+        # progress and cancel request of the live message, the stored result of a finished one
+        result = await run_in_threadpool(self.dashboard.result, queue, key, kind)
+        payload = _cut(message.payload) if message is not None else _Cut(None, 0, False)
+        finished = result is not None and result.finished and message is None
         return self.render(
             request,
             "message.html",
@@ -401,14 +400,41 @@ class DashboardApp:
             key=key,
             kind=kind,
             message=message,
-            payload_text=shown,
-            payload_size=size,
-            payload_truncated=truncated,
+            payload_text=payload.text,
+            payload_size=payload.size,
+            payload_truncated=payload.truncated,
             payload_shown=PAYLOAD_SHOWN,
+            result=result,
+            finished=finished,
+            result_value=(
+                _cut(result.result) if finished and result is not None and result.result is not None else None
+            ),
+            progress=_cut(result.progress) if result is not None and result.progress is not None else None,
+            result_retention=None if settings is None else settings.result_retention,
             history=history,
             history_retention=None if settings is None else settings.history_retention,
             settings_known=settings is not None,
             allowed=await self.allowed(),
+        )
+
+    async def message_result(self, request: Request) -> Response:
+        """A finished message's whole result as a JSON file to download (never rendered as a page)."""
+        q = request.query_params
+        queue, key, kind = q.get("queue") or "", q.get("key") or "", q.get("kind") or ""
+        result = await run_in_threadpool(self.dashboard.result, queue, key, kind)
+        if result is None:
+            return PlainTextResponse(
+                "refused: this account may not read results (queue_result)", status_code=403
+            )
+        if not result.finished:
+            return PlainTextResponse("no finished message with this key and kind", status_code=404)
+        body = json.dumps(result.result, ensure_ascii=False).encode()
+        return Response(
+            body,
+            media_type="application/json",
+            headers={
+                "content-disposition": f'attachment; filename="{_stem(queue, key, kind, "result")}.json"'
+            },
         )
 
     async def message_payload(self, request: Request) -> Response:
@@ -419,11 +445,12 @@ class DashboardApp:
         if message is None:
             return PlainTextResponse("no live message with this key and kind", status_code=404)
         body = json.dumps(message.payload, ensure_ascii=False).encode()
-        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{queue}-{key}-{kind}")[:120].strip("._") or "payload"
         return Response(
             body,
             media_type="application/json",
-            headers={"content-disposition": f'attachment; filename="{stem}.json"'},
+            headers={
+                "content-disposition": f'attachment; filename="{_stem(queue, key, kind, "payload")}.json"'
+            },
         )
 
     async def dead_letters_page(self, request: Request) -> Response:
@@ -490,7 +517,7 @@ class DashboardApp:
             return PlainTextResponse("refused: the dashboard is read-only", status_code=403)
         if not await run_in_threadpool(self.dashboard.may, action):
             return PlainTextResponse(
-                f"refused: this account may not {action} (grant it the admin capability)", status_code=403
+                f"refused: this account may not {action} (grant it {GRANTED_BY[action]})", status_code=403
             )
         back = _local(str(form.get("next", "/")))
         f = {k: str(v) for k, v in form.items()}
@@ -510,6 +537,13 @@ class DashboardApp:
                     if removed
                     else "nothing removed: the message was gone"
                 )
+            elif action == "cancel":
+                key, kind = f.get("key", ""), f.get("kind", "")
+                outcome = await run_in_threadpool(self.dashboard.cancel, f.get("queue", ""), key, kind)
+                done = {
+                    "cancelled": f"cancelled {key} ({kind}): it was waiting and is removed, it will not run",
+                    "requested": f"cancel requested for {key} ({kind}): its consumer is asked to stop",
+                }.get(outcome, f"nothing cancelled: no live message {key} ({kind})")
             elif action == "release":
                 worker = f.get("worker") or None
                 released = await run_in_threadpool(self.dashboard.release, f.get("queue", ""), worker)
@@ -532,6 +566,25 @@ class DashboardApp:
             FLASH_COOKIE, done[:300], httponly=True, samesite="strict", secure=_https(request)
         )
         return response
+
+
+class _Cut(NamedTuple):
+    text: str | None  # the JSON shown (its first PAYLOAD_SHOWN characters)
+    size: int  # bytes of the whole JSON text
+    truncated: bool
+
+
+def _cut(value: Any) -> _Cut:
+    """A JSON value (a payload, a result, progress) as the page shows it: indented, cut after
+    PAYLOAD_SHOWN characters (the whole value is downloaded)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    truncated = len(text) > PAYLOAD_SHOWN
+    return _Cut(text[:PAYLOAD_SHOWN] if truncated else text, len(text.encode()), truncated)
+
+
+def _stem(queue: str, key: str, kind: str, fallback: str) -> str:
+    """A download's file name (without .json): the message's names, only safe characters."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{queue}-{key}-{kind}")[:120].strip("._") or fallback
 
 
 def _whole(text: str) -> int:

@@ -20,12 +20,14 @@ from typing import Any
 from sqlalchemy.pool import QueuePool
 
 from .. import dialects, errors
-from ..client import Database, QueueSettings, QueueStats, WorkerInfo
+from ..client import Database, QueueSettings, QueueStats, Result, WorkerInfo
 
 UTC = dt.timezone.utc
 
 # The actions the dashboard offers, by the named statement (routine) each one calls.
-ACTIONS = ("pause", "resume", "redrive", "remove", "release")
+ACTIONS = ("pause", "resume", "redrive", "remove", "release", "cancel")
+# The capability that grants each action's routine (what a refusal tells the operator to grant).
+GRANTED_BY = dict.fromkeys(ACTIONS, "the admin capability") | {"cancel": "the producer or admin capability"}
 # How long a worker may go without a heartbeat before it is shown as stale (as `pyqueue-sql workers`).
 STALE_AFTER_S = 60.0
 # The chart's span and how often the throughput of recent minutes is read again.
@@ -177,7 +179,7 @@ class Dashboard:
                     params = {"pause": {"queue": None}, "resume": {"queue": None}}.get(action)
                     if action == "redrive":
                         params = {"queue": None, "to_queue": None, "n": None}
-                    elif action == "remove":
+                    elif action in ("remove", "cancel"):
                         params = {"queue": None, "key": None, "kind": None}
                     elif action == "release":
                         params = {"queue": None, "worker": None}
@@ -280,6 +282,15 @@ class Dashboard:
                 settings = None
             return message, history, settings
 
+    def result(self, queue: str, key: str, kind: str) -> Result | None:
+        """What queue_result says of the message (its progress and cancel request while it is
+        live, its stored result once it finished), None when the account may not call it."""
+        with self.pool.database() as db:
+            try:
+                return db.queue(queue).result(key, kind)
+            except errors.PermissionDeniedError:
+                return None
+
     def workers(self) -> tuple[list[WorkerInfo], dict[str, list[Any]]]:
         """The registered workers and, per reserve_as name, the live reservations it holds (read
         from the reserved messages of the queues the workers serve, at most 1000 per queue)."""
@@ -316,6 +327,12 @@ class Dashboard:
     def remove(self, queue: str, key: str, kind: str) -> bool:
         with self.pool.database() as db:
             return db.queue(queue).remove(key, kind)
+
+    def cancel(self, queue: str, key: str, kind: str) -> str:
+        """queue_cancel: 'cancelled' (it was waiting: removed), 'requested' (held: its consumer is
+        asked to stop) or 'unknown' (no live message)."""
+        with self.pool.database() as db:
+            return db.queue(queue).cancel(key, kind)
 
     def release(self, queue: str, worker: str | None) -> int:
         """Hands back the queue's reservations (worker's only, when given); how many."""
