@@ -335,6 +335,21 @@ def test_failed_records_the_last_error_and_deliveries(make_queue, sql):
     assert sql.result(dead.name, "a", "k")["state"] == "ready"  # the dead letter, live in its own queue
 
 
+def test_a_last_reservation_that_expired_is_recorded_failed_by_the_next_reserve(make_queue, sql):
+    q = make_queue(max_attempts=1)
+    sql.set_retention(q.name, DAY)
+    q.push("a", "k", {})
+    (r,) = q.reserve(timeout=1)
+    time.sleep(1.2)
+    assert q.reserve(timeout=60) == []  # dropped (no dead-letter queue) instead of delivered again
+    got = sql.result(q.name, "a", "k")
+    assert (got["state"], got["attempts"], got["last_error"]) == (
+        "failed",
+        1,
+        "reservation expired on its last allowed delivery",
+    )
+
+
 def test_a_queue_without_retention_and_moves_and_removes_record_nothing(rq, queue, sql):
     queue.push("a", "k", {})
     (r,) = queue.reserve(timeout=60)
