@@ -34,6 +34,10 @@ forced stop, the worker registry, reconnects, the logs on the
     together (group commit): one queue_commit_batch for them and one
     queue_commit_reserve that commits one more and reserves a next message for
     each of them;
+  * each async def handler runs as a task of its own, which a cancel of its
+    message cancels (the heartbeat's queue_renew, or the watcher's quick poll:
+    see pyqueue_sql.worker, "Results, cancellation and progress"); progress and
+    the cancel poll use one more connection (the watcher's), opened when needed;
   * a stop that hits the deadline, or a forced one, cancels the handler tasks
     still running: their messages come back when their lease ends (a handler
     that raises CancelledError by itself fails its message as any error does).

@@ -92,6 +92,26 @@ returns false). A reserve whose reply was lost leaves its messages reserved by
 nobody; they come back when the lease expires. Nothing is lost; a message may
 be delivered again (at-least-once), never committed twice.
 
+Results, cancellation and progress (see docs/workers.md): a handler registered
+with store_result=True has its return value (JSON) committed as the message's
+result, through queue_commit_result_batch in the completer's batches (one alone:
+queue_commit_result); a value JSON cannot hold, or one the queue refuses, fails
+that message alone. A worker with such a handler refuses to start when the
+queue keeps no results (one InvalidArgumentError, before anything is reserved).
+``job.set_progress(value)`` returns at once: a watcher thread (its own
+connection, opened when needed) writes the latest value with queue_set_progress
+soon after, and the handler's own thread writes what is left before the commit
+or failure. The heartbeat renews with queue_renew, which also says whether a
+cancel of the message was requested: ``job.cancel_requested`` (a
+threading.Event) is then set and an async def handler's task cancelled; while
+async def handlers run, the watcher also reads their cancel flag with
+queue_result every CANCEL_POLL (0.25 s), so such a handler stops within a second
+whatever the lease. A handler that stops for the cancel (it raises
+pyqueue_sql.Cancelled, e.g. by job.raise_if_cancelled(), or its coroutine ends in
+CancelledError after a cancel was requested) ends its message with
+queue_cancel_held (outcome 'cancelled', stats.cancelled); one that returns
+anyway is committed as usual.
+
 Worker registry (queue_worker_register, see docs/contract.md): at start the
 worker registers itself (name, host, pid, queues) and reserves as the
 registration's reserve_as (``name#id``, what `pyqueue-sql workers` shows); each
@@ -123,8 +143,9 @@ AsyncWorker awaits. The operations are typed (steps.py); each runner maps an
 operation's type to the method that does it. The package by responsibility:
 dispatch.py (the reserve loop, the idle wait, each message's way to its
 commit), policy.py (RetryPolicy, the failure outcomes), registry.py (the
-registry and the heartbeat), shutdown.py (stop and signals), base.py
-(WorkerBase: configuration and status), threaded.py (Worker).
+registry and the heartbeat), watch.py (progress and the quick cancel poll),
+shutdown.py (stop and signals), base.py (WorkerBase: configuration and status),
+threaded.py (Worker).
 
 Watching it: ``worker.status()`` is a snapshot (WorkerStatus: state, running
 keys, stats, the stop deadline, the last dispatch error); ``status_line()`` is
