@@ -11,6 +11,7 @@ What each suite measures and how to read its table: bench/README.md.
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from dataclasses import dataclass
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"python -m bench: no suite {name!r}; one of: {', '.join(SUITES)}\n")
         return 2
     sys.argv = argv_for(name, rest)
+    os.environ["BENCH_COMMAND"] = " ".join(sys.argv)  # the reports' command (bench.common.command)
     try:
         runpy.run_module(f"bench.{SUITES[name].module}", run_name="__main__", alter_sys=True)
     except SystemExit as end:

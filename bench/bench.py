@@ -766,7 +766,7 @@ def _num(x: float) -> str:
 
 def markdown(results: list[dict], meta: dict) -> str:
     out = [
-        f"Run {meta['started']} on {meta['machine']}, {meta['seconds']:.0f} s; {meta['rounds']} round(s), "
+        f"Command: `{meta['command']}`. Run {meta['started']} on {meta['machine']}, {meta['seconds']:.0f} s; {meta['rounds']} round(s), "
         f"{meta['clients']} client processes, {meta['messages']:,} messages per measurement, time cap "
         f"{meta['cap']} s; 1-minute load average {meta['load_before'][0]:.1f} before, "
         f"{meta['load_after'][0]:.1f} after. msg/s, higher is better: the median over the rounds and "
@@ -878,6 +878,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     meta: dict[str, Any] = {
         "started": started,
+        "command": common.command(),
         "rounds": args.rounds,
         "messages": args.messages,
         "cap": args.cap,

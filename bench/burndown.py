@@ -426,7 +426,7 @@ def main() -> None:
         else:
             runnable.append(s)
     meta = {
-        "command": " ".join(["python -m bench burndown", *sys.argv[1:]]),
+        "command": common.command(),
         "rounds": args.rounds,
         "cap": args.cap,
         "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

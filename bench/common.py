@@ -67,6 +67,12 @@ def drop(dialect: str, dsn: str) -> None:
         conn.close()
 
 
+def command() -> str:
+    """The command line of this run as typed at the one entry (python -m bench SUITE ...), for the
+    reports (runpy puts the module's path in sys.argv[0] while a suite runs)."""
+    return os.environ.get("BENCH_COMMAND") or " ".join(sys.argv)
+
+
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import common
 from tests.failover.scenario import run_failover, start_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +74,7 @@ def summary(
     lines = [
         "# Failover soak" + ("" if args.replication == "sync" else ": asynchronous replication"),
         "",
-        f"`.venv/bin/python bench/failover.py {' '.join(sys.argv[1:])}` at {when}; every run's figures "
+        f"`{common.command()}` at {when}; every run's figures "
         f"in `{args.out}/{name}.json`. Load average before {loads[0]}, after {loads[1]} "
         f"({os.cpu_count()} CPUs, shared with other work).",
         "",

@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     common.exit_on_sigterm()
     started = dt.datetime.now(dt.UTC)
     meta = {
-        "command": " ".join(["python bench/pgbouncer.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": common.command(),
         "started": started.strftime("%Y-%m-%d %H:%M UTC"),
         "load_before": os.getloadavg(),
         "rounds": args.rounds,

@@ -508,6 +508,8 @@ def summary(out: dict) -> str:
         f"### {out['dialect']} ({out['started']}, --rows {out['rows']:,}, --sample {out['sample']:,}, "
         f"load average {out['load'][0]:.1f} -> {out.get('load_after', out['load'])[0]:.1f})",
         "",
+        f"Command: `{out.get('command', '?')}`",
+        "",
         "| scenario | figures | big / small |",
         "|---|---|---|",
         *rows,
@@ -540,6 +542,7 @@ def run_dialect(d: str, args) -> dict:
         "priorities": args.priorities,
         "sample": args.sample,
         "hold_seconds": args.hold,
+        "command": common.command(),
         "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "load": os.getloadavg(),
         "results": {},

@@ -1070,7 +1070,7 @@ def main(argv: list[str] | None = None) -> int:
         or args.kill_max < args.kill_min
     ):
         p.error("--minutes and --rate must be > 0, --producers >= 1, 0 < --kill-min <= --kill-max")
-    command = "python bench/soak.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = common.command()
     os.makedirs(args.out, exist_ok=True)
     dialects = ["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]
     all_ok = True

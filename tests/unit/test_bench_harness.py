@@ -32,6 +32,7 @@ def parse_only(monkeypatch, name: str, args: list[str]) -> Parsed:
         raise Parsed(*parser.parse_known_args(argv, namespace))
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_args)
+    monkeypatch.setenv("BENCH_COMMAND", "")  # (the entry sets it for the reports; restored after)
     # (a suite imported by another one, as ab imports routines, is run afresh, as in its own process)
     monkeypatch.delitem(sys.modules, f"bench.{SUITES[name].module}", raising=False)
     with pytest.raises(Parsed) as parsed:
@@ -58,6 +59,22 @@ def test_a_wrong_quick_option_is_caught(monkeypatch):
     """What the test above relies on: a suite's parser reports an option it does not have."""
     monkeypatch.setitem(SUITES, "latency", SUITES["latency"].__class__("latency", "", ("--no-such",)))
     assert parse_only(monkeypatch, "latency", ["--quick"]).unknown == ["--no-such"]
+
+
+def test_the_reports_name_the_command_as_typed(monkeypatch):
+    """runpy puts the suite's path in sys.argv[0]; the reports name the command at the entry."""
+    monkeypatch.setenv("BENCH_COMMAND", "")
+    seen = {}
+
+    def run_module(name, run_name, alter_sys):  # as runpy does with alter_sys: argv[0] the module's path
+        from bench import common
+
+        monkeypatch.setattr(sys, "argv", [str(ROOT / "bench" / "latency.py"), *sys.argv[1:]])
+        seen["command"] = common.command()
+
+    monkeypatch.setattr("runpy.run_module", run_module)
+    assert main(["latency", "--quick", "--samples", "7"]) == 0
+    assert seen["command"] == "python -m bench latency " + " ".join(SUITES["latency"].quick) + " --samples 7"
 
 
 def test_an_unknown_suite_is_refused(capsys):
