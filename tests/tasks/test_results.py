@@ -297,7 +297,10 @@ def test_many_handles_wait_at_once_on_one_event_loop(app):
 
     async def main():
         handles = [await square.defer_async(n) for n in range(6)]
-        return await asyncio.gather(*(h.result_async(timeout=20) for h in handles))
+        try:
+            return await asyncio.gather(*(h.result_async(timeout=20) for h in handles))
+        finally:
+            await (await app.database_async()).close()  # the app's connection of this loop
 
     with running(app):
         assert asyncio.run(main()) == [n * n for n in range(6)]
