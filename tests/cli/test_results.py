@@ -216,3 +216,17 @@ def test_the_installed_command_exits_with_the_outcome(dsn, queue):
     assert code == 0 and out.startswith("cancelled:"), err
     code, out, err = sh("cancel", queue.name, "a", "x")
     assert code == 1 and out == "" and err.startswith("pyqueue-sql: unknown:")
+
+
+def test_a_flagged_message_given_back_is_removed_by_the_next_cancel(capsys, dsn, queue):
+    queue.push("k", "x", {})
+    [held] = queue.reserve(timeout=3600)
+    code, out, _ = run(capsys, "cancel", queue.name, "k", "x", "--dsn", dsn)
+    assert code == 0 and out.startswith("requested:")
+    code, out, err = run(capsys, "rollback", queue.name, "k", "x", str(held.token), "--dsn", dsn)
+    assert code == 0, err
+    code, out, _ = run(capsys, "show", queue.name, "k", "x", "--dsn", dsn)
+    assert fields(out)["state"] == "ready" and fields(out)["cancel"].startswith("requested")
+    code, out, _ = run(capsys, "cancel", queue.name, "k", "x", "--dsn", dsn)
+    assert code == 0 and out.startswith("cancelled:")
+    assert queue.messages() == []
