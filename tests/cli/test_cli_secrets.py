@@ -62,7 +62,7 @@ def _drive(capsys, argv):
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("verb", ["stats", "push", "migrate"])
+@pytest.mark.parametrize("verb", ["stats", "push", "migrate", "result", "cancel"])
 def test_no_verb_prints_the_password(capsys, monkeypatch, dsn, form, verb):
     monkeypatch.delenv("PYQUEUE_DSN", raising=False)
     secret = _secret()
@@ -72,6 +72,8 @@ def test_no_verb_prints_the_password(capsys, monkeypatch, dsn, form, verb):
             "stats": ["stats"],
             "push": ["push", "no-such-queue", "k", "x", "{}"],
             "migrate": ["migrate"],
+            "result": ["result", "no-such-queue", "k", "x", "--wait", "1"],
+            "cancel": ["cancel", "no-such-queue", "k", "x"],
         }[verb]
         for placed in (argv + ["--dsn", target], ["--dsn", target] + argv):
             code, out, err = _drive(capsys, placed)
