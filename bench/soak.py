@@ -1046,20 +1046,7 @@ def main(argv: list[str] | None = None) -> int:
         "behind the routines' back (loss) or add a second committed history row for a "
         "committed key (double-commit); the run must then FAIL (exit 1)",
     )
-    p.add_argument(
-        "--render",
-        metavar="JSON",
-        nargs="+",
-        help="only rewrite the Markdown summary of earlier soak_<dialect>.json files (no run)",
-    )
     args = p.parse_args(argv)
-    if args.render:
-        for path in args.render:
-            with open(path) as f:
-                r = json.load(f)
-            with open(path[: -len(".json")] + ".md" if path.endswith(".json") else path + ".md", "w") as f:
-                f.write(markdown(r, r["command"]))
-        return 0
     if args.workers < 2:
         p.error("--workers must be at least 2 (slot 0 is never killed)")
     if (
