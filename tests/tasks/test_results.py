@@ -397,3 +397,46 @@ def test_the_cli_worker_refuses_in_one_line_a_queue_that_keeps_no_results(dsn, d
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1, proc.stderr
     assert f"queue {q!r} keeps no results" in lines[0] and "set_result_retention" in lines[0]
+
+
+def test_a_worker_with_the_consumer_capability_alone(dsn, db):
+    """The consumer capability grants queue_result (the quick cancel poll) but not
+    queue_settings: the worker starts without its check of the retention, stores results, and
+    stops a cancelled async def handler within a second."""
+    from ..security.test_privileges import Accounts
+
+    accounts = Accounts(dsn)
+    try:
+        consumer_dsn = accounts.dsn_for(accounts.with_capabilities("wrk", "consumer"))
+        with pytest.raises(pyqueue_sql.PermissionDeniedError):
+            pyqueue_sql.connect(consumer_dsn).queue("x").settings()
+        q = db.queue(_queue_name()).create()
+        q.set_result_retention(3600)
+        worker = pyqueue_sql.Worker(consumer_dsn, concurrency=2, register=False, lease=30)
+        started = threading.Event()
+
+        @worker.handler(q.name, "sleep")
+        async def sleep(job):
+            started.set()
+            await asyncio.sleep(60)
+
+        @worker.handler(q.name, "echo", store_result=True)
+        def echo(job):
+            return job.payload["n"]
+
+        q.push("e", "echo", {"n": 7})
+        q.push("s", "sleep", {})
+        thread = threading.Thread(target=lambda: worker.run(install_signals=False), daemon=True)
+        thread.start()
+        try:
+            assert q.wait_result("e", "echo", timeout=10).result == 7
+            assert started.wait(10)
+            asked = time.monotonic()
+            assert q.cancel("s", "sleep") == "requested"
+            assert q.wait_result("s", "sleep", timeout=10).state == "cancelled"
+            assert time.monotonic() - asked < 3.0  # (the latency itself: the test above)
+        finally:
+            worker.stop()
+            thread.join(30)
+    finally:
+        accounts.close()
