@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import sys
 import uuid
 
 import pytest
@@ -20,6 +21,14 @@ from .servers import find_server, server_for
 
 DIALECTS = ("postgresql", "mysql")
 UNDER_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Bytecode caches (__pycache__, git-ignored) are written even where PYTHONDONTWRITEBYTECODE is set, as
+# in many container images: pytest rewrites the asserts of every test module and of pyqueue_sql (its
+# plugin's package) in each of its processes, and without its cache each pytest-xdist worker (they
+# start after this module is read) does it all again from source: about 1.3 s of CPU more per process.
+# The processes the tests start (CLI, workers, migrate) inherit it too.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 
 def pytest_configure(config):
@@ -59,6 +68,7 @@ SLOWEST_FIRST = tuple(
         "worker/test_worker_handlers",
         "concurrency/test_groups_model",
         "concurrency/test_model",
+        "docs/test_documentation",
         "contract/test_wakeups",
         "schema/test_alembic_app",
         "cli/test_cli",
@@ -157,8 +167,50 @@ def server(servers, dialect):
     return _server(servers, dialect)
 
 
+class _Dropper:
+    """Drops the databases the tests are done with, one after another in a thread of the test
+    process, while the next tests run: on PostgreSQL a DROP DATABASE waits for a checkpoint (all
+    the server's dirty pages written and synced, up to seconds on a loaded machine), which no test
+    needs to wait for. Nobody connects to a database once its test ended (the drop still ends any
+    session left on it). close() waits for every drop and raises the first that failed."""
+
+    def __init__(self) -> None:
+        import queue
+        import threading
+
+        self.todo: queue.Queue = queue.Queue()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, name="database-dropper", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (job := self.todo.get()) is not None:
+            server, name = job
+            try:
+                server.drop(name)
+            except BaseException as exc:  # noqa: BLE001 - raised by close()
+                self.errors.append(exc)
+
+    def drop(self, server, name: str) -> None:
+        self.todo.put((server, name))
+
+    def close(self) -> None:
+        self.todo.put(None)
+        self.thread.join()
+        if self.errors:
+            raise RuntimeError(f"{len(self.errors)} test database(s) not dropped") from self.errors[0]
+
+
+@pytest.fixture(scope="session")
+def _dropper(servers):
+    """(servers: set up before it, so that it is closed before the servers are.)"""
+    dropper = _Dropper()
+    yield dropper
+    dropper.close()
+
+
 @pytest.fixture
-def fresh_database(server):
+def fresh_database(server, _dropper):
     """Makes empty databases on the current dialect's server; drops them afterwards."""
     made = []
 
@@ -169,7 +221,7 @@ def fresh_database(server):
 
     yield make
     for name in made:
-        server.drop(name)
+        _dropper.drop(server, name)
 
 
 class _Installer:
@@ -208,7 +260,7 @@ def _installers():
 
 
 @pytest.fixture
-def installed_database(server, _installers):
+def installed_database(server, _installers, _dropper):
     """Makes databases with the schema installed (the head revision, as ``migrate.upgrade`` leaves an
     empty one); drops them afterwards. For tests that need their own database with the schema but do
     not test migrating itself (those start from ``fresh_database``)."""
@@ -222,7 +274,7 @@ def installed_database(server, _installers):
 
     yield make
     for name in made:
-        server.drop(name)
+        _dropper.drop(server, name)
 
 
 @pytest.fixture(scope="session")
