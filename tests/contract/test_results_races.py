@@ -392,6 +392,26 @@ def test_a_cancel_racing_a_reserve_of_a_ready_message_ends_in_exactly_one_state(
     assert tally["reserved"] + tally["cancelled"] == 40
 
 
+def test_a_cancel_in_a_transaction_whose_snapshot_predates_the_reserve_answers_requested(sessions):
+    """The caller's transaction (the server's default isolation; on MySQL 8.0 the client opens one
+    around queue_cancel) read the message ready, then another session reserved it: the cancel
+    must not remove it (the reservation is live now) nor give up, but ask its holder to stop."""
+    canceller, reserver, observer = sessions(), sessions(), sessions()
+    queue = unique("cancel.snapshot")
+    canceller.create(queue)
+    canceller.push(queue, "a")
+    canceller.sql("BEGIN" if canceller.pg else "START TRANSACTION")
+    try:
+        assert canceller.result(queue, "a")["state"] == "ready"  # the transaction's snapshot
+        [(key, kind, token)] = reserver.reserve(queue)
+        assert canceller.cancel(queue, key, kind) == "requested"
+    finally:
+        canceller.sql("COMMIT")
+    r = observer.result(queue, key, kind)
+    assert (r["state"], r["cancel_requested"]) == ("reserved", True)
+    assert reserver.renew(queue, key, kind, token)[1] is True
+
+
 # ---- a stale holder ---------------------------------------------------------------------------
 
 
