@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -230,3 +231,41 @@ def test_a_flagged_message_given_back_is_removed_by_the_next_cancel(capsys, dsn,
     code, out, _ = run(capsys, "cancel", queue.name, "k", "x", "--dsn", dsn)
     assert code == 0 and out.startswith("cancelled:")
     assert queue.messages() == []
+
+
+def test_ctrl_c_ends_a_result_wait_in_one_line(dsn, queue):
+    """`result --wait` blocks in a LISTEN (PostgreSQL) or in queue_result_wait (MySQL/MariaDB);
+    Ctrl-C ends it at once with 130 and one line, as every command."""
+    queue.set_result_retention(dt.timedelta(hours=1))
+    queue.push("k", "x", {})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pyqueue_sql.cli",
+            "result",
+            queue.name,
+            "k",
+            "x",
+            "--wait",
+            "120",
+            "--dsn",
+            dsn,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # SIGINT as in a terminal's foreground, even when the suite runs with it ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        time.sleep(3.0)  # started, connected and waiting
+        assert proc.poll() is None, proc.communicate()
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and err == "pyqueue-sql: interrupted\n" and out == "", (out, err)
+    assert time.monotonic() - sent < 5
