@@ -13,6 +13,8 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from pyqueue_sql import cli
 
 from ..security.test_privileges import Accounts
@@ -144,6 +146,7 @@ def test_result_on_a_queue_that_keeps_none_says_how_to_keep_them(capsys, dsn, qu
     assert code == 0 and fields(out)["state"] == "ready"  # a live message is known without results
 
 
+@pytest.mark.slow  # waits half a second, then a second for a commit
 def test_result_wait_returns_when_it_finishes_and_exits_1_when_it_has_not(capsys, dsn, connect, make_queue):
     queue = make_queue()
     queue.set_result_retention(dt.timedelta(hours=1))
@@ -233,6 +236,7 @@ def test_a_flagged_message_given_back_is_removed_by_the_next_cancel(capsys, dsn,
     assert queue.messages() == []
 
 
+@pytest.mark.slow  # a process that waits 3 s before its Ctrl-C
 def test_ctrl_c_ends_a_result_wait_in_one_line(dsn, queue):
     """`result --wait` blocks in a LISTEN (PostgreSQL) or in queue_result_wait (MySQL/MariaDB);
     Ctrl-C ends it at once with 130 and one line, as every command."""
