@@ -3893,19 +3893,21 @@ BEGIN
         v_left := v_left - v_got;
     END LOOP;
     FOR v_r IN
+        -- every queue: the distinct names of the table, one index probe each (a skip scan)
         WITH RECURSIVE names (queue_name) AS (
-            (SELECT r.queue_name::text FROM pyqueue_result r
-              WHERE in_queue IS NULL OR r.queue_name::text = in_queue
-              ORDER BY r.queue_name LIMIT 1)
+            (SELECT r.queue_name::text FROM pyqueue_result r ORDER BY r.queue_name LIMIT 1)
             UNION ALL
             SELECT (SELECT r.queue_name::text FROM pyqueue_result r
-                     WHERE r.queue_name::text > n.queue_name AND in_queue IS NULL
+                     WHERE r.queue_name::text > n.queue_name
                      ORDER BY r.queue_name LIMIT 1)
               FROM names n WHERE n.queue_name IS NOT NULL
         )
         SELECT n.queue_name, q.result_retention
           FROM names n LEFT JOIN pyqueue_queue q ON q.queue_name::text = n.queue_name
-         WHERE n.queue_name IS NOT NULL
+         WHERE n.queue_name IS NOT NULL AND in_queue IS NULL
+        UNION ALL
+        -- one queue (it exists: checked above)
+        SELECT q.queue_name::text, q.result_retention FROM pyqueue_queue q WHERE q.queue_name::text = in_queue
     LOOP
         EXIT WHEN v_left <= 0;
         WITH doomed AS (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 import threading
 import time
 import uuid
@@ -877,3 +878,60 @@ def _raw_of(db):
             cur.close()
 
     return run
+
+
+# -- PostgreSQL: the reads go by index ------------------------------------------------
+
+
+@pytest.mark.only_dialect("postgresql")
+def test_result_reads_cancel_and_purge_read_their_indexes(installed_database):
+    """On tables never analyzed (the planner has only its guesses), with 20,000 live messages and
+    20,000 results in ten queues: queue_result, queue_cancel, queue_set_progress and
+    queue_commit_result find their rows by key, and queue_purge_history reads the results of each
+    queue through its index (one queue's purge never reads the other queues' names). auto_explain
+    shows the statements the routines ran, with their actual rows."""
+    from .test_plans import _analyzed_plans, _run
+
+    dsn = installed_database("results_plans")
+    conn = dialects.for_dsn(dsn).connect(dsn)
+    try:
+        for i in range(10):
+            name = f"rp.{i}"
+            _run(conn, f"SELECT queue_create('{name}')")
+            _run(conn, f"SELECT queue_set_result_retention('{name}', interval '1 day')")
+            _run(
+                conn,
+                f"SELECT queue_push_batch('{name}', array_agg('k' || g), array_agg('kind'::text), array_agg('{{}}'::jsonb))"
+                " FROM generate_series(1, 4000) g",
+            )
+            _run(conn, f"SELECT count(*) FROM queue_pop('{name}', 2000)")
+        (row,), _ = _run(conn, "SELECT p_key, token FROM queue_reserve('rp.5', 'w', NULL, 1)")
+        held_key, token = row
+        calls = [
+            "SELECT * FROM queue_result('rp.5', 'k1', 'kind')",  # a stored result
+            "SELECT * FROM queue_result('rp.5', 'k3999', 'kind')",  # a live message
+            "SELECT * FROM queue_result('rp.5', 'nobody', 'kind')",
+            f"SELECT queue_set_progress('rp.5', '{held_key}', 'kind', '{token}', '1')",
+            f"SELECT queue_cancel('rp.5', '{held_key}', 'kind')",
+            "SELECT queue_cancel('rp.5', 'k3998', 'kind')",
+            f"SELECT queue_commit_result('rp.5', '{held_key}', 'kind', '{token}', '2')",
+            "SELECT queue_purge_history('rp.5', 10)",
+            "SELECT queue_purge_history(NULL, 10)",
+        ]
+        _run(
+            conn, "UPDATE pyqueue_result SET finished_at = finished_at - interval '2 days' WHERE p_key = 'k7'"
+        )
+        for call in calls:
+            _, plans = _analyzed_plans(conn, call)
+            assert plans, call
+            for plan in plans:
+                assert not re.search(r"Seq Scan on pyqueue_(result|message) ", plan), f"{call}:\n{plan}"
+                for m in re.finditer(
+                    r"on pyqueue_(?:result|message) \w+ .*actual time=\S+ rows=(\d+) loops=(\d+)", plan
+                ):
+                    assert int(m.group(1)) <= 20, f"{call} read {m.group(1)} rows:\n{plan}"
+                for m in re.finditer(r"Rows Removed by Filter: (\d+)", plan):
+                    assert int(m.group(1)) <= 20, f"{call} read and dropped {m.group(1)} rows:\n{plan}"
+        assert _run(conn, "SELECT state FROM queue_result('rp.3', 'k7', 'kind')")[0] == [("unknown",)]
+    finally:
+        conn.close()
