@@ -253,11 +253,14 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             p.stdin.write("go\n")
             p.stdin.flush()
         remaining = jobs
+        first = None  # seconds until the first job was done: the runtime's own start-up
         while True:
             time.sleep(POLL)
             cur.execute(system.remaining_sql)
             remaining = int(cur.fetchone()[0])
             elapsed = time.perf_counter() - started
+            if first is None and remaining < jobs:
+                first = round(elapsed, 3)
             if remaining == 0 or elapsed >= cap:
                 break
             dead = [p for p in procs if p.poll() is not None]
@@ -269,6 +272,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
         known = done and None not in cpu + cpu0
         return {
             "cpu_us_per_job": round((sum(cpu) - sum(cpu0)) / done * 1e6, 1) if known else None,
+            "first_job_s": first,
             "jobs": jobs,
             "done": done,
             "seconds": elapsed,
