@@ -116,6 +116,8 @@ def test_a_monitor_sees_results_but_may_not_cancel(serve, dsn, queue):
 def test_a_read_only_dashboard_offers_no_cancel(serve, dsn, queue):
     queue.push("a", "x", {})
     served = serve(dsn, read_only=True)
+    status, body, _ = _page(served.url + "/queue?" + urllib.parse.urlencode({"name": queue.name}))
+    assert status == 200 and 'id="result-lookup"' not in body  # the queue keeps no results
     status, body, csrf = _page(_message_url(served, queue, "a", "x"))
     assert status == 200 and not _cancel_forms(body)
     status, text, _ = _post_cancel(served, {"queue": queue.name, "key": "a", "kind": "x", "csrf": csrf}, csrf)
@@ -131,6 +133,10 @@ def test_progress_and_a_stored_result_are_shown_and_a_big_result_is_cut(serve, d
     served = serve(dsn)
     status, body, _ = _page(served.url + "/queue?" + urllib.parse.urlencode({"name": queue.name}))
     assert status == 200 and re.search(r'id="result-retention">1h00m<', body), body
+    lookup = re.search(
+        r'<form method="get" action="/message"[^>]*id="result-lookup">(.*?)</form>', body, re.S
+    )
+    assert lookup and f'name="queue" value="{queue.name}"' in lookup.group(1)  # a finished one's page too
     status, body, _ = _page(_message_url(served, queue, "job", "report"))
     progress = re.search(r'<pre class="payload" id="progress">(.*?)</pre>', body, re.S).group(1)
     assert '"rows": 1200' in html.unescape(progress) and "&lt;merge&gt;" in progress  # escaped, not markup
