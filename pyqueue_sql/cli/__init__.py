@@ -22,8 +22,8 @@
 Every command that talks to a database takes ``--dsn`` (default: $PYQUEUE_DSN).
 Exit codes: 0 success; 1 an error (one line on stderr: bad input, unknown
 queue, unreachable server, a refused request) or an outcome that did not
-happen (a token that no longer holds, a message that is not there); 2 a bad
-command line; 130 interrupted (Ctrl-C). ``reserve`` on an empty queue prints
+happen (a token that no longer holds, a message that is not there, a
+``result --wait`` that ended before the message finished); 2 a bad command line; 130 interrupted (Ctrl-C). ``reserve`` on an empty queue prints
 nothing on stdout, says so on stderr and exits 0.
 
 The commands live in modules by group (admin: migrate, sql, grant, demo; queues; messages;
@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="A durable message queue inside your PostgreSQL or MySQL/MariaDB database.",
         epilog=f"Commands that use a database take --dsn DSN (default: ${DSN_ENV}). Exit codes: 0 done; "
         "1 an error (one line on stderr) or an outcome that did not happen (a token that no longer "
-        "holds, a message that is not there; `worker`: handlers still running when it stopped); "
+        "holds, a message that is not there, `result --wait` ended before the message finished; "
+        "`worker`: handlers still running when it stopped); "
         "2 a bad command line; 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
