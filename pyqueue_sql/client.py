@@ -907,7 +907,7 @@ def _reservations(queue: str, dialect: dialects.Dialect, rows: Iterable[Sequence
             dialect.read_time(created),
             dialect.read_time(initially),
         )
-        for key, kind, payload, token, priority, attempts, created, initially in rows
+        for key, kind, payload, token, priority, attempts, created, initially, *_ in rows
     ]
 
 
@@ -1099,7 +1099,7 @@ class QueueCalls:
         d = self.db.dialect
         return [
             Message(self.name, key, kind, d.read_payload(payload), priority, attempts, d.read_time(created))
-            for key, kind, payload, priority, attempts, created in (
+            for key, kind, payload, priority, attempts, created, *_ in (
                 yield _call("pop", queue=self.name, n=whole_number(n, "n"))
             )
         ]
@@ -1556,7 +1556,7 @@ class QueueCalls:
                 bool(reserved),
                 last_error,
             )
-            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error in (
+            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error, *_ in (
                 yield _call("dead_letters", queue=self.name)
             )
         ]
@@ -1665,7 +1665,7 @@ class QueueCalls:
                 last_error,
                 dead_from,
             )
-            for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error, dead_from in rows
+            for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error, dead_from, *_ in rows
         ]
 
     @sans_io
