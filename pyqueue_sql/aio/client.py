@@ -92,6 +92,7 @@ class AsyncDatabase(DatabaseCalls):
         # reads the notifications for all of them (see _read_result_notes)
         self._result_waiters: dict[tuple[str, str, str], set[asyncio.Future]] = {}
         self._result_reader: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()  # UNLISTENs under way
 
     @property
     def connection(self) -> Any:
@@ -130,16 +131,20 @@ class AsyncDatabase(DatabaseCalls):
     async def _perform(self, steps: SansIO) -> Any:
         """Database._perform, each step awaited; one method's steps at a time on the connection."""
         async with self._lock:
-            reply, error = None, None
-            while True:
-                try:
-                    step = steps.send(reply) if error is None else steps.throw(error)
-                except StopIteration as done:
-                    return done.value
-                try:
-                    reply, error = await self._do(step), None
-                except BaseException as exc:
-                    reply, error = None, exc
+            return await self._perform_locked(steps)
+
+    async def _perform_locked(self, steps: SansIO) -> Any:
+        """_perform for a caller that holds the connection's lock already."""
+        reply, error = None, None
+        while True:
+            try:
+                step = steps.send(reply) if error is None else steps.throw(error)
+            except StopIteration as done:
+                return done.value
+            try:
+                reply, error = await self._do(step), None
+            except BaseException as exc:
+                reply, error = None, exc
 
     async def _do(self, step: Any) -> Any:
         d, connection = self.dialect, await self._current()
@@ -185,34 +190,57 @@ class AsyncDatabase(DatabaseCalls):
         self._result_listens[channel] = self._result_listens.get(channel, 0) + 1
         return channel
 
-    async def _unlisten_results(self, channel: str) -> None:
+    def _unlisten_results(self, channel: str) -> None:
+        """Stops listening once no wait needs the channel (in a task of its own: the waiter that
+        leaves does not wait for the reader's slice)."""
         self._result_listens[channel] -= 1
         if self._result_listens[channel] == 0:
             del self._result_listens[channel]
-            d = self.dialect
-            with contextlib.suppress(Exception):
-                async with self._lock, self._connection.cursor() as cur:
+            task = asyncio.create_task(self._unlisten(channel))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _unlisten(self, channel: str) -> None:
+        d = self.dialect
+        with contextlib.suppress(Exception):
+            async with self._lock:
+                if self._result_listens.get(channel):  # a new wait needs it meanwhile
+                    return
+                async with self._connection.cursor() as cur:
                     await cur.execute(d.compose(d.statement("unlisten"), channel=d.identifier(channel)))
 
     async def _read_result_notes(self) -> None:
         """Reads the result notifications for every waiting task of this connection, a slice at a
-        time (the others' calls take the connection in between), and wakes the tasks each names;
-        ends when no task waits."""
+        time (the others' calls take the connection in between). For each one that names a
+        waited-for message it reads the result at once, still holding the connection, and hands
+        it to the tasks that wait for it; ends when no task waits."""
+        queues = {channel: queue for queue, channel in self._result_channels.items()}
         try:
             while self._result_waiters:
                 async with self._lock:
                     notes = await self.dialect.wait_for_notification_async(
                         self._connection, RESULT_READ_SLICE
                     )
-                for channel, payload in notes:
-                    for (ch, key, kind), futures in list(self._result_waiters.items()):
-                        if ch == channel and result_note_matches(payload, key, kind):
+                    for channel, payload in notes:
+                        for (ch, key, kind), futures in list(self._result_waiters.items()):
+                            if ch != channel or not result_note_matches(payload, key, kind):
+                                continue
+                            queue = AsyncQueue(self, queues.get(ch) or self._queue_of(ch))
+                            try:
+                                found: Any = await self._perform_locked(
+                                    self._method_steps(QueueCalls.result(queue, key, kind))
+                                )
+                            except Exception:
+                                found = None  # the waiter reads it itself
                             for fut in futures:
                                 if not fut.done():
-                                    fut.set_result(None)
+                                    fut.set_result(found)
                 await asyncio.sleep(0)
         finally:
             self._result_reader = None
+
+    def _queue_of(self, channel: str) -> str:
+        return next(q for q, ch in self._result_channels.items() if ch == channel)
 
     async def _wait_result(
         self, queue: AsyncQueue, key: str | int, kind: str, deadline: float, poll: float
@@ -245,6 +273,9 @@ class AsyncDatabase(DatabaseCalls):
                     if self._result_reader is None:
                         self._result_reader = asyncio.create_task(self._read_result_notes())
                     await asyncio.wait({fut}, timeout=min(left, poll))
+                    found = fut.result() if fut.done() else None
+                    if isinstance(found, Result) and (found.finished or found.state == "unknown"):
+                        return found  # read by the reader as the notification came
                 finally:
                     waiting = self._result_waiters.get(ident)
                     if waiting is not None:
@@ -252,7 +283,7 @@ class AsyncDatabase(DatabaseCalls):
                         if not waiting:
                             del self._result_waiters[ident]
         finally:
-            await self._unlisten_results(channel)
+            self._unlisten_results(channel)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncDatabase]:
