@@ -62,3 +62,34 @@ def test_a_wait_that_times_out_leaves_the_others_waiting(dsn):
             await other.close()
 
     asyncio.run(main())
+
+
+def test_a_waiting_task_gets_the_result_right_after_the_commit(dsn, dialect):
+    async def main():
+        db = await aio.connect(dsn)
+        other = await aio.connect(dsn)
+        try:
+            q = await db.queue(f"t.{uuid.uuid4().hex[:12]}").create()
+            await q.set_result_retention(3600)
+            latencies = []
+            for i in range(5):
+                await q.push(f"k{i}", "job", {})
+                [r] = await other.queue(q.name).reserve()
+                waiting = asyncio.create_task(q.wait_result(f"k{i}", "job", timeout=10))
+                await asyncio.sleep(0.2)  # it waits (the reader is in its slice)
+                committed = time.monotonic()
+                assert await other.queue(q.name).commit_result(r, i)
+                assert (await waiting).result == i
+                latencies.append((time.monotonic() - committed) * 1000)
+            return sorted(latencies)
+        finally:
+            await db.close()
+            await other.close()
+
+    latencies = asyncio.run(main())
+    print(
+        f"\n{dialect}: AsyncQueue.wait_result returned {latencies[0]:.1f}-{latencies[-1]:.1f} ms after the commit"
+    )
+    assert latencies[-1] < 1500
+    if dialect == "postgresql":
+        assert latencies[len(latencies) // 2] < 50, latencies
