@@ -115,15 +115,16 @@ class Sql:
 
     def settings_result_retention(self, queue: str):
         (row,) = self("queue_settings", queue)
-        value = row[-1]
+        value = row[9]  # result_retention, the tenth column (by position from the front)
         if value is None:
             return None
         return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
 
     def message_extras(self, queue: str, key: str, kind: str) -> tuple:
-        """queue_message's two trailing columns: progress and cancel_requested."""
+        """queue_message's columns 12 and 13: progress and cancel_requested (read by position from the
+        front: later columns may follow them)."""
         (row,) = self("queue_message", queue, key, kind)
-        return (self.json_out(row[-2]), bool(row[-1]))
+        return (self.json_out(row[11]), bool(row[12]))
 
     def age_results(self, queue: str, seconds: int) -> None:
         """Moves the queue's result rows back in time (as if they had finished seconds earlier)."""
