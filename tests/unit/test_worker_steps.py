@@ -472,3 +472,59 @@ def test_the_heartbeat_passes_a_requested_cancel_to_the_job():
 def test_prefetch_and_acknowledgement_settings_are_checked(bad):
     with pytest.raises(InvalidArgumentError):
         Worker(PG, **bad)
+
+
+# -- results, cancellation and progress ------------------------------------------------------
+
+
+def test_the_watch_writes_pending_progress_under_the_lock_and_polls_only_running_async_jobs():
+    """A progress set and not written is written once (the job's lock held: its token does not
+    change meanwhile); the cancel flag is read only for started jobs whose handler is async and
+    not already flagged, and a flag found set cancels the job."""
+    from pyqueue_sql import Result
+    from pyqueue_sql.worker.watch import CANCEL_POLL, WATCH_IDLE
+
+    worker, clock = make_worker(PG)
+    plain = Job(reservation(key="plain"), started_at=1.0)
+    waiting = Job(reservation(key="waiting"))  # reserved, not started
+    running = Job(reservation(key="running"), started_at=1.0, runs_async=True)
+    hooked = []
+    running.on_cancel = lambda: hooked.append(True)
+    worker._inflight = {("q", j.key, "welcome"): j for j in (plain, waiting, running)}
+    assert worker._watch_timeout() == CANCEL_POLL
+    plain.set_progress({"rows": 3})
+    steps = Steps(worker._watch_steps())
+    assert steps.op == Acquire(plain.lock)
+    plain.lock.acquire()
+    call = steps.answer(True)
+    assert (call.method, call.args) == ("set_progress", (plain.reservation, {"rows": 3}))
+    call = steps.answer(True)
+    assert not plain.progress_pending and not plain.lock.locked()
+    assert (call.method, call.args) == ("result", ("running", "welcome"))
+    steps.answer(Result("q", "running", "welcome", "reserved", cancel_requested=True))
+    assert steps.done and running.cancel_requested.is_set() and hooked == [True]
+    running.done = True
+    assert worker._watch_timeout() == WATCH_IDLE
+
+
+def test_a_handler_that_stops_for_a_cancel_ends_its_message_with_cancel_held():
+    import asyncio
+
+    from pyqueue_sql import Cancelled
+
+    worker, _ = make_worker(PG)
+    for error in (Cancelled("asked"), asyncio.CancelledError()):
+        job = Job(reservation())
+        job.cancel_requested.set()
+        steps = Steps(worker._job_steps(job))
+        assert steps.answer(error) == Acquire(job.lock)
+        job.lock.acquire()
+        call = steps.answer(True)
+        assert (call.method, call.args) == ("cancel_held", (job.reservation,))
+        steps.answer(True)
+        assert steps.done and job.done
+    assert worker.stats.cancelled == 2 and worker.stats.failed == 0
+    # a CancelledError without a cancel request is a failure, as before
+    job = Job(reservation())
+    steps, call = fail_steps(worker, job, asyncio.CancelledError())
+    assert call.method == "fail"
