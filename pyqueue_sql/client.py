@@ -1702,7 +1702,9 @@ class Queue(QueueCalls):
 
         PostgreSQL: LISTENs on the queue's result channel for the time of the wait (the result is
         read again when its notification comes, and at least every `poll` seconds); MySQL/MariaDB,
-        or a connection inside a transaction: queue_result_wait, a long poll in the server."""
+        or a connection inside a transaction: queue_result_wait, a long poll in the server.
+        Waits one after another on one Database each get their own result; for many at once use
+        a Database per thread (as App does), or AsyncQueue.wait_result, which shares one."""
         deadline = time.monotonic() + wait_seconds(timeout)
         return self.db._wait_result(self, key, kind, deadline, poll)
 
