@@ -123,7 +123,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 # The burn-down's peers outside the bench extra (bench/peers/): graphile-worker and pg-boss from npm
 # (npm ci, the lockfile's versions), oban's Python port in a virtualenv of its own, as it needs
 # Python >= 3.12 (python3.13/python3.12 on the PATH, else one under pyenv; PYTHON312=... to choose).
-# A peer that cannot be installed here is reported NOT RUN by bench/burndown.py, with the reason.
+# A peer that cannot be installed here is reported NOT RUN by python -m bench burndown, with the reason.
 PEERS       := bench/peers
 PYTHON312   ?= $(firstword $(filter-out %/shims/python3.13 %/shims/python3.12,$(shell command -v python3.13 python3.12 2>/dev/null)) $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3))
 NPM_STAMP   := $(PEERS)/node_modules/.installed
@@ -143,10 +143,11 @@ bench-peers:
 	-@$(MAKE) --no-print-directory $(NPM_STAMP) || echo "make: the npm peers are not installed (node/npm missing?); the burn-down reports them NOT RUN"
 	-@$(MAKE) --no-print-directory $(OBAN_STAMP) || echo "make: oban is not installed; the burn-down reports it NOT RUN"
 
-# bench.py (the routines, side by side), then the burn-down (bench/burndown.py: each system's own
+# python -m bench routines (side by side), then python -m bench burndown (each system's own
 # worker draining a backlog, 2 processes x 16 handlers; 3 rounds by default, one round ~10 min on a
 # quiet machine):
 #   make burndown BURNDOWN_ARGS="--quick --systems pyqueue-async,pgmq --dialects postgresql"
+#   make burndown BURNDOWN_ARGS="--tasks --rounds 8"   pyqueue-sql worker: a task against a plain handler
 bench: $(BENCH_STAMP) bench-peers
 	$(PY) -m bench routines $(BENCH_ARGS)
 	$(PY) -m bench burndown $(BURNDOWN_ARGS)
