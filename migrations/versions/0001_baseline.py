@@ -18,7 +18,7 @@ depends_on = None
 # server flavor: how `migrate --adopt` recognises a schema installed from `pyqueue-sql
 # sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
-    "postgresql": "4dbcee6f14d37cc8d04603d6dbfef891",
+    "postgresql": "9c95b680a3ecc26a84eb2587f0867472",
     "mariadb": "9caa89a02922518500eb72a99cecffb6",
 }
 

@@ -129,6 +129,7 @@ CREATE TABLE pyqueue_message (
     group_key              varchar(255) NULL,
     progress               jsonb        NULL,
     cancel_requested_at    timestamptz  NULL,
+    headers                jsonb        NULL,
     CONSTRAINT pyqueue_message_pkey PRIMARY KEY (queue_name, p_key, p_kind),
     CONSTRAINT pyqueue_message_key_not_empty CHECK (p_key <> ''),
     CONSTRAINT pyqueue_message_kind_not_empty CHECK (p_kind <> '')
@@ -150,6 +151,10 @@ COMMENT ON TABLE pyqueue_message IS
 -- progress: what its holder last reported (queue_set_progress), kept across
 -- retries. cancel_requested_at: when queue_cancel asked the holder of its
 -- reservation to stop (queue_renew tells the holder). Both NULL on a push.
+-- headers: a JSON object its producer gave beside the payload (the
+-- *_with_headers pushes: trace context, correlation ids, a tenant; at most
+-- 8192 bytes of JSON text), NULL = none. Kept through retries, moves and
+-- dead letters, archived with the row, restored by replay and redrive.
 
 -- The two indexes by time below are partial, each on a condition every row
 -- meets (scheduled_at is always finite: run_at must be), and a different
@@ -330,6 +335,7 @@ CREATE TABLE pyqueue_history (
     to_queue     varchar(128) NULL,
     reserved_by  varchar(255) NULL,
     last_error   varchar(2000) NULL,
+    headers      jsonb        NULL,
     CONSTRAINT pyqueue_history_pkey PRIMARY KEY (id),
     CONSTRAINT pyqueue_history_outcome_known
         CHECK (outcome IN ('committed', 'popped', 'dead_lettered', 'moved', 'cancelled'))
@@ -343,7 +349,8 @@ CREATE INDEX pyqueue_history_queue_time_idx ON pyqueue_history (queue_name, proc
 
 -- Messages sitting in dead-letter queues (queues that some queue names as
 -- its dead_letter_queue). from_queue and attempts: the queue each one came
--- from and the deliveries it had there (recorded on the dead-letter copy).
+-- from and the deliveries it had there (recorded on the dead-letter copy);
+-- headers: the message's own (kept by the dead-letter copy).
 CREATE VIEW pyqueue_dead_letters AS
 SELECT m.queue_name                    AS dead_letter_queue,
        m.dead_from                     AS from_queue,
@@ -355,13 +362,14 @@ SELECT m.queue_name                    AS dead_letter_queue,
        m.created_at,
        m.scheduled_at_initially        AS dead_lettered_at,
        (m.reserve_token IS NOT NULL AND m.scheduled_at > clock_timestamp()) AS reserved,
-       m.last_error
+       m.last_error,
+       m.headers
   FROM pyqueue_message m
  WHERE m.queue_name IN (SELECT q.dead_letter_queue FROM pyqueue_queue q
                          WHERE q.dead_letter_queue IS NOT NULL);
 
 COMMENT ON VIEW pyqueue_dead_letters IS
-    'pyqueue-sql: messages in dead-letter queues, with the queue each came from, its deliveries there and its last error.';
+    'pyqueue-sql: messages in dead-letter queues, with the queue each came from, its deliveries there, its last error and its headers.';
 
 
 -- ==== results ====

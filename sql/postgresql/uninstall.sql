@@ -68,7 +68,9 @@ DROP VIEW IF EXISTS pyqueue_dead_letters;
 DROP TABLE IF EXISTS pyqueue_history;
 
 -- ==== topics ====
+DROP FUNCTION IF EXISTS queue_publish_batch_with_headers(text[], text[], text[], jsonb[], timestamptz[], integer[], jsonb[]);
 DROP FUNCTION IF EXISTS queue_publish_batch(text[], text[], text[], jsonb[], timestamptz[], integer[]);
+DROP FUNCTION IF EXISTS queue_publish_with_headers(text, text, text, jsonb, timestamptz, integer, jsonb);
 DROP FUNCTION IF EXISTS queue_publish(text, text, text, jsonb, timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_bindings(text);
 DROP FUNCTION IF EXISTS queue_unbind(text, text);
@@ -116,10 +118,14 @@ DROP FUNCTION IF EXISTS queue_reserve(text, text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS queue_pop(text, integer);
 
 -- ==== produce ====
+DROP FUNCTION IF EXISTS queue_push_batch_grouped_with_headers(text, text[], text[], text[], jsonb[], timestamptz[], integer[], jsonb[]);
 DROP FUNCTION IF EXISTS queue_push_batch_grouped(text, text[], text[], text[], jsonb[], timestamptz[], integer[]);
+DROP FUNCTION IF EXISTS queue_push_grouped_with_headers(text, text, text, text, jsonb, timestamptz, integer, jsonb);
 DROP FUNCTION IF EXISTS queue_push_grouped(text, text, text, text, jsonb, timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_push_replace(text, text, text, jsonb, timestamptz, integer);
+DROP FUNCTION IF EXISTS queue_push_batch_with_headers(text, text[], text[], jsonb[], timestamptz[], integer[], jsonb[]);
 DROP FUNCTION IF EXISTS queue_push_batch(text, text[], text[], jsonb[], timestamptz[], integer[]);
+DROP FUNCTION IF EXISTS queue_push_with_headers(text, text, text, jsonb, timestamptz, integer, jsonb);
 DROP FUNCTION IF EXISTS queue_push(text, text, text, jsonb, timestamptz, integer);
 
 -- ==== queues ====
@@ -174,6 +180,8 @@ DROP FUNCTION IF EXISTS pyqueue__ready_from_lower(text, timestamptz, timestamptz
 DROP FUNCTION IF EXISTS pyqueue__check_reserve(text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__check_kinds(text[]);
 DROP FUNCTION IF EXISTS pyqueue__refuse_reservation(interval);
+DROP FUNCTION IF EXISTS pyqueue__check_batch_headers(jsonb[], integer);
+DROP FUNCTION IF EXISTS pyqueue__check_headers(jsonb);
 DROP FUNCTION IF EXISTS pyqueue__check_payloads(jsonb[], integer);
 DROP FUNCTION IF EXISTS pyqueue__refuse_payload(integer, integer);
 DROP FUNCTION IF EXISTS pyqueue__refuse_occurrence_key();

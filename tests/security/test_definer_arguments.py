@@ -38,7 +38,15 @@ TOKEN_CALLS = {
     "queue_extend": "SELECT queue_extend(%(q)s, 'k', 'kind', {token})",
     "queue_move": "SELECT queue_move(%(q)s, 'k', 'kind', {token}, %(q)s)",
     "queue_commit_reserve": "SELECT * FROM queue_commit_reserve(%(q)s, 'k', 'kind', {token}, 'w')",
+    "queue_snooze": "SELECT queue_snooze(%(q)s, 'k', 'kind', {token}, NULL)",
+    "queue_give_up": "SELECT queue_give_up(%(q)s, 'k', 'kind', {token}, 'e')",
     "queue_commit_batch": "SELECT queue_commit_batch(%(q)s, ARRAY['k'], ARRAY['kind'], ARRAY[{token}])",
+    "queue_commit_result": "SELECT queue_commit_result(%(q)s, 'k', 'kind', {token}, NULL)",
+    "queue_commit_result_batch": "SELECT queue_commit_result_batch(%(q)s, ARRAY['k'], ARRAY['kind'], ARRAY[{token}], "
+    "ARRAY[NULL]::jsonb[])",
+    "queue_renew": "SELECT * FROM queue_renew(%(q)s, 'k', 'kind', {token}, NULL)",
+    "queue_cancel_held": "SELECT queue_cancel_held(%(q)s, 'k', 'kind', {token})",
+    "queue_set_progress": "SELECT queue_set_progress(%(q)s, 'k', 'kind', {token}, NULL)",
 }
 
 # The attacker's type, and a cast from it to text whose function writes down whom it runs as and
