@@ -75,7 +75,22 @@ demo-spark: $(DEMO_STAMP) $(SPARK_STAMP)
 PYTEST_WORKERS ?= 6
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
-test: lint $(SPARK_STAMP)
+# Django 6 (django.tasks) needs Python >= 3.12: tests/django runs its test project with it too, from a
+# virtualenv of its own inside $(VENV) ($(VENV) itself has Django 5.2 and the django-tasks backport, from
+# the dev extra). The Python is found as for oban's (PYTHON312, below; PYTHON312=... to choose).
+DJANGO6_VENV  := $(VENV)/django6
+DJANGO6_STAMP := $(DJANGO6_VENV)/.installed
+
+$(DJANGO6_STAMP): pyproject.toml | $(PY)
+	@test -n "$(PYTHON312)" || { echo "make: no Python >= 3.12 for the Django 6 tests of tests/django (PYTHON312=...)"; exit 1; }
+	$(PYTHON312) -m venv $(DJANGO6_VENV)
+	$(DJANGO6_VENV)/bin/python -m pip install --disable-pip-version-check --quiet -e '.[postgresql,mysql,django]' 'Django>=6.0,<6.1'
+	touch $(DJANGO6_STAMP)
+
+.PHONY: django6-venv
+django6-venv: $(DJANGO6_STAMP)
+
+test: lint $(SPARK_STAMP) $(DJANGO6_STAMP)
 	@bash scripts/spark-deps.sh
 	@bash scripts/browser-deps.sh
 	@bash scripts/pgbouncer-deps.sh

@@ -69,6 +69,7 @@ SLOWEST_FIRST = tuple(
         "concurrency/test_groups_model",
         "concurrency/test_model",
         "docs/test_documentation",
+        "django/test_django",
         "contract/test_wakeups",
         "schema/test_alembic_app",
         "cli/test_cli",

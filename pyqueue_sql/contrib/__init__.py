@@ -1,0 +1,1 @@
+"""Integrations with frameworks: pyqueue_sql.contrib.django."""

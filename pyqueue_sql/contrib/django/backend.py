@@ -1,0 +1,217 @@
+"""PyQueueBackend: Django's task framework (django.tasks, or the django-tasks backport) on
+pyqueue-sql.
+
+A Django task enqueued here is one pyqueue-sql message: on the queue named by the task's
+``queue_name``, of the kind ``task.module_path`` (the function's import path, which the worker
+imports), under a fresh key, with the payload ``{"args": [...], "kwargs": {...}}``. The
+TaskResult's id is ``"<queue>:<kind>:<key>"``, so that ``get_result(id)`` finds the message, or its
+stored result, from the id alone."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import uuid
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS
+
+import pyqueue_sql
+
+from . import compat
+from .connection import dsn_for, wrapped
+
+# Where the worker records a failed task's exception for get_result (the message's progress,
+# which pyqueue-sql keeps with its result): Django's TaskError has the exception's import path and
+# its traceback, pyqueue-sql's last_error only "Type: message".
+ERROR_PROGRESS_KEY = "django_task_error"
+CANCELLED_ERROR = "pyqueue_sql.errors.TaskCancelled"
+DEFAULT_RESULT_RETENTION = dt.timedelta(days=1)
+
+_READY_STATES = {"ready", "delayed", "blocked"}
+
+
+def result_id(queue: str, kind: str, key: str) -> str:
+    return f"{queue}:{kind}:{key}"
+
+
+def parse_result_id(value: str) -> tuple[str, str, str]:
+    """(queue, kind, key) of a TaskResult id; the queue's name may hold colons, the kind (an
+    import path) and the key (a hex UUID) never do."""
+    parts = str(value).rsplit(":", 2)
+    if len(parts) != 3 or not all(parts):
+        raise compat.TaskResultDoesNotExist(value)
+    return parts[0], parts[1], parts[2]
+
+
+class PyQueueBackend(compat.BaseTaskBackend):
+    """``TASKS = {"default": {"BACKEND": "pyqueue_sql.contrib.django.PyQueueBackend", "QUEUES":
+    ["default"], "OPTIONS": {...}}}``. OPTIONS: ``DATABASE`` (the Django database alias whose
+    connection and transaction an enqueue joins; default "default"), ``DSN`` (the DSN of the
+    worker's, the migration's and get_result's own connections, when it must differ from the one
+    built from ``DATABASES``, e.g. another account), ``RESULT_RETENTION`` (how long the queues keep
+    results: a timedelta or seconds; default a day), ``QUEUE_SETTINGS`` (keyword arguments of
+    ``Queue.create`` for every queue, e.g. ``{"max_attempts": 3}``)."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict) -> None:
+        super().__init__(alias, params)
+        self.database = self.options.get("DATABASE", DEFAULT_DB_ALIAS)
+        retention = self.options.get("RESULT_RETENTION", DEFAULT_RESULT_RETENTION)
+        if isinstance(retention, (int, float)) and not isinstance(retention, bool):
+            retention = dt.timedelta(seconds=retention)
+        self.result_retention = retention
+        self.queue_settings = dict(self.options.get("QUEUE_SETTINGS", {}))
+        self._ready: set[str] = set()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    # -- connections -------------------------------------------------------------------
+    @property
+    def dsn(self) -> str:
+        return self.options.get("DSN") or dsn_for(self.database)
+
+    def own_database(self) -> pyqueue_sql.Database:
+        """This thread's own connection (get_result, the queues' setup): never in the caller's
+        transaction, so a result is read as committed and a setup never waits for a commit."""
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = pyqueue_sql.connect(self.dsn)
+        return db
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            self._local.db = None
+            db.close()
+
+    def ensure_queues(self, queues: Any = None) -> None:
+        """Creates the backend's queues (or the ones named) with its settings and result
+        retention, once per process: an enqueue inside ``atomic()`` must find its queue there (a
+        failed push would abort the transaction on PostgreSQL)."""
+        todo = sorted(set(queues or self.queues) - self._ready)
+        if not todo:
+            return
+        with self._lock:
+            db = self.own_database()
+            for name in todo:
+                queue = db.queue(name).create(**self.queue_settings)
+                queue.set_result_retention(self.result_retention)
+                self._ready.add(name)
+
+    # -- enqueue -----------------------------------------------------------------------
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        self.validate_task(task)
+        self.ensure_queues([task.queue_name])
+        key = uuid.uuid4().hex
+        kind = task.module_path
+        payload = {"args": compat.normalize_json(list(args)), "kwargs": compat.normalize_json(dict(kwargs))}
+        wrapped(self.database).queue(task.queue_name).push(
+            key, kind, payload, run_at=task.run_after, priority=task.priority
+        )
+        from django.utils import timezone
+
+        return compat.TaskResult(
+            task=task,
+            id=result_id(task.queue_name, kind, key),
+            status=compat.TaskResultStatus.READY,
+            enqueued_at=timezone.now(),
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=payload["args"],
+            kwargs=payload["kwargs"],
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+
+    # -- results -----------------------------------------------------------------------
+    def get_result(self, result_id: str) -> Any:
+        queue, kind, key = parse_result_id(result_id)
+        if queue not in self.queues:
+            raise compat.TaskResultDoesNotExist(result_id)
+        try:
+            task = import_task(kind)
+        except (ImportError, AttributeError, TypeError) as exc:
+            raise compat.TaskResultDoesNotExist(result_id) from exc
+        db = self.own_database()
+        state = db.queue(queue).result(key, kind)
+        if state.state == "unknown":
+            raise compat.TaskResultDoesNotExist(result_id)
+        args: list = []
+        kwargs: dict = {}
+        if not state.finished:
+            live = db.queue(queue).message(key, kind)
+            if live is not None and isinstance(live.payload, dict):
+                args = list(live.payload.get("args") or [])
+                kwargs = dict(live.payload.get("kwargs") or {})
+        return self.task_result(task, result_id, state, args, kwargs)
+
+    def task_result(self, task: Any, id: str, state: pyqueue_sql.Result, args: list, kwargs: dict) -> Any:
+        Status = compat.TaskResultStatus
+        status = {
+            "reserved": Status.RUNNING,
+            "succeeded": Status.SUCCESSFUL,
+            "failed": Status.FAILED,
+            "cancelled": Status.FAILED,
+        }.get(state.state, Status.READY)
+        errors = []
+        if state.state == "failed":
+            errors.append(_task_error(state))
+        elif state.state == "cancelled":
+            errors.append(compat.TaskError(exception_class_path=CANCELLED_ERROR, traceback="cancelled"))
+        attempts = state.attempts or 0
+        result = compat.TaskResult(
+            task=task.using(queue_name=id.rsplit(":", 2)[0])
+            if task.queue_name != id.rsplit(":", 2)[0]
+            else task,
+            id=id,
+            status=status,
+            enqueued_at=None,
+            started_at=None,
+            finished_at=state.finished_at,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=errors,
+            worker_ids=["pyqueue-sql"] * attempts,
+        )
+        if status == Status.SUCCESSFUL:
+            object.__setattr__(result, "_return_value", state.result)
+        return result
+
+    # -- cancel (not part of Django's API) -----------------------------------------------
+    def cancel(self, result_id: str) -> bool:
+        """Cancels the task of this result (Queue.cancel): True when it was cancelled (it was
+        waiting) or a cancel was requested (it is running); its result is then FAILED with the
+        error pyqueue_sql.errors.TaskCancelled."""
+        queue, kind, key = parse_result_id(result_id)
+        return self.own_database().queue(queue).cancel(key, kind) in ("cancelled", "requested")
+
+
+def _task_error(state: pyqueue_sql.Result) -> Any:
+    recorded = state.progress.get(ERROR_PROGRESS_KEY) if isinstance(state.progress, dict) else None
+    if isinstance(recorded, dict) and {"exception_class_path", "traceback"} <= recorded.keys():
+        return compat.TaskError(
+            exception_class_path=str(recorded["exception_class_path"]), traceback=str(recorded["traceback"])
+        )
+    text = state.last_error or ""
+    name = text.split(":", 1)[0].strip() if ":" in text else "Exception"
+    path = name if "." in name else f"builtins.{name}"
+    return compat.TaskError(exception_class_path=path, traceback=text)
+
+
+def import_task(path: str) -> Any:
+    """The Django Task object at this import path (what @task made of the function)."""
+    from django.utils.module_loading import import_string
+
+    task = import_string(path)
+    if not hasattr(task, "func") or not hasattr(task, "get_backend"):
+        raise TypeError(f"{path} is not a Django task (@task)")
+    return task

@@ -1,0 +1,59 @@
+"""Django's database connections, as pyqueue-sql reaches them.
+
+The enqueue runs on Django's own connection of the backend's database alias (``Database.wrap`` of
+the DB-API connection under it: psycopg 3 for PostgreSQL, PyMySQL installed as MySQLdb for
+MySQL/MariaDB), so it is part of the transaction Django has open there. What needs connections of
+its own (the worker, the migration, the queues' setup, reading results) gets a DSN built from the
+same ``DATABASES`` entry."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+import pyqueue_sql
+
+# Django's database vendors (connection.vendor) -> the scheme of pyqueue-sql's DSNs.
+DSN_SCHEMES = {"postgresql": "postgresql", "mysql": "mysql"}
+
+
+def dsn_for(alias: str) -> str:
+    """The pyqueue-sql DSN of Django's database ``alias``, from its ENGINE, NAME, USER, PASSWORD,
+    HOST and PORT."""
+    settings = connections.settings[alias]
+    scheme = DSN_SCHEMES.get(connections[alias].vendor)
+    if scheme is None:
+        raise ImproperlyConfigured(
+            f"pyqueue-sql needs a PostgreSQL or MySQL/MariaDB database; DATABASES[{alias!r}] uses "
+            f"{settings.get('ENGINE')!r}"
+        )
+    user = quote(settings.get("USER") or "", safe="")
+    password = settings.get("PASSWORD") or ""
+    auth = ""
+    if user:
+        auth = user + (":" + quote(password, safe="") if password else "") + "@"
+    host = settings.get("HOST") or ""
+    if ":" in host and not host.startswith("["):  # an IPv6 address
+        host = f"[{host}]"
+    port = settings.get("PORT")
+    netloc = auth + host + (f":{port}" if port else "")
+    return f"{scheme}://{netloc}/{quote(settings.get('NAME') or '', safe='')}"
+
+
+def wrapped(alias: str) -> pyqueue_sql.Database:
+    """A Database on Django's connection of ``alias``, inside whatever transaction Django has open
+    on it (outside ``atomic()`` Django's connection is in autocommit: each call commits at once)."""
+    connection = connections[alias]
+    connection.ensure_connection()
+    raw: Any = connection.connection
+    try:
+        return pyqueue_sql.Database.wrap(raw)
+    except pyqueue_sql.UnsupportedDsnError as exc:
+        raise ImproperlyConfigured(
+            f"pyqueue-sql cannot run on the driver of DATABASES[{alias!r}] "
+            f"({type(raw).__module__}.{type(raw).__name__}): PostgreSQL needs psycopg 3, MySQL/MariaDB "
+            "PyMySQL installed as MySQLdb (import pymysql; pymysql.install_as_MySQLdb() in settings.py)"
+        ) from exc

@@ -1,0 +1,51 @@
+"""Settings of the test project: its database is the one PYQUEUE_DJANGO_DSN names (a PostgreSQL or
+MySQL/MariaDB DSN of the tests' server)."""
+
+import datetime as dt
+import os
+from urllib.parse import unquote, urlsplit
+
+dsn = urlsplit(os.environ["PYQUEUE_DJANGO_DSN"])
+if dsn.scheme.startswith("mysql"):
+    import pymysql
+
+    pymysql.install_as_MySQLdb()  # Django's MySQL backend on PyMySQL, pyqueue-sql's driver
+    ENGINE = "django.db.backends.mysql"
+else:
+    ENGINE = "django.db.backends.postgresql"
+
+try:  # Django 6.0+: the task framework is Django's own
+    import django.tasks  # noqa: F401
+
+    TASK_APPS = []
+except ImportError:  # Django 5.2: the django-tasks backport
+    TASK_APPS = ["django_tasks"]
+
+SECRET_KEY = "tests-only"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+ROOT_URLCONF = "project.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = [
+    *TASK_APPS,
+    "pyqueue_sql.contrib.django",
+    "shop",
+]
+DATABASES = {
+    "default": {
+        "ENGINE": ENGINE,
+        "NAME": unquote(dsn.path.lstrip("/")),
+        "USER": unquote(dsn.username or ""),
+        "PASSWORD": unquote(dsn.password or ""),
+        "HOST": dsn.hostname or "",
+        "PORT": str(dsn.port or ""),
+    }
+}
+TASKS = {
+    "default": {
+        "BACKEND": "pyqueue_sql.contrib.django.PyQueueBackend",
+        "QUEUES": ["default", "emails"],
+        "OPTIONS": {"RESULT_RETENTION": dt.timedelta(days=1), "QUEUE_SETTINGS": {"max_attempts": 1}},
+    }
+}

@@ -1,0 +1,27 @@
+try:
+    from django.tasks import task
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks import task
+
+from shop.models import Order
+
+
+@task(queue_name="emails", priority=10)
+def confirm_order(order_id: int) -> dict:
+    order = Order.objects.get(pk=order_id)
+    return {"order": order.pk, "item": order.item, "total": order.quantity * 3}
+
+
+@task
+def divide(a: int, b: int) -> float:
+    return a / b
+
+
+@task(takes_context=True)
+def attempt_of(context, label: str) -> str:
+    return f"{label}: attempt {context.attempt}"
+
+
+@task
+async def shout(word: str) -> str:
+    return word.upper()

@@ -1,0 +1,123 @@
+"""pyqueue_sql.contrib.django in a real Django project (tests/django/project: settings for
+PostgreSQL and MySQL/MariaDB, a model, views, tasks), driven as its user would: `manage.py
+migrate`, the views through Django's test Client (`manage.py drive`, a command of the project),
+`manage.py pyqueue_worker` in a subprocess. Every step runs in subprocesses of the Django under
+test: Django 5.2 with the django-tasks backport (this virtualenv) and Django 6 (`django.tasks`,
+Python >= 3.12: the virtualenv `make django6-venv` makes in .venv/django6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pyqueue_sql
+from pyqueue_sql import migrate
+from pyqueue_sql.contrib.django.backend import parse_result_id
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parent / "project"
+DJANGO6_PYTHON = ROOT / ".venv" / "django6" / "bin" / "python"
+PYQUEUE_SQL = str(Path(sys.executable).with_name("pyqueue-sql"))
+
+
+def _python(django: str) -> str:
+    if django == "5.2":
+        return sys.executable
+    if not DJANGO6_PYTHON.exists():
+        pytest.fail(
+            f"no Django 6 virtualenv at {DJANGO6_PYTHON}: run `make django6-venv` (needs Python >= 3.12)"
+        )
+    return str(DJANGO6_PYTHON)
+
+
+def _manage(python: str, dsn: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYQUEUE_DJANGO_DSN": dsn, "PYTHONPATH": f"{PROJECT}{os.pathsep}{ROOT}"}
+    return subprocess.run(
+        [python, "manage.py", *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _ok(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("django", ["5.2", "6"])
+def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_tasks(
+    fresh_database, dialect, django
+):
+    python = _python(django)
+    dsn = fresh_database("django")
+
+    # manage.py migrate installs pyqueue-sql's schema, and pyqueue-sql migrate finds it current
+    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    assert migrate.current(dsn) == (migrate.head(),)
+    cli = subprocess.run([PYQUEUE_SQL, "migrate", "--dsn", dsn], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.splitlines()[0] == f"already at {migrate.head()}"
+
+    # The views: one that raises inside atomic() leaves neither its order nor its job; one that
+    # commits leaves both. Then a task that fails, one that takes its context, an async def one.
+    out = json.loads(_ok(_manage(python, dsn, "drive", "enqueue")))
+    assert out["django"].startswith("5.2" if django == "5.2" else "6.")
+    assert (out["broken_status"], out["placed_status"]) == (500, 201)
+    assert out["orders"] == ["chair"]
+    assert out["status_before"] == "READY"
+    db = pyqueue_sql.connect(dsn)
+    try:
+        emails = db.queue("emails")
+        assert emails.stats().ready == 1  # the rolled-back view's job is not there
+        queue, kind, key = parse_result_id(out["confirm"])
+        assert (queue, kind) == ("emails", "shop.tasks.confirm_order")
+        message = emails.message(key, kind)
+        assert (message.priority, out["args_before"]) == (10, [message.payload["args"][0]])
+        assert db.queue("default").stats().ready == 4
+
+        # manage.py pyqueue_worker runs them all and stores their results; SIGTERM stops it
+        ids = [out[name] for name in ("confirm", "divide_ok", "divide_zero", "attempt", "shout")]
+        worker = subprocess.Popen(
+            [python, "manage.py", "pyqueue_worker", "--concurrency", "2", "--retry-base", "0.1"],
+            cwd=PROJECT,
+            env={**os.environ, "PYQUEUE_DJANGO_DSN": dsn, "PYTHONPATH": f"{PROJECT}{os.pathsep}{ROOT}"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            for result_id in ids:
+                queue, kind, key = parse_result_id(result_id)
+                assert db.queue(queue).wait_result(key, kind, timeout=30).finished, result_id
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            stdout, stderr = worker.communicate(timeout=30)
+        assert worker.returncode == 0, stderr
+    finally:
+        db.close()
+
+    # get_result / TaskResult.refresh read the stored results, in the project's Django
+    results = json.loads(_ok(_manage(python, dsn, "drive", "results", *ids)))
+    assert results["confirm"] == {
+        "status": "SUCCESSFUL",
+        "attempts": 1,
+        "value": {"order": results["confirm"]["value"]["order"], "item": "chair", "total": 12},
+        "errors": [],
+        "traceback_ends": [],
+    }
+    assert results["divide_ok"]["value"] == 2.0
+    assert results["divide_zero"]["status"] == "FAILED"
+    assert results["divide_zero"]["errors"] == ["builtins.ZeroDivisionError"]
+    assert results["divide_zero"]["traceback_ends"] == ["ZeroDivisionError: division by zero"]
+    assert results["attempt"]["value"] == "ctx: attempt 1"
+    assert results["shout"]["value"] == "HEY"
+    assert results["view"] == {"status": "SUCCESSFUL", "errors": [], "value": results["confirm"]["value"]}
+
+    # The app's migration back to zero removes the schema, as `pyqueue-sql migrate --downgrade` would
+    _ok(_manage(python, dsn, "migrate", "pyqueue_sql", "zero", "--no-input"))
+    assert migrate.current(dsn) == ()
