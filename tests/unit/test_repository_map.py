@@ -107,8 +107,18 @@ def test_every_top_level_entry_is_in_the_map():
     assert not tracked_top_level() - named, f"not in README.md's map: {sorted(tracked_top_level() - named)}"
 
 
+def described_modules(description: str) -> set[str]:
+    """The paths a description names, and the folders leading to them: `contrib/django/` names the
+    subpackage contrib/ too."""
+    found = set()
+    for path in PATH.findall(description):
+        parts = path.rstrip("/").split("/")
+        found |= {"/".join(parts[: i + 1]) + "/" for i in range(len(parts) - 1)} | {path}
+    return found
+
+
 def test_every_module_of_the_package_is_in_the_map():
-    described = set(PATH.findall(entries(BLOCK)["pyqueue_sql/"]))
+    described = described_modules(entries(BLOCK)["pyqueue_sql/"])
     assert not package_modules() - described, (
         f"pyqueue_sql modules not in README.md's map: {sorted(package_modules() - described)}"
     )
@@ -118,6 +128,8 @@ def test_the_checks_catch_a_stale_map():
     """A map naming a file that is gone, or leaving a module out, is caught."""
     stale = BLOCK.replace("cli/ (pyqueue-sql)", "cli.py (pyqueue-sql)")
     assert "pyqueue_sql/: cli.py" in missing_paths(stale)
+    assert "cli/" not in described_modules(entries(stale)["pyqueue_sql/"])
+    assert described_modules("contrib/django/ (the Django app)") == {"contrib/", "contrib/django/"}
     assert "cli/" not in set(PATH.findall(entries(stale)["pyqueue_sql/"]))
     assert "sql/<dialectx>/" in missing_paths(BLOCK.replace("sql/<dialect>/", "sql/<dialectx>/"))
     assert "pyqueue_sql/: policy.py" in missing_paths(BLOCK.replace("worker/ (", "aio/ ("))
