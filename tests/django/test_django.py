@@ -70,6 +70,8 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
     assert (out["broken_status"], out["placed_status"]) == (500, 201)
     assert out["orders"] == ["chair"]
     assert out["status_before"] == "READY"
+    assert (out["later_status"], out["cancelled"]) == ("READY", True)
+    assert out["later_after_cancel"] == ["FAILED", ["pyqueue_sql.errors.TaskCancelled"]]
     db = pyqueue_sql.connect(dsn)
     try:
         emails = db.queue("emails")
@@ -79,6 +81,8 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
         message = emails.message(key, kind)
         assert (message.priority, out["args_before"]) == (10, [message.payload["args"][0]])
         assert db.queue("default").stats().ready == 4
+        queue, kind, key = parse_result_id(out["later"])
+        assert db.queue(queue).result(key, kind).state == "cancelled"
 
         # manage.py pyqueue_worker runs them all and stores their results; SIGTERM stops it
         ids = [out[name] for name in ("confirm", "divide_ok", "divide_zero", "attempt", "shout")]

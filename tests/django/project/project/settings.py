@@ -45,7 +45,11 @@ DATABASES = {
 TASKS = {
     "default": {
         "BACKEND": "pyqueue_sql.contrib.django.PyQueueBackend",
-        "QUEUES": ["default", "emails"],
-        "OPTIONS": {"RESULT_RETENTION": dt.timedelta(days=1), "QUEUE_SETTINGS": {"max_attempts": 1}},
+        "QUEUES": ["default", "emails"],  # pyqueue-sql queues, created with these settings
+        "OPTIONS": {
+            "DATABASE": "default",  # the Django database whose transaction an enqueue joins
+            "RESULT_RETENTION": dt.timedelta(days=1),  # how long results are kept
+            "QUEUE_SETTINGS": {"max_attempts": 1},  # Queue.create(...): no retries here
+        },
     }
 }

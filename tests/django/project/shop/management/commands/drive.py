@@ -1,12 +1,14 @@
 """manage.py drive STEP: what a user of the project does, through Django's test Client and the task
 API, printed as one JSON object for tests/django/test_django.py (which runs it with each Django)."""
 
+import datetime
 import json
 import sys
 
 import django
 from django.core.management.base import BaseCommand
 from django.test import Client
+from django.utils import timezone
 
 from shop.models import Order
 from shop.tasks import attempt_of, confirm_order, divide, shout
@@ -36,6 +38,13 @@ class Command(BaseCommand):
             first = confirm_order.get_result(out["confirm"])
             out["status_before"] = str(first.status)
             out["args_before"] = first.args
+            # run_after: a delayed message; the backend's cancel removes it, and its result is FAILED
+            later = divide.using(run_after=timezone.now() + datetime.timedelta(hours=1)).enqueue(8, 2)
+            out["later"] = later.id
+            out["later_status"] = str(divide.get_result(later.id).status)
+            out["cancelled"] = divide.get_backend().cancel(later.id)
+            gone = divide.get_result(later.id)
+            out["later_after_cancel"] = [str(gone.status), [e.exception_class_path for e in gone.errors]]
         else:
             out = {}
             for name, result_id in zip(("confirm", "divide_ok", "divide_zero", "attempt", "shout"), ids):
