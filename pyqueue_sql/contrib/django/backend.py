@@ -28,7 +28,10 @@ ERROR_PROGRESS_KEY = "django_task_error"
 CANCELLED_ERROR = "pyqueue_sql.errors.TaskCancelled"
 DEFAULT_RESULT_RETENTION = dt.timedelta(days=1)
 
-_READY_STATES = {"ready", "delayed", "blocked"}
+# The queues set up in this process, by (DSN, queue): Django makes a backend per thread, the setup
+# is needed once per process.
+_SET_UP: set[tuple[str, str]] = set()
+_SET_UP_LOCK = threading.Lock()
 
 
 def result_id(queue: str, kind: str, key: str) -> str:
@@ -66,8 +69,6 @@ class PyQueueBackend(compat.BaseTaskBackend):
             retention = dt.timedelta(seconds=retention)
         self.result_retention = retention
         self.queue_settings = dict(self.options.get("QUEUE_SETTINGS", {}))
-        self._ready: set[str] = set()
-        self._lock = threading.Lock()
         self._local = threading.local()
 
     # -- connections -------------------------------------------------------------------
@@ -93,15 +94,16 @@ class PyQueueBackend(compat.BaseTaskBackend):
         """Creates the backend's queues (or the ones named) with its settings and result
         retention, once per process: an enqueue inside ``atomic()`` must find its queue there (a
         failed push would abort the transaction on PostgreSQL)."""
-        todo = sorted(set(queues or self.queues) - self._ready)
+        dsn = self.dsn
+        todo = sorted(name for name in set(queues or self.queues) if (dsn, name) not in _SET_UP)
         if not todo:
             return
-        with self._lock:
+        with _SET_UP_LOCK:
             db = self.own_database()
             for name in todo:
                 queue = db.queue(name).create(**self.queue_settings)
                 queue.set_result_retention(self.result_retention)
-                self._ready.add(name)
+                _SET_UP.add((dsn, name))
 
     # -- enqueue -----------------------------------------------------------------------
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:

@@ -1,6 +1,7 @@
 """manage.py drive STEP: what a user of the project does, through Django's test Client and the task
 API, printed as one JSON object for tests/django/test_django.py (which runs it with each Django)."""
 
+import asyncio
 import datetime
 import json
 import sys
@@ -33,7 +34,7 @@ class Command(BaseCommand):
                 "divide_ok": divide.enqueue(6, 3).id,
                 "divide_zero": divide.enqueue(1, 0).id,
                 "attempt": attempt_of.enqueue("ctx").id,
-                "shout": shout.enqueue("hey").id,
+                "shout": asyncio.run(shout.aenqueue("hey")).id,
             }
             first = confirm_order.get_result(out["confirm"])
             out["status_before"] = str(first.status)
@@ -54,7 +55,9 @@ class Command(BaseCommand):
                 if result.status == "SUCCESSFUL":
                     row["value"] = result.return_value
                 row["errors"] = [e.exception_class_path for e in result.errors]
-                row["traceback_ends"] = [e.traceback.strip().splitlines()[-1] for e in result.errors]
+                row["traceback_ends"] = [
+                    [e.traceback.splitlines()[0], e.traceback.strip().splitlines()[-1]] for e in result.errors
+                ]
                 out[name] = row
             out["view"] = client.get(f"/results/{ids[0]}/").json()
         json.dump(out, sys.stdout)
