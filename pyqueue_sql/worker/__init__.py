@@ -103,10 +103,10 @@ connection, opened when needed) writes the latest value with queue_set_progress
 soon after, and the handler's own thread writes what is left before the commit
 or failure. The heartbeat renews with queue_renew, which also says whether a
 cancel of the message was requested: ``job.cancel_requested`` (a
-threading.Event) is then set and an async def handler's task cancelled; while
-async def handlers run, the watcher also reads their cancel flag with
-queue_result every CANCEL_POLL (0.25 s), so such a handler stops within a second
-whatever the lease. A handler that stops for the cancel (it raises
+threading.Event) is then set and an async def handler's task cancelled; once
+an async def handler has run for CANCEL_POLL_AFTER (0.5 s), the watcher also
+reads its cancel flag with queue_result every CANCEL_POLL (0.25 s), so such a
+handler stops within a second whatever the lease (short jobs cost no read). A handler that stops for the cancel (it raises
 pyqueue_sql.Cancelled, e.g. by job.raise_if_cancelled(), or its coroutine ends in
 CancelledError after a cancel was requested) ends its message with
 queue_cancel_held (outcome 'cancelled', stats.cancelled); one that returns

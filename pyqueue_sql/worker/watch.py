@@ -4,8 +4,9 @@ them within a second.
 
 The heartbeat (registry.py) renews each held reservation with queue_renew, which also says
 whether a cancel was requested, but only every lease/3 (10 s by default). While a job whose
-handler is an ``async def`` runs, the watcher reads its state (queue_result, one light read per
-such job) every CANCEL_POLL seconds and cancels its handler's task when the flag is set. A plain
+handler is an ``async def`` has run for CANCEL_POLL_AFTER seconds, the watcher reads its state
+(queue_result, one light read per such job) every CANCEL_POLL seconds and cancels its handler's
+task when the flag is set. A plain
 (def) handler cannot be interrupted, and polls nothing: it sees job.cancel_requested set by the
 heartbeat. The watcher runs on its own connection (a thread of Worker, a task of AsyncWorker),
 which it opens only once it has something to write or read.
@@ -13,6 +14,7 @@ which it opens only once it has something to write or read.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from .. import errors
@@ -22,12 +24,16 @@ from .steps import Acquire, Call, StoppedError
 if TYPE_CHECKING:
     from .model import WorkerStats
 
-# Seconds between two reads of the cancel flags of the running async def handlers: with the
-# read's round trip and the task's cancellation, a cancel stops such a handler within a second.
+# Seconds between two reads of the cancel flag of a running async def handler, once it has run
+# for CANCEL_POLL_AFTER seconds (a shorter job costs no read: a worker of many short jobs makes
+# none). A cancel then stops such a handler within CANCEL_POLL_AFTER + CANCEL_POLL seconds, plus
+# the read's round trip and the task's cancellation: within a second.
 CANCEL_POLL = 0.25
+CANCEL_POLL_AFTER = 0.5
 
-# How long the watcher sleeps when there is nothing to poll (it is woken by a progress to write).
-WATCH_IDLE = 1.0
+# How long the watcher sleeps when there is nothing to poll (it is woken by a progress to write);
+# no database call, a look at the jobs held.
+WATCH_IDLE = 0.5
 
 
 class Watch:
@@ -40,12 +46,16 @@ class Watch:
         raise NotImplementedError
 
     def _watch_timeout(self) -> float:
-        """How long the watcher may sleep now: CANCEL_POLL while an async def handler runs."""
-        if not self._cancel_poll_denied and any(
-            j.runs_async and j.started_at is not None and not j.done for j in self._jobs()
-        ):
-            return CANCEL_POLL
-        return WATCH_IDLE
+        """How long the watcher may sleep now: CANCEL_POLL while an async def handler has run for
+        CANCEL_POLL_AFTER seconds, until the next one will have, else WATCH_IDLE."""
+        if self._cancel_poll_denied:
+            return WATCH_IDLE
+        now = time.monotonic()
+        timeout = WATCH_IDLE
+        for job in self._jobs():
+            if job.runs_async and job.started_at is not None and not job.done:
+                timeout = min(timeout, max(job.started_at + CANCEL_POLL_AFTER - now, CANCEL_POLL))
+        return timeout
 
     def _watch_steps(self):
         """One round of the watcher: the progress waiting to be written, then the cancel flags
@@ -55,8 +65,11 @@ class Watch:
                 yield from self._progress_steps(job)
         if self._cancel_poll_denied:
             return
+        polled_since = time.monotonic() - CANCEL_POLL_AFTER
         for job in self._jobs():
             if not job.runs_async or job.started_at is None or job.done or job.cancel_requested.is_set():
+                continue
+            if job.started_at > polled_since:  # a job this young may well end before a cancel
                 continue
             try:
                 state = yield Call("result", job.queue, (job.key, job.kind), hard=True)
