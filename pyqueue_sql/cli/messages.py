@@ -189,6 +189,13 @@ def _result_if_readable(queue: Any, key: str, kind: str) -> Any:
         return None
 
 
+def _cancel_note(state: str) -> str:
+    """What a cancel request means for a live message in this state."""
+    if state == "reserved":
+        return "requested (its consumer is asked to stop)"
+    return f"requested (no consumer holds it now: `{PROG} cancel` removes it)"
+
+
 def _json_text(value: Any) -> str:
     return "-" if value is None else json.dumps(value)
 
@@ -228,7 +235,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         if result is not None and not result.finished:  # the live message's (queue_result)
             print(f"progress:     {_json_text(result.progress)}")
             if result.cancel_requested:
-                print("cancel:       requested (its consumer is asked to stop)")
+                print(f"cancel:       {_cancel_note(message.state)}")
         print(f"payload:      {json.dumps(message.payload)}")
     if history:
         print()
@@ -317,7 +324,7 @@ def cmd_result(args: argparse.Namespace) -> int:
         print(f"progress:     {_json_text(r.progress)}")
         print(f"finished at:  {format_time(r.finished_at)}")
         if r.cancel_requested:
-            print("cancel:       requested (its consumer is asked to stop)")
+            print(f"cancel:       {_cancel_note(r.state)}")
     if args.wait is not None and not r.finished:
         print(
             f"{PROG}: {args.key}/{args.kind} has not finished after {format_duration(args.wait)}: "
