@@ -43,15 +43,6 @@ def _deadlock(exc: Exception) -> bool:
     return "deadlock" in str(exc).lower() or "1213" in str(exc)
 
 
-# ===========================================================================
-# CPU per message. On a machine whose cores the clients and the server share (this one has two),
-# throughput follows the CPU a message costs, client and server together: the ratios of those
-# sums explain the ratios of the rates. The clients' CPU is what the measurement's client
-# processes used (RUSAGE_CHILDREN of this process around them); the server's comes from
-# common.server_cpu when the server runs on this machine, else it is left out.
-# ===========================================================================
-
-
 def _children_cpu() -> float:
     import resource
 
@@ -59,16 +50,12 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-# ===========================================================================
-# Systems. Each has: setup(dsn) once per fresh database, reset(dsn) before a
-# measurement, prefill(dsn, n) for the consuming workloads, and, in each client
-# process, open(dsn) / close() and the calls .push(key, i), .push_batch(keys),
-# .take_ack() -> messages done (0 when nothing was there), .take_ack_batch().
-# role: "ours", "peer" or "ceiling". calls: what one call of each workload runs.
-# ===========================================================================
-
-
 class System:
+    """setup(dsn) once per fresh database, reset(dsn) before a measurement, prefill(dsn, n) for the
+    consuming workloads; in each client process open(dsn) / close() and the calls push(key, i),
+    push_batch(keys), take_ack() and take_ack_batch() -> messages done (0 when none was there).
+    role: "ours", "peer" or "ceiling"; calls: what one call of each workload runs."""
+
     name = ""
     role = "peer"
     dialects: tuple[str, ...] = ("postgresql", "mysql")
@@ -561,42 +548,13 @@ class PGQueuer(_Async, System):
         return self._take(BATCH)
 
 
-SYSTEMS: dict[str, type[System]] = {
-    cls.name: cls
-    for cls in (
-        InsertCeiling,
-        PyQueue,
-        PyQueueCommitReserve,
-        PyQueueAsync,
-        Pgmq,
-        PGQueuer,
-        HandRolled,
-        Naive,
-    )
-}
+_ALL = (InsertCeiling, PyQueue, PyQueueCommitReserve, PyQueueAsync, Pgmq, PGQueuer, HandRolled, Naive)
+SYSTEMS: dict[str, type[System]] = {cls.name: cls for cls in _ALL}
+_OURS = ("INSERT ceiling", "pyqueue", "pyqueue commit_reserve", "pyqueue async")
 DEFAULT_SYSTEMS = {
-    "postgresql": (
-        "INSERT ceiling",
-        "pyqueue",
-        "pyqueue commit_reserve",
-        "pyqueue async",
-        "pgmq",
-        "pgqueuer",
-    ),
-    "mysql": (
-        "INSERT ceiling",
-        "pyqueue",
-        "pyqueue commit_reserve",
-        "pyqueue async",
-        "SKIP LOCKED by hand",
-        "naive (FOR UPDATE)",
-    ),
+    "postgresql": (*_OURS, "pgmq", "pgqueuer"),
+    "mysql": (*_OURS, "SKIP LOCKED by hand", "naive (FOR UPDATE)"),
 }
-
-
-# ===========================================================================
-# Running one measurement
-# ===========================================================================
 
 
 def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier, done, results):
@@ -685,10 +643,6 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None) -> di
             out["server_cpu_us"] = round((server_after - cpu_before[1]) / count * 1e6, 1)
     return out
 
-
-# ===========================================================================
-# Reporting
-# ===========================================================================
 
 LABEL = {
     "push": "push (1/call)",
@@ -784,11 +738,7 @@ def markdown(results: list[dict], meta: dict) -> str:
         if not rows:
             out += ["Nothing measured.", ""]
             continue
-        out += [
-            "| workload | system | one call is | msg/s (median) | range | vs best peer | push vs INSERT ceiling "
-            "| CPU µs/msg: client + server |",
-            "|---|---|---|---:|---|---|---|---|",
-        ]
+        cells = []
         for row in rows:
             vs = ""
             if row.get("vs_best_peer") is not None:
@@ -804,11 +754,12 @@ def markdown(results: list[dict], meta: dict) -> str:
                 if row.get("server_cpu_us") is not None:
                     total = row["client_cpu_us"] + row["server_cpu_us"]
                     cpu += f" + {row['server_cpu_us']:,.0f} = {total:,.0f}"
-            out.append(
-                f"| {LABEL[row['workload']]} | {name} | {row['calls']} | {_num(row['median'])} | "
-                f"{_num(row['min'])}-{_num(row['max'])} | {vs} | {ceil} | {cpu} |"
+            span = f"{_num(row['min'])}-{_num(row['max'])}"
+            cells.append(
+                (LABEL[row["workload"]], name, row["calls"], _num(row["median"]), span, vs, ceil, cpu)
             )
-        out.append("")
+        head = "workload|system|one call is|msg/s (median)|range|vs best peer|push vs INSERT ceiling|CPU µs/msg: client + server"
+        out += [*common.table(head.split("|"), cells, "lllr"), ""]
     out += _async_table(results, meta)
     notes = [f"- {d}/{s}: {why}" for (d, s), why in sorted(meta["skipped"].items())]
     errors = [r for r in results if r.get("error")]
@@ -833,14 +784,13 @@ def _async_table(results: list[dict], meta: dict) -> list[str]:
             for other in ("pyqueue", "pgqueuer"):
                 r = _ratio(mine, _rates(results, dialect, other, w))
                 cells.append(f"{statistics.median(r):.2f}x" if r else "")
-            rows.append("| " + " | ".join(cells) + " |")
+            rows.append(cells)
         if rows:
+            head = ["workload", "pyqueue async msg/s", "vs pyqueue (sync)", "vs pgqueuer (async)"]
             out += [
                 f"Async client ({dialect}): `pyqueue_sql.aio` against the sync client and PGQueuer's async API",
                 "",
-                "| workload | pyqueue async msg/s | vs pyqueue (sync) | vs pgqueuer (async) |",
-                "|---|---:|---|---|",
-                *rows,
+                *common.table(head, rows, "lr"),
                 "",
             ]
     return out
@@ -992,17 +942,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         args.systems = [s for s in pick if s != "pyqueue async"] if pick else None
     out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
-    os.makedirs(out, exist_ok=True)
     results, meta = run(args)
     table = markdown(results, meta)
     meta["skipped"] = {f"{d}/{s}": why for (d, s), why in meta["skipped"].items()}
     summary = {d: summarize(results, d, list(SYSTEMS)) for d in meta["dialects"]}
-    for name, text in (
-        ("bench.md", table),
-        ("bench.json", json.dumps({"meta": meta, "summary": summary, "results": results}, indent=1)),
-    ):
-        with open(os.path.join(out, name), "w") as f:
-            f.write(text)
+    common.write(out, "bench", table, {"meta": meta, "summary": summary, "results": results})
     print()
     print(table)
     print(f"wrote {out}/bench.md and bench.json in {meta['seconds']} s")

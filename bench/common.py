@@ -217,3 +217,23 @@ def server_cpu(dialect: str, pid: int | None) -> float | None:
             if fields is not None and int(fields[1]) == pid:
                 total += _seconds(fields)
     return total
+
+
+# ---- reports ----
+
+
+def table(header: list[str] | tuple[str, ...], rows, right: str = "") -> list[str]:
+    """A markdown table's lines; `right` holds one letter a column, "r" for a right-aligned one."""
+    rule = ["---:" if right[i : i + 1] == "r" else "---" for i in range(len(header))]
+    return [f"| {' | '.join(map(str, r))} |" for r in (header, rule, *rows)]
+
+
+def write(out: str, name: str, markdown: str, data: object) -> None:
+    """<out>/<name>.md and <out>/<name>.json (every figure)."""
+    import json
+
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write(markdown)
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(data, f, indent=1, default=str)

@@ -1,12 +1,9 @@
 """Soak: minutes of mixed load while `pyqueue-sql worker` processes are killed and restarted at
-random, then an exact accounting by key: in (acknowledged pushes) = committed + dead-lettered +
-left (0); no key committed twice, every poison message dead-lettered, every commit preceded by a
-successful run. Exits 1 when the accounting fails (2 for a bad command line). bench/README.md, Soak.
+random, then an exact accounting by key. Exits 1 when the accounting fails (2 for a bad command
+line). What it checks and how to read its report: bench/README.md, Soak.
 
     make soak                                   # 10 minutes, both dialects
     python -m bench soak --minutes 1 --dialect postgresql --out bench/results
-
-On PostgreSQL it runs VACUUM (ANALYZE) every --pg-vacuum-every seconds in place of autovacuum.
 """
 
 from __future__ import annotations
@@ -15,9 +12,9 @@ import argparse
 import collections
 import datetime as dt
 import json
+import math
 import multiprocessing as mp
 import os
-import platform
 import random
 import shutil
 import signal
@@ -33,77 +30,50 @@ import pyqueue_sql
 from bench import common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 KINDS = ("ok", "batch", "delayed", "slow", "flaky", "poison")
-MAX_ATTEMPTS = 5
-LEASE = 6.0
-CONCURRENCY = 4
-RELEASE_DEAD_AFTER = 15.0
-SHUTDOWN_TIMEOUT = 10.0
-
-
-def now() -> float:
-    return time.monotonic()
+MAX_ATTEMPTS, LEASE, CONCURRENCY, RELEASE_DEAD_AFTER, SHUTDOWN_TIMEOUT = 5, 6.0, 4, 15.0, 10.0
+TABLES = ("pyqueue_message", "pyqueue_history", "pyqueue_worker", "pyqueue_notify", "pyqueue_queue")
+now = time.monotonic
 
 
 def rss_kb(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+            return next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), None)
     except OSError:
         return None
-    return None
-
-
-# -- producers ------------------------------------------------------------------------
 
 
 def rate_factor(t: float, seed: int) -> float:
     """0.4x..1.6x of the base rate (a 90 s swing), 3x during a 5 s burst every 45 s."""
-    import math
-
-    factor = 1.0 + 0.6 * math.sin(2 * math.pi * t / 90.0 + seed)
     if (t + 7 * seed) % 45.0 < 5.0:
-        factor = 3.0
-    return factor
+        return 3.0
+    return 1.0 + 0.6 * math.sin(2 * math.pi * t / 90.0 + seed)
 
 
-def producer_main(
-    index: int,
-    dsn: str,
-    queue: str,
-    rate: float,
-    seconds: float,
-    keys_path: str,
-    acked: Any,
-    errs: Any,
-    seed: int,
-) -> None:
-    """Pushes for `seconds`; writes every acknowledged key (and kind) to keys_path,
-    and every key whose push raised to keys_path + '.uncertain'."""
+class Dedup(Exception):
+    """A push reported fewer new rows than it was given (the keys are unique)."""
+
+
+def producer_main(index, dsn, queue, rate, seconds, keys_path, acked, errs, seed) -> None:
+    """Pushes for `seconds`; writes every acknowledged key (and kind) to keys_path, and every key
+    whose push raised to keys_path + '.uncertain'."""
     rng = random.Random(seed)
-    prefix = f"p{index}"
     seq = 0
     out = open(keys_path, "w", buffering=1)
     uncertain = open(keys_path + ".uncertain", "w", buffering=1)
     db = None
-    start = time.monotonic()
-    next_at = start
+    start = next_at = now()
+
+    def key() -> str:
+        nonlocal seq
+        seq += 1
+        return f"p{index}-{seq:07d}"
+
     try:
-        while True:
-            t = time.monotonic() - start
-            if t >= seconds:
-                break
+        while (t := now() - start) < seconds:
             r = rng.random()
             items: list[tuple] = []  # (key, kind, payload, run_at, priority)
-
-            def key() -> str:
-                nonlocal seq
-                seq += 1
-                return f"{prefix}-{seq:07d}"
-
             if r < 0.45:
                 items.append((key(), "ok", {"n": seq}, None, rng.randint(0, 3)))
             elif r < 0.53:
@@ -119,44 +89,36 @@ def producer_main(
             else:
                 items.append((key(), "poison", {"n": seq}, None, None))
             try:
-                if db is None:
-                    db = pyqueue_sql.connect(dsn)
+                db = db or pyqueue_sql.connect(dsn)
                 q = db.queue(queue)
                 if len(items) == 1:
                     k, kind, payload, run_at, prio = items[0]
-                    ok = q.push(k, kind, payload, run_at=run_at, priority=prio)
-                    new = 1 if ok else 0
+                    new = 1 if q.push(k, kind, payload, run_at=run_at, priority=prio) else 0
                 else:
                     new = q.push_many(items)
-                if new != len(items):
-                    # Keys are unique: a push that reports fewer new rows is an error.
-                    with errs.get_lock():
-                        errs.value += 1
-                    for it in items:
-                        uncertain.write(f"{it[0]} {it[1]} dedup\n")
-                else:
-                    for it in items:
-                        out.write(f"{it[0]} {it[1]}\n")
-                    with acked.get_lock():
-                        acked.value += len(items)
+                if new != len(items):  # keys are unique: fewer new rows is an error
+                    raise Dedup
+                out.writelines(f"{it[0]} {it[1]}\n" for it in items)
+                with acked.get_lock():
+                    acked.value += len(items)
             except Exception as exc:  # counted; the outcome of the call is unknown
                 with errs.get_lock():
                     errs.value += 1
-                for it in items:
-                    uncertain.write(f"{it[0]} {it[1]} {type(exc).__name__}\n")
-                try:
-                    if db is not None:
-                        db.close()
-                except Exception:
-                    pass
-                db = None
-                time.sleep(0.2)
+                why = "dedup" if isinstance(exc, Dedup) else type(exc).__name__
+                uncertain.writelines(f"{it[0]} {it[1]} {why}\n" for it in items)
+                if why != "dedup":
+                    try:
+                        db and db.close()
+                    except Exception:
+                        pass
+                    db = None
+                    time.sleep(0.2)
             next_at += len(items) / max(rate * rate_factor(t, index), 0.1)
-            lag = next_at - time.monotonic()
+            lag = next_at - now()
             if lag > 0:
                 time.sleep(lag)
             elif lag < -2.0:
-                next_at = time.monotonic()  # do not catch up more than 2 s of backlog
+                next_at = now()  # do not catch up more than 2 s of backlog
     finally:
         out.close()
         uncertain.close()
@@ -164,30 +126,12 @@ def producer_main(
             db.close()
 
 
-# -- workers ------------------------------------------------------------------------
-
-
-def worker_command() -> list[str]:
-    script = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
-    if os.path.exists(script):
-        return [script]
-    return [sys.executable, "-m", "pyqueue_sql.cli"]
-
-
 class WorkerProc:
     def __init__(self, slot: int, gen: int, popen: subprocess.Popen, log_path: str, started: float):
-        self.slot = slot
-        self.gen = gen
-        self.popen = popen
-        self.log_path = log_path
-        self.started = started
-        self.ended: float | None = None
+        self.slot, self.gen, self.popen, self.log_path, self.started = slot, gen, popen, log_path, started
+        self.pid = popen.pid
         self.signal_sent: str | None = None
         self.returncode: int | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
 
 
 class Fleet:
@@ -199,7 +143,7 @@ class Fleet:
         self.stopping: list[WorkerProc] = []  # got SIGTERM, not reaped yet
         self.done: list[WorkerProc] = []
         self.gen = 0
-        self.kills = collections.Counter()
+        self.kills: collections.Counter = collections.Counter()
         self.unexpected_exits: list[dict] = []
         self.lock = threading.Lock()
 
@@ -207,74 +151,41 @@ class Fleet:
         self.gen += 1
         name = f"soak-w{slot}-g{self.gen}"
         log_path = os.path.join(self.workdir, f"{name}.log")
+        script = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
+        cmd = [script] if os.path.exists(script) else [sys.executable, "-m", "pyqueue_sql.cli"]
+        cmd += ["worker", "bench.soak_handler:handle", "--dsn", self.dsn, "--queue", self.queue]
+        cmd += f"--concurrency {CONCURRENCY} --name {name} --lease {LEASE} --retry-base 0.2 --retry-max 2".split()
+        cmd += f"--shutdown-timeout {SHUTDOWN_TIMEOUT} --release-dead-after {RELEASE_DEAD_AFTER}".split()
+        cmd += "--log-format json --log-level info --no-status".split()
         env = dict(os.environ, SOAK_RUNLOG_DIR=self.workdir, PYTHONUNBUFFERED="1")
-        cmd = worker_command() + [
-            "worker",
-            "bench.soak_handler:handle",
-            "--dsn",
-            self.dsn,
-            "--queue",
-            self.queue,
-            "--concurrency",
-            str(CONCURRENCY),
-            "--name",
-            name,
-            "--lease",
-            str(LEASE),
-            "--retry-base",
-            "0.2",
-            "--retry-max",
-            "2",
-            "--shutdown-timeout",
-            str(SHUTDOWN_TIMEOUT),
-            "--release-dead-after",
-            str(RELEASE_DEAD_AFTER),
-            "--log-format",
-            "json",
-            "--log-level",
-            "info",
-            "--no-status",
-        ]
-        log = open(log_path, "w")
-        popen = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        log.close()
-        w = WorkerProc(slot, self.gen, popen, log_path, now() - self.t0)
-        self.slots[slot] = w
+        with open(log_path, "w") as log:
+            popen = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        self.slots[slot] = w = WorkerProc(slot, self.gen, popen, log_path, now() - self.t0)
         return w
 
     def start_all(self) -> None:
         with self.lock:
-            for slot in range(self.n):
-                if slot not in self.slots:
-                    self.start(slot)
+            for slot in set(range(self.n)) - set(self.slots):
+                self.start(slot)
 
     def reap(self) -> None:
         """Collects exited processes; restarts a slot whose worker died on its own."""
         with self.lock:
-            for w in list(self.stopping):
-                if w.popen.poll() is not None:
-                    self._finish(w)
-                    self.stopping.remove(w)
+            for w in [w for w in self.stopping if w.popen.poll() is not None]:
+                self._finish(w)
+                self.stopping.remove(w)
             for slot, w in list(self.slots.items()):
                 if w.popen.poll() is not None:
                     self._finish(w)
                     self.unexpected_exits.append(
-                        {
-                            "slot": slot,
-                            "gen": w.gen,
-                            "pid": w.pid,
-                            "returncode": w.returncode,
-                            "log": w.log_path,
-                        }
+                        {"slot": slot, "gen": w.gen, "returncode": w.returncode, "log": w.log_path}
                     )
-                    del self.slots[slot]
                     self.start(slot)
 
     def _finish(self, w: WorkerProc) -> None:
         w.returncode = w.popen.returncode
-        w.ended = now() - self.t0
         self.done.append(w)
 
     def chaos_once(self, rng: random.Random) -> dict | None:
@@ -331,9 +242,6 @@ class Fleet:
             return list(self.slots.values()) + list(self.stopping)
 
 
-# -- database side -------------------------------------------------------------------------
-
-
 class Probe:
     """Plain SQL on the soak database (autocommit) for the samples and the final accounting."""
 
@@ -351,17 +259,11 @@ class Probe:
         return out
 
     def outcomes(self) -> dict[str, int]:
-        return {
-            o: int(c)
-            for o, c in self.rows(
-                "SELECT outcome, count(*) FROM pyqueue_history WHERE queue_name = %s GROUP BY outcome",
-                (self.queue,),
-            )
-        }
+        sql = "SELECT outcome, count(*) FROM pyqueue_history WHERE queue_name = %s GROUP BY outcome"
+        return {o: int(c) for o, c in self.rows(sql, (self.queue,))}
 
     def stats(self) -> dict[str, Any]:
-        s = self.db.queue(self.queue).stats()
-        d = self.db.queue(self.dlq).stats()
+        s, d = self.db.queue(self.queue).stats(), self.db.queue(self.dlq).stats()
         return {
             "ready": s.ready,
             "delayed": s.delayed,
@@ -371,25 +273,22 @@ class Probe:
         }
 
     def tables(self) -> dict[str, dict[str, int]]:
-        names = ("pyqueue_message", "pyqueue_history", "pyqueue_worker", "pyqueue_notify", "pyqueue_queue")
         out: dict[str, dict[str, int]] = {}
         if self.dialect == "postgresql":
             for name, size, live, dead in self.rows(
-                "SELECT c.relname, pg_total_relation_size(c.oid), coalesce(s.n_live_tup, 0), "
-                "coalesce(s.n_dead_tup, 0) FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
-                "WHERE c.relkind = 'r' AND c.relname = ANY(%s)",
-                (list(names),),
+                "SELECT c.relname, pg_total_relation_size(c.oid), coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0) "
+                "FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.relkind = 'r' AND c.relname = ANY(%s)",
+                (list(TABLES),),
             ):
                 out[name] = {"bytes": int(size), "live_tup": int(live), "dead_tup": int(dead)}
         else:
             for name, data, index, free in self.rows(
                 "SELECT table_name, data_length, index_length, data_free FROM information_schema.TABLES "
-                "WHERE table_schema = %s AND table_name IN ('pyqueue_message', 'pyqueue_history', "
-                "'pyqueue_worker', 'pyqueue_notify', 'pyqueue_queue')",
-                (self.dbname,),
+                f"WHERE table_schema = %s AND table_name IN ({', '.join(['%s'] * len(TABLES))})",
+                (self.dbname, *TABLES),
             ):
                 out[name] = {"bytes": int(data) + int(index), "data_free": int(free or 0)}
-        for name in ("pyqueue_message", "pyqueue_history", "pyqueue_worker"):
+        for name in TABLES[:3]:
             if name in out:
                 out[name]["rows"] = int(self.rows(f"SELECT count(*) FROM {name}")[0][0])
         return out
@@ -402,83 +301,51 @@ class Probe:
                 "AND p_kind <> 'poison' ORDER BY scheduled_at DESC LIMIT 1",
                 (self.queue,),
             )
-            if not rows:
-                return None
-            self.rows(
-                "DELETE FROM pyqueue_message WHERE queue_name = %s AND p_key = %s AND p_kind = %s",
-                (self.queue, rows[0][0], rows[0][1]),
-            )
-            return f"deleted live message {rows[0][0]}"
-        rows = self.rows(
-            "SELECT max(id) FROM pyqueue_history WHERE queue_name = %s AND outcome = 'committed'",
-            (self.queue,),
-        )
-        if not rows or rows[0][0] is None:
+            if rows:
+                sql = "DELETE FROM pyqueue_message WHERE queue_name = %s AND p_key = %s AND p_kind = %s"
+                self.rows(sql, (self.queue, *rows[0]))
+                return f"deleted live message {rows[0][0]}"
             return None
-        cols = (
-            "queue_name, p_key, p_kind, payload, priority, created_at, attempts, processed_at, outcome, "
-            "to_queue, reserved_by"
-        )
+        sql = "SELECT max(id) FROM pyqueue_history WHERE queue_name = %s AND outcome = 'committed'"
+        (row,) = self.rows(sql, (self.queue,))
+        if row[0] is None:
+            return None
+        cols = "queue_name, p_key, p_kind, payload, priority, created_at, attempts, processed_at, outcome, to_queue, reserved_by"
         self.rows(
             f"INSERT INTO pyqueue_history ({cols}) SELECT {cols} FROM pyqueue_history WHERE id = %s",
-            (rows[0][0],),
+            (row[0],),
         )
-        key = self.rows("SELECT p_key FROM pyqueue_history WHERE id = %s", (rows[0][0],))[0][0]
-        return f"second committed history row for {key}"
+        return f"second committed history row for {self.rows('SELECT p_key FROM pyqueue_history WHERE id = %s', (row[0],))[0][0]}"
 
     def vacuum(self) -> float:
         started = now()
-        for name in (
-            "pyqueue_message",
-            "pyqueue_queue",
-            "pyqueue_worker",
-            "pyqueue_notify",
-            "pyqueue_history",
-        ):
+        for name in TABLES:
             self.rows(f"VACUUM (ANALYZE) {name}")
         return now() - started
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-# -- the run -------------------------------------------------------------------------------
 
 
 def read_keys(paths: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     acked: dict[str, str] = {}
     uncertain: dict[str, str] = {}
     for p in paths:
-        with open(p) as f:
-            for line in f:
-                k, kind = line.split()[:2]
-                acked[k] = kind
-        if os.path.exists(p + ".uncertain"):
-            with open(p + ".uncertain") as f:
-                for line in f:
-                    k, kind = line.split()[:2]
-                    uncertain[k] = kind
+        for path, into in ((p, acked), (p + ".uncertain", uncertain)):
+            if os.path.exists(path):
+                with open(path) as f:
+                    into.update(line.split()[:2] for line in f)
     return acked, uncertain
 
 
 def read_runlogs(workdir: str) -> dict[str, Any]:
-    starts: collections.Counter = collections.Counter()
-    ends = collections.Counter()
-    results = collections.Counter()
+    """The handler's run logs (bench/soak_handler.py): starts and ends by key, results by kind."""
+    starts, ends, results, runs_by_kind = (collections.Counter() for _ in range(4))
     ok_keys: set[str] = set()
-    runs_by_kind = collections.Counter()
-    for name in os.listdir(workdir):
-        if not name.startswith("runs-"):
-            continue
+    for name in (n for n in os.listdir(workdir) if n.startswith("runs-")):
         with open(os.path.join(workdir, name)) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) < 4:
-                    continue  # a line cut by SIGKILL mid-write (os.write of a short line: not seen)
-                if parts[0] == "S":
+            for parts in map(str.split, f):
+                if len(parts) >= 4 and parts[0] == "S":
                     starts[parts[1]] += 1
                     runs_by_kind[parts[2]] += 1
-                elif parts[0] == "E" and len(parts) >= 5:
+                elif len(parts) >= 5 and parts[0] == "E":
                     ends[parts[1]] += 1
                     results[(parts[2], parts[4])] += 1
                     if parts[4] == "ok":
@@ -493,47 +360,30 @@ def read_runlogs(workdir: str) -> dict[str, Any]:
 
 
 def read_worker_logs(procs: list[WorkerProc]) -> dict[str, Any]:
-    levels = collections.Counter()
-    events = collections.Counter()
-    handler_errors = collections.Counter()
+    """The workers' JSON log lines counted by level and event, a few of each notable event kept."""
+    levels, events, handler_errors = collections.Counter(), collections.Counter(), collections.Counter()
     samples: dict[str, list[str]] = collections.defaultdict(list)
-    unparsed = 0
     for w in procs:
-        try:
-            f = open(w.log_path)
-        except OSError:
-            continue
-        with f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
+        with open(w.log_path) as f:
+            for line in filter(None, map(str.strip, f)):
                 try:
                     entry = json.loads(line)
                 except ValueError:
-                    unparsed += 1
-                    if len(samples["unparsed"]) < 5:
-                        samples["unparsed"].append(line[:300])
-                    continue
+                    entry = {"level": "?", "event": "unparsed"}
                 levels[entry.get("level", "?")] += 1
                 event = entry.get("event", "-")
                 events[event] += 1
                 if event == "rollback":
                     handler_errors[str(entry.get("error", "")).split(":", 1)[0]] += 1
-                if entry.get("level") in ("error", "critical") or event in (
-                    "reconnect",
-                    "error",
-                    "deadline",
-                    "abandon",
-                    "released",
-                ):
-                    if len(samples[event]) < 3:
-                        samples[event].append(line[:600])
+                notable = ("unparsed", "reconnect", "error", "deadline", "abandon", "released")
+                if (entry.get("level") in ("error", "critical") or event in notable) and len(
+                    samples[event]
+                ) < 3:
+                    samples[event].append(line[:600])
     return {
         "levels": dict(levels),
         "events": dict(events),
         "handler_errors": dict(handler_errors),
-        "unparsed_lines": unparsed,
         "samples": dict(samples),
     }
 
@@ -547,26 +397,16 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "dialect": dialect,
         "database": dsn.rsplit("/", 1)[1],
-        "queue": queue,
         "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "settings": {
-            "minutes": args.minutes,
-            "workers": args.workers,
-            "producers": args.producers,
-            "rate": args.rate,
+            **vars(args),
             "concurrency": CONCURRENCY,
             "lease_s": LEASE,
             "max_attempts": MAX_ATTEMPTS,
-            "release_dead_after_s": RELEASE_DEAD_AFTER,
-            "kill_every_s": [args.kill_min, args.kill_max],
-            "sample_every_s": args.sample_every,
-            "seed": args.seed,
-            "pg_vacuum_every_s": args.pg_vacuum_every if dialect == "postgresql" else None,
         },
     }
     ok = False
-    fleet = None
-    probe = None
+    fleet = probe = None
     producers: list = []
     try:
         common.install_pyqueue(dsn)
@@ -591,58 +431,33 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         perrs = [ctx.Value("q", 0) for _ in range(args.producers)]
         key_files = [os.path.join(workdir, f"keys-p{i}.txt") for i in range(args.producers)]
         for i in range(args.producers):
+            rate = args.rate / args.producers
             p = ctx.Process(
                 target=producer_main,
-                name=f"soak-producer-{i}",
-                args=(
-                    i,
-                    dsn,
-                    queue,
-                    args.rate / args.producers,
-                    load_s,
-                    key_files[i],
-                    acked[i],
-                    perrs[i],
-                    args.seed * 100 + i,
-                ),
+                args=(i, dsn, queue, rate, load_s, key_files[i], acked[i], perrs[i], args.seed * 100 + i),
             )
             p.start()
             producers.append(p)
-        load_start = now()
+        load_start = last_vacuum = now()
         samples: list[dict] = []
         kills: list[dict] = []
-        last_sample = -1e9
-        last_vacuum = now()
         vacuums: list[float] = []
         next_kill = now() + rng.uniform(args.kill_min, args.kill_max)
-        prev_done = 0
-        prev_t = None
-        phase = "load"
-        drain_started = None
-        drained_at = None
-        last_check = 0.0
-        injected = None
+        last_sample, last_check, prev = -1e9, 0.0, (0, None)
+        phase, drain_started, drained_at, injected = "load", None, None, None
 
         def sample() -> dict:
-            nonlocal prev_done, prev_t
+            nonlocal prev
             t = now() - t0
             outc = probe.outcomes()
             done = sum(outc.values())
-            thr = None if prev_t is None else round((done - prev_done) / max(t - prev_t, 1e-6), 1)
-            prev_done, prev_t = done, t
-            workers = []
-            for w in fleet.live():
-                kb = rss_kb(w.pid)
-                if kb is not None:
-                    workers.append(
-                        {
-                            "slot": w.slot,
-                            "gen": w.gen,
-                            "pid": w.pid,
-                            "rss_kb": kb,
-                            "age_s": round(t - w.started, 1),
-                        }
-                    )
+            thr = None if prev[1] is None else round((done - prev[0]) / max(t - prev[1], 1e-6), 1)
+            prev = (done, t)
+            workers = [
+                {"slot": w.slot, "gen": w.gen, "rss_kb": kb}
+                for w in fleet.live()
+                if (kb := rss_kb(w.pid)) is not None
+            ]
             s = {
                 "t": round(t, 1),
                 "phase": phase,
@@ -654,7 +469,6 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
                 "tables": probe.tables(),
                 "workers": workers,
                 "kills": dict(fleet.kills),
-                "unexpected_exits": len(fleet.unexpected_exits),
                 "loadavg": common.loadavg(),
             }
             samples.append(s)
@@ -671,18 +485,14 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             fleet.reap()
             tnow = now()
             if phase == "load" and tnow - load_start >= load_s and not any(p.is_alive() for p in producers):
-                phase = "drain"
-                drain_started = tnow
+                phase, drain_started = "drain", tnow
                 fleet.start_all()
                 print(f"[{dialect}] load phase over; draining", flush=True)
             if args.inject and not injected and tnow - load_start >= load_s / 2:
-                injected = probe.inject(args.inject)
-                if injected:
-                    result["injected"] = injected
-                    print(f"[{dialect}] injected {args.inject}: {injected}", flush=True)
+                injected = result["injected"] = probe.inject(args.inject)
+                print(f"[{dialect}] injected {args.inject}: {injected}", flush=True)
             if phase == "load" and tnow >= next_kill:
-                k = fleet.chaos_once(rng)
-                if k:
+                if k := fleet.chaos_once(rng):
                     kills.append(k)
                 next_kill = tnow + rng.uniform(args.kill_min, args.kill_max)
             if (
@@ -709,20 +519,15 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             p.join()
         fleet.stop_all(SHUTDOWN_TIMEOUT + 5)
         phase = "final"
-        final_sample = sample()
-        result["duration_s"] = {
-            "load": round(load_s, 1),
-            "drain": None if drained_at is None else round(drained_at - drain_started, 1),
-            "total": round(now() - t0, 1),
-        }
-        result["samples"] = samples
-        result["kills"] = kills
-        result["pg_vacuum_s"] = vacuums
-        result["accounting"] = account(probe, fleet, key_files, workdir, final_sample)
+        sample()
+        drain = None if drained_at is None else round(drained_at - drain_started, 1)
+        result["duration_s"] = {"load": round(load_s, 1), "drain": drain, "total": round(now() - t0, 1)}
+        result.update(
+            samples=samples, kills=kills, pg_vacuum_s=vacuums, unexpected_exits=fleet.unexpected_exits
+        )
+        result["accounting"] = account(probe, fleet, key_files, workdir)
         result["workers"] = summarize_workers(fleet, samples)
         result["worker_logs"] = read_worker_logs(fleet.done)
-        result["unexpected_exits"] = fleet.unexpected_exits
-        result["producer_exitcodes"] = [p.exitcode for p in producers]
         checks = result["accounting"]["checks"]
         checks["producers exited 0"] = all(p.exitcode == 0 for p in producers)
         checks["no worker died on its own"] = not fleet.unexpected_exits
@@ -730,12 +535,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             w.returncode == 0 for w in fleet.done if w.signal_sent and w.signal_sent.startswith("SIGTERM")
         )
         checks["queue drained"] = drained_at is not None
-        ok = all(checks.values())
-        result["ok"] = ok
+        result["ok"] = ok = all(checks.values())
         return result
-    except BaseException:
-        result["ok"] = False
-        raise
     finally:
         for p in producers:
             if p.is_alive():
@@ -746,8 +547,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             except Exception:
                 pass
         if probe is not None:
-            probe.close()
-        result["loadavg_end"] = common.loadavg()
+            probe.conn.close()
         if args.keep:
             print(f"[{dialect}] kept database {dsn} and work files {workdir}", flush=True)
         else:
@@ -759,16 +559,14 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         result["workdir"] = workdir if (args.keep or not ok) else None
 
 
-def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str, final: dict) -> dict[str, Any]:
+def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> dict[str, Any]:
+    """The keys the producers had acknowledged against the history, the queue, the dead-letter
+    queue and the handler's run logs."""
     acked, uncertain = read_keys(key_files)
-    committed_rows = collections.Counter()
-    dead_rows = collections.Counter()
-    other_rows = collections.Counter()
+    committed_rows, dead_rows, other_rows, committed_attempts = (collections.Counter() for _ in range(4))
     attempts_at_dead: dict[str, int] = {}
-    committed_attempts = collections.Counter()
-    for key, _kind, outcome, attempts, _to_queue in probe.rows(
-        "SELECT p_key, p_kind, outcome, attempts, to_queue FROM pyqueue_history WHERE queue_name = %s",
-        (probe.queue,),
+    for key, outcome, attempts in probe.rows(
+        "SELECT p_key, outcome, attempts FROM pyqueue_history WHERE queue_name = %s", (probe.queue,)
     ):
         if outcome == "committed":
             committed_rows[key] += 1
@@ -787,13 +585,9 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str, fina
     live = {
         k for (k,) in probe.rows("SELECT p_key FROM pyqueue_message WHERE queue_name = %s", (probe.queue,))
     }
-    committed = set(committed_rows)
-    dead = set(dead_rows)
-    acked_keys = set(acked)
-    known = acked_keys | set(uncertain)
+    committed, dead, acked_keys = set(committed_rows), set(dead_rows), set(acked)
+    missing = acked_keys - committed - dead - live
     runs = read_runlogs(workdir)
-
-    kinds_in = collections.Counter(acked.values())
     per_kind = {}
     for kind in KINDS:
         keys = {k for k, v in acked.items() if v == kind}
@@ -806,25 +600,20 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str, fina
         }
     dead_nonpoison = sorted(k for k in dead if acked.get(k) not in ("poison", None))
     total_runs = sum(runs["starts"].values())
-    committed_without_ok_run = sorted(k for k in committed if k not in runs["ok_keys"])
+    committed_without_ok_run = sorted(committed - runs["ok_keys"])
+    poison_keys = {k for k, v in acked.items() if v == "poison"}
     a = {
         "in_acknowledged": len(acked_keys),
-        "in_by_kind": dict(kinds_in),
         "uncertain_pushes": len(uncertain),
         "uncertain_found_in_history_or_queue": len(set(uncertain) & (committed | dead | live)),
         "committed_keys": len(committed),
-        "committed_history_rows": sum(committed_rows.values()),
         "dead_lettered_keys": len(dead),
-        "dead_letter_queue_rows": len(dlq_keys),
         "left_in_queue": len(live),
-        "other_history_rows": sum(other_rows.values()),
         "committed_twice": sorted(k for k, c in committed_rows.items() if c > 1)[:20],
         "dead_lettered_twice": sorted(k for k, c in dead_rows.items() if c > 1)[:20],
         "committed_and_dead": sorted(committed & dead)[:20],
-        "missing": sorted(acked_keys - committed - dead - live)[:20],
-        "missing_count": len(acked_keys - committed - dead - live),
-        "unknown_keys": sorted((committed | dead | live) - known)[:20],
-        "dead_lettered_not_poison": dead_nonpoison[:20],
+        "missing": sorted(missing)[:20],
+        "unknown_keys": sorted((committed | dead | live) - acked_keys - set(uncertain))[:20],
         "dead_lettered_not_poison_count": len(dead_nonpoison),
         "dead_lettered_not_poison_attempts": sorted(
             collections.Counter(attempts_at_dead[k] for k in dead_nonpoison).items()
@@ -832,28 +621,24 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str, fina
         "committed_attempts_histogram": sorted(committed_attempts.items()),
         "per_kind": per_kind,
         "handler_runs": total_runs,
-        "handler_runs_finished": sum(runs["ends"].values()),
         "handler_runs_cut_by_kill": total_runs - sum(runs["ends"].values()),
-        "handler_results": {f"{k}:{r}": c for (k, r), c in sorted(runs["results"].items())},
         "keys_run_more_than_once": sum(1 for c in runs["starts"].values() if c > 1),
         "handler_runs_failed": sum(c for (_, res), c in runs["results"].items() if res != "ok"),
-        "committed_without_successful_run": committed_without_ok_run[:20],
         "kills": dict(fleet.kills),
     }
-    # Runs that neither failed nor led to the key's commit: cut by a kill, or
-    # finished but the worker died before its commit (the message came back).
+    # Runs that neither failed nor led to the key's commit: cut by a kill, or finished but the
+    # worker died before its commit (the message came back).
     a["redeliveries_after_kills"] = (
         total_runs - a["handler_runs_failed"] - len(committed & set(runs["starts"]))
     )
     a["balance"] = (
-        f"{a['in_acknowledged']} in = {a['committed_keys']} committed + {a['dead_lettered_keys']} dead-lettered + {a['left_in_queue']} left"
+        f"{len(acked_keys)} in = {len(committed)} committed + {len(dead)} dead-lettered + {len(live)} left"
     )
-    poison_keys = {k for k, v in acked.items() if v == "poison"}
     a["checks"] = {
         "in = committed + dead-lettered + left": len(acked_keys)
         == len(committed & acked_keys) + len(dead & acked_keys) + len(live & acked_keys)
-        and not (acked_keys - committed - dead - live),
-        "nothing lost (every acknowledged key accounted for)": not (acked_keys - committed - dead - live),
+        and not missing,
+        "nothing lost (every acknowledged key accounted for)": not missing,
         "no key committed twice": not a["committed_twice"],
         "no key dead-lettered twice": not a["dead_lettered_twice"],
         "no key both committed and dead-lettered": not a["committed_and_dead"],
@@ -869,101 +654,74 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str, fina
 
 
 def summarize_workers(fleet: Fleet, samples: list[dict]) -> dict[str, Any]:
+    """The RSS of the never-killed worker over the run (after its first minute: its trend)."""
     series: dict[str, list] = collections.defaultdict(list)
     for s in samples:
         for w in s["workers"]:
             series[f"w{w['slot']}-g{w['gen']}"].append((s["t"], w["rss_kb"]))
-    longest = max(series.items(), key=lambda kv: len(kv[1]), default=(None, []))
-    name, pts = longest
-    out: dict[str, Any] = {
-        "processes_started": fleet.gen,
-        "returncodes": dict(
-            collections.Counter(f"{w.signal_sent or '-'} -> {w.returncode}" for w in fleet.done)
-        ),
-    }
+    name, pts = max(series.items(), key=lambda kv: len(kv[1]), default=(None, []))
+    exits = collections.Counter(f"{w.signal_sent or '-'} -> {w.returncode}" for w in fleet.done)
+    out: dict[str, Any] = {"processes_started": fleet.gen, "returncodes": dict(exits)}
     if pts:
-        # Skip the first minute (imports, connection pools and thread stacks warming up).
         steady = [p for p in pts if p[0] - pts[0][0] >= 60] or pts
-        ts = [p[0] for p in steady]
-        ys = [p[1] for p in steady]
-        slope = 0.0
-        if len(ts) > 1:
-            mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-            den = sum((t - mt) ** 2 for t in ts)
-            slope = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den if den else 0.0
+        ts, ys = [p[0] for p in steady], [p[1] for p in steady]
+        mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
+        den = sum((t - mt) ** 2 for t in ts)
+        slope = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den if den else 0.0
         out["long_lived"] = {
             "worker": name,
-            "samples": len(pts),
             "rss_kb_first": pts[0][1],
             "rss_kb_after_1min": steady[0][1],
             "rss_kb_last": pts[-1][1],
             "rss_kb_max": max(p[1] for p in pts),
-            "rss_kb_min_after_1min": min(ys),
             "slope_kb_per_min_after_1min": round(slope * 60, 1),
         }
-    all_rss = [w["rss_kb"] for s in samples for w in s["workers"]]
-    if all_rss:
+        all_rss = [w["rss_kb"] for s in samples for w in s["workers"]]
         out["rss_kb_all_workers"] = {"min": min(all_rss), "max": max(all_rss)}
     return out
 
 
-# -- report --------------------------------------------------------------------------------
-
-
 def markdown(r: dict[str, Any], command: str) -> str:
-    a = r.get("accounting", {})
+    a, st, wl = r["accounting"], r["settings"], r["worker_logs"]
+    cut, redone = a["handler_runs_cut_by_kill"], a["redeliveries_after_kills"]
     lines = [
-        f"# Soak, {r['dialect']} ({'PASS' if r.get('ok') else 'FAIL'})",
+        f"# Soak, {r['dialect']} ({'PASS' if r['ok'] else 'FAIL'})",
         "",
         f"Command: `{command}`  ",
-        f"Started {r.get('started_utc')}, server {r.get('server_version', '?')[:60]}  ",
+        f"Started {r['started_utc']}, server {r.get('server_version', '?')[:60]}  ",
         f"Load {r['duration_s']['load']:.0f} s, drain {r['duration_s']['drain']} s, total {r['duration_s']['total']} s; "
-        f"{r['settings']['workers']} workers x {CONCURRENCY} threads, {r['settings']['producers']} producers at "
-        f"~{r['settings']['rate']:g} msg/s (0.4x-1.6x swings, 3x bursts)  ",
-        f"Load average seen: max 1-min {max(s['loadavg'][0] for s in r['samples']):.2f} (2 cores, shared machine)",
+        f"{st['workers']} workers x {CONCURRENCY} threads, {st['producers']} producers at ~{st['rate']:g} msg/s "
+        "(0.4x-1.6x swings, 3x bursts)  ",
+        f"Load average seen: max 1-min {max(s['loadavg'][0] for s in r['samples']):.2f}",
         "",
         "## Accounting",
         "",
-        f"**{a.get('balance')}**",
+        f"**{a['balance']}**",
         "",
-        "| check | |",
-        "|---|---|",
-    ]
-    for name, passed in a.get("checks", {}).items():
-        lines.append(f"| {name} | {'ok' if passed else '**FAILED**'} |")
-    lines += [
+        *common.table(["check", ""], [(n, "ok" if p else "**FAILED**") for n, p in a["checks"].items()]),
         "",
-        "| kind | in | committed | dead-lettered | left | handler runs |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for kind, v in a.get("per_kind", {}).items():
-        lines.append(
-            f"| {kind} | {v['in']} | {v['committed']} | {v['dead_lettered']} | {v['left']} | {v['handler_runs']} |"
-        )
-    lines += [
+        *common.table(
+            ["kind", "in", "committed", "dead-lettered", "left", "handler runs"],
+            [(k, *v.values()) for k, v in a["per_kind"].items()],
+            "lrrrrr",
+        ),
         "",
-        f"Handler runs {a.get('handler_runs')} for {a.get('committed_keys')} commits + "
-        f"{a.get('dead_lettered_keys')} dead letters: {a.get('handler_runs_failed')} runs failed (flaky and "
-        f"poison: retried with backoff), {a.get('redeliveries_after_kills')} runs redone after kills "
-        f"({a.get('handler_runs_cut_by_kill')} cut mid-run by a kill, "
-        f"{(a.get('redeliveries_after_kills') or 0) - (a.get('handler_runs_cut_by_kill') or 0)} finished but "
-        f"their worker died before the commit); {a.get('keys_run_more_than_once')} keys ran more than once. Commits by attempt "
-        f"number (attempt, commits): {a.get('committed_attempts_histogram')}.  ",
-        f"Dead-lettered although not poison (attempts used up by kills + flaky failures): "
-        f"{a.get('dead_lettered_not_poison_count')} {a.get('dead_lettered_not_poison_attempts')}.  ",
-        f"Pushes that raised (outcome unknown): {a.get('uncertain_pushes')}; kills: {a.get('kills')}; "
-        f"workers started: {r['workers'].get('processes_started')}; exits: {r['workers'].get('returncodes')}",
+        f"Handler runs {a['handler_runs']} for {a['committed_keys']} commits + {a['dead_lettered_keys']} dead letters: "
+        f"{a['handler_runs_failed']} runs failed (flaky and poison: retried with backoff), {redone} runs redone after "
+        f"kills ({cut} cut mid-run by a kill, {redone - cut} finished but their worker died before the commit); "
+        f"{a['keys_run_more_than_once']} keys ran more than once. Commits by attempt number (attempt, commits): "
+        f"{a['committed_attempts_histogram']}.  ",
+        "Dead-lettered although not poison (attempts used up by kills + flaky failures): "
+        f"{a['dead_lettered_not_poison_count']} {a['dead_lettered_not_poison_attempts']}.  ",
+        f"Pushes that raised (outcome unknown): {a['uncertain_pushes']}; kills: {a['kills']}; workers started: "
+        f"{r['workers']['processes_started']}; exits: {r['workers']['returncodes']}",
         "",
-    ]
-    wl = r.get("worker_logs", {})
-    lines += [
         "## Errors",
         "",
-        f"Worker log lines by level: {wl.get('levels')}  ",
-        f"by event: {wl.get('events')}  ",
-        f"handler exceptions (rollbacks) by type: {wl.get('handler_errors')}  ",
-        f"producer errors: {r['samples'][-1]['producer_errors']}; workers that died on their own: "
-        f"{len(r.get('unexpected_exits', []))}",
+        f"Worker log lines by level: {wl['levels']}  ",
+        f"by event: {wl['events']}  ",
+        f"handler exceptions (rollbacks) by type: {wl['handler_errors']}  ",
+        f"producer errors: {r['samples'][-1]['producer_errors']}; workers that died on their own: {len(r['unexpected_exits'])}",
         "",
     ]
     ll = r["workers"].get("long_lived")
@@ -977,31 +735,25 @@ def markdown(r: dict[str, Any], command: str) -> str:
             f"All worker processes: RSS {r['workers']['rss_kb_all_workers']} kB.",
             "",
         ]
-    lines += [
-        "## Time series (every sample)",
-        "",
-        "| t s | phase | in | committed | dead | ready | delayed | reserved | msg/s | long-lived RSS kB | all workers RSS kB | "
-        "message table | history table | worker rows | kills | load |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|",
-    ]
-    lived = ll["worker"] if ll else None
+    rows = []
     for s in r["samples"]:
         q, o, tb = s["queue"], s["outcomes"], s["tables"]
-        rss = next((w["rss_kb"] for w in s["workers"] if f"w{w['slot']}-g{w['gen']}" == lived), "")
-        msg = tb.get("pyqueue_message", {})
-        hist = tb.get("pyqueue_history", {})
-        msg_s = f"{msg.get('bytes', 0) // 1024} kB, {msg.get('rows')} rows" + (
-            f", {msg['dead_tup']} dead" if "dead_tup" in msg else ""
+        rss = next(
+            (w["rss_kb"] for w in s["workers"] if ll and f"w{w['slot']}-g{w['gen']}" == ll["worker"]), ""
         )
         all_rss = [w["rss_kb"] for w in s["workers"]]
-        rng_s = f"{min(all_rss)}-{max(all_rss)}" if all_rss else ""
-        hist_s = f"{hist.get('bytes', 0) // 1024} kB, {hist.get('rows')} rows"
-        lines.append(
-            f"| {s['t']:.0f} | {s['phase']} | {s['acked']} | {o.get('committed', 0)} | {o.get('dead_lettered', 0)} | "
-            f"{q['ready']} | {q['delayed']} | {q['reserved']} | {s['processed_per_s'] if s['processed_per_s'] is not None else ''} | "
-            f"{rss} | {rng_s} | {msg_s} | {hist_s} | {tb.get('pyqueue_worker', {}).get('rows')} | "
-            f"{sum(s['kills'].values())} | {s['loadavg'][0]} |"
-        )
+        msg, hist = tb.get("pyqueue_message", {}), tb.get("pyqueue_history", {})
+        dead_tup = f", {msg['dead_tup']} dead" if "dead_tup" in msg else ""
+        rows.append((
+            f"{s['t']:.0f}", s["phase"], s["acked"], o.get("committed", 0), o.get("dead_lettered", 0),
+            q["ready"], q["delayed"], q["reserved"], s["processed_per_s"] if s["processed_per_s"] is not None else "",
+            rss, f"{min(all_rss)}-{max(all_rss)}" if all_rss else "",
+            f"{msg.get('bytes', 0) // 1024} kB, {msg.get('rows')} rows{dead_tup}",
+            f"{hist.get('bytes', 0) // 1024} kB, {hist.get('rows')} rows",
+            tb.get("pyqueue_worker", {}).get("rows"), sum(s["kills"].values()), s["loadavg"][0],
+        ))  # fmt: skip
+    header = "t s|phase|in|committed|dead|ready|delayed|reserved|msg/s|long-lived RSS kB|all workers RSS kB|message table|history table|worker rows|kills|load"
+    lines += ["## Time series (every sample)", "", *common.table(header.split("|"), rows, "rlrrrrrrrrlllrrr")]
     return "\n".join(lines) + "\n"
 
 
@@ -1014,10 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
     p.add_argument(
-        "--rate",
-        type=float,
-        default=60.0,
-        help="average messages pushed per second, all producers (default 60)",
+        "--rate", type=float, default=60.0, help="average msg/s pushed, all producers (default 60)"
     )
     p.add_argument("--kill-min", type=float, default=2.0, help="shortest pause between two kills (s)")
     p.add_argument("--kill-max", type=float, default=6.0, help="longest pause between two kills (s)")
@@ -1027,14 +776,11 @@ def main(argv: list[str] | None = None) -> int:
         "--pg-vacuum-every",
         type=float,
         default=60.0,
-        help="PostgreSQL: VACUUM the pyqueue tables every S seconds, standing in for autovacuum "
-        "(off on this server); 0 = never",
+        help="PostgreSQL: VACUUM (ANALYZE) every S s in place of autovacuum; 0 = never",
     )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument(
-        "--out",
-        default=os.path.join(ROOT, "bench", "results"),
-        help="where soak_<dialect>.json and .md go (default bench/results, git-ignored)",
+        "--out", default=os.path.join(ROOT, "bench", "results"), help="where soak_<dialect>.json and .md go"
     )
     p.add_argument(
         "--keep", action="store_true", help="keep the database and the work files (worker logs, keys)"
@@ -1042,49 +788,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--inject",
         choices=("loss", "double-commit"),
-        help="self-check of the accounting: halfway through the load, delete one live message "
-        "behind the routines' back (loss) or add a second committed history row for a "
-        "committed key (double-commit); the run must then FAIL (exit 1)",
+        help="break the accounting on purpose halfway: the run must FAIL",
     )
     args = p.parse_args(argv)
     if args.workers < 2:
         p.error("--workers must be at least 2 (slot 0 is never killed)")
-    if (
-        args.minutes <= 0
-        or args.rate <= 0
-        or args.producers < 1
-        or args.kill_min <= 0
-        or args.kill_max < args.kill_min
-    ):
+    if args.minutes <= 0 or args.rate <= 0 or args.producers < 1 or not 0 < args.kill_min <= args.kill_max:
         p.error("--minutes and --rate must be > 0, --producers >= 1, 0 < --kill-min <= --kill-max")
     command = common.command()
-    os.makedirs(args.out, exist_ok=True)
-    dialects = ["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]
     all_ok = True
-    meta = {
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "pyqueue_sql": getattr(pyqueue_sql, "__version__", "?"),
-    }
-    for d in dialects:
+    for d in ["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]:
         r = run_dialect(d, args)
         r["command"] = command
-        r["machine"] = meta
-        with open(os.path.join(args.out, f"soak_{d}.json"), "w") as f:
-            json.dump(r, f, indent=1, default=str)
-        md = markdown(r, command)
-        with open(os.path.join(args.out, f"soak_{d}.md"), "w") as f:
-            f.write(md)
+        common.write(args.out, f"soak_{d}", markdown(r, command), r)
         a = r["accounting"]
-        print(
-            f"[{d}] {'PASS' if r['ok'] else 'FAIL'}: {a['balance']}; committed twice {len(a['committed_twice'])}; "
-            f"handler runs {a['handler_runs']}; kills {a['kills']}",
-            flush=True,
-        )
-        for name, passed in a["checks"].items():
-            if not passed:
-                print(f"[{d}]   FAILED check: {name}", flush=True)
+        print(f"[{d}] {'PASS' if r['ok'] else 'FAIL'}: {a['balance']}; committed twice {len(a['committed_twice'])}; "
+              f"handler runs {a['handler_runs']}; kills {a['kills']}", flush=True)  # fmt: skip
+        for name in (n for n, passed in a["checks"].items() if not passed):
+            print(f"[{d}]   FAILED check: {name}", flush=True)
         all_ok &= bool(r["ok"])
     return 0 if all_ok else 1
 
