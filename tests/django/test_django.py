@@ -127,3 +127,27 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
     # The app's migration back to zero removes the schema, as `pyqueue-sql migrate --downgrade` would
     _ok(_manage(python, dsn, "migrate", "pyqueue_sql", "zero", "--no-input"))
     assert migrate.current(dsn) == ()
+
+
+def test_manage_py_migrate_installs_nothing_in_a_database_pyqueue_sql_cannot_use(tmp_path):
+    """A project's other database (SQLite here) is migrated without pyqueue-sql's schema, and
+    without an error: the app's migration installs it only in PostgreSQL and MySQL/MariaDB."""
+    script = (
+        "import django, sqlite3, sys\n"
+        "from django.conf import settings\n"
+        "from django.core.management import call_command\n"
+        "settings.configure(INSTALLED_APPS=['pyqueue_sql.contrib.django'], DATABASES={'default': "
+        "{'ENGINE': 'django.db.backends.sqlite3', 'NAME': sys.argv[1]}})\n"
+        "django.setup()\n"
+        "call_command('migrate', verbosity=0)\n"
+        "print(sorted(r[0] for r in sqlite3.connect(sys.argv[1]).execute(\"SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'\")))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "app.sqlite3")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['django_migrations']"

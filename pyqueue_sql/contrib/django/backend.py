@@ -135,7 +135,7 @@ class PyQueueBackend(compat.BaseTaskBackend):
     # -- results -----------------------------------------------------------------------
     def get_result(self, result_id: str) -> Any:
         queue, kind, key = parse_result_id(result_id)
-        if queue not in self.queues:
+        if self.queues and queue not in self.queues:
             raise compat.TaskResultDoesNotExist(result_id)
         try:
             task = import_task(kind)

@@ -9,21 +9,29 @@ from django.db import migrations
 
 
 def _dsn(schema_editor):
-    from pyqueue_sql.contrib.django.connection import dsn_for
+    """The migrated database's DSN; None for a database pyqueue-sql cannot live in (another alias
+    of a project with several databases, e.g. SQLite): nothing is installed there."""
+    from pyqueue_sql.contrib.django.connection import DSN_SCHEMES, dsn_for
 
+    if schema_editor.connection.vendor not in DSN_SCHEMES:
+        return None
     return dsn_for(schema_editor.connection.alias)
 
 
 def install(apps, schema_editor):
     from pyqueue_sql import migrate
 
-    migrate.upgrade(_dsn(schema_editor))
+    dsn = _dsn(schema_editor)
+    if dsn is not None:
+        migrate.upgrade(dsn)
 
 
 def uninstall(apps, schema_editor):
     from pyqueue_sql import migrate
 
-    migrate.downgrade(_dsn(schema_editor), drop_messages=True)
+    dsn = _dsn(schema_editor)
+    if dsn is not None:
+        migrate.downgrade(dsn, drop_messages=True)
 
 
 class Migration(migrations.Migration):
