@@ -80,7 +80,7 @@ def test_the_cancel_button_needs_the_csrf_token_and_cancels(serve, dsn, queue):
     )
     assert queue.result("running", "mail").cancel_requested and queue.stats().reserved == 1
     status, body, _ = _page(_message_url(served, queue, "running", "mail"))
-    assert 'class="badge cancel-requested"' in body
+    assert 'class="badge cancel-requested">requested</span> its consumer is asked to stop' in body
     assert queue.cancel_held(held)  # its consumer stops
     status, _, headers = _post_cancel(served, {k: html.unescape(v) for k, v in form.items()}, csrf)
     assert status == 303 and "nothing cancelled: no live message running" in urllib.parse.unquote(
