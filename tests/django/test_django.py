@@ -151,3 +151,36 @@ def test_manage_py_migrate_installs_nothing_in_a_database_pyqueue_sql_cannot_use
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['django_migrations']"
+
+
+def test_the_dsn_of_pyqueue_sqls_own_connections_comes_from_databases_or_the_backends_dsn_option():
+    """What the worker, get_result and the schema's migration connect to: built from DATABASES
+    (quoted; a Unix socket's folder as libpq's host=), or the DSN option of the backend of that
+    database."""
+    script = (
+        "import django\n"
+        "from django.conf import settings\n"
+        "settings.configure(\n"
+        "    DATABASES={\n"
+        "        'default': {'ENGINE': 'django.db.backends.postgresql', 'NAME': 'app db', 'USER': 'a@b',\n"
+        "                    'PASSWORD': 'p:w/@x', 'HOST': '::1', 'PORT': '5433'},\n"
+        "        'local': {'ENGINE': 'django.db.backends.postgresql', 'NAME': 'app', 'HOST': '/run/pg'},\n"
+        "        'orders': {'ENGINE': 'django.db.backends.mysql', 'NAME': 'shop', 'USER': 'shop'},\n"
+        "    },\n"
+        "    TASKS={'default': {'BACKEND': 'pyqueue_sql.contrib.django.PyQueueBackend',\n"
+        "                       'OPTIONS': {'DATABASE': 'orders', 'DSN': 'mysql://worker@db/shop'}}},\n"
+        ")\n"
+        "django.setup()\n"
+        "from pyqueue_sql.contrib.django.connection import backend_dsn\n"
+        "for alias in ('default', 'local', 'orders'):\n"
+        "    print(backend_dsn(alias))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "postgresql://a%40b:p%3Aw%2F%40x@[::1]:5433/app%20db",
+        "postgresql:///app?host=%2Frun%2Fpg",
+        "mysql://worker@db/shop",
+    ]

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections
 
 import pyqueue_sql
 
@@ -21,8 +21,8 @@ DSN_SCHEMES = {"postgresql": "postgresql", "mysql": "mysql"}
 
 
 def dsn_for(alias: str) -> str:
-    """The pyqueue-sql DSN of Django's database ``alias``, from its ENGINE, NAME, USER, PASSWORD,
-    HOST and PORT."""
+    """The pyqueue-sql DSN of Django's database ``alias``, from its NAME, USER, PASSWORD, HOST and
+    PORT (its OPTIONS are not carried over: the backend's ``DSN`` option says what they would)."""
     settings = connections.settings[alias]
     scheme = DSN_SCHEMES.get(connections[alias].vendor)
     if scheme is None:
@@ -36,11 +36,30 @@ def dsn_for(alias: str) -> str:
     if user:
         auth = user + (":" + quote(password, safe="") if password else "") + "@"
     host = settings.get("HOST") or ""
-    if ":" in host and not host.startswith("["):  # an IPv6 address
+    query = ""
+    if host.startswith("/"):  # a Unix socket's folder (libpq's host=)
+        host, query = "", f"?host={quote(host, safe='')}"
+    elif ":" in host and not host.startswith("["):  # an IPv6 address
         host = f"[{host}]"
     port = settings.get("PORT")
     netloc = auth + host + (f":{port}" if port else "")
-    return f"{scheme}://{netloc}/{quote(settings.get('NAME') or '', safe='')}"
+    return f"{scheme}://{netloc}/{quote(settings.get('NAME') or '', safe='')}{query}"
+
+
+def backend_dsn(alias: str) -> str:
+    """The DSN of pyqueue-sql's own connections to Django's database ``alias``: the ``DSN`` option
+    of a PyQueueBackend in TASKS whose DATABASE is this alias, else dsn_for(alias)."""
+    from django.conf import settings
+
+    for params in (getattr(settings, "TASKS", None) or {}).values():
+        options = params.get("OPTIONS") or {}
+        if (
+            str(params.get("BACKEND", "")).endswith(".PyQueueBackend")
+            and options.get("DATABASE", DEFAULT_DB_ALIAS) == alias
+            and options.get("DSN")
+        ):
+            return str(options["DSN"])
+    return dsn_for(alias)
 
 
 def wrapped(alias: str) -> pyqueue_sql.Database:

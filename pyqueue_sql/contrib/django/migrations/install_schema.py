@@ -11,11 +11,11 @@ from django.db import migrations
 def _dsn(schema_editor):
     """The migrated database's DSN; None for a database pyqueue-sql cannot live in (another alias
     of a project with several databases, e.g. SQLite): nothing is installed there."""
-    from pyqueue_sql.contrib.django.connection import DSN_SCHEMES, dsn_for
+    from pyqueue_sql.contrib.django.connection import DSN_SCHEMES, backend_dsn
 
     if schema_editor.connection.vendor not in DSN_SCHEMES:
         return None
-    return dsn_for(schema_editor.connection.alias)
+    return backend_dsn(schema_editor.connection.alias)
 
 
 def install(apps, schema_editor):
