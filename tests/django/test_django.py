@@ -184,3 +184,20 @@ def test_the_dsn_of_pyqueue_sqls_own_connections_comes_from_databases_or_the_bac
         "postgresql:///app?host=%2Frun%2Fpg",
         "mysql://worker@db/shop",
     ]
+
+
+@pytest.mark.parametrize("django", ["5.2", "6"])
+def test_the_system_checks_report_a_database_the_backend_cannot_use(django):
+    done = subprocess.run(
+        [_python(django), str(Path(__file__).with_name("system_checks.py"))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "(pyqueue_sql.E001) TASKS['missing']:",
+        "(pyqueue_sql.E002) TASKS['lite']:",
+        "(pyqueue_sql.E003) TASKS['my']:",
+    ]

@@ -27,6 +27,10 @@ from .connection import dsn_for, wrapped
 ERROR_PROGRESS_KEY = "django_task_error"
 CANCELLED_ERROR = "pyqueue_sql.errors.TaskCancelled"
 DEFAULT_RESULT_RETENTION = dt.timedelta(days=1)
+_DRIVER_HINT = (
+    "PostgreSQL: install psycopg 3 (pip install 'psycopg[binary]'); MySQL/MariaDB: PyMySQL installed as "
+    "MySQLdb (import pymysql; pymysql.install_as_MySQLdb() in settings.py)"
+)
 
 # The queues set up in this process, by (DSN, queue): Django makes a backend per thread, the setup
 # is needed once per process.
@@ -187,6 +191,45 @@ class PyQueueBackend(compat.BaseTaskBackend):
         if status == Status.SUCCESSFUL:
             object.__setattr__(result, "_return_value", state.result)
         return result
+
+    # -- system checks (manage.py check, runserver, migrate) ----------------------------
+    def check(self, **kwargs: Any) -> Any:
+        """Errors Django reports before anything runs: a DATABASE that is not in DATABASES, not
+        PostgreSQL or MySQL/MariaDB, or whose driver pyqueue-sql cannot run on."""
+        from django.core import checks
+        from django.db import connections
+
+        from .connection import DRIVERS, DSN_SCHEMES
+
+        yield from super().check(**kwargs)
+        where = f"TASKS[{self.alias!r}]"
+        if self.database not in connections.settings:
+            yield checks.Error(
+                f"{where}: OPTIONS['DATABASE'] {self.database!r} is not in DATABASES", id="pyqueue_sql.E001"
+            )
+            return
+        try:
+            connection = connections[self.database]
+            driver = connection.Database.__name__
+        except Exception as exc:  # the backend's driver is not installed
+            yield checks.Error(
+                f"{where}: Django cannot load the driver of DATABASES[{self.database!r}]: {exc}",
+                hint=_DRIVER_HINT,
+                id="pyqueue_sql.E003",
+            )
+            return
+        if connection.vendor not in DSN_SCHEMES:
+            yield checks.Error(
+                f"{where}: DATABASES[{self.database!r}] is {connection.vendor}; pyqueue-sql needs PostgreSQL "
+                "or MySQL/MariaDB",
+                id="pyqueue_sql.E002",
+            )
+        elif driver not in DRIVERS:
+            yield checks.Error(
+                f"{where}: DATABASES[{self.database!r}] runs on {driver}, which pyqueue-sql's enqueue cannot use",
+                hint=_DRIVER_HINT,
+                id="pyqueue_sql.E003",
+            )
 
     # -- cancel (not part of Django's API) -----------------------------------------------
     def cancel(self, result_id: str) -> bool:

@@ -18,6 +18,9 @@ import pyqueue_sql
 
 # Django's database vendors (connection.vendor) -> the scheme of pyqueue-sql's DSNs.
 DSN_SCHEMES = {"postgresql": "postgresql", "mysql": "mysql"}
+# The DB-API modules under Django's connection that Database.wrap takes (PyMySQL also when installed
+# as MySQLdb: its module is still pymysql).
+DRIVERS = frozenset({"psycopg", "pymysql"})
 
 
 def dsn_for(alias: str) -> str:
