@@ -36,10 +36,23 @@ def _python(django: str) -> str:
     return str(DJANGO6_PYTHON)
 
 
-def _manage(python: str, dsn: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def _env(dsn: str, signal_log: Path | None = None) -> dict[str, str]:
     env = {**os.environ, "PYQUEUE_DJANGO_DSN": dsn, "PYTHONPATH": f"{PROJECT}{os.pathsep}{ROOT}"}
+    if signal_log is not None:  # the project's receivers of Django's task signals write there
+        env["PYQUEUE_DJANGO_SIGNAL_LOG"] = str(signal_log)
+    return env
+
+
+def _manage(
+    python: str, dsn: str, *args: str, signal_log: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [python, "manage.py", *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout
+        [python, "manage.py", *args],
+        cwd=PROJECT,
+        env=_env(dsn, signal_log),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -51,7 +64,7 @@ def _ok(done: subprocess.CompletedProcess) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("django", ["5.2", "6"])
 def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_tasks(
-    fresh_database, dialect, django
+    fresh_database, dialect, django, tmp_path
 ):
     python = _python(django)
     dsn = fresh_database("django")
@@ -65,7 +78,8 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
 
     # The views: one that raises inside atomic() leaves neither its order nor its job; one that
     # commits leaves both. Then a task that fails, one that takes its context, an async def one.
-    out = json.loads(_ok(_manage(python, dsn, "drive", "enqueue")))
+    signal_log = tmp_path / "signals.log"
+    out = json.loads(_ok(_manage(python, dsn, "drive", "enqueue", signal_log=signal_log)))
     assert out["django"].startswith("5.2" if django == "5.2" else "6.")
     assert (out["broken_status"], out["placed_status"]) == (500, 201)
     assert out["orders"] == ["chair"]
@@ -89,7 +103,7 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
         worker = subprocess.Popen(
             [python, "manage.py", "pyqueue_worker", "--concurrency", "2", "--retry-base", "0.1"],
             cwd=PROJECT,
-            env={**os.environ, "PYQUEUE_DJANGO_DSN": dsn, "PYTHONPATH": f"{PROJECT}{os.pathsep}{ROOT}"},
+            env=_env(dsn, signal_log),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -104,6 +118,26 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
         assert worker.returncode == 0, stderr
     finally:
         db.close()
+
+    # Django's task signals: task_enqueued where the enqueue ran (also for the job rolled back with
+    # its view, as Django's own backends send it at the enqueue), task_started and task_finished
+    # in the worker, for each attempt
+    sent = sorted(signal_log.read_text(encoding="utf-8").splitlines())
+    assert sent == sorted(
+        [f"enqueued {name} READY PyQueueBackend" for name in ("confirm_order",) * 2 + ("divide",) * 3]
+        + [f"enqueued {name} READY PyQueueBackend" for name in ("attempt_of", "shout")]
+        + [
+            line
+            for name, status in (
+                ("confirm_order", "SUCCESSFUL"),
+                ("divide", "SUCCESSFUL"),
+                ("divide", "FAILED"),
+                ("attempt_of", "SUCCESSFUL"),
+                ("shout", "SUCCESSFUL"),
+            )
+            for line in (f"started {name} RUNNING PyQueueBackend", f"finished {name} {status} PyQueueBackend")
+        ]
+    )
 
     # get_result / TaskResult.refresh read the stored results, in the project's Django
     results = json.loads(_ok(_manage(python, dsn, "drive", "results", *ids)))

@@ -121,7 +121,7 @@ class PyQueueBackend(compat.BaseTaskBackend):
         )
         from django.utils import timezone
 
-        return compat.TaskResult(
+        result = compat.TaskResult(
             task=task,
             id=result_id(task.queue_name, kind, key),
             status=compat.TaskResultStatus.READY,
@@ -135,6 +135,8 @@ class PyQueueBackend(compat.BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
+        compat.task_enqueued.send(type(self), task_result=result)
+        return result
 
     # -- results -----------------------------------------------------------------------
     def get_result(self, result_id: str) -> Any:

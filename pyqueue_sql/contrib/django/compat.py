@@ -8,6 +8,7 @@ try:  # Django 6.0+
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskContext, TaskError, TaskResult
     from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
     SOURCE = "django.tasks"
@@ -16,6 +17,7 @@ except ImportError:  # the backport
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import TaskContext, TaskError, TaskResult
     from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 
     SOURCE = "django_tasks"
@@ -31,4 +33,7 @@ __all__ = [
     "TaskResultStatus",
     "normalize_json",
     "task_backends",
+    "task_enqueued",
+    "task_finished",
+    "task_started",
 ]

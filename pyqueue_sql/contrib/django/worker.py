@@ -27,43 +27,60 @@ def run_task(job: Any, backend: PyQueueBackend) -> Any:
         payload = job.payload if isinstance(job.payload, dict) else {}
         args = list(payload.get("args") or [])
         kwargs = dict(payload.get("kwargs") or {})
+        started = timezone.now()
+        result = compat.TaskResult(
+            task=task,
+            id=result_id(job.queue, job.kind, job.key),
+            status=compat.TaskResultStatus.RUNNING,
+            enqueued_at=None,
+            started_at=started,
+            finished_at=None,
+            last_attempted_at=started,
+            args=args,
+            kwargs=kwargs,
+            backend=backend.alias,
+            errors=[],
+            worker_ids=["pyqueue-sql"] * job.attempts,
+        )
+        compat.task_started.send(type(backend), task_result=result)
         try:
             if task.takes_context:
-                started = timezone.now()
-                result = compat.TaskResult(
-                    task=task,
-                    id=result_id(job.queue, job.kind, job.key),
-                    status=compat.TaskResultStatus.RUNNING,
-                    enqueued_at=None,
-                    started_at=started,
-                    finished_at=None,
-                    last_attempted_at=started,
-                    args=args,
-                    kwargs=kwargs,
-                    backend=backend.alias,
-                    errors=[],
-                    worker_ids=["pyqueue-sql"] * job.attempts,
-                )
                 value = task.call(compat.TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = task.call(*args, **kwargs)
+            value = compat.normalize_json(value)
         except (pyqueue_sql.Retry, pyqueue_sql.GiveUp, pyqueue_sql.Snooze, pyqueue_sql.Cancelled):
             raise
         except Exception as exc:
             # Django's TaskError: the exception's import path and its traceback, kept with the
             # result (as the message's progress) for get_result.
+            error = compat.TaskError(
+                exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                traceback="".join(traceback.format_exception(exc))[-60000:],
+            )
             job.set_progress(
                 {
                     ERROR_PROGRESS_KEY: {
-                        "exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
-                        "traceback": "".join(traceback.format_exception(exc))[-60000:],
+                        "exception_class_path": error.exception_class_path,
+                        "traceback": error.traceback,
                     }
                 }
             )
+            result.errors.append(error)
+            _finished(result, compat.TaskResultStatus.FAILED, None, backend)
             raise
-        return compat.normalize_json(value)
+        _finished(result, compat.TaskResultStatus.SUCCESSFUL, value, backend)
+        return value
     finally:
         close_old_connections()
+
+
+def _finished(result: Any, status: Any, value: Any, backend: PyQueueBackend) -> None:
+    """task_finished, sent at the end of each attempt (a failed one that will be retried too)."""
+    object.__setattr__(result, "status", status)
+    object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "_return_value", value)
+    compat.task_finished.send(type(backend), task_result=result)
 
 
 def build_worker(backend: PyQueueBackend, queues: list[str], **settings: Any) -> pyqueue_sql.Worker:
