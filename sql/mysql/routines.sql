@@ -145,6 +145,29 @@ BEGIN
     IF LOCATE(X'ED', CAST(in_payload AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_payload', 'payload', in_payload); END IF;
 END //
 
+-- pyqueue__check_headers: refuses headers (the *_with_headers pushes) that are not a JSON object ('headers must be a
+-- JSON object': an array, string, number, or text that is not JSON) or longer than 8192 bytes of JSON text (as given);
+-- out_headers: what is stored, NULL for none (SQL NULL or the JSON value null). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_headers //
+CREATE PROCEDURE pyqueue__check_headers(
+    IN  in_headers  LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_headers LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    SET out_headers = NULL;
+    IF in_headers IS NOT NULL THEN
+        IF NOT JSON_VALID(in_headers) THEN CALL pyqueue__raise('invalid_argument', 'headers must be a JSON object'); END IF;
+        IF JSON_TYPE(in_headers) <> 'NULL' THEN
+            IF JSON_TYPE(in_headers) <> 'OBJECT' THEN CALL pyqueue__raise('invalid_argument', 'headers must be a JSON object'); END IF;
+            IF LENGTH(in_headers) > 8192 THEN
+                CALL pyqueue__raise('invalid_argument', CONCAT('headers are ', LENGTH(in_headers), ' bytes, more than 8192 bytes'));
+            END IF;
+            IF LOCATE(X'ED', CAST(in_headers AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'headers', in_headers); END IF;
+            SET out_headers = in_headers;
+        END IF;
+    END IF;
+END //
+
 -- pyqueue__check_key: refuses a p_key a producer may not write: as pyqueue__check_name, and a key of a schedule's
 -- occurrence ('<anything>@YYYY-MM-DDTHH:MM:SSZ'): only the schedule routines create those, so no producer can create,
 -- replace or preempt an occurrence. Takes no locks.
@@ -335,14 +358,16 @@ BEGIN
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_locked, v_txn, v_busy, v_tries, v_deleted, v_own INT DEFAULT 0;
     DECLARE v_hist BIGINT;
-    DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_progress, v_headers LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_results BOOLEAN;
     SET out_done = 0;
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
         SELECT m.p_key, m.p_kind, m.payload, m.priority, m.created_at, m.attempts, m.last_error, m.group_key,
-               m.progress, (SELECT q.result_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = in_queue)
-          INTO v_key, v_kind, v_payload, v_priority, v_created, v_attempts, v_error, v_group, v_progress, v_results
+               m.progress, (SELECT q.result_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = in_queue),
+               m.headers
+          INTO v_key, v_kind, v_payload, v_priority, v_created, v_attempts, v_error, v_group, v_progress, v_results,
+               v_headers
           FROM pyqueue_message m
          WHERE m.id = in_id AND m.reserve_token = in_token;
     END;
@@ -372,9 +397,10 @@ BEGIN
                 IF in_dead_letter_queue IS NOT NULL THEN
                     INSERT INTO pyqueue_message
                            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                            scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts)
+                            scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts,
+                            headers)
                     VALUES (in_dead_letter_queue, v_key, v_kind, v_payload, v_priority,
-                            in_now, in_now, v_created, 0, v_error, in_queue, v_attempts)
+                            in_now, in_now, v_created, 0, v_error, in_queue, v_attempts, v_headers)
                     ON DUPLICATE KEY UPDATE
                            payload = v_payload, priority = v_priority, created_at = v_created,
                            -- (read before it changes: assignments run left to right)
@@ -382,7 +408,7 @@ BEGIN
                            scheduled_at_initially = in_now, attempts = 0,
                            reserved_by = NULL, reserve_token = NULL,
                            last_error = v_error, dead_from = in_queue, dead_attempts = v_attempts,
-                           progress = NULL, cancel_requested_at = NULL;
+                           progress = NULL, cancel_requested_at = NULL, headers = v_headers;
                 END IF;
                 CALL pyqueue__archive(in_queue, in_id, in_token, 'dead_lettered', in_dead_letter_queue, in_now, v_hist);
                 DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
@@ -583,7 +609,7 @@ BEGIN
       INTO out_got, out_max_attempts, out_cand
       FROM (SELECT r.*, SUM(r.size) OVER (ORDER BY r.priority DESC, r.scheduled_at, r.id) AS cum
               FROM ((SELECT m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority,
-                            IF(in_sizes, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind)) + 256, 0) AS size
+                            IF(in_sizes, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind) + COALESCE(LENGTH(m.headers), 0)) + 256, 0) AS size
                        FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
                       WHERE NOT in_rest
                         AND m.queue_name = in_queue AND m.priority = in_priority AND m.scheduled_at <= in_now
@@ -594,7 +620,7 @@ BEGIN
                       LIMIT in_k)
                     UNION ALL
                     (SELECT m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority,
-                            IF(in_sizes, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind)) + 256, 0) AS size
+                            IF(in_sizes, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind) + COALESCE(LENGTH(m.headers), 0)) + 256, 0) AS size
                        FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
                       WHERE in_rest
                         AND m.queue_name = in_queue AND m.scheduled_at <= in_now AND m.priority <= in_priority
@@ -970,9 +996,9 @@ BEGIN
     IF v_retention IS NOT NULL THEN
         INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
                                      created_at, processed_at, outcome, to_queue, reserved_by,
-                                     last_error)
+                                     last_error, headers)
         SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-               m.created_at, in_now, in_outcome, in_to_queue, m.reserved_by, m.last_error
+               m.created_at, in_now, in_outcome, in_to_queue, m.reserved_by, m.last_error, m.headers
           FROM pyqueue_message m
          WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token;
         IF ROW_COUNT() = 1 THEN SET out_history_id = LAST_INSERT_ID(); END IF;
@@ -2051,7 +2077,8 @@ END //
 -- ==== produce ====
 -- Put messages in: one, many in one statement, or one that replaces a waiting message with the same key (debounce);
 -- one or many into FIFO groups, each group's messages delivered one at a time. Each wakes the queue's listeners when
--- it makes a message ready now.
+-- it makes a message ready now. Each push but queue_push_replace has a sibling *_with_headers that also writes the
+-- message's headers (the plain routine never reads them, so a push without headers costs what it did).
 
 -- queue_push: inserts one message. Result: one row, inserted = 1, or 0 when a live message with the same (queue,
 -- p_key, p_kind) exists (dedup: it stays untouched). run_at NULL = now (UTC), priority NULL = 0. Every argument is
@@ -2113,6 +2140,76 @@ BEGIN
                     scheduled_at_initially, created_at, attempts)
             VALUES (v_queue, in_key, in_kind, in_payload, COALESCE(in_priority, 0), v_at,
                     v_at, v_now, 0);
+            SET v_inserted = ROW_COUNT();
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    IF v_inserted = 0 AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_inserted AS inserted;
+END //
+
+-- queue_push_with_headers: queue_push with headers in_headers (pyqueue__check_headers: a JSON object of at most
+-- 8192 bytes; NULL or the JSON null = none), checked before anything is written. Dedup as queue_push: a duplicate
+-- changes nothing, its headers included. queue_push itself never reads headers (its cost is unchanged).
+-- Locks: as queue_push.
+DROP PROCEDURE IF EXISTS queue_push_with_headers //
+CREATE PROCEDURE queue_push_with_headers(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30),
+    IN in_headers  LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_headers LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_inserted, v_retry INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now, v_at DATETIME(6);
+    DECLARE v_own, v_tries INT DEFAULT 0;
+    DECLARE v_max_payload BIGINT;
+    -- The common case (every argument plainly valid) in one expression; anything else through the full checks
+    IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
+            AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
+            AND NOT (in_key LIKE '%@____-__-__T__:__:__Z')
+            AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')
+            AND LOCATE(X'ED', CAST(CONCAT(in_queue, in_key, in_kind, in_payload) AS BINARY)) = 0
+            AND JSON_VALID(in_payload)
+            AND (in_run_at IS NULL OR (in_run_at + INTERVAL 0 SECOND IS NOT NULL AND in_run_at >= '1000-01-01'))
+            AND (in_priority IS NULL
+                 OR (in_priority = TRUNCATE(in_priority, 0) AND in_priority BETWEEN -2147483648 AND 2147483647))
+       ) IS NOT TRUE THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        CALL pyqueue__check_key(in_key);
+        CALL pyqueue__check_name('p_kind', in_kind, 128);
+        CALL pyqueue__check_payload(in_payload);
+        IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+            CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+        END IF;
+        CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    END IF;
+    CALL pyqueue__check_headers(in_headers, v_headers);
+    SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6), v_at = COALESCE(in_run_at, v_now);
+    -- the queue's max_payload, one primary-key read; NULL: no such queue (refused here, not left to the foreign key,
+    -- which a session with foreign_key_checks = 0 would not check)
+    SELECT MAX(q.max_payload) INTO v_max_payload FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    IF v_max_payload IS NULL THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+    IF LENGTH(in_payload) > v_max_payload THEN CALL pyqueue__raise_size(LENGTH(in_payload), v_max_payload); END IF;
+    /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
+    IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts, headers)
+            VALUES (v_queue, in_key, in_kind, in_payload, COALESCE(in_priority, 0), v_at,
+                    v_at, v_now, 0, v_headers);
             SET v_inserted = ROW_COUNT();
         END;
     UNTIL v_retry = 0 END REPEAT;
@@ -2232,6 +2329,35 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__check_batch_headers: the checks of the batch *_with_headers pushes on the member "headers" of each element
+-- of in_messages (checked by pyqueue__check_messages): missing or null (none) or a JSON object of at most 8192 bytes as
+-- stored (LENGTH of JSON_EXTRACT(headers, '$')); invalid_argument names the first bad element (1-based). A batch whose
+-- text holds no "headers" costs one LOCATE. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_batch_headers //
+CREATE PROCEDURE pyqueue__check_batch_headers(IN in_messages LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_bad, v_bytes BIGINT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_bad = NULL;
+    IF LOCATE('"headers"', in_messages) > 0 THEN
+        SELECT MIN(b.ord) INTO v_bad
+          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, h JSON PATH '$.headers')) AS b
+         WHERE JSON_TYPE(b.h) NOT IN ('OBJECT', 'NULL');
+        IF v_bad IS NOT NULL THEN
+            CALL pyqueue__raise('invalid_argument', CONCAT('element ', v_bad, ' of the batch: headers must be a JSON object'));
+        END IF;
+        SELECT b.ord, LENGTH(JSON_EXTRACT(b.h, '$')) INTO v_bad, v_bytes
+          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, h JSON PATH '$.headers')) AS b
+         WHERE JSON_TYPE(b.h) = 'OBJECT' AND LENGTH(JSON_EXTRACT(b.h, '$')) > 8192
+         ORDER BY b.ord
+         LIMIT 1;
+        IF v_bad IS NOT NULL THEN
+            CALL pyqueue__raise('invalid_argument', CONCAT('element ', v_bad, ' of the batch: headers are ', v_bytes,
+                                                           ' bytes, more than 8192 bytes'));
+        END IF;
+    END IF;
+END //
+
 -- queue_push_batch: inserts many messages in one statement. MySQL: ONE JSON array of objects {"p_key", "p_kind",
 -- "payload", "run_at", "priority"} as second argument, the other four NULL; members as queue_push takes them (run_at
 -- 'YYYY-MM-DD HH:MM:SS[.ffffff]' UTC, missing or null = now; priority missing or null = 0). An invalid element
@@ -2293,6 +2419,79 @@ BEGIN
                        payload  JSON PATH '$.payload',
                        run_at   JSON PATH '$.run_at',
                        priority JSON PATH '$.priority')) AS b;
+            -- (no ORDER BY: JSON_TABLE yields the elements in array order, which gives the ids in batch
+            -- order and keeps the first of a repeated key; sorting the rows, payloads included, wrote a
+            -- temporary table to disk on every call, a sixth of its time)
+            SET v_inserted = ROW_COUNT();
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    IF v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
+       AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_inserted AS inserted;
+END //
+
+-- queue_push_batch_with_headers: queue_push_batch whose elements may carry a member "headers" (missing or null =
+-- none, else a JSON object of at most 8192 bytes: pyqueue__check_batch_headers). MySQL: the headers are members of
+-- the messages, so in_headers (PostgreSQL's headers array) must be NULL too. Result and locks: as queue_push_batch.
+DROP PROCEDURE IF EXISTS queue_push_batch_with_headers //
+CREATE PROCEDURE queue_push_batch_with_headers(
+    IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4,
+    IN in_headers    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_retry INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
+       OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            'MySQL: one JSON array of messages (headers a member of each) as 2nd argument, the other 5 NULL');
+    END IF;
+    CALL pyqueue__check_messages(in_messages, NULL);
+    CALL pyqueue__check_batch_headers(in_messages);
+    CALL pyqueue__check_batch_size(v_queue, in_messages);
+    SET v_now = UTC_TIMESTAMP(6);
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts, headers)
+            SELECT in_queue,
+                   JSON_UNQUOTE(b.k),
+                   JSON_UNQUOTE(b.kd),
+                   JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
+                   CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                        THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
+                   v_now,
+                   0,
+                   CASE WHEN JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                       ord      FOR ORDINALITY,
+                       k        JSON PATH '$.p_key',
+                       kd       JSON PATH '$.p_kind',
+                       payload  JSON PATH '$.payload',
+                       run_at   JSON PATH '$.run_at',
+                       priority JSON PATH '$.priority',
+                       h        JSON PATH '$.headers')) AS b;
             -- (no ORDER BY: JSON_TABLE yields the elements in array order, which gives the ids in batch
             -- order and keeps the first of a repeated key; sorting the rows, payloads included, wrote a
             -- temporary table to disk on every call, a sixth of its time)
@@ -2448,6 +2647,91 @@ BEGIN
                     scheduled_at_initially, created_at, attempts, group_key)
             VALUES (v_queue, v_key, v_kind, in_payload, COALESCE(in_priority, 0),
                     IF(v_is_head, v_at, TIMESTAMP '9999-12-31 23:59:59.999999'), v_at, v_now, 0, v_group);
+            SET v_inserted = ROW_COUNT();
+            IF v_inserted = 1 AND v_is_head THEN
+                IF v_head_id IS NOT NULL THEN  -- the displaced head: blocked again
+                    UPDATE pyqueue_message SET scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+                     WHERE id = v_head_id;
+                END IF;
+                UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
+                 WHERE queue_name = v_queue AND group_key = v_group;
+            ELSEIF v_head_key IS NULL THEN
+                -- a duplicate into a group without a head: its row goes again (or gets a head)
+                CALL pyqueue__group_next(v_queue, v_group, v_now);
+            END IF;
+            IF v_own = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    IF v_gone = 1 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+    SELECT v_inserted AS pushed;
+END //
+
+-- queue_push_grouped_with_headers: queue_push_grouped with headers in_headers (as queue_push_with_headers).
+-- Result and locks: as queue_push_grouped.
+DROP PROCEDURE IF EXISTS queue_push_grouped_with_headers //
+CREATE PROCEDURE queue_push_grouped_with_headers(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30),
+    IN in_headers  LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_headers LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_queue, v_kind, v_dlq, v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_group, v_key, v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_found, v_retry, v_gone INT;
+    DECLARE v_paused, v_is_head BOOLEAN;
+    DECLARE v_now, v_at DATETIME(6);
+    DECLARE v_head_id BIGINT;
+    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('group', in_group, 255);
+    CALL pyqueue__check_key(in_key);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+    END IF;
+    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    CALL pyqueue__check_headers(in_headers, v_headers);
+    SET v_queue = in_queue, v_group = in_group, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    CALL pyqueue__check_size(v_queue, LENGTH(in_payload));
+    SET v_at = COALESCE(in_run_at, v_now);
+    -- autocommit with no transaction open: the steps in a transaction of their own
+    CALL pyqueue__own_transaction(TRUE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0, v_head_id = NULL;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            -- the queue was dropped meanwhile (the group row's foreign key)
+            DECLARE EXIT HANDLER FOR 1452 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; SET v_gone = 1; END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+            IF v_own = 1 THEN START TRANSACTION; END IF;
+            INSERT INTO pyqueue_group (queue_name, group_key) VALUES (v_queue, v_group)
+            ON DUPLICATE KEY UPDATE head_key = head_key;
+            CALL pyqueue__group_lock(v_queue, v_group, FALSE, v_found, v_head_key, v_head_kind);
+            SET v_is_head = v_head_key IS NULL;
+            IF NOT v_is_head THEN
+                -- the head, if the new message may take its place
+                SELECT COUNT(*), MAX(m.id) INTO v_found, v_head_id
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue AND m.p_key = v_head_key AND m.p_kind = v_head_kind
+                   AND m.attempts = 0 AND m.reserve_token IS NULL AND m.scheduled_at_initially > v_at
+                   AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                   FOR UPDATE SKIP LOCKED;
+                SET v_is_head = v_found > 0;
+            END IF;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts, group_key, headers)
+            VALUES (v_queue, v_key, v_kind, in_payload, COALESCE(in_priority, 0),
+                    IF(v_is_head, v_at, TIMESTAMP '9999-12-31 23:59:59.999999'), v_at, v_now, 0, v_group, v_headers);
             SET v_inserted = ROW_COUNT();
             IF v_inserted = 1 AND v_is_head THEN
                 IF v_head_id IS NOT NULL THEN  -- the displaced head: blocked again
@@ -2638,6 +2922,173 @@ BEGIN
     SELECT v_inserted AS pushed;
 END //
 
+-- queue_push_batch_grouped_with_headers: queue_push_batch_grouped whose elements may carry a member "headers" (as
+-- queue_push_batch_with_headers; in_headers must be NULL). Result and locks: as queue_push_batch_grouped.
+DROP PROCEDURE IF EXISTS queue_push_batch_grouped_with_headers //
+CREATE PROCEDURE queue_push_batch_grouped_with_headers(
+    IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4,
+    IN in_headers    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_groups, v_retry, v_gone INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_heads, v_next, v_swaps LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    SET v_queue = in_queue;
+    IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
+       OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            'MySQL: one JSON array of messages (headers a member of each) as 2nd argument, the other 6 NULL');
+    END IF;
+    CALL pyqueue__check_messages(in_messages, 'group');
+    CALL pyqueue__check_batch_headers(in_messages);
+    CALL pyqueue__check_batch_size(v_queue, in_messages);
+    SET v_now = UTC_TIMESTAMP(6);
+    SELECT COUNT(*) INTO v_groups
+      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (g JSON PATH '$.group')) AS b
+     WHERE JSON_TYPE(b.g) = 'STRING';
+    -- autocommit with no transaction open: the steps in a transaction of their own
+    CALL pyqueue__own_transaction(TRUE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            -- the queue was dropped meanwhile (the group rows' foreign key)
+            DECLARE EXIT HANDLER FOR 1452 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; SET v_gone = 1; END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+            IF v_own = 1 AND v_groups > 0 THEN START TRANSACTION; END IF;
+            IF v_groups > 0 THEN  -- 1. the group rows, in group_key order
+                INSERT INTO pyqueue_group (queue_name, group_key)
+                SELECT DISTINCT v_queue, b.g
+                  FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                           g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
+                 WHERE b.g IS NOT NULL
+                 ORDER BY b.g
+                ON DUPLICATE KEY UPDATE head_key = pyqueue_group.head_key;
+            END IF;
+            -- 2. the messages, those with a group blocked
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts, group_key, headers)
+            SELECT in_queue,
+                   JSON_UNQUOTE(b.k),
+                   JSON_UNQUOTE(b.kd),
+                   JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
+                   CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                        THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
+                   CASE WHEN JSON_TYPE(b.g) = 'STRING' THEN TIMESTAMP '9999-12-31 23:59:59.999999'
+                        WHEN JSON_TYPE(b.run_at) = 'STRING' THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6))
+                        ELSE v_now END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
+                   v_now,
+                   0,
+                   CASE WHEN JSON_TYPE(b.g) = 'STRING' THEN JSON_UNQUOTE(b.g) END,
+                   CASE WHEN JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                       ord      FOR ORDINALITY,
+                       g        JSON PATH '$.group',
+                       k        JSON PATH '$.p_key',
+                       kd       JSON PATH '$.p_kind',
+                       payload  JSON PATH '$.payload',
+                       run_at   JSON PATH '$.run_at',
+                       priority JSON PATH '$.priority',
+                       h        JSON PATH '$.headers')) AS b
+             ORDER BY b.ord;
+            SET v_inserted = ROW_COUNT();
+            IF v_groups > 0 THEN
+                -- 3. each group's head (locking read: rows held since step 1) ...
+                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(g.group_key, g.head_key, g.head_kind)) INTO v_heads
+                  FROM (SELECT DISTINCT b.g
+                          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                                   g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
+                         WHERE b.g IS NOT NULL
+                         LIMIT 18446744073709551615) AS d
+                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = d.g
+                   FOR UPDATE;
+                -- ... and its first blocked message, by a locking read (a plain read sees an older snapshot)
+                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(h.g, h.hk, h.hkd, n.id, n.p_key, n.p_kind,
+                                                DATE_FORMAT(n.scheduled_at_initially, '%Y-%m-%d %H:%i:%s.%f')))
+                  INTO v_next
+                  FROM JSON_TABLE(v_heads, '$[*]' COLUMNS (
+                           g   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           hk  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]')) AS h
+                  LEFT JOIN pyqueue_message n
+                    ON n.id = (SELECT x.id FROM pyqueue_message x FORCE INDEX (pyqueue_message_group_idx)
+                                WHERE x.queue_name = v_queue AND x.group_key = h.g
+                                  AND x.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+                                ORDER BY x.scheduled_at_initially, x.id
+                                LIMIT 1
+                                  FOR UPDATE)
+                   FOR UPDATE;
+                -- the heads that give their place (never delivered, running later), unless busy
+                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(j.g, o.id)) INTO v_swaps
+                  FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
+                           g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           hk    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           hkd   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
+                           n_at  DATETIME(6)  PATH '$[6]')) AS j
+                  STRAIGHT_JOIN pyqueue_message o FORCE INDEX (pyqueue_message_key_uk)
+                    ON o.queue_name = v_queue AND o.p_key = j.hk AND o.p_kind = j.hkd
+                 WHERE o.attempts = 0 AND o.reserve_token IS NULL
+                   AND o.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                   AND o.scheduled_at_initially > j.n_at
+                   FOR UPDATE SKIP LOCKED;
+                -- 4. new heads due at their run_at, displaced heads blocked
+                UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
+                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           n_id BIGINT       PATH '$[3]')) AS j
+                  LEFT JOIN JSON_TABLE(COALESCE(v_swaps, '[]'), '$[*]' COLUMNS (
+                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id IN (j.n_id, s.o_id)
+                   SET m.scheduled_at = IF(m.id = s.o_id, TIMESTAMP '9999-12-31 23:59:59.999999',
+                                           m.scheduled_at_initially)
+                 WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
+                UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
+                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           n_id BIGINT       PATH '$[3]',
+                           nk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]',
+                           nkd  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[5]')) AS j
+                  LEFT JOIN JSON_TABLE(COALESCE(v_swaps, '[]'), '$[*]' COLUMNS (
+                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
+                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
+                   SET g.head_key = j.nk, g.head_kind = j.nkd
+                 WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
+                -- new groups whose messages were all duplicates
+                DELETE g
+                  FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
+                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           n_id BIGINT       PATH '$[3]')) AS j
+                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
+                 WHERE j.hk IS NULL AND j.n_id IS NULL AND g.head_key IS NULL;
+            END IF;
+            IF v_own = 1 AND v_groups > 0 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    IF v_gone = 1 OR (v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
+                      AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue)) THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+    SELECT v_inserted AS pushed;
+END //
+
 -- ==== consume ====
 -- Take messages out: reserve (or pop, at-most-once), then commit, roll back, fail, extend or move the reservation,
 -- showing its token; remove deletes a message whatever its state. Routines acting on one message by (queue, p_key,
@@ -2648,7 +3099,7 @@ END //
 -- columns is avoided too: with stale statistics MariaDB 10.11 planned it as a range scan locking a whole priority.)
 
 -- queue_pop: removes and returns up to in_n ready messages, highest priority first, FIFO within one (at-most-once).
--- Result: (p_key, p_kind, payload, priority, attempts, created_at), empty when nothing is ready or the queue is
+-- Result: (p_key, p_kind, payload, priority, attempts, created_at, headers), empty when nothing is ready or the queue is
 -- paused. Set-based, each step one statement (per page of 5000): pyqueue__claim marks the rows still ready with this
 -- call's tokens (one of two racing pops wins a row); one read by id and token captures them (capped at
 -- max_allowed_packet, at least one row); history, then one DELETE by id and token; the result is sent after the
@@ -2698,7 +3149,8 @@ BEGIN
                    CONCAT('[', GROUP_CONCAT(JSON_OBJECT('id', m.id, 't', m.reserve_token, 'k', m.p_key, 'kd', m.p_kind,
                                                         'pl', CAST(m.payload AS CHAR CHARACTER SET utf8mb4),
                                                         'pr', m.priority, 'at', m.attempts,
-                                                        'ca', DATE_FORMAT(m.created_at, '%Y-%m-%d %H:%i:%s.%f'))
+                                                        'ca', DATE_FORMAT(m.created_at, '%Y-%m-%d %H:%i:%s.%f'),
+                                                        'hd', CAST(m.headers AS CHAR CHARACTER SET utf8mb4))
                                             ORDER BY j.ord SEPARATOR ','), ']'),
                    SUM(m.group_key IS NOT NULL),
                    CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL,
@@ -2741,9 +3193,9 @@ BEGIN
             IF v_retention IS NOT NULL AND v_taken > 0 THEN
                 INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
                                              created_at, processed_at, outcome, to_queue, reserved_by,
-                                             last_error)
+                                             last_error, headers)
                 SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-                       m.created_at, v_now, 'popped', NULL, m.reserved_by, m.last_error
+                       m.created_at, v_now, 'popped', NULL, m.reserved_by, m.last_error, m.headers
                   FROM JSON_TABLE(v_rows, '$[*]' COLUMNS (
                            c_id    BIGINT   PATH '$.id',
                            c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
@@ -2774,7 +3226,9 @@ BEGIN
         SET SESSION group_concat_max_len = v_gcl;
     END IF;
 
-    SELECT r.p_key, r.p_kind, r.payload, r.priority, r.attempts, r.created_at
+    -- (headers: SQL NULL for none; a JSON null read into a text column is NULL on MariaDB, 'null' on some MySQL
+    -- versions, never a stored value: those are objects)
+    SELECT r.p_key, r.p_kind, r.payload, r.priority, r.attempts, r.created_at, NULLIF(r.headers, 'null') AS headers
       FROM JSON_TABLE(COALESCE(v_rows, '[]'), '$[*]' COLUMNS (
                ord        FOR ORDINALITY,
                c_id       BIGINT       PATH '$.id',
@@ -2783,7 +3237,8 @@ BEGIN
                payload    LONGTEXT     CHARACTER SET utf8mb4 PATH '$.pl',
                priority   INT          PATH '$.pr',
                attempts   INT          PATH '$.at',
-               created_at DATETIME(6)  PATH '$.ca')) AS r
+               created_at DATETIME(6)  PATH '$.ca',
+               headers    LONGTEXT     CHARACTER SET utf8mb4 PATH '$.hd')) AS r
      WHERE v_deleted = v_taken
         OR NOT EXISTS (SELECT 1 FROM pyqueue_message m WHERE m.id = r.c_id)
      ORDER BY r.ord;
@@ -2857,7 +3312,7 @@ BEGIN
         END IF;
     END IF;
     SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
-           m.attempts, m.created_at, m.scheduled_at_initially
+           m.attempts, m.created_at, m.scheduled_at_initially, m.headers
       FROM JSON_TABLE(CONCAT('[', v_claimed, ']'), '$[*]' COLUMNS (
                ord  FOR ORDINALITY,
                c_id BIGINT PATH '$[0]')) AS j
@@ -2998,7 +3453,7 @@ END //
 -- recorded; in_kinds NULL = any, else a non-empty JSON array of strings. attempts counts this delivery. A message whose
 -- expired reservation was its last allowed delivery is dead-lettered instead (a group head whose group row is busy is
 -- left for a later reserve: a reserve never waits). Result: (p_key, p_kind, payload, token, priority, attempts,
--- created_at, scheduled_at_initially), empty when nothing is ready or the queue is paused. Set-based (pyqueue__reserve):
+-- created_at, scheduled_at_initially, headers), empty when nothing is ready or the queue is paused. Set-based (pyqueue__reserve):
 -- candidates read without locks (a locking range scan would lock the next row, gaps and skipped rows), each page
 -- claimed by one UPDATE joined to a SKIP LOCKED read by id: a message is never handed out twice, in autocommit mode
 -- too; the cost follows in_n and the ready rows. In autocommit mode one message of a queue without limits whose
@@ -3079,7 +3534,7 @@ BEGIN
         END;
         IF v_claims = 1 THEN
             SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
-                   m.attempts, m.created_at, m.scheduled_at_initially
+                   m.attempts, m.created_at, m.scheduled_at_initially, m.headers
               FROM pyqueue_message m FORCE INDEX (PRIMARY)
              WHERE m.id = v_id AND m.reserve_token = v_token;
         END IF;
@@ -3117,7 +3572,7 @@ BEGIN
         END;
         IF v_claims IS NOT NULL THEN  -- (none found: the empty result)
             SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
-                   m.attempts, m.created_at, m.scheduled_at_initially
+                   m.attempts, m.created_at, m.scheduled_at_initially, m.headers
               FROM JSON_TABLE(COALESCE(v_ids, '[]'), '$[*]' COLUMNS (
                        ord  FOR ORDINALITY,
                        c_id BIGINT PATH '$')) AS j
@@ -3348,7 +3803,7 @@ BEGIN
     END IF;
 
     SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
-           m.attempts, m.created_at, m.scheduled_at_initially
+           m.attempts, m.created_at, m.scheduled_at_initially, m.headers
       FROM JSON_TABLE(v_claimed, '$[*]' COLUMNS (
                ord      FOR ORDINALITY,
                c_id     BIGINT   PATH '$[0]',
@@ -4470,7 +4925,7 @@ BEGIN
                 IF v_next IS NOT NULL THEN
                     SET v_claims = 1;
                     SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
-                           m.attempts, m.created_at, m.scheduled_at_initially
+                           m.attempts, m.created_at, m.scheduled_at_initially, m.headers
                       FROM pyqueue_message m FORCE INDEX (PRIMARY)
                      WHERE m.id = v_next AND m.reserve_token = v_token;
                 END IF;
@@ -4745,9 +5200,9 @@ BEGIN
                 END IF;
                 IF v_history THEN
                     INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error)
+                                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error, headers)
                     SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-                           m.created_at, v_now, 'committed', NULL, m.reserved_by, m.last_error
+                           m.created_at, v_now, 'committed', NULL, m.reserved_by, m.last_error, m.headers
                       FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
                                c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
                       STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
@@ -4975,6 +5430,67 @@ BEGIN
     SELECT v_queues AS queues;
 END //
 
+-- queue_publish_with_headers: queue_publish with headers in_headers (as queue_push_with_headers), the same in every
+-- copy. Result and locks: as queue_publish.
+DROP PROCEDURE IF EXISTS queue_publish_with_headers //
+CREATE PROCEDURE queue_publish_with_headers(
+    IN in_topic    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30),
+    IN in_headers  LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_headers LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_topic VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_now, v_at DATETIME(6);
+    DECLARE v_queues, v_own, v_tries INT DEFAULT 0;
+    DECLARE v_retry INT;
+    DECLARE v_max_payload BIGINT;
+    CALL pyqueue__check_topic('topic', in_topic, FALSE);
+    CALL pyqueue__check_key(in_key);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+    END IF;
+    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    CALL pyqueue__check_headers(in_headers, v_headers);
+    SET v_topic = CONCAT('.', in_topic), v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    -- the queues the topic reaches, matched once before anything is written: a match the regular expression engine
+    -- cannot decide (1139) is an error, never a miss; and the smallest max_payload among them
+    BEGIN
+        DECLARE EXIT HANDLER FOR 1139 CALL pyqueue__raise_undecided(in_topic);
+        SELECT MIN(q.max_payload) INTO v_max_payload
+          FROM pyqueue_binding b JOIN pyqueue_queue q ON q.queue_name = b.queue_name
+         WHERE v_topic REGEXP b.pattern_regex;
+    END;
+    IF LENGTH(in_payload) > v_max_payload THEN CALL pyqueue__raise_size(LENGTH(in_payload), v_max_payload); END IF;
+    SET v_at = COALESCE(in_run_at, v_now);
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts, headers)
+            SELECT q.queue_name, v_key, v_kind, in_payload, COALESCE(in_priority, 0), v_at, v_at, v_now, 0, v_headers
+              FROM (SELECT DISTINCT b.queue_name
+                      FROM pyqueue_binding b
+                     WHERE v_topic REGEXP b.pattern_regex
+                     LIMIT 18446744073709551615) AS q
+             ORDER BY q.queue_name;
+            SET v_queues = ROW_COUNT();
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    SELECT v_queues AS queues;
+END //
+
 -- queue_publish_batch: queue_publish for many messages. MySQL: ONE JSON array of objects {"topic", "p_key", "p_kind",
 -- "payload", "run_at", "priority"} in in_topics' place, the other five NULL; members as queue_push_batch's. An
 -- invalid element refuses the batch. Result: one row, pushed = new messages in all queues (duplicates skipped, the
@@ -5038,6 +5554,82 @@ BEGIN
                        payload  JSON PATH '$.payload',
                        run_at   JSON PATH '$.run_at',
                        priority JSON PATH '$.priority')) AS b
+              STRAIGHT_JOIN (SELECT DISTINCT x.queue_name FROM pyqueue_binding x
+                              LIMIT 18446744073709551615) AS q
+             WHERE EXISTS (SELECT 1 FROM pyqueue_binding m
+                            WHERE m.queue_name = q.queue_name
+                              AND CONCAT('.', b.t) REGEXP m.pattern_regex)
+             ORDER BY q.queue_name, b.ord;
+            SET v_inserted = ROW_COUNT();
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    SELECT v_inserted AS pushed;
+END //
+
+-- queue_publish_batch_with_headers: queue_publish_batch whose elements may carry a member "headers" (as
+-- queue_push_batch_with_headers; in_headers must be NULL). Result and locks: as queue_publish_batch.
+DROP PROCEDURE IF EXISTS queue_publish_batch_with_headers //
+CREATE PROCEDURE queue_publish_batch_with_headers(
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4,
+    IN in_headers    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_now DATETIME(6);
+    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
+    DECLARE v_retry INT;
+    DECLARE v_matches BIGINT;
+    IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
+       OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            'MySQL: one JSON array of messages (headers a member of each) as 1st argument, the other 6 NULL');
+    END IF;
+    CALL pyqueue__check_messages(in_messages, 'topic');
+    CALL pyqueue__check_batch_headers(in_messages);
+    -- every topic matched once before anything is written: a match the engine cannot decide (1139) is an error
+    BEGIN
+        DECLARE EXIT HANDLER FOR 1139 CALL pyqueue__raise_undecided(NULL);
+        SELECT COUNT(*) INTO v_matches
+          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                   t VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.topic')) AS b
+          JOIN pyqueue_binding m ON CONCAT('.', b.t) REGEXP m.pattern_regex;
+    END;
+    CALL pyqueue__check_batch_size(NULL, in_messages);
+    SET v_now = UTC_TIMESTAMP(6);
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, attempts, headers)
+            SELECT q.queue_name,
+                   JSON_UNQUOTE(b.k),
+                   JSON_UNQUOTE(b.kd),
+                   JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
+                   CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                        THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
+                   v_now,
+                   0,
+                   CASE WHEN JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                       ord      FOR ORDINALITY,
+                       t        VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.topic',
+                       k        JSON PATH '$.p_key',
+                       kd       JSON PATH '$.p_kind',
+                       payload  JSON PATH '$.payload',
+                       run_at   JSON PATH '$.run_at',
+                       priority JSON PATH '$.priority',
+                       h        JSON PATH '$.headers')) AS b
               STRAIGHT_JOIN (SELECT DISTINCT x.queue_name FROM pyqueue_binding x
                               LIMIT 18446744073709551615) AS q
              WHERE EXISTS (SELECT 1 FROM pyqueue_binding m
@@ -5146,9 +5738,9 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
     INSERT IGNORE INTO pyqueue_message
            (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts)
-    SELECT v_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now, 0
-      FROM (SELECT x.p_key, x.p_kind, x.payload, x.priority,
+            scheduled_at_initially, created_at, attempts, headers)
+    SELECT v_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now, 0, h.headers
+      FROM (SELECT x.p_key, x.p_kind, x.payload, x.priority, x.headers,
                    ROW_NUMBER() OVER (PARTITION BY x.p_key, x.p_kind
                                       ORDER BY x.processed_at DESC, x.id DESC) AS rn
               FROM pyqueue_history x
@@ -5225,9 +5817,9 @@ BEGIN
                        AND m.group_key IS NULL
                        FOR UPDATE SKIP LOCKED;
                     INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error)
+                                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error, headers)
                     SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-                           m.created_at, v_now, 'moved', v_to, m.reserved_by, m.last_error
+                           m.created_at, v_now, 'moved', v_to, m.reserved_by, m.last_error, m.headers
                       FROM JSON_TABLE(COALESCE(v_mine, '[]'), '$[*]' COLUMNS (c_id BIGINT PATH '$[0]')) AS j
                       STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id;
                 END IF;
@@ -5313,7 +5905,7 @@ BEGIN
 END //
 
 -- queue_message: the live message (in_key, in_kind) of in_queue: 0 or 1 row (p_key, p_kind, state, payload, priority,
--- attempts, scheduled_at, created_at, reserved_by, last_error, dead_from, progress, cancel_requested (0/1)); state
+-- attempts, scheduled_at, created_at, reserved_by, last_error, dead_from, progress, cancel_requested (0/1), headers); state
 -- 'ready' (an expired reservation too), 'delayed' or 'reserved'. Plain read of the unique key, no locks.
 DROP PROCEDURE IF EXISTS queue_message //
 CREATE PROCEDURE queue_message(
@@ -5338,7 +5930,8 @@ BEGIN
                 ELSE 'reserved' END AS state,
            m.payload, m.priority, m.attempts, m.scheduled_at, m.created_at,
            m.reserved_by,
-           m.last_error, m.dead_from, m.progress, (m.cancel_requested_at IS NOT NULL) AS cancel_requested
+           m.last_error, m.dead_from, m.progress, (m.cancel_requested_at IS NOT NULL) AS cancel_requested,
+           m.headers
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind;
 END //
@@ -5371,7 +5964,7 @@ END //
 -- queue_messages: a page of in_queue's live messages in key order: in_state 'ready', 'delayed', 'reserved' (NULL =
 -- all), in_key_prefix (NULL = any; character for character), after the cursor (in_after_key, in_after_kind; NULL for
 -- the first page), at most in_n (NULL = 100, at most 1000). Rows: p_key, p_kind, state, priority, attempts,
--- scheduled_at, created_at, reserved_by, last_error, dead_from (no payload). Plain read of the unique key from the
+-- scheduled_at, created_at, reserved_by, last_error, dead_from, headers (no payload). Plain read of the unique key from the
 -- cursor, no locks.
 DROP PROCEDURE IF EXISTS queue_messages //
 CREATE PROCEDURE queue_messages(
@@ -5413,7 +6006,8 @@ BEGIN
            CASE WHEN m.scheduled_at <= v_now THEN 'ready'
                 WHEN m.reserve_token IS NULL THEN 'delayed'
                 ELSE 'reserved' END AS state,
-           m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by, m.last_error, m.dead_from
+           m.priority, m.attempts, m.scheduled_at, m.created_at, m.reserved_by, m.last_error, m.dead_from,
+           m.headers
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue
        AND (v_after_key IS NULL OR m.p_key > v_after_key

@@ -169,6 +169,9 @@ CREATE TABLE pyqueue_message (
     progress               JSON         NULL,
     -- when queue_cancel asked the holder of the live reservation to stop (queue_renew tells it)
     cancel_requested_at    DATETIME(6)  NULL,
+    -- the message's headers (a JSON object of at most 8192 bytes, NULL = none): written by the
+    -- *_with_headers pushes, kept through retries, moves, dead letters, history, replay and redrive
+    headers                JSON         NULL,
     PRIMARY KEY (id),
     UNIQUE KEY pyqueue_message_key_uk (queue_name, p_key, p_kind),
     -- The reserve walks the top priorities one at a time (highest first) and
@@ -273,6 +276,7 @@ CREATE TABLE pyqueue_history (
     to_queue     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     reserved_by  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     last_error   VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    headers      JSON         NULL,
     PRIMARY KEY (id),
     KEY pyqueue_history_queue_time_idx (queue_name, processed_at),
     CONSTRAINT pyqueue_history_outcome_known

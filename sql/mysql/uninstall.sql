@@ -57,7 +57,9 @@ DROP VIEW IF EXISTS pyqueue_dead_letters;
 DROP TABLE IF EXISTS pyqueue_history;
 
 -- ==== topics ====
+DROP PROCEDURE IF EXISTS queue_publish_batch_with_headers;
 DROP PROCEDURE IF EXISTS queue_publish_batch;
+DROP PROCEDURE IF EXISTS queue_publish_with_headers;
 DROP PROCEDURE IF EXISTS queue_publish;
 DROP PROCEDURE IF EXISTS queue_bindings;
 DROP PROCEDURE IF EXISTS queue_unbind;
@@ -101,10 +103,14 @@ DROP PROCEDURE IF EXISTS pyqueue__reserve_limited;
 DROP PROCEDURE IF EXISTS pyqueue__reserve;
 
 -- ==== produce ====
+DROP PROCEDURE IF EXISTS queue_push_batch_grouped_with_headers;
 DROP PROCEDURE IF EXISTS queue_push_batch_grouped;
+DROP PROCEDURE IF EXISTS queue_push_grouped_with_headers;
 DROP PROCEDURE IF EXISTS queue_push_grouped;
 DROP PROCEDURE IF EXISTS queue_push_replace;
+DROP PROCEDURE IF EXISTS queue_push_batch_with_headers;
 DROP PROCEDURE IF EXISTS queue_push_batch;
+DROP PROCEDURE IF EXISTS queue_push_with_headers;
 DROP PROCEDURE IF EXISTS queue_push;
 
 -- ==== queues ====
@@ -162,12 +168,14 @@ DROP PROCEDURE IF EXISTS pyqueue__check_reservation_cap;
 DROP PROCEDURE IF EXISTS pyqueue__raise_size;
 DROP PROCEDURE IF EXISTS pyqueue__check_size;
 DROP PROCEDURE IF EXISTS pyqueue__check_key;
+DROP PROCEDURE IF EXISTS pyqueue__check_headers;
 DROP PROCEDURE IF EXISTS pyqueue__check_payload;
 DROP PROCEDURE IF EXISTS pyqueue__check_reservation;
 DROP PROCEDURE IF EXISTS pyqueue__check_token;
 DROP PROCEDURE IF EXISTS pyqueue__check_int;
 DROP PROCEDURE IF EXISTS pyqueue__check_duration;
 DROP PROCEDURE IF EXISTS pyqueue__check_utf8;
+DROP PROCEDURE IF EXISTS pyqueue__check_batch_headers;
 DROP PROCEDURE IF EXISTS pyqueue__check_batch_size;
 DROP PROCEDURE IF EXISTS pyqueue__check_messages;
 DROP PROCEDURE IF EXISTS pyqueue__check_name;
