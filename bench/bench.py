@@ -184,49 +184,35 @@ class _Async:
         return self.run(value) if inspect.isawaitable(value) else value
 
 
+class _Awaited:
+    """An async object whose coroutine methods are called as plain ones, each run to its end."""
+
+    def __init__(self, target, run):
+        self._target, self._run = target, run
+
+    def __getattr__(self, name: str):
+        method = getattr(self._target, name)
+        return lambda *args, **kwargs: self._run(method(*args, **kwargs))
+
+
 class PyQueueAsync(_Async, PyQueue):
-    """pyqueue-sql's async client (pyqueue_sql.aio.AsyncQueue: Queue's methods as coroutines)."""
+    """pyqueue-sql's async client (pyqueue_sql.aio.AsyncQueue: Queue's methods as coroutines, each
+    run to its end on the client process's loop), with PyQueue's calls."""
 
     name = "pyqueue async"
     calls = {w: c + ", async client" for w, c in PyQueue.calls.items()}
-
-    @classmethod
-    def unavailable(cls) -> str | None:
-        try:
-            found = importlib.util.find_spec("pyqueue_sql.aio") is not None
-        except ImportError:
-            found = False
-        return None if found else "pyqueue_sql.aio (the async client) is not installed in this checkout"
 
     def open(self, dsn: str) -> None:
         from pyqueue_sql import aio
 
         self.loop = asyncio.new_event_loop()
         self.db = self.run_maybe(aio.connect(dsn))
-        self.q = self.db.queue(QUEUE)
+        self.q = _Awaited(self.db.queue(QUEUE), self.run)
         self.worker = f"bench-{os.getpid()}"
 
     def close(self) -> None:
         self.run_maybe(self.db.close())
         self.loop.close()
-
-    def push(self, key: str, i: int) -> None:
-        self.run(self.q.push(key, "job", {"n": i, "kind": "bench"}))
-
-    def push_batch(self, keys: list[str]) -> None:
-        self.run(self.q.push_many([(k, "job", {"n": k, "kind": "bench"}) for k in keys]))
-
-    def take_ack(self) -> int:
-        got = self.run(self.q.reserve(worker=self.worker))
-        if got:
-            self.run(self.q.commit(got[0]))
-        return len(got)
-
-    def take_ack_batch(self) -> int:
-        got = self.run(self.q.reserve(BATCH, worker=self.worker))
-        if got:
-            self.run(self.q.commit_many(got))
-        return len(got)
 
 
 class InsertCeiling(System):
@@ -819,11 +805,6 @@ def server_settings(dialect: str, dsn: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in rows}
 
 
-def _rotated(items: list[str], k: int) -> list[str]:
-    k %= max(1, len(items))
-    return items[k:] + items[:k]
-
-
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     meta: dict[str, Any] = {
@@ -873,7 +854,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                 pids.setdefault(dialect, common.server_pid(dialect, dsn))
             for rnd in range(args.rounds):
                 for w in args.workloads:
-                    order = _rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd)
+                    order = common.rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd)
                     for sname in order:
                         r = {"dialect": dialect, "system": sname, "workload": w, "round": rnd}
                         try:
@@ -906,23 +887,23 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--quick", action="store_true", help="1 round, 2,000 messages, 3 s cap; writes to bench/results"
+    ap = common.parser(
+        __doc__,
+        ("--quick", False, "1 round, 2,000 messages, 3 s cap; writes to bench/results"),
+        ("--rounds", 0, "rounds (default 3)"),
+        ("--messages", 0, "messages per measurement (default 10000)"),
+        ("--cap", 0.0, "time cap per measurement in seconds (default 4)"),
+        ("--clients", 4, "client processes (default 4)"),
+        ("--dialects", "postgresql,mysql", "comma-separated"),
+        (
+            "--systems",
+            None,
+            "comma-separated, of: " + ", ".join(SYSTEMS) + " (default: those of the dialect)",
+        ),
+        ("--workloads", ",".join(WORKLOADS), "comma-separated"),
+        ("--no-async", False, "leave out the async client's row"),
+        ("--out", None, "directory for bench.md/bench.json (default bench/latest)"),
     )
-    ap.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
-    ap.add_argument("--messages", type=int, default=None, help="messages per measurement (default 10000)")
-    ap.add_argument("--cap", type=float, default=None, help="time cap per measurement in seconds (default 4)")
-    ap.add_argument("--clients", type=int, default=4, help="client processes (default 4)")
-    ap.add_argument("--dialects", default="postgresql,mysql")
-    ap.add_argument(
-        "--systems",
-        default=None,
-        help="comma-separated, of: " + ", ".join(SYSTEMS) + " (default: those of the dialect)",
-    )
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--no-async", action="store_true", help="leave out the async client's row")
-    ap.add_argument("--out", default=None, help="directory for bench.md/bench.json (default bench/latest)")
     args = ap.parse_args(argv)
     common.exit_on_sigterm()
     args.rounds = args.rounds or (1 if args.quick else 3)

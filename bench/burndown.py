@@ -9,15 +9,10 @@ system). bench/README.md, Burn-down.
     python -m bench burndown --systems pyqueue-async,pgmq --dialects postgresql --workloads noop
     python -m bench burndown --tasks --dialects postgresql     # a task against a plain handler
     python -m bench burndown --variant threads --variant threads:prefetch=0,ack_batch=100
-
---tasks: `pyqueue-sql worker MODULE:OBJECT` processes as users start them, a plain handler against
-the same no-op as a task of an App, on the same messages. --variant RUNTIME[:name=value,...]:
-Worker (threads) or AsyncWorker (asyncio) with those settings (ints, floats, true/false/none).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -110,18 +105,9 @@ class System:
 
     def worker_command(self, dsn: str, sleep_ms: float) -> list[str]:
         if self.kind == "cli":  # as users start it; the DSN from $PYQUEUE_DSN (worker_env)
-            target = (
-                ["bench.peers.py_workers:app"]
-                if self.name == "pyqueue-tasks"
-                else ["bench.peers.py_workers:plain", "--queue", "burndown"]
-            )
-            return [
-                os.path.join(os.path.dirname(sys.executable), "pyqueue-sql"),
-                "worker",
-                *target,
-                "--concurrency",
-                str(CONCURRENCY),
-            ]
+            target = "app" if self.name == "pyqueue-tasks" else "plain --queue burndown"
+            cli = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
+            return [cli, "worker", *f"bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split()]
         if self.kind == "py":
             settings = ["--settings", json.dumps(self.settings)] if self.settings else []
             return self._command(
@@ -160,13 +146,7 @@ def variant(text: str, dialect: str) -> System:
         settings[name.strip()] = _value(value.strip())
     runtime_class = "Worker" if runtime == "threads" else "AsyncWorker"
     return System(
-        text,
-        dialect,
-        f"`{runtime_class}` {rest or '(defaults)'}",
-        "py",
-        "SELECT count(*) FROM pyqueue_message",
-        peer=False,
-        settings=settings,
+        text, dialect, f"`{runtime_class}` {rest or '(defaults)'}", "py", LIVE, peer=False, settings=settings
     )
 
 
@@ -322,49 +302,42 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         if not ds:
             continue
         lines += [f"## {'PostgreSQL' if dialect == 'postgresql' else 'MySQL/MariaDB'}", ""]
-        header = "| worker |"
-        rule = "|---|"
+        header = ["worker"]
         for w in workloads:
-            jobs, sleep_ms, _ = WORKLOADS[w]
+            sleep_ms = WORKLOADS[w][1]
             title = (
-                "no-op"
-                if not sleep_ms
-                else f"{sleep_ms:g} ms each (limit {PROCESSES * CONCURRENCY * 1000 / sleep_ms:,.0f})"
+                f"{sleep_ms:g} ms each (limit {PROCESSES * CONCURRENCY * 1000 / sleep_ms:,.0f})"
+                if sleep_ms
+                else "no-op"
             )
-            header += (
-                f" {title}: jobs/s | vs {meta['baseline'].get(dialect) or 'best peer'} | worker CPU µs/job |"
-            )
-            rule += "---|---|---|"
-        lines += [header, rule]
-        notes = []
+            header += [
+                f"{title}: jobs/s",
+                f"vs {meta['baseline'].get(dialect) or 'best peer'}",
+                "worker CPU µs/job",
+            ]
+        rows, notes = [], [f"- {s.label}: {s.note}" for s in ds if s.note]
         for s in ds:
-            row = f"| {s.label} |"
+            row = [s.label]
             for w in workloads:
                 rs = [
                     r
                     for r in results
                     if r["system"] == s.name and r["dialect"] == dialect and r["workload"] == w
                 ]
-                if s.name in meta["unavailable"].get(dialect, {}):
-                    row += " not run | | |"
-                    continue
                 ok = [r for r in rs if "rate" in r]
-                if not ok:
-                    err = rs[0]["error"] if rs else "not run"
-                    row += f" failed: {err[:80]} | | |"
+                if s.name in meta["unavailable"].get(dialect, {}) or not ok:
+                    row += ["not run" if not rs else f"failed: {rs[0]['error'][:80]}", "", ""]
                     continue
                 rates = [r["rate"] for r in ok]
                 capped = " (capped)" if any(r["capped"] for r in ok) else ""
                 rng = f" ({min(rates):,.0f}-{max(rates):,.0f})" if len(rates) > 1 else ""
-                row += f" {statistics.median(rates):,.0f}{rng}{capped} |"
                 ratios = [r["vs_best_peer"] for r in ok if r.get("vs_best_peer") is not None]
-                row += f" {statistics.median(ratios):.2f}x |" if ratios else " |"
                 cpu = [r["cpu_us_per_job"] for r in ok if r.get("cpu_us_per_job")]
-                row += f" {statistics.median(cpu):,.0f} |" if cpu else " |"
-            lines.append(row)
-            if s.note:
-                notes.append(f"- {s.label}: {s.note}")
-        lines.append("")
+                row.append(f"{statistics.median(rates):,.0f}{rng}{capped}")
+                row.append(f"{statistics.median(ratios):.2f}x" if ratios else "")
+                row.append(f"{statistics.median(cpu):,.0f}" if cpu else "")
+            rows.append(row)
+        lines += [*common.table(header, rows), ""]
         for name, why in meta["unavailable"].get(dialect, {}).items():
             notes.append(f"- {name}: NOT RUN here: {why}")
         if notes:
@@ -373,30 +346,24 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument(
-        "--cap", type=float, default=30.0, help="seconds a drain may take (then jobs done / elapsed)"
+    ap = common.parser(
+        __doc__,
+        ("--rounds", 3, "rounds, the systems' order rotating"),
+        ("--cap", 30.0, "seconds a drain may take (then jobs done / elapsed)"),
+        ("--quick", False, "5,000 / 2,000 jobs, 1 round, 20 s cap; writes to bench/results/"),
+        ("--jobs", 0, "jobs per drain (default: 50,000 no-op, 20,000 sleep10)"),
+        ("--systems", None, "comma-separated: " + ", ".join(sorted({s.name for s in SYSTEMS}))),
+        ("--dialects", "postgresql,mysql", "comma-separated"),
+        ("--workloads", ",".join(WORKLOADS), "comma-separated"),
+        ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
+        (
+            "--tasks",
+            False,
+            "`pyqueue-sql worker` with a plain handler against the same job as a task (no-op)",
+        ),
     )
     ap.add_argument(
-        "--quick", action="store_true", help="5,000 / 2,000 jobs, 1 round, 20 s cap; writes to bench/results/"
-    )
-    ap.add_argument("--jobs", type=int, help="jobs per drain (default: 50,000 no-op, 20,000 sleep10)")
-    ap.add_argument("--systems", help="comma-separated: " + ", ".join(sorted({s.name for s in SYSTEMS})))
-    ap.add_argument("--dialects", default="postgresql,mysql")
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument(
-        "--out", help="directory of burndown.md/.json (default bench/latest, --quick bench/results)"
-    )
-    ap.add_argument(
-        "--tasks",
-        action="store_true",
-        help="`pyqueue-sql worker` with a plain handler against the same job as a task (no-op unless --workloads)",
-    )
-    ap.add_argument(
-        "--variant",
-        action="append",
-        help="pyqueue-sql's worker as threads|asyncio[:name=value,...] (repeatable)",
+        "--variant", action="append", help="pyqueue-sql's worker as threads|asyncio[:name=value,...]"
     )
     args = ap.parse_args()
     if args.tasks:
@@ -449,7 +416,6 @@ def main() -> None:
     results: list[dict] = []
     out = args.out or os.path.join(HERE, "results" if args.quick or args.tasks or args.variant else "latest")
     name = "burndown-tasks" if args.tasks else "burndown-variants" if args.variant else "burndown"
-    os.makedirs(out, exist_ok=True)
 
     def write(rounds_done: int) -> str:
         """The summary of the rounds done so far (rewritten after each round: a run cut short
@@ -457,10 +423,7 @@ def main() -> None:
         meta["rounds_done"] = rounds_done
         meta["load_after"] = common.loadavg()
         md = summarize(results, systems, workloads, meta)
-        with open(os.path.join(out, f"{name}.md"), "w") as f:
-            f.write(md)
-        with open(os.path.join(out, f"{name}.json"), "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=1)
+        common.write(out, name, md, {"meta": meta, "results": results})
         return md
 
     total = args.rounds * len(runnable) * len(workloads)
@@ -473,10 +436,8 @@ def main() -> None:
                 ds = [s for s in runnable if s.dialect == dialect]
                 if not ds:
                     continue
-                shift = round_ % len(ds)
-                order = ds[shift:] + ds[:shift]
                 round_results = []
-                for s in order:
+                for s in common.rotated(ds, round_):
                     n += 1
                     print(
                         f"[{n}/{total} {time.perf_counter() - t0:5.0f}s] round {round_ + 1} {dialect} {w} {s.name}: ",

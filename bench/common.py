@@ -4,6 +4,7 @@ sql/ installed for an A/B, and the server's CPU read from /proc."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -12,7 +13,6 @@ import sys
 import uuid
 from urllib.parse import urlsplit
 
-import pyqueue_sql
 from pyqueue_sql import dialects
 
 ADMIN = {
@@ -104,7 +104,7 @@ def execute(dialect: str, dsn: str, *statements: str) -> list:
 def install_pyqueue(dsn: str) -> None:
     from pyqueue_sql import migrate
 
-    migrate.upgrade(dsn)
+    migrate.upgrade(dsn)  # what `pyqueue-sql migrate` runs
 
 
 def install_commit(dialect: str, dsn: str, commit: str) -> None:
@@ -133,18 +133,6 @@ def install_commit(dialect: str, dsn: str, commit: str) -> None:
         if url.password:
             cmd.insert(1, f"-p{url.password}")
     subprocess.run(cmd, input=script, check=True, text=True, capture_output=True)
-
-
-__all__ = [
-    "create",
-    "drop",
-    "execute",
-    "exit_on_sigterm",
-    "install_commit",
-    "install_pyqueue",
-    "raw_connect",
-    "pyqueue_sql",
-]
 
 
 # ---- the server's CPU, read from /proc when the server runs on this machine ----
@@ -237,3 +225,31 @@ def write(out: str, name: str, markdown: str, data: object) -> None:
         f.write(markdown)
     with open(os.path.join(out, f"{name}.json"), "w") as f:
         json.dump(data, f, indent=1, default=str)
+
+
+def now_utc() -> str:
+    """The time a run started, for its report and its file name: 2026-11-27T00:30:00Z."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rotated(items, k: int) -> list:
+    """items (any iterable) started at the k-th: the order of round k, so that no system is always first."""
+    items = list(items)
+    k %= max(1, len(items))
+    return items[k:] + items[:k]
+
+
+def parser(doc: str, *options: tuple) -> argparse.ArgumentParser:
+    """A suite's command line: its docstring, then one (flags, default, help) a option, the type
+    the default's (False: a switch; None: a string; 0 or 0.0 for "the suite's own default")."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flags, default, text in options:
+        if default is False:
+            ap.add_argument(*flags.split(), action="store_true", help=text)
+        else:
+            ap.add_argument(
+                *flags.split(), type=type(default) if default is not None else str, default=default, help=text
+            )
+    return ap

@@ -84,21 +84,18 @@ def summary(
         "pushes acknowledged by the new primary, drain. Figures: median (min-max) over the runs; times "
         "from the kill.",
         "",
-        "| dialect | runs balanced | pushes acked | in flight at kill | duplicates | lost | undone "
-        "| promote (s) | first push again (s) | both workers commit again (s) | drain (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    head = "dialect|runs balanced|pushes acked|in flight at kill|duplicates|lost|undone|promote (s)|first push again (s)|both workers commit again (s)|drain (s)"
+    rows = []
     for dialect, runs in results.items():
-        balanced = sum(1 for r in runs if not r.get("violations"))
-        lines.append(
-            f"| {dialect} | {balanced} of {len(runs)} | {_spread([r.get('pushes_acked') for r in runs])} "
-            f"| {_spread([r.get('in_flight_at_kill') for r in runs])} "
-            f"| {_spread([r.get('duplicates') for r in runs])} | {sum(r.get('lost', 0) for r in runs)} "
-            f"| {sum(r.get('undone', 0) for r in runs)} | {_spread([r.get('promote_s') for r in runs])} "
-            f"| {_spread([r.get('first_push_after_kill_s') for r in runs])} "
-            f"| {_spread([r.get('workers_recovered_after_kill_s') for r in runs])} "
-            f"| {_spread([r.get('drain_s') for r in runs])} |"
-        )
+        spread = [
+            _spread([r.get(k) for r in runs]) for k in ("pushes_acked", "in_flight_at_kill", "duplicates")
+        ]
+        times = ("promote_s", "first_push_after_kill_s", "workers_recovered_after_kill_s", "drain_s")
+        balanced = f"{sum(1 for r in runs if not r.get('violations'))} of {len(runs)}"
+        lost = [sum(r.get(k, 0) for r in runs) for k in ("lost", "undone")]
+        rows.append((dialect, balanced, *spread, *lost, *(_spread([r.get(k) for r in runs]) for k in times)))
+    lines += common.table(head.split("|"), rows)
     lines += ["", "Settings:", ""]
     settings = SETTINGS if args.replication == "sync" else ASYNC_SETTINGS
     lines += [f"- {d}: {settings[d]}" for d in results]
@@ -120,30 +117,16 @@ def main() -> int:
     parser.add_argument("--gap", type=float, default=0.5, help="seconds from the kill to the promotion")
     parser.add_argument("--handler-sleep", type=float, default=0.1, help="seconds each handler run takes")
     parser.add_argument(
-        "--replication",
-        choices=("sync", "async"),
-        default="sync",
-        help="async: the standby replicates asynchronously, to see what that loses (default sync)",
+        "--replication", choices=("sync", "async"), default="sync", help="async: what that loses"
     )
-    parser.add_argument(
-        "--name",
-        help="file name of the results (default failover, or failover-async with --replication async)",
-    )
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="directory for failover.json and failover.md (default bench/latest; with --replication async "
-        "failover-async.json and .md there)",
-    )
+    parser.add_argument("--name", help="the results' file name (default failover, failover-async)")
+    parser.add_argument("--out", default="bench/latest", help="directory of <name>.json and .md")
     args = parser.parse_args()
     dialects = [d.strip() for d in args.dialects.split(",") if d.strip()]
     unknown = sorted(set(dialects) - set(SETTINGS))
     if unknown or args.runs < 1:
         parser.error(f"unknown dialect(s) {unknown}" if unknown else "--runs must be at least 1")
     name = args.name or ("failover" if args.replication == "sync" else "failover-async")
-    args.out = args.out or "bench/latest"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_before = tuple(round(x, 2) for x in os.getloadavg())
     results: dict[str, list[dict]] = {d: [] for d in dialects}
@@ -163,20 +146,15 @@ def main() -> int:
                     flush=True,
                 )
     loads = (load_before, tuple(round(x, 2) for x in os.getloadavg()))
-    (out / f"{name}.json").write_text(
-        json.dumps(
-            {
-                "when": when,
-                "argv": sys.argv[1:],
-                "python": platform.python_version(),
-                "load": loads,
-                "runs": results,
-            },
-            indent=1,
-        )
-    )
     text = summary(results, args, loads, when, name)
-    (out / f"{name}.md").write_text(text)
+    data = {
+        "when": when,
+        "argv": sys.argv[1:],
+        "python": platform.python_version(),
+        "load": loads,
+        "runs": results,
+    }
+    common.write(args.out, name, text, data)
     print(text)
     return 0 if all(not r["violations"] for runs in results.values() for r in runs) else 1
 

@@ -4,19 +4,13 @@
     python -m bench held-xmin                        # 10 min hold, pyqueue-sql and pgmq
     python -m bench held-xmin --minutes 3            # a shorter hold, for iteration
 
-One fresh database holds both systems, each with one queue and one client process looping through
-its public calls (a push batch of 100, then 100 x reserve(n=1) + commit). After --before seconds a
-third connection takes a REPEATABLE READ snapshot and keeps it for --minutes. Per --window: each
-system's msg/s, and the shared buffers one reserve touches under EXPLAIN (ANALYZE, BUFFERS) (rolled
-back), a measure of the walk over dead index entries whatever the machine's load. MariaDB's read
-view: `python -m bench scale --dialects mysql --only xmin,xmin_run`; the hand-rolled queue beside
-pyqueue-sql under it ran as `python bench/held_xmin.py --dialect mysql` (commit 2ee9fb7).
+MariaDB's read view: `python -m bench scale --dialects mysql --only xmin,xmin_run`; the hand-rolled
+queue beside pyqueue-sql under it ran as `python bench/held_xmin.py --dialect mysql` (commit 2ee9fb7).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import multiprocessing as mp
 import os
@@ -27,15 +21,10 @@ import psycopg
 
 import pyqueue_sql
 from bench import common
+from bench.bench import Pgmq  # its statements: what pgmq's Python client sends
 
 QUEUE = "held"
 BATCH = 100
-PGMQ_SEND_BATCH = "SELECT * FROM pgmq.send_batch(queue_name=>%s::text, msgs=>%s::jsonb[])"
-PGMQ_READ = (
-    "SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers "
-    "FROM pgmq.read(queue_name=>%s::text, vt=>%s::integer, qty=>%s::integer)"
-)
-PGMQ_DELETE = "SELECT pgmq.delete(queue_name=>%s::text, msg_id=>%s::bigint)"
 
 
 def _pyqueue_loop(dsn: str, stop, counts) -> None:
@@ -59,14 +48,14 @@ def _pgmq_loop(dsn: str, stop, counts) -> None:
     conn = common.raw_connect("postgresql", dsn)
     cur = conn.cursor()
     while not stop.is_set():
-        cur.execute(PGMQ_SEND_BATCH, (QUEUE, [Jsonb({"n": i}) for i in range(BATCH)]))
+        cur.execute(Pgmq.SEND_BATCH, (QUEUE, [Jsonb({"n": i}) for i in range(BATCH)]))
         cur.fetchall()
         for _ in range(BATCH):
-            cur.execute(PGMQ_READ, (QUEUE, 300, 1))
+            cur.execute(Pgmq.READ, (QUEUE, 300, 1))
             rows = cur.fetchall()
             if not rows:
                 break
-            cur.execute(PGMQ_DELETE, (QUEUE, rows[0][0]))
+            cur.execute(Pgmq.DELETE, (QUEUE, rows[0][0]))
             cur.fetchall()
             counts.value += 1
     conn.close()
@@ -226,45 +215,38 @@ def run(args) -> dict:
 
 
 def summary(out: dict) -> str:
-    lines = [
+    names, res = out["systems"], out["result"]
+    head = [
+        "system",
+        "msg/s before the hold",
+        "last minute of the hold",
+        "ratio",
+        "buffers per reserve before",
+        "last minute",
+    ]
+    keys = ("before_hold", "last_minute", "ratio", "buffers_before_hold", "buffers_last_minute")
+    fmt = {"ratio": "{}x"}
+    sizes = [
+        f"{n} {s['total_bytes'] / 1e6:.1f} MB, {s['dead_tuples']:,} dead tuples"
+        for n, s in res["sizes_while_held"].items()
+    ]
+    return "\n".join([
         f"# Held xmin ({out['started']}, `python -m bench held-xmin {' '.join(out['argv'])}`)",
         "",
         f"{out['minutes']} min REPEATABLE READ snapshot held after {out['before']} s; load average "
         f"{out['load'][0]:.1f} before, {out['load_after'][0]:.1f} after; reserve+commit msg/s per system.",
         "",
-        "| system | msg/s before the hold | last minute of the hold | ratio | buffers per reserve before"
-        " | last minute |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name in out["systems"]:
-        r = out["result"][name]
-        lines.append(
-            f"| {name} | {r['before_hold']:,.0f} | {r['last_minute']:,.0f} | {r['ratio']}x "
-            f"| {r['buffers_before_hold']:,.0f} | {r['buffers_last_minute']:,.0f} |"
-        )
-    lines += [
+        *common.table(head, [(n, *(fmt.get(k, "{:,.0f}").format(res[n][k]) for k in keys)) for n in names]),
         "",
         "Per window: msg/s, and the shared buffers one reserve touched at the window's end.",
         "",
-        "| window end (s) | held | " + " | ".join(f"{n} msg/s | {n} buffers" for n in out["systems"]) + " |",
-    ]
-    lines.append("|---|---|" + "---|---|" * len(out["systems"]))
-    for w in out["result"]["windows"]:
-        lines.append(
-            f"| {w['end_s']} | {'yes' if w['held'] else 'no'} | "
-            + " | ".join(f"{w[n]:,.0f} | {w[n + '_buffers']:,}" for n in out["systems"])
-            + " |"
-        )
-    sizes = out["result"]["sizes_while_held"]
-    lines += [
+        *common.table(
+            ["window end (s)", "held", *(f"{n} {x}" for n in names for x in ("msg/s", "buffers"))],
+            [(w["end_s"], "yes" if w["held"] else "no", *(f"{v:,.0f}" for n in names for v in (w[n], w[n + "_buffers"]))) for w in res["windows"]],
+        ),
         "",
-        "At the end of the hold: "
-        + "; ".join(
-            f"{n} {s['total_bytes'] / 1e6:.1f} MB, {s['dead_tuples']:,} dead tuples" for n, s in sizes.items()
-        )
-        + ".",
-    ]
-    return "\n".join(lines) + "\n"
+        "At the end of the hold: " + "; ".join(sizes) + ".",
+    ]) + "\n"  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -280,21 +262,17 @@ def main(argv=None) -> int:
         ap.error(f"unknown systems {sorted(set(args.systems) - set(LOOPS))}")
     common.exit_on_sigterm()
     out = {
-        "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "started": common.now_utc(),
         "argv": sys.argv[1:] if argv is None else list(argv),
         **{k: getattr(args, k) for k in ("minutes", "before", "window", "systems")},
         "load": os.getloadavg(),
     }
     out["result"] = run(args)
     out["load_after"] = os.getloadavg()
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"held_xmin-postgresql-{out['started'].replace(':', '')}")
+    stem = f"held_xmin-postgresql-{out['started'].replace(':', '')}"
     table = summary(out)
-    with open(stem + ".json", "w") as f:
-        json.dump(out, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(table)
-    print(f"wrote {stem}.json and .md\n")
+    common.write(args.out, stem, table, out)
+    print(f"wrote {args.out}/{stem}.json and .md\n")
     print(table)
     return 0
 

@@ -32,11 +32,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETUPS = ("direct", "listen_dsn", "long_poll")
 
 
-def rotate(items: tuple[str, ...], r: int) -> list[str]:
-    k = r % len(items)
-    return list(items[k:] + items[:k])
-
-
 def setup_options(setup: str, direct: str, pooled: str) -> tuple[str, dict]:
     """(the worker's and producer's DSN, the Worker's options) of a set-up."""
     if setup == "direct":
@@ -74,9 +69,7 @@ def run_prepare(dsn: str, rounds: int, ops: int) -> dict:
     modes = {"prepare_threshold=5": 5, "prepare_threshold=None": None}
     per_round = []
     for r in range(rounds):
-        row = {}
-        for mode in rotate(tuple(modes), r):
-            row[mode] = prepare_round(dsn, modes[mode], ops)
+        row = {mode: prepare_round(dsn, modes[mode], ops) for mode in common.rotated(modes, r)}
         row["ratio_none_to_5"] = row["prepare_threshold=None"] / row["prepare_threshold=5"]
         per_round.append(row)
         print(f"prepare round {r + 1}: {json.dumps({k: round(v, 3) for k, v in row.items()})}", flush=True)
@@ -89,7 +82,7 @@ def run_latency(direct: str, pooled: str, rounds: int, samples: int) -> dict:
     pooled_all: dict[str, list[float]] = {s: [] for s in SETUPS}
     for r in range(rounds):
         row = {}
-        for setup in rotate(SETUPS, r):
+        for setup in common.rotated(SETUPS, r):
             dsn, options = setup_options(setup, direct, pooled)
             values, _, wakeups = latency.latency_samples(
                 dsn, samples, queue=f"bench.latency.{setup}.{r}", **options
@@ -143,7 +136,7 @@ def run_burndown(direct: str, pooled: str, rounds: int, messages: int, concurren
     per_round = []
     for r in range(rounds):
         row = {}
-        for setup in rotate(SETUPS, r):
+        for setup in common.rotated(SETUPS, r):
             dsn, options = setup_options(setup, direct, pooled)
             row[setup] = burndown_round(dsn, options, messages, concurrency)
         for setup in SETUPS[1:]:
@@ -172,29 +165,23 @@ def markdown(report: dict) -> str:
     ]
     if "prepare" in report:
         rows = report["prepare"]["rounds"]
-        lines += [
-            "## What preparing is worth (direct; push + reserve + commit, one at a time)",
-            "",
-            "| prepare_threshold | ops/s | ratio None / 5 (per round) |",
-            "|---|---|---|",
-            f"| 5 (psycopg's default) | {med([r['prepare_threshold=5'] for r in rows])} | |",
-            f"| None (pyqueue_sql.connect) | {med([r['prepare_threshold=None'] for r in rows])} "
-            f"| {med([r['ratio_none_to_5'] for r in rows])} |",
-            "",
-        ]
+        lines += ["## What preparing is worth (direct; push + reserve + commit, one at a time)", ""]
+        lines += common.table(
+            ["prepare_threshold", "ops/s", "ratio None / 5 (per round)"],
+            [
+                ("5 (psycopg's default)", med([r["prepare_threshold=5"] for r in rows]), ""),
+                ("None (pyqueue_sql.connect)", med([r["prepare_threshold=None"] for r in rows]), med([r["ratio_none_to_5"] for r in rows])),
+            ],
+        )  # fmt: skip
+        lines.append("")
     if "latency" in report:
         total = report["latency"]["all_rounds"]
-        lines += [
-            "## Push -> handler-start latency, idle Worker (concurrency 4)",
-            "",
-            "| set-up | samples | p50 ms | p95 ms | p99 ms | max ms |",
-            "|---|---|---|---|---|---|",
-        ]
-        for setup in SETUPS:
-            t = total[setup]
-            lines.append(
-                f"| {setup} | {t['samples']} | {t['p50_ms']} | {t['p95_ms']} | {t['p99_ms']} | {t['max_ms']} |"
-            )
+        keys = ("samples", "p50_ms", "p95_ms", "p99_ms", "max_ms")
+        lines += ["## Push -> handler-start latency, idle Worker (concurrency 4)", ""]
+        lines += common.table(
+            ["set-up", "samples", "p50 ms", "p95 ms", "p99 ms", "max ms"],
+            [(s, *(total[s][k] for k in keys)) for s in SETUPS],
+        )
         lines.append("")
     if "burndown" in report:
         b = report["burndown"]
@@ -202,14 +189,12 @@ def markdown(report: dict) -> str:
         lines += [
             f"## Burn-down: {b['messages']} messages, one Worker of {b['concurrency']} no-op handlers",
             "",
-            "| set-up | msg/s | vs direct (per round) |",
-            "|---|---|---|",
-            f"| direct | {med([r['direct'] for r in rows])} | 1 |",
         ]
-        for setup in SETUPS[1:]:
-            lines.append(
-                f"| {setup} | {med([r[setup] for r in rows])} | {med([r[f'{setup}_vs_direct'] for r in rows])} |"
-            )
+        lines += common.table(
+            ["set-up", "msg/s", "vs direct (per round)"],
+            [("direct", med([r["direct"] for r in rows]), 1)]
+            + [(s, med([r[s] for r in rows]), med([r[f"{s}_vs_direct"] for r in rows])) for s in SETUPS[1:]],
+        )
         lines.append("")
     lines += [
         "Set-ups: `direct` every connection to the server, the worker LISTENs; `listen_dsn` every",
@@ -269,12 +254,8 @@ def main(argv=None) -> int:
         common.drop("postgresql", direct)
     meta["ended"] = dt.datetime.now(dt.UTC).strftime("%H:%M UTC")
     meta["load_after"] = os.getloadavg()
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "pgbouncer.json"), "w") as f:
-        json.dump(report, f, indent=2)
     text = markdown(report)
-    with open(os.path.join(args.out, "pgbouncer.md"), "w") as f:
-        f.write(text)
+    common.write(args.out, "pgbouncer", text, report)
     print(text)
     return 0
 

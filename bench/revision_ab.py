@@ -5,21 +5,11 @@
     python -m bench profile --workloads push,reserve_ack        # = ab --profile, this checkout alone
     python -m bench ab --previous-commit <commit> --profile     # both, each side's routines profiled
 
-A/B: the four workloads of `routines` (push, reserve+ack, push batch of 100, reserve+ack batch of
-100), the same clients and the same Python client, on two fresh databases: one migrated to the
-newest revision, one to --previous (a schema revision) or holding the sql/<dialect>/schema.sql and
-routines.sql of --previous-commit (installed with the server's own client, psql or mariadb/mysql, as
-`pyqueue-sql sql` output is). Rounds interleave the two (their order rotates); the report gives per
-workload each side's median msg/s and the median of the per-round ratios newest / previous (1.00 =
-no change): what a change costs the workloads that do not use it.
-
---profile (PostgreSQL): the databases run with track_functions = 'all', and after each workload
-every routine it called is reported with its calls and its total and own microseconds per call, from
-pg_stat_user_functions (the own time leaves out the routines it calls). The consuming workloads'
-prefill (queue_push_batch) is counted with them. The counting reads the clock around every call,
-which costs a routine that calls helpers more: read the profile for where the time goes, and the
-A/B without it for throughput. What the functions' time leaves out: parsing and planning the
-top-level statement, the commit and its WAL flush, the network.
+A/B: the four workloads of `routines`, the same clients and Python client, on a database at the
+newest revision and one at --previous (a schema revision) or holding --previous-commit's sql/, rounds
+interleaved; per workload the medians and the median of the per-round ratios newest / previous.
+--profile (PostgreSQL): track_functions = 'all', and after each workload every routine it called,
+with its calls and total and own µs per call. Method and caveats: bench/README.md, A/B and profile.
 """
 
 from __future__ import annotations
@@ -113,11 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                 dsns[side] = common.create(dialect, f"ab_{side}")
                 if args.profile:
                     name = dsns[side].rsplit("/", 1)[1]
-                    common.execute(
-                        dialect,
-                        common.ADMIN[dialect],
-                        f"ALTER DATABASE \"{name}\" SET track_functions = 'all'",
-                    )
+                    sql = f"ALTER DATABASE \"{name}\" SET track_functions = 'all'"
+                    common.execute(dialect, common.ADMIN[dialect], sql)
                 cls(dialect).setup(dsns[side])
             rates: dict[tuple[str, str], dict[int, float]] = {}
             for rnd in range(args.rounds):
@@ -136,10 +123,10 @@ def main(argv: list[str] | None = None) -> int:
                             f"{r['rate']} msg/s",
                             flush=True,
                         )
-                        if args.profile:
-                            time.sleep(
-                                1
-                            )  # (the clients' counters reach the server when they exit, within a second)
+                        if (
+                            args.profile
+                        ):  # the clients' counters reach the server within a second of their exit
+                            time.sleep(1)
                             print("\n".join(profile_lines(before, functions(dsns[side]))), flush=True)
             print(
                 f"\n{dialect}: workload | newest msg/s"

@@ -12,8 +12,6 @@ goes through the contract routines. Writes <out>/scale-<dialect>-<time>.md and t
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import os
 import statistics
@@ -42,11 +40,8 @@ def _seq_mysql(n: int) -> str:
 
 
 def analyze(dialect: str, dsn: str) -> None:
-    common.execute(
-        dialect,
-        dsn,
-        "VACUUM ANALYZE pyqueue_message" if dialect == "postgresql" else "ANALYZE TABLE pyqueue_message",
-    )
+    pg = dialect == "postgresql"
+    common.execute(dialect, dsn, "VACUUM ANALYZE pyqueue_message" if pg else "ANALYZE TABLE pyqueue_message")
 
 
 def fill(
@@ -101,15 +96,15 @@ def sizes(dialect: str, dsn: str) -> dict[str, int]:
             "(SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'pyqueue_message'), "
             "(SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'pyqueue_message')",
         )
-        t, i, r, p, live, dead = rows[0]
-        return {
-            "table_bytes": t,
-            "indexes_bytes": i,
-            "ready_idx_bytes": r,
-            "pkey_bytes": p,
-            "live_tuples": live,
-            "dead_tuples": dead,
-        }
+        names = (
+            "table_bytes",
+            "indexes_bytes",
+            "ready_idx_bytes",
+            "pkey_bytes",
+            "live_tuples",
+            "dead_tuples",
+        )
+        return dict(zip(names, rows[0]))
     common.execute(dialect, dsn, "ANALYZE TABLE pyqueue_message")
     rows = common.execute(
         dialect,
@@ -456,177 +451,122 @@ def _mb(b) -> str:
 
 def summary(out: dict) -> str:
     """The markdown table of one dialect's run: every scenario as a ratio to its small figure."""
-    r = out["results"]
-    rows = []
-    fmt = "{:,.0f}".format
-    if "delayed" in r:
-        x = r["delayed"]
-        rows.append(
-            f"| {fmt(SMALL)} ready, with vs without {fmt(x['delayed'])} delayed | "
-            f"{_mean_rate(*x['with']):,.0f} vs {_mean_rate(*x['without']):,.0f} msg/s | **{x['ratio']}** |"
-        )
-    if "backlog" in r:
-        x = r["backlog"]
-        rows.append(
-            f"| {fmt(x['big_backlog'])} ready backlog vs {fmt(SMALL)} | "
-            f"{_mean_rate(*x['big']):,.0f} vs {_mean_rate(*x['small']):,.0f} msg/s | **{x['ratio']}** |"
-        )
-    if "churn" in r:
-        x = r["churn"]
-        s0, s1 = x["sizes_before"], x["sizes_after_churn"]
-        rows.append(
-            f"| after churning {fmt(x['churned'])} messages ({x['churn_seconds']} s) vs fresh | "
-            f"{x['after']['rate']:,.0f} vs {x['before']['rate']:,.0f} msg/s; table {_mb(s0['table_bytes'])} -> "
-            f"{_mb(s1['table_bytes'])}, indexes {_mb(s0['indexes_bytes'])} -> {_mb(s1['indexes_bytes'])} | "
-            f"**{x['ratio']}** |"
-        )
-    if "priorities" in r:
-        x = r["priorities"]
-        rows.append(
-            f"| 1 ready message below {fmt(x['delayed_distinct_priorities'])} delayed ones of distinct "
-            f"priorities vs none (push + reserve + commit cycles) | {_mean_rate(*x['with']):,.0f} vs "
-            f"{_mean_rate(*x['without']):,.0f} cycles/s; reserve {x['reserve_ms_with']} vs "
-            f"{x['reserve_ms_without']} ms | **{x['ratio']}** |"
-        )
-    if "xmin" in r:
-        x = r["xmin"]
+    r, n, hold = out["results"], "{:,.0f}".format, f"{out['hold_seconds']:.0f} s"
+
+    def vs(x: dict, big: str, small: str, unit: str = "msg/s") -> str:
+        return f"{_mean_rate(*x[big]):,.0f} vs {_mean_rate(*x[small]):,.0f} {unit}"
+
+    def held(x: dict) -> str:
         w = x["windows_while_held"]
-        rows.append(
-            f"| a read view held for {out['hold_seconds']:.0f} s during a producer/consumer loop: last window vs "
-            f"before | {w[-1]['rate']:,.0f} vs {x['before']['rate']:,.0f} msg/s (windows: "
-            f"{', '.join(str(round(v['rate'])) for v in w)}) | **{x['ratio']}** |"
-        )
-    if "xmin_run" in r:
-        x = r["xmin_run"]
-        w = x["windows_while_held"]
-        rows.append(
-            f"| a read view held for {out['hold_seconds']:.0f} s while one client drains {x['run']:,} messages "
-            f"pushed in one call: last window vs before | {w[-1]['rate']:,.0f} vs {x['before']['rate']:,.0f} "
-            f"msg/s (windows: {', '.join(str(round(v['rate'])) for v in w)}) | **{x['ratio']}** |"
-        )
+        rates = ", ".join(str(round(v["rate"])) for v in w)
+        return f"{w[-1]['rate']:,.0f} vs {x['before']['rate']:,.0f} msg/s (windows: {rates})"
+
+    rows = {
+        "delayed": lambda x: (
+            f"{n(SMALL)} ready, with vs without {n(x['delayed'])} delayed",
+            vs(x, "with", "without"),
+        ),
+        "backlog": lambda x: (f"{n(x['big_backlog'])} ready backlog vs {n(SMALL)}", vs(x, "big", "small")),
+        "churn": lambda x: (
+            f"after churning {n(x['churned'])} messages ({x['churn_seconds']} s) vs fresh",
+            f"{x['after']['rate']:,.0f} vs {x['before']['rate']:,.0f} msg/s; table "
+            f"{_mb(x['sizes_before']['table_bytes'])} -> {_mb(x['sizes_after_churn']['table_bytes'])}, indexes "
+            f"{_mb(x['sizes_before']['indexes_bytes'])} -> {_mb(x['sizes_after_churn']['indexes_bytes'])}",
+        ),
+        "priorities": lambda x: (
+            f"1 ready message below {n(x['delayed_distinct_priorities'])} delayed ones of distinct priorities vs "
+            "none (push + reserve + commit cycles)",
+            f"{vs(x, 'with', 'without', 'cycles/s')}; reserve {x['reserve_ms_with']} vs {x['reserve_ms_without']} ms",
+        ),
+        "xmin": lambda x: (
+            f"a read view held for {hold} during a producer/consumer loop: last window vs before",
+            held(x),
+        ),
+        "xmin_run": lambda x: (
+            f"a read view held for {hold} while one client drains {x['run']:,} messages pushed in one call: "
+            "last window vs before",
+            held(x),
+        ),
+    }
     text = [
         f"### {out['dialect']} ({out['started']}, --rows {out['rows']:,}, --sample {out['sample']:,}, "
-        f"load average {out['load'][0]:.1f} -> {out.get('load_after', out['load'])[0]:.1f})",
+        f"load average {out['load'][0]:.1f} -> {out['load_after'][0]:.1f})",
         "",
-        f"Command: `{out.get('command', '?')}`",
+        f"Command: `{out['command']}`",
         "",
-        "| scenario | figures | big / small |",
-        "|---|---|---|",
-        *rows,
+        *common.table(
+            ["scenario", "figures", "big / small"],
+            [(*row(r[name]), f"**{r[name]['ratio']}**") for name, row in rows.items() if name in r],
+        ),
     ]
     if "batches" in r:
         x = r["batches"]
-        text += [
-            "",
-            "Batch routines, one call per batch: ms per 10k rows (flat = linear)",
-            "",
-            "| rows in the call | push_batch | reserve(n) | commit_batch |",
-            "|---:|---:|---:|---:|",
-        ]
-        for size, v in x["ms_per_10k_rows"].items():
-            text.append(f"| {int(size):,} | {v['push_batch']} | {v['reserve_n']} | {v['commit_batch']} |")
-        if x.get("left_out_sizes"):
-            sizes_left = ", ".join(f"{n:,}" for n in x["left_out_sizes"])
-            text.append(f"| {sizes_left} | left out: a call took over --batch-call-limit | | |")
-        rl = x["ratio_largest_to_smallest"]
-        text.append(
-            f"| largest / smallest | **{rl['push_batch']}** | **{rl['reserve_n']}** | **{rl['commit_batch']}** |"
-        )
+        sizes = [(f"{int(size):,}", *v.values()) for size, v in x["ms_per_10k_rows"].items()]
+        if x["left_out_sizes"]:
+            sizes.append(
+                (
+                    ", ".join(f"{k:,}" for k in x["left_out_sizes"]),
+                    "left out: a call took over --batch-call-limit",
+                    "",
+                    "",
+                )
+            )
+        sizes.append(("largest / smallest", *(f"**{v}**" for v in x["ratio_largest_to_smallest"].values())))
+        text += ["", "Batch routines, one call per batch: ms per 10k rows (flat = linear)", ""]
+        text += common.table(["rows in the call", "push_batch", "reserve(n)", "commit_batch"], sizes, "rrrr")
     return "\n".join(text) + "\n"
 
 
-def run_dialect(d: str, args) -> dict:
-    out: dict = {
-        "dialect": d,
-        "rows": args.rows,
-        "priorities": args.priorities,
-        "sample": args.sample,
-        "hold_seconds": args.hold,
-        "command": common.command(),
-        "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "load": os.getloadavg(),
-        "results": {},
-    }
-    t0 = time.time()
-    for name, fn in SCENARIOS.items():
-        if name not in args.only:
-            continue
-        print(f"[{time.time() - t0:6.0f}s] {d} {name} ...", flush=True)
-        out["results"][name] = scenario(d, name, lambda dsn, fn=fn: fn(d, dsn, args))
-        shown = {k: v for k, v in out["results"][name].items() if k in ("ratio", "ratio_largest_to_smallest")}
-        print(f"[{time.time() - t0:6.0f}s] {d} {name}: {json.dumps(shown)}", flush=True)
-    out["seconds"] = round(time.time() - t0, 1)
-    out["load_after"] = os.getloadavg()
-    return out
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dialects", "--dialect", default="postgresql,mysql", help="comma-separated")
-    ap.add_argument(
-        "--quick", action="store_true", help="--rows 20000, --sample 500, --hold 10: a check that it runs"
+    ap = common.parser(
+        __doc__,
+        ("--dialects --dialect", "postgresql,mysql", "comma-separated"),
+        ("--quick", False, "--rows 20000, --sample 500, --hold 10: a check that it runs"),
+        ("--rows --big", 0, "the 'million' (default 1,000,000)"),
+        ("--priorities", 100_000, "distinct priorities (capped at --rows)"),
+        ("--sample", 0, "messages consumed per throughput figure (default 3000)"),
+        ("--run", 200_000, "messages pushed in one call for xmin_run"),
+        ("--hold", 0.0, "seconds the xmin horizon is held (default 120)"),
+        ("--batch-sizes", ",".join(map(str, BATCH_SIZES)), "rows per batch call"),
+        ("--batch-repeats", 2, "calls per batch size (the fastest counts)"),
+        ("--batch-call-limit", 60.0, "seconds a batch call may take before larger sizes are left out"),
+        ("--cycle-seconds", 30.0, "time cap of each priorities measurement"),
+        ("--only", ",".join(SCENARIOS), "comma-separated, of: " + ", ".join(SCENARIOS)),
+        (
+            "--out",
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
+            "where the reports go",
+        ),
     )
-    ap.add_argument("--rows", "--big", type=int, default=None, help="the 'million' (default 1,000,000)")
-    ap.add_argument("--priorities", type=int, default=100_000, help="distinct priorities (capped at --rows)")
-    ap.add_argument(
-        "--sample", type=int, default=None, help="messages consumed per throughput figure (default 3000)"
-    )
-    ap.add_argument(
-        "--run", type=int, default=200_000, help="messages pushed in one call for xmin_run (default 200,000)"
-    )
-    ap.add_argument("--hold", type=float, default=None, help="seconds the xmin horizon is held (default 120)")
-    ap.add_argument(
-        "--batch-sizes",
-        default=",".join(map(str, BATCH_SIZES)),
-        help="rows per batch call (those above --rows are left out)",
-    )
-    ap.add_argument("--batch-repeats", type=int, default=2)
-    ap.add_argument(
-        "--batch-call-limit",
-        type=float,
-        default=60.0,
-        help="seconds: once one batch call takes longer (or would, at the same rate per row), larger sizes are left out",
-    )
-    ap.add_argument(
-        "--cycle-seconds",
-        type=float,
-        default=30.0,
-        help="time cap of each priorities measurement (a slow reserve there takes seconds)",
-    )
-    ap.add_argument(
-        "--only", default=",".join(SCENARIOS), help="comma-separated, of: " + ", ".join(SCENARIOS)
-    )
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args(argv)
     common.exit_on_sigterm()
     args.rows = args.rows or (20_000 if args.quick else 1_000_000)
     args.sample = args.sample or (500 if args.quick else 3000)
     if args.rows < SMALL + args.sample:
         ap.error(f"--rows must be at least {SMALL + args.sample:,} (the small queue plus a sample)")
-    args.priorities = min(args.priorities, args.rows)
-    args.run = min(args.run, args.rows)
+    args.priorities, args.run = min(args.priorities, args.rows), min(args.run, args.rows)
     args.hold = args.hold or (10.0 if args.quick else 120.0)
-    args.batch_sizes = [b for b in (int(x) for x in args.batch_sizes.split(",")) if b <= args.rows] or [
-        args.rows
-    ]
+    args.batch_sizes = [b for b in map(int, args.batch_sizes.split(",")) if b <= args.rows] or [args.rows]
     args.only = set(args.only.split(","))
-    unknown = args.only - set(SCENARIOS)
-    if unknown:
-        ap.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
-    os.makedirs(args.out, exist_ok=True)
+    if args.only - set(SCENARIOS):
+        ap.error(f"unknown scenarios {sorted(args.only - set(SCENARIOS))}; known: {', '.join(SCENARIOS)}")
     tables = []
     for d in [x for x in args.dialects.split(",") if x]:
-        out = run_dialect(d, args)
-        table = summary(out)
-        tables.append(table)
-        stem = os.path.join(args.out, f"scale-{d}-{out['started'].replace(':', '')}")
-        with open(stem + ".json", "w") as f:
-            json.dump(out, f, indent=1)
-        with open(stem + ".md", "w") as f:
-            f.write(table)
-        print(f"wrote {stem}.json and .md")
-    print()
-    print("\n".join(tables))
+        out = {"dialect": d, "rows": args.rows, "priorities": args.priorities, "sample": args.sample}
+        out |= {"hold_seconds": args.hold, "command": common.command(), "started": common.now_utc()}
+        out |= {"load": os.getloadavg(), "results": {}}
+        t0 = time.time()
+        for name in (name for name in SCENARIOS if name in args.only):
+            print(f"[{time.time() - t0:6.0f}s] {d} {name} ...", flush=True)
+            out["results"][name] = x = scenario(d, name, lambda dsn, fn=SCENARIOS[name]: fn(d, dsn, args))
+            shown = {k: v for k, v in x.items() if k in ("ratio", "ratio_largest_to_smallest")}
+            print(f"[{time.time() - t0:6.0f}s] {d} {name}: {json.dumps(shown)}", flush=True)
+        out["seconds"], out["load_after"] = round(time.time() - t0, 1), os.getloadavg()
+        tables.append(summary(out))
+        stem = f"scale-{d}-{out['started'].replace(':', '')}"
+        common.write(args.out, stem, tables[-1], out)
+        print(f"wrote {args.out}/{stem}.json and .md")
+    print("\n\n" + "\n".join(tables))
     return 0
 
 

@@ -394,17 +394,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix=f"pyqueue-soak-{dialect}-")
     dsn = common.create(dialect, "soak")
     print(f"[{dialect}] database {dsn.rsplit('/', 1)[1]}, queue {queue}, work files {workdir}", flush=True)
-    result: dict[str, Any] = {
-        "dialect": dialect,
-        "database": dsn.rsplit("/", 1)[1],
-        "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "settings": {
-            **vars(args),
-            "concurrency": CONCURRENCY,
-            "lease_s": LEASE,
-            "max_attempts": MAX_ATTEMPTS,
-        },
-    }
+    settings = {**vars(args), "concurrency": CONCURRENCY, "lease_s": LEASE, "max_attempts": MAX_ATTEMPTS}
+    result: dict[str, Any] = {"dialect": dialect, "started_utc": common.now_utc(), "settings": settings}
     ok = False
     fleet = probe = None
     producers: list = []
@@ -412,11 +403,12 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         common.install_pyqueue(dsn)
         with pyqueue_sql.connect(dsn) as db:
             db.queue(dlq).create()
+            history = dt.timedelta(days=7)
             db.queue(queue).create(
                 visibility_timeout=LEASE,
                 max_attempts=MAX_ATTEMPTS,
                 dead_letter_queue=dlq,
-                history_retention=dt.timedelta(days=7),
+                history_retention=history,
             )
         probe = Probe(dialect, dsn, queue, dlq)
         result["server_version"] = str(probe.rows("SELECT version()")[0][0])
@@ -758,37 +750,30 @@ def markdown(r: dict[str, Any], command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.parser(
+        __doc__.split("\n\n")[0],
+        ("--minutes", 10.0, "load phase length (default 10)"),
+        ("--workers", 4, "worker processes (default 4; slot 0 is never killed)"),
+        ("--producers", 2, "producer processes (default 2)"),
+        ("--rate", 60.0, "average msg/s pushed, all producers (default 60)"),
+        ("--kill-min", 2.0, "shortest pause between two kills (s)"),
+        ("--kill-max", 6.0, "longest pause between two kills (s)"),
+        ("--sample-every", 10.0, "seconds between two samples"),
+        ("--drain-timeout", 180.0, "seconds the drain may take"),
+        (
+            "--pg-vacuum-every",
+            60.0,
+            "PostgreSQL: VACUUM (ANALYZE) every S s in place of autovacuum; 0 = never",
+        ),
+        ("--seed", 7, "the producers' and the kills' random seed"),
+        ("--out", os.path.join(ROOT, "bench", "results"), "where soak_<dialect>.json and .md go"),
+        ("--keep", False, "keep the database and the work files (worker logs, keys)"),
+    )
     p.add_argument("--dialect", choices=("postgresql", "mysql", "both"), default="both")
-    p.add_argument("--minutes", type=float, default=10.0, help="load phase length (default 10)")
-    p.add_argument(
-        "--workers", type=int, default=4, help="worker processes (default 4; slot 0 is never killed)"
-    )
-    p.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
-    p.add_argument(
-        "--rate", type=float, default=60.0, help="average msg/s pushed, all producers (default 60)"
-    )
-    p.add_argument("--kill-min", type=float, default=2.0, help="shortest pause between two kills (s)")
-    p.add_argument("--kill-max", type=float, default=6.0, help="longest pause between two kills (s)")
-    p.add_argument("--sample-every", type=float, default=10.0)
-    p.add_argument("--drain-timeout", type=float, default=180.0)
-    p.add_argument(
-        "--pg-vacuum-every",
-        type=float,
-        default=60.0,
-        help="PostgreSQL: VACUUM (ANALYZE) every S s in place of autovacuum; 0 = never",
-    )
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument(
-        "--out", default=os.path.join(ROOT, "bench", "results"), help="where soak_<dialect>.json and .md go"
-    )
-    p.add_argument(
-        "--keep", action="store_true", help="keep the database and the work files (worker logs, keys)"
-    )
     p.add_argument(
         "--inject",
         choices=("loss", "double-commit"),
-        help="break the accounting on purpose halfway: the run must FAIL",
+        help="break the accounting on purpose: the run must FAIL",
     )
     args = p.parse_args(argv)
     if args.workers < 2:

@@ -27,17 +27,15 @@ class PoisonError(Exception):
 def _log(line: str) -> None:
     global _fd
     directory = os.environ.get("SOAK_RUNLOG_DIR")
-    if not directory:
-        return
-    if _fd is None:
+    if directory:
         with _fd_lock:
-            if _fd is None:
-                _fd = os.open(
-                    os.path.join(directory, f"runs-{os.getpid()}.log"),
-                    os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                    0o644,
-                )
-    os.write(_fd, (line + "\n").encode())
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            _fd = (
+                _fd
+                if _fd is not None
+                else os.open(os.path.join(directory, f"runs-{os.getpid()}.log"), flags, 0o644)
+            )
+        os.write(_fd, (line + "\n").encode())
 
 
 def handle(job) -> None:

@@ -53,9 +53,7 @@ def frame(spark, rows: int, partitions: int):
     return df
 
 
-def bench_dialect(
-    spark, dialect: str, rows: int, partitions: int, batch: int, repeat: int, variants: bool
-) -> list[dict]:
+def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, repeat: int) -> list[dict]:
     url = common.create(dialect, "spark")
     results = []
     try:
@@ -68,122 +66,113 @@ def bench_dialect(
             db.queue(QUEUE).create()
         df = frame(spark, rows, partitions)
         tgt = pqs.target(url)
-        option_sets = [("default", {})]
-        if dialect == "mysql" and variants:
-            option_sets.append(
-                ("useBulkStmts", {"rewriteBatchedStatements": "false", "useBulkStmts": "true"})
+        opts = pqs.write_options(tgt, batch)
+        for r in range(repeat):
+            with pyqueue_sql.connect(url) as db:
+                db.call("stats", queue=None)
+                run_sql(url, statements["truncate_plain"])
+                clear(url, statements)
+            ingest_df = pqs.ingest_frame(
+                df, QUEUE, key="key", kind="kind", payload="payload", dialect=dialect
             )
-        for label, extra in option_sets:
-            opts = {**pqs.write_options(tgt, batch), **extra}
-            for r in range(repeat):
-                with pyqueue_sql.connect(url) as db:
-                    db.call("stats", queue=None)
-                    run_sql(url, statements["truncate_plain"])
-                    clear(url, statements)
-                ingest_df = pqs.ingest_frame(
-                    df, QUEUE, key="key", kind="kind", payload="payload", dialect=dialect
-                )
-                t = time.perf_counter()
-                ingest_df.write.jdbc(tgt.jdbc_url, "bench_plain", mode="append", properties=opts)
-                plain = time.perf_counter() - t
+            t = time.perf_counter()
+            ingest_df.write.jdbc(tgt.jdbc_url, "bench_plain", mode="append", properties=opts)
+            plain = time.perf_counter() - t
 
-                # The floor: the same rows appended straight into the live table (no dedup, no
-                # checks; fresh keys only), i.e. what pyqueue_message's own indexes and
-                # foreign key cost, whatever the ingest path does.
-                from pyspark.sql import functions as F
+            # The floor: the same rows appended straight into the live table (no dedup, no
+            # checks; fresh keys only), i.e. what pyqueue_message's own indexes and
+            # foreign key cost, whatever the ingest path does.
+            from pyspark.sql import functions as F
 
-                direct_df = ingest_df.select(
-                    "queue_name",
-                    "p_key",
-                    "p_kind",
-                    "payload",
-                    F.lit(0).alias("priority"),
-                    F.current_timestamp().alias("scheduled_at"),
-                    F.current_timestamp().alias("scheduled_at_initially"),
-                    F.current_timestamp().alias("created_at"),
+            direct_df = ingest_df.select(
+                "queue_name",
+                "p_key",
+                "p_kind",
+                "payload",
+                F.lit(0).alias("priority"),
+                F.current_timestamp().alias("scheduled_at"),
+                F.current_timestamp().alias("scheduled_at_initially"),
+                F.current_timestamp().alias("created_at"),
+            )
+            if dialect == "mysql":
+                direct_df = direct_df.select(
+                    *[
+                        F.date_format(c, "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(c)
+                        if c.endswith("_at")
+                        else F.col(c)
+                        for c in direct_df.columns
+                    ]
                 )
-                if dialect == "mysql":
-                    direct_df = direct_df.select(
-                        *[
-                            F.date_format(c, "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(c)
-                            if c.endswith("_at")
-                            else F.col(c)
-                            for c in direct_df.columns
-                        ]
-                    )
-                t = time.perf_counter()
-                direct_df.write.jdbc(tgt.jdbc_url, "pyqueue_message", mode="append", properties=opts)
-                direct = time.perf_counter() - t
-                clear(url, statements)
+            t = time.perf_counter()
+            direct_df.write.jdbc(tgt.jdbc_url, "pyqueue_message", mode="append", properties=opts)
+            direct = time.perf_counter() - t
+            clear(url, statements)
 
-                enqueue = partial(
-                    pqs.enqueue,
-                    df,
-                    url,
-                    QUEUE,
-                    key="key",
-                    kind="kind",
-                    payload="payload",
-                    properties=extra,
-                    batch_size=batch,
-                )
-                # The bulk load alone: the rows reach queue_ingest and are not enqueued
-                # (PostgreSQL: trigger off; MySQL/MariaDB: no flush), i.e. what the append costs.
-                load_rows = pqs.ingest_frame(
-                    df, QUEUE, key="key", kind="kind", payload="payload", dialect=dialect
-                )
-                if f"load_only_{dialect}" in statements:
-                    run_sql(url, statements[f"load_only_{dialect}"])
-                t = time.perf_counter()
-                pqs.bulk_load(load_rows, pqs.BULK_LOADS[type(tgt.sql_dialect)], tgt.dsn, batch)
-                load = time.perf_counter() - t
-                if f"load_done_{dialect}" in statements:
-                    run_sql(url, statements[f"load_done_{dialect}"])
-                run_sql(url, statements["empty_ingest"])
+            enqueue = partial(
+                pqs.enqueue,
+                df,
+                url,
+                QUEUE,
+                key="key",
+                kind="kind",
+                payload="payload",
+                properties={},
+                batch_size=batch,
+            )
+            # The bulk load alone: the rows reach queue_ingest and are not enqueued
+            # (PostgreSQL: trigger off; MySQL/MariaDB: no flush), i.e. what the append costs.
+            load_rows = pqs.ingest_frame(
+                df, QUEUE, key="key", kind="kind", payload="payload", dialect=dialect
+            )
+            if f"load_only_{dialect}" in statements:
+                run_sql(url, statements[f"load_only_{dialect}"])
+            t = time.perf_counter()
+            pqs.bulk_load(load_rows, pqs.BULK_LOADS[type(tgt.sql_dialect)], tgt.dsn, batch)
+            load = time.perf_counter() - t
+            if f"load_done_{dialect}" in statements:
+                run_sql(url, statements[f"load_done_{dialect}"])
+            run_sql(url, statements["empty_ingest"])
 
-                ingest, live = timed_enqueue(enqueue, "jdbc", url)
-                clear(url, statements)
-                bulk, live_bulk = timed_enqueue(enqueue, "bulk", url)
-                rerun, live_after = timed_enqueue(enqueue, "bulk", url)
-                row = {
-                    "dialect": dialect,
-                    "options": label,
-                    "round": r + 1,
-                    "rows": rows,
-                    "partitions": partitions,
-                    "batch": batch,
-                    "plain_rows_s": rows / plain,
-                    "direct_rows_s": rows / direct,
-                    "ingest_rows_s": rows / ingest,
-                    "load_rows_s": rows / load,
-                    "load_vs_plain": plain / load,
-                    "bulk_rows_s": rows / bulk,
-                    "rerun_rows_s": rows / rerun,
-                    "direct_vs_plain": plain / direct,
-                    "ingest_vs_direct": direct / ingest,
-                    "ingest_vs_plain": plain / ingest,
-                    "bulk_vs_plain": plain / bulk,
-                    "bulk_vs_direct": direct / bulk,
-                    "rerun_vs_plain": plain / rerun,
-                    "live_after_ingest": live,
-                    "live_after_bulk": live_bulk,
-                    "live_after_rerun": live_after,
-                }
-                results.append(row)
-                print(
-                    f"{dialect:10s} {label:12s} round {r + 1}: plain {row['plain_rows_s']:9,.0f} rows/s  "
-                    f"direct {row['direct_rows_s']:9,.0f} rows/s ({row['direct_vs_plain']:.0%})  "
-                    f"ingest {row['ingest_rows_s']:9,.0f} rows/s ({row['ingest_vs_plain']:.0%})  "
-                    f"load {row['load_rows_s']:9,.0f} rows/s ({row['load_vs_plain']:.0%})  "
-                    f"bulk {row['bulk_rows_s']:9,.0f} rows/s ({row['bulk_vs_plain']:.0%})  "
-                    f"rerun {row['rerun_rows_s']:9,.0f} rows/s ({row['rerun_vs_plain']:.0%})  "
-                    f"live {live}/{live_bulk}/{live_after}",
-                    flush=True,
+            ingest, live = timed_enqueue(enqueue, "jdbc", url)
+            clear(url, statements)
+            bulk, live_bulk = timed_enqueue(enqueue, "bulk", url)
+            rerun, live_after = timed_enqueue(enqueue, "bulk", url)
+            times = {
+                "plain": plain,
+                "direct": direct,
+                "ingest": ingest,
+                "load": load,
+                "bulk": bulk,
+                "rerun": rerun,
+            }
+            row = {
+                "dialect": dialect,
+                "round": r + 1,
+                "rows": rows,
+                "partitions": partitions,
+            }
+            row |= {"batch": batch, **{f"{k}_rows_s": rows / t for k, t in times.items()}}
+            row |= {f"{k}_vs_plain": plain / t for k, t in times.items() if k != "plain"}
+            row |= {"ingest_vs_direct": direct / ingest, "bulk_vs_direct": direct / bulk}
+            row |= {
+                "live_after_ingest": live,
+                "live_after_bulk": live_bulk,
+                "live_after_rerun": live_after,
+            }
+            results.append(row)
+            shown = "  ".join(
+                f"{k} {row[f'{k}_rows_s']:9,.0f} rows/s"
+                + (f" ({row[f'{k}_vs_plain']:.0%})" if k != "plain" else "")
+                for k in times
+            )
+            print(
+                f"{dialect:10s} round {r + 1}: {shown}  live {live}/{live_bulk}/{live_after}",
+                flush=True,
+            )
+            if {live, live_bulk, live_after} != {rows}:
+                raise SystemExit(
+                    f"{dialect}: expected {rows} live messages, got {live}, {live_bulk} then {live_after}"
                 )
-                if {live, live_bulk, live_after} != {rows}:
-                    raise SystemExit(
-                        f"{dialect}: expected {rows} live messages, got {live}, {live_bulk} then {live_after}"
-                    )
         df.unpersist()
     finally:
         common.drop(dialect, url)
@@ -215,7 +204,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--batch", type=int, default=pqs.DEFAULT_BATCH_SIZE)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--variants", action="store_true", help="MySQL: also measure useBulkStmts")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
     missing = pqs.missing_requirements()
@@ -225,9 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = pqs.session("pyqueue-bench-spark")
     results = []
     for dialect in ["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]:
-        results += bench_dialect(
-            spark, dialect, args.rows, args.partitions, args.batch, args.repeat, args.variants
-        )
+        results += bench_dialect(spark, dialect, args.rows, args.partitions, args.batch, args.repeat)
     spark.stop()
     out = HERE / "results"
     out.mkdir(exist_ok=True)

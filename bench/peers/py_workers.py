@@ -5,12 +5,8 @@ process each, every one through the system's own API, as its users run it.
     python bench/peers/py_workers.py enqueue SYSTEM DSN JOBS
     python bench/peers/py_workers.py work SYSTEM DSN --concurrency 16 --sleep-ms 10
 
-`work` builds the worker (imports, connections the runtime opens up front, handler registered),
-prints `ready`, waits for a line on its standard input and then runs the worker until it is
-killed: the burn-down starts its clock when it sends that line, so interpreter start-up and
-imports are not counted, the worker runtime's own start-up is. The handler does nothing
-(--sleep-ms 0) or waits --sleep-ms (await asyncio.sleep in async handlers, time.sleep in
-plain ones).
+`work` prints `ready` once the worker is built and runs it from the next line on its standard input
+(the burn-down's clock starts there) until killed; the handler does nothing or waits --sleep-ms.
 """
 
 from __future__ import annotations
@@ -39,28 +35,21 @@ def _ready() -> None:
 
 
 def pyqueue_install(dsn: str) -> None:
+    import pyqueue_sql
     from pyqueue_sql import migrate
 
     migrate.upgrade(dsn)
-    import pyqueue_sql
-
-    db = pyqueue_sql.connect(dsn)
-    try:
+    with pyqueue_sql.connect(dsn) as db:
         db.queue(QUEUE).create()
-    finally:
-        db.close()
 
 
 def pyqueue_enqueue(dsn: str, jobs: int) -> None:
     import pyqueue_sql
 
-    db = pyqueue_sql.connect(dsn)
-    try:
+    with pyqueue_sql.connect(dsn) as db:
         queue = db.queue(QUEUE)
         for start in range(0, jobs, CHUNK):
             queue.push_many([(f"j{i:07d}", "noop", {"n": i}) for i in range(start, min(jobs, start + CHUNK))])
-    finally:
-        db.close()
 
 
 def pyqueue_async_work(dsn: str, concurrency: int, sleep_s: float, settings: dict | None = None) -> None:
@@ -246,10 +235,9 @@ def _awa_args():
 
 
 def awa_install(dsn: str) -> None:
-    # what `awa migrate` (python -m awa migrate) runs
     import awa
 
-    async def run() -> None:
+    async def run() -> None:  # what `awa migrate` (python -m awa migrate) runs, in a running loop
         await awa.migrate(dsn)
 
     asyncio.run(run())
@@ -312,30 +300,20 @@ def pgmq_enqueue(dsn: str, jobs: int) -> None:
             conn.execute("SELECT count(*) FROM pgmq.send_batch(%s::text, %s::jsonb[])", (QUEUE, msgs))
 
 
-def pgmq_work(dsn: str, concurrency: int, sleep_s: float) -> None:
-    """`concurrency` threads, each with its connection: read up to PGMQ_BATCH messages (visibility
-    30 s), run the handler on each, delete them in one call; sleep 50 ms when the queue is empty
-    (pgmq's read_with_poll is the alternative; nothing is empty during a burn-down)."""
-    import psycopg
-
-    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(concurrency)]
+def _threads(conns: list, claim, delete, sleep_s: float) -> None:
+    """One thread a connection: claim(conn) -> ids (when none, sleep 50 ms: nothing is empty during
+    a burn-down), the handler on each, delete(conn, ids); says ready and runs until killed."""
 
     def loop(conn) -> None:
         while True:
-            ids = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT msg_id, read_ct, enqueued_at, vt, message FROM pgmq.read(%s::text, 30, %s)",
-                    (QUEUE, PGMQ_BATCH),
-                ).fetchall()
-            ]
+            ids = claim(conn)
             if not ids:
                 time.sleep(0.05)
                 continue
             for _ in ids:
                 if sleep_s:
                     time.sleep(sleep_s)
-            conn.execute("SELECT pgmq.delete(%s::text, %s::bigint[])", (QUEUE, ids))
+            delete(conn, ids)
 
     _ready()
     threads = [threading.Thread(target=loop, args=(c,), daemon=True) for c in conns]
@@ -343,6 +321,20 @@ def pgmq_work(dsn: str, concurrency: int, sleep_s: float) -> None:
         t.start()
     for t in threads:
         t.join()
+
+
+def pgmq_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    """Read up to PGMQ_BATCH messages (visibility 30 s), delete them in one call (pgmq's
+    read_with_poll is the alternative to the sleep when empty)."""
+    import psycopg
+
+    read = "SELECT msg_id, read_ct, enqueued_at, vt, message FROM pgmq.read(%s::text, 30, %s)"
+    _threads(
+        [psycopg.connect(dsn, autocommit=True) for _ in range(concurrency)],
+        lambda conn: [row[0] for row in conn.execute(read, (QUEUE, PGMQ_BATCH)).fetchall()],
+        lambda conn, ids: conn.execute("SELECT pgmq.delete(%s::text, %s::bigint[])", (QUEUE, ids)),
+        sleep_s,
+    )
 
 
 # -- MariaDB/MySQL: a hand-rolled SKIP LOCKED worker (bench.py's hand-rolled queue's table) --------
@@ -391,45 +383,31 @@ def handrolled_enqueue(dsn: str, jobs: int) -> None:
 
 
 def handrolled_work(dsn: str, concurrency: int, sleep_s: float) -> None:
-    """`concurrency` threads, each with its connection: in one transaction take up to HAND_BATCH
-    ready rows (FOR UPDATE SKIP LOCKED) and lease them (run_at + 30 s, a token), commit; run the
-    handler on each; delete them in one statement."""
+    """In one transaction take up to HAND_BATCH ready rows (FOR UPDATE SKIP LOCKED) and lease them
+    (run_at + 30 s, a token), commit; delete them in one statement."""
     conns = [_mysql_connect(dsn, autocommit=False) for _ in range(concurrency)]
     for conn in conns:
-        with conn.cursor() as cur:
-            cur.execute(f"SET SESSION TRANSACTION ISOLATION LEVEL {HAND_ISOLATION}")
+        conn.cursor().execute(f"SET SESSION TRANSACTION ISOLATION LEVEL {HAND_ISOLATION}")
 
-    def loop(conn) -> None:
+    def claim(conn) -> list:
         cur = conn.cursor()
-        while True:
-            cur.execute(
-                "SELECT id FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id "
-                f"LIMIT {HAND_BATCH} FOR UPDATE SKIP LOCKED"
-            )
-            ids = [row[0] for row in cur.fetchall()]
-            if ids:
-                marks = ", ".join(["%s"] * len(ids))
-                cur.execute(
-                    "UPDATE job SET run_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, token = UUID() "
-                    f"WHERE id IN ({marks})",
-                    ids,
-                )
-            conn.commit()
-            if not ids:
-                time.sleep(0.05)
-                continue
-            for _ in ids:
-                if sleep_s:
-                    time.sleep(sleep_s)
-            cur.execute(f"DELETE FROM job WHERE id IN ({marks})", ids)
-            conn.commit()
+        cur.execute(
+            "SELECT id FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id "
+            f"LIMIT {HAND_BATCH} FOR UPDATE SKIP LOCKED"
+        )
+        ids = [row[0] for row in cur.fetchall()]
+        if ids:
+            marks = ", ".join(["%s"] * len(ids))
+            lease = "run_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, token = UUID()"
+            cur.execute(f"UPDATE job SET {lease} WHERE id IN ({marks})", ids)
+        conn.commit()
+        return ids
 
-    _ready()
-    threads = [threading.Thread(target=loop, args=(c,), daemon=True) for c in conns]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    def delete(conn, ids: list) -> None:
+        conn.cursor().execute(f"DELETE FROM job WHERE id IN ({', '.join(['%s'] * len(ids))})", ids)
+        conn.commit()
+
+    _threads(conns, claim, delete, sleep_s)
 
 
 SYSTEMS = {
