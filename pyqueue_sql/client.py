@@ -45,7 +45,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from . import dialects, errors
+from . import dialects, errors, tracing
 from .dialects import Duration, encode_json, key_value, read_token, text_value, token_value, whole_number
 
 _UNCHANGED: Any = object()
@@ -74,6 +74,61 @@ RESULT_WAIT_SLICE = 1.0
 # What queue_fail stores of an error (the routine keeps the first 2000 characters too).
 LAST_ERROR_MAX_CHARS = 2000
 
+# The largest headers the push routines take, in bytes of their JSON text (the routines check it:
+# a larger one is refused with InvalidArgumentError "headers are N bytes, more than 8192 bytes").
+MAX_HEADERS_BYTES = 8192
+
+
+def headers_value(headers: Any) -> dict[str, Any] | None:
+    """Headers as a push takes them: None (none) or a dict of str to JSON values; anything else
+    is refused with InvalidArgumentError before any call (the size is the routine's check)."""
+    if headers is None:
+        return None
+    if not isinstance(headers, Mapping):
+        raise errors.InvalidArgumentError(
+            f"headers must be a dict of str to JSON values (a JSON object), not {type(headers).__name__}"
+        )
+    for name in headers:
+        if not isinstance(name, str):
+            raise errors.InvalidArgumentError(
+                f"headers: a name must be a str, not {type(name).__name__} ({name!r:.40})"
+            )
+    return headers if isinstance(headers, dict) else dict(headers)
+
+
+def encode_headers(headers: Mapping[str, Any] | None) -> str | None:
+    """Headers as JSON text (None: none); InvalidArgumentError for a value JSON cannot hold."""
+    if headers is None:
+        return None
+    try:
+        return encode_json(headers)
+    except errors.InvalidPayloadError as exc:
+        raise errors.InvalidArgumentError(f"headers are not JSON-serialisable: {exc.__cause__}") from None
+
+
+def _read_headers(dialect: dialects.Dialect, row: Sequence[Any], at: int) -> dict[str, Any] | None:
+    """The headers column of a row (None: the message has none, or the schema has no such column yet)."""
+    return dialect.read_payload(row[at]) if len(row) > at and row[at] is not None else None
+
+
+def _batch_with_headers(
+    encode: Callable[[Sequence[int]], dict[str, Any]], headers: Sequence[dict[str, Any] | None]
+) -> dict[str, Any]:
+    """The arguments of a *_batch_with_headers routine: the plain batch's (encode(indices) encodes
+    the items at those indices) and the headers of each item, either as an array beside the others
+    or, where the batch is one JSON array of message objects (its "messages" argument), as each
+    object's "headers" member."""
+    params = encode(range(len(headers)))
+    if "messages" not in params:
+        params["headers"] = [encode_headers(h) for h in headers]
+        return params
+    parts = []
+    for i, h in enumerate(headers):
+        one = encode([i])["messages"]  # '[{...}]', compact: the object ends 2 characters before the end
+        parts.append(f'{one[1:-2]},"headers":{encode_headers(h) or "null"}}}')
+    params["messages"] = "[" + ",".join(parts) + "]"
+    return params
+
 
 def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -90,6 +145,7 @@ class Message:
     priority: int
     attempts: int
     created_at: dt.datetime
+    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
 
 
 @dataclass(frozen=True)
@@ -109,6 +165,7 @@ class Reservation:
     attempts: int
     created_at: dt.datetime
     scheduled_at_initially: dt.datetime
+    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
 
 
 # The states of a finished message in queue_result (its row in pyqueue_result); every other state
@@ -178,6 +235,7 @@ class NewMessage:
     run_at: dt.datetime | dt.timedelta | None = None
     priority: int | None = None
     group: str | None = None
+    headers: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +248,7 @@ class Publication:
     payload: Any
     run_at: dt.datetime | dt.timedelta | None = None
     priority: int | None = None
+    headers: Mapping[str, Any] | None = None
 
 
 # -- sans-IO: the client's logic, shared by the sync and the asyncio client -----------------------
@@ -527,13 +586,14 @@ class DatabaseCalls:
         payload: Any,
         run_at: dt.datetime | dt.timedelta | None = None,
         priority: int | None = None,
+        headers: Mapping[str, Any] | None = None,
     ) -> int:
         """Pushes the message into every queue bound (bind) to a pattern that matches topic, one
         copy per queue; returns how many queues got a new one (a queue that holds a live message
-        with this key and kind already does not count; no matching binding: 0)."""
+        with this key and kind already does not count; no matching binding: 0). headers: as
+        Queue.push's (each copy carries them)."""
         d = self.dialect
-        rows = yield _call(
-            "publish",
+        params = dict(
             topic=text_value(topic, "topic"),
             key=key_value(key),
             kind=text_value(kind, "kind"),
@@ -541,17 +601,23 @@ class DatabaseCalls:
             run_at=d.time(run_at, "run_at"),
             priority=priority_value(priority),
         )
+        headers = tracing.with_context(headers_value(headers), tracing.current_carrier())
+        if headers is None:
+            rows = yield _call("publish", **params)
+        else:
+            rows = yield _call("publish_with_headers", **params, headers=encode_headers(headers))
         return int(rows[0][0])
 
     @sans_io
     def publish_many(self, messages: Iterable[Publication | tuple | Mapping[str, Any]]) -> int:
         """publish for many messages in one call; returns how many new messages all the queues got.
-        Tuples are (topic, key, kind, payload[, run_at[, priority]]).
+        Tuples are (topic, key, kind, payload[, run_at[, priority[, headers]]]).
 
         More than CHUNK_SIZE messages go in several calls of at most CHUNK_SIZE each, run as one
         transaction (all are validated before the first is sent)."""
         d = self.dialect
         topics, items = [], []
+        headers: list[dict[str, Any] | None] = []
         for m in messages:
             if isinstance(m, Mapping):
                 m = Publication(**m)
@@ -567,12 +633,32 @@ class DatabaseCalls:
                     priority_value(m.priority),
                 )
             )
+            headers.append(headers_value(m.headers))
         if not items:
             return 0
-        publishes = [
-            _call("publish_batch", **d.topic_batch(topic_part, part))
-            for topic_part, part in zip(chunks(topics, CHUNK_SIZE), chunks(items, CHUNK_SIZE))
-        ]
+        carrier = tracing.current_carrier()
+        if carrier is not None:
+            headers = [tracing.with_context(h, carrier) for h in headers]
+        if all(h is None for h in headers):
+            publishes = [
+                _call("publish_batch", **d.topic_batch(topic_part, part))
+                for topic_part, part in zip(chunks(topics, CHUNK_SIZE), chunks(items, CHUNK_SIZE))
+            ]
+        else:
+            publishes = [
+                _call(
+                    "publish_batch_with_headers",
+                    **_batch_with_headers(
+                        lambda ix, t=topic_part, p=part: d.topic_batch(
+                            [t[i] for i in ix], [p[i] for i in ix]
+                        ),
+                        h_part,
+                    ),
+                )
+                for topic_part, part, h_part in zip(
+                    chunks(topics, CHUNK_SIZE), chunks(items, CHUNK_SIZE), chunks(headers, CHUNK_SIZE)
+                )
+            ]
         return sum(int(rows[0][0]) for rows in (yield from _each(publishes)))
 
     @sans_io
@@ -906,8 +992,10 @@ def _reservations(queue: str, dialect: dialects.Dialect, rows: Iterable[Sequence
             attempts,
             dialect.read_time(created),
             dialect.read_time(initially),
+            _read_headers(dialect, row, 8),
         )
-        for key, kind, payload, token, priority, attempts, created, initially, *_ in rows
+        for row in rows
+        for key, kind, payload, token, priority, attempts, created, initially, *_ in (row,)
     ]
 
 
@@ -1027,11 +1115,17 @@ class QueueCalls:
         run_at: dt.datetime | dt.timedelta | None = None,
         priority: int | None = None,
         group: str | None = None,
+        headers: Mapping[str, Any] | None = None,
     ) -> bool:
-        """True if inserted, False if a live message with this key and kind exists (dedup).
+        """True if inserted, False if a live message with this key and kind exists (dedup: its
+        headers are not changed either).
 
         With a group (queue_push_grouped) the messages of that group are delivered one at a time,
-        in run_at and push order: each waits until the one before it has left the queue."""
+        in run_at and push order: each waits until the one before it has left the queue.
+
+        headers: a dict of str to JSON values carried beside the payload (at most 8192 bytes of
+        JSON), None for none; with OpenTelemetry installed and a span current, the trace context
+        is added (see pyqueue_sql.tracing)."""
         d = self.db.dialect
         params = dict(
             queue=self.name,
@@ -1041,16 +1135,23 @@ class QueueCalls:
             run_at=d.time(run_at, "run_at"),
             priority=priority_value(priority),
         )
+        headers = tracing.with_context(headers_value(headers), tracing.current_carrier())
+        if headers is not None:
+            params["headers"] = encode_headers(headers)
         if group is None:
-            rows = yield _call("push", **params)
+            rows = yield _call("push" if headers is None else "push_with_headers", **params)
         else:
-            rows = yield _call("push_grouped", **params, group=text_value(group, "group"))
+            rows = yield _call(
+                "push_grouped" if headers is None else "push_grouped_with_headers",
+                **params,
+                group=text_value(group, "group"),
+            )
         return bool(rows[0][0])
 
     @sans_io
     def push_many(self, messages: Iterable[NewMessage | tuple | Mapping[str, Any]]) -> int:
         """Pushes many in one call; returns how many were new. Tuples are
-        (key, kind, payload[, run_at[, priority[, group]]]).
+        (key, kind, payload[, run_at[, priority[, group[, headers]]]]).
 
         A batch in which some message has a group goes through queue_push_batch_grouped (the
         others: no group), any other through queue_push_batch. More than CHUNK_SIZE messages go
@@ -1058,12 +1159,14 @@ class QueueCalls:
         before the first is sent)."""
         d = self.db.dialect
         items, groups = [], []
+        headers: list[dict[str, Any] | None] = []
         for m in messages:
             if type(m) is tuple and len(m) == 3 and type(m[0]) is str and type(m[1]) is str:
                 # the common shape, (str key, str kind, payload): nothing to convert or check here,
                 # and no NewMessage to build (a third of the client's time for a batch)
                 items.append((m[0], m[1], m[2], None, None))
                 groups.append(None)
+                headers.append(None)
                 continue
             if isinstance(m, Mapping):
                 m = NewMessage(**m)
@@ -1079,16 +1182,48 @@ class QueueCalls:
                 )
             )
             groups.append(text_value(m.group, "group"))
+            headers.append(headers_value(m.headers))
         if not items:
             return 0
-        if all(g is None for g in groups):
+        carrier = tracing.current_carrier()
+        if carrier is not None:
+            headers = [tracing.with_context(h, carrier) for h in headers]
+        grouped = any(g is not None for g in groups)
+        if all(h is None for h in headers):
+            if not grouped:
+                pushes = [
+                    _call("push_batch", queue=self.name, **d.batch(part))
+                    for part in chunks(items, CHUNK_SIZE)
+                ]
+            else:
+                pushes = [
+                    _call("push_batch_grouped", queue=self.name, **d.grouped_batch(part, group_part))
+                    for part, group_part in zip(chunks(items, CHUNK_SIZE), chunks(groups, CHUNK_SIZE))
+                ]
+        elif not grouped:
             pushes = [
-                _call("push_batch", queue=self.name, **d.batch(part)) for part in chunks(items, CHUNK_SIZE)
+                _call(
+                    "push_batch_with_headers",
+                    queue=self.name,
+                    **_batch_with_headers(lambda ix, p=part: d.batch([p[i] for i in ix]), h_part),
+                )
+                for part, h_part in zip(chunks(items, CHUNK_SIZE), chunks(headers, CHUNK_SIZE))
             ]
         else:
             pushes = [
-                _call("push_batch_grouped", queue=self.name, **d.grouped_batch(part, group_part))
-                for part, group_part in zip(chunks(items, CHUNK_SIZE), chunks(groups, CHUNK_SIZE))
+                _call(
+                    "push_batch_grouped_with_headers",
+                    queue=self.name,
+                    **_batch_with_headers(
+                        lambda ix, p=part, g=group_part: d.grouped_batch(
+                            [p[i] for i in ix], [g[i] for i in ix]
+                        ),
+                        h_part,
+                    ),
+                )
+                for part, group_part, h_part in zip(
+                    chunks(items, CHUNK_SIZE), chunks(groups, CHUNK_SIZE), chunks(headers, CHUNK_SIZE)
+                )
             ]
         return sum(int(rows[0][0]) for rows in (yield from _each(pushes)))
 
@@ -1098,10 +1233,18 @@ class QueueCalls:
         """Takes up to n ready messages out of the queue (at-most-once)."""
         d = self.db.dialect
         return [
-            Message(self.name, key, kind, d.read_payload(payload), priority, attempts, d.read_time(created))
-            for key, kind, payload, priority, attempts, created, *_ in (
-                yield _call("pop", queue=self.name, n=whole_number(n, "n"))
+            Message(
+                self.name,
+                key,
+                kind,
+                d.read_payload(payload),
+                priority,
+                attempts,
+                d.read_time(created),
+                _read_headers(d, row, 6),
             )
+            for row in (yield _call("pop", queue=self.name, n=whole_number(n, "n")))
+            for key, kind, payload, priority, attempts, created, *_ in (row,)
         ]
 
     @sans_io
@@ -1320,6 +1463,7 @@ class QueueCalls:
             reserved_by,
             last_error,
             dead_from,
+            _read_headers(d, rows[0], 13),
         )
 
     @sans_io
@@ -1555,9 +1699,11 @@ class QueueCalls:
                 d.read_time(arrived),
                 bool(reserved),
                 last_error,
+                _read_headers(d, row, 11),
             )
+            for row in (yield _call("dead_letters", queue=self.name))
             for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error, *_ in (
-                yield _call("dead_letters", queue=self.name)
+                row,
             )
         ]
 
@@ -1664,8 +1810,12 @@ class QueueCalls:
                 reserved_by,
                 last_error,
                 dead_from,
+                _read_headers(d, row, 10),
             )
-            for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error, dead_from, *_ in rows
+            for row in rows
+            for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error, dead_from, *_ in (
+                row,
+            )
         ]
 
     @sans_io
@@ -1728,6 +1878,7 @@ class DeadLetter:
     dead_lettered_at: dt.datetime
     reserved: bool
     last_error: str | None = None
+    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
 
 
 @dataclass(frozen=True)
@@ -1762,6 +1913,7 @@ class MessageInfo:
     reserved_by: str | None
     last_error: str | None
     dead_from: str | None  # in a dead-letter queue: the queue it was dead-lettered from
+    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
 
 
 @dataclass(frozen=True)
@@ -1850,6 +2002,7 @@ class MessageRow:
     reserved_by: str | None
     last_error: str | None
     dead_from: str | None  # in a dead-letter queue: the queue it was dead-lettered from
+    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
 
 
 @dataclass(frozen=True)

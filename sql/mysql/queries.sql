@@ -42,8 +42,17 @@ CALL queue_stats(%(queue)s)
 -- name: push
 CALL queue_push(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
 
+-- name: push_with_headers
+-- push with headers (JSON text of an object): the sibling procedure, so that a push without them
+-- costs nothing more.
+CALL queue_push_with_headers(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s, %(headers)s)
+
 -- name: push_batch
 CALL queue_push_batch(%(queue)s, %(messages)s, NULL, NULL, NULL, NULL)
+
+-- name: push_batch_with_headers
+-- messages: push_batch's JSON array, each object with a "headers" member (null = none).
+CALL queue_push_batch_with_headers(%(queue)s, %(messages)s, NULL, NULL, NULL, NULL, NULL)
 
 -- name: push_replace
 CALL queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
@@ -52,10 +61,17 @@ CALL queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %
 -- One row: pushed (1 = new, 0 = a duplicate).
 CALL queue_push_grouped(%(queue)s, %(group)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
 
+-- name: push_grouped_with_headers
+CALL queue_push_grouped_with_headers(%(queue)s, %(group)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s,
+                                     %(priority)s, %(headers)s)
+
 -- name: push_batch_grouped
 -- messages: push_batch's JSON array, each object with a "group" member (null = no group).
 -- One row: pushed (how many were new).
 CALL queue_push_batch_grouped(%(queue)s, %(messages)s, NULL, NULL, NULL, NULL, NULL)
+
+-- name: push_batch_grouped_with_headers
+CALL queue_push_batch_grouped_with_headers(%(queue)s, %(messages)s, NULL, NULL, NULL, NULL, NULL, NULL)
 
 
 -- ==== topics ====
@@ -65,10 +81,16 @@ CALL queue_push_batch_grouped(%(queue)s, %(messages)s, NULL, NULL, NULL, NULL, N
 -- One row: queues (how many queues got a new message).
 CALL queue_publish(%(topic)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
 
+-- name: publish_with_headers
+CALL queue_publish_with_headers(%(topic)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s, %(headers)s)
+
 -- name: publish_batch
 -- messages: push_batch's JSON array, each object with a "topic" member.
 -- One row: pushed (how many new messages, over all queues).
 CALL queue_publish_batch(%(messages)s, NULL, NULL, NULL, NULL, NULL)
+
+-- name: publish_batch_with_headers
+CALL queue_publish_batch_with_headers(%(messages)s, NULL, NULL, NULL, NULL, NULL, NULL)
 
 -- name: bind
 CALL queue_bind(%(pattern)s, %(queue)s)

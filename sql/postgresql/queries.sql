@@ -47,9 +47,20 @@ SELECT queue, ready, delayed, reserved, dead, oldest_ready_age_s, paused
 SELECT queue_push(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb,
                   %(run_at)s::timestamptz, %(priority)s::integer)
 
+-- name: push_with_headers
+-- push with headers (a JSON object): the sibling routine, so that a push without them costs nothing more.
+SELECT queue_push_with_headers(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb,
+                               %(run_at)s::timestamptz, %(priority)s::integer, %(headers)s::jsonb)
+
 -- name: push_batch
 SELECT queue_push_batch(%(queue)s, %(keys)b::text[], %(kinds)b::text[], %(payloads)b::jsonb[],
                         %(run_ats)b::timestamptz[], %(priorities)b::integer[])
+
+-- name: push_batch_with_headers
+-- headers: one element per message, NULL = none.
+SELECT queue_push_batch_with_headers(%(queue)s, %(keys)b::text[], %(kinds)b::text[], %(payloads)b::jsonb[],
+                                     %(run_ats)b::timestamptz[], %(priorities)b::integer[],
+                                     %(headers)b::jsonb[])
 
 -- name: push_replace
 SELECT queue_push_replace(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb,
@@ -60,6 +71,10 @@ SELECT queue_push_grouped(in_queue => %(queue)s, in_group => %(group)s, in_key =
                           in_kind => %(kind)s, in_payload => %(payload)s::jsonb,
                           in_run_at => %(run_at)s::timestamptz, in_priority => %(priority)s::integer)
 
+-- name: push_grouped_with_headers
+SELECT queue_push_grouped_with_headers(%(queue)s, %(group)s, %(key)s, %(kind)s, %(payload)s::jsonb,
+                                       %(run_at)s::timestamptz, %(priority)s::integer, %(headers)s::jsonb)
+
 -- name: push_batch_grouped
 -- groups: one element per message, NULL = no group.
 SELECT queue_push_batch_grouped(in_queue => %(queue)s, in_groups => %(groups)b::text[],
@@ -67,6 +82,12 @@ SELECT queue_push_batch_grouped(in_queue => %(queue)s, in_groups => %(groups)b::
                                 in_payloads => %(payloads)b::jsonb[],
                                 in_run_ats => %(run_ats)b::timestamptz[],
                                 in_priorities => %(priorities)b::integer[])
+
+-- name: push_batch_grouped_with_headers
+SELECT queue_push_batch_grouped_with_headers(%(queue)s, %(groups)b::text[], %(keys)b::text[],
+                                             %(kinds)b::text[], %(payloads)b::jsonb[],
+                                             %(run_ats)b::timestamptz[], %(priorities)b::integer[],
+                                             %(headers)b::jsonb[])
 
 
 -- ==== topics ====
@@ -77,11 +98,20 @@ SELECT queue_publish(in_topic => %(topic)s, in_key => %(key)s, in_kind => %(kind
                      in_payload => %(payload)s::jsonb, in_run_at => %(run_at)s::timestamptz,
                      in_priority => %(priority)s::integer)
 
+-- name: publish_with_headers
+SELECT queue_publish_with_headers(%(topic)s, %(key)s, %(kind)s, %(payload)s::jsonb,
+                                  %(run_at)s::timestamptz, %(priority)s::integer, %(headers)s::jsonb)
+
 -- name: publish_batch
 SELECT queue_publish_batch(in_topics => %(topics)b::text[], in_keys => %(keys)b::text[],
                            in_kinds => %(kinds)b::text[], in_payloads => %(payloads)b::jsonb[],
                            in_run_ats => %(run_ats)b::timestamptz[],
                            in_priorities => %(priorities)b::integer[])
+
+-- name: publish_batch_with_headers
+SELECT queue_publish_batch_with_headers(%(topics)b::text[], %(keys)b::text[], %(kinds)b::text[],
+                                        %(payloads)b::jsonb[], %(run_ats)b::timestamptz[],
+                                        %(priorities)b::integer[], %(headers)b::jsonb[])
 
 -- name: bind
 SELECT queue_bind(in_pattern => %(pattern)s, in_queue => %(queue)s)
@@ -97,13 +127,14 @@ SELECT pattern, queue, created_at FROM queue_bindings(in_queue => %(queue)s)
 -- Taking messages out and finishing them.
 
 -- name: pop
-SELECT p_key, p_kind, payload, priority, attempts, created_at
+SELECT p_key, p_kind, payload, priority, attempts, created_at, headers
   FROM queue_pop(%(queue)s, %(n)s::integer)
 
 -- The token comes back as text (what the client hands out): psycopg's uuid.UUID for it and its str()
 -- took about a third of the client's time per reserved row.
 -- name: reserve
-SELECT p_key, p_kind, payload, token::text, priority, attempts, created_at, scheduled_at_initially
+SELECT p_key, p_kind, payload, token::text, priority, attempts, created_at, scheduled_at_initially,
+       headers
   FROM queue_reserve(%(queue)s, %(worker)s, %(timeout)s::interval, %(n)s::integer, %(kinds)b::text[])
 
 -- name: commit
@@ -158,7 +189,8 @@ LISTEN {channel}
 -- Two steps of the consume cycle in one call.
 
 -- name: commit_reserve
-SELECT committed, p_key, p_kind, payload, token::text, priority, attempts, created_at, scheduled_at_initially
+SELECT committed, p_key, p_kind, payload, token::text, priority, attempts, created_at, scheduled_at_initially,
+       headers
   FROM queue_commit_reserve(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(worker)s,
                             %(timeout)s::interval, %(n)s::integer, %(kinds)b::text[])
 
@@ -226,12 +258,12 @@ SELECT queue_redrive(%(queue)s, %(to_queue)s, %(n)s::integer)
 
 -- name: dead_letters
 SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts, created_at,
-       dead_lettered_at, reserved, last_error
+       dead_lettered_at, reserved, last_error, headers
   FROM queue_dead_letters(%(queue)s)
 
 -- name: message
 SELECT p_key, p_kind, state, payload, priority, attempts, scheduled_at, created_at, reserved_by,
-       last_error, dead_from
+       last_error, dead_from, progress, cancel_requested, headers
   FROM queue_message(%(queue)s, %(key)s, %(kind)s)
 
 -- name: message_history
@@ -241,7 +273,7 @@ SELECT processed_at, outcome, to_queue, attempts, reserved_by, last_error
 
 -- name: messages
 SELECT p_key, p_kind, state, priority, attempts, scheduled_at, created_at, reserved_by, last_error,
-       dead_from
+       dead_from, headers
   FROM queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after_kind)s, %(n)s::integer)
 
 -- name: throughput

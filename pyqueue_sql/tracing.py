@@ -1,0 +1,134 @@
+"""OpenTelemetry for pyqueue-sql: trace context in the message headers, a span per job.
+
+Installed with the ``otel`` extra (``pip install 'pyqueue-sql[otel]'``: opentelemetry-api only;
+the SDK and exporters are the application's). Without it nothing here imports anything from
+opentelemetry, and a push pays one cached check.
+
+- Producing: every push and publish (Queue, AsyncQueue, a task's defer) made while a span is
+  current puts the current context in the message's headers through the configured propagator
+  (``opentelemetry.propagate.inject``: W3C ``traceparent`` / ``tracestate`` by default). A
+  ``traceparent`` header of the caller's own wins: then nothing is added.
+- Consuming: both workers run each handler inside a CONSUMER span whose parent is the context
+  extracted from the message's headers (none: a root span), named ``process <queue>``, with the
+  messaging semantic conventions' attributes (see ``span_attributes``); a handler that raises
+  ends it with status ERROR and the exception recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+# The instrumentation scope of the workers' spans.
+TRACER_NAME = "pyqueue_sql"
+# messaging.system of the spans.
+MESSAGING_SYSTEM = "pyqueue-sql"
+
+# None until the first use: then False (opentelemetry-api is not installed) or the API modules.
+_api: Any = None
+
+
+class _Api:
+    def __init__(self) -> None:
+        from opentelemetry import context, propagate, trace
+
+        self.context = context
+        self.propagate = propagate
+        self.trace = trace
+        self.get_current_span = trace.get_current_span
+        self.SpanKind = trace.SpanKind
+        self.Status = trace.Status
+        self.StatusCode = trace.StatusCode
+
+
+def api() -> Any:
+    """The OpenTelemetry API (an _Api), or None when it is not installed; looked up once."""
+    global _api
+    if _api is None:
+        try:
+            _api = _Api()
+        except ImportError:
+            _api = False
+    return _api or None
+
+
+def current_carrier() -> dict[str, str] | None:
+    """The headers that carry the current trace context (``traceparent``, ``tracestate`` with
+    the default propagator), or None when OpenTelemetry is not installed or no span is current."""
+    a = _api if _api is not None else api()
+    if not a:
+        return None
+    if not a.get_current_span().get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    a.propagate.inject(carrier)
+    return carrier or None
+
+
+def with_context(headers: Mapping[str, Any] | None, carrier: Mapping[str, str] | None) -> Any:
+    """headers with the trace context of carrier added (a traceparent of the caller's own wins:
+    then headers are returned as they are)."""
+    if carrier is None or (headers is not None and "traceparent" in headers):
+        return headers
+    if not headers:
+        return dict(carrier)
+    return {**carrier, **headers}
+
+
+def span_attributes(job: Any) -> dict[str, Any]:
+    """The attributes of a job's span (OpenTelemetry messaging semantic conventions; the kind and
+    the delivery under pyqueue_sql's own namespace)."""
+    return {
+        "messaging.system": MESSAGING_SYSTEM,
+        "messaging.destination.name": job.queue,
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.message.id": job.key,
+        "messaging.pyqueue_sql.kind": job.kind,
+        "messaging.pyqueue_sql.attempt": job.attempts,
+    }
+
+
+@contextlib.contextmanager
+def _job_span(a: Any, job: Any) -> Iterator[Any]:
+    parent = a.propagate.extract(job.headers or {}, context=a.context.Context())
+    tracer = a.trace.get_tracer(TRACER_NAME)
+    with tracer.start_as_current_span(
+        f"process {job.queue}",
+        context=parent,
+        kind=a.SpanKind.CONSUMER,
+        attributes=span_attributes(job),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def _settle(a: Any, span: Any, error: BaseException | None) -> None:
+    if error is not None:
+        span.record_exception(error)
+        span.set_status(a.Status(a.StatusCode.ERROR, f"{type(error).__name__}: {error}"[:500]))
+
+
+def handle_traced(job: Any, run: Callable[[], BaseException | None]) -> BaseException | None:
+    """run() (a worker's handling of job, returning the handler's exception or None) inside the
+    job's span when OpenTelemetry is installed."""
+    a = _api if _api is not None else api()
+    if not a:
+        return run()
+    with _job_span(a, job) as span:
+        error = run()
+        _settle(a, span, error)
+    return error
+
+
+async def handle_traced_async(job: Any, run: Callable[[], Any]) -> BaseException | None:
+    """handle_traced for the asyncio worker (run() is awaited)."""
+    a = _api if _api is not None else api()
+    if not a:
+        return await run()
+    with _job_span(a, job) as span:
+        error = await run()
+        _settle(a, span, error)
+    return error
