@@ -19,7 +19,7 @@ depends_on = None
 # sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
     "postgresql": "9c95b680a3ecc26a84eb2587f0867472",
-    "mariadb": "013425cd8ab5a303af98d3fca72c52f2",
+    "mariadb": "4af4cbcd84ce2b2eea8ff825ed00f69b",
 }
 
 

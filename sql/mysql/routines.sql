@@ -5898,7 +5898,7 @@ BEGIN
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
-           d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error
+           d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error, d.headers
       FROM pyqueue_dead_letters d
      WHERE d.dead_letter_queue = v_queue
      ORDER BY d.dead_lettered_at, d.p_key, d.p_kind;

@@ -288,7 +288,7 @@ CREATE TABLE pyqueue_history (
 -- Messages sitting in dead-letter queues (queues that some queue names as
 -- its dead_letter_queue). from_queue: the queue a message was dead-lettered
 -- from, attempts: the deliveries it had there (both NULL for a message that
--- was pushed there directly). Times are UTC.
+-- was pushed there directly), headers: the message's (kept by the copy). Times are UTC.
 CREATE SQL SECURITY INVOKER VIEW pyqueue_dead_letters AS
 SELECT m.queue_name             AS dead_letter_queue,
        m.dead_from              AS from_queue,
@@ -300,7 +300,8 @@ SELECT m.queue_name             AS dead_letter_queue,
        m.created_at             AS created_at,
        m.scheduled_at_initially AS dead_lettered_at,
        (m.reserve_token IS NOT NULL AND m.scheduled_at > UTC_TIMESTAMP(6)) AS reserved,
-       m.last_error             AS last_error
+       m.last_error             AS last_error,
+       m.headers                AS headers
   FROM pyqueue_message m
  WHERE m.queue_name IN (SELECT q.dead_letter_queue FROM pyqueue_queue q
                          WHERE q.dead_letter_queue IS NOT NULL);

@@ -416,6 +416,8 @@ def test_a_dead_letter_keeps_the_headers_and_redrive_restores_them(sql):
     sql.push(q, "b", None)
     for key, token, _ in sql.reserve(q, 2):
         sql("queue_fail", q, key, "k", token, None, "boom", casts=HELD_IV)
+    letters = {row[2]: sql.json_out(row[-1]) for row in sql("queue_dead_letters", dlq)}
+    assert letters == {"a": TRACE, "b": None}
     assert sql.headers(dlq, "a") == TRACE
     assert sql.one("queue_redrive", dlq, q, 10) == 2
     assert sql.listed(q) == {"a": TRACE, "b": None}
