@@ -12,6 +12,12 @@ PRODUCER = (
     "queue_push_batch_grouped",
     "queue_publish",
     "queue_publish_batch",
+    "queue_push_with_headers",
+    "queue_push_batch_with_headers",
+    "queue_push_grouped_with_headers",
+    "queue_push_batch_grouped_with_headers",
+    "queue_publish_with_headers",
+    "queue_publish_batch_with_headers",
     "queue_result",
     "queue_result_wait",
     "queue_result_channel",
@@ -99,6 +105,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
 # One line per capability, for `pyqueue-sql grant --help` (same order as CAPABILITIES).
 DESCRIPTIONS: dict[str, str] = {
     "producer": "push, push_batch, push_replace, push_grouped, push_batch_grouped, publish, publish_batch, "
+    "each of those but push_replace with headers (the *_with_headers siblings), "
     "read and wait for a message's result, cancel a message",
     "consumer": "reserve, pop, commit, rollback, snooze, fail, give up, extend, the fast paths, wakeups, its own worker "
     "registration, releasing dead workers, commit with a result, renew (learns of a cancel request), cancel what it "
