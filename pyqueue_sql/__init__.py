@@ -40,7 +40,7 @@ from .errors import (
     UnknownQueueError,
     UnsupportedDsnError,
 )
-from .tasks import App, RunReport, Task, TaskHandle, UnknownTaskError, current_job
+from .tasks import App, RunReport, Task, TaskHandle, UnknownTaskError, current_job, running_job
 from .worker import Job, RetryPolicy, Worker
 from .worker.policy import GiveUp, Retry, Snooze
 
@@ -55,6 +55,7 @@ __all__ = [
     "TaskHandle",
     "UnknownTaskError",
     "current_job",
+    "running_job",
     "Database",
     "DeadLetter",
     "HistoryRow",

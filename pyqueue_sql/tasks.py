@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
@@ -42,11 +43,11 @@ import types
 import typing
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from . import errors
-from .client import Database, Result, connect
+from .client import Database, Result, connect, headers_value
 from .worker.model import Job
 from .worker.policy import RetryPolicy
 
@@ -63,6 +64,7 @@ __all__ = [
     "TaskHandle",
     "UnknownTaskError",
     "current_job",
+    "running_job",
 ]
 
 P = ParamSpec("P")
@@ -83,6 +85,17 @@ def current_job() -> Job:
     if job is None:
         raise errors.QueueError("current_job() is for the code a worker runs for a job")
     return job
+
+
+@contextlib.contextmanager
+def running_job(job: Job) -> collections.abc.Iterator[Job]:
+    """Makes ``job`` the current_job() of the code run inside: for a handler that runs other code
+    on the job's behalf (the Django app's worker runs Django tasks this way)."""
+    token = _current_job.set(job)
+    try:
+        yield job
+    finally:
+        _current_job.reset(token)
 
 
 class UnknownTaskError(errors.QueueError):
@@ -362,6 +375,7 @@ class _Options:
     run_at: dt.datetime | dt.timedelta | None = None
     priority: int | None = None
     group: str | None = None
+    headers: Mapping[str, Any] | None = None
 
 
 class Task(Generic[P, R]):
@@ -436,10 +450,13 @@ class Task(Generic[P, R]):
         run_at: dt.datetime | dt.timedelta | None = None,
         priority: int | None = None,
         group: str | None = None,
+        headers: Mapping[str, Any] | None = None,
     ) -> Task[P, R]:
         """A copy of the task for one defer: a key of your choosing (a unique job: a live message
         with that key and kind is not enqueued again), a run_at (a time, or a delay), a priority,
-        a FIFO group."""
+        a FIFO group, headers (a dict of str to JSON values the job carries beside its arguments:
+        current_job().headers in the task; the current trace context is added to them when
+        OpenTelemetry is installed)."""
         o = self.options
         return self._copy(
             options=_Options(
@@ -447,6 +464,7 @@ class Task(Generic[P, R]):
                 run_at=o.run_at if run_at is None else run_at,
                 priority=o.priority if priority is None else priority,
                 group=o.group if group is None else group,
+                headers=o.headers if headers is None else headers_value(headers),
             )
         )
 
@@ -560,7 +578,7 @@ class Task(Generic[P, R]):
     # -- enqueueing --------------------------------------------------------------------
     def _push_args(self, args: Any, kwargs: Any) -> tuple[str, dict[str, Any]]:
         key = self.options.key if self.options.key is not None else new_key()
-        push = dict(
+        push: dict[str, Any] = dict(
             key=key,
             kind=self.kind,
             payload=self.payload(*args, **kwargs),
@@ -568,6 +586,8 @@ class Task(Generic[P, R]):
             priority=self.options.priority,
             group=self.options.group,
         )
+        if self.options.headers is not None:
+            push["headers"] = self.options.headers
         return key, push
 
     def defer(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:

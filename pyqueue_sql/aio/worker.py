@@ -59,7 +59,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import errors
+from .. import errors, tracing
 from ..worker import (
     Job,
     RetryPolicy,
@@ -387,6 +387,10 @@ class AsyncWorker(WorkerBase):
             job.on_cancel = None
 
     async def _handle(self, op: Handle, conn: Any) -> BaseException | None:
+        # inside the job's span when OpenTelemetry is installed (pyqueue_sql.tracing)
+        return await tracing.handle_traced_async(op.job, lambda: self._handle_untraced(op, conn))
+
+    async def _handle_untraced(self, op: Handle, conn: Any) -> BaseException | None:
         job = op.job
         job.runs_async = inspect.iscoroutinefunction(op.fn)
         if op.timeout is not None:

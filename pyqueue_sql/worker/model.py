@@ -57,6 +57,8 @@ class Job:
     priority = property(lambda self: self.reservation.priority)
     created_at = property(lambda self: self.reservation.created_at)
     scheduled_at_initially = property(lambda self: self.reservation.scheduled_at_initially)
+    # the message's headers (a dict), None when it has none
+    headers = property(lambda self: self.reservation.headers)
 
     def set_progress(self, value: Any) -> None:
         """Reports the job's progress (any JSON value, at most 64 KiB as JSON): Queue.result (and

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import errors
+from .. import errors, tracing
 from ..client import Database, connect
 from .base import WorkerBase
 from .model import Job, log, where_of
@@ -280,6 +280,10 @@ class Worker(WorkerBase):
         return self.dialect.wait_for_notification(op.db.connection, op.seconds)
 
     def _handle(self, op: Handle, conn: _Connection) -> BaseException | None:
+        # inside the job's span when OpenTelemetry is installed (pyqueue_sql.tracing)
+        return tracing.handle_traced(op.job, lambda: self._handle_untraced(op, conn))
+
+    def _handle_untraced(self, op: Handle, conn: _Connection) -> BaseException | None:
         op.job.runs_async = inspect.iscoroutinefunction(op.fn)
         if op.timeout is not None:
             return self._handle_timed(op, conn)

@@ -452,3 +452,21 @@ def test_app_worker_serves_the_queues_asked_for_with_each_tasks_policy_and_timeo
     assert sorted(app.worker(register=False).routes) == ["a", "b"]
     with pytest.raises(pyqueue_sql.InvalidArgumentError, match="no task on queue 'c'"):
         app.worker(queues=["c"])
+
+
+def test_running_job_makes_a_job_the_current_job_of_the_code_inside(app):
+    jobs = []
+
+    @app.task
+    def outer() -> None:
+        jobs.append(pyqueue_sql.current_job())
+
+    app.create_queues()
+    outer.defer()
+    assert app.run_pending().succeeded == 1
+    with pytest.raises(pyqueue_sql.QueueError, match="current_job"):
+        pyqueue_sql.current_job()
+    with pyqueue_sql.running_job(jobs[0]) as job:  # as a handler running code on a job's behalf
+        assert pyqueue_sql.current_job() is job is jobs[0]
+    with pytest.raises(pyqueue_sql.QueueError, match="current_job"):
+        pyqueue_sql.current_job()
