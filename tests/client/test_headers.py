@@ -1,5 +1,5 @@
 """Message headers through the client (push, push_many, grouped, publish, and every reader: reserve,
-commit_reserve, pop, message, messages), on both dialects, against the real routines."""
+commit_reserve, pop, message, messages, dead letters), on both dialects, against the real routines."""
 
 from __future__ import annotations
 
@@ -114,6 +114,16 @@ def test_publish_and_publish_many_carry_headers(db, make_queue):
     finally:
         db.unbind(topic, a)
         db.unbind(f"{topic.split('.')[0]}.#", b)
+
+
+def test_dead_letters_keep_the_headers(make_queue):
+    dlq = make_queue()
+    q = make_queue(max_attempts=1, dead_letter_queue=dlq)
+    q.push("k", "job", 1, headers={"h": 1})
+    [r] = q.reserve()
+    q.fail(r, "boom")
+    [dead] = dlq.dead_letters()
+    assert (dead.key, dead.headers) == ("k", {"h": 1})
 
 
 @pytest.mark.parametrize("bad", [["a"], "text", 1, {1: "x"}])
