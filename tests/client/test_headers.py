@@ -70,14 +70,20 @@ def test_batches_carry_each_messages_headers(queue):
             NewMessage("b", "job", 2, headers={"h": "b"}),
             {"key": "c", "kind": "job", "payload": 3, "headers": {"h": "c", "deep": {"x": [1, 2]}}},
             ("d", "job", 4, None, None, None, {"h": "d"}),
+            NewMessage(
+                "e", "job", {"s": '}]"headers":', "é": "ü"}, priority=3, headers={"s": "}]", "é": "☃"}
+            ),
         ]
     )
-    assert pushed == 4
-    assert {r.key: r.headers for r in queue.reserve(n=10)} == {
+    assert pushed == 5
+    got = {r.key: r for r in queue.reserve(n=10)}
+    assert (got["e"].payload, got["e"].priority) == ({"s": '}]"headers":', "é": "ü"}, 3)
+    assert {k: r.headers for k, r in got.items()} == {
         "a": None,
         "b": {"h": "b"},
         "c": {"h": "c", "deep": {"x": [1, 2]}},
         "d": {"h": "d"},
+        "e": {"s": "}]", "é": "☃"},
     }
 
 
