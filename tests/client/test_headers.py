@@ -53,14 +53,19 @@ def test_pop_messages_and_commit_reserve_return_headers(queue):
     queue.push("a", "job", 1, headers={"h": "a"})
     queue.push("b", "job", 2, headers={"h": "b"})
     queue.push("c", "job", 3)
-    assert {r.key: r.headers for r in queue.messages()} == {"a": {"h": "a"}, "b": {"h": "b"}, "c": None}
+    queue.push("d", "job", 4, headers={"h": "d"})
+    assert {r.key: r.headers for r in queue.messages()} == {
+        "a": {"h": "a"},
+        "b": {"h": "b"},
+        "c": None,
+        "d": {"h": "d"},
+    }
     [first] = queue.reserve()
     assert first.headers == {"h": "a"}
     committed, [second] = queue.commit_reserve(first)
     assert committed and second.headers == {"h": "b"}
     queue.commit(second)
-    [popped] = queue.pop()
-    assert (popped.key, popped.headers) == ("c", None)
+    assert [(m.key, m.headers) for m in queue.pop(n=2)] == [("c", None), ("d", {"h": "d"})]
 
 
 def test_batches_carry_each_messages_headers(queue):

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import pyqueue_sql
-from pyqueue_sql import App, RetryPolicy
+from pyqueue_sql import App, NewMessage, RetryPolicy
 from pyqueue_sql.aio.worker import AsyncWorker
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -166,6 +166,28 @@ def test_the_callers_own_traceparent_wins(db, queue):
     got = {r.key: r.headers for r in queue.reserve(n=2)}
     assert got["a"] == {"traceparent": mine}
     assert got["b"]["traceparent"] != mine and set(got["b"]) >= {"traceparent"}
+
+
+def test_every_push_path_adds_the_trace_context(db, make_queue):
+    q = make_queue()
+    topic = f"t{uuid.uuid4().hex[:8]}"
+    db.bind(topic, q)
+    try:
+        with trace.get_tracer("web").start_as_current_span("request") as span:
+            q.push("push", "job", 1)
+            q.push("grouped", "job", 1, group="g1", headers={"tenant": "acme"})
+            q.push_many([("many", "job", 1), NewMessage("many-grouped", "job", 1, group="g2")])
+            db.publish(topic, "publish", "job", 1)
+            db.publish_many([(topic, "publish-many", "job", 1)])
+        q.push("outside", "job", 1)  # no span current: nothing added
+    finally:
+        db.unbind(topic, q)
+    span_id = format(span.get_span_context().span_id, "016x")
+    got = {r.key: r.headers for r in q.reserve(n=10)}
+    assert got.pop("outside") is None
+    assert got.pop("grouped")["tenant"] == "acme"
+    assert sorted(got) == ["many", "many-grouped", "publish", "publish-many", "push"]
+    assert all(h["traceparent"].split("-")[2] == span_id for h in got.values()), got
 
 
 def test_a_pyqueue_sql_worker_process_exports_the_child_span(dsn, db, tmp_path, spans):
