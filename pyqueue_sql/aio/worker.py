@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import inspect
 import signal
 import threading
@@ -451,7 +452,13 @@ class AsyncWorker(WorkerBase):
             except RuntimeError:  # the loop has closed: nobody waits any more
                 pass
 
-        threading.Thread(target=target, name=f"pyqueue-timed-{job.key}"[:60], daemon=True).start()
+        # in a copy of this context: the handler sees the job's span (pyqueue_sql.tracing) as current
+        threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(target,),
+            name=f"pyqueue-timed-{job.key}"[:60],
+            daemon=True,
+        ).start()
         done, _ = await asyncio.wait({fut}, timeout=timeout)
         if fut in done:
             return fut.result()

@@ -7,6 +7,7 @@ or a queue_commit_reserve)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import queue as queue_mod
 import signal
@@ -340,7 +341,13 @@ class Worker(WorkerBase):
                     extra={"event": "late_return", "queue": job.queue, "key": job.key, "kind": job.kind},
                 )
 
-        threading.Thread(target=target, name=f"pyqueue-timed-{job.key}"[:60], daemon=True).start()
+        # in a copy of this context: the handler sees the job's span (pyqueue_sql.tracing) as current
+        threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(target,),
+            name=f"pyqueue-timed-{job.key}"[:60],
+            daemon=True,
+        ).start()
         finished.wait(timeout)
         with lock:
             if box:

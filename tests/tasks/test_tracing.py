@@ -129,6 +129,41 @@ def test_the_asyncio_workers_span_has_the_pushers_span_as_parent(app, spans):
     assert seen["current"].span_id == job.context.span_id
 
 
+@pytest.mark.parametrize("worker", ["threads", "asyncio"])
+def test_a_timed_plain_handler_on_a_thread_of_its_own_runs_inside_the_span(app, spans, worker):
+    seen = {}
+
+    @app.task(timeout=30)
+    def timed() -> None:
+        seen["current"] = trace.get_current_span().get_span_context()
+
+    if worker == "asyncio":
+
+        @app.task
+        async def other() -> None:  # an async task: the app's worker is an AsyncWorker
+            pass
+
+    app.create_queues()
+    assert (type(app.worker(register=False)) is AsyncWorker) == (worker == "asyncio")
+    with trace.get_tracer("web").start_as_current_span("request") as web:
+        timed.defer()
+    if worker == "asyncio":
+
+        async def main():
+            report = await app.run_pending_async()
+            for db in list(app._async_dbs.values()):
+                await db.close()
+            return report
+
+        report = asyncio.run(main())
+    else:
+        report = app.run_pending()
+    assert report.succeeded == 1
+    job = _job_span(spans, app.default_queue)
+    assert job.parent.span_id == web.get_span_context().span_id
+    assert seen["current"].span_id == job.context.span_id
+
+
 def test_a_handler_that_raises_ends_its_span_in_error_with_the_exception(app, spans):
     @app.task(retry=RetryPolicy(base=60))
     def flaky() -> None:
