@@ -400,10 +400,7 @@ class Pgmq(System):
         return None
 
     def setup(self, dsn: str) -> None:
-        from pgmq.install import install_pgmq_from_sql
-
-        install_pgmq_from_sql(dsn=dsn)
-        common.execute(self.dialect, dsn, f"SELECT pgmq.create('{QUEUE}')")
+        common.install_pgmq(dsn, QUEUE)
 
     def reset(self, dsn: str) -> None:
         common.execute(self.dialect, dsn, f"SELECT pgmq.purge_queue('{QUEUE}')", f"TRUNCATE pgmq.a_{QUEUE}")

@@ -101,10 +101,23 @@ def execute(dialect: str, dsn: str, *statements: str) -> list:
         conn.close()
 
 
-def install_pyqueue(dsn: str) -> None:
+def install_pyqueue(dsn: str, queue: str | None = None, **options) -> None:
+    """pyqueue-sql's schema (what `pyqueue-sql migrate` runs), and the queue created with options."""
+    import pyqueue_sql
     from pyqueue_sql import migrate
 
-    migrate.upgrade(dsn)  # what `pyqueue-sql migrate` runs
+    migrate.upgrade(dsn)
+    if queue:
+        with pyqueue_sql.connect(dsn) as db:
+            db.queue(queue).create(**options)
+
+
+def install_pgmq(dsn: str, queue: str) -> None:
+    """pgmq from the SQL its PyPI package ships (pgmq.install: no extension needed), and a queue."""
+    from pgmq.install import install_pgmq_from_sql
+
+    install_pgmq_from_sql(dsn=dsn)
+    execute("postgresql", dsn, f"SELECT pgmq.create('{queue}')")
 
 
 def install_commit(dialect: str, dsn: str, commit: str) -> None:

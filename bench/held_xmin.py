@@ -92,13 +92,8 @@ TABLES = {"pyqueue": "pyqueue_message", "pgmq": f"pgmq.q_{QUEUE}"}
 
 
 def _install(dsn: str) -> None:
-    from pgmq.install import install_pgmq_from_sql
-
-    common.install_pyqueue(dsn)
-    with pyqueue_sql.connect(dsn) as db:
-        db.queue(QUEUE).create(visibility_timeout=300)
-    install_pgmq_from_sql(dsn=dsn)
-    common.execute("postgresql", dsn, f"SELECT pgmq.create('{QUEUE}')")
+    common.install_pyqueue(dsn, QUEUE, visibility_timeout=300)
+    common.install_pgmq(dsn, QUEUE)
 
 
 def _sizes(dsn: str) -> dict:

@@ -153,9 +153,7 @@ def consume(dsn: str, n: int, seconds: float | None = None) -> dict[str, float]:
 
 def fresh(dialect: str, tag: str) -> str:
     dsn = common.create(dialect, tag)
-    common.install_pyqueue(dsn)
-    with pyqueue_sql.connect(dsn) as db:
-        db.queue(QUEUE).create(visibility_timeout=300)
+    common.install_pyqueue(dsn, QUEUE, visibility_timeout=300)
     return dsn
 
 

@@ -18,7 +18,6 @@ from functools import partial
 from pathlib import Path
 
 from bench import common
-from pyqueue_sql import migrate
 from pyqueue_sql import spark as pqs
 from pyqueue_sql.queries import parse_named
 
@@ -57,13 +56,11 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
     url = common.create(dialect, "spark")
     results = []
     try:
-        migrate.upgrade(url)
+        common.install_pyqueue(url, QUEUE)
         statements = parse_named((HERE / "spark_ingest.sql").read_text())
         run_sql(url, statements[f"plain_table_{dialect}"])
         import pyqueue_sql
 
-        with pyqueue_sql.connect(url) as db:
-            db.queue(QUEUE).create()
         df = frame(spark, rows, partitions)
         tgt = pqs.target(url)
         opts = pqs.write_options(tgt, batch)

@@ -35,12 +35,9 @@ def _ready() -> None:
 
 
 def pyqueue_install(dsn: str) -> None:
-    import pyqueue_sql
-    from pyqueue_sql import migrate
+    from bench import common
 
-    migrate.upgrade(dsn)
-    with pyqueue_sql.connect(dsn) as db:
-        db.queue(QUEUE).create()
+    common.install_pyqueue(dsn, QUEUE)
 
 
 def pyqueue_enqueue(dsn: str, jobs: int) -> None:
@@ -283,12 +280,9 @@ PGMQ_BATCH = 10
 
 
 def pgmq_install(dsn: str) -> None:
-    import psycopg
-    from pgmq.install import install_pgmq_from_sql
+    from bench import common
 
-    install_pgmq_from_sql(dsn=dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pgmq.create(%s)", (QUEUE,))
+    common.install_pgmq(dsn, QUEUE)
 
 
 def pgmq_enqueue(dsn: str, jobs: int) -> None:
@@ -357,15 +351,9 @@ def _mysql_connect(dsn: str, autocommit: bool = True):
 
 
 def handrolled_install(dsn: str) -> None:
-    conn = _mysql_connect(dsn)
-    try:
-        conn.cursor().execute(
-            "CREATE TABLE job (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
-            "payload JSON NOT NULL, run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), "
-            "token CHAR(36) NULL, UNIQUE KEY job_key (msg_key), KEY job_ready (run_at, id)) ENGINE=InnoDB"
-        )
-    finally:
-        conn.close()
+    from bench.bench import HandRolled
+
+    HandRolled("mysql").setup(dsn)  # the hand-rolled queue's table of `routines`
 
 
 def handrolled_enqueue(dsn: str, jobs: int) -> None:

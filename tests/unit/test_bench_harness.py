@@ -97,3 +97,21 @@ def test_bench_holds_only_suites_and_their_shared_modules():
         "a script outside the harness: make it a suite or fold it in"
     )
     assert suites <= modules
+
+
+def test_the_shared_table_writer_aligns_the_columns_it_is_told():
+    from bench import common
+
+    lines = common.table(["system", "msg/s"], [("pyqueue", "1,200"), ("pgmq", 900)], "lr")
+    assert lines == ["| system | msg/s |", "| --- | ---: |", "| pyqueue | 1,200 |", "| pgmq | 900 |"]
+
+
+def test_a_suite_option_takes_its_default_s_type():
+    from bench import common
+
+    ap = common.parser(
+        "doc", ("--rounds", 3, ""), ("--cap", 0.0, ""), ("--out", None, ""), ("--quick", False, "")
+    )
+    args = ap.parse_args(["--rounds", "5", "--cap", "2", "--quick"])
+    assert (args.rounds, args.cap, args.out, args.quick) == (5, 2.0, None, True)
+    assert type(args.cap) is float
