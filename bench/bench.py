@@ -781,17 +781,8 @@ def _async_table(results: list[dict], meta: dict) -> list[str]:
 
 def server_settings(dialect: str, dsn: str) -> dict[str, str]:
     if dialect == "postgresql":
-        names = (
-            "server_version",
-            "synchronous_commit",
-            "fsync",
-            "wal_sync_method",
-            "shared_buffers",
-            "autovacuum",
-        )
-        rows = common.execute(
-            dialect, dsn, "SELECT name, setting FROM pg_settings WHERE name IN ('" + "','".join(names) + "')"
-        )
+        names = "'server_version', 'synchronous_commit', 'fsync', 'wal_sync_method', 'shared_buffers', 'autovacuum'"
+        rows = common.execute(dialect, dsn, f"SELECT name, setting FROM pg_settings WHERE name IN ({names})")
     else:
         rows = common.execute(
             dialect,
@@ -803,20 +794,10 @@ def server_settings(dialect: str, dsn: str) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
-    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    meta: dict[str, Any] = {
-        "started": started,
-        "command": common.command(),
-        "rounds": args.rounds,
-        "messages": args.messages,
-        "cap": args.cap,
-        "clients": args.clients,
-        "dialects": args.dialects,
-        "machine": f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()})",
-        "load_before": os.getloadavg(),
-        "servers": {},
-        "skipped": {},
-    }
+    meta: dict[str, Any] = {k: getattr(args, k) for k in ("rounds", "messages", "cap", "clients", "dialects")}
+    meta |= {"started": common.now_utc(), "command": common.command(), "load_before": os.getloadavg()}
+    meta |= {"machine": f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()})"}
+    meta |= {"servers": {}, "skipped": {}}
     results: list[dict] = []
     pids: dict[str, int | None] = {}  # the server's process, where it runs on this machine
     t0 = time.time()
@@ -854,19 +835,17 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     order = common.rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd)
                     for sname in order:
                         r = {"dialect": dialect, "system": sname, "workload": w, "round": rnd}
+                        how = (
+                            dialect,
+                            dsns[sname],
+                            w,
+                            args.clients,
+                            args.messages,
+                            args.cap,
+                            pids.get(dialect),
+                        )
                         try:
-                            r.update(
-                                measure(
-                                    SYSTEMS[sname],
-                                    dialect,
-                                    dsns[sname],
-                                    w,
-                                    args.clients,
-                                    args.messages,
-                                    args.cap,
-                                    pids.get(dialect),
-                                )
-                            )
+                            r.update(measure(SYSTEMS[sname], *how))
                         except Exception as exc:
                             r["error"] = f"{type(exc).__name__}: {exc}"
                         results.append(r)

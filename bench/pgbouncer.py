@@ -12,11 +12,11 @@ Writes bench/latest/pgbouncer.{md,json} (--out DIR to write elsewhere).
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -206,28 +206,22 @@ def markdown(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", help="comma-separated parts: prepare,latency,burndown (default all)")
-    parser.add_argument(
-        "--ops", type=int, default=1000, help="prepare: push+reserve+commit per mode and round"
+    parser = common.parser(
+        __doc__.splitlines()[0],
+        ("--rounds", 3, "rounds, the set-ups' order rotating"),
+        ("--only", "prepare,latency,burndown", "comma-separated parts"),
+        ("--ops", 1000, "prepare: push+reserve+commit per mode and round"),
+        ("--samples", 50, "latency: pushes per set-up and round"),
+        ("--messages", 3000, "burndown: backlog per set-up and round"),
+        ("--concurrency", 8, "burndown: the worker's handlers"),
+        ("--pool-size", 4, "PgBouncer's default_pool_size"),
+        ("--out", os.path.join(ROOT, "bench", "latest"), "where pgbouncer.md and .json go"),
     )
-    parser.add_argument("--samples", type=int, default=50, help="latency: pushes per set-up and round")
-    parser.add_argument("--messages", type=int, default=3000, help="burndown: backlog per set-up and round")
-    parser.add_argument("--concurrency", type=int, default=8, help="burndown: the worker's handlers")
-    parser.add_argument("--pool-size", type=int, default=4, help="PgBouncer's default_pool_size")
-    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "latest"))
     args = parser.parse_args(argv)
-    parts = set((args.only or "prepare,latency,burndown").split(","))
+    parts = set(args.only.split(","))
     common.exit_on_sigterm()
-    started = dt.datetime.now(dt.UTC)
-    meta = {
-        "command": common.command(),
-        "started": started.strftime("%Y-%m-%d %H:%M UTC"),
-        "load_before": os.getloadavg(),
-        "rounds": args.rounds,
-        "pool_size": args.pool_size,
-    }
+    meta = {"command": common.command(), "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    meta |= {"load_before": os.getloadavg(), "rounds": args.rounds, "pool_size": args.pool_size}
     direct = common.create("postgresql", "pgbouncer")
     bouncer = OwnPgBouncer(common.ADMIN["postgresql"], pool_size=args.pool_size)
     report: dict = {"meta": meta}
@@ -235,11 +229,8 @@ def main(argv=None) -> int:
         migrate.upgrade(direct)
         bouncer.start()
         pooled = bouncer.dsn(direct)
-        import subprocess
-
-        meta["pgbouncer"] = subprocess.run(
-            [bouncer.exe, "--version"], capture_output=True, text=True
-        ).stdout.splitlines()[0]
+        version = subprocess.run([bouncer.exe, "--version"], capture_output=True, text=True).stdout
+        meta["pgbouncer"] = version.splitlines()[0]
         with pyqueue_sql.connect(direct) as db, db.connection.cursor() as cur:
             cur.execute("SHOW server_version")
             meta["server"] = cur.fetchone()[0]
