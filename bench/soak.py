@@ -126,12 +126,12 @@ def producer_main(index, dsn, queue, rate, seconds, keys_path, acked, errs, seed
             db.close()
 
 
-class WorkerProc:
-    def __init__(self, slot: int, gen: int, popen: subprocess.Popen, log_path: str, started: float):
-        self.slot, self.gen, self.popen, self.log_path, self.started = slot, gen, popen, log_path, started
-        self.pid = popen.pid
-        self.signal_sent: str | None = None
-        self.returncode: int | None = None
+class WorkerProc(subprocess.Popen):
+    """A `pyqueue-sql worker` process: its slot, generation, log, and the signal it was sent."""
+
+    slot = gen = 0
+    log_path = ""
+    signal_sent: str | None = None
 
 
 class Fleet:
@@ -159,10 +159,11 @@ class Fleet:
         cmd += "--log-format json --log-level info --no-status".split()
         env = dict(os.environ, SOAK_RUNLOG_DIR=self.workdir, PYTHONUNBUFFERED="1")
         with open(log_path, "w") as log:
-            popen = subprocess.Popen(
+            w = WorkerProc(
                 cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        self.slots[slot] = w = WorkerProc(slot, self.gen, popen, log_path, now() - self.t0)
+        w.slot, w.gen, w.log_path = slot, self.gen, log_path
+        self.slots[slot] = w
         return w
 
     def start_all(self) -> None:
@@ -173,20 +174,16 @@ class Fleet:
     def reap(self) -> None:
         """Collects exited processes; restarts a slot whose worker died on its own."""
         with self.lock:
-            for w in [w for w in self.stopping if w.popen.poll() is not None]:
-                self._finish(w)
+            for w in [w for w in self.stopping if w.poll() is not None]:
+                self.done.append(w)
                 self.stopping.remove(w)
             for slot, w in list(self.slots.items()):
-                if w.popen.poll() is not None:
-                    self._finish(w)
+                if w.poll() is not None:
+                    self.done.append(w)
                     self.unexpected_exits.append(
                         {"slot": slot, "gen": w.gen, "returncode": w.returncode, "log": w.log_path}
                     )
                     self.start(slot)
-
-    def _finish(self, w: WorkerProc) -> None:
-        w.returncode = w.popen.returncode
-        self.done.append(w)
 
     def chaos_once(self, rng: random.Random) -> dict | None:
         with self.lock:
@@ -196,15 +193,12 @@ class Fleet:
             slot = rng.choice(killable)
             w = self.slots.pop(slot)
             sig = signal.SIGKILL if rng.random() < 0.8 else signal.SIGTERM
-            try:
-                os.kill(w.pid, sig)
-            except ProcessLookupError:
-                pass
+            w.send_signal(sig)
             w.signal_sent = sig.name
             self.kills[sig.name] += 1
             if sig == signal.SIGKILL:
-                w.popen.wait()
-                self._finish(w)
+                w.wait()
+                self.done.append(w)
             else:
                 self.stopping.append(w)
             new = self.start(slot)
@@ -213,7 +207,7 @@ class Fleet:
                 "slot": slot,
                 "signal": sig.name,
                 "pid": w.pid,
-                "replacement_pid": new.pid,
+                "new_pid": new.pid,
             }
 
     def stop_all(self, timeout: float) -> None:
@@ -221,19 +215,16 @@ class Fleet:
             procs = list(self.slots.values())
             for w in procs:
                 w.signal_sent = w.signal_sent or "SIGTERM(final)"
-                try:
-                    os.kill(w.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                w.terminate()
             deadline = now() + timeout
             for w in procs + self.stopping:
                 try:
-                    w.popen.wait(timeout=max(deadline - now(), 0.1))
+                    w.wait(timeout=max(deadline - now(), 0.1))
                 except subprocess.TimeoutExpired:
-                    w.popen.kill()
-                    w.popen.wait()
+                    w.kill()
+                    w.wait()
                     w.signal_sent = "SIGKILL(final, did not stop)"
-                self._finish(w)
+                self.done.append(w)
             self.slots.clear()
             self.stopping.clear()
 
