@@ -1,6 +1,6 @@
 """OpenTelemetry for pyqueue-sql: trace context in the message headers, a span per job.
 
-Installed with the ``otel`` extra (``pip install 'pyqueue-sql[otel]'``: opentelemetry-api only;
+Installed with the ``otel`` extra (``pip install -e '.[otel]'``: opentelemetry-api only;
 the SDK and exporters are the application's). Without it nothing here imports anything from
 opentelemetry, and a push pays one cached check.
 
