@@ -154,7 +154,7 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
     assert results["divide_zero"]["traceback_ends"] == [  # the worker's traceback, not only the error
         ["Traceback (most recent call last):", "ZeroDivisionError: division by zero"]
     ]
-    assert results["attempt"]["value"] == "ctx: attempt 1"
+    assert results["attempt"]["value"] == "ctx: attempt 1 of shop.tasks.attempt_of"
     assert results["shout"]["value"] == "HEY"
     assert results["view"] == {"status": "SUCCESSFUL", "errors": [], "value": results["confirm"]["value"]}
 

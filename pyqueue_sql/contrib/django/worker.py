@@ -44,10 +44,12 @@ def run_task(job: Any, backend: PyQueueBackend) -> Any:
         )
         compat.task_started.send(type(backend), task_result=result)
         try:
-            if task.takes_context:
-                value = task.call(compat.TaskContext(task_result=result), *args, **kwargs)
-            else:
-                value = task.call(*args, **kwargs)
+            # pyqueue_sql.current_job() inside the task is this job: its progress, its cancel request
+            with pyqueue_sql.running_job(job):
+                if task.takes_context:
+                    value = task.call(compat.TaskContext(task_result=result), *args, **kwargs)
+                else:
+                    value = task.call(*args, **kwargs)
             value = compat.normalize_json(value)
         except (pyqueue_sql.Retry, pyqueue_sql.GiveUp, pyqueue_sql.Snooze, pyqueue_sql.Cancelled):
             raise

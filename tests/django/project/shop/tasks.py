@@ -3,6 +3,7 @@ try:
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import task
 
+import pyqueue_sql
 from shop.models import Order
 
 
@@ -19,7 +20,8 @@ def divide(a: int, b: int) -> float:
 
 @task(takes_context=True)
 def attempt_of(context, label: str) -> str:
-    return f"{label}: attempt {context.attempt}"
+    # the pyqueue-sql job running it is current_job() (its progress, its cancel request)
+    return f"{label}: attempt {context.attempt} of {pyqueue_sql.current_job().kind}"
 
 
 @task
