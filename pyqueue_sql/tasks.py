@@ -102,12 +102,29 @@ class UnknownTaskError(errors.QueueError):
     """A message of a queue the app serves whose kind no task of the app has."""
 
 
+_key_lock = threading.Lock()
+_key_ms = 0  # the millisecond of this process's last key
+_key_seq = 0  # its 12-bit counter within that millisecond (RFC 9562, method 1)
+
+
 def new_key() -> str:
-    """A fresh key, time-ordered like a UUIDv7 (48 bits of milliseconds, then random bits), so the
-    live table's primary key grows at its right edge (see DESIGN.md, "Tasks over the contract")."""
-    ms = time.time_ns() // 1_000_000
-    raw = bytearray(ms.to_bytes(6, "big") + os.urandom(10))
-    raw[6] = (raw[6] & 0x0F) | 0x70  # version 7
+    """A fresh key, time-ordered like a UUIDv7 (48 bits of milliseconds, a 12-bit counter, then
+    random bits), so the live table's primary key grows at its right edge (see DESIGN.md, "Tasks
+    over the contract"). Within one process each key sorts after the one before, also inside one
+    millisecond or when the clock steps back: the counter starts at a random value in its lower
+    half at each new millisecond and counts up; when it runs out, the key borrows the next
+    millisecond."""
+    global _key_ms, _key_seq
+    with _key_lock:
+        ms = time.time_ns() // 1_000_000
+        if ms > _key_ms:
+            _key_ms, _key_seq = ms, int.from_bytes(os.urandom(2), "big") & 0x7FF
+        elif _key_seq < 0xFFF:
+            _key_seq += 1
+        else:
+            _key_ms, _key_seq = _key_ms + 1, 0
+        ms, seq = _key_ms, _key_seq
+    raw = bytearray(ms.to_bytes(6, "big") + (0x7000 | seq).to_bytes(2, "big") + os.urandom(8))
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
     return str(uuid.UUID(bytes=bytes(raw)))
 

@@ -470,3 +470,22 @@ def test_running_job_makes_a_job_the_current_job_of_the_code_inside(app):
         assert pyqueue_sql.current_job() is job is jobs[0]
     with pytest.raises(pyqueue_sql.QueueError, match="current_job"):
         pyqueue_sql.current_job()
+
+
+def test_keys_made_in_one_process_sort_in_the_order_they_were_made():
+    """Many keys inside one millisecond, and after the clock steps back, still sort in the order
+    they were made (a counter after the milliseconds, not random bits there), and stay UUIDv7."""
+    import uuid
+
+    from pyqueue_sql import tasks
+
+    keys = [tasks.new_key() for _ in range(20_000)]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    assert {uuid.UUID(k).version for k in keys} == {7}
+    before = tasks._key_ms
+    tasks._key_ms += 5_000  # as if the clock had stepped back five seconds
+    try:
+        later = [tasks.new_key() for _ in range(5_000)]  # more than a counter's range: borrows a millisecond
+    finally:
+        tasks._key_ms = max(tasks._key_ms, before)
+    assert later == sorted(later) and later[0] > keys[-1]
