@@ -491,18 +491,31 @@ def _exercise(conn) -> None:
     res = "hj.results"
     one("SELECT queue_create(%s)", res)
     one("SELECT queue_set_result_retention(%s, interval '1 day')", res)
-    one("SELECT queue_push_batch(%s, ARRAY['r1','r2','r3','r4','r5'], ARRAY['r','r','r','r','r'], "
-        "ARRAY['1','2','3','4','5']::jsonb[])", res)
-    held = {r[0]: r for r in many("SELECT p_key, p_kind, token::text FROM queue_reserve(%s, 'w', NULL, 4)", res)}
+    one(
+        "SELECT queue_push_batch(%s, ARRAY['r1','r2','r3','r4','r5'], ARRAY['r','r','r','r','r'], "
+        "ARRAY['1','2','3','4','5']::jsonb[])",
+        res,
+    )
+    held = {
+        r[0]: r for r in many("SELECT p_key, p_kind, token::text FROM queue_reserve(%s, 'w', NULL, 4)", res)
+    }
     assert one("SELECT queue_set_progress(%s, %s, %s, %s, '{\"done\": 1}')", res, *held["r1"])[0]
-    token, _ = one("SELECT token::text, cancel_requested FROM queue_renew(%s, %s, %s, %s, NULL)", res, *held["r1"])
+    token, _ = one(
+        "SELECT token::text, cancel_requested FROM queue_renew(%s, %s, %s, %s, NULL)", res, *held["r1"]
+    )
     assert one("SELECT queue_commit_result(%s, 'r1', 'r', %s, '{\"ok\": true}')", res, token)[0]
     assert one("SELECT queue_cancel(%s, %s, %s)", res, *held["r2"][:2])[0] == "requested"
     assert one("SELECT queue_cancel_held(%s, %s, %s, %s)", res, *held["r2"])[0]
-    assert one(
-        "SELECT queue_commit_result_batch(%s, ARRAY['r3','r4'], ARRAY['r','r'], ARRAY[%s, %s], "
-        "ARRAY['1', NULL]::jsonb[])", res, held["r3"][2], held["r4"][2],
-    )[0] == 2
+    assert (
+        one(
+            "SELECT queue_commit_result_batch(%s, ARRAY['r3','r4'], ARRAY['r','r'], ARRAY[%s, %s], "
+            "ARRAY['1', NULL]::jsonb[])",
+            res,
+            held["r3"][2],
+            held["r4"][2],
+        )[0]
+        == 2
+    )
     assert one("SELECT state FROM queue_result(%s, 'r1', 'r')", res)[0] == "succeeded"
     assert one("SELECT state FROM queue_result_wait(%s, 'r2', 'r', interval '10 ms')", res)[0] == "cancelled"
     one("SELECT queue_result_channel(%s)", res)
@@ -512,14 +525,33 @@ def _exercise(conn) -> None:
     # headers: every *_with_headers push, and the reads that return them
     one("SELECT queue_bind('hj.topic', %s)", other)
     assert one("SELECT queue_push_with_headers(%s, 'h1', 'h', '1', NULL, NULL, '{\"t\": 1}')", other)[0]
-    assert one("SELECT queue_push_batch_with_headers(%s, ARRAY['h2','h3'], ARRAY['h','h'], ARRAY['1','2']::jsonb[], "
-               "NULL, NULL, ARRAY['{\"t\": 2}', NULL]::jsonb[])", other)[0] == 2
+    assert (
+        one(
+            "SELECT queue_push_batch_with_headers(%s, ARRAY['h2','h3'], ARRAY['h','h'], ARRAY['1','2']::jsonb[], "
+            "NULL, NULL, ARRAY['{\"t\": 2}', NULL]::jsonb[])",
+            other,
+        )[0]
+        == 2
+    )
     assert one("SELECT queue_push_grouped_with_headers(%s, 'g', 'h4', 'h', '1', NULL, NULL, '{}')", other)[0]
-    assert one("SELECT queue_push_batch_grouped_with_headers(%s, ARRAY['g', NULL], ARRAY['h5','h6'], ARRAY['h','h'], "
-               "ARRAY['1','2']::jsonb[], NULL, NULL, NULL)", other)[0] == 2
-    assert one("SELECT queue_publish_with_headers('hj.topic', 'h7', 'h', '1', NULL, NULL, '{\"t\": 7}')")[0] == 1
-    assert one("SELECT queue_publish_batch_with_headers(ARRAY['hj.topic'], ARRAY['h8'], ARRAY['h'], "
-               "ARRAY['1']::jsonb[], NULL, NULL, ARRAY['{\"t\": 8}']::jsonb[])")[0] == 1
+    assert (
+        one(
+            "SELECT queue_push_batch_grouped_with_headers(%s, ARRAY['g', NULL], ARRAY['h5','h6'], ARRAY['h','h'], "
+            "ARRAY['1','2']::jsonb[], NULL, NULL, NULL)",
+            other,
+        )[0]
+        == 2
+    )
+    assert (
+        one("SELECT queue_publish_with_headers('hj.topic', 'h7', 'h', '1', NULL, NULL, '{\"t\": 7}')")[0] == 1
+    )
+    assert (
+        one(
+            "SELECT queue_publish_batch_with_headers(ARRAY['hj.topic'], ARRAY['h8'], ARRAY['h'], "
+            "ARRAY['1']::jsonb[], NULL, NULL, ARRAY['{\"t\": 8}']::jsonb[])"
+        )[0]
+        == 1
+    )
     with pytest.raises(psycopg.Error, match="headers must be a JSON object"):
         with conn.transaction():
             conn.execute("SELECT queue_push_with_headers(%s, 'h9', 'h', '1', NULL, NULL, '[1]')", (other,))
