@@ -3607,10 +3607,13 @@ END //
 -- COMMITTED the slot-taking UPDATE's reads of the holders are consistent reads and its scan of the slots is
 -- semi-consistent; with nothing more, takes racing in such transactions handed out more than the capacity (5 live
 -- on a limit of 3). So the own transaction first locks the queue's limit rows (shared; queue_drop and
--- queue_set_limit lock them before message and slot rows), then, at a kind's first candidate, all that kind's slot
--- rows (FOR UPDATE, the rows the UPDATE scans and at REPEATABLE READ keeps locked): no other take is in progress
--- while it picks a slot, and every holder that took its slot before has committed its claim.
--- Locks: in autocommit mode the limit rows (shared), each candidate row and each limited kind's slot rows, until the
+-- queue_set_limit lock them before message and slot rows), then, at its first candidate of a limited kind, the slot
+-- rows of all the queue's kinds (FOR UPDATE, the rows the UPDATE scans and at REPEATABLE READ keeps locked): no other
+-- take is in progress while it picks a slot, and every holder that took its slot before has committed its claim. All
+-- kinds at once, in one statement in primary key order: locked kind by kind at each kind's first candidate, two
+-- calls whose FIFO pages met two kinds in opposite orders deadlocked, so often under load (24 autocommit
+-- queue_commit_reserve loops) that 10 runs of a call in a row did.
+-- Locks: in autocommit mode the limit rows (shared), each candidate row and all the queue's slot rows, until the
 -- call ends; otherwise each candidate row for one statement (or until the caller's transaction ends) and the slot rows
 -- as pyqueue__limit_take. Emits the result set.
 DROP PROCEDURE IF EXISTS pyqueue__reserve_limited //
@@ -3639,7 +3642,7 @@ BEGIN
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_limits     INT;  -- limits
-    DECLARE v_locked LONGTEXT CHARACTER SET utf8mb4;  -- the kinds whose slot rows the own transaction locked
+    DECLARE v_locked BOOLEAN;  -- the own transaction locked the queue's slot rows
     DECLARE v_ok INT DEFAULT 1;
     DECLARE v_full LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_own, v_txn, v_tries INT DEFAULT 0;
@@ -3680,7 +3683,7 @@ BEGIN
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
         SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limits;
         REPEAT
-          SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '[]', v_full = NULL, v_locked = '[]',
+          SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '[]', v_full = NULL, v_locked = FALSE,
               v_left = COALESCE(in_n, 1);
           BEGIN
             DECLARE c_ready CURSOR FOR
@@ -3758,13 +3761,14 @@ BEGIN
                                 END IF;
                             ELSE
                                 IF v_limits THEN  -- a slot first, for a kind with a limit
-                                    IF (v_txn = 1 OR in_serial) AND NOT JSON_CONTAINS(v_locked, JSON_QUOTE(v_kind)) THEN
-                                        -- all its slot rows, until the commit (see above)
+                                    IF (v_txn = 1 OR in_serial) AND NOT v_locked THEN
+                                        -- the slot rows of ALL the queue's kinds, in one statement in primary key
+                                        -- order, until the commit (see above)
                                         SELECT COUNT(*) INTO v_slots
-                                          FROM pyqueue_limit_slot s
-                                         WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                                          FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
+                                         WHERE s.queue_name = v_queue
                                            FOR UPDATE;
-                                        SET v_locked = JSON_ARRAY_APPEND(v_locked, '$', v_kind);
+                                        SET v_locked = TRUE;
                                     END IF;
                                     CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
                                 END IF;
@@ -4888,11 +4892,12 @@ BEGIN
     -- falls whole. Also when the reservation has expired: the reserve would take that message again (it is ready),
     -- and the commit then find its token gone. And on a queue with limits in the call's own transaction, which then
     -- runs at READ COMMITTED and takes the reserve's slots as queue_reserve's own transaction does (the limit rows
-    -- shared, then all slot rows of a kind): at REPEATABLE READ the slot-taking UPDATE of a racing call read the
-    -- holders' message rows with shared locks while holding slot rows, so the committed row (a slot's holder)
-    -- deadlocked it in either order; at READ COMMITTED those reads take no lock. Deadlocks left between the slot
-    -- rows of two kinds roll the call back whole and run it again (up to 10 times), as queue_reserve's own
-    -- transaction does; its rows are sent only at its end, once nothing of it can fail any more. Otherwise (inside
+    -- shared, then the slot rows of all the queue's kinds in one statement, so two calls never wait for each other's
+    -- slot rows in opposite orders): at REPEATABLE READ the slot-taking UPDATE of a racing call read the holders'
+    -- message rows with shared locks while holding slot rows, so the committed row (a slot's holder) deadlocked it
+    -- in either order; at READ COMMITTED those reads take no lock. A deadlock left (with a call outside this path)
+    -- rolls the call back whole and runs it again (up to 10 times), as queue_reserve's own transaction does; its
+    -- rows are sent only at its end, once nothing of it can fail any more. Otherwise (inside
     -- the caller's transaction) after the reserve.
     SET v_first = COALESCE(v_commit AND v_id > 0 AND v_group IS NULL
                            AND (v_short OR v_expired OR (v_txn = 1 AND v_limited)), FALSE);
