@@ -6,6 +6,7 @@ name. Read from the source files with ast, so a lazy import inside a function co
 from __future__ import annotations
 
 import ast
+import gc
 import graphlib
 import subprocess
 import sys
@@ -44,8 +45,23 @@ def package_modules(package: Path = PACKAGE) -> dict[str, Module]:
         parts = path.relative_to(package).with_suffix("").parts
         is_package = parts[-1] == "__init__"
         name = ".".join((ROOT, *(parts[:-1] if is_package else parts)))
-        found[name] = Module(name, path, is_package, ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        found[name] = Module(name, path, is_package, _parse(path))
     return found
+
+
+def _parse(path: Path) -> ast.Module:
+    """ast.parse with the garbage collector held off: on CPython 3.11, a finalizer that runs Python
+    code while the parser builds the tree (an object another test left for the collector) makes
+    ast.parse fail with "SystemError: AST constructor recursion depth mismatch"."""
+    source = path.read_text(encoding="utf-8")
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source, str(path))
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _walk_running(node: ast.AST):
