@@ -129,6 +129,17 @@ def new_key() -> str:
     return str(uuid.UUID(bytes=bytes(raw)))
 
 
+async def _close_at_loop_end(db: AsyncDatabase) -> collections.abc.AsyncIterator[None]:
+    """Closes an app's per-loop AsyncDatabase when its event loop shuts down: asyncio.run (and
+    loop.shutdown_asyncgens) closes every async generator still suspended on the loop, while the
+    loop still runs, which runs this finally. Without it the connection outlived its loop, and its
+    finalizer failed later on the closed loop ("Event loop is closed")."""
+    try:
+        yield
+    finally:
+        await db.close()
+
+
 # -- values to JSON and back ------------------------------------------------------------------
 
 
@@ -822,12 +833,15 @@ class App:
                 "the app has no database: App(dsn), PYQUEUE_DSN in the environment, or task.using(db)"
             )
         loop = asyncio.get_running_loop()
-        db = self._async_dbs.get(loop)
-        if db is None:
+        held = self._async_dbs.get(loop)
+        if held is None:
             from .aio.client import connect as connect_async
 
-            db = self._async_dbs[loop] = await connect_async(dsn)
-        return db
+            db = await connect_async(dsn)
+            closer = _close_at_loop_end(db)
+            await closer.__anext__()  # suspended at its yield: the loop now knows it
+            held = self._async_dbs[loop] = (db, closer)
+        return held[0]
 
     def create_queues(self, *, result_retention: Any = None, **settings: Any) -> None:
         """Creates the queues of the app's tasks (Queue.create: an existing one gets the settings

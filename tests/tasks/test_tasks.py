@@ -245,12 +245,13 @@ def test_async_tasks_defer_async_and_run_pending_async(app):
         for n in range(3):
             await ping.defer_async(n)
         report = await app.run_pending_async()
-        for db in list(app._async_dbs.values()):
-            await db.close()
-        return report
+        return report, await app.database_async()
 
-    report = asyncio.run(main())
+    report, adb = asyncio.run(main())
     assert report.succeeded == 3 and sorted(seen) == [0, 1, 2]
+    # the app's connection of that event loop was closed as the loop shut down (left open, its
+    # finalizer would fail later on the closed loop)
+    assert adb.connection.closed
 
 
 def _push_from_sql(db, raw, queue, key, kind, payload: dict) -> None:

@@ -117,8 +117,6 @@ def test_the_asyncio_workers_span_has_the_pushers_span_as_parent(app, spans):
         with trace.get_tracer("web").start_as_current_span("POST /upload") as web:
             await resize.defer_async("cat.png")
         report = await app.run_pending_async()
-        for db in list(app._async_dbs.values()):
-            await db.close()
         return web, report
 
     web, report = asyncio.run(main())
@@ -151,8 +149,6 @@ def test_a_timed_plain_handler_on_a_thread_of_its_own_runs_inside_the_span(app, 
 
         async def main():
             report = await app.run_pending_async()
-            for db in list(app._async_dbs.values()):
-                await db.close()
             return report
 
         report = asyncio.run(main())
