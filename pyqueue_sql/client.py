@@ -567,6 +567,12 @@ class DatabaseCalls:
         return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in (yield _call("limits", queue=None))]
 
     @sans_io
+    def rates(self) -> list[RateInfo]:
+        """Every queue's rate limits (queue_rates), ordered by queue, then kind (the queue-wide
+        rate, kind None, first)."""
+        return [_rate(self.dialect, row) for row in (yield _call("rates", queue=None))]
+
+    @sans_io
     def schedules(self) -> list[ScheduleInfo]:
         """Every queue's recurring messages."""
         return [_schedule(self.dialect, row) for row in (yield _call("schedules", queue=None))]
@@ -1723,6 +1729,51 @@ class QueueCalls:
         return [LimitInfo(q, k, int(c), int(u)) for q, k, c, u in (yield _call("limits", queue=self.name))]
 
     @sans_io
+    def set_rate(self, kind: str | None, n: int | None, per: Duration = None) -> None:
+        """At most n messages of kind delivered in any window of length per (seconds or a
+        timedelta), by every path that delivers one (reserve, commit_reserve, pop, a worker's
+        prefetch); kind None = every kind of the queue together. A message held back stays
+        ready, first in line. n None removes the rate (per is then ignored). n from 1 to
+        10000, per more than 0 and at most 1 day."""
+        d = self.db.dialect
+        n = whole_number_within(n, "n", 1, MAX_RATE_N)
+        if n is not None:
+            span = dialects.as_timedelta(per, "per")
+            if span is None:
+                raise errors.InvalidArgumentError(
+                    "per is required with n: the window's length (seconds or a timedelta)"
+                )
+            if not dt.timedelta(0) < span <= MAX_RATE_PER:
+                raise errors.InvalidArgumentError(
+                    f"per must be more than 0 seconds and at most 1 day (86400 seconds), not {span.total_seconds():g} seconds"
+                )
+        yield _call(
+            "set_rate",
+            queue=self.name,
+            kind=text_value(kind, "kind"),
+            n=n,
+            per=None if n is None else d.duration(per, "per"),
+        )
+
+    @sans_io
+    def rates(self) -> list[RateInfo]:
+        """This queue's rate limits (queue_rates): the queue-wide one (kind None) first, then by kind."""
+        return [_rate(self.db.dialect, row) for row in (yield _call("rates", queue=self.name))]
+
+    @sans_io
+    def set_group_limit(self, group: str | None, k: int | None) -> None:
+        """Up to k messages of a FIFO group live at once (reserved, or ready at the group's
+        head), started in the group's order; group None = the queue's default for every group
+        (a named group's own k overrides it). k None removes it (back to the default; the
+        queue's default back to 1, one at a time). k from 1 to 10000."""
+        yield _call(
+            "set_group_limit",
+            queue=self.name,
+            group=text_value(group, "group"),
+            k=whole_number_within(k, "k", 1, MAX_GROUP_LIMIT),
+        )
+
+    @sans_io
     def schedule_every(self, key: str | int, kind: str, payload: Any, every: Duration) -> dt.datetime:
         """A message key@time every ``every`` (whole seconds, aligned to the Unix epoch); returns the first time."""
         d = self.db.dialect
@@ -1823,12 +1874,7 @@ class QueueCalls:
         """This queue's non-empty FIFO groups ordered by group key, at most n (None = 100, at most
         1000): each with its head message (the one delivered next, or being delivered) and how
         many messages it holds."""
-        return [
-            GroupInfo(group_key, head_key, head_kind, None if state is None else str(state), int(messages))
-            for group_key, head_key, head_kind, state, messages in (
-                yield _call("groups", queue=self.name, n=whole_number(n, "n"))
-            )
-        ]
+        return [_group(row) for row in (yield _call("groups", queue=self.name, n=whole_number(n, "n")))]
 
     @sans_io
     def throughput(self, since: dt.datetime | dt.timedelta | None = None) -> list[ThroughputRow]:
@@ -1963,6 +2009,45 @@ class LimitInfo:
     in_use: int
 
 
+# The bounds of a rate (queue_set_rate) and of a group's k (queue_set_group_limit), as the routines check them.
+MAX_RATE_N = 10000
+MAX_RATE_PER = dt.timedelta(days=1)
+MAX_GROUP_LIMIT = 10000
+
+
+@dataclass(frozen=True)
+class RateInfo:
+    """A rate limit as queue_rates shows it: at most ``n`` messages of ``kind`` (None: of every
+    kind of the queue together) delivered in any window of length ``per``. ``in_window``: the
+    units used within the last ``per`` (the rate is saturated when it equals n);
+    ``next_free_at``: when the next unit is (or was) free, None while some unit was never used."""
+
+    queue: str
+    kind: str | None
+    n: int
+    per: dt.timedelta
+    next_free_at: dt.datetime | None
+    in_window: int
+
+    @property
+    def saturated(self) -> bool:
+        """Whether every unit was used within the last ``per`` (the next delivery waits)."""
+        return self.in_window >= self.n
+
+
+def _rate(dialect: dialects.Dialect, row: Sequence[Any]) -> RateInfo:
+    # leading columns by position: a newer queue_rates may add trailing ones
+    queue, kind, n, per, next_free_at, in_window, *_ = row
+    return RateInfo(
+        queue,
+        kind,
+        int(n),
+        dialect.read_duration(per),
+        dialect.read_time(next_free_at),
+        int(in_window),
+    )
+
+
 @dataclass(frozen=True)
 class ScheduleInfo:
     queue: str
@@ -2028,13 +2113,32 @@ class Binding(NamedTuple):
 class GroupInfo(NamedTuple):
     """A queue's non-empty FIFO group (queue_groups): its head message (key, kind and state, as
     Queue.message shows it: 'ready', 'delayed' or 'reserved') and how many messages it holds,
-    the head included."""
+    the head included; ``group_limit`` the k in effect for it (queue_set_group_limit: how many
+    of its messages may be live at once) and ``in_flight`` how many are live now (None both
+    from a schema whose queue_groups has no such columns yet)."""
 
     group_key: str
     head_key: str
     head_kind: str
     head_state: str
     messages: int
+    group_limit: int | None = None
+    in_flight: int | None = None
+
+
+def _group(row: Sequence[Any]) -> GroupInfo:
+    # group_limit and in_flight are trailing columns: an older queue_groups has neither
+    group_key, head_key, head_kind, state, messages, *extra = row
+    group_limit, in_flight = (list(extra) + [None, None])[:2]
+    return GroupInfo(
+        group_key,
+        head_key,
+        head_kind,
+        None if state is None else str(state),
+        int(messages),
+        None if group_limit is None else int(group_limit),
+        None if in_flight is None else int(in_flight),
+    )
 
 
 def _queue_name(queue: Any) -> str | None:

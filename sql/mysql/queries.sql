@@ -246,6 +246,18 @@ CALL queue_set_limit(%(queue)s, %(kind)s, %(capacity)s)
 -- name: limits
 CALL queue_limits(%(queue)s)
 
+-- ==== rates ====
+-- Rate limits: at most n deliveries of a kind (NULL: of the whole queue) in any window of per_s seconds.
+
+-- name: set_rate
+CALL queue_set_rate(%(queue)s, %(kind)s, %(n)s, %(per)s)
+
+-- name: rates
+CALL queue_rates(%(queue)s)
+
+-- name: set_group_limit
+CALL queue_set_group_limit(%(queue)s, %(group)s, %(k)s)
+
 
 -- ==== workers ====
 -- The worker registry.

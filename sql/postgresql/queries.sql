@@ -293,6 +293,18 @@ SELECT queue_set_limit(%(queue)s, %(kind)s, %(capacity)s::integer)
 -- name: limits
 SELECT queue, p_kind, capacity, in_use FROM queue_limits(%(queue)s)
 
+-- ==== rates ====
+-- Rate limits: at most n deliveries of a kind (NULL: of the whole queue) in any window of length per.
+
+-- name: set_rate
+SELECT queue_set_rate(%(queue)s, %(kind)s::text, %(n)s::integer, %(per)s::interval)
+
+-- name: rates
+SELECT queue, p_kind, n, per, next_free_at, in_window FROM queue_rates(%(queue)s)
+
+-- name: set_group_limit
+SELECT queue_set_group_limit(%(queue)s, %(group)s::text, %(k)s::integer)
+
 
 -- ==== workers ====
 -- The worker registry.
