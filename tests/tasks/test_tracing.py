@@ -189,6 +189,39 @@ def test_a_message_without_trace_context_gets_a_root_span_and_no_headers(app, sp
     assert _job_span(spans, app.default_queue).parent is None
 
 
+def test_without_a_tracer_provider_jobs_run_untraced_and_a_provider_set_later_is_used(app):
+    """Until the application sets a provider, a job's span would be a no-op one: the worker builds
+    none (it cost about a fifth of a no-op job's CPU). A provider set afterwards is used for the
+    next job, without a restart."""
+    seen = []
+
+    @app.task
+    def plain() -> None:
+        seen.append(trace.get_current_span().get_span_context())
+
+    app.create_queues()
+    _reset_global_provider()
+    try:
+        plain.configure(headers={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}).defer()
+        assert app.run_pending().succeeded == 1
+        assert not seen[0].is_valid  # no span, not even the parent's context
+
+        later = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(later))
+        trace.set_tracer_provider(provider)
+        plain.defer()
+        assert app.run_pending().succeeded == 1
+        assert seen[1].is_valid
+        [span] = later.get_finished_spans()
+        assert span.name == f"process {app.default_queue}"
+    finally:
+        _reset_global_provider()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        trace.set_tracer_provider(provider)
+
+
 def test_the_callers_own_traceparent_wins(db, queue):
     mine = "00-11111111111111111111111111111111-2222222222222222-01"
     with trace.get_tracer("web").start_as_current_span("request"):
