@@ -2125,6 +2125,15 @@ class GroupInfo(NamedTuple):
     group_limit: int | None = None
     in_flight: int | None = None
 
+    def __repr__(self) -> str:
+        # the trailing fields are named only when the schema has them (an older queue_groups: None)
+        shown = [
+            (f, v)
+            for f, v in zip(self._fields, self)
+            if f not in ("group_limit", "in_flight") or v is not None
+        ]
+        return "GroupInfo(" + ", ".join(f"{f}={v!r}" for f, v in shown) + ")"
+
 
 def _group(row: Sequence[Any]) -> GroupInfo:
     # group_limit and in_flight are trailing columns: an older queue_groups has neither
