@@ -670,6 +670,28 @@ BEGIN
 END;
 $$;
 
+-- Installs of earlier versions returned the ctids alone (tid[]): a function
+-- cannot change its result type in place, so the old one is dropped here
+-- (pyqueue__limited_tids too); internal helpers, granted to nobody.
+DO $$
+DECLARE
+    v_old regprocedure;
+BEGIN
+    FOR v_old IN
+        SELECT p.oid::regprocedure
+          FROM pg_catalog.pg_proc p
+         WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                   pg_catalog.to_regprocedure('pyqueue__ready_tids(text, timestamptz, integer, text[], boolean)'),
+                   pg_catalog.to_regprocedure(
+                       'pyqueue__limited_tids(text, timestamptz, integer, text[], timestamptz, bigint, integer)')]::oid[])
+           AND p.prorettype OPERATOR(pg_catalog.=) 'tid[]'::pg_catalog.regtype::pg_catalog.oid
+         ORDER BY p.oid
+    LOOP
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', v_old);
+    END LOOP;
+END
+$$;
+
 -- pyqueue__ready_tids: locks up to in_n ready messages of a queue (of one
 -- of in_kinds, NULL = any), highest priority first, FIFO within a priority,
 -- skipping rows other transactions hold (SKIP LOCKED); returns their ctids
@@ -693,11 +715,14 @@ $$;
 -- comparisons on (scheduled_at, id), which the index reads as its start and
 -- end: a plain scheduled_at <= now would let a plan made for a given now
 -- prove the due index's condition and read that index instead, filtering by
--- priority. Queues with concurrency limits go through
+-- priority. Queues with concurrency limits or rate limits go through
 -- pyqueue__limited_tids. Caller holds the locks until its transaction ends.
+-- o_tids: the ctids; o_at: the reservation time of the pass when it took a
+-- unit of a rate (pyqueue__limited_tids), else NULL: the caller then makes it
+-- the lease start of what it reserves.
 CREATE OR REPLACE FUNCTION pyqueue__ready_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[],
-                                               in_advance boolean DEFAULT false)
-RETURNS tid[]
+                                               in_advance boolean DEFAULT false,
+                                               OUT o_tids tid[], OUT o_at timestamptz)
 LANGUAGE plpgsql
 SET enable_sort = off  -- every read here is in the ready index's order: never a sort (see the first)
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
@@ -716,7 +741,7 @@ DECLARE
 BEGIN
     -- One read for where the walk starts: the queue's bound (ready_from,
     -- ready_from_id; lowered by any pyqueue_ready_lower row), whether it has
-    -- concurrency limits,
+    -- concurrency limits or rate limits,
     -- and its top priority: the one the last advance saw, or a higher one
     -- when a message of it is there (that probe reads the end of the ready
     -- index past the noted top and stops at once when there is none), or,
@@ -733,6 +758,7 @@ BEGIN
                       ORDER BY m.priority DESC LIMIT 1), rf.top_priority),
            rf.moved_at,
            EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue)
+           OR EXISTS (SELECT 1 FROM pyqueue_rate r WHERE r.queue_name::text = in_queue)
       INTO v_from, v_from_id, v_lowered, v_priority, v_moved, v_limited
       FROM (SELECT) AS one  -- one row, with or without the queue's pyqueue_ready_from row
       LEFT JOIN pyqueue_ready_from rf ON rf.queue_name::text = in_queue;
@@ -761,12 +787,15 @@ BEGIN
           FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
          ORDER BY m.priority DESC LIMIT 1;
     END IF;
-    IF v_limited THEN  -- limits
-        RETURN pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds, v_from, v_from_id, v_priority);
+    IF v_limited THEN  -- limits or rates
+        SELECT lt.o_tids, lt.o_at INTO o_tids, o_at
+          FROM pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds, v_from, v_from_id, v_priority) lt;
+        RETURN;
     END IF;
     WHILE v_priority IS NOT NULL LOOP
         IF v_empty >= 8 THEN
-            RETURN v_tids || pyqueue__due_tids(in_queue, in_now, v_left, in_kinds, v_priority, v_from, v_from_id);
+            o_tids := v_tids || pyqueue__due_tids(in_queue, in_now, v_left, in_kinds, v_priority, v_from, v_from_id);
+            RETURN;
         END IF;
         SELECT pg_catalog.array_agg(r.tid) INTO v_step
           FROM (SELECT m.ctid AS tid
@@ -791,7 +820,7 @@ BEGIN
          WHERE m.queue_name::text = in_queue AND m.priority < v_priority AND m.scheduled_at > '-infinity'
          ORDER BY m.priority DESC LIMIT 1;
     END LOOP;
-    RETURN v_tids;
+    o_tids := v_tids;
 END;
 $$;
 
@@ -880,6 +909,7 @@ DECLARE
     v_until timestamptz;
     v_left  integer := coalesce(in_n, 1);
     v_tids  tid[];
+    v_at    timestamptz;
     v_got   integer;
     v_dead  record;
     v_first boolean := true;
@@ -891,12 +921,16 @@ BEGIN
         RETURN;
     END IF;
     LOOP
-        v_tids := pyqueue__ready_tids(in_queue.queue_name::text, v_now, v_left, in_kinds, v_first);
+        SELECT rt.o_tids, rt.o_at INTO v_tids, v_at
+          FROM pyqueue__ready_tids(in_queue.queue_name::text, v_now, v_left, in_kinds, v_first) rt;
         v_first := false;
         EXIT WHEN v_tids IS NULL;
         -- The clock for what this writes, read now that the row locks gave
-        -- the transaction its id (see pyqueue__ready_from_advance).
-        v_until := pg_catalog.clock_timestamp() + coalesce(in_timeout, in_queue.visibility_timeout);
+        -- the transaction its id (see pyqueue__ready_from_advance); on a
+        -- pass that took a unit of a rate, the time the units were taken at
+        -- (also read after the first row lock), so that the lease starts
+        -- exactly at the time the rate counted.
+        v_until := coalesce(v_at, pg_catalog.clock_timestamp()) + coalesce(in_timeout, in_queue.visibility_timeout);
         RETURN QUERY
             WITH taken AS (
                 UPDATE pyqueue_message m
@@ -1339,13 +1373,51 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__rate_slot: a free slot of the rate (in_queue, in_kind; '' = the
+-- queue-wide rate) for a reservation at in_at: one whose used_at is NULL or
+-- at least in_per before in_at; NULL when there is none. Locks it FOR UPDATE
+-- SKIP LOCKED (a slot another reserver holds counts as busy: never waits),
+-- and writes nothing: the caller sets used_at once the message is admitted
+-- (a slot found but not used stays as it was, locked until the caller's
+-- transaction ends, and free for the caller's next candidate). Under READ
+-- COMMITTED the lock re-reads a slot that another transaction changed and
+-- committed since the statement's snapshot and checks it again (a slot just
+-- used is no longer free); under REPEATABLE READ such a slot raises 40001.
+CREATE OR REPLACE FUNCTION pyqueue__rate_slot(in_queue text, in_kind text, in_per interval, in_at timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_slot integer;
+BEGIN
+    SELECT s.slot_no INTO v_slot
+      FROM pyqueue_rate_slot s
+     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+       AND (s.used_at IS NULL OR s.used_at <= in_at - in_per)
+     ORDER BY s.slot_no
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+    RETURN v_slot;
+END;
+$$;
+
 -- pyqueue__limited_tids: pyqueue__ready_tids for a queue that has
--- limits. Same order, locking and result (the ctids of the locked rows);
--- a candidate of a limited kind is admitted
+-- concurrency limits or rate limits. Same order, locking and result (the
+-- ctids of the locked rows); a candidate of a limited kind is admitted
 -- only with a slot, and a kind found full is skipped for the rest of the
 -- pass, except for candidates that have had max_attempts deliveries: they
 -- are admitted without a slot (the reserve dead-letters them, it delivers
 -- nothing), so that a full kind cannot hold an exhausted message back.
+-- Rates: a candidate of a kind with a rate needs a free unit of it (and of
+-- the queue-wide rate, when the queue has one: with none free the pass
+-- ends). The pass's reservation time o_at is the clock read at its first
+-- rate unit (after the first row lock gave the transaction its id); each
+-- unit taken gets used_at = o_at, one write per rate per admitted message,
+-- and only once every unit and slot the message needs was found: a rate
+-- unit found for a candidate that another rate or its concurrency limit
+-- then holds back is not written (it stays free for the next candidate).
+-- A held-back candidate stays as it is (ready, its attempts and place kept).
 -- Unlike pyqueue__ready_tids it visits every priority down to the last one
 -- it takes rows from (limits keep their slot bookkeeping per candidate).
 -- pyqueue__ready_tids read where it starts: the queue's top priority
@@ -1353,13 +1425,18 @@ $$;
 -- range starts.
 CREATE OR REPLACE FUNCTION pyqueue__limited_tids(in_queue text, in_now timestamptz, in_n integer,
                                                  in_kinds text[], in_from timestamptz, in_from_id bigint,
-                                                 in_top integer)
-RETURNS tid[]
+                                                 in_top integer, OUT o_tids tid[], OUT o_at timestamptz)
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_tids     tid[];
     v_limited  text[];
+    v_rated    text[];     -- the kinds with a rate ('' = the queue-wide one) ...
+    v_pers     interval[]; -- ... and their per
+    v_wide     interval;   -- per of the queue-wide rate (NULL: none)
+    v_i        integer;
+    v_kslot    integer;
+    v_wslot    integer;
+    v_stop     boolean := false;
     v_full     text[] := '{}';
     v_seen     bigint[] := '{}';
     v_taken    bigint[] := '{}';
@@ -1371,9 +1448,17 @@ DECLARE
 BEGIN
     SELECT coalesce(pg_catalog.array_agg(l.p_kind::text), '{}') INTO v_limited
       FROM pyqueue_limit l WHERE l.queue_name::text = in_queue;
+    SELECT coalesce(pg_catalog.array_agg(t.p_kind::text ORDER BY t.p_kind::text), '{}'),
+           coalesce(pg_catalog.array_agg(t.per ORDER BY t.p_kind::text), '{}')
+      INTO v_rated, v_pers
+      FROM pyqueue_rate t WHERE t.queue_name::text = in_queue;
+    v_i := pg_catalog.array_position(v_rated, ''::text);
+    IF v_i IS NOT NULL THEN
+        v_wide := v_pers[v_i];
+    END IF;
     SELECT q.max_attempts INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
     v_priority := in_top;
-    WHILE v_priority IS NOT NULL AND v_left > 0 LOOP
+    WHILE v_priority IS NOT NULL AND v_left > 0 AND NOT v_stop LOOP
         LOOP
             v_skipped := false;
             FOR r IN
@@ -1396,25 +1481,56 @@ BEGIN
                 ELSIF r.p_kind::text = ANY (v_full) THEN
                     v_skipped := true;
                     CONTINUE;
-                ELSIF r.p_kind::text = ANY (v_limited)
-                      AND NOT pyqueue__limit_claim(in_queue, r.p_kind::text, r.id, r.p_key::text, r.attempts,
-                                                   in_now, v_taken) THEN
-                    v_full := pg_catalog.array_append(v_full, r.p_kind::text);
-                    v_skipped := true;
-                    CONTINUE;
                 ELSE
+                    v_i := pg_catalog.array_position(v_rated, r.p_kind::text);
+                    IF (v_i IS NOT NULL OR v_wide IS NOT NULL) AND o_at IS NULL THEN
+                        o_at := pg_catalog.clock_timestamp();  -- after this row's lock: the id is taken
+                    END IF;
+                    v_kslot := NULL;
+                    v_wslot := NULL;
+                    IF v_i IS NOT NULL THEN
+                        v_kslot := pyqueue__rate_slot(in_queue, r.p_kind::text, v_pers[v_i], o_at);
+                        IF v_kslot IS NULL THEN  -- the kind's rate is used up: the kind is full
+                            v_full := pg_catalog.array_append(v_full, r.p_kind::text);
+                            v_skipped := true;
+                            CONTINUE;
+                        END IF;
+                    END IF;
+                    IF v_wide IS NOT NULL THEN
+                        v_wslot := pyqueue__rate_slot(in_queue, '', v_wide, o_at);
+                        IF v_wslot IS NULL THEN  -- the queue's rate is used up: the pass ends
+                            v_stop := true;
+                            EXIT;
+                        END IF;
+                    END IF;
+                    IF r.p_kind::text = ANY (v_limited)
+                       AND NOT pyqueue__limit_claim(in_queue, r.p_kind::text, r.id, r.p_key::text, r.attempts,
+                                                    in_now, v_taken) THEN
+                        v_full := pg_catalog.array_append(v_full, r.p_kind::text);
+                        v_skipped := true;
+                        CONTINUE;
+                    END IF;
+                    IF v_kslot IS NOT NULL THEN
+                        UPDATE pyqueue_rate_slot s SET used_at = o_at
+                         WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
+                           AND s.slot_no = v_kslot;
+                    END IF;
+                    IF v_wslot IS NOT NULL THEN
+                        UPDATE pyqueue_rate_slot s SET used_at = o_at
+                         WHERE s.queue_name::text = in_queue AND s.p_kind::text = ''::text AND s.slot_no = v_wslot;
+                    END IF;
                     v_taken := pg_catalog.array_append(v_taken, r.id);
                 END IF;
-                v_tids := pg_catalog.array_append(v_tids, r.ctid);
+                o_tids := pg_catalog.array_append(o_tids, r.ctid);
                 v_left := v_left - 1;
             END LOOP;
-            EXIT WHEN NOT v_skipped OR v_left <= 0;
+            EXIT WHEN NOT v_skipped OR v_left <= 0 OR v_stop;
         END LOOP;
+        EXIT WHEN v_stop;
         SELECT pg_catalog.max(m.priority) INTO v_priority
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue AND m.priority < v_priority AND m.scheduled_at > '-infinity';
     END LOOP;
-    RETURN v_tids;
 END;
 $$;
 
@@ -3147,7 +3263,7 @@ BEGIN
     END IF;
     -- Locked first, in a statement of its own: the DELETE then finds exactly
     -- the row versions that were locked.
-    v_tids := pyqueue__ready_tids(in_queue, v_now, coalesce(in_n, 1), NULL, true);
+    SELECT rt.o_tids INTO v_tids FROM pyqueue__ready_tids(in_queue, v_now, coalesce(in_n, 1), NULL, true) rt;
     IF EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
         -- the groups whose heads are popped: each hands its place on below
         SELECT pg_catalog.array_agg(m.group_key::text) INTO v_groups
@@ -3718,6 +3834,13 @@ $$;
 -- look as cheap, which it is not for a queue that grew in a burst. They
 -- cover the function's other statement too, the queue row's lookup by its
 -- key, which they leave as it is.
+-- Rates: when a message is ready now and the queue has rates (one more
+-- probe, only then), a ready message held back by a used-up rate does not
+-- count as ready: with the queue-wide rate used up the answer is when its
+-- next unit frees; else the earliest message of the kinds whose rate is not
+-- used up (reading past the messages of the others), or, earlier, the time
+-- a used-up kind's next unit frees (a worker then wakes no later than the
+-- first message it could reserve, and does not poll while all wait).
 CREATE OR REPLACE FUNCTION queue_next_scheduled_at(in_queue text, in_kinds text[] DEFAULT NULL)
 RETURNS TABLE (next_scheduled_at timestamptz, wait_s double precision)
 LANGUAGE plpgsql STABLE
@@ -3725,9 +3848,12 @@ SECURITY DEFINER SET search_path FROM CURRENT
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
 AS $$
 DECLARE
-    v_queue pyqueue_queue := pyqueue__queue(in_queue);
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_next  timestamptz;
+    v_queue   pyqueue_queue := pyqueue__queue(in_queue);
+    v_now     timestamptz := pg_catalog.clock_timestamp();
+    v_next    timestamptz;
+    v_wide    timestamptz;
+    v_blocked text[];
+    v_unit    timestamptz;
 BEGIN
     PERFORM pyqueue__check_kinds(in_kinds);
     IF NOT v_queue.paused THEN
@@ -3738,6 +3864,33 @@ BEGIN
            AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
          ORDER BY m.scheduled_at
          LIMIT 1;
+    END IF;
+    IF v_next <= v_now AND EXISTS (SELECT 1 FROM pyqueue_rate t WHERE t.queue_name::text = in_queue) THEN
+        -- when each rate's next unit is free: a never-used slot is free now
+        SELECT pg_catalog.max(f.free_at) FILTER (WHERE f.p_kind = ''::text),
+               pg_catalog.array_agg(f.p_kind) FILTER (WHERE f.p_kind <> ''::text AND f.free_at > v_now),
+               pg_catalog.min(f.free_at) FILTER (WHERE f.p_kind <> ''::text AND f.free_at > v_now)
+          INTO v_wide, v_blocked, v_unit
+          FROM (SELECT t.p_kind::text AS p_kind,
+                       (SELECT pg_catalog.min(coalesce(s.used_at + t.per, '-infinity'::timestamptz))
+                          FROM pyqueue_rate_slot s
+                         WHERE s.queue_name::text = in_queue AND s.p_kind::text = t.p_kind::text) AS free_at
+                  FROM pyqueue_rate t
+                 WHERE t.queue_name::text = in_queue
+                   AND (in_kinds IS NULL OR t.p_kind::text = ''::text OR t.p_kind::text = ANY (in_kinds))) f;
+        IF v_wide > v_now THEN
+            v_next := v_wide;
+        ELSIF v_blocked IS NOT NULL THEN
+            SELECT m.scheduled_at INTO v_next
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue
+               AND m.scheduled_at < 'infinity' AND m.scheduled_at < pyqueue__blocked_at()
+               AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+               AND m.p_kind::text <> ALL (v_blocked)
+             ORDER BY m.scheduled_at
+             LIMIT 1;
+            v_next := least(v_next, v_unit);
+        END IF;
     END IF;
     next_scheduled_at := v_next;
     wait_s := CASE WHEN v_next IS NOT NULL THEN greatest(extract(epoch FROM v_next - v_now)::double precision, 0) END;
@@ -5533,6 +5686,98 @@ END;
 $$;
 
 
+-- queue_set_rate: at most in_n reservations of in_kind (NULL: of every kind
+-- of the queue together) in any window of length in_per, counted on every
+-- path that hands a message out (queue_reserve, queue_commit_reserve,
+-- queue_pop). in_n NULL removes the rate (nothing to remove is no error);
+-- in_n 1..10000, in_per above zero and at most a day (kept as seconds: a
+-- day is 24 hours whatever the time zone). A kind rate and the queue-wide
+-- rate both apply to a message of that kind. Slots: lowering n keeps the n
+-- most recent times, raising it adds never-used slots, a new per keeps the
+-- times. Locks the queue (as a write into it), the rate row and all its slot
+-- rows (in slot order; reservers skip them while it runs: nothing of the
+-- rate is handed out until it commits).
+CREATE OR REPLACE FUNCTION queue_set_rate(in_queue text, in_kind text, in_n integer, in_per interval)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_kind  text := coalesce(in_kind, '');  -- '' = the queue-wide rate
+    v_per   interval;
+    v_times timestamptz[];
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    IF in_kind IS NOT NULL THEN
+        PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    END IF;
+    IF in_n IS NULL THEN
+        DELETE FROM pyqueue_rate WHERE queue_name::text = in_queue AND p_kind::text = v_kind;
+        RETURN;
+    END IF;
+    IF in_n < 1 OR in_n > 10000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be from 1 to 10000 (NULL removes the rate)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_per IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: per must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_duration('per', in_per, true);
+    IF extract(epoch FROM in_per) > 86400::numeric THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: per must not exceed 1 day' USING ERRCODE = '22023';
+    END IF;
+    v_per := pg_catalog.make_interval(secs => extract(epoch FROM in_per)::double precision);
+    INSERT INTO pyqueue_rate AS t (queue_name, p_kind, n, per)
+    VALUES (in_queue, v_kind, in_n, v_per)
+    ON CONFLICT (queue_name, p_kind) DO UPDATE SET n = EXCLUDED.n, per = EXCLUDED.per;
+    PERFORM 1 FROM pyqueue_rate_slot s
+     WHERE s.queue_name::text = in_queue AND s.p_kind::text = v_kind
+     ORDER BY s.slot_no
+       FOR UPDATE;
+    -- the in_n most recent times, then never-used slots
+    SELECT coalesce(pg_catalog.array_agg(u.used_at ORDER BY u.used_at DESC), '{}') INTO v_times
+      FROM (SELECT s.used_at FROM pyqueue_rate_slot s
+             WHERE s.queue_name::text = in_queue AND s.p_kind::text = v_kind AND s.used_at IS NOT NULL
+             ORDER BY s.used_at DESC
+             LIMIT in_n) u;
+    DELETE FROM pyqueue_rate_slot s WHERE s.queue_name::text = in_queue AND s.p_kind::text = v_kind;
+    INSERT INTO pyqueue_rate_slot (queue_name, p_kind, slot_no, used_at)
+    SELECT in_queue, v_kind, g, v_times[g] FROM pg_catalog.generate_series(1, in_n) g;
+END;
+$$;
+
+-- queue_rates: the rates of a queue (all queues when NULL), p_kind NULL for
+-- a queue-wide rate (listed first): next_free_at, when the next unit is (or
+-- was) free, min(slot time + per), NULL while some slot was never used;
+-- in_window, the slots used within the last per (the rate is used up when
+-- it equals n). Reads without locks.
+CREATE OR REPLACE FUNCTION queue_rates(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, p_kind text, n integer, per interval, next_free_at timestamptz, in_window integer)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT t.queue_name::text, NULLIF(t.p_kind::text, ''::text), t.n, t.per,
+               (SELECT CASE WHEN pg_catalog.bool_or(s.used_at IS NULL) THEN NULL
+                            ELSE pg_catalog.min(s.used_at) + t.per END
+                  FROM pyqueue_rate_slot s
+                 WHERE s.queue_name::text = t.queue_name::text AND s.p_kind::text = t.p_kind::text),
+               (SELECT pg_catalog.count(*)::integer
+                  FROM pyqueue_rate_slot s
+                 WHERE s.queue_name::text = t.queue_name::text AND s.p_kind::text = t.p_kind::text
+                   AND s.used_at > v_now - t.per)
+          FROM pyqueue_rate t
+         WHERE in_queue IS NULL OR t.queue_name::text = in_queue
+         ORDER BY t.queue_name::text, t.p_kind::text;
+END;
+$$;
+
 -- ==== workers ====
 -- The worker registry: register, heartbeat, deregister, list, and hand back
 -- the reservations of workers that stopped heartbeating.
@@ -5865,7 +6110,7 @@ REVOKE EXECUTE ON FUNCTION
     pyqueue__channel, pyqueue__notify, pyqueue__archive,
     pyqueue__result_channel, pyqueue__result_notify, pyqueue__record_result, pyqueue__finish, pyqueue__finish_held,
     pyqueue__json_value, pyqueue__check_results, pyqueue__refuse_result,
-    pyqueue__slot_held, pyqueue__limit_claim,
+    pyqueue__slot_held, pyqueue__limit_claim, pyqueue__rate_slot,
     pyqueue__limited_tids, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
     pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__push_occurrence, pyqueue__schedule_next,
     pyqueue__schedule, pyqueue__ingest, pyqueue__delete_held, pyqueue__blocked_at, pyqueue__group_settle,
@@ -5899,7 +6144,7 @@ REVOKE EXECUTE ON FUNCTION
     queue_renew(text, text, text, text, interval), queue_renew(text, text, text, uuid, interval),
     queue_cancel_held(text, text, text, text), queue_cancel_held(text, text, text, uuid),
     queue_set_progress(text, text, text, text, jsonb), queue_set_progress(text, text, text, uuid, jsonb),
-    queue_set_limit, queue_limits,
+    queue_set_limit, queue_limits, queue_set_rate, queue_rates,
     queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
     queue_release_dead_workers, queue_workers,
     queue_schedule_every, queue_schedule_cron, queue_unschedule, queue_schedules,

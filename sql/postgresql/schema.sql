@@ -438,6 +438,33 @@ CREATE TABLE pyqueue_limit_slot (
         REFERENCES pyqueue_limit (queue_name, p_kind) ON DELETE CASCADE
 );
 
+-- Rate limits: at most n reservations of (queue, kind) in any window of
+-- length per; p_kind '' is the queue-wide rate (every kind together: kind
+-- names are never empty). One slot row per unit; used_at is the time of the
+-- last reservation that used the slot (NULL = never). A reservation needs a
+-- slot whose used_at is NULL or <= its time - per and sets used_at to its
+-- time, so the times on one slot are at least per apart and no window
+-- shorter than per can hold n + 1 of them.
+CREATE TABLE pyqueue_rate (
+    queue_name varchar(128) NOT NULL REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    p_kind     varchar(128) NOT NULL,
+    n          integer      NOT NULL,
+    per        interval     NOT NULL,
+    CONSTRAINT pyqueue_rate_pkey PRIMARY KEY (queue_name, p_kind),
+    CONSTRAINT pyqueue_rate_n_range CHECK (n BETWEEN 1 AND 10000),
+    CONSTRAINT pyqueue_rate_per_range CHECK (per > interval '0' AND per <= interval '1 day')
+);
+
+CREATE TABLE pyqueue_rate_slot (
+    queue_name varchar(128) NOT NULL,
+    p_kind     varchar(128) NOT NULL,
+    slot_no    integer      NOT NULL,
+    used_at    timestamptz  NULL,
+    CONSTRAINT pyqueue_rate_slot_pkey PRIMARY KEY (queue_name, p_kind, slot_no),
+    CONSTRAINT pyqueue_rate_slot_rate_fk FOREIGN KEY (queue_name, p_kind)
+        REFERENCES pyqueue_rate (queue_name, p_kind) ON DELETE CASCADE
+);
+
 
 -- ==== workers ====
 -- The worker registry.

@@ -32,8 +32,12 @@ DROP FUNCTION IF EXISTS queue_worker_register(text, text, integer, text[]);
 DROP TABLE IF EXISTS pyqueue_worker;
 
 -- ==== limits ====
+DROP FUNCTION IF EXISTS queue_rates(text);
+DROP FUNCTION IF EXISTS queue_set_rate(text, text, integer, interval);
 DROP FUNCTION IF EXISTS queue_limits(text);
 DROP FUNCTION IF EXISTS queue_set_limit(text, text, integer);
+DROP TABLE IF EXISTS pyqueue_rate_slot;
+DROP TABLE IF EXISTS pyqueue_rate;
 DROP TABLE IF EXISTS pyqueue_limit_slot;
 DROP TABLE IF EXISTS pyqueue_limit;
 
@@ -157,6 +161,7 @@ DROP FUNCTION IF EXISTS pyqueue__cron_field(text, text, integer, integer);
 DROP FUNCTION IF EXISTS pyqueue__check_worker(bigint, uuid);
 DROP FUNCTION IF EXISTS pyqueue__limit_renew(text, text, text, uuid);
 DROP FUNCTION IF EXISTS pyqueue__limited_tids(text, timestamptz, integer, text[], timestamptz, bigint, integer);
+DROP FUNCTION IF EXISTS pyqueue__rate_slot(text, text, interval, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__limit_claim(text, text, bigint, text, integer, timestamptz, bigint[]);
 DROP FUNCTION IF EXISTS pyqueue__slot_held(text, text, text, bigint, integer, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__refuse_result(integer, integer);
