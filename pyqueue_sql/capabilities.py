@@ -53,6 +53,7 @@ PIPELINE = ("queue_move",)
 MONITOR = (
     "queue_stats",
     "queue_limits",
+    "queue_rates",
     "queue_workers",
     "queue_schedules",
     "queue_dead_letters",
@@ -81,6 +82,7 @@ ADMIN = (
     "queue_release",
     "queue_set_notify_window",
     "queue_set_limit",
+    "queue_set_rate",
     "queue_schedule_every",
     "queue_schedule_cron",
     "queue_unschedule",
@@ -112,10 +114,10 @@ DESCRIPTIONS: dict[str, str] = {
     "holds, progress, read a result (no push, no move)",
     "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
     "(give it with --consumer)",
-    "monitor": "stats, limits, workers, schedules, dead letters, settings, message, message history, "
+    "monitor": "stats, limits, rates, workers, schedules, dead letters, settings, message, message history, "
     "messages (browse by state), throughput, bindings, groups, a message's result (read, wait)",
     "admin": "create, drop, pause, resume, remove, release reservations, reset a setting, max reservation, "
-    "max payload, result retention, cancel, limits, schedules, history, redrive, replay, bind, unbind; plus monitor",
+    "max payload, result retention, cancel, limits, rates, schedules, history, redrive, replay, bind, unbind; plus monitor",
     "ingest": "INSERT (and SELECT, for Spark) on queue_ingest, queue_ingest_flush",
 }
 

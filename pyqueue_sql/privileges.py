@@ -22,11 +22,11 @@ routines of its capabilities and no privilege on any table:
               so it is a capability of its own. A move back into the message's own
               queue keeps its attempt count (max_attempts still applies); a move to
               another queue starts it at 0 there.
-    monitor   reads: stats, limits, workers, schedules, dead letters, settings, one
+    monitor   reads: stats, limits, rates, workers, schedules, dead letters, settings, one
               message and its history, browsing and throughput, topic bindings, FIFO groups
     admin     manages queues: create, drop, pause, resume, remove, reset a setting,
               max reservation, max payload, releasing reservations (queue_release),
-              limits, schedules, history, redrive, replay, notify window, releasing
+              limits, rates, schedules, history, redrive, replay, notify window, releasing
               dead workers, binding topic patterns to queues (bind, unbind); plus monitor
     ingest    bulk enqueue through the queue_ingest table (INSERT; and SELECT, which
               Spark's JDBC writer needs to read the table's columns before it

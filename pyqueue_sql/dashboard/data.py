@@ -249,6 +249,7 @@ class Dashboard:
             settings = q.settings()
             messages = q.messages(state=state, key_prefix=prefix, after=after, n=n + 1)
             limits = q.limits()
+            rates = q.rates()
             schedules = q.schedules()
             senders = [s.queue for s in db.settings() if s.dead_letter_queue == name]
         return {
@@ -257,9 +258,15 @@ class Dashboard:
             "messages": messages[:n],
             "more": len(messages) > n,
             "limits": limits,
+            "rates": rates,
             "schedules": schedules,
             "senders": senders,
         }
+
+    def rates(self) -> list[Any]:
+        """Every queue's rate limits (queue_rates), for /metrics."""
+        with self.pool.database() as db:
+            return db.rates()
 
     def queue_stats(self, name: str) -> QueueStats:
         with self.pool.database() as db:

@@ -1,12 +1,15 @@
 """/metrics of the dashboard: the queues as the routines show them, read at each scrape.
 
 A collector on a registry of the app's own (never the global one): queue depth by state, the age
-of the oldest ready message, dead letters, paused, workers live and stale, and the messages that
-left each queue by outcome (counted from pyqueue_history for queues that keep history).
+of the oldest ready message, dead letters, paused, workers live and stale, the messages that
+left each queue by outcome (counted from pyqueue_history for queues that keep history), and each
+rate limit's n, window, units used in the window and seconds until its next unit is free
+(queue_rates; kind "*" is the rate of a whole queue).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -73,6 +76,42 @@ class DashboardCollector:
         workers.add_metric(["live"], len(o.live_workers))
         workers.add_metric(["stale"], len(o.stale_workers))
         yield from (depth, oldest, paused, dead, history, processed, workers)
+        yield from rate_metrics(self.dashboard.rates(), dt.datetime.now(dt.timezone.utc))
+
+
+# The kind label of a queue-wide rate (queue_rates' p_kind NULL), as the CLI shows it.
+WHOLE_QUEUE = "*"
+
+
+def rate_metrics(rates: list[Any], now: dt.datetime) -> tuple[GaugeMetricFamily, ...]:
+    """The gauges of the rate limits (RateInfo rows) as of ``now``."""
+    labels = ["queue", "kind"]
+    limit = GaugeMetricFamily(
+        "pyqueue_queue_rate_limit",
+        "A rate limit's n: deliveries allowed in any window (queue_set_rate).",
+        labels=labels,
+    )
+    window = GaugeMetricFamily(
+        "pyqueue_queue_rate_window_seconds", "A rate limit's window (per).", labels=labels
+    )
+    used = GaugeMetricFamily(
+        "pyqueue_queue_rate_in_window",
+        "Units of a rate limit used within the last window (saturated when equal to its n).",
+        labels=labels,
+    )
+    wait = GaugeMetricFamily(
+        "pyqueue_queue_rate_next_free_seconds",
+        "Seconds until a rate limit's next unit is free (0 when one is free now).",
+        labels=labels,
+    )
+    for r in rates:
+        key = [r.queue, WHOLE_QUEUE if r.kind is None else r.kind]
+        limit.add_metric(key, r.n)
+        window.add_metric(key, r.per.total_seconds())
+        used.add_metric(key, r.in_window)
+        ahead = 0.0 if r.next_free_at is None else (r.next_free_at - now).total_seconds()
+        wait.add_metric(key, max(0.0, ahead))
+    return limit, window, used, wait
 
 
 def metrics_response(registry: CollectorRegistry, accept: str | None) -> Response:
