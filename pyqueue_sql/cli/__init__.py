@@ -13,6 +13,8 @@
     pyqueue-sql result emails user-42 welcome --wait 30
     pyqueue-sql cancel emails user-42 welcome
     pyqueue-sql release emails --worker host-1:4242
+    pyqueue-sql rate emails welcome 100 60
+    pyqueue-sql rates
     pyqueue-sql stats
     pyqueue-sql demo
     pyqueue-sql worker myapp.tasks:handle --queue emails --concurrency 8
@@ -82,6 +84,9 @@ COMMANDS: tuple[str, ...] = (
     "unbind",
     "bindings",
     "groups",
+    "group-limit",
+    "rate",
+    "rates",
     "reserve",
     "commit",
     "rollback",

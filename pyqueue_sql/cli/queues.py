@@ -1,5 +1,5 @@
 """Queues: create, settings, stats, pause/resume, drop, dead letters and redrive, topic bindings,
-FIFO groups."""
+FIFO groups and their limits, rate limits."""
 
 from __future__ import annotations
 
@@ -13,7 +13,17 @@ from typing import Any
 
 from .. import errors
 from ..display import STATS_LEGEND, format_duration, format_stats_table, format_table, format_time, shorten
-from .common import EXIT_FAILURE, EXIT_OK, PROG, Command, confirm, open_database, positive_int, seconds_arg
+from .common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    PROG,
+    Command,
+    UsageError,
+    confirm,
+    open_database,
+    positive_int,
+    seconds_arg,
+)
 
 SETTINGS = (
     "visibility_timeout",
@@ -126,9 +136,124 @@ def cmd_groups(args: argparse.Namespace) -> int:
         (g.group_key, g.head_key or "-", g.head_kind or "-", g.head_state or "-", str(g.messages))
         for g in groups
     ]
+    if all(g.group_limit is None for g in groups):  # a schema whose queue_groups has no such columns
+        print(
+            format_table(
+                ("group", "head key", "head kind", "head state", "messages"), rows, right_aligned=(4,)
+            )
+        )
+        return EXIT_OK
+    rows = [
+        (
+            *row,
+            "-" if g.group_limit is None else str(g.group_limit),
+            "-" if g.in_flight is None else str(g.in_flight),
+        )
+        for row, g in zip(rows, groups)
+    ]
     print(
-        format_table(("group", "head key", "head kind", "head state", "messages"), rows, right_aligned=(4,))
+        format_table(
+            ("group", "head key", "head kind", "head state", "messages", "limit", "in flight"),
+            rows,
+            right_aligned=(4, 5, 6),
+        )
     )
+    return EXIT_OK
+
+
+# On the command line, `*` in place of a kind or a group: the whole queue (the rate of every kind
+# together; the k of every group without its own).
+WHOLE_QUEUE = "*"
+
+
+def _kind_or_queue(kind: str) -> str | None:
+    return None if kind == WHOLE_QUEUE else kind
+
+
+def _set_or_remove(args: argparse.Namespace, given: tuple[str, ...], usage: str) -> bool:
+    """True to remove (--remove, nothing else given); a usage error for a mix or a missing value."""
+    values = [getattr(args, name) for name in given]
+    if args.remove:
+        if any(v is not None for v in values):
+            raise UsageError(f"--remove takes no {' '.join(n.upper() for n in given)}: {usage}")
+        return True
+    if any(v is None for v in values):
+        raise UsageError(f"give {' and '.join(n.upper() for n in given)}, or --remove: {usage}")
+    return False
+
+
+def cmd_rate(args: argparse.Namespace) -> int:
+    usage = f"{PROG} rate QUEUE KIND N PER, or {PROG} rate QUEUE KIND --remove"
+    remove = _set_or_remove(args, ("n", "per"), usage)
+    kind = _kind_or_queue(args.kind)
+    what = "every kind together" if kind is None else f"kind {kind}"
+    with open_database(args) as db:
+        queue = db.queue(args.queue)
+        if remove:
+            queue.set_rate(kind, None)
+            print(f"no rate for {what} in {args.queue}")
+            return EXIT_OK
+        queue.set_rate(kind, args.n, args.per)
+    print(f"rate of {what} in {args.queue}: at most {args.n} per {format_duration(args.per)}")
+    return EXIT_OK
+
+
+def _rate_kind(kind: str | None) -> str:
+    return WHOLE_QUEUE if kind is None else kind
+
+
+def cmd_rates(args: argparse.Namespace) -> int:
+    with open_database(args) as db:
+        rates = db.queue(args.queue).rates() if args.queue else db.rates()
+    if args.json:
+        for r in rates:
+            print(
+                json.dumps(
+                    {
+                        "queue": r.queue,
+                        "kind": r.kind,
+                        "n": r.n,
+                        "per_s": r.per.total_seconds(),
+                        "in_window": r.in_window,
+                        "next_free_at": None if r.next_free_at is None else r.next_free_at.isoformat(),
+                    }
+                )
+            )
+        return EXIT_OK
+    if not rates:
+        print(f"no rates (set one with `{PROG} rate QUEUE KIND N PER`)")
+        return EXIT_OK
+    rows = [
+        (
+            r.queue,
+            _rate_kind(r.kind),
+            str(r.n),
+            format_duration(r.per),
+            str(r.in_window),
+            format_time(r.next_free_at),
+        )
+        for r in rates
+    ]
+    print(
+        format_table(
+            ("queue", "kind", "n", "per", "in window", "next free at"), rows, right_aligned=(2, 3, 4)
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_group_limit(args: argparse.Namespace) -> int:
+    usage = f"{PROG} group-limit QUEUE GROUP K, or {PROG} group-limit QUEUE GROUP --remove"
+    remove = _set_or_remove(args, ("k",), usage)
+    group = _kind_or_queue(args.group)
+    what = "every group without its own (the default)" if group is None else f"group {group}"
+    with open_database(args) as db:
+        db.queue(args.queue).set_group_limit(group, None if remove else args.k)
+    if remove:
+        back = "1 at a time" if group is None else "the queue's default"
+        print(f"group limit of {what} in {args.queue} removed: back to {back}")
+    else:
+        print(f"group limit of {what} in {args.queue}: up to {args.k} in flight")
     return EXIT_OK
 
 
@@ -381,6 +506,54 @@ def add_groups(command: Command) -> None:
     )
 
 
+def add_group_limit(command: Command) -> None:
+    p = command(
+        "group-limit",
+        cmd_group_limit,
+        "up to K messages of a FIFO group in flight at once, started in the group's order (GROUP `*`: "
+        "the queue's default for every group without its own; --remove: back to the default, 1) "
+        "(admin capability)",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument(
+        "group", metavar="GROUP", help="a group, or '*' for the queue's default (quote it in a shell)"
+    )
+    p.add_argument("k", metavar="K", nargs="?", type=positive_int, help="1 to 10000")
+    p.add_argument(
+        "--remove", action="store_true", help="remove the group's own K (GROUP '*': the default's)"
+    )
+
+
+def add_rate(command: Command) -> None:
+    p = command(
+        "rate",
+        cmd_rate,
+        "at most N messages of a kind delivered in any window of PER seconds, by every delivery "
+        "(reserve, pop, workers); KIND `*`: every kind of the queue together; --remove: no rate "
+        "(admin capability)",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("kind", metavar="KIND", help="a kind, or '*' for the whole queue (quote it in a shell)")
+    p.add_argument("n", metavar="N", nargs="?", type=positive_int, help="1 to 10000")
+    p.add_argument(
+        "per", metavar="PER", nargs="?", type=seconds_arg, help="seconds, more than 0, at most 86400"
+    )
+    p.add_argument("--remove", action="store_true", help="remove the rate of KIND")
+
+
+def add_rates(command: Command) -> None:
+    p = command(
+        "rates",
+        cmd_rates,
+        "list the rate limits of one queue or every queue: N per PER, the units used in the last PER "
+        "(in window) and when the next is free (kind * = the whole queue's rate)",
+    )
+    p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object per rate (per in seconds, times ISO 8601)"
+    )
+
+
 def add_pause(command: Command) -> None:
     p = command("pause", cmd_pause, "stop handing out messages of a queue (pushes still go in)")
     p.add_argument("queue", metavar="QUEUE")
@@ -456,6 +629,9 @@ PARSERS: dict[str, Callable[[Command], None]] = {
     "unbind": add_unbind,
     "bindings": add_bindings,
     "groups": add_groups,
+    "group-limit": add_group_limit,
+    "rate": add_rate,
+    "rates": add_rates,
     "pause": add_pause,
     "resume": add_resume,
     "drop": add_drop,
