@@ -18,7 +18,7 @@ depends_on = None
 # server flavor: how `migrate --adopt` recognises a schema installed from `pyqueue-sql
 # sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
-    "postgresql": "9c95b680a3ecc26a84eb2587f0867472",
+    "postgresql": "a15f88c001fa480d2c2b8eb458f19089",
     "mariadb": "4af4cbcd84ce2b2eea8ff825ed00f69b",
 }
 
