@@ -80,6 +80,8 @@ def stopped_for_cancel(job: Job, error: BaseException | None) -> bool:
     """Whether a handler stopped for a cancel: it raised pyqueue_sql.Cancelled (asked or not), or
     its coroutine ended in CancelledError after a cancel was requested (the worker cancelled it).
     Its message then ends as cancelled (queue_cancel_held)."""
+    if error is None:
+        return False
     if isinstance(error, errors.Cancelled):
         return True
     return isinstance(error, asyncio.CancelledError) and job.cancel_requested.is_set()

@@ -10,6 +10,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..client import MAX_PROGRESS_BYTES, Reservation
@@ -49,16 +50,17 @@ class Job:
     on_progress: Callable[[], Any] | None = field(default=None, repr=False)
     _progress: tuple[Any] | None = field(default=None, repr=False)  # the value not written yet
 
-    queue = property(lambda self: self.reservation.queue)
-    key = property(lambda self: self.reservation.key)
-    kind = property(lambda self: self.reservation.kind)
-    payload = property(lambda self: self.reservation.payload)
-    attempts = property(lambda self: self.reservation.attempts)
-    priority = property(lambda self: self.reservation.priority)
-    created_at = property(lambda self: self.reservation.created_at)
-    scheduled_at_initially = property(lambda self: self.reservation.scheduled_at_initially)
+    # the reservation's fields, read through C getters (the worker reads them several times a job)
+    queue = property(attrgetter("reservation.queue"))
+    key = property(attrgetter("reservation.key"))
+    kind = property(attrgetter("reservation.kind"))
+    payload = property(attrgetter("reservation.payload"))
+    attempts = property(attrgetter("reservation.attempts"))
+    priority = property(attrgetter("reservation.priority"))
+    created_at = property(attrgetter("reservation.created_at"))
+    scheduled_at_initially = property(attrgetter("reservation.scheduled_at_initially"))
     # the message's headers (a dict), None when it has none
-    headers = property(lambda self: self.reservation.headers)
+    headers = property(attrgetter("reservation.headers"))
 
     def set_progress(self, value: Any) -> None:
         """Reports the job's progress (any JSON value, at most 64 KiB as JSON): Queue.result (and

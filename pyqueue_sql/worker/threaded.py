@@ -173,7 +173,13 @@ class Worker(WorkerBase):
     def _setup(self) -> None:
         self._heartbeat_conn: _Connection | None = None
         self._slots = threading.Condition()
-        self._pending: queue_mod.Queue[Job | None] = queue_mod.Queue()
+        # Whether the dispatcher waits on _slots for a free slot: a release notifies only then
+        # (and only once the worker holds fewer messages than the dispatcher refills at).
+        self._slot_waiting = False
+        # A SimpleQueue (C, one lock): a handler thread takes each message from it.
+        self._pending: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
+        # fn -> whether it is a coroutine function (asked once per handler, not per message)
+        self._coroutine_fns: dict[Any, bool] = {}
         self._acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._watch_wake = threading.Event()  # a progress to write (Job.set_progress)
@@ -285,12 +291,12 @@ class Worker(WorkerBase):
         return tracing.handle_traced(op.job, lambda: self._handle_untraced(op, conn))
 
     def _handle_untraced(self, op: Handle, conn: _Connection) -> BaseException | None:
-        op.job.runs_async = inspect.iscoroutinefunction(op.fn)
+        op.job.runs_async = self._is_coroutine_fn(op.fn)
         if op.timeout is not None:
             return self._handle_timed(op, conn)
         try:
             result = op.fn(op.job)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 # A coroutine handler: awaited to completion before the commit (cancelled by a
                 # cancel of its job).
                 op.job.runs_async = True
@@ -299,6 +305,15 @@ class Worker(WorkerBase):
         except BaseException as exc:
             return exc
         return None
+
+    def _is_coroutine_fn(self, fn: Any) -> bool:
+        try:
+            return self._coroutine_fns[fn]
+        except KeyError:
+            known = self._coroutine_fns[fn] = inspect.iscoroutinefunction(fn)
+            return known
+        except TypeError:  # an unhashable callable
+            return inspect.iscoroutinefunction(fn)
 
     def _handle_timed(self, op: Handle, conn: _Connection) -> BaseException | None:
         """A handler with a timeout: a coroutine function is awaited on the thread's loop and
@@ -368,7 +383,11 @@ class Worker(WorkerBase):
     def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
         with self._slots:
             while len(self._inflight) >= self._refill_at() and not self._stopping.is_set():
-                self._slots.wait(timeout=1.0)
+                self._slot_waiting = True
+                try:
+                    self._slots.wait(timeout=1.0)
+                finally:
+                    self._slot_waiting = False
 
     def _pause(self, op: Pause, conn: Any) -> bool:
         return self._stopping.wait(op.seconds)
@@ -423,7 +442,9 @@ class Worker(WorkerBase):
             for nxt in successors:
                 nxt.on_progress = self._watch_wake.set
                 self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
-            self._slots.notify_all()
+            # only the dispatcher waits on _slots (_wait_slots), for fewer than _refill_at
+            if self._slot_waiting and len(self._inflight) < self._refill_at():
+                self._slots.notify_all()
 
     def _handler_loop(self) -> None:
         conn = _Connection(self, "handler")
