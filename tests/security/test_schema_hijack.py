@@ -414,6 +414,32 @@ def _exercise(conn) -> None:
     one("SELECT queue_commit(%s, %s, %s, %s)", q, *rows[0])
     assert many("SELECT * FROM queue_reserve(%s, 'w', NULL, 10, ARRAY['lim'])", q) == []
     one("SELECT queue_set_limit(%s, 'lim', NULL)", q)
+    # rates: a kind's and the queue's, a kind held back, every reserve path through the rate
+    rq = "hj.rated"
+    one("SELECT queue_create(%s)", rq)
+    one("SELECT queue_set_rate(%s, 'rk', 1, interval '1 minute')", rq)
+    one("SELECT queue_set_rate(%s, NULL, 10, interval '1 minute')", rq)
+    for key, kind in (("rk1", "rk"), ("rk2", "rk"), ("ro1", "rother"), ("ro2", "rother"), ("ro3", "rother")):
+        assert one("SELECT queue_push(%s, %s, %s, '1')", rq, key, kind)[0]
+    rows = many(
+        "SELECT p_key, p_kind, token FROM queue_reserve(%s, 'w', NULL, 10, ARRAY['rk', 'rother'])", rq
+    )
+    assert sorted(r[0] for r in rows) == ["rk1", "ro1", "ro2", "ro3"]
+    for row in rows:
+        one("SELECT queue_commit(%s, %s, %s, %s)", rq, *row)
+    assert one("SELECT * FROM queue_next_scheduled_at(%s, ARRAY['rk'])", rq)[0] is not None
+    assert many("SELECT * FROM queue_pop(%s, 1)", rq) == []
+    assert one("SELECT queue_push(%s, 'ro4', 'rother', '1')", rq)[0]
+    # nothing to commit and the kind held back: the one row of NULLs
+    assert many(
+        "SELECT * FROM queue_commit_reserve(%s, NULL, NULL, NULL, 'w', NULL, 2, ARRAY['rk'])", rq
+    ) == [(None,) * 10]
+    assert [r[0] for r in many("SELECT p_key FROM queue_pop(%s, 5)", rq)] == ["ro4"]
+    assert len(many("SELECT * FROM queue_rates(%s)", rq)) == 2
+    assert many("SELECT * FROM queue_rates(NULL)")
+    one("SELECT queue_set_rate(%s, 'rk', NULL, NULL)", rq)
+    one("SELECT queue_set_rate(%s, NULL, NULL, NULL)", rq)
+    assert [r[0] for r in many("SELECT p_key FROM queue_pop(%s, 5)", rq)] == ["rk2"]
     # an expired last delivery is dead-lettered by the next reserve
     assert one("SELECT queue_push(%s, 'exp', 'expiring', '1')", q)[0]
     for _ in range(2):
