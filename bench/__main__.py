@@ -66,6 +66,11 @@ SUITES = {
         "bulk enqueue from Spark through queue_ingest against a plain JDBC append",
         ("--rows", "2000", "--dialect", "postgresql"),
     ),
+    "batch-cost": Suite(
+        "batch_cost",
+        "PostgreSQL: a batch push row's server CPU, the routine against pgmq and a scratch copy less each index",
+        ("--quick",),
+    ),
     "ab": Suite(
         "revision_ab",
         "the routines of two versions of sql/ (a schema revision or a git commit), alternated",

@@ -582,9 +582,40 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
         results.put((index, 0, 0.0, 0.0, f"{type(exc).__name__}: {exc}"))
 
 
-def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None) -> dict[str, Any]:
+STATES = ("fresh", "churned")
+
+
+def churns(system_cls) -> bool:
+    """Whether a system can be churned: it consumes (take_ack_batch), so it can be drained."""
+    return "reserve_ack_batch" in system_cls.calls
+
+
+def churn(system_cls, dialect: str, dsn: str, n: int) -> int:
+    """A churned queue, as users meet one in use: whatever the last measurement left is drained,
+    then n messages pushed and drained again, all through the system's own batch calls, with no
+    VACUUM, ANALYZE or TRUNCATE (autovacuum as the server has it configured). Returns the
+    messages it drained."""
     system = system_cls(dialect)
-    system.reset(dsn)
+    system.open(dsn)
+    drained = 0
+    try:
+        for fill in (False, True):
+            if fill:
+                system.prefill(dsn, n)
+            while got := system.take_ack_batch():
+                drained += got
+    finally:
+        system.close()
+    return drained
+
+
+def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state="fresh") -> dict[str, Any]:
+    system = system_cls(dialect)
+    churned = None
+    if state == "churned" and churns(system_cls):
+        churned = churn(system_cls, dialect, dsn, n)
+    else:  # fresh (and the INSERT ceiling, which does not consume): emptied, VACUUM ANALYZE
+        system.reset(dsn)
     if workload in CONSUMING:
         system.prefill(dsn, n)
     cpu_before = (_children_cpu(), common.server_cpu(dialect, pid))
@@ -619,6 +650,8 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None) -> di
         "seconds": round(seconds, 4),
         "rate": round(count / seconds, 1) if seconds else None,
     }
+    if churned is not None:
+        out["churned"] = churned
     server_after = common.server_cpu(dialect, pid)
     if count:
         out["client_cpu_us"] = round((_children_cpu() - cpu_before[0]) / count * 1e6, 1)
@@ -701,6 +734,14 @@ def _num(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def _autovacuum(meta: dict) -> str:
+    said = []
+    for dialect, server in meta["servers"].items():
+        if "autovacuum" in server:
+            said.append(f"{dialect} autovacuum = {server['autovacuum']}")
+    return "; ".join(said) or "not read"
+
+
 def markdown(results: list[dict], meta: dict) -> str:
     out = [
         f"Command: `{meta['command']}`. Run {meta['started']} on {meta['machine']}, {meta['seconds']:.0f} s; {meta['rounds']} round(s), "
@@ -713,6 +754,14 @@ def markdown(results: list[dict], meta: dict) -> str:
         "with clients and server on the same cores the rates follow their sums.",
         "",
     ]
+    if meta.get("state") == "churned":
+        out[0] += (
+            " **Churned queue**: before each measurement the system's table is drained of what the "
+            "last one left, then the measurement's number of messages is pushed and drained again "
+            "through the system's own batch calls, with no VACUUM, ANALYZE or TRUNCATE at any point "
+            f"(autovacuum as the server is configured: {_autovacuum(meta)}); the INSERT ceiling, "
+            "which does not consume, is emptied as in a fresh run."
+        )
     for dialect in meta["dialects"]:
         rows = summarize(results, dialect, list(SYSTEMS))
         server = meta["servers"].get(dialect, {})
@@ -794,7 +843,9 @@ def server_settings(dialect: str, dsn: str) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
-    meta: dict[str, Any] = {k: getattr(args, k) for k in ("rounds", "messages", "cap", "clients", "dialects")}
+    meta: dict[str, Any] = {
+        k: getattr(args, k) for k in ("rounds", "messages", "cap", "clients", "dialects", "state")
+    }
     meta |= {"started": common.now_utc(), "command": common.command(), "load_before": os.getloadavg()}
     meta |= {"machine": f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()})"}
     meta |= {"servers": {}, "skipped": {}}
@@ -822,6 +873,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     break
                 try:
                     cls(dialect).setup(dsn)
+                    if args.state == "churned":
+                        cls(dialect).reset(dsn)  # once: from here on only churned
                 except Exception as exc:  # e.g. a peer's installer that does not work on this server
                     common.drop(dialect, dsn)
                     meta["skipped"][(dialect, sname)] = f"setup failed: {type(exc).__name__}: {exc}"
@@ -843,6 +896,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                             args.messages,
                             args.cap,
                             pids.get(dialect),
+                            args.state,
                         )
                         try:
                             r.update(measure(SYSTEMS[sname], *how))
@@ -879,8 +933,17 @@ def main(argv: list[str] | None = None) -> int:
         ("--workloads", ",".join(WORKLOADS), "comma-separated"),
         ("--no-async", False, "leave out the async client's row"),
         ("--out", None, "directory for bench.md/bench.json (default bench/latest)"),
+        (
+            "--states",
+            ",".join(STATES),
+            "comma-separated: fresh (emptied and VACUUM ANALYZE before each measurement: bench.md), "
+            "churned (drained, pushed and drained again, nothing vacuumed: bench-churned.md)",
+        ),
     )
     args = ap.parse_args(argv)
+    states = [x for x in args.states.split(",") if x]
+    if set(states) - set(STATES):
+        ap.error(f"unknown states {sorted(set(states) - set(STATES))}")
     common.exit_on_sigterm()
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.messages = args.messages or (2000 if args.quick else 10000)
@@ -899,14 +962,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         args.systems = [s for s in pick if s != "pyqueue async"] if pick else None
     out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
-    results, meta = run(args)
-    table = markdown(results, meta)
-    meta["skipped"] = {f"{d}/{s}": why for (d, s), why in meta["skipped"].items()}
-    summary = {d: summarize(results, d, list(SYSTEMS)) for d in meta["dialects"]}
-    common.write(out, "bench", table, {"meta": meta, "summary": summary, "results": results})
-    print()
-    print(table)
-    print(f"wrote {out}/bench.md and bench.json in {meta['seconds']} s")
+    for state in states:
+        args.state = state
+        results, meta = run(args)
+        table = markdown(results, meta)
+        meta["skipped"] = {f"{d}/{s}": why for (d, s), why in meta["skipped"].items()}
+        summary = {d: summarize(results, d, list(SYSTEMS)) for d in meta["dialects"]}
+        name = "bench" if state == "fresh" else f"bench-{state}"
+        common.write(out, name, table, {"meta": meta, "summary": summary, "results": results})
+        print()
+        print(table)
+        print(f"wrote {out}/{name}.md and {name}.json in {meta['seconds']} s")
     return 0
 
 

@@ -163,8 +163,8 @@ SYSTEMS = [
         System("pyqueue-tasks", d, "`pyqueue-sql worker MODULE:app` (the same no-op as an `@app.task`)", "cli", LIVE, peer=False, extra=True),
     )),
     System("graphile-worker", "postgresql", "graphile-worker (npm)", "node", "SELECT count(*) FROM graphile_worker._private_jobs"),
-    System("graphile-worker-batched", "postgresql", "graphile-worker (npm), local queue + batched completion", "node", "SELECT count(*) FROM graphile_worker._private_jobs",
-           note="its performance guide's batching, off by default: localQueue.size 17 (concurrency + 1), completeJobBatchDelay 250 ms"),
+    System("graphile-worker-batched", "postgresql", "graphile-worker (npm), its performance page's settings", "node", "SELECT count(*) FROM graphile_worker._private_jobs",
+           note="as its performance page runs it (off by default): localQueue.size 500, completeJobBatchDelay 0, concurrency 16 per process"),
     System("pg-boss", "postgresql", "pg-boss (npm)", "node", "SELECT count(*) FROM pgboss.job WHERE state IN ('created', 'retry', 'active')",
            note="work(localConcurrency 16, batchSize 10, burstWhenBatchFull): 16 loops per process, each running its batch one job at a time"),
     System("pgmq", "postgresql", "pgmq: read-batch/delete loop in threads (pgmq ships no runtime)", "py", "SELECT count(*) FROM pgmq.q_burndown",
@@ -191,6 +191,21 @@ def _kill(procs: list[subprocess.Popen]) -> None:
                 pass
     for p in procs:
         p.wait()
+
+
+def _backends_cpu(system: System, cur) -> dict[int, float] | None:
+    """PostgreSQL: the CPU seconds of each server process (backend) connected to the system's
+    database other than the counter's own, from /proc (None when the server is not on this
+    machine, or on MySQL/MariaDB, whose sessions are threads of one process)."""
+    if system.dialect != "postgresql":
+        return None
+    cur.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    seconds = {pid: common.process_cpu(pid) for (pid,) in cur.fetchall()}
+    if any(v is None for v in seconds.values()):
+        return None
+    return seconds
 
 
 def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> dict:
@@ -228,6 +243,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             # whatever the worker prints afterwards is read and dropped
             threading.Thread(target=p.stdout.read, daemon=True).start()
         cpu0 = [common.process_cpu(p.pid) for p in procs]  # start-up and imports: not counted
+        server0 = _backends_cpu(system, cur)  # backends opened later start from 0
         started = time.perf_counter()
         for p in procs:
             p.stdin.write("go\n")
@@ -249,9 +265,17 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
                 raise RuntimeError(f"{system.name} worker exited early: {log_tail(dead[0])}")
         done = jobs - remaining
         cpu = [common.process_cpu(p.pid) for p in procs]  # the worker processes' own CPU, all threads
+        server = _backends_cpu(system, cur)  # the workers' sessions, still open
         known = done and None not in cpu + cpu0
+        server_us = None
+        if done and server is not None and server0 is not None:
+            spent = sum(v - server0.get(pid, 0.0) for pid, v in server.items())
+            server_us = round(spent / done * 1e6, 1)
         return {
             "cpu_us_per_job": round((sum(cpu) - sum(cpu0)) / done * 1e6, 1) if known else None,
+            # the server processes of the workers' sessions (PostgreSQL on this machine), per job
+            "server_cpu_us_per_job": server_us,
+            "backends": len(server) if server is not None else None,
             "first_job_s": first,
             "jobs": jobs,
             "done": done,
@@ -266,7 +290,15 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             log.close()
 
 
-def measure(system: System, workload: str, jobs: int, cap: float) -> dict:
+STATES = ("fresh", "churned")
+
+
+def measure(system: System, workload: str, jobs: int, cap: float, state: str = "fresh") -> dict:
+    """One drain. fresh: the backlog enqueued into the just-installed system, then VACUUM ANALYZE
+    (PostgreSQL). churned: as users meet a queue in use, the backlog enqueued, drained by the
+    same workers (not counted), enqueued again, then drained and counted, with no VACUUM, ANALYZE
+    or TRUNCATE in between: the dead rows and index entries of the first pass stay for
+    autovacuum as the server has it configured (the report names the setting)."""
     sleep_ms = WORKLOADS[workload][1]
     dsn = common.create(system.dialect, "bd_" + "".join(c if c.isalnum() else "_" for c in system.name)[:20])
     try:
@@ -274,17 +306,29 @@ def measure(system: System, workload: str, jobs: int, cap: float) -> dict:
         system.install(dsn)
         t1 = time.perf_counter()
         system.enqueue(dsn, jobs)
-        if system.dialect == "postgresql":
+        extra = {}
+        if state == "churned":
+            first = drain(system, dsn, jobs, sleep_ms, max(cap, 120.0))
+            extra["churn_pass"] = {k: first[k] for k in ("done", "seconds", "rate", "cpu_us_per_job")}
+            if first["capped"]:
+                raise RuntimeError(f"the churn pass left {jobs - first['done']} jobs")
+            system.enqueue(dsn, jobs)
+        elif system.dialect == "postgresql":
             common.execute(system.dialect, dsn, "VACUUM ANALYZE")
         t2 = time.perf_counter()
-        print(f"installed {t1 - t0:.1f} s, enqueued {t2 - t1:.1f} s, ", end="", flush=True)
+        print(
+            f"installed {t1 - t0:.1f} s, enqueued{' + churned' if extra else ''} {t2 - t1:.1f} s, ",
+            end="",
+            flush=True,
+        )
         result = drain(system, dsn, jobs, sleep_ms, cap)
-        return result | {"install_s": round(t1 - t0, 2), "enqueue_s": round(t2 - t1, 2)}
+        return result | extra | {"install_s": round(t1 - t0, 2), "enqueue_s": round(t2 - t1, 2)}
     finally:
         common.drop(system.dialect, dsn)
 
 
 def summarize(results: list[dict], systems: list[System], workloads: list[str], meta: dict) -> str:
+    states = meta.get("states") or ["fresh"]
     lines = [
         "# Burn-down: each system's own worker draining a backlog",
         "",
@@ -292,16 +336,23 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         f"{CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} "
         f"({meta['cpus']} CPUs), load average {meta['load_before']} before, {meta['load_after']} after. "
         "Jobs/s = jobs done / (time from the workers' go to the last job done, counted in the database); "
-        "median over rounds (min-max). Worker CPU: the worker processes' own (all threads), per job, median. Ratio: to the best peer of the dialect on that workload (with no "
+        "median over rounds (min-max). Worker CPU: the worker processes' own (all threads), per job, median; "
+        "its server sessions' CPU: the PostgreSQL backends connected to the system's database (the counter's "
+        "own left out) from /proc, per job, median, a figure the machine's load moves less than a rate. Ratio: to the best peer of the dialect on that workload (with no "
         "peer in the run, to the dialect's first system), within each round, median over rounds. "
-        "Method: bench/README.md, Burn-down.",
+        "Method: bench/README.md, Burn-down. A fresh queue: the backlog enqueued into the "
+        "just-installed system, then VACUUM ANALYZE (PostgreSQL); a churned queue: the backlog "
+        "enqueued, drained by the same workers (not counted), enqueued again and drained, with no "
+        "VACUUM, ANALYZE or TRUNCATE between, autovacuum as the server is configured "
+        f"({meta.get('autovacuum') or 'not read'}).",
         "",
     ]
-    for dialect in ("postgresql", "mysql"):
+    for state, dialect in [(st, d) for st in states for d in ("postgresql", "mysql")]:
         ds = [s for s in systems if s.dialect == dialect]
         if not ds:
             continue
-        lines += [f"## {'PostgreSQL' if dialect == 'postgresql' else 'MySQL/MariaDB'}", ""]
+        title = "PostgreSQL" if dialect == "postgresql" else "MySQL/MariaDB"
+        lines += [f"## {title}, {state} queue", ""]
         header = ["worker"]
         for w in workloads:
             sleep_ms = WORKLOADS[w][1]
@@ -314,6 +365,7 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
                 f"{title}: jobs/s",
                 f"vs {meta['baseline'].get(dialect) or 'best peer'}",
                 "worker CPU µs/job",
+                "+ its server sessions' CPU µs/job",
             ]
         rows, notes = [], [f"- {s.label}: {s.note}" for s in ds if s.note]
         for s in ds:
@@ -322,11 +374,14 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
                 rs = [
                     r
                     for r in results
-                    if r["system"] == s.name and r["dialect"] == dialect and r["workload"] == w
+                    if r["system"] == s.name
+                    and r["dialect"] == dialect
+                    and r["workload"] == w
+                    and r.get("state", "fresh") == state
                 ]
                 ok = [r for r in rs if "rate" in r]
                 if s.name in meta["unavailable"].get(dialect, {}) or not ok:
-                    row += ["not run" if not rs else f"failed: {rs[0]['error'][:80]}", "", ""]
+                    row += ["not run" if not rs else f"failed: {rs[0]['error'][:80]}", "", "", ""]
                     continue
                 rates = [r["rate"] for r in ok]
                 capped = " (capped)" if any(r["capped"] for r in ok) else ""
@@ -336,6 +391,8 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
                 row.append(f"{statistics.median(rates):,.0f}{rng}{capped}")
                 row.append(f"{statistics.median(ratios):.2f}x" if ratios else "")
                 row.append(f"{statistics.median(cpu):,.0f}" if cpu else "")
+                server = [r["server_cpu_us_per_job"] for r in ok if r.get("server_cpu_us_per_job")]
+                row.append(f"{statistics.median(server):,.0f}" if server else "")
             rows.append(row)
         lines += [*common.table(header, rows), ""]
         for name, why in meta["unavailable"].get(dialect, {}).items():
@@ -343,6 +400,24 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         if notes:
             lines += notes + [""]
     return "\n".join(lines)
+
+
+def _vacuum_settings(dialects: list[str]) -> str:
+    """What cleans up after a churn on each server, as configured there (nothing is changed)."""
+    said = []
+    for dialect in dialects:
+        try:
+            if dialect == "postgresql":
+                (row,) = common.execute(dialect, common.ADMIN[dialect], "SHOW autovacuum")
+                said.append(f"PostgreSQL autovacuum = {row[0]}")
+            else:
+                rows = common.execute(
+                    dialect, common.ADMIN[dialect], "SHOW VARIABLES LIKE 'innodb_purge_threads'"
+                )
+                said.append("InnoDB purge, innodb_purge_threads = " + (str(rows[0][1]) if rows else "?"))
+        except Exception as exc:  # the server is not there: the run reports it anyway
+            said.append(f"{dialect}: {type(exc).__name__}")
+    return "; ".join(said)
 
 
 def main() -> None:
@@ -355,6 +430,7 @@ def main() -> None:
         ("--systems", None, "comma-separated: " + ", ".join(sorted({s.name for s in SYSTEMS}))),
         ("--dialects", "postgresql,mysql", "comma-separated"),
         ("--workloads", ",".join(WORKLOADS), "comma-separated"),
+        ("--states", ",".join(STATES), "comma-separated: fresh, churned (bench/README.md, Burn-down)"),
         ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
         (
             "--tasks",
@@ -375,6 +451,9 @@ def main() -> None:
         args.cap = min(args.cap, 20.0)
     dialects = args.dialects.split(",")
     workloads = args.workloads.split(",")
+    states = args.states.split(",")
+    if set(states) - set(STATES):
+        ap.error(f"unknown states {sorted(set(states) - set(STATES))}")
     for w in workloads:
         if w not in WORKLOADS:
             ap.error(f"unknown workload {w}")
@@ -405,6 +484,8 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "load_before": common.loadavg(),
         "unavailable": unavailable,
+        "states": states,
+        "autovacuum": _vacuum_settings(dialects),
         # the ratio's reference when no peer runs: the dialect's first system
         "baseline": {
             d: None
@@ -426,11 +507,11 @@ def main() -> None:
         common.write(out, name, md, {"meta": meta, "results": results})
         return md
 
-    total = args.rounds * len(runnable) * len(workloads)
+    total = args.rounds * len(runnable) * len(workloads) * len(states)
     n = 0
     t0 = time.perf_counter()
     for round_ in range(args.rounds):
-        for w in workloads:
+        for state, w in [(st, w) for st in states for w in workloads]:
             jobs = args.jobs or (WORKLOADS[w][2] if args.quick else WORKLOADS[w][0])
             for dialect in dialects:
                 ds = [s for s in runnable if s.dialect == dialect]
@@ -440,7 +521,7 @@ def main() -> None:
                 for s in common.rotated(ds, round_):
                     n += 1
                     print(
-                        f"[{n}/{total} {time.perf_counter() - t0:5.0f}s] round {round_ + 1} {dialect} {w} {s.name}: ",
+                        f"[{n}/{total} {time.perf_counter() - t0:5.0f}s] round {round_ + 1} {dialect} {state} {w} {s.name}: ",
                         end="",
                         flush=True,
                     )
@@ -448,11 +529,12 @@ def main() -> None:
                         "round": round_ + 1,
                         "dialect": dialect,
                         "workload": w,
+                        "state": state,
                         "system": s.name,
                         "jobs": jobs,
                     }
                     try:
-                        r.update(measure(s, w, jobs, args.cap))
+                        r.update(measure(s, w, jobs, args.cap, state))
                         print(
                             f"{r['done']:,}/{jobs:,} in {r['seconds']:.2f} s = {r['rate']:,.0f} jobs/s"
                             + (" (capped)" if r["capped"] else ""),

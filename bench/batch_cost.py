@@ -1,0 +1,260 @@
+"""Batch cost: where a row of a PostgreSQL batch push spends the server's time. One connection sends
+the same 100-row batches to each variant in turn (rounds interleaved, the variants' order
+rotating); each variant is timed by the CPU of its connection's server process (/proc, so the
+machine's other load moves it little) and by the client's wall clock, per row:
+
+  routine           queue_push_batch of 100 (the client's push_many), on pyqueue_message
+  pgmq send_batch   pgmq.send_batch of 100, the peer, in the same database
+  copy: ...         a plain INSERT ... SELECT FROM unnest of the routine's columns into a scratch copy
+                    of pyqueue_message (LIKE ... INCLUDING ALL): with every index, without each
+                    index in turn, with the primary key only, with none (the heap, the JSON and the
+                    column checks), with the payload as text (no jsonb parse), with ON CONFLICT DO
+                    NOTHING (the dedup probe a push makes after a race), and the NOTIFY a push may
+                    send (pg_notify alone, once per call)
+
+Every table churns as a queue does: after each round its rows are deleted (no VACUUM, ANALYZE or
+TRUNCATE; autovacuum as the server has it), so each round inserts past the dead rows and index
+entries of the ones before. bench/README.md, Batch cost.
+
+    python -m bench batch-cost                       # 7 rounds, 300 calls of 100 rows per variant
+    python -m bench batch-cost --quick               # 1 round, 20 calls
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+from bench import common
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+QUEUE = "bench"
+BATCH = 100
+
+# name -> (table, what its indexes are): scratch copies of pyqueue_message
+INDEXES = ("pyqueue_message_ready_idx", "pyqueue_message_due_idx", "pyqueue_message_group_idx")
+COLUMNS = "queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at"
+SELECT = "SELECT %s, k, 'job', p, 0, now(), now(), now() FROM unnest(%s::text[], %s::{ptype}[]) AS u(k, p)"
+
+
+def _scratch(
+    cur,
+    name: str,
+    drop: tuple[str, ...] = (),
+    keep_only_pkey: bool = False,
+    heap: bool = False,
+    text_payload: bool = False,
+) -> None:
+    """A scratch copy of pyqueue_message: its columns, defaults, checks and indexes, less some."""
+    cur.execute(f"DROP TABLE IF EXISTS {name}")
+    cur.execute(f"CREATE TABLE {name} (LIKE pyqueue_message INCLUDING ALL) WITH (fillfactor = 80)")
+    cur.execute(
+        "SELECT i.relname, c.conname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+        "LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid WHERE x.indrelid = %s::regclass",
+        (name,),
+    )
+    for index, constraint in cur.fetchall():
+        is_pkey = constraint is not None
+        copy_of = next((i for i in INDEXES if _same(cur, index, i)), None)
+        if heap or (keep_only_pkey and not is_pkey) or (copy_of is not None and copy_of in drop):
+            if is_pkey:
+                cur.execute(f"ALTER TABLE {name} DROP CONSTRAINT {constraint}")
+            else:
+                cur.execute(f"DROP INDEX {index}")
+    if text_payload:
+        cur.execute(f"ALTER TABLE {name} ALTER COLUMN payload TYPE text")
+
+
+def _same(cur, copy: str, original: str) -> bool:
+    """Whether the scratch index `copy` has the definition of pyqueue_message's `original`."""
+    cur.execute(
+        "SELECT regexp_replace(pg_get_indexdef(%s::regclass), '^.* USING ', ''), "
+        "regexp_replace(pg_get_indexdef(%s::regclass), '^.* USING ', '')",
+        (copy, original),
+    )
+    a, b = cur.fetchone()
+    return a == b
+
+
+def variants(has_pgmq: bool) -> list[tuple[str, str, str]]:
+    """(name, what one call runs, the table to churn) of every variant."""
+    out = [("routine", "queue_push_batch", "pyqueue_message")]
+    if has_pgmq:
+        out.append(("pgmq send_batch", "pgmq.send_batch", f"pgmq.q_{QUEUE}"))
+    out += [
+        ("copy: every index", "insert", "scratch_all"),
+        *[
+            (f"copy: without {i.removeprefix('pyqueue_message_')}", "insert", f"scratch_no_{n}")
+            for n, i in enumerate(INDEXES)
+        ],
+        ("copy: primary key only", "insert", "scratch_pkey"),
+        ("copy: no index (heap, JSON, checks)", "insert", "scratch_heap"),
+        ("copy: no index, payload text (no jsonb parse)", "insert_text", "scratch_text"),
+        ("copy: every index + ON CONFLICT DO NOTHING (dedup probe)", "insert_dedup", "scratch_all"),
+        ("pg_notify alone, once per call", "notify", ""),
+    ]
+    return out
+
+
+def setup(cur) -> None:
+    _scratch(cur, "scratch_all")
+    for n, index in enumerate(INDEXES):
+        _scratch(cur, f"scratch_no_{n}", drop=(index,))
+    _scratch(cur, "scratch_pkey", keep_only_pkey=True)
+    _scratch(cur, "scratch_heap", heap=True)
+    _scratch(cur, "scratch_text", heap=True, text_payload=True)
+
+
+def call(cur, how: str, table: str, keys: list[str], payloads: list[str]) -> None:
+    if how == "queue_push_batch":
+        cur.execute(
+            "SELECT queue_push_batch(%s, %s::text[], %s::text[], %s::jsonb[])",
+            (QUEUE, keys, ["job"] * len(keys), payloads),
+        )
+    elif how == "pgmq.send_batch":
+        cur.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (QUEUE, payloads))
+    elif how == "notify":
+        cur.execute("SELECT pg_notify('pyqueue_bench_cost', '')")
+    else:
+        ptype = "text" if how == "insert_text" else "jsonb"
+        sql = f"INSERT INTO {table} ({COLUMNS}) " + SELECT.format(ptype=ptype)
+        if how == "insert_dedup":
+            sql += " ON CONFLICT DO NOTHING"
+        cur.execute(sql, (QUEUE, keys, payloads))
+    cur.fetchall() if cur.description else None
+
+
+def run(args) -> tuple[list[dict], dict]:
+    import psycopg
+
+    dsn = common.create("postgresql", "batchcost")
+    try:
+        common.install_pyqueue(dsn, QUEUE)
+        has_pgmq = True
+        try:
+            common.install_pgmq(dsn, QUEUE)
+        except Exception as exc:  # the peer is named NOT RUN in the report
+            has_pgmq = False
+            print(f"batch-cost: pgmq NOT RUN: {exc}", flush=True)
+        conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+        cur = conn.cursor()
+        setup(cur)
+        cur.execute("SELECT pg_backend_pid(), current_setting('autovacuum'), version()")
+        pid, autovacuum, version = cur.fetchone()
+        meta = {
+            "command": common.command(),
+            "started": common.now_utc(),
+            "rounds": args.rounds,
+            "calls": args.calls,
+            "batch": BATCH,
+            "load_before": common.loadavg(),
+            "autovacuum": autovacuum,
+            "server": version.split(" on ")[0],
+            "pgmq": has_pgmq,
+        }
+        todo = variants(has_pgmq)
+        results: list[dict] = []
+        serial = 0
+        payloads = [json.dumps({"n": i, "body": "x" * 40}) for i in range(BATCH)]
+        for rnd in range(args.rounds):
+            for name, how, table in common.rotated(todo, rnd):
+                cpu0, t0 = common.process_cpu(pid), time.perf_counter()
+                for _ in range(args.calls):
+                    keys = [f"k{serial + i}" for i in range(BATCH)]
+                    serial += BATCH
+                    call(cur, how, table, keys, payloads)
+                wall, cpu1 = time.perf_counter() - t0, common.process_cpu(pid)
+                rows = args.calls * BATCH
+                results.append(
+                    {
+                        "round": rnd + 1,
+                        "variant": name,
+                        "server_us_per_row": None
+                        if cpu0 is None or cpu1 is None
+                        else (cpu1 - cpu0) / rows * 1e6,
+                        "wall_us_per_row": wall / rows * 1e6,
+                    }
+                )
+            # the churn: every table emptied by DELETE, as consumers do (dead rows and index entries stay)
+            for _, _how, table in todo:
+                if table == "pyqueue_message":
+                    cur.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
+                elif table:
+                    cur.execute(f"DELETE FROM {table}")
+            print(f"batch-cost: round {rnd + 1} of {args.rounds} done", flush=True)
+        conn.close()
+        meta["load_after"] = common.loadavg()
+        return results, meta
+    finally:
+        common.drop("postgresql", dsn)
+
+
+def summarize(results: list[dict], meta: dict) -> str:
+    names = list(dict.fromkeys(r["variant"] for r in results))
+    med = {}
+    for name in names:
+        rs = [r for r in results if r["variant"] == name]
+        server = [r["server_us_per_row"] for r in rs if r["server_us_per_row"] is not None]
+        wall = [r["wall_us_per_row"] for r in rs]
+        med[name] = (server, wall)
+    base = statistics.median(med["copy: every index"][0]) if med.get("copy: every index", ([],))[0] else None
+    rows = []
+    for name in names:
+        server, wall = med[name]
+        s = statistics.median(server) if server else None
+        rows.append(
+            [
+                name,
+                f"{s:.2f} ({min(server):.2f}-{max(server):.2f})" if server else "",
+                f"{s - base:+.2f}" if s is not None and base is not None and name.startswith("copy:") else "",
+                f"{statistics.median(wall):.2f} ({min(wall):.2f}-{max(wall):.2f})",
+            ]
+        )
+    lines = [
+        "# Batch cost: where a row of a PostgreSQL batch push spends the server's time",
+        "",
+        f"Command: `{meta['command']}`; {meta['started']}, {meta['server']}, {meta['rounds']} round(s) of "
+        f"{meta['calls']} calls of {meta['batch']} rows per variant on one connection, rounds interleaved, "
+        f"the variants' order rotating; load average {meta['load_before']} before, {meta['load_after']} after. "
+        "Server CPU: the connection's server process (/proc, 10 ms ticks), per row, median over the rounds "
+        "(min-max); wall: the client's clock per row (round trips included). Every table churns: "
+        "its rows deleted after each round, never vacuumed, analyzed or truncated "
+        f"(autovacuum = {meta['autovacuum']}). The scratch copies are `LIKE pyqueue_message INCLUDING ALL` "
+        "less what the variant names, filled by a plain `INSERT ... SELECT FROM unnest` of the "
+        "routine's columns; `vs every index`: the copy's server CPU minus that of the copy with every "
+        "index (what the difference costs a row). pg_notify: one call per batch, so its figure is a "
+        "hundredth of a call. Method: bench/README.md, Batch cost.",
+        "",
+        *common.table(["variant", "server CPU µs/row", "vs every index", "wall µs/row"], rows, "lrrr"),
+        "",
+    ]
+    if not meta.get("pgmq"):
+        lines += ["- pgmq send_batch: NOT RUN (its PyPI package's SQL did not install here)", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = common.parser(
+        __doc__,
+        ("--rounds", 7, "rounds, the variants' order rotating"),
+        ("--calls", 300, "calls of 100 rows per variant and round"),
+        ("--quick", False, "1 round of 20 calls; writes to bench/results/"),
+        ("--out", None, "directory of batch-cost.md/.json (default bench/latest, --quick bench/results)"),
+    )
+    args = ap.parse_args()
+    common.exit_on_sigterm()
+    if args.quick:
+        args.rounds, args.calls = 1, 20
+    out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
+    results, meta = run(args)
+    md = summarize(results, meta)
+    common.write(out, "batch-cost", md, {"meta": meta, "results": results})
+    print()
+    print(md)
+    print(f"batch-cost: wrote {out}/batch-cost.md and batch-cost.json", flush=True)
+
+
+if __name__ == "__main__":
+    main()
