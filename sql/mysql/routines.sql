@@ -952,9 +952,12 @@ BEGIN
 END //
 
 -- pyqueue__next_at: the earliest scheduled_at of the queue's messages (of in_kinds, NULL = any; blocked ones are
--- none), NULL when none: one ordered read of the due index up to the first wanted kind. in_now is unused (kept for
--- the callers). Plain read: SELECT ... INTO (InnoDB runs a subquery in SET, IF, WHILE or a CALL argument as a locking
--- read, which would wait for the row locks of a transaction that is pushing).
+-- none), NULL when none: one ordered read of the due index up to the first wanted kind. On a queue with rates (one
+-- probe of pyqueue_rate tells), a message of a kind whose rate has no free unit at in_now counts from when the next
+-- unit frees (the first such message of each held kind: one more ordered read per held kind), and a used-up
+-- queue-wide rate puts the answer no earlier than its next free unit: an idle worker neither polls a held-back queue
+-- nor oversleeps a reservable message. Plain reads: SELECT ... INTO (InnoDB runs a subquery in SET, IF, WHILE or a
+-- CALL argument as a locking read, which would wait for the row locks of a transaction that is pushing).
 DROP PROCEDURE IF EXISTS pyqueue__next_at //
 CREATE PROCEDURE pyqueue__next_at(
     IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -963,13 +966,51 @@ CREATE PROCEDURE pyqueue__next_at(
     OUT out_next DATETIME(6))
 SQL SECURITY INVOKER
 BEGIN
+    DECLARE v_rated INT;
+    DECLARE v_held LONGTEXT CHARACTER SET utf8mb4;   -- [[kind, when its next unit frees], ...] of the held kinds
+    DECLARE v_hkinds LONGTEXT CHARACTER SET utf8mb4; -- [kind, ...] of the held kinds
+    DECLARE v_queue_free, v_kind_next DATETIME(6);
+    SELECT EXISTS (SELECT 1 FROM pyqueue_rate r WHERE r.queue_name = in_queue) INTO v_rated;
+    IF v_rated THEN
+        SELECT JSON_ARRAYAGG(JSON_ARRAY(h.p_kind, DATE_FORMAT(h.free_at, '%Y-%m-%d %H:%i:%s.%f'))),
+               JSON_ARRAYAGG(h.p_kind)
+          INTO v_held, v_hkinds
+          FROM (SELECT r.p_kind, MIN(s.used_at) + INTERVAL r.per_us MICROSECOND AS free_at
+                  FROM pyqueue_rate r
+                  JOIN pyqueue_rate_slot s ON s.queue_name = r.queue_name AND s.p_kind = r.p_kind
+                 WHERE r.queue_name = in_queue AND r.p_kind <> ''
+                 GROUP BY r.p_kind, r.per_us
+                HAVING SUM(s.used_at IS NULL OR s.used_at <= in_now - INTERVAL r.per_us MICROSECOND) = 0) AS h;
+        CALL pyqueue__rate_free_at(in_queue, '', in_now, v_queue_free);
+    END IF;
     SELECT MIN(x.scheduled_at) INTO out_next
       FROM (SELECT m.scheduled_at FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
              WHERE m.queue_name = in_queue
                AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'  -- not blocked in a group
                AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
+               AND (v_hkinds IS NULL OR NOT JSON_CONTAINS(v_hkinds, JSON_QUOTE(m.p_kind)))
              ORDER BY m.scheduled_at
              LIMIT 1) AS x;
+    IF v_held IS NOT NULL THEN
+        -- each held kind's first message, from when its next unit frees
+        SELECT MIN(GREATEST(h.free_at,
+                            (SELECT m.scheduled_at FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
+                              WHERE m.queue_name = in_queue AND m.p_kind = h.p_kind
+                                AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                              ORDER BY m.scheduled_at
+                              LIMIT 1)))
+          INTO v_kind_next
+          FROM JSON_TABLE(v_held, '$[*]' COLUMNS (
+                   p_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                   free_at DATETIME(6) PATH '$[1]')) AS h
+         WHERE in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(h.p_kind));
+        IF v_kind_next IS NOT NULL AND (out_next IS NULL OR v_kind_next < out_next) THEN
+            SET out_next = v_kind_next;
+        END IF;
+    END IF;
+    IF v_queue_free IS NOT NULL AND out_next < v_queue_free THEN
+        SET out_next = v_queue_free;
+    END IF;
 END //
 
 -- ---- for history and dead letters ----
@@ -1244,6 +1285,49 @@ BEGIN
         CALL pyqueue__limit_take(in_queue, v_kind, in_id, in_attempts + 1, in_until, in_now, out_ok);
         IF out_ok = 0 THEN SET io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', v_kind); END IF;
     END IF;
+END //
+
+-- pyqueue__rate_pick: a free unit of the rate of (in_queue, in_kind; '' = the queue-wide rate) for a reservation at
+-- in_t: the least recently used slot whose time is NULL or <= in_t - in_per_us, locked FOR UPDATE SKIP LOCKED (never
+-- waits: a unit another call holds counts as used) and NOT written: the caller writes in_t into it once the message is
+-- claimed (one write per admitted message; a claim that fails leaves the unit as it was). out_slot: its number, NULL
+-- when none is free. Locks: that slot row, until the transaction ends (one index probe of the used_at index).
+DROP PROCEDURE IF EXISTS pyqueue__rate_pick //
+CREATE PROCEDURE pyqueue__rate_pick(
+    IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_per_us BIGINT,
+    IN  in_t      DATETIME(6),
+    OUT out_slot  INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET out_slot = NULL;
+    SET out_slot = NULL;
+    SELECT s.slot_no INTO out_slot
+      FROM pyqueue_rate_slot s FORCE INDEX (pyqueue_rate_slot_used_idx)
+     WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+       AND (s.used_at IS NULL OR s.used_at <= in_t - INTERVAL in_per_us MICROSECOND)
+     ORDER BY s.used_at
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+END //
+
+-- pyqueue__rate_free_at: when the rate of (in_queue, in_kind; '' = queue-wide) next has a free unit, as seen at in_now:
+-- NULL when a unit is free at in_now (or there is no such rate), else the earliest slot time + per. Plain read.
+DROP PROCEDURE IF EXISTS pyqueue__rate_free_at //
+CREATE PROCEDURE pyqueue__rate_free_at(
+    IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_now   DATETIME(6),
+    OUT out_at   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    SELECT IF(SUM(s.used_at IS NULL OR s.used_at <= in_now - INTERVAL r.per_us MICROSECOND) > 0, NULL,
+              MIN(s.used_at) + INTERVAL MAX(r.per_us) MICROSECOND)
+      INTO out_at
+      FROM pyqueue_rate r
+      JOIN pyqueue_rate_slot s ON s.queue_name = r.queue_name AND s.p_kind = r.p_kind
+     WHERE r.queue_name = in_queue AND r.p_kind = in_kind;
 END //
 
 -- ---- for schedules ----
@@ -3120,7 +3204,7 @@ BEGIN
     DECLARE v_now, v_until DATETIME(6);
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_count, v_taken, v_deleted, v_ngrouped, v_own INT DEFAULT 0;
+    DECLARE v_count, v_taken, v_deleted, v_ngrouped, v_own, v_rated INT DEFAULT 0;
     DECLARE v_rows, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_gcl BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
@@ -3142,8 +3226,15 @@ BEGIN
         SET v_now = UTC_TIMESTAMP(6), v_until = v_now + INTERVAL CAST(v_vis * 1000000 AS SIGNED) MICROSECOND;
         CALL pyqueue__random_token(v_secret);
         SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
-        CALL pyqueue__claim(v_queue, NULL, COALESCE(in_n, 1), v_now, v_until, NULL, TRUE, NULL, NULL, 0,
-                            v_secret, v_claimed, v_count);
+        SELECT EXISTS (SELECT 1 FROM pyqueue_rate r WHERE r.queue_name = v_queue) INTO v_rated;
+        IF v_rated THEN
+            -- a rate counts every message popped: one at a time, each with its units (pyqueue__reserve_limited)
+            CALL pyqueue__reserve_limited(v_queue, NULL, NULL, COALESCE(in_n, 1), NULL, v_vis, v_max, v_dlq, FALSE,
+                                          v_secret, v_claimed, v_count);
+        ELSE
+            CALL pyqueue__claim(v_queue, NULL, COALESCE(in_n, 1), v_now, v_until, NULL, TRUE, NULL, NULL, 0,
+                                v_secret, v_claimed, v_count);
+        END IF;
         IF v_count > 0 THEN
             SELECT COUNT(*),
                    CONCAT('[', GROUP_CONCAT(JSON_OBJECT('id', m.id, 't', m.reserve_token, 'k', m.p_key, 'kd', m.p_kind,
@@ -3499,7 +3590,8 @@ BEGIN
     -- is where claims insert and commits leave deleted entries until purge; whether any entry lies above priority 0
     -- is one probe past that range.)
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
-           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue),
+           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue)
+           OR EXISTS (SELECT 1 FROM pyqueue_rate r WHERE r.queue_name = v_queue),
            EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
                     WHERE m.queue_name = v_queue AND m.priority > 0),
            MAX(q.max_reservation)
@@ -3587,7 +3679,7 @@ BEGIN
     IF COALESCE(v_claims, 0) = 0 THEN  -- (not handed out above)
         IF NOT v_paused AND v_limited THEN
             CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max,
-                                          v_dlq, FALSE);
+                                          v_dlq, FALSE, NULL, v_ids, v_claims);
         ELSE
             CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max, v_dlq,
                                   v_paused);
@@ -3613,20 +3705,34 @@ END //
 -- kinds at once, in one statement in primary key order: locked kind by kind at each kind's first candidate, two
 -- calls whose FIFO pages met two kinds in opposite orders deadlocked, so often under load (24 autocommit
 -- queue_commit_reserve loops) that 10 runs of a call in a row did.
--- Locks: in autocommit mode the limit rows (shared), each candidate row and all the queue's slot rows, until the
--- call ends; otherwise each candidate row for one statement (or until the caller's transaction ends) and the slot rows
--- as pyqueue__limit_take. Emits the result set.
+-- Rates (a queue with rows in pyqueue_rate; read once per run, with the limit rows): a candidate first needs a free
+-- unit of its kind's rate, then one of the queue-wide rate (pyqueue__rate_pick: locked, SKIP LOCKED, not yet
+-- written), then its limit slot; the units are written with the reservation's time, v_now (its lease start:
+-- scheduled_at - timeout), only once the message is claimed, so a candidate that a rate, its limit or a lost race
+-- holds back uses up nothing. A kind without a free unit joins the full kinds (its messages stay ready, in their
+-- places; other kinds are still served); a used-up queue-wide rate ends the call. A candidate due for
+-- dead-lettering needs no unit. Pop (in_secret not NULL, for queue_pop on a queue with rates): the same walk with
+-- rates only (no limits, no dead-lettering), claims with pyqueue__claim's tokens derived from in_secret, attempts
+-- and worker unchanged, at most @@max_allowed_packet of result (at least one); the claims are appended to io_claimed
+-- in pyqueue__claim's format (out_count of them) and no result set is emitted.
+-- Locks: in autocommit mode the limit and rate rows (shared), each candidate row, all the queue's slot rows and the
+-- rate units taken, until the call ends; otherwise each candidate row for one statement (or until the caller's
+-- transaction ends), the slot rows as pyqueue__limit_take and the rate units until the transaction ends. Emits the
+-- result set (a reserve).
 DROP PROCEDURE IF EXISTS pyqueue__reserve_limited //
 CREATE PROCEDURE pyqueue__reserve_limited(
-    IN in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_worker  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_timeout DECIMAL(20,6),
-    IN in_n       INT,
-    IN in_kinds   LONGTEXT CHARACTER SET utf8mb4,
-    IN in_vis     DECIMAL(20,6),
-    IN in_max     INT,
-    IN in_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_serial  BOOLEAN)
+    IN    in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_worker  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_timeout DECIMAL(20,6),
+    IN    in_n       INT,
+    IN    in_kinds   LONGTEXT CHARACTER SET utf8mb4,
+    IN    in_vis     DECIMAL(20,6),
+    IN    in_max     INT,
+    IN    in_dlq     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_serial  BOOLEAN,
+    IN    in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    INOUT io_claimed LONGTEXT CHARACTER SET utf8mb4,
+    OUT   out_count  INT)
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -3641,12 +3747,18 @@ BEGIN
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_limits     INT;  -- limits
+    DECLARE v_limits     INT;  -- limits (never for a pop)
     DECLARE v_locked BOOLEAN;  -- the own transaction locked the queue's slot rows
     DECLARE v_ok INT DEFAULT 1;
     DECLARE v_full LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_own, v_txn, v_tries INT DEFAULT 0;
     DECLARE v_slots INT;
+    DECLARE v_pop BOOLEAN DEFAULT in_secret IS NOT NULL;
+    DECLARE v_rates LONGTEXT CHARACTER SET utf8mb4;  -- [[kind, per_us], ...] of the kind rates
+    DECLARE v_qper, v_kper, v_budget, v_size BIGINT; -- the queue-wide rate's per; the candidate kind's; pop's budget
+    DECLARE v_nrates INT DEFAULT 0;
+    DECLARE v_kslot, v_qslot INT;
+    DECLARE v_popped LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
     -- An error after claims: give them back as they were (in the call's own transaction: roll it back), then fail.
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
@@ -3657,7 +3769,7 @@ BEGIN
             SET v_c = JSON_EXTRACT(v_claimed, CONCAT('$[', v_i, ']'));
             UPDATE pyqueue_message
                SET scheduled_at = CAST(JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[2]')) AS DATETIME(6)),
-                   attempts = attempts - 1,
+                   attempts = attempts - IF(v_pop, 0, 1),
                    reserve_token = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[3]')) = 'NULL', NULL,
                                       JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[3]'))),
                    reserved_by = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[4]')) = 'NULL', NULL,
@@ -3675,16 +3787,17 @@ BEGIN
     END;
 
     SET v_queue = in_queue, v_vis = in_vis, v_max = in_max, v_dlq = in_dlq, v_paused = FALSE,
-        v_kinds = in_kinds;
+        v_kinds = in_kinds, out_count = 0;
 
     IF NOT v_paused THEN
         CALL pyqueue__own_transaction(FALSE, v_own);
         SET v_now = UTC_TIMESTAMP(6);
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
-        SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) INTO v_limits;
+        SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) AND NOT v_pop INTO v_limits;
         REPEAT
           SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '[]', v_full = NULL, v_locked = FALSE,
-              v_left = COALESCE(in_n, 1);
+              v_left = COALESCE(in_n, 1), v_popped = '', out_count = 0,
+              v_budget = @@max_allowed_packet - 4096;
           BEGIN
             DECLARE c_ready CURSOR FOR
                 SELECT m.id, m.scheduled_at, m.p_kind
@@ -3713,7 +3826,17 @@ BEGIN
             END IF;
             IF v_txn = 1 OR in_serial THEN
                 -- the limit rows first (shared), before any message row: queue_drop and queue_set_limit lock them
-                SELECT COUNT(*) > 0 INTO v_limits FROM pyqueue_limit l WHERE l.queue_name = v_queue LOCK IN SHARE MODE;
+                SELECT COUNT(*) > 0 AND NOT v_pop INTO v_limits
+                  FROM pyqueue_limit l WHERE l.queue_name = v_queue LOCK IN SHARE MODE;
+                SELECT COUNT(*), MAX(IF(r.p_kind = '', r.per_us, NULL)),
+                       JSON_ARRAYAGG(IF(r.p_kind = '', NULL, JSON_ARRAY(r.p_kind, r.per_us)))
+                  INTO v_nrates, v_qper, v_rates
+                  FROM pyqueue_rate r WHERE r.queue_name = v_queue LOCK IN SHARE MODE;
+            ELSE
+                SELECT COUNT(*), MAX(IF(r.p_kind = '', r.per_us, NULL)),
+                       JSON_ARRAYAGG(IF(r.p_kind = '', NULL, JSON_ARRAY(r.p_kind, r.per_us)))
+                  INTO v_nrates, v_qper, v_rates
+                  FROM pyqueue_rate r WHERE r.queue_name = v_queue;
             END IF;
             -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index,
             -- where claims insert and commits leave deleted entries until purge, so a queue with nothing above
@@ -3737,15 +3860,26 @@ BEGIN
                             DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
                             SET v_found = 1;
                             -- queue_name again: queue_move may have moved the row meanwhile
-                            SELECT m.attempts, m.reserve_token, m.scheduled_at, m.reserved_by
-                              INTO v_attempts, v_seen_token, v_seen_at, v_seen_by
+                            SELECT m.attempts, m.reserve_token, m.scheduled_at, m.reserved_by,
+                                   IF(v_pop, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind)
+                                                  + COALESCE(LENGTH(m.headers), 0)) + 256, 0)
+                              INTO v_attempts, v_seen_token, v_seen_at, v_seen_by, v_size
                               FROM pyqueue_message m
                              WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
                                FOR UPDATE SKIP LOCKED;
                         END;
+                        IF v_found = 1 AND v_pop AND out_count > 0 AND v_size > v_budget THEN
+                            SET v_found = 0, v_left = 0;  -- the result is full
+                        END IF;
                         IF v_found = 1 THEN
-                            CALL pyqueue__random_token(v_token);
-                            IF v_attempts >= v_max THEN
+                            IF v_pop THEN
+                                SET v_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(in_secret, v_id), 256), 32), 13, 1, '4'),
+                                    17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(in_secret, v_id), 256), 17, 1), 16, 10) + 1, 1)),
+                                    9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
+                            ELSE
+                                CALL pyqueue__random_token(v_token);
+                            END IF;
+                            IF v_attempts >= v_max AND NOT v_pop THEN
                                 -- its last allowed reservation expired: claim it to dead-letter (attempts unchanged)
                                 UPDATE pyqueue_message FORCE INDEX (PRIMARY)
                                    SET scheduled_at = v_until, reserve_token = v_token,
@@ -3760,7 +3894,31 @@ BEGIN
                                     END IF;
                                 END IF;
                             ELSE
-                                IF v_limits THEN  -- a slot first, for a kind with a limit
+                                SET v_ok = 1, v_kslot = NULL, v_qslot = NULL;
+                                IF v_nrates > 0 THEN  -- a free unit of the kind's rate, then of the queue-wide one
+                                    IF JSON_CONTAINS(COALESCE(v_full, '[]'), JSON_QUOTE(v_kind)) THEN
+                                        SET v_ok = 0;
+                                    ELSE
+                                        SELECT MAX(x.per_us) INTO v_kper
+                                          FROM JSON_TABLE(COALESCE(v_rates, '[]'), '$[*]' COLUMNS (
+                                                   k      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                                                   per_us BIGINT PATH '$[1]')) AS x
+                                         WHERE x.k = v_kind;
+                                        IF v_kper IS NOT NULL THEN
+                                            CALL pyqueue__rate_pick(v_queue, v_kind, v_kper, v_now, v_kslot);
+                                            IF v_kslot IS NULL THEN
+                                                SET v_ok = 0, v_full = JSON_ARRAY_APPEND(COALESCE(v_full, '[]'), '$', v_kind);
+                                            END IF;
+                                        END IF;
+                                        IF v_ok = 1 AND v_qper IS NOT NULL THEN
+                                            CALL pyqueue__rate_pick(v_queue, '', v_qper, v_now, v_qslot);
+                                            IF v_qslot IS NULL THEN
+                                                SET v_ok = 0, v_left = 0;  -- the queue-wide rate is used up: the end
+                                            END IF;
+                                        END IF;
+                                    END IF;
+                                END IF;
+                                IF v_limits AND v_ok = 1 THEN  -- a slot first, for a kind with a limit
                                     IF (v_txn = 1 OR in_serial) AND NOT v_locked THEN
                                         -- the slot rows of ALL the queue's kinds, in one statement in primary key
                                         -- order, until the commit (see above)
@@ -3774,26 +3932,42 @@ BEGIN
                                 END IF;
                                 UPDATE pyqueue_message FORCE INDEX (PRIMARY)
                                    SET scheduled_at = v_until,
-                                       attempts = attempts + 1,
-                                       reserved_by = in_worker,
+                                       attempts = attempts + IF(v_pop, 0, 1),
+                                       reserved_by = IF(v_pop, reserved_by, in_worker),
                                        reserve_token = v_token
                                  WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
                                    AND attempts = v_attempts AND reserve_token <=> v_seen_token
                                    AND v_ok = 1;
                                 IF ROW_COUNT() = 1 THEN
+                                    -- the rate units taken, written once, with the reservation's time
+                                    IF v_kslot IS NOT NULL THEN
+                                        UPDATE pyqueue_rate_slot SET used_at = v_now
+                                         WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no = v_kslot;
+                                    END IF;
+                                    IF v_qslot IS NOT NULL THEN
+                                        UPDATE pyqueue_rate_slot SET used_at = v_now
+                                         WHERE queue_name = v_queue AND p_kind = '' AND slot_no = v_qslot;
+                                    END IF;
+                                    IF v_pop THEN  -- as pyqueue__claim's candidates: [id, attempts, at, token, by, 0, priority]
+                                        SET v_popped = CONCAT(v_popped, IF(v_popped = '', '', ','),
+                                                              JSON_ARRAY(v_id, v_attempts,
+                                                                         DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
+                                                                         v_seen_token, v_seen_by, 0, v_priority)),
+                                            v_budget = v_budget - v_size, out_count = out_count + 1;
+                                    END IF;
                                     -- id, token, then what the claim changed (to give it back)
                                     SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$',
                                         JSON_ARRAY(v_id, v_token,
                                                    DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
                                                    v_seen_token, v_seen_by, v_attempts + 1));
                                     SET v_left = v_left - 1;
-                                    IF v_left = 0 THEN LEAVE candidates; END IF;
                                 END IF;
                             END IF;
                         END IF;
+                        IF v_left <= 0 THEN LEAVE candidates; END IF;
                     END LOOP;
                     CLOSE c_ready;
-                UNTIL v_left = 0 OR v_got < v_page END REPEAT;
+                UNTIL v_left <= 0 OR v_got < v_page END REPEAT;
                 SELECT MAX(m.priority) INTO v_priority
                   FROM pyqueue_message m
                  WHERE m.queue_name = v_queue AND m.priority < v_priority;
@@ -3806,6 +3980,10 @@ BEGIN
         UNTIL v_retry = 0 END REPEAT;
     END IF;
 
+    IF v_pop THEN
+        SET io_claimed = CONCAT(COALESCE(io_claimed, ''), IF(COALESCE(io_claimed, '') = '' OR v_popped = '', '', ','),
+                                v_popped);
+    ELSE
     SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
            m.attempts, m.created_at, m.scheduled_at_initially, m.headers
       FROM JSON_TABLE(v_claimed, '$[*]' COLUMNS (
@@ -3815,6 +3993,7 @@ BEGIN
       JOIN pyqueue_message m ON m.id = c.c_id
      WHERE m.reserve_token = c.c_token COLLATE utf8mb4_bin
      ORDER BY c.ord;
+    END IF;
 END //
 
 -- queue_commit: deletes the message if in_token still holds its reservation. Result: one row, committed = 1, or 0
@@ -4845,6 +5024,7 @@ BEGIN
     DECLARE v_expired, v_first BOOLEAN;
     DECLARE v_next BIGINT;
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_rated LONGTEXT CHARACTER SET utf8mb4;  -- (pyqueue__reserve_limited's pop claims: unused here)
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
     IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
         AND (NOT v_commit OR (CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
@@ -4863,7 +5043,8 @@ BEGIN
     -- settings, limits, history, whether any message lies above priority 0 (as queue_reserve) and the message to
     -- commit: ONE plain read
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
-           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue), MAX(q.history_retention) IS NOT NULL,
+           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue)
+           OR EXISTS (SELECT 1 FROM pyqueue_rate r WHERE r.queue_name = v_queue), MAX(q.history_retention) IS NOT NULL,
            COALESCE(MAX(m.id), 0), MAX(m.group_key), MAX(m.scheduled_at) <= UTC_TIMESTAMP(6),
            EXISTS (SELECT 1 FROM pyqueue_message p FORCE INDEX (pyqueue_message_ready_idx)
                     WHERE p.queue_name = v_queue AND p.priority > 0),
@@ -4938,7 +5119,7 @@ BEGIN
             IF v_claims = 0 THEN  -- (not handed out above)
                 IF NOT v_paused AND v_limited THEN
                     CALL pyqueue__reserve_limited(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis,
-                                                  v_max, v_dlq, v_txn = 1);
+                                                  v_max, v_dlq, v_txn = 1, NULL, v_rated, v_claims);
                 ELSE
                     CALL pyqueue__reserve(v_queue, in_worker, in_timeout, COALESCE(in_n, 1), v_kinds, v_vis, v_max,
                                           v_dlq, v_paused);
@@ -6289,6 +6470,99 @@ BEGIN
       FROM pyqueue_limit l
      WHERE v_queue IS NULL OR l.queue_name = v_queue
      ORDER BY l.queue_name, l.p_kind;
+END //
+
+-- queue_set_rate: at most in_n reservations of in_kind (NULL: of every kind of the queue together) in any window of
+-- in_per_s seconds (> 0, at most one day); in_n NULL removes the rate (no error when there is none). n from 1 to
+-- 10000, one slot row per unit holding the time it was last used: lowering n keeps the n most recent times, raising
+-- it adds units never used, a new per keeps the times. A kind rate and the queue-wide rate may both be set: a
+-- reservation then needs a unit of each. No result set. Locks: the rate row, then its slot rows (waiting for
+-- reserves that hold one); in autocommit mode in a transaction of its own, run again on a deadlock.
+DROP PROCEDURE IF EXISTS queue_set_rate //
+CREATE PROCEDURE queue_set_rate(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n     DECIMAL(65,30),
+    IN in_per_s DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_own, v_retry, v_have, v_top, v_n INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_per BIGINT;
+    DECLARE v_tries INT DEFAULT 0;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_kind IS NOT NULL THEN CALL pyqueue__check_name('p_kind', in_kind, 128); END IF;
+    CALL pyqueue__check_int('n', in_n, 1, 10000);
+    IF in_n IS NOT NULL AND (in_per_s IS NULL OR ROUND(in_per_s * 1000000) < 1 OR in_per_s > 86400) THEN
+        CALL pyqueue__raise('invalid_argument', 'per must be more than 0 seconds and at most 1 day (86400)');
+    END IF;
+    SET v_queue = in_queue, v_kind = COALESCE(in_kind, ''), v_n = in_n,
+        v_per = CAST(ROUND(in_per_s * 1000000) AS SIGNED);
+    CALL pyqueue__own_transaction(NULL, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            IF v_own = 1 THEN START TRANSACTION; END IF;
+            IF v_n IS NULL THEN
+                DELETE FROM pyqueue_rate WHERE queue_name = v_queue AND p_kind = v_kind;  -- its slots cascade
+            ELSE
+                INSERT INTO pyqueue_rate (queue_name, p_kind, n, per_us) VALUES (v_queue, v_kind, v_n, v_per)
+                ON DUPLICATE KEY UPDATE n = VALUES(n), per_us = VALUES(per_us);
+                SELECT COUNT(*), COALESCE(MAX(s.slot_no), 0) INTO v_have, v_top
+                  FROM pyqueue_rate_slot s
+                 WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                   FOR UPDATE;
+                IF v_have > v_n THEN
+                    -- the least recent times go (never used first): the n most recent stay
+                    SET v_have = v_have - v_n;
+                    DELETE FROM pyqueue_rate_slot
+                     WHERE queue_name = v_queue AND p_kind = v_kind
+                     ORDER BY used_at IS NOT NULL, used_at, slot_no
+                     LIMIT v_have;
+                ELSEIF v_have < v_n THEN
+                    INSERT INTO pyqueue_rate_slot (queue_name, p_kind, slot_no)
+                    SELECT v_queue, v_kind, v_top + 1 + d0.d + 10 * d1.d + 100 * d2.d + 1000 * d3.d
+                      FROM JSON_TABLE('[0,1,2,3,4,5,6,7,8,9]', '$[*]' COLUMNS (d INT PATH '$')) AS d0
+                     CROSS JOIN JSON_TABLE('[0,1,2,3,4,5,6,7,8,9]', '$[*]' COLUMNS (d INT PATH '$')) AS d1
+                     CROSS JOIN JSON_TABLE('[0,1,2,3,4,5,6,7,8,9]', '$[*]' COLUMNS (d INT PATH '$')) AS d2
+                     CROSS JOIN JSON_TABLE('[0,1,2,3,4,5,6,7,8,9]', '$[*]' COLUMNS (d INT PATH '$')) AS d3
+                     WHERE d0.d + 10 * d1.d + 100 * d2.d + 1000 * d3.d < v_n - v_have;
+                END IF;
+            END IF;
+            IF v_own = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+END //
+
+-- queue_rates: the rate limits of a queue (all queues when NULL), by queue and kind (the queue-wide rate, p_kind NULL,
+-- first): queue, p_kind, n, per (seconds), next_free_at (UTC: the earliest slot time + per, when the next unit is or
+-- was free; NULL while some unit was never used), in_window (units used within the last per: n when used up).
+-- Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_rates //
+CREATE PROCEDURE queue_rates(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
+    SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
+    SELECT r.queue_name AS `queue`, NULLIF(r.p_kind, '') AS p_kind, r.n,
+           CAST(r.per_us / 1000000 AS DECIMAL(20,6)) AS per,
+           IF(SUM(s.used_at IS NULL) > 0, NULL, MIN(s.used_at) + INTERVAL r.per_us MICROSECOND) AS next_free_at,
+           CAST(COALESCE(SUM(s.used_at > v_now - INTERVAL r.per_us MICROSECOND), 0) AS SIGNED) AS in_window
+      FROM pyqueue_rate r
+      LEFT JOIN pyqueue_rate_slot s ON s.queue_name = r.queue_name AND s.p_kind = r.p_kind
+     WHERE v_queue IS NULL OR r.queue_name = v_queue
+     GROUP BY r.queue_name, r.p_kind, r.n, r.per_us
+     ORDER BY r.queue_name, r.p_kind;
 END //
 
 -- ==== workers ====

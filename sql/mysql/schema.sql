@@ -370,6 +370,39 @@ CREATE TABLE pyqueue_limit_slot (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: one row per unit of a limit, holding a reservation or free';
 
+-- Rate limits: at most n reservations of (queue, kind) in any window of
+-- length per_us (microseconds); p_kind '' is the queue-wide rate (every kind
+-- together; kind names are never empty). One slot row per unit, holding the
+-- time of the last reservation that used it (NULL: never): a reservation at
+-- time t takes a slot whose used_at is NULL or <= t - per and sets it to t,
+-- so the times on one slot are spaced per apart and n + 1 reservations never
+-- fall within a window shorter than per. used_at is indexed: the reserve takes
+-- the least recently used free slot in one index probe.
+CREATE TABLE pyqueue_rate (
+    queue_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    p_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    n          INT          NOT NULL,
+    per_us     BIGINT       NOT NULL,
+    PRIMARY KEY (queue_name, p_kind),
+    CONSTRAINT pyqueue_rate_queue_fk FOREIGN KEY (queue_name)
+        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    CONSTRAINT pyqueue_rate_n_range CHECK (n BETWEEN 1 AND 10000),
+    CONSTRAINT pyqueue_rate_per_range CHECK (per_us BETWEEN 1 AND 86400000000)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: rate limits per (queue, kind); kind empty = the whole queue';
+
+CREATE TABLE pyqueue_rate_slot (
+    queue_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    p_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    slot_no    INT          NOT NULL,
+    used_at    DATETIME(6)  NULL,
+    PRIMARY KEY (queue_name, p_kind, slot_no),
+    KEY pyqueue_rate_slot_used_idx (queue_name, p_kind, used_at),
+    CONSTRAINT pyqueue_rate_slot_rate_fk FOREIGN KEY (queue_name, p_kind)
+        REFERENCES pyqueue_rate (queue_name, p_kind) ON DELETE CASCADE
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: one row per unit of a rate, holding the time it was last used';
+
 
 -- ==== workers ====
 -- The worker registry.

@@ -32,8 +32,12 @@ DROP PROCEDURE IF EXISTS queue_worker_register;
 DROP TABLE IF EXISTS pyqueue_worker;
 
 -- ==== limits ====
+DROP PROCEDURE IF EXISTS queue_rates;
+DROP PROCEDURE IF EXISTS queue_set_rate;
 DROP PROCEDURE IF EXISTS queue_limits;
 DROP PROCEDURE IF EXISTS queue_set_limit;
+DROP TABLE IF EXISTS pyqueue_rate_slot;
+DROP TABLE IF EXISTS pyqueue_rate;
 DROP TABLE IF EXISTS pyqueue_limit_slot;
 DROP TABLE IF EXISTS pyqueue_limit;
 
@@ -141,6 +145,8 @@ DROP PROCEDURE IF EXISTS pyqueue__schedule_next;
 DROP PROCEDURE IF EXISTS pyqueue__schedule_after;
 DROP PROCEDURE IF EXISTS pyqueue__cron_next;
 DROP PROCEDURE IF EXISTS pyqueue__cron_field;
+DROP PROCEDURE IF EXISTS pyqueue__rate_free_at;
+DROP PROCEDURE IF EXISTS pyqueue__rate_pick;
 DROP PROCEDURE IF EXISTS pyqueue__limit_claim;
 DROP PROCEDURE IF EXISTS pyqueue__result;
 DROP PROCEDURE IF EXISTS pyqueue__check_result_size;
