@@ -226,6 +226,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         if kind in route.handlers:
             raise errors.InvalidArgumentError(f"queue {queue!r} already has a handler for kind {kind!r}")
         route.handlers[kind] = fn
+        route.plans.clear()
         if retry is not None:
             route.retries[kind] = retry
         if timeout is not None:

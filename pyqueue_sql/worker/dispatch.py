@@ -261,6 +261,14 @@ class Dispatch:
             raise errors.QueueError(f"no handler for kind {job.kind!r}")
         return route, fn
 
+    def _plan_of(self, job: Job) -> tuple[Handler, float | None, bool]:
+        """The job's handler, its timeout and whether its result is stored (a QueueError, the
+        message's failure, when its kind has no handler)."""
+        plan = self.routes[job.queue].plan(job.kind)
+        if plan[0] is None:
+            raise errors.QueueError(f"no handler for kind {job.kind!r}")
+        return plan
+
     # -- the reserve loop -------------------------------------------------------------
     def _dispatch_steps(self):
         """The reserve loop; a non-connection error in it is logged and the loop
@@ -564,14 +572,13 @@ class Dispatch:
         job.started_at = time.monotonic()
         started = time.time()
         try:
-            route, fn = self._handler_of(job)
+            fn, timeout, job.store_result = self._plan_of(job)
         except errors.QueueError as exc:
             error: BaseException | None = exc
         else:
-            job.store_result = route.stores_result(job.kind)
             # The handler's failure is the message's, not the worker's: it comes back as the
             # result (thrown in, a GeneratorExit would end these steps).
-            error = yield Handle(fn, job, route.timeout_for(job.kind))
+            error = yield Handle(fn, job, timeout)
             self._note_handler_time(time.monotonic() - job.started_at)
         if isinstance(error, asyncio.CancelledError) and self._hard_stop.is_set():
             self._release(job)  # abandoned: the message comes back after its lease

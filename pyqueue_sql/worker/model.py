@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pyqueue_sql.worker")
 
+# Makes a Job's cancel event once when two threads look at it first together.
+_EVENT_MADE = threading.Lock()
+
 
 @dataclass
 class Job:
@@ -34,11 +37,8 @@ class Job:
     lease_until: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     done: bool = False
-    # Set when a cancel of this message was requested (queue_cancel while it runs): a plain
-    # handler may check it (or wait on it) and stop by raising pyqueue_sql.Cancelled; an async
-    # def handler is cancelled. The worker learns it from its heartbeat (queue_renew) and, while
-    # async def handlers run, from a quick poll (see Watch).
-    cancel_requested: threading.Event = field(default_factory=threading.Event, repr=False)
+    # cancel_requested's event, made at its first use (most jobs never look at it)
+    _cancel_event: threading.Event | None = field(default=None, repr=False)
     # What the handler returned (stored as the message's result when its kind stores results).
     result: Any = field(default=None, repr=False)
     store_result: bool = False
@@ -61,6 +61,21 @@ class Job:
     scheduled_at_initially = property(attrgetter("reservation.scheduled_at_initially"))
     # the message's headers (a dict), None when it has none
     headers = property(attrgetter("reservation.headers"))
+
+    @property
+    def cancel_requested(self) -> threading.Event:
+        """Set when a cancel of this message was requested (queue_cancel while it runs): a plain
+        handler may check it (or wait on it) and stop by raising pyqueue_sql.Cancelled; an async
+        def handler is cancelled. The worker learns it from its heartbeat (queue_renew) and, while
+        async def handlers run, from a quick poll (see Watch). One event for the job's life, made
+        at the first look (any thread)."""
+        event = self._cancel_event
+        if event is None:
+            with _EVENT_MADE:
+                event = self._cancel_event
+                if event is None:
+                    event = self._cancel_event = threading.Event()
+        return event
 
     def set_progress(self, value: Any) -> None:
         """Reports the job's progress (any JSON value, at most 64 KiB as JSON): Queue.result (and
@@ -124,6 +139,22 @@ class Route:
     retries: dict[str | None, RetryRule] = field(default_factory=dict)
     timeouts: dict[str | None, float] = field(default_factory=dict)
     stores: set[str | None] = field(default_factory=set)  # the kinds whose results are stored
+
+    # kind -> (its handler or None, its timeout, whether its result is stored): what a job of the
+    # kind needs, looked up once per kind (Worker.add_handler, the only writer, clears it)
+    plans: dict[str, tuple[Handler | None, float | None, bool]] = field(default_factory=dict, repr=False)
+
+    def plan(self, kind: str) -> tuple[Handler | None, float | None, bool]:
+        """(handler_for, timeout_for, stores_result) of a kind, remembered."""
+        try:
+            return self.plans[kind]
+        except KeyError:
+            plan = self.plans[kind] = (
+                self.handler_for(kind),
+                self.timeout_for(kind),
+                self.stores_result(kind),
+            )
+            return plan
 
     def kinds(self) -> list[str] | None:
         return None if None in self.handlers else sorted(k for k in self.handlers if k is not None)

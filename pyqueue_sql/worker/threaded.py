@@ -428,10 +428,11 @@ class Worker(WorkerBase):
         self._wake_queues.update(self.routes)
 
     def _start_jobs(self, jobs: list[Job]) -> None:
+        wake, inflight = self._watch_wake.set, self._inflight
         with self._slots:
             for job in jobs:
-                job.on_progress = self._watch_wake.set
-                self._inflight[(job.queue, job.key, job.kind)] = job
+                job.on_progress = wake
+                inflight[(job.queue, job.key, job.kind)] = job
         for job in jobs:
             self._pending.put(job)
 
