@@ -2004,6 +2004,9 @@ AS $$ SELECT timestamptz '9999-12-31 23:59:59.999999+00' $$;
 -- routine: a reserve never takes a group row, and this function waits for
 -- no head's lock). Several groups: the caller settles them in group_key
 -- order.
+-- A group with a group limit (pyqueue_group_limit: its own row, else the
+-- queue's default) goes through pyqueue__group_settle_k instead: one probe
+-- of that table, which finds nothing on a queue without group limits.
 CREATE OR REPLACE FUNCTION pyqueue__group_settle(in_queue text, in_group text, in_now timestamptz,
                                                  in_head_left boolean)
 RETURNS void
@@ -2013,7 +2016,17 @@ DECLARE
     v_head_key  text;
     v_head_kind text;
     v_next      record;
+    v_k         integer;
 BEGIN
+    SELECT l.k INTO v_k
+      FROM pyqueue_group_limit l
+     WHERE l.queue_name::text = in_queue AND (l.group_key::text = in_group OR l.group_key::text = ''::text)
+     ORDER BY l.group_key::text = ''::text
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM pyqueue__group_settle_k(in_queue, in_group, in_now, in_head_left, v_k);
+        RETURN;
+    END IF;
     IF in_head_left THEN
         PERFORM 1 FROM pyqueue_group g
          WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group
@@ -2073,6 +2086,113 @@ BEGIN
      WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
     IF v_next.at <= in_now THEN
         PERFORM pyqueue__notify(in_queue);  -- wakeup: the new head is ready now
+    END IF;
+END;
+$$;
+
+-- pyqueue__group_settle_k: pyqueue__group_settle for a group whose limit is
+-- in_k (up to in_k heads live at once: ready, delayed or reserved; the
+-- others blocked). Under the group's row lock (created when missing, on a
+-- push) it counts the group's live messages (pyqueue_message_group_live_idx:
+-- a probe of at most a few entries) and, while fewer than in_k are live,
+-- makes the first blocked one, in (scheduled_at_initially, id) order, a
+-- head: due at its run time or now, whichever is later, after a head left
+-- (or the limit was raised), so that it queues behind the heads that are
+-- ready already (round robin); at its run time when its own push makes it
+-- one. A push into a full group puts its message before the latest head
+-- that runs later and was never delivered (and can be locked at once), as
+-- with one head. With no head left and nothing blocked the group's row goes;
+-- else it names the first head. A wakeup when a new head is ready now.
+-- Exact under concurrency: every change of a group's heads happens under
+-- its row lock; a head that another transaction is taking out (commit,
+-- move, dead letter, ...) and has not committed is still counted, so the
+-- count is never too low, and that transaction settles the group after us.
+-- Lowering the limit revokes nothing: no head is added until fewer than
+-- in_k are live. Locks: the group's row, then the messages it changes.
+CREATE OR REPLACE FUNCTION pyqueue__group_settle_k(in_queue text, in_group text, in_now timestamptz,
+                                                   in_head_left boolean, in_k integer)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_live      integer;
+    v_next      record;
+    v_last      record;
+    v_displaced boolean := false;
+    v_notify    boolean := false;
+BEGIN
+    IF in_head_left THEN
+        PERFORM 1 FROM pyqueue_group g
+         WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group
+           FOR UPDATE;
+    ELSE
+        INSERT INTO pyqueue_group AS g (queue_name, group_key) VALUES (in_queue, in_group)
+        ON CONFLICT (queue_name, group_key) DO UPDATE SET head_key = g.head_key;
+    END IF;
+    SELECT pg_catalog.count(*)::integer INTO v_live
+      FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
+       AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00';
+    LOOP
+        EXIT WHEN in_head_left AND v_live >= in_k;
+        LOOP
+            SELECT m.p_key, m.p_kind, m.scheduled_at_initially AS at, m.id INTO v_next
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
+               AND m.scheduled_at = pyqueue__blocked_at()
+             ORDER BY m.scheduled_at_initially, m.id
+             LIMIT 1
+               FOR UPDATE;
+            -- Nothing found can also mean that the row this read waited for was
+            -- deleted meanwhile (READ COMMITTED): look again with a new snapshot.
+            EXIT WHEN FOUND OR NOT EXISTS (
+                SELECT 1 FROM pyqueue_message m
+                 WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
+                   AND m.scheduled_at = pyqueue__blocked_at());
+        END LOOP;
+        EXIT WHEN v_next.p_key IS NULL;
+        IF v_live >= in_k THEN  -- a push into a full group
+            EXIT WHEN v_displaced;
+            SELECT m.p_key, m.p_kind INTO v_last
+              FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
+               AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00'
+               AND m.attempts = 0 AND m.reserve_token IS NULL AND m.scheduled_at_initially > v_next.at
+             ORDER BY m.scheduled_at_initially DESC, m.id DESC
+             LIMIT 1
+               FOR UPDATE SKIP LOCKED;
+            EXIT WHEN NOT FOUND;
+            UPDATE pyqueue_message m SET scheduled_at = pyqueue__blocked_at()
+             WHERE m.queue_name::text = in_queue AND m.p_key::text = v_last.p_key::text
+               AND m.p_kind::text = v_last.p_kind::text;
+            v_live := v_live - 1;
+            v_displaced := true;
+        END IF;
+        IF NOT in_head_left THEN
+            -- at its run time, which may lie in the past (see pyqueue__group_settle)
+            PERFORM pyqueue__ready_from_lower(in_queue, v_next.at, in_now);
+        END IF;
+        UPDATE pyqueue_message m
+           SET scheduled_at = CASE WHEN in_head_left THEN greatest(v_next.at, in_now) ELSE v_next.at END
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.p_key::text
+           AND m.p_kind::text = v_next.p_kind::text;
+        v_live := v_live + 1;
+        v_notify := v_notify OR v_next.at <= in_now;
+    END LOOP;
+    IF v_live = 0 THEN
+        DELETE FROM pyqueue_group g WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
+    ELSE
+        UPDATE pyqueue_group g
+           SET (head_key, head_kind) = (SELECT m.p_key, m.p_kind
+                                          FROM pyqueue_message m
+                                         WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
+                                           AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00'
+                                         ORDER BY m.scheduled_at_initially, m.id
+                                         LIMIT 1)
+         WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
+    END IF;
+    IF v_notify THEN
+        PERFORM pyqueue__notify(in_queue);  -- wakeup: a new head is ready now
     END IF;
 END;
 $$;
@@ -5022,10 +5142,30 @@ $$;
 
 -- queue_groups: in_queue's FIFO groups that hold messages, by group_key, at
 -- most in_n (NULL = 100, 1 to 1000): the group, its head (p_key, p_kind,
--- state as queue_message's) and how many messages it holds (its head
--- included). Reads without locks; counts each listed group's messages.
+-- state as queue_message's; with a group limit above 1, the first of its
+-- heads), how many messages it holds (its heads included), group_limit (the
+-- k in effect: the group's own, else the queue's default, else 1) and
+-- in_flight (its heads: the messages that are not blocked, reserved or
+-- not). Reads without locks; counts each listed group's messages.
+-- Installs of earlier versions returned no group_limit and in_flight: the
+-- function is dropped first (a function cannot change its result columns in
+-- place), and with it its grants (pyqueue-sql grant gives them again).
+DO $$
+DECLARE
+    v_old regprocedure := pg_catalog.to_regprocedure('queue_groups(text, integer)');
+BEGIN
+    IF v_old IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM pg_catalog.pg_proc p
+            WHERE p.oid OPERATOR(pg_catalog.=) v_old::pg_catalog.oid
+              AND 'group_limit'::text OPERATOR(pg_catalog.=) ANY (p.proargnames::text[])) THEN
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', v_old);
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION queue_groups(in_queue text, in_n integer DEFAULT NULL)
-RETURNS TABLE (group_key text, head_key text, head_kind text, head_state text, messages bigint)
+RETURNS TABLE (group_key text, head_key text, head_kind text, head_state text, messages bigint,
+               group_limit integer, in_flight bigint)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
@@ -5045,7 +5185,15 @@ BEGIN
                  WHERE h.queue_name::text = g.queue_name::text AND h.p_key::text = g.head_key::text
                    AND h.p_kind::text = g.head_kind::text),
                (SELECT pg_catalog.count(*) FROM pyqueue_message m
-                 WHERE m.queue_name::text = g.queue_name::text AND m.group_key::text = g.group_key::text)
+                 WHERE m.queue_name::text = g.queue_name::text AND m.group_key::text = g.group_key::text),
+               coalesce((SELECT l.k FROM pyqueue_group_limit l
+                          WHERE l.queue_name::text = g.queue_name::text
+                            AND (l.group_key::text = g.group_key::text OR l.group_key::text = ''::text)
+                          ORDER BY l.group_key::text = ''::text
+                          LIMIT 1), 1),
+               (SELECT pg_catalog.count(*) FROM pyqueue_message m
+                 WHERE m.queue_name::text = g.queue_name::text AND m.group_key::text = g.group_key::text
+                   AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00')
           FROM pyqueue_group g
          WHERE g.queue_name::text = in_queue
          ORDER BY g.group_key
@@ -5778,6 +5926,55 @@ BEGIN
 END;
 $$;
 
+-- queue_set_group_limit: up to in_k messages of a FIFO group live at once
+-- (its heads: ready, delayed or reserved), started in the group's order,
+-- instead of one. in_group NULL sets the queue's default for every group; a
+-- named group's limit overrides it. in_k 1..10000; NULL removes the limit
+-- (back to the default, or to 1). Raising it lets each group concerned take
+-- its new heads at once (due now or at their run time, whichever is later:
+-- behind the heads already ready); lowering it revokes nothing (no head is
+-- added until fewer than k are live). Removing the last limit of a group
+-- whose heads are more than one leaves them live: from then on the group
+-- settles as with one head, which may then be added beside them until they
+-- end. Locks: the limit row, then each group concerned (in group order) as
+-- pyqueue__group_settle does.
+CREATE OR REPLACE FUNCTION queue_set_group_limit(in_queue text, in_group text, in_k integer)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_group text := coalesce(in_group, '');  -- '' = the queue's default
+    v_now   timestamptz;
+    v_each  text;
+BEGIN
+    PERFORM pyqueue__queue(in_queue, true);
+    IF in_group IS NOT NULL THEN
+        PERFORM pyqueue__check_name('group', in_group, 255);
+    END IF;
+    IF in_k IS NULL THEN
+        DELETE FROM pyqueue_group_limit WHERE queue_name::text = in_queue AND group_key::text = v_group;
+        RETURN;
+    END IF;
+    IF in_k < 1 OR in_k > 10000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: k must be from 1 to 10000 (NULL removes the group limit)'
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
+    v_now := pg_catalog.clock_timestamp();
+    INSERT INTO pyqueue_group_limit AS l (queue_name, group_key, k)
+    VALUES (in_queue, v_group, in_k)
+    ON CONFLICT (queue_name, group_key) DO UPDATE SET k = EXCLUDED.k;
+    FOR v_each IN
+        SELECT g.group_key::text FROM pyqueue_group g
+         WHERE g.queue_name::text = in_queue AND (in_group IS NULL OR g.group_key::text = in_group)
+         ORDER BY g.group_key::text
+    LOOP
+        PERFORM pyqueue__group_settle(in_queue, v_each, v_now, true);
+    END LOOP;
+END;
+$$;
+
 -- ==== workers ====
 -- The worker registry: register, heartbeat, deregister, list, and hand back
 -- the reservations of workers that stopped heartbeating.
@@ -6114,7 +6311,7 @@ REVOKE EXECUTE ON FUNCTION
     pyqueue__limited_tids, pyqueue__limit_renew, pyqueue__check_worker, pyqueue__cron_field,
     pyqueue__cron_next, pyqueue__schedule_key, pyqueue__schedule_after, pyqueue__push_occurrence, pyqueue__schedule_next,
     pyqueue__schedule, pyqueue__ingest, pyqueue__delete_held, pyqueue__blocked_at, pyqueue__group_settle,
-    pyqueue__groups_settle, pyqueue__check_topic, pyqueue__topic_regex,
+    pyqueue__group_settle_k, pyqueue__groups_settle, pyqueue__check_topic, pyqueue__topic_regex,
     queue_create, queue_reset_setting, queue_settings, queue_set_max_reservation, queue_set_max_payload,
     queue_drop, queue_pause, queue_resume,
     queue_stats,
@@ -6144,7 +6341,7 @@ REVOKE EXECUTE ON FUNCTION
     queue_renew(text, text, text, text, interval), queue_renew(text, text, text, uuid, interval),
     queue_cancel_held(text, text, text, text), queue_cancel_held(text, text, text, uuid),
     queue_set_progress(text, text, text, text, jsonb), queue_set_progress(text, text, text, uuid, jsonb),
-    queue_set_limit, queue_limits, queue_set_rate, queue_rates,
+    queue_set_limit, queue_limits, queue_set_rate, queue_rates, queue_set_group_limit,
     queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
     queue_release_dead_workers, queue_workers,
     queue_schedule_every, queue_schedule_cron, queue_unschedule, queue_schedules,

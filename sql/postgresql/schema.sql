@@ -209,6 +209,27 @@ CREATE TABLE pyqueue_group (
 COMMENT ON TABLE pyqueue_group IS
     'pyqueue-sql: one row per FIFO group with messages: its head, the one message of the group that may be delivered.';
 
+-- Group limits: up to k messages of a group live at once (heads: ready,
+-- delayed or reserved; the others blocked), instead of one. group_key '' is
+-- the queue's default for every group (group names are never empty); a
+-- named group's row overrides it; without a row k is 1. Read by the step
+-- that settles a group's heads (pyqueue__group_settle), under the group's
+-- row lock.
+CREATE TABLE pyqueue_group_limit (
+    queue_name varchar(128) NOT NULL REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    group_key  varchar(255) NOT NULL,
+    k          integer      NOT NULL,
+    CONSTRAINT pyqueue_group_limit_pkey PRIMARY KEY (queue_name, group_key),
+    CONSTRAINT pyqueue_group_limit_k_range CHECK (k BETWEEN 1 AND 10000)
+);
+
+-- A group's live messages (its heads: every grouped message not blocked),
+-- so that a group with k > 1 counts them in a probe of its few entries,
+-- whatever its backlog of blocked messages (which have none).
+CREATE INDEX pyqueue_message_group_live_idx
+    ON pyqueue_message (queue_name, group_key, scheduled_at_initially, id)
+    WHERE group_key IS NOT NULL AND scheduled_at < '9999-12-31 23:59:59.999999+00';
+
 -- Where the ready range of a queue starts: every live message of the queue
 -- has (scheduled_at, id) >= (ready_from, ready_from_id) (ready_from_id NULL:
 -- any id), or scheduled_at >= a lowered_to of pyqueue_ready_lower, so the

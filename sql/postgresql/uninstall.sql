@@ -32,6 +32,7 @@ DROP FUNCTION IF EXISTS queue_worker_register(text, text, integer, text[]);
 DROP TABLE IF EXISTS pyqueue_worker;
 
 -- ==== limits ====
+DROP FUNCTION IF EXISTS queue_set_group_limit(text, text, integer);
 DROP FUNCTION IF EXISTS queue_rates(text);
 DROP FUNCTION IF EXISTS queue_set_rate(text, text, integer, interval);
 DROP FUNCTION IF EXISTS queue_limits(text);
@@ -148,6 +149,7 @@ DROP FUNCTION IF EXISTS queue_create(text, interval, integer, text, interval);
 DROP FUNCTION IF EXISTS pyqueue__topic_regex(text);
 DROP FUNCTION IF EXISTS pyqueue__check_topic(text, text, boolean);
 DROP FUNCTION IF EXISTS pyqueue__groups_settle(text, text[], timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__group_settle_k(text, text, timestamptz, boolean, integer);
 DROP FUNCTION IF EXISTS pyqueue__group_settle(text, text, timestamptz, boolean);
 DROP FUNCTION IF EXISTS pyqueue__blocked_at();
 DROP FUNCTION IF EXISTS pyqueue__ingest();
@@ -201,6 +203,7 @@ DROP FUNCTION IF EXISTS pyqueue__check_reservation(text, text, text);
 DROP FUNCTION IF EXISTS pyqueue__check_name(text, text, integer);
 
 -- the tables of the queues topic, last
+DROP TABLE IF EXISTS pyqueue_group_limit;
 DROP TABLE IF EXISTS pyqueue_group;
 DROP TABLE IF EXISTS pyqueue_ready_lower;
 DROP TABLE IF EXISTS pyqueue_ready_from;

@@ -1,0 +1,247 @@
+"""Group limits (queue_set_group_limit): up to k messages of a FIFO group live at once (its heads:
+ready, delayed or reserved; the others blocked), started in the group's order, with round robin
+between groups, on every dialect. With k = 1 (no group limit) groups behave as tests/contract/test_groups.py
+says.
+
+The tests call the routines with plain SQL, as a psql or mysql client would, and count a group's
+live messages in the message table (every grouped message that is not blocked: scheduled_at below
+the sentinel 9999-12-31 23:59:59.999999 UTC).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+
+import pytest
+
+from pyqueue_sql import dialects
+
+SENTINEL_SQL = {
+    "postgresql": "TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'",
+    "mysql": "CAST('9999-12-31 23:59:59.999999' AS DATETIME(6))",
+}
+NOW_SQL = {"postgresql": "clock_timestamp()", "mysql": "UTC_TIMESTAMP(6)"}
+
+
+def verb(dialect):
+    return "SELECT" if dialect == "postgresql" else "CALL"
+
+
+def set_group_limit(raw, dialect, queue, group, k):
+    raw(f"{verb(dialect)} queue_set_group_limit(%s, %s, %s)", (queue, group, k))
+
+
+def push(raw, dialect, queue, group, key, kind="job"):
+    if dialect == "postgresql":
+        raw("SELECT queue_push_grouped(%s, %s, %s, %s, '{}')", (queue, group, key, kind))
+    else:
+        raw("CALL queue_push_grouped(%s, %s, %s, %s, '{}', NULL, NULL)", (queue, group, key, kind))
+
+
+def reserve(raw, dialect, queue, n, timeout=60):
+    """[(key, kind, token)] reserved, in the order handed out."""
+    if dialect == "postgresql":
+        rows = raw(
+            "SELECT p_key, p_kind, token::text FROM queue_reserve(%s, 'w', make_interval(secs => %s), %s)",
+            (queue, timeout, n),
+        )
+        return [tuple(r) for r in rows]
+    rows = raw("CALL queue_reserve(%s, 'w', %s, %s, NULL)", (queue, timeout, n))
+    return [(r[0], r[1], r[3]) for r in rows]
+
+
+def keys(rows):
+    return [r[0] for r in rows]
+
+
+def commit(raw, dialect, queue, held):
+    key, kind, token = held
+    rows = raw(f"{verb(dialect)} queue_commit(%s, %s, %s, %s)", (queue, key, kind, token))
+    assert rows and rows[0][0], ("commit failed", held)
+
+
+def groups(raw, dialect, queue):
+    """{group: (head_key, messages, group_limit, in_flight)} from queue_groups."""
+    if dialect == "postgresql":
+        rows = raw("SELECT * FROM queue_groups(%s)", (queue,))
+    else:
+        rows = raw("CALL queue_groups(%s, NULL)", (queue,))
+    return {r[0]: (r[1], int(r[4]), int(r[5]), int(r[6])) for r in rows}
+
+
+def live_counts(conn_or_raw, dialect, queue):
+    """{group: (live, reserved now)} counted in the message table, one statement."""
+    sql = (
+        f"SELECT group_key, COUNT(*), SUM(CASE WHEN reserve_token IS NOT NULL AND scheduled_at > {NOW_SQL[dialect]} "
+        f"THEN 1 ELSE 0 END) FROM pyqueue_message WHERE queue_name = %s AND group_key IS NOT NULL "
+        f"AND scheduled_at < {SENTINEL_SQL[dialect]} GROUP BY group_key"
+    )
+    return {g: (int(n), int(r)) for g, n, r in conn_or_raw(sql, (queue,))}
+
+
+@pytest.fixture
+def q(raw, dialect):
+    name = f"gl.{uuid.uuid4().hex[:12]}"
+    if dialect == "postgresql":
+        raw("SELECT queue_create(%s, NULL, 1000)", (name,))
+    else:
+        raw("CALL queue_create(%s, NULL, 1000, NULL, NULL)", (name,))
+    return name
+
+
+def test_set_group_limit_refuses_bad_arguments(q, raw, dialect):
+    for group, k in [("g", 0), ("g", 10001), ("g", -1), (None, 0), ("", 2), ("g ", 2), ("g" * 256, 2)]:
+        with pytest.raises(Exception, match="pyqueue:invalid_argument"):
+            set_group_limit(raw, dialect, q, group, k)
+    with pytest.raises(Exception, match="pyqueue:unknown_queue"):
+        set_group_limit(raw, dialect, "no-such-queue-" + uuid.uuid4().hex, "g", 2)
+    set_group_limit(raw, dialect, q, "g", None)  # nothing to remove: no error
+    set_group_limit(raw, dialect, q, None, 10000)
+    set_group_limit(raw, dialect, q, "g", 1)
+
+
+def test_k_heads_in_group_order_and_the_next_starts_when_one_leaves(q, raw, dialect):
+    set_group_limit(raw, dialect, q, None, 3)
+    for i in range(1, 7):
+        push(raw, dialect, q, "A", f"a{i}")
+    push(raw, dialect, q, "B", "b1")
+    assert groups(raw, dialect, q) == {"A": ("a1", 6, 3, 3), "B": ("b1", 1, 3, 1)}
+    held = reserve(raw, dialect, q, 10)
+    assert keys(held) == ["a1", "a2", "a3", "b1"]
+    assert reserve(raw, dialect, q, 10) == []
+    commit(raw, dialect, q, held[1])  # a2 leaves: a4 starts
+    assert keys(reserve(raw, dialect, q, 10)) == ["a4"]
+    assert live_counts(raw, dialect, q) == {"A": (3, 3), "B": (1, 1)}
+
+
+def test_a_group_limit_overrides_the_default_and_none_goes_back_to_it(q, raw, dialect):
+    set_group_limit(raw, dialect, q, None, 2)
+    set_group_limit(raw, dialect, q, "A", 3)
+    for i in range(1, 5):
+        push(raw, dialect, q, "A", f"a{i}")
+        push(raw, dialect, q, "B", f"b{i}")
+    assert sorted(keys(reserve(raw, dialect, q, 20))) == ["a1", "a2", "a3", "b1", "b2"]
+    assert {g: v[2:] for g, v in groups(raw, dialect, q).items()} == {"A": (3, 3), "B": (2, 2)}
+    set_group_limit(raw, dialect, q, "A", None)  # back to the default, 2: nothing revoked
+    assert groups(raw, dialect, q)["A"][2:] == (2, 3)
+
+
+def test_raising_k_starts_heads_at_once_lowering_revokes_nothing(q, raw, dialect):
+    for i in range(1, 6):
+        push(raw, dialect, q, "A", f"a{i}")
+    assert keys(reserve(raw, dialect, q, 10)) == ["a1"]
+    set_group_limit(raw, dialect, q, "A", 3)
+    held = reserve(raw, dialect, q, 10)
+    assert keys(held) == ["a2", "a3"]
+    set_group_limit(raw, dialect, q, "A", 1)
+    assert groups(raw, dialect, q)["A"][2:] == (1, 3)
+    commit(raw, dialect, q, held[0])
+    commit(raw, dialect, q, held[1])
+    assert reserve(raw, dialect, q, 10) == []  # a1 still live: one, the limit
+    assert live_counts(raw, dialect, q) == {"A": (1, 1)}
+
+
+def test_one_message_group_is_served_within_one_round_behind_a_big_group(q, raw, dialect):
+    """A group with a long backlog and k = 2 delays another group's single message by at most one
+    round: it is among the first k x active groups + 1 deliveries after its push."""
+    k = 2
+    set_group_limit(raw, dialect, q, None, k)
+    for i in range(200):
+        push(raw, dialect, q, "big", f"big{i:03d}")
+    for _ in range(7):  # the big group running
+        [held] = reserve(raw, dialect, q, 1)
+        commit(raw, dialect, q, held)
+    push(raw, dialect, q, "small", "s1")
+    delivered = []
+    while "s1" not in delivered:
+        [held] = reserve(raw, dialect, q, 1)
+        delivered.append(held[0])
+        commit(raw, dialect, q, held)
+        assert len(delivered) <= k * 2 + 1, delivered
+    assert len(delivered) <= k * 2 + 1, delivered
+
+
+@pytest.mark.slow
+def test_never_more_than_k_live_under_concurrency_and_k_is_reached(q, raw, dialect, dsn):
+    """Six connections reserve (1 to 3 at a time), commit, roll back, let expire and push into three
+    groups with k = 2 while a checker counts each group's live and reserved messages."""
+    k, threads, groups_n, seconds, longest = 2, 6, 3, 3.0, 20.0
+    set_group_limit(raw, dialect, q, None, k)
+    for i in range(30):
+        for g in range(groups_n):
+            push(raw, dialect, q, f"g{g}", f"g{g}-{i:03d}")
+    done = threading.Event()
+    failures: list[BaseException] = []
+    seen = {"max_live": 0, "max_reserved": 0, "samples": 0, "handled": 0}
+    start = time.monotonic()
+
+    def conn_call(conn):
+        def run(sql, params=None):
+            cur = conn.cursor()
+            try:
+                cur.execute(sql, params)
+                rows = cur.fetchall() if cur.description else []
+                while dialect == "mysql" and cur.nextset():
+                    pass
+                return rows
+            finally:
+                cur.close()
+
+        return run
+
+    def worker(i):
+        conn = dialects.for_dsn(dsn).connect(dsn)
+        run = conn_call(conn)
+        rng = random.Random(i)
+        try:
+            while not done.is_set():
+                got = reserve(run, dialect, q, rng.randint(1, 3), timeout=rng.choice([0.2, 2.0]))
+                time.sleep(0.01)
+                for held in got:
+                    action = rng.random()
+                    if action < 0.6:  # false when it expired and went to another: nothing to check
+                        run(f"{verb(dialect)} queue_commit(%s, %s, %s, %s)", (q, *held))
+                        push(run, dialect, q, f"g{rng.randrange(groups_n)}", f"n-{uuid.uuid4().hex[:10]}")
+                    elif action < 0.85:
+                        run(
+                            f"{verb(dialect)} queue_rollback(%s, %s, %s, %s, NULL)",
+                            (q, held[0], held[1], held[2]),
+                        )
+                    # else: left to expire
+                seen["handled"] += len(got)
+                if not got:
+                    time.sleep(0.005)
+        except BaseException as exc:  # noqa: BLE001
+            failures.append(exc)
+            done.set()
+        finally:
+            conn.close()
+
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    checker = dialects.for_dsn(dsn).connect(dsn)
+    try:
+        run = conn_call(checker)
+        while not done.is_set():
+            counts = live_counts(run, dialect, q)
+            seen["samples"] += 1
+            for g, (live, reserved) in counts.items():
+                assert live <= k, (g, live, counts)
+                seen["max_live"] = max(seen["max_live"], live)
+                seen["max_reserved"] = max(seen["max_reserved"], reserved)
+            elapsed = time.monotonic() - start
+            if elapsed >= longest or (elapsed >= seconds and seen["max_reserved"] == k):
+                done.set()
+    finally:
+        done.set()
+        for t in workers:
+            t.join()
+        checker.close()
+    assert not failures, failures[0]
+    assert seen["max_reserved"] == k, seen  # k reached: the limit was under pressure
+    assert seen["handled"] > 50 and seen["samples"] > 20, seen
+    assert all(live <= k for live, _ in live_counts(raw, dialect, q).values())
