@@ -432,6 +432,7 @@ def main() -> None:
         ("--workloads", ",".join(WORKLOADS), "comma-separated"),
         ("--states", ",".join(STATES), "comma-separated: fresh, churned (bench/README.md, Burn-down)"),
         ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
+        ("--name", None, "the results' file name (default burndown, burndown-tasks, burndown-variants)"),
         (
             "--tasks",
             False,
@@ -496,7 +497,9 @@ def main() -> None:
     }
     results: list[dict] = []
     out = args.out or os.path.join(HERE, "results" if args.quick or args.tasks or args.variant else "latest")
-    name = "burndown-tasks" if args.tasks else "burndown-variants" if args.variant else "burndown"
+    name = args.name or (
+        "burndown-tasks" if args.tasks else "burndown-variants" if args.variant else "burndown"
+    )
 
     def write(rounds_done: int) -> str:
         """The summary of the rounds done so far (rewritten after each round: a run cut short
