@@ -71,6 +71,11 @@ SUITES = {
         "PostgreSQL: a batch push row's server CPU, the routine against pgmq and a scratch copy less each index",
         ("--quick",),
     ),
+    "worker-cpu": Suite(
+        "worker_cpu",
+        "PostgreSQL: the threaded worker's own CPU and its sessions' per no-op job, with and without the tracing span",
+        ("--quick",),
+    ),
     "ab": Suite(
         "revision_ab",
         "the routines of two versions of sql/ (a schema revision or a git commit), alternated",

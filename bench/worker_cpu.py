@@ -1,0 +1,216 @@
+"""Worker CPU: what one job costs pyqueue-sql's threaded worker, in its own process, as the
+`pyqueue-sql worker` CLI builds it (a plain def handler, concurrency 16, the CLI's defaults and
+its log handler at INFO). Each drain empties a backlog of no-op jobs from a churned queue (every
+backlog pushed into the table the drains before left, nothing vacuumed); the figures are the
+process's CPU per job (all its threads, getrusage) and the CPU per job of its server sessions
+(PostgreSQL backends from /proc). Variants alternate round by round: `as installed` (the
+OpenTelemetry span per job when opentelemetry-api is importable) and `no tracing` (the same
+worker with pyqueue_sql.tracing's API lookup answered "not installed"), so the span's cost is read
+side by side. --profile N: one more drain under yappi (pip install yappi), the N functions with
+the most own CPU per job. bench/README.md, Worker CPU.
+
+    python -m bench worker-cpu                        # 5 rounds of 20,000 jobs per variant
+    python -m bench worker-cpu --quick                # 1 round of 2,000
+    python -m bench worker-cpu --rounds 1 --profile 40
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import statistics
+import sys
+import threading
+import time
+
+from bench import common
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+QUEUE = "burndown"
+CONCURRENCY = 16
+
+
+def _noop(job) -> None:
+    pass
+
+
+def _enqueue(dsn: str, jobs: int, serial: int) -> None:
+    import pyqueue_sql
+
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue(QUEUE)
+        for start in range(serial, serial + jobs, 1000):
+            q.push_many(
+                [(f"j{i:09d}", "noop", {"n": i}) for i in range(start, min(serial + jobs, start + 1000))]
+            )
+
+
+def _sessions_cpu(cur) -> dict[int, float]:
+    cur.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    seconds = {pid: common.process_cpu(pid) for (pid,) in cur.fetchall()}
+    return {pid: s for pid, s in seconds.items() if s is not None}
+
+
+def _process_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def drain(dsn: str, jobs: int, profile: bool = False) -> dict:
+    """One Worker, built as cmd_worker builds it, drains the backlog; stopped when it is empty."""
+    from pyqueue_sql import RetryPolicy, Worker
+
+    worker = Worker(dsn, concurrency=CONCURRENCY)
+    worker.add_handler(QUEUE, _noop, None, retry=RetryPolicy(), timeout=None)
+    counter = common.raw_connect("postgresql", dsn)
+    cur = counter.cursor()
+    seen: dict[str, dict[int, float]] = {"before": _sessions_cpu(cur)}
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.02)
+            cur.execute("SELECT count(*) FROM pyqueue_message")
+            if cur.fetchone()[0] == 0:
+                seen["after"] = _sessions_cpu(cur)  # the worker's sessions, still open
+                worker.stop()
+                return
+
+    if profile:
+        import yappi
+
+        yappi.set_clock_type("cpu")
+        yappi.start()
+    cpu0, t0 = _process_cpu(), time.perf_counter()
+    threading.Thread(target=watch, daemon=True).start()
+    worker.run(install_signals=False)
+    cpu1, t1 = _process_cpu(), time.perf_counter()
+    if profile:
+        yappi.stop()
+    counter.close()
+    server = sum(v - seen["before"].get(pid, 0.0) for pid, v in seen.get("after", {}).items())
+    return {
+        "jobs": jobs,
+        "seconds": t1 - t0,
+        "rate": jobs / (t1 - t0),
+        "cpu_us_per_job": (cpu1 - cpu0) / jobs * 1e6,
+        "server_cpu_us_per_job": server / jobs * 1e6,
+    }
+
+
+def main() -> None:
+    ap = common.parser(
+        __doc__,
+        ("--rounds", 5, "rounds; each drains once per variant, the order rotating"),
+        ("--jobs", 20000, "no-op jobs per drain"),
+        ("--profile", 0, "then one drain under yappi: the N functions with the most own CPU"),
+        ("--quick", False, "1 round of 2,000 jobs; writes to bench/results/"),
+        ("--out", None, "directory of worker-cpu.md/.json (default bench/latest, --quick bench/results)"),
+    )
+    args = ap.parse_args()
+    common.exit_on_sigterm()
+    if args.quick:
+        args.rounds, args.jobs = 1, 2000
+    import pyqueue_sql.tracing as tracing
+    from pyqueue_sql.cli.workers import _log_handler, _TextLogFormatter
+
+    # the CLI's log handler and level (a line at the start and the stop of each worker)
+    handler = _log_handler(sys.stderr, None)
+    handler.setFormatter(_TextLogFormatter())
+    logger = logging.getLogger("pyqueue_sql")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    traced = tracing.api() is not None
+    variants = ["as installed", "no tracing"] if traced else ["as installed"]
+    dsn = common.create("postgresql", "workercpu")
+    results: list[dict] = []
+    meta = {
+        "command": common.command(),
+        "started": common.now_utc(),
+        "load_before": common.loadavg(),
+        "rounds": args.rounds,
+        "jobs": args.jobs,
+        "tracing": "opentelemetry-api importable" if traced else "opentelemetry-api not installed",
+    }
+    serial = 0
+    try:
+        common.install_pyqueue(dsn, QUEUE)
+        for rnd in range(args.rounds):
+            for variant in common.rotated(variants, rnd):
+                _enqueue(dsn, args.jobs, serial)
+                serial += args.jobs
+                tracing._api = False if variant == "no tracing" else None
+                try:
+                    r = drain(dsn, args.jobs)
+                finally:
+                    tracing._api = None
+                results.append({"round": rnd + 1, "variant": variant, **r})
+                print(
+                    f"worker-cpu: round {rnd + 1} {variant}: {r['cpu_us_per_job']:.1f} µs a job, "
+                    f"server sessions {r['server_cpu_us_per_job']:.1f}, {r['rate']:,.0f} jobs/s",
+                    flush=True,
+                )
+        top: list[str] = []
+        if args.profile:
+            _enqueue(dsn, args.jobs, serial)
+            drain(dsn, args.jobs, profile=True)
+            import yappi
+
+            stats = yappi.get_func_stats()
+            stats.sort("tsub", "desc")
+            for i, f in enumerate(stats):
+                if i >= args.profile:
+                    break
+                where = f.module.replace(os.path.dirname(HERE) + "/", "")
+                top.append(
+                    f"| {where}:{f.lineno} {f.name} | {f.ncall:,} | {f.tsub / args.jobs * 1e6:.2f} | {f.ttot / args.jobs * 1e6:.2f} |"
+                )
+    finally:
+        common.drop("postgresql", dsn)
+    meta["load_after"] = common.loadavg()
+    rows = []
+    for variant in variants:
+        rs = [r for r in results if r["variant"] == variant]
+        cpu = [r["cpu_us_per_job"] for r in rs]
+        srv = [r["server_cpu_us_per_job"] for r in rs]
+        rate = [r["rate"] for r in rs]
+        rows.append(
+            [
+                variant,
+                f"{statistics.median(cpu):.1f} ({min(cpu):.1f}-{max(cpu):.1f})",
+                f"{statistics.median(srv):.1f} ({min(srv):.1f}-{max(srv):.1f})",
+                f"{statistics.median(rate):,.0f} ({min(rate):,.0f}-{max(rate):,.0f})",
+            ]
+        )
+    md = [
+        "# Worker CPU: what one job costs the threaded worker, as the CLI builds it",
+        "",
+        f"Command: `{meta['command']}`; {meta['started']}, {args.rounds} round(s) of {args.jobs:,} no-op jobs "
+        f"per variant, one process, concurrency {CONCURRENCY}, the CLI's defaults; {meta['tracing']}; "
+        f"load average {meta['load_before']} before, {meta['load_after']} after. Medians over the rounds "
+        "(min-max). Method: bench/README.md, Worker CPU.",
+        "",
+        *common.table(["variant", "worker CPU µs/job", "its server sessions µs/job", "jobs/s"], rows, "lrrr"),
+        "",
+    ]
+    if top:
+        md += [
+            "One more drain under yappi (CPU clock; yappi multiplies every figure, read the order):",
+            "",
+            "| function | calls | own µs/job | total µs/job |",
+            "| --- | ---: | ---: | ---: |",
+            *top,
+            "",
+        ]
+    text = "\n".join(md)
+    out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
+    common.write(out, "worker-cpu", text, {"meta": meta, "results": results, "profile": top})
+    print()
+    print(text)
+    print(f"worker-cpu: wrote {out}/worker-cpu.md and worker-cpu.json", flush=True)
+
+
+if __name__ == "__main__":
+    main()
