@@ -83,6 +83,7 @@ ADMIN = (
     "queue_set_notify_window",
     "queue_set_limit",
     "queue_set_rate",
+    "queue_set_group_limit",
     "queue_schedule_every",
     "queue_schedule_cron",
     "queue_unschedule",
@@ -117,7 +118,7 @@ DESCRIPTIONS: dict[str, str] = {
     "monitor": "stats, limits, rates, workers, schedules, dead letters, settings, message, message history, "
     "messages (browse by state), throughput, bindings, groups, a message's result (read, wait)",
     "admin": "create, drop, pause, resume, remove, release reservations, reset a setting, max reservation, "
-    "max payload, result retention, cancel, limits, rates, schedules, history, redrive, replay, bind, unbind; plus monitor",
+    "max payload, result retention, cancel, limits, rates, group limits, schedules, history, redrive, replay, bind, unbind; plus monitor",
     "ingest": "INSERT (and SELECT, for Spark) on queue_ingest, queue_ingest_flush",
 }
 

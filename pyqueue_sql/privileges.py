@@ -26,7 +26,7 @@ routines of its capabilities and no privilege on any table:
               message and its history, browsing and throughput, topic bindings, FIFO groups
     admin     manages queues: create, drop, pause, resume, remove, reset a setting,
               max reservation, max payload, releasing reservations (queue_release),
-              limits, rates, schedules, history, redrive, replay, notify window, releasing
+              limits, rates, group limits, schedules, history, redrive, replay, notify window, releasing
               dead workers, binding topic patterns to queues (bind, unbind); plus monitor
     ingest    bulk enqueue through the queue_ingest table (INSERT; and SELECT, which
               Spark's JDBC writer needs to read the table's columns before it

@@ -136,7 +136,9 @@ def cmd_groups(args: argparse.Namespace) -> int:
         (g.group_key, g.head_key or "-", g.head_kind or "-", g.head_state or "-", str(g.messages))
         for g in groups
     ]
-    if all(g.group_limit is None for g in groups):  # a schema whose queue_groups has no such columns
+    # the limit and in-flight columns only where a group may have more than one message in flight
+    # (queue_set_group_limit; every group at the default, 1, delivers one at a time as always)
+    if all((g.group_limit or 1) == 1 for g in groups):
         print(
             format_table(
                 ("group", "head key", "head kind", "head state", "messages"), rows, right_aligned=(4,)

@@ -73,6 +73,10 @@ class QueueRow:
     failure_rate: float | None  # dead_lettered / (committed + dead_lettered) over the window
 
 
+# How many groups of a queue /metrics reads (queue_groups' largest page).
+GROUPS_READ = 1000
+
+
 @dataclass
 class Overview:
     taken_at: dt.datetime
@@ -267,6 +271,12 @@ class Dashboard:
         """Every queue's rate limits (queue_rates), for /metrics."""
         with self.pool.database() as db:
             return db.rates()
+
+    def groups(self, queues: list[str]) -> dict[str, list[Any]]:
+        """The FIFO groups of each queue (queue_groups: the first GROUPS_READ by group key), for
+        /metrics; a queue without groups maps to []."""
+        with self.pool.database() as db:
+            return {name: db.queue(name).groups(n=GROUPS_READ) for name in queues}
 
     def queue_stats(self, name: str) -> QueueStats:
         with self.pool.database() as db:

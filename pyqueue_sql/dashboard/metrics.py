@@ -4,7 +4,8 @@ A collector on a registry of the app's own (never the global one): queue depth b
 of the oldest ready message, dead letters, paused, workers live and stale, the messages that
 left each queue by outcome (counted from pyqueue_history for queues that keep history), and each
 rate limit's n, window, units used in the window and seconds until its next unit is free
-(queue_rates; kind "*" is the rate of a whole queue).
+(queue_rates; kind "*" is the rate of a whole queue), and per queue its FIFO groups, their
+messages in flight and the groups at their k (queue_groups).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class DashboardCollector:
         workers.add_metric(["stale"], len(o.stale_workers))
         yield from (depth, oldest, paused, dead, history, processed, workers)
         yield from rate_metrics(self.dashboard.rates(), dt.datetime.now(dt.timezone.utc))
+        yield from group_metrics(self.dashboard.groups([row.stats.queue for row in o.queues]))
 
 
 # The kind label of a queue-wide rate (queue_rates' p_kind NULL), as the CLI shows it.
@@ -112,6 +114,34 @@ def rate_metrics(rates: list[Any], now: dt.datetime) -> tuple[GaugeMetricFamily,
         ahead = 0.0 if r.next_free_at is None else (r.next_free_at - now).total_seconds()
         wait.add_metric(key, max(0.0, ahead))
     return limit, window, used, wait
+
+
+def group_metrics(groups: dict[str, list[Any]]) -> tuple[GaugeMetricFamily, ...]:
+    """The gauges of the FIFO groups (GroupInfo rows by queue), summed per queue (a label per
+    group would make a series per account, order...): the groups with messages, their messages
+    in flight, and the groups with as many in flight as their k lets out. Queues without groups,
+    or whose queue_groups has no group_limit column yet, are left out."""
+    labels = ["queue"]
+    count = GaugeMetricFamily(
+        "pyqueue_queue_groups", "FIFO groups holding messages (the first 1000 by group key).", labels=labels
+    )
+    in_flight = GaugeMetricFamily(
+        "pyqueue_queue_group_in_flight",
+        "Messages of the queue's FIFO groups in flight (live at their group's head), summed over its groups.",
+        labels=labels,
+    )
+    at_limit = GaugeMetricFamily(
+        "pyqueue_queue_groups_at_limit",
+        "FIFO groups with as many messages in flight as their k (queue_set_group_limit) lets out.",
+        labels=labels,
+    )
+    for queue, rows in groups.items():
+        if not rows or rows[0].group_limit is None:
+            continue
+        count.add_metric([queue], len(rows))
+        in_flight.add_metric([queue], sum(g.in_flight or 0 for g in rows))
+        at_limit.add_metric([queue], sum(1 for g in rows if (g.in_flight or 0) >= (g.group_limit or 1)))
+    return count, in_flight, at_limit
 
 
 def metrics_response(registry: CollectorRegistry, accept: str | None) -> Response:

@@ -281,7 +281,7 @@ SELECT queue, minute, committed, dead_lettered, moved, popped
   FROM queue_throughput(%(queue)s, %(since)s::timestamptz)
 
 -- name: groups
-SELECT group_key, head_key, head_kind, head_state, messages
+SELECT group_key, head_key, head_kind, head_state, messages, group_limit, in_flight
   FROM queue_groups(in_queue => %(queue)s, in_n => %(n)s::integer)
 
 -- ==== limits ====
