@@ -660,3 +660,101 @@ def _runs(watcher, db, *statements: str) -> bool:
         (db.connection.thread_id(), *statements),
     )
     return int(cur.fetchall()[0][0]) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.only_dialect("mysql")
+@pytest.mark.sync_client_only
+@pytest.mark.parametrize("level", ["READ COMMITTED", "REPEATABLE READ"])
+def test_rate_exact_when_reserves_run_in_the_callers_transactions(make_queue, raw, dsn, level):
+    """A rate limit (queue_set_rate) reserved by six connections that each wrap their CALLs in a
+    transaction of their own at `level` (as the client does on MySQL 8.0, where the routine cannot
+    open one, so no shared lock on the rate rows and no own transaction at READ COMMITTED): the
+    lease starts (scheduled_at minus the timeout) never put n + 1 reservations within one per."""
+    from pyqueue_sql import dialects
+
+    n, per, threads, run_s, timeout = 4, 1.0, 6, 3.5, 120
+    queue = make_queue()
+    queue.push_many([(f"m{i:04d}", "k", i) for i in range(300)])
+    raw("CALL queue_set_rate(%s, 'k', %s, %s)", (queue.name, n, per))
+    failures: list[BaseException] = []
+    start = time.monotonic()
+
+    def reserver(i):
+        conn = dialects.for_dsn(dsn).connect(dsn)
+        cur = conn.cursor()
+        cur.execute(f"SET SESSION TRANSACTION ISOLATION LEVEL {level}")
+        rng = random.Random(i)
+        try:
+            while time.monotonic() - start < run_s:
+                conn.begin()
+                cur.execute(
+                    "CALL queue_reserve(%s, %s, %s, %s, NULL)",
+                    (queue.name, f"r{i}", timeout, rng.randint(1, 3)),
+                )
+                got = cur.fetchall() if cur.description else []
+                while cur.nextset():
+                    pass
+                conn.commit()
+                if not got:
+                    time.sleep(0.002 + rng.random() * 0.004)
+        except BaseException as exc:  # noqa: BLE001
+            failures.append(exc)
+        finally:
+            conn.close()
+
+    workers = [threading.Thread(target=reserver, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not failures, failures[0]
+    times = sorted(
+        int(r[0])
+        for r in raw(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', scheduled_at - INTERVAL %s SECOND) "
+            "FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NOT NULL",
+            (timeout, queue.name),
+        )
+    )
+    crowded = [(times[i], times[i + n]) for i in range(len(times) - n) if times[i + n] - times[i] < per * 1e6]
+    assert not crowded, f"{n + 1} reservations within {per} s: {crowded[:3]} ({len(times)} in all)"
+    assert len(times) >= n * 3, times  # the rate was reached, run after run
+
+
+@pytest.mark.only_dialect("mysql")
+@pytest.mark.sync_client_only
+def test_rate_and_limit_in_the_callers_transaction_leak_nothing(make_queue, raw, dsn):
+    """In the caller's transaction (no own transaction to roll back) a candidate that its
+    concurrency limit holds back keeps the rate's unit unused, and one that its rate holds back
+    keeps no slot of the limit."""
+    from pyqueue_sql import dialects
+
+    queue = make_queue()
+    queue.push_many([(f"a{i}", "k", i) for i in range(1, 5)])
+    queue.set_limit("k", 1)
+    raw("CALL queue_set_rate(%s, 'k', 2, 60)", (queue.name,))
+    conn = dialects.for_dsn(dsn).connect(dsn)
+    cur = conn.cursor()
+
+    def reserve():
+        conn.begin()
+        cur.execute("CALL queue_reserve(%s, 'w', 60, 5, NULL)", (queue.name,))
+        rows = cur.fetchall() if cur.description else []
+        while cur.nextset():
+            pass
+        conn.commit()
+        return [r[0] for r in rows]
+
+    try:
+        assert reserve() == ["a1"]
+        assert reserve() == []  # the limit holds it back: the second unit stays
+        assert [r[5] for r in raw("CALL queue_rates(%s)", (queue.name,))] == [1]
+        queue.set_limit("k", 3)
+        assert reserve() == ["a2"]  # the second unit
+        assert reserve() == []  # the rate holds it back: no slot taken
+        assert queue.limits()[0].in_use == 2
+        raw("CALL queue_set_rate(%s, 'k', NULL, NULL)", (queue.name,))
+        assert reserve() == ["a3"]  # the third slot was still free
+    finally:
+        conn.close()
