@@ -18,8 +18,8 @@ depends_on = None
 # server flavor: how `migrate --adopt` recognises a schema installed from `pyqueue-sql
 # sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
-    "postgresql": "a15f88c001fa480d2c2b8eb458f19089",
-    "mariadb": "4af4cbcd84ce2b2eea8ff825ed00f69b",
+    "postgresql": "743d784f72464bc65e3f1c0cf3e5c5e4",
+    "mariadb": "48c64965aa6083fd20970df4441a3314",
 }
 
 
