@@ -113,7 +113,7 @@ def commit_reserve(raw, dialect, queue, held, n, timeout=60):
             "CALL queue_commit_reserve(%s, %s, %s, %s, 'w', %s, %s, NULL)",
             (queue, key, kind, token, timeout, n),
         )
-        rows = [(r[1],) for r in rows]
+        rows = [(r[0],) for r in rows]  # the first result set: the reserved rows
     return [r[0] for r in rows if r[0] is not None]
 
 
