@@ -440,6 +440,18 @@ def _exercise(conn) -> None:
     one("SELECT queue_set_rate(%s, 'rk', NULL, NULL)", rq)
     one("SELECT queue_set_rate(%s, NULL, NULL, NULL)", rq)
     assert [r[0] for r in many("SELECT p_key FROM queue_pop(%s, 5)", rq)] == ["rk2"]
+    # group limits: the queue's default and a group's own, two heads of one group live at once
+    one("SELECT queue_set_group_limit(%s, NULL, 2)", rq)
+    one("SELECT queue_set_group_limit(%s, 'g', 3)", rq)
+    for key in ("g1", "g2", "g3", "g4"):
+        assert one("SELECT queue_push_grouped(%s, 'g', %s, 'gk', '1')", rq, key)[0]
+    rows = many("SELECT p_key, p_kind, token FROM queue_reserve(%s, 'w', NULL, 10)", rq)
+    assert [r[0] for r in rows] == ["g1", "g2", "g3"]
+    one("SELECT queue_commit(%s, %s, %s, %s)", rq, *rows[0])
+    [group] = many("SELECT * FROM queue_groups(%s)", rq)
+    assert group[0] == "g" and tuple(group[-2:]) == (3, 3)
+    one("SELECT queue_set_group_limit(%s, 'g', NULL)", rq)
+    one("SELECT queue_set_group_limit(%s, NULL, NULL)", rq)
     # an expired last delivery is dead-lettered by the next reserve
     assert one("SELECT queue_push(%s, 'exp', 'expiring', '1')", q)[0]
     for _ in range(2):
