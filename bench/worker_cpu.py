@@ -59,11 +59,11 @@ def _process_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def drain(dsn: str, jobs: int, profile: bool = False) -> dict:
+def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | None = None) -> dict:
     """One Worker, built as cmd_worker builds it, drains the backlog; stopped when it is empty."""
     from pyqueue_sql import RetryPolicy, Worker
 
-    worker = Worker(dsn, concurrency=CONCURRENCY)
+    worker = Worker(dsn, **{"concurrency": CONCURRENCY, **(settings or {})})
     worker.add_handler(QUEUE, _noop, None, retry=RetryPolicy(), timeout=None)
     counter = common.raw_connect("postgresql", dsn)
     cur = counter.cursor()
@@ -109,6 +109,12 @@ def main() -> None:
         ("--quick", False, "1 round of 2,000 jobs; writes to bench/results/"),
         ("--out", None, "directory of worker-cpu.md/.json (default bench/latest, --quick bench/results)"),
     )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="a variant of the worker's settings, name=value[,name=value] (e.g. ack_interval=0.02)",
+    )
     args = ap.parse_args()
     common.exit_on_sigterm()
     if args.quick:
@@ -124,6 +130,11 @@ def main() -> None:
     logger.setLevel(logging.INFO)
     traced = tracing.api() is not None
     variants = ["as installed", "no tracing"] if traced else ["as installed"]
+    settings_of: dict[str, dict] = {}
+    for text in args.variant:
+        pairs = [p.partition("=") for p in text.split(",") if p]
+        settings_of[text] = {k.strip(): float(v) if "." in v else int(v) for k, _, v in pairs}
+        variants.append(text)
     dsn = common.create("postgresql", "workercpu")
     results: list[dict] = []
     meta = {
@@ -143,7 +154,7 @@ def main() -> None:
                 serial += args.jobs
                 tracing._api = False if variant == "no tracing" else None
                 try:
-                    r = drain(dsn, args.jobs)
+                    r = drain(dsn, args.jobs, settings=settings_of.get(variant))
                 finally:
                     tracing._api = None
                 results.append({"round": rnd + 1, "variant": variant, **r})
