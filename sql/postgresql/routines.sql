@@ -5842,9 +5842,12 @@ $$;
 -- day is 24 hours whatever the time zone). A kind rate and the queue-wide
 -- rate both apply to a message of that kind. Slots: lowering n keeps the n
 -- most recent times, raising it adds never-used slots, a new per keeps the
--- times. Locks the queue (as a write into it), the rate row and all its slot
--- rows (in slot order; reservers skip them while it runs: nothing of the
--- rate is handed out until it commits).
+-- times. A reservation counts at its lease start (the reserved message's
+-- scheduled_at minus its timeout: the slot gets exactly that time), a pop at
+-- the clock the call read after its first row lock; so no window shorter
+-- than per holds more than n lease starts. Locks the queue (as a write into
+-- it), the rate row and all its slot rows (in slot order; reservers skip
+-- them while it runs: nothing of the rate is handed out until it commits).
 CREATE OR REPLACE FUNCTION queue_set_rate(in_queue text, in_kind text, in_n integer, in_per interval)
 RETURNS void
 LANGUAGE plpgsql

@@ -365,6 +365,12 @@ def test_next_scheduled_at_answers_when_the_next_unit_frees(make_q, raw, dialect
     assert reserve(raw, dialect, q, 5) == ["a1"]
     at, wait = next_wait(raw, dialect, q)
     assert at and 2.0 < wait <= 3.0, wait  # not now (no polling), not past the next unit
+    # queue_wait does not answer "ready" for a message the rate holds back
+    if dialect == "postgresql":
+        [(ready,)] = raw("SELECT queue_wait(%s, NULL, interval '0.3 seconds', NULL)", (q,))
+    else:
+        [(ready,)] = raw("CALL queue_wait(%s, NULL, 0.3, NULL)", (q,))
+    assert not ready
     # a ready message of another kind is reservable now
     push(raw, dialect, q, [("o1", "o")])
     assert next_wait(raw, dialect, q) == (True, 0.0)
