@@ -10,6 +10,7 @@ the sentinel 9999-12-31 23:59:59.999999 UTC).
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import threading
 import time
@@ -34,11 +35,17 @@ def set_group_limit(raw, dialect, queue, group, k):
     raw(f"{verb(dialect)} queue_set_group_limit(%s, %s, %s)", (queue, group, k))
 
 
-def push(raw, dialect, queue, group, key, kind="job"):
+def push(raw, dialect, queue, group, key, kind="job", ago_s=None):
+    """Pushes into a group; ago_s: run_at that many seconds before now (None: now)."""
+    run_at = None
+    if ago_s is not None:
+        run_at = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=ago_s)
+        if dialect == "mysql":
+            run_at = run_at.replace(tzinfo=None)
     if dialect == "postgresql":
-        raw("SELECT queue_push_grouped(%s, %s, %s, %s, '{}')", (queue, group, key, kind))
+        raw("SELECT queue_push_grouped(%s, %s, %s, %s, '{}', %s)", (queue, group, key, kind, run_at))
     else:
-        raw("CALL queue_push_grouped(%s, %s, %s, %s, '{}', NULL, NULL)", (queue, group, key, kind))
+        raw("CALL queue_push_grouped(%s, %s, %s, %s, '{}', %s, NULL)", (queue, group, key, kind, run_at))
 
 
 def reserve(raw, dialect, queue, n, timeout=60):
@@ -142,6 +149,23 @@ def test_raising_k_starts_heads_at_once_lowering_revokes_nothing(q, raw, dialect
     commit(raw, dialect, q, held[1])
     assert reserve(raw, dialect, q, 10) == []  # a1 still live: one, the limit
     assert live_counts(raw, dialect, q) == {"A": (1, 1)}
+
+
+def test_a_push_that_runs_earlier_takes_the_place_of_a_later_head_never_delivered(q, raw, dialect):
+    """Heads start in the group's order (run time, then push order): a message pushed into a full
+    group with an earlier run time than a head that was never delivered takes that head's place
+    (which is blocked again); a delivered head keeps its place."""
+    set_group_limit(raw, dialect, q, "A", 2)
+    push(raw, dialect, q, "A", "a1", ago_s=10)
+    push(raw, dialect, q, "A", "a2", ago_s=5)
+    push(raw, dialect, q, "A", "a3", ago_s=1)
+    assert keys(reserve(raw, dialect, q, 1)) == ["a1"]
+    push(raw, dialect, q, "A", "a0", ago_s=7)  # before a2, after the delivered a1
+    assert live_counts(raw, dialect, q) == {"A": (2, 1)}
+    assert keys(reserve(raw, dialect, q, 10)) == ["a0"]
+    push(raw, dialect, q, "A", "z", ago_s=20)  # both heads delivered: it waits its turn
+    assert keys(reserve(raw, dialect, q, 10)) == []
+    assert groups(raw, dialect, q)["A"][1:] == (5, 2, 2)
 
 
 def test_one_message_group_is_served_within_one_round_behind_a_big_group(q, raw, dialect):
