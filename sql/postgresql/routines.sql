@@ -5936,11 +5936,11 @@ $$;
 -- (back to the default, or to 1). Raising it lets each group concerned take
 -- its new heads at once (due now or at their run time, whichever is later:
 -- behind the heads already ready); lowering it revokes nothing (no head is
--- added until fewer than k are live). Removing the last limit of a group
--- whose heads are more than one leaves them live: from then on the group
--- settles as with one head, which may then be added beside them until they
--- end. Locks: the limit row, then each group concerned (in group order) as
--- pyqueue__group_settle does.
+-- added until fewer than k are live). Removing the last limit that applies
+-- to a group whose heads are more than one leaves them live and gives the
+-- group a limit of 1 of its own (shown by queue_groups as before: 1), so
+-- that no head is added until they end. Locks: the limit row, then each
+-- group concerned (in group order) as pyqueue__group_settle does.
 CREATE OR REPLACE FUNCTION queue_set_group_limit(in_queue text, in_group text, in_k integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -5957,6 +5957,24 @@ BEGIN
     END IF;
     IF in_k IS NULL THEN
         DELETE FROM pyqueue_group_limit WHERE queue_name::text = in_queue AND group_key::text = v_group;
+        -- A group left without any limit settles as with one head, blind to more: one that has
+        -- several heads keeps a limit of 1 of its own, which counts them until fewer are live.
+        -- Under the groups' row locks (in group order): no settle changes their heads meanwhile.
+        PERFORM 1 FROM pyqueue_group g
+         WHERE g.queue_name::text = in_queue AND (in_group IS NULL OR g.group_key::text = in_group)
+         ORDER BY g.group_key::text
+           FOR UPDATE;
+        INSERT INTO pyqueue_group_limit (queue_name, group_key, k)
+        SELECT in_queue, g.group_key, 1
+          FROM pyqueue_group g
+         WHERE g.queue_name::text = in_queue AND (in_group IS NULL OR g.group_key::text = in_group)
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_group_limit l
+                            WHERE l.queue_name::text = in_queue
+                              AND (l.group_key::text = g.group_key::text OR l.group_key::text = ''::text))
+           AND (SELECT pg_catalog.count(*) FROM pyqueue_message m
+                 WHERE m.queue_name::text = in_queue AND m.group_key::text = g.group_key::text
+                   AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00') > 1::bigint
+        ON CONFLICT (queue_name, group_key) DO NOTHING;
         RETURN;
     END IF;
     IF in_k < 1 OR in_k > 10000 THEN

@@ -168,6 +168,21 @@ def test_a_push_that_runs_earlier_takes_the_place_of_a_later_head_never_delivere
     assert groups(raw, dialect, q)["A"][1:] == (5, 2, 2)
 
 
+def test_removing_the_last_limit_of_a_group_with_several_heads_adds_none_until_they_end(q, raw, dialect):
+    set_group_limit(raw, dialect, q, None, 2)
+    for i in range(1, 5):
+        push(raw, dialect, q, "A", f"a{i}")
+    held = reserve(raw, dialect, q, 10)
+    assert keys(held) == ["a1", "a2"]
+    set_group_limit(raw, dialect, q, None, None)  # no limit applies any more: k = 1
+    assert groups(raw, dialect, q)["A"][2:] == (1, 2)
+    commit(raw, dialect, q, held[0])
+    assert reserve(raw, dialect, q, 10) == []  # a2 is still live: one, the limit
+    commit(raw, dialect, q, held[1])
+    assert keys(reserve(raw, dialect, q, 10)) == ["a3"]
+    assert reserve(raw, dialect, q, 10) == []
+
+
 def test_one_message_group_is_served_within_one_round_behind_a_big_group(q, raw, dialect):
     """A group with a long backlog and k = 2 delays another group's single message by at most one
     round: it is among the first k x active groups + 1 deliveries after its push."""
