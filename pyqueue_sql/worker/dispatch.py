@@ -12,6 +12,7 @@ failed (any worker of more than one handler slot) would sleep to the poll fallba
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -260,6 +261,19 @@ class Dispatch:
         if fn is None:
             raise errors.QueueError(f"no handler for kind {job.kind!r}")
         return route, fn
+
+    def _is_coroutine_fn(self, fn: Any) -> bool:
+        """inspect.iscoroutinefunction(fn), asked once per handler, not per message."""
+        known = self.__dict__.get("_coroutine_fns")
+        if known is None:
+            known = self._coroutine_fns = {}
+        try:
+            return known[fn]
+        except KeyError:
+            answer = known[fn] = inspect.iscoroutinefunction(fn)
+            return answer
+        except TypeError:  # an unhashable callable
+            return inspect.iscoroutinefunction(fn)
 
     def _plan_of(self, job: Job) -> tuple[Handler, float | None, bool]:
         """The job's handler, its timeout and whether its result is stored (a QueueError, the

@@ -178,8 +178,6 @@ class Worker(WorkerBase):
         self._slot_waiting = False
         # A SimpleQueue (C, one lock): a handler thread takes each message from it.
         self._pending: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
-        # fn -> whether it is a coroutine function (asked once per handler, not per message)
-        self._coroutine_fns: dict[Any, bool] = {}
         self._acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._watch_wake = threading.Event()  # a progress to write (Job.set_progress)
@@ -305,15 +303,6 @@ class Worker(WorkerBase):
         except BaseException as exc:
             return exc
         return None
-
-    def _is_coroutine_fn(self, fn: Any) -> bool:
-        try:
-            return self._coroutine_fns[fn]
-        except KeyError:
-            known = self._coroutine_fns[fn] = inspect.iscoroutinefunction(fn)
-            return known
-        except TypeError:  # an unhashable callable
-            return inspect.iscoroutinefunction(fn)
 
     def _handle_timed(self, op: Handle, conn: _Connection) -> BaseException | None:
         """A handler with a timeout: a coroutine function is awaited on the thread's loop and
