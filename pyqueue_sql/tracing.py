@@ -50,7 +50,9 @@ class _Api:
         """The tracer of the workers' spans, or None while no SDK provider is set: then a job's
         span would be a no-op, and building it cost about a fifth of a no-op job's CPU in the
         worker. The tracer is kept per provider, so a provider set later is used from then on."""
-        provider = self.trace.get_tracer_provider()
+        # The global provider once one is set, read without get_tracer_provider()'s environment
+        # lookup on every job; that call while none is set (it may load one the environment names).
+        provider = getattr(self.trace, "_TRACER_PROVIDER", None) or self.trace.get_tracer_provider()
         if isinstance(provider, self.no_op_providers):
             return None
         if provider is not self.provider:
