@@ -420,6 +420,8 @@ BEGIN
                 END IF;
                 IF v_deleted = 1 AND v_locked = 1 AND v_head_key = v_key AND v_head_kind = v_kind THEN
                     CALL pyqueue__group_next(in_queue, v_group, in_now);
+                ELSEIF v_deleted = 1 AND v_locked = 1 THEN  -- a live message besides the head (a claimed one is live)
+                    CALL pyqueue__group_extra_left(in_queue, v_group, in_now);
                 END IF;
                 IF v_deleted = 1 AND v_txn = 0 THEN UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue; END IF;
             END IF;
@@ -1607,7 +1609,8 @@ END //
 
 -- pyqueue__group_next: with in_group's row locked, after its head left: the blocked message first in
 -- (scheduled_at_initially, id) order becomes head, due at its run time or in_now, whichever is later (round robin
--- behind the heads already ready); pyqueue_group records it; with none left the group row goes.
+-- behind the heads already ready); pyqueue_group records it; none blocked: a live one besides the head (a group limit
+-- above 1) is the head from now on; with none left the group row goes.
 -- Locks: the next message (a locking read of the group's range), the group row (held already).
 DROP PROCEDURE IF EXISTS pyqueue__group_next //
 CREATE PROCEDURE pyqueue__group_next(
@@ -1635,8 +1638,83 @@ BEGIN
         UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
          WHERE queue_name = in_queue AND group_key = in_group;
     ELSE
-        DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = in_group;
+        SET v_found = 1;
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+            SELECT m.p_key, m.p_kind INTO v_key, v_kind
+              FROM pyqueue_group g
+              JOIN pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+                ON m.queue_name = g.queue_name AND m.group_key = g.group_key
+             WHERE g.queue_name = in_queue AND g.group_key = in_group AND g.extra > 0
+               AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+             ORDER BY m.scheduled_at_initially, m.id
+             LIMIT 1;
+        END;
+        IF v_found = 1 THEN
+            UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind, extra = extra - 1
+             WHERE queue_name = in_queue AND group_key = in_group;
+        ELSE
+            DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = in_group;
+        END IF;
     END IF;
+END //
+
+-- pyqueue__group_fill: with in_group's row locked: while fewer than the group's limit k (its own, else the queue's
+-- default, else 1) are live (the head and pyqueue_group.extra), the blocked message first in
+-- (scheduled_at_initially, id) order starts, due at its run time or in_now, whichever is later (behind the heads
+-- already ready: round robin). k = 1 or no head: nothing (one probe of pyqueue_group_limit).
+-- Locks: the started messages (locking reads of the group's range), the group row (held already).
+DROP PROCEDURE IF EXISTS pyqueue__group_fill //
+CREATE PROCEDURE pyqueue__group_fill(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_now   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_k, v_extra, v_start INT;
+    DECLARE v_found INT DEFAULT 1;
+    DECLARE v_id BIGINT;
+    DECLARE v_head VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT COALESCE(MAX(IF(l.group_key = in_group, l.k, NULL)), MAX(IF(l.group_key = '', l.k, NULL)), 1) INTO v_k
+      FROM pyqueue_group_limit l
+     WHERE l.queue_name = in_queue AND l.group_key IN (in_group, '');
+    IF v_k > 1 THEN
+        SELECT MAX(g.extra), MAX(g.head_key) INTO v_extra, v_head
+          FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group;
+        SET v_start = 0;
+        fill: WHILE v_head IS NOT NULL AND 1 + v_extra + v_start < v_k DO
+            BEGIN
+                DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+                SELECT m.id INTO v_id
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+                 WHERE m.queue_name = in_queue AND m.group_key = in_group
+                   AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+                 ORDER BY m.scheduled_at_initially, m.id
+                 LIMIT 1
+                   FOR UPDATE;
+            END;
+            IF v_found = 0 THEN LEAVE fill; END IF;
+            UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now) WHERE id = v_id;
+            SET v_start = v_start + 1;
+        END WHILE;
+        IF v_start > 0 THEN
+            UPDATE pyqueue_group SET extra = extra + v_start WHERE queue_name = in_queue AND group_key = in_group;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__group_extra_left: with in_group's row locked, after a live message of the group other than its head left:
+-- one live fewer (pyqueue_group.extra), then pyqueue__group_fill. Locks: as pyqueue__group_fill.
+DROP PROCEDURE IF EXISTS pyqueue__group_extra_left //
+CREATE PROCEDURE pyqueue__group_extra_left(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_now   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    UPDATE pyqueue_group SET extra = GREATEST(extra - 1, 0)
+     WHERE queue_name = in_queue AND group_key = in_group AND extra > 0;
+    CALL pyqueue__group_fill(in_queue, in_group, in_now);
 END //
 
 -- pyqueue__group_leave: message in_id of group in_group leaves in_queue, its group row locked first; a head is
@@ -1666,7 +1744,7 @@ CREATE PROCEDURE pyqueue__group_leave(
     OUT out_done    INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_found, v_duplicate, v_retry, v_attempts INT;
+    DECLARE v_found, v_duplicate, v_retry, v_attempts, v_live INT;
     DECLARE v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -1687,6 +1765,15 @@ BEGIN
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF in_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
             IF in_own = 1 THEN START TRANSACTION; END IF;
             CALL pyqueue__group_lock(in_queue, in_group, v_pop, v_found, v_head_key, v_head_kind);
+            SET v_live = 0;
+            IF v_found = 1 AND NOT (v_head_key <=> in_key AND v_head_kind <=> in_kind) THEN
+                -- not the head: live besides it (a group limit above 1) or blocked (read under its lock)
+                SELECT COUNT(*) INTO v_live
+                  FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                 WHERE m.id = in_id AND m.queue_name = in_queue
+                   AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                   FOR UPDATE;
+            END IF;
             IF v_pop AND v_found = 0 THEN
                 SET out_done = -1;
             ELSEIF in_how = 'remove' THEN
@@ -1743,6 +1830,8 @@ BEGIN
             END IF;
             IF out_done = 1 AND v_found = 1 AND v_head_key = in_key AND v_head_kind = in_kind THEN
                 CALL pyqueue__group_next(in_queue, in_group, in_now);
+            ELSEIF out_done = 1 AND v_live = 1 THEN
+                CALL pyqueue__group_extra_left(in_queue, in_group, in_now);
             END IF;
             IF in_own = 1 THEN COMMIT; END IF;
         END;
@@ -2742,6 +2831,9 @@ BEGIN
             ELSEIF v_head_key IS NULL THEN
                 -- a duplicate into a group without a head: its row goes again (or gets a head)
                 CALL pyqueue__group_next(v_queue, v_group, v_now);
+            ELSEIF v_inserted = 1 THEN
+                -- blocked behind the head: starts now if the group's limit k > 1 has room
+                CALL pyqueue__group_fill(v_queue, v_group, v_now);
             END IF;
             IF v_own = 1 THEN COMMIT; END IF;
         END;
@@ -2827,6 +2919,9 @@ BEGIN
             ELSEIF v_head_key IS NULL THEN
                 -- a duplicate into a group without a head: its row goes again (or gets a head)
                 CALL pyqueue__group_next(v_queue, v_group, v_now);
+            ELSEIF v_inserted = 1 THEN
+                -- blocked behind the head: starts now if the group's limit k > 1 has room
+                CALL pyqueue__group_fill(v_queue, v_group, v_now);
             END IF;
             IF v_own = 1 THEN COMMIT; END IF;
         END;
@@ -2995,6 +3090,27 @@ BEGIN
                            n_id BIGINT       PATH '$[3]')) AS j
                   STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
                  WHERE j.hk IS NULL AND j.n_id IS NULL AND g.head_key IS NULL;
+                -- 5. groups whose limit k > 1 has room: more of them start (a queue without group limits: one probe)
+                IF EXISTS (SELECT 1 FROM pyqueue_group_limit l WHERE l.queue_name = v_queue) THEN
+                    BEGIN
+                        DECLARE v_fill_done INT DEFAULT 0;
+                        DECLARE v_fill_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+                        DECLARE c_fill CURSOR FOR
+                            SELECT DISTINCT b.g
+                              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                                       g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
+                             WHERE b.g IS NOT NULL
+                             ORDER BY b.g;
+                        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_fill_done = 1;
+                        OPEN c_fill;
+                        fills: LOOP
+                            FETCH c_fill INTO v_fill_group;
+                            IF v_fill_done = 1 THEN LEAVE fills; END IF;
+                            CALL pyqueue__group_fill(v_queue, v_fill_group, v_now);
+                        END LOOP;
+                        CLOSE c_fill;
+                    END;
+                END IF;
             END IF;
             IF v_own = 1 AND v_groups > 0 THEN COMMIT; END IF;
         END;
@@ -3162,6 +3278,27 @@ BEGIN
                            n_id BIGINT       PATH '$[3]')) AS j
                   STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
                  WHERE j.hk IS NULL AND j.n_id IS NULL AND g.head_key IS NULL;
+                -- 5. groups whose limit k > 1 has room: more of them start (a queue without group limits: one probe)
+                IF EXISTS (SELECT 1 FROM pyqueue_group_limit l WHERE l.queue_name = v_queue) THEN
+                    BEGIN
+                        DECLARE v_fill_done INT DEFAULT 0;
+                        DECLARE v_fill_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+                        DECLARE c_fill CURSOR FOR
+                            SELECT DISTINCT b.g
+                              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                                       g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
+                             WHERE b.g IS NOT NULL
+                             ORDER BY b.g;
+                        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_fill_done = 1;
+                        OPEN c_fill;
+                        fills: LOOP
+                            FETCH c_fill INTO v_fill_group;
+                            IF v_fill_done = 1 THEN LEAVE fills; END IF;
+                            CALL pyqueue__group_fill(v_queue, v_fill_group, v_now);
+                        END LOOP;
+                        CLOSE c_fill;
+                    END;
+                END IF;
             END IF;
             IF v_own = 1 AND v_groups > 0 THEN COMMIT; END IF;
         END;
@@ -6210,7 +6347,9 @@ BEGIN
 END //
 
 -- queue_groups: in_queue's non-empty FIFO groups by group_key, at most in_n (NULL = 100, 1 to 1000): rows (group_key,
--- head_key, head_kind, head_state, messages). Plain reads, no locks.
+-- head_key, head_kind, head_state, messages, group_limit, in_flight): group_limit, the k in effect (the group's own,
+-- else the queue's default, else 1); in_flight, the group's messages not blocked (its heads: reserved, ready or
+-- delayed). Plain reads, no locks.
 DROP PROCEDURE IF EXISTS queue_groups //
 CREATE PROCEDURE queue_groups(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN in_n DECIMAL(65,30))
 SQL SECURITY DEFINER
@@ -6229,13 +6368,80 @@ BEGIN
                 WHEN h.reserve_token IS NULL THEN 'delayed'
                 ELSE 'reserved' END AS head_state,
            (SELECT COUNT(*) FROM pyqueue_message x FORCE INDEX (pyqueue_message_group_idx)
-             WHERE x.queue_name = g.queue_name AND x.group_key = g.group_key) AS messages
+             WHERE x.queue_name = g.queue_name AND x.group_key = g.group_key) AS messages,
+           CAST(COALESCE((SELECT l.k FROM pyqueue_group_limit l
+                           WHERE l.queue_name = g.queue_name AND l.group_key = g.group_key),
+                         (SELECT l.k FROM pyqueue_group_limit l
+                           WHERE l.queue_name = g.queue_name AND l.group_key = ''), 1) AS SIGNED) AS group_limit,
+           (SELECT COUNT(*) FROM pyqueue_message x FORCE INDEX (pyqueue_message_group_idx)
+             WHERE x.queue_name = g.queue_name AND x.group_key = g.group_key
+               AND x.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999') AS in_flight
       FROM pyqueue_group g
       LEFT JOIN pyqueue_message h FORCE INDEX (pyqueue_message_key_uk)
         ON h.queue_name = g.queue_name AND h.p_key = g.head_key AND h.p_kind = g.head_kind
      WHERE g.queue_name = v_queue
      ORDER BY g.group_key
      LIMIT v_n;
+END //
+
+-- queue_set_group_limit: up to in_k messages of FIFO group in_group (NULL: the queue's default for its groups) live at
+-- once (reserved, ready or delayed), started in the group's order; a named group's limit overrides the default;
+-- in_k NULL removes it (back to the default, then 1; no error when there is none); k from 1 to 10000. Raising it
+-- starts heads at once (due now, behind the heads already ready); lowering it revokes nothing (none starts until
+-- fewer are live). No result set. Locks: the limit row, then the group rows it affects in group_key order (each with
+-- the messages it starts); in autocommit mode in a transaction of its own, run again on a deadlock.
+DROP PROCEDURE IF EXISTS queue_set_group_limit //
+CREATE PROCEDURE queue_set_group_limit(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_k     DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_group, v_each VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_own, v_retry, v_k, v_locked INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_hk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_tries INT DEFAULT 0;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_group IS NOT NULL THEN CALL pyqueue__check_name('group', in_group, 255); END IF;
+    CALL pyqueue__check_int('k', in_k, 1, 10000);
+    SET v_queue = in_queue, v_group = COALESCE(in_group, ''), v_k = in_k;
+    CALL pyqueue__own_transaction(NULL, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1, v_now = UTC_TIMESTAMP(6);
+        BEGIN
+            DECLARE v_done INT DEFAULT 0;
+            DECLARE c_groups CURSOR FOR
+                SELECT g.group_key FROM pyqueue_group g
+                 WHERE g.queue_name = v_queue AND (v_group = '' OR g.group_key = v_group)
+                 ORDER BY g.group_key;
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            IF v_own = 1 THEN START TRANSACTION; END IF;
+            IF v_k IS NULL THEN
+                DELETE FROM pyqueue_group_limit WHERE queue_name = v_queue AND group_key = v_group;
+            ELSE
+                INSERT INTO pyqueue_group_limit (queue_name, group_key, k) VALUES (v_queue, v_group, v_k)
+                ON DUPLICATE KEY UPDATE k = VALUES(k);
+            END IF;
+            -- the groups it applies to: room made starts heads now
+            OPEN c_groups;
+            each_group: LOOP
+                FETCH c_groups INTO v_each;
+                IF v_done = 1 THEN LEAVE each_group; END IF;
+                CALL pyqueue__group_lock(v_queue, v_each, FALSE, v_locked, v_hk, v_hkd);
+                IF v_locked = 1 THEN CALL pyqueue__group_fill(v_queue, v_each, v_now); END IF;
+            END LOOP;
+            CLOSE c_groups;
+            IF v_own = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
 END //
 
 -- queue_throughput: messages that left in_queue (NULL = every queue) per minute since in_since (UTC; NULL = an hour

@@ -203,16 +203,34 @@ CREATE TABLE pyqueue_message (
 -- into the group, and the step that hands the place of a head that left the
 -- queue to the next message. Taken BEFORE the group's message rows (see
 -- routines.sql, "groups"); reserves never read it.
+-- extra: with a group limit k > 1 (pyqueue_group_limit), how many messages
+-- besides the head are live (not blocked): at most k - 1 new ones start;
+-- changed only under this row's lock.
 CREATE TABLE pyqueue_group (
     queue_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     group_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     head_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     head_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    extra      INT          NOT NULL DEFAULT 0,
     PRIMARY KEY (queue_name, group_key),
     CONSTRAINT pyqueue_group_queue_fk FOREIGN KEY (queue_name)
         REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
   COMMENT='pyqueue-sql: one row per FIFO group with messages: its head';
+
+-- Group limits: up to k messages of a group live at once (queue_set_group_limit);
+-- group_key '' is the queue's default for its groups (group names are never
+-- empty); no row: 1.
+CREATE TABLE pyqueue_group_limit (
+    queue_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    group_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    k          INT          NOT NULL,
+    PRIMARY KEY (queue_name, group_key),
+    CONSTRAINT pyqueue_group_limit_queue_fk FOREIGN KEY (queue_name)
+        REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE,
+    CONSTRAINT pyqueue_group_limit_k_range CHECK (k BETWEEN 1 AND 10000)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: how many messages of a FIFO group may be live at once';
 
 
 -- ==== wakeups ====

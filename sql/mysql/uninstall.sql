@@ -49,6 +49,7 @@ DROP TABLE IF EXISTS pyqueue_result;
 
 -- ==== history and dead letters ====
 DROP PROCEDURE IF EXISTS queue_throughput;
+DROP PROCEDURE IF EXISTS queue_set_group_limit;
 DROP PROCEDURE IF EXISTS queue_groups;
 DROP PROCEDURE IF EXISTS queue_messages;
 DROP PROCEDURE IF EXISTS queue_message_history;
@@ -138,6 +139,8 @@ DROP PROCEDURE IF EXISTS pyqueue__check_topic;
 DROP PROCEDURE IF EXISTS pyqueue__unclaim;
 DROP PROCEDURE IF EXISTS pyqueue__groups_leave;
 DROP PROCEDURE IF EXISTS pyqueue__group_leave;
+DROP PROCEDURE IF EXISTS pyqueue__group_extra_left;
+DROP PROCEDURE IF EXISTS pyqueue__group_fill;
 DROP PROCEDURE IF EXISTS pyqueue__group_next;
 DROP PROCEDURE IF EXISTS pyqueue__group_lock;
 DROP PROCEDURE IF EXISTS pyqueue__schedule;
@@ -188,6 +191,7 @@ DROP PROCEDURE IF EXISTS pyqueue__check_name;
 DROP PROCEDURE IF EXISTS pyqueue__raise;
 
 -- the tables of the queues topic, last
+DROP TABLE IF EXISTS pyqueue_group_limit;
 DROP TABLE IF EXISTS pyqueue_group;
 DROP TABLE IF EXISTS pyqueue_message;
 DROP TABLE IF EXISTS pyqueue_queue;
