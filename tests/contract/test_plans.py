@@ -758,3 +758,42 @@ def test_the_reserve_page_never_reads_blocked_rows(dialect, grouped):
     assert len(rows) == ROWS // 10
     reads = _mysql_read_rows(conn, page)
     assert reads and all(idx == READY_IDX and n == 0 for idx, n in reads), reads
+
+
+@pytest.mark.slow
+@pytest.mark.only_dialect("postgresql")
+def test_with_group_limits_the_reserve_and_a_commit_never_read_blocked_rows(dialect, grouped):
+    """With k > 1 in flight per group (the queue's default 2, one group's own 3), on 10k groups
+    of 10: a reserve still reads about the rows it takes, and the commit of a head counts its
+    group's live messages through pyqueue_message_group_live_idx and promotes the next one
+    through pyqueue_message_group_idx, never reading the group's blocked rows or the others'."""
+    conn = grouped
+    _run(conn, f"SELECT queue_set_group_limit('{GROUPED}', NULL, 2)")
+    _run(conn, f"SELECT queue_set_group_limit('{GROUPED}', 'g5', 3)")
+    _run(conn, "ANALYZE pyqueue_message")
+    rows, plans = _analyzed_plans(conn, _reserve_sql(dialect, 10))
+    assert len(rows) == 10
+    for node, returned, removed, _buffers in _message_reads(plans):
+        assert "Seq Scan" not in node and "Bitmap" not in node, (node, plans)
+        assert returned + removed <= 20, ("reads more than the rows it takes", node, returned, removed, plans)
+    assert "k50" in {r[0] for r in rows}  # g5's first head, due before the heads promoted now
+    [(key, kind, token)] = _run(
+        conn,
+        f"SELECT p_key, p_kind, reserve_token FROM pyqueue_message WHERE queue_name = '{GROUPED}' AND p_key = 'k50'",
+    )[0]
+    [(live,)] = _run(
+        conn,
+        f"SELECT count(*) FROM pyqueue_message WHERE queue_name = '{GROUPED}' AND group_key = 'g5' "
+        "AND scheduled_at < TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'",
+    )[0]
+    assert live == 3
+    _, plans = _analyzed_plans(conn, f"SELECT queue_commit('{GROUPED}', '{key}', '{kind}', '{token}')")
+    assert any("pyqueue_message_group_live_idx" in p for p in plans), plans
+    for node, returned, removed, _buffers in _message_reads(plans):
+        assert "Seq Scan" not in node and "Bitmap" not in node, (node, plans)
+        assert returned + removed <= 20, (node, returned, removed, plans)
+    assert _run(
+        conn,
+        f"SELECT p_key FROM pyqueue_message WHERE queue_name = '{GROUPED}' AND group_key = 'g5' "
+        f"AND scheduled_at < now() + interval '1 minute' ORDER BY id",
+    )[0] == [("k51",), ("k52",), ("k53",)]
