@@ -19,7 +19,7 @@ depends_on = None
 # sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
     "postgresql": "743d784f72464bc65e3f1c0cf3e5c5e4",
-    "mariadb": "48c64965aa6083fd20970df4441a3314",
+    "mariadb": "d7442ddc04683854050e2925e4aaa236",
 }
 
 
