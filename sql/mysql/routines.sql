@@ -1609,8 +1609,10 @@ END //
 
 -- pyqueue__group_next: with in_group's row locked, after its head left: the blocked message first in
 -- (scheduled_at_initially, id) order becomes head, due at its run time or in_now, whichever is later (round robin
--- behind the heads already ready); pyqueue_group records it; none blocked: a live one besides the head (a group limit
--- above 1) is the head from now on; with none left the group row goes.
+-- behind the heads already ready); pyqueue_group records it. With live messages besides the head (pyqueue_group.extra,
+-- a group limit above 1) the first of them in that order is the head from now on instead, and blocked ones start as
+-- far as the limit in effect now allows (pyqueue__group_fill: a lowered or removed limit starts none until fewer are
+-- live). With none left the group row goes.
 -- Locks: the next message (a locking read of the group's range), the group row (held already).
 DROP PROCEDURE IF EXISTS pyqueue__group_next //
 CREATE PROCEDURE pyqueue__group_next(
@@ -1621,8 +1623,14 @@ SQL SECURITY INVOKER
 BEGIN
     DECLARE v_found INT DEFAULT 1;
     DECLARE v_id BIGINT;
+    DECLARE v_extra INT;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT COALESCE(MAX(g.extra), 0) INTO v_extra
+      FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group;
+    IF v_extra > 0 THEN
+        SET v_found = 0;  -- a live one takes the head's place, below
+    ELSE
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
         SELECT m.id, m.p_key, m.p_kind INTO v_id, v_key, v_kind
@@ -1633,6 +1641,7 @@ BEGIN
          LIMIT 1
            FOR UPDATE;
     END;
+    END IF;
     IF v_found = 1 THEN
         UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now) WHERE id = v_id;
         UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
@@ -1653,6 +1662,7 @@ BEGIN
         IF v_found = 1 THEN
             UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind, extra = extra - 1
              WHERE queue_name = in_queue AND group_key = in_group;
+            CALL pyqueue__group_fill(in_queue, in_group, in_now);
         ELSE
             DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = in_group;
         END IF;
@@ -1699,6 +1709,52 @@ BEGIN
         END WHILE;
         IF v_start > 0 THEN
             UPDATE pyqueue_group SET extra = extra + v_start WHERE queue_name = in_queue AND group_key = in_group;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__group_place: with in_group's row locked, after message in_id (run time in_at) was pushed blocked into it:
+-- with a limit k > 1, it starts if there is room (pyqueue__group_fill); in a full group it takes the place of the
+-- latest live message besides the head that was never delivered and runs later (blocked again, SKIP LOCKED), so heads
+-- start in the group's order. k = 1: nothing (the push itself weighs the head). Locks: as pyqueue__group_fill, and
+-- that message.
+DROP PROCEDURE IF EXISTS pyqueue__group_place //
+CREATE PROCEDURE pyqueue__group_place(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_id    BIGINT,
+    IN in_at    DATETIME(6),
+    IN in_now   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_k, v_blocked INT;
+    DECLARE v_old BIGINT;
+    DECLARE v_hk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT COALESCE(MAX(IF(l.group_key = in_group, l.k, NULL)), MAX(IF(l.group_key = '', l.k, NULL)), 1) INTO v_k
+      FROM pyqueue_group_limit l
+     WHERE l.queue_name = in_queue AND l.group_key IN (in_group, '');
+    IF v_k > 1 THEN
+        CALL pyqueue__group_fill(in_queue, in_group, in_now);
+        SELECT COUNT(*) INTO v_blocked FROM pyqueue_message m FORCE INDEX (PRIMARY)
+         WHERE m.id = in_id AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
+        IF v_blocked = 1 THEN
+            SELECT MAX(g.head_key), MAX(g.head_kind) INTO v_hk, v_hkd
+              FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group;
+            SELECT MAX(x.id) INTO v_old
+              FROM (SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+                     WHERE m.queue_name = in_queue AND m.group_key = in_group
+                       AND m.scheduled_at_initially > in_at
+                       AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                       AND m.attempts = 0 AND m.reserve_token IS NULL
+                       AND NOT (m.p_key <=> v_hk AND m.p_kind <=> v_hkd)
+                     ORDER BY m.scheduled_at_initially DESC, m.id DESC
+                     LIMIT 1
+                       FOR UPDATE SKIP LOCKED) AS x;
+            IF v_old IS NOT NULL THEN
+                UPDATE pyqueue_message SET scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' WHERE id = v_old;
+                UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now) WHERE id = in_id;
+            END IF;
         END IF;
     END IF;
 END //
@@ -2832,8 +2888,9 @@ BEGIN
                 -- a duplicate into a group without a head: its row goes again (or gets a head)
                 CALL pyqueue__group_next(v_queue, v_group, v_now);
             ELSEIF v_inserted = 1 THEN
-                -- blocked behind the head: starts now if the group's limit k > 1 has room
-                CALL pyqueue__group_fill(v_queue, v_group, v_now);
+                -- blocked behind the head: with a group limit k > 1 it starts now if there is room, or takes the
+                -- place of a later live message never delivered
+                CALL pyqueue__group_place(v_queue, v_group, LAST_INSERT_ID(), v_at, v_now);
             END IF;
             IF v_own = 1 THEN COMMIT; END IF;
         END;
@@ -2920,8 +2977,9 @@ BEGIN
                 -- a duplicate into a group without a head: its row goes again (or gets a head)
                 CALL pyqueue__group_next(v_queue, v_group, v_now);
             ELSEIF v_inserted = 1 THEN
-                -- blocked behind the head: starts now if the group's limit k > 1 has room
-                CALL pyqueue__group_fill(v_queue, v_group, v_now);
+                -- blocked behind the head: with a group limit k > 1 it starts now if there is room, or takes the
+                -- place of a later live message never delivered
+                CALL pyqueue__group_place(v_queue, v_group, LAST_INSERT_ID(), v_at, v_now);
             END IF;
             IF v_own = 1 THEN COMMIT; END IF;
         END;

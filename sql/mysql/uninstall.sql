@@ -140,6 +140,7 @@ DROP PROCEDURE IF EXISTS pyqueue__unclaim;
 DROP PROCEDURE IF EXISTS pyqueue__groups_leave;
 DROP PROCEDURE IF EXISTS pyqueue__group_leave;
 DROP PROCEDURE IF EXISTS pyqueue__group_extra_left;
+DROP PROCEDURE IF EXISTS pyqueue__group_place;
 DROP PROCEDURE IF EXISTS pyqueue__group_fill;
 DROP PROCEDURE IF EXISTS pyqueue__group_next;
 DROP PROCEDURE IF EXISTS pyqueue__group_lock;
