@@ -11,6 +11,7 @@ the sentinel 9999-12-31 23:59:59.999999 UTC).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 import threading
 import time
@@ -284,3 +285,45 @@ def test_never_more_than_k_live_under_concurrency_and_k_is_reached(q, raw, diale
     assert seen["max_reserved"] == k, seen  # k reached: the limit was under pressure
     assert seen["handled"] > 50 and seen["samples"] > 20, seen
     assert all(live <= k for live, _ in live_counts(raw, dialect, q).values())
+
+
+def push_many(raw, dialect, queue, group, keys_):
+    """One batch grouped push of keys_ into group (the batch routine of each dialect)."""
+    if dialect == "postgresql":
+        n = len(keys_)
+        raw(
+            "SELECT queue_push_batch_grouped(%s, array_fill(%s::text, ARRAY[%s]), %s::text[], "
+            "array_fill('job'::text, ARRAY[%s]), array_fill('{}'::jsonb, ARRAY[%s]))",
+            (queue, group, n, keys_, n, n),
+        )
+    else:
+        messages = [{"p_key": k, "p_kind": "job", "payload": {}, "group": group} for k in keys_]
+        raw(
+            "CALL queue_push_batch_grouped(%s, %s, NULL, NULL, NULL, NULL, NULL)",
+            (queue, json.dumps(messages)),
+        )
+
+
+@pytest.mark.slow
+def test_one_message_group_is_served_within_one_round_behind_a_100k_message_group(q, raw, dialect):
+    """The bound at scale: a tenant with 100,000 queued messages and k = 2, another tenant's single
+    message pushed behind them is among the first k x active groups + 1 deliveries after its push,
+    and a reserve of several spreads over the groups (the backlog stays blocked, unread)."""
+    k = 2
+    set_group_limit(raw, dialect, q, None, k)
+    for start in range(0, 100_000, 10_000):
+        push_many(raw, dialect, q, "big", [f"big{i:06d}" for i in range(start, start + 10_000)])
+    assert live_counts(raw, dialect, q) == {"big": (k, 0)}
+    push(raw, dialect, q, "small", "s1")
+    delivered = []
+    while "s1" not in delivered:
+        [held] = reserve(raw, dialect, q, 1)
+        delivered.append(held[0])
+        commit(raw, dialect, q, held)
+        assert len(delivered) <= k * 2 + 1, delivered
+    push(raw, dialect, q, "small", "s2")
+    push(raw, dialect, q, "other", "o1")
+    # a reserve of more than there is to run takes k of the big group and each other group's one
+    spread = keys(reserve(raw, dialect, q, 10))
+    assert len(spread) == k + 2 and {"s2", "o1"} <= set(spread), spread
+    assert groups(raw, dialect, q)["big"][1:] == (100_000 - len(delivered) + 1, k, k)
