@@ -2685,10 +2685,14 @@ $$;
 -- JSON value null: none; pyqueue__check_headers). The same body, checks,
 -- dedup (a push of a live key changes nothing, its headers included),
 -- return and locks as queue_push, plus that one check and column: queue_push
--- keeps its own copy of the body, so a push without headers costs what it
--- cost (calling this routine instead, as the batch pushes do, costs one more
--- SECURITY DEFINER call, 5-7 us, 6-10 % of a plain push; the same holds for
--- queue_push_grouped and queue_publish, 2-7 %).
+-- itself is left as it was, so a push without headers costs what it cost.
+-- The same holds for each plain push and publish routine beside its
+-- _with_headers sibling: a plain routine that only called its sibling with
+-- NULL headers was measured slower (PostgreSQL 15, server-side loops, the
+-- two called alternately): the extra SECURITY DEFINER call costs 5-7 us,
+-- 6-10 % of a queue_push, 2-7 % of a queue_push_grouped or queue_publish,
+-- and a 100-row queue_publish_batch through its sibling took 9 % longer,
+-- queue_push_batch's sibling body 3-25 % longer than its own.
 -- No DEFAULTs: beside queue_push's, no call could be ambiguous.
 CREATE OR REPLACE FUNCTION queue_push_with_headers(
     in_queue    text,
@@ -2768,11 +2772,7 @@ $$;
 -- were new (duplicates, also within the batch, are skipped). Arrays must have
 -- the same length; in_run_ats / in_priorities may be NULL (all defaults) or
 -- hold NULL elements. Any invalid element refuses the whole batch.
--- Locks: as queue_push, for every new row (in key order).
--- queue_push_batch_with_headers with NULL headers: the body lives there
--- once; the extra call costs a few microseconds, well within the noise of a
--- batch's cost. The settings are the body's, so that the routine reads as
--- it runs.
+-- Locks: as queue_push, for every new row (in key order, see below).
 CREATE OR REPLACE FUNCTION queue_push_batch(
     in_queue      text,
     in_keys       text[],
@@ -2784,22 +2784,108 @@ RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
--- as queue_push_batch_with_headers' (the probe of the batch's keys there)
+-- the probe of the batch's keys below: planned on an empty table (a new
+-- queue's first batch), a sequential scan looks cheapest, and the cached
+-- plan then read the whole table once per key for the rest of the session
 SET enable_seqscan = off
 AS $$
+DECLARE
+    -- before the id below: whether this call is its transaction's first write
+    v_first boolean := pg_catalog.pg_current_xact_id_if_assigned() IS NULL;
+    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_n     integer;
+    v_count integer;
+    v_ids   regclass;
+    v_max   integer;  -- the queue's max_payload
 BEGIN
-    RETURN queue_push_batch_with_headers(in_queue, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities,
-                                         NULL::jsonb[]);
+    v_max := (pyqueue__queue(in_queue, true)).max_payload;
+    v_n := pyqueue__check_batch(NULL, NULL, false, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, v_now);
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    PERFORM pyqueue__check_payloads(in_payloads, v_max);
+    -- Ids are drawn in array order (FIFO within the batch), but rows are
+    -- inserted in key order: two batches with overlapping keys then take
+    -- their unique-index entries in the same order and cannot deadlock.
+    -- The id sequence is looked up once per call, not once per row (the
+    -- catalog lookup cost a quarter of a 100-row call).
+    IF in_run_ats IS NOT NULL THEN
+        PERFORM pyqueue__ready_from_lower(in_queue, (SELECT pg_catalog.min(r) FROM pg_catalog.unnest(in_run_ats) r),
+                                          v_now);
+    END IF;
+    v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
+    -- The first write of a READ COMMITTED transaction (an autocommit call, the
+    -- common case) inserts the batch's absent keys with a plain INSERT: ON
+    -- CONFLICT's speculative insertion takes a lock and writes a WAL record
+    -- for every row (on the server 1.06x-1.17x the calls of 100 per second,
+    -- bench/README.md "PostgreSQL: the batch push without ON CONFLICT"). A
+    -- key that another transaction inserts meanwhile raises unique_violation,
+    -- which undoes the block, and the statement with ON CONFLICT below runs
+    -- instead. The block is a subtransaction; only a transaction's first
+    -- write takes one here, so that no transaction gathers many (past 64 in
+    -- one transaction, every snapshot taken on the server costs more). The
+    -- subquery probes the primary key once per row (OFFSET 0 keeps it from
+    -- becoming an anti-join, whose generic plan read the queue's whole range
+    -- and sorted it).
+    IF v_first AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        BEGIN
+            WITH batch AS MATERIALIZED (
+                SELECT b.k, b.kd, b.pl, b.ra, b.pr, pg_catalog.nextval(v_ids) AS new_id
+                  FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                                  pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
+                                  pg_catalog.unnest(in_priorities))
+                       WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
+            )
+            INSERT INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                    scheduled_at_initially, created_at, id)
+            OVERRIDING SYSTEM VALUE
+            SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
+                   coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
+              FROM batch b
+             WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k
+                                  AND m.p_kind::text = b.kd
+                               OFFSET 0)
+             ORDER BY b.k, b.kd, b.new_id;  -- as below: key order, the first of a repeated key
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+        EXCEPTION WHEN unique_violation THEN
+            v_count := NULL;
+        END;
+    END IF;
+    IF v_count IS NULL THEN
+        WITH batch AS MATERIALIZED (
+            SELECT b.k, b.kd, b.pl, b.ra, b.pr, pg_catalog.nextval(v_ids) AS new_id
+              FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                              pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
+                              pg_catalog.unnest(in_priorities))  -- a NULL array pads with NULLs
+                   WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
+        )
+        INSERT INTO pyqueue_message
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, id)
+        OVERRIDING SYSTEM VALUE
+        SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
+               coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
+          FROM batch b
+         ORDER BY b.k, b.kd, b.new_id  -- of a key repeated in the batch, the first is kept
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+    END IF;
+    IF v_count > 0 AND (in_run_ats IS NULL OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_run_ats) r WHERE r IS NULL OR r <= v_now)) THEN
+        PERFORM pyqueue__notify(in_queue);  -- one wakeup per statement, for ready-now rows
+    END IF;
+    RETURN v_count;
 END;
 $$;
 
 -- queue_push_batch_with_headers: queue_push_batch with headers per message:
 -- in_headers NULL (none for any), else one element per p_key, each NULL,
 -- the JSON value null (none) or a JSON object (pyqueue__check_batch_headers;
--- a bad element refuses the whole batch). The body of queue_push_batch too
--- (it calls this one with NULL headers): the checks, dedup, return and
--- locks described there, plus that check and column. No DEFAULTs (see
--- queue_push_with_headers).
+-- a bad element refuses the whole batch). The same body, checks, dedup,
+-- return and locks as queue_push_batch, plus that check and column. No
+-- DEFAULTs (see queue_push_with_headers).
 CREATE OR REPLACE FUNCTION queue_push_batch_with_headers(
     in_queue      text,
     in_keys       text[],
@@ -3116,8 +3202,6 @@ $$;
 -- settled as queue_push_grouped settles one, in group order. Returns how
 -- many were new. Any invalid element refuses the whole batch. Locks: as
 -- queue_push_batch, then the rows of the groups, in group order.
--- queue_push_batch_grouped_with_headers with NULL headers (the body lives
--- there once, as queue_push_batch's).
 CREATE OR REPLACE FUNCTION queue_push_batch_grouped(
     in_queue      text,
     in_groups     text[],
@@ -3131,17 +3215,70 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
+DECLARE
+    v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_n      integer;
+    v_count  integer;
+    v_ids    regclass;
+    v_groups text[];
+    v_ready  boolean;
+    v_group  text;
+    v_max    integer;  -- the queue's max_payload
 BEGIN
-    RETURN queue_push_batch_grouped_with_headers(in_queue, in_groups, in_keys, in_kinds, in_payloads, in_run_ats,
-                                                 in_priorities, NULL::jsonb[]);
+    v_max := (pyqueue__queue(in_queue, true)).max_payload;
+    v_n := pyqueue__check_batch('groups', in_groups, true, in_keys, in_kinds, in_payloads, in_run_ats,
+                                in_priorities, v_now);
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    PERFORM pyqueue__check_payloads(in_payloads, v_max);
+    -- As queue_push_batch: ids in array order, rows inserted in key order.
+    -- A grouped message goes in blocked; its group is settled below.
+    IF in_run_ats IS NOT NULL THEN
+        PERFORM pyqueue__ready_from_lower(in_queue, (SELECT pg_catalog.min(r) FROM pg_catalog.unnest(in_run_ats) r),
+                                          v_now);
+    END IF;
+    v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
+    WITH batch AS MATERIALIZED (
+        SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.g, pg_catalog.nextval(v_ids) AS new_id
+          FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                          pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
+                          pg_catalog.unnest(in_priorities), pg_catalog.unnest(in_groups))
+               WITH ORDINALITY AS b (k, kd, pl, ra, pr, g, ord)
+    ), ins AS (
+        INSERT INTO pyqueue_message AS m
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, id, group_key)
+        OVERRIDING SYSTEM VALUE
+        SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
+               CASE WHEN b.g IS NULL THEN coalesce(b.ra, v_now) ELSE pyqueue__blocked_at() END,
+               coalesce(b.ra, v_now), v_now, b.new_id, b.g
+          FROM batch b
+         ORDER BY b.k, b.kd, b.new_id  -- of a key repeated in the batch, the first is kept
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING m.group_key, m.scheduled_at
+    )
+    SELECT pg_catalog.count(*)::integer,
+           pg_catalog.array_agg(DISTINCT i.group_key::text ORDER BY i.group_key::text)
+               FILTER (WHERE i.group_key IS NOT NULL),
+           coalesce(pg_catalog.bool_or(i.scheduled_at <= v_now), false)
+      INTO v_count, v_groups, v_ready
+      FROM ins i;
+    IF v_ready THEN
+        PERFORM pyqueue__notify(in_queue);  -- ready-now messages without a group
+    END IF;
+    FOREACH v_group IN ARRAY coalesce(v_groups, '{}') LOOP
+        PERFORM pyqueue__group_settle(in_queue, v_group, v_now, false);
+    END LOOP;
+    RETURN v_count;
 END;
 $$;
 
 -- queue_push_batch_grouped_with_headers: queue_push_batch_grouped with
 -- headers per message (in_headers as queue_push_batch_with_headers'). The
--- body of queue_push_batch_grouped too (it calls this one with NULL
--- headers): the checks, dedup, return and locks described there, plus the
--- check and column. No DEFAULTs.
+-- same body, checks, dedup, return and locks as queue_push_batch_grouped,
+-- plus the check and column. No DEFAULTs.
 CREATE OR REPLACE FUNCTION queue_push_batch_grouped_with_headers(
     in_queue      text,
     in_groups     text[],
@@ -4408,8 +4545,6 @@ $$;
 -- many messages were new, over all queues. Any invalid element refuses the
 -- whole batch. Ids in array order (FIFO within a queue), rows inserted in
 -- queue and key order. Locks: as queue_publish, for every target queue.
--- queue_publish_batch_with_headers with NULL headers (the body lives there
--- once, as queue_push_batch's).
 CREATE OR REPLACE FUNCTION queue_publish_batch(
     in_topics     text[],
     in_keys       text[],
@@ -4421,17 +4556,101 @@ RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_n      integer;
+    v_ids    regclass;
+    v_count  integer;
+    v_ready  text[];
+    v_past   text[];
+    v_min    timestamptz;
+    v_queue  text;
+    v_topic  text;
+    v_bytes  integer;
+    v_max    integer;
 BEGIN
-    RETURN queue_publish_batch_with_headers(in_topics, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities,
-                                            NULL::jsonb[]);
+    v_n := pyqueue__check_batch('topics', in_topics, false, in_keys, in_kinds, in_payloads, in_run_ats,
+                                in_priorities, v_now);
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    FOR v_topic IN SELECT DISTINCT t FROM pg_catalog.unnest(in_topics) AS u (t) LOOP
+        PERFORM pyqueue__check_topic('topic', v_topic, false);
+    END LOOP;
+    -- No payload above the max_payload of a queue its topic reaches: a batch
+    -- whose payloads are all within the smallest max_payload of all queues
+    -- (one short read) needs no routing for it.
+    SELECT pg_catalog.max(pg_catalog.octet_length(u.pl::text)) INTO v_bytes
+      FROM pg_catalog.unnest(in_payloads) AS u (pl);
+    IF v_bytes > (SELECT pg_catalog.min(q.max_payload) FROM pyqueue_queue q) THEN
+        SELECT s.bytes, s.max_payload INTO v_bytes, v_max
+          FROM (SELECT pg_catalog.octet_length(b.pl::text) AS bytes, q.max_payload, b.ord
+                  FROM ROWS FROM (pg_catalog.unnest(in_topics), pg_catalog.unnest(in_payloads))
+                       WITH ORDINALITY AS b (t, pl, ord)
+                  JOIN pyqueue_binding bd ON ('.' || b.t) ~ bd.pattern_regex::text
+                  JOIN pyqueue_queue q ON q.queue_name::text = bd.queue_name::text) AS s
+         WHERE s.bytes > s.max_payload
+         ORDER BY s.ord
+         LIMIT 1;
+        IF FOUND THEN
+            PERFORM pyqueue__refuse_payload(v_bytes, v_max);
+        END IF;
+    END IF;
+    v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
+    WITH batch AS MATERIALIZED (
+        SELECT b.t, b.k, b.kd, b.pl, b.ra, b.pr, b.ord
+          FROM ROWS FROM (pg_catalog.unnest(in_topics), pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                          pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
+                          pg_catalog.unnest(in_priorities))
+               WITH ORDINALITY AS b (t, k, kd, pl, ra, pr, ord)
+    ), routed AS MATERIALIZED (
+        SELECT r.queue_name, r.ord, pg_catalog.nextval(v_ids) AS new_id
+          FROM (SELECT DISTINCT bd.queue_name, b.ord
+                  FROM batch b JOIN pyqueue_binding bd ON ('.' || b.t) ~ bd.pattern_regex::text) AS r
+         ORDER BY r.ord, r.queue_name
+    ), targets AS (
+        SELECT q.queue_name
+          FROM pyqueue_queue q
+         WHERE q.queue_name::text IN (SELECT r.queue_name::text FROM routed r)
+         ORDER BY q.queue_name
+           FOR KEY SHARE
+    ), ins AS (
+        INSERT INTO pyqueue_message AS m
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, id)
+        OVERRIDING SYSTEM VALUE
+        SELECT t.queue_name, b.k, b.kd, b.pl, coalesce(b.pr, 0), coalesce(b.ra, v_now), coalesce(b.ra, v_now),
+               v_now, r.new_id
+          FROM routed r
+          JOIN targets t ON t.queue_name::text = r.queue_name::text
+          JOIN batch b ON b.ord = r.ord
+         ORDER BY t.queue_name, b.k, b.kd, b.ord  -- of a key repeated in the batch, the first is kept
+        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+        RETURNING m.queue_name, m.scheduled_at
+    )
+    SELECT pg_catalog.count(*)::integer,
+           pg_catalog.array_agg(DISTINCT i.queue_name::text ORDER BY i.queue_name::text)
+               FILTER (WHERE i.scheduled_at <= v_now),
+           pg_catalog.array_agg(DISTINCT i.queue_name::text ORDER BY i.queue_name::text)
+               FILTER (WHERE i.scheduled_at < v_now - interval '0.5 seconds'),
+           pg_catalog.min(i.scheduled_at)
+      INTO v_count, v_ready, v_past, v_min
+      FROM ins i;
+    FOREACH v_queue IN ARRAY coalesce(v_past, '{}') LOOP
+        PERFORM pyqueue__ready_from_lower(v_queue, v_min, v_now);  -- more than a moment in the past
+    END LOOP;
+    FOREACH v_queue IN ARRAY coalesce(v_ready, '{}') LOOP
+        PERFORM pyqueue__notify(v_queue);  -- wakeup: ready now
+    END LOOP;
+    RETURN v_count;
 END;
 $$;
 
 -- queue_publish_batch_with_headers: queue_publish_batch with headers per
 -- message (in_headers as queue_push_batch_with_headers'), the same in every
--- queue a message reaches. The body of queue_publish_batch too (it calls
--- this one with NULL headers): the checks, dedup, return and locks
--- described there, plus the check and column. No DEFAULTs.
+-- queue a message reaches. The same body, checks, dedup, return and locks
+-- as queue_publish_batch, plus the check and column. No DEFAULTs.
 CREATE OR REPLACE FUNCTION queue_publish_batch_with_headers(
     in_topics     text[],
     in_keys       text[],
