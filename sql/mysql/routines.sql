@@ -6446,8 +6446,9 @@ END //
 -- once (reserved, ready or delayed), started in the group's order; a named group's limit overrides the default;
 -- in_k NULL removes it (back to the default, then 1; no error when there is none); k from 1 to 10000. Raising it
 -- starts heads at once (due now, behind the heads already ready); lowering it revokes nothing (none starts until
--- fewer are live). No result set. Locks: the limit row, then the group rows it affects in group_key order (each with
--- the messages it starts); in autocommit mode in a transaction of its own, run again on a deadlock.
+-- fewer are live). No result set. Locks: the queue row (shared: a queue_drop under way answers unknown_queue), the
+-- limit row, then the group rows it affects in group_key order (each with the messages it starts); in autocommit
+-- mode in a transaction of its own, run again on a deadlock.
 DROP PROCEDURE IF EXISTS queue_set_group_limit //
 CREATE PROCEDURE queue_set_group_limit(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -6463,6 +6464,7 @@ BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_hk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found INT;
     DECLARE v_tries INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
@@ -6482,6 +6484,10 @@ BEGIN
             DECLARE EXIT HANDLER FOR 1213
             BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             IF v_own = 1 THEN START TRANSACTION; END IF;
+            -- the queue row, shared, before any row referencing it: a queue_drop under way finishes first, and the
+            -- call answers unknown_queue, not the foreign key's error (1452)
+            SELECT COUNT(*) INTO v_found FROM pyqueue_queue q WHERE q.queue_name = v_queue LOCK IN SHARE MODE;
+            IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
             IF v_k IS NULL THEN
                 DELETE FROM pyqueue_group_limit WHERE queue_name = v_queue AND group_key = v_group;
             ELSE
@@ -6637,7 +6643,8 @@ END //
 -- queue_set_limit: at most in_capacity messages of in_kind reserved at once in in_queue (0 holds it back; NULL
 -- removes the limit). Live reservations without a slot take free ones as far as the capacity goes; lowering it
 -- revokes nothing (nothing more is handed out until fewer are live). No result set.
--- Locks: the limit row and its slot rows; in autocommit mode in a transaction of its own, run again on a deadlock.
+-- Locks: the queue row (shared: a queue_drop under way answers unknown_queue), the limit row and its slot rows; in
+-- autocommit mode in a transaction of its own, run again on a deadlock.
 DROP PROCEDURE IF EXISTS queue_set_limit //
 CREATE PROCEDURE queue_set_limit(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -6651,6 +6658,7 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_now, v_until DATETIME(6);
     DECLARE v_id BIGINT;
+    DECLARE v_found INT;
     DECLARE v_tries INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
@@ -6675,6 +6683,10 @@ BEGIN
             DECLARE EXIT HANDLER FOR 1213
             BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_deadlock = 1; ELSE RESIGNAL; END IF; END;
             IF v_own = 1 THEN START TRANSACTION; END IF;
+            -- the queue row, shared, before any row referencing it: a queue_drop under way finishes first, and the
+            -- call answers unknown_queue, not the foreign key's error (1452)
+            SELECT COUNT(*) INTO v_found FROM pyqueue_queue q WHERE q.queue_name = v_queue LOCK IN SHARE MODE;
+            IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
             IF in_capacity IS NULL THEN
                 DELETE FROM pyqueue_limit WHERE queue_name = v_queue AND p_kind = v_kind;
             ELSE
@@ -6740,8 +6752,9 @@ END //
 -- in_per_s seconds (> 0, at most one day); in_n NULL removes the rate (no error when there is none). n from 1 to
 -- 10000, one slot row per unit holding the time it was last used: lowering n keeps the n most recent times, raising
 -- it adds units never used, a new per keeps the times. A kind rate and the queue-wide rate may both be set: a
--- reservation then needs a unit of each. No result set. Locks: the rate row, then its slot rows (waiting for
--- reserves that hold one); in autocommit mode in a transaction of its own, run again on a deadlock.
+-- reservation then needs a unit of each. No result set. Locks: the queue row (shared: a queue_drop under way answers
+-- unknown_queue), the rate row, then its slot rows (waiting for reserves that hold one); in autocommit mode in a
+-- transaction of its own, run again on a deadlock.
 DROP PROCEDURE IF EXISTS queue_set_rate //
 CREATE PROCEDURE queue_set_rate(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -6755,6 +6768,7 @@ BEGIN
     DECLARE v_max, v_own, v_retry, v_have, v_top, v_n INT;
     DECLARE v_paused BOOLEAN;
     DECLARE v_per BIGINT;
+    DECLARE v_found INT;
     DECLARE v_tries INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
@@ -6772,6 +6786,10 @@ BEGIN
             DECLARE EXIT HANDLER FOR 1213
             BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             IF v_own = 1 THEN START TRANSACTION; END IF;
+            -- the queue row, shared, before any row referencing it: a queue_drop under way finishes first, and the
+            -- call answers unknown_queue, not the foreign key's error (1452)
+            SELECT COUNT(*) INTO v_found FROM pyqueue_queue q WHERE q.queue_name = v_queue LOCK IN SHARE MODE;
+            IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
             IF v_n IS NULL THEN
                 DELETE FROM pyqueue_rate WHERE queue_name = v_queue AND p_kind = v_kind;  -- its slots cascade
             ELSE
