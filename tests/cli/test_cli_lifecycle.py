@@ -425,7 +425,15 @@ def test_status_line_is_never_glued_to_a_log_line(dsn, queue):
     )
     os.close(slave)
     try:
-        data = read_all(master, lambda: False, 4.5)
+        # until the status line was drawn and a failure logged (a loaded machine may take seconds
+        # to start the worker; a SIGTERM before it is running ends it silently), then 2 s more of
+        # failures logged above the status line
+        data = b""
+        drawn, failed = f"\r\x1b[K{name}".encode(), (b"handler failed", b"cannot handle")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (drawn in data and any(f in data for f in failed)):
+            data += read_all(master, lambda: True, 1)
+        data += read_all(master, lambda: False, 2)
         proc.send_signal(signal.SIGTERM)
         data += read_all(master, lambda: proc.poll() is not None, 30)
         proc.wait(timeout=30)
