@@ -14,7 +14,21 @@ machine's other load moves it little) and by the client's wall clock, per row:
 
 Every table churns as a queue does: after each round its rows are deleted (no VACUUM, ANALYZE or
 TRUNCATE; autovacuum as the server has it), so each round inserts past the dead rows and index
-entries of the ones before. bench/README.md, Batch cost.
+entries of the ones before.
+
+The drain part times the other half of a row's life the same way: each variant is filled (untimed)
+with the same number of rows, then drained by calls that take up to 100 ready rows and acknowledge
+them, until none is left:
+
+  routine              queue_reserve(n => 100) + queue_commit_batch (the client's reserve / commit_many)
+  pgmq read + delete   pgmq.read(vt, 100) + pgmq.delete(ids), the peer
+  bare: ...            the two statements a reserve and a commit must run at the least, on a scratch
+                       copy of pyqueue_message: an UPDATE of the first 100 ready rows of the ready
+                       index (FOR UPDATE SKIP LOCKED) that writes what a reservation writes
+                       (scheduled_at, attempts, reserved_by, a fresh token), and a DELETE by key and
+                       token; with every index, and without the due index
+
+bench/README.md, Batch cost.
 
     python -m bench batch-cost                       # 7 rounds, 300 calls of 100 rows per variant
     python -m bench batch-cost --quick               # 1 round, 20 calls
@@ -96,6 +110,73 @@ def variants(has_pgmq: bool) -> list[tuple[str, str, str]]:
         ("pg_notify alone, once per call", "notify", ""),
     ]
     return out
+
+
+# The drain part: (name, how, table) of every variant.
+def drain_variants(has_pgmq: bool) -> list[tuple[str, str, str]]:
+    out = [("routine: queue_reserve(100) + queue_commit_batch", "routine", "pyqueue_message")]
+    if has_pgmq:
+        out.append(("pgmq read(100) + delete(ids)", "pgmq", f"pgmq.q_{QUEUE}"))
+    out += [
+        ("bare UPDATE + DELETE: every index", "bare", "scratch_all"),
+        ("bare UPDATE + DELETE: without due_idx", "bare", "scratch_no_1"),
+    ]
+    return out
+
+
+BARE_RESERVE = (
+    "WITH c AS (SELECT ctid FROM {t} WHERE queue_name = %s AND priority = 0 "
+    "AND scheduled_at > '-infinity' AND scheduled_at <= now() ORDER BY priority, scheduled_at, id "
+    "LIMIT 100 FOR UPDATE SKIP LOCKED) "
+    "UPDATE {t} m SET scheduled_at = now() + interval '30 seconds', attempts = m.attempts + 1, "
+    "reserved_by = 'bench', reserve_token = gen_random_uuid() FROM c WHERE m.ctid = c.ctid "
+    "RETURNING m.p_key, m.p_kind, m.payload, m.reserve_token"
+)
+# the statement of the routines' own delete (pyqueue__delete_held): one probe of the key a row
+BARE_COMMIT = (
+    "DELETE FROM {t} m USING (SELECT %s::text AS q, u.k, u.kd, u.tk "
+    "FROM ROWS FROM (unnest(%s::text[]), unnest(%s::text[]), unnest(%s::uuid[])) AS u (k, kd, tk) "
+    "ORDER BY u.k, u.kd) AS b "
+    "WHERE m.queue_name::text = b.q AND m.p_key::text = b.k AND m.p_kind::text = b.kd AND m.reserve_token = b.tk"
+)
+
+
+def fill(cur, how: str, table: str, keys: list[str], payloads: list[str]) -> None:
+    """Untimed: the variant's rows to drain, pushed by its own fastest path."""
+    if how == "routine":
+        call(cur, "queue_push_batch", table, keys, payloads)
+    elif how == "pgmq":
+        call(cur, "pgmq.send_batch", table, keys, payloads)
+    else:
+        call(cur, "insert", table, keys, payloads)
+
+
+def drain_once(cur, bare, how: str, table: str) -> int:
+    """One call of the drain: up to 100 ready rows taken and acknowledged; how many."""
+    if how == "routine":
+        cur.execute("SELECT p_key, p_kind, token FROM queue_reserve(%s, 'bench', NULL, 100)", (QUEUE,))
+        rows = cur.fetchall()
+        if rows:
+            cur.execute(
+                "SELECT queue_commit_batch(%s, %s::text[], %s::text[], %s::text[])",
+                (QUEUE, [r[0] for r in rows], [r[1] for r in rows], [str(r[2]) for r in rows]),
+            )
+        return len(rows)
+    if how == "pgmq":
+        cur.execute("SELECT msg_id FROM pgmq.read(%s::text, 30, 100)", (QUEUE,))
+        ids = [r[0] for r in cur.fetchall()]
+        if ids:
+            cur.execute("SELECT * FROM pgmq.delete(%s::text, %s::bigint[])", (QUEUE, ids))
+            cur.fetchall()
+        return len(ids)
+    bare.execute(BARE_RESERVE.format(t=table), (QUEUE,))
+    rows = bare.fetchall()
+    if rows:
+        bare.execute(
+            BARE_COMMIT.format(t=table),
+            (QUEUE, [r[0] for r in rows], [r[1] for r in rows], [r[3] for r in rows]),
+        )
+    return len(rows)
 
 
 def setup(cur) -> None:
@@ -184,6 +265,8 @@ def run(args) -> tuple[list[dict], dict]:
                 elif table:
                     cur.execute(f"DELETE FROM {table}")
             print(f"batch-cost: round {rnd + 1} of {args.rounds} done", flush=True)
+        if not args.no_drain:
+            results += drain(args, conn, dsn, has_pgmq, payloads)
         conn.close()
         meta["load_after"] = common.loadavg()
         return results, meta
@@ -191,7 +274,100 @@ def run(args) -> tuple[list[dict], dict]:
         common.drop("postgresql", dsn)
 
 
+def drain(args, conn, dsn: str, has_pgmq: bool, payloads: list[str]) -> list[dict]:
+    """The drain part's rounds: each variant filled (untimed), then drained and timed."""
+    import psycopg
+
+    # the bare statements' own session: plans by index, as the routines' (which set the same)
+    bare_conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+    bare = bare_conn.cursor()
+    for setting in ("enable_seqscan", "enable_hashjoin", "enable_mergejoin", "enable_bitmapscan"):
+        bare.execute(f"SET {setting} = off")
+    bare.execute("SELECT pg_backend_pid()")
+    bare_pid = bare.fetchone()[0]
+    cur = conn.cursor()
+    cur.execute("SELECT pg_backend_pid()")
+    pid = cur.fetchone()[0]
+    results = []
+    serial = 10**9
+    todo = drain_variants(has_pgmq)
+    try:
+        for rnd in range(args.rounds):
+            for name, how, table in common.rotated(todo, rnd):
+                for _ in range(args.calls):
+                    keys = [f"d{serial + i}" for i in range(BATCH)]
+                    serial += BATCH
+                    fill(cur, how, table, keys, payloads)
+                on = bare_pid if how == "bare" else pid
+                cpu0, t0 = common.process_cpu(on), time.perf_counter()
+                rows = 0
+                while n := drain_once(cur, bare, how, table):
+                    rows += n
+                wall, cpu1 = time.perf_counter() - t0, common.process_cpu(on)
+                if rows != args.calls * BATCH:
+                    raise RuntimeError(f"batch-cost: {name} drained {rows} rows of {args.calls * BATCH}")
+                results.append(
+                    {
+                        "round": rnd + 1,
+                        "part": "drain",
+                        "variant": name,
+                        "server_us_per_row": None
+                        if cpu0 is None or cpu1 is None
+                        else (cpu1 - cpu0) / rows * 1e6,
+                        "wall_us_per_row": wall / rows * 1e6,
+                    }
+                )
+            print(f"batch-cost: drain round {rnd + 1} of {args.rounds} done", flush=True)
+    finally:
+        bare_conn.close()
+    return results
+
+
+def _medians(results: list[dict], name: str) -> tuple[list[float], list[float]]:
+    rs = [r for r in results if r["variant"] == name]
+    return [r["server_us_per_row"] for r in rs if r["server_us_per_row"] is not None], [
+        r["wall_us_per_row"] for r in rs
+    ]
+
+
+def summarize_drain(results: list[dict], meta: dict) -> list[str]:
+    results = [r for r in results if r.get("part") == "drain"]
+    if not results:
+        return []
+    names = list(dict.fromkeys(r["variant"] for r in results))
+    pgmq = "pgmq read(100) + delete(ids)"
+    base = statistics.median(_medians(results, pgmq)[0]) if pgmq in names else None
+    rows = []
+    for name in names:
+        server, wall = _medians(results, name)
+        s = statistics.median(server) if server else None
+        rows.append(
+            [
+                name,
+                f"{s:.2f} ({min(server):.2f}-{max(server):.2f})" if server else "",
+                f"{s / base:.2f}" if s is not None and base else "",
+                f"{statistics.median(wall):.2f} ({min(wall):.2f}-{max(wall):.2f})",
+            ]
+        )
+    return [
+        "## Drain: a row taken (100 a call) and acknowledged",
+        "",
+        f"The same {meta['rounds']} round(s), each variant filled with {meta['calls']} x {meta['batch']} rows "
+        "(untimed, by its own batch push), then drained by calls of 100 until none is left; server CPU of "
+        "the session that drained (the bare statements have their own, with the plans by index the "
+        "routines set), per row. `x pgmq`: the server CPU a row against pgmq's. The bare rows are the "
+        "least a reserve and a commit of this table must do: an UPDATE of the first 100 ready rows of the "
+        "ready index (FOR UPDATE SKIP LOCKED) writing what a reservation writes (scheduled_at, attempts, "
+        "reserved_by, a fresh token), then a DELETE by key and token.",
+        "",
+        *common.table(["variant", "server CPU µs/row", "x pgmq", "wall µs/row"], rows, "lrrr"),
+        "",
+    ]
+
+
 def summarize(results: list[dict], meta: dict) -> str:
+    drain_part = summarize_drain(results, meta)
+    results = [r for r in results if r.get("part") != "drain"]
     names = list(dict.fromkeys(r["variant"] for r in results))
     med = {}
     for name in names:
@@ -232,6 +408,7 @@ def summarize(results: list[dict], meta: dict) -> str:
     ]
     if not meta.get("pgmq"):
         lines += ["- pgmq send_batch: NOT RUN (its PyPI package's SQL did not install here)", ""]
+    lines += drain_part
     return "\n".join(lines)
 
 
@@ -241,6 +418,7 @@ def main() -> None:
         ("--rounds", 7, "rounds, the variants' order rotating"),
         ("--calls", 300, "calls of 100 rows per variant and round"),
         ("--quick", False, "1 round of 20 calls; writes to bench/results/"),
+        ("--no-drain", False, "the push part only"),
         ("--out", None, "directory of batch-cost.md/.json (default bench/latest, --quick bench/results)"),
     )
     args = ap.parse_args()
