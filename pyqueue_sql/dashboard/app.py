@@ -461,7 +461,7 @@ class DashboardApp:
             chosen = dlqs[0]
         page = None
         if chosen is not None:
-            page = await run_in_threadpool(self.dashboard.queue_page, chosen, None, None, None, 250)
+            page = await run_in_threadpool(self.dashboard.queue_page, chosen, None, None, None, 250, False)
         return self.render(
             request,
             "dead_letters.html",

@@ -75,6 +75,8 @@ class QueueRow:
 
 # How many groups of a queue /metrics reads (queue_groups' largest page).
 GROUPS_READ = 1000
+# How many groups a queue's page lists (one more is read, to tell whether there are more).
+GROUPS_SHOWN = 100
 
 
 @dataclass
@@ -245,8 +247,17 @@ class Dashboard:
             return dict(self._throughput.totals)
 
     def queue_page(
-        self, name: str, state: str | None, prefix: str | None, after: tuple[str, str] | None, n: int
+        self,
+        name: str,
+        state: str | None,
+        prefix: str | None,
+        after: tuple[str, str] | None,
+        n: int,
+        groups: bool = True,
     ) -> dict[str, Any]:
+        """What a queue's page shows; with groups, its first GROUPS_SHOWN FIFO groups by group key
+        (queue_groups, one page of GROUPS_SHOWN + 1 rows: "groups_more" says whether there are
+        more). Only the queue's page reads groups (the overview and the dead letters do not)."""
         with self.pool.database() as db:
             q = db.queue(name)
             stats = q.stats()
@@ -255,6 +266,7 @@ class Dashboard:
             limits = q.limits()
             rates = q.rates()
             schedules = q.schedules()
+            group_rows = q.groups(n=GROUPS_SHOWN + 1) if groups else []
             senders = [s.queue for s in db.settings() if s.dead_letter_queue == name]
         return {
             "stats": stats,
@@ -264,6 +276,9 @@ class Dashboard:
             "limits": limits,
             "rates": rates,
             "schedules": schedules,
+            "groups": group_rows[:GROUPS_SHOWN],
+            "groups_more": len(group_rows) > GROUPS_SHOWN,
+            "groups_shown": GROUPS_SHOWN,
             "senders": senders,
         }
 
