@@ -75,7 +75,10 @@ def test_a_waiting_task_gets_the_result_right_after_the_commit(dsn, dialect):
             for i in range(5):
                 await q.push(f"k{i}", "job", {})
                 [r] = await other.queue(q.name).reserve()
-                waiting = asyncio.create_task(q.wait_result(f"k{i}", "job", timeout=10))
+                # PostgreSQL: reads between notifications 30 s apart, so that a result read within
+                # the bound below was announced by its notification (a missed one would be read at
+                # the 10 s timeout); a bound in milliseconds would time the machine's load instead
+                waiting = asyncio.create_task(q.wait_result(f"k{i}", "job", timeout=10, poll=30.0))
                 await asyncio.sleep(0.2)  # it waits (the reader is in its slice)
                 committed = time.monotonic()
                 assert await other.queue(q.name).commit_result(r, i)
@@ -90,6 +93,4 @@ def test_a_waiting_task_gets_the_result_right_after_the_commit(dsn, dialect):
     print(
         f"\n{dialect}: AsyncQueue.wait_result returned {latencies[0]:.1f}-{latencies[-1]:.1f} ms after the commit"
     )
-    assert latencies[-1] < 1500
-    if dialect == "postgresql":
-        assert latencies[len(latencies) // 2] < 50, latencies
+    assert latencies[-1] < 1500, latencies
