@@ -5364,13 +5364,26 @@ BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_one_kind, v_plain_keys, v_plain_tokens BOOLEAN;
     DECLARE v_kind LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;  -- (any length: read before the check)
+    DECLARE v_quoted LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue_found INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    SELECT q.history_retention IS NOT NULL, q.result_retention IS NOT NULL, q.max_payload
-      INTO v_history, v_results, v_max_payload
-      FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    -- a plainly valid queue name: its settings in one read (pyqueue__queue checks the name and raises for an
+    -- unknown queue: the same read, one nested CALL and one statement more)
+    IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
+        AND LOCATE(X'ED', CAST(in_queue AS BINARY)) = 0) IS TRUE THEN
+        SET v_queue = in_queue;
+        SELECT COUNT(*), MAX(q.history_retention) IS NOT NULL, MAX(q.result_retention) IS NOT NULL, MAX(q.max_payload)
+          INTO v_queue_found, v_history, v_results, v_max_payload
+          FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    END IF;
+    IF v_queue_found = 0 THEN
+        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        SET v_queue = in_queue;
+        SELECT q.history_retention IS NOT NULL, q.result_retention IS NOT NULL, q.max_payload
+          INTO v_history, v_results, v_max_payload
+          FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    END IF;
     IF in_keys IS NULL OR in_kinds IS NULL OR in_tokens IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must not be NULL');
     END IF;
@@ -5404,15 +5417,35 @@ BEGIN
         -- allowed, written plainly (no escape). Only an array that does not match so is read element by element
         -- (a regular expression per token was most of this check), to find the bad one, or none (a key with an
         -- escape, say). The kinds are read once: the check, and whether the batch has one kind only (its DELETE
-        -- below then joins one array less).
-        SELECT COALESCE(MIN(IF((    JSON_TYPE(d.elem) = 'STRING'
-                                AND CHAR_LENGTH(JSON_UNQUOTE(d.elem)) BETWEEN 1 AND 128
-                                AND NOT (JSON_UNQUOTE(d.elem) LIKE '% ')) IS NOT TRUE, d.ord, NULL)), v_n + 1),
-               -- (the kinds as text only through JSON_UNQUOTE: a typed column would meet a bad element first)
-               MIN(JSON_UNQUOTE(d.elem) COLLATE utf8mb4_bin) = MAX(JSON_UNQUOTE(d.elem) COLLATE utf8mb4_bin),
-               MIN(JSON_UNQUOTE(d.elem) COLLATE utf8mb4_bin)
-          INTO v_bad, v_one_kind, v_kind
-          FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS d;
+        -- below then joins one array less). The common batch, one kind written plainly, is told without reading
+        -- the array element by element: the array is, byte for byte, its first element quoted v_n times (as a
+        -- client's encoder writes it, with or without a space after each comma).
+        SET v_one_kind = FALSE;
+        IF JSON_TYPE(JSON_EXTRACT(in_kinds, '$[0]')) = 'STRING' THEN
+            SET v_kind = JSON_UNQUOTE(JSON_EXTRACT(in_kinds, '$[0]'));
+            IF (CHAR_LENGTH(v_kind) BETWEEN 1 AND 128 AND NOT (v_kind LIKE '% ')) IS TRUE THEN
+                SET v_quoted = JSON_QUOTE(v_kind);
+                IF LENGTH(in_kinds) = 1 + v_n * (LENGTH(v_quoted) + 1) THEN  -- (the length first: no long string built)
+                    SET v_one_kind = CAST(in_kinds AS BINARY)
+                                     = CAST(CONCAT('[', REPEAT(CONCAT(v_quoted, ','), v_n - 1), v_quoted, ']') AS BINARY);
+                ELSEIF LENGTH(in_kinds) = v_n * (LENGTH(v_quoted) + 2) THEN
+                    SET v_one_kind = CAST(in_kinds AS BINARY)
+                                     = CAST(CONCAT('[', REPEAT(CONCAT(v_quoted, ', '), v_n - 1), v_quoted, ']') AS BINARY);
+                END IF;
+            END IF;
+        END IF;
+        IF v_one_kind THEN
+            SET v_bad = v_n + 1;
+        ELSE
+            SELECT COALESCE(MIN(IF((    JSON_TYPE(d.elem) = 'STRING'
+                                    AND CHAR_LENGTH(JSON_UNQUOTE(d.elem)) BETWEEN 1 AND 128
+                                    AND NOT (JSON_UNQUOTE(d.elem) LIKE '% ')) IS NOT TRUE, d.ord, NULL)), v_n + 1),
+                   -- (the kinds as text only through JSON_UNQUOTE: a typed column would meet a bad element first)
+                   MIN(JSON_UNQUOTE(d.elem) COLLATE utf8mb4_bin) = MAX(JSON_UNQUOTE(d.elem) COLLATE utf8mb4_bin),
+                   MIN(JSON_UNQUOTE(d.elem) COLLATE utf8mb4_bin)
+              INTO v_bad, v_one_kind, v_kind
+              FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS d;
+        END IF;
         -- (up to 1000 elements: MySQL 8.0's ICU engine stops a match at regexp_time_limit with an error, where
         -- MariaDB's PCRE has no such limit; a longer batch is checked element by element on both)
         SET v_plain_keys = FALSE, v_plain_tokens = FALSE;
@@ -7107,7 +7140,7 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_now DATETIME(6);
     DECLARE v_max, v_mark, v_from, v_to BIGINT;
-    DECLARE v_page INT;
+    DECLARE v_page, v_live INT;
     DECLARE v_ids LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_pending, v_enqueued, v_rejected, v_deleted, v_dups BIGINT DEFAULT 0;
     DECLARE v_tries, v_deadlock INT DEFAULT 0;
@@ -7260,8 +7293,18 @@ BEGIN
             -- this flush's INSERT below needs, deadlocked with it. A message the read misses (pushed since) is
             -- still skipped by INSERT IGNORE; one it still sees was live when this flush began. A page holds what
             -- JSON_ARRAYAGG can (MariaDB caps it at group_concat_max_len; under 44 bytes, one id at a time).
+            -- (none to look for while the queue, or with in_queue NULL the table, holds no live message: the read
+            -- below probes the key index once for every pending row, finding nothing; a message pushed since is
+            -- skipped by INSERT IGNORE as above)
             SET v_from = 0,
                 v_page = LEAST(20000, GREATEST(1, (@@SESSION.group_concat_max_len - 2) DIV 21));
+            -- (plain SELECTs: a subquery of IF would be a locking read, deadlocking with a queue_drop)
+            IF v_queue IS NOT NULL THEN
+                SELECT COUNT(*) INTO v_live FROM (SELECT 1 FROM pyqueue_message m WHERE m.queue_name = v_queue LIMIT 1) AS x;
+            ELSE
+                SELECT COUNT(*) INTO v_live FROM (SELECT 1 FROM pyqueue_message m LIMIT 1) AS x;
+            END IF;
+            IF v_live = 0 THEN SET v_from = v_max; END IF;
             dups: LOOP
                 SELECT MAX(d.ingest_id), IF(v_page = 1, NULL, JSON_ARRAYAGG(d.ingest_id)) INTO v_to, v_ids
                   FROM (SELECT i.ingest_id
