@@ -1713,6 +1713,37 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__group_fill_batch: pyqueue__group_fill for every group named in a batch grouped push's messages (the
+-- JSON array in_messages, each element's "group"), in group order, after the batch's heads are settled: groups
+-- whose limit k > 1 has room start more of their messages. A queue without group limits: one probe. Locks: as
+-- pyqueue__group_fill, each group in turn (the push holds their rows already).
+DROP PROCEDURE IF EXISTS pyqueue__group_fill_batch //
+CREATE PROCEDURE pyqueue__group_fill_batch(
+    IN in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages LONGTEXT CHARACTER SET utf8mb4,
+    IN in_now      DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_done INT DEFAULT 0;
+    DECLARE v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE c_fill CURSOR FOR
+        SELECT DISTINCT b.g
+          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                   g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
+         WHERE b.g IS NOT NULL
+         ORDER BY b.g;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    IF EXISTS (SELECT 1 FROM pyqueue_group_limit l WHERE l.queue_name = in_queue) THEN
+        OPEN c_fill;
+        fills: LOOP
+            FETCH c_fill INTO v_group;
+            IF v_done = 1 THEN LEAVE fills; END IF;
+            CALL pyqueue__group_fill(in_queue, v_group, in_now);
+        END LOOP;
+        CLOSE c_fill;
+    END IF;
+END //
+
 -- pyqueue__group_place: with in_group's row locked, after message in_id (run time in_at) was pushed blocked into it:
 -- with a limit k > 1, it starts if there is room (pyqueue__group_fill); in a full group it takes the place of the
 -- latest live message besides the head that was never delivered and runs later (blocked again, SKIP LOCKED), so heads
@@ -3148,27 +3179,8 @@ BEGIN
                            n_id BIGINT       PATH '$[3]')) AS j
                   STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
                  WHERE j.hk IS NULL AND j.n_id IS NULL AND g.head_key IS NULL;
-                -- 5. groups whose limit k > 1 has room: more of them start (a queue without group limits: one probe)
-                IF EXISTS (SELECT 1 FROM pyqueue_group_limit l WHERE l.queue_name = v_queue) THEN
-                    BEGIN
-                        DECLARE v_fill_done INT DEFAULT 0;
-                        DECLARE v_fill_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-                        DECLARE c_fill CURSOR FOR
-                            SELECT DISTINCT b.g
-                              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-                                       g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
-                             WHERE b.g IS NOT NULL
-                             ORDER BY b.g;
-                        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_fill_done = 1;
-                        OPEN c_fill;
-                        fills: LOOP
-                            FETCH c_fill INTO v_fill_group;
-                            IF v_fill_done = 1 THEN LEAVE fills; END IF;
-                            CALL pyqueue__group_fill(v_queue, v_fill_group, v_now);
-                        END LOOP;
-                        CLOSE c_fill;
-                    END;
-                END IF;
+                -- 5. groups whose limit k > 1 has room: more of them start
+                CALL pyqueue__group_fill_batch(v_queue, in_messages, v_now);
             END IF;
             IF v_own = 1 AND v_groups > 0 THEN COMMIT; END IF;
         END;
@@ -3336,27 +3348,8 @@ BEGIN
                            n_id BIGINT       PATH '$[3]')) AS j
                   STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
                  WHERE j.hk IS NULL AND j.n_id IS NULL AND g.head_key IS NULL;
-                -- 5. groups whose limit k > 1 has room: more of them start (a queue without group limits: one probe)
-                IF EXISTS (SELECT 1 FROM pyqueue_group_limit l WHERE l.queue_name = v_queue) THEN
-                    BEGIN
-                        DECLARE v_fill_done INT DEFAULT 0;
-                        DECLARE v_fill_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-                        DECLARE c_fill CURSOR FOR
-                            SELECT DISTINCT b.g
-                              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-                                       g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
-                             WHERE b.g IS NOT NULL
-                             ORDER BY b.g;
-                        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_fill_done = 1;
-                        OPEN c_fill;
-                        fills: LOOP
-                            FETCH c_fill INTO v_fill_group;
-                            IF v_fill_done = 1 THEN LEAVE fills; END IF;
-                            CALL pyqueue__group_fill(v_queue, v_fill_group, v_now);
-                        END LOOP;
-                        CLOSE c_fill;
-                    END;
-                END IF;
+                -- 5. groups whose limit k > 1 has room: more of them start
+                CALL pyqueue__group_fill_batch(v_queue, in_messages, v_now);
             END IF;
             IF v_own = 1 AND v_groups > 0 THEN COMMIT; END IF;
         END;

@@ -142,6 +142,7 @@ DROP PROCEDURE IF EXISTS pyqueue__group_leave;
 DROP PROCEDURE IF EXISTS pyqueue__group_extra_left;
 DROP PROCEDURE IF EXISTS pyqueue__group_place;
 DROP PROCEDURE IF EXISTS pyqueue__group_fill;
+DROP PROCEDURE IF EXISTS pyqueue__group_fill_batch;
 DROP PROCEDURE IF EXISTS pyqueue__group_next;
 DROP PROCEDURE IF EXISTS pyqueue__group_lock;
 DROP PROCEDURE IF EXISTS pyqueue__schedule;
