@@ -4840,6 +4840,9 @@ END //
 --   'requested': it is reserved: cancel_requested_at is set (the first request's time stays: idempotent) and the
 --     message stays; its holder learns it from queue_renew and ends it (queue_cancel_held) or not;
 --   'unknown': no live message.
+-- A message of a dead-letter queue (a queue that some queue names as its dead_letter_queue) is never cancelled nor
+-- flagged: the call is refused (invalid_argument) and the dead letter stays, whoever calls (dead letters are the
+-- evidence of failures: an admin removes one with queue_remove or hands it back with queue_redrive).
 -- Steps: a plain read of the unique key, then by id either the request (one UPDATE re-checking that the same
 -- reservation is still live) or the removal (re-checking, under the message's lock, that its token is still the one
 -- read and it is no live reservation; with the history and result rows, in a transaction of its own in autocommit
@@ -4871,6 +4874,10 @@ BEGIN
     CALL pyqueue__check_name('p_key', in_key, 255);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    IF EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.dead_letter_queue = v_queue) THEN
+        CALL pyqueue__raise('invalid_argument',
+                            'a message of a dead-letter queue is not cancelled; an admin removes it with queue_remove');
+    END IF;
     SELECT q.history_retention IS NOT NULL, q.result_retention IS NOT NULL INTO v_history, v_results
       FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     CALL pyqueue__own_transaction(TRUE, v_own);

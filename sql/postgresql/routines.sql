@@ -5534,8 +5534,13 @@ $$;
 -- live reservation: only flagged (cancel_requested_at, kept from the first
 -- request), the holder finds out through queue_renew and ends it with
 -- queue_cancel_held, or commits it anyway: returns 'requested'. No live
--- message: 'unknown'. Locks the message row (waiting for a reserve or
--- commit that holds it, then deciding on what it left), then as a commit.
+-- message: 'unknown'. A message of a dead-letter queue (a queue that some
+-- queue names as its dead_letter_queue) is never cancelled nor flagged: the
+-- call is refused (invalid_argument) and the dead letter stays, whoever
+-- calls (dead letters are the evidence of failures: an admin removes one
+-- with queue_remove or hands it back with queue_redrive). Locks the message
+-- row (waiting for a reserve or commit that holds it, then deciding on what
+-- it left), then as a commit.
 CREATE OR REPLACE FUNCTION queue_cancel(in_queue text, in_key text, in_kind text)
 RETURNS text
 LANGUAGE plpgsql
@@ -5548,6 +5553,10 @@ DECLARE
 BEGIN
     PERFORM pyqueue__check_name('p_key', in_key, 255);
     PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.dead_letter_queue::text = in_queue) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: a message of a dead-letter queue is not cancelled; an admin removes it with queue_remove'
+            USING ERRCODE = '22023';
+    END IF;
     SELECT * INTO v_msg FROM pyqueue_message m
      WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
        FOR UPDATE;
