@@ -4556,9 +4556,11 @@ END //
 -- message with the same key and kind there stays (dedup). Result: one row, moved = 1, or 0 when the token no longer
 -- holds. ONE UPDATE of queue_name (payload, schedule, reservation) by id and token; on a duplicate key (1062) one
 -- DELETE by id and token instead. A grouped message keeps its group into its own queue; moved away it leaves its
--- group (pyqueue__group_leave).
+-- group (pyqueue__group_leave). A schedule's pending occurrence moved (anywhere, its own queue included) makes way for
+-- the next occurrence as a commit does (pyqueue__schedule_next before the UPDATE, as queue_commit before its DELETE):
+-- the schedule goes on.
 -- Locks: the message row and a shared lock on the target queue row, for one statement; for a grouped message moved
--- away, the group row first, until the transaction ends.
+-- away, the group row first, until the transaction ends; the schedule row of an occurrence, for one statement.
 DROP PROCEDURE IF EXISTS queue_move //
 CREATE PROCEDURE queue_move(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -4603,6 +4605,7 @@ BEGIN
                                   v_now, v_own, v_done);
     ELSEIF v_found = 1 THEN
         CALL pyqueue__archive(v_queue, v_id, v_held, 'moved', v_to_queue, v_now, v_hist);
+        IF v_key LIKE '%@____-__-__T__:__:__Z' THEN CALL pyqueue__schedule_next(v_queue, v_key, v_kind); END IF;
         BEGIN
             DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
             UPDATE pyqueue_message

@@ -3761,9 +3761,12 @@ $$;
 -- queue_push). A group's head moved into its own queue stays its group's
 -- head, ready now; moved to another queue it leaves its group (it arrives
 -- there without one) and hands its place to the next message of the group.
+-- A schedule's pending occurrence moved (anywhere, its own queue included)
+-- makes way for the next occurrence as a commit does: the schedule goes on.
 -- False, and nothing changes, when the token no longer holds.
 -- Locks: the target queue's shared lock (pyqueue__queue), then the message row
--- (then the group's row of a head moved away).
+-- (then the group's row of a head moved away; the schedule row of an
+-- occurrence).
 CREATE OR REPLACE FUNCTION queue_move(in_queue text, in_key text, in_kind text, in_token text,
                            in_to_queue text, in_payload jsonb DEFAULT NULL)
 RETURNS boolean
@@ -3798,6 +3801,9 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM pyqueue__archive(v_queue, v_msg, 'moved', in_to_queue, v_now);
+    IF pyqueue__occurrence_key(v_msg.p_key::text) THEN  -- a recurring message's occurrence: the next one
+        PERFORM pyqueue__schedule_next(in_queue, v_msg.p_key::text, v_msg.p_kind::text);
+    END IF;
     IF v_msg.group_key IS NOT NULL AND NOT v_same THEN
         PERFORM pyqueue__group_settle(in_queue, v_msg.group_key::text, v_now, true);
     END IF;

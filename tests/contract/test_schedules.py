@@ -187,6 +187,31 @@ def test_a_commit_batch_holding_an_occurrence_pushes_the_next_one(queue, raw):
     assert pending(raw, queue, "report", "tick") == [occurrence_key("report", sched.next_at)]
 
 
+@pytest.mark.parametrize("into", ["another queue", "its own queue"])
+def test_a_moved_occurrence_pushes_the_next_one(queue, make_queue, raw, into):
+    """Moving a schedule's pending occurrence hands it on and the schedule goes on, as after a
+    commit: one next occurrence, and the moved one arrives where it was sent."""
+    target = make_queue() if into == "another queue" else queue
+    first = queue.schedule_every("report", "tick", {"n": 1}, 1)
+    time.sleep(max(0.0, (first - dt.datetime.now(UTC)).total_seconds()) + 0.05)
+    (occ,) = queue.reserve(timeout=60)
+    assert occ.key == occurrence_key("report", first)
+    assert queue.move(occ, target, payload={"n": 2})
+    (sched,) = queue.schedules()
+    assert sched.next_at > first
+    nxt = occurrence_key("report", sched.next_at)
+    if target is queue:
+        assert pending(raw, queue, "report", "tick") == sorted([occ.key, nxt])
+        # the moved one runs again; its commit pushes nothing more (it is no longer the pending one)
+        (again,) = queue.reserve(timeout=60)
+        assert again.key == occ.key and again.payload == {"n": 2}
+        assert queue.commit(again)
+        assert [s.next_at for s in queue.schedules()] == [sched.next_at]
+    else:
+        assert pending(raw, target, "report", "tick") == [occ.key]
+    assert pending(raw, queue, "report", "tick") == [nxt]
+
+
 @pytest.mark.slow
 def test_a_late_commit_skips_missed_occurrences(queue, raw):
     first = queue.schedule_every("r", "tick", {}, 1)
