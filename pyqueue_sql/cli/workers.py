@@ -12,13 +12,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import errors
-from ..display import format_age, format_table, format_time, redact
+from ..display import format_age, format_table, format_time, redact, redact_dsn, remember_secrets
 from .common import (
     EXIT_FAILURE,
     EXIT_OK,
     PROG,
     Command,
     UsageError,
+    check_scheme,
     dsn_of,
     non_negative_int,
     open_database,
@@ -92,12 +93,32 @@ def _load_handler(spec: str) -> Any:
             target = getattr(target, part)
         except AttributeError:
             raise UsageError(f"{module_name!r} has no attribute {attr!r}") from None
-    from ..tasks import App
+    from ..tasks import App, Task
     from ..worker import WorkerBase
 
+    if isinstance(target, Task):
+        return target  # not a handler (it takes its own arguments, not a Job): served through its App
     if not isinstance(target, (App, WorkerBase)) and not callable(target):
         raise UsageError(f"{spec} is neither an App, a Worker nor a function")
     return target
+
+
+def _worker_dsn(args: argparse.Namespace, app: Any) -> str:
+    """The database an App's worker serves: the App's own DSN (App("postgresql://...")) unless
+    --dsn names another, which is refused: the worker would serve one database while the App's
+    jobs wait in the other. An App without a DSN of its own: --dsn, else $PYQUEUE_DSN."""
+    own = getattr(app, "_dsn", None)
+    if own is None:
+        return dsn_of(args)
+    remember_secrets(own)
+    if args.dsn and args.dsn != own:
+        remember_secrets(args.dsn)
+        raise UsageError(
+            f"--dsn {redact_dsn(args.dsn)} is not the App's own database ({redact_dsn(own)}), where "
+            "its jobs are deferred: leave --dsn out to serve the App's"
+        )
+    check_scheme(own).import_driver()
+    return own
 
 
 class _JsonLogFormatter:
@@ -242,10 +263,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import logging
     import threading
 
-    from ..tasks import App
+    from ..tasks import App, Task
     from ..worker import RetryPolicy, Worker, WorkerBase
 
     target = _load_handler(args.handler_spec)
+    task = None
+    if isinstance(target, Task):
+        # one task, served as its App serves it (decoded arguments, middleware, retry, timeout)
+        task, target = target, target.app
+        if args.queue and args.queue != [task.queue]:
+            raise UsageError(f"{args.handler_spec} is a task of queue {task.queue!r}: --queue is not for it")
     if isinstance(target, WorkerBase):
         given = [f"--{o.replace('_', '-')}" for o in ("queue", "kind", "timeout") if getattr(args, o)]
         if given:
@@ -254,7 +281,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             )
         dsn = target.dsn
     else:
-        dsn = dsn_of(args)
+        dsn = _worker_dsn(args, target) if isinstance(target, App) else dsn_of(args)
         if not isinstance(target, App) and not args.queue:
             raise UsageError("a handler function needs --queue (an App's tasks name their queues)")
         if isinstance(target, App) and (args.kind or args.timeout):
@@ -263,6 +290,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # An `async def` handler runs as asyncio tasks on AsyncWorker; anything else on Worker's threads.
     if isinstance(target, WorkerBase):
         is_async = inspect.iscoroutinefunction(target.run)
+    elif task is not None:
+        is_async = task.is_async
     elif isinstance(target, App):
         is_async = any(t.is_async for (q, _), t in target.tasks.items() if not args.queue or q in args.queue)
     else:
@@ -299,11 +328,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
                     if getattr(args, option) is not None
                 },
                 shutdown_timeout=args.shutdown_timeout,
+                start_timeout=args.start_timeout or None,
                 register=args.register,
                 release_dead_after=args.release_dead_after,
             )
             if isinstance(target, WorkerBase):
                 worker = target
+            elif task is not None:
+                worker = worker_class(dsn, **settings)
+                worker.add_handler(
+                    task.queue,
+                    target.handler(task),
+                    task.kind,
+                    retry=task.retry,
+                    timeout=task.timeout,
+                    store_result=task.store_result,
+                )
+                worker.set_retry(task.queue, retry)
             elif isinstance(target, App):
                 worker = target.worker(queues=args.queue or None, dsn=dsn, **settings)
                 for queue in worker.routes:
@@ -491,6 +532,14 @@ def add_worker(command: Command) -> None:
         metavar="S",
         help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30); "
         "a second signal stops at once",
+    )
+    p.add_argument(
+        "--start-timeout",
+        type=seconds_arg,
+        default=30.0,
+        metavar="S",
+        help="before its first connection, give up after S seconds when the database cannot be "
+        "reached (default 30; 0: keep trying); once connected, it reconnects for ever",
     )
     p.add_argument(
         "--register",

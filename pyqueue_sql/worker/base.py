@@ -33,6 +33,11 @@ LONG_POLL_CHECK = 0.025
 ACK_BATCH = 500
 ACK_INTERVAL = 0.002
 
+# How long a worker that has never connected keeps trying before it gives up (seconds): long
+# enough for a database that starts beside it (a container, a failover), short enough that a
+# wrong host name or port is said plainly instead of retried for ever.
+START_TIMEOUT = 30.0
+
 
 def default_prefetch(concurrency: int) -> int:
     """How many messages a worker reserves beyond its free handlers by default (see
@@ -70,6 +75,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         prefetch: int | None = None,
         ack_batch: int = ACK_BATCH,
         ack_interval: float = ACK_INTERVAL,
+        start_timeout: float | None = START_TIMEOUT,
     ) -> None:
         if concurrency < 1:
             raise errors.InvalidArgumentError("concurrency must be at least 1")
@@ -84,6 +90,14 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         if lease <= 0 or poll_min <= 0 or poll_max < poll_min or long_poll_wait <= 0 or long_poll_check <= 0:
             raise errors.InvalidArgumentError(
                 "lease, poll_min, long_poll_wait and long_poll_check must be > 0, poll_max >= poll_min"
+            )
+        if start_timeout is not None and (
+            isinstance(start_timeout, bool)
+            or not isinstance(start_timeout, (int, float))
+            or not start_timeout > 0
+        ):
+            raise errors.InvalidArgumentError(
+                f"start_timeout must be seconds > 0 (or None: no limit), not {start_timeout!r}"
             )
         if release_dead_after is not None and release_dead_after < lease:
             raise errors.InvalidArgumentError(
@@ -105,6 +119,10 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         self.long_poll_wait = long_poll_wait
         self.long_poll_check = long_poll_check
         self.shutdown_timeout = shutdown_timeout
+        # Before its first connection, a worker that cannot reach the database gives up after
+        # start_timeout seconds (one error naming why); once connected, it reconnects for ever.
+        self.start_timeout = None if start_timeout is None else float(start_timeout)
+        self._start_deadline: float | None = None
         self.use_listen = listen and self.dialect.supports_listen
         # Behind a transaction pooler (PgBouncer's pool_mode = transaction) a LISTEN is left behind
         # in a server session the next transaction no longer has: the dispatcher (which LISTENs)
@@ -295,6 +313,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             raise errors.InvalidArgumentError("the worker has no handlers")
         self._check_handlers()
         self.connected = False  # until a connection opens: a refused login ends run() (steps.py)
+        self._start_deadline = None if self.start_timeout is None else time.monotonic() + self.start_timeout
         self._stopping.clear()
         self._hard_stop.clear()
         self.stopped.clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -219,8 +220,14 @@ def _retrying_error(worker: Counted, role: str, exc: BaseException, delay: float
     lost = not isinstance(exc, errors.SerializationError)
     if lost:
         worker.stats.reconnects += 1
+    if not lost:
+        message = "transaction conflict; retrying"
+    elif getattr(worker, "connected", True):
+        message = "database connection lost; retrying"
+    else:  # never connected yet: until the start timeout
+        message = "cannot connect to the database yet; retrying"
     log.warning(
-        "database connection lost; retrying" if lost else "transaction conflict; retrying",
+        message,
         extra={
             "event": "reconnect" if lost else "conflict",
             "role": role,
@@ -239,6 +246,25 @@ def refused_at_start(worker: Any, exc: BaseException) -> bool:
         isinstance(exc, errors.ConnectionFailedError)
         and not exc.retryable
         and not getattr(worker, "connected", True)
+    )
+
+
+class StartTimeoutError(errors.ConnectionFailedError):
+    """The worker never connected within its start_timeout: it ends instead of retrying."""
+
+    retryable = False  # type: ignore[assignment]  # (a property in the base class)
+
+
+def _start_timed_out(worker: Any, exc: BaseException) -> StartTimeoutError | None:
+    """The error that ends a worker which has never connected once its start_timeout is spent
+    (the host cannot be reached, is refused or is unknown); None while it may still try."""
+    deadline = getattr(worker, "_start_deadline", None)
+    if deadline is None or getattr(worker, "connected", True) or time.monotonic() < deadline:
+        return None
+    reason = redact(str(exc).strip()).removeprefix("cannot connect: ")[:300]
+    return StartTimeoutError(
+        f"cannot reach the database: no connection within the start timeout of "
+        f"{worker.start_timeout:g} s ({reason})"
     )
 
 
@@ -262,6 +288,11 @@ def call_steps(conn: Any, fn: Callable[[Any], Any], give_up: Any):
         except retried as exc:
             if refused_at_start(worker, exc):
                 raise
+            # the dispatcher's connection, the first to try and the one that retries without
+            # pause, ends the run; the others go on until the stop
+            timed_out = _start_timed_out(worker, exc) if conn.role == "dispatcher" else None
+            if timed_out is not None:
+                raise timed_out from exc
             if not isinstance(exc, errors.SerializationError):
                 yield CLOSE
             _retrying_error(worker, conn.role, exc, delay)

@@ -1,0 +1,200 @@
+"""`pyqueue-sql worker MODULE:OBJECT` as a user starts it: a subprocess serving a module of theirs
+(an App with its own DSN, one task of it), and a worker that cannot reach its database."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import pyqueue_sql
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Served:
+    """A `pyqueue-sql worker` subprocess; its stderr lines are collected as they come."""
+
+    def __init__(self, proc: subprocess.Popen, record: Path) -> None:
+        self.proc = proc
+        self.record = record
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for_line(self, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"no line with {text!r} in: {self.lines}")
+            time.sleep(0.02)
+
+    def records(self) -> list[list[str]]:
+        if not self.record.exists():
+            return []
+        return [line.split() for line in self.record.read_text().splitlines() if line]
+
+    def wait_for_records(self, n: int, timeout: float) -> list[list[str]]:
+        deadline = time.monotonic() + timeout
+        while len(self.records()) < n:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{len(self.records())} of {n} records; worker log: {self.lines}")
+            time.sleep(0.02)
+        return self.records()
+
+
+def write_module(directory: Path, body: str) -> str:
+    name = f"userapp_{uuid.uuid4().hex[:8]}"
+    (directory / f"{name}.py").write_text(textwrap.dedent(body))
+    return name
+
+
+def worker_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYQUEUE_DSN"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(tmp_path)])
+    env["PYQUEUE_TEST_RECORD"] = str(tmp_path / "record.txt")
+    env.update(extra)
+    return env
+
+
+def run_cli(tmp_path: Path, *argv: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pyqueue_sql.cli", *argv],
+        cwd=tmp_path,
+        env=worker_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, *argv: str, **env: str):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyqueue_sql.cli", "worker", *argv, "--no-status"],
+        cwd=tmp_path,
+        env=worker_env(tmp_path, **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    served = Served(proc, tmp_path / "record.txt")
+    try:
+        yield served
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+APP_MODULE = """
+    import os, time
+    from pyqueue_sql import App
+
+    app = App({dsn!r})
+
+    def record(line):
+        with open(os.environ["PYQUEUE_TEST_RECORD"], "a") as f:
+            f.write(line + "\\n")
+
+    @app.task(queue={queue!r})
+    def add(n: int) -> None:
+        record(f"add {{type(n).__name__}} {{n}}")
+
+    @app.task(queue={queue!r})
+    def other(n: int) -> None:
+        record(f"other {{n}}")
+"""
+
+
+@pytest.fixture
+def app_queue(db):
+    name = f"cliapp.{uuid.uuid4().hex[:8]}"
+    db.queue(name).create()
+    yield name
+    with contextlib.suppress(Exception):
+        db.queue(name).drop()
+
+
+def test_an_app_with_its_own_dsn_is_served_without_dsn(tmp_path, dsn, app_queue):
+    """App("...") is where its jobs are deferred: the worker serves it with no --dsn and no
+    $PYQUEUE_DSN."""
+    module = write_module(tmp_path, APP_MODULE.format(dsn=dsn, queue=app_queue))
+    with serving(tmp_path, f"{module}:app") as served:
+        served.wait_for_line("worker starting")
+        db = pyqueue_sql.connect(dsn)
+        try:
+            db.queue(app_queue).push("j1", "add", {"n": 5})
+        finally:
+            db.close()
+        assert served.wait_for_records(1, 30) == [["add", "int", "5"]]
+
+
+def test_another_dsn_than_the_apps_own_is_refused_in_one_line(tmp_path, dsn, app_queue):
+    module = write_module(tmp_path, APP_MODULE.format(dsn=dsn, queue=app_queue))
+    other = dsn.rsplit("/", 1)[0] + "/some_other_db"
+    proc = run_cli(tmp_path, "worker", f"{module}:app", "--dsn", other)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not the App's own database" in lines[0], proc.stderr
+    # the same DSN given again is the App's own: served
+    with serving(tmp_path, f"{module}:app", "--dsn", dsn) as served:
+        served.wait_for_line("worker starting")
+
+
+def test_a_task_object_is_served_as_its_task(tmp_path, dsn, app_queue):
+    """`worker module:add` runs the task with its decoded arguments (an int, not the Job), and
+    only that task: the other kind of its queue is left for another worker."""
+    module = write_module(tmp_path, APP_MODULE.format(dsn=dsn, queue=app_queue))
+    db = pyqueue_sql.connect(dsn)
+    try:
+        q = db.queue(app_queue)
+        with serving(tmp_path, f"{module}:add") as served:
+            served.wait_for_line("worker starting")
+            q.push("j2", "other", {"n": 1})
+            q.push("j1", "add", {"n": 7})
+            assert served.wait_for_records(1, 30) == [["add", "int", "7"]]
+            time.sleep(0.5)
+            assert served.records() == [["add", "int", "7"]]
+        assert q.stats().ready == 1  # "other" is still waiting for a worker that serves it
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "postgresql://nobody@127.0.0.1:1/x",
+        "mysql://nobody@127.0.0.1:1/x",
+        "postgresql://nobody@no-such-host.invalid/x",
+    ],
+)
+def test_a_worker_that_never_connects_gives_up_at_its_start_timeout(tmp_path, where):
+    module = write_module(tmp_path, APP_MODULE.format(dsn=where, queue="q"))
+    started = time.monotonic()
+    proc = run_cli(tmp_path, "worker", f"{module}:app", "--no-status", "--start-timeout", "1.5")
+    took = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "pyqueue-sql: error: cannot reach the database: no connection within the start timeout of 1.5 s"
+    ), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert took < 1.5 + 8, took  # the last back-off (at most about 6 s) and the process's start
