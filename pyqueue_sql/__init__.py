@@ -7,6 +7,7 @@ the workers; underneath, the message API.
 for asyncio (AsyncDatabase, AsyncQueue; the ``asyncio`` extra), imported only when you use it.
 """
 
+from . import logsafe as logsafe  # escapes the records of the package's loggers, before anything logs
 from .client import (
     Database,
     DeadLetter,

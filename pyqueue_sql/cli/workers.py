@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .. import errors
+from .. import errors, logsafe
 from ..display import format_age, format_table, format_time, redact, redact_dsn, remember_secrets
 from .common import (
     EXIT_FAILURE,
@@ -122,13 +122,11 @@ def _worker_dsn(args: argparse.Namespace, app: Any) -> str:
 
 
 class _JsonLogFormatter:
-    """One JSON object per log line: time, level, message and the record's extra fields."""
+    """One JSON object per log line: time, level, message and the record's extra fields; the
+    traceback, if any, under "exc". Texts are escaped (pyqueue_sql.logsafe) and passwords masked
+    as in the text lines."""
 
-    _STANDARD = set(vars(__import__("logging").LogRecord("", 0, "", 0, "", (), None))) | {
-        "message",
-        "asctime",
-        "taskName",
-    }
+    _STANDARD = logsafe._STANDARD
 
     def format(self, record: Any) -> str:
         entry = {
@@ -136,51 +134,41 @@ class _JsonLogFormatter:
                 timespec="milliseconds"
             ),
             "level": record.levelname.lower(),
-            "msg": record.getMessage(),
+            "msg": redact(logsafe.escape_control(record.getMessage())),
         }
-        entry.update({k: v for k, v in vars(record).items() if k not in self._STANDARD})
+        entry.update(
+            {
+                k: redact(logsafe.escape_control(v)) if isinstance(v, str) else v
+                for k, v in vars(record).items()
+                if k not in self._STANDARD
+            }
+        )
         if record.exc_info:
-            import traceback
-
-            entry["exc"] = redact("".join(traceback.format_exception(*record.exc_info)))
+            entry["exc"] = redact(logsafe.format_exception(record.exc_info))
         return json.dumps(entry, default=str)
-
-
-# Control characters (a newline, a carriage return, an escape sequence...) of a key, a kind or an
-# error text, shown escaped in a text log line, so that they cannot end the line and forge another.
-_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {
-    ord("\n"): "\\n",
-    ord("\r"): "\\r",
-    ord("\t"): "\\t",
-}
-
-
-def _one_line(text: str) -> str:
-    return text.translate(_ESCAPES)
 
 
 class _TextLogFormatter:
     """time level message key=value...; extras whose value the message already shows are left out.
-    Control characters of the message and the values are escaped (\\n, \\x1b...): one record is
-    one line (its traceback, if any, follows on lines of its own)."""
+    Control characters of the message and the values are escaped (\\n, \\x1b...: see
+    pyqueue_sql.logsafe): one record is one line, and its traceback, if any, follows on lines of
+    its own, each escaped the same way (an exception message with a newline stays on its line)."""
 
     _STANDARD = _JsonLogFormatter._STANDARD
 
     def format(self, record: Any) -> str:
         raw_message = record.getMessage()
-        message = _one_line(raw_message)
+        message = logsafe.escape_control(raw_message)
         extra = " ".join(
-            f"{k}={_one_line(str(v))}"
+            f"{k}={logsafe.escape_control(str(v))}"
             for k, v in vars(record).items()
             if k not in self._STANDARD and not (isinstance(v, str) and v and v in raw_message)
         )
         text = f"{dt.datetime.now().strftime('%H:%M:%S.%f')[:-3]} {record.levelname.lower():7} {message}"
         text = f"{text} {extra}".rstrip()
         if record.exc_info:
-            import traceback
-
-            text += "\n" + redact("".join(traceback.format_exception(*record.exc_info)).rstrip())
-        return text
+            text += "\n" + logsafe.format_exception(record.exc_info)
+        return redact(text)
 
 
 class StatusLine:
