@@ -59,11 +59,13 @@ if TYPE_CHECKING:
 __all__ = [
     "App",
     "JobReport",
+    "Periodic",
     "RunReport",
     "Task",
     "TaskHandle",
     "UnknownTaskError",
     "current_job",
+    "occurrence_time",
     "running_job",
 ]
 
@@ -96,6 +98,25 @@ def running_job(job: Job) -> collections.abc.Iterator[Job]:
         yield job
     finally:
         _current_job.reset(token)
+
+
+_OCCURRENCE_KEY_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def occurrence_time(job: Job) -> dt.datetime:
+    """The time a job was due (UTC): for a schedule's occurrence, the time in its key
+    (``p_key@YYYY-MM-DDTHH:MM:SSZ``, see the contract's Schedules), however late it runs; for any
+    other message, the time it was first due (scheduled_at_initially)."""
+    _, at, stamp = job.key.rpartition("@")
+    if at:
+        try:
+            return dt.datetime.strptime(stamp, _OCCURRENCE_KEY_FORMAT).replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            pass
+    initially = job.scheduled_at_initially
+    if isinstance(initially, dt.datetime):
+        return initially if initially.tzinfo is not None else initially.replace(tzinfo=dt.timezone.utc)
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 
 
 class UnknownTaskError(errors.QueueError):
@@ -438,6 +459,9 @@ class Task(Generic[P, R]):
         self._hints: dict[str, Any] | None = None
         self._decoding: tuple[dict[str, Callable[[Any], Any] | None], frozenset[str], bool] | None = None
         self._var_kw_decoder: Callable[[Any], Any] | None = None
+        # (parameter, "datetime" | "timestamp"): where a periodic occurrence's time goes, when
+        # the function asks for it (see App.periodic)
+        self.occurrence_parameter: tuple[str, str] | None = None
         self.__name__ = getattr(fn, "__name__", kind)
         self.__doc__ = getattr(fn, "__doc__", None)
         for p in self.signature.parameters.values():
@@ -509,6 +533,17 @@ class Task(Generic[P, R]):
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"task {self.kind!r}: {exc}") from None
+        return self._encode_bound(bound)
+
+    def _partial_payload(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """payload() of some of the arguments (a periodic task's fixed ones)."""
+        try:
+            bound = self.signature.bind_partial(**kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.kind!r}: {exc}") from None
+        return self._encode_bound(bound)
+
+    def _encode_bound(self, bound: inspect.BoundArguments) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, value in bound.arguments.items():
             param = self.signature.parameters[name]
@@ -559,7 +594,9 @@ class Task(Generic[P, R]):
                     var_kw = True
                     continue
                 decoders[p.name] = _decoder(self.hints.get(p.name, Any))
-                if p.default is p.empty:
+                if p.default is p.empty and (
+                    self.occurrence_parameter is None or p.name != self.occurrence_parameter[0]
+                ):
                     required.add(p.name)
             self._var_kw_decoder = next(
                 (
@@ -572,9 +609,10 @@ class Task(Generic[P, R]):
             self._decoding = (decoders, frozenset(required), var_kw)
         return self._decoding
 
-    def arguments(self, payload: Any) -> dict[str, Any]:
+    def arguments(self, payload: Any, job: Job | None = None) -> dict[str, Any]:
         """The keyword arguments of the function for a message's payload (what defer wrote, or any
-        JSON object by name): each value rebuilt by its parameter's annotation."""
+        JSON object by name): each value rebuilt by its parameter's annotation. For a periodic
+        task that asks for its occurrence's time, `job` gives it (see App.periodic)."""
         if type(payload) is not dict:
             raise TypeError(
                 f"task {self.kind!r}: the payload must be a JSON object of its arguments by name, "
@@ -601,6 +639,12 @@ class Task(Generic[P, R]):
         if not required.issubset(kwargs):
             missing = sorted(required - kwargs.keys())
             raise TypeError(f"task {self.kind!r}: the payload has no argument {missing[0]!r}")
+        occurrence = self.occurrence_parameter
+        if occurrence is not None and occurrence[0] not in kwargs:
+            if job is None:
+                raise TypeError(f"task {self.kind!r}: the payload has no argument {occurrence[0]!r}")
+            at = occurrence_time(job)
+            kwargs[occurrence[0]] = at if occurrence[1] == "datetime" else int(at.timestamp())
         return kwargs
 
     # -- enqueueing --------------------------------------------------------------------
@@ -635,6 +679,71 @@ class Task(Generic[P, R]):
         if inspect.isawaitable(result):
             result = await result
         return TaskHandle(self.queue, key, self.kind, bool(result), self.app)
+
+
+# -- periodic tasks ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Periodic:
+    """A task on a cadence: the contract's schedule (queue, key, kind) with `every` seconds or a
+    `cron` expression (UTC) and a fixed payload, which app.create_queues() (or
+    app.schedule_periodic()) creates in the database."""
+
+    task: Task[Any, Any]
+    key: str
+    every: int | None
+    cron: str | None
+    payload: dict[str, Any]
+
+    @property
+    def queue(self) -> str:
+        return self.task.queue
+
+    @property
+    def kind(self) -> str:
+        return self.task.kind
+
+
+def _is_datetime_hint(hint: Any) -> bool:
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) in _UNION_TYPES:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return len(args) == 1 and _is_datetime_hint(args[0])
+    return hint is dt.datetime
+
+
+def _every_seconds(every: float | dt.timedelta) -> int:
+    seconds = every.total_seconds() if isinstance(every, dt.timedelta) else every
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or seconds != int(seconds)
+        or seconds < 1
+    ):
+        raise errors.InvalidArgumentError(
+            f"every must be whole seconds >= 1 (or a timedelta of them), not {every!r}"
+        )
+    return int(seconds)
+
+
+class _PeriodicDecorator:
+    """What app.periodic(...) returns: applied to a task (or a function, made a task on the
+    decorator's queue), it declares the schedule and returns the task."""
+
+    def __init__(self, app: App, **declared: Any) -> None:
+        self._app = app
+        self._declared = declared
+
+    @overload
+    def __call__(self, target: Task[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, target: Callable[P, R], /) -> Task[P, R]: ...
+
+    def __call__(self, target: Any, /) -> Any:
+        return self._app._declare_periodic(target, **self._declared)
 
 
 # -- the app ------------------------------------------------------------------------------------
@@ -718,6 +827,7 @@ class App:
         self.default_queue = queue
         self.tasks: dict[tuple[str, str], Task[Any, Any]] = {}
         self.middlewares: list[Middleware] = []
+        self.periodic_tasks: list[Periodic] = []
         self._local = threading.local()
         self._async_dbs: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
@@ -797,6 +907,121 @@ class App:
 
         return make(fn) if fn is not None else make
 
+    def periodic(
+        self,
+        *,
+        every: float | dt.timedelta | None = None,
+        cron: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> _PeriodicDecorator:
+        """Decorator: runs a task on a cadence, `every` seconds (whole seconds, aligned to the Unix
+        epoch: every=3600 runs on the hour) or at the minutes of a 5-field `cron` expression (UTC),
+        through the contract's schedules (queue_schedule_every / queue_schedule_cron): each
+        occurrence is one message, run once whatever the number of workers. Over ``@app.task`` (or
+        over a plain function, which becomes a task on `queue`). The function is called with
+        `kwargs` (fixed arguments, checked like defer's) and, when it asks for it, the occurrence's
+        time: a parameter annotated ``datetime`` gets it (UTC), else one named ``timestamp`` gets it
+        as Unix seconds (procrastinate's convention); every other parameter needs a default or a
+        value in `kwargs`. `key` names the schedule (default: the task's kind): give one per
+        schedule to run the same task on several cadences. app.create_queues() (or
+        app.schedule_periodic()) creates the schedules; the task's worker runs the occurrences."""
+        if (every is None) == (cron is None):
+            raise errors.InvalidArgumentError(
+                "periodic takes one of every= (seconds) or cron= (a cron expression)"
+            )
+        if every is not None:
+            every = _every_seconds(every)
+        if cron is not None and (not isinstance(cron, str) or not cron.strip()):
+            raise errors.InvalidArgumentError(f"cron must be a 5-field cron expression, not {cron!r}")
+        return _PeriodicDecorator(self, every=every, cron=cron, queue=queue, key=key, kwargs=kwargs)
+
+    def _declare_periodic(
+        self,
+        target: Any,
+        *,
+        every: int | None,
+        cron: str | None,
+        queue: str | None,
+        key: str | None,
+        kwargs: Mapping[str, Any] | None,
+    ) -> Task[Any, Any]:
+        if isinstance(target, Task):
+            t: Task[Any, Any] = self.tasks.get((target.queue, target.kind), target)
+            if t.app is not self:
+                raise errors.InvalidArgumentError(f"task {t.kind!r} is a task of another app")
+            if queue is not None and queue != t.queue:
+                raise errors.InvalidArgumentError(
+                    f"task {t.kind!r} runs on queue {t.queue!r}, not {queue!r}: give queue= to @app.task"
+                )
+        elif callable(target):
+            t = self.task(queue=queue)(target)
+        else:
+            raise errors.InvalidArgumentError(f"periodic applies to a task or a function, not {target!r}")
+        fixed = dict(kwargs or {})
+        occurrence: tuple[str, str] | None = None
+        for p in t.signature.parameters.values():
+            if p.kind is p.VAR_KEYWORD or p.name in fixed:
+                continue
+            if occurrence is None and _is_datetime_hint(t.hints.get(p.name)):
+                occurrence = (p.name, "datetime")
+        if occurrence is None:
+            p = t.signature.parameters.get("timestamp")  # type: ignore[assignment]
+            if p is not None and "timestamp" not in fixed and t.hints.get("timestamp", int) in (int, Any):
+                occurrence = ("timestamp", "timestamp")
+        for p in t.signature.parameters.values():
+            if p.kind is p.VAR_KEYWORD or p.name in fixed or p.default is not p.empty:
+                continue
+            if occurrence is None or p.name != occurrence[0]:
+                raise errors.InvalidArgumentError(
+                    f"periodic task {t.kind!r}: argument {p.name!r} has no value: give it in kwargs= "
+                    "or a default (only the occurrence's time is passed: a parameter annotated "
+                    "datetime, or one named timestamp)"
+                )
+        payload = t._partial_payload(fixed)
+        schedule_key = t.kind if key is None else key
+        if any((d.queue, d.key, d.kind) == (t.queue, schedule_key, t.kind) for d in self.periodic_tasks):
+            raise errors.InvalidArgumentError(
+                f"task {t.kind!r} already has a periodic schedule {schedule_key!r}: give each one its key="
+            )
+        if occurrence is not None:
+            if t.occurrence_parameter not in (None, occurrence):
+                raise errors.InvalidArgumentError(
+                    f"periodic task {t.kind!r}: its schedules pass the occurrence's time to one parameter"
+                )
+            t.occurrence_parameter = occurrence
+            t._decoding = None
+        self.periodic_tasks.append(Periodic(t, schedule_key, every, cron, payload))
+        return target if isinstance(target, Task) else t
+
+    def schedule_periodic(self, db: Database | None = None) -> list[Periodic]:
+        """Creates (or updates) the schedules of the app's periodic tasks in the database (an admin
+        routine: app.create_queues() calls it): a schedule already there with the same cadence and
+        payload is left as it is (its pending occurrence stays), another is replaced. Returns the
+        schedules created or replaced. A schedule no longer declared stays: remove it with
+        ``db.queue(queue).unschedule(key, kind)``."""
+        db = db if db is not None else self.database()
+        changed: list[Periodic] = []
+        existing: dict[str, dict[tuple[str, str], Any]] = {}
+        for p in self.periodic_tasks:
+            queue: Any = db.queue(p.queue)
+            if p.queue not in existing:
+                existing[p.queue] = {(s.key, s.kind): s for s in queue.schedules()}
+            there = existing[p.queue].get((p.key, p.kind))
+            if there is not None and (there.every_s, there.cron, there.payload) == (
+                p.every,
+                p.cron,
+                p.payload,
+            ):
+                continue
+            if p.every is not None:
+                queue.schedule_every(p.key, p.kind, p.payload, p.every)
+            else:
+                queue.schedule_cron(p.key, p.kind, p.payload, p.cron)
+            changed.append(p)
+        return changed
+
     def middleware(self, fn: Middleware) -> Middleware:
         """Decorator: wraps every job of the app's tasks, in the order registered (the first is
         outermost). ``def mw(job, call_next)`` wraps the plain (def) tasks, ``async def mw(job,
@@ -847,7 +1072,8 @@ class App:
         """Creates the queues of the app's tasks (Queue.create: an existing one gets the settings
         given, nothing else). A queue with a ``store_result=True`` task keeps results for
         `result_retention` (seconds or a timedelta), by default DEFAULT_RESULT_RETENTION (a day)
-        when it keeps none yet."""
+        when it keeps none yet. Then the schedules of the app's periodic tasks
+        (schedule_periodic)."""
         db = self.database()
         storing = {t.queue for t in self.tasks.values() if t.store_result}
         for q in self.queues():
@@ -857,6 +1083,8 @@ class App:
                 queue.set_result_retention(result_retention)
             elif q in storing and queue.settings().result_retention is None:
                 queue.set_result_retention(DEFAULT_RESULT_RETENTION)
+        if self.periodic_tasks:
+            self.schedule_periodic(db)
 
     def handle(self, queue: str, key: str, kind: str) -> TaskHandle:
         """A handle on the job (queue, key, kind), e.g. from a key kept elsewhere: its status,
@@ -903,7 +1131,7 @@ class App:
 
                     async def call(i: int) -> Any:
                         if i == len(async_mws):
-                            return await fn(**t.arguments(job.payload))
+                            return await fn(**t.arguments(job.payload, job))
                         return await async_mws[i](job, lambda: call(i + 1))
 
                     return await call(0)
@@ -919,7 +1147,7 @@ class App:
             def run_plain(job: Job) -> Any:
                 token = _current_job.set(job)
                 try:
-                    return fn(**arguments(job.payload))
+                    return fn(**arguments(job.payload, job))
                 finally:
                     _current_job.reset(token)
 
@@ -932,7 +1160,7 @@ class App:
 
                 def call(i: int) -> Any:
                     if i == len(sync_mws):
-                        return fn(**t.arguments(job.payload))
+                        return fn(**t.arguments(job.payload, job))
                     return sync_mws[i](job, lambda: call(i + 1))
 
                 return call(0)

@@ -1,0 +1,191 @@
+"""Periodic tasks (@app.periodic over a task, every= or cron=) on the contract's schedules, both
+dialects: the schedules app.create_queues() creates (and leaves alone when unchanged), the
+occurrence's time given to the function that asks for it, each occurrence run once by two
+workers racing for it, and the declarations refused at import."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+import uuid
+
+import pytest
+
+from pyqueue_sql import App, InvalidArgumentError, current_job
+
+
+def _queue_name() -> str:
+    return f"p.{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def app(dsn):
+    a = App(dsn, queue=_queue_name())
+    yield a
+    a.close()
+
+
+def _schedules(db, queue):
+    return {(s.key, s.kind): s for s in db.queue(queue).schedules()}
+
+
+def test_create_queues_creates_the_schedules_and_leaves_unchanged_ones_as_they_are(app, db, dsn):
+    @app.periodic(every=60)
+    @app.task
+    def beat() -> None: ...
+
+    @app.periodic(cron="*/5 * * * *", key="five")
+    @app.periodic(every=dt.timedelta(hours=1), key="hourly", kwargs={"n": 2})
+    @app.task
+    def report(at: dt.datetime, n: int = 1) -> None: ...
+
+    app.create_queues()
+    s = _schedules(db, app.default_queue)
+    assert set(s) == {("beat", "beat"), ("five", "report"), ("hourly", "report")}
+    assert (s["beat", "beat"].every_s, s["beat", "beat"].cron, s["beat", "beat"].payload) == (60, None, {})
+    assert (s["hourly", "report"].every_s, s["hourly", "report"].payload) == (3600, {"n": 2})
+    five = s["five", "report"]
+    assert five.cron == "*/5 * * * *" and five.every_s is None and five.payload == {}
+    assert five.next_at.minute % 5 == 0 and five.next_at.second == 0
+    # the pending occurrence is an ordinary delayed message, keyed by its time
+    occurrence = f"five@{five.next_at:%Y-%m-%dT%H:%M:%SZ}"
+    assert db.queue(app.default_queue).message(occurrence, "report") is not None
+
+    # a second setup (another deploy) changes nothing: the same pending occurrences
+    assert app.schedule_periodic() == []
+    app.create_queues()
+    assert _schedules(db, app.default_queue) == s
+
+    # a changed cadence replaces that schedule only
+    other = App(dsn, queue=app.default_queue)
+    try:
+        other.periodic(every=120)(other.task(beat.fn))
+        changed = other.schedule_periodic()
+        assert [(p.key, p.every) for p in changed] == [("beat", 120)]
+        assert _schedules(db, app.default_queue)["beat", "beat"].every_s == 120
+    finally:
+        other.close()
+
+
+def test_the_function_gets_the_occurrence_time_as_a_datetime_or_a_unix_timestamp(app, db):
+    seen: list[tuple[str, object, str]] = []
+
+    @app.periodic(every=1)
+    @app.task
+    def tick(at: dt.datetime) -> None:
+        seen.append(("tick", at, current_job().key))
+
+    @app.periodic(every=1, queue=app.default_queue)  # a plain function: made a task
+    def tock(timestamp: int, label: str = "x") -> None:
+        seen.append(("tock", timestamp, current_job().key))
+
+    app.create_queues()
+    due = max(s.next_at for s in _schedules(db, app.default_queue).values())
+    time.sleep(max(0.0, (due - dt.datetime.now(dt.timezone.utc)).total_seconds()) + 0.2)
+    report = app.run_pending()
+    assert report.succeeded >= 2, report
+    ticks = [(at, key) for name, at, key in seen if name == "tick"]
+    tocks = [(ts, key) for name, ts, key in seen if name == "tock"]
+    assert ticks and tocks, seen
+    for at, key in ticks:
+        assert isinstance(at, dt.datetime) and at.tzinfo is not None and at.microsecond == 0
+        assert key == f"tick@{at.astimezone(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+    for ts, key in tocks:
+        assert type(ts) is int
+        assert key == f"tock@{dt.datetime.fromtimestamp(ts, dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+    # deferred by hand, the time is an argument like any other
+    tick.defer(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc))
+    seen.clear()
+    app.run_pending()
+    assert ("tick", dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)) in [(n, a) for n, a, _ in seen]
+
+
+def test_an_async_periodic_task_gets_its_time_too(app, db):
+    seen: list[tuple[dt.datetime, str]] = []
+
+    @app.periodic(every=1)
+    @app.task
+    async def atick(when: dt.datetime | None = None) -> None:
+        assert when is not None
+        seen.append((when, current_job().key))
+
+    app.create_queues()
+    due = _schedules(db, app.default_queue)["atick", "atick"].next_at
+    time.sleep(max(0.0, (due - dt.datetime.now(dt.timezone.utc)).total_seconds()) + 0.2)
+    assert app.run_pending().succeeded >= 1
+    assert seen and all(key == f"atick@{at:%Y-%m-%dT%H:%M:%SZ}" for at, key in seen), seen
+
+
+def test_each_occurrence_runs_once_across_two_workers(app, db):
+    runs: list[tuple[str, dt.datetime]] = []
+    lock = threading.Lock()
+
+    @app.periodic(every=1)
+    @app.task
+    def beat(at: dt.datetime) -> None:
+        with lock:
+            runs.append((current_job().key, at))
+
+    app.create_queues()
+    # two workers, each on its own connections, polling often so that both race for every occurrence
+    workers = [app.worker(concurrency=2, register=False, poll_fallback=0.05, name=f"w{i}") for i in range(2)]
+    by_worker: dict[str, int] = {}
+    for w in workers:
+        w.on_outcome.append(
+            lambda job, outcome, error, w=w: by_worker.__setitem__(w.name, by_worker.get(w.name, 0) + 1)
+        )
+    threads = [
+        threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True) for w in workers
+    ]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(runs) < 5:
+            time.sleep(0.1)
+    finally:
+        for w in workers:
+            w.stop(reason="test over")
+        for t in threads:
+            t.join(timeout=30)
+    keys = [k for k, _ in runs]
+    assert len(runs) >= 5, runs
+    assert len(keys) == len(set(keys)), f"an occurrence ran twice: {sorted(keys)}"
+    times = sorted(at for _, at in runs)
+    assert all(b > a for a, b in zip(times, times[1:]))
+    assert all(k == f"beat@{at:%Y-%m-%dT%H:%M:%SZ}" for k, at in runs)
+    assert sum(by_worker.values()) == len(runs)
+
+
+def test_declarations_that_cannot_run_are_refused_at_once(app):
+    @app.task
+    def needs(n: int) -> None: ...
+
+    with pytest.raises(InvalidArgumentError, match="argument 'n' has no value"):
+        app.periodic(every=60)(needs)
+    with pytest.raises(InvalidArgumentError, match="one of every= .* or cron="):
+        app.periodic()
+    with pytest.raises(InvalidArgumentError, match="one of every="):
+        app.periodic(every=60, cron="* * * * *")
+    with pytest.raises(InvalidArgumentError, match="every must be whole seconds"):
+        app.periodic(every=1.5)
+    with pytest.raises(InvalidArgumentError, match="runs on queue"):
+        app.periodic(every=60, queue="elsewhere", kwargs={"n": 1})(needs)
+    app.periodic(every=60, kwargs={"n": 1})(needs)
+    with pytest.raises(InvalidArgumentError, match="already has a periodic schedule 'needs'"):
+        app.periodic(every=30, kwargs={"n": 2})(needs)
+    app.periodic(every=30, key="often", kwargs={"n": 2})(needs)
+    assert [(p.key, p.every, p.payload) for p in app.periodic_tasks] == [
+        ("needs", 60, {"n": 1}),
+        ("often", 30, {"n": 2}),
+    ]
+
+
+def test_a_malformed_cron_is_refused_by_the_contract_at_setup(app):
+    @app.periodic(cron="0 24 * * *")
+    @app.task
+    def nightly() -> None: ...
+
+    with pytest.raises(InvalidArgumentError, match='cron hour field "24"'):
+        app.create_queues()
