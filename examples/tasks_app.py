@@ -51,12 +51,12 @@ async def build_report(day: dt.date, total: int) -> int:
     return total
 
 
-def enqueue() -> pyqueue_sql.TaskHandle:
+def enqueue() -> pyqueue_sql.TaskHandle[None]:
     handle = send_welcome.configure(key="welcome-7").defer("a@example.com", User(7, "Ada"), lang="fr")
     if not handle.enqueued:
         print("already queued")
     return handle
 
 
-async def enqueue_report() -> pyqueue_sql.TaskHandle:
+async def enqueue_report() -> pyqueue_sql.TaskHandle[int]:
     return await build_report.defer_async(dt.date(2026, 11, 26), total=3)

@@ -71,6 +71,7 @@ __all__ = [
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 DEFAULT_QUEUE = "default"
 
@@ -342,10 +343,12 @@ def _result_json(t: Task[Any, Any], value: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class TaskHandle:
+class TaskHandle(Generic[R]):
     """What defer did: the message's queue, key and kind, and whether it was enqueued (False: a
     live message with that key and kind was already there, and this one was not added; a handle
-    rebuilt by app.handle() says False too: it does not know).
+    rebuilt by app.handle() says False too: it does not know). ``TaskHandle[R]``: R is the task's
+    return type, what result() gives (for mypy: ``fetch.defer(1).result()`` is an int when fetch
+    returns an int; app.handle() gives a TaskHandle[Any]).
 
     It follows the job: status() (a Result: its state, progress...), result(timeout=) (waits for
     the value a ``store_result=True`` task returned), cancel(), progress(). These go through the
@@ -384,26 +387,28 @@ class TaskHandle:
         job.cancel_requested); False when there is no live job (finished or unknown)."""
         return self._queue().cancel(self.key, self.kind) in ("cancelled", "requested")
 
-    def result(self, timeout: float | dt.timedelta | None = None) -> Any:
+    def result(self, timeout: float | dt.timedelta | None = None) -> R:
         """Waits for the job to finish and returns what its task returned (rebuilt by the task's
         return annotation; None for a task that does not store its result). Raises TaskFailed
         (with its last error) when it failed for good, TaskCancelled when it was cancelled,
         TimeoutError when it has not finished within timeout seconds (None: no end), and
-        ResultNotFoundError when there is neither a live job nor a stored result."""
+        ResultNotFoundError when there is neither a live job nor a stored result. (The type says R:
+        a task that does not store its result gives None whatever it returned.)"""
         return self._outcome(self._queue().wait_result(self.key, self.kind, timeout))
 
-    async def result_async(self, timeout: float | dt.timedelta | None = None) -> Any:
+    async def result_async(self, timeout: float | dt.timedelta | None = None) -> R:
         """result(), awaited on the app's asyncio database (many handles may wait at once: they
         share its connection, each gets its own result)."""
         db = await self._app().database_async()
         return self._outcome(await db.queue(self.queue).wait_result(self.key, self.kind, timeout))
 
-    def _outcome(self, r: Result) -> Any:
+    def _outcome(self, r: Result) -> R:
         where = f"task {self.kind!r} ({self.queue}/{self.key})"
         if r.state == "succeeded":
             t = None if self.app is None else self.app.tasks.get((self.queue, self.kind))
             hint = Any if t is None else t.hints.get("return", Any)
-            return r.result if r.result is None else _from_json(r.result, hint)
+            value: R = None if r.result is None else _from_json(r.result, hint)  # type: ignore[assignment]
+            return value
         if r.state == "failed":
             raise errors.TaskFailed(
                 f"{where} failed after {r.attempts} attempt(s): {r.last_error}", r.last_error, r.attempts
@@ -662,7 +667,16 @@ class Task(Generic[P, R]):
             push["headers"] = self.options.headers
         return key, push
 
-    def defer(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+    # A handle's type is what the task's function returns, awaited for an async def.
+    @overload
+    def defer(
+        self: Task[P, collections.abc.Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> TaskHandle[T]: ...
+
+    @overload
+    def defer(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> TaskHandle[T]: ...
+
+    def defer(self, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
         """Enqueues the task with these arguments (checked against its signature)."""
         key, push = self._push_args(args, kwargs)
         db = self.db if self.db is not None else self.app.database()
@@ -670,7 +684,15 @@ class Task(Generic[P, R]):
             raise errors.InvalidArgumentError("an asyncio database: use `await task.defer_async(...)`")
         return TaskHandle(self.queue, key, self.kind, bool(db.queue(self.queue).push(**push)), self.app)
 
-    async def defer_async(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+    @overload
+    async def defer_async(
+        self: Task[P, collections.abc.Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> TaskHandle[T]: ...
+
+    @overload
+    async def defer_async(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> TaskHandle[T]: ...
+
+    async def defer_async(self, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
         """defer, on an asyncio database (the app's, or the one given to using())."""
         key, push = self._push_args(args, kwargs)
         db = self.db if self.db is not None else await self.app.database_async()
@@ -1086,7 +1108,7 @@ class App:
         if self.periodic_tasks:
             self.schedule_periodic(db)
 
-    def handle(self, queue: str, key: str, kind: str) -> TaskHandle:
+    def handle(self, queue: str, key: str, kind: str) -> TaskHandle[Any]:
         """A handle on the job (queue, key, kind), e.g. from a key kept elsewhere: its status,
         result, progress, cancel. (Its ``enqueued`` is False: the handle does not know.)"""
         return TaskHandle(queue, key, kind, False, self)

@@ -47,8 +47,32 @@ def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong
         "send_welcome.defer('a@example.com', User(1, 'Ada'), language='fr')\n"
         "send_welcome.configure(key='k').defer('a@example.com', user='Ada')\n"
     )
+    # a handle carries its task's return type, through defer, defer_async and configure
+    reveal = tmp_path / "reveal_handle.py"
+    reveal.write_text(
+        "from pyqueue_sql import App\n"
+        "app = App()\n"
+        "@app.task(store_result=True)\n"
+        "def fetch(n: int) -> int:\n"
+        "    return n\n"
+        "reveal_type(fetch.defer(1).result())\n"
+        "reveal_type(fetch.configure(key='k').defer(1))\n"
+        "async def main() -> None:\n"
+        "    handle = await fetch.defer_async(1)\n"
+        "    reveal_type(await handle.result_async())\n"
+        "@app.task(store_result=True)\n"
+        "async def fetch_async(n: int) -> str:\n"
+        "    return str(n)\n"
+        "reveal_type(fetch_async.defer(1).result())\n"
+    )
     checked = ["pyqueue_sql/tasks.py", "pyqueue_sql/testing.py", "pyqueue_sql/worker/policy.py"]
-    out = _mypy(tmp_path, *checked, "examples/tasks_app.py", bad)
+    out = _mypy(tmp_path, *checked, "examples/tasks_app.py", bad, reveal)
+    revealed = [
+        line.split("Revealed type is ", 1)[1].replace("builtins.", "").replace("pyqueue_sql.tasks.", "")
+        for line in out.stdout.splitlines()
+        if "Revealed type" in line
+    ]
+    assert revealed == ['"int"', '"TaskHandle[int]"', '"int"', '"str"'], out.stdout
     errors = [line for line in out.stdout.splitlines() if ": error:" in line]
     # the API and the example are clean: every error is one of the wrong defers
     assert errors and all(line.startswith(str(bad)) for line in errors), out.stdout
