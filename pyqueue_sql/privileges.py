@@ -44,7 +44,8 @@ On MySQL/MariaDB a session's TEMPORARY table shadows a table of the same name ev
 SQL SECURITY DEFINER procedures (even under a name qualified by the database), so an account that
 may create temporary tables in the install database could change what the procedures read and
 write: apply() refuses to grant a capability to such an account (directly, through *.*, or
-through a role it holds), naming the REVOKE that makes it safe.
+through a role it holds, and on MariaDB through PUBLIC, whose privileges every account has),
+naming the REVOKE that makes it safe.
 """
 
 from __future__ import annotations
@@ -242,11 +243,17 @@ def _roles_of(d: Dialect, connection: Any, user: str, host: str) -> list[tuple[s
     return [(_text(role), _text(role_host)) for role, role_host in rows]
 
 
+# MariaDB's PUBLIC (10.11+): a role every account has, its privileges and the roles granted to it
+# counted for every account without SET ROLE. Shown in the grant tables as 'PUBLIC'@''.
+PUBLIC = ("PUBLIC", "")
+
+
 def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: Account) -> None:
     """Raises InsecureSchemaError, one line naming the account and the REVOKE that fixes it,
     when the account may create temporary tables in the connection's database (MySQL/MariaDB:
     granted on the database or a pattern matching it, on *.*, or to a role the account holds,
-    directly or through other roles): its temporary tables would shadow the procedures' own.
+    directly or through other roles; on MariaDB also granted to PUBLIC or to a role granted to
+    PUBLIC, which every account has): its temporary tables would shadow the procedures' own.
     Nothing to check where the routines cannot be shadowed so (Dialect.shadowing_grantees is
     empty: PostgreSQL)."""
     d = dialects.as_dialect(dialect)
@@ -254,8 +261,11 @@ def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: A
     if not shadowing:
         return
     start = (account.name, "%" if account.host is None else account.host)
-    through: dict[tuple[str, str], tuple[str, str] | None] = {start: None}  # holder -> granted to
-    frontier = [start]
+    # holder -> the holder it was granted to (None: the account itself, or PUBLIC)
+    through: dict[tuple[str, str], tuple[str, str] | None] = {start: None}
+    if start != PUBLIC and d.server_flavor(connection) == "mariadb":
+        through[PUBLIC] = None
+    frontier = list(through)
     while frontier:
         user, host = frontier.pop()
         for role in _roles_of(d, connection, user, host):
@@ -266,14 +276,25 @@ def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: A
         holder = next((h for h in through if f"'{h[0]}'@'{h[1]}'" == _text(grantee)), None)
         if holder is None:
             continue
+        root = holder
+        while through[root] is not None:
+            root = through[root]  # type: ignore[assignment]
         on = "*.*" if _text(scope) == "*" else f"{d.identifier(_text(scope))}.*"
-        how = "" if holder == start else f" through its role {d.grantee(*holder)}"
-        database = current_schema(d, connection)
+        database = d.identifier(current_schema(d, connection))
+        name = "PUBLIC" if holder == PUBLIC else d.grantee(*holder)
+        if root == PUBLIC:
+            how = (
+                " through PUBLIC, whose privileges every account has"
+                if holder == PUBLIC
+                else f" through the role {name} granted to PUBLIC, whose privileges every account has"
+            )
+        else:
+            how = "" if holder == start else f" through its role {name}"
         raise errors.InsecureSchemaError(
             f"refusing to grant to {d.grantee(*start)}: it may create temporary tables in database "
-            f"{d.identifier(database)}{how} (CREATE TEMPORARY TABLES on {on}), which would shadow the "
+            f"{database}{how} (CREATE TEMPORARY TABLES on {on}), which would shadow the "
             f"queue's tables inside its procedures; first run: REVOKE CREATE TEMPORARY TABLES ON {on} "
-            f"FROM {d.grantee(*holder)}"
+            f"FROM {name}"
         )
 
 

@@ -324,18 +324,20 @@ SELECT DATABASE()
 -- temporary table named as one of ours (pyqueue_queue, pyqueue_message, ...) shadows the real table inside the SQL
 -- SECURITY DEFINER procedures (MariaDB and MySQL resolve a temporary table first, even under a name qualified by the
 -- database), so it could reserve from a paused queue or change max_attempts and the dead-letter queue it sees.
--- `pyqueue-sql grant` refuses such an account. Lists only what the connected account may see (all, for an account
--- that reads the mysql database, as the installing one does).
+-- `pyqueue-sql grant` refuses such an account. Read from the grant tables themselves (the installing account reads
+-- the mysql database), which list roles and MariaDB's PUBLIC ('PUBLIC'@'', whose privileges every account has)
+-- as well as accounts: information_schema.USER_PRIVILEGES leaves out MariaDB's roles and PUBLIC. Database names
+-- are compared without regard to case (a wider match refuses more, never less).
 -- The second column is where the privilege was granted: the database name (or pattern) it was granted on, or '*' for
 -- *.* (what a REVOKE must name).
 -- name: temporary_table_grantees
-SELECT s.GRANTEE, s.TABLE_SCHEMA
-  FROM information_schema.SCHEMA_PRIVILEGES s
- WHERE s.PRIVILEGE_TYPE = 'CREATE TEMPORARY TABLES' AND DATABASE() LIKE s.TABLE_SCHEMA
+SELECT CONCAT('''', d.User, '''@''', d.Host, ''''), d.Db
+  FROM mysql.db d
+ WHERE d.Create_tmp_table_priv = 'Y' AND LOWER(DATABASE()) LIKE LOWER(d.Db)
 UNION
-SELECT u.GRANTEE, '*'
-  FROM information_schema.USER_PRIVILEGES u
- WHERE u.PRIVILEGE_TYPE = 'CREATE TEMPORARY TABLES'
+SELECT CONCAT('''', u.User, '''@''', u.Host, ''''), '*'
+  FROM mysql.user u
+ WHERE u.Create_tmp_table_priv = 'Y'
  ORDER BY 1, 2
 
 -- The roles granted to an account or a role (user, host; a MariaDB role has host ''), for `pyqueue-sql grant` to find
