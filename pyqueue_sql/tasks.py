@@ -43,11 +43,11 @@ import types
 import typing
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from . import errors
-from .client import Database, Result, connect, headers_value
+from .client import Database, NewMessage, Result, connect, headers_value
 from .worker.model import Job
 from .worker.policy import RetryPolicy
 
@@ -62,6 +62,7 @@ __all__ = [
     "Periodic",
     "RunReport",
     "Task",
+    "TaskCall",
     "TaskHandle",
     "UnknownTaskError",
     "current_job",
@@ -424,6 +425,67 @@ class TaskHandle(Generic[R]):
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskCall(Generic[R]):
+    """One call of a task, for app.defer_many / Task.defer_many (what ``task.call(...)`` or
+    ``task.configure(...).call(...)`` returns): the task with its options and the payload of the
+    arguments, checked and encoded when the call was made. Its key is made when it is deferred
+    (the configured key, else a fresh one): a call deferred twice is two jobs."""
+
+    task: Task[Any, Any]
+    payload: dict[str, Any]
+
+    def _message(self) -> tuple[str, Any]:
+        o = self.task.options
+        key = o.key if o.key is not None else new_key()
+        if o.run_at is None and o.priority is None and o.group is None and o.headers is None:
+            return key, (key, self.task.kind, self.payload)  # push_many's quickest shape
+        return key, NewMessage(key, self.task.kind, self.payload, o.run_at, o.priority, o.group, o.headers)
+
+
+def _batches(
+    app: App, calls: Iterable[TaskCall[Any]]
+) -> tuple[list[TaskCall[Any]], dict[tuple[int, str], Any]]:
+    """The calls in order, and their messages by (database, queue): one push_many each."""
+    listed = list(calls)
+    batches: dict[tuple[int, str], Any] = {}
+    for c in listed:
+        if not isinstance(c, TaskCall):
+            raise errors.InvalidArgumentError(
+                f"defer_many takes task.call(...) values, not {type(c).__name__}"
+            )
+        if c.task.app is not app:
+            raise errors.InvalidArgumentError(f"a call of task {c.task.kind!r}, a task of another app")
+        db = c.task.db
+        entry = batches.setdefault((id(db), c.task.queue), [db, c.task.queue, [], []])
+        key, message = c._message()
+        entry[2].append(key)
+        entry[3].append(message)
+    return listed, batches
+
+
+def _handles(
+    app: App,
+    listed: list[TaskCall[Any]],
+    batches: dict[tuple[int, str], Any],
+    new: dict[tuple[int, str], int],
+) -> list[TaskHandle[Any]]:
+    """The handles of deferred calls, in their order. enqueued: True for a call with a fresh key
+    (it cannot have been there) and for every call of a queue's batch when all of its messages
+    were new; False for a call with a key of its own when some of its batch's were not (the
+    batch's count does not say which)."""
+    positions = {k: 0 for k in batches}
+    handles: list[TaskHandle[Any]] = []
+    for c in listed:
+        where = (id(c.task.db), c.task.queue)
+        entry = batches[where]
+        key = entry[2][positions[where]]
+        positions[where] += 1
+        enqueued = c.task.options.key is None or new[where] == len(entry[2])
+        handles.append(TaskHandle(c.task.queue, key, c.task.kind, enqueued, app))
+    return handles
+
+
+@dataclasses.dataclass(frozen=True)
 class _Options:
     key: str | None = None
     run_at: dt.datetime | dt.timedelta | None = None
@@ -701,6 +763,40 @@ class Task(Generic[P, R]):
         if inspect.isawaitable(result):
             result = await result
         return TaskHandle(self.queue, key, self.kind, bool(result), self.app)
+
+    @overload
+    def call(
+        self: Task[P, collections.abc.Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> TaskCall[T]: ...
+
+    @overload
+    def call(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> TaskCall[T]: ...
+
+    def call(self, *args: Any, **kwargs: Any) -> TaskCall[Any]:
+        """One call of the task with these arguments (checked against its signature, and by mypy,
+        as defer's), for app.defer_many / Task.defer_many to enqueue with others in one round
+        trip; ``task.configure(key=..., run_at=..., priority=..., group=..., headers=...).call(...)``
+        carries those options."""
+        return TaskCall(self, self.payload(*args, **kwargs))
+
+    def defer_many(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
+        """app.defer_many of calls of this task (InvalidArgumentError for a call of another)."""
+        listed = self._own(calls)
+        return self.app.defer_many(listed)
+
+    async def defer_many_async(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
+        """defer_many on an asyncio database."""
+        listed = self._own(calls)
+        return await self.app.defer_many_async(listed)
+
+    def _own(self, calls: Iterable[TaskCall[Any]]) -> list[TaskCall[Any]]:
+        listed = list(calls)
+        for c in listed:
+            if isinstance(c, TaskCall) and (c.task.queue, c.task.kind) != (self.queue, self.kind):
+                raise errors.InvalidArgumentError(
+                    f"task {self.kind!r}: a call of task {c.task.kind!r} (use app.defer_many for several tasks)"
+                )
+        return listed
 
 
 # -- periodic tasks ------------------------------------------------------------------------------
@@ -1112,6 +1208,38 @@ class App:
         """A handle on the job (queue, key, kind), e.g. from a key kept elsewhere: its status,
         result, progress, cancel. (Its ``enqueued`` is False: the handle does not know.)"""
         return TaskHandle(queue, key, kind, False, self)
+
+    def defer_many(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]:
+        """Enqueues many calls (``task.call(...)``, of any of the app's tasks) at once: the calls of
+        one queue go through Queue.push_many, one round trip per chunk of CHUNK_SIZE messages
+        (queue_push_batch, or its grouped / with-headers siblings), all of them one transaction;
+        another queue is another push_many (for one transaction over all, run it inside
+        ``db.transaction()`` or through ``task.using(Database.wrap(conn))``). Returns the handles in
+        the order of the calls (their ``enqueued``: see _handles)."""
+        listed, batches = _batches(self, calls)
+        new: dict[tuple[int, str], int] = {}
+        for where, (db, queue, _, messages) in batches.items():
+            db = db if db is not None else self.database()
+            q: Any = db.queue(queue)
+            if inspect.iscoroutinefunction(getattr(q, "push_many", None)):
+                raise errors.InvalidArgumentError(
+                    "an asyncio database: use `await app.defer_many_async(...)`"
+                )
+            new[where] = int(q.push_many(messages))
+        return _handles(self, listed, batches, new)
+
+    async def defer_many_async(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]:
+        """defer_many, on an asyncio database (the app's, or the one given to using())."""
+        listed, batches = _batches(self, calls)
+        new: dict[tuple[int, str], int] = {}
+        for where, (db, queue, _, messages) in batches.items():
+            db = db if db is not None else await self.database_async()
+            target: Any = db.queue(queue)
+            result = target.push_many(messages)
+            if inspect.isawaitable(result):
+                result = await result
+            new[where] = int(result)
+        return _handles(self, listed, batches, new)
 
     def close(self) -> None:
         """Closes this thread's connection of the app (the others close with their threads)."""

@@ -46,6 +46,7 @@ def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong
         "send_welcome.defer(42, User(1, 'Ada'))\n"
         "send_welcome.defer('a@example.com', User(1, 'Ada'), language='fr')\n"
         "send_welcome.configure(key='k').defer('a@example.com', user='Ada')\n"
+        "send_welcome.call(42, User(1, 'Ada'))\n"
     )
     # a handle carries its task's return type, through defer, defer_async and configure
     reveal = tmp_path / "reveal_handle.py"
@@ -64,6 +65,7 @@ def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong
         "async def fetch_async(n: int) -> str:\n"
         "    return str(n)\n"
         "reveal_type(fetch_async.defer(1).result())\n"
+        "reveal_type(fetch.defer_many([fetch.call(1), fetch.configure(priority=1).call(2)]))\n"
     )
     checked = ["pyqueue_sql/tasks.py", "pyqueue_sql/testing.py", "pyqueue_sql/worker/policy.py"]
     out = _mypy(tmp_path, *checked, "examples/tasks_app.py", bad, reveal)
@@ -72,11 +74,12 @@ def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong
         for line in out.stdout.splitlines()
         if "Revealed type" in line
     ]
-    assert revealed == ['"int"', '"TaskHandle[int]"', '"int"', '"str"'], out.stdout
+    assert revealed == ['"int"', '"TaskHandle[int]"', '"int"', '"str"', '"list[TaskHandle[int]]"'], out.stdout
     errors = [line for line in out.stdout.splitlines() if ": error:" in line]
     # the API and the example are clean: every error is one of the wrong defers
     assert errors and all(line.startswith(str(bad)) for line in errors), out.stdout
     assert 'Argument 1 to "defer" of "Task" has incompatible type "int"; expected "str"' in out.stdout
     assert 'Unexpected keyword argument "language" for "defer"' in out.stdout
     assert 'Argument "user" to "defer" of "Task" has incompatible type "str"; expected "User"' in out.stdout
-    assert len(errors) == 3, out.stdout
+    assert 'Argument 1 to "call" of "Task" has incompatible type "int"; expected "str"' in out.stdout
+    assert len(errors) == 4, out.stdout
