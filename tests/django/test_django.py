@@ -7,6 +7,7 @@ Python >= 3.12: the virtualenv `make django6-venv` makes in .venv/django6)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import pytest
 import pyqueue_sql
 from pyqueue_sql import migrate
 from pyqueue_sql.contrib.django.backend import parse_result_id
+from tests.security.test_privileges import Accounts, _run
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = Path(__file__).resolve().parent / "project"
@@ -61,6 +63,28 @@ def _ok(done: subprocess.CompletedProcess) -> str:
     return done.stdout
 
 
+@contextlib.contextmanager
+def deployment(dsn: str):
+    """The accounts of a deployment, after `manage.py migrate` ran as the admin (dsn): the web
+    tier's (producer), the worker's (consumer); both may use the project's own table."""
+    accounts = Accounts(dsn)
+    try:
+        web = accounts.with_capabilities("web", "producer")
+        worker = accounts.with_capabilities("wrk", "consumer")
+        for name in (web, worker):
+            if accounts.dialect == "postgresql":
+                _run(accounts.admin, f'GRANT SELECT, INSERT, UPDATE, DELETE ON shop_order TO "{name}"')
+            else:
+                database = accounts.dsn.rsplit("/", 1)[1].split("?")[0]
+                _run(
+                    accounts.admin,
+                    f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.shop_order TO `{name}`@`%`",
+                )
+        yield accounts.dsn_for(web), accounts.dsn_for(worker)
+    finally:
+        accounts.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("django", ["5.2", "6"])
 def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_tasks(
@@ -76,10 +100,20 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.splitlines()[0] == f"already at {migrate.head()}"
 
+    with deployment(dsn) as (web_dsn, worker_dsn):
+        _a_deployment_runs(python, dsn, web_dsn, worker_dsn, django, tmp_path)
+
+    # The app's migration back to zero removes the schema, as `pyqueue-sql migrate --downgrade` would
+    _ok(_manage(python, dsn, "migrate", "pyqueue_sql", "zero", "--no-input"))
+    assert migrate.current(dsn) == ()
+
+
+def _a_deployment_runs(python, dsn, web_dsn, worker_dsn, django, tmp_path):
+    """The web tier as a producer-only account, the worker as a consumer-only one."""
     # The views: one that raises inside atomic() leaves neither its order nor its job; one that
     # commits leaves both. Then a task that fails, one that takes its context, an async def one.
     signal_log = tmp_path / "signals.log"
-    out = json.loads(_ok(_manage(python, dsn, "drive", "enqueue", signal_log=signal_log)))
+    out = json.loads(_ok(_manage(python, web_dsn, "drive", "enqueue", signal_log=signal_log)))
     assert out["django"].startswith("5.2" if django == "5.2" else "6.")
     assert (out["broken_status"], out["placed_status"]) == (500, 201)
     assert out["orders"] == ["chair"]
@@ -93,7 +127,9 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
         queue, kind, key = parse_result_id(out["confirm"])
         assert (queue, kind) == ("emails", "shop.tasks.confirm_order")
         message = emails.message(key, kind)
-        assert (message.priority, out["args_before"]) == (10, [message.payload["args"][0]])
+        assert message.priority == 10
+        # reading a live message's arguments is the monitor's (queue_message): not the web tier's
+        assert out["args_before"] == []
         assert db.queue("default").stats().ready == 4
         queue, kind, key = parse_result_id(out["later"])
         assert db.queue(queue).result(key, kind).state == "cancelled"
@@ -101,9 +137,18 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
         # manage.py pyqueue_worker runs them all and stores their results; SIGTERM stops it
         ids = [out[name] for name in ("confirm", "divide_ok", "divide_zero", "attempt", "shout")]
         worker = subprocess.Popen(
-            [python, "manage.py", "pyqueue_worker", "--concurrency", "2", "--retry-base", "0.1"],
+            [
+                python,
+                "manage.py",
+                "pyqueue_worker",
+                "--concurrency",
+                "2",
+                "--retry-base",
+                "0.1",
+                "--no-startup-delay",
+            ],
             cwd=PROJECT,
-            env=_env(dsn, signal_log),
+            env=_env(worker_dsn, signal_log),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -140,7 +185,7 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
     )
 
     # get_result / TaskResult.refresh read the stored results, in the project's Django
-    results = json.loads(_ok(_manage(python, dsn, "drive", "results", *ids)))
+    results = json.loads(_ok(_manage(python, web_dsn, "drive", "results", *ids)))
     assert results["confirm"] == {
         "status": "SUCCESSFUL",
         "attempts": 1,
@@ -157,10 +202,6 @@ def test_a_django_project_enqueues_in_its_transactions_and_the_worker_runs_its_t
     assert results["attempt"]["value"] == "ctx: attempt 1 of shop.tasks.attempt_of"
     assert results["shout"]["value"] == "HEY"
     assert results["view"] == {"status": "SUCCESSFUL", "errors": [], "value": results["confirm"]["value"]}
-
-    # The app's migration back to zero removes the schema, as `pyqueue-sql migrate --downgrade` would
-    _ok(_manage(python, dsn, "migrate", "pyqueue_sql", "zero", "--no-input"))
-    assert migrate.current(dsn) == ()
 
 
 def test_manage_py_migrate_installs_nothing_in_a_database_pyqueue_sql_cannot_use(tmp_path):
@@ -235,3 +276,74 @@ def test_the_system_checks_report_a_database_the_backend_cannot_use(django):
         "(pyqueue_sql.E002) TASKS['lite']:",
         "(pyqueue_sql.E003) TASKS['my']:",
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("django", ["5.2", "6"])
+def test_the_worker_imports_nothing_a_producer_names_and_runs_a_task_only_on_its_own_queue(
+    fresh_database, dialect, django, tmp_path
+):
+    """The attacker holds only the producer capability and pushes with plain SQL: a kind naming a
+    module with a side effect at import (importable by the worker), and a real task of the project
+    onto a queue that is not its own. The worker (manage.py pyqueue_worker) imports neither, runs
+    neither, and fails both messages with a line saying why; a real task on its own queue runs."""
+    python = _python(django)
+    dsn = fresh_database("django")
+    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    evidence = tmp_path / "imported"
+    (planted / "sidefx_probe.py").write_text(
+        f"open({str(evidence)!r}, 'w').write('imported')\ndef anything():\n    return 'ran'\n",
+        encoding="utf-8",
+    )
+    signal_log = tmp_path / "signals.log"
+    accounts = Accounts(dsn)
+    try:
+        attacker = accounts.raw(accounts.with_capabilities("atk", "producer"))
+        pushes = [
+            ("default", "k-import", "sidefx_probe.anything", '{"args": [], "kwargs": {}}'),
+            ("default", "k-import2", "os.system", '{"args": ["true"], "kwargs": {}}'),
+            ("default", "k-wrong-queue", "shop.tasks.confirm_order", '{"args": [1], "kwargs": {}}'),
+            ("emails", "k-wrong-queue2", "shop.tasks.divide", '{"args": [6, 3], "kwargs": {}}'),
+            ("default", "k-own", "shop.tasks.divide", '{"args": [6, 3], "kwargs": {}}'),
+        ]
+        for queue, key, kind, payload in pushes:
+            if dialect == "postgresql":
+                _run(attacker, "SELECT queue_push(%s, %s, %s, %s::jsonb)", (queue, key, kind, payload))
+            else:
+                _run(attacker, "CALL queue_push(%s, %s, %s, %s, NULL, NULL)", (queue, key, kind, payload))
+        if dialect == "postgresql" and not attacker.autocommit:
+            attacker.commit()
+        env = _env(dsn, signal_log)
+        env["PYTHONPATH"] += os.pathsep + str(planted)  # the module is importable by the worker
+        done = subprocess.run(
+            [python, "manage.py", "pyqueue_worker", "--batch", "--no-startup-delay", "--retry-base", "0.1"],
+            cwd=PROJECT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+    finally:
+        accounts.close()
+    assert not evidence.exists(), "the worker imported a module a message named"
+    with pyqueue_sql.connect(dsn) as db:
+        states = {key: db.queue(queue).result(key, kind) for queue, key, kind, _ in pushes}
+    assert states["k-own"].state == "succeeded" and states["k-own"].result == 2.0
+    for key in ("k-import", "k-import2", "k-wrong-queue", "k-wrong-queue2"):
+        assert states[key].state == "failed", (key, states[key])
+        assert states[key].attempts == 1  # given up at once, not retried
+    assert "no task of the project has the kind 'sidefx_probe.anything'" in states["k-import"].last_error
+    assert "runs on its own queue 'emails', not on 'default'" in states["k-wrong-queue"].last_error
+    assert "runs on its own queue 'default', not on 'emails'" in states["k-wrong-queue2"].last_error
+    # neither task was started: Django's signals saw only the one on its own queue
+    assert signal_log.read_text(encoding="utf-8").splitlines() == [
+        "started divide RUNNING PyQueueBackend",
+        "finished divide SUCCESSFUL PyQueueBackend",
+    ]
+    assert (
+        "queue default: 3 task(s) of the project: shop.tasks.attempt_of, shop.tasks.divide, shop.tasks.shout"
+        in done.stderr
+    )

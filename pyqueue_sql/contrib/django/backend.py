@@ -2,10 +2,15 @@
 pyqueue-sql.
 
 A Django task enqueued here is one pyqueue-sql message: on the queue named by the task's
-``queue_name``, of the kind ``task.module_path`` (the function's import path, which the worker
-imports), under a fresh key, with the payload ``{"args": [...], "kwargs": {...}}``. The
-TaskResult's id is ``"<queue>:<kind>:<key>"``, so that ``get_result(id)`` finds the message, or its
-stored result, from the id alone."""
+``queue_name``, of the kind ``task.module_path`` (the task's name among the project's tasks: the
+worker looks it up there, it never imports it), under a fresh key, with the payload
+``{"args": [...], "kwargs": {...}}``. The TaskResult's id is ``"<queue>:<kind>:<key>"``, so that
+``get_result(id)`` finds the message, or its stored result, from the id alone.
+
+The enqueue needs only the producer capability: the queues are set up (created, given their
+settings and result retention) where the admin capability is held: ``manage.py migrate`` (after
+the migrations, on the backend's ``ADMIN_DSN``), ``manage.py pyqueue_setup``, or the worker at its
+start when its account may."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from django.db import DEFAULT_DB_ALIAS
 
 import pyqueue_sql
 
-from . import compat
+from . import compat, registry
 from .connection import dsn_for, wrapped
 
 # Where the worker records a failed task's exception for get_result (the message's progress,
@@ -32,10 +37,26 @@ _DRIVER_HINT = (
     "MySQLdb (import pymysql; pymysql.install_as_MySQLdb() in settings.py)"
 )
 
-# The queues set up in this process, by (DSN, queue): Django makes a backend per thread, the setup
-# is needed once per process.
-_SET_UP: set[tuple[str, str]] = set()
-_SET_UP_LOCK = threading.Lock()
+# Every backend's own connections open in this process (one per thread and backend: Django makes
+# a backend per thread), so that close_all() reaches the ones of other threads too.
+_OPEN: set[pyqueue_sql.Database] = set()
+_OPEN_LOCK = threading.Lock()
+
+
+def close_all() -> int:
+    """Closes the own connections (get_result's, cancel's) of every PyQueueBackend of this
+    process, in every thread; returns how many. Run when Django closes its connections (the app
+    connects it to the end of each request and to the test runner's teardown), and by hand before
+    dropping a database or forking."""
+    with _OPEN_LOCK:
+        opened = list(_OPEN)
+        _OPEN.clear()
+    for db in opened:
+        try:
+            db.close()
+        except Exception:  # noqa: BLE001 - a connection the server already dropped
+            pass
+    return len(opened)
 
 
 def result_id(queue: str, kind: str, key: str) -> str:
@@ -55,10 +76,12 @@ class PyQueueBackend(compat.BaseTaskBackend):
     """``TASKS = {"default": {"BACKEND": "pyqueue_sql.contrib.django.PyQueueBackend", "QUEUES":
     ["default"], "OPTIONS": {...}}}``. OPTIONS: ``DATABASE`` (the Django database alias whose
     connection and transaction an enqueue joins; default "default"), ``DSN`` (the DSN of the
-    worker's, the migration's and get_result's own connections, when it must differ from the one
-    built from ``DATABASES``, e.g. another account), ``RESULT_RETENTION`` (how long the queues keep
-    results: a timedelta or seconds; default a day), ``QUEUE_SETTINGS`` (keyword arguments of
-    ``Queue.create`` for every queue, e.g. ``{"max_attempts": 3}``)."""
+    worker's and get_result's own connections, when it must differ from the one built from
+    ``DATABASES``, e.g. another account), ``ADMIN_DSN`` (the account that sets the queues up, on
+    ``manage.py migrate`` and ``manage.py pyqueue_setup``; default ``DSN``), ``TASK_MODULES``
+    (modules defining tasks beyond the ``tasks`` modules of INSTALLED_APPS), ``RESULT_RETENTION``
+    (how long the queues keep results: a timedelta or seconds; default a day), ``QUEUE_SETTINGS``
+    (keyword arguments of ``Queue.create`` for every queue, e.g. ``{"max_attempts": 3}``)."""
 
     supports_defer = True
     supports_async_task = True
@@ -73,6 +96,7 @@ class PyQueueBackend(compat.BaseTaskBackend):
             retention = dt.timedelta(seconds=retention)
         self.result_retention = retention
         self.queue_settings = dict(self.options.get("QUEUE_SETTINGS", {}))
+        self.task_modules = tuple(str(m) for m in self.options.get("TASK_MODULES", ()) or ())
         self._local = threading.local()
 
     # -- connections -------------------------------------------------------------------
@@ -80,45 +104,59 @@ class PyQueueBackend(compat.BaseTaskBackend):
     def dsn(self) -> str:
         return self.options.get("DSN") or dsn_for(self.database)
 
+    @property
+    def admin_dsn(self) -> str:
+        return self.options.get("ADMIN_DSN") or self.dsn
+
     def own_database(self) -> pyqueue_sql.Database:
-        """This thread's own connection (get_result, the queues' setup): never in the caller's
-        transaction, so a result is read as committed and a setup never waits for a commit."""
+        """This thread's own connection (get_result, cancel): never in the caller's transaction,
+        so a result is read as committed."""
         db = getattr(self._local, "db", None)
-        if db is None:
+        if db is None or db not in _OPEN:  # none yet, or closed by close_all()
             db = self._local.db = pyqueue_sql.connect(self.dsn)
+            with _OPEN_LOCK:
+                _OPEN.add(db)
         return db
 
     def close(self) -> None:
+        """Closes this thread's own connection (the next call opens another)."""
         db = getattr(self._local, "db", None)
         if db is not None:
             self._local.db = None
+            with _OPEN_LOCK:
+                _OPEN.discard(db)
             db.close()
 
-    def ensure_queues(self, queues: Any = None) -> None:
-        """Creates the backend's queues (or the ones named) with its settings and result
-        retention, once per process: an enqueue inside ``atomic()`` must find its queue there (a
-        failed push would abort the transaction on PostgreSQL)."""
-        dsn = self.dsn
-        todo = sorted(name for name in set(queues or self.queues) if (dsn, name) not in _SET_UP)
-        if not todo:
-            return
-        with _SET_UP_LOCK:
-            db = self.own_database()
-            for name in todo:
+    def setup_queues(self, queues: Any = None, *, dsn: str | None = None) -> list[str]:
+        """Creates the backend's queues (or the ones named) with its QUEUE_SETTINGS and result
+        retention, on a connection of the admin account (``ADMIN_DSN``, or ``dsn``): what
+        ``manage.py migrate`` and ``manage.py pyqueue_setup`` run. Returns the queues set up."""
+        names = sorted(set(queues or self.queues))
+        with pyqueue_sql.connect(dsn or self.admin_dsn) as db:
+            for name in names:
                 queue = db.queue(name).create(**self.queue_settings)
                 queue.set_result_retention(self.result_retention)
-                _SET_UP.add((dsn, name))
+        return names
+
+    def task(self, kind: str, queue: str | None = None) -> Any:
+        """The project's task of this kind (registry.resolve): never imported from the name."""
+        return registry.resolve(kind, queue, self.alias, self.task_modules)
 
     # -- enqueue -----------------------------------------------------------------------
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
-        self.ensure_queues([task.queue_name])
         key = uuid.uuid4().hex
         kind = task.module_path
         payload = {"args": compat.normalize_json(list(args)), "kwargs": compat.normalize_json(dict(kwargs))}
-        wrapped(self.database).queue(task.queue_name).push(
-            key, kind, payload, run_at=task.run_after, priority=task.priority
-        )
+        try:
+            wrapped(self.database).queue(task.queue_name).push(
+                key, kind, payload, run_at=task.run_after, priority=task.priority
+            )
+        except pyqueue_sql.UnknownQueueError as exc:
+            raise pyqueue_sql.UnknownQueueError(
+                f"{exc}: the backend's queues are set up by `manage.py migrate` or `manage.py pyqueue_setup` "
+                "(as an account with the admin capability)"
+            ) from None
         from django.utils import timezone
 
         result = compat.TaskResult(
@@ -144,8 +182,8 @@ class PyQueueBackend(compat.BaseTaskBackend):
         if self.queues and queue not in self.queues:
             raise compat.TaskResultDoesNotExist(result_id)
         try:
-            task = import_task(kind)
-        except (ImportError, AttributeError, TypeError) as exc:
+            task = self.task(kind, queue)
+        except registry.UnknownTask as exc:
             raise compat.TaskResultDoesNotExist(result_id) from exc
         db = self.own_database()
         state = db.queue(queue).result(key, kind)
@@ -154,7 +192,10 @@ class PyQueueBackend(compat.BaseTaskBackend):
         args: list = []
         kwargs: dict = {}
         if not state.finished:
-            live = db.queue(queue).message(key, kind)
+            try:  # queue_message is the monitor's: a producer-only web tier reads no arguments
+                live = db.queue(queue).message(key, kind)
+            except pyqueue_sql.PermissionDeniedError:
+                live = None
             if live is not None and isinstance(live.payload, dict):
                 args = list(live.payload.get("args") or [])
                 kwargs = dict(live.payload.get("kwargs") or {})
@@ -196,8 +237,10 @@ class PyQueueBackend(compat.BaseTaskBackend):
 
     # -- system checks (manage.py check, runserver, migrate) ----------------------------
     def check(self, **kwargs: Any) -> Any:
-        """Errors Django reports before anything runs: a DATABASE that is not in DATABASES, not
-        PostgreSQL or MySQL/MariaDB, or whose driver pyqueue-sql cannot run on."""
+        """Errors Django reports before anything runs: the app missing from INSTALLED_APPS, a
+        DATABASE that is not in DATABASES, not PostgreSQL or MySQL/MariaDB, or whose driver
+        pyqueue-sql cannot run on."""
+        from django.apps import apps
         from django.core import checks
         from django.db import connections
 
@@ -205,6 +248,13 @@ class PyQueueBackend(compat.BaseTaskBackend):
 
         yield from super().check(**kwargs)
         where = f"TASKS[{self.alias!r}]"
+        if not apps.is_installed("pyqueue_sql.contrib.django"):
+            yield checks.Error(
+                f"{where} is a PyQueueBackend, but the app pyqueue_sql.contrib.django is not in INSTALLED_APPS "
+                "(its migration installs the schema, and its commands run the worker and set the queues up)",
+                hint='add "pyqueue_sql.contrib.django" to INSTALLED_APPS',
+                id="pyqueue_sql.E004",
+            )
         if self.database not in connections.settings:
             yield checks.Error(
                 f"{where}: OPTIONS['DATABASE'] {self.database!r} is not in DATABASES", id="pyqueue_sql.E001"
@@ -252,13 +302,3 @@ def _task_error(state: pyqueue_sql.Result) -> Any:
     name = text.split(":", 1)[0].strip() if ":" in text else "Exception"
     path = name if "." in name else f"builtins.{name}"
     return compat.TaskError(exception_class_path=path, traceback=text)
-
-
-def import_task(path: str) -> Any:
-    """The Django Task object at this import path (what @task made of the function)."""
-    from django.utils.module_loading import import_string
-
-    task = import_string(path)
-    if not hasattr(task, "func") or not hasattr(task, "get_backend"):
-        raise TypeError(f"{path} is not a Django task (@task)")
-    return task

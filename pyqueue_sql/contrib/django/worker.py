@@ -1,7 +1,12 @@
-"""The worker's side: one pyqueue-sql handler runs every Django task of the backend's queues.
+"""The worker's side: the project's Django tasks, each run only on its own queue.
 
-A message's kind is its task's import path, its payload ``{"args": [...], "kwargs": {...}}``: the
-handler imports the task (``import_string``), calls it (an ``async def`` task through
+A message's kind names its task (``task.module_path``) and its payload holds
+``{"args": [...], "kwargs": {...}}``; both are written by whoever may push. So the worker never
+imports what a kind names: the project's tasks are discovered at start-up (registry.discover: the
+``tasks`` modules of INSTALLED_APPS and the backend's TASK_MODULES), each is registered as the
+handler of its kind on its own queue (``queue_name``) only, and every other kind on a served queue
+gets the handler that gives the message up at once (dead-lettered, or its result FAILED), with the
+one line saying why. A task is called with the payload's arguments (an ``async def`` task through
 ``Task.call``, on the worker thread's own loop), and its return value (normalized to JSON, as
 Django's own backends do) is stored as the message's result. Django's stale connections are closed
 before and after each job (``close_old_connections``), as Django does around a request."""
@@ -17,13 +22,20 @@ from django.utils import timezone
 import pyqueue_sql
 
 from . import compat
-from .backend import ERROR_PROGRESS_KEY, PyQueueBackend, import_task, result_id
+from .backend import ERROR_PROGRESS_KEY, PyQueueBackend, result_id
+
+# What a task may raise to steer its message (retry later, give up, snooze, end as cancelled):
+# passed on to the worker as they are, not recorded as the task's failure.
+_CONTROL = (pyqueue_sql.Retry, pyqueue_sql.GiveUp, pyqueue_sql.Snooze, pyqueue_sql.Cancelled)
 
 
-def run_task(job: Any, backend: PyQueueBackend) -> Any:
+def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
+    """Runs the project's ``task`` (already resolved from the job's kind and queue) with the job's
+    arguments; records a failure (any exception, and any BaseException such as SystemExit but the
+    KeyboardInterrupt that stops the worker) as Django's TaskError, sends task_started and
+    task_finished, and returns the JSON return value to be stored as the result."""
     close_old_connections()
     try:
-        task = import_task(job.kind)
         payload = job.payload if isinstance(job.payload, dict) else {}
         args = list(payload.get("args") or [])
         kwargs = dict(payload.get("kwargs") or {})
@@ -43,6 +55,7 @@ def run_task(job: Any, backend: PyQueueBackend) -> Any:
             worker_ids=["pyqueue-sql"] * job.attempts,
         )
         compat.task_started.send(type(backend), task_result=result)
+        failure: BaseException | None = None
         try:
             # pyqueue_sql.current_job() inside the task is this job: its progress, its cancel request
             with pyqueue_sql.running_job(job):
@@ -51,9 +64,10 @@ def run_task(job: Any, backend: PyQueueBackend) -> Any:
                 else:
                     value = task.call(*args, **kwargs)
             value = compat.normalize_json(value)
-        except (pyqueue_sql.Retry, pyqueue_sql.GiveUp, pyqueue_sql.Snooze, pyqueue_sql.Cancelled):
+        except (*_CONTROL, KeyboardInterrupt):
             raise
-        except Exception as exc:
+        except BaseException as exc:  # noqa: BLE001 - SystemExit too: recorded, then passed on
+            failure = exc
             # Django's TaskError: the exception's import path and its traceback, kept with the
             # result (as the message's progress) for get_result.
             error = compat.TaskError(
@@ -69,8 +83,12 @@ def run_task(job: Any, backend: PyQueueBackend) -> Any:
                 }
             )
             result.errors.append(error)
+        if failure is not None:
+            # Sent outside the except block: Django's own receiver of task_finished logs the
+            # exception it finds in sys.exc_info(), and the worker logs this failure (with its
+            # traceback) once already.
             _finished(result, compat.TaskResultStatus.FAILED, None, backend)
-            raise
+            raise failure
         _finished(result, compat.TaskResultStatus.SUCCESSFUL, value, backend)
         return value
     finally:
@@ -85,9 +103,46 @@ def _finished(result: Any, status: Any, value: Any, backend: PyQueueBackend) -> 
     compat.task_finished.send(type(backend), task_result=result)
 
 
+def _unknown(backend: PyQueueBackend, queue: str):
+    def unknown(job: Any) -> None:
+        try:
+            backend.task(job.kind, queue)
+        except LookupError as exc:
+            raise pyqueue_sql.GiveUp(str(exc)) from None
+        raise pyqueue_sql.GiveUp(f"the task {job.kind!r} is not served on {queue!r}")  # not reached
+
+    unknown.__qualname__ = f"unknown kinds of {queue}"
+    return unknown
+
+
+def _runner(backend: PyQueueBackend, task: Any):
+    def run(job: Any) -> Any:
+        return run_task(job, backend, task)
+
+    run.__qualname__ = f"task {task.module_path}"
+    return run
+
+
+def tasks_by_queue(backend: PyQueueBackend, queues: list[str]) -> dict[str, list[Any]]:
+    """{queue: the project's tasks of this backend whose own queue it is}, discovered now."""
+    from . import registry
+
+    found = registry.discover(backend.task_modules)
+    return {
+        queue: sorted(
+            (t for t in found.values() if t.backend == backend.alias and t.queue_name == queue),
+            key=lambda t: t.module_path,
+        )
+        for queue in queues
+    }
+
+
 def build_worker(backend: PyQueueBackend, queues: list[str], **settings: Any) -> pyqueue_sql.Worker:
-    """A Worker (threads) that runs every task of these queues of the backend, storing results."""
+    """A Worker (threads) that runs, on each of these queues, the project's tasks whose own queue it
+    is (storing their results), and gives up every other kind found there."""
     worker = pyqueue_sql.Worker(backend.dsn, **settings)
-    for queue in queues:
-        worker.add_handler(queue, lambda job: run_task(job, backend), None, store_result=True)
+    for queue, tasks in tasks_by_queue(backend, queues).items():
+        for task in tasks:
+            worker.add_handler(queue, _runner(backend, task), task.module_path, store_result=True)
+        worker.add_handler(queue, _unknown(backend, queue), None, store_result=True)
     return worker

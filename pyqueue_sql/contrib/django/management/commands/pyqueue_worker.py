@@ -1,43 +1,123 @@
-"""manage.py pyqueue_worker: runs the Django tasks of a pyqueue-sql task backend until SIGTERM or
-SIGINT, with the options of `pyqueue-sql worker` that apply."""
+"""manage.py pyqueue_worker: runs the project's Django tasks of a pyqueue-sql task backend until
+SIGTERM or SIGINT, with the options of `pyqueue-sql worker` that apply and those of the reference
+database backend's db_worker (--queue-name, --exclude-queues, --batch, --max-tasks, --interval,
+--reload, --no-startup-delay, --worker-id)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
+import math
+import random
 import sys
+import threading
+import time
 
 from django.core.management.base import BaseCommand, CommandError
 
 import pyqueue_sql
 
+log = logging.getLogger("pyqueue_sql.django")
 
-class _Formatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return (
-            f"{self.formatTime(record, '%H:%M:%S')} {record.levelname.lower():<7} {record.getMessage()}"
-            + ("\n" + self.formatException(record.exc_info) if record.exc_info else "")
-        )
+
+def _formatter() -> logging.Formatter:
+    """The package's safe formatter: what a message's author controls (a key, a kind, an error's
+    text, each line of a traceback) is escaped to one line, and passwords are masked."""
+    from pyqueue_sql.logsafe import SafeFormatter
+
+    return SafeFormatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S")
+
+
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"seconds must be finite and >= 0, not {value!r}")
+    return number
+
+
+def _count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value!r}")
+    return number
+
+
+def _worker_id(value: str) -> str:
+    if not value or len(value) > 64:
+        raise argparse.ArgumentTypeError("a worker id is 1 to 64 characters")
+    return value
+
+
+def _names(values: list[str]) -> list[str]:
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
 
 class Command(BaseCommand):
-    help = "Runs the Django tasks of a pyqueue-sql task backend (TASKS) until SIGTERM or SIGINT."
+    help = "Runs the project's Django tasks of a pyqueue-sql task backend (TASKS) until SIGTERM or SIGINT."
 
     def add_arguments(self, parser):
+        from django.conf import settings
+
         parser.add_argument(
             "--backend", default="default", help="the TASKS alias to serve (default: default)"
         )
         parser.add_argument(
+            "--queue-name",
             "--queue",
+            dest="queue",
             action="append",
             default=[],
-            help="a queue to serve (repeatable; default: the backend's QUEUES)",
+            help="queues to serve, comma-separated or repeated; '*' or none: the backend's QUEUES",
+        )
+        parser.add_argument(
+            "--exclude-queues", action="append", default=[], help="queues not to serve, comma-separated"
         )
         parser.add_argument("--concurrency", type=int, default=4, help="handler threads (default 4)")
-        parser.add_argument("--name", help="worker name recorded on reserved messages (default host:pid)")
+        parser.add_argument(
+            "--worker-id",
+            "--name",
+            dest="name",
+            type=_worker_id,
+            help="worker id recorded on reserved messages and in the worker registry (default host:pid)",
+        )
+        parser.add_argument(
+            "--batch",
+            action="store_true",
+            help="run the tasks that are ready, then exit (when a look for more finds none)",
+        )
+        parser.add_argument(
+            "--max-tasks", type=_count, help="exit after this many tasks finished (succeeded or failed)"
+        )
+        parser.add_argument(
+            "--interval",
+            type=_seconds,
+            help="seconds between looks for tasks when nothing wakes the worker (its --poll-fallback)",
+        )
+        parser.add_argument(
+            "--reload",
+            action=argparse.BooleanOptionalAction,
+            default=settings.DEBUG,
+            help="restart on code changes, for development: a task running then is cut short and comes "
+            "back at its lease end (default: DEBUG)",
+        )
+        parser.add_argument(
+            "--no-startup-delay",
+            dest="startup_delay",
+            action="store_false",
+            help="start at once (default: a random delay under 1 s, so that workers started together spread out)",
+        )
         parser.add_argument(
             "--lease", type=float, default=30.0, help="seconds of a reservation, renewed (default 30)"
         )
-        parser.add_argument("--poll-fallback", type=float, help="seconds between polls when LISTEN is quiet")
+        parser.add_argument(
+            "--poll-fallback", type=_seconds, help="seconds between polls when LISTEN is quiet"
+        )
         parser.add_argument(
             "--no-listen", dest="listen", action="store_false", help="long-poll instead of LISTEN"
         )
@@ -67,7 +147,6 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         from pyqueue_sql.contrib.django import compat
         from pyqueue_sql.contrib.django.backend import PyQueueBackend
-        from pyqueue_sql.contrib.django.worker import build_worker
 
         try:
             backend = compat.task_backends[options["backend"]]
@@ -78,22 +157,55 @@ class Command(BaseCommand):
                 f"TASKS[{options['backend']!r}] is {type(backend).__name__}, not "
                 "pyqueue_sql.contrib.django.PyQueueBackend"
             )
-        queues = options["queue"] or sorted(backend.queues)
+        named = _names(options["queue"])
+        queues = sorted(backend.queues) if not named or "*" in named else named
+        excluded = set(_names(options["exclude_queues"]))
+        queues = [q for q in queues if q not in excluded]
         if not queues:
-            raise CommandError("no queue to serve: set the backend's QUEUES or pass --queue")
+            raise CommandError("no queue to serve: set the backend's QUEUES or pass --queue-name")
+        if options["batch"] and options["reload"]:
+            options["reload"] = False  # a batch exits when done: nothing to reload
+        if options["reload"]:
+            from django.utils import autoreload
+
+            # The worker runs in a thread of the reloaded process (SIGTERM ends it at once; what it
+            # held comes back at its lease end): a development tool, as db_worker's --reload.
+            autoreload.run_with_reloader(lambda: self._serve(backend, queues, options, in_thread=True))
+            return
+        self._serve(backend, queues, options, in_thread=False)
+
+    def _serve(self, backend, queues, options, *, in_thread: bool) -> None:
+        from pyqueue_sql.contrib.django.worker import build_worker, tasks_by_queue
+
+        from pyqueue_sql import logsafe
+
+        # Django's own records of a task (the django.tasks logger: "Task id=<queue>:<kind>:<key>
+        # ...") quote what the producer wrote too: escaped wherever the project sends them.
+        logsafe.attach(logging.getLogger("django.tasks"))
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_Formatter())
+        handler.setFormatter(_formatter())
         logger = logging.getLogger("pyqueue_sql")
         logger.addHandler(handler)
         logger.setLevel(options["log_level"].upper())
         try:
-            backend.ensure_queues(queues)
-            backend.close()
+            served = tasks_by_queue(backend, queues)
+            for queue, tasks in served.items():
+                log.info(
+                    "queue %s: %d task(s) of the project: %s",
+                    queue,
+                    len(tasks),
+                    ", ".join(t.module_path for t in tasks) or "none (every message there will be given up)",
+                )
+            self._set_up(backend, queues)
+            if options["startup_delay"]:
+                time.sleep(random.random())  # noqa: S311 - spreading workers out, not a secret
             settings = {
                 "concurrency": options["concurrency"],
                 "name": options["name"],
                 "lease": options["lease"],
-                "poll_fallback": options["poll_fallback"],
+                "poll_fallback": options["poll_fallback"]
+                if options["interval"] is None
+                else options["interval"],
                 "listen": options["listen"],
                 "listen_dsn": options["listen_dsn"],
                 "shutdown_timeout": options["shutdown_timeout"],
@@ -102,6 +214,8 @@ class Command(BaseCommand):
             }
             if options["prefetch"] is not None:
                 settings["prefetch"] = options["prefetch"]
+            if options["batch"] or options["max_tasks"]:
+                settings["prefetch"] = 0  # nothing reserved that a stop would hand back unstarted
             retry = pyqueue_sql.RetryPolicy(
                 base=options["retry_base"],
                 factor=options["retry_factor"],
@@ -114,8 +228,45 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from None
             for queue in queues:
                 worker.set_retry(queue, retry)
-            clean = worker.run()
+            self._limits(worker, options)
+            clean = worker.run(install_signals=False) if in_thread else worker.run()
         finally:
             logger.removeHandler(handler)
+            from pyqueue_sql.contrib.django.backend import close_all
+
+            close_all()
         if clean is False:
             raise CommandError("handlers still running when the worker stopped; their messages come back")
+
+    def _set_up(self, backend, queues) -> None:
+        """Sets the queues up when the worker's account may (admin); a worker that holds only the
+        consumer capability serves the queues `manage.py migrate` set up."""
+        try:
+            backend.setup_queues(queues)
+        except pyqueue_sql.PermissionDeniedError:
+            log.info(
+                "queues not set up by the worker (its account is not admin): `manage.py migrate` or "
+                "`manage.py pyqueue_setup` sets them up"
+            )
+
+    def _limits(self, worker, options) -> None:
+        """--batch: stop at the first look that finds nothing; --max-tasks: stop once that many
+        tasks finished (a stop lets the running ones finish: with --concurrency above 1 a few more
+        may, as they were already running)."""
+        lock = threading.Lock()
+        finished = [0]
+        if options["batch"]:
+            worker.on_idle.append(lambda *_: worker.stop(reason="--batch: no task left"))
+        limit = options["max_tasks"]
+        if limit:
+
+            def counted(job, outcome, error) -> None:
+                if outcome in ("lost", "snoozed"):
+                    return
+                with lock:
+                    finished[0] += 1
+                    done = finished[0] >= limit
+                if done:
+                    worker.stop(reason=f"--max-tasks: {limit} task(s) finished")
+
+            worker.on_outcome.append(counted)
