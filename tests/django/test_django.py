@@ -278,6 +278,9 @@ def test_the_system_checks_report_a_database_the_backend_cannot_use(django):
     ]
 
 
+FORGED = "k\n12:00:00 INFO    worker stopped (FORGED)\x1b[2J"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("django", ["5.2", "6"])
 def test_the_worker_imports_nothing_a_producer_names_and_runs_a_task_only_on_its_own_queue(
@@ -307,6 +310,9 @@ def test_the_worker_imports_nothing_a_producer_names_and_runs_a_task_only_on_its
             ("default", "k-wrong-queue", "shop.tasks.confirm_order", '{"args": [1], "kwargs": {}}'),
             ("emails", "k-wrong-queue2", "shop.tasks.divide", '{"args": [6, 3], "kwargs": {}}'),
             ("default", "k-own", "shop.tasks.divide", '{"args": [6, 3], "kwargs": {}}'),
+            # log forging: a key and a kind that would start lines of their own and clear the screen
+            ("default", FORGED, "shop.tasks.divide", '{"args": [1, 0], "kwargs": {}}'),
+            ("default", "k-forged-kind", "x" + FORGED, '{"args": [], "kwargs": {}}'),
         ]
         for queue, key, kind, payload in pushes:
             if dialect == "postgresql":
@@ -332,17 +338,26 @@ def test_the_worker_imports_nothing_a_producer_names_and_runs_a_task_only_on_its
     with pyqueue_sql.connect(dsn) as db:
         states = {key: db.queue(queue).result(key, kind) for queue, key, kind, _ in pushes}
     assert states["k-own"].state == "succeeded" and states["k-own"].result == 2.0
-    for key in ("k-import", "k-import2", "k-wrong-queue", "k-wrong-queue2"):
+    for key in ("k-import", "k-import2", "k-wrong-queue", "k-wrong-queue2", "k-forged-kind", FORGED):
         assert states[key].state == "failed", (key, states[key])
         assert states[key].attempts == 1  # given up at once, not retried
     assert "no task of the project has the kind 'sidefx_probe.anything'" in states["k-import"].last_error
     assert "runs on its own queue 'emails', not on 'default'" in states["k-wrong-queue"].last_error
     assert "runs on its own queue 'default', not on 'emails'" in states["k-wrong-queue2"].last_error
     # neither task was started: Django's signals saw only the one on its own queue
-    assert signal_log.read_text(encoding="utf-8").splitlines() == [
-        "started divide RUNNING PyQueueBackend",
+    assert sorted(signal_log.read_text(encoding="utf-8").splitlines()) == [
+        "finished divide FAILED PyQueueBackend",
         "finished divide SUCCESSFUL PyQueueBackend",
+        "started divide RUNNING PyQueueBackend",
+        "started divide RUNNING PyQueueBackend",
     ]
+    # the worker's log: the forged text stays inside its records (escaped), nothing clears the screen
+    assert "\x1b" not in done.stderr
+    assert not [line for line in done.stderr.splitlines() if line.startswith("12:00:00")]
+    # one failed attempt (divide by zero), logged with one traceback (Django's record of it)
+    assert done.stderr.count("Traceback (most recent call last)") == 1
+    assert done.stderr.count("ZeroDivisionError: division by zero") == 2  # the worker's line, the traceback's
+    assert "12:00:00 INFO    worker stopped (FORGED)\\x1b[2J" in done.stderr
     assert (
         "queue default: 3 task(s) of the project: shop.tasks.attempt_of, shop.tasks.divide, shop.tasks.shout"
         in done.stderr

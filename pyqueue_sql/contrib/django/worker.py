@@ -55,7 +55,6 @@ def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
             worker_ids=["pyqueue-sql"] * job.attempts,
         )
         compat.task_started.send(type(backend), task_result=result)
-        failure: BaseException | None = None
         try:
             # pyqueue_sql.current_job() inside the task is this job: its progress, its cancel request
             with pyqueue_sql.running_job(job):
@@ -67,7 +66,6 @@ def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
         except (*_CONTROL, KeyboardInterrupt):
             raise
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: recorded, then passed on
-            failure = exc
             # Django's TaskError: the exception's import path and its traceback, kept with the
             # result (as the message's progress) for get_result.
             error = compat.TaskError(
@@ -83,12 +81,10 @@ def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
                 }
             )
             result.errors.append(error)
-        if failure is not None:
-            # Sent outside the except block: Django's own receiver of task_finished logs the
-            # exception it finds in sys.exc_info(), and the worker logs this failure (with its
-            # traceback) once already.
+            # Inside the except block, as Django's own backends send it: Django's receiver logs
+            # the failure with this exception's traceback (and error trackers hook that record).
             _finished(result, compat.TaskResultStatus.FAILED, None, backend)
-            raise failure
+            raise
         _finished(result, compat.TaskResultStatus.SUCCESSFUL, value, backend)
         return value
     finally:

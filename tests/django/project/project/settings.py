@@ -53,3 +53,13 @@ TASKS = {
         },
     }
 }
+# Django's records of the tasks (each task's end, a failure with its traceback) on the console
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        name: {"handlers": ["console"], "level": "INFO", "propagate": False}
+        for name in ("django.tasks", "django_tasks")
+    },
+}

@@ -20,12 +20,26 @@ import pyqueue_sql
 log = logging.getLogger("pyqueue_sql.django")
 
 
+# The worker's records of a failed task attempt: Django's own record of it has the traceback.
+_TASK_FAILURE_EVENTS = frozenset({"fail", "give_up", "lost", "interrupted"})
+
+
 def _formatter() -> logging.Formatter:
-    """The package's safe formatter: what a message's author controls (a key, a kind, an error's
-    text, each line of a traceback) is escaped to one line, and passwords are masked."""
+    """The package's safe formatter (what a message's author controls, a key, a kind, an error's
+    text, each line of a traceback, is escaped to one line; passwords are masked), which shows the
+    worker's record of a failed task attempt without the traceback that Django's record of the
+    same failure shows: one traceback per attempt."""
     from pyqueue_sql.logsafe import SafeFormatter
 
-    return SafeFormatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S")
+    class Formatter(SafeFormatter):
+        def format(self, record: logging.LogRecord) -> str:
+            if getattr(record, "event", None) in _TASK_FAILURE_EVENTS and record.exc_info:
+                record = logging.makeLogRecord(vars(record))
+                record.exc_info = None
+                record.exc_text = None
+            return super().format(record)
+
+    return Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S")
 
 
 def _seconds(value: str) -> float:
@@ -175,15 +189,20 @@ class Command(BaseCommand):
         self._serve(backend, queues, options, in_thread=False)
 
     def _serve(self, backend, queues, options, *, in_thread: bool) -> None:
+        from pyqueue_sql import logsafe
+        from pyqueue_sql.contrib.django import compat
         from pyqueue_sql.contrib.django.worker import build_worker, tasks_by_queue
 
-        from pyqueue_sql import logsafe
-
-        # Django's own records of a task (the django.tasks logger: "Task id=<queue>:<kind>:<key>
-        # ...") quote what the producer wrote too: escaped wherever the project sends them.
-        logsafe.attach(logging.getLogger("django.tasks"))
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_formatter())
+        # Django's own record of each task's end ("Task id=<queue>:<kind>:<key> ... state=FAILED",
+        # with the task's traceback) quotes what the producer wrote: escaped wherever the project
+        # sends it, and shown here when the project sends it nowhere (as db_worker does). The
+        # worker's own line of that failure leaves the traceback to it: one per attempt.
+        task_logger = logsafe.attach(logging.getLogger(compat.SOURCE))
+        if not task_logger.hasHandlers():
+            task_logger.addHandler(handler)
+            task_logger.setLevel(logging.INFO)
         logger = logging.getLogger("pyqueue_sql")
         logger.addHandler(handler)
         logger.setLevel(options["log_level"].upper())
@@ -232,6 +251,7 @@ class Command(BaseCommand):
             clean = worker.run(install_signals=False) if in_thread else worker.run()
         finally:
             logger.removeHandler(handler)
+            task_logger.removeHandler(handler)
             from pyqueue_sql.contrib.django.backend import close_all
 
             close_all()
