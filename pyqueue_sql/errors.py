@@ -73,7 +73,9 @@ class DriverNotInstalledError(QueueError, ImportError):
 
 
 class UnsupportedDsnError(QueueError, ValueError):
-    """The DSN names a database pyqueue-sql does not support."""
+    """The DSN names a database pyqueue-sql does not support, or cannot be used (malformed, an
+    unknown option). Its message masks the DSN's password; it chains no driver exception as its
+    cause (a driver's text about a malformed DSN quotes the DSN)."""
 
 
 class ConnectionFailedError(QueueError):
@@ -89,8 +91,8 @@ class ConnectionFailedError(QueueError):
       writable.
 
     The first three are configuration errors that trying again does not mend (``retryable`` is
-    False); an unreachable server may come back. The driver's exception is ``__cause__``. The
-    message never contains the DSN's password. Also one of the dialect's connection errors, so
+    False); an unreachable server may come back. The driver's exception is ``__cause__``, the
+    DSN's passwords masked in its text too. The message never contains the DSN's password. Also one of the dialect's connection errors, so
     code that reconnects after a lost connection (a worker) tries again on it as before.
 
     PostgreSQL sends no SQLSTATE for a refused connection: the reason is read from the server's

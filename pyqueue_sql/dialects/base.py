@@ -16,6 +16,7 @@ import datetime as dt
 import importlib
 import json
 import re
+import traceback
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -188,6 +189,38 @@ def without_secrets(text: str, dsn: str) -> str:
     return text
 
 
+def scrub_exception(exc: BaseException | None, dsn: str) -> bool:
+    """Masks the DSN's passwords, in place, in the texts of exc and of every exception chained to
+    it (its __cause__ and __context__, theirs, the members of a group): their string args and
+    notes, which is what a traceback shows of them. A driver's error may quote the DSN whole (a
+    malformed one) or the value of one of its parameters. True when no password is left in what
+    traceback.format_exception shows of them (False: an exception whose text comes from
+    elsewhere than its args; the caller then chains none)."""
+    secrets = dsn_secrets(dsn)
+    if not secrets:
+        return True
+    clean, seen, todo = True, set(), [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        with contextlib.suppress(Exception):
+            e.args = tuple(without_secrets(a, dsn) if isinstance(a, str) else a for a in e.args)
+        notes = getattr(e, "__notes__", None)
+        if isinstance(notes, list):
+            with contextlib.suppress(Exception):
+                e.__notes__ = [without_secrets(n, dsn) if isinstance(n, str) else n for n in notes]
+        try:
+            shown = "".join(traceback.format_exception_only(type(e), e))
+        except Exception:  # a __str__ that fails: the traceback shows no text of it
+            shown = ""
+        if any(secret in shown for secret in secrets):
+            clean = False
+        todo += [e.__cause__, e.__context__, *(getattr(e, "exceptions", None) or ())]
+    return clean
+
+
 # What the user reads first in a ConnectionFailedError's message, per reason.
 _CONNECT_FAILURE = {
     "authentication": "the server refused the login (check the DSN's user name and password)",
@@ -282,15 +315,24 @@ class Dialect:
     def connection_failures(self, dsn: str) -> Iterator[None]:
         """Around the opening of a connection (sync or asyncio): a driver error raised inside is
         raised as the pyqueue_sql error connect_error gives (errors.ConnectionFailedError), the
-        driver's exception as its cause; a pyqueue_sql error passes as it is."""
+        driver's exception as its cause, the DSN's passwords masked in it (scrub_exception); an
+        errors.UnsupportedDsnError (a malformed DSN) chains no cause (raise ... from None: the
+        driver's text is the DSN itself, and the message already says what is wrong with it); a
+        pyqueue_sql error passes as it is."""
         try:
             yield
         except errors.QueueError:
             raise
         except Exception as exc:
+            # The driver's error may quote the DSN (a malformed one whole) or a value of it: its
+            # text, and that of whatever it chains, is masked wherever it is reachable from
+            # (__cause__, __context__, or the exception itself when raised as it is).
+            clean = scrub_exception(exc, dsn)
             mapped = self.connect_error(exc, dsn)
             if mapped is None:
                 raise
+            if isinstance(mapped, errors.UnsupportedDsnError) or not clean:
+                raise mapped from None  # the message says what is wrong; the cause adds only the DSN
             raise mapped from exc
 
     def connect_error(self, exc: BaseException, dsn: str) -> errors.QueueError | None:

@@ -24,6 +24,7 @@ from .base import (
     as_utc,
     connection_failed,
     encode_json,
+    scrub_exception,
     strip_driver,
 )
 
@@ -113,6 +114,10 @@ def mysql_connect_candidates(dsn: str) -> list[dict[str, Any]]:
         if key in ("unix_socket", "charset", "ssl_ca", "ssl_cert", "ssl_key"):
             args[key] = value
         elif key in ("connect_timeout", "read_timeout", "write_timeout"):
+            if not value.isdigit():  # the value is not quoted: it may be anything, a password too
+                raise errors.UnsupportedDsnError(
+                    f"the MySQL DSN option {key} must be a whole number of seconds"
+                )
             args[key] = int(value)
         else:
             raise errors.UnsupportedDsnError(f"unsupported MySQL DSN option {key!r}")
@@ -335,6 +340,7 @@ class MySQL(Dialect):
                 return connection
             connection.close()
             failures.add(args, None)
+        scrub_exception(failures.last, dsn)
         raise failures.error() from failures.last
 
     def owns(self, connection: Any) -> bool:
@@ -390,6 +396,7 @@ class MySQL(Dialect):
                 return connection
             connection.close()
             failures.add(args, None)
+        scrub_exception(failures.last, dsn)
         raise failures.error() from failures.last
 
     def connect_error(self, exc: BaseException, dsn: str) -> errors.QueueError | None:
