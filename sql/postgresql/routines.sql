@@ -1744,8 +1744,10 @@ BEGIN
            (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at)
     VALUES (in_queue, in_key, in_kind, in_payload, 0, in_at, in_at, v_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    IF FOUND AND in_at <= v_now THEN
-        PERFORM pyqueue__notify(in_queue);
+    IF FOUND AND (in_at <= v_now OR NOT EXISTS (
+                  SELECT 1 FROM pyqueue_message m
+                   WHERE m.queue_name::text = in_queue AND m.scheduled_at < 'infinity' AND m.scheduled_at < in_at)) THEN
+        PERFORM pyqueue__notify(in_queue);  -- ready now, or the earliest due: waiters re-time to it
     END IF;
 END;
 $$;
@@ -2084,9 +2086,8 @@ BEGIN
      WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.p_key::text AND m.p_kind::text = v_next.p_kind::text;
     UPDATE pyqueue_group g SET head_key = v_next.p_key, head_kind = v_next.p_kind
      WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
-    IF v_next.at <= in_now THEN
-        PERFORM pyqueue__notify(in_queue);  -- wakeup: the new head is ready now
-    END IF;
+    -- wakeup: the new head is ready now, or due later and maybe the earliest (waiters re-time to it)
+    PERFORM pyqueue__notify(in_queue);
 END;
 $$;
 
@@ -2177,7 +2178,7 @@ BEGIN
          WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.p_key::text
            AND m.p_kind::text = v_next.p_kind::text;
         v_live := v_live + 1;
-        v_notify := v_notify OR v_next.at <= in_now;
+        v_notify := true;  -- a new head: ready now, or due later (waiters re-time to it)
     END LOOP;
     IF v_live = 0 THEN
         DELETE FROM pyqueue_group g WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
@@ -2192,7 +2193,7 @@ BEGIN
          WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
     END IF;
     IF v_notify THEN
-        PERFORM pyqueue__notify(in_queue);  -- wakeup: a new head is ready now
+        PERFORM pyqueue__notify(in_queue);  -- wakeup: a new head is ready now or due later
     END IF;
 END;
 $$;
@@ -2553,6 +2554,7 @@ AS $$
 BEGIN
     PERFORM pyqueue__queue(in_queue);
     UPDATE pyqueue_queue SET paused = false WHERE queue_name::text = in_queue;
+    PERFORM pyqueue__notify(in_queue);  -- wakeup: its ready messages may be reserved again
 END;
 $$;
 
@@ -2675,6 +2677,14 @@ BEGIN
     IF v_new AND v_at <= v_now
        AND (v_window IS NULL OR v_window <= interval '0' OR v_last <= pg_catalog.clock_timestamp() - v_window) THEN
         PERFORM pyqueue__notify(in_queue);
+    ELSIF v_new AND v_at > v_now THEN
+        -- a delayed message now the earliest due of its queue: waiters re-time to it (one probe of
+        -- the due index's first entry of the queue, in a statement of its own: a condition with a
+        -- subquery is not a simple expression, and would cost every ready push the executor's start)
+        IF NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                        WHERE m.queue_name::text = in_queue AND m.scheduled_at < 'infinity' AND m.scheduled_at < v_at) THEN
+            PERFORM pyqueue__notify(in_queue);
+        END IF;
     END IF;
     RETURN v_new;
 END;
@@ -2763,6 +2773,14 @@ BEGIN
     IF v_new AND v_at <= v_now
        AND (v_window IS NULL OR v_window <= interval '0' OR v_last <= pg_catalog.clock_timestamp() - v_window) THEN
         PERFORM pyqueue__notify(in_queue);
+    ELSIF v_new AND v_at > v_now THEN
+        -- a delayed message now the earliest due of its queue: waiters re-time to it (one probe of
+        -- the due index's first entry of the queue, in a statement of its own: a condition with a
+        -- subquery is not a simple expression, and would cost every ready push the executor's start)
+        IF NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                        WHERE m.queue_name::text = in_queue AND m.scheduled_at < 'infinity' AND m.scheduled_at < v_at) THEN
+            PERFORM pyqueue__notify(in_queue);
+        END IF;
     END IF;
     RETURN v_new;
 END;

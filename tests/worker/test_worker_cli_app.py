@@ -198,3 +198,110 @@ def test_a_worker_that_never_connects_gives_up_at_its_start_timeout(tmp_path, wh
     ), proc.stderr
     assert "Traceback" not in proc.stderr
     assert took < 1.5 + 8, took  # the last back-off (at most about 6 s) and the process's start
+
+
+# -- timing: a waiting worker sleeps until the next delayed message, on every path ------------------
+
+TIMED_MODULE = """
+    import os, time
+    from pyqueue_sql import App
+
+    app = App({dsn!r})
+
+    def record(line):
+        with open(os.environ["PYQUEUE_TEST_RECORD"], "a") as f:
+            f.write(line + "\\n")
+
+    @app.task(queue={queue!r})
+    def beat() -> None:
+        record(f"beat {{time.time():.6f}}")
+
+    @app.task(queue={queue!r})
+    def at(name: str) -> None:
+        record(f"at {{name}} {{time.time():.6f}}")
+"""
+
+
+@pytest.mark.slow
+def test_a_schedule_runs_on_its_cadence_under_the_cli_worker(tmp_path, dsn, app_queue):
+    """schedule_every(2 s) under `pyqueue-sql worker mod:app` on its defaults (PostgreSQL: LISTEN
+    with a 5 s fallback): every gap read from the handler's own clock is 2 s, within 0.3 s, over
+    more than 10 s. The next occurrence is pushed by the worker's own commit."""
+    module = write_module(tmp_path, TIMED_MODULE.format(dsn=dsn, queue=app_queue))
+    db = pyqueue_sql.connect(dsn)
+    try:
+        with serving(tmp_path, f"{module}:app") as served:
+            served.wait_for_line("worker starting")
+            db.queue(app_queue).schedule_every("hb", "beat", {}, every=2)
+            runs = served.wait_for_records(7, 30)
+        times = [float(r[1]) for r in runs if r[0] == "beat"]
+        gaps = [round(b - a, 3) for a, b in zip(times, times[1:])]
+        assert len(gaps) >= 6 and times[-1] - times[0] >= 10, gaps
+        assert all(abs(g - 2.0) <= 0.3 for g in gaps), gaps
+    finally:
+        db.close()
+
+
+DEFER_SCRIPT = """
+import datetime as dt, sys, time
+import {module} as m
+m.at.configure(run_at=dt.timedelta(seconds=float(sys.argv[2]))).defer(sys.argv[1])
+print(time.time())
+"""
+
+
+@pytest.mark.slow
+def test_delayed_messages_from_elsewhere_start_on_time_while_the_worker_idles(
+    tmp_path, dsn, app_queue, raw, db
+):
+    """A worker idling in its wait (a 60 s fallback: no poll can find them by chance) starts each
+    delayed message at its time, within 0.3 s: one pushed in plain SQL, one deferred by another
+    process, and a ready one held by a pause when the queue is resumed."""
+    module = write_module(tmp_path, TIMED_MODULE.format(dsn=dsn, queue=app_queue))
+    mysql = db.dialect.name == "mysql"
+    push_sql = (
+        "CALL queue_push(%s, %s, 'at', JSON_OBJECT('name', %s), NOW(6) + INTERVAL 2 SECOND, NULL)"
+        if mysql
+        else "SELECT queue_push(%s, %s, 'at', jsonb_build_object('name', %s::text), "
+        "clock_timestamp() + interval '2 seconds')"
+    )
+    (tmp_path / "defer_one.py").write_text(DEFER_SCRIPT.format(module=module))
+    late: dict[str, float] = {}
+    with serving(tmp_path, f"{module}:app", "--poll-fallback", "60") as served:
+        served.wait_for_line("worker starting")
+        time.sleep(1.0)  # idle, in its wait
+
+        def started(name: str, n: int) -> float:
+            runs = served.wait_for_records(n, 30)
+            return next(float(r[2]) for r in runs if r[:2] == ["at", name])
+
+        for n, name in enumerate(("sql-1", "sql-2"), start=1):
+            before = time.time()
+            raw(push_sql, (app_queue, name, name))
+            late[name] = started(name, n) - (before + 2.0)
+            time.sleep(0.7)
+        proc = run_cli_python(tmp_path, "defer_one.py", "proc-1", "1.5")
+        late["proc-1"] = started("proc-1", 3) - (float(proc.stdout.split()[-1]) + 1.5)
+        time.sleep(0.7)
+        q = db.queue(app_queue)
+        q.pause()
+        q.push("paused-1", "at", {"name": "paused-1"})
+        time.sleep(1.5)
+        assert len(served.records()) == 3  # held by the pause
+        resumed = time.time()
+        q.resume()
+        late["paused-1"] = started("paused-1", 4) - resumed
+    assert all(-0.05 <= v <= 0.3 for v in late.values()), late
+
+
+def run_cli_python(tmp_path: Path, script: str, *argv: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, script, *argv],
+        cwd=tmp_path,
+        env=worker_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
