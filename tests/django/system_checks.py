@@ -1,6 +1,10 @@
 """The backend's system checks (run by tests/django/test_django.py with each Django): a DATABASE
 missing from DATABASES, one that is SQLite, one whose driver Django cannot load (MySQL without
-mysqlclient or PyMySQL installed as MySQLdb), and one that is fine (PostgreSQL on psycopg 3)."""
+mysqlclient or PyMySQL installed as MySQLdb), and one that is fine (PostgreSQL on psycopg 3).
+With the argument `without-app`: the same settings without pyqueue_sql.contrib.django in
+INSTALLED_APPS."""
+
+import sys
 
 import django
 from django.conf import settings
@@ -13,7 +17,7 @@ try:
 except ImportError:
     apps = ["django_tasks"]
 settings.configure(
-    INSTALLED_APPS=[*apps, "pyqueue_sql.contrib.django"],
+    INSTALLED_APPS=[*apps] if sys.argv[1:] == ["without-app"] else [*apps, "pyqueue_sql.contrib.django"],
     DATABASES={
         "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
         "pg": {"ENGINE": "django.db.backends.postgresql", "NAME": "app"},
@@ -31,5 +35,5 @@ try:
     call_command("check")
 except Exception as exc:  # SystemCheckError: the errors, one per line
     for line in str(exc).splitlines():
-        if "pyqueue_sql." in line:
+        if "(pyqueue_sql." in line:
             print(" ".join(line.split(": ", 1)[1].split()[:2]))  # its id and backend

@@ -130,12 +130,12 @@ def _a_deployment_runs(python, dsn, web_dsn, worker_dsn, django, tmp_path):
         assert message.priority == 10
         # reading a live message's arguments is the monitor's (queue_message): not the web tier's
         assert out["args_before"] == []
-        assert db.queue("default").stats().ready == 4
+        assert db.queue("default").stats().ready == 5
         queue, kind, key = parse_result_id(out["later"])
         assert db.queue(queue).result(key, kind).state == "cancelled"
 
         # manage.py pyqueue_worker runs them all and stores their results; SIGTERM stops it
-        ids = [out[name] for name in ("confirm", "divide_ok", "divide_zero", "attempt", "shout")]
+        ids = [out[name] for name in ("confirm", "divide_ok", "divide_zero", "attempt", "shout", "exit")]
         worker = subprocess.Popen(
             [
                 python,
@@ -170,7 +170,7 @@ def _a_deployment_runs(python, dsn, web_dsn, worker_dsn, django, tmp_path):
     sent = sorted(signal_log.read_text(encoding="utf-8").splitlines())
     assert sent == sorted(
         [f"enqueued {name} READY PyQueueBackend" for name in ("confirm_order",) * 2 + ("divide",) * 3]
-        + [f"enqueued {name} READY PyQueueBackend" for name in ("attempt_of", "shout")]
+        + [f"enqueued {name} READY PyQueueBackend" for name in ("attempt_of", "shout", "exit_now")]
         + [
             line
             for name, status in (
@@ -179,6 +179,7 @@ def _a_deployment_runs(python, dsn, web_dsn, worker_dsn, django, tmp_path):
                 ("divide", "FAILED"),
                 ("attempt_of", "SUCCESSFUL"),
                 ("shout", "SUCCESSFUL"),
+                ("exit_now", "FAILED"),  # SystemExit: a failure of the task, not the worker's exit
             )
             for line in (f"started {name} RUNNING PyQueueBackend", f"finished {name} {status} PyQueueBackend")
         ]
@@ -201,6 +202,9 @@ def _a_deployment_runs(python, dsn, web_dsn, worker_dsn, django, tmp_path):
     ]
     assert results["attempt"]["value"] == "ctx: attempt 1 of shop.tasks.attempt_of"
     assert results["shout"]["value"] == "HEY"
+    assert results["exit"]["status"] == "FAILED"
+    assert results["exit"]["errors"] == ["builtins.SystemExit"]
+    assert results["exit"]["traceback_ends"] == [["Traceback (most recent call last):", "SystemExit: 3"]]
     assert results["view"] == {"status": "SUCCESSFUL", "errors": [], "value": results["confirm"]["value"]}
 
 
@@ -276,6 +280,26 @@ def test_the_system_checks_report_a_database_the_backend_cannot_use(django):
         "(pyqueue_sql.E002) TASKS['lite']:",
         "(pyqueue_sql.E003) TASKS['my']:",
     ]
+
+
+@pytest.mark.parametrize("django", ["5.2", "6"])
+def test_the_system_checks_report_the_app_missing_from_installed_apps(django):
+    done = subprocess.run(
+        [_python(django), str(Path(__file__).with_name("system_checks.py")), "without-app"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(
+        set(done.stdout.splitlines())
+        - {
+            "(pyqueue_sql.E001) TASKS['missing']:",
+            "(pyqueue_sql.E002) TASKS['lite']:",
+            "(pyqueue_sql.E003) TASKS['my']:",
+        }
+    ) == [f"(pyqueue_sql.E004) TASKS['{alias}']" for alias in ("lite", "missing", "my", "pg")]
 
 
 FORGED = "k\n12:00:00 INFO    worker stopped (FORGED)\x1b[2J"
@@ -359,6 +383,42 @@ def test_the_worker_imports_nothing_a_producer_names_and_runs_a_task_only_on_its
     assert done.stderr.count("ZeroDivisionError: division by zero") == 2  # the worker's line, the traceback's
     assert "12:00:00 INFO    worker stopped (FORGED)\\x1b[2J" in done.stderr
     assert (
-        "queue default: 3 task(s) of the project: shop.tasks.attempt_of, shop.tasks.divide, shop.tasks.shout"
-        in done.stderr
+        "queue default: 4 task(s) of the project: shop.tasks.attempt_of, shop.tasks.divide, shop.tasks.exit_now, "
+        "shop.tasks.shout" in done.stderr
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("django", ["5.2", "6"])
+def test_manage_py_test_of_a_project_using_the_backend_drops_its_test_database(
+    fresh_database, dialect, server, django
+):
+    """Django's test runner drops the test database at the end: the backend's own connections
+    (get_result's, in the test's thread and another) are closed before, or PostgreSQL refuses."""
+    python = _python(django)
+    dsn = fresh_database("django")
+    name = dsn.rsplit("/", 1)[1].split("?")[0]
+    try:
+        done = _manage(python, dsn, "test", "shop", "--noinput", "-v", "2", timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "Ran 1 test" in done.stderr and "OK" in done.stderr
+        assert f"Destroying test database for alias 'default' ('test_{name}')" in done.stderr
+    finally:
+        leftover = _test_databases(dsn, f"test_{name}")
+        if leftover:
+            server.drop(f"test_{name}")
+    assert leftover == []
+
+
+def _test_databases(dsn: str, name: str) -> list:
+    from pyqueue_sql import dialects
+
+    conn = dialects.for_dsn(dsn).connect(dsn)
+    try:
+        if dialects.for_dsn(dsn).name == "postgresql":
+            return _run(conn, "SELECT datname FROM pg_database WHERE datname = %s", (name,))
+        return _run(
+            conn, "SELECT schema_name FROM information_schema.schemata WHERE schema_name = %s", (name,)
+        )
+    finally:
+        conn.close()

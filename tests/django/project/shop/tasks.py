@@ -27,3 +27,8 @@ def attempt_of(context, label: str) -> str:
 @task
 async def shout(word: str) -> str:
     return word.upper()
+
+
+@task
+def exit_now(code: int) -> None:
+    raise SystemExit(code)  # a BaseException: recorded FAILED with its traceback, as any error

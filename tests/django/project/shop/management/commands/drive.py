@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from shop.models import Order
-from shop.tasks import attempt_of, confirm_order, divide, shout
+from shop.tasks import attempt_of, confirm_order, divide, exit_now, shout
 
 
 class Command(BaseCommand):
@@ -35,6 +35,7 @@ class Command(BaseCommand):
                 "divide_zero": divide.enqueue(1, 0).id,
                 "attempt": attempt_of.enqueue("ctx").id,
                 "shout": asyncio.run(shout.aenqueue("hey")).id,
+                "exit": exit_now.enqueue(3).id,
             }
             first = confirm_order.get_result(out["confirm"])
             out["status_before"] = str(first.status)
@@ -48,7 +49,9 @@ class Command(BaseCommand):
             out["later_after_cancel"] = [str(gone.status), [e.exception_class_path for e in gone.errors]]
         else:
             out = {}
-            for name, result_id in zip(("confirm", "divide_ok", "divide_zero", "attempt", "shout"), ids):
+            for name, result_id in zip(
+                ("confirm", "divide_ok", "divide_zero", "attempt", "shout", "exit"), ids
+            ):
                 result = divide.get_backend().get_result(result_id)
                 result.refresh()
                 row = {"status": str(result.status), "attempts": result.attempts}
