@@ -71,8 +71,7 @@ from ..worker import (
     call_steps,
     log,
 )
-from ..worker.model import where_of
-from ..worker.policy import describe_error
+from ..worker.interrupt import Interruptible
 from ..worker.steps import (
     Acquire,
     BackOff,
@@ -92,7 +91,7 @@ from ..worker.steps import (
     dispatcher,
     drive_async,
 )
-from ..worker.threaded import awaited, within_timeout
+from ..worker.threaded import awaited, log_late_return, timed_out, within_timeout
 from .client import connect
 
 __all__ = ["AsyncJob", "AsyncWorker", "RetryPolicy", "WorkerStats", "WorkerStatus"]
@@ -412,7 +411,8 @@ class AsyncWorker(WorkerBase):
     async def _handle_timed(self, op: Handle) -> BaseException | None:
         """A handler with a timeout: a coroutine is cancelled at the deadline; a plain function
         runs on a thread of its own (not the loop's executor, whose threads it would keep),
-        abandoned at the deadline: its late return is logged and changes nothing."""
+        stopped at the deadline by TimeLimitExceeded raised in it (see interrupt.py): a late
+        return is logged and changes nothing."""
         timeout = float(op.timeout)
         job = op.job
         if inspect.iscoroutinefunction(op.fn):
@@ -423,6 +423,7 @@ class AsyncWorker(WorkerBase):
             return None
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
+        stopper = Interruptible()
 
         def settle(error: BaseException | None, result: Any = None) -> None:
             if not fut.done():
@@ -430,19 +431,13 @@ class AsyncWorker(WorkerBase):
                     job.result = result
                 fut.set_result(error)
             else:  # cancelled at the deadline: the message was failed meanwhile
-                log.warning(
-                    "the handler of %s returned after its timeout of %g s (%s); that changes nothing",
-                    where_of(job),
-                    timeout,
-                    "succeeded" if error is None else describe_error(error)[:200],
-                    extra={"event": "late_return", "queue": job.queue, "key": job.key, "kind": job.kind},
-                )
+                log_late_return(job, timeout, error)
 
         def target() -> None:
             error: BaseException | None = None
             result: Any = None
             try:
-                result = op.fn(job)
+                result = stopper.run(op.fn, job)
                 if inspect.isawaitable(result):
                     result = asyncio.run(awaited(result))
             except BaseException as exc:
@@ -463,14 +458,7 @@ class AsyncWorker(WorkerBase):
         if fut in done:
             return fut.result()
         fut.cancel()
-        log.warning(
-            "the handler of %s did not finish within its timeout of %g s; abandoned (its thread runs "
-            "on, without the message)",
-            where_of(job),
-            timeout,
-            extra={"event": "timeout", "queue": job.queue, "key": job.key, "kind": job.kind},
-        )
-        return TimeoutError(f"the handler did not finish within its timeout of {timeout:g} s")
+        return timed_out(job, timeout, stopper)
 
     async def _commit(self, op: Commit, conn: Any) -> Any:
         pending = _PendingCommit(op.job, op.chain, asyncio.get_running_loop().create_future())

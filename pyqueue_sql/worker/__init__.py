@@ -157,6 +157,7 @@ from __future__ import annotations
 
 from .base import LONG_POLL_CHECK, LONG_POLL_WAIT, WorkerBase
 from .dispatch import RetryDue, idle_timeout, wait_left
+from .interrupt import TimeLimitExceeded
 from .model import Handler, Job, WorkerStats, WorkerStatus, log
 from .policy import RetryPolicy, describe_error
 from .steps import StoppedError, call_steps, drive
@@ -170,6 +171,7 @@ __all__ = [
     "RetryDue",
     "RetryPolicy",
     "StoppedError",
+    "TimeLimitExceeded",
     "Worker",
     "WorkerBase",
     "WorkerStats",

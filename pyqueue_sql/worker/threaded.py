@@ -19,6 +19,7 @@ from typing import Any
 from .. import errors, tracing
 from ..client import Database, connect
 from .base import WorkerBase
+from .interrupt import Interruptible, TimeLimitExceeded
 from .model import Job, log, where_of
 from .policy import describe_error
 from .steps import (
@@ -60,6 +61,39 @@ async def within_timeout(coro: Any, timeout: float) -> Any:
         return task.result()
     await asyncio.gather(task, return_exceptions=True)
     raise TimeoutError(f"the handler did not finish within its timeout of {timeout:g} s")
+
+
+def timed_out(job: Job, timeout: float, stopper: Interruptible) -> TimeoutError:
+    """At a plain handler's timeout: raises TimeLimitExceeded in its thread, logs it, and returns
+    the message's failure."""
+    stopper.stop(TimeLimitExceeded)
+    log.warning(
+        "the handler of %s did not finish within its timeout of %g s; stopped in its thread (at its "
+        "next Python bytecode: a blocking C call ends first)",
+        where_of(job),
+        timeout,
+        extra={"event": "timeout", "queue": job.queue, "key": job.key, "kind": job.kind},
+    )
+    return TimeoutError(f"the handler did not finish within its timeout of {timeout:g} s")
+
+
+def log_late_return(job: Job, timeout: float, error: BaseException | None) -> None:
+    """The end of a plain handler's thread after its timeout: stopped there, or returned anyway."""
+    if isinstance(error, TimeLimitExceeded):
+        log.info(
+            "the handler of %s stopped at its timeout of %g s",
+            where_of(job),
+            timeout,
+            extra={"event": "timeout_stopped", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
+        return
+    log.warning(
+        "the handler of %s returned after its timeout of %g s (%s); that changes nothing",
+        where_of(job),
+        timeout,
+        "succeeded" if error is None else describe_error(error)[:200],
+        extra={"event": "late_return", "queue": job.queue, "key": job.key, "kind": job.kind},
+    )
 
 
 class _EventLoop:
@@ -306,9 +340,10 @@ class Worker(WorkerBase):
 
     def _handle_timed(self, op: Handle, conn: _Connection) -> BaseException | None:
         """A handler with a timeout: a coroutine function is awaited on the thread's loop and
-        cancelled at the deadline; a plain function runs on a thread of its own, abandoned at the
-        deadline (a thread cannot be killed: its late return is logged and changes nothing), so
-        the handler thread goes on with the next message and the worker keeps its concurrency."""
+        cancelled at the deadline; a plain function runs on a thread of its own, stopped at the
+        deadline by TimeLimitExceeded raised in that thread (at its next bytecode: see
+        interrupt.py; a late return is logged and changes nothing), so the handler thread goes on
+        with the next message and the worker keeps its concurrency."""
         timeout = float(op.timeout)
         if inspect.iscoroutinefunction(op.fn):
             try:
@@ -321,11 +356,12 @@ class Worker(WorkerBase):
         finished = threading.Event()
         abandoned = False
         job = op.job
+        stopper = Interruptible()
 
         def target() -> None:
             error: BaseException | None = None
             try:
-                result = op.fn(job)
+                result = stopper.run(op.fn, job)
                 if inspect.isawaitable(result):
                     result = asyncio.run(awaited(result))
             except BaseException as exc:
@@ -337,13 +373,7 @@ class Worker(WorkerBase):
                 finished.set()
                 late = abandoned
             if late:
-                log.warning(
-                    "the handler of %s returned after its timeout of %g s (%s); that changes nothing",
-                    where_of(job),
-                    timeout,
-                    "succeeded" if error is None else describe_error(error)[:200],
-                    extra={"event": "late_return", "queue": job.queue, "key": job.key, "kind": job.kind},
-                )
+                log_late_return(job, timeout, error)
 
         # in a copy of this context: the handler sees the job's span (pyqueue_sql.tracing) as current
         threading.Thread(
@@ -357,14 +387,7 @@ class Worker(WorkerBase):
             if box:
                 return box[0]
             abandoned = True
-        log.warning(
-            "the handler of %s did not finish within its timeout of %g s; abandoned (its thread runs "
-            "on, without the message)",
-            where_of(job),
-            timeout,
-            extra={"event": "timeout", "queue": job.queue, "key": job.key, "kind": job.kind},
-        )
-        return TimeoutError(f"the handler did not finish within its timeout of {timeout:g} s")
+        return timed_out(job, timeout, stopper)
 
     def _acquire(self, op: Acquire, conn: Any) -> bool:
         return op.lock.acquire()

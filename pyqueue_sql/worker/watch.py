@@ -1,15 +1,15 @@
 """The watch over running jobs: writes the progress their handlers report (Job.set_progress), and
-reads the cancel flag of the jobs whose handler is a coroutine often enough that a cancel stops
+reads the cancel flag of the jobs that have run for a while often enough that a cancel reaches
 them within a second.
 
 The heartbeat (registry.py) renews each held reservation with queue_renew, which also says
-whether a cancel was requested, but only every lease/3 (10 s by default). While a job whose
-handler is an ``async def`` has run for CANCEL_POLL_AFTER seconds, the watcher reads its state
-(queue_result, one light read per such job) every CANCEL_POLL seconds and cancels its handler's
-task when the flag is set. A plain
-(def) handler cannot be interrupted, and polls nothing: it sees job.cancel_requested set by the
-heartbeat. The watcher runs on its own connection (a thread of Worker, a task of AsyncWorker),
-which it opens only once it has something to write or read.
+whether a cancel was requested, but only every lease/3 (10 s by default). While a job has run for
+CANCEL_POLL_AFTER seconds, the watcher reads its state (queue_result, one light read per such job)
+every CANCEL_POLL seconds and, when the flag is set, sets job.cancel_requested: an ``async def``
+handler's task is cancelled; a plain (def) handler, which cannot be interrupted safely at any
+point, sees the event (job.raise_if_cancelled(), or a wait on it) within that second. A worker of
+short jobs makes no read. The watcher runs on its own connection (a thread of Worker, a task of
+AsyncWorker), which it opens only once it has something to write or read.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from .steps import Acquire, Call, StoppedError
 if TYPE_CHECKING:
     from .model import WorkerStats
 
-# Seconds between two reads of the cancel flag of a running async def handler, once it has run
-# for CANCEL_POLL_AFTER seconds (a shorter job costs no read: a worker of many short jobs makes
-# none). A cancel then stops such a handler within CANCEL_POLL_AFTER + CANCEL_POLL seconds, plus
-# the read's round trip and the task's cancellation: within a second.
+# Seconds between two reads of the cancel flag of a running job, once it has run for
+# CANCEL_POLL_AFTER seconds (a shorter job costs no read: a worker of many short jobs makes
+# none). A cancel then reaches its handler within CANCEL_POLL_AFTER + CANCEL_POLL seconds, plus
+# the read's round trip: within a second.
 CANCEL_POLL = 0.25
 CANCEL_POLL_AFTER = 0.5
 
@@ -46,20 +46,20 @@ class Watch:
         raise NotImplementedError
 
     def _watch_timeout(self) -> float:
-        """How long the watcher may sleep now: CANCEL_POLL while an async def handler has run for
+        """How long the watcher may sleep now: CANCEL_POLL while a handler has run for
         CANCEL_POLL_AFTER seconds, until the next one will have, else WATCH_IDLE."""
         if self._cancel_poll_denied:
             return WATCH_IDLE
         now = time.monotonic()
         timeout = WATCH_IDLE
         for job in self._jobs():
-            if job.runs_async and job.started_at is not None and not job.done:
+            if job.started_at is not None and not job.done:
                 timeout = min(timeout, max(job.started_at + CANCEL_POLL_AFTER - now, CANCEL_POLL))
         return timeout
 
     def _watch_steps(self):
         """One round of the watcher: the progress waiting to be written, then the cancel flags
-        of the running async def handlers."""
+        of the handlers that have run for CANCEL_POLL_AFTER seconds."""
         for job in self._jobs():
             if job.progress_pending and not job.done:
                 yield from self._progress_steps(job)
@@ -67,7 +67,7 @@ class Watch:
             return
         polled_since = time.monotonic() - CANCEL_POLL_AFTER
         for job in self._jobs():
-            if not job.runs_async or job.started_at is None or job.done or job.cancel_requested.is_set():
+            if job.started_at is None or job.done or job.cancel_requested.is_set():
                 continue
             if job.started_at > polled_since:  # a job this young may well end before a cancel
                 continue
@@ -78,8 +78,8 @@ class Watch:
             except errors.PermissionDeniedError:
                 self._cancel_poll_denied = True
                 log.warning(
-                    "this account may not call queue_result: a cancel reaches a running async def "
-                    "handler with the heartbeat only (every lease/3)",
+                    "this account may not call queue_result: a cancel reaches a running handler "
+                    "with the heartbeat only (every lease/3)",
                     extra={"event": "error"},
                 )
                 return

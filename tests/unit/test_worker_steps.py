@@ -477,10 +477,10 @@ def test_prefetch_and_acknowledgement_settings_are_checked(bad):
 # -- results, cancellation and progress ------------------------------------------------------
 
 
-def test_the_watch_writes_pending_progress_under_the_lock_and_polls_only_running_async_jobs():
+def test_the_watch_writes_pending_progress_under_the_lock_and_polls_only_running_jobs():
     """A progress set and not written is written once (the job's lock held: its token does not
-    change meanwhile); the cancel flag is read only for started jobs whose handler is async and
-    not already flagged, and a flag found set cancels the job."""
+    change meanwhile); the cancel flag is read only for started jobs (def or async def) not
+    already flagged, and a flag found set cancels the job."""
     from pyqueue_sql import Result
     from pyqueue_sql.worker.watch import CANCEL_POLL, WATCH_IDLE
 
@@ -500,10 +500,12 @@ def test_the_watch_writes_pending_progress_under_the_lock_and_polls_only_running
     assert (call.method, call.args) == ("set_progress", (plain.reservation, {"rows": 3}))
     call = steps.answer(True)
     assert not plain.progress_pending and not plain.lock.locked()
+    assert (call.method, call.args) == ("result", ("plain", "welcome"))
+    call = steps.answer(Result("q", "plain", "welcome", "reserved", cancel_requested=False))
     assert (call.method, call.args) == ("result", ("running", "welcome"))
     steps.answer(Result("q", "running", "welcome", "reserved", cancel_requested=True))
     assert steps.done and running.cancel_requested.is_set() and hooked == [True]
-    running.done = True
+    running.done = plain.done = True
     assert worker._watch_timeout() == WATCH_IDLE
 
 

@@ -1,0 +1,63 @@
+"""Stopping a plain (def) handler that runs past its timeout: an exception raised in its thread.
+
+A thread cannot be killed. CPython can raise an exception in another thread
+(PyThreadState_SetAsyncExc, as Dramatiq's time limit does): it takes effect at that thread's next
+Python bytecode. So a handler busy in Python code stops at once, and one blocked in a C call (a
+socket read without a timeout, time.sleep, a long C extension call) stops when that call returns,
+before its next line of Python: its late side effects (the write after the sleep) never happen.
+What it cannot stop is the C call itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+from typing import Any
+
+# int PyThreadState_SetAsyncExc(unsigned long id, PyObject *exc): exc NULL withdraws a pending one
+_set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+_clear_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised inside a plain handler's thread when its timeout has passed (the worker has failed its
+    message with TimeoutError already). A BaseException, as KeyboardInterrupt is, so that an
+    ``except Exception`` of the handler does not swallow it; its ``finally`` blocks run."""
+
+
+class Interruptible:
+    """Runs a function on the calling thread so that another thread may stop it with an exception
+    raised in it (stop). An exception stop() raised that would fire after the function returned is
+    withdrawn (or, fired already, raised by run as the function's): it never lands in the code
+    that runs after."""
+
+    __slots__ = ("_lock", "_thread", "_raised")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: int | None = None
+        self._raised = False
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        with self._lock:
+            self._thread = threading.get_ident()
+        try:
+            return fn(*args)
+        finally:
+            with self._lock:
+                thread, self._thread = self._thread, None
+                if self._raised and thread is not None:
+                    _clear_async_exc(thread, None)  # withdraws one not fired yet
+
+    def stop(self, exc_type: type[BaseException] = TimeLimitExceeded) -> bool:
+        """Raises exc_type in the thread inside run(), once; False when none runs (or already raised)."""
+        with self._lock:
+            if self._thread is None or self._raised:
+                return False
+            self._raised = True
+            return _set_async_exc(self._thread, exc_type) == 1
