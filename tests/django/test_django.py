@@ -422,3 +422,30 @@ def _test_databases(dsn: str, name: str) -> list:
         )
     finally:
         conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("django", ["5.2", "6"])
+def test_the_admin_pages_over_the_queues_follow_the_admin_users_permissions(fresh_database, dialect, django):
+    """The admin's pages, rendered through Django's test client for each kind of user: refused to
+    the anonymous, to non-staff (the login page) and to staff without the app's permissions (403);
+    a viewer sees the messages, a message's payload, no action; cancel needs the change
+    permission, remove the delete one, redrive (a dead-letter queue of the backend's queue) the
+    change one; the actions run the routines; a queue not of the backend is refused."""
+    python = _python(django)
+    dsn = fresh_database("django")
+    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    out = json.loads(_ok(_manage(python, dsn, "drive", "admin")))
+    assert out["anonymous"] == {"list": 302, "keys_shown": 0}
+    assert out["not_staff"] == {"list": 302, "keys_shown": 0}
+    assert out["staff_without"] == {"list": 403, "keys_shown": 0}
+    seen = {"list": 200, "keys_shown": 3, "message": 200, "payload_shown": True, "markup_escaped": True}
+    assert out["viewer"] == {**seen, "other_queue": 403, "actions": []}
+    assert out["operator"] == {**seen, "other_queue": 403, "actions": ["cancel"]}
+    assert out["owner"] == {**seen, "other_queue": 403, "actions": ["cancel", "remove"]}
+    assert out["index_lists_it"] is True
+    assert (out["viewer_cancel"], out["operator_cancel"]) == (403, 302)
+    assert (out["operator_remove"], out["owner_remove"]) == (403, 302)
+    assert (out["viewer_redrive"], out["operator_redrive"]) == (403, 302)
+    assert out["states"] == ["cancelled", "unknown", "ready"]  # cancelled, removed, left alone
+    assert out["redriven"] is True

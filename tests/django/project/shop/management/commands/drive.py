@@ -17,12 +17,14 @@ from shop.tasks import attempt_of, confirm_order, divide, exit_now, shout
 
 class Command(BaseCommand):
     def add_arguments(self, parser):
-        parser.add_argument("step", choices=("enqueue", "results"))
+        parser.add_argument("step", choices=("enqueue", "results", "admin"))
         parser.add_argument("ids", nargs="*")
 
     def handle(self, *args, step, ids, **options):
         client = Client(raise_request_exception=False)
-        if step == "enqueue":
+        if step == "admin":
+            out = admin_pages()
+        elif step == "enqueue":
             broken = client.post("/orders/broken/", {"item": "lamp", "quantity": 2})
             placed = client.post("/orders/", {"item": "chair", "quantity": 4})
             out = {
@@ -64,3 +66,84 @@ class Command(BaseCommand):
                 out[name] = row
             out["view"] = client.get(f"/results/{ids[0]}/").json()
         json.dump(out, sys.stdout)
+
+
+def admin_pages():
+    """The admin's pages over the queues, as users of each kind meet them: anonymous, not staff,
+    staff without the app's permissions, a viewer, an operator who may cancel and redrive, one who
+    may also remove."""
+    import html
+
+    from django.contrib.auth.models import Permission, User
+
+    import pyqueue_sql
+
+    backend = divide.get_backend()
+    with pyqueue_sql.connect(backend.admin_dsn) as db:  # a dead-letter queue of the backend's queue
+        db.queue("default.dead").create()
+        db.queue("default").create(max_attempts=1, dead_letter_queue="default.dead")
+        db.queue("default.dead").push("dl-1", "shop.tasks.divide", {"args": [9, 3], "kwargs": {}})
+        db.queue("default").push("<b>k</b>", "shop.tasks.divide", {"args": [1, 1], "kwargs": {}})
+    ids = [divide.enqueue(1, n).id for n in (1, 2, 3)]
+    keys = [i.rsplit(":", 1)[1] for i in ids]
+
+    def user(name, *perms, staff=True):
+        made = User.objects.create_user(name, password="pw", is_staff=staff)
+        made.user_permissions.set(
+            Permission.objects.filter(content_type__app_label="pyqueue_sql", codename__in=perms)
+        )
+        return made
+
+    people = {
+        "anonymous": None,
+        "not_staff": user("visitor", "view_queuemessage", staff=False),
+        "staff_without": user("clerk"),
+        "viewer": user("viewer", "view_queuemessage"),
+        "operator": user("operator", "view_queuemessage", "change_queuemessage"),
+        "owner": user("owner", "view_queuemessage", "change_queuemessage", "delete_queuemessage"),
+    }
+    url = "/admin/pyqueue_sql/queuemessage/"
+    out = {}
+    for name, person in people.items():
+        c = Client(raise_request_exception=False)
+        if person is not None:
+            c.force_login(person)
+        page = c.get(url, {"queue": "default"})
+        text = page.content.decode()
+        out[name] = {"list": page.status_code, "keys_shown": sum(k in text for k in keys)}
+        if page.status_code == 200:
+            one = c.get(url + "message/", {"id": ids[0]})
+            out[name]["message"] = one.status_code
+            out[name]["payload_shown"] = '"args": [\n    1,\n    1\n  ]' in html.unescape(
+                one.content.decode()
+            )
+            out[name]["markup_escaped"] = "&lt;b&gt;k&lt;/b&gt;" in text and "<b>k</b>" not in text
+            out[name]["other_queue"] = c.get(url, {"queue": "not_a_backend_queue"}).status_code
+            out[name]["actions"] = [a for a in ("cancel", "remove") if f'value="{a}"' in text]
+    index = Client()
+    index.force_login(people["viewer"])
+    out["index_lists_it"] = "/admin/pyqueue_sql/queuemessage/" in index.get("/admin/").content.decode()
+
+    def post(person, **data):
+        c = Client(raise_request_exception=False)
+        c.force_login(person)
+        return c.post(url, {"queue": data.pop("queue", "default"), **data}).status_code
+
+    def selected(i):
+        return json.dumps([keys[i], "shop.tasks.divide"])
+
+    out["viewer_cancel"] = post(people["viewer"], action="cancel", selected=[selected(0)])
+    out["operator_cancel"] = post(people["operator"], action="cancel", selected=[selected(0)])
+    out["operator_remove"] = post(people["operator"], action="remove", selected=[selected(1)])
+    out["owner_remove"] = post(people["owner"], action="remove", selected=[selected(1)])
+    out["viewer_redrive"] = post(
+        people["viewer"], queue="default.dead", action="redrive", to_queue="default", n="1"
+    )
+    out["operator_redrive"] = post(
+        people["operator"], queue="default.dead", action="redrive", to_queue="default", n="1"
+    )
+    with pyqueue_sql.connect(backend.admin_dsn) as db:
+        q = db.queue("default")
+        out["states"] = [q.result(k, "shop.tasks.divide").state for k in keys]
+        out["redriven"] = q.message("dl-1", "shop.tasks.divide") is not None
+    return out
