@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 from . import errors
 from .client import Database, NewMessage, Result, connect, headers_value
 from .worker.model import Job
-from .worker.policy import RetryPolicy
+from .worker.policy import GiveUp, RetryPolicy
 
 if TYPE_CHECKING:
     from .aio.client import AsyncDatabase
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "App",
     "JobReport",
+    "PayloadMismatchError",
     "Periodic",
     "RunReport",
     "Task",
@@ -216,106 +217,299 @@ def _to_json(value: Any) -> Any:
 
 
 _UNION_TYPES: tuple[Any, ...] = (typing.Union, types.UnionType)
+_SEQUENCES = (list, collections.abc.Sequence, collections.abc.MutableSequence, collections.abc.Iterable)
+_SETS = (set, frozenset, collections.abc.Set, collections.abc.MutableSet)
+_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 
 
-def _from_json(data: Any, hint: Any) -> Any:
-    """JSON-native data as the annotation `hint` says (as it is when the annotation says nothing)."""
-    if hint is Any or hint is inspect.Parameter.empty or hint is object or isinstance(hint, (str, TypeVar)):
-        return data
+class PayloadMismatchError(GiveUp, TypeError):
+    """A message's payload does not fit its task's signature (an argument of another type than
+    its annotation, an unknown or a missing argument, a payload that is not a JSON object): the
+    job fails at once, without retries (it is a GiveUp), since it cannot succeed later. Also
+    raised by defer for an argument that does not fit its annotation."""
+
+
+class _Mismatch(Exception):
+    """JSON data that does not fit an annotation: where in the value (``[2]``, ``['k']``,
+    ``.field``), what was expected, what came."""
+
+    def __init__(self, expected: str, data: Any, where: str = "", detail: str = "") -> None:
+        self.expected, self.data, self.where, self.detail = expected, data, where, detail
+        super().__init__(self.text())
+
+    def inside(self, step: str) -> _Mismatch:
+        self.where = step + self.where
+        return self
+
+    def text(self) -> str:
+        shown = repr(self.data)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        got = "null (None)" if self.data is None else f"{shown} ({_json_type_name(self.data)})"
+        return f"is {got}, expected {self.expected}" + (f" ({self.detail})" if self.detail else "")
+
+
+def _json_type_name(data: Any) -> str:
+    names: dict[type, str] = {dict: "object", list: "array"}
+    return names.get(type(data), type(data).__name__)
+
+
+def _type_text(hint: Any) -> str:
+    """An annotation as a reader writes it: int | None, list[str], Literal['a', 'b'], Address."""
+    if hint is type(None) or hint is None:
+        return "None"
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Annotated:
-        return _from_json(data, args[0])
+        return _type_text(args[0])
+    if origin is typing.Literal:
+        return f"Literal[{', '.join(map(repr, args))}]"
     if origin in _UNION_TYPES:
-        if data is None and type(None) in args:
-            return None
-        last: Exception | None = None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                value = _from_json(data, arg)
-            except Exception as exc:
-                last = exc
-                continue
-            runtime = typing.get_origin(arg) or arg
-            if not isinstance(runtime, type) or isinstance(value, runtime):
-                return value
-        if last is not None:
-            raise last
-        return data
-    if origin is typing.Literal or hint is type(None):
-        return data
-    if origin is not None and data is not None:
-        if origin is tuple:
-            if len(args) == 2 and args[1] is Ellipsis:
-                return tuple(_from_json(v, args[0]) for v in data)
-            if args and len(args) != len(data):
-                raise TypeError(f"expected {len(args)} items, got {len(data)}")
-            return tuple(_from_json(v, a) for v, a in zip(data, args)) if args else tuple(data)
-        item = args[0] if args else Any
-        if origin in (set, frozenset, collections.abc.Set, collections.abc.MutableSet):
-            return (frozenset if origin is frozenset else set)(_from_json(v, item) for v in data)
-        if origin in (dict, collections.abc.Mapping, collections.abc.MutableMapping):
-            value_hint = args[1] if len(args) == 2 else Any
-            return {k: _from_json(v, value_hint) for k, v in data.items()}
-        if origin in (
-            list,
-            collections.abc.Sequence,
-            collections.abc.MutableSequence,
-            collections.abc.Iterable,
-        ):
-            return [_from_json(v, item) for v in data]
-        return data
-    if data is None or not isinstance(hint, type):
-        return data
-    if hint is bool or hint is str:
-        return data
-    if hint is float:
-        return float(data) if isinstance(data, int) and not isinstance(data, bool) else data
-    if issubclass(hint, enum.Enum):
-        return hint(data)
-    if hint is int:
-        return data
-    if issubclass(hint, dt.datetime):
-        return hint.fromisoformat(data)
-    if issubclass(hint, dt.date):
-        return hint.fromisoformat(data)
-    if issubclass(hint, dt.time):
-        return hint.fromisoformat(data)
-    if issubclass(hint, dt.timedelta):
-        return hint(seconds=data)
-    if issubclass(hint, uuid.UUID):
-        return hint(data)
-    if issubclass(hint, decimal.Decimal):
-        return hint(str(data))
-    if dataclasses.is_dataclass(hint):
-        hints = _type_hints(hint)
-        fields = {f.name for f in dataclasses.fields(hint) if f.init}
-        unknown = sorted(set(data) - fields)
-        if unknown:
-            raise TypeError(f"{hint.__name__} has no field {unknown[0]!r}")
-        return hint(**{k: _from_json(v, hints.get(k, Any)) for k, v in data.items()})
-    if hasattr(hint, "model_validate") and hasattr(hint, "model_fields"):
-        return hint.model_validate(data)
-    if hint in (list, dict) or issubclass(hint, (tuple, set, frozenset)):
-        return hint(data)
-    return data
+        return " | ".join(_type_text(a) for a in args)
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return (
+            f"{name}[{', '.join('...' if a is Ellipsis else _type_text(a) for a in args)}]" if args else name
+        )
+    return getattr(hint, "__name__", str(hint).replace("typing.", ""))
 
 
-_AS_IS = (str, int, bool)
+def _detail(exc: BaseException) -> str:
+    """What a conversion's error says, when it says something a reader can use."""
+    if isinstance(exc, decimal.DecimalException):
+        return ""  # its text is [<class 'decimal.ConversionSyntax'>]
+    errors_of = getattr(exc, "errors", None)
+    if callable(errors_of):  # pydantic's ValidationError: its first errors, each on its path
+        try:
+            return "; ".join(
+                f"{'.'.join(map(str, e.get('loc', ()))) or 'value'}: {e.get('msg')}" for e in errors_of()[:3]
+            )
+        except Exception:
+            pass
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def _decoder(hint: Any) -> Callable[[Any], Any] | None:
-    """How a JSON value is rebuilt for this annotation; None when it is used as it is."""
-    if hint is Any or hint is inspect.Parameter.empty or hint is object or hint in _AS_IS:
-        return None
-    if isinstance(hint, (str, TypeVar)):
+_Reader = Callable[[Any], Any]
+
+
+def _reader(hint: Any) -> _Reader | None:
+    """How JSON data is checked against the annotation `hint` and rebuilt as it says: a function
+    that returns the value or raises _Mismatch; None when any data is taken as it is (no
+    annotation, Any, object, an annotation that does not resolve). JSON-native types are checked
+    as they are (an int is not a bool, nor a float; a float takes an int), containers item by
+    item, unions in their order, Literal by value and type; the types JSON has none for
+    (datetime, UUID, Decimal, Enum, dataclasses, pydantic models...) are rebuilt from what
+    _to_json writes, a value they cannot be rebuilt from being a mismatch."""
+    if hint is Any or hint is inspect.Parameter.empty or hint is object or isinstance(hint, (str, TypeVar)):
         return None
     origin = typing.get_origin(hint)
-    if origin in (list, dict) and all(a in _AS_IS or a is Any for a in typing.get_args(hint)):
-        return None
-    return lambda data: _from_json(data, hint)
+    args = typing.get_args(hint)
+    expected = _type_text(hint)
+    if origin is typing.Annotated:
+        return _reader(args[0])
+    if hint is type(None) or hint is None:
+
+        def none(data: Any) -> Any:
+            if data is None:
+                return None
+            raise _Mismatch("None", data)
+
+        return none
+    if hint in (str, bool, int):
+
+        def exact(data: Any) -> Any:
+            if type(data) is hint:
+                return data
+            raise _Mismatch(expected, data)
+
+        exact.exact = hint  # type: ignore[attr-defined]  # (what containers check inline)
+        return exact
+    if hint is float:
+
+        def number(data: Any) -> Any:
+            kind = type(data)
+            if kind is float:
+                return data
+            if kind is int:
+                return float(data)
+            raise _Mismatch(expected, data)
+
+        return number
+    if origin is typing.Literal:
+        allowed = [(a, type(a)) for a in args]
+
+        def literal(data: Any) -> Any:
+            for value, kind in allowed:
+                if data == value and type(data) is kind:
+                    return data
+                if isinstance(value, enum.Enum) and data == value.value and type(data) is type(value.value):
+                    return value
+            raise _Mismatch(expected, data)
+
+        return literal
+    if origin in _UNION_TYPES:
+        readers = [_reader(a) for a in args]
+        if any(r is None for r in readers):
+            return None
+
+        optional = (
+            next((r for a, r in zip(args, readers) if a is not type(None)), None) if len(args) == 2 else None
+        )
+        if optional is not None and type(None) in args:
+
+            def optional_value(data: Any) -> Any:
+                if data is None:
+                    return None
+                try:
+                    return optional(data)
+                except _Mismatch as m:
+                    if not m.where:  # the value itself: say both types it could be
+                        m.expected = expected
+                    raise
+
+            return optional_value
+
+        def union(data: Any) -> Any:
+            for r in readers:
+                try:
+                    return r(data)  # type: ignore[misc]
+                except _Mismatch:
+                    continue
+            raise _Mismatch(expected, data)
+
+        return union
+    if origin is tuple or hint is tuple:
+        if args and not (len(args) == 2 and args[1] is Ellipsis):
+            items = [_reader(a) for a in args]
+
+            def fixed_tuple(data: Any) -> Any:
+                if type(data) is not list:
+                    raise _Mismatch(expected, data)
+                if len(data) != len(items):
+                    raise _Mismatch(expected, data, detail=f"{len(data)} items, not {len(items)}")
+                return tuple(
+                    v if r is None else _read_item(r, v, f"[{i}]")
+                    for i, (r, v) in enumerate(zip(items, data))
+                )
+
+            return fixed_tuple
+        return _array(expected, _reader(args[0]) if args else None, tuple)
+    if origin in _SEQUENCES or hint is list:
+        return _array(expected, _reader(args[0]) if args else None, None)
+    if origin in _SETS or hint in (set, frozenset):
+        return _array(
+            expected, _reader(args[0]) if args else None, frozenset if frozenset in (origin, hint) else set
+        )
+    if origin in _MAPPINGS or hint is dict:
+        value_reader = _reader(args[1]) if len(args) == 2 else None
+        exact_value = getattr(value_reader, "exact", None)
+
+        def mapping(data: Any) -> Any:
+            if type(data) is not dict:
+                raise _Mismatch(expected, data)
+            if value_reader is None:
+                return data
+            if exact_value is not None and all(type(v) is exact_value for v in data.values()):
+                return data
+            return {k: _read_item(value_reader, v, f"[{k!r}]") for k, v in data.items()}
+
+        return mapping
+    if origin is not None or not isinstance(hint, type):
+        return None  # a generic this module does not know: taken as it is
+    if dataclasses.is_dataclass(hint):
+        return _dataclass_reader(hint, expected)
+    json_types: tuple[type, ...]
+    if issubclass(hint, enum.Enum):
+        convert: Callable[[Any], Any] = hint
+        json_types = (str, int, float, bool)
+    elif issubclass(hint, (dt.datetime, dt.date, dt.time)):
+        convert, json_types = hint.fromisoformat, (str,)
+    elif issubclass(hint, dt.timedelta):
+        convert, json_types = (lambda data: hint(seconds=data)), (int, float)
+    elif issubclass(hint, uuid.UUID):
+        convert, json_types = hint, (str,)
+    elif issubclass(hint, decimal.Decimal):
+        convert, json_types = (lambda data: hint(str(data))), (str, int, float)
+    elif hasattr(hint, "model_validate") and hasattr(hint, "model_fields"):
+        convert, json_types = hint.model_validate, (dict,)
+    else:
+        return None  # a class of the application's own: its value as it is
+
+    def convert_value(data: Any) -> Any:
+        if type(data) not in json_types:
+            raise _Mismatch(expected, data)
+        try:
+            return convert(data)
+        except Exception as exc:
+            raise _Mismatch(expected, data, detail=_detail(exc)) from None
+
+    return convert_value
+
+
+def _read_item(reader: _Reader, data: Any, step: str) -> Any:
+    try:
+        return reader(data)
+    except _Mismatch as m:
+        raise m.inside(step) from None
+
+
+def _array(expected: str, item: _Reader | None, container: Any) -> _Reader:
+    exact = getattr(item, "exact", None)
+
+    def array(data: Any) -> Any:
+        if type(data) is not list:
+            raise _Mismatch(expected, data)
+        if item is None:
+            return data if container is None else container(data)
+        if exact is not None:  # list[str] and the like: one pass, no call per item
+            for v in data:
+                if type(v) is not exact:
+                    break
+            else:
+                return data if container is None else container(data)
+        values = [_read_item(item, v, f"[{i}]") for i, v in enumerate(data)]
+        return values if container is None else container(values)
+
+    return array
+
+
+def _dataclass_reader(hint: type, expected: str) -> _Reader:
+    readers: dict[str, _Reader | None] | None = None
+
+    def dataclass_value(data: Any) -> Any:
+        nonlocal readers
+        if readers is None:  # made at first use: a dataclass may refer to one defined after it
+            hints = _type_hints(hint)
+            readers = {f.name: _reader(hints.get(f.name, Any)) for f in dataclasses.fields(hint) if f.init}
+        if type(data) is not dict:
+            raise _Mismatch(expected, data)
+        unknown = sorted(set(data) - set(readers))
+        if unknown:
+            raise _Mismatch(expected, data, detail=f"{expected} has no field {unknown[0]!r}")
+        values = {}
+        for k, v in data.items():
+            r = readers[k]
+            values[k] = v if r is None else _read_item(r, v, f".{k}")
+        try:
+            return hint(**values)
+        except Exception as exc:
+            raise _Mismatch(expected, data, detail=_detail(exc)) from None
+
+    return dataclass_value
+
+
+def _exact_or_reader(hint: Any) -> Any:
+    """_reader, or for str, int and bool the type itself (checked inline: the worker's common case)."""
+    if hint in (str, int, bool):
+        return hint
+    return _reader(hint)
+
+
+def _from_json(data: Any, hint: Any) -> Any:
+    """JSON-native data as the annotation `hint` says (_reader; as it is when it says nothing);
+    _Mismatch when it does not fit."""
+    reader = _reader(hint)
+    return data if reader is None else reader(data)
 
 
 def _type_hints(obj: Any) -> dict[str, Any]:
@@ -408,7 +602,10 @@ class TaskHandle(Generic[R]):
         if r.state == "succeeded":
             t = None if self.app is None else self.app.tasks.get((self.queue, self.kind))
             hint = Any if t is None else t.hints.get("return", Any)
-            value: R = None if r.result is None else _from_json(r.result, hint)  # type: ignore[assignment]
+            try:
+                value: R = None if r.result is None else _from_json(r.result, hint)  # type: ignore[assignment]
+            except _Mismatch:
+                value = r.result  # stored by other code, or the annotation changed since: as it is
             return value
         if r.state == "failed":
             raise errors.TaskFailed(
@@ -524,8 +721,8 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         self._hints: dict[str, Any] | None = None
-        self._decoding: tuple[dict[str, Callable[[Any], Any] | None], frozenset[str], bool] | None = None
-        self._var_kw_decoder: Callable[[Any], Any] | None = None
+        self._decoding: tuple[dict[str, Any], frozenset[str], bool] | None = None
+        self._var_kw_reader: Any = None
         # (parameter, "datetime" | "timestamp"): where a periodic occurrence's time goes, when
         # the function asks for it (see App.periodic)
         self.occurrence_parameter: tuple[str, str] | None = None
@@ -625,9 +822,23 @@ class Task(Generic[P, R]):
         return self.hints.get(param.name, Any)
 
     def _encode(self, name: str, value: Any, hint: Any) -> Any:
-        if value is None or type(value) in (str, int, bool):
-            return value
-        if type(value) is float and math.isfinite(value):
+        if (
+            value is None
+            or type(value) in (str, int, bool)
+            or (type(value) is float and math.isfinite(value))
+        ):
+            read = self._reader_of(name)
+            if read is not None:
+                try:
+                    if type(read) is type:
+                        if type(value) is not read:
+                            raise _Mismatch(read.__name__, value)
+                    else:
+                        read(value)
+                except _Mismatch as m:
+                    raise errors.InvalidPayloadError(
+                        f"task {self.kind!r}: argument {name!r}{m.where} {m.text()}"
+                    ) from None
             return value
         try:
             data = _to_json(value)
@@ -638,6 +849,10 @@ class Task(Generic[P, R]):
         try:
             back = _from_json(data, hint)
             same = back == value and type(back) is type(value)
+        except _Mismatch as m:
+            raise errors.InvalidPayloadError(
+                f"task {self.kind!r}: argument {name!r}{m.where} {m.text()}"
+            ) from None
         except Exception:
             same = False
         if not same:
@@ -649,67 +864,73 @@ class Task(Generic[P, R]):
             )
         return data
 
-    def _decoders(self) -> tuple[dict[str, Callable[[Any], Any] | None], frozenset[str], bool]:
-        """Per parameter name, how its JSON value is rebuilt (None: as it is); the required names;
-        whether unknown names go to a **kwargs. Made once per task: the worker's per-message path."""
+    def _reader_of(self, name: str) -> Any:
+        readers, _, var_kw = self._decoders()
+        if name in readers:
+            return readers[name]
+        return self._var_kw_reader if var_kw else None
+
+    def _decoders(self) -> tuple[dict[str, Any], frozenset[str], bool]:
+        """Per parameter name, how its JSON value is checked and rebuilt (_reader; a type: that
+        JSON-native type exactly; None: taken as it is); the required names; whether unknown names
+        go to a **kwargs. Made once per task: the worker's per-message path."""
         if self._decoding is None:
-            decoders: dict[str, Callable[[Any], Any] | None] = {}
+            readers: dict[str, Any] = {}
             required = set()
             var_kw = False
             for p in self.signature.parameters.values():
                 if p.kind is p.VAR_KEYWORD:
                     var_kw = True
+                    self._var_kw_reader = _exact_or_reader(self._var_keyword_hint(p))
                     continue
-                decoders[p.name] = _decoder(self.hints.get(p.name, Any))
+                readers[p.name] = _exact_or_reader(self.hints.get(p.name, Any))
                 if p.default is p.empty and (
                     self.occurrence_parameter is None or p.name != self.occurrence_parameter[0]
                 ):
                     required.add(p.name)
-            self._var_kw_decoder = next(
-                (
-                    _decoder(self._var_keyword_hint(p))
-                    for p in self.signature.parameters.values()
-                    if p.kind is p.VAR_KEYWORD
-                ),
-                None,
-            )
-            self._decoding = (decoders, frozenset(required), var_kw)
+            self._decoding = (readers, frozenset(required), var_kw)
         return self._decoding
+
+    def _mismatch(self, text: str) -> PayloadMismatchError:
+        return PayloadMismatchError(f"task {self.kind!r}: {text}")
 
     def arguments(self, payload: Any, job: Job | None = None) -> dict[str, Any]:
         """The keyword arguments of the function for a message's payload (what defer wrote, or any
-        JSON object by name): each value rebuilt by its parameter's annotation. For a periodic
-        task that asks for its occurrence's time, `job` gives it (see App.periodic)."""
+        JSON object by name): each value checked against its parameter's annotation and rebuilt as
+        it says. A payload that does not fit (a value of another type, an unknown or a missing
+        argument, not a JSON object) raises PayloadMismatchError, which fails the job at once. For
+        a periodic task that asks for its occurrence's time, `job` gives it (see App.periodic)."""
         if type(payload) is not dict:
-            raise TypeError(
-                f"task {self.kind!r}: the payload must be a JSON object of its arguments by name, "
-                f"not {_type_name(payload)}"
+            raise self._mismatch(
+                f"the payload must be a JSON object of its arguments by name, not {_json_type_name(payload)}"
             )
-        decoders, required, var_kw = self._decoders()
+        readers, required, var_kw = self._decoders()
         kwargs: dict[str, Any] = {}
         for name, data in payload.items():
             try:
-                decode = decoders[name]
+                read = readers[name]
             except KeyError:
                 if not var_kw:
-                    raise TypeError(
-                        f"task {self.kind!r}: the payload has an unknown argument {name!r}"
-                    ) from None
-                decode = self._var_kw_decoder
-            if decode is None or data is None:
+                    raise self._mismatch(f"the payload has an unknown argument {name!r}") from None
+                read = self._var_kw_reader
+            if read is None:
                 kwargs[name] = data
-                continue
-            try:
-                kwargs[name] = decode(data)
-            except Exception as exc:
-                raise TypeError(f"task {self.kind!r}: argument {name!r} of the payload: {exc}") from None
+            elif type(read) is type:  # a JSON-native type, exactly: the common case, inline
+                if type(data) is not read:
+                    raise self._mismatch(f"argument {name!r} {_Mismatch(read.__name__, data).text()}")
+                kwargs[name] = data
+            else:
+                try:
+                    kwargs[name] = read(data)
+                except _Mismatch as m:
+                    raise self._mismatch(f"argument {name!r}{m.where} {m.text()}") from None
         if not required.issubset(kwargs):
             missing = sorted(required - kwargs.keys())
-            raise TypeError(f"task {self.kind!r}: the payload has no argument {missing[0]!r}")
+            raise self._mismatch(f"the payload has no argument {missing[0]!r}")
         occurrence = self.occurrence_parameter
         if occurrence is not None and occurrence[0] not in kwargs:
             if job is None:
-                raise TypeError(f"task {self.kind!r}: the payload has no argument {occurrence[0]!r}")
+                raise self._mismatch(f"the payload has no argument {occurrence[0]!r}")
             at = occurrence_time(job)
             kwargs[occurrence[0]] = at if occurrence[1] == "datetime" else int(at.timestamp())
         return kwargs
