@@ -189,3 +189,34 @@ def test_a_malformed_cron_is_refused_by_the_contract_at_setup(app):
 
     with pytest.raises(InvalidArgumentError, match='cron hour field "24"'):
         app.create_queues()
+
+
+@pytest.mark.slow  # 12 s per dialect: six runs of a 2 s cadence
+def test_a_periodic_task_runs_on_its_cadence_under_a_worker_on_default_settings(app):
+    """Gaps read from the handler's own clock: a worker on its default settings (LISTEN on
+    PostgreSQL, its 5 s poll fallback) wakes for each occurrence at its time; a worker that slept
+    to its fallback instead would show gaps of up to 5 s."""
+    seen: list[tuple[float, dt.datetime]] = []
+
+    @app.periodic(every=2)
+    @app.task
+    def beat(at: dt.datetime) -> None:
+        seen.append((time.time(), at))
+
+    app.create_queues()
+    worker = app.worker(concurrency=1, register=False)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and len(seen) < 6:
+            time.sleep(0.05)
+    finally:
+        worker.stop(reason="test over")
+        thread.join(timeout=30)
+    assert len(seen) >= 6, seen
+    gaps = [round(b[0] - a[0], 2) for a, b in zip(seen, seen[1:])]
+    assert all(abs(g - 2.0) <= 0.3 for g in gaps), gaps
+    # each run starts within 0.3 s of its occurrence's time, one occurrence after the other
+    assert all(0 <= ran - at.timestamp() <= 0.3 for ran, at in seen[1:]), seen
+    assert all((b[1] - a[1]).total_seconds() == 2 for a, b in zip(seen, seen[1:]))
