@@ -51,6 +51,11 @@ SUITES = {
         "mixed load while workers are killed at random, then an exact accounting of every message",
         ("--minutes", "0.5", "--dialect", "postgresql", "--out", "bench/results"),
     ),
+    "history": Suite(
+        "history",
+        "clients run the contract's calls under faults, then a checker verifies every guarantee over the history",
+        ("--ops", "3000", "--dialect", "postgresql"),
+    ),
     "failover": Suite(
         "failover",
         "a primary killed under load and its standby promoted: nothing acknowledged lost",

@@ -1,0 +1,1041 @@
+"""History: producer and consumer processes run a random mix of the contract's operations on real
+connections, each call written before it is sent and its answer after, both with the server's clock;
+with --faults, meanwhile, clients are SIGKILLed, connections cut, consumers paused past their leases
+and (on a server the suite starts itself) the server restarted. A checker then verifies the
+contract's guarantees over the whole history and names the operations of every violation. Exits 1
+when it finds one. bench/README.md, History.
+
+    python -m bench history --ops 1000000 --faults --dialect postgresql
+    python -m bench history --ops 20000 --dialect mysql --isolation "REPEATABLE READ"
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import glob
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from typing import Any
+
+import pyqueue_sql
+from bench import common
+from pyqueue_sql import errors
+
+Q, NEXT, DEAD = "h", "h.next", "h.dead"
+MAX_ATTEMPTS, LEASE, CAPACITY, RATE_N, RATE_PER = 3, 2.0, 3, 10, 1.0
+TIMEOUTS = (0.3, 1.0, 2.0, 2.0, 4.0)  # seconds a reservation is asked for; 0.3 s ones expire while held
+PUSH_KINDS = ("free", "free", "lim", "rate", "poison")
+INF = float("inf")
+NO_EFFECT = (errors.InvalidArgumentError, errors.UnknownQueueError)  # refused: nothing changed
+ENDS = {"commit", "commit_batch", "commit_reserve", "commit_push", "fail", "rollback", "snooze", "move"}
+
+
+# ---- the clients ---------------------------------------------------------------------------------
+
+
+class Recorder:
+    """One process's history: a line [seq, op, args, t0] before each call, [seq, status, answer, t1]
+    after it (status ok, or unk when the call failed in a way that may have changed something).
+    t0 and t1 are the server's clock, read on the call's own connection before and after it."""
+
+    def __init__(self, dialect: str, dsn: str, path: str, isolation: str | None = None):
+        self.dialect, self.dsn, self.isolation = dialect, dsn, isolation
+        self.out = open(path, "a", buffering=1)
+        self.seq, self.db, self.t = 0, None, None
+        self.clock_sql = (
+            "SELECT extract(epoch FROM clock_timestamp())::float8"
+            if dialect == "postgresql"
+            else "SELECT UNIX_TIMESTAMP(SYSDATE(6))"
+        )
+
+    def clock(self) -> float:
+        cur = self.db.connection.cursor()
+        cur.execute(self.clock_sql)
+        (t,) = cur.fetchone()
+        cur.close()
+        return float(t)
+
+    def connect(self) -> None:
+        while True:
+            try:
+                self.db = pyqueue_sql.connect(self.dsn)
+                if self.isolation:
+                    cur = self.db.connection.cursor()
+                    what = "SESSION CHARACTERISTICS AS" if self.dialect == "postgresql" else "SESSION"
+                    cur.execute(f"SET {what} TRANSACTION ISOLATION LEVEL {self.isolation}")
+                self.t = self.clock()
+                return
+            except Exception:  # noqa: BLE001 (the server restarting, or this connection cut)
+                time.sleep(0.2)
+
+    def call(self, op: str, args: list, fn) -> tuple[str, Any]:
+        """Runs fn(db) as one recorded operation; (status, answer)."""
+        if self.db is None or self.t is None:
+            self.connect()
+        self.seq += 1
+        self.out.write(json.dumps([self.seq, op, args, self.t], separators=(",", ":")) + "\n")
+        try:
+            answer, status = fn(self.db), "ok"
+            written = answer[0] if isinstance(answer, KeepAnswer) else answer
+        except NO_EFFECT as exc:
+            answer, status = str(exc)[:200], "err"
+            written = answer
+        except Exception as exc:  # noqa: BLE001 (connection lost, deadlock, server gone: may have happened)
+            answer, status = f"{type(exc).__name__}: {str(exc)[:200]}", "unk"
+            written = answer
+        try:
+            self.t = self.clock()
+        except Exception:  # noqa: BLE001
+            self.t, status = None, "unk"
+        self.out.write(
+            json.dumps([self.seq, status, written, self.t], separators=(",", ":"), default=str) + "\n"
+        )
+        if self.t is None:
+            try:
+                self.db.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.db = None
+        return status, answer
+
+
+def held(rs) -> list:
+    return [[r.key, r.kind, str(r.token), r.attempts] for r in rs]
+
+
+def producer(rec: Recorder, rng: random.Random, name: str, skew: float) -> Any:
+    """One producer operation a call: pushes of every shape, fresh keys (which must be new), and
+    pushes again of delayed keys pushed before (which must be refused as duplicates)."""
+    seq, dedup, groups = [0], [], [f"{name}.g{i}" for i in range(8)]
+    for g in groups[::2]:
+        rec.call("group_limit", [g, 2], lambda db, g=g: db.queue(Q).set_group_limit(g, 2))
+
+    def key() -> str:
+        seq[0] += 1
+        return f"{name}.{seq[0]}"
+
+    def step() -> None:
+        x = rng.random()
+        if x < 0.3:
+            k, kind = key(), rng.choice(PUSH_KINDS)
+            rec.call("push", [[k, kind, None]], lambda db: db.queue(Q).push(k, kind, {"k": k}))
+        elif x < 0.5:
+            items = [(key(), rng.choice(PUSH_KINDS)) for _ in range(rng.randint(2, 10))]
+            rec.call(
+                "push_batch",
+                [[k, kind, None] for k, kind in items],
+                lambda db: db.queue(Q).push_many([(k, kind, {"k": k}) for k, kind in items]),
+            )
+        elif x < 0.65:
+            k, g = key(), rng.choice(groups)
+            rec.call("push", [[k, "grp", g]], lambda db: db.queue(Q).push(k, "grp", {"k": k}, group=g))
+        elif x < 0.8:
+            items = [(key(), rng.choice(groups)) for _ in range(rng.randint(2, 8))]
+            rec.call(
+                "push_batch",
+                [[k, "grp", g] for k, g in items],
+                lambda db: db.queue(Q).push_many(
+                    [pyqueue_sql.NewMessage(k, "grp", {}, group=g) for k, g in items]
+                ),
+            )
+        elif x < 0.88 or not dedup:
+            # delayed an hour by this client's clock (skewed by minutes at most): live all run long
+            k = key()
+            run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=skew + 3600)
+            if rec.call(
+                "push", [[k, "dedup", None]], lambda db: db.queue(Q).push(k, "dedup", 0, run_at=run_at)
+            ) == (
+                "ok",
+                True,
+            ):
+                dedup.append(k)
+        elif x < 0.97:
+            ks = rng.sample(dedup, min(len(dedup), rng.randint(1, 4)))
+            if len(ks) == 1:
+                rec.call("push", [[ks[0], "dedup", None]], lambda db: db.queue(Q).push(ks[0], "dedup", 1))
+            else:
+                rec.call(
+                    "push_batch",
+                    [[k, "dedup", None] for k in ks],
+                    lambda db: db.queue(Q).push_many([(k, "dedup", 1) for k in ks]),
+                )
+        else:
+            k = f"{name}.{rng.randint(max(1, seq[0] - 50), max(1, seq[0]))}"
+            kind = rng.choice(PUSH_KINDS)
+            rec.call("cancel", [k, kind], lambda db: db.queue(Q).cancel(k, kind))
+
+    return step
+
+
+def consumer(rec: Recorder, rng: random.Random, name: str, skew: float) -> Any:
+    """One consumer operation a call, on the reservations it holds (and, now and then, on one it
+    no longer holds: a stale token must not work)."""
+    hold: list = []
+    stale: list = []
+
+    def take(rs, timeout) -> None:
+        hold.extend((r, timeout) for r in rs)
+
+    def pick():
+        return hold.pop(rng.randrange(len(hold)))
+
+    def step() -> None:
+        x = rng.random()
+        timeout = rng.choice(TIMEOUTS)
+        if not hold or x < 0.3:
+            n = 1 if rng.random() < 0.5 else rng.randint(2, 6)
+            status, rs = rec.call(
+                "reserve",
+                [n, timeout],
+                lambda db: held_and_keep(db.queue(Q).reserve(n, worker=name, timeout=timeout)),
+            )
+            if status == "ok":
+                take(rs[1], timeout)
+                if not rs[1]:
+                    time.sleep(0.05)  # nothing ready: a moment for the producers
+            return
+        r, t = pick()
+        if r.kind == "poison":
+            rec.call("fail", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).fail(r, "poison"))
+            return
+        if x < 0.45:
+            rec.call("commit", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).commit(r))
+        elif x < 0.52:
+            more = [r] + [pick()[0] for _ in range(min(len(hold), rng.randint(1, 3)))]
+            rec.call(
+                "commit_batch",
+                [[m.key, m.kind, str(m.token)] for m in more],
+                lambda db: db.queue(Q).commit_many(more),
+            )
+        elif x < 0.6:
+            n = rng.randint(1, 3)
+            status, got = rec.call(
+                "commit_reserve",
+                [r.key, r.kind, str(r.token), n, timeout],
+                lambda db: keep_cr(db.queue(Q).commit_reserve(r, n, worker=name, timeout=timeout)),
+            )
+            if status == "ok":
+                take(got[1], timeout)
+        elif x < 0.65:
+            rec.call("fail", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).fail(r, "flaky"))
+        elif x < 0.69:
+            rec.call("rollback", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).rollback(r))
+        elif x < 0.73:
+            rec.call("snooze", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).snooze(r, 0.2))
+        elif x < 0.8:
+            status, new = rec.call(
+                "extend",
+                [r.key, r.kind, str(r.token), timeout],
+                lambda db: keep1(db.queue(Q).extend(r, timeout)),
+            )
+            if status == "ok" and new[1] is not None:
+                take([new[1]], timeout)
+            stale.append(r)
+        elif x < 0.85:
+            status, new = rec.call(
+                "renew",
+                [r.key, r.kind, str(r.token), timeout],
+                lambda db: keep1(db.queue(Q).renew(r, timeout).reservation),
+            )
+            if status == "ok" and new[1] is not None:
+                take([new[1]], timeout)
+            stale.append(r)
+        elif x < 0.89:
+            rec.call("move", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).move(r, NEXT))
+        elif x < 0.93:
+            k = f"{name}.{rec.seq}"
+
+            def commit_push(db):
+                with db.transaction():  # a business transaction: the commit and a push stand or fall together
+                    return [db.queue(Q).commit(r), db.queue(Q).push(k, "free", 0)]
+
+            rec.call("commit_push", [r.key, r.kind, str(r.token), [[k, "free", None]]], commit_push)
+        elif x < 0.97 and stale:
+            s = stale.pop(rng.randrange(len(stale)))
+            rec.call("commit", [s.key, s.kind, str(s.token)], lambda db: db.queue(Q).commit(s))
+            hold.append((r, t))
+        else:
+            stale.append(r)  # abandoned: its lease expires while this client goes on
+        del stale[:-20]
+
+    return step
+
+
+def held_and_keep(rs):
+    """The answer written down (key, kind, token, attempts a reservation) and the objects kept."""
+    return KeepAnswer(held(rs), rs)
+
+
+def keep1(r):
+    return KeepAnswer(None if r is None else str(r.token), r)
+
+
+def keep_cr(answer):
+    committed, rs = answer
+    return KeepAnswer([committed, held(rs)], rs)
+
+
+class KeepAnswer(list):
+    """[written answer, kept objects]; written as its first element only (see Recorder.call)."""
+
+    def __init__(self, written, kept):
+        super().__init__([written, kept])
+
+
+def client_main(
+    role: str, name: str, dialect: str, dsn: str, path: str, seed: int, budget, stop, skew: float, isolation
+):
+    if skew:  # this client's clock is wrong by `skew` seconds: nothing the contract times may depend on it
+        real = time.time
+        time.time = lambda: real() + skew
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    rec = Recorder(dialect, dsn, path, isolation)
+    rng = random.Random(seed)
+    step = (producer if role == "p" else consumer)(rec, rng, name, skew)
+    throttle = 0
+    while not stop.is_set():
+        with budget.get_lock():
+            if budget.value <= 0:
+                break
+            budget.value -= 1
+        if role == "p":
+            throttle += 1
+            if throttle % 50 == 0 and rec.db is not None:
+                try:
+                    while Q_ready(rec.db) > 2000 and not stop.is_set():
+                        time.sleep(0.2)
+                except Exception:  # noqa: BLE001
+                    rec.db = None
+        step()
+
+
+def Q_ready(db) -> int:
+    return db.queue(Q).stats().ready
+
+
+# ---- the run: server, queues, clients, faults, the final drain -----------------------------------
+
+
+class Server:
+    """Where the history runs: a database on the shared server (no restarts), or a server of the
+    suite's own (tests/own_postgres.py, tests/own_mariadb.py) that it may restart."""
+
+    def __init__(self, dialect: str, own: bool):
+        self.dialect, self.own, self.server = dialect, own, None
+        if own:
+            if dialect == "postgresql":
+                from tests.own_postgres import OwnPostgres
+
+                self.server = OwnPostgres("max_connections = 100\n")
+                self.server.start()
+            else:
+                from tests.own_mariadb import OwnMariaDB
+
+                self.server = OwnMariaDB()
+                self.server.start()
+            self.server.wait_ready()
+            admin = self.server.dsn("postgres") if dialect == "postgresql" else self.server.dsn("")
+            common.execute(
+                dialect,
+                admin,
+                'CREATE DATABASE "history"'
+                if dialect == "postgresql"
+                else "CREATE DATABASE history CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+            )
+            self.dsn = self.server.dsn("history")
+        else:
+            self.dsn = common.create(dialect, "history")
+
+    def restart(self) -> None:
+        if self.dialect == "postgresql":
+            self.server.stop("immediate")  # a crash: what the WAL holds comes back
+            self.server.start()
+        else:
+            self.server.kill()
+            self.server.start()
+        self.server.wait_ready()
+
+    def backends(self, conn) -> list[int]:
+        """The sessions of the clients in the database, busy ones first."""
+        cur = conn.cursor()
+        if self.dialect == "postgresql":
+            cur.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend' ORDER BY state = 'active' DESC"
+            )
+        else:
+            cur.execute(
+                "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() "
+                "ORDER BY command = 'Query' DESC"
+            )
+        return [int(r[0]) for r in cur.fetchall()]
+
+    def cut(self, conn, session: int) -> None:
+        cur = conn.cursor()
+        cur.execute(
+            f"SELECT pg_terminate_backend({session})"
+            if self.dialect == "postgresql"
+            else f"KILL CONNECTION {session}"
+        )
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.destroy()
+        else:
+            common.drop(self.dialect, self.dsn)
+
+
+def install(dsn: str) -> None:
+    common.install_pyqueue(dsn)
+    with pyqueue_sql.connect(dsn) as db:
+        db.queue(DEAD).create()
+        db.queue(NEXT).create()
+        db.queue(Q).create(LEASE, MAX_ATTEMPTS, DEAD, dt.timedelta(days=1))
+        db.queue(Q).set_limit("lim", CAPACITY)
+        db.queue(Q).set_rate("rate", RATE_N, RATE_PER)
+
+
+class Fleet:
+    def __init__(self, args, dialect: str, dsn: str, workdir: str):
+        self.args, self.dialect, self.dsn, self.workdir = args, dialect, dsn, workdir
+        self.ctx = mp.get_context(
+            "forkserver"
+        )  # each client forked from one clean process: fast, no inherited connection
+        self.ctx.set_forkserver_preload(["bench.history"])
+        self.budget = self.ctx.Value("q", args.ops)
+        self.stop = self.ctx.Event()
+        self.procs: dict[str, Any] = {}
+        self.started = collections.Counter()
+        self.rng = random.Random(args.seed)
+        self.skewed = 0
+
+    def start(self, slot: str) -> None:
+        self.started[slot] += 1
+        name = f"{slot}{self.started[slot]}"
+        skew = 0.0
+        if self.args.faults and slot.startswith("c") and int(slot[1:]) % 2 == 1:
+            skew = self.rng.choice((-1, 1)) * self.rng.uniform(30, 600)
+            self.skewed += 1
+        p = self.ctx.Process(
+            target=client_main,
+            args=(
+                slot[0],
+                name,
+                self.dialect,
+                self.dsn,
+                os.path.join(self.workdir, f"{name}.jsonl"),
+                self.rng.randrange(2**32),
+                self.budget,
+                self.stop,
+                skew,
+                self.args.isolation if slot[0] == "c" else None,
+            ),
+            daemon=True,
+        )
+        p.start()
+        self.procs[slot] = p
+
+    def start_all(self) -> None:
+        for i in range(self.args.producers):
+            self.start(f"p{i}")
+        for i in range(self.args.consumers):
+            self.start(f"c{i}")
+
+    def running(self) -> bool:
+        return self.budget.value > 0 and any(p.is_alive() for p in self.procs.values())
+
+    def end(self) -> None:
+        self.stop.set()
+        for p in self.procs.values():
+            if p.pid and p.is_alive():
+                os.kill(p.pid, signal.SIGCONT)
+        for p in self.procs.values():
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> collections.Counter:
+    """Faults until the budget of operations is spent: one every 0.5 to 2 s, of a kind chosen at
+    random (a restart every --restart-every s on a server of the suite's own)."""
+    faults: collections.Counter = collections.Counter()
+    paused: dict[str, float] = {}
+    next_restart = time.monotonic() + fleet.args.restart_every
+    kinds = ["kill", "cut", "cut", "pause"]
+    stop_at = time.monotonic() + 60 * fleet.args.minutes if fleet.args.minutes else INF
+    while fleet.running():
+        pause_until = time.monotonic() + rng.uniform(0.5, 2.0)
+        while fleet.running() and time.monotonic() < pause_until:
+            time.sleep(0.05)
+        if time.monotonic() >= stop_at:  # the time is up: the operations done so far are the history
+            with fleet.budget.get_lock():
+                fleet.budget.value = 0
+        for slot, until in list(paused.items()):
+            if time.monotonic() >= until:
+                os.kill(fleet.procs[slot].pid, signal.SIGCONT)
+                del paused[slot]
+        if not fleet.args.faults:
+            continue
+        if server.own and time.monotonic() >= next_restart:
+            server.restart()
+            admin = None
+            faults["server restarts"] += 1
+            next_restart = time.monotonic() + fleet.args.restart_every
+            continue
+        kind = rng.choice(kinds)
+        live = [s for s, p in fleet.procs.items() if p.is_alive() and s not in paused]
+        if not live:
+            continue
+        if kind == "kill":
+            slot = rng.choice(live)
+            fleet.procs[slot].kill()
+            fleet.procs[slot].join(10)
+            fleet.start(slot)
+            faults["clients SIGKILLed"] += 1
+        elif kind == "pause":
+            slot = rng.choice([s for s in live if s.startswith("c")] or live)
+            os.kill(fleet.procs[slot].pid, signal.SIGSTOP)
+            paused[slot] = time.monotonic() + max(TIMEOUTS) + rng.uniform(0.5, 2)  # past every lease it holds
+            faults["consumers paused past their leases"] += 1
+        else:
+            try:
+                admin = admin or common.raw_connect(server.dialect, server.dsn)
+                sessions = server.backends(admin)
+                if sessions:
+                    server.cut(admin, rng.choice(sessions[:3]))
+                    faults["connections cut"] += 1
+            except Exception:  # noqa: BLE001 (the session ended meanwhile, or the server restarts)
+                admin = None
+    for slot in paused:
+        os.kill(fleet.procs[slot].pid, signal.SIGCONT)
+    faults["clients with a skewed clock"] = fleet.skewed
+    return faults
+
+
+def drain(dialect: str, dsn: str, workdir: str, limit_s: float = 300) -> None:
+    """Reserves and commits everything left (recorded as one more consumer), until only the
+    delayed dedup messages are left: leases of killed clients expire, exhausted messages are
+    dead-lettered by these reserves, each group's next message comes up."""
+    rec = Recorder(dialect, dsn, os.path.join(workdir, "drain.jsonl"))
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        status, got = rec.call(
+            "reserve", [100, 30.0], lambda db: held_and_keep(db.queue(Q).reserve(100, "drain", 30.0))
+        )
+        if status == "ok" and got[1]:
+            rs = got[1]
+            rec.call(
+                "commit_batch",
+                [[r.key, r.kind, str(r.token)] for r in rs],
+                lambda db: db.queue(Q).commit_many(rs),
+            )
+            continue
+        left = common.execute(
+            dialect,
+            dsn,
+            f"SELECT count(*) FROM pyqueue_message WHERE queue_name = '{Q}' AND p_kind <> 'dedup'",
+        )[0][0]
+        if not left:
+            return
+        time.sleep(0.3)
+    raise RuntimeError("the final drain did not empty the queue")
+
+
+def inventory(dialect: str, dsn: str) -> dict:
+    """What the database holds at the end: the live messages of the three queues and the main
+    queue's history rows (every message that left it, with how)."""
+    live = common.execute(dialect, dsn, "SELECT queue_name, p_key, p_kind FROM pyqueue_message")
+    at = (
+        "extract(epoch FROM processed_at)::float8"
+        if dialect == "postgresql"
+        else "UNIX_TIMESTAMP(processed_at)"
+    )
+    hist = common.execute(
+        dialect,
+        dsn,
+        *(() if dialect == "postgresql" else ("SET time_zone = '+00:00'",)),
+        f"SELECT p_key, p_kind, outcome, {at} FROM pyqueue_history WHERE queue_name = '{Q}'",
+    )
+    hist = [(k, kind, o, None if t is None else float(t)) for k, kind, o, t in hist]
+    return {"live": [list(r) for r in live], "history": [list(r) for r in hist]}
+
+
+# ---- the checker ---------------------------------------------------------------------------------
+
+
+class Op:
+    __slots__ = ("proc", "seq", "op", "args", "st", "ans", "t0", "t1")
+
+    def __init__(self, proc, seq, op, args, st, ans, t0, t1):
+        self.proc, self.seq, self.op, self.args, self.st, self.ans, self.t0, self.t1 = (
+            proc,
+            seq,
+            op,
+            args,
+            st,
+            ans,
+            t0,
+            t1,
+        )
+
+    def __repr__(self) -> str:
+        return f"{self.proc}#{self.seq} {self.op}{json.dumps(self.args)} -> {self.st} {json.dumps(self.ans)} [{self.t0:.6f}, {self.t1:.6f}]"
+
+
+def load(workdir: str) -> list[Op]:
+    """Every recorded call: an answer-less call (its client killed) is unknown, to the end of time."""
+    ops = []
+    for path in sorted(glob.glob(os.path.join(workdir, "*.jsonl"))):
+        proc, calls = os.path.basename(path)[:-6], {}
+        with open(path) as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except ValueError:  # the last line of a client killed while writing it
+                    continue
+                if len(row) == 4 and isinstance(row[1], str) and row[1] in ("ok", "err", "unk"):
+                    o = calls.get(row[0])
+                    if o is not None:
+                        o.st, o.ans, o.t1 = row[1], row[2], INF if row[3] is None else row[3]
+                else:
+                    calls[row[0]] = Op(proc, row[0], row[1], row[2], "unk", None, row[3], INF)
+        ops.extend(calls.values())
+    return ops
+
+
+class Chain:
+    """One lease: granted by a reserve, carried on by the extends and renewals of its tokens."""
+
+    __slots__ = ("m", "grant", "T", "attempts", "exts", "clips", "end0", "acts")
+
+    def __init__(self, m, grant: Op, T: float, attempts: int):
+        self.m, self.grant, self.T, self.attempts = m, grant, T, attempts
+        self.exts: list[tuple[Op, float]] = []  # extends and renewals that answered a new token
+        self.clips: list[float] = []  # the starts of every extend or renewal that may have moved its end
+        self.end0 = INF  # the earliest start of a call that may have ended it
+        self.acts: list[Op] = []  # calls that answered as its holder
+
+    def segments(self) -> list[tuple[float, float]]:
+        """When it certainly held: from the answer of its grant (or of an extend) to the earliest its
+        lease can end: that call's start + the timeout asked, the start of the next extend (which
+        may shorten it), or of a call that may have ended it."""
+        out = []
+        for o, T in [(self.grant, self.T), *self.exts]:
+            nxt = min((t for t in self.clips if t > o.t0), default=INF)
+            out.append((o.t1, min(o.t0 + T, nxt, self.end0)))
+        return [(a, b) for a, b in out if a < b]
+
+
+class Msg:
+    __slots__ = ("key", "kind", "group", "new", "refused", "maybe", "chains", "terminal", "depart", "ops")
+
+    def __init__(self, key, kind):
+        self.key, self.kind, self.group = key, kind, None
+        self.new: list[Op] = []  # pushes answered "new"
+        self.refused: list[Op] = []  # pushes answered "duplicate"
+        self.maybe: list[Op] = []  # pushes without an answer
+        self.chains: list[Chain] = []
+        self.terminal: list[Op] = []  # calls that answered that it left the queue
+        self.depart = INF  # the earliest time it may have left the queue
+        self.ops: list[Op] = []
+
+
+def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
+    msgs: dict[tuple, Msg] = {}
+    tokens: dict[str, Chain] = {}
+    violations: list[dict] = []
+
+    def msg(key, kind) -> Msg:
+        m = msgs.get((key, kind))
+        if m is None:
+            m = msgs[(key, kind)] = Msg(key, kind)
+        return m
+
+    def bad(what: str, text: str, evidence) -> None:
+        violations.append({"guarantee": what, "text": text, "ops": [repr(o) for o in evidence][:12]})
+
+    def grant(o: Op, rows, T) -> None:
+        for key, kind, tok, attempts in rows:
+            m = msg(key, kind)
+            c = Chain(m, o, T, attempts)
+            m.chains.append(c)
+            m.ops.append(o)
+            tokens[tok] = c
+            if attempts > MAX_ATTEMPTS:
+                bad(
+                    "dead letter",
+                    f"{key} delivered for the {attempts}th time, max_attempts {MAX_ATTEMPTS}",
+                    [o],
+                )
+
+    def ended(o: Op, tok: str, ok: bool | None, leaves: bool | None) -> None:
+        """A call with this token that answered ok (True), that it no longer held (False, nothing
+        happened), or nothing (None: may have happened); leaves: it takes the message out of the
+        queue (None: only on a last delivery)."""
+        c = tokens.get(tok)
+        if c is None or ok is False:
+            return
+        c.end0 = min(c.end0, o.t0)
+        c.m.ops.append(o)
+        last = c.attempts >= MAX_ATTEMPTS
+        if leaves or (leaves is None and last):
+            c.m.depart = min(c.m.depart, o.t0)
+        if ok:
+            c.acts.append(o)
+            if leaves:
+                c.m.terminal.append(o)
+
+    group_limits = {o.args[0] for o in ops if o.op == "group_limit" and o.st != "err"}
+    by_op = collections.defaultdict(list)
+    for o in ops:
+        by_op[o.op].append(o)
+    for o in by_op["push"] + by_op["push_batch"] + by_op["commit_push"]:
+        items = o.args[3] if o.op == "commit_push" else o.args
+        if o.op == "commit_push":
+            ans = None if o.st != "ok" else (o.ans[1] if o.ans[0] is not None else None)
+        elif o.op == "push":
+            ans = o.ans if o.st == "ok" else None
+        else:
+            ans = None if o.st != "ok" else (True if o.ans == len(items) else False if o.ans == 0 else "some")
+        for key, kind, group in items:
+            m = msg(key, kind)
+            m.group = group
+            m.ops.append(o)
+            if ans == "some":
+                bad("dedup", f"a batch of {len(items)} answered {o.ans} new: all fresh or all live keys", [o])
+            elif ans is None:
+                m.maybe.append(o)
+            else:
+                (m.new if ans else m.refused).append(o)
+    for o in by_op["reserve"]:
+        if o.st == "ok":
+            grant(o, o.ans, o.args[1])
+    for o in by_op["commit_reserve"]:
+        if o.st == "ok":
+            grant(o, o.ans[1], o.args[4])
+    for o in sorted(by_op["extend"] + by_op["renew"], key=lambda o: o.t0):
+        c = tokens.get(o.args[2])
+        if c is not None and o.st != "err":
+            c.clips.append(o.t0)
+        if c is not None and o.st == "ok" and o.ans is not None:
+            c.exts.append((o, o.args[3]))
+            c.acts.append(o)
+            tokens[o.ans] = c
+    for o in by_op["commit"] + by_op["commit_push"] + by_op["commit_reserve"]:
+        if o.st == "err":
+            continue
+        committed = (o.ans[0] if o.op != "commit" else o.ans) if o.st == "ok" else None
+        if o.op == "commit_reserve" and o.st == "ok" and committed is None:
+            continue
+        ended(o, o.args[2], committed, True)
+    for o in by_op["commit_batch"]:
+        if o.st != "err" and o.ans != 0:
+            for _key, _kind, tok in o.args:
+                ended(o, tok, True if o.st == "ok" and o.ans == len(o.args) else None, True)
+    for o in by_op["fail"] + by_op["rollback"] + by_op["snooze"] + by_op["move"]:
+        if o.st == "err":
+            continue
+        ok = None if o.st == "unk" else (o.ans is not None and o.ans is not False)
+        leaves = {"move": True, "snooze": False}.get(o.op)
+        if o.op == "fail" and o.st == "ok" and o.ans is not None:
+            leaves = o.ans != "retry"
+        ended(o, o.args[2], ok, leaves)
+    for o in by_op["cancel"]:
+        m = msgs.get(tuple(o.args))
+        if m is not None and o.st != "err" and o.ans not in ("requested", "unknown"):
+            m.depart = min(m.depart, o.t0)
+            m.ops.append(o)
+            if o.ans == "cancelled":
+                m.terminal.append(o)
+
+    # the end state: where each message is, and when the server says it left
+    live = {(k, kind): q for q, k, kind in end["live"]}
+    outcomes = collections.defaultdict(list)
+    for key, kind, outcome, at in end["history"]:
+        outcomes[(key, kind)].append(outcome)
+        m = msgs.get((key, kind))
+        if m is not None and at is not None:
+            m.depart = min(m.depart, at)
+    for m in msgs.values():
+        for c in m.chains:
+            if c.attempts >= MAX_ATTEMPTS:  # its lease's end, the earliest its expiry can dead-letter it
+                m.depart = min(m.depart, c.grant.t0 + c.T)
+
+    lost = 0
+    for (key, kind), m in msgs.items():
+        where, outs = live.get((key, kind)), outcomes.get((key, kind), [])
+        # nothing acknowledged lost, and a fresh key is never refused
+        if m.new and where is None and not outs:
+            lost += 1
+            bad(
+                "nothing lost",
+                f"{key} ({kind}) pushed, never in the queue's history nor live at the end",
+                m.new + m.ops,
+            )
+        if m.refused and not m.new and not m.maybe and kind != "dedup":
+            lost += 1
+            bad("nothing lost", f"{key} ({kind}): a fresh key refused as a duplicate", m.refused)
+        for o in outs:
+            if o == "moved" and live.get((key, kind)) not in (NEXT,):
+                bad("nothing lost", f"{key} moved, not in {NEXT} at the end", m.ops)
+            if o == "dead_lettered" and live.get((key, kind)) != DEAD:
+                bad("dead letter", f"{key} dead-lettered, not in {DEAD} at the end", m.ops)
+        # dedup: no second "new" while the first is certainly live
+        pushes = sorted(m.new, key=lambda o: o.t0)
+        for a, b in zip(pushes, pushes[1:]):
+            if a.t1 < b.t0 and b.t1 < m.depart:
+                bad(
+                    "dedup",
+                    f"{key} pushed as new twice while live (it left at the earliest at {m.depart:.6f})",
+                    [a, b],
+                )
+        if len(m.terminal) > 1:
+            bad("one holder", f"{key} left the queue {len(m.terminal)} times", m.terminal)
+        # exhausted: a dead letter
+        if any(c.attempts >= MAX_ATTEMPTS for c in m.chains) and not m.terminal:
+            if not any(o in ("committed", "moved", "cancelled", "dead_lettered") for o in outs):
+                bad(
+                    "dead letter",
+                    f"{key}: its last allowed delivery ended without a dead letter: {outs}, live in {where}",
+                    m.ops,
+                )
+        # one holder at a time
+        segs = [(c, c.segments()) for c in m.chains]
+        for i, (a, sa) in enumerate(segs):
+            for b, sb in segs[i + 1 :]:
+                if any(x0 < y1 and y0 < x1 for x0, x1 in sa for y0, y1 in sb):
+                    bad("one holder", f"{key}: two leases held at once", [a.grant, b.grant, *a.acts, *b.acts])
+        for a in m.chains:
+            for act in a.acts:
+                for b in m.chains:
+                    if b is not a and b.grant.t0 > a.grant.t1 and b.grant.t1 < act.t0:
+                        bad(
+                            "one holder",
+                            f"{key}: a token answered as holder after a later lease was granted",
+                            [a.grant, b.grant, act],
+                        )
+
+    # concurrency limit, rate, groups
+    lim = [(s, c) for m in msgs.values() if m.kind == "lim" for c in m.chains for s in c.segments()]
+    over = most_at_once(lim, CAPACITY)
+    if over:
+        bad(
+            "concurrency limit",
+            f"{len(over)} leases of kind lim certainly held at once, capacity {CAPACITY}",
+            [c.grant for c in over],
+        )
+    grants = sorted(
+        ((c.grant.t0, c.grant.t1, c) for m in msgs.values() if m.kind == "rate" for c in m.chains),
+        key=lambda g: g[:2],
+    )
+    for i, (t0, _t1, _c) in enumerate(grants):
+        inside = [g for g in grants[i : i + 4 * RATE_N] if g[0] >= t0 and g[1] < t0 + RATE_PER]
+        if len(inside) > RATE_N:
+            bad(
+                "rate",
+                f"{len(inside)} deliveries of kind rate within {RATE_PER} s, rate {RATE_N}",
+                [g[2].grant for g in inside],
+            )
+            break
+    groups = collections.defaultdict(list)
+    for m in msgs.values():
+        if m.group and (m.new or m.chains or (m.key, m.kind) in live or (m.key, m.kind) in outcomes):
+            first = min(m.new + m.maybe, key=lambda o: (o.proc, o.seq))
+            pos = [a[0] for a in (first.args[3] if first.op == "commit_push" else first.args)].index(m.key)
+            groups[m.group].append(((first.proc, first.seq, pos), m))
+    for g, members in groups.items():
+        members = [m for _, m in sorted(members, key=lambda x: x[0])]
+        k = group_k if g in group_limits else 1
+        segs = [(s, c) for m in members for c in m.chains for s in c.segments()]
+        over = most_at_once(segs, k)
+        if over:
+            bad(
+                "FIFO groups", f"group {g}: {len(over)} leases held at once, k = {k}", [c.grant for c in over]
+            )
+        for j, m in enumerate(members):
+            if not m.chains:
+                continue
+            first = min(c.grant.t1 for c in m.chains)
+            before = [p for p in members[:j] if p.depart > first]
+            if len(before) >= k:
+                bad(
+                    "FIFO groups",
+                    f"group {g}: {m.key} delivered while {len(before)} before it had not left, k = {k}",
+                    [min(m.chains, key=lambda c: c.grant.t1).grant, *(o for p in before for o in p.new[:1])],
+                )
+    return {
+        "operations": collections.Counter(o.op for o in ops if o.op != "group_limit"),
+        "unknown outcomes": sum(o.st == "unk" for o in ops),
+        "messages": len(msgs),
+        "leases": sum(len(m.chains) for m in msgs.values()),
+        "lost": lost,
+        "violations": violations,
+    }
+
+
+def most_at_once(segments, limit: int) -> list:
+    """The leases of the first moment more than `limit` of these (start, end) segments overlap, or []."""
+    events = sorted(
+        [(a, 1, i) for i, ((a, _b), _c) in enumerate(segments)]
+        + [(b, -1, i) for i, ((_a, b), _c) in enumerate(segments)]
+    )
+    now: set = set()
+    for _t, d, i in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at the same time
+        if d < 0:
+            now.discard(i)
+        else:
+            now.add(i)
+            if len({id(segments[j][1]) for j in now}) > limit:
+                return list({id(segments[j][1]): segments[j][1] for j in now}.values())
+    return []
+
+
+# ---- the suite -----------------------------------------------------------------------------------
+
+
+def run(dialect: str, args, sabotage=None) -> dict:
+    """One history on one dialect: the run, the drain, the check. sabotage(dsn), when given, runs
+    after the install (a test of the checker installs a broken routine there)."""
+    server = Server(dialect, own=args.server == "own")
+    workdir = tempfile.mkdtemp(prefix="pyqueue-history-")
+    started = time.monotonic()
+    try:
+        install(server.dsn)
+        if sabotage is not None:
+            sabotage(server.dsn)
+        fleet = Fleet(args, dialect, server.dsn, workdir)
+        fleet.start_all()
+        try:
+            faults = run_faults(fleet, server, random.Random(args.seed + 1), None)
+        finally:
+            fleet.end()
+        ran_s = time.monotonic() - started
+        drain(dialect, server.dsn, workdir)
+        end = inventory(dialect, server.dsn)
+        with open(os.path.join(workdir, "end.json"), "w") as f:
+            json.dump(end, f)
+        result = check(load(workdir), end)
+    finally:
+        server.close()
+    if not args.keep:
+        for path in glob.glob(os.path.join(workdir, "*.json*")):
+            os.remove(path)
+        os.rmdir(workdir)
+    result.update(
+        dialect=dialect,
+        server="own (restarted)" if server.own and args.faults else "own" if server.own else "shared",
+        faults=dict(faults),
+        run_s=round(ran_s, 1),
+        total_s=round(time.monotonic() - started, 1),
+        history=workdir if args.keep else None,
+    )
+    return result
+
+
+def markdown(results: list[dict], args) -> str:
+    lines = [
+        f"# History: {common.command()}",
+        "",
+        f"{common.now_utc()}, seed {args.seed}, "
+        f"{args.producers} producers and {args.consumers} consumers, isolation {args.isolation or 'the default'}",
+        "",
+    ]
+    rows = []
+    for r in results:
+        rows.append(
+            [
+                r["dialect"],
+                r["server"],
+                sum(r["operations"].values()),
+                ", ".join(f"{k} {v}" for k, v in r["faults"].items()) or "none",
+                r["unknown outcomes"],
+                r["leases"],
+                len(r["violations"]),
+                r["lost"],
+                f"{r['run_s']:.0f} s",
+            ]
+        )
+    lines += common.table(
+        [
+            "dialect",
+            "server",
+            "operations",
+            "faults",
+            "unknown outcomes",
+            "leases",
+            "violations",
+            "lost",
+            "run",
+        ],
+        rows,
+        "rrrrrrr",
+    )
+    for r in results:
+        lines += [
+            "",
+            f"## {r['dialect']}: operations",
+            "",
+            ", ".join(f"{k} {v}" for k, v in sorted(r["operations"].items())),
+        ]
+        for v in r["violations"][:50]:
+            lines += ["", f"- **{v['guarantee']}**: {v['text']}", *(f"  - `{o}`" for o in v["ops"])]
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv=None):
+    ap = common.parser(
+        __doc__,
+        ("--ops", 20000, "operations in all (every client's calls together, the final drain not counted)"),
+        ("--dialect", "postgresql,mysql", "dialects, comma-separated"),
+        ("--producers", 2, "producer processes"),
+        ("--consumers", 4, "consumer processes"),
+        (
+            "--faults",
+            False,
+            "kill clients, cut connections, pause consumers past their leases, skew clocks, restart the server",
+        ),
+        (
+            "--server",
+            None,
+            "own (a server the suite starts, and restarts with --faults) or shared; default: own with --faults",
+        ),
+        ("--restart-every", 60.0, "seconds between server restarts (own server, --faults)"),
+        ("--minutes", 0.0, "stop starting operations after this long (0: when --ops are done)"),
+        ("--isolation", None, "the consumers' session isolation level, e.g. 'REPEATABLE READ'"),
+        ("--seed", -1, "the run's seed (-1: a random one, printed)"),
+        ("--keep", False, "keep the recorded history (its folder is in the report)"),
+        ("--out", "bench/results", "the report's folder"),
+        ("--name", "history", "the report's file name"),
+    )
+    args = ap.parse_args(argv)
+    if args.seed < 0:
+        args.seed = random.randrange(2**31)
+    args.server = args.server or ("own" if args.faults else "shared")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    common.exit_on_sigterm()
+    print(f"seed {args.seed}", flush=True)
+    results = [run(d, args) for d in args.dialect.split(",")]
+    for r in results:
+        r["operations"] = dict(r["operations"])
+    text = markdown(results, args)
+    common.write(
+        args.out, args.name, text, {"command": common.command(), "seed": args.seed, "results": results}
+    )
+    print(text)
+    return 1 if any(r["violations"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
