@@ -181,6 +181,7 @@ def short_args(seed: int, *extra: str):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [7, None], ids=["fixed-seed", "random-seed"])
 def test_short_history_under_faults_keeps_every_guarantee(server, dialect, seed):
     seed = random.randrange(2**31) if seed is None else seed
@@ -206,6 +207,7 @@ BROKEN_PUSH = {
 }
 
 
+@pytest.mark.slow
 def test_a_push_that_acknowledges_without_storing_is_reported_lost(server, dialect):
     result = h.run(
         dialect,
