@@ -25,6 +25,33 @@ DRIVERS = (
 )
 
 
+# C0 controls and DEL, C1 controls (\x85 is a line break to str.splitlines, \x9b a CSI to some
+# terminals), the Unicode line and paragraph separators, and the bidirectional embeddings,
+# overrides and isolates (which reorder what a reader sees).
+_CONTROL_CHARS = (
+    *range(0x20),
+    *range(0x7F, 0xA0),
+    0x2028,
+    0x2029,
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+)
+_TABLE = {c: (f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}") for c in _CONTROL_CHARS} | {
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+_CONTROL = re.compile("[" + "".join(re.escape(chr(c)) for c in _CONTROL_CHARS) + "]")
+
+
+def escape_control(text: str) -> str:
+    """text with every control character escaped: ``\\n``, ``\\r`` and ``\\t`` as such, the others
+    as ``\\xHH`` or ``\\uHHHH``. Printable text (accents, other scripts, emoji) is left as it is;
+    a backslash is not escaped, so escaping twice changes nothing more."""
+    text = str(text)
+    return text.translate(_TABLE) if _CONTROL.search(text) else text
+
+
 def format_age(seconds: float | None) -> str:
     """A duration in seconds as 4.2s, 3m05s, 2h10m or 1d03h ("-" for None)."""
     if seconds is None:
@@ -67,8 +94,11 @@ def format_time(value: dt.datetime | None) -> str:
 def format_table(
     header: Sequence[str], rows: Iterable[Sequence[str]], right_aligned: Iterable[int] = ()
 ) -> str:
-    """An aligned text table: the header, a rule, then the rows."""
-    rows = [tuple(str(c) for c in r) for r in rows]
+    """An aligned text table: the header, a rule, then the rows. A cell's control characters (a
+    key's newline or terminal escape, chosen by whoever pushed the message) are shown escaped
+    (pyqueue_sql.logsafe.escape_control): a row is one line and changes nothing on a terminal."""
+    header = tuple(escape_control(str(c)) for c in header)
+    rows = [tuple(escape_control(str(c)) for c in r) for r in rows]
     widths = [max(len(row[i]) for row in [tuple(header), *rows]) for i in range(len(header))]
     right = set(right_aligned)
 
@@ -205,7 +235,9 @@ def redact(text: str, dsn: str | None = None) -> str:
 
 
 def one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """text on one line: runs of whitespace (newlines included) as one space, every other control
+    character escaped (a terminal escape sequence is shown, not run)."""
+    return escape_control(" ".join(str(text).split()))
 
 
 def describe_error(exc: BaseException) -> str | None:

@@ -12,7 +12,8 @@ clears the terminal of whoever reads the log. This module escapes them:
   per line), each escaped: an exception message holding a newline stays on its one line;
 - ``EscapeFilter``: a ``logging.Filter`` that escapes a record's message, its string extras and
   its traceback before any formatter sees them. The package attaches one to each of its loggers
-  ("pyqueue_sql.worker", "pyqueue_sql.migrate", "pyqueue_sql.dashboard", "pyqueue_sql.spark"),
+  ("pyqueue_sql", "pyqueue_sql.worker", "pyqueue_sql.migrate", "pyqueue_sql.dashboard",
+  "pyqueue_sql.spark", "pyqueue_sql.django": LOGGERS),
   so a plain ``logging.basicConfig()`` shows their records escaped;
 - ``SafeFormatter``: a ``logging.Formatter`` that does the same for any record, and masks
   passwords as the command line does (pyqueue_sql.display.redact: DSNs' passwords, those of
@@ -23,9 +24,10 @@ clears the terminal of whoever reads the log. This module escapes them:
 from __future__ import annotations
 
 import logging
-import re
 import traceback
 from typing import Any
+
+from .display import _CONTROL, escape_control, redact
 
 __all__ = [
     "LOGGERS",
@@ -37,34 +39,8 @@ __all__ = [
     "protect",
 ]
 
-# C0 controls and DEL, C1 controls (\x85 is a line break to str.splitlines, \x9b a CSI to some
-# terminals), the Unicode line and paragraph separators, and the bidirectional embeddings,
-# overrides and isolates (which reorder what a reader sees).
-_CONTROL_CHARS = (
-    *range(0x20),
-    *range(0x7F, 0xA0),
-    0x2028,
-    0x2029,
-    *range(0x202A, 0x202F),
-    *range(0x2066, 0x206A),
-)
-_TABLE = {c: (f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}") for c in _CONTROL_CHARS} | {
-    ord("\n"): "\\n",
-    ord("\r"): "\\r",
-    ord("\t"): "\\t",
-}
-_CONTROL = re.compile("[" + "".join(re.escape(chr(c)) for c in _CONTROL_CHARS) + "]")
-
 # The attributes every LogRecord has: what is not one of them came from `extra=`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
-
-
-def escape_control(text: str) -> str:
-    """text with every control character escaped: ``\\n``, ``\\r`` and ``\\t`` as such, the others
-    as ``\\xHH`` or ``\\uHHHH``. Printable text (accents, other scripts, emoji) is left as it is;
-    a backslash is not escaped, so escaping twice changes nothing more."""
-    text = str(text)
-    return text.translate(_TABLE) if _CONTROL.search(text) else text
 
 
 def _escape_fields(te: traceback.TracebackException, seen: set[int]) -> None:
@@ -160,8 +136,6 @@ class SafeFormatter(logging.Formatter):
     not changed: other handlers see it as it was."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from .display import redact
-
         return redact(super().format(protect(logging.makeLogRecord(vars(record)))))
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 (logging's name)
@@ -180,6 +154,7 @@ LOGGERS = (
     "pyqueue_sql.migrate",
     "pyqueue_sql.dashboard",
     "pyqueue_sql.spark",
+    "pyqueue_sql.django",
 )
 
 

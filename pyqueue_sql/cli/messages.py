@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import errors
 from ..display import format_duration, format_table, format_time, shorten
+from ..logsafe import escape_control as esc
 from .common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -214,7 +215,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         )
         return EXIT_FAILURE
     print(f"queue:        {args.queue}")
-    print(f"key / kind:   {args.key} / {args.kind}")
+    print(f"key / kind:   {esc(args.key)} / {esc(args.kind)}")
     if message is None and finished:
         print(
             f"state:        gone, {result.state} at {format_time(result.finished_at)} (`{PROG} result` shows it)"
@@ -227,11 +228,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"priority:     {message.priority}")
         print(f"created at:   {format_time(message.created_at)}")
         print(f"scheduled at: {format_time(message.scheduled_at)}")
-        print(f"reserved by:  {message.reserved_by or '-'}")
+        print(f"reserved by:  {esc(message.reserved_by or '-')}")
         dead_from = _field(message, "dead_from", "from_queue")
         if dead_from:
             print(f"dead from:    {dead_from}")
-        print(f"last error:   {message.last_error if message.last_error is not None else '-'}")
+        print(f"last error:   {esc(message.last_error) if message.last_error is not None else '-'}")
         if result is not None and not result.finished:  # the live message's (queue_result)
             print(f"progress:     {_json_text(result.progress)}")
             if result.cancel_requested:
@@ -316,10 +317,10 @@ def cmd_result(args: argparse.Namespace) -> int:
         print(json.dumps(_result_fields(r)))
     else:
         print(f"queue:        {r.queue}")
-        print(f"key / kind:   {r.key} / {r.kind}")
+        print(f"key / kind:   {esc(r.key)} / {esc(r.kind)}")
         print(f"state:        {r.state}")
         print(f"result:       {_json_text(r.result)}")
-        print(f"last error:   {r.last_error if r.last_error is not None else '-'}")
+        print(f"last error:   {esc(r.last_error) if r.last_error is not None else '-'}")
         print(f"attempts:     {'-' if r.attempts is None else r.attempts}")
         print(f"progress:     {_json_text(r.progress)}")
         print(f"finished at:  {format_time(r.finished_at)}")

@@ -208,3 +208,40 @@ def test_the_package_loggers_escape_their_records():
     for name in names:
         filters = logging.getLogger(name).filters
         assert any(isinstance(f, logsafe.EscapeFilter) for f in filters), name
+
+
+def test_the_command_line_shows_a_messages_texts_escaped(db, dsn, make_queue, capsys):
+    """`show`, `groups`, `dead-letters` and `workers` print what a producer or a consumer wrote (key,
+    kind, group, last error, worker name) escaped: no escape sequence reaches the terminal and no
+    line of theirs starts with the forged text."""
+    from pyqueue_sql import cli
+
+    forged = "09:00:00.000 info    FORGED"
+    text = f"x\r{CLEAR}\n{forged}"
+    queue = make_queue()
+    queue.push(text, text, {}, group=text)
+    [held] = queue.reserve()
+    queue.fail(held, error=text)
+    dead = make_queue()
+    failing = make_queue(dead_letter_queue=dead.name)
+    failing.push("k2", text, {})
+    [held] = failing.reserve()
+    failing.give_up(held, error=text)
+    registration = db.register_worker(name=text, queues=[queue.name])
+    try:
+        outputs = []
+        for argv in (
+            ["show", queue.name, text, text],
+            ["groups", queue.name],
+            ["dead-letters", dead.name],
+            ["workers"],
+        ):
+            capsys.readouterr()
+            assert cli.main([*argv, "--dsn", dsn]) == 0, argv
+            outputs.append(capsys.readouterr().out)
+    finally:
+        db.deregister_worker(registration)
+    for out in outputs:
+        assert "\x1b" not in out and "\r" not in out, out
+        assert not [line for line in out.split("\n") if line.startswith(forged)], out
+        assert "\\x1b[2J" in out, out  # shown, escaped
