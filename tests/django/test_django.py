@@ -8,6 +8,7 @@ Python >= 3.12: the virtualenv `make django6-venv` makes in .venv/django6)."""
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import signal
@@ -449,3 +450,84 @@ def test_the_admin_pages_over_the_queues_follow_the_admin_users_permissions(fres
     assert (out["viewer_redrive"], out["operator_redrive"]) == (403, 302)
     assert out["states"] == ["cancelled", "unknown", "ready"]  # cancelled, removed, left alone
     assert out["redriven"] is True
+
+
+@pytest.mark.parametrize("django", ["5.2"])
+def test_prune_deletes_the_results_older_than_the_age_of_the_queues_named(fresh_database, dialect, django):
+    """manage.py prune_pyqueue_results: results finished before --min-age-days go, of the queues
+    named only (--queue-name, '*' for all); younger ones stay; each queue keeps its retention."""
+    python = _python(django)
+    dsn = fresh_database("django")
+    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    with pyqueue_sql.connect(dsn) as db:
+        for queue in ("default", "emails"):
+            for key in ("old", "new"):
+                db.queue(queue).push(key, "shop.tasks.divide", {"args": [1, 1], "kwargs": {}})
+            assert len(db.queue(queue).pop(2)) == 2  # finished: 'succeeded' results, kept a day
+        twenty_days = (
+            "now() - interval '20 days'" if dialect == "postgresql" else "UTC_TIMESTAMP(6) - INTERVAL 20 DAY"
+        )
+        _run(db.connection, f"UPDATE pyqueue_result SET finished_at = {twenty_days} WHERE p_key = 'old'")
+        if dialect == "postgresql" and not db.connection.autocommit:
+            db.connection.commit()
+
+        def kept() -> list[str]:
+            return [
+                f"{queue}/{key}"
+                for queue in ("default", "emails")
+                for key in ("old", "new")
+                if db.queue(queue).result(key, "shop.tasks.divide").state == "succeeded"
+            ]
+
+        assert kept() == ["default/old", "default/new", "emails/old", "emails/new"]
+        assert _ok(_manage(python, dsn, "prune_pyqueue_results", "--min-age-days", "14")).splitlines() == [
+            "default: 1 row(s) deleted",
+            "Deleted 1 row(s)",
+        ]
+        assert kept() == ["default/new", "emails/old", "emails/new"]
+        _ok(_manage(python, dsn, "prune_pyqueue_results", "--queue-name", "*", "--min-age-days", "30"))
+        assert kept() == ["default/new", "emails/old", "emails/new"]  # 20 days is not 30
+        _ok(_manage(python, dsn, "prune_pyqueue_results", "--queue-name", "*"))
+        assert kept() == ["default/new", "emails/new"]
+        assert {s.queue: s.result_retention for s in db.settings()} == {
+            "default": dt.timedelta(days=1),
+            "emails": dt.timedelta(days=1),
+        }
+    refused = _manage(python, dsn, "prune_pyqueue_results", "--queue-name", "other")
+    assert refused.returncode == 1 and "not queues of TASKS['default']: other" in refused.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("django", ["5.2"])
+def test_the_worker_options_of_db_worker(fresh_database, dialect, django):
+    """--max-tasks stops the worker after that many tasks, --exclude-queues leaves a queue alone,
+    --worker-id names it, --batch runs what is ready and exits; each exit is the worker's own."""
+    python = _python(django)
+    dsn = fresh_database("django")
+    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    kind = "shop.tasks.divide"
+    with pyqueue_sql.connect(dsn) as db:
+        for key in ("a", "b", "c"):
+            db.queue("default").push(key, kind, {"args": [6, 3], "kwargs": {}})
+        db.queue("emails").push("e", "shop.tasks.confirm_order", {"args": [1], "kwargs": {}})
+
+        def states() -> list[str]:
+            found = [db.queue("default").result(k, kind).state for k in ("a", "b", "c")]
+            return [*found, db.queue("emails").result("e", "shop.tasks.confirm_order").state]
+
+        common = ["--no-startup-delay", "--concurrency", "1", "--interval", "0.2"]
+        first = _manage(
+            python, dsn, "pyqueue_worker", *common, "--queue-name", "*", "--exclude-queues", "emails",
+            "--max-tasks", "2", "--worker-id", "w-first", timeout=60,
+        )  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        assert "--max-tasks: 2 task(s) finished" in first.stderr and "w-first" in first.stderr
+        assert sorted(states()[:3]) == ["ready", "succeeded", "succeeded"] and states()[3] == "ready"
+        second = _manage(
+            python, dsn, "pyqueue_worker", *common, "--exclude-queues", "emails", "--batch", timeout=60
+        )
+        assert second.returncode == 0, second.stderr
+        assert "--batch: no task left" in second.stderr
+        assert states() == ["succeeded", "succeeded", "succeeded", "ready"]  # emails never served
+    refused = _manage(python, dsn, "pyqueue_worker", "--max-tasks", "0")
+    assert refused.returncode == 2 and "must be at least 1" in refused.stderr

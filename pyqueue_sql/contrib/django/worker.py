@@ -111,9 +111,13 @@ def _unknown(backend: PyQueueBackend, queue: str):
     return unknown
 
 
-def _runner(backend: PyQueueBackend, task: Any):
+def _runner(backend: PyQueueBackend, task: Any, after: Any = None):
     def run(job: Any) -> Any:
-        return run_task(job, backend, task)
+        try:
+            return run_task(job, backend, task)
+        finally:
+            if after is not None:
+                after()
 
     run.__qualname__ = f"task {task.module_path}"
     return run
@@ -133,12 +137,15 @@ def tasks_by_queue(backend: PyQueueBackend, queues: list[str]) -> dict[str, list
     }
 
 
-def build_worker(backend: PyQueueBackend, queues: list[str], **settings: Any) -> pyqueue_sql.Worker:
+def build_worker(
+    backend: PyQueueBackend, queues: list[str], *, after_task: Any = None, **settings: Any
+) -> pyqueue_sql.Worker:
     """A Worker (threads) that runs, on each of these queues, the project's tasks whose own queue it
-    is (storing their results), and gives up every other kind found there."""
+    is (storing their results), and gives up every other kind found there. ``after_task()`` is
+    called on the handler's thread after each task ran (it succeeded or failed)."""
     worker = pyqueue_sql.Worker(backend.dsn, **settings)
     for queue, tasks in tasks_by_queue(backend, queues).items():
         for task in tasks:
-            worker.add_handler(queue, _runner(backend, task), task.module_path, store_result=True)
+            worker.add_handler(queue, _runner(backend, task, after_task), task.module_path, store_result=True)
         worker.add_handler(queue, _unknown(backend, queue), None, store_result=True)
     return worker

@@ -241,10 +241,12 @@ class Command(BaseCommand):
                 max_delay=options["retry_max"],
                 jitter=options["retry_jitter"],
             )
+            max_tasks = _MaxTasks(options["max_tasks"])
             try:
-                worker = build_worker(backend, queues, **settings)
+                worker = build_worker(backend, queues, after_task=max_tasks, **settings)
             except pyqueue_sql.InvalidArgumentError as exc:
                 raise CommandError(str(exc)) from None
+            max_tasks.worker = worker
             for queue in queues:
                 worker.set_retry(queue, retry)
             self._limits(worker, options)
@@ -270,23 +272,33 @@ class Command(BaseCommand):
             )
 
     def _limits(self, worker, options) -> None:
-        """--batch: stop at the first look that finds nothing; --max-tasks: stop once that many
-        tasks finished (a stop lets the running ones finish: with --concurrency above 1 a few more
-        may, as they were already running)."""
-        lock = threading.Lock()
-        finished = [0]
+        """--batch: stop at the first look that finds nothing."""
         if options["batch"]:
-            worker.on_idle.append(lambda *_: worker.stop(reason="--batch: no task left"))
-        limit = options["max_tasks"]
-        if limit:
 
-            def counted(job, outcome, error) -> None:
-                if outcome in ("lost", "snoozed"):
-                    return
-                with lock:
-                    finished[0] += 1
-                    done = finished[0] >= limit
-                if done:
-                    worker.stop(reason=f"--max-tasks: {limit} task(s) finished")
+            def idle(*_: object) -> None:
+                if not worker.stopping:
+                    log.info("--batch: no task left; stopping")
+                    worker.stop(reason="--batch: no task left")
 
-            worker.on_outcome.append(counted)
+            worker.on_idle.append(idle)
+
+
+class _MaxTasks:
+    """--max-tasks: after the Nth task ran (on its handler's thread, before the handler is free to
+    take another), the worker stops; with --concurrency above 1 the tasks already running finish."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.ran = 0
+        self.lock = threading.Lock()
+        self.worker = None
+
+    def __call__(self) -> None:
+        if not self.limit or self.worker is None:
+            return
+        with self.lock:
+            self.ran += 1
+            done = self.ran == self.limit
+        if done:
+            log.info("--max-tasks: %d task(s) finished; stopping", self.limit)
+            self.worker.stop(reason=f"--max-tasks: {self.limit} task(s) finished")
