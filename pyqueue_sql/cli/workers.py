@@ -194,7 +194,7 @@ class StatusLine:
 
     def update(self, text: str) -> None:
         with self.lock:
-            self.text = text
+            self.text = logsafe.escape_control(text)  # a reserve error may quote a payload
             self._draw()
 
     def _width(self) -> int:
@@ -224,7 +224,7 @@ class StatusLine:
         """The last status, ended with a newline; nothing is drawn after it."""
         with self.lock:
             self.clear()
-            self.stream.write(text + "\n")
+            self.stream.write(logsafe.escape_control(text) + "\n")
             self.stream.flush()
             self.active = False
 

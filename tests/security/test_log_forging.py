@@ -245,3 +245,18 @@ def test_the_command_line_shows_a_messages_texts_escaped(db, dsn, make_queue, ca
         assert "\x1b" not in out and "\r" not in out, out
         assert not [line for line in out.split("\n") if line.startswith(forged)], out
         assert "\\x1b[2J" in out, out  # shown, escaped
+
+
+def test_the_status_line_shows_an_error_escaped():
+    """The worker's live status line quotes its last reserve-loop error: escaped too (the only
+    control characters written are the line's own clear-and-redraw)."""
+    import io
+
+    stream = io.StringIO()
+    status = workers.StatusLine(stream)
+    status.update(f"w running 0/1, error: {hostile(CLI_FORGERY)}")
+    status.finish(f"w stopped, error: {hostile(CLI_FORGERY)}")
+    escaped = logsafe.escape_control(hostile(CLI_FORGERY))
+    assert stream.getvalue() == (
+        f"{status.CLEAR}w running 0/1, error: {escaped}{status.CLEAR}w stopped, error: {escaped}\n"
+    )
