@@ -201,14 +201,31 @@ def _json_text(value: Any) -> str:
     return "-" if value is None else json.dumps(value)
 
 
+def _dead_lettered_into(db: Any, queue: Any, key: str, kind: str, history: Any) -> str | None:
+    """The dead-letter queue that holds a message gone from its queue: the one its history names,
+    else its queue's dead-letter queue when the message is there; None otherwise (or when this
+    account may not read the settings)."""
+    for h in history or ():
+        if h.outcome == "dead_lettered" and h.to_queue:
+            return h.to_queue
+    try:
+        dead_letter_queue = queue.settings().dead_letter_queue
+        if dead_letter_queue and db.queue(dead_letter_queue).message(key, kind) is not None:
+            return dead_letter_queue
+    except errors.QueueError:
+        pass
+    return None
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     with open_database(args) as db:
         queue = db.queue(args.queue)
         message = queue.message(args.key, args.kind)
         history = queue.message_history(args.key, args.kind)
         result = _result_if_readable(queue, args.key, args.kind)
+        dead_in = _dead_lettered_into(db, queue, args.key, args.kind, history) if message is None else None
     finished = result is not None and result.finished and message is None
-    if message is None and not history and not finished:
+    if message is None and dead_in is None and not history and not finished:
         print(
             f"{PROG}: no message {args.key}/{args.kind} in {args.queue}, and no history of one",
             file=sys.stderr,
@@ -216,7 +233,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     print(f"queue:        {args.queue}")
     print(f"key / kind:   {esc(args.key)} / {esc(args.kind)}")
-    if message is None and finished:
+    if message is None and dead_in is not None:
+        print(
+            f"state:        gone, dead-lettered into {esc(dead_in)} "
+            f"(`{PROG} show {esc(shlex.join([dead_in, args.key, args.kind]))}` shows it)"
+        )
+    elif message is None and finished:
         print(
             f"state:        gone, {result.state} at {format_time(result.finished_at)} (`{PROG} result` shows it)"
         )

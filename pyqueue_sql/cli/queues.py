@@ -136,8 +136,9 @@ def cmd_groups(args: argparse.Namespace) -> int:
         (g.group_key, g.head_key or "-", g.head_kind or "-", g.head_state or "-", str(g.messages))
         for g in groups
     ]
-    # the limit and in-flight columns only where a group may have more than one message in flight
-    # (queue_set_group_limit; every group at the default, 1, delivers one at a time as always)
+    # the limit and heads columns only where a group may have more than one message in flight
+    # (queue_set_group_limit; every group at the default, 1, delivers one at a time as always);
+    # "heads": the group's live messages, ready, delayed or reserved (not only those running)
     if all((g.group_limit or 1) == 1 for g in groups):
         print(
             format_table(
@@ -155,7 +156,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
     ]
     print(
         format_table(
-            ("group", "head key", "head kind", "head state", "messages", "limit", "in flight"),
+            ("group", "head key", "head kind", "head state", "messages", "limit", "heads"),
             rows,
             right_aligned=(4, 5, 6),
         )
@@ -195,7 +196,10 @@ def cmd_rate(args: argparse.Namespace) -> int:
             queue.set_rate(kind, None)
             print(f"no rate for {what} in {args.queue}")
             return EXIT_OK
-        queue.set_rate(kind, args.n, args.per)
+        try:
+            queue.set_rate(kind, args.n, args.per)
+        except errors.InvalidArgumentError as exc:  # a value the routine refuses (per over a day...)
+            raise UsageError(str(exc)) from None
     print(f"rate of {what} in {args.queue}: at most {args.n} per {format_duration(args.per)}")
     return EXIT_OK
 

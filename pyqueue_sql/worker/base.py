@@ -405,7 +405,8 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             if st.stop_deadline_in_s is not None:
                 running += f" (deadline in {st.stop_deadline_in_s:.0f} s)"
         line = (
-            f"{st.name} {st.state}: {running}, done {s.succeeded}, failed {s.failed}, lost {s.lost}, "
+            f"{st.name} {st.state}: {running}, done {s.succeeded}, failed {s.failed}, gave up {s.given_up}, "
+            f"snoozed {s.snoozed}, cancelled {s.cancelled}, lost {s.lost}, "
             f"wakeups {s.wakeups}, reconnects {s.reconnects}"
         )
         if st.last_error:

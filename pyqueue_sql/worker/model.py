@@ -182,7 +182,7 @@ class Route:
 class WorkerStats:
     reserved: int = 0
     succeeded: int = 0
-    failed: int = 0
+    failed: int = 0  # failed with queue_fail: retried, or dead-lettered after the last attempt
     lost: int = 0  # commit/rollback returned false: the reservation had expired
     handed_back: int = 0
     reconnects: int = 0
@@ -194,6 +194,8 @@ class WorkerStats:
     ack_batches: int = 0  # queue_commit_batch calls that acknowledged several successes at once
     lease_low: int = 0  # prefetched messages handed back unstarted: their lease ran low first
     cancelled: int = 0  # handlers that stopped for a cancel (queue_cancel_held)
+    given_up: int = 0  # ended now, not retried (GiveUp, or an error the policy gives up on)
+    snoozed: int = 0  # given back for later without using an attempt (Snooze)
 
 
 @dataclass(frozen=True)

@@ -302,7 +302,7 @@ class FailurePolicy:
         if outcome is None:
             self._failed(job, error, text, None, 0.0, elapsed_ms, False)
             return
-        self.stats.failed += 1
+        self.stats.given_up += 1
         self._outcome(job, outcome, text)
         then = (
             "moved to the dead-letter queue"
@@ -348,6 +348,7 @@ class FailurePolicy:
             self._log_lost(job)
             self._outcome(job, "lost")
             return
+        self.stats.snoozed += 1
         self._outcome(job, "snoozed")
         log.info(
             "snoozed: %s for %.1f s (the attempt does not count)",

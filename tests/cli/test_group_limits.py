@@ -1,4 +1,4 @@
-"""`pyqueue-sql group-limit` and the `groups` table's limit and in-flight columns, typed as a user
+"""`pyqueue-sql group-limit` and the `groups` table's limit and heads columns, typed as a user
 types them (a subprocess each), on both dialects: a named group's k, `*` for the queue's default,
 --remove, and one line on stderr for a bad command line or a refused value."""
 
@@ -27,7 +27,7 @@ def test_group_limit_sets_shows_and_removes(dsn, queue):
     code, out, err = sh(dsn, "groups", queue.name)
     assert code == 0, err
     header, _, *rows = out.splitlines()
-    assert re.split(r"\s{2,}", header)[-2:] == ["limit", "in flight"]
+    assert re.split(r"\s{2,}", header)[-2:] == ["limit", "heads"]
     cells = {r.split()[0]: re.split(r"\s{2,}", r.strip()) for r in rows}
     assert cells["acct-1"][-3:] == ["3", "2", "2"] and cells["acct-2"][-3:] == ["1", "3", "1"]
 
