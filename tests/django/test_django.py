@@ -131,6 +131,7 @@ def _a_deployment_runs(python, dsn, web_dsn, worker_dsn, django, tmp_path):
         assert message.priority == 10
         # reading a live message's arguments is the monitor's (queue_message): not the web tier's
         assert out["args_before"] == []
+        assert (out["read_back_differs"], out["read_back_args"], out["enqueued_at_set"]) == ([], [], True)
         assert db.queue("default").stats().ready == 5
         queue, kind, key = parse_result_id(out["later"])
         assert db.queue(queue).result(key, kind).state == "cancelled"
@@ -170,7 +171,7 @@ def _a_deployment_runs(python, dsn, web_dsn, worker_dsn, django, tmp_path):
     # in the worker, for each attempt
     sent = sorted(signal_log.read_text(encoding="utf-8").splitlines())
     assert sent == sorted(
-        [f"enqueued {name} READY PyQueueBackend" for name in ("confirm_order",) * 2 + ("divide",) * 3]
+        [f"enqueued {name} READY PyQueueBackend" for name in ("confirm_order",) * 2 + ("divide",) * 4]
         + [f"enqueued {name} READY PyQueueBackend" for name in ("attempt_of", "shout", "exit_now")]
         + [
             line
@@ -193,8 +194,11 @@ def _a_deployment_runs(python, dsn, web_dsn, worker_dsn, django, tmp_path):
         "attempts": 1,
         "value": {"order": results["confirm"]["value"]["order"], "item": "chair", "total": 12},
         "errors": [],
+        "args": [results["confirm"]["value"]["order"]],  # kept with the result by the worker
+        "times_in_order": True,  # enqueued <= started <= last attempted <= finished, all recorded
         "traceback_ends": [],
     }
+    assert (results["divide_zero"]["args"], results["divide_zero"]["times_in_order"]) == ([1, 0], True)
     assert results["divide_ok"]["value"] == 2.0
     assert results["divide_zero"]["status"] == "FAILED"
     assert results["divide_zero"]["errors"] == ["builtins.ZeroDivisionError"]

@@ -22,6 +22,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS
 
 import pyqueue_sql
+from pyqueue_sql.tasks import new_key
 
 from . import compat, registry
 from .connection import dsn_for, wrapped
@@ -30,6 +31,10 @@ from .connection import dsn_for, wrapped
 # which pyqueue-sql keeps with its result): Django's TaskError has the exception's import path and
 # its traceback, pyqueue-sql's last_error only "Type: message".
 ERROR_PROGRESS_KEY = "django_task_error"
+# Where the worker records a task's times and arguments (the message's progress, kept with its
+# result, readable from SQL: queue_result(...).progress -> 'django_task'): started_at (the first
+# attempt's start), last_attempted_at (this attempt's), args and kwargs, as ISO 8601 and JSON.
+META_PROGRESS_KEY = "django_task"
 CANCELLED_ERROR = "pyqueue_sql.errors.TaskCancelled"
 DEFAULT_RESULT_RETENTION = dt.timedelta(days=1)
 _DRIVER_HINT = (
@@ -145,7 +150,7 @@ class PyQueueBackend(compat.BaseTaskBackend):
     # -- enqueue -----------------------------------------------------------------------
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
-        key = uuid.uuid4().hex
+        key = new_key()  # time-ordered (UUIDv7): the enqueue's time, to the millisecond, is in it
         kind = task.module_path
         payload = {"args": compat.normalize_json(list(args)), "kwargs": compat.normalize_json(dict(kwargs))}
         try:
@@ -157,13 +162,12 @@ class PyQueueBackend(compat.BaseTaskBackend):
                 f"{exc}: the backend's queues are set up by `manage.py migrate` or `manage.py pyqueue_setup` "
                 "(as an account with the admin capability)"
             ) from None
-        from django.utils import timezone
 
         result = compat.TaskResult(
             task=task,
             id=result_id(task.queue_name, kind, key),
             status=compat.TaskResultStatus.READY,
-            enqueued_at=timezone.now(),
+            enqueued_at=enqueued_at(key),
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
@@ -189,9 +193,10 @@ class PyQueueBackend(compat.BaseTaskBackend):
         state = db.queue(queue).result(key, kind)
         if state.state == "unknown":
             raise compat.TaskResultDoesNotExist(result_id)
-        args: list = []
-        kwargs: dict = {}
-        if not state.finished:
+        meta = recorded_meta(state.progress)
+        args: list = list(meta.get("args") or [])
+        kwargs: dict = dict(meta.get("kwargs") or {})
+        if not state.finished and not meta:
             try:  # queue_message is the monitor's: a producer-only web tier reads no arguments
                 live = db.queue(queue).message(key, kind)
             except pyqueue_sql.PermissionDeniedError:
@@ -202,6 +207,7 @@ class PyQueueBackend(compat.BaseTaskBackend):
         return self.task_result(task, result_id, state, args, kwargs)
 
     def task_result(self, task: Any, id: str, state: pyqueue_sql.Result, args: list, kwargs: dict) -> Any:
+        meta = recorded_meta(state.progress)
         Status = compat.TaskResultStatus
         status = {
             "reserved": Status.RUNNING,
@@ -221,10 +227,10 @@ class PyQueueBackend(compat.BaseTaskBackend):
             else task,
             id=id,
             status=status,
-            enqueued_at=None,
-            started_at=None,
+            enqueued_at=enqueued_at(id.rsplit(":", 1)[1]),
+            started_at=_time(meta.get("started_at")),
             finished_at=state.finished_at,
-            last_attempted_at=None,
+            last_attempted_at=_time(meta.get("last_attempted_at")),
             args=args,
             kwargs=kwargs,
             backend=self.alias,
@@ -290,6 +296,33 @@ class PyQueueBackend(compat.BaseTaskBackend):
         error pyqueue_sql.errors.TaskCancelled."""
         queue, kind, key = parse_result_id(result_id)
         return self.own_database().queue(queue).cancel(key, kind) in ("cancelled", "requested")
+
+
+def enqueued_at(key: str) -> dt.datetime | None:
+    """The time of the enqueue, from the message's key (a UUIDv7 made by enqueue: its first 48 bits
+    are the milliseconds since 1970); None for a key of another form."""
+    try:
+        value = uuid.UUID(key)
+    except ValueError:
+        return None
+    if value.version != 7:
+        return None
+    return dt.datetime.fromtimestamp((value.int >> 80) / 1000, tz=dt.timezone.utc)
+
+
+def recorded_meta(progress: Any) -> dict:
+    """What the worker recorded of the task in the message's progress (META_PROGRESS_KEY)."""
+    meta = progress.get(META_PROGRESS_KEY) if isinstance(progress, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _time(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 def _task_error(state: pyqueue_sql.Result) -> Any:

@@ -22,7 +22,15 @@ from django.utils import timezone
 import pyqueue_sql
 
 from . import compat
-from .backend import ERROR_PROGRESS_KEY, PyQueueBackend, result_id
+from .backend import (
+    ERROR_PROGRESS_KEY,
+    META_PROGRESS_KEY,
+    PyQueueBackend,
+    _time,
+    enqueued_at,
+    recorded_meta,
+    result_id,
+)
 
 # What a task may raise to steer its message (retry later, give up, snooze, end as cancelled):
 # passed on to the worker as they are, not recorded as the task's failure.
@@ -39,15 +47,22 @@ def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
         payload = job.payload if isinstance(job.payload, dict) else {}
         args = list(payload.get("args") or [])
         kwargs = dict(payload.get("kwargs") or {})
-        started = timezone.now()
+        now = timezone.now()
+        started = _first_start(job, backend) or now
+        meta = {
+            "started_at": started.isoformat(),
+            "last_attempted_at": now.isoformat(),
+            "args": args,
+            "kwargs": kwargs,
+        }
         result = compat.TaskResult(
             task=task,
             id=result_id(job.queue, job.kind, job.key),
             status=compat.TaskResultStatus.RUNNING,
-            enqueued_at=None,
+            enqueued_at=enqueued_at(job.key),
             started_at=started,
             finished_at=None,
-            last_attempted_at=started,
+            last_attempted_at=now,
             args=args,
             kwargs=kwargs,
             backend=backend.alias,
@@ -74,10 +89,11 @@ def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
             )
             job.set_progress(
                 {
+                    META_PROGRESS_KEY: meta,
                     ERROR_PROGRESS_KEY: {
                         "exception_class_path": error.exception_class_path,
                         "traceback": error.traceback,
-                    }
+                    },
                 }
             )
             result.errors.append(error)
@@ -85,10 +101,24 @@ def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
             # the failure with this exception's traceback (and error trackers hook that record).
             _finished(result, compat.TaskResultStatus.FAILED, None, backend)
             raise
+        # the task's times and arguments, kept with its result (written before the commit)
+        job.set_progress({META_PROGRESS_KEY: meta})
         _finished(result, compat.TaskResultStatus.SUCCESSFUL, value, backend)
         return value
     finally:
         close_old_connections()
+
+
+def _first_start(job: Any, backend: PyQueueBackend) -> Any:
+    """When the task's first attempt started: on a later attempt, what the earlier one recorded
+    (read with queue_result, which the consumer may call); None on the first."""
+    if job.attempts <= 1:
+        return None
+    try:
+        progress = backend.own_database().queue(job.queue).result(job.key, job.kind).progress
+    except pyqueue_sql.QueueError:
+        return None
+    return _time(recorded_meta(progress).get("started_at"))
 
 
 def _finished(result: Any, status: Any, value: Any, backend: PyQueueBackend) -> None:

@@ -39,6 +39,23 @@ class Command(BaseCommand):
                 "shout": asyncio.run(shout.aenqueue("hey")).id,
                 "exit": exit_now.enqueue(3).id,
             }
+            # what enqueue returned, read back: the same, field for field (the arguments of a
+            # waiting task are the monitor's to read: this web tier reads them empty)
+            enqueued = divide.using(run_after=timezone.now() + datetime.timedelta(hours=2)).enqueue(4, 2)
+            again = divide.get_result(enqueued.id)
+            fields = (
+                "id",
+                "status",
+                "enqueued_at",
+                "started_at",
+                "finished_at",
+                "last_attempted_at",
+                "kwargs",
+            )
+            fields += ("backend", "worker_ids", "errors")
+            out["read_back_differs"] = [f for f in fields if getattr(enqueued, f) != getattr(again, f)]
+            out["read_back_args"] = again.args
+            out["enqueued_at_set"] = enqueued.enqueued_at is not None
             first = confirm_order.get_result(out["confirm"])
             out["status_before"] = str(first.status)
             out["args_before"] = first.args
@@ -60,6 +77,9 @@ class Command(BaseCommand):
                 if result.status == "SUCCESSFUL":
                     row["value"] = result.return_value
                 row["errors"] = [e.exception_class_path for e in result.errors]
+                row["args"] = result.args
+                times = [result.enqueued_at, result.started_at, result.last_attempted_at, result.finished_at]
+                row["times_in_order"] = None not in times and times == sorted(times)
                 row["traceback_ends"] = [
                     [e.traceback.splitlines()[0], e.traceback.strip().splitlines()[-1]] for e in result.errors
                 ]
