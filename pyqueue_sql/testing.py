@@ -11,11 +11,20 @@
 
 Fixtures:
 
-* ``pyqueue_dsn``: the DSN of a new, empty database with the schema installed (migrated to the
-  head revision), dropped after the test. The server: the DSN in ``PYQUEUE_TEST_DSN`` (a
-  postgresql:// or mysql:// DSN whose user may create databases: PostgreSQL, MySQL or MariaDB),
-  else PostgreSQL on 127.0.0.1:5432 as user postgres, else an embedded PostgreSQL (the
-  ``embedded`` extra, as `make demo` uses), started once per test session.
+* ``pyqueue_dsn``: the DSN of an empty database with the schema installed (migrated to the head
+  revision): one database per test session (per xdist worker), made once, whose tables are emptied
+  before each test (in one transaction: a few milliseconds, where making a database took a tenth
+  of a second or more). Each test sees what a new database shows: no queue, message, schedule,
+  worker or result; the connections an earlier test left open to it are
+  closed first (as dropping its database did). When a test changed the database itself (a table,
+  a routine or a grant of its own), the next test gets a new database. Dropped at the end of the
+  session. The server: the DSN in ``PYQUEUE_TEST_DSN`` (a postgresql:// or mysql:// DSN whose user
+  may create databases: PostgreSQL, MySQL or MariaDB), else PostgreSQL on 127.0.0.1:5432 as user
+  postgres, else an embedded PostgreSQL (the ``embedded`` extra, as `make demo` uses), started
+  once per test session. The database's name is a prefix and 12 random hex digits: the prefix is
+  ``pyqueue_test_`` unless the ``pyqueue_database_prefix`` ini option or the
+  ``PYQUEUE_TEST_DATABASE_PREFIX`` environment variable (first) says another (letters, digits and
+  ``_``, at most 40).
 * ``pyqueue_db``: a pyqueue_sql.Database on it, closed after the test.
 
 No fake queue: the jobs go through the real routines, as in production. App.run_pending() (and
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import uuid
 from collections.abc import Iterator
@@ -39,7 +49,12 @@ from . import dialects, migrate
 from .client import Database, connect
 
 ENV = "PYQUEUE_TEST_DSN"
+PREFIX_ENV = "PYQUEUE_TEST_DATABASE_PREFIX"
+PREFIX_INI = "pyqueue_database_prefix"
+DEFAULT_PREFIX = "pyqueue_test_"
 LOCAL_POSTGRESQL = "postgresql://postgres@127.0.0.1:5432/postgres"
+# The table that stays as migrations wrote it (the schema's revision); every other one is emptied.
+KEPT_TABLE = "pyqueue_alembic_version"
 
 
 class _Server:
@@ -74,6 +89,184 @@ class _Server:
         self._execute(self.dialect.drop_database_statement, name)
 
 
+def database_prefix(config: Any) -> str:
+    """The prefix of the test databases' names (see the module docstring)."""
+    prefix = (
+        os.environ.get(PREFIX_ENV)
+        or (config.getini(PREFIX_INI) if config is not None else "")
+        or DEFAULT_PREFIX
+    )
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,39}", prefix):
+        raise pytest.UsageError(
+            f"the test databases' prefix must be letters, digits and _ (at most 40, not starting with a "
+            f"digit), not {prefix!r}"
+        )
+    return prefix
+
+
+class _SessionDatabase:
+    """One migrated database for a test session, emptied before each test (reset)."""
+
+    def __init__(self, server: _Server, prefix: str) -> None:
+        self.server = server
+        self.prefix = prefix
+        self.name = ""
+        self.url = ""
+        self._conn: Any = None
+        self._statements: list[str] = []
+        self._fingerprint: Any = None
+        self._fresh = False
+        self._make()
+
+    def _make(self) -> None:
+        self.name = f"{self.prefix}{uuid.uuid4().hex[:12]}"
+        self.url = self.server.create(self.name)
+        self._conn = self.server.dialect.connect(self.url)
+        self._statements = self._reset_statements()
+        self._fingerprint = self._read_fingerprint()
+        self._fresh = True
+
+    def _query(self, sql: str) -> list[Any]:
+        cur = self._conn.cursor()
+        try:
+            cur.execute(sql)
+            return list(cur.fetchall())
+        finally:
+            cur.close()
+
+    def _is_postgresql(self) -> bool:
+        return self.server.dialect.name == "postgresql"
+
+    def _reset_statements(self) -> list[str]:
+        """The statements that empty the database: DELETE of every table but the schema's
+        revision (children before their parents on PostgreSQL; MySQL turns the foreign key checks
+        off for the session); PostgreSQL's sequences back at 1 (MySQL's counters: _reset_counters)."""
+        if self._is_postgresql():
+            tables = [
+                r[0]
+                for r in self._query(
+                    "SELECT c.relname FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
+                    "AND c.relkind IN ('r', 'p') AND NOT c.relispartition"
+                )
+                if r[0] != KEPT_TABLE
+            ]
+            parents: dict[str, set[str]] = {}
+            for child, parent in self._query(
+                "SELECT conrelid::regclass::text, confrelid::regclass::text FROM pg_constraint "
+                "WHERE contype = 'f' AND connamespace = current_schema()::regnamespace AND conrelid <> confrelid"
+            ):
+                parents.setdefault(child, set()).add(parent)
+            ordered: list[str] = []
+            left = set(tables)
+            while left:  # a table goes once no table left refers to it
+                ready = sorted(t for t in left if not any(t in parents.get(o, ()) for o in left if o != t))
+                if not ready:
+                    ready = sorted(left)
+                ordered += ready
+                left -= set(ready)
+            sequences = [
+                r[0]
+                for r in self._query(
+                    "SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()"
+                )
+            ]
+            return [
+                "BEGIN; SET LOCAL synchronous_commit = off; "  # a test database: no flush to wait for
+                + " ".join(f'DELETE FROM "{t}";' for t in ordered)
+                + " ".join(f"SELECT setval('\"{q}\"', 1, false);" for q in sequences)
+                + " COMMIT"
+            ]
+        tables = [
+            r[0]
+            for r in self._query(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
+                "AND table_type = 'BASE TABLE'"
+            )
+            if r[0] != KEPT_TABLE
+        ]
+        return [
+            "SET SESSION foreign_key_checks = 0; START TRANSACTION; "
+            + " ".join(f"DELETE FROM `{t}`;" for t in sorted(tables))
+            + " COMMIT; SET SESSION foreign_key_checks = 1",
+        ]
+
+    # MySQL/MariaDB: the tables whose AUTO_INCREMENT ids a routine answers (worker ids, the ingest
+    # table's rows and rejects). The others' (message and history ids) are the schema's own: their
+    # counters go on, since an ALTER TABLE costs some 15 ms a table.
+    ANSWERED_COUNTERS = ("pyqueue_worker", "queue_ingest", "pyqueue_ingest_reject")
+
+    def _reset_counters(self) -> None:
+        names = ", ".join(f"'{t}'" for t in self.ANSWERED_COUNTERS)
+        for (table,) in self._query(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
+            f"AND table_name IN ({names}) AND auto_increment > 1"
+        ):
+            self._query(f"ALTER TABLE `{table}` AUTO_INCREMENT = 1")
+
+    def _read_fingerprint(self) -> Any:
+        """What a test could change in the database besides rows: its tables, routines, and
+        the grants on them. Read before each test; a change gets the next test a new database."""
+        if self._is_postgresql():
+            return self._query(
+                "SELECT (SELECT count(*) || ':' || coalesce(max(oid::bigint), 0) FROM pg_class "
+                "        WHERE relnamespace = current_schema()::regnamespace), "
+                "       (SELECT count(*) || ':' || coalesce(max(oid::bigint), 0) || ':' "
+                "               || md5(coalesce(string_agg(proacl::text, ',' ORDER BY oid), '')) "
+                "        FROM pg_proc WHERE pronamespace = current_schema()::regnamespace)"
+            )
+        rows = self._query(
+            "SELECT (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()), "
+            "       (SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE())"
+        )
+        with contextlib.suppress(Exception):  # grants, where the account may read them
+            rows += self._query("SELECT COUNT(*) FROM mysql.procs_priv WHERE Db = DATABASE()")
+        return rows
+
+    def _close_other_sessions(self) -> None:
+        """Ends the connections an earlier test left open to the database (a worker not stopped,
+        a connection not closed), as dropping its database did: their locks go with them."""
+        if self._is_postgresql():
+            self._query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return
+        for (pid,) in self._query(
+            "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+        ):
+            with contextlib.suppress(Exception):
+                self._query(f"KILL CONNECTION {int(pid)}")
+
+    def reset(self) -> str:
+        """The database, empty: its DSN."""
+        if self._fresh:
+            self._fresh = False
+            return self.url
+        self._close_other_sessions()
+        if self._read_fingerprint() != self._fingerprint:
+            self.drop()
+            self._make()
+            self._fresh = False
+            return self.url
+        cur = self._conn.cursor()
+        try:
+            for statement in self._statements:
+                cur.execute(statement)
+                while cur.nextset():
+                    pass
+        finally:
+            cur.close()
+        if not self._is_postgresql():
+            self._reset_counters()
+        return self.url
+
+    def drop(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()
+        with contextlib.suppress(Exception):
+            self.server.drop(self.name)
+
+
 def _local_postgresql_answers() -> bool:
     try:
         with socket.create_connection(("127.0.0.1", 5432), timeout=1.0):
@@ -98,16 +291,20 @@ def pyqueue_server() -> Iterator[_Server]:
         yield _Server(dsn)
 
 
-@pytest.fixture
-def pyqueue_dsn(pyqueue_server: _Server) -> Iterator[str]:
-    """A new database with the schema installed, dropped after the test."""
-    name = f"pyqueue_test_{uuid.uuid4().hex[:12]}"
-    url = pyqueue_server.create(name)
+@pytest.fixture(scope="session")
+def pyqueue_session_database(pyqueue_server: _Server, pytestconfig: Any) -> Iterator[_SessionDatabase]:
+    """The test session's database (see the module docstring), dropped at the session's end."""
+    database = _SessionDatabase(pyqueue_server, database_prefix(pytestconfig))
     try:
-        yield url
+        yield database
     finally:
-        with contextlib.suppress(Exception):
-            pyqueue_server.drop(name)
+        database.drop()
+
+
+@pytest.fixture
+def pyqueue_dsn(pyqueue_session_database: _SessionDatabase) -> str:
+    """An empty database with the schema installed: the session's, emptied for this test."""
+    return pyqueue_session_database.reset()
 
 
 @pytest.fixture
@@ -118,6 +315,14 @@ def pyqueue_db(pyqueue_dsn: str) -> Iterator[Database]:
         yield db
     finally:
         db.close()
+
+
+def pytest_addoption(parser: Any) -> None:
+    parser.addini(
+        PREFIX_INI,
+        "the prefix of the names of the databases pyqueue-sql's fixtures make (default pyqueue_test_)",
+        default="",
+    )
 
 
 def pytest_configure(config: Any) -> None:
