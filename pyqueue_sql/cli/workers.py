@@ -36,18 +36,36 @@ def format_workers_table(workers: Iterable[Any], stale_after: float = DEFAULT_ST
     header = ("id", "name", "host", "pid", "queues", "started", "last heartbeat", "state")
     rows = [
         (
-            str(w.worker_id),
-            w.name,
-            w.host or "-",
-            "-" if w.pid is None else str(w.pid),
-            ",".join(w.queues) if w.queues else "-",
-            format_time(w.started_at),
-            format_age(w.heartbeat_age_s) + " ago",
-            "stale" if w.heartbeat_age_s > stale_after else "ok",
+            ",".join(str(w.worker_id) for w in group),
+            group[0].name,
+            group[0].host or "-",
+            ",".join("-" if w.pid is None else str(w.pid) for w in group),
+            ",".join(sorted({q for w in group for q in (w.queues or [])})) or "-",
+            format_time(min(w.started_at for w in group)),
+            format_age(min(w.heartbeat_age_s for w in group)) + " ago",
+            _group_state(group, stale_after),
         )
-        for w in workers
+        for group in worker_groups(workers)
     ]
     return format_table(header, rows)
+
+
+def _group_state(group: list[Any], stale_after: float) -> str:
+    """ok, stale, or (a worker of several processes, one of which died or hangs) "K of N stale"."""
+    stale = sum(w.heartbeat_age_s > stale_after for w in group)
+    if not stale:
+        return "ok"
+    return "stale" if stale == len(group) else f"{stale} of {len(group)} stale"
+
+
+def worker_groups(workers: Iterable[Any]) -> list[list[Any]]:
+    """Registered workers by (name, host), in their first one's order: the processes of one
+    `pyqueue-sql worker --processes N` register under one name and are shown as one worker (their
+    ids and pids listed, the latest heartbeat, and how many are stale when some are)."""
+    groups: dict[tuple[str, str | None], list[Any]] = {}
+    for w in workers:
+        groups.setdefault((w.name, w.host), []).append(w)
+    return list(groups.values())
 
 
 def cmd_workers(args: argparse.Namespace) -> int:
@@ -255,6 +273,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ..worker import RetryPolicy, Worker, WorkerBase
 
     target = _load_handler(args.handler_spec)
+    if args.processes > 1:
+        return _supervise(args, target)
     task = None
     if isinstance(target, Task):
         # one task, served as its App serves it (decoded arguments, middleware, retry, timeout)
@@ -379,6 +399,223 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- --processes N: one command, N worker processes ------------------------------------------
+
+# The worker subparser (add_worker keeps it): the options a worker process is started with are
+# read back from it, so that each option reaches the processes as given.
+_WORKER_PARSER: argparse.ArgumentParser | None = None
+
+# Options the supervisor keeps for itself (or refuses) instead of passing them on.
+_NOT_PASSED_ON = {"help", "processes", "status", "dsn", "metrics_port", "metrics_host", "name"}
+
+# A worker process that dies is started again after RESTART_DELAY seconds, doubled (up to
+# RESTART_DELAY_MAX) while it keeps dying within RESTART_QUICK seconds of its start.
+RESTART_DELAY = 1.0
+RESTART_DELAY_MAX = 30.0
+RESTART_QUICK = 10.0
+
+# After the shutdown deadline, how long the supervisor waits for its processes to flush their last
+# acknowledgements and deregister before it kills them.
+STOP_GRACE = 15.0
+
+
+def _child_argv(args: argparse.Namespace, name: str) -> list[str]:
+    """The `pyqueue-sql worker` command line of one worker process: the options given to the
+    supervisor (its --dsn goes through the environment, not the process list), --no-status, and
+    the supervisor's name, which every process registers under."""
+    assert _WORKER_PARSER is not None
+    argv = ["worker", args.handler_spec, "--no-status", "--name", name]
+    for action in _WORKER_PARSER._actions:
+        if not action.option_strings or action.dest in _NOT_PASSED_ON:
+            continue
+        value = getattr(args, action.dest, None)
+        if value is None:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse.BooleanOptionalAction):
+            argv.append(flag if value else "--no-" + flag.removeprefix("--"))
+        elif isinstance(action, argparse._AppendAction):
+            for item in value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return argv
+
+
+class _Processes:
+    """The supervisor of `pyqueue-sql worker --processes N`: starts N worker processes, starts
+    again one that dies, and stops them all on SIGTERM/SIGINT (forwarded: each process stops
+    gracefully within --shutdown-timeout; a second signal stops them at once)."""
+
+    def __init__(self, args: argparse.Namespace, dsn: str | None, log: Any) -> None:
+        import socket
+
+        self.n = args.processes
+        self.name = args.name or f"{socket.gethostname()}:{os.getpid()}"
+        self.argv = [sys.executable, "-m", "pyqueue_sql.cli", *_child_argv(args, self.name)]
+        self.env = dict(os.environ)
+        if dsn is not None:
+            self.env["PYQUEUE_DSN"] = dsn
+        self.shutdown_timeout = args.shutdown_timeout
+        self.log = log
+        self.procs: list[Any] = [None] * self.n
+        self.started_at = [0.0] * self.n
+        self.delays = [RESTART_DELAY] * self.n
+        self.restart_at: list[float | None] = [None] * self.n
+        self.signals = 0
+        self.restarts = 0
+        self.unclean = False
+
+    def _start(self, i: int) -> None:
+        import subprocess
+        import time
+
+        self.procs[i] = subprocess.Popen(
+            self.argv,
+            env={**self.env, "PYQUEUE_WORKER_PROCESS": f"{i + 1}/{self.n}"},
+            stdin=subprocess.DEVNULL,
+            # its own process group: a Ctrl-C in the terminal reaches the supervisor alone, which
+            # passes one SIGTERM on (two signals would stop the process at once)
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        self.started_at[i] = time.monotonic()
+        self.restart_at[i] = None
+
+    def _signal_all(self, signum: int) -> None:
+        for proc in self.procs:
+            if proc is not None and proc.poll() is None:
+                try:
+                    proc.send_signal(signum)
+                except OSError:
+                    pass
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        import signal
+
+        self.signals += 1
+        self.log.info(
+            "%s received: stopping the %d worker processes%s",
+            signal.Signals(signum).name,
+            self.n,
+            " at once" if self.signals > 1 else f" (their running handlers get {self.shutdown_timeout:g} s)",
+            extra={"event": "signal", "signal": signum, "force": self.signals > 1},
+        )
+        self._signal_all(signal.SIGTERM)
+
+    def run(self) -> int:
+        import signal
+        import time
+
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            for i in range(self.n):
+                self._start(i)
+            self.log.info(
+                "worker processes starting",
+                extra={
+                    "event": "processes_start",
+                    "worker": self.name,
+                    "processes": self.n,
+                    "pids": [p.pid for p in self.procs],
+                },
+            )
+            while not self.signals:
+                time.sleep(0.1)
+                self._watch()
+            deadline = time.monotonic() + self.shutdown_timeout + STOP_GRACE
+            while any(p is not None and p.poll() is None for p in self.procs):
+                if time.monotonic() > deadline:
+                    self.log.error(
+                        "worker processes still running %g s after the shutdown deadline: killed",
+                        STOP_GRACE,
+                        extra={"event": "processes_killed"},
+                    )
+                    self._signal_all(signal.SIGKILL)
+                    self.unclean = True
+                    break
+                time.sleep(0.05)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        for proc in self.procs:
+            if proc is not None:
+                proc.wait()
+                self.unclean = self.unclean or proc.returncode not in (0, None)
+        self.log.info(
+            "worker processes stopped",
+            extra={"event": "processes_stop", "worker": self.name, "restarts": self.restarts},
+        )
+        return EXIT_FAILURE if self.unclean else EXIT_OK
+
+    def _watch(self) -> None:
+        import time
+
+        now = time.monotonic()
+        for i, proc in enumerate(self.procs):
+            if self.restart_at[i] is not None:
+                if now >= self.restart_at[i]:
+                    self.restarts += 1
+                    self._start(i)
+                continue
+            code = proc.poll()
+            if code is None or self.signals:
+                continue
+            quick = now - self.started_at[i] < RESTART_QUICK
+            delay = self.delays[i] if quick else RESTART_DELAY
+            self.delays[i] = min(delay * 2, RESTART_DELAY_MAX) if quick else RESTART_DELAY
+            self.restart_at[i] = now + delay
+            self.log.warning(
+                "worker process %d of %d (pid %d) exited with status %s; starting it again in %g s",
+                i + 1,
+                self.n,
+                proc.pid,
+                code,
+                delay,
+                extra={"event": "process_died", "pid": proc.pid, "status": code},
+            )
+
+
+def _die_with_parent() -> None:
+    """In a worker process, before it runs: SIGTERM when the supervisor dies (Linux), so that a
+    killed supervisor leaves no worker behind."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _supervise(args: argparse.Namespace, target: Any) -> int:
+    """`pyqueue-sql worker --processes N`: N worker processes under this one (see _Processes)."""
+    import logging
+
+    from ..tasks import App, Task
+    from ..worker import WorkerBase
+
+    if args.metrics_port is not None:
+        raise UsageError("--metrics-port serves one process: run each worker process with its own")
+    app = target.app if isinstance(target, Task) else target
+    if isinstance(app, WorkerBase):
+        dsn = None  # a Worker of the module: its own DSN
+    elif isinstance(app, App):
+        dsn = _worker_dsn(args, app)
+    else:
+        dsn = dsn_of(args)
+    handler = _log_handler(sys.stderr, None)
+    handler.setFormatter(_JsonLogFormatter() if args.log_format == "json" else _TextLogFormatter())  # type: ignore[arg-type]
+    logger = logging.getLogger("pyqueue_sql.worker.processes")
+    logger.addHandler(handler)
+    logger.setLevel(getattr(logging, args.log_level.upper()))
+    logger.propagate = False
+    try:
+        return _Processes(args, dsn, logger).run()
+    finally:
+        logger.removeHandler(handler)
+
+
 def _worker_metrics(worker: Any, args: argparse.Namespace) -> Any:
     """WorkerMetrics served on --metrics-host:--metrics-port, or None without --metrics-port."""
     if args.metrics_port is None:
@@ -422,7 +659,8 @@ def add_workers(command: Command) -> None:
 
 
 def add_worker(command: Command) -> None:
-    p = command(
+    global _WORKER_PARSER
+    p = _WORKER_PARSER = command(
         "worker",
         cmd_worker,
         "run an App's tasks, a Worker, or a handler (a function or an async def) for the messages of "
@@ -464,6 +702,15 @@ def add_worker(command: Command) -> None:
         metavar="N",
         help="messages handled at once, one thread each (an async def handler: one asyncio task each) "
         "(default 4)",
+    )
+    p.add_argument(
+        "--processes",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="run N worker processes under this command (each with --concurrency handlers): one "
+        "that dies is started again, SIGTERM/SIGINT stops them all with the same --shutdown-timeout, "
+        "and they register under one name (`pyqueue-sql workers` shows them as one) (default 1)",
     )
     p.add_argument("--name", help="worker name recorded on reserved messages (default host:pid)")
     p.add_argument(

@@ -88,11 +88,24 @@ class Overview:
 
     @property
     def live_workers(self) -> list[WorkerInfo]:
-        return [w for w in self.workers if w.heartbeat_age_s <= STALE_AFTER_S]
+        """One per worker: the processes of `pyqueue-sql worker --processes N`, registered under one
+        name on one host, count as one (live while none is stale)."""
+        return [
+            g[0] for g in _worker_groups(self.workers) if all(w.heartbeat_age_s <= STALE_AFTER_S for w in g)
+        ]
 
     @property
     def stale_workers(self) -> list[WorkerInfo]:
-        return [w for w in self.workers if w.heartbeat_age_s > STALE_AFTER_S]
+        return [
+            g[0] for g in _worker_groups(self.workers) if any(w.heartbeat_age_s > STALE_AFTER_S for w in g)
+        ]
+
+
+def _worker_groups(workers: list[WorkerInfo]) -> list[list[WorkerInfo]]:
+    groups: dict[tuple[str, str | None], list[WorkerInfo]] = {}
+    for w in workers:
+        groups.setdefault((w.name, w.host), []).append(w)
+    return list(groups.values())
 
 
 @dataclass

@@ -1,0 +1,87 @@
+"""`pyqueue-sql worker mod:app --processes N`: N worker processes under one command, as a user
+runs it: they share the work, one that dies is started again, SIGTERM stops them all, and
+`pyqueue-sql workers` shows them as one worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+import pyqueue_sql
+
+from .test_worker_cli_app import app_queue, run_cli, serving, write_module  # noqa: F401  (a fixture)
+
+MODULE = """
+    import os, time
+    from pyqueue_sql import App
+
+    app = App({dsn!r})
+
+    @app.task(queue={queue!r})
+    def work(n: int) -> None:
+        time.sleep(0.05)
+        with open(os.environ["PYQUEUE_TEST_RECORD"], "a") as f:
+            f.write(f"{{os.getpid()}} {{n}}\\n")
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_processes_share_the_work_restart_and_stop_as_one(tmp_path, dsn, app_queue):  # noqa: F811
+    module = write_module(tmp_path, MODULE.format(dsn=dsn, queue=app_queue))
+    db = pyqueue_sql.connect(dsn)
+    try:
+        q = db.queue(app_queue)
+        with serving(tmp_path, f"{module}:app", "--processes", "2", "--concurrency", "2") as served:
+            served.wait_for_line("worker processes starting")
+            deadline = time.monotonic() + 30
+            while sum("worker registered as" in line for line in served.lines) < 2:
+                assert time.monotonic() < deadline and served.proc.poll() is None, served.lines
+                time.sleep(0.05)
+            q.push_many([(f"a{i}", "work", {"n": i}) for i in range(40)])
+            first = served.wait_for_records(40, 60)
+            pids = {int(r[0]) for r in first}
+            assert len(pids) == 2, first  # both processes took work
+
+            listed = run_cli(tmp_path, "workers", PYQUEUE_DSN=dsn)
+            rows = [line for line in listed.stdout.splitlines() if app_queue in line]
+            assert len(rows) == 1, listed.stdout  # one worker, its two processes' pids listed
+            assert all(str(pid) in rows[0] for pid in pids), rows
+
+            victim = sorted(pids)[0]
+            os.kill(victim, signal.SIGKILL)
+            served.wait_for_line("exited with status -9; starting it again")
+            deadline = time.monotonic() + 30
+            while sum("worker registered as" in line for line in served.lines) < 3:
+                assert time.monotonic() < deadline, served.lines
+                time.sleep(0.05)
+            q.push_many([(f"b{i}", "work", {"n": i}) for i in range(40)])
+            after = served.wait_for_records(80, 60)[40:]
+            new_pids = {int(r[0]) for r in after}
+            assert victim not in new_pids and len(new_pids) == 2, after
+
+            children = pids | new_pids
+            served.proc.send_signal(signal.SIGTERM)
+            assert served.proc.wait(timeout=60) == 0, served.lines
+        time.sleep(0.5)
+        assert not [pid for pid in children if _alive(pid)]
+        assert any("worker processes stopped" in line for line in served.lines)
+        assert sum("worker deregistered" in line for line in served.lines) == 2
+    finally:
+        db.close()
+
+
+def test_processes_refuse_a_metrics_port_in_one_line(tmp_path, dsn, app_queue):  # noqa: F811
+    module = write_module(tmp_path, MODULE.format(dsn=dsn, queue=app_queue))
+    proc = run_cli(tmp_path, "worker", f"{module}:app", "--processes", "2", "--metrics-port", "0")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
