@@ -327,9 +327,11 @@ class Server:
     """Where the history runs: a database on the shared server (no restarts), or a server of the
     suite's own (tests/own_postgres.py, tests/own_mariadb.py) that it may restart."""
 
-    def __init__(self, dialect: str, own: bool):
-        self.dialect, self.own, self.server = dialect, own, None
-        if own:
+    def __init__(self, dialect: str, own: bool, dsn: str | None = None):
+        self.dialect, self.own, self.server, self.lent = dialect, own, None, dsn is not None
+        if dsn:  # a database with the schema installed, lent by the caller (a test) and kept
+            self.dsn = dsn
+        elif own:
             if dialect == "postgresql":
                 from tests.own_postgres import OwnPostgres
 
@@ -388,13 +390,21 @@ class Server:
     def close(self) -> None:
         if self.server is not None:
             self.server.destroy()
-        else:
+        elif not self.lent:
             common.drop(self.dialect, self.dsn)
 
 
-def install(dsn: str) -> None:
-    common.install_pyqueue(dsn)
+def install(dialect: str, dsn: str, schema: bool = True) -> None:
+    """The schema (unless there), then the three queues, new: dropped first, their history rows gone."""
+    if schema:
+        common.install_pyqueue(dsn)
     with pyqueue_sql.connect(dsn) as db:
+        for name in (Q, NEXT, DEAD):
+            if any(s.queue == name for s in db.stats()):
+                db.queue(name).drop()
+        common.execute(
+            dialect, dsn, f"DELETE FROM pyqueue_history WHERE queue_name IN ('{Q}', '{NEXT}', '{DEAD}')"
+        )
         db.queue(DEAD).create()
         db.queue(NEXT).create()
         db.queue(Q).create(LEASE, MAX_ATTEMPTS, DEAD, dt.timedelta(days=1))
@@ -469,10 +479,10 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
     faults: collections.Counter = collections.Counter()
     paused: dict[str, float] = {}
     next_restart = time.monotonic() + fleet.args.restart_every
-    kinds = ["kill", "cut", "cut", "pause"]
+    kinds, cycle = ["kill", "cut", "cut", "pause"], ["kill"]  # the first at once, even in a short run
     stop_at = time.monotonic() + 60 * fleet.args.minutes if fleet.args.minutes else INF
     while fleet.running():
-        pause_until = time.monotonic() + rng.uniform(0.5, 2.0)
+        pause_until = time.monotonic() + (rng.uniform(0.5, 2.0) if cycle != ["kill"] else 0.2)
         while fleet.running() and time.monotonic() < pause_until:
             time.sleep(0.05)
         if time.monotonic() >= stop_at:  # the time is up: the operations done so far are the history
@@ -490,7 +500,9 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
             faults["server restarts"] += 1
             next_restart = time.monotonic() + fleet.args.restart_every
             continue
-        kind = rng.choice(kinds)
+        if not cycle:  # every kind once in each round of four, in a random order, a pause last
+            cycle = ["pause", *rng.sample(kinds[:3], 3)]
+        kind = cycle.pop()
         live = [s for s, p in fleet.procs.items() if p.is_alive() and s not in paused]
         if not live:
             continue
@@ -901,14 +913,15 @@ def most_at_once(segments, limit: int) -> list:
 # ---- the suite -----------------------------------------------------------------------------------
 
 
-def run(dialect: str, args, sabotage=None) -> dict:
+def run(dialect: str, args, sabotage=None, dsn: str | None = None) -> dict:
     """One history on one dialect: the run, the drain, the check. sabotage(dsn), when given, runs
-    after the install (a test of the checker installs a broken routine there)."""
-    server = Server(dialect, own=args.server == "own")
+    after the install (a test of the checker installs a broken routine there); dsn: a database with
+    the schema installed to run in (its queues h, h.next and h.dead are made anew) instead of a new one."""
+    server = Server(dialect, own=args.server == "own", dsn=dsn)
     workdir = tempfile.mkdtemp(prefix="pyqueue-history-")
     started = time.monotonic()
     try:
-        install(server.dsn)
+        install(dialect, server.dsn, schema=dsn is None)
         if sabotage is not None:
             sabotage(server.dsn)
         fleet = Fleet(args, dialect, server.dsn, workdir)

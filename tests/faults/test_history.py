@@ -183,14 +183,16 @@ def short_args(seed: int, *extra: str):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [7, None], ids=["fixed-seed", "random-seed"])
-def test_short_history_under_faults_keeps_every_guarantee(server, dialect, seed):
+def test_short_history_under_faults_keeps_every_guarantee(dsn, dialect, seed):
     seed = random.randrange(2**31) if seed is None else seed
     print(f"seed {seed}")
-    result = h.run(dialect, short_args(seed))
+    result = h.run(dialect, short_args(seed), dsn=dsn)
     assert result["violations"] == [], (seed, result["violations"][:3])
     assert result["lost"] == 0
-    assert sum(result["operations"].values()) >= 200
-    assert result["faults"].get("clients SIGKILLed", 0) + result["faults"].get("connections cut", 0) > 0
+    assert sum(result["operations"].values()) >= 150, result
+    assert result["faults"].get("clients SIGKILLed", 0) + result["faults"].get("connections cut", 0) > 0, (
+        result
+    )
 
 
 BROKEN_PUSH = {
@@ -208,11 +210,12 @@ BROKEN_PUSH = {
 
 
 @pytest.mark.slow
-def test_a_push_that_acknowledges_without_storing_is_reported_lost(server, dialect):
+def test_a_push_that_acknowledges_without_storing_is_reported_lost(installed_database, dialect):
     result = h.run(
         dialect,
         h.parse(["--ops", "200", "--seed", "3", "--producers", "1", "--consumers", "2"]),
         lambda dsn: common.execute(dialect, dsn, *BROKEN_PUSH[dialect]),
+        dsn=installed_database("history"),
     )
     assert result["lost"] > 0, result
     assert {v["guarantee"] for v in result["violations"]} >= {"nothing lost"}
