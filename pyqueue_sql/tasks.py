@@ -1407,13 +1407,16 @@ class App:
             held = self._async_dbs[loop] = (db, closer)
         return held[0]
 
-    def create_queues(self, *, result_retention: Any = None, **settings: Any) -> None:
+    def create_queues(
+        self, *, result_retention: Any = None, db: Database | None = None, **settings: Any
+    ) -> list[Periodic]:
         """Creates the queues of the app's tasks (Queue.create: an existing one gets the settings
         given, nothing else). A queue with a ``store_result=True`` task keeps results for
         `result_retention` (seconds or a timedelta), by default DEFAULT_RESULT_RETENTION (a day)
         when it keeps none yet. Then the schedules of the app's periodic tasks
-        (schedule_periodic)."""
-        db = self.database()
+        (schedule_periodic): returns those it created or replaced. `db`: another Database than
+        the app's (an admin's account on the same database, as `pyqueue-sql setup` uses)."""
+        db = db if db is not None else self.database()
         storing = {t.queue for t in self.tasks.values() if t.store_result}
         for q in self.queues():
             queue: Any = db.queue(q)
@@ -1422,8 +1425,7 @@ class App:
                 queue.set_result_retention(result_retention)
             elif q in storing and queue.settings().result_retention is None:
                 queue.set_result_retention(DEFAULT_RESULT_RETENTION)
-        if self.periodic_tasks:
-            self.schedule_periodic(db)
+        return self.schedule_periodic(db) if self.periodic_tasks else []
 
     def handle(self, queue: str, key: str, kind: str) -> TaskHandle[Any]:
         """A handle on the job (queue, key, kind), e.g. from a key kept elsewhere: its status,

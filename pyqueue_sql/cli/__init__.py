@@ -47,7 +47,7 @@ from typing import Any
 
 from .. import __version__
 from ..display import describe_error, redact
-from . import admin, dashboard, messages, queues, workers
+from . import admin, dashboard, messages, queues, tasks, workers
 from .common import (
     DSN_ENV,
     EXIT_FAILURE,
@@ -78,6 +78,7 @@ COMMANDS: tuple[str, ...] = (
     "sql",
     "grant",
     "create",
+    "setup",
     "push",
     "publish",
     "bind",
@@ -134,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     parsers = {}
-    for group in (admin, queues, messages, workers, dashboard):
+    for group in (admin, queues, messages, tasks, workers, dashboard):
         parsers.update(group.PARSERS)
     for name in COMMANDS:
         parsers[name](command)

@@ -220,3 +220,33 @@ def test_a_periodic_task_runs_on_its_cadence_under_a_worker_on_default_settings(
     # each run starts within 0.3 s of its occurrence's time, one occurrence after the other
     assert all(0 <= ran - at.timestamp() <= 0.3 for ran, at in seen[1:]), seen
     assert all((b[1] - a[1]).total_seconds() == 2 for a, b in zip(seen, seen[1:]))
+
+
+def test_pyqueue_sql_setup_creates_an_apps_queues_and_schedules(dsn, db, capsys, monkeypatch):
+    import importlib
+
+    from pyqueue_sql import cli
+
+    from . import periodic_app
+
+    queue = _queue_name()
+    monkeypatch.setenv("PYQUEUE_TEST_QUEUE", queue)
+    monkeypatch.delenv("PYQUEUE_DSN", raising=False)
+    importlib.reload(periodic_app)
+    assert cli.main(["setup", "tests.tasks.periodic_app:app", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"queues: {queue}",
+        f"schedule {queue} hourly hourly: every 3600 s (created or replaced)",
+        f"schedule {queue} five report: cron */5 * * * * (created or replaced)",
+    ]
+    s = _schedules(db, queue)
+    assert (s["hourly", "hourly"].every_s, s["five", "report"].cron) == (3600, "*/5 * * * *")
+    assert db.queue(queue).settings().result_retention is not None  # report stores its results
+    # at the next deploy: nothing changes
+    assert cli.main(["setup", "tests.tasks.periodic_app:app", "--dsn", dsn]) == 0
+    assert [line.rsplit("(", 1)[1] for line in capsys.readouterr().out.splitlines()[1:]] == ["unchanged)"] * 2
+    assert _schedules(db, queue) == s
+    # not an App: one line, exit 2
+    assert cli.main(["setup", "tests.tasks.periodic_app:queue_of_nothing", "--dsn", dsn]) == 2
+    assert "has no attribute" in capsys.readouterr().err
