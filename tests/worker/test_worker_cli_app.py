@@ -305,3 +305,41 @@ def run_cli_python(tmp_path: Path, script: str, *argv: str) -> subprocess.Comple
     )
     assert proc.returncode == 0, proc.stderr
     return proc
+
+
+AGAIN_MODULE = """
+    import os, time
+    import pyqueue_sql
+    from pyqueue_sql import App, Retry, Snooze
+
+    app = App({dsn!r})
+
+    def record(line):
+        with open(os.environ["PYQUEUE_TEST_RECORD"], "a") as f:
+            f.write(line + "\\n")
+
+    @app.task(queue={queue!r})
+    def again(how: str) -> None:
+        job = pyqueue_sql.current_job()
+        record(f"{{how}} {{job.attempts}} {{time.time():.6f}}")
+        if not os.path.exists(os.environ["PYQUEUE_TEST_RECORD"] + "." + how):
+            open(os.environ["PYQUEUE_TEST_RECORD"] + "." + how, "w").close()
+            raise Retry(after=1.5) if how == "retry" else Snooze(after=1.5)
+"""
+
+
+@pytest.mark.slow
+def test_a_retry_and_a_snooze_come_back_on_time(tmp_path, dsn, app_queue, db):
+    """The worker's own retry and snooze, 1.5 s later within 0.3 s (a 60 s fallback)."""
+    module = write_module(tmp_path, AGAIN_MODULE.format(dsn=dsn, queue=app_queue))
+    with serving(tmp_path, f"{module}:app", "--poll-fallback", "60") as served:
+        served.wait_for_line("worker starting")
+        db.queue(app_queue).push("r", "again", {"how": "retry"})
+        db.queue(app_queue).push("s", "again", {"how": "snooze"})
+        runs = served.wait_for_records(4, 30)
+    times: dict[str, list[float]] = {}
+    for how, _attempts, at in runs:
+        times.setdefault(how, []).append(float(at))
+    gaps = {how: t[1] - t[0] for how, t in times.items()}
+    assert all(1.5 - 0.05 <= g <= 1.5 + 0.3 for g in gaps.values()), gaps
+    assert [r[1] for r in runs if r[0] == "snooze"] == ["1", "1"]  # the snooze used no attempt
