@@ -535,3 +535,59 @@ def test_the_worker_options_of_db_worker(fresh_database, dialect, django):
         assert states() == ["succeeded", "succeeded", "succeeded", "ready"]  # emails never served
     refused = _manage(python, dsn, "pyqueue_worker", "--max-tasks", "0")
     assert refused.returncode == 2 and "must be at least 1" in refused.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("django", ["5.2"])
+def test_the_worker_with_reload_restarts_on_a_code_change_and_serves(fresh_database, dialect, django):
+    """--reload: the worker runs under Django's autoreloader; a change of a module it imported (the
+    tasks module's time touched) restarts it, and the restarted worker runs a task."""
+    import queue as queue_module
+    import threading
+    import time
+
+    python = _python(django)
+    dsn = fresh_database("django")
+    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    worker = subprocess.Popen(
+        [python, "manage.py", "pyqueue_worker", "--reload", "--no-startup-delay", "--interval", "0.2"],
+        cwd=PROJECT,
+        env=_env(dsn),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the reloader's child too: stopped with the group
+    )
+    lines: queue_module.Queue = queue_module.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in worker.stderr], daemon=True).start()
+
+    def wait_for(text: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        seen = []
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.5)
+            except queue_module.Empty:
+                continue
+            seen.append(line)
+            if text in line:
+                return line
+        pytest.fail(f"no {text!r} in {seen}")
+
+    try:
+        first = wait_for("worker registered as")
+        # the autoreloader looks at the imported modules' files every second: it has seen the
+        # tasks module's time once before the change below
+        time.sleep(3)
+        os.utime(PROJECT / "shop" / "tasks.py")  # a code change, as the autoreloader sees one
+        wait_for("tasks.py changed: stopping the worker before the reload")
+        wait_for("worker stopped")  # the old worker, before the new process starts
+        second = wait_for("worker registered as")
+        assert second != first  # a new process: another registration
+        with pyqueue_sql.connect(dsn) as db:
+            db.queue("default").push("after-reload", "shop.tasks.divide", {"args": [8, 2], "kwargs": {}})
+            done = db.queue("default").wait_result("after-reload", "shop.tasks.divide", timeout=30)
+        assert (done.state, done.result) == ("succeeded", 4.0)
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)

@@ -247,6 +247,8 @@ class Command(BaseCommand):
             except pyqueue_sql.InvalidArgumentError as exc:
                 raise CommandError(str(exc)) from None
             max_tasks.worker = worker
+            if in_thread:
+                self._stop_before_reload(worker, options["shutdown_timeout"])
             for queue in queues:
                 worker.set_retry(queue, retry)
             self._limits(worker, options)
@@ -270,6 +272,19 @@ class Command(BaseCommand):
                 "queues not set up by the worker (its account is not admin): `manage.py migrate` or "
                 "`manage.py pyqueue_setup` sets them up"
             )
+
+    def _stop_before_reload(self, worker, timeout: float) -> None:
+        """--reload: a code change stops the worker as SIGTERM would (running tasks finish, what it
+        reserved goes back) before the autoreloader ends the process and starts another, so that
+        the old one is gone, and serves nothing, when the new one starts."""
+        from django.utils import autoreload
+
+        def changed(sender, file_path, **kwargs) -> None:
+            log.info("%s changed: stopping the worker before the reload", file_path)
+            worker.stop(reason="code changed (--reload)")
+            worker.stopped.wait(timeout + 5)
+
+        autoreload.file_changed.connect(changed, weak=False)
 
     def _limits(self, worker, options) -> None:
         """--batch: stop at the first look that finds nothing."""
