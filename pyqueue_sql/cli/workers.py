@@ -588,6 +588,33 @@ def _die_with_parent() -> None:
         pass
 
 
+def _first_connection(dsn: str, start_timeout: float) -> None:
+    """The supervisor connects once before it starts its processes, within --start-timeout as a
+    worker would: a database it cannot reach ends the command in one line (instead of processes
+    that give up and are started again for ever). A refused login ends it at once."""
+    import time
+
+    from ..client import connect
+
+    deadline = time.monotonic() + start_timeout if start_timeout > 0 else None
+    delay = 0.05
+    while True:
+        try:
+            connect(dsn).close()
+            return
+        except errors.ConnectionFailedError as exc:
+            if not exc.retryable:
+                raise
+            if deadline is not None and time.monotonic() + delay > deadline:
+                reason = redact(str(exc).strip()).removeprefix("cannot connect: ")[:300]
+                raise errors.ConnectionFailedError(
+                    f"cannot reach the database: no connection within the start timeout of "
+                    f"{start_timeout:g} s ({reason})"
+                ) from None
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+
+
 def _supervise(args: argparse.Namespace, target: Any) -> int:
     """`pyqueue-sql worker --processes N`: N worker processes under this one (see _Processes)."""
     import logging
@@ -604,6 +631,7 @@ def _supervise(args: argparse.Namespace, target: Any) -> int:
         dsn = _worker_dsn(args, app)
     else:
         dsn = dsn_of(args)
+    _first_connection(dsn if dsn is not None else app.dsn, args.start_timeout)
     handler = _log_handler(sys.stderr, None)
     handler.setFormatter(_JsonLogFormatter() if args.log_format == "json" else _TextLogFormatter())  # type: ignore[arg-type]
     logger = logging.getLogger("pyqueue_sql.worker.processes")

@@ -85,3 +85,13 @@ def test_processes_refuse_a_metrics_port_in_one_line(tmp_path, dsn, app_queue): 
     module = write_module(tmp_path, MODULE.format(dsn=dsn, queue=app_queue))
     proc = run_cli(tmp_path, "worker", f"{module}:app", "--processes", "2", "--metrics-port", "0")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_processes_that_cannot_reach_the_database_give_up_in_one_line(tmp_path):
+    module = write_module(tmp_path, MODULE.format(dsn="postgresql://nobody@127.0.0.1:1/x", queue="q"))
+    started = time.monotonic()
+    proc = run_cli(tmp_path, "worker", f"{module}:app", "--processes", "2", "--start-timeout", "1.5")
+    assert proc.returncode == 1 and time.monotonic() - started < 1.5 + 8, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        line for line in proc.stderr.strip().splitlines() if "cannot reach the database" in line
+    ], proc.stderr
