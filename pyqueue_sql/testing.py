@@ -204,22 +204,32 @@ class _SessionDatabase:
             self._query(f"ALTER TABLE `{table}` AUTO_INCREMENT = 1")
 
     def _read_fingerprint(self) -> Any:
-        """What a test could change in the database besides rows: its tables, routines, and
-        the grants on them. Read before each test; a change gets the next test a new database."""
+        """What a test could change in the database besides rows: its relations, routines and
+        schemas, and the grants on them and on the database. Read before each test; a change gets
+        the next test a new database."""
         if self._is_postgresql():
             return self._query(
-                "SELECT (SELECT count(*) || ':' || coalesce(max(oid::bigint), 0) FROM pg_class "
-                "        WHERE relnamespace = current_schema()::regnamespace), "
+                "SELECT (SELECT count(*) || ':' || max(oid::bigint) || ':' "
+                "               || md5(coalesce(string_agg(relacl::text, ',' ORDER BY oid), '')) "
+                "        FROM pg_class WHERE relpersistence <> 't'), "
                 "       (SELECT count(*) || ':' || coalesce(max(oid::bigint), 0) || ':' "
                 "               || md5(coalesce(string_agg(proacl::text, ',' ORDER BY oid), '')) "
-                "        FROM pg_proc WHERE pronamespace = current_schema()::regnamespace)"
+                "        FROM pg_proc WHERE pronamespace NOT IN "
+                "              ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)), "
+                "       (SELECT count(*) || ':' || md5(coalesce(string_agg(nspacl::text, ',' ORDER BY oid), '')) "
+                "        FROM pg_namespace), "
+                "       (SELECT datacl::text FROM pg_database WHERE datname = current_database())"
             )
         rows = self._query(
             "SELECT (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()), "
             "       (SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE())"
         )
         with contextlib.suppress(Exception):  # grants, where the account may read them
-            rows += self._query("SELECT COUNT(*) FROM mysql.procs_priv WHERE Db = DATABASE()")
+            rows += self._query(
+                "SELECT (SELECT COUNT(*) FROM mysql.procs_priv WHERE Db = DATABASE()), "
+                "       (SELECT COUNT(*) FROM mysql.tables_priv WHERE Db = DATABASE()), "
+                "       (SELECT COUNT(*) FROM mysql.db WHERE Db = DATABASE())"
+            )
         return rows
 
     def _close_other_sessions(self) -> None:
