@@ -22,6 +22,7 @@ PRODUCER = (
     "queue_result_wait",
     "queue_result_channel",
     "queue_cancel",
+    "queue_push_after",
 )
 CONSUMER = (
     "queue_reserve",
@@ -48,6 +49,7 @@ CONSUMER = (
     "queue_worker_heartbeat",
     "queue_worker_deregister",
     "queue_release_dead_workers",
+    "queue_parent_results",
 )
 PIPELINE = ("queue_move",)
 MONITOR = (
@@ -109,10 +111,10 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
 DESCRIPTIONS: dict[str, str] = {
     "producer": "push, push_batch, push_replace, push_grouped, push_batch_grouped, publish, publish_batch, "
     "each of those but push_replace with headers (the *_with_headers siblings), "
-    "read and wait for a message's result, cancel a message",
+    "read and wait for a message's result, cancel a message, push a message that waits for others (push_after)",
     "consumer": "reserve, pop, commit, rollback, snooze, fail, give up, extend, the fast paths, wakeups, its own worker "
     "registration, releasing dead workers, commit with a result, renew (learns of a cancel request), cancel what it "
-    "holds, progress, read a result (no push, no move)",
+    "holds, progress, read a result, read the parents' results of a message (parent_results) (no push, no move)",
     "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
     "(give it with --consumer)",
     "monitor": "stats, limits, rates, workers, schedules, dead letters, settings, message, message history, "

@@ -18,8 +18,8 @@ depends_on = None
 # server flavor: how `migrate --adopt` recognises a schema installed from `pyqueue-sql
 # sql`. tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
-    "postgresql": "743d784f72464bc65e3f1c0cf3e5c5e4",
-    "mariadb": "d7442ddc04683854050e2925e4aaa236",
+    "postgresql": "1b5f4a0335577530273b02a55dffd9de",
+    "mariadb": "071aad5b91c3e02f7cc400ed4e48ce08",
 }
 
 

@@ -352,6 +352,36 @@ CREATE TABLE pyqueue_result (
   COMMENT='pyqueue-sql: the outcome of finished messages of queues with result_retention';
 
 
+-- ==== dependencies ====
+-- Messages that wait for other messages (queue_push_after).
+
+-- The edges between a waiting message and its parents, looked up by one message (queue_name, p_key, p_kind) and a
+-- role: 'c': that message is a parent of the child (other_*) whose message id is msg_id (a later message of the
+-- child's key is another child), n the parent's number in that child's list; 'p': that message is a child, its parent
+-- number n (1, 2, ..., in the order queue_push_after was given) is (other_*); 'w': that message (message id msg_id) is
+-- a child still waiting, n = its parents that have not succeeded yet (other_* NULL). Written by queue_push_after; the
+-- 'c' rows of a parent and the 'w' row of a child go when the parent leaves its queue (succeeded: the child's count
+-- goes down, at 0 the child is ready; failed or cancelled: the child is cancelled); a child's own rows go when it
+-- leaves its queue. Every routine that removes a message probes this table once by the message's key (the one index):
+-- nothing is found for a message without parents or children. No foreign key, as pyqueue_result.
+CREATE TABLE pyqueue_dependency (
+    id          BIGINT       NOT NULL AUTO_INCREMENT,
+    queue_name  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    p_key       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    p_kind      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    role        CHAR(1)      CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    n           INT          NOT NULL,
+    other_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    other_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    other_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    msg_id      BIGINT       NULL,
+    PRIMARY KEY (id),
+    KEY pyqueue_dependency_message_idx (queue_name, p_key, p_kind, role, n),
+    CONSTRAINT pyqueue_dependency_role_known CHECK (role IN ('c', 'p', 'w'))
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='pyqueue-sql: the parents of messages pushed with queue_push_after';
+
+
 -- ==== limits ====
 -- Concurrency limits per (queue, kind) and their slots.
 

@@ -41,6 +41,11 @@ DROP TABLE IF EXISTS pyqueue_rate;
 DROP TABLE IF EXISTS pyqueue_limit_slot;
 DROP TABLE IF EXISTS pyqueue_limit;
 
+-- ==== dependencies ====
+DROP PROCEDURE IF EXISTS queue_parent_results;
+DROP PROCEDURE IF EXISTS queue_push_after;
+DROP TABLE IF EXISTS pyqueue_dependency;
+
 -- ==== results ====
 DROP PROCEDURE IF EXISTS queue_result_channel;
 DROP PROCEDURE IF EXISTS queue_result_wait;
@@ -134,6 +139,8 @@ DROP PROCEDURE IF EXISTS queue_create;
 
 -- ==== helpers ====
 DROP PROCEDURE IF EXISTS pyqueue__topic_regex;
+DROP PROCEDURE IF EXISTS pyqueue__deps_left_many;
+DROP PROCEDURE IF EXISTS pyqueue__deps_left;
 DROP PROCEDURE IF EXISTS pyqueue__raise_undecided;
 DROP PROCEDURE IF EXISTS pyqueue__check_topic;
 DROP PROCEDURE IF EXISTS pyqueue__unclaim;

@@ -426,6 +426,45 @@ COMMENT ON TABLE pyqueue_result IS
 CREATE INDEX pyqueue_result_queue_time_idx ON pyqueue_result (queue_name, finished_at);
 
 
+-- ==== dependencies ====
+-- Messages that wait for other messages (queue_push_after).
+
+-- The edges between a waiting message and its parents, looked up by one
+-- message (queue_name, p_key, p_kind) and a role:
+--   'c': that message is a parent of the child (other_*) whose message id
+--        is msg_id (a later message of the child's key is another child);
+--        n: the parent's number in that child's list;
+--   'p': that message is a child; its parent number n (1, 2, ...,
+--        in the order queue_push_after was given) is (other_*);
+--   'w': that message (message id msg_id) is a child still waiting:
+--        n = its parents that have not succeeded yet (other_* NULL).
+-- Written by queue_push_after; the 'c' rows of a parent and the 'w' row of a
+-- child go when the parent leaves its queue (succeeded: the child's count
+-- goes down, at 0 the child is ready; failed or cancelled: the child is
+-- cancelled); a child's own rows go when it leaves its queue. Every routine
+-- that removes a message probes this table once by the message's key (the
+-- one index): nothing is found for a message without parents or children.
+-- No foreign key, as pyqueue_result.
+CREATE TABLE pyqueue_dependency (
+    queue_name  varchar(128) NOT NULL,
+    p_key       varchar(255) NOT NULL,
+    p_kind      varchar(128) NOT NULL,
+    role        char(1)      NOT NULL,
+    n           integer      NOT NULL,
+    other_queue varchar(128) NULL,
+    other_key   varchar(255) NULL,
+    other_kind  varchar(128) NULL,
+    msg_id      bigint       NULL,
+    CONSTRAINT pyqueue_dependency_role_known CHECK (role IN ('c', 'p', 'w'))
+);
+
+COMMENT ON TABLE pyqueue_dependency IS
+    'pyqueue-sql: the parents of messages pushed with queue_push_after (c: a child of the message, p: a parent of it, w: its parents not succeeded yet).';
+
+-- The one lookup: every row of a message, by role.
+CREATE INDEX pyqueue_dependency_message_idx ON pyqueue_dependency (queue_name, p_key, p_kind, role, n);
+
+
 -- ==== limits ====
 -- Concurrency limits per (queue, kind) and their slots.
 

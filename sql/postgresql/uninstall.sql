@@ -42,6 +42,11 @@ DROP TABLE IF EXISTS pyqueue_rate;
 DROP TABLE IF EXISTS pyqueue_limit_slot;
 DROP TABLE IF EXISTS pyqueue_limit;
 
+-- ==== dependencies ====
+DROP FUNCTION IF EXISTS queue_parent_results(text, text, text);
+DROP FUNCTION IF EXISTS queue_push_after(text, text, text, jsonb, jsonb);
+DROP TABLE IF EXISTS pyqueue_dependency;
+
 -- ==== results ====
 DROP FUNCTION IF EXISTS queue_set_progress(text, text, text, uuid, jsonb);
 DROP FUNCTION IF EXISTS queue_set_progress(text, text, text, text, jsonb);
@@ -169,6 +174,7 @@ DROP FUNCTION IF EXISTS pyqueue__slot_held(text, text, text, bigint, integer, ti
 DROP FUNCTION IF EXISTS pyqueue__refuse_result(integer, integer);
 DROP FUNCTION IF EXISTS pyqueue__check_results(pyqueue_queue);
 DROP FUNCTION IF EXISTS pyqueue__json_value(jsonb);
+DROP FUNCTION IF EXISTS pyqueue__deps_left(text, text, text, boolean, text);
 DROP FUNCTION IF EXISTS pyqueue__finish_held(pyqueue_queue, text, text, uuid, text, text, jsonb);
 DROP FUNCTION IF EXISTS pyqueue__finish(pyqueue_queue, pyqueue_message, text, text, jsonb, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__record_result(pyqueue_queue, pyqueue_message, text, jsonb, timestamptz);
