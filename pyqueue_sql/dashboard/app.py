@@ -38,7 +38,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import errors
 from ..display import describe_error, format_age, format_duration, redact, redact_dsn, remember_secrets
-from .data import ACTIONS, GRANTED_BY, STALE_AFTER_S, Dashboard
+from .data import ACTIONS, GRANTED_BY, STALE_AFTER_S, Dashboard, _worker_groups
 from .metrics import DashboardCollector, metrics_response
 
 HERE = Path(__file__).parent
@@ -474,7 +474,19 @@ class DashboardApp:
 
     async def workers_page(self, request: Request) -> Response:
         workers, held = await run_in_threadpool(self.dashboard.workers)
-        return self.render(request, "workers.html", workers=workers, held=held, allowed=await self.allowed())
+        # the processes of one `pyqueue-sql worker --processes N` (one name, one host): one worker,
+        # its processes on adjacent rows, each marked "process i of N"
+        groups = _worker_groups(workers)
+        workers = [w for g in groups for w in g]
+        processes = {w.reserve_as: (i, len(g)) for g in groups if len(g) > 1 for i, w in enumerate(g, 1)}
+        return self.render(
+            request,
+            "workers.html",
+            workers=workers,
+            held=held,
+            processes=processes,
+            allowed=await self.allowed(),
+        )
 
     async def schedules_page(self, request: Request) -> Response:
         schedules = await run_in_threadpool(self.dashboard.schedules)

@@ -89,15 +89,16 @@ class Overview:
     @property
     def live_workers(self) -> list[WorkerInfo]:
         """One per worker: the processes of `pyqueue-sql worker --processes N`, registered under one
-        name on one host, count as one (live while none is stale)."""
+        name on one host, count as one: live while one of them is (a process that died stays
+        registered until it is released)."""
         return [
-            g[0] for g in _worker_groups(self.workers) if all(w.heartbeat_age_s <= STALE_AFTER_S for w in g)
+            g[0] for g in _worker_groups(self.workers) if any(w.heartbeat_age_s <= STALE_AFTER_S for w in g)
         ]
 
     @property
     def stale_workers(self) -> list[WorkerInfo]:
         return [
-            g[0] for g in _worker_groups(self.workers) if any(w.heartbeat_age_s > STALE_AFTER_S for w in g)
+            g[0] for g in _worker_groups(self.workers) if all(w.heartbeat_age_s > STALE_AFTER_S for w in g)
         ]
 
 

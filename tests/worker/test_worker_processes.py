@@ -95,3 +95,23 @@ def test_processes_that_cannot_reach_the_database_give_up_in_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         line for line in proc.stderr.strip().splitlines() if "cannot reach the database" in line
     ], proc.stderr
+
+
+def test_the_workers_table_shows_the_processes_of_one_worker_as_one_row():
+    import datetime as dt
+
+    from pyqueue_sql.cli.workers import format_workers_table
+    from pyqueue_sql.client import WorkerInfo
+
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def info(worker_id, name, pid, age):
+        return WorkerInfo(worker_id, name, "h", pid, ["q"], now, now, age, f"{name}#{worker_id}")
+
+    table = format_workers_table(
+        [info(1, "h:10", 11, 2.0), info(2, "h:20", 21, 1.0), info(3, "h:10", 12, 90.0)]
+    )
+    header, _, *rows = table.splitlines()
+    assert len(rows) == 2
+    assert rows[0].split()[:4] == ["1,3", "h:10", "h", "11,12"] and rows[0].endswith("1 of 2 stale")
+    assert rows[1].split()[:4] == ["2", "h:20", "h", "21"] and rows[1].endswith("ok")

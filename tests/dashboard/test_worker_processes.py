@@ -1,0 +1,36 @@
+"""The processes of one `pyqueue-sql worker --processes N` (one name, one host) are one worker on
+the dashboard: counted once in the overview, their rows together on the workers page."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pyqueue_sql.client import WorkerInfo
+from pyqueue_sql.dashboard.data import Overview
+
+from .conftest import http
+
+
+def _info(worker_id: int, name: str, age: float) -> WorkerInfo:
+    now = dt.datetime.now(dt.timezone.utc)
+    return WorkerInfo(worker_id, name, "host-a", 100 + worker_id, ["q"], now, now, age, f"{name}#{worker_id}")
+
+
+def test_the_overview_counts_the_processes_of_one_worker_once():
+    workers = [_info(1, "host-a:10", 1.0), _info(2, "host-a:10", 500.0), _info(3, "host-a:20", 1.0)]
+    overview = Overview(dt.datetime.now(dt.timezone.utc), [], workers, {})
+    assert [w.name for w in overview.live_workers] == ["host-a:10", "host-a:20"]
+    assert overview.stale_workers == []  # one of its processes still heartbeats
+    workers.append(_info(4, "host-a:30", 500.0))
+    assert [w.name for w in Overview(overview.taken_at, [], workers, {}).stale_workers] == ["host-a:30"]
+
+
+def test_the_workers_page_marks_each_process_of_a_worker(serve, dsn, db, queue):
+    name = f"procs-{queue.name}"
+    first = db.register_worker(name=name, queues=[queue.name], host="host-p", pid=1001)
+    db.register_worker(name=f"other-{queue.name}", queues=[queue.name], host="host-p", pid=1002)
+    second = db.register_worker(name=name, queues=[queue.name], host="host-p", pid=1003)
+    status, body, _ = http(serve(dsn).url + "/workers")
+    assert status == 200
+    assert f"process 1 of 2 of {name}" in body and f"process 2 of 2 of {name}" in body
+    assert body.index(first.reserve_as) < body.index(second.reserve_as) < body.index(f"other-{queue.name}")
