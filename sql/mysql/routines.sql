@@ -2938,7 +2938,10 @@ END //
 -- or 'reserved' (held by a live reservation: left alone, nothing pushed). Each step one statement reading current
 -- data: INSERT IGNORE; else UPDATE by the key unless reserved; else a locking read (held ->
 -- 'reserved', gone -> again from the insert, same values -> 'replaced'). Row counts are only compared with 0,
--- so CLIENT_FOUND_ROWS (JDBC's default) gives the same answers.
+-- so CLIENT_FOUND_ROWS (JDBC's default) gives the same answers. A dead letter (a message a dead-lettering put in its
+-- queue: dead_from set) is never replaced: the UPDATE passes it by and the locking read refuses the call
+-- (invalid_argument), the letter left as it was (as queue_cancel: only an admin's queue_remove or queue_redrive ends
+-- one).
 -- Locks: the message row and a shared lock on the queue row, each for one statement.
 DROP PROCEDURE IF EXISTS queue_push_replace //
 CREATE PROCEDURE queue_push_replace(
@@ -2953,7 +2956,7 @@ BEGIN
     DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_priority, v_live, v_held INT;
+    DECLARE v_max, v_priority, v_live, v_held, v_dead INT;
     DECLARE v_paused BOOLEAN;
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4;
@@ -2987,16 +2990,20 @@ BEGIN
                scheduled_at_initially = v_at,
                attempts = 0, reserved_by = NULL, reserve_token = NULL
          WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind
-           AND (reserve_token IS NULL OR scheduled_at <= v_now);
+           AND (reserve_token IS NULL OR scheduled_at <= v_now) AND dead_from IS NULL;
         IF ROW_COUNT() > 0 THEN
             SET v_outcome = 'replaced';
             LEAVE attempt;
         END IF;
-        SELECT COUNT(*), COALESCE(SUM(m.reserve_token IS NOT NULL AND m.scheduled_at > v_now), 0)
-          INTO v_live, v_held
+        SELECT COUNT(*), COALESCE(SUM(m.reserve_token IS NOT NULL AND m.scheduled_at > v_now), 0),
+               COALESCE(SUM(m.dead_from IS NOT NULL), 0)
+          INTO v_live, v_held, v_dead
           FROM pyqueue_message m
          WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
           LOCK IN SHARE MODE;
+        IF v_dead > 0 THEN
+            CALL pyqueue__raise('invalid_argument', 'a dead letter is not replaced; an admin removes it with queue_remove');
+        END IF;
         IF v_live > 0 THEN
             SET v_outcome = IF(v_held > 0, 'reserved', 'replaced');
             LEAVE attempt;

@@ -3135,7 +3135,11 @@ $$;
 -- created_at and the FIFO position among equal run_at are kept on replace.
 -- A message blocked behind its group's head stays blocked (its group and
 -- its place in it by the new run_at): replace never lets a group's message
--- past its head. Locks: the queue's shared lock and the message row.
+-- past its head. A dead letter (a message a dead-lettering put in its
+-- queue: dead_from set) is never replaced: the call is refused
+-- (invalid_argument) and the letter stays as it was (as queue_cancel: only
+-- an admin's queue_remove or queue_redrive ends one). Locks: the queue's
+-- shared lock and the message row.
 CREATE OR REPLACE FUNCTION queue_push_replace(
     in_queue    text,
     in_key      text,
@@ -3188,9 +3192,15 @@ BEGIN
                                ELSE EXCLUDED.scheduled_at END,
            scheduled_at_initially = EXCLUDED.scheduled_at,
            attempts = 0, reserved_by = NULL, reserve_token = NULL
-     WHERE m.reserve_token IS NULL OR m.scheduled_at <= v_now
+     WHERE (m.reserve_token IS NULL OR m.scheduled_at <= v_now) AND m.dead_from IS NULL
     RETURNING (m.xmax = 0) INTO v_inserted;
     IF v_inserted IS NULL THEN
+        IF EXISTS (SELECT 1 FROM pyqueue_message m
+                    WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+                      AND m.dead_from IS NOT NULL) THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: a dead letter is not replaced; an admin removes it with queue_remove'
+                USING ERRCODE = '22023';
+        END IF;
         RETURN 'reserved';
     END IF;
     IF v_at <= v_now THEN PERFORM pyqueue__notify(in_queue); END IF;  -- wakeup: ready now

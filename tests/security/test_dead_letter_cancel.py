@@ -83,3 +83,27 @@ def test_a_producer_cannot_cancel_a_dead_letter_waiting_or_held(accounts, dead_l
     # and the admin, who also holds queue_cancel, removes a dead letter with queue_remove only
     assert dead.remove("dl1", "k") is True
     assert [d.key for d in dead.dead_letters()] == []
+
+
+def test_a_producer_cannot_overwrite_a_dead_letter_with_push_replace(accounts, dead_letters, db, dialect):  # noqa: F811
+    """queue_push_replace is the producer's other way to change a waiting message: on a dead letter
+    it is refused, and the letter keeps its payload, attempts and error."""
+    source, dead = dead_letters
+    producer = accounts.raw(accounts.with_capabilities("prod", "producer"))
+    if dialect == "postgresql":
+        producer.autocommit = True
+        sql = f"""SELECT queue_push_replace('{dead.name}', 'dl1', 'k', '{{"n": 666}}')"""
+    else:
+        sql = f"""CALL queue_push_replace('{dead.name}', 'dl1', 'k', '{{"n": 666}}', NULL, NULL)"""
+    try:
+        _run(producer, sql)
+    except Exception as exc:  # noqa: BLE001 - checked just below
+        assert "pyqueue:invalid_argument: a dead letter is not replaced" in str(exc), exc
+    else:
+        pytest.fail("a producer replaced a dead letter")
+    letter = {d.key: d for d in dead.dead_letters()}["dl1"]
+    assert (letter.payload, letter.last_error, letter.from_queue) == ({"n": 1}, "boom", source.name)
+    # a message pushed into any queue by the producer itself is still replaced
+    source.push("mine", "k", {"n": 3})
+    replaced = _run(producer, sql.replace(dead.name, source.name).replace("'dl1'", "'mine'"))
+    assert replaced == [("replaced",)]
