@@ -205,6 +205,21 @@ class Result:
         return self.state in FINISHED_STATES
 
 
+@dataclass(frozen=True)
+class ParentResult:
+    """One parent of a message pushed with push_after, as Queue.parent_results reads it (in the
+    order the parents were given): its queue, key and kind, its ``state`` as queue_result reads
+    it ('succeeded', 'failed', 'cancelled'; while it is live 'ready', 'delayed', 'reserved',
+    'waiting', 'blocked'; 'unknown' once it moved on or its result was purged) and ``result``,
+    what its consumer committed (succeeded only, else None)."""
+
+    queue: str
+    key: str
+    kind: str
+    state: str
+    result: Any = None
+
+
 class Renewal(NamedTuple):
     """What Queue.renew returns: the reservation with its new token (None when it no longer
     holds), and whether a cancel was requested for it (queue_cancel)."""
@@ -1629,6 +1644,43 @@ class QueueCalls:
         longer holds."""
         return bool((yield _call("cancel_held", **self._held(r)))[0][0])
 
+    # -- dependencies ------------------------------------------------------------------
+    @sans_io
+    def push_after(self, key: str | int, kind: str, payload: Any, parents: Iterable[Any]) -> bool:
+        """push of a message that waits for its parents (queue_push_after): it is 'waiting' until
+        every parent has succeeded, ready in the transaction of the commit that ends the last one,
+        and cancelled when one fails or is cancelled. True if inserted, False if a live message
+        with this key and kind exists (dedup: nothing changes).
+
+        parents: 1 to 1000 messages, in the order the child reads them back (parent_results),
+        each a (queue, key, kind) tuple, a {"queue", "p_key", "p_kind"} mapping, or anything with
+        queue, key and kind attributes (a TaskHandle, a Result, a Reservation). This queue and
+        each parent's must keep results (set_result_retention); a parent must be live there or
+        have succeeded (InvalidArgumentError naming it otherwise, and nothing is pushed)."""
+        rows = yield _call(
+            "push_after",
+            queue=self.name,
+            key=key_value(key),
+            kind=text_value(kind, "kind"),
+            payload=encode_json(payload),
+            parents=encode_json(parent_refs(parents)),
+        )
+        return bool(rows[0][0])
+
+    @sans_io
+    def parent_results(self, key: str | int, kind: str) -> list[ParentResult]:
+        """The parents of a live message pushed with push_after (queue_parent_results), in the
+        order they were given, each with its state and stored result; [] for a message without
+        parents or not live."""
+        d = self.db.dialect
+        rows = yield _call(
+            "parent_results", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+        )
+        return [
+            ParentResult(str(q), str(k), str(t), str(state), d.read_payload(result))
+            for _, q, k, t, state, result in sorted(rows, key=lambda row: int(row[0]))
+        ]
+
     # -- history, dead letters, replace-on-push --------------------------------------
     @sans_io
     def push_replace(
@@ -2148,6 +2200,41 @@ def _group(row: Sequence[Any]) -> GroupInfo:
         None if group_limit is None else int(group_limit),
         None if in_flight is None else int(in_flight),
     )
+
+
+def parent_refs(parents: Iterable[Any]) -> list[dict[str, Any]]:
+    """push_after's parents as queue_push_after takes them: [{"queue", "p_key", "p_kind"}, ...] in
+    order. Each is a (queue, key, kind) tuple, such a mapping, or an object with queue, key and
+    kind attributes (a queue may be a Queue); anything else is refused with InvalidArgumentError
+    naming it (how many, and whether they are known, is the routine's check)."""
+    if isinstance(parents, (str, bytes, Mapping)) or not isinstance(parents, Iterable):
+        raise errors.InvalidArgumentError(
+            f"parents must be a list of (queue, key, kind), not {type(parents).__name__}"
+        )
+    refs = []
+    for i, p in enumerate(parents):
+        if isinstance(p, Mapping):
+            missing = {"queue", "p_key", "p_kind"} - p.keys()
+            if missing:
+                raise errors.InvalidArgumentError(f"parents[{i}] has no {sorted(missing)[0]!r}")
+            queue, key, kind = p["queue"], p["p_key"], p["p_kind"]
+        elif isinstance(p, tuple) and len(p) == 3:
+            queue, key, kind = p
+        elif all(hasattr(p, a) for a in ("queue", "key", "kind")) and not isinstance(p, (str, bytes)):
+            queue, key, kind = p.queue, p.key, p.kind
+        else:
+            raise errors.InvalidArgumentError(
+                f"parents[{i}] must be a (queue, key, kind) tuple, a mapping or a handle, "
+                f"not {type(p).__name__} ({p!r:.40})"
+            )
+        refs.append(
+            {
+                "queue": _queue_name(queue),
+                "p_key": key_value(key, f"parents[{i}]'s key"),
+                "p_kind": text_value(kind, f"parents[{i}]'s kind"),
+            }
+        )
+    return refs
 
 
 def _queue_name(queue: Any) -> str | None:

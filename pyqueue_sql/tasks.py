@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from . import errors
-from .client import Database, NewMessage, Result, connect, headers_value
+from .client import Database, NewMessage, ParentResult, Result, connect, headers_value, parent_refs
 from .worker.model import Job
 from .worker.policy import GiveUp, RetryPolicy
 
@@ -566,8 +566,8 @@ class TaskHandle(Generic[R]):
         return self._app().database().queue(self.queue)
 
     def status(self) -> Result:
-        """The job's state now (Queue.result): 'ready', 'delayed', 'reserved', 'blocked' while it
-        is live; 'succeeded', 'failed', 'cancelled' once it finished (on a queue that keeps
+        """The job's state now (Queue.result): 'ready', 'delayed', 'reserved', 'blocked',
+        'waiting' (deferred with after=: its parents have not all succeeded) while it is live; 'succeeded', 'failed', 'cancelled' once it finished (on a queue that keeps
         results); 'unknown' otherwise."""
         state: Result = self._queue().result(self.key, self.kind)
         return state
@@ -577,7 +577,8 @@ class TaskHandle(Generic[R]):
         return self.status().progress
 
     def cancel(self) -> bool:
-        """Cancels the job: True when it was cancelled (it was waiting: it never runs) or a cancel
+        """Cancels the job: True when it was cancelled (it was waiting: it never runs; a job that
+        waits for it, deferred with after=, is cancelled with it, transitively) or a cancel
         was requested (it runs: an async def task is cancelled, a def task sees
         job.cancel_requested); False when there is no live job (finished or unknown)."""
         return self._queue().cancel(self.key, self.kind) in ("cancelled", "requested")
@@ -633,6 +634,8 @@ class TaskCall(Generic[R]):
 
     def _message(self) -> tuple[str, Any]:
         o = self.task.options
+        if o.after is not None:
+            raise _after_in_bulk(self.task)
         key = o.key if o.key is not None else new_key()
         if o.run_at is None and o.priority is None and o.group is None and o.headers is None:
             return key, (key, self.task.kind, self.payload)  # push_many's quickest shape
@@ -689,6 +692,23 @@ class _Options:
     priority: int | None = None
     group: str | None = None
     headers: Mapping[str, Any] | None = None
+    # the parents (queue_push_after's {"queue", "p_key", "p_kind"} each), in order; None: none
+    after: tuple[dict[str, Any], ...] | None = None
+
+
+def _after_in_bulk(t: Task[Any, Any]) -> errors.InvalidArgumentError:
+    return errors.InvalidArgumentError(
+        f"task {t.kind!r}: after= is not supported in bulk (queue_push_after pushes one message): "
+        "defer each with task.configure(after=[...]).defer(...)"
+    )
+
+
+def _parents_of(handles: Iterable[Any]) -> tuple[dict[str, Any], ...]:
+    """configure(after=)'s parents, checked now (client.parent_refs): at least one."""
+    refs = tuple(parent_refs(handles))
+    if not refs:
+        raise errors.InvalidArgumentError("after= needs at least one parent (None: no parents)")
+    return refs
 
 
 class Task(Generic[P, R]):
@@ -767,12 +787,19 @@ class Task(Generic[P, R]):
         priority: int | None = None,
         group: str | None = None,
         headers: Mapping[str, Any] | None = None,
+        after: Iterable[TaskHandle[Any] | tuple[str, str, str]] | None = None,
     ) -> Task[P, R]:
         """A copy of the task for one defer: a key of your choosing (a unique job: a live message
         with that key and kind is not enqueued again), a run_at (a time, or a delay), a priority,
         a FIFO group, headers (a dict of str to JSON values the job carries beside its arguments:
         current_job().headers in the task; the current trace context is added to them when
-        OpenTelemetry is installed)."""
+        OpenTelemetry is installed).
+
+        after: the jobs this one waits for, its parents (handles, or (queue, key, kind) tuples), in
+        the order ``current_job().parent_results()`` gives their results back: the job is 'waiting'
+        until every parent has succeeded (queue_push_after), and is cancelled when one fails or is
+        cancelled. Its queue and the parents' must keep results. It cannot be combined with
+        run_at, priority, group or headers, nor deferred in bulk (defer_many)."""
         o = self.options
         return self._copy(
             options=_Options(
@@ -781,6 +808,7 @@ class Task(Generic[P, R]):
                 priority=o.priority if priority is None else priority,
                 group=o.group if group is None else group,
                 headers=o.headers if headers is None else headers_value(headers),
+                after=o.after if after is None else _parents_of(after),
             )
         )
 
@@ -937,7 +965,27 @@ class Task(Generic[P, R]):
 
     # -- enqueueing --------------------------------------------------------------------
     def _push_args(self, args: Any, kwargs: Any) -> tuple[str, dict[str, Any]]:
+        """The key of the job, and the arguments of its Queue.push (of its Queue.push_after, with
+        "parents", when it was configured with after=)."""
         key = self.options.key if self.options.key is not None else new_key()
+        o = self.options
+        if o.after is not None:
+            others = [
+                name
+                for name, value in (
+                    ("run_at", o.run_at),
+                    ("priority", o.priority),
+                    ("group", o.group),
+                    ("headers", o.headers),
+                )
+                if value is not None
+            ]
+            if others:
+                raise errors.InvalidArgumentError(
+                    f"task {self.kind!r}: after= cannot be combined with {others[0]} "
+                    "(a job that waits for its parents runs as soon as the last one succeeded)"
+                )
+            return key, dict(key=key, kind=self.kind, payload=self.payload(*args, **kwargs), parents=o.after)
         push: dict[str, Any] = dict(
             key=key,
             kind=self.kind,
@@ -963,9 +1011,11 @@ class Task(Generic[P, R]):
         """Enqueues the task with these arguments (checked against its signature)."""
         key, push = self._push_args(args, kwargs)
         db = self.db if self.db is not None else self.app.database()
-        if inspect.iscoroutinefunction(getattr(db.queue(self.queue), "push", None)):
+        queue = db.queue(self.queue)
+        if inspect.iscoroutinefunction(getattr(queue, "push", None)):
             raise errors.InvalidArgumentError("an asyncio database: use `await task.defer_async(...)`")
-        return TaskHandle(self.queue, key, self.kind, bool(db.queue(self.queue).push(**push)), self.app)
+        inserted = queue.push_after(**push) if "parents" in push else queue.push(**push)
+        return TaskHandle(self.queue, key, self.kind, bool(inserted), self.app)
 
     @overload
     async def defer_async(
@@ -980,7 +1030,7 @@ class Task(Generic[P, R]):
         key, push = self._push_args(args, kwargs)
         db = self.db if self.db is not None else await self.app.database_async()
         queue = db.queue(self.queue)
-        result = queue.push(**push)
+        result = queue.push_after(**push) if "parents" in push else queue.push(**push)
         if inspect.isawaitable(result):
             result = await result
         return TaskHandle(self.queue, key, self.kind, bool(result), self.app)
@@ -997,7 +1047,9 @@ class Task(Generic[P, R]):
         """One call of the task with these arguments (checked against its signature, and by mypy,
         as defer's), for app.defer_many / Task.defer_many to enqueue with others in one round
         trip; ``task.configure(key=..., run_at=..., priority=..., group=..., headers=...).call(...)``
-        carries those options."""
+        carries those options (after= does not: InvalidArgumentError, defer such a job alone)."""
+        if self.options.after is not None:
+            raise _after_in_bulk(self)
         return TaskCall(self, self.payload(*args, **kwargs))
 
     def defer_many(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
@@ -1168,6 +1220,7 @@ class App:
         self.middlewares: list[Middleware] = []
         self.periodic_tasks: list[Periodic] = []
         self._local = threading.local()
+        self._worker_dsn: str | None = None
         self._async_dbs: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
     @property
@@ -1466,10 +1519,11 @@ class App:
 
     def close(self) -> None:
         """Closes this thread's connection of the app (the others close with their threads)."""
-        db = getattr(self._local, "db", None)
-        if db is not None:
-            self._local.db = None
-            db.close()
+        for name in ("db", "worker_db"):
+            db = getattr(self._local, name, None)
+            if db is not None:
+                setattr(self._local, name, None)
+                db.close()
 
     # -- running --------------------------------------------------------------------
     def handler(self, t: Task[Any, Any]) -> Callable[[Job], Any]:
@@ -1496,10 +1550,12 @@ class App:
         sync_mws = [m for m in self.middlewares if not inspect.iscoroutinefunction(m)]
         async_mws = [m for m in self.middlewares if inspect.iscoroutinefunction(m)]
         fn = t.fn
+        parents = self._parent_results
         if t.is_async:
 
             async def run_async(job: Job) -> Any:
                 token = _current_job.set(job)
+                job.parents_reader = parents
                 try:
 
                     async def call(i: int) -> Any:
@@ -1519,6 +1575,7 @@ class App:
 
             def run_plain(job: Job) -> Any:
                 token = _current_job.set(job)
+                job.parents_reader = parents
                 try:
                     return fn(**arguments(job.payload, job))
                 finally:
@@ -1529,6 +1586,7 @@ class App:
 
         def run(job: Job) -> Any:
             token = _current_job.set(job)
+            job.parents_reader = parents
             try:
 
                 def call(i: int) -> Any:
@@ -1542,6 +1600,31 @@ class App:
 
         run.__qualname__ = f"task {t.kind}"
         return run
+
+    def _parent_results(self, job: Job) -> list[Any]:
+        """job.parent_results() of a job of the app's tasks: queue_parent_results on this thread's
+        connection (of the worker's DSN), each succeeded parent's result rebuilt by its task's
+        return annotation (as it is stored when it does not fit, or its task is not the app's);
+        None for a parent without a value (it stores no result, or moved on)."""
+        dsn = self._worker_dsn or self.dsn
+        if dsn is None or dsn == self.dsn:
+            db = self.database()
+        else:
+            db = getattr(self._local, "worker_db", None)
+            if db is None:
+                db = self._local.worker_db = connect(dsn)
+        rows: list[ParentResult] = db.queue(job.queue).parent_results(job.key, job.kind)
+        values = []
+        for r in rows:
+            if r.state != "succeeded" or r.result is None:
+                values.append(None)
+                continue
+            t = self.tasks.get((r.queue, r.kind))
+            try:
+                values.append(r.result if t is None else _from_json(r.result, t.hints.get("return", Any)))
+            except _Mismatch:
+                values.append(r.result)
+        return values
 
     def _unknown_kind(self, queue: str) -> Callable[[Job], Any]:
         known = sorted(k for q, k in self.tasks if q == queue)
@@ -1563,6 +1646,7 @@ class App:
         dsn = dsn or self.dsn
         if dsn is None:
             raise errors.InvalidArgumentError("the app was given a Database: app.worker(dsn=...) says where")
+        self._worker_dsn = dsn  # where its tasks read their parents' results
         wanted = set(self.queues() if queues is None else queues)
         missing = wanted - set(self.queues())
         if missing:

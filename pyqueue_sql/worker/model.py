@@ -49,6 +49,8 @@ class Job:
     # Wakes the worker's writer of progress (set by the runner; any thread).
     on_progress: Callable[[], Any] | None = field(default=None, repr=False)
     _progress: tuple[Any] | None = field(default=None, repr=False)  # the value not written yet
+    # Reads the results of the job's parents (set by an App's task handler: pyqueue_sql.tasks)
+    parents_reader: Callable[[Job], list[Any]] | None = field(default=None, repr=False)
 
     # the reservation's fields, read through C getters (the worker reads them several times a job)
     queue = property(attrgetter("reservation.queue"))
@@ -100,6 +102,16 @@ class Job:
         """The progress value set and not written yet, as a 1-tuple (None: nothing to write)."""
         value, self._progress = self._progress, None
         return value
+
+    def parent_results(self) -> list[Any]:
+        """The results of the job's parents (a job deferred with ``after=``), in the order they
+        were given, each rebuilt by its task's return annotation (None for a parent that stores
+        no result); [] for a job without parents. For a task of an App (a plain handler reads
+        them with Queue.parent_results)."""
+        reader = self.parents_reader
+        if reader is None:
+            raise InvalidArgumentError("parent_results() is for a task of an App: use Queue.parent_results")
+        return reader(self)
 
     def raise_if_cancelled(self) -> None:
         """Raises pyqueue_sql.Cancelled when a cancel of this job was requested: a plain (def)

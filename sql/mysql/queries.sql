@@ -206,6 +206,17 @@ CALL queue_renew(%(queue)s, %(key)s, %(kind)s, %(token)s, %(timeout)s)
 CALL queue_cancel_held(%(queue)s, %(key)s, %(kind)s, %(token)s)
 
 
+-- ==== dependencies ====
+-- A message that waits for its parents (other messages, in any queues that keep results), and the
+-- parents' results its consumer reads.
+
+-- name: push_after
+-- parents: the JSON text of an array of {"queue", "p_key", "p_kind"}, in the order the child reads them back.
+CALL queue_push_after(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s)
+
+-- name: parent_results
+CALL queue_parent_results(%(queue)s, %(key)s, %(kind)s)
+
 -- ==== history and dead letters ====
 -- History, dead letters, and one message's state and history.
 

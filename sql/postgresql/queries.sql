@@ -244,6 +244,18 @@ SELECT token::text, cancel_requested
 SELECT queue_cancel_held(%(queue)s, %(key)s, %(kind)s, %(token)s::text)
 
 
+-- ==== dependencies ====
+-- A message that waits for its parents (other messages, in any queues that keep results), and the
+-- parents' results its consumer reads.
+
+-- name: push_after
+-- parents: the JSON array of {"queue", "p_key", "p_kind"}, in the order the child reads them back.
+SELECT queue_push_after(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(parents)s::jsonb)
+
+-- name: parent_results
+SELECT ordinal, queue, p_key, p_kind, state, result
+  FROM queue_parent_results(%(queue)s, %(key)s, %(kind)s)
+
 -- ==== history and dead letters ====
 -- History, dead letters, and one message's state and history.
 
