@@ -1601,20 +1601,24 @@ class App:
         run.__qualname__ = f"task {t.kind}"
         return run
 
+    def _worker_database(self) -> Database:
+        """This thread's connection to the database of the app's worker (its DSN; the app's)."""
+        dsn = self._worker_dsn or self.dsn
+        if dsn is None or dsn == self.dsn:
+            return self.database()
+        db: Database | None = getattr(self._local, "worker_db", None)
+        if db is None:
+            db = self._local.worker_db = connect(dsn)
+        return db
+
     def _parent_results(self, job: Job) -> list[Any]:
         """job.parent_results() of a job of the app's tasks: queue_parent_results on this thread's
         connection (of the worker's DSN), each succeeded parent's result rebuilt by its task's
         return annotation (as it is stored when it does not fit, or its task is not the app's);
         None for a parent without a value (it stores no result, or moved on)."""
-        dsn = self._worker_dsn or self.dsn
-        if dsn is None or dsn == self.dsn:
-            db = self.database()
-        else:
-            db = getattr(self._local, "worker_db", None)
-            if db is None:
-                db = self._local.worker_db = connect(dsn)
-        rows: list[ParentResult] = db.queue(job.queue).parent_results(job.key, job.kind)
-        values = []
+        queue: Any = self._worker_database().queue(job.queue)
+        rows: list[ParentResult] = queue.parent_results(job.key, job.kind)
+        values: list[Any] = []
         for r in rows:
             if r.state != "succeeded" or r.result is None:
                 values.append(None)
@@ -1687,22 +1691,40 @@ class App:
         """Runs the app's ready jobs in this process until none is ready, on the real routines, and
         says what became of each (for tests: ``task.defer(...); assert app.run_pending().succeeded``).
         A job retried with a delay is not waited for."""
-        worker = self._pending_worker(queues, settings)
         report = RunReport()
-        worker.on_outcome.append(report._note)
-        if inspect.iscoroutinefunction(worker.run):
-            asyncio.run(worker.run(install_signals=False))
-        else:
-            worker.run(install_signals=False)
-        return report
+        while True:
+            worker = self._pending_worker(queues, settings)
+            worker.on_outcome.append(report._note)
+            ran = len(report.jobs)
+            if inspect.iscoroutinefunction(worker.run):
+                asyncio.run(worker.run(install_signals=False))
+            else:
+                worker.run(install_signals=False)
+            if len(report.jobs) == ran or not self._ready_after_pass(worker):
+                return report
 
     async def run_pending_async(self, *, queues: Sequence[str] | None = None, **settings: Any) -> RunReport:
         """run_pending inside a running event loop."""
-        worker = self._pending_worker(queues, settings)
         report = RunReport()
-        worker.on_outcome.append(report._note)
-        if inspect.iscoroutinefunction(worker.run):
-            await worker.run(install_signals=False)
-        else:  # a Worker (threads): run on a thread, so that the loop goes on meanwhile
-            await asyncio.to_thread(worker.run, install_signals=False)
-        return report
+        while True:
+            worker = self._pending_worker(queues, settings)
+            worker.on_outcome.append(report._note)
+            ran = len(report.jobs)
+            if inspect.iscoroutinefunction(worker.run):
+                await worker.run(install_signals=False)
+            else:  # a Worker (threads): run on a thread, so that the loop goes on meanwhile
+                await asyncio.to_thread(worker.run, install_signals=False)
+            if len(report.jobs) == ran or not await asyncio.to_thread(self._ready_after_pass, worker, True):
+                return report
+
+    def _ready_after_pass(self, worker: Any, own_connection: bool = False) -> bool:
+        """Whether a queue of a pass of run_pending that ran jobs has a ready one now: a job that
+        waited for one of them (after=) became ready in its commit, which the pass may have made
+        after its last reserve. Then run_pending makes another pass. (own_connection: on a
+        connection of its own, closed after: run_pending_async asks from a pool's thread.)"""
+        db: Any = connect(worker.dsn) if own_connection else self._worker_database()
+        try:
+            return any(db.queue(name).next_scheduled_at()[1] == 0 for name in worker.routes)
+        finally:
+            if own_connection:
+                db.close()

@@ -262,3 +262,20 @@ def test_mistakes_are_refused_in_one_line(app, make_queue):
     no_results.push("p", "k", {})
     with pytest.raises(InvalidArgumentError):
         step.configure(after=[(no_results.name, "p", "k")]).defer(2)
+
+
+def test_run_pending_runs_a_whole_chain(app):
+    """run_pending goes on while a job it ran made another ready in its commit: the last step of a
+    chain of four runs in the same call."""
+
+    @app.task(store_result=True)
+    def step(n: int) -> int:
+        before = current_job().parent_results()
+        return (before[0] if before else 0) + n
+
+    app.create_queues()
+    handle = step.defer(1)
+    for n in (2, 3, 4):
+        handle = step.configure(after=[handle]).defer(n)
+    report = app.run_pending()
+    assert (report.succeeded, handle.result(timeout=1)) == (4, 10)
