@@ -180,8 +180,8 @@ MAX_PROGRESS_BYTES = 65536
 class Result:
     """What queue_result says of one message (Queue.result, Queue.wait_result).
 
-    ``state``: a live message's 'ready', 'delayed', 'reserved' or 'blocked' (behind its FIFO
-    group's head); a finished one's 'succeeded', 'failed' or 'cancelled' (kept for the queue's
+    ``state``: a live message's 'ready', 'delayed', 'reserved', 'blocked' (behind its FIFO
+    group's head) or 'waiting' (pushed with push_after: a parent has not succeeded yet); a finished one's 'succeeded', 'failed' or 'cancelled' (kept for the queue's
     result_retention); 'unknown' when there is neither (never pushed, not kept, removed, moved,
     or its result expired). ``result`` is what its consumer committed (succeeded only);
     ``last_error`` and ``attempts`` those of its last delivery; ``progress`` the last value its
