@@ -330,7 +330,7 @@ AGAIN_MODULE = """
 
 @pytest.mark.slow
 def test_a_retry_and_a_snooze_come_back_on_time(tmp_path, dsn, app_queue, db):
-    """The worker's own retry and snooze, 1.5 s later within 0.3 s (a 60 s fallback)."""
+    """The worker's own retry and snooze, 1.5 s later (a 60 s fallback)."""
     module = write_module(tmp_path, AGAIN_MODULE.format(dsn=dsn, queue=app_queue))
     with serving(tmp_path, f"{module}:app", "--poll-fallback", "60") as served:
         served.wait_for_line("worker starting")
@@ -341,5 +341,7 @@ def test_a_retry_and_a_snooze_come_back_on_time(tmp_path, dsn, app_queue, db):
     for how, _attempts, at in runs:
         times.setdefault(how, []).append(float(at))
     gaps = {how: t[1] - t[0] for how, t in times.items()}
-    assert all(1.5 - 0.05 <= g <= 1.5 + 0.3 for g in gaps.values()), gaps
+    # a margin for a loaded machine: a wait that missed them would end at the 60 s fallback (PostgreSQL)
+    # or at the next 1 s long poll (MySQL/MariaDB)
+    assert all(1.5 - 0.05 <= g <= 1.5 + 0.45 for g in gaps.values()), gaps
     assert [r[1] for r in runs if r[0] == "snooze"] == ["1", "1"]  # the snooze used no attempt
