@@ -3,22 +3,31 @@ on both dialects: a chain runs step after step and each step reads the one befor
 runs once, after every parent has committed, and reads their results in the order given, each
 rebuilt by its task's return annotation; a failing parent cancels its children, transitively;
 cancelling a waiting job cancels its own children; the same from asyncio, and through
-Queue.push_after / Queue.parent_results; and the mistakes refused in one line."""
+Queue.push_after / Queue.parent_results; a workflow pushed with plain SQL run by `pyqueue-sql
+worker module:app`; run_pending running a whole chain; and the mistakes refused in one line."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import datetime as dt
+import importlib
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
 import pyqueue_sql
 import pyqueue_sql.aio
 from pyqueue_sql import App, InvalidArgumentError, TaskCancelled, current_job
+
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def _queue_name() -> str:
@@ -279,3 +288,62 @@ def test_run_pending_runs_a_whole_chain(app):
         handle = step.configure(after=[handle]).defer(n)
     report = app.run_pending()
     assert (report.succeeded, handle.result(timeout=1)) == (4, 10)
+
+
+def test_a_workflow_pushed_from_sql_runs_under_the_cli_worker(dsn, db, raw, dialect):
+    """Parents and a fan-in child pushed with plain SQL (queue_push_after), run by
+    `pyqueue-sql worker module:app` in a subprocess: the child reads its parents' values rebuilt
+    by their tasks' return annotations (a date comes back a date)."""
+    q = _queue_name()
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_QUEUE": q, "PYQUEUE_DSN": dsn}
+    os.environ["PYQUEUE_TEST_QUEUE"] = q
+    try:
+        from . import workflows_app
+
+        module = importlib.reload(workflows_app)
+    finally:
+        del os.environ["PYQUEUE_TEST_QUEUE"]
+    module.app.dsn = dsn
+    try:
+        module.app.create_queues()
+        call = "SELECT" if dialect == "postgresql" else "CALL"
+        raw(
+            f"{call} queue_push(%s, 'day', 'tomorrow', %s{', NULL, NULL' if dialect == 'mysql' else ''})",
+            (q, '{"day": "2026-02-28"}'),
+        )
+        raw(
+            f"{call} queue_push(%s, 'sq', 'square', %s{', NULL, NULL' if dialect == 'mysql' else ''})",
+            (q, '{"n": 7}'),
+        )
+        parents = json.dumps(
+            [
+                {"queue": q, "p_key": "day", "p_kind": "tomorrow"},
+                {"queue": q, "p_key": "sq", "p_kind": "square"},
+            ]
+        )
+        raw(f"{call} queue_push_after(%s, 'both', 'describe', %s, %s)", (q, '{"label": "from sql"}', parents))
+        child = module.app.handle(q, "both", "describe")
+        assert child.status().state == "waiting"
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pyqueue_sql.cli",
+                "worker",
+                "tests.tasks.workflows_app:app",
+                "--no-status",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert child.result(timeout=60) == "from sql: date 2026-03-01, int 49"
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err.decode()
+    finally:
+        module.app.close()
