@@ -2209,10 +2209,10 @@ def parent_refs(parents: Iterable[Any]) -> list[dict[str, Any]]:
     naming it (how many, and whether they are known, is the routine's check)."""
     if isinstance(parents, (str, bytes, Mapping)) or not isinstance(parents, Iterable):
         raise errors.InvalidArgumentError(
-            f"parents must be a list of (queue, key, kind), not {type(parents).__name__}"
+            f"parents must be a list of (queue, key, kind) (one parent: [it]), not {type(parents).__name__}"
         )
     refs = []
-    for i, p in enumerate(parents):
+    for i, p in enumerate(parents, 1):  # counted from 1, as the routine names them
         if isinstance(p, Mapping):
             missing = {"queue", "p_key", "p_kind"} - p.keys()
             if missing:

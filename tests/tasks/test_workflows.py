@@ -263,7 +263,7 @@ def test_mistakes_are_refused_in_one_line(app, make_queue):
         step.configure(after=[parent], run_at=dt.timedelta(seconds=5)).defer(2)
     with pytest.raises(InvalidArgumentError, match="at least one parent"):
         step.configure(after=[])
-    with pytest.raises(InvalidArgumentError, match=r"parents\[1\] must be"):
+    with pytest.raises(InvalidArgumentError, match=r"parents\[2\] must be"):
         step.configure(after=[parent, "not a handle"])
     with pytest.raises(InvalidArgumentError, match="unknown"):
         step.configure(after=[(parent.queue, "never-deferred", "step")]).defer(2)
