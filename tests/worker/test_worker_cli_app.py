@@ -261,7 +261,7 @@ def test_delayed_messages_from_elsewhere_start_on_time_while_the_worker_idles(
     tmp_path, dsn, app_queue, raw, db
 ):
     """A worker idling in its wait (a 60 s fallback: no poll can find them by chance) starts each
-    delayed message at its time, within 0.3 s: one pushed in plain SQL, one deferred by another
+    delayed message at its time: one pushed in plain SQL, one deferred by another
     process, and a ready one held by a pause when the queue is resumed."""
     module = write_module(tmp_path, TIMED_MODULE.format(dsn=dsn, queue=app_queue))
     mysql = db.dialect.name == "mysql"
@@ -297,7 +297,8 @@ def test_delayed_messages_from_elsewhere_start_on_time_while_the_worker_idles(
         resumed = time.time()
         q.resume()
         late["paused-1"] = started("paused-1", 4) - resumed
-    assert all(-0.05 <= v <= 0.3 for v in late.values()), late
+    # within 0.3 s on a quiet machine; the margin is for a loaded one (a missed wakeup waits 60 s)
+    assert all(-0.05 <= v <= 0.5 for v in late.values()), late
 
 
 def run_cli_python(tmp_path: Path, script: str, *argv: str) -> subprocess.CompletedProcess:
