@@ -567,8 +567,9 @@ class TaskHandle(Generic[R]):
 
     def status(self) -> Result:
         """The job's state now (Queue.result): 'ready', 'delayed', 'reserved', 'blocked',
-        'waiting' (deferred with after=: its parents have not all succeeded) while it is live; 'succeeded', 'failed', 'cancelled' once it finished (on a queue that keeps
-        results); 'unknown' otherwise."""
+        'waiting' (deferred with after=: its parents have not all succeeded) while it is live;
+        'succeeded', 'failed', 'cancelled' once it finished (on a queue that keeps results);
+        'unknown' otherwise."""
         state: Result = self._queue().result(self.key, self.kind)
         return state
 
