@@ -388,8 +388,8 @@ def test_the_worker_imports_nothing_a_producer_names_and_runs_a_task_only_on_its
     assert done.stderr.count("ZeroDivisionError: division by zero") == 2  # the worker's line, the traceback's
     assert "12:00:00 INFO    worker stopped (FORGED)\\x1b[2J" in done.stderr
     assert (
-        "queue default: 4 task(s) of the project: shop.tasks.attempt_of, shop.tasks.divide, shop.tasks.exit_now, "
-        "shop.tasks.shout" in done.stderr
+        "queue default: 5 task(s) of the project: shop.tasks.attempt_of, shop.tasks.divide, shop.tasks.exit_now, "
+        "shop.tasks.flaky, shop.tasks.shout" in done.stderr
     )
 
 
@@ -527,6 +527,11 @@ def test_the_worker_options_of_db_worker(fresh_database, dialect, django):
         assert first.returncode == 0, first.stderr
         assert "--max-tasks: 2 task(s) finished" in first.stderr and "w-first" in first.stderr
         assert sorted(states()[:3]) == ["ready", "succeeded", "succeeded"] and states()[3] == "ready"
+        ran = [db.queue("default").result(k, kind) for k in ("a", "b", "c")]
+        # the worker's id recorded with each task it ran (TaskResult.worker_ids), readable from SQL
+        assert [r.progress["django_task"]["worker_ids"] for r in ran if r.state == "succeeded"] == [
+            ["w-first"]
+        ] * 2
         second = _manage(
             python, dsn, "pyqueue_worker", *common, "--exclude-queues", "emails", "--batch", timeout=60
         )
@@ -591,3 +596,32 @@ def test_the_worker_with_reload_restarts_on_a_code_change_and_serves(fresh_datab
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("django", ["6"])
+def test_a_retried_task_keeps_its_first_start_and_each_attempts_worker(fresh_database, dialect, django):
+    """A task that fails once and then succeeds, each attempt run by another worker: what the
+    worker recorded (read with queue_result) has started_at of the first attempt,
+    last_attempted_at of the second, and the worker id of each attempt."""
+    from pyqueue_sql.tasks import new_key
+
+    python = _python(django)
+    dsn = fresh_database("django")
+    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    key = new_key()
+    with pyqueue_sql.connect(dsn) as db, deployment(dsn) as (_, worker_dsn):
+        # (the workers are consumers: an admin worker would set the project's max_attempts back)
+        db.queue("default").create(max_attempts=2)
+        db.queue("default").push(key, "shop.tasks.flaky", {"args": [], "kwargs": {}})
+        for worker_id in ("w-one", "w-two"):  # one attempt each
+            _ok(_manage(
+                python, worker_dsn, "pyqueue_worker", "--no-startup-delay", "--concurrency", "1", "--retry-base",
+                "0.1", "--retry-jitter", "0", "--interval", "0.2", "--max-tasks", "1", "--worker-id", worker_id,
+            ))  # fmt: skip
+        done = db.queue("default").wait_result(key, "shop.tasks.flaky", timeout=10)
+    assert (done.state, done.result, done.attempts) == ("succeeded", 2, 2)
+    recorded = done.progress["django_task"]
+    assert recorded["worker_ids"] == ["w-one", "w-two"]
+    started, last = (dt.datetime.fromisoformat(recorded[k]) for k in ("started_at", "last_attempted_at"))
+    assert started < last <= done.finished_at

@@ -235,7 +235,7 @@ class PyQueueBackend(compat.BaseTaskBackend):
             kwargs=kwargs,
             backend=self.alias,
             errors=errors,
-            worker_ids=["pyqueue-sql"] * attempts,
+            worker_ids=_worker_ids(meta, attempts),
         )
         if status == Status.SUCCESSFUL:
             object.__setattr__(result, "_return_value", state.result)
@@ -314,6 +314,13 @@ def recorded_meta(progress: Any) -> dict:
     """What the worker recorded of the task in the message's progress (META_PROGRESS_KEY)."""
     meta = progress.get(META_PROGRESS_KEY) if isinstance(progress, dict) else None
     return meta if isinstance(meta, dict) else {}
+
+
+def _worker_ids(meta: dict, attempts: int) -> list[str]:
+    """One worker id per attempt: those the worker recorded, "pyqueue-sql" for the others (an
+    attempt running now, or one that ended without recording: a worker killed)."""
+    recorded = [str(w) for w in meta.get("worker_ids") or []][:attempts]
+    return recorded + ["pyqueue-sql"] * (attempts - len(recorded))
 
 
 def _time(value: Any) -> dt.datetime | None:

@@ -37,7 +37,7 @@ from .backend import (
 _CONTROL = (pyqueue_sql.Retry, pyqueue_sql.GiveUp, pyqueue_sql.Snooze, pyqueue_sql.Cancelled)
 
 
-def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
+def run_task(job: Any, backend: PyQueueBackend, task: Any, worker_id: str = "pyqueue-sql") -> Any:
     """Runs the project's ``task`` (already resolved from the job's kind and queue) with the job's
     arguments; records a failure (any exception, and any BaseException such as SystemExit but the
     KeyboardInterrupt that stops the worker) as Django's TaskError, sends task_started and
@@ -48,12 +48,18 @@ def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
         args = list(payload.get("args") or [])
         kwargs = dict(payload.get("kwargs") or {})
         now = timezone.now()
-        started = _first_start(job, backend) or now
+        earlier = _earlier_attempts(job, backend)
+        started = _time(earlier.get("started_at")) or now
+        # the ids of the workers of each attempt: those recorded (an attempt that ended without
+        # recording, a worker killed, counts as "pyqueue-sql"), then this one's
+        recorded = [str(w) for w in earlier.get("worker_ids") or []][: job.attempts - 1]
+        worker_ids = recorded + ["pyqueue-sql"] * (job.attempts - 1 - len(recorded)) + [worker_id]
         meta = {
             "started_at": started.isoformat(),
             "last_attempted_at": now.isoformat(),
             "args": args,
             "kwargs": kwargs,
+            "worker_ids": worker_ids,
         }
         result = compat.TaskResult(
             task=task,
@@ -67,7 +73,7 @@ def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
             kwargs=kwargs,
             backend=backend.alias,
             errors=[],
-            worker_ids=["pyqueue-sql"] * job.attempts,
+            worker_ids=list(worker_ids),
         )
         compat.task_started.send(type(backend), task_result=result)
         try:
@@ -109,16 +115,16 @@ def run_task(job: Any, backend: PyQueueBackend, task: Any) -> Any:
         close_old_connections()
 
 
-def _first_start(job: Any, backend: PyQueueBackend) -> Any:
-    """When the task's first attempt started: on a later attempt, what the earlier one recorded
-    (read with queue_result, which the consumer may call); None on the first."""
+def _earlier_attempts(job: Any, backend: PyQueueBackend) -> dict:
+    """What the task's earlier attempts recorded (read with queue_result, which the consumer may
+    call): nothing on the first attempt."""
     if job.attempts <= 1:
-        return None
+        return {}
     try:
         progress = backend.own_database().queue(job.queue).result(job.key, job.kind).progress
     except pyqueue_sql.QueueError:
-        return None
-    return _time(recorded_meta(progress).get("started_at"))
+        return {}
+    return recorded_meta(progress)
 
 
 def _finished(result: Any, status: Any, value: Any, backend: PyQueueBackend) -> None:
@@ -141,10 +147,10 @@ def _unknown(backend: PyQueueBackend, queue: str):
     return unknown
 
 
-def _runner(backend: PyQueueBackend, task: Any, after: Any = None):
+def _runner(backend: PyQueueBackend, task: Any, worker_id: str, after: Any = None):
     def run(job: Any) -> Any:
         try:
-            return run_task(job, backend, task)
+            return run_task(job, backend, task, worker_id)
         finally:
             if after is not None:
                 after()
@@ -176,6 +182,8 @@ def build_worker(
     worker = pyqueue_sql.Worker(backend.dsn, **settings)
     for queue, tasks in tasks_by_queue(backend, queues).items():
         for task in tasks:
-            worker.add_handler(queue, _runner(backend, task, after_task), task.module_path, store_result=True)
+            worker.add_handler(
+                queue, _runner(backend, task, worker.name, after_task), task.module_path, store_result=True
+            )
         worker.add_handler(queue, _unknown(backend, queue), None, store_result=True)
     return worker

@@ -32,3 +32,10 @@ async def shout(word: str) -> str:
 @task
 def exit_now(code: int) -> None:
     raise SystemExit(code)  # a BaseException: recorded FAILED with its traceback, as any error
+
+
+@task(takes_context=True)
+def flaky(context) -> int:
+    if context.attempt == 1:
+        raise RuntimeError("first attempt fails")  # retried, when the queue allows more attempts
+    return context.attempt
