@@ -257,6 +257,9 @@ def consumer(rec: Recorder, rng: random.Random, name: str, skew: float) -> Any:
                     return [db.queue(Q).commit(r), db.queue(Q).push(k, "free", 0)]
 
             rec.call("commit_push", [r.key, r.kind, str(r.token), [[k, "free", None]]], commit_push)
+        elif x < 0.95:
+            rec.call("live", ["lim", CAPACITY], lambda db: live_count(db, Q, "lim"))
+            hold.append((r, t))
         elif x < 0.97 and stale:
             s = stale.pop(rng.randrange(len(stale)))
             rec.call("commit", [s.key, s.kind, str(s.token)], lambda db: db.queue(Q).commit(s))
@@ -266,6 +269,25 @@ def consumer(rec: Recorder, rng: random.Random, name: str, skew: float) -> Any:
         del stale[:-20]
 
     return step
+
+
+def live_count(db, queue: str, kind: str) -> int:
+    """The live reservations of a kind as a plain SQL reader counts them: one statement, the clock
+    read as each row is (clock_timestamp(), SYSDATE), so that every row counted was live at once."""
+    clock = (
+        "clock_timestamp()"
+        if db.dialect.name == "postgresql"
+        else "CONVERT_TZ(SYSDATE(6), @@session.time_zone, '+00:00')"
+    )
+    cur = db.connection.cursor()
+    cur.execute(
+        "SELECT count(*) FROM pyqueue_message WHERE queue_name = %s AND p_kind = %s "
+        f"AND reserve_token IS NOT NULL AND scheduled_at > {clock}",
+        (queue, kind),
+    )
+    (n,) = cur.fetchone()
+    cur.close()
+    return int(n)
 
 
 def held_and_keep(rs):
@@ -428,7 +450,7 @@ class Fleet:
 
     def start(self, slot: str) -> None:
         self.started[slot] += 1
-        name = f"{slot}{self.started[slot]}"
+        name = f"{slot}-{self.started[slot]}"
         skew = 0.0
         if self.args.faults and slot.startswith("c") and int(slot[1:]) % 2 == 1:
             skew = self.rng.choice((-1, 1)) * self.rng.uniform(30, 600)
@@ -836,6 +858,13 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
                         )
 
     # concurrency limit, rate, groups
+    for o in by_op["live"]:
+        if o.st == "ok" and o.ans > o.args[1]:
+            bad(
+                "concurrency limit",
+                f"a reader counted {o.ans} live reservations of {o.args[0]}, capacity {o.args[1]}",
+                [o],
+            )
     lim = [(s, c) for m in msgs.values() if m.kind == "lim" for c in m.chains for s in c.segments()]
     over = most_at_once(lim, CAPACITY)
     if over:
