@@ -113,6 +113,9 @@ def test_concurrency_limit():
     assert guarantees([*ops, reserve(1, *rows[:-1]), reserve(2, rows[-1], proc="c2")], history=history) == [
         "concurrency limit"
     ]
+    # a reader counting more live reservations than the capacity
+    assert guarantees([op("live", ["lim", h.CAPACITY], h.CAPACITY + 1, 1, 1.01)]) == ["concurrency limit"]
+    assert guarantees([op("live", ["lim", h.CAPACITY], h.CAPACITY, 1, 1.01)]) == []
     # the fourth after one of the three ended
     first_ends = op("commit", ["l0", "lim", "t0"], True, 1.5, 1.6)
     assert guarantees([*ops, reserve(1, *rows[:-1]), first_ends, reserve(2, rows[-1])], history=history) == []
