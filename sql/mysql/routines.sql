@@ -4622,8 +4622,9 @@ END //
 -- visibility_timeout) and replaces the token with a new random one: out_token, NULL when in_token no longer holds;
 -- out_id: the message's id. A kind with a limit
 -- extends only while its slot is still this reservation's, in three statements in reserve's lock order: the slot
--- marked as a claim in progress until the new end; the message's new end and token (by id, token, attempts); the slot
--- (by number) holding this reservation again. Interrupted, the slot stays busy until the new end at most.
+-- marked as a claim in progress until the later of the new end and the current one; the message's new end and token
+-- (by id, token, attempts); the slot (by number) holding this reservation again, until the new end. Interrupted, the
+-- slot stays busy until the later of the two ends at most.
 -- Locks: the slot rows, then the message row, each for one statement; a deadlock victim runs again in autocommit mode.
 DROP PROCEDURE IF EXISTS pyqueue__extend //
 CREATE PROCEDURE pyqueue__extend(
@@ -4643,7 +4644,7 @@ BEGIN
     DECLARE v_max, v_att, v_slot, v_step, v_retry INT;
     DECLARE v_paused BOOLEAN;
     DECLARE v_id BIGINT;
-    DECLARE v_until DATETIME(6);
+    DECLARE v_until, v_held_until DATETIME(6);
     DECLARE v_slots, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
@@ -4654,7 +4655,7 @@ BEGIN
         SELECT MAX(q.max_reservation) INTO v_maxres FROM pyqueue_queue q WHERE q.queue_name = v_queue;
         CALL pyqueue__check_reservation_cap(in_timeout, v_maxres);
     END IF;
-    SELECT COALESCE(MAX(m.id), 0), MAX(m.attempts) INTO v_id, v_att
+    SELECT COALESCE(MAX(m.id), 0), MAX(m.attempts), MAX(m.scheduled_at) INTO v_id, v_att, v_held_until
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
@@ -4674,8 +4675,11 @@ BEGIN
                     SELECT MIN(s.slot_no) INTO v_slot
                       FROM pyqueue_limit_slot s
                      WHERE s.queue_name = v_queue AND s.p_kind = v_kind AND s.msg_id = v_id AND s.msg_attempts = v_att;
+                    -- busy until the later of the new end and the current one: until step 2 lands, the
+                    -- message still holds its current reservation (an extend that shortens it, delayed
+                    -- between its steps, let a reserver take the slot while that reservation was live)
                     UPDATE pyqueue_limit_slot
-                       SET msg_attempts = v_att + 1, msg_until = v_until
+                       SET msg_attempts = v_att + 1, msg_until = GREATEST(v_until, v_held_until)
                      WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no = v_slot
                        AND msg_id = v_id AND msg_attempts = v_att;
                     SET v_slots = ROW_COUNT();
@@ -4690,7 +4694,7 @@ BEGIN
                     IF ROW_COUNT() <> 1 THEN SET v_token = NULL; END IF;
                 ELSEIF v_step = 3 AND v_slots > 0 THEN
                     UPDATE pyqueue_limit_slot
-                       SET msg_attempts = v_att
+                       SET msg_attempts = v_att, msg_until = IF(v_token IS NULL, msg_until, v_until)
                      WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no = v_slot
                        AND msg_id = v_id AND msg_attempts = v_att + 1;
                 END IF;

@@ -378,6 +378,76 @@ def test_race_never_more_than_capacity_live(connect, make_queue, raw, dialect, l
     assert live(raw, dialect, queue.name, "lim") <= capacity
 
 
+@pytest.mark.sync_client_only  # holds a row lock on a connection of its own while another extends
+def test_an_extend_held_up_between_its_steps_keeps_its_slot_while_the_reservation_is_live(
+    dsn, connect, make_queue, dialect, tmp_path
+):
+    """The cause of a 4-on-3 seen once by the capacity race at REPEATABLE READ on MariaDB (any level
+    has it): a limited kind's extend (MySQL/MariaDB: three statements) that shortens a reservation
+    marks its slot as a claim in progress ending at the NEW end, and is held up before it updates the
+    message (here: the row locked; there: a CPU on a loaded machine). Once that new end passed, a
+    reserver counted the slot free while the message still held its old, longer reservation, and
+    took it for another message: one live reservation over the limit until the extend landed. The
+    calls are recorded as `python -m bench history` records them (the server's clock around each)
+    and its checker reads them; with the slot marked only until the new end it reports
+    "a reader counted 2 live reservations of lim, capacity 1"."""
+    from bench import history
+
+    queue = make_queue(max_attempts=100)
+    queue.set_limit("lim", 1)
+    queue.push_many([("m0", "lim", 0), ("m1", "lim", 1)])
+    recs = {n: history.Recorder(dialect, dsn, str(tmp_path / f"{n}.jsonl")) for n in ("a", "b", "r")}
+    _, got = recs["a"].call(
+        "reserve", [1, 60.0], lambda db: history.held_and_keep(db.queue(queue.name).reserve(timeout=60))
+    )
+    [held] = got[1]
+    locker, watcher = connect(), connect()
+    with locker.transaction():
+        locker.connection.cursor().execute(
+            "SELECT id FROM pyqueue_message WHERE queue_name = %s AND p_key = 'm0' FOR UPDATE", (queue.name,)
+        )
+        args = ["m0", "lim", str(held.token), 0.2]
+        # as from a mysql or psql session: one CALL in autocommit (the Python client runs an extend in
+        # a transaction of its own on MySQL/MariaDB, where its steps stand or fall together)
+        extend = (
+            "SELECT queue_extend(%s, %s, %s, %s::uuid, interval '0.2 seconds')"
+            if dialect == "postgresql"
+            else "CALL queue_extend(%s, %s, %s, %s, 0.2)"
+        )
+
+        def raw_extend(db):
+            cur = db.connection.cursor()
+            cur.execute(extend, (queue.name, *args[:3]))
+            token = cur.fetchall()[0][0]
+            return None if token is None else str(token)
+
+        thread = threading.Thread(target=recs["b"].call, args=("extend", args, raw_extend))
+        recs["b"].connect()
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not _waits_for_a_lock(dialect, watcher, recs["b"].db):  # its step 2 (PostgreSQL: all of it)
+            assert thread.is_alive() and time.monotonic() < deadline, (
+                "the extend did not wait for the message"
+            )
+            time.sleep(0.01)
+        time.sleep(0.4)  # past the extend's new end: the old reservation (60 s) is still the message's
+        r = recs["r"]
+        r.call(
+            "reserve",
+            [5, 60.0],
+            lambda db: history.held_and_keep(db.queue(queue.name).reserve(5, timeout=60)),
+        )
+        r.call("live", ["lim", 1], lambda db: history.live_count(db, queue.name, "lim"))
+    thread.join(10)
+    for rec in recs.values():
+        rec.out.close()
+    ops = history.load(str(tmp_path))
+    print(*ops, sep="\n")
+    result = history.check(ops, {"live": [], "history": []})
+    limit = [v for v in result["violations"] if v["guarantee"] == "concurrency limit"]
+    assert limit == [], "\n".join([limit[0]["text"], *limit[0]["ops"]])
+
+
 # -- lowering a limit, expired last deliveries, reserve against extend --------------------
 
 
