@@ -486,13 +486,21 @@ class Fleet:
     def end(self) -> None:
         self.stop.set()
         for p in self.procs.values():
-            if p.pid and p.is_alive():
-                os.kill(p.pid, signal.SIGCONT)
+            send(p, signal.SIGCONT)
         for p in self.procs.values():
             p.join(30)
             if p.is_alive():
                 p.kill()
                 p.join(5)
+
+
+def send(p, sig) -> None:
+    """A signal to a client process, unless it has ended (meanwhile, too: the race is lost quietly)."""
+    if p.pid and p.is_alive():
+        try:
+            os.kill(p.pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> collections.Counter:
@@ -512,7 +520,7 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
                 fleet.budget.value = 0
         for slot, until in list(paused.items()):
             if time.monotonic() >= until:
-                os.kill(fleet.procs[slot].pid, signal.SIGCONT)
+                send(fleet.procs[slot], signal.SIGCONT)
                 del paused[slot]
         if not fleet.args.faults:
             continue
@@ -536,7 +544,7 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
             faults["clients SIGKILLed"] += 1
         elif kind == "pause":
             slot = rng.choice([s for s in live if s.startswith("c")] or live)
-            os.kill(fleet.procs[slot].pid, signal.SIGSTOP)
+            send(fleet.procs[slot], signal.SIGSTOP)
             paused[slot] = time.monotonic() + max(TIMEOUTS) + rng.uniform(0.5, 2)  # past every lease it holds
             faults["consumers paused past their leases"] += 1
         else:
@@ -549,7 +557,7 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
             except Exception:  # noqa: BLE001 (the session ended meanwhile, or the server restarts)
                 admin = None
     for slot in paused:
-        os.kill(fleet.procs[slot].pid, signal.SIGCONT)
+        send(fleet.procs[slot], signal.SIGCONT)
     faults["clients with a skewed clock"] = fleet.skewed
     return faults
 
