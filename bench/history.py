@@ -317,21 +317,20 @@ def client_main(
     if skew:  # this client's clock is wrong by `skew` seconds: nothing the contract times may depend on it
         real = time.time
         time.time = lambda: real() + skew
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: setattr(stop, "value", 1))
     rec = Recorder(dialect, dsn, path, isolation)
     rng = random.Random(seed)
     step = (producer if role == "p" else consumer)(rec, rng, name, skew)
     throttle = 0
-    while not stop.is_set():
-        with budget.get_lock():
-            if budget.value <= 0:
-                break
-            budget.value -= 1
+    while not stop.value:
+        if budget.value <= 0:
+            break
+        budget.value -= 1  # no lock: a client SIGKILLed while holding it would stop every other
         if role == "p":
             throttle += 1
             if throttle % 50 == 0 and rec.db is not None:
                 try:
-                    while Q_ready(rec.db) > 2000 and not stop.is_set():
+                    while Q_ready(rec.db) > 2000 and not stop.value:
                         time.sleep(0.2)
                 except Exception:  # noqa: BLE001
                     rec.db = None
@@ -441,8 +440,10 @@ class Fleet:
             "forkserver"
         )  # each client forked from one clean process: fast, no inherited connection
         self.ctx.set_forkserver_preload(["bench.history"])
-        self.budget = self.ctx.Value("q", args.ops)
-        self.stop = self.ctx.Event()
+        # shared without a lock (RawValue): a client SIGKILLed holding the lock left the others and
+        # this process waiting for it for ever; a decrement lost to a race costs one more call
+        self.budget = self.ctx.RawValue("q", args.ops)
+        self.stop = self.ctx.RawValue("b", 0)  # (the same: an Event takes a lock to be read)
         self.procs: dict[str, Any] = {}
         self.started = collections.Counter()
         self.rng = random.Random(args.seed)
@@ -484,7 +485,7 @@ class Fleet:
         return self.budget.value > 0 and any(p.is_alive() for p in self.procs.values())
 
     def end(self) -> None:
-        self.stop.set()
+        self.stop.value = 1
         for p in self.procs.values():
             send(p, signal.SIGCONT)
         for p in self.procs.values():
@@ -516,8 +517,7 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
         while fleet.running() and time.monotonic() < pause_until:
             time.sleep(0.05)
         if time.monotonic() >= stop_at:  # the time is up: the operations done so far are the history
-            with fleet.budget.get_lock():
-                fleet.budget.value = 0
+            fleet.budget.value = 0
         for slot, until in list(paused.items()):
             if time.monotonic() >= until:
                 send(fleet.procs[slot], signal.SIGCONT)
