@@ -12,8 +12,8 @@ clears the terminal of whoever reads the log. This module escapes them:
   per line), each escaped: an exception message holding a newline stays on its one line;
 - ``EscapeFilter``: a ``logging.Filter`` that escapes a record's message, its string extras and
   its traceback before any formatter sees them. The package attaches one to each of its loggers
-  ("pyqueue_sql", "pyqueue_sql.worker", "pyqueue_sql.migrate", "pyqueue_sql.dashboard",
-  "pyqueue_sql.spark", "pyqueue_sql.django": LOGGERS),
+  ("pyqueue_sql", "pyqueue_sql.worker", "pyqueue_sql.worker.processes", "pyqueue_sql.migrate",
+  "pyqueue_sql.dashboard", "pyqueue_sql.spark", "pyqueue_sql.django": LOGGERS),
   so a plain ``logging.basicConfig()`` shows their records escaped;
 - ``SafeFormatter``: a ``logging.Formatter`` that does the same for any record, and masks
   passwords as the command line does (pyqueue_sql.display.redact: DSNs' passwords, those of
@@ -151,6 +151,7 @@ class SafeFormatter(logging.Formatter):
 LOGGERS = (
     "pyqueue_sql",
     "pyqueue_sql.worker",
+    "pyqueue_sql.worker.processes",
     "pyqueue_sql.migrate",
     "pyqueue_sql.dashboard",
     "pyqueue_sql.spark",

@@ -604,10 +604,10 @@ def test_worker_connections_killed_by_the_server_mid_message(
         (tmp_path / "hold").touch()
         q.push("held", "k", {})
         wait_for(lambda: ("start", "held", 1, w.pid) in records(tmp_path), 60, "the handler to hold 'held'")
-        # dispatcher, handler, and the heartbeat's (opened at its first tick, lease/3 = 3 s); with
-        # the asyncio worker also the watcher's, which polls the cancel flag of an async handler
-        # that has run for half a second (it may open before the heartbeat's)
-        expected = 4 if workers.runtime == "asyncio" else 3
+        # dispatcher, handler, the heartbeat's (opened at its first tick, lease/3 = 3 s) and the
+        # watcher's, which polls the cancel flag of a handler that has run for half a second (def
+        # and async def alike; it may open before the heartbeat's)
+        expected = 4
         wait_for(
             lambda: len(sessions_of_database(admin, database_of(url))) >= expected,
             30,
