@@ -510,10 +510,16 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
     faults: collections.Counter = collections.Counter()
     paused: dict[str, float] = {}
     next_restart = time.monotonic() + fleet.args.restart_every
-    kinds, cycle = ["kill", "cut", "cut", "pause"], ["kill"]  # the first at once, even in a short run
+    kinds, cycle = ["kill", "cut", "cut", "pause"], []
+    if fleet.args.faults:  # the first at once, before a short run can end without one
+        slot = rng.choice(sorted(fleet.procs))
+        fleet.procs[slot].kill()
+        fleet.procs[slot].join(10)
+        fleet.start(slot)
+        faults["clients SIGKILLed"] += 1
     stop_at = time.monotonic() + 60 * fleet.args.minutes if fleet.args.minutes else INF
     while fleet.running():
-        pause_until = time.monotonic() + (rng.uniform(0.5, 2.0) if cycle != ["kill"] else 0.2)
+        pause_until = time.monotonic() + rng.uniform(0.5, 2.0)
         while fleet.running() and time.monotonic() < pause_until:
             time.sleep(0.05)
         if time.monotonic() >= stop_at:  # the time is up: the operations done so far are the history
