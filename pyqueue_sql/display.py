@@ -41,7 +41,8 @@ _TABLE = {c: (f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}") for c in _CONTROL_C
     ord("\r"): "\\r",
     ord("\t"): "\\t",
 }
-_CONTROL = re.compile("[" + "".join(re.escape(chr(c)) for c in _CONTROL_CHARS) + "]")
+# Finds any of those characters (pyqueue_sql.logsafe asks it whether a log record needs escaping).
+CONTROL_PATTERN = re.compile("[" + "".join(re.escape(chr(c)) for c in _CONTROL_CHARS) + "]")
 
 
 def escape_control(text: str) -> str:
@@ -49,7 +50,7 @@ def escape_control(text: str) -> str:
     as ``\\xHH`` or ``\\uHHHH``. Printable text (accents, other scripts, emoji) is left as it is;
     a backslash is not escaped, so escaping twice changes nothing more."""
     text = str(text)
-    return text.translate(_TABLE) if _CONTROL.search(text) else text
+    return text.translate(_TABLE) if CONTROL_PATTERN.search(text) else text
 
 
 def format_age(seconds: float | None) -> str:

@@ -27,7 +27,7 @@ import logging
 import traceback
 from typing import Any
 
-from .display import _CONTROL, escape_control, redact
+from .display import CONTROL_PATTERN, escape_control, redact
 
 __all__ = [
     "LOGGERS",
@@ -40,7 +40,11 @@ __all__ = [
 ]
 
 # The attributes every LogRecord has: what is not one of them came from `extra=`.
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
+STANDARD_ATTRIBUTES = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
 
 
 def _escape_fields(te: traceback.TracebackException, seen: set[int]) -> None:
@@ -113,10 +117,10 @@ def protect(record: logging.LogRecord) -> logging.LogRecord:
         message = record.getMessage()
     except Exception:  # a bad format string: logging reports it when the record is formatted
         return record
-    if _CONTROL.search(message):
+    if CONTROL_PATTERN.search(message):
         record.msg, record.args = escape_control(message), None
     for name, value in list(vars(record).items()):
-        if name not in _STANDARD and isinstance(value, str) and _CONTROL.search(value):
+        if name not in STANDARD_ATTRIBUTES and isinstance(value, str) and CONTROL_PATTERN.search(value):
             setattr(record, name, escape_control(value))
     if record.exc_info and record.exc_info[0] is not None:
         record.exc_text = _traceback_of(record.exc_info)

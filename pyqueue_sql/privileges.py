@@ -243,11 +243,6 @@ def _roles_of(d: Dialect, connection: Any, user: str, host: str) -> list[tuple[s
     return [(_text(role), _text(role_host)) for role, role_host in rows]
 
 
-# MariaDB's PUBLIC (10.11+): a role every account has, its privileges and the roles granted to it
-# counted for every account without SET ROLE. Shown in the grant tables as 'PUBLIC'@''.
-PUBLIC = ("PUBLIC", "")
-
-
 def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: Account) -> None:
     """Raises InsecureSchemaError, one line naming the account and the REVOKE that fixes it,
     when the account may create temporary tables in the connection's database (MySQL/MariaDB:
@@ -263,8 +258,9 @@ def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: A
     start = (account.name, "%" if account.host is None else account.host)
     # holder -> the holder it was granted to (None: the account itself, or PUBLIC)
     through: dict[tuple[str, str], tuple[str, str] | None] = {start: None}
-    if start != PUBLIC and d.server_flavor(connection) == "mariadb":
-        through[PUBLIC] = None
+    public = d.public_role(connection)  # MariaDB's PUBLIC: every account's
+    if public is not None and start != public:
+        through[public] = None
     frontier = list(through)
     while frontier:
         user, host = frontier.pop()
@@ -281,11 +277,11 @@ def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: A
             root = through[root]  # type: ignore[assignment]
         on = "*.*" if _text(scope) == "*" else f"{d.identifier(_text(scope))}.*"
         database = d.identifier(current_schema(d, connection))
-        name = "PUBLIC" if holder == PUBLIC else d.grantee(*holder)
-        if root == PUBLIC:
+        name = "PUBLIC" if holder == public else d.grantee(*holder)
+        if root == public:
             how = (
                 " through PUBLIC, whose privileges every account has"
-                if holder == PUBLIC
+                if holder == public
                 else f" through the role {name} granted to PUBLIC, whose privileges every account has"
             )
         else:

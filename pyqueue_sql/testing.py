@@ -126,126 +126,21 @@ class _SessionDatabase:
         self._fingerprint = self._read_fingerprint()
         self._fresh = True
 
-    def _query(self, sql: str) -> list[Any]:
-        cur = self._conn.cursor()
-        try:
-            cur.execute(sql)
-            return list(cur.fetchall())
-        finally:
-            cur.close()
-
-    def _is_postgresql(self) -> bool:
-        return self.server.dialect.name == "postgresql"
-
     def _reset_statements(self) -> list[str]:
-        """The statements that empty the database: DELETE of every table but the schema's
-        revision (children before their parents on PostgreSQL; MySQL turns the foreign key checks
-        off for the session); PostgreSQL's sequences back at 1 (MySQL's counters: _reset_counters)."""
-        if self._is_postgresql():
-            tables = [
-                r[0]
-                for r in self._query(
-                    "SELECT c.relname FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
-                    "AND c.relkind IN ('r', 'p') AND NOT c.relispartition"
-                )
-                if r[0] != KEPT_TABLE
-            ]
-            parents: dict[str, set[str]] = {}
-            for child, parent in self._query(
-                "SELECT conrelid::regclass::text, confrelid::regclass::text FROM pg_constraint "
-                "WHERE contype = 'f' AND connamespace = current_schema()::regnamespace AND conrelid <> confrelid"
-            ):
-                parents.setdefault(child, set()).add(parent)
-            ordered: list[str] = []
-            left = set(tables)
-            while left:  # a table goes once no table left refers to it
-                ready = sorted(t for t in left if not any(t in parents.get(o, ()) for o in left if o != t))
-                if not ready:
-                    ready = sorted(left)
-                ordered += ready
-                left -= set(ready)
-            sequences = [
-                r[0]
-                for r in self._query(
-                    "SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()"
-                )
-            ]
-            return [
-                "BEGIN; SET LOCAL synchronous_commit = off; "  # a test database: no flush to wait for
-                + " ".join(f'DELETE FROM "{t}";' for t in ordered)
-                + " ".join(f"SELECT setval('\"{q}\"', 1, false);" for q in sequences)
-                + " COMMIT"
-            ]
-        tables = [
-            r[0]
-            for r in self._query(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
-                "AND table_type = 'BASE TABLE'"
-            )
-            if r[0] != KEPT_TABLE
-        ]
-        return [
-            "SET SESSION foreign_key_checks = 0; START TRANSACTION; "
-            + " ".join(f"DELETE FROM `{t}`;" for t in sorted(tables))
-            + " COMMIT; SET SESSION foreign_key_checks = 1",
-        ]
-
-    # MySQL/MariaDB: the tables whose AUTO_INCREMENT ids a routine answers (worker ids, the ingest
-    # table's rows and rejects). The others' (message and history ids) are the schema's own: their
-    # counters go on, since an ALTER TABLE costs some 15 ms a table.
-    ANSWERED_COUNTERS = ("pyqueue_worker", "queue_ingest", "pyqueue_ingest_reject")
-
-    def _reset_counters(self) -> None:
-        names = ", ".join(f"'{t}'" for t in self.ANSWERED_COUNTERS)
-        for (table,) in self._query(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
-            f"AND table_name IN ({names}) AND auto_increment > 1"
-        ):
-            self._query(f"ALTER TABLE `{table}` AUTO_INCREMENT = 1")
+        """The statements that empty the database: every table but the schema's revision
+        (Dialect.empty_database_statements)."""
+        return self.server.dialect.empty_database_statements(self._conn, KEPT_TABLE)
 
     def _read_fingerprint(self) -> Any:
         """What a test could change in the database besides rows: its relations, routines and
-        schemas, and the grants on them and on the database. Read before each test; a change gets
-        the next test a new database."""
-        if self._is_postgresql():
-            return self._query(
-                "SELECT (SELECT count(*) || ':' || max(oid::bigint) || ':' "
-                "               || md5(coalesce(string_agg(relacl::text, ',' ORDER BY oid), '')) "
-                "        FROM pg_class WHERE relpersistence <> 't'), "
-                "       (SELECT count(*) || ':' || coalesce(max(oid::bigint), 0) || ':' "
-                "               || md5(coalesce(string_agg(proacl::text, ',' ORDER BY oid), '')) "
-                "        FROM pg_proc WHERE pronamespace NOT IN "
-                "              ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)), "
-                "       (SELECT count(*) || ':' || md5(coalesce(string_agg(nspacl::text, ',' ORDER BY oid), '')) "
-                "        FROM pg_namespace), "
-                "       (SELECT datacl::text FROM pg_database WHERE datname = current_database())"
-            )
-        rows = self._query(
-            "SELECT (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()), "
-            "       (SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE())"
-        )
-        with contextlib.suppress(Exception):  # grants, where the account may read them
-            rows += self._query(
-                "SELECT (SELECT COUNT(*) FROM mysql.procs_priv WHERE Db = DATABASE()), "
-                "       (SELECT COUNT(*) FROM mysql.tables_priv WHERE Db = DATABASE()), "
-                "       (SELECT COUNT(*) FROM mysql.db WHERE Db = DATABASE())"
-            )
-        return rows
+        grants (Dialect.database_fingerprint). Read before each test; a change gets the next test
+        a new database."""
+        return self.server.dialect.database_fingerprint(self._conn)
 
     def _close_other_sessions(self) -> None:
         """Ends the connections an earlier test left open to the database (a worker not stopped,
         a connection not closed), as dropping its database did: their locks go with them."""
-        if self._is_postgresql():
-            self._query(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-            return
-        for (pid,) in self._query(
-            "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()"
-        ):
-            with contextlib.suppress(Exception):
-                self._query(f"KILL CONNECTION {int(pid)}")
+        self.server.dialect.close_other_sessions(self._conn)
 
     def reset(self) -> str:
         """The database, empty: its DSN."""
@@ -266,8 +161,7 @@ class _SessionDatabase:
                     pass
         finally:
             cur.close()
-        if not self._is_postgresql():
-            self._reset_counters()
+        self.server.dialect.after_emptying_database(self._conn)
         return self.url
 
     def drop(self) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from ..display import remember_secrets
 from .common import DSN_ENV, EXIT_OK, Command, UsageError, check_scheme
-from .workers import _load_handler
+from .workers import load_handler
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -19,7 +19,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
     and arguments did not change is left as it is."""
     from ..tasks import App, Task
 
-    target = _load_handler(args.app_spec)
+    target = load_handler(args.app_spec)
     if isinstance(target, Task):
         target = target.app
     if not isinstance(target, App):

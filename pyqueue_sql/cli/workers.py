@@ -88,7 +88,7 @@ def cmd_workers(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load_handler(spec: str) -> Any:
+def load_handler(spec: str) -> Any:
     """What MODULE:OBJECT names: a pyqueue_sql.App, a Worker / AsyncWorker, or one handler function.
     An error importing the module is one line (UsageError), not a traceback."""
     import importlib
@@ -144,7 +144,7 @@ class _JsonLogFormatter:
     traceback, if any, under "exc". Texts are escaped (pyqueue_sql.logsafe) and passwords masked
     as in the text lines."""
 
-    _STANDARD = logsafe._STANDARD
+    _STANDARD = logsafe.STANDARD_ATTRIBUTES
 
     def format(self, record: Any) -> str:
         entry = {
@@ -272,7 +272,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ..tasks import App, Task
     from ..worker import RetryPolicy, Worker, WorkerBase
 
-    target = _load_handler(args.handler_spec)
+    target = load_handler(args.handler_spec)
     if args.processes > 1:
         return _supervise(args, target)
     task = None

@@ -38,7 +38,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import errors
 from ..display import describe_error, format_age, format_duration, redact, redact_dsn, remember_secrets
-from .data import ACTIONS, GRANTED_BY, STALE_AFTER_S, Dashboard, _worker_groups
+from .data import ACTIONS, GRANTED_BY, STALE_AFTER_S, Dashboard, worker_groups
 from .metrics import DashboardCollector, metrics_response
 
 HERE = Path(__file__).parent
@@ -476,7 +476,7 @@ class DashboardApp:
         workers, held = await run_in_threadpool(self.dashboard.workers)
         # the processes of one `pyqueue-sql worker --processes N` (one name, one host): one worker,
         # its processes on adjacent rows, each marked "process i of N"
-        groups = _worker_groups(workers)
+        groups = worker_groups(workers)
         workers = [w for g in groups for w in g]
         processes = {w.reserve_as: (i, len(g)) for g in groups if len(g) > 1 for i, w in enumerate(g, 1)}
         return self.render(

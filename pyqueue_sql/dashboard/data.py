@@ -92,17 +92,18 @@ class Overview:
         name on one host, count as one: live while one of them is (a process that died stays
         registered until it is released)."""
         return [
-            g[0] for g in _worker_groups(self.workers) if any(w.heartbeat_age_s <= STALE_AFTER_S for w in g)
+            g[0] for g in worker_groups(self.workers) if any(w.heartbeat_age_s <= STALE_AFTER_S for w in g)
         ]
 
     @property
     def stale_workers(self) -> list[WorkerInfo]:
         return [
-            g[0] for g in _worker_groups(self.workers) if all(w.heartbeat_age_s > STALE_AFTER_S for w in g)
+            g[0] for g in worker_groups(self.workers) if all(w.heartbeat_age_s > STALE_AFTER_S for w in g)
         ]
 
 
-def _worker_groups(workers: list[WorkerInfo]) -> list[list[WorkerInfo]]:
+def worker_groups(workers: list[WorkerInfo]) -> list[list[WorkerInfo]]:
+    """The registered workers by (name, host): the processes of one `pyqueue-sql worker --processes N`."""
     groups: dict[tuple[str, str | None], list[WorkerInfo]] = {}
     for w in workers:
         groups.setdefault((w.name, w.host), []).append(w)

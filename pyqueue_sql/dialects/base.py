@@ -230,6 +230,16 @@ _CONNECT_FAILURE = {
 }
 
 
+def fetch_all(connection: Any, sql: str) -> list[Any]:
+    """The rows of one statement without parameters on a DB-API connection."""
+    cur = connection.cursor()
+    try:
+        cur.execute(sql)
+        return list(cur.fetchall())
+    finally:
+        cur.close()
+
+
 def connection_failed(reason: str, detail: str, dsn: str) -> errors.ConnectionFailedError:
     """The ConnectionFailedError for a failed connect: why, then the driver's message on one line,
     without the DSN's password."""
@@ -613,6 +623,12 @@ class Dialect:
         pg_temp last on their search_path)."""
         return frozenset()
 
+    def public_role(self, connection: Any) -> tuple[str, str] | None:
+        """The role every account holds, whose privileges and roles count for every account
+        without SET ROLE, as (name, host); None where the server has none such in its grant
+        tables (MariaDB 10.11+ has PUBLIC)."""
+        return None
+
     # -- migrations (pyqueue_sql.migrate) --------------------------------
     def server_flavor(self, connection: Any) -> str:
         """The server flavour of a DB-API connection, the key of FINGERPRINTS in a revision file
@@ -629,3 +645,21 @@ class Dialect:
         routines, from the grant snapshot taken before the run (``saved``) and the grants now
         (``current``). Only a dialect without transactional DDL has a snapshot (pyqueue_sql.migrate)."""
         raise NotImplementedError(f"{self.name} migrations take no grant snapshot")
+
+    # -- test databases (pyqueue_sql.testing) ----------------------------
+    def empty_database_statements(self, connection: Any, kept_table: str) -> list[str]:
+        """The statements that empty connection's database (every table but kept_table) in one
+        transaction, for a DB-API cursor (each may hold several; their result sets are skipped)."""
+        raise NotImplementedError(f"{self.name} test databases cannot be emptied")
+
+    def after_emptying_database(self, connection: Any) -> None:
+        """What is left to do once empty_database_statements ran (nothing, unless the dialect says)."""
+
+    def database_fingerprint(self, connection: Any) -> Any:
+        """What a test could change in connection's database besides rows (its relations,
+        routines and grants), as a value to compare: a change gets the next test a new database."""
+        raise NotImplementedError(f"{self.name} test databases have no fingerprint")
+
+    def close_other_sessions(self, connection: Any) -> None:
+        """Ends the other sessions connected to connection's database, as dropping it would."""
+        raise NotImplementedError(f"{self.name} cannot end other sessions")

@@ -24,6 +24,7 @@ from .base import (
     as_utc,
     connection_failed,
     encode_json,
+    fetch_all,
     scrub_exception,
     strip_driver,
 )
@@ -715,6 +716,10 @@ class MySQL(Dialect):
         finally:
             cur.close()
 
+    def public_role(self, connection: Any) -> tuple[str, str] | None:
+        """MariaDB's PUBLIC (10.11+), shown in the grant tables as 'PUBLIC'@''; MySQL has none."""
+        return ("PUBLIC", "") if self.server_flavor(connection) == "mariadb" else None
+
     # -- migrations (pyqueue_sql.migrate) --------------------------------
     def server_flavor(self, connection: Any) -> str:
         """'mariadb' or 'mysql', from the server's version string."""
@@ -760,3 +765,61 @@ class MySQL(Dialect):
             if statement not in out:
                 out.append(statement)
         return out
+
+    # -- test databases (pyqueue_sql.testing) ----------------------------
+    # The tables whose AUTO_INCREMENT ids a routine answers (worker ids, the ingest table's rows and
+    # rejects): after_emptying_database puts them back at 1. The others' (message and history ids)
+    # are the schema's own: their counters go on, since an ALTER TABLE costs some 15 ms a table.
+    answered_counters = ("pyqueue_worker", "queue_ingest", "pyqueue_ingest_reject")
+
+    def empty_database_statements(self, connection: Any, kept_table: str) -> list[str]:
+        """DELETE of every table but kept_table in one transaction, the foreign key checks off for
+        the session meanwhile."""
+        tables = [
+            r[0]
+            for r in fetch_all(
+                connection,
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
+                "AND table_type = 'BASE TABLE'",
+            )
+            if r[0] != kept_table
+        ]
+        return [
+            "SET SESSION foreign_key_checks = 0; START TRANSACTION; "
+            + " ".join(f"DELETE FROM `{t}`;" for t in sorted(tables))
+            + " COMMIT; SET SESSION foreign_key_checks = 1",
+        ]
+
+    def after_emptying_database(self, connection: Any) -> None:
+        names = ", ".join(f"'{t}'" for t in self.answered_counters)
+        for (table,) in fetch_all(
+            connection,
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
+            f"AND table_name IN ({names}) AND auto_increment > 1",
+        ):
+            fetch_all(connection, f"ALTER TABLE `{table}` AUTO_INCREMENT = 1")
+
+    def database_fingerprint(self, connection: Any) -> Any:
+        """The number of tables and routines, and of the routine, table and database grants where
+        the account may read them."""
+        rows = fetch_all(
+            connection,
+            "SELECT (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()), "
+            "       (SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE())",
+        )
+        with contextlib.suppress(Exception):  # grants, where the account may read them
+            rows += fetch_all(
+                connection,
+                "SELECT (SELECT COUNT(*) FROM mysql.procs_priv WHERE Db = DATABASE()), "
+                "       (SELECT COUNT(*) FROM mysql.tables_priv WHERE Db = DATABASE()), "
+                "       (SELECT COUNT(*) FROM mysql.db WHERE Db = DATABASE())",
+            )
+        return rows
+
+    def close_other_sessions(self, connection: Any) -> None:
+        for (pid,) in fetch_all(
+            connection,
+            "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()",
+        ):
+            with contextlib.suppress(Exception):
+                fetch_all(connection, f"KILL CONNECTION {int(pid)}")

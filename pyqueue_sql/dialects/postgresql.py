@@ -8,7 +8,15 @@ from typing import Any
 
 from .. import errors
 from ..queries import split_script
-from .base import Dialect, JdbcDriver, connection_failed, encode_json, strip_driver, without_secrets
+from .base import (
+    Dialect,
+    JdbcDriver,
+    connection_failed,
+    encode_json,
+    fetch_all,
+    strip_driver,
+    without_secrets,
+)
 
 INSTALL_NOTE = """\
 -- pyqueue-sql install script (PostgreSQL). Run it in ONE transaction:
@@ -367,6 +375,71 @@ class PostgreSQL(Dialect):
         return [
             (note.channel, note.payload) async for note in connection.notifies(timeout=timeout, stop_after=1)
         ]
+
+    # -- test databases (pyqueue_sql.testing) ----------------------------
+    def empty_database_statements(self, connection: Any, kept_table: str) -> list[str]:
+        """DELETE of every table but kept_table, children before their parents, and the schema's
+        sequences back at 1, in one transaction."""
+        tables = [
+            r[0]
+            for r in fetch_all(
+                connection,
+                "SELECT c.relname FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
+                "AND c.relkind IN ('r', 'p') AND NOT c.relispartition",
+            )
+            if r[0] != kept_table
+        ]
+        parents: dict[str, set[str]] = {}
+        for child, parent in fetch_all(
+            connection,
+            "SELECT conrelid::regclass::text, confrelid::regclass::text FROM pg_constraint "
+            "WHERE contype = 'f' AND connamespace = current_schema()::regnamespace AND conrelid <> confrelid",
+        ):
+            parents.setdefault(child, set()).add(parent)
+        ordered: list[str] = []
+        left = set(tables)
+        while left:  # a table goes once no table left refers to it
+            ready = sorted(t for t in left if not any(t in parents.get(o, ()) for o in left if o != t))
+            if not ready:
+                ready = sorted(left)
+            ordered += ready
+            left -= set(ready)
+        sequences = [
+            r[0]
+            for r in fetch_all(
+                connection, "SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()"
+            )
+        ]
+        return [
+            "BEGIN; SET LOCAL synchronous_commit = off; "  # a test database: no flush to wait for
+            + " ".join(f'DELETE FROM "{t}";' for t in ordered)
+            + " ".join(f"SELECT setval('\"{q}\"', 1, false);" for q in sequences)
+            + " COMMIT"
+        ]
+
+    def database_fingerprint(self, connection: Any) -> Any:
+        """Every relation (any schema, temporary ones aside), routine and schema, and the grants
+        on them and on the database."""
+        return fetch_all(
+            connection,
+            "SELECT (SELECT count(*) || ':' || max(oid::bigint) || ':' "
+            "               || md5(coalesce(string_agg(relacl::text, ',' ORDER BY oid), '')) "
+            "        FROM pg_class WHERE relpersistence <> 't'), "
+            "       (SELECT count(*) || ':' || coalesce(max(oid::bigint), 0) || ':' "
+            "               || md5(coalesce(string_agg(proacl::text, ',' ORDER BY oid), '')) "
+            "        FROM pg_proc WHERE pronamespace NOT IN "
+            "              ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)), "
+            "       (SELECT count(*) || ':' || md5(coalesce(string_agg(nspacl::text, ',' ORDER BY oid), '')) "
+            "        FROM pg_namespace), "
+            "       (SELECT datacl::text FROM pg_database WHERE datname = current_database())",
+        )
+
+    def close_other_sessions(self, connection: Any) -> None:
+        fetch_all(
+            connection,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
 
     # -- privileges ------------------------------------------------------
     def parse_grantee(self, text: str) -> tuple[str, str | None]:

@@ -228,9 +228,9 @@ class PyQueueBackend(compat.BaseTaskBackend):
             id=id,
             status=status,
             enqueued_at=enqueued_at(id.rsplit(":", 1)[1]),
-            started_at=_time(meta.get("started_at")),
+            started_at=parse_time(meta.get("started_at")),
             finished_at=state.finished_at,
-            last_attempted_at=_time(meta.get("last_attempted_at")),
+            last_attempted_at=parse_time(meta.get("last_attempted_at")),
             args=args,
             kwargs=kwargs,
             backend=self.alias,
@@ -323,7 +323,8 @@ def _worker_ids(meta: dict, attempts: int) -> list[str]:
     return recorded + ["pyqueue-sql"] * (attempts - len(recorded))
 
 
-def _time(value: Any) -> dt.datetime | None:
+def parse_time(value: Any) -> dt.datetime | None:
+    """A time the worker recorded in a message's meta (ISO 8601), or None if absent or unreadable."""
     if not isinstance(value, str):
         return None
     try:

@@ -26,8 +26,8 @@ from .backend import (
     ERROR_PROGRESS_KEY,
     META_PROGRESS_KEY,
     PyQueueBackend,
-    _time,
     enqueued_at,
+    parse_time,
     recorded_meta,
     result_id,
 )
@@ -49,7 +49,7 @@ def run_task(job: Any, backend: PyQueueBackend, task: Any, worker_id: str = "pyq
         kwargs = dict(payload.get("kwargs") or {})
         now = timezone.now()
         earlier = _earlier_attempts(job, backend)
-        started = _time(earlier.get("started_at")) or now
+        started = parse_time(earlier.get("started_at")) or now
         # the ids of the workers of each attempt: those recorded (an attempt that ended without
         # recording, a worker killed, counts as "pyqueue-sql"), then this one's
         recorded = [str(w) for w in earlier.get("worker_ids") or []][: job.attempts - 1]
