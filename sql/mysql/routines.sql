@@ -1713,7 +1713,9 @@ END //
 -- queue row while it holds a group row (a grouped push holds the queue row's shared lock while it waits for group
 -- rows); inside a caller's transaction that can deadlock, and the victim is the caller's to retry. The steps under a
 -- group row run in a transaction of their own in autocommit mode (pyqueue__own_transaction(TRUE, ...)), run again on
--- a deadlock.
+-- a deadlock. Under the group row's lock the group row (head, extra) and the group's messages are read by locking
+-- reads only: inside a caller's REPEATABLE READ transaction a plain read sees the snapshot of its first read, which
+-- may predate the group row's last change (a message started beside the head, uncounted, gave k + 1 live).
 
 -- pyqueue__group_lock: locks group in_group's row (FOR UPDATE; with in_nowait SKIP LOCKED, a busy row counting as
 -- missing) and returns its head; out_found = 0 when missing. Locks: that row, until the transaction ends.
@@ -1760,7 +1762,8 @@ BEGIN
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     SELECT COALESCE(MAX(g.extra), 0) INTO v_extra
-      FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group;
+      FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group
+       FOR UPDATE;  -- the row as it is now (held already), not a caller's older snapshot
     IF v_extra > 0 THEN
         SET v_found = 0;  -- a live one takes the head's place, below
     ELSE
@@ -1780,18 +1783,20 @@ BEGIN
         UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
          WHERE queue_name = in_queue AND group_key = in_group;
     ELSE
-        SET v_found = 1;
+        SET v_found = IF(v_extra > 0, 1, 0);
+        IF v_found = 1 THEN
         BEGIN
             DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+            -- a locking read: the live messages as they are now (one started since a caller's snapshot included)
             SELECT m.p_key, m.p_kind INTO v_key, v_kind
-              FROM pyqueue_group g
-              JOIN pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
-                ON m.queue_name = g.queue_name AND m.group_key = g.group_key
-             WHERE g.queue_name = in_queue AND g.group_key = in_group AND g.extra > 0
+              FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+             WHERE m.queue_name = in_queue AND m.group_key = in_group
                AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
              ORDER BY m.scheduled_at_initially, m.id
-             LIMIT 1;
+             LIMIT 1
+               FOR UPDATE;
         END;
+        END IF;
         IF v_found = 1 THEN
             UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind, extra = extra - 1
              WHERE queue_name = in_queue AND group_key = in_group;
@@ -1823,7 +1828,8 @@ BEGIN
      WHERE l.queue_name = in_queue AND l.group_key IN (in_group, '');
     IF v_k > 1 THEN
         SELECT MAX(g.extra), MAX(g.head_key) INTO v_extra, v_head
-          FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group;
+          FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group
+           FOR UPDATE;  -- the row as it is now (held already), not a caller's older snapshot
         SET v_start = 0;
         fill: WHILE v_head IS NOT NULL AND 1 + v_extra + v_start < v_k DO
             BEGIN
@@ -1904,7 +1910,8 @@ BEGIN
          WHERE m.id = in_id AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
         IF v_blocked = 1 THEN
             SELECT MAX(g.head_key), MAX(g.head_kind) INTO v_hk, v_hkd
-              FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group;
+              FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group
+               FOR UPDATE;  -- as it is now (held already)
             SELECT MAX(x.id) INTO v_old
               FROM (SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
                      WHERE m.queue_name = in_queue AND m.group_key = in_group
