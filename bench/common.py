@@ -122,19 +122,23 @@ def install_pgmq(dsn: str, queue: str) -> None:
 
 def install_commit(dialect: str, dsn: str, commit: str) -> None:
     """Installs the schema and routines of a git commit (its sql/<dialect>/schema.sql and
-    routines.sql) with the server's own client, psql or mariadb/mysql, as `pyqueue-sql sql`
+    routines/) with the server's own client, psql or mariadb/mysql, as `pyqueue-sql sql`
     output is installed: a change to the baseline measured against the baseline before it."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     folder = "postgresql" if dialect == "postgresql" else "mysql"
+
+    def git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=check)
+
+    # routines/ holds one file per topic, run in name order (a commit before it: routines.sql)
+    listing = git("ls-tree", "--name-only", f"{commit}:sql/{folder}/routines", check=False)
+    routines = (
+        [f"routines/{name}" for name in sorted(listing.stdout.split()) if name.endswith(".sql")]
+        if listing.returncode == 0
+        else ["routines.sql"]
+    )
     script = "".join(
-        subprocess.run(
-            ["git", "show", f"{commit}:sql/{folder}/{name}.sql"],
-            cwd=root,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        for name in ("schema", "routines")
+        git("show", f"{commit}:sql/{folder}/{name}").stdout for name in ["schema.sql", *routines]
     )
     url = urlsplit(dsn)
     if dialect == "postgresql":

@@ -5,7 +5,7 @@ Revises: ${down_revision | comma,n}
 Create Date: ${create_date}
 
 Up: the DDL this revision adds (migrations/sql/<dialect>/${up_revision}.up.sql),
-then sql/<dialect>/routines.sql again (every routine created anew; on MySQL the
+then sql/<dialect>/routines/ again (every routine created anew; on MySQL the
 routine grants are given back at the end of the run). Down: undoes the DDL and
 re-creates the routines it changed as the revision before defines them
 (${up_revision}.down.sql). See CONTRIBUTING.md, "Changing the schema".

@@ -1,11 +1,11 @@
 """Installing and upgrading the schema: the alembic revisions in migrations/versions.
 
 There is one revision until 0.1.0 is released, ``0001_baseline``: its upgrade runs
-sql/<dialect>/schema.sql, then sql/<dialect>/routines.sql (the files `pyqueue-sql
-sql` prints, read where they are), its downgrade sql/<dialect>/uninstall.sql. A
-revision calls :func:`run_sql_file` for DDL and :func:`run_routines` for the
-routines (every routine is dropped if it exists and created again, so the file
-can run any number of times: a later revision runs it again after its own DDL).
+sql/<dialect>/schema.sql, then the files of sql/<dialect>/routines/ in name order
+(what `pyqueue-sql sql` prints, read where they are), its downgrade
+sql/<dialect>/uninstall.sql. A revision calls :func:`run_sql_file` for DDL and
+:func:`run_routines` for the routines (every routine is dropped if it exists and
+created again, so the script can run any number of times: a later revision runs it again after its own DDL).
 Our revisions are recorded in their own version table, ``pyqueue_alembic_version``,
 and never mix with an application's.
 
@@ -39,7 +39,7 @@ is refused (UnrecordedSchemaError) unless ``adopt=True``: its tables must then
 match the fingerprint of one revision exactly (FINGERPRINTS in the revision
 file: tables, columns, indexes, constraints, views and triggers, no routine),
 which is recorded before the rest is applied. The routines are not compared:
-whatever the script installed, routines.sql is installed again, by the later
+whatever the script installed, routines/ is installed again, by the later
 revisions or, when the schema is adopted at the head, by a step of its own.
 
 Test hook (tests/schema/test_migrate_interrupted.py): the environment variable
@@ -73,13 +73,14 @@ from sqlalchemy.engine import Connection
 
 from . import dialects, errors
 from ._resources import migrations_dir, sql_file
-from .queries import migration_queries, split_script
+from .queries import migration_queries, script, split_script
 
 VERSION_TABLE = "pyqueue_alembic_version"
 TEST_KILL_VARIABLE = "PYQUEUE_SQL_MIGRATE_TEST_KILL"
 log = logging.getLogger("pyqueue_sql.migrate")
 INTERRUPTED = "migrate was interrupted; run it again to resume"
-# The step that installs routines.sql over a schema adopted at the head.
+# The step that installs routines/ over a schema adopted at the head (the name is recorded
+# in the progress table of an interrupted run, so it stays as it was).
 ADOPTED_ROUTINES = "routines.sql over the adopted schema"
 
 
@@ -176,14 +177,13 @@ def run_sql_file(filename: str, folder: str | Path | None = None) -> None:
 
 
 def run_routines() -> None:
-    """Installs sql/<dialect>/routines.sql, every routine dropped if it exists and
-    created again (an upgrade that changes routines runs it after its DDL). MySQL:
-    an interrupted run runs the file again from its start, and the routine grants
-    that DROP PROCEDURE took are given back when the run finishes."""
+    """Installs sql/<dialect>/routines/ (one file per topic, run in name order as one
+    script), every routine dropped if it exists and created again (an upgrade that
+    changes routines runs it after its DDL). MySQL: an interrupted run runs the script
+    again from its start, and the routine grants that DROP PROCEDURE took are given
+    back when the run finishes."""
     step = _current_step()
-    _run_script(
-        step, sql_file(step.dialect.name, "routines.sql").read_text(encoding="utf-8"), rerunnable=True
-    )
+    _run_script(step, script(step.dialect.name, "routines"), rerunnable=True)
 
 
 def _run_script(step: _Step, text: str, rerunnable: bool) -> None:
@@ -395,7 +395,7 @@ class _MySQLProgress:
         self, file_no: int, statements: list[str], count: Callable[[bool], None], rerunnable: bool
     ) -> None:
         """A DDL file is recorded after each statement and resumed after the last one
-        recorded; a ``rerunnable`` one (routines.sql) is recorded once done, and run
+        recorded; a ``rerunnable`` one (routines/) is recorded once done, and run
         again from its start when the run stopped inside it."""
         start, tolerant_at = 0, None
         if self.resume is not None:

@@ -3,7 +3,7 @@
 The contract routines are SECURITY DEFINER (PostgreSQL, with a pinned
 search_path) / SQL SECURITY DEFINER (MySQL/MariaDB): they run with the rights
 of the account that installed them, and nobody else may call them until
-granted (routines.sql revokes EXECUTE from PUBLIC on PostgreSQL; MySQL grants
+granted (routines/ revokes EXECUTE from PUBLIC on PostgreSQL; MySQL grants
 nothing by default). An application account then needs EXECUTE on the
 routines of its capabilities and no privilege on any table:
 

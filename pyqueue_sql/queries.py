@@ -52,16 +52,22 @@ def migration_queries(dialect: str) -> dict[str, str]:
 
 
 def script(dialect: str, filename: str) -> str:
-    """A whole SQL file of a dialect (schema.sql, routines.sql, uninstall.sql)."""
-    return sql_file(dialect, filename).read_text(encoding="utf-8")
+    """A whole SQL file of a dialect (schema.sql, uninstall.sql), or a folder of them
+    (routines: one file per topic) as one script, its files in name order."""
+    path = sql_file(dialect, filename)
+    if path.is_dir():
+        return "\n".join(
+            p.read_text(encoding="utf-8").rstrip("\n") + "\n" for p in sorted(path.glob("*.sql"))
+        )
+    return path.read_text(encoding="utf-8")
 
 
-INSTALL_FILES = ("schema.sql", "routines.sql")
+INSTALL_FILES = ("schema.sql", "routines")
 
 
 def install_script(dialect: str) -> str:
     """The whole current schema of a dialect: the tables (schema.sql), then the
-    routines (routines.sql), as one script any SQL client can run."""
+    routines (routines/, its files in name order), as one script any SQL client can run."""
     return "\n".join(script(dialect, name).rstrip("\n") + "\n" for name in INSTALL_FILES)
 
 

@@ -1,5 +1,5 @@
 """The baseline: every table of sql/<dialect>/schema.sql, then every routine of
-sql/<dialect>/routines.sql (the files `pyqueue-sql sql` prints, read from sql/,
+sql/<dialect>/routines/ (the files `pyqueue-sql sql` prints, read from sql/,
 never copied). Down: sql/<dialect>/uninstall.sql removes all of it.
 
 Revision ID: 0001_baseline

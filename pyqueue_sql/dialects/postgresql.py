@@ -77,7 +77,7 @@ class PostgreSQL(Dialect):
     grants_schema_usage = True
     grant_tables = {"ingest": (("INSERT", "queue_ingest"), ("SELECT", "queue_ingest"))}
     # The routines that take a reservation token take it as text and, in a second signature, as uuid
-    # (sql/postgresql/routines.sql, "Tokens").
+    # (sql/postgresql/routines/01_preamble.sql, "Tokens").
     drop_database_statement = "DROP DATABASE IF EXISTS {name} WITH (FORCE)"  # a test's leftover sessions
     routine_signatures = {
         name: (args.format(t="text"), args.format(t="uuid"))

@@ -116,7 +116,7 @@ GRANT {privilege} ON {routine_type} {routine} TO {role}{grant_option}
 -- How `migrate --adopt` recognises a revision: every fingerprint_* statement,
 -- in file order, hashed together. The tables only (columns, indexes,
 -- constraints, foreign keys, views), no routine, definer or grant: adopt
--- installs routines.sql again.
+-- installs routines/ again.
 
 -- name: fingerprint_columns
 SELECT TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT,

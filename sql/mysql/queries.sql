@@ -1,7 +1,7 @@
 -- Named statements the Python client runs (pyqueue_sql/queries.py loads them).
 -- Each calls one contract procedure; parameters use %(name)s. Durations are
 -- seconds, times are UTC DATETIME(6) values.
--- Sections by topic, in the order of routines.sql (see its header).
+-- Sections by topic, in the order of the files of routines/ (../README.md lists the topics).
 
 
 -- ==== queues ====
@@ -74,42 +74,18 @@ CALL queue_push_batch_grouped(%(queue)s, %(messages)s, NULL, NULL, NULL, NULL, N
 CALL queue_push_batch_grouped_with_headers(%(queue)s, %(messages)s, NULL, NULL, NULL, NULL, NULL, NULL)
 
 
--- ==== topics ====
--- Publishing to the queues bound to a topic pattern, and the bindings.
-
--- name: publish
--- One row: queues (how many queues got a new message).
-CALL queue_publish(%(topic)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
-
--- name: publish_with_headers
-CALL queue_publish_with_headers(%(topic)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s, %(headers)s)
-
--- name: publish_batch
--- messages: push_batch's JSON array, each object with a "topic" member.
--- One row: pushed (how many new messages, over all queues).
-CALL queue_publish_batch(%(messages)s, NULL, NULL, NULL, NULL, NULL)
-
--- name: publish_batch_with_headers
-CALL queue_publish_batch_with_headers(%(messages)s, NULL, NULL, NULL, NULL, NULL, NULL)
-
--- name: bind
-CALL queue_bind(%(pattern)s, %(queue)s)
-
--- name: unbind
-CALL queue_unbind(%(pattern)s, %(queue)s)
-
--- name: bindings
-CALL queue_bindings(%(queue)s)
-
-
--- ==== consume ====
--- Taking messages out and finishing them.
+-- ==== reserve ====
+-- Taking messages out: reserve (a token for every later step) or pop.
 
 -- name: pop
 CALL queue_pop(%(queue)s, %(n)s)
 
 -- name: reserve
 CALL queue_reserve(%(queue)s, %(worker)s, %(timeout)s, %(n)s, %(kinds)s)
+
+
+-- ==== settle ====
+-- Finishing a reserved message: commit, roll back, fail, give up, snooze, extend, move; remove, release.
 
 -- name: commit
 CALL queue_commit(%(queue)s, %(key)s, %(kind)s, %(token)s)
@@ -143,6 +119,13 @@ CALL queue_move(%(queue)s, %(key)s, %(kind)s, %(token)s, %(to_queue)s, %(payload
 CALL queue_remove(%(queue)s, %(key)s, %(kind)s)
 
 
+-- ==== groups ====
+-- FIFO groups: how many of a group's messages may be live at once.
+
+-- name: set_group_limit
+CALL queue_set_group_limit(%(queue)s, %(group)s, %(k)s)
+
+
 -- ==== wakeups ====
 -- Waiting for work without polling hard.
 
@@ -171,7 +154,70 @@ CALL queue_commit_reserve(%(queue)s, %(key)s, %(kind)s, %(token)s, %(worker)s, %
 CALL queue_commit_batch(%(queue)s, %(keys)s, %(kinds)s, %(tokens)s)
 
 
--- ==== results, cancellation and progress ====
+-- ==== topics ====
+-- Publishing to the queues bound to a topic pattern, and the bindings.
+
+-- name: publish
+-- One row: queues (how many queues got a new message).
+CALL queue_publish(%(topic)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s)
+
+-- name: publish_with_headers
+CALL queue_publish_with_headers(%(topic)s, %(key)s, %(kind)s, %(payload)s, %(run_at)s, %(priority)s, %(headers)s)
+
+-- name: publish_batch
+-- messages: push_batch's JSON array, each object with a "topic" member.
+-- One row: pushed (how many new messages, over all queues).
+CALL queue_publish_batch(%(messages)s, NULL, NULL, NULL, NULL, NULL)
+
+-- name: publish_batch_with_headers
+CALL queue_publish_batch_with_headers(%(messages)s, NULL, NULL, NULL, NULL, NULL, NULL)
+
+-- name: bind
+CALL queue_bind(%(pattern)s, %(queue)s)
+
+-- name: unbind
+CALL queue_unbind(%(pattern)s, %(queue)s)
+
+-- name: bindings
+CALL queue_bindings(%(queue)s)
+
+
+-- ==== history and dead letters ====
+-- History, dead letters, and one message's state and history.
+
+-- name: purge_history
+CALL queue_purge_history(%(queue)s, %(n)s)
+
+-- name: replay
+CALL queue_replay(%(queue)s, %(start)s, %(end)s)
+
+-- name: redrive
+CALL queue_redrive(%(queue)s, %(to_queue)s, %(n)s)
+
+-- name: dead_letters
+CALL queue_dead_letters(%(queue)s)
+
+-- name: message
+CALL queue_message(%(queue)s, %(key)s, %(kind)s)
+
+-- name: message_history
+CALL queue_message_history(%(queue)s, %(key)s, %(kind)s)
+
+
+-- ==== browse ====
+-- Reads for browsing a queue and its traffic.
+
+-- name: messages
+CALL queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after_kind)s, %(n)s)
+
+-- name: throughput
+CALL queue_throughput(%(queue)s, %(since)s)
+
+-- name: groups
+CALL queue_groups(%(queue)s, %(n)s)
+
+
+-- ==== results ====
 -- A finished message's result, waiting for it, cancelling, and what its consumer reports.
 
 -- name: set_result_retention
@@ -217,39 +263,10 @@ CALL queue_push_after(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s)
 -- name: parent_results
 CALL queue_parent_results(%(queue)s, %(key)s, %(kind)s)
 
--- ==== history and dead letters ====
--- History, dead letters, and one message's state and history.
-
--- name: purge_history
-CALL queue_purge_history(%(queue)s, %(n)s)
-
--- name: replay
-CALL queue_replay(%(queue)s, %(start)s, %(end)s)
-
--- name: redrive
-CALL queue_redrive(%(queue)s, %(to_queue)s, %(n)s)
-
--- name: dead_letters
-CALL queue_dead_letters(%(queue)s)
-
--- name: message
-CALL queue_message(%(queue)s, %(key)s, %(kind)s)
-
--- name: message_history
-CALL queue_message_history(%(queue)s, %(key)s, %(kind)s)
-
-
--- name: messages
-CALL queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after_kind)s, %(n)s)
-
--- name: throughput
-CALL queue_throughput(%(queue)s, %(since)s)
-
--- name: groups
-CALL queue_groups(%(queue)s, %(n)s)
 
 -- ==== limits ====
 -- Concurrency limits.
+-- Rate limits: at most n deliveries of a kind (NULL: of the whole queue) in any window of per_s seconds.
 
 -- name: set_limit
 CALL queue_set_limit(%(queue)s, %(kind)s, %(capacity)s)
@@ -257,17 +274,11 @@ CALL queue_set_limit(%(queue)s, %(kind)s, %(capacity)s)
 -- name: limits
 CALL queue_limits(%(queue)s)
 
--- ==== rates ====
--- Rate limits: at most n deliveries of a kind (NULL: of the whole queue) in any window of per_s seconds.
-
 -- name: set_rate
 CALL queue_set_rate(%(queue)s, %(kind)s, %(n)s, %(per)s)
 
 -- name: rates
 CALL queue_rates(%(queue)s)
-
--- name: set_group_limit
-CALL queue_set_group_limit(%(queue)s, %(group)s, %(k)s)
 
 
 -- ==== workers ====

@@ -10,12 +10,9 @@
 -- sit between 'DELIMITER //' and 'DELIMITER ;' and end with 'END //'. The
 -- mysql / mariadb CLI can source it, the Python loader splits it the same way.
 --
--- Layout: one section per topic, in the same order in schema.sql,
--- routines.sql, queries.sql and ../../docs/contract.md (uninstall.sql: the reverse):
--- helpers, queues, produce, consume, wakeups, fast paths, topics, history
--- and dead letters, results, limits, workers, schedules, ingest, privileges. A section starts
--- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
--- nothing for).
+-- Layout: one section per topic, in the order of ../README.md's list of
+-- topics (uninstall.sql: the reverse). A section starts with the line
+-- '-- ==== <topic> ====' (a file leaves out the topics it has nothing for).
 --
 -- Naming inside routines: parameters in_*, locals v_*, cursors c_*; columns
 -- as they are (p_key / p_kind are columns, never parameters or locals).
@@ -70,7 +67,7 @@
 -- autocommit mode on a server that can tell (MariaDB: @@in_transaction) they
 -- run in a transaction of their own, run again when a deadlock picks it; on
 -- MySQL 8.0, which cannot tell, they run statement by statement (see
--- routines.sql, "groups").
+-- routines/07_groups.sql).
 --
 -- MySQL notes (not verifiable here): CHECK constraints are enforced from
 -- MySQL 8.0.16 (parsed and ignored before); locking reads into variables
@@ -202,7 +199,7 @@ CREATE TABLE pyqueue_message (
 -- that is placing it). The lock every change of a group's head takes: a push
 -- into the group, and the step that hands the place of a head that left the
 -- queue to the next message. Taken BEFORE the group's message rows (see
--- routines.sql, "groups"); reserves never read it.
+-- routines/07_groups.sql); reserves never read it.
 -- extra: with a group limit k > 1 (pyqueue_group_limit), how many messages
 -- besides the head are live (not blocked): at most k - 1 new ones start;
 -- changed only under this row's lock.
@@ -500,12 +497,12 @@ CREATE TABLE pyqueue_schedule (
 
 
 -- ==== ingest ====
--- The bulk-ingest table that queue_ingest_flush (routines.sql) empties, the
+-- The bulk-ingest table that queue_ingest_flush (routines/18_ingest.sql) empties, the
 -- rows it refused, and the lock rows that serialise flushes.
 
 -- The bulk-ingest surface for plain JDBC writers (Spark's df.write.jdbc):
 -- INSERT rows (queue_name, p_key, p_kind, payload, run_at, priority), then
--- CALL queue_ingest_flush(NULL, ...) (routines.sql) moves them into
+-- CALL queue_ingest_flush(NULL, ...) (routines/18_ingest.sql) moves them into
 -- pyqueue_message with dedup and the bad ones into pyqueue_ingest_reject.
 -- No trigger: a row trigger costs MariaDB ~25 us per row (measured), while
 -- the flush is set-based. Columns are loosely typed (LONGTEXT, DECIMAL) so

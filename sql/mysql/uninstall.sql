@@ -1,7 +1,7 @@
--- pyqueue-sql: removes everything schema.sql and routines.sql install
+-- pyqueue-sql: removes everything schema.sql and routines/ install
 -- (MySQL 8.0+ / MariaDB 10.6+). Messages are lost.
 --
--- Sections by topic, in the reverse order of schema.sql and routines.sql:
+-- Sections by topic, in the reverse order of schema.sql and routines/:
 -- each drops its procedures, then its views and tables (a view before what
 -- it reads, a table before the tables its foreign keys reference). The
 -- helpers come after every topic that calls them, and the queue and message

@@ -32,7 +32,7 @@ DROP TABLE IF EXISTS pyqueue_alembic_version
 -- Catalog fingerprint of a revision (how `migrate --adopt` recognises it):
 -- every fingerprint_* statement, in file order, hashed together. The tables
 -- only (columns, indexes, constraints, views, triggers), no routine, owner or
--- grant: adopt installs routines.sql again; names are unqualified by the
+-- grant: adopt installs routines/ again; names are unqualified by the
 -- current schema.
 
 -- name: fingerprint_tables

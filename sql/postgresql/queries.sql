@@ -2,7 +2,7 @@
 -- Each calls one contract routine; parameters use %(name)s, arrays %(name)b: psycopg sends those
 -- in the binary format, element by element, where the text format escapes every element that
 -- needs quotes (each JSON payload) with a regular expression, about 10 µs a message of client CPU.
--- Sections by topic, in the order of routines.sql (see its header).
+-- Sections by topic, in the order of the files of routines/ (../README.md lists the topics).
 
 
 -- ==== queues ====
@@ -90,41 +90,8 @@ SELECT queue_push_batch_grouped_with_headers(%(queue)s, %(groups)b::text[], %(ke
                                              %(headers)b::jsonb[])
 
 
--- ==== topics ====
--- Publishing to the queues bound to a topic pattern, and the bindings.
-
--- name: publish
-SELECT queue_publish(in_topic => %(topic)s, in_key => %(key)s, in_kind => %(kind)s,
-                     in_payload => %(payload)s::jsonb, in_run_at => %(run_at)s::timestamptz,
-                     in_priority => %(priority)s::integer)
-
--- name: publish_with_headers
-SELECT queue_publish_with_headers(%(topic)s, %(key)s, %(kind)s, %(payload)s::jsonb,
-                                  %(run_at)s::timestamptz, %(priority)s::integer, %(headers)s::jsonb)
-
--- name: publish_batch
-SELECT queue_publish_batch(in_topics => %(topics)b::text[], in_keys => %(keys)b::text[],
-                           in_kinds => %(kinds)b::text[], in_payloads => %(payloads)b::jsonb[],
-                           in_run_ats => %(run_ats)b::timestamptz[],
-                           in_priorities => %(priorities)b::integer[])
-
--- name: publish_batch_with_headers
-SELECT queue_publish_batch_with_headers(%(topics)b::text[], %(keys)b::text[], %(kinds)b::text[],
-                                        %(payloads)b::jsonb[], %(run_ats)b::timestamptz[],
-                                        %(priorities)b::integer[], %(headers)b::jsonb[])
-
--- name: bind
-SELECT queue_bind(in_pattern => %(pattern)s, in_queue => %(queue)s)
-
--- name: unbind
-SELECT queue_unbind(in_pattern => %(pattern)s, in_queue => %(queue)s)
-
--- name: bindings
-SELECT pattern, queue, created_at FROM queue_bindings(in_queue => %(queue)s)
-
-
--- ==== consume ====
--- Taking messages out and finishing them.
+-- ==== reserve ====
+-- Taking messages out: reserve (a token for every later step) or pop.
 
 -- name: pop
 SELECT p_key, p_kind, payload, priority, attempts, created_at, headers
@@ -136,6 +103,10 @@ SELECT p_key, p_kind, payload, priority, attempts, created_at, headers
 SELECT p_key, p_kind, payload, token::text, priority, attempts, created_at, scheduled_at_initially,
        headers
   FROM queue_reserve(%(queue)s, %(worker)s, %(timeout)s::interval, %(n)s::integer, %(kinds)b::text[])
+
+
+-- ==== settle ====
+-- Finishing a reserved message: commit, roll back, fail, give up, snooze, extend, move; remove, release.
 
 -- name: commit
 SELECT queue_commit(%(queue)s, %(key)s, %(kind)s, %(token)s::text)
@@ -163,6 +134,13 @@ SELECT queue_move(%(queue)s, %(key)s, %(kind)s, %(token)s::text, %(to_queue)s, %
 
 -- name: remove
 SELECT queue_remove(%(queue)s, %(key)s, %(kind)s)
+
+
+-- ==== groups ====
+-- FIFO groups: how many of a group's messages may be live at once.
+
+-- name: set_group_limit
+SELECT queue_set_group_limit(%(queue)s, %(group)s::text, %(k)s::integer)
 
 
 -- ==== wakeups ====
@@ -198,7 +176,84 @@ SELECT committed, p_key, p_kind, payload, token::text, priority, attempts, creat
 SELECT queue_commit_batch(%(queue)s, %(keys)b::text[], %(kinds)b::text[], %(tokens)b::text[])
 
 
--- ==== results, cancellation and progress ====
+-- ==== topics ====
+-- Publishing to the queues bound to a topic pattern, and the bindings.
+
+-- name: publish
+SELECT queue_publish(in_topic => %(topic)s, in_key => %(key)s, in_kind => %(kind)s,
+                     in_payload => %(payload)s::jsonb, in_run_at => %(run_at)s::timestamptz,
+                     in_priority => %(priority)s::integer)
+
+-- name: publish_with_headers
+SELECT queue_publish_with_headers(%(topic)s, %(key)s, %(kind)s, %(payload)s::jsonb,
+                                  %(run_at)s::timestamptz, %(priority)s::integer, %(headers)s::jsonb)
+
+-- name: publish_batch
+SELECT queue_publish_batch(in_topics => %(topics)b::text[], in_keys => %(keys)b::text[],
+                           in_kinds => %(kinds)b::text[], in_payloads => %(payloads)b::jsonb[],
+                           in_run_ats => %(run_ats)b::timestamptz[],
+                           in_priorities => %(priorities)b::integer[])
+
+-- name: publish_batch_with_headers
+SELECT queue_publish_batch_with_headers(%(topics)b::text[], %(keys)b::text[], %(kinds)b::text[],
+                                        %(payloads)b::jsonb[], %(run_ats)b::timestamptz[],
+                                        %(priorities)b::integer[], %(headers)b::jsonb[])
+
+-- name: bind
+SELECT queue_bind(in_pattern => %(pattern)s, in_queue => %(queue)s)
+
+-- name: unbind
+SELECT queue_unbind(in_pattern => %(pattern)s, in_queue => %(queue)s)
+
+-- name: bindings
+SELECT pattern, queue, created_at FROM queue_bindings(in_queue => %(queue)s)
+
+
+-- ==== history and dead letters ====
+-- History, dead letters, and one message's state and history.
+
+-- name: purge_history
+SELECT queue_purge_history(%(queue)s, %(n)s::integer)
+
+-- name: replay
+SELECT queue_replay(%(queue)s, %(start)s::timestamptz, %(end)s::timestamptz)
+
+-- name: redrive
+SELECT queue_redrive(%(queue)s, %(to_queue)s, %(n)s::integer)
+
+-- name: dead_letters
+SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts, created_at,
+       dead_lettered_at, reserved, last_error, headers
+  FROM queue_dead_letters(%(queue)s)
+
+-- name: message
+SELECT p_key, p_kind, state, payload, priority, attempts, scheduled_at, created_at, reserved_by,
+       last_error, dead_from, progress, cancel_requested, headers
+  FROM queue_message(%(queue)s, %(key)s, %(kind)s)
+
+-- name: message_history
+SELECT processed_at, outcome, to_queue, attempts, reserved_by, last_error
+  FROM queue_message_history(%(queue)s, %(key)s, %(kind)s)
+
+
+-- ==== browse ====
+-- Reads for browsing a queue and its traffic.
+
+-- name: messages
+SELECT p_key, p_kind, state, priority, attempts, scheduled_at, created_at, reserved_by, last_error,
+       dead_from, headers
+  FROM queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after_kind)s, %(n)s::integer)
+
+-- name: throughput
+SELECT queue, minute, committed, dead_lettered, moved, popped
+  FROM queue_throughput(%(queue)s, %(since)s::timestamptz)
+
+-- name: groups
+SELECT group_key, head_key, head_kind, head_state, messages, group_limit, in_flight
+  FROM queue_groups(in_queue => %(queue)s, in_n => %(n)s::integer)
+
+
+-- ==== results ====
 -- A finished message's result, waiting for it, cancelling, and what its consumer reports.
 
 -- name: set_result_retention
@@ -256,48 +311,10 @@ SELECT queue_push_after(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(pare
 SELECT ordinal, queue, p_key, p_kind, state, result
   FROM queue_parent_results(%(queue)s, %(key)s, %(kind)s)
 
--- ==== history and dead letters ====
--- History, dead letters, and one message's state and history.
-
--- name: purge_history
-SELECT queue_purge_history(%(queue)s, %(n)s::integer)
-
--- name: replay
-SELECT queue_replay(%(queue)s, %(start)s::timestamptz, %(end)s::timestamptz)
-
--- name: redrive
-SELECT queue_redrive(%(queue)s, %(to_queue)s, %(n)s::integer)
-
--- name: dead_letters
-SELECT dead_letter_queue, from_queue, p_key, p_kind, payload, priority, attempts, created_at,
-       dead_lettered_at, reserved, last_error, headers
-  FROM queue_dead_letters(%(queue)s)
-
--- name: message
-SELECT p_key, p_kind, state, payload, priority, attempts, scheduled_at, created_at, reserved_by,
-       last_error, dead_from, progress, cancel_requested, headers
-  FROM queue_message(%(queue)s, %(key)s, %(kind)s)
-
--- name: message_history
-SELECT processed_at, outcome, to_queue, attempts, reserved_by, last_error
-  FROM queue_message_history(%(queue)s, %(key)s, %(kind)s)
-
-
--- name: messages
-SELECT p_key, p_kind, state, priority, attempts, scheduled_at, created_at, reserved_by, last_error,
-       dead_from, headers
-  FROM queue_messages(%(queue)s, %(state)s, %(key_prefix)s, %(after_key)s, %(after_kind)s, %(n)s::integer)
-
--- name: throughput
-SELECT queue, minute, committed, dead_lettered, moved, popped
-  FROM queue_throughput(%(queue)s, %(since)s::timestamptz)
-
--- name: groups
-SELECT group_key, head_key, head_kind, head_state, messages, group_limit, in_flight
-  FROM queue_groups(in_queue => %(queue)s, in_n => %(n)s::integer)
 
 -- ==== limits ====
 -- Concurrency limits.
+-- Rate limits: at most n deliveries of a kind (NULL: of the whole queue) in any window of length per.
 
 -- name: set_limit
 SELECT queue_set_limit(%(queue)s, %(kind)s, %(capacity)s::integer)
@@ -305,17 +322,11 @@ SELECT queue_set_limit(%(queue)s, %(kind)s, %(capacity)s::integer)
 -- name: limits
 SELECT queue, p_kind, capacity, in_use FROM queue_limits(%(queue)s)
 
--- ==== rates ====
--- Rate limits: at most n deliveries of a kind (NULL: of the whole queue) in any window of length per.
-
 -- name: set_rate
 SELECT queue_set_rate(%(queue)s, %(kind)s::text, %(n)s::integer, %(per)s::interval)
 
 -- name: rates
 SELECT queue, p_kind, n, per, next_free_at, in_window FROM queue_rates(%(queue)s)
-
--- name: set_group_limit
-SELECT queue_set_group_limit(%(queue)s, %(group)s::text, %(k)s::integer)
 
 
 -- ==== workers ====

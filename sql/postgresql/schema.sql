@@ -5,12 +5,10 @@
 -- Naming inside routines: parameters in_*, locals v_*, columns as they are
 -- (p_key/p_kind are columns, never parameters).
 --
--- Layout: one section per topic, in the same order in schema.sql,
--- routines.sql, queries.sql and ../../docs/contract.md (uninstall.sql: the reverse):
--- helpers, queues, produce, consume, wakeups, fast paths, topics, history
--- and dead letters, results, limits, workers, schedules, ingest, privileges. A section starts
--- with the line '-- ==== <topic> ====' (a file leaves out the topics it has
--- nothing for). The two checks before the first section refuse an
+-- Layout: one section per topic, in the order of ../README.md's list of
+-- topics (uninstall.sql: the reverse). A section starts with the line
+-- '-- ==== <topic> ====' (a file leaves out the topics it has nothing for).
+-- The two checks before the first section refuse an
 -- insecure install schema; the last statement undoes their effect.
 --
 -- Errors: every refusal is RAISE EXCEPTION with the message
@@ -21,7 +19,7 @@
 -- P0002 (no_data_found) for an unknown queue.
 
 -- Refuses to install (pyqueue:insecure_schema) when a role other than the
--- installing one can CREATE in the install schema: see routines.sql, which
+-- installing one can CREATE in the install schema: see routines/01_preamble.sql, which
 -- checks the same again. Creates nothing.
 DO $$
 DECLARE
@@ -180,7 +178,7 @@ CREATE INDEX pyqueue_message_ready_idx
 -- (pyqueue__ready_from_advance), and the
 -- ready rows (scheduled_at <= now) read directly when the reserve's walk of
 -- the priorities meets too many that hold only waiting messages (see
--- pyqueue__ready_tids in routines.sql). One more index entry per push and
+-- pyqueue__ready_tids in routines/05_reserve.sql). One more index entry per push and
 -- per reserve.
 CREATE INDEX pyqueue_message_due_idx
     ON pyqueue_message (queue_name, scheduled_at, id)
@@ -568,13 +566,13 @@ CREATE TABLE pyqueue_schedule (
 
 
 -- ==== ingest ====
--- The bulk-ingest table (its trigger is in routines.sql) and the tallies of
+-- The bulk-ingest table (its trigger is in routines/18_ingest.sql) and the tallies of
 -- tagged INSERTs.
 
 -- The bulk-ingest surface for plain JDBC writers (Spark's df.write.jdbc): an
 -- INSERT of rows (queue_name, p_key, p_kind, payload, run_at, priority) makes
 -- every row a live message, with dedup, in the same statement. A statement-
--- level trigger (routines.sql, pyqueue__ingest) validates the statement's rows,
+-- level trigger (routines/18_ingest.sql, pyqueue__ingest) validates the statement's rows,
 -- moves them into pyqueue_message with one INSERT ... ON CONFLICT DO NOTHING
 -- and deletes them here: the table is empty whenever no INSERT is running.
 -- Columns are loosely typed (text, numeric) so that every bad value reaches

@@ -1,7 +1,7 @@
--- pyqueue-sql: removes everything schema.sql and routines.sql install (PostgreSQL).
+-- pyqueue-sql: removes everything schema.sql and routines/ install (PostgreSQL).
 -- Messages are lost.
 --
--- Sections by topic, in the reverse order of schema.sql and routines.sql:
+-- Sections by topic, in the reverse order of schema.sql and routines/:
 -- each drops its routines, then its views and tables (a view or trigger
 -- before what it uses). The helpers come after every topic that calls them,
 -- and the queue and message tables last: pyqueue__dead_letter and

@@ -139,7 +139,7 @@ def clean_catalog(fresh_database, _clean_catalogs):
         name = dialects.for_dsn(dsn).name
         digest = hashlib.sha256(f"{name}|{_flavor(dsn)}".encode())
         folder = migrate.migrations_dir()
-        files = sorted(folder.rglob("*.py")) + sorted(sql_file(name, "x").parent.glob("*.sql"))
+        files = sorted(folder.rglob("*.py")) + sorted(sql_file(name, "x").parent.rglob("*.sql"))
         for path in files:
             digest.update(f"|{path.relative_to(path.parents[1])}|".encode() + path.read_bytes())
         digest.update((Path(__file__).parent / f"catalog_{name}.sql").read_bytes())
@@ -159,7 +159,7 @@ def _unit_count(dialect: str) -> int:
     """How many units of work (MySQL statements, PostgreSQL files) a fresh install runs."""
     if dialect == "postgresql":
         return 2
-    return sum(len(split_script(script(dialect, name))) for name in ("schema.sql", "routines.sql"))
+    return sum(len(split_script(script(dialect, name))) for name in ("schema.sql", "routines"))
 
 
 @pytest.fixture
@@ -309,7 +309,7 @@ def _break_routines(monkeypatch, tmp_path, dialect: str) -> None:
         at = text.index("\nBEGIN\n", at) + len("\nBEGIN\n")
         return text[:at] + "    SELECT FROM no_such_column;\n" + text[at:]
 
-    break_sql_file(monkeypatch, tmp_path, "routines.sql", edit)
+    break_sql_file(monkeypatch, tmp_path, "routines", edit)
 
 
 def test_a_migration_failing_half_way_keeps_data_and_a_rerun_completes(
@@ -324,6 +324,7 @@ def test_a_migration_failing_half_way_keeps_data_and_a_rerun_completes(
     assert migrate.current(dsn) == ("0001_baseline",)
     assert _ready(dsn) == 5
     monkeypatch.setattr(migrate, "sql_file", sql_file)
+    monkeypatch.setattr(migrate, "script", script)
     assert migrate.upgrade(dsn).after == (second_revision,)
     assert _ready(dsn) == 5
     _assert_like_a_clean_install(dsn, clean_catalog)
@@ -399,7 +400,7 @@ def test_an_upgrade_killed_in_the_routine_phase_gives_every_grant_back(
     try:
         before = account.grant_consumer()
         assert account.granted() == before and len(before) >= 10
-        routines = len(split_script(script("mysql", "routines.sql")))
+        routines = len(split_script(script("mysql", "routines")))
         points = {
             "routine+1": ["1"],
             "routine+20": ["20"],

@@ -36,7 +36,7 @@ def catalog(dsn: str) -> dict[str, list[tuple]]:
 
 
 def install_from_sql(dsn: str) -> None:
-    """What a user of another migration tool does: run sql/<dialect>/schema.sql, then routines.sql."""
+    """What a user of another migration tool does: run sql/<dialect>/schema.sql, then routines/."""
     dialect = dialects.for_dsn(dsn)
     text = install_script(dialect.name)
     conn = dialect.connect(dsn)
@@ -172,18 +172,20 @@ def test_one_baseline_revision_reads_the_sql_folder():
 
 
 def break_sql_file(monkeypatch, tmp_path: Path, filename: str, edit) -> None:
-    """The migrations read ``edit(text)`` instead of sql/<dialect>/<filename>."""
-    real = migrate.sql_file
+    """The migrations read ``edit(text)`` instead of sql/<dialect>/<filename> (a file, or
+    routines: its files as one script)."""
+    real_file, real_script = migrate.sql_file, migrate.script
 
     def patched(dialect: str, name: str) -> Path:
         if name != filename:
-            return real(dialect, name)
+            return real_file(dialect, name)
         path = tmp_path / dialect / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(edit(real(dialect, name).read_text()))
+        path.write_text(edit(real_script(dialect, name)))
         return path
 
     monkeypatch.setattr(migrate, "sql_file", patched)
+    monkeypatch.setattr(migrate, "script", lambda dialect, name: patched(dialect, name).read_text())
 
 
 @pytest.mark.slow
@@ -196,7 +198,7 @@ def test_a_migration_that_fails_half_way_keeps_what_it_did_and_resumes(
     break_sql_file(
         monkeypatch,
         tmp_path,
-        "routines.sql",
+        "routines",
         lambda text: text + "\nCREATE TABLE pyqueue_queue (this is not sql);\n",
     )
     dsn = fresh_database()

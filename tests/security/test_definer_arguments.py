@@ -189,7 +189,7 @@ def test_installing_the_routines_again_drops_the_polymorphic_token_signatures(in
             "CREATE FUNCTION queue_commit_batch(q text, k text[], kd text[], t anycompatible)"
             " RETURNS integer LANGUAGE sql SECURITY DEFINER AS $$ SELECT 0 $$"
         )
-        conn.execute(script("postgresql", "routines.sql"))
+        conn.execute(script("postgresql", "routines"))
         left = conn.execute(
             "SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p"
             " WHERE p.proname LIKE 'queue\\_%%' AND 'anycompatible'::regtype = ANY (p.proargtypes::oid[])"

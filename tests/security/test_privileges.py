@@ -805,7 +805,7 @@ def test_the_migrations_create_no_account_and_grant_nothing(fresh_database, dial
     # the SQL the migrations and `pyqueue-sql sql` run holds no role or grant statement at all
     folder = migrate.migrations_dir() / "sql" / dialect
     texts = [p.read_text() for p in sorted(folder.glob("*.sql"))] + [
-        script(dialect, "routines.sql"),
+        script(dialect, "routines"),
         script(dialect, "schema.sql"),
     ]
     forbidden = re.compile(
@@ -894,7 +894,7 @@ def test_grants_and_routine_reinstalls(fresh_database, dialect):
             assert ("queue_push", "Execute") in granted()
         conn = dialects.for_dsn(dsn).connect(dsn)
         try:
-            text = script(dialect, "routines.sql")
+            text = script(dialect, "routines")
             for statement in [text] if dialect == "postgresql" else split_script(text):
                 _run(conn, statement)
         finally:

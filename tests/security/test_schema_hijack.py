@@ -112,7 +112,7 @@ def test_install_refused_while_another_role_can_create_in_the_schema(dialect, fr
         install(dsn)
         # a role that may only use the schema is no reason to refuse running routines.sql again
         admin.execute(f'GRANT USAGE ON SCHEMA public TO "{app}"')
-        admin.execute(script("postgresql", "routines.sql"))
+        admin.execute(script("postgresql", "routines"))
 
 
 def test_install_refused_when_another_role_owns_the_database(dialect, fresh_database):

@@ -1,0 +1,415 @@
+-- ==== checks ====
+-- Internal helpers (pyqueue__*) are not part of the contract; each sits in the file of the topic that calls it. Here:
+-- the checks and lookups that several topics call.
+
+DELIMITER //
+
+-- pyqueue__raise: signals 'pyqueue:<in_code>: <in_detail>' (cut to the 128 characters MESSAGE_TEXT allows). Takes no
+-- locks.
+DROP PROCEDURE IF EXISTS pyqueue__raise //
+CREATE PROCEDURE pyqueue__raise(IN in_code VARCHAR(32) CHARACTER SET utf8mb4, IN in_detail TEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_text VARCHAR(128) CHARACTER SET utf8mb4;
+    SET v_text = LEFT(CONCAT('pyqueue:', in_code, ': ', COALESCE(in_detail, '')), 128);
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_text;
+END //
+
+-- pyqueue__check_name: refuses a name that is NULL, empty, longer than in_max characters or ends with a space (see
+-- "Names compare exactly"). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_name //
+CREATE PROCEDURE pyqueue__check_name(
+    IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_value LONGTEXT    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_max   INT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_value IS NULL OR CHAR_LENGTH(in_value) = 0 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not be NULL or empty'));
+    END IF;
+    IF CHAR_LENGTH(in_value) > in_max THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' is longer than ', in_max, ' characters'));
+    END IF;
+    IF in_value LIKE '% ' THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not end with a space')); END IF;
+    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', in_what, in_value); END IF;
+END //
+
+-- pyqueue__check_utf8: refuses text holding a UTF-16 surrogate (bytes ED A0-BF ..), which MariaDB's utf8mb4 accepts
+-- but no strict UTF-8 reader does (other invalid bytes the server refuses itself, 1366). in_code: the pyqueue code to
+-- raise. NULL passes. Takes no locks. How: a lone surrogate does not survive a round trip through utf16, any other
+-- text does byte for byte (no REGEXP on bytes: MySQL 8.0.22+ refuses it, 3995); run only on text holding the byte ED.
+DROP PROCEDURE IF EXISTS pyqueue__check_utf8 //
+CREATE PROCEDURE pyqueue__check_utf8(
+    IN in_code  VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_value LONGTEXT    CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    IF LOCATE(X'ED', CAST(in_value AS BINARY)) > 0
+       AND CAST(CONVERT(CONVERT(in_value USING utf16) USING utf8mb4) AS BINARY) <> CAST(in_value AS BINARY) THEN
+        CALL pyqueue__raise(in_code, CONCAT(in_what, ' is not valid UTF-8 (it holds a UTF-16 surrogate)'));
+    END IF;
+END //
+
+-- pyqueue__check_reservation: refuses a key, kind or token that cannot name a reservation (commit, rollback, extend,
+-- move). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_reservation //
+CREATE PROCEDURE pyqueue__check_reservation(
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_token(in_token);
+END //
+
+-- pyqueue__check_int: refuses a number that is not whole or not within [in_min, in_max] (integer arguments are
+-- DECIMAL(65,30), so 2.5 is refused instead of rounded). NULL passes. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_int //
+CREATE PROCEDURE pyqueue__check_int(
+    IN in_what  VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_value DECIMAL(65,30),
+    IN in_min   BIGINT,
+    IN in_max   BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_value <> TRUNCATE(in_value, 0) OR in_value < in_min OR in_value > in_max THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT(in_what, ' must be a whole number from ', in_min, ' to ', in_max));
+    END IF;
+END //
+
+-- pyqueue__check_token: refuses a NULL token or one not shaped like a token ('token is malformed'). Takes no locks.
+-- (Every REGEXP here ends with \\z, not $, which PCRE also matches before a final newline.)
+DROP PROCEDURE IF EXISTS pyqueue__check_token //
+CREATE PROCEDURE pyqueue__check_token(IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_token IS NULL THEN CALL pyqueue__raise('invalid_argument', 'token must not be NULL'); END IF;
+    IF NOT (in_token REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z') THEN
+        CALL pyqueue__raise('invalid_argument', 'token is malformed');
+    END IF;
+END //
+
+-- pyqueue__queue: validates the queue name, raises unless the queue exists and returns its settings. Plain
+-- (non-locking) read.
+DROP PROCEDURE IF EXISTS pyqueue__queue //
+CREATE PROCEDURE pyqueue__queue(
+    IN  in_queue               LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_visibility_timeout DECIMAL(20,6),
+    OUT out_max_attempts       INT,
+    OUT out_dead_letter_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_paused             BOOLEAN)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found INT;
+    CALL pyqueue__check_name('queue', in_queue, 128);
+    SET v_queue = in_queue;
+    SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts),
+           MAX(q.dead_letter_queue), MAX(q.paused)
+      INTO v_found, out_visibility_timeout, out_max_attempts,
+           out_dead_letter_queue, out_paused
+      FROM pyqueue_queue q
+     WHERE q.queue_name = v_queue;
+    IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+END //
+
+-- pyqueue__check_payload: refuses a NULL payload (the JSON value null is the text 'null') and text that is not JSON.
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_payload //
+CREATE PROCEDURE pyqueue__check_payload(IN in_payload LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_payload IS NULL THEN CALL pyqueue__raise('invalid_payload', 'payload must not be NULL (use the JSON value null)'); END IF;
+    IF NOT JSON_VALID(in_payload) THEN
+        CALL pyqueue__raise('invalid_payload',
+                            'payload is not valid JSON (MariaDB also refuses JSON nested 32 levels deep)');
+    END IF;
+    IF LOCATE(X'ED', CAST(in_payload AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_payload', 'payload', in_payload); END IF;
+END //
+
+-- pyqueue__check_duration: refuses a negative duration (or, with in_positive, one that is not above zero) and one
+-- over 100 years. NULL passes (it means "the default"). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_duration //
+CREATE PROCEDURE pyqueue__check_duration(
+    IN in_what     VARCHAR(32) CHARACTER SET utf8mb4,
+    IN in_value    DECIMAL(20,6),
+    IN in_positive BOOLEAN)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_value < 0 THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not be negative')); END IF;
+    IF in_positive AND in_value = 0 THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must be greater than zero')); END IF;
+    IF in_value > 3155760000 THEN CALL pyqueue__raise('invalid_argument', CONCAT(in_what, ' must not exceed 100 years')); END IF;
+END //
+
+-- pyqueue__check_key: refuses a p_key a producer may not write: as pyqueue__check_name, and a key of a schedule's
+-- occurrence ('<anything>@YYYY-MM-DDTHH:MM:SSZ'): only the schedule routines create those, so no producer can create,
+-- replace or preempt an occurrence. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_key //
+CREATE PROCEDURE pyqueue__check_key(IN in_key LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN
+        CALL pyqueue__raise('invalid_argument', 'p_key ending in @<UTC time> is reserved for schedules');
+    END IF;
+END //
+
+-- pyqueue__check_size: refuses a payload of in_bytes bytes (LENGTH of its JSON text) longer than the max_payload of
+-- queue in_queue (a queue that does not exist passes: the caller reports it). Plain read of the queue row.
+DROP PROCEDURE IF EXISTS pyqueue__check_size //
+CREATE PROCEDURE pyqueue__check_size(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_bytes BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_max BIGINT;
+    SELECT MAX(q.max_payload) INTO v_max FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+    IF in_bytes > v_max THEN CALL pyqueue__raise_size(in_bytes, v_max); END IF;
+END //
+
+-- pyqueue__raise_size: signals invalid_payload for a payload of in_bytes bytes over a max_payload of in_max.
+DROP PROCEDURE IF EXISTS pyqueue__raise_size //
+CREATE PROCEDURE pyqueue__raise_size(IN in_bytes BIGINT, IN in_max BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__raise('invalid_payload',
+                        CONCAT('payload is ', in_bytes, ' bytes, more than the queue''s max_payload of ', in_max, ' bytes'));
+END //
+
+-- pyqueue__check_reservation_cap: refuses a reservation timeout in_timeout (seconds) above the queue's max_reservation
+-- in_max. NULL passes (the visibility_timeout, never above it). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_reservation_cap //
+CREATE PROCEDURE pyqueue__check_reservation_cap(IN in_timeout DECIMAL(20,6), IN in_max DECIMAL(20,6))
+SQL SECURITY INVOKER
+BEGIN
+    IF in_timeout > in_max THEN
+        CALL pyqueue__raise('invalid_argument',
+            CONCAT('timeout is longer than the queue''s max_reservation (',
+                   TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM CAST(in_max AS CHAR))), ' s)'));
+    END IF;
+END //
+
+-- pyqueue__own_transaction: the one test of "am I in autocommit". out_own = 1 in autocommit mode with no transaction
+-- open (the routine may run its steps in a transaction of its own and retry a deadlock victim), 0 in the caller's
+-- transaction or with autocommit off. MariaDB tells (@@in_transaction, read in a MariaDB-only comment). MySQL 8.0
+-- cannot; there in_probe TRUE probes with a savepoint (ROLLBACK TO one fails with 1305 outside a transaction), FALSE
+-- answers 0 (a single statement is not retried), NULL answers NULL (for a caller that serialises itself otherwise).
+-- Takes no locks. Deadlock retry, the one idiom: REPEAT (SET v_retry = 0, v_tries = v_tries + 1) the statement (or a
+-- transaction of its own) UNTIL v_retry = 0 END REPEAT, with the handler
+--   DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+-- (ROLLBACK first when it opened one; 1467 too where it waits for the AUTO-INC lock): in autocommit mode a victim
+-- runs again up to 10 times; in the caller's transaction it is the caller's to retry. A claim that is a victim is a
+-- claim not made: BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END.
+DROP PROCEDURE IF EXISTS pyqueue__own_transaction //
+CREATE PROCEDURE pyqueue__own_transaction(IN in_probe BOOLEAN, OUT out_own INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_in INT DEFAULT NULL;
+    /*M!100300 SET v_in = @@SESSION.in_transaction; */
+    IF @@SESSION.autocommit = 0 THEN
+        SET out_own = 0;
+    ELSEIF v_in IS NOT NULL THEN
+        SET out_own = 1 - v_in;
+    ELSEIF in_probe IS NULL OR NOT in_probe THEN
+        SET out_own = IF(in_probe IS NULL, NULL, 0);
+    ELSE
+        SET out_own = 0;
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1305 SET out_own = 1;
+            SAVEPOINT pyqueue__own_probe;
+            ROLLBACK TO SAVEPOINT pyqueue__own_probe;
+        END;
+        IF out_own = 0 THEN RELEASE SAVEPOINT pyqueue__own_probe; END IF;
+    END IF;
+END //
+
+-- pyqueue__random_token: a random version 4 UUID (CHAR(36), lower case): the token of an extend, of a limited reserve
+-- and of a dead-letter claim, and the per-call secret from which a reserve or pop derives the token of each row it
+-- claims, token(secret, id) = the version 4 layout of SHA2(CONCAT(secret, id), 256): unguessable without the secret,
+-- distinct per row, and computable again by the call (to read back or give back its claims). The bytes come from
+-- RANDOM_BYTES(16), the server's cryptographic generator (MySQL 8.0, MariaDB 10.10+). MariaDB 10.6 to 10.9 have none
+-- callable from SQL: RANDOM_BYTES fails there (1305) and the bytes are a SHA-256 of UUID(), RAND(), the clock and the
+-- connection id, only as unpredictable as those (use MariaDB 10.10+ where a token must resist a determined guesser).
+-- Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__random_token //
+CREATE PROCEDURE pyqueue__random_token(OUT out_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_hex CHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR SQLEXCEPTION SET v_hex = NULL;
+        SET v_hex = LOWER(HEX(RANDOM_BYTES(16)));
+    END;
+    IF v_hex IS NULL THEN SET v_hex = LEFT(SHA2(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID(), UUID_SHORT()), 256), 32); END IF;
+    SET v_hex = INSERT(INSERT(v_hex, 13, 1, '4'),
+                       17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(v_hex, 17, 1), 16, 10) + 1, 1));
+    SET out_token = INSERT(INSERT(INSERT(INSERT(v_hex, 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
+END //
+
+-- pyqueue__check_batch_size: refuses a batch (in_messages, checked by pyqueue__check_messages) holding a payload longer
+-- than the max_payload of in_queue (NULL: of the queue each element's topic reaches, in_topics TRUE). A batch whose
+-- whole text is not longer than the smallest max_payload concerned cannot hold one, and costs one comparison after
+-- one read; otherwise each payload is measured as stored (LENGTH of JSON_EXTRACT(payload, '$')). Plain reads.
+DROP PROCEDURE IF EXISTS pyqueue__check_batch_size //
+CREATE PROCEDURE pyqueue__check_batch_size(
+    IN in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_min, v_bytes, v_max BIGINT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_bytes = NULL;
+    SELECT MIN(q.max_payload) INTO v_min FROM pyqueue_queue q WHERE in_queue IS NULL OR q.queue_name = in_queue;
+    IF LENGTH(in_messages) > v_min THEN
+        IF in_queue IS NOT NULL THEN
+            SELECT MAX(LENGTH(JSON_EXTRACT(b.payload, '$'))) INTO v_bytes
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (payload JSON PATH '$.payload')) AS b;
+            IF v_bytes > v_min THEN CALL pyqueue__raise_size(v_bytes, v_min); END IF;
+        ELSE
+            -- the first payload over the max_payload of a queue its topic reaches
+            SELECT x.bytes, x.max_payload INTO v_bytes, v_max
+              FROM (SELECT LENGTH(JSON_EXTRACT(b.payload, '$')) AS bytes, q.max_payload, b.ord
+                      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                               ord     FOR ORDINALITY,
+                               t       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.topic',
+                               payload JSON PATH '$.payload')) AS b
+                      JOIN pyqueue_binding m ON CONCAT('.', b.t) REGEXP m.pattern_regex
+                      JOIN pyqueue_queue q ON q.queue_name = m.queue_name
+                     WHERE LENGTH(JSON_EXTRACT(b.payload, '$')) > q.max_payload
+                     ORDER BY b.ord
+                     LIMIT 1) AS x;
+            IF v_bytes IS NOT NULL THEN CALL pyqueue__raise_size(v_bytes, v_max); END IF;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__check_messages: the checks of the batch pushes on their JSON array: every element an object with p_key and
+-- p_kind strings as queue_push takes them, a payload (any JSON, null too), run_at missing, null or 'YYYY-MM-DD
+-- HH:MM:SS[.ffffff]', priority missing, null or a whole number in INT's range, and per in_member a "group" ('group',
+-- as queue_push_grouped) or a "topic" ('topic', pyqueue__check_topic) missing, null or valid. invalid_argument names
+-- the first bad element (1-based). Takes no locks. JSON_TABLE reads each field once; the checks are the expressions
+-- the inserts use ("IS NOT TRUE": a NULL verdict is bad).
+DROP PROCEDURE IF EXISTS pyqueue__check_messages //
+CREATE PROCEDURE pyqueue__check_messages(
+    IN in_messages LONGTEXT CHARACTER SET utf8mb4,
+    IN in_member   VARCHAR(5) CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_bad BIGINT;
+    IF in_messages IS NULL THEN CALL pyqueue__raise('invalid_argument', 'messages must not be NULL'); END IF;
+    IF NOT JSON_VALID(in_messages) THEN CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects'); END IF;
+    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects'); END IF;
+    IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages); END IF;
+    SELECT MIN(b.ord) INTO v_bad
+      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+               ord         FOR ORDINALITY,
+               g           JSON PATH '$.group',
+               t           JSON PATH '$.topic',
+               k           JSON PATH '$.p_key',
+               kd          JSON PATH '$.p_kind',
+               has_payload INT EXISTS PATH '$.payload',
+               run_at      JSON PATH '$.run_at',
+               priority    JSON PATH '$.priority')) AS b
+     WHERE (    -- (an element that is not an object has no '$.p_key' string: refused below, as is;
+                --  a column of the whole element copied each payload once more)
+                (   in_member IS NULL
+                 OR (    in_member = 'group'
+                     AND (   COALESCE(JSON_TYPE(b.g), 'NULL') = 'NULL'
+                          OR (    JSON_TYPE(b.g) = 'STRING'
+                              AND CHAR_LENGTH(JSON_UNQUOTE(b.g)) BETWEEN 1 AND 255
+                              AND NOT (JSON_UNQUOTE(b.g) LIKE '% '))))
+                 OR (    in_member = 'topic'
+                     AND JSON_TYPE(b.t) = 'STRING'
+                     AND CHAR_LENGTH(JSON_UNQUOTE(b.t)) BETWEEN 1 AND 255
+                     AND NOT (JSON_UNQUOTE(b.t) LIKE '% ' OR JSON_UNQUOTE(b.t) LIKE ' %'
+                              OR JSON_UNQUOTE(b.t) LIKE '.%' OR JSON_UNQUOTE(b.t) LIKE '%.'
+                              OR LOCATE('..', JSON_UNQUOTE(b.t)) > 0
+                              OR LOCATE('*', JSON_UNQUOTE(b.t)) > 0 OR LOCATE('#', JSON_UNQUOTE(b.t)) > 0)))
+            AND JSON_TYPE(b.k) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.k)) BETWEEN 1 AND 255
+            AND NOT (JSON_UNQUOTE(b.k) LIKE '% ')
+            AND NOT (JSON_UNQUOTE(b.k) LIKE '%@____-__-__T__:__:__Z')  -- a schedule's occurrence
+            AND JSON_TYPE(b.kd) = 'STRING'
+            AND CHAR_LENGTH(JSON_UNQUOTE(b.kd)) BETWEEN 1 AND 128
+            AND NOT (JSON_UNQUOTE(b.kd) LIKE '% ')
+            AND b.has_payload = 1
+            AND (   COALESCE(JSON_TYPE(b.run_at), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.run_at) = 'STRING'
+                     AND JSON_UNQUOTE(b.run_at)
+                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
+                     AND CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
+                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
+                         = LEFT(JSON_UNQUOTE(b.run_at), 19)))
+            AND (   COALESCE(JSON_TYPE(b.priority), 'NULL') = 'NULL'
+                 OR (    JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                     AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
+                     AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
+           ) IS NOT TRUE;
+    IF v_bad IS NOT NULL
+       AND JSON_UNQUOTE(JSON_EXTRACT(in_messages, CONCAT('$[', v_bad - 1, '].p_key'))) LIKE '%@____-__-__T__:__:__Z' THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('element ', v_bad, ' of the batch: p_key ending in @<UTC time> is reserved for schedules'));
+    END IF;
+    IF v_bad IS NOT NULL THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('element ', v_bad, ' of the batch: bad ', COALESCE(CONCAT(in_member, '/'), ''),
+                                   'p_key/p_kind, missing payload or bad run_at/priority'));
+    END IF;
+END //
+
+-- pyqueue__check_headers: refuses headers (the *_with_headers pushes) that are not a JSON object ('headers must be a
+-- JSON object': an array, string, number, or text that is not JSON) or longer than 8192 bytes of JSON text (as given);
+-- out_headers: what is stored, NULL for none (SQL NULL or the JSON value null). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_headers //
+CREATE PROCEDURE pyqueue__check_headers(
+    IN  in_headers  LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_headers LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    SET out_headers = NULL;
+    IF in_headers IS NOT NULL THEN
+        IF NOT JSON_VALID(in_headers) THEN CALL pyqueue__raise('invalid_argument', 'headers must be a JSON object'); END IF;
+        IF JSON_TYPE(in_headers) <> 'NULL' THEN
+            IF JSON_TYPE(in_headers) <> 'OBJECT' THEN CALL pyqueue__raise('invalid_argument', 'headers must be a JSON object'); END IF;
+            IF LENGTH(in_headers) > 8192 THEN
+                CALL pyqueue__raise('invalid_argument', CONCAT('headers are ', LENGTH(in_headers), ' bytes, more than 8192 bytes'));
+            END IF;
+            IF LOCATE(X'ED', CAST(in_headers AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'headers', in_headers); END IF;
+            SET out_headers = in_headers;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__check_batch_headers: the checks of the batch *_with_headers pushes on the member "headers" of each element
+-- of in_messages (checked by pyqueue__check_messages): missing or null (none) or a JSON object of at most 8192 bytes as
+-- stored (LENGTH of JSON_EXTRACT(headers, '$')); invalid_argument names the first bad element (1-based). A batch whose
+-- text holds no "headers" costs one LOCATE. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_batch_headers //
+CREATE PROCEDURE pyqueue__check_batch_headers(IN in_messages LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_bad, v_bytes BIGINT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_bad = NULL;
+    IF LOCATE('"headers"', in_messages) > 0 THEN
+        SELECT MIN(b.ord) INTO v_bad
+          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, h JSON PATH '$.headers')) AS b
+         WHERE JSON_TYPE(b.h) NOT IN ('OBJECT', 'NULL');
+        IF v_bad IS NOT NULL THEN
+            CALL pyqueue__raise('invalid_argument', CONCAT('element ', v_bad, ' of the batch: headers must be a JSON object'));
+        END IF;
+        SELECT b.ord, LENGTH(JSON_EXTRACT(b.h, '$')) INTO v_bad, v_bytes
+          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, h JSON PATH '$.headers')) AS b
+         WHERE JSON_TYPE(b.h) = 'OBJECT' AND LENGTH(JSON_EXTRACT(b.h, '$')) > 8192
+         ORDER BY b.ord
+         LIMIT 1;
+        IF v_bad IS NOT NULL THEN
+            CALL pyqueue__raise('invalid_argument', CONCAT('element ', v_bad, ' of the batch: headers are ', v_bytes,
+                                                           ' bytes, more than 8192 bytes'));
+        END IF;
+    END IF;
+END //
+
+DELIMITER ;

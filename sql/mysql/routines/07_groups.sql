@@ -1,0 +1,502 @@
+-- ==== groups ====
+-- FIFO groups: a grouped message is its group's head (a real scheduled_at; reserved, popped, rolled back, extended as
+-- any message) or blocked behind it with scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' (the BLOCKED time,
+-- written out where used), past every ready range, so reserve, pop and wait know nothing of groups. pyqueue_group
+-- records each non-empty group's head; when the head leaves the queue, the blocked message first in
+-- (scheduled_at_initially, id) order takes its place (pyqueue__group_next). Lock order: the group row BEFORE the
+-- group's message rows, everywhere (a promotion holding the group row must never wait for a pusher waiting for it);
+-- routines that already hold a claimed message (a reserve dead-lettering, a pop) take the group row with SKIP LOCKED
+-- and leave the message when it is busy; several group rows in group_key order. In autocommit mode no routine locks a
+-- queue row while it holds a group row (a grouped push holds the queue row's shared lock while it waits for group
+-- rows); inside a caller's transaction that can deadlock, and the victim is the caller's to retry. The steps under a
+-- group row run in a transaction of their own in autocommit mode (pyqueue__own_transaction(TRUE, ...)), run again on
+-- a deadlock. Under the group row's lock the group row (head, extra) and the group's messages are read by locking
+-- reads only: inside a caller's REPEATABLE READ transaction a plain read sees the snapshot of its first read, which
+-- may predate the group row's last change (a message started beside the head, uncounted, gave k + 1 live).
+
+DELIMITER //
+
+-- pyqueue__group_lock: locks group in_group's row (FOR UPDATE; with in_nowait SKIP LOCKED, a busy row counting as
+-- missing) and returns its head; out_found = 0 when missing. Locks: that row, until the transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__group_lock //
+CREATE PROCEDURE pyqueue__group_lock(
+    IN  in_queue      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_group      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_nowait     BOOLEAN,
+    OUT out_found     INT,
+    OUT out_head_key  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_nowait THEN
+        SELECT COUNT(*), MAX(g.head_key), MAX(g.head_kind) INTO out_found, out_head_key, out_head_kind
+          FROM pyqueue_group g
+         WHERE g.queue_name = in_queue AND g.group_key = in_group
+           FOR UPDATE SKIP LOCKED;
+    ELSE
+        SELECT COUNT(*), MAX(g.head_key), MAX(g.head_kind) INTO out_found, out_head_key, out_head_kind
+          FROM pyqueue_group g
+         WHERE g.queue_name = in_queue AND g.group_key = in_group
+           FOR UPDATE;
+    END IF;
+END //
+
+-- pyqueue__group_next: with in_group's row locked, after its head left: the blocked message first in
+-- (scheduled_at_initially, id) order becomes head, due at its run time or in_now, whichever is later (round robin
+-- behind the heads already ready); pyqueue_group records it. With live messages besides the head (pyqueue_group.extra,
+-- a group limit above 1) the first of them in that order is the head from now on instead, and blocked ones start as
+-- far as the limit in effect now allows (pyqueue__group_fill: a lowered or removed limit starts none until fewer are
+-- live). With none left the group row goes.
+-- Locks: the next message (a locking read of the group's range), the group row (held already).
+DROP PROCEDURE IF EXISTS pyqueue__group_next //
+CREATE PROCEDURE pyqueue__group_next(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_now   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_found INT DEFAULT 1;
+    DECLARE v_id BIGINT;
+    DECLARE v_extra INT;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT COALESCE(MAX(g.extra), 0) INTO v_extra
+      FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group
+       FOR UPDATE;  -- the row as it is now (held already), not a caller's older snapshot
+    IF v_extra > 0 THEN
+        SET v_found = 0;  -- a live one takes the head's place, below
+    ELSE
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+        SELECT m.id, m.p_key, m.p_kind INTO v_id, v_key, v_kind
+          FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+         WHERE m.queue_name = in_queue AND m.group_key = in_group
+           AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+         ORDER BY m.scheduled_at_initially, m.id
+         LIMIT 1
+           FOR UPDATE;
+    END;
+    END IF;
+    IF v_found = 1 THEN
+        UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now) WHERE id = v_id;
+        UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
+         WHERE queue_name = in_queue AND group_key = in_group;
+    ELSE
+        SET v_found = IF(v_extra > 0, 1, 0);
+        IF v_found = 1 THEN
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+            -- a locking read: the live messages as they are now (one started since a caller's snapshot included)
+            SELECT m.p_key, m.p_kind INTO v_key, v_kind
+              FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+             WHERE m.queue_name = in_queue AND m.group_key = in_group
+               AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+             ORDER BY m.scheduled_at_initially, m.id
+             LIMIT 1
+               FOR UPDATE;
+        END;
+        END IF;
+        IF v_found = 1 THEN
+            UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind, extra = extra - 1
+             WHERE queue_name = in_queue AND group_key = in_group;
+            CALL pyqueue__group_fill(in_queue, in_group, in_now);
+        ELSE
+            DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = in_group;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__group_fill: with in_group's row locked: while fewer than the group's limit k (its own, else the queue's
+-- default, else 1) are live (the head and pyqueue_group.extra), the blocked message first in
+-- (scheduled_at_initially, id) order starts, due at its run time or in_now, whichever is later (behind the heads
+-- already ready: round robin). k = 1 or no head: nothing (one probe of pyqueue_group_limit).
+-- Locks: the started messages (locking reads of the group's range), the group row (held already).
+DROP PROCEDURE IF EXISTS pyqueue__group_fill //
+CREATE PROCEDURE pyqueue__group_fill(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_now   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_k, v_extra, v_start INT;
+    DECLARE v_found INT DEFAULT 1;
+    DECLARE v_id BIGINT;
+    DECLARE v_head VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT COALESCE(MAX(IF(l.group_key = in_group, l.k, NULL)), MAX(IF(l.group_key = '', l.k, NULL)), 1) INTO v_k
+      FROM pyqueue_group_limit l
+     WHERE l.queue_name = in_queue AND l.group_key IN (in_group, '');
+    IF v_k > 1 THEN
+        SELECT MAX(g.extra), MAX(g.head_key) INTO v_extra, v_head
+          FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group
+           FOR UPDATE;  -- the row as it is now (held already), not a caller's older snapshot
+        SET v_start = 0;
+        fill: WHILE v_head IS NOT NULL AND 1 + v_extra + v_start < v_k DO
+            BEGIN
+                DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+                SELECT m.id INTO v_id
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+                 WHERE m.queue_name = in_queue AND m.group_key = in_group
+                   AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+                 ORDER BY m.scheduled_at_initially, m.id
+                 LIMIT 1
+                   FOR UPDATE;
+            END;
+            IF v_found = 0 THEN LEAVE fill; END IF;
+            UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now) WHERE id = v_id;
+            SET v_start = v_start + 1;
+        END WHILE;
+        IF v_start > 0 THEN
+            UPDATE pyqueue_group SET extra = extra + v_start WHERE queue_name = in_queue AND group_key = in_group;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__group_fill_batch: pyqueue__group_fill for every group named in a batch grouped push's messages (the
+-- JSON array in_messages, each element's "group"), in group order, after the batch's heads are settled: groups
+-- whose limit k > 1 has room start more of their messages. A queue without group limits: one probe. Locks: as
+-- pyqueue__group_fill, each group in turn (the push holds their rows already).
+DROP PROCEDURE IF EXISTS pyqueue__group_fill_batch //
+CREATE PROCEDURE pyqueue__group_fill_batch(
+    IN in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages LONGTEXT CHARACTER SET utf8mb4,
+    IN in_now      DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_done INT DEFAULT 0;
+    DECLARE v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE c_fill CURSOR FOR
+        SELECT DISTINCT b.g
+          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                   g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
+         WHERE b.g IS NOT NULL
+         ORDER BY b.g;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    IF EXISTS (SELECT 1 FROM pyqueue_group_limit l WHERE l.queue_name = in_queue) THEN
+        OPEN c_fill;
+        fills: LOOP
+            FETCH c_fill INTO v_group;
+            IF v_done = 1 THEN LEAVE fills; END IF;
+            CALL pyqueue__group_fill(in_queue, v_group, in_now);
+        END LOOP;
+        CLOSE c_fill;
+    END IF;
+END //
+
+-- pyqueue__group_place: with in_group's row locked, after message in_id (run time in_at) was pushed blocked into it:
+-- with a limit k > 1, it starts if there is room (pyqueue__group_fill); in a full group it takes the place of the
+-- latest live message besides the head that was never delivered and runs later (blocked again, SKIP LOCKED), so heads
+-- start in the group's order. k = 1: nothing (the push itself weighs the head). Locks: as pyqueue__group_fill, and
+-- that message.
+DROP PROCEDURE IF EXISTS pyqueue__group_place //
+CREATE PROCEDURE pyqueue__group_place(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_id    BIGINT,
+    IN in_at    DATETIME(6),
+    IN in_now   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_k, v_blocked INT;
+    DECLARE v_old BIGINT;
+    DECLARE v_hk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT COALESCE(MAX(IF(l.group_key = in_group, l.k, NULL)), MAX(IF(l.group_key = '', l.k, NULL)), 1) INTO v_k
+      FROM pyqueue_group_limit l
+     WHERE l.queue_name = in_queue AND l.group_key IN (in_group, '');
+    IF v_k > 1 THEN
+        CALL pyqueue__group_fill(in_queue, in_group, in_now);
+        SELECT COUNT(*) INTO v_blocked FROM pyqueue_message m FORCE INDEX (PRIMARY)
+         WHERE m.id = in_id AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
+        IF v_blocked = 1 THEN
+            SELECT MAX(g.head_key), MAX(g.head_kind) INTO v_hk, v_hkd
+              FROM pyqueue_group g WHERE g.queue_name = in_queue AND g.group_key = in_group
+               FOR UPDATE;  -- as it is now (held already)
+            SELECT MAX(x.id) INTO v_old
+              FROM (SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+                     WHERE m.queue_name = in_queue AND m.group_key = in_group
+                       AND m.scheduled_at_initially > in_at
+                       AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                       AND m.attempts = 0 AND m.reserve_token IS NULL
+                       AND NOT (m.p_key <=> v_hk AND m.p_kind <=> v_hkd)
+                     ORDER BY m.scheduled_at_initially DESC, m.id DESC
+                     LIMIT 1
+                       FOR UPDATE SKIP LOCKED) AS x;
+            IF v_old IS NOT NULL THEN
+                UPDATE pyqueue_message SET scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' WHERE id = v_old;
+                UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now) WHERE id = in_id;
+            END IF;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__group_extra_left: with in_group's row locked, after a live message of the group other than its head left:
+-- one live fewer (pyqueue_group.extra), then pyqueue__group_fill. Locks: as pyqueue__group_fill.
+DROP PROCEDURE IF EXISTS pyqueue__group_extra_left //
+CREATE PROCEDURE pyqueue__group_extra_left(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_now   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    UPDATE pyqueue_group SET extra = GREATEST(extra - 1, 0)
+     WHERE queue_name = in_queue AND group_key = in_group AND extra > 0;
+    CALL pyqueue__group_fill(in_queue, in_group, in_now);
+END //
+
+-- pyqueue__group_leave: message in_id of group in_group leaves in_queue, its group row locked first; a head is
+-- replaced by the next message (pyqueue__group_next). in_how: 'commit' (history, schedule, DELETE by id and token, as
+-- queue_commit); 'pop' (under the mark in_token; the group row with SKIP LOCKED: busy, the message stays and out_done
+-- = -1); 'commit_result' and 'pop_result': the same on a queue that keeps results, its outcome 'succeeded' recorded
+-- (result: in_payload); 'cancel_held' (as 'commit', history and outcome 'cancelled'); 'cancel' (queue_cancel: by id
+-- while its token is still in_token as read, NULL included, and it is no live reservation; history and outcome
+-- 'cancelled'); 'remove' (by id); 'move' (to in_to_queue without its group, as queue_move, payload in_payload NULL =
+-- unchanged; deleted on a duplicate); 'redrive' (as 'move' if still ready and held by in_token as read, nothing
+-- deleted on a duplicate). out_done = 1 when it left, 0 when gone or the token no longer held. in_own = 1: in
+-- a transaction of its own, run again on a deadlock.
+-- Locks: the group row, the message, the group's next message, the result row, until the transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__group_leave //
+CREATE PROCEDURE pyqueue__group_leave(
+    IN  in_how      VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_group    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id       BIGINT,
+    IN  in_key      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_token    CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_to_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_payload  LONGTEXT     CHARACTER SET utf8mb4,
+    IN  in_now      DATETIME(6),
+    IN  in_own      INT,
+    OUT out_done    INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_found, v_duplicate, v_retry, v_attempts, v_live, v_deps INT;
+    DECLARE v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_hist BIGINT;
+    DECLARE v_tries INT DEFAULT 0;
+    DECLARE v_pop BOOLEAN DEFAULT in_how IN ('pop', 'pop_result');
+    DECLARE v_cancel BOOLEAN DEFAULT in_how IN ('cancel', 'cancel_held');
+    DECLARE v_results BOOLEAN DEFAULT in_how IN ('commit_result', 'pop_result');
+    IF v_cancel THEN
+        SELECT MAX(q.result_retention) IS NOT NULL INTO v_results FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+    END IF;
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1, out_done = 0, v_hist = NULL, v_duplicate = 0, v_attempts = NULL;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN IF in_own = 1 THEN ROLLBACK; END IF; IF in_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF in_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+            IF in_own = 1 THEN START TRANSACTION; END IF;
+            CALL pyqueue__group_lock(in_queue, in_group, v_pop, v_found, v_head_key, v_head_kind);
+            SET v_live = 0;
+            IF v_found = 1 AND NOT (v_head_key <=> in_key AND v_head_kind <=> in_kind) THEN
+                -- not the head: live besides it (a group limit above 1) or blocked (read under its lock)
+                SELECT COUNT(*) INTO v_live
+                  FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                 WHERE m.id = in_id AND m.queue_name = in_queue
+                   AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                   FOR UPDATE;
+            END IF;
+            IF v_pop AND v_found = 0 THEN
+                SET out_done = -1;
+            ELSEIF in_how = 'remove' THEN
+                DELETE m FROM pyqueue_message m FORCE INDEX (PRIMARY) WHERE m.id = in_id AND m.queue_name = in_queue;
+                SET out_done = ROW_COUNT();
+            ELSEIF in_how IN ('commit', 'pop', 'commit_result', 'pop_result', 'cancel_held', 'cancel') THEN
+                IF v_results THEN  -- what the result row copies, read under the message's lock
+                    SELECT m.attempts, m.last_error, m.progress INTO v_attempts, v_error, v_progress
+                      FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                     WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token
+                       FOR UPDATE;
+                END IF;
+                CALL pyqueue__archive(in_queue, in_id, in_token,
+                                      IF(v_pop, 'popped', IF(v_cancel, 'cancelled', 'committed')), NULL, in_now, v_hist);
+                IF NOT v_pop AND in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
+                    CALL pyqueue__schedule_next(in_queue, in_key, in_kind);
+                END IF;
+                IF in_how = 'cancel' THEN  -- still as read, and no live reservation
+                    DELETE m FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                     WHERE m.id = in_id AND m.queue_name = in_queue AND m.reserve_token <=> in_token
+                       AND (m.reserve_token IS NULL OR m.scheduled_at <= in_now);
+                ELSE
+                    DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
+                END IF;
+                SET out_done = ROW_COUNT();
+                CALL pyqueue__unarchive(v_hist, out_done);
+                IF out_done = 1 AND v_results THEN
+                    CALL pyqueue__result_put(in_queue, in_key, in_kind, IF(v_cancel, 'cancelled', 'succeeded'),
+                                             IF(v_cancel, NULL, in_payload), v_error, v_attempts, v_progress, in_now);
+                END IF;
+            ELSE  -- move, redrive
+                CALL pyqueue__archive(in_queue, in_id, in_token, 'moved', in_to_queue, in_now, v_hist);
+                BEGIN
+                    DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
+                    UPDATE pyqueue_message FORCE INDEX (PRIMARY)
+                       SET attempts = 0, dead_from = NULL, dead_attempts = NULL, group_key = NULL,
+                           progress = NULL, cancel_requested_at = NULL,
+                           queue_name = in_to_queue,
+                           payload = COALESCE(in_payload, payload),
+                           scheduled_at = in_now, scheduled_at_initially = in_now, created_at = in_now,
+                           reserved_by = NULL, reserve_token = NULL
+                     WHERE id = in_id AND queue_name = in_queue AND reserve_token <=> in_token
+                       AND (in_how = 'move' OR scheduled_at <= in_now);
+                    SET out_done = ROW_COUNT();  -- replaced below when the handler fired
+                END;
+                IF v_duplicate = 1 THEN
+                    SET out_done = 0;
+                    IF in_how = 'move' THEN
+                        DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
+                        SET out_done = ROW_COUNT();
+                    END IF;
+                END IF;
+                CALL pyqueue__unarchive(v_hist, out_done);
+            END IF;
+            IF out_done = 1 AND v_found = 1 AND v_head_key = in_key AND v_head_kind = in_kind THEN
+                CALL pyqueue__group_next(in_queue, in_group, in_now);
+            ELSEIF out_done = 1 AND v_live = 1 THEN
+                CALL pyqueue__group_extra_left(in_queue, in_group, in_now);
+            END IF;
+            IF out_done = 1 AND (v_results OR in_how IN ('remove', 'move')) THEN  -- the messages that wait for it
+                SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d
+                 WHERE d.queue_name = in_queue AND d.p_key = in_key AND d.p_kind = in_kind
+                  LOCK IN SHARE MODE;  -- the latest rows, whatever the snapshot; finds nothing for a message without parents or children
+                IF v_deps > 0 THEN CALL pyqueue__deps_left(in_queue, in_key, in_kind, NOT (in_how IN ('remove', 'cancel', 'cancel_held')), IF(in_how = 'remove', 'was removed', 'was cancelled')); END IF;
+            END IF;
+            IF in_own = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+END //
+
+-- pyqueue__groups_leave: pyqueue__group_leave for each [id, p_key, p_kind, token, group_key, result] of in_rows (the
+-- result, given to 'commit_result' only, may be left out), in group_key order (two calls lock their groups in one order); out_done: how many left; out_busy: JSON array of the ids a pop
+-- left alone (group row busy), NULL when none.
+DROP PROCEDURE IF EXISTS pyqueue__groups_leave //
+CREATE PROCEDURE pyqueue__groups_leave(
+    IN  in_how   VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_to_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_rows  LONGTEXT     CHARACTER SET utf8mb4,
+    IN  in_now   DATETIME(6),
+    IN  in_own   INT,
+    OUT out_done INT,
+    OUT out_busy LONGTEXT     CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_id BIGINT;
+    DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_result LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_done INT;
+    DECLARE v_end INT DEFAULT 0;
+    DECLARE c_rows CURSOR FOR
+        SELECT r.c_id, r.c_key, r.c_kind, r.c_token, r.c_group, r.c_result
+          FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
+                   c_id     BIGINT       PATH '$[0]',
+                   c_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                   c_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
+                   c_token  CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
+                   c_group  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]',
+                   c_result JSON         PATH '$[5]')) AS r
+         ORDER BY r.c_group, r.c_id;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
+    SET out_done = 0, out_busy = NULL;
+    OPEN c_rows;
+    rows_loop: LOOP
+        FETCH c_rows INTO v_id, v_key, v_kind, v_token, v_group, v_result;
+        IF v_end = 1 THEN LEAVE rows_loop; END IF;
+        CALL pyqueue__group_leave(in_how, in_queue, v_group, v_id, v_key, v_kind, v_token, in_to_queue,
+                                  IF(in_how = 'commit_result', v_result, NULL), in_now, in_own, v_done);
+        IF v_done = 1 THEN
+            SET out_done = out_done + 1;
+        ELSEIF v_done = -1 THEN
+            SET out_busy = JSON_ARRAY_APPEND(COALESCE(out_busy, '[]'), '$', v_id);
+        END IF;
+    END LOOP;
+    CLOSE c_rows;
+END //
+
+-- pyqueue__unclaim: a reserve's dead-letter claim of in_id (in_token) that it left alone (group row busy) goes back:
+-- scheduled_at and token as they were (in_at, in_old_token). Locks: that row, for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__unclaim //
+CREATE PROCEDURE pyqueue__unclaim(
+    IN in_id        BIGINT,
+    IN in_token     CHAR(36)    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_at        DATETIME(6),
+    IN in_old_token CHAR(36)    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    UPDATE pyqueue_message SET scheduled_at = in_at, reserve_token = in_old_token
+     WHERE id = in_id AND reserve_token = in_token;
+END //
+
+-- queue_set_group_limit: up to in_k messages of FIFO group in_group (NULL: the queue's default for its groups) live at
+-- once (reserved, ready or delayed), started in the group's order; a named group's limit overrides the default;
+-- in_k NULL removes it (back to the default, then 1; no error when there is none); k from 1 to 10000. Raising it
+-- starts heads at once (due now, behind the heads already ready); lowering it revokes nothing (none starts until
+-- fewer are live). No result set. Locks: the queue row (shared: a queue_drop under way answers unknown_queue), the
+-- limit row, then the group rows it affects in group_key order (each with the messages it starts); in autocommit
+-- mode in a transaction of its own, run again on a deadlock.
+DROP PROCEDURE IF EXISTS queue_set_group_limit //
+CREATE PROCEDURE queue_set_group_limit(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_k     DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_group, v_each VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_own, v_retry, v_k, v_locked INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_hk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found INT;
+    DECLARE v_tries INT DEFAULT 0;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_group IS NOT NULL THEN CALL pyqueue__check_name('group', in_group, 255); END IF;
+    CALL pyqueue__check_int('k', in_k, 1, 10000);
+    SET v_queue = in_queue, v_group = COALESCE(in_group, ''), v_k = in_k;
+    CALL pyqueue__own_transaction(NULL, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1, v_now = UTC_TIMESTAMP(6);
+        BEGIN
+            DECLARE v_done INT DEFAULT 0;
+            DECLARE c_groups CURSOR FOR
+                SELECT g.group_key FROM pyqueue_group g
+                 WHERE g.queue_name = v_queue AND (v_group = '' OR g.group_key = v_group)
+                 ORDER BY g.group_key;
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            IF v_own = 1 THEN START TRANSACTION; END IF;
+            -- the queue row, shared, before any row referencing it: a queue_drop under way finishes first, and the
+            -- call answers unknown_queue, not the foreign key's error (1452)
+            SELECT COUNT(*) INTO v_found FROM pyqueue_queue q WHERE q.queue_name = v_queue LOCK IN SHARE MODE;
+            IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+            IF v_k IS NULL THEN
+                DELETE FROM pyqueue_group_limit WHERE queue_name = v_queue AND group_key = v_group;
+            ELSE
+                INSERT INTO pyqueue_group_limit (queue_name, group_key, k) VALUES (v_queue, v_group, v_k)
+                ON DUPLICATE KEY UPDATE k = VALUES(k);
+            END IF;
+            -- the groups it applies to: room made starts heads now
+            OPEN c_groups;
+            each_group: LOOP
+                FETCH c_groups INTO v_each;
+                IF v_done = 1 THEN LEAVE each_group; END IF;
+                CALL pyqueue__group_lock(v_queue, v_each, FALSE, v_locked, v_hk, v_hkd);
+                IF v_locked = 1 THEN CALL pyqueue__group_fill(v_queue, v_each, v_now); END IF;
+            END LOOP;
+            CLOSE c_groups;
+            IF v_own = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+END //
+
+DELIMITER ;

@@ -1,0 +1,382 @@
+-- ==== dependencies ====
+-- A message that waits for others: pushed with its parents, ready once every parent has succeeded, in the
+-- transaction of the commit that ends the last; cancelled when a parent fails or is cancelled.
+
+DELIMITER //
+
+-- pyqueue__deps_left: what a message's leaving its queue does to the messages that wait for it. (in_queue, in_key,
+-- in_kind) has just been deleted by the caller, in its transaction. With in_ok (it succeeded: committed, popped, moved
+-- on) each waiting child's count of parents left goes down, and a child whose count reaches 0 is ready now, in this
+-- transaction. Otherwise (failed: dead-lettered or dropped; cancelled; removed) each waiting child is cancelled as
+-- queue_cancel would (removed, history outcome and result 'cancelled', last_error 'parent (queue q, p_key k, p_kind t)
+-- <in_why>'), and the children waiting for it after it, transitively (a work list in a JSON array: no recursion,
+-- which MySQL refuses by default, and no temporary table). The message's own rows as a child go too. Reads with
+-- locking reads (the latest committed rows, whatever the caller's snapshot). Locks: the rows it reads, deletes and
+-- updates in pyqueue_dependency, each child's count row (the parents of one child that end at once take turns on it,
+-- so exactly one of them sees 0), the child's message row, until the transaction ends; children in (queue, key, kind)
+-- order.
+DROP PROCEDURE IF EXISTS pyqueue__deps_left //
+CREATE PROCEDURE pyqueue__deps_left(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_ok    BOOLEAN,
+    IN in_why   VARCHAR(64)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_todo LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_i INT DEFAULT 0;
+    DECLARE v_q VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_t VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_why VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SET v_todo = JSON_ARRAY(JSON_ARRAY(in_queue, in_key, in_kind, COALESCE(in_why, '')));
+    WHILE v_i < JSON_LENGTH(v_todo) DO
+        SET v_q = JSON_UNQUOTE(JSON_EXTRACT(v_todo, CONCAT('$[', v_i, '][0]'))),
+            v_k = JSON_UNQUOTE(JSON_EXTRACT(v_todo, CONCAT('$[', v_i, '][1]'))),
+            v_t = JSON_UNQUOTE(JSON_EXTRACT(v_todo, CONCAT('$[', v_i, '][2]'))),
+            v_why = JSON_UNQUOTE(JSON_EXTRACT(v_todo, CONCAT('$[', v_i, '][3]')));
+        BEGIN
+            DECLARE v_done, v_any INT DEFAULT 0;
+            DECLARE v_cq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+            DECLARE v_ck VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+            DECLARE v_ct VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+            DECLARE v_msg, v_hist BIGINT;
+            DECLARE v_left, v_gone, v_attempts INT;
+            DECLARE v_results BOOLEAN;
+            DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+            DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
+            DECLARE v_now DATETIME(6);
+            DECLARE c_children CURSOR FOR
+                SELECT d.other_queue, d.other_key, d.other_kind, d.msg_id
+                  FROM pyqueue_dependency d
+                 WHERE d.queue_name = v_q AND d.p_key = v_k AND d.p_kind = v_t AND d.role = 'c'
+                 ORDER BY d.other_queue, d.other_key, d.other_kind
+                   FOR UPDATE;
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+            OPEN c_children;
+            children: LOOP
+                FETCH c_children INTO v_cq, v_ck, v_ct, v_msg;
+                IF v_done = 1 THEN LEAVE children; END IF;
+                IF v_i = 0 AND in_ok THEN
+                    UPDATE pyqueue_dependency SET n = n - 1
+                     WHERE queue_name = v_cq AND p_key = v_ck AND p_kind = v_ct AND role = 'w' AND msg_id = v_msg;
+                    IF ROW_COUNT() = 1 THEN
+                        SET v_left = NULL;
+                        SELECT MIN(w.n) INTO v_left FROM pyqueue_dependency w
+                         WHERE w.queue_name = v_cq AND w.p_key = v_ck AND w.p_kind = v_ct AND w.role = 'w'
+                           AND w.msg_id = v_msg;
+                        IF v_left <= 0 THEN
+                            DELETE FROM pyqueue_dependency
+                             WHERE queue_name = v_cq AND p_key = v_ck AND p_kind = v_ct AND role = 'w';
+                            SET v_now = UTC_TIMESTAMP(6);
+                            UPDATE pyqueue_message FORCE INDEX (PRIMARY)
+                               SET scheduled_at = v_now, scheduled_at_initially = v_now
+                             WHERE id = v_msg AND queue_name = v_cq
+                               AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
+                        END IF;
+                    END IF;
+                    SET v_done = 0;
+                ELSE
+                    SET v_now = UTC_TIMESTAMP(6), v_gone = 0, v_hist = NULL;
+                    SET v_error = LEFT(CONCAT('parent (queue ', v_q, ', p_key ', v_k, ', p_kind ', v_t, ') ', v_why), 2000);
+                    UPDATE pyqueue_message FORCE INDEX (PRIMARY) SET last_error = v_error
+                     WHERE id = v_msg AND queue_name = v_cq AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
+                    IF ROW_COUNT() = 1 THEN
+                        SELECT m.attempts, m.progress INTO v_attempts, v_progress
+                          FROM pyqueue_message m FORCE INDEX (PRIMARY) WHERE m.id = v_msg;
+                        CALL pyqueue__archive(v_cq, v_msg, NULL, 'cancelled', NULL, v_now, v_hist);
+                        DELETE FROM pyqueue_message WHERE id = v_msg AND reserve_token IS NULL;
+                        SET v_gone = ROW_COUNT();
+                        CALL pyqueue__unarchive(v_hist, v_gone);
+                        SELECT q.result_retention IS NOT NULL INTO v_results FROM pyqueue_queue q
+                         WHERE q.queue_name = v_cq;
+                        IF v_gone = 1 AND v_results THEN
+                            CALL pyqueue__result_put(v_cq, v_ck, v_ct, 'cancelled', NULL, v_error, v_attempts,
+                                                     v_progress, v_now);
+                        END IF;
+                        IF v_gone = 1 THEN
+                            SET v_todo = JSON_ARRAY_APPEND(v_todo, '$', JSON_ARRAY(v_cq, v_ck, v_ct, 'was cancelled'));
+                        END IF;
+                    END IF;
+                    SET v_done = 0;
+                END IF;
+            END LOOP;
+            CLOSE c_children;
+            DELETE FROM pyqueue_dependency WHERE queue_name = v_q AND p_key = v_k AND p_kind = v_t;
+        END;
+        SET v_i = v_i + 1;
+    END WHILE;
+END //
+
+-- pyqueue__deps_left_many: pyqueue__deps_left (in_ok, in_why) for each [p_key, p_kind] of in_pairs (a JSON array;
+-- NULL: none), messages of in_queue, in the array's order. Locks: as pyqueue__deps_left.
+DROP PROCEDURE IF EXISTS pyqueue__deps_left_many //
+CREATE PROCEDURE pyqueue__deps_left_many(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_pairs LONGTEXT     CHARACTER SET utf8mb4,
+    IN in_ok    BOOLEAN,
+    IN in_why   VARCHAR(64)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_i INT DEFAULT 0;
+    WHILE in_pairs IS NOT NULL AND v_i < JSON_LENGTH(in_pairs) DO
+        CALL pyqueue__deps_left(in_queue, JSON_UNQUOTE(JSON_EXTRACT(in_pairs, CONCAT('$[', v_i, '][0]'))),
+                                JSON_UNQUOTE(JSON_EXTRACT(in_pairs, CONCAT('$[', v_i, '][1]'))), in_ok, in_why);
+        SET v_i = v_i + 1;
+    END WHILE;
+END //
+
+-- queue_push_after: queue_push of a message that waits for its parents, in_parents the JSON text of an array of 1 to
+-- 1000 objects {"queue", "p_key", "p_kind"} (parents may be in other queues; none may be the message itself or a
+-- schedule's occurrence). Result: one row, inserted = 1, or 0 when a live message has the key and kind (dedup:
+-- nothing changes). A parent is known when its queue keeps results (queue_set_result_retention) and it is live there
+-- (it is waited for) or its result there is 'succeeded' (it counts as done); a parent whose result is 'failed' or
+-- 'cancelled', or with neither a live message nor a result, is refused (invalid_argument naming it), before anything
+-- is written. The message is 'waiting' (queue_result) while a parent has not succeeded: blocked as a FIFO group's
+-- waiting member is (scheduled_at the BLOCKED time: no reserve visits it), with no group. The commit (queue_commit,
+-- queue_commit_batch, queue_commit_result, its batch, queue_commit_reserve, queue_pop, queue_move) that ends the last
+-- parent makes it ready, in that transaction (pyqueue__deps_left); a parent dead-lettered, dropped, cancelled or
+-- removed cancels it, transitively. Ready at once when every parent had already succeeded. Priority 0.
+-- Steps: every check, the array parsed once (JSON_TABLE) for all its elements; then, in a transaction of its own in
+-- autocommit mode (a deadlock victim runs again), set-based: the parents' queues, the live parents read with a
+-- locking read (share-locked until the transaction ends, so a parent's commit either waits for this push or is seen
+-- by it as finished), the others' outcomes (a locking read: the latest), the INSERT IGNORE of the message, then its
+-- rows in pyqueue_dependency (one INSERT ... SELECT per role).
+-- Locks: the parents' rows (shared), the new message row, its pyqueue_dependency rows and the parents' ones.
+DROP PROCEDURE IF EXISTS queue_push_after //
+CREATE PROCEDURE queue_push_after(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_parents LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_p, v_name LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_n, v_left, v_inserted, v_retry, v_bad INT DEFAULT 0;
+    DECLARE v_own, v_tries, v_txn INT DEFAULT 0;
+    DECLARE v_max_payload, v_id BIGINT;
+    DECLARE v_now DATETIME(6);
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_key(in_key);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SELECT MAX(q.max_payload) INTO v_max_payload FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    IF LENGTH(in_payload) > v_max_payload THEN CALL pyqueue__raise_size(LENGTH(in_payload), v_max_payload); END IF;
+    IF in_parents IS NULL OR NOT JSON_VALID(in_parents) OR JSON_TYPE(in_parents) <> 'ARRAY' THEN
+        CALL pyqueue__raise('invalid_argument', 'parents must be a JSON array of {"queue", "p_key", "p_kind"} objects');
+    END IF;
+    SET v_n = JSON_LENGTH(in_parents);
+    IF v_n < 1 OR v_n > 1000 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('parents must name 1 to 1000 messages, not ', v_n));
+    END IF;
+    -- Every element checked before anything is read or written, the array parsed once (JSON_TABLE): the first
+    -- element that is not an object of three plainly valid names (then checked alone, for its exact error), the
+    -- message itself, or a schedule's occurrence.
+    SELECT MIN(j.ord) INTO v_bad
+      FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (ord FOR ORDINALITY, obj JSON PATH '$')) AS j
+     WHERE (   JSON_TYPE(j.obj) = 'OBJECT'
+           AND JSON_TYPE(JSON_EXTRACT(j.obj, '$.queue')) = 'STRING'
+           AND JSON_TYPE(JSON_EXTRACT(j.obj, '$.p_key')) = 'STRING'
+           AND JSON_TYPE(JSON_EXTRACT(j.obj, '$.p_kind')) = 'STRING'
+           AND CHAR_LENGTH(JSON_UNQUOTE(JSON_EXTRACT(j.obj, '$.queue'))) BETWEEN 1 AND 128
+           AND CHAR_LENGTH(JSON_UNQUOTE(JSON_EXTRACT(j.obj, '$.p_key'))) BETWEEN 1 AND 255
+           AND CHAR_LENGTH(JSON_UNQUOTE(JSON_EXTRACT(j.obj, '$.p_kind'))) BETWEEN 1 AND 128
+           AND NOT (JSON_UNQUOTE(JSON_EXTRACT(j.obj, '$.queue')) LIKE '% ')
+           AND NOT (JSON_UNQUOTE(JSON_EXTRACT(j.obj, '$.p_key')) LIKE '% ')
+           AND NOT (JSON_UNQUOTE(JSON_EXTRACT(j.obj, '$.p_kind')) LIKE '% ')
+           AND LOCATE(X'ED', CAST(j.obj AS BINARY)) = 0
+           AND NOT (JSON_UNQUOTE(JSON_EXTRACT(j.obj, '$.queue')) = v_queue
+                    AND JSON_UNQUOTE(JSON_EXTRACT(j.obj, '$.p_key')) = v_key
+                    AND JSON_UNQUOTE(JSON_EXTRACT(j.obj, '$.p_kind')) = v_kind)
+           AND NOT (JSON_UNQUOTE(JSON_EXTRACT(j.obj, '$.p_key')) LIKE '%@____-__-__T__:__:__Z')) IS NOT TRUE;
+    IF v_bad IS NOT NULL THEN
+        SET v_p = JSON_EXTRACT(in_parents, CONCAT('$[', v_bad - 1, ']'));
+        IF JSON_TYPE(v_p) <> 'OBJECT'
+           OR COALESCE(JSON_TYPE(JSON_EXTRACT(v_p, '$.queue')), '') <> 'STRING'
+           OR COALESCE(JSON_TYPE(JSON_EXTRACT(v_p, '$.p_key')), '') <> 'STRING'
+           OR COALESCE(JSON_TYPE(JSON_EXTRACT(v_p, '$.p_kind')), '') <> 'STRING' THEN
+            CALL pyqueue__raise('invalid_argument',
+                                CONCAT('parents[', v_bad, '] must be an object with the strings queue, p_key and p_kind'));
+        END IF;
+        SET v_name = JSON_UNQUOTE(JSON_EXTRACT(v_p, '$.queue'));
+        CALL pyqueue__check_name(CONCAT('parents[', v_bad, '].queue'), v_name, 128);
+        SET v_name = JSON_UNQUOTE(JSON_EXTRACT(v_p, '$.p_key'));
+        CALL pyqueue__check_name(CONCAT('parents[', v_bad, '].p_key'), v_name, 255);
+        IF v_name LIKE '%@____-__-__T__:__:__Z' THEN
+            CALL pyqueue__raise('invalid_argument', CONCAT('parents[', v_bad, '] is a schedule''s occurrence'));
+        END IF;
+        SET v_name = JSON_UNQUOTE(JSON_EXTRACT(v_p, '$.p_kind'));
+        CALL pyqueue__check_name(CONCAT('parents[', v_bad, '].p_kind'), v_name, 128);
+        CALL pyqueue__raise('invalid_argument', CONCAT('parents[', v_bad, '] is the message itself'));
+    END IF;
+    CALL pyqueue__own_transaction(TRUE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1, v_left = 0, v_inserted = 0, v_bad = NULL, v_state = NULL;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF;
+                IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
+            END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
+            IF v_own = 1 THEN
+                START TRANSACTION;
+                SET v_txn = 1;
+            END IF;
+            -- its queue and the parents' queues keep results, their rows share-locked until the transaction ends
+            -- (a queue_set_result_retention(NULL) waits for this push, then sees its rows and refuses)
+            SELECT COUNT(*) INTO v_max FROM pyqueue_queue q
+             WHERE q.queue_name = v_queue AND q.result_retention IS NOT NULL
+              LOCK IN SHARE MODE;
+            IF v_max = 0 THEN
+                CALL pyqueue__raise('invalid_argument',
+                                    'the queue keeps no results: a message with parents needs them (queue_set_result_retention)');
+            END IF;
+            SELECT COUNT(*) INTO v_max
+              FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (
+                       pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue')) AS j
+              STRAIGHT_JOIN pyqueue_queue q ON q.queue_name = j.pq
+              LOCK IN SHARE MODE;
+            -- each exists and keeps results
+            SELECT MIN(j.ord) INTO v_bad
+              FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (
+                       ord FOR ORDINALITY,
+                       pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue')) AS j
+              LEFT JOIN pyqueue_queue q ON q.queue_name = j.pq
+             WHERE q.queue_name IS NULL OR q.result_retention IS NULL;
+            IF v_bad IS NOT NULL THEN
+                SELECT COUNT(*) INTO v_max FROM pyqueue_queue q
+                 WHERE q.queue_name = JSON_UNQUOTE(JSON_EXTRACT(in_parents, CONCAT('$[', v_bad - 1, '].queue')));
+                IF v_max = 0 THEN
+                    CALL pyqueue__raise('unknown_queue',
+                                        CONCAT('queue "', JSON_UNQUOTE(JSON_EXTRACT(in_parents, CONCAT('$[', v_bad - 1, '].queue'))),
+                                               '" does not exist'));
+                END IF;
+                CALL pyqueue__raise('invalid_argument',
+                                    CONCAT('parents[', v_bad, ']: its queue keeps no results, so it cannot be a parent'));
+            END IF;
+            -- the live parents, share-locked until the transaction ends (their commits wait for it)
+            SELECT COUNT(*) INTO v_left
+              FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (
+                       pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue',
+                       pk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
+                       pt VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind')) AS j
+              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+                ON m.queue_name = j.pq AND m.p_key = j.pk AND m.p_kind = j.pt
+              LOCK IN SHARE MODE;
+            -- the others: each must have succeeded (latest outcome, a locking read)
+            SET v_bad = NULL, v_state = NULL;
+            SELECT j.ord, r.state INTO v_bad, v_state
+              FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (
+                       ord FOR ORDINALITY,
+                       pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue',
+                       pk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
+                       pt VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind')) AS j
+              LEFT JOIN pyqueue_message m ON m.queue_name = j.pq AND m.p_key = j.pk AND m.p_kind = j.pt
+              LEFT JOIN pyqueue_result r ON r.queue_name = j.pq AND r.p_key = j.pk AND r.p_kind = j.pt
+             WHERE m.id IS NULL AND (r.state IS NULL OR r.state <> 'succeeded')
+             ORDER BY j.ord
+             LIMIT 1
+              LOCK IN SHARE MODE;
+            IF v_bad IS NOT NULL AND v_state IS NULL THEN
+                CALL pyqueue__raise('invalid_argument',
+                                    CONCAT('parents[', v_bad, '] is unknown: neither live nor a result there'));
+            ELSEIF v_bad IS NOT NULL THEN
+                CALL pyqueue__raise('invalid_argument',
+                                    CONCAT('parents[', v_bad, '] has ', v_state, ': the message could never run'));
+            END IF;
+            SET v_now = UTC_TIMESTAMP(6);
+            INSERT IGNORE INTO pyqueue_message
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at,
+                    attempts)
+            VALUES (v_queue, v_key, v_kind, in_payload, 0,
+                    IF(v_left > 0, TIMESTAMP '9999-12-31 23:59:59.999999', v_now), v_now, v_now, 0);
+            SET v_inserted = ROW_COUNT();
+            IF v_inserted = 1 THEN
+                SET v_id = LAST_INSERT_ID();
+                -- rows an earlier message of this key left behind (one removed by a path that keeps none)
+                DELETE FROM pyqueue_dependency WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind;
+                INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, other_queue, other_key, other_kind,
+                                                msg_id)
+                SELECT j.pq, j.pk, j.pt, 'c', j.ord, v_queue, v_key, v_kind, v_id
+                  FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (
+                           ord FOR ORDINALITY,
+                           pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue',
+                           pk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
+                           pt VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind')) AS j
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+                    ON m.queue_name = j.pq AND m.p_key = j.pk AND m.p_kind = j.pt;
+                INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, other_queue, other_key, other_kind)
+                SELECT v_queue, v_key, v_kind, 'p', j.ord, j.pq, j.pk, j.pt
+                  FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (
+                           ord FOR ORDINALITY,
+                           pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue',
+                           pk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
+                           pt VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind')) AS j;
+                IF v_left > 0 THEN
+                    INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, msg_id)
+                    VALUES (v_queue, v_key, v_kind, 'w', v_left, v_id);
+                END IF;
+            END IF;
+            IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    SELECT v_inserted AS inserted;
+END //
+
+-- queue_parent_results: the parents of the live message (in_key, in_kind) of in_queue (pushed with queue_push_after:
+-- waiting, ready or held), one row each in the order they were given: ordinal (1, 2, ...), the parent's queue, p_key
+-- and p_kind, its state as queue_result reads it ('succeeded' with its stored result, 'failed', 'cancelled', or while
+-- live 'ready', 'delayed', 'reserved', 'waiting', 'blocked'; 'unknown' when neither, e.g. a parent moved on, whose
+-- queue records no result for the move, or whose result was purged) and result (NULL but for 'succeeded'). No rows
+-- for a message without parents or not live. For the consumer that holds the child (a fan-in reads its inputs).
+-- Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_parent_results //
+CREATE PROCEDURE queue_parent_results(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
+    SELECT d.n AS ordinal, d.other_queue AS queue, d.other_key AS p_key, d.other_kind AS p_kind,
+           CASE WHEN m.id IS NOT NULL THEN
+                     CASE WHEN m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' AND m.group_key IS NULL
+                          THEN 'waiting'
+                          WHEN m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' THEN 'blocked'
+                          WHEN m.scheduled_at <= v_now THEN 'ready'
+                          WHEN m.reserve_token IS NULL THEN 'delayed'
+                          ELSE 'reserved' END
+                WHEN r.state IS NOT NULL THEN r.state
+                ELSE 'unknown' END AS state,
+           IF(m.id IS NULL, r.result, NULL) AS result
+      FROM pyqueue_dependency d
+      LEFT JOIN pyqueue_message m
+        ON m.queue_name = d.other_queue AND m.p_key = d.other_key AND m.p_kind = d.other_kind
+      LEFT JOIN pyqueue_result r
+        ON r.queue_name = d.other_queue AND r.p_key = d.other_key AND r.p_kind = d.other_kind
+     WHERE d.queue_name = v_queue AND d.p_key = v_key AND d.p_kind = v_kind AND d.role = 'p'
+       AND EXISTS (SELECT 1 FROM pyqueue_message c
+                    WHERE c.queue_name = v_queue AND c.p_key = v_key AND c.p_kind = v_kind)
+     ORDER BY d.n;
+END //
+
+DELIMITER ;

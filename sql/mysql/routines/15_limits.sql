@@ -1,0 +1,376 @@
+-- ==== limits ====
+-- Concurrency limits: at most capacity messages of a kind reserved at once in a queue. The reserve and extend paths
+-- take and keep the slots through the limit helpers above.
+
+DELIMITER //
+
+-- pyqueue__limit_take: gives a free slot (1..capacity) of (in_queue, in_kind) to the reservation (in_id, in_attempts,
+-- until in_until); out_ok = 1 when it got one. A slot is busy while its holder is that live reservation or its claim is
+-- in progress (msg_attempts - 1, before msg_until). Holders left beyond a lowered capacity are first moved into free
+-- slots within it (copy, then delete: interrupted, a holder briefly holds two; fewer hand-outs, never more). The taking
+-- UPDATE locks and reads the slot rows as they are now, and takes nothing if the capacity changed. At READ COMMITTED
+-- its reads of the holders are consistent reads as of the statement's start (an extend committed while it waited for a
+-- slot lock is unseen), so a holder is live while its message's or its slot's end (msg_until, which an extend sets
+-- first) is ahead. Locks, per statement: slot rows in slot_no order, then shared locks on the holders' message rows and
+-- the limit row; in autocommit mode a deadlock victim runs again.
+DROP PROCEDURE IF EXISTS pyqueue__limit_take //
+CREATE PROCEDURE pyqueue__limit_take(
+    IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id       BIGINT,
+    IN  in_attempts INT,
+    IN  in_until    DATETIME(6),
+    IN  in_now      DATETIME(6),
+    OUT out_ok      INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_cap, v_slot, v_h_att, v_found, v_retry INT;
+    DECLARE v_holder BIGINT;
+    DECLARE v_h_until DATETIME(6);
+    DECLARE v_moves, v_own, v_tries INT DEFAULT 0;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+    SET out_ok = 0;
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    slots: LOOP
+      SET v_retry = 0, v_tries = v_tries + 1;
+      BEGIN
+        DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+        SELECT MAX(l.capacity) INTO v_cap
+          FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = in_kind;
+        IF v_cap IS NULL THEN
+            LEAVE slots;  -- the limit was removed meanwhile: take nothing this time
+        END IF;
+        -- a live holder beyond the capacity (plain read: such slots are never taken, only moved and deleted)
+        SET v_found = 1;
+        SELECT s.slot_no, s.msg_id, s.msg_attempts, s.msg_until
+          INTO v_slot, v_holder, v_h_att, v_h_until
+          FROM pyqueue_limit_slot s
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND s.slot_no > v_cap
+           AND s.msg_id IS NOT NULL
+           AND EXISTS (SELECT 1 FROM pyqueue_message m
+                        WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                          AND ((m.attempts = s.msg_attempts
+                                AND m.reserve_token IS NOT NULL AND GREATEST(m.scheduled_at, s.msg_until) > in_now)
+                               OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now)))
+         ORDER BY s.slot_no
+         LIMIT 1;
+        IF v_found = 0 OR v_moves >= 10000 THEN
+            UPDATE pyqueue_limit_slot s
+               SET s.msg_id = in_id, s.msg_attempts = in_attempts, s.msg_until = in_until
+             WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+               AND s.slot_no <= v_cap
+               AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                            WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
+               AND (s.msg_id IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                    WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                      AND ((m.attempts = s.msg_attempts
+                                            AND m.reserve_token IS NOT NULL AND GREATEST(m.scheduled_at, s.msg_until) > in_now)
+                                           OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+             ORDER BY s.slot_no
+             LIMIT 1;
+            SET out_ok = ROW_COUNT();
+            LEAVE slots;
+        END IF;
+        -- move that holder into a free slot within the capacity; none free: the kind is full
+        UPDATE pyqueue_limit_slot s
+           SET s.msg_id = v_holder, s.msg_attempts = v_h_att, s.msg_until = v_h_until
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+           AND s.slot_no <= v_cap
+           AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                        WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
+           AND (s.msg_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                  AND ((m.attempts = s.msg_attempts
+                                        AND m.reserve_token IS NOT NULL AND GREATEST(m.scheduled_at, s.msg_until) > in_now)
+                                       OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+         ORDER BY s.slot_no
+         LIMIT 1;
+        IF ROW_COUNT() = 0 THEN LEAVE slots; END IF;
+        DELETE FROM pyqueue_limit_slot
+         WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no = v_slot
+           AND msg_id = v_holder AND msg_attempts = v_h_att;
+        SET v_moves = v_moves + 1;
+      END;
+      IF v_retry = 0 AND v_tries > 10000 THEN LEAVE slots; END IF;
+    END LOOP;
+END //
+
+-- pyqueue__limit_claim: for a candidate (in_id, seen with in_attempts) of a queue with limits: out_ok = 1 when its
+-- kind has no limit or a slot was taken for the delivery, 0 when the kind is full (io_full: the kinds found full in
+-- this call). The slot is taken BEFORE the claim; interrupted in between or losing the race, it stays busy until its
+-- timeout: too few hand-outs, never too many. Locks: as pyqueue__limit_take.
+DROP PROCEDURE IF EXISTS pyqueue__limit_claim //
+CREATE PROCEDURE pyqueue__limit_claim(
+    IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_id       BIGINT,
+    IN    in_attempts INT,
+    IN    in_until    DATETIME(6),
+    IN    in_now      DATETIME(6),
+    INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
+    OUT   out_ok      INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT MAX(m.p_kind) INTO v_kind FROM pyqueue_message m WHERE m.id = in_id;
+    SET out_ok = 1;
+    IF JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(v_kind)) THEN
+        SET out_ok = 0;
+    ELSEIF EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = v_kind) THEN
+        CALL pyqueue__limit_take(in_queue, v_kind, in_id, in_attempts + 1, in_until, in_now, out_ok);
+        IF out_ok = 0 THEN SET io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', v_kind); END IF;
+    END IF;
+END //
+
+-- pyqueue__rate_pick: a free unit of the rate of (in_queue, in_kind; '' = the queue-wide rate) for a reservation at
+-- in_t: the least recently used slot whose time is NULL or <= in_t - in_per_us, locked FOR UPDATE SKIP LOCKED (never
+-- waits: a unit another call holds counts as used) and NOT written: the caller writes in_t into it once the message is
+-- claimed (one write per admitted message; a claim that fails leaves the unit as it was). out_slot: its number, NULL
+-- when none is free. Locks: that slot row, until the transaction ends (one index probe of the used_at index).
+DROP PROCEDURE IF EXISTS pyqueue__rate_pick //
+CREATE PROCEDURE pyqueue__rate_pick(
+    IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_per_us BIGINT,
+    IN  in_t      DATETIME(6),
+    OUT out_slot  INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET out_slot = NULL;
+    SET out_slot = NULL;
+    SELECT s.slot_no INTO out_slot
+      FROM pyqueue_rate_slot s FORCE INDEX (pyqueue_rate_slot_used_idx)
+     WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+       AND (s.used_at IS NULL OR s.used_at <= in_t - INTERVAL in_per_us MICROSECOND)
+     ORDER BY s.used_at
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+END //
+
+-- pyqueue__rate_free_at: when the rate of (in_queue, in_kind; '' = queue-wide) next has a free unit, as seen at in_now:
+-- NULL when a unit is free at in_now (or there is no such rate), else the earliest slot time + per. Plain read.
+DROP PROCEDURE IF EXISTS pyqueue__rate_free_at //
+CREATE PROCEDURE pyqueue__rate_free_at(
+    IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_now   DATETIME(6),
+    OUT out_at   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    SELECT IF(SUM(s.used_at IS NULL OR s.used_at <= in_now - INTERVAL r.per_us MICROSECOND) > 0, NULL,
+              MIN(s.used_at) + INTERVAL MAX(r.per_us) MICROSECOND)
+      INTO out_at
+      FROM pyqueue_rate r
+      JOIN pyqueue_rate_slot s ON s.queue_name = r.queue_name AND s.p_kind = r.p_kind
+     WHERE r.queue_name = in_queue AND r.p_kind = in_kind;
+END //
+
+-- queue_set_limit: at most in_capacity messages of in_kind reserved at once in in_queue (0 holds it back; NULL
+-- removes the limit). Live reservations without a slot take free ones as far as the capacity goes; lowering it
+-- revokes nothing (nothing more is handed out until fewer are live). No result set.
+-- Locks: the queue row (shared: a queue_drop under way answers unknown_queue), the limit row and its slot rows; in
+-- autocommit mode in a transaction of its own, run again on a deadlock.
+DROP PROCEDURE IF EXISTS queue_set_limit //
+CREATE PROCEDURE queue_set_limit(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_capacity DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_i, v_attempts, v_ok, v_own, v_deadlock INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now, v_until DATETIME(6);
+    DECLARE v_id BIGINT;
+    DECLARE v_found INT;
+    DECLARE v_tries INT DEFAULT 0;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_int('capacity', in_capacity, 0, 10000);
+    SET v_queue = in_queue, v_kind = in_kind;
+    CALL pyqueue__own_transaction(NULL, v_own);
+    REPEAT
+        SET v_deadlock = 0, v_tries = v_tries + 1, v_i = 1, v_now = UTC_TIMESTAMP(6);
+        BEGIN
+            DECLARE v_done INT DEFAULT 0;
+            DECLARE c_live CURSOR FOR
+                SELECT m.id, m.attempts, m.scheduled_at
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue AND m.p_kind = v_kind
+                   AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
+                   AND NOT EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                                    WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                                      AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
+                 ORDER BY m.id;
+            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_deadlock = 1; ELSE RESIGNAL; END IF; END;
+            IF v_own = 1 THEN START TRANSACTION; END IF;
+            -- the queue row, shared, before any row referencing it: a queue_drop under way finishes first, and the
+            -- call answers unknown_queue, not the foreign key's error (1452)
+            SELECT COUNT(*) INTO v_found FROM pyqueue_queue q WHERE q.queue_name = v_queue LOCK IN SHARE MODE;
+            IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+            IF in_capacity IS NULL THEN
+                DELETE FROM pyqueue_limit WHERE queue_name = v_queue AND p_kind = v_kind;
+            ELSE
+                INSERT INTO pyqueue_limit (queue_name, p_kind, capacity)
+                VALUES (v_queue, v_kind, in_capacity)
+                ON DUPLICATE KEY UPDATE capacity = in_capacity;
+                -- beyond a lowered capacity only free slots go (pyqueue__limit_take moves live holders)
+                DELETE FROM pyqueue_limit_slot
+                 WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no > in_capacity
+                   AND (msg_id IS NULL
+                        OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                        WHERE m.id = pyqueue_limit_slot.msg_id
+                                          AND m.queue_name = pyqueue_limit_slot.queue_name
+                                          AND ((m.attempts = pyqueue_limit_slot.msg_attempts
+                                                AND m.reserve_token IS NOT NULL
+                                                AND GREATEST(m.scheduled_at, pyqueue_limit_slot.msg_until) > v_now)
+                                               OR (m.attempts = pyqueue_limit_slot.msg_attempts - 1
+                                                   AND pyqueue_limit_slot.msg_until > v_now))));
+                WHILE v_i <= in_capacity DO
+                    INSERT IGNORE INTO pyqueue_limit_slot (queue_name, p_kind, slot_no)
+                    VALUES (v_queue, v_kind, v_i);
+                    SET v_i = v_i + 1;
+                END WHILE;
+                OPEN c_live;
+                live: LOOP
+                    FETCH c_live INTO v_id, v_attempts, v_until;
+                    IF v_done = 1 THEN LEAVE live; END IF;
+                    CALL pyqueue__limit_take(v_queue, v_kind, v_id, v_attempts, v_until, v_now, v_ok);
+                    IF v_ok = 0 THEN LEAVE live; END IF;
+                END LOOP;
+                CLOSE c_live;
+            END IF;
+            IF v_own = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_deadlock = 0 END REPEAT;
+END //
+
+-- queue_limits: the limits of a queue (all queues when NULL), by queue and kind: queue, p_kind, capacity, in_use
+-- (live reservations holding a slot, also one beyond a lowered capacity; each counted once). Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_limits //
+CREATE PROCEDURE queue_limits(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
+    SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
+    SELECT l.queue_name AS `queue`, l.p_kind, l.capacity,
+           (SELECT COUNT(DISTINCT m.id) FROM pyqueue_limit_slot s
+              JOIN pyqueue_message m ON m.id = s.msg_id AND m.attempts = s.msg_attempts
+                                    AND m.queue_name = s.queue_name
+             WHERE s.queue_name = l.queue_name AND s.p_kind = l.p_kind
+               AND m.reserve_token IS NOT NULL AND m.scheduled_at > v_now) AS in_use
+      FROM pyqueue_limit l
+     WHERE v_queue IS NULL OR l.queue_name = v_queue
+     ORDER BY l.queue_name, l.p_kind;
+END //
+
+-- queue_set_rate: at most in_n reservations of in_kind (NULL: of every kind of the queue together) in any window of
+-- in_per_s seconds (> 0, at most one day); in_n NULL removes the rate (no error when there is none). n from 1 to
+-- 10000, one slot row per unit holding the time it was last used: lowering n keeps the n most recent times, raising
+-- it adds units never used, a new per keeps the times. A kind rate and the queue-wide rate may both be set: a
+-- reservation then needs a unit of each. No result set. Locks: the queue row (shared: a queue_drop under way answers
+-- unknown_queue), the rate row, then its slot rows (waiting for reserves that hold one); in autocommit mode in a
+-- transaction of its own, run again on a deadlock.
+DROP PROCEDURE IF EXISTS queue_set_rate //
+CREATE PROCEDURE queue_set_rate(
+    IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n     DECIMAL(65,30),
+    IN in_per_s DECIMAL(65,30))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_own, v_retry, v_have, v_top, v_n INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_per BIGINT;
+    DECLARE v_found INT;
+    DECLARE v_tries INT DEFAULT 0;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_kind IS NOT NULL THEN CALL pyqueue__check_name('p_kind', in_kind, 128); END IF;
+    CALL pyqueue__check_int('n', in_n, 1, 10000);
+    IF in_n IS NOT NULL AND (in_per_s IS NULL OR ROUND(in_per_s * 1000000) < 1 OR in_per_s > 86400) THEN
+        CALL pyqueue__raise('invalid_argument', 'per must be more than 0 seconds and at most 1 day (86400)');
+    END IF;
+    SET v_queue = in_queue, v_kind = COALESCE(in_kind, ''), v_n = in_n,
+        v_per = CAST(ROUND(in_per_s * 1000000) AS SIGNED);
+    CALL pyqueue__own_transaction(NULL, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213
+            BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            IF v_own = 1 THEN START TRANSACTION; END IF;
+            -- the queue row, shared, before any row referencing it: a queue_drop under way finishes first, and the
+            -- call answers unknown_queue, not the foreign key's error (1452)
+            SELECT COUNT(*) INTO v_found FROM pyqueue_queue q WHERE q.queue_name = v_queue LOCK IN SHARE MODE;
+            IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+            IF v_n IS NULL THEN
+                DELETE FROM pyqueue_rate WHERE queue_name = v_queue AND p_kind = v_kind;  -- its slots cascade
+            ELSE
+                INSERT INTO pyqueue_rate (queue_name, p_kind, n, per_us) VALUES (v_queue, v_kind, v_n, v_per)
+                ON DUPLICATE KEY UPDATE n = VALUES(n), per_us = VALUES(per_us);
+                SELECT COUNT(*), COALESCE(MAX(s.slot_no), 0) INTO v_have, v_top
+                  FROM pyqueue_rate_slot s
+                 WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                   FOR UPDATE;
+                IF v_have > v_n THEN
+                    -- the least recent times go (never used first): the n most recent stay
+                    SET v_have = v_have - v_n;
+                    DELETE FROM pyqueue_rate_slot
+                     WHERE queue_name = v_queue AND p_kind = v_kind
+                     ORDER BY used_at IS NOT NULL, used_at, slot_no
+                     LIMIT v_have;
+                ELSEIF v_have < v_n THEN
+                    INSERT INTO pyqueue_rate_slot (queue_name, p_kind, slot_no)
+                    SELECT v_queue, v_kind, v_top + 1 + d0.d + 10 * d1.d + 100 * d2.d + 1000 * d3.d
+                      FROM JSON_TABLE('[0,1,2,3,4,5,6,7,8,9]', '$[*]' COLUMNS (d INT PATH '$')) AS d0
+                     CROSS JOIN JSON_TABLE('[0,1,2,3,4,5,6,7,8,9]', '$[*]' COLUMNS (d INT PATH '$')) AS d1
+                     CROSS JOIN JSON_TABLE('[0,1,2,3,4,5,6,7,8,9]', '$[*]' COLUMNS (d INT PATH '$')) AS d2
+                     CROSS JOIN JSON_TABLE('[0,1,2,3,4,5,6,7,8,9]', '$[*]' COLUMNS (d INT PATH '$')) AS d3
+                     WHERE d0.d + 10 * d1.d + 100 * d2.d + 1000 * d3.d < v_n - v_have;
+                END IF;
+            END IF;
+            IF v_own = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+END //
+
+-- queue_rates: the rate limits of a queue (all queues when NULL), by queue and kind (the queue-wide rate, p_kind NULL,
+-- first): queue, p_kind, n, per (seconds), next_free_at (UTC: the earliest slot time + per, when the next unit is or
+-- was free; NULL while some unit was never used), in_window (units used within the last per: n when used up).
+-- Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_rates //
+CREATE PROCEDURE queue_rates(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max INT;
+    DECLARE v_paused BOOLEAN;
+    DECLARE v_now DATETIME(6);
+    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
+    SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
+    SELECT r.queue_name AS `queue`, NULLIF(r.p_kind, '') AS p_kind, r.n,
+           CAST(r.per_us / 1000000 AS DECIMAL(20,6)) AS per,
+           IF(SUM(s.used_at IS NULL) > 0, NULL, MIN(s.used_at) + INTERVAL r.per_us MICROSECOND) AS next_free_at,
+           CAST(COALESCE(SUM(s.used_at > v_now - INTERVAL r.per_us MICROSECOND), 0) AS SIGNED) AS in_window
+      FROM pyqueue_rate r
+      LEFT JOIN pyqueue_rate_slot s ON s.queue_name = r.queue_name AND s.p_kind = r.p_kind
+     WHERE v_queue IS NULL OR r.queue_name = v_queue
+     GROUP BY r.queue_name, r.p_kind, r.n, r.per_us
+     ORDER BY r.queue_name, r.p_kind;
+END //
+
+DELIMITER ;

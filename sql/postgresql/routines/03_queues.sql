@@ -1,0 +1,331 @@
+-- ==== queues ====
+-- Create a queue or change its settings, read them back, drop it, pause and
+-- resume it, count its messages.
+
+-- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts,
+-- no dead-letter queue, no history) or changes the settings given (not NULL)
+-- of an existing one; a NULL leaves that setting as it is (queue_reset_setting
+-- sets one back to its default). A visibility_timeout above the queue's
+-- max_reservation (12 hours for a new queue; queue_set_max_reservation) is
+-- refused. Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_create(
+    in_queue              text,
+    in_visibility_timeout interval DEFAULT NULL,
+    in_max_attempts       integer  DEFAULT NULL,
+    in_dead_letter_queue  text     DEFAULT NULL,
+    in_history_retention  interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_new boolean;
+    v_max interval;
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    PERFORM pyqueue__check_duration('visibility_timeout', in_visibility_timeout, true);
+    PERFORM pyqueue__check_duration('history_retention', in_history_retention, false);
+    IF in_max_attempts IS NOT NULL AND in_max_attempts < 1 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: max_attempts must be at least 1'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_dead_letter_queue IS NOT NULL THEN
+        IF in_dead_letter_queue = in_queue THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: a queue cannot be its own dead_letter_queue'
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM pyqueue__check_name('dead_letter_queue', in_dead_letter_queue, 128);
+        PERFORM pyqueue__queue(in_dead_letter_queue, true);
+    END IF;
+    IF in_visibility_timeout IS NOT NULL THEN
+        SELECT q.max_reservation INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue FOR UPDATE;
+        v_max := coalesce(v_max, interval '12 hours');  -- a new queue: the default
+        IF in_visibility_timeout > v_max THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: visibility_timeout is longer than the queue''s max_reservation (%)',
+                            v_max
+                USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    -- (max_reservation: the existing row's, which the update keeps, so that
+    -- the row proposed for the insert passes the table's check as well)
+    INSERT INTO pyqueue_queue AS q
+           (queue_name, visibility_timeout, max_attempts, dead_letter_queue, history_retention, max_reservation)
+    VALUES (in_queue,
+            coalesce(in_visibility_timeout, interval '30 seconds'),
+            coalesce(in_max_attempts, 10),
+            in_dead_letter_queue,
+            in_history_retention,
+            coalesce(v_max, interval '12 hours'))
+    ON CONFLICT (queue_name) DO UPDATE
+       SET visibility_timeout = coalesce(in_visibility_timeout, q.visibility_timeout),
+           max_attempts       = coalesce(in_max_attempts, q.max_attempts),
+           dead_letter_queue  = coalesce(in_dead_letter_queue, q.dead_letter_queue),
+           history_retention  = coalesce(in_history_retention, q.history_retention)
+    RETURNING (q.xmax = 0) INTO v_new;
+    IF v_new THEN
+        INSERT INTO pyqueue_ready_from AS r (queue_name) VALUES (in_queue)
+        ON CONFLICT (queue_name) DO UPDATE
+           SET ready_from = '-infinity', ready_from_id = NULL, next_from = NULL, next_xid = NULL,
+               moved_at = '-infinity', top_priority = NULL;
+        DELETE FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue;
+        -- A new queue starts empty: messages left under this name by a drop
+        -- that could not see them (one run inside a REPEATABLE READ
+        -- transaction, see queue_drop) go now, before any push can reach it.
+        DELETE FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
+    END IF;
+END;
+$$;
+
+-- queue_reset_setting: sets one setting of a queue back to its default:
+-- 'visibility_timeout' (30 s), 'max_attempts' (10), 'dead_letter_queue'
+-- (none), 'history_retention' (none, keep no history), 'max_reservation'
+-- (12 hours), 'max_payload' (1048576 bytes) or 'result_retention' (none, keep
+-- no results: see queue_set_result_retention). Refused (invalid_argument)
+-- when the default visibility_timeout would be above the queue's
+-- max_reservation, or the default max_reservation below its
+-- visibility_timeout. Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_reset_setting(in_queue text, in_setting text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_queue pyqueue_queue;
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    IF in_setting IS NULL OR in_setting NOT IN ('visibility_timeout', 'max_attempts', 'dead_letter_queue',
+                                                'history_retention', 'max_reservation', 'max_payload',
+                                                'result_retention') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: setting must be one of visibility_timeout, max_attempts, dead_letter_queue, history_retention, max_reservation, max_payload, result_retention'
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_queue FROM pyqueue_queue q WHERE q.queue_name::text = in_queue FOR UPDATE;
+    IF FOUND AND in_setting = 'visibility_timeout' AND v_queue.max_reservation < interval '30 seconds' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: the default visibility_timeout (30 s) is longer than the queue''s max_reservation'
+            USING ERRCODE = '22023';
+    END IF;
+    IF FOUND AND in_setting = 'max_reservation' AND v_queue.visibility_timeout > interval '12 hours' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: the default max_reservation (12 hours) is shorter than the queue''s visibility_timeout'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pyqueue_queue q
+       SET visibility_timeout = CASE WHEN in_setting = 'visibility_timeout' THEN interval '30 seconds'
+                                     ELSE q.visibility_timeout END,
+           max_attempts       = CASE WHEN in_setting = 'max_attempts' THEN 10 ELSE q.max_attempts END,
+           dead_letter_queue  = CASE WHEN in_setting = 'dead_letter_queue' THEN NULL
+                                     ELSE q.dead_letter_queue END,
+           history_retention  = CASE WHEN in_setting = 'history_retention' THEN NULL
+                                     ELSE q.history_retention END,
+           max_reservation    = CASE WHEN in_setting = 'max_reservation' THEN interval '12 hours'
+                                     ELSE q.max_reservation END,
+           max_payload        = CASE WHEN in_setting = 'max_payload' THEN 1048576 ELSE q.max_payload END,
+           result_retention   = CASE WHEN in_setting = 'result_retention' THEN NULL
+                                     ELSE q.result_retention END
+     WHERE q.queue_name::text = in_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
+    END IF;
+    IF in_setting = 'result_retention'
+       AND EXISTS (SELECT 1 FROM pyqueue_dependency d WHERE d.queue_name::text = in_queue) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: messages of queue "%" have parents or children: it keeps results until they are gone', in_queue
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- queue_settings: the settings of a queue (every queue when NULL), by name:
+-- visibility_timeout, max_attempts, dead_letter_queue, history_retention,
+-- paused, notify_window (the wakeup throttle; 50 ms unless set),
+-- max_reservation, max_payload (bytes) and result_retention. Reads without
+-- locks. Installs of earlier versions returned fewer columns (up to
+-- notify_window, or up to max_payload): that function is dropped (a
+-- function cannot change its result columns in place), and with it its
+-- grants (pyqueue-sql grant gives them again).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+                WHERE p.oid = pg_catalog.to_regprocedure('queue_settings(text)')
+                  AND NOT ('result_retention' OPERATOR(pg_catalog.=) ANY (p.proargnames))) THEN
+        DROP FUNCTION queue_settings(text);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION queue_settings(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, visibility_timeout interval, max_attempts integer, dead_letter_queue text,
+               history_retention interval, paused boolean, notify_window interval,
+               max_reservation interval, max_payload integer, result_retention interval)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT q.queue_name::text, q.visibility_timeout, q.max_attempts, q.dead_letter_queue::text,
+               q.history_retention, q.paused, coalesce(n.notify_window, interval '50 milliseconds'),
+               q.max_reservation, q.max_payload, q.result_retention
+          FROM pyqueue_queue q
+          LEFT JOIN pyqueue_notify n ON n.queue_name::text = q.queue_name::text
+         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
+         ORDER BY q.queue_name::text;
+END;
+$$;
+
+-- queue_set_max_reservation: the longest reservation timeout a caller may ask
+-- for in the queue (queue_reserve, queue_commit_reserve, queue_extend; above
+-- it they are refused with invalid_argument); NULL = the default, 12 hours.
+-- Must be above zero, at most 100 years and not below the queue's
+-- visibility_timeout. Reservations already made keep their end. Locks the
+-- queue row.
+CREATE OR REPLACE FUNCTION queue_set_max_reservation(in_queue text, in_max_reservation interval)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_new        interval := coalesce(in_max_reservation, interval '12 hours');
+    v_visibility interval;
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    PERFORM pyqueue__check_duration('max_reservation', in_max_reservation, true);
+    SELECT q.visibility_timeout INTO v_visibility FROM pyqueue_queue q WHERE q.queue_name::text = in_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
+    END IF;
+    IF v_new < v_visibility THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: max_reservation must not be below the queue''s visibility_timeout'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pyqueue_queue SET max_reservation = v_new WHERE queue_name::text = in_queue;
+END;
+$$;
+
+-- queue_set_max_payload: the largest payload, in bytes of its JSON text, that
+-- a producer may write into the queue (push, batch, replace, grouped,
+-- publish, move with a new payload, queue_ingest); NULL = the default,
+-- 1048576 (1 MiB); 1 to 268435456 (256 MiB). Messages already in the queue
+-- stay. Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_set_max_payload(in_queue text, in_max_payload integer)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__check_name('queue', in_queue, 128);
+    IF in_max_payload < 1 OR in_max_payload > 268435456 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: max_payload must be a whole number from 1 to 268435456'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pyqueue_queue SET max_payload = coalesce(in_max_payload, 1048576) WHERE queue_name::text = in_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
+    END IF;
+END;
+$$;
+
+-- queue_drop: deletes the queue and all its messages. Refuses while another
+-- queue names it as dead-letter queue. Locks the queue's messages first (key
+-- order), then the queue row: the order in which a commit, rollback or
+-- reserve that dead-letters takes them (message, then queue row), so that a
+-- drop racing them waits instead of deadlocking. Then it waits for every
+-- transaction writing into the queue (pyqueue__queue: the queue's advisory
+-- lock, taken here exclusively; or a key-share lock on the queue row, which
+-- deleting it waits for); the messages are deleted after that, by a
+-- statement that (READ COMMITTED) sees what those writers wrote. Inside a REPEATABLE READ or SERIALIZABLE transaction it cannot
+-- see messages pushed after its snapshot: they stay in the table, in no queue
+-- (no routine reaches them), until queue_create makes a queue of that name
+-- again and deletes them.
+CREATE OR REPLACE FUNCTION queue_drop(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_user text;
+    v_one  record;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    SELECT q.queue_name::text INTO v_user FROM pyqueue_queue q WHERE q.dead_letter_queue::text = in_queue LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: queue "%" is the dead_letter_queue of "%"', in_queue, v_user
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM 1 FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue
+     ORDER BY m.p_key, m.p_kind
+       FOR UPDATE;
+    -- waits for every transaction that is writing into the queue (the lock
+    -- pyqueue__queue shares at READ COMMITTED; deleting the row waits for
+    -- the row locks it takes otherwise)
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pyqueue-sql queue'), pg_catalog.hashtext(in_queue));
+    DELETE FROM pyqueue_queue WHERE queue_name::text = in_queue;
+    DELETE FROM pyqueue_message m WHERE m.queue_name::text = in_queue;
+    -- its messages' children elsewhere are cancelled, their rows as children go
+    FOR v_one IN SELECT DISTINCT d.p_key::text AS k, d.p_kind::text AS kd FROM pyqueue_dependency d
+                  WHERE d.queue_name::text = in_queue ORDER BY 1, 2 LOOP
+        PERFORM pyqueue__deps_left(in_queue, v_one.k, v_one.kd, false, 'was dropped with its queue');
+    END LOOP;
+END;
+$$;
+
+-- queue_pause: pop and reserve hand out nothing until queue_resume.
+-- Pushes, commits and rollbacks still work.
+-- Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_pause(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    UPDATE pyqueue_queue SET paused = true WHERE queue_name::text = in_queue;
+END;
+$$;
+
+-- queue_resume: undoes queue_pause. Locks the queue row.
+CREATE OR REPLACE FUNCTION queue_resume(in_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    UPDATE pyqueue_queue SET paused = false WHERE queue_name::text = in_queue;
+    PERFORM pyqueue__notify(in_queue);  -- wakeup: its ready messages may be reserved again
+END;
+$$;
+
+-- queue_stats: one row per queue (all queues when in_queue is NULL).
+-- ready: eligible now; delayed: scheduled later and not reserved; reserved:
+-- held by a reservation that has not expired; dead: messages that exhausted
+-- max_attempts in this queue so far; oldest_ready_age_s: how long the oldest
+-- ready message has been eligible (NULL when none). Reads without locks.
+CREATE OR REPLACE FUNCTION queue_stats(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, ready bigint, delayed bigint, reserved bigint, dead bigint,
+               oldest_ready_age_s double precision, paused boolean)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT q.queue_name::text,
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at <= v_now),
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NULL),
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NOT NULL),
+               q.dead_count,
+               extract(epoch FROM v_now - pg_catalog.min(m.scheduled_at) FILTER (WHERE m.scheduled_at <= v_now))::double precision,
+               q.paused
+          FROM pyqueue_queue q
+          LEFT JOIN pyqueue_message m ON m.queue_name::text = q.queue_name::text
+         WHERE in_queue IS NULL OR q.queue_name::text = in_queue
+         GROUP BY q.queue_name, q.dead_count, q.paused
+         ORDER BY q.queue_name;
+END;
+$$;

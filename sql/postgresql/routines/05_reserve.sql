@@ -1,0 +1,514 @@
+-- ==== reserve ====
+-- Take messages out: reserve them (at-least-once: each reservation shows a
+-- token that every later step must show) or pop them (at-most-once), and the
+-- walk over the ready rows behind both.
+
+-- pyqueue__check_kinds: raises unless a kinds filter is NULL (any kind) or
+-- a non-empty array of kinds of at most 128 characters without NULLs.
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_kinds(in_kinds text[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
+            USING ERRCODE = '22023';
+    END IF;
+    IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- pyqueue__check_reserve: the argument checks of queue_reserve and
+-- queue_commit_reserve (n, timeout, worker, kinds). Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_reserve(in_worker text, in_timeout interval, in_n integer, in_kinds text[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    PERFORM pyqueue__check_batch_size(in_n);
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_worker IS NOT NULL AND pg_catalog.length(in_worker) > 255 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: worker is longer than 255 characters' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pyqueue__check_kinds(in_kinds);
+END;
+$$;
+
+-- pyqueue__ready_from_lower: keeps the queue's ready_from a lower bound after
+-- a write of a message at in_at (in_now: the writer's clock, read after its
+-- transaction took its id). A proposed bound (pyqueue__ready_from_advance)
+-- is the proposer's clock minus a second and becomes the bound only once
+-- every transaction whose id is not above the proposer's has ended; a
+-- transaction with a higher id took it after that clock was read, so a
+-- message it writes at in_now, or up to half a second before, is above
+-- every bound that could miss it: nothing to do. An earlier in_at is
+-- recorded in pyqueue_ready_lower, visible with the message when the writer
+-- commits, until an advance that sees both folds it in. Locks nothing but
+-- the new row: never waits.
+CREATE OR REPLACE FUNCTION pyqueue__ready_from_lower(in_queue text, in_at timestamptz, in_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_at IS NOT NULL AND in_at < in_now - interval '0.5 seconds' THEN
+        INSERT INTO pyqueue_ready_lower (queue_name, lowered_to) VALUES (in_queue, in_at);
+    END IF;
+END;
+$$;
+
+-- pyqueue__ready_from_advance: moves the queue's ready_from up. Called by
+-- a reserve, pop or commit_reserve at READ COMMITTED whose transaction has
+-- no id yet, at most once a second per queue, and only when no other transaction is moving it (SKIP
+-- LOCKED: never waits); in_clock is the caller's clock, read before. The
+-- row lock gives this transaction its id, after in_clock: every transaction
+-- with a higher id takes it later, and reads the clock for what it writes
+-- after that (the writers take their id first), so it writes nothing below
+-- in_clock minus half a second unless it records a lowering.
+-- A step: once every transaction whose id is not above the pending
+-- proposal's (next_xid) has ended, (ready_from, ready_from_id) becomes the
+-- first live message by (scheduled_at, id) from the current start up to
+-- next_from, else (next_from, NULL) (one read of the due index from the
+-- start, past the dead entries of that interval: the walk the reserves no
+-- longer make), the pyqueue_ready_lower rows it sees folded in first (a
+-- lowering to or below ready_from drops the id from the start). Then it
+-- proposes in_clock minus a second with its own id, and
+-- notes the queue's top priority (where the reserve's walk starts). While
+-- the pending proposal cannot be made the bound yet (a transaction at or
+-- below its id is still open), the step only notes its time (the next try
+-- is a second on). Locks the queue's
+-- pyqueue_ready_from row until the caller's transaction ends (a reserve
+-- inside a longer transaction keeps it, and the others skip the step).
+CREATE OR REPLACE FUNCTION pyqueue__ready_from_advance(in_queue text, in_clock timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_row      pyqueue_ready_from;
+    v_lowered  timestamptz;
+    v_first    timestamptz;
+    v_first_id bigint;
+    v_top      integer;
+BEGIN
+    SELECT * INTO v_row FROM pyqueue_ready_from r
+     WHERE r.queue_name::text = in_queue AND r.moved_at < in_clock - interval '1 second'
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_row.next_xid IS NOT NULL THEN
+        IF pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) <= v_row.next_xid THEN
+            -- a transaction not above the proposal's id may still write
+            -- below it: the proposal waits, and the next try is a second on
+            UPDATE pyqueue_ready_from r SET moved_at = in_clock WHERE r.queue_name::text = in_queue;
+            RETURN;
+        END IF;
+        -- the lowerings first: the read below, a later snapshot, sees the
+        -- messages of every lowering this statement saw
+        WITH gone AS (
+            DELETE FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue RETURNING l.lowered_to
+        )
+        SELECT pg_catalog.min(g.lowered_to) INTO v_lowered FROM gone g;
+        IF v_lowered <= v_row.ready_from THEN
+            v_row.ready_from := v_lowered;
+            v_row.ready_from_id := NULL;
+        END IF;
+        -- ids are positive: (ready_from, 0) when any id may be at ready_from
+        SELECT m.scheduled_at, m.id INTO v_first, v_first_id
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue
+           AND m.scheduled_at < 'infinity'
+           AND (m.scheduled_at, m.id) >= (v_row.ready_from, coalesce(v_row.ready_from_id, 0))
+           AND m.scheduled_at < v_row.next_from
+         ORDER BY m.scheduled_at, m.id
+         LIMIT 1;
+        v_row.ready_from := coalesce(v_first, v_row.next_from);
+        v_row.ready_from_id := v_first_id;
+    END IF;
+    SELECT m.priority INTO v_top
+      FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
+     ORDER BY m.priority DESC LIMIT 1;
+    UPDATE pyqueue_ready_from r
+       SET ready_from   = v_row.ready_from,
+           ready_from_id = v_row.ready_from_id,
+           top_priority = coalesce(v_top, v_row.top_priority, 0),
+           next_from    = in_clock - interval '1 second',
+           next_xid     = pg_catalog.pg_current_xact_id(),
+           moved_at     = in_clock
+     WHERE r.queue_name::text = in_queue;
+END;
+$$;
+
+-- pyqueue__ready_tids: locks up to in_n ready messages of a queue (of one
+-- of in_kinds, NULL = any), highest priority first, FIFO within a priority,
+-- skipping rows other transactions hold (SKIP LOCKED); returns their ctids
+-- in that order (NULL when none). The ctids stay valid while the caller
+-- holds the locks (until its transaction ends), so the caller updates or
+-- deletes the rows by ctid, without a second search.
+-- Cost model: walks the priorities from the highest through
+-- pyqueue_message_ready_idx, one index probe per priority, each reading only
+-- the ready range of that priority (delayed and reserved rows lie past its
+-- end). A priority that yields no row (all its messages wait, or are locked)
+-- is an empty step; after 8 empty steps the rest is read through
+-- pyqueue_message_due_idx (pyqueue__due_tids): the ready rows of the lower
+-- priorities, sorted. So a reserve costs at most 8 empty probes plus one
+-- probe per priority it takes rows from, or, past that, the number of ready
+-- rows below the priorities walked: never the number of distinct priorities
+-- among waiting messages. Every range of the walk starts at the queue's
+-- bound, (ready_from, ready_from_id) of pyqueue_ready_from, not before the
+-- dead index entries that a held xmin horizon keeps (inside a run of
+-- messages that share one scheduled_at too; the read by time starts at the
+-- bound's time). Both ends of a range are row
+-- comparisons on (scheduled_at, id), which the index reads as its start and
+-- end: a plain scheduled_at <= now would let a plan made for a given now
+-- prove the due index's condition and read that index instead, filtering by
+-- priority. Queues with concurrency limits or rate limits go through
+-- pyqueue__limited_tids. Caller holds the locks until its transaction ends.
+-- o_tids: the ctids; o_at: the reservation time of the pass when it took a
+-- unit of a rate (pyqueue__limited_tids), else NULL: the caller then makes it
+-- the lease start of what it reserves.
+CREATE OR REPLACE FUNCTION pyqueue__ready_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[],
+                                               in_advance boolean DEFAULT false,
+                                               OUT o_tids tid[], OUT o_at timestamptz)
+LANGUAGE plpgsql
+SET enable_sort = off  -- every read here is in the ready index's order: never a sort (see the first)
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_priority integer;
+    v_left     integer := in_n;
+    v_tids     tid[];
+    v_step     tid[];
+    v_empty    integer := 0;
+    v_from     timestamptz;
+    v_from_id  bigint;
+    v_lowered  timestamptz;
+    v_moved    timestamptz;
+    v_limited  boolean;
+BEGIN
+    -- One read for where the walk starts: the queue's bound (ready_from,
+    -- ready_from_id; lowered by any pyqueue_ready_lower row), whether it has
+    -- concurrency limits or rate limits,
+    -- and its top priority: the one the last advance saw, or a higher one
+    -- when a message of it is there (that probe reads the end of the ready
+    -- index past the noted top and stops at once when there is none), or,
+    -- when none was noted, the top of the index (a read that walks back
+    -- over the entries of messages committed while reserved, which a held
+    -- xmin horizon keeps: what the noted top avoids). Without statistics the
+    -- planner costs a read of the queue by its key and a sort of it the same
+    -- as that probe: the function's setting rules the sort out.
+    SELECT rf.ready_from, rf.ready_from_id,
+           (SELECT pg_catalog.min(l.lowered_to) FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue),
+           coalesce((SELECT m.priority FROM pyqueue_message m
+                      WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
+                        AND m.priority > coalesce(rf.top_priority, -2147483649::bigint)
+                      ORDER BY m.priority DESC LIMIT 1), rf.top_priority),
+           rf.moved_at,
+           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name::text = in_queue)
+           OR EXISTS (SELECT 1 FROM pyqueue_rate r WHERE r.queue_name::text = in_queue)
+      INTO v_from, v_from_id, v_lowered, v_priority, v_moved, v_limited
+      FROM (SELECT) AS one  -- one row, with or without the queue's pyqueue_ready_from row
+      LEFT JOIN pyqueue_ready_from rf ON rf.queue_name::text = in_queue;
+    IF in_advance AND v_moved < in_now - interval '1 second'
+       AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL
+       AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        -- in_now was read before this transaction had an id: the advance's
+        -- proposal may take it as its clock
+        PERFORM pyqueue__ready_from_advance(in_queue, in_now);
+        SELECT rf.ready_from, rf.ready_from_id,
+               (SELECT pg_catalog.min(l.lowered_to) FROM pyqueue_ready_lower l WHERE l.queue_name::text = in_queue),
+               rf.top_priority
+          INTO v_from, v_from_id, v_lowered, v_priority
+          FROM pyqueue_ready_from rf WHERE rf.queue_name::text = in_queue;
+    END IF;
+    IF v_from IS NULL THEN  -- no bound row: from the start
+        v_from := '-infinity';
+        v_from_id := NULL;
+    ELSIF v_lowered <= v_from THEN  -- a lowering at or below the bound: any id from there
+        v_from := v_lowered;
+        v_from_id := NULL;
+    END IF;
+    v_from_id := coalesce(v_from_id, 0);  -- ids are positive
+    IF v_priority IS NULL THEN
+        SELECT m.priority INTO v_priority
+          FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
+         ORDER BY m.priority DESC LIMIT 1;
+    END IF;
+    IF v_limited THEN  -- limits or rates
+        SELECT lt.o_tids, lt.o_at INTO o_tids, o_at
+          FROM pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds, v_from, v_from_id, v_priority) lt;
+        RETURN;
+    END IF;
+    WHILE v_priority IS NOT NULL LOOP
+        IF v_empty >= 8 THEN
+            o_tids := v_tids || pyqueue__due_tids(in_queue, in_now, v_left, in_kinds, v_priority, v_from, v_from_id);
+            RETURN;
+        END IF;
+        SELECT pg_catalog.array_agg(r.tid) INTO v_step
+          FROM (SELECT m.ctid AS tid
+                  FROM pyqueue_message m
+                 WHERE m.queue_name::text = in_queue
+                   AND m.priority = v_priority
+                   AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (v_from, v_from_id)
+                   AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
+                   AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT v_left
+                   FOR UPDATE SKIP LOCKED) AS r;
+        IF v_step IS NULL THEN
+            v_empty := v_empty + 1;
+        ELSE
+            v_tids := v_tids || v_step;
+            v_left := v_left - pg_catalog.cardinality(v_step);
+            EXIT WHEN v_left <= 0;
+        END IF;
+        SELECT m.priority INTO v_priority
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.priority < v_priority AND m.scheduled_at > '-infinity'
+         ORDER BY m.priority DESC LIMIT 1;
+    END LOOP;
+    o_tids := v_tids;
+END;
+$$;
+
+-- pyqueue__due_tids: pyqueue__ready_tids past its empty steps: locks up to
+-- in_n ready messages of priority in_priority or lower (those above were
+-- walked already), in reserve order, reading the ready rows through
+-- pyqueue_message_due_idx (queue_name, scheduled_at, id) and sorting them: its
+-- cost is the number of ready rows, whatever the waiting ones. The
+-- settings make that plan independent of the table statistics (stale ones
+-- would pick a scan of the whole queue); the priority bound is written as a
+-- bigint comparison so that it cannot be an index condition of
+-- pyqueue_message_ready_idx (that index scan would read the waiting rows).
+CREATE OR REPLACE FUNCTION pyqueue__due_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[],
+                                             in_priority integer, in_from timestamptz, in_from_id bigint)
+RETURNS tid[]
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_incremental_sort = off
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+BEGIN
+    RETURN (SELECT pg_catalog.array_agg(r.tid)
+              FROM (SELECT m.ctid AS tid
+                      FROM pyqueue_message m
+                     WHERE m.queue_name::text = in_queue
+                       AND m.scheduled_at < 'infinity' AND (m.scheduled_at, m.id) >= (in_from, in_from_id)
+                       AND m.scheduled_at <= in_now
+                       AND m.priority::bigint <= in_priority::bigint
+                       AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                     ORDER BY m.priority DESC, m.scheduled_at, m.id
+                     LIMIT in_n
+                       FOR UPDATE SKIP LOCKED) AS r);
+END;
+$$;
+
+-- pyqueue__reserve: queue_reserve's work once its arguments are checked
+-- (queue_reserve and queue_commit_reserve): reserves up to in_n ready
+-- messages of in_queue for in_timeout (NULL = the queue's
+-- visibility_timeout; refused above the queue's max_reservation). One
+-- locking read (pyqueue__ready_tids) and one
+-- UPDATE of the locked rows by ctid; a locked row that already had
+-- max_attempts deliveries (its last reservation expired) is dead-lettered
+-- instead, and the read runs again for the places it leaves. Rows in
+-- reserve order; nothing when the queue is paused. Locks: the reserved
+-- rows (SKIP LOCKED: never waits for another reserver).
+CREATE OR REPLACE FUNCTION pyqueue__reserve(in_queue pyqueue_queue, in_worker text, in_timeout interval,
+                                            in_n integer, in_kinds text[])
+RETURNS TABLE (c_key varchar, c_kind varchar, c_payload jsonb, c_token uuid, c_priority integer,
+               c_attempts integer, c_created_at timestamptz, c_scheduled_at_initially timestamptz,
+               c_headers jsonb)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_until timestamptz;
+    v_left  integer := coalesce(in_n, 1);
+    v_tids  tid[];
+    v_at    timestamptz;
+    v_got   integer;
+    v_dead  record;
+    v_first boolean := true;
+BEGIN
+    IF in_timeout > in_queue.max_reservation THEN
+        PERFORM pyqueue__refuse_reservation(in_queue.max_reservation);
+    END IF;
+    IF in_queue.paused THEN
+        RETURN;
+    END IF;
+    LOOP
+        SELECT rt.o_tids, rt.o_at INTO v_tids, v_at
+          FROM pyqueue__ready_tids(in_queue.queue_name::text, v_now, v_left, in_kinds, v_first) rt;
+        v_first := false;
+        EXIT WHEN v_tids IS NULL;
+        -- The clock for what this writes, read now that the row locks gave
+        -- the transaction its id (see pyqueue__ready_from_advance); on a
+        -- pass that took a unit of a rate, the time the units were taken at
+        -- (also read after the first row lock), so that the lease starts
+        -- exactly at the time the rate counted.
+        v_until := coalesce(v_at, pg_catalog.clock_timestamp()) + coalesce(in_timeout, in_queue.visibility_timeout);
+        RETURN QUERY
+            WITH taken AS (
+                UPDATE pyqueue_message m
+                   SET scheduled_at  = v_until,
+                       attempts      = m.attempts + 1,
+                       reserved_by   = in_worker,
+                       reserve_token = pg_catalog.gen_random_uuid()
+                  FROM pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
+                 WHERE m.ctid = c.tid AND m.attempts < in_queue.max_attempts
+                RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
+                          m.attempts, m.created_at, m.scheduled_at_initially, m.headers
+            )
+            SELECT t.p_key, t.p_kind, t.payload, t.reserve_token, t.priority, t.attempts,
+                   t.created_at, t.scheduled_at_initially, t.headers
+              FROM taken t ORDER BY t.ord;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        EXIT WHEN v_got = pg_catalog.cardinality(v_tids);
+        -- The rows left at their ctids are the ones at max_attempts (the
+        -- updated ones moved): dead-letter them, then fill their places.
+        FOR v_dead IN SELECT m.p_key, m.p_kind FROM pyqueue_message m
+                       WHERE m.ctid = ANY (v_tids) ORDER BY m.priority DESC, m.scheduled_at, m.id LOOP
+            PERFORM pyqueue__dead_letter(in_queue, v_dead.p_key::text, v_dead.p_kind::text,
+                                         pg_catalog.clock_timestamp());
+        END LOOP;
+        v_left := v_left - v_got;
+    END LOOP;
+END;
+$$;
+
+-- queue_pop: removes and returns up to in_n ready messages (at-most-once).
+-- Locks the chosen rows with SKIP LOCKED (pyqueue__ready_tids: its cost
+-- model is the reserve's) and deletes them by ctid in one statement;
+-- nothing when the queue is paused. A popped group head hands its place to
+-- the next message of its group (then the group's row is locked too). On a
+-- queue that keeps results, each popped message's outcome is 'succeeded'.
+-- Rows: p_key, p_kind, payload, priority, attempts, created_at, headers.
+CREATE OR REPLACE FUNCTION queue_pop(in_queue text, in_n integer DEFAULT 1)
+RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
+               attempts integer, created_at timestamptz, headers jsonb)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue  pyqueue_queue := pyqueue__queue(in_queue);
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_tids   tid[];
+    v_groups text[];
+    v_keys   text[];
+    v_kinds  text[];
+    v_dkeys  text[];
+    v_dkinds text[];
+BEGIN
+    PERFORM pyqueue__check_batch_size(in_n);
+    IF v_queue.paused THEN
+        RETURN;
+    END IF;
+    -- Locked first, in a statement of its own: the DELETE then finds exactly
+    -- the row versions that were locked.
+    SELECT rt.o_tids INTO v_tids FROM pyqueue__ready_tids(in_queue, v_now, coalesce(in_n, 1), NULL, true) rt;
+    IF EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
+        -- the groups whose heads are popped: each hands its place on below
+        SELECT pg_catalog.array_agg(m.group_key::text) INTO v_groups
+          FROM pyqueue_message m WHERE m.ctid = ANY (v_tids) AND m.group_key IS NOT NULL;
+    END IF;
+    IF v_queue.result_retention IS NOT NULL THEN
+        -- the messages whose results are recorded below: each is announced on the result channel
+        SELECT pg_catalog.array_agg(m.p_key::text), pg_catalog.array_agg(m.p_kind::text) INTO v_keys, v_kinds
+          FROM pyqueue_message m WHERE m.ctid = ANY (v_tids);
+    END IF;
+    IF v_queue.result_retention IS NOT NULL THEN
+        -- the popped messages that have parents or children (dependencies live in queues that keep
+        -- results; one probe each; the rows are locked already, so a queue_push_after naming one
+        -- has committed or waits for this transaction)
+        SELECT pg_catalog.array_agg(m.p_key::text), pg_catalog.array_agg(m.p_kind::text) INTO v_dkeys, v_dkinds
+          FROM pyqueue_message m
+         WHERE m.ctid = ANY (v_tids)
+           AND EXISTS (SELECT 1 FROM pyqueue_dependency d
+                        WHERE d.queue_name::text = in_queue AND d.p_key::text = m.p_key::text
+                          AND d.p_kind::text = m.p_kind::text);
+    END IF;
+    RETURN QUERY
+        WITH gone AS (
+            DELETE FROM pyqueue_message m
+             USING pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
+             WHERE m.ctid = c.tid
+            RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at,
+                      m.reserved_by, m.last_error, m.progress, m.headers
+        ), archived AS (
+            INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                         created_at, processed_at, outcome, reserved_by, last_error, headers)
+            SELECT in_queue, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
+                   v_now, 'popped', g.reserved_by, g.last_error, g.headers
+              FROM gone g WHERE v_queue.history_retention IS NOT NULL
+        ), recorded AS (  -- as pyqueue__record_result, for the whole set
+            INSERT INTO pyqueue_result AS r (queue_name, p_key, p_kind, state, result, last_error, attempts,
+                                             progress, finished_at)
+            SELECT in_queue, g.p_key, g.p_kind, 'succeeded', NULL, g.last_error, g.attempts, g.progress, v_now
+              FROM gone g WHERE v_queue.result_retention IS NOT NULL
+            ON CONFLICT ON CONSTRAINT pyqueue_result_pkey DO UPDATE
+               SET state = EXCLUDED.state, result = EXCLUDED.result, last_error = EXCLUDED.last_error,
+                   attempts = EXCLUDED.attempts, progress = EXCLUDED.progress, finished_at = EXCLUDED.finished_at
+        )
+        SELECT g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at, g.headers
+          FROM gone g ORDER BY g.ord;
+    IF v_keys IS NOT NULL THEN
+        PERFORM pyqueue__result_notify(in_queue, u.k, u.kd, 'succeeded')
+           FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_kinds)) AS u (k, kd);
+    END IF;
+    IF v_groups IS NOT NULL THEN
+        PERFORM pyqueue__groups_settle(in_queue, v_groups, pg_catalog.clock_timestamp());
+    END IF;
+    IF v_dkeys IS NOT NULL THEN  -- popped: succeeded, for the messages that wait for them
+        PERFORM pyqueue__deps_left(in_queue, u.k, u.kd, true, NULL)
+           FROM ROWS FROM (pg_catalog.unnest(v_dkeys), pg_catalog.unnest(v_dkinds)) AS u (k, kd);
+    END IF;
+END;
+$$;
+
+-- queue_reserve: hands out up to in_n ready messages, each invisible to others
+-- until in_timeout (NULL = the queue's visibility_timeout; refused above its
+-- max_reservation) passes, with a fresh token per message. Rows come highest priority first, FIFO within one.
+-- A message whose expired reservation was its last allowed delivery is
+-- dead-lettered instead of delivered again. Locks with SKIP LOCKED: concurrent
+-- reservers never wait on each other and never share a message.
+-- One locking read and one UPDATE by ctid (pyqueue__reserve); the cost
+-- does not grow with the number of waiting (delayed or reserved) messages
+-- nor with their distinct priorities (see pyqueue__ready_tids).
+-- Rows: p_key, p_kind, payload, token, priority, attempts, created_at,
+-- scheduled_at_initially, headers (NULL: none).
+CREATE OR REPLACE FUNCTION queue_reserve(
+    in_queue   text,
+    in_worker  text     DEFAULT NULL,
+    in_timeout interval DEFAULT NULL,
+    in_n       integer  DEFAULT 1,
+    in_kinds   text[]   DEFAULT NULL)
+RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, token uuid, priority integer,
+               attempts integer, created_at timestamptz, scheduled_at_initially timestamptz,
+               headers jsonb)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_queue pyqueue_queue;
+BEGIN
+    -- plainly valid arguments (see queue_push): one expression and one read, no nested checks
+    IF NOT pyqueue__bad_name(in_queue, 128) AND in_kinds IS NULL
+       AND (in_worker IS NULL OR pg_catalog.length(in_worker) <= 255) AND (in_n IS NULL OR in_n >= 1)
+       AND (in_timeout IS NULL
+            OR (in_timeout > interval '0' AND extract(epoch FROM in_timeout) <= 3155760000::numeric
+                AND NOT pyqueue__negative_part(in_timeout))) THEN
+        SELECT * INTO v_queue FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
+    END IF;
+    IF v_queue.queue_name IS NULL THEN  -- the general checks, in their order (an unknown queue raises here)
+        v_queue := pyqueue__queue(in_queue);
+        PERFORM pyqueue__check_reserve(in_worker, in_timeout, in_n, in_kinds);
+    END IF;
+    RETURN QUERY SELECT * FROM pyqueue__reserve(v_queue, in_worker, in_timeout, in_n, in_kinds);
+END;
+$$;

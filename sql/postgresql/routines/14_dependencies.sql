@@ -1,0 +1,287 @@
+-- ==== dependencies ====
+-- A message that waits for others: pushed with its parents, ready once every
+-- parent has succeeded, in the transaction of the commit that ends the last;
+-- cancelled when a parent fails or is cancelled.
+
+-- pyqueue__deps_left: what a message's leaving its queue does to the
+-- messages that wait for it. (in_queue, in_key, in_kind) has just been
+-- deleted by the caller, in this transaction, after which it called this
+-- from a new statement (so that a queue_push_after that named it as a
+-- parent and committed while the caller waited for the row is seen). With
+-- in_ok (it succeeded: committed, popped, moved on) each waiting child's
+-- count of parents left goes down, and a child whose count reaches 0 is
+-- ready now, in this transaction (a wakeup sent). Otherwise (failed:
+-- dead-lettered or dropped; cancelled; removed) each waiting child is
+-- cancelled as queue_cancel would (removed, history outcome and result
+-- 'cancelled', last_error 'parent (queue q, p_key k, p_kind t) <in_why>'), and the
+-- children waiting for it after it, transitively (a work list, no
+-- recursion). The message's own rows as a child go too. Each message costs
+-- one read of pyqueue_dependency by its key (the one index), which finds
+-- nothing for a message without parents or children. Locks: the rows it
+-- deletes and updates there, each child's count row (the parents of one
+-- child that end at once take turns on it, so exactly one of them sees 0),
+-- then the child's message row; children in (queue, key, kind) order.
+CREATE OR REPLACE FUNCTION pyqueue__deps_left(in_queue text, in_key text, in_kind text, in_ok boolean,
+                                              in_why text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_qs   text[] := ARRAY[in_queue];
+    v_ks   text[] := ARRAY[in_key];
+    v_ts   text[] := ARRAY[in_kind];
+    v_ws   text[] := ARRAY[in_why];
+    v_i    integer := 1;
+    v_edge record;
+    v_any  boolean;
+    v_left integer;
+    v_msg  pyqueue_message;
+    v_dest pyqueue_queue;
+    v_now  timestamptz;
+BEGIN
+    WHILE v_i <= pg_catalog.cardinality(v_qs) LOOP
+        v_any := false;
+        FOR v_edge IN SELECT d.role, d.other_queue::text AS q, d.other_key::text AS k, d.other_kind::text AS t,
+                             d.msg_id
+                        FROM pyqueue_dependency d
+                       WHERE d.queue_name::text = v_qs[v_i] AND d.p_key::text = v_ks[v_i]
+                         AND d.p_kind::text = v_ts[v_i]
+                       ORDER BY d.role, d.other_queue, d.other_key, d.other_kind LOOP
+            v_any := true;
+            CONTINUE WHEN v_edge.role <> 'c';
+            IF v_i = 1 AND in_ok THEN
+                UPDATE pyqueue_dependency w SET n = w.n - 1
+                 WHERE w.queue_name::text = v_edge.q AND w.p_key::text = v_edge.k AND w.p_kind::text = v_edge.t
+                   AND w.role = 'w' AND w.msg_id = v_edge.msg_id
+                RETURNING w.n INTO v_left;
+                IF FOUND AND v_left <= 0 THEN
+                    DELETE FROM pyqueue_dependency w
+                     WHERE w.queue_name::text = v_edge.q AND w.p_key::text = v_edge.k AND w.p_kind::text = v_edge.t
+                       AND w.role = 'w';
+                    v_now := pg_catalog.clock_timestamp();
+                    UPDATE pyqueue_message m SET scheduled_at = v_now, scheduled_at_initially = v_now
+                     WHERE m.queue_name::text = v_edge.q AND m.p_key::text = v_edge.k AND m.p_kind::text = v_edge.t
+                       AND m.id = v_edge.msg_id AND m.scheduled_at = pyqueue__blocked_at();
+                    IF FOUND THEN
+                        PERFORM pyqueue__notify(v_edge.q);
+                    END IF;
+                END IF;
+            ELSE
+                DELETE FROM pyqueue_message m
+                 WHERE m.queue_name::text = v_edge.q AND m.p_key::text = v_edge.k AND m.p_kind::text = v_edge.t
+                   AND m.id = v_edge.msg_id AND m.scheduled_at = pyqueue__blocked_at()
+                RETURNING * INTO v_msg;
+                IF FOUND THEN
+                    v_msg.last_error := pg_catalog.left(pg_catalog.format('parent (queue %s, p_key %s, p_kind %s) %s', v_qs[v_i], v_ks[v_i],
+                                                                          v_ts[v_i], v_ws[v_i]), 2000);
+                    v_dest := pyqueue__queue(v_edge.q);
+                    v_now := pg_catalog.clock_timestamp();
+                    PERFORM pyqueue__archive(v_dest, v_msg, 'cancelled', NULL, v_now);
+                    PERFORM pyqueue__record_result(v_dest, v_msg, 'cancelled', NULL, v_now);
+                    v_qs := v_qs || v_edge.q;
+                    v_ks := v_ks || v_edge.k;
+                    v_ts := v_ts || v_edge.t;
+                    v_ws := v_ws || 'was cancelled'::text;
+                END IF;
+            END IF;
+        END LOOP;
+        IF v_any THEN
+            DELETE FROM pyqueue_dependency d
+             WHERE d.queue_name::text = v_qs[v_i] AND d.p_key::text = v_ks[v_i] AND d.p_kind::text = v_ts[v_i];
+        END IF;
+        v_i := v_i + 1;
+    END LOOP;
+END;
+$$;
+
+-- queue_push_after: queue_push of a message that waits for its parents,
+-- in_parents a JSON array of 1 to 1000 objects {"queue", "p_key", "p_kind"}
+-- (parents may be in other queues; none may be the message itself or a
+-- schedule's occurrence). Answers as queue_push: false, and nothing changes,
+-- when a live message has the key and kind (dedup). A parent is known when
+-- its queue keeps results (queue_set_result_retention) and it is live there
+-- (it is waited for) or its result there is 'succeeded' (it counts as
+-- done); a parent whose result is 'failed' or 'cancelled', or with neither a
+-- live message nor a result, is refused (invalid_argument naming it), and
+-- nothing is pushed. The message is 'waiting' (queue_result) while a parent
+-- has not succeeded: blocked as a FIFO group's waiting member is (a
+-- scheduled_at past every ready range: no reserve visits it), with no group.
+-- The commit (queue_commit, queue_commit_batch, queue_commit_result, its
+-- batch, queue_commit_reserve, queue_pop, queue_move) that ends the last
+-- parent makes it ready, in that transaction (pyqueue__deps_left); a parent
+-- dead-lettered, dropped, cancelled or removed cancels it, transitively.
+-- Ready at once when every parent had already succeeded. Priority 0.
+-- Locks: the queue's shared lock (pyqueue__queue), the new row's unique-index
+-- entry, then each live parent's row (FOR KEY SHARE, in the order given, so
+-- that a parent's commit either waits for this push or is seen by it as
+-- finished), until the transaction ends.
+CREATE OR REPLACE FUNCTION queue_push_after(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                            in_parents jsonb)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_queue  pyqueue_queue := pyqueue__queue(in_queue, true);
+    v_bytes  integer;
+    v_n      integer;
+    v_i      integer;
+    v_p      jsonb;
+    v_pq     text;
+    v_pk     text;
+    v_pt     text;
+    v_pqueue pyqueue_queue;
+    v_state  text;
+    v_id     bigint;
+    v_left   integer := 0;
+BEGIN
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF pyqueue__occurrence_key(in_key) THEN
+        PERFORM pyqueue__refuse_occurrence_key();
+    END IF;
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    v_bytes := pg_catalog.octet_length(in_payload::text);
+    IF v_bytes > v_queue.max_payload THEN
+        PERFORM pyqueue__refuse_payload(v_bytes, v_queue.max_payload);
+    END IF;
+    IF in_parents IS NULL OR pg_catalog.jsonb_typeof(in_parents) <> 'array' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: parents must be a JSON array of {"queue", "p_key", "p_kind"} objects'
+            USING ERRCODE = '22023';
+    END IF;
+    -- its queue's row share-locked until the transaction ends, as each parent's queue's below: a
+    -- queue_set_result_retention(NULL) waits for this push, then sees its rows and refuses
+    PERFORM 1 FROM pyqueue_queue q WHERE q.queue_name::text = in_queue AND q.result_retention IS NOT NULL FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: the queue keeps no results: a message with parents needs them (queue_set_result_retention)'
+            USING ERRCODE = '22023';
+    END IF;
+    v_n := pg_catalog.jsonb_array_length(in_parents);
+    IF v_n < 1 OR v_n > 1000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: parents must name 1 to 1000 messages, not %', v_n
+            USING ERRCODE = '22023';
+    END IF;
+    FOR v_i IN 1 .. v_n LOOP  -- every element checked before anything is written
+        v_p := in_parents -> (v_i - 1);
+        IF pg_catalog.jsonb_typeof(v_p) <> 'object'
+           OR pg_catalog.jsonb_typeof(v_p -> 'queue') IS DISTINCT FROM 'string'
+           OR pg_catalog.jsonb_typeof(v_p -> 'p_key') IS DISTINCT FROM 'string'
+           OR pg_catalog.jsonb_typeof(v_p -> 'p_kind') IS DISTINCT FROM 'string' THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: parents[%] must be an object with the strings queue, p_key and p_kind', v_i
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM pyqueue__check_name(pg_catalog.format('parents[%s].queue', v_i), v_p ->> 'queue', 128);
+        PERFORM pyqueue__check_name(pg_catalog.format('parents[%s].p_key', v_i), v_p ->> 'p_key', 255);
+        PERFORM pyqueue__check_name(pg_catalog.format('parents[%s].p_kind', v_i), v_p ->> 'p_kind', 128);
+        IF v_p ->> 'queue' = in_queue AND v_p ->> 'p_key' = in_key AND v_p ->> 'p_kind' = in_kind THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: parents[%] is the message itself', v_i USING ERRCODE = '22023';
+        END IF;
+        IF pyqueue__occurrence_key(v_p ->> 'p_key') THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: parents[%] is a schedule''s occurrence', v_i USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+    INSERT INTO pyqueue_message AS m
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at)
+    VALUES (in_queue, in_key, in_kind, in_payload, 0, pyqueue__blocked_at(), v_now, v_now)
+    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
+    RETURNING m.id INTO v_id;
+    IF NOT FOUND THEN
+        RETURN false;  -- dedup
+    END IF;
+    -- rows an earlier message of this key left behind (one removed by a path that keeps no dependencies)
+    DELETE FROM pyqueue_dependency d
+     WHERE d.queue_name::text = in_queue AND d.p_key::text = in_key AND d.p_kind::text = in_kind;
+    FOR v_i IN 1 .. v_n LOOP
+        v_p := in_parents -> (v_i - 1);
+        v_pq := v_p ->> 'queue';
+        v_pk := v_p ->> 'p_key';
+        v_pt := v_p ->> 'p_kind';
+        v_pqueue := pyqueue__queue(v_pq);  -- (unknown_queue)
+        SELECT * INTO v_pqueue FROM pyqueue_queue q WHERE q.queue_name::text = v_pq FOR SHARE;
+        IF v_pqueue.result_retention IS NULL THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: parents[%]: its queue keeps no results, so it cannot be a parent', v_i
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM 1 FROM pyqueue_message m
+         WHERE m.queue_name::text = v_pq AND m.p_key::text = v_pk AND m.p_kind::text = v_pt
+           FOR KEY SHARE;
+        IF FOUND THEN
+            INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, other_queue, other_key,
+                                            other_kind, msg_id)
+            VALUES (v_pq, v_pk, v_pt, 'c', v_i, in_queue, in_key, in_kind, v_id);
+            v_left := v_left + 1;
+        ELSE
+            SELECT r.state INTO v_state FROM pyqueue_result r
+             WHERE r.queue_name::text = v_pq AND r.p_key::text = v_pk AND r.p_kind::text = v_pt;
+            IF v_state IS DISTINCT FROM 'succeeded' THEN
+                RAISE EXCEPTION 'pyqueue:invalid_argument: parents[%] %', v_i,
+                    CASE WHEN v_state IS NULL THEN 'is unknown: neither live nor a result there'
+                         ELSE 'has ' || v_state || ': the message could never run' END
+                    USING ERRCODE = '22023';
+            END IF;
+        END IF;
+        INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, other_queue, other_key, other_kind)
+        VALUES (in_queue, in_key, in_kind, 'p', v_i, v_pq, v_pk, v_pt);
+    END LOOP;
+    IF v_left > 0 THEN
+        INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, msg_id)
+        VALUES (in_queue, in_key, in_kind, 'w', v_left, v_id);
+    ELSE  -- every parent has succeeded already: ready now
+        v_now := pg_catalog.clock_timestamp();
+        UPDATE pyqueue_message m SET scheduled_at = v_now, scheduled_at_initially = v_now
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
+        PERFORM pyqueue__notify(in_queue);
+    END IF;
+    RETURN true;
+END;
+$$;
+
+-- queue_parent_results: the parents of the message (in_key, in_kind) of
+-- in_queue (pushed with queue_push_after, live: waiting, ready or held), one
+-- row each in the order they were given: ordinal (1, 2, ...), the parent's
+-- queue, key and kind, its state as queue_result reads it ('succeeded' with
+-- its stored result, 'failed', 'cancelled', or while live 'ready',
+-- 'delayed', 'reserved', 'waiting', 'blocked'; 'unknown' when neither, e.g.
+-- a parent moved on, whose queue records no result for the move, or whose
+-- result was purged), and result (NULL but for 'succeeded'). No rows for a
+-- message without parents or not live. For the consumer that holds the
+-- child (a fan-in reads its inputs). Reads without locks, in one snapshot.
+CREATE OR REPLACE FUNCTION queue_parent_results(in_queue text, in_key text, in_kind text)
+RETURNS TABLE (ordinal integer, queue text, p_key text, p_kind text, state text, result jsonb)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    RETURN QUERY
+        SELECT d.n, d.other_queue::text, d.other_key::text, d.other_kind::text,
+               coalesce(CASE WHEN m.scheduled_at = pyqueue__blocked_at() AND m.group_key IS NULL THEN 'waiting'
+                             WHEN m.scheduled_at = pyqueue__blocked_at() THEN 'blocked'
+                             WHEN m.scheduled_at <= v_now THEN 'ready'
+                             WHEN m.reserve_token IS NOT NULL THEN 'reserved'
+                             WHEN m.p_key IS NOT NULL THEN 'delayed' END,
+                        r.state::text, 'unknown'),
+               CASE WHEN m.p_key IS NULL THEN r.result END
+          FROM pyqueue_dependency d
+          LEFT JOIN pyqueue_message m
+            ON m.queue_name::text = d.other_queue::text AND m.p_key::text = d.other_key::text
+           AND m.p_kind::text = d.other_kind::text
+          LEFT JOIN pyqueue_result r
+            ON r.queue_name::text = d.other_queue::text AND r.p_key::text = d.other_key::text
+           AND r.p_kind::text = d.other_kind::text
+         WHERE d.queue_name::text = in_queue AND d.p_key::text = in_key AND d.p_kind::text = in_kind
+           AND d.role = 'p'
+           AND EXISTS (SELECT 1 FROM pyqueue_message c
+                        WHERE c.queue_name::text = in_queue AND c.p_key::text = in_key AND c.p_kind::text = in_kind)
+         ORDER BY d.n;
+END;
+$$;
