@@ -17,6 +17,7 @@ import pytest
 import pyqueue_sql
 from pyqueue_sql import migrate
 
+from . import plainsql
 from .servers import find_server, server_for
 
 DIALECTS = ("postgresql", "mysql")
@@ -337,20 +338,31 @@ def queue(make_queue):
 @pytest.fixture
 def raw(db):
     """Runs plain SQL on the test connection, as a psql or mysql client would."""
+    return lambda sql, params=None: plainsql.run(db.connection, sql, params)
 
-    def run(sql: str, params=None):
-        cur = db.connection.cursor()
-        try:
-            cur.execute(sql, params)
-            rows = cur.fetchall() if cur.description else []
-            if db.dialect.name == "mysql":
-                while cur.nextset():
-                    pass
-            return rows
-        finally:
-            cur.close()
 
-    return run
+@pytest.fixture
+def sql(raw, dialect):
+    """The routines in plain SQL on the test connection: ``sql("queue_push", ...)`` runs ``SELECT *
+    FROM queue_push(...)`` or ``CALL queue_push(...)`` (tests/plainsql.py)."""
+    return plainsql.Sql(raw, dialect)
+
+
+@pytest.fixture
+def sql_session(dsn):
+    """Opens sessions of their own (autocommit connections, closed after the test) that call the
+    routines in plain SQL (tests/plainsql.py's Session)."""
+    opened: list[plainsql.Session] = []
+
+    def open_one() -> plainsql.Session:
+        session = plainsql.Session(dsn)
+        opened.append(session)
+        return session
+
+    yield open_one
+    for session in opened:
+        with contextlib.suppress(Exception):
+            session.close()
 
 
 # ---- Spark ----

@@ -236,7 +236,7 @@ def mysql_sql(dsn):
 
     conn = pymysql.connect(**mysql_connect_args(dsn))
 
-    from tests.contract.mysql_plain import call
+    from tests.plainsql import call
 
     yield lambda statement, *args: call(conn, statement, *args)
     conn.close()

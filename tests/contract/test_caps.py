@@ -18,11 +18,6 @@ H = dt.timedelta(hours=1)
 OCCURRENCE = "report@2030-01-01T00:00:00Z"
 
 
-def call(dialect, routine, n):
-    marks = ", ".join(["%s"] * n)
-    return f"SELECT {routine}({marks})" if dialect == "postgresql" else f"CALL {routine}({marks})"
-
-
 # -- max_reservation ------------------------------------------------------------------
 
 
@@ -137,7 +132,7 @@ def test_a_move_with_a_new_payload_is_held_to_the_target_queues_max_payload(make
     assert source.move(r, target, payload=text_of(20))
 
 
-def test_set_max_payload_bounds_and_reset(queue, raw, dialect):
+def test_set_max_payload_bounds_and_reset(queue, sql):
     for bad in (0, -1, 268435457, 10**12):
         with pytest.raises(
             InvalidArgumentError, match="max_payload must be a whole number from 1 to 268435456"
@@ -145,7 +140,7 @@ def test_set_max_payload_bounds_and_reset(queue, raw, dialect):
             queue.set_max_payload(bad)
     for bad in (0, 268435457):  # the routine's own check, for a plain SQL client
         with pytest.raises(Exception, match="max_payload"):
-            raw(call(dialect, "queue_set_max_payload", 2), (queue.name, bad))
+            sql("queue_set_max_payload", queue.name, bad)
     queue.set_max_payload(268435456)
     queue.set_max_payload(None)
     assert queue.settings().max_payload == 1048576

@@ -14,70 +14,18 @@ import uuid
 
 import pytest
 
-from pyqueue_sql import dialects
+from tests.plainsql import Session
 
 
-class Sql:
-    """Plain SQL on one autocommit connection of its own, as psql or mysql would run it."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dialect = dialects.for_dsn(dsn).name
-        self.conn = dialects.for_dsn(dsn).connect(dsn)
-
-    def rows(self, sql: str, params=()) -> list[tuple]:
-        cur = self.conn.cursor()
-        try:
-            cur.execute(sql, params)
-            rows = [tuple(r) for r in cur.fetchall()] if cur.description else []
-            if self.dialect == "mysql":
-                while cur.nextset():
-                    pass
-            return rows
-        finally:
-            cur.close()
-
-    def call(self, routine: str, *args) -> list[tuple]:
-        marks = ", ".join(["%s"] * len(args))
-        if self.dialect == "postgresql":
-            return self.rows(f"SELECT * FROM {routine}({marks})", args)
-        return self.rows(f"CALL {routine}({marks})", args)
-
-    def one(self, routine: str, *args):
-        return self.call(routine, *args)[0][0]
-
-    def begin(self) -> None:
-        self.rows("BEGIN" if self.dialect == "postgresql" else "START TRANSACTION")
-
-    def commit(self) -> None:
-        self.rows("COMMIT")
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-@pytest.fixture
-def sql(dsn):
-    opened: list[Sql] = []
-
-    def open_one() -> Sql:
-        s = Sql(dsn)
-        opened.append(s)
-        return s
-
-    yield open_one
-    for s in opened:
-        s.close()
-
-
-def _queue(s: Sql, results: bool = True, **settings) -> str:
+def _queue(s: Session, results: bool = True, **settings) -> str:
     name = f"dep.{uuid.uuid4().hex[:10]}"
     if s.dialect == "postgresql":
-        s.rows(
+        s.raw(
             "SELECT queue_create(%s, NULL, %s::integer)",
             (name, settings.get("max_attempts", 3)),
         )
         if results:
-            s.rows("SELECT queue_set_result_retention(%s, interval '1 day')", (name,))
+            s.raw("SELECT queue_set_result_retention(%s, interval '1 day')", (name,))
     else:
         s.call("queue_create", name, None, settings.get("max_attempts", 3), None, None)
         if results:
@@ -89,26 +37,26 @@ def _parents(*pairs) -> str:
     return json.dumps([{"queue": q, "p_key": k, "p_kind": "job"} for q, k in pairs])
 
 
-def _push_after(s: Sql, queue: str, key: str, parents: str, payload: str = "{}") -> int:
+def _push_after(s: Session, queue: str, key: str, parents: str, payload: str = "{}") -> int:
     return int(s.one("queue_push_after", queue, key, "job", payload, parents))
 
 
-def _state(s: Sql, queue: str, key: str) -> str:
+def _state(s: Session, queue: str, key: str) -> str:
     return s.call("queue_result", queue, key, "job")[0][0]
 
 
-def _reserve(s: Sql, queue: str, n: int = 10) -> dict[str, str]:
+def _reserve(s: Session, queue: str, n: int = 10) -> dict[str, str]:
     """key -> token of what one reserve hands out."""
     rows = s.call("queue_reserve", queue, "w", None, n, None)
     return {r[0]: str(r[3]) for r in rows if r[0] is not None}
 
 
-def _push(s: Sql, queue: str, key: str) -> None:
+def _push(s: Session, queue: str, key: str) -> None:
     s.call("queue_push", queue, key, "job", "{}", None, None)
 
 
-def test_a_child_waits_for_its_last_parent_and_is_ready_in_that_commits_transaction(sql):
-    a, b = sql(), sql()
+def test_a_child_waits_for_its_last_parent_and_is_ready_in_that_commits_transaction(sql_session):
+    a, b = sql_session(), sql_session()
     parents, children = _queue(a), _queue(a)
     for k in ("p1", "p2", "p3"):
         _push(a, parents, k)
@@ -138,8 +86,8 @@ def test_a_child_waits_for_its_last_parent_and_is_ready_in_that_commits_transact
 
 
 @pytest.mark.parametrize("path", ["commit_batch", "commit_reserve", "pop", "move", "commit_result_batch"])
-def test_every_way_a_parent_succeeds_readies_the_child(sql, path):
-    a = sql()
+def test_every_way_a_parent_succeeds_readies_the_child(sql_session, path):
+    a = sql_session()
     parents, children, elsewhere = _queue(a), _queue(a), _queue(a)
     _push(a, parents, "p")
     _push_after(a, children, "c", _parents((parents, "p")))
@@ -154,7 +102,7 @@ def test_every_way_a_parent_succeeds_readies_the_child(sql, path):
             assert a.one("queue_commit_batch", parents, *args) == 1
         elif path == "commit_result_batch":
             if a.dialect == "postgresql":
-                a.rows(
+                a.raw(
                     "SELECT queue_commit_result_batch(%s, %s, %s, %s, ARRAY['1']::jsonb[])",
                     (parents, ["p"], ["job"], [tok]),
                 )
@@ -168,8 +116,8 @@ def test_every_way_a_parent_succeeds_readies_the_child(sql, path):
     assert list(_reserve(a, children)) == ["c"]
 
 
-def test_a_failed_parent_cancels_its_children_and_theirs(sql):
-    a = sql()
+def test_a_failed_parent_cancels_its_children_and_theirs(sql_session):
+    a = sql_session()
     parents = _queue(a, max_attempts=1)
     children = _queue(a)
     _push(a, parents, "p")
@@ -189,8 +137,8 @@ def test_a_failed_parent_cancels_its_children_and_theirs(sql):
 
 
 @pytest.mark.parametrize("how", ["cancel", "remove"])
-def test_a_cancelled_or_removed_parent_cancels_its_children(sql, how):
-    a = sql()
+def test_a_cancelled_or_removed_parent_cancels_its_children(sql_session, how):
+    a = sql_session()
     parents, children = _queue(a), _queue(a)
     _push(a, parents, "p")
     _push_after(a, children, "c", _parents((parents, "p")))
@@ -205,8 +153,8 @@ def test_a_cancelled_or_removed_parent_cancels_its_children(sql, how):
     )
 
 
-def test_parents_already_succeeded_count_as_done_and_unknown_ones_are_refused(sql):
-    a = sql()
+def test_parents_already_succeeded_count_as_done_and_unknown_ones_are_refused(sql_session):
+    a = sql_session()
     parents, children, plain = _queue(a), _queue(a), _queue(a, results=False)
     _push(a, parents, "done")
     tok = _reserve(a, parents)["done"]
@@ -237,11 +185,11 @@ def test_parents_already_succeeded_count_as_done_and_unknown_ones_are_refused(sq
 
 @pytest.mark.slow
 @pytest.mark.parametrize("outcome", ["all succeed", "one fails"])
-def test_concurrent_parent_commits_ready_the_child_once_and_never_early(sql, outcome):
+def test_concurrent_parent_commits_ready_the_child_once_and_never_early(sql_session, outcome):
     """Twenty parents committed by four connections at once while a fifth reserves the child
     queue all along: the child is handed out exactly once, only after every parent's commit (read
     back by the consumer once it holds the child), or never when one parent fails."""
-    setup = sql()
+    setup = sql_session()
     parents, children = _queue(setup, max_attempts=1), _queue(setup)
     keys = [f"p{i}" for i in range(20)]
     for k in keys:
@@ -255,7 +203,7 @@ def test_concurrent_parent_commits_ready_the_child_once_and_never_early(sql, out
     errors: list[BaseException] = []
 
     def consume() -> None:
-        s = sql()
+        s = sql_session()
         try:
             while True:
                 ended = done.is_set()  # read before the reserve: every parent had ended by then
@@ -270,7 +218,7 @@ def test_concurrent_parent_commits_ready_the_child_once_and_never_early(sql, out
             errors.append(exc)
 
     def commit(part: list[str]) -> None:
-        s = sql()
+        s = sql_session()
         try:
             for k in part:
                 if k == failing:
@@ -299,16 +247,16 @@ def test_concurrent_parent_commits_ready_the_child_once_and_never_early(sql, out
         assert _state(setup, children, "after") == "cancelled"
 
 
-def _work(s: Sql) -> dict[str, int]:
+def _work(s: Session) -> dict[str, int]:
     """What this connection has read and written so far, in rows (PostgreSQL: of pyqueue_dependency,
     in the current transaction; MySQL/MariaDB: the session's handler counters, every table)."""
     if s.dialect == "postgresql":
-        [row] = s.rows(
+        [row] = s.raw(
             "SELECT coalesce(seq_scan, 0), coalesce(idx_tup_fetch, 0), n_tup_ins, n_tup_upd, n_tup_del"
             " FROM pg_stat_xact_user_tables WHERE relname = 'pyqueue_dependency'"
         )
         return dict(zip(("seq_scan", "idx_tup_fetch", "ins", "upd", "del"), map(int, row)))
-    rows = s.rows("SHOW SESSION STATUS LIKE 'Handler_%%'")
+    rows = s.raw("SHOW SESSION STATUS LIKE 'Handler_%%'")
     wanted = (
         "Handler_read_key",
         "Handler_read_next",
@@ -319,7 +267,7 @@ def _work(s: Sql) -> dict[str, int]:
     return {name: int(value) for name, value in rows if name in wanted}
 
 
-def _commit_work(s: Sql, queue: str, key: str, token: str) -> dict[str, int]:
+def _commit_work(s: Session, queue: str, key: str, token: str) -> dict[str, int]:
     """The rows one queue_commit read and wrote (PostgreSQL: inside one transaction, where the
     counters move only with what it runs)."""
     if s.dialect == "postgresql":
@@ -333,16 +281,16 @@ def _commit_work(s: Sql, queue: str, key: str, token: str) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_a_parents_commit_does_the_same_work_for_the_first_and_the_last_of_a_1000_parent_fan_in(sql):
+def test_a_parents_commit_does_the_same_work_for_the_first_and_the_last_of_a_1000_parent_fan_in(sql_session):
     """The cost of a parent's commit does not grow with its child's other parents: the commit of
     the 999th parent of 1,000 reads and writes no more rows than the 1st's (PostgreSQL: of
     pyqueue_dependency, counted by the server for the transaction; MySQL/MariaDB: the session's
     handler counters, every table), and a plain message's commit reads pyqueue_dependency once."""
-    a = sql()
+    a = sql_session()
     parents, children, plain = _queue(a), _queue(a), _queue(a)
     keys = [f"p{i:04d}" for i in range(1000)]
     if a.dialect == "postgresql":
-        a.rows(
+        a.raw(
             "SELECT queue_push_batch(%s, %s, %s, %s::jsonb[])", (parents, keys, ["job"] * 1000, ["{}"] * 1000)
         )
     else:
@@ -368,11 +316,11 @@ def test_a_parents_commit_does_the_same_work_for_the_first_and_the_last_of_a_100
 
 
 @pytest.mark.slow
-def test_children_pushed_while_their_parent_commits_are_never_left_waiting(sql):
+def test_children_pushed_while_their_parent_commits_are_never_left_waiting(sql_session):
     """One connection pushes children of a parent while another commits that parent: every
     child is either counted by the commit or sees the parent succeeded at its push; none waits
     forever."""
-    a, b = sql(), sql()
+    a, b = sql_session(), sql_session()
     parents, children = _queue(a), _queue(a)
     _push(a, parents, "p")
     token = _reserve(a, parents)["p"]
@@ -399,10 +347,10 @@ def test_children_pushed_while_their_parent_commits_are_never_left_waiting(sql):
     assert states == ["ready"] * 60, states
 
 
-def test_dependencies_live_in_queues_that_keep_results(sql):
+def test_dependencies_live_in_queues_that_keep_results(sql_session):
     """The child's queue keeps results too, and a queue keeps them while messages of it have
     parents or children (then the commits of queues without results never look for any)."""
-    a = sql()
+    a = sql_session()
     parents, children, plain = _queue(a), _queue(a), _queue(a, results=False)
     _push(a, parents, "p")
     with pytest.raises(Exception, match="the queue keeps no results"):

@@ -13,11 +13,6 @@ import pytest
 from pyqueue_sql import App, GiveUp, InvalidArgumentError, UnknownQueueError
 
 
-def call(dialect, routine, n):
-    marks = ", ".join(["%s"] * n)
-    return f"SELECT {routine}({marks})" if dialect == "postgresql" else f"CALL {routine}({marks})"
-
-
 def test_give_up_dead_letters_on_the_first_delivery_with_its_error(make_queue):
     dead = make_queue()
     q = make_queue(max_attempts=5, dead_letter_queue=dead.name, history_retention=dt.timedelta(days=1))
@@ -120,14 +115,14 @@ def test_a_given_up_group_head_hands_its_place_to_the_next(make_queue):
     assert dead.message("first", "k").dead_from == q.name
 
 
-def test_give_up_from_plain_sql(make_queue, raw, dialect):
+def test_give_up_from_plain_sql(make_queue, sql):
     dead = make_queue()
     q = make_queue(dead_letter_queue=dead.name)
     q.push("a", "k", {})
     (r,) = q.reserve(timeout=60)
-    rows = raw(call(dialect, "queue_give_up", 5), (q.name, "a", "k", r.token, "from sql"))
+    rows = sql("queue_give_up", q.name, "a", "k", r.token, "from sql")
     assert [tuple(row) for row in rows] == [("dead_lettered",)]
-    rows = raw(call(dialect, "queue_give_up", 5), (q.name, "a", "k", r.token, "again"))
+    rows = sql("queue_give_up", q.name, "a", "k", r.token, "again")
     assert [tuple(row) for row in rows] == [(None,)]
     assert dead.message("a", "k").last_error == "from sql"
 

@@ -20,6 +20,7 @@ import uuid
 import pytest
 
 from pyqueue_sql import dialects
+from tests import plainsql
 
 SENTINEL_SQL = {
     "postgresql": "TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'",
@@ -225,18 +226,7 @@ def test_never_more_than_k_live_under_concurrency_and_k_is_reached(q, raw, diale
     start = time.monotonic()
 
     def conn_call(conn):
-        def run(sql, params=None):
-            cur = conn.cursor()
-            try:
-                cur.execute(sql, params)
-                rows = cur.fetchall() if cur.description else []
-                while dialect == "mysql" and cur.nextset():
-                    pass
-                return rows
-            finally:
-                cur.close()
-
-        return run
+        return lambda sql, params=None: plainsql.run(conn, sql, params)
 
     def worker(i):
         conn = dialects.for_dsn(dsn).connect(dsn)

@@ -10,11 +10,12 @@ headers argument NULL."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import uuid
 
 import pytest
+
+from tests import plainsql
 
 MAX = 8192
 HELD_IV = (None, None, None, None, "::interval")  # (queue, key, kind, token, interval)
@@ -22,37 +23,8 @@ MOVE = (None, None, None, None, None, "::jsonb")  # queue_move's payload
 TRACE = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "acme"}
 
 
-class Sql:
-    """The routines called as a psql or mysql client would: SELECT * FROM f(...) on PostgreSQL,
-    CALL p(...) on MySQL/MariaDB; durations in seconds, JSON as its text."""
-
-    def __init__(self, raw, dialect: str) -> None:
-        self.raw = raw
-        self.pg = dialect == "postgresql"
-
-    def __call__(self, routine: str, *args, casts: tuple = ()) -> list[tuple]:
-        marks = ", ".join(
-            "%s" + (casts[i] if self.pg and i < len(casts) and casts[i] else "") for i in range(len(args))
-        )
-        statement = f"SELECT * FROM {routine}({marks})" if self.pg else f"CALL {routine}({marks})"
-        return [tuple(row) for row in self.raw(statement, args)]
-
-    def one(self, routine: str, *args, casts: tuple = ()):
-        (row,) = self(routine, *args, casts=casts)
-        return row[0]
-
-    def dur(self, seconds: float):
-        return dt.timedelta(seconds=seconds) if self.pg else seconds
-
-    @staticmethod
-    def json_out(value):
-        """A JSON column as Python: psycopg parses jsonb, PyMySQL returns JSON as its text."""
-        return json.loads(value) if isinstance(value, (str, bytes)) else value
-
-    @staticmethod
-    def text(value):
-        """headers as JSON text (a str is passed as it is: already JSON text)."""
-        return value if value is None or isinstance(value, str) else json.dumps(value)
+class Sql(plainsql.Sql):
+    """The routines as plain SQL (tests/plainsql.py), with the pushes and reads of headers."""
 
     # -- queues ------------------------------------------------------------------------------
     def queue(self, *, max_attempts=None, dead_letter_queue=None, history=False, vis=None) -> str:
@@ -199,6 +171,7 @@ class Sql:
 
 @pytest.fixture
 def sql(raw, dialect):
+    """The plain-SQL fixture of tests/conftest.py, with this file's helpers."""
     return Sql(raw, dialect)
 
 

@@ -16,7 +16,7 @@ import uuid
 import pymysql
 import pytest
 
-from tests.contract.mysql_plain import call
+from tests.plainsql import call
 
 pytestmark = pytest.mark.only_dialect("mysql")
 

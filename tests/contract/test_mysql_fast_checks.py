@@ -21,7 +21,7 @@ import pytest
 
 import pyqueue_sql
 from pyqueue_sql.dialects import mysql_connect_args
-from tests.contract.mysql_plain import call
+from tests.plainsql import call
 
 pytestmark = pytest.mark.only_dialect("mysql")
 

@@ -17,46 +17,14 @@ import uuid
 import pytest
 
 from pyqueue_sql import dialects
+from tests import plainsql
 
 DAY = 86400
 
 
-class Sql:
-    """The routines called as a psql or mysql client would: SELECT * FROM f(...) on PostgreSQL,
-    CALL p(...) on MySQL/MariaDB; durations in seconds, JSON as its text, arrays as lists."""
-
-    def __init__(self, raw, dialect: str, connection=None) -> None:
-        self.raw = raw
-        self.pg = dialect == "postgresql"
-
-    def __call__(self, routine: str, *args, casts: tuple = ()) -> list[tuple]:
-        marks = ", ".join(
-            "%s" + (casts[i] if self.pg and i < len(casts) and casts[i] else "") for i in range(len(args))
-        )
-        statement = f"SELECT * FROM {routine}({marks})" if self.pg else f"CALL {routine}({marks})"
-        return [tuple(row) for row in self.raw(statement, args)]
-
-    def one(self, routine: str, *args, casts: tuple = ()):
-        (row,) = self(routine, *args, casts=casts)
-        return row[0]
-
-    def dur(self, seconds: float):
-        return dt.timedelta(seconds=seconds) if self.pg else seconds
-
-    def json_out(self, value):
-        """A JSON column as Python: psycopg parses jsonb, PyMySQL returns JSON as its text."""
-        if self.pg or not isinstance(value, (str, bytes)):
-            return value
-        return json.loads(value)
-
-    def json_in(self, value):
-        return None if value is None else json.dumps(value)
-
-    def array(self, values: list):
-        return values if self.pg else json.dumps(values)
-
-    def json_array(self, values: list):
-        return [self.json_in(v) for v in values] if self.pg else json.dumps(values)
+class Sql(plainsql.Sql):
+    """The routines as plain SQL (tests/plainsql.py), with the calls of results, cancellation and
+    progress."""
 
     def set_retention(self, queue: str, seconds: float | None) -> None:
         self("queue_set_result_retention", queue, None if seconds is None else self.dur(seconds))
@@ -142,6 +110,7 @@ class Sql:
 
 @pytest.fixture
 def sql(raw, dialect):
+    """The plain-SQL fixture of tests/conftest.py, with this file's helpers."""
     return Sql(raw, dialect)
 
 
@@ -865,20 +834,7 @@ def test_a_result_is_never_read_torn(rq, connect, dialect):
 
 def _raw_of(db):
     """A raw-SQL runner on a client's own connection (as the raw fixture is on db's)."""
-
-    def run(statement, params=None):
-        cur = db.connection.cursor()
-        try:
-            cur.execute(statement, params)
-            rows = cur.fetchall() if cur.description else []
-            if db.dialect.name == "mysql":
-                while cur.nextset():
-                    pass
-            return rows
-        finally:
-            cur.close()
-
-    return run
+    return lambda statement, params=None: plainsql.run(db.connection, statement, params)
 
 
 # -- PostgreSQL: the reads go by index ------------------------------------------------

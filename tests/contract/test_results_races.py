@@ -16,7 +16,6 @@ racing threads otherwise."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import threading
 import time
@@ -24,59 +23,27 @@ import uuid
 
 import pytest
 
-from pyqueue_sql import dialects
+from tests import plainsql
 
 DAY = 86400
 
 
-class Session:
-    """One autocommit connection of the dialect's driver, calling the routines as psql or mysql
-    would (SELECT * FROM f(...) / CALL p(...)); durations in seconds, JSON as its text."""
+class Session(plainsql.Session):
+    """A session of its own calling the routines in plain SQL (tests/plainsql.py), with the calls
+    these races make and the backend id another session watches it by."""
 
-    def __init__(self, dsn: str, dialect: str) -> None:
-        self.pg = dialect == "postgresql"
-        self.conn = dialects.for_dsn(dsn).connect(dsn)
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
         self.backend = self.backend_id()  # (a session busy in a call cannot be asked)
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def sql(self, statement: str, *args) -> list[tuple]:
-        cur = self.conn.cursor()
-        try:
-            cur.execute(statement, args or None)
-            rows = [tuple(row) for row in cur.fetchall()] if cur.description else []
-            if not self.pg:
-                while cur.nextset():
-                    pass
-            return rows
-        finally:
-            cur.close()
-
-    def call(self, routine: str, *args, casts: tuple = ()) -> list[tuple]:
-        marks = ", ".join("%s" + (casts[i] if self.pg and i < len(casts) else "") for i in range(len(args)))
-        if self.pg:
-            return self.sql(f"SELECT * FROM {routine}({marks})", *args)
-        return self.sql(f"CALL {routine}({marks})", *args)
-
-    def one(self, routine: str, *args, casts: tuple = ()):
-        (row,) = self.call(routine, *args, casts=casts)
-        return row[0]
-
-    def seconds(self, value: float):
-        return dt.timedelta(seconds=value) if self.pg else value
-
-    def json_out(self, value):
-        return json.loads(value) if isinstance(value, (str, bytes)) else value
 
     # -- the routines the tests use
     def create(self, queue: str, results: bool = True, visibility: float = 30) -> None:
         if self.pg:
-            self.sql("SELECT queue_create(%s, %s)", queue, self.seconds(visibility))
+            self.sql("SELECT queue_create(%s, %s)", queue, self.dur(visibility))
         else:
             self.sql("CALL queue_create(%s, %s, NULL, NULL, NULL)", queue, visibility)
         if results:
-            self.call("queue_set_result_retention", queue, self.seconds(DAY))
+            self.call("queue_set_result_retention", queue, self.dur(DAY))
 
     def push(self, queue: str, key: str, kind: str = "k", payload: dict | None = None) -> None:
         text = json.dumps(payload or {})
@@ -87,7 +54,7 @@ class Session:
 
     def reserve(self, queue: str, n: int = 1, timeout: float | None = 60) -> list[tuple[str, str, str]]:
         """[(key, kind, token)]"""
-        t = None if timeout is None else self.seconds(timeout)
+        t = None if timeout is None else self.dur(timeout)
         if self.pg:
             rows = self.sql(
                 "SELECT p_key, p_kind, token::text FROM queue_reserve(%s, 'w', %s::interval, %s::integer)",
@@ -175,7 +142,7 @@ def sessions(dsn, dialect):
     opened: list[Session] = []
 
     def make() -> Session:
-        s = Session(dsn, dialect)
+        s = Session(dsn)
         opened.append(s)
         return s
 

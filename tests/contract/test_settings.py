@@ -12,11 +12,6 @@ from pyqueue_sql import InvalidArgumentError, QueueSettings, UnknownQueueError
 S = dt.timedelta(seconds=1)
 
 
-def call(dialect, routine, n):
-    marks = ", ".join(["%s"] * n)
-    return f"SELECT {routine}({marks})" if dialect == "postgresql" else f"CALL {routine}({marks})"
-
-
 def test_a_new_queue_gets_the_defaults(make_queue):
     q = make_queue()
     s = q.settings()
@@ -139,10 +134,10 @@ def test_settings_of_every_queue_ordered_by_name(db, make_queue):
     assert by_name[a.name].max_attempts == 2 and by_name[b.name].visibility_timeout == 12 * S
 
 
-def test_create_keeps_settings_from_plain_sql(dialect, raw, make_queue):
+def test_create_keeps_settings_from_plain_sql(dialect, raw, sql, make_queue):
     dead = make_queue()
     q = make_queue(visibility_timeout=40, max_attempts=3, dead_letter_queue=dead.name, history_retention=60)
-    raw(call(dialect, "queue_create", 5), (q.name, None, 6, None, None))
+    sql("queue_create", q.name, None, 6, None, None)
     s = q.settings()
     assert (s.visibility_timeout, s.max_attempts, s.dead_letter_queue, s.history_retention) == (
         40 * S,
@@ -150,12 +145,12 @@ def test_create_keeps_settings_from_plain_sql(dialect, raw, make_queue):
         dead.name,
         60 * S,
     )
-    raw(call(dialect, "queue_reset_setting", 2), (q.name, "history_retention"))
+    sql("queue_reset_setting", q.name, "history_retention")
     assert q.settings().history_retention is None
     with pytest.raises(Exception, match="pyqueue:invalid_argument"):
-        raw(call(dialect, "queue_reset_setting", 2), (q.name, "bogus"))
+        sql("queue_reset_setting", q.name, "bogus")
     with pytest.raises(Exception, match="pyqueue:unknown_queue"):
-        raw(call(dialect, "queue_reset_setting", 2), ("no-such-queue", "max_attempts"))
+        sql("queue_reset_setting", "no-such-queue", "max_attempts")
     if dialect == "postgresql":
         rows = raw("SELECT queue, max_attempts, dead_letter_queue FROM queue_settings(%s)", (q.name,))
     else:

@@ -11,12 +11,6 @@ import pytest
 
 from pyqueue_sql import InvalidArgumentError, UnknownQueueError
 
-
-def call(dialect, routine, n):
-    marks = ", ".join(["%s"] * n)
-    return f"SELECT {routine}({marks})" if dialect == "postgresql" else f"CALL {routine}({marks})"
-
-
 # -- snooze ---------------------------------------------------------------------------
 
 
@@ -87,12 +81,12 @@ def test_a_snoozed_message_frees_its_limit_slot(queue):
     assert other.key != r.key
 
 
-def test_snooze_from_plain_sql(queue, raw, dialect):
+def test_snooze_from_plain_sql(queue, sql):
     queue.push("a", "k", {})
     (r,) = queue.reserve(timeout=60)
-    rows = raw(call(dialect, "queue_snooze", 5), (queue.name, "a", "k", r.token, None))
+    rows = sql("queue_snooze", queue.name, "a", "k", r.token, None)
     assert [bool(v) for (v,) in rows] == [True]
-    rows = raw(call(dialect, "queue_snooze", 5), (queue.name, "a", "k", r.token, None))
+    rows = sql("queue_snooze", queue.name, "a", "k", r.token, None)
     assert [bool(v) for (v,) in rows] == [False]
     assert queue.message("a", "k").attempts == 0
 
@@ -148,7 +142,7 @@ def test_a_released_group_head_keeps_its_place_and_its_slot_is_free(queue):
     assert r.key == "first"  # the group's head again, the second still behind it
 
 
-def test_release_refuses_bad_arguments(queue, db, raw, dialect):
+def test_release_refuses_bad_arguments(queue, db, sql):
     with pytest.raises(UnknownQueueError):
         db.queue(f"missing.{uuid.uuid4().hex[:8]}").release()
     with pytest.raises(InvalidArgumentError, match="worker"):
@@ -157,7 +151,7 @@ def test_release_refuses_bad_arguments(queue, db, raw, dialect):
         queue.release("w" * 256)
     queue.push("a", "k", {})
     queue.reserve(worker="w", timeout=60)
-    assert [int(v) for (v,) in raw(call(dialect, "queue_release", 2), (queue.name, "w"))] == [1]
+    assert [int(v) for (v,) in sql("queue_release", queue.name, "w")] == [1]
 
 
 def test_release_racing_workers_never_lets_a_message_be_both_committed_and_handed_back(queue, connect):
