@@ -17,7 +17,7 @@ import pytest
 import pyqueue_sql
 from pyqueue_sql import migrate
 
-from . import plainsql
+from . import clients, plainsql
 from .servers import find_server, server_for
 
 DIALECTS = ("postgresql", "mysql")
@@ -46,6 +46,7 @@ def pytest_configure(config):
         "application, databases built per test, and tests that wait on timers, leases, wakeups or "
         "several connections for more than about a second. `make test` and CI run everything",
     )
+    config.addinivalue_line("markers", clients.SYNC_CLIENT_ONLY)
 
 
 # Test files by the time they take (slowest first, the sums of --durations=0 of a whole run; the
@@ -81,9 +82,9 @@ SLOWEST_FIRST = tuple(
         "contract/test_plans",
         "contract/test_pipeline",
         "client/test_layout",
-        "contract/test_mysql_locking",
+        "mysql/test_locking",
         "contract/test_groups",
-        "contract/test_mysql_charset",
+        "mysql/test_charset",
         "cli/test_cli_lifecycle",
         "dashboard/test_metrics",
         "cli/test_demo",
@@ -95,17 +96,17 @@ SHARE_A_WORKER = frozenset({"tests/spark/test_spark.py", "tests/dashboard/test_b
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Drops the variants that @pytest.mark.only_dialect excludes (reported as deselected); then
-    puts the slowest files first, as pytest-xdist hands tests out in this order: a long file
-    started last would leave the other workers idle at the end of the run."""
+    """Drops the variants that @pytest.mark.only_dialect excludes, and the asyncio-client variants
+    that tests/clients.py's drops_async_variant names (both reported as deselected); then puts the
+    slowest files first, as pytest-xdist hands tests out in this order: a long file started last
+    would leave the other workers idle at the end of the run."""
     keep, drop = [], []
     for item in items:
         marker = item.get_closest_marker("only_dialect")
         callspec = getattr(item, "callspec", None)
         dialect = callspec.params.get("dialect") if callspec is not None else None
-        (drop if marker is not None and dialect is not None and dialect not in marker.args else keep).append(
-            item
-        )
+        excluded = marker is not None and dialect is not None and dialect not in marker.args
+        (drop if excluded or clients.drops_async_variant(item) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -1,6 +1,6 @@
 """`pyqueue-sql grant --apply` refuses a MySQL/MariaDB account that may create temporary tables in
 the install database (a session's temporary table shadows the procedures' own tables inside SQL
-SECURITY DEFINER: tests/contract/test_mysql_session.py), whether it holds the privilege on the
+SECURITY DEFINER: tests/mysql/test_session.py), whether it holds the privilege on the
 database, on *.* or through a role, with one line naming the account and the REVOKE to run; the
 REVOKE it names makes the grant go through. Real accounts on the server; PostgreSQL is unaffected
 (its routines put pg_temp last)."""
