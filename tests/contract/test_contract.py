@@ -1,4 +1,4 @@
-"""The SQL contract of DESIGN.md, routine by routine, on every dialect."""
+"""The SQL contract of docs/contract.md, routine by routine, on every dialect."""
 
 from __future__ import annotations
 
