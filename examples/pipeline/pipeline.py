@@ -10,7 +10,7 @@
     python examples/pipeline/pipeline.py report --dsn DSN
 
 Why nothing is lost or doubled, even when a stage process is killed at any
-instant (tests/contract/test_pipeline.py kills them with SIGKILL, over and over):
+instant (tests/contract/test_settle_pipeline.py kills them with SIGKILL, over and over):
 
 * extract and transform hand a message on with ``queue_move``: one step that
   commits the reservation in this stage's queue and pushes the rewritten

@@ -2,7 +2,7 @@
 (a named group's k, the queue's default with group None, None removes), GroupInfo's group_limit
 and in_flight, the client's refusals of bad arguments (one line, before any call) and the
 routine's refusals, and the asyncio client's same method. The exactness under concurrency and the
-round robin are the routines' (tests/contract/test_group_limits.py)."""
+round robin are the routines' (tests/contract/test_groups_limits.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 Database.rates (RateInfo rows: per as a timedelta, next_free_at as an aware UTC datetime), the
 client's refusals of bad arguments (one line, before any call), the routine's refusals mapped to
 exceptions, and the asyncio client's same methods. The exactness of the rate under concurrency is
-the routines' (tests/contract/test_rates.py)."""
+the routines' (tests/contract/test_limits_rates.py)."""
 
 from __future__ import annotations
 

@@ -847,7 +847,7 @@ def test_result_reads_cancel_and_purge_read_their_indexes(installed_database):
     queue_commit_result find their rows by key, and queue_purge_history reads the results of each
     queue through its index (one queue's purge never reads the other queues' names). auto_explain
     shows the statements the routines ran, with their actual rows."""
-    from .test_plans import _analyzed_plans, _run
+    from .test_reserve_plans import _analyzed_plans, _run
 
     dsn = installed_database("results_plans")
     conn = dialects.for_dsn(dsn).connect(dsn)
