@@ -67,7 +67,7 @@
 -- again on every call (a custom plan) for as long as the planner rates the
 -- generic plan above the custom ones, which for the reserve's walk and
 -- update was always: half of a reserve's server time was planning. The
--- generic plans are those the plan guards check (tests/contract/test_plans.py
+-- generic plans are those the plan guards check (tests/contract/test_reserve_plans.py
 -- explains every guarded statement in both modes).
 DO $$
 DECLARE
