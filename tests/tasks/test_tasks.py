@@ -478,7 +478,7 @@ def test_keys_made_in_one_process_sort_in_the_order_they_were_made():
     they were made (a counter after the milliseconds, not random bits there), and stay UUIDv7."""
     import uuid
 
-    from pyqueue_sql import tasks
+    from pyqueue_sql.tasks import keys as tasks
 
     keys = [tasks.new_key() for _ in range(20_000)]
     assert keys == sorted(keys) and len(set(keys)) == len(keys)

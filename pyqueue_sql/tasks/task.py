@@ -1,0 +1,620 @@
+"""A task, a call of it and its handle: Task (the function and its options; payload checks,
+defer, configure), TaskCall (one call, for defer_many), TaskHandle (a deferred job: its status,
+result, cancel, progress) and the batches defer_many pushes."""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import datetime as dt
+import inspect
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+
+from .. import errors
+from ..client import Database, NewMessage, Result, headers_value, parent_refs
+from ..worker.model import Job
+from ..worker.policy import GiveUp, RetryPolicy
+from .conversion import (
+    Mismatch,
+    NotJson,
+    Reader,
+    exact_or_reader,
+    from_json,
+    json_type_name,
+    to_json,
+    type_hints,
+    type_name,
+)
+from .keys import new_key, occurrence_time
+
+if TYPE_CHECKING:
+    from ..aio.client import AsyncDatabase
+
+__all__ = [
+    "Batch",
+    "PayloadMismatchError",
+    "Task",
+    "TaskCall",
+    "TaskHandle",
+    "TaskApp",
+    "TaskOptions",
+    "batches_of",
+    "handles_of",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class TaskApp(Protocol):
+    """What a task and its handle use of their app (pyqueue_sql.tasks.app.App, which builds on
+    this module)."""
+
+    tasks: dict[tuple[str, str], Task[Any, Any]]
+
+    def database(self) -> Database: ...
+
+    async def database_async(self) -> AsyncDatabase: ...
+
+    def defer_many(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
+
+    async def defer_many_async(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
+
+
+class PayloadMismatchError(GiveUp, TypeError):
+    """A message's payload does not fit its task's signature (an argument of another type than
+    its annotation, an unknown or a missing argument, a payload that is not a JSON object): the
+    job fails at once, without retries (it is a GiveUp), since it cannot succeed later. Also
+    raised by defer for an argument that does not fit its annotation."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskHandle(Generic[R]):
+    """What defer did: the message's queue, key and kind, and whether it was enqueued (False: a
+    live message with that key and kind was already there, and this one was not added; a handle
+    rebuilt by app.handle() says False too: it does not know). ``TaskHandle[R]``: R is the task's
+    return type, what result() gives (for mypy: ``fetch.defer(1).result()`` is an int when fetch
+    returns an int; app.handle() gives a TaskHandle[Any]).
+
+    It follows the job: status() (a Result: its state, progress...), result(timeout=) (waits for
+    the value a ``store_result=True`` task returned), cancel(), progress(). These go through the
+    app's database (one per thread, or per event loop for result_async)."""
+
+    queue: str
+    key: str
+    kind: str
+    enqueued: bool
+    app: TaskApp | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def _app(self) -> TaskApp:
+        if self.app is None:
+            raise errors.InvalidArgumentError(
+                "this handle has no app: build it with app.handle(queue, key, kind)"
+            )
+        return self.app
+
+    def _queue(self) -> Any:  # a Queue (whose sans-IO methods mypy sees as generators)
+        return self._app().database().queue(self.queue)
+
+    def status(self) -> Result:
+        """The job's state now (Queue.result): 'ready', 'delayed', 'reserved', 'blocked',
+        'waiting' (deferred with after=: its parents have not all succeeded) while it is live;
+        'succeeded', 'failed', 'cancelled' once it finished (on a queue that keeps results);
+        'unknown' otherwise."""
+        state: Result = self._queue().result(self.key, self.kind)
+        return state
+
+    def progress(self) -> Any:
+        """The last progress its handler reported (job.set_progress), None before any."""
+        return self.status().progress
+
+    def cancel(self) -> bool:
+        """Cancels the job: True when it was cancelled (it was waiting: it never runs; a job that
+        waits for it, deferred with after=, is cancelled with it, transitively) or a cancel
+        was requested (it runs: an async def task is cancelled, a def task sees
+        job.cancel_requested); False when there is no live job (finished or unknown)."""
+        return self._queue().cancel(self.key, self.kind) in ("cancelled", "requested")
+
+    def result(self, timeout: float | dt.timedelta | None = None) -> R:
+        """Waits for the job to finish and returns what its task returned (rebuilt by the task's
+        return annotation; None for a task that does not store its result). Raises TaskFailed
+        (with its last error) when it failed for good, TaskCancelled when it was cancelled,
+        TimeoutError when it has not finished within timeout seconds (None: no end), and
+        ResultNotFoundError when there is neither a live job nor a stored result. (The type says R:
+        a task that does not store its result gives None whatever it returned.)"""
+        return self._outcome(self._queue().wait_result(self.key, self.kind, timeout))
+
+    async def result_async(self, timeout: float | dt.timedelta | None = None) -> R:
+        """result(), awaited on the app's asyncio database (many handles may wait at once: they
+        share its connection, each gets its own result)."""
+        db = await self._app().database_async()
+        return self._outcome(await db.queue(self.queue).wait_result(self.key, self.kind, timeout))
+
+    def _outcome(self, r: Result) -> R:
+        where = f"task {self.kind!r} ({self.queue}/{self.key})"
+        if r.state == "succeeded":
+            t = None if self.app is None else self.app.tasks.get((self.queue, self.kind))
+            hint = Any if t is None else t.hints.get("return", Any)
+            try:
+                value: R = None if r.result is None else from_json(r.result, hint)  # type: ignore[assignment]
+            except Mismatch:
+                value = r.result  # stored by other code, or the annotation changed since: as it is
+            return value
+        if r.state == "failed":
+            raise errors.TaskFailed(
+                f"{where} failed after {r.attempts} attempt(s): {r.last_error}", r.last_error, r.attempts
+            )
+        if r.state == "cancelled":
+            raise errors.TaskCancelled(f"{where} was cancelled")
+        if r.state == "unknown":
+            raise errors.ResultNotFoundError(
+                f"{where}: no such job and no result kept (never deferred, its queue keeps no results, "
+                "its result expired, or it was removed or moved)"
+            )
+        raise TimeoutError(f"{where} has not finished (state {r.state})")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskCall(Generic[R]):
+    """One call of a task, for app.defer_many / Task.defer_many (what ``task.call(...)`` or
+    ``task.configure(...).call(...)`` returns): the task with its options and the payload of the
+    arguments, checked and encoded when the call was made. Its key is made when it is deferred
+    (the configured key, else a fresh one): a call deferred twice is two jobs."""
+
+    task: Task[Any, Any]
+    payload: dict[str, Any]
+
+    def message(self) -> tuple[str, NewMessage | tuple[str, str, dict[str, Any]]]:
+        """The key of the job this call becomes now, and its message as Queue.push_many takes it."""
+        o = self.task.options
+        if o.after is not None:
+            raise _after_in_bulk(self.task)
+        key = o.key if o.key is not None else new_key()
+        if o.run_at is None and o.priority is None and o.group is None and o.headers is None:
+            return key, (key, self.task.kind, self.payload)  # push_many's quickest shape
+        return key, NewMessage(key, self.task.kind, self.payload, o.run_at, o.priority, o.group, o.headers)
+
+
+@dataclasses.dataclass
+class Batch:
+    """The calls of defer_many that go to one queue through one database (None: the app's): one
+    push_many. ``inserted``: how many of its messages were new, once pushed."""
+
+    db: Database | AsyncDatabase | None
+    queue: str
+    keys: list[str] = dataclasses.field(default_factory=list)
+    messages: list[NewMessage | tuple[str, str, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    inserted: int = 0
+
+
+def batches_of(app: TaskApp, calls: Iterable[TaskCall[Any]]) -> tuple[list[TaskCall[Any]], list[Batch]]:
+    """The calls in order, and their messages by (database, queue): one push_many each."""
+    listed = list(calls)
+    batches: dict[tuple[int, str], Batch] = {}
+    for c in listed:
+        if not isinstance(c, TaskCall):
+            raise errors.InvalidArgumentError(
+                f"defer_many takes task.call(...) values, not {type(c).__name__}"
+            )
+        if c.task.app is not app:
+            raise errors.InvalidArgumentError(f"a call of task {c.task.kind!r}, a task of another app")
+        db = c.task.db
+        batch = batches.setdefault((id(db), c.task.queue), Batch(db, c.task.queue))
+        key, message = c.message()
+        batch.keys.append(key)
+        batch.messages.append(message)
+    return listed, list(batches.values())
+
+
+def handles_of(app: TaskApp, listed: list[TaskCall[Any]], batches: list[Batch]) -> list[TaskHandle[Any]]:
+    """The handles of deferred calls, in their order. enqueued: True for a call with a fresh key
+    (it cannot have been there) and for every call of a queue's batch when all of its messages
+    were new; False for a call with a key of its own when some of its batch's were not (the
+    batch's count does not say which)."""
+    by_target = {(id(b.db), b.queue): b for b in batches}
+    positions = dict.fromkeys(by_target, 0)
+    handles: list[TaskHandle[Any]] = []
+    for c in listed:
+        where = (id(c.task.db), c.task.queue)
+        batch = by_target[where]
+        key = batch.keys[positions[where]]
+        positions[where] += 1
+        enqueued = c.task.options.key is None or batch.inserted == len(batch.keys)
+        handles.append(TaskHandle(c.task.queue, key, c.task.kind, enqueued, app))
+    return handles
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskOptions:
+    key: str | None = None
+    run_at: dt.datetime | dt.timedelta | None = None
+    priority: int | None = None
+    group: str | None = None
+    headers: Mapping[str, Any] | None = None
+    # the parents (queue_push_after's {"queue", "p_key", "p_kind"} each), in order; None: none
+    after: tuple[dict[str, Any], ...] | None = None
+
+
+def _after_in_bulk(t: Task[Any, Any]) -> errors.InvalidArgumentError:
+    return errors.InvalidArgumentError(
+        f"task {t.kind!r}: after= is not supported in bulk (queue_push_after pushes one message): "
+        "defer each with task.configure(after=[...]).defer(...)"
+    )
+
+
+def _parents_of(handles: Iterable[Any]) -> tuple[dict[str, Any], ...]:
+    """configure(after=)'s parents, checked now (client.parent_refs): at least one."""
+    refs = tuple(parent_refs(handles))
+    if not refs:
+        raise errors.InvalidArgumentError("after= needs at least one parent (None: no parents)")
+    return refs
+
+
+class Task(Generic[P, R]):
+    """A function the app's workers run for each message of (queue, kind); see the module docstring.
+
+    Calling it runs the function here and now; ``defer(...)`` enqueues it with the same arguments."""
+
+    def __init__(
+        self,
+        app: TaskApp,
+        fn: Callable[P, R],
+        *,
+        queue: str,
+        kind: str,
+        retry: RetryPolicy | None,
+        timeout: float | None,
+        options: TaskOptions,
+        db: Database | AsyncDatabase | None = None,
+        store_result: bool = False,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.queue = queue
+        self.kind = kind
+        self.retry = retry
+        self.timeout = timeout
+        self.store_result = store_result
+        self.options = options
+        self.db = db
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        self._hints: dict[str, Any] | None = None
+        self._decoding: tuple[dict[str, type | Reader | None], frozenset[str], bool] | None = None
+        self._var_kw_reader: type | Reader | None = None
+        # (parameter, "datetime" | "timestamp"): where a periodic occurrence's time goes, when
+        # the function asks for it (see App.periodic)
+        self.occurrence_parameter: tuple[str, str] | None = None
+        self.__name__ = getattr(fn, "__name__", kind)
+        self.__doc__ = getattr(fn, "__doc__", None)
+        for p in self.signature.parameters.values():
+            if p.kind in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL):
+                raise errors.InvalidArgumentError(
+                    f"task {kind!r}: its arguments travel by name, so {p} (positional only) is not possible"
+                )
+
+    def __repr__(self) -> str:
+        return f"<Task {self.queue}/{self.kind} {self.__name__}{self.signature}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    @property
+    def hints(self) -> dict[str, Any]:
+        if self._hints is None:
+            self._hints = type_hints(self.fn)
+        return self._hints
+
+    def pass_occurrence(self, occurrence: tuple[str, str]) -> None:
+        """Has the worker pass a periodic occurrence's time to a parameter: (its name, "datetime"
+        or "timestamp"), see App.periodic; a payload may then leave that argument out."""
+        self.occurrence_parameter = occurrence
+        self._decoding = None
+
+    def _copy(self, **changes: Any) -> Task[P, R]:
+        fields: dict[str, Any] = dict(
+            queue=self.queue,
+            kind=self.kind,
+            retry=self.retry,
+            timeout=self.timeout,
+            options=self.options,
+            db=self.db,
+            store_result=self.store_result,
+        )
+        fields.update(changes)
+        return Task(self.app, self.fn, **fields)
+
+    def configure(
+        self,
+        *,
+        key: str | None = None,
+        run_at: dt.datetime | dt.timedelta | None = None,
+        priority: int | None = None,
+        group: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        after: Iterable[TaskHandle[Any] | tuple[str, str, str]] | None = None,
+    ) -> Task[P, R]:
+        """A copy of the task for one defer: a key of your choosing (a unique job: a live message
+        with that key and kind is not enqueued again), a run_at (a time, or a delay), a priority,
+        a FIFO group, headers (a dict of str to JSON values the job carries beside its arguments:
+        current_job().headers in the task; the current trace context is added to them when
+        OpenTelemetry is installed).
+
+        after: the jobs this one waits for, its parents (handles, or (queue, key, kind) tuples), in
+        the order ``current_job().parent_results()`` gives their results back: the job is 'waiting'
+        until every parent has succeeded (queue_push_after), and is cancelled when one fails or is
+        cancelled. Its queue and the parents' must keep results. It cannot be combined with
+        run_at, priority, group or headers, nor deferred in bulk (defer_many)."""
+        o = self.options
+        return self._copy(
+            options=TaskOptions(
+                key=o.key if key is None else key,
+                run_at=o.run_at if run_at is None else run_at,
+                priority=o.priority if priority is None else priority,
+                group=o.group if group is None else group,
+                headers=o.headers if headers is None else headers_value(headers),
+                after=o.after if after is None else _parents_of(after),
+            )
+        )
+
+    def using(self, db: Database | AsyncDatabase) -> Task[P, R]:
+        """A copy of the task that defers through db: ``Database.wrap(conn)`` of a connection of
+        yours makes the job part of your transaction (committed or rolled back with it)."""
+        return self._copy(db=db)
+
+    # -- the payload ----------------------------------------------------------------
+    def payload(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        """The message payload of a call with these arguments: one JSON object by name. An
+        argument JSON cannot carry faithfully is refused (InvalidPayloadError naming it)."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.kind!r}: {exc}") from None
+        return self._encode_bound(bound)
+
+    def partial_payload(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """payload() of some of the arguments, by name (a periodic task's fixed ones)."""
+        try:
+            bound = self.signature.bind_partial(**kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.kind!r}: {exc}") from None
+        return self._encode_bound(bound)
+
+    def _encode_bound(self, bound: inspect.BoundArguments) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            param = self.signature.parameters[name]
+            if param.kind is param.VAR_KEYWORD:
+                for k, v in value.items():
+                    out[k] = self._encode(k, v, self._var_keyword_hint(param))
+            else:
+                out[name] = self._encode(name, value, self.hints.get(name, Any))
+        return out
+
+    def _var_keyword_hint(self, param: inspect.Parameter) -> Any:
+        return self.hints.get(param.name, Any)
+
+    def _encode(self, name: str, value: Any, hint: Any) -> Any:
+        if (
+            value is None
+            or type(value) in (str, int, bool)
+            or (type(value) is float and math.isfinite(value))
+        ):
+            read = self._reader_of(name)
+            if read is not None:
+                try:
+                    if type(read) is type:
+                        if type(value) is not read:
+                            raise Mismatch(read.__name__, value)
+                    else:
+                        read(value)
+                except Mismatch as m:
+                    raise errors.InvalidPayloadError(
+                        f"task {self.kind!r}: argument {name!r}{m.where} {m.text()}"
+                    ) from None
+            return value
+        try:
+            data = to_json(value)
+        except NotJson as exc:
+            raise errors.InvalidPayloadError(
+                f"task {self.kind!r}: argument {name!r} ({type_name(value)}) cannot be sent as JSON: {exc}"
+            ) from None
+        try:
+            back = from_json(data, hint)
+            same = back == value and type(back) is type(value)
+        except Mismatch as m:
+            raise errors.InvalidPayloadError(
+                f"task {self.kind!r}: argument {name!r}{m.where} {m.text()}"
+            ) from None
+        except Exception:
+            same = False
+        if not same:
+            raise errors.InvalidPayloadError(
+                f"task {self.kind!r}: argument {name!r} ({type_name(value)}) would not come back as it "
+                f"was from JSON (it would be {data!r}"
+                + ("" if hint is not Any else "; annotate the parameter with its type")
+                + ")"
+            )
+        return data
+
+    def _reader_of(self, name: str) -> type | Reader | None:
+        readers, _, var_kw = self._decoders()
+        if name in readers:
+            return readers[name]
+        return self._var_kw_reader if var_kw else None
+
+    def _decoders(self) -> tuple[dict[str, type | Reader | None], frozenset[str], bool]:
+        """Per parameter name, how its JSON value is checked and rebuilt (reader_for; a type: that
+        JSON-native type exactly; None: taken as it is); the required names; whether unknown names
+        go to a **kwargs. Made once per task: the worker's per-message path."""
+        if self._decoding is None:
+            readers: dict[str, type | Reader | None] = {}
+            required = set()
+            var_kw = False
+            for p in self.signature.parameters.values():
+                if p.kind is p.VAR_KEYWORD:
+                    var_kw = True
+                    self._var_kw_reader = exact_or_reader(self._var_keyword_hint(p))
+                    continue
+                readers[p.name] = exact_or_reader(self.hints.get(p.name, Any))
+                if p.default is p.empty and (
+                    self.occurrence_parameter is None or p.name != self.occurrence_parameter[0]
+                ):
+                    required.add(p.name)
+            self._decoding = (readers, frozenset(required), var_kw)
+        return self._decoding
+
+    def _mismatch(self, text: str) -> PayloadMismatchError:
+        return PayloadMismatchError(f"task {self.kind!r}: {text}")
+
+    def arguments(self, payload: Any, job: Job | None = None) -> dict[str, Any]:
+        """The keyword arguments of the function for a message's payload (what defer wrote, or any
+        JSON object by name): each value checked against its parameter's annotation and rebuilt as
+        it says. A payload that does not fit (a value of another type, an unknown or a missing
+        argument, not a JSON object) raises PayloadMismatchError, which fails the job at once. For
+        a periodic task that asks for its occurrence's time, `job` gives it (see App.periodic)."""
+        if type(payload) is not dict:
+            raise self._mismatch(
+                f"the payload must be a JSON object of its arguments by name, not {json_type_name(payload)}"
+            )
+        readers, required, var_kw = self._decoders()
+        kwargs: dict[str, Any] = {}
+        for name, data in payload.items():
+            try:
+                read = readers[name]
+            except KeyError:
+                if not var_kw:
+                    raise self._mismatch(f"the payload has an unknown argument {name!r}") from None
+                read = self._var_kw_reader
+            if read is None:
+                kwargs[name] = data
+            elif type(read) is type:  # a JSON-native type, exactly: the common case, inline
+                if type(data) is not read:
+                    raise self._mismatch(f"argument {name!r} {Mismatch(read.__name__, data).text()}")
+                kwargs[name] = data
+            else:
+                try:
+                    kwargs[name] = read(data)
+                except Mismatch as m:
+                    raise self._mismatch(f"argument {name!r}{m.where} {m.text()}") from None
+        if not required.issubset(kwargs):
+            missing = sorted(required - kwargs.keys())
+            raise self._mismatch(f"the payload has no argument {missing[0]!r}")
+        occurrence = self.occurrence_parameter
+        if occurrence is not None and occurrence[0] not in kwargs:
+            if job is None:
+                raise self._mismatch(f"the payload has no argument {occurrence[0]!r}")
+            at = occurrence_time(job)
+            kwargs[occurrence[0]] = at if occurrence[1] == "datetime" else int(at.timestamp())
+        return kwargs
+
+    # -- enqueueing --------------------------------------------------------------------
+    def _push_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The key of the job, and the arguments of its Queue.push (of its Queue.push_after, with
+        "parents", when it was configured with after=)."""
+        key = self.options.key if self.options.key is not None else new_key()
+        o = self.options
+        if o.after is not None:
+            others = [
+                name
+                for name, value in (
+                    ("run_at", o.run_at),
+                    ("priority", o.priority),
+                    ("group", o.group),
+                    ("headers", o.headers),
+                )
+                if value is not None
+            ]
+            if others:
+                raise errors.InvalidArgumentError(
+                    f"task {self.kind!r}: after= cannot be combined with {others[0]} "
+                    "(a job that waits for its parents runs as soon as the last one succeeded)"
+                )
+            return key, dict(key=key, kind=self.kind, payload=self.payload(*args, **kwargs), parents=o.after)
+        push: dict[str, Any] = dict(
+            key=key,
+            kind=self.kind,
+            payload=self.payload(*args, **kwargs),
+            run_at=self.options.run_at,
+            priority=self.options.priority,
+            group=self.options.group,
+        )
+        if self.options.headers is not None:
+            push["headers"] = self.options.headers
+        return key, push
+
+    # A handle's type is what the task's function returns, awaited for an async def.
+    @overload
+    def defer(
+        self: Task[P, collections.abc.Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> TaskHandle[T]: ...
+
+    @overload
+    def defer(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> TaskHandle[T]: ...
+
+    def defer(self, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """Enqueues the task with these arguments (checked against its signature)."""
+        key, push = self._push_args(args, kwargs)
+        db = self.db if self.db is not None else self.app.database()
+        queue = db.queue(self.queue)
+        if inspect.iscoroutinefunction(getattr(queue, "push", None)):
+            raise errors.InvalidArgumentError("an asyncio database: use `await task.defer_async(...)`")
+        inserted = queue.push_after(**push) if "parents" in push else queue.push(**push)
+        return TaskHandle(self.queue, key, self.kind, bool(inserted), self.app)
+
+    @overload
+    async def defer_async(
+        self: Task[P, collections.abc.Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> TaskHandle[T]: ...
+
+    @overload
+    async def defer_async(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> TaskHandle[T]: ...
+
+    async def defer_async(self, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """defer, on an asyncio database (the app's, or the one given to using())."""
+        key, push = self._push_args(args, kwargs)
+        db = self.db if self.db is not None else await self.app.database_async()
+        queue = db.queue(self.queue)
+        result = queue.push_after(**push) if "parents" in push else queue.push(**push)
+        if inspect.isawaitable(result):
+            result = await result
+        return TaskHandle(self.queue, key, self.kind, bool(result), self.app)
+
+    @overload
+    def call(
+        self: Task[P, collections.abc.Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> TaskCall[T]: ...
+
+    @overload
+    def call(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> TaskCall[T]: ...
+
+    def call(self, *args: Any, **kwargs: Any) -> TaskCall[Any]:
+        """One call of the task with these arguments (checked against its signature, and by mypy,
+        as defer's), for app.defer_many / Task.defer_many to enqueue with others in one round
+        trip; ``task.configure(key=..., run_at=..., priority=..., group=..., headers=...).call(...)``
+        carries those options (after= does not: InvalidArgumentError, defer such a job alone)."""
+        if self.options.after is not None:
+            raise _after_in_bulk(self)
+        return TaskCall(self, self.payload(*args, **kwargs))
+
+    def defer_many(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
+        """app.defer_many of calls of this task (InvalidArgumentError for a call of another)."""
+        listed = self._own(calls)
+        return self.app.defer_many(listed)
+
+    async def defer_many_async(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
+        """defer_many on an asyncio database."""
+        listed = self._own(calls)
+        return await self.app.defer_many_async(listed)
+
+    def _own(self, calls: Iterable[TaskCall[Any]]) -> list[TaskCall[Any]]:
+        listed = list(calls)
+        for c in listed:
+            if isinstance(c, TaskCall) and (c.task.queue, c.task.kind) != (self.queue, self.kind):
+                raise errors.InvalidArgumentError(
+                    f"task {self.kind!r}: a call of task {c.task.kind!r} (use app.defer_many for several tasks)"
+                )
+        return listed
