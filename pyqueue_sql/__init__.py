@@ -5,6 +5,7 @@ the workers; underneath, the message API.
 
 ``pyqueue_sql.connect`` / ``Database`` / ``Queue`` block; ``pyqueue_sql.aio`` has the same client
 for asyncio (AsyncDatabase, AsyncQueue; the ``asyncio`` extra), imported only when you use it.
+The migrator's errors are in pyqueue_sql.migrate (it imports alembic), the rest are below.
 """
 
 from . import logsafe as logsafe  # escapes the records of the package's loggers, before anything logs
@@ -29,6 +30,7 @@ from .client import (
 from .errors import (
     Cancelled,
     ConnectionFailedError,
+    DriverNotInstalledError,
     InsecureSchemaError,
     InvalidArgumentError,
     InvalidPayloadError,
@@ -40,55 +42,63 @@ from .errors import (
     TaskCancelled,
     TaskFailed,
     UnknownQueueError,
+    UnknownTaskError,
     UnsupportedDsnError,
 )
-from .tasks import App, RunReport, Task, TaskHandle, UnknownTaskError, current_job, running_job
+from .tasks import App, PayloadMismatchError, RunReport, Task, TaskHandle, current_job, running_job
 from .worker import Job, RetryPolicy, Worker
 from .worker.policy import GiveUp, Retry, Snooze
 
 __all__ = [
+    # Tasks: typed functions, deferred and run by workers
     "App",
-    "Cancelled",
-    "GiveUp",
-    "Retry",
-    "RunReport",
-    "Snooze",
     "Task",
     "TaskHandle",
-    "UnknownTaskError",
+    "RunReport",
     "current_job",
     "running_job",
+    # The client: a database, its queues
+    "connect",
     "Database",
-    "DeadLetter",
-    "HistoryRow",
-    "Job",
-    "Message",
-    "MessageInfo",
-    "RetryPolicy",
-    "Worker",
+    "Queue",
+    # What the client takes and returns
     "NewMessage",
+    "Message",
+    "Reservation",
+    "Renewal",
+    "Result",
     "ParentResult",
     "Publication",
-    "Queue",
+    "MessageInfo",
+    "DeadLetter",
+    "HistoryRow",
     "QueueSettings",
     "QueueStats",
-    "Renewal",
-    "Reservation",
-    "Result",
     "WorkerRegistration",
-    "connect",
+    # Workers, and what a handler raises to decide a job's outcome
+    "Worker",
+    "Job",
+    "RetryPolicy",
+    "Retry",
+    "Snooze",
+    "GiveUp",
+    "Cancelled",
+    # Errors
+    "QueueError",
     "ConnectionFailedError",
+    "UnsupportedDsnError",
+    "DriverNotInstalledError",
+    "SchemaNotInstalledError",
+    "PermissionDeniedError",
     "InsecureSchemaError",
+    "UnknownQueueError",
     "InvalidArgumentError",
     "InvalidPayloadError",
-    "PermissionDeniedError",
-    "QueueError",
-    "ResultNotFoundError",
-    "SchemaNotInstalledError",
     "SerializationError",
-    "TaskCancelled",
+    "UnknownTaskError",
+    "PayloadMismatchError",
     "TaskFailed",
-    "UnknownQueueError",
-    "UnsupportedDsnError",
+    "TaskCancelled",
+    "ResultNotFoundError",
 ]
 __version__ = "0.1.0"

@@ -2,6 +2,11 @@
 
 The database routines refuse bad input with a message of the form
 ``pyqueue:<code>: <detail>``; the dialects map that code to one of these.
+
+The other public exceptions are defined beside the code that raises them, which this module sits
+below (they import it): a handler's outcomes Retry, GiveUp and Snooze (pyqueue_sql.worker.policy),
+PayloadMismatchError (pyqueue_sql.tasks), the migrator's MigrationError and its subclasses
+(pyqueue_sql.migrate). pyqueue_sql itself exports every one a user catches or raises.
 """
 
 from __future__ import annotations
@@ -150,6 +155,10 @@ class TaskFailed(QueueError):
 
 class TaskCancelled(QueueError):
     """TaskHandle.result(): the job was cancelled (before it ran, or its handler stopped for it)."""
+
+
+class UnknownTaskError(QueueError):
+    """A message of a queue an App serves whose kind no task of the app has (the job fails with it)."""
 
 
 class ResultNotFoundError(QueueError, LookupError):

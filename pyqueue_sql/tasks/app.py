@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from .. import errors
 from ..client import Database, ParentResult, connect
+from ..errors import UnknownTaskError
 from ..worker.model import Job
 from ..worker.policy import RetryPolicy
 from .conversion import Mismatch, from_json
@@ -38,10 +39,6 @@ DEFAULT_QUEUE = "default"
 # How long app.create_queues() keeps the results of a queue with a store_result task, when it
 # keeps none yet.
 DEFAULT_RESULT_RETENTION = dt.timedelta(days=1)
-
-
-class UnknownTaskError(errors.QueueError):
-    """A message of a queue the app serves whose kind no task of the app has."""
 
 
 async def _close_at_loop_end(db: AsyncDatabase) -> collections.abc.AsyncIterator[None]:
