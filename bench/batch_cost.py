@@ -3,7 +3,8 @@ the same 100-row batches to each variant in turn (rounds interleaved, the varian
 rotating); each variant is timed by the CPU of its connection's server process (/proc, so the
 machine's other load moves it little) and by the client's wall clock, per row:
 
-  routine           queue_push_batch of 100 (the client's push_many), on pyqueue_message
+  routine           Queue.push_many of 100 (queue_push_batch), on pyqueue_message, on the client's
+                    own connection
   pgmq send_batch   pgmq.send_batch of 100, the peer, in the same database
   copy: ...         a plain INSERT ... SELECT FROM unnest of the routine's columns into a scratch copy
                     of pyqueue_message (LIKE ... INCLUDING ALL): with every index, without each
@@ -14,14 +15,17 @@ machine's other load moves it little) and by the client's wall clock, per row:
 
 Every table churns as a queue does: after each round its rows are deleted (no VACUUM, ANALYZE or
 TRUNCATE; autovacuum as the server has it), so each round inserts past the dead rows and index
-entries of the ones before.
+entries of the ones before. Keys are random (uuid4 hex, as users' business keys are), drawn before
+the clock starts; beside the server's CPU a row, the client's: this process's CPU in the calls
+(psycopg's, and the pyqueue client's for the routine: encoding the batch, decoding a reserve).
 
 The drain part times the other half of a row's life the same way: each variant is filled (untimed)
 with the same number of rows, then drained by calls that take up to 100 ready rows and acknowledge
 them, until none is left:
 
-  routine              queue_reserve(n => 100) + queue_commit_batch (the client's reserve / commit_many)
-  pgmq read + delete   pgmq.read(vt, 100) + pgmq.delete(ids), the peer
+  routine              Queue.reserve(100) + Queue.commit_many (queue_reserve + queue_commit_batch)
+  pgmq read + delete   pgmq.read(vt, 100) + pgmq.delete(ids), the peer, reading each message's id
+                       and payload
   bare: ...            the two statements a reserve and a commit must run at the least, on a scratch
                        copy of pyqueue_message: an UPDATE of the first 100 ready rows of the ready
                        index (FOR UPDATE SKIP LOCKED) that writes what a reservation writes
@@ -40,6 +44,7 @@ import json
 import os
 import statistics
 import time
+import uuid
 
 from bench import common
 
@@ -141,29 +146,25 @@ BARE_COMMIT = (
 )
 
 
-def fill(cur, how: str, table: str, keys: list[str], payloads: list[str]) -> None:
+def fill(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> None:
     """Untimed: the variant's rows to drain, pushed by its own fastest path."""
     if how == "routine":
-        call(cur, "queue_push_batch", table, keys, payloads)
+        call(cur, q, "queue_push_batch", table, keys, payloads)
     elif how == "pgmq":
-        call(cur, "pgmq.send_batch", table, keys, payloads)
+        call(cur, q, "pgmq.send_batch", table, keys, payloads)
     else:
-        call(cur, "insert", table, keys, payloads)
+        call(cur, q, "insert", table, keys, payloads)
 
 
-def drain_once(cur, bare, how: str, table: str) -> int:
+def drain_once(cur, q, bare, how: str, table: str) -> int:
     """One call of the drain: up to 100 ready rows taken and acknowledged; how many."""
     if how == "routine":
-        cur.execute("SELECT p_key, p_kind, token FROM queue_reserve(%s, 'bench', NULL, 100)", (QUEUE,))
-        rows = cur.fetchall()
-        if rows:
-            cur.execute(
-                "SELECT queue_commit_batch(%s, %s::text[], %s::text[], %s::text[])",
-                (QUEUE, [r[0] for r in rows], [r[1] for r in rows], [str(r[2]) for r in rows]),
-            )
-        return len(rows)
+        got = q.reserve(BATCH, worker="bench")
+        if got:
+            q.commit_many(got)
+        return len(got)
     if how == "pgmq":
-        cur.execute("SELECT msg_id FROM pgmq.read(%s::text, 30, 100)", (QUEUE,))
+        cur.execute("SELECT msg_id, message FROM pgmq.read(%s::text, 30, 100)", (QUEUE,))
         ids = [r[0] for r in cur.fetchall()]
         if ids:
             cur.execute("SELECT * FROM pgmq.delete(%s::text, %s::bigint[])", (QUEUE, ids))
@@ -188,14 +189,14 @@ def setup(cur) -> None:
     _scratch(cur, "scratch_text", heap=True, text_payload=True)
 
 
-def call(cur, how: str, table: str, keys: list[str], payloads: list[str]) -> None:
+def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> None:
+    """One call of 100 rows; payloads as objects, each variant encoding them as its client would."""
     if how == "queue_push_batch":
-        cur.execute(
-            "SELECT queue_push_batch(%s, %s::text[], %s::text[], %s::jsonb[])",
-            (QUEUE, keys, ["job"] * len(keys), payloads),
-        )
-    elif how == "pgmq.send_batch":
-        cur.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (QUEUE, payloads))
+        q.push_many([(k, "job", p) for k, p in zip(keys, payloads)])
+        return
+    texts = [json.dumps(p) for p in payloads]
+    if how == "pgmq.send_batch":
+        cur.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (QUEUE, texts))
     elif how == "notify":
         cur.execute("SELECT pg_notify('pyqueue_bench_cost', '')")
     else:
@@ -203,12 +204,29 @@ def call(cur, how: str, table: str, keys: list[str], payloads: list[str]) -> Non
         sql = f"INSERT INTO {table} ({COLUMNS}) " + SELECT.format(ptype=ptype)
         if how == "insert_dedup":
             sql += " ON CONFLICT DO NOTHING"
-        cur.execute(sql, (QUEUE, keys, payloads))
+        cur.execute(sql, (QUEUE, keys, texts))
     cur.fetchall() if cur.description else None
+
+
+def _keys(calls: int) -> list[list[str]]:
+    """Random keys, as users' business keys are: each call's 100, drawn before the clock starts."""
+    return [[uuid.uuid4().hex for _ in range(BATCH)] for _ in range(calls)]
+
+
+def _sample(rows: int, server: tuple, client: tuple, t0: float) -> dict:
+    """Per row: the server process's CPU (None where /proc cannot tell), this process's, the wall."""
+    (s0, s1), (c0, c1) = server, client
+    return {
+        "server_us_per_row": None if s0 is None or s1 is None else (s1 - s0) / rows * 1e6,
+        "client_us_per_row": (c1 - c0) / rows * 1e6,
+        "wall_us_per_row": (time.perf_counter() - t0) / rows * 1e6,
+    }
 
 
 def run(args) -> tuple[list[dict], dict]:
     import psycopg
+
+    import pyqueue_sql
 
     dsn = common.create("postgresql", "batchcost")
     try:
@@ -224,6 +242,10 @@ def run(args) -> tuple[list[dict], dict]:
         setup(cur)
         cur.execute("SELECT pg_backend_pid(), current_setting('autovacuum'), version()")
         pid, autovacuum, version = cur.fetchone()
+        # the routine through the client, on its own connection (its server process timed alone)
+        db = pyqueue_sql.connect(dsn)
+        q = db.queue(QUEUE)
+        q_pid = _backend_pid(db)
         meta = {
             "command": common.command(),
             "started": common.now_utc(),
@@ -237,27 +259,17 @@ def run(args) -> tuple[list[dict], dict]:
         }
         todo = variants(has_pgmq)
         results: list[dict] = []
-        serial = 0
-        payloads = [json.dumps({"n": i, "body": "x" * 40}) for i in range(BATCH)]
+        payloads = [{"n": i, "body": "x" * 40} for i in range(BATCH)]
         for rnd in range(args.rounds):
             for name, how, table in common.rotated(todo, rnd):
-                cpu0, t0 = common.process_cpu(pid), time.perf_counter()
-                for _ in range(args.calls):
-                    keys = [f"k{serial + i}" for i in range(BATCH)]
-                    serial += BATCH
-                    call(cur, how, table, keys, payloads)
-                wall, cpu1 = time.perf_counter() - t0, common.process_cpu(pid)
-                rows = args.calls * BATCH
-                results.append(
-                    {
-                        "round": rnd + 1,
-                        "variant": name,
-                        "server_us_per_row": None
-                        if cpu0 is None or cpu1 is None
-                        else (cpu1 - cpu0) / rows * 1e6,
-                        "wall_us_per_row": wall / rows * 1e6,
-                    }
-                )
+                on = q_pid if how == "queue_push_batch" else pid
+                batches = _keys(args.calls)
+                cpu0, c0, t0 = common.process_cpu(on), time.process_time(), time.perf_counter()
+                for keys in batches:
+                    call(cur, q, how, table, keys, payloads)
+                c1, cpu1 = time.process_time(), common.process_cpu(on)
+                sample = _sample(args.calls * BATCH, (cpu0, cpu1), (c0, c1), t0)
+                results.append({"round": rnd + 1, "variant": name, **sample})
             # the churn: every table emptied by DELETE, as consumers do (dead rows and index entries stay)
             for _, _how, table in todo:
                 if table == "pyqueue_message":
@@ -266,15 +278,22 @@ def run(args) -> tuple[list[dict], dict]:
                     cur.execute(f"DELETE FROM {table}")
             print(f"batch-cost: round {rnd + 1} of {args.rounds} done", flush=True)
         if not args.no_drain:
-            results += drain(args, conn, dsn, has_pgmq, payloads)
+            results += drain(args, conn, dsn, db, q_pid, has_pgmq, payloads)
         conn.close()
+        db.close()
         meta["load_after"] = common.loadavg()
         return results, meta
     finally:
         common.drop("postgresql", dsn)
 
 
-def drain(args, conn, dsn: str, has_pgmq: bool, payloads: list[str]) -> list[dict]:
+def _backend_pid(db) -> int:
+    cur = db.connection.cursor()
+    cur.execute("SELECT pg_backend_pid()")
+    return cur.fetchone()[0]
+
+
+def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[dict]) -> list[dict]:
     """The drain part's rounds: each variant filled (untimed), then drained and timed."""
     import psycopg
 
@@ -289,45 +308,41 @@ def drain(args, conn, dsn: str, has_pgmq: bool, payloads: list[str]) -> list[dic
     cur.execute("SELECT pg_backend_pid()")
     pid = cur.fetchone()[0]
     results = []
-    serial = 10**9
+    q = db.queue(QUEUE)
     todo = drain_variants(has_pgmq)
     try:
         for rnd in range(args.rounds):
             for name, how, table in common.rotated(todo, rnd):
-                for _ in range(args.calls):
-                    keys = [f"d{serial + i}" for i in range(BATCH)]
-                    serial += BATCH
-                    fill(cur, how, table, keys, payloads)
-                on = bare_pid if how == "bare" else pid
-                cpu0, t0 = common.process_cpu(on), time.perf_counter()
+                for keys in _keys(args.calls):
+                    fill(cur, q, how, table, keys, payloads)
+                on = {"bare": bare_pid, "routine": q_pid}.get(how, pid)
+                cpu0, c0, t0 = common.process_cpu(on), time.process_time(), time.perf_counter()
                 rows = 0
-                while n := drain_once(cur, bare, how, table):
+                while n := drain_once(cur, q, bare, how, table):
                     rows += n
-                wall, cpu1 = time.perf_counter() - t0, common.process_cpu(on)
+                c1, cpu1 = time.process_time(), common.process_cpu(on)
                 if rows != args.calls * BATCH:
                     raise RuntimeError(f"batch-cost: {name} drained {rows} rows of {args.calls * BATCH}")
-                results.append(
-                    {
-                        "round": rnd + 1,
-                        "part": "drain",
-                        "variant": name,
-                        "server_us_per_row": None
-                        if cpu0 is None or cpu1 is None
-                        else (cpu1 - cpu0) / rows * 1e6,
-                        "wall_us_per_row": wall / rows * 1e6,
-                    }
-                )
+                sample = _sample(rows, (cpu0, cpu1), (c0, c1), t0)
+                results.append({"round": rnd + 1, "part": "drain", "variant": name, **sample})
             print(f"batch-cost: drain round {rnd + 1} of {args.rounds} done", flush=True)
     finally:
         bare_conn.close()
     return results
 
 
-def _medians(results: list[dict], name: str) -> tuple[list[float], list[float]]:
+def _medians(results: list[dict], name: str) -> tuple[list[float], list[float], list[float]]:
+    """A variant's samples per row: server CPU, client CPU, wall."""
     rs = [r for r in results if r["variant"] == name]
-    return [r["server_us_per_row"] for r in rs if r["server_us_per_row"] is not None], [
-        r["wall_us_per_row"] for r in rs
-    ]
+    return (
+        [r["server_us_per_row"] for r in rs if r["server_us_per_row"] is not None],
+        [r["client_us_per_row"] for r in rs],
+        [r["wall_us_per_row"] for r in rs],
+    )
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})" if xs else ""
 
 
 def summarize_drain(results: list[dict], meta: dict) -> list[str]:
@@ -339,14 +354,15 @@ def summarize_drain(results: list[dict], meta: dict) -> list[str]:
     base = statistics.median(_medians(results, pgmq)[0]) if pgmq in names else None
     rows = []
     for name in names:
-        server, wall = _medians(results, name)
+        server, client, wall = _medians(results, name)
         s = statistics.median(server) if server else None
         rows.append(
             [
                 name,
-                f"{s:.2f} ({min(server):.2f}-{max(server):.2f})" if server else "",
+                _spread(server),
                 f"{s / base:.2f}" if s is not None and base else "",
-                f"{statistics.median(wall):.2f} ({min(wall):.2f}-{max(wall):.2f})",
+                _spread(client),
+                _spread(wall),
             ]
         )
     return [
@@ -355,12 +371,16 @@ def summarize_drain(results: list[dict], meta: dict) -> list[str]:
         f"The same {meta['rounds']} round(s), each variant filled with {meta['calls']} x {meta['batch']} rows "
         "(untimed, by its own batch push), then drained by calls of 100 until none is left; server CPU of "
         "the session that drained (the bare statements have their own, with the plans by index the "
-        "routines set), per row. `x pgmq`: the server CPU a row against pgmq's. The bare rows are the "
+        "routines set), per row; client CPU: this process's in the calls (the routine's: the pyqueue "
+        "client decoding the reservations and sending the acknowledgement; pgmq's: psycopg reading each "
+        "message's id and payload). `x pgmq`: the server CPU a row against pgmq's. The bare rows are the "
         "least a reserve and a commit of this table must do: an UPDATE of the first 100 ready rows of the "
         "ready index (FOR UPDATE SKIP LOCKED) writing what a reservation writes (scheduled_at, attempts, "
         "reserved_by, a fresh token), then a DELETE by key and token.",
         "",
-        *common.table(["variant", "server CPU µs/row", "x pgmq", "wall µs/row"], rows, "lrrr"),
+        *common.table(
+            ["variant", "server CPU µs/row", "x pgmq", "client CPU µs/row", "wall µs/row"], rows, "lrrrr"
+        ),
         "",
     ]
 
@@ -369,25 +389,15 @@ def summarize(results: list[dict], meta: dict) -> str:
     drain_part = summarize_drain(results, meta)
     results = [r for r in results if r.get("part") != "drain"]
     names = list(dict.fromkeys(r["variant"] for r in results))
-    med = {}
-    for name in names:
-        rs = [r for r in results if r["variant"] == name]
-        server = [r["server_us_per_row"] for r in rs if r["server_us_per_row"] is not None]
-        wall = [r["wall_us_per_row"] for r in rs]
-        med[name] = (server, wall)
-    base = statistics.median(med["copy: every index"][0]) if med.get("copy: every index", ([],))[0] else None
+    med = {name: _medians(results, name) for name in names}
+    every = med.get("copy: every index", ([],))[0]
+    base = statistics.median(every) if every else None
     rows = []
     for name in names:
-        server, wall = med[name]
+        server, client, wall = med[name]
         s = statistics.median(server) if server else None
-        rows.append(
-            [
-                name,
-                f"{s:.2f} ({min(server):.2f}-{max(server):.2f})" if server else "",
-                f"{s - base:+.2f}" if s is not None and base is not None and name.startswith("copy:") else "",
-                f"{statistics.median(wall):.2f} ({min(wall):.2f}-{max(wall):.2f})",
-            ]
-        )
+        vs = f"{s - base:+.2f}" if s is not None and base is not None and name.startswith("copy:") else ""
+        rows.append([name, _spread(server), vs, _spread(client), _spread(wall)])
     lines = [
         "# Batch cost: where a row of a PostgreSQL batch push spends the server's time",
         "",
@@ -395,7 +405,10 @@ def summarize(results: list[dict], meta: dict) -> str:
         f"{meta['calls']} calls of {meta['batch']} rows per variant on one connection, rounds interleaved, "
         f"the variants' order rotating; load average {meta['load_before']} before, {meta['load_after']} after. "
         "Server CPU: the connection's server process (/proc, 10 ms ticks), per row, median over the rounds "
-        "(min-max); wall: the client's clock per row (round trips included). Every table churns: "
+        "(min-max); client CPU: this process's in the calls (the routine's: the pyqueue client's "
+        "`push_many`; the others: psycopg, the payloads' JSON encoding included), per row; wall: the "
+        "client's clock per row (round trips included). Keys random (uuid4 hex), drawn before the clock "
+        "starts. The routine runs on the client's own connection. Every table churns: "
         "its rows deleted after each round, never vacuumed, analyzed or truncated "
         f"(autovacuum = {meta['autovacuum']}). The scratch copies are `LIKE pyqueue_message INCLUDING ALL` "
         "less what the variant names, filled by a plain `INSERT ... SELECT FROM unnest` of the "
@@ -403,7 +416,11 @@ def summarize(results: list[dict], meta: dict) -> str:
         "index (what the difference costs a row). pg_notify: one call per batch, so its figure is a "
         "hundredth of a call. Method: bench/README.md, Batch cost.",
         "",
-        *common.table(["variant", "server CPU µs/row", "vs every index", "wall µs/row"], rows, "lrrr"),
+        *common.table(
+            ["variant", "server CPU µs/row", "vs every index", "client CPU µs/row", "wall µs/row"],
+            rows,
+            "lrrrr",
+        ),
         "",
     ]
     if not meta.get("pgmq"):

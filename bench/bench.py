@@ -1,7 +1,8 @@
 """Routines side by side: each system's calls for four workloads (push, reserve+ack, each 1 and 100 per
-call), client processes starting together on a barrier, interleaved in rounds with the systems'
-order rotating; medians, per-round ratios to the best peer (and to the INSERT ceiling for single
-pushes), CPU per message. Method and systems: bench/README.md, Method.
+call) and a bulk enqueue (5,000 a call), client processes starting together on a barrier,
+interleaved in rounds with the systems' order rotating; medians, per-round ratios to the best peer
+(and to the INSERT ceiling for single pushes), CPU per message. Keys are random (uuid4 hex, as
+users' business keys are; --keys serial: c<client>-<n>). Method and systems: bench/README.md, Method.
 
     python -m bench routines                     # both dialects, 3 rounds, 4 clients, 10,000 messages
     python -m bench routines --quick             # 1 round, 2,000 messages, 3 s cap
@@ -28,8 +29,13 @@ from typing import Any
 from bench import common
 
 WORKLOADS = ("push", "reserve_ack", "push_batch", "reserve_ack_batch")
+# bulk enqueue: a system's batch push with BULK messages a call (push_many's chunk), against pgmq's
+# send_batch and a plain job table's multi-row INSERT; measured on --bulk-messages messages
+BULK_WORKLOADS = ("push_bulk",)
+ALL_WORKLOADS = WORKLOADS + BULK_WORKLOADS
 CONSUMING = ("reserve_ack", "reserve_ack_batch")
 BATCH = 100
+BULK = 5000
 QUEUE = "bench"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -99,6 +105,7 @@ class PyQueue(System):
         "reserve_ack": "`queue_reserve(n=1)` + `queue_commit`",
         "push_batch": "`queue_push_batch` of 100 (`Queue.push_many`)",
         "reserve_ack_batch": "`queue_reserve(n=100)` + `queue_commit_batch` (`Queue.commit_many`)",
+        "push_bulk": f"`Queue.push_many` of {BULK:,} (one `queue_push_batch`)",
     }
 
     def setup(self, dsn: str) -> None:
@@ -269,6 +276,7 @@ class HandRolled(System):
         "reserve_ack": "`SELECT ... LIMIT 1 FOR UPDATE SKIP LOCKED` + `UPDATE`, `COMMIT`; `DELETE`",
         "push_batch": "multi-row `INSERT IGNORE` of 100",
         "reserve_ack_batch": "the same with `LIMIT 100`; one `DELETE ... IN (100 ids)`",
+        "push_bulk": f"multi-row `INSERT IGNORE` of {BULK:,}",
     }
 
     def setup(self, dsn: str) -> None:
@@ -391,6 +399,7 @@ class Pgmq(System):
         "reserve_ack": "`pgmq.read(vt, 1)` + `pgmq.delete(id)`",
         "push_batch": "`pgmq.send_batch` of 100",
         "reserve_ack_batch": "`pgmq.read(vt, 100)` + `pgmq.delete(ids)`",
+        "push_bulk": f"`pgmq.send_batch` of {BULK:,}",
     }
 
     @classmethod
@@ -540,26 +549,36 @@ DEFAULT_SYSTEMS = {
 }
 
 
-def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier, done, results):
+def _keys(index: int, share: range, keys: str) -> list[str]:
+    """This client's message keys: random (uuid4 hex, as users' business keys are) or serial."""
+    if keys == "random":
+        return [uuid.uuid4().hex for _ in share]
+    return [f"c{index}-{i}" for i in share]
+
+
+def _client(
+    system_cls, dialect, dsn, workload, index, clients, n, cap, barrier, done, results, keys="random"
+):
     try:
         system = system_cls(dialect)
         system.open(dsn)
         share = range(index, n, clients)  # this client's message numbers
+        names = _keys(index, share, keys) if workload not in CONSUMING else []
         barrier.wait()
         start = time.perf_counter()
         deadline = start + cap
         count = 0
         if workload == "push":
-            for i in share:
-                system.push(f"c{index}-{i}", i)
+            for key, i in zip(names, share):
+                system.push(key, i)
                 count += 1
                 if (count & 31) == 0 and time.perf_counter() > deadline:
                     break
-        elif workload == "push_batch":
-            mine = list(share)
-            for s in range(0, len(mine), BATCH):
-                system.push_batch([f"c{index}-{i}" for i in mine[s : s + BATCH]])
-                count += len(mine[s : s + BATCH])
+        elif workload in ("push_batch", "push_bulk"):
+            size = BATCH if workload == "push_batch" else BULK
+            for s in range(0, len(names), size):
+                system.push_batch(names[s : s + size])
+                count += len(names[s : s + size])
                 if time.perf_counter() > deadline:
                     break
         else:
@@ -609,7 +628,9 @@ def churn(system_cls, dialect: str, dsn: str, n: int) -> int:
     return drained
 
 
-def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state="fresh") -> dict[str, Any]:
+def measure(
+    system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state="fresh", keys="random"
+) -> dict[str, Any]:
     system = system_cls(dialect)
     churned = None
     if state == "churned" and churns(system_cls):
@@ -626,7 +647,7 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state
     procs = [
         ctx.Process(
             target=_client,
-            args=(system_cls, dialect, dsn, workload, i, clients, n, cap, barrier, done, results),
+            args=(system_cls, dialect, dsn, workload, i, clients, n, cap, barrier, done, results, keys),
         )
         for i in range(clients)
     ]
@@ -665,6 +686,7 @@ LABEL = {
     "reserve_ack": "reserve+ack (1/call)",
     "push_batch": f"push batch ({BATCH})",
     "reserve_ack_batch": f"reserve+ack batch ({BATCH})",
+    "push_bulk": f"bulk enqueue ({BULK:,}/call)",
 }
 
 
@@ -694,7 +716,7 @@ def _ratio(mine: dict[int, float], other: dict[int, float]) -> list[float]:
 def summarize(results: list[dict], dialect: str, systems: list[str]) -> list[dict]:
     """One row per workload and system: median, range, ratio to the best peer and to the ceiling."""
     rows = []
-    for w in WORKLOADS:
+    for w in ALL_WORKLOADS:
         rates = {s: _rates(results, dialect, s, w) for s in systems}
         rates = {s: v for s, v in rates.items() if v}
         if not rates:
@@ -745,7 +767,8 @@ def _autovacuum(meta: dict) -> str:
 def markdown(results: list[dict], meta: dict) -> str:
     out = [
         f"Command: `{meta['command']}`. Run {meta['started']} on {meta['machine']}, {meta['seconds']:.0f} s; {meta['rounds']} round(s), "
-        f"{meta['clients']} client processes, {meta['messages']:,} messages per measurement, time cap "
+        f"{meta['clients']} client processes, {meta['messages']:,} messages per measurement "
+        f"({meta.get('bulk_messages') or 0:,} for a bulk enqueue), {meta.get('keys', 'serial')} keys, time cap "
         f"{meta['cap']} s; 1-minute load average {meta['load_before'][0]:.1f} before, "
         f"{meta['load_after'][0]:.1f} after. msg/s, higher is better: the median over the rounds and "
         "the range (min-max). Ratios are taken within each round (systems measured seconds apart), "
@@ -844,7 +867,8 @@ def server_settings(dialect: str, dsn: str) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     meta: dict[str, Any] = {
-        k: getattr(args, k) for k in ("rounds", "messages", "cap", "clients", "dialects", "state")
+        k: getattr(args, k)
+        for k in ("rounds", "messages", "bulk_messages", "cap", "clients", "dialects", "state", "keys")
     }
     meta |= {"started": common.now_utc(), "command": common.command(), "load_before": os.getloadavg()}
     meta |= {"machine": f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()})"}
@@ -893,10 +917,11 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                             dsns[sname],
                             w,
                             args.clients,
-                            args.messages,
+                            args.bulk_messages if w in BULK_WORKLOADS else args.messages,
                             args.cap,
                             pids.get(dialect),
                             args.state,
+                            args.keys,
                         )
                         try:
                             r.update(measure(SYSTEMS[sname], *how))
@@ -922,6 +947,8 @@ def main(argv: list[str] | None = None) -> int:
         ("--quick", False, "1 round, 2,000 messages, 3 s cap; writes to bench/results"),
         ("--rounds", 0, "rounds (default 3)"),
         ("--messages", 0, "messages per measurement (default 10000)"),
+        ("--bulk-messages", 0, f"messages per bulk enqueue measurement, {BULK:,} a call (default 100000)"),
+        ("--keys", "random", "message keys: random (uuid4 hex) or serial (c<client>-<n>)"),
         ("--cap", 0.0, "time cap per measurement in seconds (default 4)"),
         ("--clients", 4, "client processes (default 4)"),
         ("--dialects", "postgresql,mysql", "comma-separated"),
@@ -930,7 +957,7 @@ def main(argv: list[str] | None = None) -> int:
             None,
             "comma-separated, of: " + ", ".join(SYSTEMS) + " (default: those of the dialect)",
         ),
-        ("--workloads", ",".join(WORKLOADS), "comma-separated"),
+        ("--workloads", ",".join(ALL_WORKLOADS), "comma-separated"),
         ("--no-async", False, "leave out the async client's row"),
         ("--out", None, "directory for bench.md/bench.json (default bench/latest)"),
         (
@@ -947,6 +974,9 @@ def main(argv: list[str] | None = None) -> int:
     common.exit_on_sigterm()
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.messages = args.messages or (2000 if args.quick else 10000)
+    args.bulk_messages = args.bulk_messages or (4 * BULK if args.quick else 100000)
+    if args.keys not in ("random", "serial"):
+        ap.error("--keys: random or serial")
     args.cap = args.cap or (3.0 if args.quick else 4.0)
     args.dialects = [d for d in args.dialects.split(",") if d]
     args.workloads = [w for w in args.workloads.split(",") if w]
