@@ -79,17 +79,24 @@ def test_push_batch_keeps_the_first_of_a_repeated_key_and_the_batch_order(db, qu
     assert got == [("live", "k", 0)] + ([("written-first", "k", 7)] if after_a_write else []) + expected_new
 
 
+@pytest.mark.parametrize("live", [False, True], ids=["new-keys", "with-a-live-key"])
 @pytest.mark.parametrize("outcome", ["commit", "rollback"])
-def test_push_batch_waits_for_a_key_another_transaction_is_pushing(connect, queue, outcome):
+def test_push_batch_waits_for_a_key_another_transaction_is_pushing(connect, queue, outcome, live):
     """A batch that meets a key pushed by a transaction still open waits for it: the key is a
     duplicate if that transaction commits, and the batch's own if it rolls back; the batch's
-    other keys are inserted either way."""
+    other keys are inserted either way. With a live key first in key order as well, PostgreSQL's
+    first write meets both: the live one, then the one being pushed (the race)."""
     holder = connect()
     holder_queue = holder.queue(queue.name)
     done = {}
+    if live:
+        queue.push("0-live", "k", "live")
+    extra = [("0-live", "k", "batch")] if live else []
 
     def push_batch():
-        done["inserted"] = connect().queue(queue.name).push_many([("a", "k", "batch"), ("b", "k", "batch")])
+        done["inserted"] = (
+            connect().queue(queue.name).push_many([*extra, ("a", "k", "batch"), ("b", "k", "batch")])
+        )
 
     with contextlib.ExitStack() as stack:
         if outcome == "rollback":
@@ -106,7 +113,8 @@ def test_push_batch_waits_for_a_key_another_transaction_is_pushing(connect, queu
     assert not pusher.is_alive()
     assert done["inserted"] == (1 if outcome == "commit" else 2)
     got = {m.key: m.payload for m in queue.reserve(n=10)}
-    assert got == {"a": "holder" if outcome == "commit" else "batch", "b": "batch"}
+    live_row = {"0-live": "live"} if live else {}
+    assert got == {**live_row, "a": "holder" if outcome == "commit" else "batch", "b": "batch"}
 
 
 def test_push_batch_with_run_at_and_priority(queue):

@@ -262,18 +262,23 @@ BEGIN
     END IF;
     v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
     -- The first write of a READ COMMITTED transaction (an autocommit call, the
-    -- common case) inserts the batch's absent keys with a plain INSERT: ON
-    -- CONFLICT's speculative insertion takes a lock and writes a WAL record
-    -- for every row (on the server 1.06x-1.17x the calls of 100 per second,
-    -- bench/README.md "PostgreSQL: the batch push without ON CONFLICT"). A
-    -- key that another transaction inserts meanwhile raises unique_violation,
-    -- which undoes the block, and the statement with ON CONFLICT below runs
-    -- instead. The block is a subtransaction; only a transaction's first
-    -- write takes one here, so that no transaction gathers many (past 64 in
-    -- one transaction, every snapshot taken on the server costs more). The
-    -- subquery probes the primary key once per row (OFFSET 0 keeps it from
-    -- becoming an anti-join, whose generic plan read the queue's whole range
-    -- and sorted it).
+    -- common case) inserts with a plain INSERT: ON CONFLICT's speculative
+    -- insertion takes a lock and writes a WAL record for every row (on the
+    -- server 1.06x-1.17x the calls of 100 per second, docs/performance.md,
+    -- Decisions). First without probing the primary key: the insert's own
+    -- entry in it is the dedup, so a batch of new keys (bulk enqueue, random
+    -- business keys) touches the key index once a row, not twice (server CPU
+    -- a row about 0.75x, docs/performance.md, Decisions). A key that is live
+    -- already, or that another transaction inserts meanwhile, raises
+    -- unique_violation, which undoes the block; then the same INSERT of the
+    -- absent keys only, each probed first (a batch that repeats live keys),
+    -- and after a second unique_violation (a race) the statement with ON
+    -- CONFLICT below. Each block is a subtransaction; only a transaction's
+    -- first write takes them here, so that no transaction gathers many (past
+    -- 64 in one transaction, every snapshot taken on the server costs more).
+    -- The probe is a subquery on the primary key once per row (OFFSET 0 keeps
+    -- it from becoming an anti-join, whose generic plan read the queue's
+    -- whole range and sorted it).
     IF v_first AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
         BEGIN
             WITH batch AS MATERIALIZED (
@@ -290,15 +295,37 @@ BEGIN
             SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
                    coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
               FROM batch b
-             WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k
-                                  AND m.p_kind::text = b.kd
-                               OFFSET 0)
              ORDER BY b.k, b.kd, b.new_id;  -- as below: key order, the first of a repeated key
             GET DIAGNOSTICS v_count = ROW_COUNT;
         EXCEPTION WHEN unique_violation THEN
             v_count := NULL;
         END;
+        IF v_count IS NULL THEN  -- a live key: the absent ones only, each probed
+            BEGIN
+                WITH batch AS MATERIALIZED (
+                    SELECT b.k, b.kd, b.pl, b.ra, b.pr, pg_catalog.nextval(v_ids) AS new_id
+                      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                                      pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
+                                      pg_catalog.unnest(in_priorities))
+                           WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
+                )
+                INSERT INTO pyqueue_message
+                       (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                        scheduled_at_initially, created_at, id)
+                OVERRIDING SYSTEM VALUE
+                SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
+                       coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
+                  FROM batch b
+                 WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                    WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k
+                                      AND m.p_kind::text = b.kd
+                                   OFFSET 0)
+                 ORDER BY b.k, b.kd, b.new_id;  -- as below: key order, the first of a repeated key
+                GET DIAGNOSTICS v_count = ROW_COUNT;
+            EXCEPTION WHEN unique_violation THEN
+                v_count := NULL;
+            END;
+        END IF;
     END IF;
     IF v_count IS NULL THEN
         WITH batch AS MATERIALIZED (
@@ -376,19 +403,10 @@ BEGIN
                                           v_now);
     END IF;
     v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
-    -- The first write of a READ COMMITTED transaction (an autocommit call, the
-    -- common case) inserts the batch's absent keys with a plain INSERT: ON
-    -- CONFLICT's speculative insertion takes a lock and writes a WAL record
-    -- for every row (on the server 1.06x-1.17x the calls of 100 per second,
-    -- bench/README.md "PostgreSQL: the batch push without ON CONFLICT"). A
-    -- key that another transaction inserts meanwhile raises unique_violation,
-    -- which undoes the block, and the statement with ON CONFLICT below runs
-    -- instead. The block is a subtransaction; only a transaction's first
-    -- write takes one here, so that no transaction gathers many (past 64 in
-    -- one transaction, every snapshot taken on the server costs more). The
-    -- subquery probes the primary key once per row (OFFSET 0 keeps it from
-    -- becoming an anti-join, whose generic plan read the queue's whole range
-    -- and sorted it).
+    -- The first write of a READ COMMITTED transaction: as queue_push_batch,
+    -- a plain INSERT without probing the key, then the absent keys only, each
+    -- probed, after a unique_violation (a live key), then ON CONFLICT below
+    -- after a second one (a race).
     IF v_first AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
         BEGIN
             WITH batch AS MATERIALIZED (
@@ -405,15 +423,37 @@ BEGIN
             SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
                    coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id, pyqueue__json_value(b.h)
               FROM batch b
-             WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k
-                                  AND m.p_kind::text = b.kd
-                               OFFSET 0)
              ORDER BY b.k, b.kd, b.new_id;  -- as below: key order, the first of a repeated key
             GET DIAGNOSTICS v_count = ROW_COUNT;
         EXCEPTION WHEN unique_violation THEN
             v_count := NULL;
         END;
+        IF v_count IS NULL THEN  -- a live key: the absent ones only, each probed
+            BEGIN
+                WITH batch AS MATERIALIZED (
+                    SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.h, pg_catalog.nextval(v_ids) AS new_id
+                      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                                      pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
+                                      pg_catalog.unnest(in_priorities), pg_catalog.unnest(in_headers))
+                           WITH ORDINALITY AS b (k, kd, pl, ra, pr, h, ord)
+                )
+                INSERT INTO pyqueue_message
+                       (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                        scheduled_at_initially, created_at, id, headers)
+                OVERRIDING SYSTEM VALUE
+                SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
+                       coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id, pyqueue__json_value(b.h)
+                  FROM batch b
+                 WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                    WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k
+                                      AND m.p_kind::text = b.kd
+                                   OFFSET 0)
+                 ORDER BY b.k, b.kd, b.new_id;  -- as below: key order, the first of a repeated key
+                GET DIAGNOSTICS v_count = ROW_COUNT;
+            EXCEPTION WHEN unique_violation THEN
+                v_count := NULL;
+            END;
+        END IF;
     END IF;
     IF v_count IS NULL THEN
         WITH batch AS MATERIALIZED (
