@@ -22,6 +22,7 @@ import pyqueue_sql
 from pyqueue_sql import cli, dialects, migrate, privileges
 from pyqueue_sql.errors import ConnectionFailedError, PermissionDeniedError
 from pyqueue_sql.queries import script, split_script
+from tests.plainsql import run as _run
 
 PASSWORD = "pq-privileges-test"
 # table or view -> a column of it
@@ -46,18 +47,6 @@ def _dsn_as(dsn: str, user: str | None, database: str | None = "") -> str:
 
 def _database_of(dsn: str) -> str:
     return urlsplit(dsn).path.lstrip("/")
-
-
-def _run(conn, sql: str, params=None) -> list[tuple]:
-    cur = conn.cursor()
-    try:
-        cur.execute(sql, params)
-        rows = [tuple(r) for r in cur.fetchall()] if cur.description else []
-        while getattr(cur, "nextset", None) and cur.nextset():
-            pass
-        return rows
-    finally:
-        cur.close()
 
 
 def _is_denial(dialect: str, exc: BaseException) -> bool:
