@@ -43,24 +43,32 @@ ENDS = {"commit", "commit_batch", "commit_reserve", "commit_push", "fail", "roll
 class Recorder:
     """One process's history: a line [seq, op, args, t0] before each call, [seq, status, answer, t1]
     after it (status ok, or unk when the call failed in a way that may have changed something).
-    t0 and t1 are the server's clock, read on the call's own connection before and after it."""
+    t0 and t1 are the server's clock: the kernel's real-time clock read here just before the call is
+    sent and just after its answer came, once each connection's first read of the server's own clock
+    (clock_timestamp(), SYSDATE) fell between two local reads (a server on this machine: one clock),
+    else the server's clock read on the call's own connection before and after it (a round trip
+    more a call)."""
 
     def __init__(self, dialect: str, dsn: str, path: str, isolation: str | None = None):
         self.dialect, self.dsn, self.isolation = dialect, dsn, isolation
         self.out = open(path, "a", buffering=1)
-        self.seq, self.db, self.t = 0, None, None
+        self.seq, self.db, self.t, self.local = 0, None, None, False
         self.clock_sql = (
             "SELECT extract(epoch FROM clock_timestamp())::float8"
             if dialect == "postgresql"
             else "SELECT UNIX_TIMESTAMP(SYSDATE(6))"
         )
 
-    def clock(self) -> float:
+    def server_clock(self) -> float:
         cur = self.db.connection.cursor()
         cur.execute(self.clock_sql)
         (t,) = cur.fetchone()
         cur.close()
         return float(t)
+
+    def clock(self) -> float:
+        # CLOCK_REALTIME, not time.time: a client with a skewed clock has time.time wrong on purpose
+        return time.clock_gettime(time.CLOCK_REALTIME) if self.local else self.server_clock()
 
     def connect(self) -> None:
         while True:
@@ -70,7 +78,10 @@ class Recorder:
                     cur = self.db.connection.cursor()
                     what = "SESSION CHARACTERISTICS AS" if self.dialect == "postgresql" else "SESSION"
                     cur.execute(f"SET {what} TRANSACTION ISOLATION LEVEL {self.isolation}")
-                self.t = self.clock()
+                a = time.clock_gettime(time.CLOCK_REALTIME)
+                self.t = self.server_clock()
+                b = time.clock_gettime(time.CLOCK_REALTIME)
+                self.local = a - 1e-6 <= self.t <= b + 1e-6  # (the server's clock in microseconds)
                 return
             except Exception:  # noqa: BLE001 (the server restarting, or this connection cut)
                 time.sleep(0.2)
@@ -80,6 +91,8 @@ class Recorder:
         if self.db is None or self.t is None:
             self.connect()
         self.seq += 1
+        if self.local:
+            self.t = self.clock()
         self.out.write(json.dumps([self.seq, op, args, self.t], separators=(",", ":")) + "\n")
         try:
             answer, status = fn(self.db), "ok"
@@ -97,7 +110,7 @@ class Recorder:
         self.out.write(
             json.dumps([self.seq, status, written, self.t], separators=(",", ":"), default=str) + "\n"
         )
-        if self.t is None:
+        if self.t is None or (status == "unk" and self.local):  # a new connection: this one may be cut
             try:
                 self.db.close()
             except Exception:  # noqa: BLE001
@@ -356,12 +369,12 @@ class Server:
             if dialect == "postgresql":
                 from tests.own_postgres import OwnPostgres
 
-                self.server = OwnPostgres("max_connections = 100\n")
+                self.server = OwnPostgres("max_connections = 100\nshared_buffers = 128MB\n")
                 self.server.start()
             else:
                 from tests.own_mariadb import OwnMariaDB
 
-                self.server = OwnMariaDB()
+                self.server = OwnMariaDB(("--innodb-buffer-pool-size=256M",))
                 self.server.start()
             self.server.wait_ready()
             admin = self.server.dsn("postgres") if dialect == "postgresql" else self.server.dsn("")
