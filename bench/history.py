@@ -123,7 +123,7 @@ def held(rs) -> list:
     return [[r.key, r.kind, str(r.token), r.attempts] for r in rs]
 
 
-def producer(rec: Recorder, rng: random.Random, name: str, skew: float) -> Any:
+def producer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=PUSH_KINDS) -> Any:
     """One producer operation a call: pushes of every shape, fresh keys (which must be new), and
     pushes again of delayed keys pushed before (which must be refused as duplicates)."""
     seq, dedup, groups = [0], [], [f"{name}.g{i}" for i in range(8)]
@@ -137,10 +137,10 @@ def producer(rec: Recorder, rng: random.Random, name: str, skew: float) -> Any:
     def step() -> None:
         x = rng.random()
         if x < 0.3:
-            k, kind = key(), rng.choice(PUSH_KINDS)
+            k, kind = key(), rng.choice(kinds)
             rec.call("push", [[k, kind, None]], lambda db: db.queue(Q).push(k, kind, {"k": k}))
         elif x < 0.5:
-            items = [(key(), rng.choice(PUSH_KINDS)) for _ in range(rng.randint(2, 10))]
+            items = [(key(), rng.choice(kinds)) for _ in range(rng.randint(2, 10))]
             rec.call(
                 "push_batch",
                 [[k, kind, None] for k, kind in items],
@@ -181,13 +181,13 @@ def producer(rec: Recorder, rng: random.Random, name: str, skew: float) -> Any:
                 )
         else:
             k = f"{name}.{rng.randint(max(1, seq[0] - 50), max(1, seq[0]))}"
-            kind = rng.choice(PUSH_KINDS)
+            kind = rng.choice(kinds)
             rec.call("cancel", [k, kind], lambda db: db.queue(Q).cancel(k, kind))
 
     return step
 
 
-def consumer(rec: Recorder, rng: random.Random, name: str, skew: float) -> Any:
+def consumer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=None) -> Any:
     """One consumer operation a call, on the reservations it holds (and, now and then, on one it
     no longer holds: a stale token must not work)."""
     hold: list = []
@@ -325,7 +325,7 @@ class KeepAnswer(list):
 
 
 def client_main(
-    role: str, name: str, dialect: str, dsn: str, path: str, seed: int, budget, stop, skew: float, isolation
+    role: str, name: str, dialect: str, dsn: str, path: str, seed: int, budget, stop, skew: float, isolation, kinds
 ):
     if skew:  # this client's clock is wrong by `skew` seconds: nothing the contract times may depend on it
         real = time.time
@@ -333,7 +333,7 @@ def client_main(
     signal.signal(signal.SIGTERM, lambda *_: setattr(stop, "value", 1))
     rec = Recorder(dialect, dsn, path, isolation)
     rng = random.Random(seed)
-    step = (producer if role == "p" else consumer)(rec, rng, name, skew)
+    step = (producer if role == "p" else consumer)(rec, rng, name, skew, kinds)
     throttle = 0
     while not stop.value:
         if budget.value <= 0:
@@ -482,6 +482,7 @@ class Fleet:
                 self.stop,
                 skew,
                 self.args.isolation if slot[0] == "c" else None,
+                tuple(self.args.kinds.split(",")),
             ),
             daemon=True,
         )
@@ -1078,6 +1079,7 @@ def parse(argv=None):
         ),
         ("--restart-every", 60.0, "seconds between server restarts (own server, --faults)"),
         ("--minutes", 0.0, "stop starting operations after this long (0: when --ops are done)"),
+        ("--kinds", ",".join(PUSH_KINDS), "the kinds pushed (free, lim, rate, poison), each as likely as often named"),
         ("--isolation", None, "the consumers' session isolation level, e.g. 'REPEATABLE READ'"),
         ("--seed", -1, "the run's seed (-1: a random one, printed)"),
         ("--keep", False, "keep the recorded history (its folder is in the report)"),
