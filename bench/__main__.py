@@ -20,79 +20,36 @@ class Suite:
     args: tuple[str, ...] = ()  # the module's options this suite always runs with
 
 
-SUITES = {
-    "routines": Suite(
-        "bench",
-        "each routine against pgmq, PGQueuer, a hand-rolled queue and the INSERT ceilings, interleaved",
-        ("--quick",),
-    ),
-    "burndown": Suite(
-        "burndown",
-        "each system's own worker draining a backlog (--tasks: tasks against plain handlers; --variant)",
-        ("--quick",),
-    ),
-    "latency": Suite(
-        "latency",
-        "push to handler start of an idle worker; an idle worker's queries; the NOTIFY throttle",
-        ("--samples", "20", "--idle-seconds", "2", "--pushes", "100", "--rounds", "1"),
-    ),
-    "held-xmin": Suite(
-        "held_xmin",
-        "throughput while a REPEATABLE READ snapshot holds the xmin horizon, against pgmq",
-        ("--minutes", "0.25", "--before", "10", "--window", "5", "--systems", "pyqueue"),
-    ),
-    "scale": Suite(
-        "scale",
-        "big states (1M delayed, backlog, churn, priorities, batch sizes, a held read view) against a small queue",
-        ("--quick",),
-    ),
-    "soak": Suite(
-        "soak",
-        "mixed load while workers are killed at random, then an exact accounting of every message",
-        ("--minutes", "0.5", "--dialect", "postgresql", "--out", "bench/results"),
-    ),
-    "history": Suite(
-        "history",
-        "clients run the contract's calls under faults, then a checker verifies every guarantee over the history",
-        ("--ops", "3000", "--dialect", "postgresql"),
-    ),
-    "failover": Suite(
-        "failover",
-        "a primary killed under load and its standby promoted: nothing acknowledged lost",
-        ("--runs", "1", "--dialects", "postgresql", "--out", "bench/results", "--name", "failover-quick"),
-    ),
-    "pgbouncer": Suite(
-        "pgbouncer",
-        "direct against PgBouncer in transaction pooling: prepared statements, latency, a burn-down",
-        ("--rounds", "1", "--ops", "200", "--samples", "10", "--messages", "500", "--out", "bench/results"),
-    ),
-    "spark": Suite(
-        "spark_ingest",
-        "bulk enqueue from Spark through queue_ingest against a plain JDBC append",
-        ("--rows", "2000", "--dialect", "postgresql"),
-    ),
-    "batch-cost": Suite(
-        "batch_cost",
-        "PostgreSQL: a batch push row's server CPU, the routine against pgmq and a scratch copy less each index",
-        ("--quick",),
-    ),
-    "worker-cpu": Suite(
-        "worker_cpu",
-        "PostgreSQL: the threaded worker's own CPU and its sessions' per no-op job, with and without the tracing span",
-        ("--quick",),
-    ),
-    "ab": Suite(
-        "revision_ab",
-        "the routines of two versions of sql/ (a schema revision or a git commit), alternated",
-        ("--previous-commit", "HEAD", "--rounds", "1", "--messages", "2000", "--dialects", "postgresql"),
-    ),
-    "profile": Suite(
-        "revision_ab",
-        "PostgreSQL: each routine's calls and server time per call, on the four workloads (ab --profile)",
-        ("--rounds", "1", "--messages", "1000", "--dialects", "postgresql"),
-        ("--profile",),
-    ),
-}
+SUITES = {  # name: Suite(module, summary, what --quick stands for[, the options it always runs with])
+    "routines": Suite("bench", "each routine against pgmq, PGQueuer, a hand-rolled queue and the INSERT ceilings, interleaved",
+        ("--quick",)),
+    "burndown": Suite("burndown", "each system's own worker draining a backlog (--tasks: tasks against plain handlers; --variant)",
+        ("--quick",)),
+    "latency": Suite("latency", "push to handler start of an idle worker; an idle worker's queries; the NOTIFY throttle",
+        ("--samples", "20", "--idle-seconds", "2", "--pushes", "100", "--rounds", "1")),
+    "held-xmin": Suite("held_xmin", "throughput while a REPEATABLE READ snapshot holds the xmin horizon, against pgmq",
+        ("--minutes", "0.25", "--before", "10", "--window", "5", "--systems", "pyqueue")),
+    "scale": Suite("scale", "big states (1M delayed, backlog, churn, priorities, batch sizes, a held read view) against a small queue",
+        ("--quick",)),
+    "soak": Suite("soak", "mixed load while workers are killed at random, then an exact accounting of every message",
+        ("--minutes", "0.5", "--dialect", "postgresql", "--out", "bench/results")),
+    "history": Suite("history", "clients run the contract's calls under faults, then a checker verifies every guarantee over the history",
+        ("--ops", "3000", "--dialect", "postgresql")),
+    "failover": Suite("failover", "a primary killed under load and its standby promoted: nothing acknowledged lost",
+        ("--runs", "1", "--dialects", "postgresql", "--out", "bench/results", "--name", "failover-quick")),
+    "pgbouncer": Suite("pgbouncer", "direct against PgBouncer in transaction pooling: prepared statements, latency, a burn-down",
+        ("--rounds", "1", "--ops", "200", "--samples", "10", "--messages", "500", "--out", "bench/results")),
+    "spark": Suite("spark_ingest", "bulk enqueue from Spark through queue_ingest against a plain JDBC append",
+        ("--rows", "2000", "--dialect", "postgresql")),
+    "batch-cost": Suite("batch_cost", "PostgreSQL: a batch push row's server CPU, the routine against pgmq and a scratch copy less each index",
+        ("--quick",)),
+    "worker-cpu": Suite("worker_cpu", "PostgreSQL: the threaded worker's own CPU and its sessions' per no-op job, with and without the tracing span",
+        ("--quick",)),
+    "ab": Suite("revision_ab", "the routines of two versions of sql/ (a schema revision or a git commit), alternated",
+        ("--previous-commit", "HEAD", "--rounds", "1", "--messages", "2000", "--dialects", "postgresql")),
+    "profile": Suite("revision_ab", "PostgreSQL: each routine's calls and server time per call, on the four workloads (ab --profile)",
+        ("--rounds", "1", "--messages", "1000", "--dialects", "postgresql"), ("--profile",)),
+}  # fmt: skip
 
 
 def usage() -> str:

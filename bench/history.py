@@ -123,7 +123,18 @@ def held(rs) -> list:
     return [[r.key, r.kind, str(r.token), r.attempts] for r in rs]
 
 
-def producer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=PUSH_KINDS) -> Any:
+def tok(r) -> list:
+    return [r.key, r.kind, str(r.token)]
+
+
+class KeepAnswer(list):
+    """[written answer, kept objects]; written as its first element only (see Recorder.call)."""
+
+    def __init__(self, written, kept):
+        super().__init__([written, kept])
+
+
+def producer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=PUSH_KINDS, leases=()) -> Any:
     """One producer operation a call: pushes of every shape, fresh keys (which must be new), and
     pushes again of delayed keys pushed before (which must be refused as duplicates)."""
     seq, dedup, groups = [0], [], [f"{name}.g{i}" for i in range(8)]
@@ -134,154 +145,118 @@ def producer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=PU
         seq[0] += 1
         return f"{name}.{seq[0]}"
 
+    def push(items: list, payload: Any = 0, run_at=None) -> tuple:
+        """One push of [key, kind, group] (a batch push of several, grouped or not)."""
+        if len(items) == 1:
+            ((k, kind, g),) = items
+            fn = lambda db: db.queue(Q).push(k, kind, payload, run_at=run_at, group=g)  # noqa: E731
+            return rec.call("push", items, fn)
+        batch = [pyqueue_sql.NewMessage(k, kind, payload, group=g) for k, kind, g in items]
+        return rec.call("push_batch", items, lambda db: db.queue(Q).push_many(batch))
+
     def step() -> None:
         x = rng.random()
-        if x < 0.3:
-            k, kind = key(), rng.choice(kinds)
-            rec.call("push", [[k, kind, None]], lambda db: db.queue(Q).push(k, kind, {"k": k}))
-        elif x < 0.5:
-            items = [(key(), rng.choice(kinds)) for _ in range(rng.randint(2, 10))]
-            rec.call(
-                "push_batch",
-                [[k, kind, None] for k, kind in items],
-                lambda db: db.queue(Q).push_many([(k, kind, {"k": k}) for k, kind in items]),
-            )
-        elif x < 0.65:
-            k, g = key(), rng.choice(groups)
-            rec.call("push", [[k, "grp", g]], lambda db: db.queue(Q).push(k, "grp", {"k": k}, group=g))
-        elif x < 0.8:
-            items = [(key(), rng.choice(groups)) for _ in range(rng.randint(2, 8))]
-            rec.call(
-                "push_batch",
-                [[k, "grp", g] for k, g in items],
-                lambda db: db.queue(Q).push_many(
-                    [pyqueue_sql.NewMessage(k, "grp", {}, group=g) for k, g in items]
-                ),
-            )
+        if x < 0.5:  # one or a batch, of every kind
+            push([[key(), rng.choice(kinds), None] for _ in range(1 if x < 0.3 else rng.randint(2, 10))])
+        elif x < 0.8:  # grouped
+            n = 1 if x < 0.65 else rng.randint(2, 8)
+            push([[key(), "grp", rng.choice(groups)] for _ in range(n)])
         elif x < 0.88 or not dedup:
             # delayed an hour by this client's clock (skewed by minutes at most): live all run long
-            k = key()
-            run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=skew + 3600)
-            if rec.call(
-                "push", [[k, "dedup", None]], lambda db: db.queue(Q).push(k, "dedup", 0, run_at=run_at)
-            ) == (
-                "ok",
-                True,
-            ):
+            k, run_at = key(), dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=skew + 3600)
+            if push([[k, "dedup", None]], run_at=run_at) == ("ok", True):
                 dedup.append(k)
-        elif x < 0.97:
-            ks = rng.sample(dedup, min(len(dedup), rng.randint(1, 4)))
-            if len(ks) == 1:
-                rec.call("push", [[ks[0], "dedup", None]], lambda db: db.queue(Q).push(ks[0], "dedup", 1))
-            else:
-                rec.call(
-                    "push_batch",
-                    [[k, "dedup", None] for k in ks],
-                    lambda db: db.queue(Q).push_many([(k, "dedup", 1) for k in ks]),
-                )
+        elif x < 0.97:  # live keys again: refused
+            push([[k, "dedup", None] for k in rng.sample(dedup, min(len(dedup), rng.randint(1, 4)))], 1)
         else:
-            k = f"{name}.{rng.randint(max(1, seq[0] - 50), max(1, seq[0]))}"
-            kind = rng.choice(kinds)
+            k, kind = f"{name}.{rng.randint(max(1, seq[0] - 50), max(1, seq[0]))}", rng.choice(kinds)
             rec.call("cancel", [k, kind], lambda db: db.queue(Q).cancel(k, kind))
 
     return step
 
 
-def consumer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=None) -> Any:
+def consumer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=(), leases=TIMEOUTS) -> Any:
     """One consumer operation a call, on the reservations it holds (and, now and then, on one it
     no longer holds: a stale token must not work)."""
     hold: list = []
     stale: list = []
 
-    def take(rs, timeout) -> None:
-        hold.extend((r, timeout) for r in rs)
-
     def pick():
         return hold.pop(rng.randrange(len(hold)))
 
     def step() -> None:
-        x = rng.random()
-        timeout = rng.choice(TIMEOUTS)
+        x, timeout = rng.random(), rng.choice(leases)
         if not hold or x < 0.3:
             n = 1 if rng.random() < 0.5 else rng.randint(2, 6)
-            status, rs = rec.call(
-                "reserve",
-                [n, timeout],
-                lambda db: held_and_keep(db.queue(Q).reserve(n, worker=name, timeout=timeout)),
+            status, got = rec.call(
+                "reserve", [n, timeout], lambda db: keep(db.queue(Q).reserve(n, worker=name, timeout=timeout))
             )
             if status == "ok":
-                take(rs[1], timeout)
-                if not rs[1]:
+                hold.extend((r, timeout) for r in got[1])
+                if not got[1]:
                     time.sleep(0.05)  # nothing ready: a moment for the producers
             return
         r, t = pick()
+        q = lambda db: db.queue(Q)  # noqa: E731
         if r.kind == "poison":
-            rec.call("fail", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).fail(r, "poison"))
-            return
-        if x < 0.45:
-            rec.call("commit", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).commit(r))
+            rec.call("fail", tok(r), lambda db: q(db).fail(r, "poison"))
+        elif x < 0.45:
+            rec.call("commit", tok(r), lambda db: q(db).commit(r))
         elif x < 0.52:
             more = [r] + [pick()[0] for _ in range(min(len(hold), rng.randint(1, 3)))]
-            rec.call(
-                "commit_batch",
-                [[m.key, m.kind, str(m.token)] for m in more],
-                lambda db: db.queue(Q).commit_many(more),
-            )
+            rec.call("commit_batch", [tok(m) for m in more], lambda db: q(db).commit_many(more))
         elif x < 0.6:
             n = rng.randint(1, 3)
-            status, got = rec.call(
-                "commit_reserve",
-                [r.key, r.kind, str(r.token), n, timeout],
-                lambda db: keep_cr(db.queue(Q).commit_reserve(r, n, worker=name, timeout=timeout)),
-            )
+
+            def commit_reserve(db):
+                committed, rs = q(db).commit_reserve(r, n, worker=name, timeout=timeout)
+                return KeepAnswer([committed, held(rs)], rs)
+
+            status, got = rec.call("commit_reserve", [*tok(r), n, timeout], commit_reserve)
             if status == "ok":
-                take(got[1], timeout)
-        elif x < 0.65:
-            rec.call("fail", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).fail(r, "flaky"))
-        elif x < 0.69:
-            rec.call("rollback", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).rollback(r))
+                hold.extend((g, timeout) for g in got[1])
         elif x < 0.73:
-            rec.call("snooze", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).snooze(r, 0.2))
-        elif x < 0.8:
-            status, new = rec.call(
-                "extend",
-                [r.key, r.kind, str(r.token), timeout],
-                lambda db: keep1(db.queue(Q).extend(r, timeout)),
-            )
+            what = "fail" if x < 0.65 else "rollback" if x < 0.69 else "snooze"
+            fn = {"fail": lambda db: q(db).fail(r, "flaky"), "rollback": lambda db: q(db).rollback(r)}
+            rec.call(what, tok(r), fn.get(what, lambda db: q(db).snooze(r, 0.2)))
+        elif x < 0.85:  # extend or renew: a new token, the old one stale
+            what = "extend" if x < 0.8 else "renew"
+
+            def extend(db):
+                new = q(db).extend(r, timeout) if what == "extend" else q(db).renew(r, timeout).reservation
+                return KeepAnswer(None if new is None else str(new.token), new)
+
+            status, new = rec.call(what, [*tok(r), timeout], extend)
             if status == "ok" and new[1] is not None:
-                take([new[1]], timeout)
-            stale.append(r)
-        elif x < 0.85:
-            status, new = rec.call(
-                "renew",
-                [r.key, r.kind, str(r.token), timeout],
-                lambda db: keep1(db.queue(Q).renew(r, timeout).reservation),
-            )
-            if status == "ok" and new[1] is not None:
-                take([new[1]], timeout)
+                hold.append((new[1], timeout))
             stale.append(r)
         elif x < 0.89:
-            rec.call("move", [r.key, r.kind, str(r.token)], lambda db: db.queue(Q).move(r, NEXT))
+            rec.call("move", tok(r), lambda db: q(db).move(r, NEXT))
         elif x < 0.93:
             k = f"{name}.{rec.seq}"
 
             def commit_push(db):
                 with db.transaction():  # a business transaction: the commit and a push stand or fall together
-                    return [db.queue(Q).commit(r), db.queue(Q).push(k, "free", 0)]
+                    return [q(db).commit(r), q(db).push(k, "free", 0)]
 
-            rec.call("commit_push", [r.key, r.kind, str(r.token), [[k, "free", None]]], commit_push)
+            rec.call("commit_push", [*tok(r), [[k, "free", None]]], commit_push)
         elif x < 0.95:
             rec.call("live", ["lim", CAPACITY], lambda db: live_count(db, Q, "lim"))
             hold.append((r, t))
         elif x < 0.97 and stale:
             s = stale.pop(rng.randrange(len(stale)))
-            rec.call("commit", [s.key, s.kind, str(s.token)], lambda db: db.queue(Q).commit(s))
+            rec.call("commit", tok(s), lambda db: q(db).commit(s))
             hold.append((r, t))
         else:
             stale.append(r)  # abandoned: its lease expires while this client goes on
         del stale[:-20]
 
     return step
+
+
+def keep(rs) -> KeepAnswer:
+    """The answer written down (key, kind, token, attempts a reservation) and the objects kept."""
+    return KeepAnswer(held(rs), rs)
 
 
 def live_count(db, queue: str, kind: str) -> int:
@@ -303,55 +278,26 @@ def live_count(db, queue: str, kind: str) -> int:
     return int(n)
 
 
-def held_and_keep(rs):
-    """The answer written down (key, kind, token, attempts a reservation) and the objects kept."""
-    return KeepAnswer(held(rs), rs)
-
-
-def keep1(r):
-    return KeepAnswer(None if r is None else str(r.token), r)
-
-
-def keep_cr(answer):
-    committed, rs = answer
-    return KeepAnswer([committed, held(rs)], rs)
-
-
-class KeepAnswer(list):
-    """[written answer, kept objects]; written as its first element only (see Recorder.call)."""
-
-    def __init__(self, written, kept):
-        super().__init__([written, kept])
-
-
 def client_main(
-    role: str, name: str, dialect: str, dsn: str, path: str, seed: int, budget, stop, skew: float, isolation, kinds
-):
+    role, name, dialect, dsn, path, seed, budget, stop, skew: float, isolation, kinds, leases
+) -> None:
     if skew:  # this client's clock is wrong by `skew` seconds: nothing the contract times may depend on it
         real = time.time
         time.time = lambda: real() + skew
     signal.signal(signal.SIGTERM, lambda *_: setattr(stop, "value", 1))
     rec = Recorder(dialect, dsn, path, isolation)
-    rng = random.Random(seed)
-    step = (producer if role == "p" else consumer)(rec, rng, name, skew, kinds)
+    step = (producer if role == "p" else consumer)(rec, random.Random(seed), name, skew, kinds, leases)
     throttle = 0
-    while not stop.value:
-        if budget.value <= 0:
-            break
+    while not stop.value and budget.value > 0:
         budget.value -= 1  # no lock: a client SIGKILLed while holding it would stop every other
-        if role == "p":
-            throttle += 1
-            if throttle % 50 == 0 and rec.db is not None:
-                try:
-                    while Q_ready(rec.db) > 2000 and not stop.value:
-                        time.sleep(0.2)
-                except Exception:  # noqa: BLE001
-                    rec.db = None
+        throttle += 1
+        if role == "p" and throttle % 50 == 0 and rec.db is not None:
+            try:  # the consumers behind: a pause
+                while rec.db.queue(Q).stats().ready > 2000 and not stop.value:
+                    time.sleep(0.2)
+            except Exception:  # noqa: BLE001
+                rec.db = None
         step()
-
-
-def Q_ready(db) -> int:
-    return db.queue(Q).stats().ready
 
 
 # ---- the run: server, queues, clients, faults, the final drain -----------------------------------
@@ -363,63 +309,51 @@ class Server:
 
     def __init__(self, dialect: str, own: bool, dsn: str | None = None):
         self.dialect, self.own, self.server, self.lent = dialect, own, None, dsn is not None
+        self.pg = dialect == "postgresql"
         if dsn:  # a database with the schema installed, lent by the caller (a test) and kept
             self.dsn = dsn
         elif own:
-            if dialect == "postgresql":
+            if self.pg:
                 from tests.own_postgres import OwnPostgres
 
                 self.server = OwnPostgres("max_connections = 100\nshared_buffers = 128MB\n")
-                self.server.start()
             else:
                 from tests.own_mariadb import OwnMariaDB
 
                 self.server = OwnMariaDB(("--innodb-buffer-pool-size=256M",))
-                self.server.start()
+            self.server.start()
             self.server.wait_ready()
-            admin = self.server.dsn("postgres") if dialect == "postgresql" else self.server.dsn("")
-            common.execute(
-                dialect,
-                admin,
-                'CREATE DATABASE "history"'
-                if dialect == "postgresql"
-                else "CREATE DATABASE history CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-            )
+            create = 'CREATE DATABASE "history"' if self.pg else "CREATE DATABASE history COLLATE utf8mb4_bin"
+            common.execute(dialect, self.server.dsn("postgres" if self.pg else ""), create)
             self.dsn = self.server.dsn("history")
         else:
             self.dsn = common.create(dialect, "history")
 
     def restart(self) -> None:
-        if self.dialect == "postgresql":
+        if self.pg:
             self.server.stop("immediate")  # a crash: what the WAL holds comes back
-            self.server.start()
         else:
             self.server.kill()
-            self.server.start()
+        self.server.start()
         self.server.wait_ready()
 
-    def backends(self, conn) -> list[int]:
-        """The sessions of the clients in the database, busy ones first."""
-        cur = conn.cursor()
-        if self.dialect == "postgresql":
-            cur.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                "AND backend_type = 'client backend' ORDER BY state = 'active' DESC"
-            )
-        else:
-            cur.execute(
-                "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() "
-                "ORDER BY command = 'Query' DESC"
-            )
-        return [int(r[0]) for r in cur.fetchall()]
-
-    def cut(self, conn, session: int) -> None:
+    def cut(self, conn, rng: random.Random) -> bool:
+        """Ends the session of one of the clients in the database (of the first three, busy ones first)."""
         cur = conn.cursor()
         cur.execute(
-            f"SELECT pg_terminate_backend({session})"
-            if self.dialect == "postgresql"
-            else f"KILL CONNECTION {session}"
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend' ORDER BY state = 'active' DESC"
+            if self.pg
+            else "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() "
+            "ORDER BY command = 'Query' DESC"
         )
+        sessions = [int(r[0]) for r in cur.fetchall()][:3]
+        if sessions:
+            session = rng.choice(sessions)
+            cur.execute(
+                f"SELECT pg_terminate_backend({session})" if self.pg else f"KILL CONNECTION {session}"
+            )
+        return bool(sessions)
 
     def close(self) -> None:
         if self.server is not None:
@@ -449,9 +383,8 @@ def install(dialect: str, dsn: str, schema: bool = True) -> None:
 class Fleet:
     def __init__(self, args, dialect: str, dsn: str, workdir: str):
         self.args, self.dialect, self.dsn, self.workdir = args, dialect, dsn, workdir
-        self.ctx = mp.get_context(
-            "forkserver"
-        )  # each client forked from one clean process: fast, no inherited connection
+        # each client forked from one clean process: fast, no inherited connection
+        self.ctx = mp.get_context("forkserver")
         self.ctx.set_forkserver_preload(["bench.history"])
         # shared without a lock (RawValue): a client SIGKILLed holding the lock left the others and
         # this process waiting for it for ever; a decrement lost to a race costs one more call
@@ -460,6 +393,7 @@ class Fleet:
         self.procs: dict[str, Any] = {}
         self.started = collections.Counter()
         self.rng = random.Random(args.seed)
+        self.leases = tuple(float(t) for t in args.leases.split(","))
         self.skewed = 0
 
     def start(self, slot: str) -> None:
@@ -469,31 +403,32 @@ class Fleet:
         if self.args.faults and slot.startswith("c") and int(slot[1:]) % 2 == 1:
             skew = self.rng.choice((-1, 1)) * self.rng.uniform(30, 600)
             self.skewed += 1
-        p = self.ctx.Process(
-            target=client_main,
-            args=(
-                slot[0],
-                name,
-                self.dialect,
-                self.dsn,
-                os.path.join(self.workdir, f"{name}.jsonl"),
-                self.rng.randrange(2**32),
-                self.budget,
-                self.stop,
-                skew,
-                self.args.isolation if slot[0] == "c" else None,
-                tuple(self.args.kinds.split(",")),
-            ),
-            daemon=True,
+        path, isolation = os.path.join(self.workdir, f"{name}.jsonl"), self.args.isolation
+        args = (
+            slot[0],
+            name,
+            self.dialect,
+            self.dsn,
+            path,
+            self.rng.randrange(2**32),
+            self.budget,
+            self.stop,
         )
-        p.start()
-        self.procs[slot] = p
+        args += (skew, isolation if slot[0] == "c" else None, tuple(self.args.kinds.split(",")), self.leases)
+        self.procs[slot] = self.ctx.Process(target=client_main, args=args, daemon=True)
+        self.procs[slot].start()
 
     def start_all(self) -> None:
-        for i in range(self.args.producers):
-            self.start(f"p{i}")
-        for i in range(self.args.consumers):
-            self.start(f"c{i}")
+        for slot in [f"p{i}" for i in range(self.args.producers)] + [
+            f"c{i}" for i in range(self.args.consumers)
+        ]:
+            self.start(slot)
+
+    def kill(self, slot: str) -> None:
+        """SIGKILL, and a new client in its place."""
+        self.procs[slot].kill()
+        self.procs[slot].join(10)
+        self.start(slot)
 
     def running(self) -> bool:
         return self.budget.value > 0 and any(p.is_alive() for p in self.procs.values())
@@ -526,10 +461,7 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
     next_restart = time.monotonic() + fleet.args.restart_every
     kinds, cycle = ["kill", "cut", "cut", "pause"], []
     if fleet.args.faults:  # the first at once, before a short run can end without one
-        slot = rng.choice(sorted(fleet.procs))
-        fleet.procs[slot].kill()
-        fleet.procs[slot].join(10)
-        fleet.start(slot)
+        fleet.kill(rng.choice(sorted(fleet.procs)))
         faults["clients SIGKILLed"] += 1
     stop_at = time.monotonic() + 60 * fleet.args.minutes if fleet.args.minutes else INF
     while fleet.running():
@@ -557,22 +489,19 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
         if not live:
             continue
         if kind == "kill":
-            slot = rng.choice(live)
-            fleet.procs[slot].kill()
-            fleet.procs[slot].join(10)
-            fleet.start(slot)
+            fleet.kill(rng.choice(live))
             faults["clients SIGKILLed"] += 1
         elif kind == "pause":
             slot = rng.choice([s for s in live if s.startswith("c")] or live)
             send(fleet.procs[slot], signal.SIGSTOP)
-            paused[slot] = time.monotonic() + max(TIMEOUTS) + rng.uniform(0.5, 2)  # past every lease it holds
+            paused[slot] = (
+                time.monotonic() + max(fleet.leases) + rng.uniform(0.5, 2)
+            )  # past every lease it holds
             faults["consumers paused past their leases"] += 1
         else:
             try:
                 admin = admin or common.raw_connect(server.dialect, server.dsn)
-                sessions = server.backends(admin)
-                if sessions:
-                    server.cut(admin, rng.choice(sessions[:3]))
+                if server.cut(admin, rng):
                     faults["connections cut"] += 1
             except Exception:  # noqa: BLE001 (the session ended meanwhile, or the server restarts)
                 admin = None
@@ -582,32 +511,23 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
     return faults
 
 
-def drain(dialect: str, dsn: str, workdir: str, limit_s: float = 300) -> None:
+def drain(dialect: str, dsn: str, workdir: str, limit_s: float = 1800) -> None:
     """Reserves and commits everything left (recorded as one more consumer), until only the
     delayed dedup messages are left: leases of killed clients expire, exhausted messages are
     dead-lettered by these reserves, each group's next message comes up."""
     rec = Recorder(dialect, dsn, os.path.join(workdir, "drain.jsonl"))
+    left = f"SELECT count(*) FROM pyqueue_message WHERE queue_name = '{Q}' AND p_kind <> 'dedup'"
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         status, got = rec.call(
-            "reserve", [100, 30.0], lambda db: held_and_keep(db.queue(Q).reserve(100, "drain", 30.0))
+            "reserve", [100, 30.0], lambda db: keep(db.queue(Q).reserve(100, "drain", 30.0))
         )
         if status == "ok" and got[1]:
-            rs = got[1]
-            rec.call(
-                "commit_batch",
-                [[r.key, r.kind, str(r.token)] for r in rs],
-                lambda db: db.queue(Q).commit_many(rs),
-            )
-            continue
-        left = common.execute(
-            dialect,
-            dsn,
-            f"SELECT count(*) FROM pyqueue_message WHERE queue_name = '{Q}' AND p_kind <> 'dedup'",
-        )[0][0]
-        if not left:
+            rec.call("commit_batch", [tok(r) for r in got[1]], lambda db: db.queue(Q).commit_many(got[1]))
+        elif not common.execute(dialect, dsn, left)[0][0]:
             return
-        time.sleep(0.3)
+        else:
+            time.sleep(0.3)
     raise RuntimeError("the final drain did not empty the queue")
 
 
@@ -615,19 +535,16 @@ def inventory(dialect: str, dsn: str) -> dict:
     """What the database holds at the end: the live messages of the three queues and the main
     queue's history rows (every message that left it, with how)."""
     live = common.execute(dialect, dsn, "SELECT queue_name, p_key, p_kind FROM pyqueue_message")
-    at = (
-        "extract(epoch FROM processed_at)::float8"
-        if dialect == "postgresql"
-        else "UNIX_TIMESTAMP(processed_at)"
-    )
+    pg = dialect == "postgresql"
+    at = "extract(epoch FROM processed_at)::float8" if pg else "UNIX_TIMESTAMP(processed_at)"
     hist = common.execute(
         dialect,
         dsn,
-        *(() if dialect == "postgresql" else ("SET time_zone = '+00:00'",)),
+        *(() if pg else ("SET time_zone = '+00:00'",)),
         f"SELECT p_key, p_kind, outcome, {at} FROM pyqueue_history WHERE queue_name = '{Q}'",
     )
-    hist = [(k, kind, o, None if t is None else float(t)) for k, kind, o, t in hist]
-    return {"live": [list(r) for r in live], "history": [list(r) for r in hist]}
+    hist = [[k, kind, o, None if t is None else float(t)] for k, kind, o, t in hist]
+    return {"live": [list(r) for r in live], "history": hist}
 
 
 # ---- the checker ---------------------------------------------------------------------------------
@@ -636,17 +553,9 @@ def inventory(dialect: str, dsn: str) -> dict:
 class Op:
     __slots__ = ("proc", "seq", "op", "args", "st", "ans", "t0", "t1")
 
-    def __init__(self, proc, seq, op, args, st, ans, t0, t1):
-        self.proc, self.seq, self.op, self.args, self.st, self.ans, self.t0, self.t1 = (
-            proc,
-            seq,
-            op,
-            args,
-            st,
-            ans,
-            t0,
-            t1,
-        )
+    def __init__(self, *values):  # proc, seq, op, args, st, ans, t0, t1
+        for name, value in zip(self.__slots__, values):
+            setattr(self, name, value)
 
     def __repr__(self) -> str:
         return f"{self.proc}#{self.seq} {self.op}{json.dumps(self.args)} -> {self.st} {json.dumps(self.ans)} [{self.t0:.6f}, {self.t1:.6f}]"
@@ -716,10 +625,7 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
     violations: list[dict] = []
 
     def msg(key, kind) -> Msg:
-        m = msgs.get((key, kind))
-        if m is None:
-            m = msgs[(key, kind)] = Msg(key, kind)
-        return m
+        return msgs.get((key, kind)) or msgs.setdefault((key, kind), Msg(key, kind))
 
     def bad(what: str, text: str, evidence) -> None:
         violations.append({"guarantee": what, "text": text, "ops": [repr(o) for o in evidence][:12]})
@@ -732,17 +638,14 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
             m.ops.append(o)
             tokens[tok] = c
             if attempts > MAX_ATTEMPTS:
-                bad(
-                    "dead letter",
-                    f"{key} delivered for the {attempts}th time, max_attempts {MAX_ATTEMPTS}",
-                    [o],
-                )
+                bad("dead letter", f"{key} delivered for the {attempts}th time, max_attempts {MAX_ATTEMPTS}", [o])  # fmt: skip
 
     def ended(o: Op, tok: str, ok: bool | None, leaves: bool | None) -> None:
         """A call with this token that answered ok (True), that it no longer held (False, nothing
         happened), or nothing (None: may have happened); leaves: it takes the message out of the
         queue (None: only on a last delivery)."""
         c = tokens.get(tok)
+        expired_holder(c, o, ok)
         if c is None or ok is False:
             return
         c.end0 = min(c.end0, o.t0)
@@ -755,6 +658,13 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
             if leaves:
                 c.m.terminal.append(o)
 
+    def expired_holder(c: Chain | None, o: Op, ok: bool | None) -> None:
+        """Counts the calls of a holder whose lease had certainly ended (it started after the latest end
+        its grant and extends allow), as won (answered as holder) or lost (answered it no longer held)."""
+        if c is not None and ok is not None and o.t0 > max(a.t1 + T for a, T in [(c.grant, c.T), *c.exts]):
+            races["won" if ok else "lost"] += 1
+
+    races: collections.Counter = collections.Counter()
     group_limits = {o.args[0] for o in ops if o.op == "group_limit" and o.st != "err"}
     by_op = collections.defaultdict(list)
     for o in ops:
@@ -785,6 +695,7 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
             grant(o, o.ans[1], o.args[4])
     for o in sorted(by_op["extend"] + by_op["renew"], key=lambda o: o.t0):
         c = tokens.get(o.args[2])
+        expired_holder(c, o, None if o.st != "ok" else o.ans is not None)
         if c is not None and o.st != "err":
             c.clips.append(o.t0)
         if c is not None and o.st == "ok" and o.ans is not None:
@@ -837,11 +748,7 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
         # nothing acknowledged lost, and a fresh key is never refused
         if m.new and where is None and not outs:
             lost += 1
-            bad(
-                "nothing lost",
-                f"{key} ({kind}) pushed, never in the queue's history nor live at the end",
-                m.new + m.ops,
-            )
+            bad("nothing lost", f"{key} ({kind}) pushed, never in the queue's history nor live at the end", m.new + m.ops)  # fmt: skip
         if m.refused and not m.new and not m.maybe and kind != "dedup":
             lost += 1
             bad("nothing lost", f"{key} ({kind}): a fresh key refused as a duplicate", m.refused)
@@ -854,21 +761,13 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
         pushes = sorted(m.new, key=lambda o: o.t0)
         for a, b in zip(pushes, pushes[1:]):
             if a.t1 < b.t0 and b.t1 < m.depart:
-                bad(
-                    "dedup",
-                    f"{key} pushed as new twice while live (it left at the earliest at {m.depart:.6f})",
-                    [a, b],
-                )
+                bad("dedup", f"{key} pushed as new twice while live (it left at the earliest at {m.depart:.6f})", [a, b])  # fmt: skip
         if len(m.terminal) > 1:
             bad("one holder", f"{key} left the queue {len(m.terminal)} times", m.terminal)
         # exhausted: a dead letter
         if any(c.attempts >= MAX_ATTEMPTS for c in m.chains) and not m.terminal:
             if not any(o in ("committed", "moved", "cancelled", "dead_lettered") for o in outs):
-                bad(
-                    "dead letter",
-                    f"{key}: its last allowed delivery ended without a dead letter: {outs}, live in {where}",
-                    m.ops,
-                )
+                bad("dead letter", f"{key}: its last allowed delivery ended without a dead letter: {outs}, live in {where}", m.ops)  # fmt: skip
         # one holder at a time
         segs = [(c, c.segments()) for c in m.chains]
         for i, (a, sa) in enumerate(segs):
@@ -879,28 +778,16 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
             for act in a.acts:
                 for b in m.chains:
                     if b is not a and b.grant.t0 > a.grant.t1 and b.grant.t1 < act.t0:
-                        bad(
-                            "one holder",
-                            f"{key}: a token answered as holder after a later lease was granted",
-                            [a.grant, b.grant, act],
-                        )
+                        bad("one holder", f"{key}: a token answered as holder after a later lease was granted", [a.grant, b.grant, act])  # fmt: skip
 
     # concurrency limit, rate, groups
     for o in by_op["live"]:
         if o.st == "ok" and o.ans > o.args[1]:
-            bad(
-                "concurrency limit",
-                f"a reader counted {o.ans} live reservations of {o.args[0]}, capacity {o.args[1]}",
-                [o],
-            )
+            bad("concurrency limit", f"a reader counted {o.ans} live reservations of {o.args[0]}, capacity {o.args[1]}", [o])  # fmt: skip
     lim = [(s, c) for m in msgs.values() if m.kind == "lim" for c in m.chains for s in c.segments()]
     over = most_at_once(lim, CAPACITY)
     if over:
-        bad(
-            "concurrency limit",
-            f"{len(over)} leases of kind lim certainly held at once, capacity {CAPACITY}",
-            [c.grant for c in over],
-        )
+        bad("concurrency limit", f"{len(over)} leases of kind lim certainly held at once, capacity {CAPACITY}", [c.grant for c in over])  # fmt: skip
     grants = sorted(
         ((c.grant.t0, c.grant.t1, c) for m in msgs.values() if m.kind == "rate" for c in m.chains),
         key=lambda g: g[:2],
@@ -908,11 +795,7 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
     for i, (t0, _t1, _c) in enumerate(grants):
         inside = [g for g in grants[i : i + 4 * RATE_N] if g[0] >= t0 and g[1] < t0 + RATE_PER]
         if len(inside) > RATE_N:
-            bad(
-                "rate",
-                f"{len(inside)} deliveries of kind rate within {RATE_PER} s, rate {RATE_N}",
-                [g[2].grant for g in inside],
-            )
+            bad("rate", f"{len(inside)} deliveries of kind rate within {RATE_PER} s, rate {RATE_N}", [g[2].grant for g in inside])  # fmt: skip
             break
     groups = collections.defaultdict(list)
     for m in msgs.values():
@@ -926,26 +809,25 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
         segs = [(s, c) for m in members for c in m.chains for s in c.segments()]
         over = most_at_once(segs, k)
         if over:
-            bad(
-                "FIFO groups", f"group {g}: {len(over)} leases held at once, k = {k}", [c.grant for c in over]
-            )
+            bad("FIFO groups", f"group {g}: {len(over)} leases held at once, k = {k}", [c.grant for c in over])  # fmt: skip
         for j, m in enumerate(members):
             if not m.chains:
                 continue
             first = min(c.grant.t1 for c in m.chains)
             before = [p for p in members[:j] if p.depart > first]
             if len(before) >= k:
-                bad(
-                    "FIFO groups",
-                    f"group {g}: {m.key} delivered while {len(before)} before it had not left, k = {k}",
-                    [min(m.chains, key=lambda c: c.grant.t1).grant, *(o for p in before for o in p.new[:1])],
-                )
+                evidence = [
+                    min(m.chains, key=lambda c: c.grant.t1).grant,
+                    *(o for p in before for o in p.new[:1]),
+                ]
+                bad("FIFO groups", f"group {g}: {m.key} delivered while {len(before)} before it had not left, k = {k}", evidence)  # fmt: skip
     return {
         "operations": collections.Counter(o.op for o in ops if o.op != "group_limit"),
         "unknown outcomes": sum(o.st == "unk" for o in ops),
         "messages": len(msgs),
         "leases": sum(len(m.chains) for m in msgs.values()),
         "lost": lost,
+        "expired holders' calls": dict(races),
         "violations": violations,
     }
 
@@ -1014,40 +896,19 @@ def markdown(results: list[dict], args) -> str:
     lines = [
         f"# History: {common.command()}",
         "",
-        f"{common.now_utc()}, seed {args.seed}, "
-        f"{args.producers} producers and {args.consumers} consumers, isolation {args.isolation or 'the default'}",
-        "",
+        f"{common.now_utc()}, seed {args.seed}, {args.producers} producers ",
     ]
-    rows = []
-    for r in results:
-        rows.append(
-            [
-                r["dialect"],
-                r["server"],
-                sum(r["operations"].values()),
-                ", ".join(f"{k} {v}" for k, v in r["faults"].items()) or "none",
-                r["unknown outcomes"],
-                r["leases"],
-                len(r["violations"]),
-                r["lost"],
-                f"{r['run_s']:.0f} s",
-            ]
-        )
-    lines += common.table(
-        [
-            "dialect",
-            "server",
-            "operations",
-            "faults",
-            "unknown outcomes",
-            "leases",
-            "violations",
-            "lost",
-            "run",
-        ],
-        rows,
-        "rrrrrrr",
+    lines[-1] += (
+        f"and {args.consumers} consumers, isolation {args.isolation or 'the default'}, kinds {args.kinds}, "
     )
+    lines[-1] += f"leases {args.leases}\n"
+    rows = [
+        (r["dialect"], r["server"], n := sum(r["operations"].values()), ", ".join(f"{k} {v}" for k, v in r["faults"].items()) or "none",
+         r["unknown outcomes"], r["leases"], len(r["violations"]), r["lost"], f"{r['run_s']:.0f} s", f"{n / max(r['run_s'], 1):.0f}")
+        for r in results
+    ]  # fmt: skip
+    header = "dialect|server|operations|faults|unknown outcomes|leases|violations|lost|run|operations/s"
+    lines += common.table(header.split("|"), rows, "rrrrrrrrrr")
     for r in results:
         lines += [
             "",
@@ -1055,6 +916,9 @@ def markdown(results: list[dict], args) -> str:
             "",
             ", ".join(f"{k} {v}" for k, v in sorted(r["operations"].items())),
         ]
+        races = r["expired holders' calls"]
+        lines[-1] += f"; calls of a holder whose lease had ended: {races.get('won', 0)} answered as holder, "
+        lines[-1] += f"{races.get('lost', 0)} that it no longer held"
         for v in r["violations"][:50]:
             lines += ["", f"- **{v['guarantee']}**: {v['text']}", *(f"  - `{o}`" for o in v["ops"])]
     return "\n".join(lines) + "\n"
@@ -1070,16 +934,25 @@ def parse(argv=None):
         (
             "--faults",
             False,
-            "kill clients, cut connections, pause consumers past their leases, skew clocks, restart the server",
+            "kill clients, cut connections, pause consumers, skew clocks, restart the server",
         ),
         (
             "--server",
             None,
-            "own (a server the suite starts, and restarts with --faults) or shared; default: own with --faults",
+            "own (a server of its own, restarted with --faults) or shared; default: own with --faults",
         ),
         ("--restart-every", 60.0, "seconds between server restarts (own server, --faults)"),
         ("--minutes", 0.0, "stop starting operations after this long (0: when --ops are done)"),
-        ("--kinds", ",".join(PUSH_KINDS), "the kinds pushed (free, lim, rate, poison), each as likely as often named"),
+        (
+            "--kinds",
+            ",".join(PUSH_KINDS),
+            "the kinds pushed (free, lim, rate, poison), as likely as often named",
+        ),
+        (
+            "--leases",
+            ",".join(map(str, TIMEOUTS)),
+            "the reservations' timeouts (s), as likely as often named",
+        ),
         ("--isolation", None, "the consumers' session isolation level, e.g. 'REPEATABLE READ'"),
         ("--seed", -1, "the run's seed (-1: a random one, printed)"),
         ("--keep", False, "keep the recorded history (its folder is in the report)"),
@@ -1087,8 +960,7 @@ def parse(argv=None):
         ("--name", "history", "the report's file name"),
     )
     args = ap.parse_args(argv)
-    if args.seed < 0:
-        args.seed = random.randrange(2**31)
+    args.seed = args.seed if args.seed >= 0 else random.randrange(2**31)
     args.server = args.server or ("own" if args.faults else "shared")
     return args
 
