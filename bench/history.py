@@ -189,7 +189,9 @@ def consumer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=()
         if not hold or x < 0.3:
             n = 1 if rng.random() < 0.5 else rng.randint(2, 6)
             status, got = rec.call(
-                "reserve", [n, timeout], lambda db: keep(db.queue(Q).reserve(n, worker=name, timeout=timeout))
+                "reserve",
+                [n, timeout],
+                lambda db: held_and_keep(db.queue(Q).reserve(n, worker=name, timeout=timeout)),
             )
             if status == "ok":
                 hold.extend((r, timeout) for r in got[1])
@@ -254,7 +256,7 @@ def consumer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=()
     return step
 
 
-def keep(rs) -> KeepAnswer:
+def held_and_keep(rs) -> KeepAnswer:
     """The answer written down (key, kind, token, attempts a reservation) and the objects kept."""
     return KeepAnswer(held(rs), rs)
 
@@ -524,7 +526,7 @@ def drain(dialect: str, dsn: str, workdir: str, limit_s: float = 1800) -> None:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         status, got = rec.call(
-            "reserve", [100, 30.0], lambda db: keep(db.queue(Q).reserve(100, "drain", 30.0))
+            "reserve", [100, 30.0], lambda db: held_and_keep(db.queue(Q).reserve(100, "drain", 30.0))
         )
         if status == "ok" and got[1]:
             rec.call("commit_batch", [tok(r) for r in got[1]], lambda db: db.queue(Q).commit_many(got[1]))
