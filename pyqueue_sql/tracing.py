@@ -17,6 +17,7 @@ opentelemetry, and a push pays one cached check.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -45,14 +46,22 @@ class _Api:
         self.no_op_providers = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
         self.provider: Any = None
         self.tracer: Any = None
+        # Whether the environment names a provider (OTEL_PYTHON_TRACER_PROVIDER), read once: while
+        # none is set, get_tracer_provider() would look it up in os.environ on every job.
+        self.env_provider = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
     def job_tracer(self) -> Any:
         """The tracer of the workers' spans, or None while no SDK provider is set: then a job's
         span would be a no-op, and building it cost about a fifth of a no-op job's CPU in the
         worker. The tracer is kept per provider, so a provider set later is used from then on."""
         # The global provider once one is set, read without get_tracer_provider()'s environment
-        # lookup on every job; that call while none is set (it may load one the environment names).
-        provider = getattr(self.trace, "_TRACER_PROVIDER", None) or self.trace.get_tracer_provider()
+        # lookup on every job; that call while none is set and the environment names one (it
+        # loads it).
+        provider = getattr(self.trace, "_TRACER_PROVIDER", None)
+        if provider is None:
+            if not self.env_provider:
+                return None  # none set in code nor named by the environment: a no-op span
+            provider = self.trace.get_tracer_provider()
         if isinstance(provider, self.no_op_providers):
             return None
         if provider is not self.provider:

@@ -392,7 +392,6 @@ class AsyncWorker(WorkerBase):
 
     async def _handle_untraced(self, op: Handle, conn: Any) -> BaseException | None:
         job = op.job
-        job.runs_async = self._is_coroutine_fn(op.fn)
         if op.timeout is not None:
             return await self._handle_timed(op)
         try:

@@ -12,7 +12,6 @@ failed (any worker of more than one handler slot) would sleep to the poll fallba
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 import time
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..client import QueueCalls
 from ..dialects import encode_json
-from .model import Handler, Job, Route, log, where_of
+from .model import Handler, Job, Plan, Route, log, where_of
 from .policy import Snooze, describe_error
 from .steps import (
     RECONNECT,
@@ -204,13 +203,6 @@ class Dispatch:
         in batches, not one message each time a handler finishes)."""
         return self.concurrency + (self._prefetch_now() + 1) // 2
 
-    def _lease_runs_low(self, job: Job) -> bool:
-        """Whether a message that is about to start (a prefetched one waited for a handler) has
-        less than a third of its lease left: the heartbeat, which extends every held message each
-        lease/3, has not reached it, so it may expire while its handler runs. It is handed back
-        instead, never run on a lapsing reservation."""
-        return job.lease_until is not None and job.lease_until - self._clock() < self.lease / 3
-
     def _long_poll(self) -> bool:
         """Whether the idle wait is the server's long poll (queue_wait): one queue, no LISTEN."""
         return not self.use_listen and len(self.routes) == 1
@@ -262,22 +254,9 @@ class Dispatch:
             raise errors.QueueError(f"no handler for kind {job.kind!r}")
         return route, fn
 
-    def _is_coroutine_fn(self, fn: Any) -> bool:
-        """inspect.iscoroutinefunction(fn), asked once per handler, not per message."""
-        known = self.__dict__.get("_coroutine_fns")
-        if known is None:
-            known = self._coroutine_fns = {}
-        try:
-            return known[fn]
-        except KeyError:
-            answer = known[fn] = inspect.iscoroutinefunction(fn)
-            return answer
-        except TypeError:  # an unhashable callable
-            return inspect.iscoroutinefunction(fn)
-
-    def _plan_of(self, job: Job) -> tuple[Handler, float | None, bool]:
-        """The job's handler, its timeout and whether its result is stored (a QueueError, the
-        message's failure, when its kind has no handler)."""
+    def _plan_of(self, job: Job) -> Plan:
+        """The job's handler, its timeout, whether its result is stored and whether the handler is
+        a coroutine function (a QueueError, the message's failure, when its kind has no handler)."""
         plan = self.routes[job.queue].plan(job.kind)
         if plan[0] is None:
             raise errors.QueueError(f"no handler for kind {job.kind!r}")
@@ -394,7 +373,8 @@ class Dispatch:
     def _reserve_steps(self, route: Route, n: int):
         lease_until = self._clock() + self.lease
         rows = yield Call("reserve", route.queue, kwargs=self._reserve_args(route, n))
-        jobs = [self._job_type(r, lease_until=lease_until) for r in rows]
+        made = self._job_type.reserved
+        jobs = [made(r, lease_until) for r in rows]
         self._start_jobs(jobs)
         self._reserved(route, jobs)
         return len(jobs)
@@ -402,11 +382,17 @@ class Dispatch:
     # -- a message's way ----------------------------------------------------------------
     def _serve_steps(self, job: Job | None):
         """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
+        stopping, clock, low = self._stopping, self._clock, self.lease / 3
         while job is not None:
-            if self._stopping.is_set():
+            if stopping.is_set():
                 yield from self._hand_back_steps(job)
                 return
-            if self._lease_runs_low(job):
+            # A message about to start (a prefetched one waited for a handler) with less than a
+            # third of its lease left: the heartbeat, which extends every held message each
+            # lease/3, has not reached it, so it may expire while its handler runs. It is handed
+            # back instead, never run on a lapsing reservation.
+            lease_until = job.lease_until
+            if lease_until is not None and lease_until - clock() < low:
                 self.stats.lease_low += 1
                 log.warning(
                     "%s waited for a handler until its lease ran low; handed back unstarted",
@@ -582,39 +568,54 @@ class Dispatch:
         return (yield Call("give_up", job.queue, (job.reservation,), {"error": text}, hard=True))
 
     def _job_steps(self, job: Job):
-        """Runs one job to its commit or failure; returns the next job when the commit reserved one."""
-        job.started_at = time.monotonic()
+        """Runs one job to its commit or failure; returns the next job when the commit reserved one.
+        Its common way (a handler that succeeds, its success acknowledged in a batch) makes few
+        calls: it runs once a message (docs/performance.md, the worker's CPU per job)."""
+        job.started_at = started_at = time.monotonic()
         started = time.time()
-        try:
-            fn, timeout, job.store_result = self._plan_of(job)
-        except errors.QueueError as exc:
-            error: BaseException | None = exc
-        else:
+        plan = self.routes[job.queue].plans.get(job.kind)
+        if plan is None or plan[0] is None:
+            try:
+                plan = self._plan_of(job)
+            except errors.QueueError as exc:
+                plan = None
+                error: BaseException | None = exc
+        if plan is not None:
+            fn, timeout, job.store_result, job.runs_async = plan
             # The handler's failure is the message's, not the worker's: it comes back as the
             # result (thrown in, a GeneratorExit would end these steps).
             error = yield Handle(fn, job, timeout)
-            self._note_handler_time(time.monotonic() - job.started_at)
-        if isinstance(error, asyncio.CancelledError) and self._hard_stop.is_set():
-            self._release(job)  # abandoned: the message comes back after its lease
-            raise error
-        if error is None and job.store_result:
-            try:  # a result JSON cannot hold fails its message here, not the batch it commits in
-                encode_json(job.result)
-            except errors.InvalidPayloadError as exc:
-                error = exc
-        cancelled = stopped_for_cancel(job, error)
-        interrupted = False if cancelled else self._handled(job, error)
+            self._note_handler_time(time.monotonic() - started_at)
+        if error is None:
+            cancelled = interrupted = False
+            if job.store_result:
+                try:  # a result JSON cannot hold fails its message here, not the batch it commits in
+                    encode_json(job.result)
+                except errors.InvalidPayloadError as exc:
+                    error = exc
+        if error is not None:
+            if isinstance(error, asyncio.CancelledError) and self._hard_stop.is_set():
+                self._release(job)  # abandoned: the message comes back after its lease
+                raise error
+            cancelled = stopped_for_cancel(job, error)
+            interrupted = False if cancelled else self._handled(job, error)
         elapsed_ms = round((time.time() - started) * 1000, 3)
         successors: list[Job] = []
+        lock = job.lock
         try:
-            yield Acquire(job.lock)
+            yield Acquire(lock)
             try:
                 if job.progress_pending:  # the last progress goes with the result
                     yield from self._write_progress_steps(job)
                 if error is None:
-                    chain = self._chains(interrupted) and not job.store_result
-                    ok, successors = yield from self._commit_steps(job, chain)
-                    self._committed(job, ok, elapsed_ms)
+                    if self._chains(interrupted) and not job.store_result:
+                        ok, successors = yield from self._commit_steps(job, True)
+                        self._committed(job, ok, elapsed_ms)
+                    else:
+                        # acknowledged by the completer, in a batch (_ack_steps). Called with the
+                        # job's lock held, just before job.done is set: the heartbeat no longer
+                        # extends it, so the token the completer sends is the one it has now.
+                        self._defer_ack(job, elapsed_ms)
                 elif cancelled:
                     self._cancelled(
                         job, (yield Call("cancel_held", job.queue, (job.reservation,), hard=True))
@@ -623,7 +624,7 @@ class Dispatch:
                     yield from self._fail_steps(job, error, interrupted, elapsed_ms)
                 job.done = True
             finally:
-                job.lock.release()
+                lock.release()
         except StoppedError:
             self._log_abandoned(job)
         except Exception as exc:  # e.g. the queue was dropped meanwhile: keep the handler alive

@@ -6,6 +6,8 @@ policy is described by the RetryRule protocol, which policy.RetryPolicy satisfie
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -63,6 +65,18 @@ class Job:
     scheduled_at_initially = property(attrgetter("reservation.scheduled_at_initially"))
     # the message's headers (a dict), None when it has none
     headers = property(attrgetter("reservation.headers"))
+
+    @classmethod
+    def reserved(cls, reservation: Reservation, lease_until: float | None) -> Job:
+        """cls(reservation, lease_until=lease_until), every field set as its __init__ sets it,
+        without that __init__'s call and assignments: the dispatcher makes one a reserved message."""
+        made = _MADE.get(cls)
+        if made is None:
+            made = _MADE[cls] = _made_as(cls)
+        defaults, lock = made
+        job = _new_object(cls)
+        job.__dict__.update(defaults, reservation=reservation, lease_until=lease_until, lock=lock())
+        return job
 
     @property
     def cancel_requested(self) -> threading.Event:
@@ -128,7 +142,26 @@ class Job:
             hook()
 
 
+_new_object = object.__new__
+# per Job class: the fields' defaults (those made by a factory left out) and the lock's factory
+_MADE: dict[type, tuple[dict[str, Any], Callable[[], Any]]] = {}
+
+
+def _made_as(cls: type[Job]) -> tuple[dict[str, Any], Callable[[], Any]]:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    factories = {name for name, f in fields.items() if f.default_factory is not dataclasses.MISSING}
+    if factories != {"lock"} or fields["reservation"].default is not dataclasses.MISSING:
+        raise TypeError(f"Job.reserved does not know how to make a {cls.__name__}")
+    defaults = {
+        name: f.default for name, f in fields.items() if name not in ("reservation", "lock", "lease_until")
+    }
+    return defaults, fields["lock"].default_factory
+
+
 Handler = Callable[[Job], Any]
+# What a job of a kind needs (Route.plan): its handler (None: the kind has none), its timeout,
+# whether its result is stored, whether the handler is a coroutine function.
+Plan = tuple[Handler | None, float | None, bool, bool]
 
 
 class RetryRule(Protocol):
@@ -152,19 +185,23 @@ class Route:
     timeouts: dict[str | None, float] = field(default_factory=dict)
     stores: set[str | None] = field(default_factory=set)  # the kinds whose results are stored
 
-    # kind -> (its handler or None, its timeout, whether its result is stored): what a job of the
-    # kind needs, looked up once per kind (Worker.add_handler, the only writer, clears it)
-    plans: dict[str, tuple[Handler | None, float | None, bool]] = field(default_factory=dict, repr=False)
+    # kind -> (its handler or None, its timeout, whether its result is stored, whether the handler
+    # is a coroutine function): what a job of the kind needs, looked up once per kind
+    # (Worker.add_handler, the only writer, clears it)
+    plans: dict[str, Plan] = field(default_factory=dict, repr=False)
 
-    def plan(self, kind: str) -> tuple[Handler | None, float | None, bool]:
-        """(handler_for, timeout_for, stores_result) of a kind, remembered."""
+    def plan(self, kind: str) -> Plan:
+        """(handler_for, timeout_for, stores_result, the handler is a coroutine function) of a
+        kind, remembered."""
         try:
             return self.plans[kind]
         except KeyError:
+            fn = self.handler_for(kind)
             plan = self.plans[kind] = (
-                self.handler_for(kind),
+                fn,
                 self.timeout_for(kind),
                 self.stores_result(kind),
+                inspect.iscoroutinefunction(fn),
             )
             return plan
 

@@ -64,7 +64,9 @@ class Notifications:
     seconds: float
 
 
-@dataclass(frozen=True)
+# Handle and Acquire are made once a message: plain (slotted) dataclasses, whose __init__ costs
+# about a third of a frozen one's (bench/README.md, Worker CPU); nothing changes them once made.
+@dataclass(slots=True)
 class Handle:
     """Run the handler fn on job to completion: None, or what it raised. With a timeout (seconds),
     a handler still running then is given up on: TimeoutError (a coroutine is cancelled, a thread
@@ -75,7 +77,7 @@ class Handle:
     timeout: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Acquire:
     """Acquire the job's lock (the steps release it)."""
 

@@ -206,7 +206,9 @@ class Worker(WorkerBase):
 
     def _setup(self) -> None:
         self._heartbeat_conn: _Connection | None = None
-        self._slots = threading.Condition()
+        # _slots's lock, taken directly (a C context manager) where nothing waits or notifies
+        self._slots_lock = threading.Lock()
+        self._slots = threading.Condition(self._slots_lock)
         # Whether the dispatcher waits on _slots for a free slot: a release notifies only then
         # (and only once the worker holds fewer messages than the dispatcher refills at).
         self._slot_waiting = False
@@ -323,7 +325,6 @@ class Worker(WorkerBase):
         return tracing.handle_traced(op.job, lambda: self._handle_untraced(op, conn))
 
     def _handle_untraced(self, op: Handle, conn: _Connection) -> BaseException | None:
-        op.job.runs_async = self._is_coroutine_fn(op.fn)
         if op.timeout is not None:
             return self._handle_timed(op, conn)
         try:
@@ -441,16 +442,17 @@ class Worker(WorkerBase):
 
     def _start_jobs(self, jobs: list[Job]) -> None:
         wake, inflight = self._watch_wake.set, self._inflight
-        with self._slots:
+        with self._slots_lock:
             for job in jobs:
                 job.on_progress = wake
                 inflight[(job.queue, job.key, job.kind)] = job
+        put = self._pending.put
         for job in jobs:
-            self._pending.put(job)
+            put(job)
 
     # -- handlers ----------------------------------------------------------------
     def _release(self, job: Job, successors: list[Job] = ()) -> None:
-        with self._slots:
+        with self._slots_lock:
             self._inflight.pop((job.queue, job.key, job.kind), None)
             for nxt in successors:
                 nxt.on_progress = self._watch_wake.set
@@ -462,12 +464,17 @@ class Worker(WorkerBase):
     def _handler_loop(self) -> None:
         conn = _Connection(self, "handler")
         conn.loop = _EventLoop()
+        get, serve, execute = self._pending.get, self._serve_steps, self._execute
+
+        def run(op: Any) -> Any:
+            return execute(op, conn)
+
         try:
             while True:
-                job = self._pending.get()
+                job = get()
                 if job is None:
                     return
-                self._steps(self._serve_steps(job), conn)
+                drive(serve(job), run)
         finally:
             conn.loop.close()
             conn.close()
