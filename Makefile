@@ -183,7 +183,7 @@ soak: $(STAMP)
 # proves each still runs, measures nothing worth quoting. A suite whose peers or tools are missing
 # here (pgmq, npm, Java, a second server) fails with its reason; SMOKE_SUITES= to choose.
 #   make bench-smoke SMOKE_SUITES="latency soak"
-SMOKE_SUITES ?= routines burndown latency held-xmin scale soak failover pgbouncer spark ab profile batch-cost worker-cpu
+SMOKE_SUITES ?= routines burndown latency held-xmin scale soak history failover pgbouncer spark ab profile batch-cost worker-cpu
 bench-smoke: $(BENCH_STAMP)
 	@failed=; for suite in $(SMOKE_SUITES); do \
 	  echo "== python -m bench $$suite --quick"; \
