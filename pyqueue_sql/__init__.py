@@ -5,7 +5,8 @@ the workers; underneath, the message API.
 
 ``pyqueue_sql.connect`` / ``Database`` / ``Queue`` block; ``pyqueue_sql.aio`` has the same client
 for asyncio (AsyncDatabase, AsyncQueue; the ``asyncio`` extra), imported only when you use it.
-The migrator's errors are in pyqueue_sql.migrate (it imports alembic), the rest are below.
+Every exception is defined in pyqueue_sql.errors; those below are the ones a user catches or raises
+day to day (the migrator's are imported from pyqueue_sql.migrate, which imports alembic).
 """
 
 from . import logsafe as logsafe  # escapes the records of the package's loggers, before anything logs
@@ -31,23 +32,26 @@ from .errors import (
     Cancelled,
     ConnectionFailedError,
     DriverNotInstalledError,
+    GiveUp,
     InsecureSchemaError,
     InvalidArgumentError,
     InvalidPayloadError,
+    PayloadMismatchError,
     PermissionDeniedError,
     QueueError,
     ResultNotFoundError,
+    Retry,
     SchemaNotInstalledError,
     SerializationError,
+    Snooze,
     TaskCancelled,
     TaskFailed,
     UnknownQueueError,
     UnknownTaskError,
     UnsupportedDsnError,
 )
-from .tasks import App, PayloadMismatchError, RunReport, Task, TaskHandle, current_job, running_job
+from .tasks import App, RunReport, Task, TaskHandle, current_job, running_job
 from .worker import Job, RetryPolicy, Worker
-from .worker.policy import GiveUp, Retry, Snooze
 
 __all__ = [
     # Tasks: typed functions, deferred and run by workers

@@ -21,10 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import errors
-
-
-class EmbeddedPostgresError(RuntimeError):
-    """The embedded server is not installed or would not start."""
+from .errors import EmbeddedPostgresError as EmbeddedPostgresError
 
 
 @contextlib.contextmanager

@@ -3,15 +3,20 @@
 The database routines refuse bad input with a message of the form
 ``pyqueue:<code>: <detail>``; the dialects map that code to one of these.
 
-The other public exceptions are defined beside the code that raises them, which this module sits
-below (they import it): a handler's outcomes Retry, GiveUp and Snooze (pyqueue_sql.worker.policy),
-PayloadMismatchError (pyqueue_sql.tasks), the migrator's MigrationError and its subclasses
-(pyqueue_sql.migrate). pyqueue_sql itself exports every one a user catches or raises.
+Every public exception of the package is defined here, below every other module (this one
+imports nothing of the package at import time, and no third-party package), and imported back
+where it was first defined, so both paths work: a handler's outcomes Retry, GiveUp, Snooze and
+PayloadMismatchError (pyqueue_sql.worker.policy, pyqueue_sql.tasks), the worker's StoppedError and
+StartTimeoutError (pyqueue_sql.worker.steps), the migrator's MigrationError and its subclasses
+(pyqueue_sql.migrate), IngestRejectedError (pyqueue_sql.spark), EmbeddedPostgresError
+(pyqueue_sql.embedded). pyqueue_sql itself exports every one a user catches or raises.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+from typing import Any
 
 
 class QueueError(Exception):
@@ -164,6 +169,122 @@ class UnknownTaskError(QueueError):
 class ResultNotFoundError(QueueError, LookupError):
     """TaskHandle.result(): no live message and no stored result with that key and kind: never
     deferred, its queue keeps no results, its result expired, or it was removed or moved."""
+
+
+# -- what a handler raises to decide its job's outcome (pyqueue_sql.worker.policy) -----------------
+
+
+def seconds_of(after: float | dt.timedelta | None, what: str) -> float:
+    """A delay given as seconds or a timedelta, as seconds (>= 0)."""
+    if after is None:
+        return 0.0
+    seconds = after.total_seconds() if isinstance(after, dt.timedelta) else after
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise InvalidArgumentError(f"{what} takes seconds >= 0 or a timedelta, not {after!r}")
+    return float(seconds)
+
+
+class Retry(Exception):
+    """Raised by a handler: fail this delivery (it counts as an attempt) and run the message
+    again after ``after`` (seconds or a timedelta) instead of the retry policy's delay. On
+    the last allowed delivery the message is dead-lettered as after any failure."""
+
+    def __init__(self, after: float | dt.timedelta | None = None, reason: str = "") -> None:
+        self.after = seconds_of(after, "Retry(after=)")
+        super().__init__(reason or f"retry in {self.after:g} s")
+
+
+class GiveUp(Exception):
+    """Raised by a handler: no further attempt; the message goes to the dead-letter queue now
+    (dropped when its queue has none), with this error."""
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Snooze(Exception):
+    """Raised by a handler: give the message back, to run again after ``after`` (seconds or a
+    timedelta), without using up an attempt (queue_snooze)."""
+
+    def __init__(self, after: float | dt.timedelta | None = None) -> None:
+        self.after = seconds_of(after, "Snooze(after=)")
+        super().__init__(f"snoozed for {self.after:g} s")
+
+
+class PayloadMismatchError(GiveUp, TypeError):
+    """A message's payload does not fit its task's signature (an argument of another type than
+    its annotation, an unknown or a missing argument, a payload that is not a JSON object): the
+    job fails at once, without retries (it is a GiveUp), since it cannot succeed later. Also
+    raised by defer for an argument that does not fit its annotation."""
+
+
+# -- the worker's own (pyqueue_sql.worker.steps) ---------------------------------------------------
+
+
+class StoppedError(Exception):
+    """Raised inside a retrying database call when the worker is abandoning it."""
+
+
+class StartTimeoutError(ConnectionFailedError):
+    """The worker never connected within its start_timeout: it ends instead of retrying."""
+
+    retryable = False  # type: ignore[assignment]  # (a property in the base class)
+
+
+# -- the migrator's (pyqueue_sql.migrate) ----------------------------------------------------------
+
+
+class MigrationError(QueueError):
+    """A migrate run refused or could not finish (nothing is undone on MySQL: run it again)."""
+
+
+class UnrecordedSchemaError(MigrationError):
+    """pyqueue-sql objects exist but pyqueue_alembic_version records no revision
+    (installed from `pyqueue-sql sql` or by hand). Nothing was changed."""
+
+    def __init__(self, message: str, found: list[str]) -> None:
+        super().__init__(message)
+        self.found = found
+
+
+class SchemaMismatchError(MigrationError):
+    """adopt=True, but the catalog matches no known revision exactly. Nothing was changed."""
+
+
+class MigrationInterrupted(MigrationError):
+    """The run was interrupted (Ctrl-C, a lost connection); running it again resumes it."""
+
+
+class MigrationLockTimeout(MigrationError):
+    """Another migrator held the migration lock for too long."""
+
+
+class LiveMessagesError(MigrationError):
+    """A downgrade that would drop live messages was not confirmed. Nothing was changed by it."""
+
+    def __init__(self, message: str, live: int) -> None:
+        super().__init__(message)
+        self.live = live
+
+
+# -- Spark ingest (pyqueue_sql.spark) --------------------------------------------------------------
+
+
+class IngestRejectedError(InvalidArgumentError):
+    """queue_ingest_flush (MySQL/MariaDB) refused rows: they are in pyqueue_ingest_reject
+    with their reasons; the valid rows of the same flush are enqueued."""
+
+    def __init__(self, message: str, result: Any) -> None:  # result: a pyqueue_sql.spark.IngestResult
+        super().__init__(message)
+        self.result = result
+
+
+# -- the embedded server (pyqueue_sql.embedded) ----------------------------------------------------
+
+
+class EmbeddedPostgresError(RuntimeError):
+    """The embedded server is not installed or would not start."""
 
 
 ERROR_CODES: dict[str, type[QueueError]] = {

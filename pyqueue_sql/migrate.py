@@ -71,8 +71,14 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
-from . import dialects, errors
+from . import dialects
 from ._resources import migrations_dir, sql_file
+from .errors import LiveMessagesError as LiveMessagesError
+from .errors import MigrationError as MigrationError
+from .errors import MigrationInterrupted as MigrationInterrupted
+from .errors import MigrationLockTimeout as MigrationLockTimeout
+from .errors import SchemaMismatchError as SchemaMismatchError
+from .errors import UnrecordedSchemaError as UnrecordedSchemaError
 from .queries import migration_queries, script, split_script
 
 VERSION_TABLE = "pyqueue_alembic_version"
@@ -82,42 +88,6 @@ INTERRUPTED = "migrate was interrupted; run it again to resume"
 # The step that installs routines/ over a schema adopted at the head (the name is recorded
 # in the progress table of an interrupted run, so it stays as it was).
 ADOPTED_ROUTINES = "routines.sql over the adopted schema"
-
-
-# ---- errors -----------------------------------------------------------------
-
-
-class MigrationError(errors.QueueError):
-    """A migrate run refused or could not finish (nothing is undone on MySQL: run it again)."""
-
-
-class UnrecordedSchemaError(MigrationError):
-    """pyqueue-sql objects exist but pyqueue_alembic_version records no revision
-    (installed from `pyqueue-sql sql` or by hand). Nothing was changed."""
-
-    def __init__(self, message: str, found: list[str]) -> None:
-        super().__init__(message)
-        self.found = found
-
-
-class SchemaMismatchError(MigrationError):
-    """adopt=True, but the catalog matches no known revision exactly. Nothing was changed."""
-
-
-class MigrationInterrupted(MigrationError):
-    """The run was interrupted (Ctrl-C, a lost connection); running it again resumes it."""
-
-
-class MigrationLockTimeout(MigrationError):
-    """Another migrator held the migration lock for too long."""
-
-
-class LiveMessagesError(MigrationError):
-    """A downgrade that would drop live messages was not confirmed. Nothing was changed by it."""
-
-    def __init__(self, message: str, live: int) -> None:
-        super().__init__(message)
-        self.live = live
 
 
 class MigrationResult(NamedTuple):

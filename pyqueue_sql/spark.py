@@ -50,6 +50,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from . import dialects, errors, queries
 from .dialects.mysql import quote_name
+from .errors import IngestRejectedError as IngestRejectedError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -82,15 +83,6 @@ DEFAULT_BATCH_SIZE = 5000
 log = logging.getLogger(__name__)
 # Log a failed task's Java stack trace at ERROR (see _quiet_task_failures).
 _NOISY_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager")
-
-
-class IngestRejectedError(errors.InvalidArgumentError):
-    """queue_ingest_flush (MySQL/MariaDB) refused rows: they are in pyqueue_ingest_reject
-    with their reasons; the valid rows of the same flush are enqueued."""
-
-    def __init__(self, message: str, result: IngestResult) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ov
 
 from .. import errors
 from ..client import Database, NewMessage, Result, headers_value, parent_refs
+from ..errors import PayloadMismatchError as PayloadMismatchError
 from ..worker.model import Job
-from ..worker.policy import GiveUp, RetryPolicy
+from ..worker.policy import RetryPolicy
 from .conversion import (
     Mismatch,
     NotJson,
@@ -62,13 +63,6 @@ class TaskApp(Protocol):
     def defer_many(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
 
     async def defer_many_async(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
-
-
-class PayloadMismatchError(GiveUp, TypeError):
-    """A message's payload does not fit its task's signature (an argument of another type than
-    its annotation, an unknown or a missing argument, a payload that is not a JSON object): the
-    job fails at once, without retries (it is a GiveUp), since it cannot succeed later. Also
-    raised by defer for an argument that does not fit its annotation."""
 
 
 @dataclasses.dataclass(frozen=True)

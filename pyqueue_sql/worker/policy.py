@@ -6,13 +6,16 @@ failure is the message's last allowed delivery (dead letter or drop) is the serv
 
 from __future__ import annotations
 
-import datetime as dt
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import errors
 from ..display import redact
+from ..errors import GiveUp as GiveUp
+from ..errors import Retry as Retry
+from ..errors import Snooze as Snooze
+from ..errors import seconds_of as seconds_of
 from .model import Job, log, where_of
 
 if TYPE_CHECKING:
@@ -75,44 +78,6 @@ class RetryPolicy:
         exponent = max(attempts - 1, 0)
         raw = self.max_delay if exponent > 64 else min(self.max_delay, self.base * self.factor**exponent)
         return float(max(0.0, raw * (1 + self.jitter * (2 * draw - 1))))
-
-
-def seconds_of(after: float | dt.timedelta | None, what: str) -> float:
-    """A delay given as seconds or a timedelta, as seconds (>= 0)."""
-    if after is None:
-        return 0.0
-    seconds = after.total_seconds() if isinstance(after, dt.timedelta) else after
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
-        raise errors.InvalidArgumentError(f"{what} takes seconds >= 0 or a timedelta, not {after!r}")
-    return float(seconds)
-
-
-class Retry(Exception):
-    """Raised by a handler: fail this delivery (it counts as an attempt) and run the message
-    again after ``after`` (seconds or a timedelta) instead of the retry policy's delay. On
-    the last allowed delivery the message is dead-lettered as after any failure."""
-
-    def __init__(self, after: float | dt.timedelta | None = None, reason: str = "") -> None:
-        self.after = seconds_of(after, "Retry(after=)")
-        super().__init__(reason or f"retry in {self.after:g} s")
-
-
-class GiveUp(Exception):
-    """Raised by a handler: no further attempt; the message goes to the dead-letter queue now
-    (dropped when its queue has none), with this error."""
-
-    def __init__(self, reason: str = "") -> None:
-        self.reason = reason
-        super().__init__(reason)
-
-
-class Snooze(Exception):
-    """Raised by a handler: give the message back, to run again after ``after`` (seconds or a
-    timedelta), without using up an attempt (queue_snooze)."""
-
-    def __init__(self, after: float | dt.timedelta | None = None) -> None:
-        self.after = seconds_of(after, "Snooze(after=)")
-        super().__init__(f"snoozed for {self.after:g} s")
 
 
 # The packages whose exceptions come from talking to the database: a driver's message may quote

@@ -19,12 +19,9 @@ from typing import Any, Protocol
 
 from .. import errors
 from ..display import redact
+from ..errors import StartTimeoutError as StartTimeoutError
+from ..errors import StoppedError as StoppedError
 from .model import WorkerStats, log
-
-
-class StoppedError(Exception):
-    """Raised inside a retrying database call when the worker is abandoning it."""
-
 
 # -- what the loops ask for ------------------------------------------------------------------
 
@@ -249,12 +246,6 @@ def refused_at_start(worker: Any, exc: BaseException) -> bool:
         and not exc.retryable
         and not getattr(worker, "connected", True)
     )
-
-
-class StartTimeoutError(errors.ConnectionFailedError):
-    """The worker never connected within its start_timeout: it ends instead of retrying."""
-
-    retryable = False  # type: ignore[assignment]  # (a property in the base class)
 
 
 def _start_timed_out(worker: Any, exc: BaseException) -> StartTimeoutError | None:
