@@ -6,10 +6,11 @@ The database routines refuse bad input with a message of the form
 Every public exception of the package is defined here, below every other module (this one
 imports nothing of the package at import time, and no third-party package), and imported back
 where it was first defined, so both paths work: a handler's outcomes Retry, GiveUp, Snooze and
-PayloadMismatchError (pyqueue_sql.worker.policy, pyqueue_sql.tasks), the worker's StoppedError and
-StartTimeoutError (pyqueue_sql.worker.steps), the migrator's MigrationError and its subclasses
-(pyqueue_sql.migrate), IngestRejectedError (pyqueue_sql.spark), EmbeddedPostgresError
-(pyqueue_sql.embedded). pyqueue_sql itself exports every one a user catches or raises.
+PayloadMismatchError (pyqueue_sql.worker.policy, pyqueue_sql.tasks), the worker's StoppedError,
+StartTimeoutError (pyqueue_sql.worker.steps) and TimeLimitExceeded (pyqueue_sql.worker.interrupt),
+the migrator's MigrationError and its subclasses (pyqueue_sql.migrate), IngestRejectedError
+(pyqueue_sql.spark), EmbeddedPostgresError (pyqueue_sql.embedded). tests/unit/test_errors_module.py
+fails on an exception defined elsewhere that is not internal to its module. pyqueue_sql itself exports every one a user catches or raises.
 """
 
 from __future__ import annotations
@@ -219,11 +220,17 @@ class PayloadMismatchError(GiveUp, TypeError):
     raised by defer for an argument that does not fit its annotation."""
 
 
-# -- the worker's own (pyqueue_sql.worker.steps) ---------------------------------------------------
+# -- the worker's own (pyqueue_sql.worker.steps, pyqueue_sql.worker.interrupt) --------------------
 
 
 class StoppedError(Exception):
     """Raised inside a retrying database call when the worker is abandoning it."""
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised inside a plain handler's thread when its timeout has passed (the worker has failed its
+    message with TimeoutError already). A BaseException, as KeyboardInterrupt is, so that an
+    ``except Exception`` of the handler does not swallow it; its ``finally`` blocks run."""
 
 
 class StartTimeoutError(ConnectionFailedError):

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import TimeLimitExceeded as TimeLimitExceeded
+
 # int PyThreadState_SetAsyncExc(unsigned long id, PyObject *exc): exc NULL withdraws a pending one
 _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
     ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
@@ -22,12 +24,6 @@ _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_objec
 _clear_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
     ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
 )
-
-
-class TimeLimitExceeded(BaseException):
-    """Raised inside a plain handler's thread when its timeout has passed (the worker has failed its
-    message with TimeoutError already). A BaseException, as KeyboardInterrupt is, so that an
-    ``except Exception`` of the handler does not swallow it; its ``finally`` blocks run."""
 
 
 class Interruptible:
