@@ -75,7 +75,6 @@ from ..worker.interrupt import Interruptible
 from ..worker.steps import (
     Acquire,
     BackOff,
-    Call,
     Close,
     Commit,
     Connect,
@@ -85,11 +84,12 @@ from ..worker.steps import (
     Listen,
     Notifications,
     OnConnect,
-    Pause,
     Reconnect,
+    RetriedCall,
+    Sleep,
     WaitSlots,
     dispatcher,
-    drive_async,
+    run_steps_async,
 )
 from ..worker.threaded import awaited, log_late_return, timed_out, within_timeout
 from .client import connect
@@ -165,7 +165,7 @@ class _AsyncConnection:
                 pass
 
     async def run(self, fn: Callable[[Any], Awaitable[Any]], *, give_up: asyncio.Event | None = None) -> Any:
-        return await drive_async(call_steps(self, fn, give_up), self._execute)
+        return await run_steps_async(call_steps(self, fn, give_up), self._execute)
 
     async def _connect(self, op: Connect) -> Any:
         return await connect(self.worker.dsn_for(self.role))
@@ -348,12 +348,12 @@ class AsyncWorker(WorkerBase):
 
     # -- the operations of the loops' steps -----------------------------------------------
     def _steps(self, steps: Any, conn: _AsyncConnection | None) -> Awaitable[Any]:
-        return drive_async(steps, lambda op: self._execute(op, conn))
+        return run_steps_async(steps, lambda op: self._execute(op, conn))
 
     def _nested(self, steps: Any) -> Awaitable[Any]:
         return self._steps(steps, None)
 
-    async def _call(self, op: Call, conn: _AsyncConnection | None) -> Any:
+    async def _call(self, op: RetriedCall, conn: _AsyncConnection | None) -> Any:
         if conn is None:  # a handler task: one of the shared connections
             return await self._pooled(op)
         return await conn.run(op, give_up=self._ahard if op.hard else self._astop)
@@ -473,7 +473,7 @@ class AsyncWorker(WorkerBase):
             self._freed.clear()
             await _wait_event(self._freed, 1.0)
 
-    async def _pause(self, op: Pause, conn: Any) -> bool:
+    async def _sleep(self, op: Sleep, conn: Any) -> bool:
         return await _wait_event(self._astop, op.seconds)
 
     async def _hooks(self, op: Hooks, conn: Any) -> None:
@@ -484,14 +484,14 @@ class AsyncWorker(WorkerBase):
 
     _execute = dispatcher(
         {
-            Call: _call,
+            RetriedCall: _call,
             Listen: _listen,
             Notifications: _notifications,
             Handle: _handle,
             Commit: _commit,
             Acquire: _acquire,
             WaitSlots: _wait_slots,
-            Pause: _pause,
+            Sleep: _sleep,
             Hooks: _hooks,
             Reconnect: _reconnect,
         }
@@ -608,7 +608,7 @@ class AsyncWorker(WorkerBase):
         """Commits lead's reservation and reserves up to n next messages of its queue in one call."""
         q = lead.job.queue
         args = dict(self._commit_reserve_args(self.routes[q]), n=n)
-        ok, rows = await self._pooled(Call("commit_reserve", q, (lead.job.reservation,), args))
+        ok, rows = await self._pooled(RetriedCall("commit_reserve", q, (lead.job.reservation,), args))
         self.stats.commit_reserves += 1
         self.stats.reserved += len(rows)
         return bool(ok), [self._job_type(r) for r in rows]
@@ -617,8 +617,8 @@ class AsyncWorker(WorkerBase):
         """Commits entries' reservations in one call: True when every one still held; else (as the
         call does not say which ones lapsed) counts and logs the batch, and _COUNTED_BY_BATCH."""
         if len(entries) == 1:
-            return await self._pooled(Call("commit", q, (entries[0].job.reservation,)))
-        held = await self._pooled(Call("commit_many", q, ([e.job.reservation for e in entries],)))
+            return await self._pooled(RetriedCall("commit", q, (entries[0].job.reservation,)))
+        held = await self._pooled(RetriedCall("commit_many", q, ([e.job.reservation for e in entries],)))
         if held == len(entries):
             return True
         self.stats.succeeded += held

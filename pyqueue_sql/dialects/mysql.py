@@ -286,7 +286,7 @@ class MySQL(Dialect):
     # reads, and in a REPEATABLE READ transaction they would all see the snapshot of its first read,
     # so with other consumers claiming meanwhile a reserve walked page after page of messages they
     # had taken since (reserves of 0.2-4.9 s among 20 ms ones with 4 consumers:
-    # bench/own_transaction.py). In autocommit each read sees what is committed now, and its claims
+    # bench/own_transaction.py at commit 61d2f9a). In autocommit each read sees what is committed now, and its claims
     # skip locked rows instead of waiting, so no deadlock falls between them (a dead-lettering step
     # that loses one leaves that message claimed until the claim expires). SERIALIZABLE makes those
     # reads locking reads, which see the latest rows but can deadlock: there the procedure opens the
@@ -351,7 +351,7 @@ class MySQL(Dialect):
         connection.begin()
 
     # aiomysql rather than asyncmy: both read the procedures' result sets right and run them
-    # equally fast on MariaDB (bench/aio_drivers.py, calls/s on one connection: queue_reserve
+    # equally fast on MariaDB (bench/aio_drivers.py at commit c44a52f, calls/s on one connection: queue_reserve
     # 127 vs 128, queue_commit_reserve 76 vs 76, queue_stats 190 vs 172), and aiomysql is
     # PyMySQL underneath: the same value conversions and the same exception classes as the sync
     # client, so the error mapping above serves both.

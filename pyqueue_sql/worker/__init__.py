@@ -160,8 +160,10 @@ from .dispatch import RetryDue, idle_timeout, wait_left
 from .interrupt import TimeLimitExceeded
 from .model import Handler, Job, WorkerStats, WorkerStatus, log
 from .policy import RetryPolicy, describe_error
-from .steps import StoppedError, call_steps, drive
+from .steps import StoppedError, call_steps, run_steps
 from .threaded import Worker
+
+drive = run_steps  # its former name (one a Database method has too), kept importable
 
 __all__ = [
     "LONG_POLL_CHECK",
@@ -178,8 +180,8 @@ __all__ = [
     "WorkerStatus",
     "call_steps",
     "describe_error",
-    "drive",
     "idle_timeout",
     "log",
+    "run_steps",
     "wait_left",
 ]

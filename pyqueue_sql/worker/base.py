@@ -20,7 +20,7 @@ from .model import Handler, Job, Route, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
 from .shutdown import Shutdown
-from .steps import Call
+from .steps import RetriedCall
 from .watch import Watch
 
 # Without LISTEN, a worker of one queue long-polls queue_wait: one round trip lasts up to
@@ -136,8 +136,8 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         # MySQL/MariaDB it is one transaction of its own too (opened by the procedure on MariaDB,
         # by the client on MySQL 8.0), and under many handlers of one queue it measured well under
         # the throughput of a commit plus the dispatcher's batched reserve (bench/async_worker.py
-        # --commit-reserve on and off: 224 against 581 msg/s, 32 handlers of 20 ms, 1,000
-        # messages, 2026-11-24, when the client opened the transaction on MariaDB too);
+        # --commit-reserve on and off, at commit c44a52f: 224 against 581 msg/s, 32 handlers of
+        # 20 ms, 1,000 messages, 2026-11-24, when the client opened the transaction on MariaDB too);
         # commit_reserve=True asks for it anyway.
         self.commit_reserve = (
             "commit_reserve" not in self.dialect.own_transaction_statements
@@ -282,7 +282,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             if not route.stores:
                 continue
             try:
-                settings = yield Call("settings", route.queue)
+                settings = yield RetriedCall("settings", route.queue)
             except (errors.PermissionDeniedError, errors.UnknownQueueError):
                 continue
             if settings.result_retention is None:

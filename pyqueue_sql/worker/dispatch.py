@@ -26,12 +26,12 @@ from .steps import (
     RECONNECT,
     WAIT_SLOTS,
     Acquire,
-    Call,
     Handle,
     Hooks,
     Listen,
     Notifications,
-    Pause,
+    RetriedCall,
+    Sleep,
     StoppedError,
     refused_at_start,
 )
@@ -149,7 +149,7 @@ class Dispatch:
         raise NotImplementedError
 
     def _nested(self, steps: Any) -> Any:
-        """Runs steps inside a Call (the value, or for AsyncWorker an awaitable of it)."""
+        """Runs steps inside a RetriedCall (the value, or for AsyncWorker an awaitable of it)."""
         raise NotImplementedError
 
     # -- bookkeeping ----------------------------------------------------------------
@@ -279,7 +279,7 @@ class Dispatch:
                     raise
                 backoff = self._dispatch_failed(exc, backoff)
                 yield RECONNECT  # start again from a clean connection (LISTEN registered again)
-                if (yield Pause(backoff)):
+                if (yield Sleep(backoff)):
                     return
                 backoff = min(backoff * 2, 30.0)
 
@@ -322,7 +322,7 @@ class Dispatch:
     def _next_due_steps(self):
         due: float | None = None
         for route in self.routes.values():
-            _, wait_s = yield Call("next_scheduled_at", route.queue, (route.kinds(),))
+            _, wait_s = yield RetriedCall("next_scheduled_at", route.queue, (route.kinds(),))
             due = earliest_due(due, wait_s)
         return due
 
@@ -341,7 +341,7 @@ class Dispatch:
                 return False
             if self._wake_queues:
                 return True
-            woke = yield Call(
+            woke = yield RetriedCall(
                 "wait",
                 route.queue,
                 kwargs=dict(
@@ -353,7 +353,7 @@ class Dispatch:
             return bool(woke)
         while True:
             left = wait_left(self._clock(), deadline, self._retry_due.at)
-            if left <= 0 or (yield Pause(min(left, WAIT_SLICE))):
+            if left <= 0 or (yield Sleep(min(left, WAIT_SLICE))):
                 return False
 
     def _listen_steps(self, db: Any, deadline: float):
@@ -372,7 +372,7 @@ class Dispatch:
 
     def _reserve_steps(self, route: Route, n: int):
         lease_until = self._clock() + self.lease
-        rows = yield Call("reserve", route.queue, kwargs=self._reserve_args(route, n))
+        rows = yield RetriedCall("reserve", route.queue, kwargs=self._reserve_args(route, n))
         made = self._job_type.reserved
         jobs = [made(r, lease_until) for r in rows]
         self._start_jobs(jobs)
@@ -429,7 +429,7 @@ class Dispatch:
             return DEFERRED, []
         route = self.routes[q]
         lease_until = self._clock() + self.lease
-        ok, rows = yield Call(
+        ok, rows = yield RetriedCall(
             "commit_reserve", q, (job.reservation,), self._commit_reserve_args(route), hard=True
         )
         self.stats.commit_reserves += 1
@@ -458,9 +458,11 @@ class Dispatch:
                         continue
                     if with_result:
                         items = [(j.reservation, j.result) for j, _ in entries]
-                        held = yield Call("commit_result_many", q, (items,), hard=True)
+                        held = yield RetriedCall("commit_result_many", q, (items,), hard=True)
                     else:
-                        held = yield Call("commit_many", q, ([j.reservation for j, _ in entries],), hard=True)
+                        held = yield RetriedCall(
+                            "commit_many", q, ([j.reservation for j, _ in entries],), hard=True
+                        )
                     self.stats.ack_batches += 1
                     self._acknowledged(q, entries, held)
                 except StoppedError:
@@ -480,8 +482,8 @@ class Dispatch:
 
     def _commit_one_steps(self, job: Job, with_result: bool):
         if with_result:
-            return (yield Call("commit_result", job.queue, (job.reservation, job.result), hard=True))
-        return (yield Call("commit", job.queue, (job.reservation,), hard=True))
+            return (yield RetriedCall("commit_result", job.queue, (job.reservation, job.result), hard=True))
+        return (yield RetriedCall("commit", job.queue, (job.reservation,), hard=True))
 
     def _commit_each_steps(self, entries: list[tuple[Job, float]]):
         """Commits successes with results one by one; a result the queue refuses fails its message
@@ -538,7 +540,7 @@ class Dispatch:
             self._given_up(job, error, text, outcome, elapsed_ms)
             return
         delay = self._failure_delay(job, interrupted, error)
-        outcome = yield Call(
+        outcome = yield RetriedCall(
             "fail", job.queue, (job.reservation,), {"error": text, "delay": delay}, hard=True
         )
         if outcome == "retry":
@@ -556,7 +558,7 @@ class Dispatch:
                 where_of(job),
                 extra={"event": "snooze", "queue": job.queue, "key": job.key, "kind": job.kind},
             )
-        held = yield Call(method, job.queue, (job.reservation,), {"delay": snooze.after}, hard=True)
+        held = yield RetriedCall(method, job.queue, (job.reservation,), {"delay": snooze.after}, hard=True)
         if held:
             self._retry_due.note(self._clock() + snooze.after)
         self._snoozed(job, snooze.after, bool(held))
@@ -565,7 +567,7 @@ class Dispatch:
         """Ends a reserved message now with queue_give_up: into its queue's dead-letter queue
         ('dead_lettered', the error kept as the dead letter's last_error), or removed when it has
         none ('dropped'); None when the reservation no longer held."""
-        return (yield Call("give_up", job.queue, (job.reservation,), {"error": text}, hard=True))
+        return (yield RetriedCall("give_up", job.queue, (job.reservation,), {"error": text}, hard=True))
 
     def _job_steps(self, job: Job):
         """Runs one job to its commit or failure; returns the next job when the commit reserved one.
@@ -618,7 +620,7 @@ class Dispatch:
                         self._defer_ack(job, elapsed_ms)
                 elif cancelled:
                     self._cancelled(
-                        job, (yield Call("cancel_held", job.queue, (job.reservation,), hard=True))
+                        job, (yield RetriedCall("cancel_held", job.queue, (job.reservation,), hard=True))
                     )
                 else:
                     yield from self._fail_steps(job, error, interrupted, elapsed_ms)
@@ -637,7 +639,7 @@ class Dispatch:
         try:
             yield Acquire(job.lock)
             try:
-                yield Call("rollback", job.queue, (job.reservation,), {"delay": 0}, hard=True)
+                yield RetriedCall("rollback", job.queue, (job.reservation,), {"delay": 0}, hard=True)
                 job.done = True
             finally:
                 job.lock.release()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..client import Reservation, WorkerRegistration
 from ..display import redact
 from .model import Job, log, where_of
-from .steps import Acquire, Call, Hooks, StoppedError
+from .steps import Acquire, Hooks, RetriedCall, StoppedError
 
 if TYPE_CHECKING:
     from .model import Route
@@ -106,7 +106,9 @@ class Registry:
 
     # -- steps ------------------------------------------------------------------------
     def _register_steps(self, hard: bool):
-        self._registered_as((yield Call("register_worker", kwargs=self._registration_fields(), hard=hard)))
+        self._registered_as(
+            (yield RetriedCall("register_worker", kwargs=self._registration_fields(), hard=hard))
+        )
 
     def _heartbeat_steps(self):
         """One heartbeat tick: extends every held reservation, heartbeats the registration, runs
@@ -133,7 +135,7 @@ class Registry:
             lease_until = self._clock() + self.lease
             try:
                 # queue_renew: queue_extend, and whether a cancel of the message was requested
-                new, cancel_requested = yield Call(
+                new, cancel_requested = yield RetriedCall(
                     "renew", job.queue, (job.reservation,), {"timeout": self.lease}, hard=True
                 )
             except StoppedError:
@@ -152,12 +154,12 @@ class Registry:
 
     def _registry_tick_steps(self):
         reg = self.registration
-        if reg is not None and not (yield Call("heartbeat_worker", args=(reg,), hard=True)):
+        if reg is not None and not (yield RetriedCall("heartbeat_worker", args=(reg,), hard=True)):
             self._log_released(reg)
             yield from self._register_steps(True)
         if self.release_dead_after is not None:
             self._log_release_dead(
-                (yield Call("release_dead_workers", args=(self.release_dead_after,), hard=True))
+                (yield RetriedCall("release_dead_workers", args=(self.release_dead_after,), hard=True))
             )
 
     def _deregister_steps(self):
@@ -166,7 +168,7 @@ class Registry:
             return
         try:
             # One attempt (the hard stop is set): if it fails, release_dead_workers cleans up.
-            yield Call("deregister_worker", args=(reg,), hard=True)
+            yield RetriedCall("deregister_worker", args=(reg,), hard=True)
             self._log_deregistered(reg, None)
         except Exception as exc:
             self._log_deregistered(reg, exc)

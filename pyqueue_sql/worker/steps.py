@@ -27,7 +27,7 @@ from .model import WorkerStats, log
 
 
 @dataclass(frozen=True)
-class Call:
+class RetriedCall:
     """One database call on the loop's connection: ``db.<method>(*args, **kwargs)``, or with a
     queue ``db.queue(queue).<method>(...)`` (the same names on Database and AsyncDatabase). It is
     reconnected and retried until the stop (hard=False) or the hard stop (hard=True); then the
@@ -48,7 +48,7 @@ class Call:
 class Listen:
     """Wait on the loop's connection (LISTEN) for wakeups until the clock reads `deadline`, or
     until a retry this worker scheduled is due (see dispatch.RetryDue): the result of
-    DispatchSteps._listen_steps, run inside a Call that reconnects."""
+    Dispatch._listen_steps (dispatch.py), run inside a RetriedCall that reconnects."""
 
     deadline: float
 
@@ -87,7 +87,7 @@ class WaitSlots:
 
 
 @dataclass(frozen=True)
-class Pause:
+class Sleep:
     """Sleep `seconds`, cut short by the stop: True when stopped."""
 
     seconds: float
@@ -159,7 +159,7 @@ CONNECT = Connect()
 CLOSE = Close()
 
 
-def drive(steps: Any, execute: Callable[[Any], Any]) -> Any:
+def run_steps(steps: Any, execute: Callable[[Any], Any]) -> Any:
     """Runs a loop's steps: each operation it yields is done by execute and its result sent back
     (its error thrown back in); returns the steps' return value."""
     send, value = steps.send, None
@@ -174,8 +174,8 @@ def drive(steps: Any, execute: Callable[[Any], Any]) -> Any:
             value, send = exc, steps.throw
 
 
-async def drive_async(steps: Any, execute: Callable[[Any], Any]) -> Any:
-    """drive, with each operation awaited."""
+async def run_steps_async(steps: Any, execute: Callable[[Any], Any]) -> Any:
+    """run_steps, with each operation awaited."""
     send, value = steps.send, None
     while True:
         try:

@@ -25,7 +25,6 @@ from .policy import describe_error
 from .steps import (
     Acquire,
     BackOff,
-    Call,
     Close,
     Connect,
     Handle,
@@ -34,13 +33,14 @@ from .steps import (
     Listen,
     Notifications,
     OnConnect,
-    Pause,
     Reconnect,
+    RetriedCall,
+    Sleep,
     StoppedError,
     WaitSlots,
     call_steps,
     dispatcher,
-    drive,
+    run_steps,
 )
 
 
@@ -171,7 +171,7 @@ class _Connection:
             self.db = None
 
     def run(self, fn: Callable[[Database], Any], *, give_up: threading.Event | None = None) -> Any:
-        return drive(call_steps(self, fn, give_up), self._execute)
+        return run_steps(call_steps(self, fn, give_up), self._execute)
 
     def _connect(self, op: Connect) -> Database:
         return connect(self.worker.dsn_for(self.role))
@@ -306,12 +306,12 @@ class Worker(WorkerBase):
 
     # -- the operations of the loops' steps -----------------------------------------------
     def _steps(self, steps: Any, conn: _Connection | None) -> Any:
-        return drive(steps, lambda op: self._execute(op, conn))
+        return run_steps(steps, lambda op: self._execute(op, conn))
 
     def _nested(self, steps: Any) -> Any:
         return self._steps(steps, None)
 
-    def _call(self, op: Call, conn: _Connection) -> Any:
+    def _call(self, op: RetriedCall, conn: _Connection) -> Any:
         return conn.run(op, give_up=self._hard_stop if op.hard else self._stopping)
 
     def _listen(self, op: Listen, conn: _Connection) -> bool:
@@ -402,7 +402,7 @@ class Worker(WorkerBase):
                 finally:
                     self._slot_waiting = False
 
-    def _pause(self, op: Pause, conn: Any) -> bool:
+    def _sleep(self, op: Sleep, conn: Any) -> bool:
         return self._stopping.wait(op.seconds)
 
     def _hooks(self, op: Hooks, conn: Any) -> None:
@@ -417,13 +417,13 @@ class Worker(WorkerBase):
 
     _execute = dispatcher(
         {
-            Call: _call,
+            RetriedCall: _call,
             Listen: _listen,
             Notifications: _notifications,
             Handle: _handle,
             Acquire: _acquire,
             WaitSlots: _wait_slots,
-            Pause: _pause,
+            Sleep: _sleep,
             Hooks: _hooks,
             Reconnect: _reconnect,
         }
@@ -474,7 +474,7 @@ class Worker(WorkerBase):
                 job = get()
                 if job is None:
                     return
-                drive(serve(job), run)
+                run_steps(serve(job), run)
         finally:
             conn.loop.close()
             conn.close()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .. import errors
 from .model import Job, log, where_of
-from .steps import Acquire, Call, StoppedError
+from .steps import Acquire, RetriedCall, StoppedError
 
 if TYPE_CHECKING:
     from .model import WorkerStats
@@ -72,7 +72,7 @@ class Watch:
             if job.started_at > polled_since:  # a job this young may well end before a cancel
                 continue
             try:
-                state = yield Call("result", job.queue, (job.key, job.kind), hard=True)
+                state = yield RetriedCall("result", job.queue, (job.key, job.kind), hard=True)
             except StoppedError:
                 raise
             except errors.PermissionDeniedError:
@@ -116,7 +116,7 @@ class Watch:
         if value is None:
             return
         try:
-            held = yield Call("set_progress", job.queue, (job.reservation, value[0]), hard=True)
+            held = yield RetriedCall("set_progress", job.queue, (job.reservation, value[0]), hard=True)
         except StoppedError:
             raise
         except Exception:

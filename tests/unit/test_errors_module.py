@@ -43,9 +43,7 @@ def exceptions_outside_errors(package: Path = PACKAGE) -> set[str]:
     exceptions: set[str] = set()
     while True:
         found = {
-            name
-            for _, name, bases in classes
-            if any(_builtin_exception(b) or b in exceptions for b in bases)
+            name for _, name, bases in classes if any(_builtin_exception(b) or b in exceptions for b in bases)
         }
         if found <= exceptions:
             break

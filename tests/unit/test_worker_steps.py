@@ -19,12 +19,12 @@ from pyqueue_sql.worker.steps import (
     RECONNECT,
     WAIT_SLOTS,
     Acquire,
-    Call,
     Handle,
     Hooks,
     Listen,
     Notifications,
-    Pause,
+    RetriedCall,
+    Sleep,
     StoppedError,
     dispatcher,
 )
@@ -97,7 +97,7 @@ def test_retry_delays_grow_by_factor_to_the_cap_and_jitter_stays_in_its_band():
             RetryPolicy(**bad)
 
 
-def fail_steps(worker: Worker, job: Job, error: BaseException) -> tuple[Steps, Call]:
+def fail_steps(worker: Worker, job: Job, error: BaseException) -> tuple[Steps, RetriedCall]:
     """A job's steps up to its queue_fail call (the handler raised `error`)."""
     steps = Steps(worker._job_steps(job))
     assert isinstance(steps.op, Handle) and steps.op.job is job
@@ -105,7 +105,7 @@ def fail_steps(worker: Worker, job: Job, error: BaseException) -> tuple[Steps, C
     assert lock == Acquire(job.lock)
     job.lock.acquire()
     call = steps.answer(True)
-    assert isinstance(call, Call) and (call.method, call.queue, call.args) == (
+    assert isinstance(call, RetriedCall) and (call.method, call.queue, call.args) == (
         "fail",
         "q",
         (job.reservation,),
@@ -262,7 +262,7 @@ def test_a_client_side_poll_also_ends_when_a_retry_is_due():
     worker._retry_due.note(clock.now + 0.6)
     slept = 0.0
     while not steps.done:
-        assert isinstance(steps.op, Pause) and steps.op.seconds <= WAIT_SLICE
+        assert isinstance(steps.op, Sleep) and steps.op.seconds <= WAIT_SLICE
         clock.now += steps.op.seconds
         slept += steps.op.seconds
         steps.answer(False)
@@ -291,7 +291,7 @@ def test_a_stop_ends_the_wait_at_the_next_slice():
 # -- the dispatch step sequence --------------------------------------------------------
 
 
-def handle_success(worker: Worker, job: Job) -> tuple[Steps, Call]:
+def handle_success(worker: Worker, job: Job) -> tuple[Steps, RetriedCall]:
     steps = Steps(worker._job_steps(job))
     assert isinstance(steps.op, Handle)
     assert steps.answer(None) == Acquire(job.lock)
@@ -407,11 +407,11 @@ def test_a_dispatch_error_reconnects_then_backs_off_doubling():
     assert steps.op == WAIT_SLOTS
     assert steps.answer().method == "reserve"
     assert steps.throw(PermissionError("revoked")) == RECONNECT
-    assert steps.answer() == Pause(0.5)
+    assert steps.answer() == Sleep(0.5)
     assert steps.answer(False) == WAIT_SLOTS
     steps.answer()
     assert steps.throw(PermissionError("revoked")) == RECONNECT
-    assert steps.answer() == Pause(1.0)
+    assert steps.answer() == Sleep(1.0)
     assert worker.stats.dispatch_errors == 2 and "revoked" in worker.status().last_error
     steps.answer(True)  # the stop came during the back-off
     assert steps.done
@@ -426,8 +426,8 @@ def test_a_stopped_call_ends_the_reserve_loop_quietly():
 
 
 def test_an_operation_no_runner_knows_is_an_error():
-    execute = dispatcher({Pause: lambda self, op: op.seconds})
-    assert execute(None, Pause(2.0)) == 2.0
+    execute = dispatcher({Sleep: lambda self, op: op.seconds})
+    assert execute(None, Sleep(2.0)) == 2.0
     with pytest.raises(AssertionError, match="unknown operation"):
         execute(None, WAIT_SLOTS)
 
