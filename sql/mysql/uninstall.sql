@@ -71,6 +71,8 @@ DROP PROCEDURE IF EXISTS queue_publish_batch_with_headers;
 DROP PROCEDURE IF EXISTS queue_publish_batch;
 DROP PROCEDURE IF EXISTS queue_publish_with_headers;
 DROP PROCEDURE IF EXISTS queue_publish;
+DROP PROCEDURE IF EXISTS pyqueue__publish_batch;
+DROP PROCEDURE IF EXISTS pyqueue__publish;
 DROP PROCEDURE IF EXISTS queue_bindings;
 DROP PROCEDURE IF EXISTS queue_unbind;
 DROP PROCEDURE IF EXISTS queue_bind;
@@ -122,6 +124,9 @@ DROP PROCEDURE IF EXISTS queue_push_batch_with_headers;
 DROP PROCEDURE IF EXISTS queue_push_batch;
 DROP PROCEDURE IF EXISTS queue_push_with_headers;
 DROP PROCEDURE IF EXISTS queue_push;
+DROP PROCEDURE IF EXISTS pyqueue__push_batch_grouped;
+DROP PROCEDURE IF EXISTS pyqueue__push_grouped;
+DROP PROCEDURE IF EXISTS pyqueue__push_batch;
 
 -- ==== queues ====
 -- (the tables pyqueue_group, pyqueue_message and pyqueue_queue go last, see

@@ -82,6 +82,8 @@ DROP FUNCTION IF EXISTS queue_publish_batch_with_headers(text[], text[], text[],
 DROP FUNCTION IF EXISTS queue_publish_batch(text[], text[], text[], jsonb[], timestamptz[], integer[]);
 DROP FUNCTION IF EXISTS queue_publish_with_headers(text, text, text, jsonb, timestamptz, integer, jsonb);
 DROP FUNCTION IF EXISTS queue_publish(text, text, text, jsonb, timestamptz, integer);
+DROP FUNCTION IF EXISTS pyqueue__publish_batch(text[], text[], text[], jsonb[], timestamptz[], integer[], jsonb[]);
+DROP FUNCTION IF EXISTS pyqueue__publish(text, text, text, jsonb, timestamptz, integer, jsonb);
 DROP FUNCTION IF EXISTS queue_bindings(text);
 DROP FUNCTION IF EXISTS queue_unbind(text, text);
 DROP FUNCTION IF EXISTS queue_bind(text, text);
@@ -137,6 +139,10 @@ DROP FUNCTION IF EXISTS queue_push_batch_with_headers(text, text[], text[], json
 DROP FUNCTION IF EXISTS queue_push_batch(text, text[], text[], jsonb[], timestamptz[], integer[]);
 DROP FUNCTION IF EXISTS queue_push_with_headers(text, text, text, jsonb, timestamptz, integer, jsonb);
 DROP FUNCTION IF EXISTS queue_push(text, text, text, jsonb, timestamptz, integer);
+DROP FUNCTION IF EXISTS pyqueue__push_batch_grouped(text, text[], text[], text[], jsonb[], timestamptz[], integer[], jsonb[]);
+DROP FUNCTION IF EXISTS pyqueue__push_grouped(text, text, text, text, jsonb, timestamptz, integer, jsonb);
+DROP FUNCTION IF EXISTS pyqueue__push_batch(text, text[], text[], jsonb[], timestamptz[], integer[], jsonb[]);
+DROP FUNCTION IF EXISTS pyqueue__push(text, text, text, jsonb, timestamptz, integer, jsonb);
 
 -- ==== queues ====
 -- (the tables pyqueue_message and pyqueue_queue go last, see the top)

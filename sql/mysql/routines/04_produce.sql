@@ -2,7 +2,8 @@
 -- Put messages in: one, many in one statement, or one that replaces a waiting message with the same key (debounce);
 -- one or many into FIFO groups, each group's messages delivered one at a time. Each wakes the queue's listeners when
 -- it makes a message ready now. Each push but queue_push_replace has a sibling *_with_headers that also writes the
--- message's headers (the plain routine never reads them, so a push without headers costs what it did).
+-- message's headers; both are thin wrappers over one pyqueue__* body, but for queue_push (see
+-- queue_push_with_headers).
 
 DELIMITER //
 
@@ -77,7 +78,9 @@ END //
 
 -- queue_push_with_headers: queue_push with headers in_headers (pyqueue__check_headers: a JSON object of at most
 -- 8192 bytes; NULL or the JSON null = none), checked before anything is written. Dedup as queue_push: a duplicate
--- changes nothing, its headers included. queue_push itself never reads headers (its cost is unchanged).
+-- changes nothing, its headers included. Written out beside queue_push, not a wrapper over one shared body as the
+-- other pushes: on MariaDB 10.11 the nested CALL cost a single push 12-14 % more server CPU (bench/README.md, "Push
+-- cost"); tests/unit/test_sql_twins.py fails when the two differ on more than the headers lines.
 -- Locks: as queue_push.
 DROP PROCEDURE IF EXISTS queue_push_with_headers //
 CREATE PROCEDURE queue_push_with_headers(
@@ -145,93 +148,19 @@ BEGIN
     SELECT v_inserted AS inserted;
 END //
 
--- queue_push_batch: inserts many messages in one statement. MySQL: ONE JSON array of objects {"p_key", "p_kind",
--- "payload", "run_at", "priority"} as second argument, the other four NULL; members as queue_push takes them (run_at
--- 'YYYY-MM-DD HH:MM:SS[.ffffff]' UTC, missing or null = now; priority missing or null = 0). An invalid element
--- refuses the batch before anything is written. Result: one row, inserted = how many were new (duplicates, also
--- within the batch, skipped; the first wins).
--- Locks: the new rows (shared locks on duplicates), a shared lock on the queue row, for one statement (with
--- innodb_autoinc_lock_mode = 1, MariaDB's default, the AUTO-INC lock too); a deadlock victim runs again in autocommit
--- mode.
-DROP PROCEDURE IF EXISTS queue_push_batch //
-CREATE PROCEDURE queue_push_batch(
-    IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
-    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
-    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
-    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
-    IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_retry INT;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_now DATETIME(6);
-    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    IF in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
-       OR in_priorities IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            'MySQL takes one JSON array of messages as 2nd argument; the other 4 must be NULL');
-    END IF;
-    CALL pyqueue__check_messages(in_messages, NULL);
-    CALL pyqueue__check_batch_size(v_queue, in_messages);
-    SET v_now = UTC_TIMESTAMP(6);
-    CALL pyqueue__own_transaction(FALSE, v_own);
-    REPEAT
-        SET v_retry = 0, v_tries = v_tries + 1;
-        BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-            INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, attempts)
-            SELECT in_queue,
-                   JSON_UNQUOTE(b.k),
-                   JSON_UNQUOTE(b.kd),
-                   JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
-                   CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
-                        THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
-                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
-                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
-                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
-                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
-                   v_now,
-                   0
-              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-                       ord      FOR ORDINALITY,
-                       k        JSON PATH '$.p_key',
-                       kd       JSON PATH '$.p_kind',
-                       payload  JSON PATH '$.payload',
-                       run_at   JSON PATH '$.run_at',
-                       priority JSON PATH '$.priority')) AS b;
-            -- (no ORDER BY: JSON_TABLE yields the elements in array order, which gives the ids in batch
-            -- order and keeps the first of a repeated key; sorting the rows, payloads included, wrote a
-            -- temporary table to disk on every call, a sixth of its time)
-            SET v_inserted = ROW_COUNT();
-        END;
-    UNTIL v_retry = 0 END REPEAT;
-    IF v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
-       AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
-        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
-    END IF;
-    SELECT v_inserted AS inserted;
-END //
-
--- queue_push_batch_with_headers: queue_push_batch whose elements may carry a member "headers" (missing or null =
--- none, else a JSON object of at most 8192 bytes: pyqueue__check_batch_headers). MySQL: the headers are members of
--- the messages, so in_headers (PostgreSQL's headers array) must be NULL too. Result and locks: as queue_push_batch.
-DROP PROCEDURE IF EXISTS queue_push_batch_with_headers //
-CREATE PROCEDURE queue_push_batch_with_headers(
+-- pyqueue__push_batch: the body of queue_push_batch and queue_push_batch_with_headers, each a thin SECURITY DEFINER
+-- wrapper over it (in_with_headers FALSE: the members "headers" are not read).
+DROP PROCEDURE IF EXISTS pyqueue__push_batch //
+CREATE PROCEDURE pyqueue__push_batch(
     IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
     IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
     IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
     IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
     IN in_priorities LONGTEXT CHARACTER SET utf8mb4,
-    IN in_headers    LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY DEFINER
+    IN in_headers    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_with_headers BOOLEAN)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
@@ -243,11 +172,12 @@ BEGIN
     SET v_queue = in_queue;
     IF in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            'MySQL: one JSON array of messages (headers a member of each) as 2nd argument, the other 5 NULL');
+        CALL pyqueue__raise('invalid_argument', IF(in_with_headers,
+            'MySQL: one JSON array of messages (headers a member of each) as 2nd argument, the other 5 NULL',
+            'MySQL takes one JSON array of messages as 2nd argument; the other 4 must be NULL'));
     END IF;
     CALL pyqueue__check_messages(in_messages, NULL);
-    CALL pyqueue__check_batch_headers(in_messages);
+    IF in_with_headers THEN CALL pyqueue__check_batch_headers(in_messages); END IF;
     CALL pyqueue__check_batch_size(v_queue, in_messages);
     SET v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__own_transaction(FALSE, v_own);
@@ -270,7 +200,7 @@ BEGIN
                         THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
                    v_now,
                    0,
-                   CASE WHEN JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
+                   CASE WHEN in_with_headers AND JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
               FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
                        ord      FOR ORDINALITY,
                        k        JSON PATH '$.p_key',
@@ -290,6 +220,46 @@ BEGIN
         CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
     END IF;
     SELECT v_inserted AS inserted;
+END //
+
+-- queue_push_batch: inserts many messages in one statement. MySQL: ONE JSON array of objects {"p_key", "p_kind",
+-- "payload", "run_at", "priority"} as second argument, the other four NULL; members as queue_push takes them (run_at
+-- 'YYYY-MM-DD HH:MM:SS[.ffffff]' UTC, missing or null = now; priority missing or null = 0). An invalid element
+-- refuses the batch before anything is written. Result: one row, inserted = how many were new (duplicates, also
+-- within the batch, skipped; the first wins).
+-- Locks: the new rows (shared locks on duplicates), a shared lock on the queue row, for one statement (with
+-- innodb_autoinc_lock_mode = 1, MariaDB's default, the AUTO-INC lock too); a deadlock victim runs again in autocommit
+-- mode.
+DROP PROCEDURE IF EXISTS queue_push_batch //
+CREATE PROCEDURE queue_push_batch(
+    IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    CALL pyqueue__push_batch(in_queue, in_messages, in_kinds, in_payloads, in_run_ats, in_priorities, NULL,
+                             FALSE);
+END //
+
+-- queue_push_batch_with_headers: queue_push_batch whose elements may carry a member "headers" (missing or null =
+-- none, else a JSON object of at most 8192 bytes: pyqueue__check_batch_headers). MySQL: the headers are members of
+-- the messages, so in_headers (PostgreSQL's headers array) must be NULL too. Result and locks: as queue_push_batch.
+DROP PROCEDURE IF EXISTS queue_push_batch_with_headers //
+CREATE PROCEDURE queue_push_batch_with_headers(
+    IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4,
+    IN in_headers    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    CALL pyqueue__push_batch(in_queue, in_messages, in_kinds, in_payloads, in_run_ats, in_priorities,
+                             in_headers, TRUE);
 END //
 
 -- queue_push_replace: queue_push that replaces instead of skipping (debounce). Result: one row, outcome =
@@ -372,102 +342,10 @@ BEGIN
     SELECT v_outcome AS outcome;
 END //
 
--- queue_push_grouped: queue_push for a message of FIFO group in_group (a name as p_key): a group's messages are
--- delivered one at a time in run_at then push order, each blocked (state 'delayed', scheduled_at '9999-12-31
--- 23:59:59.999999') until the one before it left the queue. Result: one row, pushed = 1 or 0 (dedup as queue_push).
--- The message becomes head of a group without one; it displaces a head never delivered that runs later and can be
--- locked at once (that head is blocked again); otherwise it is blocked. Steps: create or lock the group row, the
--- head's row with SKIP LOCKED when it might be displaced, the INSERT IGNORE, the head's change; in autocommit mode in
--- a transaction of its own, run again on a deadlock.
--- Locks: the group row, the head's row, the new row and a shared lock on the queue row, until the transaction ends.
-DROP PROCEDURE IF EXISTS queue_push_grouped //
-CREATE PROCEDURE queue_push_grouped(
-    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_group    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
-    IN in_run_at   DATETIME(6),
-    IN in_priority DECIMAL(65,30))
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_queue, v_kind, v_dlq, v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_group, v_key, v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_found, v_retry, v_gone INT;
-    DECLARE v_paused, v_is_head BOOLEAN;
-    DECLARE v_now, v_at DATETIME(6);
-    DECLARE v_head_id BIGINT;
-    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('group', in_group, 255);
-    CALL pyqueue__check_key(in_key);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_payload(in_payload);
-    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
-        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
-    END IF;
-    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
-    SET v_queue = in_queue, v_group = in_group, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
-    CALL pyqueue__check_size(v_queue, LENGTH(in_payload));
-    SET v_at = COALESCE(in_run_at, v_now);
-    -- autocommit with no transaction open: the steps in a transaction of their own
-    CALL pyqueue__own_transaction(TRUE, v_own);
-    REPEAT
-        SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0, v_head_id = NULL;
-        BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-            -- the queue was dropped meanwhile (the group row's foreign key)
-            DECLARE EXIT HANDLER FOR 1452 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; SET v_gone = 1; END;
-            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
-            IF v_own = 1 THEN START TRANSACTION; END IF;
-            INSERT INTO pyqueue_group (queue_name, group_key) VALUES (v_queue, v_group)
-            ON DUPLICATE KEY UPDATE head_key = head_key;
-            CALL pyqueue__group_lock(v_queue, v_group, FALSE, v_found, v_head_key, v_head_kind);
-            SET v_is_head = v_head_key IS NULL;
-            IF NOT v_is_head THEN
-                -- the head, if the new message may take its place
-                SELECT COUNT(*), MAX(m.id) INTO v_found, v_head_id
-                  FROM pyqueue_message m
-                 WHERE m.queue_name = v_queue AND m.p_key = v_head_key AND m.p_kind = v_head_kind
-                   AND m.attempts = 0 AND m.reserve_token IS NULL AND m.scheduled_at_initially > v_at
-                   AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
-                   FOR UPDATE SKIP LOCKED;
-                SET v_is_head = v_found > 0;
-            END IF;
-            INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, attempts, group_key)
-            VALUES (v_queue, v_key, v_kind, in_payload, COALESCE(in_priority, 0),
-                    IF(v_is_head, v_at, TIMESTAMP '9999-12-31 23:59:59.999999'), v_at, v_now, 0, v_group);
-            SET v_inserted = ROW_COUNT();
-            IF v_inserted = 1 AND v_is_head THEN
-                IF v_head_id IS NOT NULL THEN  -- the displaced head: blocked again
-                    UPDATE pyqueue_message SET scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
-                     WHERE id = v_head_id;
-                END IF;
-                UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
-                 WHERE queue_name = v_queue AND group_key = v_group;
-            ELSEIF v_head_key IS NULL THEN
-                -- a duplicate into a group without a head: its row goes again (or gets a head)
-                CALL pyqueue__group_next(v_queue, v_group, v_now);
-            ELSEIF v_inserted = 1 THEN
-                -- blocked behind the head: with a group limit k > 1 it starts now if there is room, or takes the
-                -- place of a later live message never delivered
-                CALL pyqueue__group_place(v_queue, v_group, LAST_INSERT_ID(), v_at, v_now);
-            END IF;
-            IF v_own = 1 THEN COMMIT; END IF;
-        END;
-    UNTIL v_retry = 0 END REPEAT;
-    IF v_gone = 1 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
-    SELECT v_inserted AS pushed;
-END //
-
--- queue_push_grouped_with_headers: queue_push_grouped with headers in_headers (as queue_push_with_headers).
--- Result and locks: as queue_push_grouped.
-DROP PROCEDURE IF EXISTS queue_push_grouped_with_headers //
-CREATE PROCEDURE queue_push_grouped_with_headers(
+-- pyqueue__push_grouped: the body of queue_push_grouped and queue_push_grouped_with_headers, each a thin SECURITY
+-- DEFINER wrapper over it (in_headers NULL: no headers).
+DROP PROCEDURE IF EXISTS pyqueue__push_grouped //
+CREATE PROCEDURE pyqueue__push_grouped(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_group    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -476,7 +354,7 @@ CREATE PROCEDURE queue_push_grouped_with_headers(
     IN in_run_at   DATETIME(6),
     IN in_priority DECIMAL(65,30),
     IN in_headers  LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY DEFINER
+SQL SECURITY INVOKER
 BEGIN
     DECLARE v_headers LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_queue, v_kind, v_dlq, v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -496,7 +374,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
     END IF;
     CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
-    CALL pyqueue__check_headers(in_headers, v_headers);
+    IF in_headers IS NOT NULL THEN CALL pyqueue__check_headers(in_headers, v_headers); END IF;
     SET v_queue = in_queue, v_group = in_group, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__check_size(v_queue, LENGTH(in_payload));
     SET v_at = COALESCE(in_run_at, v_now);
@@ -553,183 +431,50 @@ BEGIN
     SELECT v_inserted AS pushed;
 END //
 
--- queue_push_batch_grouped: queue_push_batch for messages of FIFO groups. MySQL: ONE JSON array of objects {"group",
--- "p_key", "p_kind", "payload", "run_at", "priority"} in in_groups' place, the other five NULL; group as
--- queue_push_grouped's, null or missing for none. An invalid element refuses the batch. Result: one row, pushed = how
--- many were new. As if pushed one by one with queue_push_grouped, in a fixed number of statements: the group rows
--- created or locked in group_key order; one INSERT IGNORE ... SELECT (grouped ones blocked); a locking read of the
--- heads and of each group's first blocked message, and a SKIP LOCKED read of the heads that may be displaced; one
--- UPDATE sets the new heads (blocking displaced ones), one records them, one deletes new group rows that got nothing.
--- In autocommit mode in a transaction of its own, run again on a deadlock.
--- Locks: the group rows (group_key order), the new rows, shared locks on duplicates and the queue row, the heads'
--- rows, until the transaction ends (and the AUTO-INC lock, as queue_push_batch).
-DROP PROCEDURE IF EXISTS queue_push_batch_grouped //
-CREATE PROCEDURE queue_push_batch_grouped(
-    IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
-    IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
-    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
-    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
-    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
-    IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
+-- queue_push_grouped: queue_push for a message of FIFO group in_group (a name as p_key): a group's messages are
+-- delivered one at a time in run_at then push order, each blocked (state 'delayed', scheduled_at '9999-12-31
+-- 23:59:59.999999') until the one before it left the queue. Result: one row, pushed = 1 or 0 (dedup as queue_push).
+-- The message becomes head of a group without one; it displaces a head never delivered that runs later and can be
+-- locked at once (that head is blocked again); otherwise it is blocked. Steps: create or lock the group row, the
+-- head's row with SKIP LOCKED when it might be displaced, the INSERT IGNORE, the head's change; in autocommit mode in
+-- a transaction of its own, run again on a deadlock.
+-- Locks: the group row, the head's row, the new row and a shared lock on the queue row, until the transaction ends.
+DROP PROCEDURE IF EXISTS queue_push_grouped //
+CREATE PROCEDURE queue_push_grouped(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_groups, v_retry, v_gone INT;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_now DATETIME(6);
-    DECLARE v_heads, v_next, v_swaps LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    SET v_queue = in_queue;
-    IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
-       OR in_priorities IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            'MySQL takes one JSON array of messages as 2nd argument; the other 5 must be NULL');
-    END IF;
-    CALL pyqueue__check_messages(in_messages, 'group');
-    CALL pyqueue__check_batch_size(v_queue, in_messages);
-    SET v_now = UTC_TIMESTAMP(6);
-    SELECT COUNT(*) INTO v_groups
-      FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (g JSON PATH '$.group')) AS b
-     WHERE JSON_TYPE(b.g) = 'STRING';
-    -- autocommit with no transaction open: the steps in a transaction of their own
-    CALL pyqueue__own_transaction(TRUE, v_own);
-    REPEAT
-        SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0;
-        BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-            -- the queue was dropped meanwhile (the group rows' foreign key)
-            DECLARE EXIT HANDLER FOR 1452 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; SET v_gone = 1; END;
-            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
-            IF v_own = 1 AND v_groups > 0 THEN START TRANSACTION; END IF;
-            IF v_groups > 0 THEN  -- 1. the group rows, in group_key order
-                INSERT INTO pyqueue_group (queue_name, group_key)
-                SELECT DISTINCT v_queue, b.g
-                  FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-                           g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
-                 WHERE b.g IS NOT NULL
-                 ORDER BY b.g
-                ON DUPLICATE KEY UPDATE head_key = pyqueue_group.head_key;
-            END IF;
-            -- 2. the messages, those with a group blocked
-            INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, attempts, group_key)
-            SELECT in_queue,
-                   JSON_UNQUOTE(b.k),
-                   JSON_UNQUOTE(b.kd),
-                   JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
-                   CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
-                        THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
-                   CASE WHEN JSON_TYPE(b.g) = 'STRING' THEN TIMESTAMP '9999-12-31 23:59:59.999999'
-                        WHEN JSON_TYPE(b.run_at) = 'STRING' THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6))
-                        ELSE v_now END,
-                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
-                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
-                   v_now,
-                   0,
-                   CASE WHEN JSON_TYPE(b.g) = 'STRING' THEN JSON_UNQUOTE(b.g) END
-              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-                       ord      FOR ORDINALITY,
-                       g        JSON PATH '$.group',
-                       k        JSON PATH '$.p_key',
-                       kd       JSON PATH '$.p_kind',
-                       payload  JSON PATH '$.payload',
-                       run_at   JSON PATH '$.run_at',
-                       priority JSON PATH '$.priority')) AS b
-             ORDER BY b.ord;
-            SET v_inserted = ROW_COUNT();
-            IF v_groups > 0 THEN
-                -- 3. each group's head (locking read: rows held since step 1) ...
-                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(g.group_key, g.head_key, g.head_kind)) INTO v_heads
-                  FROM (SELECT DISTINCT b.g
-                          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-                                   g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
-                         WHERE b.g IS NOT NULL
-                         LIMIT 18446744073709551615) AS d
-                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = d.g
-                   FOR UPDATE;
-                -- ... and its first blocked message, by a locking read (a plain read sees an older snapshot)
-                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(h.g, h.hk, h.hkd, n.id, n.p_key, n.p_kind,
-                                                DATE_FORMAT(n.scheduled_at_initially, '%Y-%m-%d %H:%i:%s.%f')))
-                  INTO v_next
-                  FROM JSON_TABLE(v_heads, '$[*]' COLUMNS (
-                           g   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           hk  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                           hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]')) AS h
-                  LEFT JOIN pyqueue_message n
-                    ON n.id = (SELECT x.id FROM pyqueue_message x FORCE INDEX (pyqueue_message_group_idx)
-                                WHERE x.queue_name = v_queue AND x.group_key = h.g
-                                  AND x.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
-                                ORDER BY x.scheduled_at_initially, x.id
-                                LIMIT 1
-                                  FOR UPDATE)
-                   FOR UPDATE;
-                -- the heads that give their place (never delivered, running later), unless busy
-                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(j.g, o.id)) INTO v_swaps
-                  FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
-                           g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           hk    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                           hkd   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
-                           n_at  DATETIME(6)  PATH '$[6]')) AS j
-                  STRAIGHT_JOIN pyqueue_message o FORCE INDEX (pyqueue_message_key_uk)
-                    ON o.queue_name = v_queue AND o.p_key = j.hk AND o.p_kind = j.hkd
-                 WHERE o.attempts = 0 AND o.reserve_token IS NULL
-                   AND o.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
-                   AND o.scheduled_at_initially > j.n_at
-                   FOR UPDATE SKIP LOCKED;
-                -- 4. new heads due at their run_at, displaced heads blocked
-                UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                           n_id BIGINT       PATH '$[3]')) AS j
-                  LEFT JOIN JSON_TABLE(COALESCE(v_swaps, '[]'), '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
-                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id IN (j.n_id, s.o_id)
-                   SET m.scheduled_at = IF(m.id = s.o_id, TIMESTAMP '9999-12-31 23:59:59.999999',
-                                           m.scheduled_at_initially)
-                 WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
-                UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                           n_id BIGINT       PATH '$[3]',
-                           nk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]',
-                           nkd  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[5]')) AS j
-                  LEFT JOIN JSON_TABLE(COALESCE(v_swaps, '[]'), '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
-                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
-                   SET g.head_key = j.nk, g.head_kind = j.nkd
-                 WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
-                -- new groups whose messages were all duplicates
-                DELETE g
-                  FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                           n_id BIGINT       PATH '$[3]')) AS j
-                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
-                 WHERE j.hk IS NULL AND j.n_id IS NULL AND g.head_key IS NULL;
-                -- 5. groups whose limit k > 1 has room: more of them start
-                CALL pyqueue__group_fill_batch(v_queue, in_messages, v_now);
-            END IF;
-            IF v_own = 1 AND v_groups > 0 THEN COMMIT; END IF;
-        END;
-    UNTIL v_retry = 0 END REPEAT;
-    IF v_gone = 1 OR (v_inserted = 0 AND JSON_LENGTH(in_messages) > 0
-                      AND NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue)) THEN
-        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
-    END IF;
-    SELECT v_inserted AS pushed;
+    CALL pyqueue__push_grouped(in_queue, in_group, in_key, in_kind, in_payload, in_run_at, in_priority, NULL);
 END //
 
--- queue_push_batch_grouped_with_headers: queue_push_batch_grouped whose elements may carry a member "headers" (as
--- queue_push_batch_with_headers; in_headers must be NULL). Result and locks: as queue_push_batch_grouped.
-DROP PROCEDURE IF EXISTS queue_push_batch_grouped_with_headers //
-CREATE PROCEDURE queue_push_batch_grouped_with_headers(
+-- queue_push_grouped_with_headers: queue_push_grouped with headers in_headers (as queue_push_with_headers).
+-- Result and locks: as queue_push_grouped.
+DROP PROCEDURE IF EXISTS queue_push_grouped_with_headers //
+CREATE PROCEDURE queue_push_grouped_with_headers(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_group    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30),
+    IN in_headers  LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    CALL pyqueue__push_grouped(in_queue, in_group, in_key, in_kind, in_payload, in_run_at, in_priority,
+                               in_headers);
+END //
+
+-- pyqueue__push_batch_grouped: the body of queue_push_batch_grouped and queue_push_batch_grouped_with_headers, each a
+-- thin SECURITY DEFINER wrapper over it (in_with_headers FALSE: the members "headers" are not read).
+DROP PROCEDURE IF EXISTS pyqueue__push_batch_grouped //
+CREATE PROCEDURE pyqueue__push_batch_grouped(
     IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
     IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
@@ -737,8 +482,9 @@ CREATE PROCEDURE queue_push_batch_grouped_with_headers(
     IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
     IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
     IN in_priorities LONGTEXT CHARACTER SET utf8mb4,
-    IN in_headers    LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY DEFINER
+    IN in_headers    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_with_headers BOOLEAN)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
@@ -751,11 +497,12 @@ BEGIN
     SET v_queue = in_queue;
     IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            'MySQL: one JSON array of messages (headers a member of each) as 2nd argument, the other 6 NULL');
+        CALL pyqueue__raise('invalid_argument', IF(in_with_headers,
+            'MySQL: one JSON array of messages (headers a member of each) as 2nd argument, the other 6 NULL',
+            'MySQL takes one JSON array of messages as 2nd argument; the other 5 must be NULL'));
     END IF;
     CALL pyqueue__check_messages(in_messages, 'group');
-    CALL pyqueue__check_batch_headers(in_messages);
+    IF in_with_headers THEN CALL pyqueue__check_batch_headers(in_messages); END IF;
     CALL pyqueue__check_batch_size(v_queue, in_messages);
     SET v_now = UTC_TIMESTAMP(6);
     SELECT COUNT(*) INTO v_groups
@@ -799,7 +546,7 @@ BEGIN
                    v_now,
                    0,
                    CASE WHEN JSON_TYPE(b.g) = 'STRING' THEN JSON_UNQUOTE(b.g) END,
-                   CASE WHEN JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
+                   CASE WHEN in_with_headers AND JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
               FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
                        ord      FOR ORDINALITY,
                        g        JSON PATH '$.group',
@@ -893,6 +640,49 @@ BEGIN
         CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
     END IF;
     SELECT v_inserted AS pushed;
+END //
+
+-- queue_push_batch_grouped: queue_push_batch for messages of FIFO groups. MySQL: ONE JSON array of objects {"group",
+-- "p_key", "p_kind", "payload", "run_at", "priority"} in in_groups' place, the other five NULL; group as
+-- queue_push_grouped's, null or missing for none. An invalid element refuses the batch. Result: one row, pushed = how
+-- many were new. As if pushed one by one with queue_push_grouped, in a fixed number of statements: the group rows
+-- created or locked in group_key order; one INSERT IGNORE ... SELECT (grouped ones blocked); a locking read of the
+-- heads and of each group's first blocked message, and a SKIP LOCKED read of the heads that may be displaced; one
+-- UPDATE sets the new heads (blocking displaced ones), one records them, one deletes new group rows that got nothing.
+-- In autocommit mode in a transaction of its own, run again on a deadlock.
+-- Locks: the group rows (group_key order), the new rows, shared locks on duplicates and the queue row, the heads'
+-- rows, until the transaction ends (and the AUTO-INC lock, as queue_push_batch).
+DROP PROCEDURE IF EXISTS queue_push_batch_grouped //
+CREATE PROCEDURE queue_push_batch_grouped(
+    IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    CALL pyqueue__push_batch_grouped(in_queue, in_messages, in_keys, in_kinds, in_payloads, in_run_ats,
+                                     in_priorities, NULL, FALSE);
+END //
+
+-- queue_push_batch_grouped_with_headers: queue_push_batch_grouped whose elements may carry a member "headers" (as
+-- queue_push_batch_with_headers; in_headers must be NULL). Result and locks: as queue_push_batch_grouped.
+DROP PROCEDURE IF EXISTS queue_push_batch_grouped_with_headers //
+CREATE PROCEDURE queue_push_batch_grouped_with_headers(
+    IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4,
+    IN in_headers    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    CALL pyqueue__push_batch_grouped(in_queue, in_messages, in_keys, in_kinds, in_payloads, in_run_ats,
+                                     in_priorities, in_headers, TRUE);
 END //
 
 DELIMITER ;

@@ -172,71 +172,10 @@ BEGIN
      ORDER BY b.queue_name, b.pattern;
 END //
 
--- queue_publish: pushes the message (as queue_push) into every queue bound to a pattern in_topic matches, one copy
--- per queue. Result: one row, queues = how many got a new message (dedup as queue_push); 0 when nothing matches. ONE
--- INSERT IGNORE ... SELECT over the matching bindings, in queue-name order.
--- Locks: shared locks on the bindings read, then per queue (name order) a shared lock on its row and the new row, for
--- one statement; a deadlock victim runs again in autocommit mode.
-DROP PROCEDURE IF EXISTS queue_publish //
-CREATE PROCEDURE queue_publish(
-    IN in_topic    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
-    IN in_run_at   DATETIME(6),
-    IN in_priority DECIMAL(65,30))
-SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_topic VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_now, v_at DATETIME(6);
-    DECLARE v_queues, v_own, v_tries INT DEFAULT 0;
-    DECLARE v_retry INT;
-    DECLARE v_max_payload BIGINT;
-    CALL pyqueue__check_topic('topic', in_topic, FALSE);
-    CALL pyqueue__check_key(in_key);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_payload(in_payload);
-    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
-        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
-    END IF;
-    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
-    SET v_topic = CONCAT('.', in_topic), v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
-    -- the queues the topic reaches, matched once before anything is written: a match the regular expression engine
-    -- cannot decide (1139) is an error, never a miss; and the smallest max_payload among them
-    BEGIN
-        DECLARE EXIT HANDLER FOR 1139 CALL pyqueue__raise_undecided(in_topic);
-        SELECT MIN(q.max_payload) INTO v_max_payload
-          FROM pyqueue_binding b JOIN pyqueue_queue q ON q.queue_name = b.queue_name
-         WHERE v_topic REGEXP b.pattern_regex;
-    END;
-    IF LENGTH(in_payload) > v_max_payload THEN CALL pyqueue__raise_size(LENGTH(in_payload), v_max_payload); END IF;
-    SET v_at = COALESCE(in_run_at, v_now);
-    CALL pyqueue__own_transaction(FALSE, v_own);
-    REPEAT
-        SET v_retry = 0, v_tries = v_tries + 1;
-        BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-            INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, attempts)
-            SELECT q.queue_name, v_key, v_kind, in_payload, COALESCE(in_priority, 0), v_at, v_at, v_now, 0
-              FROM (SELECT DISTINCT b.queue_name
-                      FROM pyqueue_binding b
-                     WHERE v_topic REGEXP b.pattern_regex
-                     LIMIT 18446744073709551615) AS q
-             ORDER BY q.queue_name;
-            SET v_queues = ROW_COUNT();
-        END;
-    UNTIL v_retry = 0 END REPEAT;
-    SELECT v_queues AS queues;
-END //
-
--- queue_publish_with_headers: queue_publish with headers in_headers (as queue_push_with_headers), the same in every
--- copy. Result and locks: as queue_publish.
-DROP PROCEDURE IF EXISTS queue_publish_with_headers //
-CREATE PROCEDURE queue_publish_with_headers(
+-- pyqueue__publish: the body of queue_publish and queue_publish_with_headers, each a thin SECURITY DEFINER wrapper
+-- over it (in_headers NULL: no headers).
+DROP PROCEDURE IF EXISTS pyqueue__publish //
+CREATE PROCEDURE pyqueue__publish(
     IN in_topic    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -244,7 +183,7 @@ CREATE PROCEDURE queue_publish_with_headers(
     IN in_run_at   DATETIME(6),
     IN in_priority DECIMAL(65,30),
     IN in_headers  LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY DEFINER
+SQL SECURITY INVOKER
 BEGIN
     DECLARE v_headers LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_topic VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -262,7 +201,7 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
     END IF;
     CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
-    CALL pyqueue__check_headers(in_headers, v_headers);
+    IF in_headers IS NOT NULL THEN CALL pyqueue__check_headers(in_headers, v_headers); END IF;
     SET v_topic = CONCAT('.', in_topic), v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     -- the queues the topic reaches, matched once before anything is written: a match the regular expression engine
     -- cannot decide (1139) is an error, never a miss; and the smallest max_payload among them
@@ -294,93 +233,53 @@ BEGIN
     SELECT v_queues AS queues;
 END //
 
--- queue_publish_batch: queue_publish for many messages. MySQL: ONE JSON array of objects {"topic", "p_key", "p_kind",
--- "payload", "run_at", "priority"} in in_topics' place, the other five NULL; members as queue_push_batch's. An
--- invalid element refuses the batch. Result: one row, pushed = new messages in all queues (duplicates skipped, the
--- first wins). ONE INSERT IGNORE ... SELECT, queue-name then element order.
--- Locks: as queue_publish, for every queue reached.
-DROP PROCEDURE IF EXISTS queue_publish_batch //
-CREATE PROCEDURE queue_publish_batch(
-    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
-    IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
-    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
-    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
-    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
-    IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
+-- queue_publish: pushes the message (as queue_push) into every queue bound to a pattern in_topic matches, one copy
+-- per queue. Result: one row, queues = how many got a new message (dedup as queue_push); 0 when nothing matches. ONE
+-- INSERT IGNORE ... SELECT over the matching bindings, in queue-name order.
+-- Locks: shared locks on the bindings read, then per queue (name order) a shared lock on its row and the new row, for
+-- one statement; a deadlock victim runs again in autocommit mode.
+DROP PROCEDURE IF EXISTS queue_publish //
+CREATE PROCEDURE queue_publish(
+    IN in_topic    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_now DATETIME(6);
-    DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
-    DECLARE v_retry INT;
-    DECLARE v_matches BIGINT;
-    IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
-       OR in_priorities IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            'MySQL takes one JSON array of messages as 1st argument; the other 5 must be NULL');
-    END IF;
-    CALL pyqueue__check_messages(in_messages, 'topic');
-    -- every topic matched once before anything is written: a match the engine cannot decide (1139) is an error
-    BEGIN
-        DECLARE EXIT HANDLER FOR 1139 CALL pyqueue__raise_undecided(NULL);
-        SELECT COUNT(*) INTO v_matches
-          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-                   t VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.topic')) AS b
-          JOIN pyqueue_binding m ON CONCAT('.', b.t) REGEXP m.pattern_regex;
-    END;
-    CALL pyqueue__check_batch_size(NULL, in_messages);
-    SET v_now = UTC_TIMESTAMP(6);
-    CALL pyqueue__own_transaction(FALSE, v_own);
-    REPEAT
-        SET v_retry = 0, v_tries = v_tries + 1;
-        BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-            INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, attempts)
-            SELECT q.queue_name,
-                   JSON_UNQUOTE(b.k),
-                   JSON_UNQUOTE(b.kd),
-                   JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
-                   CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
-                        THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
-                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
-                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
-                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
-                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
-                   v_now,
-                   0
-              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-                       ord      FOR ORDINALITY,
-                       t        VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.topic',
-                       k        JSON PATH '$.p_key',
-                       kd       JSON PATH '$.p_kind',
-                       payload  JSON PATH '$.payload',
-                       run_at   JSON PATH '$.run_at',
-                       priority JSON PATH '$.priority')) AS b
-              STRAIGHT_JOIN (SELECT DISTINCT x.queue_name FROM pyqueue_binding x
-                              LIMIT 18446744073709551615) AS q
-             WHERE EXISTS (SELECT 1 FROM pyqueue_binding m
-                            WHERE m.queue_name = q.queue_name
-                              AND CONCAT('.', b.t) REGEXP m.pattern_regex)
-             ORDER BY q.queue_name, b.ord;
-            SET v_inserted = ROW_COUNT();
-        END;
-    UNTIL v_retry = 0 END REPEAT;
-    SELECT v_inserted AS pushed;
+    CALL pyqueue__publish(in_topic, in_key, in_kind, in_payload, in_run_at, in_priority, NULL);
 END //
 
--- queue_publish_batch_with_headers: queue_publish_batch whose elements may carry a member "headers" (as
--- queue_push_batch_with_headers; in_headers must be NULL). Result and locks: as queue_publish_batch.
-DROP PROCEDURE IF EXISTS queue_publish_batch_with_headers //
-CREATE PROCEDURE queue_publish_batch_with_headers(
+-- queue_publish_with_headers: queue_publish with headers in_headers (as queue_push_with_headers), the same in every
+-- copy. Result and locks: as queue_publish.
+DROP PROCEDURE IF EXISTS queue_publish_with_headers //
+CREATE PROCEDURE queue_publish_with_headers(
+    IN in_topic    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30),
+    IN in_headers  LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    CALL pyqueue__publish(in_topic, in_key, in_kind, in_payload, in_run_at, in_priority, in_headers);
+END //
+
+-- pyqueue__publish_batch: the body of queue_publish_batch and queue_publish_batch_with_headers, each a thin SECURITY
+-- DEFINER wrapper over it (in_with_headers FALSE: the members "headers" are not read).
+DROP PROCEDURE IF EXISTS pyqueue__publish_batch //
+CREATE PROCEDURE pyqueue__publish_batch(
     IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
     IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
     IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
     IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
     IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
     IN in_priorities LONGTEXT CHARACTER SET utf8mb4,
-    IN in_headers    LONGTEXT CHARACTER SET utf8mb4)
-SQL SECURITY DEFINER
+    IN in_headers    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_with_headers BOOLEAN)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
@@ -388,11 +287,12 @@ BEGIN
     DECLARE v_matches BIGINT;
     IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            'MySQL: one JSON array of messages (headers a member of each) as 1st argument, the other 6 NULL');
+        CALL pyqueue__raise('invalid_argument', IF(in_with_headers,
+            'MySQL: one JSON array of messages (headers a member of each) as 1st argument, the other 6 NULL',
+            'MySQL takes one JSON array of messages as 1st argument; the other 5 must be NULL'));
     END IF;
     CALL pyqueue__check_messages(in_messages, 'topic');
-    CALL pyqueue__check_batch_headers(in_messages);
+    IF in_with_headers THEN CALL pyqueue__check_batch_headers(in_messages); END IF;
     -- every topic matched once before anything is written: a match the engine cannot decide (1139) is an error
     BEGIN
         DECLARE EXIT HANDLER FOR 1139 CALL pyqueue__raise_undecided(NULL);
@@ -423,7 +323,7 @@ BEGIN
                         THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
                    v_now,
                    0,
-                   CASE WHEN JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
+                   CASE WHEN in_with_headers AND JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
               FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
                        ord      FOR ORDINALITY,
                        t        VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.topic',
@@ -443,6 +343,42 @@ BEGIN
         END;
     UNTIL v_retry = 0 END REPEAT;
     SELECT v_inserted AS pushed;
+END //
+
+-- queue_publish_batch: queue_publish for many messages. MySQL: ONE JSON array of objects {"topic", "p_key", "p_kind",
+-- "payload", "run_at", "priority"} in in_topics' place, the other five NULL; members as queue_push_batch's. An
+-- invalid element refuses the batch. Result: one row, pushed = new messages in all queues (duplicates skipped, the
+-- first wins). ONE INSERT IGNORE ... SELECT, queue-name then element order.
+-- Locks: as queue_publish, for every queue reached.
+DROP PROCEDURE IF EXISTS queue_publish_batch //
+CREATE PROCEDURE queue_publish_batch(
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    CALL pyqueue__publish_batch(in_messages, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, NULL,
+                                FALSE);
+END //
+
+-- queue_publish_batch_with_headers: queue_publish_batch whose elements may carry a member "headers" (as
+-- queue_push_batch_with_headers; in_headers must be NULL). Result and locks: as queue_publish_batch.
+DROP PROCEDURE IF EXISTS queue_publish_batch_with_headers //
+CREATE PROCEDURE queue_publish_batch_with_headers(
+    IN in_messages   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_keys       LONGTEXT CHARACTER SET utf8mb4,
+    IN in_kinds      LONGTEXT CHARACTER SET utf8mb4,
+    IN in_payloads   LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_ats    LONGTEXT CHARACTER SET utf8mb4,
+    IN in_priorities LONGTEXT CHARACTER SET utf8mb4,
+    IN in_headers    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    CALL pyqueue__publish_batch(in_messages, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities,
+                                in_headers, TRUE);
 END //
 
 DELIMITER ;

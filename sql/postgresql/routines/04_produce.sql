@@ -25,114 +25,20 @@ BEGIN
 END;
 $$;
 
--- queue_push: inserts one message; false when a live message with the same
--- (queue, p_key, p_kind) exists (dedup, the existing one is untouched).
--- Refuses a p_key of a schedule's occurrence (pyqueue__occurrence_key) and
--- a payload above the queue's max_payload (pyqueue__refuse_payload: read
--- with the queue's row, compared with the payload's JSON text length).
--- Takes the queue's shared lock (pyqueue__queue; blocks only queue_drop) and the
--- unique-index entry of the new row.
--- The common case (names plainly valid, READ COMMITTED) runs no nested
--- function until it has to send a wakeup: the checks are one expression,
--- the lock and the lookup are pyqueue__queue's own statements, and the same
--- lookup reads the queue's wakeup throttle, so that a push inside the
--- window does not call pyqueue__notify only for it to read that row and
--- return. Each nested PL/pgSQL call costs a few microseconds, about a
--- quarter of the routine's server time in all (bench/README.md, "Push cost").
-CREATE OR REPLACE FUNCTION queue_push(
-    in_queue    text,
-    in_key      text,
-    in_kind     text,
-    in_payload  jsonb,
-    in_run_at   timestamptz DEFAULT NULL,
-    in_priority integer     DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
-AS $$
-DECLARE
-    v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
-    v_now timestamptz := pg_catalog.clock_timestamp();
-    v_at  timestamptz;
-    v_window interval;  -- the queue's notify_window (NULL: no throttle row yet)
-    v_last   timestamptz;
-    v_new    boolean;
-    v_max    integer;   -- the queue's max_payload
-    v_bytes  integer;
-BEGIN
-    IF NOT (pyqueue__bad_name(in_queue, 128) OR pyqueue__bad_name(in_key, 255) OR pyqueue__bad_name(in_kind, 128))
-       AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        -- as pyqueue__queue(in_queue, true) at READ COMMITTED: the lock, then a read that sees a drop that went first
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('pyqueue-sql queue'),
-                                                        pg_catalog.hashtext(in_queue));
-        SELECT n.notify_window, n.last_notified_at, q.max_payload INTO v_window, v_last, v_max
-          FROM pyqueue_queue q LEFT JOIN pyqueue_notify n ON n.queue_name::text = q.queue_name::text
-         WHERE q.queue_name::text = in_queue;
-        IF NOT FOUND THEN
-            PERFORM pyqueue__queue(in_queue, true);  -- raises unknown_queue
-        END IF;
-    ELSE
-        v_max := (pyqueue__queue(in_queue, true)).max_payload;
-        PERFORM pyqueue__check_name('p_key', in_key, 255);
-        PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    END IF;
-    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- pyqueue__occurrence_key
-        PERFORM pyqueue__refuse_occurrence_key();
-    END IF;
-    IF in_payload IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-            USING ERRCODE = '22023';
-    END IF;
-    v_bytes := pg_catalog.octet_length(in_payload::text);
-    IF v_bytes > v_max THEN
-        PERFORM pyqueue__refuse_payload(v_bytes, v_max);
-    END IF;
-    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
-    END IF;
-    v_at := coalesce(in_run_at, v_now);
-    IF v_at < v_now - interval '0.5 seconds' THEN
-        PERFORM pyqueue__ready_from_lower(in_queue, v_at, v_now);  -- more than a moment in the past
-    END IF;
-    INSERT INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at)
-    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now)
-    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    v_new := FOUND;
-    -- pyqueue__notify's own test of the window, on the row read above (v_window NULL: not read, or no row yet)
-    IF v_new AND v_at <= v_now
-       AND (v_window IS NULL OR v_window <= interval '0' OR v_last <= pg_catalog.clock_timestamp() - v_window) THEN
-        PERFORM pyqueue__notify(in_queue);
-    ELSIF v_new AND v_at > v_now THEN
-        -- a delayed message now the earliest due of its queue: waiters re-time to it (one probe of
-        -- the due index's first entry of the queue, in a statement of its own: a condition with a
-        -- subquery is not a simple expression, and would cost every ready push the executor's start)
-        IF NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                        WHERE m.queue_name::text = in_queue AND m.scheduled_at < 'infinity' AND m.scheduled_at < v_at) THEN
-            PERFORM pyqueue__notify(in_queue);
-        END IF;
-    END IF;
-    RETURN v_new;
-END;
-$$;
-
--- queue_push_with_headers: queue_push with headers, a JSON object carried
--- beside the payload (trace context, correlation ids, a tenant; NULL or the
--- JSON value null: none; pyqueue__check_headers). The same body, checks,
--- dedup (a push of a live key changes nothing, its headers included),
--- return and locks as queue_push, plus that one check and column: queue_push
--- itself is left as it was, so a push without headers costs what it cost.
--- The same holds for each plain push and publish routine beside its
--- _with_headers sibling: a plain routine that only called its sibling with
--- NULL headers was measured slower (PostgreSQL 15, server-side loops, the
--- two called alternately): the extra SECURITY DEFINER call costs 5-7 us,
--- 6-10 % of a queue_push, 2-7 % of a queue_push_grouped or queue_publish,
--- and a 100-row queue_publish_batch through its sibling took 9 % longer,
--- queue_push_batch's sibling body 3-25 % longer than its own.
--- No DEFAULTs: beside queue_push's, no call could be ambiguous.
-CREATE OR REPLACE FUNCTION queue_push_with_headers(
+-- pyqueue__push: the body of queue_push and queue_push_with_headers (each a
+-- thin SECURITY DEFINER wrapper over it; in_headers NULL: no headers, and
+-- no call to pyqueue__check_headers). The common case (names plainly valid,
+-- READ COMMITTED) runs no further nested function until it has to send a
+-- wakeup: the checks are one expression, the lock and the lookup are
+-- pyqueue__queue's own statements, and the same lookup reads the queue's
+-- wakeup throttle, so that a push inside the window does not call
+-- pyqueue__notify only for it to read that row and return. Each nested
+-- PL/pgSQL call costs a few microseconds (bench/README.md, "Push cost");
+-- the wrapper's call of this SECURITY INVOKER function (no SET clause, so
+-- no GUC save and restore) was measured at 0-3 % of a queue_push's server
+-- CPU (a SECURITY DEFINER sibling called from a SECURITY DEFINER routine
+-- cost 6-10 %).
+CREATE OR REPLACE FUNCTION pyqueue__push(
     in_queue    text,
     in_key      text,
     in_kind     text,
@@ -142,8 +48,6 @@ CREATE OR REPLACE FUNCTION queue_push_with_headers(
     in_headers  jsonb)
 RETURNS boolean
 LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
@@ -186,7 +90,9 @@ BEGIN
     IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
     END IF;
-    v_headers := pyqueue__check_headers(in_headers);  -- after the other arguments (as MySQL)
+    IF in_headers IS NOT NULL THEN  -- after the other arguments (as MySQL)
+        v_headers := pyqueue__check_headers(in_headers);
+    END IF;
     v_at := coalesce(in_run_at, v_now);
     IF v_at < v_now - interval '0.5 seconds' THEN
         PERFORM pyqueue__ready_from_lower(in_queue, v_at, v_now);  -- more than a moment in the past
@@ -214,152 +120,61 @@ BEGIN
 END;
 $$;
 
--- queue_push_batch: inserts many messages in one statement; returns how many
--- were new (duplicates, also within the batch, are skipped). Arrays must have
--- the same length; in_run_ats / in_priorities may be NULL (all defaults) or
--- hold NULL elements. Any invalid element refuses the whole batch.
--- Locks: as queue_push, for every new row (in key order, see below).
-CREATE OR REPLACE FUNCTION queue_push_batch(
-    in_queue      text,
-    in_keys       text[],
-    in_kinds      text[],
-    in_payloads   jsonb[],
-    in_run_ats    timestamptz[] DEFAULT NULL,
-    in_priorities integer[]     DEFAULT NULL)
-RETURNS integer
+-- queue_push: inserts one message; false when a live message with the same
+-- (queue, p_key, p_kind) exists (dedup, the existing one is untouched).
+-- Refuses a p_key of a schedule's occurrence (pyqueue__occurrence_key) and
+-- a payload above the queue's max_payload (pyqueue__refuse_payload: read
+-- with the queue's row, compared with the payload's JSON text length).
+-- Takes the queue's shared lock (pyqueue__queue; blocks only queue_drop) and the
+-- unique-index entry of the new row.
+-- The body is pyqueue__push's (with in_headers NULL).
+CREATE OR REPLACE FUNCTION queue_push(
+    in_queue    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz DEFAULT NULL,
+    in_priority integer     DEFAULT NULL)
+RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
--- the probe of the batch's keys below: planned on an empty table (a new
--- queue's first batch), a sequential scan looks cheapest, and the cached
--- plan then read the whole table once per key for the rest of the session
-SET enable_seqscan = off
 AS $$
-DECLARE
-    -- before the id below: whether this call is its transaction's first write
-    v_first boolean := pg_catalog.pg_current_xact_id_if_assigned() IS NULL;
-    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_n     integer;
-    v_count integer;
-    v_ids   regclass;
-    v_max   integer;  -- the queue's max_payload
 BEGIN
-    v_max := (pyqueue__queue(in_queue, true)).max_payload;
-    v_n := pyqueue__check_batch(NULL, NULL, false, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, v_now);
-    IF v_n = 0 THEN
-        RETURN 0;
-    END IF;
-    PERFORM pyqueue__check_payloads(in_payloads, v_max);
-    -- Ids are drawn in array order (FIFO within the batch), but rows are
-    -- inserted in key order: two batches with overlapping keys then take
-    -- their unique-index entries in the same order and cannot deadlock.
-    -- The id sequence is looked up once per call, not once per row (the
-    -- catalog lookup cost a quarter of a 100-row call).
-    IF in_run_ats IS NOT NULL THEN
-        PERFORM pyqueue__ready_from_lower(in_queue, (SELECT pg_catalog.min(r) FROM pg_catalog.unnest(in_run_ats) r),
-                                          v_now);
-    END IF;
-    v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
-    -- The first write of a READ COMMITTED transaction (an autocommit call, the
-    -- common case) inserts with a plain INSERT: ON CONFLICT's speculative
-    -- insertion takes a lock and writes a WAL record for every row (on the
-    -- server 1.06x-1.17x the calls of 100 per second, docs/performance.md,
-    -- Decisions). First without probing the primary key: the insert's own
-    -- entry in it is the dedup, so a batch of new keys (bulk enqueue, random
-    -- business keys) touches the key index once a row, not twice (server CPU
-    -- a row about 0.75x, docs/performance.md, Decisions). A key that is live
-    -- already, or that another transaction inserts meanwhile, raises
-    -- unique_violation, which undoes the block; then the same INSERT of the
-    -- absent keys only, each probed first (a batch that repeats live keys),
-    -- and after a second unique_violation (a race) the statement with ON
-    -- CONFLICT below. Each block is a subtransaction; only a transaction's
-    -- first write takes them here, so that no transaction gathers many (past
-    -- 64 in one transaction, every snapshot taken on the server costs more).
-    -- The probe is a subquery on the primary key once per row (OFFSET 0 keeps
-    -- it from becoming an anti-join, whose generic plan read the queue's
-    -- whole range and sorted it).
-    IF v_first AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        BEGIN
-            WITH batch AS MATERIALIZED (
-                SELECT b.k, b.kd, b.pl, b.ra, b.pr, pg_catalog.nextval(v_ids) AS new_id
-                  FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
-                                  pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
-                                  pg_catalog.unnest(in_priorities))
-                       WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
-            )
-            INSERT INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, id)
-            OVERRIDING SYSTEM VALUE
-            SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
-                   coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
-              FROM batch b
-             ORDER BY b.k, b.kd, b.new_id;  -- as below: key order, the first of a repeated key
-            GET DIAGNOSTICS v_count = ROW_COUNT;
-        EXCEPTION WHEN unique_violation THEN
-            v_count := NULL;
-        END;
-        IF v_count IS NULL THEN  -- a live key: the absent ones only, each probed
-            BEGIN
-                WITH batch AS MATERIALIZED (
-                    SELECT b.k, b.kd, b.pl, b.ra, b.pr, pg_catalog.nextval(v_ids) AS new_id
-                      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
-                                      pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
-                                      pg_catalog.unnest(in_priorities))
-                           WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
-                )
-                INSERT INTO pyqueue_message
-                       (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                        scheduled_at_initially, created_at, id)
-                OVERRIDING SYSTEM VALUE
-                SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
-                       coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
-                  FROM batch b
-                 WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                    WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k
-                                      AND m.p_kind::text = b.kd
-                                   OFFSET 0)
-                 ORDER BY b.k, b.kd, b.new_id;  -- as below: key order, the first of a repeated key
-                GET DIAGNOSTICS v_count = ROW_COUNT;
-            EXCEPTION WHEN unique_violation THEN
-                v_count := NULL;
-            END;
-        END IF;
-    END IF;
-    IF v_count IS NULL THEN
-        WITH batch AS MATERIALIZED (
-            SELECT b.k, b.kd, b.pl, b.ra, b.pr, pg_catalog.nextval(v_ids) AS new_id
-              FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
-                              pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
-                              pg_catalog.unnest(in_priorities))  -- a NULL array pads with NULLs
-                   WITH ORDINALITY AS b (k, kd, pl, ra, pr, ord)
-        )
-        INSERT INTO pyqueue_message
-               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                scheduled_at_initially, created_at, id)
-        OVERRIDING SYSTEM VALUE
-        SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
-               coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id
-          FROM batch b
-         ORDER BY b.k, b.kd, b.new_id  -- of a key repeated in the batch, the first is kept
-        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-        GET DIAGNOSTICS v_count = ROW_COUNT;
-    END IF;
-    IF v_count > 0 AND (in_run_ats IS NULL OR EXISTS (SELECT 1 FROM pg_catalog.unnest(in_run_ats) r WHERE r IS NULL OR r <= v_now)) THEN
-        PERFORM pyqueue__notify(in_queue);  -- one wakeup per statement, for ready-now rows
-    END IF;
-    RETURN v_count;
+    RETURN pyqueue__push(in_queue, in_key, in_kind, in_payload, in_run_at, in_priority, NULL);
 END;
 $$;
 
--- queue_push_batch_with_headers: queue_push_batch with headers per message:
--- in_headers NULL (none for any), else one element per p_key, each NULL,
--- the JSON value null (none) or a JSON object (pyqueue__check_batch_headers;
--- a bad element refuses the whole batch). The same body, checks, dedup,
--- return and locks as queue_push_batch, plus that check and column. No
--- DEFAULTs (see queue_push_with_headers).
-CREATE OR REPLACE FUNCTION queue_push_batch_with_headers(
+-- queue_push_with_headers: queue_push with headers, a JSON object carried
+-- beside the payload (trace context, correlation ids, a tenant; NULL or the
+-- JSON value null: none; pyqueue__check_headers, after the other
+-- arguments' checks). Dedup as queue_push: a push of a live key changes
+-- nothing, its headers included. Checks, return and locks: queue_push's,
+-- the same body (pyqueue__push). Likewise each plain push and publish
+-- routine and its _with_headers sibling share one pyqueue__* body.
+-- No DEFAULTs: beside queue_push's, no call could be ambiguous.
+CREATE OR REPLACE FUNCTION queue_push_with_headers(
+    in_queue    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz,
+    in_priority integer,
+    in_headers  jsonb)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+BEGIN
+    RETURN pyqueue__push(in_queue, in_key, in_kind, in_payload, in_run_at, in_priority, in_headers);
+END;
+$$;
+
+-- pyqueue__push_batch: the body of queue_push_batch and
+-- queue_push_batch_with_headers, each a thin SECURITY DEFINER wrapper over it
+-- (in_headers NULL: no headers).
+CREATE OR REPLACE FUNCTION pyqueue__push_batch(
     in_queue      text,
     in_keys       text[],
     in_kinds      text[],
@@ -369,8 +184,6 @@ CREATE OR REPLACE FUNCTION queue_push_batch_with_headers(
     in_headers    jsonb[])
 RETURNS integer
 LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 -- the probe of the batch's keys below: planned on an empty table (a new
 -- queue's first batch), a sequential scan looks cheapest, and the cached
 -- plan then read the whole table once per key for the rest of the session
@@ -388,7 +201,9 @@ DECLARE
 BEGIN
     v_max := (pyqueue__queue(in_queue, true)).max_payload;
     v_n := pyqueue__check_batch(NULL, NULL, false, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, v_now);
-    PERFORM pyqueue__check_batch_headers(in_headers, v_n);
+    IF in_headers IS NOT NULL THEN
+        PERFORM pyqueue__check_batch_headers(in_headers, v_n);
+    END IF;
     IF v_n = 0 THEN
         RETURN 0;
     END IF;
@@ -481,6 +296,60 @@ BEGIN
 END;
 $$;
 
+-- queue_push_batch: inserts many messages in one statement; returns how many
+-- were new (duplicates, also within the batch, are skipped). Arrays must have
+-- the same length; in_run_ats / in_priorities may be NULL (all defaults) or
+-- hold NULL elements. Any invalid element refuses the whole batch.
+-- Locks: as queue_push, for every new row (in key order, see below).
+CREATE OR REPLACE FUNCTION queue_push_batch(
+    in_queue      text,
+    in_keys       text[],
+    in_kinds      text[],
+    in_payloads   jsonb[],
+    in_run_ats    timestamptz[] DEFAULT NULL,
+    in_priorities integer[]     DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+-- the probe of the batch's keys below: planned on an empty table (a new
+-- queue's first batch), a sequential scan looks cheapest, and the cached
+-- plan then read the whole table once per key for the rest of the session
+SET enable_seqscan = off
+AS $$
+BEGIN
+    RETURN pyqueue__push_batch(in_queue, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, NULL);
+END;
+$$;
+
+-- queue_push_batch_with_headers: queue_push_batch with headers per message:
+-- in_headers NULL (none for any), else one element per p_key, each NULL,
+-- the JSON value null (none) or a JSON object (pyqueue__check_batch_headers;
+-- a bad element refuses the whole batch). Checks, dedup, return and locks:
+-- queue_push_batch's, the same body (pyqueue__push_batch). No DEFAULTs
+-- (see queue_push_with_headers).
+CREATE OR REPLACE FUNCTION queue_push_batch_with_headers(
+    in_queue      text,
+    in_keys       text[],
+    in_kinds      text[],
+    in_payloads   jsonb[],
+    in_run_ats    timestamptz[],
+    in_priorities integer[],
+    in_headers    jsonb[])
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+-- the probe of the batch's keys below: planned on an empty table (a new
+-- queue's first batch), a sequential scan looks cheapest, and the cached
+-- plan then read the whole table once per key for the rest of the session
+SET enable_seqscan = off
+AS $$
+BEGIN
+    RETURN pyqueue__push_batch(in_queue, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, in_headers);
+END;
+$$;
+
 -- queue_push_replace: queue_push that replaces instead of skipping (debounce,
 -- graphile-worker's job_key "replace" mode). Returns
 --   'inserted'  no live message had this (queue, p_key, p_kind): pushed;
@@ -564,76 +433,10 @@ BEGIN
 END;
 $$;
 
--- queue_push_grouped: queue_push for a message of FIFO group in_group (a
--- name of 1 to 255 characters, e.g. an order id): the group's messages are
--- delivered one at a time, in run time and then push order; the next is
--- handed out only once the one before it has left the queue (committed,
--- dead-lettered, moved away or removed). A message behind its group's head
--- waits blocked (see pyqueue__group_settle); it becomes head at once when
--- the group has none, or when the head was never delivered and runs later.
--- Dedup as queue_push: false, and nothing changes, when (queue, p_key,
--- p_kind) is live, whatever its group. Locks: as queue_push, then the
--- group's row (pyqueue_group; created when missing).
-CREATE OR REPLACE FUNCTION queue_push_grouped(
-    in_queue    text,
-    in_group    text,
-    in_key      text,
-    in_kind     text,
-    in_payload  jsonb,
-    in_run_at   timestamptz DEFAULT NULL,
-    in_priority integer     DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
-AS $$
-DECLARE
-    v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
-    v_now timestamptz := pg_catalog.clock_timestamp();
-    v_at  timestamptz;
-    v_max   integer;  -- the queue's max_payload
-    v_bytes integer;
-BEGIN
-    v_max := (pyqueue__queue(in_queue, true)).max_payload;
-    PERFORM pyqueue__check_name('group', in_group, 255);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF pyqueue__occurrence_key(in_key) THEN
-        PERFORM pyqueue__refuse_occurrence_key();
-    END IF;
-    IF in_payload IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-            USING ERRCODE = '22023';
-    END IF;
-    v_bytes := pg_catalog.octet_length(in_payload::text);
-    IF v_bytes > v_max THEN
-        PERFORM pyqueue__refuse_payload(v_bytes, v_max);
-    END IF;
-    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
-    END IF;
-    v_at := coalesce(in_run_at, v_now);
-    IF v_at < v_now - interval '0.5 seconds' THEN
-        PERFORM pyqueue__ready_from_lower(in_queue, v_at, v_now);  -- more than a moment in the past
-    END IF;
-    INSERT INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, group_key)
-    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), pyqueue__blocked_at(), v_at,
-            v_now, in_group)
-    ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pyqueue__group_settle(in_queue, in_group, v_now, false);
-    RETURN true;
-END;
-$$;
-
--- queue_push_grouped_with_headers: queue_push_grouped with headers (as
--- queue_push_with_headers). The same body, checks, dedup, return and locks
--- as queue_push_grouped, plus the check and column. No DEFAULTs.
-CREATE OR REPLACE FUNCTION queue_push_grouped_with_headers(
+-- pyqueue__push_grouped: the body of queue_push_grouped and
+-- queue_push_grouped_with_headers, each a thin SECURITY DEFINER wrapper over
+-- it (in_headers NULL: no headers).
+CREATE OR REPLACE FUNCTION pyqueue__push_grouped(
     in_queue    text,
     in_group    text,
     in_key      text,
@@ -644,8 +447,6 @@ CREATE OR REPLACE FUNCTION queue_push_grouped_with_headers(
     in_headers  jsonb)
 RETURNS boolean
 LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
@@ -673,7 +474,9 @@ BEGIN
     IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
     END IF;
-    v_headers := pyqueue__check_headers(in_headers);  -- after the other arguments (as MySQL)
+    IF in_headers IS NOT NULL THEN  -- after the other arguments (as MySQL)
+        v_headers := pyqueue__check_headers(in_headers);
+    END IF;
     v_at := coalesce(in_run_at, v_now);
     IF v_at < v_now - interval '0.5 seconds' THEN
         PERFORM pyqueue__ready_from_lower(in_queue, v_at, v_now);  -- more than a moment in the past
@@ -692,90 +495,61 @@ BEGIN
 END;
 $$;
 
--- queue_push_batch_grouped: queue_push_batch with a group per message
--- (in_groups, the same length as in_keys; a NULL element = no group): one
--- INSERT of every message, then each group that got new messages is
--- settled as queue_push_grouped settles one, in group order. Returns how
--- many were new. Any invalid element refuses the whole batch. Locks: as
--- queue_push_batch, then the rows of the groups, in group order.
-CREATE OR REPLACE FUNCTION queue_push_batch_grouped(
-    in_queue      text,
-    in_groups     text[],
-    in_keys       text[],
-    in_kinds      text[],
-    in_payloads   jsonb[],
-    in_run_ats    timestamptz[] DEFAULT NULL,
-    in_priorities integer[]     DEFAULT NULL)
-RETURNS integer
+-- queue_push_grouped: queue_push for a message of FIFO group in_group (a
+-- name of 1 to 255 characters, e.g. an order id): the group's messages are
+-- delivered one at a time, in run time and then push order; the next is
+-- handed out only once the one before it has left the queue (committed,
+-- dead-lettered, moved away or removed). A message behind its group's head
+-- waits blocked (see pyqueue__group_settle); it becomes head at once when
+-- the group has none, or when the head was never delivered and runs later.
+-- Dedup as queue_push: false, and nothing changes, when (queue, p_key,
+-- p_kind) is live, whatever its group. Locks: as queue_push, then the
+-- group's row (pyqueue_group; created when missing).
+CREATE OR REPLACE FUNCTION queue_push_grouped(
+    in_queue    text,
+    in_group    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz DEFAULT NULL,
+    in_priority integer     DEFAULT NULL)
+RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
-DECLARE
-    v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
-    v_now    timestamptz := pg_catalog.clock_timestamp();
-    v_n      integer;
-    v_count  integer;
-    v_ids    regclass;
-    v_groups text[];
-    v_ready  boolean;
-    v_group  text;
-    v_max    integer;  -- the queue's max_payload
 BEGIN
-    v_max := (pyqueue__queue(in_queue, true)).max_payload;
-    v_n := pyqueue__check_batch('groups', in_groups, true, in_keys, in_kinds, in_payloads, in_run_ats,
-                                in_priorities, v_now);
-    IF v_n = 0 THEN
-        RETURN 0;
-    END IF;
-    PERFORM pyqueue__check_payloads(in_payloads, v_max);
-    -- As queue_push_batch: ids in array order, rows inserted in key order.
-    -- A grouped message goes in blocked; its group is settled below.
-    IF in_run_ats IS NOT NULL THEN
-        PERFORM pyqueue__ready_from_lower(in_queue, (SELECT pg_catalog.min(r) FROM pg_catalog.unnest(in_run_ats) r),
-                                          v_now);
-    END IF;
-    v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
-    WITH batch AS MATERIALIZED (
-        SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.g, pg_catalog.nextval(v_ids) AS new_id
-          FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
-                          pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
-                          pg_catalog.unnest(in_priorities), pg_catalog.unnest(in_groups))
-               WITH ORDINALITY AS b (k, kd, pl, ra, pr, g, ord)
-    ), ins AS (
-        INSERT INTO pyqueue_message AS m
-               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                scheduled_at_initially, created_at, id, group_key)
-        OVERRIDING SYSTEM VALUE
-        SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
-               CASE WHEN b.g IS NULL THEN coalesce(b.ra, v_now) ELSE pyqueue__blocked_at() END,
-               coalesce(b.ra, v_now), v_now, b.new_id, b.g
-          FROM batch b
-         ORDER BY b.k, b.kd, b.new_id  -- of a key repeated in the batch, the first is kept
-        ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
-        RETURNING m.group_key, m.scheduled_at
-    )
-    SELECT pg_catalog.count(*)::integer,
-           pg_catalog.array_agg(DISTINCT i.group_key::text ORDER BY i.group_key::text)
-               FILTER (WHERE i.group_key IS NOT NULL),
-           coalesce(pg_catalog.bool_or(i.scheduled_at <= v_now), false)
-      INTO v_count, v_groups, v_ready
-      FROM ins i;
-    IF v_ready THEN
-        PERFORM pyqueue__notify(in_queue);  -- ready-now messages without a group
-    END IF;
-    FOREACH v_group IN ARRAY coalesce(v_groups, '{}') LOOP
-        PERFORM pyqueue__group_settle(in_queue, v_group, v_now, false);
-    END LOOP;
-    RETURN v_count;
+    RETURN pyqueue__push_grouped(in_queue, in_group, in_key, in_kind, in_payload, in_run_at, in_priority, NULL);
 END;
 $$;
 
--- queue_push_batch_grouped_with_headers: queue_push_batch_grouped with
--- headers per message (in_headers as queue_push_batch_with_headers'). The
--- same body, checks, dedup, return and locks as queue_push_batch_grouped,
--- plus the check and column. No DEFAULTs.
-CREATE OR REPLACE FUNCTION queue_push_batch_grouped_with_headers(
+-- queue_push_grouped_with_headers: queue_push_grouped with headers (as
+-- queue_push_with_headers). Checks, dedup, return and locks:
+-- queue_push_grouped's, the same body (pyqueue__push_grouped). No DEFAULTs.
+CREATE OR REPLACE FUNCTION queue_push_grouped_with_headers(
+    in_queue    text,
+    in_group    text,
+    in_key      text,
+    in_kind     text,
+    in_payload  jsonb,
+    in_run_at   timestamptz,
+    in_priority integer,
+    in_headers  jsonb)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+BEGIN
+    RETURN pyqueue__push_grouped(in_queue, in_group, in_key, in_kind, in_payload, in_run_at, in_priority,
+                                 in_headers);
+END;
+$$;
+
+-- pyqueue__push_batch_grouped: the body of queue_push_batch_grouped and
+-- queue_push_batch_grouped_with_headers, each a thin SECURITY DEFINER wrapper
+-- over it (in_headers NULL: no headers).
+CREATE OR REPLACE FUNCTION pyqueue__push_batch_grouped(
     in_queue      text,
     in_groups     text[],
     in_keys       text[],
@@ -786,8 +560,6 @@ CREATE OR REPLACE FUNCTION queue_push_batch_grouped_with_headers(
     in_headers    jsonb[])
 RETURNS integer
 LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
-SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
@@ -803,7 +575,9 @@ BEGIN
     v_max := (pyqueue__queue(in_queue, true)).max_payload;
     v_n := pyqueue__check_batch('groups', in_groups, true, in_keys, in_kinds, in_payloads, in_run_ats,
                                 in_priorities, v_now);
-    PERFORM pyqueue__check_batch_headers(in_headers, v_n);
+    IF in_headers IS NOT NULL THEN
+        PERFORM pyqueue__check_batch_headers(in_headers, v_n);
+    END IF;
     IF v_n = 0 THEN
         RETURN 0;
     END IF;
@@ -848,5 +622,54 @@ BEGIN
         PERFORM pyqueue__group_settle(in_queue, v_group, v_now, false);
     END LOOP;
     RETURN v_count;
+END;
+$$;
+
+-- queue_push_batch_grouped: queue_push_batch with a group per message
+-- (in_groups, the same length as in_keys; a NULL element = no group): one
+-- INSERT of every message, then each group that got new messages is
+-- settled as queue_push_grouped settles one, in group order. Returns how
+-- many were new. Any invalid element refuses the whole batch. Locks: as
+-- queue_push_batch, then the rows of the groups, in group order.
+CREATE OR REPLACE FUNCTION queue_push_batch_grouped(
+    in_queue      text,
+    in_groups     text[],
+    in_keys       text[],
+    in_kinds      text[],
+    in_payloads   jsonb[],
+    in_run_ats    timestamptz[] DEFAULT NULL,
+    in_priorities integer[]     DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+BEGIN
+    RETURN pyqueue__push_batch_grouped(in_queue, in_groups, in_keys, in_kinds, in_payloads, in_run_ats,
+                                       in_priorities, NULL);
+END;
+$$;
+
+-- queue_push_batch_grouped_with_headers: queue_push_batch_grouped with
+-- headers per message (in_headers as queue_push_batch_with_headers').
+-- Checks, dedup, return and locks: queue_push_batch_grouped's, the same
+-- body (pyqueue__push_batch_grouped). No DEFAULTs.
+CREATE OR REPLACE FUNCTION queue_push_batch_grouped_with_headers(
+    in_queue      text,
+    in_groups     text[],
+    in_keys       text[],
+    in_kinds      text[],
+    in_payloads   jsonb[],
+    in_run_ats    timestamptz[],
+    in_priorities integer[],
+    in_headers    jsonb[])
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+BEGIN
+    RETURN pyqueue__push_batch_grouped(in_queue, in_groups, in_keys, in_kinds, in_payloads, in_run_ats,
+                                       in_priorities, in_headers);
 END;
 $$;
