@@ -59,7 +59,9 @@ def definition(dialect: str, name: str, text: str | None = None) -> list[str]:
 
 def parameters(lines: list[str]) -> list[str]:
     """The names of a definition's parameters (one a line, as every routine file writes them)."""
-    signature = lines[1 : next(i for i, line in enumerate(lines) if line.startswith(("RETURNS", "SQL SECURITY")))]
+    signature = lines[
+        1 : next(i for i, line in enumerate(lines) if line.startswith(("RETURNS", "SQL SECURITY")))
+    ]
     return [m[1] for line in signature if (m := re.match(r"(?:IN )?(in_\w+) ", line))]
 
 
@@ -122,11 +124,14 @@ def test_a_wrapper_that_does_more_than_call_the_body_is_found(dialect):
     text = sql(dialect)
     call = "RETURN pyqueue__publish(" if dialect == "postgresql" else "CALL pyqueue__publish("
     at = text.index(call)
-    slower = text[:at] + ("PERFORM pg_catalog.pg_sleep(1);\n    " if dialect == "postgresql" else "DO SLEEP(1);\n    ")
+    slower = text[:at] + (
+        "PERFORM pg_catalog.pg_sleep(1);\n    " if dialect == "postgresql" else "DO SLEEP(1);\n    "
+    )
     found = wrapper_problems(dialect, "queue_publish", slower + text[at:])
     assert len(found) == 1 and "queue_publish(" in found[0] and "the body is not" in found[0]
     invoker = text.replace("SQL SECURITY INVOKER", "SQL SECURITY DEFINER").replace(
-        "RETURNS integer\nLANGUAGE plpgsql\nAS $$", "RETURNS integer\nLANGUAGE plpgsql\nSECURITY DEFINER\nAS $$"
+        "RETURNS integer\nLANGUAGE plpgsql\nAS $$",
+        "RETURNS integer\nLANGUAGE plpgsql\nSECURITY DEFINER\nAS $$",
     )
     assert wrapper_problems(dialect, "queue_publish", invoker) == ["pyqueue__publish: not SECURITY INVOKER"]
 
@@ -138,4 +143,6 @@ def test_a_copy_changed_beside_a_headers_line_is_found():
     found = differences(plain, changed, "queue_push") - COPIES[("mysql", "queue_push")]
     assert found == {("+", "scheduled_at_initially, created_at, attempts, 0 + headers)")}
     found = COPIES[("mysql", "queue_push")] - differences([*plain, "DO SLEEP(1);"], sibling, "queue_push")
-    assert found == set() and ("-", "DO SLEEP(1);") in differences([*plain, "DO SLEEP(1);"], sibling, "queue_push")
+    assert found == set() and ("-", "DO SLEEP(1);") in differences(
+        [*plain, "DO SLEEP(1);"], sibling, "queue_push"
+    )
