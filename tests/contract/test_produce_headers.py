@@ -327,9 +327,10 @@ def test_push_batch_grouped_with_headers(sql):
 
 def test_publish_with_headers_gives_every_copy_the_headers(sql):
     q1, q2 = sql.queue(), sql.queue()
-    topic = f"orders.{uuid.uuid4().hex[:8]}"
+    prefix = f"orders{uuid.uuid4().hex[:8]}"  # its own: the tests share a database
+    topic = f"{prefix}.created"
     sql("queue_bind", topic, q1)
-    sql("queue_bind", "orders.#", q2)
+    sql("queue_bind", f"{prefix}.#", q2)
     assert sql.publish(topic, "a", TRACE) == 2
     assert sql.headers(q1, "a") == TRACE
     assert sql.headers(q2, "a") == TRACE
