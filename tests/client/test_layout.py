@@ -6,6 +6,7 @@ name. Read from the source files with ast, so a lazy import inside a function co
 from __future__ import annotations
 
 import ast
+import functools
 import gc
 import graphlib
 import subprocess
@@ -40,28 +41,41 @@ class Module:
 
 
 def package_modules(package: Path = PACKAGE) -> dict[str, Module]:
-    found = {}
-    for path in sorted(package.rglob("*.py")):
-        parts = path.relative_to(package).with_suffix("").parts
-        is_package = parts[-1] == "__init__"
-        name = ".".join((ROOT, *(parts[:-1] if is_package else parts)))
-        found[name] = Module(name, path, is_package, _parse(path))
-    return found
+    """The modules of the package at `package`, each parsed once per call (the installed package's
+    are parsed once per session: see _installed_modules)."""
+    if package == PACKAGE:
+        return dict(_installed_modules())
+    return _parse_package(package)
 
 
-def _parse(path: Path) -> ast.Module:
-    """ast.parse with the garbage collector held off: on CPython 3.11, a finalizer that runs Python
-    code while the parser builds the tree (an object another test left for the collector) makes
-    ast.parse fail with "SystemError: AST constructor recursion depth mismatch"."""
-    source = path.read_text(encoding="utf-8")
+@functools.cache
+def _installed_modules() -> dict[str, Module]:
+    return _parse_package(PACKAGE)
+
+
+def _parse_package(package: Path) -> dict[str, Module]:
+    """ast.parse of every module with the garbage collector held off, collected once before: on
+    CPython 3.11, a finalizer that runs Python code while the parser builds a tree (an object another
+    test left for the collector) makes ast.parse fail with "SystemError: AST constructor recursion
+    depth mismatch". One collection for the whole package, not one per file: late in a full run the
+    heap is large and each collection costs seconds."""
+    paths = sorted(package.rglob("*.py"))
+    sources = [path.read_text(encoding="utf-8") for path in paths]
     gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return ast.parse(source, str(path))
+        trees = [ast.parse(source, str(path)) for path, source in zip(paths, sources)]
     finally:
         if was_enabled:
             gc.enable()
+    found = {}
+    for path, tree in zip(paths, trees):
+        parts = path.relative_to(package).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        name = ".".join((ROOT, *(parts[:-1] if is_package else parts)))
+        found[name] = Module(name, path, is_package, tree)
+    return found
 
 
 def _walk_running(node: ast.AST):
