@@ -238,8 +238,26 @@ def test_a_flagged_message_given_back_is_removed_by_the_next_cancel(capsys, dsn,
     assert queue.messages() == []
 
 
-@pytest.mark.slow  # a process that waits 3 s before its Ctrl-C
-def test_ctrl_c_ends_a_result_wait_in_one_line(dsn, queue):
+def _waiting_sessions(raw, dialect: str) -> int:
+    """Sessions of this test database, other than the test's own, that wait for a result: on
+    PostgreSQL idle after their LISTEN (or the read that follows it), on MySQL/MariaDB inside a
+    queue_result_wait. Each test process has a database of its own (tests/conftest.py's dsn)."""
+    if dialect == "postgresql":
+        query = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND state = 'idle'"
+            " AND (query ILIKE 'LISTEN%%' OR query ILIKE '%%queue_result%%')"
+        )
+    else:
+        query = (
+            "SELECT COUNT(*) FROM information_schema.processlist WHERE db = DATABASE()"
+            " AND id <> CONNECTION_ID() AND info LIKE '%%queue_result_wait%%'"
+        )
+    return raw(query)[0][0]
+
+
+@pytest.mark.slow  # a subprocess that starts, connects and waits before its Ctrl-C
+def test_ctrl_c_ends_a_result_wait_in_one_line(dsn, queue, raw, dialect):
     """`result --wait` blocks in a LISTEN (PostgreSQL) or in queue_result_wait (MySQL/MariaDB);
     Ctrl-C ends it at once with 130 and one line, as every command."""
     queue.set_result_retention(dt.timedelta(hours=1))
@@ -265,7 +283,13 @@ def test_ctrl_c_ends_a_result_wait_in_one_line(dsn, queue):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        time.sleep(3.0)  # started, connected and waiting
+        # waiting in the server (not still starting: a Ctrl-C while Python imports is Python's)
+        started = time.monotonic()
+        while _waiting_sessions(raw, dialect) == 0:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() - started < 60, "the result wait never reached the server"
+            time.sleep(0.05)
+        time.sleep(0.2)  # inside its wait (the LISTEN's read or the CALL under way)
         assert proc.poll() is None, proc.communicate()
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
