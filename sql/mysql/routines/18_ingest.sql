@@ -129,44 +129,11 @@ BEGIN
                          THEN 'pyqueue:invalid_argument: run_at is not a valid time'
                     WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
                          THEN 'pyqueue:invalid_argument: priority must be a whole number from -2147483648 to 2147483647'
-               END, v_now
+               END AS rejected_for, v_now
               FROM queue_ingest i
               LEFT JOIN pyqueue_queue q ON q.queue_name = i.queue_name
              WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
-               AND (CASE WHEN i.queue_name IS NULL OR CHAR_LENGTH(i.queue_name) = 0
-                         THEN 'pyqueue:invalid_argument: queue_name must not be NULL or empty'
-                    WHEN CHAR_LENGTH(i.queue_name) > 128
-                         THEN 'pyqueue:invalid_argument: queue_name is longer than 128 characters'
-                    WHEN i.queue_name LIKE '% ' THEN 'pyqueue:invalid_argument: queue_name must not end with a space'
-                    WHEN i.p_key IS NULL OR CHAR_LENGTH(i.p_key) = 0
-                         THEN 'pyqueue:invalid_argument: p_key must not be NULL or empty'
-                    WHEN CHAR_LENGTH(i.p_key) > 255 THEN 'pyqueue:invalid_argument: p_key is longer than 255 characters'
-                    WHEN i.p_key LIKE '% ' THEN 'pyqueue:invalid_argument: p_key must not end with a space'
-                    WHEN i.p_key LIKE '%@____-__-__T__:__:__Z'
-                         THEN 'pyqueue:invalid_argument: p_key ending in @<UTC time> is reserved for schedules'
-                    WHEN i.p_kind IS NULL OR CHAR_LENGTH(i.p_kind) = 0
-                         THEN 'pyqueue:invalid_argument: p_kind must not be NULL or empty'
-                    WHEN CHAR_LENGTH(i.p_kind) > 128 THEN 'pyqueue:invalid_argument: p_kind is longer than 128 characters'
-                    WHEN i.p_kind LIKE '% ' THEN 'pyqueue:invalid_argument: p_kind must not end with a space'
-                    WHEN JSON_CONTAINS(COALESCE(v_bad_text, '[]'), CAST(i.ingest_id AS CHAR))
-                         THEN 'pyqueue:invalid_argument: queue_name, p_key or p_kind is not valid UTF-8 (a UTF-16 surrogate)'
-                    WHEN q.queue_name IS NULL
-                         THEN CONCAT('pyqueue:unknown_queue: queue "', i.queue_name, '" does not exist')
-                    WHEN i.payload IS NULL
-                         THEN 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-                    WHEN NOT JSON_VALID(i.payload) THEN 'pyqueue:invalid_payload: payload is not valid JSON'
-                    WHEN JSON_CONTAINS(COALESCE(v_bad_payload, '[]'), CAST(i.ingest_id AS CHAR))
-                         THEN 'pyqueue:invalid_payload: payload is not valid UTF-8 (it holds a UTF-16 surrogate)'
-                    WHEN LENGTH(i.payload) > q.max_payload
-                         THEN CONCAT('pyqueue:invalid_payload: payload is ', LENGTH(i.payload),
-                                     ' bytes, more than the queue''s max_payload of ', q.max_payload, ' bytes')
-                    WHEN CAST(i.run_at AS CHAR) < '1000-01-01' OR CAST(i.run_at AS CHAR) LIKE '%-00%'
-                         THEN CONCAT('pyqueue:invalid_argument: run_at is not a valid time (', CAST(i.run_at AS CHAR), ')')
-                    WHEN i.run_at IS NOT NULL AND (i.run_at + INTERVAL 0 SECOND IS NULL OR i.run_at < '1000-01-01')
-                         THEN 'pyqueue:invalid_argument: run_at is not a valid time'
-                    WHEN i.priority <> TRUNCATE(i.priority, 0) OR i.priority < -2147483648 OR i.priority > 2147483647
-                         THEN 'pyqueue:invalid_argument: priority must be a whole number from -2147483648 to 2147483647'
-               END) IS NOT NULL
+            HAVING rejected_for IS NOT NULL  -- the reason above, computed once (HAVING: of the rows read)
              ORDER BY i.ingest_id
                LOCK IN SHARE MODE;
             SET v_rejected = ROW_COUNT();
