@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 
 import pytest
@@ -245,6 +246,79 @@ def test_concurrent_parent_commits_ready_the_child_once_and_never_early(sql_sess
         assert seen == []
         assert _state(setup, children, "fan-in") == "cancelled"
         assert _state(setup, children, "after") == "cancelled"
+
+
+def _waits_for_a_lock(observer: Session, backend: int) -> bool:
+    """Whether the session backend waits for a row lock (MariaDB: INNODB_TRX may not list a
+    procedure's transaction; a read by the primary key waits in state 'Statistics', an UPDATE in
+    'Updating': the caller looks three times in a row)."""
+    if observer.dialect == "postgresql":
+        rows = observer.sql("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", backend)
+        return bool(rows) and rows[0][0] == "Lock"
+    rows = observer.sql(
+        "SELECT t.trx_state = 'LOCK WAIT' OR p.state IN ('Statistics', 'Updating') FROM information_schema.PROCESSLIST p"
+        " LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.id WHERE p.id = %s",
+        backend,
+    )
+    return bool(rows) and bool(rows[0][0])
+
+
+def _wait_until_waiting(observer: Session, backend: int) -> None:
+    """Blocks until the session backend has waited for a lock for three looks in a row."""
+    stop, seen = time.monotonic() + 10, 0
+    while seen < 3:
+        assert time.monotonic() < stop, f"session {backend} never waited for a lock"
+        seen = seen + 1 if _waits_for_a_lock(observer, backend) else 0
+        time.sleep(0.02)
+
+
+def test_the_last_parents_commit_and_the_childs_removal_take_the_child_in_one_order(sql_session):
+    """The child's removal and its last parent's commit, each in a transaction of the caller's (no
+    retry there), both queued on the child's message row (a third session holds it): the removal
+    goes first, then the commit. Both lock the child's message row before its count row, so
+    neither is a deadlock victim (the commit, taking the count row first, deadlocked with the
+    removal, which holds the message row when it deletes the child's rows)."""
+    setup, holder, remover, committer = (sql_session() for _ in range(4))
+    parents, children = _queue(setup), _queue(setup)
+    _push(setup, parents, "p")
+    _push_after(setup, children, "c", _parents((parents, "p")))
+    token = _reserve(setup, parents)["p"]
+    pg = setup.dialect == "postgresql"
+    ident = "SELECT pg_backend_pid()" if pg else "SELECT CONNECTION_ID()"
+    holder.begin()
+    holder.sql(
+        "SELECT id FROM pyqueue_message WHERE queue_name = %s AND p_key = 'c' AND p_kind = 'job' FOR UPDATE",
+        children,
+    )
+    boxes: list[dict] = [{}, {}]
+
+    def in_transaction(s: Session, box: dict, routine: str, *args) -> None:
+        try:
+            s.begin()
+            box["result"] = s.one(routine, *args)
+            s.commit()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            box["error"] = exc
+
+    threads = []
+    for s, box, args in (
+        (remover, boxes[0], ("queue_remove", children, "c", "job")),
+        (committer, boxes[1], ("queue_commit", parents, "p", "job", token)),
+    ):
+        backend = s.sql(ident)[0][0]
+        threads.append(threading.Thread(target=in_transaction, args=(s, box, *args)))
+        threads[-1].start()
+        _wait_until_waiting(setup, backend)
+    holder.commit()
+    for t in threads:
+        t.join(30)
+    assert [b.get("error") for b in boxes] == [None, None]
+    assert [bool(b["result"]) for b in boxes] == [True, True]
+    assert _state(setup, parents, "p") == "succeeded"
+    assert _state(setup, children, "c") == "unknown"  # removed: no result
+    assert setup.sql(
+        "SELECT COUNT(*) FROM pyqueue_dependency WHERE queue_name IN (%s, %s)", parents, children
+    ) == [(0,)]
 
 
 def _work(s: Session) -> dict[str, int]:

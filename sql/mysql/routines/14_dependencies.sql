@@ -11,10 +11,13 @@ DELIMITER //
 -- queue_cancel would (removed, history outcome and result 'cancelled', last_error 'parent (queue q, p_key k, p_kind t)
 -- <in_why>'), and the children waiting for it after it, transitively (a work list in a JSON array: no recursion,
 -- which MySQL refuses by default, and no temporary table). The message's own rows as a child go too. Reads with
--- locking reads (the latest committed rows, whatever the caller's snapshot). Locks: the rows it reads, deletes and
--- updates in pyqueue_dependency, each child's count row (the parents of one child that end at once take turns on it,
--- so exactly one of them sees 0), the child's message row, until the transaction ends; children in (queue, key, kind)
--- order.
+-- locking reads (the latest committed rows, whatever the caller's snapshot). Every statement on pyqueue_dependency
+-- goes by its index (forced: planned freely on a small table, MariaDB 10.11 scanned the whole table, locking every
+-- row at REPEATABLE READ, and two parents' commits deadlocked on each other's rows). Locks: the rows it reads,
+-- deletes and updates in pyqueue_dependency; for each child its message row first, then its count row (the parents
+-- of one child that end at once take turns on the message row, so exactly one of them sees 0; a waiter on the count
+-- row itself would deadlock the holder, whose new count goes into that index just before it), as the child's own
+-- leaving (removed, cancelled) locks them; until the transaction ends; children in (queue, key, kind) order.
 DROP PROCEDURE IF EXISTS pyqueue__deps_left //
 CREATE PROCEDURE pyqueue__deps_left(
     IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -49,7 +52,7 @@ BEGIN
             DECLARE v_now DATETIME(6);
             DECLARE c_children CURSOR FOR
                 SELECT d.other_queue, d.other_key, d.other_kind, d.msg_id
-                  FROM pyqueue_dependency d
+                  FROM pyqueue_dependency d FORCE INDEX (pyqueue_dependency_message_idx)
                  WHERE d.queue_name = v_q AND d.p_key = v_k AND d.p_kind = v_t AND d.role = 'c'
                  ORDER BY d.other_queue, d.other_key, d.other_kind
                    FOR UPDATE;
@@ -59,16 +62,20 @@ BEGIN
                 FETCH c_children INTO v_cq, v_ck, v_ct, v_msg;
                 IF v_done = 1 THEN LEAVE children; END IF;
                 IF v_i = 0 AND in_ok THEN
-                    UPDATE pyqueue_dependency SET n = n - 1
+                    -- the child's message row first (an aggregate: a gone child sets no NOT FOUND)
+                    SELECT COUNT(*) INTO v_left FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                     WHERE m.id = v_msg
+                       FOR UPDATE;
+                    UPDATE pyqueue_dependency FORCE INDEX (pyqueue_dependency_message_idx) SET n = n - 1
                      WHERE queue_name = v_cq AND p_key = v_ck AND p_kind = v_ct AND role = 'w' AND msg_id = v_msg;
                     IF ROW_COUNT() = 1 THEN
                         SET v_left = NULL;
-                        SELECT MIN(w.n) INTO v_left FROM pyqueue_dependency w
+                        SELECT MIN(w.n) INTO v_left FROM pyqueue_dependency w FORCE INDEX (pyqueue_dependency_message_idx)
                          WHERE w.queue_name = v_cq AND w.p_key = v_ck AND w.p_kind = v_ct AND w.role = 'w'
                            AND w.msg_id = v_msg;
                         IF v_left <= 0 THEN
-                            DELETE FROM pyqueue_dependency
-                             WHERE queue_name = v_cq AND p_key = v_ck AND p_kind = v_ct AND role = 'w';
+                            DELETE w FROM pyqueue_dependency w FORCE INDEX (pyqueue_dependency_message_idx)
+                             WHERE w.queue_name = v_cq AND w.p_key = v_ck AND w.p_kind = v_ct AND w.role = 'w';
                             SET v_now = UTC_TIMESTAMP(6);
                             UPDATE pyqueue_message FORCE INDEX (PRIMARY)
                                SET scheduled_at = v_now, scheduled_at_initially = v_now
@@ -103,7 +110,8 @@ BEGIN
                 END IF;
             END LOOP;
             CLOSE c_children;
-            DELETE FROM pyqueue_dependency WHERE queue_name = v_q AND p_key = v_k AND p_kind = v_t;
+            DELETE d FROM pyqueue_dependency d FORCE INDEX (pyqueue_dependency_message_idx)
+             WHERE d.queue_name = v_q AND d.p_key = v_k AND d.p_kind = v_t;
         END;
         SET v_i = v_i + 1;
     END WHILE;
@@ -304,7 +312,8 @@ BEGIN
             IF v_inserted = 1 THEN
                 SET v_id = LAST_INSERT_ID();
                 -- rows an earlier message of this key left behind (one removed by a path that keeps none)
-                DELETE FROM pyqueue_dependency WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind;
+                DELETE d FROM pyqueue_dependency d FORCE INDEX (pyqueue_dependency_message_idx)
+                 WHERE d.queue_name = v_queue AND d.p_key = v_key AND d.p_kind = v_kind;
                 INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, other_queue, other_key, other_kind,
                                                 msg_id)
                 SELECT j.pq, j.pk, j.pt, 'c', j.ord, v_queue, v_key, v_kind, v_id

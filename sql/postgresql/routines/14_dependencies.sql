@@ -18,9 +18,12 @@
 -- recursion). The message's own rows as a child go too. Each message costs
 -- one read of pyqueue_dependency by its key (the one index), which finds
 -- nothing for a message without parents or children. Locks: the rows it
--- deletes and updates there, each child's count row (the parents of one
--- child that end at once take turns on it, so exactly one of them sees 0),
--- then the child's message row; children in (queue, key, kind) order.
+-- deletes and updates there; for each child its message row first (FOR NO
+-- KEY UPDATE: the parents of one child that end at once take turns on it,
+-- so exactly one of them sees its count row reach 0), then its count row, as
+-- the child's own leaving (removed, cancelled) locks them (the other way
+-- round, the last parent's commit and the child's removal deadlocked);
+-- children in (queue, key, kind) order.
 CREATE OR REPLACE FUNCTION pyqueue__deps_left(in_queue text, in_key text, in_kind text, in_ok boolean,
                                               in_why text)
 RETURNS void
@@ -50,6 +53,10 @@ BEGIN
             v_any := true;
             CONTINUE WHEN v_edge.role <> 'c';
             IF v_i = 1 AND in_ok THEN
+                PERFORM 1 FROM pyqueue_message m
+                  WHERE m.queue_name::text = v_edge.q AND m.p_key::text = v_edge.k AND m.p_kind::text = v_edge.t
+                    AND m.id = v_edge.msg_id
+                    FOR NO KEY UPDATE;
                 UPDATE pyqueue_dependency w SET n = w.n - 1
                  WHERE w.queue_name::text = v_edge.q AND w.p_key::text = v_edge.k AND w.p_kind::text = v_edge.t
                    AND w.role = 'w' AND w.msg_id = v_edge.msg_id
