@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 import pyqueue_sql
-from pyqueue_sql import aio, client, dialects
+from pyqueue_sql import aio, dialects, sansio
 
 from ..client.test_sqlalchemy_wrap import Base, Order, new_id, orders, sqlalchemy_url
 
@@ -194,7 +194,7 @@ def test_wrap_refuses_what_is_not_an_async_connection(dsn):
 
 
 def test_chunked_batches_and_reserve_give_the_results_of_one_call(dsn, make_queue, monkeypatch):
-    monkeypatch.setattr(client, "CHUNK_SIZE", 4)
+    monkeypatch.setattr(sansio, "CHUNK_SIZE", 4)
     queue = make_queue(visibility_timeout=600)
 
     async def scenario():

@@ -9,7 +9,7 @@ import json
 import pytest
 
 import pyqueue_sql
-from pyqueue_sql import InvalidArgumentError, client
+from pyqueue_sql import InvalidArgumentError, client, sansio
 
 
 class RecordingDatabase(pyqueue_sql.Database):
@@ -38,7 +38,7 @@ def _batch_size(params) -> int:
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(client, "CHUNK_SIZE", 3)
+    monkeypatch.setattr(sansio, "CHUNK_SIZE", 3)
 
 
 @pytest.fixture

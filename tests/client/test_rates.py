@@ -14,7 +14,7 @@ from decimal import Decimal
 import pytest
 
 import pyqueue_sql
-from pyqueue_sql import aio, client, errors
+from pyqueue_sql import aio, client, errors, rows
 
 UTC = dt.timezone.utc
 
@@ -118,7 +118,7 @@ def test_rows_are_read_by_their_leading_columns():
     d = pyqueue_sql.client.dialects.for_name("mysql")
     at = dt.datetime(2026, 1, 2, 3, 4, 5)
     row = ("q", None, 4, Decimal("2.500000"), at, 1, "a column of a later release")
-    assert client._rate(d, row) == client.RateInfo(
+    assert rows.rate_from_row(d, row) == client.RateInfo(
         "q", None, 4, dt.timedelta(seconds=2.5), at.replace(tzinfo=UTC), 1
     )
 

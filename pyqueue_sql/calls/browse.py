@@ -1,0 +1,106 @@
+"""The browse topic's calls: messages, groups, throughput (sql/<dialect>/routines/12_browse.sql).
+Written sans-IO (pyqueue_sql.sansio); pyqueue_sql.client's QueueCalls and DatabaseCalls are composed
+of these groups."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from .. import dialects, errors
+from ..dialects import key_value, text_value, whole_number
+from ..rows import GroupInfo, MessageRow, ThroughputRow, group_from_row, read_headers
+from ..sansio import SansIO, sans_io, statement_call
+from .base import DatabaseCallsBase, QueueCallsBase
+
+
+def throughput_steps(
+    d: dialects.Dialect, queue: str | None, since: dt.datetime | dt.timedelta | None
+) -> SansIO:
+    if isinstance(since, dt.timedelta):
+        since = dt.datetime.now(dt.timezone.utc) - since
+    rows = yield statement_call("throughput", queue=queue, since=d.time(since, "since"))
+    return [
+        ThroughputRow(q, d.read_time(minute), int(c), int(dl), int(mv), int(pp))
+        for q, minute, c, dl, mv, pp in rows
+    ]
+
+
+class BrowseCalls(QueueCallsBase):
+    """A queue's calls of the browse topic (see QueueCalls)."""
+
+    @sans_io
+    def messages(
+        self,
+        state: str | None = None,
+        key_prefix: str | None = None,
+        after: MessageRow | tuple[str | int, str] | None = None,
+        n: int | None = None,
+    ) -> list[MessageRow]:
+        """A page of this queue's live messages in key order (queue_messages): state 'ready',
+        'delayed' or 'reserved' (None = all), keys starting with key_prefix, after the message
+        ``after`` (the last row of the previous page, or a (key, kind) pair); n rows at most
+        (None = 100, at most 1000)."""
+        if after is None:
+            after_key, after_kind = None, None
+        elif isinstance(after, MessageRow):
+            after_key, after_kind = after.key, after.kind
+        elif isinstance(after, tuple) and len(after) == 2:
+            after_key, after_kind = key_value(after[0], "after key"), text_value(after[1], "after kind")
+        else:
+            raise errors.InvalidArgumentError("after must be a MessageRow or a (key, kind) pair")
+        d = self.db.dialect
+        rows = yield statement_call(
+            "messages",
+            queue=self.name,
+            state=text_value(state, "state"),
+            key_prefix=key_value(key_prefix, "key_prefix"),
+            after_key=after_key,
+            after_kind=after_kind,
+            n=whole_number(n, "n"),
+        )
+        return [
+            MessageRow(
+                self.name,
+                key,
+                kind,
+                str(st),
+                int(priority),
+                int(attempts),
+                d.read_time(scheduled),
+                d.read_time(created),
+                reserved_by,
+                last_error,
+                dead_from,
+                read_headers(d, row, 10),
+            )
+            for row in rows
+            for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error, dead_from, *_ in (
+                row,
+            )
+        ]
+
+    @sans_io
+    def groups(self, n: int | None = None) -> list[GroupInfo]:
+        """This queue's non-empty FIFO groups ordered by group key, at most n (None = 100, at most
+        1000): each with its head message (the one delivered next, or being delivered) and how
+        many messages it holds."""
+        return [
+            group_from_row(row)
+            for row in (yield statement_call("groups", queue=self.name, n=whole_number(n, "n")))
+        ]
+
+    @sans_io
+    def throughput(self, since: dt.datetime | dt.timedelta | None = None) -> list[ThroughputRow]:
+        """Messages that left this queue per minute since ``since`` (None = an hour ago; a timedelta
+        = that long ago; at most a day), by outcome, from pyqueue_history: only a queue with a
+        history_retention has any (queue_throughput). Minutes without any are left out."""
+        return (yield from throughput_steps(self.db.dialect, self.name, since))
+
+
+class BrowseDatabaseCalls(DatabaseCallsBase):
+    """A database's calls of the browse topic (see DatabaseCalls)."""
+
+    @sans_io
+    def throughput(self, since: dt.datetime | dt.timedelta | None = None) -> list[ThroughputRow]:
+        """Every queue's messages that left it per minute since ``since`` (Queue.throughput)."""
+        return (yield from throughput_steps(self.dialect, None, since))

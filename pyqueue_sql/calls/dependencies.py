@@ -1,0 +1,53 @@
+"""The dependencies topic's calls: push_after, parent_results
+(sql/<dialect>/routines/14_dependencies.sql). Written sans-IO (pyqueue_sql.sansio);
+pyqueue_sql.client's QueueCalls and DatabaseCalls are composed of these groups."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..dialects import encode_json, key_value, text_value
+from ..rows import ParentResult
+from ..sansio import sans_io, statement_call
+from .base import QueueCallsBase, parent_refs
+
+
+class DependenciesCalls(QueueCallsBase):
+    """A queue's calls of the dependencies topic (see QueueCalls)."""
+
+    @sans_io
+    def push_after(self, key: str | int, kind: str, payload: Any, parents: Iterable[Any]) -> bool:
+        """push of a message that waits for its parents (queue_push_after): it is 'waiting' until
+        every parent has succeeded, ready in the transaction of the commit that ends the last one,
+        and cancelled when one fails or is cancelled. True if inserted, False if a live message
+        with this key and kind exists (dedup: nothing changes).
+
+        parents: 1 to 1000 messages, in the order the child reads them back (parent_results),
+        each a (queue, key, kind) tuple, a {"queue", "p_key", "p_kind"} mapping, or anything with
+        queue, key and kind attributes (a TaskHandle, a Result, a Reservation). This queue and
+        each parent's must keep results (set_result_retention); a parent must be live there or
+        have succeeded (InvalidArgumentError naming it otherwise, and nothing is pushed)."""
+        rows = yield statement_call(
+            "push_after",
+            queue=self.name,
+            key=key_value(key),
+            kind=text_value(kind, "kind"),
+            payload=encode_json(payload),
+            parents=encode_json(parent_refs(parents)),
+        )
+        return bool(rows[0][0])
+
+    @sans_io
+    def parent_results(self, key: str | int, kind: str) -> list[ParentResult]:
+        """The parents of a live message pushed with push_after (queue_parent_results), in the
+        order they were given, each with its state and stored result; [] for a message without
+        parents or not live."""
+        d = self.db.dialect
+        rows = yield statement_call(
+            "parent_results", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+        )
+        return [
+            ParentResult(str(q), str(k), str(t), str(state), d.read_payload(result))
+            for _, q, k, t, state, result in sorted(rows, key=lambda row: int(row[0]))
+        ]

@@ -1,0 +1,131 @@
+"""The history and dead letters topic's calls: one message and its history, purge, replay, redrive,
+dead letters (sql/<dialect>/routines/11_history.sql). Written sans-IO (pyqueue_sql.sansio);
+pyqueue_sql.client's QueueCalls and DatabaseCalls are composed of these groups."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from .. import errors
+from ..dialects import key_value, text_value, whole_number
+from ..rows import DeadLetter, HistoryRow, MessageInfo, read_headers
+from ..sansio import sans_io, statement_call
+from .base import QueueCallsBase
+
+
+class HistoryCalls(QueueCallsBase):
+    """A queue's calls of the history topic (see QueueCalls)."""
+
+    @sans_io
+    def message(self, key: str | int, kind: str) -> MessageInfo | None:
+        """The live message with this key and kind (state 'ready', 'delayed' or 'reserved',
+        attempts, last error...), or None when there is none."""
+        d = self.db.dialect
+        rows = yield statement_call(
+            "message", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+        )
+        if not rows:
+            return None
+        (
+            p_key,
+            p_kind,
+            state,
+            payload,
+            priority,
+            attempts,
+            scheduled,
+            created,
+            reserved_by,
+            last_error,
+            dead_from,
+        ) = rows[0][:11]  # a newer queue_message's trailing columns (progress...): Queue.result
+        return MessageInfo(
+            self.name,
+            p_key,
+            p_kind,
+            str(state),
+            d.read_payload(payload),
+            int(priority),
+            int(attempts),
+            d.read_time(scheduled),
+            d.read_time(created),
+            reserved_by,
+            last_error,
+            dead_from,
+            read_headers(d, rows[0], 13),
+        )
+
+    @sans_io
+    def message_history(self, key: str | int, kind: str) -> list[HistoryRow]:
+        """The history rows of the message with this key and kind in this queue, newest first (at
+        most 100; only kept when the queue has a history_retention)."""
+        d = self.db.dialect
+        rows = yield statement_call(
+            "message_history", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+        )
+        return [
+            HistoryRow(d.read_time(at), str(outcome), to_queue, int(attempts), reserved_by, last_error)
+            for at, outcome, to_queue, attempts, reserved_by, last_error in rows
+        ]
+
+    @sans_io
+    def purge_history(self, n: int | None = None) -> int:
+        """Deletes up to n (None = 10000) history rows past this queue's history_retention; returns how many."""
+        return int((yield statement_call("purge_history", queue=self.name, n=whole_number(n, "n")))[0][0])
+
+    @sans_io
+    def replay(self, start: dt.datetime | None = None, end: dt.datetime | None = None) -> int:
+        """Pushes again the archived messages processed in [start, end) (None = unbounded); dedup applies.
+        Returns how many were inserted."""
+        d = self.db.dialect
+        if isinstance(start, dt.timedelta) or isinstance(end, dt.timedelta):
+            raise errors.InvalidArgumentError("start and end must be datetimes")
+        return int(
+            (
+                yield statement_call(
+                    "replay", queue=self.name, start=d.time(start, "start"), end=d.time(end, "end")
+                )
+            )[0][0]
+        )
+
+    @sans_io
+    def redrive(self, to_queue: str | QueueCallsBase, n: int | None = None) -> int:
+        """Moves up to n (None = 1) ready messages of this (dead-letter) queue to to_queue, attempts reset.
+        A message whose key and kind are live in to_queue stays here. Returns how many moved."""
+        target = to_queue.name if isinstance(to_queue, QueueCallsBase) else to_queue
+        return int(
+            (
+                yield statement_call(
+                    "redrive",
+                    queue=self.name,
+                    to_queue=text_value(target, "to_queue"),
+                    n=whole_number(n, "n"),
+                )
+            )[0][0]
+        )
+
+    @sans_io
+    def dead_letters(self) -> list[DeadLetter]:
+        """The messages sitting in this queue, when it is some queue's dead-letter queue (the view
+        pyqueue_dead_letters)."""
+        d = self.db.dialect
+        return [
+            DeadLetter(
+                dlq,
+                origin,
+                key,
+                kind,
+                d.read_payload(payload),
+                priority,
+                None if attempts is None else int(attempts),
+                d.read_time(created),
+                d.read_time(arrived),
+                bool(reserved),
+                last_error,
+                read_headers(d, row, 11),
+            )
+            for row in (yield statement_call("dead_letters", queue=self.name))
+            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error, *_ in (
+                row,
+            )
+        ]

@@ -1,0 +1,130 @@
+"""The results topic's calls: stored results, cancellation, progress, renewal
+(sql/<dialect>/routines/13_results.sql). Written sans-IO (pyqueue_sql.sansio); pyqueue_sql.client's
+QueueCalls and DatabaseCalls are composed of these groups."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from .. import errors, sansio
+from ..dialects import Duration, encode_json, key_value, read_token, text_value, token_value
+from ..rows import MAX_PROGRESS_BYTES, Renewal, Reservation, Result, result_from_rows
+from ..sansio import chunks, each_call, sans_io, statement_call
+from .base import QueueCallsBase, held_reservation
+
+
+class ResultsCalls(QueueCallsBase):
+    """A queue's calls of the results topic (see QueueCalls)."""
+
+    @sans_io
+    def set_result_retention(self, retention: Duration = None) -> None:
+        """How long the queue keeps each finished message's result (queue_result): its state
+        (succeeded, failed, cancelled), the value its consumer committed, its last error and
+        progress. None turns recording off (the rows kept go at the next purge_history); at most
+        3650 days."""
+        yield statement_call(
+            "set_result_retention",
+            queue=self.name,
+            retention=self.db.dialect.duration(retention, "retention"),
+        )
+
+    @sans_io
+    def result(self, key: str | int, kind: str) -> Result:
+        """The message's state now (a Result; a live message wins over a stored result)."""
+        rows = yield statement_call(
+            "result", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+        )
+        return result_from_rows(self.db.dialect, self.name, key, kind, rows)
+
+    @sans_io
+    def result_wait_once(self, key: str | int, kind: str, timeout: Duration = None) -> Result:
+        """One call of queue_result_wait: blocks in the server until the message has finished (or
+        is unknown) or timeout passes (at most an hour), and returns its state then. wait_result
+        is what to call: on PostgreSQL it LISTENs instead."""
+        d = self.db.dialect
+        rows = yield statement_call(
+            "result_wait",
+            queue=self.name,
+            key=key_value(key),
+            kind=text_value(kind, "kind"),
+            timeout=d.duration(timeout, "timeout"),
+        )
+        return result_from_rows(d, self.name, key, kind, rows)
+
+    @sans_io
+    def result_channel(self) -> str | None:
+        """The PostgreSQL NOTIFY channel the results of this queue are announced on
+        (queue_result_channel), with the payload {"key", "kind", "state"}."""
+        channel = (yield statement_call("result_channel", queue=self.name))[0][0]
+        return None if channel is None else str(channel)
+
+    @sans_io
+    def cancel(self, key: str | int, kind: str) -> str:
+        """Cancels a message: 'cancelled' (it was waiting: removed, recorded as cancelled, it never
+        runs), 'requested' (a consumer holds it: asked to stop, see renew and cancel_held) or
+        'unknown' (no live message)."""
+        rows = yield statement_call(
+            "cancel", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+        )
+        return str(rows[0][0])
+
+    @sans_io
+    def commit_result(self, r: Reservation, result: Any = None) -> bool:
+        """commit, storing ``result`` (any JSON value, at most the queue's max_payload) as the
+        message's result in the same step. The queue must keep results (set_result_retention).
+        False if the reservation no longer holds (nothing is written)."""
+        return bool(
+            (yield statement_call("commit_result", **self._held(r), result=encode_json(result)))[0][0]
+        )
+
+    @sans_io
+    def commit_result_many(self, items: Iterable[tuple[Reservation, Any]]) -> int:
+        """commit_result for many (reservation, result) pairs in one call; returns how many still
+        held (and are now gone). More than CHUNK_SIZE go in calls of at most CHUNK_SIZE each, run
+        as one transaction."""
+        pairs = [(held_reservation(r), value) for r, value in items]
+        if not pairs:
+            return 0
+        d = self.db.dialect
+        commits = [
+            statement_call(
+                "commit_result_batch",
+                queue=self.name,
+                keys=d.text_array([key_value(r.key) for r, _ in part]),
+                kinds=d.text_array([text_value(r.kind, "kind") for r, _ in part]),
+                tokens=d.text_array([token_value(r.token) for r, _ in part]),
+                results=encode_json([value for _, value in part]),
+            )
+            for part in chunks(pairs, sansio.CHUNK_SIZE)
+        ]
+        return sum(int(rows[0][0]) for rows in (yield from each_call(commits)))
+
+    @sans_io
+    def set_progress(self, r: Reservation, progress: Any) -> bool:
+        """Stores progress (any JSON value, at most 64 KiB as JSON text) on the message the
+        reservation holds: Queue.result shows it while it runs and after it finished. Kept
+        across retries. False if the reservation no longer holds."""
+        text = encode_json(progress)
+        if len(text.encode("utf-8")) > MAX_PROGRESS_BYTES:
+            raise errors.InvalidArgumentError(
+                f"progress is {len(text.encode('utf-8'))} bytes of JSON, more than {MAX_PROGRESS_BYTES}"
+            )
+        return bool((yield statement_call("set_progress", **self._held(r), progress=text))[0][0])
+
+    @sans_io
+    def renew(self, r: Reservation, timeout: Duration = None) -> Renewal:
+        """extend, and whether a cancel was requested: (the reservation with its new token, or
+        None when it no longer holds; cancel_requested)."""
+        d = self.db.dialect
+        rows = yield statement_call("renew", **self._held(r), timeout=d.duration(timeout, "timeout"))
+        token, requested = rows[0] if rows else (None, False)
+        return Renewal(None if token is None else replace(r, token=read_token(token)), bool(requested))
+
+    @sans_io
+    def cancel_held(self, r: Reservation) -> bool:
+        """Ends a held message as cancelled (its consumer stopped for a cancel, or cancels it
+        itself): removed, recorded as cancelled with its progress. False if the reservation no
+        longer holds."""
+        return bool((yield statement_call("cancel_held", **self._held(r)))[0][0])

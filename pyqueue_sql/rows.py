@@ -1,0 +1,483 @@
+"""What the client takes and returns: the row types (dataclasses and named tuples of the
+routines' results, and the values a push or a publish takes), and how a row becomes one."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
+
+from . import dialects
+from .dialects import read_token
+
+
+def read_headers(dialect: dialects.Dialect, row: Sequence[Any], at: int) -> dict[str, Any] | None:
+    """The headers column of a row (None: the message has none, or the schema has no such column yet)."""
+    return dialect.read_payload(row[at]) if len(row) > at and row[at] is not None else None
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message taken with pop (already gone from the queue)."""
+
+    queue: str
+    key: str
+    kind: str
+    payload: Any
+    priority: int
+    attempts: int
+    created_at: dt.datetime
+    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A reserved message: invisible to other consumers until its timeout passes.
+
+    ``token`` is what commit/rollback/extend/move must show; after the
+    reservation expires and another consumer takes the message it no longer works.
+    """
+
+    queue: str
+    key: str
+    kind: str
+    payload: Any
+    token: str
+    priority: int
+    attempts: int
+    created_at: dt.datetime
+    scheduled_at_initially: dt.datetime
+    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
+
+
+# The states of a finished message in queue_result (its row in pyqueue_result); every other state
+# is a live message's ('ready', 'delayed', 'reserved', 'blocked') or 'unknown'.
+FINISHED_STATES = frozenset({"succeeded", "failed", "cancelled"})
+
+# The largest progress value queue_set_progress stores, in bytes of its JSON text.
+MAX_PROGRESS_BYTES = 65536
+
+
+@dataclass(frozen=True)
+class Result:
+    """What queue_result says of one message (Queue.result, Queue.wait_result).
+
+    ``state``: a live message's 'ready', 'delayed', 'reserved', 'blocked' (behind its FIFO
+    group's head) or 'waiting' (pushed with push_after: a parent has not succeeded yet); a finished one's 'succeeded', 'failed' or 'cancelled' (kept for the queue's
+    result_retention); 'unknown' when there is neither (never pushed, not kept, removed, moved,
+    or its result expired). ``result`` is what its consumer committed (succeeded only);
+    ``last_error`` and ``attempts`` those of its last delivery; ``progress`` the last value its
+    consumer set; ``finished_at`` when it finished; ``cancel_requested`` whether a cancel asked
+    its consumer to stop (a live, reserved message)."""
+
+    queue: str
+    key: str
+    kind: str
+    state: str
+    result: Any = None
+    last_error: str | None = None
+    attempts: int | None = None
+    progress: Any = None
+    finished_at: dt.datetime | None = None
+    cancel_requested: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """Whether the message has finished: succeeded, failed or cancelled."""
+        return self.state in FINISHED_STATES
+
+
+@dataclass(frozen=True)
+class ParentResult:
+    """One parent of a message pushed with push_after, as Queue.parent_results reads it (in the
+    order the parents were given): its queue, key and kind, its ``state`` as queue_result reads
+    it ('succeeded', 'failed', 'cancelled'; while it is live 'ready', 'delayed', 'reserved',
+    'waiting', 'blocked'; 'unknown' once it moved on or its result was purged) and ``result``,
+    what its consumer committed (succeeded only, else None)."""
+
+    queue: str
+    key: str
+    kind: str
+    state: str
+    result: Any = None
+
+
+class Renewal(NamedTuple):
+    """What Queue.renew returns: the reservation with its new token (None when it no longer
+    holds), and whether a cancel was requested for it (queue_cancel)."""
+
+    reservation: Reservation | None
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    ready: int
+    delayed: int
+    reserved: int
+    dead: int
+    oldest_ready_age_s: float | None
+    paused: bool
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """One message for push_many (key: a str, or an int as its decimal text; group: its FIFO
+    group, None for none)."""
+
+    key: str | int
+    kind: str
+    payload: Any
+    run_at: dt.datetime | dt.timedelta | None = None
+    priority: int | None = None
+    group: str | None = None
+    headers: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One message for publish_many: it goes to every queue bound to a pattern matching topic."""
+
+    topic: str
+    key: str | int
+    kind: str
+    payload: Any
+    run_at: dt.datetime | dt.timedelta | None = None
+    priority: int | None = None
+    headers: Mapping[str, Any] | None = None
+
+
+def settings_from_row(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueSettings:
+    queue, visibility, max_attempts, dlq, retention, paused, window, *caps = row
+    # the trailing columns a newer queue_settings has (an older one's row stops before them)
+    max_reservation, max_payload, result_retention = (list(caps) + [None, None, None])[:3]
+    return QueueSettings(
+        queue,
+        dialect.read_duration(visibility),
+        int(max_attempts),
+        dlq,
+        dialect.read_duration(retention),
+        bool(paused),
+        dialect.read_duration(window),
+        dialect.read_duration(max_reservation),
+        None if max_payload is None else int(max_payload),
+        dialect.read_duration(result_retention),
+    )
+
+
+_RESERVATION_FIELDS = tuple(f.name for f in fields(Reservation))
+_new_object = object.__new__
+
+
+def reservations_from_rows(
+    queue: str, dialect: dialects.Dialect, rows: Iterable[Sequence[Any]]
+) -> list[Reservation]:
+    """The Reservations of reserved rows. Each is made as its frozen dataclass's __init__ would
+    make it (the same fields, all set) without that __init__'s ten object.__setattr__ calls: this
+    runs once a reserved message (bench/README.md, Worker CPU)."""
+    read_payload, read_time = dialect.read_payload, dialect.read_time
+    made = []
+    for row in rows:
+        key, kind, payload, token, priority, attempts, created, initially = row[:8]
+        headers = row[8] if len(row) > 8 else None
+        r = _new_object(Reservation)
+        r.__dict__.update(
+            zip(
+                _RESERVATION_FIELDS,
+                (
+                    queue,
+                    key,
+                    kind,
+                    read_payload(payload),
+                    read_token(token),
+                    priority,
+                    attempts,
+                    read_time(created),
+                    read_time(initially),
+                    None if headers is None else read_payload(headers),
+                ),
+            )
+        )
+        made.append(r)
+    return made
+
+
+def stats_from_row(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueStats:
+    queue, ready, delayed, reserved, dead, age, paused = row
+    return QueueStats(
+        queue=queue,
+        ready=int(ready),
+        delayed=int(delayed),
+        reserved=int(reserved),
+        dead=int(dead),
+        oldest_ready_age_s=None if age is None else float(age),
+        paused=bool(paused),
+    )
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A row of the view pyqueue_dead_letters: a message sitting in a dead-letter queue.
+
+    ``from_queue`` is the queue it was dead-lettered from and ``attempts`` the deliveries it had
+    there (None for a message pushed into the dead-letter queue directly); ``last_error`` is the
+    error recorded by its last failure (Queue.fail), if any."""
+
+    dead_letter_queue: str
+    from_queue: str | None
+    key: str
+    kind: str
+    payload: Any
+    priority: int
+    attempts: int | None
+    created_at: dt.datetime
+    dead_lettered_at: dt.datetime
+    reserved: bool
+    last_error: str | None = None
+    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """A queue's settings (queue_settings)."""
+
+    queue: str
+    visibility_timeout: dt.timedelta
+    max_attempts: int
+    dead_letter_queue: str | None
+    history_retention: dt.timedelta | None
+    paused: bool
+    notify_window: dt.timedelta | None
+    max_reservation: dt.timedelta | None = None  # the longest reservation a caller may ask for
+    max_payload: int | None = None  # bytes: the largest payload a push may write
+    result_retention: dt.timedelta | None = None  # how long finished results are kept (None: none)
+
+
+@dataclass(frozen=True)
+class MessageInfo:
+    """A live message as queue_message shows it."""
+
+    queue: str
+    key: str
+    kind: str
+    state: str  # 'ready', 'delayed' or 'reserved'
+    payload: Any
+    priority: int
+    attempts: int
+    scheduled_at: dt.datetime
+    created_at: dt.datetime
+    reserved_by: str | None
+    last_error: str | None
+    dead_from: str | None  # in a dead-letter queue: the queue it was dead-lettered from
+    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One history row of a message (queue_message_history)."""
+
+    processed_at: dt.datetime
+    outcome: str  # 'committed', 'moved', 'dead_lettered', 'popped', ...
+    to_queue: str | None
+    attempts: int
+    reserved_by: str | None
+    last_error: str | None
+
+
+# rows of the worker registry, limits and schedules ------------------------------------
+@dataclass(frozen=True)
+class WorkerRegistration:
+    """A registered worker: reserve with ``reserve_as`` so that release_dead_workers finds its messages.
+
+    ``secret`` proves the registration is yours: heartbeat_worker and deregister_worker take the
+    registration and do nothing (False) for a secret that is not the worker's."""
+
+    worker_id: int
+    name: str
+    reserve_as: str
+    secret: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: int
+    name: str
+    host: str | None
+    pid: int | None
+    queues: list[str] | None
+    started_at: dt.datetime
+    heartbeat_at: dt.datetime
+    heartbeat_age_s: float
+    reserve_as: str
+
+
+@dataclass(frozen=True)
+class LimitInfo:
+    queue: str
+    kind: str
+    capacity: int
+    in_use: int
+
+
+# The bounds of a rate (queue_set_rate) and of a group's k (queue_set_group_limit), as the routines check them.
+MAX_RATE_N = 10000
+MAX_RATE_PER = dt.timedelta(days=1)
+MAX_GROUP_LIMIT = 10000
+
+
+@dataclass(frozen=True)
+class RateInfo:
+    """A rate limit as queue_rates shows it: at most ``n`` messages of ``kind`` (None: of every
+    kind of the queue together) delivered in any window of length ``per``. ``in_window``: the
+    units used within the last ``per`` (the rate is saturated when it equals n);
+    ``next_free_at``: when the next unit is (or was) free, None while some unit was never used."""
+
+    queue: str
+    kind: str | None
+    n: int
+    per: dt.timedelta
+    next_free_at: dt.datetime | None
+    in_window: int
+
+    @property
+    def saturated(self) -> bool:
+        """Whether every unit was used within the last ``per`` (the next delivery waits)."""
+        return self.in_window >= self.n
+
+
+def rate_from_row(dialect: dialects.Dialect, row: Sequence[Any]) -> RateInfo:
+    # leading columns by position: a newer queue_rates may add trailing ones
+    queue, kind, n, per, next_free_at, in_window, *_ = row
+    return RateInfo(
+        queue,
+        kind,
+        int(n),
+        dialect.read_duration(per),
+        dialect.read_time(next_free_at),
+        int(in_window),
+    )
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    queue: str
+    key: str
+    kind: str
+    payload: Any
+    every_s: int | None
+    cron: str | None
+    next_at: dt.datetime
+
+
+def schedule_from_row(dialect: dialects.Dialect, row: Sequence[Any]) -> ScheduleInfo:
+    queue, key, kind, payload, every_s, cron, next_at = row
+    return ScheduleInfo(
+        queue,
+        key,
+        kind,
+        dialect.read_payload(payload),
+        None if every_s is None else int(every_s),
+        cron,
+        dialect.read_time(next_at),
+    )
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """A live message as queue_messages lists it (no payload: Queue.message shows one whole)."""
+
+    queue: str
+    key: str
+    kind: str
+    state: str  # 'ready', 'delayed' or 'reserved'
+    priority: int
+    attempts: int
+    scheduled_at: dt.datetime
+    created_at: dt.datetime
+    reserved_by: str | None
+    last_error: str | None
+    dead_from: str | None  # in a dead-letter queue: the queue it was dead-lettered from
+    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
+
+
+@dataclass(frozen=True)
+class ThroughputRow:
+    """How many messages left a queue in one minute, by outcome (queue_throughput)."""
+
+    queue: str
+    minute: dt.datetime
+    committed: int
+    dead_lettered: int
+    moved: int
+    popped: int
+
+
+class Binding(NamedTuple):
+    """A binding of a topic pattern to a queue (queue_bindings)."""
+
+    pattern: str
+    queue: str
+    created_at: dt.datetime
+
+
+class GroupInfo(NamedTuple):
+    """A queue's non-empty FIFO group (queue_groups): its head message (key, kind and state, as
+    Queue.message shows it: 'ready', 'delayed' or 'reserved') and how many messages it holds,
+    the head included; ``group_limit`` the k in effect for it (queue_set_group_limit: how many
+    of its messages may be live at once) and ``in_flight`` how many are live now (None both
+    from a schema whose queue_groups has no such columns yet)."""
+
+    group_key: str
+    head_key: str
+    head_kind: str
+    head_state: str
+    messages: int
+    group_limit: int | None = None
+    in_flight: int | None = None
+
+    def __repr__(self) -> str:
+        # the trailing fields are named only when the schema has them (an older queue_groups: None)
+        shown = [
+            (f, v)
+            for f, v in zip(self._fields, self)
+            if f not in ("group_limit", "in_flight") or v is not None
+        ]
+        return "GroupInfo(" + ", ".join(f"{f}={v!r}" for f, v in shown) + ")"
+
+
+def group_from_row(row: Sequence[Any]) -> GroupInfo:
+    # group_limit and in_flight are trailing columns: an older queue_groups has neither
+    group_key, head_key, head_kind, state, messages, *extra = row
+    group_limit, in_flight = (list(extra) + [None, None])[:2]
+    return GroupInfo(
+        group_key,
+        head_key,
+        head_kind,
+        None if state is None else str(state),
+        int(messages),
+        None if group_limit is None else int(group_limit),
+        None if in_flight is None else int(in_flight),
+    )
+
+
+def result_from_rows(
+    d: dialects.Dialect, queue: str, key: str | int, kind: str, rows: Sequence[Sequence[Any]]
+) -> Result:
+    """A Result from queue_result's one row (no row: 'unknown')."""
+    if not rows:
+        return Result(queue, str(key), kind, "unknown")
+    state, result, last_error, attempts, progress, finished_at, cancel_requested = rows[0][:7]
+    return Result(
+        queue,
+        str(key),
+        kind,
+        str(state),
+        d.read_payload(result),
+        last_error,
+        None if attempts is None else int(attempts),
+        d.read_payload(progress),
+        d.read_time(finished_at),
+        bool(cancel_requested),
+    )
