@@ -24,7 +24,8 @@ CREATE PROCEDURE pyqueue__limit_take(
     OUT out_ok      INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_cap, v_slot, v_h_att, v_found, v_retry INT;
+    DECLARE v_cap, v_slot, v_h_att, v_found, v_retry, v_rows INT;
+    DECLARE v_take BOOLEAN;
     DECLARE v_holder BIGINT;
     DECLARE v_h_until DATETIME(6);
     DECLARE v_moves, v_own, v_tries INT DEFAULT 0;
@@ -54,25 +55,12 @@ BEGIN
                                OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now)))
          ORDER BY s.slot_no
          LIMIT 1;
-        IF v_found = 0 OR v_moves >= 10000 THEN
-            UPDATE pyqueue_limit_slot s
-               SET s.msg_id = in_id, s.msg_attempts = in_attempts, s.msg_until = in_until
-             WHERE s.queue_name = in_queue AND s.p_kind = in_kind
-               AND s.slot_no <= v_cap
-               AND EXISTS (SELECT 1 FROM pyqueue_limit l
-                            WHERE l.queue_name = in_queue AND l.p_kind = in_kind AND l.capacity = v_cap)
-               AND (s.msg_id IS NULL
-                    OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                    WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
-                                      AND ((m.attempts = s.msg_attempts
-                                            AND m.reserve_token IS NOT NULL AND GREATEST(m.scheduled_at, s.msg_until) > in_now)
-                                           OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
-             ORDER BY s.slot_no
-             LIMIT 1;
-            SET out_ok = ROW_COUNT();
-            LEAVE slots;
+        -- no holder beyond the capacity (or enough moved): in_id takes a free slot within the capacity; else
+        -- that holder moves into one; none free: the kind is full
+        SET v_take = (v_found = 0 OR v_moves >= 10000);
+        IF v_take THEN
+            SET v_holder = in_id, v_h_att = in_attempts, v_h_until = in_until;
         END IF;
-        -- move that holder into a free slot within the capacity; none free: the kind is full
         UPDATE pyqueue_limit_slot s
            SET s.msg_id = v_holder, s.msg_attempts = v_h_att, s.msg_until = v_h_until
          WHERE s.queue_name = in_queue AND s.p_kind = in_kind
@@ -87,7 +75,12 @@ BEGIN
                                        OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
          ORDER BY s.slot_no
          LIMIT 1;
-        IF ROW_COUNT() = 0 THEN LEAVE slots; END IF;
+        SET v_rows = ROW_COUNT();
+        IF v_take THEN
+            SET out_ok = v_rows;
+            LEAVE slots;
+        END IF;
+        IF v_rows = 0 THEN LEAVE slots; END IF;
         DELETE FROM pyqueue_limit_slot
          WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no = v_slot
            AND msg_id = v_holder AND msg_attempts = v_h_att;
