@@ -636,10 +636,14 @@ class Dispatch:
         return successors[0] if successors else None
 
     def _hand_back_steps(self, job: Job):
+        """Gives back a message reserved and not started (a stop, a lease run low) with
+        queue_snooze: ready again at once, its delivery not counted. (queue_rollback counts it: a
+        message on its last attempt was dead-lettered or dropped, its result 'failed' with no
+        reason, without having run.)"""
         try:
             yield Acquire(job.lock)
             try:
-                yield RetriedCall("rollback", job.queue, (job.reservation,), {"delay": 0}, hard=True)
+                yield RetriedCall("snooze", job.queue, (job.reservation,), {"delay": 0}, hard=True)
                 job.done = True
             finally:
                 job.lock.release()

@@ -257,6 +257,9 @@ class WorkerStatus:
     worker_id: int | None  # None when not registered
     concurrency: int
     running: tuple[str, ...]  # "queue/key/kind" of the messages being handled now
+    # "queue/key/kind" of the messages reserved that no handler has started yet (each reserved for
+    # a free handler, or prefetched): a stop now hands them back unstarted
+    waiting: tuple[str, ...]
     stats: WorkerStats  # a copy
     stop_deadline_in_s: float | None  # while stopping: seconds until running handlers are abandoned
     stop_reason: str | None

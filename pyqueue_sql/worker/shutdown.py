@@ -69,6 +69,9 @@ class Shutdown:
     def _running(self) -> list[str]:
         return [where_of(j) for j in self._jobs() if j.started_at is not None and not j.done]
 
+    def _waiting(self) -> list[str]:
+        return [where_of(j) for j in self._jobs() if j.started_at is None and not j.done]
+
     def _report_stopping(self, deadline: float, report_at: float) -> float:
         """Every 10 s of a graceful stop: logs the handlers it waits for; returns the next report time."""
         now = time.monotonic()

@@ -307,6 +307,45 @@ def test_the_system_checks_report_the_app_missing_from_installed_apps(django):
     ) == [f"(pyqueue_sql.E004) TASKS['{alias}']" for alias in ("lite", "missing", "my", "pg")]
 
 
+# --batch's stop, against a stand-in for the worker: the messages it holds, started or not
+BATCH_IDLE = """
+from types import SimpleNamespace
+from pyqueue_sql.contrib.django.management.commands.pyqueue_worker import Command
+
+class Worker:
+    stopping = False
+    def __init__(self):
+        self.on_idle, self.waiting, self.stops = [], (), []
+    def status(self):
+        return SimpleNamespace(running=("default/k1/t",), waiting=self.waiting)
+    def stop(self, reason=None):
+        self.stops.append(reason)
+        self.stopping = True
+
+worker = Worker()
+Command()._limits(worker, {"batch": True})
+(idle,) = worker.on_idle
+worker.waiting = ("emails/k2/t",)
+idle(worker)
+print(len(worker.stops))
+worker.waiting = ()
+idle(worker)
+print(worker.stops)
+"""
+
+
+@pytest.mark.parametrize("django", ["5.2", "6"])
+def test_batch_stops_once_every_message_it_reserved_has_reached_its_handler(django):
+    """A look that finds nothing while a message an earlier look reserved waits for its handler
+    thread does not stop the worker: the stop would hand that message back unstarted (it would
+    not run). Once every held message has started (those finish after the stop), it stops."""
+    done = subprocess.run(
+        [_python(django), "-c", BATCH_IDLE], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["0", "['--batch: no task left']"]
+
+
 FORGED = "k\n12:00:00 INFO    worker stopped (FORGED)\x1b[2J"
 
 

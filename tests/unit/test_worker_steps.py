@@ -371,7 +371,7 @@ def test_a_prefetched_message_whose_lease_ran_low_is_handed_back_unstarted():
     assert steps.op == Acquire(job.lock)
     job.lock.acquire()
     call = steps.answer(True)
-    assert (call.method, call.kwargs) == ("rollback", {"delay": 0})
+    assert (call.method, call.kwargs) == ("snooze", {"delay": 0})  # its delivery not counted
     steps.answer(True)
     assert steps.done and not ran and worker.stats.lease_low == 1 and worker.stats.handed_back == 1
     fresh = Job(reservation(key="k2"), lease_until=clock.now + 11.0)
@@ -389,9 +389,24 @@ def test_after_a_stop_an_unstarted_message_is_handed_back_without_running_its_ha
     assert steps.op == Acquire(job.lock)
     job.lock.acquire()
     call = steps.answer(True)
-    assert (call.method, call.kwargs) == ("rollback", {"delay": 0})
+    assert (call.method, call.kwargs) == ("snooze", {"delay": 0})  # its delivery not counted
     steps.answer(True)
     assert steps.done and not ran and worker.stats.handed_back == 1 and not worker._inflight
+
+
+def test_the_status_tells_the_messages_waiting_for_a_handler_from_the_running_ones():
+    """status().waiting: what a stop would hand back unstarted (a --batch stop waits for none)."""
+    worker, _ = make_worker(PG)
+    started, waiting, done = (
+        Job(reservation(key="k1")),
+        Job(reservation(key="k2")),
+        Job(reservation(key="k3")),
+    )
+    started.started_at = 1.0
+    done.done = True
+    worker._inflight = {("q", j.key, "welcome"): j for j in (started, waiting, done)}
+    status = worker.status()
+    assert (status.running, status.waiting) == (("q/k1/welcome",), ("q/k2/welcome",))
 
 
 def test_a_wakeup_s_queue_is_reserved_first():

@@ -124,6 +124,37 @@ def test_a_prefetched_message_never_runs_after_its_lease(dsn, queue, worker_clas
     assert all(left >= lease / 3 for _, left in starts), starts
 
 
+def test_a_stop_gives_back_the_prefetched_messages_without_counting_their_delivery(
+    dsn, make_queue, worker_class
+):
+    """A queue of one attempt that keeps results: the messages prefetched behind a running handler
+    are given back by a stop ready again, their attempts as before their reservation, never
+    ended as 'failed' (with no reason) without having run."""
+    queue = make_queue(max_attempts=1)
+    queue.set_result_retention(3600)
+    worker = worker_class(dsn, concurrency=1, prefetch=4, poll_fallback=0.2)
+    worker._handler_avg = 0.001  # as if quick handlers had run: the worker prefetches at once
+    ran: list[str] = []
+    release = threading.Event()
+
+    @worker.handler(queue.name)
+    def handle(job):
+        ran.append(job.key)
+        release.wait(30)
+
+    keys = [f"k{i}" for i in range(5)]
+    queue.push_many([(key, "k", {}) for key in keys])
+    with running(worker):
+        wait_for(lambda: ran and queue.stats().reserved == 5, 30, "a running handler and 4 prefetched")
+        worker.stop()
+        release.set()
+    assert len(ran) == 1 and worker.stats.handed_back == 4
+    results = {key: queue.result(key, "k") for key in keys}
+    assert results[ran[0]].state == "succeeded"
+    for key in set(keys) - set(ran):
+        assert (results[key].state, results[key].attempts) == ("ready", 0), (key, results[key])
+
+
 def test_a_graceful_stop_flushes_the_acknowledgements(dsn, queue, worker_class):
     """Successes still waiting for their batch (a long ack_interval) are committed by the stop:
     nothing is left reserved."""

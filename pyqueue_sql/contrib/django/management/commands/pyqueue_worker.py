@@ -234,7 +234,7 @@ class Command(BaseCommand):
             if options["prefetch"] is not None:
                 settings["prefetch"] = options["prefetch"]
             if options["batch"] or options["max_tasks"]:
-                settings["prefetch"] = 0  # nothing reserved that a stop would hand back unstarted
+                settings["prefetch"] = 0  # reserved only for free handlers (see _limits for --batch)
             retry = pyqueue_sql.RetryPolicy(
                 base=options["retry_base"],
                 factor=options["retry_factor"],
@@ -287,13 +287,20 @@ class Command(BaseCommand):
         autoreload.file_changed.connect(changed, weak=False)
 
     def _limits(self, worker, options) -> None:
-        """--batch: stop at the first look that finds nothing."""
+        """--batch: stop at the first look that finds nothing, once every message the worker
+        reserved has reached its handler."""
         if options["batch"]:
 
             def idle(*_: object) -> None:
-                if not worker.stopping:
-                    log.info("--batch: no task left; stopping")
-                    worker.stop(reason="--batch: no task left")
+                if worker.stopping:
+                    return
+                # A message an earlier look reserved for a free handler thread that has not taken
+                # it yet: a stop now would hand it back unstarted, and the batch would end without
+                # running it. The next look decides; the handlers running finish after a stop.
+                if worker.status().waiting:
+                    return
+                log.info("--batch: no task left; stopping")
+                worker.stop(reason="--batch: no task left")
 
             worker.on_idle.append(idle)
 
