@@ -341,10 +341,6 @@ def _medians(results: list[dict], name: str) -> tuple[list[float], list[float], 
     )
 
 
-def _spread(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})" if xs else ""
-
-
 def summarize_drain(results: list[dict], meta: dict) -> list[str]:
     results = [r for r in results if r.get("part") == "drain"]
     if not results:
@@ -359,10 +355,10 @@ def summarize_drain(results: list[dict], meta: dict) -> list[str]:
         rows.append(
             [
                 name,
-                _spread(server),
+                common.spread(server),
                 f"{s / base:.2f}" if s is not None and base else "",
-                _spread(client),
-                _spread(wall),
+                common.spread(client),
+                common.spread(wall),
             ]
         )
     return [
@@ -397,7 +393,7 @@ def summarize(results: list[dict], meta: dict) -> str:
         server, client, wall = med[name]
         s = statistics.median(server) if server else None
         vs = f"{s - base:+.2f}" if s is not None and base is not None and name.startswith("copy:") else ""
-        rows.append([name, _spread(server), vs, _spread(client), _spread(wall)])
+        rows.append([name, common.spread(server), vs, common.spread(client), common.spread(wall)])
     lines = [
         "# Batch cost: where a row of a PostgreSQL batch push spends the server's time",
         "",

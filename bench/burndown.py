@@ -13,7 +13,6 @@ system). bench/README.md, Burn-down.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import platform
@@ -480,7 +479,7 @@ def main() -> None:
         "command": common.command(),
         "rounds": args.rounds,
         "cap": args.cap,
-        "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "started": common.now_utc("%Y-%m-%d %H:%M UTC"),
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "load_before": common.loadavg(),

@@ -244,11 +244,23 @@ def write(out: str, name: str, markdown: str, data: object) -> None:
         json.dump(data, f, indent=1, default=str)
 
 
-def now_utc() -> str:
-    """The time a run started, for its report and its file name: 2026-11-27T00:30:00Z."""
+def now_utc(fmt: str = "%Y-%m-%dT%H:%M:%SZ") -> str:
+    """The time a run started, for its report and its file name: 2026-11-27T00:30:00Z (or fmt)."""
     import datetime as dt
 
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.timezone.utc).strftime(fmt)
+
+
+def spread(values, fmt: str = ".2f", empty: str = "") -> str:
+    """median (min-max) of the values present (None left out); whole numbers as they are."""
+    import statistics
+
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return empty
+    if all(isinstance(v, int) for v in xs):
+        return f"{statistics.median(xs):g} ({min(xs)}-{max(xs)})"
+    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
 
 
 def rotated(items, k: int) -> list:

@@ -11,11 +11,9 @@ Writes <out>/failover.json (every run) and <out>/failover.md (the summary).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -59,15 +57,6 @@ def one_run(dialect: str, args: argparse.Namespace, workdir: Path) -> dict:
     return result
 
 
-def _spread(values: list[float | int | None]) -> str:
-    present = [v for v in values if v is not None]
-    if not present:
-        return "-"
-    if all(isinstance(v, int) for v in present):
-        return f"{statistics.median(present):g} ({min(present)}-{max(present)})"
-    return f"{statistics.median(present):.2f} ({min(present):.2f}-{max(present):.2f})"
-
-
 def summary(
     results: dict[str, list[dict]], args: argparse.Namespace, loads: tuple, when: str, name: str
 ) -> str:
@@ -89,12 +78,21 @@ def summary(
     rows = []
     for dialect, runs in results.items():
         spread = [
-            _spread([r.get(k) for r in runs]) for k in ("pushes_acked", "in_flight_at_kill", "duplicates")
+            common.spread([r.get(k) for r in runs], empty="-")
+            for k in ("pushes_acked", "in_flight_at_kill", "duplicates")
         ]
         times = ("promote_s", "first_push_after_kill_s", "workers_recovered_after_kill_s", "drain_s")
         balanced = f"{sum(1 for r in runs if not r.get('violations'))} of {len(runs)}"
         lost = [sum(r.get(k, 0) for r in runs) for k in ("lost", "undone")]
-        rows.append((dialect, balanced, *spread, *lost, *(_spread([r.get(k) for r in runs]) for k in times)))
+        rows.append(
+            (
+                dialect,
+                balanced,
+                *spread,
+                *lost,
+                *(common.spread([r.get(k) for r in runs], empty="-") for k in times),
+            )
+        )
     lines += common.table(head.split("|"), rows)
     lines += ["", "Settings:", ""]
     settings = SETTINGS if args.replication == "sync" else ASYNC_SETTINGS
@@ -127,8 +125,8 @@ def main() -> int:
     if unknown or args.runs < 1:
         parser.error(f"unknown dialect(s) {unknown}" if unknown else "--runs must be at least 1")
     name = args.name or ("failover" if args.replication == "sync" else "failover-async")
-    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    load_before = tuple(round(x, 2) for x in os.getloadavg())
+    when = common.now_utc("%Y-%m-%d %H:%M UTC")
+    load_before = tuple(common.loadavg())
     results: dict[str, list[dict]] = {d: [] for d in dialects}
     with tempfile.TemporaryDirectory(prefix="pyqueue-failover-") as tmp:
         # Dialects alternate run by run, so that a change in the machine's load hits both alike.
@@ -145,7 +143,7 @@ def main() -> int:
                     + f" {json.dumps({k: v for k, v in result.items() if k != 'violations'})}",
                     flush=True,
                 )
-    loads = (load_before, tuple(round(x, 2) for x in os.getloadavg()))
+    loads = (load_before, tuple(common.loadavg()))
     text = summary(results, args, loads, when, name)
     data = {
         "when": when,

@@ -12,10 +12,9 @@ Writes bench/latest/pgbouncer.{md,json} (--out DIR to write elsewhere).
 
 from __future__ import annotations
 
-import datetime as dt
+import functools
 import json
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -147,8 +146,7 @@ def run_burndown(direct: str, pooled: str, rounds: int, messages: int, concurren
 
 
 # -- report -------------------------------------------------------------------------------------
-def med(values: list[float]) -> str:
-    return f"{statistics.median(values):.3g} ({min(values):.3g}-{max(values):.3g})"
+med = functools.partial(common.spread, fmt=".3g")
 
 
 def markdown(report: dict) -> str:
@@ -220,7 +218,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
     common.exit_on_sigterm()
-    meta = {"command": common.command(), "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    meta = {"command": common.command(), "started": common.now_utc("%Y-%m-%d %H:%M UTC")}
     meta |= {"load_before": os.getloadavg(), "rounds": args.rounds, "pool_size": args.pool_size}
     direct = common.create("postgresql", "pgbouncer")
     bouncer = OwnPgBouncer(common.ADMIN["postgresql"], pool_size=args.pool_size)
@@ -243,7 +241,7 @@ def main(argv=None) -> int:
     finally:
         bouncer.destroy()
         common.drop("postgresql", direct)
-    meta["ended"] = dt.datetime.now(dt.UTC).strftime("%H:%M UTC")
+    meta["ended"] = common.now_utc("%H:%M UTC")
     meta["load_after"] = os.getloadavg()
     text = markdown(report)
     common.write(args.out, "pgbouncer", text, report)

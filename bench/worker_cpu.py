@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import resource
-import statistics
 import sys
 import threading
 import time
@@ -190,9 +189,9 @@ def main() -> None:
         rows.append(
             [
                 variant,
-                f"{statistics.median(cpu):.1f} ({min(cpu):.1f}-{max(cpu):.1f})",
-                f"{statistics.median(srv):.1f} ({min(srv):.1f}-{max(srv):.1f})",
-                f"{statistics.median(rate):,.0f} ({min(rate):,.0f}-{max(rate):,.0f})",
+                common.spread(cpu, ".1f"),
+                common.spread(srv, ".1f"),
+                common.spread(rate, ",.0f"),
             ]
         )
     md = [
