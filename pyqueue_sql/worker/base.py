@@ -387,7 +387,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             worker_id=None if reg is None else reg.worker_id,
             concurrency=self.concurrency,
             running=tuple(self._running()),
-            waiting=tuple(self._waiting()),
+            waiting=tuple(self._unstarted()),
             stats=dataclasses.replace(self.stats),
             stop_deadline_in_s=None
             if deadline is None or state != "stopping"

@@ -69,7 +69,7 @@ class Shutdown:
     def _running(self) -> list[str]:
         return [where_of(j) for j in self._jobs() if j.started_at is not None and not j.done]
 
-    def _waiting(self) -> list[str]:
+    def _unstarted(self) -> list[str]:
         return [where_of(j) for j in self._jobs() if j.started_at is None and not j.done]
 
     def _report_stopping(self, deadline: float, report_at: float) -> float:
