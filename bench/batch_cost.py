@@ -228,9 +228,7 @@ def run(args) -> tuple[list[dict], dict]:
 
     import pyqueue_sql
 
-    dsn = common.create("postgresql", "batchcost")
-    try:
-        common.install_pyqueue(dsn, QUEUE)
+    with common.database("postgresql", "batchcost", QUEUE) as dsn:
         has_pgmq = True
         try:
             common.install_pgmq(dsn, QUEUE)
@@ -283,8 +281,6 @@ def run(args) -> tuple[list[dict], dict]:
         db.close()
         meta["load_after"] = common.loadavg()
         return results, meta
-    finally:
-        common.drop("postgresql", dsn)
 
 
 def _backend_pid(db) -> int:

@@ -299,8 +299,8 @@ def measure(system: System, workload: str, jobs: int, cap: float, state: str = "
     or TRUNCATE in between: the dead rows and index entries of the first pass stay for
     autovacuum as the server has it configured (the report names the setting)."""
     sleep_ms = WORKLOADS[workload][1]
-    dsn = common.create(system.dialect, "bd_" + "".join(c if c.isalnum() else "_" for c in system.name)[:20])
-    try:
+    tag = "bd_" + "".join(c if c.isalnum() else "_" for c in system.name)[:20]
+    with common.database(system.dialect, tag, install=False) as dsn:
         t0 = time.perf_counter()
         system.install(dsn)
         t1 = time.perf_counter()
@@ -322,8 +322,6 @@ def measure(system: System, workload: str, jobs: int, cap: float, state: str = "
         )
         result = drain(system, dsn, jobs, sleep_ms, cap)
         return result | extra | {"install_s": round(t1 - t0, 2), "enqueue_s": round(t2 - t1, 2)}
-    finally:
-        common.drop(system.dialect, dsn)
 
 
 def summarize(results: list[dict], systems: list[System], workloads: list[str], meta: dict) -> str:

@@ -5,6 +5,7 @@ sql/ installed for an A/B, and the server's CPU read from /proc."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -42,6 +43,19 @@ def create(dialect: str, tag: str) -> str:
     finally:
         conn.close()
     return _replace_db(admin, name)
+
+
+@contextlib.contextmanager
+def database(dialect: str, tag: str, queue: str | None = None, install: bool = True, **options):
+    """A fresh database for the with block (create), pyqueue-sql installed in it with the queue
+    (install_pyqueue) unless install is False; dropped after, however the block ends."""
+    dsn = create(dialect, tag)
+    try:
+        if install:
+            install_pyqueue(dsn, queue, **options)
+        yield dsn
+    finally:
+        drop(dialect, dsn)
 
 
 def drop(dialect: str, dsn: str) -> None:

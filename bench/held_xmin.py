@@ -91,11 +91,6 @@ def _probe_buffers(conn, name: str) -> int:
 TABLES = {"pyqueue": "pyqueue_message", "pgmq": f"pgmq.q_{QUEUE}"}
 
 
-def _install(dsn: str) -> None:
-    common.install_pyqueue(dsn, QUEUE, visibility_timeout=300)
-    common.install_pgmq(dsn, QUEUE)
-
-
 def _sizes(dsn: str) -> dict:
     out = {}
     for name, table in TABLES.items():
@@ -161,9 +156,8 @@ def _windows(args, counts, state: dict, take_hold, add_probes, label: str) -> li
 
 
 def run(args) -> dict:
-    dsn = common.create("postgresql", "heldxmin")
-    try:
-        _install(dsn)
+    with common.database("postgresql", "heldxmin", QUEUE, visibility_timeout=300) as dsn:
+        common.install_pgmq(dsn, QUEUE)
         ctx = mp.get_context("fork")
         stop = ctx.Event()
         counts = {name: ctx.Value("q", 0, lock=False) for name in args.systems}
@@ -205,8 +199,6 @@ def run(args) -> dict:
         result = _ratios(args, windows, state["hold_at"])
         result["sizes_while_held"] = sizes_held
         return result
-    finally:
-        common.drop("postgresql", dsn)
 
 
 def summary(out: dict) -> str:

@@ -22,7 +22,6 @@ import uuid
 
 import pyqueue_sql
 from bench import common
-from pyqueue_sql import migrate
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -155,14 +154,10 @@ def main(argv=None) -> int:
     common.exit_on_sigterm()
     report: dict = {"latency": {}, "push_cost_postgresql": None}
     for dialect in args.dialect or ["postgresql", "mysql"]:
-        dsn = common.create(dialect, "lat")
-        try:
-            migrate.upgrade(dsn)
+        with common.database(dialect, "lat") as dsn:
             report["latency"][dialect] = measure_latency(dsn, args.samples, args.idle_seconds)
             if dialect == "postgresql":
                 report["push_cost_postgresql"] = measure_push_cost(dsn, args.pushes, args.rounds)
-        finally:
-            common.drop(dialect, dsn)
     print(json.dumps(report, indent=2))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, time.strftime("latency-%Y-%m-%dT%H%M%SZ.json", time.gmtime()))

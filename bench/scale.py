@@ -151,18 +151,9 @@ def consume(dsn: str, n: int, seconds: float | None = None) -> dict[str, float]:
     }
 
 
-def fresh(dialect: str, tag: str) -> str:
-    dsn = common.create(dialect, tag)
-    common.install_pyqueue(dsn, QUEUE, visibility_timeout=300)
-    return dsn
-
-
 def scenario(dialect: str, tag: str, fn) -> dict:
-    dsn = fresh(dialect, tag)
-    try:
+    with common.database(dialect, tag, QUEUE, visibility_timeout=300) as dsn:
         return fn(dsn)
-    finally:
-        common.drop(dialect, dsn)
 
 
 def _mean_rate(*runs: dict) -> float:

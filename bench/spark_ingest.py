@@ -53,10 +53,8 @@ def frame(spark, rows: int, partitions: int):
 
 
 def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, repeat: int) -> list[dict]:
-    url = common.create(dialect, "spark")
     results = []
-    try:
-        common.install_pyqueue(url, QUEUE)
+    with common.database(dialect, "spark", QUEUE) as url:
         statements = parse_named((HERE / "spark_ingest.sql").read_text())
         run_sql(url, statements[f"plain_table_{dialect}"])
         import pyqueue_sql
@@ -171,8 +169,6 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
                     f"{dialect}: expected {rows} live messages, got {live}, {live_bulk} then {live_after}"
                 )
         df.unpersist()
-    finally:
-        common.drop(dialect, url)
     return results
 
 

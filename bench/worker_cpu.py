@@ -134,7 +134,6 @@ def main() -> None:
         pairs = [p.partition("=") for p in text.split(",") if p]
         settings_of[text] = {k.strip(): float(v) if "." in v else int(v) for k, _, v in pairs}
         variants.append(text)
-    dsn = common.create("postgresql", "workercpu")
     results: list[dict] = []
     meta = {
         "command": common.command(),
@@ -145,8 +144,7 @@ def main() -> None:
         "tracing": "opentelemetry-api importable" if traced else "opentelemetry-api not installed",
     }
     serial = 0
-    try:
-        common.install_pyqueue(dsn, QUEUE)
+    with common.database("postgresql", "workercpu", QUEUE) as dsn:
         for rnd in range(args.rounds):
             for variant in common.rotated(variants, rnd):
                 _enqueue(dsn, args.jobs, serial)
@@ -177,8 +175,6 @@ def main() -> None:
                 top.append(
                     f"| {where}:{f.lineno} {f.name} | {f.ncall:,} | {f.tsub / args.jobs * 1e6:.2f} | {f.ttot / args.jobs * 1e6:.2f} |"
                 )
-    finally:
-        common.drop("postgresql", dsn)
     meta["load_after"] = common.loadavg()
     rows = []
     for variant in variants:
