@@ -49,13 +49,6 @@ def _deadlock(exc: Exception) -> bool:
     return "deadlock" in str(exc).lower() or "1213" in str(exc)
 
 
-def _children_cpu() -> float:
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 class System:
     """setup(dsn) once per fresh database, reset(dsn) before a measurement, prefill(dsn, n) for the
     consuming workloads; in each client process open(dsn) / close() and the calls push(key, i),
@@ -639,7 +632,7 @@ def measure(
         system.reset(dsn)
     if workload in CONSUMING:
         system.prefill(dsn, n)
-    cpu_before = (_children_cpu(), common.server_cpu(dialect, pid))
+    cpu_before = (common.own_cpu(children=True), common.server_cpu(dialect, pid))
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(clients)
     done = ctx.Value("q", 0)
@@ -675,7 +668,7 @@ def measure(
         out["churned"] = churned
     server_after = common.server_cpu(dialect, pid)
     if count:
-        out["client_cpu_us"] = round((_children_cpu() - cpu_before[0]) / count * 1e6, 1)
+        out["client_cpu_us"] = round((common.own_cpu(children=True) - cpu_before[0]) / count * 1e6, 1)
         if cpu_before[1] is not None and server_after is not None:
             out["server_cpu_us"] = round((server_after - cpu_before[1]) / count * 1e6, 1)
     return out

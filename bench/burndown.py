@@ -196,15 +196,7 @@ def _backends_cpu(system: System, cur) -> dict[int, float] | None:
     """PostgreSQL: the CPU seconds of each server process (backend) connected to the system's
     database other than the counter's own, from /proc (None when the server is not on this
     machine, or on MySQL/MariaDB, whose sessions are threads of one process)."""
-    if system.dialect != "postgresql":
-        return None
-    cur.execute(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-    )
-    seconds = {pid: common.process_cpu(pid) for (pid,) in cur.fetchall()}
-    if any(v is None for v in seconds.values()):
-        return None
-    return seconds
+    return common.sessions_cpu(cur, strict=True) if system.dialect == "postgresql" else None
 
 
 def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> dict:

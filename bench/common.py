@@ -190,6 +190,26 @@ def process_cpu(pid: int) -> float | None:
     return _seconds(fields) if fields else None
 
 
+def sessions_cpu(cur, strict: bool = False) -> dict[int, float] | None:
+    """PostgreSQL: the CPU seconds of each server process (backend) connected to the cursor's
+    database other than its own, those that can be read (strict: None unless every one can)."""
+    cur.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    seconds = {pid: process_cpu(pid) for (pid,) in cur.fetchall()}
+    if strict and None in seconds.values():
+        return None
+    return {pid: s for pid, s in seconds.items() if s is not None}
+
+
+def own_cpu(children: bool = False) -> float:
+    """Seconds of CPU this process has used (getrusage), or with children its reaped children."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def _proc_name(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/comm") as f:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 import sys
 import threading
 import time
@@ -45,19 +44,6 @@ def _enqueue(dsn: str, jobs: int, serial: int) -> None:
             )
 
 
-def _sessions_cpu(cur) -> dict[int, float]:
-    cur.execute(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-    )
-    seconds = {pid: common.process_cpu(pid) for (pid,) in cur.fetchall()}
-    return {pid: s for pid, s in seconds.items() if s is not None}
-
-
-def _process_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | None = None) -> dict:
     """One Worker, built as cmd_worker builds it, drains the backlog; stopped when it is empty."""
     from pyqueue_sql import RetryPolicy, Worker
@@ -66,14 +52,14 @@ def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | None = No
     worker.add_handler(QUEUE, _noop, None, retry=RetryPolicy(), timeout=None)
     counter = common.raw_connect("postgresql", dsn)
     cur = counter.cursor()
-    seen: dict[str, dict[int, float]] = {"before": _sessions_cpu(cur)}
+    seen: dict[str, dict[int, float]] = {"before": common.sessions_cpu(cur)}
 
     def watch() -> None:
         while True:
             time.sleep(0.02)
             cur.execute("SELECT count(*) FROM pyqueue_message")
             if cur.fetchone()[0] == 0:
-                seen["after"] = _sessions_cpu(cur)  # the worker's sessions, still open
+                seen["after"] = common.sessions_cpu(cur)  # the worker's sessions, still open
                 worker.stop()
                 return
 
@@ -82,10 +68,10 @@ def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | None = No
 
         yappi.set_clock_type("cpu")
         yappi.start()
-    cpu0, t0 = _process_cpu(), time.perf_counter()
+    cpu0, t0 = common.own_cpu(), time.perf_counter()
     threading.Thread(target=watch, daemon=True).start()
     worker.run(install_signals=False)
-    cpu1, t1 = _process_cpu(), time.perf_counter()
+    cpu1, t1 = common.own_cpu(), time.perf_counter()
     if profile:
         yappi.stop()
     counter.close()
