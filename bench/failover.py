@@ -107,18 +107,20 @@ def summary(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--dialects", default="postgresql,mysql", help="comma-separated: postgresql, mysql")
-    parser.add_argument("--warmup", type=int, default=100, help="commits before the kill (default 100)")
-    parser.add_argument("--after", type=int, default=100, help="pushes acknowledged after the promotion")
-    parser.add_argument("--gap", type=float, default=0.5, help="seconds from the kill to the promotion")
-    parser.add_argument("--handler-sleep", type=float, default=0.1, help="seconds each handler run takes")
+    parser = common.parser(
+        __doc__.split("\n\n")[0],
+        ("--runs", 10, ""),
+        ("--dialects", "postgresql,mysql", "comma-separated: postgresql, mysql"),
+        ("--warmup", 100, "commits before the kill (default 100)"),
+        ("--after", 100, "pushes acknowledged after the promotion"),
+        ("--gap", 0.5, "seconds from the kill to the promotion"),
+        ("--handler-sleep", 0.1, "seconds each handler run takes"),
+        ("--name", None, "the results' file name (default failover, failover-async)"),
+        ("--out", "bench/latest", "directory of <name>.json and .md"),
+    )
     parser.add_argument(
         "--replication", choices=("sync", "async"), default="sync", help="async: what that loses"
     )
-    parser.add_argument("--name", help="the results' file name (default failover, failover-async)")
-    parser.add_argument("--out", default="bench/latest", help="directory of <name>.json and .md")
     args = parser.parse_args()
     dialects = [d.strip() for d in args.dialects.split(",") if d.strip()]
     unknown = sorted(set(dialects) - set(SETTINGS))

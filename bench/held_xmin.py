@@ -10,7 +10,6 @@ queue beside pyqueue-sql under it ran as `python bench/held_xmin.py --dialect my
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -237,12 +236,14 @@ def summary(out: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=10.0, help="how long the snapshot is held (default 10)")
-    ap.add_argument("--before", type=float, default=60.0, help="seconds of load before the hold (default 60)")
-    ap.add_argument("--window", type=float, default=30.0, help="seconds per throughput window (default 30)")
-    ap.add_argument("--systems", default=",".join(LOOPS), help="comma-separated, of: " + ", ".join(LOOPS))
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap = common.parser(
+        __doc__,
+        ("--minutes", 10.0, "how long the snapshot is held (default 10)"),
+        ("--before", 60.0, "seconds of load before the hold (default 60)"),
+        ("--window", 30.0, "seconds per throughput window (default 30)"),
+        ("--systems", ",".join(LOOPS), "comma-separated, of: " + ", ".join(LOOPS)),
+        ("--out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"), ""),
+    )
     args = ap.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
     if set(args.systems) - set(LOOPS):

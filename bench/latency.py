@@ -10,7 +10,6 @@ Prints one JSON object, then a table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -143,13 +142,15 @@ def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(
+        __doc__.splitlines()[0],
+        ("--samples", 200, ""),
+        ("--idle-seconds", 10.0, ""),
+        ("--pushes", 500, "pushes per mode and round (throttle cost)"),
+        ("--rounds", 6, ""),
+        ("--out", "bench/results", "where latency-<time>.json goes"),
+    )
     parser.add_argument("--dialect", choices=("postgresql", "mysql"), action="append")
-    parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--idle-seconds", type=float, default=10.0)
-    parser.add_argument("--pushes", type=int, default=500, help="pushes per mode and round (throttle cost)")
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--out", default="bench/results", help="where latency-<time>.json goes")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
     report: dict = {"latency": {}, "push_cost_postgresql": None}

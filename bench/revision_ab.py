@@ -14,7 +14,6 @@ with its calls and total and own µs per call. Method and caveats: bench/README.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -60,18 +59,21 @@ def profile_lines(before: dict, after: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    which = ap.add_mutually_exclusive_group()
-    which.add_argument("--previous", help="the earlier schema revision to compare with")
-    which.add_argument("--previous-commit", help="a git commit whose sql/ to compare with")
-    ap.add_argument("--profile", action="store_true", help="PostgreSQL: each routine's server time per call")
-    ap.add_argument("--dialects", default="postgresql,mysql")
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--messages", type=int, default=10000)
-    ap.add_argument("--clients", type=int, default=4)
-    ap.add_argument("--cap", type=float, default=4.0)
+    ap = common.parser(
+        __doc__,
+        ("--previous", None, "the earlier schema revision to compare with"),
+        ("--previous-commit", None, "a git commit whose sql/ to compare with"),
+        ("--profile", False, "PostgreSQL: each routine's server time per call"),
+        ("--dialects", "postgresql,mysql", ""),
+        ("--workloads", ",".join(WORKLOADS), ""),
+        ("--rounds", 3, ""),
+        ("--messages", 10000, ""),
+        ("--clients", 4, ""),
+        ("--cap", 4.0, ""),
+    )
     args = ap.parse_args(argv)
+    if args.previous and args.previous_commit:
+        ap.error("--previous and --previous-commit: one or the other")
     common.exit_on_sigterm()
     from pyqueue_sql import migrate
 

@@ -10,7 +10,6 @@ Prints rows/s and ratios to plain; results also go to bench/results/spark_ingest
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -189,14 +188,14 @@ def clear(url: str, statements: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = common.parser(
+        __doc__,
+        ("--rows", 1_000_000, ""),
+        ("--partitions", 2, ""),
+        ("--batch", pqs.DEFAULT_BATCH_SIZE, ""),
+        ("--repeat", 1, ""),
     )
-    parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dialect", choices=["postgresql", "mysql", "both"], default="both")
-    parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=pqs.DEFAULT_BATCH_SIZE)
-    parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
     missing = pqs.missing_requirements()
