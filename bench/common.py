@@ -100,17 +100,22 @@ def raw_connect(dialect: str, dsn: str, autocommit: bool = True):
     return dialects.for_name(dialect).connect(dsn, autocommit=autocommit)
 
 
+def query(conn, sql: str, params: tuple | None = None) -> list:
+    """Runs one statement on an open connection; returns its rows ([] when it has none). Without
+    params the statement is sent as it is (a literal % stays)."""
+    cur = conn.cursor()
+    try:
+        cur.execute(sql, params)
+        return list(cur.fetchall()) if cur.description else []
+    finally:
+        cur.close()
+
+
 def execute(dialect: str, dsn: str, *statements: str) -> list:
     """Runs statements in autocommit; returns the last one's rows."""
     conn = raw_connect(dialect, dsn)
     try:
-        rows: list = []
-        for sql in statements:
-            cur = conn.cursor()
-            cur.execute(sql)
-            rows = list(cur.fetchall()) if cur.description else []
-            cur.close()
-        return rows
+        return [query(conn, sql) for sql in statements][-1] if statements else []
     finally:
         conn.close()
 

@@ -243,11 +243,7 @@ class Probe:
         self.dbname = dsn.rsplit("/", 1)[1]
 
     def rows(self, sql: str, params: tuple = ()) -> list:
-        cur = self.conn.cursor()
-        cur.execute(sql, params)
-        out = list(cur.fetchall()) if cur.description else []
-        cur.close()
-        return out
+        return common.query(self.conn, sql, params)
 
     def outcomes(self) -> dict[str, int]:
         sql = "SELECT outcome, count(*) FROM pyqueue_history WHERE queue_name = %s GROUP BY outcome"
