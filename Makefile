@@ -4,7 +4,8 @@
 #               embedded extras; pyspark, a download of about 450 MB, only for the Spark
 #               stage and only when Java is there)
 #   make test   runs the whole test suite against both dialects (dev + spark extras), in
-#               parallel worker processes (pytest-xdist): about 11 minutes on 2 cores (11:07 for 4,220 tests at cd6fb32)
+#               parallel worker processes (pytest-xdist): about 10 minutes on 2 quiet cores (10:13 for 4,311
+#               tests at c0a1c33; 15 to 27 minutes while other work loads the machine)
 #   make test-fast  the inner loop: the tests not marked slow (pytest -m "not slow"), both
 #               dialects, in parallel too, about 1 minute; make test and CI still run everything
 #   make wheel  builds dist/pyqueue_sql-*.whl (the package is not on an index yet:
