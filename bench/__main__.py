@@ -45,9 +45,9 @@ SUITES = {  # name: Suite(module, summary, what --quick stands for[, the options
         ("--quick",)),
     "worker-cpu": Suite("worker_cpu", "PostgreSQL: the threaded worker's own CPU and its sessions' per no-op job, with and without the tracing span",
         ("--quick",)),
-    "ab": Suite("revision_ab", "the routines of two versions of sql/ (a schema revision or a git commit), alternated",
+    "ab": Suite("bench", "the routines of two versions of sql/ (a schema revision or a git commit), alternated",
         ("--previous-commit", "HEAD", "--rounds", "1", "--messages", "2000", "--dialects", "postgresql")),
-    "profile": Suite("revision_ab", "PostgreSQL: each routine's calls and server time per call, on the four workloads (ab --profile)",
+    "profile": Suite("bench", "PostgreSQL: each routine's calls and server time per call, on the four workloads (ab --profile)",
         ("--rounds", "1", "--messages", "1000", "--dialects", "postgresql"), ("--profile",)),
 }  # fmt: skip
 

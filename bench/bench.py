@@ -7,6 +7,11 @@ users' business keys are; --keys serial: c<client>-<n>). Method and systems: ben
     python -m bench routines                     # both dialects, 3 rounds, 4 clients, 10,000 messages
     python -m bench routines --quick             # 1 round, 2,000 messages, 3 s cap
     python -m bench routines --rounds 5 --dialects mysql --workloads push,reserve_ack
+
+The suites `ab` and `profile` run this with the newest sql/ against an earlier one (--previous-commit
+C, --previous REVISION: systems pyqueue and previous revision, the ratio newest / previous per round)
+and with --profile (PostgreSQL: each routine's calls and µs per call after each measurement, from
+track_functions = 'all'): bench/README.md, A/B and profile.
 """
 
 from __future__ import annotations
@@ -213,6 +218,41 @@ class PyQueueAsync(_Async, PyQueue):
     def close(self) -> None:
         self.run_maybe(self.db.close())
         self.loop.close()
+
+
+class Previous(PyQueue):
+    """pyqueue-sql with an earlier sql/ (ab): a git commit's files (--previous-commit) or a schema
+    revision (--previous), through the same Python client; a peer, so the ratio is newest / previous."""
+
+    name = "previous revision"
+    role = "peer"
+    commit: str | None = None
+    revision: str | None = None
+
+    def setup(self, dsn: str) -> None:
+        from pyqueue_sql import migrate
+
+        if self.commit:
+            common.install_commit(self.dialect, dsn, self.commit)
+        else:
+            migrate.upgrade(dsn, self.revision)
+
+
+FUNCTIONS = "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
+
+
+def profile_lines(dsn: str, before: dict) -> tuple[dict, list[str]]:
+    """(the database's routines' (calls, total ms, own ms) so far, the lines of what each did since
+    before: calls and µs per call, most own time first)."""
+    after = {name: (c, t, o) for name, c, t, o in common.execute("postgresql", dsn, FUNCTIONS)}
+    lines = []
+    for name in sorted(after, key=lambda n: -(after[n][2] - before.get(n, (0, 0, 0))[2])):
+        calls, total, own = (a - b for a, b in zip(after[name], before.get(name, (0, 0, 0))))
+        if calls:
+            lines.append(
+                f"    {name:32} {calls:8,} calls  {total * 1000 / calls:8.1f} µs/call  own {own * 1000 / calls:8.1f}"
+            )
+    return after, lines
 
 
 class InsertCeiling(System):
@@ -533,7 +573,17 @@ class PGQueuer(_Async, System):
         return self._take(BATCH)
 
 
-_ALL = (InsertCeiling, PyQueue, PyQueueCommitReserve, PyQueueAsync, Pgmq, PGQueuer, HandRolled, Naive)
+_ALL = (
+    InsertCeiling,
+    PyQueue,
+    PyQueueCommitReserve,
+    PyQueueAsync,
+    Previous,
+    Pgmq,
+    PGQueuer,
+    HandRolled,
+    Naive,
+)
 SYSTEMS: dict[str, type[System]] = {cls.name: cls for cls in _ALL}
 _OURS = ("INSERT ceiling", "pyqueue", "pyqueue commit_reserve", "pyqueue async")
 DEFAULT_SYSTEMS = {
@@ -778,6 +828,10 @@ def markdown(results: list[dict], meta: dict) -> str:
             f"(autovacuum as the server is configured: {_autovacuum(meta)}); the INSERT ceiling, "
             "which does not consume, is emptied as in a fresh run."
         )
+    if meta.get("against"):
+        out[0] += (
+            f" **A/B**: pyqueue is this checkout's sql/, previous revision {meta['against']}; vs best peer = newest / previous."
+        )
     for dialect in meta["dialects"]:
         rows = summarize(results, dialect, list(SYSTEMS))
         server = meta["servers"].get(dialect, {})
@@ -861,7 +915,17 @@ def server_settings(dialect: str, dsn: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     meta: dict[str, Any] = {
         k: getattr(args, k)
-        for k in ("rounds", "messages", "bulk_messages", "cap", "clients", "dialects", "state", "keys")
+        for k in (
+            "rounds",
+            "messages",
+            "bulk_messages",
+            "cap",
+            "clients",
+            "dialects",
+            "state",
+            "keys",
+            "against",
+        )
     }
     meta |= {"started": common.now_utc(), "command": common.command(), "load_before": os.getloadavg()}
     meta |= {"machine": f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()})"}
@@ -888,6 +952,9 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     meta["skipped"][(dialect, "*")] = f"cannot create a database: {exc}"
                     print(f"[skip] {dialect}: {exc}", flush=True)
                     break
+                if args.profile:
+                    sql = f"ALTER DATABASE \"{dsn.rsplit('/', 1)[1]}\" SET track_functions = 'all'"
+                    common.execute(dialect, common.ADMIN[dialect], sql)
                 try:
                     cls(dialect).setup(dsn)
                     if args.state == "churned":
@@ -916,6 +983,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                             args.state,
                             args.keys,
                         )
+                        counters = profile_lines(dsns[sname], {})[0] if args.profile else {}
                         try:
                             r.update(measure(SYSTEMS[sname], *how))
                         except Exception as exc:
@@ -926,6 +994,9 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                             f"{r.get('rate') or r.get('error')} msg/s",
                             flush=True,
                         )
+                        if args.profile:  # the clients' counters reach the server within a second
+                            time.sleep(1)
+                            print("\n".join(profile_lines(dsns[sname], counters)[1]), flush=True)
         finally:
             for dsn in dsns.values():
                 common.drop(dialect, dsn)
@@ -950,18 +1021,48 @@ def main(argv: list[str] | None = None) -> int:
             None,
             "comma-separated, of: " + ", ".join(SYSTEMS) + " (default: those of the dialect)",
         ),
-        ("--workloads", ",".join(ALL_WORKLOADS), "comma-separated"),
+        (
+            "--workloads",
+            None,
+            f"comma-separated (default {','.join(ALL_WORKLOADS)}; ab, profile: the first four)",
+        ),
         ("--no-async", False, "leave out the async client's row"),
-        ("--out", None, "directory for bench.md/bench.json (default bench/latest)"),
+        (
+            "--out",
+            None,
+            "directory for bench.md/bench.json (default bench/latest; ab, profile: bench/results)",
+        ),
         (
             "--states",
-            ",".join(STATES),
+            None,
             "comma-separated: fresh (emptied and VACUUM ANALYZE before each measurement: bench.md), "
-            "churned (drained, pushed and drained again, nothing vacuumed: bench-churned.md)",
+            "churned (drained, pushed and drained again, nothing vacuumed: bench-churned.md); "
+            "default both (ab, profile: fresh)",
         ),
+        ("--previous", None, "ab: the earlier schema revision to compare with"),
+        ("--previous-commit", None, "ab: a git commit whose sql/ to compare with"),
+        ("--profile", False, "PostgreSQL: each routine's calls and server time per call"),
     )
     args = ap.parse_args(argv)
-    states = [x for x in args.states.split(",") if x]
+    ab = bool(args.previous or args.previous_commit)
+    if args.previous and args.previous_commit:
+        ap.error("--previous and --previous-commit: one or the other")
+    if args.previous:
+        from pyqueue_sql import migrate
+
+        if args.previous == migrate.head():
+            ap.error(f"--previous {args.previous} is the newest revision: nothing to compare it with")
+    Previous.commit, Previous.revision = args.previous_commit, args.previous
+    args.against = f"commit {args.previous_commit}" if args.previous_commit else args.previous
+    if ab or args.profile:
+        args.systems = args.systems or ",".join(["pyqueue", *(["previous revision"] if ab else [])])
+        args.workloads = args.workloads or ",".join(WORKLOADS)
+        args.states = args.states or "fresh"
+    if args.profile:
+        args.dialects = (
+            "postgresql" if "postgresql" in args.dialects else ap.error("--profile is for PostgreSQL")
+        )
+    states = [x for x in (args.states or ",".join(STATES)).split(",") if x]
     if set(states) - set(STATES):
         ap.error(f"unknown states {sorted(set(states) - set(STATES))}")
     common.exit_on_sigterm()
@@ -972,7 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--keys: random or serial")
     args.cap = args.cap or (3.0 if args.quick else 4.0)
     args.dialects = [d for d in args.dialects.split(",") if d]
-    args.workloads = [w for w in args.workloads.split(",") if w]
+    args.workloads = [w for w in (args.workloads or ",".join(ALL_WORKLOADS)).split(",") if w]
     if args.systems:
         args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
         unknown = [s for s in args.systems if s not in SYSTEMS]
@@ -984,14 +1085,15 @@ def main(argv: list[str] | None = None) -> int:
             {d: tuple(s for s in v if s != "pyqueue async") for d, v in DEFAULT_SYSTEMS.items()}
         )
         args.systems = [s for s in pick if s != "pyqueue async"] if pick else None
-    out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
+    out = args.out or os.path.join(HERE, "results" if args.quick or ab or args.profile else "latest")
+    base = "ab" if ab else "profile" if args.profile else "bench"
     for state in states:
         args.state = state
         results, meta = run(args)
         table = markdown(results, meta)
         meta["skipped"] = {f"{d}/{s}": why for (d, s), why in meta["skipped"].items()}
         summary = {d: summarize(results, d, list(SYSTEMS)) for d in meta["dialects"]}
-        name = "bench" if state == "fresh" else f"bench-{state}"
+        name = base if state == "fresh" else f"{base}-{state}"
         common.write(out, name, table, {"meta": meta, "summary": summary, "results": results})
         print()
         print(table)
