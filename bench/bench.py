@@ -86,6 +86,12 @@ class System:
     def close(self) -> None:
         self.conn.close()
 
+    def take_ack(self) -> int:  # (the peers' _take(n): reserve up to n, acknowledge them; how many)
+        return self._take(1)
+
+    def take_ack_batch(self) -> int:
+        return self._take(BATCH)
+
 
 def _analyze(dialect: str, dsn: str, table: str) -> None:
     common.execute(
@@ -401,12 +407,6 @@ class HandRolled(System):
                         raise
         return len(ids)
 
-    def take_ack(self) -> int:
-        return self._take(1)
-
-    def take_ack_batch(self) -> int:
-        return self._take(BATCH)
-
 
 class Naive(HandRolled):
     """The select-then-update design: the same table and calls without SKIP LOCKED, so that
@@ -489,12 +489,6 @@ class Pgmq(System):
             self._one(self.DELETE_BATCH, (QUEUE, ids))
         return len(ids)
 
-    def take_ack(self) -> int:
-        return self._take(1)
-
-    def take_ack_batch(self) -> int:
-        return self._take(BATCH)
-
 
 class PGQueuer(_Async, System):
     """PGQueuer through its async Queries API (enqueue / dequeue / log_jobs) on psycopg async."""
@@ -565,12 +559,6 @@ class PGQueuer(_Async, System):
         if jobs:
             self.run(self.q.log_jobs([(job, "successful", None) for job in jobs]))
         return len(jobs)
-
-    def take_ack(self) -> int:
-        return self._take(1)
-
-    def take_ack_batch(self) -> int:
-        return self._take(BATCH)
 
 
 _ALL = (
@@ -733,22 +721,15 @@ LABEL = {
 }
 
 
-def _rates(results: list[dict], dialect: str, system: str, workload: str) -> dict[int, float]:
-    """Round -> msg/s of one system on one workload."""
+def _rates(
+    results: list[dict], dialect: str, system: str, workload: str, key: str = "rate"
+) -> dict[int, float]:
+    """Round -> msg/s (or key: client_cpu_us, server_cpu_us) of one system on one workload."""
     return {
-        r["round"]: r["rate"]
+        r["round"]: r[key]
         for r in results
-        if r["dialect"] == dialect and r["system"] == system and r["workload"] == workload and r.get("rate")
+        if r["dialect"] == dialect and r["system"] == system and r["workload"] == workload and r.get(key)
     }
-
-
-def _cpu(results: list[dict], dialect: str, system: str, workload: str, side: str) -> list[float]:
-    """The rounds' CPU per message of one side (client_cpu_us or server_cpu_us), µs."""
-    return [
-        r[side]
-        for r in results
-        if r["dialect"] == dialect and r["system"] == system and r["workload"] == workload and r.get(side)
-    ]
 
 
 def _ratio(mine: dict[int, float], other: dict[int, float]) -> list[float]:
@@ -781,7 +762,7 @@ def summarize(results: list[dict], dialect: str, systems: list[str]) -> list[dic
                 "best_peer": best,
             }
             for side in ("client_cpu_us", "server_cpu_us"):
-                cpu = _cpu(results, dialect, s, w, side)
+                cpu = list(_rates(results, dialect, s, w, side).values())
                 if cpu:
                     row[side] = statistics.median(cpu)
             if best and SYSTEMS[s].role != "ceiling":
@@ -1011,7 +992,11 @@ def main(argv: list[str] | None = None) -> int:
         ("--quick", False, "1 round, 2,000 messages, 3 s cap; writes to bench/results"),
         ("--rounds", 0, "rounds (default 3)"),
         ("--messages", 0, "messages per measurement (default 10000)"),
-        ("--bulk-messages", 0, f"messages per bulk enqueue measurement, {BULK:,} a call (default 100000)"),
+        (
+            "--bulk-messages",
+            0,
+            f"messages per bulk enqueue measurement, {BULK:,} a call (default 100000; ab: --messages)",
+        ),
         ("--keys", "random", "message keys: random (uuid4 hex) or serial (c<client>-<n>)"),
         ("--cap", 0.0, "time cap per measurement in seconds (default 4)"),
         ("--clients", 4, "client processes (default 4)"),
@@ -1068,7 +1053,10 @@ def main(argv: list[str] | None = None) -> int:
     common.exit_on_sigterm()
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.messages = args.messages or (2000 if args.quick else 10000)
-    args.bulk_messages = args.bulk_messages or (4 * BULK if args.quick else 100000)
+    # (ab, profile: a bulk enqueue of --messages, as before they were modes of routines)
+    args.bulk_messages = args.bulk_messages or (
+        args.messages if ab or args.profile else 4 * BULK if args.quick else 100000
+    )
     if args.keys not in ("random", "serial"):
         ap.error("--keys: random or serial")
     args.cap = args.cap or (3.0 if args.quick else 4.0)

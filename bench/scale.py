@@ -86,15 +86,13 @@ def remove(dialect: str, dsn: str, prefix: str) -> None:
 
 def sizes(dialect: str, dsn: str) -> dict[str, int]:
     if dialect == "postgresql":
+        stat = "(SELECT n_{}_tup FROM pg_stat_user_tables WHERE relname = 'pyqueue_message')"
         rows = common.execute(
             dialect,
             dsn,
-            "SELECT pg_relation_size('pyqueue_message'), "
-            "pg_indexes_size('pyqueue_message'), "
-            "pg_relation_size('pyqueue_message_ready_idx'), "
-            "pg_relation_size('pyqueue_message_pkey'), "
-            "(SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'pyqueue_message'), "
-            "(SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'pyqueue_message')",
+            "SELECT pg_relation_size('pyqueue_message'), pg_indexes_size('pyqueue_message'), "
+            "pg_relation_size('pyqueue_message_ready_idx'), pg_relation_size('pyqueue_message_pkey'), "
+            f"{stat.format('live')}, {stat.format('dead')}",
         )
         names = (
             "table_bytes",
@@ -105,14 +103,13 @@ def sizes(dialect: str, dsn: str) -> dict[str, int]:
             "dead_tuples",
         )
         return dict(zip(names, rows[0]))
-    common.execute(dialect, dsn, "ANALYZE TABLE pyqueue_message")
-    rows = common.execute(
+    [(t, i, free, live)] = common.execute(
         dialect,
         dsn,
+        "ANALYZE TABLE pyqueue_message",
         "SELECT data_length, index_length, data_free, table_rows FROM information_schema.tables "
         "WHERE table_schema = DATABASE() AND table_name = 'pyqueue_message'",
     )
-    t, i, free, live = rows[0]
     hist = common.execute(
         dialect,
         dsn,
@@ -165,46 +162,35 @@ def _ratio(big: list[dict], small: list[dict]) -> float | None:
     return round(_mean_rate(*big) / base, 3) if base else None
 
 
-def run_delayed(d: str, dsn: str, args) -> dict:
+def run_big(d: str, dsn: str, args, delayed: bool) -> dict:
+    """The small queue (SMALL ready) consumed, then beside --rows delayed messages (delayed) or as a
+    backlog of --rows (not delayed), twice, then again after the big part is removed: a1, b1, b2, a2."""
     fill(d, dsn, SMALL, "r", delayed=False)
     a1 = consume(dsn, args.sample)
-    fill(d, dsn, args.rows, "d", delayed=True)
-    _push_ready(dsn, args.sample, prefix="t1-")
+    fill(
+        d,
+        dsn,
+        args.rows if delayed else args.rows - SMALL + args.sample,
+        "d" if delayed else "b",
+        delayed=delayed,
+    )
+    if delayed:
+        _push_ready(dsn, args.sample, prefix="t1-")
     b1 = consume(dsn, args.sample)
     sz = sizes(d, dsn)
-    _push_ready(dsn, args.sample, prefix="t2-")
+    if delayed:
+        _push_ready(dsn, args.sample, prefix="t2-")
     b2 = consume(dsn, args.sample)
-    remove(d, dsn, "d")
+    remove(d, dsn, "d" if delayed else "b")
     _push_ready(dsn, args.sample, prefix="t3-")
     a2 = consume(dsn, args.sample)
-    return {
-        "ready": SMALL,
-        "delayed": args.rows,
-        "without": [a1, a2],
-        "with": [b1, b2],
-        "sizes": sz,
-        "ratio": _ratio([b1, b2], [a1, a2]),
-    }
-
-
-def run_backlog(d: str, dsn: str, args) -> dict:
-    fill(d, dsn, SMALL, "r", delayed=False)
-    a1 = consume(dsn, args.sample)
-    fill(d, dsn, args.rows - SMALL + args.sample, "b", delayed=False)
-    b1 = consume(dsn, args.sample)
-    sz = sizes(d, dsn)
-    b2 = consume(dsn, args.sample)
-    remove(d, dsn, "b")
-    _push_ready(dsn, args.sample, prefix="t3-")
-    a2 = consume(dsn, args.sample)
-    return {
-        "small_backlog": SMALL,
-        "big_backlog": args.rows,
-        "small": [a1, a2],
-        "big": [b1, b2],
-        "sizes": sz,
-        "ratio": _ratio([b1, b2], [a1, a2]),
-    }
+    big, small = ("with", "without") if delayed else ("big", "small")
+    out = (
+        {"ready": SMALL, "delayed": args.rows}
+        if delayed
+        else {"small_backlog": SMALL, "big_backlog": args.rows}
+    )
+    return out | {small: [a1, a2], big: [b1, b2], "sizes": sz, "ratio": _ratio([b1, b2], [a1, a2])}
 
 
 def run_churn(d: str, dsn: str, args) -> dict:
@@ -424,8 +410,8 @@ def run_xmin_run(d: str, dsn: str, args) -> dict:
 
 
 SCENARIOS = {
-    "delayed": run_delayed,
-    "backlog": run_backlog,
+    "delayed": lambda d, dsn, args: run_big(d, dsn, args, delayed=True),
+    "backlog": lambda d, dsn, args: run_big(d, dsn, args, delayed=False),
     "churn": run_churn,
     "priorities": run_priorities,
     "batches": run_batches,
