@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import inspect
 import signal
 import threading
@@ -71,7 +70,6 @@ from ..worker import (
     call_steps,
     log,
 )
-from ..worker.interrupt import Interruptible
 from ..worker.steps import (
     Acquire,
     BackOff,
@@ -91,7 +89,7 @@ from ..worker.steps import (
     dispatcher,
     run_steps_async,
 )
-from ..worker.threaded import awaited, log_late_return, timed_out, within_timeout
+from ..worker.timeouts import handle_timed_async
 from .client import connect
 
 __all__ = ["AsyncJob", "AsyncWorker", "RetryPolicy", "WorkerStats", "WorkerStatus"]
@@ -393,7 +391,7 @@ class AsyncWorker(WorkerBase):
     async def _handle_untraced(self, op: Handle, conn: Any) -> BaseException | None:
         job = op.job
         if op.timeout is not None:
-            return await self._handle_timed(op)
+            return await handle_timed_async(op, self._cancellable)
         try:
             if job.runs_async:
                 job.result = await self._cancellable(job, op.fn(job))
@@ -406,58 +404,6 @@ class AsyncWorker(WorkerBase):
         except BaseException as exc:
             return exc
         return None
-
-    async def _handle_timed(self, op: Handle) -> BaseException | None:
-        """A handler with a timeout: a coroutine is cancelled at the deadline; a plain function
-        runs on a thread of its own (not the loop's executor, whose threads it would keep),
-        stopped at the deadline by TimeLimitExceeded raised in it (see interrupt.py): a late
-        return is logged and changes nothing."""
-        timeout = float(op.timeout)
-        job = op.job
-        if inspect.iscoroutinefunction(op.fn):
-            try:
-                job.result = await self._cancellable(job, within_timeout(op.fn(job), timeout))
-            except BaseException as exc:
-                return exc
-            return None
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future = loop.create_future()
-        stopper = Interruptible()
-
-        def settle(error: BaseException | None, result: Any = None) -> None:
-            if not fut.done():
-                if error is None:
-                    job.result = result
-                fut.set_result(error)
-            else:  # cancelled at the deadline: the message was failed meanwhile
-                log_late_return(job, timeout, error)
-
-        def target() -> None:
-            error: BaseException | None = None
-            result: Any = None
-            try:
-                result = stopper.run(op.fn, job)
-                if inspect.isawaitable(result):
-                    result = asyncio.run(awaited(result))
-            except BaseException as exc:
-                error = exc
-            try:
-                loop.call_soon_threadsafe(settle, error, result)
-            except RuntimeError:  # the loop has closed: nobody waits any more
-                pass
-
-        # in a copy of this context: the handler sees the job's span (pyqueue_sql.tracing) as current
-        threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(target,),
-            name=f"pyqueue-timed-{job.key}"[:60],
-            daemon=True,
-        ).start()
-        done, _ = await asyncio.wait({fut}, timeout=timeout)
-        if fut in done:
-            return fut.result()
-        fut.cancel()
-        return timed_out(job, timeout, stopper)
 
     async def _commit(self, op: Commit, conn: Any) -> Any:
         pending = _PendingCommit(op.job, op.chain, asyncio.get_running_loop().create_future())

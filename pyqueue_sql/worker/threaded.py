@@ -7,7 +7,6 @@ or a queue_commit_reserve)."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import queue as queue_mod
 import signal
@@ -19,9 +18,7 @@ from typing import Any
 from .. import errors, tracing
 from ..client import Database, connect
 from .base import WorkerBase
-from .interrupt import Interruptible, TimeLimitExceeded
-from .model import Job, log, where_of
-from .policy import describe_error
+from .model import Job, log
 from .steps import (
     Acquire,
     BackOff,
@@ -43,57 +40,12 @@ from .steps import (
     run_steps,
 )
 
-
-async def awaited(awaitable: Any) -> Any:
-    return await awaitable
-
-
-async def within_timeout(coro: Any, timeout: float) -> Any:
-    """Awaits coro, cancelled after timeout seconds: then TimeoutError (an error the coroutine
-    raises itself, TimeoutError included, is raised as it is)."""
-    task = asyncio.ensure_future(coro)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=timeout)
-    finally:
-        if not task.done():
-            task.cancel()
-    if task in done:
-        return task.result()
-    await asyncio.gather(task, return_exceptions=True)
-    raise TimeoutError(f"the handler did not finish within its timeout of {timeout:g} s")
-
-
-def timed_out(job: Job, timeout: float, stopper: Interruptible) -> TimeoutError:
-    """At a plain handler's timeout: raises TimeLimitExceeded in its thread, logs it, and returns
-    the message's failure."""
-    stopper.stop(TimeLimitExceeded)
-    log.warning(
-        "the handler of %s did not finish within its timeout of %g s; stopped in its thread (at its "
-        "next Python bytecode: a blocking C call ends first)",
-        where_of(job),
-        timeout,
-        extra={"event": "timeout", "queue": job.queue, "key": job.key, "kind": job.kind},
-    )
-    return TimeoutError(f"the handler did not finish within its timeout of {timeout:g} s")
-
-
-def log_late_return(job: Job, timeout: float, error: BaseException | None) -> None:
-    """The end of a plain handler's thread after its timeout: stopped there, or returned anyway."""
-    if isinstance(error, TimeLimitExceeded):
-        log.info(
-            "the handler of %s stopped at its timeout of %g s",
-            where_of(job),
-            timeout,
-            extra={"event": "timeout_stopped", "queue": job.queue, "key": job.key, "kind": job.kind},
-        )
-        return
-    log.warning(
-        "the handler of %s returned after its timeout of %g s (%s); that changes nothing",
-        where_of(job),
-        timeout,
-        "succeeded" if error is None else describe_error(error)[:200],
-        extra={"event": "late_return", "queue": job.queue, "key": job.key, "kind": job.kind},
-    )
+# the time limits of handlers (timeouts.py), also importable from here, where they were first
+from .timeouts import TimeLimitExceeded as TimeLimitExceeded
+from .timeouts import awaited, handle_timed
+from .timeouts import log_late_return as log_late_return
+from .timeouts import timed_out as timed_out
+from .timeouts import within_timeout as within_timeout
 
 
 class _EventLoop:
@@ -326,7 +278,7 @@ class Worker(WorkerBase):
 
     def _handle_untraced(self, op: Handle, conn: _Connection) -> BaseException | None:
         if op.timeout is not None:
-            return self._handle_timed(op, conn)
+            return handle_timed(op, conn.loop.run)
         try:
             result = op.fn(op.job)
             if result is not None and inspect.isawaitable(result):
@@ -338,57 +290,6 @@ class Worker(WorkerBase):
         except BaseException as exc:
             return exc
         return None
-
-    def _handle_timed(self, op: Handle, conn: _Connection) -> BaseException | None:
-        """A handler with a timeout: a coroutine function is awaited on the thread's loop and
-        cancelled at the deadline; a plain function runs on a thread of its own, stopped at the
-        deadline by TimeLimitExceeded raised in that thread (at its next bytecode: see
-        interrupt.py; a late return is logged and changes nothing), so the handler thread goes on
-        with the next message and the worker keeps its concurrency."""
-        timeout = float(op.timeout)
-        if inspect.iscoroutinefunction(op.fn):
-            try:
-                op.job.result = conn.loop.run(within_timeout(op.fn(op.job), timeout), op.job)
-            except BaseException as exc:
-                return exc
-            return None
-        box: list[BaseException | None] = []
-        lock = threading.Lock()
-        finished = threading.Event()
-        abandoned = False
-        job = op.job
-        stopper = Interruptible()
-
-        def target() -> None:
-            error: BaseException | None = None
-            try:
-                result = stopper.run(op.fn, job)
-                if inspect.isawaitable(result):
-                    result = asyncio.run(awaited(result))
-            except BaseException as exc:
-                error = exc
-            with lock:
-                if error is None and not abandoned:
-                    job.result = result
-                box.append(error)
-                finished.set()
-                late = abandoned
-            if late:
-                log_late_return(job, timeout, error)
-
-        # in a copy of this context: the handler sees the job's span (pyqueue_sql.tracing) as current
-        threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(target,),
-            name=f"pyqueue-timed-{job.key}"[:60],
-            daemon=True,
-        ).start()
-        finished.wait(timeout)
-        with lock:
-            if box:
-                return box[0]
-            abandoned = True
-        return timed_out(job, timeout, stopper)
 
     def _acquire(self, op: Acquire, conn: Any) -> bool:
         return op.lock.acquire()
