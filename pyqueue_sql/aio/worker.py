@@ -71,6 +71,7 @@ from ..worker import (
     log,
 )
 from ..worker.steps import (
+    HARD_STOP,
     Acquire,
     BackOff,
     Close,
@@ -85,6 +86,7 @@ from ..worker.steps import (
     Reconnect,
     RetriedCall,
     Sleep,
+    Wait,
     WaitSlots,
     dispatcher,
     run_steps_async,
@@ -285,8 +287,13 @@ class AsyncWorker(WorkerBase):
             asyncio.create_task(self._committer(), name=f"pyqueue-committer-{i}")
             for i in range(self.connections)
         ]
-        heartbeat = asyncio.create_task(self._heartbeat_loop(), name="pyqueue-heartbeat")
-        watcher = asyncio.create_task(self._watch_loop(), name="pyqueue-watch")
+        self._heartbeat_conn = _AsyncConnection(self, "heartbeat")
+        heartbeat = asyncio.create_task(
+            self._loop_on(self._heartbeat_conn, self._heartbeat_loop_steps()), name="pyqueue-heartbeat"
+        )
+        watcher = asyncio.create_task(
+            self._loop_on(_AsyncConnection(self, "watch"), self._watch_loop_steps()), name="pyqueue-watch"
+        )
         dispatcher = _AsyncConnection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
         try:
             if self.register:
@@ -422,6 +429,14 @@ class AsyncWorker(WorkerBase):
     async def _sleep(self, op: Sleep, conn: Any) -> bool:
         return await _wait_event(self._astop, op.seconds)
 
+    async def _wait(self, op: Wait, conn: Any) -> bool:
+        if op.event is HARD_STOP:
+            return await _wait_event(self._ahard, op.seconds)
+        event = self._awatch
+        woke = await _wait_event(event, op.seconds)
+        event.clear()
+        return woke
+
     async def _hooks(self, op: Hooks, conn: Any) -> None:
         return await self._run_async_hooks(op.hooks, op.what)
 
@@ -438,6 +453,7 @@ class AsyncWorker(WorkerBase):
             Acquire: _acquire,
             WaitSlots: _wait_slots,
             Sleep: _sleep,
+            Wait: _wait,
             Hooks: _hooks,
             Reconnect: _reconnect,
         }
@@ -629,37 +645,11 @@ class AsyncWorker(WorkerBase):
             self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
         self._freed.set()
 
-    # -- progress and the quick cancel poll (worker/watch.py) ---------------------------
-    async def _watch_loop(self) -> None:
-        conn = _AsyncConnection(self, "watch")
-        event = self._awatch
+    # -- the watcher (worker/watch.py) and the heartbeat (worker/registry.py) ---------------
+    async def _loop_on(self, conn: _AsyncConnection, steps: Any) -> None:
+        """A task's loop: its steps on its own connection, closed when they end."""
         try:
-            while not self._hard_stop.is_set():
-                await _wait_event(event, self._watch_timeout())
-                event.clear()
-                if self._hard_stop.is_set():
-                    break
-                try:
-                    await self._steps(self._watch_steps(), conn)
-                except StoppedError:
-                    break
-                except Exception:
-                    log.exception("watch: unexpected error", extra={"event": "error"})
-        finally:
-            await conn.close()
-
-    # -- heartbeat -----------------------------------------------------------------
-    async def _heartbeat_loop(self) -> None:
-        conn = _AsyncConnection(self, "heartbeat")
-        self._heartbeat_conn = conn
-        try:
-            # Runs through a graceful stop (running handlers still need their
-            # reservations extended) and ends with the hard stop.
-            while not await _wait_event(self._ahard, self.lease / 3):
-                try:
-                    await self._steps(self._heartbeat_steps(), conn)
-                except StoppedError:
-                    break
+            await self._steps(steps, conn)
         finally:
             await conn.close()
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..client import Reservation, WorkerRegistration
 from ..display import redact
 from .model import Job, log, where_of
-from .steps import Acquire, Hooks, RetriedCall, StoppedError
+from .steps import HARD_STOP, Acquire, Hooks, RetriedCall, StoppedError, Wait
 
 if TYPE_CHECKING:
     from .model import Route
@@ -109,6 +109,15 @@ class Registry:
         self._registered_as(
             (yield RetriedCall("register_worker", kwargs=self._registration_fields(), hard=hard))
         )
+
+    def _heartbeat_loop_steps(self):
+        """The heartbeat: a tick every lease/3. It runs through a graceful stop (running handlers
+        still need their reservations extended) and ends with the hard stop."""
+        while not (yield Wait(HARD_STOP, self.lease / 3)):
+            try:
+                yield from self._heartbeat_steps()
+            except StoppedError:
+                break
 
     def _heartbeat_steps(self):
         """One heartbeat tick: extends every held reservation, heartbeats the registration, runs

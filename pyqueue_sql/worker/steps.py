@@ -94,6 +94,20 @@ class Sleep:
 
 
 @dataclass(frozen=True)
+class Wait:
+    """Wait up to `seconds` for one of the runner's events: HARD_STOP (True once the hard stop
+    came) or WATCH (a progress to write, Job.set_progress: True when one came; the event is
+    cleared after the wait, so that the next wait waits for the next one)."""
+
+    event: str
+    seconds: float
+
+
+HARD_STOP = "hard stop"
+WATCH = "watch"
+
+
+@dataclass(frozen=True)
 class Hooks:
     """Run the hooks with the worker; what=None: an error propagates, else it is logged as the
     `what` hook's failure."""

@@ -20,6 +20,7 @@ from ..client import Database, connect
 from .base import WorkerBase
 from .model import Job, log
 from .steps import (
+    HARD_STOP,
     Acquire,
     BackOff,
     Close,
@@ -34,6 +35,7 @@ from .steps import (
     RetriedCall,
     Sleep,
     StoppedError,
+    Wait,
     WaitSlots,
     call_steps,
     dispatcher,
@@ -215,11 +217,22 @@ class Worker(WorkerBase):
             t = threading.Thread(target=self._handler_loop, name=f"pyqueue-handler-{i}", daemon=True)
             t.start()
             self._threads.append(t)
-        hb = threading.Thread(target=self._heartbeat_loop, name="pyqueue-heartbeat", daemon=True)
+        self._heartbeat_conn = _Connection(self, "heartbeat")
+        hb = threading.Thread(
+            target=self._loop_on,
+            args=(self._heartbeat_conn, self._heartbeat_loop_steps()),
+            name="pyqueue-heartbeat",
+            daemon=True,
+        )
         hb.start()
         completer = threading.Thread(target=self._completer_loop, name="pyqueue-completer", daemon=True)
         completer.start()
-        watcher = threading.Thread(target=self._watch_loop, name="pyqueue-watch", daemon=True)
+        watcher = threading.Thread(
+            target=self._loop_on,
+            args=(_Connection(self, "watch"), self._watch_loop_steps()),
+            name="pyqueue-watch",
+            daemon=True,
+        )
         watcher.start()
         dispatcher_conn = _Connection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
         try:
@@ -306,6 +319,13 @@ class Worker(WorkerBase):
     def _sleep(self, op: Sleep, conn: Any) -> bool:
         return self._stopping.wait(op.seconds)
 
+    def _wait(self, op: Wait, conn: Any) -> bool:
+        if op.event is HARD_STOP:
+            return self._hard_stop.wait(op.seconds)
+        woke = self._watch_wake.wait(op.seconds)
+        self._watch_wake.clear()
+        return woke
+
     def _hooks(self, op: Hooks, conn: Any) -> None:
         if op.what is not None:
             return self._run_hooks(op.hooks, op.what)
@@ -325,6 +345,7 @@ class Worker(WorkerBase):
             Acquire: _acquire,
             WaitSlots: _wait_slots,
             Sleep: _sleep,
+            Wait: _wait,
             Hooks: _hooks,
             Reconnect: _reconnect,
         }
@@ -415,36 +436,11 @@ class Worker(WorkerBase):
         finally:
             conn.close()
 
-    # -- progress and the quick cancel poll (watch.py) ----------------------------------
-    def _watch_loop(self) -> None:
-        conn = _Connection(self, "watch")
+    # -- the watcher (watch.py) and the heartbeat (registry.py) ---------------------------
+    def _loop_on(self, conn: _Connection, steps: Any) -> None:
+        """A thread's loop: its steps on its own connection, closed when they end."""
         try:
-            while not self._hard_stop.is_set():
-                self._watch_wake.wait(self._watch_timeout())
-                self._watch_wake.clear()
-                if self._hard_stop.is_set():
-                    break
-                try:
-                    self._steps(self._watch_steps(), conn)
-                except StoppedError:
-                    break
-                except Exception:
-                    log.exception("watch: unexpected error", extra={"event": "error"})
-        finally:
-            conn.close()
-
-    # -- heartbeat -----------------------------------------------------------------
-    def _heartbeat_loop(self) -> None:
-        conn = _Connection(self, "heartbeat")
-        self._heartbeat_conn = conn
-        try:
-            # Runs through a graceful stop (running handlers still need their
-            # reservations extended) and ends with the hard stop.
-            while not self._hard_stop.wait(self.lease / 3):
-                try:
-                    self._steps(self._heartbeat_steps(), conn)
-                except StoppedError:
-                    break
+            self._steps(steps, conn)
         finally:
             conn.close()
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .. import errors
 from .model import Job, log, where_of
-from .steps import Acquire, RetriedCall, StoppedError
+from .steps import WATCH, Acquire, RetriedCall, StoppedError, Wait
 
 if TYPE_CHECKING:
     from .model import WorkerStats
@@ -56,6 +56,21 @@ class Watch:
             if job.started_at is not None and not job.done:
                 timeout = min(timeout, max(job.started_at + CANCEL_POLL_AFTER - now, CANCEL_POLL))
         return timeout
+
+    def _watch_loop_steps(self):
+        """The watcher, until the hard stop: a round each time a progress comes to be written or
+        the cancel poll is due (Wait(WATCH)); a round's unexpected error is logged, the next round
+        goes on."""
+        while not self._hard_stop.is_set():
+            yield Wait(WATCH, self._watch_timeout())
+            if self._hard_stop.is_set():
+                break
+            try:
+                yield from self._watch_steps()
+            except StoppedError:
+                break
+            except Exception:
+                log.exception("watch: unexpected error", extra={"event": "error"})
 
     def _watch_steps(self):
         """One round of the watcher: the progress waiting to be written, then the cancel flags

@@ -16,8 +16,10 @@ from pyqueue_sql.client import Renewal, Reservation
 from pyqueue_sql.worker import Job, RetryPolicy, Worker, idle_timeout, wait_left
 from pyqueue_sql.worker.dispatch import WAIT_SLICE, earliest_due
 from pyqueue_sql.worker.steps import (
+    HARD_STOP,
     RECONNECT,
     WAIT_SLOTS,
+    WATCH,
     Acquire,
     Handle,
     Hooks,
@@ -26,6 +28,7 @@ from pyqueue_sql.worker.steps import (
     RetriedCall,
     Sleep,
     StoppedError,
+    Wait,
     dispatcher,
 )
 
@@ -478,6 +481,50 @@ def test_the_heartbeat_passes_a_requested_cancel_to_the_job():
     steps.answer(True)
     steps.answer(Renewal(reservation(key="running"), True))
     assert steps.done and job.cancel_requested.is_set() and hooked == [True]
+
+
+def test_the_heartbeat_ticks_every_third_of_the_lease_until_the_hard_stop():
+    """The heartbeat's loop (both runners drive it): a wait of lease/3 for the hard stop, a tick
+    (the on_heartbeat hooks last), again; a stopped call or the hard stop ends it."""
+    worker, _ = make_worker(PG, lease=12.0)
+    steps = Steps(worker._heartbeat_loop_steps())
+    assert steps.op == Wait(HARD_STOP, 4.0)
+    assert steps.answer(False) == Hooks(worker.on_heartbeat, "on_heartbeat")
+    assert steps.answer(None) == Wait(HARD_STOP, 4.0)
+    assert steps.answer(False) == Hooks(worker.on_heartbeat, "on_heartbeat")
+    steps.throw(StoppedError())
+    assert steps.done
+    steps = Steps(worker._heartbeat_loop_steps())
+    steps.answer(True)
+    assert steps.done
+
+
+def test_the_watcher_waits_for_a_progress_or_its_poll_and_survives_a_round_s_error(caplog):
+    """The watcher's loop (both runners drive it): a wait for a progress to write, as long as
+    _watch_timeout allows, then a round; a round's unexpected error is logged and the loop goes
+    on; a stopped call or the hard stop ends it."""
+    from pyqueue_sql.worker.watch import WATCH_IDLE
+
+    worker, _ = make_worker(PG)
+    job = Job(reservation(key="slow"))
+    worker._inflight = {("q", "slow", "welcome"): job}
+    steps = Steps(worker._watch_loop_steps())
+    assert steps.op == Wait(WATCH, WATCH_IDLE)
+    job.set_progress({"rows": 1})
+    assert steps.answer(True) == Acquire(job.lock)
+    with caplog.at_level(logging.ERROR, logger="pyqueue_sql.worker"):
+        assert steps.throw(ValueError("boom")) == Wait(WATCH, WATCH_IDLE)
+    assert "watch: unexpected error" in caplog.text
+    assert steps.answer(True) == Acquire(job.lock)
+    job.lock.acquire()
+    call = steps.answer(True)
+    assert (call.method, call.args) == ("set_progress", (job.reservation, {"rows": 1}))
+    steps.throw(StoppedError())
+    assert steps.done
+    steps = Steps(worker._watch_loop_steps())
+    worker._hard_stop.set()
+    steps.answer(False)
+    assert steps.done
 
 
 @pytest.mark.parametrize(
