@@ -37,6 +37,8 @@ from .steps import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .model import WorkerStats
 
 # How often a wait looks at the stop and at a newly scheduled retry (seconds).
@@ -136,9 +138,67 @@ class Dispatch:
     """WorkerBase's part for the reserve loop and the handling of each message (steps: see
     steps.py). A subclass provides _start_jobs, _release and _nested."""
 
-    stats: WorkerStats
+    # The state it uses and does not make: the settings (base.py) ...
+    concurrency: int
+    lease: float
+    prefetch: int
+    commit_reserve: bool
+    use_listen: bool
+    poll_fallback: float
+    poll_min: float
+    poll_max: float
+    linger: float
+    long_poll_wait: float
+    long_poll_check: float
+    # ... the configuration and the counters ...
     routes: dict[str, Route]
+    stats: WorkerStats
+    on_idle: list[Callable[[Any], Any]]
+    on_outcome: list[Callable[[Job, str, str | None], Any]]
+    # ... and the run's state (WorkerBase.__init__ and _starting)
+    _stopping: threading.Event
+    _hard_stop: threading.Event
+    _clock: Callable[[], float]
+    _retry_due: RetryDue
+    _handler_avg: float | None
+    _round_ok: bool
+    _last_error: str | None
+    _wake_queues: set[str]
+    _channels: dict[str, str]  # LISTEN channel -> queue
     _job_type: type[Job] = Job
+
+    if TYPE_CHECKING:
+        # the parts it works with: the runner, FailurePolicy (policy.py), Watch (watch.py),
+        # Registry (registry.py)
+        def _jobs(self) -> list[Job]: ...
+        def _handled(self, job: Job, error: BaseException | None) -> bool: ...
+        def _failure_delay(
+            self, job: Job, interrupted: bool, error: BaseException | None = None
+        ) -> float: ...
+        def _gives_up(self, job: Job, error: BaseException, interrupted: bool) -> bool: ...
+        def _failed(
+            self,
+            job: Job,
+            error: BaseException,
+            text: str,
+            outcome: str | None,
+            delay: float,
+            elapsed_ms: float,
+            interrupted: bool,
+        ) -> None: ...
+        def _given_up(
+            self, job: Job, error: BaseException, text: str, outcome: str | None, elapsed_ms: float
+        ) -> None: ...
+        def _cancelled(self, job: Job, held: bool) -> None: ...
+        def _snoozed(self, job: Job, after: float, held: bool) -> None: ...
+        def _handed_back(self, job: Job) -> None: ...
+        @staticmethod
+        def _log_abandoned(job: Job) -> None: ...
+        @staticmethod
+        def _log_unfinishable(job: Job, exc: BaseException) -> None: ...
+        def _write_progress_steps(self, job: Job) -> Any: ...
+        @property
+        def reserve_as(self) -> str: ...
 
     def _start_jobs(self, jobs: list[Job]) -> None:
         """Hands reserved jobs to the handlers (they hold a slot from now on)."""

@@ -14,14 +14,31 @@ from .model import Job, log, where_of
 from .steps import HARD_STOP, Acquire, Hooks, RetriedCall, StoppedError, Wait
 
 if TYPE_CHECKING:
-    from .model import Route
+    import threading
+    from collections.abc import Callable
+
+    from .model import Route, WorkerStats
 
 
 class Registry:
     """WorkerBase's part for the registry and the heartbeat (steps: see steps.py)."""
 
+    # The state it uses and does not make (WorkerBase.__init__, base.py)
+    name: str
+    lease: float
+    release_dead_after: float | None
     registration: WorkerRegistration | None
+    registered: threading.Event
     routes: dict[str, Route]
+    stats: WorkerStats
+    on_heartbeat: list[Callable[[Any], Any]]
+    _hard_stop: threading.Event
+    _clock: Callable[[], float]
+
+    if TYPE_CHECKING:
+        # the parts it works with: the runner, Watch (watch.py)
+        def _jobs(self) -> list[Job]: ...
+        def _cancel_seen(self, job: Job) -> None: ...
 
     @property
     def reserve_as(self) -> str:

@@ -6,16 +6,27 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from .model import log, where_of
+
+if TYPE_CHECKING:
+    from .model import Job
 
 
 class Shutdown:
     """WorkerBase's part for stopping."""
 
+    # The state it uses and does not make (WorkerBase.__init__ and _starting, base.py)
+    unfinished: list[str]
     _stopping: threading.Event
     _hard_stop: threading.Event
     _stop_reason: str | None
+
+    if TYPE_CHECKING:
+        # what the runner provides (WorkerBase: _jobs and _wake)
+        def _jobs(self) -> list[Job]: ...
+        def _wake(self) -> None: ...
 
     @property
     def stopping(self) -> bool:

@@ -22,6 +22,8 @@ from .model import Job, log, where_of
 from .steps import WATCH, Acquire, RetriedCall, StoppedError, Wait
 
 if TYPE_CHECKING:
+    import threading
+
     from .model import WorkerStats
 
 # Seconds between two reads of the cancel flag of a running job, once it has run for
@@ -39,7 +41,9 @@ WATCH_IDLE = 0.5
 class Watch:
     """WorkerBase's part for progress and the quick cancel poll (steps: see steps.py)."""
 
+    # The state it uses and does not make (WorkerBase.__init__, base.py)
     stats: WorkerStats
+    _hard_stop: threading.Event
     _cancel_poll_denied = False
 
     def _jobs(self) -> list[Job]:

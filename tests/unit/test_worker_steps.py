@@ -592,3 +592,41 @@ def test_a_handler_that_stops_for_a_cancel_ends_its_message_with_cancel_held():
     job = Job(reservation())
     steps, call = fail_steps(worker, job, asyncio.CancelledError())
     assert call.method == "fail"
+
+
+# -- the worker's parts ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "module, part",
+    [
+        ("dispatch", "Dispatch"),
+        ("policy", "FailurePolicy"),
+        ("registry", "Registry"),
+        ("shutdown", "Shutdown"),
+        ("watch", "Watch"),
+    ],
+)
+def test_each_part_of_the_worker_declares_the_state_it_uses(module, part):
+    """A part of WorkerBase (a mixin) names every attribute of self it reads or calls in its own
+    class body: a method, an annotation, or a stub under TYPE_CHECKING, so that a reader and a
+    type checker see what it takes from the others."""
+    import ast
+    from pathlib import Path
+
+    import pyqueue_sql.worker
+
+    source = (Path(pyqueue_sql.worker.__file__).parent / f"{module}.py").read_text()
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == part)
+    body = [m for n in cls.body for m in (n.body if isinstance(n, ast.If) else [n])]
+    declared = {n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    declared |= {n.target.id for n in body if isinstance(n, ast.AnnAssign)}
+    declared |= {
+        t.id for n in body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+    }
+    used = {
+        n.attr
+        for n in ast.walk(cls)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+    }
+    assert sorted(used - declared) == []
