@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import errors, logsafe
 from ..display import format_age, format_table, format_time, redact, redact_dsn, remember_secrets
+from ..worker.settings import WorkerSettings
 from .common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -263,6 +264,29 @@ def _log_handler(stream: Any, status: StatusLine | None) -> Any:
     return Handler(stream)
 
 
+def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The worker's settings the command line gives, as WorkerSettings' keywords (checked by the
+    worker that takes them); an option not given keeps the worker's default."""
+    given = {
+        option: getattr(args, option)
+        for option in ("prefetch", "ack_batch", "ack_interval")
+        if getattr(args, option) is not None
+    }
+    return dict(
+        concurrency=args.concurrency,
+        name=args.name,
+        lease=args.lease,
+        poll_fallback=args.poll_fallback,
+        listen=args.listen,
+        listen_dsn=args.listen_dsn,
+        **given,
+        shutdown_timeout=args.shutdown_timeout,
+        start_timeout=args.start_timeout or None,
+        register=args.register,
+        release_dead_after=args.release_dead_after,
+    )
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     import asyncio
     import inspect
@@ -323,23 +347,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 max_delay=args.retry_max,
                 jitter=args.retry_jitter,
             )
-            settings = dict(
-                concurrency=args.concurrency,
-                name=args.name,
-                lease=args.lease,
-                poll_fallback=args.poll_fallback,
-                listen=args.listen,
-                listen_dsn=args.listen_dsn,
-                **{
-                    option: getattr(args, option)
-                    for option in ("prefetch", "ack_batch", "ack_interval")
-                    if getattr(args, option) is not None
-                },
-                shutdown_timeout=args.shutdown_timeout,
-                start_timeout=args.start_timeout or None,
-                register=args.register,
-                release_dead_after=args.release_dead_after,
-            )
+            settings = worker_settings(args)
             if isinstance(target, WorkerBase):
                 worker = target
             elif task is not None:
@@ -726,7 +734,7 @@ def add_worker(command: Command) -> None:
         "--concurrency",
         "-c",
         type=positive_int,
-        default=4,
+        default=WorkerSettings.concurrency,
         metavar="N",
         help="messages handled at once, one thread each (an async def handler: one asyncio task each) "
         "(default 4)",
@@ -744,7 +752,7 @@ def add_worker(command: Command) -> None:
     p.add_argument(
         "--lease",
         type=seconds_arg,
-        default=30.0,
+        default=WorkerSettings.lease,
         metavar="S",
         help="reservation length; a heartbeat extends it every S/3 while a handler runs (default 30)",
     )
@@ -791,7 +799,7 @@ def add_worker(command: Command) -> None:
     p.add_argument(
         "--shutdown-timeout",
         type=seconds_arg,
-        default=30.0,
+        default=WorkerSettings.shutdown_timeout,
         metavar="S",
         help="on SIGTERM/SIGINT, how long running handlers may take to finish (default 30); "
         "a second signal stops at once",
@@ -799,7 +807,7 @@ def add_worker(command: Command) -> None:
     p.add_argument(
         "--start-timeout",
         type=seconds_arg,
-        default=30.0,
+        default=WorkerSettings.start_timeout,
         metavar="S",
         help="before its first connection, give up after S seconds when the database cannot be "
         "reached (default 30; 0: keep trying); once connected, it reconnects for ever",

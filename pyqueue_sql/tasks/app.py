@@ -398,7 +398,8 @@ class App:
         self, *, queues: Sequence[str] | None = None, dsn: str | None = None, **settings: Any
     ) -> Worker | AsyncWorker:
         """A worker for the app's tasks (of `queues` only, when given): an AsyncWorker when some are
-        async def, else a Worker (threads); `settings` are the worker's (concurrency, lease, ...).
+        async def, else a Worker (threads); `settings` are the worker's (concurrency, lease, ...:
+        pyqueue_sql.worker.settings.WorkerSettings, checked there).
         A message of a served queue whose kind no task has is failed with UnknownTaskError."""
         dsn = dsn or self.dsn
         if dsn is None:

@@ -144,8 +144,9 @@ operation's type to the method that does it. The package by responsibility:
 dispatch.py (the reserve loop, the idle wait, each message's way to its
 commit), policy.py (RetryPolicy, the failure outcomes), registry.py (the
 registry and the heartbeat), watch.py (progress and the quick cancel poll),
-timeouts.py (handlers' time limits), shutdown.py (stop and signals), base.py
-(WorkerBase: configuration and status), threaded.py (Worker).
+timeouts.py (handlers' time limits), shutdown.py (stop and signals), settings.py
+(WorkerSettings: every setting, its default and its check), base.py (WorkerBase:
+configuration and status), threaded.py (Worker).
 
 Watching it: ``worker.status()`` is a snapshot (WorkerStatus: state, running
 keys, stats, the stop deadline, the last dispatch error); ``status_line()`` is

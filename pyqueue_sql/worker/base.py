@@ -19,30 +19,18 @@ from .dispatch import Dispatch, RetryDue
 from .model import Handler, Job, Route, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
+from .settings import (
+    ACK_BATCH,
+    ACK_INTERVAL,
+    LONG_POLL_CHECK,
+    LONG_POLL_WAIT,
+    START_TIMEOUT,
+    WorkerSettings,
+)
+from .settings import default_prefetch as default_prefetch
 from .shutdown import Shutdown
 from .steps import RetriedCall
 from .watch import Watch
-
-# Without LISTEN, a worker of one queue long-polls queue_wait: one round trip lasts up to
-# LONG_POLL_WAIT seconds, in which the server looks for a ready message every LONG_POLL_CHECK seconds.
-LONG_POLL_WAIT = 1.0
-LONG_POLL_CHECK = 0.025
-
-# Batched acknowledgement: at most ACK_BATCH successes in one queue_commit_batch, sent at most
-# ACK_INTERVAL seconds after the first of them finished (see bench/README.md, "Workers").
-ACK_BATCH = 500
-ACK_INTERVAL = 0.002
-
-# How long a worker that has never connected keeps trying before it gives up (seconds): long
-# enough for a database that starts beside it (a container, a failover), short enough that a
-# wrong host name or port is said plainly instead of retried for ever.
-START_TIMEOUT = 30.0
-
-
-def default_prefetch(concurrency: int) -> int:
-    """How many messages a worker reserves beyond its free handlers by default (see
-    bench/README.md, "Workers")."""
-    return 15 * concurrency
 
 
 class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
@@ -77,32 +65,28 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         ack_interval: float = ACK_INTERVAL,
         start_timeout: float | None = START_TIMEOUT,
     ) -> None:
-        if concurrency < 1:
-            raise errors.InvalidArgumentError("concurrency must be at least 1")
-        if prefetch is not None and (
-            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
-        ):
-            raise errors.InvalidArgumentError("prefetch must be an integer >= 0 (or None: the default)")
-        if isinstance(ack_batch, bool) or not isinstance(ack_batch, int) or ack_batch < 1:
-            raise errors.InvalidArgumentError("ack_batch must be an integer >= 1")
-        if not ack_interval >= 0:
-            raise errors.InvalidArgumentError("ack_interval must be >= 0 seconds")
-        if lease <= 0 or poll_min <= 0 or poll_max < poll_min or long_poll_wait <= 0 or long_poll_check <= 0:
-            raise errors.InvalidArgumentError(
-                "lease, poll_min, long_poll_wait and long_poll_check must be > 0, poll_max >= poll_min"
-            )
-        if start_timeout is not None and (
-            isinstance(start_timeout, bool)
-            or not isinstance(start_timeout, (int, float))
-            or not start_timeout > 0
-        ):
-            raise errors.InvalidArgumentError(
-                f"start_timeout must be seconds > 0 (or None: no limit), not {start_timeout!r}"
-            )
-        if release_dead_after is not None and release_dead_after < lease:
-            raise errors.InvalidArgumentError(
-                "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3)"
-            )
+        # checked in one place (settings.py); what depends on the database is resolved below
+        self.settings = WorkerSettings(
+            concurrency=concurrency,
+            name=name,
+            lease=lease,
+            poll_fallback=poll_fallback,
+            poll_min=poll_min,
+            poll_max=poll_max,
+            linger=linger,
+            long_poll_wait=long_poll_wait,
+            long_poll_check=long_poll_check,
+            shutdown_timeout=shutdown_timeout,
+            listen=listen,
+            listen_dsn=listen_dsn,
+            register=register,
+            release_dead_after=release_dead_after,
+            commit_reserve=commit_reserve,
+            prefetch=prefetch,
+            ack_batch=ack_batch,
+            ack_interval=ack_interval,
+            start_timeout=start_timeout,
+        )
         self.dsn = dsn
         self.dialect = dialects.for_dsn(dsn)
         self.concurrency = concurrency

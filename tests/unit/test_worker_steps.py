@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import random
+import re
 
 import pytest
 
@@ -630,3 +631,73 @@ def test_each_part_of_the_worker_declares_the_state_it_uses(module, part):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
     }
     assert sorted(used - declared) == []
+
+
+# -- the settings ----------------------------------------------------------------------------
+
+BAD_SETTINGS = [
+    (dict(concurrency=0), "concurrency must be at least 1"),
+    (dict(prefetch=-1), "prefetch must be an integer >= 0 (or None: the default)"),
+    (dict(prefetch=True), "prefetch must be an integer >= 0 (or None: the default)"),
+    (dict(ack_batch=0), "ack_batch must be an integer >= 1"),
+    (dict(ack_batch=2.0), "ack_batch must be an integer >= 1"),
+    (dict(ack_interval=-0.001), "ack_interval must be >= 0 seconds"),
+    (dict(ack_interval=float("nan")), "ack_interval must be >= 0 seconds"),
+    (dict(lease=0), "lease, poll_min, long_poll_wait and long_poll_check must be > 0, poll_max >= poll_min"),
+    (dict(poll_min=0.5, poll_max=0.1), "lease, poll_min, long_poll_wait and long_poll_check must be > 0"),
+    (dict(long_poll_wait=0), "lease, poll_min, long_poll_wait and long_poll_check must be > 0"),
+    (dict(long_poll_check=-1), "lease, poll_min, long_poll_wait and long_poll_check must be > 0"),
+    (dict(start_timeout=0), "start_timeout must be seconds > 0 (or None: no limit), not 0"),
+    (dict(start_timeout="30"), "start_timeout must be seconds > 0 (or None: no limit), not '30'"),
+    (dict(start_timeout=True), "start_timeout must be seconds > 0 (or None: no limit), not True"),
+    (dict(lease=60, release_dead_after=59), "release_dead_after must be at least the lease"),
+]
+
+
+@pytest.mark.parametrize("bad, message", BAD_SETTINGS)
+def test_a_setting_out_of_its_range_is_refused_saying_which(bad, message):
+    """WorkerSettings checks each setting once, for Worker, AsyncWorker, App.worker and the CLI,
+    with the message the worker's constructor has always given."""
+    from pyqueue_sql.aio.worker import AsyncWorker
+    from pyqueue_sql.worker.settings import WorkerSettings
+
+    for make in (WorkerSettings, lambda **kw: Worker(PG, **kw), lambda **kw: AsyncWorker(PG, **kw)):
+        with pytest.raises(InvalidArgumentError, match=f"^{re.escape(message)}"):
+            make(**bad)
+
+
+def test_the_settings_in_range_are_taken_and_the_defaults_are_one_list():
+    """The edge values are accepted; WorkerBase's keywords, WorkerSettings' fields and the CLI's
+    defaults are the same settings with the same defaults."""
+    import inspect
+
+    from pyqueue_sql.cli import build_parser
+    from pyqueue_sql.cli.workers import worker_settings
+    from pyqueue_sql.worker import WorkerBase
+    from pyqueue_sql.worker.settings import WorkerSettings
+
+    edge = dict(
+        concurrency=1,
+        prefetch=0,
+        ack_batch=1,
+        ack_interval=0,
+        lease=30,
+        release_dead_after=30,
+        start_timeout=None,
+    )
+    assert WorkerSettings(**edge).keywords() == {**WorkerSettings().keywords(), **edge}
+    worker = Worker(PG, **edge)
+    assert (
+        worker.settings == WorkerSettings(**edge, commit_reserve=False)
+        and worker.prefetch == 0
+        and worker.start_timeout is None
+    )
+    keywords = {
+        name: p.default
+        for name, p in inspect.signature(WorkerBase.__init__).parameters.items()
+        if name not in ("self", "dsn")
+    }
+    assert keywords == WorkerSettings().keywords()
+    args = build_parser().parse_args(["worker", "m:f", "--queue", "q"])
+    given = worker_settings(args)
+    assert given == {name: WorkerSettings().keywords()[name] for name in given}

@@ -1,0 +1,103 @@
+"""A worker's settings: what Worker, AsyncWorker, App.worker and `pyqueue-sql worker` take, with
+their defaults, checked in one place (WorkerSettings). What depends on the database (the poll
+fallback's default, whether LISTEN is used, commit_reserve's default, listen_dsn's dialect) is
+resolved by WorkerBase once it knows the DSN's dialect."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .. import errors
+
+# Without LISTEN, a worker of one queue long-polls queue_wait: one round trip lasts up to
+# LONG_POLL_WAIT seconds, in which the server looks for a ready message every LONG_POLL_CHECK seconds.
+LONG_POLL_WAIT = 1.0
+LONG_POLL_CHECK = 0.025
+
+# Batched acknowledgement: at most ACK_BATCH successes in one queue_commit_batch, sent at most
+# ACK_INTERVAL seconds after the first of them finished (see bench/README.md, "Workers").
+ACK_BATCH = 500
+ACK_INTERVAL = 0.002
+
+# How long a worker that has never connected keeps trying before it gives up (seconds): long
+# enough for a database that starts beside it (a container, a failover), short enough that a
+# wrong host name or port is said plainly instead of retried for ever.
+START_TIMEOUT = 30.0
+
+
+def default_prefetch(concurrency: int) -> int:
+    """How many messages a worker reserves beyond its free handlers by default (see
+    bench/README.md, "Workers")."""
+    return 15 * concurrency
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """The settings of a worker (the keywords of Worker and AsyncWorker, docs/workers.md), checked
+    when made: a value out of its range raises InvalidArgumentError saying which. None, where a
+    setting allows it, is its default (poll_fallback: 5 s with LISTEN, else poll_max; prefetch:
+    default_prefetch(concurrency); commit_reserve: the dialect's choice, see WorkerBase;
+    start_timeout: no limit; release_dead_after: off)."""
+
+    concurrency: int = 4
+    name: str | None = None
+    lease: float = 30.0
+    poll_fallback: float | None = None
+    poll_min: float = 0.05
+    poll_max: float = 1.0
+    linger: float = 0.1
+    long_poll_wait: float = LONG_POLL_WAIT
+    long_poll_check: float = LONG_POLL_CHECK
+    shutdown_timeout: float = 30.0
+    listen: bool = True
+    listen_dsn: str | None = None
+    register: bool = True
+    release_dead_after: float | None = None
+    commit_reserve: bool | None = None
+    prefetch: int | None = None
+    ack_batch: int = ACK_BATCH
+    ack_interval: float = ACK_INTERVAL
+    start_timeout: float | None = START_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise errors.InvalidArgumentError("concurrency must be at least 1")
+        prefetch = self.prefetch
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise errors.InvalidArgumentError("prefetch must be an integer >= 0 (or None: the default)")
+        ack_batch = self.ack_batch
+        if isinstance(ack_batch, bool) or not isinstance(ack_batch, int) or ack_batch < 1:
+            raise errors.InvalidArgumentError("ack_batch must be an integer >= 1")
+        if not self.ack_interval >= 0:
+            raise errors.InvalidArgumentError("ack_interval must be >= 0 seconds")
+        if (
+            self.lease <= 0
+            or self.poll_min <= 0
+            or self.poll_max < self.poll_min
+            or self.long_poll_wait <= 0
+            or self.long_poll_check <= 0
+        ):
+            raise errors.InvalidArgumentError(
+                "lease, poll_min, long_poll_wait and long_poll_check must be > 0, poll_max >= poll_min"
+            )
+        start_timeout = self.start_timeout
+        if start_timeout is not None and (
+            isinstance(start_timeout, bool)
+            or not isinstance(start_timeout, (int, float))
+            or not start_timeout > 0
+        ):
+            raise errors.InvalidArgumentError(
+                f"start_timeout must be seconds > 0 (or None: no limit), not {start_timeout!r}"
+            )
+        if self.release_dead_after is not None and self.release_dead_after < self.lease:
+            raise errors.InvalidArgumentError(
+                "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3)"
+            )
+
+    def keywords(self) -> dict[str, Any]:
+        """The settings as the keywords of Worker, AsyncWorker and App.worker."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
