@@ -583,7 +583,10 @@ END //
 -- on a limit of 3). So the own transaction first locks the queue's limit rows (shared; queue_drop and
 -- queue_set_limit lock them before message and slot rows), then, at its first candidate of a limited kind, the slot
 -- rows of all the queue's kinds (FOR UPDATE, the rows the UPDATE scans and at REPEATABLE READ keeps locked): no other
--- take is in progress while it picks a slot, and every holder that took its slot before has committed its claim. All
+-- take is in progress while it picks a slot, and every holder that took its slot before has committed its claim;
+-- unless a plain read of that kind's slots (pyqueue__limit_take's test) finds none free: the kind is then full for
+-- the call, which waits for no lock (a slot freed meanwhile is missed: too few hand-outs, never too many), so that
+-- while a limited kind is full, or a call meets no candidate of one, reserves do not wait for each other. All
 -- kinds at once, in one statement in primary key order: locked kind by kind at each kind's first candidate, two
 -- calls whose FIFO pages met two kinds in opposite orders deadlocked, so often under load (24 autocommit
 -- queue_commit_reserve loops) that 10 runs of a call in a row did.
@@ -634,7 +637,7 @@ BEGIN
     DECLARE v_ok INT DEFAULT 1;
     DECLARE v_full LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_own, v_txn, v_tries INT DEFAULT 0;
-    DECLARE v_slots INT;
+    DECLARE v_slots, v_free INT;
     DECLARE v_pop BOOLEAN DEFAULT in_secret IS NOT NULL;
     DECLARE v_rates LONGTEXT CHARACTER SET utf8mb4;  -- [[kind, per_us], ...] of the kind rates
     DECLARE v_qper, v_kper, v_budget, v_size BIGINT; -- the queue-wide rate's per; the candidate kind's; pop's budget
@@ -801,16 +804,45 @@ BEGIN
                                     END IF;
                                 END IF;
                                 IF v_limits AND v_ok = 1 THEN  -- a slot first, for a kind with a limit
-                                    IF (v_txn = 1 OR in_serial) AND NOT v_locked THEN
-                                        -- the slot rows of ALL the queue's kinds, in one statement in primary key
-                                        -- order, until the commit (see above)
-                                        SELECT COUNT(*) INTO v_slots
-                                          FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
-                                         WHERE s.queue_name = v_queue
-                                           FOR UPDATE;
-                                        SET v_locked = TRUE;
+                                    IF (v_txn = 1 OR in_serial) AND NOT v_locked
+                                       AND NOT JSON_CONTAINS(COALESCE(v_full, '[]'), JSON_QUOTE(v_kind))
+                                       AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                                                    WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
+                                        SET v_free = 1;
+                                        IF v_txn = 1 THEN  -- (a SELECT: a consistent read; in an IF, a locking one)
+                                            SELECT COUNT(*) INTO v_free
+                                              FROM (SELECT 1 FROM pyqueue_limit_slot s
+                                                      JOIN pyqueue_limit l ON l.queue_name = s.queue_name AND l.p_kind = s.p_kind
+                                                     WHERE s.queue_name = v_queue AND s.p_kind = v_kind
+                                                       AND s.slot_no <= l.capacity
+                                                       AND (s.msg_id IS NULL
+                                                            OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                                                            WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                                                              AND ((m.attempts = s.msg_attempts AND m.reserve_token IS NOT NULL
+                                                                                    AND GREATEST(m.scheduled_at, s.msg_until) > v_now)
+                                                                                   OR (m.attempts = s.msg_attempts - 1
+                                                                                       AND s.msg_until > v_now))))
+                                                     LIMIT 1) f;
+                                        END IF;
+                                        IF v_free = 0 THEN
+                                            -- every slot busy as last committed (pyqueue__limit_take's test, a plain
+                                            -- read): the kind is full for this call, without waiting for the slot
+                                            -- locks (a slot freed meanwhile is missed: too few hand-outs, never too many)
+                                            SET v_ok = 0, v_full = JSON_ARRAY_APPEND(COALESCE(v_full, '[]'), '$', v_kind);
+                                        ELSE
+                                            -- the slot rows of ALL the queue's kinds, in one statement in primary key
+                                            -- order, until the commit (see above), at the first candidate of a kind
+                                            -- with a limit: one of a kind without takes no slot and waits for no take
+                                            SELECT COUNT(*) INTO v_slots
+                                              FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
+                                             WHERE s.queue_name = v_queue
+                                               FOR UPDATE;
+                                            SET v_locked = TRUE;
+                                        END IF;
                                     END IF;
-                                    CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
+                                    IF v_ok = 1 THEN
+                                        CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
+                                    END IF;
                                 END IF;
                                 UPDATE pyqueue_message FORCE INDEX (PRIMARY)
                                    SET scheduled_at = v_until,
