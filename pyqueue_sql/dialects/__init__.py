@@ -11,14 +11,20 @@ Callers use the dialect's attributes and methods, never its name.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .. import errors
 from .base import (
     UTC,
+    AsyncConnection,
+    Composed,
+    Connection,
+    Cursor,
     Dialect,
     Duration,
     JdbcDriver,
+    JSONValue,
+    Params,
+    Row,
+    RowValue,
     as_timedelta,
     as_utc,
     encode_json,
@@ -37,9 +43,17 @@ __all__ = [
     "DIALECTS",
     "SCHEMES",
     "UTC",
+    "AsyncConnection",
+    "Composed",
+    "Connection",
+    "Cursor",
     "Dialect",
     "Duration",
     "JdbcDriver",
+    "JSONValue",
+    "Params",
+    "Row",
+    "RowValue",
     "NAMES",
     "MySQL",
     "PostgreSQL",
@@ -108,7 +122,7 @@ def as_dialect(dialect: str | Dialect) -> Dialect:
     return dialect if isinstance(dialect, Dialect) else for_name(dialect)
 
 
-def for_connection(connection: Any, asynchronous: bool = False) -> Dialect:
+def for_connection(connection: object, asynchronous: bool = False) -> Dialect:
     """The dialect of a DB-API connection (psycopg 3 or PyMySQL), or with asynchronous of an asyncio
     driver's connection (psycopg 3's AsyncConnection or aiomysql)."""
     for cls in DIALECTS:

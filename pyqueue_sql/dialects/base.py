@@ -21,7 +21,8 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from types import ModuleType
+from typing import Any, TypeAlias
 
 from .. import errors
 from ..queries import queries, split_script
@@ -33,6 +34,27 @@ UTC = dt.timezone.utc
 ROUTINE_ERROR = re.compile(r"pyqueue:(\w+):\s*(.*)", re.DOTALL)
 
 Duration = dt.timedelta | int | float | Decimal | None
+
+# What the drivers hand over, named so that a signature says what it takes. These three are Any: the
+# drivers (psycopg 3, PyMySQL, aiomysql) share no typed interface, any of them may be absent, and
+# each dialect calls its own driver's methods on them.
+Connection: TypeAlias = Any  # a DB-API connection: psycopg 3's Connection, or PyMySQL's
+AsyncConnection: TypeAlias = Any  # an asyncio driver's: psycopg 3's AsyncConnection, or aiomysql's
+Cursor: TypeAlias = Any  # a cursor of either
+# A value in a result row, as the driver decoded it: its type is the column's (int, str, datetime...).
+RowValue: TypeAlias = Any
+Row: TypeAlias = tuple[RowValue, ...]
+# A named statement's parameters (pyqueue_sql.queries), by name, as the driver sends them.
+Params: TypeAlias = dict[str, object]
+# A batch's item as the dialect encodes it: (key, kind, payload, run_at, priority), run_at as time() gives it.
+BatchItem: TypeAlias = tuple[str | None, str | None, object, dt.datetime | None, int | None]
+# A statement or a part of one (a quoted name, a keyword) as the dialect composes it: a str, or on
+# PostgreSQL a psycopg.sql.Composable (Any: psycopg may be absent).
+Composed: TypeAlias = Any
+# A decoded JSON value (a payload, headers' values, a result, a progress), what json.loads returns:
+# a dict, list, str, int, float, bool or None. Any rather than a recursive union: it is the user's
+# own value handed back to them, which their code reads without casts.
+JSONValue: TypeAlias = Any
 
 
 def routine_error(message: str | None) -> errors.QueueError | None:
@@ -81,7 +103,7 @@ def as_utc(value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime |
     raise errors.InvalidArgumentError(f"{what} must be a datetime or a timedelta, not {type(value).__name__}")
 
 
-def text_value(value: Any, what: str) -> str | None:
+def text_value(value: object, what: str) -> str | None:
     """A name argument (queue, kind, worker...) as it is; None is passed on for the routine to refuse.
     Anything but a str is refused here, the same on both dialects (PostgreSQL would not find the
     routine for such a type, MySQL would convert it silently)."""
@@ -90,7 +112,7 @@ def text_value(value: Any, what: str) -> str | None:
     raise errors.InvalidArgumentError(f"{what} must be a str, not {type(value).__name__} ({value!r:.40})")
 
 
-def key_value(value: Any, what: str = "key") -> str | None:
+def key_value(value: object, what: str = "key") -> str | None:
     """A message key: a str, or an int as its decimal text (17 -> '17'); a bool is refused (True is
     not the key 1). None is passed on for the routine to refuse."""
     if isinstance(value, bool):
@@ -104,7 +126,7 @@ def key_value(value: Any, what: str = "key") -> str | None:
     )
 
 
-def token_value(value: Any, what: str = "token") -> str | None:
+def token_value(value: object, what: str = "token") -> str | None:
     """A reservation token as text (a uuid.UUID is accepted as its text); None is passed on."""
     if value is None or isinstance(value, str):
         return value
@@ -113,12 +135,12 @@ def token_value(value: Any, what: str = "token") -> str | None:
     raise errors.InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
 
 
-def read_token(value: Any) -> str | None:
+def read_token(value: object) -> str | None:
     """A token as the routines return it (PostgreSQL uuid, MySQL CHAR(36)), as a str."""
     return None if value is None else str(value)
 
 
-def whole_number(value: Any, what: str) -> int | None:
+def whole_number(value: object, what: str) -> int | None:
     """An int argument as it is (None = the routine's default); refuses 2.5,
     "3" and True instead of letting a cast round or convert them."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
@@ -131,7 +153,7 @@ def whole_number(value: Any, what: str) -> int | None:
 _JSON_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
-def encode_json(payload: Any) -> str:
+def encode_json(payload: object) -> str:
     """A payload as compact JSON text; InvalidPayloadError for what JSON cannot hold (NaN, sets...)."""
     try:
         return _JSON_ENCODER.encode(payload)
@@ -139,7 +161,7 @@ def encode_json(payload: Any) -> str:
         raise errors.InvalidPayloadError(f"payload is not JSON-serialisable: {exc}") from exc
 
 
-def import_driver(module: str, extra: str, what: str) -> Any:
+def import_driver(module: str, extra: str, what: str) -> ModuleType:
     """The driver module, or errors.DriverNotInstalledError naming the extra that installs it
     when the module itself is missing (an ImportError from inside an installed driver is raised
     as it is: that is another problem)."""
@@ -230,7 +252,7 @@ _CONNECT_FAILURE = {
 }
 
 
-def fetch_all(connection: Any, sql: str) -> list[Any]:
+def fetch_all(connection: Connection, sql: str) -> list[Row]:
     """The rows of one statement without parameters on a DB-API connection."""
     cur = connection.cursor()
     try:
@@ -309,14 +331,14 @@ class Dialect:
     async_driver: tuple[str, str] = ("", "")
 
     # -- connections -----------------------------------------------------
-    def import_driver(self, asynchronous: bool = False) -> Any:
+    def import_driver(self, asynchronous: bool = False) -> ModuleType:
         """The (asyncio) driver's module; errors.DriverNotInstalledError, naming the extra to
         install, when it is missing."""
         module, extra = self.async_driver if asynchronous else self.driver
         what = f"{'the asyncio client for ' if asynchronous else ''}a {self.name}:// DSN"
         return import_driver(module, extra, what)
 
-    def connect(self, dsn: str, autocommit: bool = True) -> Any:
+    def connect(self, dsn: str, autocommit: bool = True) -> Connection:
         """A DB-API connection; autocommit unless asked otherwise (SQLAlchemy wants it off).
         errors.ConnectionFailedError when the server cannot be reached or refuses."""
         raise NotImplementedError
@@ -350,40 +372,40 @@ class Dialect:
         raise it as it is."""
         return None
 
-    def owns(self, connection: Any) -> bool:
+    def owns(self, connection: object) -> bool:
         """Whether a DB-API connection object belongs to this dialect's driver."""
         raise NotImplementedError
 
-    def begin(self, connection: Any) -> None:
+    def begin(self, connection: Connection) -> None:
         raise NotImplementedError
 
-    def commit(self, connection: Any) -> None:
+    def commit(self, connection: Connection) -> None:
         connection.commit()
 
-    def rollback(self, connection: Any) -> None:
+    def rollback(self, connection: Connection) -> None:
         connection.rollback()
 
     # -- asyncio connections (pyqueue_sql.aio) ---------------------------
     # The same operations on the dialect's asyncio driver: psycopg's AsyncConnection (PostgreSQL),
     # aiomysql (MySQL). Statements, values and errors are the sync ones.
-    def owns_async(self, connection: Any) -> bool:
+    def owns_async(self, connection: object) -> bool:
         """Whether a connection object belongs to this dialect's asyncio driver."""
         raise NotImplementedError
 
-    async def connect_async(self, dsn: str) -> Any:
+    async def connect_async(self, dsn: str) -> AsyncConnection:
         """An asyncio driver connection in autocommit mode."""
         raise NotImplementedError
 
-    async def begin_async(self, connection: Any) -> None:
+    async def begin_async(self, connection: AsyncConnection) -> None:
         raise NotImplementedError
 
-    async def commit_async(self, connection: Any) -> None:
+    async def commit_async(self, connection: AsyncConnection) -> None:
         await connection.commit()
 
-    async def rollback_async(self, connection: Any) -> None:
+    async def rollback_async(self, connection: AsyncConnection) -> None:
         await connection.rollback()
 
-    async def end_transaction_async(self, connection: Any, commit: bool) -> None:
+    async def end_transaction_async(self, connection: AsyncConnection, commit: bool) -> None:
         """end_transaction on an asyncio connection."""
         try:
             await (self.commit_async(connection) if commit else self.rollback_async(connection))
@@ -396,26 +418,26 @@ class Dialect:
             raise
 
     # -- statements ------------------------------------------------------
-    def run(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+    def run(self, connection: Connection, name: str, params: Params) -> list[Row]:
         """Runs a named statement and returns all rows of its (single) result set."""
         raise NotImplementedError
 
-    def run_sets(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
+    def run_sets(self, connection: Connection, name: str, params: Params) -> list[list[Row]]:
         """Every result set of a named statement (PostgreSQL routines send one)."""
         return [self.run(connection, name, params)]
 
-    async def run_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+    async def run_async(self, connection: AsyncConnection, name: str, params: Params) -> list[Row]:
         """run on an asyncio connection."""
         raise NotImplementedError
 
-    async def run_sets_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
+    async def run_sets_async(self, connection: AsyncConnection, name: str, params: Params) -> list[list[Row]]:
         """run_sets on an asyncio connection."""
         return [await self.run_async(connection, name, params)]
 
     def statement(self, name: str) -> str:
         return queries(self.name)[name]
 
-    def run_script(self, cursor: Any, text: str) -> None:
+    def run_script(self, cursor: Cursor, text: str) -> None:
         """Runs a whole SQL script (an install or migration file) on a DB-API cursor, without
         parameters (so '%' stays as it is): statement by statement, split the way the mysql
         client splits it (DELIMITER lines included). A script of comments only runs nothing."""
@@ -423,19 +445,19 @@ class Dialect:
             cursor.execute(statement)
 
     # -- values ----------------------------------------------------------
-    def duration(self, value: Duration, what: str) -> Any:
+    def duration(self, value: Duration, what: str) -> dt.timedelta | Decimal | None:
         return as_timedelta(value, what)
 
-    def time(self, value: dt.datetime | dt.timedelta | None, what: str) -> Any:
+    def time(self, value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime | None:
         return as_utc(value, what)
 
-    def read_time(self, value: Any) -> dt.datetime | None:
+    def read_time(self, value: dt.datetime | None) -> dt.datetime | None:
         return value
 
-    def read_payload(self, value: Any) -> Any:
+    def read_payload(self, value: object) -> JSONValue:
         return value
 
-    def read_duration(self, value: Any) -> dt.timedelta | None:
+    def read_duration(self, value: dt.timedelta | Decimal | float | None) -> dt.timedelta | None:
         """A duration a routine returns (PostgreSQL interval, MySQL decimal seconds)."""
         if value is None or isinstance(value, dt.timedelta):
             return value
@@ -443,34 +465,30 @@ class Dialect:
             return dt.timedelta(microseconds=int(value.scaleb(6).to_integral_value()))
         return dt.timedelta(seconds=float(value))
 
-    def kinds(self, kinds: Sequence[str] | None) -> Any:
+    def kinds(self, kinds: Sequence[str] | None) -> list[str | None] | str | None:
         if kinds is None:
             return None
         if isinstance(kinds, (str, bytes)):
             raise errors.InvalidArgumentError("kinds must be a list of kinds, not a single str")
         return [text_value(k, "each kind") for k in kinds]
 
-    def text_array(self, values: Sequence[str | None]) -> Any:
+    def text_array(self, values: Sequence[str | None]) -> list[str | None] | str:
         """A list of texts (keys, kinds, tokens) as a routine's array argument: a list (text[]) here."""
         return list(values)
 
-    def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
+    def batch(self, items: Sequence[BatchItem]) -> Params:
         """The arguments of queue_push_batch for (key, kind, payload, run_at, priority) items."""
         raise NotImplementedError
 
-    def grouped_batch(
-        self, items: Sequence[tuple[str, str, Any, Any, Any]], groups: Sequence[str | None]
-    ) -> dict[str, Any]:
+    def grouped_batch(self, items: Sequence[BatchItem], groups: Sequence[str | None]) -> Params:
         """The arguments of queue_push_batch_grouped: batch's, and each item's group (None: none)."""
         raise NotImplementedError
 
-    def topic_batch(
-        self, topics: Sequence[str | None], items: Sequence[tuple[str, str, Any, Any, Any]]
-    ) -> dict[str, Any]:
+    def topic_batch(self, topics: Sequence[str | None], items: Sequence[BatchItem]) -> Params:
         """The arguments of queue_publish_batch: each item's topic, and batch's."""
         raise NotImplementedError
 
-    def read_commit_reserve(self, sets: list[list[tuple]]) -> tuple[Any, list[tuple]]:
+    def read_commit_reserve(self, sets: list[list[Row]]) -> tuple[RowValue, list[Row]]:
         """(committed, reservation rows) from the result sets of the commit_reserve statement:
         here one set whose rows each start with the commit's result, and a row without a
         message (its key NULL) when nothing was reserved."""
@@ -514,7 +532,7 @@ class Dialect:
         """The SerializationError a driver error stands for, or None."""
         return None
 
-    def end_transaction(self, connection: Any, commit: bool) -> None:
+    def end_transaction(self, connection: Connection, commit: bool) -> None:
         """Commits (or rolls back); a serialization failure at COMMIT is raised as SerializationError."""
         try:
             self.commit(connection) if commit else self.rollback(connection)
@@ -527,8 +545,8 @@ class Dialect:
             raise
 
     def run_in_own_transaction(
-        self, connection: Any, name: str, params: dict[str, Any], all_sets: bool = False
-    ) -> Any:
+        self, connection: Connection, name: str, params: Params, all_sets: bool = False
+    ) -> list[Row] | list[list[Row]]:
         """A named statement in a transaction of its own: BEGIN, the statement, COMMIT; ROLLBACK
         when it raises (then its error goes on). Its rows as run (all_sets: as run_sets)."""
         self.begin(connection)
@@ -542,8 +560,8 @@ class Dialect:
         return rows
 
     async def run_in_own_transaction_async(
-        self, connection: Any, name: str, params: dict[str, Any], all_sets: bool = False
-    ) -> Any:
+        self, connection: AsyncConnection, name: str, params: Params, all_sets: bool = False
+    ) -> list[Row] | list[list[Row]]:
         """run_in_own_transaction on an asyncio connection."""
         await self.begin_async(connection)
         try:
@@ -557,30 +575,32 @@ class Dialect:
         return rows
 
     # -- wakeups ---------------------------------------------------------
-    def listen(self, connection: Any, channels: Sequence[str]) -> None:
+    def listen(self, connection: Connection, channels: Sequence[str]) -> None:
         """Registers the connection for the wakeups of these channels (names from queue_channel)."""
         raise errors.QueueError(f"{self.name} has no LISTEN")
 
-    def wait_for_notification(self, connection: Any, timeout: float) -> list[tuple[str, str]]:
+    def wait_for_notification(self, connection: Connection, timeout: float) -> list[tuple[str, str]]:
         """Waits up to timeout seconds for a wakeup on a channel the connection listens to:
         [(channel, payload)] of the first that came (later ones stay buffered for the next
         call), [] when none did."""
         raise errors.QueueError(f"{self.name} has no LISTEN")
 
-    async def listen_async(self, connection: Any, channels: Sequence[str]) -> None:
+    async def listen_async(self, connection: AsyncConnection, channels: Sequence[str]) -> None:
         """listen on an asyncio connection."""
         raise errors.QueueError(f"{self.name} has no LISTEN")
 
-    async def wait_for_notification_async(self, connection: Any, timeout: float) -> list[tuple[str, str]]:
+    async def wait_for_notification_async(
+        self, connection: AsyncConnection, timeout: float
+    ) -> list[tuple[str, str]]:
         """wait_for_notification on an asyncio connection."""
         raise errors.QueueError(f"{self.name} has no LISTEN")
 
-    def shares_sessions(self, connection: Any, dsn: str) -> bool:
+    def shares_sessions(self, connection: Connection, dsn: str) -> bool:
         """Whether a pooler in transaction mode stands between connection and the server, so that
         a LISTEN cannot last (asked of dialects with LISTEN only)."""
         return False
 
-    async def shares_sessions_async(self, connection: Any, dsn: str) -> bool:
+    async def shares_sessions_async(self, connection: AsyncConnection, dsn: str) -> bool:
         """shares_sessions on an asyncio connection."""
         return False
 
@@ -590,47 +610,47 @@ class Dialect:
         without a host part)."""
         raise NotImplementedError
 
-    def grantee(self, name: str, host: str | None) -> Any:
+    def grantee(self, name: str, host: str | None) -> Composed:
         """The account (name, host) as the grantee of a GRANT, quoted."""
         raise NotImplementedError
 
-    def identifier(self, *parts: str) -> Any:
+    def identifier(self, *parts: str) -> Composed:
         """A (schema-qualified) name, quoted as an identifier."""
         raise NotImplementedError
 
-    def keyword(self, text: str) -> Any:
+    def keyword(self, text: str) -> Composed:
         """A fixed SQL word (a privilege name) to put into a statement as it is."""
         return text
 
-    def compose(self, template: str, **parts: Any) -> Any:
+    def compose(self, template: str, **parts: Composed) -> Composed:
         """A named statement with its {placeholders} filled with identifiers and keywords."""
         return template.format(**parts)
 
-    def statement_text(self, statement: Any, connection: Any = None) -> str:
+    def statement_text(self, statement: Composed, connection: Connection | None = None) -> str:
         """A composed statement as SQL text (for printing)."""
         return str(statement)
 
     @contextlib.contextmanager
-    def no_account_creation(self, connection: Any) -> Iterator[None]:
+    def no_account_creation(self, connection: Connection) -> Iterator[None]:
         """While in the block, a GRANT to an account that does not exist fails instead of
         creating it (nothing to do where a GRANT never creates an account)."""
         yield
 
-    def shadowing_grantees(self, connection: Any) -> frozenset[str]:
+    def shadowing_grantees(self, connection: Connection) -> frozenset[str]:
         """The accounts that may create temporary tables in connection's database, where a
         session's temporary table would shadow a table of the routines (MySQL/MariaDB), as
         grantee() quotes them; none where the routines cannot be shadowed so (PostgreSQL puts
         pg_temp last on their search_path)."""
         return frozenset()
 
-    def public_role(self, connection: Any) -> tuple[str, str] | None:
+    def public_role(self, connection: Connection) -> tuple[str, str] | None:
         """The role every account holds, whose privileges and roles count for every account
         without SET ROLE, as (name, host); None where the server has none such in its grant
         tables (MariaDB 10.11+ has PUBLIC)."""
         return None
 
     # -- migrations (pyqueue_sql.migrate) --------------------------------
-    def server_flavor(self, connection: Any) -> str:
+    def server_flavor(self, connection: Connection) -> str:
         """The server flavour of a DB-API connection, the key of FINGERPRINTS in a revision file
         (how `migrate --adopt` recognises a schema): the dialect's name, unless servers of the
         dialect build different catalogs."""
@@ -638,8 +658,8 @@ class Dialect:
 
     def routine_regrants(
         self,
-        saved: Iterable[Sequence[Any]],
-        current: Iterable[Sequence[Any]],
+        saved: Iterable[Sequence[RowValue]],
+        current: Iterable[Sequence[RowValue]],
     ) -> list[str]:
         """The GRANTs that give back the routine grants a migration dropped by re-creating
         routines, from the grant snapshot taken before the run (``saved``) and the grants now
@@ -647,19 +667,19 @@ class Dialect:
         raise NotImplementedError(f"{self.name} migrations take no grant snapshot")
 
     # -- test databases (pyqueue_sql.testing) ----------------------------
-    def empty_database_statements(self, connection: Any, kept_table: str) -> list[str]:
+    def empty_database_statements(self, connection: Connection, kept_table: str) -> list[str]:
         """The statements that empty connection's database (every table but kept_table) in one
         transaction, for a DB-API cursor (each may hold several; their result sets are skipped)."""
         raise NotImplementedError(f"{self.name} test databases cannot be emptied")
 
-    def after_emptying_database(self, connection: Any) -> None:
+    def after_emptying_database(self, connection: Connection) -> None:
         """What is left to do once empty_database_statements ran (nothing, unless the dialect says)."""
 
-    def database_fingerprint(self, connection: Any) -> Any:
+    def database_fingerprint(self, connection: Connection) -> object:
         """What a test could change in connection's database besides rows (its relations,
         routines and grants), as a value to compare: a change gets the next test a new database."""
         raise NotImplementedError(f"{self.name} test databases have no fingerprint")
 
-    def close_other_sessions(self, connection: Any) -> None:
+    def close_other_sessions(self, connection: Connection) -> None:
         """Ends the other sessions connected to connection's database, as dropping it would."""
         raise NotImplementedError(f"{self.name} cannot end other sessions")

@@ -8,18 +8,25 @@ import datetime as dt
 import functools
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .. import errors
 from ..queries import migration_queries
 from .base import (
     UTC,
+    AsyncConnection,
+    BatchItem,
+    Connection,
     Dialect,
     Duration,
     JdbcDriver,
+    JSONValue,
+    Params,
+    Row,
+    RowValue,
     as_timedelta,
     as_utc,
     connection_failed,
@@ -28,6 +35,9 @@ from .base import (
     scrub_exception,
     strip_driver,
 )
+
+# PyMySQL's (and aiomysql's) connect() keyword arguments (Any: each its own type, read back as such).
+ConnectArgs: TypeAlias = dict[str, Any]
 
 # Access denied for: the database (1044), a privilege (1227), a table (1142), a column (1143),
 # a routine (1370).
@@ -43,7 +53,7 @@ _NAME = re.compile(r"[^\x00-\x1f\x7f`']+")
 _ROUTINE_PRIVILEGES = {"execute": "EXECUTE", "alter routine": "ALTER ROUTINE"}
 
 
-def _read_datetime(text: str) -> Any:
+def _read_datetime(text: str) -> dt.datetime | dt.date | str:
     """A DATETIME or TIMESTAMP column's text as a datetime: what PyMySQL's own converter returns, at
     a fifth to a tenth of its cost. The server sends a DATETIME(6) as 'YYYY-MM-DD hh:mm:ss.ffffff' and a
     DATETIME as 'YYYY-MM-DD hh:mm:ss', which ``fromisoformat`` reads (0.3-0.6 µs against 3 µs for
@@ -61,7 +71,7 @@ def _read_datetime(text: str) -> Any:
 
 
 @functools.cache
-def _conversions() -> dict[Any, Any]:
+def _conversions() -> dict[type | int, Callable[..., object]]:
     """PyMySQL's conversions with the DATETIME and TIMESTAMP readers above: the ``conv`` of every
     connection this client opens (a connection passed in keeps its own)."""
     import pymysql.converters
@@ -74,7 +84,7 @@ def _conversions() -> dict[Any, Any]:
     }
 
 
-def mysql_connect_args(dsn: str) -> dict[str, Any]:
+def mysql_connect_args(dsn: str) -> ConnectArgs:
     """PyMySQL keyword arguments from mysql://user:password@host:port/database?option=value. A DSN
     naming several hosts is refused here (PyMySQL connects to one): ``connect`` takes it, or
     ``mysql_connect_candidates`` gives the arguments for each host."""
@@ -87,7 +97,7 @@ def mysql_connect_args(dsn: str) -> dict[str, Any]:
     return candidates[0]
 
 
-def mysql_connect_candidates(dsn: str) -> list[dict[str, Any]]:
+def mysql_connect_candidates(dsn: str) -> list[ConnectArgs]:
     """PyMySQL keyword arguments for each host of mysql://user:password@host:port/database?option=value,
     in order; a multi-host DSN lists them with commas (mysql://app@db1:3306,db2:3306/app, a port per
     host or the default; IPv6 addresses in brackets)."""
@@ -104,7 +114,7 @@ def mysql_connect_candidates(dsn: str) -> list[dict[str, Any]]:
         except ValueError as exc:  # a port that is not a number from 0 to 65535
             raise errors.UnsupportedDsnError(f"not a host or host:port in the MySQL DSN: {exc}") from None
     user, has_password, password = userinfo.partition(":")
-    args: dict[str, Any] = {
+    args: ConnectArgs = {
         "user": unquote(user) if user else "root",
         "password": unquote(password) if has_password else "",
         "database": unquote(parts.path.lstrip("/")) or None,
@@ -161,7 +171,7 @@ class _HostFailures:
         self.reasons: set[str] = set()
         self.last: BaseException | None = None
 
-    def add(self, args: dict[str, Any], exc: BaseException | None) -> None:
+    def add(self, args: ConnectArgs, exc: BaseException | None) -> None:
         """exc: the host's error, or None for a host that answered read-only."""
         self.lines.append(f"{args['host']}:{args['port']}: {'read-only' if exc is None else _describe(exc)}")
         self.reasons.add("unreachable" if exc is None else _connect_refusal(exc))
@@ -194,13 +204,13 @@ def _quiet_cursor() -> type:
     import aiomysql
 
     class QuietCursor(aiomysql.Cursor):
-        async def _show_warnings(self, conn: Any) -> None:
+        async def _show_warnings(self, conn: AsyncConnection) -> None:
             return None
 
     return QuietCursor
 
 
-def _privilege_set(value: Any) -> frozenset[str]:
+def _privilege_set(value: object) -> frozenset[str]:
     if isinstance(value, (set, frozenset)):  # Proc_priv, a SET column
         value = ",".join(value)
     return frozenset(p.strip().lower() for p in str(value or "").split(",") if p.strip())
@@ -300,7 +310,7 @@ class MySQL(Dialect):
     async_driver = ("aiomysql", "asyncio")
 
     # -- connections -----------------------------------------------------
-    def connect(self, dsn: str, autocommit: bool = True) -> Any:
+    def connect(self, dsn: str, autocommit: bool = True) -> Connection:
         """A connection to the DSN's server; with several hosts, to the first of them, in order,
         that answers and is writable (read_only OFF: a replica is skipped, as libpq's
         target_session_attrs=read-write does), else a connection error naming why each failed."""
@@ -344,10 +354,10 @@ class MySQL(Dialect):
         scrub_exception(failures.last, dsn)
         raise failures.error() from failures.last
 
-    def owns(self, connection: Any) -> bool:
+    def owns(self, connection: object) -> bool:
         return type(connection).__module__.startswith("pymysql")
 
-    def begin(self, connection: Any) -> None:
+    def begin(self, connection: Connection) -> None:
         connection.begin()
 
     # aiomysql rather than asyncmy: both read the procedures' result sets right and run them
@@ -355,10 +365,10 @@ class MySQL(Dialect):
     # 127 vs 128, queue_commit_reserve 76 vs 76, queue_stats 190 vs 172), and aiomysql is
     # PyMySQL underneath: the same value conversions and the same exception classes as the sync
     # client, so the error mapping above serves both.
-    def owns_async(self, connection: Any) -> bool:
+    def owns_async(self, connection: object) -> bool:
         return type(connection).__module__.startswith("aiomysql")
 
-    async def connect_async(self, dsn: str) -> Any:
+    async def connect_async(self, dsn: str) -> AsyncConnection:
         """connect's twin: with several hosts, the first that answers and is writable."""
         aiomysql = self.import_driver(asynchronous=True)
         import pymysql
@@ -409,14 +419,14 @@ class MySQL(Dialect):
             return None
         return connection_failed(_connect_refusal(exc), _describe(exc), dsn)
 
-    async def begin_async(self, connection: Any) -> None:
+    async def begin_async(self, connection: AsyncConnection) -> None:
         await connection.begin()
 
     # -- statements ------------------------------------------------------
-    def run(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+    def run(self, connection: Connection, name: str, params: Params) -> list[Row]:
         return self.run_sets(connection, name, params)[0]
 
-    def run_sets(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
+    def run_sets(self, connection: Connection, name: str, params: Params) -> list[list[Row]]:
         """Runs a named CALL and returns the rows of each result set it sends (at least one list)."""
         cur = connection.cursor()
         try:
@@ -439,18 +449,18 @@ class MySQL(Dialect):
         return f"START TRANSACTION; {self.statement(name)}; COMMIT"
 
     @staticmethod
-    def _multi_statements(connection: Any) -> bool:
+    def _multi_statements(connection: Connection | AsyncConnection) -> bool:
         from pymysql.constants import CLIENT
 
         return bool(getattr(connection, "client_flag", 0) & CLIENT.MULTI_STATEMENTS)
 
-    def _own_result(self, sets: list[list[tuple]], all_sets: bool) -> Any:
+    def _own_result(self, sets: list[list[Row]], all_sets: bool) -> list[Row] | list[list[Row]]:
         """The CALL's result sets out of the one-trip query's (those with columns: START
         TRANSACTION, the CALL's closing status and COMMIT have none), as run / run_sets give them."""
         sets = sets or [[]]
         return sets if all_sets else sets[0]
 
-    def _self_contained(self, name: str, connection: Any) -> bool:
+    def _self_contained(self, name: str, connection: Connection | AsyncConnection) -> bool:
         return (
             name in self.self_contained_on_mariadb
             and bool(connection.get_autocommit())
@@ -458,8 +468,8 @@ class MySQL(Dialect):
         )
 
     def run_in_own_transaction(
-        self, connection: Any, name: str, params: dict[str, Any], all_sets: bool = False
-    ) -> Any:
+        self, connection: Connection, name: str, params: Params, all_sets: bool = False
+    ) -> list[Row] | list[list[Row]]:
         if self._self_contained(name, connection):
             return (self.run_sets if all_sets else self.run)(connection, name, params)
         if not self._multi_statements(connection):
@@ -482,8 +492,8 @@ class MySQL(Dialect):
         return self._own_result(sets, all_sets)
 
     async def run_in_own_transaction_async(
-        self, connection: Any, name: str, params: dict[str, Any], all_sets: bool = False
-    ) -> Any:
+        self, connection: AsyncConnection, name: str, params: Params, all_sets: bool = False
+    ) -> list[Row] | list[list[Row]]:
         if self._self_contained(name, connection):
             return await (self.run_sets_async if all_sets else self.run_async)(connection, name, params)
         if not self._multi_statements(connection):
@@ -505,10 +515,10 @@ class MySQL(Dialect):
                 raise
         return self._own_result(sets, all_sets)
 
-    async def run_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+    async def run_async(self, connection: AsyncConnection, name: str, params: Params) -> list[Row]:
         return (await self.run_sets_async(connection, name, params))[0]
 
-    async def run_sets_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[list[tuple]]:
+    async def run_sets_async(self, connection: AsyncConnection, name: str, params: Params) -> list[list[Row]]:
         """run_sets on an aiomysql connection: every result set read (nextset) before the next
         statement, the same errors (aiomysql raises PyMySQL's)."""
         cur = await connection.cursor(_quiet_cursor())
@@ -537,7 +547,7 @@ class MySQL(Dialect):
                 raise
             raise mapped from exc
 
-    def _driver_error(self, exc: Any) -> errors.QueueError | None:
+    def _driver_error(self, exc: BaseException) -> errors.QueueError | None:
         """The pyqueue_sql exception for a PyMySQL error, or None to raise it as it is."""
         code = exc.args[0] if exc.args else None
         message = exc.args[1] if len(exc.args) > 1 else str(exc)
@@ -562,7 +572,7 @@ class MySQL(Dialect):
             )
         return None
 
-    def read_commit_reserve(self, sets: list[list[tuple]]) -> tuple[Any, list[tuple]]:
+    def read_commit_reserve(self, sets: list[list[Row]]) -> tuple[RowValue, list[Row]]:
         """The procedure sends the reserved rows first and the commit's result as its last set."""
         return sets[-1][0][0], [row for part in sets[:-1] for row in part]
 
@@ -596,45 +606,41 @@ class MySQL(Dialect):
         return None
 
     # -- values ----------------------------------------------------------
-    def duration(self, value: Duration, what: str) -> Any:
+    def duration(self, value: Duration, what: str) -> Decimal | None:
         delta = as_timedelta(value, what)
         return None if delta is None else Decimal(str(round(delta.total_seconds(), 6)))
 
-    def time(self, value: dt.datetime | dt.timedelta | None, what: str) -> Any:
+    def time(self, value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime | None:
         aware = as_utc(value, what)
         return None if aware is None else aware.replace(tzinfo=None)
 
-    def read_time(self, value: Any) -> dt.datetime | None:
+    def read_time(self, value: dt.datetime | None) -> dt.datetime | None:
         return None if value is None else value.replace(tzinfo=UTC)
 
-    def read_payload(self, value: Any) -> Any:
+    def read_payload(self, value: object) -> JSONValue:
         if isinstance(value, (bytes, bytearray)):
             value = value.decode("utf-8")
         return json.loads(value) if isinstance(value, str) else value
 
-    def kinds(self, kinds: Sequence[str] | None) -> Any:
+    def kinds(self, kinds: Sequence[str] | None) -> str | None:
         checked = super().kinds(kinds)
         return None if checked is None else json.dumps(checked, ensure_ascii=False)
 
-    def text_array(self, values: Sequence[str | None]) -> Any:
+    def text_array(self, values: Sequence[str | None]) -> str:
         """A JSON array (the procedures read arrays with JSON_TABLE)."""
         return encode_json(list(values))
 
-    def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
+    def batch(self, items: Sequence[BatchItem]) -> Params:
         return {"messages": encode_json(self._batch_messages(items))}
 
-    def grouped_batch(
-        self, items: Sequence[tuple[str, str, Any, Any, Any]], groups: Sequence[str | None]
-    ) -> dict[str, Any]:
+    def grouped_batch(self, items: Sequence[BatchItem], groups: Sequence[str | None]) -> Params:
         """batch's array of messages, each object with its group as a member (null: no group)."""
         messages = self._batch_messages(items)
         for message, group in zip(messages, groups):
             message["group"] = group
         return {"messages": encode_json(messages)}
 
-    def topic_batch(
-        self, topics: Sequence[str | None], items: Sequence[tuple[str, str, Any, Any, Any]]
-    ) -> dict[str, Any]:
+    def topic_batch(self, topics: Sequence[str | None], items: Sequence[BatchItem]) -> Params:
         """batch's array of messages, each object with its topic as a member."""
         messages = self._batch_messages(items)
         for message, topic in zip(messages, topics):
@@ -642,7 +648,7 @@ class MySQL(Dialect):
         return {"messages": encode_json(messages)}
 
     @staticmethod
-    def _batch_messages(items: Sequence[tuple[str, str, Any, Any, Any]]) -> list[dict[str, Any]]:
+    def _batch_messages(items: Sequence[BatchItem]) -> list[dict[str, object]]:
         """The objects of a batch's JSON array of messages, as the batch procedures read them
         (a payload that is not JSON is refused when the array is encoded, before anything is sent)."""
         messages = []
@@ -685,7 +691,7 @@ class MySQL(Dialect):
         return ".".join(quote_name(part) for part in parts)
 
     @contextlib.contextmanager
-    def no_account_creation(self, connection: Any) -> Iterator[None]:
+    def no_account_creation(self, connection: Connection) -> Iterator[None]:
         """MariaDB creates a password-less account on a GRANT to a missing one unless sql_mode has
         NO_AUTO_CREATE_USER (in its default, but a session may lack it): the block adds it for the
         session and puts the session's sql_mode back afterwards. MySQL 8 never creates one."""
@@ -704,7 +710,7 @@ class MySQL(Dialect):
         finally:
             cur.close()
 
-    def shadowing_grantees(self, connection: Any) -> frozenset[str]:
+    def shadowing_grantees(self, connection: Connection) -> frozenset[str]:
         """The accounts holding CREATE TEMPORARY TABLES on this database (by name or pattern) or
         globally, in GRANTEE's format 'user'@'host', which grantee() can be compared with after
         replacing its backticks by quotes. MySQL and MariaDB resolve a session's temporary table
@@ -716,12 +722,12 @@ class MySQL(Dialect):
         finally:
             cur.close()
 
-    def public_role(self, connection: Any) -> tuple[str, str] | None:
+    def public_role(self, connection: Connection) -> tuple[str, str] | None:
         """MariaDB's PUBLIC (10.11+), shown in the grant tables as 'PUBLIC'@''; MySQL has none."""
         return ("PUBLIC", "") if self.server_flavor(connection) == "mariadb" else None
 
     # -- migrations (pyqueue_sql.migrate) --------------------------------
-    def server_flavor(self, connection: Any) -> str:
+    def server_flavor(self, connection: Connection) -> str:
         """'mariadb' or 'mysql', from the server's version string."""
         cur = connection.cursor()
         try:
@@ -735,8 +741,8 @@ class MySQL(Dialect):
 
     def routine_regrants(
         self,
-        saved: Iterable[Sequence[Any]],
-        current: Iterable[Sequence[Any]],
+        saved: Iterable[Sequence[RowValue]],
+        current: Iterable[Sequence[RowValue]],
     ) -> list[str]:
         """Re-creating a procedure (DROP + CREATE) drops its grants. ``saved`` and ``current`` are
         rows (user, host, routine, routine_type, privileges) of mysql.procs_priv, before the run
@@ -772,7 +778,7 @@ class MySQL(Dialect):
     # are the schema's own: their counters go on, since an ALTER TABLE costs some 15 ms a table.
     answered_counters = ("pyqueue_worker", "queue_ingest", "pyqueue_ingest_reject")
 
-    def empty_database_statements(self, connection: Any, kept_table: str) -> list[str]:
+    def empty_database_statements(self, connection: Connection, kept_table: str) -> list[str]:
         """DELETE of every table but kept_table in one transaction, the foreign key checks off for
         the session meanwhile."""
         tables = [
@@ -790,7 +796,7 @@ class MySQL(Dialect):
             + " COMMIT; SET SESSION foreign_key_checks = 1",
         ]
 
-    def after_emptying_database(self, connection: Any) -> None:
+    def after_emptying_database(self, connection: Connection) -> None:
         names = ", ".join(f"'{t}'" for t in self.answered_counters)
         for (table,) in fetch_all(
             connection,
@@ -799,7 +805,7 @@ class MySQL(Dialect):
         ):
             fetch_all(connection, f"ALTER TABLE `{table}` AUTO_INCREMENT = 1")
 
-    def database_fingerprint(self, connection: Any) -> Any:
+    def database_fingerprint(self, connection: Connection) -> object:
         """The number of tables and routines, and of the routine, table and database grants where
         the account may read them."""
         rows = fetch_all(
@@ -816,7 +822,7 @@ class MySQL(Dialect):
             )
         return rows
 
-    def close_other_sessions(self, connection: Any) -> None:
+    def close_other_sessions(self, connection: Connection) -> None:
         for (pid,) in fetch_all(
             connection,
             "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()",

@@ -5,19 +5,33 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import errors
 from ..queries import split_script
 from .base import (
+    AsyncConnection,
+    BatchItem,
+    Composed,
+    Connection,
+    Cursor,
     Dialect,
     JdbcDriver,
+    JSONValue,
+    Params,
+    Row,
     connection_failed,
     encode_json,
     fetch_all,
     strip_driver,
     without_secrets,
 )
+
+if TYPE_CHECKING:
+    import psycopg
+
+if TYPE_CHECKING:
+    import psycopg
 
 INSTALL_NOTE = """\
 -- pyqueue-sql install script (PostgreSQL). Run it in ONE transaction:
@@ -46,7 +60,7 @@ _ROUTINE_EXISTS = (
 _JSON_SCAN = json.JSONDecoder().scan_once
 
 
-def _load_json(data: Any) -> Any:
+def _load_json(data: bytes | bytearray | memoryview) -> JSONValue:
     text = bytes(data).decode("utf-8")
     try:
         value, end = _JSON_SCAN(text, 0)
@@ -79,7 +93,7 @@ _BAD_CONNINFO = re.compile(
 _BACKEND_PID = "SELECT pg_catalog.pg_backend_pid()"
 
 
-def _backend_pid(connection: Any) -> int:
+def _backend_pid(connection: Connection) -> int:
     with connection.cursor() as cur:
         cur.execute(_BACKEND_PID)
         return cur.fetchone()[0]
@@ -142,7 +156,7 @@ class PostgreSQL(Dialect):
     # are one routine call each, whose plan is trivial and whose inner statements PL/pgSQL caches per
     # session anyway: preparing measured within noise (`python -m bench pgbouncer`, part "prepare"), so the
     # client works through a pooler without being told.
-    def connect(self, dsn: str, autocommit: bool = True) -> Any:
+    def connect(self, dsn: str, autocommit: bool = True) -> Connection:
         psycopg = self.import_driver()
 
         with self.connection_failures(dsn):
@@ -150,17 +164,17 @@ class PostgreSQL(Dialect):
         psycopg.types.json.set_json_loads(_load_json, connection)
         return connection
 
-    def owns(self, connection: Any) -> bool:
+    def owns(self, connection: object) -> bool:
         return type(connection).__module__.startswith("psycopg") and not self.owns_async(connection)
 
-    def owns_async(self, connection: Any) -> bool:
+    def owns_async(self, connection: object) -> bool:
         if not type(connection).__module__.startswith("psycopg"):
             return False
         import psycopg
 
         return isinstance(connection, psycopg.AsyncConnection)
 
-    async def connect_async(self, dsn: str) -> Any:
+    async def connect_async(self, dsn: str) -> AsyncConnection:
         psycopg = self.import_driver(asynchronous=True)
 
         with self.connection_failures(dsn):
@@ -186,7 +200,7 @@ class PostgreSQL(Dialect):
             )
         return None
 
-    def shares_sessions(self, connection: Any, dsn: str) -> bool:
+    def shares_sessions(self, connection: Connection, dsn: str) -> bool:
         """Whether another client connection to dsn is served by the server session that served
         connection's last transaction: so a transaction (or statement) pooler such as PgBouncer's
         pool_mode = transaction stands between, and a LISTEN would stay behind in a session this
@@ -200,7 +214,7 @@ class PostgreSQL(Dialect):
         finally:
             other.close()
 
-    async def shares_sessions_async(self, connection: Any, dsn: str) -> bool:
+    async def shares_sessions_async(self, connection: AsyncConnection, dsn: str) -> bool:
         """shares_sessions on a psycopg AsyncConnection."""
         async with connection.cursor() as cur:
             await cur.execute(_BACKEND_PID)
@@ -213,31 +227,31 @@ class PostgreSQL(Dialect):
         finally:
             await other.close()
 
-    async def begin_async(self, connection: Any) -> None:
+    async def begin_async(self, connection: AsyncConnection) -> None:
         await connection.set_autocommit(False)
 
-    async def commit_async(self, connection: Any) -> None:
+    async def commit_async(self, connection: AsyncConnection) -> None:
         await connection.commit()
         await connection.set_autocommit(True)
 
-    async def rollback_async(self, connection: Any) -> None:
+    async def rollback_async(self, connection: AsyncConnection) -> None:
         await connection.rollback()
         await connection.set_autocommit(True)
 
-    def begin(self, connection: Any) -> None:
+    def begin(self, connection: Connection) -> None:
         # psycopg starts a transaction with the first statement once autocommit is off.
         connection.autocommit = False
 
-    def commit(self, connection: Any) -> None:
+    def commit(self, connection: Connection) -> None:
         connection.commit()
         connection.autocommit = True
 
-    def rollback(self, connection: Any) -> None:
+    def rollback(self, connection: Connection) -> None:
         connection.rollback()
         connection.autocommit = True
 
     # -- statements ------------------------------------------------------
-    def run(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+    def run(self, connection: Connection, name: str, params: Params) -> list[Row]:
         import psycopg
 
         try:
@@ -252,7 +266,7 @@ class PostgreSQL(Dialect):
                 raise
             raise mapped from exc
 
-    async def run_async(self, connection: Any, name: str, params: dict[str, Any]) -> list[tuple]:
+    async def run_async(self, connection: AsyncConnection, name: str, params: Params) -> list[Row]:
         """run on a psycopg AsyncConnection: the same statement, the same errors."""
         import psycopg
 
@@ -268,7 +282,7 @@ class PostgreSQL(Dialect):
                 raise
             raise mapped from exc
 
-    def _driver_error(self, name: str, exc: Any, exists: bool | None) -> errors.QueueError | None:
+    def _driver_error(self, name: str, exc: psycopg.Error, exists: bool | None) -> errors.QueueError | None:
         """The pyqueue_sql exception for a psycopg error of the named statement, or None to raise it
         as it is. exists: whether the routine an UndefinedFunction names is in the catalog (None:
         not known)."""
@@ -301,7 +315,7 @@ class PostgreSQL(Dialect):
             return errors.InvalidArgumentError(str(exc.diag.message_primary))
         return None
 
-    def run_script(self, cursor: Any, text: str) -> None:
+    def run_script(self, cursor: Cursor, text: str) -> None:
         """Runs the whole script in one execute (psycopg sends a parameterless script as it is)."""
         if split_script(text):  # comments only: psycopg would refuse an empty query
             cursor.execute(text)
@@ -316,7 +330,9 @@ class PostgreSQL(Dialect):
             )
         return None
 
-    def _undefined_function(self, name: str, exc: Any, exists: bool | None) -> errors.QueueError | None:
+    def _undefined_function(
+        self, name: str, exc: psycopg.Error, exists: bool | None
+    ) -> errors.QueueError | None:
         """42883 for one of our routines: SchemaNotInstalledError only when no routine of that name is
         visible at all; a routine that exists but takes other argument types is an InvalidArgumentError
         that names the types the server saw. exists: what the catalog says (None: not asked)."""
@@ -351,7 +367,7 @@ class PostgreSQL(Dialect):
         return (psycopg.OperationalError, psycopg.InterfaceError, errors.ConnectionFailedError)
 
     # -- values ----------------------------------------------------------
-    def batch(self, items: Sequence[tuple[str, str, Any, Any, Any]]) -> dict[str, Any]:
+    def batch(self, items: Sequence[BatchItem]) -> Params:
         run_ats = [ra for _, _, _, ra, _ in items]
         priorities = [pr for _, _, _, _, pr in items]
         return {
@@ -362,18 +378,14 @@ class PostgreSQL(Dialect):
             "priorities": None if all(p is None for p in priorities) else priorities,
         }
 
-    def grouped_batch(
-        self, items: Sequence[tuple[str, str, Any, Any, Any]], groups: Sequence[str | None]
-    ) -> dict[str, Any]:
+    def grouped_batch(self, items: Sequence[BatchItem], groups: Sequence[str | None]) -> Params:
         return {"groups": list(groups), **self.batch(items)}
 
-    def topic_batch(
-        self, topics: Sequence[str | None], items: Sequence[tuple[str, str, Any, Any, Any]]
-    ) -> dict[str, Any]:
+    def topic_batch(self, topics: Sequence[str | None], items: Sequence[BatchItem]) -> Params:
         return {"topics": list(topics), **self.batch(items)}
 
     # -- wakeups ---------------------------------------------------------
-    def listen(self, connection: Any, channels: Sequence[str]) -> None:
+    def listen(self, connection: Connection, channels: Sequence[str]) -> None:
         """LISTENs on each channel (names from queue_channel); autocommit connections only."""
         from psycopg import sql
 
@@ -381,10 +393,10 @@ class PostgreSQL(Dialect):
             for channel in channels:
                 cur.execute(sql.SQL(self.statement("listen")).format(channel=sql.Identifier(channel)))
 
-    def wait_for_notification(self, connection: Any, timeout: float) -> list[tuple[str, str]]:
+    def wait_for_notification(self, connection: Connection, timeout: float) -> list[tuple[str, str]]:
         return [(note.channel, note.payload) for note in connection.notifies(timeout=timeout, stop_after=1)]
 
-    async def listen_async(self, connection: Any, channels: Sequence[str]) -> None:
+    async def listen_async(self, connection: AsyncConnection, channels: Sequence[str]) -> None:
         """listen on a psycopg AsyncConnection."""
         from psycopg import sql
 
@@ -392,14 +404,16 @@ class PostgreSQL(Dialect):
             for channel in channels:
                 await cur.execute(sql.SQL(self.statement("listen")).format(channel=sql.Identifier(channel)))
 
-    async def wait_for_notification_async(self, connection: Any, timeout: float) -> list[tuple[str, str]]:
+    async def wait_for_notification_async(
+        self, connection: AsyncConnection, timeout: float
+    ) -> list[tuple[str, str]]:
         """wait_for_notification on a psycopg AsyncConnection."""
         return [
             (note.channel, note.payload) async for note in connection.notifies(timeout=timeout, stop_after=1)
         ]
 
     # -- test databases (pyqueue_sql.testing) ----------------------------
-    def empty_database_statements(self, connection: Any, kept_table: str) -> list[str]:
+    def empty_database_statements(self, connection: Connection, kept_table: str) -> list[str]:
         """DELETE of every table but kept_table, children before their parents, and the schema's
         sequences back at 1, in one transaction."""
         tables = [
@@ -439,7 +453,7 @@ class PostgreSQL(Dialect):
             + " COMMIT"
         ]
 
-    def database_fingerprint(self, connection: Any) -> Any:
+    def database_fingerprint(self, connection: Connection) -> list[Row]:
         """Every relation (any schema, temporary ones aside), routine and schema, and the grants
         on them and on the database."""
         return fetch_all(
@@ -456,7 +470,7 @@ class PostgreSQL(Dialect):
             "       (SELECT datacl::text FROM pg_database WHERE datname = current_database())",
         )
 
-    def close_other_sessions(self, connection: Any) -> None:
+    def close_other_sessions(self, connection: Connection) -> None:
         fetch_all(
             connection,
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -470,31 +484,31 @@ class PostgreSQL(Dialect):
             raise errors.InvalidArgumentError(f"PostgreSQL role names have at most 63 bytes: {text!r}")
         return text, None
 
-    def grantee(self, name: str, host: str | None) -> Any:
+    def grantee(self, name: str, host: str | None) -> Composed:
         from psycopg import sql
 
         return sql.Identifier(name)
 
-    def identifier(self, *parts: str) -> Any:
+    def identifier(self, *parts: str) -> Composed:
         from psycopg import sql
 
         return sql.Identifier(*parts)
 
-    def keyword(self, text: str) -> Any:
+    def keyword(self, text: str) -> Composed:
         from psycopg import sql
 
         return sql.SQL(text)
 
-    def compose(self, template: str, **parts: Any) -> Any:
+    def compose(self, template: str, **parts: Composed) -> Composed:
         from psycopg import sql
 
         return sql.SQL(template).format(**parts)
 
-    def statement_text(self, statement: Any, connection: Any = None) -> str:
+    def statement_text(self, statement: Composed, connection: Connection | None = None) -> str:
         return statement.as_string(connection)
 
 
-def _has_rows(cur: Any) -> bool:
+def _has_rows(cur: Cursor) -> bool:
     """Whether the statement just run returned a result set (a SELECT, even of no rows). Read from
     the result's status: `cursor.description` builds a Column object per column at every access,
     about a tenth of the client's time for a one-message reserve."""
@@ -504,7 +518,7 @@ def _has_rows(cur: Any) -> bool:
     return result is not None and result.status == ExecStatus.TUPLES_OK
 
 
-def _missing_routine(exc: Any) -> str | None:
+def _missing_routine(exc: BaseException) -> str | None:
     """The name of one of our routines an UndefinedFunction error says does not exist, else None."""
     from psycopg import errors as pgerrors
 
@@ -515,7 +529,7 @@ def _missing_routine(exc: Any) -> str | None:
     return routine if routine.startswith(("queue_", "pyqueue")) else None
 
 
-def _can_ask_catalog(connection: Any) -> bool:
+def _can_ask_catalog(connection: Connection | AsyncConnection) -> bool:
     """Only outside a transaction: an aborted one cannot be asked anything, and a caller's open
     one is not ours to touch."""
     from psycopg.pq import TransactionStatus
@@ -523,7 +537,7 @@ def _can_ask_catalog(connection: Any) -> bool:
     return connection.info.transaction_status == TransactionStatus.IDLE
 
 
-def _routine_exists(connection: Any, routine: str) -> bool | None:
+def _routine_exists(connection: Connection, routine: str) -> bool | None:
     """True/False from the catalog; None when the connection is inside a transaction."""
     if not _can_ask_catalog(connection):
         return None
@@ -535,7 +549,7 @@ def _routine_exists(connection: Any, routine: str) -> bool | None:
         return None
 
 
-async def _routine_exists_async(connection: Any, routine: str) -> bool | None:
+async def _routine_exists_async(connection: AsyncConnection, routine: str) -> bool | None:
     """_routine_exists on a psycopg AsyncConnection."""
     if not _can_ask_catalog(connection):
         return None
