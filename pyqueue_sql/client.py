@@ -72,7 +72,7 @@ from .calls.settle import SettleCalls
 from .calls.topics import TopicsDatabaseCalls
 from .calls.wakeups import WakeupsCalls
 from .calls.workers import WorkersDatabaseCalls
-from .dialects import Duration, key_value, text_value
+from .dialects import Duration, Row, key_value, text_value
 from .rows import (
     FINISHED_STATES,
     MAX_GROUP_LIMIT,
@@ -217,7 +217,7 @@ class DatabaseCalls(
 
     def __init__(
         self,
-        connection: Any,
+        connection: dialects.Connection | dialects.AsyncConnection,  # None with a source
         dialect: dialects.Dialect,
         *,
         owned: bool,
@@ -260,7 +260,7 @@ class DatabaseCalls(
             return (yield from self._transaction_steps(self._calls_steps(steps, None)))
         return (yield from self._calls_steps(steps, None))
 
-    def _calls_steps(self, steps: SansIO, reply: Any) -> SansIO:
+    def _calls_steps(self, steps: SansIO, reply: object) -> SansIO:
         done, step = advance(steps, reply)
         while not done:
             done, step = advance(steps, (yield from self._call_steps(step)))
@@ -309,12 +309,12 @@ class Database(DatabaseCalls):
     """A connection to a database that has the pyqueue-sql schema installed."""
 
     @property
-    def connection(self) -> Any:
+    def connection(self) -> dialects.Connection:
         """The DB-API connection the calls run on (a wrapped SQLAlchemy object's current one)."""
         return self._connection if self._source is None else self._source()
 
     @classmethod
-    def wrap(cls, connection: Any) -> Database:
+    def wrap(cls, connection: object) -> Database:
         """Uses your connection inside your own transactions: a psycopg 3 or PyMySQL connection, or a
         SQLAlchemy ``Connection`` or ``Session`` (orm), so that a push commits or rolls back with your
         ORM writes. Each call runs on the DB-API connection of the SQLAlchemy object's current
@@ -328,11 +328,11 @@ class Database(DatabaseCalls):
     def queue(self, name: str) -> Queue:
         return Queue(self, name)
 
-    def call(self, statement: str, **params: Any) -> list[tuple]:
+    def call(self, statement: str, **params: object) -> list[Row]:
         """Runs a named statement; its (first) result set."""
         return self._perform(self._call_steps(Call(statement, params)))
 
-    def call_sets(self, statement: str, **params: Any) -> list[list[tuple]]:
+    def call_sets(self, statement: str, **params: object) -> list[list[Row]]:
         """Runs a named statement; every result set it returns (MySQL procedures)."""
         return self._perform(self._call_steps(Call(statement, params, all_sets=True)))
 
@@ -353,7 +353,7 @@ class Database(DatabaseCalls):
             except BaseException as exc:
                 reply, error = None, exc
 
-    def _do(self, step: Any) -> Any:
+    def _do(self, step: Call | OwnTransaction | Step | Pause) -> Any:
         d, connection = self.dialect, self.connection
         if isinstance(step, Call):
             return (d.run_sets if step.all_sets else d.run)(connection, step.statement, step.params)
@@ -493,12 +493,12 @@ def connect(dsn: str) -> Database:
     return Database(dialect.connect(dsn), dialect, owned=True)
 
 
-def is_sqlalchemy(obj: Any) -> bool:
+def is_sqlalchemy(obj: object) -> bool:
     """Whether obj is an instance of a SQLAlchemy class (or of an application's subclass of one)."""
     return any(klass.__module__.startswith("sqlalchemy.") for klass in type(obj).__mro__)
 
 
-def sqlalchemy_source(obj: Any) -> Callable[[], Any] | None:
+def sqlalchemy_source(obj: object) -> Callable[[], dialects.Connection] | None:
     """For a SQLAlchemy ``Connection`` or ORM ``Session``: a function that returns the DB-API
     connection of its current transaction, beginning one (as SQLAlchemy's autobegin would) when
     none is open. None for any other object."""
@@ -511,7 +511,7 @@ def sqlalchemy_source(obj: Any) -> Callable[[], Any] | None:
         return lambda: obj.connection().connection.driver_connection
     if isinstance(obj, Connection):
 
-        def current() -> Any:
+        def current() -> dialects.Connection:
             if not obj.in_transaction():
                 obj.begin()
             return obj.connection.driver_connection
@@ -540,7 +540,7 @@ class QueueCalls(
     """The public methods Queue and AsyncQueue share, written sans-IO (see Call).
     Each calls the routine of the same name."""
 
-    def __init__(self, db: Any, name: str) -> None:
+    def __init__(self, db: DatabaseCalls, name: str) -> None:
         self.db = db
         self.name = text_value(name, "queue")
 

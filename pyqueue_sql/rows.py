@@ -6,13 +6,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from . import dialects
-from .dialects import read_token
+from .dialects import JSONValue, RowValue, read_token
 
 
-def read_headers(dialect: dialects.Dialect, row: Sequence[Any], at: int) -> dict[str, Any] | None:
+def read_headers(dialect: dialects.Dialect, row: Sequence[RowValue], at: int) -> dict[str, JSONValue] | None:
     """The headers column of a row (None: the message has none, or the schema has no such column yet)."""
     return dialect.read_payload(row[at]) if len(row) > at and row[at] is not None else None
 
@@ -24,11 +24,11 @@ class Message:
     queue: str
     key: str
     kind: str
-    payload: Any
+    payload: JSONValue
     priority: int
     attempts: int
     created_at: dt.datetime
-    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
+    headers: dict[str, JSONValue] | None = None  # the message's headers (None: it has none)
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,13 @@ class Reservation:
     queue: str
     key: str
     kind: str
-    payload: Any
+    payload: JSONValue
     token: str
     priority: int
     attempts: int
     created_at: dt.datetime
     scheduled_at_initially: dt.datetime
-    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
+    headers: dict[str, JSONValue] | None = None  # the message's headers (None: it has none)
 
 
 # The states of a finished message in queue_result (its row in pyqueue_result); every other state
@@ -75,10 +75,10 @@ class Result:
     key: str
     kind: str
     state: str
-    result: Any = None
+    result: JSONValue = None
     last_error: str | None = None
     attempts: int | None = None
-    progress: Any = None
+    progress: JSONValue = None
     finished_at: dt.datetime | None = None
     cancel_requested: bool = False
 
@@ -100,7 +100,7 @@ class ParentResult:
     key: str
     kind: str
     state: str
-    result: Any = None
+    result: JSONValue = None
 
 
 class Renewal(NamedTuple):
@@ -129,11 +129,11 @@ class NewMessage:
 
     key: str | int
     kind: str
-    payload: Any
+    payload: JSONValue
     run_at: dt.datetime | dt.timedelta | None = None
     priority: int | None = None
     group: str | None = None
-    headers: Mapping[str, Any] | None = None
+    headers: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True)
@@ -143,13 +143,13 @@ class Publication:
     topic: str
     key: str | int
     kind: str
-    payload: Any
+    payload: JSONValue
     run_at: dt.datetime | dt.timedelta | None = None
     priority: int | None = None
-    headers: Mapping[str, Any] | None = None
+    headers: Mapping[str, object] | None = None
 
 
-def settings_from_row(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueSettings:
+def settings_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> QueueSettings:
     queue, visibility, max_attempts, dlq, retention, paused, window, *caps = row
     # the trailing columns a newer queue_settings has (an older one's row stops before them)
     max_reservation, max_payload, result_retention = (list(caps) + [None, None, None])[:3]
@@ -172,7 +172,7 @@ _new_object = object.__new__
 
 
 def reservations_from_rows(
-    queue: str, dialect: dialects.Dialect, rows: Iterable[Sequence[Any]]
+    queue: str, dialect: dialects.Dialect, rows: Iterable[Sequence[RowValue]]
 ) -> list[Reservation]:
     """The Reservations of reserved rows. Each is made as its frozen dataclass's __init__ would
     make it (the same fields, all set) without that __init__'s ten object.__setattr__ calls: this
@@ -204,7 +204,7 @@ def reservations_from_rows(
     return made
 
 
-def stats_from_row(dialect: dialects.Dialect, row: Sequence[Any]) -> QueueStats:
+def stats_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> QueueStats:
     queue, ready, delayed, reserved, dead, age, paused = row
     return QueueStats(
         queue=queue,
@@ -229,14 +229,14 @@ class DeadLetter:
     from_queue: str | None
     key: str
     kind: str
-    payload: Any
+    payload: JSONValue
     priority: int
     attempts: int | None
     created_at: dt.datetime
     dead_lettered_at: dt.datetime
     reserved: bool
     last_error: str | None = None
-    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
+    headers: dict[str, JSONValue] | None = None  # the message's headers (None: it has none)
 
 
 @dataclass(frozen=True)
@@ -263,7 +263,7 @@ class MessageInfo:
     key: str
     kind: str
     state: str  # 'ready', 'delayed' or 'reserved'
-    payload: Any
+    payload: JSONValue
     priority: int
     attempts: int
     scheduled_at: dt.datetime
@@ -271,7 +271,7 @@ class MessageInfo:
     reserved_by: str | None
     last_error: str | None
     dead_from: str | None  # in a dead-letter queue: the queue it was dead-lettered from
-    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
+    headers: dict[str, JSONValue] | None = None  # the message's headers (None: it has none)
 
 
 @dataclass(frozen=True)
@@ -347,7 +347,7 @@ class RateInfo:
         return self.in_window >= self.n
 
 
-def rate_from_row(dialect: dialects.Dialect, row: Sequence[Any]) -> RateInfo:
+def rate_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> RateInfo:
     # leading columns by position: a newer queue_rates may add trailing ones
     queue, kind, n, per, next_free_at, in_window, *_ = row
     return RateInfo(
@@ -365,13 +365,13 @@ class ScheduleInfo:
     queue: str
     key: str
     kind: str
-    payload: Any
+    payload: JSONValue
     every_s: int | None
     cron: str | None
     next_at: dt.datetime
 
 
-def schedule_from_row(dialect: dialects.Dialect, row: Sequence[Any]) -> ScheduleInfo:
+def schedule_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> ScheduleInfo:
     queue, key, kind, payload, every_s, cron, next_at = row
     return ScheduleInfo(
         queue,
@@ -399,7 +399,7 @@ class MessageRow:
     reserved_by: str | None
     last_error: str | None
     dead_from: str | None  # in a dead-letter queue: the queue it was dead-lettered from
-    headers: dict[str, Any] | None = None  # the message's headers (None: it has none)
+    headers: dict[str, JSONValue] | None = None  # the message's headers (None: it has none)
 
 
 @dataclass(frozen=True)
@@ -447,7 +447,7 @@ class GroupInfo(NamedTuple):
         return "GroupInfo(" + ", ".join(f"{f}={v!r}" for f, v in shown) + ")"
 
 
-def group_from_row(row: Sequence[Any]) -> GroupInfo:
+def group_from_row(row: Sequence[RowValue]) -> GroupInfo:
     # group_limit and in_flight are trailing columns: an older queue_groups has neither
     group_key, head_key, head_kind, state, messages, *extra = row
     group_limit, in_flight = (list(extra) + [None, None])[:2]
@@ -463,7 +463,7 @@ def group_from_row(row: Sequence[Any]) -> GroupInfo:
 
 
 def result_from_rows(
-    d: dialects.Dialect, queue: str, key: str | int, kind: str, rows: Sequence[Sequence[Any]]
+    d: dialects.Dialect, queue: str, key: str | int, kind: str, rows: Sequence[Sequence[RowValue]]
 ) -> Result:
     """A Result from queue_result's one row (no row: 'unknown')."""
     if not rows:

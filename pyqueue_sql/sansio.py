@@ -16,7 +16,11 @@ import functools
 import random
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, TypeAlias, TypeVar
+
+from .dialects import Params
+
+T = TypeVar("T")
 
 # A call the client runs in a transaction of its own is tried this many times in all when the
 # server rolls it back with a serialization failure or a deadlock, with a random pause of up to
@@ -38,7 +42,7 @@ class Call:
     The rows of its first result set come back, or the rows of every result set when all_sets."""
 
     statement: str
-    params: dict[str, Any]
+    params: Params
     all_sets: bool = False
 
 
@@ -67,11 +71,11 @@ class Pause:
     seconds: float
 
 
-def statement_call(statement: str, **params: Any) -> Call:
+def statement_call(statement: str, **params: object) -> Call:
     return Call(statement, params)
 
 
-def statement_call_sets(statement: str, **params: Any) -> Call:
+def statement_call_sets(statement: str, **params: object) -> Call:
     return Call(statement, params, all_sets=True)
 
 
@@ -79,9 +83,13 @@ def statement_call_sets(statement: str, **params: Any) -> Call:
 # Database that runs each call in its own transaction they then run in one transaction, all or
 # nothing, as the single call of a smaller batch would; inside a transaction (db.transaction(),
 # a wrapped connection) they are part of that one.
-ONE_TRANSACTION: Any = object()
+ONE_TRANSACTION: Final = object()
 
-SansIO = Generator[Any, Any, Any]
+# A sans-IO method: it yields Calls (and the policy's Steps, OwnTransaction, Pause, ONE_TRANSACTION),
+# is sent the reply to each (a Call's rows: list[Row], or list[list[Row]] when all_sets) and returns
+# the public method's result. Any: each method reads its rows by its statement's shape, and the
+# result's type is the public method's own (pyqueue_sql.client's signatures say it).
+SansIO: TypeAlias = Generator[Any, Any, Any]
 
 
 def sans_io(method: Callable[..., SansIO]) -> Callable[..., SansIO]:
@@ -90,7 +98,7 @@ def sans_io(method: Callable[..., SansIO]) -> Callable[..., SansIO]:
     return method
 
 
-def runs_sans_io(adapt: Callable[[Callable[..., SansIO]], Callable[..., Any]]) -> Callable[[type], type]:
+def runs_sans_io(adapt: Callable[[Callable[..., SansIO]], Callable[..., object]]) -> Callable[[type], type]:
     """A class decorator: every sans-IO method the class inherits becomes the method ``adapt``
     makes of it (same name, signature and docstring), one that runs it."""
 
@@ -114,13 +122,13 @@ def sync_method(method: Callable[..., SansIO]) -> Callable[..., Any]:
     """The blocking method of a sans-IO one: Database.drive runs its calls."""
 
     @functools.wraps(method)
-    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def run(self: Any, *args: object, **kwargs: object) -> Any:
         return self._runner.drive(method(self, *args, **kwargs))
 
     return run
 
 
-def advance(steps: SansIO, reply: Any) -> tuple[bool, Any]:
+def advance(steps: SansIO, reply: object) -> tuple[bool, Any]:
     """Sends a call's rows into a sans-IO method: (False, its next Call) or (True, its result)."""
     try:
         return False, steps.send(reply)
@@ -133,7 +141,7 @@ def retry_pause(attempt: int) -> float:
     return random.uniform(0, min(SERIALIZATION_BACKOFF_S * 2**attempt, SERIALIZATION_BACKOFF_MAX_S))
 
 
-def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
     """items in consecutive slices of at most size, in order."""
     return [items[i : i + size] for i in range(0, len(items), size)]
 

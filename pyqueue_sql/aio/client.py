@@ -23,6 +23,7 @@ from ..client import (
     Call,
     DatabaseCalls,
     OwnTransaction,
+    Pause,
     QueueCalls,
     Result,
     SansIO,
@@ -32,7 +33,7 @@ from ..client import (
     runs_sans_io,
     wait_seconds,
 )
-from ..dialects import Duration, key_value, text_value
+from ..dialects import Duration, Row, key_value, text_value
 
 # While tasks wait for results on one connection, the one that reads the notifications holds the
 # connection at most this long at a time, so that the others' calls go in between.
@@ -43,13 +44,15 @@ def async_method(method: Callable[..., SansIO]) -> Callable[..., Any]:
     """The coroutine method of a sans-IO one: AsyncDatabase.drive awaits its calls."""
 
     @functools.wraps(method)
-    async def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+    async def run(self: Any, *args: object, **kwargs: object) -> Any:
         return await self._runner.drive(method(self, *args, **kwargs))
 
     return run
 
 
-def sqlalchemy_async_source(obj: Any) -> tuple[str, Callable[[], Awaitable[Any]]] | None:
+def sqlalchemy_async_source(
+    obj: object,
+) -> tuple[str, Callable[[], Awaitable[dialects.AsyncConnection]]] | None:
     """For a SQLAlchemy ``AsyncConnection`` or ``AsyncSession``: (its dialect's name, a coroutine
     function that returns the driver connection of its current transaction, beginning one as
     SQLAlchemy's autobegin would when none is open). None for any other object."""
@@ -59,14 +62,14 @@ def sqlalchemy_async_source(obj: Any) -> tuple[str, Callable[[], Awaitable[Any]]
 
     if isinstance(obj, AsyncSession):
 
-        async def of_session() -> Any:
+        async def of_session() -> dialects.AsyncConnection:
             connection = await obj.connection()
             return (await connection.get_raw_connection()).driver_connection
 
         return obj.sync_session.get_bind().dialect.name, of_session
     if isinstance(obj, AsyncConnection):
 
-        async def of_connection() -> Any:
+        async def of_connection() -> dialects.AsyncConnection:
             if not obj.in_transaction():
                 await obj.begin()
             return (await obj.get_raw_connection()).driver_connection
@@ -95,12 +98,12 @@ class AsyncDatabase(DatabaseCalls):
         self._background: set[asyncio.Task] = set()  # UNLISTENs under way
 
     @property
-    def connection(self) -> Any:
+    def connection(self) -> dialects.AsyncConnection:
         """The driver connection (for a wrapped SQLAlchemy object: the one its last call ran on)."""
         return self._connection
 
     @classmethod
-    def wrap(cls, connection: Any) -> AsyncDatabase:
+    def wrap(cls, connection: object) -> AsyncDatabase:
         """Uses your connection inside your own transactions: a psycopg 3 ``AsyncConnection``, an
         aiomysql connection, or a SQLAlchemy ``AsyncConnection`` or ``AsyncSession``, so that a push
         commits or rolls back with your ORM writes. Each call runs on the driver connection of the
@@ -115,11 +118,11 @@ class AsyncDatabase(DatabaseCalls):
     def queue(self, name: str) -> AsyncQueue:
         return AsyncQueue(self, name)
 
-    async def call(self, statement: str, **params: Any) -> list[tuple]:
+    async def call(self, statement: str, **params: object) -> list[Row]:
         """Runs a named statement; its (first) result set."""
         return await self._perform(self._call_steps(Call(statement, params)))
 
-    async def call_sets(self, statement: str, **params: Any) -> list[list[tuple]]:
+    async def call_sets(self, statement: str, **params: object) -> list[list[Row]]:
         """Runs a named statement; every result set it returns (MySQL procedures)."""
         return await self._perform(self._call_steps(Call(statement, params, all_sets=True)))
 
@@ -146,7 +149,7 @@ class AsyncDatabase(DatabaseCalls):
             except BaseException as exc:
                 reply, error = None, exc
 
-    async def _do(self, step: Any) -> Any:
+    async def _do(self, step: Call | OwnTransaction | Step | Pause) -> Any:
         d, connection = self.dialect, await self._current()
         if isinstance(step, Call):
             run = d.run_sets_async if step.all_sets else d.run_async
@@ -165,7 +168,7 @@ class AsyncDatabase(DatabaseCalls):
         await asyncio.sleep(step.seconds)
         return None
 
-    async def _current(self) -> Any:
+    async def _current(self) -> dialects.AsyncConnection:
         if self._source is not None:
             connection = await self._source()
             if not self.dialect.owns_async(connection):
@@ -227,7 +230,7 @@ class AsyncDatabase(DatabaseCalls):
                                 continue
                             queue = AsyncQueue(self, queues.get(ch) or self._queue_of(ch))
                             try:
-                                found: Any = await self._perform_locked(
+                                found: Result | None = await self._perform_locked(
                                     self._method_steps(QueueCalls.result(queue, key, kind))
                                 )
                             except Exception:

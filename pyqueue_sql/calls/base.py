@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from .. import dialects, errors
 from ..dialects import encode_json, key_value, text_value, token_value, whole_number
@@ -14,7 +14,7 @@ from ..rows import Reservation, WorkerRegistration
 from ..sansio import INT_MAX
 
 # move()'s payload when none is given: the message keeps its own.
-UNCHANGED: Any = object()
+UNCHANGED: Final = object()
 
 # What queue_fail stores of an error (the routine keeps the first 2000 characters too).
 LAST_ERROR_MAX_CHARS = 2000
@@ -24,7 +24,7 @@ LAST_ERROR_MAX_CHARS = 2000
 MAX_HEADERS_BYTES = 8192
 
 
-def headers_value(headers: Any) -> dict[str, Any] | None:
+def headers_value(headers: object) -> dict[str, object] | None:
     """Headers as a push takes them: None (none) or a dict of str to JSON values; anything else
     is refused with InvalidArgumentError before any call (the size is the routine's check)."""
     if headers is None:
@@ -41,7 +41,7 @@ def headers_value(headers: Any) -> dict[str, Any] | None:
     return headers if isinstance(headers, dict) else dict(headers)
 
 
-def encode_headers(headers: Mapping[str, Any] | None) -> str | None:
+def encode_headers(headers: Mapping[str, object] | None) -> str | None:
     """Headers as JSON text (None: none); InvalidArgumentError for a value JSON cannot hold."""
     if headers is None:
         return None
@@ -52,7 +52,7 @@ def encode_headers(headers: Mapping[str, Any] | None) -> str | None:
 
 
 def batch_with_headers(
-    encode: Callable[[Sequence[int]], dict[str, Any]], headers: Sequence[dict[str, Any] | None]
+    encode: Callable[[Sequence[int]], dict[str, Any]], headers: Sequence[Mapping[str, object] | None]
 ) -> dict[str, Any]:
     """The arguments of a *batch_with_headers routine: the plain batch's (encode(indices) encodes
     the items at those indices) and the headers of each item, either as an array beside the others
@@ -74,7 +74,7 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def registration_arg(registration: Any) -> WorkerRegistration:
+def registration_arg(registration: object) -> WorkerRegistration:
     if not isinstance(registration, WorkerRegistration):
         raise errors.InvalidArgumentError(
             "pass the WorkerRegistration that register_worker returned (its secret shows the "
@@ -89,7 +89,7 @@ INT_MIN = -2147483648  # INT_MAX: pyqueue_sql.sansio
 MAX_PAYLOAD_LIMIT = 268435456  # the largest max_payload a queue may have (256 MiB)
 
 
-def whole_number_within(value: Any, what: str, low: int, high: int) -> int | None:
+def whole_number_within(value: object, what: str, low: int, high: int) -> int | None:
     """whole_number, refused outside [low, high] with the words the MySQL/MariaDB routines use,
     so that a number out of range gives one message on both dialects (PostgreSQL would answer
     "integer out of range" from its cast, before the routine runs)."""
@@ -99,12 +99,12 @@ def whole_number_within(value: Any, what: str, low: int, high: int) -> int | Non
     return checked
 
 
-def priority_value(value: Any) -> int | None:
+def priority_value(value: object) -> int | None:
     """A message's priority: a whole number in the range of a 32-bit integer (None = 0)."""
     return whole_number_within(value, "priority", INT_MIN, INT_MAX)
 
 
-def error_text(error: Any) -> str | None:
+def error_text(error: object) -> str | None:
     """What Queue.fail stores for an error: a str as it is, an exception as "Type: message"
     (just "Type" when it has no message); at most LAST_ERROR_MAX_CHARS characters."""
     if error is None:
@@ -119,7 +119,7 @@ def error_text(error: Any) -> str | None:
     return text[:LAST_ERROR_MAX_CHARS]
 
 
-def held_reservation(r: Any) -> Any:
+def held_reservation(r: object) -> Any:
     """A reservation argument (commit, rollback, fail, extend, move...): a Reservation as reserve
     returned it, or an object with its key, kind and token; anything else is refused with
     InvalidArgumentError, the same on both clients, before any call."""
@@ -131,7 +131,7 @@ def held_reservation(r: Any) -> Any:
     )
 
 
-def parent_refs(parents: Iterable[Any]) -> list[dict[str, Any]]:
+def parent_refs(parents: Iterable[Any]) -> list[dict[str, str | None]]:
     """push_after's parents as queue_push_after takes them: [{"queue", "p_key", "p_kind"}, ...] in
     order. Each is a (queue, key, kind) tuple, such a mapping, or an object with queue, key and
     kind attributes (a queue may be a Queue); anything else is refused with InvalidArgumentError
@@ -166,7 +166,7 @@ def parent_refs(parents: Iterable[Any]) -> list[dict[str, Any]]:
     return refs
 
 
-def queue_name_arg(queue: Any) -> str | None:
+def queue_name_arg(queue: object) -> str | None:
     """A queue argument: a name (None passed on), or a Queue / AsyncQueue."""
     return queue.name if isinstance(queue, QueueCallsBase) else text_value(queue, "queue")
 
@@ -175,10 +175,10 @@ class QueueCallsBase:
     """What each group of a queue's calls stands on: the queue's database and its name (set by
     pyqueue_sql.client.QueueCalls, which composes the groups)."""
 
-    db: Any
+    db: DatabaseCallsBase
     name: str
 
-    def _held(self, r: Reservation) -> dict[str, Any]:
+    def _held(self, r: Reservation) -> dict[str, str | None]:
         """The (key, kind, token) arguments that name a reservation."""
         r = held_reservation(r)
         return dict(

@@ -17,7 +17,7 @@ class DependenciesCalls(QueueCallsBase):
     """A queue's calls of the dependencies topic (see QueueCalls)."""
 
     @sans_io
-    def push_after(self, key: str | int, kind: str, payload: Any, parents: Iterable[Any]) -> bool:
+    def push_after(self, key: str | int, kind: str, payload: object, parents: Iterable[Any]) -> bool:
         """push of a message that waits for its parents (queue_push_after): it is 'waiting' until
         every parent has succeeded, ready in the transaction of the commit that ends the last one,
         and cancelled when one fails or is cancelled. True if inserted, False if a live message

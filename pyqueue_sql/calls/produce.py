@@ -23,11 +23,11 @@ class ProduceCalls(QueueCallsBase):
         self,
         key: str | int,
         kind: str,
-        payload: Any,
+        payload: object,
         run_at: dt.datetime | dt.timedelta | None = None,
         priority: int | None = None,
         group: str | None = None,
-        headers: Mapping[str, Any] | None = None,
+        headers: Mapping[str, object] | None = None,
     ) -> bool:
         """True if inserted, False if a live message with this key and kind exists (dedup: its
         headers are not changed either).
@@ -71,7 +71,7 @@ class ProduceCalls(QueueCallsBase):
         before the first is sent)."""
         d = self.db.dialect
         items, groups = [], []
-        headers: list[dict[str, Any] | None] = []
+        headers: list[Mapping[str, object] | None] = []
         for m in messages:
             if type(m) is tuple and len(m) == 3 and type(m[0]) is str and type(m[1]) is str:
                 # the common shape, (str key, str kind, payload): nothing to convert or check here,
@@ -148,7 +148,7 @@ class ProduceCalls(QueueCallsBase):
         self,
         key: str | int,
         kind: str,
-        payload: Any,
+        payload: object,
         run_at: dt.datetime | dt.timedelta | None = None,
         priority: int | None = None,
     ) -> str:

@@ -5,9 +5,8 @@ groups."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from ..dialects import Duration, text_value, whole_number
+from ..dialects import Duration, Row, text_value, whole_number
 from ..rows import Message, Reservation, read_headers, reservations_from_rows
 from ..sansio import ONE_TRANSACTION, chunk_sizes, sans_io, statement_call
 from .base import QueueCallsBase, default_worker_name
@@ -57,7 +56,7 @@ class ReserveCalls(QueueCallsBase):
         sizes = chunk_sizes(whole_number(n, "n"))
         if len(sizes) > 1:
             yield ONE_TRANSACTION
-        rows: list[Sequence[Any]] = []
+        rows: list[Row] = []
         for size in sizes:
             got = yield statement_call("reserve", **params, n=size)
             rows += got

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 from .. import errors, sansio
 from ..dialects import Duration, encode_json, key_value, read_token, text_value, token_value
@@ -71,7 +70,7 @@ class ResultsCalls(QueueCallsBase):
         return str(rows[0][0])
 
     @sans_io
-    def commit_result(self, r: Reservation, result: Any = None) -> bool:
+    def commit_result(self, r: Reservation, result: object = None) -> bool:
         """commit, storing ``result`` (any JSON value, at most the queue's max_payload) as the
         message's result in the same step. The queue must keep results (set_result_retention).
         False if the reservation no longer holds (nothing is written)."""
@@ -80,7 +79,7 @@ class ResultsCalls(QueueCallsBase):
         )
 
     @sans_io
-    def commit_result_many(self, items: Iterable[tuple[Reservation, Any]]) -> int:
+    def commit_result_many(self, items: Iterable[tuple[Reservation, object]]) -> int:
         """commit_result for many (reservation, result) pairs in one call; returns how many still
         held (and are now gone). More than CHUNK_SIZE go in calls of at most CHUNK_SIZE each, run
         as one transaction."""
@@ -102,7 +101,7 @@ class ResultsCalls(QueueCallsBase):
         return sum(int(rows[0][0]) for rows in (yield from each_call(commits)))
 
     @sans_io
-    def set_progress(self, r: Reservation, progress: Any) -> bool:
+    def set_progress(self, r: Reservation, progress: object) -> bool:
         """Stores progress (any JSON value, at most 64 KiB as JSON text) on the message the
         reservation holds: Queue.result shows it while it runs and after it finished. Kept
         across retries. False if the reservation no longer holds."""

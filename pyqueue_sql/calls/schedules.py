@@ -5,7 +5,6 @@ these groups."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from ..dialects import Duration, encode_json, key_value, text_value
 from ..rows import ScheduleInfo, schedule_from_row
@@ -17,7 +16,7 @@ class SchedulesCalls(QueueCallsBase):
     """A queue's calls of the schedules topic (see QueueCalls)."""
 
     @sans_io
-    def schedule_every(self, key: str | int, kind: str, payload: Any, every: Duration) -> dt.datetime:
+    def schedule_every(self, key: str | int, kind: str, payload: object, every: Duration) -> dt.datetime:
         """A message key@time every ``every`` (whole seconds, aligned to the Unix epoch); returns the first time."""
         d = self.db.dialect
         at = (
@@ -33,7 +32,7 @@ class SchedulesCalls(QueueCallsBase):
         return d.read_time(at)
 
     @sans_io
-    def schedule_cron(self, key: str | int, kind: str, payload: Any, cron: str) -> dt.datetime:
+    def schedule_cron(self, key: str | int, kind: str, payload: object, cron: str) -> dt.datetime:
         """A message key@time at every minute matching the 5-field cron expression (UTC); returns the first time."""
         d = self.db.dialect
         at = (

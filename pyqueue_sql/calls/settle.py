@@ -5,7 +5,6 @@ QueueCalls and DatabaseCalls are composed of these groups."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from ..dialects import Duration, encode_json, key_value, read_token, text_value
 from ..rows import Reservation
@@ -54,7 +53,9 @@ class SettleCalls(QueueCallsBase):
         )
 
     @sans_io
-    def fail(self, r: Reservation, error: Any = None, delay: Duration = None) -> str | None:
+    def fail(
+        self, r: Reservation, error: BaseException | str | None = None, delay: Duration = None
+    ) -> str | None:
         """Gives the message back like rollback and records ``error`` (a str, or an exception,
         stored as "Type: message"; at most 2000 characters) as its last error.
 
@@ -70,7 +71,7 @@ class SettleCalls(QueueCallsBase):
         return None if outcome is None else str(outcome)
 
     @sans_io
-    def give_up(self, r: Reservation, error: Any = None) -> str | None:
+    def give_up(self, r: Reservation, error: BaseException | str | None = None) -> str | None:
         """Ends the message now, whatever attempts it has left: records ``error`` (as fail does)
         as its last error and moves it to the dead-letter queue, which keeps the error.
 
@@ -89,7 +90,7 @@ class SettleCalls(QueueCallsBase):
         return None if token is None else replace(r, token=read_token(token))
 
     @sans_io
-    def move(self, r: Reservation, to_queue: str | QueueCallsBase, payload: Any = UNCHANGED) -> bool:
+    def move(self, r: Reservation, to_queue: str | QueueCallsBase, payload: object = UNCHANGED) -> bool:
         """Commits here and pushes to to_queue in one step; payload replaces the old one if given.
         Moving into the queue it came from keeps the attempt count (another queue starts at 0)."""
         target = to_queue.name if isinstance(to_queue, QueueCallsBase) else to_queue

@@ -32,10 +32,10 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
         topic: str,
         key: str | int,
         kind: str,
-        payload: Any,
+        payload: object,
         run_at: dt.datetime | dt.timedelta | None = None,
         priority: int | None = None,
-        headers: Mapping[str, Any] | None = None,
+        headers: Mapping[str, object] | None = None,
     ) -> int:
         """Pushes the message into every queue bound (bind) to a pattern that matches topic, one
         copy per queue; returns how many queues got a new one (a queue that holds a live message
@@ -66,7 +66,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
         transaction (all are validated before the first is sent)."""
         d = self.dialect
         topics, items = [], []
-        headers: list[dict[str, Any] | None] = []
+        headers: list[Mapping[str, object] | None] = []
         for m in messages:
             if isinstance(m, Mapping):
                 m = Publication(**m)

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from types import ModuleType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, overload
 
 from .. import errors
 from ..queries import queries, split_script
@@ -451,7 +451,12 @@ class Dialect:
     def time(self, value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime | None:
         return as_utc(value, what)
 
+    @overload
+    def read_time(self, value: dt.datetime) -> dt.datetime: ...
+    @overload
+    def read_time(self, value: None) -> None: ...
     def read_time(self, value: dt.datetime | None) -> dt.datetime | None:
+        """A time a routine returns (a NULL column's None passed on), as an aware UTC datetime."""
         return value
 
     def read_payload(self, value: object) -> JSONValue:

@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import Decimal
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, overload
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .. import errors
@@ -614,6 +614,10 @@ class MySQL(Dialect):
         aware = as_utc(value, what)
         return None if aware is None else aware.replace(tzinfo=None)
 
+    @overload
+    def read_time(self, value: dt.datetime) -> dt.datetime: ...
+    @overload
+    def read_time(self, value: None) -> None: ...
     def read_time(self, value: dt.datetime | None) -> dt.datetime | None:
         return None if value is None else value.replace(tzinfo=UTC)
 
