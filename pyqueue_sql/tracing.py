@@ -18,8 +18,27 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # opentelemetry-api is optional: imported at run time only by _Api
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+
+class TracedJob(Protocol):
+    """What a job's span reads of a job (pyqueue_sql.worker.model.Job, which sits above this module)."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, object] | None: ...
+
 
 # The instrumentation scope of the workers' spans.
 TRACER_NAME = "pyqueue_sql"
@@ -44,13 +63,13 @@ class _Api:
         # What the global provider is before an application sets one (or when it sets the no-op
         # one): its tracers' spans are INVALID_SPAN, which record nothing and carry no context.
         self.no_op_providers = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
-        self.provider: Any = None
-        self.tracer: Any = None
+        self.provider: TracerProvider | None = None
+        self.tracer: Tracer | None = None
         # Whether the environment names a provider (OTEL_PYTHON_TRACER_PROVIDER), read once: while
         # none is set, get_tracer_provider() would look it up in os.environ on every job.
         self.env_provider = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
-    def job_tracer(self) -> Any:
+    def job_tracer(self) -> Tracer | None:
         """The tracer of the workers' spans, or None while no SDK provider is set: then a job's
         span would be a no-op, and building it cost about a fifth of a no-op job's CPU in the
         worker. The tracer is kept per provider, so a provider set later is used from then on."""
@@ -94,7 +113,9 @@ def current_carrier() -> dict[str, str] | None:
     return carrier or None
 
 
-def with_context(headers: Mapping[str, Any] | None, carrier: Mapping[str, str] | None) -> Any:
+def with_context(
+    headers: Mapping[str, object] | None, carrier: Mapping[str, str] | None
+) -> Mapping[str, object] | None:
     """headers with the trace context of carrier added (a traceparent of the caller's own wins:
     then headers are returned as they are)."""
     if carrier is None or (headers is not None and "traceparent" in headers):
@@ -104,7 +125,7 @@ def with_context(headers: Mapping[str, Any] | None, carrier: Mapping[str, str] |
     return {**carrier, **headers}
 
 
-def span_attributes(job: Any) -> dict[str, Any]:
+def span_attributes(job: TracedJob) -> dict[str, str | int]:
     """The attributes of a job's span (OpenTelemetry messaging semantic conventions; the kind and
     the delivery under pyqueue_sql's own namespace)."""
     return {
@@ -119,7 +140,7 @@ def span_attributes(job: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _job_span(a: Any, tracer: Any, job: Any) -> Iterator[Any]:
+def _job_span(a: _Api, tracer: Tracer, job: TracedJob) -> Iterator[Span]:
     parent = a.propagate.extract(job.headers or {}, context=a.context.Context())
     with tracer.start_as_current_span(
         f"process {job.queue}",
@@ -132,13 +153,13 @@ def _job_span(a: Any, tracer: Any, job: Any) -> Iterator[Any]:
         yield span
 
 
-def _settle(a: Any, span: Any, error: BaseException | None) -> None:
+def _settle(a: _Api, span: Span, error: BaseException | None) -> None:
     if error is not None:
         span.record_exception(error)
         span.set_status(a.Status(a.StatusCode.ERROR, f"{type(error).__name__}: {error}"[:500]))
 
 
-def handle_traced(job: Any, run: Callable[[], BaseException | None]) -> BaseException | None:
+def handle_traced(job: TracedJob, run: Callable[[], BaseException | None]) -> BaseException | None:
     """run() (a worker's handling of job, returning the handler's exception or None) inside the
     job's span when OpenTelemetry is installed and a tracer provider is set."""
     a = _api if _api is not None else api()
@@ -151,7 +172,9 @@ def handle_traced(job: Any, run: Callable[[], BaseException | None]) -> BaseExce
     return error
 
 
-async def handle_traced_async(job: Any, run: Callable[[], Any]) -> BaseException | None:
+async def handle_traced_async(
+    job: TracedJob, run: Callable[[], Awaitable[BaseException | None]]
+) -> BaseException | None:
     """handle_traced for the asyncio worker (run() is awaited)."""
     a = _api if _api is not None else api()
     tracer = a.job_tracer() if a else None

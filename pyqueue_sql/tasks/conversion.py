@@ -18,7 +18,9 @@ import types
 import typing
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
+
+from ..dialects import JSONValue
 
 __all__ = [
     "Mismatch",
@@ -40,11 +42,16 @@ class NotJson(Exception):
     pass
 
 
-def _is_pydantic_model(value: Any) -> bool:
+# A type annotation as typing.get_type_hints gives it: a class, a generic alias (list[int]), a union,
+# Literal[...], Any. Any itself: it is inspected with typing.get_origin and issubclass, whatever it is.
+Hint: TypeAlias = Any
+
+
+def _is_pydantic_model(value: object) -> bool:
     return hasattr(type(value), "model_fields") and hasattr(value, "model_dump")
 
 
-def to_json(value: Any) -> Any:
+def to_json(value: Any) -> JSONValue:
     """value as JSON-native data (dict, list, str, int, float, bool, None); NotJson if it has none."""
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -85,7 +92,7 @@ def to_json(value: Any) -> Any:
     raise NotJson(f"JSON has no type for {type(value).__name__}")
 
 
-UNION_TYPES: tuple[Any, ...] = (typing.Union, types.UnionType)
+UNION_TYPES: tuple[object, ...] = (typing.Union, types.UnionType)
 _SEQUENCES = (list, collections.abc.Sequence, collections.abc.MutableSequence, collections.abc.Iterable)
 _SETS = (set, frozenset, collections.abc.Set, collections.abc.MutableSet)
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
@@ -95,7 +102,7 @@ class Mismatch(Exception):
     """JSON data that does not fit an annotation: where in the value (``[2]``, ``['k']``,
     ``.field``), what was expected, what came."""
 
-    def __init__(self, expected: str, data: Any, where: str = "", detail: str = "") -> None:
+    def __init__(self, expected: str, data: JSONValue, where: str = "", detail: str = "") -> None:
         self.expected, self.data, self.where, self.detail = expected, data, where, detail
         super().__init__(self.text())
 
@@ -111,7 +118,7 @@ class Mismatch(Exception):
         return f"is {got}, expected {self.expected}" + (f" ({self.detail})" if self.detail else "")
 
 
-def json_type_name(data: Any) -> str:
+def json_type_name(data: object) -> str:
     names: dict[type, str] = {dict: "object", list: "array"}
     return names.get(type(data), type(data).__name__)
 
@@ -151,7 +158,9 @@ def _detail(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-Reader = Callable[[Any], Any]
+# Reads JSON data as an annotation says; returns the value the application's function takes (Any:
+# its type is the annotation's, handed to the application's code as it is).
+Reader = Callable[[JSONValue], Any]
 
 
 def reader_for(hint: Any) -> Reader | None:
@@ -171,7 +180,7 @@ def reader_for(hint: Any) -> Reader | None:
         return reader_for(args[0])
     if hint is type(None) or hint is None:
 
-        def none(data: Any) -> Any:
+        def none(data: JSONValue) -> Any:
             if data is None:
                 return None
             raise Mismatch("None", data)
@@ -179,7 +188,7 @@ def reader_for(hint: Any) -> Reader | None:
         return none
     if hint in (str, bool, int):
 
-        def exact(data: Any) -> Any:
+        def exact(data: JSONValue) -> Any:
             if type(data) is hint:
                 return data
             raise Mismatch(expected, data)
@@ -188,7 +197,7 @@ def reader_for(hint: Any) -> Reader | None:
         return exact
     if hint is float:
 
-        def number(data: Any) -> Any:
+        def number(data: JSONValue) -> Any:
             kind = type(data)
             if kind is float:
                 return data
@@ -200,7 +209,7 @@ def reader_for(hint: Any) -> Reader | None:
     if origin is typing.Literal:
         allowed = [(a, type(a)) for a in args]
 
-        def literal(data: Any) -> Any:
+        def literal(data: JSONValue) -> Any:
             for value, kind in allowed:
                 if data == value and type(data) is kind:
                     return data
@@ -219,7 +228,7 @@ def reader_for(hint: Any) -> Reader | None:
         )
         if optional is not None and type(None) in args:
 
-            def optional_value(data: Any) -> Any:
+            def optional_value(data: JSONValue) -> Any:
                 if data is None:
                     return None
                 try:
@@ -231,7 +240,7 @@ def reader_for(hint: Any) -> Reader | None:
 
             return optional_value
 
-        def union(data: Any) -> Any:
+        def union(data: JSONValue) -> Any:
             for r in readers:
                 try:
                     return r(data)  # type: ignore[misc]
@@ -244,7 +253,7 @@ def reader_for(hint: Any) -> Reader | None:
         if args and not (len(args) == 2 and args[1] is Ellipsis):
             items = [reader_for(a) for a in args]
 
-            def fixed_tuple(data: Any) -> Any:
+            def fixed_tuple(data: JSONValue) -> Any:
                 if type(data) is not list:
                     raise Mismatch(expected, data)
                 if len(data) != len(items):
@@ -266,7 +275,7 @@ def reader_for(hint: Any) -> Reader | None:
         value_reader = reader_for(args[1]) if len(args) == 2 else None
         exact_value = getattr(value_reader, "exact", None)
 
-        def mapping(data: Any) -> Any:
+        def mapping(data: JSONValue) -> Any:
             if type(data) is not dict:
                 raise Mismatch(expected, data)
             if value_reader is None:
@@ -282,7 +291,7 @@ def reader_for(hint: Any) -> Reader | None:
         return _dataclass_reader(hint, expected)
     json_types: tuple[type, ...]
     if issubclass(hint, enum.Enum):
-        convert: Callable[[Any], Any] = hint
+        convert: Callable[[JSONValue], object] = hint
         json_types = (str, int, float, bool)
     elif issubclass(hint, (dt.datetime, dt.date, dt.time)):
         convert, json_types = hint.fromisoformat, (str,)
@@ -297,7 +306,7 @@ def reader_for(hint: Any) -> Reader | None:
     else:
         return None  # a class of the application's own: its value as it is
 
-    def convert_value(data: Any) -> Any:
+    def convert_value(data: JSONValue) -> Any:
         if type(data) not in json_types:
             raise Mismatch(expected, data)
         try:
@@ -308,17 +317,17 @@ def reader_for(hint: Any) -> Reader | None:
     return convert_value
 
 
-def _read_item(reader: Reader, data: Any, step: str) -> Any:
+def _read_item(reader: Reader, data: JSONValue, step: str) -> Any:
     try:
         return reader(data)
     except Mismatch as m:
         raise m.inside(step) from None
 
 
-def _array(expected: str, item: Reader | None, container: Any) -> Reader:
+def _array(expected: str, item: Reader | None, container: Callable[[list[Any]], object] | None) -> Reader:
     exact = getattr(item, "exact", None)
 
-    def array(data: Any) -> Any:
+    def array(data: JSONValue) -> Any:
         if type(data) is not list:
             raise Mismatch(expected, data)
         if item is None:
@@ -338,7 +347,7 @@ def _array(expected: str, item: Reader | None, container: Any) -> Reader:
 def _dataclass_reader(hint: type, expected: str) -> Reader:
     readers: dict[str, Reader | None] | None = None
 
-    def dataclass_value(data: Any) -> Any:
+    def dataclass_value(data: JSONValue) -> Any:
         nonlocal readers
         if readers is None:  # made at first use: a dataclass may refer to one defined after it
             hints = type_hints(hint)
@@ -368,19 +377,19 @@ def exact_or_reader(hint: Any) -> type | Reader | None:
     return reader_for(hint)
 
 
-def from_json(data: Any, hint: Any) -> Any:
+def from_json(data: JSONValue, hint: Any) -> Any:
     """JSON-native data as the annotation `hint` says (reader_for; as it is when it says nothing);
     Mismatch when it does not fit."""
     reader = reader_for(hint)
     return data if reader is None else reader(data)
 
 
-def type_hints(obj: Any) -> dict[str, Any]:
+def type_hints(obj: object) -> dict[str, Hint]:
     try:
         return typing.get_type_hints(obj, include_extras=True)
     except Exception:  # an annotation that does not resolve: those values come as they are
         return {}
 
 
-def type_name(value: Any) -> str:
+def type_name(value: object) -> str:
     return type(value).__name__

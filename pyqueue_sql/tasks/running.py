@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
+from ..dialects import JSONValue
 from ..worker.model import Job
 from .conversion import NotJson, to_json, type_name
 
@@ -124,7 +125,7 @@ def task_handler(
     return run
 
 
-def result_json(kind: str, value: Any) -> Any:
+def result_json(kind: str, value: object) -> JSONValue:
     """What a store_result task returned, as the JSON stored for it (InvalidPayloadError, the
     job's failure, when JSON has no type for it)."""
     try:

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ov
 
 from .. import errors
 from ..client import Database, NewMessage, Result, headers_value, parent_refs
+from ..dialects import JSONValue
 from ..errors import PayloadMismatchError as PayloadMismatchError
 from ..worker.model import Job
 from ..worker.policy import RetryPolicy
 from .conversion import (
+    Hint,
     Mismatch,
     NotJson,
     Reader,
@@ -101,7 +103,7 @@ class TaskHandle(Generic[R]):
         state: Result = self._queue().result(self.key, self.kind)
         return state
 
-    def progress(self) -> Any:
+    def progress(self) -> JSONValue:
         """The last progress its handler reported (job.set_progress), None before any."""
         return self.status().progress
 
@@ -159,9 +161,9 @@ class TaskCall(Generic[R]):
     (the configured key, else a fresh one): a call deferred twice is two jobs."""
 
     task: Task[Any, Any]
-    payload: dict[str, Any]
+    payload: dict[str, JSONValue]
 
-    def message(self) -> tuple[str, NewMessage | tuple[str, str, dict[str, Any]]]:
+    def message(self) -> tuple[str, NewMessage | tuple[str, str, dict[str, JSONValue]]]:
         """The key of the job this call becomes now, and its message as Queue.push_many takes it."""
         o = self.task.options
         if o.after is not None:
@@ -180,7 +182,9 @@ class Batch:
     db: Database | AsyncDatabase | None
     queue: str
     keys: list[str] = dataclasses.field(default_factory=list)
-    messages: list[NewMessage | tuple[str, str, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    messages: list[NewMessage | tuple[str, str, dict[str, JSONValue]]] = dataclasses.field(
+        default_factory=list
+    )
     inserted: int = 0
 
 
@@ -227,9 +231,9 @@ class TaskOptions:
     run_at: dt.datetime | dt.timedelta | None = None
     priority: int | None = None
     group: str | None = None
-    headers: Mapping[str, Any] | None = None
+    headers: Mapping[str, object] | None = None
     # the parents (queue_push_after's {"queue", "p_key", "p_kind"} each), in order; None: none
-    after: tuple[dict[str, Any], ...] | None = None
+    after: tuple[dict[str, str | None], ...] | None = None
 
 
 def _after_in_bulk(t: Task[Any, Any]) -> errors.InvalidArgumentError:
@@ -239,7 +243,7 @@ def _after_in_bulk(t: Task[Any, Any]) -> errors.InvalidArgumentError:
     )
 
 
-def _parents_of(handles: Iterable[Any]) -> tuple[dict[str, Any], ...]:
+def _parents_of(handles: Iterable[Any]) -> tuple[dict[str, str | None], ...]:
     """configure(after=)'s parents, checked now (client.parent_refs): at least one."""
     refs = tuple(parent_refs(handles))
     if not refs:
@@ -276,7 +280,7 @@ class Task(Generic[P, R]):
         self.db = db
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
-        self._hints: dict[str, Any] | None = None
+        self._hints: dict[str, Hint] | None = None
         self._decoding: tuple[dict[str, type | Reader | None], frozenset[str], bool] | None = None
         self._var_kw_reader: type | Reader | None = None
         # (parameter, "datetime" | "timestamp"): where a periodic occurrence's time goes, when
@@ -297,7 +301,7 @@ class Task(Generic[P, R]):
         return self.fn(*args, **kwargs)
 
     @property
-    def hints(self) -> dict[str, Any]:
+    def hints(self) -> dict[str, Hint]:
         if self._hints is None:
             self._hints = type_hints(self.fn)
         return self._hints
@@ -328,7 +332,7 @@ class Task(Generic[P, R]):
         run_at: dt.datetime | dt.timedelta | None = None,
         priority: int | None = None,
         group: str | None = None,
-        headers: Mapping[str, Any] | None = None,
+        headers: Mapping[str, object] | None = None,
         after: Iterable[TaskHandle[Any] | tuple[str, str, str]] | None = None,
     ) -> Task[P, R]:
         """A copy of the task for one defer: a key of your choosing (a unique job: a live message
@@ -360,7 +364,7 @@ class Task(Generic[P, R]):
         return self._copy(db=db)
 
     # -- the payload ----------------------------------------------------------------
-    def payload(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+    def payload(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, JSONValue]:
         """The message payload of a call with these arguments: one JSON object by name. An
         argument JSON cannot carry faithfully is refused (InvalidPayloadError naming it)."""
         try:
@@ -369,7 +373,7 @@ class Task(Generic[P, R]):
             raise TypeError(f"task {self.kind!r}: {exc}") from None
         return self._encode_bound(bound)
 
-    def partial_payload(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    def partial_payload(self, kwargs: Mapping[str, object]) -> dict[str, JSONValue]:
         """payload() of some of the arguments, by name (a periodic task's fixed ones)."""
         try:
             bound = self.signature.bind_partial(**kwargs)
@@ -377,8 +381,8 @@ class Task(Generic[P, R]):
             raise TypeError(f"task {self.kind!r}: {exc}") from None
         return self._encode_bound(bound)
 
-    def _encode_bound(self, bound: inspect.BoundArguments) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def _encode_bound(self, bound: inspect.BoundArguments) -> dict[str, JSONValue]:
+        out: dict[str, JSONValue] = {}
         for name, value in bound.arguments.items():
             param = self.signature.parameters[name]
             if param.kind is param.VAR_KEYWORD:
@@ -388,10 +392,10 @@ class Task(Generic[P, R]):
                 out[name] = self._encode(name, value, self.hints.get(name, Any))
         return out
 
-    def _var_keyword_hint(self, param: inspect.Parameter) -> Any:
+    def _var_keyword_hint(self, param: inspect.Parameter) -> Hint:
         return self.hints.get(param.name, Any)
 
-    def _encode(self, name: str, value: Any, hint: Any) -> Any:
+    def _encode(self, name: str, value: object, hint: Hint) -> JSONValue:
         if (
             value is None
             or type(value) in (str, int, bool)
@@ -464,7 +468,7 @@ class Task(Generic[P, R]):
     def _mismatch(self, text: str) -> PayloadMismatchError:
         return PayloadMismatchError(f"task {self.kind!r}: {text}")
 
-    def arguments(self, payload: Any, job: Job | None = None) -> dict[str, Any]:
+    def arguments(self, payload: JSONValue, job: Job | None = None) -> dict[str, Any]:
         """The keyword arguments of the function for a message's payload (what defer wrote, or any
         JSON object by name): each value checked against its parameter's annotation and rebuilt as
         it says. A payload that does not fit (a value of another type, an unknown or a missing
