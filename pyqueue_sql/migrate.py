@@ -63,7 +63,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -73,6 +73,7 @@ from sqlalchemy.engine import Connection
 
 from . import dialects
 from ._resources import migrations_dir, sql_file
+from .dialects import Params, Row, RowValue
 from .errors import LiveMessagesError as LiveMessagesError
 from .errors import MigrationError as MigrationError
 from .errors import MigrationInterrupted as MigrationInterrupted
@@ -80,6 +81,10 @@ from .errors import MigrationLockTimeout as MigrationLockTimeout
 from .errors import SchemaMismatchError as SchemaMismatchError
 from .errors import UnrecordedSchemaError as UnrecordedSchemaError
 from .queries import migration_queries, script, split_script
+
+# What a migration runs on: a DSN, or a SQLAlchemy Connection (an alembic revision's op.get_bind(),
+# a mock one when alembic runs offline).
+Target: TypeAlias = str | Connection
 
 VERSION_TABLE = "pyqueue_alembic_version"
 TEST_KILL_VARIABLE = "PYQUEUE_SQL_MIGRATE_TEST_KILL"
@@ -183,15 +188,15 @@ def _dialect_of(connection: Connection) -> dialects.Dialect:
     return dialects.for_name(connection.dialect.name)
 
 
-def _text(value: Any) -> Any:
+def _text(value: RowValue) -> RowValue:
     if isinstance(value, (set, frozenset)):  # Proc_priv, a SET column
         return ",".join(sorted(value))
     return value.decode() if isinstance(value, (bytes, bytearray)) else value
 
 
 def _rows(
-    connection: Connection, dialect: dialects.Dialect, name: str, params: dict[str, Any] | None = None
-) -> list[tuple]:
+    connection: Connection, dialect: dialects.Dialect, name: str, params: Params | None = None
+) -> list[Row]:
     """Runs a named statement of sql/<dialect>/migration.sql on the DB-API connection."""
     cursor = connection.connection.cursor()
     try:
@@ -447,7 +452,7 @@ def flavor(connection: Connection) -> str:
     return _dialect_of(connection).server_flavor(connection.connection)
 
 
-def fingerprint(target: Any) -> str:
+def fingerprint(target: Target) -> str:
     """The catalog fingerprint of the tables pyqueue-sql installed in a database:
     tables, columns, indexes, constraints, views and triggers (no routine, owner
     or grant), hashed: a change of a routine leaves it alone."""
@@ -504,7 +509,7 @@ def _summary(found: list[str]) -> str:
 
 
 @contextlib.contextmanager
-def _session(target: Any) -> Iterator[tuple[Connection, dialects.Dialect]]:
+def _session(target: Target) -> Iterator[tuple[Connection, dialects.Dialect]]:
     """The connection to migrate and its dialect. A DSN: a connection of ours in
     one transaction, committed at the end (dropped, not rolled back, after an
     interruption); errors.DriverNotInstalledError when the DSN's driver is missing. A
@@ -684,7 +689,7 @@ class _Run:
             return MigrationResult(before, after, adopted)
 
 
-def _migrate(target: Any, direction: str, revision: str, adopt: bool = False) -> MigrationResult:
+def _migrate(target: Target, direction: str, revision: str, adopt: bool = False) -> MigrationResult:
     offline = _alembic_offline(target)
     if offline is not None:
         return _write_sql(offline, direction, revision)
@@ -703,7 +708,7 @@ def _migrate(target: Any, direction: str, revision: str, adopt: bool = False) ->
 # ---- alembic's offline mode (--sql) ---------------------------------------------
 
 
-def _alembic_offline(target: Any) -> MigrationContext | None:
+def _alembic_offline(target: Target) -> MigrationContext | None:
     """The running alembic migration when ``target`` is the bind of an alembic run in
     offline mode (`alembic upgrade --sql`, where op.get_bind() is a mock connection)."""
     if isinstance(target, (str, Connection)):
@@ -755,7 +760,7 @@ def _write_sql(outer: MigrationContext, direction: str, revision: str) -> Migrat
 # ---- the API ----------------------------------------------------------------------
 
 
-def upgrade(target: Any, revision: str = "heads", *, adopt: bool = False) -> MigrationResult:
+def upgrade(target: Target, revision: str = "heads", *, adopt: bool = False) -> MigrationResult:
     """Brings the schema to ``revision``; target is a DSN or a SQLAlchemy Connection.
 
     Refuses (UnrecordedSchemaError) a schema that exists but is not recorded,
@@ -768,7 +773,9 @@ def upgrade(target: Any, revision: str = "heads", *, adopt: bool = False) -> Mig
     return _migrate(target, "upgrade", revision, adopt)
 
 
-def downgrade(target: Any, revision: str = "base", *, drop_messages: bool | None = None) -> MigrationResult:
+def downgrade(
+    target: Target, revision: str = "base", *, drop_messages: bool | None = None
+) -> MigrationResult:
     """Takes the schema back to ``revision`` ('base' removes everything
     pyqueue-sql installed, its version table included). Messages in dropped
     tables are lost: see live_messages().
@@ -785,7 +792,7 @@ def downgrade(target: Any, revision: str = "base", *, drop_messages: bool | None
     return _migrate(target, "downgrade", revision)
 
 
-def _check_live_messages(target: Any, drop_messages: bool | None) -> None:
+def _check_live_messages(target: Target, drop_messages: bool | None) -> None:
     """LiveMessagesError when a downgrade to base would drop live messages without the
     confirmation downgrade() asks for."""
     if drop_messages or (drop_messages is None and not isinstance(target, Connection)):
@@ -830,7 +837,7 @@ def _ask(question: str) -> bool | None:
     return stdin.readline().strip().lower() in ("y", "yes")
 
 
-def current(target: Any) -> tuple[str, ...]:
+def current(target: Target) -> tuple[str, ...]:
     """The revisions recorded in the database (empty when not installed)."""
     with _session(target) as (connection, _dialect):
         context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
@@ -841,7 +848,7 @@ def head() -> str:
     return _script().get_current_head()
 
 
-def live_messages(target: Any) -> int:
+def live_messages(target: Target) -> int:
     """How many messages pyqueue_message holds (0 when it is not installed): what
     a downgrade to base would delete."""
     with _session(target) as (connection, dialect):

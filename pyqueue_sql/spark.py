@@ -43,9 +43,9 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from . import dialects, errors, queries
@@ -53,7 +53,11 @@ from .dialects.mysql import quote_name
 from .errors import IngestRejectedError as IngestRejectedError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pyspark import SparkContext
     from pyspark.sql import Column, DataFrame, SparkSession
+
+# A column argument of ingest_frame and enqueue: a column's name, or a pyspark Column.
+ColumnArg: TypeAlias = "str | Column"
 
 INGEST_TABLE = "queue_ingest"
 # queue_ingest's columns a row may fill (the rest are the table's own bookkeeping).
@@ -267,7 +271,7 @@ def session(
 ColumnLike = "str | Column"
 
 
-def _col(df: DataFrame, value: Any, what: str) -> Column:
+def _col(df: DataFrame, value: object, what: str) -> Column:
     from pyspark.sql import Column
     from pyspark.sql import functions as F
 
@@ -283,7 +287,7 @@ def _col(df: DataFrame, value: Any, what: str) -> Column:
     raise errors.InvalidArgumentError(f"{what} must be a column name or a Column, not {type(value).__name__}")
 
 
-def _payload(df: DataFrame, payload: Any, used: set[str]) -> Column:
+def _payload(df: DataFrame, payload: object, used: set[str]) -> Column:
     """The payload as JSON text: a string column is taken as JSON text as it is;
     a struct, map or array column (or a list of columns, made into a struct)
     becomes JSON with to_json; None = a struct of every column not used otherwise."""
@@ -308,13 +312,13 @@ def _payload(df: DataFrame, payload: Any, used: set[str]) -> Column:
 
 def ingest_frame(
     df: DataFrame,
-    queue: Any,
+    queue: ColumnArg | None,
     *,
-    key: Any = "p_key",
-    kind: Any = "p_kind",
-    payload: Any = "payload",
-    run_at: Any = None,
-    priority: Any = None,
+    key: ColumnArg = "p_key",
+    kind: ColumnArg = "p_kind",
+    payload: ColumnArg | Sequence[ColumnArg] | None = "payload",
+    run_at: ColumnArg | None = None,
+    priority: ColumnArg | None = None,
     dialect: str | dialects.Dialect | None = None,
 ) -> DataFrame:
     """The DataFrame of queue_ingest rows (queue_name, p_key, p_kind, payload, run_at, priority).
@@ -405,11 +409,11 @@ def _routine_error(exc: BaseException, dialect: dialects.Dialect | None = None) 
 
 _quiet_lock = threading.Lock()
 _quiet_writers = 0
-_quiet_saved: list[tuple[str, Any]] = []
+_quiet_saved: list[tuple[str, object]] = []  # (logger, its level: a Java object)
 
 
 @contextlib.contextmanager
-def _quiet_task_failures(spark: Any) -> Any:
+def _quiet_task_failures(spark: Any) -> Iterator[None]:  # a SparkSession (its _jvm untyped)
     """While a write runs: Spark's executor and task-set loggers (which print a failed
     task's whole Java stack trace at ERROR, in local mode on this process's stderr)
     log nothing below FATAL; their levels are put back when the last concurrent
@@ -443,7 +447,7 @@ def _quiet_task_failures(spark: Any) -> Any:
 SETTLE_TIMEOUT_S = 600.0
 
 
-def _running_tasks(sc: Any, tag: str) -> int:
+def _running_tasks(sc: SparkContext, tag: str) -> int:
     """The tasks still running in the jobs tagged ``tag``."""
     tracker = sc.statusTracker()
     running = 0
@@ -456,7 +460,7 @@ def _running_tasks(sc: Any, tag: str) -> int:
 
 
 @contextlib.contextmanager
-def _settled_on_failure(spark: Any) -> Any:
+def _settled_on_failure(spark: SparkSession) -> Iterator[None]:
     """Tags the Spark jobs the block starts (from this thread); when the block fails,
     waits until their tasks have all ended before the failure goes on: Spark does not
     interrupt the other running tasks of a failed job, and such a task may still
@@ -539,11 +543,11 @@ class BulkLoad:
         """Why this database cannot take the bulk load from here (None: it can)."""
         raise NotImplementedError
 
-    def connect(self, dsn: str) -> Any:
+    def connect(self, dsn: str) -> dialects.Connection:
         """A connection in a transaction (not autocommit) that load() writes through."""
         raise NotImplementedError
 
-    def load(self, connection: Any, columns: Sequence[str], lines: list[str]) -> None:
+    def load(self, connection: dialects.Connection, columns: Sequence[str], lines: list[str]) -> None:
         """One statement that appends the CSV lines (without their newlines) to queue_ingest."""
         raise NotImplementedError
 
@@ -560,10 +564,10 @@ class CopyLoad(BulkLoad):
             return f"psycopg is not installed: {errors.install_command('spark')}"
         return None
 
-    def connect(self, dsn: str) -> Any:
+    def connect(self, dsn: str) -> dialects.Connection:
         return dialects.PostgreSQL().connect(dsn, autocommit=False)
 
-    def load(self, connection: Any, columns: Sequence[str], lines: list[str]) -> None:
+    def load(self, connection: dialects.Connection, columns: Sequence[str], lines: list[str]) -> None:
         from psycopg import sql
 
         statement = sql.SQL("COPY queue_ingest ({}) FROM STDIN (FORMAT csv)").format(
@@ -601,14 +605,14 @@ class LoadDataLoad(BulkLoad):
             return "the server does not allow LOAD DATA LOCAL INFILE (local_infile is OFF)"
         return None
 
-    def connect(self, dsn: str) -> Any:
+    def connect(self, dsn: str) -> dialects.Connection:
         import pymysql
 
         return pymysql.connect(
             **{**dialects.mysql_connect_args(dsn), "autocommit": False, "local_infile": True}
         )
 
-    def load(self, connection: Any, columns: Sequence[str], lines: list[str]) -> None:
+    def load(self, connection: dialects.Connection, columns: Sequence[str], lines: list[str]) -> None:
         import tempfile
 
         with tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="\n", suffix=".csv") as data:
@@ -663,7 +667,9 @@ def csv_lines(rows: DataFrame, null: str) -> DataFrame:
     return rows.select(F.concat_ws(",", *fields).alias("line"))
 
 
-def _load_partition(load: BulkLoad, dsn: str, columns: Sequence[str], statement_rows: int, lines: Any) -> Any:
+def _load_partition(
+    load: BulkLoad, dsn: str, columns: Sequence[str], statement_rows: int, lines: Iterable[str]
+) -> Iterator[int]:
     """A Spark task (in a Python worker): appends its partition's lines to queue_ingest,
     ``statement_rows`` lines per statement, and commits once at the end; a failure
     anywhere rolls back the whole partition. Yields the number of rows."""
@@ -703,7 +709,7 @@ def bulk_load(rows: DataFrame, load: BulkLoad, dsn: str, statement_rows: int) ->
     return sum(rdd.mapPartitions(task).collect())
 
 
-def _workers_unfit(spark: Any) -> str | None:
+def _workers_unfit(spark: SparkSession) -> str | None:
     """Why the Python workers may lack pyqueue-sql (None: they run this interpreter, or
     $PYSPARK_PYTHON names the one to use)."""
     import shutil
@@ -741,13 +747,13 @@ def _bulk_method(method: str, spark: Any, d: dialects.Dialect, dsn: str) -> Bulk
 def enqueue(
     df: DataFrame,
     url: str,
-    queue: Any,
+    queue: ColumnArg | None,
     *,
-    key: Any = "p_key",
-    kind: Any = "p_kind",
-    payload: Any = "payload",
-    run_at: Any = None,
-    priority: Any = None,
+    key: ColumnArg = "p_key",
+    kind: ColumnArg = "p_kind",
+    payload: ColumnArg | Sequence[ColumnArg] | None = "payload",
+    run_at: ColumnArg | None = None,
+    priority: ColumnArg | None = None,
     properties: Mapping[str, str] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     num_partitions: int | None = None,

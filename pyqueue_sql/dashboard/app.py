@@ -23,9 +23,9 @@ import logging
 import re
 import secrets
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -40,6 +40,10 @@ from .. import errors
 from ..display import describe_error, format_age, format_duration, redact, redact_dsn, remember_secrets
 from .data import ACTIONS, GRANTED_BY, STALE_AFTER_S, Dashboard, worker_groups
 from .metrics import DashboardCollector, metrics_response
+
+if TYPE_CHECKING:
+    from starlette.datastructures import FormData
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HERE = Path(__file__).parent
 _log = logging.getLogger("pyqueue_sql.dashboard")
@@ -89,7 +93,7 @@ def _templates() -> Environment:
     return env
 
 
-def _duration(value: Any) -> str:
+def _duration(value: object) -> str:
     """A setting's duration: 30s, 0.05s; from a minute on as 5m00s, 2h00m, 7d00h."""
     if isinstance(value, dt.timedelta) and value.total_seconds() >= 60:
         return format_age(value.total_seconds())
@@ -98,7 +102,7 @@ def _duration(value: Any) -> str:
 
 def sparkline(
     series: list[tuple[dt.datetime, int, int]], width: int = 180, height: int = 28
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Bars for an inline SVG: committed per minute (and dead-lettered on top), oldest first."""
     peak = max([c + d for _, c, d in series] + [1])
     step = width / max(len(series), 1)
@@ -159,7 +163,9 @@ class HostAllowList:
     """The Host values the dashboard answers to: its loopback names and the address it listens on
     (on its port, when known), and any name given for a proxy (any port unless it names one)."""
 
-    def __init__(self, listen_host: str | None, port: int | None, extra: Any = ()) -> None:
+    def __init__(
+        self, listen_host: str | None, port: int | None, extra: Iterable[object] | None = ()
+    ) -> None:
         self.port = port
         self.names = set(LOOPBACK_NAMES)
         if listen_host is not None and listen_host.strip() not in WILDCARDS:
@@ -194,7 +200,7 @@ class DashboardApp:
         dsn: str,
         read_only: bool = False,
         token: str | None = None,
-        allowed_hosts: Any = (),
+        allowed_hosts: Iterable[object] | None = (),
         listen_host: str | None = None,
         port: int | None = None,
     ) -> None:
@@ -236,7 +242,7 @@ class DashboardApp:
         self.app.add_middleware(_SecurityHeaders)  # type: ignore[arg-type]
 
     @contextlib.asynccontextmanager
-    async def _lifespan(self, app: Any) -> AsyncIterator[None]:
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         yield
         self.dashboard.close()
 
@@ -275,7 +281,7 @@ class DashboardApp:
             return False
         return hmac.compare_digest(mac.encode(), self._csrf_mac(nonce, request).encode())
 
-    def csrf_ok(self, request: Request, form: Any) -> bool:
+    def csrf_ok(self, request: Request, form: FormData) -> bool:
         """A POST's CSRF token: one this process signed for this session, in the form and equal to
         its cookie (SameSite=Strict), from this origin (Origin and Sec-Fetch-Site when sent)."""
         cookie = request.cookies.get(CSRF_COOKIE, "")
@@ -293,7 +299,7 @@ class DashboardApp:
         return True
 
     # -- rendering -------------------------------------------------------------------------
-    def render(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    def render(self, request: Request, template: str, status: int = 200, **context: object) -> HTMLResponse:
         csrf = request.cookies.get(CSRF_COOKIE) or ""
         if not self.csrf_valid(csrf, request):
             csrf = self.new_csrf(request)
@@ -586,7 +592,7 @@ class _Cut(NamedTuple):
     truncated: bool
 
 
-def _cut(value: Any) -> _Cut:
+def _cut(value: object) -> _Cut:
     """A JSON value (a payload, a result, progress) as the page shows it: indented, cut after
     PAYLOAD_SHOWN characters (the whole value is downloaded)."""
     text = json.dumps(value, indent=2, ensure_ascii=False)
@@ -629,17 +635,17 @@ class _Failures:
     away, the DSN is unusable) as a 503 page of one line, its secrets masked; anything else as a
     500 whose traceback is logged with them masked too (never the driver's raw text)."""
 
-    def __init__(self, app: Any, owner: DashboardApp) -> None:
+    def __init__(self, app: ASGIApp, owner: DashboardApp) -> None:
         self.app = app
         self.owner = owner
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = False
 
-        async def watch(message: Any) -> None:
+        async def watch(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
@@ -671,16 +677,16 @@ class _SecurityHeaders:
     loading anything from elsewhere, MIME sniffing, and sending its addresses (a ?token=) onward;
     pages are not cached."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         static = scope.get("path", "").startswith("/static/")
 
-        async def with_headers(message: Any) -> None:
+        async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 present = {name.lower() for name, _ in headers}
@@ -700,11 +706,11 @@ class _HostCheck:
     page on any site can rebind its own DNS name to 127.0.0.1; its requests then reach the
     dashboard with that name as Host, and are refused here."""
 
-    def __init__(self, app: Any, hosts: HostAllowList) -> None:
+    def __init__(self, app: ASGIApp, hosts: HostAllowList) -> None:
         self.app = app
         self.hosts = hosts
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
@@ -723,11 +729,11 @@ class _HostCheck:
 class _Guard:
     """ASGI middleware: the access token, and ?token= turned into the session cookie."""
 
-    def __init__(self, app: Any, owner: DashboardApp) -> None:
+    def __init__(self, app: ASGIApp, owner: DashboardApp) -> None:
         self.app = app
         self.owner = owner
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.owner.token is None:
             await self.app(scope, receive, send)
             return
@@ -772,7 +778,7 @@ def create_app(
     dsn: str,
     read_only: bool = False,
     token: str | None = None,
-    allowed_hosts: Any = (),
+    allowed_hosts: Iterable[object] | None = (),
     listen_host: str | None = None,
     port: int | None = None,
 ) -> Starlette:

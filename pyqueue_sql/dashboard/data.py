@@ -13,14 +13,26 @@ import contextlib
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.pool import QueuePool
 
 from .. import dialects, errors
-from ..client import Database, QueueSettings, QueueStats, Result, WorkerInfo
+from ..client import (
+    Database,
+    GroupInfo,
+    HistoryRow,
+    MessageRow,
+    QueueSettings,
+    QueueStats,
+    RateInfo,
+    Result,
+    ScheduleInfo,
+    ThroughputRow,
+    WorkerInfo,
+)
 
 UTC = dt.timezone.utc
 
@@ -163,7 +175,7 @@ class _Throughput:
         return out
 
 
-def _throughput_of(db: Database, queue: str, since: dt.datetime) -> list[Any]:
+def _throughput_of(db: Database, queue: str, since: dt.datetime) -> list[ThroughputRow]:
     try:
         return db.queue(queue).throughput(since=since)
     except errors.UnknownQueueError:  # dropped meanwhile
@@ -269,7 +281,7 @@ class Dashboard:
         after: tuple[str, str] | None,
         n: int,
         groups: bool = True,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any]:  # render()'s keyword arguments
         """What a queue's page shows; with groups, its first GROUPS_SHOWN FIFO groups by group key
         (queue_groups, one page of GROUPS_SHOWN + 1 rows: "groups_more" says whether there are
         more). Only the queue's page reads groups (the overview and the dead letters do not)."""
@@ -297,12 +309,12 @@ class Dashboard:
             "senders": senders,
         }
 
-    def rates(self) -> list[Any]:
+    def rates(self) -> list[RateInfo]:
         """Every queue's rate limits (queue_rates), for /metrics."""
         with self.pool.database() as db:
             return db.rates()
 
-    def groups(self, queues: list[str]) -> dict[str, list[Any]]:
+    def groups(self, queues: list[str]) -> dict[str, list[GroupInfo]]:
         """The FIFO groups of each queue (queue_groups: the first GROUPS_READ by group key), for
         /metrics; a queue without groups maps to []."""
         with self.pool.database() as db:
@@ -314,7 +326,7 @@ class Dashboard:
 
     def message(
         self, queue: str, key: str, kind: str, details: bool = True
-    ) -> tuple[Any, list[Any], QueueSettings | None]:
+    ) -> tuple[Any, list[HistoryRow], QueueSettings | None]:  # Any: a MessageInfo or None
         """The live message (None when there is none), and with details its history rows and the
         queue's settings (None when the account may not read them)."""
         with self.pool.database() as db:
@@ -338,13 +350,13 @@ class Dashboard:
             except errors.PermissionDeniedError:
                 return None
 
-    def workers(self) -> tuple[list[WorkerInfo], dict[str, list[Any]]]:
+    def workers(self) -> tuple[list[WorkerInfo], dict[str, list[MessageRow]]]:
         """The registered workers and, per reserve_as name, the live reservations it holds (read
         from the reserved messages of the queues the workers serve, at most 1000 per queue)."""
         with self.pool.database() as db:
             workers = db.workers()
             queues = sorted({q for w in workers for q in (w.queues or [])} or {s.queue for s in db.stats()})
-            held: dict[str, list[Any]] = {}
+            held: dict[str, list[MessageRow]] = {}
             for name in queues:
                 try:
                     rows = db.queue(name).messages(state="reserved", n=1000)
@@ -354,7 +366,7 @@ class Dashboard:
                     held.setdefault(row.reserved_by or "", []).append(row)
         return workers, held
 
-    def schedules(self) -> list[Any]:
+    def schedules(self) -> list[ScheduleInfo]:
         with self.pool.database() as db:
             return db.schedules()
 
@@ -400,5 +412,5 @@ class Dashboard:
                     return moved
 
 
-def _history_queues(settings: Any) -> list[str]:
+def _history_queues(settings: Iterable[QueueSettings]) -> list[str]:
     return sorted(s.queue for s in settings if s.history_retention is not None)

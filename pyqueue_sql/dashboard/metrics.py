@@ -11,7 +11,8 @@ messages in flight and the groups at their k (queue_groups).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -20,6 +21,11 @@ from starlette.responses import Response
 
 from .data import OUTCOMES, Dashboard
 
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from ..rows import GroupInfo, RateInfo
+
 
 class DashboardCollector:
     def __init__(self, dashboard: Dashboard) -> None:
@@ -27,7 +33,7 @@ class DashboardCollector:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
-    def collect(self) -> Any:
+    def collect(self) -> Iterator[Metric]:
         o = self.dashboard.overview()
         depth = GaugeMetricFamily(
             "pyqueue_queue_messages",
@@ -85,7 +91,7 @@ class DashboardCollector:
 WHOLE_QUEUE = "*"
 
 
-def rate_metrics(rates: list[Any], now: dt.datetime) -> tuple[GaugeMetricFamily, ...]:
+def rate_metrics(rates: list[RateInfo], now: dt.datetime) -> tuple[GaugeMetricFamily, ...]:
     """The gauges of the rate limits (RateInfo rows) as of ``now``."""
     labels = ["queue", "kind"]
     limit = GaugeMetricFamily(
@@ -116,7 +122,7 @@ def rate_metrics(rates: list[Any], now: dt.datetime) -> tuple[GaugeMetricFamily,
     return limit, window, used, wait
 
 
-def group_metrics(groups: dict[str, list[Any]]) -> tuple[GaugeMetricFamily, ...]:
+def group_metrics(groups: dict[str, list[GroupInfo]]) -> tuple[GaugeMetricFamily, ...]:
     """The gauges of the FIFO groups (GroupInfo rows by queue), summed per queue (a label per
     group would make a series per account, order...): the groups with messages, their messages
     in flight, and the groups with as many in flight as their k lets out. Queues without groups,
