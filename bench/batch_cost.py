@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
 import uuid
@@ -54,8 +55,18 @@ BATCH = 100
 
 # name -> (table, what its indexes are): scratch copies of pyqueue_message
 INDEXES = ("pyqueue_message_ready_idx", "pyqueue_message_due_idx", "pyqueue_message_group_idx")
+# the narrow set: the primary key and the ready index (the due index's reads served by it)
+NOT_NARROW = ("pyqueue_message_due_idx", "pyqueue_message_group_idx", "pyqueue_message_group_live_idx")
 COLUMNS = "queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at"
 SELECT = "SELECT %s, k, 'job', p, 0, now(), now(), now() FROM unnest(%s::text[], %s::{ptype}[]) AS u(k, p)"
+# the routine's own INSERT (its first write): ids drawn in the batch's order, rows in key order
+ROUTINE_INSERT = (
+    "WITH b AS MATERIALIZED (SELECT u.k, u.p, nextval(pg_get_serial_sequence('{t}', 'id')) AS new_id "
+    "FROM unnest(%s::text[], %s::jsonb[]) WITH ORDINALITY AS u(k, p, ord)) "
+    "INSERT INTO {t} ({cols}, id) OVERRIDING SYSTEM VALUE "
+    "SELECT DISTINCT ON (b.k) %s, b.k, 'job', b.p, 0, now(), now(), now(), b.new_id FROM b ORDER BY b.k, b.new_id"
+)
+QUEUE_ID = 1  # the integer queue id of the int copies' one queue
 
 
 def _scratch(
@@ -76,7 +87,7 @@ def _scratch(
     )
     for index, constraint in cur.fetchall():
         is_pkey = constraint is not None
-        copy_of = next((i for i in INDEXES if _same(cur, index, i)), None)
+        copy_of = next((i for i in (*INDEXES, *NOT_NARROW) if _same(cur, index, i)), None)
         if heap or (keep_only_pkey and not is_pkey) or (copy_of is not None and copy_of in drop):
             if is_pkey:
                 cur.execute(f"ALTER TABLE {name} DROP CONSTRAINT {constraint}")
@@ -84,6 +95,29 @@ def _scratch(
                 cur.execute(f"DROP INDEX {index}")
     if text_payload:
         cur.execute(f"ALTER TABLE {name} ALTER COLUMN payload TYPE text")
+
+
+def _scratch_int(cur, name: str, drop: tuple[str, ...] = ()) -> None:
+    """A scratch copy of pyqueue_message with an integer queue id (queue_id) in place of the queue's
+    name, in the primary key and in every index the name leads, less the indexes in drop."""
+    cur.execute(f"DROP TABLE IF EXISTS {name}")
+    cur.execute(
+        f"CREATE TABLE {name} (LIKE pyqueue_message INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
+        "INCLUDING IDENTITY INCLUDING STORAGE) WITH (fillfactor = 80)"
+    )
+    cur.execute(f"ALTER TABLE {name} DROP COLUMN queue_name, ADD COLUMN queue_id integer NOT NULL")
+    cur.execute(f"ALTER TABLE {name} ADD PRIMARY KEY (queue_id, p_key, p_kind)")
+    for index in (*INDEXES, "pyqueue_message_group_live_idx"):
+        if index in drop:
+            continue
+        cur.execute("SELECT pg_get_indexdef(%s::regclass)", (index,))
+        (definition,) = cur.fetchone()
+        definition = re.sub(
+            r"INDEX (\w+) ON \S+",
+            f"INDEX {name}_{index.removeprefix('pyqueue_message_')} ON {name}",
+            definition,
+        )
+        cur.execute(definition.replace("(queue_name,", "(queue_id,"))
 
 
 def _same(cur, copy: str, original: str) -> bool:
@@ -112,9 +146,20 @@ def variants(has_pgmq: bool) -> list[tuple[str, str, str]]:
         ("copy: no index (heap, JSON, checks)", "insert", "scratch_heap"),
         ("copy: no index, payload text (no jsonb parse)", "insert_text", "scratch_text"),
         ("copy: every index + ON CONFLICT DO NOTHING (dedup probe)", "insert_dedup", "scratch_all"),
+        ("copy: every index, the routine's INSERT (ids drawn, key order)", "insert_routine", "scratch_all"),
+        ("copy: every index, COPY FROM STDIN", "copy_from", "scratch_all"),
+        ("copy: primary key + ready index only", "insert", "scratch_narrow"),
+        ("copy: integer queue id, every index", "insert_int", "scratch_int"),
+        ("copy: integer queue id, primary key + ready index only", "insert_int", "scratch_int_narrow"),
+        ("copy: integer queue id + ON CONFLICT DO NOTHING", "insert_int_dedup", "scratch_int"),
+        ("routine, table without due_idx (a database of its own)", "queue_push_batch_nodue", NODUE),
         ("pg_notify alone, once per call", "notify", ""),
     ]
     return out
+
+
+# the routine's table in the second database, whose due index is dropped
+NODUE = "nodue:pyqueue_message"
 
 
 # The drain part: (name, how, table) of every variant.
@@ -125,13 +170,23 @@ def drain_variants(has_pgmq: bool) -> list[tuple[str, str, str]]:
     out += [
         ("bare UPDATE + DELETE: every index", "bare", "scratch_all"),
         ("bare UPDATE + DELETE: without due_idx", "bare", "scratch_no_1"),
+        ("bare UPDATE + DELETE: primary key + ready index only", "bare", "scratch_narrow"),
+        ("bare UPDATE + DELETE: integer queue id, every index", "bare_int", "scratch_int"),
+        (
+            "bare UPDATE + DELETE: integer queue id, primary key + ready index only",
+            "bare_int",
+            "scratch_int_narrow",
+        ),
     ]
     return out
 
 
+# {q}: the queue's column (queue_name, or queue_id on the int copies); the range is read from the
+# fill's start (%s after the queue), as the routines read it from their bound (pyqueue_ready_from)
 BARE_RESERVE = (
-    "WITH c AS (SELECT ctid FROM {t} WHERE queue_name = %s AND priority = 0 "
-    "AND scheduled_at > '-infinity' AND scheduled_at <= now() ORDER BY priority, scheduled_at, id "
+    "WITH c AS (SELECT ctid FROM {t} WHERE {q} = %s AND priority = 0 "
+    "AND scheduled_at > '-infinity' AND scheduled_at >= %s AND scheduled_at <= now() "
+    "ORDER BY priority, scheduled_at, id "
     "LIMIT 100 FOR UPDATE SKIP LOCKED) "
     "UPDATE {t} m SET scheduled_at = now() + interval '30 seconds', attempts = m.attempts + 1, "
     "reserved_by = 'bench', reserve_token = gen_random_uuid() FROM c WHERE m.ctid = c.ctid "
@@ -139,10 +194,10 @@ BARE_RESERVE = (
 )
 # the statement of the routines' own delete (pyqueue__delete_held): one probe of the key a row
 BARE_COMMIT = (
-    "DELETE FROM {t} m USING (SELECT %s::text AS q, u.k, u.kd, u.tk "
+    "DELETE FROM {t} m USING (SELECT %s::{qt} AS q, u.k, u.kd, u.tk "
     "FROM ROWS FROM (unnest(%s::text[]), unnest(%s::text[]), unnest(%s::uuid[])) AS u (k, kd, tk) "
     "ORDER BY u.k, u.kd) AS b "
-    "WHERE m.queue_name::text = b.q AND m.p_key::text = b.k AND m.p_kind::text = b.kd AND m.reserve_token = b.tk"
+    "WHERE m.{q}::{qt} = b.q AND m.p_key::text = b.k AND m.p_kind::text = b.kd AND m.reserve_token = b.tk"
 )
 
 
@@ -153,10 +208,10 @@ def fill(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) ->
     elif how == "pgmq":
         call(cur, q, "pgmq.send_batch", table, keys, payloads)
     else:
-        call(cur, q, "insert", table, keys, payloads)
+        call(cur, q, "insert_int" if how == "bare_int" else "insert", table, keys, payloads)
 
 
-def drain_once(cur, q, bare, how: str, table: str) -> int:
+def drain_once(cur, q, bare, how: str, table: str, since=None) -> int:
     """One call of the drain: up to 100 ready rows taken and acknowledged; how many."""
     if how == "routine":
         got = q.reserve(BATCH, worker="bench")
@@ -170,12 +225,15 @@ def drain_once(cur, q, bare, how: str, table: str) -> int:
             cur.execute("SELECT * FROM pgmq.delete(%s::text, %s::bigint[])", (QUEUE, ids))
             cur.fetchall()
         return len(ids)
-    bare.execute(BARE_RESERVE.format(t=table), (QUEUE,))
+    queue, column, typ = (
+        (QUEUE_ID, "queue_id", "integer") if how == "bare_int" else (QUEUE, "queue_name", "text")
+    )
+    bare.execute(BARE_RESERVE.format(t=table, q=column), (queue, since))
     rows = bare.fetchall()
     if rows:
         bare.execute(
-            BARE_COMMIT.format(t=table),
-            (QUEUE, [r[0] for r in rows], [r[1] for r in rows], [r[3] for r in rows]),
+            BARE_COMMIT.format(t=table, q=column, qt=typ),
+            (queue, [r[0] for r in rows], [r[1] for r in rows], [r[3] for r in rows]),
         )
     return len(rows)
 
@@ -187,24 +245,35 @@ def setup(cur) -> None:
     _scratch(cur, "scratch_pkey", keep_only_pkey=True)
     _scratch(cur, "scratch_heap", heap=True)
     _scratch(cur, "scratch_text", heap=True, text_payload=True)
+    _scratch(cur, "scratch_narrow", drop=NOT_NARROW)
+    _scratch_int(cur, "scratch_int")
+    _scratch_int(cur, "scratch_int_narrow", drop=NOT_NARROW)
 
 
 def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> None:
     """One call of 100 rows; payloads as objects, each variant encoding them as its client would."""
-    if how == "queue_push_batch":
+    if how.startswith("queue_push_batch"):
         q.push_many([(k, "job", p) for k, p in zip(keys, payloads)])
         return
     texts = [json.dumps(p) for p in payloads]
+    integer = how.startswith("insert_int")
+    cols, queue = (COLUMNS.replace("queue_name", "queue_id"), QUEUE_ID) if integer else (COLUMNS, QUEUE)
     if how == "pgmq.send_batch":
         cur.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (QUEUE, texts))
     elif how == "notify":
         cur.execute("SELECT pg_notify('pyqueue_bench_cost', '')")
+    elif how == "copy_from":
+        with cur.copy(f"COPY {table} ({COLUMNS}) FROM STDIN") as copy:
+            for k, t in zip(keys, texts):
+                copy.write_row((QUEUE, k, "job", t, 0, "now", "now", "now"))
+    elif how == "insert_routine":
+        cur.execute(ROUTINE_INSERT.format(t=table, cols=COLUMNS), (keys, texts, QUEUE))
     else:
         ptype = "text" if how == "insert_text" else "jsonb"
-        sql = f"INSERT INTO {table} ({COLUMNS}) " + SELECT.format(ptype=ptype)
-        if how == "insert_dedup":
+        sql = f"INSERT INTO {table} ({cols}) " + SELECT.format(ptype=ptype)
+        if how.endswith("_dedup"):
             sql += " ON CONFLICT DO NOTHING"
-        cur.execute(sql, (QUEUE, keys, texts))
+        cur.execute(sql, (queue, keys, texts))
     cur.fetchall() if cur.description else None
 
 
@@ -228,7 +297,10 @@ def run(args) -> tuple[list[dict], dict]:
 
     import pyqueue_sql
 
-    with common.database("postgresql", "batchcost", QUEUE) as dsn:
+    with (
+        common.database("postgresql", "batchcost", QUEUE) as dsn,
+        common.database("postgresql", "batchcost_nodue", QUEUE) as dsn_nodue,
+    ):
         has_pgmq = True
         try:
             common.install_pgmq(dsn, QUEUE)
@@ -244,6 +316,13 @@ def run(args) -> tuple[list[dict], dict]:
         db = pyqueue_sql.connect(dsn)
         q = db.queue(QUEUE)
         q_pid = _backend_pid(db)
+        # the routine on a table without its due index, in a database of its own
+        db_nodue = pyqueue_sql.connect(dsn_nodue)
+        q_nodue = db_nodue.queue(QUEUE)
+        nodue_pid = _backend_pid(db_nodue)
+        nodue_conn = psycopg.connect(dsn_nodue, autocommit=True, prepare_threshold=None)
+        nodue = nodue_conn.cursor()
+        nodue.execute("DROP INDEX pyqueue_message_due_idx")
         meta = {
             "command": common.command(),
             "started": common.now_utc(),
@@ -260,11 +339,12 @@ def run(args) -> tuple[list[dict], dict]:
         payloads = [{"n": i, "body": "x" * 40} for i in range(BATCH)]
         for rnd in range(args.rounds):
             for name, how, table in common.rotated(todo, rnd):
-                on = q_pid if how == "queue_push_batch" else pid
+                on = {"queue_push_batch": q_pid, "queue_push_batch_nodue": nodue_pid}.get(how, pid)
+                qq = q_nodue if table == NODUE else q
                 batches = _keys(args.calls)
                 cpu0, c0, t0 = common.process_cpu(on), time.process_time(), time.perf_counter()
                 for keys in batches:
-                    call(cur, q, how, table, keys, payloads)
+                    call(cur, qq, how, table, keys, payloads)
                 c1, cpu1 = time.process_time(), common.process_cpu(on)
                 sample = _sample(args.calls * BATCH, (cpu0, cpu1), (c0, c1), t0)
                 results.append({"round": rnd + 1, "variant": name, **sample})
@@ -272,6 +352,8 @@ def run(args) -> tuple[list[dict], dict]:
             for _, _how, table in todo:
                 if table == "pyqueue_message":
                     cur.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
+                elif table == NODUE:
+                    nodue.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
                 elif table:
                     cur.execute(f"DELETE FROM {table}")
             print(f"batch-cost: round {rnd + 1} of {args.rounds} done", flush=True)
@@ -279,6 +361,8 @@ def run(args) -> tuple[list[dict], dict]:
             results += drain(args, conn, dsn, db, q_pid, has_pgmq, payloads)
         conn.close()
         db.close()
+        db_nodue.close()
+        nodue_conn.close()
         meta["load_after"] = common.loadavg()
         return results, meta
 
@@ -309,12 +393,14 @@ def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[d
     try:
         for rnd in range(args.rounds):
             for name, how, table in common.rotated(todo, rnd):
+                cur.execute("SELECT now()")
+                (since,) = cur.fetchone()
                 for keys in _keys(args.calls):
                     fill(cur, q, how, table, keys, payloads)
-                on = {"bare": bare_pid, "routine": q_pid}.get(how, pid)
+                on = {"bare": bare_pid, "bare_int": bare_pid, "routine": q_pid}.get(how, pid)
                 cpu0, c0, t0 = common.process_cpu(on), time.process_time(), time.perf_counter()
                 rows = 0
-                while n := drain_once(cur, q, bare, how, table):
+                while n := drain_once(cur, q, bare, how, table, since):
                     rows += n
                 c1, cpu1 = time.process_time(), common.process_cpu(on)
                 if rows != args.calls * BATCH:
