@@ -12,6 +12,11 @@ machine's other load moves it little) and by the client's wall clock, per row:
                     column checks), with the payload as text (no jsonb parse), with ON CONFLICT DO
                     NOTHING (the dedup probe a push makes after a race), and the NOTIFY a push may
                     send (pg_notify alone, once per call)
+  layouts           the alternatives beside them: the copy with the primary key and the ready index
+                    only; an integer queue id (queue_id) in place of the name in the primary key and
+                    every index it leads (every index; primary key and ready index only; ON CONFLICT);
+                    the routine's own INSERT and a COPY FROM STDIN on the copy with every index; the
+                    routine on a table without its due index (a database of its own)
 
 Every table churns as a queue does: after each round its rows are deleted (no VACUUM, ANALYZE or
 TRUNCATE; autovacuum as the server has it), so each round inserts past the dead rows and index
@@ -30,12 +35,20 @@ them, until none is left:
                        copy of pyqueue_message: an UPDATE of the first 100 ready rows of the ready
                        index (FOR UPDATE SKIP LOCKED) that writes what a reservation writes
                        (scheduled_at, attempts, reserved_by, a fresh token), and a DELETE by key and
-                       token; with every index, and without the due index
+                       token; with every index, without the due index, with the primary key and
+                       ready index only, and on the integer queue id's copies; the range read from
+                       the fill's start, as the routines read it from their bound
+
+--dialects mysql: MariaDB's bulk enqueue, calls of 5,000 rows, each variant timed by its connection's
+server thread: push_many against the plain job table's multi-row INSERT IGNORE (the bulk target),
+copies of pyqueue_message with fewer indexes, the key clustered, an integer queue id, and Spark's
+ingest path (queue_ingest + queue_ingest_flush).
 
 bench/README.md, Batch cost.
 
     python -m bench batch-cost                       # 7 rounds, 300 calls of 100 rows per variant
     python -m bench batch-cost --quick               # 1 round, 20 calls
+    python -m bench batch-cost --dialects mysql      # the MariaDB part alone
 """
 
 from __future__ import annotations
@@ -507,6 +520,256 @@ def summarize(results: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- MariaDB: bulk enqueue, 5,000 rows a call, against the plain job table ----
+
+MY_BULK = 5000
+MY_COLUMNS = "queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at"
+MY_ROW = "(%s, %s, 'job', %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
+INGEST_QUEUE = "ingest"
+LEAN = "lean:pyqueue_message"  # the routine's table in a database of its own, with its key indexes only
+MY_SECONDARY = ("pyqueue_message_ready_idx", "pyqueue_message_due_idx", "pyqueue_message_group_idx")
+
+
+def mysql_variants() -> list[tuple[str, str, str]]:
+    """(name, what one call runs, the table to churn) of every MariaDB variant."""
+    return [
+        ("routine: Queue.push_many (queue_push_batch)", "routine", "pyqueue_message"),
+        (
+            "routine, table with the primary key and the key index only (a database of its own)",
+            "routine",
+            LEAN,
+        ),
+        ("plain job table: multi-row INSERT IGNORE", "job", "job"),
+        ("copy: every index and the foreign key, multi-row INSERT", "insert", "scratch_all"),
+        ("copy: every index and the foreign key, INSERT IGNORE", "insert_ignore", "scratch_all"),
+        ("copy: primary key, key index and ready index, INSERT IGNORE", "insert_ignore", "scratch_ready"),
+        ("copy: primary key and key index only, INSERT IGNORE", "insert_ignore", "scratch_keys"),
+        ("copy: primary key only (no dedup)", "insert", "scratch_heap"),
+        (
+            "copy: the key as the clustered primary key, id a secondary key, INSERT IGNORE",
+            "insert_ignore",
+            "scratch_keypk",
+        ),
+        (
+            "copy: integer queue id, every index and the foreign key, INSERT IGNORE",
+            "insert_int_ignore",
+            "scratch_int",
+        ),
+        ("ingest: multi-row INSERT into queue_ingest + CALL queue_ingest_flush", "ingest", "queue_ingest"),
+    ]
+
+
+def _mysql_setup(cur) -> None:
+    """The scratch copies of pyqueue_message (CREATE TABLE ... LIKE copies no foreign key: added)."""
+    fk = "FOREIGN KEY (queue_name) REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE"
+    cur.execute(
+        "CREATE TABLE job (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
+        "payload JSON NOT NULL, run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), "
+        "token CHAR(36) NULL, UNIQUE KEY job_key (msg_key), KEY job_ready (run_at, id)) ENGINE=InnoDB"
+    )
+    for name in (
+        "scratch_all",
+        "scratch_ready",
+        "scratch_keys",
+        "scratch_heap",
+        "scratch_keypk",
+        "scratch_int",
+    ):
+        cur.execute(f"CREATE TABLE {name} LIKE pyqueue_message")
+    cur.execute(f"ALTER TABLE scratch_all ADD CONSTRAINT scratch_all_fk {fk}")
+    cur.execute(
+        "ALTER TABLE scratch_ready DROP INDEX pyqueue_message_due_idx, DROP INDEX pyqueue_message_group_idx"
+    )
+    cur.execute("ALTER TABLE scratch_keys " + ", ".join(f"DROP INDEX {i}" for i in MY_SECONDARY))
+    cur.execute(
+        "ALTER TABLE scratch_heap "
+        + ", ".join(f"DROP INDEX {i}" for i in (*MY_SECONDARY, "pyqueue_message_key_uk"))
+    )
+    cur.execute(
+        "ALTER TABLE scratch_keypk DROP PRIMARY KEY, DROP INDEX pyqueue_message_key_uk, "
+        "ADD PRIMARY KEY (queue_name, p_key, p_kind), ADD KEY scratch_keypk_id (id)"
+    )
+    cur.execute(f"ALTER TABLE scratch_keypk ADD CONSTRAINT scratch_keypk_fk {fk}")
+    # the integer queue id: in place of the name in the key index and every index the name leads
+    cur.execute("CREATE TABLE scratch_queue (queue_id INT PRIMARY KEY) ENGINE=InnoDB")
+    cur.execute("INSERT INTO scratch_queue VALUES (%s)", (QUEUE_ID,))
+    cur.execute(
+        "ALTER TABLE scratch_int ADD COLUMN queue_id INT NOT NULL FIRST, "
+        + ", ".join(f"DROP INDEX {i}" for i in (*MY_SECONDARY, "pyqueue_message_key_uk"))
+    )
+    cur.execute(
+        "ALTER TABLE scratch_int DROP COLUMN queue_name, ADD UNIQUE KEY scratch_int_key (queue_id, p_key, p_kind), "
+        "ADD KEY scratch_int_ready (queue_id, priority, scheduled_at, id), "
+        "ADD KEY scratch_int_due (queue_id, scheduled_at, id), "
+        "ADD KEY scratch_int_group (queue_id, group_key, scheduled_at_initially, id), "
+        "ADD CONSTRAINT scratch_int_fk FOREIGN KEY (queue_id) REFERENCES scratch_queue (queue_id) ON DELETE CASCADE"
+    )
+
+
+def _thread_cpu(server: int | None, tid: int) -> float | None:
+    """Seconds of CPU one thread of the server process has used, or None where /proc cannot tell."""
+    if server is None:
+        return None
+    try:
+        with open(f"/proc/{server}/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tid(conn) -> int:
+    """The server thread of a MariaDB connection (information_schema.PROCESSLIST.TID)."""
+    cur = conn.cursor()
+    cur.execute("SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()")
+    tid = int(cur.fetchone()[0])
+    conn.commit()
+    return tid
+
+
+def mysql_call(cur, q, how: str, table: str, keys: list[str], texts: list[str], payloads: list[dict]) -> None:
+    """One call of MY_BULK rows."""
+    if how == "routine":
+        q.push_many([(k, "job", p) for k, p in zip(keys, payloads)])
+        return
+    if how == "job":
+        values = ", ".join(["(%s, %s)"] * len(keys))
+        cur.execute(
+            f"INSERT IGNORE INTO job (msg_key, payload) VALUES {values}",
+            [v for kv in zip(keys, texts) for v in kv],
+        )
+        return
+    if how == "ingest":
+        values = ", ".join(["(%s, %s, 'job', %s)"] * len(keys))
+        cur.execute(
+            f"INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES {values}",
+            [v for k, t in zip(keys, texts) for v in (INGEST_QUEUE, k, t)],
+        )
+        cur.execute("CALL queue_ingest_flush(%s)", (INGEST_QUEUE,))
+        while True:
+            cur.fetchall()
+            if not cur.nextset():
+                break
+        return
+    integer = how.startswith("insert_int")
+    cols = MY_COLUMNS.replace("queue_name", "queue_id") if integer else MY_COLUMNS
+    queue = QUEUE_ID if integer else QUEUE
+    verb = "INSERT IGNORE" if how.endswith("_ignore") else "INSERT"
+    values = ", ".join([MY_ROW] * len(keys))
+    cur.execute(
+        f"{verb} INTO {table} ({cols}) VALUES {values}",
+        [v for k, t in zip(keys, texts) for v in (queue, k, t)],
+    )
+
+
+def run_mysql(args) -> tuple[list[dict], dict]:
+    import pyqueue_sql
+
+    calls = max(1, args.calls * BATCH // MY_BULK)
+    with (
+        common.database("mysql", "batchcost", QUEUE) as dsn,
+        common.database("mysql", "batchcost_lean", QUEUE) as dsn_lean,
+    ):
+        server = common.server_pid("mysql", dsn)
+        conn = common.raw_connect("mysql", dsn)
+        cur = conn.cursor()
+        _mysql_setup(cur)
+        cur.execute("SELECT VERSION()")
+        (version,) = cur.fetchone()
+        tid = _tid(conn)
+        db = pyqueue_sql.connect(dsn)
+        db.queue(INGEST_QUEUE).create()
+        q, q_tid = db.queue(QUEUE), _tid(db.connection)
+        db_lean = pyqueue_sql.connect(dsn_lean)
+        q_lean, lean_tid = db_lean.queue(QUEUE), _tid(db_lean.connection)
+        lean_conn = common.raw_connect("mysql", dsn_lean)
+        lean = lean_conn.cursor()
+        lean.execute("ALTER TABLE pyqueue_message " + ", ".join(f"DROP INDEX {i}" for i in MY_SECONDARY))
+        meta = {
+            "command": common.command(),
+            "started": common.now_utc(),
+            "rounds": args.rounds,
+            "calls": calls,
+            "batch": MY_BULK,
+            "load_before": common.loadavg(),
+            "server": f"MariaDB {version}",
+            "thread_cpu": server is not None and _thread_cpu(server, tid) is not None,
+        }
+        todo = mysql_variants()
+        results: list[dict] = []
+        payloads = [{"n": i, "body": "x" * 40} for i in range(MY_BULK)]
+        texts = [json.dumps(p) for p in payloads]
+        try:
+            for rnd in range(args.rounds):
+                for name, how, table in common.rotated(todo, rnd):
+                    on = q_tid if table == "pyqueue_message" else lean_tid if table == LEAN else tid
+                    batches = [[uuid.uuid4().hex for _ in range(MY_BULK)] for _ in range(calls)]
+                    qq = q_lean if table == LEAN else q
+                    cpu0, c0, t0 = _thread_cpu(server, on), time.process_time(), time.perf_counter()
+                    for keys in batches:
+                        mysql_call(cur, qq, how, table, keys, texts, payloads)
+                    c1, cpu1 = time.process_time(), _thread_cpu(server, on)
+                    sample = _sample(calls * MY_BULK, (cpu0, cpu1), (c0, c1), t0)
+                    results.append({"round": rnd + 1, "part": "mysql", "variant": name, **sample})
+                # the churn: every table emptied by DELETE (InnoDB purges in the background)
+                cur.execute("DELETE FROM pyqueue_message WHERE queue_name IN (%s, %s)", (QUEUE, INGEST_QUEUE))
+                lean.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
+                for table in dict.fromkeys(t for _, h, t in todo if t.startswith(("scratch", "job"))):
+                    cur.execute(f"DELETE FROM {table}")
+                print(f"batch-cost: MariaDB round {rnd + 1} of {args.rounds} done", flush=True)
+        finally:
+            conn.close()
+            lean_conn.close()
+            db.close()
+            db_lean.close()
+        meta["load_after"] = common.loadavg()
+        return results, meta
+
+
+def summarize_mysql(results: list[dict], meta: dict) -> str:
+    names = list(dict.fromkeys(r["variant"] for r in results))
+    plain = "plain job table: multi-row INSERT IGNORE"
+    base = statistics.median(_medians(results, plain)[0] or [0]) or None
+    rows = []
+    for name in names:
+        server, client, wall = _medians(results, name)
+        s = statistics.median(server) if server else None
+        rows.append(
+            [
+                name,
+                common.spread(server),
+                f"{base / s:.2f}" if s and base else "",
+                common.spread(client),
+                common.spread(wall),
+            ]
+        )
+    return "\n".join(
+        [
+            "# Batch cost, MariaDB: a row of a bulk enqueue against the plain job table",
+            "",
+            f"Command: `{meta['command']}`; {meta['started']}, {meta['server']}, {meta['rounds']} round(s) of "
+            f"{meta['calls']} calls of {meta['batch']:,} rows per variant, rounds interleaved, the variants' order "
+            f"rotating; load average {meta['load_before']} before, {meta['load_after']} after. Server CPU: the "
+            "connection's server thread (`information_schema.PROCESSLIST.TID`, `/proc/<server>/task/<tid>`, "
+            "10 ms ticks), per row, median over the rounds (min-max); `plain / this`: the plain job table's "
+            "server CPU a row over this variant's (the bulk target's ratio, >= 0.5 for `push_many`); client CPU: "
+            "this process's in the calls; wall: the client's clock. Keys random (uuid4 hex). The routine runs "
+            "through the client on its own connection; the plain job table is the routines suite's hand-rolled "
+            "queue's (id, a unique key, JSON payload, a ready index); the copies are `CREATE TABLE ... LIKE "
+            "pyqueue_message` less what the variant names, filled by a multi-row `INSERT` of the routine's "
+            "columns; the ingest path is Spark's (`queue_ingest` rows, then the flush, into a queue of its own). "
+            "Every table churns: its rows deleted after each round. Method: bench/README.md, Batch cost.",
+            "",
+            *common.table(
+                ["variant", "server CPU µs/row", "plain / this", "client CPU µs/row", "wall µs/row"],
+                rows,
+                "lrrrr",
+            ),
+            "",
+        ]
+    )
+
+
 def main() -> None:
     ap = common.parser(
         __doc__,
@@ -514,6 +777,11 @@ def main() -> None:
         ("--calls", 300, "calls of 100 rows per variant and round"),
         ("--quick", False, "1 round of 20 calls; writes to bench/results/"),
         ("--no-drain", False, "the push part only"),
+        (
+            "--dialects",
+            "postgresql",
+            "postgresql, mysql (the MariaDB bulk enqueue part), or both comma-separated",
+        ),
         ("--out", None, "directory of batch-cost.md/.json (default bench/latest, --quick bench/results)"),
     )
     args = ap.parse_args()
@@ -521,12 +789,21 @@ def main() -> None:
     if args.quick:
         args.rounds, args.calls = 1, 20
     out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
-    results, meta = run(args)
-    md = summarize(results, meta)
-    common.write(out, "batch-cost", md, {"meta": meta, "results": results})
-    print()
-    print(md)
-    print(f"batch-cost: wrote {out}/batch-cost.md and batch-cost.json", flush=True)
+    dialects = args.dialects.split(",")
+    if "postgresql" in dialects:
+        results, meta = run(args)
+        md = summarize(results, meta)
+        common.write(out, "batch-cost", md, {"meta": meta, "results": results})
+        print()
+        print(md)
+        print(f"batch-cost: wrote {out}/batch-cost.md and batch-cost.json", flush=True)
+    if "mysql" in dialects:
+        results, meta = run_mysql(args)
+        md = summarize_mysql(results, meta)
+        common.write(out, "batch-cost-mysql", md, {"meta": meta, "results": results})
+        print()
+        print(md)
+        print(f"batch-cost: wrote {out}/batch-cost-mysql.md and batch-cost-mysql.json", flush=True)
 
 
 if __name__ == "__main__":
