@@ -74,7 +74,7 @@ COLUMNS = "queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled
 SELECT = "SELECT %s, k, 'job', p, 0, now(), now(), now() FROM unnest(%s::text[], %s::{ptype}[]) AS u(k, p)"
 # the routine's own INSERT (its first write): ids drawn in the batch's order, rows in key order
 ROUTINE_INSERT = (
-    "WITH b AS MATERIALIZED (SELECT u.k, u.p, nextval(pg_get_serial_sequence('{t}', 'id')) AS new_id "
+    "WITH b AS MATERIALIZED (SELECT u.k, u.p, nextval(%s::regclass) AS new_id "
     "FROM unnest(%s::text[], %s::jsonb[]) WITH ORDINALITY AS u(k, p, ord)) "
     "INSERT INTO {t} ({cols}, id) OVERRIDING SYSTEM VALUE "
     "SELECT DISTINCT ON (b.k) %s, b.k, 'job', b.p, 0, now(), now(), now(), b.new_id FROM b ORDER BY b.k, b.new_id"
@@ -280,7 +280,10 @@ def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) ->
             for k, t in zip(keys, texts):
                 copy.write_row((QUEUE, k, "job", t, 0, "now", "now", "now"))
     elif how == "insert_routine":
-        cur.execute(ROUTINE_INSERT.format(t=table, cols=COLUMNS), (keys, texts, QUEUE))
+        # the id sequence looked up once a call, as the routine does
+        cur.execute("SELECT pg_get_serial_sequence(%s, 'id')", (table,))
+        (sequence,) = cur.fetchone()
+        cur.execute(ROUTINE_INSERT.format(t=table, cols=COLUMNS), (sequence, keys, texts, QUEUE))
     else:
         ptype = "text" if how == "insert_text" else "jsonb"
         sql = f"INSERT INTO {table} ({cols}) " + SELECT.format(ptype=ptype)
