@@ -121,15 +121,14 @@ class System:
 
 
 def _value(text: str):
-    low = text.lower()
-    if low in ("true", "false", "none"):
-        return {"true": True, "false": False, "none": None}[low]
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    raise SystemExit(f"not a number, true, false or none: {text!r}")
+    """A setting's value: a number, true, false or none."""
+    try:
+        value = json.loads({"none": "null"}.get(text.lower(), text.lower()))
+    except ValueError:
+        value = ""
+    if isinstance(value, (str, list, dict)):
+        raise SystemExit(f"not a number, true, false or none: {text!r}")
+    return value
 
 
 def variant(text: str, dialect: str) -> System:
@@ -192,13 +191,6 @@ def _kill(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-def _backends_cpu(system: System, cur) -> dict[int, float] | None:
-    """PostgreSQL: the CPU seconds of each server process (backend) connected to the system's
-    database other than the counter's own, from /proc (None when the server is not on this
-    machine, or on MySQL/MariaDB, whose sessions are threads of one process)."""
-    return common.sessions_cpu(cur, strict=True) if system.dialect == "postgresql" else None
-
-
 def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> dict:
     """Starts the worker processes on the full backlog; returns jobs done, seconds, jobs/s."""
     counter = common.raw_connect(system.dialect, dsn)
@@ -234,7 +226,10 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             # whatever the worker prints afterwards is read and dropped
             threading.Thread(target=p.stdout.read, daemon=True).start()
         cpu0 = [common.process_cpu(p.pid) for p in procs]  # start-up and imports: not counted
-        server0 = _backends_cpu(system, cur)  # backends opened later start from 0
+        # PostgreSQL: the CPU of each backend connected to the system's database but the counter's
+        # (None: the server is not on this machine; MySQL/MariaDB: sessions are threads of one process)
+        pg = system.dialect == "postgresql"
+        server0 = common.sessions_cpu(cur, strict=True) if pg else None  # backends opened later start from 0
         started = time.perf_counter()
         for p in procs:
             p.stdin.write("go\n")
@@ -256,7 +251,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
                 raise RuntimeError(f"{system.name} worker exited early: {log_tail(dead[0])}")
         done = jobs - remaining
         cpu = [common.process_cpu(p.pid) for p in procs]  # the worker processes' own CPU, all threads
-        server = _backends_cpu(system, cur)  # the workers' sessions, still open
+        server = common.sessions_cpu(cur, strict=True) if pg else None  # the workers' sessions, still open
         known = done and None not in cpu + cpu0
         server_us = None
         if done and server is not None and server0 is not None:
