@@ -53,7 +53,6 @@ import asyncio
 import collections
 import inspect
 import signal
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -63,7 +62,6 @@ from .. import errors, tracing
 from ..worker import (
     Job,
     RetryPolicy,
-    StoppedError,
     WorkerBase,
     WorkerStats,
     WorkerStatus,
@@ -74,18 +72,25 @@ from ..worker.steps import (
     HARD_STOP,
     Acquire,
     BackOff,
+    Begin,
     Close,
     Commit,
     Connect,
+    Finish,
     Handle,
     Hooks,
     Invoke,
     Listen,
     Notifications,
+    On,
     OnConnect,
+    Open,
     Reconnect,
     RetriedCall,
+    Shut,
     Sleep,
+    StartRunners,
+    StopRunners,
     Wait,
     WaitSlots,
     dispatcher,
@@ -254,93 +259,75 @@ class AsyncWorker(WorkerBase):
         Returns True when it stopped cleanly, False when handlers were still
         running at the shutdown deadline or a forced stop abandoned them (listed
         in ``self.unfinished``; their messages come back when their lease ends)."""
-        if not self.routes:
-            raise errors.InvalidArgumentError("the worker has no handlers")
-        self._starting()
+        return await self._steps(self._run_steps(install_signals), None)
+
+    # -- the run's operations (WorkerBase._run_steps) ------------------------------------------
+    async def _begin(self, op: Begin, conn: Any) -> None:
         self._loop = asyncio.get_running_loop()
         self._astop, self._ahard, self._freed = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._awatch = asyncio.Event()
-        conn = _AsyncConnection(self, "dispatcher")
-        try:
-            await self._steps(self._preflight_steps(), conn)
-        except BaseException as exc:
-            self._loop = None
-            self._refused_at_start(exc)
-            raise
-        finally:
-            await conn.close()
-        if install_signals is None:
-            install_signals = threading.current_thread() is threading.main_thread()
-        if install_signals:
-            self.install_signal_handlers()
-        self._announce()
+
+    async def _open(self, op: Open, conn: Any) -> _AsyncConnection:
+        on_connect = self._on_dispatcher_connect if op.dispatcher else None
+        return _AsyncConnection(self, op.role, on_connect=on_connect)
+
+    async def _on(self, op: On, conn: Any) -> Any:
+        return await self._steps(op.steps, op.conn)
+
+    async def _shut(self, op: Shut, conn: Any) -> None:
+        return await op.conn.close()
+
+    async def _start_runners(self, op: StartRunners, conn: Any) -> None:
         self._pool: asyncio.Queue[_AsyncConnection] = asyncio.Queue()
         for _ in range(self.connections):
             self._pool.put_nowait(_AsyncConnection(self, "handler"))
         self._commits_ready = asyncio.Event()
         self._acks_ready, self._acks_full = asyncio.Event(), asyncio.Event()
         self._acks_closed = False
-        completer = asyncio.create_task(self._completer(), name="pyqueue-completer")
+        self._completer_task = asyncio.create_task(self._completer(), name="pyqueue-completer")
         self._waiting: collections.deque[Job] = collections.deque()  # prefetched, for the next free task
         self._handler_tasks = 0  # running handler tasks
-        committers = [
+        self._committers = [
             asyncio.create_task(self._committer(), name=f"pyqueue-committer-{i}")
             for i in range(self.connections)
         ]
         self._heartbeat_conn = _AsyncConnection(self, "heartbeat")
-        heartbeat = asyncio.create_task(
+        self._heartbeat = asyncio.create_task(
             self._loop_on(self._heartbeat_conn, self._heartbeat_loop_steps()), name="pyqueue-heartbeat"
         )
-        watcher = asyncio.create_task(
+        self._watcher = asyncio.create_task(
             self._loop_on(_AsyncConnection(self, "watch"), self._watch_loop_steps()), name="pyqueue-watch"
         )
-        dispatcher = _AsyncConnection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
-        try:
-            if self.register:
-                try:
-                    await self._steps(self._register_steps(False), dispatcher)
-                except StoppedError:
-                    pass
-            for hook in self.on_start:
-                await _maybe_await(hook(self))
-            self._state = "running"
-            await self._steps(self._dispatch_steps(), dispatcher)
-        except BaseException as exc:
-            self._crashed(exc)
-            raise
-        finally:
-            self._stopping.set()
-            self._mirror_events()
-            self._state = "stopping"
-            await dispatcher.close()
-            await self._shutdown()
-            for committer in committers:  # every handler task has finished: nothing left to commit
-                committer.cancel()
-            await asyncio.gather(*committers, return_exceptions=True)
-            # ...and the completer flushes the successes still waiting for their acknowledgement.
-            self._acks_closed = True
-            self._acks_ready.set()
-            self._acks_full.set()  # ends the completer's wait for more
-            await asyncio.wait({completer}, timeout=max(self.shutdown_timeout, 5.0))
-            self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
-            self._ahard.set()
-            completer.cancel()
-            self._awatch.set()
-            await asyncio.wait({heartbeat, watcher}, timeout=5)
-            heartbeat.cancel()
-            watcher.cancel()
-            conn = _AsyncConnection(self, "deregister")
-            try:
-                await self._steps(self._deregister_steps(), conn)
-            finally:
-                await conn.close()
-            while not self._pool.empty():
-                await self._pool.get_nowait().close()
-            await self._run_async_hooks(self.on_stop, "on_stop")
-            self._remove_signal_handlers()
-            self._loop = None
-            self._finished()
-        return not self.unfinished
+
+    async def _stop_runners(self, op: StopRunners, conn: Any) -> None:
+        await self._shutdown()
+        committers, completer = self._committers, self._completer_task
+        for committer in committers:  # every handler task has finished: nothing left to commit
+            committer.cancel()
+        await asyncio.gather(*committers, return_exceptions=True)
+        # ...and the completer flushes the successes still waiting for their acknowledgement.
+        self._acks_closed = True
+        self._acks_ready.set()
+        self._acks_full.set()  # ends the completer's wait for more
+        await asyncio.wait({completer}, timeout=max(self.shutdown_timeout, 5.0))
+        self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
+        self._ahard.set()
+        completer.cancel()
+        self._awatch.set()
+        await asyncio.wait({self._heartbeat, self._watcher}, timeout=5)
+        self._heartbeat.cancel()
+        self._watcher.cancel()
+
+    async def _finish(self, op: Finish, conn: Any) -> None:
+        while not self._pool.empty():
+            await self._pool.get_nowait().close()
+
+    def _stopping_now(self) -> None:
+        self._mirror_events()
+
+    def _ended(self) -> None:
+        self._remove_signal_handlers()
+        self._loop = None
 
     async def _run_async_hooks(self, hooks: list[Callable[[Any], Any]], what: str | None) -> None:
         for hook in hooks:
@@ -456,6 +443,13 @@ class AsyncWorker(WorkerBase):
             Wait: _wait,
             Hooks: _hooks,
             Reconnect: _reconnect,
+            Begin: _begin,
+            Open: _open,
+            On: _on,
+            Shut: _shut,
+            StartRunners: _start_runners,
+            StopRunners: _stop_runners,
+            Finish: _finish,
         }
     )
 

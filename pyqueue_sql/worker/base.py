@@ -29,7 +29,18 @@ from .settings import (
 )
 from .settings import default_prefetch as default_prefetch
 from .shutdown import Shutdown
-from .steps import RetriedCall
+from .steps import (
+    BEGIN,
+    FINISH,
+    START_RUNNERS,
+    STOP_RUNNERS,
+    Hooks,
+    On,
+    Open,
+    RetriedCall,
+    Shut,
+    StoppedError,
+)
 from .watch import Watch
 
 
@@ -289,7 +300,72 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         """Makes the worker's waits notice a stop (called from any thread, or a signal handler)."""
         raise NotImplementedError
 
+    def _stopping_now(self) -> None:
+        """The run ends (its stop is set): the runner's waits that do not read _stopping notice."""
+
+    def _ended(self) -> None:
+        """The run's last step before it logs its stop, or its refusal at the start."""
+
     # -- life cycle ----------------------------------------------------------------
+    def _run_steps(self, install_signals: bool | None):
+        """A run, written once for both runners (run()): the checks before the start, the runners
+        started (StartRunners), the dispatcher (registration, on_start, the reserve loop) until
+        the stop, then the stop (StopRunners), the deregistration and the on_stop hooks. Returns
+        True when it stopped cleanly (see Worker.run)."""
+        if not self.routes:
+            raise errors.InvalidArgumentError("the worker has no handlers")
+        if install_signals is None:
+            install_signals = threading.current_thread() is threading.main_thread()
+        self._starting()
+        yield BEGIN
+        conn = yield Open("dispatcher")
+        try:
+            yield On(conn, self._preflight_steps())
+        except BaseException as exc:
+            self._ended()
+            self._refused_at_start(exc)
+            raise
+        finally:
+            yield Shut(conn)
+        if install_signals:
+            self.install_signal_handlers()
+        self._announce()
+        yield START_RUNNERS
+        dispatcher = yield Open("dispatcher", dispatcher=True)
+        try:
+            yield On(dispatcher, self._serving_steps())
+        except BaseException as exc:
+            self._crashed(exc)
+            raise
+        finally:
+            self._stopping.set()
+            self._stopping_now()
+            self._state = "stopping"
+            yield Shut(dispatcher)
+            yield STOP_RUNNERS
+            conn = yield Open("deregister")
+            try:
+                yield On(conn, self._deregister_steps())
+            finally:
+                yield Shut(conn)
+            yield FINISH
+            yield Hooks(self.on_stop, "on_stop")
+            self._ended()
+            self._finished()
+        return not self.unfinished
+
+    def _serving_steps(self):
+        """The dispatcher's connection from the start to the stop: the registration, the on_start
+        hooks, then the reserve loop."""
+        if self.register:
+            try:
+                yield from self._register_steps(False)
+            except StoppedError:
+                pass
+        yield Hooks(self.on_start, None)
+        self._state = "running"
+        yield from self._dispatch_steps()
+
     def _starting(self) -> None:
         """Resets the run's state (run() calls it first, before it installs the signal handlers: a
         signal from then on is not reset away)."""

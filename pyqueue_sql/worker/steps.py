@@ -129,8 +129,61 @@ class Commit:
     chain: bool
 
 
+# -- what the run asks of its runner (WorkerBase._run_steps) ---------------------------------
+
+
+@dataclass(frozen=True)
+class Begin:
+    """The runner's own state for a run (AsyncWorker: its loop and the loop's events)."""
+
+
+@dataclass(frozen=True)
+class Open:
+    """A new connection of this role (not connected yet: its first call connects); the dispatcher's
+    (dispatcher=True) LISTENs on its queues once connected."""
+
+    role: str
+    dispatcher: bool = False
+
+
+@dataclass(frozen=True)
+class On:
+    """Run steps on a connection Open gave: their value, or their error."""
+
+    conn: Any
+    steps: Any
+
+
+@dataclass(frozen=True)
+class Shut:
+    """Close a connection Open gave."""
+
+    conn: Any
+
+
+@dataclass(frozen=True)
+class StartRunners:
+    """Start the handlers, the completer, the heartbeat and the watcher (threads or tasks)."""
+
+
+@dataclass(frozen=True)
+class StopRunners:
+    """After the dispatcher ended: the graceful stop (unstarted messages handed back, running
+    handlers waited for up to shutdown_timeout), the completer's last flush, then the hard stop
+    and the end of the heartbeat and the watcher."""
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The runner's last cleanup before the on_stop hooks (AsyncWorker: its shared connections)."""
+
+
 WAIT_SLOTS = WaitSlots()
 RECONNECT = Reconnect()
+BEGIN = Begin()
+START_RUNNERS = StartRunners()
+STOP_RUNNERS = StopRunners()
+FINISH = Finish()
 
 
 # -- what one retrying call asks of its connection (call_steps) ------------------------------

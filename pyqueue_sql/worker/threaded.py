@@ -23,18 +23,24 @@ from .steps import (
     HARD_STOP,
     Acquire,
     BackOff,
+    Begin,
     Close,
     Connect,
+    Finish,
     Handle,
     Hooks,
     Invoke,
     Listen,
     Notifications,
+    On,
     OnConnect,
+    Open,
     Reconnect,
     RetriedCall,
+    Shut,
     Sleep,
-    StoppedError,
+    StartRunners,
+    StopRunners,
     Wait,
     WaitSlots,
     call_steps,
@@ -197,77 +203,56 @@ class Worker(WorkerBase):
         handlers were still running at the shutdown deadline or a forced stop
         abandoned them (listed in ``self.unfinished``; their messages come back
         when their lease ends)."""
-        if not self.routes:
-            raise errors.InvalidArgumentError("the worker has no handlers")
-        if install_signals is None:
-            install_signals = threading.current_thread() is threading.main_thread()
-        self._starting()
-        conn = _Connection(self, "dispatcher")
-        try:
-            self._steps(self._preflight_steps(), conn)
-        except BaseException as exc:
-            self._refused_at_start(exc)
-            raise
-        finally:
-            conn.close()
-        if install_signals:
-            self.install_signal_handlers()
-        self._announce()
+        return self._steps(self._run_steps(install_signals), None)
+
+    # -- the run's operations (WorkerBase._run_steps) ------------------------------------------
+    def _open(self, op: Open, conn: Any) -> _Connection:
+        on_connect = self._on_dispatcher_connect if op.dispatcher else None
+        return _Connection(self, op.role, on_connect=on_connect)
+
+    def _on(self, op: On, conn: Any) -> Any:
+        return self._steps(op.steps, op.conn)
+
+    def _shut(self, op: Shut, conn: Any) -> None:
+        return op.conn.close()
+
+    def _nothing(self, op: Begin | Finish, conn: Any) -> None:
+        """Begin, Finish: a thread needs no state of the run's own (its events are the worker's)."""
+
+    def _start_runners(self, op: StartRunners, conn: Any) -> None:
         for i in range(self.concurrency):
             t = threading.Thread(target=self._handler_loop, name=f"pyqueue-handler-{i}", daemon=True)
             t.start()
             self._threads.append(t)
         self._heartbeat_conn = _Connection(self, "heartbeat")
-        hb = threading.Thread(
+        self._heartbeat = threading.Thread(
             target=self._loop_on,
             args=(self._heartbeat_conn, self._heartbeat_loop_steps()),
             name="pyqueue-heartbeat",
             daemon=True,
         )
-        hb.start()
-        completer = threading.Thread(target=self._completer_loop, name="pyqueue-completer", daemon=True)
-        completer.start()
-        watcher = threading.Thread(
+        self._heartbeat.start()
+        self._completer_thread = threading.Thread(
+            target=self._completer_loop, name="pyqueue-completer", daemon=True
+        )
+        self._completer_thread.start()
+        self._watcher = threading.Thread(
             target=self._loop_on,
             args=(_Connection(self, "watch"), self._watch_loop_steps()),
             name="pyqueue-watch",
             daemon=True,
         )
-        watcher.start()
-        dispatcher_conn = _Connection(self, "dispatcher", on_connect=self._on_dispatcher_connect)
-        try:
-            if self.register:
-                try:
-                    self._steps(self._register_steps(False), dispatcher_conn)
-                except StoppedError:
-                    pass
-            for hook in self.on_start:
-                hook(self)
-            self._state = "running"
-            self._steps(self._dispatch_steps(), dispatcher_conn)
-        except BaseException as exc:
-            self._crashed(exc)
-            raise
-        finally:
-            self._stopping.set()
-            self._state = "stopping"
-            dispatcher_conn.close()
-            self._shutdown()
-            # Every handler has finished (or was abandoned): the completer flushes what is left.
-            self._acks.put(None)
-            completer.join(timeout=max(self.shutdown_timeout, 5.0))
-            self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
-            self._watch_wake.set()
-            hb.join(timeout=5)
-            watcher.join(timeout=5)
-            conn = _Connection(self, "deregister")
-            try:
-                self._steps(self._deregister_steps(), conn)
-            finally:
-                conn.close()
-            self._run_hooks(self.on_stop, "on_stop")
-            self._finished()
-        return not self.unfinished
+        self._watcher.start()
+
+    def _stop_runners(self, op: StopRunners, conn: Any) -> None:
+        self._shutdown()
+        # Every handler has finished (or was abandoned): the completer flushes what is left.
+        self._acks.put(None)
+        self._completer_thread.join(timeout=max(self.shutdown_timeout, 5.0))
+        self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
+        self._watch_wake.set()
+        self._heartbeat.join(timeout=5)
+        self._watcher.join(timeout=5)
 
     # -- the operations of the loops' steps -----------------------------------------------
     def _steps(self, steps: Any, conn: _Connection | None) -> Any:
@@ -348,6 +333,13 @@ class Worker(WorkerBase):
             Wait: _wait,
             Hooks: _hooks,
             Reconnect: _reconnect,
+            Begin: _nothing,
+            Open: _open,
+            On: _on,
+            Shut: _shut,
+            StartRunners: _start_runners,
+            StopRunners: _stop_runners,
+            Finish: _nothing,
         }
     )
 

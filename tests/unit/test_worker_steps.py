@@ -701,3 +701,60 @@ def test_the_settings_in_range_are_taken_and_the_defaults_are_one_list():
     args = build_parser().parse_args(["worker", "m:f", "--queue", "q"])
     given = worker_settings(args)
     assert given == {name: WorkerSettings().keywords()[name] for name in given}
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def test_a_run_starts_serves_and_stops_in_one_order_for_both_runners():
+    """WorkerBase._run_steps, which Worker.run and AsyncWorker.run drive: the checks before the
+    start on a connection of their own, the runners, the dispatcher until the stop, then the stop,
+    the deregistration and the on_stop hooks; a crash of the dispatcher still stops it all."""
+    from pyqueue_sql.worker.steps import BEGIN, FINISH, START_RUNNERS, STOP_RUNNERS, On, Open, Shut
+
+    for crash in (None, RuntimeError("dispatcher broke")):
+        worker, _ = make_worker(PG)
+        steps = Steps(worker._run_steps(install_signals=False))
+        assert steps.op == BEGIN and worker._state == "starting"
+        assert steps.answer() == Open("dispatcher")
+        preflight = steps.answer("conn-1")
+        assert isinstance(preflight, On) and preflight.conn == "conn-1"
+        assert steps.answer() == Shut("conn-1")
+        assert steps.answer() == START_RUNNERS
+        assert steps.answer() == Open("dispatcher", dispatcher=True)
+        serving = steps.answer("dispatcher-conn")
+        assert isinstance(serving, On) and serving.conn == "dispatcher-conn"
+        assert not worker._stopping.is_set()
+        if crash is None:
+            worker.stop()
+            assert steps.answer() == Shut("dispatcher-conn")
+        else:
+            assert steps.throw(crash) == Shut("dispatcher-conn")
+        assert worker._stopping.is_set() and worker._state == "stopping"
+        assert steps.answer() == STOP_RUNNERS
+        assert steps.answer() == Open("deregister")
+        assert isinstance(steps.answer("conn-3"), On)
+        assert steps.answer() == Shut("conn-3")
+        assert steps.answer() == FINISH
+        assert steps.answer() == Hooks(worker.on_stop, "on_stop")
+        if crash is None:
+            assert steps.answer() is None and steps.done and steps.result is True
+        else:
+            with pytest.raises(RuntimeError, match="dispatcher broke"):
+                steps.answer()
+        assert worker._state == "stopped" and worker.stopped.is_set()
+        assert worker._stop_reason == ("stop()" if crash is None else "RuntimeError: dispatcher broke")
+
+
+def test_a_run_refused_at_the_start_closes_its_connection_and_starts_nothing():
+    from pyqueue_sql.worker.steps import BEGIN, On, Shut
+
+    worker, _ = make_worker(PG)
+    steps = Steps(worker._run_steps(install_signals=False))
+    assert steps.op == BEGIN
+    steps.answer()
+    assert isinstance(steps.answer("conn-1"), On)
+    assert steps.throw(InvalidArgumentError("queue 'q' keeps no results")) == Shut("conn-1")
+    with pytest.raises(InvalidArgumentError, match="keeps no results"):
+        steps.answer()
+    assert worker._state == "stopped" and worker.stopped.is_set()
