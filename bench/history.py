@@ -49,8 +49,8 @@ class Recorder:
     else the server's clock read on the call's own connection before and after it (a round trip
     more a call)."""
 
-    def __init__(self, dialect: str, dsn: str, path: str, isolation: str | None = None):
-        self.dialect, self.dsn, self.isolation = dialect, dsn, isolation
+    def __init__(self, dialect: str, dsn: str, path: str, isolation: str | None = None, budget=None):
+        self.dialect, self.dsn, self.isolation, self.budget = dialect, dsn, isolation, budget
         self.out = open(path, "a", buffering=1)
         self.seq, self.db, self.t, self.local = 0, None, None, False
         self.clock_sql = (
@@ -91,6 +91,8 @@ class Recorder:
         if self.db is None or self.t is None:
             self.connect()
         self.seq += 1
+        if self.budget is not None:  # --ops counts the calls recorded, not the clients' steps
+            self.budget.value -= 1  # no lock: a client SIGKILLed while holding it would stop every other
         if self.local:
             self.t = self.clock()
         self.out.write(json.dumps([self.seq, op, args, self.t], separators=(",", ":")) + "\n")
@@ -287,11 +289,10 @@ def client_main(
         real = time.time
         time.time = lambda: real() + skew
     signal.signal(signal.SIGTERM, lambda *_: setattr(stop, "value", 1))
-    rec = Recorder(dialect, dsn, path, isolation)
+    rec = Recorder(dialect, dsn, path, isolation, budget)
     step = (producer if role == "p" else consumer)(rec, random.Random(seed), name, skew, kinds, leases)
     throttle = 0
     while not stop.value and budget.value > 0:
-        budget.value -= 1  # no lock: a client SIGKILLed while holding it would stop every other
         throttle += 1
         if role == "p" and throttle % 50 == 0 and rec.db is not None:
             try:  # the consumers behind: a pause
