@@ -497,7 +497,13 @@ def test_ctrl_c_from_the_terminal_while_the_server_works(fresh_database, dialect
         proc.returncode,
         err,
     )
-    assert "error 0" not in err and "Traceback" not in err, err
+    if err.startswith("Exception ignored in: <function _get_module_lock.<locals>.cb"):
+        # the signal came while the import system's weakref callback ran (alembic loads the revision
+        # scripts as modules): CPython reports a KeyboardInterrupt raised there as unraisable and drops
+        # it, so the migration never saw it and must have finished whole
+        assert finished and proc.returncode == 0 and err.count("Traceback") == 1, (proc.returncode, err)
+    else:
+        assert "error 0" not in err and "Traceback" not in err, err
     done = _run_migrate(dsn)
     assert done.returncode == 0, done.stderr
     _assert_like_a_clean_install(dsn, clean_catalog)
