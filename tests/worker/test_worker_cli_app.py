@@ -298,8 +298,10 @@ def test_delayed_messages_from_elsewhere_start_on_time_while_the_worker_idles(
         resumed = time.time()
         q.resume()
         late["paused-1"] = started("paused-1", 4) - resumed
-    # within 0.3 s on a quiet machine; the margin is for a loaded one (a missed wakeup waits 60 s)
-    assert all(-0.05 <= v <= 0.5 for v in late.values()), late
+    # within 0.3 s on a quiet machine; the margin is for a loaded one (at a load of 30 on 2 cores a
+    # start came later than 0.5 s). A missed wakeup waits for the 60 s fallback: four starts each
+    # within 2 s of their time cannot come from the fallback's polls by chance.
+    assert all(-0.05 <= v <= 2.0 for v in late.values()), late
 
 
 def run_cli_python(tmp_path: Path, script: str, *argv: str) -> subprocess.CompletedProcess:
