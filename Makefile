@@ -18,7 +18,7 @@ DEMO_STAMP  := $(VENV)/.installed-demo
 STAMP       := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: bench bench-smoke burndown bench-peers scale soak demo demo-spark test test-fast lint format venv wheel clean screenshots
+.PHONY: bench bench-smoke burndown bench-peers soak demo demo-spark test test-fast lint format venv wheel clean screenshots
 
 # The virtualenv itself (an order-only prerequisite below: its age never forces a reinstall).
 $(PY):
@@ -126,10 +126,6 @@ wheel: | $(PY)
 # bench/latest/bench.{md,json}. Full run ~10 min, then the burn-down (below, 3 rounds of ~10 min);
 #   make bench BENCH_ARGS=--quick                     1 round, 2,000 messages (~1.5 min)
 #   make bench BENCH_ARGS="--rounds 5 --dialects mysql"
-# Scale measurements on both dialects (1M delayed / backlog / churn, 100k distinct priorities, batch
-# linearity, a held read view), each as a ratio to the small queue:
-#   make scale                                        tens of minutes per dialect
-#   make scale SCALE_ARGS="--quick --dialects mysql"  a quick check (20,000 rows)
 BENCH_STAMP := $(VENV)/.bench-installed
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
@@ -171,9 +167,6 @@ bench: $(BENCH_STAMP) bench-peers
 burndown: $(BENCH_STAMP) bench-peers
 	$(PY) -m bench burndown $(BURNDOWN_ARGS)
 
-scale: $(STAMP)
-	$(PY) -m bench scale $(SCALE_ARGS)
-
 # Soak: 10 min of mixed load per dialect while workers are killed and restarted
 # at random; exits non-zero when the accounting does not balance (bench/README.md).
 #   make soak SOAK_ARGS="--minutes 1 --dialect postgresql"
@@ -184,7 +177,7 @@ soak: $(STAMP)
 # proves each still runs, measures nothing worth quoting. A suite whose peers or tools are missing
 # here (pgmq, npm, Java, a second server) fails with its reason; SMOKE_SUITES= to choose.
 #   make bench-smoke SMOKE_SUITES="latency soak"
-SMOKE_SUITES ?= routines burndown latency held-xmin scale soak history failover pgbouncer spark ab profile batch-cost worker-cpu
+SMOKE_SUITES ?= routines burndown latency soak history spark ab profile batch-cost worker-cpu
 bench-smoke: $(BENCH_STAMP)
 	@failed=; for suite in $(SMOKE_SUITES); do \
 	  echo "== python -m bench $$suite --quick"; \

@@ -27,18 +27,10 @@ SUITES = {  # name: Suite(module, summary, what --quick stands for[, the options
         ("--quick",)),
     "latency": Suite("latency", "push to handler start of an idle worker; an idle worker's queries; the NOTIFY throttle",
         ("--samples", "20", "--idle-seconds", "2", "--pushes", "100", "--rounds", "1")),
-    "held-xmin": Suite("held_xmin", "throughput while a REPEATABLE READ snapshot holds the xmin horizon, against pgmq",
-        ("--minutes", "0.25", "--before", "10", "--window", "5", "--systems", "pyqueue")),
-    "scale": Suite("scale", "big states (1M delayed, backlog, churn, priorities, batch sizes, a held read view) against a small queue",
-        ("--quick",)),
     "soak": Suite("soak", "mixed load while workers are killed at random, then an exact accounting of every message",
         ("--minutes", "0.5", "--dialect", "postgresql", "--out", "bench/results")),
     "history": Suite("history", "clients run the contract's calls under faults, then a checker verifies every guarantee over the history",
         ("--ops", "3000", "--dialect", "postgresql")),
-    "failover": Suite("failover", "a primary killed under load and its standby promoted: nothing acknowledged lost",
-        ("--runs", "1", "--dialects", "postgresql", "--out", "bench/results", "--name", "failover-quick")),
-    "pgbouncer": Suite("latency", "direct against PgBouncer in transaction pooling: prepared statements, latency, a burn-down",
-        ("--rounds", "1", "--ops", "200", "--samples", "10", "--messages", "500", "--out", "bench/results"), ("--pgbouncer",)),
     "spark": Suite("spark_ingest", "bulk enqueue from Spark through queue_ingest against a plain JDBC append",
         ("--rows", "2000", "--dialect", "postgresql")),
     "batch-cost": Suite("batch_cost", "PostgreSQL: a batch push row's server CPU, the routine against pgmq and a scratch copy less each index",
@@ -50,6 +42,7 @@ SUITES = {  # name: Suite(module, summary, what --quick stands for[, the options
     "profile": Suite("bench", "PostgreSQL: each routine's calls and server time per call, on the four workloads (ab --profile)",
         ("--rounds", "1", "--messages", "1000", "--dialects", "postgresql"), ("--profile",)),
 }  # fmt: skip
+RETIRED = ("held-xmin", "scale", "failover", "pgbouncer")  # figures recorded; they run from commit 4da0bbf
 
 
 def usage() -> str:
@@ -71,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(usage())
         return 0
     name, rest = args[0], args[1:]
+    if name in RETIRED:
+        sys.stderr.write(f"python -m bench: {name} left the tree; it runs from commit 4da0bbf\n")
+        return 2
     if name not in SUITES:
         sys.stderr.write(f"python -m bench: no suite {name!r}; one of: {', '.join(SUITES)}\n")
         return 2

@@ -154,8 +154,8 @@ class PostgreSQL(Dialect):
     # (PgBouncer before 1.21, or any without prepared-statement tracking) hands the next transaction
     # to another session: "prepared statement _pg3_0 does not exist / already exists". Our statements
     # are one routine call each, whose plan is trivial and whose inner statements PL/pgSQL caches per
-    # session anyway: preparing measured within noise (`python -m bench pgbouncer`, part "prepare"), so the
-    # client works through a pooler without being told.
+    # session anyway: preparing measured within noise (`python -m bench pgbouncer` at 4da0bbf, part
+    # "prepare"), so the client works through a pooler without being told.
     def connect(self, dsn: str, autocommit: bool = True) -> Connection:
         psycopg = self.import_driver()
 

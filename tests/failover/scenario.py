@@ -1,5 +1,5 @@
 """One failover under load, with exact accounting: the test (tests/failover/test_failover.py) runs
-it once per dialect, bench/failover.py runs it --runs times and reports the figures.
+it once per dialect; `python -m bench failover` (run from commit 4da0bbf) runs it --runs times.
 
 A primary and a standby of their own on loopback ports (PostgreSQL: a synchronous standby;
 MariaDB: a semi-synchronous replica, lossless), the schema installed, one queue that keeps
@@ -132,7 +132,7 @@ class MariaDBPair:
 
 def start_pair(dialect: str, synchronous: bool = True) -> PostgresPair | MariaDBPair:
     """synchronous=False: asynchronous replication, which loses what the standby had not received
-    at the kill (bench/failover.py --replication async shows it)."""
+    at the kill (`bench failover --replication async`, from commit 4da0bbf, shows it)."""
     return PostgresPair(synchronous) if dialect == "postgresql" else MariaDBPair(synchronous)
 
 

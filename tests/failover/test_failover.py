@@ -1,7 +1,7 @@
 """A primary failover under producers and workers, with nothing acknowledged lost: the primary is
 SIGKILLed and its synchronous standby (PostgreSQL) or semi-synchronous replica (MariaDB) promoted
 while both push and consume through a multi-host DSN. tests/failover/scenario.py says what is
-checked; bench/failover.py repeats it (--runs 10) and reports the figures."""
+checked; `python -m bench failover --runs 10` (run from commit 4da0bbf) repeats it."""
 
 from __future__ import annotations
 
