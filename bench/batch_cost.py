@@ -185,12 +185,8 @@ def drain_variants(has_pgmq: bool) -> list[tuple[str, str, str]]:
         ("bare UPDATE + DELETE: without due_idx", "bare", "scratch_no_1"),
         ("bare UPDATE + DELETE: primary key + ready index only", "bare", "scratch_narrow"),
         ("bare UPDATE + DELETE: integer queue id, every index", "bare_int", "scratch_int"),
-        (
-            "bare UPDATE + DELETE: integer queue id, primary key + ready index only",
-            "bare_int",
-            "scratch_int_narrow",
-        ),
-    ]
+        ("bare UPDATE + DELETE: integer queue id, primary key + ready index only", "bare_int", "scratch_int_narrow"),
+    ]  # fmt: skip
     return out
 
 
@@ -450,15 +446,8 @@ def summarize_drain(results: list[dict], meta: dict) -> list[str]:
     for name in names:
         server, client, wall = _medians(results, name)
         s = statistics.median(server) if server else None
-        rows.append(
-            [
-                name,
-                common.spread(server),
-                f"{s / base:.2f}" if s is not None and base else "",
-                common.spread(client),
-                common.spread(wall),
-            ]
-        )
+        vs = f"{s / base:.2f}" if s is not None and base else ""
+        rows.append([name, common.spread(server), vs, common.spread(client), common.spread(wall)])
     return [
         "## Drain: a row taken (100 a call) and acknowledged",
         "",
@@ -535,31 +524,21 @@ MY_SECONDARY = ("pyqueue_message_ready_idx", "pyqueue_message_due_idx", "pyqueue
 
 def mysql_variants() -> list[tuple[str, str, str]]:
     """(name, what one call runs, the table to churn) of every MariaDB variant."""
+    # fmt: off
     return [
         ("routine: Queue.push_many (queue_push_batch)", "routine", "pyqueue_message"),
-        (
-            "routine, table with the primary key and the key index only (a database of its own)",
-            "routine",
-            LEAN,
-        ),
+        ("routine, table with the primary key and the key index only (a database of its own)", "routine", LEAN),
         ("plain job table: multi-row INSERT IGNORE", "job", "job"),
         ("copy: every index and the foreign key, multi-row INSERT", "insert", "scratch_all"),
         ("copy: every index and the foreign key, INSERT IGNORE", "insert_ignore", "scratch_all"),
         ("copy: primary key, key index and ready index, INSERT IGNORE", "insert_ignore", "scratch_ready"),
         ("copy: primary key and key index only, INSERT IGNORE", "insert_ignore", "scratch_keys"),
         ("copy: primary key only (no dedup)", "insert", "scratch_heap"),
-        (
-            "copy: the key as the clustered primary key, id a secondary key, INSERT IGNORE",
-            "insert_ignore",
-            "scratch_keypk",
-        ),
-        (
-            "copy: integer queue id, every index and the foreign key, INSERT IGNORE",
-            "insert_int_ignore",
-            "scratch_int",
-        ),
+        ("copy: the key as the clustered primary key, id a secondary key, INSERT IGNORE", "insert_ignore", "scratch_keypk"),
+        ("copy: integer queue id, every index and the foreign key, INSERT IGNORE", "insert_int_ignore", "scratch_int"),
         ("ingest: multi-row INSERT into queue_ingest + CALL queue_ingest_flush", "ingest", "queue_ingest"),
     ]
+    # fmt: on
 
 
 def _mysql_setup(cur) -> None:
@@ -570,14 +549,7 @@ def _mysql_setup(cur) -> None:
         "payload JSON NOT NULL, run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), "
         "token CHAR(36) NULL, UNIQUE KEY job_key (msg_key), KEY job_ready (run_at, id)) ENGINE=InnoDB"
     )
-    for name in (
-        "scratch_all",
-        "scratch_ready",
-        "scratch_keys",
-        "scratch_heap",
-        "scratch_keypk",
-        "scratch_int",
-    ):
+    for name in "scratch_all scratch_ready scratch_keys scratch_heap scratch_keypk scratch_int".split():
         cur.execute(f"CREATE TABLE {name} LIKE pyqueue_message")
     cur.execute(f"ALTER TABLE scratch_all ADD CONSTRAINT scratch_all_fk {fk}")
     cur.execute(
@@ -607,18 +579,6 @@ def _mysql_setup(cur) -> None:
         "ADD KEY scratch_int_group (queue_id, group_key, scheduled_at_initially, id), "
         "ADD CONSTRAINT scratch_int_fk FOREIGN KEY (queue_id) REFERENCES scratch_queue (queue_id) ON DELETE CASCADE"
     )
-
-
-def _thread_cpu(server: int | None, tid: int) -> float | None:
-    """Seconds of CPU one thread of the server process has used, or None where /proc cannot tell."""
-    if server is None:
-        return None
-    try:
-        with open(f"/proc/{server}/task/{tid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _tid(conn) -> int:
@@ -696,7 +656,7 @@ def run_mysql(args) -> tuple[list[dict], dict]:
             "batch": MY_BULK,
             "load_before": common.loadavg(),
             "server": f"MariaDB {version}",
-            "thread_cpu": server is not None and _thread_cpu(server, tid) is not None,
+            "thread_cpu": server is not None and common.process_cpu(server, tid) is not None,
         }
         todo = mysql_variants()
         results: list[dict] = []
@@ -708,10 +668,10 @@ def run_mysql(args) -> tuple[list[dict], dict]:
                     on = q_tid if table == "pyqueue_message" else lean_tid if table == LEAN else tid
                     batches = [[uuid.uuid4().hex for _ in range(MY_BULK)] for _ in range(calls)]
                     qq = q_lean if table == LEAN else q
-                    cpu0, c0, t0 = _thread_cpu(server, on), time.process_time(), time.perf_counter()
+                    cpu0, c0, t0 = common.process_cpu(server, on), time.process_time(), time.perf_counter()
                     for keys in batches:
                         mysql_call(cur, qq, how, table, keys, texts, payloads)
-                    c1, cpu1 = time.process_time(), _thread_cpu(server, on)
+                    c1, cpu1 = time.process_time(), common.process_cpu(server, on)
                     sample = _sample(calls * MY_BULK, (cpu0, cpu1), (c0, c1), t0)
                     results.append({"round": rnd + 1, "part": "mysql", "variant": name, **sample})
                 # the churn: every table emptied by DELETE (InnoDB purges in the background)
@@ -737,15 +697,8 @@ def summarize_mysql(results: list[dict], meta: dict) -> str:
     for name in names:
         server, client, wall = _medians(results, name)
         s = statistics.median(server) if server else None
-        rows.append(
-            [
-                name,
-                common.spread(server),
-                f"{base / s:.2f}" if s and base else "",
-                common.spread(client),
-                common.spread(wall),
-            ]
-        )
+        vs = f"{base / s:.2f}" if s and base else ""
+        rows.append([name, common.spread(server), vs, common.spread(client), common.spread(wall)])
     return "\n".join(
         [
             "# Batch cost, MariaDB: a row of a bulk enqueue against the plain job table",
@@ -780,11 +733,7 @@ def main() -> None:
         ("--calls", 300, "calls of 100 rows per variant and round"),
         ("--quick", False, "1 round of 20 calls; writes to bench/results/"),
         ("--no-drain", False, "the push part only"),
-        (
-            "--dialects",
-            "postgresql",
-            "postgresql, mysql (the MariaDB bulk enqueue part), or both comma-separated",
-        ),
+        ("--dialects", "postgresql", "postgresql, mysql (the MariaDB bulk enqueue part), or both"),
         ("--out", None, "directory of batch-cost.md/.json (default bench/latest, --quick bench/results)"),
     )
     args = ap.parse_args()
@@ -792,21 +741,13 @@ def main() -> None:
     if args.quick:
         args.rounds, args.calls = 1, 20
     out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
-    dialects = args.dialects.split(",")
-    if "postgresql" in dialects:
-        results, meta = run(args)
-        md = summarize(results, meta)
-        common.write(out, "batch-cost", md, {"meta": meta, "results": results})
-        print()
-        print(md)
-        print(f"batch-cost: wrote {out}/batch-cost.md and batch-cost.json", flush=True)
-    if "mysql" in dialects:
-        results, meta = run_mysql(args)
-        md = summarize_mysql(results, meta)
-        common.write(out, "batch-cost-mysql", md, {"meta": meta, "results": results})
-        print()
-        print(md)
-        print(f"batch-cost: wrote {out}/batch-cost-mysql.md and batch-cost-mysql.json", flush=True)
+    parts = {
+        "postgresql": ("batch-cost", run, summarize),
+        "mysql": ("batch-cost-mysql", run_mysql, summarize_mysql),
+    }
+    for name, runner, summary in (parts[d] for d in parts if d in args.dialects.split(",")):
+        results, meta = runner(args)
+        common.report(out, name, summary(results, meta), {"meta": meta, "results": results}, "batch-cost: ")
 
 
 if __name__ == "__main__":

@@ -561,17 +561,8 @@ class PGQueuer(_Async, System):
         return len(jobs)
 
 
-_ALL = (
-    InsertCeiling,
-    PyQueue,
-    PyQueueCommitReserve,
-    PyQueueAsync,
-    Previous,
-    Pgmq,
-    PGQueuer,
-    HandRolled,
-    Naive,
-)
+_ALL = (InsertCeiling, PyQueue, PyQueueCommitReserve, PyQueueAsync, Previous, Pgmq, PGQueuer)
+_ALL += (HandRolled, Naive)
 SYSTEMS: dict[str, type[System]] = {cls.name: cls for cls in _ALL}
 _OURS = ("INSERT ceiling", "pyqueue", "pyqueue commit_reserve", "pyqueue async")
 DEFAULT_SYSTEMS = {
@@ -894,20 +885,8 @@ def server_settings(dialect: str, dsn: str) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
-    meta: dict[str, Any] = {
-        k: getattr(args, k)
-        for k in (
-            "rounds",
-            "messages",
-            "bulk_messages",
-            "cap",
-            "clients",
-            "dialects",
-            "state",
-            "keys",
-            "against",
-        )
-    }
+    keys = "rounds messages bulk_messages cap clients dialects state keys against"
+    meta: dict[str, Any] = {k: getattr(args, k) for k in keys.split()}
     meta |= {"started": common.now_utc(), "command": common.command(), "load_before": os.getloadavg()}
     meta |= {"machine": f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()})"}
     meta |= {"servers": {}, "skipped": {}}
@@ -953,17 +932,9 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     order = common.rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd)
                     for sname in order:
                         r = {"dialect": dialect, "system": sname, "workload": w, "round": rnd}
-                        how = (
-                            dialect,
-                            dsns[sname],
-                            w,
-                            args.clients,
-                            args.bulk_messages if w in BULK_WORKLOADS else args.messages,
-                            args.cap,
-                            pids.get(dialect),
-                            args.state,
-                            args.keys,
-                        )
+                        n = args.bulk_messages if w in BULK_WORKLOADS else args.messages
+                        how = (dialect, dsns[sname], w, args.clients, n, args.cap, pids.get(dialect))
+                        how += (args.state, args.keys)
                         counters = profile_lines(dsns[sname], {})[0] if args.profile else {}
                         try:
                             r.update(measure(SYSTEMS[sname], *how))
@@ -992,31 +963,15 @@ def main(argv: list[str] | None = None) -> int:
         ("--quick", False, "1 round, 2,000 messages, 3 s cap; writes to bench/results"),
         ("--rounds", 0, "rounds (default 3)"),
         ("--messages", 0, "messages per measurement (default 10000)"),
-        (
-            "--bulk-messages",
-            0,
-            f"messages per bulk enqueue measurement, {BULK:,} a call (default 100000; ab: --messages)",
-        ),
+        ("--bulk-messages", 0, f"messages a bulk enqueue, {BULK:,} a call (default 100000; ab: --messages)"),
         ("--keys", "random", "message keys: random (uuid4 hex) or serial (c<client>-<n>)"),
         ("--cap", 0.0, "time cap per measurement in seconds (default 4)"),
         ("--clients", 4, "client processes (default 4)"),
         ("--dialects", "postgresql,mysql", "comma-separated"),
-        (
-            "--systems",
-            None,
-            "comma-separated, of: " + ", ".join(SYSTEMS) + " (default: those of the dialect)",
-        ),
-        (
-            "--workloads",
-            None,
-            f"comma-separated (default {','.join(ALL_WORKLOADS)}; ab, profile: the first four)",
-        ),
+        ("--systems", None, "comma-separated, of: " + ", ".join(SYSTEMS) + " (default: the dialect's)"),
+        ("--workloads", None, f"comma-separated (default {','.join(ALL_WORKLOADS)}; ab, profile: 4)"),
         ("--no-async", False, "leave out the async client's row"),
-        (
-            "--out",
-            None,
-            "directory for bench.md/bench.json (default bench/latest; ab, profile: bench/results)",
-        ),
+        ("--out", None, "directory of bench.md/.json (default bench/latest; ab, profile: bench/results)"),
         (
             "--states",
             None,
@@ -1082,10 +1037,7 @@ def main(argv: list[str] | None = None) -> int:
         meta["skipped"] = {f"{d}/{s}": why for (d, s), why in meta["skipped"].items()}
         summary = {d: summarize(results, d, list(SYSTEMS)) for d in meta["dialects"]}
         name = base if state == "fresh" else f"{base}-{state}"
-        common.write(out, name, table, {"meta": meta, "summary": summary, "results": results})
-        print()
-        print(table)
-        print(f"wrote {out}/{name}.md and {name}.json in {meta['seconds']} s")
+        common.report(out, name, table, {"meta": meta, "summary": summary, "results": results})
     return 0
 
 

@@ -543,10 +543,7 @@ def main() -> None:
                     r["vs_best_peer"] = r["rate"] / best if best and "rate" in r else None
                 results.extend(round_results)
         write(round_ + 1)
-    md = write(args.rounds)
-    print()
-    print(md)
-    print(f"burndown: wrote {out}/{name}.md and {name}.json", flush=True)
+    print(f"\n{write(args.rounds)}\nburndown: wrote {out}/{name}.md and {name}.json", flush=True)
 
 
 if __name__ == "__main__":

@@ -189,9 +189,10 @@ def _seconds(fields: list[str], children: bool = False) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu(pid: int) -> float | None:
-    """Seconds of CPU a live process has used so far (all its threads), or None when it is gone."""
-    fields = _stat(pid)
+def process_cpu(pid: int | None, tid: int | None = None) -> float | None:
+    """Seconds of CPU a live process has used so far (all its threads; or only its thread tid), or
+    None when it is gone or not known."""
+    fields = _stat(pid if tid is None else f"{pid}/task/{tid}") if pid is not None else None
     return _seconds(fields) if fields else None
 
 
@@ -281,6 +282,12 @@ def write(out: str, name: str, markdown: str, data: object) -> None:
         f.write(markdown)
     with open(os.path.join(out, f"{name}.json"), "w") as f:
         json.dump(data, f, indent=1, default=str)
+
+
+def report(out: str, name: str, markdown: str, data: object, tag: str = "") -> None:
+    """write(), then the markdown and where it went on stdout (tag: the suite's prefix)."""
+    write(out, name, markdown, data)
+    print(f"\n{markdown}\n{tag}wrote {out}/{name}.md and {name}.json", flush=True)
 
 
 def now_utc(fmt: str = "%Y-%m-%dT%H:%M:%SZ") -> str:

@@ -202,13 +202,7 @@ class Fleet:
             else:
                 self.stopping.append(w)
             new = self.start(slot)
-            return {
-                "t": round(now() - self.t0, 1),
-                "slot": slot,
-                "signal": sig.name,
-                "pid": w.pid,
-                "new_pid": new.pid,
-            }
+            return dict(t=round(now() - self.t0, 1), slot=slot, signal=sig.name, pid=w.pid, new_pid=new.pid)
 
     def stop_all(self, timeout: float) -> None:
         with self.lock:
@@ -251,13 +245,13 @@ class Probe:
 
     def stats(self) -> dict[str, Any]:
         s, d = self.db.queue(self.queue).stats(), self.db.queue(self.dlq).stats()
-        return {
-            "ready": s.ready,
-            "delayed": s.delayed,
-            "reserved": s.reserved,
-            "dead": s.dead,
-            "dlq_ready": d.ready + d.delayed + d.reserved,
-        }
+        return dict(
+            ready=s.ready,
+            delayed=s.delayed,
+            reserved=s.reserved,
+            dead=s.dead,
+            dlq_ready=d.ready + d.delayed + d.reserved,
+        )
 
     def tables(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -337,13 +331,7 @@ def read_runlogs(workdir: str) -> dict[str, Any]:
                     results[(parts[2], parts[4])] += 1
                     if parts[4] == "ok":
                         ok_keys.add(parts[1])
-    return {
-        "starts": starts,
-        "ends": ends,
-        "results": results,
-        "ok_keys": ok_keys,
-        "runs_by_kind": runs_by_kind,
-    }
+    return dict(starts=starts, ends=ends, results=results, ok_keys=ok_keys, runs_by_kind=runs_by_kind)
 
 
 def read_worker_logs(procs: list[WorkerProc]) -> dict[str, Any]:
@@ -362,17 +350,11 @@ def read_worker_logs(procs: list[WorkerProc]) -> dict[str, Any]:
                 events[event] += 1
                 if event == "rollback":
                     handler_errors[str(entry.get("error", "")).split(":", 1)[0]] += 1
-                notable = ("unparsed", "reconnect", "error", "deadline", "abandon", "released")
-                if (entry.get("level") in ("error", "critical") or event in notable) and len(
-                    samples[event]
-                ) < 3:
+                notable = event in ("unparsed", "reconnect", "error", "deadline", "abandon", "released")
+                if (notable or entry.get("level") in ("error", "critical")) and len(samples[event]) < 3:
                     samples[event].append(line[:600])
-    return {
-        "levels": dict(levels),
-        "events": dict(events),
-        "handler_errors": dict(handler_errors),
-        "samples": dict(samples),
-    }
+    counts = dict(levels=levels, events=events, handler_errors=handler_errors, samples=samples)
+    return {name: dict(counter) for name, counter in counts.items()}
 
 
 def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -390,13 +372,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         common.install_pyqueue(dsn)
         with pyqueue_sql.connect(dsn) as db:
             db.queue(dlq).create()
-            history = dt.timedelta(days=7)
-            db.queue(queue).create(
-                visibility_timeout=LEASE,
-                max_attempts=MAX_ATTEMPTS,
-                dead_letter_queue=dlq,
-                history_retention=history,
-            )
+            options = dict(visibility_timeout=LEASE, max_attempts=MAX_ATTEMPTS, dead_letter_queue=dlq)
+            db.queue(queue).create(**options, history_retention=dt.timedelta(days=7))
         probe = Probe(dialect, dsn, queue, dlq)
         result["server_version"] = str(probe.rows("SELECT version()")[0][0])
         t0 = now()
@@ -432,11 +409,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             done = sum(outc.values())
             thr = None if prev[1] is None else round((done - prev[0]) / max(t - prev[1], 1e-6), 1)
             prev = (done, t)
-            workers = [
-                {"slot": w.slot, "gen": w.gen, "rss_kb": kb}
-                for w in fleet.live()
-                if (kb := rss_kb(w.pid)) is not None
-            ]
+            rss = ((w, rss_kb(w.pid)) for w in fleet.live())
+            workers = [{"slot": w.slot, "gen": w.gen, "rss_kb": kb} for w, kb in rss if kb is not None]
             s = {
                 "t": round(t, 1),
                 "phase": phase,
@@ -474,11 +448,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
                 if k := fleet.chaos_once(rng):
                     kills.append(k)
                 next_kill = tnow + rng.uniform(args.kill_min, args.kill_max)
-            if (
-                dialect == "postgresql"
-                and args.pg_vacuum_every > 0
-                and tnow - last_vacuum >= args.pg_vacuum_every
-            ):
+            every = args.pg_vacuum_every if dialect == "postgresql" else 0
+            if every > 0 and tnow - last_vacuum >= every:
                 vacuums.append(round(probe.vacuum(), 3))
                 last_vacuum = now()
             if tnow - last_sample >= args.sample_every:
@@ -555,12 +526,7 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> d
             attempts_at_dead[key] = int(attempts)
         else:
             other_rows[(key, outcome)] += 1
-    dlq_keys = {
-        k
-        for (k,) in probe.rows(
-            "SELECT p_key FROM pyqueue_dead_letters WHERE dead_letter_queue = %s", (probe.dlq,)
-        )
-    }
+    dlq_keys = {k for (k,) in probe.rows("SELECT p_key FROM pyqueue_dead_letters WHERE dead_letter_queue = %s", (probe.dlq,))}  # fmt: skip
     live = {
         k for (k,) in probe.rows("SELECT p_key FROM pyqueue_message WHERE queue_name = %s", (probe.queue,))
     }
@@ -570,13 +536,9 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> d
     per_kind = {}
     for kind in KINDS:
         keys = {k for k, v in acked.items() if v == kind}
-        per_kind[kind] = {
-            "in": len(keys),
-            "committed": len(keys & committed),
-            "dead_lettered": len(keys & dead),
-            "left": len(keys & live),
-            "handler_runs": runs["runs_by_kind"].get(kind, 0),
-        }
+        counts = (len(keys), len(keys & committed), len(keys & dead), len(keys & live))
+        per_kind[kind] = dict(zip(("in", "committed", "dead_lettered", "left"), counts))
+        per_kind[kind]["handler_runs"] = runs["runs_by_kind"].get(kind, 0)
     dead_nonpoison = sorted(k for k in dead if acked.get(k) not in ("poison", None))
     total_runs = sum(runs["starts"].values())
     committed_without_ok_run = sorted(committed - runs["ok_keys"])
@@ -647,14 +609,9 @@ def summarize_workers(fleet: Fleet, samples: list[dict]) -> dict[str, Any]:
         mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
         den = sum((t - mt) ** 2 for t in ts)
         slope = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den if den else 0.0
-        out["long_lived"] = {
-            "worker": name,
-            "rss_kb_first": pts[0][1],
-            "rss_kb_after_1min": steady[0][1],
-            "rss_kb_last": pts[-1][1],
-            "rss_kb_max": max(p[1] for p in pts),
-            "slope_kb_per_min_after_1min": round(slope * 60, 1),
-        }
+        rss = dict(rss_kb_first=pts[0][1], rss_kb_after_1min=steady[0][1], rss_kb_last=pts[-1][1])
+        rss |= dict(rss_kb_max=max(p[1] for p in pts), slope_kb_per_min_after_1min=round(slope * 60, 1))
+        out["long_lived"] = {"worker": name, **rss}
         all_rss = [w["rss_kb"] for s in samples for w in s["workers"]]
         out["rss_kb_all_workers"] = {"min": min(all_rss), "max": max(all_rss)}
     return out

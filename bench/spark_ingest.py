@@ -139,30 +139,18 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
                 "bulk": bulk,
                 "rerun": rerun,
             }
-            row = {
-                "dialect": dialect,
-                "round": r + 1,
-                "rows": rows,
-                "partitions": partitions,
-            }
+            row = {"dialect": dialect, "round": r + 1, "rows": rows, "partitions": partitions}
             row |= {"batch": batch, **{f"{k}_rows_s": rows / t for k, t in times.items()}}
             row |= {f"{k}_vs_plain": plain / t for k, t in times.items() if k != "plain"}
             row |= {"ingest_vs_direct": direct / ingest, "bulk_vs_direct": direct / bulk}
-            row |= {
-                "live_after_ingest": live,
-                "live_after_bulk": live_bulk,
-                "live_after_rerun": live_after,
-            }
+            row |= {"live_after_ingest": live, "live_after_bulk": live_bulk, "live_after_rerun": live_after}
             results.append(row)
             shown = "  ".join(
                 f"{k} {row[f'{k}_rows_s']:9,.0f} rows/s"
                 + (f" ({row[f'{k}_vs_plain']:.0%})" if k != "plain" else "")
                 for k in times
             )
-            print(
-                f"{dialect:10s} round {r + 1}: {shown}  live {live}/{live_bulk}/{live_after}",
-                flush=True,
-            )
+            print(f"{dialect:10s} round {r + 1}: {shown}  live {live}/{live_bulk}/{live_after}", flush=True)
             if {live, live_bulk, live_after} != {rows}:
                 raise SystemExit(
                     f"{dialect}: expected {rows} live messages, got {live}, {live_bulk} then {live_after}"

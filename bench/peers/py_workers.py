@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import functools
 import json
 import os
 import sys
@@ -23,6 +25,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 QUEUE = "burndown"
 CHUNK = 1000
+
+
+def _sync(coro_fn):
+    """The coroutine function run to its end on an event loop of its own (each system's asyncio API)."""
+    return functools.wraps(coro_fn)(lambda *args: asyncio.run(coro_fn(*args)))
 
 
 def _ready() -> None:
@@ -120,32 +127,28 @@ async def _pgqueuer_driver(dsn: str):
     return conn, PsycopgDriver(conn)
 
 
-def pgqueuer_install(dsn: str) -> None:
+@_sync
+async def pgqueuer_install(dsn: str) -> None:
     # what `pgq install` runs
-    async def run() -> None:
-        from pgqueuer import Queries
+    from pgqueuer import Queries
 
-        conn, driver = await _pgqueuer_driver(dsn)
-        await Queries(driver).install()
-        await conn.close()
-
-    asyncio.run(run())
+    conn, driver = await _pgqueuer_driver(dsn)
+    await Queries(driver).install()
+    await conn.close()
 
 
-def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
-    async def run() -> None:
-        from pgqueuer import Queries
+@_sync
+async def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
+    from pgqueuer import Queries
 
-        conn, driver = await _pgqueuer_driver(dsn)
-        queries = Queries(driver)
-        for start in range(0, jobs, CHUNK):
-            n = min(jobs, start + CHUNK) - start
-            await queries.enqueue(
-                ["noop"] * n, [json.dumps({"n": start + i}).encode() for i in range(n)], [0] * n
-            )
-        await conn.close()
-
-    asyncio.run(run())
+    conn, driver = await _pgqueuer_driver(dsn)
+    queries = Queries(driver)
+    for start in range(0, jobs, CHUNK):
+        n = min(jobs, start + CHUNK) - start
+        await queries.enqueue(
+            ["noop"] * n, [json.dumps({"n": start + i}).encode() for i in range(n)], [0] * n
+        )
+    await conn.close()
 
 
 # PGQueuer requires max_concurrent_tasks >= 2 x batch_size: 16 handlers per process allow batches
@@ -153,23 +156,21 @@ def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
 PGQUEUER_BATCH = 8
 
 
-def pgqueuer_work(dsn: str, concurrency: int, sleep_s: float) -> None:
-    async def run() -> None:
-        import psycopg
-        from pgqueuer import PgQueuer
+@_sync
+async def pgqueuer_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    import psycopg
+    from pgqueuer import PgQueuer
 
-        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-        pgq = PgQueuer.from_psycopg_connection(conn)
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    pgq = PgQueuer.from_psycopg_connection(conn)
 
-        @pgq.entrypoint("noop")
-        async def noop(job) -> None:
-            if sleep_s:
-                await asyncio.sleep(sleep_s)
+    @pgq.entrypoint("noop")
+    async def noop(job) -> None:
+        if sleep_s:
+            await asyncio.sleep(sleep_s)
 
-        await asyncio.get_running_loop().run_in_executor(None, _ready)
-        await pgq.run(batch_size=min(PGQUEUER_BATCH, concurrency // 2), max_concurrent_tasks=concurrency)
-
-    asyncio.run(run())
+    await asyncio.get_running_loop().run_in_executor(None, _ready)
+    await pgq.run(batch_size=min(PGQUEUER_BATCH, concurrency // 2), max_concurrent_tasks=concurrency)
 
 
 # -- procrastinate -------------------------------------------------------------------------------
@@ -188,90 +189,71 @@ def _procrastinate_app(dsn: str, sleep_s: float = 0.0):
     return app, noop
 
 
-def procrastinate_install(dsn: str) -> None:
+@_sync
+async def procrastinate_install(dsn: str) -> None:
     # what `procrastinate schema --apply` runs
-    async def run() -> None:
-        app, _ = _procrastinate_app(dsn)
-        async with app.open_async():
-            await app.schema_manager.apply_schema_async()
-
-    asyncio.run(run())
+    app, _ = _procrastinate_app(dsn)
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
 
 
-def procrastinate_enqueue(dsn: str, jobs: int) -> None:
-    async def run() -> None:
-        app, noop = _procrastinate_app(dsn)
-        async with app.open_async():
-            for start in range(0, jobs, CHUNK):
-                await noop.batch_defer_async(*({"n": i} for i in range(start, min(jobs, start + CHUNK))))
-
-    asyncio.run(run())
+@_sync
+async def procrastinate_enqueue(dsn: str, jobs: int) -> None:
+    app, noop = _procrastinate_app(dsn)
+    async with app.open_async():
+        for start in range(0, jobs, CHUNK):
+            await noop.batch_defer_async(*({"n": i} for i in range(start, min(jobs, start + CHUNK))))
 
 
-def procrastinate_work(dsn: str, concurrency: int, sleep_s: float) -> None:
-    async def run() -> None:
-        app, _ = _procrastinate_app(dsn, sleep_s)
-        async with app.open_async():
-            await asyncio.get_running_loop().run_in_executor(None, _ready)
-            await app.run_worker_async(queues=[QUEUE], concurrency=concurrency, install_signal_handlers=False)
-
-    asyncio.run(run())
+@_sync
+async def procrastinate_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    app, _ = _procrastinate_app(dsn, sleep_s)
+    async with app.open_async():
+        await asyncio.get_running_loop().run_in_executor(None, _ready)
+        await app.run_worker_async(queues=[QUEUE], concurrency=concurrency, install_signal_handlers=False)
 
 
 # -- awa-pg --------------------------------------------------------------------------------------
 
 
-def _awa_args():
-    from dataclasses import dataclass
-
-    @dataclass
-    class Noop:
-        n: int
-
-    return Noop
+@dataclasses.dataclass
+class Noop:  # awa-pg's job arguments
+    n: int
 
 
-def awa_install(dsn: str) -> None:
+@_sync
+async def awa_install(dsn: str) -> None:  # what `awa migrate` (python -m awa migrate) runs, in a running loop
     import awa
 
-    async def run() -> None:  # what `awa migrate` (python -m awa migrate) runs, in a running loop
-        await awa.migrate(dsn)
-
-    asyncio.run(run())
+    await awa.migrate(dsn)
 
 
-def awa_enqueue(dsn: str, jobs: int) -> None:
-    async def run() -> None:
-        import awa
+@_sync
+async def awa_enqueue(dsn: str, jobs: int) -> None:
+    import awa
 
-        Noop = _awa_args()
-        client = awa.AsyncClient(dsn)
-        for start in range(0, jobs, CHUNK):
-            await client.insert_many_copy(
-                [Noop(n=i) for i in range(start, min(jobs, start + CHUNK))], queue=QUEUE
-            )
-        await client.close()
-
-    asyncio.run(run())
+    client = awa.AsyncClient(dsn)
+    for start in range(0, jobs, CHUNK):
+        await client.insert_many_copy(
+            [Noop(n=i) for i in range(start, min(jobs, start + CHUNK))], queue=QUEUE
+        )
+    await client.close()
 
 
-def awa_work(dsn: str, concurrency: int, sleep_s: float) -> None:
-    async def run() -> None:
-        import awa
+@_sync
+async def awa_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+    import awa
 
-        Noop = _awa_args()
-        client = awa.AsyncClient(dsn, max_connections=concurrency + 4)
+    client = awa.AsyncClient(dsn, max_connections=concurrency + 4)
 
-        @client.task(Noop, queue=QUEUE)
-        async def noop(job) -> None:
-            if sleep_s:
-                await asyncio.sleep(sleep_s)
+    @client.task(Noop, queue=QUEUE)
+    async def noop(job) -> None:
+        if sleep_s:
+            await asyncio.sleep(sleep_s)
 
-        await asyncio.get_running_loop().run_in_executor(None, _ready)
-        await client.start([(QUEUE, concurrency)])
-        await asyncio.Event().wait()
-
-    asyncio.run(run())
+    await asyncio.get_running_loop().run_in_executor(None, _ready)
+    await client.start([(QUEUE, concurrency)])
+    await asyncio.Event().wait()
 
 
 # -- pgmq: no runtime of its own; a read-batch/delete loop in threads ------------------------------
