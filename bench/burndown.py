@@ -205,19 +205,9 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
 
     try:
         cur = counter.cursor()
-        for log in logs:
-            procs.append(
-                subprocess.Popen(
-                    system.worker_command(dsn, sleep_ms),
-                    cwd=ROOT,
-                    env=system.worker_env(dsn, sleep_ms),
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=log,
-                    text=True,
-                    start_new_session=True,
-                )
-            )
+        command, env = system.worker_command(dsn, sleep_ms), system.worker_env(dsn, sleep_ms)
+        pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        procs += [subprocess.Popen(command, cwd=ROOT, env=env, stderr=log, **pipes) for log in logs]
         for p in procs:
             line = p.stdout.readline()
             if line.strip() != "ready":
@@ -257,18 +247,13 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
         if done and server is not None and server0 is not None:
             spent = sum(v - server0.get(pid, 0.0) for pid, v in server.items())
             server_us = round(spent / done * 1e6, 1)
-        return {
-            "cpu_us_per_job": round((sum(cpu) - sum(cpu0)) / done * 1e6, 1) if known else None,
-            # the server processes of the workers' sessions (PostgreSQL on this machine), per job
-            "server_cpu_us_per_job": server_us,
-            "backends": len(server) if server is not None else None,
-            "first_job_s": first,
-            "jobs": jobs,
-            "done": done,
-            "seconds": elapsed,
-            "rate": done / elapsed,
-            "capped": remaining > 0,
-        }
+        worker_us = round((sum(cpu) - sum(cpu0)) / done * 1e6, 1) if known else None
+        # server_cpu_us_per_job: the server processes of the workers' sessions (PostgreSQL on this machine)
+        backends = len(server) if server is not None else None
+        out = dict(
+            cpu_us_per_job=worker_us, server_cpu_us_per_job=server_us, backends=backends, first_job_s=first
+        )
+        return out | dict(jobs=jobs, done=done, seconds=elapsed, rate=done / elapsed, capped=remaining > 0)
     finally:
         _kill(procs)
         counter.close()
@@ -302,11 +287,8 @@ def measure(system: System, workload: str, jobs: int, cap: float, state: str = "
         elif system.dialect == "postgresql":
             common.execute(system.dialect, dsn, "VACUUM ANALYZE")
         t2 = time.perf_counter()
-        print(
-            f"installed {t1 - t0:.1f} s, enqueued{' + churned' if extra else ''} {t2 - t1:.1f} s, ",
-            end="",
-            flush=True,
-        )
+        churned = " + churned" if extra else ""
+        print(f"installed {t1 - t0:.1f} s, enqueued{churned} {t2 - t1:.1f} s, ", end="", flush=True)
         result = drain(system, dsn, jobs, sleep_ms, cap)
         return result | extra | {"install_s": round(t1 - t0, 2), "enqueue_s": round(t2 - t1, 2)}
 
@@ -340,29 +322,17 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         header = ["worker"]
         for w in workloads:
             sleep_ms = WORKLOADS[w][1]
-            title = (
-                f"{sleep_ms:g} ms each (limit {PROCESSES * CONCURRENCY * 1000 / sleep_ms:,.0f})"
-                if sleep_ms
-                else "no-op"
+            limit = (
+                sleep_ms and f"{sleep_ms:g} ms each (limit {PROCESSES * CONCURRENCY * 1000 / sleep_ms:,.0f})"
             )
-            header += [
-                f"{title}: jobs/s",
-                f"vs {meta['baseline'].get(dialect) or 'best peer'}",
-                "worker CPU µs/job",
-                "+ its server sessions' CPU µs/job",
-            ]
+            header += [f"{limit or 'no-op'}: jobs/s", f"vs {meta['baseline'].get(dialect) or 'best peer'}"]
+            header += ["worker CPU µs/job", "+ its server sessions' CPU µs/job"]
         rows, notes = [], [f"- {s.label}: {s.note}" for s in ds if s.note]
         for s in ds:
             row = [s.label]
             for w in workloads:
-                rs = [
-                    r
-                    for r in results
-                    if r["system"] == s.name
-                    and r["dialect"] == dialect
-                    and r["workload"] == w
-                    and r.get("state", "fresh") == state
-                ]
+                key = lambda r: (r["system"], r["dialect"], r["workload"], r.get("state", "fresh"))  # noqa: E731
+                rs = [r for r in results if key(r) == (s.name, dialect, w, state)]
                 ok = [r for r in rs if "rate" in r]
                 if s.name in meta["unavailable"].get(dialect, {}) or not ok:
                     row += ["not run" if not rs else f"failed: {rs[0]['error'][:80]}", "", "", ""]
