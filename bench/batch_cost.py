@@ -335,17 +335,9 @@ def run(args) -> tuple[list[dict], dict]:
         nodue_conn = psycopg.connect(dsn_nodue, autocommit=True, prepare_threshold=None)
         nodue = nodue_conn.cursor()
         nodue.execute("DROP INDEX pyqueue_message_due_idx")
-        meta = {
-            "command": common.command(),
-            "started": common.now_utc(),
-            "rounds": args.rounds,
-            "calls": args.calls,
-            "batch": BATCH,
-            "load_before": common.loadavg(),
-            "autovacuum": autovacuum,
-            "server": version.split(" on ")[0],
-            "pgmq": has_pgmq,
-        }
+        meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=args.calls)
+        meta |= dict(batch=BATCH, load_before=common.loadavg(), autovacuum=autovacuum)
+        meta |= dict(server=version.split(" on ")[0], pgmq=has_pgmq)
         todo = variants(has_pgmq)
         results: list[dict] = []
         payloads = [{"n": i, "body": "x" * 40} for i in range(BATCH)]
@@ -648,16 +640,9 @@ def run_mysql(args) -> tuple[list[dict], dict]:
         lean_conn = common.raw_connect("mysql", dsn_lean)
         lean = lean_conn.cursor()
         lean.execute("ALTER TABLE pyqueue_message " + ", ".join(f"DROP INDEX {i}" for i in MY_SECONDARY))
-        meta = {
-            "command": common.command(),
-            "started": common.now_utc(),
-            "rounds": args.rounds,
-            "calls": calls,
-            "batch": MY_BULK,
-            "load_before": common.loadavg(),
-            "server": f"MariaDB {version}",
-            "thread_cpu": server is not None and common.process_cpu(server, tid) is not None,
-        }
+        meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=calls)
+        meta |= dict(batch=MY_BULK, load_before=common.loadavg(), server=f"MariaDB {version}")
+        meta["thread_cpu"] = server is not None and common.process_cpu(server, tid) is not None
         todo = mysql_variants()
         results: list[dict] = []
         payloads = [{"n": i, "body": "x" * 40} for i in range(MY_BULK)]

@@ -449,12 +449,8 @@ class Pgmq(System):
         _analyze(self.dialect, dsn, f"pgmq.q_{QUEUE}")
 
     def push_batch_setup(self, dsn: str, keys: list[str]) -> None:
-        common.execute(
-            self.dialect,
-            dsn,
-            f"SELECT count(*) FROM pgmq.send_batch('{QUEUE}', "
-            f"ARRAY(SELECT jsonb_build_object('n', i, 'kind', 'bench') FROM generate_series(1, {len(keys)}) i))",
-        )
+        rows = f"ARRAY(SELECT jsonb_build_object('n', i, 'kind', 'bench') FROM generate_series(1, {len(keys)}) i)"
+        common.execute(self.dialect, dsn, f"SELECT count(*) FROM pgmq.send_batch('{QUEUE}', {rows})")
 
     def open(self, dsn: str) -> None:
         self.conn = common.raw_connect(self.dialect, dsn, autocommit=True)
@@ -624,6 +620,9 @@ def _client(
 
 
 STATES = ("fresh", "churned")
+STATES_HELP = """comma-separated: fresh (emptied and VACUUM ANALYZE before each measurement: bench.md),
+churned (drained, pushed and drained again, nothing vacuumed: bench-churned.md); default both (ab,
+profile: fresh)"""
 
 
 def churns(system_cls) -> bool:
@@ -741,17 +740,9 @@ def summarize(results: list[dict], dialect: str, systems: list[str]) -> list[dic
         ceiling = rates.get("INSERT ceiling")
         for s, v in rates.items():
             vals = list(v.values())
-            row = {
-                "workload": w,
-                "system": s,
-                "role": SYSTEMS[s].role,
-                "calls": SYSTEMS[s].call_of(dialect, w),
-                "median": statistics.median(vals),
-                "min": min(vals),
-                "max": max(vals),
-                "rounds": len(vals),
-                "best_peer": best,
-            }
+            row = dict(workload=w, system=s, role=SYSTEMS[s].role, calls=SYSTEMS[s].call_of(dialect, w))
+            row |= dict(median=statistics.median(vals), min=min(vals), max=max(vals))
+            row |= dict(rounds=len(vals), best_peer=best)
             for side in ("client_cpu_us", "server_cpu_us"):
                 cpu = list(_rates(results, dialect, s, w, side).values())
                 if cpu:
@@ -772,10 +763,11 @@ def _num(x: float) -> str:
 
 
 def _autovacuum(meta: dict) -> str:
-    said = []
-    for dialect, server in meta["servers"].items():
-        if "autovacuum" in server:
-            said.append(f"{dialect} autovacuum = {server['autovacuum']}")
+    said = [
+        f"{d} autovacuum = {server['autovacuum']}"
+        for d, server in meta["servers"].items()
+        if "autovacuum" in server
+    ]
     return "; ".join(said) or "not read"
 
 
@@ -864,9 +856,8 @@ def _async_table(results: list[dict], meta: dict) -> list[str]:
             out += [
                 f"Async client ({dialect}): `pyqueue_sql.aio` against the sync client and PGQueuer's async API",
                 "",
-                *common.table(head, rows, "lr"),
-                "",
             ]
+            out += [*common.table(head, rows, "lr"), ""]
     return out
 
 
@@ -972,13 +963,8 @@ def main(argv: list[str] | None = None) -> int:
         ("--workloads", None, f"comma-separated (default {','.join(ALL_WORKLOADS)}; ab, profile: 4)"),
         ("--no-async", False, "leave out the async client's row"),
         ("--out", None, "directory of bench.md/.json (default bench/latest; ab, profile: bench/results)"),
-        (
-            "--states",
-            None,
-            "comma-separated: fresh (emptied and VACUUM ANALYZE before each measurement: bench.md), "
-            "churned (drained, pushed and drained again, nothing vacuumed: bench-churned.md); "
-            "default both (ab, profile: fresh)",
-        ),
+        ("--states", None, STATES_HELP),
+        # fmt: skip
         ("--previous", None, "ab: the earlier schema revision to compare with"),
         ("--previous-commit", None, "ab: a git commit whose sql/ to compare with"),
         ("--profile", False, "PostgreSQL: each routine's calls and server time per call"),

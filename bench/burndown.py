@@ -482,14 +482,9 @@ def main() -> None:
                         end="",
                         flush=True,
                     )
-                    r = {
-                        "round": round_ + 1,
-                        "dialect": dialect,
-                        "workload": w,
-                        "state": state,
-                        "system": s.name,
-                        "jobs": jobs,
-                    }
+                    r = dict(
+                        round=round_ + 1, dialect=dialect, workload=w, state=state, system=s.name, jobs=jobs
+                    )
                     try:
                         r.update(measure(s, w, jobs, args.cap, state))
                         print(

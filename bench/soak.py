@@ -245,13 +245,8 @@ class Probe:
 
     def stats(self) -> dict[str, Any]:
         s, d = self.db.queue(self.queue).stats(), self.db.queue(self.dlq).stats()
-        return dict(
-            ready=s.ready,
-            delayed=s.delayed,
-            reserved=s.reserved,
-            dead=s.dead,
-            dlq_ready=d.ready + d.delayed + d.reserved,
-        )
+        out = dict(ready=s.ready, delayed=s.delayed, reserved=s.reserved, dead=s.dead)
+        return out | {"dlq_ready": d.ready + d.delayed + d.reserved}
 
     def tables(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -411,19 +406,10 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             prev = (done, t)
             rss = ((w, rss_kb(w.pid)) for w in fleet.live())
             workers = [{"slot": w.slot, "gen": w.gen, "rss_kb": kb} for w, kb in rss if kb is not None]
-            s = {
-                "t": round(t, 1),
-                "phase": phase,
-                "acked": sum(a.value for a in acked),
-                "producer_errors": sum(e.value for e in perrs),
-                "outcomes": outc,
-                "processed_per_s": thr,
-                "queue": probe.stats(),
-                "tables": probe.tables(),
-                "workers": workers,
-                "kills": dict(fleet.kills),
-                "loadavg": common.loadavg(),
-            }
+            s = dict(t=round(t, 1), phase=phase, acked=sum(a.value for a in acked))
+            s |= dict(producer_errors=sum(e.value for e in perrs), outcomes=outc, processed_per_s=thr)
+            s |= dict(queue=probe.stats(), tables=probe.tables(), workers=workers, kills=dict(fleet.kills))
+            s["loadavg"] = common.loadavg()
             samples.append(s)
             q = s["queue"]
             print(

@@ -29,6 +29,9 @@ def run_sql(url: str, statement: str) -> None:
     common.execute("postgresql" if url.startswith("postgresql") else "mysql", url, statement)
 
 
+COLUMNS = {"key": "key", "kind": "kind", "payload": "payload"}  # the frame's columns
+
+
 def frame(spark, rows: int, partitions: int):
     from pyspark.sql import functions as F
 
@@ -66,9 +69,7 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
                 db.call("stats", queue=None)
                 run_sql(url, statements["truncate_plain"])
                 clear(url, statements)
-            ingest_df = pqs.ingest_frame(
-                df, QUEUE, key="key", kind="kind", payload="payload", dialect=dialect
-            )
+            ingest_df = pqs.ingest_frame(df, QUEUE, **COLUMNS, dialect=dialect)
             t = time.perf_counter()
             ingest_df.write.jdbc(tgt.jdbc_url, "bench_plain", mode="append", properties=opts)
             plain = time.perf_counter() - t
@@ -78,46 +79,27 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
             # foreign key cost, whatever the ingest path does.
             from pyspark.sql import functions as F
 
+            times_at = [
+                F.current_timestamp().alias(c)
+                for c in ("scheduled_at", "scheduled_at_initially", "created_at")
+            ]
             direct_df = ingest_df.select(
-                "queue_name",
-                "p_key",
-                "p_kind",
-                "payload",
-                F.lit(0).alias("priority"),
-                F.current_timestamp().alias("scheduled_at"),
-                F.current_timestamp().alias("scheduled_at_initially"),
-                F.current_timestamp().alias("created_at"),
+                "queue_name", "p_key", "p_kind", "payload", F.lit(0).alias("priority"), *times_at
             )
             if dialect == "mysql":
+                stamp = lambda c: F.date_format(c, "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(c)  # noqa: E731
                 direct_df = direct_df.select(
-                    *[
-                        F.date_format(c, "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(c)
-                        if c.endswith("_at")
-                        else F.col(c)
-                        for c in direct_df.columns
-                    ]
+                    *[stamp(c) if c.endswith("_at") else F.col(c) for c in direct_df.columns]
                 )
             t = time.perf_counter()
             direct_df.write.jdbc(tgt.jdbc_url, "pyqueue_message", mode="append", properties=opts)
             direct = time.perf_counter() - t
             clear(url, statements)
 
-            enqueue = partial(
-                pqs.enqueue,
-                df,
-                url,
-                QUEUE,
-                key="key",
-                kind="kind",
-                payload="payload",
-                properties={},
-                batch_size=batch,
-            )
+            enqueue = partial(pqs.enqueue, df, url, QUEUE, **COLUMNS, properties={}, batch_size=batch)
             # The bulk load alone: the rows reach queue_ingest and are not enqueued
             # (PostgreSQL: trigger off; MySQL/MariaDB: no flush), i.e. what the append costs.
-            load_rows = pqs.ingest_frame(
-                df, QUEUE, key="key", kind="kind", payload="payload", dialect=dialect
-            )
+            load_rows = pqs.ingest_frame(df, QUEUE, **COLUMNS, dialect=dialect)
             if f"load_only_{dialect}" in statements:
                 run_sql(url, statements[f"load_only_{dialect}"])
             t = time.perf_counter()
@@ -131,14 +113,7 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
             clear(url, statements)
             bulk, live_bulk = timed_enqueue(enqueue, "bulk", url)
             rerun, live_after = timed_enqueue(enqueue, "bulk", url)
-            times = {
-                "plain": plain,
-                "direct": direct,
-                "ingest": ingest,
-                "load": load,
-                "bulk": bulk,
-                "rerun": rerun,
-            }
+            times = dict(plain=plain, direct=direct, ingest=ingest, load=load, bulk=bulk, rerun=rerun)
             row = {"dialect": dialect, "round": r + 1, "rows": rows, "partitions": partitions}
             row |= {"batch": batch, **{f"{k}_rows_s": rows / t for k, t in times.items()}}
             row |= {f"{k}_vs_plain": plain / t for k, t in times.items() if k != "plain"}
@@ -176,13 +151,8 @@ def clear(url: str, statements: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.parser(
-        __doc__,
-        ("--rows", 1_000_000, ""),
-        ("--partitions", 2, ""),
-        ("--batch", pqs.DEFAULT_BATCH_SIZE, ""),
-        ("--repeat", 1, ""),
-    )
+    options = ("--rows", 1_000_000, ""), ("--partitions", 2, ""), ("--batch", pqs.DEFAULT_BATCH_SIZE, "")
+    parser = common.parser(__doc__, *options, ("--repeat", 1, ""))
     parser.add_argument("--dialect", choices=["postgresql", "mysql", "both"], default="both")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
