@@ -318,24 +318,18 @@ class HandRolled(System):
         "push_bulk": f"multi-row `INSERT IGNORE` of {BULK:,}",
     }
 
+    DDL = {
+        "postgresql": ("CREATE TABLE job (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+                       "msg_key text NOT NULL UNIQUE, payload jsonb NOT NULL, "
+                       "run_at timestamptz NOT NULL DEFAULT now(), token uuid NULL)",
+                       "CREATE INDEX job_ready ON job (run_at, id)"),
+        "mysql": ("CREATE TABLE job (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
+                  "payload JSON NOT NULL, run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), "
+                  "token CHAR(36) NULL, UNIQUE KEY job_key (msg_key), KEY job_ready (run_at, id)) ENGINE=InnoDB",),
+    }  # fmt: skip
+
     def setup(self, dsn: str) -> None:
-        if self.pg:
-            common.execute(
-                self.dialect,
-                dsn,
-                "CREATE TABLE job (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-                "msg_key text NOT NULL UNIQUE, payload jsonb NOT NULL, "
-                "run_at timestamptz NOT NULL DEFAULT now(), token uuid NULL)",
-                "CREATE INDEX job_ready ON job (run_at, id)",
-            )
-        else:
-            common.execute(
-                self.dialect,
-                dsn,
-                "CREATE TABLE job (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
-                "payload JSON NOT NULL, run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), "
-                "token CHAR(36) NULL, UNIQUE KEY job_key (msg_key), KEY job_ready (run_at, id)) ENGINE=InnoDB",
-            )
+        common.execute(self.dialect, dsn, *self.DDL[self.dialect])
 
     def reset(self, dsn: str) -> None:
         common.execute(self.dialect, dsn, "TRUNCATE job")

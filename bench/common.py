@@ -31,18 +31,9 @@ def _replace_db(admin: str, name: str) -> str:
 def create(dialect: str, tag: str) -> str:
     """Creates an empty database named pyqueue_bench_<tag>_<random>; returns its DSN."""
     name = f"pyqueue_bench_{tag}_{uuid.uuid4().hex[:8]}"
-    admin = ADMIN[dialect]
-    d = dialects.for_name(dialect)
-    conn = d.connect(admin)
-    try:
-        cur = conn.cursor()
-        if dialect == "postgresql":
-            cur.execute(f'CREATE DATABASE "{name}"')
-        else:
-            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    finally:
-        conn.close()
-    return _replace_db(admin, name)
+    pg = dialect == "postgresql"
+    execute(dialect, ADMIN[dialect], f'CREATE DATABASE "{name}"' if pg else f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")  # fmt: skip
+    return _replace_db(ADMIN[dialect], name)
 
 
 @contextlib.contextmanager
@@ -61,8 +52,7 @@ def database(dialect: str, tag: str, queue: str | None = None, install: bool = T
 def drop(dialect: str, dsn: str) -> None:
     name = dsn.rsplit("/", 1)[1]
     assert name.startswith("pyqueue_bench_"), name
-    d = dialects.for_name(dialect)
-    conn = d.connect(ADMIN[dialect])
+    conn = raw_connect(dialect, ADMIN[dialect])
     try:
         cur = conn.cursor()
         if dialect == "postgresql":

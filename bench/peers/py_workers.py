@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import json
 import os
@@ -216,9 +215,14 @@ async def procrastinate_work(dsn: str, concurrency: int, sleep_s: float) -> None
 # -- awa-pg --------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Noop:  # awa-pg's job arguments
-    n: int
+def _awa_args():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Noop:
+        n: int
+
+    return Noop
 
 
 @_sync
@@ -232,6 +236,7 @@ async def awa_install(dsn: str) -> None:  # what `awa migrate` (python -m awa mi
 async def awa_enqueue(dsn: str, jobs: int) -> None:
     import awa
 
+    Noop = _awa_args()
     client = awa.AsyncClient(dsn)
     for start in range(0, jobs, CHUNK):
         await client.insert_many_copy(
@@ -244,6 +249,7 @@ async def awa_enqueue(dsn: str, jobs: int) -> None:
 async def awa_work(dsn: str, concurrency: int, sleep_s: float) -> None:
     import awa
 
+    Noop = _awa_args()
     client = awa.AsyncClient(dsn, max_connections=concurrency + 4)
 
     @client.task(Noop, queue=QUEUE)
