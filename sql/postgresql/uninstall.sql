@@ -201,6 +201,8 @@ DROP FUNCTION IF EXISTS pyqueue__check_kinds(text[]);
 DROP FUNCTION IF EXISTS pyqueue__refuse_reservation(interval);
 DROP FUNCTION IF EXISTS pyqueue__check_batch_headers(jsonb[], integer);
 DROP FUNCTION IF EXISTS pyqueue__check_headers(jsonb);
+DROP FUNCTION IF EXISTS pyqueue__check_run_at(timestamptz, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__check_message(text, text, jsonb, integer);
 DROP FUNCTION IF EXISTS pyqueue__check_payloads(jsonb[], integer);
 DROP FUNCTION IF EXISTS pyqueue__refuse_payload(integer, integer);
 DROP FUNCTION IF EXISTS pyqueue__refuse_occurrence_key();

@@ -277,6 +277,51 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__check_message: the checks of one message that queue_push_replace,
+-- queue_push_grouped, queue_publish and queue_push_after write, in their
+-- order: p_key and p_kind, not a schedule's occurrence key, a payload (the
+-- JSON value null, not SQL NULL) of at most in_max bytes (in_max NULL: not
+-- compared here; queue_publish compares it with the queues its topic
+-- reaches). queue_push, the hot path, writes these checks inline
+-- (tests/unit/test_sql_copies_postgresql.py keeps its copy alike). Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_message(in_key text, in_kind text, in_payload jsonb, in_max integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_bytes integer;
+BEGIN
+    PERFORM pyqueue__check_name('p_key', in_key, 255);
+    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF pyqueue__occurrence_key(in_key) THEN
+        PERFORM pyqueue__refuse_occurrence_key();
+    END IF;
+    IF in_payload IS NULL THEN
+        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
+            USING ERRCODE = '22023';
+    END IF;
+    v_bytes := pg_catalog.octet_length(in_payload::text);
+    IF v_bytes > in_max THEN
+        PERFORM pyqueue__refuse_payload(v_bytes, in_max);
+    END IF;
+END;
+$$;
+
+-- pyqueue__check_run_at: refuses a run_at that is not a finite time and
+-- returns when the message is due (in_run_at, NULL meaning in_now). Takes no
+-- locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_run_at(in_run_at timestamptz, in_now timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF NOT pg_catalog.isfinite(coalesce(in_run_at, in_now)) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    RETURN coalesce(in_run_at, in_now);
+END;
+$$;
+
 -- pyqueue__check_headers: the headers of a *_with_headers push, checked:
 -- NULL or the JSON value null (returned as NULL: no headers), else a JSON
 -- object of at most 8192 bytes of JSON text (measured as a payload, see

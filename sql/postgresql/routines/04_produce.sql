@@ -381,27 +381,9 @@ DECLARE
     v_now      timestamptz := pg_catalog.clock_timestamp();
     v_at       timestamptz;
     v_inserted boolean;
-    v_max      integer;  -- the queue's max_payload
-    v_bytes    integer;
 BEGIN
-    v_max := (pyqueue__queue(in_queue, true)).max_payload;
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF pyqueue__occurrence_key(in_key) THEN
-        PERFORM pyqueue__refuse_occurrence_key();
-    END IF;
-    IF in_payload IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-            USING ERRCODE = '22023';
-    END IF;
-    v_bytes := pg_catalog.octet_length(in_payload::text);
-    IF v_bytes > v_max THEN
-        PERFORM pyqueue__refuse_payload(v_bytes, v_max);
-    END IF;
-    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
-    END IF;
-    v_at := coalesce(in_run_at, v_now);
+    PERFORM pyqueue__check_message(in_key, in_kind, in_payload, (pyqueue__queue(in_queue, true)).max_payload);
+    v_at := pyqueue__check_run_at(in_run_at, v_now);
     IF v_at < v_now - interval '0.5 seconds' THEN
         PERFORM pyqueue__ready_from_lower(in_queue, v_at, v_now);  -- more than a moment in the past
     END IF;
@@ -452,32 +434,13 @@ DECLARE
     v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now timestamptz := pg_catalog.clock_timestamp();
     v_at  timestamptz;
-    v_max   integer;  -- the queue's max_payload
-    v_bytes integer;
+    v_max integer := (pyqueue__queue(in_queue, true)).max_payload;
     v_headers jsonb;
 BEGIN
-    v_max := (pyqueue__queue(in_queue, true)).max_payload;
     PERFORM pyqueue__check_name('group', in_group, 255);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF pyqueue__occurrence_key(in_key) THEN
-        PERFORM pyqueue__refuse_occurrence_key();
-    END IF;
-    IF in_payload IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-            USING ERRCODE = '22023';
-    END IF;
-    v_bytes := pg_catalog.octet_length(in_payload::text);
-    IF v_bytes > v_max THEN
-        PERFORM pyqueue__refuse_payload(v_bytes, v_max);
-    END IF;
-    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
-    END IF;
-    IF in_headers IS NOT NULL THEN  -- after the other arguments (as MySQL)
-        v_headers := pyqueue__check_headers(in_headers);
-    END IF;
-    v_at := coalesce(in_run_at, v_now);
+    PERFORM pyqueue__check_message(in_key, in_kind, in_payload, v_max);
+    v_at := pyqueue__check_run_at(in_run_at, v_now);
+    v_headers := pyqueue__check_headers(in_headers);  -- after the other arguments (as MySQL)
     IF v_at < v_now - interval '0.5 seconds' THEN
         PERFORM pyqueue__ready_from_lower(in_queue, v_at, v_now);  -- more than a moment in the past
     END IF;

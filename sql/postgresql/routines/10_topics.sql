@@ -141,15 +141,7 @@ DECLARE
     v_headers jsonb;
 BEGIN
     PERFORM pyqueue__check_topic('topic', in_topic, false);
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF pyqueue__occurrence_key(in_key) THEN
-        PERFORM pyqueue__refuse_occurrence_key();
-    END IF;
-    IF in_payload IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-            USING ERRCODE = '22023';
-    END IF;
+    PERFORM pyqueue__check_message(in_key, in_kind, in_payload, NULL);
     -- above the smallest max_payload of all queues (one short read), the
     -- smallest of the queues the topic reaches decides
     v_bytes := pg_catalog.octet_length(in_payload::text);
@@ -162,13 +154,8 @@ BEGIN
             PERFORM pyqueue__refuse_payload(v_bytes, v_max);
         END IF;
     END IF;
-    IF NOT pg_catalog.isfinite(coalesce(in_run_at, v_now)) THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: run_at must be a finite time' USING ERRCODE = '22023';
-    END IF;
-    IF in_headers IS NOT NULL THEN  -- after the other arguments (as MySQL)
-        v_headers := pyqueue__check_headers(in_headers);
-    END IF;
-    v_at := coalesce(in_run_at, v_now);
+    v_at := pyqueue__check_run_at(in_run_at, v_now);
+    v_headers := pyqueue__check_headers(in_headers);  -- after the other arguments (as MySQL)
     WITH targets AS (
         SELECT q.queue_name
           FROM pyqueue_queue q

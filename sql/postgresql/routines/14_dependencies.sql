@@ -132,7 +132,6 @@ DECLARE
     v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_queue  pyqueue_queue := pyqueue__queue(in_queue, true);
-    v_bytes  integer;
     v_n      integer;
     v_i      integer;
     v_p      jsonb;
@@ -144,19 +143,7 @@ DECLARE
     v_id     bigint;
     v_left   integer := 0;
 BEGIN
-    PERFORM pyqueue__check_name('p_key', in_key, 255);
-    PERFORM pyqueue__check_name('p_kind', in_kind, 128);
-    IF pyqueue__occurrence_key(in_key) THEN
-        PERFORM pyqueue__refuse_occurrence_key();
-    END IF;
-    IF in_payload IS NULL THEN
-        RAISE EXCEPTION 'pyqueue:invalid_payload: payload must not be NULL (use the JSON value null)'
-            USING ERRCODE = '22023';
-    END IF;
-    v_bytes := pg_catalog.octet_length(in_payload::text);
-    IF v_bytes > v_queue.max_payload THEN
-        PERFORM pyqueue__refuse_payload(v_bytes, v_queue.max_payload);
-    END IF;
+    PERFORM pyqueue__check_message(in_key, in_kind, in_payload, v_queue.max_payload);
     IF in_parents IS NULL OR pg_catalog.jsonb_typeof(in_parents) <> 'array' THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: parents must be a JSON array of {"queue", "p_key", "p_kind"} objects'
             USING ERRCODE = '22023';
