@@ -189,6 +189,7 @@ DROP FUNCTION IF EXISTS pyqueue__result_channel(text);
 DROP FUNCTION IF EXISTS pyqueue__archive(pyqueue_queue, pyqueue_message, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__notify(text);
 DROP FUNCTION IF EXISTS pyqueue__channel(text);
+DROP FUNCTION IF EXISTS pyqueue__extend(text, text, text, text, interval);
 DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, text, interval, boolean, text);
 DROP FUNCTION IF EXISTS pyqueue__dead_letter(pyqueue_queue, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__reserve(pyqueue_queue, text, interval, integer, text[]);

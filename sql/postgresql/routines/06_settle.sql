@@ -129,6 +129,39 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__extend: the body of queue_extend and queue_renew (results), each
+-- a SECURITY DEFINER routine that returns what it needs of it: pushes the
+-- reservation's end to now + in_timeout (NULL = the queue's
+-- visibility_timeout; refused above its max_reservation) and gives the
+-- reservation a new token (out_token; the old one stops working), and says
+-- whether a cancel of the message was requested (out_cancel_requested);
+-- both NULL when in_token no longer holds. Locks the message row (for a
+-- kind with a limit, its slot row first).
+CREATE OR REPLACE FUNCTION pyqueue__extend(in_queue text, in_key text, in_kind text, in_token text,
+                                           in_timeout interval, OUT out_token uuid,
+                                           OUT out_cancel_requested boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_token uuid;
+    v_queue pyqueue_queue := pyqueue__queue(in_queue);
+BEGIN
+    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
+    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
+    IF in_timeout > v_queue.max_reservation THEN
+        PERFORM pyqueue__refuse_reservation(v_queue.max_reservation);
+    END IF;
+    IF pyqueue__limit_renew(in_queue, in_key, in_kind, v_token) THEN  -- limits
+        UPDATE pyqueue_message m
+           SET scheduled_at = pg_catalog.clock_timestamp() + coalesce(in_timeout, v_queue.visibility_timeout),
+               reserve_token = pg_catalog.gen_random_uuid()
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
+           AND m.reserve_token = v_token
+        RETURNING m.reserve_token, m.cancel_requested_at IS NOT NULL INTO out_token, out_cancel_requested;
+    END IF;
+END;
+$$;
+
 -- queue_commit: deletes the message if in_token still holds its reservation;
 -- false otherwise (expired and re-reserved, committed already, or removed).
 -- A group's head hands its place to the next message of its group.
@@ -373,7 +406,8 @@ $$;
 -- queue_extend: pushes the reservation's end to now + in_timeout (NULL = the
 -- queue's visibility_timeout; refused above its max_reservation) and returns
 -- a new token (the old one stops working); NULL when in_token no longer holds.
--- Locks the message row (for a kind with a limit, its slot row first).
+-- Locks the message row (for a kind with a limit, its slot row first). The
+-- body is pyqueue__extend's.
 CREATE OR REPLACE FUNCTION queue_extend(in_queue text, in_key text, in_kind text, in_token text,
                              in_timeout interval DEFAULT NULL)
 RETURNS uuid
@@ -381,25 +415,8 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
-DECLARE
-    v_token uuid;
-    v_queue pyqueue_queue := pyqueue__queue(in_queue);
-    v_new   uuid;
 BEGIN
-    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
-    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF in_timeout > v_queue.max_reservation THEN
-        PERFORM pyqueue__refuse_reservation(v_queue.max_reservation);
-    END IF;
-    IF NOT pyqueue__limit_renew(in_queue, in_key, in_kind, v_token) THEN  -- limits
-        RETURN NULL;
-    END IF;
-    UPDATE pyqueue_message
-       SET scheduled_at = pg_catalog.clock_timestamp() + coalesce(in_timeout, v_queue.visibility_timeout),
-           reserve_token = pg_catalog.gen_random_uuid()
-     WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind AND reserve_token = v_token
-    RETURNING reserve_token INTO v_new;
-    RETURN v_new;
+    RETURN (pyqueue__extend(in_queue, in_key, in_kind, in_token, in_timeout)).out_token;
 END;
 $$;
 

@@ -454,7 +454,8 @@ $$;
 -- slot: a new token, the reservation's end pushed to now + in_timeout),
 -- and whether a cancel of the message was requested (queue_cancel), so a
 -- holder that renews its lease learns of it in the same round trip. One
--- row; (NULL, false) when in_token no longer holds. Locks as queue_extend.
+-- row; (NULL, false) when in_token no longer holds. Locks as queue_extend;
+-- the body is queue_extend's (pyqueue__extend).
 CREATE OR REPLACE FUNCTION queue_renew(in_queue text, in_key text, in_kind text, in_token text,
                                        in_timeout interval DEFAULT NULL)
 RETURNS TABLE (token uuid, cancel_requested boolean)
@@ -462,27 +463,9 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
-DECLARE
-    v_token     uuid;
-    v_queue     pyqueue_queue := pyqueue__queue(in_queue);
-    v_new       uuid;
-    v_requested boolean;
 BEGIN
-    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
-    PERFORM pyqueue__check_duration('timeout', in_timeout, true);
-    IF in_timeout > v_queue.max_reservation THEN
-        PERFORM pyqueue__refuse_reservation(v_queue.max_reservation);
-    END IF;
-    IF pyqueue__limit_renew(in_queue, in_key, in_kind, v_token) THEN  -- limits
-        UPDATE pyqueue_message m
-           SET scheduled_at = pg_catalog.clock_timestamp() + coalesce(in_timeout, v_queue.visibility_timeout),
-               reserve_token = pg_catalog.gen_random_uuid()
-         WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
-           AND m.reserve_token = v_token
-        RETURNING m.reserve_token, m.cancel_requested_at IS NOT NULL INTO v_new, v_requested;
-    END IF;
-    token := v_new;
-    cancel_requested := coalesce(v_requested, false);
+    SELECT e.out_token, coalesce(e.out_cancel_requested, false) INTO token, cancel_requested
+      FROM pyqueue__extend(in_queue, in_key, in_kind, in_token, in_timeout) AS e;
     RETURN NEXT;
 END;
 $$;
