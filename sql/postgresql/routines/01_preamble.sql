@@ -119,11 +119,20 @@ END
 $$;
 
 
--- Installs of earlier versions took the token as a polymorphic type (see
--- "Tokens" at the top): every routine of ours in this schema with a
--- polymorphic argument is dropped, so that an upgrade leaves none (the
--- catalog names them: nothing is dropped, nor any notice printed, where there
--- are none).
+-- Routines of earlier installs that this one cannot replace in place, each
+-- dropped here when the catalog names it (nothing is dropped, nor any notice
+-- printed, where there are none), in one loop:
+-- - every routine of ours in this schema with a polymorphic argument:
+--   earlier versions took the token as a polymorphic type (see "Tokens" at
+--   the top), and an upgrade leaves none;
+-- - pyqueue__ready_tids and pyqueue__limited_tids returning the ctids alone
+--   (tid[]): a function cannot change its result type in place; internal
+--   helpers, granted to nobody;
+-- - pyqueue__reserve, queue_reserve, queue_commit_reserve (both), queue_pop,
+--   queue_dead_letters and queue_messages returning their rows without the
+--   trailing headers column (a function cannot change its result columns in
+--   place), and with them their grants (pyqueue-sql grant gives them again);
+--   queue_message is dropped beside its definition.
 DO $$
 DECLARE
     v_old regprocedure;
@@ -131,63 +140,26 @@ BEGIN
     FOR v_old IN
         SELECT p.oid::regprocedure
           FROM pg_catalog.pg_proc p
-         WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(pg_catalog.current_schema())
-           AND p.proname::text LIKE 'queue\_%'
-           AND EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargtypes::oid[]) AS a (t)
-                         JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) a.t
-                        WHERE ty.typtype OPERATOR(pg_catalog.=) 'p')
-    LOOP
-        EXECUTE pg_catalog.format('DROP FUNCTION %s', v_old);
-    END LOOP;
-END
-$$;
-
--- Installs of earlier versions returned the ctids alone (tid[]): a function
--- cannot change its result type in place, so the old one is dropped here
--- (pyqueue__limited_tids too); internal helpers, granted to nobody.
-DO $$
-DECLARE
-    v_old regprocedure;
-BEGIN
-    FOR v_old IN
-        SELECT p.oid::regprocedure
-          FROM pg_catalog.pg_proc p
-         WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
-                   pg_catalog.to_regprocedure('pyqueue__ready_tids(text, timestamptz, integer, text[], boolean)'),
-                   pg_catalog.to_regprocedure(
-                       'pyqueue__limited_tids(text, timestamptz, integer, text[], timestamptz, bigint, integer)')]::oid[])
-           AND p.prorettype OPERATOR(pg_catalog.=) 'tid[]'::pg_catalog.regtype::pg_catalog.oid
-         ORDER BY p.oid
-    LOOP
-        EXECUTE pg_catalog.format('DROP FUNCTION %s', v_old);
-    END LOOP;
-END
-$$;
-
--- Installs of earlier versions returned the rows of pyqueue__reserve,
--- queue_reserve, queue_commit_reserve (both), queue_pop, queue_dead_letters and
--- queue_messages without their trailing headers column: those functions are
--- dropped here (a function cannot change its result columns in place), and
--- with them their grants (pyqueue-sql grant gives them again); queue_message
--- is dropped beside its definition. The catalog names them: nothing is
--- dropped where the current ones are installed.
-DO $$
-DECLARE
-    v_old regprocedure;
-BEGIN
-    FOR v_old IN
-        SELECT p.oid::regprocedure
-          FROM pg_catalog.pg_proc p
-         WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
-                   pg_catalog.to_regprocedure('pyqueue__reserve(pyqueue_queue, text, interval, integer, text[])'),
-                   pg_catalog.to_regprocedure('queue_reserve(text, text, interval, integer, text[])'),
-                   pg_catalog.to_regprocedure('queue_commit_reserve(text, text, text, text, text, interval, integer, text[])'),
-                   pg_catalog.to_regprocedure('queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[])'),
-                   pg_catalog.to_regprocedure('queue_pop(text, integer)'),
-                   pg_catalog.to_regprocedure('queue_dead_letters(text)'),
-                   pg_catalog.to_regprocedure('queue_messages(text, text, text, text, text, integer)')]::oid[])
-           AND NOT ('headers'::text OPERATOR(pg_catalog.=) ANY (p.proargnames::text[])
-                    OR 'c_headers'::text OPERATOR(pg_catalog.=) ANY (p.proargnames::text[]))
+         WHERE (p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(pg_catalog.current_schema())
+                AND p.proname::text LIKE 'queue\_%'
+                AND EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargtypes::oid[]) AS a (t)
+                              JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) a.t
+                             WHERE ty.typtype OPERATOR(pg_catalog.=) 'p'))
+            OR (p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                    pg_catalog.to_regprocedure('pyqueue__ready_tids(text, timestamptz, integer, text[], boolean)'),
+                    pg_catalog.to_regprocedure(
+                        'pyqueue__limited_tids(text, timestamptz, integer, text[], timestamptz, bigint, integer)')]::oid[])
+                AND p.prorettype OPERATOR(pg_catalog.=) 'tid[]'::pg_catalog.regtype::pg_catalog.oid)
+            OR (p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                    pg_catalog.to_regprocedure('pyqueue__reserve(pyqueue_queue, text, interval, integer, text[])'),
+                    pg_catalog.to_regprocedure('queue_reserve(text, text, interval, integer, text[])'),
+                    pg_catalog.to_regprocedure('queue_commit_reserve(text, text, text, text, text, interval, integer, text[])'),
+                    pg_catalog.to_regprocedure('queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[])'),
+                    pg_catalog.to_regprocedure('queue_pop(text, integer)'),
+                    pg_catalog.to_regprocedure('queue_dead_letters(text)'),
+                    pg_catalog.to_regprocedure('queue_messages(text, text, text, text, text, integer)')]::oid[])
+                AND NOT ('headers'::text OPERATOR(pg_catalog.=) ANY (p.proargnames::text[])
+                         OR 'c_headers'::text OPERATOR(pg_catalog.=) ANY (p.proargnames::text[])))
          ORDER BY p.oid
     LOOP
         EXECUTE pg_catalog.format('DROP FUNCTION %s', v_old);
