@@ -171,6 +171,47 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__begin_push_batch: the steps before the INSERT of a batch push
+-- (pyqueue__push_batch, pyqueue__push_batch_grouped; in_groups_what NULL:
+-- no groups), in their order: the queue's shared lock (pyqueue__queue), the
+-- batch's arrays (pyqueue__check_batch), its headers, then, for a batch
+-- that is not empty, its payloads against the queue's max_payload and the
+-- lowering of the queue's ready bound to its earliest run_at. Returns the
+-- batch's size.
+CREATE OR REPLACE FUNCTION pyqueue__begin_push_batch(
+    in_queue        text,
+    in_groups_what  text,
+    in_groups       text[],
+    in_keys         text[],
+    in_kinds        text[],
+    in_payloads     jsonb[],
+    in_run_ats      timestamptz[],
+    in_priorities   integer[],
+    in_headers      jsonb[],
+    in_now          timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_max integer := (pyqueue__queue(in_queue, true)).max_payload;
+    v_n   integer;
+BEGIN
+    v_n := pyqueue__check_batch(in_groups_what, in_groups, in_groups_what IS NOT NULL, in_keys, in_kinds, in_payloads,
+                                in_run_ats, in_priorities, in_now);
+    IF in_headers IS NOT NULL THEN
+        PERFORM pyqueue__check_batch_headers(in_headers, v_n);
+    END IF;
+    IF v_n > 0 THEN
+        PERFORM pyqueue__check_payloads(in_payloads, v_max);
+        IF in_run_ats IS NOT NULL THEN
+            PERFORM pyqueue__ready_from_lower(in_queue, (SELECT pg_catalog.min(r) FROM pg_catalog.unnest(in_run_ats) r),
+                                              in_now);
+        END IF;
+    END IF;
+    RETURN v_n;
+END;
+$$;
+
 -- pyqueue__push_batch: the body of queue_push_batch and
 -- queue_push_batch_with_headers, each a thin SECURITY DEFINER wrapper over it
 -- (in_headers NULL: no headers).
@@ -194,29 +235,18 @@ DECLARE
     v_first boolean := pg_catalog.pg_current_xact_id_if_assigned() IS NULL;
     v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_n     integer;
     v_count integer;
     v_ids   regclass;
-    v_max   integer;  -- the queue's max_payload
 BEGIN
-    v_max := (pyqueue__queue(in_queue, true)).max_payload;
-    v_n := pyqueue__check_batch(NULL, NULL, false, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, v_now);
-    IF in_headers IS NOT NULL THEN
-        PERFORM pyqueue__check_batch_headers(in_headers, v_n);
-    END IF;
-    IF v_n = 0 THEN
+    IF pyqueue__begin_push_batch(in_queue, NULL, NULL, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities,
+                                 in_headers, v_now) = 0 THEN
         RETURN 0;
     END IF;
-    PERFORM pyqueue__check_payloads(in_payloads, v_max);
     -- Ids are drawn in array order (FIFO within the batch), but rows are
     -- inserted in key order: two batches with overlapping keys then take
     -- their unique-index entries in the same order and cannot deadlock.
     -- The id sequence is looked up once per call, not once per row (the
     -- catalog lookup cost a quarter of a 100-row call).
-    IF in_run_ats IS NOT NULL THEN
-        PERFORM pyqueue__ready_from_lower(in_queue, (SELECT pg_catalog.min(r) FROM pg_catalog.unnest(in_run_ats) r),
-                                          v_now);
-    END IF;
     v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
     -- The first write of a READ COMMITTED transaction: as queue_push_batch,
     -- a plain INSERT without probing the key, then the absent keys only, each
@@ -527,30 +557,18 @@ AS $$
 DECLARE
     v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now    timestamptz := pg_catalog.clock_timestamp();
-    v_n      integer;
     v_count  integer;
     v_ids    regclass;
     v_groups text[];
     v_ready  boolean;
     v_group  text;
-    v_max    integer;  -- the queue's max_payload
 BEGIN
-    v_max := (pyqueue__queue(in_queue, true)).max_payload;
-    v_n := pyqueue__check_batch('groups', in_groups, true, in_keys, in_kinds, in_payloads, in_run_ats,
-                                in_priorities, v_now);
-    IF in_headers IS NOT NULL THEN
-        PERFORM pyqueue__check_batch_headers(in_headers, v_n);
-    END IF;
-    IF v_n = 0 THEN
+    IF pyqueue__begin_push_batch(in_queue, 'groups', in_groups, in_keys, in_kinds, in_payloads, in_run_ats,
+                                 in_priorities, in_headers, v_now) = 0 THEN
         RETURN 0;
     END IF;
-    PERFORM pyqueue__check_payloads(in_payloads, v_max);
     -- As queue_push_batch: ids in array order, rows inserted in key order.
     -- A grouped message goes in blocked; its group is settled below.
-    IF in_run_ats IS NOT NULL THEN
-        PERFORM pyqueue__ready_from_lower(in_queue, (SELECT pg_catalog.min(r) FROM pg_catalog.unnest(in_run_ats) r),
-                                          v_now);
-    END IF;
     v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
     WITH batch AS MATERIALIZED (
         SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.g, b.h, pg_catalog.nextval(v_ids) AS new_id
