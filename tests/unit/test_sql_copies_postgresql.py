@@ -3,7 +3,8 @@ only on the lines listed here, so that a change made to one is made to the other
 
 - queue_push's body (pyqueue__push) checks its message inline, without the nested calls of
   pyqueue__check_message and pyqueue__check_run_at, which the other producer routines make: each
-  nested PL/pgSQL call costs a few microseconds of a push (bench/README.md, "Push cost").
+  nested PL/pgSQL call costs a few microseconds of a push (docs/performance.md, Decisions: "push,
+  reserve and commit check plainly valid arguments in one inlined expression").
 - queue_push_batch's body (pyqueue__push_batch) writes its INSERT three times: a plain one for
   the first write of a READ COMMITTED transaction, the same probing each key after a live key
   refused it, and one ON CONFLICT after a race; each a statement of its own, planned once (one

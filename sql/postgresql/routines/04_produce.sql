@@ -33,7 +33,7 @@ $$;
 -- pyqueue__queue's own statements, and the same lookup reads the queue's
 -- wakeup throttle, so that a push inside the window does not call
 -- pyqueue__notify only for it to read that row and return. Each nested
--- PL/pgSQL call costs a few microseconds (bench/README.md, "Push cost");
+-- PL/pgSQL call costs a few microseconds (docs/performance.md, Decisions);
 -- the wrapper's call of this SECURITY INVOKER function (no SET clause, so
 -- no GUC save and restore) was measured at 0-3 % of a queue_push's server
 -- CPU (a SECURITY DEFINER sibling called from a SECURITY DEFINER routine
