@@ -158,6 +158,26 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__check_message: the checks of one message a producer writes, in this order: p_key (pyqueue__check_key),
+-- p_kind, payload, run_at (NULL = now) and priority (NULL = 0, else a whole number in INT's range). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_message //
+CREATE PROCEDURE pyqueue__check_message(
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30))
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__check_key(in_key);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+    END IF;
+    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+END //
+
 -- pyqueue__check_size: refuses a payload of in_bytes bytes (LENGTH of its JSON text) longer than the max_payload of
 -- queue in_queue (a queue that does not exist passes: the caller reports it). Plain read of the queue row.
 DROP PROCEDURE IF EXISTS pyqueue__check_size //
@@ -178,6 +198,36 @@ SQL SECURITY INVOKER
 BEGIN
     CALL pyqueue__raise('invalid_payload',
                         CONCAT('payload is ', in_bytes, ' bytes, more than the queue''s max_payload of ', in_max, ' bytes'));
+END //
+
+-- pyqueue__check_queue: pyqueue__queue for a caller that needs none of the queue's settings: validates the name and
+-- raises unless the queue exists. Plain (non-locking) read.
+DROP PROCEDURE IF EXISTS pyqueue__check_queue //
+CREATE PROCEDURE pyqueue__check_queue(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_name('queue', in_queue, 128);
+    SET v_queue = in_queue;
+    IF NOT EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.queue_name = v_queue) THEN
+        CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist'));
+    END IF;
+END //
+
+-- pyqueue__check_message_key: the checks of a routine that names one message (in_key, in_kind) of in_queue: the
+-- queue's name, and that it exists when in_exists (pyqueue__check_queue), then the p_key and p_kind names.
+-- Plain read of the queue row when in_exists.
+DROP PROCEDURE IF EXISTS pyqueue__check_message_key //
+CREATE PROCEDURE pyqueue__check_message_key(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_exists BOOLEAN)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_exists THEN CALL pyqueue__check_queue(in_queue); ELSE CALL pyqueue__check_name('queue', in_queue, 128); END IF;
+    CALL pyqueue__check_name('p_key', in_key, 255);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
 END //
 
 -- pyqueue__check_reservation_cap: refuses a reservation timeout in_timeout (seconds) above the queue's max_reservation

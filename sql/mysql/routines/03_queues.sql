@@ -11,12 +11,10 @@ CREATE PROCEDURE pyqueue__set_paused(
     IN in_paused BOOLEAN)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_retry INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_retry INT;
     DECLARE v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     CALL pyqueue__own_transaction(FALSE, v_own);
     REPEAT
@@ -88,12 +86,9 @@ CREATE PROCEDURE queue_reset_setting(
     IN in_setting LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_setting VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     -- Compared as bytes: utf8mb4_bin pads with spaces, and 'max_attempts ' is no setting name.
     IF in_setting IS NULL OR CAST(in_setting AS BINARY) NOT IN ('visibility_timeout', 'max_attempts',
                                                               'dead_letter_queue', 'history_retention',
@@ -142,11 +137,8 @@ DROP PROCEDURE IF EXISTS queue_settings //
 CREATE PROCEDURE queue_settings(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_queue = in_queue;
     SELECT q.queue_name AS `queue`, q.visibility_timeout, q.max_attempts, q.dead_letter_queue,
            q.history_retention, q.paused, COALESCE(n.notify_window, 0.05) AS notify_window,
@@ -166,11 +158,9 @@ CREATE PROCEDURE queue_set_max_reservation(
     IN in_max_reservation DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis, v_new DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_new DECIMAL(20,6);
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_duration('max_reservation', in_max_reservation, TRUE);
     SET v_queue = in_queue, v_new = COALESCE(in_max_reservation, 43200);
     -- the visibility_timeout re-checked under the row lock, in the statement that sets it
@@ -189,11 +179,8 @@ CREATE PROCEDURE queue_set_max_payload(
     IN in_max_payload DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_int('max_payload', in_max_payload, 1, 268435456);
     SET v_queue = in_queue;
     UPDATE pyqueue_queue SET max_payload = COALESCE(in_max_payload, 1048576) WHERE queue_name = v_queue;
@@ -209,14 +196,12 @@ DROP PROCEDURE IF EXISTS queue_drop //
 CREATE PROCEDURE queue_drop(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq, v_user VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_users, v_own, v_retry INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue, v_user VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_users, v_own, v_retry INT;
     DECLARE v_tries INT DEFAULT 0;
     DECLARE v_deps LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_gcl BIGINT;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     SELECT COUNT(*), MIN(q.queue_name) INTO v_users, v_user
       FROM pyqueue_queue q
@@ -261,12 +246,9 @@ DROP PROCEDURE IF EXISTS queue_stats //
 CREATE PROCEDURE queue_stats(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now DATETIME(6);
-    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
+    IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_now = UTC_TIMESTAMP(6), v_queue = in_queue;
     SELECT q.queue_name AS `queue`,
            COUNT(CASE WHEN m.scheduled_at <= v_now THEN 1 END) AS ready,

@@ -23,10 +23,8 @@ CREATE PROCEDURE queue_push(
     IN in_priority DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_inserted, v_retry INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_inserted, v_retry INT;
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_own, v_tries INT DEFAULT 0;
     DECLARE v_max_payload BIGINT;
@@ -41,14 +39,8 @@ BEGIN
             AND (in_priority IS NULL
                  OR (in_priority = TRUNCATE(in_priority, 0) AND in_priority BETWEEN -2147483648 AND 2147483647))
        ) IS NOT TRUE THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-        CALL pyqueue__check_key(in_key);
-        CALL pyqueue__check_name('p_kind', in_kind, 128);
-        CALL pyqueue__check_payload(in_payload);
-        IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
-            CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
-        END IF;
-        CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+        CALL pyqueue__check_queue(in_queue);
+        CALL pyqueue__check_message(in_key, in_kind, in_payload, in_run_at, in_priority);
     END IF;
     SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6), v_at = COALESCE(in_run_at, v_now);
     -- the queue's max_payload, one primary-key read; NULL: no such queue (refused here, not left to the foreign key,
@@ -94,10 +86,8 @@ CREATE PROCEDURE queue_push_with_headers(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_headers LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_inserted, v_retry INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_inserted, v_retry INT;
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_own, v_tries INT DEFAULT 0;
     DECLARE v_max_payload BIGINT;
@@ -112,14 +102,8 @@ BEGIN
             AND (in_priority IS NULL
                  OR (in_priority = TRUNCATE(in_priority, 0) AND in_priority BETWEEN -2147483648 AND 2147483647))
        ) IS NOT TRUE THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-        CALL pyqueue__check_key(in_key);
-        CALL pyqueue__check_name('p_kind', in_kind, 128);
-        CALL pyqueue__check_payload(in_payload);
-        IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
-            CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
-        END IF;
-        CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+        CALL pyqueue__check_queue(in_queue);
+        CALL pyqueue__check_message(in_key, in_kind, in_payload, in_run_at, in_priority);
     END IF;
     CALL pyqueue__check_headers(in_headers, v_headers);
     SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6), v_at = COALESCE(in_run_at, v_now);
@@ -162,13 +146,11 @@ CREATE PROCEDURE pyqueue__push_batch(
     IN in_with_headers BOOLEAN)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_retry INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_retry INT;
     DECLARE v_now DATETIME(6);
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     IF in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
@@ -283,21 +265,13 @@ CREATE PROCEDURE queue_push_replace(
     IN in_priority DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_priority, v_live, v_held, v_dead INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_priority, v_live, v_held, v_dead INT;
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_key(in_key);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_payload(in_payload);
-    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
-        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
-    END IF;
-    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    CALL pyqueue__check_queue(in_queue);
+    CALL pyqueue__check_message(in_key, in_kind, in_payload, in_run_at, in_priority);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__check_size(v_queue, LENGTH(in_payload));
     SET v_at = COALESCE(in_run_at, v_now), v_priority = COALESCE(in_priority, 0);
@@ -357,23 +331,16 @@ CREATE PROCEDURE pyqueue__push_grouped(
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_headers LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_queue, v_kind, v_dlq, v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind, v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_group, v_key, v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_found, v_retry, v_gone INT;
-    DECLARE v_paused, v_is_head BOOLEAN;
+    DECLARE v_found, v_retry, v_gone INT;
+    DECLARE v_is_head BOOLEAN;
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_head_id BIGINT;
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_name('group', in_group, 255);
-    CALL pyqueue__check_key(in_key);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_payload(in_payload);
-    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
-        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
-    END IF;
-    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    CALL pyqueue__check_message(in_key, in_kind, in_payload, in_run_at, in_priority);
     IF in_headers IS NOT NULL THEN CALL pyqueue__check_headers(in_headers, v_headers); END IF;
     SET v_queue = in_queue, v_group = in_group, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__check_size(v_queue, LENGTH(in_payload));
@@ -486,14 +453,12 @@ CREATE PROCEDURE pyqueue__push_batch_grouped(
     IN in_with_headers BOOLEAN)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_groups, v_retry, v_gone INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_groups, v_retry, v_gone INT;
     DECLARE v_now DATETIME(6);
     DECLARE v_heads, v_next, v_swaps LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN

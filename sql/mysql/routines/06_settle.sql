@@ -357,12 +357,10 @@ CREATE PROCEDURE queue_commit(
     IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 body: BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_retry INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_retry INT;
     DECLARE v_id, v_hist BIGINT;
     DECLARE v_history, v_results BOOLEAN;
     DECLARE v_done, v_own, v_tries, v_txn INT DEFAULT 0;
@@ -375,7 +373,7 @@ body: BEGIN
             AND LOCATE(X'ED', CAST(CONCAT(in_queue, in_key, in_kind) AS BINARY)) = 0
             AND in_token REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z'
        ) IS NOT TRUE THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        CALL pyqueue__check_queue(in_queue);
         CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
@@ -413,7 +411,7 @@ body: BEGIN
       FROM pyqueue_message m
      WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind
        AND m.reserve_token = v_held;
-    IF v_id = 0 THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;  -- unknown queue?
+    IF v_id = 0 THEN CALL pyqueue__check_queue(in_queue); END IF;  -- unknown queue?
     IF v_group IS NOT NULL THEN
         CALL pyqueue__own_transaction(TRUE, v_own);
         CALL pyqueue__group_leave(IF(v_results, 'commit_result', 'commit'), v_queue, v_group, v_id, v_key, v_kind,
@@ -518,16 +516,14 @@ CREATE PROCEDURE queue_snooze(
     IN in_delay DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_att, v_retry INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_att, v_retry INT;
     DECLARE v_id BIGINT;
     DECLARE v_now DATETIME(6);
     DECLARE v_done, v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('delay', in_delay, FALSE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
@@ -623,17 +619,17 @@ CREATE PROCEDURE queue_move(
     IN in_payload  LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_to_queue, v_dlq, v_to_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind, v_to_queue, v_to_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis, v_to_vis DECIMAL(20,6);
-    DECLARE v_max, v_to_max INT;
-    DECLARE v_paused, v_to_paused BOOLEAN;
+    DECLARE v_to_vis DECIMAL(20,6);
+    DECLARE v_to_max INT;
+    DECLARE v_to_paused BOOLEAN;
     DECLARE v_now DATETIME(6);
     DECLARE v_found INT DEFAULT 1;
     DECLARE v_id, v_hist BIGINT;
     DECLARE v_duplicate, v_done, v_own, v_deps INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_name('to_queue', in_to_queue, 128);
     CALL pyqueue__queue(in_to_queue, v_to_vis, v_to_max, v_to_dlq, v_to_paused);
@@ -698,16 +694,12 @@ CREATE PROCEDURE queue_remove(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_retry INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_retry INT;
     DECLARE v_id BIGINT;
     DECLARE v_done, v_own, v_tries, v_deps INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_message_key(in_queue, in_key, in_kind, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
     CALL pyqueue__own_transaction(FALSE, v_own);
     SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key) INTO v_id, v_group
@@ -749,11 +741,8 @@ CREATE PROCEDURE queue_release(
     IN in_worker LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_worker VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
     DECLARE v_now DATETIME(6);
     DECLARE v_id BIGINT;
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -767,7 +756,7 @@ BEGIN
            AND (v_worker IS NULL OR m.reserved_by = v_worker)
          ORDER BY m.scheduled_at, m.id;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     IF in_worker IS NOT NULL THEN
         IF CHAR_LENGTH(in_worker) = 0 THEN CALL pyqueue__raise('invalid_argument', 'worker must not be empty'); END IF;
         IF CHAR_LENGTH(in_worker) > 255 THEN CALL pyqueue__raise('invalid_argument', 'worker is longer than 255 characters'); END IF;

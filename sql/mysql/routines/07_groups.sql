@@ -447,18 +447,16 @@ CREATE PROCEDURE queue_set_group_limit(
     IN in_k     DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_group, v_each VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_own, v_retry, v_k, v_locked INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_own, v_retry, v_k, v_locked INT;
     DECLARE v_now DATETIME(6);
     DECLARE v_hk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_found INT;
     DECLARE v_tries INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     IF in_group IS NOT NULL THEN CALL pyqueue__check_name('group', in_group, 255); END IF;
     CALL pyqueue__check_int('k', in_k, 1, 10000);
     SET v_queue = in_queue, v_group = COALESCE(in_group, ''), v_k = in_k;

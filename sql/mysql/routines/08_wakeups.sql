@@ -101,11 +101,8 @@ DROP PROCEDURE IF EXISTS queue_channel //
 CREATE PROCEDURE queue_channel(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     SELECT CONCAT('pyqueue_', MD5(v_queue)) AS channel;
 END //
@@ -119,11 +116,8 @@ CREATE PROCEDURE queue_set_notify_window(
     IN in_window DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     CALL pyqueue__check_duration('window', in_window, FALSE);
     IF in_window > 3600 THEN CALL pyqueue__raise('invalid_argument', 'window must not exceed 1 hour'); END IF;

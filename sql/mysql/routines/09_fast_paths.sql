@@ -79,10 +79,9 @@ CREATE PROCEDURE pyqueue__commit_batch(
     OUT out_done   INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_n, v_gdone, v_retry, v_nocc INT;
-    DECLARE v_paused, v_history, v_results BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_n, v_gdone, v_retry, v_nocc INT;
+    DECLARE v_history, v_results BOOLEAN;
     DECLARE v_bytes, v_max_payload BIGINT;
     DECLARE v_bad, v_gcl BIGINT;
     DECLARE v_ids, v_grouped, v_busy, v_deps LONGTEXT CHARACTER SET utf8mb4;
@@ -104,7 +103,7 @@ BEGIN
           FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     END IF;
     IF v_queue_found = 0 THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        CALL pyqueue__check_queue(in_queue);
         SET v_queue = in_queue;
         SELECT q.history_retention IS NOT NULL, q.result_retention IS NOT NULL, q.max_payload
           INTO v_history, v_results, v_max_payload

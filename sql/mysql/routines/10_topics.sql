@@ -94,19 +94,17 @@ CREATE PROCEDURE queue_bind(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_pattern VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_regex VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_bound, v_retry INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_bound, v_retry INT;
     DECLARE v_gone, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__check_topic('pattern', in_pattern, TRUE);
     -- bounded matching cost: at most 3 '#' words ('#' stands only as a whole word here)
     IF CHAR_LENGTH(in_pattern) - CHAR_LENGTH(REPLACE(in_pattern, '#', '')) > 3 THEN
         CALL pyqueue__raise('invalid_argument', 'pattern has more than 3 # wildcards');
     END IF;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue, v_pattern = in_pattern;
     CALL pyqueue__topic_regex(v_pattern, v_regex);
     CALL pyqueue__own_transaction(FALSE, v_own);
@@ -133,14 +131,12 @@ CREATE PROCEDURE queue_unbind(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_pattern VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_retry INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_retry INT;
     DECLARE v_unbound, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__check_topic('pattern', in_pattern, TRUE);
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue, v_pattern = in_pattern;
     CALL pyqueue__own_transaction(FALSE, v_own);
     REPEAT
@@ -160,11 +156,8 @@ DROP PROCEDURE IF EXISTS queue_bindings //
 CREATE PROCEDURE queue_bindings(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_queue = in_queue;
     SELECT b.pattern, b.queue_name AS `queue`, b.created_at
       FROM pyqueue_binding b
@@ -194,13 +187,7 @@ BEGIN
     DECLARE v_retry INT;
     DECLARE v_max_payload BIGINT;
     CALL pyqueue__check_topic('topic', in_topic, FALSE);
-    CALL pyqueue__check_key(in_key);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_payload(in_payload);
-    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
-        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
-    END IF;
-    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
+    CALL pyqueue__check_message(in_key, in_kind, in_payload, in_run_at, in_priority);
     IF in_headers IS NOT NULL THEN CALL pyqueue__check_headers(in_headers, v_headers); END IF;
     SET v_topic = CONCAT('.', in_topic), v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     -- the queues the topic reaches, matched once before anything is written: a match the regular expression engine

@@ -55,10 +55,9 @@ CREATE PROCEDURE queue_purge_history(
     IN in_n     DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq, v_q VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis, v_ret DECIMAL(20,6);
-    DECLARE v_max, v_left INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue, v_q VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_ret DECIMAL(20,6);
+    DECLARE v_left INT;
     DECLARE v_now DATETIME(6);
     DECLARE v_done INT DEFAULT 0;
     DECLARE c_queues CURSOR FOR
@@ -75,7 +74,7 @@ BEGIN
          ORDER BY r.queue_name;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
     IF in_queue IS NOT NULL THEN
-        CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+        CALL pyqueue__check_queue(in_queue);
         SET v_queue = in_queue;
     END IF;
     IF in_n < 1 THEN CALL pyqueue__raise('invalid_argument', 'n must be at least 1'); END IF;
@@ -121,12 +120,10 @@ CREATE PROCEDURE queue_replay(
     IN in_to    DATETIME(6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_inserted INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_inserted INT;
     DECLARE v_now DATETIME(6);
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     IF (in_from IS NOT NULL AND (in_from + INTERVAL 0 SECOND IS NULL OR in_from < '1000-01-01'))
        OR (in_to IS NOT NULL AND (in_to + INTERVAL 0 SECOND IS NULL OR in_to < '1000-01-01')) THEN
@@ -289,11 +286,8 @@ DROP PROCEDURE IF EXISTS queue_dead_letters //
 CREATE PROCEDURE queue_dead_letters(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     SELECT d.dead_letter_queue, d.from_queue, d.p_key, d.p_kind, d.payload, d.priority,
            d.attempts, d.created_at, d.dead_lettered_at, d.reserved, d.last_error, d.headers
@@ -312,15 +306,10 @@ CREATE PROCEDURE queue_message(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
     DECLARE v_now DATETIME(6);
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_message_key(in_queue, in_key, in_kind, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     SELECT m.p_key, m.p_kind,
            CASE WHEN m.scheduled_at <= v_now THEN 'ready'
@@ -346,9 +335,7 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    CALL pyqueue__check_name('queue', in_queue, 128);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_message_key(in_queue, in_key, in_kind, FALSE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
     SELECT h.processed_at, h.outcome, h.to_queue, h.attempts, h.reserved_by, h.last_error
       FROM pyqueue_history h

@@ -18,14 +18,12 @@ CREATE PROCEDURE queue_messages(
     IN in_n          DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_after_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_after_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_prefix, v_after_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_prefix_len, v_n, v_max INT;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_prefix_len, v_n INT;
     DECLARE v_now DATETIME(6);
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     IF in_state IS NOT NULL AND (in_state NOT IN ('ready', 'delayed', 'reserved') OR in_state LIKE '% ') THEN
         CALL pyqueue__raise('invalid_argument', 'state must be ready, delayed, reserved or NULL (every state)');
     END IF;
@@ -73,12 +71,10 @@ DROP PROCEDURE IF EXISTS queue_groups //
 CREATE PROCEDURE queue_groups(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN in_n DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_n INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_n INT;
     DECLARE v_now DATETIME(6);
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     IF in_n IS NOT NULL THEN CALL pyqueue__check_int('n', in_n, 1, 1000); END IF;
     SET v_queue = in_queue, v_n = COALESCE(in_n, 100), v_now = UTC_TIMESTAMP(6);
     SELECT g.group_key, g.head_key, g.head_kind,
@@ -112,12 +108,9 @@ CREATE PROCEDURE queue_throughput(
     IN in_since DATETIME(6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now, v_since DATETIME(6);
-    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
+    IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_now = UTC_TIMESTAMP(6);
     IF in_since IS NOT NULL AND (in_since + INTERVAL 0 SECOND IS NULL OR in_since < '1000-01-01') THEN
         CALL pyqueue__raise('invalid_argument', 'since must be a valid time');

@@ -181,11 +181,8 @@ CREATE PROCEDURE queue_set_result_retention(
     IN in_retention DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_queue(in_queue);
     IF in_retention > 315360000 THEN CALL pyqueue__raise('invalid_argument', 'result_retention must not exceed 3650 days'); END IF;
     CALL pyqueue__check_duration('result_retention', in_retention, TRUE);
     SET v_queue = in_queue;
@@ -217,13 +214,11 @@ CREATE PROCEDURE queue_commit_result(
     IN in_result LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_done INT;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    DECLARE v_done INT;
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
     CALL pyqueue__check_result(v_queue, in_result);
@@ -274,9 +269,7 @@ BEGIN
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_found, v_attempts, v_requested INT;
     DECLARE v_finished DATETIME(6);
-    CALL pyqueue__check_name('queue', in_queue, 128);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_message_key(in_queue, in_key, in_kind, FALSE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
     CALL pyqueue__result(v_queue, v_key, v_kind, v_found, v_state, v_result, v_error, v_attempts, v_progress,
                          v_finished, v_requested);
@@ -306,9 +299,7 @@ BEGIN
     DECLARE v_found, v_attempts, v_requested INT;
     DECLARE v_finished, v_deadline DATETIME(6);
     DECLARE v_left DECIMAL(20,6);
-    CALL pyqueue__check_name('queue', in_queue, 128);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_message_key(in_queue, in_key, in_kind, FALSE);
     CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
     IF in_timeout > 3600 THEN CALL pyqueue__raise('invalid_argument', 'timeout must not exceed 1 hour'); END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
@@ -333,11 +324,8 @@ DROP PROCEDURE IF EXISTS queue_result_channel //
 CREATE PROCEDURE queue_result_channel(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     SELECT CONCAT('pyqueue_result_', MD5(v_queue)) AS channel;
 END //
@@ -368,21 +356,18 @@ CREATE PROCEDURE queue_cancel(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_attempts, v_retry, v_found, v_done, v_deps INT;
-    DECLARE v_paused, v_history, v_results BOOLEAN;
+    DECLARE v_attempts, v_retry, v_found, v_done, v_deps INT;
+    DECLARE v_history, v_results BOOLEAN;
     DECLARE v_id, v_hist BIGINT;
     DECLARE v_at, v_now DATETIME(6);
     DECLARE v_own, v_tries, v_txn, v_rounds INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_message_key(in_queue, in_key, in_kind, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
     IF EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.dead_letter_queue = v_queue) THEN
         CALL pyqueue__raise('invalid_argument',
@@ -523,13 +508,11 @@ CREATE PROCEDURE queue_cancel_held(
     IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_done INT;
-    DECLARE v_paused BOOLEAN;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    DECLARE v_done INT;
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
     CALL pyqueue__finish_held(v_queue, v_key, v_kind, v_held, 'cancelled', NULL, v_done);
@@ -550,16 +533,13 @@ CREATE PROCEDURE queue_set_progress(
     IN in_progress LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
     DECLARE v_id BIGINT;
     DECLARE v_done INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     IF in_progress IS NOT NULL THEN
         IF NOT JSON_VALID(in_progress) THEN

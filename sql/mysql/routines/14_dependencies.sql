@@ -173,9 +173,7 @@ BEGIN
     DECLARE v_max_payload, v_id BIGINT;
     DECLARE v_now DATETIME(6);
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_key(in_key);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_payload(in_payload);
+    CALL pyqueue__check_message(in_key, in_kind, in_payload, NULL, NULL);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
     SELECT MAX(q.max_payload) INTO v_max_payload FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     IF LENGTH(in_payload) > v_max_payload THEN CALL pyqueue__raise_size(LENGTH(in_payload), v_max_payload); END IF;
@@ -356,15 +354,10 @@ CREATE PROCEDURE queue_parent_results(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
     DECLARE v_now DATETIME(6);
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_name('p_key', in_key, 255);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_message_key(in_queue, in_key, in_kind, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     SELECT d.n AS ordinal, d.other_queue AS queue, d.other_key AS p_key, d.other_kind AS p_kind,
            CASE WHEN m.id IS NOT NULL THEN

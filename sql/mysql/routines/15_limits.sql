@@ -171,16 +171,14 @@ CREATE PROCEDURE queue_set_limit(
     IN in_capacity DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_i, v_attempts, v_ok, v_own, v_deadlock INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_i, v_attempts, v_ok, v_own, v_deadlock INT;
     DECLARE v_now, v_until DATETIME(6);
     DECLARE v_id BIGINT;
     DECLARE v_found INT;
     DECLARE v_tries INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_int('capacity', in_capacity, 0, 10000);
     SET v_queue = in_queue, v_kind = in_kind;
@@ -249,12 +247,9 @@ DROP PROCEDURE IF EXISTS queue_limits //
 CREATE PROCEDURE queue_limits(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now DATETIME(6);
-    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
+    IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
     SELECT l.queue_name AS `queue`, l.p_kind, l.capacity,
            (SELECT COUNT(DISTINCT m.id) FROM pyqueue_limit_slot s
@@ -282,15 +277,13 @@ CREATE PROCEDURE queue_set_rate(
     IN in_per_s DECIMAL(65,30))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_own, v_retry, v_have, v_top, v_n INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_own, v_retry, v_have, v_top, v_n INT;
     DECLARE v_per BIGINT;
     DECLARE v_found INT;
     DECLARE v_tries INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     IF in_kind IS NOT NULL THEN CALL pyqueue__check_name('p_kind', in_kind, 128); END IF;
     CALL pyqueue__check_int('n', in_n, 1, 10000);
     IF in_n IS NOT NULL AND (in_per_s IS NULL OR ROUND(in_per_s * 1000000) < 1 OR in_per_s > 86400) THEN
@@ -348,12 +341,9 @@ DROP PROCEDURE IF EXISTS queue_rates //
 CREATE PROCEDURE queue_rates(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now DATETIME(6);
-    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
+    IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
     SELECT r.queue_name AS `queue`, NULLIF(r.p_kind, '') AS p_kind, r.n,
            CAST(r.per_us / 1000000 AS DECIMAL(20,6)) AS per,

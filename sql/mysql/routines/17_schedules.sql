@@ -204,15 +204,12 @@ CREATE PROCEDURE pyqueue__schedule(
     IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
     DECLARE v_now, v_next, v_old DATETIME(6);
     DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_oldid BIGINT;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_name('p_key', in_key, 234);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_payload(in_payload);
@@ -283,16 +280,13 @@ CREATE PROCEDURE queue_unschedule(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
     DECLARE v_old DATETIME(6);
     DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_oldid BIGINT;
     DECLARE v_done INT DEFAULT 0;
-    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_name('p_key', in_key, 234);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
@@ -315,11 +309,8 @@ DROP PROCEDURE IF EXISTS queue_schedules //
 CREATE PROCEDURE queue_schedules(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max INT;
-    DECLARE v_paused BOOLEAN;
-    IF in_queue IS NOT NULL THEN CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused); END IF;
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_queue = in_queue;
     SELECT s.queue_name AS `queue`, s.p_key, s.p_kind, s.payload, s.every_s, s.cron, s.next_at
       FROM pyqueue_schedule s
