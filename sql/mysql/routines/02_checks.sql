@@ -158,26 +158,6 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__check_message: the checks of one message a producer writes, in this order: p_key (pyqueue__check_key),
--- p_kind, payload, run_at (NULL = now) and priority (NULL = 0, else a whole number in INT's range). Takes no locks.
-DROP PROCEDURE IF EXISTS pyqueue__check_message //
-CREATE PROCEDURE pyqueue__check_message(
-    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
-    IN in_run_at   DATETIME(6),
-    IN in_priority DECIMAL(65,30))
-SQL SECURITY INVOKER
-BEGIN
-    CALL pyqueue__check_key(in_key);
-    CALL pyqueue__check_name('p_kind', in_kind, 128);
-    CALL pyqueue__check_payload(in_payload);
-    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
-        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
-    END IF;
-    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
-END //
-
 -- pyqueue__check_size: refuses a payload of in_bytes bytes (LENGTH of its JSON text) longer than the max_payload of
 -- queue in_queue (a queue that does not exist passes: the caller reports it). Plain read of the queue row.
 DROP PROCEDURE IF EXISTS pyqueue__check_size //
@@ -408,6 +388,26 @@ BEGIN
                             CONCAT('element ', v_bad, ' of the batch: bad ', COALESCE(CONCAT(in_member, '/'), ''),
                                    'p_key/p_kind, missing payload or bad run_at/priority'));
     END IF;
+END //
+
+-- pyqueue__check_message: the checks of one message a producer writes, in this order: p_key (pyqueue__check_key),
+-- p_kind, payload, run_at (NULL = now) and priority (NULL = 0, else a whole number in INT's range). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_message //
+CREATE PROCEDURE pyqueue__check_message(
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30))
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__check_key(in_key);
+    CALL pyqueue__check_name('p_kind', in_kind, 128);
+    CALL pyqueue__check_payload(in_payload);
+    IF in_run_at IS NOT NULL AND (in_run_at + INTERVAL 0 SECOND IS NULL OR in_run_at < '1000-01-01') THEN
+        CALL pyqueue__raise('invalid_argument', 'run_at is not a valid time');
+    END IF;
+    CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
 END //
 
 -- pyqueue__check_headers: refuses headers (the *_with_headers pushes) that are not a JSON object ('headers must be a
