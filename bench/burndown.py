@@ -415,11 +415,8 @@ def main() -> None:
     wanted = set(args.systems.split(",")) if args.systems else None
     if wanted and wanted - {s.name for s in SYSTEMS}:
         ap.error(f"unknown systems {sorted(wanted - {s.name for s in SYSTEMS})}")
-    systems = [
-        s
-        for s in SYSTEMS
-        if s.dialect in dialects and (s.name in wanted if wanted else not s.extra and not args.variant)
-    ]
+    chosen = lambda s: s.name in wanted if wanted else not s.extra and not args.variant  # noqa: E731
+    systems = [s for s in SYSTEMS if s.dialect in dialects and chosen(s)]
     systems += [variant(v, d) for d in dialects for v in args.variant or []]
     unavailable: dict[str, dict[str, str]] = {}
     runnable = []
@@ -430,24 +427,16 @@ def main() -> None:
             print(f"burndown: {s.name} ({s.dialect}) NOT RUN: {why}", flush=True)
         else:
             runnable.append(s)
-    meta = {
-        "command": common.command(),
-        "rounds": args.rounds,
-        "cap": args.cap,
-        "started": common.now_utc("%Y-%m-%d %H:%M UTC"),
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
-        "load_before": common.loadavg(),
-        "unavailable": unavailable,
-        "states": states,
-        "autovacuum": _vacuum_settings(dialects),
-        # the ratio's reference when no peer runs: the dialect's first system
-        "baseline": {
-            d: None
-            if any(s.peer for s in systems if s.dialect == d)
-            else next((s.name for s in systems if s.dialect == d), None)
-            for d in dialects
-        },
+    started = common.now_utc("%Y-%m-%d %H:%M UTC")
+    meta = dict(
+        command=common.command(), rounds=args.rounds, cap=args.cap, started=started, host=platform.node()
+    )
+    meta |= dict(cpus=os.cpu_count(), load_before=common.loadavg(), unavailable=unavailable)
+    meta |= dict(states=states, autovacuum=_vacuum_settings(dialects))
+    # the ratio's reference when no peer runs: the dialect's first system
+    firsts = {d: next((s.name for s in systems if s.dialect == d), None) for d in dialects}
+    meta["baseline"] = {
+        d: None if any(s.peer for s in systems if s.dialect == d) else firsts[d] for d in dialects
     }
     results: list[dict] = []
     out = args.out or os.path.join(HERE, "results" if args.quick or args.tasks or args.variant else "latest")
