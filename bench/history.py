@@ -266,11 +266,8 @@ def held_and_keep(rs) -> KeepAnswer:
 def live_count(db, queue: str, kind: str) -> int:
     """The live reservations of a kind as a plain SQL reader counts them: one statement, the clock
     read as each row is (clock_timestamp(), SYSDATE), so that every row counted was live at once."""
-    clock = (
-        "clock_timestamp()"
-        if db.dialect.name == "postgresql"
-        else "CONVERT_TZ(SYSDATE(6), @@session.time_zone, '+00:00')"
-    )
+    pg = db.dialect.name == "postgresql"
+    clock = "clock_timestamp()" if pg else "CONVERT_TZ(SYSDATE(6), @@session.time_zone, '+00:00')"
     cur = db.connection.cursor()
     cur.execute(
         "SELECT count(*) FROM pyqueue_message WHERE queue_name = %s AND p_kind = %s "
@@ -407,24 +404,15 @@ class Fleet:
             skew = self.rng.choice((-1, 1)) * self.rng.uniform(30, 600)
             self.skewed += 1
         path, isolation = os.path.join(self.workdir, f"{name}.jsonl"), self.args.isolation
-        args = (
-            slot[0],
-            name,
-            self.dialect,
-            self.dsn,
-            path,
-            self.rng.randrange(2**32),
-            self.budget,
-            self.stop,
-        )
+        seed = self.rng.randrange(2**32)
+        args = (slot[0], name, self.dialect, self.dsn, path, seed, self.budget, self.stop)
         args += (skew, isolation if slot[0] == "c" else None, tuple(self.args.kinds.split(",")), self.leases)
         self.procs[slot] = self.ctx.Process(target=client_main, args=args, daemon=True)
         self.procs[slot].start()
 
     def start_all(self) -> None:
-        for slot in [f"p{i}" for i in range(self.args.producers)] + [
-            f"c{i}" for i in range(self.args.consumers)
-        ]:
+        producers, consumers = range(self.args.producers), range(self.args.consumers)
+        for slot in [*(f"p{i}" for i in producers), *(f"c{i}" for i in consumers)]:
             self.start(slot)
 
     def kill(self, slot: str) -> None:
@@ -501,9 +489,7 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
         elif kind == "pause":
             slot = rng.choice([s for s in live if s.startswith("c")] or live)
             send(fleet.procs[slot], signal.SIGSTOP)
-            paused[slot] = (
-                time.monotonic() + max(fleet.leases) + rng.uniform(0.5, 2)
-            )  # past every lease it holds
+            paused[slot] = time.monotonic() + max(fleet.leases) + rng.uniform(0.5, 2)  # past every lease
             faults["consumers paused past their leases"] += 1
         else:
             try:
@@ -526,9 +512,8 @@ def drain(dialect: str, dsn: str, workdir: str, limit_s: float = 1800) -> None:
     left = f"SELECT count(*) FROM pyqueue_message WHERE queue_name = '{Q}' AND p_kind <> 'dedup'"
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        status, got = rec.call(
-            "reserve", [100, 30.0], lambda db: held_and_keep(db.queue(Q).reserve(100, "drain", 30.0))
-        )
+        reserve = lambda db: held_and_keep(db.queue(Q).reserve(100, "drain", 30.0))  # noqa: E731
+        status, got = rec.call("reserve", [100, 30.0], reserve)
         if status == "ok" and got[1]:
             rec.call("commit_batch", [tok(r) for r in got[1]], lambda db: db.queue(Q).commit_many(got[1]))
         elif not common.execute(dialect, dsn, left)[0][0]:
@@ -544,10 +529,11 @@ def inventory(dialect: str, dsn: str) -> dict:
     live = common.execute(dialect, dsn, "SELECT queue_name, p_key, p_kind FROM pyqueue_message")
     pg = dialect == "postgresql"
     at = "extract(epoch FROM processed_at)::float8" if pg else "UNIX_TIMESTAMP(processed_at)"
+    utc = () if pg else ("SET time_zone = '+00:00'",)
     hist = common.execute(
         dialect,
         dsn,
-        *(() if pg else ("SET time_zone = '+00:00'",)),
+        *utc,
         f"SELECT p_key, p_kind, outcome, {at} FROM pyqueue_history WHERE queue_name = '{Q}'",
     )
     hist = [[k, kind, o, None if t is None else float(t)] for k, kind, o, t in hist]
@@ -917,12 +903,8 @@ def markdown(results: list[dict], args) -> str:
     header = "dialect|server|operations|faults|unknown outcomes|leases|violations|lost|run|operations/s"
     lines += common.table(header.split("|"), rows, "rrrrrrrrrr")
     for r in results:
-        lines += [
-            "",
-            f"## {r['dialect']}: operations",
-            "",
-            ", ".join(f"{k} {v}" for k, v in sorted(r["operations"].items())),
-        ]
+        lines += ["", f"## {r['dialect']}: operations", ""]
+        lines += [", ".join(f"{k} {v}" for k, v in sorted(r["operations"].items()))]
         races = r["expired holders' calls"]
         lines[-1] += f"; calls of a holder whose lease had ended: {races.get('won', 0)} answered as holder, "
         lines[-1] += f"{races.get('lost', 0)} that it no longer held"
@@ -938,28 +920,12 @@ def parse(argv=None):
         ("--dialect", "postgresql,mysql", "dialects, comma-separated"),
         ("--producers", 2, "producer processes"),
         ("--consumers", 4, "consumer processes"),
-        (
-            "--faults",
-            False,
-            "kill clients, cut connections, pause consumers, skew clocks, restart the server",
-        ),
-        (
-            "--server",
-            None,
-            "own (a server of its own, restarted with --faults) or shared; default: own with --faults",
-        ),
+        ("--faults", False, "kill clients, cut sessions, pause consumers, skew clocks, restart the server"),
+        ("--server", None, "own (its own server; --faults restarts it) or shared; default: own if --faults"),
         ("--restart-every", 60.0, "seconds between server restarts (own server, --faults)"),
         ("--minutes", 0.0, "stop starting operations after this long (0: when --ops are done)"),
-        (
-            "--kinds",
-            ",".join(PUSH_KINDS),
-            "the kinds pushed (free, lim, rate, poison), as likely as often named",
-        ),
-        (
-            "--leases",
-            ",".join(map(str, TIMEOUTS)),
-            "the reservations' timeouts (s), as likely as often named",
-        ),
+        ("--kinds", ",".join(PUSH_KINDS), "kinds pushed (free, lim, rate, poison), as likely as often named"),
+        ("--leases", ",".join(map(str, TIMEOUTS)), "reservations' timeouts (s), as likely as often named"),
         ("--isolation", None, "the consumers' session isolation level, e.g. 'REPEATABLE READ'"),
         ("--seed", -1, "the run's seed (-1: a random one, printed)"),
         ("--keep", False, "keep the recorded history (its folder is in the report)"),
