@@ -190,11 +190,8 @@ def consumer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=()
         x, timeout = rng.random(), rng.choice(leases)
         if not hold or x < 0.3:
             n = 1 if rng.random() < 0.5 else rng.randint(2, 6)
-            status, got = rec.call(
-                "reserve",
-                [n, timeout],
-                lambda db: held_and_keep(db.queue(Q).reserve(n, worker=name, timeout=timeout)),
-            )
+            reserve = lambda db: held_and_keep(db.queue(Q).reserve(n, worker=name, timeout=timeout))  # noqa: E731
+            status, got = rec.call("reserve", [n, timeout], reserve)
             if status == "ok":
                 hold.extend((r, timeout) for r in got[1])
                 if not got[1]:
@@ -457,10 +454,8 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
         faults["clients SIGKILLed"] += 1
     stop_at = time.monotonic() + 60 * fleet.args.minutes if fleet.args.minutes else INF
     while fleet.running():
-        pause_until, ops_at = (
-            time.monotonic() + rng.uniform(0.5, 2.0),
-            fleet.budget.value - rng.randint(10, 30),
-        )
+        pause_until = time.monotonic() + rng.uniform(0.5, 2.0)
+        ops_at = fleet.budget.value - rng.randint(10, 30)
         while fleet.running() and (time.monotonic() < pause_until or fleet.budget.value > ops_at):
             time.sleep(0.05)
             if time.monotonic() >= stop_at:  # the time is up: the operations done so far are the history
@@ -530,12 +525,8 @@ def inventory(dialect: str, dsn: str) -> dict:
     pg = dialect == "postgresql"
     at = "extract(epoch FROM processed_at)::float8" if pg else "UNIX_TIMESTAMP(processed_at)"
     utc = () if pg else ("SET time_zone = '+00:00'",)
-    hist = common.execute(
-        dialect,
-        dsn,
-        *utc,
-        f"SELECT p_key, p_kind, outcome, {at} FROM pyqueue_history WHERE queue_name = '{Q}'",
-    )
+    sql = f"SELECT p_key, p_kind, outcome, {at} FROM pyqueue_history WHERE queue_name = '{Q}'"
+    hist = common.execute(dialect, dsn, *utc, sql)
     hist = [[k, kind, o, None if t is None else float(t)] for k, kind, o, t in hist]
     return {"live": [list(r) for r in live], "history": hist}
 
@@ -811,26 +802,23 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
             if len(before) >= k:
                 evidence = [
                     min(m.chains, key=lambda c: c.grant.t1).grant,
-                    *(o for p in before for o in p.new[:1]),
+                    *(p.new[0] for p in before if p.new),
                 ]
                 bad("FIFO groups", f"group {g}: {m.key} delivered while {len(before)} before it had not left, k = {k}", evidence)  # fmt: skip
-    return {
-        "operations": collections.Counter(o.op for o in ops if o.op != "group_limit"),
-        "unknown outcomes": sum(o.st == "unk" for o in ops),
-        "messages": len(msgs),
+    out = {"operations": collections.Counter(o.op for o in ops if o.op != "group_limit")}
+    out |= {"unknown outcomes": sum(o.st == "unk" for o in ops), "messages": len(msgs)}
+    out |= {
         "leases": sum(len(m.chains) for m in msgs.values()),
         "lost": lost,
         "expired holders' calls": dict(races),
-        "violations": violations,
     }
+    return out | {"violations": violations}
 
 
 def most_at_once(segments, limit: int) -> list:
     """The leases of the first moment more than `limit` of these (start, end) segments overlap, or []."""
-    events = sorted(
-        [(a, 1, i) for i, ((a, _b), _c) in enumerate(segments)]
-        + [(b, -1, i) for i, ((_a, b), _c) in enumerate(segments)]
-    )
+    starts = [(a, 1, i) for i, ((a, _b), _c) in enumerate(segments)]
+    events = sorted(starts + [(b, -1, i) for i, ((_a, b), _c) in enumerate(segments)])
     now: set = set()
     for _t, d, i in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at the same time
         if d < 0:
@@ -874,27 +862,18 @@ def run(dialect: str, args, sabotage=None, dsn: str | None = None) -> dict:
         for path in glob.glob(os.path.join(workdir, "*.json*")):
             os.remove(path)
         os.rmdir(workdir)
-    result.update(
-        dialect=dialect,
-        server="own (restarted)" if server.own and args.faults else "own" if server.own else "shared",
-        faults=dict(faults),
-        run_s=round(ran_s, 1),
-        total_s=round(time.monotonic() - started, 1),
-        history=workdir if args.keep else None,
-    )
+    where = "own (restarted)" if server.own and args.faults else "own" if server.own else "shared"
+    result.update(dialect=dialect, server=where, faults=dict(faults), run_s=round(ran_s, 1))
+    result.update(total_s=round(time.monotonic() - started, 1), history=workdir if args.keep else None)
     return result
 
 
 def markdown(results: list[dict], args) -> str:
-    lines = [
-        f"# History: {common.command()}",
-        "",
-        f"{common.now_utc()}, seed {args.seed}, {args.producers} producers ",
-    ]
-    lines[-1] += (
-        f"and {args.consumers} consumers, isolation {args.isolation or 'the default'}, kinds {args.kinds}, "
+    head = (
+        f"{common.now_utc()}, seed {args.seed}, {args.producers} producers and {args.consumers} consumers, "
     )
-    lines[-1] += f"leases {args.leases}\n"
+    head += f"isolation {args.isolation or 'the default'}, kinds {args.kinds}, leases {args.leases}\n"
+    lines = [f"# History: {common.command()}", "", head]
     rows = [
         (r["dialect"], r["server"], n := sum(r["operations"].values()), ", ".join(f"{k} {v}" for k, v in r["faults"].items()) or "none",
          r["unknown outcomes"], r["leases"], len(r["violations"]), r["lost"], f"{r['run_s']:.0f} s", f"{n / max(r['run_s'], 1):.0f}")
