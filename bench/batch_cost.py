@@ -427,19 +427,24 @@ def _medians(results: list[dict], name: str) -> tuple[list[float], list[float], 
     )
 
 
+def _rows(results: list[dict], base: str, vs) -> list[list]:
+    """A row a variant: its server CPU a row (median (min-max)), vs(variant, its median, the base
+    variant's median), its client CPU and wall a row."""
+    med = {name: _medians(results, name) for name in dict.fromkeys(r["variant"] for r in results)}
+    b = statistics.median(med[base][0]) if base in med and med[base][0] else None
+    rows = []
+    for name, (server, client, wall) in med.items():
+        s = statistics.median(server) if server else None
+        rows.append([name, common.spread(server), vs(name, s, b), common.spread(client), common.spread(wall)])
+    return rows
+
+
 def summarize_drain(results: list[dict], meta: dict) -> list[str]:
     results = [r for r in results if r.get("part") == "drain"]
     if not results:
         return []
-    names = list(dict.fromkeys(r["variant"] for r in results))
     pgmq = "pgmq read(100) + delete(ids)"
-    base = statistics.median(_medians(results, pgmq)[0]) if pgmq in names else None
-    rows = []
-    for name in names:
-        server, client, wall = _medians(results, name)
-        s = statistics.median(server) if server else None
-        vs = f"{s / base:.2f}" if s is not None and base else ""
-        rows.append([name, common.spread(server), vs, common.spread(client), common.spread(wall)])
+    rows = _rows(results, pgmq, lambda _name, s, base: f"{s / base:.2f}" if s is not None and base else "")
     return [
         "## Drain: a row taken (100 a call) and acknowledged",
         "",
@@ -463,16 +468,11 @@ def summarize_drain(results: list[dict], meta: dict) -> list[str]:
 def summarize(results: list[dict], meta: dict) -> str:
     drain_part = summarize_drain(results, meta)
     results = [r for r in results if r.get("part") != "drain"]
-    names = list(dict.fromkeys(r["variant"] for r in results))
-    med = {name: _medians(results, name) for name in names}
-    every = med.get("copy: every index", ([],))[0]
-    base = statistics.median(every) if every else None
-    rows = []
-    for name in names:
-        server, client, wall = med[name]
-        s = statistics.median(server) if server else None
-        vs = f"{s - base:+.2f}" if s is not None and base is not None and name.startswith("copy:") else ""
-        rows.append([name, common.spread(server), vs, common.spread(client), common.spread(wall)])
+
+    def copies(name, s, base):  # a copy's server CPU a row less the copy's with every index
+        return f"{s - base:+.2f}" if s is not None and base is not None and name.startswith("copy:") else ""
+
+    rows = _rows(results, "copy: every index", copies)
     lines = [
         "# Batch cost: where a row of a PostgreSQL batch push spends the server's time",
         "",
@@ -675,15 +675,8 @@ def run_mysql(args) -> tuple[list[dict], dict]:
 
 
 def summarize_mysql(results: list[dict], meta: dict) -> str:
-    names = list(dict.fromkeys(r["variant"] for r in results))
     plain = "plain job table: multi-row INSERT IGNORE"
-    base = statistics.median(_medians(results, plain)[0] or [0]) or None
-    rows = []
-    for name in names:
-        server, client, wall = _medians(results, name)
-        s = statistics.median(server) if server else None
-        vs = f"{base / s:.2f}" if s and base else ""
-        rows.append([name, common.spread(server), vs, common.spread(client), common.spread(wall)])
+    rows = _rows(results, plain, lambda _name, s, base: f"{base / s:.2f}" if s and base else "")
     return "\n".join(
         [
             "# Batch cost, MariaDB: a row of a bulk enqueue against the plain job table",
