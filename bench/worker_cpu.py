@@ -6,16 +6,21 @@ process's CPU per job (all its threads, getrusage) and the CPU per job of its se
 (PostgreSQL backends from /proc). Variants alternate round by round: `as installed` (the
 OpenTelemetry span per job when opentelemetry-api is importable) and `no tracing` (the same
 worker with pyqueue_sql.tracing's API lookup answered "not installed"), so the span's cost is read
-side by side. --profile N: one more drain under yappi (pip install yappi), the N functions with
-the most own CPU per job. bench/README.md, Worker CPU.
+side by side. `--variant bare`: the floor of this design and driver, a bare loop (bare_drain) that
+reserves with the same call (Queue.reserve: the same routine, the same columns decoded), hands each
+job to 16 threads and acknowledges with the same batch call (commit_many), without the Worker.
+--profile N: one more drain under yappi (pip install yappi; else cProfile on each thread's CPU
+clock), the N functions with the most own CPU per job. bench/README.md, Worker CPU.
 
     python -m bench worker-cpu                        # 5 rounds of 20,000 jobs per variant
     python -m bench worker-cpu --quick                # 1 round of 2,000
     python -m bench worker-cpu --rounds 1 --profile 40
+    python -m bench worker-cpu --rounds 3 --variant bare
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -44,12 +49,67 @@ def _enqueue(dsn: str, jobs: int, serial: int) -> None:
             )
 
 
-def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | None = None) -> dict:
-    """One Worker, built as cmd_worker builds it, drains the backlog; stopped when it is empty."""
+def bare_loop(dsn: str, jobs: int, ended) -> None:
+    """The floor: the Worker's reserve (its batch size, 16 + its prefetch, refilled when half is
+    used), thread hand-off and batched acknowledgement (up to 500 within 2 ms), and nothing else;
+    ended() runs when every job is acknowledged, its connections still open."""
+    import queue
+
+    import pyqueue_sql
+
+    held, window, pending, acks = 0, CONCURRENCY * 15, queue.SimpleQueue(), queue.SimpleQueue()
+    taken = threading.Condition()
+
+    def handle() -> None:
+        while (r := pending.get()) is not None:
+            _noop(r)
+            acks.put(r)
+
+    def complete(q, left: int) -> None:
+        nonlocal held
+        while left > 0:
+            batch, until = [acks.get()], time.monotonic() + 0.002
+            with contextlib.suppress(queue.Empty):
+                while len(batch) < 500 and (wait := until - time.monotonic()) > 0:
+                    batch.append(acks.get(timeout=wait))
+            with taken:
+                held -= len(batch)
+                taken.notify()
+            q.commit_many(batch)
+            left -= len(batch)
+
+    with pyqueue_sql.connect(dsn) as db, pyqueue_sql.connect(dsn) as db2:
+        q, left = db.queue(QUEUE), jobs
+        threads = [threading.Thread(target=handle) for _ in range(CONCURRENCY)]
+        threads.append(threading.Thread(target=complete, args=(db2.queue(QUEUE), jobs)))
+        for t in threads:
+            t.start()
+        while left > 0:
+            with taken:
+                while held >= CONCURRENCY + (window + 1) // 2:
+                    taken.wait()
+                n, held = CONCURRENCY + window - held, CONCURRENCY + window
+            got = q.reserve(n, worker="bare", timeout=30)
+            with taken:
+                held -= n - len(got)
+            for r in got:
+                pending.put(r)
+            left -= len(got)
+        for _ in range(CONCURRENCY):
+            pending.put(None)
+        for t in threads:
+            t.join()
+        ended()
+
+
+def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | str | None = None) -> dict:
+    """One Worker, built as cmd_worker builds it, drains the backlog; stopped when it is empty
+    (settings "bare": bare_loop drains it)."""
     from pyqueue_sql import RetryPolicy, Worker
 
-    worker = Worker(dsn, **{"concurrency": CONCURRENCY, **(settings or {})})
-    worker.add_handler(QUEUE, _noop, None, retry=RetryPolicy(), timeout=None)
+    if settings != "bare":
+        worker = Worker(dsn, **{"concurrency": CONCURRENCY, **(settings or {})})
+        worker.add_handler(QUEUE, _noop, None, retry=RetryPolicy(), timeout=None)
     counter = common.raw_connect("postgresql", dsn)
     cur = counter.cursor()
     seen: dict[str, dict[int, float]] = {"before": common.sessions_cpu(cur)}
@@ -69,8 +129,11 @@ def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | None = No
         yappi.set_clock_type("cpu")
         yappi.start()
     cpu0, t0 = common.own_cpu(), time.perf_counter()
-    threading.Thread(target=watch, daemon=True).start()
-    worker.run(install_signals=False)
+    if settings == "bare":
+        bare_loop(dsn, jobs, lambda: seen.update(after=common.sessions_cpu(cur)))
+    else:
+        threading.Thread(target=watch, daemon=True).start()
+        worker.run(install_signals=False)
     cpu1, t1 = common.own_cpu(), time.perf_counter()
     if profile:
         yappi.stop()
@@ -118,7 +181,10 @@ def main() -> None:
     settings_of: dict[str, dict] = {}
     for text in args.variant:
         pairs = [p.partition("=") for p in text.split(",") if p]
-        settings_of[text] = {k.strip(): float(v) if "." in v else int(v) for k, _, v in pairs}
+        bare = text == "bare"
+        settings_of[text] = (
+            "bare" if bare else {k.strip(): float(v) if "." in v else int(v) for k, _, v in pairs}
+        )
         variants.append(text)
     results: list[dict] = []
     meta = {
