@@ -159,15 +159,17 @@ def _settle(a: _Api, span: Span, error: BaseException | None) -> None:
         span.set_status(a.Status(a.StatusCode.ERROR, f"{type(error).__name__}: {error}"[:500]))
 
 
-def handle_traced(job: TracedJob, run: Callable[[], BaseException | None]) -> BaseException | None:
-    """run() (a worker's handling of job, returning the handler's exception or None) inside the
-    job's span when OpenTelemetry is installed and a tracer provider is set."""
+def handle_traced(
+    job: TracedJob, run: Callable[..., BaseException | None], *args: Any
+) -> BaseException | None:
+    """run(*args) (a worker's handling of job, returning the handler's exception or None) inside
+    the job's span when OpenTelemetry is installed and a tracer provider is set."""
     a = _api if _api is not None else api()
     tracer = a.job_tracer() if a else None
     if tracer is None:
-        return run()
+        return run(*args)
     with _job_span(a, tracer, job) as span:
-        error = run()
+        error = run(*args)
         _settle(a, span, error)
     return error
 

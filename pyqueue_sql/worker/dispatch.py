@@ -634,7 +634,6 @@ class Dispatch:
         Its common way (a handler that succeeds, its success acknowledged in a batch) makes few
         calls: it runs once a message (docs/performance.md, the worker's CPU per job)."""
         job.started_at = started_at = time.monotonic()
-        started = time.time()
         plan = self.routes[job.queue].plans.get(job.kind)
         if plan is None or plan[0] is None:
             try:
@@ -661,7 +660,7 @@ class Dispatch:
                 raise error
             cancelled = stopped_for_cancel(job, error)
             interrupted = False if cancelled else self._handled(job, error)
-        elapsed_ms = round((time.time() - started) * 1000, 3)
+        elapsed_ms = round((time.monotonic() - started_at) * 1000, 3)
         successors: list[Job] = []
         lock = job.lock
         try:
@@ -670,7 +669,7 @@ class Dispatch:
                 if job.progress_pending:  # the last progress goes with the result
                     yield from self._write_progress_steps(job)
                 if error is None:
-                    if self._chains(interrupted) and not job.store_result:
+                    if self.commit_reserve and self._chains(interrupted) and not job.store_result:
                         ok, successors = yield from self._commit_steps(job, True)
                         self._committed(job, ok, elapsed_ms)
                     else:

@@ -169,9 +169,10 @@ class Worker(WorkerBase):
         # _slots's lock, taken directly (a C context manager) where nothing waits or notifies
         self._slots_lock = threading.Lock()
         self._slots = threading.Condition(self._slots_lock)
-        # Whether the dispatcher waits on _slots for a free slot: a release notifies only then
-        # (and only once the worker holds fewer messages than the dispatcher refills at).
-        self._slot_waiting = False
+        # While the dispatcher waits on _slots for a free slot, the number of held messages it
+        # refills below (_refill_at, taken as it starts each wait), else 0: a release notifies only
+        # once the worker holds fewer, without working out _refill_at once a job.
+        self._slot_waiting = 0
         # A SimpleQueue (C, one lock): a handler thread takes each message from it.
         self._pending: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
         self._acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
@@ -272,7 +273,7 @@ class Worker(WorkerBase):
 
     def _handle(self, op: Handle, conn: _Connection) -> BaseException | None:
         # inside the job's span when OpenTelemetry is installed (pyqueue_sql.tracing)
-        return tracing.handle_traced(op.job, lambda: self._handle_untraced(op, conn))
+        return tracing.handle_traced(op.job, self._handle_untraced, op, conn)
 
     def _handle_untraced(self, op: Handle, conn: _Connection) -> BaseException | None:
         if op.timeout is not None:
@@ -294,12 +295,12 @@ class Worker(WorkerBase):
 
     def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
         with self._slots:
-            while len(self._inflight) >= self._refill_at() and not self._stopping.is_set():
-                self._slot_waiting = True
+            while len(self._inflight) >= (refill_at := self._refill_at()) and not self._stopping.is_set():
+                self._slot_waiting = refill_at
                 try:
                     self._slots.wait(timeout=1.0)
                 finally:
-                    self._slot_waiting = False
+                    self._slot_waiting = 0
 
     def _sleep(self, op: Sleep, conn: Any) -> bool:
         return self._stopping.wait(op.seconds)
@@ -372,15 +373,21 @@ class Worker(WorkerBase):
                 nxt.on_progress = self._watch_wake.set
                 self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
             # only the dispatcher waits on _slots (_wait_slots), for fewer than _refill_at
-            if self._slot_waiting and len(self._inflight) < self._refill_at():
+            if len(self._inflight) < self._slot_waiting:
                 self._slots.notify_all()
 
     def _handler_loop(self) -> None:
         conn = _Connection(self, "handler")
         conn.loop = _EventLoop()
-        get, serve, execute = self._pending.get, self._serve_steps, self._execute
+        get, serve, execute, handle = self._pending.get, self._serve_steps, self._execute, self._handle
 
         def run(op: Any) -> Any:
+            # a job's two operations (Handle, Acquire) without the table's lookup: once a job each
+            kind = type(op)
+            if kind is Handle:
+                return handle(op, conn)
+            if kind is Acquire:
+                return op.lock.acquire()
             return execute(op, conn)
 
         try:
