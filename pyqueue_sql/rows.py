@@ -169,19 +169,27 @@ def settings_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> Que
 
 _RESERVATION_FIELDS = tuple(f.name for f in fields(Reservation))
 _new_object = object.__new__
+# A dialect's readers of a payload and of a time that pass the driver's value on as it is
+# (PostgreSQL: psycopg reads json and timestamptz): reservations_from_rows calls them not at all.
+_AS_READ = (dialects.Dialect.read_payload, dialects.Dialect.read_time)
 
 
 def reservations_from_rows(
     queue: str, dialect: dialects.Dialect, rows: Iterable[Sequence[RowValue]]
 ) -> list[Reservation]:
     """The Reservations of reserved rows. Each is made as its frozen dataclass's __init__ would
-    make it (the same fields, all set) without that __init__'s ten object.__setattr__ calls: this
-    runs once a reserved message (bench/README.md, Worker CPU)."""
+    make it (the same fields, all set) without that __init__'s ten object.__setattr__ calls, and
+    without a call a value where the dialect reads it as the driver gave it: this runs once a
+    reserved message (bench/README.md, Worker CPU)."""
     read_payload, read_time = dialect.read_payload, dialect.read_time
+    as_read = (type(dialect).read_payload, type(dialect).read_time) == _AS_READ
     made = []
     for row in rows:
         key, kind, payload, token, priority, attempts, created, initially = row[:8]
         headers = row[8] if len(row) > 8 else None
+        if not as_read:
+            payload, created, initially = read_payload(payload), read_time(created), read_time(initially)
+            headers = None if headers is None else read_payload(headers)
         r = _new_object(Reservation)
         r.__dict__.update(
             zip(
@@ -190,13 +198,13 @@ def reservations_from_rows(
                     queue,
                     key,
                     kind,
-                    read_payload(payload),
-                    read_token(token),
+                    payload,
+                    token if type(token) is str else read_token(token),
                     priority,
                     attempts,
-                    read_time(created),
-                    read_time(initially),
-                    None if headers is None else read_payload(headers),
+                    created,
+                    initially,
+                    headers,
                 ),
             )
         )
