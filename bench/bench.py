@@ -855,18 +855,11 @@ def _async_table(results: list[dict], meta: dict) -> list[str]:
     return out
 
 
-def server_settings(dialect: str, dsn: str) -> dict[str, str]:
-    if dialect == "postgresql":
-        names = "'server_version', 'synchronous_commit', 'fsync', 'wal_sync_method', 'shared_buffers', 'autovacuum'"
-        rows = common.execute(dialect, dsn, f"SELECT name, setting FROM pg_settings WHERE name IN ({names})")
-    else:
-        rows = common.execute(
-            dialect,
-            dsn,
-            "SHOW VARIABLES WHERE Variable_name IN ('version', 'innodb_flush_log_at_trx_commit', "
-            "'sync_binlog', 'log_bin', 'innodb_buffer_pool_size', 'transaction_isolation', 'tx_isolation')",
-        )
-    return {str(k): str(v) for k, v in rows}
+SETTINGS = {  # the server's settings the report names
+    "postgresql": "server_version synchronous_commit fsync wal_sync_method shared_buffers autovacuum",
+    "mysql": "version innodb_flush_log_at_trx_commit sync_binlog log_bin innodb_buffer_pool_size "
+    "transaction_isolation tx_isolation",
+}
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
@@ -910,7 +903,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     print(f"[skip] {dialect} {sname}: setup failed: {exc}", flush=True)
                     continue
                 dsns[sname] = dsn
-                meta["servers"].setdefault(dialect, server_settings(dialect, dsn))
+                meta["servers"].setdefault(dialect, common.settings(dialect, dsn, *SETTINGS[dialect].split()))
                 pids.setdefault(dialect, common.server_pid(dialect, dsn))
             for rnd in range(args.rounds):
                 for w in args.workloads:

@@ -361,14 +361,13 @@ def _vacuum_settings(dialects: list[str]) -> str:
     said = []
     for dialect in dialects:
         try:
-            if dialect == "postgresql":
-                (row,) = common.execute(dialect, common.ADMIN[dialect], "SHOW autovacuum")
-                said.append(f"PostgreSQL autovacuum = {row[0]}")
-            else:
-                rows = common.execute(
-                    dialect, common.ADMIN[dialect], "SHOW VARIABLES LIKE 'innodb_purge_threads'"
-                )
-                said.append("InnoDB purge, innodb_purge_threads = " + (str(rows[0][1]) if rows else "?"))
+            name = "autovacuum" if dialect == "postgresql" else "innodb_purge_threads"
+            value = common.settings(dialect, common.ADMIN[dialect], name).get(name, "?")
+            said.append(
+                f"PostgreSQL autovacuum = {value}"
+                if name == "autovacuum"
+                else f"InnoDB purge, {name} = {value}"
+            )
         except Exception as exc:  # the server is not there: the run reports it anyway
             said.append(f"{dialect}: {type(exc).__name__}")
     return "; ".join(said)

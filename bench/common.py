@@ -110,6 +110,16 @@ def execute(dialect: str, dsn: str, *statements: str) -> list:
         conn.close()
 
 
+def settings(dialect: str, dsn: str, *names: str) -> dict[str, str]:
+    """The server's settings of these names it has (pg_settings; MySQL/MariaDB: SHOW VARIABLES)."""
+    marks = ", ".join(f"'{name}'" for name in names)
+    if dialect == "postgresql":
+        rows = execute(dialect, dsn, f"SELECT name, setting FROM pg_settings WHERE name IN ({marks})")
+    else:
+        rows = execute(dialect, dsn, f"SHOW VARIABLES WHERE Variable_name IN ({marks})")
+    return {str(k): str(v) for k, v in rows}
+
+
 def install_pyqueue(dsn: str, queue: str | None = None, **options) -> None:
     """pyqueue-sql's schema (what `pyqueue-sql migrate` runs), and the queue created with options."""
     import pyqueue_sql
