@@ -163,6 +163,7 @@ DROP FUNCTION IF EXISTS pyqueue__check_topic(text, text, boolean);
 DROP FUNCTION IF EXISTS pyqueue__groups_settle(text, text[], timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__group_settle_k(text, text, timestamptz, boolean, integer);
 DROP FUNCTION IF EXISTS pyqueue__group_settle(text, text, timestamptz, boolean);
+DROP FUNCTION IF EXISTS pyqueue__group_first_blocked(text, text);
 DROP FUNCTION IF EXISTS pyqueue__blocked_at();
 DROP FUNCTION IF EXISTS pyqueue__ingest();
 DROP FUNCTION IF EXISTS pyqueue__schedule(text, text, text, jsonb, bigint, text);

@@ -13,6 +13,34 @@ RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT timestamptz '9999-12-31 23:59:59.999999+00' $$;
 
+-- pyqueue__group_first_blocked: the blocked message of in_group of in_queue
+-- that comes first in (scheduled_at_initially, id) order, run time then
+-- push order: its key, kind, run time and id (all NULL when none is
+-- blocked), its row locked. The next head of pyqueue__group_settle and
+-- pyqueue__group_settle_k.
+CREATE OR REPLACE FUNCTION pyqueue__group_first_blocked(in_queue text, in_group text, OUT out_key text,
+                                                        OUT out_kind text, OUT out_at timestamptz, OUT out_id bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    LOOP
+        SELECT m.p_key, m.p_kind, m.scheduled_at_initially, m.id INTO out_key, out_kind, out_at, out_id
+          FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
+           AND m.scheduled_at = pyqueue__blocked_at()
+         ORDER BY m.scheduled_at_initially, m.id
+         LIMIT 1
+           FOR UPDATE;
+        -- Nothing found can also mean that the row this read waited for was
+        -- deleted meanwhile (READ COMMITTED): look again with a new snapshot.
+        EXIT WHEN FOUND OR NOT EXISTS (
+            SELECT 1 FROM pyqueue_message m
+             WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
+               AND m.scheduled_at = pyqueue__blocked_at());
+    END LOOP;
+END;
+$$;
+
 -- pyqueue__group_settle: gives in_group of in_queue its head after a change.
 -- With in_head_left the head has just left the queue (committed, popped,
 -- dead-lettered, moved away, removed): the blocked message first in
@@ -73,22 +101,8 @@ BEGIN
             RETURN;  -- the head has been delivered: it keeps its place
         END IF;
     END IF;
-    LOOP
-        SELECT m.p_key, m.p_kind, m.scheduled_at_initially AS at INTO v_next
-          FROM pyqueue_message m
-         WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
-           AND m.scheduled_at = pyqueue__blocked_at()
-         ORDER BY m.scheduled_at_initially, m.id
-         LIMIT 1
-           FOR UPDATE;
-        -- Nothing found can also mean that the row this read waited for was
-        -- deleted meanwhile (READ COMMITTED): look again with a new snapshot.
-        EXIT WHEN FOUND OR NOT EXISTS (
-            SELECT 1 FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
-               AND m.scheduled_at = pyqueue__blocked_at());
-    END LOOP;
-    IF v_next.p_key IS NULL THEN
+    v_next := pyqueue__group_first_blocked(in_queue, in_group);
+    IF v_next.out_key IS NULL THEN
         IF v_head_key IS NULL THEN
             DELETE FROM pyqueue_group g WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
         END IF;
@@ -97,7 +111,7 @@ BEGIN
     IF v_head_key IS NOT NULL THEN
         PERFORM 1 FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue AND m.p_key::text = v_head_key AND m.p_kind::text = v_head_kind
-           AND m.attempts = 0 AND m.reserve_token IS NULL AND m.scheduled_at_initially > v_next.at
+           AND m.attempts = 0 AND m.reserve_token IS NULL AND m.scheduled_at_initially > v_next.out_at
            FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             RETURN;
@@ -108,12 +122,12 @@ BEGIN
     IF NOT in_head_left THEN
         -- at its run time, which may lie in the past (push_replace moves a blocked message's): it lowers
         -- the queue's bound, whose lowering by that write was folded in while the message was blocked
-        PERFORM pyqueue__ready_from_lower(in_queue, v_next.at, in_now);
+        PERFORM pyqueue__ready_from_lower(in_queue, v_next.out_at, in_now);
     END IF;
     UPDATE pyqueue_message m
-       SET scheduled_at = CASE WHEN in_head_left THEN greatest(v_next.at, in_now) ELSE v_next.at END
-     WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.p_key::text AND m.p_kind::text = v_next.p_kind::text;
-    UPDATE pyqueue_group g SET head_key = v_next.p_key, head_kind = v_next.p_kind
+       SET scheduled_at = CASE WHEN in_head_left THEN greatest(v_next.out_at, in_now) ELSE v_next.out_at END
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.out_key::text AND m.p_kind::text = v_next.out_kind::text;
+    UPDATE pyqueue_group g SET head_key = v_next.out_key, head_kind = v_next.out_kind
      WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
     -- wakeup: the new head is ready now, or due later and maybe the earliest (waiters re-time to it)
     PERFORM pyqueue__notify(in_queue);
@@ -165,29 +179,15 @@ BEGIN
        AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00';
     LOOP
         EXIT WHEN in_head_left AND v_live >= in_k;
-        LOOP
-            SELECT m.p_key, m.p_kind, m.scheduled_at_initially AS at, m.id INTO v_next
-              FROM pyqueue_message m
-             WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
-               AND m.scheduled_at = pyqueue__blocked_at()
-             ORDER BY m.scheduled_at_initially, m.id
-             LIMIT 1
-               FOR UPDATE;
-            -- Nothing found can also mean that the row this read waited for was
-            -- deleted meanwhile (READ COMMITTED): look again with a new snapshot.
-            EXIT WHEN FOUND OR NOT EXISTS (
-                SELECT 1 FROM pyqueue_message m
-                 WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
-                   AND m.scheduled_at = pyqueue__blocked_at());
-        END LOOP;
-        EXIT WHEN v_next.p_key IS NULL;
+        v_next := pyqueue__group_first_blocked(in_queue, in_group);
+        EXIT WHEN v_next.out_key IS NULL;
         IF v_live >= in_k THEN  -- a push into a full group
             EXIT WHEN v_displaced;
             SELECT m.p_key, m.p_kind INTO v_last
               FROM pyqueue_message m
              WHERE m.queue_name::text = in_queue AND m.group_key::text = in_group
                AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00'
-               AND m.attempts = 0 AND m.reserve_token IS NULL AND m.scheduled_at_initially > v_next.at
+               AND m.attempts = 0 AND m.reserve_token IS NULL AND m.scheduled_at_initially > v_next.out_at
              ORDER BY m.scheduled_at_initially DESC, m.id DESC
              LIMIT 1
                FOR UPDATE SKIP LOCKED;
@@ -200,12 +200,12 @@ BEGIN
         END IF;
         IF NOT in_head_left THEN
             -- at its run time, which may lie in the past (see pyqueue__group_settle)
-            PERFORM pyqueue__ready_from_lower(in_queue, v_next.at, in_now);
+            PERFORM pyqueue__ready_from_lower(in_queue, v_next.out_at, in_now);
         END IF;
         UPDATE pyqueue_message m
-           SET scheduled_at = CASE WHEN in_head_left THEN greatest(v_next.at, in_now) ELSE v_next.at END
-         WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.p_key::text
-           AND m.p_kind::text = v_next.p_kind::text;
+           SET scheduled_at = CASE WHEN in_head_left THEN greatest(v_next.out_at, in_now) ELSE v_next.out_at END
+         WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.out_key::text
+           AND m.p_kind::text = v_next.out_kind::text;
         v_live := v_live + 1;
         v_notify := true;  -- a new head: ready now, or due later (waiters re-time to it)
     END LOOP;
