@@ -157,6 +157,7 @@ DROP PROCEDURE IF EXISTS pyqueue__group_fill;
 DROP PROCEDURE IF EXISTS pyqueue__group_fill_batch;
 DROP PROCEDURE IF EXISTS pyqueue__group_next;
 DROP PROCEDURE IF EXISTS pyqueue__group_lock;
+DROP PROCEDURE IF EXISTS pyqueue__worker_secret;
 DROP PROCEDURE IF EXISTS pyqueue__schedule;
 DROP PROCEDURE IF EXISTS pyqueue__schedule_next;
 DROP PROCEDURE IF EXISTS pyqueue__schedule_after;

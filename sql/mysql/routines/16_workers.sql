@@ -40,6 +40,22 @@ BEGIN
     SELECT LAST_INSERT_ID() AS worker_id, v_secret AS secret;
 END //
 
+-- pyqueue__worker_secret: the checks of a worker's id and secret (queue_worker_heartbeat, queue_worker_deregister):
+-- both given, the id a whole number from 1; out_secret the secret to compare, NULL unless 36 characters long (only a
+-- 36-character value can match; a longer one would be cut to 36 by the CHAR(36)). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__worker_secret //
+CREATE PROCEDURE pyqueue__worker_secret(
+    IN  in_worker_id DECIMAL(65,30),
+    IN  in_secret    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_secret   CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_worker_id IS NULL THEN CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL'); END IF;
+    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
+    IF in_secret IS NULL THEN CALL pyqueue__raise('invalid_argument', 'secret must not be NULL'); END IF;
+    SET out_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
+END //
+
 -- queue_worker_heartbeat: heartbeat_at = now, when in_secret is the registration's secret. Result: one row, alive =
 -- 1, or 0 when the worker is not registered (deregistered, or released as dead: it should register again) or the
 -- secret does not match. Locks: the worker row, for one statement.
@@ -50,11 +66,7 @@ CREATE PROCEDURE queue_worker_heartbeat(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    IF in_worker_id IS NULL THEN CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL'); END IF;
-    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
-    IF in_secret IS NULL THEN CALL pyqueue__raise('invalid_argument', 'secret must not be NULL'); END IF;
-    -- only a 36-character value can match (a longer one would be cut to 36 by the CHAR(36) below)
-    SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
+    CALL pyqueue__worker_secret(in_worker_id, in_secret, v_secret);
     UPDATE pyqueue_worker SET heartbeat_at = UTC_TIMESTAMP(6)
      WHERE worker_id = in_worker_id AND secret = v_secret;
     -- look the row up: a second heartbeat in the same microsecond changes no row
@@ -71,10 +83,7 @@ CREATE PROCEDURE queue_worker_deregister(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    IF in_worker_id IS NULL THEN CALL pyqueue__raise('invalid_argument', 'worker_id must not be NULL'); END IF;
-    CALL pyqueue__check_int('worker_id', in_worker_id, 1, 9223372036854775807);
-    IF in_secret IS NULL THEN CALL pyqueue__raise('invalid_argument', 'secret must not be NULL'); END IF;
-    SET v_secret = IF(CHAR_LENGTH(in_secret) = 36, in_secret, NULL);
+    CALL pyqueue__worker_secret(in_worker_id, in_secret, v_secret);
     DELETE FROM pyqueue_worker WHERE worker_id = in_worker_id AND secret = v_secret;
     SELECT ROW_COUNT() AS deregistered;
 END //

@@ -59,7 +59,7 @@ SQL SECURITY INVOKER
 BEGIN
     DECLARE v_cron LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_min, v_hour, v_dom, v_mon, v_dow BIGINT;
-    DECLARE v_or, v_mod, v_first INT;
+    DECLARE v_or, v_mod, v_first, v_later INT;
     DECLARE v_t DATETIME;
     DECLARE v_today, v_day DATE;
     IF in_cron IS NULL THEN CALL pyqueue__raise('invalid_argument', 'cron must not be NULL'); END IF;
@@ -78,6 +78,21 @@ BEGIN
                AND LEFT(SUBSTRING_INDEX(v_cron, ' ', -1), 1) <> '*';
     SET v_t = CAST(DATE_FORMAT(in_after, '%Y-%m-%d %H:%i:00') AS DATETIME) + INTERVAL 1 MINUTE;
     SET v_today = DATE(v_t), v_mod = HOUR(v_t) * 60 + MINUTE(v_t);
+    -- the first minute of a day the hour and minute fields allow, and the first one from v_t on (NULL: none left
+    -- today), found once for the day search and the time
+    SELECT MIN(t.n), MIN(IF(t.n >= v_mod, t.n, NULL)) INTO v_first, v_later
+      FROM (SELECT h.n * 60 + m1.n + 10 * m10.n AS n
+              FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
+                    UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+                    UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
+                    UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
+                    UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
+                    UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
+                   (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+                    UNION ALL SELECT 5) m10
+             WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1) AS t;
     SELECT MIN(days.d) INTO v_day
       FROM (SELECT v_today + INTERVAL (a.n + 10 * b.n + 100 * c.n + 1000 * e.n) DAY AS d
               FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
@@ -92,37 +107,11 @@ BEGIN
        AND IF(v_or,
               (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 OR (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1,
               (v_dom >> DAYOFMONTH(days.d)) & 1 = 1 AND (v_dow >> (DAYOFWEEK(days.d) - 1)) & 1 = 1)
-       AND (days.d > v_today
-            OR EXISTS (SELECT 1
-                         FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
-                               UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
-                               UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
-                               UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
-                               UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
-                               UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
-                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                               UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
-                              (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-                               UNION ALL SELECT 5) m10
-                        WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
-                          AND h.n * 60 + m1.n + 10 * m10.n >= v_mod));
+       AND (days.d > v_today OR v_later IS NOT NULL);
     IF v_day IS NULL THEN
         CALL pyqueue__raise('invalid_argument', CONCAT('cron "', LEFT(in_cron, 40), '" matches no day in the next 8 years'));
     END IF;
-    SELECT MIN(h.n * 60 + m1.n + 10 * m10.n) INTO v_first
-      FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
-            UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
-            UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11
-            UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15
-            UNION ALL SELECT 16 UNION ALL SELECT 17 UNION ALL SELECT 18 UNION ALL SELECT 19
-            UNION ALL SELECT 20 UNION ALL SELECT 21 UNION ALL SELECT 22 UNION ALL SELECT 23) h,
-           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-            UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) m1,
-           (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-            UNION ALL SELECT 5) m10
-     WHERE (v_hour >> h.n) & 1 = 1 AND (v_min >> (m1.n + 10 * m10.n)) & 1 = 1
-       AND (v_day > v_today OR h.n * 60 + m1.n + 10 * m10.n >= v_mod);
-    SET out_next = CAST(v_day AS DATETIME(6)) + INTERVAL v_first MINUTE;
+    SET out_next = CAST(v_day AS DATETIME(6)) + INTERVAL IF(v_day > v_today, v_first, v_later) MINUTE;
 END //
 
 -- pyqueue__schedule_after: the next occurrence of a schedule after in_after: every_s: the next multiple of every_s
