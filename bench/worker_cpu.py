@@ -6,11 +6,11 @@ process's CPU per job (all its threads, getrusage) and the CPU per job of its se
 (PostgreSQL backends from /proc). Variants alternate round by round: `as installed` (the
 OpenTelemetry span per job when opentelemetry-api is importable) and `no tracing` (the same
 worker with pyqueue_sql.tracing's API lookup answered "not installed"), so the span's cost is read
-side by side. `--variant bare`: the floor of this design and driver, a bare loop (bare_drain) that
+side by side. `--variant bare`: the floor of this design and driver, a bare loop (bare_loop) that
 reserves with the same call (Queue.reserve: the same routine, the same columns decoded), hands each
 job to 16 threads and acknowledges with the same batch call (commit_many), without the Worker.
---profile N: one more drain under yappi (pip install yappi; else cProfile on each thread's CPU
-clock), the N functions with the most own CPU per job. bench/README.md, Worker CPU.
+--profile N: one more drain under yappi (pip install yappi), the N functions with the most own CPU
+per job. bench/README.md, Worker CPU.
 
     python -m bench worker-cpu                        # 5 rounds of 20,000 jobs per variant
     python -m bench worker-cpu --quick                # 1 round of 2,000
