@@ -12,6 +12,7 @@ failed (any worker of more than one handler slot) would sleep to the poll fallba
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import threading
 import time
@@ -53,29 +54,32 @@ DEFERRED = object()
 
 
 class RetryDue:
-    """The earliest clock time at which a message this worker failed (queue_fail with a delay:
-    no wakeup is sent) becomes ready again; None when there is none to wait for. Handlers note
-    it from any thread or task; the dispatcher's waits end at it."""
+    """The clock times at which messages this worker failed (queue_fail with a delay: no wakeup
+    is sent) or snoozed become ready again; `at` is the earliest still to come, None when there
+    is none to wait for. Handlers note them from any thread or task; the dispatcher's waits end
+    at the earliest. Every time is kept, not only the earliest: a retry due 50 ms after a snooze
+    would otherwise be forgotten once the snooze's time came, its wakeup left to the server's
+    next scheduled_at alone."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._at: float | None = None
+        self._times: list[float] = []  # a heap
 
     def note(self, at: float) -> None:
         with self._lock:
-            if self._at is None or at < self._at:
-                self._at = at
+            heapq.heappush(self._times, at)
 
     @property
     def at(self) -> float | None:
-        return self._at
+        with self._lock:
+            return self._times[0] if self._times else None
 
     def reached(self, now: float) -> None:
-        """Forgets a due time that has come (the reserve that follows takes its message, or the
-        server's next scheduled_at reports it again)."""
+        """Forgets the due times that have come (the reserve that follows takes their messages,
+        or the server's next scheduled_at reports them again)."""
         with self._lock:
-            if self._at is not None and self._at <= now:
-                self._at = None
+            while self._times and self._times[0] <= now:
+                heapq.heappop(self._times)
 
 
 def stopped_for_cancel(job: Job, error: BaseException | None) -> bool:

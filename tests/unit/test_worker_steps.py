@@ -15,7 +15,7 @@ import pytest
 from pyqueue_sql import InvalidArgumentError
 from pyqueue_sql.client import Renewal, Reservation
 from pyqueue_sql.worker import Job, RetryPolicy, Worker, idle_timeout, wait_left
-from pyqueue_sql.worker.dispatch import WAIT_SLICE, earliest_due
+from pyqueue_sql.worker.dispatch import WAIT_SLICE, RetryDue, earliest_due
 from pyqueue_sql.worker.steps import (
     HARD_STOP,
     RECONNECT,
@@ -255,6 +255,22 @@ def test_a_retry_scheduled_while_the_dispatcher_waits_ends_the_wait_when_it_is_d
     assert steps.answer(woke) == WAIT_SLOTS
     assert steps.answer().method == "reserve"
     assert worker._retry_due.at is None  # reached: forgotten
+
+
+def test_every_retry_s_due_time_is_kept_not_only_the_earliest():
+    """A snooze and a retry noted 50 ms apart: once the snooze's time has come, the wait still
+    ends at the retry's, without the server's next scheduled_at."""
+    due = RetryDue()
+    due.note(101.55)
+    due.note(101.5)
+    due.note(101.55)
+    assert due.at == 101.5
+    due.reached(101.49)
+    assert due.at == 101.5
+    due.reached(101.5)
+    assert due.at == 101.55
+    due.reached(102.0)
+    assert due.at is None
 
 
 def test_a_client_side_poll_also_ends_when_a_retry_is_due():
