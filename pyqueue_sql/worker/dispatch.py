@@ -59,7 +59,8 @@ class RetryDue:
     is none to wait for. Handlers note them from any thread or task; the dispatcher's waits end
     at the earliest. Every time is kept, not only the earliest: a retry due 50 ms after a snooze
     would otherwise be forgotten once the snooze's time came, its wakeup left to the server's
-    next scheduled_at alone."""
+    next scheduled_at alone, and that answers a wait of 0 once the retry is due (earliest_due
+    ignores it): the dispatcher then waited for the poll fallback."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -273,6 +273,30 @@ def test_every_retry_s_due_time_is_kept_not_only_the_earliest():
     assert due.at is None
 
 
+def test_a_retry_due_just_after_a_snooze_is_reserved_without_waiting_for_the_fallback():
+    """A snooze and a retry of this worker come due 49 ms apart. The wait ends at the snooze's
+    time and the next round takes it; the round after finds nothing, and by the time the server
+    answers queue_next_scheduled_at the retry is due: a wait of 0, which the dispatcher ignores
+    (after an empty reserve it means a row another reserver holds). The retry's own due time
+    must still end the wait at once, not the 60 s fallback."""
+    worker, clock = make_worker(PG, concurrency=4, poll_fallback=60.0)
+    snoozed, retried = reservation(key="s"), reservation(key="r")
+    steps, listen = dispatcher_until_listening(worker, clock, [snoozed, retried])
+    worker._retry_due.note(clock.now + 1.5)  # the snooze's handler
+    worker._retry_due.note(clock.now + 1.549)  # the retry's handler
+    retry_at = clock.now + 1.549
+    assert listen_until_it_ends(worker, clock, listen.deadline) is False
+    assert steps.answer(False) == WAIT_SLOTS
+    assert steps.answer().method == "reserve"
+    assert steps.answer([snoozed]) == WAIT_SLOTS  # the snooze's message, taken
+    assert steps.answer().method == "reserve"
+    clock.now = retry_at + 0.01  # a loaded machine: the retry came due during this round
+    assert steps.answer([]) == Hooks(worker.on_idle, None)
+    assert steps.answer().method == "next_scheduled_at"
+    assert steps.answer((T0, 0.0)) == WAIT_SLOTS  # not a Listen until the fallback
+    assert steps.answer().method == "reserve"
+
+
 def test_a_client_side_poll_also_ends_when_a_retry_is_due():
     """Without LISTEN and with several queues the dispatcher sleeps in slices: a retry noted
     meanwhile ends the sleep when due."""
