@@ -1,50 +1,11 @@
 """Batch cost: where a row of a PostgreSQL batch push spends the server's time. One connection sends
 the same 100-row batches to each variant in turn (rounds interleaved, the variants' order
-rotating); each variant is timed by the CPU of its connection's server process (/proc, so the
-machine's other load moves it little) and by the client's wall clock, per row:
-
-  routine           Queue.push_many of 100 (queue_push_batch), on pyqueue_message, on the client's
-                    own connection
-  pgmq send_batch   pgmq.send_batch of 100, the peer, in the same database
-  copy: ...         a plain INSERT ... SELECT FROM unnest of the routine's columns into a scratch copy
-                    of pyqueue_message (LIKE ... INCLUDING ALL): with every index, without each
-                    index in turn, with the primary key only, with none (the heap, the JSON and the
-                    column checks), with the payload as text (no jsonb parse), with ON CONFLICT DO
-                    NOTHING (the dedup probe a push makes after a race), and the NOTIFY a push may
-                    send (pg_notify alone, once per call)
-  layouts           the alternatives beside them: the copy with the primary key and the ready index
-                    only; an integer queue id (queue_id) in place of the name in the primary key and
-                    every index it leads (every index; primary key and ready index only; ON CONFLICT);
-                    the routine's own INSERT and a COPY FROM STDIN on the copy with every index; the
-                    routine on a table without its due index (a database of its own)
-
-Every table churns as a queue does: after each round its rows are deleted (no VACUUM, ANALYZE or
-TRUNCATE; autovacuum as the server has it), so each round inserts past the dead rows and index
-entries of the ones before. Keys are random (uuid4 hex, as users' business keys are), drawn before
-the clock starts; beside the server's CPU a row, the client's: this process's CPU in the calls
-(psycopg's, and the pyqueue client's for the routine: encoding the batch, decoding a reserve).
-
-The drain part times the other half of a row's life the same way: each variant is filled (untimed)
-with the same number of rows, then drained by calls that take up to 100 ready rows and acknowledge
-them, until none is left:
-
-  routine              Queue.reserve(100) + Queue.commit_many (queue_reserve + queue_commit_batch)
-  pgmq read + delete   pgmq.read(vt, 100) + pgmq.delete(ids), the peer, reading each message's id
-                       and payload
-  bare: ...            the two statements a reserve and a commit must run at the least, on a scratch
-                       copy of pyqueue_message: an UPDATE of the first 100 ready rows of the ready
-                       index (FOR UPDATE SKIP LOCKED) that writes what a reservation writes
-                       (scheduled_at, attempts, reserved_by, a fresh token), and a DELETE by key and
-                       token; with every index, without the due index, with the primary key and
-                       ready index only, and on the integer queue id's copies; the range read from
-                       the fill's start, as the routines read it from their bound
-
---dialects mysql: MariaDB's bulk enqueue, calls of 5,000 rows, each variant timed by its connection's
-server thread: push_many against the plain job table's multi-row INSERT IGNORE (the bulk target),
-copies of pyqueue_message with fewer indexes, the key clustered, an integer queue id, and Spark's
-ingest path (queue_ingest + queue_ingest_flush).
-
-bench/README.md, Batch cost.
+rotating): the routine (Queue.push_many), pgmq's send_batch, and a plain INSERT into scratch copies
+of pyqueue_message with fewer indexes or another layout; each timed by the CPU of its connection's
+server process (/proc) and the client's CPU and clock, per row; every table churns (its rows
+deleted after each round). The drain part times a row's reserve and acknowledgement the same way;
+--dialects mysql, MariaDB's bulk enqueue of 5,000 rows a call. The variants and how to read the
+tables: bench/README.md, Batch cost.
 
     python -m bench batch-cost                       # 7 rounds, 300 calls of 100 rows per variant
     python -m bench batch-cost --quick               # 1 round, 20 calls
@@ -53,14 +14,18 @@ bench/README.md, Batch cost.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
 import statistics
 import time
 import uuid
+from contextlib import closing
 
 from bench import common
+from bench.bench import HandRolled
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUE = "bench"
@@ -82,15 +47,9 @@ ROUTINE_INSERT = (
 QUEUE_ID = 1  # the integer queue id of the int copies' one queue
 
 
-def _scratch(
-    cur,
-    name: str,
-    drop: tuple[str, ...] = (),
-    keep_only_pkey: bool = False,
-    heap: bool = False,
-    text_payload: bool = False,
-) -> None:
-    """A scratch copy of pyqueue_message: its columns, defaults, checks and indexes, less some."""
+def _scratch(cur, name: str, drop: tuple[str, ...] | str = (), text_payload: bool = False) -> None:
+    """A scratch copy of pyqueue_message: its columns, defaults, checks and indexes, less those in
+    drop ("secondary": all but the primary key; "all": the primary key too)."""
     cur.execute(f"DROP TABLE IF EXISTS {name}")
     cur.execute(f"CREATE TABLE {name} (LIKE pyqueue_message INCLUDING ALL) WITH (fillfactor = 80)")
     cur.execute(
@@ -99,13 +58,14 @@ def _scratch(
         (name,),
     )
     for index, constraint in cur.fetchall():
-        is_pkey = constraint is not None
-        copy_of = next((i for i in (*INDEXES, *NOT_NARROW) if _same(cur, index, i)), None)
-        if heap or (keep_only_pkey and not is_pkey) or (copy_of is not None and copy_of in drop):
-            if is_pkey:
-                cur.execute(f"ALTER TABLE {name} DROP CONSTRAINT {constraint}")
-            else:
-                cur.execute(f"DROP INDEX {index}")
+        if drop in ("all", "secondary"):
+            gone = drop == "all" or constraint is None
+        else:
+            gone = any(_same(cur, index, i) for i in drop)
+        if gone:
+            cur.execute(
+                f"ALTER TABLE {name} DROP CONSTRAINT {constraint}" if constraint else f"DROP INDEX {index}"
+            )
     if text_payload:
         cur.execute(f"ALTER TABLE {name} ALTER COLUMN payload TYPE text")
 
@@ -210,16 +170,6 @@ BARE_COMMIT = (
 )
 
 
-def fill(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> None:
-    """Untimed: the variant's rows to drain, pushed by its own fastest path."""
-    if how == "routine":
-        call(cur, q, "queue_push_batch", table, keys, payloads)
-    elif how == "pgmq":
-        call(cur, q, "pgmq.send_batch", table, keys, payloads)
-    else:
-        call(cur, q, "insert_int" if how == "bare_int" else "insert", table, keys, payloads)
-
-
 def drain_once(cur, q, bare, how: str, table: str, since=None) -> int:
     """One call of the drain: up to 100 ready rows taken and acknowledged; how many."""
     if how == "routine":
@@ -251,19 +201,19 @@ def setup(cur) -> None:
     _scratch(cur, "scratch_all")
     for n, index in enumerate(INDEXES):
         _scratch(cur, f"scratch_no_{n}", drop=(index,))
-    _scratch(cur, "scratch_pkey", keep_only_pkey=True)
-    _scratch(cur, "scratch_heap", heap=True)
-    _scratch(cur, "scratch_text", heap=True, text_payload=True)
+    _scratch(cur, "scratch_pkey", drop="secondary")
+    _scratch(cur, "scratch_heap", drop="all")
+    _scratch(cur, "scratch_text", drop="all", text_payload=True)
     _scratch(cur, "scratch_narrow", drop=NOT_NARROW)
     _scratch_int(cur, "scratch_int")
     _scratch_int(cur, "scratch_int_narrow", drop=NOT_NARROW)
 
 
-def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> None:
+def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> int:
     """One call of 100 rows; payloads as objects, each variant encoding them as its client would."""
     if how.startswith("queue_push_batch"):
         q.push_many([(k, "job", p) for k, p in zip(keys, payloads)])
-        return
+        return len(keys)
     texts = [json.dumps(p) for p in payloads]
     integer = how.startswith("insert_int")
     cols, queue = (COLUMNS.replace("queue_name", "queue_id"), QUEUE_ID) if integer else (COLUMNS, QUEUE)
@@ -287,21 +237,30 @@ def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) ->
             sql += " ON CONFLICT DO NOTHING"
         cur.execute(sql, (queue, keys, texts))
     cur.fetchall() if cur.description else None
+    return len(keys)
 
 
-def _keys(calls: int) -> list[list[str]]:
-    """Random keys, as users' business keys are: each call's 100, drawn before the clock starts."""
-    return [[uuid.uuid4().hex for _ in range(BATCH)] for _ in range(calls)]
+def _keys(calls: int, size: int = BATCH) -> list[list[str]]:
+    """Random keys, as users' business keys are: each call's, drawn before the clock starts."""
+    return [[uuid.uuid4().hex for _ in range(size)] for _ in range(calls)]
 
 
-def _sample(rows: int, server: tuple, client: tuple, t0: float) -> dict:
-    """Per row: the server process's CPU (None where /proc cannot tell), this process's, the wall."""
-    (s0, s1), (c0, c1) = server, client
+def _timed(on: tuple, rows: int, work) -> dict:
+    """work(), which must do `rows` rows, per row: the CPU of the server process (or thread) on
+    (None where /proc cannot tell), this process's, the wall."""
+    s0, c0, t0 = common.process_cpu(*on), time.process_time(), time.perf_counter()
+    if (done := work()) != rows:
+        raise RuntimeError(f"batch-cost: {done} rows of {rows}")
+    c1, s1 = time.process_time(), common.process_cpu(*on)
     return {
         "server_us_per_row": None if s0 is None or s1 is None else (s1 - s0) / rows * 1e6,
         "client_us_per_row": (c1 - c0) / rows * 1e6,
         "wall_us_per_row": (time.perf_counter() - t0) / rows * 1e6,
     }
+
+
+def _backend_pid(conn) -> int:
+    return common.query(conn, "SELECT pg_backend_pid()")[0][0]
 
 
 def run(args) -> tuple[list[dict], dict]:
@@ -312,6 +271,7 @@ def run(args) -> tuple[list[dict], dict]:
     with (
         common.database("postgresql", "batchcost", QUEUE) as dsn,
         common.database("postgresql", "batchcost_nodue", QUEUE) as dsn_nodue,
+        contextlib.ExitStack() as stack,
     ):
         has_pgmq = True
         try:
@@ -319,22 +279,21 @@ def run(args) -> tuple[list[dict], dict]:
         except Exception as exc:  # the peer is named NOT RUN in the report
             has_pgmq = False
             print(f"batch-cost: pgmq NOT RUN: {exc}", flush=True)
-        conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
-        cur = conn.cursor()
+        conn, nodue_conn = (
+            stack.enter_context(psycopg.connect(d, autocommit=True, prepare_threshold=None))
+            for d in (dsn, dsn_nodue)
+        )
+        cur, nodue = conn.cursor(), nodue_conn.cursor()
         setup(cur)
-        cur.execute("SELECT pg_backend_pid(), current_setting('autovacuum'), version()")
-        pid, autovacuum, version = cur.fetchone()
-        # the routine through the client, on its own connection (its server process timed alone)
-        db = pyqueue_sql.connect(dsn)
-        q = db.queue(QUEUE)
-        q_pid = _backend_pid(db)
-        # the routine on a table without its due index, in a database of its own
-        db_nodue = pyqueue_sql.connect(dsn_nodue)
-        q_nodue = db_nodue.queue(QUEUE)
-        nodue_pid = _backend_pid(db_nodue)
-        nodue_conn = psycopg.connect(dsn_nodue, autocommit=True, prepare_threshold=None)
-        nodue = nodue_conn.cursor()
+        query = "SELECT pg_backend_pid(), current_setting('autovacuum'), version()"
+        pid, autovacuum, version = common.query(conn, query)[0]
+        # the routine through the client, on its own connection (its server process timed alone),
+        # and on a table without its due index, in a database of its own
+        db, db_nodue = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_nodue))
         nodue.execute("DROP INDEX pyqueue_message_due_idx")
+        qs = {NODUE: db_nodue.queue(QUEUE), "": db.queue(QUEUE)}
+        on = {"queue_push_batch": _backend_pid(db.connection)}
+        on["queue_push_batch_nodue"] = _backend_pid(db_nodue.connection)
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=args.calls)
         meta |= dict(batch=BATCH, load_before=common.loadavg(), autovacuum=autovacuum)
         meta |= dict(server=version.split(" on ")[0], pgmq=has_pgmq)
@@ -343,100 +302,62 @@ def run(args) -> tuple[list[dict], dict]:
         payloads = [{"n": i, "body": "x" * 40} for i in range(BATCH)]
         for rnd in range(args.rounds):
             for name, how, table in common.rotated(todo, rnd):
-                on = {"queue_push_batch": q_pid, "queue_push_batch_nodue": nodue_pid}.get(how, pid)
-                qq = q_nodue if table == NODUE else q
-                batches = _keys(args.calls)
-                cpu0, c0, t0 = common.process_cpu(on), time.process_time(), time.perf_counter()
-                for keys in batches:
-                    call(cur, qq, how, table, keys, payloads)
-                c1, cpu1 = time.process_time(), common.process_cpu(on)
-                sample = _sample(args.calls * BATCH, (cpu0, cpu1), (c0, c1), t0)
+                q, batches = qs.get(table, qs[""]), _keys(args.calls)
+                work = lambda: sum(call(cur, q, how, table, keys, payloads) for keys in batches)  # noqa: E731
+                sample = _timed((on.get(how, pid),), args.calls * BATCH, work)
                 results.append({"round": rnd + 1, "variant": name, **sample})
             # the churn: every table emptied by DELETE, as consumers do (dead rows and index entries stay)
-            for _, _how, table in todo:
-                if table == "pyqueue_message":
-                    cur.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
-                elif table == NODUE:
-                    nodue.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
-                elif table:
-                    cur.execute(f"DELETE FROM {table}")
+            for table in dict.fromkeys(t for _, _, t in todo if t):
+                where = f" WHERE queue_name = '{QUEUE}'" if table.endswith("pyqueue_message") else ""
+                (nodue if table == NODUE else cur).execute(f"DELETE FROM {table.split(':')[-1]}{where}")
             print(f"batch-cost: round {rnd + 1} of {args.rounds} done", flush=True)
         if not args.no_drain:
-            results += drain(args, conn, dsn, db, q_pid, has_pgmq, payloads)
-        conn.close()
-        db.close()
-        db_nodue.close()
-        nodue_conn.close()
+            results += drain(args, conn, dsn, db, on["queue_push_batch"], has_pgmq, payloads)
         meta["load_after"] = common.loadavg()
         return results, meta
 
 
-def _backend_pid(db) -> int:
-    cur = db.connection.cursor()
-    cur.execute("SELECT pg_backend_pid()")
-    return cur.fetchone()[0]
-
-
 def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[dict]) -> list[dict]:
-    """The drain part's rounds: each variant filled (untimed), then drained and timed."""
+    """The drain part's rounds: each variant filled (untimed, by its own fastest path), then
+    drained and timed."""
     import psycopg
 
     # the bare statements' own session: plans by index, as the routines' (which set the same)
-    bare_conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
-    bare = bare_conn.cursor()
-    for setting in ("enable_seqscan", "enable_hashjoin", "enable_mergejoin", "enable_bitmapscan"):
-        bare.execute(f"SET {setting} = off")
-    bare.execute("SELECT pg_backend_pid()")
-    bare_pid = bare.fetchone()[0]
-    cur = conn.cursor()
-    cur.execute("SELECT pg_backend_pid()")
-    pid = cur.fetchone()[0]
-    results = []
-    q = db.queue(QUEUE)
-    todo = drain_variants(has_pgmq)
-    try:
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as bare_conn:
+        bare = bare_conn.cursor()
+        for setting in ("enable_seqscan", "enable_hashjoin", "enable_mergejoin", "enable_bitmapscan"):
+            bare.execute(f"SET {setting} = off")
+        on = {"bare": _backend_pid(bare_conn), "routine": q_pid}
+        on["bare_int"], pid = on["bare"], _backend_pid(conn)
+        fills = {"routine": "queue_push_batch", "pgmq": "pgmq.send_batch", "bare_int": "insert_int"}
+        results, q, cur = [], db.queue(QUEUE), conn.cursor()
         for rnd in range(args.rounds):
-            for name, how, table in common.rotated(todo, rnd):
-                cur.execute("SELECT now()")
-                (since,) = cur.fetchone()
+            for name, how, table in common.rotated(drain_variants(has_pgmq), rnd):
+                (since,) = common.query(conn, "SELECT now()")[0]
                 for keys in _keys(args.calls):
-                    fill(cur, q, how, table, keys, payloads)
-                on = {"bare": bare_pid, "bare_int": bare_pid, "routine": q_pid}.get(how, pid)
-                cpu0, c0, t0 = common.process_cpu(on), time.process_time(), time.perf_counter()
-                rows = 0
-                while n := drain_once(cur, q, bare, how, table, since):
-                    rows += n
-                c1, cpu1 = time.process_time(), common.process_cpu(on)
-                if rows != args.calls * BATCH:
-                    raise RuntimeError(f"batch-cost: {name} drained {rows} rows of {args.calls * BATCH}")
-                sample = _sample(rows, (cpu0, cpu1), (c0, c1), t0)
+                    call(cur, q, fills.get(how, "insert"), table, keys, payloads)
+                once = functools.partial(drain_once, cur, q, bare, how, table, since)
+                sample = _timed((on.get(how, pid),), args.calls * BATCH, lambda: sum(iter(once, 0)))
                 results.append({"round": rnd + 1, "part": "drain", "variant": name, **sample})
             print(f"batch-cost: drain round {rnd + 1} of {args.rounds} done", flush=True)
-    finally:
-        bare_conn.close()
     return results
 
 
-def _medians(results: list[dict], name: str) -> tuple[list[float], list[float], list[float]]:
-    """A variant's samples per row: server CPU, client CPU, wall."""
-    rs = [r for r in results if r["variant"] == name]
-    return (
-        [r["server_us_per_row"] for r in rs if r["server_us_per_row"] is not None],
-        [r["client_us_per_row"] for r in rs],
-        [r["wall_us_per_row"] for r in rs],
-    )
-
-
-def _rows(results: list[dict], base: str, vs) -> list[list]:
+def _table(results: list[dict], base: str, vs_name: str, vs) -> list[str]:
     """A row a variant: its server CPU a row (median (min-max)), vs(variant, its median, the base
     variant's median), its client CPU and wall a row."""
-    med = {name: _medians(results, name) for name in dict.fromkeys(r["variant"] for r in results)}
+    med = {}
+    for name in dict.fromkeys(r["variant"] for r in results):
+        rs = [r for r in results if r["variant"] == name]
+        server = [r["server_us_per_row"] for r in rs if r["server_us_per_row"] is not None]
+        med[name] = (server, [r["client_us_per_row"] for r in rs], [r["wall_us_per_row"] for r in rs])
     b = statistics.median(med[base][0]) if base in med and med[base][0] else None
     rows = []
     for name, (server, client, wall) in med.items():
         s = statistics.median(server) if server else None
         rows.append([name, common.spread(server), vs(name, s, b), common.spread(client), common.spread(wall)])
-    return rows
+    header = ["variant", "server CPU µs/row", vs_name, "client CPU µs/row", "wall µs/row"]
+    return [*common.table(header, rows, "lrrrr"), ""]
 
 
 def summarize_drain(results: list[dict], meta: dict) -> list[str]:
@@ -444,7 +365,7 @@ def summarize_drain(results: list[dict], meta: dict) -> list[str]:
     if not results:
         return []
     pgmq = "pgmq read(100) + delete(ids)"
-    rows = _rows(results, pgmq, lambda _name, s, base: f"{s / base:.2f}" if s is not None and base else "")
+    x_pgmq = lambda _name, s, base: f"{s / base:.2f}" if s is not None and base else ""  # noqa: E731
     return [
         "## Drain: a row taken (100 a call) and acknowledged",
         "",
@@ -458,10 +379,7 @@ def summarize_drain(results: list[dict], meta: dict) -> list[str]:
         "ready index (FOR UPDATE SKIP LOCKED) writing what a reservation writes (scheduled_at, attempts, "
         "reserved_by, a fresh token), then a DELETE by key and token.",
         "",
-        *common.table(
-            ["variant", "server CPU µs/row", "x pgmq", "client CPU µs/row", "wall µs/row"], rows, "lrrrr"
-        ),
-        "",
+        *_table(results, pgmq, "x pgmq", x_pgmq),
     ]
 
 
@@ -472,7 +390,6 @@ def summarize(results: list[dict], meta: dict) -> str:
     def copies(name, s, base):  # a copy's server CPU a row less the copy's with every index
         return f"{s - base:+.2f}" if s is not None and base is not None and name.startswith("copy:") else ""
 
-    rows = _rows(results, "copy: every index", copies)
     lines = [
         "# Batch cost: where a row of a PostgreSQL batch push spends the server's time",
         "",
@@ -491,12 +408,7 @@ def summarize(results: list[dict], meta: dict) -> str:
         "index (what the difference costs a row). pg_notify: one call per batch, so its figure is a "
         "hundredth of a call. Method: bench/README.md, Batch cost.",
         "",
-        *common.table(
-            ["variant", "server CPU µs/row", "vs every index", "client CPU µs/row", "wall µs/row"],
-            rows,
-            "lrrrr",
-        ),
-        "",
+        *_table(results, "copy: every index", "vs every index", copies),
     ]
     if not meta.get("pgmq"):
         lines += ["- pgmq send_batch: NOT RUN (its PyPI package's SQL did not install here)", ""]
@@ -507,11 +419,10 @@ def summarize(results: list[dict], meta: dict) -> str:
 # ---- MariaDB: bulk enqueue, 5,000 rows a call, against the plain job table ----
 
 MY_BULK = 5000
-MY_COLUMNS = "queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at"
 MY_ROW = "(%s, %s, 'job', %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
 INGEST_QUEUE = "ingest"
 LEAN = "lean:pyqueue_message"  # the routine's table in a database of its own, with its key indexes only
-MY_SECONDARY = ("pyqueue_message_ready_idx", "pyqueue_message_due_idx", "pyqueue_message_group_idx")
+DROP_SECONDARY = ", ".join(f"DROP INDEX {i}" for i in INDEXES)
 
 
 def mysql_variants() -> list[tuple[str, str, str]]:
@@ -536,22 +447,15 @@ def mysql_variants() -> list[tuple[str, str, str]]:
 def _mysql_setup(cur) -> None:
     """The scratch copies of pyqueue_message (CREATE TABLE ... LIKE copies no foreign key: added)."""
     fk = "FOREIGN KEY (queue_name) REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE"
-    cur.execute(
-        "CREATE TABLE job (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
-        "payload JSON NOT NULL, run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), "
-        "token CHAR(36) NULL, UNIQUE KEY job_key (msg_key), KEY job_ready (run_at, id)) ENGINE=InnoDB"
-    )
+    cur.execute(HandRolled.DDL["mysql"][0])  # the routines suite's hand-rolled queue's table
     for name in "scratch_all scratch_ready scratch_keys scratch_heap scratch_keypk scratch_int".split():
         cur.execute(f"CREATE TABLE {name} LIKE pyqueue_message")
     cur.execute(f"ALTER TABLE scratch_all ADD CONSTRAINT scratch_all_fk {fk}")
     cur.execute(
         "ALTER TABLE scratch_ready DROP INDEX pyqueue_message_due_idx, DROP INDEX pyqueue_message_group_idx"
     )
-    cur.execute("ALTER TABLE scratch_keys " + ", ".join(f"DROP INDEX {i}" for i in MY_SECONDARY))
-    cur.execute(
-        "ALTER TABLE scratch_heap "
-        + ", ".join(f"DROP INDEX {i}" for i in (*MY_SECONDARY, "pyqueue_message_key_uk"))
-    )
+    cur.execute(f"ALTER TABLE scratch_keys {DROP_SECONDARY}")
+    cur.execute(f"ALTER TABLE scratch_heap {DROP_SECONDARY}, DROP INDEX pyqueue_message_key_uk")
     cur.execute(
         "ALTER TABLE scratch_keypk DROP PRIMARY KEY, DROP INDEX pyqueue_message_key_uk, "
         "ADD PRIMARY KEY (queue_name, p_key, p_kind), ADD KEY scratch_keypk_id (id)"
@@ -561,8 +465,8 @@ def _mysql_setup(cur) -> None:
     cur.execute("CREATE TABLE scratch_queue (queue_id INT PRIMARY KEY) ENGINE=InnoDB")
     cur.execute("INSERT INTO scratch_queue VALUES (%s)", (QUEUE_ID,))
     cur.execute(
-        "ALTER TABLE scratch_int ADD COLUMN queue_id INT NOT NULL FIRST, "
-        + ", ".join(f"DROP INDEX {i}" for i in (*MY_SECONDARY, "pyqueue_message_key_uk"))
+        f"ALTER TABLE scratch_int ADD COLUMN queue_id INT NOT NULL FIRST, {DROP_SECONDARY}, "
+        "DROP INDEX pyqueue_message_key_uk"
     )
     cur.execute(
         "ALTER TABLE scratch_int DROP COLUMN queue_name, ADD UNIQUE KEY scratch_int_key (queue_id, p_key, p_kind), "
@@ -575,46 +479,38 @@ def _mysql_setup(cur) -> None:
 
 def _tid(conn) -> int:
     """The server thread of a MariaDB connection (information_schema.PROCESSLIST.TID)."""
-    cur = conn.cursor()
-    cur.execute("SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()")
-    tid = int(cur.fetchone()[0])
+    tid = int(
+        common.query(conn, "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()")[0][0]
+    )
     conn.commit()
     return tid
 
 
-def mysql_call(cur, q, how: str, table: str, keys: list[str], texts: list[str], payloads: list[dict]) -> None:
+def mysql_call(cur, q, how: str, table: str, keys: list[str], texts: list[str], payloads: list[dict]) -> int:
     """One call of MY_BULK rows."""
     if how == "routine":
         q.push_many([(k, "job", p) for k, p in zip(keys, payloads)])
-        return
-    if how == "job":
-        values = ", ".join(["(%s, %s)"] * len(keys))
-        cur.execute(
-            f"INSERT IGNORE INTO job (msg_key, payload) VALUES {values}",
-            [v for kv in zip(keys, texts) for v in kv],
-        )
-        return
-    if how == "ingest":
+    elif how == "job":
+        cur.execute(HandRolled("mysql").insert_sql(len(keys)), [v for kv in zip(keys, texts) for v in kv])
+    elif how == "ingest":
         values = ", ".join(["(%s, %s, 'job', %s)"] * len(keys))
         cur.execute(
             f"INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES {values}",
             [v for k, t in zip(keys, texts) for v in (INGEST_QUEUE, k, t)],
         )
         cur.execute("CALL queue_ingest_flush(%s)", (INGEST_QUEUE,))
-        while True:
+        cur.fetchall()
+        while cur.nextset():
             cur.fetchall()
-            if not cur.nextset():
-                break
-        return
-    integer = how.startswith("insert_int")
-    cols = MY_COLUMNS.replace("queue_name", "queue_id") if integer else MY_COLUMNS
-    queue = QUEUE_ID if integer else QUEUE
-    verb = "INSERT IGNORE" if how.endswith("_ignore") else "INSERT"
-    values = ", ".join([MY_ROW] * len(keys))
-    cur.execute(
-        f"{verb} INTO {table} ({cols}) VALUES {values}",
-        [v for k, t in zip(keys, texts) for v in (queue, k, t)],
-    )
+    else:
+        integer = how.startswith("insert_int")
+        cols, queue = (COLUMNS.replace("queue_name", "queue_id"), QUEUE_ID) if integer else (COLUMNS, QUEUE)
+        verb = "INSERT IGNORE" if how.endswith("_ignore") else "INSERT"
+        cur.execute(
+            f"{verb} INTO {table} ({cols}) VALUES {', '.join([MY_ROW] * len(keys))}",
+            [v for k, t in zip(keys, texts) for v in (queue, k, t)],
+        )
+    return len(keys)
 
 
 def run_mysql(args) -> tuple[list[dict], dict]:
@@ -624,22 +520,24 @@ def run_mysql(args) -> tuple[list[dict], dict]:
     with (
         common.database("mysql", "batchcost", QUEUE) as dsn,
         common.database("mysql", "batchcost_lean", QUEUE) as dsn_lean,
+        contextlib.ExitStack() as stack,
     ):
         server = common.server_pid("mysql", dsn)
-        conn = common.raw_connect("mysql", dsn)
-        cur = conn.cursor()
+        conn, lean_conn = (
+            stack.enter_context(closing(common.raw_connect("mysql", d))) for d in (dsn, dsn_lean)
+        )
+        cur, lean = conn.cursor(), lean_conn.cursor()
         _mysql_setup(cur)
-        cur.execute("SELECT VERSION()")
-        (version,) = cur.fetchone()
-        tid = _tid(conn)
-        db = pyqueue_sql.connect(dsn)
+        (version,) = common.query(conn, "SELECT VERSION()")[0]
+        db, db_lean = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_lean))
         db.queue(INGEST_QUEUE).create()
-        q, q_tid = db.queue(QUEUE), _tid(db.connection)
-        db_lean = pyqueue_sql.connect(dsn_lean)
-        q_lean, lean_tid = db_lean.queue(QUEUE), _tid(db_lean.connection)
-        lean_conn = common.raw_connect("mysql", dsn_lean)
-        lean = lean_conn.cursor()
-        lean.execute("ALTER TABLE pyqueue_message " + ", ".join(f"DROP INDEX {i}" for i in MY_SECONDARY))
+        lean.execute(f"ALTER TABLE pyqueue_message {DROP_SECONDARY}")
+        # each variant timed by the server thread of the connection it runs on
+        qs = {
+            "pyqueue_message": (db.queue(QUEUE), _tid(db.connection)),
+            LEAN: (db_lean.queue(QUEUE), _tid(db_lean.connection)),
+        }
+        tid = _tid(conn)
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=calls)
         meta |= dict(batch=MY_BULK, load_before=common.loadavg(), server=f"MariaDB {version}")
         meta["thread_cpu"] = server is not None and common.process_cpu(server, tid) is not None
@@ -647,36 +545,25 @@ def run_mysql(args) -> tuple[list[dict], dict]:
         results: list[dict] = []
         payloads = [{"n": i, "body": "x" * 40} for i in range(MY_BULK)]
         texts = [json.dumps(p) for p in payloads]
-        try:
-            for rnd in range(args.rounds):
-                for name, how, table in common.rotated(todo, rnd):
-                    on = q_tid if table == "pyqueue_message" else lean_tid if table == LEAN else tid
-                    batches = [[uuid.uuid4().hex for _ in range(MY_BULK)] for _ in range(calls)]
-                    qq = q_lean if table == LEAN else q
-                    cpu0, c0, t0 = common.process_cpu(server, on), time.process_time(), time.perf_counter()
-                    for keys in batches:
-                        mysql_call(cur, qq, how, table, keys, texts, payloads)
-                    c1, cpu1 = time.process_time(), common.process_cpu(server, on)
-                    sample = _sample(calls * MY_BULK, (cpu0, cpu1), (c0, c1), t0)
-                    results.append({"round": rnd + 1, "part": "mysql", "variant": name, **sample})
-                # the churn: every table emptied by DELETE (InnoDB purges in the background)
-                cur.execute("DELETE FROM pyqueue_message WHERE queue_name IN (%s, %s)", (QUEUE, INGEST_QUEUE))
-                lean.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
-                for table in dict.fromkeys(t for _, h, t in todo if t.startswith(("scratch", "job"))):
-                    cur.execute(f"DELETE FROM {table}")
-                print(f"batch-cost: MariaDB round {rnd + 1} of {args.rounds} done", flush=True)
-        finally:
-            conn.close()
-            lean_conn.close()
-            db.close()
-            db_lean.close()
+        for rnd in range(args.rounds):
+            for name, how, table in common.rotated(todo, rnd):
+                (q, on), batches = qs.get(table, (None, tid)), _keys(calls, MY_BULK)
+                work = lambda: sum(mysql_call(cur, q, how, table, keys, texts, payloads) for keys in batches)  # noqa: E731
+                sample = _timed((server, on), calls * MY_BULK, work)
+                results.append({"round": rnd + 1, "part": "mysql", "variant": name, **sample})
+            # the churn: every table emptied by DELETE (InnoDB purges in the background)
+            cur.execute("DELETE FROM pyqueue_message WHERE queue_name IN (%s, %s)", (QUEUE, INGEST_QUEUE))
+            lean.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
+            for table in dict.fromkeys(t for _, h, t in todo if t.startswith(("scratch", "job"))):
+                cur.execute(f"DELETE FROM {table}")
+            print(f"batch-cost: MariaDB round {rnd + 1} of {args.rounds} done", flush=True)
         meta["load_after"] = common.loadavg()
         return results, meta
 
 
 def summarize_mysql(results: list[dict], meta: dict) -> str:
     plain = "plain job table: multi-row INSERT IGNORE"
-    rows = _rows(results, plain, lambda _name, s, base: f"{base / s:.2f}" if s and base else "")
+    plain_over = lambda _name, s, base: f"{base / s:.2f}" if s and base else ""  # noqa: E731
     return "\n".join(
         [
             "# Batch cost, MariaDB: a row of a bulk enqueue against the plain job table",
@@ -694,12 +581,7 @@ def summarize_mysql(results: list[dict], meta: dict) -> str:
             "columns; the ingest path is Spark's (`queue_ingest` rows, then the flush, into a queue of its own). "
             "Every table churns: its rows deleted after each round. Method: bench/README.md, Batch cost.",
             "",
-            *common.table(
-                ["variant", "server CPU µs/row", "plain / this", "client CPU µs/row", "wall µs/row"],
-                rows,
-                "lrrrr",
-            ),
-            "",
+            *_table(results, plain, "plain / this", plain_over),
         ]
     )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import importlib.util
 import inspect
@@ -62,6 +63,7 @@ class System:
 
     name = ""
     role = "peer"
+    needs = ""  # the Python package it needs, if any
     dialects: tuple[str, ...] = ("postgresql", "mysql")
     calls: dict[str, str] = {}
 
@@ -72,6 +74,8 @@ class System:
     @classmethod
     def unavailable(cls) -> str | None:
         """Why this system cannot run here (a package missing), or None."""
+        if cls.needs and importlib.util.find_spec(cls.needs) is None:
+            return f"the {cls.needs} package is not installed (pip install {cls.needs}, or the bench extra)"
         return None
 
     @classmethod
@@ -80,8 +84,8 @@ class System:
         return cls.calls.get(workload, "")
 
     def prefill(self, dsn: str, n: int) -> None:
-        for start in range(0, n, 1000):
-            self.push_batch_setup(dsn, [f"p{i}" for i in range(start, min(n, start + 1000))])
+        for numbers in common.chunks(n):
+            self.push_batch_setup(dsn, [f"p{i}" for i in numbers])
 
     def close(self) -> None:
         self.conn.close()
@@ -119,10 +123,8 @@ class PyQueue(System):
         import pyqueue_sql
 
         with pyqueue_sql.connect(dsn) as db:
-            try:
+            with contextlib.suppress(pyqueue_sql.UnknownQueueError):
                 db.queue(QUEUE).drop()
-            except pyqueue_sql.UnknownQueueError:
-                pass
             db.queue(QUEUE).create(visibility_timeout=300)
         _analyze(self.dialect, dsn, "pyqueue_message")
 
@@ -130,9 +132,8 @@ class PyQueue(System):
         import pyqueue_sql
 
         with pyqueue_sql.connect(dsn) as db:
-            q = db.queue(QUEUE)
-            for start in range(0, n, 1000):
-                q.push_many([(f"p{i}", "job", {"n": i}) for i in range(start, min(n, start + 1000))])
+            for numbers in common.chunks(n):
+                db.queue(QUEUE).push_many([(f"p{i}", "job", {"n": i}) for i in numbers])
 
     def open(self, dsn: str) -> None:
         import pyqueue_sql
@@ -335,25 +336,22 @@ class HandRolled(System):
         common.execute(self.dialect, dsn, "TRUNCATE job")
         _analyze(self.dialect, dsn, "job")
 
-    def _insert(self, n: int) -> str:
+    def insert_sql(self, n: int) -> str:
         values = ", ".join(["(%s, %s)"] * n)
         if self.pg:
             return f"INSERT INTO job (msg_key, payload) VALUES {values} ON CONFLICT (msg_key) DO NOTHING"
         return f"INSERT IGNORE INTO job (msg_key, payload) VALUES {values}"
 
     def push_batch_setup(self, dsn: str, keys: list[str]) -> None:
-        conn = common.raw_connect(self.dialect, dsn)
-        try:
-            conn.cursor().execute(self._insert(len(keys)), [v for k in keys for v in (k, _payload(k))])
-        finally:
-            conn.close()
+        with contextlib.closing(common.raw_connect(self.dialect, dsn)) as conn:
+            self.push_batch(keys, conn)
 
     def open(self, dsn: str) -> None:
         self.conn = common.raw_connect(self.dialect, dsn, autocommit=False)
         self.auto = common.raw_connect(self.dialect, dsn, autocommit=True)
         self.now = "now()" if self.pg else "UTC_TIMESTAMP(6)"
         self.later = "now() + interval '300 seconds'" if self.pg else "UTC_TIMESTAMP(6) + INTERVAL 300 SECOND"
-        self.single = self._insert(1)
+        self.single = self.insert_sql(1)
 
     def close(self) -> None:
         self.conn.close()
@@ -362,8 +360,10 @@ class HandRolled(System):
     def push(self, key: str, i: int) -> None:
         self.auto.cursor().execute(self.single, (key, _payload(i)))
 
-    def push_batch(self, keys: list[str]) -> None:
-        self.auto.cursor().execute(self._insert(len(keys)), [v for k in keys for v in (k, _payload(k))])
+    def push_batch(self, keys: list[str], conn=None) -> None:
+        (conn or self.auto).cursor().execute(
+            self.insert_sql(len(keys)), [v for k in keys for v in (k, _payload(k))]
+        )
 
     def _reserve(self, n: int) -> tuple[list[int], str]:
         cur = self.conn.cursor()
@@ -419,7 +419,7 @@ class Pgmq(System):
     """pgmq, installed from the SQL its PyPI package ships (pgmq.install: no extension needed),
     driven through its SQL functions on a psycopg autocommit connection."""
 
-    name = "pgmq"
+    name = needs = "pgmq"
     dialects = ("postgresql",)
     calls = {
         "push": "`pgmq.send`",
@@ -428,12 +428,6 @@ class Pgmq(System):
         "reserve_ack_batch": "`pgmq.read(vt, 100)` + `pgmq.delete(ids)`",
         "push_bulk": f"`pgmq.send_batch` of {BULK:,}",
     }
-
-    @classmethod
-    def unavailable(cls) -> str | None:
-        if importlib.util.find_spec("pgmq") is None:
-            return "the pgmq package is not installed (pip install pgmq, or the bench extra)"
-        return None
 
     def setup(self, dsn: str) -> None:
         common.install_pgmq(dsn, QUEUE)
@@ -483,7 +477,7 @@ class Pgmq(System):
 class PGQueuer(_Async, System):
     """PGQueuer through its async Queries API (enqueue / dequeue / log_jobs) on psycopg async."""
 
-    name = "pgqueuer"
+    name = needs = "pgqueuer"
     dialects = ("postgresql",)
     calls = {
         "push": "`Queries.enqueue` (async)",
@@ -491,10 +485,6 @@ class PGQueuer(_Async, System):
         "push_batch": "`Queries.enqueue` with lists of 100",
         "reserve_ack_batch": "`dequeue(batch_size=100)` + `log_jobs`",
     }
-
-    @classmethod
-    def unavailable(cls) -> str | None:
-        return None if importlib.util.find_spec("pgqueuer") else "the pgqueuer package is not installed"
 
     async def _queries(self, dsn: str):
         import psycopg
@@ -518,8 +508,7 @@ class PGQueuer(_Async, System):
     def prefill(self, dsn: str, n: int) -> None:
         async def go():
             conn, q = await self._queries(dsn)
-            for start in range(0, n, 1000):
-                m = min(n, start + 1000) - start
+            for m in map(len, common.chunks(n)):
                 await q.enqueue(["bench"] * m, [b'{"n":1}'] * m, [0] * m)
             await conn.close()
 
@@ -942,7 +931,7 @@ def main(argv: list[str] | None = None) -> int:
         ("--rounds", 0, "rounds (default 3)"),
         ("--messages", 0, "messages per measurement (default 10000)"),
         ("--bulk-messages", 0, f"messages a bulk enqueue, {BULK:,} a call (default 100000; ab: --messages)"),
-        ("--keys", "random", "message keys: random (uuid4 hex) or serial (c<client>-<n>)"),
+        ("--keys", ("random", "serial"), "message keys: random (uuid4 hex) or serial (c<client>-<n>)"),
         ("--cap", 0.0, "time cap per measurement in seconds (default 4)"),
         ("--clients", 4, "client processes (default 4)"),
         ("--dialects", "postgresql,mysql", "comma-separated"),
@@ -971,36 +960,25 @@ def main(argv: list[str] | None = None) -> int:
         args.systems = args.systems or ",".join(["pyqueue", *(["previous revision"] if ab else [])])
         args.workloads = args.workloads or ",".join(WORKLOADS)
         args.states = args.states or "fresh"
-    if args.profile:
-        args.dialects = (
-            "postgresql" if "postgresql" in args.dialects else ap.error("--profile is for PostgreSQL")
-        )
-    states = [x for x in (args.states or ",".join(STATES)).split(",") if x]
-    if set(states) - set(STATES):
-        ap.error(f"unknown states {sorted(set(states) - set(STATES))}")
+    if args.profile and "postgresql" not in args.dialects:
+        ap.error("--profile is for PostgreSQL")
+    args.dialects = "postgresql" if args.profile else args.dialects
+    states = common.names(args.states or ",".join(STATES), STATES, ap, "states")
     common.exit_on_sigterm()
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.messages = args.messages or (2000 if args.quick else 10000)
     # (ab, profile: a bulk enqueue of --messages, as before they were modes of routines)
-    args.bulk_messages = args.bulk_messages or (
-        args.messages if ab or args.profile else 4 * BULK if args.quick else 100000
-    )
-    if args.keys not in ("random", "serial"):
-        ap.error("--keys: random or serial")
+    quick_bulk = args.messages if ab or args.profile else 4 * BULK if args.quick else 100000
+    args.bulk_messages = args.bulk_messages or quick_bulk
     args.cap = args.cap or (3.0 if args.quick else 4.0)
-    args.dialects = [d for d in args.dialects.split(",") if d]
-    args.workloads = [w for w in (args.workloads or ",".join(ALL_WORKLOADS)).split(",") if w]
-    if args.systems:
-        args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-        unknown = [s for s in args.systems if s not in SYSTEMS]
-        if unknown:
-            ap.error(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
+    args.dialects = common.names(args.dialects)
+    args.workloads = common.names(args.workloads or ",".join(ALL_WORKLOADS))
+    args.systems = common.names(args.systems, list(SYSTEMS), ap, "systems") or None
     if args.no_async:
-        pick = args.systems or None
         DEFAULT_SYSTEMS.update(
             {d: tuple(s for s in v if s != "pyqueue async") for d, v in DEFAULT_SYSTEMS.items()}
         )
-        args.systems = [s for s in pick if s != "pyqueue async"] if pick else None
+        args.systems = [s for s in args.systems if s != "pyqueue async"] if args.systems else None
     out = args.out or os.path.join(HERE, "results" if args.quick or ab or args.profile else "latest")
     base = "ab" if ab else "profile" if args.profile else "bench"
     for state in states:

@@ -318,13 +318,29 @@ def rotated(items, k: int) -> list:
 
 def parser(doc: str, *options: tuple) -> argparse.ArgumentParser:
     """A suite's command line: its docstring, then one (flags, default, help) a option, the type
-    the default's (False: a switch; None: a string; 0 or 0.0 for "the suite's own default")."""
+    the default's (False: a switch; None: a string; 0 or 0.0 for "the suite's own default"; a
+    tuple: the choices, the first the default)."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     for flags, default, text in options:
         if default is False:
             ap.add_argument(*flags.split(), action="store_true", help=text)
+        elif isinstance(default, tuple):
+            ap.add_argument(*flags.split(), choices=default, default=default[0], help=text)
         else:
             ap.add_argument(
                 *flags.split(), type=type(default) if default is not None else str, default=default, help=text
             )
     return ap
+
+
+def names(text: str | None, known=(), ap: argparse.ArgumentParser | None = None, what: str = "") -> list[str]:
+    """A comma-separated option's names; with known, the parser's error names those not in it."""
+    out = [x.strip() for x in (text or "").split(",") if x.strip()]
+    if ap is not None and set(out) - set(known):
+        ap.error(f"unknown {what} {sorted(set(out) - set(known))}; known: {', '.join(known)}")
+    return out
+
+
+def chunks(n: int, size: int = 1000, start: int = 0):
+    """The numbers start .. start + n - 1 in ranges of size (a bulk enqueue's calls)."""
+    return (range(i, min(start + n, i + size)) for i in range(start, start + n, size))
