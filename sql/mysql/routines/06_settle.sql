@@ -41,7 +41,7 @@ BEGIN
     DECLARE v_priority, v_attempts, v_retry INT;
     DECLARE v_created DATETIME(6);
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_locked, v_txn, v_busy, v_tries, v_deleted, v_own, v_deps INT DEFAULT 0;
+    DECLARE v_locked, v_txn, v_busy, v_tries, v_deleted, v_own INT DEFAULT 0;
     DECLARE v_hist BIGINT;
     DECLARE v_progress, v_headers LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_results BOOLEAN;
@@ -99,15 +99,9 @@ BEGIN
                 DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
                 SET v_deleted = ROW_COUNT();
                 CALL pyqueue__unarchive(v_hist, v_deleted);
-                IF v_deleted = 1 AND v_results THEN
+                IF v_deleted = 1 AND v_results THEN  -- and the messages that wait for it are cancelled
                     CALL pyqueue__result_put(in_queue, v_key, v_kind, 'failed', NULL, v_error, v_attempts, v_progress,
-                                             in_now);
-                END IF;
-                IF v_deleted = 1 AND v_results THEN  -- the messages that wait for it are cancelled
-                    SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d
-                     WHERE d.queue_name = in_queue AND d.p_key = v_key AND d.p_kind = v_kind
-                      LOCK IN SHARE MODE;  -- the latest rows, whatever the snapshot; finds nothing for a message without parents or children
-                    IF v_deps > 0 THEN CALL pyqueue__deps_left(in_queue, v_key, v_kind, FALSE, 'failed'); END IF;
+                                             in_now, FALSE, 'failed');
                 END IF;
                 IF v_deleted = 1 AND v_locked = 1 AND v_head_key = v_key AND v_head_kind = v_kind THEN
                     CALL pyqueue__group_next(in_queue, v_group, in_now);
@@ -364,7 +358,7 @@ body: BEGIN
     DECLARE v_id, v_hist BIGINT;
     DECLARE v_history, v_results BOOLEAN;
     DECLARE v_done, v_own, v_tries, v_txn INT DEFAULT 0;
-    DECLARE v_found, v_attempts, v_deps INT;
+    DECLARE v_found, v_attempts INT;
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
@@ -447,15 +441,9 @@ body: BEGIN
                 DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
                 SET v_done = ROW_COUNT();
                 IF v_hist IS NOT NULL AND v_done = 0 THEN DELETE FROM pyqueue_history WHERE id = v_hist; END IF;  -- unarchive
-                IF v_done = 1 AND v_results THEN
+                IF v_done = 1 AND v_results THEN  -- and the messages that wait for it
                     CALL pyqueue__result_put(v_queue, v_key, v_kind, 'succeeded', NULL, v_error, v_attempts, v_progress,
-                                             UTC_TIMESTAMP(6));
-                END IF;
-                IF v_done = 1 AND v_results THEN  -- the messages that wait for it (dependencies live in queues that keep results)
-                    SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d
-                     WHERE d.queue_name = v_queue AND d.p_key = v_key AND d.p_kind = v_kind
-                      LOCK IN SHARE MODE;  -- the latest rows, whatever the snapshot; finds nothing for a message without parents or children
-                    IF v_deps > 0 THEN CALL pyqueue__deps_left(v_queue, v_key, v_kind, TRUE, NULL); END IF;
+                                             UTC_TIMESTAMP(6), TRUE, NULL);
                 END IF;
                 IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
             END;

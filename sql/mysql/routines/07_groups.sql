@@ -328,7 +328,8 @@ BEGIN
                 CALL pyqueue__unarchive(v_hist, out_done);
                 IF out_done = 1 AND v_results THEN
                     CALL pyqueue__result_put(in_queue, in_key, in_kind, IF(v_cancel, 'cancelled', 'succeeded'),
-                                             IF(v_cancel, NULL, in_payload), v_error, v_attempts, v_progress, in_now);
+                                             IF(v_cancel, NULL, in_payload), v_error, v_attempts, v_progress, in_now,
+                                             NULL, NULL);  -- (the messages that wait for it: below)
                 END IF;
             ELSE  -- move, redrive
                 CALL pyqueue__archive(in_queue, in_id, in_token, 'moved', in_to_queue, in_now, v_hist);

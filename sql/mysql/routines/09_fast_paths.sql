@@ -7,7 +7,7 @@ DELIMITER //
 -- pyqueue__commit_held: queue_commit's general way for the message in_id that in_token holds, outside any group: its
 -- history row (in_history), a recurring occurrence's next one, the DELETE, and on a queue that keeps results
 -- (in_state not NULL) its outcome in_state with in_result; out_done = 1, or 0 when the token no longer held it (then no
--- history or result row stays); then, with one locking probe of pyqueue_dependency, the messages that wait for it
+-- history or result row stays); with the outcome (pyqueue__result_put), the messages that wait for it
 -- (pyqueue__deps_left: in_ok, it succeeded; else it was cancelled). in_state 'cancelled' (queue_cancel_held) archives as 'cancelled'. For
 -- queue_commit_reserve, queue_commit_result and queue_cancel_held. Locks: the message row, the schedule row of a
 -- recurring occurrence, the result row.
@@ -26,7 +26,7 @@ CREATE PROCEDURE pyqueue__commit_held(
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_hist BIGINT;
-    DECLARE v_attempts, v_deps INT;
+    DECLARE v_attempts INT;
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
     IF in_state IS NOT NULL THEN  -- what the result row copies, read under the message's lock
@@ -43,16 +43,10 @@ BEGIN
     DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
     SET out_done = ROW_COUNT();
     IF v_hist IS NOT NULL THEN CALL pyqueue__unarchive(v_hist, out_done); END IF;  -- (a nested CALL costs)
-    IF out_done = 1 AND in_state IS NOT NULL THEN
+    IF out_done = 1 AND in_state IS NOT NULL THEN  -- and the messages that wait for it (in_ok: it succeeded; else it
+                                                  -- was cancelled)
         CALL pyqueue__result_put(in_queue, in_key, in_kind, in_state, in_result, v_error, v_attempts, v_progress,
-                                 UTC_TIMESTAMP(6));
-    END IF;
-    IF out_done = 1 AND in_state IS NOT NULL THEN  -- the messages that wait for it (in_ok: it succeeded; else it was
-                                                  -- cancelled); dependencies live in queues that keep results
-        SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d
-         WHERE d.queue_name = in_queue AND d.p_key = in_key AND d.p_kind = in_kind
-          LOCK IN SHARE MODE;  -- the latest rows, whatever the snapshot; finds nothing for a message without parents or children
-        IF v_deps > 0 THEN CALL pyqueue__deps_left(in_queue, in_key, in_kind, in_ok, 'was cancelled'); END IF;
+                                 UTC_TIMESTAMP(6), in_ok, 'was cancelled');
     END IF;
 END //
 

@@ -8,8 +8,12 @@ DELIMITER //
 -- message (in_queue, in_key, in_kind) that the caller has just removed: in_result (JSON text; NULL and the JSON value
 -- null are stored as SQL NULL), in_error (its last_error), in_attempts (its deliveries), in_progress, finished at
 -- in_now; it replaces the row an earlier message of the key left. Called only for a queue that keeps results, after
--- the removal, in its transaction. Locks: the result row (a new one: the gap where it goes), for one statement (or
--- until the transaction ends).
+-- the removal, in its transaction. Then, unless in_ok is NULL, what its leaving does to the messages that wait for
+-- it (dependencies live in queues that keep results): one locking probe of pyqueue_dependency, and when it finds rows
+-- pyqueue__deps_left(in_ok, in_why); in_ok NULL: the caller sees to them (pyqueue__group_leave, after the group's
+-- next message). pyqueue__deps_left, called from here, writes the result rows of the children it cancels itself.
+-- Locks: the result row (a new one: the gap where it goes), then as pyqueue__deps_left, for one statement (or until
+-- the transaction ends).
 DROP PROCEDURE IF EXISTS pyqueue__result_put //
 CREATE PROCEDURE pyqueue__result_put(
     IN in_queue    VARCHAR(128)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -20,15 +24,24 @@ CREATE PROCEDURE pyqueue__result_put(
     IN in_error    VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_attempts INT,
     IN in_progress LONGTEXT      CHARACTER SET utf8mb4,
-    IN in_now      DATETIME(6))
+    IN in_now      DATETIME(6),
+    IN in_ok       BOOLEAN,
+    IN in_why      VARCHAR(64)   CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_result LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+    DECLARE v_deps INT;
     IF in_result IS NOT NULL AND JSON_TYPE(in_result) <> 'NULL' THEN SET v_result = in_result; END IF;
     INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress, finished_at)
     VALUES (in_queue, in_key, in_kind, in_state, v_result, in_error, in_attempts, in_progress, in_now)
     ON DUPLICATE KEY UPDATE state = in_state, result = v_result, last_error = in_error, attempts = in_attempts,
                             progress = in_progress, finished_at = in_now;
+    IF in_ok IS NOT NULL THEN
+        SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d
+         WHERE d.queue_name = in_queue AND d.p_key = in_key AND d.p_kind = in_kind
+          LOCK IN SHARE MODE;  -- the latest rows, whatever the snapshot; finds nothing for a message without parents or children
+        IF v_deps > 0 THEN CALL pyqueue__deps_left(in_queue, in_key, in_kind, in_ok, in_why); END IF;
+    END IF;
 END //
 
 -- pyqueue__check_result: refuses (invalid_argument) a result given to in_queue (an existing queue) when the queue keeps
@@ -69,50 +82,70 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__result: what queue_result answers for (in_queue, in_key, in_kind), read by ONE statement (one consistent
--- view: a message that finished meanwhile is seen either live or with its result, never neither): the live message
--- (state 'ready', an expired reservation too, 'delayed', 'reserved' or 'blocked' behind its FIFO group's head; no
--- result, no finished_at), else its stored outcome, else 'unknown' (all NULL). out_found = 0 when the queue does not
--- exist. Plain read, no locks.
+-- pyqueue__result: the body of queue_result (in_wait FALSE) and queue_result_wait (in_wait TRUE, in_timeout seconds:
+-- NULL = 1, above zero, at most 3600), each a thin SECURITY DEFINER wrapper over it. Checks the key, then reads what
+-- is known of (in_queue, in_key, in_kind) by ONE statement (one consistent view: a message that finished meanwhile is
+-- seen either live or with its result, never neither): the live message (state 'ready', an expired reservation too,
+-- 'delayed', 'reserved' or 'blocked' behind its FIFO group's head; no result, no finished_at), else its stored
+-- outcome, else 'unknown' (all NULL); waiting, again every 50 ms until the state is final or 'unknown' or the time is
+-- up. Raises unknown_queue when the queue does not exist (also when it is dropped during a wait). Emits the row.
+-- Plain reads, no locks.
 DROP PROCEDURE IF EXISTS pyqueue__result //
 CREATE PROCEDURE pyqueue__result(
-    IN  in_queue      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_key        VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_kind       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    OUT out_found     INT,
-    OUT out_state     VARCHAR(16)   CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    OUT out_result    LONGTEXT      CHARACTER SET utf8mb4,
-    OUT out_error     VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    OUT out_attempts  INT,
-    OUT out_progress  LONGTEXT      CHARACTER SET utf8mb4,
-    OUT out_finished  DATETIME(6),
-    OUT out_requested INT)
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_wait    BOOLEAN,
+    IN in_timeout DECIMAL(20,6))
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_now DATETIME(6);
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET out_found = 0;
-    SET v_now = UTC_TIMESTAMP(6), out_found = 1;
-    -- (at most one row: the queue by its key, the message and the result by theirs)
-    SELECT CASE WHEN m.id IS NOT NULL THEN
-                     CASE WHEN m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' AND m.group_key IS NULL
-                          THEN 'waiting'
-                          WHEN m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' THEN 'blocked'
-                          WHEN m.scheduled_at <= v_now THEN 'ready'
-                          WHEN m.reserve_token IS NULL THEN 'delayed'
-                          ELSE 'reserved' END
-                WHEN r.state IS NOT NULL THEN r.state
-                ELSE 'unknown' END,
-           IF(m.id IS NULL, r.result, NULL),
-           IF(m.id IS NULL, r.last_error, m.last_error),
-           IF(m.id IS NULL, r.attempts, m.attempts),
-           IF(m.id IS NULL, r.progress, m.progress),
-           IF(m.id IS NULL, r.finished_at, NULL),
-           COALESCE(m.cancel_requested_at IS NOT NULL, 0)
-      INTO out_state, out_result, out_error, out_attempts, out_progress, out_finished, out_requested
-      FROM pyqueue_queue q
-      LEFT JOIN pyqueue_message m ON m.queue_name = q.queue_name AND m.p_key = in_key AND m.p_kind = in_kind
-      LEFT JOIN pyqueue_result r ON r.queue_name = q.queue_name AND r.p_key = in_key AND r.p_kind = in_kind
-     WHERE q.queue_name = in_queue;
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_result, v_progress LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found, v_attempts, v_requested INT;
+    DECLARE v_now, v_finished, v_deadline DATETIME(6);
+    DECLARE v_left DECIMAL(20,6);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+    CALL pyqueue__check_message_key(in_queue, in_key, in_kind, FALSE);
+    IF in_wait THEN
+        CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
+        IF in_timeout > 3600 THEN CALL pyqueue__raise('invalid_argument', 'timeout must not exceed 1 hour'); END IF;
+    END IF;
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    SET v_deadline = UTC_TIMESTAMP(6) + INTERVAL CAST(COALESCE(in_timeout, 1) * 1000000 AS SIGNED) MICROSECOND;
+    waiting: LOOP
+        SET v_now = UTC_TIMESTAMP(6), v_found = 1;
+        -- (at most one row: the queue by its key, the message and the result by theirs)
+        SELECT CASE WHEN m.id IS NOT NULL THEN
+                         CASE WHEN m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' AND m.group_key IS NULL
+                              THEN 'waiting'
+                              WHEN m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' THEN 'blocked'
+                              WHEN m.scheduled_at <= v_now THEN 'ready'
+                              WHEN m.reserve_token IS NULL THEN 'delayed'
+                              ELSE 'reserved' END
+                    WHEN r.state IS NOT NULL THEN r.state
+                    ELSE 'unknown' END,
+               IF(m.id IS NULL, r.result, NULL),
+               IF(m.id IS NULL, r.last_error, m.last_error),
+               IF(m.id IS NULL, r.attempts, m.attempts),
+               IF(m.id IS NULL, r.progress, m.progress),
+               IF(m.id IS NULL, r.finished_at, NULL),
+               COALESCE(m.cancel_requested_at IS NOT NULL, 0)
+          INTO v_state, v_result, v_error, v_attempts, v_progress, v_finished, v_requested
+          FROM pyqueue_queue q
+          LEFT JOIN pyqueue_message m ON m.queue_name = q.queue_name AND m.p_key = v_key AND m.p_kind = v_kind
+          LEFT JOIN pyqueue_result r ON r.queue_name = q.queue_name AND r.p_key = v_key AND r.p_kind = v_kind
+         WHERE q.queue_name = v_queue;
+        IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+        IF NOT in_wait OR v_state IN ('succeeded', 'failed', 'cancelled', 'unknown') THEN LEAVE waiting; END IF;
+        SET v_left = TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_deadline) / 1e6;
+        IF v_left <= 0 THEN LEAVE waiting; END IF;
+        DO SLEEP(LEAST(0.05, v_left));
+    END LOOP;
+    SELECT v_state AS state, v_result AS result, v_error AS last_error, v_attempts AS attempts,
+           v_progress AS progress, v_finished AS finished_at, v_requested AS cancel_requested;
 END //
 
 -- pyqueue__finish_held: the end of the reservation in_token holds on (in_key, in_kind) of in_queue, as queue_commit
@@ -262,20 +295,7 @@ CREATE PROCEDURE queue_result(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_result, v_progress LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_found, v_attempts, v_requested INT;
-    DECLARE v_finished DATETIME(6);
-    CALL pyqueue__check_message_key(in_queue, in_key, in_kind, FALSE);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
-    CALL pyqueue__result(v_queue, v_key, v_kind, v_found, v_state, v_result, v_error, v_attempts, v_progress,
-                         v_finished, v_requested);
-    IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
-    SELECT v_state AS state, v_result AS result, v_error AS last_error, v_attempts AS attempts,
-           v_progress AS progress, v_finished AS finished_at, v_requested AS cancel_requested;
+    CALL pyqueue__result(in_queue, in_key, in_kind, FALSE, NULL);
 END //
 
 -- queue_result_wait: queue_result once the message's state is final ('succeeded', 'failed', 'cancelled') or
@@ -291,30 +311,7 @@ CREATE PROCEDURE queue_result_wait(
     IN in_timeout DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_result, v_progress LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_found, v_attempts, v_requested INT;
-    DECLARE v_finished, v_deadline DATETIME(6);
-    DECLARE v_left DECIMAL(20,6);
-    CALL pyqueue__check_message_key(in_queue, in_key, in_kind, FALSE);
-    CALL pyqueue__check_duration('timeout', in_timeout, TRUE);
-    IF in_timeout > 3600 THEN CALL pyqueue__raise('invalid_argument', 'timeout must not exceed 1 hour'); END IF;
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
-    SET v_deadline = UTC_TIMESTAMP(6) + INTERVAL CAST(COALESCE(in_timeout, 1) * 1000000 AS SIGNED) MICROSECOND;
-    waiting: LOOP
-        CALL pyqueue__result(v_queue, v_key, v_kind, v_found, v_state, v_result, v_error, v_attempts, v_progress,
-                             v_finished, v_requested);
-        IF v_found = 0 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
-        IF v_state IN ('succeeded', 'failed', 'cancelled', 'unknown') THEN LEAVE waiting; END IF;
-        SET v_left = TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_deadline) / 1e6;
-        IF v_left <= 0 THEN LEAVE waiting; END IF;
-        DO SLEEP(LEAST(0.05, v_left));
-    END LOOP;
-    SELECT v_state AS state, v_result AS result, v_error AS last_error, v_attempts AS attempts,
-           v_progress AS progress, v_finished AS finished_at, v_requested AS cancel_requested;
+    CALL pyqueue__result(in_queue, in_key, in_kind, TRUE, in_timeout);
 END //
 
 -- queue_result_channel: the name of the queue's result channel on PostgreSQL, 'pyqueue_result_' + MD5 of its name,
@@ -362,7 +359,7 @@ BEGIN
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
-    DECLARE v_attempts, v_retry, v_found, v_done, v_deps INT;
+    DECLARE v_attempts, v_retry, v_found, v_done INT;
     DECLARE v_history, v_results BOOLEAN;
     DECLARE v_id, v_hist BIGINT;
     DECLARE v_at, v_now DATETIME(6);
@@ -450,15 +447,9 @@ BEGIN
                             -- a schedule's occurrence: the next one, as after a commit
                             CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
                         END IF;
-                        IF v_done = 1 AND v_results THEN
+                        IF v_done = 1 AND v_results THEN  -- and the messages that wait for it are cancelled
                             CALL pyqueue__result_put(v_queue, v_key, v_kind, 'cancelled', NULL, v_error, v_attempts,
-                                                     v_progress, v_now);
-                        END IF;
-                        IF v_done = 1 AND v_results THEN  -- the messages that wait for it are cancelled
-                            SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d
-                             WHERE d.queue_name = v_queue AND d.p_key = v_key AND d.p_kind = v_kind
-                              LOCK IN SHARE MODE;  -- the latest rows, whatever the snapshot; finds nothing for a message without parents or children
-                            IF v_deps > 0 THEN CALL pyqueue__deps_left(v_queue, v_key, v_kind, FALSE, 'was cancelled'); END IF;
+                                                     v_progress, v_now, FALSE, 'was cancelled');
                         END IF;
                     END IF;
                     IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;

@@ -99,8 +99,13 @@ BEGIN
                         SELECT q.result_retention IS NOT NULL INTO v_results FROM pyqueue_queue q
                          WHERE q.queue_name = v_cq;
                         IF v_gone = 1 AND v_results THEN
-                            CALL pyqueue__result_put(v_cq, v_ck, v_ct, 'cancelled', NULL, v_error, v_attempts,
-                                                     v_progress, v_now);
+                            -- its outcome, as pyqueue__result_put records it (not called here: it calls this
+                            -- routine, and MySQL refuses recursion); its children go on the work list below
+                            INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts,
+                                                        progress, finished_at)
+                            VALUES (v_cq, v_ck, v_ct, 'cancelled', NULL, v_error, v_attempts, v_progress, v_now)
+                            ON DUPLICATE KEY UPDATE state = 'cancelled', result = NULL, last_error = v_error,
+                                                    attempts = v_attempts, progress = v_progress, finished_at = v_now;
                         END IF;
                         IF v_gone = 1 THEN
                             SET v_todo = JSON_ARRAY_APPEND(v_todo, '$', JSON_ARRAY(v_cq, v_ck, v_ct, 'was cancelled'));
