@@ -142,6 +142,7 @@ DROP FUNCTION IF EXISTS queue_push(text, text, text, jsonb, timestamptz, integer
 DROP FUNCTION IF EXISTS pyqueue__push_batch_grouped(text, text[], text[], text[], jsonb[], timestamptz[], integer[], jsonb[]);
 DROP FUNCTION IF EXISTS pyqueue__push_grouped(text, text, text, text, jsonb, timestamptz, integer, jsonb);
 DROP FUNCTION IF EXISTS pyqueue__push_batch(text, text[], text[], jsonb[], timestamptz[], integer[], jsonb[]);
+DROP FUNCTION IF EXISTS pyqueue__batch_rows(text, text[], text[], text[], jsonb[], timestamptz[], integer[], jsonb[], timestamptz, boolean);
 DROP FUNCTION IF EXISTS pyqueue__begin_push_batch(text, text, text[], text[], text[], jsonb[], timestamptz[], integer[], jsonb[], timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__push(text, text, text, jsonb, timestamptz, integer, jsonb);
 

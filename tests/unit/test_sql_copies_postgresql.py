@@ -5,10 +5,6 @@ only on the lines listed here, so that a change made to one is made to the other
   pyqueue__check_message and pyqueue__check_run_at, which the other producer routines make: each
   nested PL/pgSQL call costs a few microseconds of a push (docs/performance.md, Decisions: "push,
   reserve and commit check plainly valid arguments in one inlined expression").
-- queue_push_batch's body (pyqueue__push_batch) writes its INSERT three times: a plain one for
-  the first write of a READ COMMITTED transaction, the same probing each key after a live key
-  refused it, and one ON CONFLICT after a race; each a statement of its own, planned once (one
-  statement with a condition for the probe would keep one generic plan for both).
 - schema.sql and routines/01_preamble.sql each refuse an insecure install schema first, the same
   two statements: either file may run without the other (the migrations run routines/ again alone).
   The preamble's also pins the search_path for the routines' SET search_path FROM CURRENT.
@@ -86,31 +82,6 @@ def push_checks(text: str | None = None) -> set[tuple[str, str]]:
     return differences(helpers, push[start : end + 2])
 
 
-# The second and third INSERT of pyqueue__push_batch against the first: the lines that differ on purpose.
-PUSH_BATCH_INSERTS = [
-    {
-        ("+", "WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m"),
-        ("+", "WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k"),
-        ("+", "AND m.p_kind::text = b.kd"),
-        ("+", "OFFSET 0)"),
-    },
-    {
-        ("-", "SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),"),
-        ("+", "SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),"),
-        ("-", "ORDER BY b.k, b.kd, b.new_id;"),
-        ("+", "ORDER BY b.k, b.kd, b.new_id"),
-        ("+", "ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;"),
-    },
-]
-
-
-def push_batch_inserts(text: str | None = None) -> list[set[tuple[str, str]]]:
-    code = body("pyqueue__push_batch", text)
-    starts = [i for i, line in enumerate(code) if line == "WITH batch AS MATERIALIZED ("]
-    blocks = [code[s : code.index("GET DIAGNOSTICS v_count = ROW_COUNT;", s)] for s in starts]
-    return [differences(blocks[0], block) for block in blocks[1:]]
-
-
 def guard(text: str) -> list[str]:
     """The statements before the first line that is neither a comment nor part of the two DO blocks."""
     code = lines(text)
@@ -126,20 +97,6 @@ def test_a_change_to_one_copy_of_the_push_checks_is_found():
     text = routines()
     changed = text.replace("IF v_bytes > v_max THEN", "IF v_bytes >= v_max THEN", 1)
     assert push_checks(changed) - PUSH_CHECKS == {("+", "IF v_bytes >= v_max THEN")}
-
-
-def test_queue_push_batch_writes_its_insert_alike_three_times():
-    assert push_batch_inserts() == PUSH_BATCH_INSERTS
-
-
-def test_a_change_to_one_insert_of_queue_push_batch_is_found():
-    text = routines()
-    at = text.index("ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;\n        GET DIAGNOSTICS v_count")
-    last = text.rindex("coalesce(b.pr, 0),", 0, at)
-    changed = text[:last] + "coalesce(b.pr, 1)," + text[last + len("coalesce(b.pr, 0),") :]
-    assert push_batch_inserts(changed)[1] - PUSH_BATCH_INSERTS[1] == {
-        ("+", "SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 1),")
-    }
 
 
 def test_schema_sql_and_the_preamble_refuse_an_insecure_schema_alike():

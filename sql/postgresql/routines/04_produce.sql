@@ -212,6 +212,63 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__batch_rows: the rows a batch push inserts (pyqueue__push_batch,
+-- pyqueue__push_batch_grouped), written once: ids drawn in array order (FIFO
+-- within the batch), rows returned in key order, the first of a key
+-- repeated in the batch only; a message of a group (in_groups NULL: none)
+-- goes in blocked, its group settled by the caller. in_probe: only the keys
+-- no message holds yet, each probed in the unique index (after a live key
+-- refused the plain INSERT). The caller inserts them in the order returned,
+-- so that two batches with overlapping keys take their unique-index
+-- entries in the same order and cannot deadlock. Takes no locks itself.
+CREATE OR REPLACE FUNCTION pyqueue__batch_rows(
+    in_queue      text,
+    in_groups     text[],
+    in_keys       text[],
+    in_kinds      text[],
+    in_payloads   jsonb[],
+    in_run_ats    timestamptz[],
+    in_priorities integer[],
+    in_headers    jsonb[],
+    in_now        timestamptz,
+    in_probe      boolean)
+RETURNS TABLE (queue_name text, p_key text, p_kind text, payload jsonb, priority integer,
+               scheduled_at timestamptz, scheduled_at_initially timestamptz, created_at timestamptz,
+               id bigint, group_key text, headers jsonb)
+LANGUAGE plpgsql
+-- the probe of the batch's keys below: planned on an empty table (a new
+-- queue's first batch), a sequential scan looks cheapest, and the cached
+-- plan then read the whole table once per key for the rest of the session
+-- (the plan is this function's, whichever caller planned it first)
+SET enable_seqscan = off
+AS $$
+DECLARE
+    -- The id sequence is looked up once per call, not once per row (the
+    -- catalog lookup cost a quarter of a 100-row call).
+    v_ids regclass := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
+BEGIN
+    RETURN QUERY
+        WITH batch AS MATERIALIZED (
+            SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.g, b.h, pg_catalog.nextval(v_ids) AS new_id
+              FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
+                              pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
+                              pg_catalog.unnest(in_priorities), pg_catalog.unnest(in_groups),
+                              pg_catalog.unnest(in_headers))  -- a NULL array pads with NULLs
+                   WITH ORDINALITY AS b (k, kd, pl, ra, pr, g, h, ord)
+        )
+        SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
+               CASE WHEN b.g IS NULL THEN coalesce(b.ra, in_now) ELSE pyqueue__blocked_at() END,
+               coalesce(b.ra, in_now), in_now, b.new_id, b.g, pyqueue__json_value(b.h)
+          FROM batch b
+         WHERE NOT in_probe
+            OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                            WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k
+                              AND m.p_kind::text = b.kd
+                           OFFSET 0)
+         ORDER BY b.k, b.kd, b.new_id;  -- key order, the first of a repeated key
+END;
+$$;
+
 -- pyqueue__push_batch: the body of queue_push_batch and
 -- queue_push_batch_with_headers, each a thin SECURITY DEFINER wrapper over it
 -- (in_headers NULL: no headers).
@@ -225,10 +282,6 @@ CREATE OR REPLACE FUNCTION pyqueue__push_batch(
     in_headers    jsonb[])
 RETURNS integer
 LANGUAGE plpgsql
--- the probe of the batch's keys below: planned on an empty table (a new
--- queue's first batch), a sequential scan looks cheapest, and the cached
--- plan then read the whole table once per key for the rest of the session
-SET enable_seqscan = off
 AS $$
 DECLARE
     -- before the id below: whether this call is its transaction's first write
@@ -236,86 +289,41 @@ DECLARE
     v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_count integer;
-    v_ids   regclass;
+    v_probe boolean;
 BEGIN
     IF pyqueue__begin_push_batch(in_queue, NULL, NULL, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities,
                                  in_headers, v_now) = 0 THEN
         RETURN 0;
     END IF;
-    -- Ids are drawn in array order (FIFO within the batch), but rows are
-    -- inserted in key order: two batches with overlapping keys then take
-    -- their unique-index entries in the same order and cannot deadlock.
-    -- The id sequence is looked up once per call, not once per row (the
-    -- catalog lookup cost a quarter of a 100-row call).
-    v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
-    -- The first write of a READ COMMITTED transaction: as queue_push_batch,
-    -- a plain INSERT without probing the key, then the absent keys only, each
-    -- probed, after a unique_violation (a live key), then ON CONFLICT below
-    -- after a second one (a race).
+    -- The first write of a READ COMMITTED transaction: a plain INSERT of
+    -- pyqueue__batch_rows without probing the key, then the absent keys only,
+    -- each probed, after a unique_violation (a live key), then ON CONFLICT
+    -- below after a second one (a race). ON CONFLICT costs every row a
+    -- speculative insertion, the probe an index lookup: each only when
+    -- needed (docs/performance.md, Decisions).
     IF v_first AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        BEGIN
-            WITH batch AS MATERIALIZED (
-                SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.h, pg_catalog.nextval(v_ids) AS new_id
-                  FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
-                                  pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
-                                  pg_catalog.unnest(in_priorities), pg_catalog.unnest(in_headers))
-                       WITH ORDINALITY AS b (k, kd, pl, ra, pr, h, ord)
-            )
-            INSERT INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                    scheduled_at_initially, created_at, id, headers)
-            OVERRIDING SYSTEM VALUE
-            SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
-                   coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id, pyqueue__json_value(b.h)
-              FROM batch b
-             ORDER BY b.k, b.kd, b.new_id;  -- as below: key order, the first of a repeated key
-            GET DIAGNOSTICS v_count = ROW_COUNT;
-        EXCEPTION WHEN unique_violation THEN
-            v_count := NULL;
-        END;
-        IF v_count IS NULL THEN  -- a live key: the absent ones only, each probed
+        FOREACH v_probe IN ARRAY ARRAY[false, true] LOOP
             BEGIN
-                WITH batch AS MATERIALIZED (
-                    SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.h, pg_catalog.nextval(v_ids) AS new_id
-                      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
-                                      pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
-                                      pg_catalog.unnest(in_priorities), pg_catalog.unnest(in_headers))
-                           WITH ORDINALITY AS b (k, kd, pl, ra, pr, h, ord)
-                )
                 INSERT INTO pyqueue_message
                        (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                        scheduled_at_initially, created_at, id, headers)
+                        scheduled_at_initially, created_at, id, group_key, headers)
                 OVERRIDING SYSTEM VALUE
-                SELECT DISTINCT ON (b.k, b.kd) in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
-                       coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id, pyqueue__json_value(b.h)
-                  FROM batch b
-                 WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                    WHERE m.queue_name::text = in_queue AND m.p_key::text = b.k
-                                      AND m.p_kind::text = b.kd
-                                   OFFSET 0)
-                 ORDER BY b.k, b.kd, b.new_id;  -- as below: key order, the first of a repeated key
+                SELECT * FROM pyqueue__batch_rows(in_queue, NULL, in_keys, in_kinds, in_payloads, in_run_ats,
+                                                  in_priorities, in_headers, v_now, v_probe);
                 GET DIAGNOSTICS v_count = ROW_COUNT;
+                EXIT;
             EXCEPTION WHEN unique_violation THEN
                 v_count := NULL;
             END;
-        END IF;
+        END LOOP;
     END IF;
     IF v_count IS NULL THEN
-        WITH batch AS MATERIALIZED (
-            SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.h, pg_catalog.nextval(v_ids) AS new_id
-              FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
-                              pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
-                              pg_catalog.unnest(in_priorities), pg_catalog.unnest(in_headers))  -- a NULL array pads with NULLs
-                   WITH ORDINALITY AS b (k, kd, pl, ra, pr, h, ord)
-        )
         INSERT INTO pyqueue_message
                (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                scheduled_at_initially, created_at, id, headers)
+                scheduled_at_initially, created_at, id, group_key, headers)
         OVERRIDING SYSTEM VALUE
-        SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
-               coalesce(b.ra, v_now), coalesce(b.ra, v_now), v_now, b.new_id, pyqueue__json_value(b.h)
-          FROM batch b
-         ORDER BY b.k, b.kd, b.new_id  -- of a key repeated in the batch, the first is kept
+        SELECT * FROM pyqueue__batch_rows(in_queue, NULL, in_keys, in_kinds, in_payloads, in_run_ats,
+                                          in_priorities, in_headers, v_now, false)
         ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
         GET DIAGNOSTICS v_count = ROW_COUNT;
     END IF;
@@ -558,7 +566,6 @@ DECLARE
     v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_count  integer;
-    v_ids    regclass;
     v_groups text[];
     v_ready  boolean;
     v_group  text;
@@ -567,26 +574,15 @@ BEGIN
                                  in_priorities, in_headers, v_now) = 0 THEN
         RETURN 0;
     END IF;
-    -- As queue_push_batch: ids in array order, rows inserted in key order.
-    -- A grouped message goes in blocked; its group is settled below.
-    v_ids := pg_catalog.pg_get_serial_sequence('pyqueue_message', 'id')::regclass;
-    WITH batch AS MATERIALIZED (
-        SELECT b.k, b.kd, b.pl, b.ra, b.pr, b.g, b.h, pg_catalog.nextval(v_ids) AS new_id
-          FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
-                          pg_catalog.unnest(in_payloads), pg_catalog.unnest(in_run_ats),
-                          pg_catalog.unnest(in_priorities), pg_catalog.unnest(in_groups),
-                          pg_catalog.unnest(in_headers))
-               WITH ORDINALITY AS b (k, kd, pl, ra, pr, g, h, ord)
-    ), ins AS (
+    -- As queue_push_batch, the rows of pyqueue__batch_rows, in its order; a
+    -- grouped message goes in blocked, its group settled below.
+    WITH ins AS (
         INSERT INTO pyqueue_message AS m
                (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                 scheduled_at_initially, created_at, id, group_key, headers)
         OVERRIDING SYSTEM VALUE
-        SELECT in_queue, b.k, b.kd, b.pl, coalesce(b.pr, 0),
-               CASE WHEN b.g IS NULL THEN coalesce(b.ra, v_now) ELSE pyqueue__blocked_at() END,
-               coalesce(b.ra, v_now), v_now, b.new_id, b.g, pyqueue__json_value(b.h)
-          FROM batch b
-         ORDER BY b.k, b.kd, b.new_id  -- of a key repeated in the batch, the first is kept
+        SELECT * FROM pyqueue__batch_rows(in_queue, in_groups, in_keys, in_kinds, in_payloads, in_run_ats,
+                                          in_priorities, in_headers, v_now, false)
         ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
         RETURNING m.group_key, m.scheduled_at
     )

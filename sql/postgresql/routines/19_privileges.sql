@@ -19,7 +19,7 @@ REVOKE EXECUTE ON FUNCTION
     pyqueue__check_run_at, pyqueue__check_headers, pyqueue__check_batch_headers, pyqueue__json_value, queue_create,
     queue_reset_setting, queue_settings, queue_set_max_reservation, queue_set_max_payload, queue_drop, queue_pause,
     queue_resume, queue_stats, pyqueue__check_payloads, pyqueue__push, queue_push, queue_push_with_headers,
-    pyqueue__begin_push_batch, pyqueue__push_batch, queue_push_batch, queue_push_batch_with_headers,
+    pyqueue__begin_push_batch, pyqueue__batch_rows, pyqueue__push_batch, queue_push_batch, queue_push_batch_with_headers,
     queue_push_replace, pyqueue__push_grouped, queue_push_grouped, queue_push_grouped_with_headers,
     pyqueue__push_batch_grouped, queue_push_batch_grouped, queue_push_batch_grouped_with_headers,
     pyqueue__check_kinds, pyqueue__check_reserve, pyqueue__ready_from_lower, pyqueue__ready_from_advance,
