@@ -193,7 +193,7 @@ DROP FUNCTION IF EXISTS pyqueue__archive(pyqueue_queue, pyqueue_message, text, t
 DROP FUNCTION IF EXISTS pyqueue__notify(text);
 DROP FUNCTION IF EXISTS pyqueue__channel(text);
 DROP FUNCTION IF EXISTS pyqueue__extend(text, text, text, text, interval);
-DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, text, interval, boolean, text);
+DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, text, interval, text, text);
 DROP FUNCTION IF EXISTS pyqueue__dead_letter(pyqueue_queue, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__reserve(pyqueue_queue, text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__due_tids(text, timestamptz, integer, text[], integer, timestamptz, bigint);

@@ -137,7 +137,7 @@ PG_STATEMENTS = {
         False,
         "queue_commit",
     ),
-    # queue_rollback, queue_fail: the reservation locked by its key
+    # queue_rollback, queue_fail, queue_snooze, queue_give_up: the reservation locked by its key
     "give_back": (
         "SELECT m.attempts FROM pyqueue_message m WHERE m.queue_name = $1 AND m.p_key = $2 "
         "AND m.p_kind = $3 AND m.reserve_token = $4 FOR UPDATE",

@@ -79,15 +79,18 @@ BEGIN
 END;
 $$;
 
--- pyqueue__give_back: queue_rollback and queue_fail. When in_token still
--- holds the reservation: with in_set_error, last_error becomes in_error (cut
--- to 2000 characters); then the message is eligible again after in_delay
--- (NULL = 0) and 'retry' is returned, or, when it has had max_attempts
--- deliveries, it goes to the dead-letter queue ('dead_lettered') or is
--- dropped when the queue has none ('dropped'). NULL when the token no longer
+-- pyqueue__give_back: the body of queue_rollback, queue_fail, queue_snooze
+-- and queue_give_up (in_how: 'rollback', 'fail', 'snooze', 'give_up'). When
+-- in_token still holds the reservation: for 'fail' and 'give_up',
+-- last_error becomes in_error (cut to 2000 characters); then, for
+-- 'give_up' or a message that has had max_attempts deliveries ('snooze'
+-- never), it goes to the dead-letter queue ('dead_lettered') or is dropped
+-- when the queue has none ('dropped'); otherwise it is eligible again after
+-- in_delay (NULL = 0), its attempts down by one for 'snooze' (that delivery
+-- does not count), and 'retry' is returned. NULL when the token no longer
 -- holds. Locks the message row (and the queue row when dead-lettering).
 CREATE OR REPLACE FUNCTION pyqueue__give_back(in_queue text, in_key text, in_kind text, in_token text,
-                                              in_delay interval, in_set_error boolean, in_error text)
+                                              in_delay interval, in_how text, in_error text)
 RETURNS text
 LANGUAGE plpgsql
 AS $$
@@ -108,17 +111,18 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF in_set_error THEN
+    IF in_how IN ('fail', 'give_up') THEN
         UPDATE pyqueue_message
            SET last_error = pg_catalog.left(in_error, 2000)
          WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
     END IF;
-    IF v_attempts >= v_queue.max_attempts THEN
+    IF in_how = 'give_up' OR (in_how <> 'snooze' AND v_attempts >= v_queue.max_attempts) THEN
         PERFORM pyqueue__dead_letter(v_queue, in_key, in_kind, v_now);
         RETURN CASE WHEN v_queue.dead_letter_queue IS NULL THEN 'dropped' ELSE 'dead_lettered' END;
     END IF;
     UPDATE pyqueue_message
        SET scheduled_at = v_now + coalesce(in_delay, interval '0'),
+           attempts = CASE WHEN in_how = 'snooze' THEN attempts - 1 ELSE attempts END,
            reserve_token = NULL,
            reserved_by = NULL
      WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
@@ -265,7 +269,7 @@ SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 BEGIN
-    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, false, NULL) IS NOT NULL;
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, 'rollback', NULL) IS NOT NULL;
 END;
 $$;
 
@@ -294,7 +298,7 @@ SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 BEGIN
-    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, true, in_error);
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, 'fail', in_error);
 END;
 $$;
 
@@ -314,7 +318,7 @@ $$;
 -- delivery does not count), so a snooze never dead-letters it; last_error
 -- is left as it is. A group's head keeps its place and a limited kind's slot
 -- is free again, as after queue_rollback. False when the token no longer
--- holds. Locks the message row.
+-- holds. Locks the message row. The body is pyqueue__give_back's.
 CREATE OR REPLACE FUNCTION queue_snooze(in_queue text, in_key text, in_kind text, in_token text,
                                         in_delay interval DEFAULT NULL)
 RETURNS boolean
@@ -322,28 +326,8 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
-DECLARE
-    v_queue pyqueue_queue := pyqueue__queue(in_queue);
-    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_token uuid;
 BEGIN
-    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
-    PERFORM pyqueue__check_duration('delay', in_delay, false);
-    UPDATE pyqueue_message m
-       SET scheduled_at = v_now + coalesce(in_delay, interval '0'),
-           attempts = m.attempts - 1,
-           reserve_token = NULL,
-           reserved_by = NULL
-     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
-       AND m.reserve_token = v_token;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    IF coalesce(in_delay, interval '0') <= interval '0' THEN
-        PERFORM pyqueue__notify(in_queue);  -- wakeup: ready again now
-    END IF;
-    RETURN true;
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, 'snooze', NULL) IS NOT NULL;
 END;
 $$;
 
@@ -365,7 +349,7 @@ $$;
 -- max_attempts deliveries (the dead-letter copy keeps the error, dead_from
 -- and dead_attempts; counted in dead_count; in the history as dead_lettered).
 -- NULL when the token no longer holds. Locks the message row, then the queue
--- row (as queue_fail when dead-lettering).
+-- row (as queue_fail when dead-lettering). The body is pyqueue__give_back's.
 CREATE OR REPLACE FUNCTION queue_give_up(in_queue text, in_key text, in_kind text, in_token text,
                                          in_error text DEFAULT NULL)
 RETURNS text
@@ -373,22 +357,8 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
-DECLARE
-    v_queue pyqueue_queue := pyqueue__queue(in_queue);
-    v_xid   xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
-    v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_token uuid;
 BEGIN
-    v_token := pyqueue__check_reservation(in_key, in_kind, in_token);
-    UPDATE pyqueue_message m
-       SET last_error = pg_catalog.left(in_error, 2000)
-     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind
-       AND m.reserve_token = v_token;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    PERFORM pyqueue__dead_letter(v_queue, in_key, in_kind, v_now);
-    RETURN CASE WHEN v_queue.dead_letter_queue IS NULL THEN 'dropped' ELSE 'dead_lettered' END;
+    RETURN pyqueue__give_back(in_queue, in_key, in_kind, in_token, NULL, 'give_up', in_error);
 END;
 $$;
 
