@@ -159,8 +159,9 @@ PG_STATEMENTS = {
         True,
         "pyqueue__delete_held",
     ),
-    # queue_push_batch as its transaction's first write: the batch's keys that are not live, one
-    # primary-key probe per element (as a join, the generic plan read the queue's whole range)
+    # queue_push_batch as its transaction's first write, after a live key refused its plain INSERT:
+    # the batch's keys that are not live (pyqueue__batch_rows's probe, under its planner settings),
+    # one primary-key probe per element (as a join, the generic plan read the queue's whole range)
     "push_batch_absent": (
         "SELECT DISTINCT ON (b.k, b.kd) b.k, b.kd FROM ROWS FROM (unnest($2::text[]), unnest($3::text[])) "
         "WITH ORDINALITY AS b (k, kd, ord) WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m "
@@ -170,7 +171,7 @@ PG_STATEMENTS = {
         f"('{QUEUE}', ARRAY[{_BATCH_KEYS}], array_fill('job'::text, ARRAY[100]))",
         PKEY,
         True,
-        "queue_push_batch",
+        "pyqueue__batch_rows",
     ),
 }
 
