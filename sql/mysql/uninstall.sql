@@ -76,6 +76,7 @@ DROP PROCEDURE IF EXISTS pyqueue__publish;
 DROP PROCEDURE IF EXISTS queue_bindings;
 DROP PROCEDURE IF EXISTS queue_unbind;
 DROP PROCEDURE IF EXISTS queue_bind;
+DROP PROCEDURE IF EXISTS pyqueue__bind;
 DROP TABLE IF EXISTS pyqueue_binding;
 
 -- ==== fast paths ====

@@ -85,6 +85,52 @@ BEGIN
     SET out_regex = CONCAT(out_regex, IF(v_hash, '(?:\\.[^.]++)*', ''), v_seg, '\\z');
 END //
 
+-- pyqueue__bind: the body of queue_bind (in_bind TRUE) and queue_unbind (in_bind FALSE), each a thin SECURITY DEFINER
+-- wrapper over it. The pattern (pyqueue__check_topic; to bind, at most 3 '#') and the queue are checked, then ONE
+-- statement: binding inserts the row, its regular expression built once (pyqueue__topic_regex), out_changed = 1 when
+-- new, else 0 (unknown_queue when the queue was dropped meanwhile); unbinding deletes it, out_changed = 1 when it was
+-- removed, 0 when there was none. Locks: the binding row (binding: and a shared lock on the queue row), for one
+-- statement; in autocommit mode a deadlock victim runs again.
+DROP PROCEDURE IF EXISTS pyqueue__bind //
+CREATE PROCEDURE pyqueue__bind(
+    IN  in_pattern  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_bind     BOOLEAN,
+    OUT out_changed INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_pattern VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_regex VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_retry INT;
+    DECLARE v_gone, v_own, v_tries INT DEFAULT 0;
+    CALL pyqueue__check_topic('pattern', in_pattern, TRUE);
+    -- bounded matching cost: at most 3 '#' words ('#' stands only as a whole word here)
+    IF in_bind AND CHAR_LENGTH(in_pattern) - CHAR_LENGTH(REPLACE(in_pattern, '#', '')) > 3 THEN
+        CALL pyqueue__raise('invalid_argument', 'pattern has more than 3 # wildcards');
+    END IF;
+    CALL pyqueue__check_queue(in_queue);
+    SET v_queue = in_queue, v_pattern = in_pattern;
+    IF in_bind THEN CALL pyqueue__topic_regex(v_pattern, v_regex); END IF;
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1, out_changed = 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE CONTINUE HANDLER FOR 1062 SET out_changed = 0;  -- bound already
+            DECLARE CONTINUE HANDLER FOR 1452 SET v_gone = 1;       -- the queue was dropped meanwhile
+            IF in_bind THEN
+                INSERT INTO pyqueue_binding (pattern, queue_name, pattern_regex, created_at)
+                VALUES (v_pattern, v_queue, v_regex, UTC_TIMESTAMP(6));
+            ELSE
+                DELETE FROM pyqueue_binding WHERE pattern = v_pattern AND queue_name = v_queue;
+                SET out_changed = ROW_COUNT();
+            END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    IF v_gone = 1 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+END //
+
 -- queue_bind: binds topic pattern in_pattern ('*' one word, '#' any number; pyqueue__check_topic) to in_queue, its
 -- regular expression built once (pyqueue__topic_regex). Result: one row, bound = 1 when new, else 0.
 -- Locks: the new row and a shared lock on the queue row, for one statement; a deadlock victim runs again.
@@ -94,31 +140,8 @@ CREATE PROCEDURE queue_bind(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_pattern VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_regex VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_bound, v_retry INT;
-    DECLARE v_gone, v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__check_topic('pattern', in_pattern, TRUE);
-    -- bounded matching cost: at most 3 '#' words ('#' stands only as a whole word here)
-    IF CHAR_LENGTH(in_pattern) - CHAR_LENGTH(REPLACE(in_pattern, '#', '')) > 3 THEN
-        CALL pyqueue__raise('invalid_argument', 'pattern has more than 3 # wildcards');
-    END IF;
-    CALL pyqueue__check_queue(in_queue);
-    SET v_queue = in_queue, v_pattern = in_pattern;
-    CALL pyqueue__topic_regex(v_pattern, v_regex);
-    CALL pyqueue__own_transaction(FALSE, v_own);
-    REPEAT
-        SET v_retry = 0, v_tries = v_tries + 1, v_bound = 1;
-        BEGIN
-            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-            DECLARE CONTINUE HANDLER FOR 1062 SET v_bound = 0;  -- bound already
-            DECLARE CONTINUE HANDLER FOR 1452 SET v_gone = 1;   -- the queue was dropped meanwhile
-            INSERT INTO pyqueue_binding (pattern, queue_name, pattern_regex, created_at)
-            VALUES (v_pattern, v_queue, v_regex, UTC_TIMESTAMP(6));
-        END;
-    UNTIL v_retry = 0 END REPEAT;
-    IF v_gone = 1 THEN CALL pyqueue__raise('unknown_queue', CONCAT('queue "', in_queue, '" does not exist')); END IF;
+    DECLARE v_bound INT;
+    CALL pyqueue__bind(in_pattern, in_queue, TRUE, v_bound);
     SELECT v_bound AS bound;
 END //
 
@@ -131,22 +154,8 @@ CREATE PROCEDURE queue_unbind(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_pattern VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_retry INT;
-    DECLARE v_unbound, v_own, v_tries INT DEFAULT 0;
-    CALL pyqueue__check_topic('pattern', in_pattern, TRUE);
-    CALL pyqueue__check_queue(in_queue);
-    SET v_queue = in_queue, v_pattern = in_pattern;
-    CALL pyqueue__own_transaction(FALSE, v_own);
-    REPEAT
-        SET v_retry = 0, v_tries = v_tries + 1;
-        BEGIN
-            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
-            DELETE FROM pyqueue_binding WHERE pattern = v_pattern AND queue_name = v_queue;
-            SET v_unbound = ROW_COUNT();
-        END;
-    UNTIL v_retry = 0 END REPEAT;
+    DECLARE v_unbound INT;
+    CALL pyqueue__bind(in_pattern, in_queue, FALSE, v_unbound);
     SELECT v_unbound AS unbound;
 END //
 

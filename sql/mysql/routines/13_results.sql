@@ -151,37 +151,46 @@ END //
 -- pyqueue__finish_held: the end of the reservation in_token holds on (in_key, in_kind) of in_queue, as queue_commit
 -- does it, on a queue that keeps results with its outcome in_state recorded in the same transaction: 'succeeded' with
 -- in_result (queue_commit_result), or 'cancelled' (queue_cancel_held: history outcome 'cancelled', result NULL; on a
--- queue without results just the removal). out_done = 1, or 0 when the token no longer holds (nothing written).
--- A grouped message goes through pyqueue__group_leave; otherwise pyqueue__commit_held. In autocommit mode the steps
--- are one transaction of the call's own, run again on a deadlock. Locks: the message row (a grouped one: its group row
--- first), the history, schedule and result rows, until the transaction ends.
+-- queue without results just the removal). The body of both, each a thin SECURITY DEFINER wrapper over it: the queue,
+-- key, kind and token checked first, and for 'succeeded' the result (pyqueue__check_result). out_done = 1, or 0 when
+-- the token no longer holds (nothing written). A grouped message goes through pyqueue__group_leave; otherwise
+-- pyqueue__commit_held. In autocommit mode the steps are one transaction of the call's own, run again on a deadlock.
+-- Locks: the message row (a grouped one: its group row first), the history, schedule and result rows, until the
+-- transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__finish_held //
 CREATE PROCEDURE pyqueue__finish_held(
-    IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_key    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_kind   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_token  CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_state  VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_result LONGTEXT     CHARACTER SET utf8mb4,
+    IN  in_queue  LONGTEXT    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_key    LONGTEXT    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind   LONGTEXT    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_token  LONGTEXT    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_state  VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_result LONGTEXT    CHARACTER SET utf8mb4,
     OUT out_done  INT)
 SQL SECURITY INVOKER
 BEGIN
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_id BIGINT;
     DECLARE v_history, v_results BOOLEAN;
     DECLARE v_retry INT;
     DECLARE v_own, v_tries, v_txn INT DEFAULT 0;
+    CALL pyqueue__check_queue(in_queue);
+    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
+    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
+    IF in_state = 'succeeded' THEN CALL pyqueue__check_result(v_queue, in_result); END IF;
     SET out_done = 0;
     SELECT COALESCE(MAX(m.id), 0), MAX(m.group_key),
-           (SELECT q.history_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = in_queue),
-           (SELECT q.result_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = in_queue)
+           (SELECT q.history_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = v_queue),
+           (SELECT q.result_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = v_queue)
       INTO v_id, v_group, v_history, v_results
       FROM pyqueue_message m
-     WHERE m.queue_name = in_queue AND m.p_key = in_key AND m.p_kind = in_kind AND m.reserve_token = in_token;
+     WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind AND m.reserve_token = v_held;
     IF v_id > 0 THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
     IF v_group IS NOT NULL THEN
-        CALL pyqueue__group_leave(IF(in_state = 'cancelled', 'cancel_held', 'commit_result'), in_queue, v_group, v_id,
-                                  in_key, in_kind, in_token, NULL, in_result, UTC_TIMESTAMP(6), v_own, out_done);
+        CALL pyqueue__group_leave(IF(in_state = 'cancelled', 'cancel_held', 'commit_result'), v_queue, v_group, v_id,
+                                  v_key, v_kind, v_held, NULL, in_result, UTC_TIMESTAMP(6), v_own, out_done);
     ELSEIF v_id > 0 THEN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
@@ -196,7 +205,7 @@ BEGIN
                     START TRANSACTION;
                     SET v_txn = 1;
                 END IF;
-                CALL pyqueue__commit_held(in_queue, v_id, in_key, in_kind, in_token, v_history,
+                CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history,
                                           IF(v_results, in_state, NULL), in_result, in_state <> 'cancelled', out_done);
                 IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
             END;
@@ -247,15 +256,8 @@ CREATE PROCEDURE queue_commit_result(
     IN in_result LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_done INT;
-    CALL pyqueue__check_queue(in_queue);
-    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
-    CALL pyqueue__check_result(v_queue, in_result);
-    CALL pyqueue__finish_held(v_queue, v_key, v_kind, v_held, 'succeeded', in_result, v_done);
+    CALL pyqueue__finish_held(in_queue, in_key, in_kind, in_token, 'succeeded', in_result, v_done);
     SELECT v_done AS committed;
 END //
 
@@ -499,14 +501,8 @@ CREATE PROCEDURE queue_cancel_held(
     IN in_token LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_held CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_done INT;
-    CALL pyqueue__check_queue(in_queue);
-    CALL pyqueue__check_reservation(in_key, in_kind, in_token);
-    SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_held = LOWER(in_token);
-    CALL pyqueue__finish_held(v_queue, v_key, v_kind, v_held, 'cancelled', NULL, v_done);
+    CALL pyqueue__finish_held(in_queue, in_key, in_kind, in_token, 'cancelled', NULL, v_done);
     SELECT v_done AS cancelled;
 END //
 
