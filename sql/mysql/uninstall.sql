@@ -128,6 +128,7 @@ DROP PROCEDURE IF EXISTS queue_push;
 DROP PROCEDURE IF EXISTS pyqueue__push_batch_grouped;
 DROP PROCEDURE IF EXISTS pyqueue__push_grouped;
 DROP PROCEDURE IF EXISTS pyqueue__push_batch;
+DROP PROCEDURE IF EXISTS pyqueue__raise_batch_shape;
 
 -- ==== queues ====
 -- (the tables pyqueue_group, pyqueue_message and pyqueue_queue go last, see

@@ -132,6 +132,24 @@ BEGIN
     SELECT v_inserted AS inserted;
 END //
 
+-- pyqueue__raise_batch_shape: refuses (invalid_argument) a batch call given as in PostgreSQL, one array per column:
+-- MySQL takes ONE JSON array of messages as argument in_position ('1st', '2nd'), the other in_others arguments NULL
+-- (in_with_headers: one more, in_headers). Called by the batch pushes and publishes only when one of those is not
+-- NULL.
+DROP PROCEDURE IF EXISTS pyqueue__raise_batch_shape //
+CREATE PROCEDURE pyqueue__raise_batch_shape(
+    IN in_with_headers BOOLEAN,
+    IN in_position     VARCHAR(8) CHARACTER SET utf8mb4,
+    IN in_others       INT)
+SQL SECURITY INVOKER
+BEGIN
+    CALL pyqueue__raise('invalid_argument', IF(in_with_headers,
+        CONCAT('MySQL: one JSON array of messages (headers a member of each) as ', in_position,
+               ' argument, the other ', in_others + 1, ' NULL'),
+        CONCAT('MySQL takes one JSON array of messages as ', in_position, ' argument; the other ', in_others,
+               ' must be NULL')));
+END //
+
 -- pyqueue__push_batch: the body of queue_push_batch and queue_push_batch_with_headers, each a thin SECURITY DEFINER
 -- wrapper over it (in_with_headers FALSE: the members "headers" are not read).
 DROP PROCEDURE IF EXISTS pyqueue__push_batch //
@@ -154,9 +172,7 @@ BEGIN
     SET v_queue = in_queue;
     IF in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument', IF(in_with_headers,
-            'MySQL: one JSON array of messages (headers a member of each) as 2nd argument, the other 5 NULL',
-            'MySQL takes one JSON array of messages as 2nd argument; the other 4 must be NULL'));
+        CALL pyqueue__raise_batch_shape(in_with_headers, '2nd', 4);
     END IF;
     CALL pyqueue__check_messages(in_messages, NULL);
     IF in_with_headers THEN CALL pyqueue__check_batch_headers(in_messages); END IF;
@@ -462,9 +478,7 @@ BEGIN
     SET v_queue = in_queue;
     IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument', IF(in_with_headers,
-            'MySQL: one JSON array of messages (headers a member of each) as 2nd argument, the other 6 NULL',
-            'MySQL takes one JSON array of messages as 2nd argument; the other 5 must be NULL'));
+        CALL pyqueue__raise_batch_shape(in_with_headers, '2nd', 5);
     END IF;
     CALL pyqueue__check_messages(in_messages, 'group');
     IF in_with_headers THEN CALL pyqueue__check_batch_headers(in_messages); END IF;

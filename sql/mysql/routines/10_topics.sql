@@ -283,9 +283,7 @@ BEGIN
     DECLARE v_matches BIGINT;
     IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument', IF(in_with_headers,
-            'MySQL: one JSON array of messages (headers a member of each) as 1st argument, the other 6 NULL',
-            'MySQL takes one JSON array of messages as 1st argument; the other 5 must be NULL'));
+        CALL pyqueue__raise_batch_shape(in_with_headers, '1st', 5);
     END IF;
     CALL pyqueue__check_messages(in_messages, 'topic');
     IF in_with_headers THEN CALL pyqueue__check_batch_headers(in_messages); END IF;
