@@ -132,8 +132,8 @@ def idle_timeout(
 
 def earliest_due(due: float | None, wait_s: float | None) -> float | None:
     """The earlier of two next-scheduled_at waits (seconds). A wait_s of 0 right after an empty
-    reserve is a kind we do not handle, or a row another reserver holds the lock of: ignored,
-    the poll decides."""
+    reserve is a message that came due since (the reserve loop runs one more round at once), or
+    a row another reserver holds the lock of: ignored here, the poll decides."""
     if wait_s is not None and wait_s > 0:
         return wait_s if due is None else min(due, wait_s)
     return due
@@ -353,6 +353,7 @@ class Dispatch:
         recheck_at: float | None = None
         long_poll = self._long_poll()
         nothing_ready = False  # the last long poll timed out: no reserve needed
+        rechecked_due_now = False  # the last empty round was already followed by one at once
         while not self._stopping.is_set():
             if nothing_ready:
                 nothing_ready = not (yield from self._wait_steps(self.long_poll_wait))
@@ -370,11 +371,19 @@ class Dispatch:
             self._round_done()
             if got:
                 poll = self.poll_min
+                rechecked_due_now = False
                 continue
             yield Hooks(self.on_idle, None)
             # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
             # poll fallback, a retry this worker scheduled (and one re-check after a wakeup).
-            due = yield from self._next_due_steps()
+            due, due_now = yield from self._next_due_steps()
+            if due_now and not rechecked_due_now:
+                # A message came due between the empty reserve and this read (a delayed push
+                # of another process sends no wakeup): one more round at once. A second 0
+                # in a row is a row another reserver holds: the wait below, not a busy loop.
+                rechecked_due_now = True
+                continue
+            rechecked_due_now = due_now
             timeout, poll = self._idle_timeout(poll, due, recheck_at)
             recheck_at = None
             woke = yield from self._wait_steps(timeout)
@@ -385,11 +394,14 @@ class Dispatch:
             nothing_ready = long_poll and not woke and not self._wake_queues
 
     def _next_due_steps(self):
+        """(seconds to the earliest next scheduled_at, whether one is due already)."""
         due: float | None = None
+        due_now = False
         for route in self.routes.values():
             _, wait_s = yield RetriedCall("next_scheduled_at", route.queue, (route.kinds(),))
             due = earliest_due(due, wait_s)
-        return due
+            due_now = due_now or (wait_s is not None and wait_s <= 0)
+        return due, due_now
 
     def _wait_steps(self, timeout: float):
         """Waits up to timeout; True if woken by a notification (LISTEN) or a ready message (long

@@ -276,9 +276,8 @@ def test_every_retry_s_due_time_is_kept_not_only_the_earliest():
 def test_a_retry_due_just_after_a_snooze_is_reserved_without_waiting_for_the_fallback():
     """A snooze and a retry of this worker come due 49 ms apart. The wait ends at the snooze's
     time and the next round takes it; the round after finds nothing, and by the time the server
-    answers queue_next_scheduled_at the retry is due: a wait of 0, which the dispatcher ignores
-    (after an empty reserve it means a row another reserver holds). The retry's own due time
-    must still end the wait at once, not the 60 s fallback."""
+    answers queue_next_scheduled_at the retry is due: a wait of 0. The next round must start at
+    once, not at the 60 s fallback."""
     worker, clock = make_worker(PG, concurrency=4, poll_fallback=60.0)
     snoozed, retried = reservation(key="s"), reservation(key="r")
     steps, listen = dispatcher_until_listening(worker, clock, [snoozed, retried])
@@ -295,6 +294,41 @@ def test_a_retry_due_just_after_a_snooze_is_reserved_without_waiting_for_the_fal
     assert steps.answer().method == "next_scheduled_at"
     assert steps.answer((T0, 0.0)) == WAIT_SLOTS  # not a Listen until the fallback
     assert steps.answer().method == "reserve"
+
+
+def test_a_message_due_between_an_empty_reserve_and_the_next_scheduled_at_is_reserved_at_once():
+    """Another process's delayed message comes due after this worker's reserve found nothing and
+    before its queue_next_scheduled_at: a wait of 0, and no wakeup is sent (a delayed push sends
+    none). The loop reserves again at once instead of waiting for the 60 s fallback. A second 0
+    in a row is a row another reserver holds: then the fallback wait, and no busy loop while it
+    stays so; a round that reserves something ends that."""
+    worker, clock = make_worker(PG, concurrency=4, poll_fallback=60.0)
+    steps, listen = dispatcher_until_listening(worker, clock, [reservation(key="a")])
+    assert listen.deadline == clock.now + 60.0
+    assert listen_until_it_ends(worker, clock, listen.deadline) is False
+
+    def empty_round(wait_s: float) -> object:
+        assert steps.op == WAIT_SLOTS
+        assert steps.answer().method == "reserve"
+        assert steps.answer([]) == Hooks(worker.on_idle, None)
+        assert steps.answer().method == "next_scheduled_at"
+        return steps.answer((T0, wait_s))
+
+    assert steps.answer(False) == WAIT_SLOTS
+    assert empty_round(0.0) == WAIT_SLOTS  # came due meanwhile: at once
+    held = empty_round(0.0)  # again 0: held by another reserver
+    assert isinstance(held, Listen) and held.deadline == clock.now + 60.0
+    assert steps.answer(False) == WAIT_SLOTS
+    assert isinstance(empty_round(0.0), Listen)  # still held: no round at once
+    assert steps.answer(False) == WAIT_SLOTS
+    assert steps.answer().method == "reserve"
+    assert steps.answer([reservation(key="b")]) == WAIT_SLOTS  # reserved: the next 0 is new
+    assert steps.answer().method == "reserve"
+    assert steps.answer([]) == Hooks(worker.on_idle, None)
+    assert steps.answer().method == "next_scheduled_at"
+    assert steps.answer((T0, 0.0)) == WAIT_SLOTS
+    later = empty_round(2.0)  # a message due in 2 s: waited for, not polled
+    assert isinstance(later, Listen) and later.deadline == pytest.approx(clock.now + 2.0)
 
 
 def test_a_client_side_poll_also_ends_when_a_retry_is_due():
