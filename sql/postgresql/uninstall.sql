@@ -165,6 +165,7 @@ DROP FUNCTION IF EXISTS pyqueue__groups_settle(text, text[], timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__group_settle_k(text, text, timestamptz, boolean, integer);
 DROP FUNCTION IF EXISTS pyqueue__group_settle(text, text, timestamptz, boolean);
 DROP FUNCTION IF EXISTS pyqueue__group_first_blocked(text, text);
+DROP FUNCTION IF EXISTS pyqueue__group_head(text, text, text, timestamptz, timestamptz, boolean);
 DROP FUNCTION IF EXISTS pyqueue__blocked_at();
 DROP FUNCTION IF EXISTS pyqueue__ingest();
 DROP FUNCTION IF EXISTS pyqueue__schedule(text, text, text, jsonb, bigint, text);

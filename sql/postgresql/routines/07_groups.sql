@@ -41,6 +41,30 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__group_head: makes the blocked message (in_key, in_kind) of
+-- in_queue, whose run time is in_at, a head of its group: due at its run
+-- time or now, whichever is later, after a head left (or the limit was
+-- raised), so that it queues behind the heads that are ready already (round
+-- robin); at its run time, which may lie in the past (push_replace moves a
+-- blocked message's), when its own push makes it one: that lowers the
+-- queue's bound, whose lowering by that write was folded in while the message
+-- was blocked. The one step of pyqueue__group_settle and
+-- pyqueue__group_settle_k that adds a head; the caller holds the group's row.
+CREATE OR REPLACE FUNCTION pyqueue__group_head(in_queue text, in_key text, in_kind text, in_at timestamptz,
+                                               in_now timestamptz, in_head_left boolean)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF NOT in_head_left THEN
+        PERFORM pyqueue__ready_from_lower(in_queue, in_at, in_now);
+    END IF;
+    UPDATE pyqueue_message m
+       SET scheduled_at = CASE WHEN in_head_left THEN greatest(in_at, in_now) ELSE in_at END
+     WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
+END;
+$$;
+
 -- pyqueue__group_settle: gives in_group of in_queue its head after a change.
 -- With in_head_left the head has just left the queue (committed, popped,
 -- dead-lettered, moved away, removed): the blocked message first in
@@ -119,14 +143,7 @@ BEGIN
         UPDATE pyqueue_message m SET scheduled_at = pyqueue__blocked_at()
          WHERE m.queue_name::text = in_queue AND m.p_key::text = v_head_key AND m.p_kind::text = v_head_kind;
     END IF;
-    IF NOT in_head_left THEN
-        -- at its run time, which may lie in the past (push_replace moves a blocked message's): it lowers
-        -- the queue's bound, whose lowering by that write was folded in while the message was blocked
-        PERFORM pyqueue__ready_from_lower(in_queue, v_next.out_at, in_now);
-    END IF;
-    UPDATE pyqueue_message m
-       SET scheduled_at = CASE WHEN in_head_left THEN greatest(v_next.out_at, in_now) ELSE v_next.out_at END
-     WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.out_key::text AND m.p_kind::text = v_next.out_kind::text;
+    PERFORM pyqueue__group_head(in_queue, v_next.out_key, v_next.out_kind, v_next.out_at, in_now, in_head_left);
     UPDATE pyqueue_group g SET head_key = v_next.out_key, head_kind = v_next.out_kind
      WHERE g.queue_name::text = in_queue AND g.group_key::text = in_group;
     -- wakeup: the new head is ready now, or due later and maybe the earliest (waiters re-time to it)
@@ -198,14 +215,7 @@ BEGIN
             v_live := v_live - 1;
             v_displaced := true;
         END IF;
-        IF NOT in_head_left THEN
-            -- at its run time, which may lie in the past (see pyqueue__group_settle)
-            PERFORM pyqueue__ready_from_lower(in_queue, v_next.out_at, in_now);
-        END IF;
-        UPDATE pyqueue_message m
-           SET scheduled_at = CASE WHEN in_head_left THEN greatest(v_next.out_at, in_now) ELSE v_next.out_at END
-         WHERE m.queue_name::text = in_queue AND m.p_key::text = v_next.out_key::text
-           AND m.p_kind::text = v_next.out_kind::text;
+        PERFORM pyqueue__group_head(in_queue, v_next.out_key, v_next.out_kind, v_next.out_at, in_now, in_head_left);
         v_live := v_live + 1;
         v_notify := true;  -- a new head: ready now, or due later (waiters re-time to it)
     END LOOP;
