@@ -83,9 +83,20 @@ class System:
         """What one call of the workload runs, for the report."""
         return cls.calls.get(workload, "")
 
+    @contextlib.contextmanager
+    def opened(self, dsn: str):
+        """A client of its own (open, close) for the with block."""
+        client = type(self)(self.dialect)
+        client.open(dsn)
+        try:
+            yield client
+        finally:
+            client.close()
+
     def prefill(self, dsn: str, n: int) -> None:
-        for numbers in common.chunks(n):
-            self.push_batch_setup(dsn, [f"p{i}" for i in numbers])
+        with self.opened(dsn) as client:
+            for numbers in common.chunks(n):
+                client.push_batch([f"p{i}" for i in numbers])
 
     def close(self) -> None:
         self.conn.close()
@@ -98,9 +109,7 @@ class System:
 
 
 def _analyze(dialect: str, dsn: str, table: str) -> None:
-    common.execute(
-        dialect, dsn, f"VACUUM ANALYZE {table}" if dialect == "postgresql" else f"ANALYZE TABLE {table}"
-    )
+    common.execute(dialect, dsn, ("VACUUM ANALYZE " if dialect == "postgresql" else "ANALYZE TABLE ") + table)
 
 
 class PyQueue(System):
@@ -129,11 +138,9 @@ class PyQueue(System):
         _analyze(self.dialect, dsn, "pyqueue_message")
 
     def prefill(self, dsn: str, n: int) -> None:
-        import pyqueue_sql
-
-        with pyqueue_sql.connect(dsn) as db:
+        with self.opened(dsn) as client:
             for numbers in common.chunks(n):
-                db.queue(QUEUE).push_many([(f"p{i}", "job", {"n": i}) for i in numbers])
+                client.q.push_many([(f"p{i}", "job", {"n": i}) for i in numbers])
 
     def open(self, dsn: str) -> None:
         import pyqueue_sql
@@ -270,33 +277,33 @@ class InsertCeiling(System):
     name = "INSERT ceiling"
     role = "ceiling"
     calls = {"push": "single-row autocommit `INSERT`"}
+    CALL = {
+        "postgresql": "single-row autocommit `INSERT` (id, payload jsonb)",
+        "mysql": "single-row autocommit `INSERT IGNORE` (id, unique msg_key, payload JSON)",
+    }
+    DDL = {
+        "postgresql": "CREATE TABLE plain (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)",
+        "mysql": "CREATE TABLE plain (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
+        "payload JSON NOT NULL, UNIQUE KEY plain_key (msg_key)) ENGINE=InnoDB",
+    }
+    INSERT = {
+        "postgresql": "INSERT INTO plain (payload) VALUES (%s)",
+        "mysql": "INSERT IGNORE INTO plain (msg_key, payload) VALUES (%s, %s)",
+    }
 
     @classmethod
     def call_of(cls, dialect: str, workload: str) -> str:
-        if dialect == "postgresql":
-            return "single-row autocommit `INSERT` (id, payload jsonb)"
-        return "single-row autocommit `INSERT IGNORE` (id, unique msg_key, payload JSON)"
+        return cls.CALL[dialect]
 
     def setup(self, dsn: str) -> None:
-        if self.pg:
-            ddl = "CREATE TABLE plain (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)"
-        else:
-            ddl = (
-                "CREATE TABLE plain (id BIGINT AUTO_INCREMENT PRIMARY KEY, msg_key VARCHAR(255) NOT NULL, "
-                "payload JSON NOT NULL, UNIQUE KEY plain_key (msg_key)) ENGINE=InnoDB"
-            )
-        common.execute(self.dialect, dsn, ddl)
+        common.execute(self.dialect, dsn, self.DDL[self.dialect])
 
     def reset(self, dsn: str) -> None:
         common.execute(self.dialect, dsn, "TRUNCATE plain")
 
     def open(self, dsn: str) -> None:
         self.conn = common.raw_connect(self.dialect, dsn, autocommit=True)
-        self.sql = (
-            "INSERT INTO plain (payload) VALUES (%s)"
-            if self.pg
-            else "INSERT IGNORE INTO plain (msg_key, payload) VALUES (%s, %s)"
-        )
+        self.sql = self.INSERT[self.dialect]
 
     def push(self, key: str, i: int) -> None:
         self.conn.cursor().execute(self.sql, (_payload(i),) if self.pg else (key, _payload(i)))
@@ -342,10 +349,6 @@ class HandRolled(System):
             return f"INSERT INTO job (msg_key, payload) VALUES {values} ON CONFLICT (msg_key) DO NOTHING"
         return f"INSERT IGNORE INTO job (msg_key, payload) VALUES {values}"
 
-    def push_batch_setup(self, dsn: str, keys: list[str]) -> None:
-        with contextlib.closing(common.raw_connect(self.dialect, dsn)) as conn:
-            self.push_batch(keys, conn)
-
     def open(self, dsn: str) -> None:
         self.conn = common.raw_connect(self.dialect, dsn, autocommit=False)
         self.auto = common.raw_connect(self.dialect, dsn, autocommit=True)
@@ -360,10 +363,8 @@ class HandRolled(System):
     def push(self, key: str, i: int) -> None:
         self.auto.cursor().execute(self.single, (key, _payload(i)))
 
-    def push_batch(self, keys: list[str], conn=None) -> None:
-        (conn or self.auto).cursor().execute(
-            self.insert_sql(len(keys)), [v for k in keys for v in (k, _payload(k))]
-        )
+    def push_batch(self, keys: list[str]) -> None:
+        self.auto.cursor().execute(self.insert_sql(len(keys)), [v for k in keys for v in (k, _payload(k))])
 
     def _reserve(self, n: int) -> tuple[list[int], str]:
         cur = self.conn.cursor()
@@ -436,9 +437,10 @@ class Pgmq(System):
         common.execute(self.dialect, dsn, f"SELECT pgmq.purge_queue('{QUEUE}')", f"TRUNCATE pgmq.a_{QUEUE}")
         _analyze(self.dialect, dsn, f"pgmq.q_{QUEUE}")
 
-    def push_batch_setup(self, dsn: str, keys: list[str]) -> None:
-        rows = f"ARRAY(SELECT jsonb_build_object('n', i, 'kind', 'bench') FROM generate_series(1, {len(keys)}) i)"
-        common.execute(self.dialect, dsn, f"SELECT count(*) FROM pgmq.send_batch('{QUEUE}', {rows})")
+    def prefill(self, dsn: str, n: int) -> None:
+        for m in map(len, common.chunks(n)):
+            rows = f"ARRAY(SELECT jsonb_build_object('n', i, 'kind', 'bench') FROM generate_series(1, {m}) i)"
+            common.execute(self.dialect, dsn, f"SELECT count(*) FROM pgmq.send_batch('{QUEUE}', {rows})")
 
     def open(self, dsn: str) -> None:
         self.conn = common.raw_connect(self.dialect, dsn, autocommit=True)
@@ -494,25 +496,17 @@ class PGQueuer(_Async, System):
         return conn, Queries.from_psycopg_connection(conn)
 
     def setup(self, dsn: str) -> None:
-        async def go():
-            conn, q = await self._queries(dsn)
-            await q.install()
-            await conn.close()
-
-        asyncio.run(go())
+        with self.opened(dsn) as client:
+            client.run(client.q.install())
 
     def reset(self, dsn: str) -> None:
         common.execute(self.dialect, dsn, "TRUNCATE pgqueuer, pgqueuer_log")
         _analyze(self.dialect, dsn, "pgqueuer")
 
     def prefill(self, dsn: str, n: int) -> None:
-        async def go():
-            conn, q = await self._queries(dsn)
+        with self.opened(dsn) as client:
             for m in map(len, common.chunks(n)):
-                await q.enqueue(["bench"] * m, [b'{"n":1}'] * m, [0] * m)
-            await conn.close()
-
-        asyncio.run(go())
+                client.run(client.q.enqueue(["bench"] * m, [b'{"n":1}'] * m, [0] * m))
 
     def open(self, dsn: str) -> None:
         from pgqueuer.queries import EntrypointExecutionParameter
@@ -550,25 +544,21 @@ DEFAULT_SYSTEMS = {
 }
 
 
-def _keys(index: int, share: range, keys: str) -> list[str]:
-    """This client's message keys: random (uuid4 hex, as users' business keys are) or serial."""
-    if keys == "random":
-        return [uuid.uuid4().hex for _ in share]
-    return [f"c{index}-{i}" for i in share]
-
-
-def _client(
-    system_cls, dialect, dsn, workload, index, clients, n, cap, barrier, done, results, keys="random"
-):
+def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier, done, results, keys) -> None:
+    """One client process: its share of the messages (keys random, uuid4 hex as users' business
+    keys are, or serial), from the barrier until done or the time cap."""
     try:
         system = system_cls(dialect)
         system.open(dsn)
         share = range(index, n, clients)  # this client's message numbers
-        names = _keys(index, share, keys) if workload not in CONSUMING else []
+        names = (
+            []
+            if workload in CONSUMING
+            else [uuid.uuid4().hex if keys == "random" else f"c{index}-{i}" for i in share]
+        )
         barrier.wait()
         start = time.perf_counter()
-        deadline = start + cap
-        count = 0
+        deadline, count = start + cap, 0
         if workload == "push":
             for key, i in zip(names, share):
                 system.push(key, i)
@@ -584,17 +574,13 @@ def _client(
                     break
         else:
             take = system.take_ack if workload == "reserve_ack" else system.take_ack_batch
-            while True:
-                got = take()
-                if got:
+            total = 0
+            while total < n and time.perf_counter() <= deadline:
+                if got := take():
                     count += got
                     with done.get_lock():
                         done.value += got
-                        total = done.value
-                else:
-                    total = done.value
-                if total >= n or time.perf_counter() > deadline:
-                    break
+                total = done.value
         end = time.perf_counter()
         system.close()  # not timed (commit_reserve commits the message it still holds)
         results.put((index, count, start, end, None))
@@ -608,51 +594,35 @@ churned (drained, pushed and drained again, nothing vacuumed: bench-churned.md);
 profile: fresh)"""
 
 
-def churns(system_cls) -> bool:
-    """Whether a system can be churned: it consumes (take_ack_batch), so it can be drained."""
-    return "reserve_ack_batch" in system_cls.calls
-
-
 def churn(system_cls, dialect: str, dsn: str, n: int) -> int:
     """A churned queue, as users meet one in use: whatever the last measurement left is drained,
     then n messages pushed and drained again, all through the system's own batch calls, with no
     VACUUM, ANALYZE or TRUNCATE (autovacuum as the server has it configured). Returns the
     messages it drained."""
-    system = system_cls(dialect)
-    system.open(dsn)
-    drained = 0
-    try:
-        for fill in (False, True):
-            if fill:
-                system.prefill(dsn, n)
-            while got := system.take_ack_batch():
-                drained += got
-    finally:
-        system.close()
-    return drained
+    with system_cls(dialect).opened(dsn) as system:
+        drained = sum(iter(system.take_ack_batch, 0))
+        system.prefill(dsn, n)
+        return drained + sum(iter(system.take_ack_batch, 0))
 
 
 def measure(
     system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state="fresh", keys="random"
-) -> dict[str, Any]:
-    system = system_cls(dialect)
-    churned = None
-    if state == "churned" and churns(system_cls):
-        churned = churn(system_cls, dialect, dsn, n)
+) -> dict:
+    """One measurement: the system emptied (fresh) or churned, prefilled for a consuming workload,
+    then the client processes from one barrier; the rate, and the CPU a message."""
+    out: dict[str, Any] = {}
+    if state == "churned" and "reserve_ack_batch" in system_cls.calls:  # it consumes: it can be drained
+        out["churned"] = churn(system_cls, dialect, dsn, n)
     else:  # fresh (and the INSERT ceiling, which does not consume): emptied, VACUUM ANALYZE
-        system.reset(dsn)
+        system_cls(dialect).reset(dsn)
     if workload in CONSUMING:
-        system.prefill(dsn, n)
-    cpu_before = (common.own_cpu(children=True), common.server_cpu(dialect, pid))
+        system_cls(dialect).prefill(dsn, n)
+    client0, server0 = common.own_cpu(children=True), common.server_cpu(dialect, pid)
     ctx = mp.get_context("fork")
-    barrier = ctx.Barrier(clients)
-    done = ctx.Value("q", 0)
-    results = ctx.Queue()
+    barrier, done, results = ctx.Barrier(clients), ctx.Value("q", 0), ctx.Queue()
+    how = (system_cls, dialect, dsn, workload)
     procs = [
-        ctx.Process(
-            target=_client,
-            args=(system_cls, dialect, dsn, workload, i, clients, n, cap, barrier, done, results, keys),
-        )
+        ctx.Process(target=_client, args=(*how, i, clients, n, cap, barrier, done, results, keys))
         for i in range(clients)
     ]
     for p in procs:
@@ -665,23 +635,18 @@ def measure(
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=10)
-    errors = [r[4] for r in rows if r[4]]
-    if errors:
+    if errors := [r[4] for r in rows if r[4]]:
         return {"error": errors[0]}
-    count = sum(r[1] for r in rows)
-    seconds = max(r[3] for r in rows) - min(r[2] for r in rows)
-    out = {
-        "messages": count,
-        "seconds": round(seconds, 4),
-        "rate": round(count / seconds, 1) if seconds else None,
-    }
-    if churned is not None:
-        out["churned"] = churned
-    server_after = common.server_cpu(dialect, pid)
+    count, seconds = sum(r[1] for r in rows), max(r[3] for r in rows) - min(r[2] for r in rows)
+    out = (
+        dict(messages=count, seconds=round(seconds, 4), rate=round(count / seconds, 1) if seconds else None)
+        | out
+    )
+    server1 = common.server_cpu(dialect, pid)
     if count:
-        out["client_cpu_us"] = round((common.own_cpu(children=True) - cpu_before[0]) / count * 1e6, 1)
-        if cpu_before[1] is not None and server_after is not None:
-            out["server_cpu_us"] = round((server_after - cpu_before[1]) / count * 1e6, 1)
+        out["client_cpu_us"] = round((common.own_cpu(children=True) - client0) / count * 1e6, 1)
+        if server0 is not None and server1 is not None:
+            out["server_cpu_us"] = round((server1 - server0) / count * 1e6, 1)
     return out
 
 
@@ -698,10 +663,9 @@ def _rates(
     results: list[dict], dialect: str, system: str, workload: str, key: str = "rate"
 ) -> dict[int, float]:
     """Round -> msg/s (or key: client_cpu_us, server_cpu_us) of one system on one workload."""
+    of = (dialect, system, workload)
     return {
-        r["round"]: r[key]
-        for r in results
-        if r["dialect"] == dialect and r["system"] == system and r["workload"] == workload and r.get(key)
+        r["round"]: r[key] for r in results if (r["dialect"], r["system"], r["workload"]) == of and r.get(key)
     }
 
 
@@ -722,19 +686,21 @@ def summarize(results: list[dict], dialect: str, systems: list[str]) -> list[dic
         best = max(peers, key=lambda s: statistics.median(rates[s].values()), default=None)
         ceiling = rates.get("INSERT ceiling")
         for s, v in rates.items():
-            vals = list(v.values())
-            row = dict(workload=w, system=s, role=SYSTEMS[s].role, calls=SYSTEMS[s].call_of(dialect, w))
-            row |= dict(median=statistics.median(vals), min=min(vals), max=max(vals))
-            row |= dict(rounds=len(vals), best_peer=best)
+            vals, role = list(v.values()), SYSTEMS[s].role
+            row = dict(workload=w, system=s, role=role, calls=SYSTEMS[s].call_of(dialect, w))
+            row |= dict(
+                median=statistics.median(vals), min=min(vals), max=max(vals), rounds=len(vals), best_peer=best
+            )
             for side in ("client_cpu_us", "server_cpu_us"):
-                cpu = list(_rates(results, dialect, s, w, side).values())
-                if cpu:
+                if cpu := list(_rates(results, dialect, s, w, side).values()):
                     row[side] = statistics.median(cpu)
-            if best and SYSTEMS[s].role != "ceiling":
+            if best and role != "ceiling":
                 r = _ratio(v, rates[best])
-                row["vs_best_peer"] = statistics.median(r) if r else None
-                row["vs_best_peer_range"] = (min(r), max(r)) if r else None
-            if w == "push" and ceiling and SYSTEMS[s].role != "ceiling":
+                row |= dict(
+                    vs_best_peer=statistics.median(r) if r else None,
+                    vs_best_peer_range=(min(r), max(r)) if r else None,
+                )
+            if w == "push" and ceiling and role != "ceiling":
                 r = _ratio(v, ceiling)
                 row["vs_ceiling"] = statistics.median(r) if r else None
             rows.append(row)
@@ -790,19 +756,17 @@ def markdown(results: list[dict], meta: dict) -> str:
         cells = []
         for row in rows:
             vs = ""
-            if row.get("vs_best_peer") is not None:
+            if row["system"] == row["best_peer"]:
+                vs = "best peer"
+            elif row.get("vs_best_peer") is not None:
                 lo, hi = row["vs_best_peer_range"]
                 vs = f"{row['vs_best_peer']:.2f}x" + (f" ({lo:.2f}-{hi:.2f})" if row["rounds"] > 1 else "")
-                if row["system"] == row["best_peer"]:
-                    vs = "best peer"
             ceil = f"{100 * row['vs_ceiling']:.0f}%" if row.get("vs_ceiling") else ""
             name = f"**{row['system']}**" if row["role"] == "ours" else row["system"]
-            cpu = ""
-            if row.get("client_cpu_us") is not None:
-                cpu = f"{row['client_cpu_us']:,.0f}"
-                if row.get("server_cpu_us") is not None:
-                    total = row["client_cpu_us"] + row["server_cpu_us"]
-                    cpu += f" + {row['server_cpu_us']:,.0f} = {total:,.0f}"
+            client, server = row.get("client_cpu_us"), row.get("server_cpu_us")
+            cpu = "" if client is None else f"{client:,.0f}"
+            if client is not None and server is not None:
+                cpu += f" + {server:,.0f} = {client + server:,.0f}"
             span = f"{_num(row['min'])}-{_num(row['max'])}"
             cells.append(
                 (LABEL[row["workload"]], name, row["calls"], _num(row["median"]), span, vs, ceil, cpu)
@@ -811,9 +775,10 @@ def markdown(results: list[dict], meta: dict) -> str:
         out += [*common.table(head.split("|"), cells, "lllr"), ""]
     out += _async_table(results, meta)
     notes = [f"- {d}/{s}: {why}" for (d, s), why in sorted(meta["skipped"].items())]
-    errors = [r for r in results if r.get("error")]
     notes += [
-        f"- {r['dialect']}/{r['system']}/{r['workload']} round {r['round']}: {r['error']}" for r in errors
+        f"- {r['dialect']}/{r['system']}/{r['workload']} round {r['round']}: {r['error']}"
+        for r in results
+        if r.get("error")
     ]
     if notes:
         out += ["Not measured:", "", *notes, ""]
@@ -826,14 +791,17 @@ def _async_table(results: list[dict], meta: dict) -> list[str]:
     for dialect in meta["dialects"]:
         rows = []
         for w in WORKLOADS:
-            mine = _rates(results, dialect, "pyqueue async", w)
-            if not mine:
-                continue
-            cells = [LABEL[w], _num(statistics.median(mine.values()))]
-            for other in ("pyqueue", "pgqueuer"):
-                r = _ratio(mine, _rates(results, dialect, other, w))
-                cells.append(f"{statistics.median(r):.2f}x" if r else "")
-            rows.append(cells)
+            if mine := _rates(results, dialect, "pyqueue async", w):
+                ratios = [
+                    _ratio(mine, _rates(results, dialect, other, w)) for other in ("pyqueue", "pgqueuer")
+                ]
+                rows.append(
+                    [
+                        LABEL[w],
+                        _num(statistics.median(mine.values())),
+                        *(f"{statistics.median(r):.2f}x" if r else "" for r in ratios),
+                    ]
+                )
         if rows:
             head = ["workload", "pyqueue async msg/s", "vs pyqueue (sync)", "vs pgqueuer (async)"]
             out += [

@@ -13,6 +13,8 @@ system). bench/README.md, Burn-down.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import platform
@@ -24,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench import common
 
@@ -58,7 +60,7 @@ class System:
     remaining_sql: str
     peer: bool = True
     note: str = ""
-    needs: list[str] = field(default_factory=list)
+    needs: str = ""  # the Python package it needs
     settings: dict | None = None  # a --variant's worker settings
     extra: bool = False  # run only when named (--tasks, --systems)
 
@@ -75,12 +77,12 @@ class System:
         elif self.kind == "oban":
             if not os.path.exists(OBAN_PYTHON):
                 return "bench/peers/.venv-oban is missing (oban needs Python >= 3.12; make bench makes it)"
-        for module in self.needs:
-            if importlib.util.find_spec(module) is None:
-                return f"the Python package {module} is not installed (the bench extra: make bench)"
+        if self.needs and importlib.util.find_spec(self.needs) is None:
+            return f"the Python package {self.needs} is not installed (the bench extra: make bench)"
         return None
 
-    def _run(self, *args: str) -> None:
+    def run(self, *args: str) -> None:
+        """install DSN or enqueue DSN JOBS, through the system's own API."""
         done = subprocess.run(self._command(*args), cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{self.name} {args[0]} failed: {(done.stderr or done.stdout)[-2000:]}")
@@ -96,28 +98,22 @@ class System:
             return [OBAN_CLI, "install", "--dsn", dsn]
         return [OBAN_PYTHON, OBAN_WORKER, action, dsn, *args]
 
-    def install(self, dsn: str) -> None:
-        self._run("install", dsn)
-
-    def enqueue(self, dsn: str, jobs: int) -> None:
-        self._run("enqueue", dsn, str(jobs))
-
-    def worker_command(self, dsn: str, sleep_ms: float) -> list[str]:
-        if self.kind == "cli":  # as users start it; the DSN from $PYQUEUE_DSN (worker_env)
+    def worker(self, dsn: str, sleep_ms: float) -> tuple[list[str], dict | None]:
+        """A worker process's command and environment (None: this one's)."""
+        if self.kind == "cli":  # as users start it; the DSN from $PYQUEUE_DSN
             target = "app" if self.name == "pyqueue-tasks" else "plain --queue burndown"
             cli = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
-            return [cli, "worker", *f"bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split()]
+            env = os.environ | {"PYQUEUE_DSN": dsn, "BENCH_GO": "1", "BENCH_SLEEP_MS": str(sleep_ms)}
+            return [
+                cli,
+                "worker",
+                *f"bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split(),
+            ], env
         if self.kind == "py":
             settings = ["--settings", json.dumps(self.settings)] if self.settings else []
-            return self._command(
-                "work", dsn, "--concurrency", str(CONCURRENCY), "--sleep-ms", str(sleep_ms), *settings
-            )
-        return self._command("work", dsn, str(CONCURRENCY), str(sleep_ms))
-
-    def worker_env(self, dsn: str, sleep_ms: float) -> dict | None:
-        if self.kind != "cli":
-            return None
-        return os.environ | {"PYQUEUE_DSN": dsn, "BENCH_GO": "1", "BENCH_SLEEP_MS": str(sleep_ms)}
+            args = ("--concurrency", str(CONCURRENCY), "--sleep-ms", str(sleep_ms), *settings)
+            return self._command("work", dsn, *args), None
+        return self._command("work", dsn, str(CONCURRENCY), str(sleep_ms)), None
 
 
 def _value(text: str):
@@ -155,8 +151,8 @@ DRIVERS = {"postgresql": ("psycopg", "psycopg"), "mysql": ("aiomysql", "pymysql"
 # fmt: off
 SYSTEMS = [
     *(system for d in ("postgresql", "mysql") for system in (
-        System("pyqueue-async", d, "**pyqueue-sql `AsyncWorker`** (async def handler)", "py", LIVE, peer=False, needs=[DRIVERS[d][0]]),
-        System("pyqueue-threads", d, "**pyqueue-sql `Worker`** (def handler, threads; what `pyqueue-sql worker` runs)", "py", LIVE, peer=False, needs=[DRIVERS[d][1]]),
+        System("pyqueue-async", d, "**pyqueue-sql `AsyncWorker`** (async def handler)", "py", LIVE, peer=False, needs=DRIVERS[d][0]),
+        System("pyqueue-threads", d, "**pyqueue-sql `Worker`** (def handler, threads; what `pyqueue-sql worker` runs)", "py", LIVE, peer=False, needs=DRIVERS[d][1]),
         System("pyqueue-cli", d, "`pyqueue-sql worker MODULE:handler --queue burndown` (a plain def handler)", "cli", LIVE, peer=False, extra=True),
         System("pyqueue-tasks", d, "`pyqueue-sql worker MODULE:app` (the same no-op as an `@app.task`)", "cli", LIVE, peer=False, extra=True),
     )),
@@ -166,13 +162,13 @@ SYSTEMS = [
     System("pg-boss", "postgresql", "pg-boss (npm)", "node", "SELECT count(*) FROM pgboss.job WHERE state IN ('created', 'retry', 'active')",
            note="work(localConcurrency 16, batchSize 10, burstWhenBatchFull): 16 loops per process, each running its batch one job at a time"),
     System("pgmq", "postgresql", "pgmq: read-batch/delete loop in threads (pgmq ships no runtime)", "py", "SELECT count(*) FROM pgmq.q_burndown",
-           needs=["pgmq"], note="16 threads x pgmq.read(10) + pgmq.delete(ids)"),
+           needs="pgmq", note="16 threads x pgmq.read(10) + pgmq.delete(ids)"),
     System("oban", "postgresql", "oban (its Python port)", "oban", "SELECT count(*) FROM oban_jobs WHERE state IN ('available', 'scheduled', 'executing', 'retryable')"),
-    System("pgqueuer", "postgresql", "PGQueuer", "py", "SELECT count(*) FROM pgqueuer", needs=["pgqueuer"],
+    System("pgqueuer", "postgresql", "PGQueuer", "py", "SELECT count(*) FROM pgqueuer", needs="pgqueuer",
            note="max_concurrent_tasks 16 forces batch_size <= 8 (default 10)"),
-    System("awa", "postgresql", "awa-pg", "py", "SELECT count(*) FROM awa.jobs WHERE state NOT IN ('completed', 'failed', 'cancelled')", needs=["awa"]),
-    System("procrastinate", "postgresql", "procrastinate", "py", "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')", needs=["procrastinate"]),
-    System("handrolled", "mysql", "hand-rolled threaded SKIP LOCKED worker", "py", "SELECT count(*) FROM job", needs=["pymysql"],
+    System("awa", "postgresql", "awa-pg", "py", "SELECT count(*) FROM awa.jobs WHERE state NOT IN ('completed', 'failed', 'cancelled')", needs="awa"),
+    System("procrastinate", "postgresql", "procrastinate", "py", "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')", needs="procrastinate"),
+    System("handrolled", "mysql", "hand-rolled threaded SKIP LOCKED worker", "py", "SELECT count(*) FROM job", needs="pymysql",
            note="16 threads x (SELECT 100 FOR UPDATE SKIP LOCKED + UPDATE, COMMIT; DELETE ids), READ COMMITTED"),
 ]
 # fmt: on
@@ -183,10 +179,8 @@ def _kill(procs: list[subprocess.Popen]) -> None:
     over, a graceful shutdown would only add waiting."""
     for p in procs:
         if p.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     for p in procs:
         p.wait()
 
@@ -205,7 +199,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
 
     try:
         cur = counter.cursor()
-        command, env = system.worker_command(dsn, sleep_ms), system.worker_env(dsn, sleep_ms)
+        command, env = system.worker(dsn, sleep_ms)
         pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
         procs += [subprocess.Popen(command, cwd=ROOT, env=env, stderr=log, **pipes) for log in logs]
         for p in procs:
@@ -224,19 +218,16 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
-        remaining = jobs
         first = None  # seconds until the first job was done: the runtime's own start-up
         while True:
             time.sleep(POLL)
-            cur.execute(system.remaining_sql)
-            remaining = int(cur.fetchone()[0])
+            remaining = int(common.query(counter, system.remaining_sql)[0][0])
             elapsed = time.perf_counter() - started
             if first is None and remaining < jobs:
                 first = round(elapsed, 3)
             if remaining == 0 or elapsed >= cap:
                 break
-            dead = [p for p in procs if p.poll() is not None]
-            if dead:
+            if dead := [p for p in procs if p.poll() is not None]:
                 _kill(procs)
                 raise RuntimeError(f"{system.name} worker exited early: {log_tail(dead[0])}")
         done = jobs - remaining
@@ -256,9 +247,8 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
         return out | dict(jobs=jobs, done=done, seconds=elapsed, rate=done / elapsed, capped=remaining > 0)
     finally:
         _kill(procs)
-        counter.close()
-        for log in logs:
-            log.close()
+        for c in (counter, *logs):
+            c.close()
 
 
 STATES = ("fresh", "churned")
@@ -274,16 +264,16 @@ def measure(system: System, workload: str, jobs: int, cap: float, state: str = "
     tag = "bd_" + "".join(c if c.isalnum() else "_" for c in system.name)[:20]
     with common.database(system.dialect, tag, install=False) as dsn:
         t0 = time.perf_counter()
-        system.install(dsn)
+        system.run("install", dsn)
         t1 = time.perf_counter()
-        system.enqueue(dsn, jobs)
+        system.run("enqueue", dsn, str(jobs))
         extra = {}
         if state == "churned":
             first = drain(system, dsn, jobs, sleep_ms, max(cap, 120.0))
             extra["churn_pass"] = {k: first[k] for k in ("done", "seconds", "rate", "cpu_us_per_job")}
             if first["capped"]:
                 raise RuntimeError(f"the churn pass left {jobs - first['done']} jobs")
-            system.enqueue(dsn, jobs)
+            system.run("enqueue", dsn, str(jobs))
         elif system.dialect == "postgresql":
             common.execute(system.dialect, dsn, "VACUUM ANALYZE")
         t2 = time.perf_counter()
@@ -313,18 +303,15 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         f"({meta.get('autovacuum') or 'not read'}).",
         "",
     ]
-    for state, dialect in [(st, d) for st in states for d in ("postgresql", "mysql")]:
-        ds = [s for s in systems if s.dialect == dialect]
-        if not ds:
+    for state, dialect in itertools.product(states, ("postgresql", "mysql")):
+        if not (ds := [s for s in systems if s.dialect == dialect]):
             continue
         title = "PostgreSQL" if dialect == "postgresql" else "MySQL/MariaDB"
         lines += [f"## {title}, {state} queue", ""]
         header = ["worker"]
         for w in workloads:
-            sleep_ms = WORKLOADS[w][1]
-            limit = (
-                sleep_ms and f"{sleep_ms:g} ms each (limit {PROCESSES * CONCURRENCY * 1000 / sleep_ms:,.0f})"
-            )
+            ms = WORKLOADS[w][1]
+            limit = ms and f"{ms:g} ms each (limit {PROCESSES * CONCURRENCY * 1000 / ms:,.0f})"
             header += [f"{limit or 'no-op'}: jobs/s", f"vs {meta['baseline'].get(dialect) or 'best peer'}"]
             header += ["worker CPU µs/job", "+ its server sessions' CPU µs/job"]
         rows, notes = [], [f"- {s.label}: {s.note}" for s in ds if s.note]
@@ -401,37 +388,27 @@ def main() -> None:
         args.workloads = args.workloads if "--workloads" in sys.argv else "noop"
     common.exit_on_sigterm()
     if args.quick:
-        args.rounds = 1
-        args.cap = min(args.cap, 20.0)
-    dialects = args.dialects.split(",")
-    workloads = args.workloads.split(",")
-    states = args.states.split(",")
-    if set(states) - set(STATES):
-        ap.error(f"unknown states {sorted(set(states) - set(STATES))}")
-    for w in workloads:
-        if w not in WORKLOADS:
-            ap.error(f"unknown workload {w}")
-    wanted = set(args.systems.split(",")) if args.systems else None
-    if wanted and wanted - {s.name for s in SYSTEMS}:
-        ap.error(f"unknown systems {sorted(wanted - {s.name for s in SYSTEMS})}")
+        args.rounds, args.cap = 1, min(args.cap, 20.0)
+    dialects, workloads = (
+        common.names(args.dialects),
+        common.names(args.workloads, WORKLOADS, ap, "workloads"),
+    )
+    states = common.names(args.states, STATES, ap, "states")
+    wanted = set(common.names(args.systems, sorted({s.name for s in SYSTEMS}), ap, "systems"))
     chosen = lambda s: s.name in wanted if wanted else not s.extra and not args.variant  # noqa: E731
     systems = [s for s in SYSTEMS if s.dialect in dialects and chosen(s)]
     systems += [variant(v, d) for d in dialects for v in args.variant or []]
     unavailable: dict[str, dict[str, str]] = {}
-    runnable = []
     for s in systems:
-        why = s.unavailable()
-        if why:
+        if why := s.unavailable():
             unavailable.setdefault(s.dialect, {})[s.name] = why
             print(f"burndown: {s.name} ({s.dialect}) NOT RUN: {why}", flush=True)
-        else:
-            runnable.append(s)
-    started = common.now_utc("%Y-%m-%d %H:%M UTC")
-    meta = dict(
-        command=common.command(), rounds=args.rounds, cap=args.cap, started=started, host=platform.node()
+    runnable = [s for s in systems if s.name not in unavailable.get(s.dialect, {})]
+    meta = dict(command=common.command(), rounds=args.rounds, cap=args.cap, host=platform.node())
+    meta |= dict(
+        started=common.now_utc("%Y-%m-%d %H:%M UTC"), cpus=os.cpu_count(), load_before=common.loadavg()
     )
-    meta |= dict(cpus=os.cpu_count(), load_before=common.loadavg(), unavailable=unavailable)
-    meta |= dict(states=states, autovacuum=_vacuum_settings(dialects))
+    meta |= dict(unavailable=unavailable, states=states, autovacuum=_vacuum_settings(dialects))
     # the ratio's reference when no peer runs: the dialect's first system
     firsts = {d: next((s.name for s in systems if s.dialect == d), None) for d in dialects}
     meta["baseline"] = {
@@ -446,55 +423,42 @@ def main() -> None:
     def write(rounds_done: int) -> str:
         """The summary of the rounds done so far (rewritten after each round: a run cut short
         keeps what it measured)."""
-        meta["rounds_done"] = rounds_done
-        meta["load_after"] = common.loadavg()
+        meta.update(rounds_done=rounds_done, load_after=common.loadavg())
         md = summarize(results, systems, workloads, meta)
         common.write(out, name, md, {"meta": meta, "results": results})
         return md
 
-    total = args.rounds * len(runnable) * len(workloads) * len(states)
-    n = 0
-    t0 = time.perf_counter()
+    total, n, t0 = args.rounds * len(runnable) * len(workloads) * len(states), 0, time.perf_counter()
     for round_ in range(args.rounds):
-        for state, w in [(st, w) for st in states for w in workloads]:
+        for state, w, dialect in itertools.product(states, workloads, dialects):
             jobs = args.jobs or (WORKLOADS[w][2] if args.quick else WORKLOADS[w][0])
-            for dialect in dialects:
-                ds = [s for s in runnable if s.dialect == dialect]
-                if not ds:
-                    continue
-                round_results = []
-                for s in common.rotated(ds, round_):
-                    n += 1
+            ds, round_results = [s for s in runnable if s.dialect == dialect], []
+            for s in common.rotated(ds, round_):
+                n += 1
+                at = f"[{n}/{total} {time.perf_counter() - t0:5.0f}s] round {round_ + 1}"
+                print(f"{at} {dialect} {state} {w} {s.name}: ", end="", flush=True)
+                r = dict(round=round_ + 1, dialect=dialect, workload=w, state=state, system=s.name, jobs=jobs)
+                try:
+                    r.update(measure(s, w, jobs, args.cap, state))
+                    capped = " (capped)" if r["capped"] else ""
                     print(
-                        f"[{n}/{total} {time.perf_counter() - t0:5.0f}s] round {round_ + 1} {dialect} {state} {w} {s.name}: ",
-                        end="",
+                        f"{r['done']:,}/{jobs:,} in {r['seconds']:.2f} s = {r['rate']:,.0f} jobs/s{capped}",
                         flush=True,
                     )
-                    r = dict(
-                        round=round_ + 1, dialect=dialect, workload=w, state=state, system=s.name, jobs=jobs
-                    )
-                    try:
-                        r.update(measure(s, w, jobs, args.cap, state))
-                        print(
-                            f"{r['done']:,}/{jobs:,} in {r['seconds']:.2f} s = {r['rate']:,.0f} jobs/s"
-                            + (" (capped)" if r["capped"] else ""),
-                            flush=True,
-                        )
-                    except Exception as exc:  # reported in the summary, the run goes on
-                        r["error"] = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
-                        print(f"FAILED: {exc}", flush=True)
-                    r["load"] = common.loadavg()
-                    round_results.append(r)
-                peers = [
-                    r["rate"]
-                    for r in round_results
-                    if "rate" in r and next(x for x in ds if x.name == r["system"]).peer
-                ]
-                first = [r["rate"] for r in round_results if r["system"] == ds[0].name and "rate" in r]
-                best = max(peers) if peers else (first[0] if first else None)
-                for r in round_results:
-                    r["vs_best_peer"] = r["rate"] / best if best and "rate" in r else None
-                results.extend(round_results)
+                except Exception as exc:  # reported in the summary, the run goes on
+                    r["error"] = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+                    print(f"FAILED: {exc}", flush=True)
+                r["load"] = common.loadavg()
+                round_results.append(r)
+            # the ratio: to the best peer of the round, or with none, to the dialect's first system
+            peers = [
+                r["rate"] for r, s in zip(round_results, common.rotated(ds, round_)) if "rate" in r and s.peer
+            ]
+            first = [r["rate"] for r in round_results if r["system"] == ds[0].name and "rate" in r]
+            best = max(peers) if peers else (first[0] if first else None)
+            for r in round_results:
+                r["vs_best_peer"] = r["rate"] / best if best and "rate" in r else None
+            results.extend(round_results)
         write(round_ + 1)
     print(f"\n{write(args.rounds)}\nburndown: wrote {out}/{name}.md and {name}.json", flush=True)
 

@@ -22,18 +22,13 @@ ADMIN = {
 }
 
 
-def _replace_db(admin: str, name: str) -> str:
-    scheme, _, rest = admin.partition("://")
-    hostpart, _, _ = rest.partition("/")
-    return f"{scheme}://{hostpart}/{name}"
-
-
 def create(dialect: str, tag: str) -> str:
     """Creates an empty database named pyqueue_bench_<tag>_<random>; returns its DSN."""
     name = f"pyqueue_bench_{tag}_{uuid.uuid4().hex[:8]}"
     pg = dialect == "postgresql"
     execute(dialect, ADMIN[dialect], f'CREATE DATABASE "{name}"' if pg else f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")  # fmt: skip
-    return _replace_db(ADMIN[dialect], name)
+    scheme, _, rest = ADMIN[dialect].partition("://")
+    return f"{scheme}://{rest.partition('/')[0]}/{name}"
 
 
 @contextlib.contextmanager
@@ -52,8 +47,7 @@ def database(dialect: str, tag: str, queue: str | None = None, install: bool = T
 def drop(dialect: str, dsn: str) -> None:
     name = dsn.rsplit("/", 1)[1]
     assert name.startswith("pyqueue_bench_"), name
-    conn = raw_connect(dialect, ADMIN[dialect])
-    try:
+    with contextlib.closing(raw_connect(dialect, ADMIN[dialect])) as conn:
         cur = conn.cursor()
         if dialect == "postgresql":
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -62,13 +56,9 @@ def drop(dialect: str, dsn: str) -> None:
             # short leaves its statement running, and the DROP would wait for it)
             cur.execute("SELECT id FROM information_schema.processlist WHERE db = %s", (name,))
             for (session,) in cur.fetchall():
-                try:
+                with contextlib.suppress(Exception):  # it ended meanwhile
                     cur.execute(f"KILL {int(session)}")
-                except Exception:  # it ended meanwhile
-                    pass
             cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-    finally:
-        conn.close()
 
 
 def command() -> str:
@@ -103,11 +93,8 @@ def query(conn, sql: str, params: tuple | None = None) -> list:
 
 def execute(dialect: str, dsn: str, *statements: str) -> list:
     """Runs statements in autocommit; returns the last one's rows."""
-    conn = raw_connect(dialect, dsn)
-    try:
+    with contextlib.closing(raw_connect(dialect, dsn)) as conn:
         return [query(conn, sql) for sql in statements][-1] if statements else []
-    finally:
-        conn.close()
 
 
 def settings(dialect: str, dsn: str, *names: str) -> dict[str, str]:
@@ -227,22 +214,18 @@ def _proc_name(pid: int) -> str:
 def server_pid(dialect: str, dsn: str) -> int | None:
     """The server's process on this machine (PostgreSQL: the postmaster), or None when it is not
     here (another machine, a container) or cannot be told."""
-    conn = raw_connect(dialect, dsn)
     try:
-        cur = conn.cursor()
-        if dialect == "postgresql":
-            cur.execute("SELECT pg_backend_pid()")
-            fields = _stat(int(cur.fetchone()[0]))  # (read while the connection keeps the backend alive)
-            pid = int(fields[1]) if fields else 0  # the backend's parent
-            return pid if _proc_name(pid) == "postgres" else None
-        cur.execute("SELECT @@pid_file")
-        with open(str(cur.fetchone()[0])) as f:
-            pid = int(f.read().split()[0])
-        return pid if _proc_name(pid) in ("mariadbd", "mysqld") else None
+        with contextlib.closing(raw_connect(dialect, dsn)) as conn:
+            if dialect == "postgresql":
+                # (read while the connection keeps the backend alive)
+                fields = _stat(int(query(conn, "SELECT pg_backend_pid()")[0][0]))
+                pid = int(fields[1]) if fields else 0  # the backend's parent
+                return pid if _proc_name(pid) == "postgres" else None
+            with open(str(query(conn, "SELECT @@pid_file")[0][0])) as f:
+                pid = int(f.read().split()[0])
+            return pid if _proc_name(pid) in ("mariadbd", "mysqld") else None
     except (OSError, ValueError, IndexError):
         return None
-    finally:
-        conn.close()
 
 
 def server_cpu(dialect: str, pid: int | None) -> float | None:

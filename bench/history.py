@@ -12,12 +12,14 @@ when it finds one. bench/README.md, History.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import glob
 import json
 import multiprocessing as mp
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -34,7 +36,6 @@ TIMEOUTS = (0.3, 1.0, 2.0, 2.0, 4.0)  # seconds a reservation is asked for; 0.3 
 PUSH_KINDS = ("free", "free", "lim", "rate", "poison")
 INF = float("inf")
 NO_EFFECT = (errors.InvalidArgumentError, errors.UnknownQueueError)  # refused: nothing changed
-ENDS = {"commit", "commit_batch", "commit_reserve", "commit_push", "fail", "rollback", "snooze", "move"}
 
 
 # ---- the clients ---------------------------------------------------------------------------------
@@ -60,11 +61,7 @@ class Recorder:
         )
 
     def server_clock(self) -> float:
-        cur = self.db.connection.cursor()
-        cur.execute(self.clock_sql)
-        (t,) = cur.fetchone()
-        cur.close()
-        return float(t)
+        return float(common.query(self.db.connection, self.clock_sql)[0][0])
 
     def clock(self) -> float:
         # CLOCK_REALTIME, not time.time: a client with a skewed clock has time.time wrong on purpose
@@ -98,13 +95,11 @@ class Recorder:
         self.out.write(json.dumps([self.seq, op, args, self.t], separators=(",", ":")) + "\n")
         try:
             answer, status = fn(self.db), "ok"
-            written = answer[0] if isinstance(answer, KeepAnswer) else answer
         except NO_EFFECT as exc:
             answer, status = str(exc)[:200], "err"
-            written = answer
         except Exception as exc:  # noqa: BLE001 (connection lost, deadlock, server gone: may have happened)
             answer, status = f"{type(exc).__name__}: {str(exc)[:200]}", "unk"
-            written = answer
+        written = answer[0] if isinstance(answer, KeepAnswer) else answer
         try:
             self.t = self.clock()
         except Exception:  # noqa: BLE001
@@ -113,10 +108,8 @@ class Recorder:
             json.dumps([self.seq, status, written, self.t], separators=(",", ":"), default=str) + "\n"
         )
         if self.t is None or (status == "unk" and self.local):  # a new connection: this one may be cut
-            try:
+            with contextlib.suppress(Exception):
                 self.db.close()
-            except Exception:  # noqa: BLE001
-                pass
             self.db = None
         return status, answer
 
@@ -265,15 +258,9 @@ def live_count(db, queue: str, kind: str) -> int:
     read as each row is (clock_timestamp(), SYSDATE), so that every row counted was live at once."""
     pg = db.dialect.name == "postgresql"
     clock = "clock_timestamp()" if pg else "CONVERT_TZ(SYSDATE(6), @@session.time_zone, '+00:00')"
-    cur = db.connection.cursor()
-    cur.execute(
-        "SELECT count(*) FROM pyqueue_message WHERE queue_name = %s AND p_kind = %s "
-        f"AND reserve_token IS NOT NULL AND scheduled_at > {clock}",
-        (queue, kind),
-    )
-    (n,) = cur.fetchone()
-    cur.close()
-    return int(n)
+    sql = "SELECT count(*) FROM pyqueue_message WHERE queue_name = %s AND p_kind = %s "
+    sql += f"AND reserve_token IS NOT NULL AND scheduled_at > {clock}"
+    return int(common.query(db.connection, sql, (queue, kind))[0][0])
 
 
 def client_main(
@@ -336,19 +323,18 @@ class Server:
 
     def cut(self, conn, rng: random.Random) -> bool:
         """Ends the session of one of the clients in the database (of the first three, busy ones first)."""
-        cur = conn.cursor()
-        cur.execute(
+        sessions = common.query(
+            conn,
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
             "AND backend_type = 'client backend' ORDER BY state = 'active' DESC"
             if self.pg
             else "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() "
-            "ORDER BY command = 'Query' DESC"
-        )
-        sessions = [int(r[0]) for r in cur.fetchall()][:3]
+            "ORDER BY command = 'Query' DESC",
+        )[:3]
         if sessions:
-            session = rng.choice(sessions)
-            cur.execute(
-                f"SELECT pg_terminate_backend({session})" if self.pg else f"KILL CONNECTION {session}"
+            session = int(rng.choice(sessions)[0])
+            common.query(
+                conn, f"SELECT pg_terminate_backend({session})" if self.pg else f"KILL CONNECTION {session}"
             )
         return bool(sessions)
 
@@ -435,10 +421,8 @@ class Fleet:
 def send(p, sig) -> None:
     """A signal to a client process, unless it has ended (meanwhile, too: the race is lost quietly)."""
     if p.pid and p.is_alive():
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> collections.Counter:
@@ -859,9 +843,7 @@ def run(dialect: str, args, sabotage=None, dsn: str | None = None) -> dict:
     finally:
         server.close()
     if not args.keep:
-        for path in glob.glob(os.path.join(workdir, "*.json*")):
-            os.remove(path)
-        os.rmdir(workdir)
+        shutil.rmtree(workdir)
     where = "own (restarted)" if server.own and args.faults else "own" if server.own else "shared"
     result.update(dialect=dialect, server=where, faults=dict(faults), run_s=round(ran_s, 1))
     result.update(total_s=round(time.monotonic() - started, 1), history=workdir if args.keep else None)

@@ -23,13 +23,6 @@ import pyqueue_sql
 from bench import common
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
 @contextlib.contextmanager
 def running(dsn: str, queue: str, handler):
     """A Worker (concurrency 4) running handler on queue in a thread of this process for the with
@@ -47,7 +40,9 @@ def running(dsn: str, queue: str, handler):
 
 def summary(latencies: list[float], expected: int) -> dict:
     out = {"samples": len(latencies), "missing": expected - len(latencies)}
-    out |= {f"p{p}_ms": round(percentile(latencies, p / 100), 2) for p in (50, 95, 99)}
+    # linear between the two nearest (one sample: its value, twice, as quantiles wants two)
+    cuts = statistics.quantiles(latencies * (2 if len(latencies) == 1 else 1), n=100, method="inclusive")
+    out |= {f"p{p}_ms": round(cuts[p - 1], 2) for p in (50, 95, 99)}
     return out | {"max_ms": round(max(latencies), 2), "mean_ms": round(statistics.fmean(latencies), 2)}
 
 
@@ -99,9 +94,7 @@ def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
 
     drainer = threading.Thread(target=drain, daemon=True)
     drainer.start()
-    totals = {mode: 0.0 for mode in queues}
-    later = dt.timedelta(days=1)
-    n = 0
+    totals, later, n = dict.fromkeys(queues, 0.0), dt.timedelta(days=1), 0
     for r in range(rounds):
         for mode, q in queues.items():
             start = time.perf_counter()
@@ -114,8 +107,7 @@ def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
     listener.close()
     base = totals["delayed"]
     result = {
-        mode: {"pushes_per_s": round(n / total, 1), "time_vs_delayed": round(total / base, 3)}
-        for mode, total in totals.items()
+        m: {"pushes_per_s": round(n / t, 1), "time_vs_delayed": round(t / base, 3)} for m, t in totals.items()
     }
     for q in queues.values():
         q.drop()
@@ -145,10 +137,8 @@ def main(argv=None) -> int:
     keys = ("samples", "p50_ms", "p95_ms", "p99_ms", "max_ms", "idle_client_queries_per_s")
     lines = common.table(["dialect", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", "idle q/s"],
                          [(d, *(r[k] for k in keys)) for d, r in report["latency"].items()], "lrrrrrr")  # fmt: skip
-    if report["push_cost_postgresql"]:
-        rows = [
-            (m, r["pushes_per_s"], r["time_vs_delayed"]) for m, r in report["push_cost_postgresql"].items()
-        ]
+    if cost := report["push_cost_postgresql"]:
+        rows = [(m, r["pushes_per_s"], r["time_vs_delayed"]) for m, r in cost.items()]
         lines += ["", *common.table(["push mode (PostgreSQL)", "pushes/s", "time vs delayed"], rows, "lrr")]
     stem = time.strftime("latency-%Y-%m-%dT%H%M%SZ", time.gmtime())
     common.write(args.out, stem, "\n".join(lines) + "\n", report)

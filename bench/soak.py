@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import datetime as dt
 import json
 import math
@@ -46,9 +47,7 @@ def rss_kb(pid: int) -> int | None:
 
 def rate_factor(t: float, seed: int) -> float:
     """0.4x..1.6x of the base rate (a 90 s swing), 3x during a 5 s burst every 45 s."""
-    if (t + 7 * seed) % 45.0 < 5.0:
-        return 3.0
-    return 1.0 + 0.6 * math.sin(2 * math.pi * t / 90.0 + seed)
+    return 3.0 if (t + 7 * seed) % 45.0 < 5.0 else 1.0 + 0.6 * math.sin(2 * math.pi * t / 90.0 + seed)
 
 
 class Dedup(Exception):
@@ -58,11 +57,7 @@ class Dedup(Exception):
 def producer_main(index, dsn, queue, rate, seconds, keys_path, acked, errs, seed) -> None:
     """Pushes for `seconds`; writes every acknowledged key (and kind) to keys_path, and every key
     whose push raised to keys_path + '.uncertain'."""
-    rng = random.Random(seed)
-    seq = 0
-    out = open(keys_path, "w", buffering=1)
-    uncertain = open(keys_path + ".uncertain", "w", buffering=1)
-    db = None
+    rng, seq, db = random.Random(seed), 0, None
     start = next_at = now()
 
     def key() -> str:
@@ -70,7 +65,10 @@ def producer_main(index, dsn, queue, rate, seconds, keys_path, acked, errs, seed
         seq += 1
         return f"p{index}-{seq:07d}"
 
-    try:
+    with (
+        open(keys_path, "w", buffering=1) as out,
+        open(keys_path + ".uncertain", "w", buffering=1) as uncertain,
+    ):
         while (t := now() - start) < seconds:
             r = rng.random()
             items: list[tuple] = []  # (key, kind, payload, run_at, priority)
@@ -107,10 +105,8 @@ def producer_main(index, dsn, queue, rate, seconds, keys_path, acked, errs, seed
                 why = "dedup" if isinstance(exc, Dedup) else type(exc).__name__
                 uncertain.writelines(f"{it[0]} {it[1]} {why}\n" for it in items)
                 if why != "dedup":
-                    try:
+                    with contextlib.suppress(Exception):
                         db and db.close()
-                    except Exception:
-                        pass
                     db = None
                     time.sleep(0.2)
             next_at += len(items) / max(rate * rate_factor(t, index), 0.1)
@@ -119,11 +115,8 @@ def producer_main(index, dsn, queue, rate, seconds, keys_path, acked, errs, seed
                 time.sleep(lag)
             elif lag < -2.0:
                 next_at = now()  # do not catch up more than 2 s of backlog
-    finally:
-        out.close()
-        uncertain.close()
-        if db is not None:
-            db.close()
+    if db is not None:
+        db.close()
 
 
 class WorkerProc(subprocess.Popen):
@@ -140,12 +133,9 @@ class Fleet:
     def __init__(self, dsn: str, queue: str, n: int, workdir: str, t0: float):
         self.dsn, self.queue, self.n, self.workdir, self.t0 = dsn, queue, n, workdir, t0
         self.slots: dict[int, WorkerProc] = {}
-        self.stopping: list[WorkerProc] = []  # got SIGTERM, not reaped yet
-        self.done: list[WorkerProc] = []
-        self.gen = 0
-        self.kills: collections.Counter = collections.Counter()
-        self.unexpected_exits: list[dict] = []
-        self.lock = threading.Lock()
+        # stopping: got SIGTERM, not reaped yet
+        self.stopping, self.done, self.unexpected_exits, self.gen = [], [], [], 0
+        self.kills, self.lock = collections.Counter(), threading.Lock()
 
     def start(self, slot: int) -> WorkerProc:
         self.gen += 1
@@ -360,9 +350,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
     print(f"[{dialect}] database {dsn.rsplit('/', 1)[1]}, queue {queue}, work files {workdir}", flush=True)
     settings = {**vars(args), "concurrency": CONCURRENCY, "lease_s": LEASE, "max_attempts": MAX_ATTEMPTS}
     result: dict[str, Any] = {"dialect": dialect, "started_utc": common.now_utc(), "settings": settings}
-    ok = False
-    fleet = probe = None
-    producers: list = []
+    ok, fleet, probe, producers = False, None, None, []
     try:
         common.install_pyqueue(dsn)
         with pyqueue_sql.connect(dsn) as db:
@@ -371,28 +359,19 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             db.queue(queue).create(**options, history_retention=dt.timedelta(days=7))
         probe = Probe(dialect, dsn, queue, dlq)
         result["server_version"] = str(probe.rows("SELECT version()")[0][0])
-        t0 = now()
-        rng = random.Random(args.seed)
+        t0, rng, load_s, ctx = now(), random.Random(args.seed), args.minutes * 60.0, mp.get_context("spawn")
         fleet = Fleet(dsn, queue, args.workers, workdir, t0)
         fleet.start_all()
         time.sleep(1.0)
-        load_s = args.minutes * 60.0
-        ctx = mp.get_context("spawn")
-        acked = [ctx.Value("q", 0) for _ in range(args.producers)]
-        perrs = [ctx.Value("q", 0) for _ in range(args.producers)]
+        acked, perrs = ([ctx.Value("q", 0) for _ in range(args.producers)] for _ in range(2))
         key_files = [os.path.join(workdir, f"keys-p{i}.txt") for i in range(args.producers)]
+        rate = args.rate / args.producers
         for i in range(args.producers):
-            rate = args.rate / args.producers
-            p = ctx.Process(
-                target=producer_main,
-                args=(i, dsn, queue, rate, load_s, key_files[i], acked[i], perrs[i], args.seed * 100 + i),
-            )
-            p.start()
-            producers.append(p)
+            how = (i, dsn, queue, rate, load_s, key_files[i], acked[i], perrs[i], args.seed * 100 + i)
+            producers.append(ctx.Process(target=producer_main, args=how))
+            producers[-1].start()
         load_start = last_vacuum = now()
-        samples: list[dict] = []
-        kills: list[dict] = []
-        vacuums: list[float] = []
+        samples, kills, vacuums = [], [], []
         next_kill = now() + rng.uniform(args.kill_min, args.kill_max)
         last_sample, last_check, prev = -1e9, 0.0, (0, None)
         phase, drain_started, drained_at, injected = "load", None, None, None
@@ -461,8 +440,9 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         result.update(
             samples=samples, kills=kills, pg_vacuum_s=vacuums, unexpected_exits=fleet.unexpected_exits
         )
-        result["accounting"] = account(probe, fleet, key_files, workdir)
-        result["workers"] = summarize_workers(fleet, samples)
+        result.update(
+            accounting=account(probe, fleet, key_files, workdir), workers=summarize_workers(fleet, samples)
+        )
         result["worker_logs"] = read_worker_logs(fleet.done)
         checks = result["accounting"]["checks"]
         checks["producers exited 0"] = all(p.exitcode == 0 for p in producers)
@@ -478,10 +458,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             if p.is_alive():
                 p.terminate()
         if fleet is not None:
-            try:
+            with contextlib.suppress(Exception):
                 fleet.stop_all(SHUTDOWN_TIMEOUT + 5)
-            except Exception:
-                pass
         if probe is not None:
             probe.conn.close()
         if args.keep:

@@ -16,6 +16,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+import pyqueue_sql
 from bench import common
 from pyqueue_sql import spark as pqs
 from pyqueue_sql.queries import parse_named
@@ -59,8 +60,6 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
     with common.database(dialect, "spark", QUEUE) as url:
         statements = parse_named((HERE / "spark_ingest.sql").read_text())
         run_sql(url, statements[f"plain_table_{dialect}"])
-        import pyqueue_sql
-
         df = frame(spark, rows, partitions)
         tgt = pqs.target(url)
         opts = pqs.write_options(tgt, batch)
@@ -68,7 +67,7 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
             with pyqueue_sql.connect(url) as db:
                 db.call("stats", queue=None)
                 run_sql(url, statements["truncate_plain"])
-                clear(url, statements)
+                run_sql(url, statements["clear_queue"])  # (queue_drop + queue_create would do too)
             ingest_df = pqs.ingest_frame(df, QUEUE, **COLUMNS, dialect=dialect)
             t = time.perf_counter()
             ingest_df.write.jdbc(tgt.jdbc_url, "bench_plain", mode="append", properties=opts)
@@ -94,7 +93,7 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
             t = time.perf_counter()
             direct_df.write.jdbc(tgt.jdbc_url, "pyqueue_message", mode="append", properties=opts)
             direct = time.perf_counter() - t
-            clear(url, statements)
+            run_sql(url, statements["clear_queue"])
 
             enqueue = partial(pqs.enqueue, df, url, QUEUE, **COLUMNS, properties={}, batch_size=batch)
             # The bulk load alone: the rows reach queue_ingest and are not enqueued
@@ -110,7 +109,7 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
             run_sql(url, statements["empty_ingest"])
 
             ingest, live = timed_enqueue(enqueue, "jdbc", url)
-            clear(url, statements)
+            run_sql(url, statements["clear_queue"])
             bulk, live_bulk = timed_enqueue(enqueue, "bulk", url)
             rerun, live_after = timed_enqueue(enqueue, "bulk", url)
             times = dict(plain=plain, direct=direct, ingest=ingest, load=load, bulk=bulk, rerun=rerun)
@@ -136,18 +135,11 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
 
 def timed_enqueue(enqueue, method: str, url: str) -> tuple[float, int]:
     """Seconds one enqueue with ``method`` took, and the live messages of the queue after it."""
-    import pyqueue_sql
-
     t = time.perf_counter()
     enqueue(method=method)
     seconds = time.perf_counter() - t
     with pyqueue_sql.connect(url) as db:
         return seconds, db.queue(QUEUE).stats().ready
-
-
-def clear(url: str, statements: dict[str, str]) -> None:
-    """Empties the bench queue between rounds (queue_drop + queue_create would do too)."""
-    run_sql(url, statements["clear_queue"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,16 +1,10 @@
 """Worker CPU: what one job costs pyqueue-sql's threaded worker, in its own process, as the
 `pyqueue-sql worker` CLI builds it (a plain def handler, concurrency 16, the CLI's defaults and
-its log handler at INFO). Each drain empties a backlog of no-op jobs from a churned queue (every
-backlog pushed into the table the drains before left, nothing vacuumed); the figures are the
-process's CPU per job (all its threads, getrusage) and the CPU per job of its server sessions
-(PostgreSQL backends from /proc). Variants alternate round by round: `as installed` (the
-OpenTelemetry span per job when opentelemetry-api is importable) and `no tracing` (the same
-worker with pyqueue_sql.tracing's API lookup answered "not installed"), so the span's cost is read
-side by side. `--variant bare`: the floor of this design and driver, a bare loop (bare_loop) that
-reserves with the same call (Queue.reserve: the same routine, the same columns decoded), hands each
-job to 16 threads and acknowledges with the same batch call (commit_many), without the Worker.
---profile N: one more drain under yappi (pip install yappi), the N functions with the most own CPU
-per job. bench/README.md, Worker CPU.
+its log handler at INFO): the process's CPU per job and its server sessions', each drain emptying
+a backlog of no-op jobs from a churned queue. Variants alternate round by round: `as installed`,
+`no tracing` (the span's cost), settings (--variant name=value,...) and `--variant bare`, the
+floor: bare_loop, the same reserve and commit_many without the Worker. --profile N: one more drain
+under yappi. bench/README.md, Worker CPU.
 
     python -m bench worker-cpu                        # 5 rounds of 20,000 jobs per variant
     python -m bench worker-cpu --quick                # 1 round of 2,000
@@ -21,6 +15,7 @@ per job. bench/README.md, Worker CPU.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import sys
@@ -42,11 +37,8 @@ def _enqueue(dsn: str, jobs: int, serial: int) -> None:
     import pyqueue_sql
 
     with pyqueue_sql.connect(dsn) as db:
-        q = db.queue(QUEUE)
-        for start in range(serial, serial + jobs, 1000):
-            q.push_many(
-                [(f"j{i:09d}", "noop", {"n": i}) for i in range(start, min(serial + jobs, start + 1000))]
-            )
+        for numbers in common.chunks(jobs, start=serial):
+            db.queue(QUEUE).push_many([(f"j{i:09d}", "noop", {"n": i}) for i in numbers])
 
 
 def bare_loop(dsn: str, jobs: int, ended) -> None:
@@ -157,12 +149,8 @@ def main() -> None:
         ("--quick", False, "1 round of 2,000 jobs; writes to bench/results/"),
         ("--out", None, "directory of worker-cpu.md/.json (default bench/latest, --quick bench/results)"),
     )
-    ap.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        help="a variant of the worker's settings, name=value[,name=value] (e.g. ack_interval=0.02)",
-    )
+    variant_help = "a variant of the worker's settings, name=value[,name=value] (e.g. ack_interval=0.02)"
+    ap.add_argument("--variant", action="append", default=[], help=variant_help)
     args = ap.parse_args()
     common.exit_on_sigterm()
     if args.quick:
@@ -173,37 +161,29 @@ def main() -> None:
     # the CLI's log handler and level (a line at the start and the stop of each worker)
     handler = _log_handler(sys.stderr, None)
     handler.setFormatter(_TextLogFormatter())
-    logger = logging.getLogger("pyqueue_sql")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logging.getLogger("pyqueue_sql").addHandler(handler)
+    logging.getLogger("pyqueue_sql").setLevel(logging.INFO)
     traced = tracing.api() is not None
-    variants = ["as installed", "no tracing"] if traced else ["as installed"]
-    settings_of: dict[str, dict] = {}
+    settings_of: dict[str, dict | str] = {"as installed": {}, **({"no tracing": {}} if traced else {})}
     for text in args.variant:
         pairs = [p.partition("=") for p in text.split(",") if p]
-        bare = text == "bare"
         settings_of[text] = (
-            "bare" if bare else {k.strip(): float(v) if "." in v else int(v) for k, _, v in pairs}
+            "bare" if text == "bare" else {k.strip(): float(v) if "." in v else int(v) for k, _, v in pairs}
         )
-        variants.append(text)
     results: list[dict] = []
-    meta = {
-        "command": common.command(),
-        "started": common.now_utc(),
-        "load_before": common.loadavg(),
-        "rounds": args.rounds,
-        "jobs": args.jobs,
-        "tracing": "opentelemetry-api importable" if traced else "opentelemetry-api not installed",
-    }
-    serial = 0
+    meta = dict(
+        command=common.command(), started=common.now_utc(), load_before=common.loadavg(), rounds=args.rounds
+    )
+    meta |= dict(jobs=args.jobs, tracing=f"opentelemetry-api {'importable' if traced else 'not installed'}")
+    serial, top = 0, []
     with common.database("postgresql", "workercpu", QUEUE) as dsn:
         for rnd in range(args.rounds):
-            for variant in common.rotated(variants, rnd):
+            for variant in common.rotated(settings_of, rnd):
                 _enqueue(dsn, args.jobs, serial)
                 serial += args.jobs
                 tracing._api = False if variant == "no tracing" else None
                 try:
-                    r = drain(dsn, args.jobs, settings=settings_of.get(variant))
+                    r = drain(dsn, args.jobs, settings=settings_of[variant] or None)
                 finally:
                     tracing._api = None
                 results.append({"round": rnd + 1, "variant": variant, **r})
@@ -212,7 +192,6 @@ def main() -> None:
                     f"server sessions {r['server_cpu_us_per_job']:.1f}, {r['rate']:,.0f} jobs/s",
                     flush=True,
                 )
-        top: list[str] = []
         if args.profile:
             _enqueue(dsn, args.jobs, serial)
             drain(dsn, args.jobs, profile=True)
@@ -220,28 +199,17 @@ def main() -> None:
 
             stats = yappi.get_func_stats()
             stats.sort("tsub", "desc")
-            for i, f in enumerate(stats):
-                if i >= args.profile:
-                    break
-                where = f.module.replace(os.path.dirname(HERE) + "/", "")
+            for f in itertools.islice(stats, args.profile):
+                where = f"{f.module.replace(os.path.dirname(HERE) + '/', '')}:{f.lineno} {f.name}"
                 top.append(
-                    f"| {where}:{f.lineno} {f.name} | {f.ncall:,} | {f.tsub / args.jobs * 1e6:.2f} | {f.ttot / args.jobs * 1e6:.2f} |"
+                    f"| {where} | {f.ncall:,} | {f.tsub / args.jobs * 1e6:.2f} | {f.ttot / args.jobs * 1e6:.2f} |"
                 )
     meta["load_after"] = common.loadavg()
     rows = []
-    for variant in variants:
+    for variant in settings_of:
         rs = [r for r in results if r["variant"] == variant]
-        cpu = [r["cpu_us_per_job"] for r in rs]
-        srv = [r["server_cpu_us_per_job"] for r in rs]
-        rate = [r["rate"] for r in rs]
-        rows.append(
-            [
-                variant,
-                common.spread(cpu, ".1f"),
-                common.spread(srv, ".1f"),
-                common.spread(rate, ",.0f"),
-            ]
-        )
+        figures = [("cpu_us_per_job", ".1f"), ("server_cpu_us_per_job", ".1f"), ("rate", ",.0f")]
+        rows.append([variant, *(common.spread([r[k] for r in rs], fmt) for k, fmt in figures)])
     md = [
         "# Worker CPU: what one job costs the threaded worker, as the CLI builds it",
         "",
@@ -254,20 +222,11 @@ def main() -> None:
         "",
     ]
     if top:
-        md += [
-            "One more drain under yappi (CPU clock; yappi multiplies every figure, read the order):",
-            "",
-            "| function | calls | own µs/job | total µs/job |",
-            "| --- | ---: | ---: | ---: |",
-            *top,
-            "",
-        ]
-    text = "\n".join(md)
+        md += ["One more drain under yappi (CPU clock; yappi multiplies every figure, read the order):", ""]
+        md += ["| function | calls | own µs/job | total µs/job |", "| --- | ---: | ---: | ---: |", *top, ""]
     out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
-    common.write(out, "worker-cpu", text, {"meta": meta, "results": results, "profile": top})
-    print()
-    print(text)
-    print(f"worker-cpu: wrote {out}/worker-cpu.md and worker-cpu.json", flush=True)
+    data = {"meta": meta, "results": results, "profile": top}
+    common.report(out, "worker-cpu", "\n".join(md), data, "worker-cpu: ")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,13 @@ function handler(sleepMs) {
   return sleepMs > 0 ? async () => sleep(sleepMs) : async () => {};
 }
 
+// The jobs 0 .. jobs - 1 in arrays of CHUNK, each job made by make(n): a bulk enqueue's calls.
+function* chunks(jobs, make) {
+  for (let start = 0; start < jobs; start += CHUNK) {
+    yield Array.from({ length: Math.min(CHUNK, jobs - start) }, (_, k) => make(start + k));
+  }
+}
+
 const graphile = {
   // what `graphile-worker --schema-only` runs
   async install() {
@@ -38,11 +45,7 @@ const graphile = {
   async enqueue(jobs) {
     const { makeWorkerUtils } = await import("graphile-worker");
     const utils = await makeWorkerUtils({ connectionString: dsn });
-    for (let start = 0; start < jobs; start += CHUNK) {
-      const specs = [];
-      for (let i = start; i < Math.min(jobs, start + CHUNK); i++) {
-        specs.push({ identifier: "noop", payload: { n: i } });
-      }
+    for (const specs of chunks(jobs, (n) => ({ identifier: "noop", payload: { n } }))) {
       await utils.addJobs(specs);
     }
     await utils.release();
@@ -67,11 +70,8 @@ const graphile = {
 // completions that arrive while one batch is written go in the next). Both are off by default.
 export const GRAPHILE_TUNED = { localQueue: { size: 500 }, completeJobBatchDelay: 0 };
 const graphileBatched = {
-  install: graphile.install,
-  enqueue: graphile.enqueue,
-  async work(concurrency, sleepMs) {
-    await graphile.work(concurrency, sleepMs, { worker: GRAPHILE_TUNED });
-  },
+  ...graphile,
+  work: (concurrency, sleepMs) => graphile.work(concurrency, sleepMs, { worker: GRAPHILE_TUNED }),
 };
 
 const pgboss = {
@@ -88,11 +88,7 @@ const pgboss = {
     const { PgBoss } = await import("pg-boss");
     const boss = new PgBoss({ connectionString: dsn, supervise: false, schedule: false });
     await boss.start();
-    for (let start = 0; start < jobs; start += CHUNK) {
-      const batch = [];
-      for (let i = start; i < Math.min(jobs, start + CHUNK); i++) batch.push({ data: { n: i } });
-      await boss.insert(QUEUE, batch);
-    }
+    for (const batch of chunks(jobs, (n) => ({ data: { n } }))) await boss.insert(QUEUE, batch);
     await boss.stop({ graceful: false });
   },
   // concurrency: pg-boss's documented per-process setting (work's localConcurrency: 16 loops,
@@ -116,15 +112,9 @@ const pgboss = {
 
 const systems = { "graphile-worker": graphile, "graphile-worker-batched": graphileBatched, "pg-boss": pgboss };
 const impl = systems[system];
-if (!impl) {
-  console.error(`unknown system ${system}`);
+if (!impl || !["install", "enqueue", "work"].includes(action)) {
+  console.error(`unknown system ${system} or action ${action}`);
   process.exit(2);
 }
-if (action === "install") await impl.install();
-else if (action === "enqueue") await impl.enqueue(Number(arg1));
-else if (action === "work") await impl.work(Number(arg1), Number(arg2));
-else {
-  console.error(`unknown action ${action}`);
-  process.exit(2);
-}
+await impl[action](Number(arg1), Number(arg2));
 process.exit(0);

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -22,8 +24,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from bench import common  # noqa: E402 (the repository is on the path from here)
+from bench.bench import HandRolled  # noqa: E402
+
 QUEUE = "burndown"
-CHUNK = 1000
+# what each job waits: --sleep-ms, or BENCH_SLEEP_MS where the CLI imports this module
+SLEEP_S = float(os.environ.get("BENCH_SLEEP_MS") or 0) / 1000
 
 
 def _sync(coro_fn):
@@ -37,48 +43,47 @@ def _ready() -> None:
     sys.stdin.readline()
 
 
+async def _async_ready() -> None:
+    await asyncio.get_running_loop().run_in_executor(None, _ready)
+
+
+def plain(job) -> None:
+    """The job of every threaded worker: nothing, or SLEEP_S of sleep."""
+    if SLEEP_S:
+        time.sleep(SLEEP_S)
+
+
+async def nap(job=None, **_) -> None:
+    """The job of every asyncio worker (a procrastinate task's arguments as keywords)."""
+    if SLEEP_S:
+        await asyncio.sleep(SLEEP_S)
+
+
 # -- pyqueue-sql: AsyncWorker (async def handler) and Worker (plain def handler) ----------------
-
-
-def pyqueue_install(dsn: str) -> None:
-    from bench import common
-
-    common.install_pyqueue(dsn, QUEUE)
 
 
 def pyqueue_enqueue(dsn: str, jobs: int) -> None:
     import pyqueue_sql
 
     with pyqueue_sql.connect(dsn) as db:
-        queue = db.queue(QUEUE)
-        for start in range(0, jobs, CHUNK):
-            queue.push_many([(f"j{i:07d}", "noop", {"n": i}) for i in range(start, min(jobs, start + CHUNK))])
+        for numbers in common.chunks(jobs):
+            db.queue(QUEUE).push_many([(f"j{i:07d}", "noop", {"n": i}) for i in numbers])
 
 
-def pyqueue_async_work(dsn: str, concurrency: int, sleep_s: float, settings: dict | None = None) -> None:
+def pyqueue_async_work(dsn: str, concurrency: int, settings: dict | None = None) -> None:
     from pyqueue_sql.aio import AsyncWorker
 
     worker = AsyncWorker(dsn, concurrency=concurrency, **(settings or {}))
-
-    @worker.handler(QUEUE)
-    async def handle(job):
-        if sleep_s:
-            await asyncio.sleep(sleep_s)
-
+    worker.handler(QUEUE)(nap)
     _ready()
     asyncio.run(worker.run())
 
 
-def pyqueue_threads_work(dsn: str, concurrency: int, sleep_s: float, settings: dict | None = None) -> None:
+def pyqueue_threads_work(dsn: str, concurrency: int, settings: dict | None = None) -> None:
     from pyqueue_sql import Worker
 
     worker = Worker(dsn, **{"concurrency": concurrency, **(settings or {})})
-
-    @worker.handler(QUEUE)
-    def handle(job):
-        if sleep_s:
-            time.sleep(sleep_s)
-
+    worker.handler(QUEUE)(plain)
     _ready()
     worker.run()
 
@@ -87,14 +92,7 @@ def pyqueue_threads_work(dsn: str, concurrency: int, sleep_s: float, settings: d
 # handler (`plain`, with --queue burndown) or the same no-op as a task of an App (`app`); the
 # burn-down's messages are what noop.defer(n=i) pushes (kind "noop", payload {"n": i}). Imported by
 # the CLI with BENCH_GO set, the module says ready and waits for the go before the CLI builds its
-# worker, as the other runtimes do. BENCH_SLEEP_MS: what each job waits.
-
-_SLEEP_S = float(os.environ.get("BENCH_SLEEP_MS") or 0) / 1000
-
-
-def plain(job) -> None:
-    if _SLEEP_S:
-        time.sleep(_SLEEP_S)
+# worker, as the other runtimes do.
 
 
 def _app():
@@ -104,8 +102,7 @@ def _app():
 
     @app.task
     def noop(n: int) -> None:
-        if _SLEEP_S:
-            time.sleep(_SLEEP_S)
+        plain(n)
 
     return app
 
@@ -118,35 +115,28 @@ if os.environ.get("BENCH_GO"):
 # -- PGQueuer ------------------------------------------------------------------------------------
 
 
-async def _pgqueuer_driver(dsn: str):
+async def _pgqueuer(dsn: str):
+    """A psycopg async connection (autocommit) and PGQueuer's Queries on it."""
     import psycopg
-    from pgqueuer import PsycopgDriver
+    from pgqueuer import PsycopgDriver, Queries
 
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    return conn, PsycopgDriver(conn)
+    return conn, Queries(PsycopgDriver(conn))
 
 
 @_sync
 async def pgqueuer_install(dsn: str) -> None:
-    # what `pgq install` runs
-    from pgqueuer import Queries
-
-    conn, driver = await _pgqueuer_driver(dsn)
-    await Queries(driver).install()
+    conn, queries = await _pgqueuer(dsn)
+    await queries.install()  # what `pgq install` runs
     await conn.close()
 
 
 @_sync
 async def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
-    from pgqueuer import Queries
-
-    conn, driver = await _pgqueuer_driver(dsn)
-    queries = Queries(driver)
-    for start in range(0, jobs, CHUNK):
-        n = min(jobs, start + CHUNK) - start
-        await queries.enqueue(
-            ["noop"] * n, [json.dumps({"n": start + i}).encode() for i in range(n)], [0] * n
-        )
+    conn, queries = await _pgqueuer(dsn)
+    for numbers in common.chunks(jobs):
+        n = len(numbers)
+        await queries.enqueue(["noop"] * n, [json.dumps({"n": i}).encode() for i in numbers], [0] * n)
     await conn.close()
 
 
@@ -156,73 +146,56 @@ PGQUEUER_BATCH = 8
 
 
 @_sync
-async def pgqueuer_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+async def pgqueuer_work(dsn: str, concurrency: int) -> None:
     import psycopg
     from pgqueuer import PgQueuer
 
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     pgq = PgQueuer.from_psycopg_connection(conn)
-
-    @pgq.entrypoint("noop")
-    async def noop(job) -> None:
-        if sleep_s:
-            await asyncio.sleep(sleep_s)
-
-    await asyncio.get_running_loop().run_in_executor(None, _ready)
+    pgq.entrypoint("noop")(nap)
+    await _async_ready()
     await pgq.run(batch_size=min(PGQUEUER_BATCH, concurrency // 2), max_concurrent_tasks=concurrency)
 
 
 # -- procrastinate -------------------------------------------------------------------------------
 
 
-def _procrastinate_app(dsn: str, sleep_s: float = 0.0):
+def _procrastinate_app(dsn: str):
     import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
-
-    @app.task(name="noop", queue=QUEUE)
-    async def noop(n: int) -> None:
-        if sleep_s:
-            await asyncio.sleep(sleep_s)
-
-    return app, noop
+    return app, app.task(name="noop", queue=QUEUE)(nap)
 
 
 @_sync
 async def procrastinate_install(dsn: str) -> None:
-    # what `procrastinate schema --apply` runs
     app, _ = _procrastinate_app(dsn)
     async with app.open_async():
-        await app.schema_manager.apply_schema_async()
+        await app.schema_manager.apply_schema_async()  # what `procrastinate schema --apply` runs
 
 
 @_sync
 async def procrastinate_enqueue(dsn: str, jobs: int) -> None:
     app, noop = _procrastinate_app(dsn)
     async with app.open_async():
-        for start in range(0, jobs, CHUNK):
-            await noop.batch_defer_async(*({"n": i} for i in range(start, min(jobs, start + CHUNK))))
+        for numbers in common.chunks(jobs):
+            await noop.batch_defer_async(*({"n": i} for i in numbers))
 
 
 @_sync
-async def procrastinate_work(dsn: str, concurrency: int, sleep_s: float) -> None:
-    app, _ = _procrastinate_app(dsn, sleep_s)
+async def procrastinate_work(dsn: str, concurrency: int) -> None:
+    app, _ = _procrastinate_app(dsn)
     async with app.open_async():
-        await asyncio.get_running_loop().run_in_executor(None, _ready)
+        await _async_ready()
         await app.run_worker_async(queues=[QUEUE], concurrency=concurrency, install_signal_handlers=False)
 
 
 # -- awa-pg --------------------------------------------------------------------------------------
 
 
-def _awa_args():
-    from dataclasses import dataclass
-
-    @dataclass
-    class Noop:
-        n: int
-
-    return Noop
+@dataclasses.dataclass
+class Noop:  # awa's job arguments
+    n: int
 
 
 @_sync
@@ -236,28 +209,19 @@ async def awa_install(dsn: str) -> None:  # what `awa migrate` (python -m awa mi
 async def awa_enqueue(dsn: str, jobs: int) -> None:
     import awa
 
-    Noop = _awa_args()
     client = awa.AsyncClient(dsn)
-    for start in range(0, jobs, CHUNK):
-        await client.insert_many_copy(
-            [Noop(n=i) for i in range(start, min(jobs, start + CHUNK))], queue=QUEUE
-        )
+    for numbers in common.chunks(jobs):
+        await client.insert_many_copy([Noop(n=i) for i in numbers], queue=QUEUE)
     await client.close()
 
 
 @_sync
-async def awa_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+async def awa_work(dsn: str, concurrency: int) -> None:
     import awa
 
-    Noop = _awa_args()
     client = awa.AsyncClient(dsn, max_connections=concurrency + 4)
-
-    @client.task(Noop, queue=QUEUE)
-    async def noop(job) -> None:
-        if sleep_s:
-            await asyncio.sleep(sleep_s)
-
-    await asyncio.get_running_loop().run_in_executor(None, _ready)
+    client.task(Noop, queue=QUEUE)(nap)
+    await _async_ready()
     await client.start([(QUEUE, concurrency)])
     await asyncio.Event().wait()
 
@@ -267,22 +231,16 @@ async def awa_work(dsn: str, concurrency: int, sleep_s: float) -> None:
 PGMQ_BATCH = 10
 
 
-def pgmq_install(dsn: str) -> None:
-    from bench import common
-
-    common.install_pgmq(dsn, QUEUE)
-
-
 def pgmq_enqueue(dsn: str, jobs: int) -> None:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for start in range(0, jobs, CHUNK):
-            msgs = [json.dumps({"n": i}) for i in range(start, min(jobs, start + CHUNK))]
+        for numbers in common.chunks(jobs):
+            msgs = [json.dumps({"n": i}) for i in numbers]
             conn.execute("SELECT count(*) FROM pgmq.send_batch(%s::text, %s::jsonb[])", (QUEUE, msgs))
 
 
-def _threads(conns: list, claim, delete, sleep_s: float) -> None:
+def _threads(conns: list, claim, delete) -> None:
     """One thread a connection: claim(conn) -> ids (when none, sleep 50 ms: nothing is empty during
     a burn-down), the handler on each, delete(conn, ids); says ready and runs until killed."""
 
@@ -292,9 +250,8 @@ def _threads(conns: list, claim, delete, sleep_s: float) -> None:
             if not ids:
                 time.sleep(0.05)
                 continue
-            for _ in ids:
-                if sleep_s:
-                    time.sleep(sleep_s)
+            for i in ids:
+                plain(i)
             delete(conn, ids)
 
     _ready()
@@ -305,7 +262,7 @@ def _threads(conns: list, claim, delete, sleep_s: float) -> None:
         t.join()
 
 
-def pgmq_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+def pgmq_work(dsn: str, concurrency: int) -> None:
     """Read up to PGMQ_BATCH messages (visibility 30 s), delete them in one call (pgmq's
     read_with_poll is the alternative to the sleep when empty)."""
     import psycopg
@@ -315,7 +272,6 @@ def pgmq_work(dsn: str, concurrency: int, sleep_s: float) -> None:
         [psycopg.connect(dsn, autocommit=True) for _ in range(concurrency)],
         lambda conn: [row[0] for row in conn.execute(read, (QUEUE, PGMQ_BATCH)).fetchall()],
         lambda conn, ids: conn.execute("SELECT pgmq.delete(%s::text, %s::bigint[])", (QUEUE, ids)),
-        sleep_s,
     )
 
 
@@ -332,36 +288,17 @@ HAND_BATCH = 100
 HAND_ISOLATION = "READ COMMITTED"
 
 
-def _mysql_connect(dsn: str, autocommit: bool = True):
-    from pyqueue_sql import dialects
-
-    return dialects.for_name("mysql").connect(dsn, autocommit=autocommit)
-
-
-def handrolled_install(dsn: str) -> None:
-    from bench.bench import HandRolled
-
-    HandRolled("mysql").setup(dsn)  # the hand-rolled queue's table of `routines`
-
-
 def handrolled_enqueue(dsn: str, jobs: int) -> None:
-    conn = _mysql_connect(dsn)
-    try:
-        cur = conn.cursor()
-        for start in range(0, jobs, CHUNK):
-            rows = range(start, min(jobs, start + CHUNK))
-            cur.execute(
-                "INSERT IGNORE INTO job (msg_key, payload) VALUES " + ", ".join(["(%s, %s)"] * len(rows)),
-                [v for i in rows for v in (f"j{i:07d}", json.dumps({"n": i}))],
-            )
-    finally:
-        conn.close()
+    with contextlib.closing(common.raw_connect("mysql", dsn)) as conn:
+        for numbers in common.chunks(jobs):
+            rows = [v for i in numbers for v in (f"j{i:07d}", json.dumps({"n": i}))]
+            conn.cursor().execute(HandRolled("mysql").insert_sql(len(numbers)), rows)
 
 
-def handrolled_work(dsn: str, concurrency: int, sleep_s: float) -> None:
+def handrolled_work(dsn: str, concurrency: int) -> None:
     """In one transaction take up to HAND_BATCH ready rows (FOR UPDATE SKIP LOCKED) and lease them
     (run_at + 30 s, a token), commit; delete them in one statement."""
-    conns = [_mysql_connect(dsn, autocommit=False) for _ in range(concurrency)]
+    conns = [common.raw_connect("mysql", dsn, autocommit=False) for _ in range(concurrency)]
     for conn in conns:
         conn.cursor().execute(f"SET SESSION TRANSACTION ISOLATION LEVEL {HAND_ISOLATION}")
 
@@ -383,10 +320,11 @@ def handrolled_work(dsn: str, concurrency: int, sleep_s: float) -> None:
         conn.cursor().execute(f"DELETE FROM job WHERE id IN ({', '.join(['%s'] * len(ids))})", ids)
         conn.commit()
 
-    _threads(conns, claim, delete, sleep_s)
+    _threads(conns, claim, delete)
 
 
-SYSTEMS = {
+pyqueue_install = functools.partial(common.install_pyqueue, queue=QUEUE)
+SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency[, settings]))
     "pyqueue-async": (pyqueue_install, pyqueue_enqueue, pyqueue_async_work),
     "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_threads_work),
     "pyqueue-cli": (pyqueue_install, pyqueue_enqueue, None),
@@ -394,12 +332,14 @@ SYSTEMS = {
     "pgqueuer": (pgqueuer_install, pgqueuer_enqueue, pgqueuer_work),
     "procrastinate": (procrastinate_install, procrastinate_enqueue, procrastinate_work),
     "awa": (awa_install, awa_enqueue, awa_work),
-    "pgmq": (pgmq_install, pgmq_enqueue, pgmq_work),
-    "handrolled": (handrolled_install, handrolled_enqueue, handrolled_work),
+    "pgmq": (functools.partial(common.install_pgmq, queue=QUEUE), pgmq_enqueue, pgmq_work),
+    # the hand-rolled queue's table of `routines`
+    "handrolled": (lambda dsn: HandRolled("mysql").setup(dsn), handrolled_enqueue, handrolled_work),
 }
 
 
 def main() -> None:
+    global SLEEP_S
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=("install", "enqueue", "work"))
     ap.add_argument("system", choices=sorted(SYSTEMS))
@@ -410,13 +350,13 @@ def main() -> None:
     ap.add_argument("--settings", type=json.loads, help="pyqueue-sql: the worker's settings, a JSON object")
     args = ap.parse_args()
     install, enqueue, work = SYSTEMS[args.system]
+    SLEEP_S = args.sleep_ms / 1000
     if args.action == "install":
         install(args.dsn)
     elif args.action == "enqueue":
         enqueue(args.dsn, args.jobs)
     else:
-        extra = (args.settings,) if args.settings else ()
-        work(args.dsn, args.concurrency, args.sleep_ms / 1000, *extra)
+        work(args.dsn, args.concurrency, *((args.settings,) if args.settings else ()))
 
 
 if __name__ == "__main__":
