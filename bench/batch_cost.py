@@ -45,6 +45,7 @@ ROUTINE_INSERT = (
     "SELECT DISTINCT ON (b.k) %s, b.k, 'job', b.p, 0, now(), now(), now(), b.new_id FROM b ORDER BY b.k, b.new_id"
 )
 QUEUE_ID = 1  # the integer queue id of the int copies' one queue
+INT_QUEUE = (QUEUE_ID, "queue_id", "integer")  # the int copies' queue, its column and type
 
 
 def _scratch(cur, name: str, drop: tuple[str, ...] | str = (), text_payload: bool = False) -> None:
@@ -85,11 +86,8 @@ def _scratch_int(cur, name: str, drop: tuple[str, ...] = ()) -> None:
             continue
         cur.execute("SELECT pg_get_indexdef(%s::regclass)", (index,))
         (definition,) = cur.fetchone()
-        definition = re.sub(
-            r"INDEX (\w+) ON \S+",
-            f"INDEX {name}_{index.removeprefix('pyqueue_message_')} ON {name}",
-            definition,
-        )
+        renamed = f"INDEX {name}_{index.removeprefix('pyqueue_message_')} ON {name}"
+        definition = re.sub(r"INDEX (\w+) ON \S+", renamed, definition)
         cur.execute(definition.replace("(queue_name,", "(queue_id,"))
 
 
@@ -184,9 +182,7 @@ def drain_once(cur, q, bare, how: str, table: str, since=None) -> int:
             cur.execute("SELECT * FROM pgmq.delete(%s::text, %s::bigint[])", (QUEUE, ids))
             cur.fetchall()
         return len(ids)
-    queue, column, typ = (
-        (QUEUE_ID, "queue_id", "integer") if how == "bare_int" else (QUEUE, "queue_name", "text")
-    )
+    queue, column, typ = INT_QUEUE if how == "bare_int" else (QUEUE, "queue_name", "text")
     bare.execute(BARE_RESERVE.format(t=table, q=column), (queue, since))
     rows = bare.fetchall()
     if rows:
@@ -259,12 +255,17 @@ def _timed(on: tuple, rows: int, work) -> dict:
     }
 
 
+def _connect(dsn: str):
+    import psycopg
+
+    return psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+
+
 def _backend_pid(conn) -> int:
     return common.query(conn, "SELECT pg_backend_pid()")[0][0]
 
 
 def run(args) -> tuple[list[dict], dict]:
-    import psycopg
 
     import pyqueue_sql
 
@@ -279,10 +280,7 @@ def run(args) -> tuple[list[dict], dict]:
         except Exception as exc:  # the peer is named NOT RUN in the report
             has_pgmq = False
             print(f"batch-cost: pgmq NOT RUN: {exc}", flush=True)
-        conn, nodue_conn = (
-            stack.enter_context(psycopg.connect(d, autocommit=True, prepare_threshold=None))
-            for d in (dsn, dsn_nodue)
-        )
+        conn, nodue_conn = (stack.enter_context(_connect(d)) for d in (dsn, dsn_nodue))
         cur, nodue = conn.cursor(), nodue_conn.cursor()
         setup(cur)
         query = "SELECT pg_backend_pid(), current_setting('autovacuum'), version()"
@@ -320,10 +318,9 @@ def run(args) -> tuple[list[dict], dict]:
 def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[dict]) -> list[dict]:
     """The drain part's rounds: each variant filled (untimed, by its own fastest path), then
     drained and timed."""
-    import psycopg
 
     # the bare statements' own session: plans by index, as the routines' (which set the same)
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as bare_conn:
+    with _connect(dsn) as bare_conn:
         bare = bare_conn.cursor()
         for setting in ("enable_seqscan", "enable_hashjoin", "enable_mergejoin", "enable_bitmapscan"):
             bare.execute(f"SET {setting} = off")
@@ -479,9 +476,8 @@ def _mysql_setup(cur) -> None:
 
 def _tid(conn) -> int:
     """The server thread of a MariaDB connection (information_schema.PROCESSLIST.TID)."""
-    tid = int(
-        common.query(conn, "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()")[0][0]
-    )
+    sql = "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()"
+    tid = int(common.query(conn, sql)[0][0])
     conn.commit()
     return tid
 

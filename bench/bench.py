@@ -22,8 +22,10 @@ import contextlib
 import datetime as dt
 import importlib.util
 import inspect
+import itertools
 import json
 import multiprocessing as mp
+import operator
 import os
 import platform
 import statistics
@@ -551,11 +553,8 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
         system = system_cls(dialect)
         system.open(dsn)
         share = range(index, n, clients)  # this client's message numbers
-        names = (
-            []
-            if workload in CONSUMING
-            else [uuid.uuid4().hex if keys == "random" else f"c{index}-{i}" for i in share]
-        )
+        serial = keys != "random"  # (no keys for the consuming workloads)
+        names = [f"c{index}-{i}" if serial else uuid.uuid4().hex for i in share if workload not in CONSUMING]
         barrier.wait()
         start = time.perf_counter()
         deadline, count = start + cap, 0
@@ -638,10 +637,8 @@ def measure(
     if errors := [r[4] for r in rows if r[4]]:
         return {"error": errors[0]}
     count, seconds = sum(r[1] for r in rows), max(r[3] for r in rows) - min(r[2] for r in rows)
-    out = (
-        dict(messages=count, seconds=round(seconds, 4), rate=round(count / seconds, 1) if seconds else None)
-        | out
-    )
+    rate = round(count / seconds, 1) if seconds else None
+    out = dict(messages=count, seconds=round(seconds, 4), rate=rate) | out
     server1 = common.server_cpu(dialect, pid)
     if count:
         out["client_cpu_us"] = round((common.own_cpu(children=True) - client0) / count * 1e6, 1)
@@ -659,14 +656,14 @@ LABEL = {
 }
 
 
+_of = operator.itemgetter("dialect", "system", "workload")
+
+
 def _rates(
     results: list[dict], dialect: str, system: str, workload: str, key: str = "rate"
 ) -> dict[int, float]:
     """Round -> msg/s (or key: client_cpu_us, server_cpu_us) of one system on one workload."""
-    of = (dialect, system, workload)
-    return {
-        r["round"]: r[key] for r in results if (r["dialect"], r["system"], r["workload"]) == of and r.get(key)
-    }
+    return {r["round"]: r[key] for r in results if _of(r) == (dialect, system, workload) and r.get(key)}
 
 
 def _ratio(mine: dict[int, float], other: dict[int, float]) -> list[float]:
@@ -688,18 +685,15 @@ def summarize(results: list[dict], dialect: str, systems: list[str]) -> list[dic
         for s, v in rates.items():
             vals, role = list(v.values()), SYSTEMS[s].role
             row = dict(workload=w, system=s, role=role, calls=SYSTEMS[s].call_of(dialect, w))
-            row |= dict(
-                median=statistics.median(vals), min=min(vals), max=max(vals), rounds=len(vals), best_peer=best
-            )
+            row |= dict(median=statistics.median(vals), min=min(vals), max=max(vals))
+            row |= dict(rounds=len(vals), best_peer=best)
             for side in ("client_cpu_us", "server_cpu_us"):
                 if cpu := list(_rates(results, dialect, s, w, side).values()):
                     row[side] = statistics.median(cpu)
             if best and role != "ceiling":
                 r = _ratio(v, rates[best])
-                row |= dict(
-                    vs_best_peer=statistics.median(r) if r else None,
-                    vs_best_peer_range=(min(r), max(r)) if r else None,
-                )
+                row["vs_best_peer"] = statistics.median(r) if r else None
+                row["vs_best_peer_range"] = (min(r), max(r)) if r else None
             if w == "push" and ceiling and role != "ceiling":
                 r = _ratio(v, ceiling)
                 row["vs_ceiling"] = statistics.median(r) if r else None
@@ -862,28 +856,23 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                 dsns[sname] = dsn
                 meta["servers"].setdefault(dialect, common.settings(dialect, dsn, *SETTINGS[dialect].split()))
                 pids.setdefault(dialect, common.server_pid(dialect, dsn))
-            for rnd in range(args.rounds):
-                for w in args.workloads:
-                    order = common.rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd)
-                    for sname in order:
-                        r = {"dialect": dialect, "system": sname, "workload": w, "round": rnd}
-                        n = args.bulk_messages if w in BULK_WORKLOADS else args.messages
-                        how = (dialect, dsns[sname], w, args.clients, n, args.cap, pids.get(dialect))
-                        how += (args.state, args.keys)
-                        counters = profile_lines(dsns[sname], {})[0] if args.profile else {}
-                        try:
-                            r.update(measure(SYSTEMS[sname], *how))
-                        except Exception as exc:
-                            r["error"] = f"{type(exc).__name__}: {exc}"
-                        results.append(r)
-                        print(
-                            f"[{time.time() - t0:5.0f}s] {dialect:10} round {rnd + 1} {w:17} {sname:24} "
-                            f"{r.get('rate') or r.get('error')} msg/s",
-                            flush=True,
-                        )
-                        if args.profile:  # the clients' counters reach the server within a second
-                            time.sleep(1)
-                            print("\n".join(profile_lines(dsns[sname], counters)[1]), flush=True)
+            for rnd, w in itertools.product(range(args.rounds), args.workloads):
+                for sname in common.rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd):
+                    r = {"dialect": dialect, "system": sname, "workload": w, "round": rnd}
+                    n = args.bulk_messages if w in BULK_WORKLOADS else args.messages
+                    how = (dialect, dsns[sname], w, args.clients, n, args.cap, pids.get(dialect))
+                    how += (args.state, args.keys)
+                    counters = profile_lines(dsns[sname], {})[0] if args.profile else {}
+                    try:
+                        r.update(measure(SYSTEMS[sname], *how))
+                    except Exception as exc:
+                        r["error"] = f"{type(exc).__name__}: {exc}"
+                    results.append(r)
+                    at = f"[{time.time() - t0:5.0f}s] {dialect:10} round {rnd + 1} {w:17} {sname:24}"
+                    print(f"{at} {r.get('rate') or r.get('error')} msg/s", flush=True)
+                    if args.profile:  # the clients' counters reach the server within a second
+                        time.sleep(1)
+                        print("\n".join(profile_lines(dsns[sname], counters)[1]), flush=True)
         finally:
             for dsn in dsns.values():
                 common.drop(dialect, dsn)

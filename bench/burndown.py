@@ -139,9 +139,8 @@ def variant(text: str, dialect: str) -> System:
             raise SystemExit(f"a setting is name=value: {part!r}")
         settings[name.strip()] = _value(value.strip())
     runtime_class = "Worker" if runtime == "threads" else "AsyncWorker"
-    return System(
-        text, dialect, f"`{runtime_class}` {rest or '(defaults)'}", "py", LIVE, peer=False, settings=settings
-    )
+    label = f"`{runtime_class}` {rest or '(defaults)'}"
+    return System(text, dialect, label, "py", LIVE, peer=False, settings=settings)
 
 
 LIVE = "SELECT count(*) FROM pyqueue_message"
@@ -240,10 +239,8 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             server_us = round(spent / done * 1e6, 1)
         worker_us = round((sum(cpu) - sum(cpu0)) / done * 1e6, 1) if known else None
         # server_cpu_us_per_job: the server processes of the workers' sessions (PostgreSQL on this machine)
-        backends = len(server) if server is not None else None
-        out = dict(
-            cpu_us_per_job=worker_us, server_cpu_us_per_job=server_us, backends=backends, first_job_s=first
-        )
+        out = dict(cpu_us_per_job=worker_us, server_cpu_us_per_job=server_us, first_job_s=first)
+        out["backends"] = len(server) if server is not None else None
         return out | dict(jobs=jobs, done=done, seconds=elapsed, rate=done / elapsed, capped=remaining > 0)
     finally:
         _kill(procs)
@@ -350,11 +347,7 @@ def _vacuum_settings(dialects: list[str]) -> str:
         try:
             name = "autovacuum" if dialect == "postgresql" else "innodb_purge_threads"
             value = common.settings(dialect, common.ADMIN[dialect], name).get(name, "?")
-            said.append(
-                f"PostgreSQL autovacuum = {value}"
-                if name == "autovacuum"
-                else f"InnoDB purge, {name} = {value}"
-            )
+            said.append(f"{'PostgreSQL' if dialect == 'postgresql' else 'InnoDB purge,'} {name} = {value}")
         except Exception as exc:  # the server is not there: the run reports it anyway
             said.append(f"{dialect}: {type(exc).__name__}")
     return "; ".join(said)
@@ -373,11 +366,7 @@ def main() -> None:
         ("--states", ",".join(STATES), "comma-separated: fresh, churned (bench/README.md, Burn-down)"),
         ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
         ("--name", None, "the results' file name (default burndown, burndown-tasks, burndown-variants)"),
-        (
-            "--tasks",
-            False,
-            "`pyqueue-sql worker` with a plain handler against the same job as a task (no-op)",
-        ),
+        ("--tasks", False, "`pyqueue-sql worker`: a plain handler against the same no-op job as a task"),
     )
     ap.add_argument(
         "--variant", action="append", help="pyqueue-sql's worker as threads|asyncio[:name=value,...]"
@@ -389,10 +378,8 @@ def main() -> None:
     common.exit_on_sigterm()
     if args.quick:
         args.rounds, args.cap = 1, min(args.cap, 20.0)
-    dialects, workloads = (
-        common.names(args.dialects),
-        common.names(args.workloads, WORKLOADS, ap, "workloads"),
-    )
+    dialects = common.names(args.dialects)
+    workloads = common.names(args.workloads, WORKLOADS, ap, "workloads")
     states = common.names(args.states, STATES, ap, "states")
     wanted = set(common.names(args.systems, sorted({s.name for s in SYSTEMS}), ap, "systems"))
     chosen = lambda s: s.name in wanted if wanted else not s.extra and not args.variant  # noqa: E731
@@ -404,10 +391,8 @@ def main() -> None:
             unavailable.setdefault(s.dialect, {})[s.name] = why
             print(f"burndown: {s.name} ({s.dialect}) NOT RUN: {why}", flush=True)
     runnable = [s for s in systems if s.name not in unavailable.get(s.dialect, {})]
-    meta = dict(command=common.command(), rounds=args.rounds, cap=args.cap, host=platform.node())
-    meta |= dict(
-        started=common.now_utc("%Y-%m-%d %H:%M UTC"), cpus=os.cpu_count(), load_before=common.loadavg()
-    )
+    meta = dict(command=common.command(), started=common.now_utc("%Y-%m-%d %H:%M UTC"), rounds=args.rounds)
+    meta |= dict(cap=args.cap, host=platform.node(), cpus=os.cpu_count(), load_before=common.loadavg())
     meta |= dict(unavailable=unavailable, states=states, autovacuum=_vacuum_settings(dialects))
     # the ratio's reference when no peer runs: the dialect's first system
     firsts = {d: next((s.name for s in systems if s.dialect == d), None) for d in dialects}
@@ -433,7 +418,8 @@ def main() -> None:
         for state, w, dialect in itertools.product(states, workloads, dialects):
             jobs = args.jobs or (WORKLOADS[w][2] if args.quick else WORKLOADS[w][0])
             ds, round_results = [s for s in runnable if s.dialect == dialect], []
-            for s in common.rotated(ds, round_):
+            order = common.rotated(ds, round_)
+            for s in order:
                 n += 1
                 at = f"[{n}/{total} {time.perf_counter() - t0:5.0f}s] round {round_ + 1}"
                 print(f"{at} {dialect} {state} {w} {s.name}: ", end="", flush=True)
@@ -441,19 +427,15 @@ def main() -> None:
                 try:
                     r.update(measure(s, w, jobs, args.cap, state))
                     capped = " (capped)" if r["capped"] else ""
-                    print(
-                        f"{r['done']:,}/{jobs:,} in {r['seconds']:.2f} s = {r['rate']:,.0f} jobs/s{capped}",
-                        flush=True,
-                    )
+                    rate = f"{r['done']:,}/{jobs:,} in {r['seconds']:.2f} s = {r['rate']:,.0f} jobs/s"
+                    print(rate + capped, flush=True)
                 except Exception as exc:  # reported in the summary, the run goes on
                     r["error"] = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
                     print(f"FAILED: {exc}", flush=True)
                 r["load"] = common.loadavg()
                 round_results.append(r)
             # the ratio: to the best peer of the round, or with none, to the dialect's first system
-            peers = [
-                r["rate"] for r, s in zip(round_results, common.rotated(ds, round_)) if "rate" in r and s.peer
-            ]
+            peers = [r["rate"] for r, s in zip(round_results, order) if "rate" in r and s.peer]
             first = [r["rate"] for r in round_results if r["system"] == ds[0].name and "rate" in r]
             best = max(peers) if peers else (first[0] if first else None)
             for r in round_results:

@@ -138,11 +138,9 @@ def install_commit(dialect: str, dsn: str, commit: str) -> None:
 
     # routines/ holds one file per topic, run in name order (a commit before it: routines.sql)
     listing = git("ls-tree", "--name-only", f"{commit}:sql/{folder}/routines", check=False)
-    routines = (
-        [f"routines/{name}" for name in sorted(listing.stdout.split()) if name.endswith(".sql")]
-        if listing.returncode == 0
-        else ["routines.sql"]
-    )
+    routines = ["routines.sql"]
+    if listing.returncode == 0:
+        routines = [f"routines/{name}" for name in sorted(listing.stdout.split()) if name.endswith(".sql")]
     script = "".join(
         git("show", f"{commit}:sql/{folder}/{name}").stdout for name in ["schema.sql", *routines]
     )
@@ -310,9 +308,8 @@ def parser(doc: str, *options: tuple) -> argparse.ArgumentParser:
         elif isinstance(default, tuple):
             ap.add_argument(*flags.split(), choices=default, default=default[0], help=text)
         else:
-            ap.add_argument(
-                *flags.split(), type=type(default) if default is not None else str, default=default, help=text
-            )
+            kind = type(default) if default is not None else str
+            ap.add_argument(*flags.split(), type=kind, default=default, help=text)
     return ap
 
 

@@ -104,9 +104,8 @@ class Recorder:
             self.t = self.clock()
         except Exception:  # noqa: BLE001
             self.t, status = None, "unk"
-        self.out.write(
-            json.dumps([self.seq, status, written, self.t], separators=(",", ":"), default=str) + "\n"
-        )
+        row = [self.seq, status, written, self.t]
+        self.out.write(json.dumps(row, separators=(",", ":"), default=str) + "\n")
         if self.t is None or (status == "unk" and self.local):  # a new connection: this one may be cut
             with contextlib.suppress(Exception):
                 self.db.close()
@@ -174,7 +173,7 @@ def consumer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=()
     """One consumer operation a call, on the reservations it holds (and, now and then, on one it
     no longer holds: a stale token must not work)."""
     hold: list = []
-    stale: list = []
+    stale: list = []  # reservations this client no longer holds
 
     def pick():
         return hold.pop(rng.randrange(len(hold)))
@@ -333,9 +332,7 @@ class Server:
         )[:3]
         if sessions:
             session = int(rng.choice(sessions)[0])
-            common.query(
-                conn, f"SELECT pg_terminate_backend({session})" if self.pg else f"KILL CONNECTION {session}"
-            )
+            common.query(conn, f"SELECT pg_terminate_backend({session})" if self.pg else f"KILL {session}")
         return bool(sessions)
 
     def close(self) -> None:
@@ -353,9 +350,8 @@ def install(dialect: str, dsn: str, schema: bool = True) -> None:
         for name in (Q, NEXT, DEAD):
             if any(s.queue == name for s in db.stats()):
                 db.queue(name).drop()
-        common.execute(
-            dialect, dsn, f"DELETE FROM pyqueue_history WHERE queue_name IN ('{Q}', '{NEXT}', '{DEAD}')"
-        )
+        history = f"DELETE FROM pyqueue_history WHERE queue_name IN ('{Q}', '{NEXT}', '{DEAD}')"
+        common.execute(dialect, dsn, history)
         db.queue(DEAD).create()
         db.queue(NEXT).create()
         db.queue(Q).create(LEASE, MAX_ATTEMPTS, DEAD, dt.timedelta(days=1))

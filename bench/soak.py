@@ -437,12 +437,11 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         sample()
         drain = None if drained_at is None else round(drained_at - drain_started, 1)
         result["duration_s"] = {"load": round(load_s, 1), "drain": drain, "total": round(now() - t0, 1)}
-        result.update(
+        result |= dict(
             samples=samples, kills=kills, pg_vacuum_s=vacuums, unexpected_exits=fleet.unexpected_exits
         )
-        result.update(
-            accounting=account(probe, fleet, key_files, workdir), workers=summarize_workers(fleet, samples)
-        )
+        result["accounting"] = account(probe, fleet, key_files, workdir)
+        result["workers"] = summarize_workers(fleet, samples)
         result["worker_logs"] = read_worker_logs(fleet.done)
         checks = result["accounting"]["checks"]
         checks["producers exited 0"] = all(p.exitcode == 0 for p in producers)
@@ -668,21 +667,14 @@ def main(argv: list[str] | None = None) -> int:
         ("--kill-max", 6.0, "longest pause between two kills (s)"),
         ("--sample-every", 10.0, "seconds between two samples"),
         ("--drain-timeout", 180.0, "seconds the drain may take"),
-        (
-            "--pg-vacuum-every",
-            60.0,
-            "PostgreSQL: VACUUM (ANALYZE) every S s in place of autovacuum; 0 = never",
-        ),
+        ("--pg-vacuum-every", 60.0, "PostgreSQL: VACUUM (ANALYZE) every S s, not autovacuum; 0 = never"),
         ("--seed", 7, "the producers' and the kills' random seed"),
         ("--out", os.path.join(ROOT, "bench", "results"), "where soak_<dialect>.json and .md go"),
         ("--keep", False, "keep the database and the work files (worker logs, keys)"),
     )
     p.add_argument("--dialect", choices=("postgresql", "mysql", "both"), default="both")
-    p.add_argument(
-        "--inject",
-        choices=("loss", "double-commit"),
-        help="break the accounting on purpose: the run must FAIL",
-    )
+    inject = "break the accounting on purpose: the run must FAIL"
+    p.add_argument("--inject", choices=("loss", "double-commit"), help=inject)
     args = p.parse_args(argv)
     if args.workers < 2:
         p.error("--workers must be at least 2 (slot 0 is never killed)")

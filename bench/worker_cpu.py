@@ -171,10 +171,12 @@ def main() -> None:
             "bare" if text == "bare" else {k.strip(): float(v) if "." in v else int(v) for k, _, v in pairs}
         )
     results: list[dict] = []
-    meta = dict(
-        command=common.command(), started=common.now_utc(), load_before=common.loadavg(), rounds=args.rounds
+    meta = dict(command=common.command(), started=common.now_utc(), load_before=common.loadavg())
+    meta |= dict(
+        rounds=args.rounds,
+        jobs=args.jobs,
+        tracing=f"opentelemetry-api {'importable' if traced else 'not installed'}",
     )
-    meta |= dict(jobs=args.jobs, tracing=f"opentelemetry-api {'importable' if traced else 'not installed'}")
     serial, top = 0, []
     with common.database("postgresql", "workercpu", QUEUE) as dsn:
         for rnd in range(args.rounds):
@@ -201,9 +203,8 @@ def main() -> None:
             stats.sort("tsub", "desc")
             for f in itertools.islice(stats, args.profile):
                 where = f"{f.module.replace(os.path.dirname(HERE) + '/', '')}:{f.lineno} {f.name}"
-                top.append(
-                    f"| {where} | {f.ncall:,} | {f.tsub / args.jobs * 1e6:.2f} | {f.ttot / args.jobs * 1e6:.2f} |"
-                )
+                per_job = f"{f.tsub / args.jobs * 1e6:.2f} | {f.ttot / args.jobs * 1e6:.2f}"
+                top.append(f"| {where} | {f.ncall:,} | {per_job} |")
     meta["load_after"] = common.loadavg()
     rows = []
     for variant in settings_of:
