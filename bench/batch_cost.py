@@ -102,50 +102,44 @@ def _same(cur, copy: str, original: str) -> bool:
     return a == b
 
 
-def variants(has_pgmq: bool) -> list[tuple[str, str, str]]:
-    """(name, what one call runs, the table to churn) of every variant."""
-    out = [("routine", "queue_push_batch", "pyqueue_message")]
-    if has_pgmq:
-        out.append(("pgmq send_batch", "pgmq.send_batch", f"pgmq.q_{QUEUE}"))
-    out += [
-        ("copy: every index", "insert", "scratch_all"),
-        *[
-            (f"copy: without {i.removeprefix('pyqueue_message_')}", "insert", f"scratch_no_{n}")
-            for n, i in enumerate(INDEXES)
-        ],
-        ("copy: primary key only", "insert", "scratch_pkey"),
-        ("copy: no index (heap, JSON, checks)", "insert", "scratch_heap"),
-        ("copy: no index, payload text (no jsonb parse)", "insert_text", "scratch_text"),
-        ("copy: every index + ON CONFLICT DO NOTHING (dedup probe)", "insert_dedup", "scratch_all"),
-        ("copy: every index, the routine's INSERT (ids drawn, key order)", "insert_routine", "scratch_all"),
-        ("copy: every index, COPY FROM STDIN", "copy_from", "scratch_all"),
-        ("copy: primary key + ready index only", "insert", "scratch_narrow"),
-        ("copy: integer queue id, every index", "insert_int", "scratch_int"),
-        ("copy: integer queue id, primary key + ready index only", "insert_int", "scratch_int_narrow"),
-        ("copy: integer queue id + ON CONFLICT DO NOTHING", "insert_int_dedup", "scratch_int"),
-        ("routine, table without due_idx (a database of its own)", "queue_push_batch_nodue", NODUE),
-        ("pg_notify alone, once per call", "notify", ""),
-    ]
-    return out
-
-
 # the routine's table in the second database, whose due index is dropped
 NODUE = "nodue:pyqueue_message"
-
-
+# (name, what one call runs, the table to churn) of every variant (pgmq's where it installed)
+VARIANTS = [
+    ("routine", "queue_push_batch", "pyqueue_message"),
+    ("pgmq send_batch", "pgmq.send_batch", f"pgmq.q_{QUEUE}"),
+    ("copy: every index", "insert", "scratch_all"),
+    *[
+        (f"copy: without {i.removeprefix('pyqueue_message_')}", "insert", f"scratch_no_{n}")
+        for n, i in enumerate(INDEXES)
+    ],
+    ("copy: primary key only", "insert", "scratch_pkey"),
+    ("copy: no index (heap, JSON, checks)", "insert", "scratch_heap"),
+    ("copy: no index, payload text (no jsonb parse)", "insert_text", "scratch_text"),
+    ("copy: every index + ON CONFLICT DO NOTHING (dedup probe)", "insert_dedup", "scratch_all"),
+    ("copy: every index, the routine's INSERT (ids drawn, key order)", "insert_routine", "scratch_all"),
+    ("copy: every index, COPY FROM STDIN", "copy_from", "scratch_all"),
+    ("copy: primary key + ready index only", "insert", "scratch_narrow"),
+    ("copy: integer queue id, every index", "insert_int", "scratch_int"),
+    ("copy: integer queue id, primary key + ready index only", "insert_int", "scratch_int_narrow"),
+    ("copy: integer queue id + ON CONFLICT DO NOTHING", "insert_int_dedup", "scratch_int"),
+    ("routine, table without due_idx (a database of its own)", "queue_push_batch_nodue", NODUE),
+    ("pg_notify alone, once per call", "notify", ""),
+]
 # The drain part: (name, how, table) of every variant.
-def drain_variants(has_pgmq: bool) -> list[tuple[str, str, str]]:
-    out = [("routine: queue_reserve(100) + queue_commit_batch", "routine", "pyqueue_message")]
-    if has_pgmq:
-        out.append(("pgmq read(100) + delete(ids)", "pgmq", f"pgmq.q_{QUEUE}"))
-    out += [
-        ("bare UPDATE + DELETE: every index", "bare", "scratch_all"),
-        ("bare UPDATE + DELETE: without due_idx", "bare", "scratch_no_1"),
-        ("bare UPDATE + DELETE: primary key + ready index only", "bare", "scratch_narrow"),
-        ("bare UPDATE + DELETE: integer queue id, every index", "bare_int", "scratch_int"),
-        ("bare UPDATE + DELETE: integer queue id, primary key + ready index only", "bare_int", "scratch_int_narrow"),
-    ]  # fmt: skip
-    return out
+DRAIN_VARIANTS = [
+    ("routine: queue_reserve(100) + queue_commit_batch", "routine", "pyqueue_message"),
+    ("pgmq read(100) + delete(ids)", "pgmq", f"pgmq.q_{QUEUE}"),
+    ("bare UPDATE + DELETE: every index", "bare", "scratch_all"),
+    ("bare UPDATE + DELETE: without due_idx", "bare", "scratch_no_1"),
+    ("bare UPDATE + DELETE: primary key + ready index only", "bare", "scratch_narrow"),
+    ("bare UPDATE + DELETE: integer queue id, every index", "bare_int", "scratch_int"),
+    ("bare UPDATE + DELETE: integer queue id, primary key + ready index only", "bare_int", "scratch_int_narrow"),
+]  # fmt: skip
+
+
+def runnable(variants: list[tuple[str, str, str]], has_pgmq: bool) -> list[tuple[str, str, str]]:
+    return [v for v in variants if has_pgmq or not v[2].startswith("pgmq.")]
 
 
 # {q}: the queue's column (queue_name, or queue_id on the int copies); the range is read from the
@@ -295,7 +289,7 @@ def run(args) -> tuple[list[dict], dict]:
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=args.calls)
         meta |= dict(batch=BATCH, load_before=common.loadavg(), autovacuum=autovacuum)
         meta |= dict(server=version.split(" on ")[0], pgmq=has_pgmq)
-        todo = variants(has_pgmq)
+        todo = runnable(VARIANTS, has_pgmq)
         results: list[dict] = []
         payloads = [{"n": i, "body": "x" * 40} for i in range(BATCH)]
         for rnd in range(args.rounds):
@@ -329,7 +323,7 @@ def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[d
         fills = {"routine": "queue_push_batch", "pgmq": "pgmq.send_batch", "bare_int": "insert_int"}
         results, q, cur = [], db.queue(QUEUE), conn.cursor()
         for rnd in range(args.rounds):
-            for name, how, table in common.rotated(drain_variants(has_pgmq), rnd):
+            for name, how, table in common.rotated(runnable(DRAIN_VARIANTS, has_pgmq), rnd):
                 (since,) = common.query(conn, "SELECT now()")[0]
                 for keys in _keys(args.calls):
                     call(cur, q, fills.get(how, "insert"), table, keys, payloads)
@@ -422,23 +416,22 @@ LEAN = "lean:pyqueue_message"  # the routine's table in a database of its own, w
 DROP_SECONDARY = ", ".join(f"DROP INDEX {i}" for i in INDEXES)
 
 
-def mysql_variants() -> list[tuple[str, str, str]]:
-    """(name, what one call runs, the table to churn) of every MariaDB variant."""
-    # fmt: off
-    return [
-        ("routine: Queue.push_many (queue_push_batch)", "routine", "pyqueue_message"),
-        ("routine, table with the primary key and the key index only (a database of its own)", "routine", LEAN),
-        ("plain job table: multi-row INSERT IGNORE", "job", "job"),
-        ("copy: every index and the foreign key, multi-row INSERT", "insert", "scratch_all"),
-        ("copy: every index and the foreign key, INSERT IGNORE", "insert_ignore", "scratch_all"),
-        ("copy: primary key, key index and ready index, INSERT IGNORE", "insert_ignore", "scratch_ready"),
-        ("copy: primary key and key index only, INSERT IGNORE", "insert_ignore", "scratch_keys"),
-        ("copy: primary key only (no dedup)", "insert", "scratch_heap"),
-        ("copy: the key as the clustered primary key, id a secondary key, INSERT IGNORE", "insert_ignore", "scratch_keypk"),
-        ("copy: integer queue id, every index and the foreign key, INSERT IGNORE", "insert_int_ignore", "scratch_int"),
-        ("ingest: multi-row INSERT into queue_ingest + CALL queue_ingest_flush", "ingest", "queue_ingest"),
-    ]
-    # fmt: on
+# (name, what one call runs, the table to churn) of every MariaDB variant
+# fmt: off
+MY_VARIANTS = [
+    ("routine: Queue.push_many (queue_push_batch)", "routine", "pyqueue_message"),
+    ("routine, table with the primary key and the key index only (a database of its own)", "routine", LEAN),
+    ("plain job table: multi-row INSERT IGNORE", "job", "job"),
+    ("copy: every index and the foreign key, multi-row INSERT", "insert", "scratch_all"),
+    ("copy: every index and the foreign key, INSERT IGNORE", "insert_ignore", "scratch_all"),
+    ("copy: primary key, key index and ready index, INSERT IGNORE", "insert_ignore", "scratch_ready"),
+    ("copy: primary key and key index only, INSERT IGNORE", "insert_ignore", "scratch_keys"),
+    ("copy: primary key only (no dedup)", "insert", "scratch_heap"),
+    ("copy: the key as the clustered primary key, id a secondary key, INSERT IGNORE", "insert_ignore", "scratch_keypk"),
+    ("copy: integer queue id, every index and the foreign key, INSERT IGNORE", "insert_int_ignore", "scratch_int"),
+    ("ingest: multi-row INSERT into queue_ingest + CALL queue_ingest_flush", "ingest", "queue_ingest"),
+]
+# fmt: on
 
 
 def _mysql_setup(cur) -> None:
@@ -537,7 +530,7 @@ def run_mysql(args) -> tuple[list[dict], dict]:
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=calls)
         meta |= dict(batch=MY_BULK, load_before=common.loadavg(), server=f"MariaDB {version}")
         meta["thread_cpu"] = server is not None and common.process_cpu(server, tid) is not None
-        todo = mysql_variants()
+        todo = MY_VARIANTS
         results: list[dict] = []
         payloads = [{"n": i, "body": "x" * 40} for i in range(MY_BULK)]
         texts = [json.dumps(p) for p in payloads]

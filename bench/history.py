@@ -370,10 +370,8 @@ class Fleet:
         self.budget = self.ctx.RawValue("q", args.ops)
         self.stop = self.ctx.RawValue("b", 0)  # (the same: an Event takes a lock to be read)
         self.procs: dict[str, Any] = {}
-        self.started = collections.Counter()
-        self.rng = random.Random(args.seed)
+        self.started, self.skewed, self.rng = collections.Counter(), 0, random.Random(args.seed)
         self.leases = tuple(float(t) for t in args.leases.split(","))
-        self.skewed = 0
 
     def start(self, slot: str) -> None:
         self.started[slot] += 1
@@ -651,12 +649,9 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
                 m.maybe.append(o)
             else:
                 (m.new if ans else m.refused).append(o)
-    for o in by_op["reserve"]:
+    for o in by_op["reserve"] + by_op["commit_reserve"]:
         if o.st == "ok":
-            grant(o, o.ans, o.args[1])
-    for o in by_op["commit_reserve"]:
-        if o.st == "ok":
-            grant(o, o.ans[1], o.args[4])
+            grant(o, *((o.ans, o.args[1]) if o.op == "reserve" else (o.ans[1], o.args[4])))
     for o in sorted(by_op["extend"] + by_op["renew"], key=lambda o: o.t0):
         c = tokens.get(o.args[2])
         expired_holder(c, o, None if o.st != "ok" else o.ans is not None)
@@ -667,12 +662,9 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
             c.acts.append(o)
             tokens[o.ans] = c
     for o in by_op["commit"] + by_op["commit_push"] + by_op["commit_reserve"]:
-        if o.st == "err":
-            continue
         committed = (o.ans[0] if o.op != "commit" else o.ans) if o.st == "ok" else None
-        if o.op == "commit_reserve" and o.st == "ok" and committed is None:
-            continue
-        ended(o, o.args[2], committed, True)
+        if o.st != "err" and not (o.op == "commit_reserve" and o.st == "ok" and committed is None):
+            ended(o, o.args[2], committed, True)
     for o in by_op["commit_batch"]:
         if o.st != "err" and o.ans != 0:
             for _key, _kind, tok in o.args:
@@ -787,11 +779,8 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
                 bad("FIFO groups", f"group {g}: {m.key} delivered while {len(before)} before it had not left, k = {k}", evidence)  # fmt: skip
     out = {"operations": collections.Counter(o.op for o in ops if o.op != "group_limit")}
     out |= {"unknown outcomes": sum(o.st == "unk" for o in ops), "messages": len(msgs)}
-    out |= {
-        "leases": sum(len(m.chains) for m in msgs.values()),
-        "lost": lost,
-        "expired holders' calls": dict(races),
-    }
+    out["leases"] = sum(len(m.chains) for m in msgs.values())
+    out |= {"lost": lost, "expired holders' calls": dict(races)}
     return out | {"violations": violations}
 
 
@@ -902,11 +891,8 @@ def main(argv=None) -> int:
     results = [run(d, args) for d in args.dialect.split(",")]
     for r in results:
         r["operations"] = dict(r["operations"])
-    text = markdown(results, args)
-    common.write(
-        args.out, args.name, text, {"command": common.command(), "seed": args.seed, "results": results}
-    )
-    print(text)
+    data = {"command": common.command(), "seed": args.seed, "results": results}
+    common.report(args.out, args.name, markdown(results, args), data)
     return 1 if any(r["violations"] for r in results) else 0
 
 

@@ -78,10 +78,7 @@ def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
     import datetime as dt
 
     db = pyqueue_sql.connect(dsn)
-    queues = {
-        mode: db.queue(f"bench.push.{mode}").create()
-        for mode in ("delayed", "throttled", "listened", "every")
-    }
+    queues = {m: db.queue(f"bench.push.{m}").create() for m in ("delayed", "throttled", "listened", "every")}
     queues["every"].set_notify_window(0)
     listener = pyqueue_sql.connect(dsn)
     db.dialect.listen(listener.connection, [queues["listened"].channel(), queues["every"].channel()])
@@ -141,8 +138,7 @@ def main(argv=None) -> int:
         rows = [(m, r["pushes_per_s"], r["time_vs_delayed"]) for m, r in cost.items()]
         lines += ["", *common.table(["push mode (PostgreSQL)", "pushes/s", "time vs delayed"], rows, "lrr")]
     stem = time.strftime("latency-%Y-%m-%dT%H%M%SZ", time.gmtime())
-    common.write(args.out, stem, "\n".join(lines) + "\n", report)
-    print(f"\nwrote {args.out}/{stem}.json and .md\n" + "\n".join(lines))
+    common.report(args.out, stem, "\n".join(lines) + "\n", report)
     return 0
 
 

@@ -19,6 +19,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -569,9 +570,7 @@ def summarize_workers(fleet: Fleet, samples: list[dict]) -> dict[str, Any]:
     if pts:
         steady = [p for p in pts if p[0] - pts[0][0] >= 60] or pts
         ts, ys = [p[0] for p in steady], [p[1] for p in steady]
-        mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-        den = sum((t - mt) ** 2 for t in ts)
-        slope = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den if den else 0.0
+        slope = statistics.linear_regression(ts, ys).slope if len(set(ts)) > 1 else 0.0  # (least squares)
         rss = dict(rss_kb_first=pts[0][1], rss_kb_after_1min=steady[0][1], rss_kb_last=pts[-1][1])
         rss |= dict(rss_kb_max=max(p[1] for p in pts), slope_kb_per_min_after_1min=round(slope * 60, 1))
         out["long_lived"] = {"worker": name, **rss}
@@ -583,6 +582,7 @@ def summarize_workers(fleet: Fleet, samples: list[dict]) -> dict[str, Any]:
 def markdown(r: dict[str, Any], command: str) -> str:
     a, st, wl = r["accounting"], r["settings"], r["worker_logs"]
     cut, redone = a["handler_runs_cut_by_kill"], a["redeliveries_after_kills"]
+    kinds = [(k, *v.values()) for k, v in a["per_kind"].items()]
     lines = [
         f"# Soak, {r['dialect']} ({'PASS' if r['ok'] else 'FAIL'})",
         "",
@@ -599,11 +599,7 @@ def markdown(r: dict[str, Any], command: str) -> str:
         "",
         *common.table(["check", ""], [(n, "ok" if p else "**FAILED**") for n, p in a["checks"].items()]),
         "",
-        *common.table(
-            ["kind", "in", "committed", "dead-lettered", "left", "handler runs"],
-            [(k, *v.values()) for k, v in a["per_kind"].items()],
-            "lrrrrr",
-        ),
+        *common.table(["kind", "in", "committed", "dead-lettered", "left", "handler runs"], kinds, "lrrrrr"),
         "",
         f"Handler runs {a['handler_runs']} for {a['committed_keys']} commits + {a['dead_lettered_keys']} dead letters: "
         f"{a['handler_runs_failed']} runs failed (flaky and poison: retried with backoff), {redone} runs redone after "
