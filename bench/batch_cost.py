@@ -260,7 +260,6 @@ def _backend_pid(conn) -> int:
 
 
 def run(args) -> tuple[list[dict], dict]:
-
     import pyqueue_sql
 
     with (
@@ -312,7 +311,6 @@ def run(args) -> tuple[list[dict], dict]:
 def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[dict]) -> list[dict]:
     """The drain part's rounds: each variant filled (untimed, by its own fastest path), then
     drained and timed."""
-
     # the bare statements' own session: plans by index, as the routines' (which set the same)
     with _connect(dsn) as bare_conn:
         bare = bare_conn.cursor()
@@ -530,12 +528,11 @@ def run_mysql(args) -> tuple[list[dict], dict]:
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=calls)
         meta |= dict(batch=MY_BULK, load_before=common.loadavg(), server=f"MariaDB {version}")
         meta["thread_cpu"] = server is not None and common.process_cpu(server, tid) is not None
-        todo = MY_VARIANTS
         results: list[dict] = []
         payloads = [{"n": i, "body": "x" * 40} for i in range(MY_BULK)]
         texts = [json.dumps(p) for p in payloads]
         for rnd in range(args.rounds):
-            for name, how, table in common.rotated(todo, rnd):
+            for name, how, table in common.rotated(MY_VARIANTS, rnd):
                 (q, on), batches = qs.get(table, (None, tid)), _keys(calls, MY_BULK)
                 work = lambda: sum(mysql_call(cur, q, how, table, keys, texts, payloads) for keys in batches)  # noqa: E731
                 sample = _timed((server, on), calls * MY_BULK, work)
@@ -543,7 +540,7 @@ def run_mysql(args) -> tuple[list[dict], dict]:
             # the churn: every table emptied by DELETE (InnoDB purges in the background)
             cur.execute("DELETE FROM pyqueue_message WHERE queue_name IN (%s, %s)", (QUEUE, INGEST_QUEUE))
             lean.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
-            for table in dict.fromkeys(t for _, h, t in todo if t.startswith(("scratch", "job"))):
+            for table in dict.fromkeys(t for _, _, t in MY_VARIANTS if t.startswith(("scratch", "job"))):
                 cur.execute(f"DELETE FROM {table}")
             print(f"batch-cost: MariaDB round {rnd + 1} of {args.rounds} done", flush=True)
         meta["load_after"] = common.loadavg()

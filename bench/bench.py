@@ -706,11 +706,7 @@ def _num(x: float) -> str:
 
 
 def _autovacuum(meta: dict) -> str:
-    said = [
-        f"{d} autovacuum = {server['autovacuum']}"
-        for d, server in meta["servers"].items()
-        if "autovacuum" in server
-    ]
+    said = [f"{d} autovacuum = {s['autovacuum']}" for d, s in meta["servers"].items() if "autovacuum" in s]
     return "; ".join(said) or "not read"
 
 
@@ -769,11 +765,8 @@ def markdown(results: list[dict], meta: dict) -> str:
         out += [*common.table(head.split("|"), cells, "lllr"), ""]
     out += _async_table(results, meta)
     notes = [f"- {d}/{s}: {why}" for (d, s), why in sorted(meta["skipped"].items())]
-    notes += [
-        f"- {r['dialect']}/{r['system']}/{r['workload']} round {r['round']}: {r['error']}"
-        for r in results
-        if r.get("error")
-    ]
+    for r in (r for r in results if r.get("error")):
+        notes.append(f"- {r['dialect']}/{r['system']}/{r['workload']} round {r['round']}: {r['error']}")
     if notes:
         out += ["Not measured:", "", *notes, ""]
     return "\n".join(out)
@@ -786,16 +779,10 @@ def _async_table(results: list[dict], meta: dict) -> list[str]:
         rows = []
         for w in WORKLOADS:
             if mine := _rates(results, dialect, "pyqueue async", w):
-                ratios = [
-                    _ratio(mine, _rates(results, dialect, other, w)) for other in ("pyqueue", "pgqueuer")
-                ]
-                rows.append(
-                    [
-                        LABEL[w],
-                        _num(statistics.median(mine.values())),
-                        *(f"{statistics.median(r):.2f}x" if r else "" for r in ratios),
-                    ]
-                )
+                rows.append([LABEL[w], _num(statistics.median(mine.values()))])
+                for other in ("pyqueue", "pgqueuer"):
+                    r = _ratio(mine, _rates(results, dialect, other, w))
+                    rows[-1].append(f"{statistics.median(r):.2f}x" if r else "")
         if rows:
             head = ["workload", "pyqueue async msg/s", "vs pyqueue (sync)", "vs pgqueuer (async)"]
             out += [
@@ -932,9 +919,8 @@ def main(argv: list[str] | None = None) -> int:
     args.workloads = common.names(args.workloads or ",".join(ALL_WORKLOADS))
     args.systems = common.names(args.systems, list(SYSTEMS), ap, "systems") or None
     if args.no_async:
-        DEFAULT_SYSTEMS.update(
-            {d: tuple(s for s in v if s != "pyqueue async") for d, v in DEFAULT_SYSTEMS.items()}
-        )
+        for d, v in DEFAULT_SYSTEMS.items():
+            DEFAULT_SYSTEMS[d] = tuple(s for s in v if s != "pyqueue async")
         args.systems = [s for s in args.systems if s != "pyqueue async"] if args.systems else None
     out = args.out or os.path.join(HERE, "results" if args.quick or ab or args.profile else "latest")
     base = "ab" if ab else "profile" if args.profile else "bench"

@@ -368,9 +368,8 @@ def main() -> None:
         ("--name", None, "the results' file name (default burndown, burndown-tasks, burndown-variants)"),
         ("--tasks", False, "`pyqueue-sql worker`: a plain handler against the same no-op job as a task"),
     )
-    ap.add_argument(
-        "--variant", action="append", help="pyqueue-sql's worker as threads|asyncio[:name=value,...]"
-    )
+    variant_help = "pyqueue-sql's worker as threads|asyncio[:name=value,...]"
+    ap.add_argument("--variant", action="append", help=variant_help)
     args = ap.parse_args()
     if args.tasks:
         args.systems = args.systems or "pyqueue-cli,pyqueue-tasks"

@@ -296,14 +296,12 @@ class Server:
         if dsn:  # a database with the schema installed, lent by the caller (a test) and kept
             self.dsn = dsn
         elif own:
+            from tests import own_mariadb, own_postgres
+
             if self.pg:
-                from tests.own_postgres import OwnPostgres
-
-                self.server = OwnPostgres("max_connections = 100\nshared_buffers = 128MB\n")
+                self.server = own_postgres.OwnPostgres("max_connections = 100\nshared_buffers = 128MB\n")
             else:
-                from tests.own_mariadb import OwnMariaDB
-
-                self.server = OwnMariaDB(("--innodb-buffer-pool-size=256M",))
+                self.server = own_mariadb.OwnMariaDB(("--innodb-buffer-pool-size=256M",))
             self.server.start()
             self.server.wait_ready()
             create = 'CREATE DATABASE "history"' if self.pg else "CREATE DATABASE history COLLATE utf8mb4_bin"
@@ -772,10 +770,8 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
             first = min(c.grant.t1 for c in m.chains)
             before = [p for p in members[:j] if p.depart > first]
             if len(before) >= k:
-                evidence = [
-                    min(m.chains, key=lambda c: c.grant.t1).grant,
-                    *(p.new[0] for p in before if p.new),
-                ]
+                first_grant = min(m.chains, key=lambda c: c.grant.t1).grant
+                evidence = [first_grant, *(p.new[0] for p in before if p.new)]
                 bad("FIFO groups", f"group {g}: {m.key} delivered while {len(before)} before it had not left, k = {k}", evidence)  # fmt: skip
     out = {"operations": collections.Counter(o.op for o in ops if o.op != "group_limit")}
     out |= {"unknown outcomes": sum(o.st == "unk" for o in ops), "messages": len(msgs)}

@@ -263,26 +263,21 @@ class Probe:
     def inject(self, what: str) -> str | None:
         """Breaks the invariants on purpose (--inject), to show that the accounting notices."""
         if what == "loss":
-            rows = self.rows(
-                "SELECT p_key, p_kind FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NULL "
-                "AND p_kind <> 'poison' ORDER BY scheduled_at DESC LIMIT 1",
-                (self.queue,),
-            )
+            sql = "SELECT p_key, p_kind FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NULL "
+            rows = self.rows(sql + "AND p_kind <> 'poison' ORDER BY scheduled_at DESC LIMIT 1", (self.queue,))
             if rows:
                 sql = "DELETE FROM pyqueue_message WHERE queue_name = %s AND p_key = %s AND p_kind = %s"
                 self.rows(sql, (self.queue, *rows[0]))
                 return f"deleted live message {rows[0][0]}"
             return None
-        sql = "SELECT max(id) FROM pyqueue_history WHERE queue_name = %s AND outcome = 'committed'"
-        (row,) = self.rows(sql, (self.queue,))
-        if row[0] is None:
+        sql = "SELECT id, p_key FROM pyqueue_history WHERE queue_name = %s AND outcome = 'committed' "
+        rows = self.rows(sql + "ORDER BY id DESC LIMIT 1", (self.queue,))
+        if not rows:
             return None
         cols = "queue_name, p_key, p_kind, payload, priority, created_at, attempts, processed_at, outcome, to_queue, reserved_by"
-        self.rows(
-            f"INSERT INTO pyqueue_history ({cols}) SELECT {cols} FROM pyqueue_history WHERE id = %s",
-            (row[0],),
-        )
-        return f"second committed history row for {self.rows('SELECT p_key FROM pyqueue_history WHERE id = %s', (row[0],))[0][0]}"
+        copy = f"INSERT INTO pyqueue_history ({cols}) SELECT {cols} FROM pyqueue_history WHERE id = %s"
+        self.rows(copy, (rows[0][0],))
+        return f"second committed history row for {rows[0][1]}"
 
     def vacuum(self) -> float:
         started = now()
@@ -438,9 +433,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         sample()
         drain = None if drained_at is None else round(drained_at - drain_started, 1)
         result["duration_s"] = {"load": round(load_s, 1), "drain": drain, "total": round(now() - t0, 1)}
-        result |= dict(
-            samples=samples, kills=kills, pg_vacuum_s=vacuums, unexpected_exits=fleet.unexpected_exits
-        )
+        result |= dict(samples=samples, kills=kills, pg_vacuum_s=vacuums)
+        result["unexpected_exits"] = fleet.unexpected_exits
         result["accounting"] = account(probe, fleet, key_files, workdir)
         result["workers"] = summarize_workers(fleet, samples)
         result["worker_logs"] = read_worker_logs(fleet.done)

@@ -29,12 +29,9 @@ def _log(line: str) -> None:
     directory = os.environ.get("SOAK_RUNLOG_DIR")
     if directory:
         with _fd_lock:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-            _fd = (
-                _fd
-                if _fd is not None
-                else os.open(os.path.join(directory, f"runs-{os.getpid()}.log"), flags, 0o644)
-            )
+            if _fd is None:
+                path = os.path.join(directory, f"runs-{os.getpid()}.log")
+                _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.write(_fd, (line + "\n").encode())
 
 

@@ -172,11 +172,8 @@ def main() -> None:
         )
     results: list[dict] = []
     meta = dict(command=common.command(), started=common.now_utc(), load_before=common.loadavg())
-    meta |= dict(
-        rounds=args.rounds,
-        jobs=args.jobs,
-        tracing=f"opentelemetry-api {'importable' if traced else 'not installed'}",
-    )
+    meta |= dict(rounds=args.rounds, jobs=args.jobs)
+    meta["tracing"] = f"opentelemetry-api {'importable' if traced else 'not installed'}"
     serial, top = 0, []
     with common.database("postgresql", "workercpu", QUEUE) as dsn:
         for rnd in range(args.rounds):

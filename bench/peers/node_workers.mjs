@@ -7,6 +7,7 @@
 //
 // `work` loads the library, prints `ready`, waits for a line on its standard input, then starts
 // the worker (the burn-down's clock starts with that line) and runs until it is killed.
+import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -14,15 +15,11 @@ const QUEUE = "burndown";
 const CHUNK = 1000;
 const [action, system, dsn, arg1, arg2] = process.argv.slice(2);
 
-function ready() {
+async function ready() {
   process.stdout.write("ready\n");
-  return new Promise((resolve) => {
-    const rl = createInterface({ input: process.stdin });
-    rl.once("line", () => {
-      rl.close();
-      resolve();
-    });
-  });
+  const rl = createInterface({ input: process.stdin });
+  await once(rl, "line");
+  rl.close();
 }
 
 function handler(sleepMs) {

@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench import common  # noqa: E402 (the repository is on the path from here)
-from bench.bench import HandRolled  # noqa: E402
+from bench.bench import HandRolled, PGQueuer  # noqa: E402
 
 QUEUE = "burndown"
 # what each job waits: --sleep-ms, or BENCH_SLEEP_MS where the CLI imports this module
@@ -112,32 +112,14 @@ if os.environ.get("BENCH_GO"):
     _ready()
 
 
-# -- PGQueuer ------------------------------------------------------------------------------------
+# -- PGQueuer: installed (what `pgq install` runs) and filled by the routines suite's client -------
 
 
-async def _pgqueuer(dsn: str):
-    """A psycopg async connection (autocommit) and PGQueuer's Queries on it."""
-    import psycopg
-    from pgqueuer import PsycopgDriver, Queries
-
-    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    return conn, Queries(PsycopgDriver(conn))
-
-
-@_sync
-async def pgqueuer_install(dsn: str) -> None:
-    conn, queries = await _pgqueuer(dsn)
-    await queries.install()  # what `pgq install` runs
-    await conn.close()
-
-
-@_sync
-async def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
-    conn, queries = await _pgqueuer(dsn)
-    for numbers in common.chunks(jobs):
-        n = len(numbers)
-        await queries.enqueue(["noop"] * n, [json.dumps({"n": i}).encode() for i in numbers], [0] * n)
-    await conn.close()
+def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
+    with PGQueuer("postgresql").opened(dsn) as client:  # Queries on a psycopg async connection
+        for numbers in common.chunks(jobs):
+            n, payloads = len(numbers), [json.dumps({"n": i}).encode() for i in numbers]
+            client.run(client.q.enqueue(["noop"] * n, payloads, [0] * n))
 
 
 # PGQueuer requires max_concurrent_tasks >= 2 x batch_size: 16 handlers per process allow batches
@@ -329,7 +311,7 @@ SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency[, 
     "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_threads_work),
     "pyqueue-cli": (pyqueue_install, pyqueue_enqueue, None),
     "pyqueue-tasks": (pyqueue_install, pyqueue_enqueue, None),
-    "pgqueuer": (pgqueuer_install, pgqueuer_enqueue, pgqueuer_work),
+    "pgqueuer": (lambda dsn: PGQueuer("postgresql").setup(dsn), pgqueuer_enqueue, pgqueuer_work),
     "procrastinate": (procrastinate_install, procrastinate_enqueue, procrastinate_work),
     "awa": (awa_install, awa_enqueue, awa_work),
     "pgmq": (functools.partial(common.install_pgmq, queue=QUEUE), pgmq_enqueue, pgmq_work),
