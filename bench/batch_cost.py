@@ -24,6 +24,7 @@ import time
 import uuid
 from contextlib import closing
 
+import pyqueue_sql
 from bench import common
 from bench.bench import HandRolled
 
@@ -31,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUE = "bench"
 BATCH = 100
 
-# name -> (table, what its indexes are): scratch copies of pyqueue_message
+# the secondary indexes a scratch copy goes without, one at a time
 INDEXES = ("pyqueue_message_ready_idx", "pyqueue_message_due_idx", "pyqueue_message_group_idx")
 # the narrow set: the primary key and the ready index (the due index's reads served by it)
 NOT_NARROW = ("pyqueue_message_due_idx", "pyqueue_message_group_idx", "pyqueue_message_group_live_idx")
@@ -242,11 +243,9 @@ def _timed(on: tuple, rows: int, work) -> dict:
     if (done := work()) != rows:
         raise RuntimeError(f"batch-cost: {done} rows of {rows}")
     c1, s1 = time.process_time(), common.process_cpu(*on)
-    return {
-        "server_us_per_row": None if s0 is None or s1 is None else (s1 - s0) / rows * 1e6,
-        "client_us_per_row": (c1 - c0) / rows * 1e6,
-        "wall_us_per_row": (time.perf_counter() - t0) / rows * 1e6,
-    }
+    wall = (time.perf_counter() - t0) / rows * 1e6
+    server = None if s0 is None or s1 is None else (s1 - s0) / rows * 1e6
+    return dict(server_us_per_row=server, client_us_per_row=(c1 - c0) / rows * 1e6, wall_us_per_row=wall)
 
 
 def _connect(dsn: str):
@@ -260,8 +259,6 @@ def _backend_pid(conn) -> int:
 
 
 def run(args) -> tuple[list[dict], dict]:
-    import pyqueue_sql
-
     with (
         common.database("postgresql", "batchcost", QUEUE) as dsn,
         common.database("postgresql", "batchcost_nodue", QUEUE) as dsn_nodue,
@@ -501,8 +498,6 @@ def mysql_call(cur, q, how: str, table: str, keys: list[str], texts: list[str], 
 
 
 def run_mysql(args) -> tuple[list[dict], dict]:
-    import pyqueue_sql
-
     calls = max(1, args.calls * BATCH // MY_BULK)
     with (
         common.database("mysql", "batchcost", QUEUE) as dsn,
@@ -520,10 +515,7 @@ def run_mysql(args) -> tuple[list[dict], dict]:
         db.queue(INGEST_QUEUE).create()
         lean.execute(f"ALTER TABLE pyqueue_message {DROP_SECONDARY}")
         # each variant timed by the server thread of the connection it runs on
-        qs = {
-            "pyqueue_message": (db.queue(QUEUE), _tid(db.connection)),
-            LEAN: (db_lean.queue(QUEUE), _tid(db_lean.connection)),
-        }
+        qs = {t: (d.queue(QUEUE), _tid(d.connection)) for t, d in (("pyqueue_message", db), (LEAN, db_lean))}
         tid = _tid(conn)
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=calls)
         meta |= dict(batch=MY_BULK, load_before=common.loadavg(), server=f"MariaDB {version}")
@@ -593,7 +585,7 @@ def main() -> None:
     }
     for name, runner, summary in (parts[d] for d in parts if d in args.dialects.split(",")):
         results, meta = runner(args)
-        common.report(out, name, summary(results, meta), {"meta": meta, "results": results}, "batch-cost: ")
+        common.write(out, name, summary(results, meta), {"meta": meta, "results": results}, "batch-cost: ")
 
 
 if __name__ == "__main__":

@@ -8,10 +8,8 @@ users' business keys are; --keys serial: c<client>-<n>). Method and systems: ben
     python -m bench routines --quick             # 1 round, 2,000 messages, 3 s cap
     python -m bench routines --rounds 5 --dialects mysql --workloads push,reserve_ack
 
-The suites `ab` and `profile` run this with the newest sql/ against an earlier one (--previous-commit
-C, --previous REVISION: systems pyqueue and previous revision, the ratio newest / previous per round)
-and with --profile (PostgreSQL: each routine's calls and µs per call after each measurement, from
-track_functions = 'all'): bench/README.md, A/B and profile.
+The suites `ab` (the newest sql/ against --previous-commit C or --previous REVISION) and `profile`
+(--profile: each routine's calls and µs per call) run this too: bench/README.md, A/B and profile.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import importlib.util
 import inspect
 import itertools
@@ -34,7 +33,9 @@ import time
 import uuid
 from typing import Any
 
+import pyqueue_sql
 from bench import common
+from pyqueue_sql import migrate
 
 WORKLOADS = ("push", "reserve_ack", "push_batch", "reserve_ack_batch")
 # bulk enqueue: a system's batch push with BULK messages a call (push_many's chunk), against pgmq's
@@ -131,8 +132,6 @@ class PyQueue(System):
         common.install_pyqueue(dsn)
 
     def reset(self, dsn: str) -> None:
-        import pyqueue_sql
-
         with pyqueue_sql.connect(dsn) as db:
             with contextlib.suppress(pyqueue_sql.UnknownQueueError):
                 db.queue(QUEUE).drop()
@@ -145,8 +144,6 @@ class PyQueue(System):
                 client.q.push_many([(f"p{i}", "job", {"n": i}) for i in numbers])
 
     def open(self, dsn: str) -> None:
-        import pyqueue_sql
-
         self.db = pyqueue_sql.connect(dsn)
         self.q = self.db.queue(QUEUE)
         self.worker = f"bench-{os.getpid()}"
@@ -246,8 +243,6 @@ class Previous(PyQueue):
     revision: str | None = None
 
     def setup(self, dsn: str) -> None:
-        from pyqueue_sql import migrate
-
         if self.commit:
             common.install_commit(self.dialect, dsn, self.commit)
         else:
@@ -619,11 +614,9 @@ def measure(
     client0, server0 = common.own_cpu(children=True), common.server_cpu(dialect, pid)
     ctx = mp.get_context("fork")
     barrier, done, results = ctx.Barrier(clients), ctx.Value("q", 0), ctx.Queue()
-    how = (system_cls, dialect, dsn, workload)
-    procs = [
-        ctx.Process(target=_client, args=(*how, i, clients, n, cap, barrier, done, results, keys))
-        for i in range(clients)
-    ]
+    client = functools.partial(_client, system_cls, dialect, dsn, workload)
+    shared = (clients, n, cap, barrier, done, results, keys)
+    procs = [ctx.Process(target=client, args=(i, *shared)) for i in range(clients)]
     for p in procs:
         p.start()
     try:
@@ -884,7 +877,6 @@ def main(argv: list[str] | None = None) -> int:
         ("--no-async", False, "leave out the async client's row"),
         ("--out", None, "directory of bench.md/.json (default bench/latest; ab, profile: bench/results)"),
         ("--states", None, STATES_HELP),
-        # fmt: skip
         ("--previous", None, "ab: the earlier schema revision to compare with"),
         ("--previous-commit", None, "ab: a git commit whose sql/ to compare with"),
         ("--profile", False, "PostgreSQL: each routine's calls and server time per call"),
@@ -894,8 +886,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.previous and args.previous_commit:
         ap.error("--previous and --previous-commit: one or the other")
     if args.previous:
-        from pyqueue_sql import migrate
-
         if args.previous == migrate.head():
             ap.error(f"--previous {args.previous} is the newest revision: nothing to compare it with")
     Previous.commit, Previous.revision = args.previous_commit, args.previous
@@ -931,7 +921,7 @@ def main(argv: list[str] | None = None) -> int:
         meta["skipped"] = {f"{d}/{s}": why for (d, s), why in meta["skipped"].items()}
         summary = {d: summarize(results, d, list(SYSTEMS)) for d in meta["dialects"]}
         name = base if state == "fresh" else f"{base}-{state}"
-        common.report(out, name, table, {"meta": meta, "summary": summary, "results": results})
+        common.write(out, name, table, {"meta": meta, "summary": summary, "results": results}, tag="")
     return 0
 
 

@@ -14,6 +14,7 @@ system). bench/README.md, Burn-down.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import json
 import os
@@ -66,8 +67,6 @@ class System:
 
     def unavailable(self) -> str | None:
         """Why this system cannot run here, or None."""
-        import importlib.util
-
         if self.kind == "node":
             if shutil.which("node") is None:
                 return "node is not installed"
@@ -252,11 +251,8 @@ STATES = ("fresh", "churned")
 
 
 def measure(system: System, workload: str, jobs: int, cap: float, state: str = "fresh") -> dict:
-    """One drain. fresh: the backlog enqueued into the just-installed system, then VACUUM ANALYZE
-    (PostgreSQL). churned: as users meet a queue in use, the backlog enqueued, drained by the
-    same workers (not counted), enqueued again, then drained and counted, with no VACUUM, ANALYZE
-    or TRUNCATE in between: the dead rows and index entries of the first pass stay for
-    autovacuum as the server has it configured (the report names the setting)."""
+    """One drain, of a fresh queue (the backlog enqueued, then VACUUM ANALYZE) or a churned one (the
+    backlog enqueued, drained by the same workers uncounted, enqueued again, nothing vacuumed)."""
     sleep_ms = WORKLOADS[workload][1]
     tag = "bd_" + "".join(c if c.isalnum() else "_" for c in system.name)[:20]
     with common.database(system.dialect, tag, install=False) as dsn:
@@ -395,22 +391,18 @@ def main() -> None:
     meta |= dict(unavailable=unavailable, states=states, autovacuum=_vacuum_settings(dialects))
     # the ratio's reference when no peer runs: the dialect's first system
     firsts = {d: next((s.name for s in systems if s.dialect == d), None) for d in dialects}
-    meta["baseline"] = {
-        d: None if any(s.peer for s in systems if s.dialect == d) else firsts[d] for d in dialects
-    }
+    peerless = [d for d in dialects if not any(s.peer for s in systems if s.dialect == d)]
+    meta["baseline"] = {d: firsts[d] if d in peerless else None for d in dialects}
     results: list[dict] = []
     out = args.out or os.path.join(HERE, "results" if args.quick or args.tasks or args.variant else "latest")
-    name = args.name or (
-        "burndown-tasks" if args.tasks else "burndown-variants" if args.variant else "burndown"
-    )
+    name = args.name or "burndown" + ("-tasks" if args.tasks else "-variants" if args.variant else "")
 
-    def write(rounds_done: int) -> str:
+    def write(rounds_done: int, tag: str | None = None) -> None:
         """The summary of the rounds done so far (rewritten after each round: a run cut short
         keeps what it measured)."""
         meta.update(rounds_done=rounds_done, load_after=common.loadavg())
         md = summarize(results, systems, workloads, meta)
-        common.write(out, name, md, {"meta": meta, "results": results})
-        return md
+        common.write(out, name, md, {"meta": meta, "results": results}, tag)
 
     total, n, t0 = args.rounds * len(runnable) * len(workloads) * len(states), 0, time.perf_counter()
     for round_ in range(args.rounds):
@@ -441,7 +433,7 @@ def main() -> None:
                 r["vs_best_peer"] = r["rate"] / best if best and "rate" in r else None
             results.extend(round_results)
         write(round_ + 1)
-    print(f"\n{write(args.rounds)}\nburndown: wrote {out}/{name}.md and {name}.json", flush=True)
+    write(args.rounds, "burndown: ")
 
 
 if __name__ == "__main__":

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
+import json
 import os
+import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import uuid
 from urllib.parse import urlsplit
 
-from pyqueue_sql import dialects
+import pyqueue_sql
+from pyqueue_sql import dialects, migrate
 
 ADMIN = {
     "postgresql": os.environ.get("BENCH_POSTGRESQL_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
@@ -100,18 +105,13 @@ def execute(dialect: str, dsn: str, *statements: str) -> list:
 def settings(dialect: str, dsn: str, *names: str) -> dict[str, str]:
     """The server's settings of these names it has (pg_settings; MySQL/MariaDB: SHOW VARIABLES)."""
     marks = ", ".join(f"'{name}'" for name in names)
-    if dialect == "postgresql":
-        rows = execute(dialect, dsn, f"SELECT name, setting FROM pg_settings WHERE name IN ({marks})")
-    else:
-        rows = execute(dialect, dsn, f"SHOW VARIABLES WHERE Variable_name IN ({marks})")
-    return {str(k): str(v) for k, v in rows}
+    pg = dialect == "postgresql"
+    sql = "SELECT name, setting FROM pg_settings WHERE name" if pg else "SHOW VARIABLES WHERE Variable_name"
+    return {str(k): str(v) for k, v in execute(dialect, dsn, f"{sql} IN ({marks})")}
 
 
 def install_pyqueue(dsn: str, queue: str | None = None, **options) -> None:
     """pyqueue-sql's schema (what `pyqueue-sql migrate` runs), and the queue created with options."""
-    import pyqueue_sql
-    from pyqueue_sql import migrate
-
     migrate.upgrade(dsn)
     if queue:
         with pyqueue_sql.connect(dsn) as db:
@@ -188,15 +188,13 @@ def sessions_cpu(cur, strict: bool = False) -> dict[int, float] | None:
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
     )
     seconds = {pid: process_cpu(pid) for (pid,) in cur.fetchall()}
-    if strict and None in seconds.values():
-        return None
-    return {pid: s for pid, s in seconds.items() if s is not None}
+    return (
+        None if strict and None in seconds.values() else {p: s for p, s in seconds.items() if s is not None}
+    )
 
 
 def own_cpu(children: bool = False) -> float:
     """Seconds of CPU this process has used (getrusage), or with children its reaped children."""
-    import resource
-
     r = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
@@ -254,34 +252,25 @@ def table(header: list[str] | tuple[str, ...], rows, right: str = "") -> list[st
     return [f"| {' | '.join(map(str, r))} |" for r in (header, rule, *rows)]
 
 
-def write(out: str, name: str, markdown: str, data: object) -> None:
-    """<out>/<name>.md and <out>/<name>.json (every figure)."""
-    import json
-
+def write(out: str, name: str, markdown: str, data: object, tag: str | None = None) -> None:
+    """<out>/<name>.md and <out>/<name>.json (every figure); with a tag (the suite's prefix, or ""),
+    the markdown and where it went on stdout too."""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"{name}.md"), "w") as f:
         f.write(markdown)
     with open(os.path.join(out, f"{name}.json"), "w") as f:
         json.dump(data, f, indent=1, default=str)
-
-
-def report(out: str, name: str, markdown: str, data: object, tag: str = "") -> None:
-    """write(), then the markdown and where it went on stdout (tag: the suite's prefix)."""
-    write(out, name, markdown, data)
-    print(f"\n{markdown}\n{tag}wrote {out}/{name}.md and {name}.json", flush=True)
+    if tag is not None:
+        print(f"\n{markdown}\n{tag}wrote {out}/{name}.md and {name}.json", flush=True)
 
 
 def now_utc(fmt: str = "%Y-%m-%dT%H:%M:%SZ") -> str:
     """The time a run started, for its report and its file name: 2026-11-27T00:30:00Z (or fmt)."""
-    import datetime as dt
-
     return dt.datetime.now(dt.timezone.utc).strftime(fmt)
 
 
 def spread(values, fmt: str = ".2f", empty: str = "") -> str:
     """median (min-max) of the values present (None left out); whole numbers as they are."""
-    import statistics
-
     xs = [v for v in values if v is not None]
     if not xs:
         return empty

@@ -43,12 +43,8 @@ NO_EFFECT = (errors.InvalidArgumentError, errors.UnknownQueueError)  # refused: 
 
 class Recorder:
     """One process's history: a line [seq, op, args, t0] before each call, [seq, status, answer, t1]
-    after it (status ok, or unk when the call failed in a way that may have changed something).
-    t0 and t1 are the server's clock: the kernel's real-time clock read here just before the call is
-    sent and just after its answer came, once each connection's first read of the server's own clock
-    (clock_timestamp(), SYSDATE) fell between two local reads (a server on this machine: one clock),
-    else the server's clock read on the call's own connection before and after it (a round trip
-    more a call)."""
+    after it (status ok, or unk when the call failed in a way that may have changed something); t0
+    and t1 on the server's clock, read as bench/README.md, History, says."""
 
     def __init__(self, dialect: str, dsn: str, path: str, isolation: str | None = None, budget=None):
         self.dialect, self.dsn, self.isolation, self.budget = dialect, dsn, isolation, budget
@@ -330,7 +326,8 @@ class Server:
         )[:3]
         if sessions:
             session = int(rng.choice(sessions)[0])
-            common.query(conn, f"SELECT pg_terminate_backend({session})" if self.pg else f"KILL {session}")
+            kill = f"SELECT pg_terminate_backend({session})" if self.pg else f"KILL CONNECTION {session}"
+            common.query(conn, kill)
         return bool(sessions)
 
     def close(self) -> None:
@@ -888,7 +885,7 @@ def main(argv=None) -> int:
     for r in results:
         r["operations"] = dict(r["operations"])
     data = {"command": common.command(), "seed": args.seed, "results": results}
-    common.report(args.out, args.name, markdown(results, args), data)
+    common.write(args.out, args.name, markdown(results, args), data, tag="")
     return 1 if any(r["violations"] for r in results) else 0
 
 

@@ -11,6 +11,7 @@ Prints one JSON object, then a table, also written to <out>/latency-<time>.{json
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import random
 import statistics
@@ -75,8 +76,6 @@ def measure_latency(dsn: str, samples: int, idle_seconds: float) -> dict:
 
 
 def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
-    import datetime as dt
-
     db = pyqueue_sql.connect(dsn)
     queues = {m: db.queue(f"bench.push.{m}").create() for m in ("delayed", "throttled", "listened", "every")}
     queues["every"].set_notify_window(0)
@@ -138,7 +137,7 @@ def main(argv=None) -> int:
         rows = [(m, r["pushes_per_s"], r["time_vs_delayed"]) for m, r in cost.items()]
         lines += ["", *common.table(["push mode (PostgreSQL)", "pushes/s", "time vs delayed"], rows, "lrr")]
     stem = time.strftime("latency-%Y-%m-%dT%H%M%SZ", time.gmtime())
-    common.report(args.out, stem, "\n".join(lines) + "\n", report)
+    common.write(args.out, stem, "\n".join(lines) + "\n", report, tag="")
     return 0
 
 

@@ -150,9 +150,8 @@ class Fleet:
         cmd += "--log-format json --log-level info --no-status".split()
         env = dict(os.environ, SOAK_RUNLOG_DIR=self.workdir, PYTHONUNBUFFERED="1")
         with open(log_path, "w") as log:
-            w = WorkerProc(
-                cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+            io = dict(stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            w = WorkerProc(cmd, cwd=ROOT, env=env, **io)
         w.slot, w.gen, w.log_path = slot, self.gen, log_path
         self.slots[slot] = w
         return w
@@ -441,9 +440,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         checks = result["accounting"]["checks"]
         checks["producers exited 0"] = all(p.exitcode == 0 for p in producers)
         checks["no worker died on its own"] = not fleet.unexpected_exits
-        checks["every SIGTERMed worker exited 0"] = all(
-            w.returncode == 0 for w in fleet.done if w.signal_sent and w.signal_sent.startswith("SIGTERM")
-        )
+        sigtermed = [w for w in fleet.done if (w.signal_sent or "").startswith("SIGTERM")]
+        checks["every SIGTERMed worker exited 0"] = all(w.returncode == 0 for w in sigtermed)
         checks["queue drained"] = drained_at is not None
         result["ok"] = ok = all(checks.values())
         return result
@@ -473,9 +471,8 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> d
     acked, uncertain = read_keys(key_files)
     committed_rows, dead_rows, other_rows, committed_attempts = (collections.Counter() for _ in range(4))
     attempts_at_dead: dict[str, int] = {}
-    for key, outcome, attempts in probe.rows(
-        "SELECT p_key, outcome, attempts FROM pyqueue_history WHERE queue_name = %s", (probe.queue,)
-    ):
+    history = "SELECT p_key, outcome, attempts FROM pyqueue_history WHERE queue_name = %s"
+    for key, outcome, attempts in probe.rows(history, (probe.queue,)):
         if outcome == "committed":
             committed_rows[key] += 1
             committed_attempts[int(attempts)] += 1
@@ -484,10 +481,9 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> d
             attempts_at_dead[key] = int(attempts)
         else:
             other_rows[(key, outcome)] += 1
-    dlq_keys = {k for (k,) in probe.rows("SELECT p_key FROM pyqueue_dead_letters WHERE dead_letter_queue = %s", (probe.dlq,))}  # fmt: skip
-    live = {
-        k for (k,) in probe.rows("SELECT p_key FROM pyqueue_message WHERE queue_name = %s", (probe.queue,))
-    }
+    keys_of = lambda sql, value: {k for (k,) in probe.rows(sql, (value,))}  # noqa: E731
+    dlq_keys = keys_of("SELECT p_key FROM pyqueue_dead_letters WHERE dead_letter_queue = %s", probe.dlq)
+    live = keys_of("SELECT p_key FROM pyqueue_message WHERE queue_name = %s", probe.queue)
     committed, dead, acked_keys = set(committed_rows), set(dead_rows), set(acked)
     missing = acked_keys - committed - dead - live
     runs = read_runlogs(workdir)
@@ -498,7 +494,7 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> d
         per_kind[kind] = dict(zip(("in", "committed", "dead_lettered", "left"), counts))
         per_kind[kind]["handler_runs"] = runs["runs_by_kind"].get(kind, 0)
     dead_nonpoison = sorted(k for k in dead if acked.get(k) not in ("poison", None))
-    total_runs = sum(runs["starts"].values())
+    total_runs, ran = sum(runs["starts"].values()), set(runs["starts"])
     committed_without_ok_run = sorted(committed - runs["ok_keys"])
     poison_keys = {k for k, v in acked.items() if v == "poison"}
     a = {
@@ -527,9 +523,7 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> d
     }
     # Runs that neither failed nor led to the key's commit: cut by a kill, or finished but the
     # worker died before its commit (the message came back).
-    a["redeliveries_after_kills"] = (
-        total_runs - a["handler_runs_failed"] - len(committed & set(runs["starts"]))
-    )
+    a["redeliveries_after_kills"] = total_runs - a["handler_runs_failed"] - len(committed & ran)
     a["balance"] = (
         f"{len(acked_keys)} in = {len(committed)} committed + {len(dead)} dead-lettered + {len(live)} left"
     )

@@ -18,11 +18,14 @@ import contextlib
 import itertools
 import logging
 import os
+import queue
 import sys
 import threading
 import time
 
+import pyqueue_sql
 from bench import common
+from pyqueue_sql import RetryPolicy, Worker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUE = "burndown"
@@ -34,8 +37,6 @@ def _noop(job) -> None:
 
 
 def _enqueue(dsn: str, jobs: int, serial: int) -> None:
-    import pyqueue_sql
-
     with pyqueue_sql.connect(dsn) as db:
         for numbers in common.chunks(jobs, start=serial):
             db.queue(QUEUE).push_many([(f"j{i:09d}", "noop", {"n": i}) for i in numbers])
@@ -45,10 +46,6 @@ def bare_loop(dsn: str, jobs: int, ended) -> None:
     """The floor: the Worker's reserve (its batch size, 16 + its prefetch, refilled when half is
     used), thread hand-off and batched acknowledgement (up to 500 within 2 ms), and nothing else;
     ended() runs when every job is acknowledged, its connections still open."""
-    import queue
-
-    import pyqueue_sql
-
     held, window, pending, acks = 0, CONCURRENCY * 15, queue.SimpleQueue(), queue.SimpleQueue()
     taken = threading.Condition()
 
@@ -97,8 +94,6 @@ def bare_loop(dsn: str, jobs: int, ended) -> None:
 def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | str | None = None) -> dict:
     """One Worker, built as cmd_worker builds it, drains the backlog; stopped when it is empty
     (settings "bare": bare_loop drains it)."""
-    from pyqueue_sql import RetryPolicy, Worker
-
     if settings != "bare":
         worker = Worker(dsn, **{"concurrency": CONCURRENCY, **(settings or {})})
         worker.add_handler(QUEUE, _noop, None, retry=RetryPolicy(), timeout=None)
@@ -131,13 +126,8 @@ def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | str | Non
         yappi.stop()
     counter.close()
     server = sum(v - seen["before"].get(pid, 0.0) for pid, v in seen.get("after", {}).items())
-    return {
-        "jobs": jobs,
-        "seconds": t1 - t0,
-        "rate": jobs / (t1 - t0),
-        "cpu_us_per_job": (cpu1 - cpu0) / jobs * 1e6,
-        "server_cpu_us_per_job": server / jobs * 1e6,
-    }
+    out = dict(jobs=jobs, seconds=t1 - t0, rate=jobs / (t1 - t0), cpu_us_per_job=(cpu1 - cpu0) / jobs * 1e6)
+    return out | {"server_cpu_us_per_job": server / jobs * 1e6}
 
 
 def main() -> None:
@@ -224,7 +214,7 @@ def main() -> None:
         md += ["| function | calls | own µs/job | total µs/job |", "| --- | ---: | ---: | ---: |", *top, ""]
     out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
     data = {"meta": meta, "results": results, "profile": top}
-    common.report(out, "worker-cpu", "\n".join(md), data, "worker-cpu: ")
+    common.write(out, "worker-cpu", "\n".join(md), data, "worker-cpu: ")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from bench import common  # noqa: E402 (the repository is on the path from here)
+import pyqueue_sql  # noqa: E402 (the repository is on the path from here)
+from bench import common  # noqa: E402
 from bench.bench import HandRolled, PGQueuer  # noqa: E402
+from pyqueue_sql import App, Worker  # noqa: E402
 
 QUEUE = "burndown"
 # what each job waits: --sleep-ms, or BENCH_SLEEP_MS where the CLI imports this module
@@ -63,8 +65,6 @@ async def nap(job=None, **_) -> None:
 
 
 def pyqueue_enqueue(dsn: str, jobs: int) -> None:
-    import pyqueue_sql
-
     with pyqueue_sql.connect(dsn) as db:
         for numbers in common.chunks(jobs):
             db.queue(QUEUE).push_many([(f"j{i:07d}", "noop", {"n": i}) for i in numbers])
@@ -80,8 +80,6 @@ def pyqueue_async_work(dsn: str, concurrency: int, settings: dict | None = None)
 
 
 def pyqueue_threads_work(dsn: str, concurrency: int, settings: dict | None = None) -> None:
-    from pyqueue_sql import Worker
-
     worker = Worker(dsn, **{"concurrency": concurrency, **(settings or {})})
     worker.handler(QUEUE)(plain)
     _ready()
@@ -96,8 +94,6 @@ def pyqueue_threads_work(dsn: str, concurrency: int, settings: dict | None = Non
 
 
 def _app():
-    from pyqueue_sql import App
-
     app = App(queue=QUEUE)  # the DSN: $PYQUEUE_DSN, as the CLI reads it
 
     @app.task
