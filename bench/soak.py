@@ -170,9 +170,8 @@ class Fleet:
             for slot, w in list(self.slots.items()):
                 if w.poll() is not None:
                     self.done.append(w)
-                    self.unexpected_exits.append(
-                        {"slot": slot, "gen": w.gen, "returncode": w.returncode, "log": w.log_path}
-                    )
+                    died = {"slot": slot, "gen": w.gen, "returncode": w.returncode, "log": w.log_path}
+                    self.unexpected_exits.append(died)
                     self.start(slot)
 
     def chaos_once(self, rng: random.Random) -> dict | None:
@@ -621,9 +620,8 @@ def markdown(r: dict[str, Any], command: str) -> str:
     rows = []
     for s in r["samples"]:
         q, o, tb = s["queue"], s["outcomes"], s["tables"]
-        rss = next(
-            (w["rss_kb"] for w in s["workers"] if ll and f"w{w['slot']}-g{w['gen']}" == ll["worker"]), ""
-        )
+        mine = [w["rss_kb"] for w in s["workers"] if ll and f"w{w['slot']}-g{w['gen']}" == ll["worker"]]
+        rss = mine[0] if mine else ""
         all_rss = [w["rss_kb"] for w in s["workers"]]
         msg, hist = tb.get("pyqueue_message", {}), tb.get("pyqueue_history", {})
         dead_tup = f", {msg['dead_tup']} dead" if "dead_tup" in msg else ""

@@ -1,12 +1,7 @@
-// The Node.js systems of the burn-down (bench/burndown.py): graphile-worker and pg-boss, each
-// installed, bulk-enqueued and run through its own API, as its users run it.
+// The Node.js systems of the burn-down, graphile-worker and pg-boss, as py_workers.py runs the
+// Python ones (`work` says `ready`, then starts at the next line of its standard input):
 //
-//   node bench/peers/node_workers.mjs install SYSTEM DSN
-//   node bench/peers/node_workers.mjs enqueue SYSTEM DSN JOBS
-//   node bench/peers/node_workers.mjs work SYSTEM DSN CONCURRENCY SLEEP_MS
-//
-// `work` loads the library, prints `ready`, waits for a line on its standard input, then starts
-// the worker (the burn-down's clock starts with that line) and runs until it is killed.
+//   node bench/peers/node_workers.mjs install|enqueue|work SYSTEM DSN [JOBS | CONCURRENCY SLEEP_MS]
 import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";

@@ -1,12 +1,9 @@
-"""oban (its Python port) in the burn-down (bench/burndown.py). It needs Python >= 3.12, so it runs
-in a virtualenv of its own (bench/peers/.venv-oban, made by `make bench` from
-bench/peers/requirements-oban.txt); the schema is installed with its own `oban install`.
+"""oban (its Python port) in the burn-down, as py_workers.py runs the Python peers (`work` says
+`ready`, then starts at the next line of its standard input). It needs Python >= 3.12: a
+virtualenv of its own (bench/peers/.venv-oban, `make bench`); the schema from its `oban install`.
 
     bench/peers/.venv-oban/bin/python bench/peers/oban_worker.py enqueue DSN JOBS
     bench/peers/.venv-oban/bin/python bench/peers/oban_worker.py work DSN CONCURRENCY SLEEP_MS
-
-`work` builds the Oban instance, prints `ready`, waits for a line on its standard input, then
-starts it (queues={"burndown": CONCURRENCY}, oban's documented per-node limit) until killed.
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ async def enqueue(dsn: str, jobs: int) -> None:
 
 async def work(dsn: str, concurrency: int) -> None:
     pool = await Oban.create_pool(dsn, max_size=concurrency + 4)
-    oban = Oban(pool=pool, queues={QUEUE: concurrency})
+    oban = Oban(pool=pool, queues={QUEUE: concurrency})  # concurrency: oban's documented per-node limit
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     async with oban:
