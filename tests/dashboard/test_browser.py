@@ -29,6 +29,15 @@ def _wait(driver, condition, timeout=15):
     return waiting.until(lambda d: condition(d))
 
 
+def _texts(driver, selector: str) -> list[str]:
+    """The text of every element matching selector, read in one script: an element found by one
+    command and read by the next can be replaced between the two by the search's navigation or the
+    live refresh, which Chromium reports as an unknown error, not as a stale element."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.textContent.trim());", selector
+    )
+
+
 def _cell(driver, queue: str, column: str) -> str:
     """One cell of the overview, read in one script (the refresh may replace the table meanwhile)."""
     return driver.execute_script(
@@ -77,12 +86,12 @@ def test_overview_shows_pushed_messages_and_updates_without_reload(page, serve, 
     _wait(page, lambda d: "Queue" in d.find_element(By.TAG_NAME, "h1").text)
     assert "30s" in page.find_element(By.CSS_SELECTOR, "table.settings").text
     page.find_element(By.ID, "tab-delayed").click()
-    _wait(page, lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, "a.message-link")] == ["later"])
+    _wait(page, lambda d: _texts(d, "a.message-link") == ["later"])
     page.find_element(By.ID, "tab-ready").click()
     search = page.find_element(By.ID, "key-search")
     search.send_keys("k1")
     search.submit()
-    _wait(page, lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, "a.message-link")] == ["k1"])
+    _wait(page, lambda d: _texts(d, "a.message-link") == ["k1"])
 
 
 def test_dead_letters_are_redriven_and_removed_through_the_page(page, serve, dsn, make_queue):
