@@ -338,7 +338,7 @@ $$;
 -- were new (duplicates, also within the batch, are skipped). Arrays must have
 -- the same length; in_run_ats / in_priorities may be NULL (all defaults) or
 -- hold NULL elements. Any invalid element refuses the whole batch.
--- Locks: as queue_push, for every new row (in key order, see below).
+-- Locks: as queue_push, for every new row (in key order: see pyqueue__batch_rows).
 CREATE OR REPLACE FUNCTION queue_push_batch(
     in_queue      text,
     in_keys       text[],
@@ -350,10 +350,6 @@ RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
--- the probe of the batch's keys below: planned on an empty table (a new
--- queue's first batch), a sequential scan looks cheapest, and the cached
--- plan then read the whole table once per key for the rest of the session
-SET enable_seqscan = off
 AS $$
 BEGIN
     RETURN pyqueue__push_batch(in_queue, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, NULL);
@@ -378,10 +374,6 @@ RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
--- the probe of the batch's keys below: planned on an empty table (a new
--- queue's first batch), a sequential scan looks cheapest, and the cached
--- plan then read the whole table once per key for the rest of the session
-SET enable_seqscan = off
 AS $$
 BEGIN
     RETURN pyqueue__push_batch(in_queue, in_keys, in_kinds, in_payloads, in_run_ats, in_priorities, in_headers);
