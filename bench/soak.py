@@ -51,6 +51,54 @@ def rate_factor(t: float, seed: int) -> float:
     return 3.0 if (t + 7 * seed) % 45.0 < 5.0 else 1.0 + 0.6 * math.sin(2 * math.pi * t / 90.0 + seed)
 
 
+class FlakyError(Exception):
+    """A transient failure: the message succeeds on a later attempt."""
+
+
+class PoisonError(Exception):
+    """A permanent failure: the message is dead-lettered."""
+
+
+_fd: int | None = None
+_fd_lock = threading.Lock()
+
+
+def _log(line: str) -> None:
+    global _fd
+    directory = os.environ.get("SOAK_RUNLOG_DIR")
+    if directory:
+        with _fd_lock:
+            if _fd is None:
+                path = os.path.join(directory, f"runs-{os.getpid()}.log")
+                _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(_fd, (line + "\n").encode())
+
+
+def handle(job) -> None:
+    """The handler the workers run (`pyqueue-sql worker bench.soak:handle`). By kind: ok, batch,
+    delayed succeed; slow sleeps payload["sleep"] s; flaky fails while attempts <= payload["fail"];
+    poison always fails. Every run is logged to $SOAK_RUNLOG_DIR/runs-<pid>.log with os.write on an
+    O_APPEND descriptor (a SIGKILL loses no line written): "S <key> <kind> <attempts>" at the
+    start, "E <key> <kind> <attempts> ok|<ExceptionName>" at the end."""
+    _log(f"S {job.key} {job.kind} {job.attempts}")
+    outcome = "ok"
+    try:
+        payload = job.payload or {}
+        if job.kind == "slow":
+            time.sleep(float(payload.get("sleep", 0.5)))
+        elif job.kind == "flaky":
+            if job.attempts <= int(payload.get("fail", 1)):
+                raise FlakyError(f"{job.key}: transient failure on attempt {job.attempts}")
+        elif job.kind == "poison":
+            raise PoisonError(f"{job.key}: always fails (attempt {job.attempts})")
+        time.sleep(random.uniform(0.0, 0.004))
+    except Exception as exc:
+        outcome = type(exc).__name__
+        raise
+    finally:
+        _log(f"E {job.key} {job.kind} {job.attempts} {outcome}")
+
+
 class Dedup(Exception):
     """A push reported fewer new rows than it was given (the keys are unique)."""
 
@@ -144,7 +192,7 @@ class Fleet:
         log_path = os.path.join(self.workdir, f"{name}.log")
         script = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
         cmd = [script] if os.path.exists(script) else [sys.executable, "-m", "pyqueue_sql.cli"]
-        cmd += ["worker", "bench.soak_handler:handle", "--dsn", self.dsn, "--queue", self.queue]
+        cmd += ["worker", "bench.soak:handle", "--dsn", self.dsn, "--queue", self.queue]
         cmd += f"--concurrency {CONCURRENCY} --name {name} --lease {LEASE} --retry-base 0.2 --retry-max 2".split()
         cmd += f"--shutdown-timeout {SHUTDOWN_TIMEOUT} --release-dead-after {RELEASE_DEAD_AFTER}".split()
         cmd += "--log-format json --log-level info --no-status".split()
@@ -296,7 +344,7 @@ def read_keys(paths: list[str]) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def read_runlogs(workdir: str) -> dict[str, Any]:
-    """The handler's run logs (bench/soak_handler.py): starts and ends by key, results by kind."""
+    """The run logs of handle(): starts and ends by key, results by kind."""
     starts, ends, results, runs_by_kind = (collections.Counter() for _ in range(4))
     ok_keys: set[str] = set()
     for name in (n for n in os.listdir(workdir) if n.startswith("runs-")):

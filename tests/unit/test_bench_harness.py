@@ -15,9 +15,8 @@ import pytest
 from bench.__main__ import SUITES, argv_for, main, usage
 
 ROOT = Path(__file__).resolve().parents[2]
-# Modules of bench/ that are not suites: the entry, the shared helpers, and the handler the soak's
-# worker processes import by name.
-NOT_SUITES = {"__init__", "__main__", "common", "soak_handler"}
+# Modules of bench/ that are not suites: the entry and the shared helpers.
+NOT_SUITES = {"__init__", "__main__", "common"}
 
 
 class Parsed(Exception):
