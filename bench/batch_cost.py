@@ -47,6 +47,7 @@ ROUTINE_INSERT = (
 )
 QUEUE_ID = 1  # the integer queue id of the int copies' one queue
 INT_QUEUE = (QUEUE_ID, "queue_id", "integer")  # the int copies' queue, its column and type
+INT_COLUMNS = (COLUMNS.replace("queue_name", "queue_id"), QUEUE_ID)  # their INSERT's columns, queue
 
 
 def _scratch(cur, name: str, drop: tuple[str, ...] | str = (), text_payload: bool = False) -> None:
@@ -206,8 +207,7 @@ def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) ->
         q.push_many([(k, "job", p) for k, p in zip(keys, payloads)])
         return len(keys)
     texts = [json.dumps(p) for p in payloads]
-    integer = how.startswith("insert_int")
-    cols, queue = (COLUMNS.replace("queue_name", "queue_id"), QUEUE_ID) if integer else (COLUMNS, QUEUE)
+    cols, queue = INT_COLUMNS if how.startswith("insert_int") else (COLUMNS, QUEUE)
     if how == "pgmq.send_batch":
         cur.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (QUEUE, texts))
     elif how == "notify":
@@ -487,8 +487,7 @@ def mysql_call(cur, q, how: str, table: str, keys: list[str], texts: list[str], 
         while cur.nextset():
             cur.fetchall()
     else:
-        integer = how.startswith("insert_int")
-        cols, queue = (COLUMNS.replace("queue_name", "queue_id"), QUEUE_ID) if integer else (COLUMNS, QUEUE)
+        cols, queue = INT_COLUMNS if how.startswith("insert_int") else (COLUMNS, QUEUE)
         verb = "INSERT IGNORE" if how.endswith("_ignore") else "INSERT"
         cur.execute(
             f"{verb} INTO {table} ({cols}) VALUES {', '.join([MY_ROW] * len(keys))}",

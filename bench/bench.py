@@ -313,7 +313,6 @@ class HandRolled(System):
     run_at and a token, in one transaction; ack = one DELETE of the ids taken."""
 
     name = "SKIP LOCKED by hand"
-    dialects = ("mysql", "postgresql")
     lock = "FOR UPDATE SKIP LOCKED"
     calls = {
         "push": "`INSERT IGNORE` of one row",
@@ -442,16 +441,11 @@ class Pgmq(System):
     def open(self, dsn: str) -> None:
         self.conn = common.raw_connect(self.dialect, dsn, autocommit=True)
 
-    def _one(self, sql: str, params: tuple) -> list:
-        cur = self.conn.cursor()
-        cur.execute(sql, params)
-        return cur.fetchall()
-
     def push(self, key: str, i: int) -> None:
-        self._one(self.SEND, (QUEUE, _payload(i)))
+        common.query(self.conn, self.SEND, (QUEUE, _payload(i)))
 
     def push_batch(self, keys: list[str]) -> None:
-        self._one(self.SEND_BATCH, (QUEUE, [_payload(k) for k in keys]))
+        common.query(self.conn, self.SEND_BATCH, (QUEUE, [_payload(k) for k in keys]))
 
     # What pgmq's Python client sends for each call (pgmq/_sql.py): a consumer reads whole
     # messages, as pyqueue's reserve and the other peers return them.
@@ -465,11 +459,11 @@ class Pgmq(System):
     DELETE_BATCH = "SELECT * FROM pgmq.delete(queue_name=>%s::text, msg_ids=>%s::bigint[])"
 
     def _take(self, n: int) -> int:
-        ids = [r[0] for r in self._one(self.READ, (QUEUE, 300, n))]
+        ids = [r[0] for r in common.query(self.conn, self.READ, (QUEUE, 300, n))]
         if len(ids) == 1:
-            self._one(self.DELETE, (QUEUE, ids[0]))
+            common.query(self.conn, self.DELETE, (QUEUE, ids[0]))
         elif ids:
-            self._one(self.DELETE_BATCH, (QUEUE, ids))
+            common.query(self.conn, self.DELETE_BATCH, (QUEUE, ids))
         return len(ids)
 
 
@@ -694,15 +688,6 @@ def summarize(results: list[dict], dialect: str, systems: list[str]) -> list[dic
     return rows
 
 
-def _num(x: float) -> str:
-    return f"{x:,.0f}"
-
-
-def _autovacuum(meta: dict) -> str:
-    said = [f"{d} autovacuum = {s['autovacuum']}" for d, s in meta["servers"].items() if "autovacuum" in s]
-    return "; ".join(said) or "not read"
-
-
 def markdown(results: list[dict], meta: dict) -> str:
     out = [
         f"Command: `{meta['command']}`. Run {meta['started']} on {meta['machine']}, {meta['seconds']:.0f} s; {meta['rounds']} round(s), "
@@ -717,11 +702,14 @@ def markdown(results: list[dict], meta: dict) -> str:
         "",
     ]
     if meta.get("state") == "churned":
+        said = [
+            f"{d} autovacuum = {s['autovacuum']}" for d, s in meta["servers"].items() if "autovacuum" in s
+        ]
         out[0] += (
             " **Churned queue**: before each measurement the system's table is drained of what the "
             "last one left, then the measurement's number of messages is pushed and drained again "
             "through the system's own batch calls, with no VACUUM, ANALYZE or TRUNCATE at any point "
-            f"(autovacuum as the server is configured: {_autovacuum(meta)}); the INSERT ceiling, "
+            f"(autovacuum as the server is configured: {'; '.join(said) or 'not read'}); the INSERT ceiling, "
             "which does not consume, is emptied as in a fresh run."
         )
     if meta.get("against"):
@@ -750,9 +738,9 @@ def markdown(results: list[dict], meta: dict) -> str:
             cpu = "" if client is None else f"{client:,.0f}"
             if client is not None and server is not None:
                 cpu += f" + {server:,.0f} = {client + server:,.0f}"
-            span = f"{_num(row['min'])}-{_num(row['max'])}"
+            span = f"{row['min']:,.0f}-{row['max']:,.0f}"
             cells.append(
-                (LABEL[row["workload"]], name, row["calls"], _num(row["median"]), span, vs, ceil, cpu)
+                (LABEL[row["workload"]], name, row["calls"], f"{row['median']:,.0f}", span, vs, ceil, cpu)
             )
         head = "workload|system|one call is|msg/s (median)|range|vs best peer|push vs INSERT ceiling|CPU µs/msg: client + server"
         out += [*common.table(head.split("|"), cells, "lllr"), ""]
@@ -772,7 +760,7 @@ def _async_table(results: list[dict], meta: dict) -> list[str]:
         rows = []
         for w in WORKLOADS:
             if mine := _rates(results, dialect, "pyqueue async", w):
-                rows.append([LABEL[w], _num(statistics.median(mine.values()))])
+                rows.append([LABEL[w], f"{statistics.median(mine.values()):,.0f}"])
                 for other in ("pyqueue", "pgqueuer"):
                     r = _ratio(mine, _rates(results, dialect, other, w))
                     rows[-1].append(f"{statistics.median(r):.2f}x" if r else "")
@@ -885,9 +873,8 @@ def main(argv: list[str] | None = None) -> int:
     ab = bool(args.previous or args.previous_commit)
     if args.previous and args.previous_commit:
         ap.error("--previous and --previous-commit: one or the other")
-    if args.previous:
-        if args.previous == migrate.head():
-            ap.error(f"--previous {args.previous} is the newest revision: nothing to compare it with")
+    if args.previous and args.previous == migrate.head():
+        ap.error(f"--previous {args.previous} is the newest revision: nothing to compare it with")
     Previous.commit, Previous.revision = args.previous_commit, args.previous
     args.against = f"commit {args.previous_commit}" if args.previous_commit else args.previous
     if ab or args.profile:

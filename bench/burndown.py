@@ -103,11 +103,7 @@ class System:
             target = "app" if self.name == "pyqueue-tasks" else "plain --queue burndown"
             cli = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
             env = os.environ | {"PYQUEUE_DSN": dsn, "BENCH_GO": "1", "BENCH_SLEEP_MS": str(sleep_ms)}
-            return [
-                cli,
-                "worker",
-                *f"bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split(),
-            ], env
+            return [cli, *f"worker bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split()], env
         if self.kind == "py":
             settings = ["--settings", json.dumps(self.settings)] if self.settings else []
             args = ("--concurrency", str(CONCURRENCY), "--sleep-ms", str(sleep_ms), *settings)

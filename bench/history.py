@@ -382,11 +382,6 @@ class Fleet:
         self.procs[slot] = self.ctx.Process(target=client_main, args=args, daemon=True)
         self.procs[slot].start()
 
-    def start_all(self) -> None:
-        producers, consumers = range(self.args.producers), range(self.args.consumers)
-        for slot in [*(f"p{i}" for i in producers), *(f"c{i}" for i in consumers)]:
-            self.start(slot)
-
     def kill(self, slot: str) -> None:
         """SIGKILL, and a new client in its place."""
         self.procs[slot].kill()
@@ -807,7 +802,8 @@ def run(dialect: str, args, sabotage=None, dsn: str | None = None) -> dict:
         if sabotage is not None:
             sabotage(server.dsn)
         fleet, began = Fleet(args, dialect, server.dsn, workdir), time.monotonic()
-        fleet.start_all()
+        for slot in [f"p{i}" for i in range(args.producers)] + [f"c{i}" for i in range(args.consumers)]:
+            fleet.start(slot)
         try:
             faults = run_faults(fleet, server, random.Random(args.seed + 1), None)
         finally:

@@ -12,6 +12,7 @@ import argparse
 import collections
 import contextlib
 import datetime as dt
+import functools
 import json
 import math
 import multiprocessing as mp
@@ -34,6 +35,7 @@ from bench import common
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("ok", "batch", "delayed", "slow", "flaky", "poison")
 MAX_ATTEMPTS, LEASE, CONCURRENCY, RELEASE_DEAD_AFTER, SHUTDOWN_TIMEOUT = 5, 6.0, 4, 15.0, 10.0
+KILL_EVERY, SAMPLE_EVERY, DRAIN_TIMEOUT = (2.0, 6.0), 10.0, 180.0  # s: between kills, samples; the drain
 TABLES = ("pyqueue_message", "pyqueue_history", "pyqueue_worker", "pyqueue_notify", "pyqueue_queue")
 now = time.monotonic
 
@@ -59,19 +61,14 @@ class PoisonError(Exception):
     """A permanent failure: the message is dead-lettered."""
 
 
-_fd: int | None = None
-_fd_lock = threading.Lock()
+@functools.cache
+def _runlog(pid: int) -> int:
+    path = os.path.join(os.environ["SOAK_RUNLOG_DIR"], f"runs-{pid}.log")
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
 
 def _log(line: str) -> None:
-    global _fd
-    directory = os.environ.get("SOAK_RUNLOG_DIR")
-    if directory:
-        with _fd_lock:
-            if _fd is None:
-                path = os.path.join(directory, f"runs-{os.getpid()}.log")
-                _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(_fd, (line + "\n").encode())
+    os.write(_runlog(os.getpid()), (line + "\n").encode())
 
 
 def handle(job) -> None:
@@ -414,7 +411,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             producers[-1].start()
         load_start = last_vacuum = now()
         samples, kills, vacuums = [], [], []
-        next_kill = now() + rng.uniform(args.kill_min, args.kill_max)
+        next_kill = now() + rng.uniform(*KILL_EVERY)
         last_sample, last_check, prev = -1e9, 0.0, (0, None)
         phase, drain_started, drained_at, injected = "load", None, None, None
 
@@ -454,12 +451,12 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             if phase == "load" and tnow >= next_kill:
                 if k := fleet.chaos_once(rng):
                     kills.append(k)
-                next_kill = tnow + rng.uniform(args.kill_min, args.kill_max)
+                next_kill = tnow + rng.uniform(*KILL_EVERY)
             every = args.pg_vacuum_every if dialect == "postgresql" else 0
             if every > 0 and tnow - last_vacuum >= every:
                 vacuums.append(round(probe.vacuum(), 3))
                 last_vacuum = now()
-            if tnow - last_sample >= args.sample_every:
+            if tnow - last_sample >= SAMPLE_EVERY:
                 last_sample = tnow
                 sample()
             if phase == "drain" and tnow - last_check >= 1.0:
@@ -468,8 +465,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
                 if q["ready"] + q["delayed"] + q["reserved"] == 0:
                     drained_at = now()
                     break
-                if tnow - drain_started > args.drain_timeout:
-                    print(f"[{dialect}] drain timed out after {args.drain_timeout:g}s", flush=True)
+                if tnow - drain_started > DRAIN_TIMEOUT:
+                    print(f"[{dialect}] drain timed out after {DRAIN_TIMEOUT:g}s", flush=True)
                     break
             time.sleep(0.1)
         for p in producers:
@@ -693,10 +690,6 @@ def main(argv: list[str] | None = None) -> int:
         ("--workers", 4, "worker processes (default 4; slot 0 is never killed)"),
         ("--producers", 2, "producer processes (default 2)"),
         ("--rate", 60.0, "average msg/s pushed, all producers (default 60)"),
-        ("--kill-min", 2.0, "shortest pause between two kills (s)"),
-        ("--kill-max", 6.0, "longest pause between two kills (s)"),
-        ("--sample-every", 10.0, "seconds between two samples"),
-        ("--drain-timeout", 180.0, "seconds the drain may take"),
         ("--pg-vacuum-every", 60.0, "PostgreSQL: VACUUM (ANALYZE) every S s, not autovacuum; 0 = never"),
         ("--seed", 7, "the producers' and the kills' random seed"),
         ("--out", os.path.join(ROOT, "bench", "results"), "where soak_<dialect>.json and .md go"),
@@ -708,8 +701,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.workers < 2:
         p.error("--workers must be at least 2 (slot 0 is never killed)")
-    if args.minutes <= 0 or args.rate <= 0 or args.producers < 1 or not 0 < args.kill_min <= args.kill_max:
-        p.error("--minutes and --rate must be > 0, --producers >= 1, 0 < --kill-min <= --kill-max")
+    if args.minutes <= 0 or args.rate <= 0 or args.producers < 1:
+        p.error("--minutes and --rate must be > 0, --producers >= 1")
     command = common.command()
     all_ok = True
     for d in ["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]:

@@ -148,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dialect", choices=["postgresql", "mysql", "both"], default="both")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
-    missing = pqs.missing_requirements()
-    if missing:
+    if missing := pqs.missing_requirements():
         print("cannot run: " + "; ".join(missing), file=sys.stderr)
         return 1
     spark = pqs.session("pyqueue-bench-spark")

@@ -104,8 +104,7 @@ def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | str | Non
     def watch() -> None:
         while True:
             time.sleep(0.02)
-            cur.execute("SELECT count(*) FROM pyqueue_message")
-            if cur.fetchone()[0] == 0:
+            if not common.query(counter, "SELECT count(*) FROM pyqueue_message")[0][0]:
                 seen["after"] = common.sessions_cpu(cur)  # the worker's sessions, still open
                 worker.stop()
                 return

@@ -70,27 +70,18 @@ def pyqueue_enqueue(dsn: str, jobs: int) -> None:
             db.queue(QUEUE).push_many([(f"j{i:07d}", "noop", {"n": i}) for i in numbers])
 
 
-def pyqueue_async_work(dsn: str, concurrency: int, settings: dict | None = None) -> None:
+def pyqueue_work(dsn: str, concurrency: int, settings: dict | None = None, threads: bool = True) -> None:
+    """Worker (threads, a def handler) or AsyncWorker (an async def one), with a --variant's settings."""
     from pyqueue_sql.aio import AsyncWorker
 
-    worker = AsyncWorker(dsn, concurrency=concurrency, **(settings or {}))
-    worker.handler(QUEUE)(nap)
+    worker = (Worker if threads else AsyncWorker)(dsn, **{"concurrency": concurrency, **(settings or {})})
+    worker.handler(QUEUE)(plain if threads else nap)
     _ready()
-    asyncio.run(worker.run())
+    worker.run() if threads else asyncio.run(worker.run())
 
 
-def pyqueue_threads_work(dsn: str, concurrency: int, settings: dict | None = None) -> None:
-    worker = Worker(dsn, **{"concurrency": concurrency, **(settings or {})})
-    worker.handler(QUEUE)(plain)
-    _ready()
-    worker.run()
-
-
-# -- pyqueue-sql as its users start it: `pyqueue-sql worker bench.peers.py_workers:OBJECT`, a plain
-# handler (`plain`, with --queue burndown) or the same no-op as a task of an App (`app`); the
-# burn-down's messages are what noop.defer(n=i) pushes (kind "noop", payload {"n": i}). Imported by
-# the CLI with BENCH_GO set, the module says ready and waits for the go before the CLI builds its
-# worker, as the other runtimes do.
+# -- `pyqueue-sql worker bench.peers.py_workers:plain|app` (bench/README.md, Tasks): imported by the
+# CLI with BENCH_GO set, the module says ready and waits for the go before the CLI builds its worker.
 
 
 def _app():
@@ -118,9 +109,7 @@ def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
             client.run(client.q.enqueue(["noop"] * n, payloads, [0] * n))
 
 
-# PGQueuer requires max_concurrent_tasks >= 2 x batch_size: 16 handlers per process allow batches
-# of at most 8 (its default batch is 10).
-PGQUEUER_BATCH = 8
+PGQUEUER_BATCH = 8  # PGQueuer requires max_concurrent_tasks >= 2 x batch_size (its default: 10)
 
 
 @_sync
@@ -303,8 +292,8 @@ def handrolled_work(dsn: str, concurrency: int) -> None:
 
 pyqueue_install = functools.partial(common.install_pyqueue, queue=QUEUE)
 SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency[, settings]))
-    "pyqueue-async": (pyqueue_install, pyqueue_enqueue, pyqueue_async_work),
-    "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_threads_work),
+    "pyqueue-async": (pyqueue_install, pyqueue_enqueue, functools.partial(pyqueue_work, threads=False)),
+    "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_work),
     "pyqueue-cli": (pyqueue_install, pyqueue_enqueue, None),
     "pyqueue-tasks": (pyqueue_install, pyqueue_enqueue, None),
     "pgqueuer": (lambda dsn: PGQueuer("postgresql").setup(dsn), pgqueuer_enqueue, pgqueuer_work),
