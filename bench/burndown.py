@@ -73,9 +73,8 @@ class System:
             package = self.name.removesuffix("-batched")
             if not os.path.exists(os.path.join(PEERS, "node_modules", package, "package.json")):
                 return f"{package} is not installed (npm ci in bench/peers, or make bench)"
-        elif self.kind == "oban":
-            if not os.path.exists(OBAN_PYTHON):
-                return "bench/peers/.venv-oban is missing (oban needs Python >= 3.12; make bench makes it)"
+        elif self.kind == "oban" and not os.path.exists(OBAN_PYTHON):
+            return "bench/peers/.venv-oban is missing (oban needs Python >= 3.12; make bench makes it)"
         if self.needs and importlib.util.find_spec(self.needs) is None:
             return f"the Python package {self.needs} is not installed (the bench extra: make bench)"
         return None

@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pyqueue_sql
@@ -162,8 +163,7 @@ def install_commit(dialect: str, dsn: str, commit: str) -> None:
 def _stat(pid: int | str) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command name (field 3 first), or None."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
 
@@ -201,8 +201,7 @@ def own_cpu(children: bool = False) -> float:
 
 def _proc_name(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
+        return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
 
@@ -217,8 +216,7 @@ def server_pid(dialect: str, dsn: str) -> int | None:
                 fields = _stat(int(query(conn, "SELECT pg_backend_pid()")[0][0]))
                 pid = int(fields[1]) if fields else 0  # the backend's parent
                 return pid if _proc_name(pid) == "postgres" else None
-            with open(str(query(conn, "SELECT @@pid_file")[0][0])) as f:
-                pid = int(f.read().split()[0])
+            pid = int(Path(str(query(conn, "SELECT @@pid_file")[0][0])).read_text().split()[0])
             return pid if _proc_name(pid) in ("mariadbd", "mysqld") else None
     except (OSError, ValueError, IndexError):
         return None
@@ -256,10 +254,8 @@ def write(out: str, name: str, markdown: str, data: object, tag: str | None = No
     """<out>/<name>.md and <out>/<name>.json (every figure); with a tag (the suite's prefix, or ""),
     the markdown and where it went on stdout too."""
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"{name}.md"), "w") as f:
-        f.write(markdown)
-    with open(os.path.join(out, f"{name}.json"), "w") as f:
-        json.dump(data, f, indent=1, default=str)
+    Path(out, f"{name}.md").write_text(markdown)
+    Path(out, f"{name}.json").write_text(json.dumps(data, indent=1, default=str))
     if tag is not None:
         print(f"\n{markdown}\n{tag}wrote {out}/{name}.md and {name}.json", flush=True)
 

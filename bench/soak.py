@@ -83,9 +83,8 @@ def handle(job) -> None:
         payload = job.payload or {}
         if job.kind == "slow":
             time.sleep(float(payload.get("sleep", 0.5)))
-        elif job.kind == "flaky":
-            if job.attempts <= int(payload.get("fail", 1)):
-                raise FlakyError(f"{job.key}: transient failure on attempt {job.attempts}")
+        elif job.kind == "flaky" and job.attempts <= int(payload.get("fail", 1)):
+            raise FlakyError(f"{job.key}: transient failure on attempt {job.attempts}")
         elif job.kind == "poison":
             raise PoisonError(f"{job.key}: always fails (attempt {job.attempts})")
         time.sleep(random.uniform(0.0, 0.004))
