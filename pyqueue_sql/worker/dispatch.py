@@ -378,9 +378,9 @@ class Dispatch:
             # poll fallback, a retry this worker scheduled (and one re-check after a wakeup).
             due, due_now = yield from self._next_due_steps()
             if due_now and not rechecked_due_now:
-                # A message came due between the empty reserve and this read (a delayed push
-                # of another process sends no wakeup): one more round at once. A second 0
-                # in a row is a row another reserver holds: the wait below, not a busy loop.
+                # A message came due between the empty reserve and this read (its time was
+                # reached while the round ran, and no wakeup comes for that): one more round at
+                # once. A second 0 in a row is a row another reserver holds: the wait below.
                 rechecked_due_now = True
                 continue
             rechecked_due_now = due_now
