@@ -4,14 +4,12 @@ Revision ID: ${up_revision}
 Revises: ${down_revision | comma,n}
 Create Date: ${create_date}
 
-Up: the DDL this revision adds (migrations/sql/<dialect>/${up_revision}.up.sql),
-then sql/<dialect>/routines/ again (every routine created anew; on MySQL the
-routine grants are given back at the end of the run). Down: undoes the DDL and
-re-creates the routines it changed as the revision before defines them
-(${up_revision}.down.sql). See CONTRIBUTING.md, "Changing the schema".
+Up: sql/<dialect>/revisions/${up_revision}.up.sql, the DDL this revision adds (also
+part of `pyqueue-sql sql`). The routines of the version are installed once, after
+the last revision of the run (run_routines() asks for that). Down:
+sql/<dialect>/revisions/${up_revision}.down.sql. See CONTRIBUTING.md, "Changing the
+schema after 0.1.0".
 """
-
-from pathlib import Path
 
 from pyqueue_sql.migrate import run_routines, run_sql_file
 
@@ -20,8 +18,7 @@ down_revision = ${repr(down_revision)}
 branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
 
-HERE = Path(__file__).resolve().parents[1] / "sql"
-
+# The tables this revision leaves (how `migrate --adopt` recognises a script install at it):
 # tests/schema/test_migrate_interrupted.py prints the values to put here.
 FINGERPRINTS = {
     "postgresql": "",
@@ -30,9 +27,9 @@ FINGERPRINTS = {
 
 
 def upgrade() -> None:
-    run_sql_file("${up_revision}.up.sql", folder=HERE)
+    run_sql_file("revisions/${up_revision}.up.sql")
     run_routines()
 
 
 def downgrade() -> None:
-    run_sql_file("${up_revision}.down.sql", folder=HERE)
+    run_sql_file("revisions/${up_revision}.down.sql")

@@ -118,6 +118,10 @@ class _Step:
     run: _Run | None  # None: run by alembic itself through env.py (no resume)
     output: Callable[[str], None] | None = None
     files: int = 0
+    # run_routines() in a revision only asks for the routines (routines_due): they are
+    # installed once, after the last revision of the run (_install_routines).
+    defer_routines: bool = True
+    routines_due: bool = False
 
 
 _STEP: contextvars.ContextVar[_Step | None] = contextvars.ContextVar(
@@ -152,13 +156,25 @@ def run_sql_file(filename: str, folder: str | Path | None = None) -> None:
 
 
 def run_routines() -> None:
-    """Installs sql/<dialect>/routines/ (one file per topic, run in name order as one
-    script), every routine dropped if it exists and created again (an upgrade that
-    changes routines runs it after its DDL). MySQL: an interrupted run runs the script
-    again from its start, and the routine grants that DROP PROCEDURE took are given
-    back when the run finishes."""
+    """Asks for sql/<dialect>/routines/ (called by a revision's upgrade()): the routines of
+    this version are installed once, at the END of the run, after its last revision, since
+    they may use what any revision of the run adds (so 0001_baseline, frozen, still calls
+    this). Every routine is dropped if it exists and created again (PostgreSQL: CREATE OR
+    REPLACE, which keeps the grants). MySQL: an interrupted run runs the script again from
+    its start, and the routine grants that DROP PROCEDURE took are given back when the run
+    finishes."""
     step = _current_step()
+    if step.defer_routines:
+        step.routines_due = True
+        return
     _run_script(step, script(step.dialect.name, "routines"), rerunnable=True)
+
+
+def _install_routines() -> None:
+    """The last step of a run that applied a revision (or whose routines are stale)."""
+    step = _current_step()
+    step.defer_routines = False
+    run_routines()
 
 
 def _run_script(step: _Step, text: str, rerunnable: bool) -> None:
@@ -302,6 +318,12 @@ class _MySQLProgress:
         if not rows:  # stopped while starting, before anything was changed
             return cls._snapshot(connection, dialect)
         return cls(connection, dialect, rows[0])
+
+    @staticmethod
+    def pending(connection: Connection, dialect: dialects.Dialect) -> bool:
+        """Whether an interrupted run left its progress table (read only)."""
+        [(progress, _grants)] = _rows(connection, dialect, "bookkeeping_tables")
+        return bool(int(progress))
 
     @classmethod
     def start(cls, connection: Connection, dialect: dialects.Dialect) -> _MySQLProgress:
@@ -505,6 +527,164 @@ def _summary(found: list[str]) -> str:
     return f"{len(tables)} tables ({shown}) and {len(routines)} routines"
 
 
+# ---- what migrate installed (drift) --------------------------------------------
+
+# The kinds of object a drift_* statement of migration.sql returns; the tables' kinds are
+# recorded when a revision created them, the routines' (and their grants) whenever
+# routines/ is installed.
+TABLE_KINDS = ("table", "index", "constraint", "trigger", "view")
+PACKAGE = "package"
+
+
+def sources_digest(dialect: str) -> str:
+    """The digest of the SQL this version installs on a dialect (the install script: schema.sql,
+    the revisions' DDL, routines/): recorded by migrate, compared by migrate --check."""
+    from .queries import install_script
+
+    return hashlib.sha256(install_script(dialect).encode()).hexdigest()[:32]
+
+
+def _package_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _objects(connection: Connection, dialect: dialects.Dialect) -> dict[tuple[str, str], str]:
+    """(kind, name) -> digest of its definition, for every object pyqueue-sql installed."""
+    rows: dict[tuple[str, str], list[str]] = {}
+    for name in migration_queries(dialect.name):
+        if name.startswith("drift_"):
+            for row in _rows(connection, dialect, name):
+                detail = json.dumps([None if v is None else str(v) for v in row[2:]])
+                rows.setdefault((str(row[0]), str(row[1])), []).append(detail)
+    return {
+        key: hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:32] for key, parts in rows.items()
+    }
+
+
+def _has_installed_table(connection: Connection, dialect: dialects.Dialect) -> bool:
+    [(count,)] = _rows(connection, dialect, "installed_table")
+    return int(count) > 0
+
+
+def _recorded(connection: Connection, dialect: dialects.Dialect) -> dict[tuple[str, str], str] | None:
+    """What the last migrate recorded (None: no pyqueue_installed, before 0002_installed)."""
+    if not _has_installed_table(connection, dialect):
+        return None
+    return {(str(k), str(n)): str(d) for k, n, d in _rows(connection, dialect, "installed_records")}
+
+
+def _routines_stale(connection: Connection, dialect: dialects.Dialect) -> bool:
+    """Whether routines/ is to be installed again by a run with no revision to apply: the last
+    migrate was of other SQL sources (a release that changed only routines), or a routine (or
+    its grant) differs from what it installed. False before 0002_installed (nothing recorded)."""
+    recorded = _recorded(connection, dialect)
+    if recorded is None:
+        return False
+    package = [d for (k, _n), d in recorded.items() if k == PACKAGE]
+    if package != [sources_digest(dialect.name)]:
+        return True
+    now = _objects(connection, dialect)
+    mine = {key: d for key, d in now.items() if key[0] not in TABLE_KINDS}
+    return mine != {key: d for key, d in recorded.items() if key[0] not in TABLE_KINDS + (PACKAGE,)}
+
+
+def _record_installed(connection: Connection, dialect: dialects.Dialect, tables_too: bool) -> None:
+    """Records in pyqueue_installed what this run leaves: every object's digest and this package's
+    version with the digest of its SQL. A run that applied no revision keeps the tables' record
+    (a dropped index stays reported by --check until it is rebuilt) unless there was none."""
+    recorded = _recorded(connection, dialect)
+    if recorded is None:
+        return
+    now = _objects(connection, dialect)
+    if not tables_too and any(k in TABLE_KINDS for k, _n in recorded):
+        now = {key: d for key, d in now.items() if key[0] not in TABLE_KINDS}
+        now.update({key: d for key, d in recorded.items() if key[0] in TABLE_KINDS})
+    now[(PACKAGE, f"pyqueue-sql {_package_version()}")] = sources_digest(dialect.name)
+    _rows(connection, dialect, "installed_clear")
+    cursor = connection.connection.cursor()
+    try:
+        for (kind, name), digest in sorted(now.items()):
+            cursor.execute(
+                migration_queries(dialect.name)["installed_insert"],
+                {"kind": kind, "name": name, "digest": digest},
+            )
+    finally:
+        cursor.close()
+
+
+class Drift(NamedTuple):
+    """What `pyqueue-sql migrate --check` reports: ``problems`` is empty when the database holds
+    exactly what this version's migrate installs."""
+
+    revision: tuple[str, ...]
+    recorded_by: str | None
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check(target: Target) -> Drift:
+    """Compares the database with what this version's migrate installs: the revision, the SQL
+    sources of the last migrate, and every routine, table, index, constraint, trigger, view and
+    (PostgreSQL) grant to PUBLIC, each by the digest of its definition recorded by migrate."""
+    with _session(target) as (connection, dialect):
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        heads = tuple(context.get_current_heads())
+        head_revision = head()
+        if not heads:
+            return Drift(
+                heads,
+                None,
+                ["pyqueue-sql is not installed here (no revision recorded): run `pyqueue-sql migrate`"],
+            )
+        if not dialect.transactional_ddl and _MySQLProgress.pending(connection, dialect):
+            return Drift(heads, None, [f"{INTERRUPTED} (pyqueue_alembic_progress is there)"])
+        if heads != (head_revision,):
+            return Drift(
+                heads,
+                None,
+                [
+                    f"the schema is at revision {_revisions(heads)}, this version ({_package_version()}) "
+                    f"installs {head_revision}: run `pyqueue-sql migrate`"
+                ],
+            )
+        recorded = _recorded(connection, dialect) or {}
+        package = [(n, d) for (k, n), d in recorded.items() if k == PACKAGE]
+        if not package:
+            return Drift(heads, None, ["no record of what migrate installed: run `pyqueue-sql migrate`"])
+        [(by, digest)] = package
+        if digest != sources_digest(dialect.name):
+            return Drift(
+                heads,
+                by,
+                [
+                    f"the routines were installed by {by}, whose SQL differs from this version's "
+                    f"(pyqueue-sql {_package_version()}): run `pyqueue-sql migrate`"
+                ],
+            )
+        now = _objects(connection, dialect)
+        problems = []
+        for key in sorted(set(recorded) | set(now)):
+            kind, name = key
+            if kind == PACKAGE:
+                continue
+            if key not in now:
+                problems.append(f"{kind} {name} is missing")
+            elif key not in recorded:
+                problems.append(f"{kind} {name} was not installed by migrate")
+            elif now[key] != recorded[key]:
+                problems.append(f"{kind} {name} differs from what migrate installed")
+        return Drift(heads, by, problems)
+
+
+def _revisions(revisions: tuple[str, ...]) -> str:
+    return ", ".join(revisions) if revisions else "none"
+
+
 # ---- connections ----------------------------------------------------------------
 
 
@@ -589,7 +769,12 @@ def _test_kill_plan() -> tuple[int, bool, int] | None:
 class _Plan:
     name: str
     run: Callable[[], None]
-    version_after: str
+    version_after: str | None  # None: the version table is left as it is
+
+
+# The last step of an upgrade: routines/ once, after every revision of the run (the name is
+# recorded in the progress table of an interrupted run on MySQL, so it stays as it is).
+ROUTINES_STEP = "routines after the revisions"
 
 
 class _Run:
@@ -654,14 +839,18 @@ class _Run:
                     before = (adopted,)
             heads = tuple(context.get_current_heads())
             steps = self.steps(script, direction, revision, heads)
-            if (
-                not steps
-                and direction == "upgrade"
-                and heads == (script.get_current_head(),)
-                and (adopted or (self.progress is not None and self.progress.step == ADOPTED_ROUTINES))
+            resumed = self.progress.step if self.progress is not None else None
+            revisions_run = bool(steps)
+            if direction == "upgrade" and (
+                steps
+                or adopted  # the fingerprint reads no routine: an adopted schema gets ours
+                or resumed in (ROUTINES_STEP, ADOPTED_ROUTINES)
+                or _routines_stale(connection, dialect)
             ):
-                # the fingerprint reads no routine: the adopted schema gets the routines of the head
-                steps = [_Plan(ADOPTED_ROUTINES, run_routines, heads[0])]
+                name = (
+                    resumed if resumed in (ROUTINES_STEP, ADOPTED_ROUTINES) and not steps else ROUTINES_STEP
+                )
+                steps.append(_Plan(name, _install_routines, None))
             if not dialect.transactional_ddl:
                 if self.progress is not None:
                     self.progress.check_first_step(steps[0].name if steps else None)
@@ -676,11 +865,14 @@ class _Run:
                     step.run()
                 finally:
                     _STEP.reset(token)
-                context.stamp(script, step.version_after)
+                if step.version_after is not None:
+                    context.stamp(script, step.version_after)
                 if self.progress is not None:
                     self.progress.end_step()
             if self.progress is not None:
                 self.progress.finish()
+            if direction == "upgrade" and steps:
+                _record_installed(connection, dialect, tables_too=revisions_run or adopted is not None)
             after = tuple(context.get_current_heads())
             if direction == "downgrade" and not after and steps:
                 [(rows,)] = _rows(connection, dialect, "version_table_rows")
@@ -866,9 +1058,13 @@ def alembic_env_run(connection: Connection) -> Iterator[None]:
     MySQL's resume bookkeeping (pyqueue-sql migrate has it)."""
     dialect = _dialect_of(connection)
     with _migration_lock(connection, dialect):
-        token = _STEP.set(_Step(connection, dialect, None))
+        step = _Step(connection, dialect, None)
+        token = _STEP.set(step)
         try:
             yield
+            if step.routines_due:
+                _install_routines()
+                _record_installed(connection, dialect, tables_too=True)
         finally:
             _STEP.reset(token)
 
@@ -878,8 +1074,11 @@ def alembic_env_offline(context: MigrationContext) -> Iterator[None]:
     """For migrations/env.py in alembic's offline mode (``--sql``): the revisions write
     their SQL files, as `pyqueue-sql sql` prints them (MySQL: with their DELIMITER
     lines), into alembic's output instead of running them."""
-    token = _STEP.set(_Step(None, dialects.for_name(context.dialect.name), None, context.impl.static_output))
+    step = _Step(None, dialects.for_name(context.dialect.name), None, context.impl.static_output)
+    token = _STEP.set(step)
     try:
         yield
+        if step.routines_due:
+            _install_routines()
     finally:
         _STEP.reset(token)

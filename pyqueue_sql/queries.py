@@ -62,13 +62,21 @@ def script(dialect: str, filename: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
-INSTALL_FILES = ("schema.sql", "routines")
+def revision_files(dialect: str) -> list[str]:
+    """The DDL of the revisions after 0.1.0 (``revisions/<revision>.up.sql``), oldest first."""
+    folder = sql_file(dialect, "revisions")
+    return sorted(f"revisions/{p.name}" for p in folder.glob("*.up.sql")) if folder.is_dir() else []
+
+
+def install_files(dialect: str) -> list[str]:
+    """What a fresh install runs, in order: the tables of 0.1.0 (schema.sql, frozen), the DDL of
+    every later revision, then the routines (routines/, its files in name order)."""
+    return ["schema.sql", *revision_files(dialect), "routines"]
 
 
 def install_script(dialect: str) -> str:
-    """The whole current schema of a dialect: the tables (schema.sql), then the
-    routines (routines/, its files in name order), as one script any SQL client can run."""
-    return "\n".join(script(dialect, name).rstrip("\n") + "\n" for name in INSTALL_FILES)
+    """The whole current schema of a dialect (install_files) as one script any SQL client can run."""
+    return "\n".join(script(dialect, name).rstrip("\n") + "\n" for name in install_files(dialect))
 
 
 def _has_code(lines: list[str]) -> bool:

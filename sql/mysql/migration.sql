@@ -155,3 +155,71 @@ SELECT TABLE_NAME, SECURITY_TYPE
   FROM information_schema.VIEWS
  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'pyqueue%%'
  ORDER BY TABLE_NAME
+
+-- ---- drift (`pyqueue-sql migrate --check`) ----------------------------------
+-- Every drift_* statement returns (kind, name, definition...) rows: one object may span
+-- several rows (a table's columns, an index's columns); pyqueue_sql.migrate hashes each
+-- object's rows into the digest recorded in pyqueue_installed (revision 0002_installed) and
+-- compares them. No grant: on MySQL/MariaDB the install grants and revokes nothing (grants
+-- are per account, the operator's: `pyqueue-sql grant`).
+
+-- name: drift_routines
+SELECT 'routine', ROUTINE_NAME, ROUTINE_TYPE, ROUTINE_DEFINITION, SQL_MODE, SECURITY_TYPE,
+       IS_DETERMINISTIC, SQL_DATA_ACCESS, DTD_IDENTIFIER
+  FROM information_schema.ROUTINES
+ WHERE ROUTINE_SCHEMA = DATABASE()
+   AND (ROUTINE_NAME LIKE 'queue\_%%' OR ROUTINE_NAME LIKE 'pyqueue\_%%')
+
+-- name: drift_routine_parameters
+SELECT 'routine', SPECIFIC_NAME, ORDINAL_POSITION, PARAMETER_MODE, PARAMETER_NAME, DTD_IDENTIFIER
+  FROM information_schema.PARAMETERS
+ WHERE SPECIFIC_SCHEMA = DATABASE()
+   AND (SPECIFIC_NAME LIKE 'queue\_%%' OR SPECIFIC_NAME LIKE 'pyqueue\_%%')
+
+-- name: drift_tables
+SELECT 'table', TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, COLUMN_TYPE, IS_NULLABLE,
+       COLUMN_DEFAULT, COLLATION_NAME, EXTRA
+  FROM information_schema.COLUMNS
+ WHERE TABLE_SCHEMA = DATABASE()
+   AND (TABLE_NAME LIKE 'pyqueue%%' OR TABLE_NAME = 'queue_ingest')
+   AND TABLE_NAME NOT LIKE 'pyqueue\_alembic%%'
+
+-- name: drift_indexes
+SELECT 'index', CONCAT(TABLE_NAME, '.', INDEX_NAME), SEQ_IN_INDEX, COLUMN_NAME, NON_UNIQUE,
+       SUB_PART, INDEX_TYPE
+  FROM information_schema.STATISTICS
+ WHERE TABLE_SCHEMA = DATABASE()
+   AND (TABLE_NAME LIKE 'pyqueue%%' OR TABLE_NAME = 'queue_ingest')
+   AND TABLE_NAME NOT LIKE 'pyqueue\_alembic%%'
+
+-- name: drift_constraints
+SELECT 'constraint', CONCAT(TABLE_NAME, '.', CONSTRAINT_NAME), CONSTRAINT_TYPE
+  FROM information_schema.TABLE_CONSTRAINTS
+ WHERE TABLE_SCHEMA = DATABASE()
+   AND (TABLE_NAME LIKE 'pyqueue%%' OR TABLE_NAME = 'queue_ingest')
+   AND TABLE_NAME NOT LIKE 'pyqueue\_alembic%%'
+
+-- name: drift_triggers
+SELECT 'trigger', CONCAT(EVENT_OBJECT_TABLE, '.', TRIGGER_NAME), EVENT_MANIPULATION,
+       ACTION_TIMING, ACTION_STATEMENT
+  FROM information_schema.TRIGGERS
+ WHERE TRIGGER_SCHEMA = DATABASE()
+   AND (EVENT_OBJECT_TABLE LIKE 'pyqueue%%' OR EVENT_OBJECT_TABLE = 'queue_ingest')
+
+-- name: drift_views
+SELECT 'view', TABLE_NAME, VIEW_DEFINITION, SECURITY_TYPE
+  FROM information_schema.VIEWS
+ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'pyqueue%%'
+
+-- name: installed_records
+SELECT kind, name, digest FROM pyqueue_installed
+
+-- name: installed_table
+SELECT count(*) FROM information_schema.TABLES
+ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'pyqueue_installed'
+
+-- name: installed_clear
+DELETE FROM pyqueue_installed
+
+-- name: installed_insert
+INSERT INTO pyqueue_installed (kind, name, digest) VALUES (%(kind)s, %(name)s, %(digest)s)

@@ -10,6 +10,9 @@
 -- ==== privileges ====
 -- Nothing to drop: DROP PROCEDURE removes the grants on a procedure.
 
+-- ==== revisions after 0.1.0 (sql/mysql/revisions/, newest first) ====
+DROP TABLE IF EXISTS pyqueue_installed;             -- 0002_installed
+
 -- ==== ingest ====
 DROP PROCEDURE IF EXISTS queue_ingest_flush;
 DROP TABLE IF EXISTS pyqueue_ingest_lock;

@@ -80,3 +80,85 @@ SELECT t.tgname::text, c.relname::text, t.tgtype, p.proname::text
  WHERE n.nspname = current_schema() AND NOT t.tgisinternal
    AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
  ORDER BY 1, 2
+
+-- ---- drift (`pyqueue-sql migrate --check`) ----------------------------------
+-- Every drift_* statement returns (kind, name, definition...) rows: one object may span
+-- several rows (a table's columns); pyqueue_sql.migrate hashes each object's rows into the
+-- digest recorded in pyqueue_installed (revision 0002_installed) and compares them.
+-- Grants: those to PUBLIC only (the install revokes EXECUTE from PUBLIC); the grants of
+-- application roles are the operator's (`pyqueue-sql grant`) and not compared.
+
+-- name: drift_routines
+SELECT 'routine', p.oid::regprocedure::text,
+       replace(pg_get_functiondef(p.oid), quote_ident(current_schema()) || '.', '')
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = current_schema() AND p.prokind IN ('f', 'p')
+   AND (p.proname LIKE 'queue\_%%' OR p.proname LIKE 'pyqueue\_%%')
+
+-- name: drift_tables
+SELECT 'table', table_name::text, column_name::text, ordinal_position, data_type::text,
+       character_maximum_length, is_nullable::text,
+       replace(coalesce(column_default::text, ''), quote_ident(current_schema()) || '.', ''),
+       is_identity::text
+  FROM information_schema.columns
+ WHERE table_schema = current_schema()
+   AND (table_name LIKE 'pyqueue%%' OR table_name LIKE 'queue\_ingest%%')
+   AND table_name NOT LIKE 'pyqueue\_alembic%%'
+
+-- name: drift_indexes
+SELECT 'index', indexname::text, tablename::text,
+       replace(indexdef, quote_ident(current_schema()) || '.', '')
+  FROM pg_indexes
+ WHERE schemaname = current_schema()
+   AND (tablename LIKE 'pyqueue%%' OR tablename LIKE 'queue\_ingest%%')
+   AND tablename NOT LIKE 'pyqueue\_alembic%%'
+
+-- name: drift_constraints
+SELECT 'constraint', r.relname::text || '.' || c.conname::text,
+       replace(pg_get_constraintdef(c.oid), quote_ident(current_schema()) || '.', '')
+  FROM pg_constraint c JOIN pg_class r ON r.oid = c.conrelid
+  JOIN pg_namespace n ON n.oid = r.relnamespace
+ WHERE n.nspname = current_schema()
+   AND (r.relname LIKE 'pyqueue%%' OR r.relname LIKE 'queue\_ingest%%')
+   AND r.relname NOT LIKE 'pyqueue\_alembic%%'
+
+-- name: drift_triggers
+SELECT 'trigger', c.relname::text || '.' || t.tgname::text,
+       replace(pg_get_triggerdef(t.oid), quote_ident(current_schema()) || '.', '')
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND NOT t.tgisinternal
+   AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
+
+-- name: drift_views
+SELECT 'view', c.relname::text, pg_get_viewdef(c.oid)
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND c.relkind IN ('v', 'm')
+   AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
+
+-- name: drift_grants
+SELECT 'grant', 'EXECUTE on ' || p.oid::regprocedure::text || ' to PUBLIC', 'granted'
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
+       LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+ WHERE n.nspname = current_schema() AND a.grantee = 0
+   AND (p.proname LIKE 'queue\_%%' OR p.proname LIKE 'pyqueue\_%%')
+UNION ALL
+SELECT 'grant', a.privilege_type || ' on ' || c.relname::text || ' to PUBLIC', 'granted'
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace,
+       LATERAL aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a
+ WHERE n.nspname = current_schema() AND a.grantee = 0 AND c.relkind IN ('r', 'v', 'p')
+   AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
+   AND c.relname NOT LIKE 'pyqueue\_alembic%%'
+
+-- name: installed_records
+SELECT kind, name, digest FROM pyqueue_installed
+
+-- name: installed_table
+SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND c.relname = 'pyqueue_installed'
+
+-- name: installed_clear
+DELETE FROM pyqueue_installed
+
+-- name: installed_insert
+INSERT INTO pyqueue_installed (kind, name, digest) VALUES (%(kind)s, %(name)s, %(digest)s)

@@ -11,6 +11,9 @@
 -- ==== privileges ====
 -- Nothing to drop: the grants go with the routines.
 
+-- ==== revisions after 0.1.0 (sql/postgresql/revisions/, newest first) ====
+DROP TABLE IF EXISTS pyqueue_installed;             -- 0002_installed
+
 -- ==== ingest ====
 DROP FUNCTION IF EXISTS queue_ingest_flush(text);
 DROP TABLE IF EXISTS queue_ingest;                   -- and its trigger queue_ingest_enqueue

@@ -10,13 +10,15 @@ from pathlib import Path
 
 from pyqueue_sql import migrate
 
-REVISION = "0002_routines_again"
+REVISION = "9999_routines_again"
+
+DOWN = migrate.head()
 
 SOURCE = f"""
 from pyqueue_sql.migrate import run_routines
 
 revision = {REVISION!r}
-down_revision = "0001_baseline"
+down_revision = {DOWN!r}
 branch_labels = None
 depends_on = None
 
@@ -36,8 +38,8 @@ MIGRATIONS_VARIABLE = "PYQUEUE_SQL_TEST_MIGRATIONS"
 
 def with_later_revision(tmp_path: Path, monkeypatch) -> str:
     """Makes pyqueue_sql.migrate (and migrate subprocesses) use our migrations plus REVISION;
-    returns REVISION. `migrate.upgrade(dsn, "0001_baseline")`, then `migrate.upgrade(dsn)`
-    re-creates every routine."""
+    returns REVISION (on top of the head). `migrate.upgrade(dsn, DOWN)`, then
+    `migrate.upgrade(dsn)` re-creates every routine."""
     folder = tmp_path / "migrations"
     shutil.copytree(migrate.migrations_dir(), folder, ignore=shutil.ignore_patterns("__pycache__"))
     (folder / "versions" / f"{REVISION}.py").write_text(SOURCE)

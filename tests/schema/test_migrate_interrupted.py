@@ -26,9 +26,9 @@ import pytest
 import pyqueue_sql
 from pyqueue_sql import dialects, migrate, privileges
 from pyqueue_sql._resources import sql_file
-from pyqueue_sql.queries import script, split_script
+from pyqueue_sql.queries import install_files, script, split_script
 
-from .later_revision import MIGRATIONS_VARIABLE, with_later_revision
+from .later_revision import DOWN, MIGRATIONS_VARIABLE, with_later_revision
 from .test_migrations import break_sql_file, catalog, install_from_sql, smoke
 
 pytestmark = pytest.mark.slow
@@ -158,8 +158,8 @@ def clean_catalog(fresh_database, _clean_catalogs):
 def _unit_count(dialect: str) -> int:
     """How many units of work (MySQL statements, PostgreSQL files) a fresh install runs."""
     if dialect == "postgresql":
-        return 2
-    return sum(len(split_script(script(dialect, name))) for name in ("schema.sql", "routines"))
+        return len(install_files(dialect))
+    return sum(len(split_script(script(dialect, name))) for name in install_files(dialect))
 
 
 @pytest.fixture
@@ -199,13 +199,13 @@ def test_adopt_records_a_script_install_and_keeps_its_messages(fresh_database):
 
 
 def test_adopt_then_upgrade_to_a_later_revision(fresh_database, second_revision, clean_catalog):
-    """After the release: a schema installed from the 0.1.0 script is adopted as the
-    baseline, and the revisions after it are applied."""
+    """A schema installed from the script of the revision before (DOWN, today's head) is adopted
+    as that revision, and the revisions after it are applied."""
     dsn = fresh_database("later")
     install_from_sql(dsn)
     _push(dsn, n=3)
     result = migrate.upgrade(dsn, adopt=True)
-    assert result == migrate.MigrationResult(("0001_baseline",), (second_revision,), "0001_baseline")
+    assert result == migrate.MigrationResult((DOWN,), (second_revision,), DOWN)
     assert _ready(dsn) == 3
     _assert_like_a_clean_install(dsn, clean_catalog)
 
@@ -221,25 +221,33 @@ def test_adopt_refuses_a_schema_that_matches_no_revision(fresh_database):
     assert _ready(dsn) == 1
 
 
-# Opt-in: writes the value into migrations/versions/0001_baseline.py (after a change of the
-# tables; routines do not count).
+# Opt-in: writes the value into the revision's file (after a change of the tables; routines do
+# not count). 0001_baseline is frozen (tests/schema/test_releases.py): only new revisions change.
 UPDATE_FINGERPRINTS = "PYQUEUE_SQL_UPDATE_FINGERPRINTS"
 
 
-def test_the_baseline_fingerprint_is_current(fresh_database, dialect):
-    """FINGERPRINTS in 0001_baseline.py is what both the migration and the script install
-    build on this server flavor. When it fails, the message says the value to put in."""
-    migrated, script_install = fresh_database("fp"), fresh_database("fpsql")
-    migrate.upgrade(migrated)
-    install_from_sql(script_install)
+def _revisions() -> list[str]:
+    return [r.revision for r in reversed(list(migrate._script().walk_revisions()))]
+
+
+@pytest.mark.parametrize("revision", _revisions())
+def test_each_revisions_fingerprint_is_current(fresh_database, dialect, revision):
+    """FINGERPRINTS in each revision is what the migrations build up to it on this server
+    flavor, and the head's also what the script install (`pyqueue-sql sql`) builds. When it
+    fails, the message says the value to put in."""
+    migrated = fresh_database("fp")
+    migrate.upgrade(migrated, revision)
     value = migrate.fingerprint(migrated)
-    assert migrate.fingerprint(script_install) == value, "schema.sql/routines.sql and the migration differ"
+    if revision == migrate.head():
+        script_install = fresh_database("fpsql")
+        install_from_sql(script_install)
+        assert migrate.fingerprint(script_install) == value, "sql/ and the migrations differ"
     kind = _flavor(migrated)
-    path = migrate.migrations_dir() / "versions" / "0001_baseline.py"
+    path = migrate.migrations_dir() / "versions" / f"{revision}.py"
     line = re.compile(r'^(    "%s": )"[0-9a-f]*",$' % re.escape(kind), re.MULTILINE)
     text = path.read_text()
     assert line.search(text), f"{path}: no FINGERPRINTS line for {kind}"
-    shipped = _baseline_fingerprints().get(kind)
+    shipped = _fingerprints(revision).get(kind)
     if shipped != value and os.environ.get(UPDATE_FINGERPRINTS):
         path.write_text(line.sub(lambda m: f'{m.group(1)}"{value}",', text, count=1))
         shipped = value
@@ -247,6 +255,27 @@ def test_the_baseline_fingerprint_is_current(fresh_database, dialect):
         f'set FINGERPRINTS["{kind}"] = "{value}" in {path} '
         f"(or run this test with {UPDATE_FINGERPRINTS}=1 to write it)"
     )
+
+
+def test_a_script_install_of_0_1_0_is_adopted_as_the_baseline_and_upgraded(fresh_database, clean_catalog):
+    """The 0.1.0 tables (schema.sql alone, as 0.1.0's `pyqueue-sql sql` printed them) with their
+    messages: adopt recognises 0001_baseline and applies every revision after it."""
+    dsn = fresh_database("adopt010")
+    dialect = dialects.for_dsn(dsn)
+    conn = dialect.connect(dsn)
+    try:
+        cur = conn.cursor()
+        text = script(dialect.name, "schema.sql") + "\n" + script(dialect.name, "routines")
+        for statement in [text] if dialect.name == "postgresql" else split_script(text):
+            cur.execute(statement)
+        cur.close()
+    finally:
+        conn.close()
+    _push(dsn, n=2)
+    result = migrate.upgrade(dsn, adopt=True)
+    assert result == migrate.MigrationResult(("0001_baseline",), (migrate.head(),), "0001_baseline")
+    assert _ready(dsn) == 2
+    _assert_like_a_clean_install(dsn, clean_catalog)
 
 
 def test_adopt_reads_no_routine_and_installs_routines_sql_again(fresh_database, dialect, clean_catalog):
@@ -287,11 +316,8 @@ def _flavor(dsn: str) -> str:
         return migrate.flavor(connection)
 
 
-def _baseline_fingerprints() -> dict:
-    from alembic.script import ScriptDirectory
-
-    script_dir = ScriptDirectory(str(migrate.migrations_dir()))
-    return getattr(script_dir.get_revision("0001_baseline").module, "FINGERPRINTS", {})
+def _fingerprints(revision: str) -> dict:
+    return getattr(migrate._script().get_revision(revision).module, "FINGERPRINTS", {})
 
 
 # ---- failures half-way ------------------------------------------------------------
@@ -315,13 +341,15 @@ def _break_routines(monkeypatch, tmp_path, dialect: str) -> None:
 def test_a_migration_failing_half_way_keeps_data_and_a_rerun_completes(
     fresh_database, tmp_path, monkeypatch, dialect, second_revision, clean_catalog
 ):
+    """PostgreSQL: the run is undone as a whole. MySQL: the revisions' DDL is applied and
+    recorded, the routines (the run's last step) stay to do, and the next run does them."""
     dsn = fresh_database("half")
-    migrate.upgrade(dsn, "0001_baseline")
+    migrate.upgrade(dsn, DOWN)
     _push(dsn, n=5)
     _break_routines(monkeypatch, tmp_path, dialect)
     with pytest.raises(Exception, match="no_such_column"):
         migrate.upgrade(dsn)
-    assert migrate.current(dsn) == ("0001_baseline",)
+    assert migrate.current(dsn) == ((DOWN,) if dialect == "postgresql" else (second_revision,))
     assert _ready(dsn) == 5
     monkeypatch.setattr(migrate, "sql_file", sql_file)
     monkeypatch.setattr(migrate, "script", script)
@@ -394,7 +422,7 @@ def test_an_upgrade_killed_in_the_routine_phase_gives_every_grant_back(
     """A revision that runs routines.sql again drops every procedure with its grants
     (MySQL): killed anywhere, the next run finishes and gives every grant back."""
     dsn = fresh_database("grants")
-    migrate.upgrade(dsn, "0001_baseline")
+    migrate.upgrade(dsn, DOWN)
     _push(dsn, n=4)
     account = MySQLAccount(dsn)
     try:

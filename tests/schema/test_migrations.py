@@ -10,7 +10,8 @@ import pytest
 
 import pyqueue_sql
 from pyqueue_sql import dialects, migrate
-from pyqueue_sql.queries import install_script, parse_named, split_script
+from pyqueue_sql._resources import sql_file
+from pyqueue_sql.queries import install_files, install_script, parse_named, split_script
 
 HERE = Path(__file__).parent
 
@@ -153,22 +154,25 @@ def test_upgrade_from_an_applications_alembic_connection(fresh_database):
     smoke(dsn)
 
 
-# ---- one baseline --------------------------------------------------------------------
+# ---- the revisions --------------------------------------------------------------------
 
 
-def test_one_baseline_revision_reads_the_sql_folder():
-    """Until the first release there is exactly one revision, and it copies no SQL: it
-    runs sql/<dialect>/schema.sql, routines.sql and uninstall.sql where they are."""
+def test_the_revisions_are_one_chain_and_copy_no_sql():
+    """0001_baseline (0.1.0, frozen), then one revision per later table change, each
+    down_revision the one before; their DDL is in sql/<dialect>/revisions/, where `pyqueue-sql
+    sql` reads it too, never in migrations/."""
     folder = migrate.migrations_dir()
-    assert sorted(p.name for p in (folder / "versions").glob("*.py")) == ["0001_baseline.py"]
-    assert migrate.head() == "0001_baseline"
+    names = sorted(p.stem for p in (folder / "versions").glob("*.py"))
+    assert names[0] == "0001_baseline" and migrate.head() == names[-1], names
+    chain = [r.revision for r in reversed(list(migrate._script().walk_revisions()))]
+    assert chain == names, "each revision's down_revision is the one before it"
     assert list(folder.rglob("*.sql")) == []
-    lines = sum(
-        len(p.read_text().splitlines())
-        for p in folder.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
-    )
-    assert lines < 500, lines
+    for dialect in dialects.NAMES:
+        files = sorted(p.name for p in sql_file(dialect, "revisions").glob("*.sql"))
+        assert files == sorted(f"{n}.{way}.sql" for n in names[1:] for way in ("up", "down")), files
+        assert install_files(dialect) == ["schema.sql"] + [f"revisions/{n}.up.sql" for n in names[1:]] + [
+            "routines"
+        ]
 
 
 def break_sql_file(monkeypatch, tmp_path: Path, filename: str, edit) -> None:
@@ -194,7 +198,9 @@ def test_a_migration_that_fails_half_way_keeps_what_it_did_and_resumes(
 ):
     """PostgreSQL: the run is one transaction, nothing stays. MySQL: DDL commits at
     once, nothing is undone (no table is ever dropped on failure) and the run is
-    recorded, so the next run after the fix resumes and completes it."""
+    recorded, so the next run after the fix resumes and completes it: the revisions
+    are recorded, the routines (the run's last step) are what stays to do, and
+    `migrate --check` says so."""
     break_sql_file(
         monkeypatch,
         tmp_path,
@@ -204,15 +210,18 @@ def test_a_migration_that_fails_half_way_keeps_what_it_did_and_resumes(
     dsn = fresh_database()
     with pytest.raises(Exception):
         migrate.upgrade(dsn)
-    assert migrate.current(dsn) == ()
     left = catalog(dsn)
     if dialect == "postgresql":
+        assert migrate.current(dsn) == ()
         assert all(rows == [] for rows in left.values())
     else:
+        assert migrate.current(dsn) == (migrate.head(),)
         assert left["columns"] and left["routines"], "what MySQL committed stays"
+        assert "interrupted" in " ".join(migrate.check(dsn).problems)
     monkeypatch.undo()
     migrate.upgrade(dsn)
     assert migrate.current(dsn) == (migrate.head(),)
+    assert migrate.check(dsn).ok
     smoke(dsn)
 
 

@@ -10,7 +10,7 @@ from pyqueue_sql import dialects
 from .releases import ROOT, latest, released_file, releases, require_history
 
 # What defines the tables of 0.1.0 (the baseline revision and the DDL it runs). The routines
-# are not frozen: every migrate installs the current ones (migrations/README and
+# are not frozen: every migrate installs the current ones (CONTRIBUTING.md and
 # docs/operations.md, "Upgrading"); uninstall.sql removes whatever the head has.
 FROZEN = ["migrations/versions/0001_baseline.py"] + [f"sql/{name}/schema.sql" for name in dialects.NAMES]
 
