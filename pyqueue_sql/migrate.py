@@ -569,7 +569,7 @@ def _has_installed_table(connection: Connection, dialect: dialects.Dialect) -> b
 
 
 def _recorded(connection: Connection, dialect: dialects.Dialect) -> dict[tuple[str, str], str] | None:
-    """What the last migrate recorded (None: no pyqueue_installed, before 0002_installed)."""
+    """What the last migrate recorded (None: no pyqueue_installed, before the revision that adds it)."""
     if not _has_installed_table(connection, dialect):
         return None
     return {(str(k), str(n)): str(d) for k, n, d in _rows(connection, dialect, "installed_records")}
@@ -578,7 +578,7 @@ def _recorded(connection: Connection, dialect: dialects.Dialect) -> dict[tuple[s
 def _routines_stale(connection: Connection, dialect: dialects.Dialect) -> bool:
     """Whether routines/ is to be installed again by a run with no revision to apply: the last
     migrate was of other SQL sources (a release that changed only routines), or a routine (or
-    its grant) differs from what it installed. False before 0002_installed (nothing recorded)."""
+    its grant) differs from what it installed. False before the revision that adds pyqueue_installed."""
     recorded = _recorded(connection, dialect)
     if recorded is None:
         return False

@@ -1,6 +1,8 @@
 """The ``pyqueue-sql`` command: install the schema, print its SQL, work with queues, run the demo.
 
     pyqueue-sql migrate --dsn postgresql://localhost/app
+    pyqueue-sql migrate --check
+    pyqueue-sql version
     pyqueue-sql sql --dialect mysql > pyqueue.sql
     pyqueue-sql create emails --max-attempts 5
     pyqueue-sql push emails user-42 welcome '{"to": "a@example.com"}'
@@ -28,7 +30,7 @@ happen (a token that no longer holds, a message that is not there, a
 ``result --wait`` that ended before the message finished); 2 a bad command line; 130 interrupted (Ctrl-C). ``reserve`` on an empty queue prints
 nothing on stdout, says so on stderr and exits 0.
 
-The commands live in modules by group (admin: migrate, sql, grant, demo; queues; messages;
+The commands live in modules by group (admin: migrate, version, sql, grant, demo; queues; messages;
 workers; dashboard), each with the parsers of its commands (PARSERS); build_parser adds them in
 the order of COMMANDS, the order ``pyqueue-sql --help`` lists them in.
 """
@@ -75,6 +77,7 @@ __all__ = [
 # Every command, in the order `pyqueue-sql --help` lists them.
 COMMANDS: tuple[str, ...] = (
     "migrate",
+    "version",
     "sql",
     "grant",
     "create",

@@ -1,4 +1,4 @@
-"""Installing and administering: migrate, sql, grant, and the demo."""
+"""Installing and administering: migrate, version, sql, grant, and the demo."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import dialects, errors, privileges
+from .. import __version__, dialects, errors, privileges
 from ..display import one_line
 from .common import (
     DSN_ENV,
@@ -39,9 +39,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     dsn = dsn_of(args)
     if args.adopt and args.downgrade:
         raise UsageError("--adopt is for upgrades: it records a schema installed from the SQL script")
+    if args.check and (args.adopt or args.downgrade or args.revision):
+        raise UsageError("--check only reads: it takes no --adopt, --downgrade or --revision")
     try:
         from .. import migrate
 
+        if args.check:
+            return _migrate_check(migrate, dsn)
         if args.downgrade:
             return _migrate_down(migrate, dsn, args)
         return _migrate_up(migrate, dsn, args)
@@ -80,12 +84,41 @@ def _migrate_up(migrate: Any, dsn: str, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_heads(migrate: Any, revisions: Sequence[str]) -> None:
+def _migrate_check(migrate: Any, dsn: str) -> int:
+    """Exit 0 when the database holds what this version's migrate installs, else 1 with a line per
+    object that differs (on stdout, one per line) and one line on stderr."""
+    drift = migrate.check(dsn)
+    if drift.ok:
+        print(f"no drift: revision {_revisions(drift.revision)}, as pyqueue-sql {__version__} installs it")
+        return EXIT_OK
+    for problem in drift.problems:
+        print(problem)
+    print(
+        f"{PROG}: {len(drift.problems)} difference(s) from what pyqueue-sql {__version__} installs",
+        file=sys.stderr,
+    )
+    return EXIT_FAILURE
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    """The package's version, and the schema revision of the database when one is given."""
+    print(f"{PROG} {__version__}")
+    if not (args.dsn or os.environ.get(DSN_ENV)):
+        print(f"schema revision: unknown (no database: pass --dsn DSN or set {DSN_ENV})")
+        return EXIT_OK
+    dsn = dsn_of(args)
+    from .. import migrate
+
+    _print_heads(migrate, tuple(migrate.current(dsn)), label="schema revision")
+    return EXIT_OK
+
+
+def _print_heads(migrate: Any, revisions: Sequence[str], label: str = "revision") -> None:
     head = migrate.head()
     if not revisions:
-        print("revision: none (pyqueue-sql is not installed)")
+        print(f"{label}: none (pyqueue-sql is not installed)")
     for revision in revisions:
-        print(f"revision: {revision}" + (" (head)" if revision == head else f" (head is {head})"))
+        print(f"{label}: {revision}" + (" (head)" if revision == head else f" (head is {head})"))
 
 
 def _migrate_down(migrate: Any, dsn: str, args: argparse.Namespace) -> int:
@@ -210,6 +243,21 @@ def add_migrate(command: Command) -> None:
         "checking that it matches a known revision, then upgrade it",
     )
     p.add_argument("--yes", "-y", action="store_true", help="do not ask before dropping live messages")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing: exit 1 naming every routine, table, index, constraint or grant that "
+        "differs from what this version installs (edited by hand, dropped), or when migrate is to "
+        "be run; 0 when none",
+    )
+
+
+def add_version(command: Command) -> None:
+    command(
+        "version",
+        cmd_version,
+        "print the package's version and, with --dsn / $PYQUEUE_DSN, the database's schema revision",
+    )
 
 
 def add_sql(command: Command) -> None:
@@ -268,6 +316,7 @@ def add_demo(command: Command) -> None:
 
 PARSERS: dict[str, Callable[[Command], None]] = {
     "migrate": add_migrate,
+    "version": add_version,
     "sql": add_sql,
     "grant": add_grant,
     "demo": add_demo,

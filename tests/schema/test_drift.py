@@ -1,0 +1,128 @@
+"""`pyqueue-sql migrate --check` (drift) and `pyqueue-sql version`, on both dialects: a routine
+edited by hand on the server and a dropped index are named (exit 1), none when the database holds
+what this version's migrate installs (exit 0); a database that migrate has still to bring up to
+this version is told to run it."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyqueue_sql import __version__, cli, dialects, migrate
+
+from .test_migrate_interrupted import _sql
+
+
+def _check(dsn: str, capsys) -> tuple[int, list[str], str]:
+    code = cli.main(["migrate", "--check", "--dsn", dsn])
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err
+
+
+def _edit_routine_by_hand(dsn: str) -> str:
+    """queue_stats with another body, as an operator's hot fix on the server; its drift name."""
+    if dialects.for_dsn(dsn).name == "postgresql":
+        [(definition,)] = _sql(dsn, "SELECT pg_get_functiondef('queue_stats'::regproc)")
+        _sql(dsn, definition.replace("$function$", "$function$\n-- hot fix", 1))
+        [(name,)] = _sql(dsn, "SELECT 'queue_stats'::regproc::oid::regprocedure::text")
+        return name
+    [row] = _sql(dsn, "SHOW CREATE PROCEDURE queue_stats")
+    conn = dialects.for_dsn(dsn).connect(dsn)
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_mode = %s", (row[1],))
+        cur.execute("DROP PROCEDURE queue_stats")
+        cur.execute(row[2].replace("BEGIN", "BEGIN\n-- hot fix", 1))
+    finally:
+        conn.close()
+    return "queue_stats"
+
+
+def _drop_index(dsn: str) -> tuple[str, str]:
+    """Drops the due-time index of pyqueue_message; its drift name and the SQL that rebuilds it."""
+    if dialects.for_dsn(dsn).name == "postgresql":
+        [(definition,)] = _sql(
+            dsn, "SELECT indexdef FROM pg_indexes WHERE indexname = 'pyqueue_message_due_idx'"
+        )
+        _sql(dsn, "DROP INDEX pyqueue_message_due_idx")
+        return "pyqueue_message_due_idx", definition
+    _sql(dsn, "ALTER TABLE pyqueue_message DROP INDEX pyqueue_message_due_idx")
+    rebuild = "ALTER TABLE pyqueue_message ADD INDEX pyqueue_message_due_idx (queue_name, scheduled_at, id)"
+    return "pyqueue_message.pyqueue_message_due_idx", rebuild
+
+
+def test_check_names_a_routine_edited_by_hand_and_a_dropped_index(fresh_database, capsys):
+    dsn = fresh_database("drift")
+    migrate.upgrade(dsn)
+    code, out, _ = _check(dsn, capsys)
+    assert (code, out) == (
+        0,
+        [f"no drift: revision {migrate.head()}, as pyqueue-sql {__version__} installs it"],
+    )
+
+    routine = _edit_routine_by_hand(dsn)
+    index, rebuild = _drop_index(dsn)
+    code, out, err = _check(dsn, capsys)
+    assert code == 1
+    assert out == [
+        f"index {index} is missing",
+        f"routine {routine} differs from what migrate installed",
+    ], out
+    assert err.strip() == f"pyqueue-sql: 2 difference(s) from what pyqueue-sql {__version__} installs"
+
+    # migrate puts the routines back; an index is the operator's to rebuild (docs/operations.md)
+    migrate.upgrade(dsn)
+    assert _check(dsn, capsys)[1] == [f"index {index} is missing"]
+    _sql(dsn, rebuild)
+    assert _check(dsn, capsys)[0] == 0
+
+
+@pytest.mark.only_dialect("postgresql")
+def test_check_names_a_routine_granted_to_public(fresh_database, capsys):
+    """The install revokes EXECUTE from PUBLIC (anyone could push and reserve): a grant back is drift."""
+    dsn = fresh_database("public")
+    migrate.upgrade(dsn)
+    _sql(dsn, "GRANT EXECUTE ON FUNCTION queue_stats(text) TO PUBLIC")
+    code, out, _ = _check(dsn, capsys)
+    assert (code, out) == (1, ["grant EXECUTE on queue_stats(text) to PUBLIC was not installed by migrate"])
+
+
+def test_check_and_version_on_a_database_of_the_release_before(fresh_database, capsys):
+    """A database migrate left at 0.1.0's revision: --check and version say so, migrate
+    brings it up and then nothing differs."""
+    dsn = fresh_database("old")
+    migrate.upgrade(dsn, "0001_baseline")
+    code, out, _ = _check(dsn, capsys)
+    assert code == 1 and out == [
+        f"the schema is at revision 0001_baseline, this version ({__version__}) installs "
+        f"{migrate.head()}: run `pyqueue-sql migrate`"
+    ]
+    assert cli.main(["version", "--dsn", dsn]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"pyqueue-sql {__version__}",
+        f"schema revision: 0001_baseline (head is {migrate.head()})",
+    ]
+    migrate.upgrade(dsn)
+    assert _check(dsn, capsys)[0] == 0
+    assert cli.main(["version", "--dsn", dsn]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == f"schema revision: {migrate.head()} (head)"
+
+
+def test_version_without_a_database(capsys, monkeypatch):
+    monkeypatch.delenv("PYQUEUE_DSN", raising=False)
+    assert cli.main(["version"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"pyqueue-sql {__version__}",
+        "schema revision: unknown (no database: pass --dsn DSN or set PYQUEUE_DSN)",
+    ]
+
+
+def test_check_on_a_routines_only_release_says_run_migrate(fresh_database, capsys, monkeypatch):
+    """A release that changes only routine bodies has no revision: the sources digest that migrate
+    recorded tells --check that migrate has still to run, and migrate installs them."""
+    dsn = fresh_database("sources")
+    migrate.upgrade(dsn)
+    monkeypatch.setattr(migrate, "sources_digest", lambda dialect: "0" * 32)
+    code, out, _ = _check(dsn, capsys)
+    assert code == 1 and "run `pyqueue-sql migrate`" in out[0] and "whose SQL differs" in out[0]
+    assert not migrate.upgrade(dsn).changed
+    assert _check(dsn, capsys)[0] == 0
