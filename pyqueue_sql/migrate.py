@@ -79,6 +79,7 @@ from .errors import MigrationError as MigrationError
 from .errors import MigrationInterrupted as MigrationInterrupted
 from .errors import MigrationLockTimeout as MigrationLockTimeout
 from .errors import SchemaMismatchError as SchemaMismatchError
+from .errors import SchemaNotInstalledError as SchemaNotInstalledError
 from .errors import UnrecordedSchemaError as UnrecordedSchemaError
 from .queries import migration_queries, script, split_script
 
@@ -612,6 +613,51 @@ def _record_installed(connection: Connection, dialect: dialects.Dialect, tables_
             )
     finally:
         cursor.close()
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    """'pyqueue-sql 0.2.0' or '0.2.0.dev1' -> (0, 2, 0): the numbers before anything else."""
+    numbers = []
+    for part in text.rsplit(" ", 1)[-1].split("."):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)
+
+
+def require_schema(target: Target) -> None:
+    """Refuses to go on (SchemaNotInstalledError, one line saying to run `pyqueue-sql migrate`) when
+    the database's schema is older than this version's: its revision is one before this version's
+    head, or (same revision) its routines were installed by an older release. Called by `pyqueue-sql
+    worker` before it starts. A newer schema is fine (a release keeps the previous one's routines),
+    and so is what cannot be read (a role without SELECT on the version table, a schema installed
+    from `pyqueue-sql sql`): nothing is refused on a guess."""
+    try:
+        with _session(target) as (connection, dialect):
+            context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+            heads = tuple(context.get_current_heads())
+            recorded = _recorded(connection, dialect) if heads == (head(),) else None
+    except Exception as exc:  # unreadable here: the worker's own calls say what is wrong
+        log.debug("pyqueue-sql: the schema revision could not be read: %s", exc)
+        return
+    script = _script()
+    known = {r.revision for r in script.walk_revisions()}
+    ours = script.get_current_head()
+    version = _package_version()
+    older = [h for h in heads if h in known and h != ours]
+    if older and not any(h not in known for h in heads):
+        raise SchemaNotInstalledError(
+            f"pyqueue-sql {version} needs schema revision {ours}, this database is at "
+            f"{_revisions(heads)}: run `pyqueue-sql migrate` first (docs/operations.md, Upgrading)"
+        )
+    package = [
+        n for (k, n), d in (recorded or {}).items() if k == PACKAGE and d != sources_digest(dialect.name)
+    ]
+    if package and _version_tuple(package[0]) < _version_tuple(version):
+        raise SchemaNotInstalledError(
+            f"pyqueue-sql {version} needs its routines, this database has those of {package[0]}: "
+            "run `pyqueue-sql migrate` first (docs/operations.md, Upgrading)"
+        )
 
 
 class Drift(NamedTuple):

@@ -319,6 +319,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if isinstance(target, App) and (args.kind or args.timeout):
             raise UsageError("--kind and --timeout are for a handler function (a task has its own)")
     fn = target
+    if isinstance(dsn, str):  # a Worker given with a connection factory: its own calls will tell
+        from .. import migrate
+
+        migrate.require_schema(dsn)  # one line, exit 1, when the schema is older than this version's
     # An `async def` handler runs as asyncio tasks on AsyncWorker; anything else on Worker's threads.
     if isinstance(target, WorkerBase):
         is_async = inspect.iscoroutinefunction(target.run)

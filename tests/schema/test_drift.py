@@ -126,3 +126,30 @@ def test_check_on_a_routines_only_release_says_run_migrate(fresh_database, capsy
     assert code == 1 and "run `pyqueue-sql migrate`" in out[0] and "whose SQL differs" in out[0]
     assert not migrate.upgrade(dsn).changed
     assert _check(dsn, capsys)[0] == 0
+
+
+def test_a_worker_refuses_to_start_on_a_schema_older_than_its_version(fresh_database):
+    """`pyqueue-sql worker` of this version against a database migrate left at the release before:
+    one line saying to run migrate, exit 1, before it reserves anything."""
+    import subprocess
+    import sys
+
+    dsn = fresh_database("oldworker")
+    migrate.upgrade(dsn, "0001_baseline")
+    argv = [
+        sys.executable,
+        "-m",
+        "pyqueue_sql.cli",
+        "worker",
+        "tests.worker.worker_handlers:sleepy",
+        "--queue",
+        "q",
+        "--dsn",
+        dsn,
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done
+    assert done.stderr.strip().splitlines() == [
+        f"pyqueue-sql: error: pyqueue-sql {__version__} needs schema revision {migrate.head()}, this "
+        "database is at 0001_baseline: run `pyqueue-sql migrate` first (docs/operations.md, Upgrading)"
+    ]
