@@ -752,6 +752,11 @@ def _revisions(revisions: tuple[str, ...]) -> str:
 # ---- connections ----------------------------------------------------------------
 
 
+# connection.info key: the transaction _session began (absent inside a caller's transaction), which a
+# PostgreSQL run commits after its revisions (_Run.commit_revisions).
+_OWN_TRANSACTION = "pyqueue_sql.migrate transaction"
+
+
 @contextlib.contextmanager
 def _session(target: Target) -> Iterator[tuple[Connection, dialects.Dialect]]:
     """The connection to migrate and its dialect. A DSN: a connection of ours in
@@ -764,7 +769,7 @@ def _session(target: Target) -> Iterator[tuple[Connection, dialects.Dialect]]:
         if target.in_transaction():
             yield target, dialect
             return
-        transaction = target.begin()
+        target.info[_OWN_TRANSACTION] = target.begin()
         try:
             yield target, dialect
         except BaseException as exc:
@@ -773,8 +778,10 @@ def _session(target: Target) -> Iterator[tuple[Connection, dialects.Dialect]]:
                     target.invalidate()
             else:
                 with contextlib.suppress(Exception):
-                    transaction.rollback()
+                    target.info[_OWN_TRANSACTION].rollback()
             raise
+        finally:
+            transaction = target.info.pop(_OWN_TRANSACTION, None)
         transaction.commit()
         return
     dialect = dialects.for_dsn(target)
@@ -787,7 +794,7 @@ def _session(target: Target) -> Iterator[tuple[Connection, dialects.Dialect]]:
     try:
         connection = engine.connect()
         try:
-            transaction = connection.begin()
+            connection.info[_OWN_TRANSACTION] = connection.begin()
             try:
                 yield connection, dialect
             except BaseException as exc:
@@ -796,9 +803,9 @@ def _session(target: Target) -> Iterator[tuple[Connection, dialects.Dialect]]:
                         connection.invalidate()  # no rollback on a connection cut mid-reply
                 else:
                     with contextlib.suppress(Exception):
-                        transaction.rollback()
+                        connection.info[_OWN_TRANSACTION].rollback()
                 raise
-            transaction.commit()
+            connection.info.pop(_OWN_TRANSACTION).commit()
         finally:
             with contextlib.suppress(Exception):
                 connection.close()
@@ -857,6 +864,21 @@ class _Run:
         n, unrecorded, signum = self.kill
         if self.units == n and recorded != unrecorded:
             os.kill(os.getpid(), signum)
+
+    def commit_revisions(self) -> None:
+        """PostgreSQL, in a transaction of our own: commits the revisions (their DDL and the version
+        table) before the routines are installed, so the locks the DDL took (ALTER TABLE: ACCESS
+        EXCLUSIVE on the table) are held for the DDL only, not for the second or so the routines
+        take; then takes the migration lock again. Should the routines then fail, the revisions
+        stay, with the routines of the version before (which a release keeps working on the new
+        tables), and the next migrate installs them (_routines_stale). Inside a caller's
+        transaction everything stays in that one."""
+        transaction = self.connection.info.get(_OWN_TRANSACTION)
+        if transaction is None or not self.dialect.transactional_ddl:
+            return
+        transaction.commit()
+        self.connection.info[_OWN_TRANSACTION] = self.connection.begin()
+        _rows(self.connection, self.dialect, "migration_lock")
 
     def steps(
         self, script: ScriptDirectory, direction: str, revision: str, heads: tuple[str, ...]
@@ -921,6 +943,8 @@ class _Run:
                 elif steps:
                     self.progress = _MySQLProgress.start(connection, dialect)
             for step in steps:
+                if step.run is _install_routines:
+                    self.commit_revisions()
                 log.info("pyqueue-sql: %s", step.name)
                 if self.progress is not None:
                     self.progress.begin_step(step.name)
