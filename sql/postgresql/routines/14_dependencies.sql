@@ -103,10 +103,15 @@ $$;
 -- the child's own leaving (removed, cancelled) locks them (the other way
 -- round, the last parent's commit and the child's removal deadlocked);
 -- children in (queue, key, kind) order.
+-- Linear in the messages it walks: each element of the work list is copied
+-- into scalars before the statements use it (see below), and every statement
+-- reads pyqueue_dependency by its key (sequential scans off: the planner,
+-- trusting statistics taken while the table was small, may scan it whole).
 CREATE OR REPLACE FUNCTION pyqueue__deps_left(in_queue text, in_key text, in_kind text, in_ok boolean,
                                               in_why text)
 RETURNS void
 LANGUAGE plpgsql
+SET enable_seqscan = off  -- see "Linear" above
 AS $$
 DECLARE
     v_qs   text[] := ARRAY[in_queue];
@@ -120,15 +125,24 @@ DECLARE
     v_msg  pyqueue_message;
     v_dest pyqueue_queue;
     v_now  timestamptz;
+    v_q    text;
+    v_k    text;
+    v_t    text;
+    v_w    text;
 BEGIN
     PERFORM pyqueue__deps_read_committed();
     WHILE v_i <= pg_catalog.cardinality(v_qs) LOOP
         v_any := false;
+        -- the element in scalars: an array named in a statement is flattened into its parameter at
+        -- each execution (a copy of the whole work list per message: quadratic)
+        v_q := v_qs[v_i];
+        v_k := v_ks[v_i];
+        v_t := v_ts[v_i];
+        v_w := v_ws[v_i];
         FOR v_edge IN SELECT d.role, d.other_queue::text AS q, d.other_key::text AS k, d.other_kind::text AS t,
                              d.msg_id
                         FROM pyqueue_dependency d
-                       WHERE d.queue_name::text = v_qs[v_i] AND d.p_key::text = v_ks[v_i]
-                         AND d.p_kind::text = v_ts[v_i]
+                       WHERE d.queue_name::text = v_q AND d.p_key::text = v_k AND d.p_kind::text = v_t
                        ORDER BY d.role, d.other_queue, d.other_key, d.other_kind LOOP
             v_any := true;
             CONTINUE WHEN v_edge.role <> 'c';
@@ -159,22 +173,22 @@ BEGIN
                    AND m.id = v_edge.msg_id AND m.scheduled_at = pyqueue__blocked_at()
                 RETURNING * INTO v_msg;
                 IF FOUND THEN
-                    v_msg.last_error := pg_catalog.left(pg_catalog.format('parent (queue %s, p_key %s, p_kind %s) %s', v_qs[v_i], v_ks[v_i],
-                                                                          v_ts[v_i], v_ws[v_i]), 2000);
+                    v_msg.last_error := pg_catalog.left(pg_catalog.format('parent (queue %s, p_key %s, p_kind %s) %s', v_q, v_k,
+                                                                          v_t, v_w), 2000);
                     v_dest := pyqueue__queue(v_edge.q);
                     v_now := pg_catalog.clock_timestamp();
                     PERFORM pyqueue__archive(v_dest, v_msg, 'cancelled', NULL, v_now);
                     PERFORM pyqueue__record_result(v_dest, v_msg, 'cancelled', NULL, v_now);
-                    v_qs := v_qs || v_edge.q;
-                    v_ks := v_ks || v_edge.k;
-                    v_ts := v_ts || v_edge.t;
-                    v_ws := v_ws || 'was cancelled'::text;
+                    v_qs := pg_catalog.array_append(v_qs, v_edge.q);  -- in place (an expanded array)
+                    v_ks := pg_catalog.array_append(v_ks, v_edge.k);
+                    v_ts := pg_catalog.array_append(v_ts, v_edge.t);
+                    v_ws := pg_catalog.array_append(v_ws, 'was cancelled'::text);
                 END IF;
             END IF;
         END LOOP;
         IF v_any THEN
             DELETE FROM pyqueue_dependency d
-             WHERE d.queue_name::text = v_qs[v_i] AND d.p_key::text = v_ks[v_i] AND d.p_kind::text = v_ts[v_i];
+             WHERE d.queue_name::text = v_q AND d.p_key::text = v_k AND d.p_kind::text = v_t;
         END IF;
         v_i := v_i + 1;
     END LOOP;
