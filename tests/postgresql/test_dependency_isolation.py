@@ -18,7 +18,6 @@ import uuid
 
 import pytest
 
-
 pytestmark = pytest.mark.only_dialect("postgresql")
 
 
@@ -51,8 +50,12 @@ def test_a_parents_commit_racing_a_push_after_never_leaves_the_child_waiting(sql
     parent = setup.call("queue_result", q, "P", "k")[0][0]
     assert not (parent == "succeeded" and state == "waiting"), box
     assert "error" in box, box
-    assert box["error"].splitlines()[0].startswith(
-        "pyqueue:invalid_argument: a message of a queue that keeps results is ended at READ COMMITTED only"
+    assert (
+        box["error"]
+        .splitlines()[0]
+        .startswith(
+            "pyqueue:invalid_argument: a message of a queue that keeps results is ended at READ COMMITTED only"
+        )
     ), box
     assert parent == "reserved" and state == "waiting"
     # the same consumer at READ COMMITTED: the child is ready with the parent's commit
