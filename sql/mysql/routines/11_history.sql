@@ -157,9 +157,14 @@ END //
 -- row, redriven. History archives each move as 'moved'. Per page of 5000: a plain read of candidates, ONE UPDATE
 -- IGNORE of queue_name joined to a SKIP LOCKED read by id (atomic as queue_move); a group's head moves alone after it
 -- (pyqueue__groups_leave). With history, the candidates are locked (SKIP LOCKED), archived, moved and the copies of
--- those that stayed deleted, in a transaction of its own in autocommit mode (run again on a deadlock).
+-- those that stayed deleted, in a transaction of its own in autocommit mode (run again on a deadlock). On a dead queue
+-- that keeps results, a moved message that is a parent then takes its waiting children along, each page's in the
+-- statements that follow its move (pyqueue__deps_moved: its dependency rows follow it to in_to_queue, so its commit
+-- there readies them and its failure there cancels them; into a queue that keeps no results they are cancelled, 'was
+-- moved to a queue that keeps no results').
 -- Locks: the candidate rows and a shared lock on in_to_queue's row, for one statement per page (with history: until
--- the end of the page's transaction); a grouped head's group row before its message row.
+-- the end of the page's transaction); a grouped head's group row before its message row; then the moved parents'
+-- dependency rows and the rows that name them.
 DROP PROCEDURE IF EXISTS queue_redrive //
 CREATE PROCEDURE queue_redrive(
     IN in_dead_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -170,7 +175,7 @@ BEGIN
     DECLARE v_dead, v_to, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
     DECLARE v_max, v_left, v_k, v_top, v_pr, v_got, v_maxatt, v_moved, v_gdone, v_retry INT;
-    DECLARE v_paused, v_history BOOLEAN;
+    DECLARE v_paused, v_history, v_results BOOLEAN;
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_id, v_gcl BIGINT;
     DECLARE v_cand, v_grouped, v_busy, v_mine LONGTEXT CHARACTER SET utf8mb4;
@@ -185,7 +190,8 @@ BEGIN
     CALL pyqueue__check_int('n', COALESCE(in_n, 1), 1, 2147483647);
     IF in_dead_queue = in_to_queue THEN CALL pyqueue__raise('invalid_argument', 'dead_queue and to_queue must differ'); END IF;
     SET v_dead = in_dead_queue, v_to = in_to_queue, v_left = COALESCE(in_n, 1);
-    SELECT q.history_retention IS NOT NULL INTO v_history FROM pyqueue_queue q WHERE q.queue_name = v_dead;
+    SELECT q.history_retention IS NOT NULL, q.result_retention IS NOT NULL INTO v_history, v_results
+      FROM pyqueue_queue q WHERE q.queue_name = v_dead;
     IF v_history THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
     SELECT MAX(m.priority) INTO v_top FROM pyqueue_message m WHERE m.queue_name = v_dead;
     SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
@@ -262,6 +268,10 @@ BEGIN
                 CALL pyqueue__own_transaction(TRUE, v_own);
                 CALL pyqueue__groups_leave('redrive', v_dead, v_to, v_grouped, v_now, v_own, v_gdone, v_busy);
             END IF;
+        END IF;
+        IF v_results THEN
+            -- a moved parent takes its waiting children along (dependencies live in queues that keep results)
+            CALL pyqueue__deps_moved_many(v_dead, v_to, v_cand);
         END IF;
         -- counted by reading (ROW_COUNT() counts the rows IGNORE left under CLIENT_FOUND_ROWS, JDBC's default);
         -- with history, the locked rows that moved (read above) and the group heads

@@ -229,8 +229,9 @@ BEGIN
     CALL pyqueue__check_duration('result_retention', in_retention, TRUE);
     SET v_queue = in_queue;
     -- Keeping no results is refused while messages of the queue have parents or children (dependencies live in
-    -- queues that keep results): one statement, whose read of pyqueue_dependency locks (a queue_push_after holds
-    -- the queue row shared until it ends, so this waits for it and sees its rows).
+    -- queues that keep results): one statement, whose read of pyqueue_dependency locks (the rows a queue_push_after
+    -- in flight wrote there: this waits for it and sees them; and the gap, so a push after that read waits for this
+    -- statement, then reads the setting again and refuses).
     UPDATE pyqueue_queue SET result_retention = in_retention
      WHERE queue_name = v_queue
        AND (in_retention IS NOT NULL OR NOT EXISTS (SELECT 1 FROM pyqueue_dependency d WHERE d.queue_name = v_queue));

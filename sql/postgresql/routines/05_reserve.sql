@@ -408,6 +408,9 @@ BEGIN
     IF v_queue.paused THEN
         RETURN;
     END IF;
+    IF v_queue.result_retention IS NOT NULL THEN
+        PERFORM pyqueue__deps_read_committed();  -- children it may have are seen at READ COMMITTED only
+    END IF;
     -- Locked first, in a statement of its own: the DELETE then finds exactly
     -- the row versions that were locked.
     SELECT rt.o_tids INTO v_tids FROM pyqueue__ready_tids(in_queue, v_now, coalesce(in_n, 1), NULL, true) rt;

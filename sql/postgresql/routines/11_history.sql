@@ -160,7 +160,13 @@ $$;
 -- and kind are already live in in_to_queue stays where it is (dedup; it is
 -- skipped and does not count towards in_n). Returns how many moved. With a
 -- history_retention on in_dead_queue each move is archived as 'moved'.
--- Locks the chosen rows with SKIP LOCKED and the shared lock of both queues (pyqueue__queue).
+-- A moved message that is a parent takes its waiting children along: its
+-- dependency rows follow it to in_to_queue (pyqueue__deps_moved), so its
+-- commit there readies them and its failure there cancels them; into a queue
+-- that keeps no results they are cancelled ('was moved to a queue that keeps
+-- no results'). On a dead queue that keeps results, READ COMMITTED only.
+-- Locks the chosen rows with SKIP LOCKED and the shared lock of both queues (pyqueue__queue),
+-- then the dependency rows of the moved parents and in_to_queue's results lock (shared).
 CREATE OR REPLACE FUNCTION queue_redrive(in_dead_queue text, in_to_queue text, in_n integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
@@ -183,6 +189,9 @@ BEGIN
     PERFORM pyqueue__check_batch_size(in_n);
     IF in_dead_queue = in_to_queue THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: dead_queue and to_queue must differ' USING ERRCODE = '22023';
+    END IF;
+    IF v_dead.result_retention IS NOT NULL THEN
+        PERFORM pyqueue__deps_read_committed();  -- children it may have are seen at READ COMMITTED only
     END IF;
     -- Three statements, each reading the chosen rows by ctid (locked by the
     -- first, so their ctids hold): no join whose plan the table statistics
@@ -240,6 +249,16 @@ BEGIN
     IF v_groups IS NOT NULL THEN
         -- messages of groups pushed into the dead-letter queue itself
         PERFORM pyqueue__groups_settle(in_dead_queue, v_groups, v_now);
+    END IF;
+    IF v_dead.result_retention IS NOT NULL AND v_keys IS NOT NULL THEN
+        -- a redriven message that is waited for takes its waiting children along (dependencies
+        -- live in queues that keep results; one probe each, which finds nothing for most)
+        PERFORM pyqueue__deps_moved(in_dead_queue, in_to_queue, u.k, u.kd, m.id)
+           FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_kinds)) AS u (k, kd)
+           JOIN pyqueue_message m
+             ON m.queue_name::text = in_to_queue AND m.p_key::text = u.k AND m.p_kind::text = u.kd
+          WHERE EXISTS (SELECT 1 FROM pyqueue_dependency d
+                         WHERE d.queue_name::text = in_dead_queue AND d.p_key::text = u.k AND d.p_kind::text = u.kd);
     END IF;
     IF v_count > 0 THEN PERFORM pyqueue__notify(in_to_queue); END IF;  -- wakeup: ready now
     RETURN v_count;

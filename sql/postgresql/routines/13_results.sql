@@ -35,7 +35,8 @@ $$;
 -- every state but a result committed by queue_commit_result), its last_error,
 -- deliveries and progress, replacing the row an earlier message of the key
 -- left; then notifies the queue's result channel. Called by the routine that
--- removed the message, in the same transaction. Locks the row it writes.
+-- removed the message, in the same transaction. Refused at an isolation level
+-- other than READ COMMITTED (pyqueue__deps_read_committed). Locks the row it writes.
 CREATE OR REPLACE FUNCTION pyqueue__record_result(in_queue pyqueue_queue, in_msg pyqueue_message,
                                                   in_state text, in_result jsonb, in_now timestamptz)
 RETURNS void
@@ -45,6 +46,7 @@ BEGIN
     IF in_queue.result_retention IS NULL THEN
         RETURN;
     END IF;
+    PERFORM pyqueue__deps_read_committed();  -- children it may have are seen at READ COMMITTED only
     INSERT INTO pyqueue_result AS r (queue_name, p_key, p_kind, state, result, last_error, attempts,
                                      progress, finished_at)
     VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_state, in_result, in_msg.last_error,
@@ -144,7 +146,10 @@ $$;
 -- the queue is kept (pyqueue_result; queue_purge_history deletes the older
 -- ones). NULL turns recording off, the default (rows already stored go at
 -- the next purge). Above zero, at most 3650 days (by seconds: 315360000).
--- Locks the queue row.
+-- Refused while messages of the queue have parents or children. Locks the
+-- queue row; turning results off first takes the queue's results lock
+-- exclusively (it waits for the queue_push_after calls in flight that name
+-- the queue) and runs at READ COMMITTED only.
 CREATE OR REPLACE FUNCTION queue_set_result_retention(in_queue text, in_retention interval)
 RETURNS void
 LANGUAGE plpgsql
@@ -157,11 +162,21 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: result_retention must not exceed 3650 days'
             USING ERRCODE = '22023';
     END IF;
+    IF in_retention IS NULL THEN
+        -- turning results off: after every queue_push_after in flight that named the queue
+        -- (pyqueue__results_lock), whose rows a new snapshot (READ COMMITTED only) then sees
+        PERFORM pyqueue__results_lock(in_queue, true);
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: results are turned off at READ COMMITTED only (this transaction is %): its snapshot cannot see the children pushed since',
+                            pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
+                USING ERRCODE = '22023';
+        END IF;
+    END IF;
     UPDATE pyqueue_queue SET result_retention = in_retention WHERE queue_name::text = in_queue;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pyqueue:unknown_queue: queue "%" does not exist', in_queue USING ERRCODE = 'P0002';
     END IF;
-    -- (after the row lock: a queue_push_after that read the setting has committed its rows by now)
+    -- (after the results lock: a queue_push_after that read the setting has committed its rows by now)
     IF in_retention IS NULL AND EXISTS (SELECT 1 FROM pyqueue_dependency d WHERE d.queue_name::text = in_queue) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: messages of queue "%" have parents or children: it keeps results until they are gone', in_queue
             USING ERRCODE = '22023';

@@ -3,6 +3,85 @@
 -- parent has succeeded, in the transaction of the commit that ends the last;
 -- cancelled when a parent fails or is cancelled.
 
+-- pyqueue__deps_read_committed: raises invalid_argument unless the transaction
+-- runs at READ COMMITTED. A routine that ends a message of a queue that keeps
+-- results (where dependencies live) reads pyqueue_dependency after the row
+-- lock it waited for: a queue_push_after that key-share locked the message and
+-- committed while it waited is seen by a statement's new snapshot, never by a
+-- REPEATABLE READ or SERIALIZABLE one, whose child would wait for ever. Called
+-- before anything of the message changes. No locks.
+CREATE OR REPLACE FUNCTION pyqueue__deps_read_committed()
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: a message of a queue that keeps results is ended at READ COMMITTED only (this transaction is %): a child pushed after it by a transaction its snapshot cannot see would wait for ever',
+                        pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- pyqueue__results_lock: the queue's results lock, an advisory lock in
+-- memory (it writes nothing and no row lock waits for it): a
+-- queue_push_after shares it, for its own queue and each parent's, until its
+-- transaction ends; turning the queue's results off (queue_set_result_retention
+-- NULL, queue_reset_setting) takes it exclusively, so that it waits for every
+-- push in flight naming the queue and then sees its rows (and refuses), or
+-- goes first and the push, reading the setting after the lock, refuses.
+CREATE OR REPLACE FUNCTION pyqueue__results_lock(in_queue text, in_exclusive boolean)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF in_exclusive THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pyqueue-sql results'), pg_catalog.hashtext(in_queue));
+    ELSE
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('pyqueue-sql results'),
+                                                        pg_catalog.hashtext(in_queue));
+    END IF;
+END;
+$$;
+
+-- pyqueue__deps_moved: what a message's move to another queue does to its
+-- dependency rows. (in_from, in_key, in_kind) has just left in_from for
+-- in_to, as the live message of id in_id there (queue_redrive: a dead letter
+-- given another chance is the same parent). When in_to keeps results, its
+-- rows follow it: those of the message (its children, its parents) move to
+-- in_to, and the rows that name it (each child's list of parents, each
+-- parent's list of children) name in_to; rows an earlier message of the key
+-- left in in_to go first. Its waiting children keep waiting, for it in its
+-- new queue. When in_to keeps no results (dependencies live in queues that
+-- keep them), its children are cancelled as by its removal
+-- (pyqueue__deps_left, 'was moved to a queue that keeps no results').
+-- Locks: in_to's results lock (shared), the rows it updates and deletes.
+CREATE OR REPLACE FUNCTION pyqueue__deps_moved(in_from text, in_to text, in_key text, in_kind text, in_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pyqueue__results_lock(in_to, false);
+    IF (SELECT q.result_retention FROM pyqueue_queue q WHERE q.queue_name::text = in_to) IS NULL THEN
+        PERFORM pyqueue__deps_left(in_from, in_key, in_kind, false, 'was moved to a queue that keeps no results');
+        RETURN;
+    END IF;
+    DELETE FROM pyqueue_dependency d
+     WHERE d.queue_name::text = in_to AND d.p_key::text = in_key AND d.p_kind::text = in_kind;
+    UPDATE pyqueue_dependency o
+       SET other_queue = in_to, msg_id = CASE WHEN o.role = 'c' THEN coalesce(in_id, o.msg_id) ELSE o.msg_id END
+      FROM pyqueue_dependency d
+     WHERE d.queue_name::text = in_from AND d.p_key::text = in_key AND d.p_kind::text = in_kind
+       AND d.role IN ('c', 'p')
+       AND o.queue_name::text = d.other_queue::text AND o.p_key::text = d.other_key::text
+       AND o.p_kind::text = d.other_kind::text AND o.role = CASE WHEN d.role = 'c' THEN 'p' ELSE 'c' END
+       AND o.other_queue::text = in_from AND o.other_key::text = in_key AND o.other_kind::text = in_kind;
+    UPDATE pyqueue_dependency d
+       SET queue_name = in_to, msg_id = CASE WHEN d.role = 'w' THEN coalesce(in_id, d.msg_id) ELSE d.msg_id END
+     WHERE d.queue_name::text = in_from AND d.p_key::text = in_key AND d.p_kind::text = in_kind;
+END;
+$$;
+
 -- pyqueue__deps_left: what a message's leaving its queue does to the
 -- messages that wait for it. (in_queue, in_key, in_kind) has just been
 -- deleted by the caller, in this transaction, after which it called this
@@ -24,10 +103,15 @@
 -- the child's own leaving (removed, cancelled) locks them (the other way
 -- round, the last parent's commit and the child's removal deadlocked);
 -- children in (queue, key, kind) order.
+-- Linear in the messages it walks: each element of the work list is copied
+-- into scalars before the statements use it (see below), and every statement
+-- reads pyqueue_dependency by its key (sequential scans off: the planner,
+-- trusting statistics taken while the table was small, may scan it whole).
 CREATE OR REPLACE FUNCTION pyqueue__deps_left(in_queue text, in_key text, in_kind text, in_ok boolean,
                                               in_why text)
 RETURNS void
 LANGUAGE plpgsql
+SET enable_seqscan = off  -- see "Linear" above
 AS $$
 DECLARE
     v_qs   text[] := ARRAY[in_queue];
@@ -41,14 +125,24 @@ DECLARE
     v_msg  pyqueue_message;
     v_dest pyqueue_queue;
     v_now  timestamptz;
+    v_q    text;
+    v_k    text;
+    v_t    text;
+    v_w    text;
 BEGIN
+    PERFORM pyqueue__deps_read_committed();
     WHILE v_i <= pg_catalog.cardinality(v_qs) LOOP
         v_any := false;
+        -- the element in scalars: an array named in a statement is flattened into its parameter at
+        -- each execution (a copy of the whole work list per message: quadratic)
+        v_q := v_qs[v_i];
+        v_k := v_ks[v_i];
+        v_t := v_ts[v_i];
+        v_w := v_ws[v_i];
         FOR v_edge IN SELECT d.role, d.other_queue::text AS q, d.other_key::text AS k, d.other_kind::text AS t,
                              d.msg_id
                         FROM pyqueue_dependency d
-                       WHERE d.queue_name::text = v_qs[v_i] AND d.p_key::text = v_ks[v_i]
-                         AND d.p_kind::text = v_ts[v_i]
+                       WHERE d.queue_name::text = v_q AND d.p_key::text = v_k AND d.p_kind::text = v_t
                        ORDER BY d.role, d.other_queue, d.other_key, d.other_kind LOOP
             v_any := true;
             CONTINUE WHEN v_edge.role <> 'c';
@@ -79,22 +173,22 @@ BEGIN
                    AND m.id = v_edge.msg_id AND m.scheduled_at = pyqueue__blocked_at()
                 RETURNING * INTO v_msg;
                 IF FOUND THEN
-                    v_msg.last_error := pg_catalog.left(pg_catalog.format('parent (queue %s, p_key %s, p_kind %s) %s', v_qs[v_i], v_ks[v_i],
-                                                                          v_ts[v_i], v_ws[v_i]), 2000);
+                    v_msg.last_error := pg_catalog.left(pg_catalog.format('parent (queue %s, p_key %s, p_kind %s) %s', v_q, v_k,
+                                                                          v_t, v_w), 2000);
                     v_dest := pyqueue__queue(v_edge.q);
                     v_now := pg_catalog.clock_timestamp();
                     PERFORM pyqueue__archive(v_dest, v_msg, 'cancelled', NULL, v_now);
                     PERFORM pyqueue__record_result(v_dest, v_msg, 'cancelled', NULL, v_now);
-                    v_qs := v_qs || v_edge.q;
-                    v_ks := v_ks || v_edge.k;
-                    v_ts := v_ts || v_edge.t;
-                    v_ws := v_ws || 'was cancelled'::text;
+                    v_qs := pg_catalog.array_append(v_qs, v_edge.q);  -- in place (an expanded array)
+                    v_ks := pg_catalog.array_append(v_ks, v_edge.k);
+                    v_ts := pg_catalog.array_append(v_ts, v_edge.t);
+                    v_ws := pg_catalog.array_append(v_ws, 'was cancelled'::text);
                 END IF;
             END IF;
         END LOOP;
         IF v_any THEN
             DELETE FROM pyqueue_dependency d
-             WHERE d.queue_name::text = v_qs[v_i] AND d.p_key::text = v_ks[v_i] AND d.p_kind::text = v_ts[v_i];
+             WHERE d.queue_name::text = v_q AND d.p_key::text = v_k AND d.p_kind::text = v_t;
         END IF;
         v_i := v_i + 1;
     END LOOP;
@@ -118,10 +212,14 @@ $$;
 -- parent makes it ready, in that transaction (pyqueue__deps_left); a parent
 -- dead-lettered, dropped, cancelled or removed cancels it, transitively.
 -- Ready at once when every parent had already succeeded. Priority 0.
--- Locks: the queue's shared lock (pyqueue__queue), the new row's unique-index
--- entry, then each live parent's row (FOR KEY SHARE, in the order given, so
--- that a parent's commit either waits for this push or is seen by it as
--- finished), until the transaction ends.
+-- Locks: the queue's shared lock (pyqueue__queue) and the results lock
+-- (shared, pyqueue__results_lock) of its queue and of each parent's queue,
+-- each parent's queue row FOR KEY SHARE (as a push its own queue's), the new
+-- row's unique-index entry, then each live parent's row (FOR KEY SHARE, in
+-- the order given, so that a parent's commit either waits for this push or is
+-- seen by it as finished), until the transaction ends. No lock that a
+-- reserve, a settle or an admin call of a queue waits for (only turning a
+-- named queue's results off waits, to refuse), and no row written but its own.
 CREATE OR REPLACE FUNCTION queue_push_after(in_queue text, in_key text, in_kind text, in_payload jsonb,
                                             in_parents jsonb)
 RETURNS boolean
@@ -148,9 +246,11 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: parents must be a JSON array of {"queue", "p_key", "p_kind"} objects'
             USING ERRCODE = '22023';
     END IF;
-    -- its queue's row share-locked until the transaction ends, as each parent's queue's below: a
-    -- queue_set_result_retention(NULL) waits for this push, then sees its rows and refuses
-    PERFORM 1 FROM pyqueue_queue q WHERE q.queue_name::text = in_queue AND q.result_retention IS NOT NULL FOR SHARE;
+    -- its queue's results lock shared until the transaction ends, as each parent's queue's below: a
+    -- queue_set_result_retention(NULL) waits for this push, then sees its rows and refuses; the
+    -- setting read after the lock (a statement of its own: a new snapshot at READ COMMITTED)
+    PERFORM pyqueue__results_lock(in_queue, false);
+    PERFORM 1 FROM pyqueue_queue q WHERE q.queue_name::text = in_queue AND q.result_retention IS NOT NULL;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: the queue keeps no results: a message with parents needs them (queue_set_result_retention)'
             USING ERRCODE = '22023';
@@ -196,7 +296,8 @@ BEGIN
         v_pk := v_p ->> 'p_key';
         v_pt := v_p ->> 'p_kind';
         v_pqueue := pyqueue__queue(v_pq);  -- (unknown_queue)
-        SELECT * INTO v_pqueue FROM pyqueue_queue q WHERE q.queue_name::text = v_pq FOR SHARE;
+        PERFORM pyqueue__results_lock(v_pq, false);
+        SELECT * INTO v_pqueue FROM pyqueue_queue q WHERE q.queue_name::text = v_pq FOR KEY SHARE;
         IF v_pqueue.result_retention IS NULL THEN
             RAISE EXCEPTION 'pyqueue:invalid_argument: parents[%]: its queue keeps no results, so it cannot be a parent', v_i
                 USING ERRCODE = '22023';
