@@ -40,6 +40,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
     db = connect(dsn)
     try:
+        before = {(s.queue, s.key, s.kind): s for s in db.schedules()}
         changed = app.create_queues(db=db)
     finally:
         db.close()
@@ -47,7 +48,13 @@ def cmd_setup(args: argparse.Namespace) -> int:
     changed_keys = {(p.queue, p.key, p.kind) for p in changed}
     for p in app.periodic_tasks:
         cadence = f"every {p.every} s" if p.every is not None else f"cron {p.cron}"
-        state = "created or replaced" if (p.queue, p.key, p.kind) in changed_keys else "unchanged"
+        there = before.get((p.queue, p.key, p.kind))
+        if (p.queue, p.key, p.kind) not in changed_keys:
+            state = "unchanged"
+        elif there is not None and (there.every_s, there.cron, there.payload) == (p.every, p.cron, p.payload):
+            state = "repaired: it had no pending occurrence"
+        else:
+            state = "created or replaced"
         print(f"schedule {p.queue} {p.key} {p.kind}: {cadence} ({state})")
     return EXIT_OK
 

@@ -496,7 +496,10 @@ class DashboardApp:
 
     async def schedules_page(self, request: Request) -> Response:
         schedules = await run_in_threadpool(self.dashboard.schedules)
-        return self.render(request, "schedules.html", schedules=schedules)
+        # a next time in the past: no worker ran that occurrence yet, or it is gone (setup repairs it)
+        now = dt.datetime.now(dt.timezone.utc)
+        past = {(s.queue, s.key, s.kind) for s in schedules if s.next_at < now}
+        return self.render(request, "schedules.html", schedules=schedules, past=past)
 
     async def login(self, request: Request) -> Response:
         if self.token is None:

@@ -352,10 +352,13 @@ class Dashboard:
 
     def workers(self) -> tuple[list[WorkerInfo], dict[str, list[MessageRow]]]:
         """The registered workers and, per reserve_as name, the live reservations it holds (read
-        from the reserved messages of the queues the workers serve, at most 1000 per queue)."""
+        from the reserved messages of the queues the workers serve, at most 1000 per queue). The
+        queues read are those that hold a reservation now (one queue_stats), never the names the
+        workers registered: a worker's list of names (up to 1000 each, any names) costs no query."""
         with self.pool.database() as db:
             workers = db.workers()
-            queues = sorted({q for w in workers for q in (w.queues or [])} or {s.queue for s in db.stats()})
+            served = {q for w in workers for q in (w.queues or [])}
+            queues = sorted(s.queue for s in db.stats() if s.reserved and (not served or s.queue in served))
             held: dict[str, list[MessageRow]] = {}
             for name in queues:
                 try:

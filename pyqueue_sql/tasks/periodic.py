@@ -113,9 +113,11 @@ def declare(
 def schedule(periodic_tasks: Iterable[Periodic], db: Database) -> list[Periodic]:
     """Creates (or updates) the schedules of periodic tasks in the database (an admin routine:
     app.schedule_periodic() and app.create_queues() call it): a schedule already there with the
-    same cadence and payload is left as it is (its pending occurrence stays), another is replaced.
-    Returns the schedules created or replaced. A schedule no longer declared stays: remove it with
-    ``db.queue(queue).unschedule(key, kind)``."""
+    same cadence and payload is left as it is while its pending occurrence is live, and repaired
+    (the next occurrence after now pushed) when it has none; another is replaced. Every schedule
+    goes through queue_schedule_every / queue_schedule_cron, which decide that under the
+    schedule's row lock. Returns the schedules created, replaced or repaired. A schedule no longer
+    declared stays: remove it with ``db.queue(queue).unschedule(key, kind)``."""
     changed: list[Periodic] = []
     existing: dict[str, dict[tuple[str, str], ScheduleInfo]] = {}
     for p in periodic_tasks:
@@ -123,15 +125,15 @@ def schedule(periodic_tasks: Iterable[Periodic], db: Database) -> list[Periodic]
         if p.queue not in existing:
             existing[p.queue] = {(s.key, s.kind): s for s in queue.schedules()}
         there = existing[p.queue].get((p.key, p.kind))
-        if there is not None and (there.every_s, there.cron, there.payload) == (
+        if p.every is not None:
+            at = queue.schedule_every(p.key, p.kind, p.payload, p.every)
+        else:
+            at = queue.schedule_cron(p.key, p.kind, p.payload, p.cron)
+        if there is None or (there.every_s, there.cron, there.payload, there.next_at) != (
             p.every,
             p.cron,
             p.payload,
+            at,
         ):
-            continue
-        if p.every is not None:
-            queue.schedule_every(p.key, p.kind, p.payload, p.every)
-        else:
-            queue.schedule_cron(p.key, p.kind, p.payload, p.cron)
-        changed.append(p)
+            changed.append(p)
     return changed

@@ -212,6 +212,86 @@ def test_a_moved_occurrence_pushes_the_next_one(queue, make_queue, raw, into):
     assert pending(raw, queue, "report", "tick") == [nxt]
 
 
+@pytest.mark.parametrize(
+    "ending",
+    [
+        "fail, last attempt (dropped)",
+        "fail, last attempt (dead-lettered)",
+        "give up",
+        "lease expired on the last attempt",
+        "removed by an admin",
+        "cancelled by an admin",
+    ],
+)
+def test_whatever_ends_the_pending_occurrence_the_next_one_is_pushed(queue, make_queue, raw, ending):
+    """A consumer's give-up (or a lease that ran out on the last attempt) ends that occurrence, not
+    the schedule: its next occurrence is pushed at once, at its time; so do an admin's remove and
+    cancel. Only queue_unschedule ends a schedule's chain."""
+    dead = make_queue() if "dead-lettered" in ending else None
+    queue.create(max_attempts=1, dead_letter_queue=dead.name if dead else None)
+    first = queue.schedule_every("r", "tick", {}, 1)
+    if ending in ("removed by an admin", "cancelled by an admin"):
+        if ending == "removed by an admin":
+            assert queue.remove(occurrence_key("r", first), "tick")
+        else:
+            assert queue.cancel(occurrence_key("r", first), "tick") == "cancelled"
+    else:
+        time.sleep(max(0.0, (first - dt.datetime.now(UTC)).total_seconds()) + 0.05)
+        (occ,) = queue.reserve(timeout=0.2 if "expired" in ending else 60)
+        if ending == "give up":
+            assert queue.give_up(occ, "no") in ("dropped", "dead_lettered")
+        elif "expired" in ending:
+            time.sleep(0.3)
+            assert queue.reserve() == []  # this reserve gives up the expired last delivery
+        else:
+            assert queue.fail(occ, "boom") in ("dropped", "dead_lettered")
+    (sched,) = queue.schedules()
+    assert sched.next_at > first
+    assert pending(raw, queue, "r", "tick") == [occurrence_key("r", sched.next_at)]
+    if dead is not None:
+        assert pending(raw, dead, "r", "tick") == [occurrence_key("r", first)]
+
+
+def test_a_retried_occurrence_holds_back_nothing(queue, raw):
+    """An occurrence that failed and waits for its retry is no longer the pending one: the next
+    occurrence is pushed at once with its own key and time, and both run; the retried one's
+    commit pushes nothing more. A rollback (a delivery handed back, not failed) retries the same
+    occurrence and pushes nothing (test_rollback_and_stale_commit_push_nothing)."""
+    queue.create(max_attempts=5)
+    first = queue.schedule_every("r", "tick", {}, 1)
+    time.sleep(max(0.0, (first - dt.datetime.now(UTC)).total_seconds()) + 0.05)
+    (occ,) = queue.reserve(timeout=60)
+    assert queue.fail(occ, "boom", delay=3600) == "retry"
+    (sched,) = queue.schedules()
+    assert sched.next_at > first
+    nxt = occurrence_key("r", sched.next_at)
+    assert pending(raw, queue, "r", "tick") == sorted([occ.key, nxt])
+    time.sleep(max(0.0, (sched.next_at - dt.datetime.now(UTC)).total_seconds()) + 0.05)
+    (second,) = queue.reserve(timeout=60)
+    assert second.key == nxt  # on time, while the first waits for its retry
+    assert queue.commit(second)
+    (later,) = queue.schedules()
+    assert later.next_at > sched.next_at
+    assert pending(raw, queue, "r", "tick") == sorted([occ.key, occurrence_key("r", later.next_at)])
+
+
+def test_scheduling_again_the_same_way_keeps_a_live_occurrence_and_repairs_a_lost_one(queue, raw):
+    """queue_schedule_every called again with the same definition (a deploy's setup) leaves a
+    live pending occurrence as it is, even one past its time that no worker ran yet (it is not
+    skipped), and pushes the next one when the pending one is gone."""
+    first = queue.schedule_every("r", "tick", {"a": 1, "b": [2]}, 1)
+    time.sleep(max(0.0, (first - dt.datetime.now(UTC)).total_seconds()) + 0.05)
+    assert queue.schedule_every("r", "tick", {"a": 1, "b": [2]}, 1) == first
+    assert pending(raw, queue, "r", "tick") == [occurrence_key("r", first)]
+    raw("DELETE FROM pyqueue_message WHERE queue_name = %s", (queue.name,))
+    again = queue.schedule_every("r", "tick", {"a": 1, "b": [2]}, 1)
+    assert again > first
+    assert pending(raw, queue, "r", "tick") == [occurrence_key("r", again)]
+    other = queue.schedule_every("r", "tick", {"a": 2}, 3600)  # another definition replaces it
+    assert pending(raw, queue, "r", "tick") == [occurrence_key("r", other)]
+    assert queue.schedules()[0].payload == {"a": 2}
+
+
 @pytest.mark.slow
 def test_a_late_commit_skips_missed_occurrences(queue, raw):
     first = queue.schedule_every("r", "tick", {}, 1)

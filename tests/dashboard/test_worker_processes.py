@@ -34,3 +34,42 @@ def test_the_workers_page_marks_each_process_of_a_worker(serve, dsn, db, queue):
     assert status == 200
     assert f"process 1 of 2 of {name}" in body and f"process 2 of 2 of {name}" in body
     assert body.index(first.reserve_as) < body.index(second.reserve_as) < body.index(f"other-{queue.name}")
+
+
+def test_the_dashboards_workers_page_reads_no_queue_per_registered_name(serve, dsn, db, queue, monkeypatch):
+    """A worker that registered 1000 names (none of them a queue) costs the workers page no query
+    per name: it reads the reserved messages of the queues holding a reservation, here one."""
+    from pyqueue_sql import client
+
+    db.register_worker(name=f"many-{queue.name}", queues=[f"nope-{i}" for i in range(999)] + [queue.name])
+    queue.push("k", "kind", {})
+    queue.reserve(timeout=60)
+    read = []
+    real = client.Queue.messages
+
+    def counted(self, *args, **kwargs):
+        read.append(self.name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(client.Queue, "messages", counted)
+    status, body, _ = http(serve(dsn).url + "/workers")
+    assert status == 200 and f"many-{queue.name}" in body
+    assert read == [queue.name]
+
+
+def test_the_schedules_page_marks_a_schedule_whose_next_time_is_past(serve, dsn, db, make_queue, raw):
+    """A schedule whose next time went by with no occurrence run (its occurrence lost, or no
+    worker running) is marked past due; one whose next time is ahead is not."""
+    late, fine = make_queue(), make_queue()
+    late.schedule_every("lost", "tick", {}, 3600)
+    fine.schedule_every("fine", "tick", {}, 3600)
+    raw("DELETE FROM pyqueue_message WHERE queue_name = %s", (late.name,))
+    raw(
+        "UPDATE pyqueue_schedule SET next_at = %s WHERE queue_name = %s",
+        (dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(hours=1), late.name),
+    )
+    status, body, _ = http(serve(dsn).url + "/schedules")
+    assert status == 200
+    rows = {name: body[body.index(f">{name}<") :].split("</tr>")[0] for name in (late.name, fine.name)}
+    assert "past due" in rows[late.name]
+    assert "past due" not in rows[fine.name]

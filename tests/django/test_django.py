@@ -496,6 +496,29 @@ def test_the_admin_pages_over_the_queues_follow_the_admin_users_permissions(fres
 
 
 @pytest.mark.parametrize("django", ["5.2"])
+def test_the_backend_cancels_only_its_own_queues_and_the_admin_offers_no_cancel_of_a_dead_letter(
+    fresh_database, dialect, django
+):
+    """As the one who holds a result id of another application's queue (billing's): the backend's
+    cancel refuses it as get_result does, and billing's message stays. On a dead-letter queue's page
+    the admin offers no cancel (queue_cancel refuses a dead letter), and a forged cancel posted
+    there is answered with a message, not an error page; the dead letter stays."""
+    python = _python(django)
+    dsn = fresh_database("django")
+    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    out = json.loads(_ok(_manage(python, dsn, "drive", "out_of_reach")))
+    assert out["get_result"] == "TaskResultDoesNotExist"
+    assert out["cancel"] is False
+    assert out["billing_live"] is True
+    assert out["dead_actions"] == ["remove"]
+    assert out["dead_cancel"] == 302
+    assert out["dead_cancel_said"] == [
+        "default.dead is a dead-letter queue: its messages are removed or redriven, not cancelled"
+    ]
+    assert out["dead_letter_live"] is True
+
+
+@pytest.mark.parametrize("django", ["5.2"])
 def test_prune_deletes_the_results_older_than_the_age_of_the_queues_named(fresh_database, dialect, django):
     """manage.py prune_pyqueue_results: results finished before --min-age-days go, of the queues
     named only (--queue-name, '*' for all); younger ones stay; each queue keeps its retention."""

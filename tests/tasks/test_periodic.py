@@ -250,3 +250,78 @@ def test_pyqueue_sql_setup_creates_an_apps_queues_and_schedules(dsn, db, capsys,
     # not an App: one line, exit 2
     assert cli.main(["setup", "tests.tasks.periodic_app:queue_of_nothing", "--dsn", dsn]) == 2
     assert "has no attribute" in capsys.readouterr().err
+
+
+FAILING_PERIODIC_APP = """
+    import datetime as dt, os
+    from pyqueue_sql import App
+
+    app = App({dsn!r})
+
+    def record(line):
+        with open(os.environ["PYQUEUE_TEST_RECORD"], "a") as f:
+            f.write(line + "\\n")
+
+    @app.periodic(every=1)
+    @app.task(queue={doomed!r})
+    def doomed(at: dt.datetime) -> None:
+        record(f"doomed {{at.timestamp():.0f}}")
+        raise RuntimeError("this occurrence fails")
+
+    @app.periodic(every=1)
+    @app.task(queue={retried!r})
+    def retried(at: dt.datetime) -> None:
+        record(f"retried {{at.timestamp():.0f}}")
+        raise RuntimeError("this occurrence fails, and is retried in 30 s")
+"""
+
+
+@pytest.mark.slow  # about 7 s per dialect: four occurrences of a 1 s cadence, then setup
+def test_a_periodic_task_keeps_its_cadence_when_occurrences_fail_and_setup_repairs_a_lost_one(
+    tmp_path, dsn, db, raw
+):
+    """As a user meets it, under a real `pyqueue-sql worker`: a periodic task that raises on a
+    queue with max_attempts=1 (each occurrence given up at once) runs at each of its times, and so
+    does one whose failed occurrences wait 30 s for their retry (they hold back nothing: the next
+    occurrence runs at its own time beside them). Then a schedule whose pending occurrence is gone
+    (deleted in plain SQL, as a schedule of an older release that a give-up ended) is repaired by
+    the next `pyqueue-sql setup`, which says so."""
+    from tests.worker.test_worker_cli_app import run_cli, serving, write_module
+
+    doomed, retried = _queue_name(), _queue_name()
+    module = write_module(tmp_path, FAILING_PERIODIC_APP.format(dsn=dsn, doomed=doomed, retried=retried))
+    done = run_cli(tmp_path, "setup", f"{module}:app", "--dsn", dsn)
+    assert done.returncode == 0, done.stderr
+    db.queue(doomed).create(max_attempts=1)
+    db.queue(retried).create(max_attempts=10)
+    with serving(tmp_path, f"{module}:app", "--retry-base", "30") as served:
+        deadline = time.monotonic() + 15
+        while (
+            time.monotonic() < deadline
+            and min(sum(r[0] == name for r in served.records()) for name in ("doomed", "retried")) < 4
+        ):
+            time.sleep(0.05)
+        records = served.records()
+    for name in ("doomed", "retried"):
+        times = sorted(int(r[1]) for r in records if r[0] == name)
+        assert len(times) >= 4, (name, records, served.lines)
+        # the first ran when the worker had started (the ones missed before were skipped); from
+        # there on, each second's occurrence ran: a give-up or a retry skipped none
+        assert times[1:4] == [times[1], times[1] + 1, times[1] + 2], (name, times)
+    # the retried occurrences wait for their retry, each its own message, beside the pending one
+    keys = [m.key for m in db.queue(retried).messages()]
+    pending = db.queue(retried).schedules()[0]
+    assert f"retried@{pending.next_at:%Y-%m-%dT%H:%M:%SZ}" in keys and len(keys) >= 3, keys
+
+    # setup repairs a schedule without a pending occurrence, and says so
+    (sched,) = db.queue(doomed).schedules()
+    raw("DELETE FROM pyqueue_message WHERE queue_name = %s", (doomed,))
+    done = run_cli(tmp_path, "setup", f"{module}:app", "--dsn", dsn)
+    assert done.returncode == 0, done.stderr
+    assert f"schedule {doomed} doomed doomed: every 1 s (repaired: it had no pending occurrence)" in (
+        done.stdout.splitlines()
+    ), done.stdout
+    assert f"schedule {retried} retried retried: every 1 s (unchanged)" in done.stdout.splitlines()
+    (after,) = db.queue(doomed).schedules()
+    assert after.next_at > sched.next_at
+    assert db.queue(doomed).message(f"doomed@{after.next_at:%Y-%m-%dT%H:%M:%SZ}", "doomed") is not None

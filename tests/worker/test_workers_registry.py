@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import uuid
 
@@ -193,3 +194,28 @@ def test_cli_workers_lists_and_releases(capsys, db, dsn):
     assert cli.main(["workers", "--dsn", dsn, "--release-older-than", "0.1"]) == 0
     out = capsys.readouterr().out
     assert "released" in out and "cli-worker" not in out
+
+
+def test_register_takes_at_most_1000_queue_names_and_says_so(connect, dsn, dialect):
+    """As a consumer (who holds queue_worker_register): a list of 1001 names is refused with one
+    line naming the cap, whichever form it takes on the wire; 1000 names are registered."""
+    from tests.security.test_privileges import Accounts, _run
+
+    accounts = Accounts(dsn)
+    try:
+        consumer = accounts.raw(accounts.with_capabilities("reg", "consumer"))
+        names = [f"q{i}" for i in range(1001)]
+        if dialect == "postgresql":
+            call, many, fits = "SELECT * FROM queue_worker_register('w', NULL, NULL, %s)", names, names[:1000]
+        else:
+            call, many, fits = (
+                "CALL queue_worker_register('w', NULL, NULL, %s)",
+                *map(json.dumps, (names, names[:1000])),
+            )
+        with pytest.raises(Exception, match="queues names 1001 queues; a worker registers at most 1000"):
+            _run(consumer, call, (many,))
+        if dialect == "postgresql" and not consumer.autocommit:
+            consumer.rollback()
+        assert len(_run(consumer, call, (fits,))) == 1
+    finally:
+        accounts.close()

@@ -160,6 +160,13 @@ class QueueMessageAdmin(admin.ModelAdmin):
         if action not in ("cancel", "remove"):
             messages.error(request, "choose an action")
             return
+        if action == "cancel" and queue in dead:
+            # queue_cancel refuses a dead letter (it is no longer waiting to run): remove or redrive it
+            messages.error(
+                request,
+                f"{queue} is a dead-letter queue: its messages are removed or redriven, not cancelled",
+            )
+            return
         allowed = (
             self.has_delete_permission(request) if action == "remove" else self.has_change_permission(request)
         )
@@ -179,7 +186,10 @@ class QueueMessageAdmin(admin.ModelAdmin):
             if action == "remove":
                 done += bool(q.remove(key, kind))
             else:
-                done += q.cancel(key, kind) in ("cancelled", "requested")
+                try:
+                    done += q.cancel(key, kind) in ("cancelled", "requested")
+                except pyqueue_sql.InvalidArgumentError as exc:  # refused for this message: said, not a 500
+                    messages.error(request, f"cancel {key!r}: {exc}")
         messages.success(request, f"{action}: {done} of {len(picked)} message(s)")
 
     # -- one message and its result ----------------------------------------------------

@@ -293,8 +293,11 @@ class PyQueueBackend(compat.BaseTaskBackend):
     def cancel(self, result_id: str) -> bool:
         """Cancels the task of this result (Queue.cancel): True when it was cancelled (it was
         waiting) or a cancel was requested (it is running); its result is then FAILED with the
-        error pyqueue_sql.errors.TaskCancelled."""
+        error pyqueue_sql.errors.TaskCancelled. The same rule as get_result: an id of a queue that is
+        not the backend's names no task of it, and is cancelled by nothing (False)."""
         queue, kind, key = parse_result_id(result_id)
+        if self.queues and queue not in self.queues:
+            return False
         return self.own_database().queue(queue).cancel(key, kind) in ("cancelled", "requested")
 
 

@@ -319,8 +319,8 @@ END //
 -- pyqueue__check_messages: the checks of the batch pushes on their JSON array: every element an object with p_key and
 -- p_kind strings as queue_push takes them, a payload (any JSON, null too), run_at missing, null or 'YYYY-MM-DD
 -- HH:MM:SS[.ffffff]', priority missing, null or a whole number in INT's range, and per in_member a "group" ('group',
--- as queue_push_grouped) or a "topic" ('topic', pyqueue__check_topic) missing, null or valid. invalid_argument names
--- the first bad element (1-based). Takes no locks. JSON_TABLE reads each field once; the checks are the expressions
+-- as queue_push_grouped) or a "topic" ('topic', pyqueue__check_topic) missing, null or valid; at most 10000 elements.
+-- invalid_argument names the first bad element (1-based). Takes no locks. JSON_TABLE reads each field once; the checks are the expressions
 -- the inserts use ("IS NOT TRUE": a NULL verdict is bad).
 DROP PROCEDURE IF EXISTS pyqueue__check_messages //
 CREATE PROCEDURE pyqueue__check_messages(
@@ -332,6 +332,10 @@ BEGIN
     IF in_messages IS NULL THEN CALL pyqueue__raise('invalid_argument', 'messages must not be NULL'); END IF;
     IF NOT JSON_VALID(in_messages) THEN CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects'); END IF;
     IF JSON_TYPE(in_messages) <> 'ARRAY' THEN CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects'); END IF;
+    IF JSON_LENGTH(in_messages) > 10000 THEN  -- the rows one call takes (docs/contract.md, "Batch size")
+        CALL pyqueue__raise('invalid_argument', CONCAT('a batch takes at most 10000 messages, this one has ',
+                                                       JSON_LENGTH(in_messages), ' (split it)'));
+    END IF;
     IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages); END IF;
     SELECT MIN(b.ord) INTO v_bad
       FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (

@@ -20,7 +20,8 @@ DELIMITER //
 -- row while a group row is held); with in_nowait the group row is taken with SKIP LOCKED, and when busy nothing
 -- happens, out_done = -1 (the caller gives the claim back). The dead-letter copy starts without progress or cancel
 -- request, as a new push. On a queue that keeps results, the outcome 'failed' is recorded after the delete
--- (pyqueue__result_put, with its last_error, attempts and progress), in the same transaction when there is one.
+-- (pyqueue__result_put, with its last_error, attempts and progress), in the same transaction when there is one. A
+-- schedule's pending occurrence makes way for the next one first (pyqueue__schedule_next, as queue_commit).
 -- Locks: the message row, the dead-letter message row, the queue row, each for one statement (or until the caller's
 -- transaction ends); for a grouped message its group row first and the group's next message; the result row.
 DROP PROCEDURE IF EXISTS pyqueue__dead_letter //
@@ -57,6 +58,10 @@ BEGIN
          WHERE m.id = in_id AND m.reserve_token = in_token;
     END;
     IF v_found = 1 AND v_group IS NOT NULL THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
+    IF v_found = 1 AND v_key LIKE '%@____-__-__T__:__:__Z' THEN
+        -- a schedule's occurrence given up: the schedule goes on (before the DELETE, as queue_commit)
+        CALL pyqueue__schedule_next(in_queue, v_key, v_kind);
+    END IF;
     attempt: WHILE v_found = 1 DO
         SET v_retry = 0, v_tries = v_tries + 1, v_deleted = 0, v_hist = NULL;
         BEGIN
@@ -134,7 +139,9 @@ END //
 -- pyqueue__give_back: queue_rollback, queue_fail and queue_give_up. The message is eligible again after in_delay (NULL
 -- = 0); with in_set_error its last_error becomes in_error (first 2000 characters). out_outcome: 'retry', or after
 -- max_attempts deliveries (with in_give_up: at once, whatever its attempts) 'dead_lettered' / 'dropped' (no
--- dead-letter queue); NULL when the token no longer holds. Steps: locate by
+-- dead-letter queue); NULL when the token no longer holds. A schedule's pending occurrence that queue_fail retries
+-- advances its schedule (pyqueue__schedule_next: the next occurrence is pushed at its time); a rollback hands the
+-- same occurrence back and pushes nothing. Steps: locate by
 -- key and token (plain read); below max_attempts one UPDATE by id and token clears the reservation; otherwise one
 -- UPDATE swaps the token for a new one (a claim, visible again only after the visibility timeout) and
 -- pyqueue__dead_letter follows, in autocommit mode in a transaction of its own (the queue row first; a grouped message
@@ -196,6 +203,11 @@ BEGIN
                 IF ROW_COUNT() = 1 THEN SET out_outcome = 'retry'; END IF;
             END;
         UNTIL v_retry = 0 END REPEAT;
+        IF out_outcome = 'retry' AND in_set_error AND v_key LIKE '%@____-__-__T__:__:__Z' THEN
+            -- a schedule's occurrence that failed and will be retried holds back nothing: the next one is pushed
+            -- now, at its own time and key, and the retried one is no longer the pending one
+            CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+        END IF;
     ELSEIF v_found = 1 AND v_group IS NOT NULL THEN
         -- A grouped message: the claim, then pyqueue__dead_letter (group row first; never the queue row under it)
         CALL pyqueue__own_transaction(TRUE, v_own);
@@ -707,6 +719,9 @@ BEGIN
                 SET v_done = ROW_COUNT();
             END;
         UNTIL v_retry = 0 END REPEAT;
+        IF v_done = 1 AND v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a schedule's pending occurrence: it goes on
+            CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+        END IF;
         IF v_done = 1 THEN  -- the messages that wait for it are cancelled
             SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d
              WHERE d.queue_name = v_queue AND d.p_key = v_key AND d.p_kind = v_kind

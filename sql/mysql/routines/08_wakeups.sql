@@ -19,6 +19,10 @@ BEGIN
         IF JSON_TYPE(in_kinds) <> 'ARRAY' OR JSON_LENGTH(in_kinds) = 0 THEN
             CALL pyqueue__raise('invalid_argument', 'kinds must be NULL or a non-empty JSON array of strings');
         END IF;
+        IF JSON_LENGTH(in_kinds) > 10000 THEN
+            CALL pyqueue__raise('invalid_argument', CONCAT('kinds holds ', JSON_LENGTH(in_kinds),
+                                                           ' kinds; a filter takes at most 10000'));
+        END IF;
         SELECT COUNT(*) INTO v_bad
           FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (elem JSON PATH '$')) AS k
          WHERE (JSON_TYPE(k.elem) = 'STRING') IS NOT TRUE;

@@ -114,6 +114,10 @@ BEGIN
     IF JSON_LENGTH(in_kinds) <> v_n OR JSON_LENGTH(in_tokens) <> v_n THEN
         CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds and tokens must have the same length');
     END IF;
+    IF v_n > 10000 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('a batch takes at most 10000 messages, this one has ', v_n,
+                                                       ' (split it)'));
+    END IF;
     IF in_results IS NOT NULL THEN
         IF NOT JSON_VALID(in_results) OR JSON_TYPE(in_results) <> 'ARRAY' THEN
             CALL pyqueue__raise('invalid_argument', 'results must be a JSON array');

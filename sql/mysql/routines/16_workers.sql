@@ -6,7 +6,7 @@ DELIMITER //
 
 -- queue_worker_register: records a worker. Result: one row (worker_id, secret): secret, a random token
 -- (pyqueue__random_token) that heartbeat and deregister need. The worker reserves as CONCAT(in_name, '#', worker_id).
--- in_queues: NULL or a JSON array of queue names. Locks: the new row.
+-- in_queues: NULL or a JSON array of at most 1000 queue names. Locks: the new row.
 DROP PROCEDURE IF EXISTS queue_worker_register //
 CREATE PROCEDURE queue_worker_register(
     IN in_name   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -24,6 +24,10 @@ BEGIN
     CALL pyqueue__check_int('pid', in_pid, 0, 2147483647);
     IF in_queues IS NOT NULL AND (NOT JSON_VALID(in_queues) OR JSON_TYPE(in_queues) <> 'ARRAY') THEN
         CALL pyqueue__raise('invalid_argument', 'queues must be NULL or a JSON array of names');
+    END IF;
+    IF JSON_LENGTH(in_queues) > 1000 THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('queues names ', JSON_LENGTH(in_queues), ' queues; a worker registers at most 1000'));
     END IF;
     -- every element a queue name: a string, not empty, no trailing space, at most 128
     IF in_queues IS NOT NULL AND EXISTS (

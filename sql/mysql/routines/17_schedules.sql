@@ -134,7 +134,9 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__schedule_next: called by queue_commit before its DELETE. When the message is the pending occurrence of a
+-- pyqueue__schedule_next: called by queue_commit before its DELETE (and so by every routine that ends, moves or fails
+-- a message: the other commits, pyqueue__dead_letter, queue_fail's retry, queue_move, queue_cancel, queue_remove; after
+-- the DELETE works as well: the key and next_at decide). When the message is the pending occurrence of a
 -- schedule (key = p_key @ next_at), one conditional UPDATE advances next_at (one of two racing calls wins) and the
 -- winner pushes the next occurrence (dedup absorbs a repeat). If the DELETE then fails or never runs, the old
 -- occurrence comes back and its later commit pushes nothing: no stall, no duplicate.
@@ -180,8 +182,10 @@ BEGIN
 END //
 
 -- pyqueue__schedule: creates or replaces a schedule and pushes its first occurrence (the next after now); the
--- replaced schedule's pending occurrence goes unless reserved. Result: one row, next_at. Interrupted, the schedule
--- may lack a pending occurrence until called again.
+-- replaced schedule's pending occurrence goes unless reserved. Called again with the same definition (payload, every
+-- or cron) it changes nothing while the pending occurrence is live (next_at: its time), and repairs a schedule whose
+-- pending occurrence is gone (the next after now is pushed). Result: one row, next_at. Interrupted, the schedule may
+-- lack a pending occurrence until called again.
 -- Locks: the schedule row, the old and new occurrence, a shared lock on the queue row, each for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__schedule //
 CREATE PROCEDURE pyqueue__schedule(
@@ -198,29 +202,39 @@ BEGIN
     DECLARE v_now, v_next, v_old DATETIME(6);
     DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_oldid BIGINT;
+    DECLARE v_same INT;
     CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_name('p_key', in_key, 234);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_payload(in_payload);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__schedule_after(in_every_s, in_cron, v_now, v_next);
-    SELECT MAX(s.next_at) INTO v_old FROM pyqueue_schedule s
+    SELECT MAX(s.next_at),
+           MAX(CAST(JSON_EXTRACT(s.payload, '$') AS BINARY) = CAST(JSON_EXTRACT(in_payload, '$') AS BINARY) AND s.every_s <=> in_every_s
+               AND CAST(s.cron AS BINARY) <=> CAST(in_cron AS BINARY))
+      INTO v_old, v_same FROM pyqueue_schedule s
      WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
-    INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
-    VALUES (v_queue, v_key, v_kind, in_payload, in_every_s, in_cron, v_next, v_now)
-    ON DUPLICATE KEY UPDATE payload = in_payload, every_s = in_every_s, cron = in_cron, next_at = v_next;
-    IF v_old IS NOT NULL THEN
-        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
-        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
-         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
-        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
+    IF v_same = 1 AND EXISTS (SELECT 1 FROM pyqueue_message m
+                               WHERE m.queue_name = v_queue AND m.p_kind = v_kind
+                                 AND m.p_key = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'))) THEN
+        SELECT v_old AS next_at;  -- the same schedule, its pending occurrence live: nothing to do
+    ELSE
+        INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
+        VALUES (v_queue, v_key, v_kind, in_payload, in_every_s, in_cron, v_next, v_now)
+        ON DUPLICATE KEY UPDATE payload = in_payload, every_s = in_every_s, cron = in_cron, next_at = v_next;
+        IF v_old IS NOT NULL THEN
+            SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
+            SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
+             WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
+            DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
+        END IF;
+        INSERT IGNORE INTO pyqueue_message
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                scheduled_at_initially, created_at, attempts)
+        VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
+                in_payload, 0, v_next, v_next, v_now, 0);
+        SELECT v_next AS next_at;
     END IF;
-    INSERT IGNORE INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-            scheduled_at_initially, created_at, attempts)
-    VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
-            in_payload, 0, v_next, v_next, v_now, 0);
-    SELECT v_next AS next_at;
 END //
 
 -- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every in_every_s seconds (whole, 1 s to 100

@@ -172,7 +172,7 @@ $$;
 -- too unless they are NULL, and every element is valid: p_key and p_kind
 -- names, a payload, a finite run_at and, with in_extra_groups, a group
 -- that is NULL or a name; and no p_key is a schedule's occurrence key
--- (pyqueue__occurrence_key). Returns the batch's length. One pass over the
+-- (pyqueue__occurrence_key); and at most 10000 elements. Returns the batch's length. One pass over the
 -- arrays (unnest, never arr[i]: subscripting an array of variable-width
 -- elements walks it from the start, quadratic in n). Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_batch(
@@ -199,6 +199,10 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     v_n := coalesce(pg_catalog.cardinality(in_keys), 0);
+    IF v_n > 10000 THEN  -- the rows one call takes (docs/contract.md, "Batch size")
+        RAISE EXCEPTION 'pyqueue:invalid_argument: a batch takes at most 10000 messages, this one has % (split it)', v_n
+            USING ERRCODE = '22023';
+    END IF;
     IF pg_catalog.array_ndims(in_extra) > 1 OR pg_catalog.array_ndims(in_keys) > 1
        OR pg_catalog.array_ndims(in_kinds) > 1 OR pg_catalog.array_ndims(in_payloads) > 1
        OR pg_catalog.array_ndims(in_run_ats) > 1 OR pg_catalog.array_ndims(in_priorities) > 1

@@ -4,7 +4,8 @@
 -- walk over the ready rows behind both.
 
 -- pyqueue__check_kinds: raises unless a kinds filter is NULL (any kind) or
--- a non-empty array of kinds of at most 128 characters without NULLs.
+-- a non-empty array of at most 10000 kinds of at most 128 characters
+-- without NULLs.
 -- Takes no locks.
 CREATE OR REPLACE FUNCTION pyqueue__check_kinds(in_kinds text[])
 RETURNS void
@@ -14,6 +15,10 @@ BEGIN
     IF in_kinds IS NOT NULL AND (pg_catalog.cardinality(in_kinds) = 0 OR pg_catalog.array_position(in_kinds, NULL) IS NOT NULL) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must be NULL or a non-empty array without NULLs'
             USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.cardinality(in_kinds) > 10000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: kinds holds % kinds; a filter takes at most 10000',
+            pg_catalog.cardinality(in_kinds) USING ERRCODE = '22023';
     END IF;
     IF in_kinds IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(in_kinds) k(kind) WHERE pg_catalog.length(k.kind) > 128) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: kinds must not hold a kind longer than 128 characters'

@@ -29,7 +29,8 @@ $$;
 -- it starts without progress or cancel request, as a new push; it keeps the
 -- message's headers, and a newer dead letter brings its own). On a queue
 -- that keeps results, the outcome 'failed' is recorded (pyqueue__record_result).
--- Caller must hold the row lock on the message.
+-- A schedule's pending occurrence makes way for the next one, as after a commit
+-- (pyqueue__schedule_next). Caller must hold the row lock on the message.
 CREATE OR REPLACE FUNCTION pyqueue__dead_letter(in_queue pyqueue_queue, in_key text, in_kind text, in_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
@@ -52,6 +53,9 @@ BEGIN
     UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name::text = in_queue.queue_name::text;
     PERFORM pyqueue__archive(in_queue, v_msg, 'dead_lettered', in_queue.dead_letter_queue::text, in_now);
     PERFORM pyqueue__record_result(in_queue, v_msg, 'failed', NULL, in_now);
+    IF pyqueue__occurrence_key(in_key) THEN  -- a schedule's occurrence given up: the schedule goes on
+        PERFORM pyqueue__schedule_next(in_queue.queue_name::text, in_key, in_kind);
+    END IF;
     IF in_queue.result_retention IS NOT NULL THEN  -- dependencies live in queues that keep results
         PERFORM pyqueue__deps_left(in_queue.queue_name::text, in_key, in_kind, false, 'failed');
     END IF;
@@ -87,8 +91,12 @@ $$;
 -- never), it goes to the dead-letter queue ('dead_lettered') or is dropped
 -- when the queue has none ('dropped'); otherwise it is eligible again after
 -- in_delay (NULL = 0), its attempts down by one for 'snooze' (that delivery
--- does not count), and 'retry' is returned. NULL when the token no longer
--- holds. Locks the message row (and the queue row when dead-lettering).
+-- does not count), and 'retry' is returned; a schedule's pending occurrence
+-- that 'fail' retries advances its schedule (pyqueue__schedule_next: the next
+-- occurrence is pushed at its time; 'rollback' and 'snooze' hand the same
+-- occurrence back and push nothing). NULL when the token no longer
+-- holds. Locks the message row (and the queue row when dead-lettering; the
+-- schedule row of an occurrence).
 CREATE OR REPLACE FUNCTION pyqueue__give_back(in_queue text, in_key text, in_kind text, in_token text,
                                               in_delay interval, in_how text, in_error text)
 RETURNS text
@@ -128,6 +136,11 @@ BEGIN
      WHERE queue_name::text = in_queue AND p_key::text = in_key AND p_kind::text = in_kind;
     IF coalesce(in_delay, interval '0') <= interval '0' THEN
         PERFORM pyqueue__notify(in_queue);  -- wakeup: ready again now (e.g. handed back at shutdown)
+    END IF;
+    IF in_how = 'fail' AND pyqueue__occurrence_key(in_key) THEN
+        -- a schedule's occurrence that failed and will be retried holds back nothing: the next one is
+        -- pushed now, at its own time and key, and the retried one is no longer the pending one
+        PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
     END IF;
     RETURN 'retry';
 END;
@@ -492,8 +505,9 @@ $$;
 
 -- queue_remove: deletes a message whatever its state; false when absent.
 -- A group's head hands its place to the next message of its group; a
--- message blocked behind its head just goes. Locks the message row (then
--- the group's row of a head).
+-- message blocked behind its head just goes; a schedule's pending occurrence
+-- makes way for the next one, as after a commit. Locks the message row (then
+-- the group's row of a head; the schedule row of an occurrence).
 CREATE OR REPLACE FUNCTION queue_remove(in_queue text, in_key text, in_kind text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -513,6 +527,9 @@ BEGIN
     END IF;
     IF v_group IS NOT NULL AND v_at <> pyqueue__blocked_at() THEN
         PERFORM pyqueue__group_settle(in_queue, v_group, pg_catalog.clock_timestamp(), true);
+    END IF;
+    IF pyqueue__occurrence_key(in_key) THEN  -- a schedule's pending occurrence removed: the schedule goes on
+        PERFORM pyqueue__schedule_next(in_queue, in_key, in_kind);
     END IF;
     IF (pyqueue__queue(in_queue)).result_retention IS NOT NULL THEN  -- dependencies live in queues that keep results
         PERFORM pyqueue__deps_left(in_queue, in_key, in_kind, false, 'was removed');

@@ -175,6 +175,10 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: p_keys, p_kinds and tokens must have the same length'
             USING ERRCODE = '22023';
     END IF;
+    IF v_n > 10000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: a batch takes at most 10000 messages, this one has % (split it)', v_n
+            USING ERRCODE = '22023';
+    END IF;
     IF v_n = 0 THEN
         RETURN 0;
     END IF;

@@ -28,7 +28,8 @@ $$;
 -- require, so that a worker can touch only its own registration. The worker
 -- then reserves with worker = in_name || '#' || worker_id (queue_workers
 -- shows it as reserve_as) so that queue_release_dead_workers can find its
--- messages. Inserts one row.
+-- messages. in_queues: at most 1000 names (the list is shown, never used
+-- to reserve). Inserts one row.
 -- Locks: the new row.
 CREATE OR REPLACE FUNCTION queue_worker_register(in_name text, in_host text DEFAULT NULL,
                                                  in_pid integer DEFAULT NULL, in_queues text[] DEFAULT NULL)
@@ -48,6 +49,10 @@ BEGIN
     END IF;
     IF in_pid < 0 THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: pid must not be negative' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.cardinality(in_queues) > 1000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: queues names % queues; a worker registers at most 1000',
+            pg_catalog.cardinality(in_queues) USING ERRCODE = '22023';
     END IF;
     IF in_queues IS NOT NULL AND (pg_catalog.array_ndims(in_queues) > 1
                                   OR pg_catalog.array_position(in_queues, NULL::text) IS NOT NULL

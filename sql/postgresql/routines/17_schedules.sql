@@ -165,7 +165,9 @@ BEGIN
 END;
 $$;
 
--- pyqueue__schedule_next: called by queue_commit after it deleted a message.
+-- pyqueue__schedule_next: called by every routine that ends, moves or fails
+-- a message (queue_commit and the other commits, pyqueue__dead_letter,
+-- queue_fail's retry, queue_move, queue_cancel, queue_remove), after it.
 -- When the message was the pending occurrence of a schedule (key = p_key @
 -- next_at), advances next_at past now and pushes that occurrence, in the
 -- caller's transaction. The schedule row is locked and next_at re-checked,
@@ -200,7 +202,10 @@ $$;
 -- pyqueue__schedule: creates or replaces a schedule and pushes its first
 -- occurrence (the next one after now). A pending occurrence of the replaced
 -- schedule is removed unless it is reserved (then it runs, and its commit
--- pushes nothing since it is no longer the pending one).
+-- pushes nothing since it is no longer the pending one). Called again with
+-- the same definition (payload, every or cron) it changes nothing while the
+-- pending occurrence is live (returns its time), and repairs a schedule whose
+-- pending occurrence is gone: the next occurrence after now is pushed.
 -- Locks: the queue's shared lock (pyqueue__queue), the schedule row, the replaced
 -- pending occurrence, then the new occurrence as queue_push.
 CREATE OR REPLACE FUNCTION pyqueue__schedule(in_queue text, in_key text, in_kind text, in_payload jsonb,
@@ -211,7 +216,7 @@ AS $$
 DECLARE
     v_now  timestamptz := pg_catalog.clock_timestamp();
     v_next timestamptz;
-    v_old  timestamptz;
+    v_old  pyqueue_schedule;
 BEGIN
     PERFORM pyqueue__queue(in_queue, true);
     PERFORM pyqueue__check_name('p_key', in_key, 234);
@@ -221,12 +226,19 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     v_next := pyqueue__schedule_after(in_every_s, in_cron, v_now);
-    SELECT s.next_at INTO v_old FROM pyqueue_schedule s
+    SELECT * INTO v_old FROM pyqueue_schedule s
      WHERE s.queue_name::text = in_queue AND s.p_key::text = in_key AND s.p_kind::text = in_kind FOR UPDATE;
     IF FOUND THEN
+        IF v_old.payload = in_payload AND v_old.every_s IS NOT DISTINCT FROM in_every_s
+           AND v_old.cron::text IS NOT DISTINCT FROM in_cron
+           AND EXISTS (SELECT 1 FROM pyqueue_message m
+                        WHERE m.queue_name::text = in_queue AND m.p_kind::text = in_kind
+                          AND m.p_key::text = pyqueue__schedule_key(in_key, v_old.next_at)) THEN
+            RETURN v_old.next_at;  -- the same schedule, its pending occurrence live: nothing to do
+        END IF;
         DELETE FROM pyqueue_message
-         WHERE queue_name::text = in_queue AND p_key::text = pyqueue__schedule_key(in_key, v_old) AND p_kind::text = in_kind
-           AND reserve_token IS NULL;
+         WHERE queue_name::text = in_queue AND p_key::text = pyqueue__schedule_key(in_key, v_old.next_at)
+           AND p_kind::text = in_kind AND reserve_token IS NULL;
     END IF;
     INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
     VALUES (in_queue, in_key, in_kind, in_payload, in_every_s, in_cron, v_next, v_now)

@@ -17,13 +17,15 @@ from shop.tasks import attempt_of, confirm_order, divide, exit_now, shout
 
 class Command(BaseCommand):
     def add_arguments(self, parser):
-        parser.add_argument("step", choices=("enqueue", "results", "admin"))
+        parser.add_argument("step", choices=("enqueue", "results", "admin", "out_of_reach"))
         parser.add_argument("ids", nargs="*")
 
     def handle(self, *args, step, ids, **options):
         client = Client(raise_request_exception=False)
         if step == "admin":
             out = admin_pages()
+        elif step == "out_of_reach":
+            out = out_of_reach()
         elif step == "enqueue":
             broken = client.post("/orders/broken/", {"item": "lamp", "quantity": 2})
             placed = client.post("/orders/", {"item": "chair", "quantity": 4})
@@ -166,4 +168,45 @@ def admin_pages():
         q = db.queue("default")
         out["states"] = [q.result(k, "shop.tasks.divide").state for k in keys]
         out["redriven"] = q.message("dl-1", "shop.tasks.divide") is not None
+    return out
+
+
+def out_of_reach():
+    """What the backend and its admin pages do with what is not theirs to act on: a result id of a
+    queue that is not the backend's (billing's message, pushed by another application), and a
+    dead-letter queue's messages, which queue_cancel refuses."""
+    from django.contrib.auth.models import Permission, User
+    from django.contrib.messages import get_messages
+
+    import pyqueue_sql
+
+    backend = divide.get_backend()
+    with pyqueue_sql.connect(backend.admin_dsn) as db:
+        db.queue("billing").create()
+        db.queue("billing").push("invoice-42", "charge", {"amount": 10})
+        db.queue("default.dead").create()
+        db.queue("default").create(max_attempts=1, dead_letter_queue="default.dead")
+        db.queue("default.dead").push("dl-1", "shop.tasks.divide", {"args": [9, 3], "kwargs": {}})
+    out = {}
+    foreign = "billing:charge:invoice-42"
+    try:
+        backend.get_result(foreign)
+        out["get_result"] = "read"
+    except Exception as exc:  # noqa: BLE001 - its class is what is compared
+        out["get_result"] = type(exc).__name__
+    out["cancel"] = backend.cancel(foreign)
+    owner = User.objects.create_user("owner", password="pw", is_staff=True)
+    owner.user_permissions.set(Permission.objects.filter(content_type__app_label="pyqueue_sql"))
+    c = Client(raise_request_exception=False)
+    c.force_login(owner)
+    url = "/admin/pyqueue_sql/queuemessage/"
+    text = c.get(url, {"queue": "default.dead"}).content.decode()
+    out["dead_actions"] = [a for a in ("cancel", "remove") if f'value="{a}"' in text]
+    dead = json.dumps(["dl-1", "shop.tasks.divide"])
+    posted = c.post(url, {"queue": "default.dead", "action": "cancel", "selected": [dead]})
+    out["dead_cancel"] = posted.status_code
+    out["dead_cancel_said"] = [str(m) for m in get_messages(posted.wsgi_request)]
+    with pyqueue_sql.connect(backend.admin_dsn) as db:
+        out["billing_live"] = db.queue("billing").message("invoice-42", "charge") is not None
+        out["dead_letter_live"] = db.queue("default.dead").message("dl-1", "shop.tasks.divide") is not None
     return out
