@@ -284,6 +284,8 @@ def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
         start_timeout=args.start_timeout or None,
         register=args.register,
         release_dead_after=args.release_dead_after,
+        max_stuck=args.max_stuck,
+        max_jobs=args.max_jobs,
     )
 
 
@@ -361,6 +363,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                     store_result=task.store_result,
                 )
                 worker.set_retry(task.queue, retry)
+                worker.on_thread_end.append(target.close)
             elif isinstance(target, App):
                 worker = target.worker(queues=args.queue or None, dsn=dsn, **settings)
                 for queue in worker.routes:
@@ -391,6 +394,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 status.finish(worker.status_line())
     finally:
         logger.removeHandler(handler)
+    if clean is False and worker.failure is not None:
+        print(f"{PROG}: error: {worker.failure}", file=sys.stderr)
+        return EXIT_FAILURE
     if clean is False:
         unfinished = list(getattr(worker, "unfinished", ()) or ())
         listed = (
@@ -738,6 +744,22 @@ def add_worker(command: Command) -> None:
         metavar="N",
         help="messages handled at once, one thread each (an async def handler: one asyncio task each) "
         "(default 4)",
+    )
+    p.add_argument(
+        "--max-stuck",
+        type=non_negative_int,
+        metavar="N",
+        help="a plain (def) handler still running past its timeout in a blocking call leaves its "
+        "thread stuck (a thread cannot be killed; its job is not started again in this worker "
+        "until it ends): once more than N are stuck the worker takes no more jobs and exits 1, for "
+        "--processes or its supervisor to start a fresh process (default: --concurrency)",
+    )
+    p.add_argument(
+        "--max-jobs",
+        type=positive_int,
+        metavar="N",
+        help="the process ends (exit 0) after N jobs, as Celery's max_tasks_per_child; with "
+        "--processes it is started again at once (default: no limit)",
     )
     p.add_argument(
         "--processes",

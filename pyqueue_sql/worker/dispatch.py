@@ -23,6 +23,7 @@ from ..client import QueueCalls
 from ..dialects import encode_json
 from .model import Handler, Job, Plan, Route, log, where_of
 from .policy import Snooze, describe_error
+from .runners import STUCK_RETRY_DELAY, RunnerPool
 from .steps import (
     RECONNECT,
     WAIT_SLOTS,
@@ -165,6 +166,7 @@ class Dispatch:
     _hard_stop: threading.Event
     _clock: Callable[[], float]
     _retry_due: RetryDue
+    _runners: RunnerPool
     _handler_avg: float | None
     _round_ok: bool
     _last_error: str | None
@@ -460,9 +462,22 @@ class Dispatch:
     def _serve_steps(self, job: Job | None):
         """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
         stopping, clock, low = self._stopping, self._clock, self.lease / 3
+        stuck = self._runners.stuck
         while job is not None:
             if stopping.is_set():
                 yield from self._hand_back_steps(job)
+                return
+            if stuck and (job.queue, job.key, job.kind) in stuck:
+                # Its earlier attempt still runs in a thread of this worker stuck past its time
+                # limit (runners.py): never two at once; back for a while, the attempt not counted.
+                log.info(
+                    "%s: its earlier attempt still runs in a stuck thread of this worker; given back "
+                    "for %g s",
+                    where_of(job),
+                    STUCK_RETRY_DELAY,
+                    extra={"event": "stuck_retry", "queue": job.queue, "key": job.key, "kind": job.kind},
+                )
+                yield from self._hand_back_steps(job, STUCK_RETRY_DELAY)
                 return
             # A message about to start (a prefetched one waited for a handler) with less than a
             # third of its lease left: the heartbeat, which extends every held message each
@@ -711,18 +726,20 @@ class Dispatch:
             self._release(job, successors)
         return successors[0] if successors else None
 
-    def _hand_back_steps(self, job: Job):
-        """Gives back a message reserved and not started (a stop, a lease run low) with
-        queue_snooze: ready again at once, its delivery not counted. (queue_rollback counts it: a
-        message on its last attempt was dead-lettered or dropped, its result 'failed' with no
-        reason, without having run.)"""
+    def _hand_back_steps(self, job: Job, delay: float = 0.0):
+        """Gives back a message reserved and not started (a stop, a lease run low, its earlier
+        attempt stuck) with queue_snooze: ready again at once (or after `delay` seconds), its
+        delivery not counted. (queue_rollback counts it: a message on its last attempt was
+        dead-lettered or dropped, its result 'failed' with no reason, without having run.)"""
         try:
             yield Acquire(job.lock)
             try:
-                yield RetriedCall("snooze", job.queue, (job.reservation,), {"delay": 0}, hard=True)
+                yield RetriedCall("snooze", job.queue, (job.reservation,), {"delay": delay}, hard=True)
                 job.done = True
             finally:
                 job.lock.release()
+            if delay:
+                self._retry_due.note(self._clock() + delay)
             self._handed_back(job)
         except StoppedError:
             pass
