@@ -192,6 +192,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         self._retry_due = RetryDue()
         self._handler_avg: float | None = None  # the handlers' average seconds (moving), see Dispatch
         self._runners = RunnerPool(self.on_thread_end, self._stuck_now)
+        self._max_attempts: dict[str, int] = {}  # per queue, read at the start (when allowed)
         self._setup()
 
     def dsn_for(self, role: str) -> str:
@@ -288,17 +289,17 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
                     ) from None
 
     def _preflight_steps(self):
-        """Refuses to start when a kind stores its results on a queue that keeps none (the first
-        commit of a result would be refused). An account that may not read the settings
+        """Reads each queue's max_attempts (for the log), and refuses to start when a kind stores its
+        results on a queue that keeps none (the first commit of a result would be refused). An account that may not read the settings
         (queue_settings is the monitor's) or a queue that does not exist yet: not checked here."""
         for route in self.routes.values():
-            if not route.stores:
-                continue
             try:
                 settings = yield RetriedCall("settings", route.queue)
             except (errors.PermissionDeniedError, errors.UnknownQueueError):
                 continue
-            if settings.result_retention is None:
+            # "attempt n of m" in the log of a retried failure (as read at the start)
+            self._max_attempts[route.queue] = settings.max_attempts
+            if route.stores and settings.result_retention is None:
                 kinds = ", ".join(sorted("every kind" if k is None else repr(k) for k in route.stores))
                 raise errors.InvalidArgumentError(
                     f"queue {route.queue!r} keeps no results, and the handler of {kinds} stores its "
