@@ -555,7 +555,9 @@ class _Processes:
         for proc in self.procs:
             if proc is not None:
                 proc.wait()
-                self.unclean = self.unclean or proc.returncode not in (0, None)
+                # killed by the SIGTERM passed on before it installed its handlers (just started
+                # again: --max-jobs): it had taken no job
+                self.unclean = self.unclean or proc.returncode not in (0, None, -signal.SIGTERM)
         self.log.info(
             "worker processes stopped",
             extra={"event": "processes_stop", "worker": self.name, "restarts": self.restarts},
@@ -574,6 +576,17 @@ class _Processes:
                 continue
             code = proc.poll()
             if code is None or self.signals:
+                continue
+            if code == 0:
+                # a process that ended as asked (--max-jobs): its successor starts at once
+                self.restart_at[i] = now
+                self.log.info(
+                    "worker process %d of %d (pid %d) ended after its --max-jobs; starting it again",
+                    i + 1,
+                    self.n,
+                    proc.pid,
+                    extra={"event": "process_ended", "pid": proc.pid, "status": code},
+                )
                 continue
             quick = now - self.started_at[i] < RESTART_QUICK
             delay = self.delays[i] if quick else RESTART_DELAY
@@ -707,8 +720,8 @@ def add_worker(command: Command) -> None:
         cmd_worker,
         "run an App's tasks, a Worker, or a handler (a function or an async def) for the messages of "
         "one or more queues "
-        "until SIGTERM/SIGINT (a second one stops at once); exit 1 when handlers were still running "
-        "at the shutdown deadline",
+        "until SIGTERM/SIGINT (a second one stops at once), or --max-jobs; exit 1 when handlers were "
+        "still running at the shutdown deadline, or more than --max-stuck threads were stuck",
     )
     p.add_argument(
         "handler_spec",

@@ -157,6 +157,9 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         # After max_jobs messages reserved the worker stops taking more, finishes them and stops
         # (`pyqueue-sql worker --max-jobs`: --processes starts the process again). None: no limit.
         self.max_jobs = max_jobs
+        if max_jobs is not None:
+            # a commit that reserves the next message would take more than max_jobs
+            self.commit_reserve = False
         self.registration: WorkerRegistration | None = None  # while running, when register=True
         self.routes: dict[str, Route] = {}
         self.stats = WorkerStats()
@@ -399,6 +402,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         self.registered.clear()
         self.unfinished = []
         self.failure = None
+        self._signalled = False
         self._stop_reason = None
         self._stop_deadline = None
         self._last_error = None

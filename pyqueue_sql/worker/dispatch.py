@@ -146,6 +146,7 @@ class Dispatch:
 
     # The state it uses and does not make: the settings (base.py) ...
     concurrency: int
+    max_jobs: int | None
     lease: float
     prefetch: int
     commit_reserve: bool
@@ -261,8 +262,12 @@ class Dispatch:
         self._handler_avg = seconds if avg is None else avg + 0.1 * (seconds - avg)
 
     def _free(self) -> int:
-        """How many more messages the worker may hold: its handlers and its prefetch."""
-        return self.concurrency + self._prefetch_now() - len(self._jobs())
+        """How many more messages the worker may hold: its handlers and its prefetch (and, with
+        max_jobs, no more than it has left to take)."""
+        free = self.concurrency + self._prefetch_now() - len(self._jobs())
+        if self.max_jobs is not None:
+            free = min(free, self.max_jobs - self.stats.reserved)
+        return free
 
     def _refill_at(self) -> int:
         """The dispatcher reserves again once the worker holds fewer messages than this: a free
@@ -357,6 +362,9 @@ class Dispatch:
         nothing_ready = False  # the last long poll timed out: no reserve needed
         rechecked_due_now = False  # the last empty round was already followed by one at once
         while not self._stopping.is_set():
+            if self.max_jobs is not None and self.stats.reserved >= self.max_jobs:
+                yield from self._max_jobs_steps()
+                return
             if nothing_ready:
                 nothing_ready = not (yield from self._wait_steps(self.long_poll_wait))
                 continue
@@ -394,6 +402,20 @@ class Dispatch:
             # queue_wait watches the next scheduled_at itself, so a timed-out
             # long poll goes straight into the next one (one query per wait).
             nothing_ready = long_poll and not woke and not self._wake_queues
+
+    def _max_jobs_steps(self):
+        """The worker took its max_jobs messages: it takes no more, waits for them to end, then
+        stops (a clean stop: `pyqueue-sql worker --max-jobs` exits 0 and --processes starts the
+        process again)."""
+        log.info(
+            "took its %d jobs (max_jobs): taking no more, stopping once they have ended",
+            self.max_jobs,
+            extra={"event": "max_jobs", "max_jobs": self.max_jobs},
+        )
+        while self._jobs():
+            if (yield Sleep(0.05)):
+                return
+        self.stop(reason=f"max_jobs {self.max_jobs} reached")
 
     def _next_due_steps(self):
         """(seconds to the earliest next scheduled_at, whether one is due already)."""

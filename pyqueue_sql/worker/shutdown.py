@@ -22,6 +22,7 @@ class Shutdown:
     _stopping: threading.Event
     _hard_stop: threading.Event
     _stop_reason: str | None
+    _signalled = False  # a SIGTERM/SIGINT came during this run
 
     if TYPE_CHECKING:
         # what the runner provides (WorkerBase: _jobs and _wake)
@@ -52,7 +53,9 @@ class Shutdown:
     def _on_signal(self, signum: int) -> None:
         """SIGTERM/SIGINT: the first stops gracefully, a second one stops at once."""
         name = signal.Signals(signum).name
-        if self._stopping.is_set():
+        # a stop of the worker's own (max_jobs, too many stuck threads) is no first signal
+        signalled, self._signalled = self._signalled, True
+        if signalled and self._stopping.is_set():
             running = [where_of(j) for j in self._jobs() if not j.done]
             log.warning(
                 "%s received again: stopping now; %d running handler(s) abandoned, their messages "
