@@ -692,3 +692,9 @@ class AsyncWorker(WorkerBase):
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self._abandoned:
+            conn = _AsyncConnection(self, "shutdown")
+            try:
+                await self._steps(self._give_back_abandoned_steps(), conn)
+            finally:
+                await conn.close()

@@ -406,7 +406,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
         print(
             f"{PROG}: error: {len(unfinished) or 'some'} handler(s) still running when the worker stopped"
-            f"{listed}; their messages come back when their lease ends",
+            f"{listed}; their messages were handed back (or come back when their lease ends)",
             file=sys.stderr,
         )
         return EXIT_FAILURE

@@ -489,4 +489,10 @@ class Worker(WorkerBase):
             except KeyboardInterrupt:  # run() without signal handlers in the main thread: Ctrl-C again
                 self.stop(force=True, reason="KeyboardInterrupt")
         self._abandon_the_rest()
+        if self._abandoned:
+            conn = _Connection(self, "shutdown")
+            try:
+                self._steps(self._give_back_abandoned_steps(), conn)
+            finally:
+                conn.close()
         self._threads.clear()
