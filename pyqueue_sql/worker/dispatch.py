@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..client import QueueCalls
 from ..dialects import encode_json
+from .interrupt import CancelStopped
 from .model import Handler, Job, Plan, Route, log, where_of
 from .policy import Snooze, describe_error
 from .runners import STUCK_RETRY_DELAY, RunnerPool
@@ -90,7 +91,7 @@ def stopped_for_cancel(job: Job, error: BaseException | None) -> bool:
     Its message then ends as cancelled (queue_cancel_held)."""
     if error is None:
         return False
-    if isinstance(error, errors.Cancelled):
+    if isinstance(error, (errors.Cancelled, CancelStopped)):  # CancelStopped: raised by watch.py
         return True
     return isinstance(error, asyncio.CancelledError) and job.cancel_requested.is_set()
 

@@ -137,9 +137,11 @@ def test_stuck_threads_are_bounded_and_the_worker_exits_for_a_fresh_one(
     assert code == 1, lines
     assert "more than max_stuck 2" in lines, lines
     hung = [r for r in served.records() if r[0] == "hanging"]
-    assert 3 <= len(hung) < 6, (hung, lines)  # it took no more jobs once past the bound
+    assert len(hung) >= 3, lines
+    set_aside = sum("its thread is set aside" in line for line in served.lines)
+    assert set_aside in (3, 4), lines  # one more than --max-stuck (two at once at most), then it stopped
     for handle in handles[: len(hung)]:
-        if handle.status() == "failed":
+        if handle.status().state == "failed":
             with pytest.raises(TaskFailed, match="TimeoutError"):
                 handle.result(timeout=1)
     assert counts <= baseline, (baseline, counts)  # the process's sessions are gone with it
