@@ -2,8 +2,8 @@
 the ``metrics`` extra).
 
 The metrics observe the worker from outside: a logging.Handler on its logger reads the structured
-records it writes (``extra={"event": ...}``: commit, fail with its outcome, lost, reconnect, each
-with queue, kind and the handler's duration ``ms``), and the in-flight gauge reads
+records it writes (``extra={"event": ...}``: commit, fail and give_up with their outcome, cancel,
+lost, reconnect, each with queue, kind and the handler's duration ``ms``), and the in-flight gauge reads
 ``Worker.status()`` at each scrape. Everything lives on a CollectorRegistry of its own (never the
 global one), so several workers (or tests) in one process do not collide.
 
@@ -74,6 +74,20 @@ class WorkerMetrics:
             labels,
             registry=self.registry,
         )
+        self.given_up = Counter(
+            "pyqueue_worker_given_up",
+            "Failed messages ended at once, not retried (GiveUp, the retry policy's give_up_on or an "
+            "error outside its retry_on, a payload that does not match the task): also counted in "
+            "failed and in dead_lettered or dropped.",
+            labels,
+            registry=self.registry,
+        )
+        self.cancelled = Counter(
+            "pyqueue_worker_cancelled",
+            "Messages whose handler stopped for a cancel (recorded cancelled).",
+            labels,
+            registry=self.registry,
+        )
         self.lost = Counter(
             "pyqueue_worker_lost",
             "Messages whose reservation no longer held at commit or fail (expired or released).",
@@ -107,7 +121,7 @@ class WorkerMetrics:
         if event == "reconnect":
             self.reconnects.labels(str(getattr(record, "role", "") or "")).inc()
             return
-        if event not in ("commit", "fail", "lost", "interrupted"):
+        if event not in ("commit", "fail", "give_up", "cancel", "lost", "interrupted"):
             return
         queue, kind = str(getattr(record, "queue", "") or ""), str(getattr(record, "kind", "") or "")
         ms = getattr(record, "ms", None)
@@ -121,7 +135,12 @@ class WorkerMetrics:
         if event == "commit":
             self.committed.labels(queue, kind).inc()
             return
+        if event == "cancel":
+            self.cancelled.labels(queue, kind).inc()
+            return
         self.failed.labels(queue, kind).inc()
+        if event == "give_up":
+            self.given_up.labels(queue, kind).inc()
         outcome = getattr(record, "outcome", None)
         if outcome == "retry":
             self.retried.labels(queue, kind).inc()

@@ -14,7 +14,8 @@ forced stop, the worker registry, reconnects, the logs on the
 "pyqueue_sql.worker" logger, status()), with tasks in place of threads:
 
   * up to `concurrency` handlers run at once, each an asyncio task; a handler
-    that is a plain function runs on a thread of the loop's default executor;
+    that is a plain function runs on a thread of the worker's own (up to
+    `concurrency` at once, reused from job to job: worker/runners.py);
   * one connection reserves and waits (the dispatcher), one heartbeats, one
     acknowledges successes (the completer), and `connections` (default
     min(concurrency, 4)) are shared by the handler tasks for their failures,
@@ -96,7 +97,7 @@ from ..worker.steps import (
     dispatcher,
     run_steps_async,
 )
-from ..worker.timeouts import handle_timed_async
+from ..worker.timeouts import handle_timed_async, run_plain_async
 from .client import connect
 
 __all__ = ["AsyncJob", "AsyncWorker", "RetryPolicy", "WorkerStats", "WorkerStatus"]
@@ -385,12 +386,17 @@ class AsyncWorker(WorkerBase):
     async def _handle_untraced(self, op: Handle, conn: Any) -> BaseException | None:
         job = op.job
         if op.timeout is not None:
-            return await handle_timed_async(op, self._cancellable)
+            return await handle_timed_async(op, self._cancellable, self._runners)
         try:
             if job.runs_async:
                 job.result = await self._cancellable(job, op.fn(job))
-            else:  # a plain function: on a thread, so that it does not block the loop
-                result = await asyncio.to_thread(op.fn, job)
+            else:
+                # a plain function: on a runner thread (worker/runners.py), so that it does not block
+                # the loop; up to `concurrency` of them at once (asyncio's default executor would
+                # run at most min(32, CPUs + 4))
+                error, result = await run_plain_async(self._runners, op.fn, job)
+                if error is not None:
+                    return error
                 if inspect.isawaitable(result):
                     job.runs_async = True
                     result = await self._cancellable(job, result)
@@ -686,3 +692,9 @@ class AsyncWorker(WorkerBase):
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self._abandoned:
+            conn = _AsyncConnection(self, "shutdown")
+            try:
+                await self._steps(self._give_back_abandoned_steps(), conn)
+            finally:
+                await conn.close()

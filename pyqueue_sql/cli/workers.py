@@ -284,6 +284,8 @@ def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
         start_timeout=args.start_timeout or None,
         register=args.register,
         release_dead_after=args.release_dead_after,
+        max_stuck=args.max_stuck,
+        max_jobs=args.max_jobs,
     )
 
 
@@ -365,6 +367,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                     store_result=task.store_result,
                 )
                 worker.set_retry(task.queue, retry)
+                worker.on_thread_end.append(target.close)
             elif isinstance(target, App):
                 worker = target.worker(queues=args.queue or None, dsn=dsn, **settings)
                 for queue in worker.routes:
@@ -395,6 +398,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 status.finish(worker.status_line())
     finally:
         logger.removeHandler(handler)
+    if clean is False and worker.failure is not None:
+        print(f"{PROG}: error: {worker.failure}", file=sys.stderr)
+        return EXIT_FAILURE
     if clean is False:
         unfinished = list(getattr(worker, "unfinished", ()) or ())
         listed = (
@@ -404,7 +410,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
         print(
             f"{PROG}: error: {len(unfinished) or 'some'} handler(s) still running when the worker stopped"
-            f"{listed}; their messages come back when their lease ends",
+            f"{listed}; their messages were handed back (or come back when their lease ends)",
             file=sys.stderr,
         )
         return EXIT_FAILURE
@@ -553,7 +559,9 @@ class _Processes:
         for proc in self.procs:
             if proc is not None:
                 proc.wait()
-                self.unclean = self.unclean or proc.returncode not in (0, None)
+                # killed by the SIGTERM passed on before it installed its handlers (just started
+                # again: --max-jobs): it had taken no job
+                self.unclean = self.unclean or proc.returncode not in (0, None, -signal.SIGTERM)
         self.log.info(
             "worker processes stopped",
             extra={"event": "processes_stop", "worker": self.name, "restarts": self.restarts},
@@ -572,6 +580,17 @@ class _Processes:
                 continue
             code = proc.poll()
             if code is None or self.signals:
+                continue
+            if code == 0:
+                # a process that ended as asked (--max-jobs): its successor starts at once
+                self.restart_at[i] = now
+                self.log.info(
+                    "worker process %d of %d (pid %d) ended after its --max-jobs; starting it again",
+                    i + 1,
+                    self.n,
+                    proc.pid,
+                    extra={"event": "process_ended", "pid": proc.pid, "status": code},
+                )
                 continue
             quick = now - self.started_at[i] < RESTART_QUICK
             delay = self.delays[i] if quick else RESTART_DELAY
@@ -705,8 +724,8 @@ def add_worker(command: Command) -> None:
         cmd_worker,
         "run an App's tasks, a Worker, or a handler (a function or an async def) for the messages of "
         "one or more queues "
-        "until SIGTERM/SIGINT (a second one stops at once); exit 1 when handlers were still running "
-        "at the shutdown deadline",
+        "until SIGTERM/SIGINT (a second one stops at once), or --max-jobs; exit 1 when handlers were "
+        "still running at the shutdown deadline, or more than --max-stuck threads were stuck",
     )
     p.add_argument(
         "handler_spec",
@@ -742,6 +761,22 @@ def add_worker(command: Command) -> None:
         metavar="N",
         help="messages handled at once, one thread each (an async def handler: one asyncio task each) "
         "(default 4)",
+    )
+    p.add_argument(
+        "--max-stuck",
+        type=non_negative_int,
+        metavar="N",
+        help="a plain (def) handler still running past its timeout in a blocking call leaves its "
+        "thread stuck (a thread cannot be killed; its job is not started again in this worker "
+        "until it ends): once more than N are stuck the worker takes no more jobs and exits 1, for "
+        "--processes or its supervisor to start a fresh process (default: --concurrency)",
+    )
+    p.add_argument(
+        "--max-jobs",
+        type=positive_int,
+        metavar="N",
+        help="the process ends (exit 0) after N jobs, as Celery's max_tasks_per_child; with "
+        "--processes it is started again at once (default: no limit)",
     )
     p.add_argument(
         "--processes",

@@ -433,6 +433,7 @@ class App:
             )
         for q in sorted(wanted):
             worker.add_handler(q, self._unknown_kind(q))
+        worker.on_thread_end.append(self.close)  # the connections its tasks opened on a thread
         return worker
 
     def _pending_worker(self, queues: Sequence[str] | None, settings: dict[str, Any]) -> Any:

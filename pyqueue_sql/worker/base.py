@@ -19,6 +19,7 @@ from .dispatch import Dispatch, RetryDue
 from .model import Handler, Job, Route, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
+from .runners import RunnerPool
 from .settings import (
     ACK_BATCH,
     ACK_INTERVAL,
@@ -75,6 +76,8 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         ack_batch: int = ACK_BATCH,
         ack_interval: float = ACK_INTERVAL,
         start_timeout: float | None = START_TIMEOUT,
+        max_stuck: int | None = None,
+        max_jobs: int | None = None,
     ) -> None:
         # checked in one place (settings.py); what depends on the database is resolved below
         self.settings = WorkerSettings(
@@ -97,6 +100,8 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             ack_batch=ack_batch,
             ack_interval=ack_interval,
             start_timeout=start_timeout,
+            max_stuck=max_stuck,
+            max_jobs=max_jobs,
         )
         self.dsn = dsn
         self.dialect = dialects.for_dsn(dsn)
@@ -146,6 +151,15 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         # most ack_interval seconds after the first of them finished (see Worker, AsyncWorker).
         self.ack_batch = ack_batch
         self.ack_interval = float(ack_interval)
+        # Plain handlers' threads stuck past their time limit (runners.py): one more than max_stuck
+        # stops the worker, which exits for its supervisor to start a fresh one.
+        self.max_stuck = concurrency if max_stuck is None else max_stuck
+        # After max_jobs messages reserved the worker stops taking more, finishes them and stops
+        # (`pyqueue-sql worker --max-jobs`: --processes starts the process again). None: no limit.
+        self.max_jobs = max_jobs
+        if max_jobs is not None:
+            # a commit that reserves the next message would take more than max_jobs
+            self.commit_reserve = False
         self.registration: WorkerRegistration | None = None  # while running, when register=True
         self.routes: dict[str, Route] = {}
         self.stats = WorkerStats()
@@ -153,6 +167,9 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         self.on_heartbeat: list[Callable[[Any], Any]] = []
         self.on_stop: list[Callable[[Any], Any]] = []
         self.on_idle: list[Callable[[Any], Any]] = []  # after an empty reserve, before waiting
+        # fn() called on each thread that ran handlers (a handler thread, a runner) as it ends:
+        # App.worker adds App.close, which closes the connections its tasks opened on that thread
+        self.on_thread_end: list[Callable[[], Any]] = []
         # what became of each handled message: fn(job, outcome, error text or None), outcome one of
         # 'succeeded', 'retry', 'snoozed', 'dead_lettered', 'dropped', 'lost' (called on the thread
         # or task that learnt it; an error it raises is logged)
@@ -160,6 +177,9 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         self.registered = threading.Event()  # set once self.registration is final (after it is visible)
         self.stopped = threading.Event()  # set when run() has finished
         self.unfinished: list[str] = []  # after run(): "queue/key/kind" of abandoned handlers
+        # after run(): why the worker stopped on its own and wants a fresh process (too many stuck
+        # handler threads), else None; run() then returns False
+        self.failure: str | None = None
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
         self._state = "stopped"
@@ -174,6 +194,8 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         self._clock: Callable[[], float] = time.monotonic  # what the dispatcher's waits read
         self._retry_due = RetryDue()
         self._handler_avg: float | None = None  # the handlers' average seconds (moving), see Dispatch
+        self._runners = RunnerPool(self.on_thread_end, self._stuck_now)
+        self._max_attempts: dict[str, int] = {}  # per queue, read at the start (when allowed)
         self._setup()
 
     def dsn_for(self, role: str) -> str:
@@ -270,17 +292,17 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
                     ) from None
 
     def _preflight_steps(self):
-        """Refuses to start when a kind stores its results on a queue that keeps none (the first
-        commit of a result would be refused). An account that may not read the settings
+        """Reads each queue's max_attempts (for the log), and refuses to start when a kind stores its
+        results on a queue that keeps none (the first commit of a result would be refused). An account that may not read the settings
         (queue_settings is the monitor's) or a queue that does not exist yet: not checked here."""
         for route in self.routes.values():
-            if not route.stores:
-                continue
             try:
                 settings = yield RetriedCall("settings", route.queue)
             except (errors.PermissionDeniedError, errors.UnknownQueueError):
                 continue
-            if settings.result_retention is None:
+            # "attempt n of m" in the log of a retried failure (as read at the start)
+            self._max_attempts[route.queue] = settings.max_attempts
+            if route.stores and settings.result_retention is None:
                 kinds = ", ".join(sorted("every kind" if k is None else repr(k) for k in route.stores))
                 raise errors.InvalidArgumentError(
                     f"queue {route.queue!r} keeps no results, and the handler of {kinds} stores its "
@@ -352,7 +374,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             yield Hooks(self.on_stop, "on_stop")
             self._ended()
             self._finished()
-        return not self.unfinished
+        return not self.unfinished and self.failure is None
 
     def _serving_steps(self):
         """The dispatcher's connection from the start to the stop: the registration, the on_start
@@ -379,6 +401,8 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         self.stopped.clear()
         self.registered.clear()
         self.unfinished = []
+        self.failure = None
+        self._signalled = False
         self._stop_reason = None
         self._stop_deadline = None
         self._last_error = None
@@ -417,8 +441,24 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             except Exception:
                 log.exception("%s hook failed", what)
 
+    def _stuck_now(self, n: int) -> None:
+        """A plain handler's thread was set aside as stuck (runners.py), n of them now: more than
+        max_stuck stop the worker, whose run() then returns False (the CLI exits 1, and
+        `--processes` or the supervisor starts a fresh process: a thread cannot be killed)."""
+        if n <= self.max_stuck or self.failure is not None:
+            return
+        self.failure = (
+            f"{n} handler threads stuck past their time limit (more than max_stuck {self.max_stuck}): "
+            "the worker stops for a fresh process to take over"
+        )
+        log.error(
+            "%s", self.failure, extra={"event": "too_many_stuck", "stuck": n, "max_stuck": self.max_stuck}
+        )
+        self.stop(reason="too many stuck handler threads")
+
     def _finished(self) -> None:
         """Logs the stop (run() calls it last, after the on_stop hooks)."""
+        self._runners.close()
         self._state = "stopped"
         self.stopped.set()
         log.info(

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..client import QueueCalls
 from ..dialects import encode_json
+from .interrupt import CancelStopped
 from .model import Handler, Job, Plan, Route, log, where_of
 from .policy import Snooze, describe_error
+from .runners import STUCK_RETRY_DELAY, RunnerPool
 from .steps import (
     RECONNECT,
     WAIT_SLOTS,
@@ -89,7 +91,7 @@ def stopped_for_cancel(job: Job, error: BaseException | None) -> bool:
     Its message then ends as cancelled (queue_cancel_held)."""
     if error is None:
         return False
-    if isinstance(error, errors.Cancelled):
+    if isinstance(error, (errors.Cancelled, CancelStopped)):  # CancelStopped: raised by watch.py
         return True
     return isinstance(error, asyncio.CancelledError) and job.cancel_requested.is_set()
 
@@ -145,6 +147,7 @@ class Dispatch:
 
     # The state it uses and does not make: the settings (base.py) ...
     concurrency: int
+    max_jobs: int | None
     lease: float
     prefetch: int
     commit_reserve: bool
@@ -165,6 +168,7 @@ class Dispatch:
     _hard_stop: threading.Event
     _clock: Callable[[], float]
     _retry_due: RetryDue
+    _runners: RunnerPool
     _handler_avg: float | None
     _round_ok: bool
     _last_error: str | None
@@ -176,6 +180,7 @@ class Dispatch:
         # the parts it works with: the runner, FailurePolicy (policy.py), Watch (watch.py),
         # Registry (registry.py)
         def _jobs(self) -> list[Job]: ...
+        def stop(self, force: bool = False, *, reason: str | None = None) -> None: ...
         def _handled(self, job: Job, error: BaseException | None) -> bool: ...
         def _failure_delay(
             self, job: Job, interrupted: bool, error: BaseException | None = None
@@ -259,8 +264,12 @@ class Dispatch:
         self._handler_avg = seconds if avg is None else avg + 0.1 * (seconds - avg)
 
     def _free(self) -> int:
-        """How many more messages the worker may hold: its handlers and its prefetch."""
-        return self.concurrency + self._prefetch_now() - len(self._jobs())
+        """How many more messages the worker may hold: its handlers and its prefetch (and, with
+        max_jobs, no more than it has left to take)."""
+        free = self.concurrency + self._prefetch_now() - len(self._jobs())
+        if self.max_jobs is not None:
+            free = min(free, self.max_jobs - self.stats.reserved)
+        return free
 
     def _refill_at(self) -> int:
         """The dispatcher reserves again once the worker holds fewer messages than this: a free
@@ -355,6 +364,9 @@ class Dispatch:
         nothing_ready = False  # the last long poll timed out: no reserve needed
         rechecked_due_now = False  # the last empty round was already followed by one at once
         while not self._stopping.is_set():
+            if self.max_jobs is not None and self.stats.reserved >= self.max_jobs:
+                yield from self._max_jobs_steps()
+                return
             if nothing_ready:
                 nothing_ready = not (yield from self._wait_steps(self.long_poll_wait))
                 continue
@@ -392,6 +404,20 @@ class Dispatch:
             # queue_wait watches the next scheduled_at itself, so a timed-out
             # long poll goes straight into the next one (one query per wait).
             nothing_ready = long_poll and not woke and not self._wake_queues
+
+    def _max_jobs_steps(self):
+        """The worker took its max_jobs messages: it takes no more, waits for them to end, then
+        stops (a clean stop: `pyqueue-sql worker --max-jobs` exits 0 and --processes starts the
+        process again)."""
+        log.info(
+            "took its %d jobs (max_jobs): taking no more, stopping once they have ended",
+            self.max_jobs,
+            extra={"event": "max_jobs", "max_jobs": self.max_jobs},
+        )
+        while self._jobs():
+            if (yield Sleep(0.05)):
+                return
+        self.stop(reason=f"max_jobs {self.max_jobs} reached")
 
     def _next_due_steps(self):
         """(seconds to the earliest next scheduled_at, whether one is due already)."""
@@ -460,9 +486,22 @@ class Dispatch:
     def _serve_steps(self, job: Job | None):
         """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
         stopping, clock, low = self._stopping, self._clock, self.lease / 3
+        stuck = self._runners.stuck
         while job is not None:
             if stopping.is_set():
                 yield from self._hand_back_steps(job)
+                return
+            if stuck and (job.queue, job.key, job.kind) in stuck:
+                # Its earlier attempt still runs in a thread of this worker stuck past its time
+                # limit (runners.py): never two at once; back for a while, the attempt not counted.
+                log.info(
+                    "%s: its earlier attempt still runs in a stuck thread of this worker; given back "
+                    "for %g s",
+                    where_of(job),
+                    STUCK_RETRY_DELAY,
+                    extra={"event": "stuck_retry", "queue": job.queue, "key": job.key, "kind": job.kind},
+                )
+                yield from self._hand_back_steps(job, STUCK_RETRY_DELAY)
                 return
             # A message about to start (a prefetched one waited for a handler) with less than a
             # third of its lease left: the heartbeat, which extends every held message each
@@ -711,18 +750,20 @@ class Dispatch:
             self._release(job, successors)
         return successors[0] if successors else None
 
-    def _hand_back_steps(self, job: Job):
-        """Gives back a message reserved and not started (a stop, a lease run low) with
-        queue_snooze: ready again at once, its delivery not counted. (queue_rollback counts it: a
-        message on its last attempt was dead-lettered or dropped, its result 'failed' with no
-        reason, without having run.)"""
+    def _hand_back_steps(self, job: Job, delay: float = 0.0):
+        """Gives back a message reserved and not started (a stop, a lease run low, its earlier
+        attempt stuck) with queue_snooze: ready again at once (or after `delay` seconds), its
+        delivery not counted. (queue_rollback counts it: a message on its last attempt was
+        dead-lettered or dropped, its result 'failed' with no reason, without having run.)"""
         try:
             yield Acquire(job.lock)
             try:
-                yield RetriedCall("snooze", job.queue, (job.reservation,), {"delay": 0}, hard=True)
+                yield RetriedCall("snooze", job.queue, (job.reservation,), {"delay": delay}, hard=True)
                 job.done = True
             finally:
                 job.lock.release()
+            if delay:
+                self._retry_due.note(self._clock() + delay)
             self._handed_back(job)
         except StoppedError:
             pass

@@ -17,6 +17,14 @@ from typing import Any
 
 from ..errors import TimeLimitExceeded as TimeLimitExceeded
 
+
+class CancelStopped(BaseException):
+    """Raised inside a plain handler's thread when it still runs CANCEL_GRACE seconds after the
+    worker learnt of its job's cancel (watch.py): its message ends as cancelled. A BaseException,
+    as TimeLimitExceeded is, so that an ``except Exception`` of the handler does not swallow it;
+    its ``finally`` blocks run."""
+
+
 # int PyThreadState_SetAsyncExc(unsigned long id, PyObject *exc): exc NULL withdraws a pending one
 _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
     ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
@@ -32,28 +40,34 @@ class Interruptible:
     withdrawn (or, fired already, raised by run as the function's): it never lands in the code
     that runs after."""
 
-    __slots__ = ("_lock", "_thread", "_raised")
+    __slots__ = ("_lock", "_thread", "_raised", "_arg")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._thread: int | None = None
         self._raised = False
+        self._arg: Any = None
 
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        with self._lock:
+    def run(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        """fn(arg), stoppable by stop() meanwhile (an Interruptible may run one call after another)."""
+        lock = self._lock
+        with lock:
             self._thread = threading.get_ident()
+            self._arg = arg
+            self._raised = False
         try:
-            return fn(*args)
+            return fn(arg)
         finally:
-            with self._lock:
-                thread, self._thread = self._thread, None
+            with lock:
+                thread, self._thread, self._arg = self._thread, None, None
                 if self._raised and thread is not None:
                     _clear_async_exc(thread, None)  # withdraws one not fired yet
 
-    def stop(self, exc_type: type[BaseException] = TimeLimitExceeded) -> bool:
-        """Raises exc_type in the thread inside run(), once; False when none runs (or already raised)."""
+    def stop(self, exc_type: type[BaseException] = TimeLimitExceeded, arg: Any = None) -> bool:
+        """Raises exc_type in the thread inside run(), once; False when none runs (or already
+        raised), or, given arg, when the call running is not fn(arg)."""
         with self._lock:
-            if self._thread is None or self._raised:
+            if self._thread is None or self._raised or (arg is not None and self._arg is not arg):
                 return False
             self._raised = True
             return _set_async_exc(self._thread, exc_type) == 1

@@ -53,6 +53,9 @@ class Job:
     _progress: tuple[Any] | None = field(default=None, repr=False)  # the value not written yet
     # Reads the results of the job's parents (set by an App's task handler: pyqueue_sql.tasks)
     parents_reader: Callable[[Job], list[Any]] | None = field(default=None, repr=False)
+    # What runs a plain handler's call (an interrupt.Interruptible): the worker raises a time
+    # limit, or Cancelled after a cancel's grace, in its thread through it (set by the runner).
+    stopper: Any = field(default=None, repr=False)
 
     # the reservation's fields, read through C getters (the worker reads them several times a job)
     queue = property(attrgetter("reservation.queue"))

@@ -6,6 +6,8 @@ failure is the message's last allowed delivery (dead letter or drop) is the serv
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -115,6 +117,7 @@ class FailurePolicy:
     routes: dict[str, Route]
     on_outcome: list[Callable[[Job, str, str | None], Any]]
     _rng: random.Random
+    _max_attempts: dict[str, int]
 
     if TYPE_CHECKING:
 
@@ -228,15 +231,24 @@ class FailurePolicy:
                 extra=extra,
             )
         elif outcome == "retry":
+            # one line per retried attempt; its traceback at DEBUG only (the last failure's is
+            # logged with it, at ERROR)
+            most = self._max_attempts.get(job.queue)
+            if most is not None:
+                where += f" of {most}"
+            at = (dt.datetime.now() + dt.timedelta(seconds=delay)).strftime("%H:%M:%S")
             extra["retry_in_s"] = round(delay, 3)
+            extra["next_try_at"] = at
             log.warning(
-                "handler failed: %s: %s; retry in %.1f s",
-                where,
-                text[:500],
-                delay,
-                exc_info=error,
-                extra=extra,
+                "handler failed: %s: %s; retry in %.1f s, at %s", where, text[:500], delay, at, extra=extra
             )
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "the traceback of %s",
+                    where,
+                    exc_info=error,
+                    extra={"event": "traceback", "queue": job.queue, "key": job.key, "kind": job.kind},
+                )
         elif outcome == "dead_lettered":
             log.error(
                 "handler failed on the last allowed delivery: %s: %s; moved to the dead-letter queue",

@@ -39,7 +39,7 @@ class WorkerSettings:
     when made: a value out of its range raises InvalidArgumentError saying which. None, where a
     setting allows it, is its default (poll_fallback: 5 s with LISTEN, else poll_max; prefetch:
     default_prefetch(concurrency); commit_reserve: the dialect's choice, see WorkerBase;
-    start_timeout: no limit; release_dead_after: off)."""
+    start_timeout: no limit; release_dead_after: off; max_stuck: concurrency; max_jobs: no limit)."""
 
     concurrency: int = 4
     name: str | None = None
@@ -60,6 +60,8 @@ class WorkerSettings:
     ack_batch: int = ACK_BATCH
     ack_interval: float = ACK_INTERVAL
     start_timeout: float | None = START_TIMEOUT
+    max_stuck: int | None = None
+    max_jobs: int | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -93,6 +95,13 @@ class WorkerSettings:
             raise errors.InvalidArgumentError(
                 f"start_timeout must be seconds > 0 (or None: no limit), not {start_timeout!r}"
             )
+        for name in ("max_stuck", "max_jobs"):
+            value = getattr(self, name)
+            low = 0 if name == "max_stuck" else 1
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise errors.InvalidArgumentError(
+                    f"{name} must be an integer >= {low} (or None), not {value!r}"
+                )
         if self.release_dead_after is not None and self.release_dead_after < self.lease:
             raise errors.InvalidArgumentError(
                 "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3)"

@@ -9,9 +9,10 @@ import time
 from typing import TYPE_CHECKING
 
 from .model import log, where_of
+from .steps import Acquire, RetriedCall, StoppedError
 
 if TYPE_CHECKING:
-    from .model import Job
+    from .model import Job, WorkerStats
 
 
 class Shutdown:
@@ -22,6 +23,9 @@ class Shutdown:
     _stopping: threading.Event
     _hard_stop: threading.Event
     _stop_reason: str | None
+    _signalled = False  # a SIGTERM/SIGINT came during this run
+    _abandoned: list[Job] = []  # the jobs abandoned at the stop, until they are handed back
+    stats: WorkerStats
 
     if TYPE_CHECKING:
         # what the runner provides (WorkerBase: _jobs and _wake)
@@ -52,11 +56,13 @@ class Shutdown:
     def _on_signal(self, signum: int) -> None:
         """SIGTERM/SIGINT: the first stops gracefully, a second one stops at once."""
         name = signal.Signals(signum).name
-        if self._stopping.is_set():
+        # a stop of the worker's own (max_jobs, too many stuck threads) is no first signal
+        signalled, self._signalled = self._signalled, True
+        if signalled and self._stopping.is_set():
             running = [where_of(j) for j in self._jobs() if not j.done]
             log.warning(
                 "%s received again: stopping now; %d running handler(s) abandoned, their messages "
-                "come back when their lease ends: %s",
+                "handed back: %s",
                 name,
                 len(running),
                 ", ".join(running[:20]),
@@ -110,16 +116,50 @@ class Shutdown:
         the stop becomes hard. When every handler finished in time it stays graceful: the completer
         still flushes the last successes, retrying through a lost connection, and the runner makes
         the stop hard once that flush is done (or its time is up)."""
-        left = [where_of(j) for j in self._jobs()]
+        jobs = self._jobs()
+        self._abandoned = [j for j in jobs if not j.done]
+        left = [where_of(j) for j in jobs]
         self.unfinished = left
         if not left:
             return
         why = "the stop was forced" if self._hard_stop.is_set() else "the shutdown deadline passed"
         log.error(
-            "%s with %d handler(s) still running; their messages come back after the lease: %s",
+            "%s with %d handler(s) still running; their messages are handed back: %s",
             why,
             len(left),
             ", ".join(left[:20]),
             extra={"event": "deadline", "forced": self._hard_stop.is_set(), "running": left[:100]},
         )
         self._hard_stop.set()
+
+    def _give_back_abandoned_steps(self):
+        """After _abandon_the_rest: gives back the messages of the handlers abandoned at the stop
+        with queue_snooze (ready again at once, the attempt not counted: the worker stopped, the
+        job did not fail), so that they do not wait out their lease. A handler that still ends
+        later in this process finds its reservation gone (its commit is logged as lost)."""
+        for job in self._abandoned:
+            yield Acquire(job.lock)
+            try:
+                if job.done:
+                    continue
+                held = yield RetriedCall("snooze", job.queue, (job.reservation,), {"delay": 0}, hard=True)
+                job.done = True
+            except StoppedError:
+                continue
+            except Exception:
+                log.exception(
+                    "could not hand back %s; it comes back after its lease",
+                    where_of(job),
+                    extra={"event": "error", "queue": job.queue, "key": job.key, "kind": job.kind},
+                )
+                continue
+            finally:
+                job.lock.release()
+            if held:
+                self.stats.handed_back += 1
+            log.warning(
+                "handed back %s, its handler abandoned at the stop (ready again, the attempt not counted)",
+                where_of(job),
+                extra={"event": "abandon_hand_back", "queue": job.queue, "key": job.key, "kind": job.kind},
+            )
+        self._abandoned = []

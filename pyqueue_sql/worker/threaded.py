@@ -18,7 +18,9 @@ from typing import Any
 from .. import errors, tracing
 from ..client import Database, connect
 from .base import WorkerBase
+from .interrupt import Interruptible
 from .model import Job, log
+from .runners import run_on_thread_end
 from .steps import (
     HARD_STOP,
     Acquire,
@@ -121,6 +123,7 @@ class _Connection:
         self.db: Database | None = None
         self.on_connect = on_connect
         self.loop: _EventLoop | None = None  # a handler thread's, for coroutine handlers
+        self.stopper = Interruptible()  # a handler thread's plain handlers run inside it
 
     def close(self) -> None:
         if self.db is not None:
@@ -277,9 +280,14 @@ class Worker(WorkerBase):
 
     def _handle_untraced(self, op: Handle, conn: _Connection) -> BaseException | None:
         if op.timeout is not None:
-            return handle_timed(op, conn.loop.run)
+            return handle_timed(op, conn.loop.run, self._runners)
+        job = op.job
         try:
-            result = op.fn(op.job)
+            if job.runs_async:
+                result = op.fn(job)
+            else:  # inside the thread's Interruptible: a cancel's grace ends in Cancelled raised there
+                job.stopper = stopper = conn.stopper
+                result = stopper.run(op.fn, job)
             if result is not None and inspect.isawaitable(result):
                 # A coroutine handler: awaited to completion before the commit (cancelled by a
                 # cancel of its job).
@@ -399,6 +407,7 @@ class Worker(WorkerBase):
         finally:
             conn.loop.close()
             conn.close()
+            run_on_thread_end(self.on_thread_end)
 
     # -- batched acknowledgement ----------------------------------------------------------
     def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
@@ -480,4 +489,10 @@ class Worker(WorkerBase):
             except KeyboardInterrupt:  # run() without signal handlers in the main thread: Ctrl-C again
                 self.stop(force=True, reason="KeyboardInterrupt")
         self._abandon_the_rest()
+        if self._abandoned:
+            conn = _Connection(self, "shutdown")
+            try:
+                self._steps(self._give_back_abandoned_steps(), conn)
+            finally:
+                conn.close()
         self._threads.clear()

@@ -2,9 +2,11 @@
 whose handler is still running at its timeout fails with TimeoutError under its retry policy.
 
 A coroutine handler is cancelled at the deadline (within_timeout). A plain (def) handler runs on a
-thread of its own, stopped at the deadline by TimeLimitExceeded raised in that thread (at its next
-Python bytecode: see interrupt.py), so the runner's handler thread or task goes on with the next
-message and the worker keeps its concurrency; a late return is logged and changes nothing. Worker
+runner thread (runners.py: reused from job to job), stopped at the deadline by TimeLimitExceeded
+raised in that thread (at its next Python bytecode: see interrupt.py), so the worker's handler
+thread or task goes on with the next message and the worker keeps its concurrency; a late return
+is logged and changes nothing. A runner whose handler does not end within STUCK_GRACE of that is
+set aside as stuck (runners.py says what the worker then does). Worker
 runs handle_timed on a handler thread, AsyncWorker awaits handle_timed_async on its loop: the two
 differ only in how they wait for the handler's thread.
 """
@@ -12,7 +14,6 @@ differ only in how they wait for the handler's thread.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ from typing import Any
 from .interrupt import Interruptible, TimeLimitExceeded
 from .model import Job, log, where_of
 from .policy import describe_error
+from .runners import STUCK_GRACE, RunnerPool
 from .steps import Handle
 
 __all__ = [
@@ -91,37 +93,18 @@ def log_late_return(job: Job, timeout: float, error: BaseException | None) -> No
     )
 
 
-def start_plain(
-    op: Handle, stopper: Interruptible, settle: Callable[[BaseException | None, Any], None]
-) -> None:
-    """Starts a plain handler on a thread of its own (not a pool's, whose threads it would keep),
-    inside stopper so that its timeout can stop it; settle(error, result) is called on that
-    thread when it ends. A handler that returns an awaitable has it run there to completion."""
-
-    def target() -> None:
-        error: BaseException | None = None
-        result: Any = None
-        try:
-            result = stopper.run(op.fn, op.job)
-            if inspect.isawaitable(result):
-                result = asyncio.run(awaited(result))
-        except BaseException as exc:
-            error = exc
-        settle(error, result)
-
-    # in a copy of this context: the handler sees the job's span (pyqueue_sql.tracing) as current
-    threading.Thread(
-        target=contextvars.copy_context().run,
-        args=(target,),
-        name=f"pyqueue-timed-{op.job.key}"[:60],
-        daemon=True,
-    ).start()
+def _settled_late(job: Job, timeout: float, error: BaseException | None) -> None:
+    log_late_return(job, timeout, error)
 
 
-def handle_timed(op: Handle, run_coroutine: Callable[[Any, Job], Any]) -> BaseException | None:
+def handle_timed(
+    op: Handle, run_coroutine: Callable[[Any, Job], Any], pool: RunnerPool
+) -> BaseException | None:
     """Worker's handler thread: runs op's handler with its timeout; None, or what it raised.
     run_coroutine(coro, job) runs a coroutine on the handler thread's loop (cancelled by a cancel
-    of the job)."""
+    of the job). A plain handler runs on a runner of pool (runners.py): at its timeout its time
+    limit is raised in that thread, which has STUCK_GRACE seconds to end before it is set aside
+    as stuck."""
     timeout = float(op.timeout)
     job = op.job
     if inspect.iscoroutinefunction(op.fn):
@@ -134,7 +117,6 @@ def handle_timed(op: Handle, run_coroutine: Callable[[Any, Job], Any]) -> BaseEx
     lock = threading.Lock()
     finished = threading.Event()
     abandoned = False
-    stopper = Interruptible()
 
     def settle(error: BaseException | None, result: Any) -> None:
         with lock:
@@ -144,19 +126,90 @@ def handle_timed(op: Handle, run_coroutine: Callable[[Any, Job], Any]) -> BaseEx
             finished.set()
             late = abandoned
         if late:
-            log_late_return(job, timeout, error)
+            _settled_late(job, timeout, error)
 
-    start_plain(op, stopper, settle)
+    runner = pool.take()
+    job.stopper = runner.stopper
+    runner.submit(op.fn, job, settle)
     finished.wait(timeout)
     with lock:
         if box:
+            pool.give_back(runner)
             return box[0]
-        abandoned = True
-    return timed_out(job, timeout, stopper)
+    failure = timed_out(job, timeout, runner.stopper)
+    finished.wait(STUCK_GRACE)
+    with lock:
+        stuck = not box
+        if stuck:
+            abandoned = runner.detached = True
+    if stuck:
+        pool.set_aside(runner, job)
+    else:
+        log_late_return(job, timeout, box[0])
+        pool.give_back(runner)
+    return failure
+
+
+async def run_plain_async(
+    pool: RunnerPool, fn: Callable[[Job], Any], job: Job, timeout: float | None = None
+) -> tuple[BaseException | None, Any]:
+    """AsyncWorker: fn(job) on a runner of pool, awaited on the loop: (what it raised, what it
+    returned: an awaitable it returns is the caller's to await). With a timeout: as handle_timed,
+    the failure TimeoutError (an awaitable returned is run on the runner's thread)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future = loop.create_future()
+    lock = threading.Lock()
+    abandoned = False
+
+    def settle_on_loop(error: BaseException | None, result: Any) -> None:
+        if not fut.done():
+            fut.set_result((error, result))
+
+    def settle(error: BaseException | None, result: Any) -> None:
+        with lock:
+            late = abandoned
+        if late:
+            _settled_late(job, float(timeout or 0), error)
+            return
+        try:
+            loop.call_soon_threadsafe(settle_on_loop, error, result)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            pass
+
+    runner = pool.take()
+    job.stopper = runner.stopper
+    runner.submit(fn, job, settle, awaits=timeout is not None)
+    if timeout is None:
+        try:
+            outcome = await asyncio.shield(fut)
+        except asyncio.CancelledError:  # the worker's forced stop: the thread is left to end
+            with lock:
+                abandoned = runner.detached = True
+            raise
+        pool.give_back(runner)
+        return outcome
+    done, _ = await asyncio.wait({fut}, timeout=timeout)
+    if fut in done:
+        pool.give_back(runner)
+        return fut.result()
+    failure = timed_out(job, timeout, runner.stopper)
+    done, _ = await asyncio.wait({fut}, timeout=STUCK_GRACE)
+    with lock:
+        stuck = fut not in done and not fut.done()
+        if stuck:
+            abandoned = runner.detached = True
+    if stuck:
+        pool.set_aside(runner, job)
+    else:
+        if not fut.done():
+            await fut
+        log_late_return(job, timeout, fut.result()[0])
+        pool.give_back(runner)
+    return failure, None
 
 
 async def handle_timed_async(
-    op: Handle, cancellable: Callable[[Job, Any], Awaitable[Any]]
+    op: Handle, cancellable: Callable[[Job, Any], Awaitable[Any]], pool: RunnerPool
 ) -> BaseException | None:
     """AsyncWorker's handler task: handle_timed, awaited on the loop. cancellable(job, coro) awaits
     a coroutine as a task that a cancel of the job cancels."""
@@ -168,27 +221,7 @@ async def handle_timed_async(
         except BaseException as exc:
             return exc
         return None
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future = loop.create_future()
-    stopper = Interruptible()
-
-    def settle_on_loop(error: BaseException | None, result: Any) -> None:
-        if not fut.done():
-            if error is None:
-                job.result = result
-            fut.set_result(error)
-        else:  # cancelled at the deadline: the message was failed meanwhile
-            log_late_return(job, timeout, error)
-
-    def settle(error: BaseException | None, result: Any) -> None:
-        try:
-            loop.call_soon_threadsafe(settle_on_loop, error, result)
-        except RuntimeError:  # the loop has closed: nobody waits any more
-            pass
-
-    start_plain(op, stopper, settle)
-    done, _ = await asyncio.wait({fut}, timeout=timeout)
-    if fut in done:
-        return fut.result()
-    fut.cancel()
-    return timed_out(job, timeout, stopper)
+    error, result = await run_plain_async(pool, op.fn, job, timeout)
+    if error is None:
+        job.result = result
+    return error

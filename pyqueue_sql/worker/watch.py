@@ -6,24 +6,26 @@ The heartbeat (registry.py) renews each held reservation with queue_renew, which
 whether a cancel was requested, but only every lease/3 (10 s by default). While a job has run for
 CANCEL_POLL_AFTER seconds, the watcher reads its state (queue_result, one light read per such job)
 every CANCEL_POLL seconds and, when the flag is set, sets job.cancel_requested: an ``async def``
-handler's task is cancelled; a plain (def) handler, which cannot be interrupted safely at any
-point, sees the event (job.raise_if_cancelled(), or a wait on it) within that second. A worker of
+handler's task is cancelled; a plain (def) handler sees the event (job.raise_if_cancelled(), or a
+wait on it) within that second and may stop by itself; one still running CANCEL_GRACE seconds
+later gets CancelStopped (a BaseException) raised in its thread (at its next Python bytecode, as a time
+limit: interrupt.py), and its message ends as cancelled either way. A worker of
 short jobs makes no read. The watcher runs on its own connection (a thread of Worker, a task of
 AsyncWorker), which it opens only once it has something to write or read.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING
 
 from .. import errors
+from .interrupt import CancelStopped
 from .model import Job, log, where_of
 from .steps import WATCH, Acquire, RetriedCall, StoppedError, Wait
 
 if TYPE_CHECKING:
-    import threading
-
     from .model import WorkerStats
 
 # Seconds between two reads of the cancel flag of a running job, once it has run for
@@ -32,6 +34,10 @@ if TYPE_CHECKING:
 # the read's round trip: within a second.
 CANCEL_POLL = 0.25
 CANCEL_POLL_AFTER = 0.5
+
+# Seconds a plain (def) handler has after the worker learnt of its job's cancel to stop by itself
+# (raise_if_cancelled) before Cancelled is raised in its thread.
+CANCEL_GRACE = 1.0
 
 # How long the watcher sleeps when there is nothing to poll (it is woken by a progress to write);
 # no database call, a look at the jobs held.
@@ -118,6 +124,24 @@ class Watch:
             extra={"event": "cancel_requested", "queue": job.queue, "key": job.key, "kind": job.kind},
         )
         job.request_cancel()
+        if job.stopper is not None and not job.runs_async:
+            timer = threading.Timer(CANCEL_GRACE, self._stop_for_cancel, (job,))
+            timer.daemon = True
+            timer.start()
+
+    @staticmethod
+    def _stop_for_cancel(job: Job) -> None:
+        """CANCEL_GRACE after a cancel: a plain handler of the job still running gets Cancelled
+        raised in its thread (Interruptible.stop: never in a handler of another job)."""
+        if job.done or not job.stopper.stop(CancelStopped, job):
+            return
+        log.warning(
+            "the handler of %s did not stop within %g s of its cancel: stopped in its thread (at its "
+            "next Python bytecode)",
+            where_of(job),
+            CANCEL_GRACE,
+            extra={"event": "cancel_stopped", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
 
     def _progress_steps(self, job: Job):
         """Writes the job's latest progress (holding its lock: the token does not change meanwhile)."""

@@ -115,3 +115,45 @@ def test_the_workers_table_shows_the_processes_of_one_worker_as_one_row():
     assert len(rows) == 2
     assert rows[0].split()[:4] == ["1,3", "h:10", "h", "11,12"] and rows[0].endswith("1 of 2 stale")
     assert rows[1].split()[:4] == ["2", "h:20", "h", "21"] and rows[1].endswith("ok")
+
+
+def test_max_jobs_ends_the_process_after_that_many_jobs(tmp_path, dsn, app_queue):  # noqa: F811
+    """--max-jobs 3: the worker takes three jobs, finishes them and exits 0; the others wait."""
+    module = write_module(tmp_path, MODULE.format(dsn=dsn, queue=app_queue))
+    db = pyqueue_sql.connect(dsn)
+    try:
+        q = db.queue(app_queue)
+        q.push_many([(f"m{i}", "work", {"n": i}) for i in range(5)])
+        with serving(tmp_path, f"{module}:app", "--max-jobs", "3", "--concurrency", "2") as served:
+            code = served.proc.wait(timeout=30)
+        assert code == 0, served.lines
+        assert len(served.records()) == 3, served.lines
+        assert q.stats().ready == 2
+        assert any("max_jobs 3 reached" in line for line in served.lines), served.lines
+    finally:
+        db.close()
+
+
+@pytest.mark.slow
+def test_max_jobs_with_processes_starts_a_fresh_process_after_each_n_jobs(tmp_path, dsn, app_queue):  # noqa: F811
+    """--processes 2 --max-jobs 4, as Celery's max_tasks_per_child: every job runs, no process runs
+    more than 4, and the supervisor starts a fresh process in place of each that ended."""
+    module = write_module(tmp_path, MODULE.format(dsn=dsn, queue=app_queue))
+    db = pyqueue_sql.connect(dsn)
+    try:
+        q = db.queue(app_queue)
+        q.push_many([(f"p{i}", "work", {"n": i}) for i in range(20)])
+        args = ("--processes", "2", "--max-jobs", "4", "--concurrency", "2")
+        with serving(tmp_path, f"{module}:app", *args) as served:
+            records = served.wait_for_records(20, 90)
+            served.proc.send_signal(signal.SIGTERM)
+            code = served.proc.wait(timeout=30)
+        per_process: dict[str, int] = {}
+        for pid, _ in records:
+            per_process[pid] = per_process.get(pid, 0) + 1
+        assert sorted({n for _, n in records}, key=int) == [str(i) for i in range(20)], records
+        assert max(per_process.values()) <= 4 and len(per_process) >= 5, per_process
+        assert code == 0, "\n".join(served.lines)
+        assert any("ended after its --max-jobs" in line for line in served.lines), served.lines
+    finally:
+        db.close()

@@ -50,6 +50,26 @@ MODULE = """
                     pass
         finally:
             record("spin ended")
+
+    @app.task(queue={queue!r}, store_result=True)
+    def grind(seconds: float) -> int:
+        record("grinding")
+        ends, n = time.monotonic() + seconds, 0
+        try:
+            while time.monotonic() < ends:  # never looks at its cancel
+                try:
+                    n += 1
+                except Exception:  # does not swallow the stop
+                    pass
+        finally:
+            record("grind ended")
+        return n
+
+    if os.environ.get("PYQUEUE_TEST_ASYNC"):  # one async def task: the App runs on AsyncWorker
+
+        @app.task(queue={queue!r})
+        async def ping() -> None:
+            pass
 """
 
 
@@ -110,3 +130,26 @@ def test_a_def_task_past_its_timeout_is_stopped_before_its_late_side_effect(tmp_
         served.wait_for_line("stopped at its timeout")
     assert "charging" in lines and "spinning" in lines, lines
     assert not any(line.startswith("charged") for line in lines), lines
+
+
+@pytest.mark.parametrize("runtime", ["threads", "asyncio"])
+def test_a_def_task_that_ignores_its_cancel_is_stopped_after_the_grace_and_recorded_cancelled(
+    tmp_path, app_module, runtime
+):
+    name, module = app_module
+    env = {"PYQUEUE_TEST_ASYNC": "1"} if runtime == "asyncio" else {}
+    with serving(tmp_path, f"{name}:app", **env) as served:
+        served.wait_for_line(f"runtime={runtime}")
+        handle = module.grind.defer(8.0)
+        served.wait_for_records(1, 20)
+        asked = time.monotonic()
+        assert handle.cancel() is True
+        with pytest.raises(TaskCancelled):
+            handle.result(timeout=8)
+        stopped = time.monotonic() - asked
+        served.wait_for_records(2, 5)
+        served.wait_for_line("did not stop within 1 s of its cancel")
+    assert handle.status().state == "cancelled"
+    # the cancel reaches the worker within a second, then the grace of 1 s: far from the 8 s
+    assert stopped < 4.0, stopped
+    assert [" ".join(r) for r in served.records()] == ["grinding", "grind ended"]
