@@ -599,7 +599,8 @@ class Task(Generic[P, R]):
         return TaskCall(self, self.payload(*args, **kwargs))
 
     def defer_many(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
-        """app.defer_many of calls of this task (InvalidArgumentError for a call of another)."""
+        """app.defer_many of calls of this task (InvalidArgumentError for a call of another), each
+        with this task's configure(...) options where the call has none of its own (see _own)."""
         listed = self._own(calls)
         return self.app.defer_many(listed)
 
@@ -609,10 +610,44 @@ class Task(Generic[P, R]):
         return await self.app.defer_many_async(listed)
 
     def _own(self, calls: Iterable[TaskCall[Any]]) -> list[TaskCall[Any]]:
+        """The calls, each with this task's configure(...) options (and using()'s database) where
+        the call has none of its own: ``task.configure(priority=9).defer_many([task.call(1)])``
+        defers at priority 9, as ``task.configure(priority=9).defer(1)`` does. Options that cannot
+        apply to many jobs are refused in one line (a key names one job; after= goes one by one)."""
         listed = list(calls)
+        o = self.options
+        if o.after is not None:
+            raise _after_in_bulk(self)
+        if o.key is not None and len(listed) > 1:
+            raise errors.InvalidArgumentError(
+                f"task {self.kind!r}: configure(key=...) names one job, not the {len(listed)} of defer_many: "
+                "give each call its key (task.configure(key=k).call(...))"
+            )
+        configured = o != TaskOptions() or self.db is not None
+        merged: dict[int, Task[Any, Any]] = {}  # one copy per distinct task of the calls
+        out = []
         for c in listed:
             if isinstance(c, TaskCall) and (c.task.queue, c.task.kind) != (self.queue, self.kind):
                 raise errors.InvalidArgumentError(
                     f"task {self.kind!r}: a call of task {c.task.kind!r} (use app.defer_many for several tasks)"
                 )
-        return listed
+            if configured and isinstance(c, TaskCall):
+                t = merged.get(id(c.task))
+                if t is None:
+                    t = merged[id(c.task)] = c.task._merged(self)
+                c = TaskCall(t, c.payload)
+            out.append(c)
+        return out
+
+    def _merged(self, outer: Task[Any, Any]) -> Task[P, R]:
+        """This call's task with outer's options (and database) wherever it has none of its own."""
+        mine, theirs = self.options, outer.options
+        options = TaskOptions(
+            **{
+                f.name: getattr(mine, f.name)
+                if getattr(mine, f.name) is not None
+                else getattr(theirs, f.name)
+                for f in dataclasses.fields(TaskOptions)
+            }
+        )
+        return self._copy(options=options, db=self.db if self.db is not None else outer.db)
