@@ -283,6 +283,29 @@ def test_every_commit_path_records_succeeded(rq, sql):
     assert rows  # the next reservation came with the commit
 
 
+def test_a_success_after_a_failed_attempt_clears_its_last_error_on_every_commit_path(rq, sql):
+    """The result of a job that succeeded on its second attempt shows no error (the first attempt's
+    error is not its outcome), whichever path committed it."""
+
+    def second_attempt(key: str, reserve: bool = True):
+        rq.push(key, "k", {})
+        [r] = rq.reserve(1, timeout=60)
+        assert rq.fail(r, f"first {key}") == "retry"
+        assert rq.message(key, "k").last_error == f"first {key}"  # shown while it waits for its retry
+        return rq.reserve(1, timeout=60)[0] if reserve else None
+
+    assert rq.commit(second_attempt("commit"))
+    assert rq.commit_many([second_attempt("commit_many")]) == 1
+    assert rq.commit_reserve(second_attempt("commit_reserve"), n=1) == (True, [])
+    assert sql.commit_result(rq.name, second_attempt("commit_result"), {"n": 3})
+    assert rq.commit_result_many([(second_attempt("commit_result_many"), 4)]) == 1
+    second_attempt("pop", reserve=False)
+    assert [p.key for p in rq.pop(2)] == ["pop"]
+    for key in ("commit", "commit_many", "commit_reserve", "commit_result", "commit_result_many", "pop"):
+        r = sql.result(rq.name, key, "k")
+        assert (key, r["state"], r["last_error"]) == (key, "succeeded", None)
+
+
 def test_failed_records_the_last_error_and_deliveries(make_queue, sql):
     dead = make_queue()
     q = make_queue(max_attempts=2, dead_letter_queue=dead.name)

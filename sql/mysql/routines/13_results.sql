@@ -31,10 +31,12 @@ SQL SECURITY INVOKER
 BEGIN
     DECLARE v_result LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_deps INT;
+    -- a success clears the error of an earlier attempt
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT IF(in_state = 'succeeded', NULL, in_error);
     IF in_result IS NOT NULL AND JSON_TYPE(in_result) <> 'NULL' THEN SET v_result = in_result; END IF;
     INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress, finished_at)
-    VALUES (in_queue, in_key, in_kind, in_state, v_result, in_error, in_attempts, in_progress, in_now)
-    ON DUPLICATE KEY UPDATE state = in_state, result = v_result, last_error = in_error, attempts = in_attempts,
+    VALUES (in_queue, in_key, in_kind, in_state, v_result, v_error, in_attempts, in_progress, in_now)
+    ON DUPLICATE KEY UPDATE state = in_state, result = v_result, last_error = v_error, attempts = in_attempts,
                             progress = in_progress, finished_at = in_now;
     IF in_ok IS NOT NULL THEN
         SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d

@@ -47,7 +47,8 @@ BEGIN
     END IF;
     INSERT INTO pyqueue_result AS r (queue_name, p_key, p_kind, state, result, last_error, attempts,
                                      progress, finished_at)
-    VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_state, in_result, in_msg.last_error,
+    VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_state, in_result,
+            CASE WHEN in_state <> 'succeeded' THEN in_msg.last_error END,  -- a success clears an earlier attempt's error
             in_msg.attempts, in_msg.progress, in_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
        SET state = EXCLUDED.state, result = EXCLUDED.result, last_error = EXCLUDED.last_error,
