@@ -22,7 +22,7 @@ from ..worker.policy import RetryPolicy
 from .conversion import Mismatch, from_json
 from .periodic import Periodic, declare, every_seconds, schedule
 from .running import Middleware, RunReport, task_handler
-from .task import Task, TaskCall, TaskHandle, TaskOptions, batches_of, handles_of
+from .task import Task, TaskCall, TaskGroup, TaskHandle, TaskOptions, batches_of, handles_of
 
 if TYPE_CHECKING:
     from ..aio.client import AsyncDatabase
@@ -309,6 +309,11 @@ class App:
         """A handle on the job (queue, key, kind), e.g. from a key kept elsewhere: its status,
         result, progress, cancel. (Its ``enqueued`` is False: the handle does not know.)"""
         return TaskHandle(queue, key, kind, False, self)
+
+    def group(self, handles: Iterable[TaskHandle[R]]) -> TaskGroup[R]:
+        """The handles followed as one (TaskGroup, Celery's GroupResult): ``app.group(
+        task.defer_many(calls)).results(timeout=30)`` gives the values in the calls' order."""
+        return TaskGroup(handles)
 
     def defer_many(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]:
         """Enqueues many calls (``task.call(...)``, of any of the app's tasks) at once: the calls of

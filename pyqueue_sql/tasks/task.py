@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 import inspect
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
@@ -41,6 +42,7 @@ __all__ = [
     "Task",
     "TaskCall",
     "TaskHandle",
+    "TaskGroup",
     "TaskApp",
     "TaskOptions",
     "batches_of",
@@ -151,6 +153,84 @@ class TaskHandle(Generic[R]):
                 "its result expired, or it was removed or moved)"
             )
         raise TimeoutError(f"{where} has not finished (state {r.state})")
+
+
+class TaskGroup(Generic[R]):
+    """Handles followed as one (app.group(handles); Celery's GroupResult): results(timeout=) gives
+    their values in the handles' order, wait(timeout=) their Results once all have finished,
+    ``state`` one word for all of them, cancel() cancels those still live. Each call reads the
+    jobs through their app's database, one after another (the timeout is shared by all of them)."""
+
+    def __init__(self, handles: Iterable[TaskHandle[R]]) -> None:
+        self.handles: tuple[TaskHandle[R], ...] = tuple(handles)
+        for h in self.handles:
+            if not isinstance(h, TaskHandle):
+                raise errors.InvalidArgumentError(f"a group takes task handles, not {type(h).__name__}")
+
+    def __repr__(self) -> str:
+        return f"<TaskGroup of {len(self.handles)} job(s)>"
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def __iter__(self) -> collections.abc.Iterator[TaskHandle[R]]:
+        return iter(self.handles)
+
+    def results(self, timeout: float | dt.timedelta | None = None) -> list[R]:
+        """Waits for every job and returns their values in the handles' order (what each
+        handle.result() gives). The first job in that order that failed or was cancelled raises
+        (TaskFailed, TaskCancelled); TimeoutError when they have not all finished within timeout
+        seconds (None: no end)."""
+        return [h._outcome(r) for h, r in zip(self.handles, self._wait(timeout, raise_timeout=True))]
+
+    def wait(self, timeout: float | dt.timedelta | None = None) -> list[Result]:
+        """Waits until every job has finished (succeeded, failed or cancelled), or timeout passes;
+        returns each one's Result (Queue.result), in the handles' order, raising nothing."""
+        return self._wait(timeout, raise_timeout=False)
+
+    def _wait(self, timeout: float | dt.timedelta | None, raise_timeout: bool) -> list[Result]:
+        seconds = None if timeout is None else _seconds(timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        out: list[Result] = []
+        for h in self.handles:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            r: Result = h._queue().wait_result(h.key, h.kind, left)
+            if raise_timeout and not r.finished and r.state != "unknown":
+                raise TimeoutError(
+                    f"group of {len(self.handles)}: task {h.kind!r} ({h.queue}/{h.key}) has not finished "
+                    f"(state {r.state})"
+                )
+            out.append(r)
+        return out
+
+    def states(self) -> list[str]:
+        """Each job's state now (handle.status().state), in the handles' order."""
+        return [h.status().state for h in self.handles]
+
+    @property
+    def state(self) -> str:
+        """'succeeded' when every job succeeded; 'failed' once one failed or is unknown (and none
+        is live), 'cancelled' when one was cancelled and none failed; 'pending' while one is
+        live (ready, delayed, reserved, waiting...)."""
+        states = set(self.states())
+        if states <= {"succeeded"}:
+            return "succeeded"
+        if states & {"succeeded", "failed", "cancelled", "unknown"} != states:
+            return "pending"
+        return "failed" if states & {"failed", "unknown"} else "cancelled"
+
+    def completed_count(self) -> int:
+        """How many jobs succeeded."""
+        return self.states().count("succeeded")
+
+    def cancel(self) -> int:
+        """Cancels every job still live (handle.cancel()); returns how many were cancelled or asked
+        to stop."""
+        return sum(1 for h in self.handles if h.cancel())
+
+
+def _seconds(timeout: float | dt.timedelta) -> float:
+    return timeout.total_seconds() if isinstance(timeout, dt.timedelta) else float(timeout)
 
 
 @dataclasses.dataclass(frozen=True)
