@@ -69,6 +69,7 @@ MONITOR = (
     "queue_result",
     "queue_result_wait",
     "queue_result_channel",
+    "queue_results",
 )
 ADMIN = (
     "queue_create",

@@ -226,6 +226,10 @@ CALL queue_set_result_retention(%(queue)s, %(retention)s)
 -- name: result
 CALL queue_result(%(queue)s, %(key)s, %(kind)s)
 
+-- name: results
+-- newest first, a page of n (NULL: 100); before: NULL or a UTC DATETIME (the next page: the last row's finished_at)
+CALL queue_results(%(queue)s, %(kind)s, %(state)s, %(n)s, %(before)s)
+
 -- name: result_wait
 CALL queue_result_wait(%(queue)s, %(key)s, %(kind)s, %(timeout)s)
 

@@ -263,6 +263,11 @@ SELECT queue_set_result_retention(%(queue)s, %(retention)s::interval)
 SELECT state, result, last_error, attempts, progress, finished_at, cancel_requested
   FROM queue_result(%(queue)s, %(key)s, %(kind)s)
 
+-- name: results
+-- newest first, a page of n (NULL: 100); before: NULL or a time (the next page: the last row's finished_at)
+SELECT p_key, p_kind, state, result, last_error, attempts, progress, finished_at
+  FROM queue_results(%(queue)s, %(kind)s, %(state)s, %(n)s::integer, %(before)s::timestamptz)
+
 -- name: result_wait
 SELECT state, result, last_error, attempts, progress, finished_at, cancel_requested
   FROM queue_result_wait(%(queue)s, %(key)s, %(kind)s, %(timeout)s::interval)

@@ -915,3 +915,58 @@ def test_result_reads_cancel_and_purge_read_their_indexes(installed_database):
         assert _run(conn, "SELECT state FROM queue_result('rp.3', 'k7', 'kind')")[0] == [("unknown",)]
     finally:
         conn.close()
+
+
+# -- queue_results ------------------------------------------------------------------------
+
+
+def test_results_lists_outcomes_newest_first_by_kind_and_state_in_pages(make_queue, sql, dialect):
+    q = make_queue(max_attempts=1)
+    sql.set_retention(q.name, DAY)
+    q.push_many([(f"a{i}", "send", {}) for i in range(3)] + [("b0", "bill", {}), ("c0", "send", {})])
+    [a0] = q.reserve(1, timeout=60)
+    assert q.commit(a0)  # first
+    assert q.fail(q.reserve(1, timeout=60)[0], "boom") == "dropped"  # a1 failed
+    assert q.commit_many(q.reserve(2, timeout=60)) == 2  # a2 and b0
+    assert sql.cancel(q.name, "c0", "send") == "cancelled"  # last
+    q.push("live", "send", {})  # live: not listed
+
+    # a2 and b0 finished at one instant (as the rows of one batch commit may)
+    at = {r.key: r.finished_at for r in q.results()}["b0"]
+    sql.raw(
+        "UPDATE pyqueue_result SET finished_at = %s WHERE queue_name = %s AND p_key = 'a2'",
+        (at if dialect == "postgresql" else at.replace(tzinfo=None), q.name),
+    )
+    every = q.results()
+    assert [(r.key, r.state) for r in every] == [
+        ("c0", "cancelled"),
+        ("a2", "succeeded"),
+        ("b0", "succeeded"),
+        ("a1", "failed"),
+        ("a0", "succeeded"),
+    ]
+    assert every[3].last_error == "boom" and every[3].attempts == 1 and every[3].kind == "send"
+    assert every[1].finished_at == every[2].finished_at  # the batch's one instant
+    assert [r.key for r in q.results(kind="send", state="succeeded")] == ["a2", "a0"]
+    assert [r.key for r in q.results(state="failed")] == ["a1"]
+
+    # pages: the next one from the last row's finished_at; the batch's two rows are never split
+    first = q.results(n=2)
+    assert [r.key for r in first] == ["c0", "a2", "b0"]  # the tie comes with the second row
+    second = q.results(n=2, before=first[-1].finished_at)
+    assert [r.key for r in second] == ["a1", "a0"]
+    assert q.results(n=2, before=second[-1].finished_at) == []
+
+    # the same through plain SQL, with the routine's own checks
+    rows = sql("queue_results", q.name, "send", "failed", 10, None)
+    assert [(r[0], r[1], r[2], r[4], r[5]) for r in rows] == [("a1", "send", "failed", "boom", 1)]
+    for args, match in (
+        (("send", "done", None, None), "state must be succeeded, failed or cancelled"),
+        ((None, None, 0, None), "n must be 1 to 1000"),
+        ((None, None, 1001, None), "n must be 1 to 1000"),
+        (("", None, None, None), "p_kind"),
+    ):
+        with _raises(match):
+            sql("queue_results", q.name, *args)
+    with _raises("does not exist"):
+        sql("queue_results", "no.such.queue", None, None, None, None)

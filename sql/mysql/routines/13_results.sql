@@ -556,4 +556,54 @@ BEGIN
     SELECT v_done AS updated;
 END //
 
+-- queue_results: the stored outcomes of in_queue's finished messages, newest first (finished_at descending, then
+-- p_key, p_kind), a page of in_n (NULL = 100, 1 to 1000) rows: p_key, p_kind, state, result, last_error, attempts,
+-- progress, finished_at. in_kind (NULL: every kind) and in_state ('succeeded', 'failed' or 'cancelled'; NULL: every
+-- state) filter; in_before (NULL: now) keeps the outcomes that finished strictly before it. The next page: in_before =
+-- the last row's finished_at. So that a page never cuts through outcomes of one instant (a batch commit writes them
+-- all with one finished_at), the rows that finished at the same moment as the n-th come with it (a page may then hold
+-- more than in_n). Live messages are not listed (queue_result reads one). Raises unknown_queue, invalid_argument.
+-- Reads the (queue_name, finished_at) index without locks, two plain reads (the n-th row's time, then the page).
+DROP PROCEDURE IF EXISTS queue_results //
+CREATE PROCEDURE queue_results(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_state  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n      BIGINT,
+    IN in_before DATETIME(6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_skip BIGINT;
+    DECLARE v_cut DATETIME(6);
+    CALL pyqueue__check_queue(in_queue);
+    IF in_kind IS NOT NULL THEN CALL pyqueue__check_name('p_kind', in_kind, 128); END IF;
+    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('state must be succeeded, failed or cancelled (NULL: any), not ', LEFT(in_state, 40)));
+    END IF;
+    IF in_n < 1 OR in_n > 1000 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('n must be 1 to 1000, not ', in_n));
+    END IF;
+    SET v_queue = in_queue, v_kind = in_kind, v_state = in_state, v_skip = COALESCE(in_n, 100) - 1;
+    -- the n-th row's time: the page is every row from there up (NULL: fewer rows than n, all of them)
+    SELECT r.finished_at INTO v_cut
+      FROM pyqueue_result r FORCE INDEX (pyqueue_result_queue_time_idx)
+     WHERE r.queue_name = v_queue
+       AND (v_kind IS NULL OR r.p_kind = v_kind)
+       AND (v_state IS NULL OR r.state = v_state)
+       AND (in_before IS NULL OR r.finished_at < in_before)
+     ORDER BY r.finished_at DESC
+     LIMIT v_skip, 1;
+    SELECT r.p_key, r.p_kind, r.state, r.result, r.last_error, r.attempts, r.progress, r.finished_at
+      FROM pyqueue_result r FORCE INDEX (pyqueue_result_queue_time_idx)
+     WHERE r.queue_name = v_queue
+       AND (v_kind IS NULL OR r.p_kind = v_kind)
+       AND (v_state IS NULL OR r.state = v_state)
+       AND (in_before IS NULL OR r.finished_at < in_before)
+       AND (v_cut IS NULL OR r.finished_at >= v_cut)
+     ORDER BY r.finished_at DESC, r.p_key, r.p_kind;
+END //
+
 DELIMITER ;
