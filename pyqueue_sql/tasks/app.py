@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from .. import errors
 from ..client import Database, ParentResult, connect
 from ..errors import UnknownTaskError
+from ..timetravel import advance_clock, seconds_of
 from ..worker.model import Job
 from ..worker.policy import RetryPolicy
 from .conversion import Mismatch, from_json
@@ -35,6 +36,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_QUEUE = "default"
+# run_pending(advance=): at most this many steps of the clock (a job that comes back due at once,
+# forever, ends the run), each at least ADVANCE_MIN_STEP seconds
+ADVANCE_STEPS = 1000
+ADVANCE_MIN_STEP = 0.001
 
 # How long app.create_queues() keeps the results of a queue with a store_result task, when it
 # keeps none yet.
@@ -446,10 +451,48 @@ class App:
         worker.on_idle.append(lambda w: w.stop(reason="no job ready"))
         return worker
 
-    def run_pending(self, *, queues: Sequence[str] | None = None, **settings: Any) -> RunReport:
+    def run_pending(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        advance: dt.timedelta | float | None = None,
+        **settings: Any,
+    ) -> RunReport:
         """Runs the app's ready jobs in this process until none is ready, on the real routines, and
         says what became of each (for tests: ``task.defer(...); assert app.run_pending().succeeded``).
-        A job retried with a delay is not waited for."""
+        A job retried with a delay is not waited for.
+
+        advance (a timedelta or seconds; for a test database only): also runs what comes due
+        within that span, without waiting for it: the database's clock moves on to the next due
+        time (pyqueue_sql.timetravel: every stored time moved into the past), the jobs due then
+        run, and so on until the span is spent; then the rest of it passes. So ``run_pending(
+        advance=timedelta(minutes=10))`` runs a job, its retries after their backoff and a job
+        deferred with run_at in 5 minutes, in milliseconds. (Time in Python does not move.)"""
+        report, worker = self._pending_pass(queues, settings)
+        if advance is None:
+            return report
+        left = seconds_of(advance)
+        for _ in range(ADVANCE_STEPS):
+            waits = [
+                w
+                for w in (
+                    self._worker_database().queue(name).next_scheduled_at()[1] for name in worker.routes
+                )
+                if w is not None
+            ]
+            step = min(waits, default=None)
+            if step is None or step > left:
+                advance_clock(self._worker_database(), left)
+                report.jobs += self._pending_pass(queues, settings)[0].jobs
+                return report
+            step = max(step, ADVANCE_MIN_STEP)
+            advance_clock(self._worker_database(), step)
+            left = max(0.0, left - step)
+            report.jobs += self._pending_pass(queues, settings)[0].jobs
+        return report
+
+    def _pending_pass(self, queues: Sequence[str] | None, settings: dict[str, Any]) -> tuple[RunReport, Any]:
+        """run_pending without advance: (its report, the last pass's worker)."""
         report = RunReport()
         while True:
             worker = self._pending_worker(queues, settings)
@@ -460,7 +503,7 @@ class App:
             else:
                 worker.run(install_signals=False)
             if len(report.jobs) == ran or not self._ready_after_pass(worker):
-                return report
+                return report, worker
 
     async def run_pending_async(self, *, queues: Sequence[str] | None = None, **settings: Any) -> RunReport:
         """run_pending inside a running event loop."""
