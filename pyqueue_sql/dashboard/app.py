@@ -464,7 +464,14 @@ class DashboardApp:
         chosen = request.query_params.get("queue") or None
         dlqs = sorted(snapshot.dead_letter_queues)
         if chosen is None and dlqs:
-            chosen = dlqs[0]
+            # the first that holds letters (an empty one first in the list would hide the others')
+            held = {
+                r.stats.queue
+                for r in snapshot.queues
+                if r.stats.queue in snapshot.dead_letter_queues
+                and r.stats.ready + r.stats.delayed + r.stats.reserved > 0
+            }
+            chosen = next((q for q in dlqs if q in held), dlqs[0])
         page = None
         if chosen is not None:
             page = await run_in_threadpool(self.dashboard.queue_page, chosen, None, None, None, 250, False)
