@@ -374,6 +374,25 @@ class App:
             db = self._local.worker_db = connect(dsn)
         return db
 
+    def parent_results_of(self, job: Job, task: Task[Any, Any]) -> list[Any]:
+        """Task.parent_results(): the results of the job's parents of that task, in order, each
+        rebuilt by its return annotation (as it is stored when it does not fit)."""
+        queue: Any = self._worker_database().queue(job.queue)
+        rows: list[ParentResult] = queue.parent_results(job.key, job.kind)
+        hint = task.hints.get("return", Any)
+        values: list[Any] = []
+        for r in rows:
+            if (r.queue, r.kind) != (task.queue, task.kind):
+                continue
+            if r.state != "succeeded" or r.result is None:
+                values.append(None)
+                continue
+            try:
+                values.append(from_json(r.result, hint))
+            except Mismatch:
+                values.append(r.result)
+        return values
+
     def _parent_results(self, job: Job) -> list[Any]:
         """job.parent_results() of a job of the app's tasks: queue_parent_results on this thread's
         connection (of the worker's DSN), each succeeded parent's result rebuilt by its task's
@@ -473,12 +492,9 @@ class App:
             return report
         left = seconds_of(advance)
         for _ in range(ADVANCE_STEPS):
+            db: Any = self._worker_database()  # (a Queue's sans-IO methods: mypy sees generators)
             waits = [
-                w
-                for w in (
-                    self._worker_database().queue(name).next_scheduled_at()[1] for name in worker.routes
-                )
-                if w is not None
+                w for w in (db.queue(name).next_scheduled_at()[1] for name in worker.routes) if w is not None
             ]
             step = min(waits, default=None)
             if step is None or step > left:

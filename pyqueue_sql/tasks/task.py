@@ -32,6 +32,7 @@ from .conversion import (
     type_name,
 )
 from .keys import new_key, occurrence_time
+from .running import current_job
 
 if TYPE_CHECKING:
     from ..aio.client import AsyncDatabase
@@ -65,6 +66,8 @@ class TaskApp(Protocol):
     async def database_async(self) -> AsyncDatabase: ...
 
     def defer_many(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
+
+    def parent_results_of(self, job: Job, task: Task[Any, Any]) -> list[Any]: ...
 
     async def defer_many_async(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
 
@@ -588,6 +591,37 @@ class Task(Generic[P, R]):
             at = occurrence_time(job)
             kwargs[occurrence[0]] = at if occurrence[1] == "datetime" else int(at.timestamp())
         return kwargs
+
+    # -- inside a child (after=) ---------------------------------------------------------
+    @overload
+    def parent_results(self: Task[P, collections.abc.Coroutine[Any, Any, T]]) -> list[T]: ...
+
+    @overload
+    def parent_results(self: Task[P, T]) -> list[T]: ...
+
+    def parent_results(self) -> list[Any]:
+        """Inside a job deferred with after=: the results of its parents that are jobs of this
+        task, in the order given, each rebuilt as this task's return type (for mypy a list of what
+        the function returns: ``square.parent_results()`` is a list[int] when square returns an
+        int). current_job().parent_results() gives every parent's, untyped."""
+        return self.app.parent_results_of(current_job(), self)
+
+    @overload
+    def parent_result(self: Task[P, collections.abc.Coroutine[Any, Any, T]]) -> T: ...
+
+    @overload
+    def parent_result(self: Task[P, T]) -> T: ...
+
+    def parent_result(self) -> Any:
+        """parent_results() of a job that has exactly one parent of this task: its result
+        (InvalidArgumentError when it has none or several)."""
+        values = self.parent_results()
+        if len(values) != 1:
+            raise errors.InvalidArgumentError(
+                f"the job has {len(values)} parent(s) of task {self.kind!r} ({self.queue}), not one: "
+                f"use {self.__name__}.parent_results()"
+            )
+        return values[0]
 
     # -- enqueueing --------------------------------------------------------------------
     def _push_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -1,7 +1,9 @@
 """A group handle (app.group(handles), a TaskGroup: Celery's GroupResult) on both dialects: the
 values in the handles' order, rebuilt by the task's return annotation, whatever order the jobs ran
 in; wait() without raising; one state for all; a failure raised for the first failed handle in
-order; a timeout when one has not finished; cancel() of the live ones."""
+order; a timeout when one has not finished; cancel() of the live ones. And the typed read of a
+workflow's parents in the child: task.parent_results() / parent_result(), rebuilt as the task
+returns them (tests/tasks/test_typing.py checks the types mypy sees)."""
 
 from __future__ import annotations
 
@@ -63,3 +65,32 @@ def test_a_failed_or_cancelled_member_is_raised_in_order_and_cancel_stops_the_li
         both.results(timeout=1)
     with pytest.raises(InvalidArgumentError, match="takes task handles"):
         app.group([("q", "k", "kind")])  # type: ignore[list-item]
+
+
+def test_a_child_reads_its_parents_results_of_one_task_typed(app):
+    @app.task(store_result=True)
+    def square(n: int) -> int:
+        return n * n
+
+    @app.task(store_result=True)
+    def day_after(day: dt.date) -> dt.date:
+        return day + dt.timedelta(days=1)
+
+    @app.task(store_result=True)
+    def report() -> str:
+        squares = square.parent_results()  # list[int], in the order given
+        day = day_after.parent_result()  # a date: its one parent of that task
+        return f"{squares} {day.isoformat()} {type(day).__name__}"
+
+    @app.task(store_result=True, retry=RetryPolicy(give_up_on=InvalidArgumentError))
+    def ambiguous() -> str:
+        return square.parent_result()  # type: ignore[return-value]  # two parents of square: refused
+
+    app.create_queues()
+    a, d, b = square.defer(2), day_after.defer(dt.date(2026, 2, 28)), square.defer(3)
+    child = report.configure(after=[b, d, a]).defer()
+    odd = ambiguous.configure(after=[a, b]).defer()
+    app.run_pending()
+    assert child.result(timeout=5) == "[9, 4] 2026-03-01 date"
+    with pytest.raises(TaskFailed, match="2 parent\\(s\\) of task 'square'"):
+        odd.result(timeout=5)
