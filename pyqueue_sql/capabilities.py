@@ -91,6 +91,7 @@ ADMIN = (
     "queue_schedule_cron",
     "queue_unschedule",
     "queue_purge_history",
+    "queue_purge_results",
     "queue_replay",
     "queue_redrive",
     "queue_release_dead_workers",

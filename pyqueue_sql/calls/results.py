@@ -76,6 +76,26 @@ class ResultsCalls(QueueCallsBase):
         ]
 
     @sans_io
+    def purge_results(
+        self,
+        state: str | None = None,
+        before: dt.datetime | dt.timedelta | None = None,
+        n: int | None = None,
+    ) -> int:
+        """Deletes up to n (None: 10000, at most 100000) of the queue's stored outcomes that
+        finished before `before` (None: now), of one state when given, oldest first, whatever the
+        result retention (queue_purge_results; the admin capability). Returns how many: fewer
+        than n when none is left."""
+        rows = yield statement_call(
+            "purge_results",
+            queue=self.name,
+            state=None if state is None else text_value(state, "state"),
+            before=self.db.dialect.time(before, "before"),
+            n=whole_number_within(n, "n", INT_MIN, INT_MAX),
+        )
+        return int(rows[0][0])
+
+    @sans_io
     def result_wait_once(self, key: str | int, kind: str, timeout: Duration = None) -> Result:
         """One call of queue_result_wait: blocks in the server until the message has finished (or
         is unknown) or timeout passes (at most an hour), and returns its state then. wait_result

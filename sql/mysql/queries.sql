@@ -230,6 +230,9 @@ CALL queue_result(%(queue)s, %(key)s, %(kind)s)
 -- newest first, a page of n (NULL: 100); before: NULL or a UTC DATETIME (the next page: the last row's finished_at)
 CALL queue_results(%(queue)s, %(kind)s, %(state)s, %(n)s, %(before)s)
 
+-- name: purge_results
+CALL queue_purge_results(%(queue)s, %(state)s, %(before)s, %(n)s)
+
 -- name: result_wait
 CALL queue_result_wait(%(queue)s, %(key)s, %(kind)s, %(timeout)s)
 

@@ -268,6 +268,9 @@ SELECT state, result, last_error, attempts, progress, finished_at, cancel_reques
 SELECT p_key, p_kind, state, result, last_error, attempts, progress, finished_at
   FROM queue_results(%(queue)s, %(kind)s, %(state)s, %(n)s::integer, %(before)s::timestamptz)
 
+-- name: purge_results
+SELECT queue_purge_results(%(queue)s, %(state)s, %(before)s::timestamptz, %(n)s::integer)
+
 -- name: result_wait
 SELECT state, result, last_error, attempts, progress, finished_at, cancel_requested
   FROM queue_result_wait(%(queue)s, %(key)s, %(kind)s, %(timeout)s::interval)

@@ -970,3 +970,39 @@ def test_results_lists_outcomes_newest_first_by_kind_and_state_in_pages(make_que
             sql("queue_results", q.name, *args)
     with _raises("does not exist"):
         sql("queue_results", "no.such.queue", None, None, None, None)
+
+
+# -- queue_purge_results ------------------------------------------------------------------
+
+
+def test_purge_results_deletes_outcomes_of_a_state_finished_before_a_time_oldest_first(make_queue, sql):
+    q = make_queue(max_attempts=1)
+    sql.set_retention(q.name, DAY)
+    for key in ("ok1", "bad1", "ok2", "bad2"):
+        q.push(key, "k", {})
+        [r] = q.reserve()
+        if key.startswith("bad"):
+            assert q.fail(r, "boom") == "dropped"
+        else:
+            assert q.commit(r)
+    q.push("live", "k", {})
+    at = {r.key: r.finished_at for r in q.results()}
+
+    assert q.purge_results(state="failed", before=at["bad2"]) == 1  # bad1 only: bad2 is not before itself
+    assert [r.key for r in q.results()] == ["bad2", "ok2", "ok1"]
+    assert q.purge_results(state="succeeded", n=1) == 1  # the oldest first
+    assert [r.key for r in q.results()] == ["bad2", "ok2"]
+    assert q.purge_results() == 2
+    assert q.results() == [] and q.result("live", "k").state == "ready"
+    assert q.purge_results() == 0
+
+    # through plain SQL, with the routine's own checks
+    assert sql.one("queue_purge_results", q.name, None, None, 5) == 0
+    for args, match in (
+        (("done", None, None), "state must be succeeded, failed or cancelled"),
+        ((None, None, 0), "n must be 1 to 100000"),
+    ):
+        with _raises(match):
+            sql("queue_purge_results", q.name, *args)
+    with _raises("does not exist"):
+        sql("queue_purge_results", "no.such.queue", None, None, None)

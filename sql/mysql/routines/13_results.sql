@@ -606,4 +606,39 @@ BEGIN
      ORDER BY r.finished_at DESC, r.p_key, r.p_kind;
 END //
 
+-- queue_purge_results: deletes up to in_n (NULL = 10000; 1 to 100000) of in_queue's stored outcomes that finished
+-- strictly before in_before (NULL: now), of one state when in_state is given ('succeeded', 'failed' or 'cancelled';
+-- NULL: any), oldest first, whatever the queue's result retention. One row: deleted, how many: fewer than in_n when no
+-- more are left (call it again until then). Live messages are untouched. Raises unknown_queue, invalid_argument.
+-- Locks: the rows it deletes (and the index gaps it reads, as any DELETE), for its one statement.
+DROP PROCEDURE IF EXISTS queue_purge_results //
+CREATE PROCEDURE queue_purge_results(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_state  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_before DATETIME(6),
+    IN in_n      BIGINT)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_before DATETIME(6) DEFAULT COALESCE(in_before, UTC_TIMESTAMP(6));
+    DECLARE v_n BIGINT DEFAULT COALESCE(in_n, 10000);
+    CALL pyqueue__check_queue(in_queue);
+    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('state must be succeeded, failed or cancelled (NULL: any), not ', LEFT(in_state, 40)));
+    END IF;
+    IF in_n < 1 OR in_n > 100000 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('n must be 1 to 100000, not ', in_n));
+    END IF;
+    SET v_queue = in_queue, v_state = in_state;
+    DELETE FROM pyqueue_result
+     WHERE queue_name = v_queue
+       AND (v_state IS NULL OR state = v_state)
+       AND finished_at < v_before
+     ORDER BY finished_at
+     LIMIT v_n;
+    SELECT ROW_COUNT() AS deleted;
+END //
+
 DELIMITER ;

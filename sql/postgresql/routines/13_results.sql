@@ -608,3 +608,48 @@ BEGIN
          ORDER BY t.finished_at DESC, t.p_key, t.p_kind;
 END;
 $$;
+
+-- queue_purge_results: deletes up to in_n (NULL = 10000; 1 to 100000) of
+-- in_queue's stored outcomes that finished strictly before in_before (NULL:
+-- now), of one state when in_state is given ('succeeded', 'failed' or
+-- 'cancelled'; NULL: any), oldest first, whatever the queue's result
+-- retention. Returns how many it deleted: fewer than in_n when no more are
+-- left (call it again until then). Live messages are untouched. Raises
+-- unknown_queue, invalid_argument. Locks: the rows it deletes (SKIP LOCKED:
+-- a row another transaction is writing, a commit of its key, is left for
+-- the next call).
+CREATE OR REPLACE FUNCTION queue_purge_results(in_queue text, in_state text DEFAULT NULL,
+                                               in_before timestamptz DEFAULT NULL, in_n integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_before timestamptz := coalesce(in_before, pg_catalog.clock_timestamp());
+    v_done   integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: state must be succeeded, failed or cancelled (NULL: any), not %',
+            pg_catalog.left(in_state, 40) USING ERRCODE = '22023';
+    END IF;
+    IF in_n < 1 OR in_n > 100000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be 1 to 100000, not %', in_n USING ERRCODE = '22023';
+    END IF;
+    IF in_before = 'infinity' OR in_before = '-infinity' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: before must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    WITH doomed AS (
+        SELECT r.ctid AS tid FROM pyqueue_result r
+         WHERE r.queue_name::text = in_queue
+           AND (in_state IS NULL OR r.state::text = in_state)
+           AND r.finished_at < v_before
+         ORDER BY r.finished_at
+         LIMIT coalesce(in_n, 10000)
+           FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM pyqueue_result r USING doomed WHERE r.ctid = doomed.tid;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    RETURN v_done;
+END;
+$$;

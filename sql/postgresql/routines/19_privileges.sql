@@ -59,6 +59,7 @@ REVOKE EXECUTE ON FUNCTION
 
 -- Routines added since 0.1.0, one statement each (in the order of their files).
 REVOKE EXECUTE ON FUNCTION queue_results FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION queue_purge_results FROM PUBLIC;
 
 -- The caller's search_path again (pinned at the top of this script).
 DO $$
