@@ -2,7 +2,7 @@
 #   make demo   runs the demo on an embedded PostgreSQL (no server needed); installs
 #               only what the demo needs (the package with its postgresql, mysql and
 #               embedded extras; pyspark, a download of about 450 MB, only for the Spark
-#               stage and only when Java is there)
+#               stage and only when Java is there, with the JDBC jars from apt-get)
 #   make test   runs the whole test suite against both dialects (dev + spark extras), in
 #               parallel worker processes (pytest-xdist): about 10 minutes on 2 quiet cores (10:13 for 4,311
 #               tests at c0a1c33; 15 to 27 minutes while other work loads the machine)
@@ -56,6 +56,7 @@ demo: $(DEMO_STAMP)
 	@echo
 	@echo "== demo 2/2: Spark stage =="
 	@if command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ]; then \
+	  echo "demo: installing the JDBC jars with apt-get where it can (scripts/spark-deps.sh: libpostgresql-jdbc-java, libmariadb-java, when root; else it says what to install)"; \
 	  bash scripts/spark-deps.sh || true; \
 	  if $(MAKE) --no-print-directory $(SPARK_STAMP); then $(PY) examples/spark_pipeline.py --demo; \
 	  else echo "demo: Spark stage SKIPPED: could not install the spark extra (pip install -e '.[spark]')"; fi; \

@@ -50,7 +50,7 @@ from .errors import (
     UnknownTaskError,
     UnsupportedDsnError,
 )
-from .tasks import App, RunReport, Task, TaskHandle, current_job, running_job
+from .tasks import App, RunReport, Task, TaskGroup, TaskHandle, current_job, running_job
 from .worker import Job, RetryPolicy, Worker
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "App",
     "Task",
     "TaskHandle",
+    "TaskGroup",
     "RunReport",
     "current_job",
     "running_job",

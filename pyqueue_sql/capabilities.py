@@ -69,6 +69,7 @@ MONITOR = (
     "queue_result",
     "queue_result_wait",
     "queue_result_channel",
+    "queue_results",
 )
 ADMIN = (
     "queue_create",
@@ -90,6 +91,7 @@ ADMIN = (
     "queue_schedule_cron",
     "queue_unschedule",
     "queue_purge_history",
+    "queue_purge_results",
     "queue_replay",
     "queue_redrive",
     "queue_release_dead_workers",

@@ -26,10 +26,15 @@ Fixtures:
   ``PYQUEUE_TEST_DATABASE_PREFIX`` environment variable (first) says another (letters, digits and
   ``_``, at most 40).
 * ``pyqueue_db``: a pyqueue_sql.Database on it, closed after the test.
+* ``pyqueue_clock``: the test database's clock: ``pyqueue_clock.advance(timedelta(hours=1))``
+  moves every stored time (due times, leases, outcomes, history, rate windows) an hour into the
+  past, as if the hour had passed (pyqueue_sql.timetravel); ``app.run_pending(advance=...)`` runs
+  what comes due step by step within such a span.
 
 No fake queue: the jobs go through the real routines, as in production. App.run_pending() (and
 ``await app.run_pending_async()``) runs the ready jobs in the test's process and reports what
-became of each.
+became of each; with ``advance=timedelta(...)`` it also runs what comes due within that span (a
+retry's backoff, a snooze, a delay), moving the database's clock on from one due time to the next.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import pytest
 
 from . import dialects, migrate
 from .client import Database, connect
+from .timetravel import Clock
 
 ENV = "PYQUEUE_TEST_DSN"
 PREFIX_ENV = "PYQUEUE_TEST_DATABASE_PREFIX"
@@ -217,6 +223,19 @@ def pyqueue_db(pyqueue_dsn: str) -> Iterator[Database]:
     db = connect(pyqueue_dsn)
     try:
         yield db
+    finally:
+        db.close()
+
+
+@pytest.fixture
+def pyqueue_clock(pyqueue_dsn: str) -> Iterator[Clock]:
+    """The test database's clock (pyqueue_sql.timetravel.Clock): ``pyqueue_clock.advance(
+    timedelta(minutes=5))`` moves every stored time 5 minutes into the past, so a retry, a snooze,
+    a delay, an expiry or a periodic occurrence comes due without a real wait; then
+    ``app.run_pending()`` runs it (or ``app.run_pending(advance=...)`` alone)."""
+    db = connect(pyqueue_dsn)
+    try:
+        yield Clock(db)
     finally:
         db.close()
 

@@ -4,6 +4,7 @@ QueueCalls and DatabaseCalls are composed of these groups."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ from .. import errors, sansio
 from ..dialects import Duration, encode_json, key_value, read_token, text_value, token_value
 from ..rows import MAX_PROGRESS_BYTES, Renewal, Reservation, Result, result_from_rows
 from ..sansio import chunks, each_call, sans_io, statement_call
-from .base import QueueCallsBase, held_reservation
+from .base import INT_MAX, INT_MIN, QueueCallsBase, held_reservation, whole_number_within
 
 
 class ResultsCalls(QueueCallsBase):
@@ -36,6 +37,63 @@ class ResultsCalls(QueueCallsBase):
             "result", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         return result_from_rows(self.db.dialect, self.name, key, kind, rows)
+
+    @sans_io
+    def results(
+        self,
+        kind: str | None = None,
+        state: str | None = None,
+        n: int | None = None,
+        before: dt.datetime | dt.timedelta | None = None,
+    ) -> list[Result]:
+        """The stored outcomes of the queue's finished messages, newest first (queue_results): up
+        to n (None: 100, at most 1000) Results, of one kind and one state ('succeeded', 'failed',
+        'cancelled') when given, finished before `before` (None: now). The next page: ``before=``
+        the last one's finished_at (outcomes of one instant, a batch commit's, are never split
+        across pages: a page may hold more than n of them). Live messages are not listed."""
+        d = self.db.dialect
+        rows = yield statement_call(
+            "results",
+            queue=self.name,
+            kind=None if kind is None else text_value(kind, "kind"),
+            state=None if state is None else text_value(state, "state"),
+            n=whole_number_within(n, "n", INT_MIN, INT_MAX),
+            before=d.time(before, "before"),
+        )
+        return [
+            Result(
+                self.name,
+                str(key),
+                str(k),
+                str(st),
+                d.read_payload(result),
+                last_error,
+                int(attempts),
+                d.read_payload(progress),
+                d.read_time(finished_at),
+            )
+            for key, k, st, result, last_error, attempts, progress, finished_at in rows
+        ]
+
+    @sans_io
+    def purge_results(
+        self,
+        state: str | None = None,
+        before: dt.datetime | dt.timedelta | None = None,
+        n: int | None = None,
+    ) -> int:
+        """Deletes up to n (None: 10000, at most 100000) of the queue's stored outcomes that
+        finished before `before` (None: now), of one state when given, oldest first, whatever the
+        result retention (queue_purge_results; the admin capability). Returns how many: fewer
+        than n when none is left."""
+        rows = yield statement_call(
+            "purge_results",
+            queue=self.name,
+            state=None if state is None else text_value(state, "state"),
+            before=self.db.dialect.time(before, "before"),
+            n=whole_number_within(n, "n", INT_MIN, INT_MAX),
+        )
+        return int(rows[0][0])
 
     @sans_io
     def result_wait_once(self, key: str | int, kind: str, timeout: Duration = None) -> Result:

@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).parent
 _log = logging.getLogger("pyqueue_sql.dashboard")
+# How many finished jobs the results page lists at once (queue_results: a page may hold more, never
+# splitting one instant)
+RESULTS_SHOWN = 100
 SESSION_COOKIE = "pyqueue_dashboard"
 CSRF_COOKIE = "pyqueue_csrf"
 FLASH_COOKIE = "pyqueue_flash"
@@ -225,6 +228,7 @@ class DashboardApp:
             Route("/dead-letters", self.dead_letters_page),
             Route("/workers", self.workers_page),
             Route("/schedules", self.schedules_page),
+            Route("/results", self.results_page),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/metrics", self.metrics),
             Route("/actions/{action}", self.action, methods=["POST"]),
@@ -464,7 +468,14 @@ class DashboardApp:
         chosen = request.query_params.get("queue") or None
         dlqs = sorted(snapshot.dead_letter_queues)
         if chosen is None and dlqs:
-            chosen = dlqs[0]
+            # the first that holds letters (an empty one first in the list would hide the others')
+            held = {
+                r.stats.queue
+                for r in snapshot.queues
+                if r.stats.queue in snapshot.dead_letter_queues
+                and r.stats.ready + r.stats.delayed + r.stats.reserved > 0
+            }
+            chosen = next((q for q in dlqs if q in held), dlqs[0])
         page = None
         if chosen is not None:
             page = await run_in_threadpool(self.dashboard.queue_page, chosen, None, None, None, 250, False)
@@ -492,6 +503,40 @@ class DashboardApp:
             held=held,
             processes=processes,
             allowed=await self.allowed(),
+        )
+
+    async def results_page(self, request: Request) -> Response:
+        """The finished jobs of a queue that keeps results (queue_results), newest first, by kind
+        and state, a page of RESULTS_SHOWN; "older" opens the next page. No queue chosen: the
+        first that keeps results."""
+        params = request.query_params
+        settings = await run_in_threadpool(self.dashboard.settings)
+        keeping = sorted(s.queue for s in settings if s.result_retention is not None)
+        chosen = params.get("queue") or (keeping[0] if keeping else None)
+        kind = params.get("kind") or None
+        state = params.get("state") or None
+        before = None
+        if params.get("before"):
+            try:
+                before = dt.datetime.fromisoformat(params["before"])
+            except ValueError:
+                raise errors.InvalidArgumentError(
+                    f"before must be an ISO 8601 time, not {params['before']!r:.40}"
+                ) from None
+            if before.tzinfo is None:
+                before = before.replace(tzinfo=dt.timezone.utc)
+        rows = []
+        if chosen is not None:
+            rows = await run_in_threadpool(self.dashboard.results, chosen, kind, state, RESULTS_SHOWN, before)
+        return self.render(
+            request,
+            "results.html",
+            queues=keeping,
+            chosen=chosen,
+            kind=kind,
+            state=state,
+            rows=rows,
+            older=rows[-1].finished_at.isoformat() if len(rows) >= RESULTS_SHOWN else None,
         )
 
     async def schedules_page(self, request: Request) -> Response:

@@ -373,6 +373,13 @@ class Dashboard:
         with self.pool.database() as db:
             return db.schedules()
 
+    def results(
+        self, queue: str, kind: str | None, state: str | None, n: int, before: dt.datetime | None
+    ) -> list[Result]:
+        """A page of a queue's finished jobs, newest first (Queue.results, queue_results)."""
+        with self.pool.database() as db:
+            return db.queue(queue).results(kind=kind, state=state, n=n, before=before)
+
     def settings(self) -> list[QueueSettings]:
         with self.pool.database() as db:
             return db.settings()

@@ -33,7 +33,7 @@ from .app import DEFAULT_QUEUE, DEFAULT_RESULT_RETENTION, App, UnknownTaskError
 from .keys import new_key, occurrence_time
 from .periodic import Periodic
 from .running import CallNext, JobReport, Middleware, RunReport, compose, current_job, running_job
-from .task import PayloadMismatchError, Task, TaskCall, TaskHandle
+from .task import PayloadMismatchError, Task, TaskCall, TaskGroup, TaskHandle
 
 __all__ = [
     # the app and its tasks
@@ -41,6 +41,7 @@ __all__ = [
     "Task",
     "TaskCall",
     "TaskHandle",
+    "TaskGroup",
     "Periodic",
     "DEFAULT_QUEUE",
     "DEFAULT_RESULT_RETENTION",

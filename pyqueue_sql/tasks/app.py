@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from .. import errors
 from ..client import Database, ParentResult, connect
 from ..errors import UnknownTaskError
+from ..timetravel import advance_clock, seconds_of
 from ..worker.model import Job
 from ..worker.policy import RetryPolicy
 from .conversion import Mismatch, from_json
 from .periodic import Periodic, declare, every_seconds, schedule
 from .running import Middleware, RunReport, task_handler
-from .task import Task, TaskCall, TaskHandle, TaskOptions, batches_of, handles_of
+from .task import Task, TaskCall, TaskGroup, TaskHandle, TaskOptions, batches_of, handles_of
 
 if TYPE_CHECKING:
     from ..aio.client import AsyncDatabase
@@ -35,6 +36,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_QUEUE = "default"
+# run_pending(advance=): at most this many steps of the clock (a job that comes back due at once,
+# forever, ends the run), each at least ADVANCE_MIN_STEP seconds
+ADVANCE_STEPS = 1000
+ADVANCE_MIN_STEP = 0.001
 
 # How long app.create_queues() keeps the results of a queue with a store_result task, when it
 # keeps none yet.
@@ -310,6 +315,11 @@ class App:
         result, progress, cancel. (Its ``enqueued`` is False: the handle does not know.)"""
         return TaskHandle(queue, key, kind, False, self)
 
+    def group(self, handles: Iterable[TaskHandle[R]]) -> TaskGroup[R]:
+        """The handles followed as one (TaskGroup, Celery's GroupResult): ``app.group(
+        task.defer_many(calls)).results(timeout=30)`` gives the values in the calls' order."""
+        return TaskGroup(handles)
+
     def defer_many(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]:
         """Enqueues many calls (``task.call(...)``, of any of the app's tasks) at once: the calls of
         one queue go through Queue.push_many, one round trip per chunk of CHUNK_SIZE messages
@@ -363,6 +373,25 @@ class App:
         if db is None:
             db = self._local.worker_db = connect(dsn)
         return db
+
+    def parent_results_of(self, job: Job, task: Task[Any, Any]) -> list[Any]:
+        """Task.parent_results(): the results of the job's parents of that task, in order, each
+        rebuilt by its return annotation (as it is stored when it does not fit)."""
+        queue: Any = self._worker_database().queue(job.queue)
+        rows: list[ParentResult] = queue.parent_results(job.key, job.kind)
+        hint = task.hints.get("return", Any)
+        values: list[Any] = []
+        for r in rows:
+            if (r.queue, r.kind) != (task.queue, task.kind):
+                continue
+            if r.state != "succeeded" or r.result is None:
+                values.append(None)
+                continue
+            try:
+                values.append(from_json(r.result, hint))
+            except Mismatch:
+                values.append(r.result)
+        return values
 
     def _parent_results(self, job: Job) -> list[Any]:
         """job.parent_results() of a job of the app's tasks: queue_parent_results on this thread's
@@ -442,10 +471,45 @@ class App:
         worker.on_idle.append(lambda w: w.stop(reason="no job ready"))
         return worker
 
-    def run_pending(self, *, queues: Sequence[str] | None = None, **settings: Any) -> RunReport:
+    def run_pending(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        advance: dt.timedelta | float | None = None,
+        **settings: Any,
+    ) -> RunReport:
         """Runs the app's ready jobs in this process until none is ready, on the real routines, and
         says what became of each (for tests: ``task.defer(...); assert app.run_pending().succeeded``).
-        A job retried with a delay is not waited for."""
+        A job retried with a delay is not waited for.
+
+        advance (a timedelta or seconds; for a test database only): also runs what comes due
+        within that span, without waiting for it: the database's clock moves on to the next due
+        time (pyqueue_sql.timetravel: every stored time moved into the past), the jobs due then
+        run, and so on until the span is spent; then the rest of it passes. So ``run_pending(
+        advance=timedelta(minutes=10))`` runs a job, its retries after their backoff and a job
+        deferred with run_at in 5 minutes, in milliseconds. (Time in Python does not move.)"""
+        report, worker = self._pending_pass(queues, settings)
+        if advance is None:
+            return report
+        left = seconds_of(advance)
+        for _ in range(ADVANCE_STEPS):
+            db: Any = self._worker_database()  # (a Queue's sans-IO methods: mypy sees generators)
+            waits = [
+                w for w in (db.queue(name).next_scheduled_at()[1] for name in worker.routes) if w is not None
+            ]
+            step = min(waits, default=None)
+            if step is None or step > left:
+                advance_clock(self._worker_database(), left)
+                report.jobs += self._pending_pass(queues, settings)[0].jobs
+                return report
+            step = max(step, ADVANCE_MIN_STEP)
+            advance_clock(self._worker_database(), step)
+            left = max(0.0, left - step)
+            report.jobs += self._pending_pass(queues, settings)[0].jobs
+        return report
+
+    def _pending_pass(self, queues: Sequence[str] | None, settings: dict[str, Any]) -> tuple[RunReport, Any]:
+        """run_pending without advance: (its report, the last pass's worker)."""
         report = RunReport()
         while True:
             worker = self._pending_worker(queues, settings)
@@ -456,7 +520,7 @@ class App:
             else:
                 worker.run(install_signals=False)
             if len(report.jobs) == ran or not self._ready_after_pass(worker):
-                return report
+                return report, worker
 
     async def run_pending_async(self, *, queues: Sequence[str] | None = None, **settings: Any) -> RunReport:
         """run_pending inside a running event loop."""

@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 import inspect
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
@@ -31,6 +32,7 @@ from .conversion import (
     type_name,
 )
 from .keys import new_key, occurrence_time
+from .running import current_job
 
 if TYPE_CHECKING:
     from ..aio.client import AsyncDatabase
@@ -41,6 +43,7 @@ __all__ = [
     "Task",
     "TaskCall",
     "TaskHandle",
+    "TaskGroup",
     "TaskApp",
     "TaskOptions",
     "batches_of",
@@ -63,6 +66,8 @@ class TaskApp(Protocol):
     async def database_async(self) -> AsyncDatabase: ...
 
     def defer_many(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
+
+    def parent_results_of(self, job: Job, task: Task[Any, Any]) -> list[Any]: ...
 
     async def defer_many_async(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
 
@@ -151,6 +156,84 @@ class TaskHandle(Generic[R]):
                 "its result expired, or it was removed or moved)"
             )
         raise TimeoutError(f"{where} has not finished (state {r.state})")
+
+
+class TaskGroup(Generic[R]):
+    """Handles followed as one (app.group(handles); Celery's GroupResult): results(timeout=) gives
+    their values in the handles' order, wait(timeout=) their Results once all have finished,
+    ``state`` one word for all of them, cancel() cancels those still live. Each call reads the
+    jobs through their app's database, one after another (the timeout is shared by all of them)."""
+
+    def __init__(self, handles: Iterable[TaskHandle[R]]) -> None:
+        self.handles: tuple[TaskHandle[R], ...] = tuple(handles)
+        for h in self.handles:
+            if not isinstance(h, TaskHandle):
+                raise errors.InvalidArgumentError(f"a group takes task handles, not {type(h).__name__}")
+
+    def __repr__(self) -> str:
+        return f"<TaskGroup of {len(self.handles)} job(s)>"
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def __iter__(self) -> collections.abc.Iterator[TaskHandle[R]]:
+        return iter(self.handles)
+
+    def results(self, timeout: float | dt.timedelta | None = None) -> list[R]:
+        """Waits for every job and returns their values in the handles' order (what each
+        handle.result() gives). The first job in that order that failed or was cancelled raises
+        (TaskFailed, TaskCancelled); TimeoutError when they have not all finished within timeout
+        seconds (None: no end)."""
+        return [h._outcome(r) for h, r in zip(self.handles, self._wait(timeout, raise_timeout=True))]
+
+    def wait(self, timeout: float | dt.timedelta | None = None) -> list[Result]:
+        """Waits until every job has finished (succeeded, failed or cancelled), or timeout passes;
+        returns each one's Result (Queue.result), in the handles' order, raising nothing."""
+        return self._wait(timeout, raise_timeout=False)
+
+    def _wait(self, timeout: float | dt.timedelta | None, raise_timeout: bool) -> list[Result]:
+        seconds = None if timeout is None else _seconds(timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        out: list[Result] = []
+        for h in self.handles:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            r: Result = h._queue().wait_result(h.key, h.kind, left)
+            if raise_timeout and not r.finished and r.state != "unknown":
+                raise TimeoutError(
+                    f"group of {len(self.handles)}: task {h.kind!r} ({h.queue}/{h.key}) has not finished "
+                    f"(state {r.state})"
+                )
+            out.append(r)
+        return out
+
+    def states(self) -> list[str]:
+        """Each job's state now (handle.status().state), in the handles' order."""
+        return [h.status().state for h in self.handles]
+
+    @property
+    def state(self) -> str:
+        """'succeeded' when every job succeeded; 'failed' once one failed or is unknown (and none
+        is live), 'cancelled' when one was cancelled and none failed; 'pending' while one is
+        live (ready, delayed, reserved, waiting...)."""
+        states = set(self.states())
+        if states <= {"succeeded"}:
+            return "succeeded"
+        if states & {"succeeded", "failed", "cancelled", "unknown"} != states:
+            return "pending"
+        return "failed" if states & {"failed", "unknown"} else "cancelled"
+
+    def completed_count(self) -> int:
+        """How many jobs succeeded."""
+        return self.states().count("succeeded")
+
+    def cancel(self) -> int:
+        """Cancels every job still live (handle.cancel()); returns how many were cancelled or asked
+        to stop."""
+        return sum(1 for h in self.handles if h.cancel())
+
+
+def _seconds(timeout: float | dt.timedelta) -> float:
+    return timeout.total_seconds() if isinstance(timeout, dt.timedelta) else float(timeout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -509,6 +592,37 @@ class Task(Generic[P, R]):
             kwargs[occurrence[0]] = at if occurrence[1] == "datetime" else int(at.timestamp())
         return kwargs
 
+    # -- inside a child (after=) ---------------------------------------------------------
+    @overload
+    def parent_results(self: Task[P, collections.abc.Coroutine[Any, Any, T]]) -> list[T]: ...
+
+    @overload
+    def parent_results(self: Task[P, T]) -> list[T]: ...
+
+    def parent_results(self) -> list[Any]:
+        """Inside a job deferred with after=: the results of its parents that are jobs of this
+        task, in the order given, each rebuilt as this task's return type (for mypy a list of what
+        the function returns: ``square.parent_results()`` is a list[int] when square returns an
+        int). current_job().parent_results() gives every parent's, untyped."""
+        return self.app.parent_results_of(current_job(), self)
+
+    @overload
+    def parent_result(self: Task[P, collections.abc.Coroutine[Any, Any, T]]) -> T: ...
+
+    @overload
+    def parent_result(self: Task[P, T]) -> T: ...
+
+    def parent_result(self) -> Any:
+        """parent_results() of a job that has exactly one parent of this task: its result
+        (InvalidArgumentError when it has none or several)."""
+        values = self.parent_results()
+        if len(values) != 1:
+            raise errors.InvalidArgumentError(
+                f"the job has {len(values)} parent(s) of task {self.kind!r} ({self.queue}), not one: "
+                f"use {self.__name__}.parent_results()"
+            )
+        return values[0]
+
     # -- enqueueing --------------------------------------------------------------------
     def _push_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The key of the job, and the arguments of its Queue.push (of its Queue.push_after, with
@@ -599,7 +713,8 @@ class Task(Generic[P, R]):
         return TaskCall(self, self.payload(*args, **kwargs))
 
     def defer_many(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
-        """app.defer_many of calls of this task (InvalidArgumentError for a call of another)."""
+        """app.defer_many of calls of this task (InvalidArgumentError for a call of another), each
+        with this task's configure(...) options where the call has none of its own (see _own)."""
         listed = self._own(calls)
         return self.app.defer_many(listed)
 
@@ -609,10 +724,44 @@ class Task(Generic[P, R]):
         return await self.app.defer_many_async(listed)
 
     def _own(self, calls: Iterable[TaskCall[Any]]) -> list[TaskCall[Any]]:
+        """The calls, each with this task's configure(...) options (and using()'s database) where
+        the call has none of its own: ``task.configure(priority=9).defer_many([task.call(1)])``
+        defers at priority 9, as ``task.configure(priority=9).defer(1)`` does. Options that cannot
+        apply to many jobs are refused in one line (a key names one job; after= goes one by one)."""
         listed = list(calls)
+        o = self.options
+        if o.after is not None:
+            raise _after_in_bulk(self)
+        if o.key is not None and len(listed) > 1:
+            raise errors.InvalidArgumentError(
+                f"task {self.kind!r}: configure(key=...) names one job, not the {len(listed)} of defer_many: "
+                "give each call its key (task.configure(key=k).call(...))"
+            )
+        configured = o != TaskOptions() or self.db is not None
+        merged: dict[int, Task[Any, Any]] = {}  # one copy per distinct task of the calls
+        out = []
         for c in listed:
             if isinstance(c, TaskCall) and (c.task.queue, c.task.kind) != (self.queue, self.kind):
                 raise errors.InvalidArgumentError(
                     f"task {self.kind!r}: a call of task {c.task.kind!r} (use app.defer_many for several tasks)"
                 )
-        return listed
+            if configured and isinstance(c, TaskCall):
+                t = merged.get(id(c.task))
+                if t is None:
+                    t = merged[id(c.task)] = c.task._merged(self)
+                c = TaskCall(t, c.payload)
+            out.append(c)
+        return out
+
+    def _merged(self, outer: Task[Any, Any]) -> Task[P, R]:
+        """This call's task with outer's options (and database) wherever it has none of its own."""
+        mine, theirs = self.options, outer.options
+        options = TaskOptions(
+            **{
+                f.name: getattr(mine, f.name)
+                if getattr(mine, f.name) is not None
+                else getattr(theirs, f.name)
+                for f in dataclasses.fields(TaskOptions)
+            }
+        )
+        return self._copy(options=options, db=self.db if self.db is not None else outer.db)

@@ -52,6 +52,8 @@ DROP TABLE IF EXISTS pyqueue_dependency;
 -- ==== results ====
 DROP PROCEDURE IF EXISTS queue_result_channel;
 DROP PROCEDURE IF EXISTS queue_result_wait;
+DROP PROCEDURE IF EXISTS queue_results;
+DROP PROCEDURE IF EXISTS queue_purge_results;
 DROP PROCEDURE IF EXISTS queue_result;
 DROP TABLE IF EXISTS pyqueue_result;
 

@@ -283,6 +283,29 @@ def test_every_commit_path_records_succeeded(rq, sql):
     assert rows  # the next reservation came with the commit
 
 
+def test_a_success_after_a_failed_attempt_clears_its_last_error_on_every_commit_path(rq, sql):
+    """The result of a job that succeeded on its second attempt shows no error (the first attempt's
+    error is not its outcome), whichever path committed it."""
+
+    def second_attempt(key: str, reserve: bool = True):
+        rq.push(key, "k", {})
+        [r] = rq.reserve(1, timeout=60)
+        assert rq.fail(r, f"first {key}") == "retry"
+        assert rq.message(key, "k").last_error == f"first {key}"  # shown while it waits for its retry
+        return rq.reserve(1, timeout=60)[0] if reserve else None
+
+    assert rq.commit(second_attempt("commit"))
+    assert rq.commit_many([second_attempt("commit_many")]) == 1
+    assert rq.commit_reserve(second_attempt("commit_reserve"), n=1) == (True, [])
+    assert sql.commit_result(rq.name, second_attempt("commit_result"), {"n": 3})
+    assert rq.commit_result_many([(second_attempt("commit_result_many"), 4)]) == 1
+    second_attempt("pop", reserve=False)
+    assert [p.key for p in rq.pop(2)] == ["pop"]
+    for key in ("commit", "commit_many", "commit_reserve", "commit_result", "commit_result_many", "pop"):
+        r = sql.result(rq.name, key, "k")
+        assert (key, r["state"], r["last_error"]) == (key, "succeeded", None)
+
+
 def test_failed_records_the_last_error_and_deliveries(make_queue, sql):
     dead = make_queue()
     q = make_queue(max_attempts=2, dead_letter_queue=dead.name)
@@ -892,3 +915,94 @@ def test_result_reads_cancel_and_purge_read_their_indexes(installed_database):
         assert _run(conn, "SELECT state FROM queue_result('rp.3', 'k7', 'kind')")[0] == [("unknown",)]
     finally:
         conn.close()
+
+
+# -- queue_results ------------------------------------------------------------------------
+
+
+def test_results_lists_outcomes_newest_first_by_kind_and_state_in_pages(make_queue, sql, dialect):
+    q = make_queue(max_attempts=1)
+    sql.set_retention(q.name, DAY)
+    q.push_many([(f"a{i}", "send", {}) for i in range(3)] + [("b0", "bill", {}), ("c0", "send", {})])
+    [a0] = q.reserve(1, timeout=60)
+    assert q.commit(a0)  # first
+    assert q.fail(q.reserve(1, timeout=60)[0], "boom") == "dropped"  # a1 failed
+    assert q.commit_many(q.reserve(2, timeout=60)) == 2  # a2 and b0
+    assert sql.cancel(q.name, "c0", "send") == "cancelled"  # last
+    q.push("live", "send", {})  # live: not listed
+
+    # a2 and b0 finished at one instant (as the rows of one batch commit may)
+    at = {r.key: r.finished_at for r in q.results()}["b0"]
+    sql.raw(
+        "UPDATE pyqueue_result SET finished_at = %s WHERE queue_name = %s AND p_key = 'a2'",
+        (at if dialect == "postgresql" else at.replace(tzinfo=None), q.name),
+    )
+    every = q.results()
+    assert [(r.key, r.state) for r in every] == [
+        ("c0", "cancelled"),
+        ("a2", "succeeded"),
+        ("b0", "succeeded"),
+        ("a1", "failed"),
+        ("a0", "succeeded"),
+    ]
+    assert every[3].last_error == "boom" and every[3].attempts == 1 and every[3].kind == "send"
+    assert every[1].finished_at == every[2].finished_at  # the batch's one instant
+    assert [r.key for r in q.results(kind="send", state="succeeded")] == ["a2", "a0"]
+    assert [r.key for r in q.results(state="failed")] == ["a1"]
+
+    # pages: the next one from the last row's finished_at; the batch's two rows are never split
+    first = q.results(n=2)
+    assert [r.key for r in first] == ["c0", "a2", "b0"]  # the tie comes with the second row
+    second = q.results(n=2, before=first[-1].finished_at)
+    assert [r.key for r in second] == ["a1", "a0"]
+    assert q.results(n=2, before=second[-1].finished_at) == []
+
+    # the same through plain SQL, with the routine's own checks
+    rows = sql("queue_results", q.name, "send", "failed", 10, None)
+    assert [(r[0], r[1], r[2], r[4], r[5]) for r in rows] == [("a1", "send", "failed", "boom", 1)]
+    for args, match in (
+        (("send", "done", None, None), "state must be succeeded, failed or cancelled"),
+        ((None, None, 0, None), "n must be 1 to 1000"),
+        ((None, None, 1001, None), "n must be 1 to 1000"),
+        (("", None, None, None), "p_kind"),
+    ):
+        with _raises(match):
+            sql("queue_results", q.name, *args)
+    with _raises("does not exist"):
+        sql("queue_results", "no.such.queue", None, None, None, None)
+
+
+# -- queue_purge_results ------------------------------------------------------------------
+
+
+def test_purge_results_deletes_outcomes_of_a_state_finished_before_a_time_oldest_first(make_queue, sql):
+    q = make_queue(max_attempts=1)
+    sql.set_retention(q.name, DAY)
+    for key in ("ok1", "bad1", "ok2", "bad2"):
+        q.push(key, "k", {})
+        [r] = q.reserve()
+        if key.startswith("bad"):
+            assert q.fail(r, "boom") == "dropped"
+        else:
+            assert q.commit(r)
+    q.push("live", "k", {})
+    at = {r.key: r.finished_at for r in q.results()}
+
+    assert q.purge_results(state="failed", before=at["bad2"]) == 1  # bad1 only: bad2 is not before itself
+    assert [r.key for r in q.results()] == ["bad2", "ok2", "ok1"]
+    assert q.purge_results(state="succeeded", n=1) == 1  # the oldest first
+    assert [r.key for r in q.results()] == ["bad2", "ok2"]
+    assert q.purge_results() == 2
+    assert q.results() == [] and q.result("live", "k").state == "ready"
+    assert q.purge_results() == 0
+
+    # through plain SQL, with the routine's own checks
+    assert sql.one("queue_purge_results", q.name, None, None, 5) == 0
+    for args, match in (
+        (("done", None, None), "state must be succeeded, failed or cancelled"),
+        ((None, None, 0), "n must be 1 to 100000"),
+    ):
+        with _raises(match):
+            sql("queue_purge_results", q.name, *args)
+    with _raises("does not exist"):
+        sql("queue_purge_results", "no.such.queue", None, None, None)

@@ -563,6 +563,38 @@ def test_prune_deletes_the_results_older_than_the_age_of_the_queues_named(fresh_
     assert refused.returncode == 1 and "not queues of TASKS['default']: other" in refused.stderr
 
 
+@pytest.mark.parametrize("django", ["5.2"])
+def test_prune_with_a_status_deletes_only_the_old_results_of_that_status(fresh_database, dialect, django):
+    """manage.py prune_pyqueue_results --status FAILED: the failed results older than the age go
+    (queue_purge_results), the succeeded ones and the young failed one stay."""
+    python = _python(django)
+    dsn = fresh_database("django")
+    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue("default")
+        q.create(max_attempts=1)
+        for key in ("old-ok", "old-bad", "new-bad"):
+            q.push(key, "shop.tasks.divide", {"args": [1, 1], "kwargs": {}})
+            [r] = q.reserve()
+            if key.endswith("bad"):
+                assert q.fail(r, "ZeroDivisionError") == "dropped"
+            else:
+                assert q.commit(r)
+        twenty_days = (
+            "now() - interval '20 days'" if dialect == "postgresql" else "UTC_TIMESTAMP(6) - INTERVAL 20 DAY"
+        )
+        _run(
+            db.connection, f"UPDATE pyqueue_result SET finished_at = {twenty_days} WHERE p_key LIKE 'old-%%'"
+        )
+        if dialect == "postgresql" and not db.connection.autocommit:
+            db.connection.commit()
+        out = _ok(_manage(python, dsn, "prune_pyqueue_results", "--status", "FAILED", "--min-age-days", "14"))
+        assert out.splitlines() == ["default: 1 failed row(s) deleted", "Deleted 1 row(s)"]
+        assert [(r.key, r.state) for r in q.results()] == [("new-bad", "failed"), ("old-ok", "succeeded")]
+    refused = _manage(python, dsn, "prune_pyqueue_results", "--status", "PENDING")
+    assert refused.returncode != 0 and "status must be one of" in refused.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("django", ["5.2"])
 def test_the_worker_options_of_db_worker(fresh_database, dialect, django):

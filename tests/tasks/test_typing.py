@@ -67,6 +67,9 @@ def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong
         "    return str(n)\n"
         "reveal_type(fetch_async.defer(1).result())\n"
         "reveal_type(fetch.defer_many([fetch.call(1), fetch.configure(priority=1).call(2)]))\n"
+        "reveal_type(fetch.parent_results())\n"
+        "reveal_type(fetch_async.parent_result())\n"
+        "reveal_type(app.group([fetch.defer(1)]).results())\n"
     )
     checked = ["pyqueue_sql/tasks", "pyqueue_sql/testing.py", "pyqueue_sql/worker/policy.py"]
     out = _mypy(tmp_path, *checked, "examples/tasks_app.py", bad, reveal)
@@ -79,7 +82,16 @@ def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong
         for line in out.stdout.splitlines()
         if "Revealed type" in line
     ]
-    assert revealed == ['"int"', '"TaskHandle[int]"', '"int"', '"str"', '"list[TaskHandle[int]]"'], out.stdout
+    assert revealed == [
+        '"int"',
+        '"TaskHandle[int]"',
+        '"int"',
+        '"str"',
+        '"list[TaskHandle[int]]"',
+        '"list[int]"',
+        '"str"',
+        '"list[int]"',
+    ], out.stdout
     errors = [line for line in out.stdout.splitlines() if ": error:" in line]
     # the API and the example are clean: every error is one of the wrong defers
     assert errors and all(line.startswith(str(bad)) for line in errors), out.stdout

@@ -1024,7 +1024,7 @@ BEGIN
             IF v_results AND v_taken > 0 THEN
                 INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress,
                                             finished_at)
-                SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded', NULL, m.last_error, m.attempts, m.progress, v_now
+                SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded', NULL, NULL, m.attempts, m.progress, v_now
                   FROM JSON_TABLE(v_rows, '$[*]' COLUMNS (
                            c_id    BIGINT   PATH '$.id',
                            c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j

@@ -322,7 +322,7 @@ BEGIN
                                                 progress, finished_at)
                     SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded',
                            IF(r.elem IS NULL OR JSON_TYPE(r.elem) = 'NULL', NULL, r.elem),
-                           m.last_error, m.attempts, m.progress, v_now
+                           NULL, m.attempts, m.progress, v_now
                       FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
                                c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
                                c_ord BIGINT PATH '$[5]')) AS c

@@ -31,10 +31,12 @@ SQL SECURITY INVOKER
 BEGIN
     DECLARE v_result LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_deps INT;
+    -- a success clears the error of an earlier attempt
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT IF(in_state = 'succeeded', NULL, in_error);
     IF in_result IS NOT NULL AND JSON_TYPE(in_result) <> 'NULL' THEN SET v_result = in_result; END IF;
     INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress, finished_at)
-    VALUES (in_queue, in_key, in_kind, in_state, v_result, in_error, in_attempts, in_progress, in_now)
-    ON DUPLICATE KEY UPDATE state = in_state, result = v_result, last_error = in_error, attempts = in_attempts,
+    VALUES (in_queue, in_key, in_kind, in_state, v_result, v_error, in_attempts, in_progress, in_now)
+    ON DUPLICATE KEY UPDATE state = in_state, result = v_result, last_error = v_error, attempts = in_attempts,
                             progress = in_progress, finished_at = in_now;
     IF in_ok IS NOT NULL THEN
         SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d
@@ -553,6 +555,91 @@ BEGIN
         END IF;
     END IF;
     SELECT v_done AS updated;
+END //
+
+-- queue_results: the stored outcomes of in_queue's finished messages, newest first (finished_at descending, then
+-- p_key, p_kind), a page of in_n (NULL = 100, 1 to 1000) rows: p_key, p_kind, state, result, last_error, attempts,
+-- progress, finished_at. in_kind (NULL: every kind) and in_state ('succeeded', 'failed' or 'cancelled'; NULL: every
+-- state) filter; in_before (NULL: now) keeps the outcomes that finished strictly before it. The next page: in_before =
+-- the last row's finished_at. So that a page never cuts through outcomes of one instant (a batch commit writes them
+-- all with one finished_at), the rows that finished at the same moment as the n-th come with it (a page may then hold
+-- more than in_n). Live messages are not listed (queue_result reads one). Raises unknown_queue, invalid_argument.
+-- Reads the (queue_name, finished_at) index without locks, two plain reads (the n-th row's time, then the page).
+DROP PROCEDURE IF EXISTS queue_results //
+CREATE PROCEDURE queue_results(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_state  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n      BIGINT,
+    IN in_before DATETIME(6))
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_skip BIGINT;
+    DECLARE v_cut DATETIME(6);
+    CALL pyqueue__check_queue(in_queue);
+    IF in_kind IS NOT NULL THEN CALL pyqueue__check_name('p_kind', in_kind, 128); END IF;
+    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('state must be succeeded, failed or cancelled (NULL: any), not ', LEFT(in_state, 40)));
+    END IF;
+    IF in_n < 1 OR in_n > 1000 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('n must be 1 to 1000, not ', in_n));
+    END IF;
+    SET v_queue = in_queue, v_kind = in_kind, v_state = in_state, v_skip = COALESCE(in_n, 100) - 1;
+    -- the n-th row's time: the page is every row from there up (NULL: fewer rows than n, all of them)
+    SELECT r.finished_at INTO v_cut
+      FROM pyqueue_result r FORCE INDEX (pyqueue_result_queue_time_idx)
+     WHERE r.queue_name = v_queue
+       AND (v_kind IS NULL OR r.p_kind = v_kind)
+       AND (v_state IS NULL OR r.state = v_state)
+       AND (in_before IS NULL OR r.finished_at < in_before)
+     ORDER BY r.finished_at DESC
+     LIMIT v_skip, 1;
+    SELECT r.p_key, r.p_kind, r.state, r.result, r.last_error, r.attempts, r.progress, r.finished_at
+      FROM pyqueue_result r FORCE INDEX (pyqueue_result_queue_time_idx)
+     WHERE r.queue_name = v_queue
+       AND (v_kind IS NULL OR r.p_kind = v_kind)
+       AND (v_state IS NULL OR r.state = v_state)
+       AND (in_before IS NULL OR r.finished_at < in_before)
+       AND (v_cut IS NULL OR r.finished_at >= v_cut)
+     ORDER BY r.finished_at DESC, r.p_key, r.p_kind;
+END //
+
+-- queue_purge_results: deletes up to in_n (NULL = 10000; 1 to 100000) of in_queue's stored outcomes that finished
+-- strictly before in_before (NULL: now), of one state when in_state is given ('succeeded', 'failed' or 'cancelled';
+-- NULL: any), oldest first, whatever the queue's result retention. One row: deleted, how many: fewer than in_n when no
+-- more are left (call it again until then). Live messages are untouched. Raises unknown_queue, invalid_argument.
+-- Locks: the rows it deletes (and the index gaps it reads, as any DELETE), for its one statement.
+DROP PROCEDURE IF EXISTS queue_purge_results //
+CREATE PROCEDURE queue_purge_results(
+    IN in_queue  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_state  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_before DATETIME(6),
+    IN in_n      BIGINT)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_before DATETIME(6) DEFAULT COALESCE(in_before, UTC_TIMESTAMP(6));
+    DECLARE v_n BIGINT DEFAULT COALESCE(in_n, 10000);
+    CALL pyqueue__check_queue(in_queue);
+    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('state must be succeeded, failed or cancelled (NULL: any), not ', LEFT(in_state, 40)));
+    END IF;
+    IF in_n < 1 OR in_n > 100000 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('n must be 1 to 100000, not ', in_n));
+    END IF;
+    SET v_queue = in_queue, v_state = in_state;
+    DELETE FROM pyqueue_result
+     WHERE queue_name = v_queue
+       AND (v_state IS NULL OR state = v_state)
+       AND finished_at < v_before
+     ORDER BY finished_at
+     LIMIT v_n;
+    SELECT ROW_COUNT() AS deleted;
 END //
 
 DELIMITER ;

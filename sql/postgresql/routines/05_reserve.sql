@@ -456,7 +456,7 @@ BEGIN
         ), recorded AS (  -- as pyqueue__record_result, for the whole set
             INSERT INTO pyqueue_result AS r (queue_name, p_key, p_kind, state, result, last_error, attempts,
                                              progress, finished_at)
-            SELECT in_queue, g.p_key, g.p_kind, 'succeeded', NULL, g.last_error, g.attempts, g.progress, v_now
+            SELECT in_queue, g.p_key, g.p_kind, 'succeeded', NULL, NULL, g.attempts, g.progress, v_now
               FROM gone g WHERE v_queue.result_retention IS NOT NULL
             ON CONFLICT ON CONSTRAINT pyqueue_result_pkey DO UPDATE
                SET state = EXCLUDED.state, result = EXCLUDED.result, last_error = EXCLUDED.last_error,

@@ -49,7 +49,8 @@ BEGIN
     PERFORM pyqueue__deps_read_committed();  -- children it may have are seen at READ COMMITTED only
     INSERT INTO pyqueue_result AS r (queue_name, p_key, p_kind, state, result, last_error, attempts,
                                      progress, finished_at)
-    VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_state, in_result, in_msg.last_error,
+    VALUES (in_queue.queue_name, in_msg.p_key, in_msg.p_kind, in_state, in_result,
+            CASE WHEN in_state <> 'succeeded' THEN in_msg.last_error END,  -- a success clears an earlier attempt's error
             in_msg.attempts, in_msg.progress, in_now)
     ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
        SET state = EXCLUDED.state, result = EXCLUDED.result, last_error = EXCLUDED.last_error,
@@ -575,4 +576,99 @@ LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
     SELECT queue_set_progress(in_queue, in_key, in_kind, in_token::text, in_progress)
+$$;
+
+-- queue_results: the stored outcomes of in_queue's finished messages,
+-- newest first (finished_at descending, then p_key, p_kind), a page of
+-- in_n (NULL = 100, 1 to 1000) rows: p_key, p_kind, state, result,
+-- last_error, attempts, progress, finished_at. in_kind (NULL: every kind)
+-- and in_state ('succeeded', 'failed' or 'cancelled'; NULL: every state)
+-- filter; in_before (NULL: now) keeps the outcomes that finished strictly
+-- before it. The next page: in_before = the last row's finished_at. So
+-- that a page never cuts through outcomes of one instant (a batch commit
+-- writes them all with one finished_at), the rows that finished at the same
+-- moment as the n-th come with it (a page may then hold more than in_n).
+-- Live messages are not listed (queue_result reads one). Raises
+-- unknown_queue, invalid_argument. Reads the (queue_name, finished_at)
+-- index without locks, one snapshot.
+CREATE OR REPLACE FUNCTION queue_results(in_queue text, in_kind text DEFAULT NULL, in_state text DEFAULT NULL,
+                                         in_n integer DEFAULT NULL, in_before timestamptz DEFAULT NULL)
+RETURNS TABLE (p_key text, p_kind text, state text, result jsonb, last_error text, attempts integer,
+               progress jsonb, finished_at timestamptz)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    IF in_kind IS NOT NULL THEN
+        PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    END IF;
+    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: state must be succeeded, failed or cancelled (NULL: any), not %',
+            pg_catalog.left(in_state, 40) USING ERRCODE = '22023';
+    END IF;
+    IF in_n < 1 OR in_n > 1000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be 1 to 1000, not %', in_n USING ERRCODE = '22023';
+    END IF;
+    IF in_before = 'infinity' OR in_before = '-infinity' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: before must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+        SELECT t.p_key::text, t.p_kind::text, t.state::text, t.result, t.last_error::text, t.attempts, t.progress,
+               t.finished_at
+          FROM (SELECT r.p_key, r.p_kind, r.state, r.result, r.last_error, r.attempts, r.progress, r.finished_at
+                  FROM pyqueue_result r
+                 WHERE r.queue_name::text = in_queue
+                   AND (in_kind IS NULL OR r.p_kind::text = in_kind)
+                   AND (in_state IS NULL OR r.state::text = in_state)
+                   AND (in_before IS NULL OR r.finished_at < in_before)
+                 ORDER BY r.finished_at DESC
+                 FETCH FIRST (coalesce(in_n, 100)) ROWS WITH TIES) t
+         ORDER BY t.finished_at DESC, t.p_key, t.p_kind;
+END;
+$$;
+
+-- queue_purge_results: deletes up to in_n (NULL = 10000; 1 to 100000) of
+-- in_queue's stored outcomes that finished strictly before in_before (NULL:
+-- now), of one state when in_state is given ('succeeded', 'failed' or
+-- 'cancelled'; NULL: any), oldest first, whatever the queue's result
+-- retention. Returns how many it deleted: fewer than in_n when no more are
+-- left (call it again until then). Live messages are untouched. Raises
+-- unknown_queue, invalid_argument. Locks: the rows it deletes (SKIP LOCKED:
+-- a row another transaction is writing, a commit of its key, is left for
+-- the next call).
+CREATE OR REPLACE FUNCTION queue_purge_results(in_queue text, in_state text DEFAULT NULL,
+                                               in_before timestamptz DEFAULT NULL, in_n integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_before timestamptz := coalesce(in_before, pg_catalog.clock_timestamp());
+    v_done   integer;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: state must be succeeded, failed or cancelled (NULL: any), not %',
+            pg_catalog.left(in_state, 40) USING ERRCODE = '22023';
+    END IF;
+    IF in_n < 1 OR in_n > 100000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be 1 to 100000, not %', in_n USING ERRCODE = '22023';
+    END IF;
+    IF in_before = 'infinity' OR in_before = '-infinity' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: before must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    WITH doomed AS (
+        SELECT r.ctid AS tid FROM pyqueue_result r
+         WHERE r.queue_name::text = in_queue
+           AND (in_state IS NULL OR r.state::text = in_state)
+           AND r.finished_at < v_before
+         ORDER BY r.finished_at
+         LIMIT coalesce(in_n, 10000)
+           FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM pyqueue_result r USING doomed WHERE r.ctid = doomed.tid;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    RETURN v_done;
+END;
 $$;

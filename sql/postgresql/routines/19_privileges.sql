@@ -58,6 +58,10 @@ REVOKE EXECUTE ON FUNCTION
     queue_schedule_every, queue_schedule_cron, queue_unschedule, queue_schedules, pyqueue__ingest,
     queue_ingest_flush FROM PUBLIC;
 
+-- Routines added since 0.1.0, one statement each (in the order of their files).
+REVOKE EXECUTE ON FUNCTION queue_results FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION queue_purge_results FROM PUBLIC;
+
 -- The caller's search_path again (pinned at the top of this script).
 DO $$
 BEGIN

@@ -5,8 +5,9 @@ prune_db_task_results, by the same option names where they mean the same).
 Through the routines, as the backend's ADMIN_DSN (the admin capability): for each queue, its
 result retention is set to the age asked for, queue_purge_history deletes what is older (it also
 deletes the queue's history rows past their own retention, as it always does), and the retention
-is set back, all in one pass per queue. Results are kept by age only: there is no pruning by
-status (a failed task's result goes with the others)."""
+is set back, all in one pass per queue. With --status (SUCCESSFUL, FAILED, or the contract's
+succeeded, failed, cancelled) only the results of that status older than the age go, through
+queue_purge_results, and the queue's history and retention are left as they are."""
 
 from __future__ import annotations
 
@@ -28,6 +29,25 @@ def _days(value: str) -> int:
     return number
 
 
+# --status: Django's TaskResultStatus names of a finished task, and the contract's states
+_STATUSES = {
+    "SUCCESSFUL": "succeeded",
+    "FAILED": "failed",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+
+
+def _status(value: str) -> str:
+    try:
+        return _STATUSES[value]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"status must be one of {', '.join(_STATUSES)}, not {value!r}"
+        ) from None
+
+
 class Command(BaseCommand):
     help = (
         "Deletes the stored results of finished tasks older than --min-age-days (needs the admin capability)."
@@ -47,7 +67,15 @@ class Command(BaseCommand):
             help="delete the results of tasks finished more than this many days ago (default 14)",
         )
 
-    def handle(self, *args, backend, queue_name, min_age_days, **options):
+        parser.add_argument(
+            "--status",
+            type=_status,
+            default=None,
+            help="only the results of this status: SUCCESSFUL, FAILED (Django's names) or succeeded, "
+            "failed, cancelled (default: every status)",
+        )
+
+    def handle(self, *args, backend, queue_name, min_age_days, status=None, **options):
         from pyqueue_sql.contrib.django import setup
 
         found = [b for b in setup.backends() if b.alias == backend]
@@ -68,8 +96,13 @@ class Command(BaseCommand):
                     if name not in settings:
                         self.stdout.write(f"{name}: no such queue")
                         continue
-                    kept = settings[name].result_retention
                     queue = db.queue(name)
+                    if status is not None:
+                        deleted = self._purge_status(queue, status, dt.datetime.now(dt.timezone.utc) - age)
+                        total += deleted
+                        self.stdout.write(f"{name}: {deleted} {status} row(s) deleted")
+                        continue
+                    kept = settings[name].result_retention
                     # the purge deletes what is older than the retention: the age asked for, for
                     # this one pass (also when it is longer than the retention, so that nothing
                     # younger than the age goes)
@@ -88,6 +121,15 @@ class Command(BaseCommand):
                 f"{exc} (pruning needs the admin capability: the backend's ADMIN_DSN)"
             ) from None
         self.stdout.write(f"Deleted {total} row(s)")
+
+    @staticmethod
+    def _purge_status(queue: pyqueue_sql.Queue, status: str, before: dt.datetime) -> int:
+        deleted = 0
+        while True:
+            n = queue.purge_results(state=status, before=before, n=10000)
+            deleted += n
+            if n < 10000:
+                return deleted
 
     @staticmethod
     def _purge(db: pyqueue_sql.Database, name: str) -> int:

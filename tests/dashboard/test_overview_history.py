@@ -1,0 +1,23 @@
+"""The overview says how to turn a queue's history on when a queue shows "history off" (its
+throughput is counted from the history), and says nothing of it when every queue keeps one."""
+
+from __future__ import annotations
+
+import time
+
+from .conftest import http
+
+
+def test_the_overview_says_how_to_turn_history_on(serve, dsn, db):
+    kept = db.queue("kept").create(history_retention=3600)
+    served = serve(dsn)
+    _, body, _ = http(served.url + "/")
+    assert 'id="history-off-how"' not in body
+    db.queue("plain").create()
+    deadline = time.monotonic() + 10  # the overview reads the queues' settings again every few seconds
+    while 'data-queue="plain"' not in body and time.monotonic() < deadline:
+        time.sleep(0.2)
+        _, body, _ = http(served.url + "/fragment/overview")
+    assert "history off" in body and 'id="history-off-how"' in body
+    assert "--history-retention 86400" in body and "create_queues(history_retention=" in body
+    assert kept.settings().history_retention is not None
