@@ -53,6 +53,7 @@ in the PostgreSQL test database by a version that ignores the token, it fails
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 import uuid
@@ -64,9 +65,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import pyqueue_sql
 
+from .model.admin import AdminRules
 from .model.base import (
     CONNECTIONS,
     CONSUMERS,
+    CONTRACT_EXAMPLES,
+    CONTRACT_SETTINGS,
     MAX_ATTEMPTS,
     ROWS_SQL,
     SETTINGS,
@@ -88,6 +92,11 @@ from .model.base import (
     ticks,
 )
 from .model.coverage import covers
+from .model.deps import DependencyRules
+from .model.limits import LimitRules
+from .model.produce import ProduceRules
+from .model.schedules import ScheduleRules
+from .model.settle import SettleRules
 
 pytestmark = pytest.mark.slow
 
@@ -372,6 +381,10 @@ class QueueMachine(RuleBasedStateMachine):
         if self.paused:
             assert got == [], "a paused queue reserves nothing"
             return
+        self.check_reserve(ready, got, n, lease, kinds_)
+
+    def check_reserve(self, ready: list[Msg], got: list, n: int, lease: float, kinds_=None) -> None:
+        """A reserve of n handed out ``got`` from ``ready``: adopts it and checks the walk."""
         delivered = [(r.key, r.kind) for r in got]
         assert len(set(delivered)) == len(delivered)
         dead = self._reserve_effects(ready, got, lease)
@@ -667,6 +680,11 @@ def test_random_interleavings_match_the_model(connect, dialect):
     run_machine(connect, dialect)
 
 
+def test_the_whole_contract_matches_the_model(connect, dialect):
+    print(f"the whole contract's model: {CONTRACT_EXAMPLES} examples on {dialect} (PYQUEUE_MODEL_EXAMPLES)")
+    run_machine(connect, dialect, ContractMachine, CONTRACT_SETTINGS)
+
+
 def test_move_of_an_expired_reservation_races_a_reserve(connect, dialect):
     """The holder of an expired reservation moves it while another connection
     reserves the queue: exactly one of them wins each message. On MySQL the
@@ -726,8 +744,119 @@ def test_move_of_an_expired_reservation_races_a_reserve(connect, dialect):
         dst.drop()
 
 
-class ContractMachine(QueueMachine):
+class ContractMachine(
+    SettleRules, ProduceRules, DependencyRules, ScheduleRules, AdminRules, LimitRules, QueueMachine
+):
     """The whole contract: QueueMachine's rules with FIFO groups, and the rules of every other
-    routine that changes state (tests/concurrency/model/, one module per topic)."""
+    routine that changes state (tests/concurrency/model/, one module per topic). main and its
+    dead-letter queue keep results (2.5 ticks), so every way out of main records its outcome, and
+    after every step pyqueue_result must equal the model's, with each live message's progress and
+    cancel request."""
 
     GROUPS = (None, None, "g1", "g2")
+
+    def __init__(self) -> None:
+        super().__init__()
+        admin = self.conns["admin"]
+        for name in (self.main, self.dlq_name):
+            admin.queue(name).set_result_retention(ticks(2.5))
+        self.retention = True
+        self.results: dict = {}  # kk -> (state, result, progress, finished at: model ticks)
+        self.dlq_results: dict = {}  # kk -> state
+        self.progress: dict = {}  # kk -> the live message's progress
+        self.cancel_requested: set = set()
+        self.waiting: dict = {}  # child kk -> {(where, parent kk)} of the parents it still waits for
+        self.schedules: dict = {}
+        self.topic = f"t.model.{self.main.rsplit('.', 1)[1]}"
+        self.bound: set = set()
+        self.lim_name = f"{self.main}.lim"
+        admin.queue(self.lim_name).create(visibility_timeout=ticks(1.5))
+        self.lim: list = []
+        self.lim_handles: list = []
+        self.lim_cap = self.lim_rate = None
+        self.lim_rate_used = 0
+        self.lim_k = 1
+        self.step = 0
+
+    def finish(self, kk, outcome, result=None):
+        m = super().finish(kk, outcome, result)
+        progress = self.progress.pop(kk, None)
+        self.cancel_requested.discard(kk)
+        self.waiting.pop(kk, None)
+        if outcome in ("succeeded", "failed", "cancelled") and self.retention:
+            self.results[kk] = (outcome, result, progress, self.t)
+        self.parent_left("main", kk, outcome)
+        self.occurrence_ended(kk, outcome)
+        return m
+
+    def add(self, m: Msg) -> None:
+        super().add(m)
+        self.progress.pop(m.kk, None)
+
+    def shift(self, n: int) -> None:
+        super().shift(n)
+        back = (
+            f"- make_interval(secs => {n * TICK_S})"
+            if self.dialect == "postgresql"
+            else f"- INTERVAL {n * TICK_S} SECOND"
+        )
+        sql(
+            self.conns["admin"],
+            f"UPDATE pyqueue_result SET finished_at = finished_at {back} WHERE queue_name = %s",
+            (self.main,),
+        )
+
+    @rule(which=st.sampled_from(("dlq", "next")))
+    def drain_side_queue(self, which):
+        kks = list(self.dlq if which == "dlq" else ())
+        super().drain_side_queue(which)
+        for kk in kks:
+            self.dlq_results[kk] = "succeeded"
+            self.parent_left("dlq", kk, "succeeded")
+
+    @rule()
+    @covers("queue_drop", "queue_create")
+    def drop_next(self):
+        """next dropped with its messages and made again: empty."""
+        admin = self.conns["admin"]
+        admin.queue(self.next_name).drop()
+        admin.queue(self.next_name).create()
+        self.next.clear()
+        self.bound.discard(self.next_name)
+
+    @invariant()
+    def results_equal_model(self):
+        found = {
+            (k, kd): (state, as_json(result), as_json(progress))
+            for k, kd, state, result, progress in sql(
+                self.conns["admin"],
+                "SELECT p_key, p_kind, state, result, progress FROM pyqueue_result WHERE queue_name = %s",
+                (self.main,),
+            )
+        }
+        want = {kk: (st_, r, p) for kk, (st_, r, p, _) in self.results.items()}
+        assert found == want, ("pyqueue_result differs from the model", found, want)
+        live = {
+            (k, kd): (as_json(progress), bool(asked))
+            for k, kd, progress, asked in sql(
+                self.conns["admin"],
+                "SELECT p_key, p_kind, progress, cancel_requested_at IS NOT NULL FROM pyqueue_message"
+                " WHERE queue_name = %s",
+                (self.main,),
+            )
+        }
+        want_live = {kk: (self.progress.get(kk), kk in self.cancel_requested) for kk in self.msgs}
+        assert live == want_live, ("progress and cancel requests", live, want_live)
+
+    def teardown(self):
+        try:
+            super().teardown()
+        finally:
+            admin = self.conns["admin"]
+            admin.queue(self.lim_name).drop()
+            for key, kind in self.schedules:
+                admin.queue(self.main).unschedule(key, kind)
+
+
+def as_json(value):
+    return json.loads(value) if isinstance(value, (str, bytes)) else value

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
 import threading
 from dataclasses import dataclass
 
@@ -186,3 +187,9 @@ def run_at_once(*bodies) -> None:
         th.join()
     if errors:
         raise errors[0]
+
+
+# The whole contract's model (ContractMachine): its examples per run from PYQUEUE_MODEL_EXAMPLES
+# (python -m bench model --examples N sets it for a long run); the suite's budget by default.
+CONTRACT_EXAMPLES = int(os.environ.get("PYQUEUE_MODEL_EXAMPLES", "25"))
+CONTRACT_SETTINGS = settings(SETTINGS, max_examples=CONTRACT_EXAMPLES, stateful_step_count=40)
