@@ -52,194 +52,53 @@ in the PostgreSQL test database by a version that ignores the token, it fails
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
+import json
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 import pyqueue_sql
 
-from ..conftest import UNDER_CI
+from .model.admin import AdminRules
+from .model.base import (
+    CONNECTIONS,
+    CONSUMERS,
+    CONTRACT_EXAMPLES,
+    CONTRACT_SETTINGS,
+    MAX_ATTEMPTS,
+    ROWS_SQL,
+    SETTINGS,
+    TICK_S,
+    Msg,
+    check_walk,
+    consumers,
+    group_index,
+    handle_index,
+    keys,
+    kinds,
+    leases,
+    priorities,
+    push_delays,
+    rollback_delays,
+    run_at_once,
+    shift,
+    sql,
+    ticks,
+)
+from .model.coverage import covers
+from .model.deps import DependencyRules
+from .model.limits import LimitRules
+from .model.produce import ProduceRules
+from .model.schedules import ScheduleRules
+from .model.settle import SettleRules
 
 pytestmark = pytest.mark.slow
-
-TICK_S = 1000  # seconds of one model tick
-MAX_ATTEMPTS = 2
-KEYS = ("k0", "k1", "k2", "k3", "k4")
-KINDS = ("a", "b")
-CONSUMERS = ("A", "B", "C")
-CONNECTIONS = ("P", "A", "B", "C", "admin")
-
-keys = st.sampled_from(KEYS)
-kinds = st.sampled_from(KINDS)
-priorities = st.sampled_from((0, 0, 1))
-group_index = st.integers(0, 3)  # QueueMachine.GROUPS[i % len(GROUPS)]
-push_delays = st.sampled_from((0, 0, 0, 0.5, 1.5, 2.5))  # ticks; 0 = ready now
-leases = st.sampled_from((1.5, 2.5))
-rollback_delays = st.sampled_from((0, 0, 0.5, 1.5))
-consumers = st.sampled_from(CONSUMERS)
-# mostly one of the newest handles (likely still holding), sometimes any (likely stale)
-handle_index = st.one_of(st.integers(0, 2), st.integers(0, 10_000))
-
-# Derandomized under CI (the same interleavings every run), random elsewhere.
-SETTINGS = settings(
-    max_examples=80,
-    stateful_step_count=30,
-    deadline=None,
-    derandomize=UNDER_CI,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.filter_too_much,
-    ],
-)
-
-
-def ticks(n: float) -> dt.timedelta:
-    return dt.timedelta(seconds=n * TICK_S)
-
-
-@dataclass
-class Msg:
-    """The model of one live message of ``main``."""
-
-    key: str
-    kind: str
-    pid: int  # the payload's number: unique per push
-    priority: int
-    attempts: int
-    due: float  # model time (ticks) at which scheduled_at falls
-    token: str | None  # reservation token (kept after expiry until taken over)
-    group: str | None = None
-    blocked: bool = False  # behind its group's head (scheduled_at = the sentinel)
-    init: float = 0.0  # scheduled_at_initially (ticks): its place in its group, with pid
-
-    @property
-    def kk(self) -> tuple[str, str]:
-        return (self.key, self.kind)
-
-
-# ---- plain SQL for the checks and the clock (tests only) --------------------
-
-SENTINEL_SQL = {
-    "postgresql": "TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'",
-    "mysql": "CAST('9999-12-31 23:59:59.999999' AS DATETIME(6))",
-}
-ROWS_SQL = {
-    "postgresql": "SELECT queue_name, p_key, p_kind, (payload->>'n')::int, priority, attempts, reserve_token::text,"
-    " scheduled_at <= clock_timestamp(), group_key, scheduled_at = " + SENTINEL_SQL["postgresql"] + ""
-    " FROM pyqueue_message WHERE queue_name IN ({names})",
-    "mysql": "SELECT queue_name, p_key, p_kind, CAST(JSON_EXTRACT(payload, '$.n') AS SIGNED), priority, attempts,"
-    " reserve_token, scheduled_at <= UTC_TIMESTAMP(6), group_key, scheduled_at = "
-    + SENTINEL_SQL["mysql"]
-    + ""
-    " FROM pyqueue_message WHERE queue_name IN ({names})",
-}
-# A blocked row's scheduled_at (the sentinel) stays as it is: it is no time.
-SHIFT_SQL = {
-    "postgresql": "UPDATE pyqueue_message SET scheduled_at = CASE WHEN scheduled_at = "
-    + SENTINEL_SQL["postgresql"]
-    + " THEN scheduled_at ELSE scheduled_at - make_interval(secs => %s) END,"
-    " scheduled_at_initially = scheduled_at_initially - make_interval(secs => %s),"
-    " created_at = created_at - make_interval(secs => %s)"
-    " WHERE queue_name IN (%s, %s, %s)",
-    "mysql": "UPDATE pyqueue_message SET scheduled_at = CASE WHEN scheduled_at = "
-    + SENTINEL_SQL["mysql"]
-    + " THEN scheduled_at ELSE scheduled_at - INTERVAL %s SECOND END,"
-    " scheduled_at_initially = scheduled_at_initially - INTERVAL %s SECOND,"
-    " created_at = created_at - INTERVAL %s SECOND"
-    " WHERE queue_name IN (%s, %s, %s)",
-}
-
-
-# Moving the messages back in time moves them below where PostgreSQL's reserve starts reading
-# (pyqueue_ready_from, which only real time moves up): the shift starts it over.
-RESET_READY_FROM_SQL = (
-    "UPDATE pyqueue_ready_from SET ready_from = '-infinity', ready_from_id = NULL, next_from = NULL, next_xid = NULL"
-    " WHERE queue_name IN (%s, %s, %s)"
-)
-
-
-def shift(db: pyqueue_sql.Database, dialect: str, seconds: float, names: tuple[str, str, str]) -> None:
-    """Moves every time of the named queues' messages ``seconds`` into the past."""
-    sql(db, SHIFT_SQL[dialect], (seconds,) * 3 + names)
-    if dialect == "postgresql":
-        sql(db, RESET_READY_FROM_SQL, names)
-
-
-def sql(db: pyqueue_sql.Database, statement: str, params) -> list[tuple]:
-    cur = db.connection.cursor()
-    try:
-        cur.execute(statement, params)
-        return list(cur.fetchall()) if cur.description else []
-    finally:
-        cur.close()
-
-
-def check_walk(
-    ready: list[Msg], n: int, delivered: set, dead: set, exhaustible: bool, dead_past_n: bool = False
-) -> None:
-    """Checks that a reserve/pop of n handed out ``delivered`` and dead-lettered
-    ``dead`` as the contract's walk does: ready messages in reserve order
-    (priority desc, then scheduled_at; messages the model cannot tell apart
-    may come in any order), exhausted ones dead-lettered and skipped, until n
-    are delivered. dead_past_n: the call also handed out messages that became
-    ready during it (a group's next message, promoted when its head was
-    dead-lettered or popped), so n here is less than the call's own n and the
-    call may have dead-lettered exhausted messages past it."""
-    order = sorted(ready, key=lambda m: (-m.priority, m.due))
-    left = n
-    for _, group in itertools.groupby(order, key=lambda m: (-m.priority, m.due)):
-        group = list(group)
-        members = {m.kk for m in group}
-        ok = {m.kk for m in group if not (exhaustible and m.attempts >= MAX_ATTEMPTS)}
-        if left == 0:
-            assert not members & (delivered if dead_past_n else delivered | dead), (
-                "handed out past the first n in reserve order",
-                members & (delivered | dead),
-            )
-            continue
-        if len(ok) < left:
-            assert ok <= delivered, ("a ready message was skipped", ok - delivered)
-            assert members - ok <= dead, ("an exhausted message was delivered or left", members - ok - dead)
-            left -= len(ok)
-        else:
-            got = delivered & members
-            assert got <= ok and len(got) == left, ("wrong choice among equal messages", got, ok, left)
-            left = 0
-    everything = {m.kk for m in ready}
-    assert delivered <= everything, ("handed out a message that is not ready", delivered - everything)
-    assert dead <= everything
-    assert len(delivered) == n - left
-
-
-def run_at_once(*bodies) -> None:
-    """Runs the callables in threads released together by a barrier (a real race between
-    connections); re-raises the first error any of them raised."""
-    barrier = threading.Barrier(len(bodies))
-    errors: list = []
-
-    def run(body):
-        try:
-            barrier.wait(timeout=30)
-            body()
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            errors.append(e)
-
-    threads = [threading.Thread(target=run, args=(b,)) for b in bodies]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        raise errors[0]
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -254,6 +113,7 @@ class QueueMachine(RuleBasedStateMachine):
     # the groups a push draws from (None: no group); a subclass with groups tests FIFO groups
     GROUPS: tuple[str | None, ...] = (None,)
 
+    @covers("queue_create")
     def __init__(self) -> None:
         super().__init__()
         tag = uuid.uuid4().hex[:12]
@@ -347,10 +207,17 @@ class QueueMachine(RuleBasedStateMachine):
                 self.promoted.add(nxt.kk)
         return m
 
+    def finish(self, kk: tuple[str, str], outcome: str, result=None) -> Msg:
+        """A message leaves main: ``outcome`` is how (succeeded, failed, cancelled, moved,
+        removed). The whole contract's model (ContractMachine) records results, readies or
+        cancels waiting children and advances schedules here."""
+        return self.leave(kk)
+
     def dead_letter(self, kk: tuple[str, str]) -> None:
-        m = self.leave(kk)
+        m = self.finish(kk, "failed")
         self.dead += 1
-        self.dlq[kk] = (m.pid, m.priority)  # a dead letter of the same key is replaced
+        self.dlq.pop(kk, None)
+        self.dlq[kk] = (m.pid, m.priority)  # a dead letter of the same key is replaced (and goes last)
 
     def holds(self, r) -> Msg | None:
         m = self.msgs.get((r.key, r.kind))
@@ -360,7 +227,7 @@ class QueueMachine(RuleBasedStateMachine):
         return self.handles[-1 - i % len(self.handles)]
 
     def check_delivery(self, m: Msg, pid: int, priority: int) -> None:
-        assert pid not in self.popped, ("a popped message came back", pid)
+        assert pid < 0 or pid not in self.popped, ("a popped message came back", pid)
         assert (pid, priority) == (m.pid, m.priority), ("wrong message", m, pid, priority)
 
     def reserved_now(self, results: list, lease: float) -> None:
@@ -398,6 +265,7 @@ class QueueMachine(RuleBasedStateMachine):
         priority=priorities,
         g=group_index,
     )
+    @covers("queue_push", "queue_push_grouped")
     def push(self, conn, key, kind, delay, priority, g=0):
         pid = next(self.pids)
         group = self.group_of(g)
@@ -428,6 +296,7 @@ class QueueMachine(RuleBasedStateMachine):
             unique_by=lambda x: (x[0], x[1]),
         )
     )
+    @covers("queue_push_batch", "queue_push_batch_grouped")
     def push_batch(self, batch):
         items, fresh = [], []
         for key, kind, delay, priority, g in batch:
@@ -448,6 +317,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     # ---- consuming -----------------------------------------------------------
     @rule(conn=consumers, n=st.integers(1, 4))
+    @covers("queue_pop")
     def pop(self, conn, n):
         self.promoted = set()
         ready = self.ready()
@@ -470,10 +340,11 @@ class QueueMachine(RuleBasedStateMachine):
             g = next((g for g in pending if (g.key, g.kind) in allowed | self.promoted), None)
             assert g is not None, ("popped what was not ready", [(p.key, p.kind) for p in pending])
             pending.remove(g)
-            m = self.leave((g.key, g.kind))
+            m = self.finish((g.key, g.kind), "succeeded")
             self.check_delivery(m, g.payload["n"], g.priority)
             assert g.attempts == m.attempts
-            self.popped.add(m.pid)
+            if m.pid >= 0:  # a schedule's occurrences share their schedule's payload (negative)
+                self.popped.add(m.pid)
 
     def _reserve_effects(
         self,
@@ -502,6 +373,7 @@ class QueueMachine(RuleBasedStateMachine):
         lease=leases,
         kinds_=st.sampled_from((None, None, ("a",), ("b",), ("b", "a"))),
     )
+    @covers("queue_reserve")
     def reserve(self, conn, n, lease, kinds_=None):
         self.promoted = set()
         ready = [m for m in self.ready() if kinds_ is None or m.kind in kinds_]
@@ -509,6 +381,10 @@ class QueueMachine(RuleBasedStateMachine):
         if self.paused:
             assert got == [], "a paused queue reserves nothing"
             return
+        self.check_reserve(ready, got, n, lease, kinds_)
+
+    def check_reserve(self, ready: list[Msg], got: list, n: int, lease: float, kinds_=None) -> None:
+        """A reserve of n handed out ``got`` from ``ready``: adopts it and checks the walk."""
         delivered = [(r.key, r.kind) for r in got]
         assert len(set(delivered)) == len(delivered)
         dead = self._reserve_effects(ready, got, lease)
@@ -568,6 +444,7 @@ class QueueMachine(RuleBasedStateMachine):
                 assert ok <= union, ("a ready message was left behind", ok - union, sets)
 
     @rule(conn=consumers, i=handle_index)
+    @covers("queue_commit")
     def commit(self, conn, i):
         if not self.handles:
             return
@@ -575,9 +452,10 @@ class QueueMachine(RuleBasedStateMachine):
         m = self.holds(r)
         assert self.q(conn).commit(r) == (m is not None), ("commit", r, m)
         if m is not None:
-            self.leave(m.kk)
+            self.finish(m.kk, "succeeded")
 
     @rule(conn=consumers, i=handle_index, delay=rollback_delays)
+    @covers("queue_rollback")
     def rollback(self, conn, i, delay):
         if not self.handles:
             return
@@ -596,6 +474,7 @@ class QueueMachine(RuleBasedStateMachine):
             m.due, m.token = self.t + delay, None
 
     @rule(conn=consumers, i=handle_index, lease=leases)
+    @covers("queue_extend")
     def extend(self, conn, i, lease):
         if not self.handles:
             return
@@ -609,6 +488,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.handles.append(new)
 
     @rule(conn=consumers, i=handle_index, new_payload=st.booleans())
+    @covers("queue_move")
     def move(self, conn, i, new_payload):
         if not self.handles:
             return
@@ -619,16 +499,18 @@ class QueueMachine(RuleBasedStateMachine):
         moved = q.move(r, self.next_name, {"n": pid}) if new_payload else q.move(r, self.next_name)
         assert moved == (m is not None), ("move", r, m)
         if m is not None:
-            self.leave(m.kk)
+            self.finish(m.kk, "moved")
             self.next.setdefault(m.kk, (m.pid if pid is None else pid, m.priority))  # dedup: existing stays
 
     @rule(conn=st.sampled_from(CONNECTIONS), key=keys, kind=kinds)
+    @covers("queue_remove")
     def remove(self, conn, key, kind):
         assert self.q(conn).remove(key, kind) == ((key, kind) in self.msgs)
         if (key, kind) in self.msgs:
-            self.leave((key, kind))
+            self.finish((key, kind), "removed")
 
     @rule(pause=st.booleans())
+    @covers("queue_pause", "queue_resume")
     def pause_or_resume(self, pause):
         if pause:
             self.q("admin").pause()
@@ -719,7 +601,7 @@ class QueueMachine(RuleBasedStateMachine):
                 m.due, m.token = self.t + lease, str(won.token)
                 self.handles.append(won)
             else:
-                self.leave(kk)
+                self.finish(kk, "succeeded" if action == "commit" else "moved")
                 if action == "move":
                     self.next.setdefault(kk, (m.pid, m.priority))
             ready = [x for x in ready if x.kk != kk]
@@ -769,6 +651,7 @@ class QueueMachine(RuleBasedStateMachine):
             s = self.q("admin", name).stats()
             assert (s.ready, s.delayed, s.reserved) == (len(model), 0, 0), (name, s)
 
+    @covers("queue_drop")
     def teardown(self):
         admin = self.conns["admin"]
         try:
@@ -795,6 +678,14 @@ def run_machine(connect, dialect, machine=QueueMachine, settings_=SETTINGS):
 
 def test_random_interleavings_match_the_model(connect, dialect):
     run_machine(connect, dialect)
+
+
+# MySQL/MariaDB: the run did not finish within minutes on this branch (a hang or a failure that
+# shrinks slowly, not diagnosed yet): PostgreSQL only until it is.
+@pytest.mark.only_dialect("postgresql")
+def test_the_whole_contract_matches_the_model(connect, dialect):
+    print(f"the whole contract's model: {CONTRACT_EXAMPLES} examples on {dialect} (PYQUEUE_MODEL_EXAMPLES)")
+    run_machine(connect, dialect, ContractMachine, CONTRACT_SETTINGS)
 
 
 def test_move_of_an_expired_reservation_races_a_reserve(connect, dialect):
@@ -854,3 +745,121 @@ def test_move_of_an_expired_reservation_races_a_reserve(connect, dialect):
     finally:
         src.drop()
         dst.drop()
+
+
+class ContractMachine(
+    SettleRules, ProduceRules, DependencyRules, ScheduleRules, AdminRules, LimitRules, QueueMachine
+):
+    """The whole contract: QueueMachine's rules with FIFO groups, and the rules of every other
+    routine that changes state (tests/concurrency/model/, one module per topic). main and its
+    dead-letter queue keep results (2.5 ticks), so every way out of main records its outcome, and
+    after every step pyqueue_result must equal the model's, with each live message's progress and
+    cancel request."""
+
+    GROUPS = (None, None, "g1", "g2")
+
+    def __init__(self) -> None:
+        super().__init__()
+        admin = self.conns["admin"]
+        for name in (self.main, self.dlq_name):
+            admin.queue(name).set_result_retention(ticks(2.5))
+        self.retention = True
+        self.results: dict = {}  # kk -> (state, result, progress, finished at: model ticks)
+        self.dlq_results: dict = {}  # kk -> state
+        self.progress: dict = {}  # kk -> the live message's progress
+        self.cancel_requested: set = set()
+        self.waiting: dict = {}  # child kk -> {(where, parent kk)} of the parents it still waits for
+        self.schedules: dict = {}
+        self.topic = f"t.model.{self.main.rsplit('.', 1)[1]}"
+        self.bound: set = set()
+        self.lim_name = f"{self.main}.lim"
+        admin.queue(self.lim_name).create(visibility_timeout=ticks(1.5))
+        self.lim: list = []
+        self.lim_handles: list = []
+        self.lim_cap = self.lim_rate = None
+        self.lim_rate_used = 0
+        self.lim_k = 1
+        self.step = 0
+
+    def finish(self, kk, outcome, result=None):
+        m = super().finish(kk, outcome, result)
+        progress = self.progress.pop(kk, None)
+        self.cancel_requested.discard(kk)
+        self.waiting.pop(kk, None)
+        if outcome in ("succeeded", "failed", "cancelled") and self.retention:
+            self.results[kk] = (outcome, result, progress, self.t)
+        self.parent_left("main", kk, outcome)
+        self.occurrence_ended(kk, outcome)
+        return m
+
+    def add(self, m: Msg) -> None:
+        super().add(m)
+        self.progress.pop(m.kk, None)
+
+    def shift(self, n: int) -> None:
+        super().shift(n)
+        back = (
+            f"- make_interval(secs => {n * TICK_S})"
+            if self.dialect == "postgresql"
+            else f"- INTERVAL {n * TICK_S} SECOND"
+        )
+        sql(
+            self.conns["admin"],
+            f"UPDATE pyqueue_result SET finished_at = finished_at {back} WHERE queue_name = %s",
+            (self.main,),
+        )
+
+    @rule(which=st.sampled_from(("dlq", "next")))
+    def drain_side_queue(self, which):
+        kks = list(self.dlq if which == "dlq" else ())
+        super().drain_side_queue(which)
+        for kk in kks:
+            self.dlq_results[kk] = "succeeded"
+            self.parent_left("dlq", kk, "succeeded")
+
+    @rule()
+    @covers("queue_drop", "queue_create")
+    def drop_next(self):
+        """next dropped with its messages and made again: empty."""
+        admin = self.conns["admin"]
+        admin.queue(self.next_name).drop()
+        admin.queue(self.next_name).create()
+        self.next.clear()
+        self.bound.discard(self.next_name)
+
+    @invariant()
+    def results_equal_model(self):
+        found = {
+            (k, kd): (state, as_json(result), as_json(progress))
+            for k, kd, state, result, progress in sql(
+                self.conns["admin"],
+                "SELECT p_key, p_kind, state, result, progress FROM pyqueue_result WHERE queue_name = %s",
+                (self.main,),
+            )
+        }
+        want = {kk: (st_, r, p) for kk, (st_, r, p, _) in self.results.items()}
+        assert found == want, ("pyqueue_result differs from the model", found, want)
+        live = {
+            (k, kd): (as_json(progress), bool(asked))
+            for k, kd, progress, asked in sql(
+                self.conns["admin"],
+                "SELECT p_key, p_kind, progress, cancel_requested_at IS NOT NULL FROM pyqueue_message"
+                " WHERE queue_name = %s",
+                (self.main,),
+            )
+        }
+        want_live = {kk: (self.progress.get(kk), kk in self.cancel_requested) for kk in self.msgs}
+        assert live == want_live, ("progress and cancel requests", live, want_live)
+
+    def teardown(self):
+        try:
+            super().teardown()
+        finally:
+            admin = self.conns["admin"]
+            admin.queue(self.lim_name).drop()
+            for key, kind in self.schedules:
+                admin.queue(self.main).unschedule(key, kind)
+
+
+def as_json(value):
+    return json.loads(value) if isinstance(value, (str, bytes)) else value

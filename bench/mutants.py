@@ -1,0 +1,143 @@
+"""Mutants of the SQL that the test suite must kill: python -m bench mutants [--file FILE]
+[--dialect D] [--tests EXPR] [--only N,...] [--examples N].
+
+A mutant is one text substitution in one file of sql/, a JSON line
+{"file": "sql/postgresql/routines/...", "find": "...", "replace": "...", "note": "..."}; a find that
+does not occur exactly once in its file is an error (the run stops before testing anything). For
+each mutant the repository's package, sql/, migrations/ and tests/ are copied into a scratch
+folder, the substitution is made there, and pytest runs the chosen tests (default: the whole
+contract's model and tests/contract) from that copy: the tests install the mutated schema into
+their own scratch databases on the suite's servers. The mutant is killed when a test fails;
+the report gives the first failing test and its error's first line. Exit 0 only when every
+mutant is killed. The built-in list is bench/mutants.jsonl (bench/README.md, Mutants)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILT_IN = ROOT / "bench" / "mutants.jsonl"
+COPIED = ("pyqueue_sql", "sql", "migrations", "tests", "pyproject.toml")
+MODEL = "tests/concurrency/test_model.py::test_the_whole_contract_matches_the_model"
+DEFAULT_TESTS = f"{MODEL} tests/contract"
+
+
+def load(path: Path) -> list[dict]:
+    """The mutants of a JSON-lines file, each checked against the tree: its find occurs once."""
+    mutants, errors = [], []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = json.loads(line)
+        m["line"] = n
+        target = ROOT / m["file"]
+        if not target.is_file():
+            errors.append(f"{path.name}:{n}: no file {m['file']}")
+            continue
+        count = target.read_text().count(m["find"])
+        if count != 1:
+            errors.append(
+                f"{path.name}:{n}: find occurs {count} times in {m['file']} (must be once): {m['find']!r}"
+            )
+        mutants.append(m)
+    if errors:
+        raise SystemExit("python -m bench mutants: bad mutants:\n" + "\n".join(errors))
+    return mutants
+
+
+def dialect_of(m: dict) -> str:
+    return "postgresql" if "/postgresql/" in m["file"] else "mysql"
+
+
+def first_failure(output: str) -> str:
+    """The first failing test and the first line of its error, from pytest's -rf summary."""
+    for line in output.splitlines():
+        if line.startswith(("FAILED ", "ERROR ")):
+            return line[:300]
+    tail = [line for line in output.splitlines() if line.strip()]
+    return tail[-1][:300] if tail else "(no output)"
+
+
+def run_one(m: dict, tests: str, examples: int, timeout: float) -> tuple[str, str, float]:
+    with tempfile.TemporaryDirectory(prefix="pyqueue-mutant-") as tmp:
+        for name in COPIED:
+            src = ROOT / name
+            (shutil.copytree if src.is_dir() else shutil.copy2)(src, Path(tmp) / name, **(
+                {"ignore": shutil.ignore_patterns("__pycache__", "results")} if src.is_dir() else {}))  # fmt: skip
+        target = Path(tmp) / m["file"]
+        target.write_text(target.read_text().replace(m["find"], m["replace"], 1))
+        env = dict(os.environ, PYTHONPATH=tmp, PYQUEUE_MODEL_EXAMPLES=str(examples))
+        d = dialect_of(m)
+        cmd = [sys.executable, "-m", "pytest", *tests.split(), "-x", "-q", "-rfE", "-p", "no:cacheprovider",
+               "-k", d, "-o", "addopts="]  # fmt: skip
+        start = time.monotonic()
+        try:
+            done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return (
+                "killed",
+                f"timed out after {timeout:.0f} s (a hang counts as killed)",
+                time.monotonic() - start,
+            )
+        took = time.monotonic() - start
+        if done.returncode == 0:
+            return "survived", "", took
+        if done.returncode in (1,):
+            return "killed", first_failure(done.stdout), took
+        return "error", first_failure(done.stdout + done.stderr), took
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m bench mutants", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--file", type=Path, default=BUILT_IN, help="the mutants, JSON lines (default: %(default)s)"
+    )
+    p.add_argument(
+        "--dialect", choices=("postgresql", "mysql"), help="only the mutants of this dialect's files"
+    )
+    p.add_argument(
+        "--tests", default=DEFAULT_TESTS, help="pytest's arguments: the tests run against each mutant"
+    )
+    p.add_argument("--only", help="comma-separated line numbers of the file: run only these mutants")
+    p.add_argument("--match", help="a regular expression: only the mutants whose file, find or note match")
+    p.add_argument(
+        "--examples", type=int, default=25, help="the model's examples per run (default %(default)s)"
+    )
+    p.add_argument("--timeout", type=float, default=900, help="seconds per mutant (default %(default)s)")
+    a = p.parse_args()
+    mutants = load(a.file)
+    if a.dialect:
+        mutants = [m for m in mutants if dialect_of(m) == a.dialect]
+    if a.only:
+        lines = {int(x) for x in a.only.split(",")}
+        mutants = [m for m in mutants if m["line"] in lines]
+    if a.match:
+        rx = re.compile(a.match)
+        mutants = [m for m in mutants if rx.search(m["file"] + m["find"] + m.get("note", ""))]
+    counts = {"killed": 0, "survived": 0, "error": 0}
+    for m in mutants:
+        verdict, why, took = run_one(m, a.tests, a.examples, a.timeout)
+        counts[verdict] += 1
+        print(
+            f"{verdict:8} {a.file.name}:{m['line']} {m['file']} ({took:.0f} s) {m.get('note', '')}",
+            flush=True,
+        )
+        if why:
+            print(f"         {why}", flush=True)
+    print(
+        f"{len(mutants)} mutants: {counts['killed']} killed, {counts['survived']} survived, {counts['error']} errors"
+    )
+    return 0 if counts["killed"] == len(mutants) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Settings, dead letters, history and workers (docs/contract.md, Queues, History and dead letters,
+Results, Workers): set_max_payload, set_max_reservation, set_notify_window, reset_setting,
+set_result_retention, purge_history, redrive, replay, worker_register / heartbeat / deregister
+and release_dead_workers."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
+from .base import Msg, keys, kinds, sql, ticks
+from .coverage import covers
+
+
+class AdminRules:
+    @rule(cap=st.sampled_from((None, 300)), key=keys, kind=kinds)
+    @covers("queue_set_max_payload", "queue_reset_setting")
+    def max_payload(self, cap, key, kind):
+        """A payload longer than max_payload is refused (invalid_payload), nothing written."""
+        q = self.q("admin")
+        if cap is None:
+            q.reset_setting("max_payload")
+        else:
+            q.set_max_payload(cap)
+        assert q.settings().max_payload == (cap or 1048576)
+        pid = next(self.pids)
+        payload = {"n": pid, "pad": "x" * 400}
+        try:
+            inserted = self.q("P").push(key, kind, payload)
+        except Exception as e:  # noqa: BLE001 - checked against the model
+            assert cap is not None and "invalid_payload" in str(e), e
+            return
+        assert cap is None, "a payload above max_payload was pushed"
+        assert inserted == ((key, kind) not in self.msgs)
+        if inserted:
+            self.add(Msg(key, kind, pid, 0, 0, self.t, None, None, False, self.t))
+
+    @rule(cap=st.sampled_from((None, 2)), n=st.integers(1, 2), lease=st.sampled_from((1.5, 2.5)))
+    @covers("queue_set_max_reservation", "queue_reset_setting")
+    def max_reservation(self, cap, n, lease):
+        """A reserve asking for a timeout above max_reservation is refused and hands out nothing."""
+        q = self.q("admin")
+        if cap is None:
+            q.reset_setting("max_reservation")
+        else:
+            q.set_max_reservation(ticks(cap))
+        if self.paused or cap is None or lease < cap:
+            return
+        before = self.all_rows((self.main,))
+        try:
+            self.q("A").reserve(n, worker="A", timeout=ticks(lease))
+            raise AssertionError("a reserve above max_reservation was accepted")
+        except Exception as e:  # noqa: BLE001 - the refusal
+            assert "max_reservation" in str(e), e
+        assert self.all_rows((self.main,)) == before
+
+    @rule(window=st.sampled_from((None, 0.2, 1.0)))
+    @covers("queue_set_notify_window", "queue_reset_setting")
+    def notify_window(self, window):
+        q = self.q("admin")
+        if window is None:
+            q.reset_setting("notify_window")
+        else:
+            q.set_notify_window(dt.timedelta(seconds=window))
+        got = q.settings().notify_window
+        want = 0.05 if window is None else window
+        seconds = got.total_seconds() if isinstance(got, dt.timedelta) else float(got)
+        assert abs(seconds - want) < 1e-6, (got, want)
+
+    @rule(on=st.booleans())
+    @covers("queue_set_result_retention")
+    def result_retention(self, on):
+        """Off is refused while messages of the queue have parents or children."""
+        q = self.q("admin")
+        if on:
+            q.set_result_retention(dt.timedelta(seconds=2.5 * 1200))
+            self.retention = True
+            return
+        try:
+            q.set_result_retention(None)
+        except Exception as e:  # noqa: BLE001
+            assert self.waiting and "invalid_argument" in str(e), e
+            return
+        assert not self.waiting, "retention turned off under waiting children"
+        self.retention = False
+
+    @rule()
+    @covers("queue_purge_history")
+    def purge_history(self):
+        """Deletes the outcomes older than the retention (2.5 ticks; all when it is off)."""
+        n = self.q("admin").purge_history(10_000)
+        gone = [kk for kk, r in self.results.items() if not self.retention or self.t - r[3] > 2.5]
+        assert n >= len(gone), (n, gone)
+        for kk in gone:
+            del self.results[kk]
+
+    @rule(n=st.integers(1, 3))
+    @covers("queue_redrive")
+    def redrive(self, n):
+        """Up to n dead letters back into main (FIFO; one whose key is live in main stays), attempts 0,
+        ready now; a child waiting on it follows it (FIXED_REDRIVE_DEPENDENCY)."""
+        order = sorted(self.dlq.items(), key=lambda x: -x[1][1])  # priority first, then dead-letter order
+        moved = [kk for kk, _ in order if kk not in self.msgs][:n]
+        assert self.q("admin", self.dlq_name).redrive(self.main, n) == len(moved)
+        for kk in moved:
+            pid, priority = self.dlq.pop(kk)
+            self.msgs[kk] = Msg(kk[0], kk[1], pid, priority, 0, self.t, None, None, False, self.t)
+            if FIXED_REDRIVE_DEPENDENCY:
+                self.parent_redriven(kk)
+
+    @rule()
+    @covers("queue_replay")
+    def replay(self):
+        """main keeps no history: nothing to replay."""
+        assert self.q("admin").replay() == 0
+
+    @rule(beat=st.booleans(), release=st.booleans())
+    @covers(
+        "queue_worker_register",
+        "queue_worker_heartbeat",
+        "queue_worker_deregister",
+        "queue_release_dead_workers",
+    )
+    def workers(self, beat, release):
+        """A registered worker's live reservations are ready again when it is found dead (attempts kept,
+        tokens void); a deregistered one is gone."""
+        db = self.conns["admin"]
+        reg = db.register_worker("model-w", queues=[self.main])
+        if beat:
+            assert db.heartbeat_worker(reg)
+        if not release:
+            assert db.deregister_worker(reg)
+            assert not db.deregister_worker(reg)
+            return
+        # its last heartbeat two days ago (only this worker: other tests' workers stay alive)
+        back = "- interval '2 days'" if self.dialect == "postgresql" else "- INTERVAL 2 DAY"
+        sql(
+            db,
+            f"UPDATE pyqueue_worker SET heartbeat_at = heartbeat_at {back} WHERE worker_id = %s",
+            (reg.worker_id,),
+        )
+        assert db.release_dead_workers(dt.timedelta(days=1)) == 0  # it held nothing
+        assert not db.heartbeat_worker(reg), "a released worker still beats"
+
+
+FIXED_REDRIVE_DEPENDENCY = True

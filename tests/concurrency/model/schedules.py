@@ -1,0 +1,107 @@
+"""Schedules (docs/contract.md, Schedules): queue_schedule_every (every 1200 s, one model tick) and
+queue_schedule_cron ("*/20 * * * *", the same grid), queue_unschedule. The pending occurrence is an
+ordinary message keyed ``p_key@<its time>``; whatever ends it (commit, the results' commits, pop,
+fail or give_up for good, cancel, cancel_held, remove, move) pushes the next occurrence, one tick
+later on the real grid (FIXED_SCHEDULE_CHAIN: a fix landing on main; before it, an occurrence
+dead-lettered, removed or moved ended the chain).
+
+Occurrence times are real (the schedule's next_at is not moved by the model's clock): occurrence i
+of a schedule made at real time s0 falls at next_at0 + i ticks; pushed at model time t, it is due
+at t + (its time - now) in ticks. A schedule is made only when next_at0 - now is more than
+SAFE_S from the grid's step, so that the seconds an example takes never move an occurrence
+across a model tick."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
+from .base import TICK_S, Msg, kinds
+from .coverage import covers
+
+SAFE_S = 150
+SCHEDULE_KEYS = ("s0", "s1")
+
+
+@dataclass
+class Schedule:
+    key: str
+    kind: str
+    pid: int  # the payload's number, negative: shared by every occurrence
+    next_at: dt.datetime  # the pending occurrence's time (real)
+    pending: tuple[str, str] | None  # its (key, kind) in main, None when it was not pushed
+
+
+def occurrence_key(key: str, at: dt.datetime) -> str:
+    return f"{key}@{at.astimezone(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+
+
+class ScheduleRules:
+    def occurrence(self, s: Schedule) -> None:
+        """Pushes (in the model) the occurrence at s.next_at."""
+        now = dt.datetime.now(dt.timezone.utc)
+        kk = (occurrence_key(s.key, s.next_at), s.kind)
+        due = self.t + (s.next_at - now).total_seconds() / TICK_S
+        s.pending = kk
+        if kk not in self.msgs:
+            self.msgs[kk] = Msg(kk[0], kk[1], s.pid, 0, 0, due, None, None, False, due)
+
+    def occurrence_ended(self, kk, outcome: str) -> None:
+        for s in self.schedules.values():
+            if s.pending == kk:
+                s.pending = None
+                if outcome in ("succeeded", "cancelled") or FIXED_SCHEDULE_CHAIN:
+                    s.next_at += dt.timedelta(seconds=TICK_S)
+                    self.occurrence(s)
+
+    @rule(key=st.sampled_from(SCHEDULE_KEYS), kind=kinds, cron=st.booleans())
+    @covers("queue_schedule_every", "queue_schedule_cron")
+    def schedule(self, key, kind, cron):
+        """Creates or replaces the schedule: its old pending occurrence goes (unless held), the
+        first occurrence is pushed, its time returned."""
+        now = time.time()
+        left = -now % TICK_S
+        if left < SAFE_S or left > TICK_S - SAFE_S:
+            return  # too near the grid's step for the model's clock (see the module's text)
+        q = self.q("admin")
+        payload = {"n": -1 - SCHEDULE_KEYS.index(key)}
+        if cron:
+            at = q.schedule_cron(key, kind, payload, "*/20 * * * *")
+        else:
+            at = q.schedule_every(key, kind, payload, dt.timedelta(seconds=TICK_S))
+        want = dt.datetime.fromtimestamp(now + left, dt.timezone.utc)
+        assert abs((at - want).total_seconds()) < 1, (at, want)
+        old = self.schedules.get((key, kind))
+        if old is not None and old.pending in self.msgs and self.state(self.msgs[old.pending]) != "reserved":
+            self.leave(old.pending)
+        s = Schedule(key, kind, payload["n"], at, None)
+        self.schedules[(key, kind)] = s
+        self.occurrence(s)
+
+    @rule(key=st.sampled_from(SCHEDULE_KEYS), kind=kinds)
+    @covers("queue_unschedule")
+    def unschedule(self, key, kind):
+        """Removes the schedule and its pending occurrence unless that one is held (it then runs
+        once more and pushes nothing)."""
+        s = self.schedules.pop((key, kind), None)
+        assert self.q("admin").unschedule(key, kind) == (s is not None)
+        if s is not None and s.pending in self.msgs and self.state(self.msgs[s.pending]) != "reserved":
+            self.leave(s.pending)
+
+    @rule(j=st.integers(0, 50))
+    @covers("queue_remove")
+    def remove_occurrence(self, j):
+        """queue_remove of a schedule's pending occurrence (only an admin can)."""
+        pending = sorted(s.pending for s in self.schedules.values() if s.pending in self.msgs)
+        if not pending:
+            return
+        kk = pending[j % len(pending)]
+        assert self.q("admin").remove(*kk)
+        self.finish(kk, "removed")
+
+
+FIXED_SCHEDULE_CHAIN = True

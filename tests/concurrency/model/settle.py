@@ -1,0 +1,174 @@
+"""The settle routines beyond commit/rollback/extend/move/remove (docs/contract.md, Consume, Fast
+paths, Results): snooze, fail, give_up, release, commit_batch, commit_reserve, the results'
+commits, cancel, cancel_held, renew and set_progress."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
+from .base import (
+    CONNECTIONS,
+    MAX_ATTEMPTS,
+    consumers,
+    handle_index,
+    keys,
+    kinds,
+    leases,
+    rollback_delays,
+    ticks,
+)
+from .coverage import covers
+
+
+class SettleRules:
+    @rule(conn=consumers, i=handle_index, delay=rollback_delays)
+    @covers("queue_snooze")
+    def snooze(self, conn, i, delay):
+        """Gives the message back without using up an attempt: attempts one less, never dead-lettered."""
+        if not self.handles:
+            return
+        r = self.pick(i)
+        m = self.holds(r)
+        assert self.q(conn).snooze(r, delay=ticks(delay) if delay else None) == (m is not None), ("snooze", r)
+        if m is not None:
+            m.attempts, m.due, m.token = m.attempts - 1, self.t + delay, None
+
+    @rule(conn=consumers, i=handle_index, delay=rollback_delays, give_up=st.booleans())
+    @covers("queue_fail", "queue_give_up")
+    def fail(self, conn, i, delay, give_up):
+        """fail: 'retry', or 'dead_lettered' after max_attempts; give_up: 'dead_lettered' now."""
+        if not self.handles:
+            return
+        r = self.pick(i)
+        m = self.holds(r)
+        q = self.q(conn)
+        got = (
+            q.give_up(r, "gave up") if give_up else q.fail(r, "failed", delay=ticks(delay) if delay else None)
+        )
+        if m is None:
+            assert got is None, ("fail of a reservation that no longer holds", got)
+        elif give_up or m.attempts >= MAX_ATTEMPTS:
+            assert got == "dead_lettered", got
+            self.dead_letter(m.kk)
+        else:
+            assert got == "retry", got
+            m.due, m.token = self.t + delay, None
+
+    @rule(worker=st.sampled_from((None, "A", "B")))
+    @covers("queue_release")
+    def release(self, worker):
+        """Every live reservation (of the worker) is ready now, its token void, attempts kept."""
+        held = [
+            m
+            for m in self.msgs.values()
+            if self.state(m) == "reserved" and worker in (None, self.worker_of(m))
+        ]
+        assert self.q("admin").release(worker) == len(held)
+        for m in held:
+            m.due, m.token = self.t, None
+
+    def worker_of(self, m):
+        return next((r.worker for r in reversed(self.handles) if str(r.token) == m.token), None)
+
+    @rule(conn=consumers, ii=st.lists(handle_index, min_size=1, max_size=3), results=st.booleans())
+    @covers("queue_commit_batch", "queue_commit_result_batch")
+    def commit_many(self, conn, ii, results):
+        if not self.handles:
+            return
+        batch = {}
+        for i in ii:
+            r = self.pick(i)
+            batch.setdefault((r.key, r.kind), r)
+        held = [self.holds(r) for r in batch.values()]
+        q = self.q(conn)
+        if results:
+            got = q.commit_result_many([(r, {"r": n}) for n, r in enumerate(batch.values())])
+        else:
+            got = q.commit_many(list(batch.values()))
+        assert got == sum(m is not None for m in held), ("commit batch", got, held)
+        for n, m in enumerate(held):
+            if m is not None:
+                self.finish(m.kk, "succeeded", {"r": n} if results else None)
+
+    @rule(conn=consumers, i=handle_index, result=st.sampled_from((None, 1, "x", {"a": [1]})))
+    @covers("queue_commit_result")
+    def commit_result(self, conn, i, result):
+        if not self.handles:
+            return
+        r = self.pick(i)
+        m = self.holds(r)
+        assert self.q(conn).commit_result(r, result) == (m is not None)
+        if m is not None:
+            self.finish(m.kk, "succeeded", result)
+
+    @rule(conn=consumers, i=handle_index)
+    @covers("queue_cancel_held")
+    def cancel_held(self, conn, i):
+        if not self.handles:
+            return
+        r = self.pick(i)
+        m = self.holds(r)
+        assert self.q(conn).cancel_held(r) == (m is not None)
+        if m is not None:
+            self.finish(m.kk, "cancelled")
+
+    @rule(conn=st.sampled_from(CONNECTIONS), key=keys, kind=kinds, j=st.integers(0, 50))
+    @covers("queue_cancel")
+    def cancel(self, conn, key, kind, j):
+        """cancelled (nobody holds it: removed), requested (a live reservation holds it), unknown."""
+        live = sorted(self.msgs)
+        kk = live[j % len(live)] if live and j % 2 else (key, kind)
+        got = self.q(conn).cancel(*kk)
+        m = self.msgs.get(kk)
+        if m is None:
+            assert got == "unknown", got
+        elif self.state(m) == "reserved":
+            assert got == "requested", got
+            self.cancel_requested.add(kk)
+        else:
+            assert got == "cancelled", (got, m)
+            self.finish(kk, "cancelled")
+
+    @rule(conn=consumers, i=handle_index, lease=leases)
+    @covers("queue_renew")
+    def renew(self, conn, i, lease):
+        if not self.handles:
+            return
+        r = self.pick(i)
+        m = self.holds(r)
+        got = self.q(conn).renew(r, timeout=ticks(lease))
+        if m is None:
+            assert got.reservation is None and not got.cancel_requested, got
+            return
+        assert got.reservation is not None and str(got.reservation.token) != m.token
+        assert got.cancel_requested == (m.kk in self.cancel_requested), (got, m)
+        m.due, m.token = self.t + lease, str(got.reservation.token)
+        self.handles.append(got.reservation)
+
+    @rule(conn=consumers, i=handle_index, p=st.integers(0, 9))
+    @covers("queue_set_progress")
+    def set_progress(self, conn, i, p):
+        if not self.handles:
+            return
+        r = self.pick(i)
+        m = self.holds(r)
+        assert self.q(conn).set_progress(r, {"p": p}) == (m is not None)
+        if m is not None:
+            self.progress[m.kk] = {"p": p}
+
+    @rule(conn=consumers, i=handle_index, n=st.integers(1, 3), lease=leases)
+    @covers("queue_commit_reserve")
+    def commit_reserve(self, conn, i, n, lease):
+        """Commits a reservation (or none) and reserves the next n in the same call."""
+        r = self.pick(i) if self.handles and i % 4 else None
+        m = self.holds(r) if r is not None else None
+        if self.paused:
+            return
+        self.promoted = set()
+        committed, got = self.q(conn).commit_reserve(r, n, worker=conn, timeout=ticks(lease))
+        assert committed == (None if r is None else m is not None), ("commit_reserve", committed, m)
+        if m is not None:
+            self.finish(m.kk, "succeeded")
+        ready = self.ready()
+        self.check_reserve(ready, got, n, lease)
