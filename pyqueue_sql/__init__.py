@@ -6,7 +6,9 @@ the workers; underneath, the message API.
 ``pyqueue_sql.connect`` / ``Database`` / ``Queue`` block; ``pyqueue_sql.aio`` has the same client
 for asyncio (AsyncDatabase, AsyncQueue; the ``asyncio`` extra), imported only when you use it.
 Every exception is defined in pyqueue_sql.errors; those below are the ones a user catches or raises
-day to day (the migrator's are imported from pyqueue_sql.migrate, which imports alembic).
+day to day (the migrator's are imported from pyqueue_sql.migrate, which imports alembic). Each name
+below is imported from its module when first used, so `import pyqueue_sql` costs a producer or a
+command only what it uses.
 """
 
 from typing import TYPE_CHECKING
