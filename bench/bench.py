@@ -35,7 +35,6 @@ from typing import Any
 
 import pyqueue_sql
 from bench import common
-from pyqueue_sql import migrate
 
 WORKLOADS = ("push", "reserve_ack", "push_batch", "reserve_ack_batch")
 # bulk enqueue: a system's batch push with BULK messages a call (push_many's chunk), against pgmq's
@@ -246,7 +245,7 @@ class Previous(PyQueue):
         if self.commit:
             common.install_commit(self.dialect, dsn, self.commit)
         else:
-            migrate.upgrade(dsn, self.revision)
+            importlib.import_module("pyqueue_sql.migrate").upgrade(dsn, self.revision)
 
 
 FUNCTIONS = "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
@@ -873,7 +872,7 @@ def main(argv: list[str] | None = None) -> int:
     ab = bool(args.previous or args.previous_commit)
     if args.previous and args.previous_commit:
         ap.error("--previous and --previous-commit: one or the other")
-    if args.previous and args.previous == migrate.head():
+    if args.previous and args.previous == importlib.import_module("pyqueue_sql.migrate").head():
         ap.error(f"--previous {args.previous} is the newest revision: nothing to compare it with")
     Previous.commit, Previous.revision = args.previous_commit, args.previous
     args.against = f"commit {args.previous_commit}" if args.previous_commit else args.previous

@@ -1,14 +1,8 @@
 """Burn-down: a backlog drained by each system's own worker runtime, as its users run it: 2 worker
 processes x 16 handlers, workloads noop (50,000 jobs) and sleep10 (20,000 jobs of 10 ms), the clock
-from the workers' go until a count of unfinished jobs polled in the database reaches 0, rounds
-interleaved, ratios to the best peer within each round (with no peer in the run, to the first
-system). bench/README.md, Burn-down.
-
-    python -m bench burndown                                   # full run (make bench runs it)
-    python -m bench burndown --quick                           # 5,000 / 2,000 jobs, 1 round, 20 s cap
-    python -m bench burndown --systems pyqueue-async,pgmq --dialects postgresql --workloads noop
-    python -m bench burndown --tasks --dialects postgresql     # a task against a plain handler
-    python -m bench burndown --variant threads --variant threads:prefetch=0,ack_batch=100
+from the workers' go (and from their spawn: start-up included) until a count of unfinished jobs
+polled in the database reaches 0, rounds interleaved, ratios to the best peer within each round
+(with no peer in the run, to the first system). Commands and method: bench/README.md, Burn-down.
 """
 
 from __future__ import annotations
@@ -132,8 +126,7 @@ def variant(text: str, dialect: str) -> System:
         if not eq:
             raise SystemExit(f"a setting is name=value: {part!r}")
         settings[name.strip()] = _value(value.strip())
-    runtime_class = "Worker" if runtime == "threads" else "AsyncWorker"
-    label = f"`{runtime_class}` {rest or '(defaults)'}"
+    label = f"`{'Worker' if runtime == 'threads' else 'AsyncWorker'}` {rest or '(defaults)'}"
     return System(text, dialect, label, "py", LIVE, peer=False, settings=settings)
 
 
@@ -168,8 +161,7 @@ SYSTEMS = [
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:
-    """Ends the worker processes (each leads its own process group) at once: the measurement is
-    over, a graceful shutdown would only add waiting."""
+    """Ends the worker processes (each leads its process group) at once: a graceful stop adds waiting."""
     for p in procs:
         if p.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -186,14 +178,14 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
     logs = [tempfile.TemporaryFile(mode="w+") for _ in range(PROCESSES)]
 
     def log_tail(p: subprocess.Popen) -> str:
-        log = logs[procs.index(p)]
-        log.seek(0)
+        (log := logs[procs.index(p)]).seek(0)
         return log.read()[-2000:]
 
     try:
         cur = counter.cursor()
         command, env = system.worker(dsn, sleep_ms)
         pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        spawned = time.perf_counter()  # the clock from spawn: imports and start-up counted
         procs += [subprocess.Popen(command, cwd=ROOT, env=env, stderr=log, **pipes) for log in logs]
         for p in procs:
             line = p.stdout.readline()
@@ -207,7 +199,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
         # (None: the server is not on this machine; MySQL/MariaDB: sessions are threads of one process)
         pg = system.dialect == "postgresql"
         server0 = common.sessions_cpu(cur, strict=True) if pg else None  # backends opened later start from 0
-        started = time.perf_counter()
+        ready = (started := time.perf_counter()) - spawned  # spawn to the slower process's `ready`
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
@@ -232,8 +224,11 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             spent = sum(v - server0.get(pid, 0.0) for pid, v in server.items())
             server_us = round(spent / done * 1e6, 1)
         worker_us = round((sum(cpu) - sum(cpu0)) / done * 1e6, 1) if known else None
+        life = dict(spawn_rate=done / (elapsed + ready), ready_s=round(ready, 3))
+        life |= dict(life_cpu_us_per_job=round(sum(cpu) / done * 1e6, 1) if known else None)
+        life["spawn_first_job_s"] = round(first + ready, 3) if first is not None else None
         # server_cpu_us_per_job: the server processes of the workers' sessions (PostgreSQL on this machine)
-        out = dict(cpu_us_per_job=worker_us, server_cpu_us_per_job=server_us, first_job_s=first)
+        out = life | dict(cpu_us_per_job=worker_us, server_cpu_us_per_job=server_us, first_job_s=first)
         out["backends"] = len(server) if server is not None else None
         return out | dict(jobs=jobs, done=done, seconds=elapsed, rate=done / elapsed, capped=remaining > 0)
     finally:
@@ -243,6 +238,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
 
 
 STATES = ("fresh", "churned")
+COLUMNS = "cpu_us_per_job server_cpu_us_per_job spawn_rate life_cpu_us_per_job spawn_first_job_s".split()
 
 
 def measure(system: System, workload: str, jobs: int, cap: float, state: str = "fresh") -> dict:
@@ -276,18 +272,16 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
     lines = [
         "# Burn-down: each system's own worker draining a backlog",
         "",
-        f"Command: `{meta['command']}`; {meta['rounds_done']} of {meta['rounds']} round(s) done, {PROCESSES} worker processes x "
-        f"{CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} "
-        f"({meta['cpus']} CPUs), load average {meta['load_before']} before, {meta['load_after']} after. "
-        "Jobs/s = jobs done / (time from the workers' go to the last job done, counted in the database); "
-        "median over rounds (min-max). Worker CPU: the worker processes' own (all threads), per job, median; "
-        "its server sessions' CPU: the PostgreSQL backends connected to the system's database (the counter's "
-        "own left out) from /proc, per job, median, a figure the machine's load moves less than a rate. Ratio: to the best peer of the dialect on that workload (with no "
-        "peer in the run, to the dialect's first system), within each round, median over rounds. "
-        "Method: bench/README.md, Burn-down. A fresh queue: the backlog enqueued into the "
-        "just-installed system, then VACUUM ANALYZE (PostgreSQL); a churned queue: the backlog "
-        "enqueued, drained by the same workers (not counted), enqueued again and drained, with no "
-        "VACUUM, ANALYZE or TRUNCATE between, autovacuum as the server is configured "
+        f"Command: `{meta['command']}`; {meta['rounds_done']} of {meta['rounds']} round(s) done, {PROCESSES} worker "
+        f"processes x {CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} ({meta['cpus']} "
+        f"CPUs), load average {meta['load_before']} before, {meta['load_after']} after. Jobs/s: jobs done / time from "
+        "the workers' go (each has said `ready`) to the last job done, counted in the database, median over rounds "
+        "(min-max). Worker CPU: the worker processes' own (all threads) from the go, per job; + its server sessions': "
+        "the PostgreSQL backends on the system's database (the counter's left out), from /proc. From spawn: the clock "
+        "from spawning the worker processes (imports and start-up included), their CPU over their whole life per job, "
+        "spawn to the first job done; medians (min-max). Ratio: to the best peer of the dialect on that workload (no "
+        "peer in the run: the dialect's first system), within each round, median over rounds. Fresh and churned "
+        "queues: bench/README.md, Burn-down; autovacuum as configured "
         f"({meta.get('autovacuum') or 'not read'}).",
         "",
     ]
@@ -302,6 +296,7 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
             limit = ms and f"{ms:g} ms each (limit {PROCESSES * CONCURRENCY * 1000 / ms:,.0f})"
             header += [f"{limit or 'no-op'}: jobs/s", f"vs {meta['baseline'].get(dialect) or 'best peer'}"]
             header += ["worker CPU µs/job", "+ its server sessions' CPU µs/job"]
+            header += ["from spawn: jobs/s", "worker CPU µs/job, whole life", "spawn to first job done, s"]
         rows, notes = [], [f"- {s.label}: {s.note}" for s in ds if s.note]
         for s in ds:
             row = [s.label]
@@ -310,22 +305,24 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
                 rs = [r for r in results if key(r) == (s.name, dialect, w, state)]
                 ok = [r for r in rs if "rate" in r]
                 if s.name in meta["unavailable"].get(dialect, {}) or not ok:
-                    row += ["not run" if not rs else f"failed: {rs[0]['error'][:80]}", "", "", ""]
+                    row += ["not run" if not rs else f"failed: {rs[0]['error'][:80]}", *[""] * 6]
                     continue
                 rates = [r["rate"] for r in ok]
                 capped = " (capped)" if any(r["capped"] for r in ok) else ""
                 rng = f" ({min(rates):,.0f}-{max(rates):,.0f})" if len(rates) > 1 else ""
                 ratios = [r["vs_best_peer"] for r in ok if r.get("vs_best_peer") is not None]
-                cpu = [r["cpu_us_per_job"] for r in ok if r.get("cpu_us_per_job")]
                 row.append(f"{statistics.median(rates):,.0f}{rng}{capped}")
                 row.append(f"{statistics.median(ratios):.2f}x" if ratios else "")
-                row.append(f"{statistics.median(cpu):,.0f}" if cpu else "")
-                server = [r["server_cpu_us_per_job"] for r in ok if r.get("server_cpu_us_per_job")]
-                row.append(f"{statistics.median(server):,.0f}" if server else "")
+                for field in COLUMNS:
+                    got = [r[field] for r in ok if r.get(field) is not None]
+                    f = ".2f" if field.endswith("_s") else ",.0f"
+                    spread = (
+                        f" ({min(got):{f}}-{max(got):{f}})" if len(got) > 1 and field in COLUMNS[3:] else ""
+                    )
+                    row.append(f"{statistics.median(got):{f}}{spread}" if got else "")
             rows.append(row)
         lines += [*common.table(header, rows), ""]
-        for name, why in meta["unavailable"].get(dialect, {}).items():
-            notes.append(f"- {name}: NOT RUN here: {why}")
+        notes += [f"- {n}: NOT RUN here: {why}" for n, why in meta["unavailable"].get(dialect, {}).items()]
         if notes:
             lines += notes + [""]
     return "\n".join(lines)
@@ -335,12 +332,12 @@ def _vacuum_settings(dialects: list[str]) -> str:
     """What cleans up after a churn on each server, as configured there (nothing is changed)."""
     said = []
     for dialect in dialects:
+        name = "autovacuum" if dialect == "postgresql" else "innodb_purge_threads"
         try:
-            name = "autovacuum" if dialect == "postgresql" else "innodb_purge_threads"
             value = common.settings(dialect, common.ADMIN[dialect], name).get(name, "?")
-            said.append(f"{'PostgreSQL' if dialect == 'postgresql' else 'InnoDB purge,'} {name} = {value}")
         except Exception as exc:  # the server is not there: the run reports it anyway
-            said.append(f"{dialect}: {type(exc).__name__}")
+            value = type(exc).__name__
+        said.append(f"{'PostgreSQL' if dialect == 'postgresql' else 'InnoDB purge,'} {name} = {value}")
     return "; ".join(said)
 
 
@@ -359,8 +356,7 @@ def main() -> None:
         ("--name", None, "the results' file name (default burndown, burndown-tasks, burndown-variants)"),
         ("--tasks", False, "`pyqueue-sql worker`: a plain handler against the same no-op job as a task"),
     )
-    variant_help = "pyqueue-sql's worker as threads|asyncio[:name=value,...]"
-    ap.add_argument("--variant", action="append", help=variant_help)
+    ap.add_argument("--variant", action="append", help="pyqueue-sql's worker: threads|asyncio[:a=b,...]")
     args = ap.parse_args()
     if args.tasks:
         args.systems = args.systems or "pyqueue-cli,pyqueue-tasks"
@@ -393,8 +389,7 @@ def main() -> None:
     name = args.name or "burndown" + ("-tasks" if args.tasks else "-variants" if args.variant else "")
 
     def write(rounds_done: int, tag: str | None = None) -> None:
-        """The summary of the rounds done so far (rewritten after each round: a run cut short
-        keeps what it measured)."""
+        """Rewrites the summary after each round: a run cut short keeps what it measured."""
         meta.update(rounds_done=rounds_done, load_after=common.loadavg())
         md = summarize(results, systems, workloads, meta)
         common.write(out, name, md, {"meta": meta, "results": results}, tag)

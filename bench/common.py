@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import importlib
 import json
 import os
 import resource
@@ -20,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pyqueue_sql
-from pyqueue_sql import dialects, migrate
+from pyqueue_sql import dialects
 
 ADMIN = {
     "postgresql": os.environ.get("BENCH_POSTGRESQL_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
@@ -112,8 +113,9 @@ def settings(dialect: str, dsn: str, *names: str) -> dict[str, str]:
 
 
 def install_pyqueue(dsn: str, queue: str | None = None, **options) -> None:
-    """pyqueue-sql's schema (what `pyqueue-sql migrate` runs), and the queue created with options."""
-    migrate.upgrade(dsn)
+    """pyqueue-sql's schema (`pyqueue-sql migrate`), the queue created with options; the migrator (alembic,
+    SQLAlchemy: ~0.5 s of CPU) imported here, not by the workers that import this module."""
+    importlib.import_module("pyqueue_sql.migrate").upgrade(dsn)
     if queue:
         with pyqueue_sql.connect(dsn) as db:
             db.queue(queue).create(**options)

@@ -64,6 +64,7 @@ MONITOR = (
     "queue_message_history",
     "queue_messages",
     "queue_throughput",
+    "queue_horizon",
     "queue_bindings",
     "queue_groups",
     "queue_result",
@@ -120,7 +121,8 @@ DESCRIPTIONS: dict[str, str] = {
     "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
     "(give it with --consumer)",
     "monitor": "stats, limits, rates, workers, schedules, dead letters, settings, message, message history, "
-    "messages (browse by state), throughput, bindings, groups, a message's result (read, wait)",
+    "messages (browse by state), throughput, horizon (what holds back cleanup), bindings, groups, "
+    "a message's result (read, wait)",
     "admin": "create, drop, pause, resume, remove, release reservations, reset a setting, max reservation, "
     "max payload, result retention, cancel, limits, rates, group limits, schedules, history, redrive, replay, bind, unbind; plus monitor",
     "ingest": "INSERT (and SELECT, for Spark) on queue_ingest, queue_ingest_flush",

@@ -69,6 +69,22 @@ def format_age(seconds: float | None) -> str:
     return f"{days}d{hours:02d}h"
 
 
+# From this age on, `pyqueue-sql stats` says which transaction holds back cleanup (queue_horizon).
+HORIZON_WARN_S = 60.0
+
+
+def format_horizon(horizon: Any) -> str:
+    """What holds back the database's cleanup, in one line (a pyqueue_sql.rows.Horizon)."""
+    if horizon.holder is None:
+        return f"cleanup held back by no transaction (backlog {horizon.backlog:,})"
+    who = ", ".join(str(v) for v in (horizon.user_name, horizon.state) if v is not None)
+    pid = f" pid {horizon.pid}" if horizon.pid is not None else ""
+    return (
+        f"cleanup held back for {format_age(horizon.oldest_age_s)} by {horizon.holder}{pid}"
+        f"{f' ({who})' if who else ''}; backlog {horizon.backlog:,}"
+    )
+
+
 def format_duration(value: Any) -> str:
     """A queue setting's duration (timedelta, seconds as a number, or None) as text."""
     if value is None:

@@ -108,6 +108,7 @@ class WorkerMetrics:
             registry=self.registry,
         )
         self.registry.register(_StatusCollector(worker))
+        self.registry.register(_HorizonCollector(worker))
         self._handler = _Tap(self)
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -180,6 +181,42 @@ class _StatusCollector:
         capacity.add_metric([], status.concurrency)
         yield in_flight
         yield capacity
+
+
+class _HorizonCollector:
+    """What holds back the database's cleanup (queue_horizon), read at each scrape on a connection
+    of its own, opened for it and closed after: nothing per job. A scrape that cannot read it
+    (the database unreachable, an account without the monitor capability) leaves the gauges out."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        from .client import connect
+
+        try:
+            with connect(self.worker.dsn) as db:
+                horizon = db.horizon()
+        except Exception:  # noqa: BLE001 - a scrape must not fail for it
+            logging.getLogger(WORKER_LOGGER).debug("metrics: queue_horizon unreadable", exc_info=True)
+            return
+        age = GaugeMetricFamily(
+            "pyqueue_db_oldest_transaction_age_seconds",
+            "How long the oldest transaction holding back cleanup (PostgreSQL vacuum, InnoDB purge) of the "
+            "queue's database has been open; 0 when none.",
+        )
+        age.add_metric([], horizon.oldest_age_s or 0.0)
+        backlog = GaugeMetricFamily(
+            "pyqueue_db_cleanup_backlog",
+            "PostgreSQL: transactions since the oldest snapshot that holds back vacuum; MySQL/MariaDB: InnoDB's "
+            "history list length.",
+        )
+        backlog.add_metric([], horizon.backlog)
+        yield age
+        yield backlog
 
 
 class _Tap(logging.Handler):

@@ -23,7 +23,8 @@ routines of its capabilities and no privilege on any table:
               queue keeps its attempt count (max_attempts still applies); a move to
               another queue starts it at 0 there.
     monitor   reads: stats, limits, rates, workers, schedules, dead letters, settings, one
-              message and its history, browsing and throughput, topic bindings, FIFO groups
+              message and its history, browsing and throughput, the horizon (what holds back
+              cleanup), topic bindings, FIFO groups
     admin     manages queues: create, drop, pause, resume, remove, reset a setting,
               max reservation, max payload, releasing reservations (queue_release),
               limits, rates, group limits, schedules, history, redrive, replay, notify window, releasing

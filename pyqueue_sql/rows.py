@@ -422,6 +422,27 @@ class ThroughputRow:
     popped: int
 
 
+class Horizon(NamedTuple):
+    """What holds back the database's cleanup (queue_horizon): on PostgreSQL the oldest snapshot or
+    transaction id that VACUUM must keep dead rows for, on MySQL/MariaDB the oldest open transaction
+    while InnoDB's purge waits. ``oldest_age_s``: how long the holder's transaction has been open
+    (None: nothing holds it back, or a replication slot, whose age has no time); ``backlog``:
+    PostgreSQL how many transactions old what it holds is, MySQL/MariaDB the history list length
+    (committed transactions' undo logs not purged yet); then the holder: ``holder`` ('session',
+    'prepared transaction', 'replication slot' / 'transaction'), ``pid`` (what pg_terminate_backend
+    or KILL takes), ``user_name``, ``state``, ``xact_start`` and ``query_start`` (None where the
+    holder has none)."""
+
+    oldest_age_s: float | None
+    backlog: int
+    holder: str | None
+    pid: int | None
+    user_name: str | None
+    state: str | None
+    xact_start: dt.datetime | None
+    query_start: dt.datetime | None
+
+
 class Binding(NamedTuple):
     """A binding of a topic pattern to a queue (queue_bindings)."""
 

@@ -2,7 +2,9 @@
 
 Installed with the ``otel`` extra (``pip install -e '.[otel]'``: opentelemetry-api only;
 the SDK and exporters are the application's). Without it nothing here imports anything from
-opentelemetry, and a push pays one cached check.
+opentelemetry, and a push pays one cached check; with it, nothing is imported either until the
+application has imported ``opentelemetry.trace`` (to set a provider or start a span) or
+``OTEL_PYTHON_TRACER_PROVIDER`` names a provider: a worker's start does not wait for it (in_use).
 
 - Producing: every push and publish (Queue, AsyncQueue, a task's defer) made while a span is
   current puts the current context in the message's headers through the configured propagator
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -100,10 +103,27 @@ def api() -> Any:
     return _api or None
 
 
+# Whether the environment names a tracer provider (get_tracer_provider() loads it), read once.
+_ENV_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+
+
+def in_use() -> Any:
+    """api(), once the process may have a span or a tracer provider: when something has imported
+    opentelemetry.trace (the one way to start a span or set a provider in code) or the environment
+    names a provider. Until then None, and nothing of OpenTelemetry is imported: its import costs
+    a worker about 0.1 s of CPU (its propagators are found through the installed packages' entry
+    points) before the first job, for spans that would record nothing."""
+    if _api is not None:
+        return _api or None
+    if "opentelemetry.trace" not in sys.modules and not _ENV_PROVIDER:
+        return None
+    return api()
+
+
 def current_carrier() -> dict[str, str] | None:
     """The headers that carry the current trace context (``traceparent``, ``tracestate`` with
     the default propagator), or None when OpenTelemetry is not installed or no span is current."""
-    a = _api if _api is not None else api()
+    a = in_use()
     if not a:
         return None
     if not a.get_current_span().get_span_context().is_valid:
@@ -164,7 +184,7 @@ def handle_traced(
 ) -> BaseException | None:
     """run(*args) (a worker's handling of job, returning the handler's exception or None) inside
     the job's span when OpenTelemetry is installed and a tracer provider is set."""
-    a = _api if _api is not None else api()
+    a = in_use()
     tracer = a.job_tracer() if a else None
     if tracer is None:
         return run(*args)
@@ -178,7 +198,7 @@ async def handle_traced_async(
     job: TracedJob, run: Callable[[], Awaitable[BaseException | None]]
 ) -> BaseException | None:
     """handle_traced for the asyncio worker (run() is awaited)."""
-    a = _api if _api is not None else api()
+    a = in_use()
     tracer = a.job_tracer() if a else None
     if tracer is None:
         return await run()

@@ -8,7 +8,7 @@ import datetime as dt
 
 from .. import dialects, errors
 from ..dialects import key_value, text_value, whole_number
-from ..rows import GroupInfo, MessageRow, ThroughputRow, group_from_row, read_headers
+from ..rows import GroupInfo, Horizon, MessageRow, ThroughputRow, group_from_row, read_headers
 from ..sansio import SansIO, sans_io, statement_call
 from .base import DatabaseCallsBase, QueueCallsBase
 
@@ -104,3 +104,25 @@ class BrowseDatabaseCalls(DatabaseCallsBase):
     def throughput(self, since: dt.datetime | dt.timedelta | None = None) -> list[ThroughputRow]:
         """Every queue's messages that left it per minute since ``since`` (Queue.throughput)."""
         return (yield from throughput_steps(self.dialect, None, since))
+
+    @sans_io
+    def horizon(self) -> Horizon:
+        """What holds back the database's cleanup of dead rows, consumed messages' included
+        (queue_horizon; docs/operations.md, "A long transaction"): the oldest holder's age in
+        seconds, the backlog behind it and who it is (pyqueue_sql.rows.Horizon)."""
+        d = self.dialect
+        [(age, backlog, holder, pid, user, state, xact_start, query_start)] = yield statement_call("horizon")
+        texts = [
+            None if v is None else v.decode() if isinstance(v, bytes) else str(v)
+            for v in (holder, user, state)
+        ]
+        return Horizon(
+            None if age is None else float(age),
+            int(backlog or 0),
+            texts[0],
+            None if pid is None else int(pid),
+            texts[1],
+            texts[2],
+            d.read_time(xact_start),
+            d.read_time(query_start),
+        )

@@ -32,7 +32,9 @@ nothing on stdout, says so on stderr and exits 0.
 
 The commands live in modules by group (admin: migrate, version, sql, grant, demo; queues; messages;
 workers; dashboard), each with the parsers of its commands (PARSERS); build_parser adds them in
-the order of COMMANDS, the order ``pyqueue-sql --help`` lists them in.
+the order of COMMANDS, the order ``pyqueue-sql --help`` lists them in. A command line that names
+its command loads that command's group alone (GROUPS): ``pyqueue-sql worker`` never imports the
+dashboard, the migrator or the other commands; ``--help`` before a command loads every group.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from __future__ import annotations
 import _thread
 import argparse
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -49,7 +52,6 @@ from typing import Any
 
 from .. import __version__
 from ..display import describe_error, redact
-from . import admin, dashboard, messages, queues, tasks, workers
 from .common import (
     DSN_ENV,
     EXIT_FAILURE,
@@ -68,6 +70,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "GROUPS",
     "PROG",
     "UsageError",
     "build_parser",
@@ -112,8 +115,40 @@ COMMANDS: tuple[str, ...] = (
     "dashboard",
 )
 
+# The module of each command (pyqueue_sql.cli.<group>, whose PARSERS add them), imported only when
+# one of its commands runs or every command's help is printed.
+GROUPS: dict[str, str] = {
+    command: group
+    for group, commands in (
+        ("admin", "migrate sql grant demo"),
+        ("queues", "create bind unbind bindings groups group-limit rate rates pause resume drop"),
+        ("queues", "dead-letters redrive release settings stats"),
+        ("messages", "push publish reserve commit rollback remove show result cancel"),
+        ("tasks", "setup"),
+        ("workers", "workers worker"),
+        ("dashboard", "dashboard"),
+    )
+    for command in commands.split()
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def command_in(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command a command line names, as build_parser's argument: () when it names none or asks
+    for the help or the version before it (then every command is added, as --help lists them)."""
+    args = iter(argv)
+    for arg in args:
+        if arg in ("-h", "--help", "--version"):
+            return ()
+        if arg == "--dsn":
+            next(args, None)
+        elif not arg.startswith("-"):
+            return (arg,) if arg in GROUPS else ()
+    return ()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command, or with `command` that one alone (its group's
+    module the only one imported)."""
     parser = Parser(
         prog=PROG,
         description="A durable message queue inside your PostgreSQL or MySQL/MariaDB database.",
@@ -128,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dsn", dest="global_dsn", metavar="DSN", help=f"the database (default: ${DSN_ENV})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def command(
+    def add(
         name: str, handler: Callable[[argparse.Namespace], int], help: str, dsn: bool = True
     ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
@@ -137,11 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    parsers = {}
-    for group in (admin, queues, messages, tasks, workers, dashboard):
-        parsers.update(group.PARSERS)
-    for name in COMMANDS:
-        parsers[name](command)
+    for name in COMMANDS if command is None else (command,):
+        group = importlib.import_module(f".{GROUPS[name]}", __name__)
+        group.PARSERS[name](add)
     return parser
 
 
@@ -188,7 +221,8 @@ def interrupts_not_logged() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(*command_in(argv)).parse_args(argv)
     previous_hook = sys.unraisablehook
     sys.unraisablehook = _deliver_interrupts_from_finalizers(previous_hook)
     try:

@@ -12,7 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..display import STATS_LEGEND, format_duration, format_stats_table, format_table, format_time, shorten
+from ..display import (
+    HORIZON_WARN_S,
+    STATS_LEGEND,
+    format_duration,
+    format_horizon,
+    format_stats_table,
+    format_table,
+    format_time,
+    shorten,
+)
 from .common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -406,6 +415,7 @@ def cmd_settings(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_database(args) as db:
         stats = [db.queue(args.queue).stats()] if args.queue else db.stats()
+        horizon = None if args.json else _horizon(db)
     if args.json:
         for s in stats:
             print(
@@ -425,7 +435,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"no queues (create one with `{PROG} create QUEUE`)")
     else:
         print(format_stats_table(stats))
+    if horizon is not None and (horizon.oldest_age_s or 0) >= HORIZON_WARN_S:
+        print(f"{PROG}: {format_horizon(horizon)} (docs/operations.md, A long transaction)", file=sys.stderr)
     return EXIT_OK
+
+
+def _horizon(db: Any) -> Any:
+    """queue_horizon's row, or None where the account or the schema cannot tell (the stats stand
+    without it)."""
+    try:
+        return db.horizon()
+    except errors.QueueError:
+        return None
 
 
 # -- argument parsing -------------------------------------------------------------

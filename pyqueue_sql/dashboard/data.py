@@ -33,6 +33,7 @@ from ..client import (
     ThroughputRow,
     WorkerInfo,
 )
+from ..rows import Horizon
 
 UTC = dt.timezone.utc
 
@@ -97,6 +98,7 @@ class Overview:
     queues: list[QueueRow]
     workers: list[WorkerInfo]
     dead_letter_queues: dict[str, list[str]]  # dead-letter queue -> the queues that send to it
+    horizon: Horizon | None = None  # what holds back cleanup (queue_horizon; None: not readable)
 
     @property
     def live_workers(self) -> list[WorkerInfo]:
@@ -175,6 +177,14 @@ class _Throughput:
         return out
 
 
+def _horizon_of(db: Database) -> Horizon | None:
+    """queue_horizon's row; None where the account may not call it or the schema has none yet."""
+    try:
+        return db.horizon()
+    except errors.QueueError:
+        return None
+
+
 def _throughput_of(db: Database, queue: str, since: dt.datetime) -> list[ThroughputRow]:
     try:
         return db.queue(queue).throughput(since=since)
@@ -240,6 +250,7 @@ class Dashboard:
             settings = {s.queue: s for s in db.settings()}
             workers = db.workers()
             self._throughput.refresh(db, _history_queues(settings.values()))
+            horizon = _horizon_of(db)
         now = dt.datetime.now(UTC)
         rows = []
         for s in stats:
@@ -262,7 +273,7 @@ class Dashboard:
         for s in settings.values():
             if s.dead_letter_queue is not None:
                 dlqs.setdefault(s.dead_letter_queue, []).append(s.queue)
-        snapshot = Overview(now, rows, workers, dlqs)
+        snapshot = Overview(now, rows, workers, dlqs, horizon)
         with self._lock:
             self._snapshot, self._snapshot_at = snapshot, time.monotonic()
         return snapshot

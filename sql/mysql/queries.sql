@@ -216,6 +216,9 @@ CALL queue_throughput(%(queue)s, %(since)s)
 -- name: groups
 CALL queue_groups(%(queue)s, %(n)s)
 
+-- name: horizon
+CALL queue_horizon()
+
 
 -- ==== results ====
 -- A finished message's result, waiting for it, cancelling, and what its consumer reports.

@@ -59,6 +59,7 @@ DROP TABLE IF EXISTS pyqueue_result;
 
 -- ==== history and dead letters ====
 DROP PROCEDURE IF EXISTS queue_throughput;
+DROP PROCEDURE IF EXISTS queue_horizon;
 DROP PROCEDURE IF EXISTS queue_set_group_limit;
 DROP PROCEDURE IF EXISTS queue_groups;
 DROP PROCEDURE IF EXISTS queue_messages;

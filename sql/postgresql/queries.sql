@@ -252,6 +252,9 @@ SELECT queue, minute, committed, dead_lettered, moved, popped
 SELECT group_key, head_key, head_kind, head_state, messages, group_limit, in_flight
   FROM queue_groups(in_queue => %(queue)s, in_n => %(n)s::integer)
 
+-- name: horizon
+SELECT oldest_age_s, backlog, holder, pid, user_name, state, xact_start, query_start FROM queue_horizon()
+
 
 -- ==== results ====
 -- A finished message's result, waiting for it, cancelling, and what its consumer reports.

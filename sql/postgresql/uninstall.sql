@@ -71,6 +71,7 @@ DROP TABLE IF EXISTS pyqueue_result;
 
 -- ==== history and dead letters ====
 DROP FUNCTION IF EXISTS queue_throughput(text, timestamptz);
+DROP FUNCTION IF EXISTS queue_horizon();
 DROP FUNCTION IF EXISTS queue_groups(text, integer);
 DROP FUNCTION IF EXISTS queue_messages(text, text, text, text, text, integer);
 DROP FUNCTION IF EXISTS queue_message_history(text, text, text);

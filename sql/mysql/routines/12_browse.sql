@@ -1,5 +1,6 @@
 -- ==== browse ====
--- Reads for browsing a queue and its throughput: queue_messages, queue_groups, queue_throughput.
+-- Reads for browsing a queue and its throughput: queue_messages, queue_groups, queue_throughput; what holds back
+-- cleanup: queue_horizon.
 
 DELIMITER //
 
@@ -129,6 +130,37 @@ BEGIN
      WHERE v_queue IS NULL OR q.queue_name = v_queue
      GROUP BY q.queue_name, `minute`
      ORDER BY q.queue_name, `minute`;
+END //
+
+-- queue_horizon: what holds back InnoDB's purge on this server (no undo record, a consumed message's delete-marked
+-- row included, can be purged while a transaction's read view might still need it), as one row: oldest_age_s (how
+-- long the oldest open transaction has run, in seconds), backlog (the history list length: committed transactions'
+-- undo logs not purged yet), and that transaction's holder 'transaction', pid (its connection id, what KILL takes),
+-- user_name, state (the connection's command: Sleep is idle in its transaction), xact_start and query_start (UTC;
+-- query_start NULL unless a statement runs). The caller's own connection is left out. No open transaction: NULLs
+-- but backlog. SQL SECURITY DEFINER: reading INNODB_TRX and INNODB_METRICS needs the definer's PROCESS privilege.
+-- Reads information_schema, no locks; no statement text is returned.
+DROP PROCEDURE IF EXISTS queue_horizon //
+CREATE PROCEDURE queue_horizon()
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_history BIGINT;
+    SELECT MAX(m.`COUNT`) INTO v_history FROM information_schema.INNODB_METRICS m WHERE m.NAME = 'trx_rseg_history_len';
+    SELECT TIMESTAMPDIFF(MICROSECOND, t.trx_started, NOW(6)) / 1000000 AS oldest_age_s,
+           v_history AS backlog,
+           IF(t.trx_started IS NULL, NULL, 'transaction') AS holder,
+           t.trx_mysql_thread_id AS pid,
+           p.USER AS user_name,
+           p.COMMAND AS state,
+           UTC_TIMESTAMP(6) - INTERVAL TIMESTAMPDIFF(MICROSECOND, t.trx_started, NOW(6)) MICROSECOND AS xact_start,
+           IF(p.COMMAND = 'Query', UTC_TIMESTAMP(6) - INTERVAL p.TIME SECOND, NULL) AS query_start
+      FROM (SELECT 1 AS one) AS one
+      LEFT JOIN (SELECT x.trx_started, x.trx_mysql_thread_id
+                   FROM information_schema.INNODB_TRX x
+                  WHERE x.trx_mysql_thread_id <> CONNECTION_ID()
+                  ORDER BY x.trx_started, x.trx_mysql_thread_id
+                  LIMIT 1) AS t ON TRUE
+      LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id;
 END //
 
 DELIMITER ;

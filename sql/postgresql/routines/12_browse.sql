@@ -1,6 +1,6 @@
 -- ==== browse ====
 -- Reads for browsing a queue and its throughput: queue_messages, queue_groups,
--- queue_throughput.
+-- queue_throughput; what holds back cleanup: queue_horizon.
 
 -- queue_messages: a page of in_queue's live messages in key order (p_key,
 -- then p_kind), for browsing a queue without SQL: in_state 'ready',
@@ -183,4 +183,48 @@ BEGIN
              ORDER BY 2;
     END LOOP;
 END;
+$$;
+
+-- queue_horizon: what holds back cleanup in this database (VACUUM cannot
+-- remove a dead row, a consumed message's included, that a transaction still
+-- open might see), as one row: oldest_age_s (how long the holder's transaction
+-- has been open, in seconds), backlog (how many transactions old the snapshot
+-- or transaction id it holds is: every dead row since then stays), and the
+-- holder: 'session' (pid, user_name, state, xact_start, query_start from
+-- pg_stat_activity; a standby's walsender with hot_standby_feedback
+-- included), 'prepared transaction' (state is its gid) or 'replication slot'
+-- (state is its name). The caller's own session is left out. No holder: a row
+-- of backlog 0 and NULLs. SECURITY DEFINER: the owner's view of
+-- pg_stat_activity (a superuser's or pg_read_all_stats' sees every role's
+-- sessions). Reads the statistics views, no locks; no query text is returned.
+CREATE OR REPLACE FUNCTION queue_horizon()
+RETURNS TABLE (oldest_age_s double precision, backlog bigint, holder text, pid bigint, user_name text,
+               state text, xact_start timestamptz, query_start timestamptz)
+LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+    WITH holders AS (
+        SELECT GREATEST(pg_catalog.age(a.backend_xmin), pg_catalog.age(a.backend_xid)) AS xid_age,
+               'session'::text AS holder, a.pid::bigint AS pid, a.usename::text AS user_name,
+               a.state::text AS state, a.xact_start, a.query_start
+          FROM pg_catalog.pg_stat_activity a
+         WHERE (a.datname = pg_catalog.current_database() OR a.backend_type = 'walsender'::text)
+           AND a.pid <> pg_catalog.pg_backend_pid()
+           AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+        UNION ALL
+        SELECT pg_catalog.age(p.transaction), 'prepared transaction'::text, NULL::bigint, p.owner::text,
+               p.gid, p.prepared, NULL::timestamptz
+          FROM pg_catalog.pg_prepared_xacts p
+         WHERE p.database = pg_catalog.current_database()
+        UNION ALL
+        SELECT pg_catalog.age(s.xmin), 'replication slot'::text, s.active_pid::bigint, NULL::text,
+               s.slot_name::text, NULL::timestamptz, NULL::timestamptz
+          FROM pg_catalog.pg_replication_slots s
+         WHERE s.xmin IS NOT NULL AND (s.database IS NULL OR s.database = pg_catalog.current_database())
+    )
+    SELECT pg_catalog.date_part('epoch'::text, pg_catalog.clock_timestamp() - h.xact_start),
+           COALESCE(h.xid_age, 0)::bigint, h.holder, h.pid, h.user_name, h.state, h.xact_start,
+           h.query_start
+      FROM (SELECT 1) AS one
+      LEFT JOIN (SELECT * FROM holders ORDER BY xid_age DESC NULLS LAST, xact_start LIMIT 1) AS h ON true;
 $$;

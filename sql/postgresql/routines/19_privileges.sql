@@ -41,7 +41,7 @@ REVOKE EXECUTE ON FUNCTION
     pyqueue__check_topic, pyqueue__topic_regex, queue_bind, queue_unbind, queue_bindings, pyqueue__publish,
     queue_publish, queue_publish_with_headers, pyqueue__publish_batch, queue_publish_batch,
     queue_publish_batch_with_headers, pyqueue__archive, queue_purge_history, queue_replay, queue_redrive,
-    queue_dead_letters, queue_message, queue_message_history, queue_messages, queue_groups, queue_throughput,
+    queue_dead_letters, queue_message, queue_message_history, queue_messages, queue_groups, queue_throughput, queue_horizon,
     pyqueue__result_channel, pyqueue__result_notify, pyqueue__record_result, pyqueue__finish, pyqueue__finish_held,
     pyqueue__check_results, pyqueue__refuse_result, queue_set_result_retention,
     queue_commit_result(text, text, text, text, jsonb), queue_commit_result(text, text, text, uuid, jsonb),
