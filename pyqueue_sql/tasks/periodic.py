@@ -125,15 +125,26 @@ def schedule(periodic_tasks: Iterable[Periodic], db: Database) -> list[Periodic]
         if p.queue not in existing:
             existing[p.queue] = {(s.key, s.kind): s for s in queue.schedules()}
         there = existing[p.queue].get((p.key, p.kind))
+        lost = False
+        if there is not None and (there.every_s, there.cron, there.payload) == (p.every, p.cron, p.payload):
+            # the same schedule without its pending occurrence is repaired (pushed at the same time
+            # when that is still ahead, so the call's answer cannot tell): whether it had one is read
+            pending = f"{p.key}@{there.next_at.astimezone(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+            lost = queue.message(pending, p.kind) is None
         if p.every is not None:
             at = queue.schedule_every(p.key, p.kind, p.payload, p.every)
         else:
             at = queue.schedule_cron(p.key, p.kind, p.payload, p.cron)
-        if there is None or (there.every_s, there.cron, there.payload, there.next_at) != (
-            p.every,
-            p.cron,
-            p.payload,
-            at,
+        if (
+            there is None
+            or lost
+            or (there.every_s, there.cron, there.payload, there.next_at)
+            != (
+                p.every,
+                p.cron,
+                p.payload,
+                at,
+            )
         ):
             changed.append(p)
     return changed
