@@ -130,11 +130,13 @@ def schedule(periodic_tasks: Iterable[Periodic], db: Database) -> list[Periodic]
             # the same schedule without its pending occurrence is repaired (pushed at the same time
             # when that is still ahead, so the call's answer cannot tell): whether it had one is read
             pending = f"{p.key}@{there.next_at.astimezone(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
-            lost = queue.message(pending, p.kind) is None
+            found: Any = queue.message(pending, p.kind)
+            lost = found is None
         if p.every is not None:
-            at = queue.schedule_every(p.key, p.kind, p.payload, p.every)
+            made: Any = queue.schedule_every(p.key, p.kind, p.payload, p.every)
         else:
-            at = queue.schedule_cron(p.key, p.kind, p.payload, p.cron)
+            made = queue.schedule_cron(p.key, p.kind, p.payload, p.cron)
+        at = typing.cast(dt.datetime, made)  # the sync client's answer (its calls typed as steps)
         if (
             there is None
             or lost
