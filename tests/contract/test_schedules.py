@@ -343,8 +343,8 @@ def test_racing_workers_leave_exactly_one_next_occurrence(queue, raw, connect):
     lease and commit at once, so occurrences get committed however slow the machine is. Every
     committed occurrence is a different time and exactly one occurrence is pending at the end.
     Deliveries are not limited here: with the default 10, a run of stale reservations could
-    dead-letter an occurrence, which ends the schedule's chain (as the contract says), and the
-    race under test would stop."""
+    dead-letter an occurrence (its schedule then goes on, but that occurrence is never committed),
+    and the race under test would be another one."""
     queue.create(max_attempts=1_000_000)
     queue.schedule_every("tick", "t", {}, 1)
     deadline = time.monotonic() + 60.0

@@ -325,3 +325,35 @@ def test_a_periodic_task_keeps_its_cadence_when_occurrences_fail_and_setup_repai
     (after,) = db.queue(doomed).schedules()
     assert after.next_at > sched.next_at
     assert db.queue(doomed).message(f"doomed@{after.next_at:%Y-%m-%dT%H:%M:%SZ}", "doomed") is not None
+
+
+def test_pyqueue_sql_setup_repairs_a_schedule_left_without_a_pending_occurrence(
+    dsn, db, raw, capsys, monkeypatch
+):
+    """A schedule whose pending occurrence is gone (as an older release left one whose occurrence
+    was given up) gets its next occurrence from the next deploy's setup, which says so; the other
+    schedule, whole, is left as it is."""
+    import importlib
+
+    from pyqueue_sql import cli
+
+    from . import periodic_app
+
+    queue = _queue_name()
+    monkeypatch.setenv("PYQUEUE_TEST_QUEUE", queue)
+    monkeypatch.delenv("PYQUEUE_DSN", raising=False)
+    importlib.reload(periodic_app)
+    assert cli.main(["setup", "tests.tasks.periodic_app:app", "--dsn", dsn]) == 0
+    capsys.readouterr()
+    before = _schedules(db, queue)
+    hourly = f"hourly@{before['hourly', 'hourly'].next_at:%Y-%m-%dT%H:%M:%SZ}"
+    raw("DELETE FROM pyqueue_message WHERE queue_name = %s AND p_key = %s", (queue, hourly))
+    assert cli.main(["setup", "tests.tasks.periodic_app:app", "--dsn", dsn]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        f"schedule {queue} hourly hourly: every 3600 s (repaired: it had no pending occurrence)",
+        f"schedule {queue} five report: cron */5 * * * * (unchanged)",
+    ]
+    after = _schedules(db, queue)
+    assert after["five", "report"] == before["five", "report"]
+    pending = after["hourly", "hourly"].next_at
+    assert db.queue(queue).message(f"hourly@{pending:%Y-%m-%dT%H:%M:%SZ}", "hourly") is not None
