@@ -493,6 +493,8 @@ def test_the_admin_pages_over_the_queues_follow_the_admin_users_permissions(fres
     assert (out["viewer_redrive"], out["operator_redrive"]) == (403, 302)
     assert out["states"] == ["cancelled", "unknown", "ready"]  # cancelled, removed, left alone
     assert out["redriven"] is True
+    # the state filter lists finished tasks too, from their results (queue_results), without actions
+    assert out["finished_cancelled"] == {"list": 200, "keys_shown": [True, False, False], "actions": []}
 
 
 @pytest.mark.parametrize("django", ["5.2"])

@@ -12,6 +12,8 @@ see the pages (a staff user without it gets 403), ``change_queuemessage`` to can
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import json
 from typing import Any
 
@@ -27,6 +29,8 @@ import pyqueue_sql
 from .models import QueueMessage
 
 STATES = ("ready", "delayed", "reserved")
+# the states of finished tasks, listed from their stored results (queue_results), newest first
+FINISHED = ("succeeded", "failed", "cancelled")
 PAGE = 100
 
 
@@ -93,16 +97,23 @@ class QueueMessageAdmin(admin.ModelAdmin):
                     reverse("admin:pyqueue_sql_queuemessage_changelist") + "?" + urlencode(back)
                 )
             state = request.GET.get("state") or None
-            if state is not None and state not in STATES:
+            if state is not None and state not in STATES + FINISHED:
                 state = None
             kind = request.GET.get("kind") or ""
             prefix = request.GET.get("q") or None
             after = None
             if request.GET.get("after_key") and request.GET.get("after_kind"):
                 after = (request.GET["after_key"], request.GET["after_kind"])
-            rows = db.queue(queue).messages(state=state, key_prefix=prefix, after=after, n=PAGE)
-        more = len(rows) == PAGE
-        shown = [r for r in rows if not kind or r.kind == kind]
+            finished = state in FINISHED
+            if finished:
+                before = None
+                with contextlib.suppress(ValueError):
+                    before = dt.datetime.fromisoformat(request.GET.get("before") or "")
+                rows = db.queue(queue).results(kind=kind or None, state=state, n=PAGE, before=before)
+            else:
+                rows = db.queue(queue).messages(state=state, key_prefix=prefix, after=after, n=PAGE)
+        more = len(rows) >= PAGE
+        shown = [r for r in rows if (not kind or r.kind == kind) and (not prefix or r.key.startswith(prefix))]
         base = {"backend": backend.alias, "queue": queue}
         if state:
             base["state"] = state
@@ -111,7 +122,9 @@ class QueueMessageAdmin(admin.ModelAdmin):
         if prefix:
             base["q"] = prefix
         next_page = None
-        if more:
+        if more and finished:
+            next_page = "?" + urlencode({**base, "before": rows[-1].finished_at.isoformat()})
+        elif more:
             next_page = "?" + urlencode({**base, "after_key": rows[-1].key, "after_kind": rows[-1].kind})
         context = self._context(
             request,
@@ -119,7 +132,8 @@ class QueueMessageAdmin(admin.ModelAdmin):
             backend=backend,
             queues=queues,
             queue=queue,
-            states=STATES,
+            states=STATES + FINISHED,
+            finished=finished,
             state=state or "",
             kind=kind,
             q=prefix or "",

@@ -164,6 +164,16 @@ def admin_pages():
     out["operator_redrive"] = post(
         people["operator"], queue="default.dead", action="redrive", to_queue="default", n="1"
     )
+    # the finished tasks, listed from their stored results: the cancelled one, not the removed one
+    viewer = Client(raise_request_exception=False)
+    viewer.force_login(people["viewer"])
+    finished = viewer.get(url, {"queue": "default", "state": "cancelled"})
+    text = finished.content.decode()
+    out["finished_cancelled"] = {
+        "list": finished.status_code,
+        "keys_shown": [k in text for k in keys],
+        "actions": [a for a in ("cancel", "remove") if f'value="{a}"' in text],
+    }
     with pyqueue_sql.connect(backend.admin_dsn) as db:
         q = db.queue("default")
         out["states"] = [q.result(k, "shop.tasks.divide").state for k in keys]
