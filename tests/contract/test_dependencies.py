@@ -578,3 +578,16 @@ def test_cancelling_the_children_of_a_failed_parent_costs_the_same_per_child_at_
     small = min(_cancel_fan_out(a, 500) for _ in range(3)) / 500
     large = _cancel_fan_out(a, 4000) / 4000
     assert large <= 2 * small, f"{large * 1e6:.0f} us a child at 4000, {small * 1e6:.0f} us at 500"
+
+
+def test_a_parent_moved_into_its_own_queue_keeps_its_children_waiting_for_it(sql_session):
+    """A move into the message's own queue is not the end of it (as for a retry): its children
+    wait on, and its later commit readies them."""
+    a = sql_session()
+    parents, children = _queue(a), _queue(a)
+    _push(a, parents, "p")
+    _push_after(a, children, "c", _parents((parents, "p")))
+    assert a.one("queue_move", parents, "p", "job", _reserve(a, parents)["p"], parents, None)
+    assert _state(a, children, "c") == "waiting"
+    assert a.one("queue_commit", parents, "p", "job", _reserve(a, parents)["p"])
+    assert _state(a, children, "c") == "ready"
