@@ -529,10 +529,13 @@ def _server_cpu(s: Session) -> float | None:
         path = f"/proc/{s.sql('SELECT pg_backend_pid()')[0][0]}/stat"
     else:
         rows = s.sql("SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()")
-        pids = [p for p in os.listdir("/proc") if p.isdigit() and os.path.isdir(f"/proc/{p}/task/{rows[0][0]}")]
-        if not rows or not pids:
+        if not rows or rows[0][0] is None:  # (MySQL 8.0 has no TID column: it raises before this)
             return None
-        path = f"/proc/{pids[0]}/task/{rows[0][0]}/stat"
+        tid = rows[0][0]
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and os.path.isdir(f"/proc/{p}/task/{tid}")]
+        if not pids:
+            return None
+        path = f"/proc/{pids[0]}/task/{tid}/stat"
     try:
         with open(path) as f:
             fields = f.read().rsplit(")", 1)[1].split()
