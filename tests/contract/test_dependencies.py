@@ -528,8 +528,11 @@ def _server_cpu(s: Session) -> float | None:
     if s.dialect == "postgresql":
         path = f"/proc/{s.sql('SELECT pg_backend_pid()')[0][0]}/stat"
     else:
-        rows = s.sql("SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()")
-        if not rows or rows[0][0] is None:  # (MySQL 8.0 has no TID column: it raises before this)
+        try:
+            rows = s.sql("SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()")
+        except Exception:  # noqa: BLE001 - MySQL 8.0 has no TID column: wall time then
+            return None
+        if not rows or rows[0][0] is None:
             return None
         tid = rows[0][0]
         pids = [p for p in os.listdir("/proc") if p.isdigit() and os.path.isdir(f"/proc/{p}/task/{tid}")]
