@@ -597,3 +597,27 @@ def test_a_parent_moved_into_its_own_queue_keeps_its_children_waiting_for_it(sql
     assert _state(a, children, "c") == "waiting"
     assert a.one("queue_commit", parents, "p", "job", _reserve(a, parents)["p"])
     assert _state(a, children, "c") == "ready"
+
+
+def test_a_replayed_parent_is_a_new_message_that_no_child_waits_for(sql_session):
+    """queue_replay pushes a parent that succeeded again: a new message, with no children (those
+    of its run counted it when it succeeded), so its commit counts for no child a second time."""
+    a = sql_session()
+    parents = f"dep.{uuid.uuid4().hex[:10]}"
+    if a.dialect == "postgresql":
+        a.raw("SELECT queue_create(%s, NULL, NULL, NULL, interval '1 day')", (parents,))
+        a.raw("SELECT queue_set_result_retention(%s, interval '1 day')", (parents,))
+    else:
+        a.call("queue_create", parents, None, None, None, 86400)
+        a.call("queue_set_result_retention", parents, 86400)
+    children = _queue(a)
+    _push(a, parents, "p")
+    _push(a, parents, "q")
+    _push_after(a, children, "c", _parents((parents, "p"), (parents, "q")))
+    held = _reserve(a, parents)
+    assert a.one("queue_commit", parents, "p", "job", held["p"])
+    assert a.one("queue_replay", parents, None, None) == 1
+    assert a.one("queue_commit", parents, "p", "job", _reserve(a, parents)["p"])
+    assert _state(a, children, "c") == "waiting"  # still waiting for q
+    assert a.one("queue_commit", parents, "q", "job", held["q"])
+    assert _state(a, children, "c") == "ready"
