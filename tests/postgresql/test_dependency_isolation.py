@@ -62,3 +62,21 @@ def test_a_parents_commit_racing_a_push_after_never_leaves_the_child_waiting(sql
     consumer.sql("SET default_transaction_isolation = 'read committed'")
     assert consumer.one("queue_commit", q, "P", "k", token)
     assert setup.call("queue_result", q, "C", "k")[0][0] == "ready"
+
+
+def test_turning_results_off_is_refused_at_repeatable_read(sql_session):
+    """Its check for children reads a snapshot: one older than a push_after that committed while
+    it waited for that push would miss its rows."""
+    admin = sql_session()
+    q = f"iso.{uuid.uuid4().hex[:8]}"
+    admin.raw("SELECT queue_create(%s)", (q,))
+    admin.raw("SELECT queue_set_result_retention(%s, interval '1 day')", (q,))
+    admin.sql("SET default_transaction_isolation = 'repeatable read'")
+    for stop in (
+        lambda: admin.call("queue_set_result_retention", q, None),
+        lambda: admin.call("queue_reset_setting", q, "result_retention"),
+    ):
+        with pytest.raises(Exception, match="results are turned off at READ COMMITTED only"):
+            stop()
+    admin.sql("SET default_transaction_isolation = 'read committed'")
+    admin.call("queue_set_result_retention", q, None)

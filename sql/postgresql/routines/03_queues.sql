@@ -100,12 +100,12 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF in_setting = 'result_retention' THEN  -- as queue_set_result_retention(NULL)
-        PERFORM pyqueue__results_lock(in_queue, true);
         IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
             RAISE EXCEPTION 'pyqueue:invalid_argument: results are turned off at READ COMMITTED only (this transaction is %): its snapshot cannot see the children pushed since',
                             pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
                 USING ERRCODE = '22023';
         END IF;
+        PERFORM pyqueue__results_lock(in_queue, true);
     END IF;
     SELECT * INTO v_queue FROM pyqueue_queue q WHERE q.queue_name::text = in_queue FOR UPDATE;
     IF FOUND AND in_setting = 'visibility_timeout' AND v_queue.max_reservation < interval '30 seconds' THEN

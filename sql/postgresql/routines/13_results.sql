@@ -166,12 +166,12 @@ BEGIN
     IF in_retention IS NULL THEN
         -- turning results off: after every queue_push_after in flight that named the queue
         -- (pyqueue__results_lock), whose rows a new snapshot (READ COMMITTED only) then sees
-        PERFORM pyqueue__results_lock(in_queue, true);
         IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
             RAISE EXCEPTION 'pyqueue:invalid_argument: results are turned off at READ COMMITTED only (this transaction is %): its snapshot cannot see the children pushed since',
                             pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
                 USING ERRCODE = '22023';
         END IF;
+        PERFORM pyqueue__results_lock(in_queue, true);
     END IF;
     UPDATE pyqueue_queue SET result_retention = in_retention WHERE queue_name::text = in_queue;
     IF NOT FOUND THEN

@@ -44,44 +44,6 @@ BEGIN
 END;
 $$;
 
--- pyqueue__deps_moved: what a message's move to another queue does to its
--- dependency rows. (in_from, in_key, in_kind) has just left in_from for
--- in_to, as the live message of id in_id there (queue_redrive: a dead letter
--- given another chance is the same parent). When in_to keeps results, its
--- rows follow it: those of the message (its children, its parents) move to
--- in_to, and the rows that name it (each child's list of parents, each
--- parent's list of children) name in_to; rows an earlier message of the key
--- left in in_to go first. Its waiting children keep waiting, for it in its
--- new queue. When in_to keeps no results (dependencies live in queues that
--- keep them), its children are cancelled as by its removal
--- (pyqueue__deps_left, 'was moved to a queue that keeps no results').
--- Locks: in_to's results lock (shared), the rows it updates and deletes.
-CREATE OR REPLACE FUNCTION pyqueue__deps_moved(in_from text, in_to text, in_key text, in_kind text, in_id bigint)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    PERFORM pyqueue__results_lock(in_to, false);
-    IF (SELECT q.result_retention FROM pyqueue_queue q WHERE q.queue_name::text = in_to) IS NULL THEN
-        PERFORM pyqueue__deps_left(in_from, in_key, in_kind, false, 'was moved to a queue that keeps no results');
-        RETURN;
-    END IF;
-    DELETE FROM pyqueue_dependency d
-     WHERE d.queue_name::text = in_to AND d.p_key::text = in_key AND d.p_kind::text = in_kind;
-    UPDATE pyqueue_dependency o
-       SET other_queue = in_to, msg_id = CASE WHEN o.role = 'c' THEN coalesce(in_id, o.msg_id) ELSE o.msg_id END
-      FROM pyqueue_dependency d
-     WHERE d.queue_name::text = in_from AND d.p_key::text = in_key AND d.p_kind::text = in_kind
-       AND d.role IN ('c', 'p')
-       AND o.queue_name::text = d.other_queue::text AND o.p_key::text = d.other_key::text
-       AND o.p_kind::text = d.other_kind::text AND o.role = CASE WHEN d.role = 'c' THEN 'p' ELSE 'c' END
-       AND o.other_queue::text = in_from AND o.other_key::text = in_key AND o.other_kind::text = in_kind;
-    UPDATE pyqueue_dependency d
-       SET queue_name = in_to, msg_id = CASE WHEN d.role = 'w' THEN coalesce(in_id, d.msg_id) ELSE d.msg_id END
-     WHERE d.queue_name::text = in_from AND d.p_key::text = in_key AND d.p_kind::text = in_kind;
-END;
-$$;
-
 -- pyqueue__deps_left: what a message's leaving its queue does to the
 -- messages that wait for it. (in_queue, in_key, in_kind) has just been
 -- deleted by the caller, in this transaction, after which it called this
@@ -192,6 +154,44 @@ BEGIN
         END IF;
         v_i := v_i + 1;
     END LOOP;
+END;
+$$;
+
+-- pyqueue__deps_moved: what a message's move to another queue does to its
+-- dependency rows. (in_from, in_key, in_kind) has just left in_from for
+-- in_to, as the live message of id in_id there (queue_redrive: a dead letter
+-- given another chance is the same parent). When in_to keeps results, its
+-- rows follow it: those of the message (its children, its parents) move to
+-- in_to, and the rows that name it (each child's list of parents, each
+-- parent's list of children) name in_to; rows an earlier message of the key
+-- left in in_to go first. Its waiting children keep waiting, for it in its
+-- new queue. When in_to keeps no results (dependencies live in queues that
+-- keep them), its children are cancelled as by its removal
+-- (pyqueue__deps_left, 'was moved to a queue that keeps no results').
+-- Locks: in_to's results lock (shared), the rows it updates and deletes.
+CREATE OR REPLACE FUNCTION pyqueue__deps_moved(in_from text, in_to text, in_key text, in_kind text, in_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pyqueue__results_lock(in_to, false);
+    IF (SELECT q.result_retention FROM pyqueue_queue q WHERE q.queue_name::text = in_to) IS NULL THEN
+        PERFORM pyqueue__deps_left(in_from, in_key, in_kind, false, 'was moved to a queue that keeps no results');
+        RETURN;
+    END IF;
+    DELETE FROM pyqueue_dependency d
+     WHERE d.queue_name::text = in_to AND d.p_key::text = in_key AND d.p_kind::text = in_kind;
+    UPDATE pyqueue_dependency o
+       SET other_queue = in_to, msg_id = CASE WHEN o.role = 'c' THEN coalesce(in_id, o.msg_id) ELSE o.msg_id END
+      FROM pyqueue_dependency d
+     WHERE d.queue_name::text = in_from AND d.p_key::text = in_key AND d.p_kind::text = in_kind
+       AND d.role IN ('c', 'p')
+       AND o.queue_name::text = d.other_queue::text AND o.p_key::text = d.other_key::text
+       AND o.p_kind::text = d.other_kind::text AND o.role = CASE WHEN d.role = 'c' THEN 'p' ELSE 'c' END
+       AND o.other_queue::text = in_from AND o.other_key::text = in_key AND o.other_kind::text = in_kind;
+    UPDATE pyqueue_dependency d
+       SET queue_name = in_to, msg_id = CASE WHEN d.role = 'w' THEN coalesce(in_id, d.msg_id) ELSE d.msg_id END
+     WHERE d.queue_name::text = in_from AND d.p_key::text = in_key AND d.p_kind::text = in_kind;
 END;
 $$;
 
