@@ -179,8 +179,14 @@ class _StatusCollector:
         in_flight.add_metric([], len(status.running))
         capacity = GaugeMetricFamily("pyqueue_worker_concurrency", "Handler threads of the worker.")
         capacity.add_metric([], status.concurrency)
+        stuck = GaugeMetricFamily(
+            "pyqueue_worker_stuck_threads",
+            "Plain handlers' threads still running past their timeout (a blocking call), set aside.",
+        )
+        stuck.add_metric([], self.worker._runners.stuck_count())
         yield in_flight
         yield capacity
+        yield stuck
 
 
 class _HorizonCollector:

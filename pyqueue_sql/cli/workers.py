@@ -759,8 +759,8 @@ def add_worker(command: Command) -> None:
         type=positive_int,
         default=WorkerSettings.concurrency,
         metavar="N",
-        help="messages handled at once, one thread each (an async def handler: one asyncio task each) "
-        "(default 4)",
+        help="messages handled at once, one thread each (an async def handler: one asyncio task each; "
+        "the def tasks of an App with async def ones: one thread each too) (default 4)",
     )
     p.add_argument(
         "--max-stuck",

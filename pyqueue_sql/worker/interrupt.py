@@ -71,3 +71,39 @@ class Interruptible:
                 return False
             self._raised = True
             return _set_async_exc(self._thread, exc_type) == 1
+
+
+class ThreadStopper:
+    """Interruptible's contract for the calls of one thread made without a wrapper (a handler
+    thread's plain handlers: two attribute stores a job, no lock): the thread sets ``arg`` to the
+    job before the call and back to None after it, then calls settle() when ``raised`` is set. An
+    exception stop() raised fires inside the call, or between its return and settle(), where the
+    caller takes it as the call's error."""
+
+    __slots__ = ("_lock", "thread", "arg", "raised")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.thread = threading.get_ident()  # made on the thread that makes the calls
+        self.arg: Any = None
+        self.raised = False
+
+    def stop(self, exc_type: type[BaseException] = TimeLimitExceeded, arg: Any = None) -> bool:
+        """Raises exc_type in the thread while it calls for arg (any call, arg None), once."""
+        with self._lock:
+            if self.raised:
+                return False
+            # raised before arg is read: a thread that stored None and then read raised False
+            # made its store before this read, which then sees None (and raises nothing)
+            self.raised = True
+            current = self.arg
+            if current is None or (arg is not None and current is not arg):
+                self.raised = False
+                return False
+            return _set_async_exc(self.thread, exc_type) == 1
+
+    def settle(self) -> None:
+        """After a call, when ``raised`` was set: withdraws an exception not fired yet."""
+        with self._lock:
+            _clear_async_exc(self.thread, None)
+            self.raised = False

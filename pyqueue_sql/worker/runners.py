@@ -58,6 +58,7 @@ class Runner:
         self.stopper = Interruptible()
         self.job: Job | None = None
         self.detached = False  # set aside as stuck: ends after its handler
+        self.ended = False  # its thread has ended (set under the pool's lock)
         self._work: queue_mod.SimpleQueue[tuple[Any, ...] | None] = queue_mod.SimpleQueue()
         self.thread = threading.Thread(target=self._loop, name=f"pyqueue-runner-{number}", daemon=True)
         self.thread.start()
@@ -127,6 +128,8 @@ class RunnerPool:
         """The runner's handler did not end after its time limit: the runner is no longer used; it
         ends when that handler does. (Called with runner.detached already set.)"""
         with self._lock:
+            if runner.ended:  # its handler ended meanwhile (after the grace): nothing is stuck
+                return
             self.stuck[(job.queue, job.key, job.kind)] = runner
             n = len(self.stuck)
         log.warning(
@@ -149,6 +152,7 @@ class RunnerPool:
         """On the runner's thread, as it ends: its resources closed, its stuck job forgotten."""
         run_on_thread_end(self._on_thread_end)
         with self._lock:
+            runner.ended = True
             for ident, held in list(self.stuck.items()):
                 if held is runner:
                     del self.stuck[ident]

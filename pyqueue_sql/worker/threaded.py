@@ -18,7 +18,7 @@ from typing import Any
 from .. import errors, tracing
 from ..client import Database, connect
 from .base import WorkerBase
-from .interrupt import Interruptible
+from .interrupt import ThreadStopper
 from .model import Job, log
 from .runners import run_on_thread_end
 from .steps import (
@@ -123,7 +123,7 @@ class _Connection:
         self.db: Database | None = None
         self.on_connect = on_connect
         self.loop: _EventLoop | None = None  # a handler thread's, for coroutine handlers
-        self.stopper = Interruptible()  # a handler thread's plain handlers run inside it
+        self.stopper: ThreadStopper | None = None  # a handler thread's (made on it)
 
     def close(self) -> None:
         if self.db is not None:
@@ -282,12 +282,17 @@ class Worker(WorkerBase):
         if op.timeout is not None:
             return handle_timed(op, conn.loop.run, self._runners)
         job = op.job
+        stopper = conn.stopper
         try:
             if job.runs_async:
                 result = op.fn(job)
-            else:  # inside the thread's Interruptible: a cancel's grace ends in Cancelled raised there
-                job.stopper = stopper = conn.stopper
-                result = stopper.run(op.fn, job)
+            else:  # stoppable by the thread's stopper: a cancel's grace ends in CancelStopped there
+                job.stopper = stopper
+                stopper.arg = job
+                result = op.fn(job)
+                stopper.arg = None
+                if stopper.raised:
+                    stopper.settle()
             if result is not None and inspect.isawaitable(result):
                 # A coroutine handler: awaited to completion before the commit (cancelled by a
                 # cancel of its job).
@@ -295,6 +300,9 @@ class Worker(WorkerBase):
                 result = conn.loop.run(result, op.job)
             op.job.result = result
         except BaseException as exc:
+            stopper.arg = None
+            if stopper.raised:
+                stopper.settle()
             return exc
         return None
 
@@ -387,6 +395,7 @@ class Worker(WorkerBase):
     def _handler_loop(self) -> None:
         conn = _Connection(self, "handler")
         conn.loop = _EventLoop()
+        conn.stopper = ThreadStopper()
         get, serve, execute, handle = self._pending.get, self._serve_steps, self._execute, self._handle
 
         def run(op: Any) -> Any:

@@ -725,6 +725,10 @@ BAD_SETTINGS = [
     (dict(start_timeout="30"), "start_timeout must be seconds > 0 (or None: no limit), not '30'"),
     (dict(start_timeout=True), "start_timeout must be seconds > 0 (or None: no limit), not True"),
     (dict(lease=60, release_dead_after=59), "release_dead_after must be at least the lease"),
+    (dict(max_stuck=-1), "max_stuck must be an integer >= 0 (or None), not -1"),
+    (dict(max_stuck=1.5), "max_stuck must be an integer >= 0 (or None), not 1.5"),
+    (dict(max_jobs=0), "max_jobs must be an integer >= 1 (or None), not 0"),
+    (dict(max_jobs=True), "max_jobs must be an integer >= 1 (or None), not True"),
 ]
 
 

@@ -85,3 +85,4 @@ def test_jobs_given_up_at_once_are_counted_in_the_worker_metrics(tmp_path, app_m
         assert parsed.get(("pyqueue_worker_dropped_total", labels)) == 1, kind  # no dead-letter queue
         assert parsed.get(("pyqueue_worker_retried_total", labels)) is None, kind
         assert parsed.get(("pyqueue_worker_handler_duration_seconds_count", labels)) == 1, kind
+    assert parsed.get(("pyqueue_worker_stuck_threads", ())) == 0
