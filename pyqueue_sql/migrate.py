@@ -631,6 +631,10 @@ def _record_installed(connection: Connection, dialect: dialects.Dialect, tables_
             )
     finally:
         cursor.close()
+    if not dialect.transactional_ddl:
+        # MySQL: committed now, as every statement of the run before it (its DDL commits at once):
+        # inside a caller's transaction that is never committed (an env.py's), it would be lost
+        connection.connection.commit()
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
