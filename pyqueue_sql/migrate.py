@@ -1,11 +1,17 @@
 """Installing and upgrading the schema: the alembic revisions in migrations/versions.
 
-There is one revision until 0.1.0 is released, ``0001_baseline``: its upgrade runs
-sql/<dialect>/schema.sql, then the files of sql/<dialect>/routines/ in name order
-(what `pyqueue-sql sql` prints, read where they are), its downgrade
-sql/<dialect>/uninstall.sql. A revision calls :func:`run_sql_file` for DDL and
-:func:`run_routines` for the routines (every routine is dropped if it exists and
-created again, so the script can run any number of times: a later revision runs it again after its own DDL).
+``0001_baseline`` is 0.1.0's schema, frozen (RELEASES; tests/schema/test_releases.py): its
+upgrade runs sql/<dialect>/schema.sql and asks for the routines, its downgrade runs
+sql/<dialect>/uninstall.sql. Each later table change is one revision whose upgrade runs
+sql/<dialect>/revisions/<revision>.up.sql (:func:`run_sql_file`) and asks for the routines
+(:func:`run_routines`). The routines (sql/<dialect>/routines/, what `pyqueue-sql sql` prints after
+the tables) are installed once, after the last revision of a run, so a routine may use what any
+revision adds; a run with no revision to apply installs them again when the SQL it last
+installed was another version's, or a routine differs from what it installed. At the end of a
+run, what it installed is recorded in ``pyqueue_installed`` (:func:`check`: `pyqueue-sql migrate
+--check`). On PostgreSQL (a DSN, or a connection not inside a transaction) the revisions are
+committed before the routines are installed, so their table locks last their DDL only.
+
 Our revisions are recorded in their own version table, ``pyqueue_alembic_version``,
 and never mix with an application's.
 
@@ -18,8 +24,9 @@ call writes the SQL into alembic's output instead (see :func:`upgrade`).
 
 Transactions and interruptions:
 
-* PostgreSQL: a run is one transaction (the caller's, when the connection
-  handed in is inside one): it applies completely or not at all.
+* PostgreSQL: the revisions of a run are one transaction, the routines a second one; each
+  applies completely or not at all (a connection handed in inside a transaction: both are
+  part of that one, and so is everything else).
 * MySQL/MariaDB commit every DDL statement at once. A run therefore records
   its progress in ``pyqueue_alembic_progress`` (the revision step in progress,
   the file of that step and how many of its statements are applied, committed
@@ -631,6 +638,10 @@ def _record_installed(connection: Connection, dialect: dialects.Dialect, tables_
             )
     finally:
         cursor.close()
+    if not dialect.transactional_ddl:
+        # MySQL: committed now, as every statement of the run before it (its DDL commits at once):
+        # inside a caller's transaction that is never committed (an env.py's), it would be lost
+        connection.connection.commit()
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

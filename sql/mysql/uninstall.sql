@@ -11,7 +11,8 @@
 -- Nothing to drop: DROP PROCEDURE removes the grants on a procedure.
 
 -- ==== revisions after 0.1.0 (sql/mysql/revisions/, newest first) ====
-DROP TABLE IF EXISTS pyqueue_installed;             -- 0002_installed
+-- 0002_installed
+DROP TABLE IF EXISTS pyqueue_installed;
 
 -- ==== ingest ====
 DROP PROCEDURE IF EXISTS queue_ingest_flush;

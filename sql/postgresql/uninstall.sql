@@ -12,7 +12,8 @@
 -- Nothing to drop: the grants go with the routines.
 
 -- ==== revisions after 0.1.0 (sql/postgresql/revisions/, newest first) ====
-DROP TABLE IF EXISTS pyqueue_installed;             -- 0002_installed
+-- 0002_installed
+DROP TABLE IF EXISTS pyqueue_installed;
 
 -- ==== ingest ====
 DROP FUNCTION IF EXISTS queue_ingest_flush(text);

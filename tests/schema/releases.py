@@ -3,7 +3,6 @@ one release read from git: what the frozen-schema test and the mixed-fleet test 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -11,6 +10,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+
+from ..conftest import UNDER_CI
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = ROOT / "RELEASES"
@@ -55,7 +56,7 @@ def require_history(commit: str) -> None:
         reason = f"the git history here does not hold the released commit {commit} (a shallow clone?)"
     if reason is None:
         return
-    if os.environ.get("CI", "").lower() == "true":
+    if UNDER_CI:
         pytest.fail(f"{reason}: CI must clone with the full history (fetch-depth: 0)")
     pytest.skip(reason)
 
