@@ -20,7 +20,9 @@ from . import logsafe as logsafe  # escapes the records of the package's loggers
 # producer pays only for what it uses (the worker, the tasks and asyncio load when asked for).
 # tests/unit/test_lazy_imports.py checks every name resolves and what stays unloaded.
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("App", "RunReport", "Task", "TaskGroup", "TaskHandle", "current_job", "running_job"), "tasks"),
+    **dict.fromkeys(
+        ("App", "RunReport", "Task", "TaskGroup", "TaskHandle", "current_job", "running_job"), "tasks"
+    ),
     **dict.fromkeys(("Job", "RetryPolicy", "Worker"), "worker"),
     **dict.fromkeys(
         (
