@@ -7,8 +7,8 @@ Every public exception of the package is defined here, below every other module 
 imports nothing of the package at import time, and no third-party package), and imported back
 where it was first defined, so both paths work: a handler's outcomes Retry, GiveUp, Snooze and
 PayloadMismatchError (pyqueue_sql.worker.policy, pyqueue_sql.tasks), the worker's StoppedError,
-StartTimeoutError (pyqueue_sql.worker.steps) and TimeLimitExceeded (pyqueue_sql.worker.interrupt),
-the migrator's MigrationError and its subclasses (pyqueue_sql.migrate), IngestRejectedError
+StartTimeoutError (pyqueue_sql.worker.steps), TimeLimitExceeded and CancelStopped
+(pyqueue_sql.worker.interrupt), the migrator's MigrationError and its subclasses (pyqueue_sql.migrate), IngestRejectedError
 (pyqueue_sql.spark), EmbeddedPostgresError (pyqueue_sql.embedded). tests/unit/test_errors_module.py
 fails on an exception defined elsewhere that is not internal to its module. pyqueue_sql itself exports every one a user catches or raises.
 """
@@ -231,6 +231,13 @@ class TimeLimitExceeded(BaseException):
     """Raised inside a plain handler's thread when its timeout has passed (the worker has failed its
     message with TimeoutError already). A BaseException, as KeyboardInterrupt is, so that an
     ``except Exception`` of the handler does not swallow it; its ``finally`` blocks run."""
+
+
+class CancelStopped(BaseException):
+    """Raised inside a plain handler's thread when it still runs CANCEL_GRACE seconds after the
+    worker learnt of its job's cancel (pyqueue_sql.worker.watch): its message ends as cancelled. A BaseException,
+    as TimeLimitExceeded is, so that an ``except Exception`` of the handler does not swallow it;
+    its ``finally`` blocks run."""
 
 
 class StartTimeoutError(ConnectionFailedError):

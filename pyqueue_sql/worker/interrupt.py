@@ -15,15 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import CancelStopped as CancelStopped
 from ..errors import TimeLimitExceeded as TimeLimitExceeded
-
-
-class CancelStopped(BaseException):
-    """Raised inside a plain handler's thread when it still runs CANCEL_GRACE seconds after the
-    worker learnt of its job's cancel (watch.py): its message ends as cancelled. A BaseException,
-    as TimeLimitExceeded is, so that an ``except Exception`` of the handler does not swallow it;
-    its ``finally`` blocks run."""
-
 
 # int PyThreadState_SetAsyncExc(unsigned long id, PyObject *exc): exc NULL withdraws a pending one
 _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
