@@ -47,6 +47,7 @@ DROP TABLE IF EXISTS pyqueue_limit;
 -- ==== dependencies ====
 DROP PROCEDURE IF EXISTS queue_parent_results;
 DROP PROCEDURE IF EXISTS queue_push_after;
+DROP PROCEDURE IF EXISTS queue_push_after_on;
 DROP TABLE IF EXISTS pyqueue_dependency;
 
 -- ==== results ====
