@@ -155,6 +155,8 @@ DROP PROCEDURE IF EXISTS queue_create;
 DROP PROCEDURE IF EXISTS pyqueue__topic_regex;
 DROP PROCEDURE IF EXISTS pyqueue__deps_left_many;
 DROP PROCEDURE IF EXISTS pyqueue__deps_left;
+DROP PROCEDURE IF EXISTS pyqueue__deps_cancel;
+DROP PROCEDURE IF EXISTS pyqueue__deps_ready;
 DROP PROCEDURE IF EXISTS pyqueue__deps_moved_many;
 DROP PROCEDURE IF EXISTS pyqueue__deps_moved;
 DROP PROCEDURE IF EXISTS pyqueue__raise_undecided;

@@ -56,7 +56,13 @@ $$;
 -- cancelled as queue_cancel would (removed, history outcome and result
 -- 'cancelled', last_error 'parent (queue q, p_key k, p_kind t) <in_why>'), and the
 -- children waiting for it after it, transitively (a work list, no
--- recursion). The message's own rows as a child go too. Each message costs
+-- recursion). A child's kind (its count row's other_kind, queue_push_after_on)
+-- changes this: a failure callback ('failure') counts a parent that succeeded
+-- and is cancelled when its count reaches 0 ('parent (...) succeeded, as every
+-- other: no failure to call back', its children walked as above), and is
+-- ready, once, when a parent fails or is cancelled (its count row goes, so a
+-- later parent's end does nothing to it); an 'always' child counts either
+-- end and is ready at 0. The message's own rows as a child go too. Each message costs
 -- one read of pyqueue_dependency by its key (the one index), which finds
 -- nothing for a message without parents or children. Locks: the rows it
 -- deletes and updates there; for each child its message row first (FOR NO
