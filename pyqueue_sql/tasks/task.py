@@ -250,7 +250,7 @@ class TaskCall(Generic[R]):
     def message(self) -> tuple[str, NewMessage | tuple[str, str, dict[str, JSONValue]]]:
         """The key of the job this call becomes now, and its message as Queue.push_many takes it."""
         o = self.task.options
-        if o.after is not None:
+        if o.after is not None or o.run_on is not None:
             raise _after_in_bulk(self.task)
         key = o.key if o.key is not None else new_key()
         if o.run_at is None and o.priority is None and o.group is None and o.headers is None:
@@ -324,7 +324,7 @@ class TaskOptions:
 
 def _after_in_bulk(t: Task[Any, Any]) -> errors.InvalidArgumentError:
     return errors.InvalidArgumentError(
-        f"task {t.kind!r}: after= is not supported in bulk (queue_push_after pushes one message): "
+        f"task {t.kind!r}: after= is not supported in bulk, nor run_on= (queue_push_after pushes one message): "
         "defer each with task.configure(after=[...]).defer(...)"
     )
 
@@ -728,7 +728,7 @@ class Task(Generic[P, R]):
         as defer's), for app.defer_many / Task.defer_many to enqueue with others in one round
         trip; ``task.configure(key=..., run_at=..., priority=..., group=..., headers=...).call(...)``
         carries those options (after= does not: InvalidArgumentError, defer such a job alone)."""
-        if self.options.after is not None:
+        if self.options.after is not None or self.options.run_on is not None:
             raise _after_in_bulk(self)
         return TaskCall(self, self.payload(*args, **kwargs))
 
@@ -750,7 +750,7 @@ class Task(Generic[P, R]):
         apply to many jobs are refused in one line (a key names one job; after= goes one by one)."""
         listed = list(calls)
         o = self.options
-        if o.after is not None:
+        if o.after is not None or o.run_on is not None:
             raise _after_in_bulk(self)
         if o.key is not None and len(listed) > 1:
             raise errors.InvalidArgumentError(

@@ -390,3 +390,7 @@ def test_a_failure_callback_runs_once_when_a_parent_fails_and_reads_its_error(ap
         on_error.configure(after=parts, run_on="sometimes")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="run_on= says when a job with parents runs: give after="):
         on_error.configure(run_on="failure").defer("x")
+    with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
+        on_error.configure(after=parts, run_on="failure").call("x")
+    with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
+        on_error.configure(run_on="always").defer_many([on_error.call("x")])
