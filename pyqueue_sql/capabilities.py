@@ -23,6 +23,7 @@ PRODUCER = (
     "queue_result_channel",
     "queue_cancel",
     "queue_push_after",
+    "queue_push_after_on",
 )
 CONSUMER = (
     "queue_reserve",

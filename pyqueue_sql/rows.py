@@ -94,13 +94,15 @@ class ParentResult:
     order the parents were given): its queue, key and kind, its ``state`` as queue_result reads
     it ('succeeded', 'failed', 'cancelled'; while it is live 'ready', 'delayed', 'reserved',
     'waiting', 'blocked'; 'unknown' once it moved on or its result was purged) and ``result``,
-    what its consumer committed (succeeded only, else None)."""
+    what its consumer committed (succeeded only, else None); ``error``, its last error when it
+    failed or was cancelled (what a failure callback reports), else None."""
 
     queue: str
     key: str
     kind: str
     state: str
     result: JSONValue = None
+    error: str | None = None
 
 
 class Renewal(NamedTuple):

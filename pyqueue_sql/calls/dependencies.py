@@ -7,17 +7,28 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .. import errors
 from ..dialects import encode_json, key_value, text_value
 from ..rows import ParentResult
 from ..sansio import sans_io, statement_call
 from .base import QueueCallsBase, parent_refs
+
+RUN_ON = ("success", "failure", "always")
+
+
+def check_run_on(run_on: object) -> None:
+    """run_on of push_after / configure: one of RUN_ON (InvalidArgumentError otherwise)."""
+    if run_on not in RUN_ON:
+        raise errors.InvalidArgumentError(f"run_on must be 'success', 'failure' or 'always', not {run_on!r}")
 
 
 class DependenciesCalls(QueueCallsBase):
     """A queue's calls of the dependencies topic (see QueueCalls)."""
 
     @sans_io
-    def push_after(self, key: str | int, kind: str, payload: object, parents: Iterable[Any]) -> bool:
+    def push_after(
+        self, key: str | int, kind: str, payload: object, parents: Iterable[Any], run_on: str = "success"
+    ) -> bool:
         """push of a message that waits for its parents (queue_push_after): it is 'waiting' until
         every parent has succeeded, ready in the transaction of the commit that ends the last one,
         and cancelled when one fails or is cancelled. True if inserted, False if a live message
@@ -27,27 +38,43 @@ class DependenciesCalls(QueueCallsBase):
         each a (queue, key, kind) tuple, a {"queue", "p_key", "p_kind"} mapping, or anything with
         queue, key and kind attributes (a TaskHandle, a Result, a Reservation). This queue and
         each parent's must keep results (set_result_retention); a parent must be live there or
-        have succeeded (InvalidArgumentError naming it otherwise, and nothing is pushed)."""
-        rows = yield statement_call(
-            "push_after",
+        have succeeded (InvalidArgumentError naming it otherwise, and nothing is pushed).
+
+        run_on (queue_push_after_on): "success" as above; "failure", a failure callback: it runs
+        once, when a parent fails for good (dead-lettered, dropped or cancelled), and is cancelled
+        when every parent succeeds; "always": it runs once every parent has ended, either way."""
+        check_run_on(run_on)
+        args = dict(
             queue=self.name,
             key=key_value(key),
             kind=text_value(kind, "kind"),
             payload=encode_json(payload),
             parents=encode_json(parent_refs(parents)),
         )
+        if run_on == "success":  # the routine of 0.1.0
+            rows = yield statement_call("push_after", **args)
+        else:
+            rows = yield statement_call("push_after_on", run_on=run_on, **args)
         return bool(rows[0][0])
 
     @sans_io
     def parent_results(self, key: str | int, kind: str) -> list[ParentResult]:
         """The parents of a live message pushed with push_after (queue_parent_results), in the
-        order they were given, each with its state and stored result; [] for a message without
-        parents or not live."""
+        order they were given, each with its state and stored result (a parent that failed or was
+        cancelled: its last error in ``error``); [] for a message without parents or not live."""
         d = self.db.dialect
         rows = yield statement_call(
             "parent_results", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
-        return [
-            ParentResult(str(q), str(k), str(t), str(state), d.read_payload(result))
-            for _, q, k, t, state, result in sorted(rows, key=lambda row: int(row[0]))
-        ]
+        out = []
+        for _, q, k, t, state, result in sorted(rows, key=lambda row: int(row[0])):
+            value = d.read_payload(result)
+            if state in ("failed", "cancelled"):  # queue_parent_results gives its last_error there
+                out.append(
+                    ParentResult(
+                        str(q), str(k), str(t), str(state), None, None if value is None else str(value)
+                    )
+                )
+            else:
+                out.append(ParentResult(str(q), str(k), str(t), str(state), value))
+        return out

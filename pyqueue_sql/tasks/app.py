@@ -22,7 +22,7 @@ from ..worker.model import Job
 from ..worker.policy import RetryPolicy
 from .conversion import Mismatch, from_json
 from .periodic import Periodic, declare, every_seconds, schedule
-from .running import Middleware, RunReport, task_handler
+from .running import Middleware, RunReport, current_job, task_handler
 from .task import Task, TaskCall, TaskGroup, TaskHandle, TaskOptions, batches_of, handles_of
 
 if TYPE_CHECKING:
@@ -392,6 +392,15 @@ class App:
             except Mismatch:
                 values.append(r.result)
         return values
+
+    def failed_parents(self) -> list[ParentResult]:
+        """In a task of this app deferred with after= (a failure callback: run_on="failure"), the
+        parents that failed for good or were cancelled, in the order they were given: each one's
+        queue, key, kind, state ('failed' or 'cancelled') and error (its last error)."""
+        job = current_job()
+        queue: Any = self._worker_database().queue(job.queue)
+        rows: list[ParentResult] = queue.parent_results(job.key, job.kind)
+        return [r for r in rows if r.state in ("failed", "cancelled")]
 
     def _parent_results(self, job: Job) -> list[Any]:
         """job.parent_results() of a job of the app's tasks: queue_parent_results on this thread's

@@ -11,9 +11,10 @@ import inspect
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from .. import errors
+from ..calls.dependencies import check_run_on
 from ..client import Database, NewMessage, Result, headers_value, parent_refs
 from ..dialects import JSONValue
 from ..errors import PayloadMismatchError as PayloadMismatchError
@@ -249,7 +250,7 @@ class TaskCall(Generic[R]):
     def message(self) -> tuple[str, NewMessage | tuple[str, str, dict[str, JSONValue]]]:
         """The key of the job this call becomes now, and its message as Queue.push_many takes it."""
         o = self.task.options
-        if o.after is not None:
+        if o.after is not None or o.run_on is not None:
             raise _after_in_bulk(self.task)
         key = o.key if o.key is not None else new_key()
         if o.run_at is None and o.priority is None and o.group is None and o.headers is None:
@@ -317,11 +318,13 @@ class TaskOptions:
     headers: Mapping[str, object] | None = None
     # the parents (queue_push_after's {"queue", "p_key", "p_kind"} each), in order; None: none
     after: tuple[dict[str, str | None], ...] | None = None
+    # when a job with parents runs (queue_push_after_on): "success", "failure", "always"; None: success
+    run_on: str | None = None
 
 
 def _after_in_bulk(t: Task[Any, Any]) -> errors.InvalidArgumentError:
     return errors.InvalidArgumentError(
-        f"task {t.kind!r}: after= is not supported in bulk (queue_push_after pushes one message): "
+        f"task {t.kind!r}: after= is not supported in bulk, nor run_on= (queue_push_after pushes one message): "
         "defer each with task.configure(after=[...]).defer(...)"
     )
 
@@ -417,6 +420,7 @@ class Task(Generic[P, R]):
         group: str | None = None,
         headers: Mapping[str, object] | None = None,
         after: Iterable[TaskHandle[Any] | tuple[str, str, str]] | None = None,
+        run_on: Literal["success", "failure", "always"] | None = None,
     ) -> Task[P, R]:
         """A copy of the task for one defer: a key of your choosing (a unique job: a live message
         with that key and kind is not enqueued again), a run_at (a time, or a delay), a priority,
@@ -428,7 +432,15 @@ class Task(Generic[P, R]):
         the order ``current_job().parent_results()`` gives their results back: the job is 'waiting'
         until every parent has succeeded (queue_push_after), and is cancelled when one fails or is
         cancelled. Its queue and the parents' must keep results. It cannot be combined with
-        run_at, priority, group or headers, nor deferred in bulk (defer_many)."""
+        run_at, priority, group or headers, nor deferred in bulk (defer_many).
+
+        run_on (with after=): "success" (the default) as above; "failure", a failure callback
+        (Celery's link_error): it runs once, when a parent fails for good (dead-lettered, dropped
+        or cancelled), reads which one and its last error with ``app.failed_parents()``, and is
+        cancelled when every parent succeeds; "always": it runs once every parent has ended,
+        whichever way."""
+        if run_on is not None:
+            check_run_on(run_on)
         o = self.options
         return self._copy(
             options=TaskOptions(
@@ -438,6 +450,7 @@ class Task(Generic[P, R]):
                 group=o.group if group is None else group,
                 headers=o.headers if headers is None else headers_value(headers),
                 after=o.after if after is None else _parents_of(after),
+                run_on=o.run_on if run_on is None else run_on,
             )
         )
 
@@ -645,7 +658,14 @@ class Task(Generic[P, R]):
                     f"task {self.kind!r}: after= cannot be combined with {others[0]} "
                     "(a job that waits for its parents runs as soon as the last one succeeded)"
                 )
-            return key, dict(key=key, kind=self.kind, payload=self.payload(*args, **kwargs), parents=o.after)
+            push_after = dict(key=key, kind=self.kind, payload=self.payload(*args, **kwargs), parents=o.after)
+            if o.run_on not in (None, "success"):
+                push_after["run_on"] = o.run_on
+            return key, push_after
+        if o.run_on is not None:
+            raise errors.InvalidArgumentError(
+                f"task {self.kind!r}: run_on= says when a job with parents runs: give after="
+            )
         push: dict[str, Any] = dict(
             key=key,
             kind=self.kind,
@@ -708,7 +728,7 @@ class Task(Generic[P, R]):
         as defer's), for app.defer_many / Task.defer_many to enqueue with others in one round
         trip; ``task.configure(key=..., run_at=..., priority=..., group=..., headers=...).call(...)``
         carries those options (after= does not: InvalidArgumentError, defer such a job alone)."""
-        if self.options.after is not None:
+        if self.options.after is not None or self.options.run_on is not None:
             raise _after_in_bulk(self)
         return TaskCall(self, self.payload(*args, **kwargs))
 
@@ -730,7 +750,7 @@ class Task(Generic[P, R]):
         apply to many jobs are refused in one line (a key names one job; after= goes one by one)."""
         listed = list(calls)
         o = self.options
-        if o.after is not None:
+        if o.after is not None or o.run_on is not None:
             raise _after_in_bulk(self)
         if o.key is not None and len(listed) > 1:
             raise errors.InvalidArgumentError(

@@ -270,6 +270,10 @@ CALL queue_cancel_held(%(queue)s, %(key)s, %(kind)s, %(token)s)
 -- parents: the JSON text of an array of {"queue", "p_key", "p_kind"}, in the order the child reads them back.
 CALL queue_push_after(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s)
 
+-- name: push_after_on
+-- push_after with run_on: 'success', 'failure' (a failure callback) or 'always'.
+CALL queue_push_after_on(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s, %(run_on)s)
+
 -- name: parent_results
 CALL queue_parent_results(%(queue)s, %(key)s, %(kind)s)
 

@@ -48,6 +48,7 @@ DROP TABLE IF EXISTS pyqueue_limit;
 -- ==== dependencies ====
 DROP PROCEDURE IF EXISTS queue_parent_results;
 DROP PROCEDURE IF EXISTS queue_push_after;
+DROP PROCEDURE IF EXISTS queue_push_after_on;
 DROP TABLE IF EXISTS pyqueue_dependency;
 
 -- ==== results ====
@@ -155,6 +156,8 @@ DROP PROCEDURE IF EXISTS queue_create;
 DROP PROCEDURE IF EXISTS pyqueue__topic_regex;
 DROP PROCEDURE IF EXISTS pyqueue__deps_left_many;
 DROP PROCEDURE IF EXISTS pyqueue__deps_left;
+DROP PROCEDURE IF EXISTS pyqueue__deps_cancel;
+DROP PROCEDURE IF EXISTS pyqueue__deps_ready;
 DROP PROCEDURE IF EXISTS pyqueue__deps_moved_many;
 DROP PROCEDURE IF EXISTS pyqueue__deps_moved;
 DROP PROCEDURE IF EXISTS pyqueue__raise_undecided;

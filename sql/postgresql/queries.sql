@@ -318,6 +318,10 @@ SELECT queue_cancel_held(%(queue)s, %(key)s, %(kind)s, %(token)s::text)
 -- parents: the JSON array of {"queue", "p_key", "p_kind"}, in the order the child reads them back.
 SELECT queue_push_after(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(parents)s::jsonb)
 
+-- name: push_after_on
+-- push_after with run_on: 'success', 'failure' (a failure callback) or 'always'.
+SELECT queue_push_after_on(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(parents)s::jsonb, %(run_on)s)
+
 -- name: parent_results
 SELECT ordinal, queue, p_key, p_kind, state, result
   FROM queue_parent_results(%(queue)s, %(key)s, %(kind)s)

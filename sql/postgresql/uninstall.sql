@@ -49,6 +49,7 @@ DROP TABLE IF EXISTS pyqueue_limit;
 -- ==== dependencies ====
 DROP FUNCTION IF EXISTS queue_parent_results(text, text, text);
 DROP FUNCTION IF EXISTS queue_push_after(text, text, text, jsonb, jsonb);
+DROP FUNCTION IF EXISTS queue_push_after_on(text, text, text, jsonb, jsonb, text);
 DROP TABLE IF EXISTS pyqueue_dependency;
 
 -- ==== results ====

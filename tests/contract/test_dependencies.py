@@ -621,3 +621,128 @@ def test_a_replayed_parent_is_a_new_message_that_no_child_waits_for(sql_session)
     assert _state(a, children, "c") == "waiting"  # still waiting for q
     assert a.one("queue_commit", parents, "q", "job", held["q"])
     assert _state(a, children, "c") == "ready"
+
+
+# ---- failure callbacks: queue_push_after_on(queue, key, kind, payload, parents, run_on) ----
+
+
+def _push_after_on(s: Session, queue: str, key: str, parents: str, run_on: str | None) -> int:
+    return int(s.one("queue_push_after_on", queue, key, "job", "{}", parents, run_on))
+
+
+def _end(a: Session, queue: str, key: str, how: str) -> None:
+    """End the parent (queue, key): 'succeed', or fail it for good ('dead_letter', 'drop', 'cancel')."""
+    if how == "cancel":
+        assert a.one("queue_cancel", queue, key, "job") == "cancelled"
+        return
+    token = _reserve(a, queue, 1)[key]  # the parents are ended in the order they were pushed
+    if how == "succeed":
+        assert a.one("queue_commit", queue, key, "job", token)
+    else:
+        expected = "dead_lettered" if how == "dead_letter" else "dropped"
+        assert a.one("queue_fail", queue, key, "job", token, None, "boom") == expected
+
+
+def _parent_queue(a: Session, how: str) -> str:
+    """A queue keeping results whose one attempt ends as `how` says (dead letters go to a queue)."""
+    if how != "dead_letter":
+        return _queue(a, max_attempts=1)
+    dead = _queue(a)
+    name = f"dep.{uuid.uuid4().hex[:10]}"
+    if a.dialect == "postgresql":
+        a.raw("SELECT queue_create(%s, NULL, 1, %s)", (name, dead))
+        a.raw("SELECT queue_set_result_retention(%s, interval '1 day')", (name,))
+    else:
+        a.call("queue_create", name, None, 1, dead, None)
+        a.call("queue_set_result_retention", name, 86400)
+    return name
+
+
+@pytest.mark.parametrize("how", ["dead_letter", "drop", "cancel"])
+def test_a_failure_callback_runs_once_when_its_parent_fails_for_good_and_reads_its_error(sql_session, how):
+    a = sql_session()
+    parents, callbacks = _parent_queue(a, how), _queue(a)
+    _push(a, parents, "p")
+    assert _push_after_on(a, callbacks, "on-fail", _parents((parents, "p")), "failure") == 1
+    assert _state(a, callbacks, "on-fail") == "waiting"
+    _end(a, parents, "p", how)
+    assert _state(a, callbacks, "on-fail") == "ready"
+    assert list(_reserve(a, callbacks)) == ["on-fail"]
+    rows = a.call("queue_parent_results", callbacks, "on-fail", "job")
+    ((ordinal, q, k, t, state, error),) = rows
+    assert (int(ordinal), q, k, t) == (1, parents, "p", "job")
+    if how == "cancel":
+        assert state == "cancelled"
+    else:
+        assert state == "failed"
+        assert (error if a.dialect == "postgresql" else json.loads(error)) == "boom"  # its last_error
+
+
+def test_a_failure_callback_is_cancelled_when_every_parent_succeeds(sql_session):
+    a = sql_session()
+    parents, callbacks = _queue(a), _queue(a)
+    _push(a, parents, "p1")
+    _push(a, parents, "p2")
+    _push_after_on(a, callbacks, "on-fail", _parents((parents, "p1"), (parents, "p2")), "failure")
+    _push_after_on(a, callbacks, "after-cb", _parents((callbacks, "on-fail")), "success")
+    _end(a, parents, "p1", "succeed")
+    assert _state(a, callbacks, "on-fail") == "waiting"
+    _end(a, parents, "p2", "succeed")
+    state, _, error = a.call("queue_result", callbacks, "on-fail", "job")[0][:3]
+    assert (state, error) == (
+        "cancelled",
+        f"parent (queue {parents}, p_key p2, p_kind job) succeeded, as every other: no failure to call back",
+    )
+    assert _state(a, callbacks, "after-cb") == "cancelled"  # its own children, transitively
+    assert _reserve(a, callbacks) == {}
+
+
+def test_a_failure_callback_with_two_parents_runs_once_when_one_fails(sql_session):
+    a = sql_session()
+    parents, callbacks = _queue(a, max_attempts=1), _queue(a)
+    _push(a, parents, "ok")
+    _push(a, parents, "bad")
+    _push(a, parents, "bad2")
+    ps = _parents((parents, "ok"), (parents, "bad"), (parents, "bad2"))
+    _push_after_on(a, callbacks, "on-fail", ps, "failure")
+    _push_after(a, callbacks, "chord", ps)  # the success child of the same parents
+    _end(a, parents, "ok", "succeed")
+    _end(a, parents, "bad", "drop")
+    assert _state(a, callbacks, "on-fail") == "ready"
+    assert _state(a, callbacks, "chord") == "cancelled"
+    _end(a, parents, "bad2", "drop")  # a second failure: the callback is not readied twice
+    assert list(_reserve(a, callbacks)) == ["on-fail"]
+    states = [r[4] for r in a.call("queue_parent_results", callbacks, "on-fail", "job")]
+    assert states == ["succeeded", "failed", "failed"]
+
+
+@pytest.mark.parametrize("how", ["succeed", "drop", "cancel"])
+def test_an_always_callback_runs_once_every_parent_has_ended_whichever_way(sql_session, how):
+    a = sql_session()
+    parents, callbacks = _queue(a, max_attempts=1), _queue(a)
+    _push(a, parents, "first")
+    _push(a, parents, "second")
+    _push_after_on(a, callbacks, "finally", _parents((parents, "first"), (parents, "second")), "always")
+    _end(a, parents, "first", how)
+    assert _state(a, callbacks, "finally") == "waiting"
+    _end(a, parents, "second", "succeed")
+    assert list(_reserve(a, callbacks)) == ["finally"]
+
+
+def test_run_on_is_checked_and_parents_already_ended_count_by_kind(sql_session):
+    a = sql_session()
+    parents, callbacks = _queue(a, max_attempts=1), _queue(a)
+    _push(a, parents, "done")
+    _push(a, parents, "bad")
+    _end(a, parents, "done", "succeed")
+    _end(a, parents, "bad", "drop")
+    for bad in ("sometimes", None):
+        with pytest.raises(Exception, match="run_on must be 'success', 'failure' or 'always'"):
+            _push_after_on(a, callbacks, "x", _parents((parents, "done")), bad)
+    with pytest.raises(Exception, match="every parent has succeeded: a failure callback could never run"):
+        _push_after_on(a, callbacks, "x", _parents((parents, "done")), "failure")
+    with pytest.raises(Exception, match=r"parents\[2\] has failed"):
+        _push_after_on(a, callbacks, "x", _parents((parents, "done"), (parents, "bad")), "success")
+    assert _push_after_on(a, callbacks, "f", _parents((parents, "done"), (parents, "bad")), "failure") == 1
+    assert _push_after_on(a, callbacks, "al", _parents((parents, "bad")), "always") == 1
+    assert sorted(_reserve(a, callbacks)) == ["al", "f"]

@@ -347,3 +347,50 @@ def test_a_workflow_pushed_from_sql_runs_under_the_cli_worker(dsn, db, raw, dial
         assert proc.returncode == 0, err.decode()
     finally:
         module.app.close()
+
+
+def test_a_failure_callback_runs_once_when_a_parent_fails_and_reads_its_error(app):
+    """configure(after=..., run_on="failure") (queue_push_after_on): of a chord's three parts one
+    fails, and the failure callback runs once and reads which and why; the chord's own callback
+    (run_on "success") is cancelled; a failure callback whose parents all succeed never runs; an
+    "always" one runs either way."""
+    reports: list[list[tuple[str, str, str | None]]] = []
+
+    @app.task(store_result=True)
+    def part(n: int) -> int:
+        if n == 2:
+            raise ValueError(f"part {n} is broken")
+        return n
+
+    @app.task(store_result=True)
+    def total() -> int:
+        return sum(part.parent_results())
+
+    @app.task(store_result=True)
+    def on_error(label: str) -> str:
+        reports.append([(p.key, p.state, p.error) for p in app.failed_parents()])
+        return label
+
+    app.create_queues(max_attempts=1)
+    parts = [part.configure(key=f"part-{n}").defer(n) for n in (1, 2, 3)]
+    chord = total.configure(after=parts).defer()
+    errback = on_error.configure(after=parts, run_on="failure").defer("chord failed")
+    finally_ = on_error.configure(after=parts, run_on="always").defer("chord ended")
+    fine = part.configure(key="part-4").defer(4)
+    unused = on_error.configure(after=[fine], run_on="failure").defer("never")
+    app.run_pending()
+    assert errback.result(timeout=1) == "chord failed" and finally_.result(timeout=1) == "chord ended"
+    assert chord.status().state == "cancelled"
+    assert unused.status().state == "cancelled"
+    assert reports == [[("part-2", "failed", reports[0][0][2])]] * 2
+    assert "part 2 is broken" in reports[0][0][2]
+    with pytest.raises(
+        InvalidArgumentError, match="run_on must be 'success', 'failure' or 'always', not 'sometimes'"
+    ):
+        on_error.configure(after=parts, run_on="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="run_on= says when a job with parents runs: give after="):
+        on_error.configure(run_on="failure").defer("x")
+    with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
+        on_error.configure(after=parts, run_on="failure").call("x")
+    with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
+        on_error.configure(run_on="always").defer_many([on_error.call("x")])

@@ -15,7 +15,11 @@ DELIMITER //
 -- marked on its parent's 'c' row (n = -1, the row goes with its parent's rows), and the next level is those marked
 -- rows, read in one statement (GROUP_CONCAT). Each message is read and written a fixed number of times: the cost is
 -- linear in the children cancelled (it re-parsed a growing JSON work list per child: 4,000 children took 22 s). The
--- message's own rows as a child go too. Reads with locking reads (the latest committed rows, whatever the caller's
+-- message's own rows as a child go too. A child's kind (its count row's other_kind, queue_push_after_on) changes this:
+-- a failure callback ('failure') counts a parent that succeeded and is cancelled when its count reaches 0 ('parent
+-- (...) succeeded, as every other: no failure to call back', its children walked as above, from the first level),
+-- and is ready, once, when a parent fails or is cancelled (its count row goes: a later parent's end does nothing to
+-- it); an 'always' child counts either end and is ready at 0. Reads with locking reads (the latest committed rows, whatever the caller's
 -- snapshot). Every statement on pyqueue_dependency goes by its index (forced: planned freely on a small table,
 -- MariaDB 10.11 scanned the whole table, locking every row at REPEATABLE READ, and two parents' commits deadlocked on
 -- each other's rows). Locks: the rows it reads, deletes and updates in pyqueue_dependency; for each child its message
@@ -23,6 +27,65 @@ DELIMITER //
 -- exactly one of them sees 0; a waiter on the count row itself would deadlock the holder, whose new count goes into
 -- that index just before it), as the child's own leaving (removed, cancelled) locks them; until the transaction
 -- ends; children in (queue, key, kind) order, level by level, each parent's in turn.
+-- pyqueue__deps_cancel: cancels the waiting child (in_queue, in_key, in_kind) of message id in_msg as queue_cancel
+-- would, its last_error in_error (removed, history outcome and, where its queue keeps results, result 'cancelled');
+-- o_gone 1 if it was cancelled, 0 if it was not waiting (ready, held or gone). Its message row locked first (an
+-- UPDATE). Called by pyqueue__deps_left only, which then walks the child's own children.
+DROP PROCEDURE IF EXISTS pyqueue__deps_cancel //
+CREATE PROCEDURE pyqueue__deps_cancel(
+    IN  in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_msg   BIGINT,
+    IN  in_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT o_gone   INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_attempts INT DEFAULT 0;
+    DECLARE v_hist BIGINT DEFAULT NULL;
+    DECLARE v_results BOOLEAN;
+    DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+    SET o_gone = 0;
+    UPDATE pyqueue_message FORCE INDEX (PRIMARY) SET last_error = in_error
+     WHERE id = in_msg AND queue_name = in_queue AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
+    IF ROW_COUNT() = 1 THEN
+        SELECT m.attempts, m.progress INTO v_attempts, v_progress
+          FROM pyqueue_message m FORCE INDEX (PRIMARY) WHERE m.id = in_msg;
+        CALL pyqueue__archive(in_queue, in_msg, NULL, 'cancelled', NULL, v_now, v_hist);
+        DELETE FROM pyqueue_message WHERE id = in_msg AND reserve_token IS NULL;
+        SET o_gone = ROW_COUNT();
+        CALL pyqueue__unarchive(v_hist, o_gone);
+        SELECT q.result_retention IS NOT NULL INTO v_results FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+        IF o_gone = 1 AND v_results THEN
+            -- its outcome, as pyqueue__result_put records it (not called here: it calls pyqueue__deps_left, and
+            -- MySQL refuses recursion)
+            INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress,
+                                        finished_at)
+            VALUES (in_queue, in_key, in_kind, 'cancelled', NULL, in_error, v_attempts, v_progress, v_now)
+            ON DUPLICATE KEY UPDATE state = 'cancelled', result = NULL, last_error = in_error,
+                                    attempts = v_attempts, progress = v_progress, finished_at = v_now;
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__deps_ready: the waiting child of message id in_msg of in_queue is ready now (its count row 'w' gone).
+DROP PROCEDURE IF EXISTS pyqueue__deps_ready //
+CREATE PROCEDURE pyqueue__deps_ready(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_msg   BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+    DELETE w FROM pyqueue_dependency w FORCE INDEX (pyqueue_dependency_message_idx)
+     WHERE w.queue_name = in_queue AND w.p_key = in_key AND w.p_kind = in_kind AND w.role = 'w';
+    UPDATE pyqueue_message FORCE INDEX (PRIMARY)
+       SET scheduled_at = v_now, scheduled_at_initially = v_now
+     WHERE id = in_msg AND queue_name = in_queue AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
+END //
+
 DROP PROCEDURE IF EXISTS pyqueue__deps_left //
 CREATE PROCEDURE pyqueue__deps_left(
     IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -32,7 +95,7 @@ CREATE PROCEDURE pyqueue__deps_left(
     IN in_why   VARCHAR(64)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_level, v_next LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_level, v_next, v_cbs LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_why VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_cancelled INT;
     DECLARE v_gcl BIGINT DEFAULT @@SESSION.group_concat_max_len;
@@ -44,8 +107,8 @@ BEGIN
             DECLARE v_ck VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
             DECLARE v_ct VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
             DECLARE v_msg BIGINT;
-            DECLARE v_left INT;
-            DECLARE v_now DATETIME(6);
+            DECLARE v_left, v_gone INT;
+            DECLARE v_on VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
             DECLARE c_children CURSOR FOR
                 SELECT d.other_queue, d.other_key, d.other_kind, d.msg_id
                   FROM pyqueue_dependency d FORCE INDEX (pyqueue_dependency_message_idx)
@@ -64,18 +127,25 @@ BEGIN
                 UPDATE pyqueue_dependency FORCE INDEX (pyqueue_dependency_message_idx) SET n = n - 1
                  WHERE queue_name = v_cq AND p_key = v_ck AND p_kind = v_ct AND role = 'w' AND msg_id = v_msg;
                 IF ROW_COUNT() = 1 THEN
-                    SET v_left = NULL;
-                    SELECT MIN(w.n) INTO v_left FROM pyqueue_dependency w FORCE INDEX (pyqueue_dependency_message_idx)
+                    -- every kind counts a parent that succeeded; at 0 a failure callback has nothing to call back
+                    SET v_left = NULL, v_on = NULL;
+                    SELECT MIN(w.n), MIN(COALESCE(w.other_kind, 'success')) INTO v_left, v_on
+                      FROM pyqueue_dependency w FORCE INDEX (pyqueue_dependency_message_idx)
                      WHERE w.queue_name = v_cq AND w.p_key = v_ck AND w.p_kind = v_ct AND w.role = 'w'
                        AND w.msg_id = v_msg;
-                    IF v_left <= 0 THEN
+                    IF v_left <= 0 AND v_on = 'failure' THEN
                         DELETE w FROM pyqueue_dependency w FORCE INDEX (pyqueue_dependency_message_idx)
                          WHERE w.queue_name = v_cq AND w.p_key = v_ck AND w.p_kind = v_ct AND w.role = 'w';
-                        SET v_now = UTC_TIMESTAMP(6);
-                        UPDATE pyqueue_message FORCE INDEX (PRIMARY)
-                           SET scheduled_at = v_now, scheduled_at_initially = v_now
-                         WHERE id = v_msg AND queue_name = v_cq
-                           AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
+                        CALL pyqueue__deps_cancel(v_cq, v_ck, v_ct, v_msg,
+                                                  LEFT(CONCAT('parent (queue ', in_queue, ', p_key ', in_key, ', p_kind ',
+                                                              in_kind, ') succeeded, as every other: no failure to call back'),
+                                                       2000), v_gone);
+                        IF v_gone = 1 THEN  -- its own children: the first level of the walk below
+                            SET v_cbs = JSON_ARRAY_APPEND(COALESCE(v_cbs, JSON_ARRAY()), '$',
+                                                          JSON_ARRAY(v_cq, v_ck, v_ct));
+                        END IF;
+                    ELSEIF v_left <= 0 THEN
+                        CALL pyqueue__deps_ready(v_cq, v_ck, v_ct, v_msg);
                     END IF;
                 END IF;
                 SET v_done = 0;
@@ -84,20 +154,20 @@ BEGIN
         END;
         DELETE d FROM pyqueue_dependency d FORCE INDEX (pyqueue_dependency_message_idx)
          WHERE d.queue_name = in_queue AND d.p_key = in_key AND d.p_kind = in_kind;
+        SET v_level = v_cbs, v_why = 'was cancelled';  -- the failure callbacks cancelled, if any
     ELSE
         SET v_level = JSON_ARRAY(JSON_ARRAY(in_queue, in_key, in_kind)), v_why = COALESCE(in_why, '');
+    END IF;
+    BEGIN
         WHILE v_level IS NOT NULL DO
             SET v_cancelled = 0;
             BEGIN
-                DECLARE v_done, v_gone, v_attempts INT DEFAULT 0;
+                DECLARE v_done, v_gone, v_left INT DEFAULT 0;
+                DECLARE v_on VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
                 DECLARE v_q, v_cq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
                 DECLARE v_k, v_ck VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
                 DECLARE v_t, v_ct VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-                DECLARE v_did, v_msg, v_hist BIGINT;
-                DECLARE v_results BOOLEAN;
-                DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-                DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
-                DECLARE v_now DATETIME(6);
+                DECLARE v_did, v_msg BIGINT;
                 -- every child of every message of the level, its parents in the level's order, each one's children
                 -- in (queue, key, kind) order
                 DECLARE c_children CURSOR FOR
@@ -116,28 +186,29 @@ BEGIN
                 children: LOOP
                     FETCH c_children INTO v_q, v_k, v_t, v_did, v_cq, v_ck, v_ct, v_msg;
                     IF v_done = 1 THEN LEAVE children; END IF;
-                    SET v_now = UTC_TIMESTAMP(6), v_gone = 0, v_hist = NULL;
-                    SET v_error = LEFT(CONCAT('parent (queue ', v_q, ', p_key ', v_k, ', p_kind ', v_t, ') ', v_why), 2000);
-                    UPDATE pyqueue_message FORCE INDEX (PRIMARY) SET last_error = v_error
-                     WHERE id = v_msg AND queue_name = v_cq AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
-                    IF ROW_COUNT() = 1 THEN
-                        SELECT m.attempts, m.progress INTO v_attempts, v_progress
-                          FROM pyqueue_message m FORCE INDEX (PRIMARY) WHERE m.id = v_msg;
-                        CALL pyqueue__archive(v_cq, v_msg, NULL, 'cancelled', NULL, v_now, v_hist);
-                        DELETE FROM pyqueue_message WHERE id = v_msg AND reserve_token IS NULL;
-                        SET v_gone = ROW_COUNT();
-                        CALL pyqueue__unarchive(v_hist, v_gone);
-                        SELECT q.result_retention IS NOT NULL INTO v_results FROM pyqueue_queue q
-                         WHERE q.queue_name = v_cq;
-                        IF v_gone = 1 AND v_results THEN
-                            -- its outcome, as pyqueue__result_put records it (not called here: it calls this
-                            -- routine, and MySQL refuses recursion); its children are the next level's
-                            INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts,
-                                                        progress, finished_at)
-                            VALUES (v_cq, v_ck, v_ct, 'cancelled', NULL, v_error, v_attempts, v_progress, v_now)
-                            ON DUPLICATE KEY UPDATE state = 'cancelled', result = NULL, last_error = v_error,
-                                                    attempts = v_attempts, progress = v_progress, finished_at = v_now;
+                    SET v_gone = 0, v_on = NULL, v_left = NULL;
+                    -- the child's message row first, then its count row (as the success path), its kind on it
+                    SELECT COUNT(*) INTO v_left FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                     WHERE m.id = v_msg
+                       FOR UPDATE;
+                    SET v_left = NULL;
+                    SELECT MIN(w.n), MIN(COALESCE(w.other_kind, 'success')) INTO v_left, v_on
+                      FROM pyqueue_dependency w FORCE INDEX (pyqueue_dependency_message_idx)
+                     WHERE w.queue_name = v_cq AND w.p_key = v_ck AND w.p_kind = v_ct AND w.role = 'w'
+                       AND w.msg_id = v_msg
+                       FOR UPDATE;
+                    IF v_on = 'failure' THEN
+                        CALL pyqueue__deps_ready(v_cq, v_ck, v_ct, v_msg);  -- a parent failed: it runs, once
+                    ELSEIF v_on = 'always' THEN
+                        UPDATE pyqueue_dependency FORCE INDEX (pyqueue_dependency_message_idx) SET n = n - 1
+                         WHERE queue_name = v_cq AND p_key = v_ck AND p_kind = v_ct AND role = 'w' AND msg_id = v_msg;
+                        IF v_left <= 1 THEN
+                            CALL pyqueue__deps_ready(v_cq, v_ck, v_ct, v_msg);
                         END IF;
+                    ELSE
+                        CALL pyqueue__deps_cancel(v_cq, v_ck, v_ct, v_msg,
+                                                  LEFT(CONCAT('parent (queue ', v_q, ', p_key ', v_k, ', p_kind ', v_t,
+                                                              ') ', v_why), 2000), v_gone);
                         IF v_gone = 1 THEN
                             UPDATE pyqueue_dependency SET n = -1 WHERE id = v_did;  -- its children: the next level
                             SET v_cancelled = v_cancelled + 1;
@@ -174,7 +245,7 @@ BEGIN
                 ON d.queue_name = j.q AND d.p_key = j.k AND d.p_kind = j.t;
             SET v_level = v_next, v_why = 'was cancelled';
         END WHILE;
-    END IF;
+    END;
 END //
 
 -- pyqueue__deps_left_many: pyqueue__deps_left (in_ok, in_why) for each [p_key, p_kind] of in_pairs (a JSON array;
@@ -278,7 +349,7 @@ BEGIN
     CLOSE c_moved;
 END //
 
--- queue_push_after: queue_push of a message that waits for its parents, in_parents the JSON text of an array of 1 to
+-- queue_push_after_on: queue_push of a message that waits for its parents, in_parents the JSON text of an array of 1 to
 -- 1000 objects {"queue", "p_key", "p_kind"} (parents may be in other queues; none may be the message itself or a
 -- schedule's occurrence). Result: one row, inserted = 1, or 0 when a live message has the key and kind (dedup:
 -- nothing changes). A parent is known when its queue keeps results (queue_set_result_retention) and it is live there
@@ -289,6 +360,13 @@ END //
 -- queue_commit_batch, queue_commit_result, its batch, queue_commit_reserve, queue_pop, queue_move) that ends the last
 -- parent makes it ready, in that transaction (pyqueue__deps_left); a parent dead-lettered, dropped, cancelled or
 -- removed cancels it, transitively. Ready at once when every parent had already succeeded. Priority 0.
+-- in_run_on says when it runs (a dependency of its own kind, kept on its count row 'w' in other_kind): 'success'
+-- (queue_push_after) as above; 'failure', a failure callback: ready, once, in the transaction that ends a parent
+-- without success (dead-lettered, dropped, cancelled, removed, transitively), cancelled when every parent has
+-- succeeded (last_error 'parent (...) succeeded, as every other: no failure to call back'); ready at once when a
+-- parent had already failed or been cancelled, refused when every parent had already succeeded; 'always': ready once
+-- every parent has ended, whichever way (a parent already failed or cancelled counts as ended). Its consumer reads the
+-- parents' outcomes with queue_parent_results.
 -- Steps: every check, the array parsed once (JSON_TABLE) for all its elements; then, in a transaction of its own in
 -- autocommit mode (a deadlock victim runs again), set-based: the parents' queues, the live parents read with a
 -- locking read (share-locked until the transaction ends, so a parent's commit either waits for this push or is seen
@@ -299,13 +377,14 @@ END //
 -- message row, its pyqueue_dependency rows and the parents' ones, until the transaction ends; in a transaction of
 -- its own also the parents' queue rows (shared, for the length of the call). In the caller's transaction no parent's
 -- queue row: nothing that a reserve, a settle or an admin call of the parents' queues waits for.
-DROP PROCEDURE IF EXISTS queue_push_after //
-CREATE PROCEDURE queue_push_after(
+DROP PROCEDURE IF EXISTS queue_push_after_on //
+CREATE PROCEDURE queue_push_after_on(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN in_payload LONGTEXT CHARACTER SET utf8mb4,
-    IN in_parents LONGTEXT CHARACTER SET utf8mb4)
+    IN in_parents LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_on  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -316,7 +395,8 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_p, v_name LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_n, v_left, v_inserted, v_retry, v_bad INT DEFAULT 0;
-    DECLARE v_own, v_tries, v_txn INT DEFAULT 0;
+    DECLARE v_own, v_tries, v_txn, v_failed, v_wait INT DEFAULT 0;
+    DECLARE v_on VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_max_payload, v_id BIGINT;
     DECLARE v_now DATETIME(6);
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
@@ -324,6 +404,11 @@ BEGIN
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
     SELECT MAX(q.max_payload) INTO v_max_payload FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     IF LENGTH(in_payload) > v_max_payload THEN CALL pyqueue__raise_size(LENGTH(in_payload), v_max_payload); END IF;
+    IF in_run_on IS NULL OR in_run_on NOT IN ('success', 'failure', 'always') THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('run_on must be ''success'', ''failure'' or ''always'', not ',
+                                                       COALESCE(QUOTE(LEFT(in_run_on, 64)), 'NULL')));
+    END IF;
+    SET v_on = in_run_on;
     IF in_parents IS NULL OR NOT JSON_VALID(in_parents) OR JSON_TYPE(in_parents) <> 'ARRAY' THEN
         CALL pyqueue__raise('invalid_argument', 'parents must be a JSON array of {"queue", "p_key", "p_kind"} objects');
     END IF;
@@ -373,7 +458,8 @@ BEGIN
     END IF;
     CALL pyqueue__own_transaction(TRUE, v_own);
     REPEAT
-        SET v_retry = 0, v_tries = v_tries + 1, v_left = 0, v_inserted = 0, v_bad = NULL, v_state = NULL;
+        SET v_retry = 0, v_tries = v_tries + 1, v_left = 0, v_inserted = 0, v_bad = NULL, v_state = NULL,
+            v_failed = 0;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467
             BEGIN
@@ -443,6 +529,7 @@ BEGIN
               LEFT JOIN pyqueue_message m ON m.queue_name = j.pq AND m.p_key = j.pk AND m.p_kind = j.pt
               LEFT JOIN pyqueue_result r ON r.queue_name = j.pq AND r.p_key = j.pk AND r.p_kind = j.pt
              WHERE m.id IS NULL AND (r.state IS NULL OR r.state <> 'succeeded')
+               AND NOT (v_on <> 'success' AND r.state IN ('failed', 'cancelled'))
              ORDER BY j.ord
              LIMIT 1
               LOCK IN SHARE MODE;
@@ -453,12 +540,30 @@ BEGIN
                 CALL pyqueue__raise('invalid_argument',
                                     CONCAT('parents[', v_bad, '] has ', v_state, ': the message could never run'));
             END IF;
+            IF v_on <> 'success' THEN
+                -- the parents that ended already without success: a failure callback runs at once, 'always'
+                -- counts them done
+                SELECT COUNT(*) INTO v_failed
+                  FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (
+                           pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue',
+                           pk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
+                           pt VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind')) AS j
+                  LEFT JOIN pyqueue_message m ON m.queue_name = j.pq AND m.p_key = j.pk AND m.p_kind = j.pt
+                  JOIN pyqueue_result r ON r.queue_name = j.pq AND r.p_key = j.pk AND r.p_kind = j.pt
+                 WHERE m.id IS NULL AND r.state IN ('failed', 'cancelled')
+                  LOCK IN SHARE MODE;
+            END IF;
+            IF v_on = 'failure' AND v_left = 0 AND v_failed = 0 THEN
+                CALL pyqueue__raise('invalid_argument',
+                                    'every parent has succeeded: a failure callback could never run');
+            END IF;
+            SET v_wait = v_left > 0 AND NOT (v_on = 'failure' AND v_failed > 0);
             SET v_now = UTC_TIMESTAMP(6);
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at,
                     attempts)
             VALUES (v_queue, v_key, v_kind, in_payload, 0,
-                    IF(v_left > 0, TIMESTAMP '9999-12-31 23:59:59.999999', v_now), v_now, v_now, 0);
+                    IF(v_wait, TIMESTAMP '9999-12-31 23:59:59.999999', v_now), v_now, v_now, 0);
             SET v_inserted = ROW_COUNT();
             IF v_inserted = 1 THEN
                 SET v_id = LAST_INSERT_ID();
@@ -482,9 +587,10 @@ BEGIN
                            pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue',
                            pk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
                            pt VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind')) AS j;
-                IF v_left > 0 THEN
-                    INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, msg_id)
-                    VALUES (v_queue, v_key, v_kind, 'w', v_left, v_id);
+                IF v_wait THEN
+                    -- its kind on its count row: other_kind NULL for 'success' (as queue_push_after wrote it)
+                    INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, msg_id, other_kind)
+                    VALUES (v_queue, v_key, v_kind, 'w', v_left, v_id, NULLIF(v_on, 'success'));
                 END IF;
                 IF v_own = 0 THEN
                     -- In the caller's transaction, the parents' queues read again after the rows went in: a
@@ -520,12 +626,27 @@ BEGIN
     SELECT v_inserted AS inserted;
 END //
 
+-- queue_push_after: queue_push_after_on with run_on 'success' (the message runs once every parent has succeeded;
+-- cancelled when one fails or is cancelled). Result and locks: as queue_push_after_on.
+DROP PROCEDURE IF EXISTS queue_push_after //
+CREATE PROCEDURE queue_push_after(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_parents LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    CALL queue_push_after_on(in_queue, in_key, in_kind, in_payload, in_parents, 'success');
+END //
+
 -- queue_parent_results: the parents of the live message (in_key, in_kind) of in_queue (pushed with queue_push_after:
 -- waiting, ready or held), one row each in the order they were given: ordinal (1, 2, ...), the parent's queue, p_key
 -- and p_kind, its state as queue_result reads it ('succeeded' with its stored result, 'failed', 'cancelled', or while
 -- live 'ready', 'delayed', 'reserved', 'waiting', 'blocked'; 'unknown' when neither, e.g. a parent moved on, whose
--- queue records no result for the move, or whose result was purged) and result (NULL but for 'succeeded'). No rows
--- for a message without parents or not live. For the consumer that holds the child (a fan-in reads its inputs).
+-- queue records no result for the move, or whose result was purged) and result: its stored result for 'succeeded',
+-- its last_error (a JSON string, or null) for 'failed' and 'cancelled' (what a failure callback reports), NULL
+-- otherwise. No rows for a message without parents or not live. For the consumer that holds the child (a fan-in reads its inputs).
 -- Plain reads, no locks.
 DROP PROCEDURE IF EXISTS queue_parent_results //
 CREATE PROCEDURE queue_parent_results(
@@ -549,7 +670,9 @@ BEGIN
                           ELSE 'reserved' END
                 WHEN r.state IS NOT NULL THEN r.state
                 ELSE 'unknown' END AS state,
-           IF(m.id IS NULL, r.result, NULL) AS result
+           CASE WHEN m.id IS NOT NULL THEN NULL
+                WHEN r.state IN ('failed', 'cancelled') THEN JSON_QUOTE(r.last_error)
+                ELSE r.result END AS result
       FROM pyqueue_dependency d
       LEFT JOIN pyqueue_message m
         ON m.queue_name = d.other_queue AND m.p_key = d.other_key AND m.p_kind = d.other_kind

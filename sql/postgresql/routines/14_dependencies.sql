@@ -56,7 +56,13 @@ $$;
 -- cancelled as queue_cancel would (removed, history outcome and result
 -- 'cancelled', last_error 'parent (queue q, p_key k, p_kind t) <in_why>'), and the
 -- children waiting for it after it, transitively (a work list, no
--- recursion). The message's own rows as a child go too. Each message costs
+-- recursion). A child's kind (its count row's other_kind, queue_push_after_on)
+-- changes this: a failure callback ('failure') counts a parent that succeeded
+-- and is cancelled when its count reaches 0 ('parent (...) succeeded, as every
+-- other: no failure to call back', its children walked as above), and is
+-- ready, once, when a parent fails or is cancelled (its count row goes, so a
+-- later parent's end does nothing to it); an 'always' child counts either
+-- end and is ready at 0. The message's own rows as a child go too. Each message costs
 -- one read of pyqueue_dependency by its key (the one index), which finds
 -- nothing for a message without parents or children. Locks: the rows it
 -- deletes and updates there; for each child its message row first (FOR NO
@@ -91,6 +97,10 @@ DECLARE
     v_k    text;
     v_t    text;
     v_w    text;
+    v_on   text;
+    v_ok   boolean;
+    v_fire boolean;
+    v_cancel boolean;
 BEGIN
     PERFORM pyqueue__deps_read_committed();
     WHILE v_i <= pg_catalog.cardinality(v_qs) LOOP
@@ -108,35 +118,59 @@ BEGIN
                        ORDER BY d.role, d.other_queue, d.other_key, d.other_kind LOOP
             v_any := true;
             CONTINUE WHEN v_edge.role <> 'c';
-            IF v_i = 1 AND in_ok THEN
-                PERFORM 1 FROM pyqueue_message m
-                  WHERE m.queue_name::text = v_edge.q AND m.p_key::text = v_edge.k AND m.p_kind::text = v_edge.t
-                    AND m.id = v_edge.msg_id
-                    FOR NO KEY UPDATE;
+            -- the child's message row first, then its count row (see Locks); its kind on that row
+            PERFORM 1 FROM pyqueue_message m
+              WHERE m.queue_name::text = v_edge.q AND m.p_key::text = v_edge.k AND m.p_kind::text = v_edge.t
+                AND m.id = v_edge.msg_id
+                FOR NO KEY UPDATE;
+            v_on := NULL;
+            SELECT coalesce(w.other_kind::text, 'success') INTO v_on FROM pyqueue_dependency w
+             WHERE w.queue_name::text = v_edge.q AND w.p_key::text = v_edge.k AND w.p_kind::text = v_edge.t
+               AND w.role = 'w' AND w.msg_id = v_edge.msg_id;
+            v_ok := v_i = 1 AND in_ok;
+            IF v_on IS NULL THEN
+                -- no count row: a 'success' child cancelled below if still waiting; any other already ran
+                v_fire := false;
+                v_cancel := NOT v_ok;
+            ELSIF v_on = 'failure' AND NOT v_ok THEN
+                v_fire := true;  -- a parent failed: the failure callback runs now, once
+                v_cancel := false;
+            ELSIF v_on = 'success' AND NOT v_ok THEN
+                v_fire := false;
+                v_cancel := true;
+            ELSE  -- 'success' or 'failure' with a parent that succeeded, 'always' either way: one parent less
                 UPDATE pyqueue_dependency w SET n = w.n - 1
                  WHERE w.queue_name::text = v_edge.q AND w.p_key::text = v_edge.k AND w.p_kind::text = v_edge.t
                    AND w.role = 'w' AND w.msg_id = v_edge.msg_id
                 RETURNING w.n INTO v_left;
-                IF FOUND AND v_left <= 0 THEN
+                v_fire := v_left <= 0 AND v_on <> 'failure';
+                v_cancel := v_left <= 0 AND v_on = 'failure';  -- every parent succeeded: nothing to call back
+                IF v_cancel THEN
                     DELETE FROM pyqueue_dependency w
                      WHERE w.queue_name::text = v_edge.q AND w.p_key::text = v_edge.k AND w.p_kind::text = v_edge.t
                        AND w.role = 'w';
-                    v_now := pg_catalog.clock_timestamp();
-                    UPDATE pyqueue_message m SET scheduled_at = v_now, scheduled_at_initially = v_now
-                     WHERE m.queue_name::text = v_edge.q AND m.p_key::text = v_edge.k AND m.p_kind::text = v_edge.t
-                       AND m.id = v_edge.msg_id AND m.scheduled_at = pyqueue__blocked_at();
-                    IF FOUND THEN
-                        PERFORM pyqueue__notify(v_edge.q);
-                    END IF;
                 END IF;
-            ELSE
+            END IF;
+            IF v_fire THEN
+                DELETE FROM pyqueue_dependency w
+                 WHERE w.queue_name::text = v_edge.q AND w.p_key::text = v_edge.k AND w.p_kind::text = v_edge.t
+                   AND w.role = 'w';
+                v_now := pg_catalog.clock_timestamp();
+                UPDATE pyqueue_message m SET scheduled_at = v_now, scheduled_at_initially = v_now
+                 WHERE m.queue_name::text = v_edge.q AND m.p_key::text = v_edge.k AND m.p_kind::text = v_edge.t
+                   AND m.id = v_edge.msg_id AND m.scheduled_at = pyqueue__blocked_at();
+                IF FOUND THEN
+                    PERFORM pyqueue__notify(v_edge.q);
+                END IF;
+            ELSIF v_cancel THEN
                 DELETE FROM pyqueue_message m
                  WHERE m.queue_name::text = v_edge.q AND m.p_key::text = v_edge.k AND m.p_kind::text = v_edge.t
                    AND m.id = v_edge.msg_id AND m.scheduled_at = pyqueue__blocked_at()
                 RETURNING * INTO v_msg;
                 IF FOUND THEN
                     v_msg.last_error := pg_catalog.left(pg_catalog.format('parent (queue %s, p_key %s, p_kind %s) %s', v_q, v_k,
-                                                                          v_t, v_w), 2000);
+                                                                          v_t, CASE WHEN v_ok THEN 'succeeded, as every other: no failure to call back'
+                                                                                    ELSE v_w END), 2000);
                     v_dest := pyqueue__queue(v_edge.q);
                     v_now := pg_catalog.clock_timestamp();
                     PERFORM pyqueue__archive(v_dest, v_msg, 'cancelled', NULL, v_now);
@@ -195,7 +229,7 @@ BEGIN
 END;
 $$;
 
--- queue_push_after: queue_push of a message that waits for its parents,
+-- queue_push_after_on: queue_push of a message that waits for its parents,
 -- in_parents a JSON array of 1 to 1000 objects {"queue", "p_key", "p_kind"}
 -- (parents may be in other queues; none may be the message itself or a
 -- schedule's occurrence). Answers as queue_push: false, and nothing changes,
@@ -212,6 +246,16 @@ $$;
 -- parent makes it ready, in that transaction (pyqueue__deps_left); a parent
 -- dead-lettered, dropped, cancelled or removed cancels it, transitively.
 -- Ready at once when every parent had already succeeded. Priority 0.
+-- in_run_on says when it runs (a dependency of its own kind, kept on its
+-- count row 'w' in other_kind): 'success' (queue_push_after) as above;
+-- 'failure', a failure callback: ready, once, in the transaction that ends
+-- a parent without success (dead-lettered, dropped, cancelled, removed,
+-- transitively), cancelled when every parent has succeeded (last_error
+-- 'parent (...) succeeded, as every other: no failure to call back'); ready
+-- at once when a parent had already failed or been cancelled, refused when
+-- every parent had already succeeded; 'always': ready once every parent has
+-- ended, whichever way (a parent already failed or cancelled counts as
+-- ended). Its consumer reads the parents' outcomes with queue_parent_results.
 -- Locks: the queue's shared lock (pyqueue__queue) and the results lock
 -- (shared, pyqueue__results_lock) of its queue and of each parent's queue,
 -- each parent's queue row FOR KEY SHARE (as a push its own queue's), the new
@@ -220,8 +264,8 @@ $$;
 -- seen by it as finished), until the transaction ends. No lock that a
 -- reserve, a settle or an admin call of a queue waits for (only turning a
 -- named queue's results off waits, to refuse), and no row written but its own.
-CREATE OR REPLACE FUNCTION queue_push_after(in_queue text, in_key text, in_kind text, in_payload jsonb,
-                                            in_parents jsonb)
+CREATE OR REPLACE FUNCTION queue_push_after_on(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                               in_parents jsonb, in_run_on text)
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
@@ -240,8 +284,14 @@ DECLARE
     v_state  text;
     v_id     bigint;
     v_left   integer := 0;
+    v_failed boolean := false;
 BEGIN
     PERFORM pyqueue__check_message(in_key, in_kind, in_payload, v_queue.max_payload);
+    IF in_run_on IS NULL OR in_run_on NOT IN ('success', 'failure', 'always') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: run_on must be ''success'', ''failure'' or ''always'', not %',
+                        coalesce(pg_catalog.quote_literal(in_run_on), 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
     IF in_parents IS NULL OR pg_catalog.jsonb_typeof(in_parents) <> 'array' THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: parents must be a JSON array of {"queue", "p_key", "p_kind"} objects'
             USING ERRCODE = '22023';
@@ -313,7 +363,9 @@ BEGIN
         ELSE
             SELECT r.state INTO v_state FROM pyqueue_result r
              WHERE r.queue_name::text = v_pq AND r.p_key::text = v_pk AND r.p_kind::text = v_pt;
-            IF v_state IS DISTINCT FROM 'succeeded' THEN
+            IF v_state IN ('failed', 'cancelled') AND in_run_on <> 'success' THEN
+                v_failed := true;  -- ended already: a failure callback runs at once, 'always' counts it done
+            ELSIF v_state IS DISTINCT FROM 'succeeded' THEN
                 RAISE EXCEPTION 'pyqueue:invalid_argument: parents[%] %', v_i,
                     CASE WHEN v_state IS NULL THEN 'is unknown: neither live nor a result there'
                          ELSE 'has ' || v_state || ': the message could never run' END
@@ -323,10 +375,15 @@ BEGIN
         INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, other_queue, other_key, other_kind)
         VALUES (in_queue, in_key, in_kind, 'p', v_i, v_pq, v_pk, v_pt);
     END LOOP;
-    IF v_left > 0 THEN
-        INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, msg_id)
-        VALUES (in_queue, in_key, in_kind, 'w', v_left, v_id);
-    ELSE  -- every parent has succeeded already: ready now
+    IF in_run_on = 'failure' AND v_left = 0 AND NOT v_failed THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: every parent has succeeded: a failure callback could never run'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_left > 0 AND NOT (in_run_on = 'failure' AND v_failed) THEN
+        -- its kind on its count row: other_kind NULL for 'success' (as queue_push_after wrote it), else run_on
+        INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, msg_id, other_kind)
+        VALUES (in_queue, in_key, in_kind, 'w', v_left, v_id, NULLIF(in_run_on, 'success'));
+    ELSE  -- every parent has ended already (succeeded; for a failure callback, one failed): ready now
         v_now := pg_catalog.clock_timestamp();
         UPDATE pyqueue_message m SET scheduled_at = v_now, scheduled_at_initially = v_now
          WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
@@ -336,6 +393,18 @@ BEGIN
 END;
 $$;
 
+-- queue_push_after: queue_push_after_on with run_on 'success' (the message
+-- runs once every parent has succeeded; cancelled when one fails or is
+-- cancelled). Locks: as queue_push_after_on.
+CREATE OR REPLACE FUNCTION queue_push_after(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                            in_parents jsonb)
+RETURNS boolean
+LANGUAGE sql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+    SELECT queue_push_after_on(in_queue, in_key, in_kind, in_payload, in_parents, 'success');
+$$;
+
 -- queue_parent_results: the parents of the message (in_key, in_kind) of
 -- in_queue (pushed with queue_push_after, live: waiting, ready or held), one
 -- row each in the order they were given: ordinal (1, 2, ...), the parent's
@@ -343,7 +412,9 @@ $$;
 -- its stored result, 'failed', 'cancelled', or while live 'ready',
 -- 'delayed', 'reserved', 'waiting', 'blocked'; 'unknown' when neither, e.g.
 -- a parent moved on, whose queue records no result for the move, or whose
--- result was purged), and result (NULL but for 'succeeded'). No rows for a
+-- result was purged), and result: its stored result for 'succeeded', its
+-- last_error (a JSON string, or null) for 'failed' and 'cancelled' (what a
+-- failure callback reports), NULL otherwise. No rows for a
 -- message without parents or not live. For the consumer that holds the
 -- child (a fan-in reads its inputs). Reads without locks, in one snapshot.
 CREATE OR REPLACE FUNCTION queue_parent_results(in_queue text, in_key text, in_kind text)
@@ -365,7 +436,9 @@ BEGIN
                              WHEN m.reserve_token IS NOT NULL THEN 'reserved'
                              WHEN m.p_key IS NOT NULL THEN 'delayed' END,
                         r.state::text, 'unknown'),
-               CASE WHEN m.p_key IS NULL THEN r.result END
+               CASE WHEN m.p_key IS NOT NULL THEN NULL
+                    WHEN r.state::text IN ('failed', 'cancelled') THEN pg_catalog.to_jsonb(r.last_error::text)
+                    ELSE r.result END
           FROM pyqueue_dependency d
           LEFT JOIN pyqueue_message m
             ON m.queue_name::text = d.other_queue::text AND m.p_key::text = d.other_key::text

@@ -49,7 +49,7 @@ REVOKE EXECUTE ON FUNCTION
     queue_renew(text, text, text, text, interval), queue_renew(text, text, text, uuid, interval),
     queue_cancel_held(text, text, text, text), queue_cancel_held(text, text, text, uuid),
     queue_set_progress(text, text, text, text, jsonb), queue_set_progress(text, text, text, uuid, jsonb),
-    pyqueue__deps_read_committed, pyqueue__results_lock, pyqueue__deps_moved, pyqueue__deps_left, queue_push_after,
+    pyqueue__deps_read_committed, pyqueue__results_lock, pyqueue__deps_moved, pyqueue__deps_left, queue_push_after, queue_push_after_on,
     queue_parent_results, pyqueue__slot_held, pyqueue__limit_claim,
     pyqueue__rate_slot, pyqueue__limited_tids, pyqueue__limit_renew, queue_set_limit, queue_limits, queue_set_rate,
     queue_rates, pyqueue__check_worker, queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
