@@ -185,4 +185,4 @@ __all__ = [
     "TaskCancelled",
     "ResultNotFoundError",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

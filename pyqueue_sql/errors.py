@@ -325,4 +325,4 @@ def _version() -> str:
     try:
         return metadata.version("pyqueue-sql")
     except metadata.PackageNotFoundError:
-        return "0.1.0"
+        return "0.2.0.dev0"
