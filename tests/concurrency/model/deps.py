@@ -11,6 +11,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
+from pyqueue_sql.errors import InvalidArgumentError
+
 from .base import Msg, kinds, sql
 from .coverage import covers
 
@@ -51,7 +53,7 @@ class DependencyRules:
             got = self.q("P").push_after(key, kind, {"n": pid}, refs)
         except Exception as e:  # noqa: BLE001 - checked against the model
             assert any(s not in ("live", "succeeded") for s in states), ("push_after refused", e, states)
-            assert "invalid_argument" in str(e), e
+            assert isinstance(e, InvalidArgumentError), e
             return
         assert all(s in ("live", "succeeded") for s in states), (
             "push_after of a failed or unknown parent",
@@ -65,6 +67,8 @@ class DependencyRules:
         self.msgs[m.kk] = m
         if live:
             self.waiting[m.kk] = live
+        self.dep_children.add(m.kk)
+        self.dep_parents |= {kk for w, kk in live if w == "main"}
 
     def parent_left(self, where: str, kk, outcome: str) -> None:
         """A parent left its queue: children ready when it succeeded and it was their last, else cancelled."""
