@@ -340,7 +340,7 @@ class QueueMachine(RuleBasedStateMachine):
             g = next((g for g in pending if (g.key, g.kind) in allowed | self.promoted), None)
             assert g is not None, ("popped what was not ready", [(p.key, p.kind) for p in pending])
             pending.remove(g)
-            m = self.finish((g.key, g.kind), "succeeded")
+            m = self.finish((g.key, g.kind), "popped")
             self.check_delivery(m, g.payload["n"], g.priority)
             assert g.attempts == m.attempts
             if m.pid >= 0:  # a schedule's occurrences share their schedule's payload (negative)
@@ -790,6 +790,7 @@ class ContractMachine(
 
     def finish(self, kk, outcome, result=None):
         m = super().finish(kk, outcome, result)
+        how, outcome = outcome, "succeeded" if outcome == "popped" else outcome
         progress = self.progress.pop(kk, None)
         self.cancel_requested.discard(kk)
         self.waiting.pop(kk, None)
@@ -798,7 +799,7 @@ class ContractMachine(
         if outcome in ("succeeded", "failed", "cancelled") and self.retention:
             self.results[kk] = (outcome, result, progress, self.t)
         self.parent_left("main", kk, outcome)
-        self.occurrence_ended(kk, outcome)
+        self.occurrence_ended(kk, how)
         return m
 
     def add(self, m: Msg) -> None:
@@ -866,6 +867,9 @@ class ContractMachine(
 
     def teardown(self):
         try:
+            # the dead letters first: children waiting on them are ready once they are popped
+            self.shift(10)
+            self.drain_side_queue("dlq")
             super().teardown()
         finally:
             admin = self.conns["admin"]

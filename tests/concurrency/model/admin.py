@@ -106,8 +106,7 @@ class AdminRules:
         for kk in moved:
             pid, priority = self.dlq.pop(kk)
             self.msgs[kk] = Msg(kk[0], kk[1], pid, priority, 0, self.t, None, None, False, self.t)
-            if FIXED_REDRIVE_DEPENDENCY:
-                self.parent_redriven(kk)
+            self.parent_redriven(kk)
 
     @rule()
     @covers("queue_replay")
@@ -142,6 +141,3 @@ class AdminRules:
         )
         assert db.release_dead_workers(dt.timedelta(days=1)) == 0  # it held nothing
         assert not db.heartbeat_worker(reg), "a released worker still beats"
-
-
-FIXED_REDRIVE_DEPENDENCY = True
