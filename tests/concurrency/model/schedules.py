@@ -97,9 +97,21 @@ class ScheduleRules:
         if s is not None and s.pending in self.msgs and self.state(self.msgs[s.pending]) != "reserved":
             self.leave(s.pending)
 
-    @rule(how=st.sampled_from(("commit", "commit", "fail", "give_up", "cancel_held", "pop")))
+    @rule(
+        hows=st.lists(
+            st.sampled_from(("commit", "commit", "fail", "give_up", "cancel_held", "pop")),
+            min_size=1,
+            max_size=3,
+        )
+    )
     @covers("queue_commit", "queue_give_up", "queue_cancel_held")
-    def run_occurrences(self, how):
+    def run_occurrences(self, hows):
+        if not any(m.kind == "s" for m in self.msgs.values()):
+            self.schedule("s1", "s", len(hows) == 2)
+        for how in hows:
+            self.run_occurrence(how)
+
+    def run_occurrence(self, how):
         """The clock moves on until an occurrence of kind s is due; a consumer reserves the kind and
         ends what it got (or pops it): each ending pushes the schedule's next occurrence, a tick
         later (before FIXED_SCHEDULE_CHAIN: only a commit or a cancel)."""
