@@ -44,6 +44,11 @@ takes can never move a message across a boundary: expiry is deterministic,
 and so are the delayed pushes that become ready when the clock advances.
 The shift is uniform, so the reserve order among the rows is kept.
 
+ContractMachine (test_the_whole_contract_matches_the_model) adds a rule for every other routine
+that changes state, by topic in tests/concurrency/model/, and checks pyqueue_result, progress and
+cancel requests too; docs/reliability.md says what it covers, its switches for fixes landing
+separately, and the mutants that `python -m bench mutants` runs against it.
+
 The test was seen to fail: with the model believing that an expired
 reservation stays held (not redelivered; both dialects), and with ``queue_commit`` replaced
 in the PostgreSQL test database by a version that ignores the token, it fails
