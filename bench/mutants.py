@@ -60,9 +60,14 @@ def dialect_of(m: dict) -> str:
 
 def first_failure(output: str) -> str:
     """The first failing test and the first line of its error, from pytest's -rf summary."""
-    for line in output.splitlines():
-        if line.startswith(("FAILED ", "ERROR ")):
-            return line[:300]
+    lines = output.splitlines()
+    failed = next((line for line in lines if line.startswith(("FAILED ", "ERROR "))), None)
+    error = next(
+        (line.strip(" |E") for line in lines if re.match(r"^\s*(\| )?(E\s+)?\w*(Error|Exception)\b", line)),
+        "",
+    )
+    if failed:
+        return f"{failed[:200]}: {error[:300]}" if error and error not in failed else failed[:300]
     tail = [line for line in output.splitlines() if line.strip()]
     return tail[-1][:300] if tail else "(no output)"
 
@@ -75,7 +80,7 @@ def run_one(m: dict, tests: str, examples: int, timeout: float) -> tuple[str, st
                 {"ignore": shutil.ignore_patterns("__pycache__", "results")} if src.is_dir() else {}))  # fmt: skip
         target = Path(tmp) / m["file"]
         target.write_text(target.read_text().replace(m["find"], m["replace"], 1))
-        env = dict(os.environ, PYTHONPATH=tmp, PYQUEUE_MODEL_EXAMPLES=str(examples))
+        env = dict(os.environ, PYTHONPATH=tmp, PYQUEUE_MODEL_EXAMPLES=str(examples), PYQUEUE_MODEL_SHRINK="0")
         d = dialect_of(m)
         cmd = [sys.executable, "-m", "pytest", *tests.split(), "-x", "-q", "-rfE", "-p", "no:cacheprovider",
                "-k", d, "-o", "addopts="]  # fmt: skip

@@ -10,7 +10,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 import pyqueue_sql
@@ -192,4 +192,12 @@ def run_at_once(*bodies) -> None:
 # The whole contract's model (ContractMachine): its examples per run from PYQUEUE_MODEL_EXAMPLES
 # (python -m bench model --examples N sets it for a long run); the suite's budget by default.
 CONTRACT_EXAMPLES = int(os.environ.get("PYQUEUE_MODEL_EXAMPLES", "15"))
-CONTRACT_SETTINGS = settings(SETTINGS, max_examples=CONTRACT_EXAMPLES, stateful_step_count=40)
+CONTRACT_SETTINGS = settings(
+    SETTINGS,
+    max_examples=CONTRACT_EXAMPLES,
+    stateful_step_count=30,
+    # PYQUEUE_MODEL_SHRINK=0: report the first failing example as found (shrinking a long one can
+    # take minutes against real servers)
+    phases=[Phase.explicit, Phase.reuse, Phase.generate]
+    + ([Phase.shrink] if os.environ.get("PYQUEUE_MODEL_SHRINK", "1") != "0" else []),
+)

@@ -9,6 +9,7 @@ from hypothesis.stateful import rule
 
 import pyqueue_sql
 
+from ... import plainsql
 from .base import Msg, group_index, keys, kinds, priorities, push_delays, sql, ticks
 from .coverage import covers
 
@@ -122,8 +123,12 @@ class ProduceRules:
         admin = self.conns["admin"]
         sql(admin, "INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES (%s, %s, %s, %s)",
             (self.main, key, kind, '{"n": %d}' % pid))  # fmt: skip
-        flushed = sql(admin, "SELECT * FROM queue_ingest_flush(%s)" if self.dialect == "postgresql"
-                      else "CALL queue_ingest_flush(%s)", (self.main,))  # fmt: skip
+        call = (
+            "SELECT * FROM queue_ingest_flush(%s)"
+            if self.dialect == "postgresql"
+            else "CALL queue_ingest_flush(%s)"
+        )
+        flushed = plainsql.run(admin.connection, call, (self.main,))
         new = (key, kind) not in self.msgs
         if self.dialect == "mysql":
             assert tuple(int(x) for x in flushed[0][:2]) == (int(new), int(not new)), flushed

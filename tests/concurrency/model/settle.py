@@ -4,8 +4,11 @@ commits, cancel, cancel_held, renew and set_progress."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
+
+from pyqueue_sql.errors import InvalidArgumentError
 
 from .base import (
     CONNECTIONS,
@@ -55,21 +58,15 @@ class SettleRules:
             assert got == "retry", got
             m.due, m.token = self.t + delay, None
 
-    @rule(worker=st.sampled_from((None, "A", "B")))
+    @rule(worker=st.sampled_from((None, "nobody")))
     @covers("queue_release")
     def release(self, worker):
-        """Every live reservation (of the worker) is ready now, its token void, attempts kept."""
-        held = [
-            m
-            for m in self.msgs.values()
-            if self.state(m) == "reserved" and worker in (None, self.worker_of(m))
-        ]
+        """Every live reservation (of the worker: none reserves as "nobody") is ready now, its
+        token void, attempts kept."""
+        held = [m for m in self.msgs.values() if self.state(m) == "reserved" and worker is None]
         assert self.q("admin").release(worker) == len(held)
         for m in held:
             m.due, m.token = self.t, None
-
-    def worker_of(self, m):
-        return next((r.worker for r in reversed(self.handles) if str(r.token) == m.token), None)
 
     @rule(conn=consumers, ii=st.lists(handle_index, min_size=1, max_size=3), results=st.booleans())
     @covers("queue_commit_batch", "queue_commit_result_batch")
@@ -82,6 +79,10 @@ class SettleRules:
             batch.setdefault((r.key, r.kind), r)
         held = [self.holds(r) for r in batch.values()]
         q = self.q(conn)
+        if results and not self.retention:
+            with pytest.raises(InvalidArgumentError):
+                q.commit_result_many([(r, None) for r in batch.values()])
+            return
         if results:
             got = q.commit_result_many([(r, {"r": n}) for n, r in enumerate(batch.values())])
         else:
@@ -98,6 +99,10 @@ class SettleRules:
             return
         r = self.pick(i)
         m = self.holds(r)
+        if not self.retention:
+            with pytest.raises(InvalidArgumentError):
+                self.q(conn).commit_result(r, result)
+            return
         assert self.q(conn).commit_result(r, result) == (m is not None)
         if m is not None:
             self.finish(m.kk, "succeeded", result)
