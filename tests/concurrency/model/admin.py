@@ -95,6 +95,17 @@ class AdminRules:
         for kk in gone:
             del self.results[kk]
 
+    @rule(state=st.sampled_from([None, "succeeded", "failed", "cancelled"]))
+    @covers("queue_purge_results")
+    def purge_results(self, state):
+        """Deletes the queue's stored outcomes (of one state, or all) that finished before now,
+        whatever the retention."""
+        gone = [kk for kk, r in self.results.items() if state is None or r[0] == state]
+        n = self.q("admin").purge_results(state)
+        assert n == len(gone), ("purge_results", state, n, gone)
+        for kk in gone:
+            del self.results[kk]
+
     @rule(n=st.integers(1, 3))
     @covers("queue_redrive")
     def redrive(self, n):

@@ -8,6 +8,8 @@ queue row (FIXED_QUEUE_ROW_LOCK)."""
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
@@ -35,9 +37,10 @@ class DependencyRules:
         key=st.sampled_from(CHILD_KEYS),
         kind=kinds,
         picks=st.lists(st.integers(0, 50), min_size=1, max_size=3),
+        via_on=st.booleans(),
     )
-    @covers("queue_push_after")
-    def push_after(self, key, kind, picks):
+    @covers("queue_push_after", "queue_push_after_on")
+    def push_after(self, key, kind, picks, via_on):
         # (a schedule's occurrence is never a parent: refused, see push_after_names_an_occurrence)
         candidates = sorted(("main", kk) for kk in set(self.msgs) | set(self.results) if "@" not in kk[0])
         if FIXED_REDRIVE_DEPENDENCY:
@@ -51,10 +54,13 @@ class DependencyRules:
         states = [self.parent_state(w, kk) for w, kk in parents]
         refs = [self.parent_ref(w, kk) for w, kk in parents]
         try:
-            got = self.q("P").push_after(key, kind, {"n": pid}, refs)
+            if via_on:  # queue_push_after_on with run_on 'success': the same dependency as push_after
+                got = self.push_after_on_success(key, kind, {"n": pid}, refs)
+            else:
+                got = self.q("P").push_after(key, kind, {"n": pid}, refs)
         except Exception as e:  # noqa: BLE001 - checked against the model
             assert any(s not in ("live", "succeeded") for s in states), ("push_after refused", e, states)
-            assert isinstance(e, InvalidArgumentError), e
+            assert isinstance(e, InvalidArgumentError) or "pyqueue:invalid_argument" in str(e), e
             return
         assert all(s in ("live", "succeeded") for s in states), (
             "push_after of a failed or unknown parent",
@@ -70,6 +76,17 @@ class DependencyRules:
             self.waiting[m.kk] = live
         self.dep_children.add(m.kk)
         self.dep_parents |= {kk for w, kk in live if w == "main"}
+
+    def push_after_on_success(self, key, kind, payload, refs) -> bool:
+        """queue_push_after_on(..., 'success') in plain SQL, as a psql or mysql session calls it (the
+        client calls queue_push_after for run_on="success"). The model states only this kind: the
+        failure and always kinds are tested in tests/contract/test_dependencies.py."""
+        args = (self.main, key, kind, json.dumps(payload), json.dumps(refs))
+        if self.dialect == "postgresql":
+            statement = "SELECT queue_push_after_on(%s, %s, %s, %s::jsonb, %s::jsonb, 'success')"
+        else:
+            statement = "CALL queue_push_after_on(%s, %s, %s, %s, %s, 'success')"
+        return bool(sql(self.conns["P"], statement, args)[0][0])
 
     def parent_left(self, where: str, kk, outcome: str) -> None:
         """A parent left its queue: children ready when it succeeded and it was their last, else cancelled."""
@@ -162,6 +179,6 @@ class DependencyRules:
 # Fixes that land on main separately: each switch, False until its fix is on main, keeps the
 # model off the defect (the rule is skipped, or the model states the behaviour as it is); True
 # makes the model expect the fixed behaviour, and find the defect where it is still there.
-FIXED_REDRIVE_DEPENDENCY = False  # push_after names dead letters: their children follow a redrive
-FIXED_REPEATABLE_READ = False  # push_after_races_a_commit_under_repeatable_read runs
-FIXED_QUEUE_ROW_LOCK = False  # ... and checks that push_after blocks no change of the queue row
+FIXED_REDRIVE_DEPENDENCY = True  # push_after names dead letters: their children follow a redrive
+FIXED_REPEATABLE_READ = True  # push_after_races_a_commit_under_repeatable_read runs
+FIXED_QUEUE_ROW_LOCK = True  # ... and checks that push_after blocks no change of the queue row

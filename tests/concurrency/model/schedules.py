@@ -175,4 +175,4 @@ class ScheduleRules:
 # False until the fix is on main: the model states the chain as it is there (only a commit or a
 # cancel pushes the next; a pop, dead letter, removal or move ends it); True: whatever ends an
 # occurrence pushes the next.
-FIXED_SCHEDULE_CHAIN = False
+FIXED_SCHEDULE_CHAIN = True
