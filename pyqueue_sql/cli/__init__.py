@@ -120,7 +120,7 @@ COMMANDS: tuple[str, ...] = (
 GROUPS: dict[str, str] = {
     command: group
     for group, commands in (
-        ("admin", "migrate sql grant demo"),
+        ("admin", "migrate version sql grant demo"),
         ("queues", "create bind unbind bindings groups group-limit rate rates pause resume drop"),
         ("queues", "dead-letters redrive release settings stats"),
         ("messages", "push publish reserve commit rollback remove show result cancel"),
