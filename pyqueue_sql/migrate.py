@@ -79,7 +79,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
-from . import dialects
+from . import dialects, schema_version
 from ._resources import migrations_dir, sql_file
 from .dialects import Params, Row, RowValue
 from .errors import LiveMessagesError as LiveMessagesError
@@ -565,9 +565,7 @@ PACKAGE = "package"
 def sources_digest(dialect: str) -> str:
     """The digest of the SQL this version installs on a dialect (the install script: schema.sql,
     the revisions' DDL, routines/): recorded by migrate, compared by migrate --check."""
-    from .queries import install_script
-
-    return hashlib.sha256(install_script(dialect).encode()).hexdigest()[:32]
+    return schema_version.sources_digest(dialect)
 
 
 def _package_version() -> str:
@@ -644,16 +642,6 @@ def _record_installed(connection: Connection, dialect: dialects.Dialect, tables_
         connection.connection.commit()
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    """'pyqueue-sql 0.2.0' or '0.2.0.dev1' -> (0, 2, 0): the numbers before anything else."""
-    numbers = []
-    for part in text.rsplit(" ", 1)[-1].split("."):
-        if not part.isdigit():
-            break
-        numbers.append(int(part))
-    return tuple(numbers)
-
-
 def require_schema(target: Target) -> None:
     """Refuses to go on (SchemaNotInstalledError, one line saying to run `pyqueue-sql migrate`) when
     the database's schema is older than this version's: its revision is one before this version's
@@ -661,6 +649,9 @@ def require_schema(target: Target) -> None:
     worker` before it starts. A newer schema is fine (a release keeps the previous one's routines),
     and so is what cannot be read (a role without SELECT on the version table, a schema installed
     from `pyqueue-sql sql`): nothing is refused on a guess."""
+    if isinstance(target, str):
+        schema_version.require_schema(target)  # without SQLAlchemy: what `pyqueue-sql worker` calls
+        return
     try:
         with _session(target) as (connection, dialect):
             context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
@@ -669,24 +660,7 @@ def require_schema(target: Target) -> None:
     except Exception as exc:  # unreadable here: the worker's own calls say what is wrong
         log.debug("pyqueue-sql: the schema revision could not be read: %s", exc)
         return
-    script = _script()
-    known = {r.revision for r in script.walk_revisions()}
-    ours = script.get_current_head()
-    version = _package_version()
-    older = [h for h in heads if h in known and h != ours]
-    if older and not any(h not in known for h in heads):
-        raise SchemaNotInstalledError(
-            f"pyqueue-sql {version} needs schema revision {ours}, this database is at "
-            f"{_revisions(heads)}: run `pyqueue-sql migrate` first (docs/operations.md, Upgrading)"
-        )
-    package = [
-        n for (k, n), d in (recorded or {}).items() if k == PACKAGE and d != sources_digest(dialect.name)
-    ]
-    if package and _version_tuple(package[0]) < _version_tuple(version):
-        raise SchemaNotInstalledError(
-            f"pyqueue-sql {version} needs its routines, this database has those of {package[0]}: "
-            "run `pyqueue-sql migrate` first (docs/operations.md, Upgrading)"
-        )
+    schema_version.refuse_older(heads, recorded, dialect.name)
 
 
 class Drift(NamedTuple):

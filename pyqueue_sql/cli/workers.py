@@ -322,9 +322,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise UsageError("--kind and --timeout are for a handler function (a task has its own)")
     fn = target
     if isinstance(dsn, str):  # a Worker given with a connection factory: its own calls will tell
-        from .. import migrate
+        from .. import schema_version  # not migrate: a worker's start loads no alembic/SQLAlchemy
 
-        migrate.require_schema(dsn)  # one line, exit 1, when the schema is older than this version's
+        schema_version.require_schema(dsn)  # one line, exit 1, when the schema is older than this version's
     # An `async def` handler runs as asyncio tasks on AsyncWorker; anything else on Worker's threads.
     if isinstance(target, WorkerBase):
         is_async = inspect.iscoroutinefunction(target.run)

@@ -153,3 +153,13 @@ def test_a_worker_refuses_to_start_on_a_schema_older_than_its_version(fresh_data
         f"pyqueue-sql: error: pyqueue-sql {__version__} needs schema revision {migrate.head()}, this "
         "database is at 0001_baseline: run `pyqueue-sql migrate` first (docs/operations.md, Upgrading)"
     ]
+
+
+def test_the_worker_check_reads_the_head_alembic_finds_without_alembic():
+    """`pyqueue-sql worker` checks the schema without importing alembic (pyqueue_sql.schema_version,
+    which reads migrations/versions itself): it must name the head and revisions alembic walks."""
+    from pyqueue_sql import schema_version
+
+    known, ours = schema_version.revisions()
+    assert ours == migrate.head()
+    assert known == {r.revision for r in migrate._script().walk_revisions()}
