@@ -113,7 +113,7 @@ format: $(STAMP)
 	$(PY) -m ruff format .
 
 # A wheel in dist/ (carries the SQL and the migrations), for installing without
-# a checkout: pip install dist/pyqueue_sql-*.whl'[postgresql]'
+# a checkout: pip install 'dist/pyqueue_sql-<version>-py3-none-any.whl[postgresql]'
 wheel: | $(PY)
 	rm -f dist/pyqueue_sql-*.whl
 	$(PY) -m pip wheel --disable-pip-version-check --no-deps --wheel-dir dist .
