@@ -319,10 +319,8 @@ def install_command(extra: str) -> str:
 
 
 def _version() -> str:
-    """This distribution's version (the wheel's file name has it)."""
-    from importlib import metadata
+    """This package's version (the wheel's file name has it): the code's own, not the installed
+    distribution's metadata, which an editable install keeps from when it was installed."""
+    from . import __version__
 
-    try:
-        return metadata.version("pyqueue-sql")
-    except metadata.PackageNotFoundError:
-        return "0.2.0.dev0"
+    return __version__
