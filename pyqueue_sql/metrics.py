@@ -183,7 +183,7 @@ class _StatusCollector:
             "pyqueue_worker_stuck_threads",
             "Plain handlers' threads still running past their timeout (a blocking call), set aside.",
         )
-        stuck.add_metric([], self.worker._runners.stuck_count())
+        stuck.add_metric([], self.worker.stuck_threads())
         yield in_flight
         yield capacity
         yield stuck

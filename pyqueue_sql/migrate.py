@@ -176,7 +176,9 @@ def run_routines() -> None:
     if step.defer_routines:
         step.routines_due = True
         return
-    replace = step.connection is not None and flavor(step.connection) == "mariadb"
+    replace = step.connection is not None and step.dialect.replaces_routines_in_place(
+        step.connection.connection
+    )
     _run_script(step, routines_script(step.dialect.name, replace_in_place=replace), rerunnable=True)
 
 

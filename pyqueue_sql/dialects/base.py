@@ -661,6 +661,14 @@ class Dialect:
         dialect build different catalogs."""
         return self.name
 
+    def replaces_routines_in_place(self, connection: Connection) -> bool:
+        """Whether the server re-creates a routine in one statement that a concurrent call waits for
+        (``CREATE OR REPLACE`` under the routine's metadata lock), so that migrate installs the
+        routines that way (pyqueue_sql.migrate.routines_script's ``replace_in_place``) rather than by
+        DROP then CREATE, between which a call finds the routine missing. PostgreSQL's script already
+        says CREATE OR REPLACE: nothing to rewrite."""
+        return False
+
     def routine_regrants(
         self,
         saved: Iterable[Sequence[RowValue]],

@@ -743,6 +743,11 @@ class MySQL(Dialect):
             version = version.decode()
         return "mariadb" if "mariadb" in str(version).lower() else "mysql"
 
+    def replaces_routines_in_place(self, connection: Connection) -> bool:
+        """MariaDB has CREATE OR REPLACE PROCEDURE/FUNCTION; MySQL 8.0 has not (docs/operations.md,
+        Upgrading)."""
+        return self.server_flavor(connection) == "mariadb"
+
     def routine_regrants(
         self,
         saved: Iterable[Sequence[RowValue]],

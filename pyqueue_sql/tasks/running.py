@@ -4,9 +4,6 @@ reports (RunReport)."""
 
 from __future__ import annotations
 
-import collections.abc
-import contextlib
-import contextvars
 import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
@@ -16,6 +13,7 @@ from .. import errors
 from ..dialects import JSONValue
 from ..worker.model import Job
 from .conversion import NotJson, to_json, type_name
+from .current import current_job, running_job
 
 if TYPE_CHECKING:
     from .task import Task
@@ -30,28 +28,6 @@ __all__ = [
     "running_job",
     "task_handler",
 ]
-
-_current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("pyqueue_sql_job", default=None)
-
-
-def current_job() -> Job:
-    """The job whose task is running (its key, kind, attempts...), inside a task or middleware."""
-    job = _current_job.get()
-    if job is None:
-        raise errors.QueueError("current_job() is for the code a worker runs for a job")
-    return job
-
-
-@contextlib.contextmanager
-def running_job(job: Job) -> collections.abc.Iterator[Job]:
-    """Makes ``job`` the current_job() of the code run inside: for a handler that runs other code
-    on the job's behalf (the Django app's worker runs Django tasks this way)."""
-    token = _current_job.set(job)
-    try:
-        yield job
-    finally:
-        _current_job.reset(token)
-
 
 CallNext = Callable[[], Any]
 """What a middleware calls to run the rest of the chain (and the task): returns its result (an
@@ -96,12 +72,9 @@ def task_handler(
         chain = compose([m for m in middlewares if inspect.iscoroutinefunction(m)], call_async)
 
         async def run_async(job: Job) -> Any:
-            token = _current_job.set(job)
             job.parents_reader = parents
-            try:
+            with running_job(job):
                 value = await chain(job)
-            finally:
-                _current_job.reset(token)
             return result_json(kind, value) if store else value
 
         run_async.__qualname__ = f"task {kind}"
@@ -113,12 +86,9 @@ def task_handler(
     chain = compose([m for m in middlewares if not inspect.iscoroutinefunction(m)], call)
 
     def run(job: Job) -> Any:
-        token = _current_job.set(job)
         job.parents_reader = parents
-        try:
+        with running_job(job):
             value = chain(job)
-        finally:
-            _current_job.reset(token)
         return result_json(kind, value) if store else value
 
     run.__qualname__ = f"task {kind}"

@@ -32,8 +32,8 @@ from .conversion import (
     type_hints,
     type_name,
 )
+from .current import current_job
 from .keys import new_key, occurrence_time
-from .running import current_job
 
 if TYPE_CHECKING:
     from ..aio.client import AsyncDatabase

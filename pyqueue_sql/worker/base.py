@@ -441,6 +441,11 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             except Exception:
                 log.exception("%s hook failed", what)
 
+    def stuck_threads(self) -> int:
+        """How many plain handlers' threads are still running past their time limit (a blocking
+        call a thread cannot be interrupted in), set aside: more than max_stuck stop the worker."""
+        return self._runners.stuck_count()
+
     def _stuck_now(self, n: int) -> None:
         """A plain handler's thread was set aside as stuck (runners.py), n of them now: more than
         max_stuck stop the worker, whose run() then returns False (the CLI exits 1, and

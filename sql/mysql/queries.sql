@@ -142,6 +142,36 @@ CALL queue_next_scheduled_at(%(queue)s, %(kinds)s)
 CALL queue_wait(%(queue)s, %(kinds)s, %(timeout)s, %(poll)s)
 
 
+-- Coming due without the wait: the time machine of the test helpers (pyqueue_sql.timetravel).
+-- Every stored time of the messages, outcomes, history and rate windows moved %(seconds)s into
+-- the past, as if that much time had passed. A blocked or waiting message's scheduled_at (the sentinel) is no time: kept.
+-- A schedule's next_at is kept too (its pending occurrence's key names it): the occurrence's
+-- message moves, and its commit schedules the next one after the real now.
+
+-- name: testing_advance_messages
+UPDATE pyqueue_message
+   SET scheduled_at = CASE WHEN scheduled_at = CAST('9999-12-31 23:59:59.999999' AS DATETIME(6)) THEN scheduled_at
+                           ELSE scheduled_at - INTERVAL %(seconds)s SECOND END,
+       scheduled_at_initially = scheduled_at_initially - INTERVAL %(seconds)s SECOND,
+       created_at = created_at - INTERVAL %(seconds)s SECOND,
+       cancel_requested_at = cancel_requested_at - INTERVAL %(seconds)s SECOND
+
+-- name: testing_advance_results
+UPDATE pyqueue_result SET finished_at = finished_at - INTERVAL %(seconds)s SECOND
+
+-- name: testing_advance_history
+UPDATE pyqueue_history
+   SET created_at = created_at - INTERVAL %(seconds)s SECOND,
+       processed_at = processed_at - INTERVAL %(seconds)s SECOND
+
+-- name: testing_advance_rates
+UPDATE pyqueue_rate_slot SET used_at = used_at - INTERVAL %(seconds)s SECOND WHERE used_at IS NOT NULL
+
+-- name: testing_advance_ready_from
+-- nothing to start over: MySQL's reserve reads its index from the start
+DO 0
+
+
 -- ==== fast paths ====
 -- Two steps of the consume cycle in one call.
 
@@ -416,34 +446,3 @@ SET SESSION sql_mode = %s
 LOAD DATA LOCAL INFILE %s INTO TABLE queue_ingest CHARACTER SET utf8mb4
 FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '"' ESCAPED BY ''
 LINES TERMINATED BY '\n' ({columns})
-
-
--- ==== testing ====
--- The time machine of the test helpers (pyqueue_sql.timetravel): every stored time of the
--- messages, outcomes, history and rate windows moved %(seconds)s into the past, as if that much
--- time had passed. A blocked or waiting message's scheduled_at (the sentinel) is no time: kept.
--- A schedule's next_at is kept too (its pending occurrence's key names it): the occurrence's
--- message moves, and its commit schedules the next one after the real now.
-
--- name: testing_advance_messages
-UPDATE pyqueue_message
-   SET scheduled_at = CASE WHEN scheduled_at = CAST('9999-12-31 23:59:59.999999' AS DATETIME(6)) THEN scheduled_at
-                           ELSE scheduled_at - INTERVAL %(seconds)s SECOND END,
-       scheduled_at_initially = scheduled_at_initially - INTERVAL %(seconds)s SECOND,
-       created_at = created_at - INTERVAL %(seconds)s SECOND,
-       cancel_requested_at = cancel_requested_at - INTERVAL %(seconds)s SECOND
-
--- name: testing_advance_results
-UPDATE pyqueue_result SET finished_at = finished_at - INTERVAL %(seconds)s SECOND
-
--- name: testing_advance_history
-UPDATE pyqueue_history
-   SET created_at = created_at - INTERVAL %(seconds)s SECOND,
-       processed_at = processed_at - INTERVAL %(seconds)s SECOND
-
--- name: testing_advance_rates
-UPDATE pyqueue_rate_slot SET used_at = used_at - INTERVAL %(seconds)s SECOND WHERE used_at IS NOT NULL
-
--- name: testing_advance_ready_from
--- nothing to start over: MySQL's reserve reads its index from the start
-DO 0

@@ -163,6 +163,36 @@ SELECT queue_wait(%(queue)s, %(kinds)b::text[], %(timeout)s::interval, %(poll)s:
 LISTEN {channel}
 
 
+-- Coming due without the wait: the time machine of the test helpers (pyqueue_sql.timetravel).
+-- Every stored time of the messages, outcomes, history and rate windows moved %(seconds)s into
+-- the past, as if that much time had passed. A blocked or waiting message's scheduled_at (the sentinel) is no time: kept.
+-- A schedule's next_at is kept too (its pending occurrence's key names it): the occurrence's
+-- message moves, and its commit schedules the next one after the real now.
+
+-- name: testing_advance_messages
+UPDATE pyqueue_message
+   SET scheduled_at = CASE WHEN scheduled_at = TIMESTAMPTZ '9999-12-31 23:59:59.999999+00' THEN scheduled_at
+                           ELSE scheduled_at - make_interval(secs => %(seconds)s) END,
+       scheduled_at_initially = scheduled_at_initially - make_interval(secs => %(seconds)s),
+       created_at = created_at - make_interval(secs => %(seconds)s),
+       cancel_requested_at = cancel_requested_at - make_interval(secs => %(seconds)s)
+
+-- name: testing_advance_results
+UPDATE pyqueue_result SET finished_at = finished_at - make_interval(secs => %(seconds)s)
+
+-- name: testing_advance_history
+UPDATE pyqueue_history
+   SET created_at = created_at - make_interval(secs => %(seconds)s),
+       processed_at = processed_at - make_interval(secs => %(seconds)s)
+
+-- name: testing_advance_rates
+UPDATE pyqueue_rate_slot SET used_at = used_at - make_interval(secs => %(seconds)s) WHERE used_at IS NOT NULL
+
+-- name: testing_advance_ready_from
+-- the messages moved below where the reserve starts reading (which only real time moves up): start it over
+UPDATE pyqueue_ready_from SET ready_from = '-infinity', ready_from_id = NULL, next_from = NULL, next_xid = NULL
+
+
 -- ==== fast paths ====
 -- Two steps of the consume cycle in one call.
 
@@ -410,34 +440,3 @@ GRANT {privilege} ON TABLE {table} TO {role}
 
 -- name: revoke_table
 REVOKE {privilege} ON TABLE {table} FROM {role}
-
-
--- ==== testing ====
--- The time machine of the test helpers (pyqueue_sql.timetravel): every stored time of the
--- messages, outcomes, history and rate windows moved %(seconds)s into the past, as if that much
--- time had passed. A blocked or waiting message's scheduled_at (the sentinel) is no time: kept.
--- A schedule's next_at is kept too (its pending occurrence's key names it): the occurrence's
--- message moves, and its commit schedules the next one after the real now.
-
--- name: testing_advance_messages
-UPDATE pyqueue_message
-   SET scheduled_at = CASE WHEN scheduled_at = TIMESTAMPTZ '9999-12-31 23:59:59.999999+00' THEN scheduled_at
-                           ELSE scheduled_at - make_interval(secs => %(seconds)s) END,
-       scheduled_at_initially = scheduled_at_initially - make_interval(secs => %(seconds)s),
-       created_at = created_at - make_interval(secs => %(seconds)s),
-       cancel_requested_at = cancel_requested_at - make_interval(secs => %(seconds)s)
-
--- name: testing_advance_results
-UPDATE pyqueue_result SET finished_at = finished_at - make_interval(secs => %(seconds)s)
-
--- name: testing_advance_history
-UPDATE pyqueue_history
-   SET created_at = created_at - make_interval(secs => %(seconds)s),
-       processed_at = processed_at - make_interval(secs => %(seconds)s)
-
--- name: testing_advance_rates
-UPDATE pyqueue_rate_slot SET used_at = used_at - make_interval(secs => %(seconds)s) WHERE used_at IS NOT NULL
-
--- name: testing_advance_ready_from
--- the messages moved below where the reserve starts reading (which only real time moves up): start it over
-UPDATE pyqueue_ready_from SET ready_from = '-infinity', ready_from_id = NULL, next_from = NULL, next_xid = NULL
