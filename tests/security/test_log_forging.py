@@ -73,7 +73,10 @@ def stop(proc: subprocess.Popen) -> bytes:
 
 
 @pytest.mark.slow
-def test_the_worker_command_log_escapes_key_kind_payload_and_traceback(dsn, queue):
+def test_the_worker_command_log_escapes_key_kind_payload_and_traceback(dsn, make_queue):
+    # one delivery: the failure is final, so its traceback is logged (a retried failure is one
+    # warning line, its traceback at DEBUG only)
+    queue = make_queue(max_attempts=1)
     text = hostile(CLI_FORGERY)
     queue.push(text, text, {"error": text})
     proc = subprocess.Popen(
@@ -124,7 +127,8 @@ _LIBRARY_USER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_a_library_users_basic_config_gets_escaped_records(dsn, queue):
+def test_a_library_users_basic_config_gets_escaped_records(dsn, make_queue):
+    queue = make_queue(max_attempts=1)  # the final failure logs its traceback
     text = hostile(BASIC_FORGERY)
     queue.push(text, text, {"error": text})
     proc = subprocess.Popen(

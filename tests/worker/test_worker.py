@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import inspect
+import logging
 import os
 import signal
 import subprocess
@@ -292,7 +293,8 @@ def test_a_worker_of_several_queues_commits_plainly_so_the_dispatcher_shares_thr
 
 
 @pytest.mark.slow
-def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
+def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue, caplog):
+    caplog.set_level(logging.WARNING, logger="pyqueue_sql.worker")
     dlq = make_queue()
     queue = make_queue(max_attempts=3, dead_letter_queue=dlq.name)
     starts = []
@@ -308,8 +310,13 @@ def test_handler_exceptions_back_off_then_dead_letter(dsn, make_queue):
     with running(worker):
         wait_for(lambda: dlq.stats().ready == 1, 30, "the dead letter")
     assert [a for _, a in starts] == [1, 2, 3]
+    # the mechanism: each retry was scheduled with the policy's backoff (0.2 s, then 0.4 s) ...
+    delays = [r.retry_in_s for r in caplog.records if getattr(r, "retry_in_s", None) is not None]
+    assert delays == [0.2, 0.4], delays
+    # ... and came back never earlier than it; later by up to a few seconds on a loaded machine
+    # (the worker polls every 0.2 s, so the bound above shows no wakeup mechanism)
     gaps = [b[0] - a[0] for a, b in zip(starts, starts[1:])]
-    assert 0.19 <= gaps[0] <= 1.2 and 0.39 <= gaps[1] <= 1.4, gaps
+    assert 0.19 <= gaps[0] <= 0.2 + 5 and 0.39 <= gaps[1] <= 0.4 + 5, gaps
     assert worker.stats.failed == 3 and queue.stats().dead == 1
 
 

@@ -351,7 +351,8 @@ def test_a_retry_and_a_snooze_come_back_on_time(tmp_path, dsn, app_queue, db):
     for how, _attempts, at in runs:
         times.setdefault(how, []).append(float(at))
     gaps = {how: t[1] - t[0] for how, t in times.items()}
-    # a margin for a loaded machine: a wait that missed them would end at the 60 s fallback (PostgreSQL)
-    # or at the next 1 s long poll (MySQL/MariaDB)
-    assert all(1.5 - 0.05 <= g <= 1.5 + 0.45 for g in gaps.values()), gaps
+    # never earlier than due (the server schedules them); later by a few seconds at most on a
+    # loaded machine, where a PostgreSQL wait that missed them would end at the 60 s fallback
+    # (MySQL/MariaDB's in-server long poll sees a message once due, whatever the client waits for)
+    assert all(1.5 - 0.05 <= g <= 1.5 + 5 for g in gaps.values()), gaps
     assert [r[1] for r in runs if r[0] == "snooze"] == ["1", "1"]  # the snooze used no attempt
