@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import sys
 from typing import Any
 
 
@@ -320,7 +321,7 @@ def install_command(extra: str) -> str:
 
 def _version() -> str:
     """This package's version (the wheel's file name has it): the code's own, not the installed
-    distribution's metadata, which an editable install keeps from when it was installed."""
-    from . import __version__
-
-    return __version__
+    distribution's metadata, which an editable install keeps from when it was installed. Read from
+    the package, which Python imported before this module (no import of it here: the package
+    imports this module)."""
+    return str(sys.modules[__package__].__version__)
