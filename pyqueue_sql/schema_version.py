@@ -114,7 +114,7 @@ def _read(dsn: str) -> tuple[tuple[str, ...], dict[tuple[str, str], str] | None,
         cursor = connection.cursor()
         try:
             # no version table (not installed, or unreadable): an error, so nothing is refused
-            cursor.execute(f"SELECT version_num FROM {VERSION_TABLE}")
+            cursor.execute("SELECT version_num FROM pyqueue_alembic_version")  # VERSION_TABLE
             heads = tuple(sorted(_text(v) for (v,) in cursor.fetchall()))
             if heads != (head(),):
                 return heads, None, dialect.name

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import time
 
+import pyqueue_sql
+
 from .conftest import http
 
 
-def test_the_overview_says_how_to_turn_history_on(serve, dsn, db):
-    # every queue there keeps a history (the database may hold other tests' queues): no word of it
-    for s in db.settings():
-        if s.history_retention is None:
-            db.queue(s.queue).create(history_retention=3600)
+def test_the_overview_says_how_to_turn_history_on(serve, installed_database):
+    # a database of its own: its one queue keeps a history, so the page says no word of it
+    dsn = installed_database("history")
+    db = pyqueue_sql.connect(dsn)
     kept = db.queue("kept").create(history_retention=3600)
     served = serve(dsn)
     _, body, _ = http(served.url + "/")
@@ -25,3 +26,4 @@ def test_the_overview_says_how_to_turn_history_on(serve, dsn, db):
     assert "history off" in body and 'id="history-off-how"' in body
     assert "--history-retention 86400" in body and "create_queues(history_retention=" in body
     assert kept.settings().history_retention is not None
+    db.close()

@@ -36,25 +36,32 @@ def test_the_workers_page_marks_each_process_of_a_worker(serve, dsn, db, queue):
     assert body.index(first.reserve_as) < body.index(second.reserve_as) < body.index(f"other-{queue.name}")
 
 
-def test_the_dashboards_workers_page_reads_no_queue_per_registered_name(serve, dsn, db, queue, monkeypatch):
+def test_the_dashboards_workers_page_reads_no_queue_per_registered_name(
+    serve, installed_database, monkeypatch
+):
     """A worker that registered 1000 names (none of them a queue) costs the workers page no query
-    per name: it reads the reserved messages of the queues holding a reservation, here one."""
+    per name: it reads the reserved messages of the queues holding a reservation, here one (a
+    database of its own: other tests' queues hold reservations of their own)."""
+    import pyqueue_sql
     from pyqueue_sql import client
 
-    db.register_worker(name=f"many-{queue.name}", queues=[f"nope-{i}" for i in range(999)] + [queue.name])
-    queue.push("k", "kind", {})
-    queue.reserve(timeout=60)
-    read = []
-    real = client.Queue.messages
+    dsn = installed_database("workers")
+    with pyqueue_sql.connect(dsn) as db:
+        queue = db.queue("held").create()
+        db.register_worker(name="many-held", queues=[f"nope-{i}" for i in range(999)] + [queue.name])
+        queue.push("k", "kind", {})
+        queue.reserve(timeout=60)
+        read = []
+        real = client.Queue.messages
 
-    def counted(self, *args, **kwargs):
-        read.append(self.name)
-        return real(self, *args, **kwargs)
+        def counted(self, *args, **kwargs):
+            read.append(self.name)
+            return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(client.Queue, "messages", counted)
-    status, body, _ = http(serve(dsn).url + "/workers")
-    assert status == 200 and f"many-{queue.name}" in body
-    assert read == [queue.name]
+        monkeypatch.setattr(client.Queue, "messages", counted)
+        status, body, _ = http(serve(dsn).url + "/workers")
+        assert status == 200 and "many-held" in body
+        assert read == [queue.name]
 
 
 def test_the_schedules_page_marks_a_schedule_whose_next_time_is_past(serve, dsn, db, make_queue, raw):

@@ -215,7 +215,8 @@ def test_a_periodic_task_runs_on_its_cadence_under_a_worker_on_default_settings(
         worker.stop(reason="test over")
         thread.join(timeout=30)
     assert len(seen) >= 6, seen
-    gaps = [round(b[0] - a[0], 2) for a, b in zip(seen, seen[1:])]
+    # from the second run on (the first may start late: it waits for the worker to start)
+    gaps = [round(b[0] - a[0], 2) for a, b in zip(seen[1:], seen[2:])]
     assert all(abs(g - 2.0) <= 0.3 for g in gaps), gaps
     # each run starts within 0.3 s of its occurrence's time, one occurrence after the other
     assert all(0 <= ran - at.timestamp() <= 0.3 for ran, at in seen[1:]), seen
@@ -323,7 +324,8 @@ def test_a_periodic_task_keeps_its_cadence_when_occurrences_fail_and_setup_repai
     ), done.stdout
     assert f"schedule {retried} retried retried: every 1 s (unchanged)" in done.stdout.splitlines()
     (after,) = db.queue(doomed).schedules()
-    assert after.next_at > sched.next_at
+    # the next occurrence after now: the lost one's own time when that is still ahead (every 1 s)
+    assert after.next_at >= sched.next_at
     assert db.queue(doomed).message(f"doomed@{after.next_at:%Y-%m-%dT%H:%M:%SZ}", "doomed") is not None
 
 
