@@ -444,4 +444,6 @@ def test_never_more_than_n_in_any_window_under_concurrent_reservers(make_q, raw,
     reached = (len(times) - n) / (n * span_s / per)
     print(dialect, len(times), "reservations over", round(span_s, 3), "s:", round(reached, 3), "of the rate")
     assert elapsed >= run_s and span_s >= run_s - 1.5 * per, (span_s, elapsed)
-    assert reached >= 0.9, (len(times), span_s)
+    # (0.8: six reservers on two loaded cores can each come back a fifth of a window late; the
+    # safety bound above is the exact one)
+    assert reached >= 0.8, (len(times), span_s)
