@@ -64,7 +64,19 @@ ROW_COUNT = re.compile(r"^(?:\(\d+ rows?\)|\+[-+]*\+)$")
 
 
 def documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *contract_pages()]
+
+
+def contract_pages() -> list[Path]:
+    """The SQL contract's topic pages, in the order of sql/<dialect>/routines/ (docs/contract.md is
+    their index and holds the conventions and the examples' set-up)."""
+    return sorted((ROOT / "docs" / "contract").glob("*.md"))
+
+
+def chapters(path: Path) -> list[Path]:
+    """The pages whose blocks run in one database, in order: the contract's examples carry their
+    state from the index through every topic page; any other page runs alone."""
+    return [path, *contract_pages()] if path == ROOT / "docs" / "contract.md" else [path]
 
 
 @dataclass

@@ -114,12 +114,13 @@ def test_queries_sql_follows_the_topics():
 
 
 def test_the_contract_page_follows_the_topics():
-    """docs/contract.md's headings that name routines come in the order of their topics."""
+    """The contract's topic pages (docs/contract/, named after the topic files) hold their headings
+    that name routines in the order of their topics."""
     index = topic_index()
     last, out_of_order = (0, ""), []
-    for heading in re.findall(
-        r"^#{2,3} (.+)$", (ROOT / "docs" / "contract.md").read_text(encoding="utf-8"), re.M
-    ):
+    pages = [ROOT / "docs" / "contract.md", *sorted((ROOT / "docs" / "contract").glob("*.md"))]
+    text = "".join(page.read_text(encoding="utf-8") for page in pages)
+    for heading in re.findall(r"^#{2,3} (.+)$", text, re.M):
         named = [index[n] for n in re.findall(r"\b(queue_\w+)", heading) if n in index]
         if not named:
             continue
@@ -127,3 +128,19 @@ def test_the_contract_page_follows_the_topics():
             out_of_order.append(f"{heading!r} after {last[1]!r}")
         last = (max(named), heading)
     assert not out_of_order, "\n".join(out_of_order)
+
+
+def test_each_contract_page_is_named_after_a_topic_file_and_holds_its_routines():
+    """docs/contract/NN_topic.md is named after sql/<dialect>/routines/NN_topic.sql, and each heading
+    of it that names a routine names one of that file's routines."""
+    order = [file for file, _ in topics()]
+    index = topic_index()
+    misplaced = []
+    for page in sorted((ROOT / "docs" / "contract").glob("*.md")):
+        assert page.stem + ".sql" in order, f"{page.name} is not named after a topic file of {order}"
+        text = page.read_text(encoding="utf-8")
+        for heading in re.findall(r"^#{2,3} (.+)$", text, re.M):
+            for name in re.findall(r"\b(queue_\w+)", heading):
+                if name in index and order[index[name]] != page.stem + ".sql":
+                    misplaced.append(f"{page.name}: {heading!r} belongs to {order[index[name]]}")
+    assert not misplaced, "\n".join(misplaced)
