@@ -135,7 +135,6 @@ __all__ = [
     "GroupInfo",
     "HistoryRow",
     "INT_MAX",
-    "INT_MAX",
     "INT_MIN",
     "LAST_ERROR_MAX_CHARS",
     "LimitInfo",
