@@ -80,7 +80,7 @@ def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
     queues = {m: db.queue(f"bench.push.{m}").create() for m in ("delayed", "throttled", "listened", "every")}
     queues["every"].set_notify_window(0)
     listener = pyqueue_sql.connect(dsn)
-    db.dialect.listen(listener.connection, [queues["listened"].channel(), queues["every"].channel()])
+    db.dialect.listener.listen(listener.connection, [queues["listened"].channel(), queues["every"].channel()])
     stop = threading.Event()
 
     def drain():  # a real listener consumes its notifications
