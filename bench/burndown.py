@@ -1,8 +1,5 @@
-"""Burn-down: a backlog drained by each system's own worker runtime, as its users run it: 2 worker
-processes x 16 handlers, workloads noop (50,000 jobs) and sleep10 (20,000 jobs of 10 ms), the clock
-from the workers' go (and from their spawn: start-up included) until a count of unfinished jobs
-polled in the database reaches 0, rounds interleaved, ratios to the best peer within each round
-(with no peer in the run, to the first system). Commands and method: bench/README.md, Burn-down.
+"""Burn-down: a backlog drained by each system's own worker runtime, as its users run it, rounds
+interleaved, ratios to the best peer within each round. Commands and method: bench/README.md, Burn-down.
 """
 
 from __future__ import annotations
@@ -104,28 +101,12 @@ class System:
         return self._command("work", dsn, str(CONCURRENCY), str(sleep_ms)), None
 
 
-def _value(text: str):
-    """A setting's value: a number, true, false or none."""
-    try:
-        value = json.loads({"none": "null"}.get(text.lower(), text.lower()))
-    except ValueError:
-        value = ""
-    if isinstance(value, (str, list, dict)):
-        raise SystemExit(f"not a number, true, false or none: {text!r}")
-    return value
-
-
 def variant(text: str, dialect: str) -> System:
     """A --variant: threads or asyncio, then the worker's settings (runtime:name=value,...)."""
     runtime, _, rest = text.partition(":")
     if runtime not in ("threads", "asyncio"):
         raise SystemExit(f"a variant starts with threads or asyncio: {text!r}")
-    settings = {}
-    for part in filter(None, rest.split(",")):
-        name, eq, value = part.partition("=")
-        if not eq:
-            raise SystemExit(f"a setting is name=value: {part!r}")
-        settings[name.strip()] = _value(value.strip())
+    settings = common.worker_settings(rest)
     label = f"`{'Worker' if runtime == 'threads' else 'AsyncWorker'}` {rest or '(defaults)'}"
     return System(text, dialect, label, "py", LIVE, peer=False, settings=settings)
 
@@ -274,14 +255,10 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         "",
         f"Command: `{meta['command']}`; {meta['rounds_done']} of {meta['rounds']} round(s) done, {PROCESSES} worker "
         f"processes x {CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} ({meta['cpus']} "
-        f"CPUs), load average {meta['load_before']} before, {meta['load_after']} after. Jobs/s: jobs done / time from "
-        "the workers' go (each has said `ready`) to the last job done, counted in the database, median over rounds "
-        "(min-max). Worker CPU: the worker processes' own (all threads) from the go, per job; + its server sessions': "
-        "the PostgreSQL backends on the system's database (the counter's left out), from /proc. From spawn: the clock "
-        "from spawning the worker processes (imports and start-up included), their CPU over their whole life per job, "
-        "spawn to the first job done; medians (min-max). Ratio: to the best peer of the dialect on that workload (no "
-        "peer in the run: the dialect's first system), within each round, median over rounds. Fresh and churned "
-        "queues: bench/README.md, Burn-down; autovacuum as configured "
+        f"CPUs), load average {meta['load_before']} before, {meta['load_after']} after. Jobs/s from the workers' go "
+        "to the last job done; worker CPU from the go (+ its PostgreSQL server sessions'); from spawn: imports and "
+        "start-up included; ratio to the dialect's best peer (none: its first system) within each round; medians over "
+        "rounds (min-max). Method: bench/README.md, Burn-down; autovacuum as configured "
         f"({meta.get('autovacuum') or 'not read'}).",
         "",
     ]

@@ -24,8 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-import pyqueue_sql  # noqa: E402 (the repository is on the path from here)
-from bench import common  # noqa: E402
+from bench import common  # noqa: E402 (the repository is on the path from here)
 from bench.bench import HandRolled, PGQueuer  # noqa: E402
 from pyqueue_sql import App, Worker  # noqa: E402
 
@@ -62,12 +61,6 @@ async def nap(job=None, **_) -> None:
 
 
 # -- pyqueue-sql: AsyncWorker (async def handler) and Worker (plain def handler) ----------------
-
-
-def pyqueue_enqueue(dsn: str, jobs: int) -> None:
-    with pyqueue_sql.connect(dsn) as db:
-        for numbers in common.chunks(jobs):
-            db.queue(QUEUE).push_many([(f"j{i:07d}", "noop", {"n": i}) for i in numbers])
 
 
 def pyqueue_work(dsn: str, concurrency: int, settings: dict | None = None, threads: bool = True) -> None:
@@ -291,6 +284,7 @@ def handrolled_work(dsn: str, concurrency: int) -> None:
 
 
 pyqueue_install = functools.partial(common.install_pyqueue, queue=QUEUE)
+pyqueue_enqueue = functools.partial(common.push_jobs, queue=QUEUE)
 SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency[, settings]))
     "pyqueue-async": (pyqueue_install, pyqueue_enqueue, functools.partial(pyqueue_work, threads=False)),
     "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_work),

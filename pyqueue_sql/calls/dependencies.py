@@ -68,7 +68,7 @@ class DependenciesCalls(QueueCallsBase):
         )
         out = []
         for _, q, k, t, state, result in sorted(rows, key=lambda row: int(row[0])):
-            value = d.read_payload(result)
+            value = d.codec.read_payload(result)
             if state in ("failed", "cancelled"):  # queue_parent_results gives its last_error there
                 out.append(
                     ParentResult(

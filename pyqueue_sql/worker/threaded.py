@@ -272,7 +272,7 @@ class Worker(WorkerBase):
         return conn.run(lambda db: self._nested(self._listen_steps(db, op.deadline)), give_up=self._stopping)
 
     def _notifications(self, op: Notifications, conn: Any) -> list:
-        return self.dialect.wait_for_notification(op.db.connection, op.seconds)
+        return self.dialect.listener.wait_for_notification(op.db.connection, op.seconds)
 
     def _handle(self, op: Handle, conn: _Connection) -> BaseException | None:
         # inside the job's span when OpenTelemetry is installed (pyqueue_sql.tracing)
@@ -363,10 +363,10 @@ class Worker(WorkerBase):
     # -- dispatcher ------------------------------------------------------------
     def _on_dispatcher_connect(self, db: Database) -> None:
         if self.use_listen:
-            if self.dialect.shares_sessions(db.connection, self.dsn_for("dispatcher")):
+            if self.dialect.listener.shares_sessions(db.connection, self.dsn_for("dispatcher")):
                 raise self._listen_refused()
             channels = [db.queue(q).channel() for q in self.routes]
-            self.dialect.listen(db.connection, channels)
+            self.dialect.listener.listen(db.connection, channels)
             self._channels = dict(zip(channels, self.routes))
         # After a (re)connect, anything pushed meanwhile must be looked at.
         self._wake_queues.update(self.routes)
