@@ -17,7 +17,7 @@ import pytest
 from pyqueue_sql import cli
 from pyqueue_sql.display import dsn_secrets, redact, redact_dsn
 
-from ..dashboard.conftest import free_port
+from ..helpers import free_port
 
 FORMS = ("userinfo", "bare-percent", "encoded", "query-first", "query-later", "query-upper")
 
