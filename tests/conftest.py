@@ -32,6 +32,34 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
     sys.dont_write_bytecode = False
 
 
+def _one_preferred_tls_context_per_process() -> None:
+    """PyMySQL (2.2.8 on) tries TLS on every connection given no TLS option (MySQL's PREFERRED
+    mode), and builds ssl.create_default_context() for each one: it loads the system's CA store,
+    about 18 ms of CPU a connection against 0.2 ms for the rest of the connect, and the tests open
+    thousands of MySQL connections. An SSLContext is made to be shared: this process builds that
+    one once, with PyMySQL's own settings, and hands it to every connection that asked for no TLS
+    option; the connection still tries TLS as it would (a DSN's ssl_ca etc. gets its own context
+    as before). The processes the tests start (workers, the CLI) connect as a user's do."""
+    try:
+        from pymysql import connections
+    except ImportError:
+        return
+    build = connections.Connection._create_ssl_ctx
+    shared: list = []
+
+    def create_ssl_ctx(self, sslp):
+        if isinstance(sslp, dict) and not sslp:
+            if not shared:
+                shared.append(build(self, {}))
+            return shared[0]
+        return build(self, sslp)
+
+    connections.Connection._create_ssl_ctx = create_ssl_ctx
+
+
+_one_preferred_tls_context_per_process()
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
