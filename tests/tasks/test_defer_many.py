@@ -8,20 +8,17 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-import uuid
 
 import pytest
 
 from pyqueue_sql import App, InvalidArgumentError
 
-
-def _queue_name() -> str:
-    return f"m.{uuid.uuid4().hex[:12]}"
+from ..helpers import queue_name
 
 
 @pytest.fixture
 def app(dsn):
-    a = App(dsn, queue=_queue_name())
+    a = App(dsn, queue=queue_name("m"))
     yield a
     a.close()
 
@@ -33,7 +30,7 @@ def test_calls_are_enqueued_with_their_options_and_their_handles_in_order(app, d
     def send(to: str, n: int = 0) -> None:
         ran.append((to, n))
 
-    other_queue = _queue_name()
+    other_queue = queue_name("m")
 
     @app.task(queue=other_queue)
     def count(day: dt.date) -> int:

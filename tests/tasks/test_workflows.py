@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -27,16 +26,14 @@ import pyqueue_sql
 import pyqueue_sql.aio
 from pyqueue_sql import App, InvalidArgumentError, TaskCancelled, current_job
 
+from ..helpers import queue_name
+
 ROOT = str(Path(__file__).resolve().parents[2])
-
-
-def _queue_name() -> str:
-    return f"t.{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
 def app(dsn):
-    a = App(dsn, queue=_queue_name())
+    a = App(dsn, queue=queue_name())
     yield a
     a.close()
 
@@ -294,7 +291,7 @@ def test_a_workflow_pushed_from_sql_runs_under_the_cli_worker(dsn, db, raw, dial
     """Parents and a fan-in child pushed with plain SQL (queue_push_after), run by
     `pyqueue-sql worker module:app` in a subprocess: the child reads its parents' values rebuilt
     by their tasks' return annotations (a date comes back a date)."""
-    q = _queue_name()
+    q = queue_name()
     env = {**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_QUEUE": q, "PYQUEUE_DSN": dsn}
     os.environ["PYQUEUE_TEST_QUEUE"] = q
     try:
