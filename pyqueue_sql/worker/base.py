@@ -164,6 +164,7 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
         self.registration: WorkerRegistration | None = None  # while running, when register=True
         self.routes: dict[str, Route] = {}
         self.batch_routes = {}  # (queue, kind) -> BatchRoute: the batch kinds (batches.py)
+        self._lane_wakes = {}  # (queue, kind) -> set when more of a batch kind may be ready
         self.stats = WorkerStats()
         self.on_start: list[Callable[[Any], Any]] = []
         self.on_heartbeat: list[Callable[[Any], Any]] = []

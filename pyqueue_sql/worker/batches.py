@@ -18,6 +18,7 @@ plain handlers' (see docs/tasks.md, "Batch tasks")."""
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ from .steps import Acquire, Handle, RetriedCall, StoppedError
 # job as if its handler had raised it (Retry, GiveUp and Snooze included), anything else is a
 # success whose value is the job's result (stored when the kind stores results).
 BatchHandler = Callable[[list[Job]], Any]
+
+# How often a lane that waits for its first sibling looks again (and at the stop), seconds.
+WAIT_SLICE = 0.25
 
 
 @dataclass
@@ -77,6 +81,7 @@ class BatchLanes:
     runner (threaded.Worker) runs each lane's steps on a thread of its own."""
 
     batch_routes: dict[tuple[str, str], BatchRoute]
+    _lane_wakes: dict[tuple[str, str], threading.Event]
 
     def add_batch_handler(
         self,
@@ -125,11 +130,15 @@ class BatchLanes:
         return all(idle[0] for _, idle in getattr(self, "_lanes", ()))
 
     # -- a lane's steps ------------------------------------------------------------------
-    def _lane_steps(self, route: BatchRoute, idle: list[bool]):
+    def _lane_steps(self, route: BatchRoute, idle: list[bool], siblings: threading.Event | None = None):
         """A lane's loop until the stop: reserve a batch, run it, settle each job. idle[0] says
-        whether its last reserve found nothing (App.run_pending stops once every lane is idle)."""
+        whether its last reserve found nothing (App.run_pending stops once every lane is idle).
+        The first lane of a kind (siblings None) long-polls when nothing is ready; the others wait
+        for it on `siblings`, which a lane sets when it reserved a full batch (more may be ready):
+        an idle worker keeps one long poll per batch kind, not one per lane."""
         w: Any = self
         kinds = [route.kind]
+        wake = self._lane_wakes.setdefault((route.queue, route.kind), threading.Event())
         while not w._stopping.is_set():
             lease_until = w._clock() + w.lease
             args = dict(n=route.size, worker=w.reserve_as, timeout=w.lease, kinds=kinds)
@@ -153,13 +162,23 @@ class BatchLanes:
                     rows.extend(more)
             if not rows:
                 idle[0] = True
-                yield RetriedCall(
-                    "wait",
-                    route.queue,
-                    kwargs=dict(timeout=w.long_poll_wait, poll=w.long_poll_check, kinds=kinds),
-                )
+                if siblings is None:
+                    yield RetriedCall(
+                        "wait",
+                        route.queue,
+                        kwargs=dict(timeout=w.long_poll_wait, poll=w.long_poll_check, kinds=kinds),
+                    )
+                    wake.set()
+                else:
+                    until = w._clock() + w.long_poll_wait
+                    while not w._stopping.is_set() and w._clock() < until:
+                        if siblings.wait(WAIT_SLICE):
+                            break
+                    siblings.clear()
                 continue
             idle[0] = False
+            if len(rows) == route.size:
+                wake.set()
             made = w._job_type.reserved
             jobs = [made(r, lease_until) for r in rows]
             w._hold(jobs)
@@ -199,8 +218,28 @@ class BatchLanes:
         w._note_handler_time((time.monotonic() - started) / len(jobs))
         outcomes = [error] * len(jobs) if error is not None else outcomes_of(jobs, value)
         elapsed_ms = round((time.monotonic() - started) * 1000, 3)
+        succeeded: list[Job] = []
         for job, outcome in zip(jobs, outcomes, strict=True):
-            yield from self._settle_steps(job, outcome, elapsed_ms)
+            if isinstance(outcome, BaseException) or job.progress_pending:
+                yield from self._settle_steps(job, outcome, elapsed_ms)
+                continue
+            job.result = outcome if job.store_result else None
+            succeeded.append(job)
+        if succeeded:
+            yield from self._ack_batch_steps(succeeded, elapsed_ms)
+
+    def _ack_batch_steps(self, jobs: list[Job], elapsed_ms: float):
+        """Hands a batch's successes to the completer, which commits them together (with the
+        other lanes' and handlers' successes of that moment) while the lane reserves its next."""
+        w: Any = self
+        for job in jobs:
+            yield Acquire(job.lock)
+            try:
+                w._defer_ack(job, elapsed_ms)
+                job.done = True
+            finally:
+                job.lock.release()
+            w._release(job)
 
     def _settle_steps(self, job: Job, outcome: Any, elapsed_ms: float):
         """One job of a batch to its commit or failure (as Dispatch._job_steps settles a job)."""
