@@ -36,6 +36,7 @@ OBAN_PYTHON = os.path.join(PEERS, ".venv-oban", "bin", "python")
 OBAN_CLI = os.path.join(PEERS, ".venv-oban", "bin", "oban")
 
 PROCESSES = 2
+BATCH = [100]  # the batch task's size (--batch)
 CONCURRENCY = 16
 POLL = 0.02
 
@@ -98,6 +99,7 @@ class System:
             )
             cli = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
             env = os.environ | {"PYQUEUE_DSN": dsn, "BENCH_GO": "1", "BENCH_SLEEP_MS": str(sleep_ms)}
+            env["BENCH_BATCH"] = str(BATCH[0])
             return [cli, *f"worker bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split()], env
         if self.kind == "py":
             settings = ["--settings", json.dumps(self.settings)] if self.settings else []
@@ -143,7 +145,7 @@ SYSTEMS = [
         System("pyqueue-threads", d, "**pyqueue-sql `Worker`** (def handler, threads; what `pyqueue-sql worker` runs)", "py", LIVE, peer=False, needs=DRIVERS[d][1]),
         System("pyqueue-cli", d, "`pyqueue-sql worker MODULE:handler --queue burndown` (a plain def handler)", "cli", LIVE, peer=False, extra=True),
         System("pyqueue-tasks", d, "`pyqueue-sql worker MODULE:app` (the same no-op as an `@app.task`)", "cli", LIVE, peer=False, extra=True),
-        System("pyqueue-batch", d, "`pyqueue-sql worker MODULE:batch_app` (the same no-op as an `@app.task(batch=100)`)", "cli", LIVE, peer=False, extra=True),
+        System("pyqueue-batch", d, "`pyqueue-sql worker MODULE:batch_app` (the same no-op as an `@app.task(batch=N)`, N from --batch)", "cli", LIVE, peer=False, extra=True),
     )),
     System("graphile-worker", "postgresql", "graphile-worker (npm)", "node", "SELECT count(*) FROM graphile_worker._private_jobs"),
     System("graphile-worker-batched", "postgresql", "graphile-worker (npm), its performance page's settings", "node", "SELECT count(*) FROM graphile_worker._private_jobs",
@@ -358,10 +360,15 @@ def main() -> None:
         ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
         ("--name", None, "the results' file name (default burndown, burndown-tasks, burndown-variants)"),
         ("--tasks", False, "`pyqueue-sql worker`: a plain handler against the same no-op job as a task"),
-        ("--batch", False, "`pyqueue-sql worker`: an @app.task against the same no-op job as a batch task"),
+        (
+            "--batch",
+            0,
+            "`pyqueue-sql worker`: an @app.task against the same no-op job as a batch task of this size",
+        ),
     )
     ap.add_argument("--variant", action="append", help="pyqueue-sql's worker: threads|asyncio[:a=b,...]")
     args = ap.parse_args()
+    BATCH[0] = args.batch or BATCH[0]
     if args.tasks or args.batch:
         args.systems = args.systems or (
             "pyqueue-tasks,pyqueue-batch" if args.batch else "pyqueue-cli,pyqueue-tasks"

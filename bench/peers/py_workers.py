@@ -102,10 +102,10 @@ class Burn:
 
 
 def _batch_app():
-    """The same no-op jobs (kind noop) as one batch task of up to 100 (bench/README.md, Tasks)."""
+    """The same no-op jobs (kind noop) as a batch task of up to $BENCH_BATCH (bench/burndown.py --batch)."""
     app = App(queue=QUEUE)
 
-    @app.task(batch=100, kind="noop")
+    @app.task(batch=int(os.environ.get("BENCH_BATCH", "100")), kind="noop")
     def noop(items: list[Burn]) -> None:
         plain(None)
 
