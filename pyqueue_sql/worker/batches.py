@@ -27,7 +27,7 @@ from typing import Any
 from .. import errors
 from ..dialects import encode_json
 from .model import Job, RetryRule, log
-from .steps import Acquire, Handle, RetriedCall, StoppedError
+from .steps import Acquire, Handle, RetriedCall, Sleep, StoppedError
 
 # What a batch handler gets: the jobs, in the order reserved. What it returns: None (every job
 # succeeded, no result), or one outcome per job in that order: an exception instance fails that
@@ -137,57 +137,72 @@ class BatchLanes:
         for it on `siblings`, which a lane sets when it reserved a full batch (more may be ready):
         an idle worker keeps one long poll per batch kind, not one per lane."""
         w: Any = self
+        backoff = 0.5
+        while not w._stopping.is_set():
+            try:
+                yield from self._lane_round_steps(route, idle, siblings)
+                backoff = 0.5
+            except StoppedError:
+                return
+            except Exception as exc:  # as the reserve loop does: logged, again after a back-off
+                backoff = w._dispatch_failed(exc, backoff)
+                if (yield Sleep(backoff)):
+                    return
+                backoff = min(backoff * 2, 30.0)
+
+    def _lane_round_steps(self, route: BatchRoute, idle: list[bool], siblings: threading.Event | None):
+        """One round of a lane: a batch reserved, run and settled, or a wait when none is ready."""
+        w: Any = self
         kinds = [route.kind]
         wake = self._lane_wakes.setdefault((route.queue, route.kind), threading.Event())
-        while not w._stopping.is_set():
-            lease_until = w._clock() + w.lease
-            args = dict(n=route.size, worker=w.reserve_as, timeout=w.lease, kinds=kinds)
-            rows = list((yield RetriedCall("reserve", route.queue, kwargs=args)))
-            if rows and len(rows) < route.size and route.linger > 0:
-                end = w._clock() + route.linger
-                while len(rows) < route.size and not w._stopping.is_set():
-                    left = end - w._clock()
-                    if left <= 0:
-                        break
-                    args["n"] = route.size - len(rows)
-                    more = yield RetriedCall("reserve", route.queue, kwargs=args)
-                    if not more:
-                        woke = yield RetriedCall(
-                            "wait",
-                            route.queue,
-                            kwargs=dict(timeout=round(left, 6) or 1e-6, poll=w.long_poll_check, kinds=kinds),
-                        )
-                        if not woke:
-                            break
-                    rows.extend(more)
-            if not rows:
-                idle[0] = True
-                if siblings is None:
-                    yield RetriedCall(
+        lease_until = w._clock() + w.lease
+        args = dict(n=route.size, worker=w.reserve_as, timeout=w.lease, kinds=kinds)
+        rows = list((yield RetriedCall("reserve", route.queue, kwargs=args)))
+        if rows and len(rows) < route.size and route.linger > 0:
+            end = w._clock() + route.linger
+            while len(rows) < route.size and not w._stopping.is_set():
+                left = end - w._clock()
+                if left <= 0:
+                    break
+                args["n"] = route.size - len(rows)
+                more = yield RetriedCall("reserve", route.queue, kwargs=args)
+                if not more:
+                    woke = yield RetriedCall(
                         "wait",
                         route.queue,
-                        kwargs=dict(timeout=w.long_poll_wait, poll=w.long_poll_check, kinds=kinds),
+                        kwargs=dict(timeout=round(left, 6) or 1e-6, poll=w.long_poll_check, kinds=kinds),
                     )
-                    wake.set()
-                else:
-                    until = w._clock() + w.long_poll_wait
-                    while not w._stopping.is_set() and w._clock() < until:
-                        if siblings.wait(WAIT_SLICE):
-                            break
-                    siblings.clear()
-                continue
-            idle[0] = False
-            if len(rows) == route.size:
+                    if not woke:
+                        break
+                rows.extend(more)
+        if not rows:
+            idle[0] = True
+            if siblings is None:
+                yield RetriedCall(
+                    "wait",
+                    route.queue,
+                    kwargs=dict(timeout=w.long_poll_wait, poll=w.long_poll_check, kinds=kinds),
+                )
                 wake.set()
-            made = w._job_type.reserved
-            jobs = [made(r, lease_until) for r in rows]
-            w._hold(jobs)
-            w.stats.reserved += len(jobs)
-            log.debug(
-                "reserved a batch",
-                extra={"event": "reserve", "queue": route.queue, "kind": route.kind, "n": len(jobs)},
-            )
-            yield from self._batch_steps(route, jobs)
+            else:
+                until = w._clock() + w.long_poll_wait
+                while not w._stopping.is_set() and w._clock() < until:
+                    if siblings.wait(WAIT_SLICE):
+                        break
+                siblings.clear()
+            return
+        idle[0] = False
+        if len(rows) == route.size:
+            wake.set()
+        made = w._job_type.reserved
+        jobs = [made(r, lease_until) for r in rows]
+        w._hold(jobs)
+        w.stats.reserved += len(jobs)
+        log.debug(
+            "reserved a batch",
+            extra={"event": "reserve", "queue": route.queue, "kind": route.kind, "n": len(jobs)},
+        )
+        yield from self._batch_steps(route, jobs)
 
     def _batch_steps(self, route: BatchRoute, jobs: list[Job]):
         """Runs one batch: one call of the handler, then each job to its commit or failure."""

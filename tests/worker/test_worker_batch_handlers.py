@@ -86,3 +86,22 @@ def test_a_batch_handler_is_refused_in_one_line_where_it_cannot_run(dsn):
     worker.add_batch_handler("q", lambda jobs: None, "k", size=3)
     with pytest.raises(InvalidArgumentError, match="already has a handler for kind 'k'"):
         worker.add_batch_handler("q", lambda jobs: None, "k", size=3)
+
+
+def test_a_lane_whose_queue_is_missing_logs_it_and_drains_once_it_exists(db, dsn, caplog):
+    name = f"b.late.{time.monotonic_ns()}"
+    worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False)
+    done: list[int] = []
+    worker.add_batch_handler(name, lambda jobs: done.append(len(jobs)), "k", size=10)
+    thread = _run(worker)
+    try:
+        _wait(lambda: worker.stats.dispatch_errors >= 1, 10, "the lane's error")
+        q = db.queue(name).create()
+        q.push_many([(f"k{i}", "k", {}) for i in range(3)])
+        _wait(lambda: worker.stats.succeeded == 3, 20, "the batch once the queue exists")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert sum(done) == 3 and not thread.is_alive()
+    assert any("error in the reserve loop" in r.getMessage() for r in caplog.records)
+    db.queue(name).drop()
