@@ -5,9 +5,11 @@ A batch kind is not one of its queue's routes: the dispatcher never reserves it.
 a lane, a thread of the worker with its own connection, that loops: queue_reserve of up to `size`
 messages of that kind (more reserves for up to `linger` seconds while the batch is not full), one
 call of the function with the jobs, then each job settled on its own, as a job of a plain handler
-is: a success goes to the completer (queue_commit_batch, or queue_commit_result_batch with its
-result), a failure to queue_fail with its kind's retry policy (GiveUp: queue_give_up, Snooze:
-queue_snooze), so that every message keeps its own attempts, result and dead letter. Nothing is
+is: the batch's successes are committed together in one call (queue_commit_batch, or
+queue_commit_result_batch with their results), each failure goes to queue_fail with its kind's
+retry policy (GiveUp: queue_give_up, Snooze: queue_snooze), so that every message keeps its own
+attempts, result and dead letter. (Committing in the lane, not through the completer, measured
+1.08x against 0.85x of a task's no-op drain on PostgreSQL: the lane's per-job work is less.) Nothing is
 ready: the lane long-polls (queue_wait) for its kind.
 
 While a batch runs its jobs are held as the worker's other jobs are: the heartbeat renews them,
@@ -241,20 +243,43 @@ class BatchLanes:
             job.result = outcome if job.store_result else None
             succeeded.append(job)
         if succeeded:
-            yield from self._ack_batch_steps(succeeded, elapsed_ms)
+            yield from self._commit_batch_steps(route, succeeded, elapsed_ms)
 
-    def _ack_batch_steps(self, jobs: list[Job], elapsed_ms: float):
-        """Hands a batch's successes to the completer, which commits them together (with the
-        other lanes' and handlers' successes of that moment) while the lane reserves its next."""
+    def _commit_batch_steps(self, route: BatchRoute, jobs: list[Job], elapsed_ms: float):
+        """Commits a batch's successes in one call (queue_commit_batch, or with their results
+        queue_commit_result_batch, whose refusal of a result commits them one by one so that only
+        the refused ones fail, as the completer does)."""
         w: Any = self
+        entries = [(job, elapsed_ms) for job in jobs]
         for job in jobs:
             yield Acquire(job.lock)
-            try:
-                w._defer_ack(job, elapsed_ms)
+        try:
+            if route.store_result:
+                items = [(j.reservation, j.result) for j in jobs]
+                held = yield RetriedCall("commit_result_many", route.queue, (items,), hard=True)
+            else:
+                held = yield RetriedCall(
+                    "commit_many", route.queue, ([j.reservation for j in jobs],), hard=True
+                )
+            w.stats.ack_batches += 1
+            w._acknowledged(route.queue, entries, held)
+        except StoppedError:
+            for job in jobs:
+                w._log_abandoned(job)
+        except errors.InvalidArgumentError as exc:
+            if route.store_result:
+                yield from w._commit_each_steps(entries)
+            else:
+                for job in jobs:
+                    w._log_unfinishable(job, exc)
+        except Exception as exc:  # e.g. the queue was dropped meanwhile: the lane goes on
+            for job in jobs:
+                w._log_unfinishable(job, exc)
+        finally:
+            for job in jobs:
                 job.done = True
-            finally:
                 job.lock.release()
-            w._release(job)
+                w._release(job)
 
     def _settle_steps(self, job: Job, outcome: Any, elapsed_ms: float):
         """One job of a batch to its commit or failure (as Dispatch._job_steps settles a job)."""

@@ -249,9 +249,9 @@ class Worker(WorkerBase):
         )
         self._watcher.start()
         # concurrency counts the jobs a worker runs at once: a batch kind gets concurrency // size
-        # lanes (at least one), each running one batch at a time (batches.py). One lane drained a
-        # no-op backlog fastest on MariaDB (11,478 jobs/s against 9,945 with two and 7,069 with
-        # four: `python -m bench burndown --batch`, 2 processes, 2026-11-28).
+        # lanes (at least one), each running one batch at a time (batches.py). One lane per process
+        # drained a no-op backlog fastest on MariaDB (11,478 jobs/s against 9,945 with two and
+        # 7,069 with four, 2 processes, lanes that committed through the completer, 2026-11-28).
         self._lanes = [
             self._start_lane(route, i)
             for route in self.batch_routes.values()
