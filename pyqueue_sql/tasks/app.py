@@ -504,6 +504,8 @@ class App:
                 retry=bt.retry,
                 timeout=bt.timeout,
                 store_result=bt.store_result,
+                # the queue's only task: its lane also fails the kinds no task has (cheaper)
+                every_kind=sum(q == bt.queue for q, _ in self.tasks) == 1,
             )
         for q in sorted(wanted - {bt.queue for bt in batched}):  # (a catch-all would take a batch kind)
             worker.add_handler(q, self._unknown_kind(q))

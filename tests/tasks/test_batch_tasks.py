@@ -108,3 +108,25 @@ def test_a_batch_task_takes_its_items_fields_and_refuses_what_does_not_fit(dsn):
     assert module.settle.payload(3, mode="fail") == {"n": 3, "mode": "fail"}
     with pytest.raises(TypeError, match="settle"):
         module.settle.call(3, colour="red")
+
+
+def test_a_batch_task_alone_on_its_queue_fails_a_kind_no_task_has(dsn, db):
+    q = f"b.{uuid.uuid4().hex[:12]}"
+    app = App(dsn, queue=q)
+    seen: list[list[dict]] = []
+
+    @app.task(batch=10)
+    def record(items: list[dict]) -> None:
+        seen.append(items)
+
+    try:
+        app.create_queues()
+        record.defer(a=1)
+        db.queue(q).push("stray", "nobody", {"a": 2})
+        report = app.run_pending()
+    finally:
+        app.close()
+    assert seen == [[{"a": 1}]]
+    by_kind = {job.kind: (job.outcome, job.error) for job in report.jobs}
+    assert by_kind["record"] == ("succeeded", None)
+    assert by_kind["nobody"][1].startswith("UnknownTaskError: no handler has kind 'nobody'")
