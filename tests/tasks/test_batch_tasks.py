@@ -4,6 +4,7 @@ dead letter, read back with plain SQL."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import subprocess
@@ -130,3 +131,19 @@ def test_a_batch_task_alone_on_its_queue_fails_a_kind_no_task_has(dsn, db):
     by_kind = {job.kind: (job.outcome, job.error) for job in report.jobs}
     assert by_kind["record"] == ("succeeded", None)
     assert by_kind["nobody"][1].startswith("UnknownTaskError: no handler has kind 'nobody'")
+
+
+def test_an_asyncio_worker_refuses_batch_tasks_at_its_start(dsn):
+    app = App(dsn, queue=f"b.{uuid.uuid4().hex[:12]}")
+
+    @app.task(batch=10)
+    def record(items: list[dict]) -> None: ...
+
+    @app.task
+    async def ping() -> None: ...
+
+    worker = app.worker(register=False)
+    assert worker.runtime == "asyncio"
+    with pytest.raises(InvalidArgumentError, match="batch handlers run on the threaded Worker"):
+        asyncio.run(worker.run(install_signals=False))
+    app.close()
