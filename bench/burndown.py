@@ -33,6 +33,7 @@ OBAN_PYTHON = os.path.join(PEERS, ".venv-oban", "bin", "python")
 OBAN_CLI = os.path.join(PEERS, ".venv-oban", "bin", "oban")
 
 PROCESSES = 2
+BATCH = [100]  # the batch task's size (--batch)
 CONCURRENCY = 16
 POLL = 0.02
 
@@ -90,9 +91,12 @@ class System:
     def worker(self, dsn: str, sleep_ms: float) -> tuple[list[str], dict | None]:
         """A worker process's command and environment (None: this one's)."""
         if self.kind == "cli":  # as users start it; the DSN from $PYQUEUE_DSN
-            target = "app" if self.name == "pyqueue-tasks" else "plain --queue burndown"
+            target = {"pyqueue-tasks": "app", "pyqueue-batch": "batch_app"}.get(
+                self.name, "plain --queue burndown"
+            )
             cli = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
             env = os.environ | {"PYQUEUE_DSN": dsn, "BENCH_GO": "1", "BENCH_SLEEP_MS": str(sleep_ms)}
+            env["BENCH_BATCH"] = str(BATCH[0])
             return [cli, *f"worker bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split()], env
         if self.kind == "py":
             settings = ["--settings", json.dumps(self.settings)] if self.settings else []
@@ -122,6 +126,7 @@ SYSTEMS = [
         System("pyqueue-threads", d, "**pyqueue-sql `Worker`** (def handler, threads; what `pyqueue-sql worker` runs)", "py", LIVE, peer=False, needs=DRIVERS[d][1]),
         System("pyqueue-cli", d, "`pyqueue-sql worker MODULE:handler --queue burndown` (a plain def handler)", "cli", LIVE, peer=False, extra=True),
         System("pyqueue-tasks", d, "`pyqueue-sql worker MODULE:app` (the same no-op as an `@app.task`)", "cli", LIVE, peer=False, extra=True),
+        System("pyqueue-batch", d, "`pyqueue-sql worker MODULE:batch_app` (the same no-op as an `@app.task(batch=N)`, N from --batch)", "cli", LIVE, peer=False, extra=True),
     )),
     System("graphile-worker", "postgresql", "graphile-worker (npm)", "node", "SELECT count(*) FROM graphile_worker._private_jobs"),
     System("graphile-worker-batched", "postgresql", "graphile-worker (npm), its performance page's settings", "node", "SELECT count(*) FROM graphile_worker._private_jobs",
@@ -332,11 +337,19 @@ def main() -> None:
         ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
         ("--name", None, "the results' file name (default burndown, burndown-tasks, burndown-variants)"),
         ("--tasks", False, "`pyqueue-sql worker`: a plain handler against the same no-op job as a task"),
+        (
+            "--batch",
+            0,
+            "`pyqueue-sql worker`: an @app.task against the same no-op job as a batch task of this size",
+        ),
     )
     ap.add_argument("--variant", action="append", help="pyqueue-sql's worker: threads|asyncio[:a=b,...]")
     args = ap.parse_args()
-    if args.tasks:
-        args.systems = args.systems or "pyqueue-cli,pyqueue-tasks"
+    BATCH[0] = args.batch or BATCH[0]
+    if args.tasks or args.batch:
+        args.systems = args.systems or (
+            "pyqueue-tasks,pyqueue-batch" if args.batch else "pyqueue-cli,pyqueue-tasks"
+        )
         args.workloads = args.workloads if "--workloads" in sys.argv else "noop"
     common.exit_on_sigterm()
     if args.quick:
@@ -362,8 +375,12 @@ def main() -> None:
     peerless = [d for d in dialects if not any(s.peer for s in systems if s.dialect == d)]
     meta["baseline"] = {d: firsts[d] if d in peerless else None for d in dialects}
     results: list[dict] = []
-    out = args.out or os.path.join(HERE, "results" if args.quick or args.tasks or args.variant else "latest")
-    name = args.name or "burndown" + ("-tasks" if args.tasks else "-variants" if args.variant else "")
+    out = args.out or os.path.join(
+        HERE, "results" if args.quick or args.tasks or args.batch or args.variant else "latest"
+    )
+    name = args.name or "burndown" + (
+        "-tasks" if args.tasks else "-batch" if args.batch else "-variants" if args.variant else ""
+    )
 
     def write(rounds_done: int, tag: str | None = None) -> None:
         """Rewrites the summary after each round: a run cut short keeps what it measured."""

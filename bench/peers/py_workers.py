@@ -87,8 +87,27 @@ def _app():
     return app
 
 
+@dataclasses.dataclass
+class Burn:
+    """One job of the batch task: its payload {"n": ...}, as the other systems'."""
+
+    n: int
+
+
+def _batch_app():
+    """The same no-op jobs (kind noop) as a batch task of up to $BENCH_BATCH (bench/burndown.py --batch)."""
+    app = App(queue=QUEUE)
+
+    @app.task(batch=int(os.environ.get("BENCH_BATCH", "100")), kind="noop")
+    def noop(items: list[Burn]) -> None:
+        plain(None)
+
+    return app
+
+
 if os.environ.get("BENCH_GO"):
     app = _app()
+    batch_app = _batch_app()
     _ready()
 
 
@@ -290,6 +309,7 @@ SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency[, 
     "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_work),
     "pyqueue-cli": (pyqueue_install, pyqueue_enqueue, None),
     "pyqueue-tasks": (pyqueue_install, pyqueue_enqueue, None),
+    "pyqueue-batch": (pyqueue_install, pyqueue_enqueue, None),
     "pgqueuer": (lambda dsn: PGQueuer("postgresql").setup(dsn), pgqueuer_enqueue, pgqueuer_work),
     "procrastinate": (procrastinate_install, procrastinate_enqueue, procrastinate_work),
     "awa": (awa_install, awa_enqueue, awa_work),
