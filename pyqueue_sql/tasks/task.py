@@ -253,9 +253,10 @@ class TaskCall(Generic[R]):
         if o.after is not None or o.run_on is not None:
             raise _after_in_bulk(self.task)
         key = o.key if o.key is not None else new_key()
-        if o.run_at is None and o.priority is None and o.group is None and o.headers is None:
+        headers = headers_now(o)
+        if o.run_at is None and o.priority is None and o.group is None and headers is None:
             return key, (key, self.task.kind, self.payload)  # push_many's quickest shape
-        return key, NewMessage(key, self.task.kind, self.payload, o.run_at, o.priority, o.group, o.headers)
+        return key, NewMessage(key, self.task.kind, self.payload, o.run_at, o.priority, o.group, headers)
 
 
 @dataclasses.dataclass
@@ -320,6 +321,48 @@ class TaskOptions:
     after: tuple[dict[str, str | None], ...] | None = None
     # when a job with parents runs (queue_push_after_on): "success", "failure", "always"; None: success
     run_on: str | None = None
+    # the time after which the job is not run (an aware datetime), or how long after each defer
+    expires: dt.datetime | dt.timedelta | None = None
+
+
+EXPIRES_HEADER = "pyqueue.expires_at"
+
+
+def check_expires(expires: object) -> dt.datetime | dt.timedelta:
+    """configure(expires=)'s value, checked: a positive timedelta or number of seconds, or an aware
+    datetime in the future; anything else is InvalidArgumentError in one line."""
+    if isinstance(expires, dt.timedelta):
+        delay = expires
+    elif isinstance(expires, (int, float)) and not isinstance(expires, bool):
+        if not math.isfinite(expires):
+            raise errors.InvalidArgumentError(f"expires must be a finite number of seconds, not {expires!r}")
+        delay = dt.timedelta(seconds=expires)
+    elif isinstance(expires, dt.datetime):
+        if expires.tzinfo is None or expires.utcoffset() is None:
+            raise errors.InvalidArgumentError(
+                f"expires must be an aware datetime (with a tzinfo, e.g. UTC), not the naive {expires.isoformat()}"
+            )
+        if expires <= dt.datetime.now(dt.timezone.utc):
+            raise errors.InvalidArgumentError(f"expires is in the past: {expires.isoformat()}")
+        return expires
+    else:
+        raise errors.InvalidArgumentError(
+            "expires must be a timedelta, a number of seconds or an aware datetime, "
+            f"not {type(expires).__name__}"
+        )
+    if delay <= dt.timedelta(0):
+        raise errors.InvalidArgumentError(f"expires must be a positive delay, not {delay.total_seconds()} s")
+    return delay
+
+
+def headers_now(o: TaskOptions) -> Mapping[str, object] | None:
+    """The headers of a job deferred now with options o: its configured headers, with its expiry (a
+    delay counted from now) as the header pyqueue.expires_at, the UTC time the routines compare."""
+    if o.expires is None:
+        return o.headers
+    when = o.expires if isinstance(o.expires, dt.datetime) else dt.datetime.now(dt.timezone.utc) + o.expires
+    stamp = when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {**(o.headers or {}), EXPIRES_HEADER: stamp}
 
 
 def _after_in_bulk(t: Task[Any, Any]) -> errors.InvalidArgumentError:
@@ -421,6 +464,7 @@ class Task(Generic[P, R]):
         headers: Mapping[str, object] | None = None,
         after: Iterable[TaskHandle[Any] | tuple[str, str, str]] | None = None,
         run_on: Literal["success", "failure", "always"] | None = None,
+        expires: dt.datetime | dt.timedelta | float | None = None,
     ) -> Task[P, R]:
         """A copy of the task for one defer: a key of your choosing (a unique job: a live message
         with that key and kind is not enqueued again), a run_at (a time, or a delay), a priority,
@@ -438,9 +482,16 @@ class Task(Generic[P, R]):
         (Celery's link_error): it runs once, when a parent fails for good (dead-lettered, dropped
         or cancelled), reads which one and its last error with ``app.failed_parents()``, and is
         cancelled when every parent succeeds; "always": it runs once every parent has ended,
-        whichever way."""
+        whichever way.
+
+        expires (Celery's expires): a job not started by then is not run: a delay from each defer
+        (a timedelta, or seconds) or an aware datetime. Carried as the header pyqueue.expires_at; a
+        worker's reserve that meets the job after it ends it instead, its state 'cancelled' with
+        the last error 'expired at <time>' (docs/tasks.md, "Expiry")."""
         if run_on is not None:
             check_run_on(run_on)
+        if expires is not None:
+            expires = check_expires(expires)
         o = self.options
         return self._copy(
             options=TaskOptions(
@@ -451,6 +502,7 @@ class Task(Generic[P, R]):
                 headers=o.headers if headers is None else headers_value(headers),
                 after=o.after if after is None else _parents_of(after),
                 run_on=o.run_on if run_on is None else run_on,
+                expires=o.expires if expires is None else expires,
             )
         )
 
@@ -650,6 +702,7 @@ class Task(Generic[P, R]):
                     ("priority", o.priority),
                     ("group", o.group),
                     ("headers", o.headers),
+                    ("expires", o.expires),
                 )
                 if value is not None
             ]
@@ -674,8 +727,9 @@ class Task(Generic[P, R]):
             priority=self.options.priority,
             group=self.options.group,
         )
-        if self.options.headers is not None:
-            push["headers"] = self.options.headers
+        headers = headers_now(self.options)
+        if headers is not None:
+            push["headers"] = headers
         return key, push
 
     # A handle's type is what the task's function returns, awaited for an async def.

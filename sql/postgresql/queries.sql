@@ -164,8 +164,8 @@ LISTEN {channel}
 
 
 -- Coming due without the wait: the time machine of the test helpers (pyqueue_sql.timetravel).
--- Every stored time of the messages, outcomes, history and rate windows moved %(seconds)s into
--- the past, as if that much time had passed. A blocked or waiting message's scheduled_at (the sentinel) is no time: kept.
+-- Every stored time of the messages (their expiries too), outcomes, history and rate windows moved
+-- %(seconds)s into the past, as if that much time had passed. A blocked or waiting message's scheduled_at (the sentinel) is no time: kept.
 -- A schedule's next_at is kept too (its pending occurrence's key names it): the occurrence's
 -- message moves, and its commit schedules the next one after the real now.
 
@@ -175,7 +175,14 @@ UPDATE pyqueue_message
                            ELSE scheduled_at - make_interval(secs => %(seconds)s) END,
        scheduled_at_initially = scheduled_at_initially - make_interval(secs => %(seconds)s),
        created_at = created_at - make_interval(secs => %(seconds)s),
-       cancel_requested_at = cancel_requested_at - make_interval(secs => %(seconds)s)
+       cancel_requested_at = cancel_requested_at - make_interval(secs => %(seconds)s),
+       -- an expiry (the header pyqueue.expires_at, a UTC time of one format) moves with the clock
+       headers = CASE WHEN jsonb_typeof(headers -> 'pyqueue.expires_at') = 'string'
+                      THEN jsonb_set(headers, '{pyqueue.expires_at}',
+                                     to_jsonb(to_char(((headers ->> 'pyqueue.expires_at')::timestamptz
+                                                       - make_interval(secs => %(seconds)s)) AT TIME ZONE 'UTC',
+                                                      'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))
+                      ELSE headers END
 
 -- name: testing_advance_results
 UPDATE pyqueue_result SET finished_at = finished_at - make_interval(secs => %(seconds)s)
