@@ -24,6 +24,7 @@ PRODUCER = (
     "queue_cancel",
     "queue_push_after",
     "queue_push_after_on",
+    "queue_push_after_on_with_headers",
 )
 CONSUMER = (
     "queue_reserve",

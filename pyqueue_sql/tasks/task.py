@@ -475,8 +475,10 @@ class Task(Generic[P, R]):
         after: the jobs this one waits for, its parents (handles, or (queue, key, kind) tuples), in
         the order ``current_job().parent_results()`` gives their results back: the job is 'waiting'
         until every parent has succeeded (queue_push_after), and is cancelled when one fails or is
-        cancelled. Its queue and the parents' must keep results. It cannot be combined with
-        run_at, priority, group or headers, nor deferred in bulk (defer_many).
+        cancelled. Its queue and the parents' must keep results. With run_at it runs at the later
+        of run_at and its parents' end; priority, headers and expires apply as without parents; a
+        group does not combine with it (InvalidArgumentError), nor is it deferred in bulk
+        (defer_many).
 
         run_on (with after=): "success" (the default) as above; "failure", a failure callback
         (Celery's link_error): it runs once, when a parent fails for good (dead-lettered, dropped
@@ -695,25 +697,21 @@ class Task(Generic[P, R]):
         key = self.options.key if self.options.key is not None else new_key()
         o = self.options
         if o.after is not None:
-            others = [
-                name
-                for name, value in (
-                    ("run_at", o.run_at),
-                    ("priority", o.priority),
-                    ("group", o.group),
-                    ("headers", o.headers),
-                    ("expires", o.expires),
-                )
-                if value is not None
-            ]
-            if others:
+            if o.group is not None:
                 raise errors.InvalidArgumentError(
-                    f"task {self.kind!r}: after= cannot be combined with {others[0]} "
-                    "(a job that waits for its parents runs as soon as the last one succeeded)"
+                    f"task {self.kind!r}: after= cannot be combined with group "
+                    "(a job that waits for its parents is in no FIFO group)"
                 )
-            push_after = dict(key=key, kind=self.kind, payload=self.payload(*args, **kwargs), parents=o.after)
+            push_after: dict[str, Any] = dict(
+                key=key, kind=self.kind, payload=self.payload(*args, **kwargs), parents=o.after
+            )
             if o.run_on not in (None, "success"):
                 push_after["run_on"] = o.run_on
+            # run_at (due at the later of it and its parents' end), priority, headers (an expiry among them)
+            headers = headers_now(o)
+            for name, value in (("run_at", o.run_at), ("priority", o.priority), ("headers", headers)):
+                if value is not None:
+                    push_after[name] = value
             return key, push_after
         if o.run_on is not None:
             raise errors.InvalidArgumentError(

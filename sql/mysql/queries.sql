@@ -311,6 +311,11 @@ CALL queue_push_after(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s)
 -- push_after with run_on: 'success', 'failure' (a failure callback) or 'always'.
 CALL queue_push_after_on(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s, %(run_on)s)
 
+-- name: push_after_with_headers
+-- push_after with run_at, priority or headers (any of them given).
+CALL queue_push_after_on_with_headers(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s, %(run_on)s, %(run_at)s,
+                                      %(priority)s, %(headers)s)
+
 -- name: parent_results
 CALL queue_parent_results(%(queue)s, %(key)s, %(kind)s)
 

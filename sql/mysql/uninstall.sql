@@ -49,6 +49,7 @@ DROP TABLE IF EXISTS pyqueue_limit;
 DROP PROCEDURE IF EXISTS queue_parent_results;
 DROP PROCEDURE IF EXISTS queue_push_after;
 DROP PROCEDURE IF EXISTS queue_push_after_on;
+DROP PROCEDURE IF EXISTS queue_push_after_on_with_headers;
 DROP TABLE IF EXISTS pyqueue_dependency;
 
 -- ==== results ====

@@ -359,6 +359,12 @@ SELECT queue_push_after(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(pare
 -- push_after with run_on: 'success', 'failure' (a failure callback) or 'always'.
 SELECT queue_push_after_on(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(parents)s::jsonb, %(run_on)s)
 
+-- name: push_after_with_headers
+-- push_after with run_at, priority or headers (any of them given).
+SELECT queue_push_after_on_with_headers(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(parents)s::jsonb,
+                                        %(run_on)s, %(run_at)s::timestamptz, %(priority)s::integer,
+                                        %(headers)s::jsonb)
+
 -- name: parent_results
 SELECT ordinal, queue, p_key, p_kind, state, result
   FROM queue_parent_results(%(queue)s, %(key)s, %(kind)s)

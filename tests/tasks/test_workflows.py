@@ -259,8 +259,8 @@ def test_mistakes_are_refused_in_one_line(app, make_queue):
     parent = step.defer(1)
     with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
         step.configure(after=[parent]).call(2)
-    with pytest.raises(InvalidArgumentError, match="cannot be combined with run_at"):
-        step.configure(after=[parent], run_at=dt.timedelta(seconds=5)).defer(2)
+    with pytest.raises(InvalidArgumentError, match="cannot be combined with group"):
+        step.configure(after=[parent], group="g").defer(2)
     with pytest.raises(InvalidArgumentError, match="at least one parent"):
         step.configure(after=[])
     with pytest.raises(InvalidArgumentError, match=r"parents\[2\] must be"):

@@ -69,7 +69,8 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__deps_ready: the waiting child of message id in_msg of in_queue is ready now (its count row 'w' gone).
+-- pyqueue__deps_ready: the waiting child of message id in_msg of in_queue is due now, or at its run_at (its count row
+-- 'w' gone).
 DROP PROCEDURE IF EXISTS pyqueue__deps_ready //
 CREATE PROCEDURE pyqueue__deps_ready(
     IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -81,8 +82,10 @@ BEGIN
     DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
     DELETE w FROM pyqueue_dependency w FORCE INDEX (pyqueue_dependency_message_idx)
      WHERE w.queue_name = in_queue AND w.p_key = in_key AND w.p_kind = in_kind AND w.role = 'w';
+    -- due now, or at its run_at (kept in scheduled_at_initially while it waited)
     UPDATE pyqueue_message FORCE INDEX (PRIMARY)
-       SET scheduled_at = v_now, scheduled_at_initially = v_now
+       SET scheduled_at = GREATEST(v_now, scheduled_at_initially),
+           scheduled_at_initially = GREATEST(v_now, scheduled_at_initially)
      WHERE id = in_msg AND queue_name = in_queue AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
 END //
 
@@ -349,7 +352,23 @@ BEGIN
     CLOSE c_moved;
 END //
 
--- queue_push_after_on: queue_push of a message that waits for its parents, in_parents the JSON text of an array of 1 to
+-- queue_push_after_on: queue_push_after_on_with_headers without run_at, priority or headers (priority 0, due once its
+-- parents let it run). Result and locks: as queue_push_after_on_with_headers.
+DROP PROCEDURE IF EXISTS queue_push_after_on //
+CREATE PROCEDURE queue_push_after_on(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_parents LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_on  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    CALL queue_push_after_on_with_headers(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, NULL, NULL,
+                                          NULL);
+END //
+
+-- queue_push_after_on_with_headers: queue_push of a message that waits for its parents, in_parents the JSON text of an array of 1 to
 -- 1000 objects {"queue", "p_key", "p_kind"} (parents may be in other queues; none may be the message itself or a
 -- schedule's occurrence). Result: one row, inserted = 1, or 0 when a live message has the key and kind (dedup:
 -- nothing changes). A parent is known when its queue keeps results (queue_set_result_retention) and it is live there
@@ -377,14 +396,21 @@ END //
 -- message row, its pyqueue_dependency rows and the parents' ones, until the transaction ends; in a transaction of
 -- its own also the parents' queue rows (shared, for the length of the call). In the caller's transaction no parent's
 -- queue row: nothing that a reserve, a settle or an admin call of the parents' queues waits for.
-DROP PROCEDURE IF EXISTS queue_push_after_on //
-CREATE PROCEDURE queue_push_after_on(
-    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
-    IN in_parents LONGTEXT CHARACTER SET utf8mb4,
-    IN in_run_on  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+-- The body of queue_push_after_on (a thin wrapper over it) with queue_push_with_headers' options: in_run_at (NULL:
+-- none; a message is due at the later of its run_at and the moment its parents let it run, its run_at kept in
+-- scheduled_at_initially while it waits, where pyqueue__deps_ready reads it), in_priority (NULL = 0) and in_headers
+-- (NULL or JSON null: none; pyqueue__check_headers, a pyqueue.expires_at among them).
+DROP PROCEDURE IF EXISTS queue_push_after_on_with_headers //
+CREATE PROCEDURE queue_push_after_on_with_headers(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_parents  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_on   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30),
+    IN in_headers  LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -399,8 +425,10 @@ BEGIN
     DECLARE v_on VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_max_payload, v_id BIGINT;
     DECLARE v_now DATETIME(6);
+    DECLARE v_headers LONGTEXT CHARACTER SET utf8mb4;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_message(in_key, in_kind, in_payload, NULL, NULL);
+    CALL pyqueue__check_message(in_key, in_kind, in_payload, in_run_at, in_priority);
+    IF in_headers IS NOT NULL THEN CALL pyqueue__check_headers(in_headers, v_headers); END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
     SELECT MAX(q.max_payload) INTO v_max_payload FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     IF LENGTH(in_payload) > v_max_payload THEN CALL pyqueue__raise_size(LENGTH(in_payload), v_max_payload); END IF;
@@ -561,9 +589,11 @@ BEGIN
             SET v_now = UTC_TIMESTAMP(6);
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at,
-                    attempts)
-            VALUES (v_queue, v_key, v_kind, in_payload, 0,
-                    IF(v_wait, TIMESTAMP '9999-12-31 23:59:59.999999', v_now), v_now, v_now, 0);
+                    attempts, headers)
+            VALUES (v_queue, v_key, v_kind, in_payload, COALESCE(in_priority, 0),
+                    IF(v_wait, TIMESTAMP '9999-12-31 23:59:59.999999', GREATEST(v_now, COALESCE(in_run_at, v_now))),
+                    IF(v_wait, COALESCE(in_run_at, v_now), GREATEST(v_now, COALESCE(in_run_at, v_now))), v_now, 0,
+                    v_headers);
             SET v_inserted = ROW_COUNT();
             IF v_inserted = 1 THEN
                 SET v_id = LAST_INSERT_ID();

@@ -156,7 +156,10 @@ BEGIN
                  WHERE w.queue_name::text = v_edge.q AND w.p_key::text = v_edge.k AND w.p_kind::text = v_edge.t
                    AND w.role = 'w';
                 v_now := pg_catalog.clock_timestamp();
-                UPDATE pyqueue_message m SET scheduled_at = v_now, scheduled_at_initially = v_now
+                -- due now, or at its run_at (kept in scheduled_at_initially while it waited)
+                UPDATE pyqueue_message m
+                   SET scheduled_at = GREATEST(v_now, m.scheduled_at_initially),
+                       scheduled_at_initially = GREATEST(v_now, m.scheduled_at_initially)
                  WHERE m.queue_name::text = v_edge.q AND m.p_key::text = v_edge.k AND m.p_kind::text = v_edge.t
                    AND m.id = v_edge.msg_id AND m.scheduled_at = pyqueue__blocked_at();
                 IF FOUND THEN
@@ -229,7 +232,7 @@ BEGIN
 END;
 $$;
 
--- queue_push_after_on: queue_push of a message that waits for its parents,
+-- pyqueue__push_after: queue_push of a message that waits for its parents,
 -- in_parents a JSON array of 1 to 1000 objects {"queue", "p_key", "p_kind"}
 -- (parents may be in other queues; none may be the message itself or a
 -- schedule's occurrence). Answers as queue_push: false, and nothing changes,
@@ -264,11 +267,16 @@ $$;
 -- seen by it as finished), until the transaction ends. No lock that a
 -- reserve, a settle or an admin call of a queue waits for (only turning a
 -- named queue's results off waits, to refuse), and no row written but its own.
-CREATE OR REPLACE FUNCTION queue_push_after_on(in_queue text, in_key text, in_kind text, in_payload jsonb,
-                                               in_parents jsonb, in_run_on text)
+-- The body of queue_push_after_on and queue_push_after_on_with_headers
+-- (in_run_at, in_priority, in_headers: NULL for none, as queue_push_with_headers
+-- takes them): a message with a run_at is due at the later of its run_at and
+-- the moment its parents let it run (its run_at kept in scheduled_at_initially
+-- while it waits; pyqueue__deps_left reads it there).
+CREATE OR REPLACE FUNCTION pyqueue__push_after(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                               in_parents jsonb, in_run_on text, in_run_at timestamptz,
+                                               in_priority integer, in_headers jsonb)
 RETURNS boolean
 LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
@@ -285,8 +293,14 @@ DECLARE
     v_id     bigint;
     v_left   integer := 0;
     v_failed boolean := false;
+    v_run_at timestamptz;
+    v_headers jsonb;
 BEGIN
     PERFORM pyqueue__check_message(in_key, in_kind, in_payload, v_queue.max_payload);
+    v_run_at := pyqueue__check_run_at(in_run_at, v_now);
+    IF in_headers IS NOT NULL THEN
+        v_headers := pyqueue__check_headers(in_headers);
+    END IF;
     IF in_run_on IS NULL OR in_run_on NOT IN ('success', 'failure', 'always') THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_on must be ''success'', ''failure'' or ''always'', not %',
                         coalesce(pg_catalog.quote_literal(in_run_on), 'NULL')
@@ -330,8 +344,9 @@ BEGIN
         END IF;
     END LOOP;
     INSERT INTO pyqueue_message AS m
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at)
-    VALUES (in_queue, in_key, in_kind, in_payload, 0, pyqueue__blocked_at(), v_now, v_now)
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at, headers)
+    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), pyqueue__blocked_at(), v_run_at, v_now,
+            v_headers)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
     RETURNING m.id INTO v_id;
     IF NOT FOUND THEN
@@ -383,14 +398,44 @@ BEGIN
         -- its kind on its count row: other_kind NULL for 'success' (as queue_push_after wrote it), else run_on
         INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, msg_id, other_kind)
         VALUES (in_queue, in_key, in_kind, 'w', v_left, v_id, NULLIF(in_run_on, 'success'));
-    ELSE  -- every parent has ended already (succeeded; for a failure callback, one failed): ready now
-        v_now := pg_catalog.clock_timestamp();
+    ELSE  -- every parent has ended already (succeeded; for a failure callback, one failed): due now, or at its run_at
+        v_now := GREATEST(pg_catalog.clock_timestamp(), v_run_at);
         UPDATE pyqueue_message m SET scheduled_at = v_now, scheduled_at_initially = v_now
          WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
         PERFORM pyqueue__notify(in_queue);
     END IF;
     RETURN true;
 END;
+$$;
+
+-- queue_push_after_on: pyqueue__push_after without run_at, priority or
+-- headers (priority 0, due once its parents let it run). Locks: as
+-- pyqueue__push_after.
+CREATE OR REPLACE FUNCTION queue_push_after_on(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                               in_parents jsonb, in_run_on text)
+RETURNS boolean
+LANGUAGE sql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+    SELECT pyqueue__push_after(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, NULL, NULL, NULL);
+$$;
+
+-- queue_push_after_on_with_headers: queue_push_after_on with queue_push_with_headers'
+-- options: in_run_at (NULL: none; a message is due at the later of its run_at and
+-- the moment its parents let it run), in_priority (NULL = 0) and in_headers (NULL or
+-- JSON null: none; pyqueue__check_headers, a pyqueue.expires_at among them). Every
+-- argument is given (no defaults: an overload beside queue_push_after_on). Locks: as
+-- pyqueue__push_after.
+CREATE OR REPLACE FUNCTION queue_push_after_on_with_headers(in_queue text, in_key text, in_kind text,
+                                                            in_payload jsonb, in_parents jsonb, in_run_on text,
+                                                            in_run_at timestamptz, in_priority integer,
+                                                            in_headers jsonb)
+RETURNS boolean
+LANGUAGE sql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+    SELECT pyqueue__push_after(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, in_run_at,
+                               in_priority, in_headers);
 $$;
 
 -- queue_push_after: queue_push_after_on with run_on 'success' (the message
