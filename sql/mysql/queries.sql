@@ -316,6 +316,10 @@ CALL queue_push_after_on(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s,
 CALL queue_push_after_on_with_headers(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s, %(run_on)s, %(run_at)s,
                                       %(priority)s, %(headers)s)
 
+-- name: push_after_batch
+-- many push_after in one call (a JSON array of messages).
+CALL queue_push_after_batch(%(queue)s, %(messages)s)
+
 -- name: parent_results
 CALL queue_parent_results(%(queue)s, %(key)s, %(kind)s)
 

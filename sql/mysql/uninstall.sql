@@ -50,6 +50,8 @@ DROP PROCEDURE IF EXISTS queue_parent_results;
 DROP PROCEDURE IF EXISTS queue_push_after;
 DROP PROCEDURE IF EXISTS queue_push_after_on;
 DROP PROCEDURE IF EXISTS queue_push_after_on_with_headers;
+DROP PROCEDURE IF EXISTS queue_push_after_batch;
+DROP PROCEDURE IF EXISTS pyqueue__push_after;
 DROP TABLE IF EXISTS pyqueue_dependency;
 
 -- ==== results ====

@@ -365,6 +365,10 @@ SELECT queue_push_after_on_with_headers(%(queue)s, %(key)s, %(kind)s, %(payload)
                                         %(run_on)s, %(run_at)s::timestamptz, %(priority)s::integer,
                                         %(headers)s::jsonb)
 
+-- name: push_after_batch
+-- many push_after in one call (a JSON array of messages).
+SELECT queue_push_after_batch(%(queue)s, %(messages)s::jsonb)
+
 -- name: parent_results
 SELECT ordinal, queue, p_key, p_kind, state, result
   FROM queue_parent_results(%(queue)s, %(key)s, %(kind)s)

@@ -51,6 +51,7 @@ DROP FUNCTION IF EXISTS queue_parent_results(text, text, text);
 DROP FUNCTION IF EXISTS queue_push_after(text, text, text, jsonb, jsonb);
 DROP FUNCTION IF EXISTS queue_push_after_on(text, text, text, jsonb, jsonb, text);
 DROP FUNCTION IF EXISTS queue_push_after_on_with_headers(text, text, text, jsonb, jsonb, text, timestamptz, integer, jsonb);
+DROP FUNCTION IF EXISTS queue_push_after_batch(text, jsonb);
 DROP FUNCTION IF EXISTS pyqueue__push_after(text, text, text, jsonb, jsonb, text, timestamptz, integer, jsonb);
 DROP TABLE IF EXISTS pyqueue_dependency;
 

@@ -145,3 +145,76 @@ def test_a_push_of_a_live_key_changes_nothing(sql):
     assert _push_after(sql, q, "child", ["parent"], priority=1)
     assert not _push_after(sql, q, "child", ["parent"], priority=5, headers={"x": 1})
     assert _row(sql, q, "child")[0::2] == (1, None)
+
+
+def _batch(sql, q, messages):
+    return sql.one("queue_push_after_batch", q, json.dumps(messages), casts=(None, "::jsonb"))
+
+
+def _when_text(sql, delta: dt.timedelta) -> str:
+    """A batch element's run_at: text with its offset (PostgreSQL), UTC without one (MySQL)."""
+    return _when(sql, delta).isoformat(sep=" ")
+
+
+def _parents(q, *keys):
+    return [{"queue": q, "p_key": k, "p_kind": "k"} for k in keys]
+
+
+def test_a_batch_pushes_every_child_with_its_options_in_one_call(sql):
+    q = _queue(sql)
+    sql.push(q, "parent", None)
+    messages = [
+        {"p_key": "a", "p_kind": "k", "payload": {"n": 1}, "parents": _parents(q, "parent"), "priority": 2},
+        {
+            "p_key": "b",
+            "p_kind": "k",
+            "payload": {},
+            "parents": _parents(q, "parent", "a"),  # an earlier element of the batch
+            "run_at": _when_text(sql, dt.timedelta(hours=1)),
+            "headers": {"tenant": "acme"},
+        },
+        {"p_key": "c", "p_kind": "k", "payload": {}, "parents": _parents(q, "parent"), "run_on": "failure"},
+    ]
+    assert _batch(sql, q, messages) == 3
+    assert _batch(sql, q, messages[:1]) == 0  # dedup: a live key is skipped
+    assert [_state(sql, q, k) for k in "abc"] == ["waiting"] * 3
+    assert _row(sql, q, "a")[0] == 2 and _row(sql, q, "b")[2] == {"tenant": "acme"}
+    assert _pop(sql, q, 1) == ["parent"]
+    assert _pop(sql, q) == ["a"]  # b waits for a too; c, a failure callback, is cancelled
+    assert (_state(sql, q, "b"), _state(sql, q, "c")) == ("delayed", "cancelled")
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (
+            {"p_key": "x", "p_kind": "k", "payload": {}, "parents": [{"queue": "q", "p_key": "p"}]},
+            "parents\\[1\\]",
+        ),
+        (
+            {"p_key": 5, "p_kind": "k", "payload": {}, "parents": []},
+            "must be an object with the strings p_key",
+        ),
+        ({"p_key": "x", "p_kind": "k", "payload": {}, "parents": [], "grup": "g"}, "unknown member 'grup'"),
+        ({"p_key": "x", "p_kind": "k", "payload": {}, "parents": None}, "parents must be a JSON array"),
+    ],
+)
+def test_a_bad_element_refuses_the_batch_naming_it_and_nothing_is_written(sql, bad, message):
+    q = _queue(sql)
+    sql.push(q, "parent", None)
+    good = {"p_key": "a", "p_kind": "k", "payload": {}, "parents": _parents(q, "parent")}
+    with pytest.raises(Exception, match="element 2 of the batch: .*" + message):
+        _batch(sql, q, [good, bad])
+    assert _state(sql, q, "a") == "unknown"
+
+
+@pytest.mark.parametrize("messages", [[], "{}", None])
+def test_a_batch_that_is_not_an_array_of_1_to_5000_is_refused(sql, messages):
+    q = _queue(sql)
+    with pytest.raises(Exception, match="messages must"):
+        sql.one(
+            "queue_push_after_batch",
+            q,
+            messages if messages is None or isinstance(messages, str) else json.dumps(messages),
+            casts=(None, "::jsonb"),
+        )

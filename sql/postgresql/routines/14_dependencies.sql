@@ -450,6 +450,81 @@ AS $$
     SELECT queue_push_after_on(in_queue, in_key, in_kind, in_payload, in_parents, 'success');
 $$;
 
+-- queue_push_after_batch: many messages that wait for their parents, in one
+-- call and one transaction (a chord's 1,000 parts in one round trip):
+-- in_messages a JSON array of 1 to 5000 objects, each with the strings p_key
+-- and p_kind, payload, parents (as queue_push_after's), and optionally
+-- run_on (a string, default 'success'), run_at (a time as text with its
+-- offset), priority (an integer) and headers; any other member is refused.
+-- Each element is pushed as queue_push_after_on_with_headers pushes it
+-- (pyqueue__push_after, in order, so an element may name an earlier one as
+-- a parent); a refused element refuses the batch, nothing written, the error
+-- naming it ('element N of the batch: ...'). Returns how many were inserted
+-- (a live key is skipped: dedup). Locks: as pyqueue__push_after, for each
+-- element, until the transaction ends.
+CREATE OR REPLACE FUNCTION queue_push_after_batch(in_queue text, in_messages jsonb)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_n     integer;
+    v_i     integer := 0;
+    v_m     jsonb;
+    v_bad   text;
+    v_count integer := 0;
+    v_text  text;
+    v_state text;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    IF in_messages IS NULL OR pg_catalog.jsonb_typeof(in_messages) <> 'array'::text THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: messages must be a JSON array of objects' USING ERRCODE = '22023';
+    END IF;
+    v_n := pg_catalog.jsonb_array_length(in_messages);
+    IF v_n < 1 OR v_n > 5000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: messages must hold 1 to 5000 messages, not %', v_n
+            USING ERRCODE = '22023';
+    END IF;
+    BEGIN  -- one block: an error names its element, and nothing of the batch stays
+        FOR v_m IN SELECT e.m FROM pg_catalog.jsonb_array_elements(in_messages) WITH ORDINALITY AS e (m, ord)
+                    ORDER BY e.ord LOOP
+            v_i := v_i + 1;
+            IF pg_catalog.jsonb_typeof(v_m) <> 'object'::text
+               OR pg_catalog.jsonb_typeof(v_m -> 'p_key'::text) IS DISTINCT FROM 'string'::text
+               OR pg_catalog.jsonb_typeof(v_m -> 'p_kind'::text) IS DISTINCT FROM 'string'::text
+               OR pg_catalog.jsonb_typeof(v_m -> 'run_on'::text) NOT IN ('string'::text, 'null'::text)
+               OR pg_catalog.jsonb_typeof(v_m -> 'run_at'::text) NOT IN ('string'::text, 'null'::text)
+               OR pg_catalog.jsonb_typeof(v_m -> 'priority'::text) NOT IN ('number'::text, 'null'::text) THEN
+                RAISE EXCEPTION 'pyqueue:invalid_argument: must be an object with the strings p_key and p_kind, payload, parents and optionally run_on, run_at (text), priority (a number) and headers'
+                    USING ERRCODE = '22023';
+            END IF;
+            SELECT k INTO v_bad FROM pg_catalog.jsonb_object_keys(v_m) AS k
+             WHERE k NOT IN ('p_key', 'p_kind', 'payload', 'parents', 'run_on', 'run_at', 'priority', 'headers')
+             LIMIT 1;
+            IF v_bad IS NOT NULL THEN
+                RAISE EXCEPTION 'pyqueue:invalid_argument: unknown member %', pg_catalog.quote_literal(v_bad)
+                    USING ERRCODE = '22023';
+            END IF;
+            IF pyqueue__push_after(in_queue, v_m ->> 'p_key', v_m ->> 'p_kind', v_m -> 'payload', v_m -> 'parents',
+                                   coalesce(v_m ->> 'run_on', 'success'), (v_m ->> 'run_at')::timestamptz,
+                                   (v_m ->> 'priority')::integer, v_m -> 'headers') THEN
+                v_count := v_count + 1;
+            END IF;
+        END LOOP;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_text = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
+        IF v_text LIKE 'pyqueue:%' THEN
+            v_text := pg_catalog.regexp_replace(v_text, '^(pyqueue:[a-z_]+: )', '\1element ' || v_i || ' of the batch: ');
+        ELSE  -- a conversion (run_at, priority): the argument's error
+            v_text := 'pyqueue:invalid_argument: element ' || v_i || ' of the batch: ' || v_text;
+            v_state := '22023';
+        END IF;
+        RAISE EXCEPTION USING MESSAGE = v_text, ERRCODE = v_state;
+    END;
+    RETURN v_count;
+END;
+$$;
+
 -- queue_parent_results: the parents of the message (in_key, in_kind) of
 -- in_queue (pushed with queue_push_after, live: waiting, ready or held), one
 -- row each in the order they were given: ordinal (1, 2, ...), the parent's
