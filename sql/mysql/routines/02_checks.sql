@@ -439,8 +439,8 @@ BEGIN
                                    '%Y-%m-%dT%H:%i:%s.%f'), '')
               <> LEFT(v_at, 26) THEN
             CALL pyqueue__raise('invalid_argument',
-                                CONCAT(in_where, 'headers: pyqueue.expires_at must be a UTC time written ',
-                                       'YYYY-MM-DDTHH:MM:SS.ffffffZ, not ', LEFT(v_value, 64)));
+                                CONCAT(in_where, 'pyqueue.expires_at must be a UTC time YYYY-MM-DDTHH:MM:SS.ffffffZ, not ',
+                                       LEFT(v_value, 64)));
         END IF;
     END IF;
 END //

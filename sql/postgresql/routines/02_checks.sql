@@ -363,7 +363,7 @@ BEGIN
             NULL;  -- refused below
         END;
     END IF;
-    RAISE EXCEPTION 'pyqueue:invalid_argument: %headers: pyqueue.expires_at must be a UTC time written YYYY-MM-DDTHH:MM:SS.ffffffZ, not %',
+    RAISE EXCEPTION 'pyqueue:invalid_argument: %pyqueue.expires_at must be a UTC time YYYY-MM-DDTHH:MM:SS.ffffffZ, not %',
                     in_where, pg_catalog.left(v_value::text, 64)
         USING ERRCODE = '22023';
 END;
