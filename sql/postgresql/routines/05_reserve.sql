@@ -329,7 +329,7 @@ CREATE OR REPLACE FUNCTION pyqueue__expired(in_headers jsonb, in_dead_from text,
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT in_dead_from IS NULL
+    SELECT in_headers IS NOT NULL AND in_dead_from IS NULL  -- (the common row, without headers: one NULL test)
            AND coalesce((in_headers ->> 'pyqueue.expires_at'::text) COLLATE "C" <= in_clock COLLATE "C", false)
 $$;
 
