@@ -358,7 +358,7 @@ class App:
                 raise errors.InvalidArgumentError(
                     "an asyncio database: use `await app.defer_many_async(...)`"
                 )
-            batch.inserted = int(q.push_many(batch.messages))
+            batch.inserted = int(batch.push(q))
         return handles_of(self, listed, batches)
 
     async def defer_many_async(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]:
@@ -367,7 +367,7 @@ class App:
         for batch in batches:
             db = batch.db if batch.db is not None else await self.database_async()
             target: Any = db.queue(batch.queue)
-            result = target.push_many(batch.messages)
+            result = batch.push(target)
             if inspect.isawaitable(result):
                 result = await result
             batch.inserted = int(result)

@@ -154,6 +154,6 @@ def test_the_options_of_a_configured_task_apply_to_every_call_of_its_defer_many(
     with pytest.raises(InvalidArgumentError, match="names one job"):
         send.configure(key="k").defer_many([send.call("c"), send.call("d")])
     assert q.stats().ready + q.stats().delayed == before
-    with pytest.raises(InvalidArgumentError, match="after= is not supported in bulk"):
-        send.configure(after=[(app.default_queue, "p", "send")]).defer_many([send.call("e")])
+    with pytest.raises(InvalidArgumentError, match="after= cannot be combined with group"):
+        send.configure(after=[(app.default_queue, "p", "send")], group="g").defer_many([send.call("e")])
     assert q.stats().ready + q.stats().delayed == before

@@ -254,10 +254,10 @@ def test_mistakes_are_refused_in_one_line(app, make_queue):
 
     app.create_queues()
     parent = step.defer(1)
-    with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
-        step.configure(after=[parent]).call(2)
-    with pytest.raises(InvalidArgumentError, match="cannot be combined with run_at"):
-        step.configure(after=[parent], run_at=dt.timedelta(seconds=5)).defer(2)
+    with pytest.raises(InvalidArgumentError, match="run_on= says when a job with parents runs: give after="):
+        step.defer_many([step.configure(run_on="always").call(2)])
+    with pytest.raises(InvalidArgumentError, match="cannot be combined with group"):
+        step.configure(after=[parent], group="g").defer(2)
     with pytest.raises(InvalidArgumentError, match="at least one parent"):
         step.configure(after=[])
     with pytest.raises(InvalidArgumentError, match=r"parents\[2\] must be"):
@@ -387,7 +387,5 @@ def test_a_failure_callback_runs_once_when_a_parent_fails_and_reads_its_error(ap
         on_error.configure(after=parts, run_on="sometimes")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="run_on= says when a job with parents runs: give after="):
         on_error.configure(run_on="failure").defer("x")
-    with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
-        on_error.configure(after=parts, run_on="failure").call("x")
-    with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
+    with pytest.raises(InvalidArgumentError, match="run_on= says when a job with parents runs: give after="):
         on_error.configure(run_on="always").defer_many([on_error.call("x")])
