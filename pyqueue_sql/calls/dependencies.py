@@ -68,7 +68,7 @@ class DependenciesCalls(QueueCallsBase):
             rows = yield statement_call(
                 "push_after_with_headers",
                 run_on=run_on,
-                run_at=d.time(run_at, "run_at"),
+                run_at=d.codec.time(run_at, "run_at"),
                 priority=priority_value(priority),
                 headers=encode_headers(headers_value(headers)),
                 **args,
@@ -100,7 +100,7 @@ class DependenciesCalls(QueueCallsBase):
             }
             if run_on != "success":
                 item["run_on"] = run_on
-            run_at = d.time(m.get("run_at"), "run_at")
+            run_at = d.codec.time(m.get("run_at"), "run_at")
             if run_at is not None:
                 item["run_at"] = run_at.isoformat(sep=" ", timespec="microseconds")
             if m.get("priority") is not None:
