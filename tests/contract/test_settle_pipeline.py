@@ -21,7 +21,10 @@ MESSAGES = 300
 # A safety limit, not a speed target: the loop ends as soon as the sink has every message
 # (seconds on a quiet machine); a loaded machine needs the leases of killed stages to expire.
 DEADLINE_S = 240
-MAX_KILLS = 25
+# Ten kills with reservations held are what the test asks for; a few more for kills that land
+# between batches (none did in runs here: 25 of 25 held). Each kill is a stage process started
+# again, about half a second of CPU: more of them prove no more.
+MAX_KILLS = 14
 
 
 def _example():
