@@ -67,8 +67,8 @@ def _ok(done: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="session")
 def _migrated_templates(servers):
-    """(dialect, python) -> a PostgreSQL database `manage.py migrate` ran on, made once per test
-    process; dropped at the end of the session."""
+    """(dialect, python) -> a database `manage.py migrate` ran on, made once per test process and
+    Django; dropped at the end of the session."""
     made: dict[tuple[str, str], tuple] = {}
     yield made
     for server, name in made.values():
@@ -76,32 +76,61 @@ def _migrated_templates(servers):
 
 
 @pytest.fixture
-def migrated_database(server, fresh_database, _migrated_templates, _dropper):
-    """Makes databases the project's `manage.py migrate` ran on (its Django under test): on
-    PostgreSQL a copy of a template database migrated once per test process and Django
-    (CREATE DATABASE ... TEMPLATE: what the migrate left, its rows too, without a Django process,
-    about 1 s of CPU, per test); on MySQL/MariaDB, which has no templates, by migrating a new
-    one. The test of `manage.py migrate` itself starts from fresh_database."""
+def migrated_database(server, _migrated_templates, _dropper):
+    """Makes databases the project's `manage.py migrate` ran on (its Django under test), copied
+    from a template database migrated once per test process and Django, without a Django process
+    per test (about 1 s of CPU each). PostgreSQL copies it whole (CREATE DATABASE ... TEMPLATE).
+    MySQL/MariaDB has no templates: pyqueue-sql's schema is installed by migrate.upgrade, which is
+    what the app's migrations run (install_schema), and Django's own tables, every table the
+    template has beside that schema's, are copied, and every row the install did not make (SHOW
+    CREATE TABLE, INSERT IGNORE ... SELECT). The test of `manage.py migrate` itself starts from an empty database."""
     made: list[str] = []
 
     def make(python: str) -> str:
-        if server.dialect != "postgresql":
-            dsn = fresh_database("django")
-            _ok(_manage(python, dsn, "migrate", "--no-input"))
-            return dsn
         key = (server.dialect, python)
         if key not in _migrated_templates:
             template = f"pyqueue_template_django_{os.getpid()}_{len(_migrated_templates)}"
             dsn = server.create(template)
             _migrated_templates[key] = (server, template)
             _ok(_manage(python, dsn, "migrate", "--no-input"))
+        template = _migrated_templates[key][1]
         name = f"pyqueue_t_django_{uuid.uuid4().hex[:10]}"
         made.append(name)
-        return server.copy(_migrated_templates[key][1], name)
+        if server.dialect == "postgresql":
+            return server.copy(template, name)
+        dsn = server.create(name)
+        migrate.upgrade(dsn)
+        _copy_other_tables(server, template, name)
+        return dsn
 
     yield make
     for name in made:
         _dropper.drop(server, name)
+
+
+def _copy_other_tables(server, source: str, target: str) -> None:
+    """Copies into MySQL/MariaDB database `target` each table of `source` that `target` has not,
+    with its indexes and foreign keys (those name tables of the same database), and every row of
+    `source` whose key `target` has not."""
+    conn = server._admin()
+    try:
+        with conn.cursor() as cur:
+            listed = "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+            cur.execute(listed + " AND table_type = 'BASE TABLE'", (source,))
+            tables = {row[0] for row in cur.fetchall()}
+            cur.execute(listed, (target,))
+            installed = {row[0] for row in cur.fetchall()}
+            cur.execute(f"USE `{target}`")
+            cur.execute("SET SESSION foreign_key_checks = 0")
+            for table in sorted(tables):
+                if table not in installed:
+                    cur.execute(f"SHOW CREATE TABLE `{source}`.`{table}`")
+                    cur.execute(cur.fetchone()[1])
+                # the rows the install did not make too (the queues of TASKS, made after migrate)
+                cur.execute(f"INSERT IGNORE INTO `{target}`.`{table}` SELECT * FROM `{source}`.`{table}`")
+        conn.commit()
+    finally:
+        conn.close()
 
 
 @contextlib.contextmanager
