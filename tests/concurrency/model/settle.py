@@ -57,6 +57,7 @@ class SettleRules:
         else:
             assert got == "retry", got
             m.due, m.token = self.t + delay, None
+            self.occurrence_retried(m.kk)
 
     @rule(worker=st.sampled_from((None, "nobody")))
     @covers("queue_release")
