@@ -779,6 +779,7 @@ class ContractMachine(
         self.progress: dict = {}  # kk -> the live message's progress
         self.cancel_requested: set = set()
         self.waiting: dict = {}  # child kk -> {(where, parent kk)} of the parents it still waits for
+        self.run_on: dict = {}  # child kk -> 'failure' or 'always' (queue_push_after_on); else success
         self.schedules: dict = {}
         self.dep_children: set = set()  # live children pushed with parents (their rows in pyqueue_dependency)
         self.dep_parents: set = set()  # live messages of main that were named as a parent
@@ -799,6 +800,7 @@ class ContractMachine(
         progress = self.progress.pop(kk, None)
         self.cancel_requested.discard(kk)
         self.waiting.pop(kk, None)
+        self.run_on.pop(kk, None)
         self.dep_children.discard(kk)
         self.dep_parents.discard(kk)
         if outcome in ("succeeded", "failed", "cancelled") and self.retention:
@@ -875,6 +877,11 @@ class ContractMachine(
             # the dead letters first: children waiting on them are ready once they are popped
             self.shift(10)
             self.drain_side_queue("dlq")
+            # the drain pops every parent left: a failure callback whose parents all succeed so is
+            # cancelled (with its own waiting children), never drained
+            for _ in range(len(self.waiting)):
+                for kk in list(self.msgs):
+                    self.parent_left("main", kk, "succeeded")
             super().teardown()
         finally:
             admin = self.conns["admin"]

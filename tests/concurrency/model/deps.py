@@ -1,7 +1,8 @@
 """Dependencies (docs/contract.md, Dependencies): queue_push_after with parents in main or in its
 dead-letter queue; the child waits (the blocked sentinel, no group) until every parent succeeded
 (commit, the results' commits, pop, move), and is cancelled, transitively, when one fails, is
-cancelled or removed. A dead-lettered parent that is redriven takes its children along
+cancelled or removed; queue_push_after_on's failure callbacks and always children as the contract's
+"Kinds of dependency" says. A dead-lettered parent that is redriven takes its children along
 (FIXED_REDRIVE_DEPENDENCY); a parent's commit racing a push_after under REPEATABLE READ never
 strands the child (FIXED_REPEATABLE_READ), and push_after holds at most a key-share lock on the
 queue row (FIXED_QUEUE_ROW_LOCK)."""
@@ -37,10 +38,14 @@ class DependencyRules:
         key=st.sampled_from(CHILD_KEYS),
         kind=kinds,
         picks=st.lists(st.integers(0, 50), min_size=1, max_size=3),
-        via_on=st.booleans(),
+        run_on=st.sampled_from((None, "success", "failure", "always")),
     )
     @covers("queue_push_after", "queue_push_after_on")
-    def push_after(self, key, kind, picks, via_on):
+    def push_after(self, key, kind, picks, run_on):
+        """queue_push_after (run_on None) or queue_push_after_on: the child waits for its live parents.
+        success: refused when a parent failed, was cancelled or is unknown; ready when every one
+        succeeded. failure (a failure callback): refused when every parent succeeded already; ready at
+        once when one failed or was cancelled already. always: ready when no parent is live."""
         # a schedule's occurrence is never a parent, in main or dead-lettered in dlq: refused, see
         # push_after_names_an_occurrence (its key carries the real clock's time, so drawing one here
         # also made the outcome of an example differ between hypothesis' replays of it)
@@ -57,55 +62,63 @@ class DependencyRules:
         pid = next(self.pids)
         states = [self.parent_state(w, kk) for w, kk in parents]
         refs = [self.parent_ref(w, kk) for w, kk in parents]
+        how = run_on or "success"
+        ended_badly = any(s in ("failed", "cancelled") for s in states)
+        if how == "success":
+            refused = any(s not in ("live", "succeeded") for s in states)
+        else:
+            refused = "unknown" in states or (how == "failure" and all(s == "succeeded" for s in states))
         try:
-            if via_on:  # queue_push_after_on with run_on 'success': the same dependency as push_after
-                got = self.push_after_on_success(key, kind, {"n": pid}, refs)
-            else:
+            if run_on is None:
                 got = self.q("P").push_after(key, kind, {"n": pid}, refs)
+            else:
+                got = self.push_after_on(key, kind, {"n": pid}, refs, run_on)
         except Exception as e:  # noqa: BLE001 - checked against the model
-            assert any(s not in ("live", "succeeded") for s in states), ("push_after refused", e, states)
+            assert refused, ("push_after refused", run_on, e, states)
             assert isinstance(e, InvalidArgumentError) or "pyqueue:invalid_argument" in str(e), e
             return
-        assert all(s in ("live", "succeeded") for s in states), (
-            "push_after of a failed or unknown parent",
-            states,
-        )
+        assert not refused, ("push_after accepted", run_on, states)
         assert got == ((key, kind) not in self.msgs), "push_after dedup"
         if not got:
             return
         live = {(w, kk) for (w, kk), s in zip(parents, states) if s == "live"}
+        if how == "failure" and ended_badly:
+            live = set()  # a parent failed already: the callback is ready at once
         m = Msg(key, kind, pid, 0, 0, self.t, None, None, bool(live), self.t)
         self.msgs[m.kk] = m
         if live:
             self.waiting[m.kk] = live
+            if how != "success":
+                self.run_on[m.kk] = how
         self.dep_children.add(m.kk)
         self.dep_parents |= {kk for w, kk in live if w == "main"}
 
-    def push_after_on_success(self, key, kind, payload, refs) -> bool:
-        """queue_push_after_on(..., 'success') in plain SQL, as a psql or mysql session calls it (the
-        client calls queue_push_after for run_on="success"). The model states only this kind: the
-        failure and always kinds are tested in tests/contract/test_dependencies.py."""
-        args = (self.main, key, kind, json.dumps(payload), json.dumps(refs))
+    def push_after_on(self, key, kind, payload, refs, run_on) -> bool:
+        """queue_push_after_on in plain SQL, as a psql or mysql session calls it."""
+        args = (self.main, key, kind, json.dumps(payload), json.dumps(refs), run_on)
         if self.dialect == "postgresql":
-            statement = "SELECT queue_push_after_on(%s, %s, %s, %s::jsonb, %s::jsonb, 'success')"
+            statement = "SELECT queue_push_after_on(%s, %s, %s, %s::jsonb, %s::jsonb, %s)"
         else:
-            statement = "CALL queue_push_after_on(%s, %s, %s, %s, %s, 'success')"
+            statement = "CALL queue_push_after_on(%s, %s, %s, %s, %s, %s)"
         return bool(sql(self.conns["P"], statement, args)[0][0])
 
     def parent_left(self, where: str, kk, outcome: str) -> None:
-        """A parent left its queue: children ready when it succeeded and it was their last, else cancelled."""
+        """A parent left its queue (succeeded or moved on: it succeeded; else it failed). success:
+        the child is ready when that was its last parent, cancelled when it failed. failure: ready
+        (once) when it failed, cancelled when every parent succeeded. always: ready after the last."""
         for child, parents in list(self.waiting.items()):
             if (where, kk) not in parents or child not in self.msgs:
                 continue
-            if outcome in ("succeeded", "moved"):
-                parents.discard((where, kk))
-                if not parents:
-                    del self.waiting[child]
-                    c = self.msgs[child]
-                    c.blocked, c.due = False, self.t
-                    self.promoted.add(child)
-            else:
+            how = self.run_on.get(child, "success")
+            good = outcome in ("succeeded", "moved")
+            parents.discard((where, kk))
+            if (how == "success" and not good) or (how == "failure" and good and not parents):
                 self.finish(child, "cancelled")
+            elif not parents or (how == "failure" and not good):
+                del self.waiting[child]
+                c = self.msgs[child]
+                c.blocked, c.due = False, self.t
+                self.promoted.add(child)
 
     def parent_redriven(self, kk) -> None:
         for parents in self.waiting.values():
