@@ -68,8 +68,9 @@ def first_failure(output: str) -> str:
     )
     # the model's failing step (hypothesis prints the steps; invariants end in _model) and the rule before it
     steps = re.findall(r"^E\s+state\.(\w+)\(", output, re.M)
-    rule = next((x for x in reversed(steps) if not x.endswith("_model") and x != "teardown"), None)
-    where = f" [model: {steps[-1]}{f' after {rule}' if rule and rule != steps[-1] else ''}]" if steps else ""
+    steps = [x for x in steps if x != "teardown"]
+    rule = next((x for x in reversed(steps) if not x.endswith("_model")), None)
+    where = f" [model: the last rule {rule} (or the teardown after it)]" if rule else ""
     if failed:
         return (f"{failed[:200]}: {error[:300]}" if error and error not in failed else failed[:300]) + where
     tail = [line for line in output.splitlines() if line.strip()]
