@@ -517,11 +517,24 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(pause=st.booleans())
     @covers("queue_pause", "queue_resume")
     def pause_or_resume(self, pause):
+        """Paused: no pop, no reserve (of one: the fast path; of several), no next time to wait for."""
         if pause:
             self.q("admin").pause()
         else:
             self.q("admin").resume()
         self.paused = pause
+        if pause and self.msgs:
+            assert self.q("C").pop(1) == [], "a paused queue pops nothing"
+            for n in (1, 3):
+                assert self.q("C").reserve(n, timeout=ticks(1.5)) == [], "a paused queue reserves nothing"
+            statement = (
+                "SELECT * FROM queue_next_scheduled_at(%s)"
+                if self.dialect == "postgresql"
+                else "CALL queue_next_scheduled_at(%s, NULL)"
+            )
+            assert sql(self.conns["C"], statement, (self.main,)) == [(None, None)], (
+                "a paused queue's next time"
+            )
 
     @rule(n=st.sampled_from((1, 1, 2, 3)))
     def advance_clock(self, n):
