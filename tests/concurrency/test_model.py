@@ -881,6 +881,16 @@ class ContractMachine(
         want_live = {kk: (self.progress.get(kk), kk in self.cancel_requested) for kk in self.msgs}
         assert live == want_live, ("progress and cancel requests", live, want_live)
 
+    @invariant()
+    def no_history_kept(self):
+        """The example's queues keep no history (history_retention NULL): nothing is archived."""
+        n = sql(
+            self.conns["admin"],
+            "SELECT count(*) FROM pyqueue_history WHERE queue_name IN (%s, %s, %s, %s)",
+            (self.main, self.dlq_name, self.next_name, self.lim_name),
+        )[0][0]
+        assert n == 0, ("history kept without a history retention", n)
+
     def as_json(self, value):
         """A JSON column as Python (PyMySQL returns its text)."""
         return json.loads(value) if self.dialect == "mysql" and isinstance(value, (str, bytes)) else value
