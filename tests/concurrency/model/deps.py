@@ -16,7 +16,7 @@ from hypothesis.stateful import rule
 
 from pyqueue_sql.errors import InvalidArgumentError
 
-from .base import Msg, kinds, sql
+from .base import Msg, kinds, sql, ticks
 from .coverage import covers
 
 CHILD_KEYS = ("c0", "c1", "c2")
@@ -135,6 +135,11 @@ class DependencyRules:
         never left waiting for a parent that is gone. While P's transaction is open, admin changes
         the queue's settings: push_after holds no lock on the queue row that blocks that."""
         held = sorted(kk for kk, m in self.msgs.items() if self.state(m) == "reserved" and "@" not in kk[0])
+        if not held and FIXED_REPEATABLE_READ:
+            self.reserve("A", 1, 2.5)  # a parent to race for
+            held = sorted(
+                kk for kk, m in self.msgs.items() if self.state(m) == "reserved" and "@" not in kk[0]
+            )
         if not FIXED_REPEATABLE_READ or not held or not self.retention or (key, kind) in self.msgs:
             return
         parent = held[j % len(held)]
@@ -159,6 +164,7 @@ class DependencyRules:
             sql(admin, "SET lock_timeout = '3s'", ())
             try:
                 admin.queue(self.main).set_notify_window(None)
+                admin.queue(self.main).set_result_retention(ticks(2.5))  # the queue row itself
             except Exception:  # noqa: BLE001 - reported once P's transaction is over
                 lock_ok = False
             finally:
@@ -191,6 +197,26 @@ class DependencyRules:
         self.dep_parents.add(parent)
         if out.get("ok"):
             self.finish(parent, "succeeded")
+
+    @rule(key=st.sampled_from(CHILD_KEYS), kind=kinds, j=st.integers(0, 50))
+    @covers("queue_push_after", "queue_redrive", "queue_remove")
+    def redrive_a_parent(self, key, kind, j):
+        """A child of a dead letter follows it when it is redriven: push_after names a dead letter
+        of dlq, every dead letter is redriven into main, and the parent's removal there cancels
+        the child (FIXED_REDRIVE_DEPENDENCY: before, the child was left waiting for ever)."""
+        dead = sorted(kk for kk in self.dlq if "@" not in kk[0] and kk not in self.msgs)
+        if not FIXED_REDRIVE_DEPENDENCY or not dead or not self.retention or (key, kind) in self.msgs:
+            return
+        parent = dead[j % len(dead)]
+        pid = next(self.pids)
+        assert self.q("P").push_after(key, kind, {"n": pid}, [self.parent_ref("dlq", parent)])
+        self.msgs[(key, kind)] = Msg(key, kind, pid, 0, 0, self.t, None, None, True, self.t)
+        self.waiting[(key, kind)] = {("dlq", parent)}
+        self.dep_children.add((key, kind))
+        self.redrive(len(self.dlq))
+        assert parent in self.msgs
+        assert self.q("admin").remove(*parent)
+        self.finish(parent, "removed")
 
 
 # Fixes that land on main separately: each switch, False until its fix is on main, keeps the
