@@ -5,6 +5,7 @@ skip that check)."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 
@@ -23,3 +24,20 @@ def test_commit_result_refuses_a_result_it_cannot_keep(make_queue, why):
         q.commit_result(r, {"pad": "x" * 400})
     assert q.stats().reserved == 1
     assert q.commit(r)
+
+
+def test_result_wait_returns_at_once_for_a_finished_message(make_queue, raw, dialect):
+    """queue_result_wait of a message that succeeded already answers at once, not at its timeout."""
+    q = make_queue()
+    q.set_result_retention(dt.timedelta(days=7))
+    assert q.push("x", "job", {})
+    assert [m.key for m in q.pop()] == ["x"]
+    statement = (
+        "SELECT state FROM queue_result_wait(%s, %s, %s, interval '3 seconds')"
+        if dialect == "postgresql"
+        else "CALL queue_result_wait(%s, %s, %s, 3)"
+    )
+    start = time.monotonic()
+    rows = raw(statement, (q.name, "x", "job"))
+    assert rows[0][0] == "succeeded"
+    assert time.monotonic() - start < 2.0
