@@ -517,7 +517,8 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(pause=st.booleans())
     @covers("queue_pause", "queue_resume")
     def pause_or_resume(self, pause):
-        """Paused: no pop, no reserve (of one: the fast path; of several), no next time to wait for."""
+        """Paused: no pop, no reserve (of one: the fast path; of several), no next time to wait for,
+        and a wait ends without a ready message."""
         if pause:
             self.q("admin").pause()
         else:
@@ -535,6 +536,12 @@ class QueueMachine(RuleBasedStateMachine):
             assert sql(self.conns["C"], statement, (self.main,)) == [(None, None)], (
                 "a paused queue's next time"
             )
+            statement = (
+                "SELECT queue_wait(%s, NULL, interval '0.05 seconds')"
+                if self.dialect == "postgresql"
+                else "CALL queue_wait(%s, NULL, 0.05, NULL)"
+            )
+            assert not sql(self.conns["C"], statement, (self.main,))[0][0], "a paused queue's wait ends ready"
 
     @rule(n=st.sampled_from((1, 1, 2, 3)))
     def advance_clock(self, n):
