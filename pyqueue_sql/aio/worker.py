@@ -357,7 +357,7 @@ class AsyncWorker(WorkerBase):
         )
 
     async def _notifications(self, op: Notifications, conn: Any) -> list:
-        return await self.dialect.wait_for_notification_async(op.db.connection, op.seconds)
+        return await self.dialect.listener.wait_for_notification_async(op.db.connection, op.seconds)
 
     async def _cancellable(self, job: Job, coro: Any) -> Any:
         """Awaits a handler's coroutine as a task of its own, which a cancel of the job cancels
@@ -599,10 +599,10 @@ class AsyncWorker(WorkerBase):
     # -- dispatcher ------------------------------------------------------------
     async def _on_dispatcher_connect(self, db: Any) -> None:
         if self.use_listen:
-            if await self.dialect.shares_sessions_async(db.connection, self.dsn_for("dispatcher")):
+            if await self.dialect.listener.shares_sessions_async(db.connection, self.dsn_for("dispatcher")):
                 raise self._listen_refused()
             channels = [await db.queue(q).channel() for q in self.routes]
-            await self.dialect.listen_async(db.connection, channels)
+            await self.dialect.listener.listen_async(db.connection, channels)
             self._channels = dict(zip(channels, self.routes))
         # After a (re)connect, anything pushed meanwhile must be looked at.
         self._wake_queues.update(self.routes)

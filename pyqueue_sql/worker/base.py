@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import dialects, errors
 from ..client import WorkerRegistration, default_worker_name
+from .batches import BatchLanes
 from .dispatch import Dispatch, RetryDue
 from .model import Handler, Job, Route, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
@@ -45,7 +46,7 @@ from .steps import (
 from .watch import Watch
 
 
-class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
+class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch):
     """What Worker (threads) and pyqueue_sql.aio.AsyncWorker (asyncio tasks) share: the
     configuration, the routes, stop and signals, the registry's bookkeeping, the logs, the
     counters and status(). A subclass provides _jobs() (the messages it holds) and _wake()
@@ -162,6 +163,8 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             self.commit_reserve = False
         self.registration: WorkerRegistration | None = None  # while running, when register=True
         self.routes: dict[str, Route] = {}
+        self.batch_routes = {}  # (queue, kind) -> BatchRoute: the batch kinds (batches.py)
+        self._lane_wakes = {}  # (queue, kind) -> set when more of a batch kind may be ready
         self.stats = WorkerStats()
         self.on_start: list[Callable[[Any], Any]] = []
         self.on_heartbeat: list[Callable[[Any], Any]] = []
@@ -334,7 +337,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         started (StartRunners), the dispatcher (registration, on_start, the reserve loop) until
         the stop, then the stop (StopRunners), the deregistration and the on_stop hooks. Returns
         True when it stopped cleanly (see Worker.run)."""
-        if not self.routes:
+        if not self.routes and not self.batch_routes:
             raise errors.InvalidArgumentError("the worker has no handlers")
         if install_signals is None:
             install_signals = threading.current_thread() is threading.main_thread()
@@ -391,8 +394,12 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
     def _starting(self) -> None:
         """Resets the run's state (run() calls it first, before it installs the signal handlers: a
         signal from then on is not reset away)."""
-        if not self.routes:
+        if not self.routes and not self.batch_routes:
             raise errors.InvalidArgumentError("the worker has no handlers")
+        if self.batch_routes and self.runtime != "threads":
+            raise errors.InvalidArgumentError(
+                "batch handlers run on the threaded Worker: serve their queues from a Worker of their own"
+            )
         self._check_handlers()
         self.connected = False  # until a connection opens: a refused login ends run() (steps.py)
         self._start_deadline = None if self.start_timeout is None else time.monotonic() + self.start_timeout

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from .model import Route, WorkerStats
+    from .model import RetryRule, Route, WorkerStats
 
 
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
@@ -122,6 +122,7 @@ class FailurePolicy:
     if TYPE_CHECKING:
 
         def stop(self, force: bool = False, *, reason: str | None = None) -> None: ...
+        def _batch_retry(self, job: Job) -> RetryRule | None: ...
 
     def _handled(self, job: Job, error: BaseException | None) -> bool:
         """Bookkeeping once a handler returned or raised; True when it was interrupted
@@ -139,11 +140,19 @@ class FailurePolicy:
             return 0.0
         if isinstance(error, Retry):
             return error.after
-        return self.routes[job.queue].retry_for(job.kind).delay(job.attempts, self._rng)
+        return self._retry_rule(job).delay(job.attempts, self._rng)
 
     def _gives_up(self, job: Job, error: BaseException, interrupted: bool) -> bool:
         """Whether a failure ends the message now (GiveUp, or its kind's policy does not retry it)."""
-        return not interrupted and not self.routes[job.queue].retry_for(job.kind).retries(error)
+        return not interrupted and not self._retry_rule(job).retries(error)
+
+    def _retry_rule(self, job: Job) -> RetryRule:
+        """The retry policy of the job's kind: a batch kind's (batches.py), else its route's."""
+        rule = self._batch_retry(job)
+        if rule is not None:
+            return rule
+        route = self.routes.get(job.queue)
+        return route.retry_for(job.kind) if route is not None else RetryPolicy()
 
     def _outcome(self, job: Job, outcome: str, error: str | None = None) -> None:
         for listener in self.on_outcome:

@@ -181,6 +181,7 @@ class Worker(WorkerBase):
         self._acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._watch_wake = threading.Event()  # a progress to write (Job.set_progress)
+        self._lanes: list[tuple[threading.Thread, list[bool]]] = []  # the batch kinds' (batches.py)
 
     def _jobs(self) -> list[Job]:
         with self._slots:
@@ -247,6 +248,52 @@ class Worker(WorkerBase):
             daemon=True,
         )
         self._watcher.start()
+        # concurrency counts the jobs a worker runs at once: a batch kind gets concurrency // size
+        # lanes (at least one), each running one batch at a time (batches.py). One lane per process
+        # drained a no-op backlog fastest on MariaDB (11,478 jobs/s against 9,945 with two and
+        # 7,069 with four, 2 processes, lanes that committed through the completer, 2026-11-28).
+        self._lanes = [
+            self._start_lane(route, i)
+            for route in self.batch_routes.values()
+            for i in range(max(1, self.concurrency // route.size))
+        ]
+
+    def _start_lane(self, route: Any, i: int) -> tuple[threading.Thread, list[bool]]:
+        """A batch kind's lane (batches.py): its steps on a thread and a connection of its own,
+        made as a handler thread's (an event loop for an async def handler, a stopper). The
+        first one of a kind long-polls, the others wait for its wakes."""
+        idle = [False]
+        conn = _Connection(self, "handler")
+        conn.loop = _EventLoop()
+        conn.stopper = ThreadStopper()
+
+        def lane() -> None:
+            try:
+                siblings = (
+                    None
+                    if i == 0
+                    else self._lane_wakes.setdefault((route.queue, route.kind), threading.Event())
+                )
+                self._steps(self._lane_steps(route, idle, siblings), conn)
+            except Exception:
+                log.exception("a batch lane failed", extra={"event": "error", "queue": route.queue})
+                self.stop(reason=f"the batch lane of {route.queue}/{route.kind} failed")
+            finally:
+                conn.loop.close()
+                conn.close()
+                run_on_thread_end(self.on_thread_end)
+
+        t = threading.Thread(target=lane, name=f"pyqueue-batch-{route.kind}-{i}", daemon=True)
+        t.start()
+        return t, idle
+
+    def _hold(self, jobs: list[Job]) -> None:
+        """A lane's batch, held as the handlers' jobs are (heartbeat, status, stop)."""
+        wake, inflight = self._watch_wake.set, self._inflight
+        with self._slots_lock:
+            for job in jobs:
+                job.on_progress = wake
+                inflight[(job.queue, job.key, job.kind)] = job
 
     def _stop_runners(self, op: StopRunners, conn: Any) -> None:
         self._shutdown()
@@ -272,7 +319,7 @@ class Worker(WorkerBase):
         return conn.run(lambda db: self._nested(self._listen_steps(db, op.deadline)), give_up=self._stopping)
 
     def _notifications(self, op: Notifications, conn: Any) -> list:
-        return self.dialect.wait_for_notification(op.db.connection, op.seconds)
+        return self.dialect.listener.wait_for_notification(op.db.connection, op.seconds)
 
     def _handle(self, op: Handle, conn: _Connection) -> BaseException | None:
         # inside the job's span when OpenTelemetry is installed (pyqueue_sql.tracing)
@@ -363,10 +410,10 @@ class Worker(WorkerBase):
     # -- dispatcher ------------------------------------------------------------
     def _on_dispatcher_connect(self, db: Database) -> None:
         if self.use_listen:
-            if self.dialect.shares_sessions(db.connection, self.dsn_for("dispatcher")):
+            if self.dialect.listener.shares_sessions(db.connection, self.dsn_for("dispatcher")):
                 raise self._listen_refused()
             channels = [db.queue(q).channel() for q in self.routes]
-            self.dialect.listen(db.connection, channels)
+            self.dialect.listener.listen(db.connection, channels)
             self._channels = dict(zip(channels, self.routes))
         # After a (re)connect, anything pushed meanwhile must be looked at.
         self._wake_queues.update(self.routes)
@@ -488,7 +535,9 @@ class Worker(WorkerBase):
         for _ in self._threads:
             self._pending.put(None)
         report_at = time.monotonic()
-        while any(t.is_alive() for t in self._threads) and not self._hard_stop.is_set():
+        # the handler threads, and the batch lanes (a batch that runs finishes)
+        running = self._threads + [lane for lane, _ in self._lanes]
+        while any(t.is_alive() for t in running) and not self._hard_stop.is_set():
             now = time.monotonic()
             if now >= deadline:
                 break

@@ -393,7 +393,7 @@ def test_replace_and_unschedule(queue, raw):
     (sched,) = queue.schedules()
     assert (sched.payload, sched.every_s, sched.cron) == ({"v": 2}, None, "*/5 * * * *")
     assert pending(raw, queue, "job", "tick") == [occurrence_key("job", at)]
-    assert queue.db.dialect.read_payload(
+    assert queue.db.dialect.codec.read_payload(
         raw("SELECT payload FROM pyqueue_message WHERE queue_name = %s AND p_kind = 'tick'", (queue.name,))[
             0
         ][0]

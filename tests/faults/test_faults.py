@@ -36,6 +36,8 @@ import pytest
 import pyqueue_sql
 from pyqueue_sql import dialects, migrate
 
+from ..helpers import wait_for
+
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -81,14 +83,6 @@ HANDLERS = {"threads": "fault_handler", "asyncio": "async_fault_handler"}
 
 
 # -- helpers ------------------------------------------------------------------------
-
-
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(poll)
 
 
 class WorkerProcess:

@@ -19,7 +19,8 @@ import pyqueue_sql
 from pyqueue_sql import Worker
 from pyqueue_sql.aio.worker import AsyncWorker
 
-from .test_worker import ROOT, running, wait_for
+from ..helpers import wait_for
+from .test_worker import ROOT, running
 
 RUNTIMES = {"threads": Worker, "asyncio": AsyncWorker}
 
