@@ -39,10 +39,17 @@ class DependencyRules:
         kind=kinds,
         picks=st.lists(st.integers(0, 50), min_size=1, max_size=3),
         run_on=st.sampled_from((None, "success", "failure", "always")),
+        via=st.sampled_from(("sql", "headers", "batch")),
     )
-    @covers("queue_push_after", "queue_push_after_on")
-    def push_after(self, key, kind, picks, run_on):
-        """queue_push_after (run_on None) or queue_push_after_on: the child waits for its live parents.
+    @covers(
+        "queue_push_after",
+        "queue_push_after_on",
+        "queue_push_after_on_with_headers",
+        "queue_push_after_batch",
+    )
+    def push_after(self, key, kind, picks, run_on, via="sql"):
+        """queue_push_after (run_on None) or queue_push_after_on (plain SQL), its _with_headers
+        sibling or queue_push_after_batch (via): the child waits for its live parents.
         success: refused when a parent failed, was cancelled or is unknown; ready when every one
         succeeded. failure (a failure callback): refused when every parent succeeded already; ready at
         once when one failed or was cancelled already. always: ready when no parent is live."""
@@ -75,6 +82,11 @@ class DependencyRules:
         try:
             if run_on is None:
                 got = self.q("P").push_after(key, kind, {"n": pid}, refs)
+            elif via == "headers":  # queue_push_after_on_with_headers (priority 0, as the model's)
+                got = self.q("P").push_after(key, kind, {"n": pid}, refs, run_on=run_on, priority=0)
+            elif via == "batch":  # queue_push_after_batch of one message
+                one = {"key": key, "kind": kind, "payload": {"n": pid}, "parents": refs, "run_on": run_on}
+                got = bool(self.q("P").push_after_many([one]))
             else:
                 got = self.push_after_on(key, kind, {"n": pid}, refs, run_on)
         except Exception as e:  # noqa: BLE001 - checked against the model
