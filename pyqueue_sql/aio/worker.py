@@ -208,7 +208,7 @@ class AsyncWorker(WorkerBase):
         # Successes are acknowledged in batches by the completer (see Worker); commit_reserve=True
         # chains each success with the reserve of a next message instead (the group commit).
         super().__init__(dsn, commit_reserve=bool(commit_reserve), **settings)
-        self.connections = min(self.concurrency, 4) if connections is None else connections
+        self.connections = min(self.settings.concurrency, 4) if connections is None else connections
         if self.connections < 1:
             raise errors.InvalidArgumentError("connections must be at least 1")
 
@@ -310,7 +310,7 @@ class AsyncWorker(WorkerBase):
         self._acks_closed = True
         self._acks_ready.set()
         self._acks_full.set()  # ends the completer's wait for more
-        await asyncio.wait({completer}, timeout=max(self.shutdown_timeout, 5.0))
+        await asyncio.wait({completer}, timeout=max(self.settings.shutdown_timeout, 5.0))
         self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
         self._ahard.set()
         completer.cancel()
@@ -482,7 +482,7 @@ class AsyncWorker(WorkerBase):
     def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
         self._acks.append((job, elapsed_ms))
         self._acks_ready.set()
-        if len(self._acks) >= self.ack_batch:
+        if len(self._acks) >= self.settings.ack_batch:
             self._acks_full.set()
 
     async def _completer(self) -> None:
@@ -496,10 +496,17 @@ class AsyncWorker(WorkerBase):
                 await self._acks_ready.wait()
                 if not self._acks and self._acks_closed:
                     return
-                if self.ack_interval > 0 and len(self._acks) < self.ack_batch and not self._acks_closed:
-                    await _wait_event(self._acks_full, self.ack_interval)
-                batch, self._acks = self._acks[: self.ack_batch], self._acks[self.ack_batch :]
-                if len(self._acks) < self.ack_batch:
+                if (
+                    self.settings.ack_interval > 0
+                    and len(self._acks) < self.settings.ack_batch
+                    and not self._acks_closed
+                ):
+                    await _wait_event(self._acks_full, self.settings.ack_interval)
+                batch, self._acks = (
+                    self._acks[: self.settings.ack_batch],
+                    self._acks[self.settings.ack_batch :],
+                )
+                if len(self._acks) < self.settings.ack_batch:
                     self._acks_full.clear()
                 if not self._acks and not self._acks_closed:
                     self._acks_ready.clear()
@@ -620,7 +627,7 @@ class AsyncWorker(WorkerBase):
         for job in jobs:
             job.on_progress = self._progress_set
             self._inflight[(job.queue, job.key, job.kind)] = job
-            if self._handler_tasks >= self.concurrency:
+            if self._handler_tasks >= self.settings.concurrency:
                 self._waiting.append(job)  # prefetched: the next task that is free runs it
                 continue
             self._handler_tasks += 1
@@ -664,7 +671,7 @@ class AsyncWorker(WorkerBase):
     async def _shutdown(self) -> None:
         # Tasks that had not started their handler hand their message back at once
         # (they see _stopping); running ones get until the deadline.
-        deadline = time.monotonic() + self.shutdown_timeout
+        deadline = time.monotonic() + self.settings.shutdown_timeout
         self._stop_deadline = deadline
         while self._waiting:  # prefetched messages go back at once, whatever the handlers do
             task = asyncio.create_task(self._steps(self._serve_steps(self._waiting.popleft()), None))

@@ -22,11 +22,6 @@ from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
 from .runners import RunnerPool
 from .settings import (
-    ACK_BATCH,
-    ACK_INTERVAL,
-    LONG_POLL_CHECK,
-    LONG_POLL_WAIT,
-    START_TIMEOUT,
     WorkerSettings,
 )
 from .settings import default_prefetch as default_prefetch
@@ -54,113 +49,21 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
 
     runtime = "threads"  # how handlers run (the start event says it): "threads" or "asyncio"
 
-    def __init__(
-        self,
-        dsn: str,
-        *,
-        concurrency: int = 4,
-        name: str | None = None,
-        lease: float = 30.0,
-        poll_fallback: float | None = None,
-        poll_min: float = 0.05,
-        poll_max: float = 1.0,
-        linger: float = 0.1,
-        long_poll_wait: float = LONG_POLL_WAIT,
-        long_poll_check: float = LONG_POLL_CHECK,
-        shutdown_timeout: float = 30.0,
-        listen: bool = True,
-        listen_dsn: str | None = None,
-        register: bool = True,
-        release_dead_after: float | None = None,
-        commit_reserve: bool | None = None,
-        prefetch: int | None = None,
-        ack_batch: int = ACK_BATCH,
-        ack_interval: float = ACK_INTERVAL,
-        start_timeout: float | None = START_TIMEOUT,
-        max_stuck: int | None = None,
-        max_jobs: int | None = None,
-    ) -> None:
-        # checked in one place (settings.py); what depends on the database is resolved below
-        self.settings = WorkerSettings(
-            concurrency=concurrency,
-            name=name,
-            lease=lease,
-            poll_fallback=poll_fallback,
-            poll_min=poll_min,
-            poll_max=poll_max,
-            linger=linger,
-            long_poll_wait=long_poll_wait,
-            long_poll_check=long_poll_check,
-            shutdown_timeout=shutdown_timeout,
-            listen=listen,
-            listen_dsn=listen_dsn,
-            register=register,
-            release_dead_after=release_dead_after,
-            commit_reserve=commit_reserve,
-            prefetch=prefetch,
-            ack_batch=ack_batch,
-            ack_interval=ack_interval,
-            start_timeout=start_timeout,
-            max_stuck=max_stuck,
-            max_jobs=max_jobs,
-        )
+    def __init__(self, dsn: str, **settings: Any) -> None:
+        # The settings are WorkerSettings' fields (declared and checked there, once; the signature
+        # below is made from them); what depends on the database is resolved by the properties
+        # below, read from self.settings, never copied.
+        self.settings = WorkerSettings(**settings)
         self.dsn = dsn
         self.dialect = dialects.for_dsn(dsn)
-        self.concurrency = concurrency
-        self.name = name or default_worker_name()
-        self.lease = float(lease)
-        self.poll_fallback = float(
-            poll_fallback
-            if poll_fallback is not None
-            else (5.0 if self.dialect.supports_listen else poll_max)
-        )
-        self.poll_min = poll_min
-        self.poll_max = poll_max
-        self.linger = linger
-        self.long_poll_wait = long_poll_wait
-        self.long_poll_check = long_poll_check
-        self.shutdown_timeout = shutdown_timeout
-        # Before its first connection, a worker that cannot reach the database gives up after
-        # start_timeout seconds (one error naming why); once connected, it reconnects for ever.
-        self.start_timeout = None if start_timeout is None else float(start_timeout)
-        self._start_deadline: float | None = None
-        self.use_listen = listen and self.dialect.supports_listen
         # Behind a transaction pooler (PgBouncer's pool_mode = transaction) a LISTEN is left behind
         # in a server session the next transaction no longer has: the dispatcher (which LISTENs)
         # then connects to listen_dsn, a direct connection to the server, and everything else to dsn.
+        listen_dsn = self.settings.listen_dsn
         if listen_dsn is not None and dialects.for_dsn(listen_dsn).name != self.dialect.name:
             raise errors.InvalidArgumentError("listen_dsn must name the same database as dsn, directly")
-        self.listen_dsn = listen_dsn
-        self.register = register
-        self.release_dead_after = release_dead_after
-        # Where queue_commit_reserve is one transaction of the server's (PostgreSQL). On
-        # MySQL/MariaDB it is one transaction of its own too (opened by the procedure on MariaDB,
-        # by the client on MySQL 8.0), and under many handlers of one queue it measured well under
-        # the throughput of a commit plus the dispatcher's batched reserve (bench/async_worker.py
-        # --commit-reserve on and off, at commit c44a52f: 224 against 581 msg/s, 32 handlers of
-        # 20 ms, 1,000 messages, 2026-11-24, when the client opened the transaction on MariaDB too);
-        # commit_reserve=True asks for it anyway.
-        self.commit_reserve = (
-            "commit_reserve" not in self.dialect.own_transaction_statements
-            if commit_reserve is None
-            else bool(commit_reserve)
-        )
-        # Messages reserved beyond the free handlers, so that a handler that finishes finds its
-        # next message at hand instead of waiting a reserve's round trip.
-        self.prefetch = default_prefetch(concurrency) if prefetch is None else prefetch
-        # Successes are acknowledged together (queue_commit_batch): up to ack_batch at once, at
-        # most ack_interval seconds after the first of them finished (see Worker, AsyncWorker).
-        self.ack_batch = ack_batch
-        self.ack_interval = float(ack_interval)
-        # Plain handlers' threads stuck past their time limit (runners.py): one more than max_stuck
-        # stops the worker, which exits for its supervisor to start a fresh one.
-        self.max_stuck = concurrency if max_stuck is None else max_stuck
-        # After max_jobs messages reserved the worker stops taking more, finishes them and stops
-        # (`pyqueue-sql worker --max-jobs`: --processes starts the process again). None: no limit.
-        self.max_jobs = max_jobs
-        if max_jobs is not None:
-            # a commit that reserves the next message would take more than max_jobs
-            self.commit_reserve = False
+        self._default_name = default_worker_name()
+        self._start_deadline: float | None = None
         self.registration: WorkerRegistration | None = None  # while running, when register=True
         self.routes: dict[str, Route] = {}
         self.batch_routes = {}  # (queue, kind) -> BatchRoute: the batch kinds (batches.py)
@@ -203,16 +106,63 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
 
     def dsn_for(self, role: str) -> str:
         """Where a connection of this role goes: the LISTENing dispatcher's to listen_dsn if given."""
-        if role == "dispatcher" and self.use_listen and self.listen_dsn is not None:
-            return self.listen_dsn
+        if role == "dispatcher" and self.use_listen and self.settings.listen_dsn is not None:
+            return self.settings.listen_dsn
         return self.dsn
+
+    # -- the settings resolved against the database ---------------------------------
+    @property
+    def name(self) -> str:
+        return self.settings.name or self._default_name
+
+    @property
+    def use_listen(self) -> bool:
+        return self.settings.listen and self.dialect.supports_listen
+
+    @property
+    def poll_fallback(self) -> float:
+        given = self.settings.poll_fallback
+        if given is not None:
+            return float(given)
+        return 5.0 if self.dialect.supports_listen else float(self.settings.poll_max)
+
+    @property
+    def commit_reserve(self) -> bool:
+        """Where queue_commit_reserve is one transaction of the server's (PostgreSQL). On
+        MySQL/MariaDB it is one transaction of its own too (opened by the procedure on MariaDB, by
+        the client on MySQL 8.0), and under many handlers of one queue it measured well under the
+        throughput of a commit plus the dispatcher's batched reserve (bench/async_worker.py
+        --commit-reserve on and off, at commit c44a52f: 224 against 581 msg/s, 32 handlers of
+        20 ms, 1,000 messages, 2026-11-24, when the client opened the transaction on MariaDB too);
+        commit_reserve=True asks for it anyway. With max_jobs, never: a commit that reserves the
+        next message would take more than max_jobs."""
+        if self.settings.max_jobs is not None:
+            return False
+        given = self.settings.commit_reserve
+        if given is None:
+            return "commit_reserve" not in self.dialect.own_transaction_statements
+        return bool(given)
+
+    @property
+    def prefetch(self) -> int:
+        """Messages reserved beyond the free handlers, so that a handler that finishes finds its
+        next message at hand instead of waiting a reserve's round trip."""
+        given = self.settings.prefetch
+        return default_prefetch(self.settings.concurrency) if given is None else given
+
+    @property
+    def max_stuck(self) -> int:
+        """Plain handlers' threads stuck past their time limit (runners.py): one more than
+        max_stuck stops the worker, which exits for its supervisor to start a fresh one."""
+        given = self.settings.max_stuck
+        return self.settings.concurrency if given is None else given
 
     def _listen_refused(self) -> errors.QueueError:
         """The error that ends run() when the dispatcher would LISTEN through a transaction pooler
         (raised from its on-connect; the stop also ends a run without registration, whose reserve
         loop would otherwise log the error and connect again, forever)."""
         self.stop(reason="LISTEN through a transaction pooler")
-        which = "dsn" if self.listen_dsn is None else "listen_dsn too"
+        which = "dsn" if self.settings.listen_dsn is None else "listen_dsn too"
         return errors.InvalidArgumentError(
             f"the worker would LISTEN through a transaction pooler ({which}: two client connections "
             "were served by one server session, as PgBouncer's pool_mode = transaction does): the LISTEN "
@@ -382,7 +332,7 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
     def _serving_steps(self):
         """The dispatcher's connection from the start to the stop: the registration, the on_start
         hooks, then the reserve loop."""
-        if self.register:
+        if self.settings.register:
             try:
                 yield from self._register_steps(False)
             except StoppedError:
@@ -402,7 +352,9 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
             )
         self._check_handlers()
         self.connected = False  # until a connection opens: a refused login ends run() (steps.py)
-        self._start_deadline = None if self.start_timeout is None else time.monotonic() + self.start_timeout
+        self._start_deadline = (
+            None if self.settings.start_timeout is None else time.monotonic() + self.settings.start_timeout
+        )
         self._stopping.clear()
         self._hard_stop.clear()
         self.stopped.clear()
@@ -430,7 +382,7 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
                 "event": "start",
                 "worker": self.name,
                 "queues": sorted(self.routes),
-                "concurrency": self.concurrency,
+                "concurrency": self.settings.concurrency,
                 "dialect": self.dialect.name,
                 "listen": self.use_listen,
                 "runtime": self.runtime,
@@ -497,7 +449,7 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
             state=state,
             reserve_as=self.reserve_as,
             worker_id=None if reg is None else reg.worker_id,
-            concurrency=self.concurrency,
+            concurrency=self.settings.concurrency,
             running=tuple(self._running()),
             waiting=tuple(self._unstarted()),
             stats=dataclasses.replace(self.stats),
@@ -525,3 +477,29 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
         if st.last_error:
             line += f", error: {st.last_error[:120]}"
         return line
+
+
+def _settings_signature() -> inspect.Signature:
+    """WorkerBase.__init__'s signature as help() and inspect show it: dsn, then WorkerSettings'
+    fields as keywords with their defaults (declared there, once)."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter("dsn", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str"),
+            *(
+                inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type)
+                for f in dataclasses.fields(WorkerSettings)
+            ),
+        ],
+        return_annotation="None",
+    )
+
+
+WorkerBase.__init__.__signature__ = _settings_signature()  # type: ignore[attr-defined]
+
+# The other settings, readable as the worker's attributes (worker.lease, worker.concurrency...)
+for _field in dataclasses.fields(WorkerSettings):
+    if not hasattr(WorkerBase, _field.name):
+        setattr(WorkerBase, _field.name, property(lambda self, _n=_field.name: getattr(self.settings, _n)))
+del _field

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .model import WorkerStats
+    from .settings import WorkerSettings
 
 # How often a wait looks at the stop and at a newly scheduled retry (seconds).
 WAIT_SLICE = 0.25
@@ -145,19 +146,13 @@ class Dispatch:
     """WorkerBase's part for the reserve loop and the handling of each message (steps: see
     steps.py). A subclass provides _start_jobs, _release and _nested."""
 
-    # The state it uses and does not make: the settings (base.py) ...
-    concurrency: int
-    max_jobs: int | None
-    lease: float
+    # The state it uses and does not make: the settings (settings.py), as given and as resolved
+    # against the database (base.py) ...
+    settings: WorkerSettings
     prefetch: int
     commit_reserve: bool
     use_listen: bool
     poll_fallback: float
-    poll_min: float
-    poll_max: float
-    linger: float
-    long_poll_wait: float
-    long_poll_check: float
     # ... the configuration and the counters ...
     routes: dict[str, Route]
     stats: WorkerStats
@@ -256,7 +251,7 @@ class Dispatch:
         avg = self._handler_avg
         if avg is None or not self.prefetch:
             return 0
-        return min(self.prefetch, int(self.concurrency * PREFETCH_HORIZON / max(avg, 1e-6)))
+        return min(self.prefetch, int(self.settings.concurrency * PREFETCH_HORIZON / max(avg, 1e-6)))
 
     def _note_handler_time(self, seconds: float) -> None:
         """Keeps the handlers' average time (moving: recent handlers weigh most)."""
@@ -266,16 +261,16 @@ class Dispatch:
     def _free(self) -> int:
         """How many more messages the worker may hold: its handlers and its prefetch (and, with
         max_jobs, no more than it has left to take)."""
-        free = self.concurrency + self._prefetch_now() - len(self._jobs())
-        if self.max_jobs is not None:
-            free = min(free, self.max_jobs - self.stats.reserved)
+        free = self.settings.concurrency + self._prefetch_now() - len(self._jobs())
+        if self.settings.max_jobs is not None:
+            free = min(free, self.settings.max_jobs - self.stats.reserved)
         return free
 
     def _refill_at(self) -> int:
         """The dispatcher reserves again once the worker holds fewer messages than this: a free
         handler when there is no prefetch, else half the prefetch used up (so that it reserves
         in batches, not one message each time a handler finishes)."""
-        return self.concurrency + (self._prefetch_now() + 1) // 2
+        return self.settings.concurrency + (self._prefetch_now() + 1) // 2
 
     def _long_poll(self) -> bool:
         """Whether the idle wait is the server's long poll (queue_wait): one queue, no LISTEN."""
@@ -288,9 +283,9 @@ class Dispatch:
             listen=self.use_listen,
             long_poll=self._long_poll(),
             poll_fallback=self.poll_fallback,
-            long_poll_wait=self.long_poll_wait,
+            long_poll_wait=self.settings.long_poll_wait,
             poll=poll,
-            poll_max=self.poll_max,
+            poll_max=self.settings.poll_max,
             due=due,
             recheck_in=None if recheck_at is None else recheck_at - now,
             retry_in=None if retry_at is None else retry_at - now,
@@ -315,10 +310,10 @@ class Dispatch:
         )
 
     def _commit_reserve_args(self, route: Route) -> dict[str, Any]:
-        return dict(n=1, worker=self.reserve_as, timeout=self.lease, kinds=route.kinds())
+        return dict(n=1, worker=self.reserve_as, timeout=self.settings.lease, kinds=route.kinds())
 
     def _reserve_args(self, route: Route, n: int) -> dict[str, Any]:
-        return dict(n=n, worker=self.reserve_as, timeout=self.lease, kinds=route.kinds())
+        return dict(n=n, worker=self.reserve_as, timeout=self.settings.lease, kinds=route.kinds())
 
     def _handler_of(self, job: Job) -> tuple[Route, Handler]:
         """The job's route and handler (a QueueError, the message's failure, when its kind has none)."""
@@ -358,17 +353,17 @@ class Dispatch:
                 backoff = min(backoff * 2, 30.0)
 
     def _reserve_loop_steps(self):
-        poll = self.poll_min
+        poll = self.settings.poll_min
         recheck_at: float | None = None
         long_poll = self._long_poll()
         nothing_ready = False  # the last long poll timed out: no reserve needed
         rechecked_due_now = False  # the last empty round was already followed by one at once
         while not self._stopping.is_set():
-            if self.max_jobs is not None and self.stats.reserved >= self.max_jobs:
+            if self.settings.max_jobs is not None and self.stats.reserved >= self.settings.max_jobs:
                 yield from self._max_jobs_steps()
                 return
             if nothing_ready:
-                nothing_ready = not (yield from self._wait_steps(self.long_poll_wait))
+                nothing_ready = not (yield from self._wait_steps(self.settings.long_poll_wait))
                 continue
             yield WAIT_SLOTS
             if self._stopping.is_set():
@@ -382,7 +377,7 @@ class Dispatch:
                 got += yield from self._reserve_steps(self.routes[name], free)
             self._round_done()
             if got:
-                poll = self.poll_min
+                poll = self.settings.poll_min
                 rechecked_due_now = False
                 continue
             yield Hooks(self.on_idle, None)
@@ -400,7 +395,7 @@ class Dispatch:
             recheck_at = None
             woke = yield from self._wait_steps(timeout)
             if woke and self.use_listen:
-                recheck_at = self._clock() + self.linger
+                recheck_at = self._clock() + self.settings.linger
             # queue_wait watches the next scheduled_at itself, so a timed-out
             # long poll goes straight into the next one (one query per wait).
             nothing_ready = long_poll and not woke and not self._wake_queues
@@ -411,13 +406,13 @@ class Dispatch:
         process again)."""
         log.info(
             "took its %d jobs (max_jobs): taking no more, stopping once they have ended",
-            self.max_jobs,
-            extra={"event": "max_jobs", "max_jobs": self.max_jobs},
+            self.settings.max_jobs,
+            extra={"event": "max_jobs", "max_jobs": self.settings.max_jobs},
         )
         while self._jobs():
             if (yield Sleep(0.05)):
                 return
-        self.stop(reason=f"max_jobs {self.max_jobs} reached")
+        self.stop(reason=f"max_jobs {self.settings.max_jobs} reached")
 
     def _next_due_steps(self):
         """(seconds to the earliest next scheduled_at, whether one is due already)."""
@@ -448,7 +443,9 @@ class Dispatch:
                 "wait",
                 route.queue,
                 kwargs=dict(
-                    timeout=round(timeout, 6) or 0.000001, poll=self.long_poll_check, kinds=route.kinds()
+                    timeout=round(timeout, 6) or 0.000001,
+                    poll=self.settings.long_poll_check,
+                    kinds=route.kinds(),
                 ),
             )
             if woke:
@@ -474,7 +471,7 @@ class Dispatch:
         return False
 
     def _reserve_steps(self, route: Route, n: int):
-        lease_until = self._clock() + self.lease
+        lease_until = self._clock() + self.settings.lease
         rows = yield RetriedCall("reserve", route.queue, kwargs=self._reserve_args(route, n))
         made = self._job_type.reserved
         jobs = [made(r, lease_until) for r in rows]
@@ -485,7 +482,7 @@ class Dispatch:
     # -- a message's way ----------------------------------------------------------------
     def _serve_steps(self, job: Job | None):
         """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
-        stopping, clock, low = self._stopping, self._clock, self.lease / 3
+        stopping, clock, low = self._stopping, self._clock, self.settings.lease / 3
         stuck = self._runners.stuck
         while job is not None:
             if stopping.is_set():
@@ -544,7 +541,7 @@ class Dispatch:
         if not chain:
             return DEFERRED, []
         route = self.routes[q]
-        lease_until = self._clock() + self.lease
+        lease_until = self._clock() + self.settings.lease
         ok, rows = yield RetriedCall(
             "commit_reserve", q, (job.reservation,), self._commit_reserve_args(route), hard=True
         )

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .model import Route, WorkerStats
+    from .settings import WorkerSettings
 
 
 class Registry:
@@ -25,8 +26,7 @@ class Registry:
 
     # The state it uses and does not make (WorkerBase.__init__, base.py)
     name: str
-    lease: float
-    release_dead_after: float | None
+    settings: WorkerSettings
     registration: WorkerRegistration | None
     registered: threading.Event
     routes: dict[str, Route]
@@ -89,7 +89,7 @@ class Registry:
                 extra={
                     "event": "release_dead",
                     "released": released,
-                    "older_than_s": self.release_dead_after,
+                    "older_than_s": self.settings.release_dead_after,
                 },
             )
 
@@ -130,7 +130,7 @@ class Registry:
     def _heartbeat_loop_steps(self):
         """The heartbeat: a tick every lease/3. It runs through a graceful stop (running handlers
         still need their reservations extended) and ends with the hard stop."""
-        while not (yield Wait(HARD_STOP, self.lease / 3)):
+        while not (yield Wait(HARD_STOP, self.settings.lease / 3)):
             try:
                 yield from self._heartbeat_steps()
             except StoppedError:
@@ -150,7 +150,7 @@ class Registry:
         yield Hooks(self.on_heartbeat, "on_heartbeat")
 
     def _extend_steps(self, job: Job):
-        if job.lease_until is not None and job.lease_until - self._clock() > self.lease * 0.75:
+        if job.lease_until is not None and job.lease_until - self._clock() > self.settings.lease * 0.75:
             # Reserved or extended within the last quarter lease (most of a busy worker's
             # messages): the next tick, lease/3 from now, still finds 5/12 of the lease left.
             return
@@ -158,11 +158,11 @@ class Registry:
         try:
             if job.done or self._hard_stop.is_set():
                 return
-            lease_until = self._clock() + self.lease
+            lease_until = self._clock() + self.settings.lease
             try:
                 # queue_renew: queue_extend, and whether a cancel of the message was requested
                 new, cancel_requested = yield RetriedCall(
-                    "renew", job.queue, (job.reservation,), {"timeout": self.lease}, hard=True
+                    "renew", job.queue, (job.reservation,), {"timeout": self.settings.lease}, hard=True
                 )
             except StoppedError:
                 return
@@ -183,9 +183,13 @@ class Registry:
         if reg is not None and not (yield RetriedCall("heartbeat_worker", args=(reg,), hard=True)):
             self._log_released(reg)
             yield from self._register_steps(True)
-        if self.release_dead_after is not None:
+        if self.settings.release_dead_after is not None:
             self._log_release_dead(
-                (yield RetriedCall("release_dead_workers", args=(self.release_dead_after,), hard=True))
+                (
+                    yield RetriedCall(
+                        "release_dead_workers", args=(self.settings.release_dead_after,), hard=True
+                    )
+                )
             )
 
     def _deregister_steps(self):

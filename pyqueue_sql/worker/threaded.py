@@ -225,7 +225,7 @@ class Worker(WorkerBase):
         """Begin, Finish: a thread needs no state of the run's own (its events are the worker's)."""
 
     def _start_runners(self, op: StartRunners, conn: Any) -> None:
-        for i in range(self.concurrency):
+        for i in range(self.settings.concurrency):
             t = threading.Thread(target=self._handler_loop, name=f"pyqueue-handler-{i}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -255,7 +255,7 @@ class Worker(WorkerBase):
         self._lanes = [
             self._start_lane(route, i)
             for route in self.batch_routes.values()
-            for i in range(max(1, self.concurrency // route.size))
+            for i in range(max(1, self.settings.concurrency // route.size))
         ]
 
     def _start_lane(self, route: Any, i: int) -> tuple[threading.Thread, list[bool]]:
@@ -299,7 +299,7 @@ class Worker(WorkerBase):
         self._shutdown()
         # Every handler has finished (or was abandoned): the completer flushes what is left.
         self._acks.put(None)
-        self._completer_thread.join(timeout=max(self.shutdown_timeout, 5.0))
+        self._completer_thread.join(timeout=max(self.settings.shutdown_timeout, 5.0))
         self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
         self._watch_wake.set()
         self._heartbeat.join(timeout=5)
@@ -485,8 +485,8 @@ class Worker(WorkerBase):
                 if first is None:
                     return
                 batch = [first]
-                flush_at = time.monotonic() + self.ack_interval
-                while len(batch) < self.ack_batch:
+                flush_at = time.monotonic() + self.settings.ack_interval
+                while len(batch) < self.settings.ack_batch:
                     left = flush_at - time.monotonic()
                     try:
                         item = self._acks.get(timeout=left) if left > 0 else self._acks.get_nowait()
@@ -519,7 +519,7 @@ class Worker(WorkerBase):
     def _shutdown(self) -> None:
         # Unstarted messages go back at once: the handler threads pick them off
         # the pending queue and hand them back because _stopping is set.
-        deadline = time.monotonic() + self.shutdown_timeout
+        deadline = time.monotonic() + self.settings.shutdown_timeout
         self._stop_deadline = deadline
         conn = _Connection(self, "shutdown")
         try:
