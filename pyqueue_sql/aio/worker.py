@@ -297,7 +297,7 @@ class AsyncWorker(WorkerBase):
             self._loop_on(self._heartbeat_conn, self._heartbeat_loop_steps()), name="pyqueue-heartbeat"
         )
         self._watcher = asyncio.create_task(
-            self._loop_on(_AsyncConnection(self, "watch"), self._watch_loop_steps()), name="pyqueue-watch"
+            self._loop_on(_AsyncConnection(self, "watch"), self.watch.loop_steps()), name="pyqueue-watch"
         )
 
     async def _stop_runners(self, op: StopRunners, conn: Any) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from .. import dialects, errors
 from ..client import WorkerRegistration, default_worker_name
 from .batches import BatchLanes
 from .dispatch import Dispatch, RetryDue
-from .model import Handler, Job, Route, WorkerStats, WorkerStatus, log
+from .model import Handler, Job, Route, RunState, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
 from .runners import RunnerPool
@@ -41,7 +40,7 @@ from .steps import (
 from .watch import Watch
 
 
-class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch):
+class WorkerBase(BatchLanes, Dispatch, Registry, Shutdown):
     """What Worker (threads) and pyqueue_sql.aio.AsyncWorker (asyncio tasks) share: the
     configuration, the routes, stop and signals, the registry's bookkeeping, the logs, the
     counters and status(). A subclass provides _jobs() (the messages it holds) and _wake()
@@ -68,7 +67,7 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
         self.routes: dict[str, Route] = {}
         self.batch_routes = {}  # (queue, kind) -> BatchRoute: the batch kinds (batches.py)
         self._lane_wakes = {}  # (queue, kind) -> set when more of a batch kind may be ready
-        self.stats = WorkerStats()
+        self.state = RunState()  # what the parts share while the worker runs
         self.on_start: list[Callable[[Any], Any]] = []
         self.on_heartbeat: list[Callable[[Any], Any]] = []
         self.on_stop: list[Callable[[Any], Any]] = []
@@ -86,8 +85,8 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
         # after run(): why the worker stopped on its own and wants a fresh process (too many stuck
         # handler threads), else None; run() then returns False
         self.failure: str | None = None
-        self._stopping = threading.Event()
-        self._hard_stop = threading.Event()
+        self._stopping = self.state.stopping
+        self._hard_stop = self.state.hard_stop
         self._state = "stopped"
         self._stop_reason: str | None = None
         self._stop_deadline: float | None = None
@@ -96,12 +95,12 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
         self._inflight: dict[tuple[str, str, str], Job] = {}
         self._wake_queues: set[str] = set()
         self._channels: dict[str, str] = {}  # LISTEN channel -> queue
-        self._rng = random.Random()
         self._clock: Callable[[], float] = time.monotonic  # what the dispatcher's waits read
         self._retry_due = RetryDue()
         self._handler_avg: float | None = None  # the handlers' average seconds (moving), see Dispatch
         self._runners = RunnerPool(self.on_thread_end, self._stuck_now)
-        self._max_attempts: dict[str, int] = {}  # per queue, read at the start (when allowed)
+        self.policy = FailurePolicy(self.state, self.routes, self.on_outcome, self.stop, self._batch_retry)
+        self.watch = Watch(self.state, self._jobs)
         self._setup()
 
     def dsn_for(self, role: str) -> str:
@@ -109,6 +108,11 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
         if role == "dispatcher" and self.use_listen and self.settings.listen_dsn is not None:
             return self.settings.listen_dsn
         return self.dsn
+
+    @property
+    def stats(self) -> WorkerStats:
+        """The counters of this worker (since it was made)."""
+        return self.state.stats
 
     # -- the settings resolved against the database ---------------------------------
     @property
@@ -254,7 +258,7 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
             except (errors.PermissionDeniedError, errors.UnknownQueueError):
                 continue
             # "attempt n of m" in the log of a retried failure (as read at the start)
-            self._max_attempts[route.queue] = settings.max_attempts
+            self.state.max_attempts[route.queue] = settings.max_attempts
             if route.stores and settings.result_retention is None:
                 kinds = ", ".join(sorted("every kind" if k is None else repr(k) for k in route.stores))
                 raise errors.InvalidArgumentError(

@@ -284,16 +284,16 @@ class BatchLanes:
             w._acknowledged(route.queue, entries, held)
         except StoppedError:
             for job in jobs:
-                w._log_abandoned(job)
+                w.policy.abandoned(job)
         except errors.InvalidArgumentError as exc:
             if route.store_result:
                 yield from w._commit_each_steps(entries)
             else:
                 for job in jobs:
-                    w._log_unfinishable(job, exc)
+                    w.policy.unfinishable(job, exc)
         except Exception as exc:  # e.g. the queue was dropped meanwhile: the lane goes on
             for job in jobs:
-                w._log_unfinishable(job, exc)
+                w.policy.unfinishable(job, exc)
         finally:
             for job in jobs:
                 job.done = True
@@ -311,13 +311,13 @@ class BatchLanes:
                     encode_json(job.result)
                 except errors.InvalidPayloadError as exc:
                     error = exc
-        interrupted = False if error is None else w._handled(job, error)
+        interrupted = False if error is None else w.policy.handled(job, error)
         lock = job.lock
         try:
             yield Acquire(lock)
             try:
                 if job.progress_pending:
-                    yield from w._write_progress_steps(job)
+                    yield from w.watch.write_progress_steps(job)
                 if error is None:
                     w._defer_ack(job, elapsed_ms)
                 else:
@@ -326,8 +326,8 @@ class BatchLanes:
             finally:
                 lock.release()
         except StoppedError:
-            w._log_abandoned(job)
+            w.policy.abandoned(job)
         except Exception as exc:  # e.g. the queue was dropped meanwhile: the lane goes on
-            w._log_unfinishable(job, exc)
+            w.policy.unfinishable(job, exc)
         finally:
             w._release(job)

@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .model import WorkerStats
+    from .policy import FailurePolicy
     from .settings import WorkerSettings
+    from .watch import Watch
 
 # How often a wait looks at the stop and at a newly scheduled retry (seconds).
 WAIT_SLICE = 0.25
@@ -156,6 +158,8 @@ class Dispatch:
     # ... the configuration and the counters ...
     routes: dict[str, Route]
     stats: WorkerStats
+    policy: FailurePolicy
+    watch: Watch
     on_idle: list[Callable[[Any], Any]]
     on_outcome: list[Callable[[Job, str, str | None], Any]]
     # ... and the run's state (WorkerBase.__init__ and _starting)
@@ -176,32 +180,6 @@ class Dispatch:
         # Registry (registry.py)
         def _jobs(self) -> list[Job]: ...
         def stop(self, force: bool = False, *, reason: str | None = None) -> None: ...
-        def _handled(self, job: Job, error: BaseException | None) -> bool: ...
-        def _failure_delay(
-            self, job: Job, interrupted: bool, error: BaseException | None = None
-        ) -> float: ...
-        def _gives_up(self, job: Job, error: BaseException, interrupted: bool) -> bool: ...
-        def _failed(
-            self,
-            job: Job,
-            error: BaseException,
-            text: str,
-            outcome: str | None,
-            delay: float,
-            elapsed_ms: float,
-            interrupted: bool,
-        ) -> None: ...
-        def _given_up(
-            self, job: Job, error: BaseException, text: str, outcome: str | None, elapsed_ms: float
-        ) -> None: ...
-        def _cancelled(self, job: Job, held: bool) -> None: ...
-        def _snoozed(self, job: Job, after: float, held: bool) -> None: ...
-        def _handed_back(self, job: Job) -> None: ...
-        @staticmethod
-        def _log_abandoned(job: Job) -> None: ...
-        @staticmethod
-        def _log_unfinishable(job: Job, exc: BaseException) -> None: ...
-        def _write_progress_steps(self, job: Job) -> Any: ...
         @property
         def reserve_as(self) -> str: ...
 
@@ -532,7 +510,7 @@ class Dispatch:
             # longer extends it, so the token the completer sends is the one it has now.
             self._defer_ack(job, elapsed_ms)
         else:
-            super()._committed(job, ok, elapsed_ms)
+            self.policy.committed(job, ok, elapsed_ms)
 
     def _commit_steps(self, job: Job, chain: bool):
         """Commits a handled message: (committed, the next jobs reserved in the same call). A
@@ -580,7 +558,7 @@ class Dispatch:
                     self._acknowledged(q, entries, held)
                 except StoppedError:
                     for job, _ in entries:
-                        self._log_abandoned(job)
+                        self.policy.abandoned(job)
                 except errors.InvalidArgumentError as exc:
                     if with_result:
                         # a result the queue refuses (larger than its max_payload, or the queue
@@ -588,10 +566,10 @@ class Dispatch:
                         yield from self._commit_each_steps(entries)
                     else:
                         for job, _ in entries:
-                            self._log_unfinishable(job, exc)
+                            self.policy.unfinishable(job, exc)
                 except Exception as exc:  # e.g. the queue was dropped meanwhile
                     for job, _ in entries:
-                        self._log_unfinishable(job, exc)
+                        self.policy.unfinishable(job, exc)
 
     def _commit_one_steps(self, job: Job, with_result: bool):
         if with_result:
@@ -605,16 +583,16 @@ class Dispatch:
             try:
                 self._committed(job, (yield from self._commit_one_steps(job, True)), elapsed_ms)
             except StoppedError:
-                self._log_abandoned(job)
+                self.policy.abandoned(job)
             except errors.InvalidArgumentError as exc:
                 try:
                     yield from self._fail_steps(job, exc, False, elapsed_ms)
                 except StoppedError:
-                    self._log_abandoned(job)
+                    self.policy.abandoned(job)
                 except Exception as again:
-                    self._log_unfinishable(job, again)
+                    self.policy.unfinishable(job, again)
             except Exception as exc:
-                self._log_unfinishable(job, exc)
+                self.policy.unfinishable(job, exc)
 
     def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None:
         """Counts and logs a batch whose queue_commit_batch said `held` of its reservations still
@@ -648,17 +626,17 @@ class Dispatch:
         if isinstance(error, Snooze) and not interrupted:
             yield from self._snooze_steps(job, error)
             return
-        if self._gives_up(job, error, interrupted):
+        if self.policy.gives_up(job, error, interrupted):
             outcome = yield from self._give_up_steps(job, text)
-            self._given_up(job, error, text, outcome, elapsed_ms)
+            self.policy.given_up(job, error, text, outcome, elapsed_ms)
             return
-        delay = self._failure_delay(job, interrupted, error)
+        delay = self.policy.failure_delay(job, interrupted, error)
         outcome = yield RetriedCall(
             "fail", job.queue, (job.reservation,), {"error": text, "delay": delay}, hard=True
         )
         if outcome == "retry":
             self._retry_due.note(self._clock() + delay)
-        self._failed(job, error, text, outcome, delay, elapsed_ms, interrupted)
+        self.policy.failed(job, error, text, outcome, delay, elapsed_ms, interrupted)
 
     def _snooze_steps(self, job: Job, snooze: Snooze):
         # queue_snooze gives the attempt back; a client without it (an older one) hands the
@@ -674,7 +652,7 @@ class Dispatch:
         held = yield RetriedCall(method, job.queue, (job.reservation,), {"delay": snooze.after}, hard=True)
         if held:
             self._retry_due.note(self._clock() + snooze.after)
-        self._snoozed(job, snooze.after, bool(held))
+        self.policy.snoozed(job, snooze.after, bool(held))
 
     def _give_up_steps(self, job: Job, text: str):
         """Ends a reserved message now with queue_give_up: into its queue's dead-letter queue
@@ -712,7 +690,7 @@ class Dispatch:
                 self._release(job)  # abandoned: the message comes back after its lease
                 raise error
             cancelled = stopped_for_cancel(job, error)
-            interrupted = False if cancelled else self._handled(job, error)
+            interrupted = False if cancelled else self.policy.handled(job, error)
         elapsed_ms = round((time.monotonic() - started_at) * 1000, 3)
         successors: list[Job] = []
         lock = job.lock
@@ -720,7 +698,7 @@ class Dispatch:
             yield Acquire(lock)
             try:
                 if job.progress_pending:  # the last progress goes with the result
-                    yield from self._write_progress_steps(job)
+                    yield from self.watch.write_progress_steps(job)
                 if error is None:
                     if self.commit_reserve and self._chains(interrupted) and not job.store_result:
                         ok, successors = yield from self._commit_steps(job, True)
@@ -731,7 +709,7 @@ class Dispatch:
                         # extends it, so the token the completer sends is the one it has now.
                         self._defer_ack(job, elapsed_ms)
                 elif cancelled:
-                    self._cancelled(
+                    self.policy.cancelled(
                         job, (yield RetriedCall("cancel_held", job.queue, (job.reservation,), hard=True))
                     )
                 else:
@@ -740,9 +718,9 @@ class Dispatch:
             finally:
                 lock.release()
         except StoppedError:
-            self._log_abandoned(job)
+            self.policy.abandoned(job)
         except Exception as exc:  # e.g. the queue was dropped meanwhile: keep the handler alive
-            self._log_unfinishable(job, exc)
+            self.policy.unfinishable(job, exc)
         finally:
             self._release(job, successors)
         return successors[0] if successors else None
@@ -761,7 +739,7 @@ class Dispatch:
                 job.lock.release()
             if delay:
                 self._retry_due.note(self._clock() + delay)
-            self._handed_back(job)
+            self.policy.handed_back(job)
         except StoppedError:
             pass
         except Exception:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -248,6 +249,19 @@ class WorkerStats:
     cancelled: int = 0  # handlers that stopped for a cancel (queue_cancel_held)
     given_up: int = 0  # ended now, not retried (GiveUp, or an error the policy gives up on)
     snoozed: int = 0  # given back for later without using an attempt (Snooze)
+
+
+@dataclass(eq=False)
+class RunState:
+    """What the worker's parts share while it runs, made once by WorkerBase and handed to each
+    part (the failure policy, the dispatcher, the registry...): the counters, the stop's events,
+    the random source of the retry jitter and each queue's max_attempts as read at the start."""
+
+    stats: WorkerStats = field(default_factory=lambda: WorkerStats())
+    stopping: threading.Event = field(default_factory=threading.Event)
+    hard_stop: threading.Event = field(default_factory=threading.Event)
+    rng: random.Random = field(default_factory=random.Random)
+    max_attempts: dict[str, int] = field(default_factory=dict)  # per queue, read at the start
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from .model import Route, WorkerStats
     from .settings import WorkerSettings
+    from .watch import Watch
 
 
 class Registry:
@@ -27,6 +28,7 @@ class Registry:
     # The state it uses and does not make (WorkerBase.__init__, base.py)
     name: str
     settings: WorkerSettings
+    watch: Watch
     registration: WorkerRegistration | None
     registered: threading.Event
     routes: dict[str, Route]
@@ -38,7 +40,6 @@ class Registry:
     if TYPE_CHECKING:
         # the parts it works with: the runner, Watch (watch.py)
         def _jobs(self) -> list[Job]: ...
-        def _cancel_seen(self, job: Job) -> None: ...
 
     @property
     def reserve_as(self) -> str:
@@ -176,7 +177,7 @@ class Registry:
         finally:
             job.lock.release()
         if new is not None and cancel_requested:
-            self._cancel_seen(job)
+            self.watch.cancel_seen(job)
 
     def _registry_tick_steps(self):
         reg = self.registration

@@ -243,7 +243,7 @@ class Worker(WorkerBase):
         self._completer_thread.start()
         self._watcher = threading.Thread(
             target=self._loop_on,
-            args=(_Connection(self, "watch"), self._watch_loop_steps()),
+            args=(_Connection(self, "watch"), self.watch.loop_steps()),
             name="pyqueue-watch",
             daemon=True,
         )

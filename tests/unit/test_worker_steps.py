@@ -576,14 +576,14 @@ def test_the_heartbeat_ticks_every_third_of_the_lease_until_the_hard_stop():
 
 def test_the_watcher_waits_for_a_progress_or_its_poll_and_survives_a_round_s_error(caplog):
     """The watcher's loop (both runners drive it): a wait for a progress to write, as long as
-    _watch_timeout allows, then a round; a round's unexpected error is logged and the loop goes
+    Watch.timeout allows, then a round; a round's unexpected error is logged and the loop goes
     on; a stopped call or the hard stop ends it."""
     from pyqueue_sql.worker.watch import WATCH_IDLE
 
     worker, _ = make_worker(PG)
     job = Job(reservation(key="slow"))
     worker._inflight = {("q", "slow", "welcome"): job}
-    steps = Steps(worker._watch_loop_steps())
+    steps = Steps(worker.watch.loop_steps())
     assert steps.op == Wait(WATCH, WATCH_IDLE)
     job.set_progress({"rows": 1})
     assert steps.answer(True) == Acquire(job.lock)
@@ -596,7 +596,7 @@ def test_the_watcher_waits_for_a_progress_or_its_poll_and_survives_a_round_s_err
     assert (call.method, call.args) == ("set_progress", (job.reservation, {"rows": 1}))
     steps.throw(StoppedError())
     assert steps.done
-    steps = Steps(worker._watch_loop_steps())
+    steps = Steps(worker.watch.loop_steps())
     worker._hard_stop.set()
     steps.answer(False)
     assert steps.done
@@ -628,9 +628,9 @@ def test_the_watch_writes_pending_progress_under_the_lock_and_polls_only_running
     hooked = []
     running.on_cancel = lambda: hooked.append(True)
     worker._inflight = {("q", j.key, "welcome"): j for j in (plain, waiting, running)}
-    assert worker._watch_timeout() == CANCEL_POLL
+    assert worker.watch.timeout() == CANCEL_POLL
     plain.set_progress({"rows": 3})
-    steps = Steps(worker._watch_steps())
+    steps = Steps(worker.watch.round_steps())
     assert steps.op == Acquire(plain.lock)
     plain.lock.acquire()
     call = steps.answer(True)
@@ -643,7 +643,7 @@ def test_the_watch_writes_pending_progress_under_the_lock_and_polls_only_running
     steps.answer(Result("q", "running", "welcome", "reserved", cancel_requested=True))
     assert steps.done and running.cancel_requested.is_set() and hooked == [True]
     running.done = plain.done = True
-    assert worker._watch_timeout() == WATCH_IDLE
+    assert worker.watch.timeout() == WATCH_IDLE
 
 
 def test_a_handler_that_stops_for_a_cancel_ends_its_message_with_cancel_held():
@@ -676,10 +676,8 @@ def test_a_handler_that_stops_for_a_cancel_ends_its_message_with_cancel_held():
     "module, part",
     [
         ("dispatch", "Dispatch"),
-        ("policy", "FailurePolicy"),
         ("registry", "Registry"),
         ("shutdown", "Shutdown"),
-        ("watch", "Watch"),
     ],
 )
 def test_each_part_of_the_worker_declares_the_state_it_uses(module, part):
