@@ -294,7 +294,8 @@ class AsyncWorker(WorkerBase):
         ]
         self._heartbeat_conn = _AsyncConnection(self, "heartbeat")
         self._heartbeat = asyncio.create_task(
-            self._loop_on(self._heartbeat_conn, self._heartbeat_loop_steps()), name="pyqueue-heartbeat"
+            self._loop_on(self._heartbeat_conn, self.registry.heartbeat_loop_steps()),
+            name="pyqueue-heartbeat",
         )
         self._watcher = asyncio.create_task(
             self._loop_on(_AsyncConnection(self, "watch"), self.watch.loop_steps()), name="pyqueue-watch"

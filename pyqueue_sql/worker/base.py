@@ -40,7 +40,7 @@ from .steps import (
 from .watch import Watch
 
 
-class WorkerBase(BatchLanes, Dispatch, Registry, Shutdown):
+class WorkerBase(BatchLanes, Dispatch, Shutdown):
     """What Worker (threads) and pyqueue_sql.aio.AsyncWorker (asyncio tasks) share: the
     configuration, the routes, stop and signals, the registry's bookkeeping, the logs, the
     counters and status(). A subclass provides _jobs() (the messages it holds) and _wake()
@@ -63,7 +63,6 @@ class WorkerBase(BatchLanes, Dispatch, Registry, Shutdown):
             raise errors.InvalidArgumentError("listen_dsn must name the same database as dsn, directly")
         self._default_name = default_worker_name()
         self._start_deadline: float | None = None
-        self.registration: WorkerRegistration | None = None  # while running, when register=True
         self.routes: dict[str, Route] = {}
         self.batch_routes = {}  # (queue, kind) -> BatchRoute: the batch kinds (batches.py)
         self._lane_wakes = {}  # (queue, kind) -> set when more of a batch kind may be ready
@@ -79,7 +78,6 @@ class WorkerBase(BatchLanes, Dispatch, Registry, Shutdown):
         # 'succeeded', 'retry', 'snoozed', 'dead_lettered', 'dropped', 'lost' (called on the thread
         # or task that learnt it; an error it raises is logged)
         self.on_outcome: list[Callable[[Job, str, str | None], Any]] = []
-        self.registered = threading.Event()  # set once self.registration is final (after it is visible)
         self.stopped = threading.Event()  # set when run() has finished
         self.unfinished: list[str] = []  # after run(): "queue/key/kind" of abandoned handlers
         # after run(): why the worker stopped on its own and wants a fresh process (too many stuck
@@ -95,12 +93,14 @@ class WorkerBase(BatchLanes, Dispatch, Registry, Shutdown):
         self._inflight: dict[tuple[str, str, str], Job] = {}
         self._wake_queues: set[str] = set()
         self._channels: dict[str, str] = {}  # LISTEN channel -> queue
-        self._clock: Callable[[], float] = time.monotonic  # what the dispatcher's waits read
         self._retry_due = RetryDue()
         self._handler_avg: float | None = None  # the handlers' average seconds (moving), see Dispatch
         self._runners = RunnerPool(self.on_thread_end, self._stuck_now)
         self.policy = FailurePolicy(self.state, self.routes, self.on_outcome, self.stop, self._batch_retry)
         self.watch = Watch(self.state, self._jobs)
+        self.registry = Registry(
+            self.settings, self.state, self.name, self.routes, self.on_heartbeat, self._jobs, self.watch
+        )
         self._setup()
 
     def dsn_for(self, role: str) -> str:
@@ -108,6 +108,21 @@ class WorkerBase(BatchLanes, Dispatch, Registry, Shutdown):
         if role == "dispatcher" and self.use_listen and self.settings.listen_dsn is not None:
             return self.settings.listen_dsn
         return self.dsn
+
+    @property
+    def registration(self) -> WorkerRegistration | None:
+        """The worker's registration while it runs (register=True), else None."""
+        return self.registry.registration
+
+    @property
+    def registered(self) -> threading.Event:
+        """Set once the registration is known here (after it is visible in the database)."""
+        return self.registry.registered
+
+    @property
+    def reserve_as(self) -> str:
+        """The worker name recorded on reserved messages (the registration's, when registered)."""
+        return self.registry.reserve_as
 
     @property
     def stats(self) -> WorkerStats:
@@ -324,7 +339,7 @@ class WorkerBase(BatchLanes, Dispatch, Registry, Shutdown):
             yield STOP_RUNNERS
             conn = yield Open("deregister")
             try:
-                yield On(conn, self._deregister_steps())
+                yield On(conn, self.registry.deregister_steps())
             finally:
                 yield Shut(conn)
             yield FINISH
@@ -338,7 +353,7 @@ class WorkerBase(BatchLanes, Dispatch, Registry, Shutdown):
         hooks, then the reserve loop."""
         if self.settings.register:
             try:
-                yield from self._register_steps(False)
+                yield from self.registry.register_steps(False)
             except StoppedError:
                 pass
         yield Hooks(self.on_start, None)

@@ -167,13 +167,13 @@ class BatchLanes:
         w: Any = self
         kinds = None if route.every_kind else [route.kind]
         wake = self._lane_wakes.setdefault((route.queue, route.kind), threading.Event())
-        lease_until = w._clock() + w.lease
+        lease_until = w.state.clock() + w.lease
         args = dict(n=route.size, worker=w.reserve_as, timeout=w.lease, kinds=kinds)
         rows = list((yield RetriedCall("reserve", route.queue, kwargs=args)))
         if rows and len(rows) < route.size and route.linger > 0:
-            end = w._clock() + route.linger
+            end = w.state.clock() + route.linger
             while len(rows) < route.size and not w._stopping.is_set():
-                left = end - w._clock()
+                left = end - w.state.clock()
                 if left <= 0:
                     break
                 args["n"] = route.size - len(rows)
@@ -197,8 +197,8 @@ class BatchLanes:
                 )
                 wake.set()
             else:
-                until = w._clock() + w.long_poll_wait
-                while not w._stopping.is_set() and w._clock() < until:
+                until = w.state.clock() + w.long_poll_wait
+                while not w._stopping.is_set() and w.state.clock() < until:
                     if siblings.wait(WAIT_SLICE):
                         break
                 siblings.clear()

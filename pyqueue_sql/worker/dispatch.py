@@ -42,7 +42,7 @@ from .steps import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .model import WorkerStats
+    from .model import RunState, WorkerStats
     from .policy import FailurePolicy
     from .settings import WorkerSettings
     from .watch import Watch
@@ -165,7 +165,7 @@ class Dispatch:
     # ... and the run's state (WorkerBase.__init__ and _starting)
     _stopping: threading.Event
     _hard_stop: threading.Event
-    _clock: Callable[[], float]
+    state: RunState
     _retry_due: RetryDue
     _runners: RunnerPool
     _handler_avg: float | None
@@ -255,7 +255,7 @@ class Dispatch:
         return not self.use_listen and len(self.routes) == 1
 
     def _idle_timeout(self, poll: float, due: float | None, recheck_at: float | None) -> tuple[float, float]:
-        now = self._clock()
+        now = self.state.clock()
         retry_at = self._retry_due.at
         return idle_timeout(
             listen=self.use_listen,
@@ -346,7 +346,7 @@ class Dispatch:
             yield WAIT_SLOTS
             if self._stopping.is_set():
                 break
-            self._retry_due.reached(self._clock())
+            self._retry_due.reached(self.state.clock())
             got = 0
             for name in self._reserve_order():
                 free = self._free()
@@ -373,7 +373,7 @@ class Dispatch:
             recheck_at = None
             woke = yield from self._wait_steps(timeout)
             if woke and self.use_listen:
-                recheck_at = self._clock() + self.settings.linger
+                recheck_at = self.state.clock() + self.settings.linger
             # queue_wait watches the next scheduled_at itself, so a timed-out
             # long poll goes straight into the next one (one query per wait).
             nothing_ready = long_poll and not woke and not self._wake_queues
@@ -408,7 +408,7 @@ class Dispatch:
         is due (a long poll needs not: the server watches the next scheduled_at itself)."""
         if timeout <= 0:
             return False
-        deadline = self._clock() + timeout
+        deadline = self.state.clock() + timeout
         if self.use_listen:
             return (yield Listen(deadline))
         if self._long_poll():
@@ -430,14 +430,14 @@ class Dispatch:
                 self.stats.wakeups += 1
             return bool(woke)
         while True:
-            left = wait_left(self._clock(), deadline, self._retry_due.at)
+            left = wait_left(self.state.clock(), deadline, self._retry_due.at)
             if left <= 0 or (yield Sleep(min(left, WAIT_SLICE))):
                 return False
 
     def _listen_steps(self, db: Any, deadline: float):
         if self._wake_queues:
             return True  # (re)connected: wakeups may have been missed meanwhile
-        left = wait_left(self._clock(), deadline, self._retry_due.at)
+        left = wait_left(self.state.clock(), deadline, self._retry_due.at)
         # Short slices so that stop() and a newly scheduled retry are noticed within WAIT_SLICE.
         while left > 0 and not self._stopping.is_set():
             notes = yield Notifications(db, min(left, WAIT_SLICE))
@@ -445,11 +445,11 @@ class Dispatch:
                 self._woken(channel, payload)
             if notes:
                 return True  # later notifications stay buffered for the next wait
-            left = wait_left(self._clock(), deadline, self._retry_due.at)
+            left = wait_left(self.state.clock(), deadline, self._retry_due.at)
         return False
 
     def _reserve_steps(self, route: Route, n: int):
-        lease_until = self._clock() + self.settings.lease
+        lease_until = self.state.clock() + self.settings.lease
         rows = yield RetriedCall("reserve", route.queue, kwargs=self._reserve_args(route, n))
         made = self._job_type.reserved
         jobs = [made(r, lease_until) for r in rows]
@@ -460,7 +460,7 @@ class Dispatch:
     # -- a message's way ----------------------------------------------------------------
     def _serve_steps(self, job: Job | None):
         """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
-        stopping, clock, low = self._stopping, self._clock, self.settings.lease / 3
+        stopping, clock, low = self._stopping, self.state.clock, self.settings.lease / 3
         stuck = self._runners.stuck
         while job is not None:
             if stopping.is_set():
@@ -519,7 +519,7 @@ class Dispatch:
         if not chain:
             return DEFERRED, []
         route = self.routes[q]
-        lease_until = self._clock() + self.settings.lease
+        lease_until = self.state.clock() + self.settings.lease
         ok, rows = yield RetriedCall(
             "commit_reserve", q, (job.reservation,), self._commit_reserve_args(route), hard=True
         )
@@ -635,7 +635,7 @@ class Dispatch:
             "fail", job.queue, (job.reservation,), {"error": text, "delay": delay}, hard=True
         )
         if outcome == "retry":
-            self._retry_due.note(self._clock() + delay)
+            self._retry_due.note(self.state.clock() + delay)
         self.policy.failed(job, error, text, outcome, delay, elapsed_ms, interrupted)
 
     def _snooze_steps(self, job: Job, snooze: Snooze):
@@ -651,7 +651,7 @@ class Dispatch:
             )
         held = yield RetriedCall(method, job.queue, (job.reservation,), {"delay": snooze.after}, hard=True)
         if held:
-            self._retry_due.note(self._clock() + snooze.after)
+            self._retry_due.note(self.state.clock() + snooze.after)
         self.policy.snoozed(job, snooze.after, bool(held))
 
     def _give_up_steps(self, job: Job, text: str):
@@ -738,7 +738,7 @@ class Dispatch:
             finally:
                 job.lock.release()
             if delay:
-                self._retry_due.note(self._clock() + delay)
+                self._retry_due.note(self.state.clock() + delay)
             self.policy.handed_back(job)
         except StoppedError:
             pass

@@ -11,6 +11,7 @@ import inspect
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -262,6 +263,7 @@ class RunState:
     hard_stop: threading.Event = field(default_factory=threading.Event)
     rng: random.Random = field(default_factory=random.Random)
     max_attempts: dict[str, int] = field(default_factory=dict)  # per queue, read at the start
+    clock: Callable[[], float] = time.monotonic  # what the waits and the leases read
 
 
 @dataclass(frozen=True)

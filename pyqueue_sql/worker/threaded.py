@@ -232,7 +232,7 @@ class Worker(WorkerBase):
         self._heartbeat_conn = _Connection(self, "heartbeat")
         self._heartbeat = threading.Thread(
             target=self._loop_on,
-            args=(self._heartbeat_conn, self._heartbeat_loop_steps()),
+            args=(self._heartbeat_conn, self.registry.heartbeat_loop_steps()),
             name="pyqueue-heartbeat",
             daemon=True,
         )

@@ -39,7 +39,7 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
 class Clock:
-    """The worker's clock (worker._clock): moves only when the test says so."""
+    """The worker's clock (worker.state.clock): moves only when the test says so."""
 
     def __init__(self, now: float = 1000.0) -> None:
         self.now = now
@@ -57,7 +57,7 @@ def make_worker(dsn: str = PG, *queues: str, handler=lambda job: None, **setting
     for q in queues or ("q",):
         worker.add_handler(q, handler)
     clock = Clock()
-    worker._clock = clock
+    worker.state.clock = clock
     return worker, clock
 
 
@@ -531,9 +531,9 @@ def test_the_heartbeat_extends_only_what_was_not_reserved_or_extended_lately():
     worker, clock = make_worker(PG, lease=12.0)
     fresh = Job(reservation(key="fresh"), lease_until=clock.now + 10.0)
     with pytest.raises(StopIteration):
-        next(worker._extend_steps(fresh))
+        next(worker.registry.extend_steps(fresh))
     older = Job(reservation(key="older"), lease_until=clock.now + 8.0)
-    steps = Steps(worker._extend_steps(older))
+    steps = Steps(worker.registry.extend_steps(older))
     assert steps.op == Acquire(older.lock)
     older.lock.acquire()
     call = steps.answer(True)
@@ -551,7 +551,7 @@ def test_the_heartbeat_passes_a_requested_cancel_to_the_job():
     job = Job(reservation(key="running"), lease_until=clock.now + 1.0)
     hooked = []
     job.on_cancel = lambda: hooked.append(True)
-    steps = Steps(worker._extend_steps(job))
+    steps = Steps(worker.registry.extend_steps(job))
     job.lock.acquire()
     steps.answer(True)
     steps.answer(Renewal(reservation(key="running"), True))
@@ -562,14 +562,14 @@ def test_the_heartbeat_ticks_every_third_of_the_lease_until_the_hard_stop():
     """The heartbeat's loop (both runners drive it): a wait of lease/3 for the hard stop, a tick
     (the on_heartbeat hooks last), again; a stopped call or the hard stop ends it."""
     worker, _ = make_worker(PG, lease=12.0)
-    steps = Steps(worker._heartbeat_loop_steps())
+    steps = Steps(worker.registry.heartbeat_loop_steps())
     assert steps.op == Wait(HARD_STOP, 4.0)
     assert steps.answer(False) == Hooks(worker.on_heartbeat, "on_heartbeat")
     assert steps.answer(None) == Wait(HARD_STOP, 4.0)
     assert steps.answer(False) == Hooks(worker.on_heartbeat, "on_heartbeat")
     steps.throw(StoppedError())
     assert steps.done
-    steps = Steps(worker._heartbeat_loop_steps())
+    steps = Steps(worker.registry.heartbeat_loop_steps())
     steps.answer(True)
     assert steps.done
 
@@ -676,7 +676,6 @@ def test_a_handler_that_stops_for_a_cancel_ends_its_message_with_cancel_held():
     "module, part",
     [
         ("dispatch", "Dispatch"),
-        ("registry", "Registry"),
         ("shutdown", "Shutdown"),
     ],
 )
