@@ -246,7 +246,7 @@ class AsyncWorker(WorkerBase):
         """SIGTERM/SIGINT on the running loop: the first stops gracefully, a second one stops at once."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self._on_signal, signum)
+            loop.add_signal_handler(signum, self.shutdown.on_signal, signum)
             self._signals_installed.append(signum)
 
     def _remove_signal_handlers(self) -> None:
@@ -685,7 +685,7 @@ class AsyncWorker(WorkerBase):
                 now = time.monotonic()
                 if now >= deadline:
                     break
-                report_at = self._report_stopping(deadline, report_at)
+                report_at = self.shutdown.report_stopping(deadline, report_at)
                 await asyncio.wait(
                     {*self._tasks, forced},
                     timeout=min(1.0, deadline - now),
@@ -693,16 +693,16 @@ class AsyncWorker(WorkerBase):
                 )
         finally:
             forced.cancel()
-        self._abandon_the_rest()
+        self.shutdown.abandon_the_rest()
         self._mirror_events()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        if self._abandoned:
+        if self.shutdown.abandoned:
             conn = _AsyncConnection(self, "shutdown")
             try:
-                await self._steps(self._give_back_abandoned_steps(), conn)
+                await self._steps(self.shutdown.give_back_abandoned_steps(), conn)
             finally:
                 await conn.close()

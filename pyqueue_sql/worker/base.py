@@ -40,7 +40,7 @@ from .steps import (
 from .watch import Watch
 
 
-class WorkerBase(BatchLanes, Dispatch, Shutdown):
+class WorkerBase(BatchLanes, Dispatch):
     """What Worker (threads) and pyqueue_sql.aio.AsyncWorker (asyncio tasks) share: the
     configuration, the routes, stop and signals, the registry's bookkeeping, the logs, the
     counters and status(). A subclass provides _jobs() (the messages it holds) and _wake()
@@ -79,14 +79,12 @@ class WorkerBase(BatchLanes, Dispatch, Shutdown):
         # or task that learnt it; an error it raises is logged)
         self.on_outcome: list[Callable[[Job, str, str | None], Any]] = []
         self.stopped = threading.Event()  # set when run() has finished
-        self.unfinished: list[str] = []  # after run(): "queue/key/kind" of abandoned handlers
         # after run(): why the worker stopped on its own and wants a fresh process (too many stuck
         # handler threads), else None; run() then returns False
         self.failure: str | None = None
         self._stopping = self.state.stopping
         self._hard_stop = self.state.hard_stop
         self._state = "stopped"
-        self._stop_reason: str | None = None
         self._stop_deadline: float | None = None
         self._last_error: str | None = None
         self._round_ok = False
@@ -98,6 +96,7 @@ class WorkerBase(BatchLanes, Dispatch, Shutdown):
         self._runners = RunnerPool(self.on_thread_end, self._stuck_now)
         self.policy = FailurePolicy(self.state, self.routes, self.on_outcome, self.stop, self._batch_retry)
         self.watch = Watch(self.state, self._jobs)
+        self.shutdown = Shutdown(self.state, self._jobs, self._wake)
         self.registry = Registry(
             self.settings, self.state, self.name, self.routes, self.on_heartbeat, self._jobs, self.watch
         )
@@ -108,6 +107,25 @@ class WorkerBase(BatchLanes, Dispatch, Shutdown):
         if role == "dispatcher" and self.use_listen and self.settings.listen_dsn is not None:
             return self.settings.listen_dsn
         return self.dsn
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (stays True after run() returned, until the next run())."""
+        return self.state.stopping.is_set()
+
+    def stop(self, force: bool = False, *, reason: str | None = None) -> None:
+        """Asks the worker to stop (safe from a signal handler or another thread).
+
+        Graceful: no more reserves, unstarted messages handed back, running
+        handlers get shutdown_timeout seconds. force=True (or a second call with
+        it): stop now; running handlers are abandoned and their messages come
+        back when their lease ends."""
+        self.shutdown.stop(force, reason=reason)
+
+    @property
+    def unfinished(self) -> list[str]:
+        """After run(): "queue/key/kind" of the handlers abandoned at the stop."""
+        return self.state.unfinished
 
     @property
     def registration(self) -> WorkerRegistration | None:
@@ -378,10 +396,10 @@ class WorkerBase(BatchLanes, Dispatch, Shutdown):
         self._hard_stop.clear()
         self.stopped.clear()
         self.registered.clear()
-        self.unfinished = []
+        self.state.unfinished = []
         self.failure = None
-        self._signalled = False
-        self._stop_reason = None
+        self.shutdown.signalled = False
+        self.state.stop_reason = None
         self._stop_deadline = None
         self._last_error = None
         self._state = "starting"
@@ -409,8 +427,8 @@ class WorkerBase(BatchLanes, Dispatch, Shutdown):
         )
 
     def _crashed(self, exc: BaseException) -> None:
-        if self._stop_reason is None:
-            self._stop_reason = describe_error(exc)
+        if self.state.stop_reason is None:
+            self.state.stop_reason = describe_error(exc)
 
     def _run_hooks(self, hooks: list[Callable[[Any], Any]], what: str) -> None:
         for hook in hooks:
@@ -449,7 +467,7 @@ class WorkerBase(BatchLanes, Dispatch, Shutdown):
             extra={
                 "event": "stop",
                 "worker": self.name,
-                "reason": self._stop_reason,
+                "reason": self.state.stop_reason,
                 "unfinished": len(self.unfinished),
                 **dataclasses.asdict(self.stats),
             },
@@ -469,13 +487,13 @@ class WorkerBase(BatchLanes, Dispatch, Shutdown):
             reserve_as=self.reserve_as,
             worker_id=None if reg is None else reg.worker_id,
             concurrency=self.settings.concurrency,
-            running=tuple(self._running()),
-            waiting=tuple(self._unstarted()),
+            running=tuple(self.shutdown.running()),
+            waiting=tuple(self.shutdown.unstarted()),
             stats=dataclasses.replace(self.stats),
             stop_deadline_in_s=None
             if deadline is None or state != "stopping"
             else max(deadline - time.monotonic(), 0.0),
-            stop_reason=self._stop_reason,
+            stop_reason=self.state.stop_reason,
             unfinished=tuple(self.unfinished),
             last_error=self._last_error,
         )

@@ -264,6 +264,8 @@ class RunState:
     rng: random.Random = field(default_factory=random.Random)
     max_attempts: dict[str, int] = field(default_factory=dict)  # per queue, read at the start
     clock: Callable[[], float] = time.monotonic  # what the waits and the leases read
+    stop_reason: str | None = None  # why the run stops (the first reason given)
+    unfinished: list[str] = field(default_factory=list)  # after run(): "queue/key/kind" of abandoned handlers
 
 
 @dataclass(frozen=True)

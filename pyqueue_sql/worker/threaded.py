@@ -195,7 +195,7 @@ class Worker(WorkerBase):
         """SIGTERM/SIGINT: the first stops gracefully, a second one stops at once."""
 
         def handle(signum, _frame):
-            self._on_signal(signum)
+            self.shutdown.on_signal(signum)
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
@@ -541,16 +541,16 @@ class Worker(WorkerBase):
             now = time.monotonic()
             if now >= deadline:
                 break
-            report_at = self._report_stopping(deadline, report_at)
+            report_at = self.shutdown.report_stopping(deadline, report_at)
             try:
                 self._hard_stop.wait(min(0.05, deadline - now))
             except KeyboardInterrupt:  # run() without signal handlers in the main thread: Ctrl-C again
                 self.stop(force=True, reason="KeyboardInterrupt")
-        self._abandon_the_rest()
-        if self._abandoned:
+        self.shutdown.abandon_the_rest()
+        if self.shutdown.abandoned:
             conn = _Connection(self, "shutdown")
             try:
-                self._steps(self._give_back_abandoned_steps(), conn)
+                self._steps(self.shutdown.give_back_abandoned_steps(), conn)
             finally:
                 conn.close()
         self._threads.clear()

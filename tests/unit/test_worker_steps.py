@@ -676,7 +676,6 @@ def test_a_handler_that_stops_for_a_cancel_ends_its_message_with_cancel_held():
     "module, part",
     [
         ("dispatch", "Dispatch"),
-        ("shutdown", "Shutdown"),
     ],
 )
 def test_each_part_of_the_worker_declares_the_state_it_uses(module, part):
@@ -818,7 +817,7 @@ def test_a_run_starts_serves_and_stops_in_one_order_for_both_runners():
             with pytest.raises(RuntimeError, match="dispatcher broke"):
                 steps.answer()
         assert worker._state == "stopped" and worker.stopped.is_set()
-        assert worker._stop_reason == ("stop()" if crash is None else "RuntimeError: dispatcher broke")
+        assert worker.state.stop_reason == ("stop()" if crash is None else "RuntimeError: dispatcher broke")
 
 
 def test_a_run_refused_at_the_start_closes_its_connection_and_starts_nothing():
