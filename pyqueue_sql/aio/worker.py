@@ -354,7 +354,7 @@ class AsyncWorker(WorkerBase):
 
     async def _listen(self, op: Listen, conn: _AsyncConnection) -> bool:
         return await conn.run(
-            lambda db: self._nested(self._listen_steps(db, op.deadline)), give_up=self._astop
+            lambda db: self._nested(self.reserve_loop.listen_steps(db, op.deadline)), give_up=self._astop
         )
 
     async def _notifications(self, op: Notifications, conn: Any) -> list:
@@ -416,7 +416,7 @@ class AsyncWorker(WorkerBase):
         return await op.lock.acquire()
 
     async def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
-        while len(self._inflight) >= self._refill_at() and not self._stopping.is_set():
+        while len(self._inflight) >= self.reserve_loop.refill_at() and not self._stopping.is_set():
             self._freed.clear()
             await _wait_event(self._freed, 1.0)
 
@@ -611,9 +611,9 @@ class AsyncWorker(WorkerBase):
                 raise self._listen_refused()
             channels = [await db.queue(q).channel() for q in self.routes]
             await self.dialect.listener.listen_async(db.connection, channels)
-            self._channels = dict(zip(channels, self.routes))
+            self.state.channels = dict(zip(channels, self.routes))
         # After a (re)connect, anything pushed meanwhile must be looked at.
-        self._wake_queues.update(self.routes)
+        self.state.wake_queues.update(self.routes)
 
     def _progress_set(self) -> None:
         """Wakes the watcher to write a progress (Job.set_progress, from any thread)."""

@@ -157,9 +157,9 @@ is.
 from __future__ import annotations
 
 from .base import WorkerBase
-from .dispatch import RetryDue, idle_timeout, wait_left
+from .dispatch import idle_timeout, wait_left
 from .interrupt import TimeLimitExceeded
-from .model import Handler, Job, WorkerStats, WorkerStatus, log
+from .model import Handler, Job, RetryDue, WorkerStats, WorkerStatus, log
 from .policy import RetryPolicy, describe_error
 from .settings import LONG_POLL_CHECK, LONG_POLL_WAIT
 from .steps import StoppedError, call_steps, run_steps

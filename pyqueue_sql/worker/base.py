@@ -15,7 +15,7 @@ from typing import Any
 from .. import dialects, errors
 from ..client import WorkerRegistration, default_worker_name
 from .batches import BatchLanes
-from .dispatch import Dispatch, RetryDue
+from .dispatch import Dispatch, ReserveLoop
 from .model import Handler, Job, Route, RunState, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
@@ -86,16 +86,11 @@ class WorkerBase(BatchLanes, Dispatch):
         self._hard_stop = self.state.hard_stop
         self._state = "stopped"
         self._stop_deadline: float | None = None
-        self._last_error: str | None = None
-        self._round_ok = False
         self._inflight: dict[tuple[str, str, str], Job] = {}
-        self._wake_queues: set[str] = set()
-        self._channels: dict[str, str] = {}  # LISTEN channel -> queue
-        self._retry_due = RetryDue()
-        self._handler_avg: float | None = None  # the handlers' average seconds (moving), see Dispatch
         self._runners = RunnerPool(self.on_thread_end, self._stuck_now)
         self.policy = FailurePolicy(self.state, self.routes, self.on_outcome, self.stop, self._batch_retry)
         self.watch = Watch(self.state, self._jobs)
+        self.reserve_loop = ReserveLoop(self.settings, self.state, self.routes, self.on_idle, self)
         self.shutdown = Shutdown(self.state, self._jobs, self._wake)
         self.registry = Registry(
             self.settings, self.state, self.name, self.routes, self.on_heartbeat, self._jobs, self.watch
@@ -376,7 +371,7 @@ class WorkerBase(BatchLanes, Dispatch):
                 pass
         yield Hooks(self.on_start, None)
         self._state = "running"
-        yield from self._dispatch_steps()
+        yield from self.reserve_loop.dispatch_steps()
 
     def _starting(self) -> None:
         """Resets the run's state (run() calls it first, before it installs the signal handlers: a
@@ -401,7 +396,7 @@ class WorkerBase(BatchLanes, Dispatch):
         self.shutdown.signalled = False
         self.state.stop_reason = None
         self._stop_deadline = None
-        self._last_error = None
+        self.state.last_error = None
         self._state = "starting"
 
     def _refused_at_start(self, exc: BaseException) -> None:
@@ -495,7 +490,7 @@ class WorkerBase(BatchLanes, Dispatch):
             else max(deadline - time.monotonic(), 0.0),
             stop_reason=self.state.stop_reason,
             unfinished=tuple(self.unfinished),
-            last_error=self._last_error,
+            last_error=self.state.last_error,
         )
 
     def status_line(self) -> str:

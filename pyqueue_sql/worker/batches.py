@@ -157,7 +157,7 @@ class BatchLanes:
             except StoppedError:
                 return
             except Exception as exc:  # as the reserve loop does: logged, again after a back-off
-                backoff = w._dispatch_failed(exc, backoff)
+                backoff = w.reserve_loop.dispatch_failed(exc, backoff)
                 if (yield Sleep(backoff)):
                     return
                 backoff = min(backoff * 2, 30.0)

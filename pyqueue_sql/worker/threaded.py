@@ -316,7 +316,9 @@ class Worker(WorkerBase):
         return conn.run(op, give_up=self._hard_stop if op.hard else self._stopping)
 
     def _listen(self, op: Listen, conn: _Connection) -> bool:
-        return conn.run(lambda db: self._nested(self._listen_steps(db, op.deadline)), give_up=self._stopping)
+        return conn.run(
+            lambda db: self._nested(self.reserve_loop.listen_steps(db, op.deadline)), give_up=self._stopping
+        )
 
     def _notifications(self, op: Notifications, conn: Any) -> list:
         return self.dialect.listener.wait_for_notification(op.db.connection, op.seconds)
@@ -358,7 +360,10 @@ class Worker(WorkerBase):
 
     def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
         with self._slots:
-            while len(self._inflight) >= (refill_at := self._refill_at()) and not self._stopping.is_set():
+            while (
+                len(self._inflight) >= (refill_at := self.reserve_loop.refill_at())
+                and not self._stopping.is_set()
+            ):
                 self._slot_waiting = refill_at
                 try:
                     self._slots.wait(timeout=1.0)
@@ -414,9 +419,9 @@ class Worker(WorkerBase):
                 raise self._listen_refused()
             channels = [db.queue(q).channel() for q in self.routes]
             self.dialect.listener.listen(db.connection, channels)
-            self._channels = dict(zip(channels, self.routes))
+            self.state.channels = dict(zip(channels, self.routes))
         # After a (re)connect, anything pushed meanwhile must be looked at.
-        self._wake_queues.update(self.routes)
+        self.state.wake_queues.update(self.routes)
 
     def _start_jobs(self, jobs: list[Job]) -> None:
         wake, inflight = self._watch_wake.set, self._inflight
