@@ -1,7 +1,12 @@
-"""WorkerBase: what Worker (threads) and AsyncWorker (asyncio tasks) share, assembled from its
-parts by responsibility: dispatch (the reserve loop and each message's way), the failure policy,
-the registry and heartbeat, signals and shutdown. This module holds the configuration, the
-routes, the start and end of a run, and status()."""
+"""WorkerBase: what Worker (threads) and AsyncWorker (asyncio tasks) share. It makes its parts,
+each an object given the settings (worker.settings, WorkerSettings) and the run state they share
+(worker.state, RunState) rather than the whole worker: worker.policy (FailurePolicy: a failure's
+delay, the outcomes' counts and logs), worker.reserve_loop (ReserveLoop: the reserve loop and the
+idle wait), worker.registry (Registry: the registry and the heartbeat), worker.watch (Watch:
+progress and the quick cancel poll) and worker.shutdown (Shutdown: stop and signals). Each
+message's way to its commit (Dispatch) and the batch lanes (BatchLanes) are still parts of the
+worker itself. This module holds the settings resolved against the database, the routes, the
+start and end of a run, and status()."""
 
 from __future__ import annotations
 
@@ -42,8 +47,8 @@ from .watch import Watch
 
 class WorkerBase(BatchLanes, Dispatch):
     """What Worker (threads) and pyqueue_sql.aio.AsyncWorker (asyncio tasks) share: the
-    configuration, the routes, stop and signals, the registry's bookkeeping, the logs, the
-    counters and status(). A subclass provides _jobs() (the messages it holds) and _wake()
+    settings, the routes, the parts (see the module docstring), the start and end of a run, the
+    logs and status(). A subclass provides _jobs() (the messages it holds) and _wake()
     (makes its waits notice a stop), and runs the loops."""
 
     runtime = "threads"  # how handlers run (the start event says it): "threads" or "asyncio"

@@ -167,8 +167,8 @@ class BatchLanes:
         w: Any = self
         kinds = None if route.every_kind else [route.kind]
         wake = self._lane_wakes.setdefault((route.queue, route.kind), threading.Event())
-        lease_until = w.state.clock() + w.lease
-        args = dict(n=route.size, worker=w.reserve_as, timeout=w.lease, kinds=kinds)
+        lease_until = w.state.clock() + w.settings.lease
+        args = dict(n=route.size, worker=w.reserve_as, timeout=w.settings.lease, kinds=kinds)
         rows = list((yield RetriedCall("reserve", route.queue, kwargs=args)))
         if rows and len(rows) < route.size and route.linger > 0:
             end = w.state.clock() + route.linger
@@ -182,7 +182,9 @@ class BatchLanes:
                     woke = yield RetriedCall(
                         "wait",
                         route.queue,
-                        kwargs=dict(timeout=round(left, 6) or 1e-6, poll=w.long_poll_check, kinds=kinds),
+                        kwargs=dict(
+                            timeout=round(left, 6) or 1e-6, poll=w.settings.long_poll_check, kinds=kinds
+                        ),
                     )
                     if not woke:
                         break
@@ -193,11 +195,13 @@ class BatchLanes:
                 yield RetriedCall(
                     "wait",
                     route.queue,
-                    kwargs=dict(timeout=w.long_poll_wait, poll=w.long_poll_check, kinds=kinds),
+                    kwargs=dict(
+                        timeout=w.settings.long_poll_wait, poll=w.settings.long_poll_check, kinds=kinds
+                    ),
                 )
                 wake.set()
             else:
-                until = w.state.clock() + w.long_poll_wait
+                until = w.state.clock() + w.settings.long_poll_wait
                 while not w._stopping.is_set() and w.state.clock() < until:
                     if siblings.wait(WAIT_SLICE):
                         break
