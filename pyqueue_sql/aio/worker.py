@@ -236,10 +236,10 @@ class AsyncWorker(WorkerBase):
 
     def _mirror_events(self) -> None:
         """Sets the loop's events from the thread-safe ones (stop() may come from any thread)."""
-        if self._stopping.is_set():
+        if self.state.stopping.is_set():
             self._astop.set()
             self._freed.set()
-        if self._hard_stop.is_set():
+        if self.state.hard_stop.is_set():
             self._ahard.set()
 
     def install_signal_handlers(self) -> None:
@@ -312,7 +312,7 @@ class AsyncWorker(WorkerBase):
         self._acks_ready.set()
         self._acks_full.set()  # ends the completer's wait for more
         await asyncio.wait({completer}, timeout=max(self.settings.shutdown_timeout, 5.0))
-        self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
+        self.state.hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
         self._ahard.set()
         completer.cancel()
         self._awatch.set()
@@ -416,7 +416,7 @@ class AsyncWorker(WorkerBase):
         return await op.lock.acquire()
 
     async def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
-        while len(self._inflight) >= self.reserve_loop.refill_at() and not self._stopping.is_set():
+        while len(self._inflight) >= self.reserve_loop.refill_at() and not self.state.stopping.is_set():
             self._freed.clear()
             await _wait_event(self._freed, 1.0)
 
@@ -671,7 +671,7 @@ class AsyncWorker(WorkerBase):
     # -- shutdown --------------------------------------------------------------------
     async def _shutdown(self) -> None:
         # Tasks that had not started their handler hand their message back at once
-        # (they see _stopping); running ones get until the deadline.
+        # (they see state.stopping); running ones get until the deadline.
         deadline = time.monotonic() + self.settings.shutdown_timeout
         self._stop_deadline = deadline
         while self._waiting:  # prefetched messages go back at once, whatever the handlers do
@@ -681,7 +681,7 @@ class AsyncWorker(WorkerBase):
         report_at = time.monotonic()
         forced = asyncio.ensure_future(self._ahard.wait())
         try:
-            while self._tasks and not self._hard_stop.is_set():
+            while self._tasks and not self.state.hard_stop.is_set():
                 now = time.monotonic()
                 if now >= deadline:
                     break

@@ -87,8 +87,6 @@ class WorkerBase(BatchLanes, Dispatch):
         # after run(): why the worker stopped on its own and wants a fresh process (too many stuck
         # handler threads), else None; run() then returns False
         self.failure: str | None = None
-        self._stopping = self.state.stopping
-        self._hard_stop = self.state.hard_stop
         self._state = "stopped"
         self._stop_deadline: float | None = None
         self._inflight: dict[tuple[str, str, str], Job] = {}
@@ -313,7 +311,7 @@ class WorkerBase(BatchLanes, Dispatch):
         raise NotImplementedError
 
     def _stopping_now(self) -> None:
-        """The run ends (its stop is set): the runner's waits that do not read _stopping notice."""
+        """The run ends (its stop is set): the runner's waits that do not read state.stopping notice."""
 
     def _ended(self) -> None:
         """The run's last step before it logs its stop, or its refusal at the start."""
@@ -350,7 +348,7 @@ class WorkerBase(BatchLanes, Dispatch):
             self._crashed(exc)
             raise
         finally:
-            self._stopping.set()
+            self.state.stopping.set()
             self._stopping_now()
             self._state = "stopping"
             yield Shut(dispatcher)
@@ -392,8 +390,8 @@ class WorkerBase(BatchLanes, Dispatch):
         self._start_deadline = (
             None if self.settings.start_timeout is None else time.monotonic() + self.settings.start_timeout
         )
-        self._stopping.clear()
-        self._hard_stop.clear()
+        self.state.stopping.clear()
+        self.state.hard_stop.clear()
         self.stopped.clear()
         self.registered.clear()
         self.state.unfinished = []
@@ -479,7 +477,7 @@ class WorkerBase(BatchLanes, Dispatch):
         reg = self.registration
         deadline = self._stop_deadline
         state = self._state
-        if state == "running" and self._stopping.is_set():
+        if state == "running" and self.state.stopping.is_set():
             state = "stopping"
         return WorkerStatus(
             name=self.name,

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..dialects import encode_json
@@ -86,6 +86,22 @@ class BatchLanes:
 
     batch_routes: dict[tuple[str, str], BatchRoute]
     _lane_wakes: dict[tuple[str, str], threading.Event]
+    # What it takes from Dispatch (dispatch.py, a message's way) and the runner (threaded.Worker),
+    # parts of the same worker
+    _job_type: type[Job]
+
+    if TYPE_CHECKING:
+
+        def _hold(self, jobs: list[Job]) -> None: ...
+        def _release(self, job: Job, successors: list[Job] = ()) -> None: ...
+        def _note_handler_time(self, seconds: float) -> None: ...
+        def _defer_ack(self, job: Job, elapsed_ms: float) -> None: ...
+        def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None: ...
+        def _commit_each_steps(self, entries: list[tuple[Job, float]]) -> Any: ...
+        def _fail_steps(
+            self, job: Job, error: BaseException, interrupted: bool, elapsed_ms: float
+        ) -> Any: ...
+        def _hand_back_steps(self, job: Job, delay: float = 0.0) -> Any: ...
 
     def add_batch_handler(
         self,
@@ -150,7 +166,7 @@ class BatchLanes:
         an idle worker keeps one long poll per batch kind, not one per lane."""
         w: Any = self
         backoff = 0.5
-        while not w._stopping.is_set():
+        while not w.state.stopping.is_set():
             try:
                 yield from self._lane_round_steps(route, idle, siblings)
                 backoff = 0.5
@@ -172,7 +188,7 @@ class BatchLanes:
         rows = list((yield RetriedCall("reserve", route.queue, kwargs=args)))
         if rows and len(rows) < route.size and route.linger > 0:
             end = w.state.clock() + route.linger
-            while len(rows) < route.size and not w._stopping.is_set():
+            while len(rows) < route.size and not w.state.stopping.is_set():
                 left = end - w.state.clock()
                 if left <= 0:
                     break
@@ -202,7 +218,7 @@ class BatchLanes:
                 wake.set()
             else:
                 until = w.state.clock() + w.settings.long_poll_wait
-                while not w._stopping.is_set() and w.state.clock() < until:
+                while not w.state.stopping.is_set() and w.state.clock() < until:
                     if siblings.wait(WAIT_SLICE):
                         break
                 siblings.clear()
@@ -232,7 +248,7 @@ class BatchLanes:
     def _batch_steps(self, route: BatchRoute, jobs: list[Job]):
         """Runs one batch: one call of the handler, then each job to its commit or failure."""
         w: Any = self
-        if w._stopping.is_set():  # reserved as the stop came: back unstarted
+        if w.state.stopping.is_set():  # reserved as the stop came: back unstarted
             for job in jobs:
                 yield from w._hand_back_steps(job)
             return

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -398,8 +397,6 @@ class Dispatch:
     reserve_loop: ReserveLoop
     on_outcome: list[Callable[[Job, str, str | None], Any]]
     # ... and the run's state (WorkerBase.__init__ and _starting)
-    _stopping: threading.Event
-    _hard_stop: threading.Event
     state: RunState
     _runners: RunnerPool
     _job_type: type[Job] = Job
@@ -437,7 +434,10 @@ class Dispatch:
         dispatcher decides which queue a free thread serves, so that a busy queue cannot starve
         the others."""
         return (
-            self.commit_reserve and len(self.routes) == 1 and not interrupted and not self._stopping.is_set()
+            self.commit_reserve
+            and len(self.routes) == 1
+            and not interrupted
+            and not self.state.stopping.is_set()
         )
 
     def _commit_reserve_args(self, route: Route) -> dict[str, Any]:
@@ -464,7 +464,7 @@ class Dispatch:
     # -- a message's way ----------------------------------------------------------------
     def _serve_steps(self, job: Job | None):
         """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
-        stopping, clock, low = self._stopping, self.state.clock, self.settings.lease / 3
+        stopping, clock, low = self.state.stopping, self.state.clock, self.settings.lease / 3
         stuck = self._runners.stuck
         while job is not None:
             if stopping.is_set():
@@ -690,7 +690,7 @@ class Dispatch:
                 except errors.InvalidPayloadError as exc:
                     error = exc
         if error is not None:
-            if isinstance(error, asyncio.CancelledError) and self._hard_stop.is_set():
+            if isinstance(error, asyncio.CancelledError) and self.state.hard_stop.is_set():
                 self._release(job)  # abandoned: the message comes back after its lease
                 raise error
             cancelled = stopped_for_cancel(job, error)

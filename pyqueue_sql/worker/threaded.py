@@ -300,7 +300,7 @@ class Worker(WorkerBase):
         # Every handler has finished (or was abandoned): the completer flushes what is left.
         self._acks.put(None)
         self._completer_thread.join(timeout=max(self.settings.shutdown_timeout, 5.0))
-        self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
+        self.state.hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
         self._watch_wake.set()
         self._heartbeat.join(timeout=5)
         self._watcher.join(timeout=5)
@@ -313,11 +313,12 @@ class Worker(WorkerBase):
         return self._steps(steps, None)
 
     def _call(self, op: RetriedCall, conn: _Connection) -> Any:
-        return conn.run(op, give_up=self._hard_stop if op.hard else self._stopping)
+        return conn.run(op, give_up=self.state.hard_stop if op.hard else self.state.stopping)
 
     def _listen(self, op: Listen, conn: _Connection) -> bool:
         return conn.run(
-            lambda db: self._nested(self.reserve_loop.listen_steps(db, op.deadline)), give_up=self._stopping
+            lambda db: self._nested(self.reserve_loop.listen_steps(db, op.deadline)),
+            give_up=self.state.stopping,
         )
 
     def _notifications(self, op: Notifications, conn: Any) -> list:
@@ -362,7 +363,7 @@ class Worker(WorkerBase):
         with self._slots:
             while (
                 len(self._inflight) >= (refill_at := self.reserve_loop.refill_at())
-                and not self._stopping.is_set()
+                and not self.state.stopping.is_set()
             ):
                 self._slot_waiting = refill_at
                 try:
@@ -371,11 +372,11 @@ class Worker(WorkerBase):
                     self._slot_waiting = 0
 
     def _sleep(self, op: Sleep, conn: Any) -> bool:
-        return self._stopping.wait(op.seconds)
+        return self.state.stopping.wait(op.seconds)
 
     def _wait(self, op: Wait, conn: Any) -> bool:
         if op.event is HARD_STOP:
-            return self._hard_stop.wait(op.seconds)
+            return self.state.hard_stop.wait(op.seconds)
         woke = self._watch_wake.wait(op.seconds)
         self._watch_wake.clear()
         return woke
@@ -518,17 +519,17 @@ class Worker(WorkerBase):
         reconnecting and retrying on connection loss."""
         if self._heartbeat_conn is None:
             raise errors.QueueError("heartbeat_run is for on_heartbeat hooks")
-        return self._heartbeat_conn.run(fn, give_up=self._hard_stop)
+        return self._heartbeat_conn.run(fn, give_up=self.state.hard_stop)
 
     # -- shutdown --------------------------------------------------------------------
     def _shutdown(self) -> None:
         # Unstarted messages go back at once: the handler threads pick them off
-        # the pending queue and hand them back because _stopping is set.
+        # the pending queue and hand them back because state.stopping is set.
         deadline = time.monotonic() + self.settings.shutdown_timeout
         self._stop_deadline = deadline
         conn = _Connection(self, "shutdown")
         try:
-            while not self._hard_stop.is_set():
+            while not self.state.hard_stop.is_set():
                 try:
                     job = self._pending.get_nowait()
                 except queue_mod.Empty:
@@ -542,13 +543,13 @@ class Worker(WorkerBase):
         report_at = time.monotonic()
         # the handler threads, and the batch lanes (a batch that runs finishes)
         running = self._threads + [lane for lane, _ in self._lanes]
-        while any(t.is_alive() for t in running) and not self._hard_stop.is_set():
+        while any(t.is_alive() for t in running) and not self.state.hard_stop.is_set():
             now = time.monotonic()
             if now >= deadline:
                 break
             report_at = self.shutdown.report_stopping(deadline, report_at)
             try:
-                self._hard_stop.wait(min(0.05, deadline - now))
+                self.state.hard_stop.wait(min(0.05, deadline - now))
             except KeyboardInterrupt:  # run() without signal handlers in the main thread: Ctrl-C again
                 self.stop(force=True, reason="KeyboardInterrupt")
         self.shutdown.abandon_the_rest()

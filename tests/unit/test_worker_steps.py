@@ -605,7 +605,7 @@ def test_the_watcher_waits_for_a_progress_or_its_poll_and_survives_a_round_s_err
     steps.throw(StoppedError())
     assert steps.done
     steps = Steps(worker.watch.loop_steps())
-    worker._hard_stop.set()
+    worker.state.hard_stop.set()
     steps.answer(False)
     assert steps.done
 
@@ -806,13 +806,13 @@ def test_a_run_starts_serves_and_stops_in_one_order_for_both_runners():
         assert steps.answer() == Open("dispatcher", dispatcher=True)
         serving = steps.answer("dispatcher-conn")
         assert isinstance(serving, On) and serving.conn == "dispatcher-conn"
-        assert not worker._stopping.is_set()
+        assert not worker.state.stopping.is_set()
         if crash is None:
             worker.stop()
             assert steps.answer() == Shut("dispatcher-conn")
         else:
             assert steps.throw(crash) == Shut("dispatcher-conn")
-        assert worker._stopping.is_set() and worker._state == "stopping"
+        assert worker.state.stopping.is_set() and worker._state == "stopping"
         assert steps.answer() == STOP_RUNNERS
         assert steps.answer() == Open("deregister")
         assert isinstance(steps.answer("conn-3"), On)
