@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..dialects import encode_json
@@ -86,6 +86,22 @@ class BatchLanes:
 
     batch_routes: dict[tuple[str, str], BatchRoute]
     _lane_wakes: dict[tuple[str, str], threading.Event]
+    # What it takes from Dispatch (dispatch.py, a message's way) and the runner (threaded.Worker),
+    # parts of the same worker
+    _job_type: type[Job]
+
+    if TYPE_CHECKING:
+
+        def _hold(self, jobs: list[Job]) -> None: ...
+        def _release(self, job: Job, successors: list[Job] = ()) -> None: ...
+        def _note_handler_time(self, seconds: float) -> None: ...
+        def _defer_ack(self, job: Job, elapsed_ms: float) -> None: ...
+        def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None: ...
+        def _commit_each_steps(self, entries: list[tuple[Job, float]]) -> Any: ...
+        def _fail_steps(
+            self, job: Job, error: BaseException, interrupted: bool, elapsed_ms: float
+        ) -> Any: ...
+        def _hand_back_steps(self, job: Job, delay: float = 0.0) -> Any: ...
 
     def add_batch_handler(
         self,
@@ -150,14 +166,14 @@ class BatchLanes:
         an idle worker keeps one long poll per batch kind, not one per lane."""
         w: Any = self
         backoff = 0.5
-        while not w._stopping.is_set():
+        while not w.state.stopping.is_set():
             try:
                 yield from self._lane_round_steps(route, idle, siblings)
                 backoff = 0.5
             except StoppedError:
                 return
             except Exception as exc:  # as the reserve loop does: logged, again after a back-off
-                backoff = w._dispatch_failed(exc, backoff)
+                backoff = w.reserve_loop.dispatch_failed(exc, backoff)
                 if (yield Sleep(backoff)):
                     return
                 backoff = min(backoff * 2, 30.0)
@@ -167,13 +183,13 @@ class BatchLanes:
         w: Any = self
         kinds = None if route.every_kind else [route.kind]
         wake = self._lane_wakes.setdefault((route.queue, route.kind), threading.Event())
-        lease_until = w._clock() + w.lease
-        args = dict(n=route.size, worker=w.reserve_as, timeout=w.lease, kinds=kinds)
+        lease_until = w.state.clock() + w.settings.lease
+        args = dict(n=route.size, worker=w.reserve_as, timeout=w.settings.lease, kinds=kinds)
         rows = list((yield RetriedCall("reserve", route.queue, kwargs=args)))
         if rows and len(rows) < route.size and route.linger > 0:
-            end = w._clock() + route.linger
-            while len(rows) < route.size and not w._stopping.is_set():
-                left = end - w._clock()
+            end = w.state.clock() + route.linger
+            while len(rows) < route.size and not w.state.stopping.is_set():
+                left = end - w.state.clock()
                 if left <= 0:
                     break
                 args["n"] = route.size - len(rows)
@@ -182,7 +198,9 @@ class BatchLanes:
                     woke = yield RetriedCall(
                         "wait",
                         route.queue,
-                        kwargs=dict(timeout=round(left, 6) or 1e-6, poll=w.long_poll_check, kinds=kinds),
+                        kwargs=dict(
+                            timeout=round(left, 6) or 1e-6, poll=w.settings.long_poll_check, kinds=kinds
+                        ),
                     )
                     if not woke:
                         break
@@ -193,12 +211,14 @@ class BatchLanes:
                 yield RetriedCall(
                     "wait",
                     route.queue,
-                    kwargs=dict(timeout=w.long_poll_wait, poll=w.long_poll_check, kinds=kinds),
+                    kwargs=dict(
+                        timeout=w.settings.long_poll_wait, poll=w.settings.long_poll_check, kinds=kinds
+                    ),
                 )
                 wake.set()
             else:
-                until = w._clock() + w.long_poll_wait
-                while not w._stopping.is_set() and w._clock() < until:
+                until = w.state.clock() + w.settings.long_poll_wait
+                while not w.state.stopping.is_set() and w.state.clock() < until:
                     if siblings.wait(WAIT_SLICE):
                         break
                 siblings.clear()
@@ -228,7 +248,7 @@ class BatchLanes:
     def _batch_steps(self, route: BatchRoute, jobs: list[Job]):
         """Runs one batch: one call of the handler, then each job to its commit or failure."""
         w: Any = self
-        if w._stopping.is_set():  # reserved as the stop came: back unstarted
+        if w.state.stopping.is_set():  # reserved as the stop came: back unstarted
             for job in jobs:
                 yield from w._hand_back_steps(job)
             return
@@ -284,16 +304,16 @@ class BatchLanes:
             w._acknowledged(route.queue, entries, held)
         except StoppedError:
             for job in jobs:
-                w._log_abandoned(job)
+                w.policy.abandoned(job)
         except errors.InvalidArgumentError as exc:
             if route.store_result:
                 yield from w._commit_each_steps(entries)
             else:
                 for job in jobs:
-                    w._log_unfinishable(job, exc)
+                    w.policy.unfinishable(job, exc)
         except Exception as exc:  # e.g. the queue was dropped meanwhile: the lane goes on
             for job in jobs:
-                w._log_unfinishable(job, exc)
+                w.policy.unfinishable(job, exc)
         finally:
             for job in jobs:
                 job.done = True
@@ -311,13 +331,13 @@ class BatchLanes:
                     encode_json(job.result)
                 except errors.InvalidPayloadError as exc:
                     error = exc
-        interrupted = False if error is None else w._handled(job, error)
+        interrupted = False if error is None else w.policy.handled(job, error)
         lock = job.lock
         try:
             yield Acquire(lock)
             try:
                 if job.progress_pending:
-                    yield from w._write_progress_steps(job)
+                    yield from w.watch.write_progress_steps(job)
                 if error is None:
                     w._defer_ack(job, elapsed_ms)
                 else:
@@ -326,8 +346,8 @@ class BatchLanes:
             finally:
                 lock.release()
         except StoppedError:
-            w._log_abandoned(job)
+            w.policy.abandoned(job)
         except Exception as exc:  # e.g. the queue was dropped meanwhile: the lane goes on
-            w._log_unfinishable(job, exc)
+            w.policy.unfinishable(job, exc)
         finally:
             w._release(job)
