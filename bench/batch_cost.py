@@ -1,11 +1,6 @@
-"""Batch cost: where a row of a PostgreSQL batch push spends the server's time. One connection sends
-the same 100-row batches to each variant in turn (rounds interleaved, the variants' order
-rotating): the routine (Queue.push_many), pgmq's send_batch, and a plain INSERT into scratch copies
-of pyqueue_message with fewer indexes or another layout; each timed by the CPU of its connection's
-server process (/proc) and the client's CPU and clock, per row; every table churns (its rows
-deleted after each round). The drain part times a row's reserve and acknowledgement the same way;
---dialects mysql, MariaDB's bulk enqueue of 5,000 rows a call. The variants and how to read the
-tables: bench/README.md, Batch cost.
+"""Batch cost: the server CPU of a batch push row and of a batch drain row, the routines against pgmq
+and plain statements on copies of the table; --dialects mysql: MariaDB's bulk enqueue. The variants
+and how to read the tables: bench/README.md, Batch cost.
 
     python -m bench batch-cost                       # 7 rounds, 300 calls of 100 rows per variant
     python -m bench batch-cost --quick               # 1 round, 20 calls

@@ -1,15 +1,11 @@
-"""Routines side by side: each system's calls for four workloads (push, reserve+ack, each 1 and 100 per
-call) and a bulk enqueue (5,000 a call), client processes starting together on a barrier,
-interleaved in rounds with the systems' order rotating; medians, per-round ratios to the best peer
-(and to the INSERT ceiling for single pushes), CPU per message. Keys are random (uuid4 hex, as
-users' business keys are; --keys serial: c<client>-<n>). Method and systems: bench/README.md, Method.
+"""Routines side by side: each system's calls for four workloads and a bulk enqueue, clients starting
+together, rounds interleaved; medians, ratios to the best peer, CPU per message. bench/README.md, Method.
 
     python -m bench routines                     # both dialects, 3 rounds, 4 clients, 10,000 messages
     python -m bench routines --quick             # 1 round, 2,000 messages, 3 s cap
     python -m bench routines --rounds 5 --dialects mysql --workloads push,reserve_ack
 
-The suites `ab` (the newest sql/ against --previous-commit C or --previous REVISION) and `profile`
-(--profile: each routine's calls and µs per call) run this too: bench/README.md, A/B and profile.
+`ab` (--previous-commit C, --previous REVISION) and `profile` run this too: README, A/B and profile.
 """
 
 from __future__ import annotations
@@ -306,10 +302,8 @@ class InsertCeiling(System):
 
 
 class HandRolled(System):
-    """A hand-rolled SKIP LOCKED queue, the design a team writes itself: a table with a unique
-    message key and a ready index (run_at, id). push = INSERT IGNORE (PostgreSQL: ON CONFLICT DO
-    NOTHING); reserve = SELECT ... ORDER BY run_at, id LIMIT k FOR UPDATE SKIP LOCKED + UPDATE of
-    run_at and a token, in one transaction; ack = one DELETE of the ids taken."""
+    """A hand-rolled SKIP LOCKED queue, the design a team writes itself (DDL below, the calls in
+    `calls`): reserve = the SELECT and an UPDATE of run_at and a token in one transaction."""
 
     name = "SKIP LOCKED by hand"
     lock = "FOR UPDATE SKIP LOCKED"
@@ -412,8 +406,7 @@ class Naive(HandRolled):
 
 
 class Pgmq(System):
-    """pgmq, installed from the SQL its PyPI package ships (pgmq.install: no extension needed),
-    driven through its SQL functions on a psycopg autocommit connection."""
+    """pgmq (common.install_pgmq) through its SQL functions on a psycopg autocommit connection."""
 
     name = needs = "pgmq"
     dialects = ("postgresql",)
@@ -582,10 +575,8 @@ profile: fresh)"""
 
 
 def churn(system_cls, dialect: str, dsn: str, n: int) -> int:
-    """A churned queue, as users meet one in use: whatever the last measurement left is drained,
-    then n messages pushed and drained again, all through the system's own batch calls, with no
-    VACUUM, ANALYZE or TRUNCATE (autovacuum as the server has it configured). Returns the
-    messages it drained."""
+    """A churned queue (bench/README.md, Method): what the last measurement left drained, then n
+    messages pushed and drained again by the system's own batch calls. Returns the messages drained."""
     with system_cls(dialect).opened(dsn) as system:
         drained = sum(iter(system.take_ack_batch, 0))
         system.prefill(dsn, n)
@@ -704,13 +695,8 @@ def markdown(results: list[dict], meta: dict) -> str:
         said = [
             f"{d} autovacuum = {s['autovacuum']}" for d, s in meta["servers"].items() if "autovacuum" in s
         ]
-        out[0] += (
-            " **Churned queue**: before each measurement the system's table is drained of what the "
-            "last one left, then the measurement's number of messages is pushed and drained again "
-            "through the system's own batch calls, with no VACUUM, ANALYZE or TRUNCATE at any point "
-            f"(autovacuum as the server is configured: {'; '.join(said) or 'not read'}); the INSERT ceiling, "
-            "which does not consume, is emptied as in a fresh run."
-        )
+        out[0] += " **Churned queue** (bench/README.md, Method): never vacuumed, analyzed or truncated "
+        out[0] += f"(autovacuum as the server is configured: {'; '.join(said) or 'not read'})."
     if meta.get("against"):
         out[0] += (
             f" **A/B**: pyqueue is this checkout's sql/, previous revision {meta['against']}; vs best peer = newest / previous."

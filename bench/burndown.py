@@ -1,8 +1,5 @@
-"""Burn-down: a backlog drained by each system's own worker runtime, as its users run it: 2 worker
-processes x 16 handlers, workloads noop (50,000 jobs) and sleep10 (20,000 jobs of 10 ms), the clock
-from the workers' go (and from their spawn: start-up included) until a count of unfinished jobs
-polled in the database reaches 0, rounds interleaved, ratios to the best peer within each round
-(with no peer in the run, to the first system). Commands and method: bench/README.md, Burn-down.
+"""Burn-down: a backlog drained by each system's own worker runtime, as its users run it, rounds
+interleaved, ratios to the best peer within each round. Commands and method: bench/README.md, Burn-down.
 """
 
 from __future__ import annotations
@@ -36,6 +33,7 @@ OBAN_PYTHON = os.path.join(PEERS, ".venv-oban", "bin", "python")
 OBAN_CLI = os.path.join(PEERS, ".venv-oban", "bin", "oban")
 
 PROCESSES = 2
+BATCH = [100]  # the batch task's size (--batch)
 CONCURRENCY = 16
 POLL = 0.02
 
@@ -93,9 +91,12 @@ class System:
     def worker(self, dsn: str, sleep_ms: float) -> tuple[list[str], dict | None]:
         """A worker process's command and environment (None: this one's)."""
         if self.kind == "cli":  # as users start it; the DSN from $PYQUEUE_DSN
-            target = "app" if self.name == "pyqueue-tasks" else "plain --queue burndown"
+            target = {"pyqueue-tasks": "app", "pyqueue-batch": "batch_app"}.get(
+                self.name, "plain --queue burndown"
+            )
             cli = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
             env = os.environ | {"PYQUEUE_DSN": dsn, "BENCH_GO": "1", "BENCH_SLEEP_MS": str(sleep_ms)}
+            env["BENCH_BATCH"] = str(BATCH[0])
             return [cli, *f"worker bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split()], env
         if self.kind == "py":
             settings = ["--settings", json.dumps(self.settings)] if self.settings else []
@@ -104,28 +105,12 @@ class System:
         return self._command("work", dsn, str(CONCURRENCY), str(sleep_ms)), None
 
 
-def _value(text: str):
-    """A setting's value: a number, true, false or none."""
-    try:
-        value = json.loads({"none": "null"}.get(text.lower(), text.lower()))
-    except ValueError:
-        value = ""
-    if isinstance(value, (str, list, dict)):
-        raise SystemExit(f"not a number, true, false or none: {text!r}")
-    return value
-
-
 def variant(text: str, dialect: str) -> System:
     """A --variant: threads or asyncio, then the worker's settings (runtime:name=value,...)."""
     runtime, _, rest = text.partition(":")
     if runtime not in ("threads", "asyncio"):
         raise SystemExit(f"a variant starts with threads or asyncio: {text!r}")
-    settings = {}
-    for part in filter(None, rest.split(",")):
-        name, eq, value = part.partition("=")
-        if not eq:
-            raise SystemExit(f"a setting is name=value: {part!r}")
-        settings[name.strip()] = _value(value.strip())
+    settings = common.worker_settings(rest)
     label = f"`{'Worker' if runtime == 'threads' else 'AsyncWorker'}` {rest or '(defaults)'}"
     return System(text, dialect, label, "py", LIVE, peer=False, settings=settings)
 
@@ -141,6 +126,7 @@ SYSTEMS = [
         System("pyqueue-threads", d, "**pyqueue-sql `Worker`** (def handler, threads; what `pyqueue-sql worker` runs)", "py", LIVE, peer=False, needs=DRIVERS[d][1]),
         System("pyqueue-cli", d, "`pyqueue-sql worker MODULE:handler --queue burndown` (a plain def handler)", "cli", LIVE, peer=False, extra=True),
         System("pyqueue-tasks", d, "`pyqueue-sql worker MODULE:app` (the same no-op as an `@app.task`)", "cli", LIVE, peer=False, extra=True),
+        System("pyqueue-batch", d, "`pyqueue-sql worker MODULE:batch_app` (the same no-op as an `@app.task(batch=N)`, N from --batch)", "cli", LIVE, peer=False, extra=True),
     )),
     System("graphile-worker", "postgresql", "graphile-worker (npm)", "node", "SELECT count(*) FROM graphile_worker._private_jobs"),
     System("graphile-worker-batched", "postgresql", "graphile-worker (npm), its performance page's settings", "node", "SELECT count(*) FROM graphile_worker._private_jobs",
@@ -274,14 +260,10 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         "",
         f"Command: `{meta['command']}`; {meta['rounds_done']} of {meta['rounds']} round(s) done, {PROCESSES} worker "
         f"processes x {CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} ({meta['cpus']} "
-        f"CPUs), load average {meta['load_before']} before, {meta['load_after']} after. Jobs/s: jobs done / time from "
-        "the workers' go (each has said `ready`) to the last job done, counted in the database, median over rounds "
-        "(min-max). Worker CPU: the worker processes' own (all threads) from the go, per job; + its server sessions': "
-        "the PostgreSQL backends on the system's database (the counter's left out), from /proc. From spawn: the clock "
-        "from spawning the worker processes (imports and start-up included), their CPU over their whole life per job, "
-        "spawn to the first job done; medians (min-max). Ratio: to the best peer of the dialect on that workload (no "
-        "peer in the run: the dialect's first system), within each round, median over rounds. Fresh and churned "
-        "queues: bench/README.md, Burn-down; autovacuum as configured "
+        f"CPUs), load average {meta['load_before']} before, {meta['load_after']} after. Jobs/s from the workers' go "
+        "to the last job done; worker CPU from the go (+ its PostgreSQL server sessions'); from spawn: imports and "
+        "start-up included; ratio to the dialect's best peer (none: its first system) within each round; medians over "
+        "rounds (min-max). Method: bench/README.md, Burn-down; autovacuum as configured "
         f"({meta.get('autovacuum') or 'not read'}).",
         "",
     ]
@@ -355,11 +337,19 @@ def main() -> None:
         ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
         ("--name", None, "the results' file name (default burndown, burndown-tasks, burndown-variants)"),
         ("--tasks", False, "`pyqueue-sql worker`: a plain handler against the same no-op job as a task"),
+        (
+            "--batch",
+            0,
+            "`pyqueue-sql worker`: an @app.task against the same no-op job as a batch task of this size",
+        ),
     )
     ap.add_argument("--variant", action="append", help="pyqueue-sql's worker: threads|asyncio[:a=b,...]")
     args = ap.parse_args()
-    if args.tasks:
-        args.systems = args.systems or "pyqueue-cli,pyqueue-tasks"
+    BATCH[0] = args.batch or BATCH[0]
+    if args.tasks or args.batch:
+        args.systems = args.systems or (
+            "pyqueue-tasks,pyqueue-batch" if args.batch else "pyqueue-cli,pyqueue-tasks"
+        )
         args.workloads = args.workloads if "--workloads" in sys.argv else "noop"
     common.exit_on_sigterm()
     if args.quick:
@@ -385,8 +375,12 @@ def main() -> None:
     peerless = [d for d in dialects if not any(s.peer for s in systems if s.dialect == d)]
     meta["baseline"] = {d: firsts[d] if d in peerless else None for d in dialects}
     results: list[dict] = []
-    out = args.out or os.path.join(HERE, "results" if args.quick or args.tasks or args.variant else "latest")
-    name = args.name or "burndown" + ("-tasks" if args.tasks else "-variants" if args.variant else "")
+    out = args.out or os.path.join(
+        HERE, "results" if args.quick or args.tasks or args.batch or args.variant else "latest"
+    )
+    name = args.name or "burndown" + (
+        "-tasks" if args.tasks else "-batch" if args.batch else "-variants" if args.variant else ""
+    )
 
     def write(rounds_done: int, tag: str | None = None) -> None:
         """Rewrites the summary after each round: a run cut short keeps what it measured."""

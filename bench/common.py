@@ -308,6 +308,27 @@ def names(text: str | None, known=(), ap: argparse.ArgumentParser | None = None,
     return out
 
 
+def worker_settings(text: str) -> dict:
+    """A --variant's worker settings, name=value[,name=value] (a value: a number, true, false or none)."""
+    settings = {}
+    for part in filter(None, text.split(",")):
+        name, eq, value = (x.strip() for x in part.partition("="))
+        try:
+            settings[name] = json.loads({"none": "null"}.get(value.lower(), value.lower()))
+        except ValueError:
+            settings[name] = ""
+        if not eq or isinstance(settings[name], (str, list, dict)):
+            raise SystemExit(f"a setting is name=value, the value a number, true, false or none: {part!r}")
+    return settings
+
+
 def chunks(n: int, size: int = 1000, start: int = 0):
     """The numbers start .. start + n - 1 in ranges of size (a bulk enqueue's calls)."""
     return (range(i, min(start + n, i + size)) for i in range(start, start + n, size))
+
+
+def push_jobs(dsn: str, jobs: int, queue: str, start: int = 0) -> None:
+    """A backlog of no-op jobs (kind noop, payload {"n": i}) pushed by pyqueue-sql's client, 1,000 a call."""
+    with pyqueue_sql.connect(dsn) as db:
+        for numbers in chunks(jobs, start=start):
+            db.queue(queue).push_many([(f"j{i:09d}", "noop", {"n": i}) for i in numbers])

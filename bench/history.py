@@ -1,9 +1,6 @@
-"""History: producer and consumer processes run a random mix of the contract's operations on real
-connections, each call written before it is sent and its answer after, both with the server's clock;
-with --faults, meanwhile, clients are SIGKILLed, connections cut, consumers paused past their leases
-and (on a server the suite starts itself) the server restarted. A checker then verifies the
-contract's guarantees over the whole history and names the operations of every violation. Exits 1
-when it finds one. bench/README.md, History.
+"""History: clients run a random mix of the contract's calls, each recorded with the server's clock,
+under faults with --faults; a checker then verifies the contract's guarantees over the history and
+names the calls of every violation (exit 1). bench/README.md, History.
 
     python -m bench history --ops 1000000 --faults --dialect postgresql
     python -m bench history --ops 20000 --dialect mysql --isolation "REPEATABLE READ"

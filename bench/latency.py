@@ -1,11 +1,8 @@
 """Push -> handler-start latency of an idle Worker, its queries a second while idle, and the cost of
-the NOTIFY throttle (PostgreSQL: delayed / throttled / listened / every, as ratios to delayed).
-bench/README.md, Latency. (Through PgBouncer beside direct: `python -m bench pgbouncer` at 4da0bbf.)
+the NOTIFY throttle (PostgreSQL, as ratios to delayed). bench/README.md, Latency.
 
     python -m bench latency                       # both dialects
     python -m bench latency --dialect postgresql --samples 300
-
-Prints one JSON object, then a table, also written to <out>/latency-<time>.{json,md}.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ from bench import common
 
 @contextlib.contextmanager
 def running(dsn: str, queue: str, handler):
-    """A Worker (concurrency 4) running handler on queue in a thread of this process for the with
-    block; stopped after."""
+    """A Worker (concurrency 4) running handler on queue in a thread for the with block."""
     worker = pyqueue_sql.Worker(dsn, concurrency=4)
     worker.add_handler(queue, handler)
     t = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
@@ -80,7 +76,7 @@ def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
     queues = {m: db.queue(f"bench.push.{m}").create() for m in ("delayed", "throttled", "listened", "every")}
     queues["every"].set_notify_window(0)
     listener = pyqueue_sql.connect(dsn)
-    db.dialect.listen(listener.connection, [queues["listened"].channel(), queues["every"].channel()])
+    db.dialect.listener.listen(listener.connection, [queues["listened"].channel(), queues["every"].channel()])
     stop = threading.Event()
 
     def drain():  # a real listener consumes its notifications

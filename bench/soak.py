@@ -693,8 +693,8 @@ def main(argv: list[str] | None = None) -> int:
         ("--seed", 7, "the producers' and the kills' random seed"),
         ("--out", os.path.join(ROOT, "bench", "results"), "where soak_<dialect>.json and .md go"),
         ("--keep", False, "keep the database and the work files (worker logs, keys)"),
+        ("--dialect", ("both", "postgresql", "mysql"), ""),
     )
-    p.add_argument("--dialect", choices=("postgresql", "mysql", "both"), default="both")
     inject = "break the accounting on purpose: the run must FAIL"
     p.add_argument("--inject", choices=("loss", "double-commit"), help=inject)
     args = p.parse_args(argv)

@@ -144,8 +144,9 @@ def timed_enqueue(enqueue, method: str, url: str) -> tuple[float, int]:
 
 def main(argv: list[str] | None = None) -> int:
     options = ("--rows", 1_000_000, ""), ("--partitions", 2, ""), ("--batch", pqs.DEFAULT_BATCH_SIZE, "")
-    parser = common.parser(__doc__, *options, ("--repeat", 1, ""))
-    parser.add_argument("--dialect", choices=["postgresql", "mysql", "both"], default="both")
+    parser = common.parser(
+        __doc__, *options, ("--repeat", 1, ""), ("--dialect", ("both", "postgresql", "mysql"), "")
+    )
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
     if missing := pqs.missing_requirements():

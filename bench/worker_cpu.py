@@ -1,10 +1,5 @@
-"""Worker CPU: what one job costs pyqueue-sql's threaded worker, in its own process, as the
-`pyqueue-sql worker` CLI builds it (a plain def handler, concurrency 16, the CLI's defaults and
-its log handler at INFO): the process's CPU per job and its server sessions', each drain emptying
-a backlog of no-op jobs from a churned queue. Variants alternate round by round: `as installed`,
-`no tracing` (the span's cost), settings (--variant name=value,...) and `--variant bare`, the
-floor: bare_loop, the same reserve and commit_many without the Worker. --profile N: one more drain
-under yappi. bench/README.md, Worker CPU.
+"""Worker CPU: what one no-op job costs pyqueue-sql's threaded worker built as `pyqueue-sql worker`
+builds it, and its server sessions, variants alternated (bare_loop: the floor). bench/README.md, Worker CPU.
 
     python -m bench worker-cpu                        # 5 rounds of 20,000 jobs per variant
     python -m bench worker-cpu --quick                # 1 round of 2,000
@@ -34,12 +29,6 @@ CONCURRENCY = 16
 
 def _noop(job) -> None:
     pass
-
-
-def _enqueue(dsn: str, jobs: int, serial: int) -> None:
-    with pyqueue_sql.connect(dsn) as db:
-        for numbers in common.chunks(jobs, start=serial):
-            db.queue(QUEUE).push_many([(f"j{i:09d}", "noop", {"n": i}) for i in numbers])
 
 
 def bare_loop(dsn: str, jobs: int, ended) -> None:
@@ -155,10 +144,7 @@ def main() -> None:
     traced = tracing.api() is not None
     settings_of: dict[str, dict | str] = {"as installed": {}, **({"no tracing": {}} if traced else {})}
     for text in args.variant:
-        pairs = [p.partition("=") for p in text.split(",") if p]
-        settings_of[text] = (
-            "bare" if text == "bare" else {k.strip(): float(v) if "." in v else int(v) for k, _, v in pairs}
-        )
+        settings_of[text] = "bare" if text == "bare" else common.worker_settings(text)
     results: list[dict] = []
     meta = dict(command=common.command(), started=common.now_utc(), load_before=common.loadavg())
     meta |= dict(rounds=args.rounds, jobs=args.jobs)
@@ -167,7 +153,7 @@ def main() -> None:
     with common.database("postgresql", "workercpu", QUEUE) as dsn:
         for rnd in range(args.rounds):
             for variant in common.rotated(settings_of, rnd):
-                _enqueue(dsn, args.jobs, serial)
+                common.push_jobs(dsn, args.jobs, QUEUE, serial)
                 serial += args.jobs
                 tracing._api = False if variant == "no tracing" else None
                 try:
@@ -181,7 +167,7 @@ def main() -> None:
                     flush=True,
                 )
         if args.profile:
-            _enqueue(dsn, args.jobs, serial)
+            common.push_jobs(dsn, args.jobs, QUEUE, serial)
             drain(dsn, args.jobs, profile=True)
             import yappi
 

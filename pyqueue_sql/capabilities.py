@@ -24,6 +24,8 @@ PRODUCER = (
     "queue_cancel",
     "queue_push_after",
     "queue_push_after_on",
+    "queue_push_after_on_with_headers",
+    "queue_push_after_batch",
 )
 CONSUMER = (
     "queue_reserve",

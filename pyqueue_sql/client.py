@@ -135,7 +135,6 @@ __all__ = [
     "GroupInfo",
     "HistoryRow",
     "INT_MAX",
-    "INT_MAX",
     "INT_MIN",
     "LAST_ERROR_MAX_CHARS",
     "LimitInfo",
@@ -380,7 +379,7 @@ class Database(DatabaseCalls):
         if channel is None:
             channel = self._result_channels[queue.name] = str(queue.result_channel())
         if not self._result_listens.get(channel):
-            self.dialect.listen(self.connection, [channel])
+            self.dialect.listener.listen(self.connection, [channel])
         self._result_listens[channel] = self._result_listens.get(channel, 0) + 1
         return channel
 
@@ -392,13 +391,13 @@ class Database(DatabaseCalls):
             del self._result_listens[channel]
             d = self.dialect
             with contextlib.suppress(Exception), self.connection.cursor() as cur:
-                cur.execute(d.compose(d.statement("unlisten"), channel=d.identifier(channel)))
+                cur.execute(d.admin.compose(d.statement("unlisten"), channel=d.admin.identifier(channel)))
 
     def _await_result_note(self, channel: str, key: str, kind: str, seconds: float) -> None:
         """Reads notifications up to `seconds`, until one announces this message's result."""
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
-            for got, payload in self.dialect.wait_for_notification(self.connection, left):
+            for got, payload in self.dialect.listener.wait_for_notification(self.connection, left):
                 if got == channel and result_note_matches(payload, key, kind):
                     return
 

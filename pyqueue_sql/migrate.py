@@ -176,7 +176,7 @@ def run_routines() -> None:
     if step.defer_routines:
         step.routines_due = True
         return
-    replace = step.connection is not None and step.dialect.replaces_routines_in_place(
+    replace = step.connection is not None and step.dialect.admin.replaces_routines_in_place(
         step.connection.connection
     )
     _run_script(step, routines_script(step.dialect.name, replace_in_place=replace), rerunnable=True)
@@ -478,8 +478,8 @@ def _mysql_restore_routine_grants(
         current = []
     cursor = connection.connection.cursor()
     try:
-        with dialect.no_account_creation(connection.connection):
-            for statement in dialect.routine_regrants(saved, current):
+        with dialect.admin.no_account_creation(connection.connection):
+            for statement in dialect.admin.routine_regrants(saved, current):
                 try:
                     cursor.execute(statement)
                 except Exception as exc:  # a routine this revision no longer has (1305), an odd name
@@ -499,7 +499,7 @@ def _mysql_restore_routine_grants(
 
 def flavor(connection: Connection) -> str:
     """'postgresql', 'mariadb' or 'mysql': the key of a revision's FINGERPRINTS."""
-    return _dialect_of(connection).server_flavor(connection.connection)
+    return _dialect_of(connection).admin.server_flavor(connection.connection)
 
 
 def fingerprint(target: Target) -> str:

@@ -127,7 +127,7 @@ def parse_account(dialect: str | Dialect, text: str) -> Account:
     given); a trailing @ with no host (name@) names a MariaDB role."""
     if not text or "\x00" in text:
         raise errors.InvalidArgumentError("the role name must not be empty or contain NUL")
-    return Account(*dialects.as_dialect(dialect).parse_grantee(text))
+    return Account(*dialects.as_dialect(dialect).admin.parse_grantee(text))
 
 
 def capabilities_of(names: Iterable[str]) -> list[str]:
@@ -168,24 +168,31 @@ def statements(
     execute, table = ("revoke_execute", "revoke_table") if revoke else ("grant_execute", "grant_table")
 
     def qualified(name: str) -> Any:
-        return d.identifier(schema, name) if schema else d.identifier(name)
+        return d.admin.identifier(schema, name) if schema else d.admin.identifier(name)
 
-    role = d.grantee(account.name, account.host)
+    role = d.admin.grantee(account.name, account.host)
     out = []
     if schema and not revoke and d.grants_schema_usage:
-        out.append(d.compose(d.statement("grant_schema_usage"), schema=d.identifier(schema), role=role))
+        out.append(
+            d.admin.compose(d.statement("grant_schema_usage"), schema=d.admin.identifier(schema), role=role)
+        )
 
     def signatures(name: str) -> list[Any]:
         """The routine's name, or one name(arguments) per signature when it has several."""
         if name not in d.routine_signatures:
             return [qualified(name)]
         return [
-            d.compose("{name}(" + args + ")", name=qualified(name)) for args in d.routine_signatures[name]
+            d.admin.compose("{name}(" + args + ")", name=qualified(name))
+            for args in d.routine_signatures[name]
         ]
 
-    out += [d.compose(d.statement(execute), routine=s, role=role) for r in routines for s in signatures(r)]
     out += [
-        d.compose(d.statement(table), privilege=d.keyword(_PRIVILEGES[priv]), table=qualified(t), role=role)
+        d.admin.compose(d.statement(execute), routine=s, role=role) for r in routines for s in signatures(r)
+    ]
+    out += [
+        d.admin.compose(
+            d.statement(table), privilege=d.admin.keyword(_PRIVILEGES[priv]), table=qualified(t), role=role
+        )
         for priv, t in tables
     ]
     return Statements(out, account, revoke)
@@ -194,7 +201,7 @@ def statements(
 def render(dialect: str | Dialect, stmts: Sequence[Any], connection: Any = None) -> list[str]:
     """The statements as SQL text (for printing), each ending with ';'."""
     d = dialects.as_dialect(dialect)
-    return [d.statement_text(s, connection) + ";" for s in stmts]
+    return [d.admin.statement_text(s, connection) + ";" for s in stmts]
 
 
 def current_schema(dialect: str | Dialect, connection: Any) -> str:
@@ -217,7 +224,7 @@ def no_account_creation(dialect: str | Dialect, connection: Any) -> contextlib.A
     session may lack it): the block adds it for the session and puts the
     session's sql_mode back afterwards. MySQL 8 and PostgreSQL never create
     an account on GRANT."""
-    return dialects.as_dialect(dialect).no_account_creation(connection)
+    return dialects.as_dialect(dialect).admin.no_account_creation(connection)
 
 
 def _text(value: Any) -> str:
@@ -250,16 +257,16 @@ def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: A
     granted on the database or a pattern matching it, on *.*, or to a role the account holds,
     directly or through other roles; on MariaDB also granted to PUBLIC or to a role granted to
     PUBLIC, which every account has): its temporary tables would shadow the procedures' own.
-    Nothing to check where the routines cannot be shadowed so (Dialect.shadowing_grantees is
+    Nothing to check where the routines cannot be shadowed so (Admin.shadowing_grantees is
     empty: PostgreSQL)."""
     d = dialects.as_dialect(dialect)
-    shadowing = d.shadowing_grantees(connection)
+    shadowing = d.admin.shadowing_grantees(connection)
     if not shadowing:
         return
     start = (account.name, "%" if account.host is None else account.host)
     # holder -> the holder it was granted to (None: the account itself, or PUBLIC)
     through: dict[tuple[str, str], tuple[str, str] | None] = {start: None}
-    public = d.public_role(connection)  # MariaDB's PUBLIC: every account's
+    public = d.admin.public_role(connection)  # MariaDB's PUBLIC: every account's
     if public is not None and start != public:
         through[public] = None
     frontier = list(through)
@@ -276,9 +283,9 @@ def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: A
         root = holder
         while through[root] is not None:
             root = through[root]  # type: ignore[assignment]
-        on = "*.*" if _text(scope) == "*" else f"{d.identifier(_text(scope))}.*"
-        database = d.identifier(current_schema(d, connection))
-        name = "PUBLIC" if holder == public else d.grantee(*holder)
+        on = "*.*" if _text(scope) == "*" else f"{d.admin.identifier(_text(scope))}.*"
+        database = d.admin.identifier(current_schema(d, connection))
+        name = "PUBLIC" if holder == public else d.admin.grantee(*holder)
         if root == public:
             how = (
                 " through PUBLIC, whose privileges every account has"
@@ -288,7 +295,7 @@ def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: A
         else:
             how = "" if holder == start else f" through its role {name}"
         raise errors.InsecureSchemaError(
-            f"refusing to grant to {d.grantee(*start)}: it may create temporary tables in database "
+            f"refusing to grant to {d.admin.grantee(*start)}: it may create temporary tables in database "
             f"{database}{how} (CREATE TEMPORARY TABLES on {on}), which would shadow the "
             f"queue's tables inside its procedures; first run: REVOKE CREATE TEMPORARY TABLES ON {on} "
             f"FROM {name}"

@@ -14,7 +14,7 @@ from .dialects import JSONValue, RowValue, read_token
 
 def read_headers(dialect: dialects.Dialect, row: Sequence[RowValue], at: int) -> dict[str, JSONValue] | None:
     """The headers column of a row (None: the message has none, or the schema has no such column yet)."""
-    return dialect.read_payload(row[at]) if len(row) > at and row[at] is not None else None
+    return dialect.codec.read_payload(row[at]) if len(row) > at and row[at] is not None else None
 
 
 @dataclass(frozen=True)
@@ -157,15 +157,15 @@ def settings_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> Que
     max_reservation, max_payload, result_retention = (list(caps) + [None, None, None])[:3]
     return QueueSettings(
         queue,
-        dialect.read_duration(visibility),
+        dialect.codec.read_duration(visibility),
         int(max_attempts),
         dlq,
-        dialect.read_duration(retention),
+        dialect.codec.read_duration(retention),
         bool(paused),
-        dialect.read_duration(window),
-        dialect.read_duration(max_reservation),
+        dialect.codec.read_duration(window),
+        dialect.codec.read_duration(max_reservation),
         None if max_payload is None else int(max_payload),
-        dialect.read_duration(result_retention),
+        dialect.codec.read_duration(result_retention),
     )
 
 
@@ -173,7 +173,7 @@ _RESERVATION_FIELDS = tuple(f.name for f in fields(Reservation))
 _new_object = object.__new__
 # A dialect's readers of a payload and of a time that pass the driver's value on as it is
 # (PostgreSQL: psycopg reads json and timestamptz): reservations_from_rows calls them not at all.
-_AS_READ = (dialects.Dialect.read_payload, dialects.Dialect.read_time)
+_AS_READ = (dialects.Codec.read_payload, dialects.Codec.read_time)
 
 
 def reservations_from_rows(
@@ -183,8 +183,8 @@ def reservations_from_rows(
     make it (the same fields, all set) without that __init__'s ten object.__setattr__ calls, and
     without a call a value where the dialect reads it as the driver gave it: this runs once a
     reserved message (bench/README.md, Worker CPU)."""
-    read_payload, read_time = dialect.read_payload, dialect.read_time
-    as_read = (type(dialect).read_payload, type(dialect).read_time) == _AS_READ
+    read_payload, read_time = dialect.codec.read_payload, dialect.codec.read_time
+    as_read = (type(dialect.codec).read_payload, type(dialect.codec).read_time) == _AS_READ
     made = []
     for row in rows:
         key, kind, payload, token, priority, attempts, created, initially = row[:8]
@@ -364,8 +364,8 @@ def rate_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> RateInf
         queue,
         kind,
         int(n),
-        dialect.read_duration(per),
-        dialect.read_time(next_free_at),
+        dialect.codec.read_duration(per),
+        dialect.codec.read_time(next_free_at),
         int(in_window),
     )
 
@@ -387,10 +387,10 @@ def schedule_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> Sch
         queue,
         key,
         kind,
-        dialect.read_payload(payload),
+        dialect.codec.read_payload(payload),
         None if every_s is None else int(every_s),
         cron,
-        dialect.read_time(next_at),
+        dialect.codec.read_time(next_at),
     )
 
 
@@ -505,10 +505,10 @@ def result_from_rows(
         str(key),
         kind,
         str(state),
-        d.read_payload(result),
+        d.codec.read_payload(result),
         last_error,
         None if attempts is None else int(attempts),
-        d.read_payload(progress),
-        d.read_time(finished_at),
+        d.codec.read_payload(progress),
+        d.codec.read_time(finished_at),
         bool(cancel_requested),
     )

@@ -79,7 +79,7 @@ class _Server:
         try:
             cur = conn.cursor()
             try:
-                cur.execute(d.compose(template, name=d.identifier(name)))
+                cur.execute(d.admin.compose(template, name=d.admin.identifier(name)))
             finally:
                 cur.close()
         finally:
@@ -134,19 +134,19 @@ class _SessionDatabase:
 
     def _reset_statements(self) -> list[str]:
         """The statements that empty the database: every table but the schema's revision
-        (Dialect.empty_database_statements)."""
-        return self.server.dialect.empty_database_statements(self._conn, KEPT_TABLE)
+        (Admin.empty_database_statements)."""
+        return self.server.dialect.admin.empty_database_statements(self._conn, KEPT_TABLE)
 
     def _read_fingerprint(self) -> Any:
         """What a test could change in the database besides rows: its relations, routines and
-        grants (Dialect.database_fingerprint). Read before each test; a change gets the next test
+        grants (Admin.database_fingerprint). Read before each test; a change gets the next test
         a new database."""
-        return self.server.dialect.database_fingerprint(self._conn)
+        return self.server.dialect.admin.database_fingerprint(self._conn)
 
     def _close_other_sessions(self) -> None:
         """Ends the connections an earlier test left open to the database (a worker not stopped,
         a connection not closed), as dropping its database did: their locks go with them."""
-        self.server.dialect.close_other_sessions(self._conn)
+        self.server.dialect.admin.close_other_sessions(self._conn)
 
     def reset(self) -> str:
         """The database, empty: its DSN."""
@@ -167,7 +167,7 @@ class _SessionDatabase:
                     pass
         finally:
             cur.close()
-        self.server.dialect.after_emptying_database(self._conn)
+        self.server.dialect.admin.after_emptying_database(self._conn)
         return self.url
 
     def drop(self) -> None:

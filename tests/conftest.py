@@ -11,6 +11,7 @@ import importlib.util
 import os
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,34 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
     sys.dont_write_bytecode = False
 
 
+def _one_preferred_tls_context_per_process() -> None:
+    """PyMySQL (2.2.8 on) tries TLS on every connection given no TLS option (MySQL's PREFERRED
+    mode), and builds ssl.create_default_context() for each one: it loads the system's CA store,
+    about 18 ms of CPU a connection against 0.2 ms for the rest of the connect, and the tests open
+    thousands of MySQL connections. An SSLContext is made to be shared: this process builds that
+    one once, with PyMySQL's own settings, and hands it to every connection that asked for no TLS
+    option; the connection still tries TLS as it would (a DSN's ssl_ca etc. gets its own context
+    as before). The processes the tests start (workers, the CLI) connect as a user's do."""
+    try:
+        from pymysql import connections
+    except ImportError:
+        return
+    build = connections.Connection._create_ssl_ctx
+    shared: list = []
+
+    def create_ssl_ctx(self, sslp):
+        if isinstance(sslp, dict) and not sslp:
+            if not shared:
+                shared.append(build(self, {}))
+            return shared[0]
+        return build(self, sslp)
+
+    connections.Connection._create_ssl_ctx = create_ssl_ctx
+
+
+_one_preferred_tls_context_per_process()
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
@@ -50,7 +79,8 @@ def pytest_configure(config):
 
 
 # Test files by the time they take (slowest first, the sums of --durations=0 of a whole run; the
-# files not listed follow in pytest's order), and the files
+# files not listed follow in pytest's order; the slowest tests themselves go before them all, see
+# _dispatch_order), and the files
 # whose tests share one worker process under pytest-xdist (`--dist loadgroup`): the Spark tests
 # share one SparkSession (a JVM) and the browser tests one Chromium, which each worker would
 # otherwise start for itself.
@@ -90,6 +120,17 @@ SLOWEST_FIRST = tuple(
         "dashboard/test_metrics",
         "cli/test_demo",
         "client/test_own_transaction",
+        "schema/test_upgrade_paths",
+        "contract/test_dependencies",
+        "tasks/test_time_travel",
+        "tasks/test_testing_plugin",
+        "schema/test_mixed_fleet",
+        "worker/test_worker_cli_app",
+        "cli/test_rates",
+        "cli/test_cli_secrets",
+        "tasks/test_periodic",
+        "worker/test_worker_stuck_threads",
+        "worker/test_worker_stop_hand_back",
     )
 )
 SHARE_A_WORKER = frozenset({"tests/spark/test_spark.py", "tests/dashboard/test_browser.py"})
@@ -111,8 +152,30 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    items.sort(key=_dispatch_order())
+
+
+def _dispatch_order():
+    """The order pytest-xdist hands the tests out in: the Spark file (one unit, for one process)
+    first; then the slowest tests of tests/slowest.txt, longest first; then every other test
+    marked slow, then the rest, each by SLOWEST_FIRST's order of their files. A test that takes
+    long and starts last keeps one process busy while the others have nothing left to do."""
+    slowest = {}
+    for line in (Path(__file__).parent / "slowest.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            slowest.setdefault(line.split()[0], len(slowest))
     rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_relative(item), len(rank)))
+
+    def key(item) -> tuple[int, int, int]:
+        path = _relative(item)
+        if path == "tests/spark/test_spark.py":
+            return (0, 0, 0)
+        name = item.nodeid.split("[", 1)[0]
+        if name in slowest:
+            return (1, slowest[name], 0)
+        return (2, 0 if item.get_closest_marker("slow") else 1, rank.get(path, len(rank)))
+
+    return key
 
 
 if importlib.util.find_spec("xdist") is not None:

@@ -15,7 +15,8 @@ import subprocess
 import tempfile
 import time
 
-from .own_postgres import _free_port, initialised_copy
+from .helpers import free_port
+from .own_postgres import initialised_copy
 
 
 def _binary(*names: str) -> str | None:
@@ -33,7 +34,7 @@ class OwnMariaDB:
         self.install_db = _binary("mariadb-install-db", "mysql_install_db")
         if self.server is None or self.install_db is None:
             raise RuntimeError("no MariaDB binaries (mariadbd, mariadb-install-db) found")
-        self.port = _free_port()
+        self.port = free_port()
         self.tmp = tempfile.mkdtemp(prefix="pyqueue-own-mariadb-")
         os.chmod(self.tmp, 0o755)
         self.datadir = os.path.join(self.tmp, "data")

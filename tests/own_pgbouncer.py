@@ -17,6 +17,8 @@ import tempfile
 import time
 from urllib.parse import urlsplit, urlunsplit
 
+from .helpers import free_port
+
 BINARY = "/usr/sbin/pgbouncer"
 
 
@@ -25,12 +27,6 @@ def binary() -> str | None:
     if os.access(BINARY, os.X_OK):
         return BINARY
     return shutil.which("pgbouncer")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class OwnPgBouncer:
@@ -42,7 +38,7 @@ class OwnPgBouncer:
             raise RuntimeError("no pgbouncer binary (apt-get install pgbouncer; scripts/pgbouncer-deps.sh)")
         parts = urlsplit(upstream_dsn)
         self.upstream = parts
-        self.port = _free_port()
+        self.port = free_port()
         self.tmp = tempfile.mkdtemp(prefix="pyqueue-pgbouncer-")
         self.as_user = ["-u", "postgres"] if os.geteuid() == 0 else []
         if self.as_user:

@@ -12,10 +12,11 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
+
+from .helpers import free_port
 
 
 def _bindir() -> str | None:
@@ -57,18 +58,12 @@ def initialised_copy(datadir: str, name: str, binaries: list[str], initialise, o
     subprocess.run(["cp", "-a", os.path.join(master, "data"), datadir], check=True, timeout=120)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class OwnPostgres:
     def __init__(self, settings: str = "") -> None:
         self.bindir = _bindir()
         if self.bindir is None:
             raise RuntimeError("no PostgreSQL binaries (pg_ctl) found")
-        self.port = _free_port()
+        self.port = free_port()
         self.tmp = tempfile.mkdtemp(prefix="pyqueue-own-pg-")
         self.datadir = os.path.join(self.tmp, "data")
         self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -213,7 +208,7 @@ class OwnPostgresStandby(OwnPostgres):
 
     def __init__(self, primary: OwnPostgresPrimary) -> None:
         self.bindir = primary.bindir
-        self.port = _free_port()
+        self.port = free_port()
         self.tmp = tempfile.mkdtemp(prefix="pyqueue-own-pg-standby-")
         self.datadir = os.path.join(self.tmp, "data")
         self.as_user = primary.as_user

@@ -24,8 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-import pyqueue_sql  # noqa: E402 (the repository is on the path from here)
-from bench import common  # noqa: E402
+from bench import common  # noqa: E402 (the repository is on the path from here)
 from bench.bench import HandRolled, PGQueuer  # noqa: E402
 from pyqueue_sql import App, Worker  # noqa: E402
 
@@ -64,12 +63,6 @@ async def nap(job=None, **_) -> None:
 # -- pyqueue-sql: AsyncWorker (async def handler) and Worker (plain def handler) ----------------
 
 
-def pyqueue_enqueue(dsn: str, jobs: int) -> None:
-    with pyqueue_sql.connect(dsn) as db:
-        for numbers in common.chunks(jobs):
-            db.queue(QUEUE).push_many([(f"j{i:07d}", "noop", {"n": i}) for i in numbers])
-
-
 def pyqueue_work(dsn: str, concurrency: int, settings: dict | None = None, threads: bool = True) -> None:
     """Worker (threads, a def handler) or AsyncWorker (an async def one), with a --variant's settings."""
     from pyqueue_sql.aio import AsyncWorker
@@ -94,8 +87,27 @@ def _app():
     return app
 
 
+@dataclasses.dataclass
+class Burn:
+    """One job of the batch task: its payload {"n": ...}, as the other systems'."""
+
+    n: int
+
+
+def _batch_app():
+    """The same no-op jobs (kind noop) as a batch task of up to $BENCH_BATCH (bench/burndown.py --batch)."""
+    app = App(queue=QUEUE)
+
+    @app.task(batch=int(os.environ.get("BENCH_BATCH", "100")), kind="noop")
+    def noop(items: list[Burn]) -> None:
+        plain(None)
+
+    return app
+
+
 if os.environ.get("BENCH_GO"):
     app = _app()
+    batch_app = _batch_app()
     _ready()
 
 
@@ -291,11 +303,13 @@ def handrolled_work(dsn: str, concurrency: int) -> None:
 
 
 pyqueue_install = functools.partial(common.install_pyqueue, queue=QUEUE)
+pyqueue_enqueue = functools.partial(common.push_jobs, queue=QUEUE)
 SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency[, settings]))
     "pyqueue-async": (pyqueue_install, pyqueue_enqueue, functools.partial(pyqueue_work, threads=False)),
     "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_work),
     "pyqueue-cli": (pyqueue_install, pyqueue_enqueue, None),
     "pyqueue-tasks": (pyqueue_install, pyqueue_enqueue, None),
+    "pyqueue-batch": (pyqueue_install, pyqueue_enqueue, None),
     "pgqueuer": (lambda dsn: PGQueuer("postgresql").setup(dsn), pgqueuer_enqueue, pgqueuer_work),
     "procrastinate": (procrastinate_install, procrastinate_enqueue, procrastinate_work),
     "awa": (awa_install, awa_enqueue, awa_work),

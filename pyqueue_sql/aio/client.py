@@ -189,7 +189,7 @@ class AsyncDatabase(DatabaseCalls):
             channel = self._result_channels[queue.name] = str(await queue.result_channel())
         if not self._result_listens.get(channel):
             async with self._lock:
-                await self.dialect.listen_async(self._connection, [channel])
+                await self.dialect.listener.listen_async(self._connection, [channel])
         self._result_listens[channel] = self._result_listens.get(channel, 0) + 1
         return channel
 
@@ -210,7 +210,9 @@ class AsyncDatabase(DatabaseCalls):
                 if self._result_listens.get(channel):  # a new wait needs it meanwhile
                     return
                 async with self._connection.cursor() as cur:
-                    await cur.execute(d.compose(d.statement("unlisten"), channel=d.identifier(channel)))
+                    await cur.execute(
+                        d.admin.compose(d.statement("unlisten"), channel=d.admin.identifier(channel))
+                    )
 
     async def _read_result_notes(self) -> None:
         """Reads the result notifications for every waiting task of this connection, a slice at a
@@ -221,7 +223,7 @@ class AsyncDatabase(DatabaseCalls):
         try:
             while self._result_waiters:
                 async with self._lock:
-                    notes = await self.dialect.wait_for_notification_async(
+                    notes = await self.dialect.listener.wait_for_notification_async(
                         self._connection, RESULT_READ_SLICE
                     )
                     for channel, payload in notes:

@@ -208,7 +208,7 @@ class AsyncWorker(WorkerBase):
         # Successes are acknowledged in batches by the completer (see Worker); commit_reserve=True
         # chains each success with the reserve of a next message instead (the group commit).
         super().__init__(dsn, commit_reserve=bool(commit_reserve), **settings)
-        self.connections = min(self.concurrency, 4) if connections is None else connections
+        self.connections = min(self.settings.concurrency, 4) if connections is None else connections
         if self.connections < 1:
             raise errors.InvalidArgumentError("connections must be at least 1")
 
@@ -236,17 +236,17 @@ class AsyncWorker(WorkerBase):
 
     def _mirror_events(self) -> None:
         """Sets the loop's events from the thread-safe ones (stop() may come from any thread)."""
-        if self._stopping.is_set():
+        if self.state.stopping.is_set():
             self._astop.set()
             self._freed.set()
-        if self._hard_stop.is_set():
+        if self.state.hard_stop.is_set():
             self._ahard.set()
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT on the running loop: the first stops gracefully, a second one stops at once."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self._on_signal, signum)
+            loop.add_signal_handler(signum, self.shutdown.on_signal, signum)
             self._signals_installed.append(signum)
 
     def _remove_signal_handlers(self) -> None:
@@ -294,10 +294,11 @@ class AsyncWorker(WorkerBase):
         ]
         self._heartbeat_conn = _AsyncConnection(self, "heartbeat")
         self._heartbeat = asyncio.create_task(
-            self._loop_on(self._heartbeat_conn, self._heartbeat_loop_steps()), name="pyqueue-heartbeat"
+            self._loop_on(self._heartbeat_conn, self.registry.heartbeat_loop_steps()),
+            name="pyqueue-heartbeat",
         )
         self._watcher = asyncio.create_task(
-            self._loop_on(_AsyncConnection(self, "watch"), self._watch_loop_steps()), name="pyqueue-watch"
+            self._loop_on(_AsyncConnection(self, "watch"), self.watch.loop_steps()), name="pyqueue-watch"
         )
 
     async def _stop_runners(self, op: StopRunners, conn: Any) -> None:
@@ -310,8 +311,8 @@ class AsyncWorker(WorkerBase):
         self._acks_closed = True
         self._acks_ready.set()
         self._acks_full.set()  # ends the completer's wait for more
-        await asyncio.wait({completer}, timeout=max(self.shutdown_timeout, 5.0))
-        self._hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
+        await asyncio.wait({completer}, timeout=max(self.settings.shutdown_timeout, 5.0))
+        self.state.hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
         self._ahard.set()
         completer.cancel()
         self._awatch.set()
@@ -353,11 +354,11 @@ class AsyncWorker(WorkerBase):
 
     async def _listen(self, op: Listen, conn: _AsyncConnection) -> bool:
         return await conn.run(
-            lambda db: self._nested(self._listen_steps(db, op.deadline)), give_up=self._astop
+            lambda db: self._nested(self.reserve_loop.listen_steps(db, op.deadline)), give_up=self._astop
         )
 
     async def _notifications(self, op: Notifications, conn: Any) -> list:
-        return await self.dialect.wait_for_notification_async(op.db.connection, op.seconds)
+        return await self.dialect.listener.wait_for_notification_async(op.db.connection, op.seconds)
 
     async def _cancellable(self, job: Job, coro: Any) -> Any:
         """Awaits a handler's coroutine as a task of its own, which a cancel of the job cancels
@@ -415,7 +416,7 @@ class AsyncWorker(WorkerBase):
         return await op.lock.acquire()
 
     async def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
-        while len(self._inflight) >= self._refill_at() and not self._stopping.is_set():
+        while len(self._inflight) >= self.reserve_loop.refill_at() and not self.state.stopping.is_set():
             self._freed.clear()
             await _wait_event(self._freed, 1.0)
 
@@ -482,7 +483,7 @@ class AsyncWorker(WorkerBase):
     def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
         self._acks.append((job, elapsed_ms))
         self._acks_ready.set()
-        if len(self._acks) >= self.ack_batch:
+        if len(self._acks) >= self.settings.ack_batch:
             self._acks_full.set()
 
     async def _completer(self) -> None:
@@ -496,10 +497,17 @@ class AsyncWorker(WorkerBase):
                 await self._acks_ready.wait()
                 if not self._acks and self._acks_closed:
                     return
-                if self.ack_interval > 0 and len(self._acks) < self.ack_batch and not self._acks_closed:
-                    await _wait_event(self._acks_full, self.ack_interval)
-                batch, self._acks = self._acks[: self.ack_batch], self._acks[self.ack_batch :]
-                if len(self._acks) < self.ack_batch:
+                if (
+                    self.settings.ack_interval > 0
+                    and len(self._acks) < self.settings.ack_batch
+                    and not self._acks_closed
+                ):
+                    await _wait_event(self._acks_full, self.settings.ack_interval)
+                batch, self._acks = (
+                    self._acks[: self.settings.ack_batch],
+                    self._acks[self.settings.ack_batch :],
+                )
+                if len(self._acks) < self.settings.ack_batch:
                     self._acks_full.clear()
                 if not self._acks and not self._acks_closed:
                     self._acks_ready.clear()
@@ -599,13 +607,13 @@ class AsyncWorker(WorkerBase):
     # -- dispatcher ------------------------------------------------------------
     async def _on_dispatcher_connect(self, db: Any) -> None:
         if self.use_listen:
-            if await self.dialect.shares_sessions_async(db.connection, self.dsn_for("dispatcher")):
+            if await self.dialect.listener.shares_sessions_async(db.connection, self.dsn_for("dispatcher")):
                 raise self._listen_refused()
             channels = [await db.queue(q).channel() for q in self.routes]
-            await self.dialect.listen_async(db.connection, channels)
-            self._channels = dict(zip(channels, self.routes))
+            await self.dialect.listener.listen_async(db.connection, channels)
+            self.state.channels = dict(zip(channels, self.routes))
         # After a (re)connect, anything pushed meanwhile must be looked at.
-        self._wake_queues.update(self.routes)
+        self.state.wake_queues.update(self.routes)
 
     def _progress_set(self) -> None:
         """Wakes the watcher to write a progress (Job.set_progress, from any thread)."""
@@ -620,7 +628,7 @@ class AsyncWorker(WorkerBase):
         for job in jobs:
             job.on_progress = self._progress_set
             self._inflight[(job.queue, job.key, job.kind)] = job
-            if self._handler_tasks >= self.concurrency:
+            if self._handler_tasks >= self.settings.concurrency:
                 self._waiting.append(job)  # prefetched: the next task that is free runs it
                 continue
             self._handler_tasks += 1
@@ -663,8 +671,8 @@ class AsyncWorker(WorkerBase):
     # -- shutdown --------------------------------------------------------------------
     async def _shutdown(self) -> None:
         # Tasks that had not started their handler hand their message back at once
-        # (they see _stopping); running ones get until the deadline.
-        deadline = time.monotonic() + self.shutdown_timeout
+        # (they see state.stopping); running ones get until the deadline.
+        deadline = time.monotonic() + self.settings.shutdown_timeout
         self._stop_deadline = deadline
         while self._waiting:  # prefetched messages go back at once, whatever the handlers do
             task = asyncio.create_task(self._steps(self._serve_steps(self._waiting.popleft()), None))
@@ -673,11 +681,11 @@ class AsyncWorker(WorkerBase):
         report_at = time.monotonic()
         forced = asyncio.ensure_future(self._ahard.wait())
         try:
-            while self._tasks and not self._hard_stop.is_set():
+            while self._tasks and not self.state.hard_stop.is_set():
                 now = time.monotonic()
                 if now >= deadline:
                     break
-                report_at = self._report_stopping(deadline, report_at)
+                report_at = self.shutdown.report_stopping(deadline, report_at)
                 await asyncio.wait(
                     {*self._tasks, forced},
                     timeout=min(1.0, deadline - now),
@@ -685,16 +693,16 @@ class AsyncWorker(WorkerBase):
                 )
         finally:
             forced.cancel()
-        self._abandon_the_rest()
+        self.shutdown.abandon_the_rest()
         self._mirror_events()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        if self._abandoned:
+        if self.shutdown.abandoned:
             conn = _AsyncConnection(self, "shutdown")
             try:
-                await self._steps(self._give_back_abandoned_steps(), conn)
+                await self._steps(self.shutdown.give_back_abandoned_steps(), conn)
             finally:
                 await conn.close()

@@ -18,9 +18,9 @@ def throughput_steps(
 ) -> SansIO:
     if isinstance(since, dt.timedelta):
         since = dt.datetime.now(dt.timezone.utc) - since
-    rows = yield statement_call("throughput", queue=queue, since=d.time(since, "since"))
+    rows = yield statement_call("throughput", queue=queue, since=d.codec.time(since, "since"))
     return [
-        ThroughputRow(q, d.read_time(minute), int(c), int(dl), int(mv), int(pp))
+        ThroughputRow(q, d.codec.read_time(minute), int(c), int(dl), int(mv), int(pp))
         for q, minute, c, dl, mv, pp in rows
     ]
 
@@ -66,8 +66,8 @@ class BrowseCalls(QueueCallsBase):
                 str(st),
                 int(priority),
                 int(attempts),
-                d.read_time(scheduled),
-                d.read_time(created),
+                d.codec.read_time(scheduled),
+                d.codec.read_time(created),
                 reserved_by,
                 last_error,
                 dead_from,
@@ -123,6 +123,6 @@ class BrowseDatabaseCalls(DatabaseCallsBase):
             None if pid is None else int(pid),
             texts[1],
             texts[2],
-            d.read_time(xact_start),
-            d.read_time(query_start),
+            d.codec.read_time(xact_start),
+            d.codec.read_time(query_start),
         )

@@ -1,17 +1,18 @@
-"""The dependencies topic's calls: push_after, parent_results
+"""The dependencies topic's calls: push_after, push_after_many, parent_results
 (sql/<dialect>/routines/14_dependencies.sql). Written sans-IO (pyqueue_sql.sansio);
 pyqueue_sql.client's QueueCalls and DatabaseCalls are composed of these groups."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import datetime as dt
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .. import errors
+from .. import errors, sansio
 from ..dialects import encode_json, key_value, text_value
 from ..rows import ParentResult
-from ..sansio import sans_io, statement_call
-from .base import QueueCallsBase, parent_refs
+from ..sansio import chunks, each_call, sans_io, statement_call
+from .base import QueueCallsBase, encode_headers, headers_value, parent_refs, priority_value
 
 RUN_ON = ("success", "failure", "always")
 
@@ -27,7 +28,15 @@ class DependenciesCalls(QueueCallsBase):
 
     @sans_io
     def push_after(
-        self, key: str | int, kind: str, payload: object, parents: Iterable[Any], run_on: str = "success"
+        self,
+        key: str | int,
+        kind: str,
+        payload: object,
+        parents: Iterable[Any],
+        run_on: str = "success",
+        run_at: dt.datetime | dt.timedelta | None = None,
+        priority: int | None = None,
+        headers: Mapping[str, object] | None = None,
     ) -> bool:
         """push of a message that waits for its parents (queue_push_after): it is 'waiting' until
         every parent has succeeded, ready in the transaction of the commit that ends the last one,
@@ -42,7 +51,10 @@ class DependenciesCalls(QueueCallsBase):
 
         run_on (queue_push_after_on): "success" as above; "failure", a failure callback: it runs
         once, when a parent fails for good (dead-lettered, dropped or cancelled), and is cancelled
-        when every parent succeeds; "always": it runs once every parent has ended, either way."""
+        when every parent succeeds; "always": it runs once every parent has ended, either way.
+
+        run_at, priority, headers (queue_push_after_on_with_headers): as push takes them; the
+        message is due at the later of its run_at and the moment its parents let it run."""
         check_run_on(run_on)
         args = dict(
             queue=self.name,
@@ -51,11 +63,60 @@ class DependenciesCalls(QueueCallsBase):
             payload=encode_json(payload),
             parents=encode_json(parent_refs(parents)),
         )
-        if run_on == "success":  # the routine of 0.1.0
+        if run_at is not None or priority is not None or headers is not None:
+            d = self.db.dialect
+            rows = yield statement_call(
+                "push_after_with_headers",
+                run_on=run_on,
+                run_at=d.codec.time(run_at, "run_at"),
+                priority=priority_value(priority),
+                headers=encode_headers(headers_value(headers)),
+                **args,
+            )
+        elif run_on == "success":  # the routine of 0.1.0
             rows = yield statement_call("push_after", **args)
         else:
             rows = yield statement_call("push_after_on", run_on=run_on, **args)
         return bool(rows[0][0])
+
+    @sans_io
+    def push_after_many(self, messages: Iterable[Mapping[str, Any]]) -> int:
+        """Many push_after in one call (queue_push_after_batch), one transaction; returns how many
+        were new. Each message is a mapping with key, kind, payload, parents, and optionally
+        run_on, run_at, priority and headers, as push_after takes them; in order, so a message may
+        name an earlier one as a parent. More than CHUNK_SIZE go in several calls of at most
+        CHUNK_SIZE each, run as one transaction. A refused message refuses the whole batch, its
+        error naming the element."""
+        d = self.db.dialect
+        items: list[dict[str, Any]] = []
+        for m in messages:
+            run_on = m.get("run_on", "success")
+            check_run_on(run_on)
+            item: dict[str, Any] = {
+                "p_key": key_value(m["key"]),
+                "p_kind": text_value(m["kind"], "kind"),
+                "payload": m["payload"],
+                "parents": parent_refs(m["parents"]),
+            }
+            if run_on != "success":
+                item["run_on"] = run_on
+            run_at = d.codec.time(m.get("run_at"), "run_at")
+            if run_at is not None:
+                item["run_at"] = run_at.isoformat(sep=" ", timespec="microseconds")
+            if m.get("priority") is not None:
+                item["priority"] = priority_value(m["priority"])
+            headers = headers_value(m.get("headers"))
+            if headers is not None:
+                item["headers"] = headers
+            items.append(item)
+        if not items:
+            return 0
+        calls = [
+            statement_call("push_after_batch", queue=self.name, messages=encode_json(list(part)))
+            for part in chunks(items, sansio.CHUNK_SIZE)
+        ]
+        results = yield from each_call(calls)
+        return sum(int(rows[0][0]) for rows in results)
 
     @sans_io
     def parent_results(self, key: str | int, kind: str) -> list[ParentResult]:
@@ -68,7 +129,7 @@ class DependenciesCalls(QueueCallsBase):
         )
         out = []
         for _, q, k, t, state, result in sorted(rows, key=lambda row: int(row[0])):
-            value = d.read_payload(result)
+            value = d.codec.read_payload(result)
             if state in ("failed", "cancelled"):  # queue_parent_results gives its last_error there
                 out.append(
                     ParentResult(

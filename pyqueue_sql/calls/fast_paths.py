@@ -43,11 +43,11 @@ class FastPathsCalls(QueueCallsBase):
         params = dict(
             held,
             worker=text_value(worker or default_worker_name(), "worker"),
-            timeout=d.duration(timeout, "timeout"),
+            timeout=d.codec.duration(timeout, "timeout"),
             n=whole_number(n, "n"),
-            kinds=d.kinds(kinds),
+            kinds=d.codec.kinds(kinds),
         )
-        committed, rows = d.read_commit_reserve((yield statement_call_sets("commit_reserve", **params)))
+        committed, rows = d.codec.read_commit_reserve((yield statement_call_sets("commit_reserve", **params)))
         return (None if committed is None else bool(committed)), reservations_from_rows(self.name, d, rows)
 
     @sans_io
@@ -65,11 +65,11 @@ class FastPathsCalls(QueueCallsBase):
             statement_call(
                 "commit_batch",
                 queue=self.name,
-                keys=d.text_array([r.key if type(r.key) is str else key_value(r.key) for r in part]),
-                kinds=d.text_array(
+                keys=d.codec.text_array([r.key if type(r.key) is str else key_value(r.key) for r in part]),
+                kinds=d.codec.text_array(
                     [r.kind if type(r.kind) is str else text_value(r.kind, "kind") for r in part]
                 ),
-                tokens=d.text_array(
+                tokens=d.codec.text_array(
                     [r.token if type(r.token) is str else token_value(r.token) for r in part]
                 ),
             )

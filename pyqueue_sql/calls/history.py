@@ -44,11 +44,11 @@ class HistoryCalls(QueueCallsBase):
             p_key,
             p_kind,
             str(state),
-            d.read_payload(payload),
+            d.codec.read_payload(payload),
             int(priority),
             int(attempts),
-            d.read_time(scheduled),
-            d.read_time(created),
+            d.codec.read_time(scheduled),
+            d.codec.read_time(created),
             reserved_by,
             last_error,
             dead_from,
@@ -64,7 +64,7 @@ class HistoryCalls(QueueCallsBase):
             "message_history", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         return [
-            HistoryRow(d.read_time(at), str(outcome), to_queue, int(attempts), reserved_by, last_error)
+            HistoryRow(d.codec.read_time(at), str(outcome), to_queue, int(attempts), reserved_by, last_error)
             for at, outcome, to_queue, attempts, reserved_by, last_error in rows
         ]
 
@@ -83,7 +83,10 @@ class HistoryCalls(QueueCallsBase):
         return int(
             (
                 yield statement_call(
-                    "replay", queue=self.name, start=d.time(start, "start"), end=d.time(end, "end")
+                    "replay",
+                    queue=self.name,
+                    start=d.codec.time(start, "start"),
+                    end=d.codec.time(end, "end"),
                 )
             )[0][0]
         )
@@ -115,11 +118,11 @@ class HistoryCalls(QueueCallsBase):
                 origin,
                 key,
                 kind,
-                d.read_payload(payload),
+                d.codec.read_payload(payload),
                 priority,
                 None if attempts is None else int(attempts),
-                d.read_time(created),
-                d.read_time(arrived),
+                d.codec.read_time(created),
+                d.codec.read_time(arrived),
                 bool(reserved),
                 last_error,
                 read_headers(d, row, 11),

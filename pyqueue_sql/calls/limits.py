@@ -57,7 +57,7 @@ class LimitsCalls(QueueCallsBase):
             queue=self.name,
             kind=text_value(kind, "kind"),
             n=n,
-            per=None if n is None else d.duration(per, "per"),
+            per=None if n is None else d.codec.duration(per, "per"),
         )
 
     @sans_io

@@ -44,7 +44,7 @@ class ProduceCalls(QueueCallsBase):
             key=key_value(key),
             kind=text_value(kind, "kind"),
             payload=encode_json(payload),
-            run_at=d.time(run_at, "run_at"),
+            run_at=d.codec.time(run_at, "run_at"),
             priority=priority_value(priority),
         )
         headers = tracing.with_context(headers_value(headers), tracing.current_carrier())
@@ -89,7 +89,7 @@ class ProduceCalls(QueueCallsBase):
                     key_value(m.key),
                     text_value(m.kind, "kind"),
                     m.payload,
-                    d.time(m.run_at, "run_at"),
+                    d.codec.time(m.run_at, "run_at"),
                     priority_value(m.priority),
                 )
             )
@@ -104,12 +104,14 @@ class ProduceCalls(QueueCallsBase):
         if all(h is None for h in headers):
             if not grouped:
                 pushes = [
-                    statement_call("push_batch", queue=self.name, **d.batch(part))
+                    statement_call("push_batch", queue=self.name, **d.codec.batch(part))
                     for part in chunks(items, sansio.CHUNK_SIZE)
                 ]
             else:
                 pushes = [
-                    statement_call("push_batch_grouped", queue=self.name, **d.grouped_batch(part, group_part))
+                    statement_call(
+                        "push_batch_grouped", queue=self.name, **d.codec.grouped_batch(part, group_part)
+                    )
                     for part, group_part in zip(
                         chunks(items, sansio.CHUNK_SIZE), chunks(groups, sansio.CHUNK_SIZE)
                     )
@@ -119,7 +121,7 @@ class ProduceCalls(QueueCallsBase):
                 statement_call(
                     "push_batch_with_headers",
                     queue=self.name,
-                    **batch_with_headers(lambda ix, p=part: d.batch([p[i] for i in ix]), h_part),
+                    **batch_with_headers(lambda ix, p=part: d.codec.batch([p[i] for i in ix]), h_part),
                 )
                 for part, h_part in zip(chunks(items, sansio.CHUNK_SIZE), chunks(headers, sansio.CHUNK_SIZE))
             ]
@@ -129,7 +131,7 @@ class ProduceCalls(QueueCallsBase):
                     "push_batch_grouped_with_headers",
                     queue=self.name,
                     **batch_with_headers(
-                        lambda ix, p=part, g=group_part: d.grouped_batch(
+                        lambda ix, p=part, g=group_part: d.codec.grouped_batch(
                             [p[i] for i in ix], [g[i] for i in ix]
                         ),
                         h_part,
@@ -161,7 +163,7 @@ class ProduceCalls(QueueCallsBase):
             key=key_value(key),
             kind=text_value(kind, "kind"),
             payload=encode_json(payload),
-            run_at=d.time(run_at, "run_at"),
+            run_at=d.codec.time(run_at, "run_at"),
             priority=priority_value(priority),
         )
         return str(rows[0][0])

@@ -32,10 +32,10 @@ class QueuesCalls(QueueCallsBase):
         yield statement_call(
             "create",
             queue=self.name,
-            visibility_timeout=d.duration(visibility_timeout, "visibility_timeout"),
+            visibility_timeout=d.codec.duration(visibility_timeout, "visibility_timeout"),
             max_attempts=whole_number(max_attempts, "max_attempts"),
             dead_letter_queue=text_value(dead_letter_queue, "dead_letter_queue"),
-            history_retention=d.duration(history_retention, "history_retention"),
+            history_retention=d.codec.duration(history_retention, "history_retention"),
         )
         return self
 
@@ -55,7 +55,7 @@ class QueuesCalls(QueueCallsBase):
         yield statement_call(
             "set_max_reservation",
             queue=self.name,
-            max_reservation=d.duration(max_reservation, "max_reservation"),
+            max_reservation=d.codec.duration(max_reservation, "max_reservation"),
         )
 
     @sans_io

@@ -24,10 +24,10 @@ class ReserveCalls(QueueCallsBase):
                 self.name,
                 key,
                 kind,
-                d.read_payload(payload),
+                d.codec.read_payload(payload),
                 priority,
                 attempts,
-                d.read_time(created),
+                d.codec.read_time(created),
                 read_headers(d, row, 6),
             )
             for row in (yield statement_call("pop", queue=self.name, n=whole_number(n, "n")))
@@ -50,8 +50,8 @@ class ReserveCalls(QueueCallsBase):
         params = dict(
             queue=self.name,
             worker=text_value(worker or default_worker_name(), "worker"),
-            timeout=d.duration(timeout, "timeout"),
-            kinds=d.kinds(kinds),
+            timeout=d.codec.duration(timeout, "timeout"),
+            kinds=d.codec.kinds(kinds),
         )
         sizes = chunk_sizes(whole_number(n, "n"))
         if len(sizes) > 1:

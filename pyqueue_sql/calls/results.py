@@ -27,7 +27,7 @@ class ResultsCalls(QueueCallsBase):
         yield statement_call(
             "set_result_retention",
             queue=self.name,
-            retention=self.db.dialect.duration(retention, "retention"),
+            retention=self.db.dialect.codec.duration(retention, "retention"),
         )
 
     @sans_io
@@ -58,7 +58,7 @@ class ResultsCalls(QueueCallsBase):
             kind=None if kind is None else text_value(kind, "kind"),
             state=None if state is None else text_value(state, "state"),
             n=whole_number_within(n, "n", INT_MIN, INT_MAX),
-            before=d.time(before, "before"),
+            before=d.codec.time(before, "before"),
         )
         return [
             Result(
@@ -66,11 +66,11 @@ class ResultsCalls(QueueCallsBase):
                 str(key),
                 str(k),
                 str(st),
-                d.read_payload(result),
+                d.codec.read_payload(result),
                 last_error,
                 int(attempts),
-                d.read_payload(progress),
-                d.read_time(finished_at),
+                d.codec.read_payload(progress),
+                d.codec.read_time(finished_at),
             )
             for key, k, st, result, last_error, attempts, progress, finished_at in rows
         ]
@@ -90,7 +90,7 @@ class ResultsCalls(QueueCallsBase):
             "purge_results",
             queue=self.name,
             state=None if state is None else text_value(state, "state"),
-            before=self.db.dialect.time(before, "before"),
+            before=self.db.dialect.codec.time(before, "before"),
             n=whole_number_within(n, "n", INT_MIN, INT_MAX),
         )
         return int(rows[0][0])
@@ -106,7 +106,7 @@ class ResultsCalls(QueueCallsBase):
             queue=self.name,
             key=key_value(key),
             kind=text_value(kind, "kind"),
-            timeout=d.duration(timeout, "timeout"),
+            timeout=d.codec.duration(timeout, "timeout"),
         )
         return result_from_rows(d, self.name, key, kind, rows)
 
@@ -149,9 +149,9 @@ class ResultsCalls(QueueCallsBase):
             statement_call(
                 "commit_result_batch",
                 queue=self.name,
-                keys=d.text_array([key_value(r.key) for r, _ in part]),
-                kinds=d.text_array([text_value(r.kind, "kind") for r, _ in part]),
-                tokens=d.text_array([token_value(r.token) for r, _ in part]),
+                keys=d.codec.text_array([key_value(r.key) for r, _ in part]),
+                kinds=d.codec.text_array([text_value(r.kind, "kind") for r, _ in part]),
+                tokens=d.codec.text_array([token_value(r.token) for r, _ in part]),
                 results=encode_json([value for _, value in part]),
             )
             for part in chunks(pairs, sansio.CHUNK_SIZE)
@@ -175,7 +175,7 @@ class ResultsCalls(QueueCallsBase):
         """extend, and whether a cancel was requested: (the reservation with its new token, or
         None when it no longer holds; cancel_requested)."""
         d = self.db.dialect
-        rows = yield statement_call("renew", **self._held(r), timeout=d.duration(timeout, "timeout"))
+        rows = yield statement_call("renew", **self._held(r), timeout=d.codec.duration(timeout, "timeout"))
         token, requested = rows[0] if rows else (None, False)
         return Renewal(None if token is None else replace(r, token=read_token(token)), bool(requested))
 

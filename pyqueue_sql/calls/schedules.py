@@ -26,10 +26,10 @@ class SchedulesCalls(QueueCallsBase):
                 key=key_value(key),
                 kind=text_value(kind, "kind"),
                 payload=encode_json(payload),
-                every=d.duration(every, "every"),
+                every=d.codec.duration(every, "every"),
             )
         )[0][0]
-        return d.read_time(at)
+        return d.codec.read_time(at)
 
     @sans_io
     def schedule_cron(self, key: str | int, kind: str, payload: object, cron: str) -> dt.datetime:
@@ -45,7 +45,7 @@ class SchedulesCalls(QueueCallsBase):
                 cron=text_value(cron, "cron"),
             )
         )[0][0]
-        return d.read_time(at)
+        return d.codec.read_time(at)
 
     @sans_io
     def unschedule(self, key: str | int, kind: str) -> bool:

@@ -25,7 +25,7 @@ class SettleCalls(QueueCallsBase):
         """Gives the message back (eligible after delay), or dead-letters it after max_attempts."""
         d = self.db.dialect
         return bool(
-            (yield statement_call("rollback", **self._held(r), delay=d.duration(delay, "delay")))[0][0]
+            (yield statement_call("rollback", **self._held(r), delay=d.codec.duration(delay, "delay")))[0][0]
         )
 
     @sans_io
@@ -34,7 +34,9 @@ class SettleCalls(QueueCallsBase):
         delivery does not count toward max_attempts, so a snooze never dead-letters); its last
         error is kept. False if the reservation no longer holds."""
         d = self.db.dialect
-        return bool((yield statement_call("snooze", **self._held(r), delay=d.duration(delay, "delay")))[0][0])
+        return bool(
+            (yield statement_call("snooze", **self._held(r), delay=d.codec.duration(delay, "delay")))[0][0]
+        )
 
     @sans_io
     def release(self, worker: str | None = None) -> int:
@@ -65,7 +67,7 @@ class SettleCalls(QueueCallsBase):
         d = self.db.dialect
         outcome = (
             yield statement_call(
-                "fail", **self._held(r), delay=d.duration(delay, "delay"), error=error_text(error)
+                "fail", **self._held(r), delay=d.codec.duration(delay, "delay"), error=error_text(error)
             )
         )[0][0]
         return None if outcome is None else str(outcome)
@@ -84,9 +86,9 @@ class SettleCalls(QueueCallsBase):
     def extend(self, r: Reservation, timeout: Duration = None) -> Reservation | None:
         """Extends the reservation; returns it with its new token, or None if it no longer holds."""
         d = self.db.dialect
-        token = (yield statement_call("extend", **self._held(r), timeout=d.duration(timeout, "timeout")))[0][
-            0
-        ]
+        token = (
+            yield statement_call("extend", **self._held(r), timeout=d.codec.duration(timeout, "timeout"))
+        )[0][0]
         return None if token is None else replace(r, token=read_token(token))
 
     @sans_io

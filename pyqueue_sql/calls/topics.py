@@ -47,7 +47,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
             key=key_value(key),
             kind=text_value(kind, "kind"),
             payload=encode_json(payload),
-            run_at=d.time(run_at, "run_at"),
+            run_at=d.codec.time(run_at, "run_at"),
             priority=priority_value(priority),
         )
         headers = tracing.with_context(headers_value(headers), tracing.current_carrier())
@@ -78,7 +78,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
                     key_value(m.key),
                     text_value(m.kind, "kind"),
                     m.payload,
-                    d.time(m.run_at, "run_at"),
+                    d.codec.time(m.run_at, "run_at"),
                     priority_value(m.priority),
                 )
             )
@@ -90,7 +90,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
             headers = [tracing.with_context(h, carrier) for h in headers]
         if all(h is None for h in headers):
             publishes = [
-                statement_call("publish_batch", **d.topic_batch(topic_part, part))
+                statement_call("publish_batch", **d.codec.topic_batch(topic_part, part))
                 for topic_part, part in zip(
                     chunks(topics, sansio.CHUNK_SIZE), chunks(items, sansio.CHUNK_SIZE)
                 )
@@ -100,7 +100,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
                 statement_call(
                     "publish_batch_with_headers",
                     **batch_with_headers(
-                        lambda ix, t=topic_part, p=part: d.topic_batch(
+                        lambda ix, t=topic_part, p=part: d.codec.topic_batch(
                             [t[i] for i in ix], [p[i] for i in ix]
                         ),
                         h_part,
@@ -143,6 +143,6 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
         """The bindings of one queue (None = every queue's), ordered by queue, then pattern."""
         d = self.dialect
         return [
-            Binding(pattern, q, d.read_time(created))
+            Binding(pattern, q, d.codec.read_time(created))
             for pattern, q, created in (yield statement_call("bindings", queue=queue_name_arg(queue)))
         ]

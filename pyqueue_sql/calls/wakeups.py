@@ -24,7 +24,7 @@ class WakeupsCalls(QueueCallsBase):
     def set_notify_window(self, window: Duration = None) -> None:
         """At most one wakeup (NOTIFY) per window (None = 50 ms, 0 = one per push statement)."""
         yield statement_call(
-            "set_notify_window", queue=self.name, window=self.db.dialect.duration(window, "window")
+            "set_notify_window", queue=self.name, window=self.db.dialect.codec.duration(window, "window")
         )
 
     @sans_io
@@ -33,8 +33,10 @@ class WakeupsCalls(QueueCallsBase):
     ) -> tuple[dt.datetime | None, float | None]:
         """(when the next message becomes eligible, seconds from now; 0 = one is ready), or (None, None)."""
         d = self.db.dialect
-        at, wait_s = (yield statement_call("next_scheduled_at", queue=self.name, kinds=d.kinds(kinds)))[0]
-        return d.read_time(at), None if wait_s is None else float(wait_s)
+        at, wait_s = (yield statement_call("next_scheduled_at", queue=self.name, kinds=d.codec.kinds(kinds)))[
+            0
+        ]
+        return d.codec.read_time(at), None if wait_s is None else float(wait_s)
 
     @sans_io
     def wait(
@@ -47,9 +49,9 @@ class WakeupsCalls(QueueCallsBase):
                 yield statement_call(
                     "wait",
                     queue=self.name,
-                    kinds=d.kinds(kinds),
-                    timeout=d.duration(timeout, "timeout"),
-                    poll=d.duration(poll, "poll"),
+                    kinds=d.codec.kinds(kinds),
+                    timeout=d.codec.duration(timeout, "timeout"),
+                    poll=d.codec.duration(poll, "poll"),
                 )
             )[0][0]
         )

@@ -40,7 +40,7 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
                     name=text_value(name, "name"),
                     host=text_value(host, "host"),
                     pid=whole_number(pid, "pid"),
-                    queues=self.dialect.kinds(queues),
+                    queues=self.dialect.codec.kinds(queues),
                 )
             )
         ]
@@ -69,7 +69,7 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
         return int(
             (
                 yield statement_call(
-                    "release_dead_workers", older_than=self.dialect.duration(older_than, "older_than")
+                    "release_dead_workers", older_than=self.dialect.codec.duration(older_than, "older_than")
                 )
             )[0][0]
         )
@@ -80,7 +80,7 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
         out = []
         for wid, name, host, pid, queues, started, beat, age, reserve_as in (yield statement_call("workers")):
             if isinstance(queues, (str, bytes, bytearray)):
-                queues = d.read_payload(queues)
+                queues = d.codec.read_payload(queues)
             out.append(
                 WorkerInfo(
                     int(wid),
@@ -88,8 +88,8 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
                     host,
                     pid,
                     None if queues is None else list(queues),
-                    d.read_time(started),
-                    d.read_time(beat),
+                    d.codec.read_time(started),
+                    d.codec.read_time(beat),
                     float(age),
                     reserve_as,
                 )

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import errors, logsafe
 from ..display import format_age, format_table, format_time, redact, redact_dsn, remember_secrets
-from ..worker.settings import WorkerSettings
+from ..worker.settings import WorkerSettings, settings_from_options
 from .common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -267,26 +267,10 @@ def _log_handler(stream: Any, status: StatusLine | None) -> Any:
 def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The worker's settings the command line gives, as WorkerSettings' keywords (checked by the
     worker that takes them); an option not given keeps the worker's default."""
-    given = {
-        option: getattr(args, option)
-        for option in ("prefetch", "ack_batch", "ack_interval")
-        if getattr(args, option) is not None
-    }
-    return dict(
-        concurrency=args.concurrency,
-        name=args.name,
-        lease=args.lease,
-        poll_fallback=args.poll_fallback,
-        listen=args.listen,
-        listen_dsn=args.listen_dsn,
-        **given,
-        shutdown_timeout=args.shutdown_timeout,
-        start_timeout=args.start_timeout or None,
-        register=args.register,
-        release_dead_after=args.release_dead_after,
-        max_stuck=args.max_stuck,
-        max_jobs=args.max_jobs,
-    )
+    given = settings_from_options(vars(args))
+    if args.start_timeout == 0:  # --start-timeout 0: keep trying
+        given["start_timeout"] = None
+    return given
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -3,9 +3,12 @@
     from pyqueue_sql import dialects
     d = dialects.for_dsn("mysql://root@127.0.0.1/app")   # or for_name("postgresql"), for_connection(conn)
     d.supports_listen, d.transactional_ddl, d.run(conn, "push", {...}) ...
+    d.codec.duration(30, "timeout"), d.listener.listen(conn, [...]), d.admin.grantee("app", None) ...
 
-``base`` holds the Dialect interface and what both share (value encoders, the
-routine-error mapping); ``postgresql`` and ``mysql`` fill in the differences.
+``base`` holds the interface of each part and what both dialects share (value encoders, the
+routine-error mapping): the Dialect itself is the driver (connections, statements, transactions,
+errors), its ``codec`` converts values, its ``listener`` waits for wakeups and its ``admin``
+serves grants, migrate and test databases. ``postgresql`` and ``mysql`` fill in the differences.
 Callers use the dialect's attributes and methods, never its name.
 """
 
@@ -14,7 +17,9 @@ from __future__ import annotations
 from .. import errors
 from .base import (
     UTC,
+    Admin,
     AsyncConnection,
+    Codec,
     Composed,
     Connection,
     Cursor,
@@ -22,6 +27,7 @@ from .base import (
     Duration,
     JdbcDriver,
     JSONValue,
+    Listener,
     Params,
     Row,
     RowValue,
@@ -43,7 +49,9 @@ __all__ = [
     "DIALECTS",
     "SCHEMES",
     "UTC",
+    "Admin",
     "AsyncConnection",
+    "Codec",
     "Composed",
     "Connection",
     "Cursor",
@@ -51,6 +59,7 @@ __all__ = [
     "Duration",
     "JdbcDriver",
     "JSONValue",
+    "Listener",
     "Params",
     "Row",
     "RowValue",

@@ -1,12 +1,19 @@
-"""The Dialect interface, and what both dialects share: value encoders and the routine-error mapping.
+"""The Dialect and its parts (the driver itself, its codec, listener and admin), and what both dialects
+share: value encoders and the routine-error mapping.
 
-A dialect knows how to open a connection from a DSN, how to run one of its
-named statements (pyqueue_sql.queries) and read the rows back, how to convert
-Python values to what its routines take (durations, times, payloads,
-batches, arrays), how to wait for a wakeup, how to render and run GRANTs, and
-how to turn a routine's refusal into a pyqueue_sql exception. Capabilities
-are attributes (``supports_listen``, ``transactional_ddl``...) and methods of
-the dialect, so that callers never ask which database they talk to.
+A dialect is in parts, as River's driver is (Driver, Executor, Listener):
+
+- Dialect, the driver: opens a connection from a DSN, runs one of its named statements
+  (pyqueue_sql.queries) and reads the rows back, sync and asyncio, in transactions, and turns a
+  driver's error or a routine's refusal into a pyqueue_sql exception;
+- Codec (``dialect.codec``): converts Python values to what its routines take (durations, times,
+  payloads, batches, arrays) and reads the values they return;
+- Listener (``dialect.listener``): waits for a wakeup;
+- Admin (``dialect.admin``): renders and checks GRANTs, answers migrate's questions about the
+  server, and empties and compares test databases.
+
+Capabilities are attributes (``supports_listen``, ``transactional_ddl``...) and methods of the
+dialect, so that callers never ask which database they talk to.
 """
 
 from __future__ import annotations
@@ -286,7 +293,11 @@ class JdbcDriver:
 
 
 class Dialect:
-    """Base class: the shared conversions. Subclasses fill in the differences."""
+    """A dialect's driver: it opens connections (sync and asyncio), runs its named statements and
+    transactions on them and maps its driver's errors; its capabilities are attributes. Its other
+    parts hang from it: ``codec`` (values in and out, Codec), ``listener`` (LISTEN wakeups,
+    Listener) and ``admin`` (grants, migrate's questions, test databases, Admin). Subclasses fill
+    in the differences."""
 
     name: str
     sqlalchemy_dialect: str
@@ -329,6 +340,14 @@ class Dialect:
     # The driver modules (sync, asyncio) and the extras that install them.
     driver: tuple[str, str] = ("", "")
     async_driver: tuple[str, str] = ("", "")
+
+    def __init__(
+        self, codec: Codec | None = None, listener: Listener | None = None, admin: Admin | None = None
+    ) -> None:
+        # The dialect's other parts (River's Driver hands out its Executor and Listener the same way).
+        self.codec = codec or Codec()
+        self.listener = listener or Listener(self)
+        self.admin = admin or Admin(self)
 
     # -- connections -----------------------------------------------------
     def import_driver(self, asynchronous: bool = False) -> ModuleType:
@@ -444,63 +463,6 @@ class Dialect:
         for statement in split_script(text):
             cursor.execute(statement)
 
-    # -- values ----------------------------------------------------------
-    def duration(self, value: Duration, what: str) -> dt.timedelta | Decimal | None:
-        return as_timedelta(value, what)
-
-    def time(self, value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime | None:
-        return as_utc(value, what)
-
-    @overload
-    def read_time(self, value: dt.datetime) -> dt.datetime: ...
-    @overload
-    def read_time(self, value: None) -> None: ...
-    def read_time(self, value: dt.datetime | None) -> dt.datetime | None:
-        """A time a routine returns (a NULL column's None passed on), as an aware UTC datetime."""
-        return value
-
-    def read_payload(self, value: object) -> JSONValue:
-        return value
-
-    def read_duration(self, value: dt.timedelta | Decimal | float | None) -> dt.timedelta | None:
-        """A duration a routine returns (PostgreSQL interval, MySQL decimal seconds)."""
-        if value is None or isinstance(value, dt.timedelta):
-            return value
-        if isinstance(value, Decimal):  # exact to the microsecond, as MySQL's DECIMAL(20,6) holds it
-            return dt.timedelta(microseconds=int(value.scaleb(6).to_integral_value()))
-        return dt.timedelta(seconds=float(value))
-
-    def kinds(self, kinds: Sequence[str] | None) -> list[str | None] | str | None:
-        if kinds is None:
-            return None
-        if isinstance(kinds, (str, bytes)):
-            raise errors.InvalidArgumentError("kinds must be a list of kinds, not a single str")
-        return [text_value(k, "each kind") for k in kinds]
-
-    def text_array(self, values: Sequence[str | None]) -> list[str | None] | str:
-        """A list of texts (keys, kinds, tokens) as a routine's array argument: a list (text[]) here."""
-        return list(values)
-
-    def batch(self, items: Sequence[BatchItem]) -> Params:
-        """The arguments of queue_push_batch for (key, kind, payload, run_at, priority) items."""
-        raise NotImplementedError
-
-    def grouped_batch(self, items: Sequence[BatchItem], groups: Sequence[str | None]) -> Params:
-        """The arguments of queue_push_batch_grouped: batch's, and each item's group (None: none)."""
-        raise NotImplementedError
-
-    def topic_batch(self, topics: Sequence[str | None], items: Sequence[BatchItem]) -> Params:
-        """The arguments of queue_publish_batch: each item's topic, and batch's."""
-        raise NotImplementedError
-
-    def read_commit_reserve(self, sets: list[list[Row]]) -> tuple[RowValue, list[Row]]:
-        """(committed, reservation rows) from the result sets of the commit_reserve statement:
-        here one set whose rows each start with the commit's result, and a row without a
-        message (its key NULL) when nothing was reserved."""
-        rows = sets[0]
-        committed = rows[0][0] if rows else None
-        return committed, [row[1:] for row in rows if row[1] is not None]
-
     # -- errors ----------------------------------------------------------
     def routine_error(self, message: str | None) -> errors.QueueError | None:
         """The pyqueue_sql exception of a routine's refusal in a server message, or None."""
@@ -579,26 +541,96 @@ class Dialect:
         await self.end_transaction_async(connection, commit=True)
         return rows
 
-    # -- wakeups ---------------------------------------------------------
+
+class Codec:
+    """How a dialect's routines take and give values: durations, times, payloads, kind lists, text
+    arrays and batches in; times, payloads, durations and the result sets of a combined call out.
+    Holds no connection: the calls (pyqueue_sql.calls) encode their arguments and decode their rows
+    with it."""
+
+    def duration(self, value: Duration, what: str) -> dt.timedelta | Decimal | None:
+        return as_timedelta(value, what)
+
+    def time(self, value: dt.datetime | dt.timedelta | None, what: str) -> dt.datetime | None:
+        return as_utc(value, what)
+
+    @overload
+    def read_time(self, value: dt.datetime) -> dt.datetime: ...
+    @overload
+    def read_time(self, value: None) -> None: ...
+    def read_time(self, value: dt.datetime | None) -> dt.datetime | None:
+        """A time a routine returns (a NULL column's None passed on), as an aware UTC datetime."""
+        return value
+
+    def read_payload(self, value: object) -> JSONValue:
+        return value
+
+    def read_duration(self, value: dt.timedelta | Decimal | float | None) -> dt.timedelta | None:
+        """A duration a routine returns (PostgreSQL interval, MySQL decimal seconds)."""
+        if value is None or isinstance(value, dt.timedelta):
+            return value
+        if isinstance(value, Decimal):  # exact to the microsecond, as MySQL's DECIMAL(20,6) holds it
+            return dt.timedelta(microseconds=int(value.scaleb(6).to_integral_value()))
+        return dt.timedelta(seconds=float(value))
+
+    def kinds(self, kinds: Sequence[str] | None) -> list[str | None] | str | None:
+        if kinds is None:
+            return None
+        if isinstance(kinds, (str, bytes)):
+            raise errors.InvalidArgumentError("kinds must be a list of kinds, not a single str")
+        return [text_value(k, "each kind") for k in kinds]
+
+    def text_array(self, values: Sequence[str | None]) -> list[str | None] | str:
+        """A list of texts (keys, kinds, tokens) as a routine's array argument: a list (text[]) here."""
+        return list(values)
+
+    def batch(self, items: Sequence[BatchItem]) -> Params:
+        """The arguments of queue_push_batch for (key, kind, payload, run_at, priority) items."""
+        raise NotImplementedError
+
+    def grouped_batch(self, items: Sequence[BatchItem], groups: Sequence[str | None]) -> Params:
+        """The arguments of queue_push_batch_grouped: batch's, and each item's group (None: none)."""
+        raise NotImplementedError
+
+    def topic_batch(self, topics: Sequence[str | None], items: Sequence[BatchItem]) -> Params:
+        """The arguments of queue_publish_batch: each item's topic, and batch's."""
+        raise NotImplementedError
+
+    def read_commit_reserve(self, sets: list[list[Row]]) -> tuple[RowValue, list[Row]]:
+        """(committed, reservation rows) from the result sets of the commit_reserve statement:
+        here one set whose rows each start with the commit's result, and a row without a
+        message (its key NULL) when nothing was reserved."""
+        rows = sets[0]
+        committed = rows[0][0] if rows else None
+        return committed, [row[1:] for row in rows if row[1] is not None]
+
+
+class Listener:
+    """How a waiting worker is woken by a push (LISTEN/NOTIFY), where the dialect has it
+    (Dialect.supports_listen): River's Listener beside its Driver."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+
     def listen(self, connection: Connection, channels: Sequence[str]) -> None:
         """Registers the connection for the wakeups of these channels (names from queue_channel)."""
-        raise errors.QueueError(f"{self.name} has no LISTEN")
+        raise errors.QueueError(f"{self.dialect.name} has no LISTEN")
 
     def wait_for_notification(self, connection: Connection, timeout: float) -> list[tuple[str, str]]:
         """Waits up to timeout seconds for a wakeup on a channel the connection listens to:
         [(channel, payload)] of the first that came (later ones stay buffered for the next
         call), [] when none did."""
-        raise errors.QueueError(f"{self.name} has no LISTEN")
+        raise errors.QueueError(f"{self.dialect.name} has no LISTEN")
 
     async def listen_async(self, connection: AsyncConnection, channels: Sequence[str]) -> None:
         """listen on an asyncio connection."""
-        raise errors.QueueError(f"{self.name} has no LISTEN")
+        raise errors.QueueError(f"{self.dialect.name} has no LISTEN")
 
     async def wait_for_notification_async(
         self, connection: AsyncConnection, timeout: float
     ) -> list[tuple[str, str]]:
         """wait_for_notification on an asyncio connection."""
-        raise errors.QueueError(f"{self.name} has no LISTEN")
+        raise errors.QueueError(f"{self.dialect.name} has no LISTEN")
 
     def shares_sessions(self, connection: Connection, dsn: str) -> bool:
         """Whether a pooler in transaction mode stands between connection and the server, so that
@@ -608,6 +640,15 @@ class Dialect:
     async def shares_sessions_async(self, connection: AsyncConnection, dsn: str) -> bool:
         """shares_sessions on an asyncio connection."""
         return False
+
+
+class Admin:
+    """What a dialect's administration takes: GRANTs rendered and checked (pyqueue_sql.privileges),
+    what migrate asks of the server (pyqueue_sql.migrate), and test databases emptied and compared
+    (pyqueue_sql.testing). Never on a queue call's path."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
 
     # -- privileges (pyqueue_sql.privileges) -----------------------------
     def parse_grantee(self, text: str) -> tuple[str, str | None]:
@@ -659,7 +700,7 @@ class Dialect:
         """The server flavour of a DB-API connection, the key of FINGERPRINTS in a revision file
         (how `migrate --adopt` recognises a schema): the dialect's name, unless servers of the
         dialect build different catalogs."""
-        return self.name
+        return self.dialect.name
 
     def replaces_routines_in_place(self, connection: Connection) -> bool:
         """Whether the server re-creates a routine in one statement that a concurrent call waits for
@@ -677,13 +718,13 @@ class Dialect:
         """The GRANTs that give back the routine grants a migration dropped by re-creating
         routines, from the grant snapshot taken before the run (``saved``) and the grants now
         (``current``). Only a dialect without transactional DDL has a snapshot (pyqueue_sql.migrate)."""
-        raise NotImplementedError(f"{self.name} migrations take no grant snapshot")
+        raise NotImplementedError(f"{self.dialect.name} migrations take no grant snapshot")
 
     # -- test databases (pyqueue_sql.testing) ----------------------------
     def empty_database_statements(self, connection: Connection, kept_table: str) -> list[str]:
         """The statements that empty connection's database (every table but kept_table) in one
         transaction, for a DB-API cursor (each may hold several; their result sets are skipped)."""
-        raise NotImplementedError(f"{self.name} test databases cannot be emptied")
+        raise NotImplementedError(f"{self.dialect.name} test databases cannot be emptied")
 
     def after_emptying_database(self, connection: Connection) -> None:
         """What is left to do once empty_database_statements ran (nothing, unless the dialect says)."""
@@ -691,8 +732,8 @@ class Dialect:
     def database_fingerprint(self, connection: Connection) -> object:
         """What a test could change in connection's database besides rows (its relations,
         routines and grants), as a value to compare: a change gets the next test a new database."""
-        raise NotImplementedError(f"{self.name} test databases have no fingerprint")
+        raise NotImplementedError(f"{self.dialect.name} test databases have no fingerprint")
 
     def close_other_sessions(self, connection: Connection) -> None:
         """Ends the other sessions connected to connection's database, as dropping it would."""
-        raise NotImplementedError(f"{self.name} cannot end other sessions")
+        raise NotImplementedError(f"{self.dialect.name} cannot end other sessions")

@@ -17,13 +17,16 @@ from .. import errors
 from ..queries import migration_queries
 from .base import (
     UTC,
+    Admin,
     AsyncConnection,
     BatchItem,
+    Codec,
     Connection,
     Dialect,
     Duration,
     JdbcDriver,
     JSONValue,
+    Listener,
     Params,
     Row,
     RowValue,
@@ -223,6 +226,28 @@ def quote_name(name: str) -> str:
     return f"`{name}`"
 
 
+# A transaction of the call's own in one round trip: START TRANSACTION, the CALL and COMMIT
+# as one multi-statement query. The server stops at the first statement that fails, so a
+# failing CALL leaves the transaction open and the ROLLBACK that follows closes it, as when
+# the three are sent one by one. A connection opened without multi-statement queries
+# (CLIENT.MULTI_STATEMENTS) sends the three one by one.
+def _one_trip(statement: str) -> str:
+    return f"START TRANSACTION; {statement}; COMMIT"
+
+
+def _multi_statements(connection: Connection | AsyncConnection) -> bool:
+    from pymysql.constants import CLIENT
+
+    return bool(getattr(connection, "client_flag", 0) & CLIENT.MULTI_STATEMENTS)
+
+
+def _own_result(sets: list[list[Row]], all_sets: bool) -> list[Row] | list[list[Row]]:
+    """The CALL's result sets out of the one-trip query's (those with columns: START
+    TRANSACTION, the CALL's closing status and COMMIT have none), as run / run_sets give them."""
+    sets = sets or [[]]
+    return sets if all_sets else sets[0]
+
+
 class MySQL(Dialect):
     name = "mysql"
     supports_listen = False
@@ -308,6 +333,9 @@ class MySQL(Dialect):
     )
     driver = ("pymysql", "mysql")
     async_driver = ("aiomysql", "asyncio")
+
+    def __init__(self) -> None:
+        super().__init__(MySQLCodec(), Listener(self), MySQLAdmin(self))
 
     # -- connections -----------------------------------------------------
     def connect(self, dsn: str, autocommit: bool = True) -> Connection:
@@ -440,26 +468,6 @@ class MySQL(Dialect):
         finally:
             cur.close()
 
-    # A transaction of the call's own in one round trip: START TRANSACTION, the CALL and COMMIT
-    # as one multi-statement query. The server stops at the first statement that fails, so a
-    # failing CALL leaves the transaction open and the ROLLBACK that follows closes it, as when
-    # the three are sent one by one. A connection opened without multi-statement queries
-    # (CLIENT.MULTI_STATEMENTS) sends the three one by one.
-    def _one_trip(self, name: str) -> str:
-        return f"START TRANSACTION; {self.statement(name)}; COMMIT"
-
-    @staticmethod
-    def _multi_statements(connection: Connection | AsyncConnection) -> bool:
-        from pymysql.constants import CLIENT
-
-        return bool(getattr(connection, "client_flag", 0) & CLIENT.MULTI_STATEMENTS)
-
-    def _own_result(self, sets: list[list[Row]], all_sets: bool) -> list[Row] | list[list[Row]]:
-        """The CALL's result sets out of the one-trip query's (those with columns: START
-        TRANSACTION, the CALL's closing status and COMMIT have none), as run / run_sets give them."""
-        sets = sets or [[]]
-        return sets if all_sets else sets[0]
-
     def _self_contained(self, name: str, connection: Connection | AsyncConnection) -> bool:
         return (
             name in self.self_contained_on_mariadb
@@ -472,13 +480,13 @@ class MySQL(Dialect):
     ) -> list[Row] | list[list[Row]]:
         if self._self_contained(name, connection):
             return (self.run_sets if all_sets else self.run)(connection, name, params)
-        if not self._multi_statements(connection):
+        if not _multi_statements(connection):
             return super().run_in_own_transaction(connection, name, params, all_sets)
         with self._driver_errors():
             try:
                 cur = connection.cursor()
                 try:
-                    cur.execute(self._one_trip(name), params)
+                    cur.execute(_one_trip(self.statement(name)), params)
                     sets = [list(cur.fetchall())] if cur.description else []
                     while cur.nextset():
                         if cur.description:
@@ -489,20 +497,20 @@ class MySQL(Dialect):
                 with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
                     connection.rollback()
                 raise
-        return self._own_result(sets, all_sets)
+        return _own_result(sets, all_sets)
 
     async def run_in_own_transaction_async(
         self, connection: AsyncConnection, name: str, params: Params, all_sets: bool = False
     ) -> list[Row] | list[list[Row]]:
         if self._self_contained(name, connection):
             return await (self.run_sets_async if all_sets else self.run_async)(connection, name, params)
-        if not self._multi_statements(connection):
+        if not _multi_statements(connection):
             return await super().run_in_own_transaction_async(connection, name, params, all_sets)
         with self._driver_errors():
             try:
                 cur = await connection.cursor(_quiet_cursor())
                 try:
-                    await cur.execute(self._one_trip(name), params)
+                    await cur.execute(_one_trip(self.statement(name)), params)
                     sets = [list(await cur.fetchall())] if cur.description else []
                     while await cur.nextset():
                         if cur.description:
@@ -513,7 +521,7 @@ class MySQL(Dialect):
                 with contextlib.suppress(Exception):  # a lost connection has nothing to roll back
                     await connection.rollback()
                 raise
-        return self._own_result(sets, all_sets)
+        return _own_result(sets, all_sets)
 
     async def run_async(self, connection: AsyncConnection, name: str, params: Params) -> list[Row]:
         return (await self.run_sets_async(connection, name, params))[0]
@@ -572,10 +580,6 @@ class MySQL(Dialect):
             )
         return None
 
-    def read_commit_reserve(self, sets: list[list[Row]]) -> tuple[RowValue, list[Row]]:
-        """The procedure sends the reserved rows first and the commit's result as its last set."""
-        return sets[-1][0][0], [row for part in sets[:-1] for row in part]
-
     # -- errors ----------------------------------------------------------
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         import pymysql
@@ -605,7 +609,11 @@ class MySQL(Dialect):
             )
         return None
 
-    # -- values ----------------------------------------------------------
+
+class MySQLCodec(Codec):
+    """Arrays and batches as JSON (the procedures read them with JSON_TABLE), durations as decimal
+    seconds, times as UTC wall-clock DATETIMEs, several result sets for a combined call."""
+
     def duration(self, value: Duration, what: str) -> Decimal | None:
         delta = as_timedelta(value, what)
         return None if delta is None else Decimal(str(round(delta.total_seconds(), 6)))
@@ -668,7 +676,15 @@ class MySQL(Dialect):
             )
         return messages
 
-    # -- privileges ------------------------------------------------------
+    def read_commit_reserve(self, sets: list[list[Row]]) -> tuple[RowValue, list[Row]]:
+        """The procedure sends the reserved rows first and the commit's result as its last set."""
+        return sets[-1][0][0], [row for part in sets[:-1] for row in part]
+
+
+class MySQLAdmin(Admin):
+    """Backtick-quoted grants, the grant tables (mysql.procs_priv), what tells MariaDB from MySQL,
+    and test databases emptied with DELETE."""
+
     def parse_grantee(self, text: str) -> tuple[str, str | None]:
         """user@host (host '%' when none is given); a trailing @ with no host (name@) names a
         MariaDB role (host '')."""
@@ -701,16 +717,16 @@ class MySQL(Dialect):
         session and puts the session's sql_mode back afterwards. MySQL 8 never creates one."""
         cur = connection.cursor()
         try:
-            cur.execute(self.statement("session_sql_mode"))
+            cur.execute(self.dialect.statement("session_sql_mode"))
             (saved,) = cur.fetchone()
-            cur.execute(self.statement("forbid_account_creation"))
+            cur.execute(self.dialect.statement("forbid_account_creation"))
             try:
                 yield
             finally:
                 with contextlib.suppress(
                     Exception
                 ):  # a lost connection: the error that matters is the block's
-                    cur.execute(self.statement("set_session_sql_mode"), (saved,))
+                    cur.execute(self.dialect.statement("set_session_sql_mode"), (saved,))
         finally:
             cur.close()
 
@@ -721,7 +737,7 @@ class MySQL(Dialect):
         before the procedures' own tables, even inside SQL SECURITY DEFINER."""
         cur = connection.cursor()
         try:
-            cur.execute(self.statement("temporary_table_grantees"))
+            cur.execute(self.dialect.statement("temporary_table_grantees"))
             return frozenset(str(row[0]) for row in cur.fetchall())
         finally:
             cur.close()
@@ -735,7 +751,7 @@ class MySQL(Dialect):
         """'mariadb' or 'mysql', from the server's version string."""
         cur = connection.cursor()
         try:
-            cur.execute(migration_queries(self.name)["server_version"])
+            cur.execute(migration_queries(self.dialect.name)["server_version"])
             (version,) = cur.fetchone()
         finally:
             cur.close()
@@ -760,7 +776,7 @@ class MySQL(Dialect):
         no_account_creation(); a GRANT on a routine that does not exist fails with 1305 (the
         caller skips it)."""
         now = {(u, h, str(r).lower(), str(t).upper(), _privilege_set(p)) for u, h, r, t, p in current}
-        template = migration_queries(self.name)["regrant_routine"]
+        template = migration_queries(self.dialect.name)["regrant_routine"]
         out: list[str] = []
         for user, host, routine, routine_type, privileges in saved:
             granted = _privilege_set(privileges)

@@ -10,14 +10,17 @@ from typing import TYPE_CHECKING
 from .. import errors
 from ..queries import split_script
 from .base import (
+    Admin,
     AsyncConnection,
     BatchItem,
+    Codec,
     Composed,
     Connection,
     Cursor,
     Dialect,
     JdbcDriver,
     JSONValue,
+    Listener,
     Params,
     Row,
     connection_failed,
@@ -26,9 +29,6 @@ from .base import (
     strip_driver,
     without_secrets,
 )
-
-if TYPE_CHECKING:
-    import psycopg
 
 if TYPE_CHECKING:
     import psycopg
@@ -148,6 +148,9 @@ class PostgreSQL(Dialect):
         message_trailers=("  Where:", "  Call getNextException"),
     )
 
+    def __init__(self) -> None:
+        super().__init__(PostgreSQLCodec(), PostgreSQLListener(self), PostgreSQLAdmin(self))
+
     # -- connections -----------------------------------------------------
     # prepare_threshold=None: psycopg never prepares a statement (by default it does at a statement's
     # fifth execution). A prepared statement lives in one server session, and a transaction pooler
@@ -199,33 +202,6 @@ class PostgreSQL(Dialect):
                 f"not a usable PostgreSQL DSN: {without_secrets(' '.join(message.split()), dsn)}"
             )
         return None
-
-    def shares_sessions(self, connection: Connection, dsn: str) -> bool:
-        """Whether another client connection to dsn is served by the server session that served
-        connection's last transaction: so a transaction (or statement) pooler such as PgBouncer's
-        pool_mode = transaction stands between, and a LISTEN would stay behind in a session this
-        client loses. Two live direct connections never share a backend; a pooler hands the idle
-        session it just got back to the next client (PgBouncer's default, server_round_robin = 0).
-        connection: autocommit, outside a transaction."""
-        mine = _backend_pid(connection)
-        other = self.connect(dsn)
-        try:
-            return _backend_pid(other) == mine
-        finally:
-            other.close()
-
-    async def shares_sessions_async(self, connection: AsyncConnection, dsn: str) -> bool:
-        """shares_sessions on a psycopg AsyncConnection."""
-        async with connection.cursor() as cur:
-            await cur.execute(_BACKEND_PID)
-            mine = (await cur.fetchone())[0]
-        other = await self.connect_async(dsn)
-        try:
-            async with other.cursor() as cur:
-                await cur.execute(_BACKEND_PID)
-                return (await cur.fetchone())[0] == mine
-        finally:
-            await other.close()
 
     async def begin_async(self, connection: AsyncConnection) -> None:
         await connection.set_autocommit(False)
@@ -291,10 +267,10 @@ class PostgreSQL(Dialect):
         if isinstance(exc, (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)):
             return self.serialization_error(exc)
         if isinstance(exc, pgerrors.UndefinedFunction):
-            return self._undefined_function(name, exc, exists)
+            return _undefined_function(self.statement(name), exc, exists)
         if isinstance(exc, pgerrors.UndefinedTable):
             if "queue_" in str(exc) or "pyqueue" in str(exc):
-                return self._not_installed(exc.diag.message_primary)
+                return _not_installed(exc.diag.message_primary)
             return None
         if isinstance(exc, pgerrors.InsufficientPrivilege):  # a role without the capability
             return errors.PermissionDeniedError(str(exc.diag.message_primary))
@@ -330,43 +306,15 @@ class PostgreSQL(Dialect):
             )
         return None
 
-    def _undefined_function(
-        self, name: str, exc: psycopg.Error, exists: bool | None
-    ) -> errors.QueueError | None:
-        """42883 for one of our routines: SchemaNotInstalledError only when no routine of that name is
-        visible at all; a routine that exists but takes other argument types is an InvalidArgumentError
-        that names the types the server saw. exists: what the catalog says (None: not asked)."""
-        message = exc.diag.message_primary or str(exc)
-        match = _NO_FUNCTION.match(message)
-        if match is None:
-            return self._not_installed(message) if ("queue_" in message or "pyqueue" in message) else None
-        routine, types = match.group(1).rsplit(".", 1)[-1].strip('"'), match.group(2)
-        if not routine.startswith(("queue_", "pyqueue")):
-            return None
-        if exists is None:  # the transaction is aborted: judge by the types the server saw
-            exists = _wrong_types(self.statement(name), types)
-        if not exists:
-            return self._not_installed(message)
-        return errors.InvalidArgumentError(
-            f"no {routine} takes arguments of the types ({types}): pass str for names, keys and kinds "
-            f"(a key may be an int), numbers for numbers; or the installed schema is of another release "
-            f"than this client (run `pyqueue-sql migrate`)"
-        )
-
-    @staticmethod
-    def _not_installed(message: str) -> errors.SchemaNotInstalledError:
-        return errors.SchemaNotInstalledError(
-            f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`), or it is "
-            f"installed in a schema this role has no USAGE on or that is not on its search_path "
-            f"(`pyqueue-sql grant` grants USAGE): {message}"
-        )
-
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         import psycopg
 
         return (psycopg.OperationalError, psycopg.InterfaceError, errors.ConnectionFailedError)
 
-    # -- values ----------------------------------------------------------
+
+class PostgreSQLCodec(Codec):
+    """Arrays as lists (text[], jsonb[]...), a batch as arrays side by side."""
+
     def batch(self, items: Sequence[BatchItem]) -> Params:
         run_ats = [ra for _, _, _, ra, _ in items]
         priorities = [pr for _, _, _, _, pr in items]
@@ -384,14 +332,17 @@ class PostgreSQL(Dialect):
     def topic_batch(self, topics: Sequence[str | None], items: Sequence[BatchItem]) -> Params:
         return {"topics": list(topics), **self.batch(items)}
 
-    # -- wakeups ---------------------------------------------------------
+
+class PostgreSQLListener(Listener):
+    """LISTEN/NOTIFY through psycopg."""
+
     def listen(self, connection: Connection, channels: Sequence[str]) -> None:
         """LISTENs on each channel (names from queue_channel); autocommit connections only."""
         from psycopg import sql
 
         with connection.cursor() as cur:
             for channel in channels:
-                cur.execute(sql.SQL(self.statement("listen")).format(channel=sql.Identifier(channel)))
+                cur.execute(sql.SQL(self.dialect.statement("listen")).format(channel=sql.Identifier(channel)))
 
     def wait_for_notification(self, connection: Connection, timeout: float) -> list[tuple[str, str]]:
         return [(note.channel, note.payload) for note in connection.notifies(timeout=timeout, stop_after=1)]
@@ -402,7 +353,9 @@ class PostgreSQL(Dialect):
 
         async with connection.cursor() as cur:
             for channel in channels:
-                await cur.execute(sql.SQL(self.statement("listen")).format(channel=sql.Identifier(channel)))
+                await cur.execute(
+                    sql.SQL(self.dialect.statement("listen")).format(channel=sql.Identifier(channel))
+                )
 
     async def wait_for_notification_async(
         self, connection: AsyncConnection, timeout: float
@@ -411,6 +364,37 @@ class PostgreSQL(Dialect):
         return [
             (note.channel, note.payload) async for note in connection.notifies(timeout=timeout, stop_after=1)
         ]
+
+    def shares_sessions(self, connection: Connection, dsn: str) -> bool:
+        """Whether another client connection to dsn is served by the server session that served
+        connection's last transaction: so a transaction (or statement) pooler such as PgBouncer's
+        pool_mode = transaction stands between, and a LISTEN would stay behind in a session this
+        client loses. Two live direct connections never share a backend; a pooler hands the idle
+        session it just got back to the next client (PgBouncer's default, server_round_robin = 0).
+        connection: autocommit, outside a transaction."""
+        mine = _backend_pid(connection)
+        other = self.dialect.connect(dsn)
+        try:
+            return _backend_pid(other) == mine
+        finally:
+            other.close()
+
+    async def shares_sessions_async(self, connection: AsyncConnection, dsn: str) -> bool:
+        """shares_sessions on a psycopg AsyncConnection."""
+        async with connection.cursor() as cur:
+            await cur.execute(_BACKEND_PID)
+            mine = (await cur.fetchone())[0]
+        other = await self.dialect.connect_async(dsn)
+        try:
+            async with other.cursor() as cur:
+                await cur.execute(_BACKEND_PID)
+                return (await cur.fetchone())[0] == mine
+        finally:
+            await other.close()
+
+
+class PostgreSQLAdmin(Admin):
+    """psycopg.sql for grants; the catalog (pg_class, pg_proc...) for test databases."""
 
     # -- test databases (pyqueue_sql.testing) ----------------------------
     def empty_database_statements(self, connection: Connection, kept_table: str) -> list[str]:
@@ -506,6 +490,36 @@ class PostgreSQL(Dialect):
 
     def statement_text(self, statement: Composed, connection: Connection | None = None) -> str:
         return statement.as_string(connection)
+
+
+def _undefined_function(statement: str, exc: psycopg.Error, exists: bool | None) -> errors.QueueError | None:
+    """42883 for one of our routines (statement: the named statement that raised it): SchemaNotInstalledError only when no routine of that name is
+    visible at all; a routine that exists but takes other argument types is an InvalidArgumentError
+    that names the types the server saw. exists: what the catalog says (None: not asked)."""
+    message = exc.diag.message_primary or str(exc)
+    match = _NO_FUNCTION.match(message)
+    if match is None:
+        return _not_installed(message) if ("queue_" in message or "pyqueue" in message) else None
+    routine, types = match.group(1).rsplit(".", 1)[-1].strip('"'), match.group(2)
+    if not routine.startswith(("queue_", "pyqueue")):
+        return None
+    if exists is None:  # the transaction is aborted: judge by the types the server saw
+        exists = _wrong_types(statement, types)
+    if not exists:
+        return _not_installed(message)
+    return errors.InvalidArgumentError(
+        f"no {routine} takes arguments of the types ({types}): pass str for names, keys and kinds "
+        f"(a key may be an int), numbers for numbers; or the installed schema is of another release "
+        f"than this client (run `pyqueue-sql migrate`)"
+    )
+
+
+def _not_installed(message: str) -> errors.SchemaNotInstalledError:
+    return errors.SchemaNotInstalledError(
+        f"pyqueue-sql is not installed in this database (run `pyqueue-sql migrate`), or it is "
+        f"installed in a schema this role has no USAGE on or that is not on its search_path "
+        f"(`pyqueue-sql grant` grants USAGE): {message}"
+    )
 
 
 def _has_rows(cur: Cursor) -> bool:

@@ -24,12 +24,13 @@ RetryPolicy (retry_on, give_up_on) and by the outcomes it may raise: Retry(after
 GiveUp(reason) (pyqueue_sql.worker.policy).
 
 The package, by what each module holds: keys (new_key, occurrence_time), conversion (values to JSON
-and back by annotation), task (Task, TaskCall, TaskHandle), periodic (app.periodic's schedules),
-running (current_job, the middleware chain, the worker's handler of a task, RunReport) and app
-(App). Every public name is importable from pyqueue_sql.tasks.
+and back by annotation), task (Task, TaskCall, TaskHandle), batches (BatchTask, @app.task(batch=N)),
+periodic (app.periodic's schedules), running (current_job, the middleware chain, the worker's
+handler of a task, RunReport) and app (App). Every public name is importable from pyqueue_sql.tasks.
 """
 
 from .app import DEFAULT_QUEUE, DEFAULT_RESULT_RETENTION, App, UnknownTaskError
+from .batches import BatchTask
 from .keys import new_key, occurrence_time
 from .periodic import Periodic
 from .running import CallNext, JobReport, Middleware, RunReport, compose, current_job, running_job
@@ -39,6 +40,7 @@ __all__ = [
     # the app and its tasks
     "App",
     "Task",
+    "BatchTask",
     "TaskCall",
     "TaskHandle",
     "TaskGroup",

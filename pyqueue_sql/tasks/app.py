@@ -20,6 +20,7 @@ from ..errors import UnknownTaskError
 from ..timetravel import advance_clock, seconds_of
 from ..worker.model import Job
 from ..worker.policy import RetryPolicy
+from .batches import BatchTask, batch_task
 from .conversion import Mismatch, from_json
 from .periodic import Periodic, declare, every_seconds, schedule
 from .running import Middleware, RunReport, current_job, task_handler
@@ -126,6 +127,21 @@ class App:
     def task(
         self,
         *,
+        batch: int,
+        batch_linger: float = 0.0,
+        queue: str | None = None,
+        kind: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        priority: int | None = None,
+        group: str | None = None,
+        store_result: bool = False,
+    ) -> Callable[[Callable[..., Any]], BatchTask[Any]]: ...
+
+    @overload
+    def task(
+        self,
+        *,
         queue: str | None = None,
         kind: str | None = None,
         retry: RetryPolicy | None = None,
@@ -147,28 +163,35 @@ class App:
         priority: int | None = None,
         group: str | None = None,
         store_result: bool = False,
+        batch: int | None = None,
+        batch_linger: float = 0.0,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Decorator: makes a function (def or async def) a task of this app, on `queue` (the
         app's default queue) as `kind` (the function's name). `retry` is the policy of this kind
         only, `timeout` the seconds one run may take, `priority` and `group` the defaults of its
         messages. `store_result=True`: what the function returns is stored as the job's result
         (as JSON, by the return annotation) for handle.result(); its queue must keep results
-        (app.create_queues() gives it a result retention)."""
+        (app.create_queues() gives it a result retention). `batch=N`: a batch task (BatchTask,
+        pyqueue_sql.tasks.batches): the function takes a list of up to N items, each one job, and
+        returns one outcome per item; `batch_linger` the seconds a batch not full waits for more."""
 
         def make(fn: Callable[P, R]) -> Task[P, R]:
             if timeout is not None and (
                 isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
             ):
                 raise errors.InvalidArgumentError(f"timeout must be seconds > 0 (or None), not {timeout!r}")
-            t: Task[P, R] = Task(
-                self,
-                fn,
+            made: dict[str, Any] = dict(
                 queue=queue or self.default_queue,
                 kind=kind or fn.__name__,
                 retry=retry,
                 timeout=timeout,
                 options=TaskOptions(priority=priority, group=group),
                 store_result=bool(store_result),
+            )
+            t: Task[Any, Any] = (
+                Task(self, fn, **made)
+                if batch is None
+                else batch_task(self, fn, size=batch, linger=batch_linger, **made)
             )
             if (t.queue, t.kind) in self.tasks:
                 raise errors.InvalidArgumentError(
@@ -335,7 +358,7 @@ class App:
                 raise errors.InvalidArgumentError(
                     "an asyncio database: use `await app.defer_many_async(...)`"
                 )
-            batch.inserted = int(q.push_many(batch.messages))
+            batch.inserted = int(batch.push(q))
         return handles_of(self, listed, batches)
 
     async def defer_many_async(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]:
@@ -344,7 +367,7 @@ class App:
         for batch in batches:
             db = batch.db if batch.db is not None else await self.database_async()
             target: Any = db.queue(batch.queue)
-            result = target.push_many(batch.messages)
+            result = batch.push(target)
             if inspect.isawaitable(result):
                 result = await result
             batch.inserted = int(result)
@@ -452,6 +475,8 @@ class App:
         tasks = [t for (q, _), t in self.tasks.items() if q in wanted]
         if not tasks:
             raise errors.InvalidArgumentError("the app has no tasks")
+        batched = [t for t in tasks if isinstance(t, BatchTask)]
+        tasks = [t for t in tasks if not isinstance(t, BatchTask)]
         if any(t.is_async for t in tasks):
             from ..aio.worker import AsyncWorker
 
@@ -469,7 +494,20 @@ class App:
                 timeout=t.timeout,
                 store_result=t.store_result,
             )
-        for q in sorted(wanted):
+        for bt in batched:  # their lanes reserve their kind only (pyqueue_sql.worker.batches)
+            worker.add_batch_handler(
+                bt.queue,
+                bt.handler(),
+                bt.kind,
+                size=bt.size,
+                linger=bt.linger,
+                retry=bt.retry,
+                timeout=bt.timeout,
+                store_result=bt.store_result,
+                # the queue's only task: its lane also fails the kinds no task has (cheaper)
+                every_kind=sum(q == bt.queue for q, _ in self.tasks) == 1,
+            )
+        for q in sorted(wanted - {bt.queue for bt in batched}):  # (a catch-all would take a batch kind)
             worker.add_handler(q, self._unknown_kind(q))
         worker.on_thread_end.append(self.close)  # the connections its tasks opened on a thread
         return worker
@@ -477,7 +515,7 @@ class App:
     def _pending_worker(self, queues: Sequence[str] | None, settings: dict[str, Any]) -> Any:
         settings = {"concurrency": 1, "prefetch": 0, "register": False, "listen": False, **settings}
         worker = self.worker(queues=queues, **settings)
-        worker.on_idle.append(lambda w: w.stop(reason="no job ready"))
+        worker.on_idle.append(lambda w: w.batches_idle() and w.stop(reason="no job ready"))
         return worker
 
     def run_pending(

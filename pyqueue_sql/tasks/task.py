@@ -247,15 +247,18 @@ class TaskCall(Generic[R]):
     task: Task[Any, Any]
     payload: dict[str, JSONValue]
 
-    def message(self) -> tuple[str, NewMessage | tuple[str, str, dict[str, JSONValue]]]:
-        """The key of the job this call becomes now, and its message as Queue.push_many takes it."""
+    def message(self) -> tuple[str, Any]:
+        """The key of the job this call becomes now, and its message as Queue.push_many takes it
+        (Queue.push_after_many for a call configured with after=)."""
         o = self.task.options
-        if o.after is not None or o.run_on is not None:
-            raise _after_in_bulk(self.task)
         key = o.key if o.key is not None else new_key()
-        if o.run_at is None and o.priority is None and o.group is None and o.headers is None:
+        if o.after is not None or o.run_on is not None:
+            _, push_after = self.task._after_push(key, self.payload)  # (refused in one line as defer's)
+            return key, push_after
+        headers = headers_now(o)
+        if o.run_at is None and o.priority is None and o.group is None and headers is None:
             return key, (key, self.task.kind, self.payload)  # push_many's quickest shape
-        return key, NewMessage(key, self.task.kind, self.payload, o.run_at, o.priority, o.group, o.headers)
+        return key, NewMessage(key, self.task.kind, self.payload, o.run_at, o.priority, o.group, headers)
 
 
 @dataclasses.dataclass
@@ -266,16 +269,21 @@ class Batch:
     db: Database | AsyncDatabase | None
     queue: str
     keys: list[str] = dataclasses.field(default_factory=list)
-    messages: list[NewMessage | tuple[str, str, dict[str, JSONValue]]] = dataclasses.field(
-        default_factory=list
-    )
+    messages: list[Any] = dataclasses.field(default_factory=list)
     inserted: int = 0
+    # jobs deferred with after=: one Queue.push_after_many (queue_push_after_batch), after the others
+    after: bool = False
+
+    def push(self, queue: Any) -> Any:
+        """Its one call on the queue (what it returns: awaitable on an asyncio queue)."""
+        return queue.push_after_many(self.messages) if self.after else queue.push_many(self.messages)
 
 
 def batches_of(app: TaskApp, calls: Iterable[TaskCall[Any]]) -> tuple[list[TaskCall[Any]], list[Batch]]:
-    """The calls in order, and their messages by (database, queue): one push_many each."""
+    """The calls in order, and their messages by (database, queue, with parents or not): one
+    push_many each, then one push_after_many each (a parent deferred in the same call goes first)."""
     listed = list(calls)
-    batches: dict[tuple[int, str], Batch] = {}
+    batches: dict[tuple[int, str, bool], Batch] = {}
     for c in listed:
         if not isinstance(c, TaskCall):
             raise errors.InvalidArgumentError(
@@ -284,11 +292,12 @@ def batches_of(app: TaskApp, calls: Iterable[TaskCall[Any]]) -> tuple[list[TaskC
         if c.task.app is not app:
             raise errors.InvalidArgumentError(f"a call of task {c.task.kind!r}, a task of another app")
         db = c.task.db
-        batch = batches.setdefault((id(db), c.task.queue), Batch(db, c.task.queue))
+        after = c.task.options.after is not None or c.task.options.run_on is not None
+        batch = batches.setdefault((id(db), c.task.queue, after), Batch(db, c.task.queue, after=after))
         key, message = c.message()
         batch.keys.append(key)
         batch.messages.append(message)
-    return listed, list(batches.values())
+    return listed, sorted(batches.values(), key=lambda b: b.after)
 
 
 def handles_of(app: TaskApp, listed: list[TaskCall[Any]], batches: list[Batch]) -> list[TaskHandle[Any]]:
@@ -296,11 +305,12 @@ def handles_of(app: TaskApp, listed: list[TaskCall[Any]], batches: list[Batch]) 
     (it cannot have been there) and for every call of a queue's batch when all of its messages
     were new; False for a call with a key of its own when some of its batch's were not (the
     batch's count does not say which)."""
-    by_target = {(id(b.db), b.queue): b for b in batches}
+    by_target = {(id(b.db), b.queue, b.after): b for b in batches}
     positions = dict.fromkeys(by_target, 0)
     handles: list[TaskHandle[Any]] = []
     for c in listed:
-        where = (id(c.task.db), c.task.queue)
+        o = c.task.options
+        where = (id(c.task.db), c.task.queue, o.after is not None or o.run_on is not None)
         batch = by_target[where]
         key = batch.keys[positions[where]]
         positions[where] += 1
@@ -320,13 +330,48 @@ class TaskOptions:
     after: tuple[dict[str, str | None], ...] | None = None
     # when a job with parents runs (queue_push_after_on): "success", "failure", "always"; None: success
     run_on: str | None = None
+    # the time after which the job is not run (an aware datetime), or how long after each defer
+    expires: dt.datetime | dt.timedelta | None = None
 
 
-def _after_in_bulk(t: Task[Any, Any]) -> errors.InvalidArgumentError:
-    return errors.InvalidArgumentError(
-        f"task {t.kind!r}: after= is not supported in bulk, nor run_on= (queue_push_after pushes one message): "
-        "defer each with task.configure(after=[...]).defer(...)"
-    )
+EXPIRES_HEADER = "pyqueue.expires_at"
+
+
+def check_expires(expires: object) -> dt.datetime | dt.timedelta:
+    """configure(expires=)'s value, checked: a positive timedelta or number of seconds, or an aware
+    datetime in the future; anything else is InvalidArgumentError in one line."""
+    if isinstance(expires, dt.timedelta):
+        delay = expires
+    elif isinstance(expires, (int, float)) and not isinstance(expires, bool):
+        if not math.isfinite(expires):
+            raise errors.InvalidArgumentError(f"expires must be a finite number of seconds, not {expires!r}")
+        delay = dt.timedelta(seconds=expires)
+    elif isinstance(expires, dt.datetime):
+        if expires.tzinfo is None or expires.utcoffset() is None:
+            raise errors.InvalidArgumentError(
+                f"expires must be an aware datetime (with a tzinfo, e.g. UTC), not the naive {expires.isoformat()}"
+            )
+        if expires <= dt.datetime.now(dt.timezone.utc):
+            raise errors.InvalidArgumentError(f"expires is in the past: {expires.isoformat()}")
+        return expires
+    else:
+        raise errors.InvalidArgumentError(
+            "expires must be a timedelta, a number of seconds or an aware datetime, "
+            f"not {type(expires).__name__}"
+        )
+    if delay <= dt.timedelta(0):
+        raise errors.InvalidArgumentError(f"expires must be a positive delay, not {delay.total_seconds()} s")
+    return delay
+
+
+def headers_now(o: TaskOptions) -> Mapping[str, object] | None:
+    """The headers of a job deferred now with options o: its configured headers, with its expiry (a
+    delay counted from now) as the header pyqueue.expires_at, the UTC time the routines compare."""
+    if o.expires is None:
+        return o.headers
+    when = o.expires if isinstance(o.expires, dt.datetime) else dt.datetime.now(dt.timezone.utc) + o.expires
+    stamp = when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {**(o.headers or {}), EXPIRES_HEADER: stamp}
 
 
 def _parents_of(handles: Iterable[Any]) -> tuple[dict[str, str | None], ...]:
@@ -421,6 +466,7 @@ class Task(Generic[P, R]):
         headers: Mapping[str, object] | None = None,
         after: Iterable[TaskHandle[Any] | tuple[str, str, str]] | None = None,
         run_on: Literal["success", "failure", "always"] | None = None,
+        expires: dt.datetime | dt.timedelta | float | None = None,
     ) -> Task[P, R]:
         """A copy of the task for one defer: a key of your choosing (a unique job: a live message
         with that key and kind is not enqueued again), a run_at (a time, or a delay), a priority,
@@ -431,16 +477,25 @@ class Task(Generic[P, R]):
         after: the jobs this one waits for, its parents (handles, or (queue, key, kind) tuples), in
         the order ``current_job().parent_results()`` gives their results back: the job is 'waiting'
         until every parent has succeeded (queue_push_after), and is cancelled when one fails or is
-        cancelled. Its queue and the parents' must keep results. It cannot be combined with
-        run_at, priority, group or headers, nor deferred in bulk (defer_many).
+        cancelled. Its queue and the parents' must keep results. With run_at it runs at the later
+        of run_at and its parents' end; priority, headers and expires apply as without parents; a
+        group does not combine with it (InvalidArgumentError), nor is it deferred in bulk
+        (defer_many).
 
         run_on (with after=): "success" (the default) as above; "failure", a failure callback
         (Celery's link_error): it runs once, when a parent fails for good (dead-lettered, dropped
         or cancelled), reads which one and its last error with ``app.failed_parents()``, and is
         cancelled when every parent succeeds; "always": it runs once every parent has ended,
-        whichever way."""
+        whichever way.
+
+        expires (Celery's expires): a job not started by then is not run: a delay from each defer
+        (a timedelta, or seconds) or an aware datetime. Carried as the header pyqueue.expires_at; a
+        worker's reserve that meets the job after it ends it instead, its state 'cancelled' with
+        the last error 'expired at <time>' (docs/tasks.md, "Expiry")."""
         if run_on is not None:
             check_run_on(run_on)
+        if expires is not None:
+            expires = check_expires(expires)
         o = self.options
         return self._copy(
             options=TaskOptions(
@@ -451,6 +506,7 @@ class Task(Generic[P, R]):
                 headers=o.headers if headers is None else headers_value(headers),
                 after=o.after if after is None else _parents_of(after),
                 run_on=o.run_on if run_on is None else run_on,
+                expires=o.expires if expires is None else expires,
             )
         )
 
@@ -642,30 +698,8 @@ class Task(Generic[P, R]):
         "parents", when it was configured with after=)."""
         key = self.options.key if self.options.key is not None else new_key()
         o = self.options
-        if o.after is not None:
-            others = [
-                name
-                for name, value in (
-                    ("run_at", o.run_at),
-                    ("priority", o.priority),
-                    ("group", o.group),
-                    ("headers", o.headers),
-                )
-                if value is not None
-            ]
-            if others:
-                raise errors.InvalidArgumentError(
-                    f"task {self.kind!r}: after= cannot be combined with {others[0]} "
-                    "(a job that waits for its parents runs as soon as the last one succeeded)"
-                )
-            push_after = dict(key=key, kind=self.kind, payload=self.payload(*args, **kwargs), parents=o.after)
-            if o.run_on not in (None, "success"):
-                push_after["run_on"] = o.run_on
-            return key, push_after
-        if o.run_on is not None:
-            raise errors.InvalidArgumentError(
-                f"task {self.kind!r}: run_on= says when a job with parents runs: give after="
-            )
+        if o.after is not None or o.run_on is not None:
+            return self._after_push(key, self.payload(*args, **kwargs))
         push: dict[str, Any] = dict(
             key=key,
             kind=self.kind,
@@ -674,9 +708,33 @@ class Task(Generic[P, R]):
             priority=self.options.priority,
             group=self.options.group,
         )
-        if self.options.headers is not None:
-            push["headers"] = self.options.headers
+        headers = headers_now(self.options)
+        if headers is not None:
+            push["headers"] = headers
         return key, push
+
+    def _after_push(self, key: str, payload: dict[str, JSONValue]) -> tuple[str, dict[str, Any]]:
+        """The arguments of Queue.push_after (one item of push_after_many) of a job configured
+        with after=: its parents, run_on, run_at (due at the later of it and its parents' end),
+        priority and headers (an expiry among them); a group, or run_on without after=, refused."""
+        o = self.options
+        if o.after is None:
+            raise errors.InvalidArgumentError(
+                f"task {self.kind!r}: run_on= says when a job with parents runs: give after="
+            )
+        if o.group is not None:
+            raise errors.InvalidArgumentError(
+                f"task {self.kind!r}: after= cannot be combined with group "
+                "(a job that waits for its parents is in no FIFO group)"
+            )
+        push_after: dict[str, Any] = dict(key=key, kind=self.kind, payload=payload, parents=o.after)
+        if o.run_on not in (None, "success"):
+            push_after["run_on"] = o.run_on
+        headers = headers_now(o)
+        for name, value in (("run_at", o.run_at), ("priority", o.priority), ("headers", headers)):
+            if value is not None:
+                push_after[name] = value
+        return key, push_after
 
     # A handle's type is what the task's function returns, awaited for an async def.
     @overload
@@ -726,10 +784,9 @@ class Task(Generic[P, R]):
     def call(self, *args: Any, **kwargs: Any) -> TaskCall[Any]:
         """One call of the task with these arguments (checked against its signature, and by mypy,
         as defer's), for app.defer_many / Task.defer_many to enqueue with others in one round
-        trip; ``task.configure(key=..., run_at=..., priority=..., group=..., headers=...).call(...)``
-        carries those options (after= does not: InvalidArgumentError, defer such a job alone)."""
-        if self.options.after is not None or self.options.run_on is not None:
-            raise _after_in_bulk(self)
+        trip; ``task.configure(key=..., run_at=..., priority=..., group=..., headers=..., after=...,
+        run_on=..., expires=...).call(...)`` carries those options (calls with after= go in one
+        queue_push_after_batch per queue)."""
         return TaskCall(self, self.payload(*args, **kwargs))
 
     def defer_many(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
@@ -747,11 +804,9 @@ class Task(Generic[P, R]):
         """The calls, each with this task's configure(...) options (and using()'s database) where
         the call has none of its own: ``task.configure(priority=9).defer_many([task.call(1)])``
         defers at priority 9, as ``task.configure(priority=9).defer(1)`` does. Options that cannot
-        apply to many jobs are refused in one line (a key names one job; after= goes one by one)."""
+        apply to many jobs are refused in one line (a key names one job)."""
         listed = list(calls)
         o = self.options
-        if o.after is not None or o.run_on is not None:
-            raise _after_in_bulk(self)
         if o.key is not None and len(listed) > 1:
             raise errors.InvalidArgumentError(
                 f"task {self.kind!r}: configure(key=...) names one job, not the {len(listed)} of defer_many: "

@@ -140,13 +140,15 @@ pyqueue_sql.aio.worker.AsyncWorker is the same worker for `async def` handlers
 (asyncio tasks instead of threads): the loops below are written once, as
 generators of operations (WorkerBase) that Worker runs on its threads and
 AsyncWorker awaits. The operations are typed (steps.py); each runner maps an
-operation's type to the method that does it. The package by responsibility:
-dispatch.py (the reserve loop, the idle wait, each message's way to its
-commit), policy.py (RetryPolicy, the failure outcomes), registry.py (the
+operation's type to the method that does it. The package by responsibility
+(each part an object of the worker's, see base.py):
+dispatch.py (ReserveLoop: the reserve loop and the idle wait; Dispatch: each
+message's way to its commit), policy.py (RetryPolicy, the failure outcomes), registry.py (the
 registry and the heartbeat), watch.py (progress and the quick cancel poll),
 timeouts.py (handlers' time limits), shutdown.py (stop and signals), settings.py
-(WorkerSettings: every setting, its default and its check), base.py (WorkerBase:
-configuration and status), threaded.py (Worker).
+(WorkerSettings: every setting, its default and its check), model.py (Job,
+RunState: what the parts share while the worker runs), base.py (WorkerBase:
+the parts, the routes and status), threaded.py (Worker).
 
 Watching it: ``worker.status()`` is a snapshot (WorkerStatus: state, running
 keys, stats, the stop deadline, the last dispatch error); ``status_line()`` is
@@ -156,11 +158,12 @@ is.
 
 from __future__ import annotations
 
-from .base import LONG_POLL_CHECK, LONG_POLL_WAIT, WorkerBase
-from .dispatch import RetryDue, idle_timeout, wait_left
+from .base import WorkerBase
+from .dispatch import idle_timeout, wait_left
 from .interrupt import TimeLimitExceeded
-from .model import Handler, Job, WorkerStats, WorkerStatus, log
+from .model import Handler, Job, RetryDue, WorkerStats, WorkerStatus, log
 from .policy import RetryPolicy, describe_error
+from .settings import LONG_POLL_CHECK, LONG_POLL_WAIT
 from .steps import StoppedError, call_steps, run_steps
 from .threaded import Worker
 

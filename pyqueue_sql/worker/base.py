@@ -1,13 +1,17 @@
-"""WorkerBase: what Worker (threads) and AsyncWorker (asyncio tasks) share, assembled from its
-parts by responsibility: dispatch (the reserve loop and each message's way), the failure policy,
-the registry and heartbeat, signals and shutdown. This module holds the configuration, the
-routes, the start and end of a run, and status()."""
+"""WorkerBase: what Worker (threads) and AsyncWorker (asyncio tasks) share. It makes its parts,
+each an object given the settings (worker.settings, WorkerSettings) and the run state they share
+(worker.state, RunState) rather than the whole worker: worker.policy (FailurePolicy: a failure's
+delay, the outcomes' counts and logs), worker.reserve_loop (ReserveLoop: the reserve loop and the
+idle wait), worker.registry (Registry: the registry and the heartbeat), worker.watch (Watch:
+progress and the quick cancel poll) and worker.shutdown (Shutdown: stop and signals). Each
+message's way to its commit (Dispatch) and the batch lanes (BatchLanes) are still parts of the
+worker itself. This module holds the settings resolved against the database, the routes, the
+start and end of a run, and status()."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -15,17 +19,13 @@ from typing import Any
 
 from .. import dialects, errors
 from ..client import WorkerRegistration, default_worker_name
-from .dispatch import Dispatch, RetryDue
-from .model import Handler, Job, Route, WorkerStats, WorkerStatus, log
+from .batches import BatchLanes
+from .dispatch import Dispatch, ReserveLoop
+from .model import Handler, Job, Route, RunState, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
 from .runners import RunnerPool
 from .settings import (
-    ACK_BATCH,
-    ACK_INTERVAL,
-    LONG_POLL_CHECK,
-    LONG_POLL_WAIT,
-    START_TIMEOUT,
     WorkerSettings,
 )
 from .settings import default_prefetch as default_prefetch
@@ -45,124 +45,33 @@ from .steps import (
 from .watch import Watch
 
 
-class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
+class WorkerBase(BatchLanes, Dispatch):
     """What Worker (threads) and pyqueue_sql.aio.AsyncWorker (asyncio tasks) share: the
-    configuration, the routes, stop and signals, the registry's bookkeeping, the logs, the
-    counters and status(). A subclass provides _jobs() (the messages it holds) and _wake()
+    settings, the routes, the parts (see the module docstring), the start and end of a run, the
+    logs and status(). A subclass provides _jobs() (the messages it holds) and _wake()
     (makes its waits notice a stop), and runs the loops."""
 
     runtime = "threads"  # how handlers run (the start event says it): "threads" or "asyncio"
 
-    def __init__(
-        self,
-        dsn: str,
-        *,
-        concurrency: int = 4,
-        name: str | None = None,
-        lease: float = 30.0,
-        poll_fallback: float | None = None,
-        poll_min: float = 0.05,
-        poll_max: float = 1.0,
-        linger: float = 0.1,
-        long_poll_wait: float = LONG_POLL_WAIT,
-        long_poll_check: float = LONG_POLL_CHECK,
-        shutdown_timeout: float = 30.0,
-        listen: bool = True,
-        listen_dsn: str | None = None,
-        register: bool = True,
-        release_dead_after: float | None = None,
-        commit_reserve: bool | None = None,
-        prefetch: int | None = None,
-        ack_batch: int = ACK_BATCH,
-        ack_interval: float = ACK_INTERVAL,
-        start_timeout: float | None = START_TIMEOUT,
-        max_stuck: int | None = None,
-        max_jobs: int | None = None,
-    ) -> None:
-        # checked in one place (settings.py); what depends on the database is resolved below
-        self.settings = WorkerSettings(
-            concurrency=concurrency,
-            name=name,
-            lease=lease,
-            poll_fallback=poll_fallback,
-            poll_min=poll_min,
-            poll_max=poll_max,
-            linger=linger,
-            long_poll_wait=long_poll_wait,
-            long_poll_check=long_poll_check,
-            shutdown_timeout=shutdown_timeout,
-            listen=listen,
-            listen_dsn=listen_dsn,
-            register=register,
-            release_dead_after=release_dead_after,
-            commit_reserve=commit_reserve,
-            prefetch=prefetch,
-            ack_batch=ack_batch,
-            ack_interval=ack_interval,
-            start_timeout=start_timeout,
-            max_stuck=max_stuck,
-            max_jobs=max_jobs,
-        )
+    def __init__(self, dsn: str, **settings: Any) -> None:
+        # The settings are WorkerSettings' fields (declared and checked there, once; the signature
+        # below is made from them); what depends on the database is resolved by the properties
+        # below, read from self.settings, never copied.
+        self.settings = WorkerSettings(**settings)
         self.dsn = dsn
         self.dialect = dialects.for_dsn(dsn)
-        self.concurrency = concurrency
-        self.name = name or default_worker_name()
-        self.lease = float(lease)
-        self.poll_fallback = float(
-            poll_fallback
-            if poll_fallback is not None
-            else (5.0 if self.dialect.supports_listen else poll_max)
-        )
-        self.poll_min = poll_min
-        self.poll_max = poll_max
-        self.linger = linger
-        self.long_poll_wait = long_poll_wait
-        self.long_poll_check = long_poll_check
-        self.shutdown_timeout = shutdown_timeout
-        # Before its first connection, a worker that cannot reach the database gives up after
-        # start_timeout seconds (one error naming why); once connected, it reconnects for ever.
-        self.start_timeout = None if start_timeout is None else float(start_timeout)
-        self._start_deadline: float | None = None
-        self.use_listen = listen and self.dialect.supports_listen
         # Behind a transaction pooler (PgBouncer's pool_mode = transaction) a LISTEN is left behind
         # in a server session the next transaction no longer has: the dispatcher (which LISTENs)
         # then connects to listen_dsn, a direct connection to the server, and everything else to dsn.
+        listen_dsn = self.settings.listen_dsn
         if listen_dsn is not None and dialects.for_dsn(listen_dsn).name != self.dialect.name:
             raise errors.InvalidArgumentError("listen_dsn must name the same database as dsn, directly")
-        self.listen_dsn = listen_dsn
-        self.register = register
-        self.release_dead_after = release_dead_after
-        # Where queue_commit_reserve is one transaction of the server's (PostgreSQL). On
-        # MySQL/MariaDB it is one transaction of its own too (opened by the procedure on MariaDB,
-        # by the client on MySQL 8.0), and under many handlers of one queue it measured well under
-        # the throughput of a commit plus the dispatcher's batched reserve (bench/async_worker.py
-        # --commit-reserve on and off, at commit c44a52f: 224 against 581 msg/s, 32 handlers of
-        # 20 ms, 1,000 messages, 2026-11-24, when the client opened the transaction on MariaDB too);
-        # commit_reserve=True asks for it anyway.
-        self.commit_reserve = (
-            "commit_reserve" not in self.dialect.own_transaction_statements
-            if commit_reserve is None
-            else bool(commit_reserve)
-        )
-        # Messages reserved beyond the free handlers, so that a handler that finishes finds its
-        # next message at hand instead of waiting a reserve's round trip.
-        self.prefetch = default_prefetch(concurrency) if prefetch is None else prefetch
-        # Successes are acknowledged together (queue_commit_batch): up to ack_batch at once, at
-        # most ack_interval seconds after the first of them finished (see Worker, AsyncWorker).
-        self.ack_batch = ack_batch
-        self.ack_interval = float(ack_interval)
-        # Plain handlers' threads stuck past their time limit (runners.py): one more than max_stuck
-        # stops the worker, which exits for its supervisor to start a fresh one.
-        self.max_stuck = concurrency if max_stuck is None else max_stuck
-        # After max_jobs messages reserved the worker stops taking more, finishes them and stops
-        # (`pyqueue-sql worker --max-jobs`: --processes starts the process again). None: no limit.
-        self.max_jobs = max_jobs
-        if max_jobs is not None:
-            # a commit that reserves the next message would take more than max_jobs
-            self.commit_reserve = False
-        self.registration: WorkerRegistration | None = None  # while running, when register=True
+        self._default_name = default_worker_name()
+        self._start_deadline: float | None = None
         self.routes: dict[str, Route] = {}
-        self.stats = WorkerStats()
+        self.batch_routes = {}  # (queue, kind) -> BatchRoute: the batch kinds (batches.py)
+        self._lane_wakes = {}  # (queue, kind) -> set when more of a batch kind may be ready
+        self.state = RunState()  # what the parts share while the worker runs
         self.on_start: list[Callable[[Any], Any]] = []
         self.on_heartbeat: list[Callable[[Any], Any]] = []
         self.on_stop: list[Callable[[Any], Any]] = []
@@ -174,42 +83,121 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         # 'succeeded', 'retry', 'snoozed', 'dead_lettered', 'dropped', 'lost' (called on the thread
         # or task that learnt it; an error it raises is logged)
         self.on_outcome: list[Callable[[Job, str, str | None], Any]] = []
-        self.registered = threading.Event()  # set once self.registration is final (after it is visible)
         self.stopped = threading.Event()  # set when run() has finished
-        self.unfinished: list[str] = []  # after run(): "queue/key/kind" of abandoned handlers
         # after run(): why the worker stopped on its own and wants a fresh process (too many stuck
         # handler threads), else None; run() then returns False
         self.failure: str | None = None
-        self._stopping = threading.Event()
-        self._hard_stop = threading.Event()
         self._state = "stopped"
-        self._stop_reason: str | None = None
         self._stop_deadline: float | None = None
-        self._last_error: str | None = None
-        self._round_ok = False
         self._inflight: dict[tuple[str, str, str], Job] = {}
-        self._wake_queues: set[str] = set()
-        self._channels: dict[str, str] = {}  # LISTEN channel -> queue
-        self._rng = random.Random()
-        self._clock: Callable[[], float] = time.monotonic  # what the dispatcher's waits read
-        self._retry_due = RetryDue()
-        self._handler_avg: float | None = None  # the handlers' average seconds (moving), see Dispatch
         self._runners = RunnerPool(self.on_thread_end, self._stuck_now)
-        self._max_attempts: dict[str, int] = {}  # per queue, read at the start (when allowed)
+        self.policy = FailurePolicy(self.state, self.routes, self.on_outcome, self.stop, self._batch_retry)
+        self.watch = Watch(self.state, self._jobs)
+        self.reserve_loop = ReserveLoop(self.settings, self.state, self.routes, self.on_idle, self)
+        self.shutdown = Shutdown(self.state, self._jobs, self._wake)
+        self.registry = Registry(
+            self.settings, self.state, self.name, self.routes, self.on_heartbeat, self._jobs, self.watch
+        )
         self._setup()
 
     def dsn_for(self, role: str) -> str:
         """Where a connection of this role goes: the LISTENing dispatcher's to listen_dsn if given."""
-        if role == "dispatcher" and self.use_listen and self.listen_dsn is not None:
-            return self.listen_dsn
+        if role == "dispatcher" and self.use_listen and self.settings.listen_dsn is not None:
+            return self.settings.listen_dsn
         return self.dsn
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (stays True after run() returned, until the next run())."""
+        return self.state.stopping.is_set()
+
+    def stop(self, force: bool = False, *, reason: str | None = None) -> None:
+        """Asks the worker to stop (safe from a signal handler or another thread).
+
+        Graceful: no more reserves, unstarted messages handed back, running
+        handlers get shutdown_timeout seconds. force=True (or a second call with
+        it): stop now; running handlers are abandoned and their messages come
+        back when their lease ends."""
+        self.shutdown.stop(force, reason=reason)
+
+    @property
+    def unfinished(self) -> list[str]:
+        """After run(): "queue/key/kind" of the handlers abandoned at the stop."""
+        return self.state.unfinished
+
+    @property
+    def registration(self) -> WorkerRegistration | None:
+        """The worker's registration while it runs (register=True), else None."""
+        return self.registry.registration
+
+    @property
+    def registered(self) -> threading.Event:
+        """Set once the registration is known here (after it is visible in the database)."""
+        return self.registry.registered
+
+    @property
+    def reserve_as(self) -> str:
+        """The worker name recorded on reserved messages (the registration's, when registered)."""
+        return self.registry.reserve_as
+
+    @property
+    def stats(self) -> WorkerStats:
+        """The counters of this worker (since it was made)."""
+        return self.state.stats
+
+    # -- the settings resolved against the database ---------------------------------
+    @property
+    def name(self) -> str:
+        return self.settings.name or self._default_name
+
+    @property
+    def use_listen(self) -> bool:
+        return self.settings.listen and self.dialect.supports_listen
+
+    @property
+    def poll_fallback(self) -> float:
+        given = self.settings.poll_fallback
+        if given is not None:
+            return float(given)
+        return 5.0 if self.dialect.supports_listen else float(self.settings.poll_max)
+
+    @property
+    def commit_reserve(self) -> bool:
+        """Where queue_commit_reserve is one transaction of the server's (PostgreSQL). On
+        MySQL/MariaDB it is one transaction of its own too (opened by the procedure on MariaDB, by
+        the client on MySQL 8.0), and under many handlers of one queue it measured well under the
+        throughput of a commit plus the dispatcher's batched reserve (bench/async_worker.py
+        --commit-reserve on and off, at commit c44a52f: 224 against 581 msg/s, 32 handlers of
+        20 ms, 1,000 messages, 2026-11-24, when the client opened the transaction on MariaDB too);
+        commit_reserve=True asks for it anyway. With max_jobs, never: a commit that reserves the
+        next message would take more than max_jobs."""
+        if self.settings.max_jobs is not None:
+            return False
+        given = self.settings.commit_reserve
+        if given is None:
+            return "commit_reserve" not in self.dialect.own_transaction_statements
+        return bool(given)
+
+    @property
+    def prefetch(self) -> int:
+        """Messages reserved beyond the free handlers, so that a handler that finishes finds its
+        next message at hand instead of waiting a reserve's round trip."""
+        given = self.settings.prefetch
+        return default_prefetch(self.settings.concurrency) if given is None else given
+
+    @property
+    def max_stuck(self) -> int:
+        """Plain handlers' threads stuck past their time limit (runners.py): one more than
+        max_stuck stops the worker, which exits for its supervisor to start a fresh one."""
+        given = self.settings.max_stuck
+        return self.settings.concurrency if given is None else given
 
     def _listen_refused(self) -> errors.QueueError:
         """The error that ends run() when the dispatcher would LISTEN through a transaction pooler
         (raised from its on-connect; the stop also ends a run without registration, whose reserve
         loop would otherwise log the error and connect again, forever)."""
         self.stop(reason="LISTEN through a transaction pooler")
-        which = "dsn" if self.listen_dsn is None else "listen_dsn too"
+        which = "dsn" if self.settings.listen_dsn is None else "listen_dsn too"
         return errors.InvalidArgumentError(
             f"the worker would LISTEN through a transaction pooler ({which}: two client connections "
             "were served by one server session, as PgBouncer's pool_mode = transaction does): the LISTEN "
@@ -301,7 +289,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             except (errors.PermissionDeniedError, errors.UnknownQueueError):
                 continue
             # "attempt n of m" in the log of a retried failure (as read at the start)
-            self._max_attempts[route.queue] = settings.max_attempts
+            self.state.max_attempts[route.queue] = settings.max_attempts
             if route.stores and settings.result_retention is None:
                 kinds = ", ".join(sorted("every kind" if k is None else repr(k) for k in route.stores))
                 raise errors.InvalidArgumentError(
@@ -323,7 +311,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         raise NotImplementedError
 
     def _stopping_now(self) -> None:
-        """The run ends (its stop is set): the runner's waits that do not read _stopping notice."""
+        """The run ends (its stop is set): the runner's waits that do not read state.stopping notice."""
 
     def _ended(self) -> None:
         """The run's last step before it logs its stop, or its refusal at the start."""
@@ -334,7 +322,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         started (StartRunners), the dispatcher (registration, on_start, the reserve loop) until
         the stop, then the stop (StopRunners), the deregistration and the on_stop hooks. Returns
         True when it stopped cleanly (see Worker.run)."""
-        if not self.routes:
+        if not self.routes and not self.batch_routes:
             raise errors.InvalidArgumentError("the worker has no handlers")
         if install_signals is None:
             install_signals = threading.current_thread() is threading.main_thread()
@@ -360,14 +348,14 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             self._crashed(exc)
             raise
         finally:
-            self._stopping.set()
+            self.state.stopping.set()
             self._stopping_now()
             self._state = "stopping"
             yield Shut(dispatcher)
             yield STOP_RUNNERS
             conn = yield Open("deregister")
             try:
-                yield On(conn, self._deregister_steps())
+                yield On(conn, self.registry.deregister_steps())
             finally:
                 yield Shut(conn)
             yield FINISH
@@ -379,33 +367,39 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
     def _serving_steps(self):
         """The dispatcher's connection from the start to the stop: the registration, the on_start
         hooks, then the reserve loop."""
-        if self.register:
+        if self.settings.register:
             try:
-                yield from self._register_steps(False)
+                yield from self.registry.register_steps(False)
             except StoppedError:
                 pass
         yield Hooks(self.on_start, None)
         self._state = "running"
-        yield from self._dispatch_steps()
+        yield from self.reserve_loop.dispatch_steps()
 
     def _starting(self) -> None:
         """Resets the run's state (run() calls it first, before it installs the signal handlers: a
         signal from then on is not reset away)."""
-        if not self.routes:
+        if not self.routes and not self.batch_routes:
             raise errors.InvalidArgumentError("the worker has no handlers")
+        if self.batch_routes and self.runtime != "threads":
+            raise errors.InvalidArgumentError(
+                "batch handlers run on the threaded Worker: serve their queues from a Worker of their own"
+            )
         self._check_handlers()
         self.connected = False  # until a connection opens: a refused login ends run() (steps.py)
-        self._start_deadline = None if self.start_timeout is None else time.monotonic() + self.start_timeout
-        self._stopping.clear()
-        self._hard_stop.clear()
+        self._start_deadline = (
+            None if self.settings.start_timeout is None else time.monotonic() + self.settings.start_timeout
+        )
+        self.state.stopping.clear()
+        self.state.hard_stop.clear()
         self.stopped.clear()
         self.registered.clear()
-        self.unfinished = []
+        self.state.unfinished = []
         self.failure = None
-        self._signalled = False
-        self._stop_reason = None
+        self.shutdown.signalled = False
+        self.state.stop_reason = None
         self._stop_deadline = None
-        self._last_error = None
+        self.state.last_error = None
         self._state = "starting"
 
     def _refused_at_start(self, exc: BaseException) -> None:
@@ -423,7 +417,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
                 "event": "start",
                 "worker": self.name,
                 "queues": sorted(self.routes),
-                "concurrency": self.concurrency,
+                "concurrency": self.settings.concurrency,
                 "dialect": self.dialect.name,
                 "listen": self.use_listen,
                 "runtime": self.runtime,
@@ -431,8 +425,8 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         )
 
     def _crashed(self, exc: BaseException) -> None:
-        if self._stop_reason is None:
-            self._stop_reason = describe_error(exc)
+        if self.state.stop_reason is None:
+            self.state.stop_reason = describe_error(exc)
 
     def _run_hooks(self, hooks: list[Callable[[Any], Any]], what: str) -> None:
         for hook in hooks:
@@ -471,7 +465,7 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
             extra={
                 "event": "stop",
                 "worker": self.name,
-                "reason": self._stop_reason,
+                "reason": self.state.stop_reason,
                 "unfinished": len(self.unfinished),
                 **dataclasses.asdict(self.stats),
             },
@@ -483,23 +477,23 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         reg = self.registration
         deadline = self._stop_deadline
         state = self._state
-        if state == "running" and self._stopping.is_set():
+        if state == "running" and self.state.stopping.is_set():
             state = "stopping"
         return WorkerStatus(
             name=self.name,
             state=state,
             reserve_as=self.reserve_as,
             worker_id=None if reg is None else reg.worker_id,
-            concurrency=self.concurrency,
-            running=tuple(self._running()),
-            waiting=tuple(self._unstarted()),
+            concurrency=self.settings.concurrency,
+            running=tuple(self.shutdown.running()),
+            waiting=tuple(self.shutdown.unstarted()),
             stats=dataclasses.replace(self.stats),
             stop_deadline_in_s=None
             if deadline is None or state != "stopping"
             else max(deadline - time.monotonic(), 0.0),
-            stop_reason=self._stop_reason,
+            stop_reason=self.state.stop_reason,
             unfinished=tuple(self.unfinished),
-            last_error=self._last_error,
+            last_error=self.state.last_error,
         )
 
     def status_line(self) -> str:
@@ -518,3 +512,29 @@ class WorkerBase(Dispatch, FailurePolicy, Registry, Shutdown, Watch):
         if st.last_error:
             line += f", error: {st.last_error[:120]}"
         return line
+
+
+def _settings_signature() -> inspect.Signature:
+    """WorkerBase.__init__'s signature as help() and inspect show it: dsn, then WorkerSettings'
+    fields as keywords with their defaults (declared there, once)."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter("dsn", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str"),
+            *(
+                inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type)
+                for f in dataclasses.fields(WorkerSettings)
+            ),
+        ],
+        return_annotation="None",
+    )
+
+
+WorkerBase.__init__.__signature__ = _settings_signature()  # type: ignore[attr-defined]
+
+# The other settings, readable as the worker's attributes (worker.lease, worker.concurrency...)
+for _field in dataclasses.fields(WorkerSettings):
+    if not hasattr(WorkerBase, _field.name):
+        setattr(WorkerBase, _field.name, property(lambda self, _n=_field.name: getattr(self.settings, _n)))
+del _field

@@ -12,17 +12,16 @@ failed (any worker of more than one handler slot) would sleep to the poll fallba
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
-import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
 from ..client import QueueCalls
 from ..dialects import encode_json
 from .interrupt import CancelStopped
 from .model import Handler, Job, Plan, Route, log, where_of
+from .model import RetryDue as RetryDue  # its former home, kept importable
 from .policy import Snooze, describe_error
 from .runners import STUCK_RETRY_DELAY, RunnerPool
 from .steps import (
@@ -42,7 +41,10 @@ from .steps import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .model import WorkerStats
+    from .model import RunState, WorkerStats
+    from .policy import FailurePolicy
+    from .settings import WorkerSettings
+    from .watch import Watch
 
 # How often a wait looks at the stop and at a newly scheduled retry (seconds).
 WAIT_SLICE = 0.25
@@ -53,36 +55,6 @@ PREFETCH_HORIZON = 0.1
 
 # What _commit_steps gives a success that the completer acknowledges later, in a batch.
 DEFERRED = object()
-
-
-class RetryDue:
-    """The clock times at which messages this worker failed (queue_fail with a delay: no wakeup
-    is sent) or snoozed become ready again; `at` is the earliest still to come, None when there
-    is none to wait for. Handlers note them from any thread or task; the dispatcher's waits end
-    at the earliest. Every time is kept, not only the earliest: a retry due 50 ms after a snooze
-    would otherwise be forgotten once the snooze's time came, its wakeup left to the server's
-    next scheduled_at alone, and that answers a wait of 0 once the retry is due (earliest_due
-    ignores it): the dispatcher then waited for the poll fallback."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._times: list[float] = []  # a heap
-
-    def note(self, at: float) -> None:
-        with self._lock:
-            heapq.heappush(self._times, at)
-
-    @property
-    def at(self) -> float | None:
-        with self._lock:
-            return self._times[0] if self._times else None
-
-    def reached(self, now: float) -> None:
-        """Forgets the due times that have come (the reserve that follows takes their messages,
-        or the server's next scheduled_at reports them again)."""
-        with self._lock:
-            while self._times and self._times[0] <= now:
-                heapq.heappop(self._times)
 
 
 def stopped_for_cancel(job: Job, error: BaseException | None) -> bool:
@@ -141,39 +113,292 @@ def earliest_due(due: float | None, wait_s: float | None) -> float | None:
     return due
 
 
-class Dispatch:
-    """WorkerBase's part for the reserve loop and the handling of each message (steps: see
-    steps.py). A subclass provides _start_jobs, _release and _nested."""
+class Runner(Protocol):
+    """What the reserve loop takes from the worker that runs it: the settings resolved against the
+    database, the name it reserves as, the messages it holds, and where reserved jobs go."""
 
-    # The state it uses and does not make: the settings (base.py) ...
-    concurrency: int
-    max_jobs: int | None
-    lease: float
+    _job_type: type[Job]
+
+    @property
+    def use_listen(self) -> bool: ...
+    @property
+    def poll_fallback(self) -> float: ...
+    @property
+    def prefetch(self) -> int: ...
+    @property
+    def reserve_as(self) -> str: ...
+    def _jobs(self) -> list[Job]: ...
+    def _start_jobs(self, jobs: list[Job]) -> None: ...
+    def stop(self, force: bool = False, *, reason: str | None = None) -> None: ...
+
+
+class ReserveLoop:
+    """The dispatcher's reserve loop (steps: see steps.py): it reserves as many messages as the
+    worker has free handler slots (plus its prefetch) and hands them to the runner, and waits
+    when nothing is ready (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        state: RunState,
+        routes: dict[str, Route],
+        on_idle: list[Callable[[Any], Any]],
+        worker: Runner,
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.routes = routes  # the worker's, shared
+        self.on_idle = on_idle  # the worker's hooks, shared
+        self.worker = worker
+
+    def dispatch_failed(self, exc: BaseException, backoff: float) -> float:
+        """Logs a non-connection error of the reserve loop; returns the back-off after this one."""
+        if self.state.round_ok:
+            backoff = 0.5
+        self.state.stats.dispatch_errors += 1
+        self.state.last_error = describe_error(exc)[:500]
+        log.error(
+            "error in the reserve loop (%s); starting it again in %.1f s",
+            self.state.last_error,
+            backoff,
+            exc_info=exc,
+            extra={"event": "dispatch_error", "error": self.state.last_error, "retry_in_s": backoff},
+        )
+        return backoff
+
+    def round_done(self) -> None:
+        self.state.round_ok = True
+        self.state.last_error = None
+
+    def reserve_order(self) -> list[str]:
+        """The queues to reserve from this round: those a wakeup named first."""
+        order = sorted(self.state.wake_queues) + [q for q in self.routes if q not in self.state.wake_queues]
+        self.state.wake_queues.clear()
+        return order
+
+    def prefetch_now(self) -> int:
+        """How many messages to hold beyond the handlers now: up to `prefetch`, but no more than
+        PREFETCH_HORIZON seconds of the handlers' work at their average time so far (none until
+        a handler has finished: a worker whose handlers are slow, or have not run yet, does not
+        hold messages that another worker could start)."""
+        avg = self.state.handler_avg
+        if avg is None or not self.worker.prefetch:
+            return 0
+        return min(self.worker.prefetch, int(self.settings.concurrency * PREFETCH_HORIZON / max(avg, 1e-6)))
+
+    def free(self) -> int:
+        """How many more messages the worker may hold: its handlers and its prefetch (and, with
+        max_jobs, no more than it has left to take)."""
+        free = self.settings.concurrency + self.prefetch_now() - len(self.worker._jobs())
+        if self.settings.max_jobs is not None:
+            free = min(free, self.settings.max_jobs - self.state.stats.reserved)
+        return free
+
+    def refill_at(self) -> int:
+        """The dispatcher reserves again once the worker holds fewer messages than this: a free
+        handler when there is no prefetch, else half the prefetch used up (so that it reserves
+        in batches, not one message each time a handler finishes)."""
+        return self.settings.concurrency + (self.prefetch_now() + 1) // 2
+
+    def long_poll(self) -> bool:
+        """Whether the idle wait is the server's long poll (queue_wait): one queue, no LISTEN."""
+        return not self.worker.use_listen and len(self.routes) == 1
+
+    def idle_timeout(self, poll: float, due: float | None, recheck_at: float | None) -> tuple[float, float]:
+        now = self.state.clock()
+        retry_at = self.state.retry_due.at
+        return idle_timeout(
+            listen=self.worker.use_listen,
+            long_poll=self.long_poll(),
+            poll_fallback=self.worker.poll_fallback,
+            long_poll_wait=self.settings.long_poll_wait,
+            poll=poll,
+            poll_max=self.settings.poll_max,
+            due=due,
+            recheck_in=None if recheck_at is None else recheck_at - now,
+            retry_in=None if retry_at is None else retry_at - now,
+        )
+
+    def reserved(self, route: Route, jobs: list[Job]) -> None:
+        self.state.stats.reserved += len(jobs)
+        if jobs:
+            log.debug("reserved", extra={"event": "reserve", "queue": route.queue, "n": len(jobs)})
+
+    def woken(self, channel: str, payload: str) -> None:
+        self.state.stats.wakeups += 1
+        self.state.wake_queues.add(self.state.channels.get(channel, payload))
+
+    def reserve_args(self, route: Route, n: int) -> dict[str, Any]:
+        return dict(n=n, worker=self.worker.reserve_as, timeout=self.settings.lease, kinds=route.kinds())
+
+    def dispatch_steps(self):
+        """The reserve loop; a non-connection error in it is logged and the loop
+        starts again on a fresh connection after a back-off, until stop()."""
+        backoff = 0.5
+        while not self.state.stopping.is_set():
+            self.state.round_ok = False
+            try:
+                yield from self.reserve_loop_steps()
+                return
+            except StoppedError:
+                return
+            except Exception as exc:
+                if refused_at_start(self.worker, exc):
+                    raise
+                backoff = self.dispatch_failed(exc, backoff)
+                yield RECONNECT  # start again from a clean connection (LISTEN registered again)
+                if (yield Sleep(backoff)):
+                    return
+                backoff = min(backoff * 2, 30.0)
+
+    def reserve_loop_steps(self):
+        poll = self.settings.poll_min
+        recheck_at: float | None = None
+        long_poll = self.long_poll()
+        nothing_ready = False  # the last long poll timed out: no reserve needed
+        rechecked_due_now = False  # the last empty round was already followed by one at once
+        while not self.state.stopping.is_set():
+            if self.settings.max_jobs is not None and self.state.stats.reserved >= self.settings.max_jobs:
+                yield from self.max_jobs_steps()
+                return
+            if nothing_ready:
+                nothing_ready = not (yield from self.wait_steps(self.settings.long_poll_wait))
+                continue
+            yield WAIT_SLOTS
+            if self.state.stopping.is_set():
+                break
+            self.state.retry_due.reached(self.state.clock())
+            got = 0
+            for name in self.reserve_order():
+                free = self.free()
+                if free <= 0 or self.state.stopping.is_set():
+                    break
+                got += yield from self.reserve_steps(self.routes[name], free)
+            self.round_done()
+            if got:
+                poll = self.settings.poll_min
+                rechecked_due_now = False
+                continue
+            yield Hooks(self.on_idle, None)
+            # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
+            # poll fallback, a retry this worker scheduled (and one re-check after a wakeup).
+            due, due_now = yield from self.next_due_steps()
+            if due_now and not rechecked_due_now:
+                # A message came due between the empty reserve and this read (its time was
+                # reached while the round ran, and no wakeup comes for that): one more round at
+                # once. A second 0 in a row is a row another reserver holds: the wait below.
+                rechecked_due_now = True
+                continue
+            rechecked_due_now = due_now
+            timeout, poll = self.idle_timeout(poll, due, recheck_at)
+            recheck_at = None
+            woke = yield from self.wait_steps(timeout)
+            if woke and self.worker.use_listen:
+                recheck_at = self.state.clock() + self.settings.linger
+            # queue_wait watches the next scheduled_at itself, so a timed-out
+            # long poll goes straight into the next one (one query per wait).
+            nothing_ready = long_poll and not woke and not self.state.wake_queues
+
+    def max_jobs_steps(self):
+        """The worker took its max_jobs messages: it takes no more, waits for them to end, then
+        stops (a clean stop: `pyqueue-sql worker --max-jobs` exits 0 and --processes starts the
+        process again)."""
+        log.info(
+            "took its %d jobs (max_jobs): taking no more, stopping once they have ended",
+            self.settings.max_jobs,
+            extra={"event": "max_jobs", "max_jobs": self.settings.max_jobs},
+        )
+        while self.worker._jobs():
+            if (yield Sleep(0.05)):
+                return
+        self.worker.stop(reason=f"max_jobs {self.settings.max_jobs} reached")
+
+    def next_due_steps(self):
+        """(seconds to the earliest next scheduled_at, whether one is due already)."""
+        due: float | None = None
+        due_now = False
+        for route in self.routes.values():
+            _, wait_s = yield RetriedCall("next_scheduled_at", route.queue, (route.kinds(),))
+            due = earliest_due(due, wait_s)
+            due_now = due_now or (wait_s is not None and wait_s <= 0)
+        return due, due_now
+
+    def wait_steps(self, timeout: float):
+        """Waits up to timeout; True if woken by a notification (LISTEN) or a ready message (long
+        poll). A LISTEN wait or a client-side poll also ends when a retry this worker scheduled
+        is due (a long poll needs not: the server watches the next scheduled_at itself)."""
+        if timeout <= 0:
+            return False
+        deadline = self.state.clock() + timeout
+        if self.worker.use_listen:
+            return (yield Listen(deadline))
+        if self.long_poll():
+            route = next(iter(self.routes.values()))
+            if self.state.stopping.is_set():
+                return False
+            if self.state.wake_queues:
+                return True
+            woke = yield RetriedCall(
+                "wait",
+                route.queue,
+                kwargs=dict(
+                    timeout=round(timeout, 6) or 0.000001,
+                    poll=self.settings.long_poll_check,
+                    kinds=route.kinds(),
+                ),
+            )
+            if woke:
+                self.state.stats.wakeups += 1
+            return bool(woke)
+        while True:
+            left = wait_left(self.state.clock(), deadline, self.state.retry_due.at)
+            if left <= 0 or (yield Sleep(min(left, WAIT_SLICE))):
+                return False
+
+    def listen_steps(self, db: Any, deadline: float):
+        if self.state.wake_queues:
+            return True  # (re)connected: wakeups may have been missed meanwhile
+        left = wait_left(self.state.clock(), deadline, self.state.retry_due.at)
+        # Short slices so that stop() and a newly scheduled retry are noticed within WAIT_SLICE.
+        while left > 0 and not self.state.stopping.is_set():
+            notes = yield Notifications(db, min(left, WAIT_SLICE))
+            for channel, payload in notes:
+                self.woken(channel, payload)
+            if notes:
+                return True  # later notifications stay buffered for the next wait
+            left = wait_left(self.state.clock(), deadline, self.state.retry_due.at)
+        return False
+
+    def reserve_steps(self, route: Route, n: int):
+        lease_until = self.state.clock() + self.settings.lease
+        rows = yield RetriedCall("reserve", route.queue, kwargs=self.reserve_args(route, n))
+        made = self.worker._job_type.reserved
+        jobs = [made(r, lease_until) for r in rows]
+        self.worker._start_jobs(jobs)
+        self.reserved(route, jobs)
+        return len(jobs)
+
+
+class Dispatch:
+    """WorkerBase's part for each message's way through its handler to its commit or failure
+    (steps: see steps.py); the reserve loop that starts them is ReserveLoop. A subclass provides
+    _start_jobs, _release and _nested."""
+
+    # The state it uses and does not make: the settings (settings.py), as given and as resolved
+    # against the database (base.py) ...
+    settings: WorkerSettings
     prefetch: int
     commit_reserve: bool
-    use_listen: bool
-    poll_fallback: float
-    poll_min: float
-    poll_max: float
-    linger: float
-    long_poll_wait: float
-    long_poll_check: float
     # ... the configuration and the counters ...
     routes: dict[str, Route]
     stats: WorkerStats
-    on_idle: list[Callable[[Any], Any]]
+    policy: FailurePolicy
+    watch: Watch
+    reserve_loop: ReserveLoop
     on_outcome: list[Callable[[Job, str, str | None], Any]]
     # ... and the run's state (WorkerBase.__init__ and _starting)
-    _stopping: threading.Event
-    _hard_stop: threading.Event
-    _clock: Callable[[], float]
-    _retry_due: RetryDue
+    state: RunState
     _runners: RunnerPool
-    _handler_avg: float | None
-    _round_ok: bool
-    _last_error: str | None
-    _wake_queues: set[str]
-    _channels: dict[str, str]  # LISTEN channel -> queue
     _job_type: type[Job] = Job
 
     if TYPE_CHECKING:
@@ -181,32 +406,6 @@ class Dispatch:
         # Registry (registry.py)
         def _jobs(self) -> list[Job]: ...
         def stop(self, force: bool = False, *, reason: str | None = None) -> None: ...
-        def _handled(self, job: Job, error: BaseException | None) -> bool: ...
-        def _failure_delay(
-            self, job: Job, interrupted: bool, error: BaseException | None = None
-        ) -> float: ...
-        def _gives_up(self, job: Job, error: BaseException, interrupted: bool) -> bool: ...
-        def _failed(
-            self,
-            job: Job,
-            error: BaseException,
-            text: str,
-            outcome: str | None,
-            delay: float,
-            elapsed_ms: float,
-            interrupted: bool,
-        ) -> None: ...
-        def _given_up(
-            self, job: Job, error: BaseException, text: str, outcome: str | None, elapsed_ms: float
-        ) -> None: ...
-        def _cancelled(self, job: Job, held: bool) -> None: ...
-        def _snoozed(self, job: Job, after: float, held: bool) -> None: ...
-        def _handed_back(self, job: Job) -> None: ...
-        @staticmethod
-        def _log_abandoned(job: Job) -> None: ...
-        @staticmethod
-        def _log_unfinishable(job: Job, exc: BaseException) -> None: ...
-        def _write_progress_steps(self, job: Job) -> Any: ...
         @property
         def reserve_as(self) -> str: ...
 
@@ -223,87 +422,11 @@ class Dispatch:
         raise NotImplementedError
 
     # -- bookkeeping ----------------------------------------------------------------
-    def _dispatch_failed(self, exc: BaseException, backoff: float) -> float:
-        """Logs a non-connection error of the reserve loop; returns the back-off after this one."""
-        if self._round_ok:
-            backoff = 0.5
-        self.stats.dispatch_errors += 1
-        self._last_error = describe_error(exc)[:500]
-        log.error(
-            "error in the reserve loop (%s); starting it again in %.1f s",
-            self._last_error,
-            backoff,
-            exc_info=exc,
-            extra={"event": "dispatch_error", "error": self._last_error, "retry_in_s": backoff},
-        )
-        return backoff
-
-    def _round_done(self) -> None:
-        self._round_ok = True
-        self._last_error = None
-
-    def _reserve_order(self) -> list[str]:
-        """The queues to reserve from this round: those a wakeup named first."""
-        order = sorted(self._wake_queues) + [q for q in self.routes if q not in self._wake_queues]
-        self._wake_queues.clear()
-        return order
-
-    def _prefetch_now(self) -> int:
-        """How many messages to hold beyond the handlers now: up to `prefetch`, but no more than
-        PREFETCH_HORIZON seconds of the handlers' work at their average time so far (none until
-        a handler has finished: a worker whose handlers are slow, or have not run yet, does not
-        hold messages that another worker could start)."""
-        avg = self._handler_avg
-        if avg is None or not self.prefetch:
-            return 0
-        return min(self.prefetch, int(self.concurrency * PREFETCH_HORIZON / max(avg, 1e-6)))
 
     def _note_handler_time(self, seconds: float) -> None:
         """Keeps the handlers' average time (moving: recent handlers weigh most)."""
-        avg = self._handler_avg
-        self._handler_avg = seconds if avg is None else avg + 0.1 * (seconds - avg)
-
-    def _free(self) -> int:
-        """How many more messages the worker may hold: its handlers and its prefetch (and, with
-        max_jobs, no more than it has left to take)."""
-        free = self.concurrency + self._prefetch_now() - len(self._jobs())
-        if self.max_jobs is not None:
-            free = min(free, self.max_jobs - self.stats.reserved)
-        return free
-
-    def _refill_at(self) -> int:
-        """The dispatcher reserves again once the worker holds fewer messages than this: a free
-        handler when there is no prefetch, else half the prefetch used up (so that it reserves
-        in batches, not one message each time a handler finishes)."""
-        return self.concurrency + (self._prefetch_now() + 1) // 2
-
-    def _long_poll(self) -> bool:
-        """Whether the idle wait is the server's long poll (queue_wait): one queue, no LISTEN."""
-        return not self.use_listen and len(self.routes) == 1
-
-    def _idle_timeout(self, poll: float, due: float | None, recheck_at: float | None) -> tuple[float, float]:
-        now = self._clock()
-        retry_at = self._retry_due.at
-        return idle_timeout(
-            listen=self.use_listen,
-            long_poll=self._long_poll(),
-            poll_fallback=self.poll_fallback,
-            long_poll_wait=self.long_poll_wait,
-            poll=poll,
-            poll_max=self.poll_max,
-            due=due,
-            recheck_in=None if recheck_at is None else recheck_at - now,
-            retry_in=None if retry_at is None else retry_at - now,
-        )
-
-    def _reserved(self, route: Route, jobs: list[Job]) -> None:
-        self.stats.reserved += len(jobs)
-        if jobs:
-            log.debug("reserved", extra={"event": "reserve", "queue": route.queue, "n": len(jobs)})
-
-    def _woken(self, channel: str, payload: str) -> None:
-        self.stats.wakeups += 1
-        self._wake_queues.add(self._channels.get(channel, payload))
+        avg = self.state.handler_avg
+        self.state.handler_avg = seconds if avg is None else avg + 0.1 * (seconds - avg)
 
     def _chains(self, interrupted: bool) -> bool:
         """Whether a success commits with queue_commit_reserve, taking the queue's next message
@@ -311,14 +434,14 @@ class Dispatch:
         dispatcher decides which queue a free thread serves, so that a busy queue cannot starve
         the others."""
         return (
-            self.commit_reserve and len(self.routes) == 1 and not interrupted and not self._stopping.is_set()
+            self.commit_reserve
+            and len(self.routes) == 1
+            and not interrupted
+            and not self.state.stopping.is_set()
         )
 
     def _commit_reserve_args(self, route: Route) -> dict[str, Any]:
-        return dict(n=1, worker=self.reserve_as, timeout=self.lease, kinds=route.kinds())
-
-    def _reserve_args(self, route: Route, n: int) -> dict[str, Any]:
-        return dict(n=n, worker=self.reserve_as, timeout=self.lease, kinds=route.kinds())
+        return dict(n=1, worker=self.reserve_as, timeout=self.settings.lease, kinds=route.kinds())
 
     def _handler_of(self, job: Job) -> tuple[Route, Handler]:
         """The job's route and handler (a QueueError, the message's failure, when its kind has none)."""
@@ -337,155 +460,11 @@ class Dispatch:
         return plan
 
     # -- the reserve loop -------------------------------------------------------------
-    def _dispatch_steps(self):
-        """The reserve loop; a non-connection error in it is logged and the loop
-        starts again on a fresh connection after a back-off, until stop()."""
-        backoff = 0.5
-        while not self._stopping.is_set():
-            self._round_ok = False
-            try:
-                yield from self._reserve_loop_steps()
-                return
-            except StoppedError:
-                return
-            except Exception as exc:
-                if refused_at_start(self, exc):
-                    raise
-                backoff = self._dispatch_failed(exc, backoff)
-                yield RECONNECT  # start again from a clean connection (LISTEN registered again)
-                if (yield Sleep(backoff)):
-                    return
-                backoff = min(backoff * 2, 30.0)
-
-    def _reserve_loop_steps(self):
-        poll = self.poll_min
-        recheck_at: float | None = None
-        long_poll = self._long_poll()
-        nothing_ready = False  # the last long poll timed out: no reserve needed
-        rechecked_due_now = False  # the last empty round was already followed by one at once
-        while not self._stopping.is_set():
-            if self.max_jobs is not None and self.stats.reserved >= self.max_jobs:
-                yield from self._max_jobs_steps()
-                return
-            if nothing_ready:
-                nothing_ready = not (yield from self._wait_steps(self.long_poll_wait))
-                continue
-            yield WAIT_SLOTS
-            if self._stopping.is_set():
-                break
-            self._retry_due.reached(self._clock())
-            got = 0
-            for name in self._reserve_order():
-                free = self._free()
-                if free <= 0 or self._stopping.is_set():
-                    break
-                got += yield from self._reserve_steps(self.routes[name], free)
-            self._round_done()
-            if got:
-                poll = self.poll_min
-                rechecked_due_now = False
-                continue
-            yield Hooks(self.on_idle, None)
-            # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
-            # poll fallback, a retry this worker scheduled (and one re-check after a wakeup).
-            due, due_now = yield from self._next_due_steps()
-            if due_now and not rechecked_due_now:
-                # A message came due between the empty reserve and this read (its time was
-                # reached while the round ran, and no wakeup comes for that): one more round at
-                # once. A second 0 in a row is a row another reserver holds: the wait below.
-                rechecked_due_now = True
-                continue
-            rechecked_due_now = due_now
-            timeout, poll = self._idle_timeout(poll, due, recheck_at)
-            recheck_at = None
-            woke = yield from self._wait_steps(timeout)
-            if woke and self.use_listen:
-                recheck_at = self._clock() + self.linger
-            # queue_wait watches the next scheduled_at itself, so a timed-out
-            # long poll goes straight into the next one (one query per wait).
-            nothing_ready = long_poll and not woke and not self._wake_queues
-
-    def _max_jobs_steps(self):
-        """The worker took its max_jobs messages: it takes no more, waits for them to end, then
-        stops (a clean stop: `pyqueue-sql worker --max-jobs` exits 0 and --processes starts the
-        process again)."""
-        log.info(
-            "took its %d jobs (max_jobs): taking no more, stopping once they have ended",
-            self.max_jobs,
-            extra={"event": "max_jobs", "max_jobs": self.max_jobs},
-        )
-        while self._jobs():
-            if (yield Sleep(0.05)):
-                return
-        self.stop(reason=f"max_jobs {self.max_jobs} reached")
-
-    def _next_due_steps(self):
-        """(seconds to the earliest next scheduled_at, whether one is due already)."""
-        due: float | None = None
-        due_now = False
-        for route in self.routes.values():
-            _, wait_s = yield RetriedCall("next_scheduled_at", route.queue, (route.kinds(),))
-            due = earliest_due(due, wait_s)
-            due_now = due_now or (wait_s is not None and wait_s <= 0)
-        return due, due_now
-
-    def _wait_steps(self, timeout: float):
-        """Waits up to timeout; True if woken by a notification (LISTEN) or a ready message (long
-        poll). A LISTEN wait or a client-side poll also ends when a retry this worker scheduled
-        is due (a long poll needs not: the server watches the next scheduled_at itself)."""
-        if timeout <= 0:
-            return False
-        deadline = self._clock() + timeout
-        if self.use_listen:
-            return (yield Listen(deadline))
-        if self._long_poll():
-            route = next(iter(self.routes.values()))
-            if self._stopping.is_set():
-                return False
-            if self._wake_queues:
-                return True
-            woke = yield RetriedCall(
-                "wait",
-                route.queue,
-                kwargs=dict(
-                    timeout=round(timeout, 6) or 0.000001, poll=self.long_poll_check, kinds=route.kinds()
-                ),
-            )
-            if woke:
-                self.stats.wakeups += 1
-            return bool(woke)
-        while True:
-            left = wait_left(self._clock(), deadline, self._retry_due.at)
-            if left <= 0 or (yield Sleep(min(left, WAIT_SLICE))):
-                return False
-
-    def _listen_steps(self, db: Any, deadline: float):
-        if self._wake_queues:
-            return True  # (re)connected: wakeups may have been missed meanwhile
-        left = wait_left(self._clock(), deadline, self._retry_due.at)
-        # Short slices so that stop() and a newly scheduled retry are noticed within WAIT_SLICE.
-        while left > 0 and not self._stopping.is_set():
-            notes = yield Notifications(db, min(left, WAIT_SLICE))
-            for channel, payload in notes:
-                self._woken(channel, payload)
-            if notes:
-                return True  # later notifications stay buffered for the next wait
-            left = wait_left(self._clock(), deadline, self._retry_due.at)
-        return False
-
-    def _reserve_steps(self, route: Route, n: int):
-        lease_until = self._clock() + self.lease
-        rows = yield RetriedCall("reserve", route.queue, kwargs=self._reserve_args(route, n))
-        made = self._job_type.reserved
-        jobs = [made(r, lease_until) for r in rows]
-        self._start_jobs(jobs)
-        self._reserved(route, jobs)
-        return len(jobs)
 
     # -- a message's way ----------------------------------------------------------------
     def _serve_steps(self, job: Job | None):
         """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
-        stopping, clock, low = self._stopping, self._clock, self.lease / 3
+        stopping, clock, low = self.state.stopping, self.state.clock, self.settings.lease / 3
         stuck = self._runners.stuck
         while job is not None:
             if stopping.is_set():
@@ -535,7 +514,7 @@ class Dispatch:
             # longer extends it, so the token the completer sends is the one it has now.
             self._defer_ack(job, elapsed_ms)
         else:
-            super()._committed(job, ok, elapsed_ms)
+            self.policy.committed(job, ok, elapsed_ms)
 
     def _commit_steps(self, job: Job, chain: bool):
         """Commits a handled message: (committed, the next jobs reserved in the same call). A
@@ -544,7 +523,7 @@ class Dispatch:
         if not chain:
             return DEFERRED, []
         route = self.routes[q]
-        lease_until = self._clock() + self.lease
+        lease_until = self.state.clock() + self.settings.lease
         ok, rows = yield RetriedCall(
             "commit_reserve", q, (job.reservation,), self._commit_reserve_args(route), hard=True
         )
@@ -583,7 +562,7 @@ class Dispatch:
                     self._acknowledged(q, entries, held)
                 except StoppedError:
                     for job, _ in entries:
-                        self._log_abandoned(job)
+                        self.policy.abandoned(job)
                 except errors.InvalidArgumentError as exc:
                     if with_result:
                         # a result the queue refuses (larger than its max_payload, or the queue
@@ -591,10 +570,10 @@ class Dispatch:
                         yield from self._commit_each_steps(entries)
                     else:
                         for job, _ in entries:
-                            self._log_unfinishable(job, exc)
+                            self.policy.unfinishable(job, exc)
                 except Exception as exc:  # e.g. the queue was dropped meanwhile
                     for job, _ in entries:
-                        self._log_unfinishable(job, exc)
+                        self.policy.unfinishable(job, exc)
 
     def _commit_one_steps(self, job: Job, with_result: bool):
         if with_result:
@@ -608,16 +587,16 @@ class Dispatch:
             try:
                 self._committed(job, (yield from self._commit_one_steps(job, True)), elapsed_ms)
             except StoppedError:
-                self._log_abandoned(job)
+                self.policy.abandoned(job)
             except errors.InvalidArgumentError as exc:
                 try:
                     yield from self._fail_steps(job, exc, False, elapsed_ms)
                 except StoppedError:
-                    self._log_abandoned(job)
+                    self.policy.abandoned(job)
                 except Exception as again:
-                    self._log_unfinishable(job, again)
+                    self.policy.unfinishable(job, again)
             except Exception as exc:
-                self._log_unfinishable(job, exc)
+                self.policy.unfinishable(job, exc)
 
     def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None:
         """Counts and logs a batch whose queue_commit_batch said `held` of its reservations still
@@ -651,17 +630,17 @@ class Dispatch:
         if isinstance(error, Snooze) and not interrupted:
             yield from self._snooze_steps(job, error)
             return
-        if self._gives_up(job, error, interrupted):
+        if self.policy.gives_up(job, error, interrupted):
             outcome = yield from self._give_up_steps(job, text)
-            self._given_up(job, error, text, outcome, elapsed_ms)
+            self.policy.given_up(job, error, text, outcome, elapsed_ms)
             return
-        delay = self._failure_delay(job, interrupted, error)
+        delay = self.policy.failure_delay(job, interrupted, error)
         outcome = yield RetriedCall(
             "fail", job.queue, (job.reservation,), {"error": text, "delay": delay}, hard=True
         )
         if outcome == "retry":
-            self._retry_due.note(self._clock() + delay)
-        self._failed(job, error, text, outcome, delay, elapsed_ms, interrupted)
+            self.state.retry_due.note(self.state.clock() + delay)
+        self.policy.failed(job, error, text, outcome, delay, elapsed_ms, interrupted)
 
     def _snooze_steps(self, job: Job, snooze: Snooze):
         # queue_snooze gives the attempt back; a client without it (an older one) hands the
@@ -676,8 +655,8 @@ class Dispatch:
             )
         held = yield RetriedCall(method, job.queue, (job.reservation,), {"delay": snooze.after}, hard=True)
         if held:
-            self._retry_due.note(self._clock() + snooze.after)
-        self._snoozed(job, snooze.after, bool(held))
+            self.state.retry_due.note(self.state.clock() + snooze.after)
+        self.policy.snoozed(job, snooze.after, bool(held))
 
     def _give_up_steps(self, job: Job, text: str):
         """Ends a reserved message now with queue_give_up: into its queue's dead-letter queue
@@ -711,11 +690,11 @@ class Dispatch:
                 except errors.InvalidPayloadError as exc:
                     error = exc
         if error is not None:
-            if isinstance(error, asyncio.CancelledError) and self._hard_stop.is_set():
+            if isinstance(error, asyncio.CancelledError) and self.state.hard_stop.is_set():
                 self._release(job)  # abandoned: the message comes back after its lease
                 raise error
             cancelled = stopped_for_cancel(job, error)
-            interrupted = False if cancelled else self._handled(job, error)
+            interrupted = False if cancelled else self.policy.handled(job, error)
         elapsed_ms = round((time.monotonic() - started_at) * 1000, 3)
         successors: list[Job] = []
         lock = job.lock
@@ -723,7 +702,7 @@ class Dispatch:
             yield Acquire(lock)
             try:
                 if job.progress_pending:  # the last progress goes with the result
-                    yield from self._write_progress_steps(job)
+                    yield from self.watch.write_progress_steps(job)
                 if error is None:
                     if self.commit_reserve and self._chains(interrupted) and not job.store_result:
                         ok, successors = yield from self._commit_steps(job, True)
@@ -734,7 +713,7 @@ class Dispatch:
                         # extends it, so the token the completer sends is the one it has now.
                         self._defer_ack(job, elapsed_ms)
                 elif cancelled:
-                    self._cancelled(
+                    self.policy.cancelled(
                         job, (yield RetriedCall("cancel_held", job.queue, (job.reservation,), hard=True))
                     )
                 else:
@@ -743,9 +722,9 @@ class Dispatch:
             finally:
                 lock.release()
         except StoppedError:
-            self._log_abandoned(job)
+            self.policy.abandoned(job)
         except Exception as exc:  # e.g. the queue was dropped meanwhile: keep the handler alive
-            self._log_unfinishable(job, exc)
+            self.policy.unfinishable(job, exc)
         finally:
             self._release(job, successors)
         return successors[0] if successors else None
@@ -763,8 +742,8 @@ class Dispatch:
             finally:
                 job.lock.release()
             if delay:
-                self._retry_due.note(self._clock() + delay)
-            self._handed_back(job)
+                self.state.retry_due.note(self.state.clock() + delay)
+            self.policy.handed_back(job)
         except StoppedError:
             pass
         except Exception:

@@ -7,9 +7,12 @@ policy is described by the RetryRule protocol, which policy.RetryPolicy satisfie
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import inspect
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -248,6 +251,58 @@ class WorkerStats:
     cancelled: int = 0  # handlers that stopped for a cancel (queue_cancel_held)
     given_up: int = 0  # ended now, not retried (GiveUp, or an error the policy gives up on)
     snoozed: int = 0  # given back for later without using an attempt (Snooze)
+
+
+class RetryDue:
+    """The clock times at which messages this worker failed (queue_fail with a delay: no wakeup
+    is sent) or snoozed become ready again; `at` is the earliest still to come, None when there
+    is none to wait for. Handlers note them from any thread or task; the dispatcher's waits end
+    at the earliest. Every time is kept, not only the earliest: a retry due 50 ms after a snooze
+    would otherwise be forgotten once the snooze's time came, its wakeup left to the server's
+    next scheduled_at alone, and that answers a wait of 0 once the retry is due (earliest_due
+    ignores it): the dispatcher then waited for the poll fallback."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._times: list[float] = []  # a heap
+
+    def note(self, at: float) -> None:
+        with self._lock:
+            heapq.heappush(self._times, at)
+
+    @property
+    def at(self) -> float | None:
+        with self._lock:
+            return self._times[0] if self._times else None
+
+    def reached(self, now: float) -> None:
+        """Forgets the due times that have come (the reserve that follows takes their messages,
+        or the server's next scheduled_at reports them again)."""
+        with self._lock:
+            while self._times and self._times[0] <= now:
+                heapq.heappop(self._times)
+
+
+@dataclass(eq=False)
+class RunState:
+    """What the worker's parts share while it runs, made once by WorkerBase and handed to each
+    part (the failure policy, the dispatcher, the registry...): the counters, the stop's events,
+    the random source of the retry jitter and each queue's max_attempts as read at the start."""
+
+    stats: WorkerStats = field(default_factory=lambda: WorkerStats())
+    stopping: threading.Event = field(default_factory=threading.Event)
+    hard_stop: threading.Event = field(default_factory=threading.Event)
+    rng: random.Random = field(default_factory=random.Random)
+    max_attempts: dict[str, int] = field(default_factory=dict)  # per queue, read at the start
+    clock: Callable[[], float] = time.monotonic  # what the waits and the leases read
+    stop_reason: str | None = None  # why the run stops (the first reason given)
+    retry_due: RetryDue = field(default_factory=lambda: RetryDue())  # retries and snoozes due (no wakeup)
+    handler_avg: float | None = None  # the handlers' average seconds (moving), see ReserveLoop.prefetch_now
+    last_error: str | None = None  # the reserve loop's last error, until a round succeeds
+    round_ok: bool = False  # a round of the reserve loop succeeded since its last (re)start
+    wake_queues: set[str] = field(default_factory=set)  # queues a wakeup named, reserved from first
+    channels: dict[str, str] = field(default_factory=dict)  # LISTEN channel -> queue
+    unfinished: list[str] = field(default_factory=list)  # after run(): "queue/key/kind" of abandoned handlers
 
 
 @dataclass(frozen=True)

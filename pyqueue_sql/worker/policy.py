@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from .model import Route, WorkerStats
+    from .model import RetryRule, Route, RunState
 
 
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
@@ -110,56 +110,68 @@ _INTERRUPTED_THEN = {
 
 
 class FailurePolicy:
-    """WorkerBase's part that decides a failed message's delay and counts and logs what became
-    of each handled message."""
+    """The worker's part that decides a failed message's delay and counts and logs what became
+    of each handled message (the dispatcher and the batch lanes call it)."""
 
-    stats: WorkerStats
-    routes: dict[str, Route]
-    on_outcome: list[Callable[[Job, str, str | None], Any]]
-    _rng: random.Random
-    _max_attempts: dict[str, int]
+    def __init__(
+        self,
+        state: RunState,
+        routes: dict[str, Route],
+        on_outcome: list[Callable[[Job, str, str | None], Any]],
+        stop: Callable[..., None],
+        batch_retry: Callable[[Job], RetryRule | None],
+    ) -> None:
+        self.state = state
+        self.routes = routes  # the worker's, shared (handlers are added after this is made)
+        self.on_outcome = on_outcome  # the worker's list of listeners, shared
+        self.stop = stop  # the worker's stop(): a KeyboardInterrupt in a handler stops it
+        self.batch_retry = batch_retry  # the retry policy of a batch kind's job (batches.py)
 
-    if TYPE_CHECKING:
-
-        def stop(self, force: bool = False, *, reason: str | None = None) -> None: ...
-
-    def _handled(self, job: Job, error: BaseException | None) -> bool:
+    def handled(self, job: Job, error: BaseException | None) -> bool:
         """Bookkeeping once a handler returned or raised; True when it was interrupted
         (KeyboardInterrupt: the message is handed back and the worker stops)."""
         interrupted = isinstance(error, KeyboardInterrupt)
         if interrupted:
-            self.stats.interrupted += 1
+            self.state.stats.interrupted += 1
             self.stop(reason="KeyboardInterrupt in a handler")
         return interrupted
 
-    def _failure_delay(self, job: Job, interrupted: bool, error: BaseException | None = None) -> float:
+    def failure_delay(self, job: Job, interrupted: bool, error: BaseException | None = None) -> float:
         """Seconds until a failed message's next delivery: none when interrupted (handed back),
         the handler's own choice (Retry(after=)), else its kind's RetryPolicy for this attempt."""
         if interrupted:
             return 0.0
         if isinstance(error, Retry):
             return error.after
-        return self.routes[job.queue].retry_for(job.kind).delay(job.attempts, self._rng)
+        return self.retry_rule(job).delay(job.attempts, self.state.rng)
 
-    def _gives_up(self, job: Job, error: BaseException, interrupted: bool) -> bool:
+    def gives_up(self, job: Job, error: BaseException, interrupted: bool) -> bool:
         """Whether a failure ends the message now (GiveUp, or its kind's policy does not retry it)."""
-        return not interrupted and not self.routes[job.queue].retry_for(job.kind).retries(error)
+        return not interrupted and not self.retry_rule(job).retries(error)
 
-    def _outcome(self, job: Job, outcome: str, error: str | None = None) -> None:
+    def retry_rule(self, job: Job) -> RetryRule:
+        """The retry policy of the job's kind: a batch kind's (batches.py), else its route's."""
+        rule = self.batch_retry(job)
+        if rule is not None:
+            return rule
+        route = self.routes.get(job.queue)
+        return route.retry_for(job.kind) if route is not None else RetryPolicy()
+
+    def outcome(self, job: Job, outcome: str, error: str | None = None) -> None:
         for listener in self.on_outcome:
             try:
                 listener(job, outcome, error)
             except Exception:
                 log.exception("on_outcome listener failed", extra={"event": "error"})
 
-    def _committed(self, job: Job, ok: bool, elapsed_ms: float) -> None:
+    def committed(self, job: Job, ok: bool, elapsed_ms: float) -> None:
         if not ok:
-            self._log_lost(job)
-            self._outcome(job, "lost")
+            self.lost(job)
+            self.outcome(job, "lost")
             return
-        self.stats.succeeded += 1
+        self.state.stats.succeeded += 1
         if self.on_outcome:
-            self._outcome(job, "succeeded")
+            self.outcome(job, "succeeded")
         log.debug(
             "done: %s attempt %d in %.0f ms",
             where_of(job),
@@ -175,15 +187,15 @@ class FailurePolicy:
             },
         )
 
-    def _log_lost(self, job: Job) -> None:
-        self.stats.lost += 1
+    def lost(self, job: Job) -> None:
+        self.state.stats.lost += 1
         log.warning(
             "reservation of %s no longer held (expired or released); the message is or was redelivered",
             where_of(job),
             extra={"event": "lost", "queue": job.queue, "key": job.key, "kind": job.kind},
         )
 
-    def _failed(
+    def failed(
         self,
         job: Job,
         error: BaseException,
@@ -196,10 +208,10 @@ class FailurePolicy:
         """Counts and logs a failure by queue_fail's outcome ('retry', 'dead_lettered',
         'dropped', or None: the reservation was no longer held)."""
         if not interrupted:
-            self.stats.failed += 1
+            self.state.stats.failed += 1
         if outcome is None:
-            self.stats.lost += 1
-        self._outcome(job, outcome or "lost", text)
+            self.state.stats.lost += 1
+        self.outcome(job, outcome or "lost", text)
         extra = {
             "event": "fail",
             "outcome": outcome,
@@ -233,7 +245,7 @@ class FailurePolicy:
         elif outcome == "retry":
             # one line per retried attempt; its traceback at DEBUG only (the last failure's is
             # logged with it, at ERROR)
-            most = self._max_attempts.get(job.queue)
+            most = self.state.max_attempts.get(job.queue)
             if most is not None:
                 where += f" of {most}"
             at = (dt.datetime.now() + dt.timedelta(seconds=delay)).strftime("%H:%M:%S")
@@ -271,16 +283,16 @@ class FailurePolicy:
                 "handler failed: %s: %s; outcome %s", where, text[:500], outcome, exc_info=error, extra=extra
             )
 
-    def _given_up(
+    def given_up(
         self, job: Job, error: BaseException, text: str, outcome: str | None, elapsed_ms: float
     ) -> None:
         """Counts and logs a failure that ends the message now (GiveUp, or not retried by its
         policy): outcome 'dead_lettered', 'dropped', or None (the reservation no longer held)."""
         if outcome is None:
-            self._failed(job, error, text, None, 0.0, elapsed_ms, False)
+            self.failed(job, error, text, None, 0.0, elapsed_ms, False)
             return
-        self.stats.given_up += 1
-        self._outcome(job, outcome, text)
+        self.state.stats.given_up += 1
+        self.outcome(job, outcome, text)
         then = (
             "moved to the dead-letter queue"
             if outcome == "dead_lettered"
@@ -305,14 +317,14 @@ class FailurePolicy:
             },
         )
 
-    def _cancelled(self, job: Job, held: bool) -> None:
+    def cancelled(self, job: Job, held: bool) -> None:
         """Counts and logs a handler that stopped for a cancel (queue_cancel_held's answer)."""
         if not held:
-            self._log_lost(job)
-            self._outcome(job, "lost")
+            self.lost(job)
+            self.outcome(job, "lost")
             return
-        self.stats.cancelled += 1
-        self._outcome(job, "cancelled")
+        self.state.stats.cancelled += 1
+        self.outcome(job, "cancelled")
         log.info(
             "cancelled: %s attempt %d",
             where_of(job),
@@ -320,13 +332,13 @@ class FailurePolicy:
             extra={"event": "cancel", "queue": job.queue, "key": job.key, "kind": job.kind},
         )
 
-    def _snoozed(self, job: Job, after: float, held: bool) -> None:
+    def snoozed(self, job: Job, after: float, held: bool) -> None:
         if not held:
-            self._log_lost(job)
-            self._outcome(job, "lost")
+            self.lost(job)
+            self.outcome(job, "lost")
             return
-        self.stats.snoozed += 1
-        self._outcome(job, "snoozed")
+        self.state.stats.snoozed += 1
+        self.outcome(job, "snoozed")
         log.info(
             "snoozed: %s for %.1f s (the attempt does not count)",
             where_of(job),
@@ -335,7 +347,7 @@ class FailurePolicy:
         )
 
     @staticmethod
-    def _log_abandoned(job: Job) -> None:
+    def abandoned(job: Job) -> None:
         log.warning(
             "gave up finishing %s at shutdown; it comes back after its lease",
             where_of(job),
@@ -343,7 +355,7 @@ class FailurePolicy:
         )
 
     @staticmethod
-    def _log_unfinishable(job: Job, exc: BaseException) -> None:
+    def unfinishable(job: Job, exc: BaseException) -> None:
         """A commit or fail that raised (e.g. the queue was dropped meanwhile)."""
         log.error(
             "could not commit or fail %s (%s); the message comes back after its lease",
@@ -353,8 +365,8 @@ class FailurePolicy:
             extra={"event": "error", "queue": job.queue, "key": job.key, "kind": job.kind},
         )
 
-    def _handed_back(self, job: Job) -> None:
-        self.stats.handed_back += 1
+    def handed_back(self, job: Job) -> None:
+        self.state.stats.handed_back += 1
         log.info(
             "handed back unstarted message",
             extra={"event": "hand_back", "queue": job.queue, "key": job.key, "kind": job.kind},

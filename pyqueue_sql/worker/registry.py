@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from typing import TYPE_CHECKING, Any
 
 from ..client import Reservation, WorkerRegistration
@@ -14,31 +15,37 @@ from .model import Job, log, where_of
 from .steps import HARD_STOP, Acquire, Hooks, RetriedCall, StoppedError, Wait
 
 if TYPE_CHECKING:
-    import threading
     from collections.abc import Callable
 
-    from .model import Route, WorkerStats
+    from .model import Route, RunState
+    from .settings import WorkerSettings
+    from .watch import Watch
 
 
 class Registry:
-    """WorkerBase's part for the registry and the heartbeat (steps: see steps.py)."""
+    """The worker's part for the registry and the heartbeat (steps: see steps.py): it registers
+    the worker, heartbeats its registration and extends its reservations every lease/3, and
+    deregisters it at the stop."""
 
-    # The state it uses and does not make (WorkerBase.__init__, base.py)
-    name: str
-    lease: float
-    release_dead_after: float | None
-    registration: WorkerRegistration | None
-    registered: threading.Event
-    routes: dict[str, Route]
-    stats: WorkerStats
-    on_heartbeat: list[Callable[[Any], Any]]
-    _hard_stop: threading.Event
-    _clock: Callable[[], float]
-
-    if TYPE_CHECKING:
-        # the parts it works with: the runner, Watch (watch.py)
-        def _jobs(self) -> list[Job]: ...
-        def _cancel_seen(self, job: Job) -> None: ...
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        state: RunState,
+        name: str,
+        routes: dict[str, Route],
+        on_heartbeat: list[Callable[[Any], Any]],
+        jobs: Callable[[], list[Job]],
+        watch: Watch,
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.name = name  # the worker's (resolved: settings.name or host:pid)
+        self.routes = routes  # the worker's, shared
+        self.on_heartbeat = on_heartbeat  # the worker's hooks, shared
+        self.jobs = jobs  # the messages the worker holds now (the runner's)
+        self.watch = watch  # told of a cancel the heartbeat learnt
+        self.registration: WorkerRegistration | None = None  # while running, when register=True
+        self.registered = threading.Event()  # set once self.registration is final (after it is visible)
 
     @property
     def reserve_as(self) -> str:
@@ -46,13 +53,13 @@ class Registry:
         reg = self.registration
         return reg.reserve_as if reg is not None else self.name
 
-    def _registration_fields(self) -> dict[str, Any]:
+    def registration_fields(self) -> dict[str, Any]:
         """register_worker's arguments."""
         return dict(
             name=self.name, queues=sorted(self.routes), host=socket.gethostname()[:255], pid=os.getpid()
         )
 
-    def _registered_as(self, registration: WorkerRegistration) -> None:
+    def registered_as(self, registration: WorkerRegistration) -> None:
         # The row is committed (visible to others) before register_worker
         # returns; `registered` is set only once self.registration holds it,
         # so whoever waits for `registered` sees reserve_as and the row agree.
@@ -68,8 +75,8 @@ class Registry:
             },
         )
 
-    def _log_released(self, registration: WorkerRegistration) -> None:
-        held = [j for j in self._jobs() if not j.done]
+    def log_released(self, registration: WorkerRegistration) -> None:
+        held = [j for j in self.jobs() if not j.done]
         log.warning(
             "this worker was released as dead (its registration heartbeat was missed for too long); "
             "the messages it is still running were made ready again: their commits will return "
@@ -82,19 +89,19 @@ class Registry:
             },
         )
 
-    def _log_release_dead(self, released: int) -> None:
+    def log_release_dead(self, released: int) -> None:
         if released:
             log.warning(
                 "released the messages of dead workers",
                 extra={
                     "event": "release_dead",
                     "released": released,
-                    "older_than_s": self.release_dead_after,
+                    "older_than_s": self.settings.release_dead_after,
                 },
             )
 
     @staticmethod
-    def _log_deregistered(registration: WorkerRegistration, error: BaseException | None) -> None:
+    def log_deregistered(registration: WorkerRegistration, error: BaseException | None) -> None:
         if error is None:
             log.info(
                 "worker deregistered", extra={"event": "deregister", "worker_id": registration.worker_id}
@@ -110,7 +117,7 @@ class Registry:
             )
 
     @staticmethod
-    def _log_extended(job: Job, new: Reservation | None, lease_until: float | None = None) -> None:
+    def log_extended(job: Job, new: Reservation | None, lease_until: float | None = None) -> None:
         if new is None:
             log.warning(
                 "heartbeat: reservation no longer held",
@@ -122,47 +129,47 @@ class Registry:
             log.debug("extended", extra={"event": "extend", "queue": job.queue, "key": job.key})
 
     # -- steps ------------------------------------------------------------------------
-    def _register_steps(self, hard: bool):
-        self._registered_as(
-            (yield RetriedCall("register_worker", kwargs=self._registration_fields(), hard=hard))
+    def register_steps(self, hard: bool):
+        self.registered_as(
+            (yield RetriedCall("register_worker", kwargs=self.registration_fields(), hard=hard))
         )
 
-    def _heartbeat_loop_steps(self):
+    def heartbeat_loop_steps(self):
         """The heartbeat: a tick every lease/3. It runs through a graceful stop (running handlers
         still need their reservations extended) and ends with the hard stop."""
-        while not (yield Wait(HARD_STOP, self.lease / 3)):
+        while not (yield Wait(HARD_STOP, self.settings.lease / 3)):
             try:
-                yield from self._heartbeat_steps()
+                yield from self.heartbeat_steps()
             except StoppedError:
                 break
 
-    def _heartbeat_steps(self):
+    def heartbeat_steps(self):
         """One heartbeat tick: extends every held reservation, heartbeats the registration, runs
         the on_heartbeat hooks. StoppedError (the hard stop) ends the heartbeat."""
-        for job in self._jobs():
-            yield from self._extend_steps(job)
+        for job in self.jobs():
+            yield from self.extend_steps(job)
         try:
-            yield from self._registry_tick_steps()
+            yield from self.tick_steps()
         except StoppedError:
             raise
         except Exception:
             log.exception("heartbeat: worker registry call failed", extra={"event": "error"})
         yield Hooks(self.on_heartbeat, "on_heartbeat")
 
-    def _extend_steps(self, job: Job):
-        if job.lease_until is not None and job.lease_until - self._clock() > self.lease * 0.75:
+    def extend_steps(self, job: Job):
+        if job.lease_until is not None and job.lease_until - self.state.clock() > self.settings.lease * 0.75:
             # Reserved or extended within the last quarter lease (most of a busy worker's
             # messages): the next tick, lease/3 from now, still finds 5/12 of the lease left.
             return
         yield Acquire(job.lock)
         try:
-            if job.done or self._hard_stop.is_set():
+            if job.done or self.state.hard_stop.is_set():
                 return
-            lease_until = self._clock() + self.lease
+            lease_until = self.state.clock() + self.settings.lease
             try:
                 # queue_renew: queue_extend, and whether a cancel of the message was requested
                 new, cancel_requested = yield RetriedCall(
-                    "renew", job.queue, (job.reservation,), {"timeout": self.lease}, hard=True
+                    "renew", job.queue, (job.reservation,), {"timeout": self.settings.lease}, hard=True
                 )
             except StoppedError:
                 return
@@ -172,29 +179,33 @@ class Registry:
                     extra={"event": "error", "queue": job.queue, "key": job.key},
                 )
                 return
-            self._log_extended(job, new, lease_until)
+            self.log_extended(job, new, lease_until)
         finally:
             job.lock.release()
         if new is not None and cancel_requested:
-            self._cancel_seen(job)
+            self.watch.cancel_seen(job)
 
-    def _registry_tick_steps(self):
+    def tick_steps(self):
         reg = self.registration
         if reg is not None and not (yield RetriedCall("heartbeat_worker", args=(reg,), hard=True)):
-            self._log_released(reg)
-            yield from self._register_steps(True)
-        if self.release_dead_after is not None:
-            self._log_release_dead(
-                (yield RetriedCall("release_dead_workers", args=(self.release_dead_after,), hard=True))
+            self.log_released(reg)
+            yield from self.register_steps(True)
+        if self.settings.release_dead_after is not None:
+            self.log_release_dead(
+                (
+                    yield RetriedCall(
+                        "release_dead_workers", args=(self.settings.release_dead_after,), hard=True
+                    )
+                )
             )
 
-    def _deregister_steps(self):
+    def deregister_steps(self):
         reg, self.registration = self.registration, None
         if reg is None:
             return
         try:
             # One attempt (the hard stop is set): if it fails, release_dead_workers cleans up.
             yield RetriedCall("deregister_worker", args=(reg,), hard=True)
-            self._log_deregistered(reg, None)
+            self.log_deregistered(reg, None)
         except Exception as exc:
-            self._log_deregistered(reg, exc)
+            self.log_deregistered(reg, exc)

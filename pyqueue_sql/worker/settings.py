@@ -6,6 +6,7 @@ resolved by WorkerBase once it knows the DSN's dialect."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +107,22 @@ class WorkerSettings:
             raise errors.InvalidArgumentError(
                 "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3)"
             )
+        # seconds as floats (what the logs and the routines' arguments show)
+        for name in ("lease", "ack_interval", "start_timeout"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, float(value))
 
     def keywords(self) -> dict[str, Any]:
         """The settings as the keywords of Worker, AsyncWorker and App.worker."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def settings_from_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The worker's settings a command line gave (`pyqueue-sql worker`, Django's pyqueue_worker):
+    every WorkerSettings field among `options` (an option is named as its setting), as keywords of
+    Worker; an option not given (None) keeps the worker's default. Checked by the worker that
+    takes them."""
+    return {
+        f.name: options[f.name] for f in dataclasses.fields(WorkerSettings) if options.get(f.name) is not None
+    }

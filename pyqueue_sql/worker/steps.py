@@ -324,7 +324,7 @@ def _start_timed_out(worker: Any, exc: BaseException) -> StartTimeoutError | Non
     reason = redact(str(exc).strip()).removeprefix("cannot connect: ")[:300]
     return StartTimeoutError(
         f"cannot reach the database: no connection within the start timeout of "
-        f"{worker.start_timeout:g} s ({reason})"
+        f"{worker.settings.start_timeout:g} s ({reason})"
     )
 
 

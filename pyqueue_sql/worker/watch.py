@@ -26,7 +26,9 @@ from .model import Job, log, where_of
 from .steps import WATCH, Acquire, RetriedCall, StoppedError, Wait
 
 if TYPE_CHECKING:
-    from .model import WorkerStats
+    from collections.abc import Callable
+
+    from .model import RunState
 
 # Seconds between two reads of the cancel flag of a running job, once it has run for
 # CANCEL_POLL_AFTER seconds (a shorter job costs no read: a worker of many short jobs makes
@@ -45,53 +47,51 @@ WATCH_IDLE = 0.5
 
 
 class Watch:
-    """WorkerBase's part for progress and the quick cancel poll (steps: see steps.py)."""
+    """The worker's part for progress and the quick cancel poll (steps: see steps.py); its loop
+    runs on a connection of its own (the runner's watcher)."""
 
-    # The state it uses and does not make (WorkerBase.__init__, base.py)
-    stats: WorkerStats
-    _hard_stop: threading.Event
-    _cancel_poll_denied = False
+    def __init__(self, state: RunState, jobs: Callable[[], list[Job]]) -> None:
+        self.state = state
+        self.jobs = jobs  # the messages the worker holds now (the runner's)
+        self.cancel_poll_denied = False  # this account may not call queue_result
 
-    def _jobs(self) -> list[Job]:
-        raise NotImplementedError
-
-    def _watch_timeout(self) -> float:
+    def timeout(self) -> float:
         """How long the watcher may sleep now: CANCEL_POLL while a handler has run for
         CANCEL_POLL_AFTER seconds, until the next one will have, else WATCH_IDLE."""
-        if self._cancel_poll_denied:
+        if self.cancel_poll_denied:
             return WATCH_IDLE
         now = time.monotonic()
         timeout = WATCH_IDLE
-        for job in self._jobs():
+        for job in self.jobs():
             if job.started_at is not None and not job.done:
                 timeout = min(timeout, max(job.started_at + CANCEL_POLL_AFTER - now, CANCEL_POLL))
         return timeout
 
-    def _watch_loop_steps(self):
+    def loop_steps(self):
         """The watcher, until the hard stop: a round each time a progress comes to be written or
         the cancel poll is due (Wait(WATCH)); a round's unexpected error is logged, the next round
         goes on."""
-        while not self._hard_stop.is_set():
-            yield Wait(WATCH, self._watch_timeout())
-            if self._hard_stop.is_set():
+        while not self.state.hard_stop.is_set():
+            yield Wait(WATCH, self.timeout())
+            if self.state.hard_stop.is_set():
                 break
             try:
-                yield from self._watch_steps()
+                yield from self.round_steps()
             except StoppedError:
                 break
             except Exception:
                 log.exception("watch: unexpected error", extra={"event": "error"})
 
-    def _watch_steps(self):
+    def round_steps(self):
         """One round of the watcher: the progress waiting to be written, then the cancel flags
         of the handlers that have run for CANCEL_POLL_AFTER seconds."""
-        for job in self._jobs():
+        for job in self.jobs():
             if job.progress_pending and not job.done:
-                yield from self._progress_steps(job)
-        if self._cancel_poll_denied:
+                yield from self.progress_steps(job)
+        if self.cancel_poll_denied:
             return
         polled_since = time.monotonic() - CANCEL_POLL_AFTER
-        for job in self._jobs():
+        for job in self.jobs():
             if job.started_at is None or job.done or job.cancel_requested.is_set():
                 continue
             if job.started_at > polled_since:  # a job this young may well end before a cancel
@@ -101,7 +101,7 @@ class Watch:
             except StoppedError:
                 raise
             except errors.PermissionDeniedError:
-                self._cancel_poll_denied = True
+                self.cancel_poll_denied = True
                 log.warning(
                     "this account may not call queue_result: a cancel reaches a running handler "
                     "with the heartbeat only (every lease/3)",
@@ -112,9 +112,9 @@ class Watch:
                 log.exception("watch: could not read a job's cancel flag", extra={"event": "error"})
                 continue
             if state.cancel_requested and not job.done:
-                self._cancel_seen(job)
+                self.cancel_seen(job)
 
-    def _cancel_seen(self, job: Job) -> None:
+    def cancel_seen(self, job: Job) -> None:
         """A cancel was requested for a running job: its event is set, its coroutine cancelled."""
         if job.cancel_requested.is_set():
             return
@@ -125,12 +125,12 @@ class Watch:
         )
         job.request_cancel()
         if job.stopper is not None and not job.runs_async:
-            timer = threading.Timer(CANCEL_GRACE, self._stop_for_cancel, (job,))
+            timer = threading.Timer(CANCEL_GRACE, self.stop_for_cancel, (job,))
             timer.daemon = True
             timer.start()
 
     @staticmethod
-    def _stop_for_cancel(job: Job) -> None:
+    def stop_for_cancel(job: Job) -> None:
         """CANCEL_GRACE after a cancel: a plain handler of the job still running gets Cancelled
         raised in its thread (Interruptible.stop: never in a handler of another job)."""
         if job.done or not job.stopper.stop(CancelStopped, job):
@@ -143,15 +143,15 @@ class Watch:
             extra={"event": "cancel_stopped", "queue": job.queue, "key": job.key, "kind": job.kind},
         )
 
-    def _progress_steps(self, job: Job):
+    def progress_steps(self, job: Job):
         """Writes the job's latest progress (holding its lock: the token does not change meanwhile)."""
         yield Acquire(job.lock)
         try:
-            yield from self._write_progress_steps(job)
+            yield from self.write_progress_steps(job)
         finally:
             job.lock.release()
 
-    def _write_progress_steps(self, job: Job):
+    def write_progress_steps(self, job: Job):
         """Writes the job's progress not written yet (its lock held by the caller)."""
         if job.done:
             return

@@ -143,8 +143,8 @@ CALL queue_wait(%(queue)s, %(kinds)s, %(timeout)s, %(poll)s)
 
 
 -- Coming due without the wait: the time machine of the test helpers (pyqueue_sql.timetravel).
--- Every stored time of the messages, outcomes, history and rate windows moved %(seconds)s into
--- the past, as if that much time had passed. A blocked or waiting message's scheduled_at (the sentinel) is no time: kept.
+-- Every stored time of the messages (their expiries too), outcomes, history and rate windows moved
+-- %(seconds)s into the past, as if that much time had passed. A blocked or waiting message's scheduled_at (the sentinel) is no time: kept.
 -- A schedule's next_at is kept too (its pending occurrence's key names it): the occurrence's
 -- message moves, and its commit schedules the next one after the real now.
 
@@ -154,7 +154,14 @@ UPDATE pyqueue_message
                            ELSE scheduled_at - INTERVAL %(seconds)s SECOND END,
        scheduled_at_initially = scheduled_at_initially - INTERVAL %(seconds)s SECOND,
        created_at = created_at - INTERVAL %(seconds)s SECOND,
-       cancel_requested_at = cancel_requested_at - INTERVAL %(seconds)s SECOND
+       cancel_requested_at = cancel_requested_at - INTERVAL %(seconds)s SECOND,
+       -- an expiry (the header pyqueue.expires_at, a UTC time of one format) moves with the clock
+       headers = IF(JSON_TYPE(JSON_EXTRACT(headers, '$."pyqueue.expires_at"')) = 'STRING',
+                    JSON_SET(headers, '$."pyqueue.expires_at"',
+                             DATE_FORMAT(STR_TO_DATE(LEFT(JSON_UNQUOTE(JSON_EXTRACT(headers, '$."pyqueue.expires_at"')), 26),
+                                                     '%%Y-%%m-%%dT%%H:%%i:%%s.%%f') - INTERVAL %(seconds)s SECOND,
+                                         '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ')),
+                    headers)
 
 -- name: testing_advance_results
 UPDATE pyqueue_result SET finished_at = finished_at - INTERVAL %(seconds)s SECOND
@@ -303,6 +310,15 @@ CALL queue_push_after(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s)
 -- name: push_after_on
 -- push_after with run_on: 'success', 'failure' (a failure callback) or 'always'.
 CALL queue_push_after_on(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s, %(run_on)s)
+
+-- name: push_after_with_headers
+-- push_after with run_at, priority or headers (any of them given).
+CALL queue_push_after_on_with_headers(%(queue)s, %(key)s, %(kind)s, %(payload)s, %(parents)s, %(run_on)s, %(run_at)s,
+                                      %(priority)s, %(headers)s)
+
+-- name: push_after_batch
+-- many push_after in one call (a JSON array of messages).
+CALL queue_push_after_batch(%(queue)s, %(messages)s)
 
 -- name: parent_results
 CALL queue_parent_results(%(queue)s, %(key)s, %(kind)s)

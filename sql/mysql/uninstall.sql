@@ -49,6 +49,9 @@ DROP TABLE IF EXISTS pyqueue_limit;
 DROP PROCEDURE IF EXISTS queue_parent_results;
 DROP PROCEDURE IF EXISTS queue_push_after;
 DROP PROCEDURE IF EXISTS queue_push_after_on;
+DROP PROCEDURE IF EXISTS queue_push_after_on_with_headers;
+DROP PROCEDURE IF EXISTS queue_push_after_batch;
+DROP PROCEDURE IF EXISTS pyqueue__push_after;
 DROP TABLE IF EXISTS pyqueue_dependency;
 
 -- ==== results ====
@@ -194,6 +197,8 @@ DROP PROCEDURE IF EXISTS pyqueue__claim_one;
 DROP PROCEDURE IF EXISTS pyqueue__claim_short;
 DROP PROCEDURE IF EXISTS pyqueue__claim_short_batch;
 DROP PROCEDURE IF EXISTS pyqueue__claim;
+DROP PROCEDURE IF EXISTS pyqueue__end_claim;
+DROP PROCEDURE IF EXISTS pyqueue__expire;
 DROP PROCEDURE IF EXISTS pyqueue__candidates;
 DROP PROCEDURE IF EXISTS pyqueue__reserve_args;
 DROP PROCEDURE IF EXISTS pyqueue__give_back;
@@ -210,6 +215,7 @@ DROP PROCEDURE IF EXISTS pyqueue__check_size;
 DROP PROCEDURE IF EXISTS pyqueue__check_message;
 DROP PROCEDURE IF EXISTS pyqueue__check_key;
 DROP PROCEDURE IF EXISTS pyqueue__check_headers;
+DROP PROCEDURE IF EXISTS pyqueue__check_expires;
 DROP PROCEDURE IF EXISTS pyqueue__check_payload;
 DROP PROCEDURE IF EXISTS pyqueue__check_reservation;
 DROP PROCEDURE IF EXISTS pyqueue__check_token;

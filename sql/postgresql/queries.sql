@@ -164,8 +164,8 @@ LISTEN {channel}
 
 
 -- Coming due without the wait: the time machine of the test helpers (pyqueue_sql.timetravel).
--- Every stored time of the messages, outcomes, history and rate windows moved %(seconds)s into
--- the past, as if that much time had passed. A blocked or waiting message's scheduled_at (the sentinel) is no time: kept.
+-- Every stored time of the messages (their expiries too), outcomes, history and rate windows moved
+-- %(seconds)s into the past, as if that much time had passed. A blocked or waiting message's scheduled_at (the sentinel) is no time: kept.
 -- A schedule's next_at is kept too (its pending occurrence's key names it): the occurrence's
 -- message moves, and its commit schedules the next one after the real now.
 
@@ -175,7 +175,14 @@ UPDATE pyqueue_message
                            ELSE scheduled_at - make_interval(secs => %(seconds)s) END,
        scheduled_at_initially = scheduled_at_initially - make_interval(secs => %(seconds)s),
        created_at = created_at - make_interval(secs => %(seconds)s),
-       cancel_requested_at = cancel_requested_at - make_interval(secs => %(seconds)s)
+       cancel_requested_at = cancel_requested_at - make_interval(secs => %(seconds)s),
+       -- an expiry (the header pyqueue.expires_at, a UTC time of one format) moves with the clock
+       headers = CASE WHEN jsonb_typeof(headers -> 'pyqueue.expires_at') = 'string'
+                      THEN jsonb_set(headers, '{pyqueue.expires_at}',
+                                     to_jsonb(to_char(((headers ->> 'pyqueue.expires_at')::timestamptz
+                                                       - make_interval(secs => %(seconds)s)) AT TIME ZONE 'UTC',
+                                                      'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))
+                      ELSE headers END
 
 -- name: testing_advance_results
 UPDATE pyqueue_result SET finished_at = finished_at - make_interval(secs => %(seconds)s)
@@ -351,6 +358,16 @@ SELECT queue_push_after(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(pare
 -- name: push_after_on
 -- push_after with run_on: 'success', 'failure' (a failure callback) or 'always'.
 SELECT queue_push_after_on(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(parents)s::jsonb, %(run_on)s)
+
+-- name: push_after_with_headers
+-- push_after with run_at, priority or headers (any of them given).
+SELECT queue_push_after_on_with_headers(%(queue)s, %(key)s, %(kind)s, %(payload)s::jsonb, %(parents)s::jsonb,
+                                        %(run_on)s, %(run_at)s::timestamptz, %(priority)s::integer,
+                                        %(headers)s::jsonb)
+
+-- name: push_after_batch
+-- many push_after in one call (a JSON array of messages).
+SELECT queue_push_after_batch(%(queue)s, %(messages)s::jsonb)
 
 -- name: parent_results
 SELECT ordinal, queue, p_key, p_kind, state, result

@@ -50,6 +50,9 @@ DROP TABLE IF EXISTS pyqueue_limit;
 DROP FUNCTION IF EXISTS queue_parent_results(text, text, text);
 DROP FUNCTION IF EXISTS queue_push_after(text, text, text, jsonb, jsonb);
 DROP FUNCTION IF EXISTS queue_push_after_on(text, text, text, jsonb, jsonb, text);
+DROP FUNCTION IF EXISTS queue_push_after_on_with_headers(text, text, text, jsonb, jsonb, text, timestamptz, integer, jsonb);
+DROP FUNCTION IF EXISTS queue_push_after_batch(text, jsonb);
+DROP FUNCTION IF EXISTS pyqueue__push_after(text, text, text, jsonb, jsonb, text, timestamptz, integer, jsonb);
 DROP TABLE IF EXISTS pyqueue_dependency;
 
 -- ==== results ====
@@ -208,6 +211,9 @@ DROP FUNCTION IF EXISTS pyqueue__extend(text, text, text, text, interval);
 DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, text, interval, text, text);
 DROP FUNCTION IF EXISTS pyqueue__dead_letter(pyqueue_queue, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__reserve(pyqueue_queue, text, interval, integer, text[]);
+DROP FUNCTION IF EXISTS pyqueue__expire(pyqueue_queue, tid);
+DROP FUNCTION IF EXISTS pyqueue__expired(jsonb, text, text);
+DROP FUNCTION IF EXISTS pyqueue__clock_text(timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__due_tids(text, timestamptz, integer, text[], integer, timestamptz, bigint);
 DROP FUNCTION IF EXISTS pyqueue__ready_tids(text, timestamptz, integer, text[], boolean);
 DROP FUNCTION IF EXISTS pyqueue__ready_from_advance(text, timestamptz);
@@ -217,6 +223,7 @@ DROP FUNCTION IF EXISTS pyqueue__check_kinds(text[]);
 DROP FUNCTION IF EXISTS pyqueue__refuse_reservation(interval);
 DROP FUNCTION IF EXISTS pyqueue__check_batch_headers(jsonb[], integer);
 DROP FUNCTION IF EXISTS pyqueue__check_headers(jsonb);
+DROP FUNCTION IF EXISTS pyqueue__check_expires(jsonb, text);
 DROP FUNCTION IF EXISTS pyqueue__check_run_at(timestamptz, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__check_message(text, text, jsonb, integer);
 DROP FUNCTION IF EXISTS pyqueue__check_payloads(jsonb[], integer);

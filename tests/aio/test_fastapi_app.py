@@ -18,7 +18,8 @@ import pyqueue_sql
 from pyqueue_sql import migrate
 from pyqueue_sql.aio.worker import AsyncWorker
 
-from ..worker.test_worker import running, wait_for
+from ..helpers import wait_for
+from ..worker.test_worker import running
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)

@@ -17,7 +17,8 @@ from pyqueue_sql import RetryPolicy
 from pyqueue_sql.aio import connect
 from pyqueue_sql.aio.worker import AsyncWorker
 
-from ..worker.test_worker import assert_retried_on_time, fails_once_then_succeeds, running, wait_for
+from ..helpers import wait_for
+from ..worker.test_worker import assert_retried_on_time, fails_once_then_succeeds, running
 
 
 def _drained(queue) -> bool:

@@ -11,51 +11,47 @@ import pytest
 
 from pyqueue_sql import cli, migrate
 
-
-def run(capsys, *argv):
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from ..helpers import run_cli
 
 
 @pytest.mark.parametrize("name", ["postgresql", "mysql"])
 def test_sql_prints_the_install_and_uninstall_scripts(capsys, name):
-    code, out, _ = run(capsys, "sql", "--dialect", name)
+    code, out, _ = run_cli(capsys, "sql", "--dialect", name)
     assert code == 0
     assert "queue_reserve" in out and "pyqueue_message" in out
     assert ("--single-transaction" in out) == (name == "postgresql")
-    code, out, _ = run(capsys, "sql", "--dialect", name, "--uninstall")
+    code, out, _ = run_cli(capsys, "sql", "--dialect", name, "--uninstall")
     assert code == 0 and "DROP" in out
 
 
 def test_create_push_reserve_commit_stats(capsys, dsn):
     queue = f"cli.{uuid.uuid4().hex[:8]}"
-    assert run(capsys, "create", queue, "--max-attempts", "4", "--dsn", dsn)[0] == 0
-    code, out, _ = run(capsys, "push", queue, "k1", "greet", '{"to": "x"}', "--dsn", dsn)
+    assert run_cli(capsys, "create", queue, "--max-attempts", "4", "--dsn", dsn)[0] == 0
+    code, out, _ = run_cli(capsys, "push", queue, "k1", "greet", '{"to": "x"}', "--dsn", dsn)
     assert code == 0 and "inserted" in out
-    code, out, _ = run(capsys, "push", queue, "k1", "greet", '{"to": "x"}', "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "push", queue, "k1", "greet", '{"to": "x"}', "--dsn", dsn)
     assert code == 0 and "duplicate" in out
-    run(capsys, "push", queue, "k2", "greet", "[1, 2]", "--priority", "3", "--dsn", dsn)
-    code, out, _ = run(capsys, "reserve", queue, "-n", "5", "--commit", "--dsn", dsn)
+    run_cli(capsys, "push", queue, "k2", "greet", "[1, 2]", "--priority", "3", "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "reserve", queue, "-n", "5", "--commit", "--dsn", dsn)
     assert code == 0
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert [(m["key"], m["payload"]) for m in lines] == [("k2", [1, 2]), ("k1", {"to": "x"})]
-    code, out, _ = run(capsys, "stats", queue, "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "stats", queue, "--dsn", dsn)
     assert code == 0 and queue in out and "ready" in out
     row = next(line for line in out.splitlines() if line.startswith(queue)).split()
     assert row[1:5] == ["0", "0", "0", "0"]  # committed: nothing left
 
 
 def test_user_errors_are_one_line_and_non_zero(capsys, dsn):
-    code, _, err = run(capsys, "push", "no-such-queue", "k", "kind", "{}", "--dsn", dsn)
+    code, _, err = run_cli(capsys, "push", "no-such-queue", "k", "kind", "{}", "--dsn", dsn)
     assert code == 1 and "does not exist" in err and "Traceback" not in err
-    code, _, err = run(capsys, "push", "q", "k", "kind", "{not json", "--dsn", dsn)
+    code, _, err = run_cli(capsys, "push", "q", "k", "kind", "{not json", "--dsn", dsn)
     assert code == 2 and "JSON" in err
 
 
 def test_no_dsn_is_a_usage_error(capsys, monkeypatch):
     monkeypatch.delenv("PYQUEUE_DSN", raising=False)
-    code, _, err = run(capsys, "stats")
+    code, _, err = run_cli(capsys, "stats")
     assert code == 2 and "PYQUEUE_DSN" in err
 
 
@@ -98,11 +94,11 @@ def test_help_lists_every_command_in_order(capsys):
 @pytest.mark.slow
 def test_migrate_says_what_it_applied(capsys, fresh_database):
     target = fresh_database()
-    code, out, err = run(capsys, "migrate", "--dsn", target)
+    code, out, err = run_cli(capsys, "migrate", "--dsn", target)
     assert code == 0, err
     assert out.splitlines()[0] == f"(none) -> {migrate.head()}"
     assert f"revision: {migrate.head()} (head)" in out
-    code, out, err = run(capsys, "migrate", "--dsn", target)
+    code, out, err = run_cli(capsys, "migrate", "--dsn", target)
     assert code == 0, err
     assert out.splitlines()[0] == f"already at {migrate.head()}"
 
@@ -148,9 +144,9 @@ def test_migrate_refuses_a_script_installed_schema_until_adopted(capsys, fresh_d
     with pyqueue_sql.connect(target) as db:
         db.queue("kept").create()
         db.queue("kept").push("k", "kind", {"n": 1})
-    code, out, err = run(capsys, "migrate", "--dsn", target)
+    code, out, err = run_cli(capsys, "migrate", "--dsn", target)
     assert code == 1 and "--adopt" in err and "Traceback" not in err
-    code, out, err = run(capsys, "migrate", "--adopt", "--dsn", target)
+    code, out, err = run_cli(capsys, "migrate", "--adopt", "--dsn", target)
     assert code == 0, err
     assert out.splitlines()[0].startswith("recorded the existing schema as ")
     assert f"revision: {migrate.head()} (head)" in out
@@ -170,7 +166,7 @@ def test_downgrade_refuses_without_yes_when_messages_would_be_dropped(capsys, mo
         db.queue("q").create()
         db.queue("q").push("k", "kind", {})
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # no terminal
-    code, out, err = run(capsys, "migrate", "--downgrade", "--dsn", target)
+    code, out, err = run_cli(capsys, "migrate", "--downgrade", "--dsn", target)
     assert code == 1 and "refusing" in err and "1 live message" in err and "--yes" in err
     assert migrate.current(target) == (migrate.head(),)
 
@@ -179,11 +175,11 @@ def test_downgrade_refuses_without_yes_when_messages_would_be_dropped(capsys, mo
             return True
 
     monkeypatch.setattr("sys.stdin", Terminal("no\n"))
-    code, out, err = run(capsys, "migrate", "--downgrade", "--dsn", target)
+    code, out, err = run_cli(capsys, "migrate", "--downgrade", "--dsn", target)
     assert code == 1 and "continue? [y/N]" in err and "cancelled" in err
     assert migrate.current(target) == (migrate.head(),)
 
-    code, out, err = run(capsys, "migrate", "--downgrade", "--yes", "--dsn", target)
+    code, out, err = run_cli(capsys, "migrate", "--downgrade", "--yes", "--dsn", target)
     assert code == 0, err
     assert out.splitlines()[0] == f"{migrate.head()} -> base"
     assert "removed pyqueue-sql" in out and "1 message(s)" in out
@@ -203,7 +199,7 @@ def test_downgrade_refuses_without_yes_when_messages_would_be_dropped(capsys, mo
         cursor.close()
     finally:
         connection.close()
-    code, out, _ = run(capsys, "migrate", "--downgrade", "--dsn", target)
+    code, out, _ = run_cli(capsys, "migrate", "--downgrade", "--dsn", target)
     assert code == 0 and "not installed" in out
 
 
@@ -214,7 +210,7 @@ def test_downgrade_of_an_empty_install_asks_nothing(capsys, monkeypatch, fresh_d
     target = fresh_database()
     migrate.upgrade(target)
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
-    code, out, err = run(capsys, "migrate", "--downgrade", "--dsn", target)
+    code, out, err = run_cli(capsys, "migrate", "--downgrade", "--dsn", target)
     assert code == 0, err
     assert "held no messages" in out
 
@@ -226,14 +222,14 @@ def test_migrate_interrupted_says_to_run_it_again(capsys, monkeypatch, fresh_dat
         raise KeyboardInterrupt
 
     monkeypatch.setattr(migrate, "upgrade", interrupted)
-    code, _, err = run(capsys, "migrate", "--dsn", target)
+    code, _, err = run_cli(capsys, "migrate", "--dsn", target)
     assert code == 130 and "migrate was interrupted; run it again to resume" in err
 
     def lost(*args, **kwargs):
         raise migrate.MigrationInterrupted("migrate was interrupted; run it again to resume")
 
     monkeypatch.setattr(migrate, "upgrade", lost)
-    code, _, err = run(capsys, "migrate", "--dsn", target)
+    code, _, err = run_cli(capsys, "migrate", "--dsn", target)
     assert code == 130 and err.count("run it again") == 1
 
 

@@ -16,11 +16,7 @@ import pyqueue_sql
 from pyqueue_sql import cli, dialects
 from pyqueue_sql.display import format_time
 
-
-def run(capsys, *argv):
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from ..helpers import run_cli
 
 
 def name(tag: str) -> str:
@@ -33,7 +29,7 @@ def name(tag: str) -> str:
 def test_create_with_a_missing_dead_letter_queue_says_to_create_it_first(capsys, dsn):
     emails = name("emails")
     dead = f"{emails}.dead"
-    code, out, err = run(
+    code, out, err = run_cli(
         capsys, "create", emails, "--max-attempts", "3", "--dead-letter-queue", dead, "--dsn", dsn
     )
     assert code == 1 and out == ""
@@ -43,8 +39,8 @@ def test_create_with_a_missing_dead_letter_queue_says_to_create_it_first(capsys,
     with pyqueue_sql.connect(dsn) as db:
         assert emails not in {s.queue for s in db.settings()}  # nothing was created
     # the walkthrough's order: the dead-letter queue first, then the queue
-    assert run(capsys, "create", dead, "--dsn", dsn)[0] == 0
-    code, out, err = run(
+    assert run_cli(capsys, "create", dead, "--dsn", dsn)[0] == 0
+    code, out, err = run_cli(
         capsys, "create", emails, "--max-attempts", "3", "--dead-letter-queue", dead, "--dsn", dsn
     )
     assert code == 0, err
@@ -52,7 +48,7 @@ def test_create_with_a_missing_dead_letter_queue_says_to_create_it_first(capsys,
 
 
 def test_a_create_refused_for_another_reason_has_no_dead_letter_hint(capsys, dsn):
-    code, _, err = run(capsys, "create", name("q"), "--dead-letter-queue", "", "--dsn", dsn)
+    code, _, err = run_cli(capsys, "create", name("q"), "--dead-letter-queue", "", "--dsn", dsn)
     assert code == 1 and "create it first" not in err and "create it with" not in err
 
 
@@ -144,7 +140,7 @@ def test_format_time_says_utc_whatever_the_datetimes_zone():
 def test_show_and_workers_print_times_in_utc(capsys, dsn, db):
     queue = db.queue(name("times")).create(history_retention=3600)
     queue.push("k", "kind", {"n": 1})
-    code, out, err = run(capsys, "show", queue.name, "k", "kind", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "show", queue.name, "k", "kind", "--dsn", dsn)
     assert code == 0, err
     info = queue.message("k", "kind")
     assert f"created at:   {format_time(info.created_at)}" in out
@@ -152,7 +148,7 @@ def test_show_and_workers_print_times_in_utc(capsys, dsn, db):
     assert created.endswith(" UTC")
     registration = db.register_worker(f"first-{uuid.uuid4().hex[:6]}", queues=[queue.name])
     try:
-        code, out, err = run(capsys, "workers", "--dsn", dsn)
+        code, out, err = run_cli(capsys, "workers", "--dsn", dsn)
         assert code == 0, err
         row = next(line for line in out.splitlines() if registration.name in line)
         mine = next(w for w in db.workers() if w.worker_id == registration.worker_id)
@@ -171,7 +167,7 @@ def test_stats_says_dead_counts_every_message_ever_dead_lettered(capsys, dsn, db
     [held] = queue.reserve()
     assert queue.fail(held, error="boom") == "dead_lettered"
     assert dead.redrive(queue, n=1) == 1
-    code, out, err = run(capsys, "stats", queue.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "stats", queue.name, "--dsn", dsn)
     assert code == 0, err
     header, _, row = out.splitlines()  # the table alone: what the column means is in --help
     assert header.split()[4] == "dead"  # the name SQL, Python and the dashboard use
@@ -190,13 +186,13 @@ def test_reserve_on_a_paused_queue_says_it_is_paused(capsys, dsn, db):
     queue = db.queue(name("paused")).create()
     queue.push("k", "kind", 1)
     queue.pause()
-    code, out, err = run(capsys, "reserve", queue.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "reserve", queue.name, "--dsn", dsn)
     assert code == 0 and out == ""
     assert "paused" in err and f"pyqueue-sql resume {queue.name}" in err and "1 message(s) waiting" in err
     queue.resume()
-    code, out, err = run(capsys, "reserve", queue.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "reserve", queue.name, "--dsn", dsn)
     assert code == 0 and json.loads(out)["key"] == "k"
-    code, out, err = run(capsys, "reserve", queue.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "reserve", queue.name, "--dsn", dsn)
     assert code == 0 and out == "" and "paused:" not in err and "no message ready" in err
 
 
@@ -226,35 +222,35 @@ def test_the_walkthrough_from_a_fresh_queue_to_a_redrive(capsys, dsn):
     stats say what happened."""
     emails = name("emails")
     dead = f"{emails}.dead"
-    assert run(capsys, "create", dead, "--dsn", dsn)[0] == 0
-    code, out, err = run(
+    assert run_cli(capsys, "create", dead, "--dsn", dsn)[0] == 0
+    code, out, err = run_cli(
         capsys, "create", emails, "--max-attempts", "3", "--dead-letter-queue", dead, "--history-retention",
         "3600", "--dsn", dsn,
     )  # fmt: skip
     assert code == 0, err
     assert (
-        run(capsys, "push", emails, "user-42", "welcome", '{"to": "a@example.com"}', "--dsn", dsn)[1]
+        run_cli(capsys, "push", emails, "user-42", "welcome", '{"to": "a@example.com"}', "--dsn", dsn)[1]
         == "inserted\n"
     )
     outcomes = []
     for _ in range(3):
-        code, out, err = run(capsys, "reserve", emails, "--dsn", dsn)
+        code, out, err = run_cli(capsys, "reserve", emails, "--dsn", dsn)
         assert code == 0, err
         token = json.loads(out)["token"]
-        code, out, err = run(
+        code, out, err = run_cli(
             capsys, "rollback", emails, "user-42", "welcome", token, "--error", "smtp timeout", "--dsn", dsn
         )
         assert code == 0, err
         outcomes.append(out.split(":")[0])
     assert outcomes == ["rolled back", "rolled back", "dead-lettered"]
-    code, out, err = run(capsys, "show", emails, "user-42", "welcome", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "show", emails, "user-42", "welcome", "--dsn", dsn)
     assert code == 0, err
     assert "state:        gone" in out and "dead_lettered" in out and "UTC" in out
-    code, out, err = run(capsys, "dead-letters", dead, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "dead-letters", dead, "--dsn", dsn)
     assert code == 0 and emails in out and "smtp timeout" in out
-    code, out, err = run(capsys, "redrive", dead, emails, "-n", "100", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "redrive", dead, emails, "-n", "100", "--dsn", dsn)
     assert code == 0 and out.startswith("redrove 1 message(s)")
-    code, out, err = run(capsys, "stats", emails, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "stats", emails, "--dsn", dsn)
     assert code == 0
     cells = out.splitlines()[2].split()
     assert cells[:2] == [emails, "1"] and cells[4] == "1"  # ready again; dead stays 1

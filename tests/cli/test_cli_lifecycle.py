@@ -21,28 +21,16 @@ import pytest
 
 from pyqueue_sql import cli
 
+from ..helpers import run_cli, wait_for
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run(capsys, *argv):
-    code = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def reserve_one(capsys, dsn, queue):
-    code, out, err = run(capsys, "reserve", queue, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "reserve", queue, "--dsn", dsn)
     assert code == 0, err
     [line] = out.splitlines()
     return json.loads(line)
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Terminal(io.StringIO):
@@ -59,15 +47,15 @@ def test_commit_a_reserved_token_then_it_no_longer_holds(capsys, dsn, queue):
     queue.push("k1", "kind", {"n": 1})
     m = reserve_one(capsys, dsn, queue.name)
     assert (m["key"], m["attempts"], m["payload"]) == ("k1", 1, {"n": 1})
-    code, out, err = run(capsys, "commit", queue.name, "k1", "kind", m["token"], "--dsn", dsn)
+    code, out, err = run_cli(capsys, "commit", queue.name, "k1", "kind", m["token"], "--dsn", dsn)
     assert (code, out.strip()) == (0, "committed"), err
     assert queue.stats().reserved == 0 and queue.message("k1", "kind") is None
-    code, out, err = run(capsys, "commit", queue.name, "k1", "kind", m["token"], "--dsn", dsn)
+    code, out, err = run_cli(capsys, "commit", queue.name, "k1", "kind", m["token"], "--dsn", dsn)
     assert code == 1 and "no longer holds" in err and out == ""
 
 
 def test_reserve_on_an_empty_queue_says_so(capsys, dsn, queue):
-    code, out, err = run(capsys, "reserve", queue.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "reserve", queue.name, "--dsn", dsn)
     assert code == 0 and out == ""
     assert queue.name in err and "no message ready" in err
 
@@ -75,21 +63,23 @@ def test_reserve_on_an_empty_queue_says_so(capsys, dsn, queue):
 def test_rollback_plain_and_with_delay(capsys, dsn, queue):
     queue.push("k", "kind", {})
     m = reserve_one(capsys, dsn, queue.name)
-    code, out, err = run(capsys, "rollback", queue.name, "k", "kind", m["token"], "--dsn", dsn)
+    code, out, err = run_cli(capsys, "rollback", queue.name, "k", "kind", m["token"], "--dsn", dsn)
     assert code == 0 and out.startswith("rolled back"), err
     m = reserve_one(capsys, dsn, queue.name)
     assert m["attempts"] == 2
-    code, out, _ = run(capsys, "rollback", queue.name, "k", "kind", m["token"], "--delay", "60", "--dsn", dsn)
+    code, out, _ = run_cli(
+        capsys, "rollback", queue.name, "k", "kind", m["token"], "--delay", "60", "--dsn", dsn
+    )
     assert code == 0 and "in 60s" in out
     assert queue.stats().delayed == 1
-    code, _, err = run(capsys, "rollback", queue.name, "k", "kind", m["token"], "--dsn", dsn)
+    code, _, err = run_cli(capsys, "rollback", queue.name, "k", "kind", m["token"], "--dsn", dsn)
     assert code == 1 and "no longer holds" in err
 
 
 def test_rollback_with_error_records_it_and_show_displays_it(capsys, dsn, queue):
     queue.push("k", "kind", {"to": "a@example.com"})
     m = reserve_one(capsys, dsn, queue.name)
-    code, out, err = run(
+    code, out, err = run_cli(
         capsys,
         "rollback",
         queue.name,
@@ -103,7 +93,7 @@ def test_rollback_with_error_records_it_and_show_displays_it(capsys, dsn, queue)
     )
     assert code == 0, err
     assert out.startswith("rolled back: it will be delivered again")
-    code, out, err = run(capsys, "show", queue.name, "k", "kind", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "show", queue.name, "k", "kind", "--dsn", dsn)
     assert code == 0, err
     fields = dict(
         re.match(r"([a-z /]+):\s+(.*)", line).groups()
@@ -115,7 +105,9 @@ def test_rollback_with_error_records_it_and_show_displays_it(capsys, dsn, queue)
     assert fields["last error"] == "smtp timeout after 30 s"
     assert json.loads(fields["payload"]) == {"to": "a@example.com"}
     # a stale token: the outcome is "no longer holds", exit 1
-    code, _, err = run(capsys, "rollback", queue.name, "k", "kind", m["token"], "--error", "x", "--dsn", dsn)
+    code, _, err = run_cli(
+        capsys, "rollback", queue.name, "k", "kind", m["token"], "--error", "x", "--dsn", dsn
+    )
     assert code == 1 and "no longer holds" in err
 
 
@@ -124,7 +116,7 @@ def test_failure_on_the_last_attempt_dead_letters_and_the_trail_is_visible(capsy
     queue = make_queue(max_attempts=1, dead_letter_queue=dead.name, history_retention=3600)
     queue.push("order-1", "charge", {"amount": 5})
     m = reserve_one(capsys, dsn, queue.name)
-    code, out, err = run(
+    code, out, err = run_cli(
         capsys,
         "rollback",
         queue.name,
@@ -139,12 +131,12 @@ def test_failure_on_the_last_attempt_dead_letters_and_the_trail_is_visible(capsy
     assert code == 0, err
     assert out.startswith("dead-lettered")
 
-    code, out, err = run(capsys, "dead-letters", dead.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "dead-letters", dead.name, "--dsn", dsn)
     assert code == 0, err
     [row] = [line for line in out.splitlines() if "order-1" in line]
     assert queue.name in row and "CardDeclined: insufficient funds" in row
     assert row.split()[:4] == [queue.name, "order-1", "charge", "1"]
-    code, out, _ = run(capsys, "dead-letters", dead.name, "--json", "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "dead-letters", dead.name, "--json", "--dsn", dsn)
     [entry] = [json.loads(line) for line in out.splitlines()]
     assert (entry["from_queue"], entry["attempts"], entry["last_error"], entry["payload"]) == (
         queue.name,
@@ -153,21 +145,21 @@ def test_failure_on_the_last_attempt_dead_letters_and_the_trail_is_visible(capsy
         {"amount": 5},
     )
 
-    code, out, err = run(capsys, "show", dead.name, "order-1", "charge", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "show", dead.name, "order-1", "charge", "--dsn", dsn)
     assert code == 0, err
     assert re.search(rf"dead from:\s+{re.escape(queue.name)}", out)
     assert re.search(r"last error:\s+CardDeclined: insufficient funds", out)
     # the origin queue no longer holds it, but its history row shows what happened
-    code, out, err = run(capsys, "show", queue.name, "order-1", "charge", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "show", queue.name, "order-1", "charge", "--dsn", dsn)
     assert code == 0, err
     assert "gone" in out and "history (newest first)" in out
     [hist] = [line for line in out.splitlines() if "dead_lettered" in line]
     assert dead.name in hist and "CardDeclined" in hist
 
-    code, out, err = run(capsys, "redrive", dead.name, queue.name, "-n", "10", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "redrive", dead.name, queue.name, "-n", "10", "--dsn", dsn)
     assert code == 0 and out.strip() == f"redrove 1 message(s) from {dead.name} to {queue.name}", err
     assert queue.stats().ready == 1 and dead.stats().ready == 0
-    code, out, _ = run(capsys, "dead-letters", dead.name, "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "dead-letters", dead.name, "--dsn", dsn)
     assert code == 0 and "no dead letters" in out
 
 
@@ -175,7 +167,7 @@ def test_failure_without_a_dead_letter_queue_is_dropped(capsys, dsn, make_queue)
     queue = make_queue(max_attempts=1)
     queue.push("k", "kind", {})
     m = reserve_one(capsys, dsn, queue.name)
-    code, out, _ = run(
+    code, out, _ = run_cli(
         capsys, "rollback", queue.name, "k", "kind", m["token"], "--error", "boom", "--dsn", dsn
     )
     assert code == 0 and out.startswith("dropped")
@@ -184,23 +176,23 @@ def test_failure_without_a_dead_letter_queue_is_dropped(capsys, dsn, make_queue)
 
 def test_remove_and_show_of_a_missing_message(capsys, dsn, queue):
     queue.push("k", "kind", {})
-    code, out, _ = run(capsys, "remove", queue.name, "k", "kind", "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "remove", queue.name, "k", "kind", "--dsn", dsn)
     assert (code, out.strip()) == (0, "removed")
-    code, _, err = run(capsys, "remove", queue.name, "k", "kind", "--dsn", dsn)
+    code, _, err = run_cli(capsys, "remove", queue.name, "k", "kind", "--dsn", dsn)
     assert code == 1 and "no message k/kind" in err
-    code, out, err = run(capsys, "show", queue.name, "k", "kind", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "show", queue.name, "k", "kind", "--dsn", dsn)
     assert code == 1 and out == "" and "no message" in err
 
 
 def test_int_looking_keys_are_the_same_message_as_python_int_keys(capsys, dsn, queue):
     assert queue.push(17, "kind", {"n": 17})
-    code, out, err = run(capsys, "push", queue.name, "17", "kind", "{}", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "push", queue.name, "17", "kind", "{}", "--dsn", dsn)
     assert (code, out.strip()) == (0, "duplicate"), err
-    code, out, err = run(capsys, "show", queue.name, "17", "kind", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "show", queue.name, "17", "kind", "--dsn", dsn)
     assert code == 0 and '{"n": 17}' in out, err
     m = reserve_one(capsys, dsn, queue.name)
     assert m["key"] == "17"
-    assert run(capsys, "commit", queue.name, "17", "kind", m["token"], "--dsn", dsn)[0] == 0
+    assert run_cli(capsys, "commit", queue.name, "17", "kind", m["token"], "--dsn", dsn)[0] == 0
     assert queue.message(17, "kind") is None
 
 
@@ -209,18 +201,18 @@ def test_int_looking_keys_are_the_same_message_as_python_int_keys(capsys, dsn, q
 
 def test_pause_and_resume(capsys, dsn, queue):
     queue.push("k", "kind", {})
-    assert run(capsys, "pause", queue.name, "--dsn", dsn)[0] == 0
+    assert run_cli(capsys, "pause", queue.name, "--dsn", dsn)[0] == 0
     assert queue.stats().paused
-    code, out, err = run(capsys, "reserve", queue.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "reserve", queue.name, "--dsn", dsn)
     assert code == 0 and out == "" and "paused" in err
-    code, out, _ = run(capsys, "resume", queue.name, "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "resume", queue.name, "--dsn", dsn)
     assert code == 0 and "resumed" in out
     assert not queue.stats().paused
     assert reserve_one(capsys, dsn, queue.name)["key"] == "k"
 
 
 def test_drop_an_empty_queue_needs_no_question(capsys, dsn, queue):
-    code, out, err = run(capsys, "drop", queue.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "drop", queue.name, "--dsn", dsn)
     assert code == 0 and out.strip() == f"dropped {queue.name}", err
 
 
@@ -228,23 +220,23 @@ def test_drop_of_a_queue_with_messages_asks_or_needs_yes(capsys, monkeypatch, ds
     queue.push("a", "kind", {})
     queue.push("b", "kind", {})
     monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # not a terminal: nobody to ask
-    code, _, err = run(capsys, "drop", queue.name, "--dsn", dsn)
+    code, _, err = run_cli(capsys, "drop", queue.name, "--dsn", dsn)
     assert code == 1 and "2 message(s)" in err and "--yes" in err
     assert queue.stats().ready == 2
     monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
-    code, _, err = run(capsys, "drop", queue.name, "--dsn", dsn)
+    code, _, err = run_cli(capsys, "drop", queue.name, "--dsn", dsn)
     assert code == 1 and "drop the queue" in err and "not dropped" in err
     assert queue.stats().ready == 2
     monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
-    code, out, err = run(capsys, "drop", queue.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "drop", queue.name, "--dsn", dsn)
     assert code == 0 and "and its 2 message(s)" in out, err
-    code, _, err = run(capsys, "stats", queue.name, "--dsn", dsn)
+    code, _, err = run_cli(capsys, "stats", queue.name, "--dsn", dsn)
     assert code == 1 and "does not exist" in err
 
 
 def test_drop_with_yes_drops_a_queue_with_messages_without_asking(capsys, dsn, queue):
     queue.push("a", "kind", {})
-    code, out, err = run(capsys, "drop", queue.name, "--yes", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "drop", queue.name, "--yes", "--dsn", dsn)
     assert code == 0 and "dropped" in out, err
 
 
@@ -252,7 +244,7 @@ def test_drop_with_yes_drops_a_queue_with_messages_without_asking(capsys, dsn, q
 
 
 def settings_row(capsys, dsn, name):
-    code, out, err = run(capsys, "settings", name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "settings", name, "--dsn", dsn)
     assert code == 0, err
     header, rule, row = out.splitlines()
     assert header.split()[:2] == ["queue", "visibility"]
@@ -262,8 +254,8 @@ def settings_row(capsys, dsn, name):
 def test_create_changes_only_the_settings_given(capsys, dsn, db):
     name = f"cli.{uuid.uuid4().hex[:8]}"
     dead = f"{name}.dead"
-    assert run(capsys, "create", dead, "--dsn", dsn)[0] == 0
-    code, out, err = run(
+    assert run_cli(capsys, "create", dead, "--dsn", dsn)[0] == 0
+    code, out, err = run_cli(
         capsys,
         "create",
         name,
@@ -278,7 +270,7 @@ def test_create_changes_only_the_settings_given(capsys, dsn, db):
     )
     assert code == 0 and out.startswith(f"created {name}:"), err
     assert settings_row(capsys, dsn, name)[:7] == [name, "30s", "5", dead, "3600s", "-", "no"]
-    code, out, err = run(capsys, "create", name, "--visibility-timeout", "7", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "create", name, "--visibility-timeout", "7", "--dsn", dsn)
     assert code == 0 and out.startswith(f"updated {name}:"), err
     assert f"dead-letter queue {dead}" in out
     s = db.queue(name).settings()
@@ -288,7 +280,7 @@ def test_create_changes_only_the_settings_given(capsys, dsn, db):
         s.dead_letter_queue,
         s.history_retention.total_seconds(),
     ) == (7, 5, dead, 3600)
-    code, out, err = run(
+    code, out, err = run_cli(
         capsys, "create", name, "--reset", "dead_letter_queue", "--reset", "max_attempts", "--dsn", dsn
     )
     assert code == 0, err
@@ -303,12 +295,12 @@ def test_create_changes_only_the_settings_given(capsys, dsn, db):
 def test_settings_of_every_queue(capsys, dsn, make_queue):
     a, b = make_queue(max_attempts=3), make_queue()
     b.pause()
-    code, out, err = run(capsys, "settings", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "settings", "--dsn", dsn)
     assert code == 0, err
     rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
     assert rows[a.name][1:3] == ["30s", "3"]
     assert rows[b.name][6] == "yes"  # after history and result retention
-    code, _, err = run(capsys, "settings", "no.such.queue", "--dsn", dsn)
+    code, _, err = run_cli(capsys, "settings", "no.such.queue", "--dsn", dsn)
     assert code == 1 and "does not exist" in err
 
 
@@ -318,12 +310,12 @@ def test_settings_of_every_queue(capsys, dsn, make_queue):
 def test_workers_marks_stale_heartbeats(capsys, dsn, db):
     reg = db.register_worker(f"stale-{uuid.uuid4().hex[:6]}", queues=["jobs"])
     try:
-        code, out, _ = run(capsys, "workers", "--dsn", dsn)
+        code, out, _ = run_cli(capsys, "workers", "--dsn", dsn)
         [line] = [l for l in out.splitlines() if reg.name in l]
         assert line.split()[-1] == "ok"
         assert out.splitlines()[0].split()[-1] == "state"
         time.sleep(0.3)
-        code, out, err = run(capsys, "workers", "--stale-after", "0.2", "--dsn", dsn)
+        code, out, err = run_cli(capsys, "workers", "--stale-after", "0.2", "--dsn", dsn)
         assert code == 0
         [line] = [l for l in out.splitlines() if reg.name in l]
         assert line.split()[-1] == "stale"
@@ -335,30 +327,13 @@ def test_workers_marks_stale_heartbeats(capsys, dsn, db):
 # -- the worker process ------------------------------------------------------------------
 
 
-def failing(job):
-    """Fails every delivery (the worker logs each failure)."""
-    raise RuntimeError(f"cannot handle {job.key}")
-
-
-def sleeping(job):
-    time.sleep(float(job.payload.get("sleep", 0)))
-
-
-async def async_record(job):
-    import asyncio
-
-    await asyncio.sleep(0.01)
-    with open(os.environ["PYQUEUE_TEST_RECORD"], "a") as f:
-        f.write(f"async {job.key}\n")
-
-
 def worker_command(dsn, queue, handler, *extra):
     return [
         sys.executable,
         "-m",
         "pyqueue_sql.cli",
         "worker",
-        f"tests.cli.test_cli_lifecycle:{handler}",
+        f"tests.cli.handlers:{handler}",
         "--queue",
         queue,
         "--dsn",

@@ -3,18 +3,8 @@ on both dialects; one worker's only with --worker; an account without admin refu
 
 from __future__ import annotations
 
-from pyqueue_sql import cli
-
+from ..helpers import run_cli
 from ..security.test_privileges import Accounts
-
-
-def run(capsys, *argv):
-    try:
-        code = cli.main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_release_hands_back_reservations_by_worker_then_all(capsys, dsn, queue):
@@ -22,34 +12,34 @@ def test_release_hands_back_reservations_by_worker_then_all(capsys, dsn, queue):
         queue.push(f"k{i}", "x", {"i": i})
     held_a = queue.reserve(n=2, worker="worker-a", timeout=3600)
     [held_b] = queue.reserve(n=1, worker="worker-b", timeout=3600)
-    code, out, err = run(capsys, "release", queue.name, "--worker", "worker-a", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "release", queue.name, "--worker", "worker-a", "--dsn", dsn)
     assert code == 0, err
     assert out.startswith("released 2 reservation(s) held by worker-a")
     stats = queue.stats()
     assert (stats.ready, stats.reserved) == (3, 1)
     assert all(not queue.commit(r) for r in held_a)  # their tokens no longer hold
-    code, out, err = run(capsys, "release", queue.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "release", queue.name, "--dsn", dsn)
     assert code == 0 and out.startswith("released 1 reservation(s) in"), err
     assert not queue.commit(held_b)
     stats = queue.stats()
     assert (stats.ready, stats.reserved) == (4, 0)  # nothing deleted
     assert {m.attempts for m in queue.messages()} == {0, 1}  # attempts unchanged
-    code, out, err = run(capsys, "release", queue.name, "--dsn", dsn)
+    code, out, err = run_cli(capsys, "release", queue.name, "--dsn", dsn)
     assert code == 0 and "released 0 reservation(s)" in out and "none was held" in out
 
 
 def test_release_of_an_unknown_queue_or_without_admin_is_one_line(capsys, dsn, queue):
     queue.push("k", "x", {})
     queue.reserve(n=1, worker="w", timeout=3600)
-    code, _, err = run(capsys, "release", "no-such-queue-x", "--dsn", dsn)
+    code, _, err = run_cli(capsys, "release", "no-such-queue-x", "--dsn", dsn)
     assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    code, _, err = run(capsys, "release", queue.name, "--worker", "", "--dsn", dsn)
+    code, _, err = run_cli(capsys, "release", queue.name, "--worker", "", "--dsn", dsn)
     assert code == 1 and len(err.strip().splitlines()) == 1
     accounts = Accounts(dsn)
     try:
         consumer = accounts.with_capabilities("relcons", "consumer", "monitor")
         capsys.readouterr()  # what granting printed
-        code, _, err = run(capsys, "release", queue.name, "--dsn", accounts.dsn_for(consumer))
+        code, _, err = run_cli(capsys, "release", queue.name, "--dsn", accounts.dsn_for(consumer))
         assert code == 1 and len(err.strip().splitlines()) == 1 and "admin" in err, err
         assert queue.stats().reserved == 1
     finally:

@@ -16,20 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from pyqueue_sql import cli, demo
+from pyqueue_sql import demo
+
+from ..helpers import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run(capsys, *argv):
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.slow
 def test_demo_against_the_test_database(capsys, dsn):
-    code, out, err = run(capsys, "demo", "--dsn", dsn, "--messages", "300")
+    code, out, err = run_cli(capsys, "demo", "--dsn", dsn, "--messages", "300")
     assert code == 0, out + err
     assert "order-poison" in out and "demo.orders.dead" in out
     # the dead letter shows where it came from, its attempts and its last error
@@ -51,7 +47,7 @@ def embedded_data_dir():
 def test_demo_on_embedded_postgresql_needs_no_server(capsys, monkeypatch, embedded_data_dir):
     """What `make demo` does on a machine with nothing installed."""
     monkeypatch.delenv("PYQUEUE_DSN", raising=False)
-    code, out, err = run(capsys, "demo", "--messages", "200", "--data-dir", str(embedded_data_dir))
+    code, out, err = run_cli(capsys, "demo", "--messages", "200", "--data-dir", str(embedded_data_dir))
     assert code == 0, out + err
     assert "order-poison" in out and "embedded PostgreSQL" in out
 

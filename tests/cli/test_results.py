@@ -15,18 +15,8 @@ import uuid
 
 import pytest
 
-from pyqueue_sql import cli
-
+from ..helpers import run_cli
 from ..security.test_privileges import Accounts
-
-
-def run(capsys, *argv):
-    try:
-        code = cli.main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line(err: str) -> str:
@@ -42,21 +32,21 @@ def fields(out: str) -> dict[str, str]:
 
 def test_create_sets_shows_and_resets_the_result_retention(capsys, dsn):
     name = f"cli.res.{uuid.uuid4().hex[:8]}"
-    code, out, err = run(capsys, "create", name, "--result-retention", "3600", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "create", name, "--result-retention", "3600", "--dsn", dsn)
     assert code == 0, err
     assert out.strip().endswith("history retention -, result retention 3600s"), out
-    code, out, _ = run(capsys, "settings", name, "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "settings", name, "--dsn", dsn)
     header, _, row = out.splitlines()
     assert "result retention" in header and "3600s" in row.split(), out
-    code, out, err = run(capsys, "create", name, "--reset", "result_retention", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "create", name, "--reset", "result_retention", "--dsn", dsn)
     assert code == 0 and "result retention" not in out, out
-    code, out, _ = run(capsys, "settings", name, "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "settings", name, "--dsn", dsn)
     column = out.splitlines()[0].index("result retention")
     assert out.splitlines()[2][column:].split()[0] == "-", out
     for bad in ("0", "-5", str(3651 * 86400)):
-        code, _, err = run(capsys, "create", name, "--result-retention", bad, "--dsn", dsn)
+        code, _, err = run_cli(capsys, "create", name, "--result-retention", bad, "--dsn", dsn)
         assert code == 1 and "result_retention" in one_line(err), err
-    code, out, _ = run(capsys, "settings", name, "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "settings", name, "--dsn", dsn)
     assert out.splitlines()[2][column:].split()[0] == "-", out  # nothing changed
 
 
@@ -65,10 +55,10 @@ def test_cancel_result_and_show_through_a_messages_life(capsys, dsn, db, make_qu
     queue.set_result_retention(dt.timedelta(hours=1))
     queue.push("waiting", "mail", {"to": "a"})
     queue.push("running", "mail", {"to": "b"})
-    code, out, err = run(capsys, "cancel", queue.name, "waiting", "mail", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "cancel", queue.name, "waiting", "mail", "--dsn", dsn)
     assert code == 0 and out.startswith("cancelled: waiting/mail was waiting"), (out, err)
     assert len(out.strip().splitlines()) == 1
-    code, out, err = run(capsys, "result", queue.name, "waiting", "mail", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "result", queue.name, "waiting", "mail", "--dsn", dsn)
     assert code == 0, err
     shown = fields(out)
     assert shown["state"] == "cancelled" and shown["result"] == "-" and shown["finished at"].endswith("UTC")
@@ -76,16 +66,16 @@ def test_cancel_result_and_show_through_a_messages_life(capsys, dsn, db, make_qu
     [held] = queue.reserve(n=1, timeout=3600)
     assert held.key == "running"
     assert queue.set_progress(held, {"done": 3, "of": 10})
-    code, out, err = run(capsys, "cancel", queue.name, "running", "mail", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "cancel", queue.name, "running", "mail", "--dsn", dsn)
     assert code == 0 and out.startswith("requested: running/mail is being handled"), (out, err)
-    code, out, _ = run(capsys, "cancel", queue.name, "running", "mail", "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "cancel", queue.name, "running", "mail", "--dsn", dsn)
     assert code == 0 and out.startswith("requested:")  # asking twice says the same
-    code, out, err = run(capsys, "show", queue.name, "running", "mail", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "show", queue.name, "running", "mail", "--dsn", dsn)
     assert code == 0, err
     shown = fields(out)
     assert shown["state"] == "reserved" and json.loads(shown["progress"]) == {"done": 3, "of": 10}
     assert shown["cancel"] == "requested (its consumer is asked to stop)"
-    code, out, err = run(capsys, "result", queue.name, "running", "mail", "--json", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "result", queue.name, "running", "mail", "--json", "--dsn", dsn)
     assert code == 0, err
     assert json.loads(out) == {
         "queue": queue.name,
@@ -101,25 +91,25 @@ def test_cancel_result_and_show_through_a_messages_life(capsys, dsn, db, make_qu
     }
 
     assert queue.commit_result(held, {"sent": True, "id": "m-1"})
-    code, out, err = run(capsys, "result", queue.name, "running", "mail", "--json", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "result", queue.name, "running", "mail", "--json", "--dsn", dsn)
     got = json.loads(out)
     assert code == 0 and got["state"] == "succeeded" and got["result"] == {"sent": True, "id": "m-1"}
     assert got["attempts"] == 1 and got["cancel_requested"] is False
     assert dt.datetime.fromisoformat(got["finished_at"]).tzinfo is not None
-    code, out, _ = run(capsys, "result", queue.name, "running", "mail", "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "result", queue.name, "running", "mail", "--dsn", dsn)
     shown = fields(out)
     assert shown["state"] == "succeeded" and json.loads(shown["result"]) == {"sent": True, "id": "m-1"}
     assert shown["attempts"] == "1" and json.loads(shown["progress"]) == {"done": 3, "of": 10}
     assert "cancel" not in shown
-    code, out, err = run(capsys, "show", queue.name, "running", "mail", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "show", queue.name, "running", "mail", "--dsn", dsn)
     assert code == 0 and fields(out)["state"].startswith("gone, succeeded at"), out
 
     # nothing live: cancel and result say so in one line on stderr and exit 1
-    code, out, err = run(capsys, "cancel", queue.name, "running", "mail", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "cancel", queue.name, "running", "mail", "--dsn", dsn)
     assert code == 1 and out == "" and one_line(err).startswith("pyqueue-sql: unknown: no live message")
-    code, out, err = run(capsys, "result", queue.name, "never-pushed", "mail", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "result", queue.name, "never-pushed", "mail", "--dsn", dsn)
     assert code == 1 and out == "" and "unknown" in one_line(err) and "keeps no results" not in err
-    code, _, err = run(capsys, "cancel", "no-such-queue-x", "k", "mail", "--dsn", dsn)
+    code, _, err = run_cli(capsys, "cancel", "no-such-queue-x", "k", "mail", "--dsn", dsn)
     assert code == 1 and "does not exist" in one_line(err)
 
 
@@ -129,7 +119,7 @@ def test_a_failed_message_shows_its_last_error(capsys, dsn, make_queue):
     queue.push("k", "x", {})
     [held] = queue.reserve()
     assert queue.fail(held, error="smtp timeout") == "dropped"
-    code, out, err = run(capsys, "result", queue.name, "k", "x", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "result", queue.name, "k", "x", "--dsn", dsn)
     shown = fields(out)
     assert code == 0 and shown["state"] == "failed" and shown["last error"] == "smtp timeout", (out, err)
 
@@ -138,11 +128,11 @@ def test_result_on_a_queue_that_keeps_none_says_how_to_keep_them(capsys, dsn, qu
     queue.push("k", "x", {})
     [held] = queue.reserve()
     assert queue.commit(held)
-    code, out, err = run(capsys, "result", queue.name, "k", "x", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "result", queue.name, "k", "x", "--dsn", dsn)
     assert code == 1 and out == ""
     assert f"{queue.name} keeps no results" in one_line(err) and "--result-retention" in err
     queue.push("live", "x", {})
-    code, out, _ = run(capsys, "result", queue.name, "live", "x", "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "result", queue.name, "live", "x", "--dsn", dsn)
     assert code == 0 and fields(out)["state"] == "ready"  # a live message is known without results
 
 
@@ -152,7 +142,7 @@ def test_result_wait_returns_when_it_finishes_and_exits_1_when_it_has_not(capsys
     queue.set_result_retention(dt.timedelta(hours=1))
     queue.push("slow", "x", {})
     started = time.monotonic()
-    code, out, err = run(capsys, "result", queue.name, "slow", "x", "--wait", "0.5", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "result", queue.name, "slow", "x", "--wait", "0.5", "--dsn", dsn)
     assert code == 1 and fields(out)["state"] == "ready"
     assert "has not finished after 0.5s: still ready" in one_line(err)
     assert time.monotonic() - started >= 0.5
@@ -169,7 +159,7 @@ def test_result_wait_returns_when_it_finishes_and_exits_1_when_it_has_not(capsys
     finisher.start()
     try:
         started = time.monotonic()
-        code, out, err = run(
+        code, out, err = run_cli(
             capsys, "result", queue.name, "slow", "x", "--wait", "30", "--json", "--dsn", dsn
         )
         waited = time.monotonic() - started
@@ -178,7 +168,7 @@ def test_result_wait_returns_when_it_finishes_and_exits_1_when_it_has_not(capsys
     got = json.loads(out)
     assert code == 0 and got["state"] == "succeeded" and got["result"] == [1, 2, 3], err
     assert 0.9 <= waited < 15
-    code, _, err = run(capsys, "result", queue.name, "slow", "x", "--wait", "-1", "--dsn", dsn)
+    code, _, err = run_cli(capsys, "result", queue.name, "slow", "x", "--wait", "-1", "--dsn", dsn)
     assert code == 2 and "--wait" in one_line(err)
 
 
@@ -190,11 +180,11 @@ def test_cancel_needs_producer_or_admin(capsys, dsn, queue):
         watcher = accounts.with_capabilities("cancmon", "monitor")
         producer = accounts.with_capabilities("cancprod", "producer")
         capsys.readouterr()  # what granting printed
-        code, out, err = run(capsys, "cancel", queue.name, "a", "x", "--dsn", accounts.dsn_for(watcher))
+        code, out, err = run_cli(capsys, "cancel", queue.name, "a", "x", "--dsn", accounts.dsn_for(watcher))
         assert code == 1 and out == "" and "queue_cancel" in one_line(err), err
-        code, out, _ = run(capsys, "result", queue.name, "a", "x", "--dsn", accounts.dsn_for(watcher))
+        code, out, _ = run_cli(capsys, "result", queue.name, "a", "x", "--dsn", accounts.dsn_for(watcher))
         assert code == 0 and fields(out)["state"] == "ready"  # monitor reads results
-        code, out, err = run(capsys, "cancel", queue.name, "a", "x", "--dsn", accounts.dsn_for(producer))
+        code, out, err = run_cli(capsys, "cancel", queue.name, "a", "x", "--dsn", accounts.dsn_for(producer))
         assert code == 0 and out.startswith("cancelled:"), err
     finally:
         accounts.close()
@@ -225,15 +215,15 @@ def test_the_installed_command_exits_with_the_outcome(dsn, queue):
 def test_a_flagged_message_given_back_is_removed_by_the_next_cancel(capsys, dsn, queue):
     queue.push("k", "x", {})
     [held] = queue.reserve(timeout=3600)
-    code, out, _ = run(capsys, "cancel", queue.name, "k", "x", "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "cancel", queue.name, "k", "x", "--dsn", dsn)
     assert code == 0 and out.startswith("requested:")
-    code, out, err = run(capsys, "rollback", queue.name, "k", "x", str(held.token), "--dsn", dsn)
+    code, out, err = run_cli(capsys, "rollback", queue.name, "k", "x", str(held.token), "--dsn", dsn)
     assert code == 0, err
-    code, out, _ = run(capsys, "show", queue.name, "k", "x", "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "show", queue.name, "k", "x", "--dsn", dsn)
     assert fields(out)["state"] == "ready" and fields(out)["cancel"].startswith(
         "requested (no consumer holds it"
     )
-    code, out, _ = run(capsys, "cancel", queue.name, "k", "x", "--dsn", dsn)
+    code, out, _ = run_cli(capsys, "cancel", queue.name, "k", "x", "--dsn", dsn)
     assert code == 0 and out.startswith("cancelled:")
     assert queue.messages() == []
 

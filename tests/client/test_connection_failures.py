@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import subprocess
 import sys
 import uuid
@@ -17,6 +16,8 @@ import pytest
 
 import pyqueue_sql
 from pyqueue_sql import dialects, errors
+
+from ..helpers import free_port
 
 # A password no server message could hold by chance.
 SECRET = f"pw-{uuid.uuid4().hex[:12]}"
@@ -30,12 +31,6 @@ def _with(dsn: str, user: str | None = None, password: str | None = None, databa
     userinfo = name + (f":{password}" if password is not None else "")
     path = f"/{database}" if database is not None else parts.path
     return urlunsplit(parts._replace(netloc=f"{userinfo}@{host}" if userinfo else host, path=path))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _failures(dsn: str) -> list[errors.ConnectionFailedError]:
@@ -126,7 +121,7 @@ def test_an_account_that_may_not_use_the_database_is_an_authorization_error(
 def test_a_server_that_does_not_answer_is_retryable(dsn):
     parts = urlsplit(_with(dsn, password=SECRET))
     host = parts.netloc.rpartition("@")
-    nowhere = urlunsplit(parts._replace(netloc=f"{host[0]}@127.0.0.1:{_free_port()}"))
+    nowhere = urlunsplit(parts._replace(netloc=f"{host[0]}@127.0.0.1:{free_port()}"))
     for failure in _failures(nowhere):
         _check(failure, dsn, "unreachable")
 

@@ -282,14 +282,14 @@ def test_the_checks_find_a_planted_cycle_and_reach_ins(tmp_path):
     errors_py.write_text(
         errors_py.read_text(encoding="utf-8")
         + "\n\ndef _planted():\n    from .cli import _dsn\n    from . import worker\n\n"
-        "    return _dsn, worker._where, worker.Worker('x')._stopping\n",
+        "    return _dsn, worker._where, worker.Worker('x')._inflight\n",
         encoding="utf-8",
     )
     modules = package_modules(copy)
     cycle = import_cycle(import_graph(modules))
     assert cycle is not None and "pyqueue_sql.errors" in cycle
     found = "\n".join(private_reach_ins(modules))
-    assert "import _dsn" in found and "worker._where" in found and "._stopping" in found
+    assert "import _dsn" in found and "worker._where" in found and "._inflight" in found
 
 
 def test_only_the_dialects_package_branches_on_a_dialect_name():

@@ -1,4 +1,4 @@
-"""Dialect.shadowing_grantees: the MySQL/MariaDB accounts that could shadow the procedures' tables
+"""Admin.shadowing_grantees (dialect.admin): the MySQL/MariaDB accounts that could shadow the procedures' tables
 with temporary tables of their own (docs/operations.md, least privilege), for `pyqueue-sql grant`
 to refuse or warn about; none on PostgreSQL, whose routines put pg_temp last."""
 
@@ -32,7 +32,7 @@ def test_an_account_that_may_create_temporary_tables_is_named(dsn):
         _run(admin, f"GRANT CREATE TEMPORARY TABLES ON `{database}`.* TO `{names[0]}`@`%`")
         _run(admin, f"GRANT EXECUTE ON `{database}`.* TO `{names[1]}`@`%`")
         _run(admin, f"GRANT CREATE TEMPORARY TABLES ON *.* TO `{names[2]}`@`%`")
-        found = dialect.shadowing_grantees(admin)
+        found = dialect.admin.shadowing_grantees(admin)
         assert f"'{names[0]}'@'%'" in found
         assert f"'{names[1]}'@'%'" not in found
         assert f"'{names[2]}'@'%'" in found
@@ -47,6 +47,6 @@ def test_postgresql_names_none(dsn):
     dialect = dialects.for_dsn(dsn)
     connection = dialect.connect(dsn)
     try:
-        assert dialect.shadowing_grantees(connection) == frozenset()
+        assert dialect.admin.shadowing_grantees(connection) == frozenset()
     finally:
         connection.close()

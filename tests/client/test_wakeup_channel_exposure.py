@@ -49,9 +49,9 @@ def test_a_role_without_capabilities_learns_only_the_queue_name(db, queue, outsi
 
 def test_a_notify_from_a_role_without_capabilities_only_wakes_a_listener(db, queue, outsider, connect):
     listener = connect()
-    listener.dialect.listen(listener.connection, [queue.channel()])
+    listener.dialect.listener.listen(listener.connection, [queue.channel()])
     with outsider.cursor() as cur:
         cur.execute("SELECT pg_notify(%s, %s)", (queue.channel(), "forged"))
-    woken = listener.dialect.wait_for_notification(listener.connection, 5)
+    woken = listener.dialect.listener.wait_for_notification(listener.connection, 5)
     assert woken == [(queue.channel(), "forged")]
     assert queue.reserve(n=10) == []  # the poll it causes finds nothing: no message was made

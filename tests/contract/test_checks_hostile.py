@@ -1817,7 +1817,7 @@ def test_postgresql_listen_on_a_hostile_queue_name_gets_its_wakeup(ctx, dsn):
     [(channel,)] = ctx.rows("SELECT queue_channel(%s)", (queue,))
     listener = psycopg.connect(dsn.replace("postgresql+psycopg://", "postgresql://"), autocommit=True)
     try:
-        dialects.PostgreSQL().listen(listener, [channel])
+        dialects.PostgreSQL().listener.listen(listener, [channel])
         ctx.rows("SELECT queue_push(%s, 'k', 'k', '{}')", (queue,))
         got = [n for n in listener.notifies(timeout=10, stop_after=1)]
     finally:

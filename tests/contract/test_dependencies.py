@@ -374,8 +374,14 @@ def test_a_parents_commit_does_the_same_work_for_the_first_and_the_last_of_a_100
     assert _push_after(a, children, "fan-in", _parents(*[(parents, k) for k in keys])) == 1
     held = _reserve(a, parents, 1000)
     first = _commit_work(a, parents, keys[0], held[keys[0]])
-    for k in keys[1:998]:
-        assert a.one("queue_commit", parents, k, "job", held[k])
+    middle = keys[1:998]  # committed in one batch: 997 round trips were most of this test's time
+    tokens = [held[k] for k in middle]
+    args = (
+        (middle, ["job"] * len(middle), tokens)
+        if a.dialect == "postgresql"
+        else (json.dumps(middle), json.dumps(["job"] * len(middle)), json.dumps(tokens))
+    )
+    assert a.one("queue_commit_batch", parents, *args) == len(middle)
     last_but_one = _commit_work(a, parents, keys[998], held[keys[998]])
     assert all(last_but_one[name] <= first[name] for name in first), (first, last_but_one)
     # and a few rows in all (measured: PostgreSQL 4 index entries read, 1 row updated, 1 deleted;
@@ -574,16 +580,18 @@ def _cancel_fan_out(a: Session, n: int) -> float:
 
 
 @pytest.mark.slow
-def test_cancelling_the_children_of_a_failed_parent_costs_the_same_per_child_at_4000_as_at_500(sql_session):
-    """Linear: the failing parent's call spends, per child, at 4,000 children no more than twice
-    what it spends at 500 (the work list of the cancel was re-parsed per child on MariaDB: 22 s
-    for 4,000, 0.7 s for 1,000). Measured in the server's CPU time for the session where it can
-    be read (wall time moves with the machine's load), the smaller case's best of three."""
+def test_cancelling_the_children_of_a_failed_parent_costs_the_same_per_child_at_2000_as_at_250(sql_session):
+    """Linear: the failing parent's call spends, per child, at 2,000 children no more than twice
+    what it spends at 250 (the work list of the cancel was re-parsed per child on MariaDB: 22 s
+    for 4,000, 0.7 s for 1,000; a cost per child that grows with n at all is 8 times at 2,000
+    what it is at 250, as at 4,000 against 500: pushing the children is most of this test's
+    time). Measured in the server's CPU time for the session where it can be read (wall time
+    moves with the machine's load), the smaller case's best of three."""
     a = sql_session()
     _cancel_fan_out(a, 50)  # warm
-    small = min(_cancel_fan_out(a, 500) for _ in range(3)) / 500
-    large = _cancel_fan_out(a, 4000) / 4000
-    assert large <= 2 * small, f"{large * 1e6:.0f} us a child at 4000, {small * 1e6:.0f} us at 500"
+    small = min(_cancel_fan_out(a, 250) for _ in range(3)) / 250
+    large = _cancel_fan_out(a, 2000) / 2000
+    assert large <= 2 * small, f"{large * 1e6:.0f} us a child at 2000, {small * 1e6:.0f} us at 250"
 
 
 def test_a_parent_moved_into_its_own_queue_keeps_its_children_waiting_for_it(sql_session):

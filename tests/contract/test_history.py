@@ -27,7 +27,7 @@ def history(raw, queue_name):
 
 
 def payload_of(db, value):
-    return db.dialect.read_payload(value)
+    return db.dialect.codec.read_payload(value)
 
 
 def backdate(raw, dialect, queue_name, seconds):
@@ -80,7 +80,7 @@ def test_every_way_out_is_archived_with_its_outcome(db, raw, make_queue):
     for r in rows:
         assert payload_of(db, r["payload"]) == {"k": r["p_key"]}  # what the queue held
         assert r["priority"] == 3 and r["p_kind"] == "job"
-        processed = db.dialect.read_time(r["processed_at"])
+        processed = db.dialect.codec.read_time(r["processed_at"])
         assert before - dt.timedelta(seconds=1) <= processed <= after + dt.timedelta(seconds=1)
     assert {r["p_key"]: r["attempts"] for r in rows} == {"c": 1, "m": 1, "d": 1, "p": 0}
 

@@ -318,19 +318,27 @@ def filled(dialect, installed_database):
 
 
 @pytest.mark.slow
-def test_reserve_reads_the_ready_index_on_100k_messages(dialect, filled):
+def test_reserve_reads_the_ready_index_on_100k_messages_and_the_guard_fails_without_it(dialect, filled):
+    """The guard finds no problem with the ready index there, and finds the reserve's statements
+    that need it once it is dropped (the guard can fail). One fill of 100k messages for both."""
     assert plan_problems(dialect, filled) == []
-
-
-@pytest.mark.slow
-@pytest.mark.only_dialect("postgresql")
-def test_plans_hold_on_a_table_never_analyzed(dialect, installed_database):
-    conn = _fill(dialect, installed_database("plans"), analyze=False)
-    try:
-        assert _run(conn, "SELECT count(*) FROM pg_stats WHERE tablename = 'pyqueue_message'")[0][0][0] == 0
-        assert plan_problems(dialect, conn) == []
-    finally:
-        conn.close()
+    if dialect == "postgresql":
+        _run(filled, "DROP INDEX pyqueue_message_ready_idx")
+        _run(filled, "ANALYZE pyqueue_message")
+    else:
+        # InnoDB needs an index for the queue_name foreign key: keep one without the ready columns.
+        _run(
+            filled,
+            "ALTER TABLE pyqueue_message ADD INDEX plan_guard_fk (queue_name), "
+            "DROP INDEX pyqueue_message_ready_idx",
+        )
+        _run(filled, "ANALYZE TABLE pyqueue_message")
+    problems = plan_problems(dialect, filled)
+    names = {p.split(" ", 1)[0] for p in problems}
+    expected = (
+        {"ready_step", "next_priority"} if dialect == "postgresql" else {"ready_page", "commit_reserve"}
+    )
+    assert expected <= names, problems
 
 
 def _nested_plans(conn, sql: str) -> list[str]:
@@ -352,12 +360,15 @@ def _nested_plans(conn, sql: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
-def test_the_routines_run_those_plans_on_a_table_never_analyzed(dialect, installed_database):
-    """The guards above explain copies of the statements; this catches the routines themselves
-    (auto_explain of the statements they run): queue_commit_batch of 100 reserved messages, and
-    queue_next_scheduled_at under custom and generic plans."""
+def test_plans_hold_and_the_routines_run_them_on_a_table_never_analyzed(dialect, installed_database):
+    """The guard's plans hold on 100k messages never analyzed. The guard explains copies of the
+    statements; the routines themselves are caught too (auto_explain of the statements they run):
+    queue_commit_batch of 100 reserved messages, and queue_next_scheduled_at under custom and
+    generic plans. One fill for both."""
     conn = _fill(dialect, installed_database("plans"), analyze=False)
     try:
+        assert _run(conn, "SELECT count(*) FROM pg_stats WHERE tablename = 'pyqueue_message'")[0][0][0] == 0
+        assert plan_problems(dialect, conn) == []
         rows, _ = _run(conn, f"SELECT p_key, p_kind, token FROM queue_reserve('{QUEUE}', 'w', NULL, 100)")
         assert len(rows) == 100
         keys, kinds, tokens = (", ".join(f"'{r[i]}'" for r in rows) for i in range(3))
@@ -523,27 +534,6 @@ def test_a_commit_probes_the_key_on_a_queue_never_analyzed(dialect, installed_da
         conn.close()
 
 
-@pytest.mark.slow
-def test_the_guard_fails_without_the_ready_index(dialect, filled):
-    if dialect == "postgresql":
-        _run(filled, "DROP INDEX pyqueue_message_ready_idx")
-        _run(filled, "ANALYZE pyqueue_message")
-    else:
-        # InnoDB needs an index for the queue_name foreign key: keep one without the ready columns.
-        _run(
-            filled,
-            "ALTER TABLE pyqueue_message ADD INDEX plan_guard_fk (queue_name), "
-            "DROP INDEX pyqueue_message_ready_idx",
-        )
-        _run(filled, "ANALYZE TABLE pyqueue_message")
-    problems = plan_problems(dialect, filled)
-    names = {p.split(" ", 1)[0] for p in problems}
-    expected = (
-        {"ready_step", "next_priority"} if dialect == "postgresql" else {"ready_page", "commit_reserve"}
-    )
-    assert expected <= names, problems
-
-
 # ---- FIFO groups: 100k messages in 10k groups, 9 of every 10 blocked ----------------------------
 
 GROUPED = "plan.groups"
@@ -653,13 +643,6 @@ def grouped(dialect, installed_database):
     conn.close()
 
 
-@pytest.mark.slow
-def test_plans_hold_with_most_messages_blocked_in_groups(dialect, grouped):
-    """The reserve's statements still read their index on a queue of 10k groups, 90k of its 100k
-    rows blocked at the sentinel (statistics that see most of the table at year 9999)."""
-    assert plan_problems(dialect, grouped, GROUPED) == []
-
-
 def _reserve_sql(dialect: str, n: int) -> str:
     if dialect == "postgresql":
         return f"SELECT p_key FROM queue_reserve('{GROUPED}', 'plan', interval '1 hour', {n})"
@@ -669,11 +652,14 @@ def _reserve_sql(dialect: str, n: int) -> str:
 @pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
 def test_the_reserve_never_reads_blocked_rows(dialect, grouped):
-    """queue_reserve as it runs (auto_explain with ANALYZE): with every head ready it reads about
+    """The guard's plans hold (the reserve's statements read their index) on a queue of 10k
+    groups, 90k of its 100k rows blocked at the sentinel (statistics that see most of the table at
+    year 9999). And queue_reserve as it runs (auto_explain with ANALYZE): with every head ready it reads about
     the n rows it takes; with every head reserved it finds nothing by reading next to nothing,
     never the 90k blocked rows behind the end of the ready range. And the commit of a head finds
     its group's next message through pyqueue_message_group_idx."""
     conn = grouped
+    assert plan_problems(dialect, grouped, GROUPED) == []
     rows, plans = _analyzed_plans(conn, _reserve_sql(dialect, 10))
     assert sorted(r[0] for r in rows) == sorted(f"k{10 * j}" for j in range(10))
     reads = _message_reads(plans)
@@ -751,10 +737,12 @@ def _mysql_read_rows(conn, sql: str) -> list[tuple[str, int]]:
 @pytest.mark.slow
 @pytest.mark.only_dialect("mysql")
 def test_the_reserve_page_never_reads_blocked_rows(dialect, grouped):
-    """MySQL/MariaDB: the reserve's page (ready_page, as EXPLAIN sees it) executed under ANALYZE:
+    """MySQL/MariaDB: the guard's plans hold on a queue of 10k groups, 90k of its 100k rows
+    blocked at the sentinel (statistics that see most of the table at year 9999); and the reserve's page (ready_page, as EXPLAIN sees it) executed under ANALYZE:
     with every head ready it reads the rows of its LIMIT; with every head reserved it reads none,
     never the 90k blocked rows past the end of the ready range."""
     conn = grouped
+    assert plan_problems(dialect, grouped, GROUPED) == []
     page = MY_STATEMENTS["ready_page"].replace(f"'{QUEUE}'", f"'{GROUPED}'")
     reads = _mysql_read_rows(conn, page)
     assert reads and all(idx == READY_IDX and n <= 17 for idx, n in reads), reads

@@ -348,7 +348,8 @@ def test_a_worker_waiting_on_listen_picks_up_a_released_message_at_once(dsn, db,
     """The worker's poll fallback is 60 s: only the release's wakeup can start it in time."""
     from pyqueue_sql import Worker
 
-    from ..worker.test_worker import idle_event, running, wait_for
+    from ..helpers import wait_for
+    from ..worker.test_worker import idle_event, running
 
     dead = db.register_worker("dead")
     queue.push("orphan", "k", {})

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from ..conftest import UNDER_CI
+from ..helpers import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -86,12 +86,6 @@ def page(browser):
     yield browser
     with contextlib.suppress(Exception):
         browser.switch_to.alert.dismiss()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Served:

@@ -13,7 +13,8 @@ import urllib.parse
 import pytest
 from selenium.webdriver.common.by import By
 
-from .conftest import _missing_browser, free_port, start_browser
+from ..helpers import free_port
+from .conftest import _missing_browser, start_browser
 
 pytestmark = pytest.mark.slow
 

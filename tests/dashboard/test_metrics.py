@@ -14,6 +14,7 @@ import urllib.parse
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import pyqueue_sql
 from pyqueue_sql import RetryPolicy, Worker
 from pyqueue_sql.metrics import WorkerMetrics
 
@@ -36,14 +37,20 @@ def value(parsed, name: str, **labels) -> float | None:
 
 
 def test_dashboard_metrics_match_the_database(serve, installed_database):
-    # a database of its own: the workers gauge counts every registered worker, and other tests
-    # register workers in the shared one between the page's read and this test's
-    import pyqueue_sql
-
+    """On a database of its own: the workers' gauge counts every registered worker by its state,
+    and on the test process's shared database earlier tests' workers cross from one state to
+    another between the scrape and the count it is compared with."""
     dsn = installed_database("metrics")
     db = pyqueue_sql.connect(dsn)
-    dead = db.queue("dead").create()
-    jobs = db.queue("jobs").create(
+    try:
+        _dashboard_metrics_match_the_database(serve, dsn, db)
+    finally:
+        db.close()
+
+
+def _dashboard_metrics_match_the_database(serve, dsn, db):
+    dead = db.queue("metrics.dead").create()
+    jobs = db.queue("metrics.jobs").create(
         max_attempts=1, dead_letter_queue=dead.name, history_retention=dt.timedelta(days=1)
     )
     for i in range(6):
@@ -53,7 +60,7 @@ def test_dashboard_metrics_match_the_database(serve, installed_database):
     for r in held[:2]:
         assert jobs.commit(r)
     assert jobs.fail(held[2], "boom") == "dead_lettered"  # held[3] stays reserved
-    db.register_worker(name="metrics-worker", queues=[jobs.name])
+    db.register_worker("metrics-worker", queues=[jobs.name])
     served = serve(dsn)
     status, text, headers = http(served.url + "/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain")
@@ -81,7 +88,6 @@ def test_dashboard_metrics_match_the_database(serve, installed_database):
     time.sleep(5.2)  # the throughput is read again at most every 5 s
     parsed = samples(http(served.url + "/metrics")[1])
     assert value(parsed, "pyqueue_queue_processed_total", queue=jobs.name, outcome="committed") == 3
-    db.close()
 
 
 def test_worker_metrics_count_what_the_worker_did(dsn, make_queue):

@@ -43,6 +43,8 @@ from typing import Any
 import pyqueue_sql
 from pyqueue_sql import dialects, migrate
 
+from ..helpers import wait_for
+
 ROOT = str(Path(__file__).resolve().parents[2])
 DIALECTS = ("postgresql", "mysql")
 
@@ -278,14 +280,6 @@ def handler_runs(workdir: Path) -> dict[str, list[dict]]:
     for run in sorted(runs.values(), key=lambda r: r["start"]):
         by_key[run["key"]].append(run)
     return by_key
-
-
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(poll)
 
 
 # -- the run --------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pyqueue_sql import aio, errors
 from pyqueue_sql.dialects import mysql_connect_args
 from pyqueue_sql.dialects.mysql import mysql_connect_candidates
 
-from ..own_postgres import _free_port
+from ..helpers import free_port
 
 
 def test_candidates_are_the_hosts_in_order_with_the_dsns_other_arguments():
@@ -90,7 +90,7 @@ async def _async_port(dsn: str) -> int:
 @pytest.mark.only_dialect("mysql")
 def test_a_host_that_refuses_is_skipped(dsn):
     expected = urlsplit(dsn).port or 3306
-    multi = _with_hosts_before(dsn, _free_port())
+    multi = _with_hosts_before(dsn, free_port())
     with pyqueue_sql.connect(multi) as db:
         assert _port_of(db) == expected
         assert db.queue("multi.host").create().push("k", "kind", {}) is True
@@ -100,7 +100,7 @@ def test_a_host_that_refuses_is_skipped(dsn):
 
 @pytest.mark.only_dialect("mysql")
 def test_no_host_answering_is_a_connection_error_naming_each(dsn):
-    first, second = _free_port(), _free_port()
+    first, second = free_port(), free_port()
     nowhere = f"mysql://root@127.0.0.1:{first},127.0.0.1:{second}/app?connect_timeout=2"
     lost = pyqueue_sql.dialects.for_dsn(nowhere).connection_errors()
     with pytest.raises(lost) as caught:
@@ -141,7 +141,7 @@ def test_a_read_only_server_is_skipped_though_root_could_write_there(dsn, read_o
     with pyqueue_sql.connect(multi) as db:
         assert _port_of(db) == expected
     assert asyncio.run(_async_port(multi)) == expected
-    only_replica = f"mysql://root@127.0.0.1:{_free_port()},127.0.0.1:{read_only_server.port}/mysql"
+    only_replica = f"mysql://root@127.0.0.1:{free_port()},127.0.0.1:{read_only_server.port}/mysql"
     lost = pyqueue_sql.dialects.for_dsn(only_replica).connection_errors()
     with pytest.raises(lost, match=rf"127\.0\.0\.1:{read_only_server.port}: read-only"):
         pyqueue_sql.connect(only_replica).close()

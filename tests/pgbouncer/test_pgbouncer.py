@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import urllib.parse
-import uuid
 
 import pytest
 
@@ -26,7 +25,8 @@ from pyqueue_sql import cli, errors, migrate
 from pyqueue_sql.aio.worker import AsyncWorker
 
 from ..dashboard.conftest import Served, http
-from ..worker.test_worker import running, wait_for
+from ..helpers import queue_name, wait_for
+from ..worker.test_worker import running
 from .conftest import POOL_SIZE
 
 pytestmark = pytest.mark.only_dialect("postgresql")
@@ -43,10 +43,6 @@ def _backend_pid(db) -> int:
         return cur.fetchone()[0]
 
 
-def _queue_name() -> str:
-    return f"pgb.{uuid.uuid4().hex[:10]}"
-
-
 def handle_nothing(job) -> None:
     """The CLI worker's handler (loaded by module:function)."""
 
@@ -55,7 +51,7 @@ def test_client_calls_share_server_sessions_without_prepared_statement_errors(di
     """Each client repeats every statement well past psycopg's prepare threshold (5), in autocommit
     and in transactions of its own, while 4 clients share 2 server sessions."""
     _, pooled = direct_and_pooled
-    name = _queue_name()
+    name = queue_name("pgb", 10)
     with pyqueue_sql.connect(pooled) as db:
         db.queue(name).create()
     pids: set[int] = set()
@@ -103,7 +99,7 @@ def test_client_calls_share_server_sessions_without_prepared_statement_errors(di
 
 def test_async_client_through_transaction_pooling(direct_and_pooled):
     _, pooled = direct_and_pooled
-    name = _queue_name()
+    name = queue_name("pgb", 10)
 
     async def client(c: int) -> int:
         db = await pqs_aio.connect(pooled)
@@ -141,7 +137,7 @@ def test_worker_long_polls_through_transaction_pooling(direct_and_pooled, runtim
     """listen=False: the worker's every connection goes through the pooler (a long poll holds a
     server session for one queue_wait at a time); two producers push while it runs."""
     _, pooled = direct_and_pooled
-    name = _queue_name()
+    name = queue_name("pgb", 10)
     seen: list[str] = []
     lock = threading.Lock()
     worker = WORKERS[runtime](pooled, concurrency=4, listen=False, lease=10)
@@ -178,7 +174,7 @@ def test_worker_listens_on_its_direct_connection(direct_and_pooled, runtime):
     """listen_dsn: the dispatcher LISTENs on a direct connection, everything else goes through the
     pooler. The poll fallback is a minute, so only a wakeup can get the messages handled."""
     direct, pooled = direct_and_pooled
-    name = _queue_name()
+    name = queue_name("pgb", 10)
     seen: list[str] = []
     worker = WORKERS[runtime](pooled, listen_dsn=direct, poll_fallback=60.0, concurrency=2)
     worker.add_handler(name, lambda job: seen.append(job.key))
@@ -225,7 +221,7 @@ def test_worker_refuses_to_listen_through_the_pooler(direct_and_pooled, runtime,
     """Registered, run() raises the error; without registration the first connection is the reserve
     loop's, which logs errors and goes on: there the worker stops, and says why."""
     _, pooled = direct_and_pooled
-    name = _queue_name()
+    name = queue_name("pgb", 10)
     with pyqueue_sql.connect(pooled) as db:
         db.queue(name).create()
     worker = WORKERS[runtime](pooled, poll_fallback=60.0, register=register)
@@ -243,7 +239,7 @@ def test_worker_refuses_to_listen_through_the_pooler(direct_and_pooled, runtime,
 @pytest.mark.parametrize("runtime", sorted(WORKERS))
 def test_a_listen_dsn_through_the_pooler_is_refused_too(direct_and_pooled, runtime):
     _, pooled = direct_and_pooled
-    name = _queue_name()
+    name = queue_name("pgb", 10)
     with pyqueue_sql.connect(pooled) as db:
         db.queue(name).create()
     worker = WORKERS[runtime](pooled, listen_dsn=pooled, poll_fallback=60.0)
@@ -266,7 +262,7 @@ def test_migrate_through_transaction_pooling(pgbouncer, fresh_database, capsys):
     head = migrate.current(pooled)
     assert head and _cli(capsys, "migrate", "--dsn", pooled)[0] == 0 and migrate.current(pooled) == head
     with pyqueue_sql.connect(pooled) as db:
-        assert db.queue(_queue_name()).create().push("k", "kind", {}) is True
+        assert db.queue(queue_name("pgb", 10)).create().push("k", "kind", {}) is True
 
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:
@@ -295,7 +291,7 @@ def _worker_command(dsn: str, queue: str, *extra: str) -> list[str]:
 @pytest.mark.slow  # two worker processes
 def test_cli_through_transaction_pooling(capsys, direct_and_pooled):
     direct, pooled = direct_and_pooled
-    name = _queue_name()
+    name = queue_name("pgb", 10)
     assert _cli(capsys, "create", name, "--dsn", pooled)[0] == 0
     for i in range(8):
         code, out, _ = _cli(capsys, "push", name, f"k{i}", "kind", "{}", "--dsn", pooled)
@@ -333,7 +329,7 @@ def test_dashboard_through_transaction_pooling(direct_and_pooled):
     from pyqueue_sql.dashboard import create_app
 
     _, pooled = direct_and_pooled
-    name = _queue_name()
+    name = queue_name("pgb", 10)
     with pyqueue_sql.connect(pooled) as db:
         queue = db.queue(name).create()
         queue.push_many([(f"k{i}", "kind", {"i": i}) for i in range(5)])

@@ -14,12 +14,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from pyqueue_sql import logsafe
 from pyqueue_sql.cli import workers
+
+from ..helpers import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,14 +33,6 @@ CLEAR = "\x1b[2J"
 
 def hostile(forgery: str) -> str:
     return f"x\n{forgery}\r{CLEAR}\n{forgery}"
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def handled(queue) -> bool:

@@ -8,20 +8,17 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-import uuid
 
 import pytest
 
 from pyqueue_sql import App, InvalidArgumentError
 
-
-def _queue_name() -> str:
-    return f"m.{uuid.uuid4().hex[:12]}"
+from ..helpers import queue_name
 
 
 @pytest.fixture
 def app(dsn):
-    a = App(dsn, queue=_queue_name())
+    a = App(dsn, queue=queue_name("m"))
     yield a
     a.close()
 
@@ -33,7 +30,7 @@ def test_calls_are_enqueued_with_their_options_and_their_handles_in_order(app, d
     def send(to: str, n: int = 0) -> None:
         ran.append((to, n))
 
-    other_queue = _queue_name()
+    other_queue = queue_name("m")
 
     @app.task(queue=other_queue)
     def count(day: dt.date) -> int:
@@ -157,6 +154,6 @@ def test_the_options_of_a_configured_task_apply_to_every_call_of_its_defer_many(
     with pytest.raises(InvalidArgumentError, match="names one job"):
         send.configure(key="k").defer_many([send.call("c"), send.call("d")])
     assert q.stats().ready + q.stats().delayed == before
-    with pytest.raises(InvalidArgumentError, match="after= is not supported in bulk"):
-        send.configure(after=[(app.default_queue, "p", "send")]).defer_many([send.call("e")])
+    with pytest.raises(InvalidArgumentError, match="after= cannot be combined with group"):
+        send.configure(after=[(app.default_queue, "p", "send")], group="g").defer_many([send.call("e")])
     assert q.stats().ready + q.stats().delayed == before

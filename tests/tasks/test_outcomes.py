@@ -15,7 +15,8 @@ from pyqueue_sql import App, GiveUp, InvalidArgumentError, Retry, RetryPolicy, S
 from pyqueue_sql.aio.worker import AsyncWorker
 from pyqueue_sql.client import QueueCalls
 
-from ..worker.test_worker import running, wait_for
+from ..helpers import wait_for
+from ..worker.test_worker import running
 
 
 @pytest.fixture

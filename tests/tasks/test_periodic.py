@@ -8,20 +8,17 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-import uuid
 
 import pytest
 
 from pyqueue_sql import App, InvalidArgumentError, current_job
 
-
-def _queue_name() -> str:
-    return f"p.{uuid.uuid4().hex[:12]}"
+from ..helpers import queue_name
 
 
 @pytest.fixture
 def app(dsn):
-    a = App(dsn, queue=_queue_name())
+    a = App(dsn, queue=queue_name("p"))
     yield a
     a.close()
 
@@ -230,7 +227,7 @@ def test_pyqueue_sql_setup_creates_an_apps_queues_and_schedules(dsn, db, capsys,
 
     from . import periodic_app
 
-    queue = _queue_name()
+    queue = queue_name("p")
     monkeypatch.setenv("PYQUEUE_TEST_QUEUE", queue)
     monkeypatch.delenv("PYQUEUE_DSN", raising=False)
     importlib.reload(periodic_app)
@@ -289,7 +286,7 @@ def test_a_periodic_task_keeps_its_cadence_when_occurrences_fail_and_setup_repai
     the next `pyqueue-sql setup`, which says so."""
     from tests.worker.test_worker_cli_app import run_cli, serving, write_module
 
-    doomed, retried = _queue_name(), _queue_name()
+    doomed, retried = queue_name("p"), queue_name("p")
     module = write_module(tmp_path, FAILING_PERIODIC_APP.format(dsn=dsn, doomed=doomed, retried=retried))
     done = run_cli(tmp_path, "setup", f"{module}:app", "--dsn", dsn)
     assert done.returncode == 0, done.stderr
@@ -341,7 +338,7 @@ def test_pyqueue_sql_setup_repairs_a_schedule_left_without_a_pending_occurrence(
 
     from . import periodic_app
 
-    queue = _queue_name()
+    queue = queue_name("p")
     monkeypatch.setenv("PYQUEUE_TEST_QUEUE", queue)
     monkeypatch.delenv("PYQUEUE_DSN", raising=False)
     importlib.reload(periodic_app)

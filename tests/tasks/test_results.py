@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -22,16 +21,14 @@ import pytest
 import pyqueue_sql
 from pyqueue_sql import App, Cancelled, InvalidArgumentError, TaskCancelled, TaskFailed
 
+from ..helpers import queue_name
+
 ROOT = str(Path(__file__).resolve().parents[2])
-
-
-def _queue_name() -> str:
-    return f"t.{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
 def app(dsn):
-    a = App(dsn, queue=_queue_name())
+    a = App(dsn, queue=queue_name())
     yield a
     a.close()
 
@@ -322,7 +319,7 @@ def test_many_handles_wait_at_once_on_one_event_loop(app):
 
 
 def test_the_cli_worker_stores_results_and_stops_a_cancelled_job(dsn, db):
-    q = _queue_name()
+    q = queue_name()
     env = {**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_QUEUE": q, "PYQUEUE_DSN": dsn}
     os.environ["PYQUEUE_TEST_QUEUE"] = q
     try:
@@ -366,7 +363,7 @@ def test_the_cli_worker_stores_results_and_stops_a_cancelled_job(dsn, db):
 def test_an_async_handler_on_the_threaded_worker_is_cancelled_too(db, dsn):
     """Worker (threads) awaits an async def handler on its thread's event loop: a cancel cancels
     that task as AsyncWorker does, within a second; store_result on a plain handler."""
-    q = db.queue(_queue_name()).create()
+    q = db.queue(queue_name()).create()
     q.set_result_retention(3600)
     worker = pyqueue_sql.Worker(dsn, concurrency=2, register=False, lease=30)
     started = threading.Event()
@@ -403,7 +400,7 @@ def test_an_async_handler_on_the_threaded_worker_is_cancelled_too(db, dsn):
 
 
 def test_the_cli_worker_refuses_in_one_line_a_queue_that_keeps_no_results(dsn, db):
-    q = _queue_name()
+    q = queue_name()
     db.queue(q).create()  # no result retention
     proc = subprocess.run(
         [sys.executable, "-m", "pyqueue_sql.cli", "worker", "tests.tasks.results_app:app", "--no-status"],
@@ -429,7 +426,7 @@ def test_a_worker_with_the_consumer_capability_alone(dsn, db):
         consumer_dsn = accounts.dsn_for(accounts.with_capabilities("wrk", "consumer"))
         with pytest.raises(pyqueue_sql.PermissionDeniedError):
             pyqueue_sql.connect(consumer_dsn).queue("x").settings()
-        q = db.queue(_queue_name()).create()
+        q = db.queue(queue_name()).create()
         q.set_result_retention(3600)
         worker = pyqueue_sql.Worker(consumer_dsn, concurrency=2, register=False, lease=30)
         started = threading.Event()

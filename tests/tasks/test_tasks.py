@@ -20,18 +20,15 @@ import pytest
 import pyqueue_sql
 from pyqueue_sql import App, InvalidPayloadError, RetryPolicy
 
+from ..helpers import queue_name
 from . import sample_app
 
 ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def _queue_name() -> str:
-    return f"t.{uuid.uuid4().hex[:12]}"
-
-
 @pytest.fixture
 def app(dsn):
-    a = App(dsn, queue=_queue_name())
+    a = App(dsn, queue=queue_name())
     yield a
     a.close()
 
@@ -81,7 +78,7 @@ def test_an_argument_json_cannot_carry_is_refused_at_defer_naming_it(app, db, va
 
 
 def test_typed_arguments_go_both_ways_by_annotation(dsn, db):
-    q = _queue_name()
+    q = queue_name()
     os.environ["PYQUEUE_TEST_QUEUE"] = q
     try:
         app = App(dsn, queue=q)
@@ -265,7 +262,7 @@ def _push_from_sql(db, raw, queue, key, kind, payload: dict) -> None:
 
 
 def test_the_cli_worker_serves_an_apps_tasks(dsn, db, raw, tmp_path):
-    q = _queue_name()
+    q = queue_name()
     db.queue(q).create()
     env = {
         **os.environ,
@@ -349,7 +346,7 @@ def _run_cli_worker(args, env, record: Path, lines_wanted: int, timeout: float =
 
 
 def test_the_cli_worker_serves_an_app_of_async_tasks_on_asyncio(dsn, db, raw, tmp_path):
-    q = _queue_name()
+    q = queue_name()
     db.queue(q).create()
     os.environ["PYQUEUE_TEST_QUEUE"] = q
     try:
@@ -372,7 +369,7 @@ def test_the_cli_worker_serves_an_app_of_async_tasks_on_asyncio(dsn, db, raw, tm
 
 
 def test_the_cli_worker_runs_a_worker_object_with_several_handlers(dsn, db, tmp_path):
-    q = _queue_name()
+    q = queue_name()
     queue = db.queue(q).create()
     queue.push("1", "a", {})
     queue.push("2", "b", {})
@@ -387,7 +384,7 @@ def test_the_cli_worker_runs_a_worker_object_with_several_handlers(dsn, db, tmp_
 
 
 def test_the_cli_timeout_fails_a_plain_handler_past_it(dsn, db, tmp_path):
-    q = _queue_name()
+    q = queue_name()
     queue = db.queue(q).create()
     queue.push("slow", "k", {"sleep": 30})
     queue.push("fast", "k", {"sleep": 0})

@@ -21,8 +21,10 @@ ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture
-def app(dsn):
-    a = App(dsn, queue=f"tt.{uuid.uuid4().hex[:12]}")
+def app(installed_database):
+    """An App on a database of its own: the time machine rewrites every stored time of the
+    database, which on the test process's shared one (every earlier test's rows) took seconds."""
+    a = App(installed_database("tt"), queue=f"tt.{uuid.uuid4().hex[:12]}")
     yield a
     a.close()
 

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -27,16 +26,14 @@ import pyqueue_sql
 import pyqueue_sql.aio
 from pyqueue_sql import App, InvalidArgumentError, TaskCancelled, current_job
 
+from ..helpers import queue_name
+
 ROOT = str(Path(__file__).resolve().parents[2])
-
-
-def _queue_name() -> str:
-    return f"t.{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
 def app(dsn):
-    a = App(dsn, queue=_queue_name())
+    a = App(dsn, queue=queue_name())
     yield a
     a.close()
 
@@ -257,10 +254,10 @@ def test_mistakes_are_refused_in_one_line(app, make_queue):
 
     app.create_queues()
     parent = step.defer(1)
-    with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
-        step.configure(after=[parent]).call(2)
-    with pytest.raises(InvalidArgumentError, match="cannot be combined with run_at"):
-        step.configure(after=[parent], run_at=dt.timedelta(seconds=5)).defer(2)
+    with pytest.raises(InvalidArgumentError, match="run_on= says when a job with parents runs: give after="):
+        step.defer_many([step.configure(run_on="always").call(2)])
+    with pytest.raises(InvalidArgumentError, match="cannot be combined with group"):
+        step.configure(after=[parent], group="g").defer(2)
     with pytest.raises(InvalidArgumentError, match="at least one parent"):
         step.configure(after=[])
     with pytest.raises(InvalidArgumentError, match=r"parents\[2\] must be"):
@@ -294,7 +291,7 @@ def test_a_workflow_pushed_from_sql_runs_under_the_cli_worker(dsn, db, raw, dial
     """Parents and a fan-in child pushed with plain SQL (queue_push_after), run by
     `pyqueue-sql worker module:app` in a subprocess: the child reads its parents' values rebuilt
     by their tasks' return annotations (a date comes back a date)."""
-    q = _queue_name()
+    q = queue_name()
     env = {**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_QUEUE": q, "PYQUEUE_DSN": dsn}
     os.environ["PYQUEUE_TEST_QUEUE"] = q
     try:
@@ -390,7 +387,5 @@ def test_a_failure_callback_runs_once_when_a_parent_fails_and_reads_its_error(ap
         on_error.configure(after=parts, run_on="sometimes")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="run_on= says when a job with parents runs: give after="):
         on_error.configure(run_on="failure").defer("x")
-    with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
-        on_error.configure(after=parts, run_on="failure").call("x")
-    with pytest.raises(InvalidArgumentError, match="not supported in bulk"):
+    with pytest.raises(InvalidArgumentError, match="run_on= says when a job with parents runs: give after="):
         on_error.configure(run_on="always").defer_many([on_error.call("x")])

@@ -39,7 +39,7 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
 class Clock:
-    """The worker's clock (worker._clock): moves only when the test says so."""
+    """The worker's clock (worker.state.clock): moves only when the test says so."""
 
     def __init__(self, now: float = 1000.0) -> None:
         self.now = now
@@ -57,7 +57,7 @@ def make_worker(dsn: str = PG, *queues: str, handler=lambda job: None, **setting
     for q in queues or ("q",):
         worker.add_handler(q, handler)
     clock = Clock()
-    worker._clock = clock
+    worker.state.clock = clock
     return worker, clock
 
 
@@ -124,11 +124,11 @@ def test_a_failure_fails_with_its_policy_delay_and_the_error_text_and_notes_when
     job = Job(reservation(attempts=3))
     steps, call = fail_steps(worker, job, ValueError("no such address"))
     assert call.kwargs == {"error": "ValueError: no such address", "delay": 4.0}
-    assert worker._retry_due.at is None
+    assert worker.state.retry_due.at is None
     clock.now += 0.01  # the round trip
     steps.answer("retry")
     assert steps.done and steps.result is None  # a failure reserves no successor
-    assert worker._retry_due.at == pytest.approx(clock.now + 4.0)
+    assert worker.state.retry_due.at == pytest.approx(clock.now + 4.0)
     assert (worker.stats.failed, worker.stats.lost) == (1, 0)
     assert job.done and not job.lock.locked()
 
@@ -150,7 +150,7 @@ def test_a_failure_the_server_did_not_retry_waits_for_nothing_and_says_what_happ
     steps, _ = fail_steps(worker, Job(reservation()), RuntimeError("boom"))
     with caplog.at_level(logging.WARNING, logger="pyqueue_sql.worker"):
         steps.answer(outcome)
-    assert worker._retry_due.at is None
+    assert worker.state.retry_due.at is None
     [record] = [r for r in caplog.records if says in r.getMessage()]
     assert record.levelno == level and record.outcome == outcome
     assert worker.stats.failed == 1 and worker.stats.lost == (1 if outcome is None else 0)
@@ -203,7 +203,7 @@ def dispatcher_until_listening(
 ) -> tuple[Steps, Listen]:
     """The reserve loop of a LISTEN worker: a first round reserves `reserved`, the next finds
     nothing and (no message scheduled) waits; returns the steps at that Listen."""
-    steps = Steps(worker._reserve_loop_steps())
+    steps = Steps(worker.reserve_loop.reserve_loop_steps())
     assert steps.op == WAIT_SLOTS
     call = steps.answer()
     # As many as it has handlers (no handler has finished yet: no prefetch).
@@ -222,7 +222,7 @@ def dispatcher_until_listening(
 def listen_until_it_ends(worker: Worker, clock: Clock, deadline: float, notes_at: float | None = None):
     """Runs the LISTEN wait (the steps inside Listen) on the fake clock: each Notifications slice
     passes its seconds with nothing received (or a wakeup once the clock reaches notes_at)."""
-    steps = Steps(worker._listen_steps(None, deadline))
+    steps = Steps(worker.reserve_loop.listen_steps(None, deadline))
     while not steps.done:
         assert isinstance(steps.op, Notifications) and 0 < steps.op.seconds <= WAIT_SLICE
         clock.now += steps.op.seconds
@@ -254,7 +254,7 @@ def test_a_retry_scheduled_while_the_dispatcher_waits_ends_the_wait_when_it_is_d
     # ...and the loop reserves again at once, finding the retried message.
     assert steps.answer(woke) == WAIT_SLOTS
     assert steps.answer().method == "reserve"
-    assert worker._retry_due.at is None  # reached: forgotten
+    assert worker.state.retry_due.at is None  # reached: forgotten
 
 
 def test_every_retry_s_due_time_is_kept_not_only_the_earliest():
@@ -281,8 +281,8 @@ def test_a_retry_due_just_after_a_snooze_is_reserved_without_waiting_for_the_fal
     worker, clock = make_worker(PG, concurrency=4, poll_fallback=60.0)
     snoozed, retried = reservation(key="s"), reservation(key="r")
     steps, listen = dispatcher_until_listening(worker, clock, [snoozed, retried])
-    worker._retry_due.note(clock.now + 1.5)  # the snooze's handler
-    worker._retry_due.note(clock.now + 1.549)  # the retry's handler
+    worker.state.retry_due.note(clock.now + 1.5)  # the snooze's handler
+    worker.state.retry_due.note(clock.now + 1.549)  # the retry's handler
     retry_at = clock.now + 1.549
     assert listen_until_it_ends(worker, clock, listen.deadline) is False
     assert steps.answer(False) == WAIT_SLOTS
@@ -335,9 +335,9 @@ def test_a_client_side_poll_also_ends_when_a_retry_is_due():
     """Without LISTEN and with several queues the dispatcher sleeps in slices: a retry noted
     meanwhile ends the sleep when due."""
     worker, clock = make_worker(MY, "q", "r", poll_min=5.0, poll_max=5.0)
-    assert not worker.use_listen and not worker._long_poll()
-    steps = Steps(worker._wait_steps(5.0))
-    worker._retry_due.note(clock.now + 0.6)
+    assert not worker.use_listen and not worker.reserve_loop.long_poll()
+    steps = Steps(worker.reserve_loop.wait_steps(5.0))
+    worker.state.retry_due.note(clock.now + 0.6)
     slept = 0.0
     while not steps.done:
         assert isinstance(steps.op, Sleep) and steps.op.seconds <= WAIT_SLICE
@@ -354,13 +354,13 @@ def test_without_a_retry_the_wait_lasts_to_its_deadline_and_a_wakeup_ends_it_ear
     assert clock.now == pytest.approx(start + 3.0)
     start = clock.now
     assert listen_until_it_ends(worker, clock, start + 3.0, notes_at=start + 1.0) is True
-    assert clock.now < start + 1.0 + WAIT_SLICE and worker._wake_queues == {"q"}
+    assert clock.now < start + 1.0 + WAIT_SLICE and worker.state.wake_queues == {"q"}
     assert worker.stats.wakeups == 1
 
 
 def test_a_stop_ends_the_wait_at_the_next_slice():
     worker, clock = make_worker(PG)
-    steps = Steps(worker._listen_steps(None, clock.now + 30.0))
+    steps = Steps(worker.reserve_loop.listen_steps(None, clock.now + 30.0))
     worker.stop()
     steps.answer([])
     assert steps.done and steps.result is False
@@ -427,14 +427,22 @@ def test_the_prefetch_holds_a_bounded_time_of_the_handlers_work():
     """None before a handler finished; then up to `prefetch` messages, but no more than about
     PREFETCH_HORIZON seconds of work at the handlers' average time: slow handlers get none."""
     worker, _ = make_worker(PG, concurrency=4, prefetch=20)
-    assert (worker._prefetch_now(), worker._free(), worker._refill_at()) == (0, 4, 4)
+    assert (
+        worker.reserve_loop.prefetch_now(),
+        worker.reserve_loop.free(),
+        worker.reserve_loop.refill_at(),
+    ) == (0, 4, 4)
     worker._note_handler_time(0.001)  # quick handlers: the whole prefetch
-    assert (worker._prefetch_now(), worker._free(), worker._refill_at()) == (20, 24, 14)
-    worker._handler_avg = 0.05  # 4 handlers x 0.1 s / 0.05 s
-    assert worker._prefetch_now() == 8
-    worker._handler_avg = 2.0  # slow handlers: nothing beyond the free handlers
-    assert (worker._prefetch_now(), worker._free()) == (0, 4)
-    assert make_worker(PG, prefetch=0)[0]._prefetch_now() == 0
+    assert (
+        worker.reserve_loop.prefetch_now(),
+        worker.reserve_loop.free(),
+        worker.reserve_loop.refill_at(),
+    ) == (20, 24, 14)
+    worker.state.handler_avg = 0.05  # 4 handlers x 0.1 s / 0.05 s
+    assert worker.reserve_loop.prefetch_now() == 8
+    worker.state.handler_avg = 2.0  # slow handlers: nothing beyond the free handlers
+    assert (worker.reserve_loop.prefetch_now(), worker.reserve_loop.free()) == (0, 4)
+    assert make_worker(PG, prefetch=0)[0].reserve_loop.prefetch_now() == 0
 
 
 def test_a_prefetched_message_whose_lease_ran_low_is_handed_back_unstarted():
@@ -489,14 +497,14 @@ def test_the_status_tells_the_messages_waiting_for_a_handler_from_the_running_on
 
 def test_a_wakeup_s_queue_is_reserved_first():
     worker, _ = make_worker(PG, "a", "b", "c")
-    worker._wake_queues.update({"c"})
-    assert worker._reserve_order() == ["c", "a", "b"]
-    assert worker._reserve_order() == ["a", "b", "c"]
+    worker.state.wake_queues.update({"c"})
+    assert worker.reserve_loop.reserve_order() == ["c", "a", "b"]
+    assert worker.reserve_loop.reserve_order() == ["a", "b", "c"]
 
 
 def test_a_dispatch_error_reconnects_then_backs_off_doubling():
     worker, _ = make_worker(PG)
-    steps = Steps(worker._dispatch_steps())
+    steps = Steps(worker.reserve_loop.dispatch_steps())
     assert steps.op == WAIT_SLOTS
     assert steps.answer().method == "reserve"
     assert steps.throw(PermissionError("revoked")) == RECONNECT
@@ -512,7 +520,7 @@ def test_a_dispatch_error_reconnects_then_backs_off_doubling():
 
 def test_a_stopped_call_ends_the_reserve_loop_quietly():
     worker, _ = make_worker(PG)
-    steps = Steps(worker._dispatch_steps())
+    steps = Steps(worker.reserve_loop.dispatch_steps())
     steps.answer()
     steps.throw(StoppedError())
     assert steps.done and worker.stats.dispatch_errors == 0
@@ -531,9 +539,9 @@ def test_the_heartbeat_extends_only_what_was_not_reserved_or_extended_lately():
     worker, clock = make_worker(PG, lease=12.0)
     fresh = Job(reservation(key="fresh"), lease_until=clock.now + 10.0)
     with pytest.raises(StopIteration):
-        next(worker._extend_steps(fresh))
+        next(worker.registry.extend_steps(fresh))
     older = Job(reservation(key="older"), lease_until=clock.now + 8.0)
-    steps = Steps(worker._extend_steps(older))
+    steps = Steps(worker.registry.extend_steps(older))
     assert steps.op == Acquire(older.lock)
     older.lock.acquire()
     call = steps.answer(True)
@@ -551,7 +559,7 @@ def test_the_heartbeat_passes_a_requested_cancel_to_the_job():
     job = Job(reservation(key="running"), lease_until=clock.now + 1.0)
     hooked = []
     job.on_cancel = lambda: hooked.append(True)
-    steps = Steps(worker._extend_steps(job))
+    steps = Steps(worker.registry.extend_steps(job))
     job.lock.acquire()
     steps.answer(True)
     steps.answer(Renewal(reservation(key="running"), True))
@@ -562,28 +570,28 @@ def test_the_heartbeat_ticks_every_third_of_the_lease_until_the_hard_stop():
     """The heartbeat's loop (both runners drive it): a wait of lease/3 for the hard stop, a tick
     (the on_heartbeat hooks last), again; a stopped call or the hard stop ends it."""
     worker, _ = make_worker(PG, lease=12.0)
-    steps = Steps(worker._heartbeat_loop_steps())
+    steps = Steps(worker.registry.heartbeat_loop_steps())
     assert steps.op == Wait(HARD_STOP, 4.0)
     assert steps.answer(False) == Hooks(worker.on_heartbeat, "on_heartbeat")
     assert steps.answer(None) == Wait(HARD_STOP, 4.0)
     assert steps.answer(False) == Hooks(worker.on_heartbeat, "on_heartbeat")
     steps.throw(StoppedError())
     assert steps.done
-    steps = Steps(worker._heartbeat_loop_steps())
+    steps = Steps(worker.registry.heartbeat_loop_steps())
     steps.answer(True)
     assert steps.done
 
 
 def test_the_watcher_waits_for_a_progress_or_its_poll_and_survives_a_round_s_error(caplog):
     """The watcher's loop (both runners drive it): a wait for a progress to write, as long as
-    _watch_timeout allows, then a round; a round's unexpected error is logged and the loop goes
+    Watch.timeout allows, then a round; a round's unexpected error is logged and the loop goes
     on; a stopped call or the hard stop ends it."""
     from pyqueue_sql.worker.watch import WATCH_IDLE
 
     worker, _ = make_worker(PG)
     job = Job(reservation(key="slow"))
     worker._inflight = {("q", "slow", "welcome"): job}
-    steps = Steps(worker._watch_loop_steps())
+    steps = Steps(worker.watch.loop_steps())
     assert steps.op == Wait(WATCH, WATCH_IDLE)
     job.set_progress({"rows": 1})
     assert steps.answer(True) == Acquire(job.lock)
@@ -596,8 +604,8 @@ def test_the_watcher_waits_for_a_progress_or_its_poll_and_survives_a_round_s_err
     assert (call.method, call.args) == ("set_progress", (job.reservation, {"rows": 1}))
     steps.throw(StoppedError())
     assert steps.done
-    steps = Steps(worker._watch_loop_steps())
-    worker._hard_stop.set()
+    steps = Steps(worker.watch.loop_steps())
+    worker.state.hard_stop.set()
     steps.answer(False)
     assert steps.done
 
@@ -628,9 +636,9 @@ def test_the_watch_writes_pending_progress_under_the_lock_and_polls_only_running
     hooked = []
     running.on_cancel = lambda: hooked.append(True)
     worker._inflight = {("q", j.key, "welcome"): j for j in (plain, waiting, running)}
-    assert worker._watch_timeout() == CANCEL_POLL
+    assert worker.watch.timeout() == CANCEL_POLL
     plain.set_progress({"rows": 3})
-    steps = Steps(worker._watch_steps())
+    steps = Steps(worker.watch.round_steps())
     assert steps.op == Acquire(plain.lock)
     plain.lock.acquire()
     call = steps.answer(True)
@@ -643,7 +651,7 @@ def test_the_watch_writes_pending_progress_under_the_lock_and_polls_only_running
     steps.answer(Result("q", "running", "welcome", "reserved", cancel_requested=True))
     assert steps.done and running.cancel_requested.is_set() and hooked == [True]
     running.done = plain.done = True
-    assert worker._watch_timeout() == WATCH_IDLE
+    assert worker.watch.timeout() == WATCH_IDLE
 
 
 def test_a_handler_that_stops_for_a_cancel_ends_its_message_with_cancel_held():
@@ -676,10 +684,6 @@ def test_a_handler_that_stops_for_a_cancel_ends_its_message_with_cancel_held():
     "module, part",
     [
         ("dispatch", "Dispatch"),
-        ("policy", "FailurePolicy"),
-        ("registry", "Registry"),
-        ("shutdown", "Shutdown"),
-        ("watch", "Watch"),
     ],
 )
 def test_each_part_of_the_worker_declares_the_state_it_uses(module, part):
@@ -802,13 +806,13 @@ def test_a_run_starts_serves_and_stops_in_one_order_for_both_runners():
         assert steps.answer() == Open("dispatcher", dispatcher=True)
         serving = steps.answer("dispatcher-conn")
         assert isinstance(serving, On) and serving.conn == "dispatcher-conn"
-        assert not worker._stopping.is_set()
+        assert not worker.state.stopping.is_set()
         if crash is None:
             worker.stop()
             assert steps.answer() == Shut("dispatcher-conn")
         else:
             assert steps.throw(crash) == Shut("dispatcher-conn")
-        assert worker._stopping.is_set() and worker._state == "stopping"
+        assert worker.state.stopping.is_set() and worker._state == "stopping"
         assert steps.answer() == STOP_RUNNERS
         assert steps.answer() == Open("deregister")
         assert isinstance(steps.answer("conn-3"), On)
@@ -821,7 +825,7 @@ def test_a_run_starts_serves_and_stops_in_one_order_for_both_runners():
             with pytest.raises(RuntimeError, match="dispatcher broke"):
                 steps.answer()
         assert worker._state == "stopped" and worker.stopped.is_set()
-        assert worker._stop_reason == ("stop()" if crash is None else "RuntimeError: dispatcher broke")
+        assert worker.state.stop_reason == ("stop()" if crash is None else "RuntimeError: dispatcher broke")
 
 
 def test_a_run_refused_at_the_start_closes_its_connection_and_starts_nothing():

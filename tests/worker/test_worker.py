@@ -26,6 +26,8 @@ import pyqueue_sql
 from pyqueue_sql import RetryPolicy, Worker
 from pyqueue_sql.aio.worker import AsyncWorker
 
+from ..helpers import wait_for
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -52,14 +54,6 @@ def running(worker: Worker | AsyncWorker):
         t.join(timeout=60)
         assert not t.is_alive(), "the worker did not stop"
         assert not failure, failure
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def idle_event(worker: Worker) -> threading.Event:

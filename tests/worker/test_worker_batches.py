@@ -19,7 +19,8 @@ import pyqueue_sql
 from pyqueue_sql import Worker
 from pyqueue_sql.aio.worker import AsyncWorker
 
-from .test_worker import ROOT, running, wait_for
+from ..helpers import wait_for
+from .test_worker import ROOT, running
 
 RUNTIMES = {"threads": Worker, "asyncio": AsyncWorker}
 
@@ -94,7 +95,7 @@ def test_a_prefetched_message_never_runs_after_its_lease(dsn, queue, worker_clas
     starts: list[tuple[str, float]] = []
     lock = threading.Lock()
     worker = worker_class(dsn, concurrency=1, prefetch=4, lease=lease, poll_fallback=0.2)
-    worker._handler_avg = 0.001  # as if quick handlers had run: the worker prefetches at once
+    worker.state.handler_avg = 0.001  # as if quick handlers had run: the worker prefetches at once
     stalled = threading.Event()
 
     def stall(_worker):
@@ -133,7 +134,7 @@ def test_a_stop_gives_back_the_prefetched_messages_without_counting_their_delive
     queue = make_queue(max_attempts=1)
     queue.set_result_retention(3600)
     worker = worker_class(dsn, concurrency=1, prefetch=4, poll_fallback=0.2)
-    worker._handler_avg = 0.001  # as if quick handlers had run: the worker prefetches at once
+    worker.state.handler_avg = 0.001  # as if quick handlers had run: the worker prefetches at once
     ran: list[str] = []
     release = threading.Event()
 

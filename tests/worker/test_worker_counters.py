@@ -7,7 +7,8 @@ import logging
 
 from pyqueue_sql import GiveUp, Snooze, Worker
 
-from .test_worker import running, wait_for
+from ..helpers import wait_for
+from .test_worker import running
 
 
 def test_give_ups_and_snoozes_are_counted_apart_from_failures(dsn, queue, caplog):

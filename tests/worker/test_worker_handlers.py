@@ -20,7 +20,8 @@ import pytest
 
 from pyqueue_sql import RetryPolicy, Worker
 
-from .test_worker import ROOT, running, wait_for
+from ..helpers import wait_for
+from .test_worker import ROOT, running
 
 FAST = RetryPolicy(base=0.1, factor=1.0, max_delay=0.1, jitter=0.0)
 

@@ -4,7 +4,6 @@ its retry_on, a payload that does not match the task), with its duration."""
 
 from __future__ import annotations
 
-import socket
 import time
 import urllib.request
 import uuid
@@ -12,6 +11,7 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..helpers import free_port
 from .test_worker_cli_app import serving, write_module
 
 MODULE = """
@@ -35,12 +35,6 @@ MODULE = """
     def typed(n: int) -> None:
         pass
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:

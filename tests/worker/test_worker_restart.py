@@ -12,8 +12,9 @@ import pyqueue_sql
 from pyqueue_sql import Worker, migrate
 
 from ..conftest import UNDER_CI
+from ..helpers import wait_for
 from ..own_postgres import OwnPostgres
-from .test_worker import running, wait_for
+from .test_worker import running
 
 pytestmark = pytest.mark.slow
 

@@ -414,6 +414,37 @@ BEGIN
     CALL pyqueue__check_int('priority', in_priority, -2147483648, 2147483647);
 END //
 
+-- pyqueue__check_expires: the header pyqueue.expires_at (the time after which a reserve or pop no longer hands the
+-- message out, but ends it as cancelled) of headers that carry it, checked: absent or JSON null (no expiry), else a
+-- JSON string holding a UTC time written exactly YYYY-MM-DDTHH:MM:SS.ffffffZ (27 characters: the reserves write their
+-- clock the same way, so a binary comparison of the texts orders them as times, with no conversion on the reserve's
+-- path), on a date and time that exist; anything else raises invalid_argument, prefixed with in_where ('' or
+-- 'element N of the batch: '). Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_expires //
+CREATE PROCEDURE pyqueue__check_expires(
+    IN in_headers LONGTEXT CHARACTER SET utf8mb4,
+    IN in_where   VARCHAR(64) CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_value LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_at LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;  -- (binary: the pattern's T and Z exactly)
+    SET v_value = JSON_EXTRACT(in_headers, '$."pyqueue.expires_at"');
+    IF v_value IS NOT NULL AND JSON_TYPE(v_value) <> 'NULL' THEN
+        IF JSON_TYPE(v_value) = 'STRING' THEN SET v_at = JSON_UNQUOTE(v_value); END IF;
+        IF v_at IS NULL
+           OR NOT v_at REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z$'
+           -- a date and time that exist (not 2026-02-30, nor 24:00 or a leap second): written back the same
+           -- (+ 0 seconds: MariaDB's STR_TO_DATE keeps 2026-02-30, date arithmetic gives NULL for it)
+           OR COALESCE(DATE_FORMAT(STR_TO_DATE(LEFT(v_at, 26), '%Y-%m-%dT%H:%i:%s.%f') + INTERVAL 0 SECOND,
+                                   '%Y-%m-%dT%H:%i:%s.%f'), '')
+              <> LEFT(v_at, 26) THEN
+            CALL pyqueue__raise('invalid_argument',
+                                CONCAT(in_where, 'pyqueue.expires_at must be a UTC time YYYY-MM-DDTHH:MM:SS.ffffffZ, not ',
+                                       LEFT(v_value, 64)));
+        END IF;
+    END IF;
+END //
+
 -- pyqueue__check_headers: refuses headers (the *_with_headers pushes) that are not a JSON object ('headers must be a
 -- JSON object': an array, string, number, or text that is not JSON) or longer than 8192 bytes of JSON text (as given);
 -- out_headers: what is stored, NULL for none (SQL NULL or the JSON value null). Takes no locks.
@@ -432,6 +463,7 @@ BEGIN
                 CALL pyqueue__raise('invalid_argument', CONCAT('headers are ', LENGTH(in_headers), ' bytes, more than 8192 bytes'));
             END IF;
             IF LOCATE(X'ED', CAST(in_headers AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'headers', in_headers); END IF;
+            IF LOCATE('pyqueue.expires_at', in_headers) > 0 THEN CALL pyqueue__check_expires(in_headers, ''); END IF;
             SET out_headers = in_headers;
         END IF;
     END IF;
@@ -446,7 +478,15 @@ CREATE PROCEDURE pyqueue__check_batch_headers(IN in_messages LONGTEXT CHARACTER 
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_bad, v_bytes BIGINT;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_bad = NULL;
+    DECLARE v_h LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_end BOOLEAN DEFAULT FALSE;
+    -- the elements whose headers carry an expiry, in order (a cursor: one pass over the batch)
+    DECLARE c_expiring CURSOR FOR
+        SELECT b.ord, b.h
+          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, h JSON PATH '$.headers')) AS b
+         WHERE JSON_TYPE(b.h) = 'OBJECT' AND JSON_CONTAINS_PATH(b.h, 'one', '$."pyqueue.expires_at"')
+         ORDER BY b.ord;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_bad = NULL, v_end = TRUE;
     IF LOCATE('"headers"', in_messages) > 0 THEN
         SELECT MIN(b.ord) INTO v_bad
           FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, h JSON PATH '$.headers')) AS b
@@ -462,6 +502,16 @@ BEGIN
         IF v_bad IS NOT NULL THEN
             CALL pyqueue__raise('invalid_argument', CONCAT('element ', v_bad, ' of the batch: headers are ', v_bytes,
                                                            ' bytes, more than 8192 bytes'));
+        END IF;
+        IF LOCATE('pyqueue.expires_at', in_messages) > 0 THEN
+            SET v_end = FALSE;
+            OPEN c_expiring;
+            expiring: LOOP
+                FETCH c_expiring INTO v_bad, v_h;
+                IF v_end THEN LEAVE expiring; END IF;
+                CALL pyqueue__check_expires(v_h, CONCAT('element ', v_bad, ' of the batch: '));
+            END LOOP;
+            CLOSE c_expiring;
         END IF;
     END IF;
 END //

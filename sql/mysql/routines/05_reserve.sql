@@ -28,7 +28,7 @@ END //
 -- moved to the last row), of priority in_priority only (in_rest FALSE: the ready index) or of every priority up to it
 -- (in_rest TRUE: the due index). out_cand: JSON array of [id, attempts, scheduled_at, token, reserved_by, cum,
 -- priority], cum a running total of result sizes (queue_pop's packet budget; 0 unless in_sizes); out_got its length;
--- out_max_attempts its highest attempts. Needs a large group_concat_max_len (the callers raise it).
+-- out_max_attempts its highest attempts; out_expired how many are past their pyqueue.expires_at header. Needs a large group_concat_max_len (the callers raise it).
 DROP PROCEDURE IF EXISTS pyqueue__candidates //
 CREATE PROCEDURE pyqueue__candidates(
     IN    in_queue         VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -43,19 +43,24 @@ CREATE PROCEDURE pyqueue__candidates(
     INOUT io_id            BIGINT,
     OUT   out_cand         LONGTEXT CHARACTER SET utf8mb4,
     OUT   out_got          INT,
-    OUT   out_max_attempts INT)
+    OUT   out_max_attempts INT,
+    OUT   out_expired      INT)
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_last LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+        DEFAULT DATE_FORMAT(in_now, '%Y-%m-%dT%H:%i:%s.%fZ');
     -- one branch runs (in_rest is constant; the other WHERE is impossible)
-    SELECT COUNT(*), MAX(d.attempts),
+    SELECT COUNT(*), MAX(d.attempts), COALESCE(SUM(d.expired), 0),
            CONCAT('[', GROUP_CONCAT(JSON_ARRAY(d.id, d.attempts, DATE_FORMAT(d.scheduled_at, '%Y-%m-%d %H:%i:%s.%f'),
                                                d.reserve_token, d.reserved_by, d.cum, d.priority)
                                     ORDER BY d.priority DESC, d.scheduled_at, d.id SEPARATOR ','), ']')
-      INTO out_got, out_max_attempts, out_cand
+      INTO out_got, out_max_attempts, out_expired, out_cand
       FROM (SELECT r.*, SUM(r.size) OVER (ORDER BY r.priority DESC, r.scheduled_at, r.id) AS cum
               FROM ((SELECT m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority,
-                            IF(in_sizes, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind) + COALESCE(LENGTH(m.headers), 0)) + 256, 0) AS size
+                            IF(in_sizes, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind) + COALESCE(LENGTH(m.headers), 0)) + 256, 0) AS size,
+                            COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
+                                    AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS expired
                        FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
                       WHERE NOT in_rest
                         AND m.queue_name = in_queue AND m.priority = in_priority AND m.scheduled_at <= in_now
@@ -66,7 +71,9 @@ BEGIN
                       LIMIT in_k)
                     UNION ALL
                     (SELECT m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority,
-                            IF(in_sizes, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind) + COALESCE(LENGTH(m.headers), 0)) + 256, 0) AS size
+                            IF(in_sizes, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind) + COALESCE(LENGTH(m.headers), 0)) + 256, 0) AS size,
+                            COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
+                                    AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS expired
                        FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
                       WHERE in_rest
                         AND m.queue_name = in_queue AND m.scheduled_at <= in_now AND m.priority <= in_priority
@@ -85,12 +92,116 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__expire: ends message in_id, which a reserve or pop claimed under in_token because its header
+-- pyqueue.expires_at has passed (pyqueue__end_claim), as queue_cancel ends a message nobody holds: last_error
+-- 'expired at <expires_at>', history outcome 'cancelled', deleted by id and token, a schedule's pending occurrence
+-- making way for the next (pyqueue__schedule_next, first, as pyqueue__dead_letter), on a queue that keeps results the
+-- outcome 'cancelled' and the messages that wait for it cancelled (pyqueue__result_put). A grouped message: its group
+-- row is locked first (with in_nowait SKIP LOCKED: busy, nothing happens and out_done = -1, the caller gives the claim
+-- back) and the next message of the group takes its place. In autocommit mode the steps are one transaction of its
+-- own. out_done = 1 when it ended, 0 when the claim no longer held. Locks: the message row, the group row, the
+-- history, schedule and result rows, until the transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__expire //
+CREATE PROCEDURE pyqueue__expire(
+    IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id     BIGINT,
+    IN  in_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_now    DATETIME(6),
+    IN  in_nowait BOOLEAN,
+    OUT out_done  INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_found INT DEFAULT 1;
+    DECLARE v_key, v_group, v_head_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind, v_head_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_attempts INT;
+    DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_results BOOLEAN;
+    DECLARE v_locked, v_txn, v_own, v_deleted INT DEFAULT 0;
+    DECLARE v_busy BOOLEAN DEFAULT FALSE;
+    DECLARE v_hist BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+    SET out_done = 0;
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+        SELECT m.p_key, m.p_kind, m.attempts, m.group_key, m.progress,
+               LEFT(CONCAT('expired at ', JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"'))), 2000),
+               (SELECT q.result_retention IS NOT NULL FROM pyqueue_queue q WHERE q.queue_name = in_queue)
+          INTO v_key, v_kind, v_attempts, v_group, v_progress, v_error, v_results
+          FROM pyqueue_message m
+         WHERE m.id = in_id AND m.reserve_token = in_token;
+    END;
+    IF v_found = 1 THEN
+        CALL pyqueue__own_transaction(TRUE, v_own);
+        IF v_own = 1 THEN
+            START TRANSACTION;
+            SET v_txn = 1;
+        END IF;
+        IF v_group IS NOT NULL THEN
+            CALL pyqueue__group_lock(in_queue, v_group, in_nowait, v_locked, v_head_key, v_head_kind);
+            SET v_busy = (in_nowait AND v_locked = 0);
+        END IF;
+        IF NOT v_busy THEN
+            IF v_key LIKE '%@____-__-__T__:__:__Z' THEN
+                -- a schedule's occurrence: the schedule goes on (before the DELETE, as queue_commit)
+                CALL pyqueue__schedule_next(in_queue, v_key, v_kind);
+            END IF;
+            UPDATE pyqueue_message SET last_error = v_error WHERE id = in_id AND reserve_token = in_token;
+            CALL pyqueue__archive(in_queue, in_id, in_token, 'cancelled', NULL, in_now, v_hist);
+            DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
+            SET v_deleted = ROW_COUNT();
+            CALL pyqueue__unarchive(v_hist, v_deleted);
+            IF v_deleted = 1 AND v_results THEN  -- and the messages that wait for it are cancelled
+                CALL pyqueue__result_put(in_queue, v_key, v_kind, 'cancelled', NULL, v_error, v_attempts, v_progress,
+                                         in_now, FALSE, 'was cancelled');
+            END IF;
+            IF v_deleted = 1 AND v_locked = 1 AND v_head_key = v_key AND v_head_kind = v_kind THEN
+                CALL pyqueue__group_next(in_queue, v_group, in_now);
+            ELSEIF v_deleted = 1 AND v_locked = 1 THEN  -- a live message besides the head (a claimed one is live)
+                CALL pyqueue__group_extra_left(in_queue, v_group, in_now);
+            END IF;
+        END IF;
+        IF v_txn = 1 THEN
+            COMMIT;
+            SET v_txn = 0;
+        END IF;
+        SET out_done = IF(v_busy, -1, v_deleted);
+    END IF;
+END //
+
+-- pyqueue__end_claim: what a reserve or pop does with a message it claimed (under in_token) to end instead of handing
+-- out: one past its pyqueue.expires_at is ended as cancelled (pyqueue__expire), whatever its attempts; else it had
+-- max_attempts deliveries and is dead-lettered (pyqueue__dead_letter). out_done as theirs. Locks: as theirs.
+DROP PROCEDURE IF EXISTS pyqueue__end_claim //
+CREATE PROCEDURE pyqueue__end_claim(
+    IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_dlq    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_id     BIGINT,
+    IN  in_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_now    DATETIME(6),
+    IN  in_nowait BOOLEAN,
+    OUT out_done  INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+        DEFAULT DATE_FORMAT(in_now, '%Y-%m-%dT%H:%i:%s.%fZ');
+    IF EXISTS (SELECT 1 FROM pyqueue_message x FORCE INDEX (PRIMARY)
+                WHERE x.id = in_id AND x.reserve_token = in_token AND COALESCE(x.headers IS NOT NULL AND x.dead_from IS NULL
+                                    AND JSON_UNQUOTE(JSON_EXTRACT(x.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE)) THEN
+        CALL pyqueue__expire(in_queue, in_id, in_token, in_now, in_nowait, out_done);
+    ELSE
+        CALL pyqueue__dead_letter(in_queue, in_dlq, in_id, in_token, in_now, in_nowait, out_done);
+    END IF;
+END //
+
 -- pyqueue__claim: claims up to in_n ready messages of in_queue (of in_kinds, NULL = any) in the reserve's order, a
 -- page of candidates (pyqueue__candidates, 5000) at a time, each page with ONE UPDATE joined to a FOR UPDATE SKIP
 -- LOCKED read by id (never a gap, never the ready range) of the candidates still as read. A claimed row gets
 -- scheduled_at = in_until and the token derived from in_secret and its id, so a call finds its claims again by id
--- (io_claimed, in order) and token. Reserve (in_pop FALSE): attempts + 1, reserved_by = in_worker; a candidate at
--- attempts >= in_max is claimed under another secret and dead-lettered instead (one left alone by
+-- (io_claimed, in order) and token. Reserve (in_pop FALSE): attempts + 1, reserved_by = in_worker; a candidate past
+-- its pyqueue.expires_at header (a pop's too) or at attempts >= in_max is claimed under another secret and ended as
+-- cancelled or dead-lettered instead (pyqueue__end_claim) (one left alone by
 -- pyqueue__dead_letter gets its claim back, pyqueue__unclaim). Pop: attempts and worker stay, and the claims stop
 -- before the result would pass max_allowed_packet (at least one). At most 4 priorities are walked on the ready index,
 -- then one due-index read covers the rest: the cost follows the ready rows. io_claimed: the candidates of the claimed
@@ -121,6 +232,9 @@ BEGIN
     DECLARE v_at DATETIME(6);
     DECLARE v_id, v_budget BIGINT;
     DECLARE v_dsecret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_nexp INT;
+    DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+        DEFAULT DATE_FORMAT(in_now, '%Y-%m-%dT%H:%i:%s.%fZ');
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         -- a failing procedure returns no INOUT parameter: the claims go back here
@@ -142,12 +256,13 @@ BEGIN
             -- pages of at most 5000 keep the UPDATE's buffer of changed rows in memory
             SET v_k = LEAST(v_left, 5000);
             CALL pyqueue__candidates(in_queue, in_kinds, in_now, v_priority, v_rest, v_k, in_pop,
-                                     v_pr, v_at, v_id, v_cand, v_got, v_maxatt);
+                                     v_pr, v_at, v_id, v_cand, v_got, v_maxatt, v_nexp);
             IF v_got = 0 THEN LEAVE pages; END IF;
             SET v_claims = 0;
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
-                UPDATE (SELECT x.id, (in_max IS NOT NULL AND x.attempts >= in_max) AS dead
+                UPDATE (SELECT x.id, (in_max IS NOT NULL AND x.attempts >= in_max) OR COALESCE(x.headers IS NOT NULL AND x.dead_from IS NULL
+                                    AND JSON_UNQUOTE(JSON_EXTRACT(x.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS dead
                           FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
                                    ord     FOR ORDINALITY,
                                    c_id    BIGINT      PATH '$[0]',
@@ -178,8 +293,8 @@ BEGIN
                 SET io_claimed = CONCAT(io_claimed, IF(io_claimed = '', '', ','),
                                         SUBSTRING(v_cand, 2, CHAR_LENGTH(v_cand) - 2));
             END IF;
-            IF in_max IS NOT NULL AND v_maxatt >= in_max AND v_claims > 0 THEN
-                -- the candidates claimed for dead-lettering: [id, token, old scheduled_at, old token]
+            IF ((in_max IS NOT NULL AND v_maxatt >= in_max) OR v_nexp > 0) AND v_claims > 0 THEN
+                -- the candidates claimed for dead-lettering or expiring: [id, token, old scheduled_at, old token]
                 SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY(m.id, m.reserve_token, j.c_at, j.c_token)) INTO v_ndead, v_dead
                   FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
                            ord     FOR ORDINALITY,
@@ -194,10 +309,10 @@ BEGIN
                 WHILE v_i < v_ndead DO
                     BEGIN
                         DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
-                        CALL pyqueue__dead_letter(in_queue, in_dlq,
-                                                  JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][0]')),
-                                                  JSON_UNQUOTE(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][1]'))),
-                                                  in_now, TRUE, v_done);
+                        CALL pyqueue__end_claim(in_queue, in_dlq,
+                                                JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][0]')),
+                                                JSON_UNQUOTE(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][1]'))),
+                                                in_now, TRUE, v_done);
                         IF v_done = -1 THEN  -- its group row was busy: left as it was
                             CALL pyqueue__unclaim(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][0]')),
                                                   JSON_UNQUOTE(JSON_EXTRACT(v_dead, CONCAT('$[', v_i, '][1]'))),
@@ -252,6 +367,9 @@ BEGIN
     DECLARE v_by VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_dead BOOLEAN;
     DECLARE v_dsecret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL;
+    DECLARE v_exp BOOLEAN;
+    DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+        DEFAULT DATE_FORMAT(in_now, '%Y-%m-%dT%H:%i:%s.%fZ');
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
     SET out_count = 0;
     -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index, where
@@ -266,8 +384,10 @@ BEGIN
         candidates: LOOP
             -- the next candidate after the keyset position (no derived table to materialise; no row: v_found = 0)
             IF v_steps < 4 THEN
-                SELECT 1, m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority
-                  INTO v_found, v_id, v_att, v_at, v_tok, v_by, v_pr
+                SELECT 1, m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority,
+                       COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
+                                    AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE)
+                  INTO v_found, v_id, v_att, v_at, v_tok, v_by, v_pr, v_exp
                   FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
                  WHERE m.queue_name = in_queue AND m.priority = v_priority AND m.scheduled_at <= in_now
                    AND (v_last_id IS NULL
@@ -276,8 +396,10 @@ BEGIN
                  ORDER BY m.scheduled_at, m.id
                  LIMIT 1;
             ELSE
-                SELECT 1, m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority
-                  INTO v_found, v_id, v_att, v_at, v_tok, v_by, v_pr
+                SELECT 1, m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority,
+                       COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
+                                    AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE)
+                  INTO v_found, v_id, v_att, v_at, v_tok, v_by, v_pr, v_exp
                   FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
                  WHERE m.queue_name = in_queue AND m.scheduled_at <= in_now AND m.priority <= v_priority
                    AND (v_last_id IS NULL
@@ -290,7 +412,7 @@ BEGIN
             END IF;
             IF v_found = 0 THEN LEAVE candidates; END IF;
             SET v_last_id = v_id, v_last_at = v_at, v_last_pr = v_pr,
-                v_dead = (in_max IS NOT NULL AND v_att >= in_max);
+                v_dead = (in_max IS NOT NULL AND v_att >= in_max) OR v_exp;
             IF v_dead AND v_dsecret IS NULL THEN CALL pyqueue__random_token(v_dsecret); END IF;
             SET v_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(IF(v_dead, v_dsecret, in_secret), v_id), 256), 32), 13, 1, '4'),
                   17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(IF(v_dead, v_dsecret, in_secret), v_id), 256), 17, 1), 16, 10) + 1, 1)),
@@ -325,7 +447,7 @@ BEGIN
                 END IF;
                 BEGIN
                     DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
-                    CALL pyqueue__dead_letter(in_queue, in_dlq, v_id, v_token, in_now, TRUE, v_done);
+                    CALL pyqueue__end_claim(in_queue, in_dlq, v_id, v_token, in_now, TRUE, v_done);
                     IF v_done = -1 THEN  -- its group row was busy: left as it was
                         CALL pyqueue__unclaim(v_id, v_token, v_at, v_tok);
                     END IF;
@@ -449,8 +571,8 @@ END //
 -- transaction: the oldest ready message of priority 0 of in_queue that no other transaction holds (FOR UPDATE SKIP
 -- LOCKED: concurrent reserves take different messages instead of racing for the oldest), claimed by id with a random
 -- token of its own: scheduled_at = now + (in_timeout, else in_vis), attempts + 1, reserved_by = in_worker. out_id and
--- out_token: the claim; NULL when nothing is ready at priority 0 or the message is due for dead-lettering (the general
--- way takes both). Locks: the claimed row, until the caller's transaction ends.
+-- out_token: the claim; NULL when nothing is ready at priority 0 or the message is due for dead-lettering or past its
+-- pyqueue.expires_at header (the general way takes them). Locks: the claimed row, until the caller's transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__claim_short //
 CREATE PROCEDURE pyqueue__claim_short(
     IN  in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -464,9 +586,13 @@ SQL SECURITY INVOKER
 BEGIN
     DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
     DECLARE v_att INT;
+    DECLARE v_exp BOOLEAN;
+    DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+        DEFAULT DATE_FORMAT(v_now, '%Y-%m-%dT%H:%i:%s.%fZ');
     BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET out_id = NULL;
-        SELECT m.id, m.attempts INTO out_id, v_att
+        SELECT m.id, m.attempts, COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
+                                    AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) INTO out_id, v_att, v_exp
           FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
          WHERE m.queue_name = in_queue AND m.priority = 0 AND m.scheduled_at <= v_now
          ORDER BY m.scheduled_at, m.id
@@ -474,7 +600,7 @@ BEGIN
            FOR UPDATE SKIP LOCKED;
     END;
     SET out_token = NULL;
-    IF out_id IS NOT NULL AND (in_max IS NULL OR v_att < in_max) THEN
+    IF out_id IS NOT NULL AND (in_max IS NULL OR v_att < in_max) AND NOT v_exp THEN
         CALL pyqueue__random_token(out_token);
         UPDATE pyqueue_message
            SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND,
@@ -499,7 +625,8 @@ END //
 -- candidates and parses only ids. out_ids: a JSON array of the claimed ids in FIFO order (scheduled_at, id);
 -- out_count: how many (0: nothing ready at priority 0, the whole answer when nothing lies below it); NULL, with nothing
 -- claimed, when the short way does not cover the call: a message below priority 0 (the walk over priorities is the
--- general way's) or a candidate due for dead-lettering (the caller rolls back; the general way takes both). Needs a
+-- general way's) or a candidate due for dead-lettering or past its pyqueue.expires_at header (the caller rolls back;
+-- the general way takes them). Needs a
 -- group_concat_max_len of 20 * in_n + 2 (the caller raises it). Locks: the claimed rows, until the caller's
 -- transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__claim_short_batch //
@@ -520,6 +647,9 @@ BEGIN
     DECLARE v_id BIGINT DEFAULT NULL;
     DECLARE v_k, v_got, v_held, v_att, v_max_att INT;
     DECLARE v_below BOOLEAN;
+    DECLARE v_exp, v_any_exp BOOLEAN DEFAULT FALSE;
+    DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+        DEFAULT DATE_FORMAT(v_now, '%Y-%m-%dT%H:%i:%s.%fZ');
     DECLARE v_cand, v_ids LONGTEXT CHARACTER SET utf8mb4;
     SET out_ids = '', out_count = 0, v_max_att = 0;
     pages: LOOP
@@ -538,9 +668,10 @@ BEGIN
         IF v_below THEN LEAVE pages; END IF;
         IF v_got = 0 THEN LEAVE pages; END IF;
         SET v_id = SUBSTRING_INDEX(v_cand, ',', -1);  -- the last candidate (v_at: its scheduled_at)
-        SELECT COUNT(*), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ',')
-          INTO v_held, v_att, v_ids
-          FROM (SELECT j.ord, x.id, x.attempts
+        SELECT COUNT(*), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ','), COALESCE(MAX(c.expired), 0)
+          INTO v_held, v_att, v_ids, v_exp
+          FROM (SELECT j.ord, x.id, x.attempts, COALESCE(x.headers IS NOT NULL AND x.dead_from IS NULL
+                                    AND JSON_UNQUOTE(JSON_EXTRACT(x.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS expired
                   FROM JSON_TABLE(CONCAT('[', v_cand, ']'), '$[*]' COLUMNS (
                            ord  FOR ORDINALITY,
                            c_id BIGINT PATH '$')) AS j
@@ -550,12 +681,12 @@ BEGIN
                    FOR UPDATE SKIP LOCKED) AS c;
         IF v_held > 0 THEN
             SET out_ids = CONCAT(out_ids, IF(out_ids = '', '', ','), v_ids),
-                out_count = out_count + v_held, v_max_att = GREATEST(v_max_att, v_att);
+                out_count = out_count + v_held, v_max_att = GREATEST(v_max_att, v_att), v_any_exp = v_any_exp OR v_exp;
         END IF;
         IF out_count >= in_n OR v_got < v_k THEN LEAVE pages; END IF;
     END LOOP;
     SET out_ids = CONCAT('[', out_ids, ']');
-    IF v_below OR (in_max IS NOT NULL AND v_max_att >= in_max) THEN
+    IF v_below OR (in_max IS NOT NULL AND v_max_att >= in_max) OR v_any_exp THEN
         SET out_ids = NULL, out_count = NULL;
     ELSEIF out_count > 0 THEN
         UPDATE JSON_TABLE(out_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$')) AS j
@@ -644,6 +775,8 @@ BEGIN
     DECLARE v_nrates INT DEFAULT 0;
     DECLARE v_kslot, v_qslot INT;
     DECLARE v_popped LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
+    DECLARE v_exp BOOLEAN;
+    DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     -- An error after claims: give them back as they were (in the call's own transaction: roll it back), then fail.
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
@@ -677,6 +810,7 @@ BEGIN
     IF NOT v_paused THEN
         CALL pyqueue__own_transaction(FALSE, v_own);
         SET v_now = UTC_TIMESTAMP(6);
+        SET v_clock = DATE_FORMAT(v_now, '%Y-%m-%dT%H:%i:%s.%fZ');
         SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
         SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) AND NOT v_pop INTO v_limits;
         REPEAT
@@ -747,8 +881,10 @@ BEGIN
                             -- queue_name again: queue_move may have moved the row meanwhile
                             SELECT m.attempts, m.reserve_token, m.scheduled_at, m.reserved_by,
                                    IF(v_pop, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind)
-                                                  + COALESCE(LENGTH(m.headers), 0)) + 256, 0)
-                              INTO v_attempts, v_seen_token, v_seen_at, v_seen_by, v_size
+                                                  + COALESCE(LENGTH(m.headers), 0)) + 256, 0),
+                                   COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
+                                    AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE)
+                              INTO v_attempts, v_seen_token, v_seen_at, v_seen_by, v_size, v_exp
                               FROM pyqueue_message m
                              WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
                                FOR UPDATE SKIP LOCKED;
@@ -764,8 +900,10 @@ BEGIN
                             ELSE
                                 CALL pyqueue__random_token(v_token);
                             END IF;
-                            IF v_attempts >= v_max AND NOT v_pop THEN
-                                -- its last allowed reservation expired: claim it to dead-letter (attempts unchanged)
+                            IF v_exp OR (v_attempts >= v_max AND NOT v_pop) THEN
+                                -- past its expiry, or its last allowed reservation expired: claim it to end or
+                                -- dead-letter (attempts unchanged; a pop's claim under a token of its own)
+                                IF v_pop THEN CALL pyqueue__random_token(v_token); END IF;
                                 UPDATE pyqueue_message FORCE INDEX (PRIMARY)
                                    SET scheduled_at = v_until, reserve_token = v_token,
                                        last_error = COALESCE(last_error,
@@ -773,7 +911,7 @@ BEGIN
                                  WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
                                    AND attempts = v_attempts AND reserve_token <=> v_seen_token;
                                 IF ROW_COUNT() = 1 THEN
-                                    CALL pyqueue__dead_letter(in_queue, v_dlq, v_id, v_token, v_now, TRUE, v_dead);
+                                    CALL pyqueue__end_claim(in_queue, v_dlq, v_id, v_token, v_now, TRUE, v_dead);
                                     IF v_dead = -1 THEN  -- its group row was busy: left as it was
                                         CALL pyqueue__unclaim(v_id, v_token, v_seen_at, v_seen_token);
                                     END IF;
@@ -918,7 +1056,8 @@ END //
 -- delete. An error before the delete gives the marks back; an interruption leaves marked rows that come back after
 -- the visibility timeout (never lost, never twice). A FIFO group's head leaves alone first (pyqueue__groups_leave),
 -- its group row with SKIP LOCKED: busy, its mark goes back. On a queue that keeps results each popped message's
--- outcome is 'succeeded', recorded with the history (one INSERT) before the DELETE.
+-- outcome is 'succeeded', recorded with the history (one INSERT) before the DELETE. A popped occurrence of a schedule
+-- pushes the next one after the DELETE (pyqueue__schedule_next).
 -- Locks: the marked rows, for one statement each step (or until the caller's transaction ends); rows another session
 -- holds are skipped.
 DROP PROCEDURE IF EXISTS queue_pop //
@@ -933,7 +1072,8 @@ BEGIN
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
     DECLARE v_count, v_taken, v_deleted, v_ngrouped, v_own, v_rated INT DEFAULT 0;
-    DECLARE v_rows, v_grouped, v_busy, v_deps LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_rows, v_grouped, v_busy, v_deps, v_occ LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_i INT;
     DECLARE v_gcl BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
@@ -1041,6 +1181,19 @@ BEGIN
               STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
              WHERE m.reserve_token = j.c_token;
             SET v_deleted = v_deleted + ROW_COUNT();
+            -- the popped occurrences of schedules: each pushes its schedule's next, as a commit does
+            SELECT JSON_ARRAYAGG(JSON_ARRAY(j.c_k, j.c_kd)) INTO v_occ
+              FROM JSON_TABLE(COALESCE(v_rows, '[]'), '$[*]' COLUMNS (
+                       c_id BIGINT PATH '$.id',
+                       c_k  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.k',
+                       c_kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.kd')) AS j
+             WHERE j.c_k LIKE '%@____-__-__T__:__:__Z' AND NOT EXISTS (SELECT 1 FROM pyqueue_message m WHERE m.id = j.c_id);
+            SET v_i = 0;
+            WHILE v_i < COALESCE(JSON_LENGTH(v_occ), 0) DO
+                CALL pyqueue__schedule_next(v_queue, JSON_UNQUOTE(JSON_EXTRACT(v_occ, CONCAT('$[', v_i, '][0]'))),
+                                            JSON_UNQUOTE(JSON_EXTRACT(v_occ, CONCAT('$[', v_i, '][1]'))));
+                SET v_i = v_i + 1;
+            END WHILE;
             -- popped: succeeded, for the messages that wait for them (one locking probe of pyqueue_dependency per
             -- message, which finds nothing for a message without parents or children; a grouped one's went with it)
             SET v_deps = NULL;

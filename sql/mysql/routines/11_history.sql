@@ -174,7 +174,7 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_dead, v_to, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_left, v_k, v_top, v_pr, v_got, v_maxatt, v_moved, v_gdone, v_retry INT;
+    DECLARE v_max, v_left, v_k, v_top, v_pr, v_got, v_maxatt, v_nexp, v_moved, v_gdone, v_retry INT;
     DECLARE v_paused, v_history, v_results BOOLEAN;
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_id, v_gcl BIGINT;
@@ -198,7 +198,7 @@ BEGIN
     pages: WHILE v_top IS NOT NULL AND v_left > 0 DO
         SET v_k = LEAST(v_left, 5000), v_now = UTC_TIMESTAMP(6), v_tries = 0;
         CALL pyqueue__candidates(v_dead, NULL, v_now, v_top, TRUE, v_k, FALSE,
-                                 v_pr, v_at, v_id, v_cand, v_got, v_maxatt);
+                                 v_pr, v_at, v_id, v_cand, v_got, v_maxatt, v_nexp);
         IF v_got = 0 THEN LEAVE pages; END IF;
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1, v_mine = NULL, v_grouped = NULL, v_gdone = 0;

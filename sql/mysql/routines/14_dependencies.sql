@@ -69,7 +69,8 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__deps_ready: the waiting child of message id in_msg of in_queue is ready now (its count row 'w' gone).
+-- pyqueue__deps_ready: the waiting child of message id in_msg of in_queue is due now, or at its run_at (its count row
+-- 'w' gone).
 DROP PROCEDURE IF EXISTS pyqueue__deps_ready //
 CREATE PROCEDURE pyqueue__deps_ready(
     IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -81,8 +82,10 @@ BEGIN
     DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
     DELETE w FROM pyqueue_dependency w FORCE INDEX (pyqueue_dependency_message_idx)
      WHERE w.queue_name = in_queue AND w.p_key = in_key AND w.p_kind = in_kind AND w.role = 'w';
+    -- due now, or at its run_at (kept in scheduled_at_initially while it waited)
     UPDATE pyqueue_message FORCE INDEX (PRIMARY)
-       SET scheduled_at = v_now, scheduled_at_initially = v_now
+       SET scheduled_at = GREATEST(v_now, scheduled_at_initially),
+           scheduled_at_initially = GREATEST(v_now, scheduled_at_initially)
      WHERE id = in_msg AND queue_name = in_queue AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
 END //
 
@@ -349,7 +352,7 @@ BEGIN
     CLOSE c_moved;
 END //
 
--- queue_push_after_on: queue_push of a message that waits for its parents, in_parents the JSON text of an array of 1 to
+-- pyqueue__push_after: queue_push of a message that waits for its parents, in_parents the JSON text of an array of 1 to
 -- 1000 objects {"queue", "p_key", "p_kind"} (parents may be in other queues; none may be the message itself or a
 -- schedule's occurrence). Result: one row, inserted = 1, or 0 when a live message has the key and kind (dedup:
 -- nothing changes). A parent is known when its queue keeps results (queue_set_result_retention) and it is live there
@@ -377,15 +380,24 @@ END //
 -- message row, its pyqueue_dependency rows and the parents' ones, until the transaction ends; in a transaction of
 -- its own also the parents' queue rows (shared, for the length of the call). In the caller's transaction no parent's
 -- queue row: nothing that a reserve, a settle or an admin call of the parents' queues waits for.
-DROP PROCEDURE IF EXISTS queue_push_after_on //
-CREATE PROCEDURE queue_push_after_on(
-    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
-    IN in_parents LONGTEXT CHARACTER SET utf8mb4,
-    IN in_run_on  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
-SQL SECURITY DEFINER
+-- The body of queue_push_after_on_with_headers, queue_push_after_on and queue_push_after_batch (out_inserted: the
+-- answer; the routines' own result sets are the wrappers'), with queue_push_with_headers' options: in_run_at (NULL:
+-- none; a message is due at the later of its run_at and the moment its parents let it run, its run_at kept in
+-- scheduled_at_initially while it waits, where pyqueue__deps_ready reads it), in_priority (NULL = 0) and in_headers
+-- (NULL or JSON null: none; pyqueue__check_headers, a pyqueue.expires_at among them).
+DROP PROCEDURE IF EXISTS pyqueue__push_after //
+CREATE PROCEDURE pyqueue__push_after(
+    IN  in_queue     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_key       LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_kind      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_payload   LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_parents   LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_run_on    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_run_at    DATETIME(6),
+    IN  in_priority  DECIMAL(65,30),
+    IN  in_headers   LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_inserted INT)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue, v_kind, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -399,8 +411,10 @@ BEGIN
     DECLARE v_on VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_max_payload, v_id BIGINT;
     DECLARE v_now DATETIME(6);
+    DECLARE v_headers LONGTEXT CHARACTER SET utf8mb4;
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
-    CALL pyqueue__check_message(in_key, in_kind, in_payload, NULL, NULL);
+    CALL pyqueue__check_message(in_key, in_kind, in_payload, in_run_at, in_priority);
+    IF in_headers IS NOT NULL THEN CALL pyqueue__check_headers(in_headers, v_headers); END IF;
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
     SELECT MAX(q.max_payload) INTO v_max_payload FROM pyqueue_queue q WHERE q.queue_name = v_queue;
     IF LENGTH(in_payload) > v_max_payload THEN CALL pyqueue__raise_size(LENGTH(in_payload), v_max_payload); END IF;
@@ -561,9 +575,11 @@ BEGIN
             SET v_now = UTC_TIMESTAMP(6);
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at,
-                    attempts)
-            VALUES (v_queue, v_key, v_kind, in_payload, 0,
-                    IF(v_wait, TIMESTAMP '9999-12-31 23:59:59.999999', v_now), v_now, v_now, 0);
+                    attempts, headers)
+            VALUES (v_queue, v_key, v_kind, in_payload, COALESCE(in_priority, 0),
+                    IF(v_wait, TIMESTAMP '9999-12-31 23:59:59.999999', GREATEST(v_now, COALESCE(in_run_at, v_now))),
+                    IF(v_wait, COALESCE(in_run_at, v_now), GREATEST(v_now, COALESCE(in_run_at, v_now))), v_now, 0,
+                    v_headers);
             SET v_inserted = ROW_COUNT();
             IF v_inserted = 1 THEN
                 SET v_id = LAST_INSERT_ID();
@@ -623,6 +639,43 @@ BEGIN
             IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
         END;
     UNTIL v_retry = 0 END REPEAT;
+    SET out_inserted = v_inserted;
+END //
+
+-- queue_push_after_on: queue_push_after_on_with_headers without run_at, priority or headers (priority 0, due once its
+-- parents let it run). Result and locks: as queue_push_after_on_with_headers.
+DROP PROCEDURE IF EXISTS queue_push_after_on //
+CREATE PROCEDURE queue_push_after_on(
+    IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN in_parents LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_on  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    CALL queue_push_after_on_with_headers(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, NULL, NULL,
+                                          NULL);
+END //
+
+-- queue_push_after_on_with_headers: pyqueue__push_after, its answer as one row (inserted 1/0). Locks: as
+-- pyqueue__push_after.
+DROP PROCEDURE IF EXISTS queue_push_after_on_with_headers //
+CREATE PROCEDURE queue_push_after_on_with_headers(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_key      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_payload  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_parents  LONGTEXT CHARACTER SET utf8mb4,
+    IN in_run_on   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_run_at   DATETIME(6),
+    IN in_priority DECIMAL(65,30),
+    IN in_headers  LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_inserted INT;
+    CALL pyqueue__push_after(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, in_run_at, in_priority,
+                             in_headers, v_inserted);
     SELECT v_inserted AS inserted;
 END //
 
@@ -638,6 +691,105 @@ CREATE PROCEDURE queue_push_after(
 SQL SECURITY DEFINER
 BEGIN
     CALL queue_push_after_on(in_queue, in_key, in_kind, in_payload, in_parents, 'success');
+END //
+
+-- queue_push_after_batch: many messages that wait for their parents, in one call and one transaction (a chord's
+-- 1,000 parts in one round trip): in_messages the JSON text of an array of 1 to 5000 objects, each with the strings
+-- p_key and p_kind, payload, parents (as queue_push_after's), and optionally run_on (a string, default 'success'),
+-- run_at (UTC, 'YYYY-MM-DD HH:MM:SS[.ffffff]'), priority (an integer) and headers; any other member is refused. Each
+-- element is pushed as queue_push_after_on_with_headers pushes it (pyqueue__push_after, in order: an element may name
+-- an earlier one as a parent); a refused element refuses the batch, nothing written, the error naming it ('element N
+-- of the batch: ...'). Result: one row, inserted (how many; a live key is skipped: dedup). The array is read once
+-- (a cursor over JSON_TABLE). In autocommit mode the batch is a transaction of its own, run again whole on a
+-- deadlock (up to 10 times). Locks: as pyqueue__push_after, for each element, until the transaction ends.
+DROP PROCEDURE IF EXISTS queue_push_after_batch //
+CREATE PROCEDURE queue_push_after_batch(
+    IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_vis DECIMAL(20,6);
+    DECLARE v_max, v_n, v_i, v_one, v_count, v_retry INT DEFAULT 0;
+    DECLARE v_own, v_txn, v_tries INT DEFAULT 0;
+    DECLARE v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_paused, v_end, v_open BOOLEAN DEFAULT FALSE;
+    DECLARE v_m LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_text VARCHAR(512) CHARACTER SET utf8mb4;
+    DECLARE c_messages CURSOR FOR
+        SELECT j.m FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, m JSON PATH '$')) AS j
+         ORDER BY j.ord;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = TRUE;
+    CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
+    IF in_messages IS NULL OR NOT JSON_VALID(in_messages) OR JSON_TYPE(in_messages) <> 'ARRAY' THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
+    END IF;
+    SET v_n = JSON_LENGTH(in_messages);
+    IF v_n < 1 OR v_n > 5000 THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('messages must hold 1 to 5000 messages, not ', v_n));
+    END IF;
+    CALL pyqueue__own_transaction(TRUE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1, v_i = 0, v_count = 0, v_end = FALSE;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467
+            BEGIN
+                IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF;
+                IF v_open THEN CLOSE c_messages; SET v_open = FALSE; END IF;
+                IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
+            END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION
+            BEGIN
+                -- the element named: 'pyqueue:<code>: element N of the batch: <detail>'
+                GET DIAGNOSTICS CONDITION 1 v_text = MESSAGE_TEXT;
+                IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF;
+                IF v_text LIKE 'pyqueue:%' THEN
+                    SET v_text = LEFT(CONCAT(SUBSTRING_INDEX(v_text, ': ', 1), ': element ', v_i, ' of the batch: ',
+                                             SUBSTRING(v_text, CHAR_LENGTH(SUBSTRING_INDEX(v_text, ': ', 1)) + 3)), 128);
+                ELSE
+                    SET v_text = LEFT(CONCAT('pyqueue:invalid_argument: element ', v_i, ' of the batch: ', v_text), 128);
+                END IF;
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_text;
+            END;
+            IF v_own = 1 THEN
+                START TRANSACTION;
+                SET v_txn = 1;
+            END IF;
+            OPEN c_messages;
+            SET v_open = TRUE;
+            messages: LOOP
+                FETCH c_messages INTO v_m;
+                IF v_end THEN LEAVE messages; END IF;
+                SET v_i = v_i + 1;
+                IF JSON_TYPE(v_m) <> 'OBJECT'
+                   OR COALESCE(JSON_TYPE(JSON_EXTRACT(v_m, '$.p_key')), '') <> 'STRING'
+                   OR COALESCE(JSON_TYPE(JSON_EXTRACT(v_m, '$.p_kind')), '') <> 'STRING'
+                   OR COALESCE(JSON_TYPE(JSON_EXTRACT(v_m, '$.run_on')), 'NULL') NOT IN ('STRING', 'NULL')
+                   OR COALESCE(JSON_TYPE(JSON_EXTRACT(v_m, '$.run_at')), 'NULL') NOT IN ('STRING', 'NULL')
+                   OR COALESCE(JSON_TYPE(JSON_EXTRACT(v_m, '$.priority')), 'NULL') NOT IN ('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL', 'NULL') THEN
+                    CALL pyqueue__raise('invalid_argument', 'must be an object with the strings p_key and p_kind, payload, parents and optionally run_on, run_at, priority and headers');
+                END IF;
+                IF JSON_LENGTH(JSON_REMOVE(v_m, '$.p_key', '$.p_kind', '$.payload', '$.parents', '$.run_on', '$.run_at',
+                                           '$.priority', '$.headers')) > 0 THEN
+                    CALL pyqueue__raise('invalid_argument',
+                                        CONCAT('unknown member ', QUOTE(JSON_UNQUOTE(JSON_EXTRACT(JSON_KEYS(JSON_REMOVE(
+                                            v_m, '$.p_key', '$.p_kind', '$.payload', '$.parents', '$.run_on', '$.run_at',
+                                            '$.priority', '$.headers')), '$[0]')))));
+                END IF;
+                CALL pyqueue__push_after(in_queue, JSON_UNQUOTE(JSON_EXTRACT(v_m, '$.p_key')),
+                                         JSON_UNQUOTE(JSON_EXTRACT(v_m, '$.p_kind')), JSON_EXTRACT(v_m, '$.payload'),
+                                         JSON_EXTRACT(v_m, '$.parents'),
+                                         COALESCE(NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_m, '$.run_on')), 'null'), 'success'),
+                                         CAST(NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_m, '$.run_at')), 'null') AS DATETIME(6)),
+                                         NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_m, '$.priority')), 'null'),
+                                         NULLIF(JSON_EXTRACT(v_m, '$.headers'), 'null'), v_one);
+                SET v_count = v_count + v_one;
+            END LOOP;
+            CLOSE c_messages;
+            SET v_open = FALSE;
+            IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    SELECT v_count AS inserted;
 END //
 
 -- queue_parent_results: the parents of the live message (in_key, in_kind) of in_queue (pushed with queue_push_after:

@@ -326,6 +326,49 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__check_expires: the header pyqueue.expires_at (the time after
+-- which a reserve or pop no longer hands the message out, but ends it as
+-- cancelled) of headers that carry it, checked: absent or JSON null (no
+-- expiry), else a JSON string holding a UTC time written exactly
+-- YYYY-MM-DDTHH:MM:SS.ffffffZ (27 characters: the reserves write their clock
+-- the same way, so a text comparison in the "C" collation orders the two as
+-- times, with no cast on the reserve's path), on a date that exists;
+-- anything else raises invalid_argument, prefixed with in_where ('' or
+-- 'element N of the batch: '). Takes no locks.
+CREATE OR REPLACE FUNCTION pyqueue__check_expires(in_headers jsonb, in_where text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_value jsonb := in_headers -> 'pyqueue.expires_at'::text;
+    v_at    text;
+BEGIN
+    IF v_value IS NULL OR pg_catalog.jsonb_typeof(v_value) = 'null'::text THEN
+        RETURN;
+    END IF;
+    v_at := v_value #>> '{}'::text[];
+    IF pg_catalog.jsonb_typeof(v_value) = 'string'::text
+       AND pg_catalog.textregexeq(v_at, '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$'::text) THEN
+        BEGIN  -- a date and time that exist (not 2026-02-30, nor 24:00 or a leap second)
+            PERFORM pg_catalog.make_timestamp(pg_catalog.substr(v_at, 1, 4)::integer,
+                                              pg_catalog.substr(v_at, 6, 2)::integer,
+                                              pg_catalog.substr(v_at, 9, 2)::integer,
+                                              pg_catalog.substr(v_at, 12, 2)::integer,
+                                              pg_catalog.substr(v_at, 15, 2)::integer,
+                                              pg_catalog.substr(v_at, 18, 9)::double precision);
+            IF pg_catalog.substr(v_at, 12, 2)::integer < 24 AND pg_catalog.substr(v_at, 18, 2)::integer < 60 THEN
+                RETURN;
+            END IF;
+        EXCEPTION WHEN datetime_field_overflow THEN
+            NULL;  -- refused below
+        END;
+    END IF;
+    RAISE EXCEPTION 'pyqueue:invalid_argument: %pyqueue.expires_at must be a UTC time YYYY-MM-DDTHH:MM:SS.ffffffZ, not %',
+                    in_where, pg_catalog.left(v_value::text, 64)
+        USING ERRCODE = '22023';
+END;
+$$;
+
 -- pyqueue__check_headers: the headers of a *_with_headers push, checked:
 -- NULL or the JSON value null (returned as NULL: no headers), else a JSON
 -- object of at most 8192 bytes of JSON text (measured as a payload, see
@@ -349,6 +392,9 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: headers are % bytes, more than 8192 bytes', v_bytes
             USING ERRCODE = '22023';
     END IF;
+    IF pg_catalog.jsonb_exists(in_headers, 'pyqueue.expires_at'::text) THEN
+        PERFORM pyqueue__check_expires(in_headers, '');
+    END IF;
     RETURN in_headers;
 END;
 $$;
@@ -368,6 +414,7 @@ DECLARE
     v_ord   bigint;
     v_type  text;
     v_bytes integer;
+    v_value jsonb;
 BEGIN
     IF in_headers IS NULL THEN
         RETURN;
@@ -384,6 +431,13 @@ BEGIN
      ORDER BY u.ord
      LIMIT 1;
     IF NOT FOUND THEN
+        -- the expiries, of the elements that carry one, in order
+        FOR v_ord, v_value IN SELECT u.ord, u.h FROM pg_catalog.unnest(in_headers) WITH ORDINALITY AS u (h, ord)
+                               WHERE pg_catalog.jsonb_typeof(u.h) = 'object'::text
+                                 AND pg_catalog.jsonb_exists(u.h, 'pyqueue.expires_at'::text)
+                               ORDER BY u.ord LOOP
+            PERFORM pyqueue__check_expires(v_value, 'element ' || v_ord || ' of the batch: ');
+        END LOOP;
         RETURN;
     END IF;
     IF v_type NOT IN ('object'::text, 'null'::text) THEN

@@ -310,6 +310,51 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__clock_text: in_now as the header pyqueue.expires_at writes a
+-- time (UTC, YYYY-MM-DDTHH:MM:SS.ffffffZ), for pyqueue__expired. No locks.
+CREATE OR REPLACE FUNCTION pyqueue__clock_text(in_now timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.to_char(pg_catalog.timezone('UTC'::text, in_now), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text) $$;
+
+-- pyqueue__expired: whether a message with these headers has expired at
+-- in_clock (pyqueue__clock_text): its pyqueue.expires_at (checked on every
+-- push that writes headers, pyqueue__check_expires) is at or before it,
+-- and it is no dead letter (in_dead_from NULL: dead letters are evidence,
+-- never ended but by an admin; a redrive clears dead_from and the expiry
+-- holds again). A comparison of texts of one fixed format in the "C"
+-- collation (the order of the times), inlined into the statement that
+-- calls it; false without headers. No locks.
+CREATE OR REPLACE FUNCTION pyqueue__expired(in_headers jsonb, in_dead_from text, in_clock text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT in_headers IS NOT NULL AND in_dead_from IS NULL  -- (the common row, without headers: one NULL test)
+           AND coalesce((in_headers ->> 'pyqueue.expires_at'::text) COLLATE "C" <= in_clock COLLATE "C", false)
+$$;
+
+-- pyqueue__expire: ends a message whose pyqueue.expires_at has passed, which
+-- a reserve or pop found and holds locked at in_tid: removed as queue_cancel
+-- removes a message nobody holds (pyqueue__finish: a group's next message
+-- moves up, a schedule's pending occurrence makes way for the next, history
+-- outcome 'cancelled', result 'cancelled', the messages that wait for it
+-- cancelled as for a cancel), with last_error 'expired at <expires_at>'.
+-- Locks: the message row (held already), then as pyqueue__finish.
+CREATE OR REPLACE FUNCTION pyqueue__expire(in_queue pyqueue_queue, in_tid tid)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_msg pyqueue_message;
+BEGIN
+    DELETE FROM pyqueue_message m WHERE m.ctid = in_tid RETURNING * INTO v_msg;
+    IF FOUND THEN
+        v_msg.last_error := 'expired at ' || (v_msg.headers ->> 'pyqueue.expires_at'::text);
+        PERFORM pyqueue__finish(in_queue, v_msg, 'cancelled', 'cancelled', NULL, pg_catalog.clock_timestamp());
+    END IF;
+END;
+$$;
+
 -- pyqueue__reserve: queue_reserve's work once its arguments are checked
 -- (queue_reserve and queue_commit_reserve): reserves up to in_n ready
 -- messages of in_queue for in_timeout (NULL = the queue's
@@ -317,7 +362,9 @@ $$;
 -- locking read (pyqueue__ready_tids) and one
 -- UPDATE of the locked rows by ctid; a locked row that already had
 -- max_attempts deliveries (its last reservation expired) is dead-lettered
--- instead, and the read runs again for the places it leaves. Rows in
+-- instead, one past its pyqueue.expires_at header ended as cancelled
+-- (pyqueue__expire; before the dead-lettering test), and the read runs
+-- again for the places they leave. Rows in
 -- reserve order; nothing when the queue is paused. Locks: the reserved
 -- rows (SKIP LOCKED: never waits for another reserver).
 CREATE OR REPLACE FUNCTION pyqueue__reserve(in_queue pyqueue_queue, in_worker text, in_timeout interval,
@@ -337,6 +384,7 @@ DECLARE
     v_got   integer;
     v_dead  record;
     v_first boolean := true;
+    v_clock text := pyqueue__clock_text(v_now);
 BEGIN
     IF in_timeout > in_queue.max_reservation THEN
         PERFORM pyqueue__refuse_reservation(in_queue.max_reservation);
@@ -364,6 +412,7 @@ BEGIN
                        reserve_token = pg_catalog.gen_random_uuid()
                   FROM pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
                  WHERE m.ctid = c.tid AND m.attempts < in_queue.max_attempts
+                   AND NOT pyqueue__expired(m.headers, m.dead_from::text, v_clock)
                 RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
                           m.attempts, m.created_at, m.scheduled_at_initially, m.headers
             )
@@ -372,12 +421,18 @@ BEGIN
               FROM taken t ORDER BY t.ord;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         EXIT WHEN v_got = pg_catalog.cardinality(v_tids);
-        -- The rows left at their ctids are the ones at max_attempts (the
-        -- updated ones moved): dead-letter them, then fill their places.
-        FOR v_dead IN SELECT m.p_key, m.p_kind FROM pyqueue_message m
+        -- The rows left at their ctids are the ones past their expiry or at
+        -- max_attempts (the updated ones moved): end or dead-letter them,
+        -- then fill their places.
+        FOR v_dead IN SELECT m.ctid AS tid, m.p_key, m.p_kind, pyqueue__expired(m.headers, m.dead_from::text, v_clock) AS expired
+                        FROM pyqueue_message m
                        WHERE m.ctid = ANY (v_tids) ORDER BY m.priority DESC, m.scheduled_at, m.id LOOP
-            PERFORM pyqueue__dead_letter(in_queue, v_dead.p_key::text, v_dead.p_kind::text,
-                                         pg_catalog.clock_timestamp());
+            IF v_dead.expired THEN
+                PERFORM pyqueue__expire(in_queue, v_dead.tid);
+            ELSE
+                PERFORM pyqueue__dead_letter(in_queue, v_dead.p_key::text, v_dead.p_kind::text,
+                                             pg_catalog.clock_timestamp());
+            END IF;
         END LOOP;
         v_left := v_left - v_got;
     END LOOP;
@@ -390,6 +445,9 @@ $$;
 -- nothing when the queue is paused. A popped group head hands its place to
 -- the next message of its group (then the group's row is locked too). On a
 -- queue that keeps results, each popped message's outcome is 'succeeded'.
+-- A message past its pyqueue.expires_at header is not popped but ended as
+-- cancelled (pyqueue__expire); the pop returns the others (fewer than in_n).
+-- A popped occurrence of a schedule pushes the next one (pyqueue__schedule_next).
 -- Rows: p_key, p_kind, payload, priority, attempts, created_at, headers.
 CREATE OR REPLACE FUNCTION queue_pop(in_queue text, in_n integer DEFAULT 1)
 RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
@@ -408,6 +466,10 @@ DECLARE
     v_kinds  text[];
     v_dkeys  text[];
     v_dkinds text[];
+    v_okeys  text[];
+    v_okinds text[];
+    v_clock  text := pyqueue__clock_text(v_now);
+    v_tid    tid;
 BEGIN
     PERFORM pyqueue__check_batch_size(in_n);
     IF v_queue.paused THEN
@@ -419,6 +481,16 @@ BEGIN
     -- Locked first, in a statement of its own: the DELETE then finds exactly
     -- the row versions that were locked.
     SELECT rt.o_tids INTO v_tids FROM pyqueue__ready_tids(in_queue, v_now, coalesce(in_n, 1), NULL, true) rt;
+    IF EXISTS (SELECT 1 FROM pyqueue_message m
+                WHERE m.ctid = ANY (v_tids) AND m.headers IS NOT NULL AND pyqueue__expired(m.headers, m.dead_from::text, v_clock)) THEN
+        -- past their expiry: ended as cancelled (pyqueue__expire), the others popped
+        FOR v_tid IN SELECT m.ctid FROM pyqueue_message m
+                      WHERE m.ctid = ANY (v_tids) AND pyqueue__expired(m.headers, m.dead_from::text, v_clock)
+                      ORDER BY m.priority DESC, m.scheduled_at, m.id LOOP
+            v_tids := pg_catalog.array_remove(v_tids, v_tid);
+            PERFORM pyqueue__expire(v_queue, v_tid);
+        END LOOP;
+    END IF;
     IF EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
         -- the groups whose heads are popped: each hands its place on below
         SELECT pg_catalog.array_agg(m.group_key::text) INTO v_groups
@@ -429,6 +501,9 @@ BEGIN
         SELECT pg_catalog.array_agg(m.p_key::text), pg_catalog.array_agg(m.p_kind::text) INTO v_keys, v_kinds
           FROM pyqueue_message m WHERE m.ctid = ANY (v_tids);
     END IF;
+    -- the popped occurrences of schedules: each pushes its schedule's next below, as a commit does
+    SELECT pg_catalog.array_agg(m.p_key::text), pg_catalog.array_agg(m.p_kind::text) INTO v_okeys, v_okinds
+      FROM pyqueue_message m WHERE m.ctid = ANY (v_tids) AND m.p_key::text LIKE '%@____-__-__T__:__:__Z';
     IF v_queue.result_retention IS NOT NULL THEN
         -- the popped messages that have parents or children (dependencies live in queues that keep
         -- results; one probe each; the rows are locked already, so a queue_push_after naming one
@@ -470,6 +545,10 @@ BEGIN
     END IF;
     IF v_groups IS NOT NULL THEN
         PERFORM pyqueue__groups_settle(in_queue, v_groups, pg_catalog.clock_timestamp());
+    END IF;
+    IF v_okeys IS NOT NULL THEN
+        PERFORM pyqueue__schedule_next(in_queue, u.k, u.kd)
+           FROM ROWS FROM (pg_catalog.unnest(v_okeys), pg_catalog.unnest(v_okinds)) AS u (k, kd);
     END IF;
     IF v_dkeys IS NOT NULL THEN  -- popped: succeeded, for the messages that wait for them
         PERFORM pyqueue__deps_left(in_queue, u.k, u.kd, true, NULL)

@@ -156,7 +156,10 @@ BEGIN
                  WHERE w.queue_name::text = v_edge.q AND w.p_key::text = v_edge.k AND w.p_kind::text = v_edge.t
                    AND w.role = 'w';
                 v_now := pg_catalog.clock_timestamp();
-                UPDATE pyqueue_message m SET scheduled_at = v_now, scheduled_at_initially = v_now
+                -- due now, or at its run_at (kept in scheduled_at_initially while it waited)
+                UPDATE pyqueue_message m
+                   SET scheduled_at = GREATEST(v_now, m.scheduled_at_initially),
+                       scheduled_at_initially = GREATEST(v_now, m.scheduled_at_initially)
                  WHERE m.queue_name::text = v_edge.q AND m.p_key::text = v_edge.k AND m.p_kind::text = v_edge.t
                    AND m.id = v_edge.msg_id AND m.scheduled_at = pyqueue__blocked_at();
                 IF FOUND THEN
@@ -229,7 +232,7 @@ BEGIN
 END;
 $$;
 
--- queue_push_after_on: queue_push of a message that waits for its parents,
+-- pyqueue__push_after: queue_push of a message that waits for its parents,
 -- in_parents a JSON array of 1 to 1000 objects {"queue", "p_key", "p_kind"}
 -- (parents may be in other queues; none may be the message itself or a
 -- schedule's occurrence). Answers as queue_push: false, and nothing changes,
@@ -264,11 +267,16 @@ $$;
 -- seen by it as finished), until the transaction ends. No lock that a
 -- reserve, a settle or an admin call of a queue waits for (only turning a
 -- named queue's results off waits, to refuse), and no row written but its own.
-CREATE OR REPLACE FUNCTION queue_push_after_on(in_queue text, in_key text, in_kind text, in_payload jsonb,
-                                               in_parents jsonb, in_run_on text)
+-- The body of queue_push_after_on and queue_push_after_on_with_headers
+-- (in_run_at, in_priority, in_headers: NULL for none, as queue_push_with_headers
+-- takes them): a message with a run_at is due at the later of its run_at and
+-- the moment its parents let it run (its run_at kept in scheduled_at_initially
+-- while it waits; pyqueue__deps_left reads it there).
+CREATE OR REPLACE FUNCTION pyqueue__push_after(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                               in_parents jsonb, in_run_on text, in_run_at timestamptz,
+                                               in_priority integer, in_headers jsonb)
 RETURNS boolean
 LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_xid    xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
@@ -285,8 +293,14 @@ DECLARE
     v_id     bigint;
     v_left   integer := 0;
     v_failed boolean := false;
+    v_run_at timestamptz;
+    v_headers jsonb;
 BEGIN
     PERFORM pyqueue__check_message(in_key, in_kind, in_payload, v_queue.max_payload);
+    v_run_at := pyqueue__check_run_at(in_run_at, v_now);
+    IF in_headers IS NOT NULL THEN
+        v_headers := pyqueue__check_headers(in_headers);
+    END IF;
     IF in_run_on IS NULL OR in_run_on NOT IN ('success', 'failure', 'always') THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: run_on must be ''success'', ''failure'' or ''always'', not %',
                         coalesce(pg_catalog.quote_literal(in_run_on), 'NULL')
@@ -330,8 +344,9 @@ BEGIN
         END IF;
     END LOOP;
     INSERT INTO pyqueue_message AS m
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at)
-    VALUES (in_queue, in_key, in_kind, in_payload, 0, pyqueue__blocked_at(), v_now, v_now)
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at, headers)
+    VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), pyqueue__blocked_at(), v_run_at, v_now,
+            v_headers)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING
     RETURNING m.id INTO v_id;
     IF NOT FOUND THEN
@@ -383,14 +398,44 @@ BEGIN
         -- its kind on its count row: other_kind NULL for 'success' (as queue_push_after wrote it), else run_on
         INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, msg_id, other_kind)
         VALUES (in_queue, in_key, in_kind, 'w', v_left, v_id, NULLIF(in_run_on, 'success'));
-    ELSE  -- every parent has ended already (succeeded; for a failure callback, one failed): ready now
-        v_now := pg_catalog.clock_timestamp();
+    ELSE  -- every parent has ended already (succeeded; for a failure callback, one failed): due now, or at its run_at
+        v_now := GREATEST(pg_catalog.clock_timestamp(), v_run_at);
         UPDATE pyqueue_message m SET scheduled_at = v_now, scheduled_at_initially = v_now
          WHERE m.queue_name::text = in_queue AND m.p_key::text = in_key AND m.p_kind::text = in_kind;
         PERFORM pyqueue__notify(in_queue);
     END IF;
     RETURN true;
 END;
+$$;
+
+-- queue_push_after_on: pyqueue__push_after without run_at, priority or
+-- headers (priority 0, due once its parents let it run). Locks: as
+-- pyqueue__push_after.
+CREATE OR REPLACE FUNCTION queue_push_after_on(in_queue text, in_key text, in_kind text, in_payload jsonb,
+                                               in_parents jsonb, in_run_on text)
+RETURNS boolean
+LANGUAGE sql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+    SELECT pyqueue__push_after(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, NULL, NULL, NULL);
+$$;
+
+-- queue_push_after_on_with_headers: queue_push_after_on with queue_push_with_headers'
+-- options: in_run_at (NULL: none; a message is due at the later of its run_at and
+-- the moment its parents let it run), in_priority (NULL = 0) and in_headers (NULL or
+-- JSON null: none; pyqueue__check_headers, a pyqueue.expires_at among them). Every
+-- argument is given (no defaults: an overload beside queue_push_after_on). Locks: as
+-- pyqueue__push_after.
+CREATE OR REPLACE FUNCTION queue_push_after_on_with_headers(in_queue text, in_key text, in_kind text,
+                                                            in_payload jsonb, in_parents jsonb, in_run_on text,
+                                                            in_run_at timestamptz, in_priority integer,
+                                                            in_headers jsonb)
+RETURNS boolean
+LANGUAGE sql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+    SELECT pyqueue__push_after(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, in_run_at,
+                               in_priority, in_headers);
 $$;
 
 -- queue_push_after: queue_push_after_on with run_on 'success' (the message
@@ -403,6 +448,81 @@ LANGUAGE sql
 SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
     SELECT queue_push_after_on(in_queue, in_key, in_kind, in_payload, in_parents, 'success');
+$$;
+
+-- queue_push_after_batch: many messages that wait for their parents, in one
+-- call and one transaction (a chord's 1,000 parts in one round trip):
+-- in_messages a JSON array of 1 to 5000 objects, each with the strings p_key
+-- and p_kind, payload, parents (as queue_push_after's), and optionally
+-- run_on (a string, default 'success'), run_at (a time as text with its
+-- offset), priority (an integer) and headers; any other member is refused.
+-- Each element is pushed as queue_push_after_on_with_headers pushes it
+-- (pyqueue__push_after, in order, so an element may name an earlier one as
+-- a parent); a refused element refuses the batch, nothing written, the error
+-- naming it ('element N of the batch: ...'). Returns how many were inserted
+-- (a live key is skipped: dedup). Locks: as pyqueue__push_after, for each
+-- element, until the transaction ends.
+CREATE OR REPLACE FUNCTION queue_push_after_batch(in_queue text, in_messages jsonb)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_n     integer;
+    v_i     integer := 0;
+    v_m     jsonb;
+    v_bad   text;
+    v_count integer := 0;
+    v_text  text;
+    v_state text;
+BEGIN
+    PERFORM pyqueue__queue(in_queue);
+    IF in_messages IS NULL OR pg_catalog.jsonb_typeof(in_messages) <> 'array'::text THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: messages must be a JSON array of objects' USING ERRCODE = '22023';
+    END IF;
+    v_n := pg_catalog.jsonb_array_length(in_messages);
+    IF v_n < 1 OR v_n > 5000 THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: messages must hold 1 to 5000 messages, not %', v_n
+            USING ERRCODE = '22023';
+    END IF;
+    BEGIN  -- one block: an error names its element, and nothing of the batch stays
+        FOR v_m IN SELECT e.m FROM pg_catalog.jsonb_array_elements(in_messages) WITH ORDINALITY AS e (m, ord)
+                    ORDER BY e.ord LOOP
+            v_i := v_i + 1;
+            IF pg_catalog.jsonb_typeof(v_m) <> 'object'::text
+               OR pg_catalog.jsonb_typeof(v_m -> 'p_key'::text) IS DISTINCT FROM 'string'::text
+               OR pg_catalog.jsonb_typeof(v_m -> 'p_kind'::text) IS DISTINCT FROM 'string'::text
+               OR pg_catalog.jsonb_typeof(v_m -> 'run_on'::text) NOT IN ('string'::text, 'null'::text)
+               OR pg_catalog.jsonb_typeof(v_m -> 'run_at'::text) NOT IN ('string'::text, 'null'::text)
+               OR pg_catalog.jsonb_typeof(v_m -> 'priority'::text) NOT IN ('number'::text, 'null'::text) THEN
+                RAISE EXCEPTION 'pyqueue:invalid_argument: must be an object with the strings p_key and p_kind, payload, parents and optionally run_on, run_at (text), priority (a number) and headers'
+                    USING ERRCODE = '22023';
+            END IF;
+            SELECT k INTO v_bad FROM pg_catalog.jsonb_object_keys(v_m) AS k
+             WHERE k NOT IN ('p_key', 'p_kind', 'payload', 'parents', 'run_on', 'run_at', 'priority', 'headers')
+             LIMIT 1;
+            IF v_bad IS NOT NULL THEN
+                RAISE EXCEPTION 'pyqueue:invalid_argument: unknown member %', pg_catalog.quote_literal(v_bad)
+                    USING ERRCODE = '22023';
+            END IF;
+            IF pyqueue__push_after(in_queue, v_m ->> 'p_key', v_m ->> 'p_kind', v_m -> 'payload', v_m -> 'parents',
+                                   coalesce(v_m ->> 'run_on', 'success'), (v_m ->> 'run_at')::timestamptz,
+                                   (v_m ->> 'priority')::integer, v_m -> 'headers') THEN
+                v_count := v_count + 1;
+            END IF;
+        END LOOP;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_text = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
+        IF v_text LIKE 'pyqueue:%' THEN
+            v_text := pg_catalog.regexp_replace(v_text, '^(pyqueue:[a-z_]+: )', '\1element ' || v_i || ' of the batch: ');
+        ELSE  -- a conversion (run_at, priority): the argument's error
+            v_text := 'pyqueue:invalid_argument: element ' || v_i || ' of the batch: ' || v_text;
+            v_state := '22023';
+        END IF;
+        RAISE EXCEPTION USING MESSAGE = v_text, ERRCODE = v_state;
+    END;
+    RETURN v_count;
+END;
 $$;
 
 -- queue_parent_results: the parents of the message (in_key, in_kind) of

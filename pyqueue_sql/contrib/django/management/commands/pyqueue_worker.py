@@ -16,6 +16,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 import pyqueue_sql
+from pyqueue_sql.worker.settings import WorkerSettings, settings_from_options
 
 log = logging.getLogger("pyqueue_sql.django")
 
@@ -92,7 +93,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--exclude-queues", action="append", default=[], help="queues not to serve, comma-separated"
         )
-        parser.add_argument("--concurrency", type=int, default=4, help="handler threads (default 4)")
+        parser.add_argument(
+            "--concurrency", type=int, default=WorkerSettings.concurrency, help="handler threads (default 4)"
+        )
         parser.add_argument(
             "--worker-id",
             "--name",
@@ -127,7 +130,10 @@ class Command(BaseCommand):
             help="start at once (default: a random delay under 1 s, so that workers started together spread out)",
         )
         parser.add_argument(
-            "--lease", type=float, default=30.0, help="seconds of a reservation, renewed (default 30)"
+            "--lease",
+            type=float,
+            default=WorkerSettings.lease,
+            help="seconds of a reservation, renewed (default 30)",
         )
         parser.add_argument(
             "--poll-fallback", type=_seconds, help="seconds between polls when LISTEN is quiet"
@@ -140,7 +146,10 @@ class Command(BaseCommand):
         )
         parser.add_argument("--prefetch", type=int, help="messages reserved beyond the free handlers")
         parser.add_argument(
-            "--shutdown-timeout", type=float, default=30.0, help="seconds to let handlers finish"
+            "--shutdown-timeout",
+            type=float,
+            default=WorkerSettings.shutdown_timeout,
+            help="seconds to let handlers finish",
         )
         parser.add_argument(
             "--no-register", dest="register", action="store_false", help="no worker registry row"
@@ -218,21 +227,9 @@ class Command(BaseCommand):
             self._set_up(backend, queues)
             if options["startup_delay"]:
                 time.sleep(random.random())  # noqa: S311 - spreading workers out, not a secret
-            settings = {
-                "concurrency": options["concurrency"],
-                "name": options["name"],
-                "lease": options["lease"],
-                "poll_fallback": options["poll_fallback"]
-                if options["interval"] is None
-                else options["interval"],
-                "listen": options["listen"],
-                "listen_dsn": options["listen_dsn"],
-                "shutdown_timeout": options["shutdown_timeout"],
-                "register": options["register"],
-                "release_dead_after": options["release_dead_after"],
-            }
-            if options["prefetch"] is not None:
-                settings["prefetch"] = options["prefetch"]
+            settings = settings_from_options(options)
+            if options["interval"] is not None:  # db_worker's name of the poll fallback
+                settings["poll_fallback"] = options["interval"]
             if options["batch"] or options["max_tasks"]:
                 settings["prefetch"] = 0  # reserved only for free handlers (see _limits for --batch)
             retry = pyqueue_sql.RetryPolicy(

@@ -1,0 +1,107 @@
+"""Worker.add_batch_handler: a batch's time limit, its linger, and a stop while a batch runs, on
+each dialect with real connections (the task layer over it: tests/tasks/test_batch_tasks.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import pyqueue_sql
+from pyqueue_sql import InvalidArgumentError
+
+
+def _run(worker):
+    thread = threading.Thread(target=lambda: worker.run(install_signals=False), daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_batch_over_its_timeout_fails_each_of_its_jobs(db, dsn, make_queue):
+    q = make_queue()
+    worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False, lease=30)
+    outcomes: list[tuple[str, str, str | None]] = []
+    worker.on_outcome.append(lambda job, outcome, error: outcomes.append((job.key, outcome, error)))
+
+    def slow(jobs):
+        time.sleep(5 if len(jobs) > 1 else 0)
+
+    worker.add_batch_handler(q.name, slow, "k", size=10, timeout=0.3)
+    q.push_many([(f"k{i}", "k", {}) for i in range(4)])
+    thread = _run(worker)
+    try:
+        _wait(lambda: len(outcomes) >= 4, 20, "the batch's four outcomes")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert sorted(k for k, _, _ in outcomes) == ["k0", "k1", "k2", "k3"]
+    assert {(o, e) for _, o, e in outcomes} == {
+        ("retry", "TimeoutError: the handler did not finish within its timeout of 0.3 s")
+    }
+    rows = {r.key: r.attempts for r in q.messages()}
+    assert rows == {f"k{i}": 1 for i in range(4)}
+
+
+def test_a_batch_lingers_for_more_and_a_stop_lets_a_running_batch_finish(db, dsn, make_queue):
+    q = make_queue()
+    worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False, lease=30)
+    sizes: list[int] = []
+    started = threading.Event()
+
+    def collect(jobs):
+        sizes.append(len(jobs))
+        started.set()
+        time.sleep(0.5)
+
+    worker.add_batch_handler(q.name, collect, "k", size=5, linger=1.0)
+    thread = _run(worker)
+    try:
+        q.push("a", "k", {})
+        time.sleep(0.2)  # within the linger: the same batch
+        q.push_many([("b", "k", {}), ("c", "k", {})])
+        assert started.wait(10)
+        worker.stop()  # while the batch runs: it finishes and commits
+        thread.join(30)
+    finally:
+        worker.stop()
+    assert sizes == [3]
+    assert worker.unfinished == [] and worker.stats.succeeded == 3
+    assert q.messages() == []
+
+
+def test_a_batch_handler_is_refused_in_one_line_where_it_cannot_run(dsn):
+    worker = pyqueue_sql.Worker(dsn, register=False)
+    with pytest.raises(InvalidArgumentError, match="batch's size must be an int >= 1"):
+        worker.add_batch_handler("q", lambda jobs: None, "k", size=0)
+    with pytest.raises(InvalidArgumentError, match="serves one kind"):
+        worker.add_batch_handler("q", lambda jobs: None, None, size=3)  # type: ignore[arg-type]
+    worker.add_batch_handler("q", lambda jobs: None, "k", size=3)
+    with pytest.raises(InvalidArgumentError, match="already has a handler for kind 'k'"):
+        worker.add_batch_handler("q", lambda jobs: None, "k", size=3)
+
+
+def test_a_lane_whose_queue_is_missing_logs_it_and_drains_once_it_exists(db, dsn, caplog):
+    name = f"b.late.{time.monotonic_ns()}"
+    worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False)
+    done: list[int] = []
+    worker.add_batch_handler(name, lambda jobs: done.append(len(jobs)), "k", size=10)
+    thread = _run(worker)
+    try:
+        _wait(lambda: worker.stats.dispatch_errors >= 1, 10, "the lane's error")
+        q = db.queue(name).create()
+        q.push_many([(f"k{i}", "k", {}) for i in range(3)])
+        _wait(lambda: worker.stats.succeeded == 3, 20, "the batch once the queue exists")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert sum(done) == 3 and not thread.is_alive()
+    assert any("error in the reserve loop" in r.getMessage() for r in caplog.records)
+    db.queue(name).drop()
